@@ -1,0 +1,255 @@
+"""The wire contract of protocol v1: the one definition every part shares.
+
+Events travel on the XPUB socket as two frames, a topic (`notice` or `heartbeat`) and UTF-8
+JSON. Control requests travel on the REP socket as JSON, one request per message.
+This module must stay importable without httpx or zmq: the in-process client uses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_serializer
+
+from .timefmt import format_time, parse_deadline, parse_duration, parse_time, utcnow
+from .wire import PROTOCOL_VERSION, TOPIC_CLIENT_PREFIX, TOPIC_HEARTBEAT, TOPIC_NOTICE
+
+Action = Literal["drain", "terminate", "clear"]
+Reason = Literal[
+    "spot-interruption",
+    "rebalance-recommendation",
+    "scheduled-maintenance",
+    "preemption",
+    "host-maintenance",
+    "eviction",
+    "node-drain",
+    "reclaim",
+    "manual",
+    "drill",
+]
+ACTIONS: tuple[str, ...] = ("drain", "terminate", "clear")
+REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
+
+
+def stable_id(provider: str, kind: str, payload: Any) -> str:
+    """An id for a notice the provider gives no id to: stable over repeated polls."""
+    blob = json.dumps(payload, sort_keys=True, default=str).encode()
+    return f"{provider}/{kind}/{hashlib.sha256(blob).hexdigest()[:12]}"
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_serializer("*", when_used="json")
+    def _times(self, value: Any) -> Any:
+        return format_time(value) if isinstance(value, datetime) else value
+
+
+class Report(_Message):
+    """What a watcher tells the agent: one provider notice, or its withdrawal (`clear`).
+
+    The agent's board turns reports into `Notice` messages: it drops repeats, stamps `seq`
+    and `sent_at`, and escalates drains.
+    """
+
+    id: str = Field(min_length=1, max_length=200)
+    action: Action
+    reason: Reason
+    provider: str = Field(min_length=1, max_length=40)
+    deadline: datetime | None = None
+    noticed_at: datetime = Field(default_factory=utcnow)
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Notice(_Message):
+    """A normalized notice as published on the `notice` topic."""
+
+    v: Literal[1] = 1
+    id: str
+    seq: int = Field(ge=0)
+    action: Action
+    reason: Reason
+    provider: str
+    deadline: datetime | None = None
+    noticed_at: datetime
+    sent_at: datetime
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Heartbeat(_Message):
+    """Sent every second on the `heartbeat` topic, so silence can be told from death."""
+
+    v: Literal[1] = 1
+    seq: int = Field(ge=0)
+    agent: str
+    version: str
+    providers: list[str]
+    active: list[str]
+    sent_at: datetime
+
+
+# Control requests (REQ → REP).
+
+
+class StatusRequest(_Message):
+    op: Literal["status"]
+
+
+class NotifyRequest(_Message):
+    op: Literal["notify"]
+    action: Literal["drain", "terminate"]
+    reason: Reason = "manual"
+    deadline: datetime | None = None
+    note: str | None = Field(default=None, max_length=2000)
+    id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class ClearRequest(_Message):
+    op: Literal["clear"]
+    # Without an id every manual notice is withdrawn.
+    id: str | None = None
+
+
+class AckRequest(_Message):
+    op: Literal["ack"]
+    notice_id: str | None = None
+    client: str | None = Field(default=None, max_length=200)
+    step: int | None = None
+    flush_seconds: float | None = Field(default=None, ge=0)
+    outcome: Literal["saved", "failed", "resumed"] = "saved"
+    # For `resumed`: how long the restore took and how many steps were lost.
+    restore_seconds: float | None = Field(default=None, ge=0)
+    steps_lost: int | None = Field(default=None, ge=0)
+
+
+ControlRequest = Annotated[
+    StatusRequest | NotifyRequest | ClearRequest | AckRequest, Field(discriminator="op")
+]
+CONTROL_REQUEST: TypeAdapter[ControlRequest] = TypeAdapter(ControlRequest)
+
+
+class AgentInfo(_Message):
+    agent: str
+    version: str
+    pid: int
+    providers: list[str]
+    events: str
+    control: str
+    started_at: datetime
+    seq: int
+    subscribers: int
+
+
+class StatusReply(_Message):
+    ok: Literal[True] = True
+    agent: AgentInfo
+    active: list[Notice]
+
+
+class NotifyReply(_Message):
+    ok: Literal[True] = True
+    notice: Notice
+
+
+class ClearReply(_Message):
+    ok: Literal[True] = True
+    cleared: list[str]
+
+
+class AckReply(_Message):
+    ok: Literal[True] = True
+
+
+class ErrorReply(_Message):
+    ok: Literal[False] = False
+    error: str
+
+
+def encode(message: BaseModel) -> bytes:
+    return message.model_dump_json().encode()
+
+
+def decode_notice(payload: bytes) -> Notice:
+    return Notice.model_validate_json(payload)
+
+
+def decode_heartbeat(payload: bytes) -> Heartbeat:
+    return Heartbeat.model_validate_json(payload)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of every message of protocol v1, for any language to validate with."""
+    models: dict[str, type[BaseModel]] = {
+        "Notice": Notice,
+        "Heartbeat": Heartbeat,
+        "StatusRequest": StatusRequest,
+        "NotifyRequest": NotifyRequest,
+        "ClearRequest": ClearRequest,
+        "AckRequest": AckRequest,
+        "StatusReply": StatusReply,
+        "NotifyReply": NotifyReply,
+        "ClearReply": ClearReply,
+        "AckReply": AckReply,
+        "ErrorReply": ErrorReply,
+    }
+    definitions: dict[str, Any] = {}
+    for name, model in models.items():
+        schema = model.model_json_schema(ref_template="#/$defs/{model}", mode="serialization")
+        definitions.update(schema.pop("$defs", {}))
+        definitions[name] = schema
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://forewarn.dev/schema/protocol-v1.json",
+        "title": "forewarn protocol v1",
+        "description": (
+            "Events: ZeroMQ XPUB, two frames (topic `notice` or `heartbeat`, then UTF-8 JSON). "
+            "Control: ZeroMQ REP, one JSON request and one JSON reply."
+        ),
+        "oneOf": [{"$ref": f"#/$defs/{name}"} for name in models],
+        "$defs": definitions,
+    }
+
+
+def schema_text() -> str:
+    return json.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+__all__ = [
+    "ACTIONS",
+    "CONTROL_REQUEST",
+    "PROTOCOL_VERSION",
+    "REASONS",
+    "TOPIC_CLIENT_PREFIX",
+    "TOPIC_HEARTBEAT",
+    "TOPIC_NOTICE",
+    "AckReply",
+    "AckRequest",
+    "Action",
+    "AgentInfo",
+    "ClearReply",
+    "ClearRequest",
+    "ControlRequest",
+    "ErrorReply",
+    "Heartbeat",
+    "Notice",
+    "NotifyReply",
+    "NotifyRequest",
+    "Reason",
+    "Report",
+    "StatusReply",
+    "StatusRequest",
+    "decode_heartbeat",
+    "decode_notice",
+    "encode",
+    "format_time",
+    "json_schema",
+    "parse_deadline",
+    "parse_duration",
+    "parse_time",
+    "schema_text",
+    "stable_id",
+    "utcnow",
+]

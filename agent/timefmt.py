@@ -1,0 +1,83 @@
+"""Time on the wire: RFC 3339 in UTC, and the durations people type (`90s`, `15m`, `2h`).
+
+Standard library only, so the in-process client can use it without pydantic.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with a `Z`, milliseconds only when they are not zero."""
+    moment = moment.astimezone(timezone.utc)
+    if moment.microsecond:
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})$"
+)
+
+
+def parse_time(text: str) -> datetime:
+    """Parse RFC 3339 (with `Z` or an offset) on every Python from 3.10.
+
+    `datetime.fromisoformat` accepts a trailing `Z` only from 3.11, so it cannot be used.
+    Raises ValueError naming the text when it is not a time.
+    """
+    match = _RFC3339.match(text.strip())
+    if not match:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    year, month, day, hour, minute, second = (int(match.group(i)) for i in range(1, 7))
+    fraction = match.group(7)
+    micro = int((fraction[1:] + "000000")[:6]) if fraction else 0
+    zone = match.group(8)
+    if zone in ("Z", "z"):
+        tz = timezone.utc
+    else:
+        sign = 1 if zone[0] == "+" else -1
+        digits = zone[1:].replace(":", "")
+        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
+    try:
+        return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz).astimezone(
+            timezone.utc
+        )
+    except ValueError as error:
+        raise ValueError(f"not an RFC 3339 time: {text!r} ({error})") from None
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `90`, `90s`, `15m`, `2h`, `1d` or `250ms`; ValueError otherwise."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"not a duration (use e.g. 90s, 15m, 2h): {text!r}")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def parse_deadline(text: str, now: datetime | None = None) -> datetime:
+    """A deadline given as an RFC 3339 time or as a duration from now."""
+    try:
+        return parse_time(text)
+    except ValueError:
+        pass
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        raise ValueError(
+            f"not an RFC 3339 time or a duration such as 90s, 15m or 2h: {text!r}"
+        ) from None
+    return (now or utcnow()) + timedelta(seconds=seconds)
+
+
+__all__ = ["format_time", "parse_deadline", "parse_duration", "parse_time", "utcnow"]

@@ -1,0 +1,106 @@
+"""Where the bytes travel: topics, the runtime directory and the two endpoints.
+
+One function computes the default endpoints for agent and clients alike. Standard library
+only, so the in-process client can import it cheaply.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+PROTOCOL_VERSION = 1
+
+TOPIC_NOTICE = "notice"
+TOPIC_HEARTBEAT = "heartbeat"
+# A client that acks subscribes to `client/<id>` as well. Nothing is ever published there:
+# the subscription itself tells the agent which clients listen, and so who is expected to ack.
+TOPIC_CLIENT_PREFIX = "client/"
+
+ENV_RUNTIME_DIR = "FOREWARN_RUNTIME_DIR"
+ENV_EVENTS = "FOREWARN_EVENTS"
+ENV_CONTROL = "FOREWARN_CONTROL"
+SYSTEM_RUNTIME_DIR = Path("/run/forewarn")
+
+
+class EndpointError(ValueError):
+    """An endpoint that forewarn refuses to bind or connect, with the reason in its text."""
+
+
+def _writable(directory: Path) -> bool:
+    if directory.is_dir():
+        return os.access(directory, os.W_OK | os.X_OK)
+    parent = directory.parent
+    return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
+
+
+def runtime_dir() -> Path:
+    """`$FOREWARN_RUNTIME_DIR`, else /run/forewarn when writable, else
+    `$XDG_RUNTIME_DIR/forewarn`, else /tmp/forewarn-<uid>."""
+    explicit = os.environ.get(ENV_RUNTIME_DIR)
+    if explicit:
+        return Path(explicit)
+    if _writable(SYSTEM_RUNTIME_DIR):
+        return SYSTEM_RUNTIME_DIR
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and _writable(Path(xdg)):
+        return Path(xdg) / "forewarn"
+    return Path(f"/tmp/forewarn-{os.getuid()}")
+
+
+def default_endpoints(runtime: Path | None = None) -> tuple[str, str]:
+    """(events, control): `FOREWARN_EVENTS` / `FOREWARN_CONTROL`, else ipc sockets in the
+    runtime directory."""
+    base = runtime if runtime is not None else runtime_dir()
+    events = os.environ.get(ENV_EVENTS) or f"ipc://{base}/events"
+    control = os.environ.get(ENV_CONTROL) or f"ipc://{base}/control"
+    return events, control
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_endpoint(endpoint: str, *, allow_remote: bool = False, what: str = "endpoint") -> str:
+    """Accept `ipc://PATH` and `tcp://` on loopback; refuse anything else unless
+    `allow_remote`. The error names the endpoint and why."""
+    if endpoint.startswith("ipc://"):
+        if len(endpoint) <= len("ipc://"):
+            raise EndpointError(f"{what} {endpoint!r}: ipc:// needs a path")
+        return endpoint
+    if endpoint.startswith("tcp://"):
+        rest = endpoint[len("tcp://") :]
+        host, sep, port = rest.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise EndpointError(f"{what} {endpoint!r}: expected tcp://HOST:PORT")
+        if not _is_loopback(host) and not allow_remote:
+            raise EndpointError(
+                f"{what} {endpoint!r}: {host} is not a loopback address; notices would leave "
+                "this machine. Use 127.0.0.1, or pass --allow-remote to accept it."
+            )
+        return endpoint
+    raise EndpointError(f"{what} {endpoint!r}: use ipc://PATH or tcp://127.0.0.1:PORT")
+
+
+def ipc_path(endpoint: str) -> Path | None:
+    return Path(endpoint[len("ipc://") :]) if endpoint.startswith("ipc://") else None
+
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "TOPIC_CLIENT_PREFIX",
+    "TOPIC_HEARTBEAT",
+    "TOPIC_NOTICE",
+    "EndpointError",
+    "check_endpoint",
+    "default_endpoints",
+    "ipc_path",
+    "runtime_dir",
+]
