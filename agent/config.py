@@ -93,9 +93,7 @@ class Settings(BaseSettings):
     def _known_providers(cls, value: list[str]) -> list[str]:
         for name in value:
             if name != "auto" and name not in PROVIDERS:
-                raise ValueError(
-                    f"unknown provider {name!r}; use auto or {', '.join(PROVIDERS)}"
-                )
+                raise ValueError(f"unknown provider {name!r}; use auto or {', '.join(PROVIDERS)}")
         if not value:
             raise ValueError("at least one provider is needed")
         return list(dict.fromkeys(value))
@@ -165,8 +163,9 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
     `config_file` is the TOML file (else `$FOREWARN_CONFIG`, else /etc/forewarn/forewarn.toml
     when it exists). `overrides` are flag values; None means "not given".
     """
-    path = config_file or (Path(os.environ["FOREWARN_CONFIG"]) if os.environ.get(
-        "FOREWARN_CONFIG") else None)
+    path = config_file or (
+        Path(os.environ["FOREWARN_CONFIG"]) if os.environ.get("FOREWARN_CONFIG") else None
+    )
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     if path is not None:

@@ -15,6 +15,7 @@ Standard library only: a user's test can start one without extra packages.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -232,10 +233,8 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if self.command != "HEAD":
-                try:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
 
         do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = _serve
 
@@ -266,7 +265,9 @@ class SimServer:
 
     def start(self) -> SimServer:
         self._thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True,
+            target=self.httpd.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            daemon=True,
             name=f"sim-{self.sim.name}",
         )
         self._thread.start()
@@ -293,8 +294,10 @@ def serve_until_signalled(sim: Simulator, host: str, port: int) -> int:
         log.warning("simulator bound to %s: it is meant for loopback", host)
     server = SimServer(sim, host, port).start()
     print(f"forewarn simulate {sim.name}: listening on {server.url}", flush=True)
-    print(f"control API: {server.url}{CONTROL_PREFIX}/state, POST {CONTROL_PREFIX}/notices",
-          flush=True)
+    print(
+        f"control API: {server.url}{CONTROL_PREFIX}/state, POST {CONTROL_PREFIX}/notices",
+        flush=True,
+    )
     done = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: done.set())
