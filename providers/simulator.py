@@ -260,7 +260,7 @@ class SimServer:
 
     @property
     def url(self) -> str:
-        host = self.httpd.server_address[0]
+        host = str(self.httpd.server_address[0])
         return f"http://{host}:{self.port}"
 
     def start(self) -> SimServer:

@@ -1,0 +1,80 @@
+"""What the agent tells the parts that watch it (metrics, telemetry, logs).
+
+The runner calls every observer on each event. Observers must be quick and must not raise:
+a failing observer is logged and never stops the agent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .protocol import AckRequest, Notice
+
+if TYPE_CHECKING:
+    from .config import Settings
+
+log = logging.getLogger("forewarn.agent")
+
+
+class Observer:
+    """No-op base: override what you need."""
+
+    def on_start(self, providers: list[str]) -> None:
+        """The agent is serving; `providers` are the watchers it runs."""
+
+    def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        """A notice was published (new, changed, escalated or cleared); not called on replays."""
+
+    def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
+        """A watcher finished one poll of its endpoint."""
+
+    def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
+        """A client reported a flush (or a resume); `notice` is the one it names, if active."""
+
+    def on_subscribers(self, count: int) -> None:
+        """The number of acking clients changed."""
+
+    def on_stop(self) -> None:
+        """The agent is shutting down."""
+
+
+class Observers(Observer):
+    """Fans each call out to several observers, isolating their failures."""
+
+    def __init__(self, observers: list[Observer]) -> None:
+        self.observers = observers
+
+    def _each(self, method: str, *args: object, **kwargs: object) -> None:
+        for observer in self.observers:
+            try:
+                getattr(observer, method)(*args, **kwargs)
+            except Exception:
+                log.exception("observer %s failed in %s", type(observer).__name__, method)
+
+    def on_start(self, providers: list[str]) -> None:
+        self._each("on_start", providers)
+
+    def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        self._each("on_notice", notice, escalated=escalated)
+
+    def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
+        self._each("on_poll", provider, ok, error_kind)
+
+    def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
+        self._each("on_ack", ack, notice)
+
+    def on_subscribers(self, count: int) -> None:
+        self._each("on_subscribers", count)
+
+    def on_stop(self) -> None:
+        self._each("on_stop")
+
+
+def build_observers(settings: Settings) -> list[Observer]:
+    """The observers the configuration asks for (metrics, telemetry)."""
+    observers: list[Observer] = []
+    return observers
+
+
+__all__ = ["Observer", "Observers", "build_observers"]

@@ -1,0 +1,1 @@
+"""Verified checkpoint generations on local disk and S3-compatible storage."""

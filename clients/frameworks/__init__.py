@@ -1,0 +1,1 @@
+"""Framework callbacks (Lightning, transformers) wiring CheckpointGuard in."""
