@@ -1,0 +1,519 @@
+"""`forewarn plan`: how often to checkpoint, and whether spot capacity pays, from flags or
+from the agent's telemetry file.
+
+Exit status: 0 with a plan, 2 on bad input (the message names the flag at fault).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .plan import (
+    Costs,
+    Intervals,
+    LostWork,
+    Overhead,
+    PlanError,
+    Prices,
+    TelemetrySummary,
+    Timing,
+    choose_interval,
+    costs,
+    lost_work,
+    overhead,
+    rate_to_mtbi,
+    summarize_telemetry,
+)
+from .telemetry import TelemetryFormatError, read_records, telemetry_path
+from .timefmt import parse_duration
+
+# Field names used by the model, and the flag a user gives them with.
+FLAGS = {
+    "checkpoint_seconds": "--checkpoint",
+    "mtbi_seconds": "--mtbi",
+    "interruptions_per_day": "--interruptions-per-day",
+    "restore_seconds": "--restore",
+    "restart_seconds": "--restart",
+    "reacquire_seconds": "--reacquire",
+    "detection_seconds": "--detection",
+    "notice_lead_seconds": "--notice-lead",
+    "response_seconds": "--telemetry",
+    "steps_per_second": "--steps-per-second",
+    "interval": "--interval",
+    "tax": "--tax",
+    "spot": "--spot-price",
+    "on_demand": "--on-demand-price",
+    "reserved": "--reserved-price",
+    "reserved_utilization": "--reserved-utilization",
+    "fallback_share": "--fallback-share",
+    "checkpoint_gb": "--checkpoint-gb",
+    "storage_gb_month": "--storage-price",
+    "keep": "--keep",
+    "io_per_gb": "--io-price",
+}
+PRICE_FLAGS = (
+    "spot_price",
+    "on_demand_price",
+    "reserved_price",
+    "checkpoint_gb",
+    "storage_price",
+    "io_price",
+    "fallback_share",
+)
+
+
+def _duration(text: str) -> float:
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"must not be negative (got {text!r})")
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _number(text: str, *, positive: bool = False) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise argparse.ArgumentTypeError(
+            f"must be {'positive' if positive else 'zero or more'} (got {text!r})"
+        )
+    return value
+
+
+def _amount(text: str) -> float:
+    return _number(text)
+
+
+def _positive(text: str) -> float:
+    return _number(text, positive=True)
+
+
+def _fraction(text: str) -> float:
+    """`3%` or `0.03`."""
+    value = _number(text.strip().removesuffix("%"))
+    return value / 100 if text.strip().endswith("%") else value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive (got {text!r})")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "How often to checkpoint (Young and Daly), what interruptions cost, and whether spot "
+        "capacity is cheaper per useful hour than on-demand or reserved. Values come from the "
+        "flags, else from the agent's telemetry file."
+    )
+    source = parser.add_argument_group("source")
+    source.add_argument(
+        "--telemetry",
+        type=Path,
+        metavar="PATH",
+        help="telemetry file to measure from (default: telemetry.jsonl in the state directory)",
+    )
+    job = parser.add_argument_group("job and capacity (durations: 10s, 5m, 2h)")
+    job.add_argument(
+        "--checkpoint",
+        "--flush",
+        type=_duration,
+        metavar="DUR",
+        help="seconds one checkpoint holds up training (default: median flush in the telemetry)",
+    )
+    job.add_argument(
+        "--restore",
+        type=_duration,
+        metavar="DUR",
+        help="seconds to reload a checkpoint on restart (default: median restore "
+        "in the telemetry, else 0)",
+    )
+    job.add_argument(
+        "--restart",
+        type=_duration,
+        metavar="DUR",
+        help="seconds from new capacity to a running job, before the reload (default 0)",
+    )
+    job.add_argument(
+        "--reacquire",
+        type=_duration,
+        metavar="DUR",
+        help="seconds without capacity after a reclaim, unbilled (default 0)",
+    )
+    job.add_argument(
+        "--detection",
+        type=_duration,
+        metavar="DUR",
+        help="seconds from the provider's notice to the start of the flush "
+        "(default 5s; the telemetry's notice-to-ack time replaces it)",
+    )
+    job.add_argument(
+        "--notice-lead",
+        type=_duration,
+        metavar="DUR",
+        help="seconds of notice before the machine goes (default: median lead of "
+        "terminate notices in the telemetry; none: no usable notice)",
+    )
+    rate = job.add_mutually_exclusive_group()
+    rate.add_argument(
+        "--interruptions-per-day",
+        type=_positive,
+        metavar="N",
+        help="interruption rate (default: terminate notices over the telemetry's span)",
+    )
+    rate.add_argument(
+        "--mtbi",
+        type=_duration,
+        metavar="DUR",
+        help="mean time between interruptions, instead of a rate",
+    )
+    job.add_argument(
+        "--steps-per-second",
+        type=_positive,
+        metavar="X",
+        help="training speed, to give intervals in steps",
+    )
+    at = job.add_mutually_exclusive_group()
+    at.add_argument(
+        "--interval",
+        type=_duration,
+        metavar="DUR",
+        help="evaluate this interval (default: Daly's optimum)",
+    )
+    at.add_argument(
+        "--interval-steps",
+        type=_count,
+        metavar="N",
+        help="evaluate this interval in steps (needs --steps-per-second)",
+    )
+    at.add_argument(
+        "--tax",
+        type=_fraction,
+        metavar="PCT",
+        help="evaluate the interval at which checkpoints cost this share of compute: 3%% or 0.03",
+    )
+    money = parser.add_argument_group("prices (per hour unless named otherwise)")
+    money.add_argument("--spot-price", type=_amount, metavar="P", help="spot compute per hour")
+    money.add_argument(
+        "--on-demand-price", type=_amount, metavar="P", help="on-demand compute per hour"
+    )
+    money.add_argument(
+        "--reserved-price",
+        type=_amount,
+        metavar="P",
+        help="reserved or committed compute per hour, effective",
+    )
+    money.add_argument(
+        "--reserved-utilization",
+        type=_fraction,
+        default=1.0,
+        metavar="PCT",
+        help="share of reserved hours the job uses (default 100%%)",
+    )
+    money.add_argument(
+        "--fallback-share",
+        type=_fraction,
+        default=0.0,
+        metavar="PCT",
+        help="share of compute hours that fall back to on-demand while spot "
+        "is unavailable (default 0)",
+    )
+    money.add_argument(
+        "--checkpoint-gb", type=_amount, default=0.0, metavar="GB", help="size of one checkpoint"
+    )
+    money.add_argument(
+        "--storage-price",
+        type=_amount,
+        default=0.0,
+        metavar="P",
+        help="checkpoint storage per GB-month",
+    )
+    money.add_argument(
+        "--keep",
+        type=_count,
+        default=2,
+        metavar="N",
+        help="checkpoint generations kept (default 2)",
+    )
+    money.add_argument(
+        "--io-price",
+        type=_amount,
+        default=0.0,
+        metavar="P",
+        help="checkpoint transfer and requests per GB written or read",
+    )
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print the plan as JSON")
+    out.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="also draw overhead and cost against the interval (needs the "
+        "`plot` extra: matplotlib)",
+    )
+
+
+@dataclass
+class Resolved:
+    timing: Timing
+    sources: dict[str, str]
+    telemetry: TelemetrySummary | None
+    telemetry_file: Path | None
+    intervals: Intervals
+    interval_basis_steps: int | None
+    prices: Prices | None
+
+
+def _default_telemetry() -> Path | None:
+    from .config import ConfigError, load_settings
+
+    try:
+        return telemetry_path(load_settings().resolved_state_dir())
+    except ConfigError:
+        return None
+
+
+def _load_telemetry(args: argparse.Namespace) -> tuple[Path | None, TelemetrySummary | None]:
+    path: Path | None = args.telemetry
+    if path is not None:
+        if not path.is_file():
+            raise PlanError("--telemetry", f"no such file: {path}")
+    else:
+        path = _default_telemetry()
+        if path is None or not path.is_file():
+            return None, None
+    try:
+        return path, summarize_telemetry(read_records(path))
+    except TelemetryFormatError as error:
+        raise PlanError("--telemetry", str(error)) from None
+    except (KeyError, ValueError) as error:
+        raise PlanError("--telemetry", f"{path}: unreadable record ({error})") from None
+
+
+def resolve(args: argparse.Namespace) -> Resolved:
+    """Flags first, then telemetry, then defaults; PlanError names what is missing."""
+    path, summary = _load_telemetry(args)
+    where = f"telemetry {path}" if path else "no telemetry file"
+    sources: dict[str, str] = {}
+
+    def pick(name: str, flag_value: Any, measured: Any, default: Any = None) -> Any:
+        if flag_value is not None:
+            sources[name] = "flag"
+            return flag_value
+        if measured is not None:
+            sources[name] = "telemetry"
+            return measured
+        sources[name] = "default"
+        return default
+
+    checkpoint = pick(
+        "checkpoint_seconds", args.checkpoint, summary.flush_seconds if summary else None
+    )
+    if checkpoint is None:
+        raise PlanError("--checkpoint", f"not given, and {where} has no flush seconds")
+    if args.interruptions_per_day is not None:
+        mtbi = rate_to_mtbi(args.interruptions_per_day)
+        sources["mtbi_seconds"] = "flag"
+    else:
+        mtbi = pick("mtbi_seconds", args.mtbi, summary.mtbi_seconds if summary else None)
+    if mtbi is None:
+        raise PlanError(
+            "--interruptions-per-day",
+            f"not given (nor --mtbi), and {where} has no terminate notices to measure a rate",
+        )
+    if mtbi <= 0:
+        raise PlanError("--mtbi", "must be positive (a zero mean time between interruptions)")
+    timing = Timing(
+        checkpoint_seconds=checkpoint,
+        mtbi_seconds=mtbi,
+        restore_seconds=pick(
+            "restore_seconds", args.restore, summary.restore_seconds if summary else None, 0.0
+        ),
+        restart_seconds=pick("restart_seconds", args.restart, None, 0.0),
+        reacquire_seconds=pick("reacquire_seconds", args.reacquire, None, 0.0),
+        detection_seconds=pick("detection_seconds", args.detection, None, 5.0),
+        notice_lead_seconds=pick(
+            "notice_lead_seconds",
+            args.notice_lead,
+            summary.notice_lead_seconds if summary else None,
+        ),
+        # A measured notice-to-saved time beats a guessed detection delay plus flush.
+        response_seconds=pick(
+            "response_seconds",
+            None,
+            summary.response_seconds if summary and args.detection is None else None,
+        ),
+        drained_observed=summary.drained if summary else None,
+        steps_per_second=pick("steps_per_second", args.steps_per_second, None),
+    )
+    interval = args.interval
+    if args.interval_steps is not None:
+        if timing.steps_per_second is None:
+            raise PlanError("--interval-steps", "needs --steps-per-second")
+        interval = args.interval_steps / timing.steps_per_second
+    intervals = choose_interval(timing, interval=interval, tax=args.tax)
+    prices = None
+    given = [name for name in PRICE_FLAGS if getattr(args, name) not in (None, 0.0)]
+    if given:
+        if args.spot_price is None:
+            raise PlanError("--spot-price", f"needed to price spot (given: --{given[0]})")
+        prices = Prices(
+            spot=args.spot_price,
+            on_demand=args.on_demand_price,
+            reserved=args.reserved_price,
+            reserved_utilization=args.reserved_utilization,
+            fallback_share=args.fallback_share,
+            checkpoint_gb=args.checkpoint_gb,
+            storage_gb_month=args.storage_price,
+            keep=args.keep,
+            io_per_gb=args.io_price,
+        )
+    return Resolved(timing, sources, summary, path, intervals, args.interval_steps, prices)
+
+
+def _steps(seconds: float, timing: Timing) -> int | None:
+    if timing.steps_per_second is None:
+        return None
+    return round(seconds * timing.steps_per_second)
+
+
+def build(resolved: Resolved) -> dict[str, Any]:
+    """The whole plan as JSON-ready values."""
+    timing = resolved.timing
+    intervals = resolved.intervals
+    chosen = intervals.chosen
+    cost: Overhead = overhead(timing, chosen)
+    lost: LostWork = lost_work(timing, chosen)
+    priced: Costs | None = costs(timing, resolved.prices, chosen) if resolved.prices else None
+    inputs = {
+        name: {"value": getattr(timing, name), "source": resolved.sources.get(name, "default")}
+        for name in (
+            "checkpoint_seconds",
+            "mtbi_seconds",
+            "restore_seconds",
+            "restart_seconds",
+            "reacquire_seconds",
+            "detection_seconds",
+            "notice_lead_seconds",
+            "response_seconds",
+            "steps_per_second",
+        )
+    }
+    inputs["interruptions_per_day"] = {
+        "value": timing.interruptions_per_day,
+        "source": inputs["mtbi_seconds"]["source"],
+    }
+    interval_rows = {
+        "young": intervals.young,
+        "daly": intervals.daly,
+        "for_tax": intervals.for_tax,
+        "chosen": chosen,
+    }
+    plan: dict[str, Any] = {
+        "telemetry": (
+            {
+                "file": str(resolved.telemetry_file),
+                **asdict(resolved.telemetry),
+                "mtbi_seconds": resolved.telemetry.mtbi_seconds,
+            }
+            if resolved.telemetry
+            else None
+        ),
+        "inputs": inputs,
+        "intervals": {
+            "basis": intervals.basis,
+            "seconds": interval_rows,
+            "steps": {
+                key: (_steps(value, timing) if value is not None else None)
+                for key, value in interval_rows.items()
+            },
+        },
+        "overhead": {
+            "model": cost.model,
+            "checkpoint_tax": cost.checkpoint_tax,
+            "rework": cost.rework,
+            "restart": cost.restart,
+            "idle": cost.idle,
+            "billed": cost.billed,
+            "total": cost.total,
+            "per_interruption_seconds": cost.per_interruption_seconds,
+        },
+        "lost_work": {
+            "periodic_seconds": lost.periodic,
+            "drain_seconds": lost.drain,
+            "applies": lost.applies,
+            "why": lost.why,
+        },
+        "costs": None,
+        "verdict": None,
+        "summary": None,
+    }
+    if priced is not None:
+        plan["costs"] = {
+            option.name: {
+                "per_useful_hour": option.per_useful_hour,
+                "wall_hours_per_useful_hour": option.wall_hours_per_useful_hour,
+                "lines": option.lines,
+            }
+            for option in [priced.spot, *priced.alternatives]
+        }
+        plan["verdict"] = priced.verdict
+        plan["summary"] = priced.summary
+    return plan
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        resolved = resolve(args)
+        plan = build(resolved)
+    except PlanError as error:
+        print(f"forewarn plan: {_flagged(error)}", file=sys.stderr)
+        return 2
+    if args.plot is not None:
+        from .plan_plot import PlotError, draw
+
+        try:
+            draw(resolved.timing, resolved.prices, resolved.intervals, args.plot)
+        except PlotError as error:
+            print(f"forewarn plan: --plot: {error}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(plan, indent=2))
+    else:
+        from .plan_table import render
+
+        print(render(plan))
+        if args.plot is not None:
+            print(f"\nplot written to {args.plot}")
+    return 0
+
+
+def _flagged(error: PlanError) -> str:
+    flag = FLAGS.get(error.field, error.field)
+    return f"{flag}: {str(error).split(': ', 1)[1]}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="forewarn plan")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["add_arguments", "build", "main", "resolve", "run"]
