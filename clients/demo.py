@@ -45,6 +45,12 @@ def save(directory: Path, step: int, state: str) -> None:
     os.replace(tmp, directory / CHECKPOINT)
 
 
+def timed_save(directory: Path, step: int, state: str) -> float:
+    started = time.monotonic()
+    save(directory, step, state)
+    return time.monotonic() - started
+
+
 def load(directory: Path) -> tuple[int, str]:
     """The saved (step, state), verified against its checksum; (0, "") when there is none."""
     path = directory / CHECKPOINT
@@ -86,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             step += 1
             say("step", step=step)
             if guard.due(step):
-                result = guard.save(step, lambda at, done=state: save(args.dir, at, done))
+                result = guard.saved(step, timed_save(args.dir, step, state))
                 say(
                     "saved",
                     step=step,

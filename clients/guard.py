@@ -248,13 +248,17 @@ class CheckpointGuard:
                 with self._lock:
                     self._pending.setdefault("periodic", None)
                     self._wake = True
-            flag = self.flag_file
-            if flag is not None and "flag" not in self._pending and self._flag_is_ours():
-                if flag.exists():
-                    log.info("forewarn: flag file %s found", flag)
-                    with self._lock:
-                        self._pending["flag"] = None
-                        self._wake = True
+            self._check_flag()
+
+    def _check_flag(self) -> None:
+        flag = self.flag_file
+        if flag is None or "flag" in self._pending or not self._flag_is_ours():
+            return
+        if flag.exists():
+            log.info("forewarn: flag file %s found", flag)
+            with self._lock:
+                self._pending["flag"] = None
+                self._wake = True
 
 
 __all__ = ["CheckpointGuard", "SaveResult"]
