@@ -30,7 +30,7 @@ from .plan import (
     rate_to_mtbi,
     summarize_telemetry,
 )
-from .telemetry import TelemetryFormatError, read_records, telemetry_path
+from .telemetry import FILE_NAME, TelemetryFormatError, read_records, telemetry_path
 from .timefmt import parse_duration
 
 # Field names used by the model, and the flag a user gives them with.
@@ -123,8 +123,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--telemetry",
         type=Path,
+        action="append",
         metavar="PATH",
-        help="telemetry file to measure from (default: telemetry.jsonl in the state directory)",
+        help="telemetry file to measure from, or a directory searched for telemetry.jsonl "
+        "files (one per machine, e.g. a `forewarn drill local --dir`); repeatable (default: "
+        "telemetry.jsonl in the state directory)",
     )
     job = parser.add_argument_group("job and capacity (durations: 10s, 5m, 2h)")
     job.add_argument(
@@ -271,9 +274,8 @@ class Resolved:
     timing: Timing
     sources: dict[str, str]
     telemetry: TelemetrySummary | None
-    telemetry_file: Path | None
+    telemetry_files: list[Path]
     intervals: Intervals
-    interval_basis_steps: int | None
     prices: Prices | None
 
 
@@ -286,27 +288,43 @@ def _default_telemetry() -> Path | None:
         return None
 
 
-def _load_telemetry(args: argparse.Namespace) -> tuple[Path | None, TelemetrySummary | None]:
-    path: Path | None = args.telemetry
-    if path is not None:
-        if not path.is_file():
-            raise PlanError("--telemetry", f"no such file: {path}")
+def telemetry_files(paths: list[Path]) -> list[Path]:
+    """The live telemetry file of each machine: each file as given, and every
+    telemetry.jsonl under each directory."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files = sorted(path.rglob(FILE_NAME))
+            if not files:
+                raise PlanError("--telemetry", f"no {FILE_NAME} under {path}")
+            found += files
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise PlanError("--telemetry", f"no such file or directory: {path}")
+    return found
+
+
+def _load_telemetry(args: argparse.Namespace) -> tuple[list[Path], TelemetrySummary | None]:
+    if args.telemetry:
+        files = telemetry_files(args.telemetry)
     else:
-        path = _default_telemetry()
-        if path is None or not path.is_file():
-            return None, None
+        default = _default_telemetry()
+        if default is None or not default.is_file():
+            return [], None
+        files = [default]
     try:
-        return path, summarize_telemetry(read_records(path))
+        return files, summarize_telemetry(*(list(read_records(file)) for file in files))
     except TelemetryFormatError as error:
         raise PlanError("--telemetry", str(error)) from None
     except (KeyError, ValueError) as error:
-        raise PlanError("--telemetry", f"{path}: unreadable record ({error})") from None
+        raise PlanError("--telemetry", f"unreadable record ({error})") from None
 
 
 def resolve(args: argparse.Namespace) -> Resolved:
     """Flags first, then telemetry, then defaults; PlanError names what is missing."""
-    path, summary = _load_telemetry(args)
-    where = f"telemetry {path}" if path else "no telemetry file"
+    files, summary = _load_telemetry(args)
+    where = f"the telemetry ({', '.join(map(str, files))})" if files else "no telemetry file"
     sources: dict[str, str] = {}
 
     def pick(name: str, flag_value: Any, measured: Any, default: Any = None) -> Any:
@@ -381,7 +399,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
             keep=args.keep,
             io_per_gb=args.io_price,
         )
-    return Resolved(timing, sources, summary, path, intervals, args.interval_steps, prices)
+    return Resolved(timing, sources, summary, files, intervals, prices)
 
 
 def _steps(seconds: float, timing: Timing) -> int | None:
@@ -425,7 +443,7 @@ def build(resolved: Resolved) -> dict[str, Any]:
     plan: dict[str, Any] = {
         "telemetry": (
             {
-                "file": str(resolved.telemetry_file),
+                "files": [str(file) for file in resolved.telemetry_files],
                 **asdict(resolved.telemetry),
                 "mtbi_seconds": resolved.telemetry.mtbi_seconds,
             }

@@ -46,7 +46,7 @@ def render(plan: dict[str, Any]) -> str:
     telemetry = plan["telemetry"]
     if telemetry:
         out.append(
-            f"telemetry {telemetry['file']}: {telemetry['records']} records over "
+            f"telemetry {', '.join(telemetry['files'])}: {telemetry['records']} records over "
             f"{seconds_text(telemetry['span_seconds'])}, {telemetry['terminate_notices']} "
             f"terminate notices, {telemetry['flushes']} flushes, {telemetry['resumes']} resumes"
         )
