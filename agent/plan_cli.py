@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -99,8 +100,14 @@ def _positive(text: str) -> float:
 
 def _fraction(text: str) -> float:
     """`3%` or `0.03`."""
-    value = _number(text.strip().removesuffix("%"))
-    return value / 100 if text.strip().endswith("%") else value
+    percent = text.strip().endswith("%")
+    try:
+        value = _number(text.strip().removesuffix("%"))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a share such as 3% or 0.03 (got {text!r})"
+        ) from None
+    return value / 100 if percent else value
 
 
 def _count(text: str) -> int:
@@ -113,7 +120,14 @@ def _count(text: str) -> int:
     return value
 
 
+# argparse takes `-10s` for an option and answers "expected one argument"; letting negative
+# durations through as values lets the type check say what is wrong with them.
+_NEGATIVE_VALUE = re.compile(r"^-\d*\.?\d+(ms|s|m|h|d|%)?$")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    if isinstance(getattr(parser, "_negative_number_matcher", None), re.Pattern):
+        parser._negative_number_matcher = _NEGATIVE_VALUE
     parser.description = (
         "How often to checkpoint (Young and Daly), what interruptions cost, and whether spot "
         "capacity is cheaper per useful hour than on-demand or reserved. Values come from the "
@@ -324,7 +338,11 @@ def _load_telemetry(args: argparse.Namespace) -> tuple[list[Path], TelemetrySumm
 def resolve(args: argparse.Namespace) -> Resolved:
     """Flags first, then telemetry, then defaults; PlanError names what is missing."""
     files, summary = _load_telemetry(args)
-    where = f"the telemetry ({', '.join(map(str, files))})" if files else "no telemetry file"
+    where = (
+        f"the telemetry ({', '.join(map(str, files))})"
+        if files
+        else f"there is no telemetry file ({_default_telemetry() or 'no state directory'})"
+    )
     sources: dict[str, str] = {}
 
     def pick(name: str, flag_value: Any, measured: Any, default: Any = None) -> Any:
@@ -341,7 +359,10 @@ def resolve(args: argparse.Namespace) -> Resolved:
         "checkpoint_seconds", args.checkpoint, summary.flush_seconds if summary else None
     )
     if checkpoint is None:
-        raise PlanError("--checkpoint", f"not given, and {where} has no flush seconds")
+        raise PlanError(
+            "--checkpoint",
+            f"not given, and {where} has no flush seconds" if files else f"not given, and {where}",
+        )
     if args.interruptions_per_day is not None:
         mtbi = rate_to_mtbi(args.interruptions_per_day)
         sources["mtbi_seconds"] = "flag"
@@ -350,7 +371,9 @@ def resolve(args: argparse.Namespace) -> Resolved:
     if mtbi is None:
         raise PlanError(
             "--interruptions-per-day",
-            f"not given (nor --mtbi), and {where} has no terminate notices to measure a rate",
+            f"not given (nor --mtbi), and {where} has no terminate notices to measure a rate"
+            if files
+            else f"not given (nor --mtbi), and {where}",
         )
     if mtbi <= 0:
         raise PlanError("--mtbi", "must be positive (a zero mean time between interruptions)")
@@ -387,7 +410,8 @@ def resolve(args: argparse.Namespace) -> Resolved:
     given = [name for name in PRICE_FLAGS if getattr(args, name) not in (None, 0.0)]
     if given:
         if args.spot_price is None:
-            raise PlanError("--spot-price", f"needed to price spot (given: --{given[0]})")
+            given_flag = "--" + given[0].replace("_", "-")
+            raise PlanError("--spot-price", f"needed to price spot (given: {given_flag})")
         prices = Prices(
             spot=args.spot_price,
             on_demand=args.on_demand_price,
