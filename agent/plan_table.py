@@ -139,6 +139,11 @@ def render(plan: dict[str, Any]) -> str:
         ),
         f"  ({lost['why']})",
     ]
+    if lost["applies"] == "drain":
+        out.append(
+            "  With the drain, periodic checkpoints only cover interruptions that come without "
+            "usable notice\n  (crashes, lost hosts): the interval can be longer than Daly's."
+        )
     cost = plan["overhead"]
     out += [
         "",
@@ -180,7 +185,7 @@ def render(plan: dict[str, Any]) -> str:
     for line in line_names:
         values = [options[name]["lines"].get(line) for name in names]
         cells = "".join(f"  {_money(v) if v is not None else '':>12}" for v in values)
-        out.append(f"  {line:<{width}}{cells}")
+        out.append(f"  {line:<{width}}{cells}".rstrip())
     out.append(
         f"  {'total':<{width}}"
         + "".join(f"  {_money(options[name]['per_useful_hour']):>12}" for name in names)
