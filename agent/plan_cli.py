@@ -31,6 +31,7 @@ from .plan import (
     rate_to_mtbi,
     summarize_telemetry,
 )
+from .plan_table import seconds_text
 from .telemetry import FILE_NAME, TelemetryFormatError, read_records, telemetry_path
 from .timefmt import parse_duration
 
@@ -432,6 +433,26 @@ def _steps(seconds: float, timing: Timing) -> int | None:
     return round(seconds * timing.steps_per_second)
 
 
+SHORT_SPAN = 86400.0
+
+
+def notes(resolved: Resolved) -> list[str]:
+    """Caveats about where the numbers came from."""
+    found = []
+    summary = resolved.telemetry
+    if (
+        summary is not None
+        and resolved.sources.get("mtbi_seconds") == "telemetry"
+        and summary.span_seconds < SHORT_SPAN
+    ):
+        found.append(
+            f"the interruption rate comes from {summary.terminate_notices} terminate notice(s) "
+            f"in {seconds_text(summary.span_seconds)} of telemetry (a drill's rate, not the "
+            "capacity's); give --interruptions-per-day or --mtbi for the real one"
+        )
+    return found
+
+
 def build(resolved: Resolved) -> dict[str, Any]:
     """The whole plan as JSON-ready values."""
     timing = resolved.timing
@@ -502,6 +523,7 @@ def build(resolved: Resolved) -> dict[str, Any]:
         "costs": None,
         "verdict": None,
         "summary": None,
+        "notes": notes(resolved),
     }
     if priced is not None:
         plan["costs"] = {

@@ -45,11 +45,16 @@ def render(plan: dict[str, Any]) -> str:
     out: list[str] = []
     telemetry = plan["telemetry"]
     if telemetry:
+        out.append(f"telemetry: {', '.join(telemetry['files'])}")
         out.append(
-            f"telemetry {', '.join(telemetry['files'])}: {telemetry['records']} records over "
-            f"{seconds_text(telemetry['span_seconds'])}, {telemetry['terminate_notices']} "
-            f"terminate notices, {telemetry['flushes']} flushes, {telemetry['resumes']} resumes"
+            f"  records: {telemetry['records']} over {seconds_text(telemetry['span_seconds'])}; "
+            f"terminate notices: {telemetry['terminate_notices']}; flushes: "
+            f"{telemetry['flushes']}; resumes: {telemetry['resumes']}"
         )
+        out.append("")
+    for note in plan["notes"]:
+        out.append(f"note: {note}")
+    if plan["notes"]:
         out.append("")
 
     def source(name: str) -> str:

@@ -187,4 +187,7 @@ def test_a_plan_from_the_telemetry_of_forewarn_drill_local(
     assert plan["intervals"]["seconds"]["daly"] > 0
     assert plan["verdict"] in ("spot", "on-demand")
     table = run_forewarn("plan", "--telemetry", str(work), env=env)
-    assert table.returncode == 0 and "terminate notices" in table.stdout
+    assert table.returncode == 0, table.stderr
+    assert "terminate notices: 1; flushes: " in table.stdout
+    assert "a drill's rate, not the capacity's" in table.stdout
+    assert any("--interruptions-per-day" in note for note in plan["notes"])
