@@ -16,11 +16,11 @@ class PlotError(RuntimeError):
 
 
 def interval_grid(timing: Timing, intervals: Intervals, points: int = 240) -> list[float]:
-    """Log-spaced intervals around the interesting ones: a decade below the smallest of
-    the checkpoint cost and the marked intervals, to a decade above the largest."""
+    """Log-spaced intervals around the interesting ones: from half the smallest of the
+    checkpoint cost and the marked intervals to ten times the largest (three decades at least)."""
     marked = [intervals.young, intervals.daly, intervals.chosen]
-    low = max(1.0, min(timing.checkpoint_seconds or 1.0, *marked)) / 2
-    high = max(*marked, low * 100) * 10
+    low = min(value for value in (timing.checkpoint_seconds, *marked) if value > 0) / 2
+    high = max(max(marked) * 10, low * 1000)
     step = (math.log10(high) - math.log10(low)) / (points - 1)
     return [10 ** (math.log10(low) + index * step) for index in range(points)]
 
@@ -57,8 +57,8 @@ def draw(timing: Timing, prices: Prices | None, intervals: Intervals, path: Path
     axis.set_ylim(0, max(5.0, min(chosen_total * 4, 100.0)))
     axis.grid(True, which="both", alpha=0.25)
     for value, label, color in (
-        (intervals.young, f"Young {intervals.young:.0f} s", "tab:gray"),
-        (intervals.daly, f"Daly {intervals.daly:.0f} s", "tab:green"),
+        (intervals.young, f"Young {intervals.young:.3g} s", "tab:gray"),
+        (intervals.daly, f"Daly {intervals.daly:.3g} s", "tab:green"),
     ):
         axis.axvline(value, color=color, linestyle=":", linewidth=1.2, label=label)
     if intervals.basis != "Daly optimum":
@@ -67,7 +67,7 @@ def draw(timing: Timing, prices: Prices | None, intervals: Intervals, path: Path
             color="tab:purple",
             linestyle="-.",
             linewidth=1.2,
-            label=f"evaluated {intervals.chosen:.0f} s ({intervals.basis})",
+            label=f"evaluated {intervals.chosen:.3g} s ({intervals.basis})",
         )
     handles, labels = axis.get_legend_handles_labels()
     if prices is not None:

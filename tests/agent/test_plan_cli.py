@@ -191,3 +191,15 @@ def test_a_plan_from_the_telemetry_of_forewarn_drill_local(
     assert "terminate notices: 1; flushes: " in table.stdout
     assert "a drill's rate, not the capacity's" in table.stdout
     assert any("--interruptions-per-day" in note for note in plan["notes"])
+
+
+def test_the_plot_grid_covers_the_marked_intervals_at_any_scale() -> None:
+    from forewarn.agent.plan import Timing, choose_interval
+    from forewarn.agent.plan_plot import interval_grid
+
+    for checkpoint, mtbi in ((0.0014, 3.8), (10.0, 86400.0), (600.0, 3600.0)):
+        timing = Timing(checkpoint_seconds=checkpoint, mtbi_seconds=mtbi)
+        intervals = choose_interval(timing)
+        grid = interval_grid(timing, intervals)
+        assert grid[0] <= min(checkpoint, intervals.young, intervals.daly) / 2 * 1.0001
+        assert grid[-1] >= max(intervals.young, intervals.daly) * 10 * 0.9999
