@@ -203,9 +203,12 @@ def test_a_real_agent_writes_notices_escalations_acks_and_resumes(
     records = list(read_records(Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME))
     kinds = [r["kind"] for r in records]
     assert kinds[0] == "start" and kinds[-1] == "stop", kinds
-    assert [
-        k for k in kinds if k in ("notice", "escalation", "ack", "resume")
-    ] == ["notice", "escalation", "ack", "resume"]
+    assert [k for k in kinds if k in ("notice", "escalation", "ack", "resume")] == [
+        "notice",
+        "escalation",
+        "ack",
+        "resume",
+    ]
     by_kind = {r["kind"]: r for r in records}
     assert by_kind["escalation"]["id"] == notice_id
     assert by_kind["ack"]["flush_seconds"] == 0.25 and by_kind["ack"]["step"] == 7
