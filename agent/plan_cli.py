@@ -378,6 +378,9 @@ def resolve(args: argparse.Namespace) -> Resolved:
         )
     if mtbi <= 0:
         raise PlanError("--mtbi", "must be positive (a zero mean time between interruptions)")
+    # What the telemetry saw of the notice path (notice to saved ack, every terminate flushed)
+    # holds for the flushes it measured, not for a checkpoint cost given by flag.
+    path_measured = summary is not None and args.checkpoint is None
     timing = Timing(
         checkpoint_seconds=checkpoint,
         mtbi_seconds=mtbi,
@@ -396,9 +399,11 @@ def resolve(args: argparse.Namespace) -> Resolved:
         response_seconds=pick(
             "response_seconds",
             None,
-            summary.response_seconds if summary and args.detection is None else None,
+            summary.response_seconds
+            if summary and path_measured and args.detection is None
+            else None,
         ),
-        drained_observed=summary.drained if summary else None,
+        drained_observed=summary.drained if summary and path_measured else None,
         steps_per_second=pick("steps_per_second", args.steps_per_second, None),
     )
     interval = args.interval

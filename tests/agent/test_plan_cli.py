@@ -203,3 +203,24 @@ def test_the_plot_grid_covers_the_marked_intervals_at_any_scale() -> None:
         grid = interval_grid(timing, intervals)
         assert grid[0] <= min(checkpoint, intervals.young, intervals.daly) / 2 * 1.0001
         assert grid[-1] >= max(intervals.young, intervals.daly) * 10 * 0.9999
+
+
+def test_the_measured_notice_path_holds_only_for_the_measured_flush(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "telemetry.jsonl"
+    path.write_text(
+        '{"v":1,"at":"2026-11-30T00:00:00Z","kind":"start"}\n'
+        '{"v":1,"at":"2026-11-30T06:00:00Z","kind":"notice","id":"t","action":"terminate",'
+        '"reason":"preemption","sent_at":"2026-11-30T06:00:00Z"}\n'
+        '{"v":1,"at":"2026-11-30T06:00:02Z","kind":"ack","notice_id":"t","flush_seconds":1.5,'
+        '"outcome":"saved"}\n'
+    )
+    measured = plan_json(capsys, "--telemetry", str(path))
+    assert measured["inputs"]["response_seconds"] == {"value": 2.0, "source": "telemetry"}
+    assert measured["lost_work"]["applies"] == "drain"
+    assert measured["inputs"]["mtbi_seconds"]["value"] == 6 * 3600 + 2
+    # A 60 s checkpoint given by flag: the 2 s the telemetry saw says nothing about it.
+    given = plan_json(capsys, "--telemetry", str(path), "--checkpoint", "60s")
+    assert given["inputs"]["response_seconds"]["value"] is None
+    assert given["lost_work"]["applies"] == "periodic"
