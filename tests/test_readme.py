@@ -18,8 +18,8 @@ def _walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):  # type:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
-                yield path + (name,), None
-                yield from _walk(sub, path + (name,))
+                yield (*path, name), None
+                yield from _walk(sub, (*path, name))
         elif action.option_strings and "--help" not in action.option_strings:
             yield path, max(action.option_strings, key=len)
 
