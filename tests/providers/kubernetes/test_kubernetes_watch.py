@@ -257,3 +257,32 @@ async def test_detect(tmp_path: Path) -> None:
     token.write_text("x")
     assert await KubernetesWatcher(settings, context, env=in_pod).detect()
     assert not await KubernetesWatcher(settings, context, env={}).detect()
+
+
+async def test_unreachable_server_is_a_transport_error_and_retried(start_watcher: Any) -> None:
+    running = await start_watcher(url="http://127.0.0.1:9", node_name=NODE)
+    await running.until(lambda: running.health.errors_by_kind.get("transport", 0) >= 2)
+    assert not running.task.done()
+
+
+async def test_garbage_in_the_stream_is_a_parse_error_then_a_relist(start_watcher: Any) -> None:
+    import httpx
+    import respx
+
+    base = "http://127.0.0.1:6443"
+    listed = {
+        "kind": "NodeList",
+        "metadata": {"resourceVersion": "10"},
+        "items": [{"kind": "Node", "metadata": {"name": NODE, "resourceVersion": "10"}}],
+    }
+    with respx.mock(assert_all_mocked=True) as mock:
+        route = mock.get(f"{base}/api/v1/nodes")
+        route.side_effect = lambda request: (
+            httpx.Response(200, content=b'{"type":"MODIFIED","object":\n')
+            if request.url.params.get("watch")
+            else httpx.Response(200, json=listed)
+        )
+        running = await start_watcher(url=base, node_name=NODE)
+        await running.until(lambda: running.watcher.lists >= 2, what="a relist after garbage")
+        assert running.health.errors_by_kind.get("parse", 0) >= 1
+        assert not running.task.done()
