@@ -74,6 +74,7 @@ class KubernetesWatcher:
         self.resource_version: str | None = None
         self.node_name: str | None = None
         self.seen_node = False
+        self.node_missing = False  # listed and not there: not healthy until it appears
         self.api: NodeApi | None = None
         # Counters for tests, benchmarks and the docs' claims.
         self.lists = 0
@@ -138,14 +139,17 @@ class KubernetesWatcher:
     async def _relist(self, api: NodeApi, emit: Emit) -> None:
         listed = await api.list_node()
         self.lists += 1
-        self.health.success()
         self.resource_version = listed.resource_version
+        self.node_missing = False
         if listed.node is not None:
             self._apply(node_reports(listed.node, api.node_name, self.taints), emit)
             self.seen_node = True
         elif self.seen_node:
             self._apply([*self.active.values(), deleted_report(api.node_name)], emit)
         else:
+            self.node_missing = True
+        self._success()
+        if self.node_missing:
             self.health.error(
                 "node-not-found",
                 f"node {api.node_name!r} does not exist (yet); is NODE_NAME right? watching",
@@ -159,13 +163,18 @@ class KubernetesWatcher:
         events = 0
         async with api.watch(self.resource_version, self.settings.watch_timeout) as stream:
             self.watches += 1
-            self.health.success()
+            self._success()
             async for event in stream:
                 events += 1
                 self.gones = 0
                 self._handle(event, api.node_name, emit)
-                self.health.success()
+                self._success()
         return events > 0 or loop.time() - started >= SHORT_STREAM
+
+    def _success(self) -> None:
+        # A watch on a node that does not exist works, but is not what the user wants.
+        if not self.node_missing:
+            self.health.success()
 
     def _handle(self, event: WatchEvent, name: str, emit: Emit) -> None:
         if event.type == "BOOKMARK":
@@ -175,6 +184,7 @@ class KubernetesWatcher:
         else:
             self._apply(node_reports(event.object, name, self.taints), emit)
             self.seen_node = True
+            self.node_missing = False
         self.resource_version = event.resource_version or self.resource_version
 
     def _apply(self, current: list[Report], emit: Emit) -> None:

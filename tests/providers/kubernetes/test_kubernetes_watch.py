@@ -241,7 +241,9 @@ async def test_wrong_node_name_says_so(cluster: Cluster, start_watcher: Any) -> 
     running = await start_watcher(
         url=cluster.url, node_name="not-this-one", token_file=cluster.token_file
     )
-    await running.until(lambda: "node-not-found" in running.health.errors_by_kind)
+    await running.until(lambda: running.watcher.watches >= 1)
+    assert running.health.errors_by_kind == {"node-not-found": 1}
+    assert not running.health.ready  # a watch on a node that is not there is no success
 
 
 async def test_detect(tmp_path: Path) -> None:
