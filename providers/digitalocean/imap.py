@@ -195,6 +195,7 @@ class MailboxSession:
         self.conn: _Connection | None = None
         self.uidvalidity = 0
         self.capabilities: frozenset[str] = frozenset()
+        self.idling = False  # in IDLE, with everything before it read
         self._tags = 0
 
     def __repr__(self) -> str:
@@ -303,6 +304,7 @@ class MailboxSession:
             line = conn.readline()
             if not line.startswith(b"+"):
                 raise ServerFailure(f"IDLE refused: {line.decode('utf-8', 'replace').strip()}")
+            self.idling = True
             until = time.monotonic() + timeout
             while not stop.is_set() and time.monotonic() < until:
                 if not conn.waiting(min(0.25, max(0.0, until - time.monotonic()))):
@@ -334,6 +336,8 @@ class MailboxSession:
                     arrived = True
         except (OSError, imaplib.IMAP4.error) as error:
             raise ServerFailure(f"IDLE failed: {error}") from None
+        finally:
+            self.idling = False
 
     def abort(self) -> None:
         """End the connection at once (from any thread): a blocked read returns."""
