@@ -165,11 +165,15 @@ def _quoted(text: str) -> str:
 
 
 def _reason(data: object) -> str:
-    if isinstance(data, list) and data:
+    if isinstance(data, (list, tuple)) and data:
         data = data[-1]
     if isinstance(data, bytes):
         return data.decode("utf-8", "replace")
-    return str(data)
+    text = str(data)
+    # imaplib puts the server's bytes into its messages as a repr: b'...'
+    if len(text) > 3 and text[:2] in ("b'", 'b"') and text[-1] == text[1]:
+        text = text[2:-1]
+    return text
 
 
 class MailboxSession:
@@ -288,6 +292,16 @@ class MailboxSession:
             return found
         except (OSError, imaplib.IMAP4.error, ValueError) as error:
             raise ServerFailure(f"reading the mailbox failed: {error}") from None
+
+    def append(self, raw: bytes, mailbox: str = "INBOX") -> None:
+        """File a message into `mailbox` (IMAP APPEND), as a mail client files one."""
+        conn = self._require()
+        try:
+            kind, data = conn.append(_quoted(mailbox), None, None, raw)
+        except (OSError, imaplib.IMAP4.error) as error:
+            raise ServerFailure(f"APPEND to {mailbox!r} failed: {error}") from None
+        if kind != "OK":
+            raise ServerFailure(f"APPEND to {mailbox!r} refused: {_reason(data)}")
 
     def wait(self, timeout: float, stop: threading.Event) -> bool:
         """Wait for new mail with IDLE, at most `timeout` seconds or until `stop` is set.

@@ -81,7 +81,8 @@ class DropletMetadataSimulator(Simulator):
             "dns": {"nameservers": "\n".join(d["dns"]["nameservers"])},
             "floating_ip": {"ipv4": {"active": "false"}},
             "reserved_ip": {"ipv4": {"active": "false"}},
-            "tags": "\n".join(d["tags"]),
+            # An index whose entries are the tag names.
+            "tags": {tag: tag for tag in d["tags"]},
             "features": {"dhcp_enabled": "false"},
         }
 
@@ -131,8 +132,7 @@ def make_simulator(**options: Any) -> DropletMetadataSimulator:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    # --host and --port are added by `forewarn simulate` itself.
     parser.add_argument("--droplet-id", type=int, default=424242424, help="the droplet id served")
     parser.add_argument("--hostname", default="gpu-spot-1", help="the droplet name served")
     parser.add_argument("--region", default="nyc2", help="the region served")

@@ -62,6 +62,30 @@ def parse_hostname(status: int, body: str) -> str:
     return text
 
 
+async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
+    """This droplet's id and name: configured values first, droplet metadata for the rest."""
+    base = settings.metadata_url()
+    droplet_id, name = settings.droplet_id, settings.droplet_name
+    if droplet_id is None or name is None:
+        try:
+            if droplet_id is None:
+                response = await client.get(base + "/metadata/v1/id", timeout=METADATA_TIMEOUT)
+                droplet_id = parse_droplet_id(response.status_code, response.text)
+            if name is None:
+                response = await client.get(
+                    base + "/metadata/v1/hostname", timeout=METADATA_TIMEOUT
+                )
+                name = parse_hostname(response.status_code, response.text)
+        except (httpx.HTTPError, ParseError) as error:
+            if droplet_id is None and name is None:
+                raise MetadataUnavailable(
+                    f"droplet metadata at {base}: {error}; set digitalocean.droplet_id "
+                    "or digitalocean.droplet_name when it is not reachable"
+                ) from None
+            log.info("digitalocean: metadata incomplete (%s); matching on what is set", error)
+    return Droplet(droplet_id, name)
+
+
 class Backoff:
     """Exponential waits with jitter, from `first` up to `limit` seconds."""
 
@@ -116,24 +140,7 @@ class DigitalOceanWatcher:
         return True
 
     async def identify(self) -> Droplet:
-        """This droplet's id and name: configured values first, metadata for the rest."""
-        droplet_id, name = self.settings.droplet_id, self.settings.droplet_name
-        if droplet_id is None or name is None:
-            try:
-                if droplet_id is None:
-                    response = await self._get("/metadata/v1/id", METADATA_TIMEOUT)
-                    droplet_id = parse_droplet_id(response.status_code, response.text)
-                if name is None:
-                    response = await self._get("/metadata/v1/hostname", METADATA_TIMEOUT)
-                    name = parse_hostname(response.status_code, response.text)
-            except (httpx.HTTPError, ParseError) as error:
-                if droplet_id is None and name is None:
-                    raise MetadataUnavailable(
-                        f"droplet metadata at {self.base}: {error}; set digitalocean.droplet_id "
-                        "or digitalocean.droplet_name when it is not reachable"
-                    ) from None
-                log.info("digitalocean: metadata incomplete (%s); matching on what is set", error)
-        return Droplet(droplet_id, name)
+        return await identify(self.settings, self.client)
 
     # The mailbox.
 
@@ -263,7 +270,9 @@ __all__ = [
     "Backoff",
     "DigitalOceanWatcher",
     "Droplet",
+    "MetadataUnavailable",
     "build",
+    "identify",
     "parse_droplet_id",
     "parse_hostname",
 ]

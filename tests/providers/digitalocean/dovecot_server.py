@@ -10,11 +10,13 @@ except under CI=true, where they fail: CI installs it (.ci/setup.d/20-dovecot.sh
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import imaplib
 import itertools
 import os
 import pwd
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -38,6 +40,12 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # A test run killed outright must not leave a Dovecot behind (Linux: PR_SET_PDEATHSIG).
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 @dataclass
@@ -145,6 +153,7 @@ service anvil {{
             [self.binary, "-F", "-c", str(conf)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
