@@ -18,6 +18,7 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +31,8 @@ PASSWORD_KEYS = ("FOREWARN_IMAP_PASSWORD", "IMAP_PASSWORD")
 # attachment could take.
 FETCH_LIMIT = 262144
 _MAXLINE = 1_000_000
+# IMAP dates use English month names whatever the locale.
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
 class MailboxError(Exception):
@@ -200,6 +203,7 @@ class MailboxSession:
         self.uidvalidity = 0
         self.capabilities: frozenset[str] = frozenset()
         self.idling = False  # in IDLE, with everything before it read
+        self._aborted = False
         self._tags = 0
 
     def __repr__(self) -> str:
@@ -231,6 +235,9 @@ class MailboxSession:
             raise TlsFailure(f"TLS with IMAP server {where} failed: {error}") from None
         except (OSError, imaplib.IMAP4.error) as error:
             raise ServerFailure(f"cannot connect to IMAP server {where}: {error}") from None
+        if self._aborted:  # `abort` came while connecting: drop the fresh connection
+            self.abort()
+            raise ServerFailure(f"connection to {where} aborted")
         conn = self.conn
         if "LOGINDISABLED" in conn.capabilities:
             raise LoginRefused(f"IMAP server {where} refuses LOGIN on this connection")
@@ -267,31 +274,40 @@ class MailboxSession:
             raise ServerFailure("the mailbox session is not open")
         return self.conn
 
-    def new_mail(self, after_uid: int) -> list[tuple[int, bytes]]:
-        """Every message with a UID above `after_uid`, in UID order, as raw bytes."""
+    def new_uids(self, after_uid: int, since: date | None = None) -> list[int]:
+        """UIDs above `after_uid`, in order; with `since`, only mail delivered on or after
+        that day (IMAP SINCE: the server's internal date, whole days)."""
         conn = self._require()
+        criteria = f"UID {after_uid + 1}:*"
+        if since is not None:
+            criteria += f" SINCE {since.day}-{_MONTHS[since.month - 1]}-{since.year}"
         try:
-            kind, data = conn.uid("SEARCH", f"UID {after_uid + 1}:*")
+            kind, data = conn.uid("SEARCH", criteria)
             if kind != "OK":
                 raise ServerFailure(f"UID SEARCH failed: {_reason(data)}")
-            # `n:*` always names the highest UID, even one below n.
-            uids = sorted({int(word) for word in _reason(data).split()} - {0})
-            uids = [uid for uid in uids if uid > after_uid]
-            found: list[tuple[int, bytes]] = []
-            for uid in uids:
-                kind, data = conn.uid("FETCH", str(uid), f"(UID BODY.PEEK[]<0.{FETCH_LIMIT}>)")
-                if kind != "OK":
-                    raise ServerFailure(f"UID FETCH {uid} failed: {_reason(data)}")
-                body = next(
-                    (item[1] for item in data if isinstance(item, tuple) and _UID.search(item[0])),
-                    None,
-                )
-                if body is not None:  # expunged since the search
-                    found.append((uid, body))
             conn.untagged_responses.clear()
-            return found
+            # `n:*` always names the highest UID, even one below n.
+            return sorted(
+                uid for uid in {int(word) for word in _reason(data).split()} if uid > after_uid
+            )
         except (OSError, imaplib.IMAP4.error, ValueError) as error:
-            raise ServerFailure(f"reading the mailbox failed: {error}") from None
+            raise ServerFailure(f"searching the mailbox failed: {error}") from None
+
+    def fetch(self, uid: int) -> bytes | None:
+        """The message (its first FETCH_LIMIT bytes), left unread (BODY.PEEK); None when
+        it was expunged meanwhile."""
+        conn = self._require()
+        try:
+            kind, data = conn.uid("FETCH", str(uid), f"(UID BODY.PEEK[]<0.{FETCH_LIMIT}>)")
+            if kind != "OK":
+                raise ServerFailure(f"UID FETCH {uid} failed: {_reason(data)}")
+            conn.untagged_responses.clear()
+        except (OSError, imaplib.IMAP4.error) as error:
+            raise ServerFailure(f"reading mail UID {uid} failed: {error}") from None
+        return next(
+            (item[1] for item in data if isinstance(item, tuple) and _UID.search(item[0])),
+            None,
+        )
 
     def append(self, raw: bytes, mailbox: str = "INBOX") -> None:
         """File a message into `mailbox` (IMAP APPEND), as a mail client files one."""
@@ -355,6 +371,7 @@ class MailboxSession:
 
     def abort(self) -> None:
         """End the connection at once (from any thread): a blocked read returns."""
+        self._aborted = True
         conn, self.conn = self.conn, None
         if conn is None:
             return

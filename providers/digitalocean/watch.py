@@ -15,6 +15,7 @@ import logging
 import random
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -221,7 +222,14 @@ class DigitalOceanWatcher:
         seen.begin(session.uidvalidity)
         backoff.reset()
         while True:
-            for uid, raw in await asyncio.to_thread(session.new_mail, seen.last_uid):
+            # Mail delivered before max_age raises nothing: no need to read it (a first
+            # start on a large mailbox reads only the last days).
+            since = (utcnow() - timedelta(seconds=s.max_age)).date() - timedelta(days=1)
+            for uid in await asyncio.to_thread(session.new_uids, seen.last_uid, since):
+                raw = await asyncio.to_thread(session.fetch, uid)
+                if raw is None:  # expunged since the search
+                    seen.handled(uid)
+                    continue
                 self._handle(uid, raw, rules, seen, emit)
             self.health.success()
             if session.idle:

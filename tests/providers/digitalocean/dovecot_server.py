@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 DOVECOT_PATHS = ("/usr/sbin/dovecot", "/usr/local/sbin/dovecot")
@@ -189,11 +190,18 @@ service anvil {{
         conn.login(user.name, user.password)
         return conn
 
-    def append(self, user: MailUser, message: bytes, mailbox: str = "INBOX") -> None:
-        """Deliver a mail the way a mail client files one: IMAP APPEND."""
+    def append(
+        self,
+        user: MailUser,
+        message: bytes,
+        mailbox: str = "INBOX",
+        delivered: datetime | None = None,
+    ) -> None:
+        """Deliver a mail the way a mail client files one: IMAP APPEND (`delivered` sets
+        its internal date, when the server received it)."""
         conn = self.connect(user)
         try:
-            kind, data = conn.append(mailbox, None, None, message)
+            kind, data = conn.append(mailbox, None, delivered, message)
             assert kind == "OK", data
         finally:
             conn.logout()

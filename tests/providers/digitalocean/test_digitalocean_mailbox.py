@@ -157,6 +157,20 @@ async def test_mails_that_do_not_match_raise_nothing(
     assert '"last_uid": 3' in (state / STATE_FILE).read_text()
 
 
+async def test_mail_delivered_before_max_age_is_not_even_read(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # Its Date header says now, but the server received it four days ago: the search
+    # (SINCE) leaves it out, so a first start on a big mailbox reads only recent mail.
+    dovecot.append(mail_user, reclaim(), delivered=utcnow() - timedelta(days=4))
+    dovecot.append(mail_user, reclaim(subject="Your invoice"))
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        await run.idling()
+        assert run.reports == []
+    assert '"last_uid": 2' in (state / STATE_FILE).read_text()
+
+
 async def test_a_mail_arriving_during_idle_is_seen_within_one_second(
     dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
 ) -> None:
