@@ -282,6 +282,10 @@ class MailboxSession:
         if since is not None:
             criteria += f" SINCE {since.day}-{_MONTHS[since.month - 1]}-{since.year}"
         try:
+            # NOOP first: a server may answer SEARCH from its last view of the mailbox and
+            # only take in new mail after it (Dovecot does), which would double the latency
+            # of polling.
+            conn.noop()
             kind, data = conn.uid("SEARCH", criteria)
             if kind != "OK":
                 raise ServerFailure(f"UID SEARCH failed: {_reason(data)}")
