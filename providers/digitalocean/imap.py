@@ -73,6 +73,7 @@ def load_credentials(path: Path) -> Credentials:
     `export ` and quotes). Errors name the file and the key, never a value."""
     try:
         text = path.read_text()
+        _warn_if_readable_by_others(path)
     except FileNotFoundError:
         raise CredentialsError(f"credentials_file {path}: not found") from None
     except OSError as error:
@@ -99,6 +100,15 @@ def load_credentials(path: Path) -> Credentials:
     if password is None:
         raise CredentialsError(f"credentials_file {path}: no {PASSWORD_KEYS[0]}= line")
     return Credentials(user, password)
+
+
+_warned: set[Path] = set()
+
+
+def _warn_if_readable_by_others(path: Path) -> None:
+    if path not in _warned and path.stat().st_mode & 0o077:
+        _warned.add(path)
+        log.warning("digitalocean: credentials_file %s is readable by others; chmod 600 it", path)
 
 
 class _Buffered:

@@ -29,6 +29,7 @@ def reclaim_mail(deadline_text: str) -> bytes:
 def do_env(tmp_path: Path, server: Dovecot, user: MailUser, password: str) -> dict[str, str]:
     credentials = tmp_path / "imap.env"
     credentials.write_text(f"FOREWARN_IMAP_USER={user.name}\nFOREWARN_IMAP_PASSWORD={password}\n")
+    credentials.chmod(0o600)
     return agent_env(
         tmp_path,
         FOREWARN_DIGITALOCEAN_URL=f"http://{DEAD_LOOPBACK}",

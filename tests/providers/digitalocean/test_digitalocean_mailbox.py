@@ -53,6 +53,7 @@ def settings_for(
         f"FOREWARN_IMAP_USER={user.name}\n"
         f"FOREWARN_IMAP_PASSWORD='{password or user.password}'\n"
     )
+    credentials.chmod(0o600)
     options: dict[str, Any] = {
         "url": "http://127.0.0.1:9",
         "droplet_id": DROPLET_ID,
@@ -272,7 +273,9 @@ async def test_missing_credentials_are_one_clear_error(
         assert run.health.last_error == "credentials"
 
 
-def test_credentials_file_forms_and_secrecy(tmp_path: Path) -> None:
+def test_credentials_file_forms_and_secrecy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "imap.env"
     path.write_text(
         '# comment\n\nexport FOREWARN_IMAP_USER="ops@example.com"\nFOREWARN_IMAP_PASSWORD=p=w\n'
@@ -280,6 +283,10 @@ def test_credentials_file_forms_and_secrecy(tmp_path: Path) -> None:
     credentials = load_credentials(path)
     assert credentials == Credentials("ops@example.com", "p=w")
     assert "p=w" not in repr(credentials) and "ops@example.com" not in str(credentials)
+    path.chmod(0o644)
+    load_credentials(path)
+    load_credentials(path)
+    assert caplog.text.count("readable by others; chmod 600") == 1
     path.write_text("FOREWARN_IMAP_USER=ops\n")
     with pytest.raises(Exception, match="no FOREWARN_IMAP_PASSWORD= line"):
         load_credentials(path)
