@@ -24,8 +24,10 @@ from email.utils import format_datetime, make_msgid
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "providers" / "digitalocean"))
 
+from common import percentile, table  # noqa: E402
 from dovecot_server import Dovecot, MailUser, dovecot_binary  # noqa: E402
 from forewarn.agent.protocol import Report, utcnow  # noqa: E402
 from forewarn.providers.base import PollHealth, WatcherContext  # noqa: E402
@@ -48,11 +50,6 @@ def mail() -> bytes:
     return bytes(message)
 
 
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
-
-
 async def latencies(
     server: Dovecot, user: MailUser, work: Path, rounds: int, pause: float, **extra: object
 ) -> list[float]:
@@ -60,6 +57,7 @@ async def latencies(
     credentials.write_text(
         f"FOREWARN_IMAP_USER={user.name}\nFOREWARN_IMAP_PASSWORD={user.password}\n"
     )
+    credentials.chmod(0o600)
     settings = Settings(
         url="http://127.0.0.1:9",
         droplet_id="4242",
@@ -138,18 +136,24 @@ def main(argv: list[str] | None = None) -> int:
         parse.append(time.perf_counter() - started)
 
     base = statistics.median(poll)
-    print(f"mail filed -> drain emitted, {args.rounds} rounds each, real Dovecot on loopback")
-    print(f"{'mode':<28}{'median ms':>11}{'p99 ms':>10}{'max ms':>10}{'vs poll':>9}")
+    rows = []
     for label, values in (
         ("IDLE", idle),
         (f"poll every {args.poll:g}s (baseline)", poll),
         ("recognise one mail (pure)", parse),
     ):
         median = statistics.median(values)
-        print(
-            f"{label:<28}{median * 1e3:>11.2f}{percentile(values, 0.99) * 1e3:>10.2f}"
-            f"{max(values) * 1e3:>10.2f}{base / median:>8.1f}x"
+        rows.append(
+            [
+                label,
+                f"{median * 1e3:.2f}",
+                f"{percentile(values, 99) * 1e3:.2f}",
+                f"{max(values) * 1e3:.2f}",
+                f"{base / median:.1f}x",
+            ]
         )
+    print(f"mail filed -> drain emitted, {args.rounds} rounds each, real Dovecot on loopback\n")
+    print(table(["mode", "median ms", "p99 ms", "max ms", "vs poll"], rows))
     return 0
 
 
