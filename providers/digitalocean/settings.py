@@ -115,9 +115,9 @@ class Settings(ProviderSettings):
         default=300.0, gt=0, description="Longest wait between reconnection attempts."
     )
 
-    _lead_seconds = field_validator(
-        "lead", "poll_interval", "idle_renew", "max_age", mode="before"
-    )(_seconds)
+    _durations = field_validator("lead", "poll_interval", "idle_renew", "max_age", mode="before")(
+        _seconds
+    )
 
     @field_validator("sender", "subject")
     @classmethod
