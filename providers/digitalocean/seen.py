@@ -15,12 +15,16 @@ import logging
 import os
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from forewarn.agent.protocol import Report
 
 log = logging.getLogger("forewarn.providers.digitalocean")
 
 STATE_FILE = "digitalocean-mailbox.json"
+ACTIVE_FILE = "digitalocean-active.json"
 KEEP_RAISED = 200
 
 
@@ -108,4 +112,32 @@ def write_atomically(path: Path, text: str) -> None:
         os.close(directory)
 
 
-__all__ = ["STATE_FILE", "SeenMail", "write_atomically"]
+class ActiveReclaims:
+    """The reclaim notices raised and not yet past their deadline, kept across agent restarts.
+
+    A mail is handled once, so after a restart nothing would raise its notice again: the
+    watcher re-emits these at start instead (the agent's board then escalates or not as the
+    deadline says), and a client that joins after the restart still hears of the reclaim.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self, now: datetime) -> list[Report]:
+        try:
+            payload = json.loads(self.path.read_text())
+            reports = [Report.model_validate(item) for item in payload]
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, TypeError) as error:
+            log.warning("digitalocean: ignoring unreadable %s (%s)", self.path, error)
+            return []
+        return [r for r in reports if r.deadline is None or r.deadline > now]
+
+    def add(self, report: Report, now: datetime) -> None:
+        kept = [r for r in self.load(now) if r.id != report.id] + [report]
+        payload = [json.loads(r.model_dump_json()) for r in kept]
+        write_atomically(self.path, json.dumps(payload, indent=1) + "\n")
+
+
+__all__ = ["ACTIVE_FILE", "STATE_FILE", "ActiveReclaims", "SeenMail", "write_atomically"]

@@ -25,7 +25,7 @@ from forewarn.agent.protocol import utcnow
 from ..base import Emit, ParseError, WatcherContext
 from .imap import MailboxError, MailboxSession, load_credentials
 from .mail import MatchRules, Verdict, reclaim_verdict
-from .seen import STATE_FILE, SeenMail
+from .seen import ACTIVE_FILE, STATE_FILE, ActiveReclaims, SeenMail
 from .settings import Settings
 
 log = logging.getLogger("forewarn.providers.digitalocean")
@@ -119,6 +119,7 @@ class DigitalOceanWatcher:
         self.base = settings.metadata_url()
         self.client = client or httpx.AsyncClient(trust_env=False, timeout=METADATA_TIMEOUT)
         self.state_path = Path(context.state_dir) / STATE_FILE
+        self.active = ActiveReclaims(Path(context.state_dir) / ACTIVE_FILE)
         self.droplet: Droplet | None = None
         self.idle_supported: bool | None = None
         self._session: MailboxSession | None = None
@@ -171,6 +172,10 @@ class DigitalOceanWatcher:
 
     async def watch(self, emit: Emit) -> None:
         s = self.settings
+        # Reclaims raised before a restart still stand until their deadline.
+        for report in self.active.load(utcnow()):
+            log.info("digitalocean: %s still stands after a restart", report.id)
+            emit(report)
         if not s.imap_host or s.credentials_file is None:
             self.health.error(
                 "config",
@@ -257,6 +262,7 @@ class DigitalOceanWatcher:
         # Emitted before it is recorded: a crash in between raises it once more after the
         # restart, where the other order would lose it.
         emit(report)
+        self.active.add(report, utcnow())
         seen.handled(uid, report.id)
 
     def _end_session(self) -> None:
