@@ -512,8 +512,7 @@ def _seconds(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8089, help="port to bind (default 8089)")
+    """The simulator's own flags (`forewarn simulate` adds `--host` and `--port`)."""
     parser.add_argument("--project", default="forewarn-sim", help="project/project-id")
     parser.add_argument("--zone", default="us-central1-a", help="zone in instance/zone")
     parser.add_argument("--instance-name", default="forewarn-sim-vm", help="instance/name")

@@ -376,11 +376,17 @@ class GcpWatcher:
         # "0" is never a real ETag, so the first call answers at once with value and ETag.
         etag = "0"
         params = {"wait_for_change": "true", "timeout_sec": str(self.settings.timeout_sec)}
+        loop = asyncio.get_running_loop()
         while True:
+            asked = loop.time()
             answer = await self._get(key, {**params, "last_etag": etag})
             if answer is None:
                 await asyncio.sleep(self.settings.retry_delay)
                 continue
+            if answer.etag == etag and loop.time() - asked < self.settings.timeout_sec / 2:
+                # Unchanged, and well before timeout_sec: this server ignores the wait. Pace
+                # the requests instead of hammering it.
+                await asyncio.sleep(self.settings.retry_delay)
             try:
                 report = on_answer(answer)
             except ParseError as error:
