@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from forewarn.agent.protocol import Report
@@ -71,8 +71,6 @@ async def watching(url: str, **settings: Any) -> AsyncIterator[WatchRun]:
         yield run
     finally:
         run.task.cancel()
-        try:
+        with suppress(asyncio.CancelledError):
             await run.task
-        except asyncio.CancelledError:
-            pass
         await watcher.aclose()
