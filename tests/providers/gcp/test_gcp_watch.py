@@ -60,6 +60,16 @@ async def test_preemption_notice_duration_from_config(server: SimServer, sim: Gc
     assert sim.requests["GET /computeMetadata/v1/instance/scheduling/"] == 0
 
 
+async def test_preempted_back_to_false_clears(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("preempt", {})
+        await run.count(1)
+        sim.withdraw("preempted")
+        terminate, clear = await run.count(2)
+    assert (clear.action, clear.id, clear.detail) == ("clear", terminate.id, {"preempted": "FALSE"})
+
+
 async def test_terminate_on_host_maintenance_drains_then_clears_under_the_same_id(
     server: SimServer, sim: GcpSimulator
 ) -> None:
@@ -181,6 +191,18 @@ async def test_upcoming_window_drains_and_clears(server: SimServer, sim: GcpSimu
     assert drain.deadline.strftime("%Y-%m-%dT%H:%M:%S") == start[:19]
     assert drain.detail["maintenance_status"] == "PENDING"
     assert (clear.action, clear.id) == ("clear", drain.id)
+
+
+async def test_a_moved_window_keeps_its_id(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("upcoming", {"start_in": 7200})
+        await run.count(1)
+        sim.change_notice("upcoming-maintenance", {"start_in": 3 * 86400})
+        first, moved = await run.count(2)
+    assert moved.id == first.id and moved.action == "drain"
+    assert first.deadline is not None and moved.deadline is not None
+    assert moved.deadline - first.deadline > timedelta(days=2)
 
 
 @pytest.mark.parametrize("form", ["empty", "404", "none", "error", "503"])
