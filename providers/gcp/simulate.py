@@ -352,6 +352,9 @@ class GcpSimulator(Simulator):
         if path == "instance/upcoming-maintenance":
             if wait:
                 self._wait(path, request.param("last_etag"), timeout)
+                fault = self._fault()
+                if fault is not None:
+                    return fault
             return self._upcoming_answer(request)
 
         with self.lock:
@@ -366,6 +369,10 @@ class GcpSimulator(Simulator):
             )
         if wait:
             self._wait(path, request.param("last_etag"), timeout)
+            # A long-poll that ends during a fault answers with the fault.
+            fault = self._fault()
+            if fault is not None:
+                return fault
         with self.lock:
             node = self._node(path)
             etag = self.etag(path)
