@@ -42,9 +42,9 @@ class Settings(ProviderSettings):
         ge=0,
         le=3600,
         description="The VM's `scheduling.preemptionNoticeDuration` in seconds (120 on VMs "
-        "created with `--preemption-notice-duration=120s`); the deadline after "
-        "`preempted=TRUE` when above 0. Unset: read from `instance/scheduling/` when the "
-        "metadata server reports it, else `preemption_notice` applies.",
+        "created with `--preemption-notice-duration=120s`): the deadline after "
+        "`preempted=TRUE` when above 0. A duration the metadata server reports in "
+        "`instance/scheduling/` wins; with neither, `preemption_notice` applies.",
     )
     maintenance_notice: float = Field(
         default=3600.0,

@@ -295,7 +295,8 @@ class GcpWatcher:
         self.settings = settings
         self.root = metadata_root(settings.url, environ)
         self.health = context.health if context is not None else PollHealth(PROVIDER)
-        self.notice_duration: float | None = settings.preemption_notice_duration
+        # The VM's preemption notice duration as the metadata server reports it, if it does.
+        self.reported_notice_duration: float | None = None
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -328,7 +329,11 @@ class GcpWatcher:
         return response.headers.get(FLAVOR_HEADER) == FLAVOR
 
     def preemption_notice_seconds(self) -> float:
-        duration = self.notice_duration
+        """The VM's notice duration (as reported, else as configured) when above 0, else
+        the plain `preemption_notice`."""
+        duration = self.reported_notice_duration
+        if duration is None:
+            duration = self.settings.preemption_notice_duration
         return duration if duration else self.settings.preemption_notice
 
     async def watch(self, emit: Emit) -> None:
@@ -338,8 +343,7 @@ class GcpWatcher:
         await asyncio.gather(*loops)
 
     async def _watch_preempted(self, emit: Emit) -> None:
-        if self.notice_duration is None:
-            await self._read_notice_duration()
+        await self._read_notice_duration()
         track = NoticeTrack("preempted")
 
         def on_answer(answer: _Answer) -> Report | None:
@@ -366,7 +370,7 @@ class GcpWatcher:
                 self.url(SCHEDULING_DIR), params={"recursive": "true", "alt": "json"}, timeout=2.0
             )
             if response.status_code == 200:
-                self.notice_duration = parse_notice_duration(response.text)
+                self.reported_notice_duration = parse_notice_duration(response.text)
         except (httpx.HTTPError, ParseError) as error:
             self.health.error("scheduling", f"{SCHEDULING_DIR}: {error}")
 

@@ -57,7 +57,18 @@ async def test_preemption_notice_duration_from_config(server: SimServer, sim: Gc
         [report] = await run.count(1)
     assert report.deadline is not None
     assert _near(report.deadline, utcnow() + timedelta(seconds=120))
-    assert sim.requests["GET /computeMetadata/v1/instance/scheduling/"] == 0
+    assert sim.requests["GET /computeMetadata/v1/instance/scheduling/"] == 1
+
+
+async def test_a_reported_notice_duration_wins_over_the_configured_one() -> None:
+    sim = GcpSimulator(preemptible=True, preemption_notice_duration=0)
+    with SimServer(sim) as server:
+        async with watching(server.url, preemption_notice_duration=120) as run:
+            await run.until_polling()
+            sim.raise_notice("preempt", {})
+            [report] = await run.count(1)
+    assert report.deadline is not None
+    assert _near(report.deadline, utcnow() + timedelta(seconds=30))
 
 
 async def test_preempted_back_to_false_clears(server: SimServer, sim: GcpSimulator) -> None:
