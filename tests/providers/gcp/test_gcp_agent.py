@@ -12,7 +12,7 @@ import pytest
 from forewarn.agent.timefmt import parse_time
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, agent_env, forewarn_cmd
+from support import AgentProcess, Subscriber, agent_env, forewarn_cmd
 
 FAST_ENV = {
     "FOREWARN_GCP_RETRY_DELAY": "0.2",
@@ -32,11 +32,18 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _subscribed(agent: AgentProcess) -> Subscriber:
+    """A subscriber whose subscription is live: it has received a heartbeat."""
+    sub = agent.subscriber(topics=("notice", "heartbeat"))
+    while sub.recv(10)[0] != "heartbeat":
+        pass
+    return sub
+
+
 def test_maintenance_drain_clear_and_preemption_through_the_agent(
     agent: AgentProcess, sim: GcpSimulator
 ) -> None:
-    with agent.subscriber() as sub:
-        sub.drain(0.3)
+    with _subscribed(agent) as sub:
         sim.raise_notice("maintenance", {"type": "TERMINATE"})
         drain = sub.notice(10)
         assert (drain["action"], drain["reason"], drain["provider"]) == (
@@ -65,8 +72,7 @@ def test_an_upcoming_window_escalates_to_terminate(
     tmp_path: Path, server: SimServer, sim: GcpSimulator
 ) -> None:
     env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, FOREWARN_EXIT_MARGIN="30", **FAST_ENV)
-    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent, agent.subscriber() as sub:
-        sub.drain(0.3)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent, _subscribed(agent) as sub:
         sim.raise_notice("upcoming", {"start_in": 31})
         drain = sub.notice(10)
         assert (drain["action"], drain["reason"]) == ("drain", "scheduled-maintenance")
@@ -79,8 +85,7 @@ def test_gce_metadata_host_points_the_agent(
 ) -> None:
     host = server.url.removeprefix("http://")
     env = agent_env(tmp_path, GCE_METADATA_HOST=host, **FAST_ENV)
-    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent, agent.subscriber() as sub:
-        sub.drain(0.3)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent, _subscribed(agent) as sub:
         sim.raise_notice("maintenance", {"type": "MIGRATE"})
         drain = sub.notice(10)
     assert drain["deadline"] is None and drain["detail"] == {
@@ -99,5 +104,8 @@ def test_forewarn_drill_local_with_the_gcp_simulator(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "steps lost: 0" in done.stdout
-    assert "received drain (gcp/maintenance-event/" in done.stdout, done.stdout
-    assert "received terminate (gcp/preempted/" in done.stdout, done.stdout
+    # The drain is a TERMINATE_ON_HOST_MAINTENANCE event, the terminate a preemption, and
+    # the demo saved for each.
+    assert "drain sent (gcp maintenance" in done.stdout, done.stdout
+    assert "terminate sent (gcp preempt" in done.stdout, done.stdout
+    assert "(drain) in" in done.stdout and "(terminate) in" in done.stdout, done.stdout

@@ -321,7 +321,7 @@ async def test_detect_false_fast_elsewhere(hanging_port: int) -> None:
                 assert await watcher.detect() is False, url
             finally:
                 await watcher.aclose()
-            assert time.monotonic() - started < 1.5, url
+            assert time.monotonic() - started < 2.5, url  # 1 s, and slack for load
 
 
 async def test_gce_metadata_host_is_honoured(server: SimServer, sim: GcpSimulator) -> None:
