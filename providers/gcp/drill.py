@@ -88,8 +88,9 @@ def request_params(args: argparse.Namespace, request_id: str) -> dict[str, str]:
     return params
 
 
-def access_token() -> str:
-    """An OAuth token with the cloud-platform scope from Application Default Credentials."""
+def access_token() -> tuple[str, str]:
+    """An OAuth token with the cloud-platform scope from Application Default Credentials,
+    and a description of those credentials (never the token) to print."""
     try:
         import google.auth
         import google.auth.exceptions
@@ -104,7 +105,9 @@ def access_token() -> str:
     token = getattr(credentials, "token", None)
     if not token:
         raise DrillError("Google credentials gave no access token")
-    return str(token)
+    who = getattr(credentials, "service_account_email", None)
+    described = type(credentials).__name__ + (f" ({who})" if isinstance(who, str) else "")
+    return str(token), described
 
 
 def _say(message: str) -> None:
@@ -163,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         print("nothing sent: add --yes to send it")
         return 0
     try:
-        token = access_token()
+        token, credentials = access_token()
+        _say(f"credentials: {credentials}")
         with httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30.0) as client:
             response = client.post(url, params=params)
             if response.status_code != 200:

@@ -21,6 +21,8 @@ OPERATIONS = f"{API}/compute/v1/projects/my-proj/zones/us-central1-a/operations"
 
 
 class FakeCredentials:
+    service_account_email = "drill@my-proj.iam.gserviceaccount.com"
+
     def __init__(self) -> None:
         self.token: str | None = None
         self.refreshed = 0
@@ -94,7 +96,10 @@ def test_with_yes_it_posts_and_follows_the_operation(
     assert sent.content == b""
     assert credentials.scopes_seen == [[drill.SCOPE]]  # type: ignore[attr-defined]
     assert all(call.request.headers["Authorization"] == "Bearer fake-token" for call in get.calls)
-    lines = [line for line in capsys.readouterr().out.splitlines() if "operation-1:" in line]
+    out = capsys.readouterr().out
+    assert "credentials: FakeCredentials (drill@my-proj.iam.gserviceaccount.com)" in out
+    assert "fake-token" not in out
+    lines = [line for line in out.splitlines() if "operation-1:" in line]
     assert [line.split("operation-1: ")[1] for line in lines] == ["PENDING", "RUNNING", "DONE"]
 
 
