@@ -348,8 +348,9 @@ class TestVmNames:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
     max_leaves=12,
 )
 event_like = st.fixed_dictionaries(
@@ -359,8 +360,7 @@ event_like = st.fixed_dictionaries(
         | st.text(max_size=10),
         "EventStatus": st.sampled_from(["Scheduled", "Started"]) | st.none(),
         "Resources": st.lists(st.text(max_size=10), max_size=3) | json_values,
-        "NotBefore": st.sampled_from(["", "Mon, 19 Sep 2016 18:29:47 GMT"])
-        | st.text(max_size=30),
+        "NotBefore": st.sampled_from(["", "Mon, 19 Sep 2016 18:29:47 GMT"]) | st.text(max_size=30),
     }
 )
 documents = st.fixed_dictionaries(
