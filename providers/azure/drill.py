@@ -86,7 +86,9 @@ def run(args: argparse.Namespace, credential: TokenCredential | None = None) -> 
     )
     target = args.vm or f"{args.vmss}_{args.instance_id}"
     print(f"POST {url}")
-    print(f"  Authorization: Bearer <token from azure-identity DefaultAzureCredential, scope {SCOPE}>")
+    print(
+        f"  Authorization: Bearer <token from azure-identity DefaultAzureCredential, scope {SCOPE}>"
+    )
     print("  (empty body; Azure answers 204 No Content when it accepts)")
     if not args.yes:
         print(f"dry run: nothing sent. Add --yes to evict {target} for real.")

@@ -8,7 +8,6 @@ import threading
 import httpx
 import pytest
 import respx
-
 from azure_harness import running, until
 from forewarn.providers.azure.approve import MAX_ATTEMPTS, Approver
 from forewarn.providers.azure.simulate import AzureSimulator

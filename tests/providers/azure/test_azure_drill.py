@@ -1,4 +1,4 @@
-"""`forewarn drill azure`: the simulateEviction request, verified with respx and a fake credential."""
+"""`forewarn drill azure`: the simulateEviction request, via respx and a fake credential."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 import respx
-
 from forewarn.providers.azure import drill
 
 SUB = "00000000-1111-2222-3333-444444444444"

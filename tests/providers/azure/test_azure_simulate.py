@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-
 from forewarn.providers.azure.events import parse_document
 from forewarn.providers.azure.simulate import AzureSimulator, drill_script
 from forewarn.providers.simulator import SimServer
@@ -117,7 +116,7 @@ class TestLifecycle:
         wait(lambda: not parse_document(client.get(EVENTS, params=V, headers=META).content).events)
 
     def test_not_before_starts_the_event(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
-        sim, client = served
+        sim, _client = served
         sim.raise_notice("Preempt", {"not_before_seconds": 0.1})
         wait(
             lambda: (
@@ -226,8 +225,8 @@ def test_cli_serves_scripted_events(tmp_path: object) -> None:
 def test_drill_script_raises_a_drain_and_a_terminate() -> None:
     script = drill_script()
     sim = AzureSimulator()
-    drain_kind, drain_fields = script["drain"]
-    term_kind, term_fields = script["terminate"]
+    drain_kind, _drain_fields = script["drain"]
+    term_kind, _term_fields = script["terminate"]
     assert (drain_kind, term_kind) == ("Reboot", "Preempt")
     name = script["env"]["FOREWARN_AZURE_VM_NAME"]
     for kind, fields in (script["drain"], script["terminate"]):

@@ -10,7 +10,6 @@ from datetime import timedelta
 import httpx
 import pytest
 import respx
-
 from azure_harness import running, until
 from forewarn.agent.timefmt import utcnow
 from forewarn.providers.azure.settings import Settings
