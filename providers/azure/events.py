@@ -66,6 +66,9 @@ class ScheduledEvent:
     resources: tuple[str, ...]
     not_before: datetime | None
     raw: dict[str, Any] = field(compare=False, hash=False)
+    # NotBefore that is not an RFC 1123 time: kept as a problem of this event alone, so one
+    # odd field cannot hide the other events of the document.
+    not_before_error: str | None = None
 
     @property
     def notice_id(self) -> str:
@@ -145,8 +148,14 @@ def parse_event(event: Any, index: int = 0) -> ScheduledEvent:
     resources = event.get("Resources", [])
     if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
         raise ParseError(f"Events[{index}].Resources must be a list of names, got {resources!r}")
-    not_before = parse_not_before(_string(event, "NotBefore", index, required=False))
-    return ScheduledEvent(event_id, event_type, status, tuple(resources), not_before, event)
+    text = _string(event, "NotBefore", index, required=False)
+    try:
+        not_before, problem = parse_not_before(text), None
+    except ParseError as error:
+        not_before, problem = None, str(error)
+    return ScheduledEvent(
+        event_id, event_type, status, tuple(resources), not_before, event, problem
+    )
 
 
 def parse_events(payload: Any) -> EventsDocument:
@@ -222,9 +231,12 @@ def report_for(
         deadline = None
     elif event.not_before is not None:
         deadline = event.not_before
-    else:
+    elif event.status == "Started":
         # Started events have an empty NotBefore: the time we knew still holds, else it is now.
         deadline = previous_deadline or now
+    else:
+        # A Scheduled event without a readable NotBefore: its time is unknown, not "now".
+        deadline = previous_deadline
     detail = dict(event.raw)
     if incarnation is not None:
         detail["DocumentIncarnation"] = incarnation

@@ -72,6 +72,7 @@ class AzureWatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[bool]] = set()
         self._retry_after = 0.0
+        self._odd: set[str] = set()  # events whose odd NotBefore was logged
 
     # Detection.
 
@@ -195,6 +196,10 @@ class AzureWatcher:
             for event in document.events
             if event.notice_id in current and concerns(event, self.names)
         }
+        for event in self.events.values():
+            if event.not_before_error and event.event_id not in self._odd:
+                self._odd.add(event.event_id)
+                log.warning("azure: event %s: %s", event.event_id, event.not_before_error)
         outgoing = [*cleared(self.reports, current, now), *current.values()]
         self.reports = current
         for report in outgoing:
@@ -212,6 +217,11 @@ class AzureWatcher:
             log.exception("azure: emit(%s) failed", report.id)
 
     # Approval.
+
+    def approval_counts(self) -> dict[str, int]:
+        """Approvals sent (200), failed and skipped so far, for metrics."""
+        stats = self.approvals.stats
+        return {"sent": stats.sent, "failed": stats.failed, "skipped": stats.skipped}
 
     def flushed(self, notice_id: str) -> None:
         """Every client that received `notice_id` acked its flush (called by the agent)."""

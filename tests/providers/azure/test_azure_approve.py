@@ -29,6 +29,7 @@ async def test_after_ack_approves_exactly_once_and_not_before_flushed() -> None:
         assert [a["EventId"] for a in h.sim.approvals] == [event_id]
         assert h.watcher.approvals.stats.sent == 1
         assert h.watcher.approvals.stats.by_reason == {"after-ack": 1}
+        assert h.watcher.approval_counts() == {"sent": 1, "failed": 0, "skipped": 0}
         assert h.reports[-1].detail["EventStatus"] == "Started"
 
 

@@ -315,6 +315,17 @@ class TestBadAnswers:
         with pytest.raises(ParseError, match="EventStatus"):
             doc(event(EventStatus=None))
 
+    def test_an_odd_not_before_spoils_only_its_own_deadline(self) -> None:
+        document = doc(
+            event("Reboot", EventId="odd", NotBefore="tomorrow-ish"),
+            event("Preempt", EventId="fine"),
+        )
+        odd, fine = document.events
+        assert odd.not_before is None and "tomorrow-ish" in (odd.not_before_error or "")
+        reports = reports_for(document, {"gpu-0"}, freeze=False, previous={}, now=NOW)
+        assert reports["azure/odd"].deadline is None  # unknown, not "now"
+        assert reports["azure/fine"].deadline == fine.not_before
+
     def test_incarnation_as_digits_is_accepted(self) -> None:
         assert parse_document('{"DocumentIncarnation": "7", "Events": []}').incarnation == 7
 
