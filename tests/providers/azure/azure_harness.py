@@ -53,7 +53,10 @@ async def running(
     sim: AzureSimulator | None = None, port: int = 0, **settings: Any
 ) -> AsyncIterator[Harness]:
     removal_after = float(settings.pop("removal_after", 5.0))
-    sim = sim or AzureSimulator(vm_name="gpu-0", removal_after=removal_after)
+    # Tests poll four times a second to be quick; with an approval POST and a late-arriving
+    # poll that brushes IMDS's five a second, so the default simulator allows ten. The real
+    # limit has tests of its own.
+    sim = sim or AzureSimulator(vm_name="gpu-0", removal_after=removal_after, rate_limit=10)
     settings.setdefault("interval", 0.25)
     with SimServer(sim, port=port) as server:
         watcher = AzureWatcher(Settings(url=server.url, **settings), PollHealth("azure"))

@@ -16,7 +16,7 @@ from support import AgentProcess, Subscriber, agent_env, forewarn_cmd
 
 @pytest.fixture
 def imds() -> Iterator[tuple[AzureSimulator, SimServer]]:
-    sim = AzureSimulator(vm_name="gpu-0", removal_after=30)
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10)
     with SimServer(sim) as server:
         yield sim, server
 

@@ -27,7 +27,7 @@ async def test_after_ack_approves_exactly_once_and_not_before_flushed() -> None:
         await until(lambda: len(h.reports) >= 2, what="the Started document")
         await h.more_polls(3)
         assert [a["EventId"] for a in h.sim.approvals] == [event_id]
-        assert h.watcher.approvals.stats.sent == 1
+        await until(lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted")
         assert h.watcher.approvals.stats.by_reason == {"after-ack": 1}
         assert h.watcher.approval_counts() == {"sent": 1, "failed": 0, "skipped": 0}
         assert h.reports[-1].detail["EventStatus"] == "Started"
@@ -49,6 +49,7 @@ async def test_immediately_approves_once_without_any_ack() -> None:
         await until(lambda: len(h.reports) >= 2, what="the Started document")
         await h.more_polls(3)
         assert [a["EventId"] for a in h.sim.approvals] == [event_id]
+        await until(lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted")
         assert h.watcher.approvals.stats.by_reason == {"immediately": 1}
 
 
@@ -87,7 +88,7 @@ async def test_shared_events_are_approved_only_when_allowed() -> None:
 
 
 async def test_a_failed_approval_is_retried_on_later_polls() -> None:
-    sim = AzureSimulator(vm_name="gpu-0", removal_after=30)
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10)
     async with running(sim) as h:
         event_id = h.sim.raise_notice("Reboot", {})
         await until(lambda: h.reports, what="the reboot")
@@ -103,8 +104,10 @@ async def test_a_failed_approval_is_retried_on_later_polls() -> None:
         h.sim._post_events = flaky  # type: ignore[method-assign]
         h.watcher.flushed(f"azure/{event_id}")
         await until(lambda: h.sim.approvals, what="the retried approval")
+        # The simulator records the POST before the watcher has read the answer.
+        await until(lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted")
         assert h.watcher.approvals.stats.failed == 1
-        assert h.watcher.approvals.stats.sent == 1
+        assert [a["EventId"] for a in h.sim.approvals] == [event_id]
 
 
 async def test_flushed_from_another_thread_is_handled_on_the_loop() -> None:

@@ -57,7 +57,7 @@ async def test_freeze_is_published_only_when_configured() -> None:
 
 
 async def test_an_event_for_another_vm_of_the_same_set_is_ignored() -> None:
-    sim = AzureSimulator(vmss_name="gpuset", instance_id="1")
+    sim = AzureSimulator(vmss_name="gpuset", instance_id="1", rate_limit=10)
     async with running(sim) as h:  # the name comes from /metadata/instance/compute
         h.sim.raise_notice("Preempt", {"resources": ["gpuset_0"]})
         h.sim.raise_notice("Terminate", {"resources": ["gpuset_2", "otherset_1"]})
@@ -69,7 +69,9 @@ async def test_an_event_for_another_vm_of_the_same_set_is_ignored() -> None:
 
 
 async def test_configured_vm_name_wins_over_instance_metadata() -> None:
-    async with running(AzureSimulator(vm_name="imds-name"), vm_name="Configured") as h:
+    async with running(
+        AzureSimulator(vm_name="imds-name", rate_limit=10), vm_name="Configured"
+    ) as h:
         h.sim.raise_notice("Preempt", {"resources": ["imds-name"]})
         mine = h.sim.raise_notice("Reboot", {"resources": ["configured"]})
         await until(lambda: h.reports, what="a report")
@@ -79,7 +81,7 @@ async def test_configured_vm_name_wins_over_instance_metadata() -> None:
 
 
 async def test_scheduled_started_removed_keeps_the_deadline_then_clears() -> None:
-    sim = AzureSimulator(vm_name="gpu-0", removal_after=0.6)
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=0.6, rate_limit=10)
     async with running(sim) as h:
         event_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 0.5})
         await until(lambda: len(h.reports) >= 3, what="scheduled, started, cleared")
@@ -99,7 +101,7 @@ async def test_reacts_only_when_document_incarnation_changes() -> None:
 
 
 async def test_slow_first_call_is_not_an_error() -> None:
-    sim = AzureSimulator(vm_name="gpu-0", first_call_delay=1.5)
+    sim = AzureSimulator(vm_name="gpu-0", first_call_delay=1.5, rate_limit=10)
     sim.raise_notice("Preempt", {})
     async with running(sim, request_timeout=0.5, first_call_timeout=10) as h:
         await until(lambda: h.reports, what="the first answer")
@@ -117,7 +119,7 @@ async def test_slow_first_call_is_not_an_error() -> None:
     ],
 )
 async def test_faults_are_counted_and_recovered(status: int, body: str, kind: str) -> None:
-    sim = AzureSimulator(vm_name="gpu-0")
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
     sim.add_fault(status, body, count=2)
     async with running(sim) as h:
         event_id = h.sim.raise_notice("Preempt", {})
@@ -157,7 +159,7 @@ async def test_connection_refused_is_recovered_when_imds_comes_up() -> None:
     task = asyncio.create_task(watcher.watch(reports.append))
     try:
         await until(lambda: watcher.health.errors_by_kind.get("unreachable"), what="a refusal")
-        sim = AzureSimulator(vm_name="gpu-0")
+        sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
         sim.raise_notice("Preempt", {})
         from forewarn.providers.simulator import SimServer
 
@@ -171,7 +173,7 @@ async def test_connection_refused_is_recovered_when_imds_comes_up() -> None:
 
 
 async def test_vm_name_lookup_failure_is_reported_and_retried() -> None:
-    sim = AzureSimulator(vm_name="gpu-0")
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
     calls = {"n": 0}
     original = sim.instance
 
