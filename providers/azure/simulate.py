@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
 import time
 import uuid
@@ -499,7 +500,7 @@ def run(args: argparse.Namespace) -> int:
             first_call_delay=args.first_call_delay,
         )
     except SimError as error:
-        print(f"forewarn simulate azure: {error}")
+        print(f"forewarn simulate azure: {error}", file=sys.stderr)
         return 2
     fields: dict[str, Any] = {}
     if args.resources:

@@ -16,6 +16,14 @@ from forewarn.providers.azure.watch import AzureWatcher
 from forewarn.providers.base import PollHealth
 from forewarn.providers.simulator import SimServer
 
+# The mapping the issue asks for, written out here rather than read from the code under test.
+EXPECTED_MAPPING = [
+    ("Preempt", "terminate", "eviction"),
+    ("Terminate", "terminate", "eviction"),
+    ("Reboot", "drain", "host-maintenance"),
+    ("Redeploy", "drain", "host-maintenance"),
+]
+
 
 @dataclass
 class Harness:

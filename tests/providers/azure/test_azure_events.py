@@ -8,6 +8,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from azure_harness import EXPECTED_MAPPING
 from forewarn.providers.azure.events import (
     EventsDocument,
     cleared,
@@ -180,12 +181,7 @@ class TestDocumentedExamples:
 class TestMapping:
     @pytest.mark.parametrize(
         ("kind", "action", "reason"),
-        [
-            ("Preempt", "terminate", "eviction"),
-            ("Terminate", "terminate", "eviction"),
-            ("Reboot", "drain", "host-maintenance"),
-            ("Redeploy", "drain", "host-maintenance"),
-        ],
+        EXPECTED_MAPPING,
     )
     def test_types_map_with_not_before_as_deadline(
         self, kind: str, action: str, reason: str

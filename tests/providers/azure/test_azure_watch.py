@@ -10,7 +10,7 @@ from datetime import timedelta
 import httpx
 import pytest
 import respx
-from azure_harness import running, until
+from azure_harness import EXPECTED_MAPPING, running, until
 from forewarn.agent.timefmt import utcnow
 from forewarn.providers.azure.settings import Settings
 from forewarn.providers.azure.simulate import AzureSimulator
@@ -20,12 +20,7 @@ from forewarn.providers.base import PollHealth
 
 @pytest.mark.parametrize(
     ("kind", "action", "reason"),
-    [
-        ("Preempt", "terminate", "eviction"),
-        ("Terminate", "terminate", "eviction"),
-        ("Reboot", "drain", "host-maintenance"),
-        ("Redeploy", "drain", "host-maintenance"),
-    ],
+    EXPECTED_MAPPING,
 )
 async def test_each_type_maps_and_clears_over_http(kind: str, action: str, reason: str) -> None:
     async with running() as h:
