@@ -108,7 +108,10 @@ class AzureSimulator(Simulator):
     ) -> None:
         super().__init__()
         if (vmss_name is None) != (instance_id is None):
-            raise SimError("a scale-set instance needs both vmss_name and instance_id")
+            raise SimError(
+                "a scale-set instance needs both vmss_name and instance_id "
+                "(--vmss-name and --instance-id)"
+            )
         self.vmss_name = vmss_name
         self.instance_id = instance_id
         if vm_name is None:
@@ -475,7 +478,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="make the first Scheduled Events answer take S seconds (real IMDS: up to 120)",
     )
     parser.add_argument(
-        "--rate-limit", type=int, default=5, help="requests per second before 429 (default 5)"
+        "--rate-limit",
+        type=_positive_int,
+        default=5,
+        metavar="N",
+        help="requests per second before 429 (default 5)",
     )
 
 
@@ -486,6 +493,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"seconds must be >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
     return value
 
 
