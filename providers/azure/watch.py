@@ -24,7 +24,6 @@ from .events import (
     EventsDocument,
     ScheduledEvent,
     cleared,
-    concerns,
     event_id_of,
     parse_compute,
     parse_document,
@@ -115,7 +114,7 @@ class AzureWatcher:
         interval = self.settings.interval
         if failures == 0:
             # Keep the cadence, but never start two requests closer than `interval`.
-            return max(0.0, interval - elapsed) if elapsed < interval else 0.0
+            return max(0.0, interval - elapsed)
         backoff = min(BACKOFF_CAP, max(interval, interval * 2 ** (failures - 1)))
         backoff *= random.uniform(0.9, 1.1)
         delay = max(backoff, self._retry_after)
@@ -192,9 +191,7 @@ class AzureWatcher:
         )
         self.incarnation = document.incarnation
         self.events = {
-            event.event_id: event
-            for event in document.events
-            if event.notice_id in current and concerns(event, self.names)
+            event.event_id: event for event in document.events if event.notice_id in current
         }
         for event in self.events.values():
             if event.not_before_error and event.event_id not in self._odd:
