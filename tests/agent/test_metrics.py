@@ -57,7 +57,7 @@ def make_notice(
     return Notice(
         id=notice_id,
         seq=1,
-        action=action,  # type: ignore[arg-type]
+        action=action,
         reason="rebalance-recommendation",
         provider="aws",
         deadline=deadline,

@@ -121,7 +121,9 @@ def image_environment(parsed: Dockerfile) -> dict[str, str]:
     found: dict[str, str] = {}
     for env in parsed.of("ENV"):
         if env.stage == final:
-            found.update(pair.split("=", 1) for pair in shlex.split(env.args))
+            for pair in shlex.split(env.args):
+                key, _, value = pair.partition("=")
+                found[key] = value
     return found
 
 
