@@ -237,6 +237,8 @@ class Agent:
         self._wake.set()
 
     def _replay(self, topic: str) -> None:
+        # A heartbeat first, so a new client knows at once that the agent is alive.
+        self._beat()
         now = utcnow()
         for notice in self.board.active():
             self.publisher.publish(
@@ -264,18 +266,21 @@ class Agent:
             except Exception:
                 log.exception("%s: flushed(%s) failed", notice.provider, notice_id)
 
+    def _beat(self) -> None:
+        self.publisher.heartbeat(
+            Heartbeat(
+                seq=self.sequencer.next(),
+                agent=self.agent_id,
+                version=VERSION,
+                providers=self.providers,
+                active=[notice.id for notice in self.board.active()],
+                sent_at=utcnow(),
+            )
+        )
+
     async def _heartbeats(self) -> None:
         while True:
-            self.publisher.heartbeat(
-                Heartbeat(
-                    seq=self.sequencer.next(),
-                    agent=self.agent_id,
-                    version=VERSION,
-                    providers=self.providers,
-                    active=[notice.id for notice in self.board.active()],
-                    sent_at=utcnow(),
-                )
-            )
+            self._beat()
             await asyncio.sleep(self.settings.heartbeat_interval)
 
     async def _escalations(self) -> None:
@@ -349,8 +354,10 @@ class Agent:
         )
         notice = self.board.report(report, manual=True)
         if notice is not None:
-            self._save()
+            # Publish first: subscribers are waiting on the clock. The requester's reply comes
+            # after the state is on disk, so an accepted notify always survives a crash.
             self._send(notice, escalated=False)
+            self._save()
         current = self.board.get(notice_id)
         assert current is not None
         return NotifyReply(notice=current)
