@@ -381,3 +381,15 @@ def test_agent_exits_2_naming_a_taken_metrics_port(tmp_path: Path):
         result = run_forewarn("agent", "--provider", "local", env=env)
     assert result.returncode == 2
     assert f"metrics_address 127.0.0.1:{port}: cannot listen" in result.stderr
+
+
+def test_metrics_address_flag_reaches_the_agent(tmp_path: Path):
+    agent = AgentProcess(
+        tmp_path, providers=("local",), args=("--metrics-address", "127.0.0.1:0")
+    ).start()
+    try:
+        assert get(metrics_url(agent) + "/healthz")[0] == 200
+    finally:
+        agent.stop()
+    result = run_forewarn("agent", "--metrics-address", "0.0.0.0:9464", env=agent_env(tmp_path))
+    assert result.returncode == 2 and "metrics_address" in result.stderr
