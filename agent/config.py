@@ -71,15 +71,23 @@ class Settings(BaseSettings):
         description="Floor, in seconds, of the margin before a deadline at which a drain is "
         "re-sent as terminate; the margin is the larger of this and twice the slowest flush.",
     )
-    heartbeat_interval: float = Field(default=1.0, gt=0, le=60)
+    heartbeat_interval: float = Field(
+        default=1.0, gt=0, le=60, description="Seconds between heartbeats on the events socket."
+    )
     metrics_address: str | None = Field(
         default=None,
         description="HOST:PORT of the Prometheus metrics, /healthz and /readyz server (needs "
         "the `metrics` extra), e.g. 127.0.0.1:9464; unset, empty or `off` serves none. "
         "Addresses other than loopback need allow_remote.",
     )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Least severe level logged: debug, info, warning or error."
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="`text` for people, `json` for machines: one JSON object a line with ts, "
+        "level, logger, msg and any extra fields.",
+    )
 
     local: LocalSettings = Field(default_factory=LocalSettings)
     aws: AwsSettings = Field(default_factory=AwsSettings)
