@@ -21,6 +21,8 @@ from forewarn.agent.metrics import MetricsObserver, MetricsService, notice_time
 from forewarn.agent.observers import build_observers
 from forewarn.agent.protocol import AckRequest, Notice
 from forewarn.agent.timefmt import format_time
+from forewarn.providers import face
+from forewarn.providers.simulator import SimServer
 from prometheus_client.parser import text_string_to_metric_families
 from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, run_forewarn
 
@@ -393,3 +395,23 @@ def test_metrics_address_flag_reaches_the_agent(tmp_path: Path):
         agent.stop()
     result = run_forewarn("agent", "--metrics-address", "0.0.0.0:9464", env=agent_env(tmp_path))
     assert result.returncode == 2 and "metrics_address" in result.stderr
+
+
+@pytest.mark.parametrize("provider", ["aws", "gcp", "azure"])
+def test_readyz_with_a_live_provider_simulator(provider: str, tmp_path: Path):
+    """Against a faithful simulator the watcher polls well, so the agent becomes ready."""
+    try:
+        simulate = face(provider, "simulate")
+        face(provider, "watch")
+    except ImportError:
+        pytest.skip(f"the {provider} watcher and simulator are not in this tree")
+    extra = dict(simulate.drill_script().get("env", {}))
+    with SimServer(simulate.make_simulator()) as server:
+        extra[f"FOREWARN_{provider.upper()}_URL"] = server.url
+        env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", **extra)
+        with AgentProcess(tmp_path, providers=("local", provider), env=env) as agent:
+            url = metrics_url(agent)
+            wait_for(lambda: get(url + "/readyz")[0] == 200, what=f"{provider} ready")
+            found = scrape_url(url)
+    assert value(found, "forewarn_polls_total", provider=provider) >= 1
+    assert value(found, "forewarn_last_successful_poll_timestamp_seconds", provider=provider) > 0
