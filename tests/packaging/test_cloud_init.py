@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,6 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 RENDER = ROOT / "packaging" / "cloud-init" / "render.py"
 SYSTEMD = ROOT / "packaging" / "systemd"
+Tool = Callable[[str], str]
 
 
 def load_renderer() -> ModuleType:
@@ -30,22 +30,13 @@ def load_renderer() -> ModuleType:
 renderer = load_renderer()
 
 
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is missing: .ci/setup.d should have installed it")
-        pytest.skip(f"{name} is not installed")
-    return path
-
-
 def run_render(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(RENDER), *args], capture_output=True, text=True, timeout=30
     )
 
 
-def schema(path: Path) -> subprocess.CompletedProcess[str]:
+def schema(tool: Tool, path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [tool("cloud-init"), "schema", "--config-file", str(path)],
         capture_output=True,
@@ -79,23 +70,23 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_rendered_user_data_passes_cloud_init_schema(rendered: Path):
-    result = schema(rendered)
+def test_rendered_user_data_passes_cloud_init_schema(rendered: Path, tool: Tool):
+    result = schema(tool, rendered)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Valid cloud-config" in result.stdout
 
 
-def test_defaults_pass_cloud_init_schema(tmp_path: Path):
+def test_defaults_pass_cloud_init_schema(tmp_path: Path, tool: Tool):
     result = run_render("-o", str(tmp_path / "user-data.yaml"))
     assert result.returncode == 0, result.stderr
-    checked = schema(tmp_path / "user-data.yaml")
+    checked = schema(tool, tmp_path / "user-data.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-def test_schema_check_catches_a_broken_config(tmp_path: Path):
+def test_schema_check_catches_a_broken_config(tmp_path: Path, tool: Tool):
     broken = tmp_path / "user-data.yaml"
     broken.write_text("#cloud-config\nruncmd: 5\nwrite_files: [{content: x}]\n")
-    assert schema(broken).returncode != 0
+    assert schema(tool, broken).returncode != 0
 
 
 def files(config: dict[str, Any]) -> dict[str, str]:
@@ -143,7 +134,7 @@ def test_user_data_installs_writes_and_starts_everything(rendered: Path):
     assert install < runcmd.index(starts[0])
 
 
-def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Path):
+def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Path, tool: Tool):
     analyze = tool("systemd-analyze")
     stand_in = tmp_path / "program"
     stand_in.write_text("#!/bin/sh\n")

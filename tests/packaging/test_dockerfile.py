@@ -15,16 +15,17 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 from support import agent_env
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 # Container paths the install steps may use, each replayed under a scratch directory.
 CONTAINER_PATHS = ("/src", "/dist", "/opt/forewarn")
+Tool = Callable[[str], str]
 
 
 @dataclass
@@ -70,30 +71,21 @@ def parse_dockerfile(path: Path) -> Dockerfile:
     return parsed
 
 
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is missing: .ci/setup.d should have installed it")
-        pytest.skip(f"{name} is not installed")
-    return path
-
-
-def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
+def hadolint(tool: Tool, path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [tool("hadolint"), "--no-color", str(path)], capture_output=True, text=True, timeout=60
     )
 
 
-def test_dockerfile_passes_hadolint():
-    result = hadolint(DOCKERFILE)
+def test_dockerfile_passes_hadolint(tool: Tool):
+    result = hadolint(tool, DOCKERFILE)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_hadolint_flags_an_unpinned_install(tmp_path: Path):
+def test_hadolint_flags_an_unpinned_install(tmp_path: Path, tool: Tool):
     sloppy = tmp_path / "Dockerfile"
     sloppy.write_text("FROM python:3.12-slim\nRUN pip install forewarn\n")
-    result = hadolint(sloppy)
+    result = hadolint(tool, sloppy)
     assert result.returncode != 0 and "DL3013" in result.stdout
 
 

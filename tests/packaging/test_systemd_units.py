@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
+Tool = Callable[[str], str]
 
 UNITS = Path(__file__).resolve().parents[2] / "packaging" / "systemd"
 AGENT = UNITS / "forewarn-agent.service"
 TRAINING = UNITS / "example-training.service"
 EXECUTABLES = ("/usr/local/bin/forewarn", "/opt/forewarn/venv/bin/python")
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is missing: .ci/setup.d should have installed it")
-        pytest.skip(f"{name} is not installed")
-    return path
 
 
 def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
@@ -59,7 +49,7 @@ def copies_with_executables(tmp_path: Path) -> list[Path]:
     return copies
 
 
-def test_units_pass_systemd_analyze_verify(tmp_path: Path):
+def test_units_pass_systemd_analyze_verify(tmp_path: Path, tool: Tool):
     analyze = tool("systemd-analyze")
     copies = copies_with_executables(tmp_path)
     result = subprocess.run(
@@ -72,7 +62,7 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path):
     assert ours == [], "\n".join(ours)
 
 
-def test_verify_catches_a_broken_unit(tmp_path: Path):
+def test_verify_catches_a_broken_unit(tmp_path: Path, tool: Tool):
     analyze = tool("systemd-analyze")
     broken = tmp_path / "forewarn-agent.service"
     broken.write_text(AGENT.read_text().replace("/usr/local/bin/forewarn", "/nonexistent/fw"))
@@ -82,7 +72,7 @@ def test_verify_catches_a_broken_unit(tmp_path: Path):
     assert result.returncode != 0
 
 
-def test_agent_unit_exposure_is_low(tmp_path: Path):
+def test_agent_unit_exposure_is_low(tmp_path: Path, tool: Tool):
     analyze = tool("systemd-analyze")
     copy = copies_with_executables(tmp_path)[0]
     result = subprocess.run(
