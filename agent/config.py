@@ -80,6 +80,16 @@ class Settings(BaseSettings):
         "the `metrics` extra), e.g. 127.0.0.1:9464; unset, empty or `off` serves none. "
         "Addresses other than loopback need allow_remote.",
     )
+    telemetry: bool = Field(
+        default=True,
+        description="Append one JSON line per notice, escalation, ack and resume to "
+        "`telemetry.jsonl` in the state directory (read by `forewarn plan`).",
+    )
+    telemetry_max_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        ge=4096,
+        description="Size at which `telemetry.jsonl` is rotated (three older files are kept).",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Least severe level logged: debug, info, warning or error."
     )

@@ -80,6 +80,14 @@ def build_observers(settings: Settings) -> list[Observer]:
     listen = settings.metrics_listen()
     if listen is not None:
         observers.append(_metrics_service(*listen))
+    if settings.telemetry:
+        # Imported here: telemetry imports this module for the Observer base.
+        from .telemetry import TelemetryObserver, TelemetryWriter, telemetry_path
+
+        writer = TelemetryWriter(
+            telemetry_path(settings.resolved_state_dir()), settings.telemetry_max_bytes
+        )
+        observers.append(TelemetryObserver(writer))
     return observers
 
 

@@ -233,12 +233,12 @@ def test_build_observers_refuses_a_taken_port_and_a_missing_extra(
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(ConfigError, match=f"metrics_address 127.0.0.1:{port}: cannot listen"):
-            build_observers(load_settings(metrics_address=f"127.0.0.1:{port}"))
+            build_observers(load_settings(metrics_address=f"127.0.0.1:{port}", telemetry=False))
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     monkeypatch.delitem(sys.modules, "forewarn.agent.metrics")
     with pytest.raises(ConfigError, match=r"forewarn\[metrics\]"):
-        build_observers(load_settings(metrics_address="127.0.0.1:0"))
-    assert build_observers(load_settings()) == []
+        build_observers(load_settings(metrics_address="127.0.0.1:0", telemetry=False))
+    assert build_observers(load_settings(telemetry=False)) == []
 
 
 # A real agent.
