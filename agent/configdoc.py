@@ -68,7 +68,8 @@ def table() -> str:
         "| --- | --- | --- | --- |",
     ]
     for key, env, default, description in settings_keys():
-        lines.append(f"| `{key}` | `{env}` | `{default}` | {description} |")
+        shown = default.replace("|", "\\|")  # a pipe would end the table cell
+        lines.append(f"| `{key}` | `{env}` | `{shown}` | {description} |")
     return "\n".join(lines) + "\n"
 
 
