@@ -53,6 +53,13 @@ def digest_stream(stream: IO[bytes], like: str = ALGORITHM + ":") -> tuple[int, 
     return size, f"{hasher.name}:{hasher.hexdigest()}"
 
 
+def _immutable(data: Buffer) -> bool:
+    """Whether nobody can change these bytes after the call returns (so hashing may lag)."""
+    if isinstance(data, memoryview):
+        return data.readonly and isinstance(data.obj, bytes)
+    return isinstance(data, bytes)
+
+
 class StreamHasher:
     """Hashes a byte stream in order, overlapping the hashing of large chunks with their write."""
 
@@ -66,8 +73,8 @@ class StreamHasher:
     def feed(self, data: Buffer, write: Callable[[Buffer], object]) -> None:
         """Hash `data` and call `write(data)`, concurrently when it is large.
 
-        Returns once the write is done and, unless `data` is immutable `bytes`, once it is
-        hashed too, so the caller may reuse a mutable buffer right away.
+        Returns once the write is done and, unless `data` is immutable (`bytes` or a view of
+        them), once it is hashed too, so the caller may reuse a mutable buffer right away.
         """
         size = memoryview(data).nbytes
         self.size += size
@@ -80,7 +87,7 @@ class StreamHasher:
             return
         future = self._submit(data, size)
         write(data)
-        if not isinstance(data, bytes):
+        if not _immutable(data):
             future.result()
 
     def hexdigest(self) -> str:
