@@ -287,3 +287,29 @@ def test_s3_store_takes_endpoint_and_credentials_as_arguments(
     assert store.latest(verify="checksums").step == 1  # type: ignore[union-attr]
     with pytest.raises(CheckpointError, match="not on local disk"):
         store.latest().path("model.bin")  # type: ignore[union-attr]
+
+
+def test_s3_parts_grow_so_a_stream_of_unknown_size_fits_in_10000_parts(
+    bucket: str, s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forewarn.clients.checkpoint import s3
+
+    # Doubling every 2 parts instead of every 1,000 shows the growth on a small file.
+    monkeypatch.setattr(s3, "PARTS_PER_SIZE", 2)
+    store = CheckpointStore(f"s3://{bucket}/grow", part_size=5 << 20, concurrency=2)
+    sent: list[int] = []
+    client = store._backend.client  # type: ignore[attr-defined]
+    upload_part = client.upload_part
+
+    def spy(**kwargs: Any) -> Any:
+        sent.append(len(kwargs["Body"]))
+        return upload_part(**kwargs)
+
+    monkeypatch.setattr(client, "upload_part", spy)
+    data = os.urandom(32 << 20)
+    with store.save(1) as gen, gen.open("big.bin") as stream:
+        for start in range(0, len(data), 3 << 20):
+            stream.write(data[start : start + (3 << 20)])
+    mib = 1 << 20
+    assert sorted(sent, reverse=True) == [10 * mib, 10 * mib, 5 * mib, 5 * mib, 2 * mib]
+    assert store.latest(verify="checksums").read_bytes("big.bin") == data  # type: ignore[union-attr]
