@@ -385,15 +385,16 @@ class CheckpointStore:
         ranks = resolve(rank, world_size, group)
         if attempt is None:
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-        if self._backend.get_small(f"{name}/{COMMIT}") is not None:
+        present = self._backend.list_sizes(name)
+        if COMMIT in present:
             raise GenerationExistsError(
                 f"{name} is already committed in {self.url}; generations are immutable"
             )
         if ranks.world_size == 1:
             # Whatever is there is a dead writer's leftover.
-            if self._backend.list_sizes(name):
+            if present:
                 self._backend.delete_tree(name)
-        else:
+        elif part_name(ranks.rank) in present:
             self._backend.delete(f"{name}/{part_name(ranks.rank)}")
         self._writing.add(step)
         return GenerationWriter(self, step, meta, ranks, attempt)
@@ -541,7 +542,7 @@ class CheckpointStore:
         gen.seconds = time.monotonic() - gen._started
         self._writing.discard(gen.step)
         try:
-            self.prune()
+            self._prune(fresh=gen.step)
         except Exception as exc:  # a failed clean-up must not undo a good commit
             log.warning("forewarn: checkpoint retention failed in %s: %s", self.url, exc)
         return Generation(self, manifest)
@@ -663,6 +664,10 @@ class CheckpointStore:
         """Apply `keep`: once `keep` newer generations verify (sizes), delete every older one
         except the one LATEST names and any this process is still writing. Returns the steps
         deleted."""
+        return self._prune(fresh=None)
+
+    def _prune(self, fresh: int | None) -> list[int]:
+        # `fresh` was committed by this process a moment ago: it needs no second look.
         if self.keep is None:
             return []
         steps = self.steps()
@@ -670,16 +675,20 @@ class CheckpointStore:
         for step in reversed(steps):
             if step in self._writing:
                 continue
-            generation, problems = self._check(step, checksums=False)
-            if generation is not None and not problems:
-                kept.append(step)
-                if len(kept) == self.keep:
-                    break
+            if step != fresh:
+                generation, problems = self._check(step, checksums=False)
+                if generation is None or problems:
+                    continue
+            kept.append(step)
+            if len(kept) == self.keep:
+                break
         if len(kept) < self.keep:
             return []
         floor = min(kept)
-        hinted = self.latest_hint()
-        doomed = [s for s in steps if s < floor and s != hinted and s not in self._writing]
+        doomed = [s for s in steps if s < floor and s not in self._writing]
+        if doomed:
+            hinted = self.latest_hint()
+            doomed = [s for s in doomed if s != hinted]
         for step in doomed:
             self.delete(step)
         return doomed
