@@ -33,6 +33,7 @@ from .manifest import (
     COMMIT,
     LATEST,
     MANIFEST,
+    PARTS,
     CommitMarker,
     FileEntry,
     Manifest,
@@ -474,6 +475,9 @@ class CheckpointStore:
         self._backend.put_small(f"{gen.name}/{part_name(ranks.rank)}", part.encode())
 
     def _collect_parts(self, gen: GenerationWriter) -> list[Part] | None:
+        # One listing per poll; the parts are read only once all of them are there.
+        if len(self._backend.list_sizes(f"{gen.name}/{PARTS}")) < gen.world_size:
+            return None
         parts: list[Part] = []
         for rank in range(gen.world_size):
             raw = self._backend.get_small(f"{gen.name}/{part_name(rank)}")
