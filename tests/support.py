@@ -45,7 +45,10 @@ def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith("FOREWARN_") and key.lower() not in ("http_proxy", "https_proxy")
+        if not key.startswith("FOREWARN_")
+        and key.lower() not in ("http_proxy", "https_proxy")
+        # Inside a pod, `auto` would otherwise find the real API server.
+        and not key.startswith("KUBERNETES_SERVICE")
     }
     runtime = tmp_path / "run"
     state = tmp_path / "state"
