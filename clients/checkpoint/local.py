@@ -63,6 +63,7 @@ class LocalBackend(Backend):
         self.url = f"file://{self.root}"
         # Without fsync a crash of the machine (not of the process) may lose a commit.
         self.durable = durable
+        self._root_synced = False
 
     def _path(self, key: str) -> Path:
         return self.root / key if key else self.root
@@ -140,6 +141,10 @@ class LocalBackend(Backend):
         for directory, _dirs, _files in os.walk(base):
             fsync_dir(Path(directory))
         fsync_dir(base.parent)
+        if not self._root_synced:
+            # The first save may have created the root itself.
+            fsync_dir(self.root.parent)
+            self._root_synced = True
 
     def local_path(self, key: str) -> Path | None:
         return self._path(key)
