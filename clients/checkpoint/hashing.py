@@ -68,6 +68,7 @@ class StreamHasher:
         self._pool: ThreadPoolExecutor | None = None
         self._pending: deque[tuple[Future[None], int]] = deque()
         self._pending_bytes = 0
+        self._last_owner: object = None
         self.size = 0
 
     def feed(self, data: Buffer, write: Callable[[Buffer], object]) -> None:
@@ -92,11 +93,14 @@ class StreamHasher:
 
     def hexdigest(self) -> str:
         """`sha256:<hex>` of everything fed; waits for queued chunks."""
-        self._drain(0)
+        while self._pending:
+            self._pending.popleft()[0].result()
+        self._pending_bytes = 0
         self.close()
         return f"{ALGORITHM}:{self._hash.hexdigest()}"
 
     def close(self) -> None:
+        self._last_owner = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -105,11 +109,17 @@ class StreamHasher:
         if self._pool is None:
             # One worker keeps the updates in order.
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forewarn-hash")
+        # Slices of one buffer the caller already holds pin no more memory than the first
+        # slice did, so they may queue without limit: then the file's fsync, not the write,
+        # is what the hashing overlaps with.
+        owner = data.obj if isinstance(data, memoryview) else data
+        pinned = 0 if owner is self._last_owner else size
+        self._last_owner = owner
         # Wait for older chunks, never this one, so its write still overlaps its hashing.
-        self._drain(max(0, _MAX_PENDING - size))
+        self._drain(max(0, _MAX_PENDING - pinned))
         future = self._pool.submit(self._hash.update, data)
-        self._pending.append((future, size))
-        self._pending_bytes += size
+        self._pending.append((future, pinned))
+        self._pending_bytes += pinned
         return future
 
     def _drain(self, limit: int) -> None:
