@@ -28,7 +28,7 @@ from .errors import (
     GenerationNotFoundError,
     StoreConfigError,
 )
-from .hashing import READ_CHUNK, digest_stream, new_hash
+from .hashing import READ_CHUNK, digest_data, digest_stream, new_hash
 from .manifest import (
     COMMIT,
     LATEST,
@@ -120,9 +120,7 @@ class Generation:
         entry = self._entry(name)
         with self.open(name) as stream:
             data = stream.read()
-        hasher = new_hash(entry.checksum)
-        hasher.update(data)
-        if len(data) != entry.size or f"{hasher.name}:{hasher.hexdigest()}" != entry.checksum:
+        if len(data) != entry.size or digest_data(data, entry.checksum) != entry.checksum:
             raise CorruptGenerationError(self.name, [f"{name} does not match its checksum"])
         return data
 
