@@ -229,7 +229,7 @@ class GenerationWriter:
         else:
             self.abort(f"{exc_type.__name__}: {exc}")
 
-    def commit(self) -> Generation | None:
+    def commit(self) -> Generation:
         """Finish this rank's part; on rank 0, commit the generation once every part is in.
 
         Returns the committed generation (on every rank once rank 0 committed it).
@@ -242,6 +242,8 @@ class GenerationWriter:
             self.committed = self.store._commit(self, self._part(None))
         finally:
             self.store._writing.discard(self.step)
+        if self.seconds is None:  # rank 0 stopped the clock before retention
+            self.seconds = time.monotonic() - self._started
         return self.committed
 
     def abort(self, reason: str = "aborted") -> None:
@@ -404,18 +406,22 @@ class CheckpointStore:
         write: Callable[[GenerationWriter], object],
         *,
         metadata: Mapping[str, Any] | None = None,
+        **save_options: Any,
     ) -> FlushResult:
         """Save generation `step` by calling `write(gen)`, commit it, and time it.
 
         The hook `CheckpointGuard(store=...)` uses: `seconds` runs from the call to the
-        `LATEST` hint being written (retention afterwards is not counted).
+        `LATEST` hint being written on rank 0 (retention afterwards is not counted), and to
+        the commit being seen on the other ranks. `save_options` go to `save` (rank, ...).
         """
-        with self.save(step, metadata=metadata) as gen:
+        with self.save(step, metadata=metadata, **save_options) as gen:
             write(gen)
-        assert gen.committed is not None and gen.seconds is not None
-        return FlushResult(gen.seconds, gen.committed)
+        committed = gen.committed
+        if committed is None or gen.seconds is None:
+            raise CommitError(f"{gen.name} was not committed")
+        return FlushResult(gen.seconds, committed)
 
-    def _commit(self, gen: GenerationWriter, part: Part) -> Generation | None:
+    def _commit(self, gen: GenerationWriter, part: Part) -> Generation:
         ranks = gen._ranks
         self._backend.make_durable(gen.name)
         if ranks.world_size == 1:

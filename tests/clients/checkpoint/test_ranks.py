@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 from conftest import free_port
-from forewarn.clients.checkpoint import CheckpointStore, CommitError, CommitTimeout
+from forewarn.clients.checkpoint import (
+    CheckpointStore,
+    CommitError,
+    CommitTimeout,
+    GenerationWriter,
+)
 
 WORKER = Path(__file__).with_name("rank_worker.py")
 
@@ -94,14 +99,18 @@ def rank_thread(
 ) -> threading.Thread:
     def run() -> None:
         store = CheckpointStore(url, commit_timeout=timeout, poll_interval=0.02)
+
+        def write(gen: GenerationWriter) -> None:
+            gen.write_bytes(f"rank-{rank}.bin", bytes([rank]) * 10)
+            if gate is not None:
+                assert gate.wait(30)
+            if fail:
+                raise RuntimeError(f"rank {rank} broke")
+
         try:
-            with store.save(step, rank=rank, world_size=2) as gen:
-                gen.write_bytes(f"rank-{rank}.bin", bytes([rank]) * 10)
-                if gate is not None:
-                    assert gate.wait(30)
-                if fail:
-                    raise RuntimeError(f"rank {rank} broke")
-            results[rank] = gen.committed
+            result = store.flush(step, write, rank=rank, world_size=2)
+            assert result.seconds > 0
+            results[rank] = result.generation
         except Exception as exc:
             results[rank] = exc
 
