@@ -141,6 +141,21 @@ class Generation:
         self.store._backend.download(f"{self.name}/{name}", target)
         return target
 
+    def get_dir(self, prefix: str, destination: str | os.PathLike[str]) -> list[Path]:
+        """Copy every file under `prefix/` ('' for all) into `destination`, keeping the tree."""
+        base = prefix.strip("/")
+        target = Path(destination)
+        copied = []
+        for name in sorted(self.files):
+            if base and not name.startswith(base + "/"):
+                continue
+            path = target / (name[len(base) + 1 :] if base else name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            copied.append(self.get_file(name, path))
+        if not copied:
+            raise FileNotFoundError(f"{self.name} has no files under {prefix!r}")
+        return copied
+
     def verify(self, *, checksums: bool = True) -> Verification:
         return self.store.verify(self, checksums=checksums)
 
@@ -210,6 +225,20 @@ class GenerationWriter:
                     break
                 stream.write(chunk)
         return self._entries[name]
+
+    def put_dir(self, prefix: str, source: str | os.PathLike[str]) -> list[FileEntry]:
+        """Copy a local directory's files in under `prefix/` (for writers that want a path,
+        such as `save_pretrained(dir)` or torch.distributed.checkpoint)."""
+        root = Path(source)
+        if not root.is_dir():
+            raise NotADirectoryError(f"put_dir: {root} is not a directory")
+        base = check_file_name(prefix.strip("/")) if prefix.strip("/") else ""
+        entries = []
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                relative = path.relative_to(root).as_posix()
+                entries.append(self.put_file(f"{base}/{relative}" if base else relative, path))
+        return entries
 
     def _check_writable(self) -> None:
         if self._done:

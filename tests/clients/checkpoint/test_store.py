@@ -313,3 +313,22 @@ def test_s3_parts_grow_so_a_stream_of_unknown_size_fits_in_10000_parts(
     mib = 1 << 20
     assert sorted(sent, reverse=True) == [10 * mib, 10 * mib, 5 * mib, 5 * mib, 2 * mib]
     assert store.latest(verify="checksums").read_bytes("big.bin") == data  # type: ignore[union-attr]
+
+
+def test_directories_go_in_and_come_out(make_store: Any, tmp_path: Path) -> None:
+    source = tmp_path / "pretrained"
+    (source / "sub").mkdir(parents=True)
+    (source / "config.json").write_text("{}")
+    (source / "sub" / "weights.bin").write_bytes(payload(3, 5000))
+    store = make_store()
+    with store.save(1) as gen:
+        gen.put_dir("hf", source)
+        gen.write_bytes("other.bin", b"x")
+    latest = store.latest(verify="checksums")
+    assert latest is not None
+    assert sorted(latest.files) == ["hf/config.json", "hf/sub/weights.bin", "other.bin"]
+    copied = latest.get_dir("hf", tmp_path / "restored")
+    assert len(copied) == 2
+    assert (tmp_path / "restored" / "sub" / "weights.bin").read_bytes() == payload(3, 5000)
+    with pytest.raises(FileNotFoundError, match="no files under"):
+        latest.get_dir("nothing", tmp_path / "x")
