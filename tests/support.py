@@ -59,7 +59,7 @@ def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         FOREWARN_STATE_DIR=str(state),
         GCE_METADATA_HOST=DEAD_LOOPBACK,
         GCE_METADATA_IP=DEAD_LOOPBACK,
-        NO_GCE_CHECK="True",
+        NO_GCE_CHECK="true",
         NO_PROXY="*",
         PYTHONUNBUFFERED="1",
     )
