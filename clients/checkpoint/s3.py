@@ -2,7 +2,7 @@
 
 boto3 is imported when the first request is made, never at package import. Large objects go
 up as multipart uploads whose parts are sent concurrently while the writer keeps producing;
-small ones as a single PUT. Memory stays bounded by about `part_size * (concurrency + 3)`.
+small ones as a single PUT. Memory per file stays near `part_size * (concurrency + 3)`.
 """
 
 from __future__ import annotations
