@@ -18,7 +18,6 @@ import io
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from typing import Any
 
 from common import median, table
 from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint.testing import loopback_s3_env, moto_server
 
 CHUNK = 8 << 20
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)?$", re.IGNORECASE)
@@ -112,30 +112,6 @@ def row(
     ]
 
 
-def start_moto() -> tuple[subprocess.Popen[bytes], str]:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    binary = Path(sys.executable).with_name("moto_server")
-    command = [str(binary)] if binary.exists() else [sys.executable, "-m", "moto.server"]
-    process = subprocess.Popen(
-        [*command, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return process, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.05)
-    process.kill()
-    raise RuntimeError("moto_server did not start")
-
-
 def bench_s3(data: bytes, repeat: int, endpoint: str) -> list[list[Any]]:
     import boto3
     from boto3.s3.transfer import TransferConfig
@@ -177,19 +153,14 @@ def bench_s3(data: bytes, repeat: int, endpoint: str) -> list[list[Any]]:
 def run_s3(data: bytes, repeat: int, endpoint: str | None) -> list[list[Any]]:
     if endpoint is not None:
         return bench_s3(data, repeat, endpoint)
-    moto, endpoint = start_moto()
-    saved = {key: os.environ.get(key) for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
-    try:
-        return bench_s3(data, repeat, endpoint)
-    finally:
-        moto.terminate()
-        moto.wait(10)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    saved = dict(os.environ)
+    with moto_server() as local:
+        os.environ.update(loopback_s3_env(local))
+        try:
+            return bench_s3(data, repeat, local)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
 
 def main(argv: list[str] | None = None) -> int:

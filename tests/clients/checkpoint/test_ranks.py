@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import free_port
 from forewarn.clients.checkpoint import (
     CheckpointStore,
     CommitError,
     CommitTimeout,
     GenerationWriter,
 )
+from forewarn.clients.checkpoint.testing import free_port
 
 WORKER = Path(__file__).with_name("rank_worker.py")
 
