@@ -1,0 +1,136 @@
+"""What the store needs from a storage backend, and the streaming writer both backends share."""
+
+from __future__ import annotations
+
+import io
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from .hashing import Buffer, StreamHasher
+
+OnDone = Callable[[int, str], None]
+
+
+class ObjectWriter(io.BufferedIOBase):
+    """A file being written into a generation: hashed while written, visible under its name
+    only once closed without error. Leaving a `with` block by an exception discards it."""
+
+    def __init__(self, name: str, on_done: OnDone | None) -> None:
+        super().__init__()
+        self.name = name
+        self._on_done = on_done
+        self._hasher = StreamHasher()
+        self._finished = False
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Buffer) -> int:  # type: ignore[override]
+        if self._finished:
+            raise ValueError(f"write to {self.name!r} after it was closed")
+        self._hasher.feed(data, self._sink)
+        return memoryview(data).nbytes
+
+    def close(self) -> None:
+        if not self._finished:
+            self._finished = True
+            try:
+                self._finish()
+                size, checksum = self._hasher.size, self._hasher.hexdigest()
+            except BaseException:
+                self._hasher.close()
+                self._discard()
+                raise
+            if self._on_done is not None:
+                self._on_done(size, checksum)
+        super().close()
+
+    def abort(self) -> None:
+        """Drop what was written; the name never appears."""
+        if not self._finished:
+            self._finished = True
+            self._hasher.close()
+            self._discard()
+        super().close()
+
+    def __del__(self) -> None:
+        # An abandoned writer was never finished on purpose: it must not appear.
+        if not getattr(self, "_finished", True):
+            self.abort()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    @abstractmethod
+    def _sink(self, data: Buffer) -> None:
+        """Take the next bytes (the caller may reuse a mutable buffer after this returns)."""
+
+    @abstractmethod
+    def _finish(self) -> None:
+        """Make the object durable and visible under its final name."""
+
+    @abstractmethod
+    def _discard(self) -> None:
+        """Remove whatever was written so far; never raises."""
+
+
+class Backend(ABC):
+    """Keys are `/`-separated and relative to the store's root."""
+
+    url: str
+
+    @abstractmethod
+    def writer(self, key: str, on_done: OnDone | None = None) -> ObjectWriter: ...
+
+    @abstractmethod
+    def put_small(self, key: str, data: bytes) -> None:
+        """Write a small object atomically and durably (manifest, marker, hint)."""
+
+    @abstractmethod
+    def get_small(self, key: str) -> bytes | None:
+        """A small object's bytes, or None when it does not exist."""
+
+    @abstractmethod
+    def open_read(self, key: str) -> IO[bytes]:
+        """A stream of the object's bytes; FileNotFoundError when it does not exist."""
+
+    @abstractmethod
+    def list_children(self, prefix: str) -> list[str]:
+        """Names of the immediate sub-directories under `prefix` ('' for the root)."""
+
+    @abstractmethod
+    def list_sizes(self, prefix: str) -> dict[str, int]:
+        """Every finished object under `prefix` (recursively): key relative to it → size."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove one object; a missing one is fine."""
+
+    @abstractmethod
+    def delete_tree(self, prefix: str) -> None:
+        """Remove everything under `prefix`, including partial uploads; missing is fine."""
+
+    def make_durable(self, prefix: str) -> None:  # noqa: B027 - object stores need nothing
+        """Make every finished object under `prefix` durable before the next step writes."""
+
+    def local_path(self, key: str) -> Path | None:
+        """The object's path on a local filesystem, when the backend has one."""
+        return None
+
+    @abstractmethod
+    def download(self, key: str, destination: Path) -> None:
+        """Copy one object to a local file."""
+
+    def close(self) -> None:  # noqa: B027 - only some backends hold resources
+        """Release threads and connections."""

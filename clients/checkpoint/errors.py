@@ -1,0 +1,40 @@
+"""The errors a checkpoint store raises; all derive from `CheckpointError`."""
+
+from __future__ import annotations
+
+
+class CheckpointError(Exception):
+    """Base of every error the checkpoint store raises."""
+
+
+class StoreConfigError(CheckpointError, ValueError):
+    """A store URL, option or environment variable is not usable; the message names it."""
+
+
+class InvalidNameError(CheckpointError, ValueError):
+    """A file name inside a generation is empty, absolute, escapes it, or is reserved."""
+
+
+class GenerationExistsError(CheckpointError):
+    """A committed generation already holds this step; generations are immutable."""
+
+
+class GenerationNotFoundError(CheckpointError, LookupError):
+    """No committed generation holds this step."""
+
+
+class CorruptGenerationError(CheckpointError):
+    """A generation's marker, manifest or files do not verify."""
+
+    def __init__(self, name: str, problems: list[str]) -> None:
+        self.name = name
+        self.problems = list(problems)
+        super().__init__(f"{name} does not verify: " + "; ".join(self.problems))
+
+
+class CommitError(CheckpointError):
+    """A generation could not be committed (a rank failed, names collide, a write failed)."""
+
+
+class CommitTimeout(CommitError, TimeoutError):
+    """Waiting for the other ranks' parts, or for rank 0's commit, took too long."""

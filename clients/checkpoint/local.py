@@ -1,0 +1,153 @@
+"""The local-directory backend: temp file + fsync + rename, and fsynced directories."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import IO
+
+from .backend import Backend, ObjectWriter, OnDone
+from .hashing import Buffer
+from .manifest import COMMIT
+
+_TMP_MARK = ".tmp-"
+
+
+def _is_temp(name: str) -> bool:
+    return name.startswith(".") and _TMP_MARK in name
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _temp_beside(path: Path) -> Path:
+    return path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
+
+
+class LocalWriter(ObjectWriter):
+    def __init__(self, path: Path, name: str, on_done: OnDone | None, durable: bool) -> None:
+        super().__init__(name, on_done)
+        self._path = path
+        self._durable = durable
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._temp = _temp_beside(path)
+        self._file = open(self._temp, "wb")  # noqa: SIM115 - closed in _finish/_discard
+
+    def _sink(self, data: Buffer) -> None:
+        self._file.write(data)
+
+    def _finish(self) -> None:
+        self._file.flush()
+        if self._durable:
+            os.fsync(self._file.fileno())
+        self._file.close()
+        os.replace(self._temp, self._path)
+
+    def _discard(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+        self._temp.unlink(missing_ok=True)
+
+
+class LocalBackend(Backend):
+    def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.url = f"file://{self.root}"
+        # Without fsync a crash of the machine (not of the process) may lose a commit.
+        self.durable = durable
+        self._root_synced = False
+
+    def _path(self, key: str) -> Path:
+        return self.root / key if key else self.root
+
+    def writer(self, key: str, on_done: OnDone | None = None) -> ObjectWriter:
+        return LocalWriter(self._path(key), key, on_done, self.durable)
+
+    def put_small(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = _temp_beside(path)
+        try:
+            with open(temp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                if self.durable:
+                    os.fsync(handle.fileno())
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        if self.durable:
+            fsync_dir(path.parent)
+
+    def get_small(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def open_read(self, key: str) -> IO[bytes]:
+        return open(self._path(key), "rb")
+
+    def list_children(self, prefix: str) -> list[str]:
+        try:
+            with os.scandir(self._path(prefix)) as entries:
+                return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def list_sizes(self, prefix: str) -> dict[str, int]:
+        base = self._path(prefix)
+        sizes: dict[str, int] = {}
+        for directory, _dirs, files in os.walk(base):
+            relative = os.path.relpath(directory, base)
+            for name in files:
+                if _is_temp(name):
+                    continue
+                key = name if relative == "." else f"{relative}/{name}".replace(os.sep, "/")
+                try:
+                    sizes[key] = os.stat(os.path.join(directory, name)).st_size
+                except FileNotFoundError:
+                    continue
+        return sizes
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def delete_tree(self, prefix: str) -> None:
+        path = self._path(prefix)
+        if not path.exists():
+            return
+        # The marker goes first, durably, so a half-deleted generation never counts.
+        marker = path / COMMIT
+        if marker.exists():
+            marker.unlink()
+            if self.durable:
+                fsync_dir(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+    def make_durable(self, prefix: str) -> None:
+        if not self.durable:
+            return
+        base = self._path(prefix)
+        for directory, _dirs, _files in os.walk(base):
+            fsync_dir(Path(directory))
+        fsync_dir(base.parent)
+        if not self._root_synced:
+            # The first save may have created the root itself.
+            fsync_dir(self.root.parent)
+            self._root_synced = True
+
+    def local_path(self, key: str) -> Path | None:
+        return self._path(key)
+
+    def download(self, key: str, destination: Path) -> None:
+        shutil.copyfile(self._path(key), destination)

@@ -1,0 +1,333 @@
+"""The S3-compatible backend (AWS S3, DigitalOcean Spaces, MinIO, GCS interoperability).
+
+boto3 is imported when the first request is made, never at package import. Large objects go
+up as multipart uploads whose parts are sent concurrently while the writer keeps producing;
+small ones as a single PUT. Memory per file stays near `part_size * (concurrency + 3)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any
+
+from .backend import Backend, ObjectWriter, OnDone
+from .errors import StoreConfigError
+from .hashing import Buffer
+from .manifest import COMMIT
+
+MIN_PART = 5 << 20  # S3's smallest part but the last
+MAX_PART = 5 << 30
+PARTS_PER_SIZE = 1000
+# The same as boto3's TransferConfig defaults, which measured fastest against moto too.
+DEFAULT_PART = 8 << 20
+DEFAULT_CONCURRENCY = 10
+
+
+class S3Writer(ObjectWriter):
+    def __init__(self, backend: S3Backend, key: str, name: str, on_done: OnDone | None) -> None:
+        super().__init__(name, on_done)
+        self._backend = backend
+        self._key = key
+        self._chunks: list[bytes] = []
+        self._buffered = 0
+        self._upload_id: str | None = None
+        self._parts: deque[tuple[int, Future[Any]]] = deque()
+        self._etags: list[dict[str, Any]] = []
+
+    def _part_size(self) -> int:
+        # The final size is unknown while streaming and S3 allows 10,000 parts: doubling the
+        # part size every 1,000 parts reaches S3's 5 TiB object limit from 8 MiB parts.
+        sent = len(self._etags) + len(self._parts)
+        return min(self._backend.part_size << (sent // PARTS_PER_SIZE), MAX_PART)
+
+    def _sink(self, data: Buffer) -> None:
+        view = memoryview(data).cast("B")
+        if not self._chunks:
+            # A large write needs no staging copy: slice whole parts straight off it.
+            while len(view) >= (size := self._part_size()):
+                self._send_part(bytes(view[:size]))
+                view = view[size:]
+            if not len(view):
+                return
+        whole_bytes = isinstance(data, bytes) and len(view) == len(data)
+        self._chunks.append(data if whole_bytes else bytes(view))  # type: ignore[arg-type]
+        self._buffered += len(view)
+        if self._buffered >= self._part_size():
+            joined = b"".join(self._chunks)
+            start = 0
+            while len(joined) - start >= (size := self._part_size()):
+                self._send_part(joined[start : start + size])
+                start += size
+            rest = joined[start:]
+            self._chunks = [rest] if rest else []
+            self._buffered = len(rest)
+
+    def _send_part(self, body: bytes) -> None:
+        backend = self._backend
+        if self._upload_id is None:
+            reply = backend.client.create_multipart_upload(Bucket=backend.bucket, Key=self._key)
+            self._upload_id = reply["UploadId"]
+        # Bound what is queued so a fast producer cannot pile every part up in memory.
+        while len(self._parts) >= backend.concurrency + 2:
+            self._collect_oldest()
+        number = len(self._etags) + len(self._parts) + 1
+        future = backend.pool.submit(
+            backend.client.upload_part,
+            Bucket=backend.bucket,
+            Key=self._key,
+            UploadId=self._upload_id,
+            PartNumber=number,
+            Body=body,
+        )
+        self._parts.append((number, future))
+
+    def _collect_oldest(self) -> None:
+        number, future = self._parts.popleft()
+        self._etags.append({"PartNumber": number, "ETag": future.result()["ETag"]})
+
+    def _finish(self) -> None:
+        backend = self._backend
+        body = b"".join(self._chunks)
+        self._chunks = []
+        if self._upload_id is None:
+            backend.client.put_object(Bucket=backend.bucket, Key=self._key, Body=body)
+            return
+        if body:
+            self._send_part(body)
+        while self._parts:
+            self._collect_oldest()
+        backend.client.complete_multipart_upload(
+            Bucket=backend.bucket,
+            Key=self._key,
+            UploadId=self._upload_id,
+            MultipartUpload={"Parts": sorted(self._etags, key=lambda part: part["PartNumber"])},
+        )
+
+    def _discard(self) -> None:
+        self._chunks = []
+        for _number, future in self._parts:
+            future.cancel()
+        for _number, future in self._parts:
+            if not future.cancelled():
+                # The upload is being thrown away: its errors no longer matter.
+                with contextlib.suppress(Exception):
+                    future.result()
+        self._parts.clear()
+        if self._upload_id is not None:
+            # An upload left unaborted expires by the bucket's lifecycle rule.
+            with contextlib.suppress(Exception):
+                self._backend.client.abort_multipart_upload(
+                    Bucket=self._backend.bucket, Key=self._key, UploadId=self._upload_id
+                )
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """`s3://bucket/some/prefix` → ("bucket", "some/prefix")."""
+    rest = url[len("s3://") :]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise StoreConfigError(f"store URL {url!r} names no bucket (expected s3://bucket/prefix)")
+    return bucket, prefix.strip("/")
+
+
+class S3Backend(Backend):
+    def __init__(
+        self,
+        url: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+        profile: str | None = None,
+        addressing_style: str | None = None,
+        part_size: int = DEFAULT_PART,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
+        self.bucket, self.prefix = parse_s3_url(url)
+        self.url = url
+        if not MIN_PART <= part_size <= MAX_PART:
+            raise StoreConfigError(
+                f"part_size must be between {MIN_PART} and {MAX_PART} bytes (S3's limits)"
+            )
+        if concurrency < 1:
+            raise StoreConfigError(f"concurrency must be at least 1, got {concurrency}")
+        if addressing_style not in (None, "auto", "path", "virtual"):
+            raise StoreConfigError(
+                f"addressing_style must be auto, path or virtual, not {addressing_style!r}"
+            )
+        self.part_size = part_size
+        self.concurrency = concurrency
+        self._options = {
+            "endpoint_url": endpoint_url,
+            "region": region,
+            "access_key_id": access_key_id,
+            "secret_access_key": secret_access_key,
+            "session_token": session_token,
+            "profile": profile,
+            "addressing_style": addressing_style,
+        }
+        self._client: Any = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = make_client(concurrency=self.concurrency, **self._options)
+        return self._client
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        max_workers=self.concurrency, thread_name_prefix="forewarn-s3"
+                    )
+        return self._pool
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _dir(self, prefix: str) -> str:
+        full = self._key(prefix) if prefix else self.prefix
+        return f"{full}/" if full else ""
+
+    def writer(self, key: str, on_done: OnDone | None = None) -> ObjectWriter:
+        return S3Writer(self, self._key(key), key, on_done)
+
+    def put_small(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
+
+    def get_small(self, key: str) -> bytes | None:
+        try:
+            reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as exc:
+            if _is_missing(exc):
+                return None
+            raise
+        body: bytes = reply["Body"].read()
+        return body
+
+    def open_read(self, key: str) -> IO[bytes]:
+        try:
+            reply = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as exc:
+            if _is_missing(exc):
+                raise FileNotFoundError(f"s3://{self.bucket}/{self._key(key)}") from None
+            raise
+        stream: IO[bytes] = reply["Body"]
+        return stream
+
+    def list_children(self, prefix: str) -> list[str]:
+        base = self._dir(prefix)
+        names: list[str] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=base, Delimiter="/"):
+            for common in page.get("CommonPrefixes", []):
+                names.append(common["Prefix"][len(base) :].rstrip("/"))
+        return names
+
+    def list_sizes(self, prefix: str) -> dict[str, int]:
+        base = self._dir(prefix)
+        sizes: dict[str, int] = {}
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
+            for item in page.get("Contents", []):
+                sizes[item["Key"][len(base) :]] = int(item["Size"])
+        return sizes
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    def delete_tree(self, prefix: str) -> None:
+        # The marker goes first so a half-deleted generation never counts.
+        self.delete(f"{prefix}/{COMMIT}")
+        base = self._dir(prefix)
+        keys = [base + key for key in self.list_sizes(prefix)]
+        for start in range(0, len(keys), 1000):
+            batch = [{"Key": key} for key in keys[start : start + 1000]]
+            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
+            for upload in page.get("Uploads", []):
+                self.client.abort_multipart_upload(
+                    Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                )
+
+    def download(self, key: str, destination: Path) -> None:
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(
+            multipart_chunksize=self.part_size, max_concurrency=self.concurrency
+        )
+        self.client.download_file(self.bucket, self._key(key), str(destination), Config=config)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _is_missing(exc: Exception) -> bool:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = str(response.get("Error", {}).get("Code", ""))
+    return code in ("NoSuchKey", "404", "NotFound")
+
+
+def make_client(
+    *,
+    endpoint_url: str | None,
+    region: str | None,
+    access_key_id: str | None,
+    secret_access_key: str | None,
+    session_token: str | None,
+    profile: str | None,
+    addressing_style: str | None,
+    concurrency: int,
+) -> Any:
+    """A boto3 S3 client. Arguments win; otherwise boto3 reads AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_REGION/AWS_DEFAULT_REGION and
+    AWS_ENDPOINT_URL_S3/AWS_ENDPOINT_URL itself."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise StoreConfigError(
+            "an s3:// checkpoint store needs boto3: pip install 'forewarn[aws]'"
+        ) from None
+    if (access_key_id is None) != (secret_access_key is None):
+        raise StoreConfigError("give both access_key_id and secret_access_key, or neither")
+    session = boto3.session.Session(
+        aws_access_key_id=access_key_id,
+        aws_secret_access_key=secret_access_key,
+        aws_session_token=session_token,
+        profile_name=profile,
+        region_name=region,
+    )
+    s3_options: dict[str, Any] = {}
+    if addressing_style:
+        s3_options["addressing_style"] = addressing_style
+    config = Config(
+        max_pool_connections=concurrency + 4,
+        retries={"max_attempts": 5, "mode": "standard"},
+        s3=s3_options or None,
+        # The store checksums every file end to end (SHA-256 in the manifest), and several
+        # S3-compatible services reject the CRC trailers boto3 sends by default since 1.36.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    # Signing needs some region; S3-compatible services accept us-east-1 when they ignore it.
+    region_name = region or session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
+    return session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)

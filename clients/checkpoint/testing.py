@@ -1,0 +1,69 @@
+"""A real S3-compatible server on loopback for tests and benchmarks: moto in server mode.
+
+Needs `moto[server]` (in forewarn's `test` extra). Never imported by the package itself.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def loopback_s3_env(endpoint: str) -> dict[str, str]:
+    """Dummy credentials and the loopback endpoint, so nothing can reach real AWS."""
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "NO_PROXY": "*",
+    }
+
+
+@contextmanager
+def moto_server(timeout: float = 30.0) -> Iterator[str]:
+    """Run `moto_server` on 127.0.0.1 and a free port; yields its endpoint URL."""
+    port = free_port()
+    binary = Path(sys.executable).with_name("moto_server")
+    command = [str(binary)] if binary.exists() else [sys.executable, "-m", "moto.server"]
+    process = subprocess.Popen(
+        [*command, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        "moto_server did not start (is moto[server] installed?)"
+                    ) from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -1,0 +1,75 @@
+"""Batch inference: a job killed part-way and restarted skips exactly the committed items."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.clients.checkpoint import BatchProgress, CheckpointStore
+
+ITEMS = [f"doc-{i:03d}" for i in range(50)]
+
+
+def infer(item: str) -> dict[str, Any]:
+    return {"length": len(item), "upper": item.upper()}
+
+
+def run_job(url: str, log: Path, stop_after: int | None) -> None:
+    """Process the remaining items, flushing every 7; stop dead after `stop_after` items."""
+    progress = BatchProgress(CheckpointStore(url, keep=2), flush_every=7)
+    with log.open("a") as handle:
+        for count, item in enumerate(progress.remaining(ITEMS)):
+            if stop_after is not None and count == stop_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+            handle.write(item + "\n")
+            handle.flush()
+            progress.add(item, infer(item))
+    progress.flush()
+
+
+def test_a_restarted_job_skips_exactly_the_done_items(
+    make_store: Any, store_url: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "processed.txt"
+    context = multiprocessing.get_context("fork")
+    first = context.Process(target=run_job, args=(store_url, log, 24))
+    first.start()
+    first.join(60)
+    assert first.exitcode == -signal.SIGKILL
+    processed_first = log.read_text().split()
+    assert processed_first == ITEMS[:24]
+
+    progress = BatchProgress(make_store())
+    # Flushes of 7 committed 21 items; the 3 after the last flush were lost with the process.
+    assert progress.done == frozenset(ITEMS[:21])
+    assert progress.resumed_from is not None and progress.resumed_from.step == 21
+
+    log.write_text("")
+    run_job(store_url, log, None)
+    assert log.read_text().split() == ITEMS[21:]
+
+    final = BatchProgress(make_store())
+    assert len(final) == len(ITEMS)
+    assert dict(final.outputs()) == {item: infer(item) for item in ITEMS}
+    assert final.output("doc-007") == infer("doc-007")
+
+
+def test_batch_progress_rules(tmp_path: Path) -> None:
+    progress = BatchProgress(CheckpointStore(tmp_path))
+    progress.add(5, [1, 2])
+    assert 5 in progress and "5" in progress and progress.pending == 1
+    with pytest.raises(ValueError, match="already done"):
+        progress.add("5")
+    with pytest.raises(TypeError, match="str or int"):
+        progress.add(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        progress.add("x", object())
+    assert progress.flush() is not None
+    assert progress.flush() is None
+    with pytest.raises(KeyError, match="no committed output"):
+        progress.output("missing")
+    assert BatchProgress(CheckpointStore(tmp_path)).output(5) == [1, 2]

@@ -1,0 +1,334 @@
+"""The store on local disk and on a real S3-compatible server: commit, resume, verify,
+fall back past broken generations, retention, and the errors users meet."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.clients.checkpoint import (
+    CheckpointError,
+    CheckpointStore,
+    CommitError,
+    CorruptGenerationError,
+    GenerationExistsError,
+    GenerationNotFoundError,
+    InvalidNameError,
+    StoreConfigError,
+)
+
+
+def payload(step: int, size: int = 1000) -> bytes:
+    return bytes((step * 7 + i) % 251 for i in range(size))
+
+
+def save_step(store: CheckpointStore, step: int, size: int = 1000) -> None:
+    with store.save(step, metadata={"loss": 1.0 / (step + 1)}) as gen:
+        gen.write_bytes("model.bin", payload(step, size))
+        with gen.open("shards/optimizer.bin") as stream:
+            stream.write(b"opt-")
+            stream.write(bytearray(payload(step + 1, size)))
+
+
+def rewrite(store: CheckpointStore, key: str, change: Any) -> None:
+    """Tamper with one stored object behind the store's back."""
+    backend = store._backend
+    with backend.open_read(key) as stream:
+        data = stream.read()
+    backend.put_small(key, change(data))
+
+
+def test_commit_and_resume(make_store: Any) -> None:
+    store = make_store()
+    assert store.latest() is None
+    save_step(store, 5)
+    save_step(store, 10)
+
+    resumed = make_store().latest(verify="checksums")
+    assert resumed is not None
+    assert resumed.step == 10
+    assert resumed.name == "step-000000000010"
+    assert resumed.metadata == {"loss": 1.0 / 11}
+    assert resumed.world_size == 1
+    assert set(resumed.files) == {"model.bin", "shards/optimizer.bin"}
+    assert resumed.read_bytes("model.bin") == payload(10)
+    with resumed.open("shards/optimizer.bin") as stream:
+        assert stream.read() == b"opt-" + payload(11)
+    assert store.latest_hint() == 10
+    assert [g.step for g in store.generations()] == [5, 10]
+    assert store.verify(5, checksums=True).ok
+
+
+def test_large_file_streams_in_parts(make_store: Any, store_url: str, tmp_path: Path) -> None:
+    # 13 MiB through 5 MiB parts on S3: a multipart upload with a short last part.
+    store = make_store(**({"part_size": 5 << 20} if store_url.startswith("s3://") else {}))
+    source = tmp_path / "big.bin"
+    data = os.urandom(13 << 20)
+    source.write_bytes(data)
+    with store.save(1) as gen:
+        entry = gen.put_file("big.bin", source)
+        gen.write_bytes("empty", b"")
+    assert entry.size == len(data)
+    latest = store.latest(verify="checksums")
+    assert latest is not None
+    assert latest.read_bytes("empty") == b""
+    copy = latest.get_file("big.bin", tmp_path / "copy.bin")
+    assert copy.read_bytes() == data
+
+
+def test_a_flipped_byte_is_detected_and_latest_falls_back(make_store: Any) -> None:
+    store = make_store(verify="checksums")
+    save_step(store, 1)
+    save_step(store, 2)
+
+    def flip(data: bytes) -> bytes:
+        return data[:500] + bytes([data[500] ^ 0x01]) + data[501:]
+
+    rewrite(store, "step-000000000002/model.bin", flip)
+    check = store.verify(2, checksums=True)
+    assert not check.ok
+    assert check.problems == ("model.bin does not match its checksum",)
+    assert store.verify(2, checksums=False).ok  # same size: only checksums catch it
+    latest = store.latest()
+    assert latest is not None and latest.step == 1
+    assert store.latest(verify="sizes").step == 2  # type: ignore[union-attr]
+    with pytest.raises(CorruptGenerationError, match="does not match its checksum"):
+        store.get(2)
+    with pytest.raises(CorruptGenerationError):
+        store.latest(verify="sizes").read_bytes("model.bin")  # type: ignore[union-attr]
+
+
+def test_a_missing_file_is_detected_and_latest_falls_back(make_store: Any) -> None:
+    store = make_store()
+    save_step(store, 1)
+    save_step(store, 2)
+    store._backend.delete("step-000000000002/shards/optimizer.bin")
+    assert store.verify(2).problems == ("shards/optimizer.bin is missing",)
+    assert store.latest().step == 1  # type: ignore[union-attr]
+
+
+def test_a_truncated_file_is_detected_and_latest_falls_back(make_store: Any) -> None:
+    store = make_store()
+    save_step(store, 1)
+    save_step(store, 2)
+    rewrite(store, "step-000000000002/model.bin", lambda data: data[:-1])
+    assert store.verify(2, checksums=False).problems == (
+        "model.bin has 999 bytes, the manifest says 1000",
+    )
+    assert store.latest().step == 1  # type: ignore[union-attr]
+
+
+def test_a_tampered_manifest_or_marker_is_detected(make_store: Any) -> None:
+    store = make_store()
+    for step in (1, 2, 3):
+        save_step(store, step)
+    rewrite(store, "step-000000000003/MANIFEST.json", lambda data: data.replace(b"1000", b"1001"))
+    rewrite(store, "step-000000000002/COMMIT", lambda data: b"{not json")
+    assert "manifest does not match" in store.verify(3).problems[0]
+    assert "commit marker" in store.verify(2).problems[0]
+    assert store.latest().step == 1  # type: ignore[union-attr]
+    assert [g.step for g in store.generations()] == [1]
+
+
+def test_an_uncommitted_generation_is_never_returned(make_store: Any) -> None:
+    store = make_store()
+    save_step(store, 1)
+    gen = store.save(2)
+    gen.write_bytes("model.bin", payload(2))
+    # Files are in place, but no marker yet.
+    assert store.latest().step == 1  # type: ignore[union-attr]
+    assert store.steps() == [1, 2]
+    with pytest.raises(GenerationNotFoundError):
+        store.get(2)
+    gen.commit()
+    assert store.latest().step == 2  # type: ignore[union-attr]
+
+
+def test_an_exception_in_the_block_commits_nothing(make_store: Any) -> None:
+    store = make_store()
+    save_step(store, 1)
+    with pytest.raises(RuntimeError, match="boom"), store.save(2) as gen:
+        gen.write_bytes("model.bin", payload(2))
+        with gen.open("half.bin") as stream:
+            stream.write(b"x" * 100)
+            raise RuntimeError("boom")
+    assert store.latest().step == 1  # type: ignore[union-attr]
+    assert store.steps() == [1]
+
+
+def test_a_dead_writers_leftover_is_replaced(make_store: Any) -> None:
+    store = make_store()
+    leftover = store.save(3)
+    leftover.write_bytes("stale.bin", b"stale")
+    # The writer dies here; a restarted job saves the same step again.
+    save_step(make_store(), 3)
+    latest = store.latest(verify="checksums")
+    assert latest is not None and set(latest.files) == {"model.bin", "shards/optimizer.bin"}
+    assert "stale.bin" not in store._backend.list_sizes("step-000000000003")
+
+
+def test_generations_are_immutable(make_store: Any) -> None:
+    store = make_store()
+    save_step(store, 4)
+    with pytest.raises(GenerationExistsError, match="step-000000000004"):
+        store.save(4)
+    with store.save(5) as gen:
+        gen.write_bytes("a", b"1")
+        with pytest.raises(CommitError, match="already written"):
+            gen.open("a")
+
+
+def test_retention_keeps_n_and_what_latest_names(make_store: Any) -> None:
+    store = make_store(keep=2)
+    for step in range(1, 6):
+        save_step(store, step)
+    assert store.steps() == [4, 5]
+    # A broken newest generation does not count toward `keep`.
+    store._backend.delete("step-000000000005/model.bin")
+    save_step(store, 6)
+    assert store.steps() == [4, 5, 6]
+    save_step(store, 7)
+    assert store.steps() == [6, 7]
+
+
+def test_retention_spares_the_generation_latest_names(make_store: Any) -> None:
+    store = make_store(keep=1)
+    save_step(store, 10)
+    # An older step saved later leaves LATEST on 10; pruning to keep=1 must spare 10... and
+    # the newest verified one.
+    save_step(store, 20)
+    assert store.steps() == [20]
+    store._backend.put_small("LATEST", json.dumps({"step": 20}).encode())
+    gen = store.save(30)
+    gen.write_bytes("model.bin", payload(30))
+    # 30 is being written: pruning now must not touch it, and must keep 20.
+    assert store.prune() == []
+    assert store.steps() == [20, 30]
+    gen.commit()
+    assert store.steps() == [30]
+
+
+def test_retention_never_deletes_the_hinted_generation(make_store: Any) -> None:
+    store = make_store()
+    for step in (1, 2, 3):
+        save_step(store, step)
+    store._backend.put_small("LATEST", json.dumps({"step": 1}).encode())
+    store.keep = 1
+    assert store.prune() == [2]
+    assert store.steps() == [1, 3]
+
+
+def test_flush_hook_times_the_save(make_store: Any) -> None:
+    store = make_store()
+    result = store.flush(7, lambda gen: gen.write_bytes("m", b"weights"), metadata={"k": 1})
+    assert result.seconds > 0
+    assert result.generation.step == 7
+    assert result.generation.metadata == {"k": 1}
+    assert store.latest().read_bytes("m") == b"weights"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "name", ["", "/abs", "a/../b", "./a", "a//b", "MANIFEST.json", "COMMIT", "parts/x", "a\\b"]
+)
+def test_bad_file_names_are_refused(tmp_path: Path, name: str) -> None:
+    gen = CheckpointStore(tmp_path).save(1)
+    with pytest.raises(InvalidNameError):
+        gen.open(name)
+
+
+def test_bad_configuration_names_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(StoreConfigError, match="keep"):
+        CheckpointStore(tmp_path, keep=0)
+    with pytest.raises(StoreConfigError, match="verify"):
+        CheckpointStore(tmp_path, verify="md5")  # type: ignore[arg-type]
+    with pytest.raises(StoreConfigError, match="'gs' is not supported"):
+        CheckpointStore("gs://bucket/x")
+    with pytest.raises(StoreConfigError, match="endpoint_url apply to s3"):
+        CheckpointStore(tmp_path, endpoint_url="http://127.0.0.1:1")
+    with pytest.raises(StoreConfigError, match="names no bucket"):
+        CheckpointStore("s3:///prefix")
+    with pytest.raises(ValueError, match="non-negative int"):
+        CheckpointStore(tmp_path).save(-1)
+    with pytest.raises(ValueError, match="JSON-serialisable"):
+        CheckpointStore(tmp_path).save(1, metadata={"x": object()})
+
+
+def test_file_urls_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = CheckpointStore(f"file://{tmp_path}/a")
+    save_step(store, 1)
+    monkeypatch.setenv("FOREWARN_CHECKPOINT_URL", str(tmp_path / "a"))
+    monkeypatch.setenv("FOREWARN_CHECKPOINT_KEEP", "3")
+    monkeypatch.setenv("FOREWARN_CHECKPOINT_VERIFY", "checksums")
+    from_env = CheckpointStore.from_env()
+    assert from_env.keep == 3 and from_env.verify_policy == "checksums"
+    assert from_env.latest().path("model.bin").read_bytes() == payload(1)  # type: ignore[union-attr]
+    monkeypatch.setenv("FOREWARN_CHECKPOINT_KEEP", "three")
+    with pytest.raises(StoreConfigError, match="FOREWARN_CHECKPOINT_KEEP"):
+        CheckpointStore.from_env()
+
+
+def test_s3_store_takes_endpoint_and_credentials_as_arguments(
+    bucket: str, s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(key)
+    store = CheckpointStore(
+        f"s3://{bucket}",
+        endpoint_url=s3_env["AWS_ENDPOINT_URL"],
+        region="us-east-1",
+        access_key_id="testing",
+        secret_access_key="testing",
+        addressing_style="path",
+    )
+    save_step(store, 1)
+    assert store.latest(verify="checksums").step == 1  # type: ignore[union-attr]
+    with pytest.raises(CheckpointError, match="not on local disk"):
+        store.latest().path("model.bin")  # type: ignore[union-attr]
+
+
+def test_s3_parts_grow_so_a_stream_of_unknown_size_fits_in_10000_parts(
+    bucket: str, s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forewarn.clients.checkpoint import s3
+
+    # Doubling every 2 parts instead of every 1,000 shows the growth on a small file.
+    monkeypatch.setattr(s3, "PARTS_PER_SIZE", 2)
+    store = CheckpointStore(f"s3://{bucket}/grow", part_size=5 << 20, concurrency=2)
+    sent: list[int] = []
+    client = store._backend.client  # type: ignore[attr-defined]
+    upload_part = client.upload_part
+
+    def spy(**kwargs: Any) -> Any:
+        sent.append(len(kwargs["Body"]))
+        return upload_part(**kwargs)
+
+    monkeypatch.setattr(client, "upload_part", spy)
+    data = os.urandom(32 << 20)
+    with store.save(1) as gen, gen.open("big.bin") as stream:
+        for start in range(0, len(data), 3 << 20):
+            stream.write(data[start : start + (3 << 20)])
+    mib = 1 << 20
+    assert sorted(sent, reverse=True) == [10 * mib, 10 * mib, 5 * mib, 5 * mib, 2 * mib]
+    assert store.latest(verify="checksums").read_bytes("big.bin") == data  # type: ignore[union-attr]
+
+
+def test_directories_go_in_and_come_out(make_store: Any, tmp_path: Path) -> None:
+    source = tmp_path / "pretrained"
+    (source / "sub").mkdir(parents=True)
+    (source / "config.json").write_text("{}")
+    (source / "sub" / "weights.bin").write_bytes(payload(3, 5000))
+    store = make_store()
+    with store.save(1) as gen:
+        gen.put_dir("hf", source)
+        gen.write_bytes("other.bin", b"x")
+    latest = store.latest(verify="checksums")
+    assert latest is not None
+    assert sorted(latest.files) == ["hf/config.json", "hf/sub/weights.bin", "other.bin"]
+    copied = latest.get_dir("hf", tmp_path / "restored")
+    assert len(copied) == 2
+    assert (tmp_path / "restored" / "sub" / "weights.bin").read_bytes() == payload(3, 5000)
+    with pytest.raises(FileNotFoundError, match="no files under"):
+        latest.get_dir("nothing", tmp_path / "x")

@@ -1,0 +1,109 @@
+"""Torch helpers: one call saves and one restores model, optimizer, scheduler, step,
+sampler and RNG states, on both backends."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from forewarn.clients.checkpoint import load_training_state, save_training_state
+
+torch = pytest.importorskip("torch")
+numpy = pytest.importorskip("numpy")
+
+
+class CountingSampler:
+    """A sampler with its own state_dict, like torchdata's stateful samplers."""
+
+    def __init__(self) -> None:
+        self.position = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = state["position"]
+
+
+def build() -> tuple[Any, Any, Any]:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    return model, optimizer, scheduler
+
+
+def train(model: Any, optimizer: Any, scheduler: Any, steps: int) -> None:
+    for _ in range(steps):
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+
+
+def draws() -> tuple[float, float, float]:
+    return random.random(), float(numpy.random.rand()), float(torch.rand(1))
+
+
+def test_save_and_resume_the_whole_training_state(make_store: Any) -> None:
+    store = make_store()
+    torch.manual_seed(0)
+    model, optimizer, scheduler = build()
+    train(model, optimizer, scheduler, 3)
+    sampler = CountingSampler()
+    sampler.position = 96
+    with store.save(3) as gen:
+        save_training_state(
+            gen,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            sampler=sampler,
+            extra={"tokens": 12345},
+        )
+    expected_draws = draws()
+    train(model, optimizer, scheduler, 2)
+    expected_weights = [p.detach().clone() for p in model.parameters()]
+
+    # A fresh process's view: new objects, scrambled RNGs.
+    torch.manual_seed(999)
+    random.seed(999)
+    numpy.random.seed(999)
+    model2, optimizer2, scheduler2 = build()
+    sampler2 = CountingSampler()
+    latest = store.latest(verify="checksums")
+    assert latest is not None
+    state = load_training_state(
+        latest, model=model2, optimizer=optimizer2, scheduler=scheduler2, sampler=sampler2
+    )
+    assert state.step == 3
+    assert state.extra == {"tokens": 12345}
+    assert set(state.restored) == {"model", "optimizer", "scheduler", "sampler", "rng"}
+    assert sampler2.position == 96
+    assert scheduler2.state_dict()["last_epoch"] == 3
+    assert draws() == expected_draws
+    train(model2, optimizer2, scheduler2, 2)
+    for got, want in zip(model2.parameters(), expected_weights, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_an_epoch_sampler_and_errors(tmp_path: Any) -> None:
+    from forewarn.clients.checkpoint import CheckpointStore
+
+    store = CheckpointStore(tmp_path)
+    dataset = list(range(10))
+    sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=1, rank=0)
+    sampler.set_epoch(7)
+    with store.save(1) as gen:
+        save_training_state(gen, sampler=sampler, rng=False)
+        with pytest.raises(TypeError, match="has no state_dict"):
+            save_training_state(gen, sampler=object(), name="other.pt")
+    fresh = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=1, rank=0)
+    model, _optimizer, _scheduler = build()
+    latest = store.latest()
+    assert latest is not None
+    with pytest.raises(ValueError, match="holds no model state"):
+        load_training_state(latest, model=model)
+    state = load_training_state(latest, sampler=fresh)
+    assert fresh.epoch == 7 and state.restored == ("sampler",)
