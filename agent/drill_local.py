@@ -281,12 +281,12 @@ def run_local_drill(args: argparse.Namespace) -> int:
         demo = Demo([*demo_argv, "--steps", str(last_step + 20)], machine.env)
         resumed = demo.next()
         resumed_step = resumed["step"] if resumed["event"] == "resumed" else 0
-        verified = resumed.get("state") == final.get("state")
-        timeline.add(
-            resumed_step,
-            f"demo restarted: resumed from step {resumed_step} "
-            f"({'state verified' if verified else 'STATE DIFFERS'})",
+        verified = resumed.get("state") == final.get("state") and bool(resumed.get("verified"))
+        checked = (
+            f"generation {resumed.get('generation')} verified ({resumed.get('verified')}), "
+            f"state {'matches' if resumed.get('state') == final.get('state') else 'DIFFERS'}"
         )
+        timeline.add(resumed_step, f"demo restarted: resumed from step {resumed_step} ({checked})")
         done = _until(demo, timeline, "done")
         demo.proc.wait(timeout=PHASE_TIMEOUT)
         timeline.add(done["step"], "demo finished its run")

@@ -12,16 +12,15 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from .checkpoint import CheckpointStore, GenerationWriter
 from .guard import CheckpointGuard
 
-CHECKPOINT = "checkpoint.json"
+STATE_FILE = "state.json"
 
 
 def say(event: str, **fields: Any) -> None:
@@ -34,51 +33,49 @@ def advance(state: str, step: int) -> str:
     return hashlib.sha256(f"{state}:{step}".encode()).hexdigest()
 
 
-def save(directory: Path, step: int, state: str) -> None:
-    payload = json.dumps({"step": step, "state": state}).encode()
-    record = json.dumps({"sha256": hashlib.sha256(payload).hexdigest(), "data": payload.decode()})
-    tmp = directory / f".{CHECKPOINT}.tmp"
-    with tmp.open("w") as handle:
-        handle.write(record)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, directory / CHECKPOINT)
+def writer(step: int, state: str) -> Callable[[GenerationWriter], object]:
+    def write(gen: GenerationWriter) -> None:
+        gen.write_bytes(STATE_FILE, json.dumps({"step": step, "state": state}).encode())
+
+    return write
 
 
-def timed_save(directory: Path, step: int, state: str) -> float:
-    started = time.monotonic()
-    save(directory, step, state)
-    return time.monotonic() - started
-
-
-def load(directory: Path) -> tuple[int, str]:
-    """The saved (step, state), verified against its checksum; (0, "") when there is none."""
-    path = directory / CHECKPOINT
-    if not path.exists():
-        return 0, ""
-    record = json.loads(path.read_text())
-    payload = record["data"].encode()
-    if hashlib.sha256(payload).hexdigest() != record["sha256"]:
-        raise SystemExit(f"demo: checkpoint {path} does not verify")
-    data = json.loads(payload)
-    return int(data["step"]), str(data["state"])
+def load(store: CheckpointStore) -> tuple[int, str, str | None]:
+    """(step, state, generation name) of the newest generation that verifies with checksums;
+    (0, "", None) when there is none."""
+    generation = store.latest(verify="checksums")
+    if generation is None:
+        return 0, "", None
+    verification = store.verify(generation, checksums=True)
+    if not verification.ok:
+        raise SystemExit(f"demo: {generation.name} does not verify: {verification.problems}")
+    data = json.loads(generation.read_bytes(STATE_FILE))
+    return int(data["step"]), str(data["state"]), generation.name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m forewarn.clients.demo")
-    parser.add_argument("--dir", type=Path, required=True, help="checkpoint directory")
+    parser.add_argument(
+        "--dir", required=True, help="checkpoint store: a path or s3://bucket/prefix"
+    )
     parser.add_argument("--steps", type=int, default=400, help="train until this step")
     parser.add_argument("--step-time", type=float, default=0.02, help="seconds per step")
     parser.add_argument("--every-steps", type=int, default=None, help="periodic checkpoints")
     args = parser.parse_args(argv)
-    args.dir.mkdir(parents=True, exist_ok=True)
+    store = CheckpointStore(args.dir, keep=3)
 
     started = time.monotonic()
-    step, state = load(args.dir)
+    step, state, generation = load(store)
     restore_seconds = time.monotonic() - started
-    say("resumed" if step else "fresh", step=step, state=state[:12])
+    say(
+        "resumed" if step else "fresh",
+        step=step,
+        state=state[:12],
+        generation=generation,
+        verified="checksums" if generation else None,
+    )
 
-    guard = CheckpointGuard(every_steps=args.every_steps)
+    guard = CheckpointGuard(every_steps=args.every_steps, store=store)
     if guard.notices is not None:
         guard.notices.add_listener(
             lambda event: say("notice", action=event.action, id=event.id, reason=event.reason)
@@ -92,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             step += 1
             say("step", step=step)
             if guard.due(step):
-                result = guard.saved(step, timed_save(args.dir, step, state))
+                result = guard.save(step, writer(step, state))
                 say(
                     "saved",
                     step=step,
@@ -104,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if result.exit:
                     say("exit", step=step)
                     return 0
-        save(args.dir, step, state)
+        if step not in store.steps():
+            store.flush(step, writer(step, state))
         say("done", step=step, state=state[:12])
         return 0
     finally:

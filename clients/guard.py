@@ -20,10 +20,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forewarn.agent.wire import runtime_dir
 
@@ -31,6 +31,9 @@ from .adaptive import AdaptiveInterval
 from .agreement import DEFAULT_AGREE_EVERY, RankAgreement
 from .event import Event
 from .notices import Notices
+
+if TYPE_CHECKING:
+    from .checkpoint import CheckpointStore
 
 log = logging.getLogger("forewarn.clients")
 
@@ -47,6 +50,8 @@ class SaveResult:
     reasons: tuple[str, ...]
     notices: tuple[str, ...]
     flush_seconds: float | None
+    # The committed generation, when the guard saved through a CheckpointStore.
+    generation: Any = None
 
 
 class CheckpointGuard:
@@ -59,6 +64,7 @@ class CheckpointGuard:
         interruptions_per_day: float | None = None,
         mtbi_seconds: float | None = None,
         adaptive: AdaptiveInterval | None = None,
+        store: CheckpointStore | None = None,
         notices: Notices | bool = True,
         flag_file: str | Path | None = "default",
         handle_signals: bool = True,
@@ -74,6 +80,7 @@ class CheckpointGuard:
             raise ValueError(f"every_seconds must be positive, got {every_seconds}")
         self.every_steps = every_steps
         self.every_seconds = every_seconds
+        self.store = store
         # every="auto": a time interval kept near the optimum for the measured flush cost and
         # the configured interruption rate (Daly's formula, see forewarn.clients.adaptive).
         self.adaptive: AdaptiveInterval | None = None
@@ -225,10 +232,18 @@ class CheckpointGuard:
         )
         return result
 
-    def save(self, step: int, save: Callable[[int], object]) -> SaveResult:
-        """Run `save(step)`, time it, and record it with `saved`."""
+    def save(self, step: int, write: Callable[[Any], object]) -> SaveResult:
+        """Save and record it. With a `store`, `write(gen)` fills a new generation that the
+        store commits (files, manifest, marker, LATEST) and the flush seconds are the store's;
+        without one, `write(step)` is the user's own save, timed here."""
+        if self.store is not None:
+            flushed = self.store.flush(step, write)
+            result = self.saved(step, flushed.seconds)
+            result = replace(result, generation=flushed.generation)
+            self.last_result = result
+            return result
         started = time.monotonic()
-        save(step)
+        write(step)
         return self.saved(step, time.monotonic() - started)
 
     def resumed(

@@ -16,4 +16,6 @@ def test_drill_local_loses_no_step(tmp_path: Path, env: dict[str, str]) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "steps lost: 0" in done.stdout
-    assert "resumed from step" in done.stdout and "state verified" in done.stdout
+    assert (
+        "resumed from step" in done.stdout and "verified (checksums), state matches" in done.stdout
+    )

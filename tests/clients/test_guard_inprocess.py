@@ -69,3 +69,19 @@ def test_request_from_another_thread_and_exit() -> None:
     result = guard.saved(2)
     assert result.exit and result.reasons == ("manual",)
     guard.close()
+
+
+def test_saves_through_a_checkpoint_store_and_times_the_commit(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from forewarn.clients.checkpoint import CheckpointStore
+
+    store = CheckpointStore(str(tmp_path / "ckpt"), keep=2)
+    guard = quiet_guard(every_steps=10, store=store)
+    for step in range(1, 31):
+        if guard.due(step):
+            result = guard.save(step, lambda gen, s=step: gen.write_bytes("w", b"x" * s))
+            assert result.generation is not None and result.generation.step == step
+            assert result.flush_seconds is not None and result.flush_seconds > 0
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == 30 and latest.read_bytes("w") == b"x" * 30
+    assert store.steps() == [20, 30]  # keep=2
+    guard.close()
