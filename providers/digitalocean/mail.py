@@ -287,6 +287,10 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         "matched": named,
         "deadline_source": source,
     }
+    if sent is not None:
+        # The mail's Date is when DigitalOcean gave notice: the agent's detection delay
+        # (metrics) is measured from it.
+        detail["notice_time"] = format_time(sent)
     report = Report(
         id=stable_id(PROVIDER, "reclaim", mail.message_id or key),
         action="drain",
