@@ -220,7 +220,7 @@ def _scheduled_event(event: dict[str, Any]) -> Report:
         )
     state = event.get("State")
     description = event.get("Description")
-    finished = (isinstance(state, str) and state.lower() in ("canceled", "cancelled", "completed"))
+    finished = isinstance(state, str) and state.lower() in ("canceled", "cancelled", "completed")
     if state is None and isinstance(description, str):
         finished = description.startswith(("[Canceled]", "[Completed]"))
     if finished:

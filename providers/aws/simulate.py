@@ -6,14 +6,15 @@ IMDSv2 tokens enforced (401 without one, unless `imdsv1`), TTL checked (400 outs
 HTML page when there is no notice. Notices are raised by script (`--spot-after` ...) or by
 the shared control API (`POST /_sim/notices`), with these kinds:
 
-| kind | fields | id |
-| --- | --- | --- |
-| `spot` | `action` (terminate, stop, hibernate), `time` (RFC 3339) or `lead` (s, 120), `drift` | `spot` |
-| `rebalance` | `noticeTime` (RFC 3339, default now), `drift` | `rebalance` |
-| `scheduled` | `code`, `not_before` (time or seconds from now), `not_after`, `state`, `description`, `event_id` | the EventId |
-| `asg` | `state` (default `Terminated`) | `asg` |
-| `fault` | `path` (prefix), `method`, `status`, `body`, `hang` (s), `times` | `fault-N` |
-| `revoke-tokens` | (none): every token issued so far becomes invalid | `revoke-tokens` |
+- `spot` (id `spot`): `action` (terminate, stop, hibernate), `time` (RFC 3339) or `lead`
+  (seconds, default 120; hibernate 0), `drift`;
+- `rebalance` (id `rebalance`): `noticeTime` (RFC 3339, default now), `drift`;
+- `scheduled` (id: its EventId): `code`, `not_before` (a time, a duration or seconds from
+  now; default 1 h), `not_after`, `state`, `description`, `event_id`;
+- `asg` (id `asg`): `state` (default `Terminated`);
+- `fault` (id `fault-N`): `path` (prefix, default `/latest/`), `method`, `status`, `body`,
+  `hang` (seconds before answering), `times` (default until withdrawn);
+- `revoke-tokens`: every token issued so far becomes invalid (as after expiry).
 
 `drift: true` recomputes the time on every request (now + lead), as amazon-ec2-metadata-mock
 does. Withdrawing a scheduled event moves it to the history path as canceled, like AWS.
@@ -265,7 +266,9 @@ class ImdsSimulator(Simulator):
             "imageId": "ami-0123456789abcdef0",
             "instanceId": self.instance_id,
             "instanceType": "g5.xlarge",
-            "pendingTime": format_time(_seconds(datetime.fromtimestamp(self.started_at, timezone.utc))),
+            "pendingTime": format_time(
+                _seconds(datetime.fromtimestamp(self.started_at, timezone.utc))
+            ),
             "privateIp": "10.0.0.10",
             "region": self.region,
             "version": "2017-09-30",
@@ -426,9 +429,7 @@ class ImdsSimulator(Simulator):
         return {
             "imdsv1": self.imdsv1,
             "tokens": len(self.tokens),
-            "spot": (
-                {"action": self.spot[0], "time": self.spot[1].at(now)} if self.spot else None
-            ),
+            "spot": ({"action": self.spot[0], "time": self.spot[1].at(now)} if self.spot else None),
             "rebalance": {"noticeTime": self.rebalance.at(now)} if self.rebalance else None,
             "scheduled": list(self.scheduled.values()),
             "history": list(self.history),
@@ -463,9 +464,7 @@ def make_simulator(
     for text in scheduled or []:
         code, _, not_before = text.partition("@")
         if code not in SCHEDULED_CODES:
-            raise SimError(
-                f"--scheduled {text!r}: CODE is one of {', '.join(SCHEDULED_CODES)}"
-            )
+            raise SimError(f"--scheduled {text!r}: CODE is one of {', '.join(SCHEDULED_CODES)}")
         fields: dict[str, Any] = {"code": code}
         if not_before:
             fields["not_before"] = _time_value(not_before, f"--scheduled {text!r}").isoformat()
@@ -514,7 +513,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "instance-stop@2026-12-01T09:00:00Z (repeatable; NOTBEFORE defaults to 1h)",
     )
     parser.add_argument(
-        "--asg-after", type=_seconds_arg, metavar="S", help="set the ASG target to Terminated after S"
+        "--asg-after",
+        type=_seconds_arg,
+        metavar="S",
+        help="set the ASG target lifecycle state to Terminated after S",
     )
     parser.add_argument("--instance-id", default=DEFAULT_INSTANCE_ID)
     parser.add_argument("--region", default=DEFAULT_REGION)

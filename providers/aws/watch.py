@@ -1,12 +1,11 @@
 """The AWS watcher: polls the IMDS notice paths, each at its own cadence, over one reused
 connection, and reports new, changed and withdrawn notices.
 
-| path | answer | report |
-| --- | --- | --- |
-| spot/instance-action | `{"action", "time"}` | terminate, deadline `time` (hibernate: now) |
-| events/recommendations/rebalance | `{"noticeTime"}` | drain, no deadline |
-| events/maintenance/scheduled | `[{EventId, Code, State, NotBefore, ...}]` | drain, deadline NotBefore; canceled/completed: clear |
-| autoscaling/target-lifecycle-state | `Terminated` | terminate |
+- `spot/instance-action` `{"action", "time"}`: terminate, deadline `time` (hibernate: now);
+- `events/recommendations/rebalance` `{"noticeTime"}`: drain, no deadline;
+- `events/maintenance/scheduled` `[{EventId, Code, State, NotBefore, ...}]`: drain with
+  NotBefore as deadline; canceled or completed: clear;
+- `autoscaling/target-lifecycle-state` `Terminated`: terminate.
 
 AWS never withdraws a spot interruption or a rebalance recommendation. When one disappears
 anyway (a stop and start, a simulator), the rebalance drain is cleared, but the interruption
