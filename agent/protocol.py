@@ -12,7 +12,14 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    TypeAdapter,
+    WithJsonSchema,
+)
 
 from .timefmt import format_time, parse_deadline, parse_duration, parse_time, utcnow
 from .wire import PROTOCOL_VERSION, TOPIC_CLIENT_PREFIX, TOPIC_HEARTBEAT, TOPIC_NOTICE
@@ -40,12 +47,16 @@ def stable_id(provider: str, kind: str, payload: Any) -> str:
     return f"{provider}/{kind}/{hashlib.sha256(blob).hexdigest()[:12]}"
 
 
+# Times travel as RFC 3339 in UTC with a `Z` (see `format_time`).
+Timestamp = Annotated[
+    datetime,
+    PlainSerializer(format_time, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @field_serializer("*", when_used="json")
-    def _times(self, value: Any) -> Any:
-        return format_time(value) if isinstance(value, datetime) else value
 
 
 class Report(_Message):
@@ -59,8 +70,8 @@ class Report(_Message):
     action: Action
     reason: Reason
     provider: str = Field(min_length=1, max_length=40)
-    deadline: datetime | None = None
-    noticed_at: datetime = Field(default_factory=utcnow)
+    deadline: Timestamp | None = None
+    noticed_at: Timestamp = Field(default_factory=utcnow)
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -73,9 +84,9 @@ class Notice(_Message):
     action: Action
     reason: Reason
     provider: str
-    deadline: datetime | None = None
-    noticed_at: datetime
-    sent_at: datetime
+    deadline: Timestamp | None = None
+    noticed_at: Timestamp
+    sent_at: Timestamp
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -88,7 +99,7 @@ class Heartbeat(_Message):
     version: str
     providers: list[str]
     active: list[str]
-    sent_at: datetime
+    sent_at: Timestamp
 
 
 # Control requests (REQ → REP).
@@ -102,7 +113,7 @@ class NotifyRequest(_Message):
     op: Literal["notify"]
     action: Literal["drain", "terminate"]
     reason: Reason = "manual"
-    deadline: datetime | None = None
+    deadline: Timestamp | None = None
     note: str | None = Field(default=None, max_length=2000)
     id: str | None = Field(default=None, min_length=1, max_length=200)
 
@@ -138,7 +149,7 @@ class AgentInfo(_Message):
     providers: list[str]
     events: str
     control: str
-    started_at: datetime
+    started_at: Timestamp
     seq: int
     subscribers: int
 

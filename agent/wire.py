@@ -7,8 +7,10 @@ only, so the in-process client can import it cheaply.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 PROTOCOL_VERSION = 1
 
@@ -93,6 +95,26 @@ def ipc_path(endpoint: str) -> Path | None:
     return Path(endpoint[len("ipc://") :]) if endpoint.startswith("ipc://") else None
 
 
+def request(endpoint: str, payload: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
+    """One control request (REQ), answered or TimeoutError. zmq is imported here, not at
+    module import, so that reading the topics and endpoints stays cheap."""
+    import zmq
+
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        sock.send(json.dumps(payload).encode())
+        if not sock.poll(int(timeout * 1000)):
+            raise TimeoutError(f"no agent answered on {endpoint} within {timeout:g}s")
+        reply = json.loads(sock.recv())
+    finally:
+        sock.close()
+    if not isinstance(reply, dict):
+        raise ValueError(f"the agent on {endpoint} sent a reply that is not a JSON object")
+    return reply
+
+
 __all__ = [
     "PROTOCOL_VERSION",
     "TOPIC_CLIENT_PREFIX",
@@ -102,5 +124,6 @@ __all__ = [
     "check_endpoint",
     "default_endpoints",
     "ipc_path",
+    "request",
     "runtime_dir",
 ]

@@ -75,7 +75,11 @@ def run_forewarn(
     *args: str, env: dict[str, str], timeout: float = 30, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        forewarn_cmd(*args), env=env, capture_output=True, text=True, timeout=timeout,
+        forewarn_cmd(*args),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         input=input,
     )
 

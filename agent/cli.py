@@ -1,0 +1,469 @@
+"""The `forewarn` command line. Bad input exits 2 with a message naming the flag or key."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .timefmt import format_time, parse_deadline, parse_duration, utcnow
+from .wire import (
+    TOPIC_HEARTBEAT,
+    TOPIC_NOTICE,
+    EndpointError,
+    check_endpoint,
+    default_endpoints,
+    request,
+    runtime_dir,
+)
+
+PROVIDER_CHOICES = ("auto", "local", "aws", "gcp", "azure", "digitalocean", "kubernetes")
+DRILL_PROVIDERS = ("aws", "gcp", "azure", "digitalocean", "kubernetes")
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed and exit code 2."""
+
+
+def _duration(flag: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            return parse_duration(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"{flag}: {error}") from None
+
+    return parse
+
+
+# Endpoints for the commands that talk to a running agent.
+
+
+def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--events", help="events endpoint (default: ipc://<runtime>/events)")
+    parser.add_argument("--control", help="control endpoint (default: ipc://<runtime>/control)")
+    parser.add_argument("--runtime-dir", type=Path, help="runtime directory of the agent")
+    parser.add_argument(
+        "--allow-remote", action="store_true", help="accept endpoints that are not loopback"
+    )
+
+
+def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
+    events, control = default_endpoints(args.runtime_dir or runtime_dir())
+    events = args.events or events
+    control = args.control or control
+    try:
+        check_endpoint(events, allow_remote=args.allow_remote, what="--events")
+        check_endpoint(control, allow_remote=args.allow_remote, what="--control")
+    except EndpointError as error:
+        raise UsageError(str(error)) from None
+    return events, control
+
+
+def _ask(control: str, payload: dict[str, Any], timeout: float = 3.0) -> dict[str, Any]:
+    try:
+        return request(control, payload, timeout)
+    except TimeoutError:
+        print(
+            f"forewarn: no agent answers on {control} (is `forewarn agent` running?)",
+            file=sys.stderr,
+        )
+        raise SystemExit(1) from None
+
+
+# Commands.
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from .config import ConfigError, load_settings
+    from .logsetup import setup_logging
+    from .runner import run_agent
+
+    overrides: dict[str, Any] = {
+        "providers": args.provider,
+        "runtime_dir": args.runtime_dir,
+        "state_dir": args.state_dir,
+        "events": args.events,
+        "control": args.control,
+        "allow_remote": True if args.allow_remote else None,
+        "exit_margin": args.exit_margin,
+        "heartbeat_interval": args.heartbeat_interval,
+        "log_level": args.log_level,
+        "log_format": args.log_format,
+    }
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(
+                f"--set {item!r}: expected KEY=VALUE, e.g. aws.url=http://127.0.0.1:1338"
+            )
+        target = overrides
+        *sections, leaf = key.split(".")
+        for section in sections:
+            target = target.setdefault(section, {})
+        target[leaf] = value
+    try:
+        settings = load_settings(args.config, **overrides)
+        settings.resolved_endpoints()
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+    setup_logging(settings.log_level, settings.log_format)
+    try:
+        return run_agent(settings)
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+
+
+def cmd_notify(args: argparse.Namespace) -> int:
+    _, control = _endpoints(args)
+    if args.action == "clear":
+        if args.deadline is not None:
+            raise UsageError("--deadline: a clear has no deadline")
+        payload: dict[str, Any] = {"op": "clear", "id": args.id}
+    else:
+        payload = {"op": "notify", "action": args.action, "reason": args.reason}
+        if args.deadline is not None:
+            try:
+                payload["deadline"] = format_time(parse_deadline(args.deadline))
+            except ValueError as error:
+                raise UsageError(f"--deadline: {error}") from None
+        if args.note:
+            payload["note"] = args.note
+        if args.id:
+            payload["id"] = args.id
+    reply = _ask(control, payload)
+    if not reply.get("ok"):
+        raise UsageError(f"the agent refused: {reply.get('error')}")
+    if args.json:
+        print(json.dumps(reply))
+    elif args.action == "clear":
+        print("cleared: " + (", ".join(reply["cleared"]) or "nothing"))
+    else:
+        print(describe(reply["notice"]))
+    return 0
+
+
+def describe(notice: dict[str, Any]) -> str:
+    """One line a person can read."""
+    deadline = notice.get("deadline")
+    when = ""
+    if deadline:
+        from .timefmt import parse_time
+
+        left = (parse_time(deadline) - utcnow()).total_seconds()
+        when = f"  deadline {deadline} (in {left:.0f}s)"
+    return (
+        f"{notice.get('sent_at', '')}  {notice['action']:<9} {notice['id']}  "
+        f"{notice['reason']} ({notice['provider']}){when}"
+    )
+
+
+def _subscribe(events: str, heartbeats: bool = False) -> Any:
+    import zmq
+
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
+    if heartbeats:
+        sock.setsockopt(zmq.SUBSCRIBE, TOPIC_HEARTBEAT.encode())
+    sock.connect(events)
+    return sock
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    events, _ = _endpoints(args)
+    sock = _subscribe(events, heartbeats=args.heartbeats)
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    seen = 0
+    try:
+        while args.count is None or seen < args.count:
+            wait_ms = 1000
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return 1
+                wait_ms = int(min(1.0, left) * 1000)
+            if not sock.poll(wait_ms):
+                continue
+            topic, payload = sock.recv_multipart()
+            message = json.loads(payload)
+            if args.json:
+                print(json.dumps({"topic": topic.decode(), **message}), flush=True)
+            elif topic.decode() == TOPIC_HEARTBEAT:
+                print(
+                    f"{message['sent_at']}  heartbeat  agent {message['agent']} "
+                    f"active {len(message['active'])}",
+                    flush=True,
+                )
+            else:
+                print(describe(message), flush=True)
+            if topic.decode() == TOPIC_NOTICE:
+                seen += 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sock.close()
+    return 0
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    """Block until a notice asks for `--for`; a terminate also satisfies a wait for drain."""
+    events, _ = _endpoints(args)
+    accepted = {"drain": ("drain", "terminate"), "terminate": ("terminate",)}[args.wait_for]
+    sock = _subscribe(events)
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    try:
+        while True:
+            wait_ms = 1000
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    print(
+                        f"forewarn wait: no {args.wait_for} within {args.timeout:g}s",
+                        file=sys.stderr,
+                    )
+                    return 1
+                wait_ms = int(min(1.0, left) * 1000)
+            if not sock.poll(wait_ms):
+                continue
+            _, payload = sock.recv_multipart()
+            notice = json.loads(payload)
+            if notice.get("action") in accepted:
+                print(json.dumps(notice) if args.json else describe(notice), flush=True)
+                return 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sock.close()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    _, control = _endpoints(args)
+    reply = _ask(control, {"op": "status"})
+    if args.json:
+        print(json.dumps(reply, indent=2))
+        return 0
+    agent = reply["agent"]
+    print(f"agent      {agent['agent']} (forewarn {agent['version']}, pid {agent['pid']})")
+    print(f"providers  {', '.join(agent['providers'])}")
+    print(f"events     {agent['events']}")
+    print(f"control    {agent['control']}")
+    print(
+        f"since      {agent['started_at']}; seq {agent['seq']}; "
+        f"{agent['subscribers']} acking client(s)"
+    )
+    if not reply["active"]:
+        print("active     none")
+    for notice in reply["active"]:
+        print("active     " + describe(notice))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from .protocol import schema_text
+
+    sys.stdout.write(schema_text())
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    result: int = args.face_module.run(args)
+    return result
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    result: int = args.face_module.run(args)
+    return result
+
+
+def cmd_drill_local(args: argparse.Namespace) -> int:
+    from .drill_local import run_local_drill
+
+    return run_local_drill(args)
+
+
+# The parser.
+
+
+def _try_face(provider: str, name: str) -> Any:
+    from forewarn.providers import face
+
+    try:
+        return face(provider, name)
+    except ModuleNotFoundError:
+        return None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forewarn",
+        description="Turn every provider's interruption notice into one event your job acts on.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    agent = commands.add_parser("agent", help="run the agent")
+    agent.add_argument(
+        "--provider",
+        action="append",
+        choices=PROVIDER_CHOICES,
+        help="watcher to run; repeat for several (default: auto)",
+    )
+    agent.add_argument(
+        "--config",
+        type=Path,
+        help="TOML file (default: $FOREWARN_CONFIG, "
+        "else /etc/forewarn/forewarn.toml when it exists)",
+    )
+    agent.add_argument("--runtime-dir", type=Path, help="directory of the sockets and flag file")
+    agent.add_argument("--state-dir", type=Path, help="directory of the state file")
+    agent.add_argument("--events", help="events endpoint to bind")
+    agent.add_argument("--control", help="control endpoint to bind")
+    agent.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow TCP endpoints on addresses other than loopback",
+    )
+    agent.add_argument(
+        "--exit-margin",
+        type=_duration("--exit-margin"),
+        help="floor of the margin before a deadline at which drain becomes terminate (default 30s)",
+    )
+    agent.add_argument(
+        "--heartbeat-interval",
+        type=_duration("--heartbeat-interval"),
+        help="seconds between heartbeats (default 1s)",
+    )
+    agent.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    agent.add_argument("--log-format", choices=("text", "json"))
+    agent.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any config key, e.g. aws.url=http://127.0.0.1:1338",
+    )
+    agent.set_defaults(func=cmd_agent)
+
+    notify = commands.add_parser("notify", help="raise or clear a manual notice")
+    notify.add_argument("action", choices=("drain", "terminate", "clear"))
+    notify.add_argument("--deadline", help="RFC 3339 time or a duration such as 90s, 15m, 2h")
+    notify.add_argument(
+        "--reason",
+        default="manual",
+        choices=(
+            "manual",
+            "drill",
+            "reclaim",
+            "scheduled-maintenance",
+            "host-maintenance",
+            "node-drain",
+        ),
+    )
+    notify.add_argument("--note", help="free text carried in detail.note")
+    notify.add_argument("--id", help="notice id (default: a new one; for clear: all manual)")
+    notify.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
+    _add_endpoint_flags(notify)
+    notify.set_defaults(func=cmd_notify)
+
+    watch = commands.add_parser("watch", help="print events as they arrive")
+    watch.add_argument("--json", action="store_true", help="one JSON object per line")
+    watch.add_argument("--heartbeats", action="store_true", help="print heartbeats too")
+    watch.add_argument("--count", type=int, help="exit after this many notices")
+    watch.add_argument("--timeout", type=_duration("--timeout"), help="exit 1 after this long")
+    _add_endpoint_flags(watch)
+    watch.set_defaults(func=cmd_watch)
+
+    wait = commands.add_parser("wait", help="block until a drain or terminate; exit 0")
+    wait.add_argument(
+        "--for",
+        dest="wait_for",
+        choices=("drain", "terminate"),
+        default="terminate",
+        help="drain also returns on terminate (default: terminate)",
+    )
+    wait.add_argument(
+        "--timeout",
+        type=_duration("--timeout"),
+        help="give up after this long and exit 1 (default: never)",
+    )
+    wait.add_argument("--json", action="store_true", help="print the notice as JSON")
+    _add_endpoint_flags(wait)
+    wait.set_defaults(func=cmd_wait)
+
+    status = commands.add_parser("status", help="show the agent and its active notices")
+    status.add_argument("--json", action="store_true")
+    _add_endpoint_flags(status)
+    status.set_defaults(func=cmd_status)
+
+    schema = commands.add_parser("schema", help="print the JSON Schema of protocol v1")
+    schema.set_defaults(func=cmd_schema)
+
+    simulate = commands.add_parser(
+        "simulate", help="serve a provider's notice endpoint on loopback"
+    )
+    sims = simulate.add_subparsers(dest="provider", required=True, metavar="PROVIDER")
+    for provider in DRILL_PROVIDERS:
+        module = _try_face(provider, "simulate")
+        if module is None:
+            continue
+        sub = sims.add_parser(provider, help=f"a faithful {provider} simulator")
+        sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+        sub.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+        module.add_arguments(sub)
+        sub.set_defaults(func=cmd_simulate, face_module=module)
+
+    drill = commands.add_parser("drill", help="rehearse a reclaim, locally or for real")
+    drills = drill.add_subparsers(dest="provider", required=True, metavar="PROVIDER")
+    local = drills.add_parser("local", help="agent + demo training loop: drain, terminate, resume")
+    local.add_argument(
+        "--provider",
+        dest="source",
+        default="local",
+        help="notice source: local (control socket) or a provider simulator "
+        "(aws, gcp, azure, kubernetes)",
+    )
+    local.add_argument("--steps", type=int, default=400, help="steps of the demo run (default 400)")
+    local.add_argument(
+        "--step-time",
+        type=_duration("--step-time"),
+        default=0.02,
+        help="seconds per demo step (default 0.02)",
+    )
+    local.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
+    local.add_argument("--keep", action="store_true", help="keep the work directory")
+    local.set_defaults(func=cmd_drill_local)
+    for provider in DRILL_PROVIDERS:
+        module = _try_face(provider, "drill")
+        if module is None:
+            continue
+        sub = drills.add_parser(provider, help=f"trigger {provider}'s real test path")
+        module.add_arguments(sub)
+        sub.set_defaults(func=cmd_drill, face_module=module)
+
+    try:
+        plan_cli = importlib.import_module("forewarn.agent.plan_cli")
+    except ModuleNotFoundError:
+        plan_cli = None
+    if plan_cli is not None:
+        plan = commands.add_parser("plan", help="checkpoint interval and spot economics")
+        plan_cli.add_arguments(plan)
+        plan.set_defaults(func=plan_cli.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.func(args)
+        return result
+    except UsageError as error:
+        print(f"forewarn {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""`forewarn drill local`: a whole reclaim rehearsed on this machine.
+
+It starts an agent (and, with `--provider P`, P's simulator as the notice source), runs the
+demo training loop, sends a drain (the demo flushes and goes on), then a terminate (the demo
+flushes and exits), restarts the demo and checks that it resumed from the flushed step. It
+prints a timeline and the steps lost, and exits non-zero if any step was lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .wire import request
+
+READY_TIMEOUT = 15.0
+PHASE_TIMEOUT = 30.0
+
+
+class DrillFailed(Exception):
+    pass
+
+
+@dataclass
+class Timeline:
+    started: float = field(default_factory=time.monotonic)
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, step: int | None, text: str) -> None:
+        elapsed = time.monotonic() - self.started
+        shown = "-" if step is None else str(step)
+        line = f"  +{elapsed:6.2f}s  {shown:>6}  {text}"
+        self.lines.append(line)
+        print(line, flush=True)
+
+
+class Demo:
+    """The demo training loop as a subprocess, its JSON lines read on a thread."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.step = 0
+        self.stderr: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._read_err, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            self.step = event.get("step", self.step)
+            self.events.put(event)
+
+    def _read_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line.rstrip())
+
+    def next(self, timeout: float = PHASE_TIMEOUT) -> dict[str, Any]:
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            tail = "\n".join(self.stderr[-10:])
+            raise DrillFailed(f"the demo said nothing for {timeout:g}s\n{tail}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class NoticeSource:
+    """Raises the drill's drain and terminate: on the control socket, or in a simulator."""
+
+    def __init__(self, name: str, control: str, env: dict[str, str]) -> None:
+        self.name = name
+        self.control = control
+        self.server: Any = None
+        self.script: dict[str, Any] = {}
+        if name == "local":
+            return
+        from forewarn.providers import face
+        from forewarn.providers.simulator import SimServer
+
+        module = face(name, "simulate")
+        script = getattr(module, "drill_script", lambda: None)()
+        if not script:
+            raise DrillFailed(f"provider {name!r} has no local drill script")
+        self.script = script
+        self.server = SimServer(module.make_simulator()).start()
+        env[f"FOREWARN_{name.upper()}_URL"] = self.server.url
+        env.update(script.get("env", {}))
+
+    def raise_notice(self, action: str) -> str:
+        if self.name == "local":
+            reply = request(
+                self.control,
+                {"op": "notify", "action": action, "reason": "drill", "note": "forewarn drill"},
+            )
+            if not reply.get("ok"):
+                raise DrillFailed(f"the agent refused the {action}: {reply.get('error')}")
+            return str(reply["notice"]["id"])
+        import httpx
+
+        kind, fields = self.script[action]
+        response = httpx.post(
+            f"{self.server.url}/_sim/notices",
+            json={"kind": kind, **fields},
+            timeout=5,
+            trust_env=False,
+        )
+        response.raise_for_status()
+        return f"{self.name} {kind} {response.json().get('id', '')}".strip()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def _wait_for_agent(control: str, agent: subprocess.Popen[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        if agent.poll() is not None:
+            raise DrillFailed(f"the agent exited with code {agent.returncode}")
+        try:
+            reply = request(control, {"op": "status"}, timeout=0.5)
+            if reply.get("ok"):
+                return reply
+        except TimeoutError:
+            pass
+        time.sleep(0.05)
+    raise DrillFailed(f"the agent did not answer on {control} within {READY_TIMEOUT:g}s")
+
+
+def _until(demo: Demo, timeline: Timeline, want: str, **match: Any) -> dict[str, Any]:
+    """Read demo events, putting the interesting ones on the timeline, until `want`."""
+    while True:
+        event = demo.next()
+        kind = event["event"]
+        if kind == "notice":
+            flow = {
+                "drain": "flush and continue",
+                "terminate": "flush and exit",
+                "clear": "withdrawn",
+            }.get(event["action"], "")
+            timeline.add(demo.step, f"demo received {event['action']} ({event['id']}): {flow}")
+        elif kind == "saved":
+            reasons = ", ".join(event["reasons"])
+            then = "demo exits" if event["exit"] else "training continues"
+            timeline.add(
+                event["step"],
+                f"checkpoint saved at step {event['step']} "
+                f"({reasons}) in {event['seconds'] or 0:.3f}s; {then}",
+            )
+        if kind == want and all(event.get(key) == value for key, value in match.items()):
+            return event
+
+
+def _until_saved_for(demo: Demo, timeline: Timeline, reason: str) -> dict[str, Any]:
+    while True:
+        event = _until(demo, timeline, "saved")
+        if reason in event["reasons"]:
+            return event
+
+
+class Machine:
+    """One spot machine of the drill: an agent and its notice source. The restart after the
+    terminate happens on a new machine (fresh agent state, no notices), as after a reclaim."""
+
+    def __init__(self, work: Path, source_name: str, base_env: dict[str, str], name: str) -> None:
+        self.runtime = work / name / "run"
+        self.state = work / name / "state"
+        for directory in (self.runtime, self.state):
+            directory.mkdir(parents=True, exist_ok=True)
+        self.env = dict(base_env)
+        self.env.update(FOREWARN_RUNTIME_DIR=str(self.runtime), FOREWARN_STATE_DIR=str(self.state))
+        self.control = f"ipc://{self.runtime}/control"
+        self.source = NoticeSource(source_name, self.control, self.env)
+        self.providers = ["local"] + ([source_name] if source_name != "local" else [])
+        argv = [sys.executable, "-m", "forewarn.agent.cli", "agent"]
+        for provider in self.providers:
+            argv += ["--provider", provider]
+        self.log = (work / name / "agent.log").open("w")
+        self.agent = subprocess.Popen(
+            argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, text=True
+        )
+        try:
+            _wait_for_agent(self.control, self.agent)
+        except DrillFailed:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.agent.poll() is None:
+            self.agent.terminate()
+            try:
+                self.agent.wait(5)
+            except subprocess.TimeoutExpired:
+                self.agent.kill()
+                self.agent.wait()
+        self.log.close()
+        self.source.close()
+
+
+def run_local_drill(args: argparse.Namespace) -> int:
+    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="forewarn-drill-"))
+    work.mkdir(parents=True, exist_ok=True)
+    checkpoints = work / "checkpoints"
+    base_env = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
+    base_env["PYTHONUNBUFFERED"] = "1"
+    print(f"forewarn drill local (notice source: {args.source}; work directory {work})")
+    print("  time        step  event")
+    timeline = Timeline()
+    machine: Machine | None = None
+    demo: Demo | None = None
+    demo_argv = [
+        sys.executable,
+        "-m",
+        "forewarn.clients.demo",
+        "--dir",
+        str(checkpoints),
+        "--step-time",
+        str(args.step_time),
+    ]
+    try:
+        machine = Machine(work, args.source, base_env, "machine-1")
+        if machine.source.server is not None:
+            timeline.add(None, f"{args.source} simulator serving on {machine.source.server.url}")
+        timeline.add(None, f"agent started (providers: {', '.join(machine.providers)})")
+        demo = Demo([*demo_argv, "--steps", str(args.steps)], machine.env)
+        first = demo.next()
+        timeline.add(
+            first["step"],
+            "demo training started"
+            + (
+                f" (resumed from step {first['step']})"
+                if first["event"] == "resumed"
+                else " (fresh)"
+            ),
+        )
+        drain_at = max(first["step"] + 20, args.steps // 5)
+        while demo.step < drain_at:
+            demo.next()
+        notice = machine.source.raise_notice("drain")
+        timeline.add(demo.step, f"drain sent ({notice})")
+        drained = _until_saved_for(demo, timeline, "drain")
+        while demo.step < drained["step"] + 20:
+            demo.next()
+        timeline.add(demo.step, "training went on after the drain flush")
+
+        notice = machine.source.raise_notice("terminate")
+        timeline.add(demo.step, f"terminate sent ({notice})")
+        final = _until_saved_for(demo, timeline, "terminate")
+        _until(demo, timeline, "exit")
+        code = demo.proc.wait(timeout=PHASE_TIMEOUT)
+        last_step = final["step"]
+        timeline.add(last_step, f"demo exited with code {code}")
+        if code != 0:
+            raise DrillFailed(f"the demo exited with code {code} after terminate")
+        machine.stop()
+        timeline.add(None, "machine reclaimed; a replacement starts with a fresh agent")
+
+        machine = Machine(work, args.source, base_env, "machine-2")
+        demo = Demo([*demo_argv, "--steps", str(last_step + 20)], machine.env)
+        resumed = demo.next()
+        resumed_step = resumed["step"] if resumed["event"] == "resumed" else 0
+        verified = resumed.get("state") == final.get("state")
+        timeline.add(
+            resumed_step,
+            f"demo restarted: resumed from step {resumed_step} "
+            f"({'state verified' if verified else 'STATE DIFFERS'})",
+        )
+        done = _until(demo, timeline, "done")
+        demo.proc.wait(timeout=PHASE_TIMEOUT)
+        timeline.add(done["step"], "demo finished its run")
+        lost = max(0, last_step - resumed_step)
+        print(f"steps lost: {lost}")
+        return 1 if lost or not verified else 0
+    except DrillFailed as error:
+        print(f"drill failed: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if demo is not None:
+            demo.stop()
+        if machine is not None:
+            machine.stop()
+        if not args.dir and not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+__all__ = ["run_local_drill"]

@@ -1,0 +1,429 @@
+"""The agent: binds the sockets, runs and supervises the watchers, publishes what the board
+decides, answers control requests, and shuts down cleanly on SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import random
+import signal
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+from forewarn.providers import CLOUD_PROVIDERS, PollHealth, Watcher, WatcherContext, face
+from pydantic import ValidationError
+
+from .board import NoticeBoard, Sequencer
+from .config import ConfigError, Settings
+from .observers import Observers, build_observers
+from .protocol import (
+    CONTROL_REQUEST,
+    AckReply,
+    AckRequest,
+    AgentInfo,
+    ClearReply,
+    ClearRequest,
+    ErrorReply,
+    Heartbeat,
+    Notice,
+    NotifyReply,
+    NotifyRequest,
+    Report,
+    StatusReply,
+)
+from .publisher import BindError, Publisher
+from .state import AgentState, load_state, save_state
+from .timefmt import utcnow
+from .wire import ipc_path, request
+
+log = logging.getLogger("forewarn.agent")
+
+try:
+    from importlib.metadata import version as _dist_version
+
+    VERSION = _dist_version("forewarn")
+except Exception:  # running from a source tree that is not installed
+    VERSION = "0.0.0"
+
+DETECT_TIMEOUT = 1.5
+BACKOFF_BASE = 0.5
+BACKOFF_CAP = 30.0
+STOP_GRACE = 0.5
+
+
+def _prepare_dir(path: Path, what: str, mode: int) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=mode)
+    except OSError as error:
+        raise ConfigError(f"{what} {path}: cannot create it ({error.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {path}: not writable by uid {os.getuid()}")
+
+
+class Agent:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.runtime_dir = settings.resolved_runtime_dir()
+        self.state_dir = settings.resolved_state_dir()
+        self.state_path = self.state_dir / "state.json"
+        self.events, self.control = settings.resolved_endpoints()
+        self.agent_id = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+        self.started_at = utcnow()
+        self.observers = Observers(build_observers(settings))
+        self.watchers: dict[str, Watcher] = {}
+        self.health: dict[str, PollHealth] = {}
+        self.providers: list[str] = []
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._manual_dirty = False
+
+    # Setting up.
+
+    def _check_no_other_agent(self) -> None:
+        path = ipc_path(self.control)
+        if path is not None and not path.exists():
+            return
+        try:
+            reply = request(self.control, {"op": "status"}, timeout=0.3)
+        except (TimeoutError, OSError):
+            return
+        other = reply.get("agent", {}).get("agent", "?")
+        raise ConfigError(f"another agent ({other}) already serves {self.control}")
+
+    async def _choose_providers(self) -> list[str]:
+        wanted = self.settings.providers
+        if "auto" not in wanted:
+            return list(wanted)
+        chosen = ["local"] + [name for name in wanted if name not in ("auto", "local")]
+        candidates = [name for name in CLOUD_PROVIDERS if name not in chosen]
+
+        async def probe(name: str) -> bool:
+            try:
+                watcher = self._build(name, PollHealth(name))
+                found = await asyncio.wait_for(watcher.detect(), DETECT_TIMEOUT)
+                await self._close(watcher)
+                return bool(found)
+            except Exception as error:
+                log.debug("detect %s: %s", name, error)
+                return False
+
+        found = await asyncio.gather(*(probe(name) for name in candidates))
+        chosen += [name for name, ok in zip(candidates, found, strict=True) if ok]
+        log.info("auto-detected providers: %s", ", ".join(chosen))
+        return chosen
+
+    def _build(self, name: str, health: PollHealth) -> Watcher:
+        module = face(name, "watch")
+        context = WatcherContext(self.runtime_dir, self.state_dir, health)
+        watcher: Watcher = module.build(self.settings.provider_settings(name), context)
+        return watcher
+
+    @staticmethod
+    async def _close(watcher: Any) -> None:
+        closer = getattr(watcher, "aclose", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer()
+
+    # Running.
+
+    async def run(self) -> int:
+        _prepare_dir(self.runtime_dir, "runtime directory", 0o750)
+        _prepare_dir(self.state_dir, "state directory", 0o750)
+        self._check_no_other_agent()
+        state = load_state(self.state_path)
+        self.sequencer = Sequencer(state.seq)
+        self.board = NoticeBoard(self.sequencer, self.settings.exit_margin)
+        self.board.restore(state.manual)
+
+        self.publisher = Publisher(self.events, self.control)
+        try:
+            self.publisher.bind()
+        except BindError as error:
+            self.publisher.close()
+            raise ConfigError(str(error)) from None
+
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._stop.set)
+
+        self.providers = await self._choose_providers()
+        tasks = [
+            asyncio.create_task(self.publisher.subscriptions(self._replay, self._client)),
+            asyncio.create_task(self.publisher.serve_control(self._handle)),
+            asyncio.create_task(self._heartbeats()),
+            asyncio.create_task(self._escalations()),
+        ]
+        for name in self.providers:
+            health = PollHealth(name)
+            health.listeners.append(self.observers.on_poll)
+            self.health[name] = health
+            tasks.append(asyncio.create_task(self._supervise(name, health), name=name))
+        self.observers.on_start(self.providers)
+        log.info(
+            "agent %s serving events on %s, control on %s; providers: %s",
+            self.agent_id,
+            self.events,
+            self.control,
+            ", ".join(self.providers),
+        )
+        # Manual notices restored from the state file go out again for anyone listening.
+        for notice in self.board.active():
+            self.publisher.publish(notice)
+        _sd_notify("READY=1")
+        watchdog = asyncio.create_task(self._watchdog())
+
+        await self._stop.wait()
+        log.info("stopping")
+        _sd_notify("STOPPING=1")
+        for task in (*tasks, watchdog):
+            task.cancel()
+        await asyncio.wait([*tasks, watchdog], timeout=STOP_GRACE)
+        for watcher in self.watchers.values():
+            await self._close(watcher)
+        self._save()
+        self.observers.on_stop()
+        self.publisher.close()
+        log.info("stopped")
+        return 0
+
+    async def _supervise(self, name: str, health: PollHealth) -> None:
+        """Run one watcher forever: a crash or a bad configuration is counted, logged and
+        retried with backoff and jitter, and never touches the other watchers."""
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while True:
+            started = loop.time()
+            try:
+                watcher = self.watchers.get(name) or self._build(name, health)
+                self.watchers[name] = watcher
+                await watcher.watch(self._emit)
+                problem = "watch() returned"
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                problem = f"{type(error).__name__}: {error}"
+                self.watchers.pop(name, None)
+            if loop.time() - started > 60:
+                failures = 0
+            failures += 1
+            delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (failures - 1))
+            delay *= random.uniform(0.5, 1.5)
+            health.error("watcher-failed", f"{problem}; restarting in {delay:.1f}s")
+            await asyncio.sleep(delay)
+
+    def _emit(self, report: Report) -> None:
+        notice = self.board.report(report)
+        if notice is not None:
+            self._send(notice, escalated=False)
+
+    def _send(self, notice: Notice, *, escalated: bool) -> None:
+        self.publisher.publish(notice)
+        log.info(
+            "notice %s %s %s (%s) deadline=%s seq=%d",
+            notice.action,
+            notice.id,
+            notice.reason,
+            notice.provider,
+            notice.deadline.isoformat() if notice.deadline else "none",
+            notice.seq,
+        )
+        self.observers.on_notice(notice, escalated=escalated)
+        self._wake.set()
+
+    def _replay(self, topic: str) -> None:
+        # A heartbeat first, so a new client knows at once that the agent is alive.
+        self._beat()
+        now = utcnow()
+        for notice in self.board.active():
+            self.publisher.publish(
+                notice.model_copy(update={"seq": self.sequencer.next(), "sent_at": now})
+            )
+
+    def _client(self, client: str, joined: bool) -> None:
+        if joined:
+            self.board.client_joined(client)
+        else:
+            for notice_id in self.board.client_left(client):
+                self._flushed(notice_id)
+        self.observers.on_subscribers(len(self.board.clients))
+
+    def _flushed(self, notice_id: str) -> None:
+        notice = self.board.get(notice_id)
+        if notice is None:
+            return
+        log.info("notice %s flushed by every client", notice_id)
+        watcher = self.watchers.get(notice.provider)
+        hook = getattr(watcher, "flushed", None)
+        if hook is not None:
+            try:
+                hook(notice_id)
+            except Exception:
+                log.exception("%s: flushed(%s) failed", notice.provider, notice_id)
+
+    def _beat(self) -> None:
+        self.publisher.heartbeat(
+            Heartbeat(
+                seq=self.sequencer.next(),
+                agent=self.agent_id,
+                version=VERSION,
+                providers=self.providers,
+                active=[notice.id for notice in self.board.active()],
+                sent_at=utcnow(),
+            )
+        )
+
+    async def _heartbeats(self) -> None:
+        while True:
+            self._beat()
+            await asyncio.sleep(self.settings.heartbeat_interval)
+
+    async def _escalations(self) -> None:
+        while True:
+            for notice in self.board.escalate_due():
+                self._send(notice, escalated=True)
+            upcoming = self.board.next_escalation()
+            timeout = None
+            if upcoming is not None:
+                timeout = max(0.0, (upcoming - utcnow()).total_seconds()) + 0.001
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+
+    async def _watchdog(self) -> None:
+        interval = _sd_watchdog_interval()
+        if interval is None:
+            return
+        while True:
+            _sd_notify("WATCHDOG=1")
+            await asyncio.sleep(interval)
+
+    # Control.
+
+    async def _handle(self, raw: dict[str, Any]) -> dict[str, Any]:
+        try:
+            req = CONTROL_REQUEST.validate_python(raw)
+        except ValidationError as error:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in item['loc'][1:]) or 'op'}: {item['msg']}"
+                for item in error.errors()
+            )
+            return ErrorReply(error=f"bad request: {problems}").model_dump(mode="json")
+        if isinstance(req, NotifyRequest):
+            reply: Any = self._notify(req)
+        elif isinstance(req, ClearRequest):
+            reply = self._clear(req)
+        elif isinstance(req, AckRequest):
+            reply = self._ack(req)
+        else:
+            reply = self._status()
+        return json_ready(reply)
+
+    def _status(self) -> StatusReply:
+        info = AgentInfo(
+            agent=self.agent_id,
+            version=VERSION,
+            pid=os.getpid(),
+            providers=self.providers,
+            events=self.events,
+            control=self.control,
+            started_at=self.started_at,
+            seq=self.sequencer.value,
+            subscribers=len(self.board.clients),
+        )
+        return StatusReply(agent=info, active=self.board.active())
+
+    def _notify(self, req: NotifyRequest) -> NotifyReply | ErrorReply:
+        notice_id = req.id or f"local/manual/{uuid.uuid4().hex[:8]}"
+        existing = self.board.get(notice_id)
+        if existing is not None and existing.provider != "local":
+            return ErrorReply(error=f"id {notice_id!r} belongs to a {existing.provider} notice")
+        detail = {"note": req.note} if req.note else {}
+        report = Report(
+            id=notice_id,
+            action=req.action,
+            reason=req.reason,
+            provider="local",
+            deadline=req.deadline,
+            detail=detail,
+        )
+        notice = self.board.report(report, manual=True)
+        if notice is not None:
+            self._save()
+            self._send(notice, escalated=False)
+        current = self.board.get(notice_id)
+        assert current is not None
+        return NotifyReply(notice=current)
+
+    def _clear(self, req: ClearRequest) -> ClearReply | ErrorReply:
+        manual = [notice.id for notice in self.board.manual()]
+        if req.id is not None and req.id not in manual:
+            return ErrorReply(error=f"no active manual notice with id {req.id!r}")
+        ids = [req.id] if req.id is not None else manual
+        cleared = []
+        for notice_id in ids:
+            notice = self.board.clear(notice_id)
+            if notice is not None:
+                cleared.append(notice_id)
+                self._send(notice, escalated=False)
+        if cleared:
+            self._save()
+        return ClearReply(cleared=cleared)
+
+    def _ack(self, req: AckRequest) -> AckReply:
+        notice = self.board.get(req.notice_id) if req.notice_id else None
+        if req.outcome == "saved":
+            if self.board.record_ack(req.notice_id, req.client, req.flush_seconds):
+                assert req.notice_id is not None
+                self._flushed(req.notice_id)
+            self._wake.set()  # a slower flush widens the exit margin
+        log.info(
+            "ack %s from %s: step=%s flush=%ss outcome=%s",
+            req.notice_id or "(periodic)",
+            req.client or "?",
+            req.step,
+            req.flush_seconds,
+            req.outcome,
+        )
+        self.observers.on_ack(req, notice)
+        return AckReply()
+
+    def _save(self) -> None:
+        try:
+            save_state(self.state_path, AgentState(self.sequencer.value, self.board.manual()))
+        except OSError as error:
+            log.error("cannot save state to %s: %s", self.state_path, error)
+
+
+def json_ready(reply: Any) -> dict[str, Any]:
+    result: dict[str, Any] = reply.model_dump(mode="json")
+    return result
+
+
+def _sd_notify(state: str) -> None:
+    try:
+        sdnotify = importlib.import_module("forewarn.agent.sdnotify")
+    except ImportError:
+        return
+    sdnotify.notify(state)
+
+
+def _sd_watchdog_interval() -> float | None:
+    try:
+        sdnotify = importlib.import_module("forewarn.agent.sdnotify")
+    except ImportError:
+        return None
+    interval: float | None = sdnotify.watchdog_interval()
+    return interval
+
+
+def run_agent(settings: Settings) -> int:
+    return asyncio.run(Agent(settings).run())
+
+
+__all__ = ["VERSION", "Agent", "run_agent"]

@@ -1,0 +1,72 @@
+"""The agent's small state file: manual notices and the message counter, kept across restarts.
+
+Written atomically (a temporary file, fsync, rename, fsync of the directory), so a crash at
+any moment leaves either the old state or the new one, never a torn file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .protocol import Notice
+
+log = logging.getLogger("forewarn.agent")
+
+STATE_VERSION = 1
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o640) -> None:
+    """Replace `path` with `data` so that readers see the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+@dataclass
+class AgentState:
+    seq: int = 0
+    manual: list[Notice] = field(default_factory=list)
+
+
+def load_state(path: Path) -> AgentState:
+    """The saved state, or an empty one. A damaged file is reported and set aside, not fatal."""
+    try:
+        raw = json.loads(path.read_bytes())
+        manual = [Notice.model_validate(item) for item in raw.get("manual", [])]
+        return AgentState(seq=int(raw.get("seq", 0)), manual=manual)
+    except FileNotFoundError:
+        return AgentState()
+    except (ValueError, TypeError, AttributeError, ValidationError) as error:
+        broken = path.with_name(path.name + ".broken")
+        os.replace(path, broken)
+        log.error("state file %s is damaged (%s); moved to %s", path, error, broken)
+        return AgentState()
+
+
+def save_state(path: Path, state: AgentState) -> None:
+    payload = {
+        "version": STATE_VERSION,
+        "seq": state.seq,
+        "manual": [json.loads(notice.model_dump_json()) for notice in state.manual],
+    }
+    write_atomic(path, json.dumps(payload, indent=1).encode())
+
+
+__all__ = ["AgentState", "load_state", "save_state", "write_atomic"]

@@ -1,0 +1,239 @@
+"""`Notices`: the agent's events, read on a background thread.
+
+The training thread only reads plain attributes (`active`, `latest`, `alive`): no syscall and
+no socket call per step. It works without a running agent, and says so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from forewarn.agent.wire import (
+    TOPIC_CLIENT_PREFIX,
+    TOPIC_HEARTBEAT,
+    TOPIC_NOTICE,
+    default_endpoints,
+    request,
+)
+
+from .event import Event
+
+log = logging.getLogger("forewarn.clients")
+
+POLL_MS = 200
+
+
+def _client_id() -> str:
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+
+
+class Notices:
+    """Subscribe to the local agent.
+
+    Attributes, safe to read from any thread at any time:
+    - `active`: the active notices by id (a new dict on every change, never mutated);
+    - `latest`: the last notice received, or None;
+    - `alive`: whether a heartbeat arrived within `heartbeat_timeout` seconds;
+    - `agent`: the last heartbeat as a dict, or None.
+    """
+
+    def __init__(
+        self,
+        events: str | None = None,
+        control: str | None = None,
+        *,
+        client_id: str | None = None,
+        heartbeat_timeout: float = 3.0,
+        start: bool = True,
+    ) -> None:
+        default_events, default_control = default_endpoints()
+        self.events = events or default_events
+        self.control = control or default_control
+        self.client_id = client_id or _client_id()
+        self.heartbeat_timeout = heartbeat_timeout
+        self.active: dict[str, Event] = {}
+        self.latest: Event | None = None
+        self.alive = False
+        self.agent: dict[str, Any] | None = None
+        self._listeners: list[Callable[[Event], None]] = []
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if start:
+            self.start()
+
+    def add_listener(self, listener: Callable[[Event], None]) -> None:
+        """Call `listener(event)` on the background thread for each new or changed notice
+        (clears included). Keep it quick: set a flag, do not save from it."""
+        self._listeners.append(listener)
+
+    def start(self) -> Notices:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="forewarn-notices", daemon=True)
+            self._thread.start()
+        return self
+
+    def wait(
+        self, actions: tuple[str, ...] = ("drain", "terminate"), timeout: float | None = None
+    ) -> Event | None:
+        """Block until an active notice has one of `actions`; None on timeout."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for event in self.active.values():
+                    if event.action in actions:
+                        return event
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                self._changed.wait(left)
+
+    def ack(
+        self,
+        notice_id: str | None,
+        *,
+        step: int | None = None,
+        flush_seconds: float | None = None,
+        outcome: str = "saved",
+        restore_seconds: float | None = None,
+        steps_lost: int | None = None,
+        timeout: float = 1.0,
+    ) -> bool:
+        """Tell the agent about a flush (or a resume). False when no agent answered."""
+        if not self.alive:
+            return False
+        payload: dict[str, Any] = {"op": "ack", "client": self.client_id, "outcome": outcome}
+        for key, value in (
+            ("notice_id", notice_id),
+            ("step", step),
+            ("flush_seconds", flush_seconds),
+            ("restore_seconds", restore_seconds),
+            ("steps_lost", steps_lost),
+        ):
+            if value is not None:
+                payload[key] = value
+        try:
+            reply = request(self.control, payload, timeout)
+        except (TimeoutError, OSError) as error:
+            log.warning("forewarn: ack to %s failed: %s", self.control, error)
+            return False
+        if not reply.get("ok"):
+            log.warning("forewarn: the agent refused an ack: %s", reply.get("error"))
+            return False
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+            self._thread = None
+
+    def __enter__(self) -> Notices:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # The background thread.
+
+    def _run(self) -> None:
+        import zmq
+
+        sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        # `notice` last: subscribing to it makes the agent replay, and by then it knows this
+        # client and sends the heartbeat of the replay to it.
+        for topic in (TOPIC_HEARTBEAT, TOPIC_CLIENT_PREFIX + self.client_id, TOPIC_NOTICE):
+            sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        # Reconnect quickly after an agent restart: notices are time-critical.
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        sock.connect(self.events)
+        started = time.monotonic()
+        last_beat: float | None = None
+        warned = False
+        try:
+            while not self._stop.is_set():
+                if sock.poll(POLL_MS):
+                    topic, payload = sock.recv_multipart()
+                    if topic == TOPIC_HEARTBEAT.encode():
+                        last_beat = time.monotonic()
+                        self._heartbeat(payload)
+                    elif topic == TOPIC_NOTICE.encode():
+                        last_beat = time.monotonic()  # a notice is a sign of life too
+                        self._notice(payload)
+                now = time.monotonic()
+                alive = last_beat is not None and now - last_beat < self.heartbeat_timeout
+                if alive != self.alive:
+                    self.alive = alive
+                    if alive:
+                        log.info("forewarn: agent found on %s", self.events)
+                    elif warned or last_beat is not None:
+                        log.warning("forewarn: lost the agent on %s", self.events)
+                    with self._changed:
+                        self._changed.notify_all()
+                if not alive and not warned and now - started >= self.heartbeat_timeout:
+                    warned = True
+                    if last_beat is None:
+                        log.warning(
+                            "forewarn: no agent on %s; only periodic checkpoints, signals "
+                            "and the flag file will trigger saves",
+                            self.events,
+                        )
+        finally:
+            sock.close(linger=0)
+
+    def _heartbeat(self, payload: bytes) -> None:
+        import json
+
+        try:
+            beat = json.loads(payload)
+            active = set(beat["active"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("forewarn: ignoring a malformed heartbeat")
+            return
+        self.agent = beat
+        stale = [notice_id for notice_id in self.active if notice_id not in active]
+        if stale:
+            # Withdrawn while we were not connected (an agent restart): forget them.
+            with self._changed:
+                self.active = {k: v for k, v in self.active.items() if k not in stale}
+
+    def _notice(self, payload: bytes) -> None:
+        try:
+            event = Event.from_json(payload)
+        except ValueError as error:
+            log.warning("forewarn: ignoring a malformed notice: %s", error)
+            return
+        known = self.active.get(event.id)
+        repeat = known is not None and (known.action, known.deadline) == (
+            event.action,
+            event.deadline,
+        )
+        if event.action != "clear" and repeat:
+            return  # a replay for a later subscriber, or a repeat: nothing new
+        with self._changed:
+            active = dict(self.active)
+            if event.action == "clear":
+                if active.pop(event.id, None) is None:
+                    return
+            else:
+                active[event.id] = event
+            self.active = active
+            self.latest = event
+            self._changed.notify_all()
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("forewarn: a notice listener failed")
+
+
+__all__ = ["Notices"]

@@ -1,0 +1,281 @@
+"""The agent as a real subprocess over real ZeroMQ sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from forewarn.agent.timefmt import format_time, parse_time
+from support import AgentProcess, Subscriber, control, forewarn_cmd
+
+
+def later(seconds: float) -> str:
+    return format_time(datetime.now(timezone.utc) + timedelta(seconds=seconds))
+
+
+def test_a_late_subscriber_gets_the_active_notice_within_50ms(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        raised = agent.control({"op": "notify", "action": "drain", "deadline": later(3600)})
+        assert raised["ok"], raised
+        time.sleep(2)
+        started = time.monotonic()
+        with agent.subscriber() as sub:
+            notice = sub.notice(timeout=2)
+            elapsed = time.monotonic() - started
+        assert notice["id"] == raised["notice"]["id"] and notice["action"] == "drain"
+        assert elapsed < 0.05, f"replay took {elapsed * 1000:.1f} ms"
+
+
+def test_every_late_subscriber_gets_a_replay(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        agent.control({"op": "notify", "action": "drain"})
+        subs = [agent.subscriber() for _ in range(3)]
+        try:
+            for sub in subs:
+                assert sub.notice(timeout=2)["action"] == "drain"
+        finally:
+            for sub in subs:
+                sub.close()
+
+
+def test_the_same_notice_100_times_is_one_message_and_a_new_deadline_one_more(
+    tmp_path: Path,
+) -> None:
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        time.sleep(0.2)
+        deadline = later(3600)
+        for _ in range(100):
+            reply = agent.control(
+                {"op": "notify", "action": "drain", "id": "local/repeat", "deadline": deadline}
+            )
+            assert reply["ok"]
+        first = sub.drain(quiet=0.5)
+        assert [n["id"] for n in first] == ["local/repeat"]
+        agent.control(
+            {"op": "notify", "action": "drain", "id": "local/repeat", "deadline": later(7200)}
+        )
+        second = sub.drain(quiet=0.5)
+        assert [n["id"] for n in second] == ["local/repeat"]
+        assert second[0]["seq"] > first[0]["seq"]
+        assert second[0]["deadline"] != first[0]["deadline"]
+
+
+def test_a_drain_escalates_to_terminate_at_deadline_minus_margin(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path, args=("--exit-margin", "1s")) as agent, agent.subscriber() as sub:
+        time.sleep(0.2)
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=3)
+        agent.control({"op": "notify", "action": "drain", "deadline": format_time(deadline)})
+        drain = sub.notice(timeout=2)
+        assert drain["action"] == "drain"
+        terminate = sub.notice(timeout=5)
+        received = datetime.now(timezone.utc)
+        assert terminate["action"] == "terminate" and terminate["id"] == drain["id"]
+        expected = deadline - timedelta(seconds=1)
+        assert abs((received - expected).total_seconds()) < 0.5
+        assert parse_time(terminate["deadline"]) == parse_time(drain["deadline"])
+
+
+def test_notify_terminate_reaches_a_waiting_forewarn_wait(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        waiter = subprocess.Popen(
+            forewarn_cmd("wait", "--for", "terminate", "--timeout", "20s"),
+            env=agent.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.0)  # let it subscribe
+        notify = subprocess.run(
+            forewarn_cmd("notify", "drain"), env=agent.env, capture_output=True, text=True
+        )
+        assert notify.returncode == 0, notify.stderr
+        time.sleep(0.3)
+        assert waiter.poll() is None, "a drain must not end a wait for terminate"
+        notify = subprocess.run(
+            forewarn_cmd("notify", "terminate", "--deadline", "2m"),
+            env=agent.env,
+            capture_output=True,
+            text=True,
+        )
+        assert notify.returncode == 0, notify.stderr
+        out, err = waiter.communicate(timeout=10)
+        assert waiter.returncode == 0, err
+        assert "terminate" in out
+
+
+def test_wait_times_out_with_code_1(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        done = subprocess.run(
+            forewarn_cmd("wait", "--for", "drain", "--timeout", "0.5s"),
+            env=agent.env,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert done.returncode == 1 and "no drain" in done.stderr
+
+
+def test_a_manual_notice_survives_sigkill_and_is_replayed(tmp_path: Path) -> None:
+    agent = AgentProcess(tmp_path).start()
+    raised = agent.control({"op": "notify", "action": "drain", "note": "keep me"})
+    assert agent.kill() == -signal.SIGKILL
+    again = AgentProcess(tmp_path, env=agent.env).start()
+    try:
+        status = again.control({"op": "status"})
+        assert [n["id"] for n in status["active"]] == [raised["notice"]["id"]]
+        with again.subscriber() as sub:
+            notice = sub.notice(timeout=2)
+        assert notice["id"] == raised["notice"]["id"] and notice["detail"]["note"] == "keep me"
+        assert notice["seq"] > raised["notice"]["seq"]
+    finally:
+        again.stop()
+
+
+def test_sigterm_stops_within_a_second_and_saves_state(tmp_path: Path) -> None:
+    agent = AgentProcess(tmp_path).start()
+    agent.control({"op": "notify", "action": "drain", "id": "local/kept"})
+    assert agent.proc is not None
+    started = time.monotonic()
+    agent.proc.send_signal(signal.SIGTERM)
+    code = agent.proc.wait(timeout=5)
+    assert code == 0 and time.monotonic() - started < 1.0
+    state = json.loads((Path(agent.env["FOREWARN_STATE_DIR"]) / "state.json").read_text())
+    assert [n["id"] for n in state["manual"]] == ["local/kept"]
+    runtime = Path(agent.env["FOREWARN_RUNTIME_DIR"])
+    assert not (runtime / "events").exists() and not (runtime / "control").exists()
+    agent.stop()
+
+
+def test_socket_files_are_0660(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        runtime = Path(agent.env["FOREWARN_RUNTIME_DIR"])
+        for name in ("events", "control"):
+            mode = stat.S_IMODE(os.stat(runtime / name).st_mode)
+            assert mode == 0o660, f"{name}: {oct(mode)}"
+
+
+def test_heartbeats_carry_agent_state(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        agent.control({"op": "notify", "action": "drain", "id": "local/hb"})
+        with Subscriber(agent.events, ("heartbeat",)) as sub:
+            topic, beat = sub.recv(timeout=3)
+            _, beat2 = sub.recv(timeout=3)
+        assert topic == "heartbeat" and beat["providers"] == ["local"]
+        assert "local/hb" in beat["active"] and beat2["seq"] > beat["seq"]
+
+
+def test_control_rejects_bad_requests_with_a_named_field(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        bad = agent.control({"op": "notify", "action": "explode"})
+        assert not bad["ok"] and "action" in bad["error"]
+        bad = agent.control({"op": "notify", "action": "drain", "deadline": "soon"})
+        assert not bad["ok"] and "deadline" in bad["error"]
+        bad = agent.control({"op": "launch"})
+        assert not bad["ok"] and "op" in bad["error"]
+        bad = agent.control({"op": "clear", "id": "local/none"})
+        assert not bad["ok"] and "local/none" in bad["error"]
+        assert agent.control({"op": "status"})["ok"]
+
+
+def test_a_second_agent_on_the_same_sockets_is_refused(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        second = subprocess.run(
+            forewarn_cmd("agent", "--provider", "local"),
+            env=agent.env,
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
+        assert second.returncode == 2 and "another agent" in second.stderr
+        assert agent.control({"op": "status"})["ok"]
+
+
+def test_flag_file_raises_a_drain_removed_once_acked(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        with Subscriber(agent.events, ("notice", "client/tester")) as sub:
+            time.sleep(0.3)
+            flag.write_text("")
+            drain = sub.notice(timeout=3)
+            assert drain["action"] == "drain" and drain["id"].startswith("local/flag/")
+            time.sleep(0.5)
+            assert flag.exists(), "not removed before a client flushed"
+            reply = agent.control(
+                {"op": "ack", "notice_id": drain["id"], "client": "tester", "flush_seconds": 0.2}
+            )
+            assert reply["ok"]
+            cleared = sub.notice(timeout=3)
+        assert cleared["action"] == "clear" and cleared["id"] == drain["id"]
+        assert not flag.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("notify", "explode"), "invalid choice"),
+        (("notify", "drain", "--deadline", "next tuesday"), "--deadline"),
+        (("agent", "--provider", "local", "--events", "tcp://10.1.2.3:5555"), "not a loopback"),
+        (("agent", "--provider", "local", "--control", "tcp://0.0.0.0:5556"), "not a loopback"),
+        (("watch", "--events", "tcp://192.168.1.1:1"), "not a loopback"),
+        (("agent", "--provider", "mars"), "invalid choice"),
+        (("agent", "--provider", "local", "--exit-margin", "soon"), "--exit-margin"),
+        (
+            ("agent", "--provider", "local", "--set", "local.flag_interval=-1"),
+            "local.flag_interval",
+        ),
+        (("agent", "--provider", "local", "--set", "nonsense"), "--set"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_problem(
+    tmp_path: Path, env: dict[str, str], args: tuple[str, ...], message: str
+) -> None:
+    done = subprocess.run(forewarn_cmd(*args), env=env, capture_output=True, text=True, timeout=15)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert message in done.stderr
+
+
+def test_an_unwritable_runtime_directory_exits_2(tmp_path: Path, env: dict[str, str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env["FOREWARN_RUNTIME_DIR"] = str(blocker / "run")
+    done = subprocess.run(
+        forewarn_cmd("agent", "--provider", "local"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=15,
+    )
+    assert done.returncode == 2
+    assert "runtime directory" in done.stderr and str(blocker / "run") in done.stderr
+
+
+def test_a_bad_config_file_key_is_named(tmp_path: Path, env: dict[str, str]) -> None:
+    config = tmp_path / "forewarn.toml"
+    config.write_text('exit_margin = "lots"\n[local]\nflag_interval = 0.5\n')
+    done = subprocess.run(
+        forewarn_cmd("agent", "--config", str(config)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=15,
+    )
+    assert done.returncode == 2 and "exit_margin" in done.stderr
+
+
+def test_status_and_notify_without_an_agent_say_so(env: dict[str, str]) -> None:
+    done = subprocess.run(
+        forewarn_cmd("status"), env=env, capture_output=True, text=True, timeout=15
+    )
+    assert done.returncode == 1 and "no agent answers" in done.stderr
+
+
+def test_control_helper_times_out_cleanly(env: dict[str, str]) -> None:
+    with pytest.raises(TimeoutError):
+        control(f"ipc://{env['FOREWARN_RUNTIME_DIR']}/control", {"op": "status"}, timeout=0.2)

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from forewarn.agent.board import NoticeBoard, Sequencer
+from forewarn.agent.protocol import Report
+
+T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def report(**kwargs: object) -> Report:
+    fields: dict[str, object] = {
+        "id": "aws/spot-itn/1",
+        "action": "drain",
+        "reason": "rebalance-recommendation",
+        "provider": "aws",
+    }
+    fields.update(kwargs)
+    return Report.model_validate(fields)
+
+
+def board(margin: float = 30.0) -> tuple[NoticeBoard, Clock]:
+    clock = Clock()
+    return NoticeBoard(Sequencer(0), margin, now=clock), clock
+
+
+def test_repeats_send_nothing_and_a_moved_deadline_resends_with_the_same_id() -> None:
+    b, _ = board()
+    deadline = T0 + timedelta(hours=2)
+    sent = [b.report(report(deadline=deadline)) for _ in range(100)]
+    assert sum(n is not None for n in sent) == 1
+    moved = b.report(report(deadline=deadline + timedelta(minutes=5)))
+    assert moved is not None and moved.id == "aws/spot-itn/1"
+    assert moved.seq > sent[0].seq  # type: ignore[union-attr]
+    # Jitter under a second (providers recompute times per answer) is not a change.
+    assert b.report(report(deadline=deadline + timedelta(minutes=5, milliseconds=400))) is None
+
+
+def test_drain_escalates_to_terminate_at_deadline_minus_margin() -> None:
+    b, clock = board(margin=60)
+    b.report(report(deadline=T0 + timedelta(minutes=10)))
+    assert b.next_escalation() == T0 + timedelta(minutes=9)
+    clock.now = T0 + timedelta(minutes=8, seconds=59)
+    assert b.escalate_due() == []
+    clock.now = T0 + timedelta(minutes=9)
+    (escalated,) = b.escalate_due()
+    assert escalated.action == "terminate" and escalated.id == "aws/spot-itn/1"
+    # The watcher keeps reporting its drain: the terminate stands and nothing is re-sent.
+    assert b.report(report(deadline=T0 + timedelta(minutes=10))) is None
+    assert b.escalate_due() == [] and b.next_escalation() is None
+
+
+def test_slow_flushes_widen_the_exit_margin() -> None:
+    b, _ = board(margin=10)
+    b.record_ack(None, "c1", 40.0)
+    assert b.exit_margin == 80.0
+
+
+def test_a_drain_already_inside_the_margin_goes_out_as_terminate() -> None:
+    b, _ = board(margin=60)
+    notice = b.report(report(deadline=T0 + timedelta(seconds=30)))
+    assert notice is not None and notice.action == "terminate"
+
+
+def test_clear_withdraws_once() -> None:
+    b, _ = board()
+    b.report(report())
+    cleared = b.report(report(action="clear"))
+    assert cleared is not None and cleared.action == "clear" and cleared.id == "aws/spot-itn/1"
+    assert b.report(report(action="clear")) is None
+    assert b.active() == []
+
+
+def test_flushed_once_every_client_that_received_it_acked() -> None:
+    b, _ = board()
+    b.client_joined("a")
+    b.client_joined("b")
+    b.report(report())
+    assert not b.record_ack("aws/spot-itn/1", "a", 1.0)
+    assert b.record_ack("aws/spot-itn/1", "b", 1.0)
+    assert not b.record_ack("aws/spot-itn/1", "b", 1.0)  # once
+
+
+def test_a_client_leaving_completes_the_set() -> None:
+    b, _ = board()
+    b.client_joined("a")
+    b.client_joined("b")
+    b.report(report())
+    b.record_ack("aws/spot-itn/1", "a", 1.0)
+    assert b.client_left("b") == ["aws/spot-itn/1"]
+
+
+def test_sequence_keeps_rising_across_restarts() -> None:
+    first = Sequencer(0)
+    last = [first.next() for _ in range(5)][-1]
+    assert Sequencer(last).next() > last

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from forewarn.agent.config import ConfigError, load_settings
+from forewarn.agent.timefmt import format_time, parse_deadline, parse_duration, parse_time
+from forewarn.agent.wire import EndpointError, check_endpoint, default_endpoints, runtime_dir
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+def test_precedence_flags_over_env_over_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "f.toml"
+    config.write_text('exit_margin = 5\n[aws]\nurl = "http://127.0.0.1:1"\n')
+    monkeypatch.setenv("FOREWARN_AWS_URL", "http://127.0.0.1:2")
+    settings = load_settings(config)
+    assert settings.exit_margin == 5 and settings.aws.url == "http://127.0.0.1:2"
+    assert load_settings(config, exit_margin=7).exit_margin == 7
+
+
+def test_env_names_for_sections_and_lists(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FOREWARN_PROVIDERS", "local, aws")
+    monkeypatch.setenv("FOREWARN_LOCAL_FLAG_INTERVAL", "0.5")
+    settings = load_settings()
+    assert settings.providers == ["local", "aws"] and settings.local.flag_interval == 0.5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"exit_margin": -1}, "exit_margin"),
+        ({"providers": ["mars"]}, "providers"),
+        ({"local": {"flag_interval": 0}}, "local.flag_interval"),
+        ({"local": {"colour": "red"}}, "local.colour"),
+    ],
+)
+def test_invalid_values_name_their_key(overrides: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_settings(**overrides)
+
+
+def test_missing_config_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_endpoints_follow_the_runtime_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("FOREWARN_EVENTS", raising=False)
+    assert runtime_dir() == tmp_path
+    assert default_endpoints() == (f"ipc://{tmp_path}/events", f"ipc://{tmp_path}/control")
+    monkeypatch.setenv("FOREWARN_EVENTS", "tcp://127.0.0.1:7000")
+    assert default_endpoints()[0] == "tcp://127.0.0.1:7000"
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["ipc:///run/forewarn/events", "tcp://127.0.0.1:5555", "tcp://[::1]:1", "tcp://localhost:9"],
+)
+def test_loopback_endpoints_pass(endpoint: str) -> None:
+    assert check_endpoint(endpoint) == endpoint
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["tcp://10.0.0.1:5555", "tcp://*:5555", "tcp://0.0.0.0:1", "udp://127.0.0.1:1", "ipc://"],
+)
+def test_other_endpoints_are_refused(endpoint: str) -> None:
+    with pytest.raises(EndpointError):
+        check_endpoint(endpoint)
+
+
+def test_remote_needs_the_explicit_flag() -> None:
+    assert check_endpoint("tcp://10.0.0.1:5555", allow_remote=True)
+
+
+def test_rfc3339_with_z_parses_on_every_python() -> None:
+    assert parse_time("2026-11-30T03:12:00Z") == datetime(2026, 11, 30, 3, 12, tzinfo=timezone.utc)
+    assert parse_time("2026-11-30T04:12:00.5+01:00") == datetime(
+        2026, 11, 30, 3, 12, 0, 500000, tzinfo=timezone.utc
+    )
+    with pytest.raises(ValueError, match="RFC 3339"):
+        parse_time("21 Jan 2019 09:00:43 GMT")
+
+
+def test_durations_and_deadlines() -> None:
+    assert parse_duration("90s") == 90 and parse_duration("15m") == 900
+    assert parse_duration("2h") == 7200 and parse_duration("250ms") == 0.25
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert parse_deadline("2h", now) == now + timedelta(hours=2)
+    with pytest.raises(ValueError, match="duration"):
+        parse_deadline("soonish", now)
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1970, 1, 2),
+        max_value=datetime(9999, 1, 1),
+        timezones=st.just(timezone.utc),
+    )
+)
+def test_format_parse_roundtrip_to_the_millisecond(moment: datetime) -> None:
+    moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+    assert parse_time(format_time(moment)) == moment
+
+
+@given(st.text(max_size=40))
+def test_parse_time_raises_only_value_error(text: str) -> None:
+    with contextlib.suppress(ValueError):
+        parse_time(text)

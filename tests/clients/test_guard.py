@@ -1,0 +1,153 @@
+"""CheckpointGuard inside a real training process (the demo loop), with and without an agent."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from support import AgentProcess
+
+
+class Training:
+    """The demo training loop as a subprocess; its JSON lines parsed as they come."""
+
+    def __init__(self, env: dict[str, str], directory: Path, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "forewarn.clients.demo", "--dir", str(directory), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.events: list[dict[str, Any]] = []
+
+    def until(self, kind: str, timeout: float = 10, **match: Any) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            event = json.loads(line)
+            self.events.append(event)
+            if event["event"] == kind and all(event.get(k) == v for k, v in match.items()):
+                return event
+        raise AssertionError(f"no {kind} event; saw {self.events[-5:]}")
+
+    def finish(self, timeout: float = 10) -> tuple[int, str]:
+        out, err = self.proc.communicate(timeout=timeout)
+        self.events += [json.loads(line) for line in out.splitlines() if line.strip()]
+        return self.proc.returncode, err
+
+    def saves(self) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == "saved"]
+
+
+def test_sigterm_during_a_step_gives_one_save_then_exit_0(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
+        run.until("step", step=20)
+        run.proc.send_signal(signal.SIGTERM)
+        code, err = run.finish()
+        assert code == 0, err
+        saves = run.saves()
+        assert len(saves) == 1 and saves[0]["reasons"] == ["signal"] and saves[0]["exit"]
+        assert run.events[-1]["event"] == "exit"
+
+
+def test_a_drain_gives_one_save_per_notice_id_and_training_goes_on(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
+        run.until("step", step=10)
+        for _ in range(3):  # the same notice, reported again: still one flush
+            agent.control({"op": "notify", "action": "drain", "id": "local/one"})
+        first = run.until("saved")
+        run.until("step", step=first["step"] + 30)
+        agent.control({"op": "notify", "action": "drain", "id": "local/two"})
+        second = run.until("saved")
+        run.until("step", step=second["step"] + 30)
+        run.proc.send_signal(signal.SIGTERM)
+        code, err = run.finish()
+        assert code == 0, err
+        reasons = [s["reasons"] for s in run.saves()]
+        assert reasons == [["drain"], ["drain"], ["signal"]]
+        assert not first["exit"] and not second["exit"]
+
+
+def test_a_terminate_notice_flushes_and_exits(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
+        run.until("step", step=10)
+        agent.control({"op": "notify", "action": "terminate"})
+        saved = run.until("saved")
+        code, err = run.finish()
+        assert code == 0, err
+        assert saved["exit"] and saved["reasons"] == ["terminate"]
+
+
+def test_acks_reach_the_agent_and_release_the_flag_file(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
+        run.until("step", step=10)
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("")
+        saved = run.until("saved")
+        assert saved["reasons"] == ["drain"]
+        end = time.monotonic() + 5
+        while flag.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not flag.exists(), "the agent removes the flag once every client flushed"
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.finish()[0] == 0
+        assert [s["reasons"] for s in run.saves()] == [["drain"], ["signal"]]
+
+
+def test_without_an_agent_periodic_saves_and_sigterm_work_and_one_warning(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    run = Training(
+        env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01", "--every-steps", "25"
+    )
+    run.until("saved", step=25)
+    run.until("saved", step=50)
+    time.sleep(3.5)  # past the heartbeat timeout: the warning is due by now
+    run.proc.send_signal(signal.SIGTERM)
+    code, err = run.finish()
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if "no agent" in line]
+    assert len(warnings) == 1, err
+    saves = run.saves()
+    assert all(s["reasons"] == ["periodic"] for s in saves[:-1])
+    assert saves[-1]["reasons"] == ["signal"] and saves[-1]["exit"]
+
+
+def test_without_an_agent_the_flag_file_flushes_and_continues(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    run = Training(env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
+    run.until("step", step=10)
+    flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    flag.write_text("")
+    saved = run.until("saved")
+    assert saved["reasons"] == ["flag"] and not saved["exit"]
+    run.until("step", step=saved["step"] + 20)
+    assert not flag.exists()
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish()[0] == 0
+
+
+def test_resume_continues_from_the_saved_step(tmp_path: Path, env: dict[str, str]) -> None:
+    run = Training(env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
+    run.until("step", step=15)
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish()[0] == 0
+    saved = run.saves()[-1]
+    again = Training(env, tmp_path / "ckpt", "--steps", str(saved["step"] + 5))
+    resumed = again.until("resumed")
+    assert resumed["step"] == saved["step"] and resumed["state"] == saved["state"]
+    assert again.finish()[0] == 0
