@@ -54,7 +54,7 @@ from .imds import (
 )
 from .settings import MAX_TOKEN_TTL, MIN_TOKEN_TTL
 
-DEFAULT_PORT = 1338  # amazon-ec2-metadata-mock's port, so existing habits carry over
+
 DEFAULT_INSTANCE_ID = "i-0123456789abcdef0"
 DEFAULT_REGION = "us-east-1"
 SPOT_LEAD = 120.0
@@ -483,10 +483,7 @@ def _seconds_arg(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks one)"
-    )
+    """The options after `forewarn simulate aws` (the command line adds `--host`, `--port`)."""
     parser.add_argument(
         "--imdsv1", action="store_true", help="also answer tokenless (IMDSv1) requests"
     )
@@ -552,7 +549,6 @@ def drill_script() -> dict[str, Any]:
 
 
 __all__ = [
-    "DEFAULT_PORT",
     "ImdsSimulator",
     "add_arguments",
     "drill_script",
