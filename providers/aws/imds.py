@@ -62,8 +62,8 @@ _MONTHS = {
     )
 }
 # "21 Jan 2019 09:00:43 GMT" (Go layout "2 Jan 2006 15:04:05 GMT"); an RFC 1123 weekday is
-# tolerated. Month names are matched against a fixed English table: strptime's %b follows
-# the process locale and would fail on a German or French node.
+# tolerated. Month names are matched against a fixed English table: the C library's month
+# names follow the process locale and would fail on a German or French node.
 _AWS_DATE = re.compile(
     r"^\s*(?:[A-Za-z]{3},\s*)?(\d{1,2})\s+([A-Za-z]{3})[a-z]*\s+(\d{4})\s+"
     r"(\d{1,2}):(\d{2}):(\d{2})\s*(?:GMT|UTC|Z)?\s*$"
@@ -90,7 +90,7 @@ def format_aws_date(moment: datetime) -> str:
     """The scheduled-event date format, locale-independent (used by the simulator)."""
     moment = moment.astimezone(timezone.utc)
     month = next(name for name, number in _MONTHS.items() if number == moment.month)
-    return f"{moment.day} {month.title()} {moment.year} {moment:%H:%M:%S} GMT"
+    return f"{moment.day} {month.title()} {moment.year:04d} {moment:%H:%M:%S} GMT"
 
 
 def _rfc3339(text: str) -> datetime:
