@@ -54,7 +54,6 @@ from .imds import (
 )
 from .settings import MAX_TOKEN_TTL, MIN_TOKEN_TTL
 
-
 DEFAULT_INSTANCE_ID = "i-0123456789abcdef0"
 DEFAULT_REGION = "us-east-1"
 SPOT_LEAD = 120.0

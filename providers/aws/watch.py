@@ -134,7 +134,8 @@ class AwsWatcher:
         """True when an EC2 instance identity document can be read within one second."""
         try:
             return await asyncio.wait_for(self._detect(), DETECT_SECONDS)
-        except (asyncio.TimeoutError, ImdsError, ParseError):
+        except (asyncio.TimeoutError, ImdsError, ParseError, httpx.HTTPError) as error:
+            log.debug("aws: detect: %s", error or type(error).__name__)
             return False
 
     async def _detect(self) -> bool:

@@ -74,7 +74,9 @@ def test_a_scheduled_event_drains_with_not_before_as_deadline() -> None:
 def test_a_canceled_or_completed_event_clears(state: str) -> None:
     event = dict(AWS_EXAMPLE[0], State=state)
     (report,) = parse_scheduled(json.dumps([event]))
-    assert report.action == "clear" and report.id == "aws/scheduled/instance-event-0d59937288b749b32"
+    assert (
+        report.action == "clear" and report.id == "aws/scheduled/instance-event-0d59937288b749b32"
+    )
 
 
 def test_a_history_entry_without_state_clears_by_its_description_prefix() -> None:
@@ -173,8 +175,9 @@ def test_bad_bodies_raise_a_parse_error_naming_the_fault(parser, body, fragment)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
     max_leaves=12,
 )
 times = st.one_of(

@@ -113,7 +113,9 @@ def test_notices_are_text_plain_json(http: httpx.Client, sim: ImdsSimulator) -> 
     assert get(http, ASG_PATH).text == "Terminated"
 
 
-def test_a_spot_notice_defaults_to_two_minutes_ahead(http: httpx.Client, sim: ImdsSimulator) -> None:
+def test_a_spot_notice_defaults_to_two_minutes_ahead(
+    http: httpx.Client, sim: ImdsSimulator
+) -> None:
     sim.raise_notice("spot", {})
     payload = json.loads(get(http, SPOT_PATH).text)
     lead = parse_aws_date(payload["time"]).timestamp() - time.time()

@@ -103,7 +103,9 @@ def test_scheduled_events_drain_move_and_clear() -> None:
     (moved,) = tracker.update(
         parse_scheduled(json.dumps([event(not_before="22 Jan 2019 09:00:43 GMT")]))
     )
-    assert moved.id == drain.id and moved.deadline == datetime(2019, 1, 22, 9, 0, 43, tzinfo=timezone.utc)
+    assert moved.id == drain.id and moved.deadline == datetime(
+        2019, 1, 22, 9, 0, 43, tzinfo=timezone.utc
+    )
     (clear,) = tracker.update(parse_scheduled(json.dumps([event("canceled")])))
     assert clear.action == "clear" and clear.id == drain.id
     assert tracker.update(parse_scheduled(json.dumps([event("canceled")]))) == []
