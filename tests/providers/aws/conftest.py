@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import pytest
@@ -74,9 +74,7 @@ async def watching(url: str, **settings: Any) -> AsyncIterator[Running]:
         yield running
     finally:
         task.cancel()
-        try:
+        with suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
         await watcher.aclose()
         assert task.cancelled(), "watch() ended on its own"

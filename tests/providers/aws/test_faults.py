@@ -51,7 +51,7 @@ async def recovers(
     end_fault()
     raised = time.monotonic()
     raise_notice()
-    report, seen = await run.report(action="terminate")
+    _report, seen = await run.report(action="terminate")
     assert seen - raised <= 2 * INTERVAL + TIMEOUT + SLACK, f"took {seen - raised:.2f}s"
     lines = log_lines(caplog, kind)
     assert len(lines) == 1, lines

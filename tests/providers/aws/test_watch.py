@@ -261,5 +261,5 @@ def test_an_out_of_range_token_ttl_names_the_key(monkeypatch: pytest.MonkeyPatch
     from forewarn.agent.config import ConfigError, load_settings
 
     monkeypatch.setenv("FOREWARN_AWS_TOKEN_TTL", ttl)
-    with pytest.raises(ConfigError, match="aws.token_ttl"):
+    with pytest.raises(ConfigError, match=r"aws\.token_ttl"):
         load_settings()
