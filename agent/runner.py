@@ -354,8 +354,10 @@ class Agent:
         )
         notice = self.board.report(report, manual=True)
         if notice is not None:
-            self._save()
+            # Publish first: subscribers are waiting on the clock. The requester's reply comes
+            # after the state is on disk, so an accepted notify always survives a crash.
             self._send(notice, escalated=False)
+            self._save()
         current = self.board.get(notice_id)
         assert current is not None
         return NotifyReply(notice=current)

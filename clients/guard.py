@@ -27,6 +27,7 @@ from typing import Any
 
 from forewarn.agent.wire import runtime_dir
 
+from .agreement import DEFAULT_AGREE_EVERY, RankAgreement
 from .event import Event
 from .notices import Notices
 
@@ -59,6 +60,8 @@ class CheckpointGuard:
         events: str | None = None,
         control: str | None = None,
         heartbeat_timeout: float = 3.0,
+        agree: bool | RankAgreement | None = None,
+        agree_every: int = DEFAULT_AGREE_EVERY,
     ) -> None:
         if every_steps is not None and every_steps <= 0:
             raise ValueError(f"every_steps must be a positive number of steps, got {every_steps}")
@@ -103,6 +106,19 @@ class CheckpointGuard:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
 
+        # With torch.distributed initialised (agree=None means: whenever it is), decisions go
+        # through an all-reduce every `agree_every` steps so all ranks save at the same step.
+        if isinstance(agree, RankAgreement):
+            self.agreement: RankAgreement | None = agree
+        elif agree is False:
+            self.agreement = None
+        else:
+            self.agreement = RankAgreement.detect(agree_every)
+            if agree and self.agreement is None:
+                raise ValueError("agree=True needs torch.distributed initialised with 2+ ranks")
+        if self.agreement is not None:
+            self.due = self._due_ranked  # type: ignore[method-assign]
+
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="forewarn-guard", daemon=True)
         self._ticker.start()
@@ -116,6 +132,29 @@ class CheckpointGuard:
                 self._due_since = time.monotonic()
             return True
         return False
+
+    def _due_ranked(self, step: int) -> bool:
+        """`due` across ranks: periodic steps agree by themselves (same step counter); the
+        rest is decided together every `agree_every` steps."""
+        if step >= self._next_step:
+            if self._due_since is None:
+                self._due_since = time.monotonic()
+            return True
+        assert self.agreement is not None
+        if step % self.agreement.every:
+            return False
+        save, exit_now = self.agreement.decide(self._wake, self._exit)
+        if not save and not exit_now:
+            return False
+        with self._lock:
+            if not self._wake:
+                self._pending.setdefault("peer", None)  # another rank asked for this save
+            if exit_now:
+                self._exit = True
+            self._wake = True
+        if self._due_since is None:
+            self._due_since = time.monotonic()
+        return True
 
     @property
     def should_exit(self) -> bool:

@@ -1,0 +1,78 @@
+"""The Lightning callback saves on drain and stops on terminate, with a tiny model on CPU."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from support import AgentProcess
+
+pytest.importorskip("lightning")
+import lightning.pytorch as pl
+import torch
+from forewarn.clients.frameworks.lightning import ForewarnCallback
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        time.sleep(0.005)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def wait_until(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise TimeoutError
+        time.sleep(0.01)
+
+
+def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        callback = ForewarnCallback(
+            tmp_path / "ckpt",
+            events=agent.events,
+            control=agent.control_endpoint,
+            handle_signals=False,
+            flag_file=None,
+        )
+        data = TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
+        trainer = pl.Trainer(
+            max_steps=10_000,
+            callbacks=[callback],
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        steps: dict[str, int] = {}
+
+        def operator() -> None:
+            wait_until(lambda: trainer.global_step >= 20)
+            agent.control({"op": "notify", "action": "drain", "id": "local/l-drain"})
+            wait_until(lambda: len(callback.saved_paths) == 1)
+            steps["drain_saved"] = trainer.global_step
+            wait_until(lambda: trainer.global_step >= steps["drain_saved"] + 20)
+            agent.control({"op": "notify", "action": "terminate", "id": "local/l-term"})
+
+        thread = threading.Thread(target=operator, daemon=True)
+        thread.start()
+        trainer.fit(Tiny(), DataLoader(data, batch_size=4))
+        thread.join(timeout=5)
+        assert len(callback.saved_paths) == 2, callback.saved_paths
+        assert all(path.exists() for path in callback.saved_paths)
+        assert trainer.global_step < 10_000, "terminate stopped training"
+        final = torch.load(callback.saved_paths[-1], weights_only=False)
+        assert final["global_step"] == trainer.global_step

@@ -1,0 +1,81 @@
+"""The transformers callback saves on drain and stops on terminate, with a tiny model on CPU."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from support import AgentProcess
+
+pytest.importorskip("transformers")
+import torch
+from forewarn.clients.frameworks.transformers import ForewarnTrainerCallback
+from torch.utils.data import Dataset
+from transformers import Trainer, TrainingArguments
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        time.sleep(0.005)
+        return {"loss": torch.nn.functional.mse_loss(self.layer(x), labels)}
+
+
+class Points(Dataset):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return 40_000
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"x": torch.randn(4), "labels": torch.randn(1)}
+
+
+def wait_until(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise TimeoutError
+        time.sleep(0.01)
+
+
+def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        callback = ForewarnTrainerCallback(
+            events=agent.events,
+            control=agent.control_endpoint,
+            handle_signals=False,
+            flag_file=None,
+        )
+        args = TrainingArguments(
+            output_dir=str(tmp_path / "out"),
+            max_steps=10_000,
+            per_device_train_batch_size=4,
+            save_strategy="no",
+            report_to=[],
+            logging_strategy="no",
+            use_cpu=True,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        trainer = Trainer(model=Tiny(), args=args, train_dataset=Points(), callbacks=[callback])
+
+        def operator() -> None:
+            wait_until(lambda: trainer.state.global_step >= 20)
+            agent.control({"op": "notify", "action": "drain", "id": "local/t-drain"})
+            wait_until(lambda: len(callback.saved_steps) == 1)
+            first = callback.saved_steps[0]
+            wait_until(lambda: trainer.state.global_step >= first + 20)
+            agent.control({"op": "notify", "action": "terminate", "id": "local/t-term"})
+
+        thread = threading.Thread(target=operator, daemon=True)
+        thread.start()
+        trainer.train()
+        thread.join(timeout=5)
+        assert len(callback.saved_steps) == 2, callback.saved_steps
+        for step in callback.saved_steps:
+            assert (tmp_path / "out" / f"checkpoint-{step}").is_dir()
+        assert trainer.state.global_step == callback.saved_steps[-1] < 10_000

@@ -1,0 +1,91 @@
+"""Two to four gloo ranks on CPU: a notice at one node's agent makes every rank save at the same
+step; a terminate at another node's agent ends every rank cleanly."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import AgentProcess, agent_env
+
+pytest.importorskip("torch")
+
+SCRIPT = Path(__file__).with_name("dist_train.py")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def read_saves(
+    proc: subprocess.Popen[str], count: int, timeout: float = 30
+) -> list[dict[str, Any]]:
+    assert proc.stdout is not None
+    found: list[dict[str, Any]] = []
+    end = time.monotonic() + timeout
+    while len(found) < count and time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        event = json.loads(line)
+        if event["event"] == "saved":
+            found.append(event)
+    return found
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_every_rank_saves_at_the_same_step_and_exits(tmp_path: Path, world_size: int) -> None:
+    nodes = [tmp_path / "node0", tmp_path / "node1"]
+    agents = []
+    for node in nodes:
+        node.mkdir()
+        agents.append(AgentProcess(node, env=agent_env(node)).start())
+    port = free_port()
+    ranks = []
+    try:
+        for rank in range(world_size):
+            env = dict(agents[rank % 2].env)
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(world_size),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                AGREE_EVERY="4",
+            )
+            ranks.append(
+                subprocess.Popen(
+                    [sys.executable, str(SCRIPT)], env=env, stdout=subprocess.PIPE, text=True
+                )
+            )
+        for proc in ranks:
+            assert proc.stdout is not None
+            assert json.loads(proc.stdout.readline())["event"] == "started"
+        time.sleep(1.0)  # all guards subscribed
+
+        agents[1].control({"op": "notify", "action": "drain", "id": "local/node1-drain"})
+        drains = [read_saves(proc, 1)[0] for proc in ranks]
+        assert len({save["step"] for save in drains}) == 1, drains
+        assert all(not save["exit"] for save in drains)
+        for rank, save in enumerate(drains):
+            assert save["reasons"] == (["drain"] if rank % 2 == 1 else ["peer"]), save
+
+        agents[0].control({"op": "notify", "action": "terminate", "id": "local/node0-term"})
+        finals = [read_saves(proc, 1)[0] for proc in ranks]
+        assert len({save["step"] for save in finals}) == 1, finals
+        assert all(save["exit"] for save in finals)
+        for proc in ranks:
+            assert proc.wait(timeout=30) == 0
+    finally:
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()
+        for agent in agents:
+            agent.stop()
