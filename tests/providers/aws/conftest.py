@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
+import httpx
 import pytest
 from forewarn.agent.protocol import Report
 from forewarn.providers.aws.settings import Settings
@@ -66,8 +67,14 @@ class Running:
 
 
 @asynccontextmanager
-async def watching(url: str, **settings: Any) -> AsyncIterator[Running]:
-    watcher = AwsWatcher(Settings(url=url, **settings), PollHealth("aws", repeat_log_seconds=60))
+async def watching(
+    url: str, transport: httpx.AsyncBaseTransport | None = None, **settings: Any
+) -> AsyncIterator[Running]:
+    watcher = AwsWatcher(
+        Settings(url=url, **settings),
+        PollHealth("aws", repeat_log_seconds=60),
+        transport=transport,
+    )
     running = Running(watcher)
     task = asyncio.create_task(watcher.watch(running.emit))
     try:

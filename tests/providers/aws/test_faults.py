@@ -125,7 +125,8 @@ async def test_connection_refused_then_imds_comes_up(
 
 
 class FakeImds:
-    """IMDS under respx, for transport faults a real server cannot easily produce."""
+    """IMDS under respx (as the watcher's transport), for transport faults a real server
+    cannot easily produce."""
 
     def __init__(self) -> None:
         self.fault: Exception | None = None
@@ -168,7 +169,10 @@ async def test_transport_faults(
         mock.get(SPOT_PATH).mock(side_effect=fake.spot)
         mock.get(url__regex=r".*").respond(404)
         fake.fault = error
-        async with watching("http://imds.test", rebalance_interval=0, timeout=TIMEOUT) as run:
+        transport = httpx.MockTransport(mock.async_handler)
+        async with watching(
+            "http://imds.test", transport, rebalance_interval=0, timeout=TIMEOUT
+        ) as run:
 
             def end() -> None:
                 fake.fault = None
