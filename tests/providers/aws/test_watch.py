@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pytest
 from conftest import watching
 from forewarn.agent.timefmt import parse_time
-from forewarn.providers.aws.imds import SPOT_PATH, TOKEN_PATH
+from forewarn.providers.aws.imds import SCHEDULED_PATH, SPOT_PATH, TOKEN_PATH
 from forewarn.providers.aws.settings import Settings
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.aws.watch import AwsWatcher, build
@@ -86,6 +86,18 @@ async def test_a_withdrawn_scheduled_event_clears(sim: ImdsSimulator, server: Si
         sim.withdraw(event_id)  # moves to the history path, as on AWS
         clear, _ = await run.report(action="clear")
         assert clear.id == drain.id
+
+
+async def test_a_scheduled_path_answering_404_is_no_events(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url, **FAST) as run:
+        event_id = sim.raise_notice("scheduled", {})
+        drain, _ = await run.report(action="drain")
+        sim.raise_notice("fault", {"path": SCHEDULED_PATH, "status": 404})
+        clear, _ = await run.report(action="clear")
+        assert clear.id == drain.id == f"aws/scheduled/{event_id}"
+        assert run.health.errors == 0
 
 
 async def test_an_asg_target_of_terminated_is_a_terminate(
