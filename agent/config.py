@@ -71,6 +71,16 @@ class Settings(BaseSettings):
         "re-sent as terminate; the margin is the larger of this and twice the slowest flush.",
     )
     heartbeat_interval: float = Field(default=1.0, gt=0, le=60)
+    telemetry: bool = Field(
+        default=True,
+        description="Append one JSON line per notice, escalation, ack and resume to "
+        "`telemetry.jsonl` in the state directory (read by `forewarn plan`).",
+    )
+    telemetry_max_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        ge=4096,
+        description="Size at which `telemetry.jsonl` is rotated (three older files are kept).",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
 

@@ -74,6 +74,14 @@ class Observers(Observer):
 def build_observers(settings: Settings) -> list[Observer]:
     """The observers the configuration asks for (metrics, telemetry)."""
     observers: list[Observer] = []
+    if settings.telemetry:
+        # Imported here: telemetry imports this module for the Observer base.
+        from .telemetry import TelemetryObserver, TelemetryWriter, telemetry_path
+
+        writer = TelemetryWriter(
+            telemetry_path(settings.resolved_state_dir()), settings.telemetry_max_bytes
+        )
+        observers.append(TelemetryObserver(writer))
     return observers
 
 

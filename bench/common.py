@@ -46,7 +46,7 @@ def agent_env(base: Path | None = None, **extra: str) -> tuple[dict[str, str], P
         FOREWARN_STATE_DIR=str(work / "state"),
         GCE_METADATA_HOST="127.0.0.1:9",
         GCE_METADATA_IP="127.0.0.1:9",
-        NO_GCE_CHECK="True",
+        NO_GCE_CHECK="true",
     )
     env.update(extra)
     return env, work

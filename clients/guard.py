@@ -27,6 +27,7 @@ from typing import Any
 
 from forewarn.agent.wire import runtime_dir
 
+from .adaptive import AdaptiveInterval
 from .agreement import DEFAULT_AGREE_EVERY, RankAgreement
 from .event import Event
 from .notices import Notices
@@ -54,6 +55,10 @@ class CheckpointGuard:
         every_steps: int | None = None,
         every_seconds: float | None = None,
         *,
+        every: str | None = None,
+        interruptions_per_day: float | None = None,
+        mtbi_seconds: float | None = None,
+        adaptive: AdaptiveInterval | None = None,
         notices: Notices | bool = True,
         flag_file: str | Path | None = "default",
         handle_signals: bool = True,
@@ -69,6 +74,27 @@ class CheckpointGuard:
             raise ValueError(f"every_seconds must be positive, got {every_seconds}")
         self.every_steps = every_steps
         self.every_seconds = every_seconds
+        # every="auto": a time interval kept near the optimum for the measured flush cost and
+        # the configured interruption rate (Daly's formula, see forewarn.clients.adaptive).
+        self.adaptive: AdaptiveInterval | None = None
+        if every == "auto":
+            if every_steps is not None or every_seconds is not None:
+                raise ValueError(
+                    "every='auto' chooses the interval: drop every_steps/every_seconds"
+                )
+            if adaptive is None:
+                if interruptions_per_day is None and mtbi_seconds is None:
+                    raise ValueError(
+                        "every='auto' needs the interruption rate: interruptions_per_day= or "
+                        "mtbi_seconds= (or adaptive=AdaptiveInterval(...))"
+                    )
+                adaptive = AdaptiveInterval(
+                    interruptions_per_day=interruptions_per_day, mtbi_seconds=mtbi_seconds
+                )
+            self.adaptive = adaptive
+            self.every_seconds = adaptive.seconds
+        elif every is not None:
+            raise ValueError(f"every must be 'auto' or left out, got {every!r}")
         # Read by `due` on every step: keep these two plain attributes.
         self._wake = False
         self._next_step: float = every_steps if every_steps else math.inf
@@ -80,6 +106,7 @@ class CheckpointGuard:
         self._exit = False
         self._due_since: float | None = None
         self._last_save = time.monotonic()
+        self._started = self._last_save
         self.last_result: SaveResult | None = None
 
         if flag_file == "default":
@@ -176,6 +203,9 @@ class CheckpointGuard:
             exit_now = self._exit
         if step >= self._next_step:
             reasons.setdefault("periodic", None)
+        if self.adaptive is not None and seconds is not None:
+            self.adaptive.record_flush(seconds)
+            self.every_seconds = self.adaptive.seconds
         self._next_step = step + self.every_steps if self.every_steps else math.inf
         self._last_save = now
         self._due_since = None
@@ -271,11 +301,17 @@ class CheckpointGuard:
         self._wake = True
 
     def _flag_is_ours(self) -> bool:
-        """The agent's local provider handles the flag file when it runs; otherwise we do."""
-        if self.notices is None or not self.notices.alive:
+        """The agent's local provider handles the flag file when it runs; otherwise we do.
+        Until the agent has been heard from, or given up on, nobody takes it: both taking it
+        would flush twice."""
+        notices = self.notices
+        if notices is None:
             return True
-        agent = self.notices.agent or {}
-        return "local" not in agent.get("providers", ())
+        if notices.alive:
+            if notices.agent is None:
+                return False  # alive (a notice came) but no heartbeat yet says what it runs
+            return "local" not in notices.agent.get("providers", ())
+        return time.monotonic() - self._started >= notices.heartbeat_timeout
 
     def _tick(self) -> None:
         interval = TICK_SECONDS

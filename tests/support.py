@@ -45,7 +45,10 @@ def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith("FOREWARN_") and key.lower() not in ("http_proxy", "https_proxy")
+        if not key.startswith("FOREWARN_")
+        and key.lower() not in ("http_proxy", "https_proxy")
+        # Inside a pod, `auto` would otherwise find the real API server.
+        and not key.startswith("KUBERNETES_SERVICE")
     }
     runtime = tmp_path / "run"
     state = tmp_path / "state"
@@ -56,7 +59,7 @@ def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         FOREWARN_STATE_DIR=str(state),
         GCE_METADATA_HOST=DEAD_LOOPBACK,
         GCE_METADATA_IP=DEAD_LOOPBACK,
-        NO_GCE_CHECK="True",
+        NO_GCE_CHECK="true",
         NO_PROXY="*",
         PYTHONUNBUFFERED="1",
     )

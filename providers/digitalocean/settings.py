@@ -2,11 +2,153 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
 from ..settings import ProviderSettings
+
+METADATA_URL = "http://169.254.169.254"
+DEFAULT_SENDER = r"(?i)@([a-z0-9-]+\.)*digitalocean\.com$"
+DEFAULT_SUBJECT = r"(?i)reclaim|spot|interrupt|preempt"
+IMAP_PORTS = {"tls": 993, "starttls": 143, "none": 143}
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _seconds(value: Any) -> Any:
+    # Durations may be written as people type them (`2h`, `30s`) as well as numbers.
+    if isinstance(value, str):
+        from forewarn.agent.timefmt import parse_duration
+
+        return parse_duration(value)
+    return value
 
 
 class Settings(ProviderSettings):
-    pass
+    url: str | None = Field(
+        default=None,
+        description="Base URL of the droplet metadata service (default http://169.254.169.254).",
+    )
+    droplet_id: str | None = Field(
+        default=None,
+        description="This droplet's numeric id; read from droplet metadata when not set.",
+    )
+    droplet_name: str | None = Field(
+        default=None,
+        description="This droplet's name; read from droplet metadata (hostname) when not set.",
+    )
+    imap_host: str | None = Field(
+        default=None,
+        description="IMAP server of the mailbox that receives DigitalOcean's reclaim emails; "
+        "without it the mailbox is not watched.",
+    )
+    imap_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="IMAP port (default 993 for tls, 143 for starttls and none).",
+    )
+    imap_tls: Literal["tls", "starttls", "none"] = Field(
+        default="tls",
+        description="tls (IMAPS), starttls, or none (allowed only for a loopback imap_host).",
+    )
+    imap_ca_file: Path | None = Field(
+        default=None,
+        description="PEM file of CA certificates to trust for the IMAP server, instead of the "
+        "system store.",
+    )
+    imap_mailbox: str = Field(default="INBOX", description="Mailbox (folder) to watch.")
+    imap_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds to wait for the IMAP server to answer."
+    )
+    credentials_file: Path | None = Field(
+        default=None,
+        description="Env file with FOREWARN_IMAP_USER= and FOREWARN_IMAP_PASSWORD= lines.",
+    )
+    poll_interval: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds between mailbox checks when the server has no IDLE.",
+    )
+    idle_renew: float = Field(
+        default=1500.0,
+        gt=0,
+        description="Seconds after which IDLE is re-issued (servers drop it after 30 min).",
+    )
+    sender: str = Field(
+        default=DEFAULT_SENDER,
+        description="Regular expression the From address of a reclaim email must match.",
+    )
+    subject: str = Field(
+        default=DEFAULT_SUBJECT,
+        description="Regular expression the Subject of a reclaim email must match (search).",
+    )
+    lead: float = Field(
+        default=7200.0,
+        ge=0,
+        description="Deadline after the email's Date when its text names no time (seconds or "
+        "a duration such as 2h).",
+    )
+    max_age: float = Field(
+        default=86400.0,
+        gt=0,
+        description="A matching email dated longer ago than this is recorded as handled but "
+        "raises nothing (an old reclaim of a droplet that had the same name).",
+    )
+    require_dkim: bool = Field(
+        default=False,
+        description="Require an Authentication-Results header with dkim=pass for the sender's "
+        "domain (set it when your mail server adds one).",
+    )
+    retry_max: float = Field(
+        default=300.0, gt=0, description="Longest wait between reconnection attempts."
+    )
+
+    _durations = field_validator("lead", "poll_interval", "idle_renew", "max_age", mode="before")(
+        _seconds
+    )
+
+    @field_validator("sender", "subject")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as error:
+            raise ValueError(f"not a regular expression: {error}") from None
+        return value
+
+    @field_validator("droplet_id")
+    @classmethod
+    def _numeric_id(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip().isdigit():
+            raise ValueError("a droplet id is a number")
+        return value.strip() if value is not None else None
+
+    @model_validator(mode="after")
+    def _plain_only_on_loopback(self) -> Settings:
+        if self.imap_tls == "none" and self.imap_host and not is_loopback(self.imap_host):
+            raise ValueError(
+                f"imap_tls = none is allowed only for a loopback imap_host, not "
+                f"{self.imap_host!r}: use tls or starttls"
+            )
+        return self
+
+    def metadata_url(self) -> str:
+        return (self.url or METADATA_URL).rstrip("/")
+
+    def port(self) -> int:
+        return self.imap_port or IMAP_PORTS[self.imap_tls]
 
 
-__all__ = ["Settings"]
+__all__ = ["DEFAULT_SENDER", "DEFAULT_SUBJECT", "METADATA_URL", "Settings", "is_loopback"]

@@ -2,11 +2,68 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
+
 from ..settings import ProviderSettings
 
 
 class Settings(ProviderSettings):
-    pass
+    timeout_sec: int = Field(
+        default=60,
+        ge=1,
+        le=3600,
+        description="`timeout_sec` of each metadata long-poll: the server answers after this "
+        "many seconds even when nothing changed.",
+    )
+    read_timeout_margin: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Seconds the HTTP read timeout exceeds `timeout_sec`, so a hung "
+        "long-poll is abandoned instead of waited on forever.",
+    )
+    retry_delay: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Seconds before retrying after a 503, a transport error or a bad answer.",
+    )
+    preemption_notice: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Seconds from `preempted=TRUE` to the deadline on a VM without a "
+        "preemption notice duration (Spot shutdown is best effort within 30 s).",
+    )
+    preemption_notice_duration: float | None = Field(
+        default=None,
+        ge=0,
+        le=3600,
+        description="The VM's `scheduling.preemptionNoticeDuration` in seconds (120 on VMs "
+        "created with `--preemption-notice-duration=120s`): the deadline after "
+        "`preempted=TRUE` when above 0. A duration the metadata server reports in "
+        "`instance/scheduling/` wins; with neither, `preemption_notice` applies.",
+    )
+    maintenance_notice: float = Field(
+        default=3600.0,
+        gt=0,
+        le=86400,
+        description="Seconds from `TERMINATE_ON_HOST_MAINTENANCE` to the deadline (Compute "
+        "Engine gives standard GPU VMs one hour).",
+    )
+    migrate: Literal["drain", "ignore"] = Field(
+        default="drain",
+        description="What `MIGRATE_ON_HOST_MAINTENANCE` (a live migration, a brief freeze) "
+        "becomes: a drain without deadline, or nothing.",
+    )
+    upcoming_interval: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="Seconds between reads of `instance/upcoming-maintenance`; 0 turns them off.",
+    )
 
 
 __all__ = ["Settings"]

@@ -1,5 +1,9 @@
-"""The kubernetes notice contract: `watch`, `simulate` and `drill`."""
+"""The kubernetes notice contract: `watch`, `simulate` and `drill`.
 
-from .settings import Settings
+Only the settings are imported here (the agent's config needs them); the faces load httpx
+when they are imported by name.
+"""
 
-__all__ = ["Settings"]
+from .settings import DEFAULT_DRAIN_TAINTS, Settings
+
+__all__ = ["DEFAULT_DRAIN_TAINTS", "Settings"]

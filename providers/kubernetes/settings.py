@@ -2,11 +2,91 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode
+
 from ..settings import ProviderSettings
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+# Taints that mean "this node is being taken away". `DeletionCandidateOfClusterAutoscaler`
+# is deliberately absent: it marks a candidate only, and most candidates are never removed.
+DEFAULT_DRAIN_TAINTS: tuple[str, ...] = (
+    "node.kubernetes.io/unschedulable",
+    "ToBeDeletedByClusterAutoscaler",
+    "karpenter.sh/disrupted",
+    "karpenter.sh/disruption",
+    "aws-node-termination-handler/spot-itn",
+    "aws-node-termination-handler/scheduled-maintenance",
+    "aws-node-termination-handler/asg-lifecycle-termination",
+    "aws-node-termination-handler/rebalance-recommendation",
+    "cloud.google.com/impending-node-termination",
+    "remediator.kubernetes.azure.com/unschedulable",
+    "node.kubernetes.io/out-of-service",
+)
 
 
 class Settings(ProviderSettings):
-    pass
+    node_name: str | None = Field(
+        default=None,
+        description="The node to watch; default the `NODE_NAME` environment variable "
+        "(set it from the downward API, `spec.nodeName`).",
+    )
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="A kubeconfig file (JSON, or YAML when PyYAML is installed) to use "
+        "instead of the in-cluster service account.",
+    )
+    context: str | None = Field(
+        default=None, description="The kubeconfig context; default its `current-context`."
+    )
+    token_file: Path = Field(
+        default=SERVICE_ACCOUNT_DIR / "token",
+        description="The service-account token, re-read on every (re)connect (it rotates).",
+    )
+    ca_file: Path = Field(
+        default=SERVICE_ACCOUNT_DIR / "ca.crt",
+        description="The cluster CA used to verify an https API server in-cluster.",
+    )
+    # NoDecode: the environment gives a comma-separated list, not JSON.
+    taints: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_DRAIN_TAINTS),
+        description="Taint keys that raise a drain (comma-separated in the environment).",
+    )
+    watch_timeout: int = Field(
+        default=300,
+        ge=1,
+        le=3600,
+        description="`timeoutSeconds` asked of each watch; the watch is then resumed from "
+        "the last resourceVersion.",
+    )
+    retry_max: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Ceiling, in seconds, of the backoff between failed connections.",
+    )
+
+    @field_validator("taints", mode="before")
+    @classmethod
+    def _split_taints(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value.lstrip().startswith("["):
+                try:
+                    return json.loads(value)
+                except ValueError as error:
+                    raise ValueError(f"taints: not a JSON list ({error})") from None
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("node_name")
+    @classmethod
+    def _blank_is_none(cls, value: str | None) -> str | None:
+        return value.strip() or None if value is not None else None
 
 
-__all__ = ["Settings"]
+__all__ = ["DEFAULT_DRAIN_TAINTS", "SERVICE_ACCOUNT_DIR", "Settings"]

@@ -1,0 +1,206 @@
+"""The plain-text table `forewarn plan` prints by default, from the plan's JSON values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def seconds_text(seconds: float | None) -> str:
+    """`333 s`, `22.3 min`, `24 h`, `3.5 d`: readable without losing the order of magnitude."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds:.0f} s ({seconds / 60:.3g} min)"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86400:.3g} d"
+
+
+def _percent(value: float) -> str:
+    return f"{value * 100:.2f} %"
+
+
+def _money(value: float) -> str:
+    return f"{value:.4f}"
+
+
+def _rows(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
+    width = max(len(name) for name, _, _ in rows)
+    value_width = max(len(value) for _, value, _ in rows)
+    lines = [title]
+    for name, value, note in rows:
+        lines.append(f"  {name:<{width}}  {value:>{value_width}}  {note}".rstrip())
+    return lines
+
+
+def _steps(plan: dict[str, Any], key: str) -> str:
+    steps = plan["intervals"]["steps"][key]
+    return f"{steps:,} steps" if steps is not None else ""
+
+
+def render(plan: dict[str, Any]) -> str:
+    inputs = plan["inputs"]
+    out: list[str] = []
+    telemetry = plan["telemetry"]
+    if telemetry:
+        out.append(f"telemetry: {', '.join(telemetry['files'])}")
+        out.append(
+            f"  records: {telemetry['records']} over {seconds_text(telemetry['span_seconds'])}; "
+            f"terminate notices: {telemetry['terminate_notices']}; flushes: "
+            f"{telemetry['flushes']}; resumes: {telemetry['resumes']}"
+        )
+        out.append("")
+    for note in plan["notes"]:
+        out.append(f"note: {note}")
+    if plan["notes"]:
+        out.append("")
+
+    def source(name: str) -> str:
+        return f"({inputs[name]['source']})"
+
+    out += _rows(
+        "Inputs",
+        [
+            (
+                "checkpoint (flush)",
+                seconds_text(inputs["checkpoint_seconds"]["value"]),
+                source("checkpoint_seconds"),
+            ),
+            (
+                "mean time between interruptions",
+                seconds_text(inputs["mtbi_seconds"]["value"]),
+                f"{inputs['interruptions_per_day']['value']:.3g} a day {source('mtbi_seconds')}",
+            ),
+            (
+                "restore (reload)",
+                seconds_text(inputs["restore_seconds"]["value"]),
+                source("restore_seconds"),
+            ),
+            (
+                "restart",
+                seconds_text(inputs["restart_seconds"]["value"]),
+                source("restart_seconds"),
+            ),
+            (
+                "reacquire (unbilled wait)",
+                seconds_text(inputs["reacquire_seconds"]["value"]),
+                source("reacquire_seconds"),
+            ),
+            (
+                "notice lead",
+                seconds_text(inputs["notice_lead_seconds"]["value"]),
+                source("notice_lead_seconds"),
+            ),
+            (
+                "notice to saved checkpoint",
+                seconds_text(
+                    inputs["response_seconds"]["value"]
+                    if inputs["response_seconds"]["value"] is not None
+                    else inputs["detection_seconds"]["value"]
+                    + inputs["checkpoint_seconds"]["value"]
+                ),
+                "(telemetry)"
+                if inputs["response_seconds"]["value"] is not None
+                else f"(detection {seconds_text(inputs['detection_seconds']['value'])} + flush)",
+            ),
+        ],
+    )
+    seconds = plan["intervals"]["seconds"]
+    rows = [
+        ("Young, sqrt(2CM)", seconds_text(seconds["young"]), _steps(plan, "young")),
+        ("Daly, higher order", seconds_text(seconds["daly"]), _steps(plan, "daly")),
+    ]
+    if seconds["for_tax"] is not None:
+        rows.append(
+            ("for the target tax", seconds_text(seconds["for_tax"]), _steps(plan, "for_tax"))
+        )
+    rows.append(
+        (
+            f"evaluated ({plan['intervals']['basis']})",
+            seconds_text(seconds["chosen"]),
+            _steps(plan, "chosen"),
+        )
+    )
+    out += ["", *_rows("Checkpoint interval (seconds of work between checkpoints)", rows)]
+    lost = plan["lost_work"]
+    out += [
+        "",
+        *_rows(
+            "Lost work per interruption",
+            [
+                (
+                    "periodic checkpoints only",
+                    seconds_text(lost["periodic_seconds"]),
+                    "<- applies" if lost["applies"] == "periodic" else "",
+                ),
+                (
+                    "with forewarn drain",
+                    seconds_text(lost["drain_seconds"]),
+                    "<- applies" if lost["applies"] == "drain" else "",
+                ),
+            ],
+        ),
+        f"  ({lost['why']})",
+    ]
+    if lost["applies"] == "drain":
+        out.append(
+            "  With the drain, periodic checkpoints only cover interruptions that come without "
+            "usable notice\n  (crashes, lost hosts): the interval can be longer than Daly's."
+        )
+    cost = plan["overhead"]
+    out += [
+        "",
+        *_rows(
+            f"Overhead at {seconds_text(seconds['chosen'])} ({cost['model']} model, share of "
+            "useful time)",
+            [
+                ("checkpoint tax C/tau", _percent(cost["checkpoint_tax"]), ""),
+                ("lost work", _percent(cost["rework"]), ""),
+                (
+                    "restart and reload",
+                    _percent(cost["restart"]),
+                    "(includes the notice's flush)" if cost["model"] == "drain" else "",
+                ),
+                ("reacquisition idle", _percent(cost["idle"]), "(wall clock, unbilled)"),
+                (
+                    "total",
+                    _percent(cost["total"]),
+                    f"one interruption costs {seconds_text(cost['per_interruption_seconds'])}",
+                ),
+            ],
+        ),
+    ]
+    if plan["costs"] is None:
+        out += [
+            "",
+            "Cost: give --spot-price and --on-demand-price (or --reserved-price) for "
+            "the cost per useful hour and a verdict.",
+        ]
+        return "\n".join(out)
+    options = plan["costs"]
+    names = list(options)
+    line_names: list[str] = []
+    for option in options.values():
+        line_names += [name for name in option["lines"] if name not in line_names]
+    width = max(len(name) for name in [*line_names, "wall-clock hours per useful hour"])
+    header = f"  {'':<{width}}" + "".join(f"  {name:>12}" for name in names)
+    out += ["", "Cost per useful hour", header]
+    for line in line_names:
+        values = [options[name]["lines"].get(line) for name in names]
+        cells = "".join(f"  {_money(v) if v is not None else '':>12}" for v in values)
+        out.append(f"  {line:<{width}}{cells}".rstrip())
+    out.append(
+        f"  {'total':<{width}}"
+        + "".join(f"  {_money(options[name]['per_useful_hour']):>12}" for name in names)
+    )
+    out.append(
+        f"  {'wall-clock hours per useful hour':<{width}}"
+        + "".join(f"  {options[name]['wall_hours_per_useful_hour']:>12.4f}" for name in names)
+    )
+    out += ["", f"Verdict: {plan['summary']}"]
+    return "\n".join(out)
+
+
+__all__ = ["render", "seconds_text"]

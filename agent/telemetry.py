@@ -1,0 +1,181 @@
+"""Telemetry: one JSON line per notice, escalation, ack and resume, for `forewarn plan`.
+
+The file is `<state_dir>/telemetry.jsonl`. Each line is written by a single `write(2)` on a
+descriptor opened with O_APPEND, so a reader (or a second writer) never sees a torn line.
+When the file would grow past `max_bytes` it is renamed to `telemetry.jsonl.1` (older ones
+shift up to `.3`, the oldest is dropped) and a fresh file is started.
+
+Each line holds `v` (1), `at` (RFC 3339, when the agent wrote it) and `kind`:
+
+- `start` / `stop`: the agent began or ended serving (`providers`, `pid`); they bound the
+  observed span.
+- `notice` / `escalation`: a published notice (`id`, `seq`, `action`, `reason`, `provider`,
+  `deadline`, `noticed_at`, `sent_at`); `escalation` is a drain re-sent as terminate.
+- `ack`: a client flushed (`notice_id`, `client`, `step`, `flush_seconds`, `outcome`).
+- `resume`: a client restarted from a checkpoint (`notice_id`, `client`, `step`,
+  `restore_seconds`, `steps_lost`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .observers import Observer
+from .protocol import AckRequest, Notice
+from .timefmt import format_time, utcnow
+
+FILE_NAME = "telemetry.jsonl"
+KEEP = 3
+FORMAT_VERSION = 1
+
+log = logging.getLogger("forewarn.agent.telemetry")
+
+
+def telemetry_path(state_dir: Path) -> Path:
+    return state_dir / FILE_NAME
+
+
+def rotated_paths(path: Path, keep: int = KEEP) -> list[Path]:
+    """The telemetry files, oldest first: `.3`, `.2`, `.1`, then the live file."""
+    return [path.with_name(f"{path.name}.{index}") for index in range(keep, 0, -1)] + [path]
+
+
+class TelemetryWriter:
+    """Appends records as JSON lines, rotating by size. Never raises: a full disk or a
+    read-only state directory costs telemetry, not the agent (one log line per failure kind)."""
+
+    def __init__(self, path: Path, max_bytes: int, keep: int = KEEP) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"telemetry_max_bytes must be positive (got {max_bytes})")
+        self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._failed: set[str] = set()
+
+    def write(self, kind: str, fields: dict[str, Any]) -> None:
+        record = {"v": FORMAT_VERSION, "at": format_time(utcnow()), "kind": kind, **fields}
+        line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._rotate_if_full(len(line))
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            try:
+                written = os.write(fd, line)
+            finally:
+                os.close(fd)
+            if written != len(line):
+                raise OSError(f"short write ({written} of {len(line)} bytes)")
+        except OSError as error:
+            self._report(type(error).__name__, error)
+
+    def _rotate_if_full(self, incoming: int) -> None:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size == 0 or size + incoming <= self.max_bytes:
+            return
+        paths = rotated_paths(self.path, self.keep)
+        # Oldest first (.2 → .3, .1 → .2, live → .1) so no rename overwrites a kept file.
+        for older, newer in itertools.pairwise(paths):
+            if newer.exists():
+                os.replace(newer, older)
+
+    def _report(self, kind: str, error: OSError) -> None:
+        if kind not in self._failed:
+            self._failed.add(kind)
+            log.warning("telemetry: cannot write %s: %s", self.path, error)
+
+
+def _notice_fields(notice: Notice) -> dict[str, Any]:
+    return notice.model_dump(
+        mode="json",
+        include={"id", "seq", "action", "reason", "provider", "deadline", "noticed_at", "sent_at"},
+    )
+
+
+class TelemetryObserver(Observer):
+    """Feeds the agent's events to a `TelemetryWriter`."""
+
+    def __init__(self, writer: TelemetryWriter) -> None:
+        self.writer = writer
+
+    def on_start(self, providers: list[str]) -> None:
+        self.writer.write("start", {"providers": providers, "pid": os.getpid()})
+
+    def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        self.writer.write("escalation" if escalated else "notice", _notice_fields(notice))
+
+    def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
+        if ack.outcome == "resumed":
+            self.writer.write(
+                "resume",
+                {
+                    "notice_id": ack.notice_id,
+                    "client": ack.client,
+                    "step": ack.step,
+                    "restore_seconds": ack.restore_seconds,
+                    "steps_lost": ack.steps_lost,
+                },
+            )
+            return
+        self.writer.write(
+            "ack",
+            {
+                "notice_id": ack.notice_id,
+                "client": ack.client,
+                "step": ack.step,
+                "flush_seconds": ack.flush_seconds,
+                "outcome": ack.outcome,
+            },
+        )
+
+    def on_stop(self) -> None:
+        self.writer.write("stop", {"pid": os.getpid()})
+
+
+class TelemetryFormatError(ValueError):
+    """A telemetry file that cannot be read; the text names the file and line."""
+
+
+def read_records(path: Path, keep: int = KEEP) -> Iterator[dict[str, Any]]:
+    """Every record of `path` and its rotated predecessors, oldest first.
+
+    A line that is not a JSON object raises TelemetryFormatError naming file and line; an
+    unfinished last line (a writer killed mid-way on a filesystem without atomic appends) is
+    skipped.
+    """
+    for file in rotated_paths(path, keep):
+        if not file.is_file():
+            continue
+        with file.open("rb") as handle:
+            lines = handle.read().split(b"\n")
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                if number == len(lines):
+                    continue
+                raise TelemetryFormatError(f"{file}:{number}: not a JSON line") from None
+            if not isinstance(record, dict) or "kind" not in record or "at" not in record:
+                raise TelemetryFormatError(f"{file}:{number}: not a telemetry record")
+            yield record
+
+
+__all__ = [
+    "FILE_NAME",
+    "TelemetryFormatError",
+    "TelemetryObserver",
+    "TelemetryWriter",
+    "read_records",
+    "rotated_paths",
+    "telemetry_path",
+]

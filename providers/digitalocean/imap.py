@@ -1,0 +1,415 @@
+"""A blocking IMAP session over the standard library's imaplib, meant for a worker thread.
+
+It reads the mailbox read-only (EXAMINE, BODY.PEEK), so the user's mail keeps its flags.
+New mail is awaited with IDLE when the server offers it (RFC 2177), else the caller polls.
+imaplib has no IDLE before Python 3.14, so this module sends it itself and reads the
+socket through its own buffer, which tells whether a line is waiting without blocking.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import imaplib
+import logging
+import re
+import select
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Literal
+
+log = logging.getLogger("forewarn.providers.digitalocean")
+
+TlsMode = Literal["tls", "starttls", "none"]
+USER_KEYS = ("FOREWARN_IMAP_USER", "IMAP_USER")
+PASSWORD_KEYS = ("FOREWARN_IMAP_PASSWORD", "IMAP_PASSWORD")
+# A reclaim notice is a short mail; reading only its first 256 KiB bounds the memory a huge
+# attachment could take.
+FETCH_LIMIT = 262144
+_MAXLINE = 1_000_000
+# IMAP dates use English month names whatever the locale.
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+class MailboxError(Exception):
+    """A failure worth one clear line; `kind` groups repeats in PollHealth."""
+
+    kind = "imap"
+
+
+class CredentialsError(MailboxError):
+    kind = "credentials"
+
+
+class LoginRefused(MailboxError):
+    kind = "auth"
+
+
+class TlsFailure(MailboxError):
+    kind = "tls"
+
+
+class ServerFailure(MailboxError):
+    kind = "imap"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    user: str
+    password: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "Credentials(user=<hidden>, password=<hidden>)"
+
+    __str__ = __repr__
+
+
+def load_credentials(path: Path) -> Credentials:
+    """Read `KEY=VALUE` lines (the systemd EnvironmentFile form: `#` comments, optional
+    `export ` and quotes). Errors name the file and the key, never a value."""
+    try:
+        text = path.read_text()
+        _warn_if_readable_by_others(path)
+    except FileNotFoundError:
+        raise CredentialsError(f"credentials_file {path}: not found") from None
+    except OSError as error:
+        raise CredentialsError(
+            f"credentials_file {path}: cannot read it ({error.strerror})"
+        ) from None
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        stripped = stripped.removeprefix("export ").lstrip()
+        key, sep, value = stripped.partition("=")
+        if not sep or not key.strip():
+            raise CredentialsError(f"credentials_file {path}: line {number} is not KEY=VALUE")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key.strip()] = value
+    user = next((values[key] for key in USER_KEYS if values.get(key)), None)
+    password = next((values[key] for key in PASSWORD_KEYS if values.get(key)), None)
+    if user is None:
+        raise CredentialsError(f"credentials_file {path}: no {USER_KEYS[0]}= line")
+    if password is None:
+        raise CredentialsError(f"credentials_file {path}: no {PASSWORD_KEYS[0]}= line")
+    return Credentials(user, password)
+
+
+_warned: set[Path] = set()
+
+
+def _warn_if_readable_by_others(path: Path) -> None:
+    if path not in _warned and path.stat().st_mode & 0o077:
+        _warned.add(path)
+        log.warning("digitalocean: credentials_file %s is readable by others; chmod 600 it", path)
+
+
+class _Buffered:
+    """Overrides imaplib's documented `read`/`readline` to read through a buffer this
+    module can inspect: `waiting(timeout)` must know whether a line is already buffered
+    (the file object imaplib makes cannot say so without blocking)."""
+
+    sock: socket.socket
+    _rbuf: bytearray
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            return False
+        self._rbuf += chunk
+        return True
+
+    def readline(self) -> bytes:
+        while True:
+            end = self._rbuf.find(b"\n")
+            if end >= 0:
+                line = bytes(self._rbuf[: end + 1])
+                del self._rbuf[: end + 1]
+                return line
+            if len(self._rbuf) > _MAXLINE:
+                raise imaplib.IMAP4.error(f"got more than {_MAXLINE} bytes")
+            if not self._fill():
+                line = bytes(self._rbuf)
+                self._rbuf.clear()
+                return line
+
+    def read(self, size: int) -> bytes:
+        while len(self._rbuf) < size and self._fill():
+            pass
+        data = bytes(self._rbuf[:size])
+        del self._rbuf[:size]
+        return data
+
+    def waiting(self, timeout: float) -> bool:
+        if self._rbuf:
+            return True
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return True
+        readable, _, _ = select.select([self.sock], [], [], timeout)
+        return bool(readable)
+
+
+class _Plain(_Buffered, imaplib.IMAP4):
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self._rbuf = bytearray()
+        super().__init__(host, port, timeout=timeout)
+
+
+class _Tls(_Buffered, imaplib.IMAP4_SSL):
+    def __init__(self, host: str, port: int, context: ssl.SSLContext, timeout: float) -> None:
+        self._rbuf = bytearray()
+        super().__init__(host, port, ssl_context=context, timeout=timeout)
+
+
+_Connection = _Plain | _Tls
+_EXISTS = re.compile(rb"^\* \d+ (EXISTS|RECENT)\b", re.IGNORECASE)
+_UID = re.compile(rb"\bUID (\d+)", re.IGNORECASE)
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _reason(data: object) -> str:
+    if isinstance(data, (list, tuple)) and data:
+        data = data[-1]
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "replace")
+    text = str(data)
+    # imaplib puts the server's bytes into its messages as a repr: b'...'
+    if len(text) > 3 and text[:2] in ("b'", 'b"') and text[-1] == text[1]:
+        text = text[2:-1]
+    return text
+
+
+class MailboxSession:
+    """One connection to one mailbox. Every method blocks; `abort` may be called from
+    another thread to end a blocked call at once."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        tls: TlsMode,
+        *,
+        ca_file: Path | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.host, self.port, self.tls, self.ca_file, self.timeout = (
+            host,
+            port,
+            tls,
+            ca_file,
+            timeout,
+        )
+        self.conn: _Connection | None = None
+        self.uidvalidity = 0
+        self.capabilities: frozenset[str] = frozenset()
+        self.idling = False  # in IDLE, with everything before it read
+        self._aborted = False
+        self._tags = 0
+
+    def __repr__(self) -> str:
+        return f"MailboxSession({self.host}:{self.port}, tls={self.tls})"
+
+    @property
+    def idle(self) -> bool:
+        return "IDLE" in self.capabilities
+
+    def _context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(
+            cafile=str(self.ca_file) if self.ca_file is not None else None
+        )
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        return context
+
+    def open(self, credentials: Credentials, mailbox: str = "INBOX") -> None:
+        where = f"{self.host}:{self.port}"
+        try:
+            if self.tls == "tls":
+                self.conn = _Tls(self.host, self.port, self._context(), self.timeout)
+            else:
+                self.conn = _Plain(self.host, self.port, self.timeout)
+                if self.tls == "starttls":
+                    if "STARTTLS" not in self.conn.capabilities:
+                        raise TlsFailure(f"IMAP server {where} does not offer STARTTLS")
+                    self.conn.starttls(ssl_context=self._context())
+        except ssl.SSLError as error:
+            raise TlsFailure(f"TLS with IMAP server {where} failed: {error}") from None
+        except (OSError, imaplib.IMAP4.error) as error:
+            raise ServerFailure(f"cannot connect to IMAP server {where}: {error}") from None
+        if self._aborted:  # `abort` came while connecting: drop the fresh connection
+            self.abort()
+            raise ServerFailure(f"connection to {where} aborted")
+        conn = self.conn
+        if "LOGINDISABLED" in conn.capabilities:
+            raise LoginRefused(f"IMAP server {where} refuses LOGIN on this connection")
+        try:
+            conn.login(_quoted(credentials.user), credentials.password)
+        except UnicodeEncodeError:
+            raise CredentialsError("IMAP user or password is not ASCII") from None
+        except imaplib.IMAP4.abort as error:
+            raise ServerFailure(f"IMAP server {where} dropped the login: {error}") from None
+        except imaplib.IMAP4.error as error:
+            raise LoginRefused(
+                f"IMAP server {where} refused the login ({_reason(error.args)}): "
+                "check the user and password in credentials_file"
+            ) from None
+        try:
+            kind, data = conn.capability()
+            if kind == "OK" and data and data[-1]:
+                self.capabilities = frozenset(word.upper() for word in _reason(data).split())
+            else:
+                self.capabilities = frozenset(conn.capabilities)
+            kind, data = conn.select(_quoted(mailbox), readonly=True)
+            if kind != "OK":
+                raise ServerFailure(f"mailbox {mailbox!r}: {_reason(data)}")
+            _, validity = conn.response("UIDVALIDITY")
+            if not validity or validity[0] is None:
+                raise ServerFailure(f"mailbox {mailbox!r}: the server sent no UIDVALIDITY")
+            self.uidvalidity = int(validity[0])
+            conn.untagged_responses.clear()
+        except (OSError, imaplib.IMAP4.error, ValueError) as error:
+            raise ServerFailure(f"IMAP server {where}: {error}") from None
+
+    def _require(self) -> _Connection:
+        if self.conn is None:
+            raise ServerFailure("the mailbox session is not open")
+        return self.conn
+
+    def new_uids(self, after_uid: int, since: date | None = None) -> list[int]:
+        """UIDs above `after_uid`, in order; with `since`, only mail delivered on or after
+        that day (IMAP SINCE: the server's internal date, whole days)."""
+        conn = self._require()
+        criteria = f"UID {after_uid + 1}:*"
+        if since is not None:
+            criteria += f" SINCE {since.day}-{_MONTHS[since.month - 1]}-{since.year}"
+        try:
+            # NOOP first: a server may answer SEARCH from its last view of the mailbox and
+            # only take in new mail after it (Dovecot does), which would double the latency
+            # of polling.
+            conn.noop()
+            kind, data = conn.uid("SEARCH", criteria)
+            if kind != "OK":
+                raise ServerFailure(f"UID SEARCH failed: {_reason(data)}")
+            conn.untagged_responses.clear()
+            # `n:*` always names the highest UID, even one below n.
+            return sorted(
+                uid for uid in {int(word) for word in _reason(data).split()} if uid > after_uid
+            )
+        except (OSError, imaplib.IMAP4.error, ValueError) as error:
+            raise ServerFailure(f"searching the mailbox failed: {error}") from None
+
+    def fetch(self, uid: int) -> bytes | None:
+        """The message (its first FETCH_LIMIT bytes), left unread (BODY.PEEK); None when
+        it was expunged meanwhile."""
+        conn = self._require()
+        try:
+            kind, data = conn.uid("FETCH", str(uid), f"(UID BODY.PEEK[]<0.{FETCH_LIMIT}>)")
+            if kind != "OK":
+                raise ServerFailure(f"UID FETCH {uid} failed: {_reason(data)}")
+            conn.untagged_responses.clear()
+        except (OSError, imaplib.IMAP4.error) as error:
+            raise ServerFailure(f"reading mail UID {uid} failed: {error}") from None
+        return next(
+            (item[1] for item in data if isinstance(item, tuple) and _UID.search(item[0])),
+            None,
+        )
+
+    def append(self, raw: bytes, mailbox: str = "INBOX") -> None:
+        """File a message into `mailbox` (IMAP APPEND), as a mail client files one."""
+        conn = self._require()
+        try:
+            kind, data = conn.append(_quoted(mailbox), None, None, raw)
+        except (OSError, imaplib.IMAP4.error) as error:
+            raise ServerFailure(f"APPEND to {mailbox!r} failed: {error}") from None
+        if kind != "OK":
+            raise ServerFailure(f"APPEND to {mailbox!r} refused: {_reason(data)}")
+
+    def wait(self, timeout: float, stop: threading.Event) -> bool:
+        """Wait for new mail with IDLE, at most `timeout` seconds or until `stop` is set.
+        True when the server announced mail. Without IDLE it only waits."""
+        if not self.idle:
+            stop.wait(timeout)
+            return False
+        conn = self._require()
+        self._tags += 1
+        tag = f"FW{self._tags}".encode()
+        arrived = False
+        try:
+            conn.send(tag + b" IDLE\r\n")
+            line = conn.readline()
+            if not line.startswith(b"+"):
+                raise ServerFailure(f"IDLE refused: {line.decode('utf-8', 'replace').strip()}")
+            self.idling = True
+            until = time.monotonic() + timeout
+            while not stop.is_set() and time.monotonic() < until:
+                if not conn.waiting(min(0.25, max(0.0, until - time.monotonic()))):
+                    continue
+                line = conn.readline()
+                if not line:
+                    raise ServerFailure("the IMAP server closed the connection during IDLE")
+                if line.upper().startswith(b"* BYE"):
+                    raise ServerFailure(
+                        f"the IMAP server said {line.decode('utf-8', 'replace').strip()}"
+                    )
+                if _EXISTS.match(line):
+                    arrived = True
+                    break
+            if stop.is_set():
+                return arrived
+            conn.send(b"DONE\r\n")
+            while True:
+                line = conn.readline()
+                if not line:
+                    raise ServerFailure("the IMAP server closed the connection after IDLE")
+                if line.startswith(tag + b" "):
+                    if not line[len(tag) + 1 :].upper().startswith(b"OK"):
+                        raise ServerFailure(
+                            f"IDLE ended with {line.decode('utf-8', 'replace').strip()}"
+                        )
+                    return arrived
+                if _EXISTS.match(line):
+                    arrived = True
+        except (OSError, imaplib.IMAP4.error) as error:
+            raise ServerFailure(f"IDLE failed: {error}") from None
+        finally:
+            self.idling = False
+
+    def abort(self) -> None:
+        """End the connection at once (from any thread): a blocked read returns."""
+        self._aborted = True
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            conn.sock.close()
+
+    def close(self) -> None:
+        """Log out politely, then close."""
+        conn = self.conn
+        if conn is not None:
+            with contextlib.suppress(OSError, imaplib.IMAP4.error):
+                conn.logout()
+        self.abort()
+
+
+__all__ = [
+    "Credentials",
+    "CredentialsError",
+    "LoginRefused",
+    "MailboxError",
+    "MailboxSession",
+    "ServerFailure",
+    "TlsFailure",
+    "load_credentials",
+]

@@ -1,0 +1,319 @@
+"""Recognising a DigitalOcean reclaim email and finding its deadline: pure functions.
+
+A mail is a reclaim notice for this droplet when its From address matches the sender
+pattern, its Subject matches the subject pattern, and its subject or body names this
+droplet's id or name. Its deadline is the first time written in the mail (see
+`find_deadline` for the forms understood) that is not before the mail was sent; without one
+it is the mail's Date plus the configured lead.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import html
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from email.message import EmailMessage
+from email.utils import getaddresses, parsedate_to_datetime
+from typing import Any
+
+from forewarn.agent.protocol import Report, format_time, stable_id
+
+from ..base import ParseError
+
+PROVIDER = "digitalocean"
+DRILL_HEADER = "X-Forewarn-Drill"
+# A time written in a mail earlier than its Date by more than this is some other time
+# (when the droplet was created, say), not the reclaim deadline.
+_PAST_SLACK = timedelta(minutes=10)
+_FUTURE_LIMIT = timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class MatchRules:
+    sender: re.Pattern[str]
+    subject: re.Pattern[str]
+    droplet_id: str | None
+    droplet_name: str | None
+    lead: timedelta
+    max_age: timedelta
+    require_dkim: bool = False
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        sender: str,
+        subject: str,
+        droplet_id: str | None,
+        droplet_name: str | None,
+        lead: float,
+        max_age: float,
+        require_dkim: bool = False,
+    ) -> MatchRules:
+        if not droplet_id and not droplet_name:
+            raise ValueError("a droplet id or name is needed to recognise its reclaim emails")
+        return cls(
+            sender=re.compile(sender),
+            subject=re.compile(subject),
+            droplet_id=droplet_id or None,
+            droplet_name=droplet_name or None,
+            lead=timedelta(seconds=lead),
+            max_age=timedelta(seconds=max_age),
+            require_dkim=require_dkim,
+        )
+
+
+@dataclass(frozen=True)
+class Mail:
+    """The parts of an email that matter here, decoded."""
+
+    sender: str  # the From address, lower-cased
+    subject: str
+    date: datetime | None
+    message_id: str | None
+    text: str  # the text/plain body, else the text of the HTML body
+    auth_results: tuple[str, ...]
+    drill: bool
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one mail amounts to: a report to raise, or why it raises nothing."""
+
+    report: Report | None
+    why: str
+
+
+def read_mail(raw: bytes) -> Mail:
+    """Decode an RFC 5322 message; ParseError when it cannot be read at all."""
+    if not raw.strip():
+        raise ParseError("the message is empty")
+    try:
+        message = email.message_from_bytes(raw, policy=email.policy.default)
+        assert isinstance(message, EmailMessage)
+        addresses = getaddresses([str(value) for value in message.get_all("From", [])])
+        sender = addresses[0][1].strip().lower() if addresses else ""
+        subject = str(message.get("Subject", "") or "")
+        date = _header_date(message.get("Date"))
+        message_id = str(message.get("Message-ID", "") or "").strip() or None
+        auth = tuple(str(value) for value in message.get_all("Authentication-Results", []))
+        drill = message.get(DRILL_HEADER) is not None
+        text = _body_text(message)
+    except ParseError:
+        raise
+    except Exception as error:  # the email package raises many kinds on malformed input
+        raise ParseError(f"unreadable message: {type(error).__name__}: {error}") from None
+    return Mail(sender, subject, date, message_id, text, auth, drill)
+
+
+def _header_date(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = parsedate_to_datetime(str(value))
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment.tzinfo is None:  # RFC 5322 "-0000": the zone is unknown, UTC is the best guess
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+def _body_text(message: EmailMessage) -> str:
+    part = message.get_body(preferencelist=("plain", "html"))
+    if part is None:
+        return ""
+    content = part.get_content()
+    text = content if isinstance(content, str) else content.decode("utf-8", "replace")
+    if part.get_content_subtype() == "html":
+        text = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", text)
+        text = html.unescape(re.sub(r"<[^>]+>", " ", text))
+    return text
+
+
+# Times in the text. Every form needs a zone (UTC, GMT, Z or an offset): a time without one
+# cannot be placed and is skipped.
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        [
+            ("jan", "january"),
+            ("feb", "february"),
+            ("mar", "march"),
+            ("apr", "april"),
+            ("may",),
+            ("jun", "june"),
+            ("jul", "july"),
+            ("aug", "august"),
+            ("sep", "sept", "september"),
+            ("oct", "october"),
+            ("nov", "november"),
+            ("dec", "december"),
+        ],
+        start=1,
+    )
+    for name in names
+}
+_MONTH = r"(?P<mon>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<d>\d{1,2})(?:st|nd|rd|th)?"
+_DATES = {
+    "iso": r"(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})",
+    "mdy": _MONTH + r"\s+" + _DAY + r",?\s+(?P<y>\d{4})",
+    "dmy": _DAY + r"\s+" + _MONTH + r",?\s+(?P<y>\d{4})",
+}
+_TIME = (
+    r"(?P<H>\d{1,2}):(?P<M>\d{2})(?::(?P<S>\d{2})(?:\.\d+)?)?"
+    r"\s*(?P<ampm>[ap]\.?m\.?)?"
+    r"\s*(?P<zone>UTC|GMT|Z|[+-]\d{2}:?\d{2})(?![\w:])"
+)
+_DATE_THEN_TIME = r"(?:T|,?\s+(?:at\s+)?)"
+_TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:[a-z]+day,?\s+)?"
+_WRITTEN_TIMES = [
+    re.compile(pattern, re.IGNORECASE)
+    for date in _DATES.values()
+    for pattern in (date + _DATE_THEN_TIME + _TIME, _TIME + _TIME_THEN_DATE + date)
+]
+_RELATIVE = re.compile(
+    r"\b(?:in|within)\s+(?:about\s+|approximately\s+|roughly\s+|around\s+|~\s*)?"
+    r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>hours?|hrs?|h|minutes?|mins?)\b",
+    re.IGNORECASE,
+)
+
+
+def _written_time(match: re.Match[str]) -> datetime | None:
+    parts = match.groupdict()
+    month = int(parts["m"]) if parts.get("m") else _MONTHS[parts["mon"].lower()]
+    hour, minute, second = int(parts["H"]), int(parts["M"]), int(parts["S"] or 0)
+    ampm = (parts["ampm"] or "").lower().replace(".", "")
+    if ampm:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if ampm == "pm" else 0)
+    zone = parts["zone"].upper()
+    if zone in ("UTC", "GMT", "Z"):
+        tz = timezone.utc
+    else:
+        digits = zone[1:].replace(":", "")
+        offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+        tz = timezone(offset if zone[0] == "+" else -offset)
+    try:
+        moment = datetime(int(parts["y"]), month, int(parts["d"]), hour, minute, second, 0, tz)
+    except ValueError:  # 31 February, 25:00 ...
+        return None
+    return moment.astimezone(timezone.utc)
+
+
+def _candidates(text: str, sent: datetime | None) -> Iterator[tuple[int, int, datetime, str]]:
+    for pattern in _WRITTEN_TIMES:
+        for match in pattern.finditer(text):
+            moment = _written_time(match)
+            if moment is not None:
+                yield match.start(), -len(match.group(0)), moment, match.group(0)
+    if sent is not None:
+        for match in _RELATIVE.finditer(text):
+            unit = match.group("unit").lower()
+            hours = float(match.group("n")) * (1.0 if unit.startswith("h") else 1 / 60)
+            yield match.start(), -len(match.group(0)), sent + timedelta(hours=hours), match.group(0)
+
+
+def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | None:
+    """The first time written in `text` that can be the deadline, with the words it came from.
+
+    Understood forms (case-insensitive; each needs UTC, GMT, Z or a numeric offset):
+    RFC 3339 (`2026-12-01T14:30:00Z`), RFC 2822 (`Tue, 01 Dec 2026 14:30:00 +0000`),
+    `2026-12-01 14:30 UTC`, `at 14:30 UTC on 2026-12-01`, `on 2026-12-01 at 14:30 UTC`,
+    `December 1, 2026 at 2:30 PM UTC`, `1 Dec 2026 14:30 GMT`, and, relative to the mail's
+    Date, `in about 2 hours` / `within 90 minutes`. A time more than 10 minutes before the
+    mail was sent, or more than 30 days after, is not the deadline and is passed over.
+    """
+    for _start, _length, moment, words in sorted(_candidates(text, sent), key=lambda c: c[:2]):
+        if sent is not None and not (sent - _PAST_SLACK <= moment <= sent + _FUTURE_LIMIT):
+            continue
+        return moment, words
+    return None
+
+
+def _names_droplet(text: str, rules: MatchRules) -> str | None:
+    if rules.droplet_id and re.search(rf"(?<!\d){re.escape(rules.droplet_id)}(?!\d)", text):
+        return "id"
+    name = rules.droplet_name
+    if name and re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE):
+        return "name"
+    return None
+
+
+_DKIM_PASS = re.compile(r"\bdkim=pass\b[^;]*?\bheader\.[di]=@?(?P<domain>[a-z0-9.-]+)", re.I)
+
+
+def _dkim_passes(mail: Mail) -> bool:
+    domain = mail.sender.rpartition("@")[2]
+    for header in mail.auth_results:
+        for match in _DKIM_PASS.finditer(header):
+            signer = match.group("domain").lower().rstrip(".")
+            if domain == signer or domain.endswith("." + signer):
+                return True
+    return False
+
+
+def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
+    """Decide what `mail` raises. `key` identifies the mail when it has no Message-ID."""
+    if not rules.sender.search(mail.sender):
+        return Verdict(None, f"sender {mail.sender!r} does not match")
+    if not rules.subject.search(mail.subject):
+        return Verdict(None, f"subject {mail.subject!r} does not match")
+    if rules.require_dkim and not _dkim_passes(mail):
+        return Verdict(None, f"no dkim=pass for {mail.sender!r} in Authentication-Results")
+    named = _names_droplet(f"{mail.subject}\n{mail.text}", rules)
+    if named is None:
+        return Verdict(None, "names neither this droplet's id nor its name")
+    sent = mail.date
+    if sent is not None and now - sent > rules.max_age:
+        return Verdict(None, f"dated {format_time(sent)}, older than max_age")
+    found = find_deadline(f"{mail.subject}\n{mail.text}", sent)
+    if found is not None:
+        deadline, words = found
+        source = f"text: {words.strip()}"
+    else:
+        deadline = (sent or now) + rules.lead
+        source = "date+lead" if sent is not None else "received+lead"
+    detail: dict[str, Any] = {
+        "from": mail.sender,
+        "subject": mail.subject,
+        "date": format_time(sent) if sent is not None else None,
+        "message_id": mail.message_id,
+        "matched": named,
+        "deadline_source": source,
+    }
+    report = Report(
+        id=stable_id(PROVIDER, "reclaim", mail.message_id or key),
+        action="drain",
+        reason="drill" if mail.drill else "reclaim",
+        provider=PROVIDER,
+        deadline=deadline,
+        noticed_at=now,
+        detail=detail,
+    )
+    return Verdict(report, f"reclaim notice naming this droplet's {named}")
+
+
+def reclaim_verdict(
+    raw: bytes, rules: MatchRules, key: str, now: Callable[[], datetime] | datetime
+) -> Verdict:
+    """From the raw message to its verdict; ParseError when the message is unreadable."""
+    moment = now() if callable(now) else now
+    return judge(read_mail(raw), rules, key, moment)
+
+
+__all__ = [
+    "DRILL_HEADER",
+    "Mail",
+    "MatchRules",
+    "Verdict",
+    "find_deadline",
+    "judge",
+    "read_mail",
+    "reclaim_verdict",
+]

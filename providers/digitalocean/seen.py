@@ -1,0 +1,143 @@
+"""Which mails of the mailbox were already handled, kept across agent restarts.
+
+IMAP gives each message a UID that only grows within one UIDVALIDITY of a mailbox, so the
+highest UID handled is enough to know what is new. The file also keeps the ids of the
+reports raised, so a mailbox whose UIDVALIDITY changed (rebuilt by the server) does not
+raise the same reclaim again. It is written atomically (temporary file, fsync, rename), so a
+crash leaves the old state or the new one, never half of either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from forewarn.agent.protocol import Report
+
+log = logging.getLogger("forewarn.providers.digitalocean")
+
+STATE_FILE = "digitalocean-mailbox.json"
+ACTIVE_FILE = "digitalocean-active.json"
+KEEP_RAISED = 200
+
+
+@dataclass
+class SeenMail:
+    path: Path
+    mailbox: str  # a hash naming server, user and folder; another mailbox starts afresh
+    uidvalidity: int | None = None
+    last_uid: int = 0
+    raised: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: Path, mailbox: str) -> SeenMail:
+        state = cls(path, mailbox)
+        try:
+            payload = json.loads(path.read_text())
+        except FileNotFoundError:
+            return state
+        except (OSError, ValueError) as error:
+            log.warning("digitalocean: ignoring unreadable %s (%s); starting afresh", path, error)
+            return state
+        if not isinstance(payload, dict):
+            log.warning("digitalocean: ignoring %s: not a JSON object", path)
+            return state
+        raised = payload.get("raised")
+        if isinstance(raised, list):
+            state.raised = [item for item in raised if isinstance(item, str)][-KEEP_RAISED:]
+        if payload.get("mailbox") == mailbox:
+            validity, last = payload.get("uidvalidity"), payload.get("last_uid")
+            if isinstance(validity, int) and isinstance(last, int) and last >= 0:
+                state.uidvalidity, state.last_uid = validity, last
+        return state
+
+    def begin(self, uidvalidity: int) -> int:
+        """Start reading a mailbox with this UIDVALIDITY; returns the last UID handled."""
+        if uidvalidity != self.uidvalidity:
+            if self.uidvalidity is not None:
+                log.info(
+                    "digitalocean: mailbox UIDVALIDITY changed (%s -> %s); reading it afresh",
+                    self.uidvalidity,
+                    uidvalidity,
+                )
+            self.uidvalidity, self.last_uid = uidvalidity, 0
+            self.save()
+        return self.last_uid
+
+    def was_raised(self, report_id: str) -> bool:
+        return report_id in self.raised
+
+    def handled(self, uid: int, raised: str | None = None) -> None:
+        self.last_uid = max(self.last_uid, uid)
+        if raised is not None and raised not in self.raised:
+            self.raised = [*self.raised, raised][-KEEP_RAISED:]
+        self.save()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "mailbox": self.mailbox,
+            "uidvalidity": self.uidvalidity,
+            "last_uid": self.last_uid,
+            "raised": self.raised,
+        }
+
+    def save(self) -> None:
+        write_atomically(self.path, json.dumps(self.as_json(), indent=1) + "\n")
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself survives a crash only once the directory is synced
+    finally:
+        os.close(directory)
+
+
+class ActiveReclaims:
+    """The reclaim notices raised and not yet past their deadline, kept across agent restarts.
+
+    A mail is handled once, so after a restart nothing would raise its notice again: the
+    watcher re-emits these at start instead (the agent's board then escalates or not as the
+    deadline says), and a client that joins after the restart still hears of the reclaim.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self, now: datetime) -> list[Report]:
+        try:
+            payload = json.loads(self.path.read_text())
+            reports = [Report.model_validate(item) for item in payload]
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError, TypeError) as error:
+            log.warning("digitalocean: ignoring unreadable %s (%s)", self.path, error)
+            return []
+        return [r for r in reports if r.deadline is None or r.deadline > now]
+
+    def add(self, report: Report, now: datetime) -> None:
+        kept = [r for r in self.load(now) if r.id != report.id] + [report]
+        payload = [json.loads(r.model_dump_json()) for r in kept]
+        write_atomically(self.path, json.dumps(payload, indent=1) + "\n")
+
+
+__all__ = ["ACTIVE_FILE", "STATE_FILE", "ActiveReclaims", "SeenMail", "write_atomically"]

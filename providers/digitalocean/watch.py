@@ -1,0 +1,292 @@
+"""The DigitalOcean watcher: droplet metadata for detection and identity, and the mailbox
+where DigitalOcean announces a Spot droplet's reclaim (it has no in-guest reclaim API).
+
+Every new mail in the watched folder is judged once (`mail.judge`); a reclaim notice for this
+droplet becomes a `drain` report (reason `reclaim`) with a deadline, which the agent's board
+escalates to `terminate` in time. The last UID handled is kept in the state directory, so a
+restart never raises the same mail again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import ClassVar
+
+import httpx
+from forewarn.agent.protocol import utcnow
+
+from ..base import Emit, ParseError, WatcherContext
+from .imap import MailboxError, MailboxSession, load_credentials
+from .mail import MatchRules, Verdict, reclaim_verdict
+from .seen import ACTIVE_FILE, STATE_FILE, ActiveReclaims, SeenMail
+from .settings import Settings
+
+log = logging.getLogger("forewarn.providers.digitalocean")
+
+DETECT_TIMEOUT = 1.0
+METADATA_TIMEOUT = 2.0
+
+
+class MetadataUnavailable(Exception):
+    """Neither droplet metadata nor the settings say which droplet this is."""
+
+
+@dataclass(frozen=True)
+class Droplet:
+    id: str | None
+    name: str | None
+
+
+def parse_droplet_id(status: int, body: str) -> str:
+    """The answer of `GET /metadata/v1/id`: a number, else ParseError."""
+    if status != 200:
+        raise ParseError(f"/metadata/v1/id answered HTTP {status}")
+    text = body.strip()
+    if not text.isdigit():
+        raise ParseError(f"/metadata/v1/id is not a droplet id: {text[:40]!r}")
+    return text
+
+
+def parse_hostname(status: int, body: str) -> str:
+    if status != 200:
+        raise ParseError(f"/metadata/v1/hostname answered HTTP {status}")
+    text = body.strip()
+    if not text or any(char.isspace() for char in text):
+        raise ParseError(f"/metadata/v1/hostname is not a name: {text[:60]!r}")
+    return text
+
+
+async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
+    """This droplet's id and name: configured values first, droplet metadata for the rest."""
+    base = settings.metadata_url()
+    droplet_id, name = settings.droplet_id, settings.droplet_name
+    if droplet_id is None or name is None:
+        try:
+            if droplet_id is None:
+                response = await client.get(base + "/metadata/v1/id", timeout=METADATA_TIMEOUT)
+                droplet_id = parse_droplet_id(response.status_code, response.text)
+            if name is None:
+                response = await client.get(
+                    base + "/metadata/v1/hostname", timeout=METADATA_TIMEOUT
+                )
+                name = parse_hostname(response.status_code, response.text)
+        except (httpx.HTTPError, ParseError) as error:
+            if droplet_id is None and name is None:
+                raise MetadataUnavailable(
+                    f"droplet metadata at {base}: {error}; set digitalocean.droplet_id "
+                    "or digitalocean.droplet_name when it is not reachable"
+                ) from None
+            log.info("digitalocean: metadata incomplete (%s); matching on what is set", error)
+    return Droplet(droplet_id, name)
+
+
+class Backoff:
+    """Exponential waits with jitter, from `first` up to `limit` seconds."""
+
+    def __init__(self, first: float, limit: float) -> None:
+        self.first, self.limit = first, limit
+        self.attempt = 0
+
+    def next(self) -> float:
+        delay = min(self.limit, self.first * 2**self.attempt)
+        self.attempt += 1
+        return delay * random.uniform(0.8, 1.2)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class DigitalOceanWatcher:
+    name: ClassVar[str] = "digitalocean"
+
+    def __init__(
+        self,
+        settings: Settings,
+        context: WatcherContext,
+        *,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.settings = settings
+        self.context = context
+        self.health = context.health
+        self.base = settings.metadata_url()
+        self.client = client or httpx.AsyncClient(trust_env=False, timeout=METADATA_TIMEOUT)
+        self.state_path = Path(context.state_dir) / STATE_FILE
+        self.active = ActiveReclaims(Path(context.state_dir) / ACTIVE_FILE)
+        self.droplet: Droplet | None = None
+        self.idle_supported: bool | None = None
+        self._session: MailboxSession | None = None
+        self._stop = threading.Event()
+
+    # Detection and identity: droplet metadata.
+
+    async def _get(self, path: str, timeout: float) -> httpx.Response:
+        return await self.client.get(self.base + path, timeout=timeout)
+
+    async def detect(self) -> bool:
+        """True when droplet metadata answers `/metadata/v1/id` with a number within 1 s."""
+        try:
+            response = await asyncio.wait_for(
+                self._get("/metadata/v1/id", DETECT_TIMEOUT), DETECT_TIMEOUT
+            )
+            parse_droplet_id(response.status_code, response.text)
+        except (httpx.HTTPError, ParseError, asyncio.TimeoutError, OSError):
+            return False
+        return True
+
+    async def identify(self) -> Droplet:
+        return await identify(self.settings, self.client)
+
+    # The mailbox.
+
+    def _rules(self, droplet: Droplet) -> MatchRules:
+        s = self.settings
+        return MatchRules.build(
+            sender=s.sender,
+            subject=s.subject,
+            droplet_id=droplet.id,
+            droplet_name=droplet.name,
+            lead=s.lead,
+            max_age=s.max_age,
+            require_dkim=s.require_dkim,
+        )
+
+    def _mailbox_key(self, user: str) -> str:
+        s = self.settings
+        blob = f"{s.imap_host}\0{s.port()}\0{user}\0{s.imap_mailbox}".encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def _judge(self, uid: int, raw: bytes, rules: MatchRules, seen: SeenMail) -> Verdict:
+        key = f"{seen.mailbox}/{seen.uidvalidity}/{uid}"
+        try:
+            return reclaim_verdict(raw, rules, key, utcnow())
+        except ParseError as error:
+            return Verdict(None, str(error))
+
+    async def watch(self, emit: Emit) -> None:
+        s = self.settings
+        # Reclaims raised before a restart still stand until their deadline.
+        for report in self.active.load(utcnow()):
+            log.info("digitalocean: %s still stands after a restart", report.id)
+            emit(report)
+        if not s.imap_host or s.credentials_file is None:
+            self.health.error(
+                "config",
+                "no mailbox configured (set digitalocean.imap_host and "
+                "digitalocean.credentials_file): reclaim emails are not watched",
+            )
+            await asyncio.Event().wait()
+        backoff = Backoff(1.0, s.retry_max)
+        while self.droplet is None:
+            try:
+                self.droplet = await self.identify()
+            except MetadataUnavailable as error:
+                self.health.error("metadata", str(error))
+                await asyncio.sleep(backoff.next())
+        rules = self._rules(self.droplet)
+        log.info(
+            "digitalocean: watching %s:%d/%s for reclaim emails naming droplet %s",
+            s.imap_host,
+            s.port(),
+            s.imap_mailbox,
+            " or ".join(
+                f"{k} {v}" for k, v in (("id", self.droplet.id), ("name", self.droplet.name)) if v
+            ),
+        )
+        backoff.reset()
+        while True:
+            try:
+                await self._read_mailbox(emit, rules, backoff)
+            except MailboxError as error:
+                self.health.error(error.kind, str(error))
+            except (OSError, ValueError) as error:  # state directory trouble, unexpected data
+                self.health.error("state", f"{type(error).__name__}: {error}")
+            finally:
+                self._end_session()
+            await asyncio.sleep(backoff.next())
+
+    async def _read_mailbox(self, emit: Emit, rules: MatchRules, backoff: Backoff) -> None:
+        s = self.settings
+        assert s.imap_host is not None and s.credentials_file is not None
+        credentials = load_credentials(s.credentials_file)  # re-read on each connect: rotation
+        session = MailboxSession(
+            s.imap_host, s.port(), s.imap_tls, ca_file=s.imap_ca_file, timeout=s.imap_timeout
+        )
+        self._session = session
+        self._stop = stop = threading.Event()
+        await asyncio.to_thread(session.open, credentials, s.imap_mailbox)
+        self.idle_supported = session.idle
+        seen = SeenMail.load(self.state_path, self._mailbox_key(credentials.user))
+        seen.begin(session.uidvalidity)
+        backoff.reset()
+        while True:
+            # Mail delivered before max_age raises nothing: no need to read it (a first
+            # start on a large mailbox reads only the last days).
+            since = (utcnow() - timedelta(seconds=s.max_age)).date() - timedelta(days=1)
+            for uid in await asyncio.to_thread(session.new_uids, seen.last_uid, since):
+                raw = await asyncio.to_thread(session.fetch, uid)
+                if raw is None:  # expunged since the search
+                    seen.handled(uid)
+                    continue
+                self._handle(uid, raw, rules, seen, emit)
+            self.health.success()
+            if session.idle:
+                await asyncio.to_thread(session.wait, s.idle_renew, stop)
+            else:
+                await asyncio.sleep(s.poll_interval)
+
+    def _handle(self, uid: int, raw: bytes, rules: MatchRules, seen: SeenMail, emit: Emit) -> None:
+        verdict = self._judge(uid, raw, rules, seen)
+        report = verdict.report
+        if report is None:
+            log.debug("digitalocean: mail UID %d raises nothing: %s", uid, verdict.why)
+            seen.handled(uid)
+            return
+        if seen.was_raised(report.id):
+            log.info("digitalocean: mail UID %d was raised before as %s", uid, report.id)
+            seen.handled(uid)
+            return
+        log.info(
+            "digitalocean: mail UID %d is a %s: drain with deadline %s",
+            uid,
+            verdict.why,
+            report.deadline.isoformat() if report.deadline else None,
+        )
+        # Emitted before it is recorded: a crash in between raises it once more after the
+        # restart, where the other order would lose it.
+        emit(report)
+        self.active.add(report, utcnow())
+        seen.handled(uid, report.id)
+
+    def _end_session(self) -> None:
+        self._stop.set()
+        session, self._session = self._session, None
+        if session is not None:
+            session.abort()
+
+    async def aclose(self) -> None:
+        self._end_session()
+        await self.client.aclose()
+
+
+def build(settings: Settings, context: WatcherContext) -> DigitalOceanWatcher:
+    return DigitalOceanWatcher(settings, context)
+
+
+__all__ = [
+    "Backoff",
+    "DigitalOceanWatcher",
+    "Droplet",
+    "MetadataUnavailable",
+    "build",
+    "identify",
+    "parse_droplet_id",
+    "parse_hostname",
+]

@@ -1,0 +1,621 @@
+"""A faithful fake of the GCE metadata server on loopback (`forewarn simulate gcp`).
+
+It serves `/computeMetadata/v1/...` as the real server does where a watcher or Google's own
+clients can tell: `Metadata-Flavor: Google` required (403 without), `X-Forwarded-For`
+refused (403), an `ETag` on every answer, `wait_for_change` with `last_etag` and
+`timeout_sec`, 400 for a wait on a directory without `recursive=true` or on the token,
+`recursive=true` (JSON with camelCase keys, or `alt=text`) and `alt=json`, a fake
+service-account token so google-auth's compute_engine credentials work.
+
+Control API kinds (`POST /_sim/notices {"kind": ...}`):
+
+- `preempt` → `instance/preempted` becomes TRUE (id `preempted`);
+- `maintenance` `{"type": "TERMINATE"|"MIGRATE"|"NONE", "duration": S}` →
+  `instance/maintenance-event` (id `maintenance-event`), back to NONE after `duration`;
+- `upcoming` `{"start_in": S, "window": S, "maintenance_status": ..., "type": ...,
+  "document": {...}}` → `instance/upcoming-maintenance` (id `upcoming-maintenance`);
+- `fault` `{"mode": "unavailable"|"hang"|"garbage", "seconds": S, "hang": S}` → every
+  metadata answer is a 503, hangs for `hang` seconds, or is garbage, for `seconds`
+  (id `fault-<mode>`).
+
+`DELETE /_sim/notices/<id>` withdraws any of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from forewarn.agent.timefmt import format_time, parse_duration, utcnow
+
+from ..simulator import SimError, SimRequest, SimResponse, Simulator, serve_until_signalled
+
+METADATA_PREFIX = "/computeMetadata/v1"
+FLAVOR_HEADER = "Metadata-Flavor"
+TEXT = "application/text"
+JSON = "application/json"
+
+MAINTENANCE_TYPES = {
+    "TERMINATE": "TERMINATE_ON_HOST_MAINTENANCE",
+    "MIGRATE": "MIGRATE_ON_HOST_MAINTENANCE",
+    "NONE": "NONE",
+}
+# How an "upcoming-maintenance" read answers when nothing is scheduled: every form seen on
+# real VMs (the official example is `{}`).
+UPCOMING_NONE_FORMS = ("empty", "404", "none", "error", "503")
+FAULT_MODES = ("unavailable", "hang", "garbage")
+# A wait without timeout_sec blocks "for a very long time" on the real server.
+MAX_WAIT = 3600.0
+
+Tree = dict[str, Any]  # directory: name → Tree | leaf; a leaf is str or list[str]
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("-")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _as_json(node: Any, user_keys: bool = False) -> Any:
+    """A subtree as the real server's recursive JSON: camelCase keys, except user-defined
+    attribute names, which are kept as written."""
+    if isinstance(node, dict):
+        return {
+            (key if user_keys else _camel(key)): _as_json(value, user_keys or key == "attributes")
+            for key, value in node.items()
+        }
+    return node
+
+
+def _as_text_lines(node: Any, prefix: str = "") -> list[str]:
+    if isinstance(node, dict):
+        lines: list[str] = []
+        for key, value in node.items():
+            lines.extend(_as_text_lines(value, f"{prefix}/{key}" if prefix else key))
+        return lines
+    value = node if isinstance(node, str) else ",".join(node)
+    return [f"{prefix} {value}"]
+
+
+def _leaf_text(value: str | list[str]) -> str:
+    return value if isinstance(value, str) else "".join(f"{item}\n" for item in value)
+
+
+def _etag(*parts: Any) -> str:
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class GcpSimulator(Simulator):
+    name = "gcp"
+
+    def __init__(
+        self,
+        *,
+        project: str = "forewarn-sim",
+        project_number: int = 123456789012,
+        zone: str = "us-central1-a",
+        instance: str = "forewarn-sim-vm",
+        machine_type: str = "a2-highgpu-1g",
+        preemptible: bool = False,
+        on_host_maintenance: str = "TERMINATE",
+        preemption_notice_duration: float | None = None,
+        upcoming_none: str = "empty",
+        service_account: str | None = None,
+    ) -> None:
+        super().__init__()
+        if on_host_maintenance not in ("MIGRATE", "TERMINATE"):
+            raise ValueError(
+                f"on_host_maintenance must be MIGRATE or TERMINATE, got {on_host_maintenance!r}"
+            )
+        if upcoming_none not in UPCOMING_NONE_FORMS:
+            raise ValueError(
+                f"upcoming_none must be one of {', '.join(UPCOMING_NONE_FORMS)}, "
+                f"got {upcoming_none!r}"
+            )
+        email = service_account or f"{project_number}-compute@developer.gserviceaccount.com"
+        account: Tree = {
+            "aliases": ["default"],
+            "email": email,
+            "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+        }
+        scheduling: Tree = {
+            "automatic-restart": "FALSE" if preemptible else "TRUE",
+            "on-host-maintenance": on_host_maintenance,
+            "preemptible": "TRUE" if preemptible else "FALSE",
+            "provisioning-model": "SPOT" if preemptible else "STANDARD",
+        }
+        if preemption_notice_duration is not None:
+            scheduling["preemption-notice-duration"] = f"{preemption_notice_duration:g}s"
+        self.tree: Tree = {
+            "instance": {
+                "attributes": {},
+                "cpu-platform": "Intel Cascade Lake",
+                "hostname": f"{instance}.{zone}.c.{project}.internal",
+                "id": "4520031799277581759",
+                "machine-type": f"projects/{project_number}/machineTypes/{machine_type}",
+                "maintenance-event": "NONE",
+                "name": instance,
+                "preempted": "FALSE",
+                "scheduling": scheduling,
+                "service-accounts": {"default": dict(account), email: dict(account)},
+                "zone": f"projects/{project_number}/zones/{zone}",
+            },
+            "project": {
+                "attributes": {},
+                "numeric-project-id": str(project_number),
+                "project-id": project,
+            },
+        }
+        self.generations: dict[str, int] = {}
+        self.upcoming: dict[str, Any] | None = None
+        self.upcoming_none = upcoming_none
+        self.faults: dict[str, tuple[float, float]] = {}  # mode → (until, hang seconds)
+        self.tokens_issued = 0
+
+    # The metadata tree.
+
+    def _node(self, path: str) -> Any:
+        node: Any = self.tree
+        for part in (p for p in path.split("/") if p):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+    def set_value(self, path: str, value: str) -> None:
+        """Change one leaf; waiting long-polls on it (or a recursive parent) wake up."""
+        with self.changed:
+            parent, _, leaf = path.rpartition("/")
+            node = self._node(parent)
+            if not isinstance(node, dict) or isinstance(node.get(leaf), dict):
+                raise SimError(f"no metadata key {path!r}", 404)
+            if node.get(leaf) != value:
+                node[leaf] = value
+                self.generations[path] = self.generations.get(path, 0) + 1
+            self.changed.notify_all()
+
+    def value(self, path: str) -> Any:
+        with self.lock:
+            return self._node(path)
+
+    def etag(self, path: str) -> str:
+        """Changes whenever anything under `path` changes (a value set back to what it was
+        gets a new ETag, as a real change)."""
+        with self.lock:
+            prefix = path.strip("/")
+            generations = sorted(
+                (key, gen)
+                for key, gen in self.generations.items()
+                if key == prefix or key.startswith(prefix + "/") or not prefix
+            )
+            if prefix == "instance/upcoming-maintenance" or prefix in ("instance", ""):
+                generations.append(("upcoming", self.generations.get("upcoming", 0)))
+            return _etag(prefix, self._node(prefix), generations)
+
+    # Control API.
+
+    def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
+        if kind == "preempt":
+            self.set_value("instance/preempted", "TRUE")
+            return "preempted"
+        if kind == "maintenance":
+            value = self._maintenance_value(fields.get("type", "TERMINATE"))
+            self.set_value("instance/maintenance-event", value)
+            duration = fields.get("duration")
+            if duration is not None:
+                self.schedule(_number(duration, "duration"), "maintenance", {"type": "NONE"})
+            return "maintenance-event"
+        if kind == "upcoming":
+            self._set_upcoming(self._upcoming_document(fields))
+            return "upcoming-maintenance"
+        if kind == "fault":
+            mode = fields.get("mode")
+            if mode not in FAULT_MODES:
+                raise SimError(f'fault "mode" must be one of {", ".join(FAULT_MODES)}')
+            seconds = _number(fields.get("seconds", 5), "seconds")
+            hang = _number(fields.get("hang", seconds), "hang")
+            with self.changed:
+                self.faults[mode] = (time.monotonic() + seconds, hang)
+                self.changed.notify_all()
+            return f"fault-{mode}"
+        raise SimError(
+            f"gcp: unknown notice kind {kind!r}; use preempt, maintenance, upcoming or fault"
+        )
+
+    def change_notice(self, notice_id: str, fields: dict[str, Any]) -> None:
+        if notice_id == "maintenance-event":
+            self.raise_notice("maintenance", fields)
+        elif notice_id == "upcoming-maintenance":
+            self.raise_notice("upcoming", fields)
+        else:
+            raise SimError(f"notice {notice_id!r} cannot be changed", 405)
+
+    def withdraw(self, notice_id: str) -> bool:
+        with self.changed:
+            if notice_id == "preempted" and self.value("instance/preempted") == "TRUE":
+                self.set_value("instance/preempted", "FALSE")
+                return True
+            if notice_id == "maintenance-event" and self.value("instance/maintenance-event") != (
+                "NONE"
+            ):
+                self.set_value("instance/maintenance-event", "NONE")
+                return True
+            if notice_id == "upcoming-maintenance" and self.upcoming is not None:
+                self._set_upcoming(None)
+                return True
+            mode = notice_id.removeprefix("fault-")
+            if notice_id.startswith("fault-") and mode in self.faults:
+                del self.faults[mode]
+                self.changed.notify_all()
+                return True
+        return False
+
+    def state(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "preempted": self.value("instance/preempted"),
+            "maintenance-event": self.value("instance/maintenance-event"),
+            "upcoming-maintenance": self.upcoming,
+            "etags": {
+                key: self.etag(key) for key in ("instance/preempted", "instance/maintenance-event")
+            },
+            "faults": {
+                mode: round(until - now, 3)
+                for mode, (until, _) in self.faults.items()
+                if until > now
+            },
+            "tokens_issued": self.tokens_issued,
+        }
+
+    @staticmethod
+    def _maintenance_value(kind: Any) -> str:
+        if not isinstance(kind, str):
+            raise SimError('maintenance "type" must be TERMINATE, MIGRATE or NONE')
+        value = MAINTENANCE_TYPES.get(kind.upper().removesuffix("_ON_HOST_MAINTENANCE"))
+        if value is None:
+            raise SimError(f'maintenance "type" must be TERMINATE, MIGRATE or NONE, got {kind!r}')
+        return value
+
+    def _upcoming_document(self, fields: dict[str, Any]) -> dict[str, Any]:
+        document = fields.get("document")
+        if document is not None:
+            if not isinstance(document, dict):
+                raise SimError('upcoming "document" must be a JSON object')
+            return document
+        start: datetime = utcnow() + timedelta(
+            seconds=_number(fields.get("start_in", 7 * 86400), "start_in")
+        )
+        window = _number(fields.get("window", 4 * 3600), "window")
+        end = start + timedelta(seconds=window)
+        return {
+            "can_reschedule": bool(fields.get("can_reschedule", True)),
+            "latest_window_start_time": format_time(start + timedelta(days=7)),
+            "maintenance_reasons": list(fields.get("maintenance_reasons", ["PLANNED_UPDATE"])),
+            "maintenance_status": str(fields.get("maintenance_status", "PENDING")),
+            "type": str(fields.get("type", "SCHEDULED")),
+            "window_end_time": format_time(end),
+            "window_start_time": format_time(start),
+        }
+
+    def _set_upcoming(self, document: dict[str, Any] | None) -> None:
+        with self.changed:
+            self.upcoming = document
+            self.generations["upcoming"] = self.generations.get("upcoming", 0) + 1
+            self.changed.notify_all()
+
+    # The metadata server.
+
+    def handle(self, request: SimRequest) -> SimResponse:
+        response = self._answer(request)
+        response.headers.setdefault(FLAVOR_HEADER, "Google")
+        response.headers.setdefault("Server", "Metadata Server for VM")
+        response.headers.setdefault("X-XSS-Protection", "0")
+        body = response.body.encode() if isinstance(response.body, str) else response.body
+        response.headers.setdefault("ETag", _etag("answer", body.decode("utf-8", "replace")))
+        return response
+
+    def _answer(self, request: SimRequest) -> SimResponse:
+        if request.header("X-Forwarded-For") is not None:
+            return _forbidden(request, "Requests with X-Forwarded-For are not accepted.")
+        if request.header(FLAVOR_HEADER) != "Google":
+            return _forbidden(request, "Missing Metadata-Flavor:Google header.")
+        if request.method not in ("GET", "HEAD", "POST"):
+            return SimResponse(405, f"Method {request.method} not allowed.\n", TEXT)
+        if request.path == "/":
+            return SimResponse(200, "computeMetadata/\n", TEXT)
+        if request.path in ("/computeMetadata", "/computeMetadata/"):
+            return SimResponse(200, "v1/\n", TEXT)
+        if request.path != METADATA_PREFIX and not request.path.startswith(METADATA_PREFIX + "/"):
+            return _not_found(request)
+        fault = self._fault()
+        if fault is not None:
+            return fault
+        path = request.path[len(METADATA_PREFIX) :].strip("/")
+        is_dir_request = request.path.endswith("/") or path == ""
+        recursive = (request.param("recursive") or "").lower() == "true"
+        wait = (request.param("wait_for_change") or "").lower() == "true"
+        timeout_text = request.param("timeout_sec")
+        timeout = MAX_WAIT
+        if timeout_text is not None:
+            if not timeout_text.isdigit():
+                return SimResponse(400, "timeout_sec must be a non-negative integer.\n", TEXT)
+            timeout = min(float(timeout_text), MAX_WAIT)
+
+        if _is_token(path):
+            if wait:
+                return SimResponse(400, "wait_for_change is not supported for tokens.\n", TEXT)
+            return self._token()
+        if path == "instance/upcoming-maintenance":
+            if wait:
+                self._wait(path, request.param("last_etag"), timeout)
+                fault = self._fault()
+                if fault is not None:
+                    return fault
+            return self._upcoming_answer(request)
+
+        with self.lock:
+            node = self._node(path)
+        if node is None:
+            return _not_found(request)
+        if isinstance(node, dict) and wait and not recursive:
+            return SimResponse(
+                400,
+                "Non-recursive wait_for_change on a directory is not supported.\n",
+                TEXT,
+            )
+        if wait:
+            self._wait(path, request.param("last_etag"), timeout)
+            # A long-poll that ends during a fault answers with the fault.
+            fault = self._fault()
+            if fault is not None:
+                return fault
+        with self.lock:
+            node = self._node(path)
+            etag = self.etag(path)
+            payload = json.loads(json.dumps(node))  # a snapshot taken under the lock
+        if isinstance(payload, dict) and not is_dir_request and not recursive:
+            return SimResponse(301, "", TEXT, {"Location": request.path + "/", "ETag": etag})
+        return _render(payload, request, recursive, etag)
+
+    def _wait(self, path: str, last_etag: str | None, timeout: float) -> None:
+        """Block until the ETag of `path` differs from `last_etag` (at once if it already
+        does), or `timeout` seconds pass."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            # Without last_etag the wait ends at the first change after it began.
+            current = self.etag(path) if last_etag is None else last_etag
+            while self.etag(path) == current:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self.changed.wait(remaining)
+
+    def _fault(self) -> SimResponse | None:
+        now = time.monotonic()
+        with self.lock:
+            active = {mode: hang for mode, (until, hang) in self.faults.items() if until > now}
+        if "hang" in active:
+            time.sleep(active["hang"])
+        if "unavailable" in active:
+            return SimResponse(503, "Service Unavailable\n", TEXT)
+        if "garbage" in active:
+            junk = hashlib.sha256(str(now).encode()).hexdigest()
+            return SimResponse(200, f"<html>\x00{junk}</html>", TEXT, {"ETag": junk[:16]})
+        return None
+
+    def _token(self) -> SimResponse:
+        with self.lock:
+            self.tokens_issued += 1
+            serial = self.tokens_issued
+        return SimResponse.json(
+            {
+                "access_token": f"ya29.forewarn-simulated-token-{serial}",
+                "expires_in": 3599,
+                "token_type": "Bearer",
+            }
+        )
+
+    def _upcoming_answer(self, request: SimRequest) -> SimResponse:
+        with self.lock:
+            document = self.upcoming
+            etag = self.etag("instance/upcoming-maintenance")
+        headers = {"ETag": etag}
+        if document is not None:
+            return SimResponse(200, json.dumps(document), JSON, headers)
+        form = self.upcoming_none
+        if form == "404":
+            return _not_found(request)
+        if form == "503":
+            return SimResponse(503, "Service Unavailable\n", TEXT, headers)
+        if form == "none":
+            return SimResponse(200, "NONE", TEXT, headers)
+        if form == "error":
+            error = {"error": "no notifications have been received yet, try again later"}
+            return SimResponse(200, json.dumps(error), JSON, headers)
+        return SimResponse(200, "{}", JSON, headers)
+
+
+def _is_token(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) == 4 and parts[:2] == ["instance", "service-accounts"] and parts[3] == "token"
+
+
+def _render(payload: Any, request: SimRequest, recursive: bool, etag: str) -> SimResponse:
+    alt = request.param("alt")
+    headers = {"ETag": etag}
+    if isinstance(payload, dict):
+        if recursive:
+            if alt == "text":
+                return SimResponse(
+                    200, "".join(f"{line}\n" for line in _as_text_lines(payload)), TEXT, headers
+                )
+            return SimResponse(200, json.dumps(_as_json(payload)), JSON, headers)
+        names = [f"{key}/" if isinstance(value, dict) else key for key, value in payload.items()]
+        if alt == "json":
+            return SimResponse(200, json.dumps(names), JSON, headers)
+        return SimResponse(200, "".join(f"{name}\n" for name in names), TEXT, headers)
+    if alt == "json":
+        return SimResponse(200, json.dumps(payload), JSON, headers)
+    return SimResponse(200, _leaf_text(payload), TEXT, headers)
+
+
+def _forbidden(request: SimRequest, why: str) -> SimResponse:
+    return SimResponse(
+        403,
+        f"Your client does not have permission to get URL {request.path} from this server. {why}\n",
+        TEXT,
+    )
+
+
+def _not_found(request: SimRequest) -> SimResponse:
+    return SimResponse(
+        404, f"The requested URL {request.path} was not found on this server.\n", TEXT
+    )
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise SimError(f'"{name}" must be a number of seconds >= 0, got {value!r}')
+    return float(value)
+
+
+# Command line and drills.
+
+
+def make_simulator(
+    *,
+    preempt_after: float | None = None,
+    maintenance_after: float | None = None,
+    maintenance_kind: str = "TERMINATE",
+    maintenance_duration: float | None = None,
+    upcoming_after: float | None = None,
+    upcoming_in: float = 7 * 86400,
+    **options: Any,
+) -> GcpSimulator:
+    """A simulator with scripted events: each `*_after` is seconds from now."""
+    sim = GcpSimulator(**options)
+    sim._maintenance_value(maintenance_kind)  # a bad kind fails now, not in a timer thread
+    if preempt_after is not None:
+        sim.schedule(preempt_after, "preempt", {})
+    if maintenance_after is not None:
+        fields: dict[str, Any] = {"type": maintenance_kind}
+        if maintenance_duration is not None:
+            fields["duration"] = maintenance_duration
+        sim.schedule(maintenance_after, "maintenance", fields)
+    if upcoming_after is not None:
+        sim.schedule(upcoming_after, "upcoming", {"start_in": upcoming_in})
+    return sim
+
+
+def _seconds(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The simulator's own flags (`forewarn simulate` adds `--host` and `--port`)."""
+    parser.add_argument("--project", default="forewarn-sim", help="project/project-id")
+    parser.add_argument("--zone", default="us-central1-a", help="zone in instance/zone")
+    parser.add_argument("--instance-name", default="forewarn-sim-vm", help="instance/name")
+    parser.add_argument(
+        "--preemptible", action="store_true", help="a Spot VM: scheduling/preemptible TRUE"
+    )
+    parser.add_argument(
+        "--on-host-maintenance",
+        choices=("MIGRATE", "TERMINATE"),
+        default="TERMINATE",
+        help="scheduling/on-host-maintenance (default TERMINATE, as on GPU VMs)",
+    )
+    parser.add_argument(
+        "--preemption-notice-duration",
+        type=_seconds,
+        metavar="S",
+        help="report this preemption notice duration in instance/scheduling/",
+    )
+    parser.add_argument(
+        "--preempt-after", type=_seconds, metavar="S", help="preempted becomes TRUE after S"
+    )
+    parser.add_argument(
+        "--maintenance-after",
+        type=_seconds,
+        metavar="S",
+        help="maintenance-event changes after S",
+    )
+    parser.add_argument(
+        "--maintenance-kind",
+        choices=("TERMINATE", "MIGRATE"),
+        default="TERMINATE",
+        help="the maintenance event: TERMINATE_ or MIGRATE_ON_HOST_MAINTENANCE",
+    )
+    parser.add_argument(
+        "--maintenance-duration",
+        type=_seconds,
+        metavar="S",
+        help="maintenance-event returns to NONE S after it changed",
+    )
+    parser.add_argument(
+        "--upcoming-after",
+        type=_seconds,
+        metavar="S",
+        help="upcoming-maintenance schedules a window after S",
+    )
+    parser.add_argument(
+        "--upcoming-in",
+        type=_seconds,
+        default=7 * 86400.0,
+        metavar="S",
+        help="how far ahead that window starts (default 7d)",
+    )
+    parser.add_argument(
+        "--upcoming-none",
+        choices=UPCOMING_NONE_FORMS,
+        default="empty",
+        help="the answer of upcoming-maintenance when nothing is scheduled (default empty: {})",
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "project": args.project,
+        "zone": args.zone,
+        "instance": args.instance_name,
+        "preemptible": args.preemptible,
+        "on_host_maintenance": args.on_host_maintenance,
+        "preemption_notice_duration": args.preemption_notice_duration,
+        "upcoming_none": args.upcoming_none,
+        "preempt_after": args.preempt_after,
+        "maintenance_after": args.maintenance_after,
+        "maintenance_kind": args.maintenance_kind,
+        "maintenance_duration": args.maintenance_duration,
+        "upcoming_after": args.upcoming_after,
+        "upcoming_in": args.upcoming_in,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    return serve_until_signalled(make_simulator(**options_from_args(args)), args.host, args.port)
+
+
+def drill_script() -> dict[str, Any]:
+    """How `forewarn drill local --provider gcp` raises a drain and a terminate."""
+    return {
+        "drain": ("maintenance", {"type": "TERMINATE"}),
+        "terminate": ("preempt", {}),
+        "env": {},
+    }
+
+
+__all__ = [
+    "GcpSimulator",
+    "add_arguments",
+    "drill_script",
+    "make_simulator",
+    "options_from_args",
+    "run",
+]

@@ -1,0 +1,484 @@
+"""Watch the GCE metadata server for preemption and host maintenance.
+
+Two keys are long-polled concurrently (`instance/preempted`, `instance/maintenance-event`),
+each with `wait_for_change=true`, the last ETag seen and `timeout_sec`, so a change is seen
+within milliseconds and a change made between two long-polls is answered at once (its ETag
+differs). `instance/upcoming-maintenance` has no long-poll worth trusting and is read slowly.
+
+The parsers are pure functions of the response text; `GcpWatcher` owns the HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+import httpx
+from forewarn.agent.protocol import Report, stable_id
+from forewarn.agent.timefmt import format_time, parse_duration, parse_time, utcnow
+
+from ..base import Emit, ParseError, PollHealth, WatcherContext
+from .settings import Settings
+
+PROVIDER = "gcp"
+METADATA_PATH = "/computeMetadata/v1"
+DEFAULT_HOST = "metadata.google.internal"
+FLAVOR_HEADER = "Metadata-Flavor"
+FLAVOR = "Google"
+
+PREEMPTED_KEY = "instance/preempted"
+MAINTENANCE_KEY = "instance/maintenance-event"
+UPCOMING_KEY = "instance/upcoming-maintenance"
+SCHEDULING_DIR = "instance/scheduling/"
+
+MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
+TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
+MAINTENANCE_VALUES = ("NONE", MIGRATE, TERMINATE)
+
+# An upcoming-maintenance answer of 503 is retried this many times before it counts as
+# "nothing scheduled": the server answers 503 for under a second during host maintenance,
+# exactly when a scheduled window must not be cleared by mistake.
+UPCOMING_503_ATTEMPTS = 3
+
+
+def metadata_root(url: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The metadata root, `<scheme>://<host>[:<port>]/computeMetadata/v1`.
+
+    `url` (config `gcp.url`, `FOREWARN_GCP_URL`) wins; then `GCE_METADATA_HOST` (then its old
+    name `GCE_METADATA_ROOT`), a `host[:port]` as Google's clients read it; then the real
+    server's name. A URL may or may not already end in `/computeMetadata/v1`.
+    """
+    env = os.environ if environ is None else environ
+    base = url or env.get("GCE_METADATA_HOST") or env.get("GCE_METADATA_ROOT") or DEFAULT_HOST
+    base = base.strip().rstrip("/")
+    if "://" not in base:
+        base = f"http://{base}"
+    if base.endswith(METADATA_PATH):
+        base = base[: -len(METADATA_PATH)]
+    return base + METADATA_PATH
+
+
+# Pure parsers: response text in, value out, ParseError on anything the contract forbids.
+
+
+def parse_preempted(text: str) -> bool:
+    """`instance/preempted`: `TRUE` or `FALSE`."""
+    value = text.strip()
+    if value == "TRUE":
+        return True
+    if value == "FALSE":
+        return False
+    raise ParseError(f"{PREEMPTED_KEY}: expected TRUE or FALSE, got {value[:80]!r}")
+
+
+def parse_maintenance_event(text: str) -> str:
+    """`instance/maintenance-event`: NONE, MIGRATE_ON_HOST_MAINTENANCE or
+    TERMINATE_ON_HOST_MAINTENANCE."""
+    value = text.strip()
+    if value not in MAINTENANCE_VALUES:
+        raise ParseError(
+            f"{MAINTENANCE_KEY}: expected one of {', '.join(MAINTENANCE_VALUES)}, "
+            f"got {value[:80]!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class UpcomingWindow:
+    """A parsed `instance/upcoming-maintenance` answer that schedules something."""
+
+    start: datetime
+    document: dict[str, Any]
+
+
+_WINDOW_START_KEYS = ("window_start_time", "windowStartTime")
+
+
+def parse_upcoming(text: str) -> UpcomingWindow | None:
+    """`instance/upcoming-maintenance?alt=json`: a window, or None when nothing is scheduled.
+
+    `{}`, an empty body, `NONE` (bare or JSON-quoted) and an error document
+    (`{"error": ...}`) all mean nothing is scheduled. A document naming maintenance without a
+    parseable `window_start_time` is a ParseError.
+    """
+    body = text.strip()
+    if not body or body.upper() == "NONE":
+        return None
+    try:
+        document = json.loads(body)
+    except ValueError:
+        raise ParseError(f"{UPCOMING_KEY}: not JSON: {body[:80]!r}") from None
+    if document is None or document == {}:
+        return None
+    if isinstance(document, str) and document.strip().upper() in ("", "NONE"):
+        return None
+    if not isinstance(document, dict):
+        raise ParseError(f"{UPCOMING_KEY}: expected a JSON object, got {body[:80]!r}")
+    start_text = next((document[k] for k in _WINDOW_START_KEYS if k in document), None)
+    if start_text is None and "error" in document:
+        return None
+    if not isinstance(start_text, str):
+        raise ParseError(f"{UPCOMING_KEY}: no window_start_time in {body[:120]!r}")
+    try:
+        start = parse_time(start_text)
+    except ValueError as error:
+        raise ParseError(f"{UPCOMING_KEY}: window_start_time: {error}") from None
+    return UpcomingWindow(start, document)
+
+
+_NOTICE_DURATION_KEYS = (
+    "preemptionNoticeDuration",
+    "preemption-notice-duration",
+    "preemption_notice_duration",
+)
+
+
+def parse_notice_duration(text: str) -> float | None:
+    """The preemption notice duration in `instance/scheduling/?recursive=true&alt=json`, in
+    seconds, or None when the VM reports none. Accepts seconds, a duration such as `120s`,
+    or the API's `{"seconds": ..., "nanos": ...}`."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise ParseError(f"{SCHEDULING_DIR}: not JSON: {text.strip()[:80]!r}") from None
+    if not isinstance(document, dict):
+        raise ParseError(f"{SCHEDULING_DIR}: expected a JSON object, got {text.strip()[:80]!r}")
+    value = next((document[k] for k in _NOTICE_DURATION_KEYS if k in document), None)
+    if value is None:
+        return None
+    return _seconds(value)
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ParseError(f"preemption notice duration: not a duration: {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        try:
+            seconds = parse_duration(value)
+        except ValueError as error:
+            raise ParseError(f"preemption notice duration: {error}") from None
+    elif isinstance(value, dict) and isinstance(value.get("seconds", 0), (int, str)):
+        try:
+            seconds = float(value.get("seconds", 0)) + float(value.get("nanos", 0)) / 1e9
+        except (TypeError, ValueError):
+            raise ParseError(f"preemption notice duration: not a duration: {value!r}") from None
+    else:
+        raise ParseError(f"preemption notice duration: not a duration: {value!r}")
+    if not 0 <= seconds <= 86400:
+        raise ParseError(f"preemption notice duration: out of range: {value!r}")
+    return seconds
+
+
+# Mapping: parsed values to reports (ids are assigned by NoticeTrack).
+
+_PENDING_ID = "gcp/pending"
+
+
+def preemption_report(preempted: bool, notice_seconds: float, now: datetime) -> Report | None:
+    """`preempted=TRUE` → terminate, deadline now + the notice; FALSE → nothing."""
+    if not preempted:
+        return None
+    return Report(
+        id=_PENDING_ID,
+        action="terminate",
+        reason="preemption",
+        provider=PROVIDER,
+        deadline=now + timedelta(seconds=notice_seconds),
+        noticed_at=now,
+        detail={"preempted": "TRUE"},
+    )
+
+
+def maintenance_report(value: str, settings: Settings, now: datetime) -> Report | None:
+    """TERMINATE_… → drain with a deadline; MIGRATE_… → drain (or nothing); NONE → nothing."""
+    if value == TERMINATE:
+        deadline: datetime | None = now + timedelta(seconds=settings.maintenance_notice)
+    elif value == MIGRATE and settings.migrate == "drain":
+        deadline = None
+    else:
+        return None
+    return Report(
+        id=_PENDING_ID,
+        action="drain",
+        reason="host-maintenance",
+        provider=PROVIDER,
+        deadline=deadline,
+        noticed_at=now,
+        detail={"maintenance-event": value},
+    )
+
+
+def upcoming_report(window: UpcomingWindow | None, now: datetime) -> Report | None:
+    """A scheduled window → drain with its start as the deadline."""
+    if window is None:
+        return None
+    return Report(
+        id=_PENDING_ID,
+        action="drain",
+        reason="scheduled-maintenance",
+        provider=PROVIDER,
+        deadline=window.start,
+        noticed_at=now,
+        detail=window.document,
+    )
+
+
+class NoticeTrack:
+    """One provider notice over many answers: a notice gets its id when it appears, keeps it
+    while repeated answers say the same (or change it), and is cleared under that id when
+    the answers say it is gone."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.active: Report | None = None
+
+    def observe(
+        self, report: Report | None, detail: dict[str, Any], token: str | None = None
+    ) -> Report | None:
+        """The report to emit for this answer, or None when nothing changed.
+
+        `detail` is the answer as received (used for a clear); `token` (the ETag) goes into
+        a new notice's id with the time it was first seen, so a notice that ends and comes
+        back gets a new id.
+        """
+        if report is None:
+            if self.active is None:
+                return None
+            cleared = Report(
+                id=self.active.id,
+                action="clear",
+                reason=self.active.reason,
+                provider=self.active.provider,
+                detail=detail,
+            )
+            self.active = None
+            return cleared
+        if self.active is None:
+            notice_id = stable_id(
+                PROVIDER,
+                self.kind,
+                {"token": token, "seen": format_time(report.noticed_at), "detail": report.detail},
+            )
+            self.active = report.model_copy(update={"id": notice_id})
+            return self.active
+        if report.detail == self.active.detail:
+            return None
+        self.active = report.model_copy(update={"id": self.active.id})
+        return self.active
+
+
+@dataclass(frozen=True)
+class _Answer:
+    text: str
+    etag: str | None
+
+
+class GcpWatcher:
+    """Long-polls `instance/preempted` and `instance/maintenance-event`, reads
+    `instance/upcoming-maintenance` every `upcoming_interval` seconds."""
+
+    name: ClassVar[str] = PROVIDER
+
+    def __init__(
+        self,
+        settings: Settings,
+        context: WatcherContext | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.root = metadata_root(settings.url, environ)
+        self.health = context.health if context is not None else PollHealth(PROVIDER)
+        # The VM's preemption notice duration as the metadata server reports it, if it does.
+        self.reported_notice_duration: float | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            read = self.settings.timeout_sec + self.settings.read_timeout_margin
+            self._client = httpx.AsyncClient(
+                headers={FLAVOR_HEADER: FLAVOR},
+                timeout=httpx.Timeout(5.0, read=read),
+                trust_env=False,  # the metadata server is link-local: never through a proxy
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def url(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    async def detect(self) -> bool:
+        """True when the root answers with `Metadata-Flavor: Google` within one second."""
+        try:
+            response = await asyncio.wait_for(
+                self.client.get(self.root + "/", timeout=1.0), timeout=1.0
+            )
+        except (asyncio.TimeoutError, httpx.HTTPError, OSError):
+            return False
+        return response.headers.get(FLAVOR_HEADER) == FLAVOR
+
+    def preemption_notice_seconds(self) -> float:
+        """The VM's notice duration (as reported, else as configured) when above 0, else
+        the plain `preemption_notice`."""
+        duration = self.reported_notice_duration
+        if duration is None:
+            duration = self.settings.preemption_notice_duration
+        return duration if duration else self.settings.preemption_notice
+
+    async def watch(self, emit: Emit) -> None:
+        loops = [self._watch_preempted(emit), self._watch_maintenance(emit)]
+        if self.settings.upcoming_interval > 0:
+            loops.append(self._watch_upcoming(emit))
+        await asyncio.gather(*loops)
+
+    async def _watch_preempted(self, emit: Emit) -> None:
+        await self._read_notice_duration()
+        track = NoticeTrack("preempted")
+
+        def on_answer(answer: _Answer) -> Report | None:
+            preempted = parse_preempted(answer.text)
+            report = preemption_report(preempted, self.preemption_notice_seconds(), utcnow())
+            return track.observe(report, {"preempted": answer.text.strip()}, answer.etag)
+
+        await self._long_poll(PREEMPTED_KEY, on_answer, emit)
+
+    async def _watch_maintenance(self, emit: Emit) -> None:
+        track = NoticeTrack("maintenance-event")
+
+        def on_answer(answer: _Answer) -> Report | None:
+            value = parse_maintenance_event(answer.text)
+            report = maintenance_report(value, self.settings, utcnow())
+            return track.observe(report, {"maintenance-event": value}, answer.etag)
+
+        await self._long_poll(MAINTENANCE_KEY, on_answer, emit)
+
+    async def _read_notice_duration(self) -> None:
+        """Best effort, once: the VM's preemption notice duration, if the server reports it."""
+        try:
+            response = await self.client.get(
+                self.url(SCHEDULING_DIR), params={"recursive": "true", "alt": "json"}, timeout=2.0
+            )
+            if response.status_code == 200:
+                self.reported_notice_duration = parse_notice_duration(response.text)
+        except (httpx.HTTPError, ParseError) as error:
+            self.health.error("scheduling", f"{SCHEDULING_DIR}: {error}")
+
+    async def _long_poll(
+        self, key: str, on_answer: Callable[[_Answer], Report | None], emit: Emit
+    ) -> None:
+        # "0" is never a real ETag, so the first call answers at once with value and ETag.
+        etag = "0"
+        params = {"wait_for_change": "true", "timeout_sec": str(self.settings.timeout_sec)}
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time()
+            answer = await self._get(key, {**params, "last_etag": etag})
+            if answer is None:
+                await asyncio.sleep(self.settings.retry_delay)
+                continue
+            if answer.etag == etag and loop.time() - asked < self.settings.timeout_sec / 2:
+                # Unchanged, and well before timeout_sec: this server ignores the wait. Pace
+                # the requests instead of hammering it.
+                await asyncio.sleep(self.settings.retry_delay)
+            try:
+                report = on_answer(answer)
+            except ParseError as error:
+                self.health.error("parse", str(error))
+                await asyncio.sleep(self.settings.retry_delay)
+                continue
+            self.health.success()
+            if report is not None:
+                emit(report)
+            if answer.etag:
+                etag = answer.etag
+            else:
+                # Without an ETag every wait would answer at once: poll instead of spinning.
+                self.health.error("no-etag", f"{key}: answer without an ETag")
+                await asyncio.sleep(self.settings.retry_delay)
+
+    async def _get(self, key: str, params: dict[str, str]) -> _Answer | None:
+        """One request; None (after counting the error) on anything but a 200."""
+        try:
+            response = await self.client.get(self.url(key), params=params)
+        except httpx.TimeoutException:
+            limit = self.settings.timeout_sec + self.settings.read_timeout_margin
+            self.health.error("timeout", f"{key}: no answer within {limit:g}s")
+            return None
+        except httpx.HTTPError as error:
+            self.health.error("transport", f"{key}: {type(error).__name__}: {error}")
+            return None
+        if response.status_code != 200:
+            kind = "unavailable" if response.status_code == 503 else f"http-{response.status_code}"
+            self.health.error(kind, f"{key}: HTTP {response.status_code}")
+            return None
+        return _Answer(response.text, response.headers.get("ETag"))
+
+    async def _watch_upcoming(self, emit: Emit) -> None:
+        track = NoticeTrack("upcoming-maintenance")
+        while True:
+            known, window, detail = await self._read_upcoming()
+            if known:
+                report = track.observe(upcoming_report(window, utcnow()), detail)
+                if report is not None:
+                    emit(report)
+            await asyncio.sleep(self.settings.upcoming_interval)
+
+    async def _read_upcoming(self) -> tuple[bool, UpcomingWindow | None, dict[str, Any]]:
+        """(known, window, detail): unknown after a transport error (keep what we had);
+        every answer but a parseable window means nothing is scheduled."""
+        for attempt in range(1, UPCOMING_503_ATTEMPTS + 1):
+            try:
+                response = await self.client.get(
+                    self.url(UPCOMING_KEY), params={"alt": "json"}, timeout=5.0
+                )
+            except httpx.HTTPError as error:
+                self.health.error("transport", f"{UPCOMING_KEY}: {type(error).__name__}: {error}")
+                return False, None, {}
+            if response.status_code == 503:
+                self.health.error("unavailable", f"{UPCOMING_KEY}: HTTP 503")
+                if attempt < UPCOMING_503_ATTEMPTS:
+                    await asyncio.sleep(self.settings.retry_delay)
+                    continue
+                return True, None, {"status": 503}
+            self.health.success()
+            if response.status_code != 200:
+                return True, None, {"status": response.status_code}
+            try:
+                window = parse_upcoming(response.text)
+            except ParseError as error:
+                self.health.error("parse", str(error))
+                return True, None, {"status": 200}
+            return True, window, {} if window is None else window.document
+        return True, None, {"status": 503}
+
+
+def build(settings: Settings, context: WatcherContext) -> GcpWatcher:
+    return GcpWatcher(settings, context)
+
+
+__all__ = [
+    "MAINTENANCE_VALUES",
+    "GcpWatcher",
+    "NoticeTrack",
+    "UpcomingWindow",
+    "build",
+    "maintenance_report",
+    "metadata_root",
+    "parse_maintenance_event",
+    "parse_notice_duration",
+    "parse_preempted",
+    "parse_upcoming",
+    "preemption_report",
+    "upcoming_report",
+]

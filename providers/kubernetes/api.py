@@ -1,0 +1,162 @@
+"""The few node API calls forewarn makes, over httpx: list one node, watch it, cordon it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from .config import Cluster
+from .nodes import NodeList, WatchEvent, parse_event, parse_list
+
+USER_AGENT = "forewarn-agent"
+REQUEST_TIMEOUT = 10.0
+# A watch is silent while nothing changes; the server closes it after timeoutSeconds, so the
+# read timeout only has to catch a connection that died without a FIN.
+READ_MARGIN = 30.0
+
+
+class ApiError(Exception):
+    """The API server answered with an error; `kind` names it for PollHealth."""
+
+    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+
+
+class Gone(ApiError):
+    """410: the resourceVersion is older than the server's history; list again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("gone", message, 410)
+
+
+def status_message(body: bytes) -> str:
+    """The `message` of a Kubernetes Status body, else the start of the body."""
+    try:
+        payload = json.loads(body)
+        if isinstance(payload, dict) and isinstance(payload.get("message"), str):
+            return str(payload["message"])
+    except ValueError:
+        pass
+    return body[:200].decode(errors="replace") or "(empty body)"
+
+
+def error_for(status: int, body: bytes, what: str, source: str) -> ApiError:
+    message = status_message(body)
+    if status == 410:
+        return Gone(f"{what}: {message}")
+    if status == 401:
+        return ApiError(
+            "unauthorized",
+            f"{what}: 401 {message}: the API server refused the token of {source} "
+            "(it is read again on the next attempt)",
+            401,
+        )
+    if status == 403:
+        return ApiError(
+            "forbidden",
+            f"{what}: 403 {message}: the identity needs get/list/watch on nodes "
+            "(packaging/kubernetes/rbac.yaml)",
+            403,
+        )
+    return ApiError(f"http-{status}", f"{what}: {status} {message}", status)
+
+
+class NodeApi:
+    """One node's slice of the API, on one reused httpx connection."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        node_name: str,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.node_name = node_name
+        self.client = client or httpx.AsyncClient(
+            verify=cluster.verify,
+            trust_env=False,
+            timeout=REQUEST_TIMEOUT,
+            headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
+        )
+
+    def _headers(self) -> dict[str, str]:
+        token = self.cluster.token()  # read every time: the file rotates
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    @property
+    def nodes_url(self) -> str:
+        return f"{self.cluster.server}/api/v1/nodes"
+
+    def _selector(self) -> dict[str, str]:
+        return {"fieldSelector": f"metadata.name={self.node_name}"}
+
+    async def list_node(self) -> NodeList:
+        response = await self.client.get(
+            self.nodes_url, params=self._selector(), headers=self._headers()
+        )
+        if response.status_code != 200:
+            raise error_for(response.status_code, response.content, "list", self.cluster.source)
+        try:
+            payload = response.json()
+        except ValueError:
+            raise ApiError("parse", f"list: body is not JSON: {response.text[:200]!r}") from None
+        return parse_list(payload)
+
+    @asynccontextmanager
+    async def watch(
+        self, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        """Open a watch from `resource_version`; yields an iterator of events that ends when
+        the server closes the stream (its timeout). Raises Gone on 410, as a status or as an
+        in-stream ERROR."""
+        params = {
+            **self._selector(),
+            "watch": "1",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        timeout = httpx.Timeout(REQUEST_TIMEOUT, read=timeout_seconds + READ_MARGIN)
+        async with self.client.stream(
+            "GET", self.nodes_url, params=params, headers=self._headers(), timeout=timeout
+        ) as response:
+            if response.status_code != 200:
+                body = await response.aread()
+                raise error_for(response.status_code, body, "watch", self.cluster.source)
+            yield self._events(response)
+
+    @staticmethod
+    async def _events(response: httpx.Response) -> AsyncIterator[WatchEvent]:
+        async for line in response.aiter_lines():
+            if not line.strip():
+                continue
+            event = parse_event(line)
+            if event.type == "ERROR":
+                if event.status_code == 410:
+                    raise Gone(f"watch: {event.message}")
+                code = event.status_code
+                raise ApiError(f"watch-error-{code or 'status'}", f"watch: {event.message}", code)
+            yield event
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def cordon_request(cluster: Cluster, node_name: str, unschedulable: bool) -> dict[str, Any]:
+    """What `kubectl cordon` (or `uncordon`) sends: a strategic merge patch of the node."""
+    return {
+        "method": "PATCH",
+        "url": f"{cluster.server}/api/v1/nodes/{quote(node_name, safe='')}",
+        "headers": {"Content-Type": "application/strategic-merge-patch+json"},
+        "body": {"spec": {"unschedulable": unschedulable}},
+    }
+
+
+__all__ = ["ApiError", "Gone", "NodeApi", "cordon_request", "error_for", "status_message"]

@@ -1,0 +1,292 @@
+"""The node API, parsed: pure functions from Kubernetes payloads to forewarn reports.
+
+A Node object stands for a set of active conditions, each with a stable id:
+
+- `kubernetes/<node>/cordon`: `spec.unschedulable` or the `node.kubernetes.io/unschedulable`
+  taint (a cordon shows up as both; one notice, not two) → drain;
+- `kubernetes/<node>/taint/<key>`: any other configured deletion taint → drain;
+- `kubernetes/<node>/deleting`: `metadata.deletionTimestamp` set → drain;
+- `kubernetes/<node>/shutdown`: `Ready=False` whose *message* says "node is shutting down"
+  (kubelet graceful shutdown; the reason is `KubeletNotReady`) → terminate;
+- `kubernetes/<node>/deleted`: the Node object was deleted → terminate.
+
+`changes` compares two such sets: what appeared or changed is sent, what vanished is cleared
+under the same id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from forewarn.agent.protocol import Report
+from forewarn.agent.timefmt import utcnow
+
+from ..base import ParseError
+
+PROVIDER = "kubernetes"
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
+SHUTDOWN_MESSAGE = "node is shutting down"
+REASON = "node-drain"
+MAX_ID = 200
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
+EVENT_TYPES: tuple[str, ...] = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+
+
+@dataclass(frozen=True)
+class NodeList:
+    """The answer to a LIST of this node: where to start watching, and the node if it exists."""
+
+    resource_version: str
+    node: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: EventType
+    object: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def resource_version(self) -> str | None:
+        """The object's resourceVersion (for ERROR events, None)."""
+        if self.type == "ERROR":
+            return None
+        metadata = self.object.get("metadata")
+        if isinstance(metadata, dict):
+            value = metadata.get("resourceVersion")
+            if isinstance(value, str) and value:
+                return value
+        return None
+
+    @property
+    def status_code(self) -> int | None:
+        """For an ERROR event, the HTTP-like code of its Status (410 means relist)."""
+        code = self.object.get("code")
+        return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+    @property
+    def message(self) -> str:
+        text = self.object.get("message")
+        return text if isinstance(text, str) else json.dumps(self.object)[:300]
+
+
+def _short(text: str, keep: int) -> str:
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return text if len(text) <= keep else f"{text[:keep]}~{digest}"
+
+
+def notice_id(node_name: str, *parts: str) -> str:
+    """`kubernetes/<node>/<parts...>`, shortened (with a hash, so still unique and stable)
+    when a long node name or taint key would exceed the protocol's 200 characters."""
+    full = "/".join((PROVIDER, node_name, *parts))
+    if len(full) <= MAX_ID:
+        return full
+    return "/".join((PROVIDER, _short(node_name, 60), *(_short(part, 60) for part in parts)))
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ParseError(f"{what} is not a JSON object (got {type(value).__name__})")
+    return value
+
+
+def _optional_object(parent: dict[str, Any], key: str, what: str) -> dict[str, Any]:
+    value = parent.get(key)
+    return {} if value is None else _object(value, what)
+
+
+def _optional_list(parent: dict[str, Any], key: str, what: str) -> list[Any]:
+    value = parent.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ParseError(f"{what} is not a list (got {type(value).__name__})")
+    return value
+
+
+def _optional_str(parent: dict[str, Any], key: str, what: str) -> str | None:
+    value = parent.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ParseError(f"{what} is not a string (got {value!r})")
+    return value
+
+
+def node_name_of(node: Any) -> str:
+    metadata = _object(_object(node, "node").get("metadata"), "node metadata")
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise ParseError("node metadata has no name")
+    return name
+
+
+def _taints(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    taints = []
+    for index, raw in enumerate(_optional_list(spec, "taints", "spec.taints")):
+        taint = _object(raw, f"spec.taints[{index}]")
+        key = taint.get("key")
+        if not isinstance(key, str) or not key:
+            raise ParseError(f"spec.taints[{index}] has no key")
+        for name in ("value", "effect", "timeAdded"):
+            _optional_str(taint, name, f"spec.taints[{index}].{name}")
+        taints.append(
+            {
+                name: taint[name]
+                for name in ("key", "value", "effect", "timeAdded")
+                if taint.get(name) is not None
+            }
+        )
+    return taints
+
+
+def _shutdown_condition(status: dict[str, Any]) -> dict[str, Any] | None:
+    for index, raw in enumerate(_optional_list(status, "conditions", "status.conditions")):
+        condition = _object(raw, f"status.conditions[{index}]")
+        if condition.get("type") != "Ready":
+            continue
+        message = _optional_str(condition, "message", f"status.conditions[{index}].message")
+        # The docs call "node is shutting down" the reason; kubelets put it in the message
+        # (reason KubeletNotReady). Match the message.
+        if condition.get("status") == "False" and SHUTDOWN_MESSAGE in (message or "").lower():
+            keys = ("type", "status", "reason", "message", "lastTransitionTime")
+            return {key: condition[key] for key in keys if condition.get(key) is not None}
+    return None
+
+
+def node_reports(node: Any, node_name: str, drain_taints: Collection[str]) -> list[Report]:
+    """The reports a Node object stands for (drains and terminates only; no clears).
+
+    Raises ParseError when the object is not a Node of that name or a field has a wrong type.
+    """
+    node = _object(node, "node")
+    name = node_name_of(node)
+    if name != node_name:
+        raise ParseError(f"got node {name!r}, watching {node_name!r}")
+    metadata = _object(node["metadata"], "node metadata")
+    spec = _optional_object(node, "spec", "node spec")
+    status = _optional_object(node, "status", "node status")
+    unschedulable = spec.get("unschedulable", False)
+    if unschedulable is None:
+        unschedulable = False
+    if not isinstance(unschedulable, bool):
+        raise ParseError(f"spec.unschedulable is not a boolean (got {unschedulable!r})")
+    taints = _taints(spec)
+    now = utcnow()
+
+    def report(
+        action: Literal["drain", "terminate"], parts: tuple[str, ...], detail: dict[str, Any]
+    ) -> Report:
+        return Report(
+            id=notice_id(node_name, *parts),
+            action=action,
+            reason=REASON,
+            provider=PROVIDER,
+            noticed_at=now,
+            detail={"node": node_name, **detail},
+        )
+
+    reports = []
+    cordon_taint = next((t for t in taints if t["key"] == CORDON_TAINT), None)
+    cordon_counts = CORDON_TAINT in drain_taints and cordon_taint is not None
+    if unschedulable or cordon_counts:
+        detail: dict[str, Any] = {"condition": "cordon", "unschedulable": unschedulable}
+        if cordon_taint is not None:
+            detail["taint"] = cordon_taint
+        reports.append(report("drain", ("cordon",), detail))
+    seen = set()
+    for taint in taints:
+        key = taint["key"]
+        if key == CORDON_TAINT or key not in drain_taints or key in seen:
+            continue
+        seen.add(key)
+        reports.append(report("drain", ("taint", key), {"condition": "taint", "taint": taint}))
+    deleting = _optional_str(metadata, "deletionTimestamp", "metadata.deletionTimestamp")
+    if deleting:
+        reports.append(
+            report("drain", ("deleting",), {"condition": "deleting", "deletionTimestamp": deleting})
+        )
+    shutdown = _shutdown_condition(status)
+    if shutdown is not None:
+        reports.append(report("terminate", ("shutdown",), {"condition": "shutdown", **shutdown}))
+    return reports
+
+
+def deleted_report(node_name: str) -> Report:
+    """The Node object is gone: pods bound to it are being deleted too."""
+    return Report(
+        id=notice_id(node_name, "deleted"),
+        action="terminate",
+        reason=REASON,
+        provider=PROVIDER,
+        detail={"node": node_name, "condition": "deleted"},
+    )
+
+
+def changes(previous: Mapping[str, Report], current: Iterable[Report]) -> list[Report]:
+    """What to emit to go from `previous` to `current` (both active reports): new ones, ones
+    whose action or deadline changed, and a clear (same id) for each that vanished."""
+    out = []
+    current_ids = set()
+    for report in current:
+        current_ids.add(report.id)
+        before = previous.get(report.id)
+        if before is None or (before.action, before.deadline) != (report.action, report.deadline):
+            out.append(report)
+    for notice_id_, before in previous.items():
+        if notice_id_ not in current_ids:
+            out.append(before.model_copy(update={"action": "clear", "noticed_at": utcnow()}))
+    return out
+
+
+def parse_list(payload: Any) -> NodeList:
+    """A NodeList (filtered to one node by the field selector)."""
+    payload = _object(payload, "node list")
+    if payload.get("kind") not in (None, "NodeList"):
+        raise ParseError(f"expected a NodeList, got kind {payload.get('kind')!r}")
+    metadata = _object(payload.get("metadata"), "node list metadata")
+    version = metadata.get("resourceVersion")
+    if not isinstance(version, str) or not version:
+        raise ParseError("node list has no metadata.resourceVersion")
+    items = _optional_list(payload, "items", "node list items")
+    if len(items) > 1:
+        raise ParseError(f"the field selector matched {len(items)} nodes, expected at most one")
+    return NodeList(version, _object(items[0], "node list item") if items else None)
+
+
+def parse_event(line: str | bytes) -> WatchEvent:
+    """One line of a watch stream: `{"type": ..., "object": {...}}`."""
+    try:
+        payload = json.loads(line)
+    except ValueError as error:
+        text = line if isinstance(line, str) else line.decode(errors="replace")
+        raise ParseError(f"watch line is not JSON ({error}): {text[:200]!r}") from None
+    payload = _object(payload, "watch event")
+    kind = payload.get("type")
+    if kind not in EVENT_TYPES:
+        raise ParseError(f"unknown watch event type {kind!r}")
+    event = WatchEvent(kind, _object(payload.get("object"), f"{kind} event object"))
+    if kind in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK") and event.resource_version is None:
+        raise ParseError(f"{kind} event object has no metadata.resourceVersion")
+    return event
+
+
+__all__ = [
+    "CORDON_TAINT",
+    "PROVIDER",
+    "REASON",
+    "SHUTDOWN_MESSAGE",
+    "NodeList",
+    "WatchEvent",
+    "changes",
+    "deleted_report",
+    "node_name_of",
+    "node_reports",
+    "notice_id",
+    "parse_event",
+    "parse_list",
+]

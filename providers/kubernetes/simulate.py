@@ -1,0 +1,601 @@
+"""A node API simulator, good enough for the watcher: one Node, served like kube-apiserver.
+
+- `GET /api/v1/nodes?fieldSelector=metadata.name%3D<node>`: a NodeList with the current
+  resourceVersion; `&watch=1&resourceVersion=<rv>&allowWatchBookmarks=true&timeoutSeconds=<n>`:
+  a chunked stream of newline-delimited `{"type", "object"}` events (ADDED, MODIFIED, DELETED,
+  BOOKMARK, ERROR), replaying what happened after `<rv>`, ended after `timeoutSeconds` or
+  the simulator's own `max_watch_seconds`, whichever is first.
+- A resourceVersion older than the last compaction gets 410 Gone: by default as the real
+  server does it (HTTP 200, then an ERROR event with a Status of code 410), or as an HTTP 410.
+- `GET`/`PATCH /api/v1/nodes/<node>` (merge or strategic-merge patch; what `kubectl cordon`
+  and `forewarn drill kubernetes` send). Cordoning adds the `node.kubernetes.io/unschedulable`
+  taint, as the node lifecycle controller does.
+- With a token set, requests without `Authorization: Bearer <token>` get 401.
+
+Control API kinds (`POST /_sim/notices {"kind": ...}`), with the id each returns:
+
+| kind | fields | effect | id (DELETE undoes) |
+| --- | --- | --- | --- |
+| `cordon` | `taint` (default true) | spec.unschedulable + taint | `cordon` |
+| `taint` | `key`, `value`, `effect` (NoSchedule) | adds a taint | `taint/<key>` |
+| `shutdown` | `message`, `reason` | Ready=False, "node is shutting down" | `shutdown` |
+| `delete` | | deletes the Node | `node` |
+| `compact` | `as` (stream/status), `expire_watches` | every rv so far is too old | |
+| `timeout` | | ends every open watch now (server-side timeout) | |
+| `rotate-token` | `token` | only this token is accepted from now on | |
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..simulator import (
+    SimError,
+    SimRequest,
+    SimResponse,
+    Simulator,
+    serve_until_signalled,
+)
+from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
+
+DEFAULT_NODE = "forewarn-sim-node"
+DRILL_TOKEN = "forewarn-drill-token"
+EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+HISTORY = 1000
+# The simulator's server closes the connection after a stream; say so, or a client would
+# try to reuse it and see "server disconnected".
+STREAM_HEADERS = {"Connection": "close"}
+PATCH_TYPES = ("application/merge-patch+json", "application/strategic-merge-patch+json")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _line(kind: str, obj: dict[str, Any]) -> bytes:
+    return json.dumps({"type": kind, "object": obj}).encode() + b"\n"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (a strategic merge patch of scalars is the same)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class KubernetesSimulator(Simulator):
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        node: str = DEFAULT_NODE,
+        token: str | None = None,
+        max_watch_seconds: float = 60.0,
+        bookmark_interval: float = 5.0,
+        gone_as: str = "stream",
+    ) -> None:
+        super().__init__()
+        if gone_as not in ("stream", "status"):
+            raise ValueError("gone_as must be 'stream' or 'status'")
+        self.node_name = node
+        self.token = token
+        self.max_watch_seconds = max_watch_seconds
+        self.bookmark_interval = bookmark_interval
+        self.gone_as = gone_as
+        self.rv = 1000
+        self.history: list[tuple[int, str, dict[str, Any]]] = []
+        self.compacted_rv = 0  # a watch from an rv below this is too old
+        self.dropped_upto = 0  # events up to this rv are no longer in the history
+        self.timeout_generation = 0  # bumped to end open watches (server-side timeout)
+        self.expire_generation = 0  # bumped to end open watches with a 410
+        self.open_watches = 0
+        self.watch_log: list[dict[str, Any]] = []
+        self.counts = {"lists": 0, "watches": 0, "unauthorized": 0, "gone": 0, "bookmarks": 0}
+        self.closed = False
+        self.node: dict[str, Any] | None = None
+        self._commit("ADDED", self._fresh_node())
+
+    # The Node object.
+
+    def _fresh_node(self) -> dict[str, Any]:
+        now = _now()
+        return {
+            "kind": "Node",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": self.node_name,
+                "uid": str(uuid.uuid4()),
+                "creationTimestamp": now,
+                "labels": {
+                    "kubernetes.io/hostname": self.node_name,
+                    "kubernetes.io/os": "linux",
+                    "node.kubernetes.io/instance-type": "gpu-sim",
+                },
+            },
+            "spec": {"podCIDR": "10.244.0.0/24"},
+            "status": {
+                "conditions": [self._ready_condition(True)],
+                "nodeInfo": {"kubeletVersion": "v1.31.0-forewarn-sim"},
+            },
+        }
+
+    @staticmethod
+    def _ready_condition(
+        ready: bool, reason: str = "KubeletReady", message: str = "kubelet is posting ready status"
+    ) -> dict[str, Any]:
+        now = _now()
+        return {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+
+    def _commit(self, kind: str, node: dict[str, Any]) -> None:
+        """Record a change: a new resourceVersion, a history entry, wake the watches."""
+        with self.lock:
+            self.rv += 1
+            node = copy.deepcopy(node)
+            node["metadata"]["resourceVersion"] = str(self.rv)
+            self.node = None if kind == "DELETED" else node
+            self.history.append((self.rv, kind, node))
+            if len(self.history) > HISTORY:
+                self.dropped_upto = self.history[0][0]
+                self.compacted_rv = max(self.compacted_rv, self.dropped_upto)
+                del self.history[0]
+            self.notify_change()
+
+    def _edit(self) -> dict[str, Any]:
+        if self.node is None:
+            raise SimError(f"node {self.node_name!r} is deleted", 409)
+        return copy.deepcopy(self.node)
+
+    @staticmethod
+    def _set_taint(node: dict[str, Any], key: str, value: str | None, effect: str) -> None:
+        taints = [t for t in node["spec"].get("taints", []) if t.get("key") != key]
+        taint: dict[str, Any] = {"key": key, "effect": effect, "timeAdded": _now()}
+        if value:
+            taint["value"] = value
+        node["spec"]["taints"] = [*taints, taint]
+
+    @staticmethod
+    def _drop_taint(node: dict[str, Any], key: str) -> bool:
+        taints = node["spec"].get("taints", [])
+        kept = [t for t in taints if t.get("key") != key]
+        if kept:
+            node["spec"]["taints"] = kept
+        else:
+            node["spec"].pop("taints", None)
+        return len(kept) != len(taints)
+
+    def _sync_cordon_taint(self, node: dict[str, Any]) -> None:
+        # The node lifecycle controller mirrors spec.unschedulable as a taint.
+        if node["spec"].get("unschedulable"):
+            if not any(t.get("key") == CORDON_TAINT for t in node["spec"].get("taints", [])):
+                self._set_taint(node, CORDON_TAINT, None, "NoSchedule")
+        else:
+            self._drop_taint(node, CORDON_TAINT)
+
+    # Control API hooks.
+
+    def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
+        with self.lock:
+            if kind == "cordon":
+                node = self._edit()
+                node["spec"]["unschedulable"] = True
+                if fields.get("taint", True):
+                    self._sync_cordon_taint(node)
+                self._commit("MODIFIED", node)
+                return "cordon"
+            if kind == "taint":
+                key = fields.get("key")
+                if not isinstance(key, str) or not key:
+                    raise SimError('a taint needs "key", a non-empty string')
+                effect = fields.get("effect", "NoSchedule")
+                if effect not in EFFECTS:
+                    raise SimError(f'"effect" must be one of {", ".join(EFFECTS)}')
+                value = fields.get("value")
+                if value is not None and not isinstance(value, str):
+                    raise SimError('"value" must be a string')
+                node = self._edit()
+                self._set_taint(node, key, value, effect)
+                self._commit("MODIFIED", node)
+                return f"taint/{key}"
+            if kind == "shutdown":
+                node = self._edit()
+                condition = self._ready_condition(
+                    False,
+                    str(fields.get("reason", "KubeletNotReady")),
+                    str(fields.get("message", SHUTDOWN_MESSAGE)),
+                )
+                others = [c for c in node["status"]["conditions"] if c.get("type") != "Ready"]
+                node["status"]["conditions"] = [*others, condition]
+                self._commit("MODIFIED", node)
+                return "shutdown"
+            if kind == "delete":
+                self._commit("DELETED", self._edit())
+                return "node"
+            if kind == "compact":
+                return self._compact(fields)
+            if kind == "timeout":
+                self.timeout_generation += 1
+                self.notify_change()
+                return "timeout"
+            if kind == "rotate-token":
+                token = fields.get("token")
+                if not isinstance(token, str) or not token:
+                    raise SimError('"token" must be a non-empty string')
+                self.token = token
+                return "token"
+        raise SimError(
+            f"unknown kind {kind!r}; use cordon, taint, shutdown, delete, compact, timeout "
+            "or rotate-token"
+        )
+
+    def _compact(self, fields: dict[str, Any]) -> str:
+        gone_as = fields.get("as", self.gone_as)
+        if gone_as not in ("stream", "status"):
+            raise SimError('"as" must be "stream" (an ERROR event) or "status" (HTTP 410)')
+        self.gone_as = gone_as
+        # As if the cluster's other objects moved on: every version held so far is too old.
+        self.dropped_upto = self.rv
+        self.rv += 1
+        self.compacted_rv = self.rv
+        self.history.clear()
+        if fields.get("expire_watches"):
+            self.expire_generation += 1
+        self.notify_change()
+        return "compact"
+
+    def withdraw(self, notice_id: str) -> bool:
+        with self.lock:
+            if notice_id == "node":
+                if self.node is not None:
+                    return False
+                self._commit("ADDED", self._fresh_node())
+                return True
+            if self.node is None:
+                return False
+            node = self._edit()
+            if notice_id == "cordon":
+                if not node["spec"].get("unschedulable") and not self._drop_taint(
+                    node, CORDON_TAINT
+                ):
+                    return False
+                node["spec"].pop("unschedulable", None)
+                self._sync_cordon_taint(node)
+            elif notice_id.startswith("taint/"):
+                if not self._drop_taint(node, notice_id[len("taint/") :]):
+                    return False
+            elif notice_id == "shutdown":
+                ready = [c for c in node["status"]["conditions"] if c.get("type") == "Ready"]
+                if ready and ready[0].get("status") == "True":
+                    return False
+                others = [c for c in node["status"]["conditions"] if c.get("type") != "Ready"]
+                node["status"]["conditions"] = [*others, self._ready_condition(True)]
+            else:
+                return False
+            self._commit("MODIFIED", node)
+            return True
+
+    def change_notice(self, notice_id: str, fields: dict[str, Any]) -> None:
+        if not notice_id.startswith("taint/"):
+            raise SimError("only taints can be changed (value, effect)", 405)
+        with self.lock:
+            key = notice_id[len("taint/") :]
+            node = self._edit()
+            current = [t for t in node["spec"].get("taints", []) if t.get("key") == key]
+            if not current:
+                raise SimError(f"no taint {key!r}", 404)
+            effect = fields.get("effect", current[0].get("effect", "NoSchedule"))
+            if effect not in EFFECTS:
+                raise SimError(f'"effect" must be one of {", ".join(EFFECTS)}')
+            self._set_taint(node, key, fields.get("value", current[0].get("value")), effect)
+            self._commit("MODIFIED", node)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "resourceVersion": str(self.rv),
+            "compactedResourceVersion": str(self.compacted_rv),
+            "token_required": self.token is not None,
+            "open_watches": self.open_watches,
+            "watch_log": self.watch_log[-50:],
+            **self.counts,
+        }
+
+    def cancel_scripts(self) -> None:
+        # SimServer.stop calls this: end open watch streams too, so their threads finish.
+        super().cancel_scripts()
+        with self.lock:
+            self.closed = True
+            self.notify_change()
+
+    # The node API.
+
+    def handle(self, request: SimRequest) -> SimResponse:
+        path = request.path.rstrip("/")
+        if path == "/version":
+            return SimResponse.json({"major": "1", "minor": "31", "gitVersion": "v1.31.0-sim"})
+        if not path.startswith("/api/v1/nodes"):
+            return SimResponse.json(_status(404, "NotFound", f"no route {request.path}"), 404)
+        if self.token is not None and request.header("Authorization") != f"Bearer {self.token}":
+            with self.lock:
+                self.counts["unauthorized"] += 1
+            return SimResponse.json(_status(401, "Unauthorized", "Unauthorized"), 401)
+        if path == "/api/v1/nodes" and request.method == "GET":
+            matches = self._selector_matches(request.param("fieldSelector"))
+            if request.param("watch") in ("1", "true"):
+                return self._watch(request, matches)
+            return self._list(matches)
+        name = path[len("/api/v1/nodes/") :] if path.startswith("/api/v1/nodes/") else ""
+        if name and "/" not in name:
+            if request.method == "GET":
+                return self._get(name)
+            if request.method == "PATCH":
+                return self._patch(name, request)
+        return SimResponse.json(
+            _status(405, "MethodNotAllowed", f"{request.method} {request.path}"), 405
+        )
+
+    def _selector_matches(self, selector: str | None) -> bool:
+        if not selector:
+            return True
+        for clause in selector.split(","):
+            field_name, _, value = clause.replace("==", "=").partition("=")
+            if field_name != "metadata.name":
+                raise SimError(f"field label not supported: {field_name}", 400)
+            if value != self.node_name:
+                return False
+        return True
+
+    def _list(self, matches: bool) -> SimResponse:
+        with self.lock:
+            self.counts["lists"] += 1
+            items = [self.node] if matches and self.node is not None else []
+            return SimResponse.json(
+                {
+                    "kind": "NodeList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(self.rv)},
+                    "items": items,
+                }
+            )
+
+    def _get(self, name: str) -> SimResponse:
+        with self.lock:
+            if name != self.node_name or self.node is None:
+                return SimResponse.json(_status(404, "NotFound", f'nodes "{name}" not found'), 404)
+            return SimResponse.json(self.node)
+
+    def _patch(self, name: str, request: SimRequest) -> SimResponse:
+        content_type = (request.header("Content-Type") or "").split(";")[0].strip()
+        if content_type not in PATCH_TYPES:
+            message = f"the body of the request was in an unknown format - {content_type}"
+            return SimResponse.json(_status(415, "UnsupportedMediaType", message), 415)
+        try:
+            patch = json.loads(request.body or b"null")
+        except ValueError as error:
+            return SimResponse.json(_status(400, "BadRequest", f"patch: {error}"), 400)
+        if not isinstance(patch, dict):
+            return SimResponse.json(_status(400, "BadRequest", "patch must be an object"), 400)
+        with self.lock:
+            if name != self.node_name or self.node is None:
+                return SimResponse.json(_status(404, "NotFound", f'nodes "{name}" not found'), 404)
+            before = bool(self.node["spec"].get("unschedulable"))
+            node = merge_patch(self.node, patch)
+            node.setdefault("spec", {})
+            if bool(node["spec"].get("unschedulable")) != before:
+                self._sync_cordon_taint(node)
+            self._commit("MODIFIED", node)
+            return SimResponse.json(self.node)
+
+    def _watch(self, request: SimRequest, matches: bool) -> SimResponse:
+        asked = request.param("resourceVersion") or ""
+        timeout_param = request.param("timeoutSeconds")
+        try:
+            timeout = float(timeout_param) if timeout_param else self.max_watch_seconds
+        except ValueError:
+            raise SimError(f"timeoutSeconds: not a number: {timeout_param!r}", 400) from None
+        timeout = min(timeout, self.max_watch_seconds)
+        bookmarks = request.param("allowWatchBookmarks") == "true"
+        with self.lock:
+            self.counts["watches"] += 1
+            entry: dict[str, Any] = {"resourceVersion": asked, "outcome": "ok"}
+            self.watch_log.append(entry)
+            initial: list[tuple[str, dict[str, Any] | None]] = []
+            if asked in ("", "0"):
+                start = self.rv
+                initial = [("ADDED", self.node)] if matches and self.node is not None else []
+            else:
+                try:
+                    start = int(asked)
+                except ValueError:
+                    raise SimError(f"invalid resourceVersion {asked!r}", 400) from None
+                if start < self.compacted_rv:
+                    self.counts["gone"] += 1
+                    entry["outcome"] = f"gone-{self.gone_as}"
+                    message = f"too old resource version: {start} ({self.compacted_rv})"
+                    if self.gone_as == "status":
+                        return SimResponse.json(_status(410, "Expired", message), 410)
+                    expired = _line("ERROR", _status(410, "Expired", message))
+                    return SimResponse(
+                        200,
+                        content_type="application/json",
+                        headers=dict(STREAM_HEADERS),
+                        stream=iter([expired]),
+                    )
+            self.open_watches += 1
+        stream = self._stream(start, initial, matches, timeout, bookmarks)
+        return SimResponse(
+            200, content_type="application/json", headers=dict(STREAM_HEADERS), stream=stream
+        )
+
+    def _stream(
+        self,
+        start: int,
+        initial: list[tuple[str, dict[str, Any] | None]],
+        matches: bool,
+        timeout: float,
+        bookmarks: bool,
+    ) -> Iterator[bytes]:
+        try:
+            deadline = time.monotonic() + timeout
+            sent = start
+            with self.lock:
+                timeout_generation = self.timeout_generation
+                expire_generation = self.expire_generation
+            for kind, node in initial:
+                if node is not None:
+                    yield _line(kind, node)
+            next_bookmark = time.monotonic() + self.bookmark_interval
+            while True:
+                out: list[bytes] = []
+                finished = False
+                with self.changed:
+                    while True:
+                        now = time.monotonic()
+                        if self.closed or self.timeout_generation != timeout_generation:
+                            finished = True
+                            break
+                        if self.expire_generation != expire_generation or sent < self.dropped_upto:
+                            # This watch fell behind the history: the real server says 410.
+                            message = f"too old resource version: {sent} ({self.compacted_rv})"
+                            out.append(_line("ERROR", _status(410, "Expired", message)))
+                            self.counts["gone"] += 1
+                            finished = True
+                            break
+                        pending = [item for item in self.history if item[0] > sent]
+                        if pending:
+                            for version, kind, node in pending:
+                                if matches:
+                                    out.append(_line(kind, node))
+                                sent = version
+                            break
+                        if now >= deadline:
+                            finished = True
+                            break
+                        if bookmarks and now >= next_bookmark:
+                            sent = max(sent, self.rv)
+                            bookmark = {
+                                "kind": "Node",
+                                "apiVersion": "v1",
+                                "metadata": {"resourceVersion": str(self.rv)},
+                            }
+                            out.append(_line("BOOKMARK", bookmark))
+                            self.counts["bookmarks"] += 1
+                            next_bookmark = now + self.bookmark_interval
+                            break
+                        wake = min(deadline, next_bookmark) if bookmarks else deadline
+                        self.changed.wait(max(0.001, min(wake - now, 1.0)))
+                yield from out
+                if finished:
+                    return
+        finally:
+            with self.lock:
+                self.open_watches -= 1
+
+
+def make_simulator(**options: Any) -> KubernetesSimulator:
+    return KubernetesSimulator(**options)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node", default=DEFAULT_NODE, help=f"node name (default {DEFAULT_NODE})")
+    parser.add_argument(
+        "--token", default=None, help="bearer token to require (default: accept any request)"
+    )
+    parser.add_argument(
+        "--max-watch-seconds",
+        type=float,
+        default=60.0,
+        help="end every watch after this long, like the API server's own limit (default 60)",
+    )
+    parser.add_argument(
+        "--bookmark-interval",
+        type=float,
+        default=5.0,
+        help="seconds between BOOKMARK events on watches that allow them (default 5)",
+    )
+    parser.add_argument(
+        "--gone-as",
+        choices=("stream", "status"),
+        default="stream",
+        help="how a too-old resourceVersion is refused: an in-stream ERROR (as real servers "
+        "do) or an HTTP 410 (default stream)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    sim = make_simulator(
+        node=args.node,
+        token=args.token,
+        max_watch_seconds=args.max_watch_seconds,
+        bookmark_interval=args.bookmark_interval,
+        gone_as=args.gone_as,
+    )
+    hint = f"FOREWARN_KUBERNETES_URL=<url below> FOREWARN_KUBERNETES_NODE_NAME={args.node}"
+    if args.token:
+        hint += " FOREWARN_KUBERNETES_TOKEN_FILE=<a file holding the token>"
+    print(f"point the agent at it: {hint}", flush=True)
+    return serve_until_signalled(sim, args.host, args.port)
+
+
+def drill_token_file() -> Path:
+    """A token file for the agent in `forewarn drill local --provider kubernetes`."""
+    directory = Path(tempfile.gettempdir()) / "forewarn-kubernetes-drill"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    path = directory / "token"
+    path.write_text(DRILL_TOKEN + "\n")
+    return path
+
+
+def drill_script() -> dict[str, Any]:
+    """Drain = cordon the node, terminate = graceful node shutdown (Ready=False)."""
+    return {
+        "drain": ("cordon", {}),
+        "terminate": ("shutdown", {}),
+        "env": {
+            "FOREWARN_KUBERNETES_NODE_NAME": DEFAULT_NODE,
+            "FOREWARN_KUBERNETES_TOKEN_FILE": str(drill_token_file()),
+        },
+    }
+
+
+__all__ = [
+    "DEFAULT_NODE",
+    "KubernetesSimulator",
+    "add_arguments",
+    "drill_script",
+    "make_simulator",
+    "merge_patch",
+    "run",
+]

@@ -1,0 +1,214 @@
+"""Watch this node's Node object: list, then watch from the list's resourceVersion.
+
+- A 410 Gone (as an HTTP status or an in-stream ERROR) means the resourceVersion fell out of
+  the server's history: list again and watch from the new one.
+- The server ends every watch (`timeoutSeconds`, or its own randomized limit): resume from
+  the last resourceVersion seen, bookmarks included.
+- The token is read from its file for every request, so a rotated token is picked up on the
+  next (re)connect; a 401 is retried with the file read again.
+- Bad configuration (no node name, an unreadable token) is one clear error in PollHealth,
+  retried every minute; the agent and its other watchers keep running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from typing import ClassVar
+
+import httpx
+from forewarn.agent.protocol import Report
+
+from ..base import Emit, ParseError, WatcherContext
+from .api import ApiError, Gone, NodeApi
+from .config import ConfigError, node_name, resolve
+from .nodes import (
+    WatchEvent,
+    changes,
+    deleted_report,
+    node_reports,
+    parse_event,
+    parse_list,
+)
+from .settings import Settings
+
+log = logging.getLogger("forewarn.providers.kubernetes")
+
+CONFIG_RETRY = 60.0
+FIRST_RETRY = 0.2
+# A stream that ends this fast with nothing in it is a misbehaving server, not a timeout.
+SHORT_STREAM = 1.0
+
+
+class Backoff:
+    def __init__(self, first: float, ceiling: float) -> None:
+        self.first = first
+        self.ceiling = ceiling
+        self.current = 0.0
+
+    def next(self) -> float:
+        self.current = min(self.ceiling, self.current * 2 if self.current else self.first)
+        return self.current
+
+    def reset(self) -> None:
+        self.current = 0.0
+
+
+class KubernetesWatcher:
+    name: ClassVar[str] = "kubernetes"
+
+    def __init__(
+        self,
+        settings: Settings,
+        context: WatcherContext,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.context = context
+        self.health = context.health
+        self.env = os.environ if env is None else env
+        self.taints = frozenset(settings.taints)
+        self.active: dict[str, Report] = {}
+        self.resource_version: str | None = None
+        self.node_name: str | None = None
+        self.seen_node = False
+        self.node_missing = False  # listed and not there: not healthy until it appears
+        self.api: NodeApi | None = None
+        # Counters for tests, benchmarks and the docs' claims.
+        self.lists = 0
+        self.watches = 0
+        self.gones = 0
+        self.bookmarks = 0
+
+    async def detect(self) -> bool:
+        """In a pod with a readable service-account token; no network needed."""
+        if not self.env.get("KUBERNETES_SERVICE_HOST"):
+            return False
+        return os.access(self.settings.token_file, os.R_OK)
+
+    def _connect(self) -> NodeApi:
+        if self.api is None:
+            name = node_name(self.settings, self.env)
+            cluster = resolve(self.settings, self.env)
+            self.node_name = name
+            self.api = NodeApi(cluster, name)
+            log.info("watching node %s via %s at %s", name, cluster.source, cluster.server)
+        return self.api
+
+    async def watch(self, emit: Emit) -> None:
+        backoff = Backoff(FIRST_RETRY, self.settings.retry_max)
+        while True:
+            try:
+                api = self._connect()
+            except ConfigError as error:
+                self.health.error("config", str(error))
+                await asyncio.sleep(max(CONFIG_RETRY, self.settings.retry_max))
+                continue
+            try:
+                if self.resource_version is None:
+                    await self._relist(api, emit)
+                healthy = await self._watch_once(api, emit)
+                if healthy:
+                    backoff.reset()
+                    continue
+                await asyncio.sleep(backoff.next())
+            except Gone as error:
+                self.gones += 1
+                log.info("kubernetes: %s; listing again", error)
+                self.resource_version = None
+                # One relist is normal; a 410 right after a fresh list is not.
+                if self.gones > 1:
+                    await asyncio.sleep(backoff.next())
+            except ConfigError as error:
+                self.health.error("config", str(error))
+                await asyncio.sleep(backoff.next())
+            except ApiError as error:
+                self.health.error(error.kind, str(error))
+                await asyncio.sleep(backoff.next())
+            except ParseError as error:
+                self.health.error("parse", str(error))
+                self.resource_version = None  # do not trust a position after garbage
+                await asyncio.sleep(backoff.next())
+            except httpx.HTTPError as error:
+                kind = "timeout" if isinstance(error, httpx.TimeoutException) else "transport"
+                self.health.error(kind, f"{type(error).__name__}: {error}")
+                await asyncio.sleep(backoff.next())
+
+    async def _relist(self, api: NodeApi, emit: Emit) -> None:
+        listed = await api.list_node()
+        self.lists += 1
+        self.resource_version = listed.resource_version
+        self.node_missing = False
+        if listed.node is not None:
+            self._apply(node_reports(listed.node, api.node_name, self.taints), emit)
+            self.seen_node = True
+        elif self.seen_node:
+            self._apply([*self.active.values(), deleted_report(api.node_name)], emit)
+        else:
+            self.node_missing = True
+        self._success()
+        if self.node_missing:
+            self.health.error(
+                "node-not-found",
+                f"node {api.node_name!r} does not exist (yet); is NODE_NAME right? watching",
+            )
+
+    async def _watch_once(self, api: NodeApi, emit: Emit) -> bool:
+        """One watch request until the server ends it; True if it did useful work."""
+        assert self.resource_version is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        events = 0
+        async with api.watch(self.resource_version, self.settings.watch_timeout) as stream:
+            self.watches += 1
+            self._success()
+            async for event in stream:
+                events += 1
+                self.gones = 0
+                self._handle(event, api.node_name, emit)
+                self._success()
+        return events > 0 or loop.time() - started >= SHORT_STREAM
+
+    def _success(self) -> None:
+        # A watch on a node that does not exist works, but is not what the user wants.
+        if not self.node_missing:
+            self.health.success()
+
+    def _handle(self, event: WatchEvent, name: str, emit: Emit) -> None:
+        if event.type == "BOOKMARK":
+            self.bookmarks += 1
+        elif event.type == "DELETED":
+            self._apply([*self.active.values(), deleted_report(name)], emit)
+        else:
+            self._apply(node_reports(event.object, name, self.taints), emit)
+            self.seen_node = True
+            self.node_missing = False
+        self.resource_version = event.resource_version or self.resource_version
+
+    def _apply(self, current: list[Report], emit: Emit) -> None:
+        for report in changes(self.active, current):
+            log.info("kubernetes: %s %s", report.action, report.id)
+            emit(report)
+        self.active = {report.id: report for report in current}
+
+    async def aclose(self) -> None:
+        if self.api is not None:
+            await self.api.aclose()
+            self.api = None
+
+
+def build(settings: Settings, context: WatcherContext) -> KubernetesWatcher:
+    return KubernetesWatcher(settings, context)
+
+
+__all__ = [
+    "KubernetesWatcher",
+    "build",
+    "changes",
+    "deleted_report",
+    "node_reports",
+    "parse_event",
+    "parse_list",
+]

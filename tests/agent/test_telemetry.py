@@ -1,0 +1,215 @@
+"""Telemetry: the observer's JSON lines, rotation, whole lines under concurrent writers, and
+the file a real agent writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from forewarn.agent.config import Settings
+from forewarn.agent.observers import build_observers
+from forewarn.agent.protocol import AckRequest, Notice
+from forewarn.agent.telemetry import (
+    FILE_NAME,
+    TelemetryFormatError,
+    TelemetryObserver,
+    TelemetryWriter,
+    read_records,
+    rotated_paths,
+)
+from support import AgentProcess
+
+NOW = datetime(2026, 11, 30, 3, 10, tzinfo=timezone.utc)
+
+
+def notice(action: str = "terminate", deadline: datetime | None = None) -> Notice:
+    return Notice(
+        id="aws/spot-itn/1f3c9a",
+        seq=17,
+        action=action,  # type: ignore[arg-type]
+        reason="spot-interruption",
+        provider="aws",
+        deadline=deadline,
+        noticed_at=NOW,
+        sent_at=NOW,
+        detail={"action": "terminate"},
+    )
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_each_event_is_one_json_line_with_its_fields(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    observer = TelemetryObserver(TelemetryWriter(path, max_bytes=1 << 20))
+    observer.on_start(["aws"])
+    observer.on_notice(notice("drain", NOW + timedelta(minutes=2)), escalated=False)
+    observer.on_notice(notice("terminate", NOW + timedelta(minutes=2)), escalated=True)
+    observer.on_ack(
+        AckRequest(
+            op="ack", notice_id="aws/spot-itn/1f3c9a", client="c1", step=1200, flush_seconds=9.5
+        ),
+        None,
+    )
+    observer.on_ack(
+        AckRequest(
+            op="ack", client="c2", step=1200, outcome="resumed", restore_seconds=42.0, steps_lost=0
+        ),
+        None,
+    )
+    observer.on_stop()
+    records = lines(path)
+    assert [r["kind"] for r in records] == [
+        "start",
+        "notice",
+        "escalation",
+        "ack",
+        "resume",
+        "stop",
+    ]
+    assert all(r["v"] == 1 and str(r["at"]).endswith("Z") for r in records)
+    assert records[0]["providers"] == ["aws"]
+    assert records[1] | {"at": None} == {
+        "v": 1,
+        "at": None,
+        "kind": "notice",
+        "id": "aws/spot-itn/1f3c9a",
+        "seq": 17,
+        "action": "drain",
+        "reason": "spot-interruption",
+        "provider": "aws",
+        "deadline": "2026-11-30T03:12:00Z",
+        "noticed_at": "2026-11-30T03:10:00Z",
+        "sent_at": "2026-11-30T03:10:00Z",
+    }
+    assert records[2]["action"] == "terminate"
+    assert records[3] | {"at": None} == {
+        "v": 1,
+        "at": None,
+        "kind": "ack",
+        "notice_id": "aws/spot-itn/1f3c9a",
+        "client": "c1",
+        "step": 1200,
+        "flush_seconds": 9.5,
+        "outcome": "saved",
+    }
+    assert records[4] | {"at": None} == {
+        "v": 1,
+        "at": None,
+        "kind": "resume",
+        "notice_id": None,
+        "client": "c2",
+        "step": 1200,
+        "restore_seconds": 42.0,
+        "steps_lost": 0,
+    }
+
+
+def test_rotation_keeps_three_older_files_each_within_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    writer = TelemetryWriter(path, max_bytes=4096)
+    for index in range(400):
+        writer.write("ack", {"step": index, "pad": "x" * 60})
+    files = rotated_paths(path)
+    assert all(file.is_file() for file in files), files
+    assert not path.with_name(f"{FILE_NAME}.4").exists()
+    assert all(file.stat().st_size <= 4096 for file in files)
+    steps = [record["step"] for record in read_records(path)]
+    # Oldest first, no gaps, ending with the newest record.
+    assert steps == list(range(steps[0], 400)) and steps[0] > 0
+    assert lines(path)[-1]["step"] == 399
+
+
+def test_concurrent_writers_never_tear_a_line(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from forewarn.agent.telemetry import TelemetryWriter\n"
+        "w = TelemetryWriter(Path(sys.argv[1]), max_bytes=1 << 30)\n"
+        "for i in range(300):\n"
+        "    w.write('ack', {'writer': sys.argv[2], 'step': i, 'pad': 'y' * 3000})\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(path), str(n)]) for n in range(4)]
+    assert [proc.wait(60) for proc in procs] == [0, 0, 0, 0]
+    records = lines(path)  # json.loads fails on any torn or interleaved line
+    assert len(records) == 1200
+    for n in range(4):
+        assert [r["step"] for r in records if r["writer"] == str(n)] == list(range(300))
+
+
+def test_an_unwritable_state_directory_costs_telemetry_not_the_agent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    writer = TelemetryWriter(blocker / FILE_NAME, max_bytes=1 << 20)
+    writer.write("start", {})
+    writer.write("stop", {})
+    assert sum("telemetry: cannot write" in r.message for r in caplog.records) == 1
+
+
+def test_reading_skips_an_unfinished_last_line_and_names_a_bad_one(tmp_path: Path) -> None:
+    path = tmp_path / FILE_NAME
+    good = json.dumps({"v": 1, "at": "2026-11-30T03:10:00Z", "kind": "start"})
+    path.write_text(good + "\n" + '{"v": 1, "at": "2026')
+    assert [r["kind"] for r in read_records(path)] == ["start"]
+    path.write_text(good + "\nnot json\n" + good + "\n")
+    with pytest.raises(TelemetryFormatError, match=f"{FILE_NAME}:2"):
+        list(read_records(path))
+
+
+def test_build_observers_follows_the_telemetry_key(tmp_path: Path) -> None:
+    on = build_observers(Settings(state_dir=tmp_path))
+    assert any(isinstance(o, TelemetryObserver) for o in on)
+    off = build_observers(Settings(state_dir=tmp_path, telemetry=False))
+    assert not any(isinstance(o, TelemetryObserver) for o in off)
+    writer = next(o for o in on if isinstance(o, TelemetryObserver)).writer
+    assert writer.path == tmp_path / FILE_NAME
+
+
+def test_a_real_agent_writes_notices_escalations_acks_and_resumes(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    env["FOREWARN_EXIT_MARGIN"] = "0"
+    with AgentProcess(tmp_path, env=env) as agent:
+        deadline = (datetime.now(timezone.utc) + timedelta(seconds=1)).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"
+        )
+        raised = agent.control({"op": "notify", "action": "drain", "deadline": deadline})
+        notice_id = raised["notice"]["id"]
+        with agent.subscriber() as sub:
+            sub.notice()  # the replayed drain
+            escalated = sub.notice(timeout=5)
+        assert escalated["action"] == "terminate"
+        assert agent.control(
+            {"op": "ack", "notice_id": notice_id, "client": "t", "step": 7, "flush_seconds": 0.25}
+        )["ok"]
+        assert agent.control(
+            {
+                "op": "ack",
+                "client": "t",
+                "step": 7,
+                "outcome": "resumed",
+                "restore_seconds": 1.5,
+                "steps_lost": 0,
+            }
+        )["ok"]
+    records = list(read_records(Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME))
+    kinds = [r["kind"] for r in records]
+    assert kinds[0] == "start" and kinds[-1] == "stop", kinds
+    assert [k for k in kinds if k in ("notice", "escalation", "ack", "resume")] == [
+        "notice",
+        "escalation",
+        "ack",
+        "resume",
+    ]
+    by_kind = {r["kind"]: r for r in records}
+    assert by_kind["escalation"]["id"] == notice_id
+    assert by_kind["ack"]["flush_seconds"] == 0.25 and by_kind["ack"]["step"] == 7
+    assert by_kind["resume"]["restore_seconds"] == 1.5

@@ -1,0 +1,71 @@
+"""CheckpointGuard's own rules, in-process (no agent, no signals)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from forewarn.clients import CheckpointGuard
+from forewarn.clients.adaptive import AdaptiveInterval
+
+
+def quiet_guard(**options: object) -> CheckpointGuard:
+    return CheckpointGuard(notices=False, handle_signals=False, flag_file=None, **options)  # type: ignore[arg-type]
+
+
+def test_every_steps() -> None:
+    guard = quiet_guard(every_steps=5)
+    assert [step for step in range(1, 12) if guard.due(step) and guard.saved(step)] == [5, 10]
+    guard.close()
+
+
+def test_every_seconds_wakes_the_loop() -> None:
+    guard = quiet_guard(every_seconds=0.3)
+    assert not guard.due(1)
+    time.sleep(0.6)
+    assert guard.due(2)
+    assert guard.saved(2).reasons == ("periodic",)
+    assert not guard.due(3)
+    guard.close()
+
+
+def test_auto_interval_follows_the_measured_flush() -> None:
+    adaptive = AdaptiveInterval(mtbi_seconds=2.0, min_seconds=0.05, max_seconds=60)
+    guard = quiet_guard(every="auto", adaptive=adaptive)
+    assert guard.every_seconds == 0.05  # min_seconds until a flush is measured
+    time.sleep(0.4)
+    assert guard.due(1)
+    guard.saved(1, 0.01)
+    # Daly for C = 0.01 s, M = 2 s is about 0.19 s.
+    assert (
+        guard.every_seconds == pytest.approx(adaptive.seconds) and 0.1 < guard.every_seconds < 0.3
+    )
+    guard.saved(2, 0.5)
+    guard.saved(3, 0.5)
+    assert guard.every_seconds > 0.5, "slower flushes widen the interval"
+    guard.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"every": "auto"}, "interruption rate"),
+        ({"every": "auto", "every_steps": 5, "mtbi_seconds": 60}, "drop every_steps"),
+        ({"every": "sometimes"}, "every must be"),
+        ({"every_steps": 0}, "every_steps"),
+        ({"every_seconds": -1}, "every_seconds"),
+    ],
+)
+def test_bad_options_say_which(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        quiet_guard(**options)
+
+
+def test_request_from_another_thread_and_exit() -> None:
+    guard = quiet_guard()
+    assert not guard.due(1)
+    guard.request("manual", exit=True)
+    assert guard.due(2) and guard.should_exit
+    result = guard.saved(2)
+    assert result.exit and result.reasons == ("manual",)
+    guard.close()

@@ -1,0 +1,220 @@
+"""A real Dovecot IMAP server on loopback for the DigitalOcean mailbox tests.
+
+Each server writes its own dovecot.conf into a private directory: listeners on free
+127.0.0.1 ports (IMAPS, and IMAP with STARTTLS), users in a passwd-file, maildirs beside
+it, and a self-signed certificate made here with the openssl command. Each test gets a user
+of its own, so mailboxes never leak between tests. Without Dovecot the tests are skipped,
+except under CI=true, where they fail: CI installs it (.ci/setup.d/20-dovecot.sh).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import imaplib
+import itertools
+import os
+import pwd
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+DOVECOT_PATHS = ("/usr/sbin/dovecot", "/usr/local/sbin/dovecot")
+_users = itertools.count(1)
+
+
+def dovecot_binary() -> str | None:
+    found = shutil.which("dovecot")
+    if found:
+        return found
+    return next((path for path in DOVECOT_PATHS if os.access(path, os.X_OK)), None)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # A test run killed outright must not leave a Dovecot behind (Linux: PR_SET_PDEATHSIG).
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+@dataclass
+class MailUser:
+    name: str
+    password: str
+
+
+class Dovecot:
+    """One Dovecot instance owned by the tests."""
+
+    def __init__(self, binary: str, idle: bool = True) -> None:
+        self.binary = binary
+        self.idle = idle
+        # Not pytest's tmp_path: when the tests run as root, the mail processes run as an
+        # unprivileged user, who must be able to reach this directory.
+        self.root = Path(tempfile.mkdtemp(prefix="forewarn-dovecot-"))
+        self.root.chmod(0o755)
+        self.imaps_port = _free_port()
+        self.imap_port = _free_port()
+        self.cert = self.root / "cert.pem"
+        self.users = self.root / "users"
+        self.log = self.root / "dovecot.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        if os.geteuid() == 0:
+            self.mail_uid, self.mail_gid = 65534, 65534  # nobody: Dovecot refuses uid 0
+            self.login_user, self.internal_user = "dovenull", "dovecot"
+        else:
+            self.mail_uid, self.mail_gid = os.getuid(), os.getgid()
+            self.login_user = self.internal_user = pwd.getpwuid(os.getuid()).pw_name
+
+    def _make_cert(self) -> None:
+        subprocess.run(
+            [
+                "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                "-subj", "/CN=localhost",
+                "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "-keyout", str(self.root / "key.pem"), "-out", str(self.cert),
+            ],
+            check=True, capture_output=True,
+        )  # fmt: skip
+
+    def _config(self) -> str:
+        root = self.root
+        capability = (
+            ""
+            if self.idle
+            else "protocol imap {\n  imap_capability = IMAP4rev1 LITERAL+ SASL-IR ID ENABLE\n}\n"
+        )
+        return f"""
+base_dir = {root}/run
+state_dir = {root}/state
+instance_name = forewarn-test-{root.name}
+protocols = imap
+listen = 127.0.0.1
+log_path = {self.log}
+default_login_user = {self.login_user}
+default_internal_user = {self.internal_user}
+mail_location = maildir:{root}/mail/%u
+ssl = yes
+ssl_cert = <{self.cert}
+ssl_key = <{root}/key.pem
+disable_plaintext_auth = no
+auth_mechanisms = plain login
+auth_failure_delay = 0
+passdb {{
+  driver = passwd-file
+  args = scheme=PLAIN {self.users}/%u
+}}
+userdb {{
+  driver = passwd-file
+  args = {self.users}/%u
+}}
+service imap-login {{
+  chroot =
+  inet_listener imap {{
+    address = 127.0.0.1
+    port = {self.imap_port}
+  }}
+  inet_listener imaps {{
+    address = 127.0.0.1
+    port = {self.imaps_port}
+    ssl = yes
+  }}
+}}
+# Failed logins from an address slow its later logins (the auth penalty); the tests fail
+# logins on purpose, so it is off (Dovecot's documented way: no penalty socket).
+service anvil {{
+  chroot =
+  unix_listener anvil-auth-penalty {{
+    mode = 0
+  }}
+}}
+{capability}"""
+
+    def start(self, timeout: float = 15.0) -> Dovecot:
+        self._make_cert()
+        self.users.mkdir()
+        mail = self.root / "mail"
+        mail.mkdir()
+        os.chown(mail, self.mail_uid, self.mail_gid)
+        conf = self.root / "dovecot.conf"
+        conf.write_text(self._config())
+        self.proc = subprocess.Popen(
+            [self.binary, "-F", "-c", str(conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"dovecot exited with {self.proc.returncode}:\n{self.logs()}")
+            with contextlib.suppress(OSError, imaplib.IMAP4.error):
+                imaplib.IMAP4("127.0.0.1", self.imap_port, timeout=2).logout()
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"dovecot not ready within {timeout}s:\n{self.logs()}")
+
+    def logs(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def add_user(self, password: str = "secret-pw") -> MailUser:
+        name = f"u{next(_users)}"
+        # One passwd-file per user: Dovecot notices a changed passwd-file at most once a
+        # second, but opens a file it has not read yet at once.
+        (self.users / name).write_text(
+            f"{name}:{{PLAIN}}{password}:{self.mail_uid}:{self.mail_gid}::"
+            f"{self.root}/mail/{name}::\n"
+        )
+        return MailUser(name, password)
+
+    def tls_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.cert))
+
+    def connect(self, user: MailUser) -> imaplib.IMAP4:
+        conn = imaplib.IMAP4_SSL(
+            "127.0.0.1", self.imaps_port, ssl_context=self.tls_context(), timeout=10
+        )
+        conn.login(user.name, user.password)
+        return conn
+
+    def append(
+        self,
+        user: MailUser,
+        message: bytes,
+        mailbox: str = "INBOX",
+        delivered: datetime | None = None,
+    ) -> None:
+        """Deliver a mail the way a mail client files one: IMAP APPEND (`delivered` sets
+        its internal date, when the server received it)."""
+        conn = self.connect(user)
+        try:
+            kind, data = conn.append(mailbox, None, delivered, message)
+            assert kind == "OK", data
+        finally:
+            conn.logout()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+__all__ = ["Dovecot", "MailUser", "dovecot_binary"]

@@ -1,0 +1,136 @@
+"""The DigitalOcean watcher inside the real agent (a subprocess), next to the local watcher,
+and `forewarn drill digitalocean` against a real Dovecot."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from email.message import EmailMessage
+from email.utils import format_datetime, make_msgid
+from pathlib import Path
+
+from dovecot_server import Dovecot, MailUser
+from forewarn.agent.protocol import parse_time, utcnow
+from support import DEAD_LOOPBACK, AgentProcess, agent_env, run_forewarn
+
+DROPLET_ID = "515151515"
+
+
+def reclaim_mail(deadline_text: str) -> bytes:
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Your Spot Droplet will be reclaimed"
+    message["Date"] = format_datetime(utcnow())
+    message["Message-ID"] = make_msgid(domain="digitalocean.com")
+    message.set_content(f"Droplet {DROPLET_ID} will be reclaimed {deadline_text}.")
+    return bytes(message)
+
+
+def do_env(tmp_path: Path, server: Dovecot, user: MailUser, password: str) -> dict[str, str]:
+    credentials = tmp_path / "imap.env"
+    credentials.write_text(f"FOREWARN_IMAP_USER={user.name}\nFOREWARN_IMAP_PASSWORD={password}\n")
+    credentials.chmod(0o600)
+    return agent_env(
+        tmp_path,
+        FOREWARN_DIGITALOCEAN_URL=f"http://{DEAD_LOOPBACK}",
+        FOREWARN_DIGITALOCEAN_DROPLET_ID=DROPLET_ID,
+        FOREWARN_DIGITALOCEAN_IMAP_HOST="127.0.0.1",
+        FOREWARN_DIGITALOCEAN_IMAP_PORT=str(server.imaps_port),
+        FOREWARN_DIGITALOCEAN_IMAP_CA_FILE=str(server.cert),
+        FOREWARN_DIGITALOCEAN_CREDENTIALS_FILE=str(credentials),
+        FOREWARN_DIGITALOCEAN_RETRY_MAX="1",
+    )
+
+
+def test_the_agent_raises_a_reclaim_drain_once_across_restarts(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    deadline = (utcnow() + timedelta(hours=1)).replace(microsecond=0)
+    dovecot.append(mail_user, reclaim_mail(f"at {deadline:%Y-%m-%dT%H:%M:%SZ}"))
+    env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+    with AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent:
+        with agent.subscriber() as events:
+            notice = events.notice(timeout=15)
+        assert (notice["action"], notice["reason"], notice["provider"]) == (
+            "drain",
+            "reclaim",
+            "digitalocean",
+        )
+        assert parse_time(notice["deadline"]) == deadline
+    with AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent:
+        with agent.subscriber() as events:
+            # The reclaim raised before the restart still stands, under the same id (a client
+            # joining now must hear of it); its mail is not raised again as something new.
+            kept = events.notice(timeout=15)
+            assert (kept["id"], kept["action"]) == (notice["id"], "drain")
+            dovecot.append(mail_user, reclaim_mail("in about 2 hours"))
+            fresh = events.notice(timeout=15)
+            later = events.drain(quiet=1.0)
+        assert fresh["provider"] == "digitalocean" and fresh["id"] != notice["id"]
+        assert [n for n in later if n["provider"] == "digitalocean"] == []
+        status = agent.control({"op": "status"})
+        assert status["agent"]["providers"] == ["local", "digitalocean"]
+        assert sorted(n["id"] for n in status["active"]) == sorted([notice["id"], fresh["id"]])
+
+
+def test_a_wrong_password_leaves_the_agent_and_its_local_watcher_running(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    wrong = "wrong-password-0815"
+    env = do_env(tmp_path, dovecot, mail_user, wrong)
+    with AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent:
+        deadline = time.monotonic() + 15
+        while agent.output().count("AUTHENTICATIONFAILED") < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2.0)  # more attempts (retry_max is 1 s), still one log line
+        with agent.subscriber() as events:
+            reply = agent.control({"op": "notify", "action": "drain", "note": "still here"})
+            assert reply["ok"], reply
+            assert events.notice(timeout=5)["provider"] == "local"
+        assert agent.proc is not None and agent.proc.poll() is None
+    log = agent.output()
+    refused = [line for line in log.splitlines() if "refused the login" in line]
+    assert len(refused) == 1, log
+    assert (
+        "credentials_file" in refused[0]
+        and "([AUTHENTICATIONFAILED] Authentication failed.)" in refused[0]
+    )
+    assert wrong not in log
+
+
+def test_drill_is_a_dry_run_without_yes_and_files_a_mail_with_it(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+    dry = run_forewarn("drill", "digitalocean", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert "no API to trigger" in dry.stdout and "dry run" in dry.stdout
+    conn = dovecot.connect(mail_user)
+    assert conn.select("INBOX")[1] == [b"0"]
+    conn.logout()
+    with (
+        AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent,
+        agent.subscriber() as events,
+    ):
+        done = run_forewarn("drill", "digitalocean", "--deadline", "20m", "--yes", env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        notice = events.notice(timeout=10)
+    assert (notice["action"], notice["reason"], notice["provider"]) == (
+        "drain",
+        "drill",
+        "digitalocean",
+    )
+    left = parse_time(notice["deadline"]) - utcnow()
+    assert timedelta(minutes=19) < left <= timedelta(minutes=20)
+
+
+def test_drill_refuses_a_mail_the_agent_would_ignore(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+    result = run_forewarn("drill", "digitalocean", "--from", "me@example.com", "--yes", env=env)
+    assert result.returncode == 2
+    assert "would ignore this mail" in result.stderr and "sender" in result.stderr
+    no_mailbox = agent_env(tmp_path, FOREWARN_DIGITALOCEAN_URL=f"http://{DEAD_LOOPBACK}")
+    result = run_forewarn("drill", "digitalocean", "--yes", env=no_mailbox)
+    assert result.returncode == 2 and "no mailbox configured" in result.stderr

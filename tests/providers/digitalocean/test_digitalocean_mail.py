@@ -1,0 +1,187 @@
+"""The pure side of the mailbox watcher: which mails are reclaim notices, and their deadline."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from email.message import EmailMessage
+from email.utils import format_datetime
+
+import pytest
+from forewarn.providers.base import ParseError
+from forewarn.providers.digitalocean.mail import (
+    MatchRules,
+    Verdict,
+    find_deadline,
+    reclaim_verdict,
+)
+from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
+
+SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
+NOW = SENT + timedelta(minutes=1)
+
+
+def rules(**changes: object) -> MatchRules:
+    options: dict[str, object] = {
+        "sender": DEFAULT_SENDER,
+        "subject": DEFAULT_SUBJECT,
+        "droplet_id": "424242424",
+        "droplet_name": "gpu-spot-1",
+        "lead": 7200.0,
+        "max_age": 86400.0,
+        "require_dkim": False,
+    }
+    options.update(changes)
+    return MatchRules.build(**options)
+
+
+def reclaim_mail(
+    body: str = "Your Spot GPU Droplet gpu-spot-1 (ID 424242424) will be reclaimed.",
+    *,
+    sender: str = "DigitalOcean <no-reply@digitalocean.com>",
+    subject: str = "Spot Droplet reclaim notice",
+    date: datetime | None = SENT,
+    html: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> bytes:
+    message = EmailMessage()
+    message["From"] = sender
+    message["To"] = "ops@example.com"
+    message["Subject"] = subject
+    if date is not None:
+        message["Date"] = format_datetime(date)
+    message["Message-ID"] = "<reclaim-1@digitalocean.com>"
+    for key, value in (headers or {}).items():
+        message[key] = value
+    message.set_content(body)
+    if html is not None:
+        message.add_alternative(html, subtype="html")
+    return bytes(message)
+
+
+def verdict(raw: bytes, **changes: object) -> Verdict:
+    return reclaim_verdict(raw, rules(**changes), "key", NOW)
+
+
+def test_a_reclaim_mail_is_a_drain_with_date_plus_lead() -> None:
+    result = verdict(reclaim_mail())
+    report = result.report
+    assert report is not None, result.why
+    assert (report.action, report.reason, report.provider) == ("drain", "reclaim", "digitalocean")
+    assert report.deadline == SENT + timedelta(hours=2)
+    assert report.detail["deadline_source"] == "date+lead"
+    assert report.detail["matched"] == "id"
+    assert report.id.startswith("digitalocean/reclaim/")
+    # The same mail always gets the same id.
+    again = verdict(reclaim_mail()).report
+    assert again is not None and again.id == report.id
+
+
+def test_a_time_in_the_mail_is_the_deadline() -> None:
+    raw = reclaim_mail("Droplet gpu-spot-1 will be reclaimed at 14:00 UTC on 2026-12-01.")
+    report = verdict(raw).report
+    assert report is not None
+    assert report.deadline == datetime(2026, 12, 1, 14, 0, tzinfo=timezone.utc)
+    assert report.detail["matched"] == "name"
+    assert report.detail["deadline_source"] == "text: 14:00 UTC on 2026-12-01"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("reclaimed at 2026-12-01T14:30:00Z.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 2026-12-01T15:30:00+01:00.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed on Tue, 01 Dec 2026 14:30:00 +0000.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed on 1 Dec 2026 14:30 GMT.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 2026-12-01 14:30 UTC.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 14:30 UTC on 2026-12-01.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed on 2026-12-01 at 14:30 UTC.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed on December 1, 2026 at 2:30 PM UTC.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 2:30 p.m. UTC on Tuesday, December 1st, 2026", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed in about 2 hours.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed within 90 minutes.", "2026-12-01T14:00:00+00:00"),
+    ],
+)
+def test_deadline_forms(text: str, expected: str) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0].isoformat() == expected
+
+
+def test_times_before_the_mail_and_times_without_a_zone_are_passed_over() -> None:
+    text = (
+        "Droplet created 2026-11-02 08:00 UTC. At 13:00 on 2026-12-01 local time... "
+        "It will be reclaimed at 2026-12-01 14:45 UTC."
+    )
+    found = find_deadline(text, SENT)
+    assert found is not None
+    assert found[0] == datetime(2026, 12, 1, 14, 45, tzinfo=timezone.utc)
+    assert find_deadline("no time here, at 25:99 UTC on 2026-02-31", SENT) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (reclaim_mail(sender="Mallory <alerts@digitalocean.com.evil.example>"), "sender"),
+        (reclaim_mail(sender="billing@example.com"), "sender"),
+        (reclaim_mail(subject="Your invoice is ready"), "subject"),
+        (reclaim_mail("Droplet other-box (ID 4242424249) will be reclaimed."), "names neither"),
+        (reclaim_mail("Droplet gpu-spot-10 will be reclaimed."), "names neither"),
+        (reclaim_mail(date=NOW - timedelta(days=3)), "older than max_age"),
+    ],
+)
+def test_mails_that_raise_nothing(raw: bytes, why: str) -> None:
+    result = verdict(raw)
+    assert result.report is None
+    assert why in result.why
+
+
+def test_the_html_part_is_read_when_there_is_no_text_part() -> None:
+    message = EmailMessage()
+    message["From"] = "no-reply@digitalocean.com"
+    message["Subject"] = "Reclaim of your Spot Droplet"
+    message["Date"] = format_datetime(SENT)
+    message.set_content(
+        "<html><body><p>Droplet <b>gpu-spot-1</b> will be reclaimed at "
+        "<time>2026-12-01T14:10:00Z</time>.</p></body></html>",
+        subtype="html",
+    )
+    report = verdict(bytes(message)).report
+    assert report is not None
+    assert report.deadline == datetime(2026, 12, 1, 14, 10, tzinfo=timezone.utc)
+
+
+def test_require_dkim() -> None:
+    unsigned = reclaim_mail()
+    assert verdict(unsigned, require_dkim=True).report is None
+    signed = reclaim_mail(
+        headers={
+            "Authentication-Results": "mx.example.com; spf=pass smtp.mailfrom=digitalocean.com;"
+            " dkim=pass (2048-bit key) header.d=digitalocean.com header.s=s1"
+        }
+    )
+    assert verdict(signed, require_dkim=True).report is not None
+    forged = reclaim_mail(
+        headers={"Authentication-Results": "mx.example.com; dkim=pass header.d=evil.example"}
+    )
+    assert verdict(forged, require_dkim=True).report is None
+
+
+def test_a_drill_mail_has_reason_drill() -> None:
+    report = verdict(reclaim_mail(headers={"X-Forewarn-Drill": "yes"})).report
+    assert report is not None and report.reason == "drill"
+
+
+def test_without_a_date_the_lead_counts_from_now() -> None:
+    report = verdict(reclaim_mail(date=None)).report
+    assert report is not None
+    assert report.deadline == NOW + timedelta(hours=2)
+
+
+def test_unreadable_input_is_a_parse_error() -> None:
+    with pytest.raises(ParseError):
+        reclaim_verdict(b"   ", rules(), "key", NOW)
+
+
+def test_rules_need_a_droplet() -> None:
+    with pytest.raises(ValueError, match="droplet id or name"):
+        rules(droplet_id=None, droplet_name=None)

@@ -1,0 +1,323 @@
+"""The mailbox watcher against a real Dovecot on loopback (see conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from email.message import EmailMessage
+from email.utils import format_datetime, make_msgid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dovecot_server import Dovecot, MailUser
+from forewarn.agent.protocol import Report, utcnow
+from forewarn.providers.base import PollHealth, WatcherContext
+from forewarn.providers.digitalocean.imap import Credentials, load_credentials
+from forewarn.providers.digitalocean.seen import STATE_FILE
+from forewarn.providers.digitalocean.settings import Settings
+from forewarn.providers.digitalocean.watch import DigitalOceanWatcher
+
+DROPLET_ID = "424242424"
+PASSWORD = "secret-pw"
+
+
+def reclaim(
+    text: str = f"Your Spot GPU Droplet gpu-spot-1 (ID {DROPLET_ID}) will be reclaimed.",
+    *,
+    subject: str = "Spot Droplet reclaim notice",
+    sender: str = "DigitalOcean <no-reply@digitalocean.com>",
+    date: datetime | None = None,
+) -> bytes:
+    message = EmailMessage()
+    message["From"] = sender
+    message["To"] = "ops@example.com"
+    message["Subject"] = subject
+    message["Date"] = format_datetime(date or utcnow().replace(microsecond=0))
+    message["Message-ID"] = make_msgid(domain="digitalocean.com")
+    message.set_content(text)
+    return bytes(message)
+
+
+def settings_for(
+    server: Dovecot, user: MailUser, tmp_path: Path, password: str | None = None, **changes: Any
+) -> Settings:
+    credentials = tmp_path / f"imap-{user.name}.env"
+    credentials.write_text(
+        "# IMAP login for forewarn\n"
+        f"FOREWARN_IMAP_USER={user.name}\n"
+        f"FOREWARN_IMAP_PASSWORD='{password or user.password}'\n"
+    )
+    credentials.chmod(0o600)
+    options: dict[str, Any] = {
+        "url": "http://127.0.0.1:9",
+        "droplet_id": DROPLET_ID,
+        "droplet_name": "gpu-spot-1",
+        "imap_host": "127.0.0.1",
+        "imap_port": server.imaps_port,
+        "imap_tls": "tls",
+        "imap_ca_file": server.cert,
+        "credentials_file": credentials,
+        "retry_max": 1.0,
+    }
+    options.update(changes)
+    return Settings(**options)
+
+
+@dataclass
+class Running:
+    watcher: DigitalOceanWatcher
+    reports: list[Report] = field(default_factory=list)
+
+    @property
+    def health(self) -> PollHealth:
+        return self.watcher.health
+
+    async def until(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not met within {timeout}s: {self.health}")
+            await asyncio.sleep(0.02)
+
+    async def idling(self) -> None:
+        """Wait until the watcher sits in IDLE with nothing left to read."""
+        await self.until(lambda: self.watcher._session is not None and self.watcher._session.idling)
+
+
+@asynccontextmanager
+async def running(settings: Settings, state_dir: Path) -> AsyncIterator[Running]:
+    context = WatcherContext(
+        runtime_dir=state_dir.parent, state_dir=state_dir, health=PollHealth("digitalocean")
+    )
+    watcher = DigitalOceanWatcher(settings, context)
+    run = Running(watcher)
+    task = asyncio.create_task(watcher.watch(run.reports.append))
+    try:
+        yield run
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await watcher.aclose()
+    assert not task.done() or task.cancelled()
+
+
+async def test_a_matching_mail_raises_a_drain_with_its_deadline(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    sent = utcnow().replace(microsecond=0)
+    deadline = (sent + timedelta(minutes=95)).replace(second=0)
+    dovecot.append(mail_user, reclaim(subject="Weekly newsletter"))
+    dovecot.append(
+        mail_user,
+        reclaim(
+            f"Spot GPU Droplet gpu-spot-1 will be reclaimed at "
+            f"{deadline:%H:%M} UTC on {deadline:%Y-%m-%d}. Save your work.",
+            date=sent,
+        ),
+    )
+    async with running(settings_for(dovecot, mail_user, tmp_path), tmp_path / "state") as run:
+        await run.until(lambda: len(run.reports) == 1)
+        await run.until(lambda: run.health.polls >= 1)
+        report = run.reports[0]
+        assert (report.action, report.reason, report.provider) == (
+            "drain",
+            "reclaim",
+            "digitalocean",
+        )
+        assert report.deadline == deadline
+        assert report.detail["matched"] == "name"
+        assert run.watcher.idle_supported is True
+        # A mail without a time in it: its Date plus the lead (2 h by default).
+        dovecot.append(mail_user, reclaim(date=sent))
+        await run.until(lambda: len(run.reports) == 2)
+        assert run.reports[1].deadline == sent + timedelta(hours=2)
+        assert run.reports[1].detail["deadline_source"] == "date+lead"
+
+
+async def test_mails_that_do_not_match_raise_nothing(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    for raw in (
+        reclaim(subject="Your invoice"),
+        reclaim(sender="someone@example.com"),
+        reclaim("Droplet other-gpu (ID 99) will be reclaimed at 2030-01-01T00:00:00Z."),
+    ):
+        dovecot.append(mail_user, raw)
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        await run.idling()
+        assert run.reports == []
+        assert run.health.errors == 0
+    assert '"last_uid": 3' in (state / STATE_FILE).read_text()
+
+
+async def test_mail_delivered_before_max_age_is_not_even_read(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # Its Date header says now, but the server received it four days ago: the search
+    # (SINCE) leaves it out, so a first start on a big mailbox reads only recent mail.
+    dovecot.append(mail_user, reclaim(), delivered=utcnow() - timedelta(days=4))
+    dovecot.append(mail_user, reclaim(subject="Your invoice"))
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        await run.idling()
+        assert run.reports == []
+    assert '"last_uid": 2' in (state / STATE_FILE).read_text()
+
+
+async def test_a_mail_arriving_during_idle_is_seen_within_one_second(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    async with running(settings_for(dovecot, mail_user, tmp_path), tmp_path / "state") as run:
+        await run.idling()
+        await asyncio.to_thread(dovecot.append, mail_user, reclaim())
+        delivered = time.monotonic()
+        await run.until(lambda: len(run.reports) == 1, timeout=5)
+        seen_after = time.monotonic() - delivered
+        assert seen_after < 1.0, f"seen {seen_after:.3f}s after delivery"
+
+
+async def test_a_restart_does_not_raise_the_same_mail_again(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    settings = settings_for(dovecot, mail_user, tmp_path)
+    state = tmp_path / "state"
+    dovecot.append(mail_user, reclaim())
+    async with running(settings, state) as first:
+        await first.until(lambda: len(first.reports) == 1)
+    async with running(settings, state) as second:
+        await second.idling()
+        # The standing reclaim is re-emitted as it was (same id: the board sees no change);
+        # its mail is not read as something new.
+        assert [(r.id, r.action, r.deadline) for r in second.reports] == [
+            (r.id, r.action, r.deadline) for r in first.reports
+        ]
+        # Still watching: a new reclaim is raised.
+        await asyncio.to_thread(dovecot.append, mail_user, reclaim())
+        await second.until(lambda: len(second.reports) == 2)
+        assert second.reports[1].id != first.reports[0].id
+
+
+async def test_a_wrong_password_is_one_clear_error_and_other_watchers_keep_running(
+    dovecot: Dovecot, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = "not-the-password-4711"
+    bad_user, good_user = dovecot.add_user(), dovecot.add_user()
+    bad = settings_for(dovecot, bad_user, tmp_path, password=wrong)
+    good = settings_for(dovecot, good_user, tmp_path)
+    caplog.set_level(logging.INFO, logger="forewarn")
+    async with running(bad, tmp_path / "bad") as failing, running(good, tmp_path / "good") as ok:
+        await failing.until(lambda: failing.health.errors_by_kind.get("auth", 0) >= 2)
+        await ok.idling()
+        await asyncio.to_thread(dovecot.append, good_user, reclaim())
+        await ok.until(lambda: len(ok.reports) == 1)
+        assert failing.reports == []
+        assert set(failing.health.errors_by_kind) == {"auth"}
+        assert not failing.health.ready
+    refused = [r for r in caplog.records if "refused the login" in r.getMessage()]
+    assert len(refused) == 1, [r.getMessage() for r in refused]
+    assert "credentials_file" in refused[0].getMessage()
+    assert wrong not in caplog.text and PASSWORD not in caplog.text
+
+
+async def test_starttls(dovecot: Dovecot, mail_user: MailUser, tmp_path: Path) -> None:
+    settings = settings_for(
+        dovecot, mail_user, tmp_path, imap_tls="starttls", imap_port=dovecot.imap_port
+    )
+    dovecot.append(mail_user, reclaim())
+    async with running(settings, tmp_path / "state") as run:
+        await run.until(lambda: len(run.reports) == 1)
+
+
+async def test_plain_imap_on_loopback(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    settings = settings_for(
+        dovecot, mail_user, tmp_path, imap_tls="none", imap_port=dovecot.imap_port
+    )
+    dovecot.append(mail_user, reclaim())
+    async with running(settings, tmp_path / "state") as run:
+        await run.until(lambda: len(run.reports) == 1)
+
+
+async def test_an_untrusted_certificate_is_a_tls_error(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    settings = settings_for(dovecot, mail_user, tmp_path, imap_ca_file=None)
+    async with running(settings, tmp_path / "state") as run:
+        await run.until(lambda: run.health.errors >= 1)
+        assert set(run.health.errors_by_kind) == {"tls"}
+
+
+async def test_without_idle_the_mailbox_is_polled(
+    dovecot_without_idle: Dovecot, tmp_path: Path
+) -> None:
+    user = dovecot_without_idle.add_user()
+    settings = settings_for(dovecot_without_idle, user, tmp_path, poll_interval=0.2)
+    async with running(settings, tmp_path / "state") as run:
+        await run.until(lambda: run.health.polls >= 1)
+        assert run.watcher.idle_supported is False
+        await asyncio.to_thread(dovecot_without_idle.append, user, reclaim())
+        await run.until(lambda: len(run.reports) == 1)
+
+
+async def test_missing_credentials_are_one_clear_error(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    settings = settings_for(dovecot, mail_user, tmp_path, credentials_file=tmp_path / "nope.env")
+    async with running(settings, tmp_path / "state") as run:
+        await run.until(lambda: run.health.errors >= 1)
+        assert run.health.last_error == "credentials"
+
+
+def test_credentials_file_forms_and_secrecy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "imap.env"
+    path.write_text(
+        '# comment\n\nexport FOREWARN_IMAP_USER="ops@example.com"\nFOREWARN_IMAP_PASSWORD=p=w\n'
+    )
+    credentials = load_credentials(path)
+    assert credentials == Credentials("ops@example.com", "p=w")
+    assert "p=w" not in repr(credentials) and "ops@example.com" not in str(credentials)
+    path.chmod(0o644)
+    load_credentials(path)
+    load_credentials(path)
+    assert caplog.text.count("readable by others; chmod 600") == 1
+    path.write_text("FOREWARN_IMAP_USER=ops\n")
+    with pytest.raises(Exception, match="no FOREWARN_IMAP_PASSWORD= line"):
+        load_credentials(path)
+    path.write_text("FOREWARN_IMAP_USER=ops\nthis is not a pair\n")
+    with pytest.raises(Exception, match="line 2 is not KEY=VALUE"):
+        load_credentials(path)
+
+
+def test_plain_imap_is_refused_off_loopback() -> None:
+    with pytest.raises(ValueError, match="loopback"):
+        Settings(imap_host="imap.example.com", imap_tls="none")
+    assert Settings(imap_host="::1", imap_tls="none").port() == 143
+    assert Settings(imap_host="imap.example.com").port() == 993
+    assert Settings(lead="90m").lead == 5400.0
+
+
+def _never(_: object) -> None:
+    raise AssertionError("nothing should be emitted")
+
+
+async def test_no_mailbox_configured_is_reported_once(tmp_path: Path) -> None:
+    context = WatcherContext(tmp_path, tmp_path, PollHealth("digitalocean"))
+    watcher = DigitalOceanWatcher(Settings(url="http://127.0.0.1:9"), context)
+    task = asyncio.create_task(watcher.watch(_never))
+    await asyncio.sleep(0.1)
+    assert context.health.errors_by_kind == {"config": 1}
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await watcher.aclose()

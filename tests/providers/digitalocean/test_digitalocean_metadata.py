@@ -1,0 +1,130 @@
+"""Droplet metadata: the simulator, detection within a second, and the droplet's identity."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import respx
+from forewarn.providers.base import ParseError, PollHealth, WatcherContext
+from forewarn.providers.digitalocean.seen import SeenMail
+from forewarn.providers.digitalocean.settings import Settings
+from forewarn.providers.digitalocean.simulate import make_simulator
+from forewarn.providers.digitalocean.watch import (
+    DigitalOceanWatcher,
+    MetadataUnavailable,
+    parse_droplet_id,
+)
+from forewarn.providers.simulator import SimServer
+
+
+@pytest.fixture
+def metadata() -> Iterator[SimServer]:
+    with SimServer(make_simulator(droplet_id=3164444, hostname="gpu-b300-1")) as server:
+        yield server
+
+
+def watcher(tmp_path: Path, **settings: object) -> DigitalOceanWatcher:
+    context = WatcherContext(tmp_path, tmp_path, PollHealth("digitalocean"))
+    return DigitalOceanWatcher(Settings(**settings), context)
+
+
+def test_the_simulator_serves_the_documented_paths(metadata: SimServer) -> None:
+    with httpx.Client(base_url=metadata.url, trust_env=False) as client:
+        assert client.get("/metadata/v1/id").text == "3164444"
+        assert client.get("/metadata/v1/hostname").text == "gpu-b300-1"
+        index = client.get("/metadata/v1/").text.splitlines()
+        for entry in ("id", "hostname", "user-data", "region", "interfaces/", "tags/"):
+            assert entry in index
+        moved = client.get("/metadata/v1")
+        assert (moved.status_code, moved.headers["location"]) == (301, "/metadata/v1/")
+        moved = client.get("/metadata/v1/interfaces")
+        assert (moved.status_code, moved.headers["location"]) == (301, "/metadata/v1/interfaces/")
+        assert client.get("/metadata/v1/interfaces/public/0/ipv4/address").status_code == 404
+        assert client.get("/metadata/v1/interfaces/public/0/mac").status_code == 200
+        assert client.get("/metadata/v1/spot").status_code == 404
+        assert client.get("/latest/meta-data/").status_code == 404
+        whole = client.get("/metadata/v1.json").json()
+        assert whole["droplet_id"] == 3164444 and whole["hostname"] == "gpu-b300-1"
+        refused = client.post("/_sim/notices", json={"kind": "reclaim"})
+        assert refused.status_code == 400 and "email" in refused.json()["error"]
+        assert client.get("/_sim/state").json()["droplet"]["droplet_id"] == 3164444
+
+
+async def test_detect_says_yes_to_droplet_metadata(metadata: SimServer, tmp_path: Path) -> None:
+    probe = watcher(tmp_path, url=metadata.url)
+    assert await probe.detect() is True
+    droplet = await probe.identify()
+    assert (droplet.id, droplet.name) == ("3164444", "gpu-b300-1")
+    await probe.aclose()
+
+
+async def test_detect_says_no_quickly_elsewhere(tmp_path: Path) -> None:
+    probe = watcher(tmp_path, url="http://127.0.0.1:9")
+    assert await probe.detect() is False
+    await probe.aclose()
+    # An AWS-like answer is not a droplet id.
+    with respx.mock(base_url="http://127.0.0.1:1") as mock:
+        mock.get("/metadata/v1/id").respond(200, text="<html>hello</html>")
+        probe = watcher(tmp_path, url="http://127.0.0.1:1")
+        assert await probe.detect() is False
+        await probe.aclose()
+
+
+async def test_detect_gives_up_within_a_second(tmp_path: Path) -> None:
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(5)
+        return httpx.Response(200, text="1")
+
+    with respx.mock(base_url="http://127.0.0.1:1", assert_all_called=False) as mock:
+        mock.get("/metadata/v1/id").mock(side_effect=slow)
+        probe = watcher(tmp_path, url="http://127.0.0.1:1")
+        started = time.monotonic()
+        assert await probe.detect() is False
+        assert time.monotonic() - started < 1.5
+        await probe.aclose()
+
+
+async def test_identity_from_settings_or_a_clear_error(tmp_path: Path) -> None:
+    configured = watcher(tmp_path, url="http://127.0.0.1:9", droplet_id="77", droplet_name="n")
+    droplet = await configured.identify()
+    assert (droplet.id, droplet.name) == ("77", "n")
+    await configured.aclose()
+    partly = watcher(tmp_path, url="http://127.0.0.1:9", droplet_name="gpu-1")
+    assert (await partly.identify()).name == "gpu-1"
+    await partly.aclose()
+    unknown = watcher(tmp_path, url="http://127.0.0.1:9")
+    with pytest.raises(MetadataUnavailable, match=r"digitalocean\.droplet_id"):
+        await unknown.identify()
+    await unknown.aclose()
+
+
+def test_parse_droplet_id() -> None:
+    assert parse_droplet_id(200, "3164444\n") == "3164444"
+    with pytest.raises(ParseError, match="HTTP 404"):
+        parse_droplet_id(404, "")
+    with pytest.raises(ParseError, match="not a droplet id"):
+        parse_droplet_id(200, "i-0abc")
+
+
+def test_seen_mail_state_survives_and_resets_when_it_must(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "seen.json"
+    seen = SeenMail.load(path, "box-a")
+    assert seen.begin(uidvalidity=7) == 0
+    seen.handled(3)
+    seen.handled(5, raised="digitalocean/reclaim/abc")
+    again = SeenMail.load(path, "box-a")
+    assert again.begin(7) == 5 and again.was_raised("digitalocean/reclaim/abc")
+    # A new UIDVALIDITY restarts the UIDs but still knows what was raised.
+    assert again.begin(8) == 0 and again.was_raised("digitalocean/reclaim/abc")
+    # Another mailbox starts afresh.
+    assert SeenMail.load(path, "box-b").begin(8) == 0
+    assert [p.name for p in path.parent.iterdir()] == ["seen.json"]  # no temporary left
+    path.write_text("{not json")
+    assert SeenMail.load(path, "box-b").begin(8) == 0
+    assert json.loads(path.read_text())["uidvalidity"] == 8

@@ -1,0 +1,111 @@
+"""End to end: the real agent subprocess with `--provider gcp` against the simulator, read
+by a raw ZeroMQ subscriber; and `forewarn drill local --provider gcp`."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from forewarn.agent.timefmt import parse_time
+from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, Subscriber, agent_env, forewarn_cmd
+
+FAST_ENV = {
+    "FOREWARN_GCP_RETRY_DELAY": "0.2",
+    "FOREWARN_GCP_UPCOMING_INTERVAL": "0.2",
+    "FOREWARN_GCP_TIMEOUT_SEC": "5",
+}
+
+
+@pytest.fixture
+def agent(tmp_path: Path, server: SimServer) -> Iterator[AgentProcess]:
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **FAST_ENV)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as running:
+        yield running
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _subscribed(agent: AgentProcess) -> Subscriber:
+    """A subscriber whose subscription is live: it has received a heartbeat."""
+    sub = agent.subscriber(topics=("notice", "heartbeat"))
+    while sub.recv(10)[0] != "heartbeat":
+        pass
+    return sub
+
+
+def test_maintenance_drain_clear_and_preemption_through_the_agent(
+    agent: AgentProcess, sim: GcpSimulator
+) -> None:
+    with _subscribed(agent) as sub:
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        drain = sub.notice(10)
+        assert (drain["action"], drain["reason"], drain["provider"]) == (
+            "drain",
+            "host-maintenance",
+            "gcp",
+        )
+        deadline = parse_time(drain["deadline"])
+        assert abs(deadline - (_now() + timedelta(minutes=60))) < timedelta(seconds=30)
+        sim.withdraw("maintenance-event")
+        clear = sub.notice(10)
+        assert (clear["action"], clear["id"]) == ("clear", drain["id"])
+        assert clear["seq"] > drain["seq"]
+        sim.raise_notice("preempt", {})
+        terminate = sub.notice(10)
+        assert (terminate["action"], terminate["reason"]) == ("terminate", "preemption")
+        assert abs(parse_time(terminate["deadline"]) - (_now() + timedelta(seconds=30))) < (
+            timedelta(seconds=10)
+        )
+    status = agent.control({"op": "status"})
+    assert status["agent"]["providers"] == ["gcp"]
+    assert [notice["id"] for notice in status["active"]] == [terminate["id"]]
+
+
+def test_an_upcoming_window_escalates_to_terminate(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> None:
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, FOREWARN_EXIT_MARGIN="30", **FAST_ENV)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent, _subscribed(agent) as sub:
+        sim.raise_notice("upcoming", {"start_in": 31})
+        drain = sub.notice(10)
+        assert (drain["action"], drain["reason"]) == ("drain", "scheduled-maintenance")
+        escalated = sub.notice(10)
+        assert (escalated["action"], escalated["id"]) == ("terminate", drain["id"])
+
+
+def test_gce_metadata_host_points_the_agent(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> None:
+    host = server.url.removeprefix("http://")
+    env = agent_env(tmp_path, GCE_METADATA_HOST=host, **FAST_ENV)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent, _subscribed(agent) as sub:
+        sim.raise_notice("maintenance", {"type": "MIGRATE"})
+        drain = sub.notice(10)
+    assert drain["deadline"] is None and drain["detail"] == {
+        "maintenance-event": "MIGRATE_ON_HOST_MAINTENANCE"
+    }
+
+
+def test_forewarn_drill_local_with_the_gcp_simulator(tmp_path: Path) -> None:
+    env = agent_env(tmp_path)
+    done = subprocess.run(
+        forewarn_cmd("drill", "local", "--provider", "gcp", "--dir", str(tmp_path / "drill")),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "steps lost: 0" in done.stdout
+    # The drain is a TERMINATE_ON_HOST_MAINTENANCE event, the terminate a preemption, and
+    # the demo saved for each.
+    assert "drain sent (gcp maintenance" in done.stdout, done.stdout
+    assert "terminate sent (gcp preempt" in done.stdout, done.stdout
+    assert "(drain) in" in done.stdout and "(terminate) in" in done.stdout, done.stdout

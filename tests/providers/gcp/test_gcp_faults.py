@@ -1,0 +1,159 @@
+"""Faults: bursts of 503, a long-poll that hangs past timeout_sec, garbage, connection
+refused. Each is counted in PollHealth and the watcher recovers within one retry period."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import httpx
+import pytest
+import respx
+from forewarn.providers.gcp.settings import Settings
+from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.gcp.watch import GcpWatcher
+from forewarn.providers.simulator import SimServer
+from gcp_support import WatchRun, watching
+
+RETRY = 0.3
+# One retry period plus room for a loaded machine; the tests assert recovery, the benchmark
+# measures latency.
+RECOVERY = RETRY + 2.0
+
+
+async def _recovers(run: WatchRun, sim: GcpSimulator, fault_ends: float) -> float:
+    """Raise a drain as the fault ends; the seconds from then until the watcher reports it."""
+    await asyncio.sleep(max(0.0, fault_ends - time.monotonic()))
+    raised = time.monotonic()
+    sim.raise_notice("maintenance", {"type": "TERMINATE"})
+    await run.wait_for(lambda reports: any(r.action == "drain" for r in reports), timeout=10)
+    return run.times[-1] - raised
+
+
+# Long-polls of 1 s end during each fault, and upcoming-maintenance is not read: the
+# errors counted are the long-polls' own.
+LONG_POLLS_ONLY = {"timeout_sec": 1, "upcoming_interval": 0, "retry_delay": RETRY}
+
+
+async def _errors(run: WatchRun, kind: str, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while run.watcher.health.errors_by_kind.get(kind, 0) < count:
+        assert time.monotonic() < deadline, run.watcher.health
+        await asyncio.sleep(0.02)
+
+
+async def test_burst_of_503(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url, **LONG_POLLS_ONLY) as run:
+        await run.until_polling()
+        sim.raise_notice("fault", {"mode": "unavailable", "seconds": 2.0})
+        ends = time.monotonic() + 2.0
+        await _errors(run, "unavailable", 3)
+        assert await _recovers(run, sim, ends) < RECOVERY
+    assert run.watcher.health.last_error is None  # recovered
+
+
+async def test_long_poll_hanging_past_timeout_sec(server: SimServer, sim: GcpSimulator) -> None:
+    # timeout_sec 1 s + margin 0.5 s: the HTTP read timeout is 1.5 s.
+    async with watching(server.url, read_timeout_margin=0.5, **LONG_POLLS_ONLY) as run:
+        await run.until_polling()
+        # The long-polls open now do not answer at timeout_sec (1 s) but hang for 4 s: both
+        # are abandoned at the 1.5 s read timeout.
+        sim.raise_notice("fault", {"mode": "hang", "seconds": 1.0, "hang": 4})
+        ends = time.monotonic() + 1.0
+        await _errors(run, "timeout", 2)
+        assert await _recovers(run, sim, ends) < RECOVERY
+
+
+async def test_garbage_answers(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url, **LONG_POLLS_ONLY) as run:
+        await run.until_polling()
+        sim.raise_notice("fault", {"mode": "garbage", "seconds": 2.0})
+        ends = time.monotonic() + 2.0
+        await _errors(run, "parse", 3)
+        assert await _recovers(run, sim, ends) < RECOVERY
+        assert run.reports[0].action == "drain"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_connection_refused_until_the_server_comes_up() -> None:
+    port = _free_port()
+    sim = GcpSimulator()
+    sim.raise_notice("maintenance", {"type": "TERMINATE"})
+    async with watching(f"http://127.0.0.1:{port}", retry_delay=RETRY) as run:
+        deadline = time.monotonic() + 10
+        while run.watcher.health.errors_by_kind.get("transport", 0) < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        assert run.reports == []
+        with SimServer(sim, port=port):
+            up = time.monotonic()
+            [drain] = await run.count(1, timeout=10)
+            assert run.times[0] - up < RECOVERY
+    assert drain.action == "drain"
+
+
+# Transport faults a server cannot easily produce, through respx.
+
+ROOT = "http://metadata.test/computeMetadata/v1"
+
+
+@respx.mock(assert_all_mocked=True)
+async def test_transport_errors_are_counted_and_retried(respx_mock: respx.MockRouter) -> None:
+    sequence: list[object] = [
+        httpx.ConnectError("refused"),
+        httpx.ReadTimeout("hung"),
+        httpx.RemoteProtocolError("peer closed connection"),
+        httpx.Response(503, text="Service Unavailable"),
+        httpx.Response(200, text="\x00\xff garbage", headers={"ETag": "g"}),
+    ]
+
+    def maintenance(request: httpx.Request) -> httpx.Response:
+        assert request.headers["Metadata-Flavor"] == "Google"
+        assert request.url.params["wait_for_change"] == "true"
+        assert request.url.params["timeout_sec"] == "60"
+        if sequence:
+            step = sequence.pop(0)
+            if isinstance(step, Exception):
+                raise step
+            assert isinstance(step, httpx.Response)
+            return step
+        return httpx.Response(200, text="TERMINATE_ON_HOST_MAINTENANCE", headers={"ETag": "t"})
+
+    respx_mock.get(f"{ROOT}/instance/maintenance-event").mock(side_effect=maintenance)
+    respx_mock.get(f"{ROOT}/instance/preempted").mock(
+        return_value=httpx.Response(200, text="FALSE", headers={"ETag": "f"})
+    )
+    respx_mock.get(f"{ROOT}/instance/scheduling/").mock(return_value=httpx.Response(404))
+    respx_mock.get(f"{ROOT}/instance/upcoming-maintenance").mock(return_value=httpx.Response(404))
+    watcher = GcpWatcher(
+        Settings(url="http://metadata.test", retry_delay=0.01, upcoming_interval=5), environ={}
+    )
+    run = WatchRun(watcher)
+    run.task = asyncio.create_task(watcher.watch(run.emit))
+    try:
+        [drain] = await run.count(1)
+    finally:
+        run.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run.task
+        await watcher.aclose()
+    assert drain.action == "drain"
+    kinds = watcher.health.errors_by_kind
+    assert kinds["transport"] == 2 and kinds["timeout"] == 1
+    assert kinds["unavailable"] == 1 and kinds["parse"] == 1
+
+
+async def test_the_read_timeout_is_above_timeout_sec() -> None:
+    watcher = GcpWatcher(Settings(url="http://metadata.test", timeout_sec=60), environ={})
+    try:
+        timeout = watcher.client.timeout
+        assert timeout.read is not None and timeout.read > 60
+        assert watcher.client.headers["Metadata-Flavor"] == "Google"
+    finally:
+        await watcher.aclose()

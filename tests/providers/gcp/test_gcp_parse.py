@@ -1,0 +1,294 @@
+"""The pure parsers and the mapping, example by example and property by property."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from forewarn.agent.protocol import Report
+from forewarn.agent.timefmt import format_time
+from forewarn.providers.base import ParseError
+from forewarn.providers.gcp.settings import Settings
+from forewarn.providers.gcp.watch import (
+    MAINTENANCE_VALUES,
+    NoticeTrack,
+    maintenance_report,
+    metadata_root,
+    parse_maintenance_event,
+    parse_notice_duration,
+    parse_preempted,
+    parse_upcoming,
+    preemption_report,
+    upcoming_report,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+NOW = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
+
+
+# instance/preempted
+
+
+@pytest.mark.parametrize(("text", "value"), [("TRUE", True), ("FALSE", False), ("TRUE\n", True)])
+def test_preempted_values(text: str, value: bool) -> None:
+    assert parse_preempted(text) is value
+
+
+@pytest.mark.parametrize("text", ["", "true", "yes", "<html>", "TRUE FALSE"])
+def test_preempted_rejects_anything_else(text: str) -> None:
+    with pytest.raises(ParseError, match="instance/preempted"):
+        parse_preempted(text)
+
+
+@given(st.text())
+def test_preempted_is_true_only_for_true(text: str) -> None:
+    try:
+        value = parse_preempted(text)
+    except ParseError:
+        assert text.strip() not in ("TRUE", "FALSE")
+    else:
+        assert value is (text.strip() == "TRUE")
+
+
+# instance/maintenance-event
+
+
+@pytest.mark.parametrize("value", MAINTENANCE_VALUES)
+def test_maintenance_values(value: str) -> None:
+    assert parse_maintenance_event(value + "\n") == value
+
+
+@given(st.text())
+def test_maintenance_parser_accepts_only_the_three_values(text: str) -> None:
+    try:
+        value = parse_maintenance_event(text)
+    except ParseError as error:
+        assert text.strip() not in MAINTENANCE_VALUES
+        assert "instance/maintenance-event" in str(error)
+    else:
+        assert value == text.strip() and value in MAINTENANCE_VALUES
+
+
+# instance/upcoming-maintenance
+
+WINDOW = {
+    "can_reschedule": True,
+    "latest_window_start_time": "2026-12-14T02:00:00Z",
+    "maintenance_reasons": ["PLANNED_UPDATE"],
+    "maintenance_status": "PENDING",
+    "type": "SCHEDULED",
+    "window_end_time": "2026-12-07T06:00:00Z",
+    "window_start_time": "2026-12-07T02:00:00Z",
+}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "NONE",
+        "{}",
+        "{ }",
+        '"NONE"',
+        "null",
+        '{"error":"no notifications have been received yet, try again later"}',
+    ],
+)
+def test_upcoming_nothing_scheduled(text: str) -> None:
+    assert parse_upcoming(text) is None
+
+
+def test_upcoming_window() -> None:
+    window = parse_upcoming(json.dumps(WINDOW))
+    assert window is not None
+    assert window.start == datetime(2026, 12, 7, 2, 0, tzinfo=timezone.utc)
+    assert window.document == WINDOW
+
+
+def test_upcoming_window_with_offset_and_camel_case() -> None:
+    window = parse_upcoming(json.dumps({"windowStartTime": "2026-12-07T03:00:00+01:00"}))
+    assert window is not None and window.start == datetime(2026, 12, 7, 2, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("<html>oops</html>", "not JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"maintenance_status": "PENDING"}', "no window_start_time"),
+        ('{"window_start_time": "next tuesday"}', "window_start_time"),
+        ('{"window_start_time": 12}', "no window_start_time"),
+    ],
+)
+def test_upcoming_rejects_malformed_documents(text: str, why: str) -> None:
+    with pytest.raises(ParseError, match=why):
+        parse_upcoming(text)
+
+
+@given(st.text())
+def test_upcoming_parser_raises_only_parse_errors(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_upcoming(text)
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(2000, 1, 1),
+        max_value=datetime(2200, 1, 1),
+        timezones=st.just(timezone.utc),
+    ),
+    st.dictionaries(st.sampled_from(["type", "maintenance_status", "can_reschedule"]), st.text()),
+)
+def test_upcoming_window_start_round_trips(start: datetime, extra: dict[str, str]) -> None:
+    document = {**extra, "window_start_time": format_time(start)}
+    window = parse_upcoming(json.dumps(document))
+    assert window is not None
+    # format_time keeps milliseconds.
+    assert abs(window.start - start) < timedelta(milliseconds=1)
+    assert window.document == document
+
+
+# The preemption notice duration in instance/scheduling/
+
+
+@pytest.mark.parametrize(
+    ("document", "seconds"),
+    [
+        ({}, None),
+        ({"preemptible": "TRUE"}, None),
+        ({"preemptionNoticeDuration": "120s"}, 120.0),
+        ({"preemptionNoticeDuration": 120}, 120.0),
+        ({"preemptionNoticeDuration": {"seconds": "120"}}, 120.0),
+        ({"preemptionNoticeDuration": {"seconds": 90, "nanos": 500000000}}, 90.5),
+        ({"preemption-notice-duration": "2m"}, 120.0),
+    ],
+)
+def test_notice_duration(document: dict[str, object], seconds: float | None) -> None:
+    assert parse_notice_duration(json.dumps(document)) == seconds
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"preemptionNoticeDuration": "soon"}', '{"preemptionNoticeDuration": true}', "[]", "x"],
+)
+def test_notice_duration_rejects_nonsense(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_notice_duration(text)
+
+
+@given(st.text())
+def test_notice_duration_raises_only_parse_errors(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_notice_duration(text)
+
+
+# Mapping
+
+
+def test_preempted_maps_to_terminate_with_the_notice_as_deadline() -> None:
+    report = preemption_report(True, 30.0, NOW)
+    assert report is not None
+    assert (report.action, report.reason) == ("terminate", "preemption")
+    assert report.deadline == NOW + timedelta(seconds=30)
+    assert preemption_report(False, 30.0, NOW) is None
+
+
+def test_terminate_on_host_maintenance_drains_with_an_hour() -> None:
+    report = maintenance_report("TERMINATE_ON_HOST_MAINTENANCE", Settings(), NOW)
+    assert report is not None
+    assert (report.action, report.reason) == ("drain", "host-maintenance")
+    assert report.deadline == NOW + timedelta(hours=1)
+
+
+def test_migrate_drains_without_deadline_unless_ignored() -> None:
+    report = maintenance_report("MIGRATE_ON_HOST_MAINTENANCE", Settings(), NOW)
+    assert report is not None and report.action == "drain" and report.deadline is None
+    assert (
+        maintenance_report("MIGRATE_ON_HOST_MAINTENANCE", Settings(migrate="ignore"), NOW) is None
+    )
+    assert maintenance_report("NONE", Settings(), NOW) is None
+
+
+def test_upcoming_window_drains_until_its_start() -> None:
+    window = parse_upcoming(json.dumps(WINDOW))
+    report = upcoming_report(window, NOW)
+    assert report is not None
+    assert (report.action, report.reason) == ("drain", "scheduled-maintenance")
+    assert report.deadline == datetime(2026, 12, 7, 2, tzinfo=timezone.utc)
+    assert report.detail == WINDOW
+
+
+# NoticeTrack: ids
+
+
+def _drain(value: str, at: datetime = NOW) -> Report | None:
+    return maintenance_report(value, Settings(), at)
+
+
+def test_track_keeps_one_id_over_repeats_and_clears_under_it() -> None:
+    track = NoticeTrack("maintenance-event")
+    first = track.observe(_drain("TERMINATE_ON_HOST_MAINTENANCE"), {}, "etag-1")
+    assert first is not None and first.id.startswith("gcp/maintenance-event/")
+    later = NOW + timedelta(seconds=60)
+    assert track.observe(_drain("TERMINATE_ON_HOST_MAINTENANCE", later), {}, "etag-1") is None
+    cleared = track.observe(None, {"maintenance-event": "NONE"}, "etag-2")
+    assert cleared is not None
+    assert (cleared.id, cleared.action, cleared.reason) == (first.id, "clear", "host-maintenance")
+    assert cleared.detail == {"maintenance-event": "NONE"}
+    assert track.observe(None, {}, "etag-2") is None
+
+
+def test_track_change_keeps_the_id_and_a_new_episode_gets_a_new_one() -> None:
+    track = NoticeTrack("maintenance-event")
+    first = track.observe(_drain("MIGRATE_ON_HOST_MAINTENANCE"), {}, "a")
+    changed = track.observe(_drain("TERMINATE_ON_HOST_MAINTENANCE"), {}, "b")
+    assert first is not None and changed is not None
+    assert changed.id == first.id and changed.deadline is not None
+    assert track.observe(None, {}, "c") is not None
+    again = track.observe(_drain("TERMINATE_ON_HOST_MAINTENANCE", NOW + timedelta(1)), {}, "d")
+    assert again is not None and again.id != first.id
+
+
+@given(st.lists(st.sampled_from(MAINTENANCE_VALUES), max_size=30))
+def test_track_reports_only_transitions(values: list[str]) -> None:
+    track = NoticeTrack("maintenance-event")
+    active: str | None = None
+    for index, value in enumerate(values):
+        at = NOW + timedelta(seconds=index)
+        report = track.observe(_drain(value, at), {"maintenance-event": value}, str(index))
+        now_active = None if value == "NONE" else value
+        if now_active == active:
+            assert report is None
+        else:
+            assert report is not None
+            assert report.action == ("clear" if now_active is None else "drain")
+        active = now_active
+
+
+# The metadata root
+
+
+@pytest.mark.parametrize(
+    ("url", "environ", "root"),
+    [
+        (None, {}, "http://metadata.google.internal/computeMetadata/v1"),
+        ("http://127.0.0.1:8089", {}, "http://127.0.0.1:8089/computeMetadata/v1"),
+        (
+            "http://127.0.0.1:8089/computeMetadata/v1/",
+            {},
+            "http://127.0.0.1:8089/computeMetadata/v1",
+        ),
+        (None, {"GCE_METADATA_HOST": "127.0.0.1:9999"}, "http://127.0.0.1:9999/computeMetadata/v1"),
+        (None, {"GCE_METADATA_ROOT": "127.0.0.1:7"}, "http://127.0.0.1:7/computeMetadata/v1"),
+        (
+            "http://127.0.0.1:1",
+            {"GCE_METADATA_HOST": "127.0.0.1:2"},
+            "http://127.0.0.1:1/computeMetadata/v1",
+        ),
+    ],
+)
+def test_metadata_root(url: str | None, environ: dict[str, str], root: str) -> None:
+    assert metadata_root(url, environ) == root

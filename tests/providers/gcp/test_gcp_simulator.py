@@ -1,0 +1,304 @@
+"""The metadata simulator over real HTTP: the real server's checks, ETags and waits."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from forewarn.providers.gcp import simulate
+from forewarn.providers.gcp.simulate import GcpSimulator, make_simulator
+from forewarn.providers.simulator import SimServer
+from support import forewarn_cmd
+
+FLAVOR = {"Metadata-Flavor": "Google"}
+
+
+@pytest.fixture
+def client(server: SimServer) -> Iterator[httpx.Client]:
+    with httpx.Client(
+        base_url=server.url + "/computeMetadata/v1", headers=FLAVOR, trust_env=False, timeout=10
+    ) as http:
+        yield http
+
+
+def test_refuses_requests_without_the_flavor_header(server: SimServer) -> None:
+    url = server.url + "/computeMetadata/v1/instance/name"
+    response = httpx.get(url, trust_env=False)
+    assert response.status_code == 403
+    assert "Metadata-Flavor" in response.text
+    assert httpx.get(url, headers={"Metadata-Flavor": "google-ish"}).status_code == 403
+
+
+def test_refuses_forwarded_requests(server: SimServer) -> None:
+    response = httpx.get(
+        server.url + "/computeMetadata/v1/instance/name",
+        headers={**FLAVOR, "X-Forwarded-For": "10.0.0.1"},
+        trust_env=False,
+    )
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("instance/name", "forewarn-sim-vm"),
+        ("instance/zone", "projects/123456789012/zones/us-central1-a"),
+        ("instance/scheduling/preemptible", "FALSE"),
+        ("instance/scheduling/on-host-maintenance", "TERMINATE"),
+        ("instance/preempted", "FALSE"),
+        ("instance/maintenance-event", "NONE"),
+        ("project/project-id", "forewarn-sim"),
+    ],
+)
+def test_serves_the_keys(client: httpx.Client, path: str, value: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 200
+    assert response.text == value
+    assert response.headers["Metadata-Flavor"] == "Google"
+    assert response.headers["ETag"]
+
+
+def test_every_answer_has_an_etag(client: httpx.Client) -> None:
+    for path, status in [
+        ("instance/name", 200),
+        ("instance/nothing-here", 404),
+        ("instance/?wait_for_change=true", 400),
+        ("instance/scheduling", 301),
+    ]:
+        response = client.get(path)
+        assert response.status_code == status, path
+        assert response.headers.get("ETag"), path
+
+
+def test_directory_listing_recursive_and_alt(client: httpx.Client) -> None:
+    listing = client.get("instance/scheduling/").text.split()
+    assert "preemptible" in listing and "on-host-maintenance" in listing
+    assert "scheduling/" in client.get("instance/").text.split()
+    tree = client.get("instance/", params={"recursive": "true"}).json()
+    assert tree["maintenanceEvent"] == "NONE"
+    assert tree["scheduling"]["onHostMaintenance"] == "TERMINATE"
+    assert tree["serviceAccounts"]["default"]["scopes"]
+    assert client.get("instance/name", params={"alt": "json"}).json() == "forewarn-sim-vm"
+    text = client.get("instance/scheduling", params={"recursive": "true", "alt": "text"}).text
+    assert "preemptible FALSE" in text.splitlines()
+
+
+def test_wait_on_a_directory_needs_recursive(client: httpx.Client, sim: GcpSimulator) -> None:
+    response = client.get("instance/", params={"wait_for_change": "true"})
+    assert response.status_code == 400
+    assert (
+        client.get(
+            "instance/service-accounts/default/token", params={"wait_for_change": "true"}
+        ).status_code
+        == 400
+    )
+    etag = client.get("instance/", params={"recursive": "true"}).headers["ETag"]
+    threading.Timer(0.2, sim.raise_notice, ("maintenance", {"type": "MIGRATE"})).start()
+    changed = client.get(
+        "instance/", params={"recursive": "true", "wait_for_change": "true", "last_etag": etag}
+    )
+    assert changed.json()["maintenanceEvent"] == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert changed.headers["ETag"] != etag
+
+
+def test_wait_with_a_stale_etag_answers_at_once(client: httpx.Client) -> None:
+    started = time.monotonic()
+    response = client.get(
+        "instance/maintenance-event",
+        params={"wait_for_change": "true", "last_etag": "0", "timeout_sec": "30"},
+    )
+    assert response.text == "NONE"
+    assert time.monotonic() - started < 5
+
+
+def test_wait_with_the_current_etag_blocks_until_timeout(client: httpx.Client) -> None:
+    etag = client.get("instance/maintenance-event").headers["ETag"]
+    started = time.monotonic()
+    response = client.get(
+        "instance/maintenance-event",
+        params={"wait_for_change": "true", "last_etag": etag, "timeout_sec": "1"},
+    )
+    assert time.monotonic() - started >= 0.9
+    assert (response.text, response.headers["ETag"]) == ("NONE", etag)
+
+
+def test_wait_returns_on_change(client: httpx.Client, sim: GcpSimulator) -> None:
+    etag = client.get("instance/preempted").headers["ETag"]
+    threading.Timer(0.2, sim.raise_notice, ("preempt", {})).start()
+    started = time.monotonic()
+    response = client.get(
+        "instance/preempted",
+        params={"wait_for_change": "true", "last_etag": etag, "timeout_sec": "30"},
+    )
+    assert response.text == "TRUE"
+    assert time.monotonic() - started < 5
+
+
+def test_a_value_set_back_gets_a_new_etag(client: httpx.Client, sim: GcpSimulator) -> None:
+    before = client.get("instance/maintenance-event").headers["ETag"]
+    sim.raise_notice("maintenance", {"type": "TERMINATE"})
+    sim.withdraw("maintenance-event")
+    after = client.get("instance/maintenance-event")
+    assert after.text == "NONE" and after.headers["ETag"] != before
+
+
+def test_bad_timeout_sec_is_refused(client: httpx.Client) -> None:
+    params = {"wait_for_change": "true", "timeout_sec": "1.5"}
+    assert client.get("instance/preempted", params=params).status_code == 400
+
+
+def test_token_is_fake_json(client: httpx.Client, sim: GcpSimulator) -> None:
+    token = client.get("instance/service-accounts/default/token").json()
+    assert token["access_token"].startswith("ya29.forewarn-simulated")
+    assert token["token_type"] == "Bearer" and token["expires_in"] > 0
+    assert sim.state()["tokens_issued"] == 1
+
+
+def test_root_answers_like_the_real_server(server: SimServer) -> None:
+    response = httpx.get(server.url + "/", headers=FLAVOR, trust_env=False)
+    assert response.status_code == 200 and response.headers["Metadata-Flavor"] == "Google"
+
+
+def test_control_api_kinds(server: SimServer, client: httpx.Client) -> None:
+    control = server.url + "/_sim/notices"
+    assert httpx.post(control, json={"kind": "preempt"}).json() == {"id": "preempted"}
+    assert client.get("instance/preempted").text == "TRUE"
+    reply = httpx.post(control, json={"kind": "maintenance", "type": "MIGRATE"})
+    assert reply.json() == {"id": "maintenance-event"}
+    assert client.get("instance/maintenance-event").text == "MIGRATE_ON_HOST_MAINTENANCE"
+    httpx.patch(control + "/maintenance-event", json={"type": "TERMINATE"}).raise_for_status()
+    assert client.get("instance/maintenance-event").text == "TERMINATE_ON_HOST_MAINTENANCE"
+    httpx.post(control, json={"kind": "upcoming", "start_in": 3600}).raise_for_status()
+    window = client.get("instance/upcoming-maintenance", params={"alt": "json"}).json()
+    assert window["maintenance_status"] == "PENDING" and window["window_start_time"]
+    for notice in ("preempted", "maintenance-event", "upcoming-maintenance"):
+        assert httpx.delete(f"{control}/{notice}").status_code == 200
+    assert client.get("instance/preempted").text == "FALSE"
+    assert client.get("instance/maintenance-event").text == "NONE"
+    assert client.get("instance/upcoming-maintenance", params={"alt": "json"}).json() == {}
+    assert httpx.delete(f"{control}/preempted").status_code == 404
+    bad = httpx.post(control, json={"kind": "maintenance", "type": "REBOOT"})
+    assert bad.status_code == 400 and "TERMINATE" in bad.json()["error"]
+    assert httpx.post(control, json={"kind": "volcano"}).status_code == 400
+    state = httpx.get(server.url + "/_sim/state").json()
+    assert state["provider"] == "gcp" and state["maintenance-event"] == "NONE"
+
+
+def test_maintenance_returns_to_none_after_its_duration(
+    server: SimServer, client: httpx.Client
+) -> None:
+    httpx.post(
+        server.url + "/_sim/notices",
+        json={"kind": "maintenance", "type": "MIGRATE", "duration": 0.2},
+    ).raise_for_status()
+    assert client.get("instance/maintenance-event").text == "MIGRATE_ON_HOST_MAINTENANCE"
+    deadline = time.monotonic() + 5
+    while client.get("instance/maintenance-event").text != "NONE":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_faults(server: SimServer, client: httpx.Client) -> None:
+    control = server.url + "/_sim/notices"
+    httpx.post(control, json={"kind": "fault", "mode": "unavailable", "seconds": 30})
+    assert client.get("instance/preempted").status_code == 503
+    httpx.delete(control + "/fault-unavailable").raise_for_status()
+    httpx.post(control, json={"kind": "fault", "mode": "garbage", "seconds": 30})
+    garbage = client.get("instance/preempted")
+    assert garbage.status_code == 200 and garbage.text not in ("TRUE", "FALSE")
+    httpx.delete(control + "/fault-garbage").raise_for_status()
+    httpx.post(control, json={"kind": "fault", "mode": "hang", "seconds": 30, "hang": 1})
+    with pytest.raises(httpx.ReadTimeout):
+        client.get("instance/preempted", timeout=0.3)
+    httpx.delete(control + "/fault-hang").raise_for_status()
+    assert client.get("instance/preempted").text == "FALSE"
+
+
+@pytest.mark.parametrize(
+    ("form", "status", "body"),
+    [("empty", 200, "{}"), ("404", 404, None), ("none", 200, "NONE"), ("503", 503, None)],
+)
+def test_upcoming_nothing_scheduled_forms(form: str, status: int, body: str | None) -> None:
+    with SimServer(GcpSimulator(upcoming_none=form)) as server:
+        response = httpx.get(
+            server.url + "/computeMetadata/v1/instance/upcoming-maintenance?alt=json",
+            headers=FLAVOR,
+        )
+    assert response.status_code == status
+    if body is not None:
+        assert response.text == body
+
+
+def test_scripted_events_from_flags() -> None:
+    parser = argparse.ArgumentParser()
+    simulate.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--preempt-after",
+            "0.1s",
+            "--maintenance-after",
+            "0.1",
+            "--maintenance-kind",
+            "MIGRATE",
+            "--maintenance-duration",
+            "0.3s",
+            "--preemptible",
+            "--preemption-notice-duration",
+            "120s",
+        ]
+    )
+    sim = make_simulator(**simulate.options_from_args(args))
+    try:
+        assert sim.value("instance/scheduling/preemptible") == "TRUE"
+        assert sim.value("instance/scheduling/preemption-notice-duration") == "120s"
+        deadline = time.monotonic() + 5
+        while sim.value("instance/maintenance-event") != "MIGRATE_ON_HOST_MAINTENANCE":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        while sim.value("instance/preempted") != "TRUE":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        while sim.value("instance/maintenance-event") != "NONE":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        sim.cancel_scripts()
+
+
+def test_bad_flags_are_refused() -> None:
+    parser = argparse.ArgumentParser()
+    simulate.add_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--preempt-after", "soon"])
+    with pytest.raises(ValueError, match="on_host_maintenance"):
+        GcpSimulator(on_host_maintenance="REBOOT")
+
+
+def test_forewarn_simulate_gcp_command(env: dict[str, str]) -> None:
+    proc = subprocess.Popen(
+        forewarn_cmd("simulate", "gcp", "--port", "0", "--preempt-after", "0.2"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on http://127.0.0.1:" in line, line
+        url = line.split("listening on ")[1].strip()
+        deadline = time.monotonic() + 10
+        while True:
+            value = httpx.get(url + "/computeMetadata/v1/instance/preempted", headers=FLAVOR)
+            if value.text == "TRUE":
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0

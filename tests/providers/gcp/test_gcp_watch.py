@@ -1,0 +1,334 @@
+"""The watcher against the simulator over real HTTP: every mapping, clears, ids, detection."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from forewarn.agent.timefmt import utcnow
+from forewarn.providers.gcp.settings import Settings
+from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.gcp.watch import GcpWatcher
+from forewarn.providers.simulator import SimRequest, SimResponse, SimServer, Simulator
+from gcp_support import watching
+
+TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
+MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
+
+
+def _near(actual: Any, expected: Any, seconds: float = 5.0) -> bool:
+    return abs((actual - expected).total_seconds()) < seconds
+
+
+async def test_preempted_true_terminates_with_a_30_second_deadline(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("preempt", {})
+        [report] = await run.count(1)
+    assert (report.action, report.reason, report.provider) == ("terminate", "preemption", "gcp")
+    assert report.detail == {"preempted": "TRUE"}
+    assert report.deadline is not None
+    assert _near(report.deadline, utcnow() + timedelta(seconds=30))
+
+
+async def test_preemption_notice_duration_from_metadata_gives_120_seconds() -> None:
+    sim = GcpSimulator(preemptible=True, preemption_notice_duration=120)
+    with SimServer(sim) as server:
+        async with watching(server.url) as run:
+            await run.until_polling()
+            sim.raise_notice("preempt", {})
+            [report] = await run.count(1)
+    assert report.deadline is not None
+    assert _near(report.deadline, utcnow() + timedelta(seconds=120))
+
+
+async def test_preemption_notice_duration_from_config(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url, preemption_notice_duration=120) as run:
+        await run.until_polling()
+        sim.raise_notice("preempt", {})
+        [report] = await run.count(1)
+    assert report.deadline is not None
+    assert _near(report.deadline, utcnow() + timedelta(seconds=120))
+    assert sim.requests["GET /computeMetadata/v1/instance/scheduling/"] == 1
+
+
+async def test_a_reported_notice_duration_wins_over_the_configured_one() -> None:
+    sim = GcpSimulator(preemptible=True, preemption_notice_duration=0)
+    with SimServer(sim) as server:
+        async with watching(server.url, preemption_notice_duration=120) as run:
+            await run.until_polling()
+            sim.raise_notice("preempt", {})
+            [report] = await run.count(1)
+    assert report.deadline is not None
+    assert _near(report.deadline, utcnow() + timedelta(seconds=30))
+
+
+async def test_preempted_back_to_false_clears(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("preempt", {})
+        await run.count(1)
+        sim.withdraw("preempted")
+        terminate, clear = await run.count(2)
+    assert (clear.action, clear.id, clear.detail) == ("clear", terminate.id, {"preempted": "FALSE"})
+
+
+async def test_terminate_on_host_maintenance_drains_then_clears_under_the_same_id(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        [drain] = await run.count(1)
+        sim.withdraw("maintenance-event")
+        _, clear = await run.count(2)
+    assert (drain.action, drain.reason) == ("drain", "host-maintenance")
+    assert drain.detail == {"maintenance-event": TERMINATE}
+    assert drain.deadline is not None
+    assert _near(drain.deadline, utcnow() + timedelta(minutes=60))
+    assert (clear.action, clear.id, clear.reason) == ("clear", drain.id, "host-maintenance")
+    assert clear.detail == {"maintenance-event": "NONE"}
+
+
+async def test_migrate_drains_without_deadline(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": "MIGRATE", "duration": 0.3})
+        drain, clear = await run.count(2)
+    assert (drain.action, drain.deadline, drain.detail) == (
+        "drain",
+        None,
+        {"maintenance-event": MIGRATE},
+    )
+    assert (clear.action, clear.id) == ("clear", drain.id)
+
+
+async def test_migrate_can_be_ignored(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url, migrate="ignore") as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": "MIGRATE"})
+        await run.settle()
+        assert run.reports == []
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        [drain] = await run.count(1)
+    assert drain.detail == {"maintenance-event": TERMINATE}
+
+
+async def test_migrate_turning_into_terminate_keeps_the_id(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": "MIGRATE"})
+        await run.count(1)
+        sim.change_notice("maintenance-event", {"type": "TERMINATE"})
+        first, second = await run.count(2)
+    assert second.id == first.id and second.deadline is not None
+
+
+async def test_repeated_answers_make_no_new_notice_and_a_new_episode_a_new_id(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    async with watching(server.url, timeout_sec=1) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        await run.count(1)
+        # Long-polls time out and answer the same value again: still one notice.
+        polls = run.watcher.health.polls
+        while run.watcher.health.polls < polls + 2:
+            await asyncio.sleep(0.05)
+        assert len(run.reports) == 1
+        sim.withdraw("maintenance-event")
+        await run.count(2)
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        first, clear, again = await run.count(3)
+    assert clear.id == first.id
+    assert again.action == "drain" and again.id != first.id
+
+
+class _ChangeBetweenPolls(GcpSimulator):
+    """Changes maintenance-event right after answering the watcher's first long-poll, so
+    the change happens while the watcher holds no request open."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.long_polls: list[dict[str, list[str]]] = []
+        self.changed_between = threading.Event()
+
+    def handle(self, request: SimRequest) -> SimResponse:
+        response = super().handle(request)
+        if request.path.endswith("/instance/maintenance-event") and request.param(
+            "wait_for_change"
+        ):
+            self.long_polls.append(request.query)
+            if not self.changed_between.is_set():
+                self.changed_between.set()
+                self.set_value("instance/maintenance-event", TERMINATE)
+        return response
+
+
+async def test_a_change_between_two_long_polls_is_not_missed() -> None:
+    sim = _ChangeBetweenPolls()
+    with SimServer(sim) as server:
+        # A watcher that dropped last_etag would sit out the 30 s timeout_sec.
+        async with watching(server.url, timeout_sec=30) as run:
+            [drain] = await run.count(1, timeout=5)
+    assert drain.detail == {"maintenance-event": TERMINATE}
+    first, second = sim.long_polls[:2]
+    assert first["last_etag"] == ["0"]
+    assert second["last_etag"] != ["0"]
+    assert second["timeout_sec"] == ["30"] and second["wait_for_change"] == ["true"]
+
+
+async def test_upcoming_window_drains_and_clears(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("upcoming", {"start_in": 7200, "window": 3600})
+        [drain] = await run.count(1)
+        assert sim.upcoming is not None
+        start = sim.upcoming["window_start_time"]
+        sim.withdraw("upcoming-maintenance")
+        _, clear = await run.count(2)
+    assert (drain.action, drain.reason) == ("drain", "scheduled-maintenance")
+    assert drain.deadline is not None
+    assert drain.deadline.strftime("%Y-%m-%dT%H:%M:%S") == start[:19]
+    assert drain.detail["maintenance_status"] == "PENDING"
+    assert (clear.action, clear.id) == ("clear", drain.id)
+
+
+async def test_a_moved_window_keeps_its_id(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("upcoming", {"start_in": 7200})
+        await run.count(1)
+        sim.change_notice("upcoming-maintenance", {"start_in": 3 * 86400})
+        first, moved = await run.count(2)
+    assert moved.id == first.id and moved.action == "drain"
+    assert first.deadline is not None and moved.deadline is not None
+    assert moved.deadline - first.deadline > timedelta(days=2)
+
+
+@pytest.mark.parametrize("form", ["empty", "404", "none", "error", "503"])
+async def test_every_nothing_scheduled_answer_clears_a_window(form: str) -> None:
+    sim = GcpSimulator(upcoming_none=form)
+    with SimServer(sim) as server:
+        async with watching(server.url, retry_delay=0.05) as run:
+            await run.until_polling()
+            await run.settle(0.3)
+            assert run.reports == []  # nothing scheduled from the start: nothing to say
+            sim.raise_notice("upcoming", {})
+            await run.count(1)
+            sim.withdraw("upcoming-maintenance")
+            drain, clear = await run.count(2)
+    assert (clear.action, clear.id) == ("clear", drain.id)
+
+
+async def test_a_single_503_does_not_clear_a_window(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url, retry_delay=0.3, upcoming_interval=0.1) as run:
+        await run.until_polling()
+        sim.raise_notice("upcoming", {})
+        await run.count(1)
+        sim.raise_notice("fault", {"mode": "unavailable", "seconds": 0.4})
+        await run.settle(1.0)
+        assert [report.action for report in run.reports] == ["drain"]
+
+
+async def test_upcoming_polling_can_be_turned_off(server: SimServer, sim: GcpSimulator) -> None:
+    async with watching(server.url, upcoming_interval=0) as run:
+        sim.raise_notice("upcoming", {})
+        await run.until_polling()
+        await run.settle()
+        assert run.reports == []
+    assert sim.requests["GET /computeMetadata/v1/instance/upcoming-maintenance"] == 0
+
+
+async def test_every_request_carries_the_flavor_header(
+    server: SimServer, sim: GcpSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A proxy in the environment must not be used for the link-local metadata server.
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")
+    seen: list[str | None] = []
+    original = sim.handle
+
+    def spy(request: SimRequest) -> SimResponse:
+        seen.append(request.header("Metadata-Flavor"))
+        return original(request)
+
+    sim.handle = spy  # type: ignore[method-assign]
+    async with watching(server.url) as run:
+        await run.until_polling(3)
+        sim.raise_notice("preempt", {})
+        await run.count(1)
+        assert await run.watcher.detect()
+    assert seen and all(value == "Google" for value in seen)
+    assert run.watcher.health.errors == 0
+
+
+# detect()
+
+
+async def test_detect_true_on_the_simulator(server: SimServer) -> None:
+    watcher = GcpWatcher(Settings(url=server.url))
+    try:
+        assert await watcher.detect() is True
+    finally:
+        await watcher.aclose()
+
+
+class _NotGoogle(Simulator):
+    def handle(self, request: SimRequest) -> SimResponse:
+        return SimResponse(200, "hello")
+
+
+@pytest.fixture
+def hanging_port() -> Iterator[int]:
+    """A port that accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_detect_false_fast_elsewhere(hanging_port: int) -> None:
+    with SimServer(_NotGoogle()) as other:
+        targets = [
+            other.url,
+            f"http://127.0.0.1:{_free_port()}",
+            f"http://127.0.0.1:{hanging_port}",
+        ]
+        for url in targets:
+            watcher = GcpWatcher(Settings(url=url))
+            started = time.monotonic()
+            try:
+                assert await watcher.detect() is False, url
+            finally:
+                await watcher.aclose()
+            assert time.monotonic() - started < 2.5, url  # 1 s, and slack for load
+
+
+async def test_gce_metadata_host_is_honoured(server: SimServer, sim: GcpSimulator) -> None:
+    host = server.url.removeprefix("http://")
+    watcher = GcpWatcher(Settings(), environ={"GCE_METADATA_HOST": host})
+    try:
+        assert watcher.root == f"{server.url}/computeMetadata/v1"
+        assert await watcher.detect()
+    finally:
+        await watcher.aclose()

@@ -1,0 +1,65 @@
+"""Fixtures for the Kubernetes provider: a node API simulator on loopback, a token file, and
+the watcher running in the test's event loop with a list as `emit`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.providers.base import PollHealth, WatcherContext
+from forewarn.providers.kubernetes.settings import Settings
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.kubernetes.watch import KubernetesWatcher
+from forewarn.providers.simulator import SimServer
+from k8s_support import NODE, TOKEN, Cluster, Running
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    sim = KubernetesSimulator(node=NODE, token=TOKEN, max_watch_seconds=30, bookmark_interval=30)
+    with SimServer(sim) as server:
+        handle = Cluster(sim, server, token_file)
+        yield handle
+        handle.http.close()
+
+
+@pytest.fixture
+async def start_watcher(
+    tmp_path: Path,
+) -> AsyncIterator[Callable[..., Any]]:
+    started: list[Running] = []
+
+    async def start(env: dict[str, str] | None = None, **fields: Any) -> Running:
+        fields.setdefault("retry_max", 0.3)
+        settings = Settings(**fields)
+        health = PollHealth("kubernetes")
+        context = WatcherContext(tmp_path, tmp_path, health)
+        watcher = KubernetesWatcher(settings, context, env=env or {})
+        running = Running(watcher, health)
+        running.task = asyncio.create_task(watcher.watch(running.reports.append))
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        assert running.task is not None
+        running.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running.task
+        await running.watcher.aclose()
+
+
+@pytest.fixture
+async def watching(cluster: Cluster, start_watcher: Callable[..., Any]) -> Running:
+    """A watcher on the simulator's node, after its first list and watch."""
+    running: Running = await start_watcher(
+        url=cluster.url, node_name=NODE, token_file=cluster.token_file
+    )
+    await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+    return running

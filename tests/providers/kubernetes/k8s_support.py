@@ -1,0 +1,77 @@
+"""Helpers of the Kubernetes provider tests: the simulator handle and a running watcher."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from forewarn.agent.protocol import Report
+from forewarn.providers.base import PollHealth
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.kubernetes.watch import KubernetesWatcher
+from forewarn.providers.simulator import SimServer
+
+NODE = "gpu-node-1"
+TOKEN = "token-one"
+
+
+class Cluster:
+    """The simulator, its server and the control API."""
+
+    def __init__(self, sim: KubernetesSimulator, server: SimServer, token_file: Path) -> None:
+        self.sim = sim
+        self.server = server
+        self.url = server.url
+        self.token_file = token_file
+        self.http = httpx.Client(base_url=server.url, trust_env=False, timeout=5)
+
+    def raise_(self, kind: str, **fields: Any) -> str:
+        response = self.http.post("/_sim/notices", json={"kind": kind, **fields})
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    def withdraw(self, notice_id: str) -> None:
+        response = self.http.delete(f"/_sim/notices/{notice_id}")
+        assert response.status_code == 200, response.text
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.http.get("/_sim/state").json())
+
+
+class Running:
+    """A watcher task and what it emitted."""
+
+    def __init__(self, watcher: KubernetesWatcher, health: PollHealth) -> None:
+        self.watcher = watcher
+        self.health = health
+        self.reports: list[Report] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def until(
+        self, predicate: Callable[[], bool], timeout: float = 8.0, what: str = "condition"
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if self.task is not None and self.task.done():
+                self.task.result()  # surfaces a crash
+                raise AssertionError("the watcher returned")
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"timed out waiting for {what}; reports={self.summary()} "
+                    f"errors={self.health.errors_by_kind}"
+                )
+            await asyncio.sleep(0.02)
+
+    async def report(self, action: str, report_id: str, timeout: float = 8.0) -> Report:
+        def found() -> bool:
+            return any(r.action == action and r.id == report_id for r in self.reports)
+
+        await self.until(found, timeout, f"{action} {report_id}")
+        return next(r for r in self.reports if r.action == action and r.id == report_id)
+
+    def summary(self) -> list[tuple[str, str]]:
+        return [(r.action, r.id) for r in self.reports]

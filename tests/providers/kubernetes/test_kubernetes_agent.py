@@ -1,0 +1,120 @@
+"""End to end: the real agent subprocess watching the node API simulator over HTTP."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, Subscriber, agent_env
+
+NODE = "agent-node"
+
+
+@pytest.fixture
+def server() -> Iterator[SimServer]:
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, bookmark_interval=1)
+    with SimServer(sim) as running:
+        yield running
+
+
+def control(server: SimServer, kind: str, **fields: object) -> None:
+    response = httpx.post(
+        f"{server.url}/_sim/notices", json={"kind": kind, **fields}, trust_env=False, timeout=5
+    )
+    assert response.status_code == 201, response.text
+
+
+def withdraw(server: SimServer, notice_id: str) -> None:
+    response = httpx.delete(f"{server.url}/_sim/notices/{notice_id}", trust_env=False, timeout=5)
+    assert response.status_code == 200, response.text
+
+
+def expect(sub: Subscriber, action: str, notice_id: str) -> dict[str, object]:
+    notice = sub.notice(timeout=10)
+    assert (notice["action"], notice["id"]) == (action, notice_id), notice
+    return notice
+
+
+def wait_for_watch(server: SimServer, count: int = 1) -> None:
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with sim.lock:
+            if sim.open_watches >= count:
+                return
+        time.sleep(0.02)
+    raise AssertionError("the agent never opened a watch")
+
+
+def test_agent_turns_node_changes_into_notices(tmp_path: Path, server: SimServer) -> None:
+    token = tmp_path / "token"
+    token.write_text("t1")
+    env = agent_env(
+        tmp_path,
+        FOREWARN_KUBERNETES_URL=server.url,
+        FOREWARN_KUBERNETES_TOKEN_FILE=str(token),
+        NODE_NAME=NODE,  # as the downward API sets it
+    )
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        with agent.subscriber() as sub:
+            wait_for_watch(server)
+            time.sleep(0.2)  # let the subscription reach the agent
+            control(server, "cordon")
+            drain = expect(sub, "drain", f"kubernetes/{NODE}/cordon")
+            assert drain["reason"] == "node-drain" and drain["provider"] == "kubernetes"
+
+            # Compaction (410) and a rotated token in between lose nothing.
+            control(server, "compact")
+            token.write_text("t2")
+            control(server, "rotate-token", token="t2")
+            control(server, "timeout")
+            control(server, "shutdown")
+            expect(sub, "terminate", f"kubernetes/{NODE}/shutdown")
+
+            status = agent.control({"op": "status"})
+            assert sorted(n["id"] for n in status["active"]) == [
+                f"kubernetes/{NODE}/cordon",
+                f"kubernetes/{NODE}/shutdown",
+            ]
+            withdraw(server, "cordon")
+            expect(sub, "clear", f"kubernetes/{NODE}/cordon")
+        sim = server.sim
+        assert isinstance(sim, KubernetesSimulator)
+        assert sim.counts["lists"] >= 2  # the 410 made it list again
+        assert sim.counts["unauthorized"] == 0
+    assert "Traceback" not in agent.output()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        ({}, "NODE_NAME"),
+        ({"NODE_NAME": NODE, "FOREWARN_KUBERNETES_TOKEN_FILE": "/nonexistent/token"}, "unreadable"),
+    ],
+    ids=["no-node-name", "unreadable-token"],
+)
+def test_bad_configuration_is_one_error_and_the_agent_keeps_working(
+    tmp_path: Path, extra: dict[str, str], needle: str
+) -> None:
+    env = agent_env(tmp_path, KUBERNETES_SERVICE_HOST="127.0.0.1", **extra)
+    if "NODE_NAME" not in extra:
+        env.pop("NODE_NAME", None)
+    with AgentProcess(tmp_path, providers=("local", "kubernetes"), env=env) as agent:
+        with agent.subscriber() as sub:
+            time.sleep(0.3)
+            reply = agent.control({"op": "notify", "action": "drain"})
+            assert reply["ok"], reply
+            assert sub.notice(timeout=5)["action"] == "drain"  # the local watcher still works
+        time.sleep(0.5)
+        assert agent.proc is not None and agent.proc.poll() is None
+    output = agent.output()
+    errors = [line for line in output.splitlines() if "kubernetes: config" in line]
+    assert len(errors) == 1, output
+    assert needle in errors[0]
+    assert "watcher-failed" not in output and "Traceback" not in output

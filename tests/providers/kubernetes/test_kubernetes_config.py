@@ -1,0 +1,229 @@
+"""Where the API server is and how to authenticate: in-cluster and kubeconfig."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import ssl
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.providers.kubernetes.config import (
+    ConfigError,
+    from_kubeconfig,
+    in_cluster,
+    node_name,
+    resolve,
+)
+from forewarn.providers.kubernetes.settings import Settings
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> dict[str, str]:
+    """A self-signed certificate and its key, PEM (for CA and client-certificate cases)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "forewarn-test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return {
+        "cert": cert.public_bytes(serialization.Encoding.PEM).decode(),
+        "key": key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode(),
+    }
+
+
+def sa_dir(tmp_path: Path, token: str | None = "sa-token", ca: str | None = None) -> Settings:
+    if token is not None:
+        (tmp_path / "token").write_text(token + "\n")
+    if ca is not None:
+        (tmp_path / "ca.crt").write_text(ca)
+    return Settings(token_file=tmp_path / "token", ca_file=tmp_path / "ca.crt")
+
+
+def test_in_cluster_from_the_service_env(tmp_path: Path, pki: dict[str, str]) -> None:
+    settings = sa_dir(tmp_path, ca=pki["cert"])
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    cluster = in_cluster(settings, env)
+    assert cluster.server == "https://10.96.0.1:443"
+    assert cluster.token() == "sa-token"
+    assert isinstance(cluster.verify, ssl.SSLContext)
+    assert cluster.verify.verify_mode == ssl.CERT_REQUIRED
+    assert cluster.verify.get_ca_certs()[0]["subject"] == ((("commonName", "forewarn-test"),),)
+    # The token rotates: every call reads the file again.
+    (tmp_path / "token").write_text("rotated\n")
+    assert cluster.token() == "rotated"
+
+
+def test_in_cluster_ipv6_is_bracketed(tmp_path: Path) -> None:
+    settings = sa_dir(tmp_path)
+    cluster = in_cluster(settings, {"KUBERNETES_SERVICE_HOST": "fd00::1"})
+    assert cluster.server == "https://[fd00::1]:443"
+
+
+def test_not_in_a_pod(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="KUBERNETES_SERVICE_HOST is not set"):
+        in_cluster(sa_dir(tmp_path), {})
+
+
+def test_unreadable_token(tmp_path: Path) -> None:
+    settings = sa_dir(tmp_path, token=None)
+    with pytest.raises(ConfigError, match=r"token .*token is unreadable"):
+        in_cluster(settings, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+    (tmp_path / "token").write_text("  \n")
+    with pytest.raises(ConfigError, match="is empty"):
+        in_cluster(settings, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+
+
+def test_bad_ca_is_named(tmp_path: Path) -> None:
+    settings = sa_dir(tmp_path, ca="not a certificate")
+    with pytest.raises(ConfigError, match="cannot load CA"):
+        in_cluster(settings, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+
+
+def test_url_override_needs_no_token(tmp_path: Path) -> None:
+    settings = Settings(url="http://127.0.0.1:8001/", token_file=tmp_path / "absent")
+    cluster = in_cluster(settings, {})
+    assert cluster.server == "http://127.0.0.1:8001"
+    assert cluster.token() is None
+    assert cluster.verify is True
+
+
+def test_node_name(tmp_path: Path) -> None:
+    assert node_name(Settings(node_name="a"), {"NODE_NAME": "b"}) == "a"
+    assert node_name(Settings(), {"NODE_NAME": " b "}) == "b"
+    with pytest.raises(ConfigError, match="NODE_NAME"):
+        node_name(Settings(node_name="  "), {})
+
+
+def kubeconfig(user: dict[str, Any], cluster: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "ops",
+        "contexts": [
+            {"name": "ops", "context": {"cluster": "c1", "user": "u1"}},
+            {"name": "other", "context": {"cluster": "c2", "user": "u1"}},
+        ],
+        "clusters": [
+            {"name": "c1", "cluster": cluster or {"server": "https://k8s.example:6443"}},
+            {"name": "c2", "cluster": {"server": "http://127.0.0.1:8080"}},
+        ],
+        "users": [{"name": "u1", "user": user}],
+    }
+
+
+def test_kubeconfig_json_with_token_file(tmp_path: Path, pki: dict[str, str]) -> None:
+    (tmp_path / "creds").mkdir()
+    (tmp_path / "creds" / "token").write_text("from-file\n")
+    ca = base64.b64encode(pki["cert"].encode()).decode()
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps(
+            kubeconfig(
+                {"tokenFile": "creds/token"},
+                {"server": "https://k8s.example:6443/", "certificate-authority-data": ca},
+            )
+        )
+    )
+    cluster = from_kubeconfig(path, None, None)
+    assert cluster.server == "https://k8s.example:6443"
+    assert cluster.token() == "from-file"
+    assert isinstance(cluster.verify, ssl.SSLContext)
+    assert "context ops" in cluster.source
+    other = from_kubeconfig(path, "other", None)
+    assert other.server == "http://127.0.0.1:8080"
+    assert from_kubeconfig(path, "other", "http://127.0.0.1:9").server == "http://127.0.0.1:9"
+
+
+def test_kubeconfig_yaml_with_client_certificate(tmp_path: Path, pki: dict[str, str]) -> None:
+    import yaml
+
+    encode = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+    path = tmp_path / "config"
+    path.write_text(
+        yaml.safe_dump(
+            kubeconfig(
+                {
+                    "client-certificate-data": encode(pki["cert"]),
+                    "client-key-data": encode(pki["key"]),
+                },
+                {"server": "https://k8s.example:6443", "insecure-skip-tls-verify": True},
+            )
+        )
+    )
+    cluster = resolve(Settings(kubeconfig=path), {})
+    assert cluster.token() is None
+    assert isinstance(cluster.verify, ssl.SSLContext)  # carries the client certificate
+    assert cluster.verify.verify_mode == ssl.CERT_NONE
+
+
+def test_kubeconfig_static_token(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(kubeconfig({"token": "static"})))
+    assert from_kubeconfig(path, None, None).token() == "static"
+
+
+@pytest.mark.parametrize(
+    ("user", "context", "message"),
+    [
+        ({"exec": {"command": "aws"}}, None, "uses exec"),
+        ({"auth-provider": {"name": "gcp"}}, None, "uses auth-provider"),
+        ({"token": "t"}, "nope", "no context named 'nope'"),
+        ({"tokenFile": "missing"}, None, "unreadable"),
+    ],
+)
+def test_kubeconfig_errors(
+    tmp_path: Path, user: dict[str, Any], context: str | None, message: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(kubeconfig(user)))
+    with pytest.raises(ConfigError, match=message):
+        from_kubeconfig(path, context, None)
+
+
+def test_yaml_kubeconfig_without_pyyaml_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    path = tmp_path / "config"
+    path.write_text("apiVersion: v1\nkind: Config\n")
+    with pytest.raises(ConfigError, match=r"PyYAML is not installed.*-o json"):
+        from_kubeconfig(path, None, None)
+
+
+def test_missing_kubeconfig(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"kubeconfig .*absent"):
+        from_kubeconfig(tmp_path / "absent", None, None)
+
+
+def test_taints_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forewarn.agent.config import load_settings
+
+    monkeypatch.setenv("FOREWARN_KUBERNETES_TAINTS", "a/b, ToBeDeletedByClusterAutoscaler")
+    monkeypatch.setenv("FOREWARN_KUBERNETES_NODE_NAME", "n1")
+    loaded = load_settings().kubernetes
+    assert loaded.taints == ["a/b", "ToBeDeletedByClusterAutoscaler"]
+    assert loaded.node_name == "n1"
+    monkeypatch.setenv("FOREWARN_KUBERNETES_TAINTS", '["x", "y"]')
+    assert load_settings().kubernetes.taints == ["x", "y"]

@@ -1,0 +1,78 @@
+"""`forewarn drill kubernetes`: prints without --yes, cordons through the API with it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.simulator import SimServer
+from support import agent_env, run_forewarn
+
+NODE = "drill-node"
+
+
+@pytest.fixture
+def server() -> Iterator[SimServer]:
+    with SimServer(KubernetesSimulator(node=NODE, token="op-token")) as running:
+        yield running
+
+
+def env(tmp_path: Path, server: SimServer, token: str = "op-token") -> dict[str, str]:
+    token_file = tmp_path / "operator-token"
+    token_file.write_text(token)
+    return agent_env(
+        tmp_path,
+        FOREWARN_KUBERNETES_URL=server.url,
+        FOREWARN_KUBERNETES_TOKEN_FILE=str(token_file),
+    )
+
+
+def unschedulable(server: SimServer) -> bool:
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    with sim.lock:
+        assert sim.node is not None
+        return bool(sim.node["spec"].get("unschedulable"))
+
+
+def test_without_yes_only_prints(tmp_path: Path, server: SimServer) -> None:
+    done = run_forewarn("drill", "kubernetes", "--node", NODE, env=env(tmp_path, server))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"PATCH {server.url}/api/v1/nodes/{NODE}" in done.stdout
+    assert '{"spec": {"unschedulable": true}}' in done.stdout
+    assert "application/strategic-merge-patch+json" in done.stdout
+    assert "add --yes" in done.stdout
+    assert not unschedulable(server)
+    assert server.sim.requests == {}
+
+
+def test_yes_cordons_and_uncordon_undoes(tmp_path: Path, server: SimServer) -> None:
+    environment = env(tmp_path, server)
+    done = run_forewarn("drill", "kubernetes", "--node", NODE, "--yes", env=environment)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "spec.unschedulable=true" in done.stdout
+    assert unschedulable(server)
+    done = run_forewarn(
+        "drill", "kubernetes", "--node", NODE, "--uncordon", "--yes", env=environment
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not unschedulable(server)
+
+
+def test_refused_token_is_explained(tmp_path: Path, server: SimServer) -> None:
+    done = run_forewarn(
+        "drill", "kubernetes", "--node", NODE, "--yes", env=env(tmp_path, server, "wrong")
+    )
+    assert done.returncode == 1
+    assert "401" in done.stdout
+    assert not unschedulable(server)
+
+
+def test_node_is_required(tmp_path: Path, server: SimServer) -> None:
+    environment = env(tmp_path, server)
+    environment.pop("NODE_NAME", None)
+    done = run_forewarn("drill", "kubernetes", env=environment)
+    assert done.returncode == 2
+    assert "--node" in done.stdout

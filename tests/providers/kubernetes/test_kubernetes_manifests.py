@@ -1,0 +1,153 @@
+"""packaging/kubernetes: least RBAC, the shared runtime directory, the node name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+PACKAGING = Path(__file__).resolve().parents[3] / "packaging" / "kubernetes"
+RUNTIME = "/run/forewarn"
+
+
+def documents() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(PACKAGING.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc is not None:
+                doc["__file__"] = path.name
+                docs.append(doc)
+    return docs
+
+
+def of_kind(kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in documents() if doc["kind"] == kind]
+
+
+def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = workload["spec"]["template"]["spec"]
+    return spec
+
+
+def agent_container(spec: dict[str, Any]) -> dict[str, Any]:
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    agents = [c for c in containers if c.get("command", [])[:2] == ["forewarn", "agent"]]
+    assert len(agents) == 1, [c["name"] for c in containers]
+    return agents[0]
+
+
+def mount_of(container: dict[str, Any], path: str) -> str | None:
+    for mount in container.get("volumeMounts", []):
+        if mount["mountPath"] == path:
+            return str(mount["name"])
+    return None
+
+
+def env_of(container: dict[str, Any], name: str) -> dict[str, Any]:
+    for entry in container.get("env", []):
+        if entry["name"] == name:
+            return dict(entry)
+    raise AssertionError(f"{container['name']} has no {name}")
+
+
+def test_every_file_parses_and_names_its_kind() -> None:
+    files = {doc["__file__"] for doc in documents()}
+    assert files == {"clusterrole.yaml", "daemonset.yaml", "sidecar-job.yaml"}
+    for doc in documents():
+        assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
+
+
+def test_rbac_is_get_list_watch_on_nodes_only() -> None:
+    roles = of_kind("ClusterRole") + of_kind("Role")
+    assert [role["metadata"]["name"] for role in roles] == ["forewarn-node-reader"]
+    (rule,) = roles[0]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    assert not [doc for doc in documents() if "*" in str(doc.get("rules", ""))]
+
+
+def test_bindings_bind_only_that_role_to_the_agents_accounts() -> None:
+    accounts = {
+        (sa["metadata"]["namespace"], sa["metadata"]["name"]) for sa in of_kind("ServiceAccount")
+    }
+    bindings = of_kind("ClusterRoleBinding") + of_kind("RoleBinding")
+    assert len(bindings) == 2
+    bound = set()
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "forewarn-node-reader",
+        }
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount"
+            bound.add((subject["namespace"], subject["name"]))
+    assert bound == accounts
+    for workload in of_kind("DaemonSet") + of_kind("Job"):
+        namespace = workload["metadata"]["namespace"]
+        assert (namespace, pod_spec(workload)["serviceAccountName"]) in accounts
+
+
+@pytest.mark.parametrize("kind", ["DaemonSet", "Job"])
+def test_node_name_comes_from_the_downward_api(kind: str) -> None:
+    (workload,) = of_kind(kind)
+    agent = agent_container(pod_spec(workload))
+    assert env_of(agent, "NODE_NAME")["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    providers = env_of(agent, "FOREWARN_PROVIDERS")["value"].split(",")
+    assert "kubernetes" in providers
+    assert env_of(agent, "FOREWARN_RUNTIME_DIR")["value"] == RUNTIME
+
+
+def test_sidecar_shares_an_empty_dir_with_the_training_container() -> None:
+    (job,) = of_kind("Job")
+    spec = pod_spec(job)
+    agent = agent_container(spec)
+    # A native sidecar, so the Job can complete.
+    assert agent in spec["initContainers"] and agent["restartPolicy"] == "Always"
+    (train,) = spec["containers"]
+    volume = mount_of(agent, RUNTIME)
+    assert volume is not None and mount_of(train, RUNTIME) == volume
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes[volume]
+    # The state directory is writable although the root filesystem is not.
+    state = env_of(agent, "FOREWARN_STATE_DIR")["value"]
+    assert agent["securityContext"]["readOnlyRootFilesystem"] is True
+    assert mount_of(agent, state) is not None
+
+
+def test_only_the_sidecar_holds_an_api_token() -> None:
+    (job,) = of_kind("Job")
+    spec = pod_spec(job)
+    assert spec["automountServiceAccountToken"] is False
+    agent = agent_container(spec)
+    secrets = "/var/run/secrets/kubernetes.io/serviceaccount"
+    volume = mount_of(agent, secrets)
+    assert volume is not None
+    (projected,) = [v for v in spec["volumes"] if v["name"] == volume]
+    paths = {
+        source.get("serviceAccountToken", {}).get("path") or source["configMap"]["items"][0]["path"]
+        for source in projected["projected"]["sources"]
+    }
+    assert paths == {"token", "ca.crt"}  # the defaults of kubernetes.token_file and ca_file
+    for container in spec["containers"]:
+        assert mount_of(container, secrets) is None
+
+
+def test_daemonset_uses_the_host_runtime_dir_and_tolerates_drains() -> None:
+    (daemonset,) = of_kind("DaemonSet")
+    spec = pod_spec(daemonset)
+    agent = agent_container(spec)
+    volume = mount_of(agent, RUNTIME)
+    (host,) = [v for v in spec["volumes"] if v["name"] == volume]
+    assert host["hostPath"]["path"] == RUNTIME
+    assert {"operator": "Exists"} in spec["tolerations"]
+    assert env_of(agent, "FOREWARN_STATE_DIR")["value"] in {
+        m["mountPath"] for m in agent["volumeMounts"]
+    }
+
+
+def test_settings_defaults_match_the_manifests() -> None:
+    from forewarn.providers.kubernetes.settings import SERVICE_ACCOUNT_DIR
+
+    assert str(SERVICE_ACCOUNT_DIR) == "/var/run/secrets/kubernetes.io/serviceaccount"

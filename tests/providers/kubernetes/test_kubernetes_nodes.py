@@ -1,0 +1,293 @@
+"""The pure node parser: Node objects and watch lines to reports, with hypothesis."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import pytest
+from forewarn.agent.protocol import Report
+from forewarn.providers.base import ParseError
+from forewarn.providers.kubernetes.nodes import (
+    CORDON_TAINT,
+    changes,
+    node_reports,
+    notice_id,
+    parse_event,
+    parse_list,
+)
+from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+NODE = "ip-10-0-1-2.ec2.internal"
+TAINTS = frozenset(DEFAULT_DRAIN_TAINTS)
+
+
+def node(
+    name: str = NODE,
+    unschedulable: bool | None = None,
+    taints: list[dict[str, Any]] | None = None,
+    ready: tuple[str, str, str] = ("True", "KubeletReady", "kubelet is posting ready status"),
+    deleting: str | None = None,
+) -> dict[str, Any]:
+    status, reason, message = ready
+    spec: dict[str, Any] = {}
+    if unschedulable is not None:
+        spec["unschedulable"] = unschedulable
+    if taints is not None:
+        spec["taints"] = taints
+    metadata: dict[str, Any] = {"name": name, "resourceVersion": "42"}
+    if deleting:
+        metadata["deletionTimestamp"] = deleting
+    return {
+        "kind": "Node",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": status, "reason": reason, "message": message},
+            ]
+        },
+    }
+
+
+def ids(reports: list[Report]) -> dict[str, str]:
+    return {report.id: report.action for report in reports}
+
+
+def test_quiet_node_has_no_reports() -> None:
+    assert node_reports(node(), NODE, TAINTS) == []
+
+
+def test_cordon_and_its_taint_are_one_drain() -> None:
+    reports = node_reports(
+        node(unschedulable=True, taints=[{"key": CORDON_TAINT, "effect": "NoSchedule"}]),
+        NODE,
+        TAINTS,
+    )
+    assert ids(reports) == {f"kubernetes/{NODE}/cordon": "drain"}
+    assert reports[0].reason == "node-drain"
+    assert reports[0].detail["taint"] == {"key": CORDON_TAINT, "effect": "NoSchedule"}
+
+
+def test_deletion_candidate_is_not_a_drain() -> None:
+    taint = {"key": "DeletionCandidateOfClusterAutoscaler", "effect": "PreferNoSchedule"}
+    assert node_reports(node(taints=[taint]), NODE, TAINTS) == []
+
+
+def test_cluster_autoscaler_deletion_drains() -> None:
+    taint = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1732936000", "effect": "NoSchedule"}
+    reports = node_reports(node(taints=[taint]), NODE, TAINTS)
+    assert ids(reports) == {f"kubernetes/{NODE}/taint/ToBeDeletedByClusterAutoscaler": "drain"}
+    assert reports[0].detail == {"node": NODE, "condition": "taint", "taint": taint}
+
+
+def test_shutdown_matches_the_message_not_the_reason() -> None:
+    shutting = node(ready=("False", "KubeletNotReady", "node is shutting down"))
+    assert ids(node_reports(shutting, NODE, TAINTS)) == {f"kubernetes/{NODE}/shutdown": "terminate"}
+    by_reason = node(ready=("False", "node is shutting down", "PLEG is not healthy"))
+    assert node_reports(by_reason, NODE, TAINTS) == []
+    unknown = node(ready=("Unknown", "NodeStatusUnknown", "node is shutting down"))
+    assert node_reports(unknown, NODE, TAINTS) == []
+    # Kubelets phrase it inside a longer message too.
+    long = node(ready=("False", "KubeletNotReady", "[container runtime ok, Node is shutting down]"))
+    assert ids(node_reports(long, NODE, TAINTS)) == {f"kubernetes/{NODE}/shutdown": "terminate"}
+
+
+def test_deletion_timestamp_drains() -> None:
+    reports = node_reports(node(deleting="2026-11-30T03:00:00Z"), NODE, TAINTS)
+    assert ids(reports) == {f"kubernetes/{NODE}/deleting": "drain"}
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ([], "node is not a JSON object"),
+        ({"metadata": {}}, "no name"),
+        ({"metadata": {"name": "other"}}, "watching"),
+        ({"metadata": {"name": NODE}, "spec": {"unschedulable": "yes"}}, "not a boolean"),
+        ({"metadata": {"name": NODE}, "spec": {"taints": {}}}, "spec.taints is not a list"),
+        ({"metadata": {"name": NODE}, "spec": {"taints": [{"effect": "NoSchedule"}]}}, "no key"),
+        ({"metadata": {"name": NODE}, "status": {"conditions": "Ready"}}, "not a list"),
+    ],
+)
+def test_bad_nodes_raise_parse_errors(payload: Any, message: str) -> None:
+    with pytest.raises(ParseError, match=message):
+        node_reports(payload, NODE, TAINTS)
+
+
+def test_parse_list() -> None:
+    listed = parse_list(
+        {"kind": "NodeList", "metadata": {"resourceVersion": "77"}, "items": [node()]}
+    )
+    assert listed.resource_version == "77"
+    assert listed.node is not None
+    empty = parse_list({"kind": "NodeList", "metadata": {"resourceVersion": "78"}, "items": []})
+    assert empty.node is None
+    with pytest.raises(ParseError, match="resourceVersion"):
+        parse_list({"kind": "NodeList", "metadata": {}, "items": []})
+    with pytest.raises(ParseError, match="matched 2 nodes"):
+        parse_list({"metadata": {"resourceVersion": "1"}, "items": [node(), node()]})
+
+
+def test_parse_event() -> None:
+    event = parse_event(json.dumps({"type": "MODIFIED", "object": node()}))
+    assert event.type == "MODIFIED"
+    assert event.resource_version == "42"
+    bookmark = parse_event(
+        b'{"type":"BOOKMARK","object":{"kind":"Node","metadata":{"resourceVersion":"99"}}}'
+    )
+    assert bookmark.resource_version == "99"
+    error = parse_event(
+        '{"type":"ERROR","object":{"kind":"Status","code":410,"message":"too old"}}'
+    )
+    assert (error.status_code, error.message, error.resource_version) == (410, "too old", None)
+    for bad, message in [
+        ("{", "not JSON"),
+        ('{"type":"SYNC","object":{}}', "unknown watch event type"),
+        ('{"type":"ADDED","object":{"metadata":{}}}', "no metadata.resourceVersion"),
+        ('{"type":"ADDED"}', "not a JSON object"),
+    ]:
+        with pytest.raises(ParseError, match=message):
+            parse_event(bad)
+
+
+def test_ids_stay_within_the_protocol_limit() -> None:
+    long_name = "n" * 253
+    long_key = "example.com/" + "k" * 240
+    first = notice_id(long_name, "taint", long_key)
+    assert len(first) <= 200
+    assert first == notice_id(long_name, "taint", long_key)
+    assert first != notice_id(long_name, "taint", long_key + "x")
+
+
+# Property tests.
+
+names = st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,40}[a-z0-9])?", fullmatch=True) | st.builds(
+    lambda head, n: head + "x" * n, st.sampled_from(["gpu-", "ip-10-0-0-1."]), st.integers(0, 250)
+)
+keys = st.one_of(
+    st.sampled_from([*DEFAULT_DRAIN_TAINTS, "DeletionCandidateOfClusterAutoscaler", "x/y"]),
+    st.from_regex(r"[a-z]{1,20}(\.[a-z]{1,10})?/[A-Za-z0-9-]{1,60}", fullmatch=True),
+)
+taint_lists = st.lists(
+    st.fixed_dictionaries(
+        {"key": keys, "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"])},
+        optional={"value": st.text(max_size=20), "timeAdded": st.just("2026-11-30T03:00:00Z")},
+    ),
+    max_size=6,
+)
+ready_states = st.tuples(
+    st.sampled_from(["True", "False", "Unknown"]),
+    st.sampled_from(["KubeletReady", "KubeletNotReady", "node is shutting down"]),
+    st.sampled_from(["node is shutting down", "Node is shutting down now", "PLEG", ""]),
+)
+configured = st.frozensets(keys, max_size=8) | st.just(TAINTS)
+
+
+@st.composite
+def nodes(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    name = draw(names)
+    payload = node(
+        name=name,
+        unschedulable=draw(st.none() | st.booleans()),
+        taints=draw(st.none() | taint_lists),
+        ready=draw(ready_states),
+        deleting=draw(st.none() | st.just("2026-11-30T03:00:00Z")),
+    )
+    return name, payload
+
+
+@given(nodes(), configured)
+@settings(max_examples=120, deadline=None)
+def test_reports_follow_the_node(
+    sample: tuple[str, dict[str, Any]], taints: frozenset[str]
+) -> None:
+    name, payload = sample
+    reports = node_reports(payload, name, taints)
+    got = ids(reports)
+    spec = payload["spec"]
+    present = {t["key"] for t in spec.get("taints") or []}
+    expected: dict[str, str] = {}
+    if spec.get("unschedulable") or (CORDON_TAINT in present and CORDON_TAINT in taints):
+        expected[notice_id(name, "cordon")] = "drain"
+    for key in present & taints - {CORDON_TAINT}:
+        expected[notice_id(name, "taint", key)] = "drain"
+    if payload["metadata"].get("deletionTimestamp"):
+        expected[notice_id(name, "deleting")] = "drain"
+    ready = payload["status"]["conditions"][1]
+    if ready["status"] == "False" and "node is shutting down" in ready["message"].lower():
+        expected[notice_id(name, "shutdown")] = "terminate"
+    assert got == expected
+    assert len(got) == len(reports)  # one report per id
+    for report in reports:
+        assert report.provider == "kubernetes"
+        assert report.reason == "node-drain"
+        assert len(report.id) <= 200
+        assert report.detail["node"] == name
+    # The same node gives the same ids again (stable over repeated events).
+    assert ids(node_reports(payload, name, taints)) == got
+
+
+@given(st.lists(nodes().map(lambda s: s[1]), min_size=1, max_size=6), configured)
+@settings(max_examples=60, deadline=None)
+def test_changes_replay_to_the_current_state(
+    payloads: list[dict[str, Any]], taints: frozenset[str]
+) -> None:
+    """Feeding successive node states through `changes` leaves exactly the current notices
+    active, with a clear for everything that went away, and nothing sent twice."""
+    board: dict[str, str] = {}
+    active: dict[str, Report] = {}
+    for payload in payloads:
+        payload = {**payload, "metadata": {**payload["metadata"], "name": NODE}}
+        current = node_reports(payload, NODE, taints)
+        for report in changes(active, current):
+            if report.action == "clear":
+                assert report.id in board
+                del board[report.id]
+            else:
+                assert board.get(report.id) != report.action  # a real change only
+                board[report.id] = report.action
+        active = {report.id: report for report in current}
+        assert board == ids(current)
+
+
+@given(st.binary(max_size=200) | st.text(max_size=200))
+def test_garbage_lines_raise_only_parse_errors(line: bytes | str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_event(line)
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "metadata",
+                        "name",
+                        "spec",
+                        "status",
+                        "taints",
+                        "key",
+                        "conditions",
+                        "type",
+                        "message",
+                        "unschedulable",
+                    ]
+                ),
+                inner,
+                max_size=4,
+            )
+        ),
+        max_leaves=20,
+    )
+)
+def test_garbage_nodes_raise_only_parse_errors(payload: Any) -> None:
+    with contextlib.suppress(ParseError):
+        node_reports(payload, NODE, TAINTS)

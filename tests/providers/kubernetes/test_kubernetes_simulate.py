@@ -1,0 +1,193 @@
+"""The node API simulator itself, and `forewarn simulate kubernetes`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from forewarn.providers.kubernetes.simulate import (
+    DEFAULT_NODE,
+    KubernetesSimulator,
+    drill_script,
+    merge_patch,
+)
+from forewarn.providers.simulator import SimServer
+from support import agent_env, forewarn_cmd
+
+NODE = "sim-node"
+AUTH = {"Authorization": "Bearer secret"}
+
+
+@pytest.fixture
+def api() -> Iterator[httpx.Client]:
+    sim = KubernetesSimulator(node=NODE, token="secret", max_watch_seconds=1, bookmark_interval=0.2)
+    with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as client:
+        yield client
+
+
+def selector(name: str = NODE) -> dict[str, str]:
+    return {"fieldSelector": f"metadata.name={name}"}
+
+
+def watch_lines(client: httpx.Client, **params: str) -> list[dict[str, object]]:
+    query = {**selector(), "watch": "1", **params}
+    with client.stream("GET", "/api/v1/nodes", params=query, headers=AUTH, timeout=5) as response:
+        assert response.status_code == 200
+        return [json.loads(line) for line in response.iter_lines() if line]
+
+
+def test_list_and_field_selector(api: httpx.Client) -> None:
+    listed = api.get("/api/v1/nodes", params=selector(), headers=AUTH).json()
+    assert listed["kind"] == "NodeList"
+    assert [item["metadata"]["name"] for item in listed["items"]] == [NODE]
+    assert (
+        listed["metadata"]["resourceVersion"] == listed["items"][0]["metadata"]["resourceVersion"]
+    )
+    other = api.get("/api/v1/nodes", params=selector("other"), headers=AUTH).json()
+    assert other["items"] == []
+    bad = api.get("/api/v1/nodes", params={"fieldSelector": "spec.foo=1"}, headers=AUTH)
+    assert bad.status_code == 400
+
+
+def test_wrong_or_missing_token_is_401(api: httpx.Client) -> None:
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        response = api.get("/api/v1/nodes", headers=headers)
+        assert response.status_code == 401
+        assert response.json()["reason"] == "Unauthorized"
+    api.post("/_sim/notices", json={"kind": "rotate-token", "token": "new"})
+    assert api.get("/api/v1/nodes", headers=AUTH).status_code == 401
+    assert api.get("/api/v1/nodes", headers={"Authorization": "Bearer new"}).status_code == 200
+
+
+def test_watch_replays_from_a_version_then_times_out(api: httpx.Client) -> None:
+    start = api.get("/api/v1/nodes", params=selector(), headers=AUTH).json()
+    rv = start["metadata"]["resourceVersion"]
+    api.post("/_sim/notices", json={"kind": "cordon"})
+    api.post("/_sim/notices", json={"kind": "taint", "key": "karpenter.sh/disrupted"})
+    began = time.monotonic()
+    events = watch_lines(api, resourceVersion=rv, timeoutSeconds="1")
+    assert time.monotonic() - began < 4
+    kinds = [event["type"] for event in events]
+    assert kinds == ["MODIFIED", "MODIFIED"]  # no bookmarks unless asked for
+    cordoned = events[0]["object"]
+    assert cordoned["spec"]["unschedulable"] is True  # type: ignore[index]
+    assert cordoned["spec"]["taints"][0]["key"] == "node.kubernetes.io/unschedulable"  # type: ignore[index]
+
+
+def test_watch_from_zero_starts_with_added_and_bookmarks(api: httpx.Client) -> None:
+    events = watch_lines(api, resourceVersion="0", allowWatchBookmarks="true")
+    assert events[0]["type"] == "ADDED"
+    assert {event["type"] for event in events[1:]} == {"BOOKMARK"}
+    assert len(events) >= 3
+
+
+def test_too_old_version_is_gone(api: httpx.Client) -> None:
+    rv = api.get("/api/v1/nodes", headers=AUTH).json()["metadata"]["resourceVersion"]
+    api.post("/_sim/notices", json={"kind": "compact"})
+    events = watch_lines(api, resourceVersion=rv)
+    assert events == [
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": events[0]["object"]["message"],  # type: ignore[index]
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+    ]
+    api.post("/_sim/notices", json={"kind": "compact", "as": "status"})
+    response = api.get("/api/v1/nodes", params={"watch": "1", "resourceVersion": rv}, headers=AUTH)
+    assert response.status_code == 410
+
+
+def test_patch_cordons_like_kubectl(api: httpx.Client) -> None:
+    patch = {"spec": {"unschedulable": True}}
+    headers = {**AUTH, "Content-Type": "application/strategic-merge-patch+json"}
+    node = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(patch), headers=headers).json()
+    assert node["spec"]["unschedulable"] is True
+    assert [t["key"] for t in node["spec"]["taints"]] == ["node.kubernetes.io/unschedulable"]
+    undo = {"spec": {"unschedulable": None}}
+    node = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(undo), headers=headers).json()
+    assert "unschedulable" not in node["spec"]
+    assert "taints" not in node["spec"]
+    wrong = api.patch(
+        f"/api/v1/nodes/{NODE}", content="{}", headers={**AUTH, "Content-Type": "text/plain"}
+    )
+    assert wrong.status_code == 415
+    missing = api.patch("/api/v1/nodes/other", content="{}", headers=headers)
+    assert missing.status_code == 404
+
+
+def test_control_errors(api: httpx.Client) -> None:
+    assert api.post("/_sim/notices", json={"kind": "flood"}).status_code == 400
+    assert api.post("/_sim/notices", json={"kind": "taint"}).status_code == 400
+    assert (
+        api.post("/_sim/notices", json={"kind": "taint", "key": "k", "effect": "Nope"}).status_code
+        == 400
+    )
+    assert api.delete("/_sim/notices/cordon").status_code == 404  # not cordoned
+    notice = api.post("/_sim/notices", json={"kind": "taint", "key": "k"}).json()["id"]
+    changed = api.patch(f"/_sim/notices/{notice}", json={"effect": "NoExecute"})
+    assert changed.status_code == 200
+    taints = api.get("/_sim/state").json()["node"]["spec"]["taints"]
+    assert taints[0]["effect"] == "NoExecute"
+
+
+def test_merge_patch() -> None:
+    assert merge_patch({"a": {"b": 1, "c": 2}}, {"a": {"b": None, "d": 3}}) == {
+        "a": {"c": 2, "d": 3}
+    }
+    assert merge_patch({"a": [1]}, {"a": [2]}) == {"a": [2]}
+
+
+def test_drill_script_matches_the_simulator_defaults() -> None:
+    script = drill_script()
+    assert script["drain"] == ("cordon", {})
+    assert script["terminate"] == ("shutdown", {})
+    env = script["env"]
+    assert env["FOREWARN_KUBERNETES_NODE_NAME"] == DEFAULT_NODE
+    assert Path(env["FOREWARN_KUBERNETES_TOKEN_FILE"]).read_text().strip()
+    sim = KubernetesSimulator()
+    assert sim.node_name == DEFAULT_NODE
+    assert sim.token is None  # accepts the drill's token file, whatever it holds
+
+
+def test_cli_serves_the_node(tmp_path: Path) -> None:
+    command = forewarn_cmd("simulate", "kubernetes", "--node", "cli-node", "--token", "tok")
+    proc = subprocess.Popen(
+        command,
+        env=agent_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = None
+        deadline = time.monotonic() + 15
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if "listening on" in line:
+                url = line.rsplit(" ", 1)[-1].strip()
+        assert url is not None and url.startswith("http://127.0.0.1:")
+        with httpx.Client(base_url=url, trust_env=False) as client:
+            listed = client.get(
+                "/api/v1/nodes",
+                params=selector("cli-node"),
+                headers={"Authorization": "Bearer tok"},
+            )
+            assert listed.json()["items"][0]["metadata"]["name"] == "cli-node"
+            assert client.get("/api/v1/nodes").status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert proc.returncode == 0

@@ -1,0 +1,290 @@
+"""The node watcher over real HTTP against the node API simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
+from k8s_support import NODE, TOKEN, Cluster, Running
+
+CORDON = f"kubernetes/{NODE}/cordon"
+SHUTDOWN = f"kubernetes/{NODE}/shutdown"
+
+
+async def test_cordon_drains_and_uncordon_clears(cluster: Cluster, watching: Running) -> None:
+    cluster.raise_("cordon")
+    drain = await watching.report("drain", CORDON)
+    assert drain.reason == "node-drain"
+    assert drain.provider == "kubernetes"
+    assert drain.detail["unschedulable"] is True
+    assert drain.detail["taint"]["key"] == "node.kubernetes.io/unschedulable"
+    cluster.withdraw("cordon")
+    await watching.report("clear", CORDON)
+    # spec.unschedulable and the mirrored taint are one notice, not two.
+    assert watching.summary() == [("drain", CORDON), ("clear", CORDON)]
+    assert watching.watcher.lists == 1
+
+
+@pytest.mark.parametrize("key", [k for k in DEFAULT_DRAIN_TAINTS if "unschedulable" not in k])
+async def test_each_deletion_taint_drains(cluster: Cluster, watching: Running, key: str) -> None:
+    effect = "NoExecute" if key == "node.kubernetes.io/out-of-service" else "NoSchedule"
+    notice = cluster.raise_("taint", key=key, value="1700000000", effect=effect)
+    report = await watching.report("drain", f"kubernetes/{NODE}/taint/{key}")
+    assert report.detail["taint"] == {
+        "key": key,
+        "value": "1700000000",
+        "effect": effect,
+        "timeAdded": report.detail["taint"]["timeAdded"],
+    }
+    cluster.withdraw(notice)
+    await watching.report("clear", f"kubernetes/{NODE}/taint/{key}")
+
+
+async def test_cordon_taint_alone_drains(cluster: Cluster, watching: Running) -> None:
+    cluster.raise_("taint", key="node.kubernetes.io/unschedulable")
+    report = await watching.report("drain", CORDON)
+    assert report.detail["unschedulable"] is False
+
+
+async def test_candidate_and_unlisted_taints_do_nothing(
+    cluster: Cluster, watching: Running
+) -> None:
+    cluster.raise_("taint", key="DeletionCandidateOfClusterAutoscaler", effect="PreferNoSchedule")
+    cluster.raise_("taint", key="nvidia.com/gpu", effect="NoSchedule")
+    cluster.raise_("cordon")  # a marker: once it is seen, the earlier taints were seen too
+    await watching.report("drain", CORDON)
+    assert watching.summary() == [("drain", CORDON)]
+
+
+async def test_configured_taint_list(cluster: Cluster, start_watcher: Any) -> None:
+    running = await start_watcher(
+        url=cluster.url, node_name=NODE, token_file=cluster.token_file, taints=["example.com/bye"]
+    )
+    cluster.raise_("taint", key="karpenter.sh/disrupted")
+    cluster.raise_("taint", key="example.com/bye")
+    await running.report("drain", f"kubernetes/{NODE}/taint/example.com/bye")
+    assert running.summary() == [("drain", f"kubernetes/{NODE}/taint/example.com/bye")]
+
+
+async def test_shutdown_condition_terminates(cluster: Cluster, watching: Running) -> None:
+    cluster.raise_("shutdown")
+    report = await watching.report("terminate", SHUTDOWN)
+    assert report.detail["reason"] == "KubeletNotReady"
+    assert report.detail["message"] == "node is shutting down"
+    cluster.withdraw("shutdown")  # a cancelled shutdown: Ready again
+    await watching.report("clear", SHUTDOWN)
+
+
+async def test_not_ready_for_another_reason_is_not_a_shutdown(
+    cluster: Cluster, watching: Running
+) -> None:
+    cluster.raise_("shutdown", message="container runtime is down", reason="KubeletNotReady")
+    # Matching is on the message: a reason that says shutdown does not count either.
+    cluster.raise_("shutdown", message="PLEG is not healthy", reason="node is shutting down")
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    assert watching.summary() == [("drain", CORDON)]
+
+
+async def test_410_as_http_status_relists(cluster: Cluster, watching: Running) -> None:
+    cluster.raise_("compact", **{"as": "status"})
+    cluster.raise_("timeout")  # the watch ends and resumes from an rv that is now too old
+    await watching.until(lambda: watching.watcher.lists == 2, what="a relist")
+    assert any(entry["outcome"] == "gone-status" for entry in cluster.state()["watch_log"])
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    assert watching.health.errors == 0
+
+
+async def test_410_in_stream_relists(cluster: Cluster, watching: Running) -> None:
+    cluster.raise_("compact", **{"as": "stream"})
+    cluster.raise_("timeout")
+    await watching.until(lambda: watching.watcher.lists == 2, what="a relist")
+    assert any(entry["outcome"] == "gone-stream" for entry in cluster.state()["watch_log"])
+    cluster.raise_("shutdown")
+    await watching.report("terminate", SHUTDOWN)
+
+
+async def test_410_on_an_open_watch_relists_and_catches_up(
+    cluster: Cluster, watching: Running
+) -> None:
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    # The watch falls out of the history while the node changes: the relist must find out.
+    with cluster.sim.lock:
+        cluster.sim.raise_notice("shutdown", {})
+        cluster.sim.withdraw("cordon")
+        cluster.sim.raise_notice("compact", {"expire_watches": True})
+    await watching.report("terminate", SHUTDOWN)
+    await watching.report("clear", CORDON)
+    assert watching.watcher.lists == 2
+
+
+async def test_server_side_timeout_resumes_from_last_version(
+    tmp_path: Path, start_watcher: Any
+) -> None:
+    from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+    from forewarn.providers.simulator import SimServer
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    sim = KubernetesSimulator(node=NODE, token=TOKEN, max_watch_seconds=0.3, bookmark_interval=30)
+    with SimServer(sim) as server:
+        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
+        await running.until(lambda: running.watcher.watches >= 4, what="several watches")
+        sim.raise_notice("cordon", {})
+        await running.report("drain", CORDON)
+        with sim.lock:
+            versions = [entry["resourceVersion"] for entry in sim.watch_log]
+            lists = sim.counts["lists"]
+        assert lists == 1  # a timeout is resumed, never relisted
+        assert all(version not in ("", "0") for version in versions)
+        assert running.health.errors == 0
+
+
+async def test_bookmarks_move_the_resume_point(tmp_path: Path, start_watcher: Any) -> None:
+    from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+    from forewarn.providers.simulator import SimServer
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    sim = KubernetesSimulator(node=NODE, token=TOKEN, max_watch_seconds=30, bookmark_interval=0.1)
+    with SimServer(sim) as server:
+        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
+        await running.until(lambda: running.watcher.watches >= 1)
+        # Other objects move the cluster's resourceVersion on; only a bookmark says so.
+        sim.raise_notice("compact", {"as": "status"})
+        target = str(sim.rv)
+        await running.until(lambda: running.watcher.resource_version == target, what="a bookmark")
+        assert running.watcher.bookmarks >= 1
+        sim.raise_notice("timeout", {})
+        await running.until(lambda: running.watcher.watches >= 2, what="a resumed watch")
+        assert sim.watch_log[-1] == {"resourceVersion": target, "outcome": "ok"}
+        assert running.watcher.lists == 1  # thanks to the bookmark, no 410
+
+
+async def test_token_rotation_is_picked_up(cluster: Cluster, watching: Running) -> None:
+    # The API server stops accepting the old token before the kubelet rewrites the file.
+    cluster.raise_("rotate-token", token="token-two")
+    cluster.raise_("timeout")
+    await watching.until(lambda: watching.health.errors_by_kind.get("unauthorized", 0) >= 1)
+    cluster.token_file.write_text("token-two\n")
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    assert cluster.state()["unauthorized"] >= 1
+    assert watching.health.last_error is None  # recovered
+
+
+async def test_rotated_file_is_read_on_reconnect(cluster: Cluster, watching: Running) -> None:
+    cluster.token_file.write_text("token-three\n")
+    cluster.raise_("rotate-token", token="token-three")
+    cluster.raise_("timeout")
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    assert cluster.state()["unauthorized"] == 0
+
+
+async def test_node_deleted_terminates(cluster: Cluster, watching: Running) -> None:
+    cluster.raise_("delete")
+    await watching.report("terminate", f"kubernetes/{NODE}/deleted")
+    cluster.withdraw("node")
+    await watching.report("clear", f"kubernetes/{NODE}/deleted")
+
+
+async def test_active_notices_on_start_are_reported(cluster: Cluster, start_watcher: Any) -> None:
+    cluster.raise_("cordon")
+    cluster.raise_("shutdown")
+    running = await start_watcher(url=cluster.url, node_name=NODE, token_file=cluster.token_file)
+    await running.report("drain", CORDON)
+    await running.report("terminate", SHUTDOWN)
+
+
+async def test_node_name_from_env(cluster: Cluster, start_watcher: Any) -> None:
+    running = await start_watcher(
+        env={"NODE_NAME": NODE}, url=cluster.url, token_file=cluster.token_file
+    )
+    cluster.raise_("cordon")
+    await running.report("drain", CORDON)
+
+
+async def test_no_node_name_is_one_clear_error(
+    cluster: Cluster, start_watcher: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = await start_watcher(url=cluster.url, token_file=cluster.token_file)
+    await running.until(lambda: running.health.errors >= 1)
+    assert running.health.errors_by_kind == {"config": 1}
+    assert not running.task.done()  # waits for a fix instead of crashing
+    lines = [r.getMessage() for r in caplog.records if "NODE_NAME" in r.getMessage()]
+    assert len(lines) == 1
+    assert "downward API" in lines[0]
+    assert cluster.state()["requests"] == {}
+
+
+async def test_unreadable_token_is_one_clear_error(
+    start_watcher: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = tmp_path / "no-such-dir" / "token"
+    running = await start_watcher(
+        env={"KUBERNETES_SERVICE_HOST": "127.0.0.1"}, node_name=NODE, token_file=missing
+    )
+    await running.until(lambda: running.health.errors >= 1)
+    assert running.health.errors_by_kind == {"config": 1}
+    assert not running.task.done()
+    lines = [r.getMessage() for r in caplog.records if "token" in r.getMessage()]
+    assert len(lines) == 1
+    assert f"service-account token {missing} is unreadable" in lines[0]
+
+
+async def test_wrong_node_name_says_so(cluster: Cluster, start_watcher: Any) -> None:
+    running = await start_watcher(
+        url=cluster.url, node_name="not-this-one", token_file=cluster.token_file
+    )
+    await running.until(lambda: running.watcher.watches >= 1)
+    assert running.health.errors_by_kind == {"node-not-found": 1}
+    assert not running.health.ready  # a watch on a node that is not there is no success
+
+
+async def test_detect(tmp_path: Path) -> None:
+    from forewarn.providers.base import PollHealth, WatcherContext
+    from forewarn.providers.kubernetes.settings import Settings
+    from forewarn.providers.kubernetes.watch import KubernetesWatcher
+
+    token = tmp_path / "token"
+    context = WatcherContext(tmp_path, tmp_path, PollHealth("kubernetes"))
+    settings = Settings(token_file=token)
+    in_pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert not await KubernetesWatcher(settings, context, env=in_pod).detect()
+    token.write_text("x")
+    assert await KubernetesWatcher(settings, context, env=in_pod).detect()
+    assert not await KubernetesWatcher(settings, context, env={}).detect()
+
+
+async def test_unreachable_server_is_a_transport_error_and_retried(start_watcher: Any) -> None:
+    running = await start_watcher(url="http://127.0.0.1:9", node_name=NODE)
+    await running.until(lambda: running.health.errors_by_kind.get("transport", 0) >= 2)
+    assert not running.task.done()
+
+
+async def test_garbage_in_the_stream_is_a_parse_error_then_a_relist(start_watcher: Any) -> None:
+    import httpx
+    import respx
+
+    base = "http://127.0.0.1:6443"
+    listed = {
+        "kind": "NodeList",
+        "metadata": {"resourceVersion": "10"},
+        "items": [{"kind": "Node", "metadata": {"name": NODE, "resourceVersion": "10"}}],
+    }
+    with respx.mock(assert_all_mocked=True) as mock:
+        route = mock.get(f"{base}/api/v1/nodes")
+        route.side_effect = lambda request: (
+            httpx.Response(200, content=b'{"type":"MODIFIED","object":\n')
+            if request.url.params.get("watch")
+            else httpx.Response(200, json=listed)
+        )
+        running = await start_watcher(url=base, node_name=NODE)
+        await running.until(lambda: running.watcher.lists >= 2, what="a relist after garbage")
+        assert running.health.errors_by_kind.get("parse", 0) >= 1
+        assert not running.task.done()
