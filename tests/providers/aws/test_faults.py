@@ -16,13 +16,19 @@ from forewarn.providers.aws.imds import SPOT_PATH, TOKEN_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
 
-INTERVAL = 0.5  # the default spot cadence
+# Twice the default cadence, to keep the suite fast; "two poll periods" scales with it.
+INTERVAL = 0.25
 TIMEOUT = 0.3
 # Scheduling slack on a loaded two-core machine; the assertion stays far below what any
 # backoff (or a missed poll) would produce.
 SLACK = 0.6
-# The 5 s paths at 1 s, so that every path has polled again soon after a fault ends.
-SLOW_PATHS = {"scheduled_interval": 1.0, "asg_interval": 1.0}
+CADENCE = {
+    "spot_interval": INTERVAL,
+    "rebalance_interval": INTERVAL,
+    # The 5 s paths at 0.5 s, so that every path has polled again soon after a fault ends.
+    "scheduled_interval": 0.5,
+    "asg_interval": 0.5,
+}
 
 
 def log_lines(caplog: pytest.LogCaptureFixture, kind: str) -> list[str]:
@@ -81,7 +87,7 @@ async def test_a_fault_is_counted_logged_once_and_outlived(
 ) -> None:
     caplog.set_level(logging.INFO)
     fault_id = sim.raise_notice("fault", {"path": "/latest/meta-data/", **fault})
-    async with watching(server.url, timeout=TIMEOUT, **SLOW_PATHS) as run:
+    async with watching(server.url, timeout=TIMEOUT, **CADENCE) as run:
         await recovers(
             run,
             kind,
@@ -117,7 +123,7 @@ async def test_connection_refused_then_imds_comes_up(
         servers.append(SimServer(sim, port=port).start())
 
     try:
-        async with watching(f"http://127.0.0.1:{port}", timeout=TIMEOUT, **SLOW_PATHS) as run:
+        async with watching(f"http://127.0.0.1:{port}", timeout=TIMEOUT, **CADENCE) as run:
             await recovers(run, "connect", come_up, lambda: sim.raise_notice("spot", {}), caplog)
     finally:
         for server in servers:
@@ -171,7 +177,11 @@ async def test_transport_faults(
         fake.fault = error
         transport = httpx.MockTransport(mock.async_handler)
         async with watching(
-            "http://imds.test", transport, rebalance_interval=0, timeout=TIMEOUT
+            "http://imds.test",
+            transport,
+            spot_interval=INTERVAL,
+            rebalance_interval=0,
+            timeout=TIMEOUT,
         ) as run:
 
             def end() -> None:
