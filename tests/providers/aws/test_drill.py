@@ -35,6 +35,20 @@ class Stubbed:
         self.fis = Stubber(self.clients.fis)
         self.iam = Stubber(self.clients.iam)
 
+    def created_and_started(self, template_id: str, template: dict[str, Any]) -> None:
+        self.fis.add_response(
+            "create_experiment_template", {"experimentTemplate": {"id": template_id}}, template
+        )
+        self.fis.add_response(
+            "start_experiment",
+            {"experiment": {"id": "EXP1", "state": {"status": "initiating"}}},
+            {
+                "clientToken": ANY,
+                "experimentTemplateId": template_id,
+                "tags": {"Name": "forewarn-drill"},
+            },
+        )
+
     def state(self, status: str, reason: str = "") -> None:
         self.fis.add_response(
             "get_experiment",
@@ -81,16 +95,7 @@ def expected_template(role: str = ROLE, duration: str = "PT2M") -> dict[str, Any
 def test_the_drill_creates_starts_follows_and_deletes(
     stubbed: Stubbed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stubbed.fis.add_response(
-        "create_experiment_template",
-        {"experimentTemplate": {"id": "EXT1"}},
-        expected_template(duration="PT3M"),
-    )
-    stubbed.fis.add_response(
-        "start_experiment",
-        {"experiment": {"id": "EXP1", "state": {"status": "initiating"}}},
-        {"clientToken": ANY, "experimentTemplateId": "EXT1", "tags": {"Name": "forewarn-drill"}},
-    )
+    stubbed.created_and_started("EXT1", expected_template(duration="PT3M"))
     for status in ("initiating", "running", "running", "completed"):
         stubbed.state(status, "Experiment completed." if status == "completed" else "")
     stubbed.fis.add_response("delete_experiment_template", {}, {"id": "EXT1"})
@@ -122,14 +127,7 @@ def test_the_drill_creates_starts_follows_and_deletes(
 def test_a_failed_experiment_still_deletes_the_template(
     stubbed: Stubbed, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stubbed.fis.add_response(
-        "create_experiment_template", {"experimentTemplate": {"id": "EXT2"}}, expected_template()
-    )
-    stubbed.fis.add_response(
-        "start_experiment",
-        {"experiment": {"id": "EXP1"}},
-        {"clientToken": ANY, "experimentTemplateId": "EXT2", "tags": {"Name": "forewarn-drill"}},
-    )
+    stubbed.created_and_started("EXT2", expected_template())
     stubbed.state("failed", "Target resolution returned empty set")
     stubbed.fis.add_response("delete_experiment_template", {}, {"id": "EXT2"})
     args = parse(
@@ -184,16 +182,7 @@ def test_create_role_makes_the_fis_role_first(stubbed: Stubbed) -> None:
         service_message="Unable to assume role",
         expected_params=expected_template(role=role_arn),
     )
-    stubbed.fis.add_response(
-        "create_experiment_template",
-        {"experimentTemplate": {"id": "EXT3"}},
-        expected_template(role=role_arn),
-    )
-    stubbed.fis.add_response(
-        "start_experiment",
-        {"experiment": {"id": "EXP1"}},
-        {"clientToken": ANY, "experimentTemplateId": "EXT3", "tags": {"Name": "forewarn-drill"}},
-    )
+    stubbed.created_and_started("EXT3", expected_template(role=role_arn))
     stubbed.state("completed")
     stubbed.fis.add_response("delete_experiment_template", {}, {"id": "EXT3"})
     plan = drill.make_plan(
