@@ -33,10 +33,16 @@ V1_RETRY_SECONDS = 60.0
 
 
 class ImdsError(Exception):
-    def __init__(self, kind: str, message: str) -> None:
+    """`hint`: the usual cause and its fix, for whoever reports the error to say once."""
+
+    def __init__(self, kind: str, message: str, hint: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.hint = hint
+
+    def explained(self) -> str:
+        return f"{self.message}: {self.hint}" if self.hint else self.message
 
 
 @dataclass
@@ -76,7 +82,7 @@ class ImdsClient:
         self._token: str | None = None
         self._renew_at = 0.0
         self._v1_until = 0.0  # while IMDSv1 stands in for a failed token PUT
-        self._explained: set[str] = set()
+        self._v1_announced = False
         self._requests: dict[tuple[str, str | None, float], httpx.Request] = {}
         self.tokens_fetched = 0
 
@@ -137,9 +143,9 @@ class ImdsClient:
         except ImdsError as error:
             if not self.imdsv1 or error.kind == "connect":
                 raise
-            if now >= self._v1_until and "v1" not in self._explained:
-                self._explained.add("v1")
-                log.warning("aws: %s; using IMDSv1 (tokenless) as configured", error.message)
+            if not self._v1_announced:
+                self._v1_announced = True
+                log.warning("aws: %s; using IMDSv1 (tokenless) as configured", error.explained())
             self._v1_until = now + V1_RETRY_SECONDS
             return None
 
@@ -150,7 +156,11 @@ class ImdsClient:
                 TOKEN_PATH, headers={TTL_HEADER: str(self.token_ttl)}, timeout=timeout
             )
         except httpx.TimeoutException:
-            raise ImdsError("token-timeout", self._once("token-timeout", timeout)) from None
+            raise ImdsError(
+                "token-timeout",
+                f"PUT {TOKEN_PATH} timed out after {timeout:g}s",
+                HOP_LIMIT_HINT,
+            ) from None
         except httpx.HTTPError as error:
             raise _transport_error(f"PUT {TOKEN_PATH}", error, timeout) from None
         status = response.status_code
@@ -169,14 +179,6 @@ class ImdsClient:
         self._renew_at = asked + ttl - margin
         self.tokens_fetched += 1
         return token
-
-    def _once(self, kind: str, timeout: float) -> str:
-        """The full explanation the first time, a short reminder afterwards."""
-        short = f"PUT {TOKEN_PATH} timed out after {timeout:g}s"
-        if kind in self._explained:
-            return short + " (again; see the first message for the cause)"
-        self._explained.add(kind)
-        return f"{short}: {HOP_LIMIT_HINT}"
 
 
 def _token_status_message(status: int) -> str:

@@ -129,6 +129,7 @@ class AwsWatcher:
             transport=transport,
         )
         self.paths = watched_paths(settings, clock)
+        self._explained: set[str] = set()
 
     async def detect(self) -> bool:
         """True when an EC2 instance identity document can be read within one second."""
@@ -184,7 +185,7 @@ class AwsWatcher:
         try:
             answer = await self.client.get(path.path)
         except ImdsError as error:
-            self._failed(path, error.kind, error.message)
+            self._failed(path, error.kind, self._describe(error))
             return not (error.kind.startswith("token") or error.kind == "unauthorized")
         except Exception as error:  # never let a surprise stop the watch
             self._failed(path, "internal", f"GET {path.path}: {type(error).__name__}: {error}")
@@ -209,6 +210,15 @@ class AwsWatcher:
         if not any(other.failing for other in self.paths):
             self.health.success()
         return True
+
+    def _describe(self, error: ImdsError) -> str:
+        """The cause and fix the first time an error kind has one; a reminder afterwards."""
+        if error.hint is None:
+            return error.message
+        if error.kind in self._explained:
+            return f"{error.message} (again; see the first message for the cause)"
+        self._explained.add(error.kind)
+        return error.explained()
 
     def _failed(self, path: WatchedPath, kind: str, message: str) -> None:
         path.failing = True

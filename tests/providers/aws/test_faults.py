@@ -3,6 +3,8 @@ sees a notice raised after the fault ends within two poll periods."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -13,7 +15,10 @@ import pytest
 import respx
 from conftest import Running, watching
 from forewarn.providers.aws.imds import SPOT_PATH, TOKEN_PATH
+from forewarn.providers.aws.settings import Settings
 from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.aws.watch import AwsWatcher
+from forewarn.providers.base import PollHealth
 from forewarn.providers.simulator import SimServer
 
 # Twice the default cadence, to keep the suite fast; "two poll periods" scales with it.
@@ -191,3 +196,23 @@ async def test_transport_faults(
                 fake.notice = True
 
             await recovers(run, kind, end, notice, caplog)
+
+
+async def test_detection_does_not_use_up_the_explanation(
+    sim: ImdsSimulator, server: SimServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 10})
+    watcher = AwsWatcher(Settings(url=server.url, timeout=0.2), PollHealth("aws"))
+    assert await watcher.detect()  # the token PUT hung here first
+    task = asyncio.create_task(watcher.watch(lambda report: None))
+    try:
+        deadline = time.monotonic() + 10
+        while watcher.health.errors < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await watcher.aclose()
+    (line,) = log_lines(caplog, "token-timeout")
+    assert "Fix:" in line
