@@ -121,7 +121,7 @@ class AwsWatcher:
         self.health = health
         self.clock = clock
         self.client = ImdsClient(
-            settings.url or DEFAULT_URL,
+            imds_url(settings.url),
             timeout=settings.timeout,
             token_ttl=settings.token_ttl,
             imdsv1=settings.imdsv1,
@@ -228,6 +228,16 @@ class AwsWatcher:
         await self.client.aclose()
 
 
+def imds_url(configured: str | None) -> str:
+    """The base URL to use; `127.0.0.1:1338` means http. IMDS has no https."""
+    url = (configured or DEFAULT_URL).strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    if not url.startswith("http://"):
+        raise ValueError(f"aws.url: IMDS speaks plain http, got {configured!r}")
+    return url
+
+
 def _status_message(path: str, answer: Answer) -> str:
     hint = {
         403: "IMDS refused the request (metadata endpoint disabled?)",
@@ -247,4 +257,4 @@ def build(settings: Settings, context: WatcherContext) -> AwsWatcher:
     return AwsWatcher(settings, context.health)
 
 
-__all__ = ["AwsWatcher", "WatchedPath", "build", "watched_paths"]
+__all__ = ["AwsWatcher", "WatchedPath", "build", "imds_url", "watched_paths"]

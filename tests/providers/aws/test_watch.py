@@ -15,7 +15,7 @@ from forewarn.agent.timefmt import parse_time
 from forewarn.providers.aws.imds import SCHEDULED_PATH, SPOT_PATH, TOKEN_PATH
 from forewarn.providers.aws.settings import Settings
 from forewarn.providers.aws.simulate import ImdsSimulator
-from forewarn.providers.aws.watch import AwsWatcher, build
+from forewarn.providers.aws.watch import AwsWatcher, build, imds_url
 from forewarn.providers.base import PollHealth, Watcher, WatcherContext
 from forewarn.providers.simulator import SimServer
 
@@ -275,3 +275,10 @@ def test_an_out_of_range_token_ttl_names_the_key(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("FOREWARN_AWS_TOKEN_TTL", ttl)
     with pytest.raises(ConfigError, match=r"aws\.token_ttl"):
         load_settings()
+
+
+def test_the_url_setting_is_checked() -> None:
+    assert imds_url(None) == "http://169.254.169.254"
+    assert imds_url("127.0.0.1:1338/") == "http://127.0.0.1:1338"
+    with pytest.raises(ValueError, match=r"aws\.url"):
+        imds_url("https://127.0.0.1:1338")
