@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -260,3 +262,20 @@ def test_bad_input_exits_2_naming_the_flag(
 @pytest.mark.parametrize(("text", "seconds"), [("PT2M", 120), ("PT600S", 600), ("PT2M30S", 150)])
 def test_durations(text: str, seconds: int) -> None:
     assert drill.duration_seconds(text) == seconds
+
+
+def test_boto3_is_imported_only_when_acting() -> None:
+    code = (
+        "import sys, argparse\n"
+        "import forewarn.providers.aws, forewarn.providers.aws.drill as d\n"
+        "import forewarn.providers.aws.watch, forewarn.providers.aws.simulate\n"
+        "p = argparse.ArgumentParser(); d.add_arguments(p)\n"
+        "a = p.parse_args(['--instance-id', 'i-0123456789abcdef0', '--region', 'eu-west-1',"
+        " '--role-arn', 'arn:aws:iam::123456789012:role/r'])\n"
+        "assert d.run(a) == 0\n"
+        "assert 'boto3' not in sys.modules and 'botocore' not in sys.modules, 'SDK loaded'\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
