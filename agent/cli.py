@@ -92,6 +92,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         "allow_remote": True if args.allow_remote else None,
         "exit_margin": args.exit_margin,
         "heartbeat_interval": args.heartbeat_interval,
+        "metrics_address": args.metrics_address,
         "log_level": args.log_level,
         "log_format": args.log_format,
     }
@@ -336,6 +337,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--heartbeat-interval",
         type=_duration("--heartbeat-interval"),
         help="seconds between heartbeats (default 1s)",
+    )
+    agent.add_argument(
+        "--metrics-address",
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9464 (default: off)",
     )
     agent.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     agent.add_argument("--log-format", choices=("text", "json"))

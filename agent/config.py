@@ -7,6 +7,7 @@ for a provider section (`FOREWARN_AWS_URL`, `FOREWARN_LOCAL_FLAG_FILE`).
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from forewarn.providers.digitalocean.settings import Settings as DigitalOceanSet
 from forewarn.providers.gcp.settings import Settings as GcpSettings
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
 from forewarn.providers.local.settings import Settings as LocalSettings
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -70,7 +71,15 @@ class Settings(BaseSettings):
         description="Floor, in seconds, of the margin before a deadline at which a drain is "
         "re-sent as terminate; the margin is the larger of this and twice the slowest flush.",
     )
-    heartbeat_interval: float = Field(default=1.0, gt=0, le=60)
+    heartbeat_interval: float = Field(
+        default=1.0, gt=0, le=60, description="Seconds between heartbeats on the events socket."
+    )
+    metrics_address: str | None = Field(
+        default=None,
+        description="HOST:PORT of the Prometheus metrics, /healthz and /readyz server (needs "
+        "the `metrics` extra), e.g. 127.0.0.1:9464; unset, empty or `off` serves none. "
+        "Addresses other than loopback need allow_remote.",
+    )
     telemetry: bool = Field(
         default=True,
         description="Append one JSON line per notice, escalation, ack and resume to "
@@ -81,8 +90,14 @@ class Settings(BaseSettings):
         ge=4096,
         description="Size at which `telemetry.jsonl` is rotated (three older files are kept).",
     )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Least severe level logged: debug, info, warning or error."
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="`text` for people, `json` for machines: one JSON object a line with ts, "
+        "level, logger, msg and any extra fields.",
+    )
 
     local: LocalSettings = Field(default_factory=LocalSettings)
     aws: AwsSettings = Field(default_factory=AwsSettings)
@@ -107,6 +122,26 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one provider is needed")
         return list(dict.fromkeys(value))
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _metrics_address(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or value.strip().lower() in ("", "off", "none"):
+            return None
+        host, _ = parse_listen_address(value.strip())
+        # allow_remote is declared before metrics_address, so it is validated already.
+        if not info.data.get("allow_remote") and not ipaddress.ip_address(host).is_loopback:
+            raise ValueError(
+                f"{host} is not a loopback address; metrics and health would be reachable "
+                "from other machines. Use 127.0.0.1, or set allow_remote (--allow-remote)."
+            )
+        return value.strip()
+
+    def metrics_listen(self) -> tuple[str, int] | None:
+        """(host, port) for the metrics server, or None when metrics are off."""
+        if self.metrics_address is None:
+            return None
+        return parse_listen_address(self.metrics_address)
 
     @classmethod
     def settings_customise_sources(
@@ -155,6 +190,25 @@ class Settings(BaseSettings):
 
 # The TOML path is chosen per load; pydantic-settings asks for sources on the class.
 _CONFIG_FILE: dict[str, Path | None] = {"path": None}
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT` or `[IPv6]:PORT` with an IP address or `localhost` (port 0 picks a free
+    one); raises ValueError saying what was wrong."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{text!r}: expected HOST:PORT such as 127.0.0.1:9464")
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise ValueError(f"{text!r}: unbalanced brackets around the IPv6 address")
+        host = host[1:-1]
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"{text!r}: {host!r} is not an IP address (or localhost)") from None
+    return host, int(port)
 
 
 def _describe(error: ValidationError) -> str:
@@ -209,4 +263,4 @@ def _check_toml(path: Path) -> None:
             raise ValueError(f"not valid TOML: {error}") from None
 
 
-__all__ = ["ConfigError", "Settings", "load_settings"]
+__all__ = ["ConfigError", "Settings", "load_settings", "parse_listen_address"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import datetime, timezone
 
@@ -11,6 +12,8 @@ from .timefmt import format_time
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is kept.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+# An extra field whose name says it holds a secret is never written out, whoever passed it.
+_SECRET = re.compile(r"token|secret|passw|credential|authorization|api_?key|cookie", re.I)
 
 
 class JsonFormatter(logging.Formatter):
@@ -23,7 +26,7 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+                entry[key] = "[redacted]" if _SECRET.search(key) else value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -72,8 +72,14 @@ class Observers(Observer):
 
 
 def build_observers(settings: Settings) -> list[Observer]:
-    """The observers the configuration asks for (metrics, telemetry)."""
+    """The observers the configuration asks for (metrics, telemetry).
+
+    Raises ConfigError when metrics are asked for but cannot be served.
+    """
     observers: list[Observer] = []
+    listen = settings.metrics_listen()
+    if listen is not None:
+        observers.append(_metrics_service(*listen))
     if settings.telemetry:
         # Imported here: telemetry imports this module for the Observer base.
         from .telemetry import TelemetryObserver, TelemetryWriter, telemetry_path
@@ -83,6 +89,23 @@ def build_observers(settings: Settings) -> list[Observer]:
         )
         observers.append(TelemetryObserver(writer))
     return observers
+
+
+def _metrics_service(host: str, port: int) -> Observer:
+    from .config import ConfigError
+
+    try:
+        # prometheus-client comes with the `metrics` extra, so it is imported only when asked for.
+        from .metrics import MetricsError, MetricsService
+    except ImportError as error:
+        raise ConfigError(
+            f"metrics_address is set but {error.name or 'prometheus_client'} is not installed: "
+            "pip install 'forewarn[metrics]', or unset metrics_address"
+        ) from None
+    try:
+        return MetricsService(host, port)
+    except MetricsError as error:
+        raise ConfigError(str(error)) from None
 
 
 __all__ = ["Observer", "Observers", "build_observers"]

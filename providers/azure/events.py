@@ -1,0 +1,315 @@
+"""Pure parsing of Azure Scheduled Events and instance metadata, and their mapping to reports.
+
+Nothing here does I/O: each function turns what IMDS answered into values or `Report`s, or
+raises `ParseError` naming what was wrong, so every rule can be tested on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from forewarn.agent.protocol import Action, Reason, Report
+
+from ..base import ParseError
+
+PROVIDER = "azure"
+ID_PREFIX = "azure/"
+EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+
+# What each event type means for a training process, and why:
+# - Preempt: a Spot eviction, 30 s or more ahead. Flush and exit.
+# - Terminate: the scale set deletes this VM (scale-in or a user delete); it does not come
+#   back, so it is an eviction rather than maintenance. Flush and exit.
+# - Reboot, Redeploy: the host is serviced; there is time (10-15 min) to flush and keep going,
+#   and the board re-sends the drain as terminate near NotBefore.
+# - Freeze: a pause of seconds with memory kept; only published when configured, and without
+#   a deadline, so the board never turns a pause into an exit.
+MAPPING: dict[str, tuple[Action, Reason]] = {
+    "Preempt": ("terminate", "eviction"),
+    "Terminate": ("terminate", "eviction"),
+    "Reboot": ("drain", "host-maintenance"),
+    "Redeploy": ("drain", "host-maintenance"),
+    "Freeze": ("drain", "host-maintenance"),
+}
+# A type this code does not know yet: checkpoint and keep going, never exit on a guess.
+UNKNOWN_MAPPING: tuple[Action, Reason] = ("drain", "host-maintenance")
+
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
+        start=1,
+    )
+}
+# RFC 1123 as IMDS writes it: `Mon, 19 Sep 2016 18:29:47 GMT`. Parsed by hand, not with
+# strptime's locale-dependent %a/%b. The weekday is not checked: Microsoft's own example
+# ("Mon, 11 Apr 2026") names the wrong one.
+_RFC1123 = re.compile(
+    r"^\s*(?:[A-Za-z]{3},\s*)?(\d{1,2})\s+([A-Za-z]{3})\s+(\d{4})\s+"
+    r"(\d{1,2}):(\d{2}):(\d{2})\s*(GMT|UTC|UT|Z|[+-]\d{4})?\s*$"
+)
+_VMSS_RESOURCE = re.compile(
+    r"/virtualMachineScaleSets/([^/]+)/virtualMachines/([^/]+)/?$", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class ScheduledEvent:
+    event_id: str
+    event_type: str
+    status: str
+    resources: tuple[str, ...]
+    not_before: datetime | None
+    raw: dict[str, Any] = field(compare=False, hash=False)
+    # NotBefore that is not an RFC 1123 time: kept as a problem of this event alone, so one
+    # odd field cannot hide the other events of the document.
+    not_before_error: str | None = None
+
+    @property
+    def notice_id(self) -> str:
+        return ID_PREFIX + self.event_id
+
+    @property
+    def scheduled(self) -> bool:
+        return self.status == "Scheduled"
+
+
+@dataclass(frozen=True)
+class EventsDocument:
+    incarnation: int
+    events: tuple[ScheduledEvent, ...]
+
+
+def parse_not_before(text: str) -> datetime | None:
+    """NotBefore as an aware UTC time; None when empty (the event has Started)."""
+    if not text.strip():
+        return None
+    match = _RFC1123.match(text)
+    if not match:
+        raise ParseError(f"NotBefore is not an RFC 1123 time: {text!r}")
+    day, month_name, year, hour, minute, second, zone = match.groups()
+    month = _MONTHS.get(month_name.capitalize())
+    if month is None:
+        raise ParseError(f"NotBefore has an unknown month {month_name!r}: {text!r}")
+    try:
+        tz = timezone.utc
+        if zone and zone[0] in "+-":
+            minutes = int(zone[1:3]) * 60 + int(zone[3:5])
+            tz = timezone((1 if zone[0] == "+" else -1) * timedelta(minutes=minutes))
+        moment = datetime(
+            int(year), month, int(day), int(hour), int(minute), int(second), tzinfo=tz
+        )
+    except ValueError as error:
+        raise ParseError(f"NotBefore is not a valid time: {text!r} ({error})") from None
+    return moment.astimezone(timezone.utc)
+
+
+def format_not_before(moment: datetime) -> str:
+    """The RFC 1123 form IMDS uses (English names, whatever the locale)."""
+    moment = moment.astimezone(timezone.utc)
+    weekday = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[moment.weekday()]
+    month = list(_MONTHS)[moment.month - 1]
+    return (
+        f"{weekday}, {moment.day:02d} {month} {moment.year:04d} "
+        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d} GMT"
+    )
+
+
+def _decode(body: bytes | str) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as error:
+        preview = body[:80] if isinstance(body, str) else body[:80].decode("utf-8", "replace")
+        raise ParseError(f"not JSON ({error}): {preview!r}") from None
+
+
+def _string(event: Mapping[str, Any], key: str, index: int, *, required: bool = True) -> str:
+    value = event.get(key)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise ParseError(f"Events[{index}].{key} must be a string, got {value!r}")
+    return value
+
+
+def parse_event(event: Any, index: int = 0) -> ScheduledEvent:
+    if not isinstance(event, dict):
+        raise ParseError(f"Events[{index}] must be an object, got {type(event).__name__}")
+    event_id = _string(event, "EventId", index).strip()
+    if not event_id or len(event_id) > 190:
+        raise ParseError(f"Events[{index}].EventId must be 1-190 characters, got {event_id!r}")
+    event_type = _string(event, "EventType", index)
+    status = _string(event, "EventStatus", index)
+    resources = event.get("Resources", [])
+    if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
+        raise ParseError(f"Events[{index}].Resources must be a list of names, got {resources!r}")
+    text = _string(event, "NotBefore", index, required=False)
+    try:
+        not_before, problem = parse_not_before(text), None
+    except ParseError as error:
+        not_before, problem = None, str(error)
+    return ScheduledEvent(
+        event_id, event_type, status, tuple(resources), not_before, event, problem
+    )
+
+
+def parse_events(payload: Any) -> EventsDocument:
+    """A decoded Scheduled Events answer as an `EventsDocument`."""
+    if not isinstance(payload, dict):
+        raise ParseError(f"the answer must be a JSON object, got {type(payload).__name__}")
+    incarnation = payload.get("DocumentIncarnation")
+    if isinstance(incarnation, str) and incarnation.strip().isdigit():
+        incarnation = int(incarnation)
+    if not isinstance(incarnation, int) or isinstance(incarnation, bool):
+        raise ParseError(f"DocumentIncarnation must be an integer, got {incarnation!r}")
+    events = payload.get("Events")
+    if not isinstance(events, list):
+        raise ParseError(f"Events must be a list, got {events!r}")
+    return EventsDocument(
+        incarnation, tuple(parse_event(event, index) for index, event in enumerate(events))
+    )
+
+
+def parse_document(body: bytes | str) -> EventsDocument:
+    """The body of `GET /metadata/scheduledevents` as an `EventsDocument`."""
+    return parse_events(_decode(body))
+
+
+def vm_names(compute: Any) -> frozenset[str]:
+    """The names this VM can have in an event's Resources, lower-cased, from the
+    `/metadata/instance/compute` answer: its `name`, and for a scale-set instance
+    `<vmScaleSetName>_<instanceId>` with the instance id taken from `resourceId`."""
+    if isinstance(compute, dict) and isinstance(compute.get("compute"), dict):
+        compute = compute["compute"]
+    if not isinstance(compute, dict):
+        raise ParseError(f"instance metadata must be a JSON object, got {type(compute).__name__}")
+    names: set[str] = set()
+    name = compute.get("name")
+    if isinstance(name, str) and name.strip():
+        names.add(name.strip())
+    scale_set = compute.get("vmScaleSetName")
+    resource_id = compute.get("resourceId")
+    if isinstance(scale_set, str) and scale_set and isinstance(resource_id, str):
+        match = _VMSS_RESOURCE.search(resource_id)
+        if match:
+            names.add(f"{match.group(1)}_{match.group(2)}")
+    if not names:
+        raise ParseError("instance metadata has neither `name` nor a scale-set resourceId")
+    return frozenset(n.lower() for n in names)
+
+
+def parse_compute(body: bytes | str) -> frozenset[str]:
+    return vm_names(_decode(body))
+
+
+def concerns(event: ScheduledEvent, names: Iterable[str]) -> bool:
+    """Whether the event names this VM (Azure resource names are case-insensitive)."""
+    wanted = {name.lower() for name in names}
+    return any(resource.lower() in wanted for resource in event.resources)
+
+
+def report_for(
+    event: ScheduledEvent,
+    *,
+    freeze: bool,
+    previous_deadline: datetime | None,
+    now: datetime,
+    incarnation: int | None = None,
+) -> Report | None:
+    """The report for one of this VM's events, or None when it is not published (a Freeze
+    without `azure.freeze`)."""
+    if event.event_type == "Freeze" and not freeze:
+        return None
+    action, reason = MAPPING.get(event.event_type, UNKNOWN_MAPPING)
+    deadline: datetime | None
+    if event.event_type == "Freeze" or event.event_type not in MAPPING:
+        deadline = None
+    elif event.not_before is not None:
+        deadline = event.not_before
+    elif event.status == "Started":
+        # Started events have an empty NotBefore: the time we knew still holds, else it is now.
+        deadline = previous_deadline or now
+    else:
+        # A Scheduled event without a readable NotBefore: its time is unknown, not "now".
+        deadline = previous_deadline
+    detail = dict(event.raw)
+    if incarnation is not None:
+        detail["DocumentIncarnation"] = incarnation
+    return Report(
+        id=event.notice_id,
+        action=action,
+        reason=reason,
+        provider=PROVIDER,
+        deadline=deadline,
+        noticed_at=now,
+        detail=detail,
+    )
+
+
+def reports_for(
+    document: EventsDocument,
+    names: Iterable[str],
+    *,
+    freeze: bool,
+    previous: Mapping[str, Report],
+    now: datetime,
+) -> dict[str, Report]:
+    """This VM's published events in `document`, by notice id. `previous` holds the reports
+    made from the last document (their deadlines survive NotBefore going empty)."""
+    names = frozenset(names)
+    current: dict[str, Report] = {}
+    for event in document.events:
+        if not concerns(event, names):
+            continue
+        before = previous.get(event.notice_id)
+        report = report_for(
+            event,
+            freeze=freeze,
+            previous_deadline=before.deadline if before else None,
+            now=now,
+            incarnation=document.incarnation,
+        )
+        if report is not None:
+            current[report.id] = report
+    return current
+
+
+def cleared(
+    previous: Mapping[str, Report], current: Mapping[str, Report], now: datetime
+) -> list[Report]:
+    """A `clear` for each previously published event that is gone (done, or cancelled)."""
+    return [
+        report.model_copy(update={"action": "clear", "deadline": None, "noticed_at": now})
+        for notice_id, report in previous.items()
+        if notice_id not in current
+    ]
+
+
+def event_id_of(notice_id: str) -> str | None:
+    return notice_id[len(ID_PREFIX) :] if notice_id.startswith(ID_PREFIX) else None
+
+
+__all__ = [
+    "EVENT_TYPES",
+    "ID_PREFIX",
+    "MAPPING",
+    "EventsDocument",
+    "ScheduledEvent",
+    "cleared",
+    "concerns",
+    "event_id_of",
+    "format_not_before",
+    "parse_compute",
+    "parse_document",
+    "parse_event",
+    "parse_events",
+    "parse_not_before",
+    "report_for",
+    "reports_for",
+    "vm_names",
+]

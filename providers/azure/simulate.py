@@ -1,0 +1,557 @@
+"""A faithful Azure IMDS Scheduled Events simulator on loopback (`forewarn simulate azure`).
+
+What it copies from the real service: `GET`/`POST /metadata/scheduledevents` with the
+`Metadata: true` header and a supported `api-version` (400 otherwise, also for an
+`X-Forwarded-For` header or a repeated query parameter), 429 above five requests a second,
+`DocumentIncarnation` bumped on every change, Scheduled → Started on approval or at NotBefore
+(NotBefore then becomes ""), removal some seconds after Started, events that name several
+Resources, and `/metadata/instance[/compute]` for the VM's name. The first call can be made
+slow, as it is on a VM that has not used Scheduled Events for a day.
+
+Control API (shared by every simulator): `POST /_sim/notices {"kind": "Preempt", ...}` with
+kinds Preempt, Terminate, Reboot, Redeploy, Freeze and fields `resources`,
+`not_before_seconds`, `status`, `event_id`, `description`, `event_source`,
+`duration_seconds`; `PATCH`/`DELETE /_sim/notices/<EventId>`; `GET /_sim/state` (events,
+approvals received, 429s). Azure-only: `POST /_sim/faults {"status": 500, "body": "...",
+"delay": 0, "count": 1}` makes the next Scheduled Events GETs fail that way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..simulator import (
+    CONTROL_PREFIX,
+    SimError,
+    SimRequest,
+    SimResponse,
+    Simulator,
+    serve_until_signalled,
+)
+from .events import EVENT_TYPES, format_not_before
+
+EVENTS_PATH = "/metadata/scheduledevents"
+EVENTS_API_VERSIONS = (
+    "2017-08-01",
+    "2017-11-01",
+    "2019-01-01",
+    "2019-04-01",
+    "2019-08-01",
+    "2020-07-01",
+)
+INSTANCE_API_VERSIONS = (
+    "2017-04-02", "2017-08-01", "2017-12-01", "2018-02-01", "2018-04-02", "2018-10-01",
+    "2019-02-01", "2019-03-11", "2019-04-30", "2019-06-01", "2019-06-04", "2019-08-01",
+    "2019-08-15", "2019-11-01", "2020-06-01", "2020-07-15", "2020-09-01", "2020-10-01",
+    "2020-12-01", "2021-01-01", "2021-02-01", "2021-03-01", "2021-05-01", "2021-08-01",
+    "2021-10-01", "2021-11-01", "2021-11-15", "2021-12-13", "2023-07-01", "2023-11-15",
+    "2024-03-15", "2024-07-17", "2025-04-07",
+)  # fmt: skip
+# Minimum notice per event type (Microsoft's table), the default lead of a raised event.
+MIN_NOTICE = {
+    "Freeze": 900.0,
+    "Reboot": 900.0,
+    "Redeploy": 600.0,
+    "Preempt": 30.0,
+    "Terminate": 300.0,
+}
+DESCRIPTIONS = {
+    "Freeze": "Virtual machine is being paused because of a memory-preserving Live Migration "
+    "operation.",
+    "Reboot": "Virtual machine is going to be restarted as requested by authorized user.",
+    "Redeploy": "Host server is undergoing maintenance.",
+    "Preempt": "Virtual machine is being evicted.",
+    "Terminate": "Virtual machine is being deleted.",
+}
+DURATIONS = {"Freeze": 5, "Reboot": -1, "Redeploy": -1, "Preempt": -1, "Terminate": -1}
+FIELDS = (
+    "resources",
+    "not_before_seconds",
+    "status",
+    "event_id",
+    "description",
+    "event_source",
+    "duration_seconds",
+)
+CHANGEABLE = ("resources", "not_before_seconds", "status", "description", "duration_seconds")
+DEFAULT_VM_NAME = "forewarn-vm"
+
+
+@dataclass
+class Fault:
+    status: int
+    body: str
+    delay: float
+
+
+class AzureSimulator(Simulator):
+    name = "azure"
+
+    def __init__(
+        self,
+        vm_name: str | None = None,
+        vmss_name: str | None = None,
+        instance_id: str | None = None,
+        removal_after: float = 5.0,
+        rate_limit: int = 5,
+        first_call_delay: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if (vmss_name is None) != (instance_id is None):
+            raise SimError(
+                "a scale-set instance needs both vmss_name and instance_id "
+                "(--vmss-name and --instance-id)"
+            )
+        self.vmss_name = vmss_name
+        self.instance_id = instance_id
+        if vm_name is None:
+            vm_name = f"{vmss_name}_{instance_id}" if vmss_name else DEFAULT_VM_NAME
+        self.vm_name = vm_name
+        self.removal_after = removal_after
+        self.rate_limit = rate_limit
+        self.first_call_delay = first_call_delay
+        self.incarnation = 1
+        self.events: dict[str, dict[str, Any]] = {}
+        self.approvals: list[dict[str, Any]] = []
+        self.rate_limited = 0
+        self.faults: deque[Fault] = deque()
+        self._first_call_served = False
+        self._recent: deque[float] = deque()
+
+    # The real endpoint.
+
+    def handle(self, request: SimRequest) -> SimResponse:
+        refusal = self._refuse(request)
+        if refusal is not None:
+            return refusal
+        if request.path == EVENTS_PATH:
+            if not _version_ok(request, EVENTS_API_VERSIONS):
+                return _bad_version(EVENTS_API_VERSIONS)
+            if request.method == "GET":
+                return self._get_events()
+            if request.method == "POST":
+                return self._post_events(request.body)
+            return _bad_request("method not allowed", 405)
+        if request.path in ("/metadata/instance", "/metadata/instance/compute"):
+            if request.method != "GET":
+                return _bad_request("method not allowed", 405)
+            if not _version_ok(request, INSTANCE_API_VERSIONS):
+                return _bad_version(INSTANCE_API_VERSIONS)
+            instance = self.instance()
+            body = instance if request.path == "/metadata/instance" else instance["compute"]
+            return SimResponse.json(body)
+        if request.path == "/metadata/versions":
+            return SimResponse.json({"apiVersions": list(INSTANCE_API_VERSIONS)})
+        return SimResponse.json({"error": "Not found"}, 404)
+
+    def _refuse(self, request: SimRequest) -> SimResponse | None:
+        if request.header("X-Forwarded-For") is not None:
+            return _bad_request("Bad request. X-Forwarded-For header is not allowed")
+        if (request.header("Metadata") or "").lower() != "true":
+            return _bad_request("Bad request. Required metadata header not specified")
+        if any(len(values) > 1 for values in request.query.values()):
+            return _bad_request("Bad request. Query parameters must not be repeated")
+        now = time.monotonic()
+        with self.lock:
+            while self._recent and now - self._recent[0] >= 1.0:
+                self._recent.popleft()
+            if len(self._recent) >= self.rate_limit:
+                self.rate_limited += 1
+                return SimResponse(429, "Too many requests", "text/plain")
+            self._recent.append(now)
+        return None
+
+    def _get_events(self) -> SimResponse:
+        with self.lock:
+            first = not self._first_call_served
+            self._first_call_served = True
+            fault = self.faults.popleft() if self.faults else None
+        if first and self.first_call_delay > 0:
+            time.sleep(self.first_call_delay)
+        if fault is not None:
+            if fault.delay > 0:
+                time.sleep(fault.delay)
+            return SimResponse(fault.status, fault.body, "application/json")
+        return SimResponse.json(self.document())
+
+    def _post_events(self, body: bytes) -> SimResponse:
+        arrived = time.monotonic()
+        try:
+            payload = json.loads(body or b"null")
+            requests = payload["StartRequests"]
+            ids = [item["EventId"] for item in requests]
+            if not requests or not all(isinstance(i, str) for i in ids):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return _bad_request('Bad request. Expected {"StartRequests": [{"EventId": ...}]}')
+        with self.lock:
+            unknown = [event_id for event_id in ids if event_id not in self.events]
+            if unknown:
+                return _bad_request(f"Bad request. Unknown EventId {', '.join(unknown)}")
+            for event_id in ids:
+                self.approvals.append(
+                    {"EventId": event_id, "at": time.time(), "monotonic": arrived}
+                )
+                self._start(event_id)
+        return SimResponse(200, "", "application/json")
+
+    def document(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "DocumentIncarnation": self.incarnation,
+                "Events": [dict(event) for event in self.events.values()],
+            }
+
+    def instance(self) -> dict[str, Any]:
+        base = "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/forewarn-sim"
+        if self.vmss_name:
+            resource_id = (
+                f"{base}/providers/Microsoft.Compute/virtualMachineScaleSets/"
+                f"{self.vmss_name}/virtualMachines/{self.instance_id}"
+            )
+        else:
+            resource_id = f"{base}/providers/Microsoft.Compute/virtualMachines/{self.vm_name}"
+        compute = {
+            "azEnvironment": "AzurePublicCloud",
+            "location": "westeurope",
+            "name": self.vm_name,
+            "osType": "Linux",
+            "priority": "Spot",
+            "resourceGroupName": "forewarn-sim",
+            "resourceId": resource_id,
+            "subscriptionId": "00000000-0000-0000-0000-000000000000",
+            "vmId": "02aab8a4-74ef-476e-8182-f6d2ba4166a6",
+            "vmScaleSetName": self.vmss_name or "",
+            "vmSize": "Standard_NC24ads_A100_v4",
+            "zone": "",
+        }
+        return {"compute": compute, "network": {"interface": []}}
+
+    # Event lifecycle.
+
+    def _bump(self) -> None:
+        self.incarnation += 1
+        self.notify_change()
+
+    def _later(self, delay: float, action: Callable[[], None]) -> None:
+        timer = threading.Timer(max(0.0, delay), action)
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+
+    def _start(self, event_id: str) -> None:
+        """Scheduled → Started (on approval or at NotBefore), then removal later."""
+        with self.lock:
+            event = self.events.get(event_id)
+            if event is None or event["EventStatus"] != "Scheduled":
+                return
+            event["EventStatus"] = "Started"
+            event["NotBefore"] = ""
+            self._bump()
+        self._later(self.removal_after, lambda: self._remove(event_id))
+
+    def _remove(self, event_id: str) -> None:
+        with self.lock:
+            if self.events.pop(event_id, None) is not None:
+                self._bump()
+
+    # Control API hooks.
+
+    def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
+        event_type = _event_type(kind)
+        unknown = sorted(set(fields) - set(FIELDS))
+        if unknown:
+            raise SimError(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(FIELDS)}")
+        event_id = fields.get("event_id") or str(uuid.uuid4()).upper()
+        if not isinstance(event_id, str):
+            raise SimError('"event_id" must be a string')
+        source = fields.get("event_source", "Platform")
+        if source not in ("Platform", "User"):
+            raise SimError('"event_source" must be "Platform" or "User"')
+        with self.lock:
+            if event_id in self.events:
+                raise SimError(f"an event {event_id!r} exists already", 409)
+            event: dict[str, Any] = {
+                "EventId": event_id,
+                "EventStatus": "Scheduled",
+                "EventType": event_type,
+                "ResourceType": "VirtualMachine",
+                "Resources": [self.vm_name],
+                "NotBefore": "",
+                "Description": DESCRIPTIONS[event_type],
+                "EventSource": source,
+                "DurationInSeconds": DURATIONS[event_type],
+            }
+            lead = self._apply(event, {"not_before_seconds": MIN_NOTICE[event_type], **fields})
+            self.events[event_id] = event
+            self._bump()
+        self._schedule_start(event_id, event, lead)
+        return event_id
+
+    def change_notice(self, notice_id: str, fields: dict[str, Any]) -> None:
+        unknown = sorted(set(fields) - set(CHANGEABLE))
+        if unknown:
+            raise SimError(
+                f"cannot change {', '.join(unknown)}; changeable: {', '.join(CHANGEABLE)}"
+            )
+        with self.lock:
+            event = self.events.get(notice_id)
+            if event is None:
+                raise SimError(f"no event {notice_id!r}", 404)
+            lead = self._apply(event, fields)
+            self._bump()
+        self._schedule_start(notice_id, event, lead)
+
+    def _apply(self, event: dict[str, Any], fields: dict[str, Any]) -> float | None:
+        """Copy control-API fields onto an event; returns the new NotBefore lead, if any."""
+        if "resources" in fields:
+            resources = fields["resources"]
+            if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
+                raise SimError('"resources" must be a list of VM names')
+            event["Resources"] = list(resources)
+        if "description" in fields:
+            event["Description"] = str(fields["description"])
+        if "duration_seconds" in fields:
+            duration = fields["duration_seconds"]
+            if not isinstance(duration, int) or duration < -1:
+                raise SimError('"duration_seconds" must be an integer >= -1')
+            event["DurationInSeconds"] = duration
+        status = fields.get("status", event["EventStatus"])
+        if status not in ("Scheduled", "Started"):
+            raise SimError('"status" must be "Scheduled" or "Started"')
+        lead: float | None = None
+        if status == "Started":
+            event["EventStatus"] = "Started"
+            event["NotBefore"] = ""
+        elif "not_before_seconds" in fields:
+            seconds = fields["not_before_seconds"]
+            if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+                raise SimError('"not_before_seconds" must be a number of seconds >= 0')
+            lead = float(seconds)
+            event["EventStatus"] = "Scheduled"
+            event["NotBefore"] = format_not_before(_utc_after(lead))
+        return lead
+
+    def _schedule_start(self, event_id: str, event: dict[str, Any], lead: float | None) -> None:
+        if event["EventStatus"] == "Started":
+            self._later(self.removal_after, lambda: self._remove(event_id))
+        elif lead is not None:
+            expected = event["NotBefore"]
+
+            def at_not_before() -> None:
+                # A later PATCH may have moved NotBefore; only the current timer starts it.
+                with self.lock:
+                    current = self.events.get(event_id)
+                    if current is None or current["NotBefore"] != expected:
+                        return
+                self._start(event_id)
+
+            self._later(lead, at_not_before)
+
+    def withdraw(self, notice_id: str) -> bool:
+        with self.lock:
+            if self.events.pop(notice_id, None) is None:
+                return False
+            self._bump()
+            return True
+
+    def state(self) -> dict[str, Any]:
+        with self.lock:
+            approved: dict[str, int] = {}
+            for approval in self.approvals:
+                approved[approval["EventId"]] = approved.get(approval["EventId"], 0) + 1
+            return {
+                "vm_name": self.vm_name,
+                "incarnation": self.incarnation,
+                "events": [dict(event) for event in self.events.values()],
+                "approvals": [dict(a) for a in self.approvals],
+                "approved": approved,
+                "rate_limited": self.rate_limited,
+                "faults_pending": len(self.faults),
+            }
+
+    def add_fault(self, status: int, body: str = "", delay: float = 0.0, count: int = 1) -> None:
+        with self.lock:
+            self.faults.extend(Fault(status, body, delay) for _ in range(count))
+
+    def control(self, request: SimRequest) -> SimResponse:
+        if request.path == CONTROL_PREFIX + "/faults" and request.method == "POST":
+            try:
+                fields = json.loads(request.body or b"{}")
+                status = int(fields.get("status", 500))
+                count = int(fields.get("count", 1))
+                delay = float(fields.get("delay", 0.0))
+                body = str(fields.get("body", json.dumps({"error": "Internal Server Error"})))
+            except (ValueError, TypeError, AttributeError) as error:
+                raise SimError(f"bad fault: {error}") from None
+            if not 100 <= status <= 599 or count < 1 or delay < 0:
+                raise SimError("a fault needs 100 <= status <= 599, count >= 1, delay >= 0")
+            self.add_fault(status, body, delay, count)
+            return SimResponse.json({"faults_pending": len(self.faults)}, 201)
+        return super().control(request)
+
+
+def _event_type(kind: str) -> str:
+    for event_type in EVENT_TYPES:
+        if kind.lower() == event_type.lower():
+            return event_type
+    raise SimError(f"unknown kind {kind!r}; use one of {', '.join(EVENT_TYPES)}")
+
+
+def _utc_after(seconds: float) -> datetime:
+    # NotBefore has whole seconds; round up so the event never starts before it says.
+    return datetime.now(timezone.utc) + timedelta(seconds=seconds + 0.999)
+
+
+def _version_ok(request: SimRequest, versions: tuple[str, ...]) -> bool:
+    return request.param("api-version") in versions
+
+
+def _bad_version(versions: tuple[str, ...]) -> SimResponse:
+    return SimResponse.json(
+        {
+            "error": "Bad request. api-version is invalid or was not specified in the request. "
+            "For more information refer to aka.ms/azureimds",
+            "newest-versions": list(reversed(versions[-3:])),
+        },
+        400,
+    )
+
+
+def _bad_request(message: str, status: int = 400) -> SimResponse:
+    return SimResponse.json({"error": message}, status)
+
+
+# The command line.
+
+
+def make_simulator(**options: Any) -> AzureSimulator:
+    return AzureSimulator(**options)
+
+
+SCRIPTED = ("preempt", "terminate", "reboot", "redeploy", "freeze")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vm-name", help=f"this VM's name (default {DEFAULT_VM_NAME})")
+    parser.add_argument("--vmss-name", help="serve a scale-set instance of this scale set")
+    parser.add_argument("--instance-id", help="the scale-set instance id (with --vmss-name)")
+    for kind in SCRIPTED:
+        parser.add_argument(
+            f"--{kind}-after",
+            type=_seconds,
+            metavar="S",
+            help=f"raise a {kind.capitalize()} event S seconds after start",
+        )
+    parser.add_argument(
+        "--not-before",
+        type=_seconds,
+        metavar="S",
+        help="NotBefore lead of scripted events, seconds (default: the type's minimum notice)",
+    )
+    parser.add_argument(
+        "--resources",
+        help="comma-separated VM names of scripted events (default: this VM's name)",
+    )
+    parser.add_argument(
+        "--removal-after",
+        type=_seconds,
+        default=5.0,
+        metavar="S",
+        help="seconds an event stays Started before it disappears (default 5)",
+    )
+    parser.add_argument(
+        "--first-call-delay",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="make the first Scheduled Events answer take S seconds (real IMDS: up to 120)",
+    )
+    parser.add_argument(
+        "--rate-limit",
+        type=_positive_int,
+        default=5,
+        metavar="N",
+        help="requests per second before 429 (default 5)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"seconds must be >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        sim = make_simulator(
+            vm_name=args.vm_name,
+            vmss_name=args.vmss_name,
+            instance_id=args.instance_id,
+            removal_after=args.removal_after,
+            rate_limit=args.rate_limit,
+            first_call_delay=args.first_call_delay,
+        )
+    except SimError as error:
+        print(f"forewarn simulate azure: {error}", file=sys.stderr)
+        return 2
+    fields: dict[str, Any] = {}
+    if args.resources:
+        fields["resources"] = [name.strip() for name in args.resources.split(",") if name.strip()]
+    if args.not_before is not None:
+        fields["not_before_seconds"] = args.not_before
+    for kind in SCRIPTED:
+        after = getattr(args, f"{kind}_after")
+        if after is not None:
+            sim.schedule(after, kind.capitalize(), dict(fields))
+    print(f"forewarn simulate azure: VM name {sim.vm_name}", flush=True)
+    return serve_until_signalled(sim, getattr(args, "host", "127.0.0.1"), getattr(args, "port", 0))
+
+
+DRILL_VM_NAME = "forewarn-drill-vm"
+
+
+def drill_script() -> dict[str, Any]:
+    """How `forewarn drill local --provider azure` raises a drain and a terminate."""
+    resources = [DRILL_VM_NAME]
+    return {
+        "drain": ("Reboot", {"resources": resources, "not_before_seconds": 600}),
+        "terminate": ("Preempt", {"resources": resources, "not_before_seconds": 30}),
+        "env": {"FOREWARN_AZURE_VM_NAME": DRILL_VM_NAME},
+    }
+
+
+__all__ = [
+    "EVENTS_API_VERSIONS",
+    "INSTANCE_API_VERSIONS",
+    "MIN_NOTICE",
+    "AzureSimulator",
+    "add_arguments",
+    "drill_script",
+    "make_simulator",
+    "run",
+]

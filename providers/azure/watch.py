@@ -1,0 +1,291 @@
+"""The Azure Scheduled Events watcher.
+
+It polls `GET /metadata/scheduledevents` (header `Metadata: true`, no proxies) once a second by
+default, reacts only when `DocumentIncarnation` changes, keeps the events that name this VM,
+and reports them; an event that disappears is cleared. It approves events (`StartRequests`)
+after every client flushed, immediately, or never, as configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import ClassVar
+
+import httpx
+from forewarn.agent.protocol import Report
+from forewarn.agent.timefmt import utcnow
+
+from ..base import Emit, ParseError, PollHealth, WatcherContext
+from .approve import Approver
+from .events import (
+    EventsDocument,
+    ScheduledEvent,
+    cleared,
+    event_id_of,
+    parse_compute,
+    parse_document,
+    reports_for,
+)
+from .settings import Settings
+
+log = logging.getLogger("forewarn.providers.azure")
+
+EVENTS_PATH = "/metadata/scheduledevents"
+INSTANCE_PATH = "/metadata/instance"
+COMPUTE_PATH = "/metadata/instance/compute"
+INSTANCE_API_VERSION = "2021-02-01"
+HEADERS = {"Metadata": "true"}
+DETECT_TIMEOUT = 0.9
+CONNECT_TIMEOUT = 2.0
+# After failures the cadence backs off, but never beyond this: a Spot eviction gives 30 s.
+BACKOFF_CAP = 5.0
+
+
+class AzureWatcher:
+    name: ClassVar[str] = "azure"
+
+    def __init__(self, settings: Settings, health: PollHealth | None = None) -> None:
+        self.settings = settings
+        self.health = health or PollHealth(self.name)
+        self.base_url = settings.base_url
+        self.client = httpx.AsyncClient(
+            trust_env=False,  # IMDS must never be reached through a proxy
+            headers=HEADERS,
+            timeout=httpx.Timeout(settings.request_timeout, connect=CONNECT_TIMEOUT),
+            follow_redirects=False,
+        )
+        self.approvals = Approver(
+            self.client, self.base_url + EVENTS_PATH, settings.api_version, settings.request_timeout
+        )
+        self.names: frozenset[str] | None = (
+            frozenset({settings.vm_name.lower()}) if settings.vm_name else None
+        )
+        self.incarnation: int | None = None
+        self.answered = False  # Scheduled Events has answered once (the slow first call is over)
+        self.reports: dict[str, Report] = {}  # published, by notice id
+        self.events: dict[str, ScheduledEvent] = {}  # this VM's published events, by EventId
+        self._emit: Emit | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[bool]] = set()
+        self._retry_after = 0.0
+        self._odd: set[str] = set()  # events whose odd NotBefore was logged
+
+    # Detection.
+
+    async def detect(self) -> bool:
+        """True when Azure IMDS answers instance metadata within a second."""
+        try:
+            response = await asyncio.wait_for(
+                self.client.get(
+                    self.base_url + INSTANCE_PATH,
+                    params={"api-version": INSTANCE_API_VERSION},
+                    timeout=DETECT_TIMEOUT,
+                ),
+                DETECT_TIMEOUT + 0.05,
+            )
+            if response.status_code != 200:
+                return False
+            payload = response.json()
+        except (httpx.HTTPError, asyncio.TimeoutError, ValueError):
+            return False
+        if not isinstance(payload, dict) or not isinstance(payload.get("compute"), dict):
+            return False
+        if self.names is None:
+            with contextlib.suppress(ParseError):
+                self.names = parse_compute(response.content)
+        return True
+
+    # Watching.
+
+    async def watch(self, emit: Emit) -> None:
+        self._emit = emit
+        self._loop = asyncio.get_running_loop()
+        failures = 0
+        while True:
+            started = self._loop.time()
+            ok = await self.poll()
+            failures = 0 if ok else failures + 1
+            await asyncio.sleep(self._next_delay(failures, self._loop.time() - started))
+
+    def _next_delay(self, failures: int, elapsed: float) -> float:
+        interval = self.settings.interval
+        if failures == 0:
+            # Keep the cadence, but never start two requests closer than `interval`.
+            return max(0.0, interval - elapsed)
+        backoff = min(BACKOFF_CAP, max(interval, interval * 2 ** (failures - 1)))
+        backoff *= random.uniform(0.9, 1.1)
+        delay = max(backoff, self._retry_after)
+        self._retry_after = 0.0
+        return max(interval, delay)
+
+    async def poll(self) -> bool:
+        """One look at Scheduled Events; True when it answered well. Never raises on bad
+        answers or transport errors: they are counted in `health`."""
+        if self.names is None and not await self._resolve_names():
+            return False
+        timeout = (
+            self.settings.request_timeout if self.answered else self.settings.first_call_timeout
+        )
+        try:
+            response = await self.client.get(
+                self.base_url + EVENTS_PATH,
+                params={"api-version": self.settings.api_version},
+                timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT),
+            )
+        except httpx.TimeoutException as error:
+            what = "the first call" if not self.answered else "a poll"
+            self.health.error("timeout", f"{what} timed out after {timeout:g}s ({error!r})")
+            return False
+        except httpx.HTTPError as error:
+            kind = "unreachable" if isinstance(error, httpx.ConnectError) else "transport"
+            self.health.error(kind, f"{type(error).__name__}: {error}")
+            return False
+        if response.status_code == 429:
+            self._retry_after = _retry_after(response)
+            self.health.error("rate-limited", "IMDS answered 429 (about 5 requests/s per VM)")
+            return False
+        if response.status_code != 200:
+            self.health.error(
+                f"http-{response.status_code}",
+                f"Scheduled Events answered {response.status_code}: {response.text[:200]!r}",
+            )
+            return False
+        try:
+            document = parse_document(response.content)
+        except ParseError as error:
+            self.health.error("bad-answer", str(error))
+            return False
+        self.answered = True
+        self.health.success()
+        if document.incarnation != self.incarnation:
+            self._process(document)
+        self._retry_failed_approvals()
+        return True
+
+    async def _resolve_names(self) -> bool:
+        try:
+            response = await self.client.get(
+                self.base_url + COMPUTE_PATH, params={"api-version": INSTANCE_API_VERSION}
+            )
+            if response.status_code != 200:
+                raise ParseError(f"HTTP {response.status_code}: {response.text[:200]!r}")
+            self.names = parse_compute(response.content)
+        except (httpx.HTTPError, ParseError) as error:
+            self.health.error(
+                "vm-name",
+                f"cannot read this VM's name from {COMPUTE_PATH} ({error}); "
+                "set azure.vm_name to skip this lookup",
+            )
+            return False
+        log.info("azure: watching events for %s", ", ".join(sorted(self.names)))
+        return True
+
+    def _process(self, document: EventsDocument) -> None:
+        assert self.names is not None
+        now = utcnow()
+        current = reports_for(
+            document, self.names, freeze=self.settings.freeze, previous=self.reports, now=now
+        )
+        self.incarnation = document.incarnation
+        self.events = {
+            event.event_id: event for event in document.events if event.notice_id in current
+        }
+        for event in self.events.values():
+            if event.not_before_error and event.event_id not in self._odd:
+                self._odd.add(event.event_id)
+                log.warning("azure: event %s: %s", event.event_id, event.not_before_error)
+        outgoing = [*cleared(self.reports, current, now), *current.values()]
+        self.reports = current
+        for report in outgoing:
+            self._send(report)
+        if self.settings.approve == "immediately":
+            for event in self.events.values():
+                self.request_approval(event.event_id, "immediately")
+
+    def _send(self, report: Report) -> None:
+        if self._emit is None:
+            return
+        try:
+            self._emit(report)
+        except Exception:  # the agent's problem, not a reason to stop watching
+            log.exception("azure: emit(%s) failed", report.id)
+
+    # Approval.
+
+    def approval_counts(self) -> dict[str, int]:
+        """Approvals sent (200), failed and skipped so far, for metrics."""
+        stats = self.approvals.stats
+        return {"sent": stats.sent, "failed": stats.failed, "skipped": stats.skipped}
+
+    def flushed(self, notice_id: str) -> None:
+        """Every client that received `notice_id` acked its flush (called by the agent)."""
+        event_id = event_id_of(notice_id)
+        if event_id is None or self.settings.approve != "after-ack":
+            return
+        self.request_approval(event_id, "after-ack")
+
+    def request_approval(self, event_id: str, why: str) -> None:
+        """Approve one of this VM's events now, on the watcher's loop, unless it may not be."""
+        if self.approvals.done(event_id):
+            return
+        event = self.events.get(event_id)
+        if event is None:
+            self.approvals.skip(event_id, "it is no longer listed")
+            return
+        if not event.scheduled:
+            self.approvals.skip(event_id, f"its status is {event.status}")
+            return
+        assert self.names is not None
+        others = [r for r in event.resources if r.lower() not in self.names]
+        if others and not self.settings.approve_shared:
+            self.approvals.skip(
+                event_id,
+                f"it also names {', '.join(others)} (set azure.approve_shared to approve "
+                "events shared with other VMs)",
+            )
+            return
+        self._spawn(event_id, why)
+
+    def _spawn(self, event_id: str, why: str) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._start_task(event_id, why)
+        else:  # called from another thread
+            loop.call_soon_threadsafe(self._start_task, event_id, why)
+
+    def _start_task(self, event_id: str, why: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.approvals.approve(event_id, why))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _retry_failed_approvals(self) -> None:
+        for event_id, why in list(self.approvals.retry.items()):
+            self.request_approval(event_id, why)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await self.client.aclose()
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return min(BACKOFF_CAP, max(0.0, float(response.headers.get("Retry-After", "0"))))
+    except ValueError:
+        return 0.0
+
+
+def build(settings: Settings, context: WatcherContext) -> AzureWatcher:
+    return AzureWatcher(settings, context.health)
+
+
+__all__ = ["EVENTS_PATH", "INSTANCE_API_VERSION", "AzureWatcher", "build"]

@@ -1,0 +1,55 @@
+"""`--log-format json`: one JSON object a line, with the fields machines need."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from forewarn.agent.logsetup import JsonFormatter
+from support import AgentProcess, agent_env
+
+
+def record(**extra: object) -> logging.LogRecord:
+    return logging.makeLogRecord(
+        {"name": "forewarn.test", "levelname": "WARNING", "msg": "poll %s", "args": ("failed",)}
+        | extra
+    )
+
+
+def test_json_line_has_ts_level_logger_msg_and_extra_fields():
+    line = JsonFormatter().format(record(provider="aws", attempt=3))
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert entry["level"] == "warning" and entry["logger"] == "forewarn.test"
+    assert entry["msg"] == "poll failed"
+    assert entry["ts"].endswith("Z")
+    assert entry["provider"] == "aws" and entry["attempt"] == 3
+
+
+def test_exceptions_stay_on_the_line():
+    try:
+        raise RuntimeError("boom\nsecond line")
+    except RuntimeError:
+        line = JsonFormatter().format(record(exc_info=sys.exc_info()))
+    assert "\n" not in line
+    assert "RuntimeError: boom" in json.loads(line)["exc"]
+
+
+def test_secret_looking_extra_fields_are_redacted():
+    entry = json.loads(
+        JsonFormatter().format(record(token="abc", Authorization="Bearer x", api_key="k", n=1))
+    )
+    assert entry["token"] == entry["Authorization"] == entry["api_key"] == "[redacted]"
+    assert entry["n"] == 1
+
+
+def test_agent_logs_json_lines(tmp_path: Path):
+    env = agent_env(tmp_path, FOREWARN_LOG_FORMAT="json")
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        agent.control({"op": "notify", "action": "drain"})
+    lines = agent.output().splitlines()
+    entries = [json.loads(line) for line in lines]  # every line is one JSON object
+    assert {"ts", "level", "logger", "msg"} <= set(entries[0])
+    assert any(entry["msg"].startswith("notice drain") for entry in entries)

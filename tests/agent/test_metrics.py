@@ -1,0 +1,417 @@
+"""Metrics and health: the observer on its own, and a real agent scraped over HTTP."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.agent.config import ConfigError, load_settings
+from forewarn.agent.metrics import MetricsObserver, MetricsService, notice_time
+from forewarn.agent.observers import build_observers
+from forewarn.agent.protocol import AckRequest, Notice
+from forewarn.agent.timefmt import format_time
+from forewarn.providers import face
+from forewarn.providers.simulator import SimServer
+from prometheus_client.parser import text_string_to_metric_families
+from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, run_forewarn
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+NOW = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
+
+
+def samples(text: str) -> Samples:
+    found: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def value(found: Samples, name: str, **labels: str) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), math.nan)
+
+
+def total(found: Samples, name: str, **labels: str) -> float:
+    """The sum over every sample of `name` whose labels include `labels`."""
+    wanted = set(labels.items())
+    return sum(v for (n, have), v in found.items() if n == name and wanted <= set(have))
+
+
+def make_notice(
+    action: str = "drain",
+    *,
+    notice_id: str = "aws/rebalance/1",
+    deadline: datetime | None = NOW + timedelta(minutes=10),
+    detail: dict[str, Any] | None = None,
+) -> Notice:
+    return Notice(
+        id=notice_id,
+        seq=1,
+        action=action,
+        reason="rebalance-recommendation",
+        provider="aws",
+        deadline=deadline,
+        noticed_at=NOW,
+        sent_at=NOW,
+        detail=detail or {},
+    )
+
+
+def scrape(observer: MetricsObserver) -> Samples:
+    from prometheus_client import generate_latest
+
+    return samples(generate_latest(observer.registry).decode())
+
+
+# The observer on its own.
+
+
+def test_notice_counts_lead_time_delay_and_nearest_deadline():
+    clock = [NOW.timestamp()]
+    observer = MetricsObserver(clock=lambda: clock[0])
+    stated = format_time(NOW - timedelta(seconds=2))
+    observer.on_notice(make_notice(detail={"notice_time": stated}), escalated=False)
+    found = scrape(observer)
+    labels = {"provider": "aws", "reason": "rebalance-recommendation"}
+    assert value(found, "forewarn_notices_total", action="drain", **labels) == 1
+    assert value(found, "forewarn_notice_lead_seconds_count", **labels) == 1
+    assert value(found, "forewarn_notice_lead_seconds_sum", **labels) == 600
+    assert value(found, "forewarn_detection_delay_seconds_sum", provider="aws") == 2
+    assert value(found, "forewarn_nearest_deadline_seconds") == 600
+    assert value(found, "forewarn_active_notices") == 1
+
+    clock[0] += 60  # the gauge is computed when scraped
+    assert value(scrape(observer), "forewarn_nearest_deadline_seconds") == 540
+
+    # A repeat or an escalation of the same notice is counted, but its lead time is not.
+    observer.on_notice(make_notice("terminate"), escalated=True)
+    found = scrape(observer)
+    assert value(found, "forewarn_notices_total", action="terminate", **labels) == 1
+    assert value(found, "forewarn_notice_lead_seconds_count", **labels) == 1
+
+    observer.on_notice(make_notice("clear", deadline=None), escalated=False)
+    found = scrape(observer)
+    assert math.isnan(value(found, "forewarn_nearest_deadline_seconds"))
+    assert value(found, "forewarn_active_notices") == 0
+
+
+def test_nearest_deadline_is_the_earliest_active_one():
+    observer = MetricsObserver(clock=lambda: NOW.timestamp())
+    observer.on_notice(make_notice(notice_id="a"), escalated=False)
+    observer.on_notice(
+        make_notice(notice_id="b", deadline=NOW + timedelta(seconds=90)), escalated=False
+    )
+    observer.on_notice(make_notice(notice_id="c", deadline=None), escalated=False)
+    assert observer.seconds_to_nearest_deadline() == 90
+    observer.on_notice(make_notice("clear", notice_id="b", deadline=None), escalated=False)
+    assert observer.seconds_to_nearest_deadline() == 600
+
+
+@pytest.mark.parametrize(
+    ("detail", "expected"),
+    [
+        ({"notice_time": "2026-11-30T02:59:58Z"}, NOW - timedelta(seconds=2)),
+        ({"notice_time": "2026-11-30T03:59:58+01:00"}, NOW - timedelta(seconds=2)),
+        ({"notice_time": "yesterday"}, None),
+        ({"notice_time": 12}, None),
+        ({"noticeTime": "2026-11-30T02:59:58Z"}, None),  # only the documented key counts
+        ({}, None),
+    ],
+)
+def test_notice_time_reads_only_an_rfc3339_notice_time(
+    detail: dict[str, Any], expected: datetime | None
+):
+    assert notice_time(detail) == expected
+
+
+def test_polls_errors_acks_and_subscribers():
+    observer = MetricsObserver(clock=lambda: 1234.5)
+    observer.on_start(["aws"])
+    observer.on_poll("aws", False, "connect")
+    observer.on_poll("aws", False, "connect")
+    observer.on_poll("aws", True, None)
+    observer.on_subscribers(3)
+    notice = make_notice("terminate")
+    observer.on_ack(AckRequest(op="ack", notice_id=notice.id, flush_seconds=1.5), notice)
+    observer.on_ack(AckRequest(op="ack", flush_seconds=0.5), None)
+    observer.on_ack(AckRequest(op="ack", outcome="failed"), None)
+    observer.on_ack(AckRequest(op="ack", outcome="resumed", restore_seconds=4), None)
+    found = scrape(observer)
+    assert value(found, "forewarn_polls_total", provider="aws") == 3
+    assert value(found, "forewarn_poll_errors_total", provider="aws", kind="connect") == 2
+    assert value(found, "forewarn_last_successful_poll_timestamp_seconds", provider="aws") == 1234.5
+    assert value(found, "forewarn_subscribers") == 3
+    assert value(found, "forewarn_flush_seconds_sum", trigger="terminate") == 1.5
+    assert value(found, "forewarn_flush_seconds_count", trigger="periodic") == 1
+    assert value(found, "forewarn_failed_flushes_total") == 1
+
+
+def test_ready_only_once_every_watcher_polled_well_and_until_stop():
+    observer = MetricsObserver()
+    assert observer.readiness() == (False, {})
+    observer.on_start(["local", "aws"])
+    observer.on_poll("local", True, None)
+    assert observer.readiness() == (False, {"local": True, "aws": False})
+    observer.on_poll("aws", False, "connect")
+    assert not observer.readiness()[0]
+    observer.on_poll("aws", True, None)
+    assert observer.readiness()[0]
+    observer.on_poll("aws", False, "connect")  # readiness latches: one bad poll is not an outage
+    assert observer.readiness()[0]
+    observer.on_stop()
+    assert not observer.readiness()[0]
+
+
+# The HTTP server.
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_service_serves_metrics_health_and_readiness():
+    service = MetricsService("127.0.0.1", 0)
+    try:
+        assert get(service.url + "/healthz") == (200, '{"alive": true}\n')
+        status, body = get(service.url + "/readyz")
+        assert status == 503 and json.loads(body)["ready"] is False
+        service.on_start(["local"])
+        service.on_poll("local", True, None)
+        status, body = get(service.url + "/readyz")
+        assert status == 200 and json.loads(body) == {
+            "ready": True,
+            "providers": {"local": True},
+            "waiting": [],
+        }
+        status, body = get(service.url + "/metrics")
+        assert status == 200 and value(samples(body), "forewarn_ready") == 1
+        assert get(service.url + "/nope")[0] == 404
+    finally:
+        service.on_stop()
+
+
+def test_metrics_config_key_env_and_loopback_rule(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("FOREWARN_METRICS_ADDRESS", raising=False)
+    monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
+    assert load_settings().metrics_listen() is None  # off by default
+    monkeypatch.setenv("FOREWARN_METRICS_ADDRESS", "127.0.0.1:9464")
+    assert load_settings().metrics_listen() == ("127.0.0.1", 9464)
+    assert load_settings(metrics_address="off").metrics_listen() is None
+    assert load_settings(metrics_address="[::1]:9464").metrics_listen() == ("::1", 9464)
+    with pytest.raises(ConfigError, match=r"metrics_address.*not a loopback"):
+        load_settings(metrics_address="0.0.0.0:9464")
+    remote = load_settings(metrics_address="0.0.0.0:9464", allow_remote=True)
+    assert remote.metrics_listen() == ("0.0.0.0", 9464)
+    with pytest.raises(ConfigError, match=r"metrics_address.*HOST:PORT"):
+        load_settings(metrics_address="9464")
+    with pytest.raises(ConfigError, match=r"metrics_address.*not an IP address"):
+        load_settings(metrics_address="prometheus.example:9464")
+
+
+def test_build_observers_refuses_a_taken_port_and_a_missing_extra(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"metrics_address 127.0.0.1:{port}: cannot listen"):
+            build_observers(load_settings(metrics_address=f"127.0.0.1:{port}", telemetry=False))
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    monkeypatch.delitem(sys.modules, "forewarn.agent.metrics")
+    with pytest.raises(ConfigError, match=r"forewarn\[metrics\]"):
+        build_observers(load_settings(metrics_address="127.0.0.1:0", telemetry=False))
+    assert build_observers(load_settings(telemetry=False)) == []
+
+
+# A real agent.
+
+
+def metrics_url(agent: AgentProcess, timeout: float = 10.0) -> str:
+    found = wait_for(lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output()))
+    return found.group(1)
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not met within {timeout}s")
+
+
+def scrape_url(url: str) -> Samples:
+    status, body = get(url + "/metrics")
+    assert status == 200
+    return samples(body)
+
+
+def test_every_metric_moves_when_a_notice_flows(tmp_path: Path):
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    flag = tmp_path / "run" / "checkpoint-now"
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        url = metrics_url(agent)
+        wait_for(lambda: get(url + "/readyz")[0] == 200, what="readyz")
+        assert get(url + "/healthz")[0] == 200
+        before = scrape_url(url)
+        assert value(before, "forewarn_subscribers") == 0
+        assert math.isnan(value(before, "forewarn_nearest_deadline_seconds"))
+
+        with Subscriber(agent.events, ("notice", "client/metrics-test")) as client:
+            wait_for(lambda: value(scrape_url(url), "forewarn_subscribers") == 1, what="sub")
+            deadline = datetime.now(timezone.utc) + timedelta(minutes=10)
+            reply = agent.control(
+                {"op": "notify", "action": "drain", "deadline": format_time(deadline)}
+            )
+            assert reply["ok"], reply
+            notice_id = reply["notice"]["id"]
+            assert client.notice()["id"] == notice_id
+            reply = agent.control(
+                {
+                    "op": "ack",
+                    "notice_id": notice_id,
+                    "client": "metrics-test",
+                    "flush_seconds": 1.5,
+                    "step": 10,
+                }
+            )
+            assert reply["ok"], reply
+            flag.write_text("")  # a local notice that states its own notice time
+            assert client.notice()["detail"]["notice_time"]
+            after = scrape_url(url)
+
+    manual = {"provider": "local", "reason": "manual"}
+    assert value(after, "forewarn_notices_total", action="drain", **manual) == 2
+    assert value(after, "forewarn_notice_lead_seconds_count", **manual) == 1
+    assert 590 < value(after, "forewarn_notice_lead_seconds_sum", **manual) <= 600
+    assert value(after, "forewarn_detection_delay_seconds_count", provider="local") == 1
+    assert 0 <= value(after, "forewarn_detection_delay_seconds_sum", provider="local") < 10
+    assert value(after, "forewarn_flush_seconds_sum", trigger="drain") == 1.5
+    assert value(after, "forewarn_flush_seconds_count", trigger="drain") == 1
+    assert 0 < value(after, "forewarn_nearest_deadline_seconds") <= 600
+    assert value(after, "forewarn_active_notices") == 2
+    assert value(after, "forewarn_subscribers") == 1
+    assert value(after, "forewarn_polls_total", provider="local") > value(
+        before, "forewarn_polls_total", provider="local"
+    )
+    assert value(after, "forewarn_last_successful_poll_timestamp_seconds", provider="local") >= (
+        value(before, "forewarn_last_successful_poll_timestamp_seconds", provider="local")
+    )
+    assert (
+        abs(
+            value(after, "forewarn_last_successful_poll_timestamp_seconds", provider="local")
+            - time.time()
+        )
+        < 30
+    )
+    assert value(after, "forewarn_ready") == 1
+
+
+def test_poll_errors_counted_and_not_ready_while_a_watcher_cannot_poll(tmp_path: Path):
+    env = agent_env(
+        tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", FOREWARN_AWS_URL=f"http://{DEAD_LOOPBACK}"
+    )
+    with AgentProcess(tmp_path, providers=("local", "aws"), env=env) as agent:
+        url = metrics_url(agent)
+        # Of whatever kind: a refused connection, or a watcher that cannot start.
+        wait_for(
+            lambda: total(scrape_url(url), "forewarn_poll_errors_total", provider="aws") > 0,
+            what="an aws poll error",
+        )
+        wait_for(lambda: value(scrape_url(url), "forewarn_polls_total", provider="local") > 0)
+        status, body = get(url + "/readyz")
+        assert status == 503
+        assert json.loads(body) == {
+            "ready": False,
+            "providers": {"local": True, "aws": False},
+            "waiting": ["aws"],
+        }
+        assert get(url + "/healthz")[0] == 200
+
+
+def test_readyz_turns_ready_at_the_first_successful_poll(tmp_path: Path):
+    # The flag file's directory is a regular file: every look at the flag fails until it is
+    # replaced by a directory.
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    env = agent_env(
+        tmp_path,
+        FOREWARN_METRICS_ADDRESS="127.0.0.1:0",
+        FOREWARN_LOCAL_FLAG_FILE=str(blocker / "checkpoint-now"),
+    )
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        url = metrics_url(agent)
+        wait_for(
+            lambda: (
+                value(scrape_url(url), "forewarn_poll_errors_total", provider="local", kind="stat")
+                > 0
+            ),
+            what="a failed look at the flag file",
+        )
+        status, body = get(url + "/readyz")
+        assert status == 503 and json.loads(body)["waiting"] == ["local"]
+        blocker.unlink()
+        blocker.mkdir()
+        wait_for(lambda: get(url + "/readyz")[0] == 200, what="readyz after a good poll")
+
+
+def test_agent_exits_2_naming_a_taken_metrics_port(tmp_path: Path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS=f"127.0.0.1:{port}")
+        result = run_forewarn("agent", "--provider", "local", env=env)
+    assert result.returncode == 2
+    assert f"metrics_address 127.0.0.1:{port}: cannot listen" in result.stderr
+
+
+def test_metrics_address_flag_reaches_the_agent(tmp_path: Path):
+    agent = AgentProcess(
+        tmp_path, providers=("local",), args=("--metrics-address", "127.0.0.1:0")
+    ).start()
+    try:
+        assert get(metrics_url(agent) + "/healthz")[0] == 200
+    finally:
+        agent.stop()
+    result = run_forewarn("agent", "--metrics-address", "0.0.0.0:9464", env=agent_env(tmp_path))
+    assert result.returncode == 2 and "metrics_address" in result.stderr
+
+
+@pytest.mark.parametrize("provider", ["aws", "gcp", "azure"])
+def test_readyz_with_a_live_provider_simulator(provider: str, tmp_path: Path):
+    """Against a faithful simulator the watcher polls well, so the agent becomes ready."""
+    try:
+        simulate = face(provider, "simulate")
+        face(provider, "watch")
+    except ImportError:
+        pytest.skip(f"the {provider} watcher and simulator are not in this tree")
+    extra = dict(simulate.drill_script().get("env", {}))
+    with SimServer(simulate.make_simulator()) as server:
+        extra[f"FOREWARN_{provider.upper()}_URL"] = server.url
+        env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", **extra)
+        with AgentProcess(tmp_path, providers=("local", provider), env=env) as agent:
+            url = metrics_url(agent)
+            wait_for(lambda: get(url + "/readyz")[0] == 200, what=f"{provider} ready")
+            found = scrape_url(url)
+    assert value(found, "forewarn_polls_total", provider=provider) >= 1
+    assert value(found, "forewarn_last_successful_poll_timestamp_seconds", provider=provider) > 0

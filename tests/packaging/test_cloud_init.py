@@ -1,0 +1,173 @@
+"""The cloud-init template: it renders, passes `cloud-init schema`, and carries the units."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+RENDER = ROOT / "packaging" / "cloud-init" / "render.py"
+SYSTEMD = ROOT / "packaging" / "systemd"
+Tool = Callable[[str], str]
+
+
+def load_renderer() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("cloud_init_render", RENDER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+renderer = load_renderer()
+
+
+def run_render(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(RENDER), *args], capture_output=True, text=True, timeout=30
+    )
+
+
+def schema(tool: Tool, path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tool("cloud-init"), "schema", "--config-file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+ARGS = (
+    "--env",
+    "FOREWARN_PROVIDERS=aws",
+    "--env",
+    'FOREWARN_LOG_FORMAT=json "quoted" \\ value',
+    "--training-env",
+    "CHECKPOINT_URL=s3://bucket/run-7",
+    "--training-user",
+    "ml",
+    "--training-dir",
+    "/srv/run7",
+    "--training-command",
+    "/srv/run7/.venv/bin/torchrun --nproc-per-node 8 train.py",
+)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    result = run_render(*ARGS)
+    assert result.returncode == 0, result.stderr
+    path = tmp_path_factory.mktemp("cloud-init") / "user-data.yaml"
+    path.write_text(result.stdout)
+    return path
+
+
+def test_rendered_user_data_passes_cloud_init_schema(rendered: Path, tool: Tool):
+    result = schema(tool, rendered)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Valid cloud-config" in result.stdout
+
+
+def test_defaults_pass_cloud_init_schema(tmp_path: Path, tool: Tool):
+    result = run_render("-o", str(tmp_path / "user-data.yaml"))
+    assert result.returncode == 0, result.stderr
+    checked = schema(tool, tmp_path / "user-data.yaml")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_schema_check_catches_a_broken_config(tmp_path: Path, tool: Tool):
+    broken = tmp_path / "user-data.yaml"
+    broken.write_text("#cloud-config\nruncmd: 5\nwrite_files: [{content: x}]\n")
+    assert schema(tool, broken).returncode != 0
+
+
+def files(config: dict[str, Any]) -> dict[str, str]:
+    return {entry["path"]: entry["content"] for entry in config["write_files"]}
+
+
+def test_user_data_installs_writes_and_starts_everything(rendered: Path):
+    text = rendered.read_text()
+    assert text.startswith("#cloud-config\n")
+    assert "@@" not in text and "${" not in text and "##" not in text
+    config = yaml.safe_load(text)
+    written = files(config)
+    assert (
+        written["/etc/systemd/system/forewarn-agent.service"]
+        == (SYSTEMD / "forewarn-agent.service").read_text()
+    )
+    assert written["/etc/forewarn/forewarn.env"] == (
+        'FOREWARN_PROVIDERS="aws"\nFOREWARN_LOG_FORMAT="json \\"quoted\\" \\\\ value"\n'
+    )
+    assert written["/etc/forewarn/training.env"] == 'CHECKPOINT_URL="s3://bucket/run-7"\n'
+    training = written["/etc/systemd/system/training.service"]
+    assert "\nUser=ml\n" in training and "\nGroup=ml\n" in training
+    assert "\nWorkingDirectory=/srv/run7\n" in training
+    assert "\nExecStart=/srv/run7/.venv/bin/torchrun --nproc-per-node 8 train.py\n" in training
+    assert "\nAfter=forewarn-agent.service" in training
+
+    users = {user["name"]: user for user in config["users"] if isinstance(user, dict)}
+    assert users["ml"]["groups"] == ["forewarn"]
+    assert users["forewarn"]["system"] is True
+    runcmd = config["runcmd"]
+    assert [
+        "/opt/forewarn/venv/bin/pip",
+        "install",
+        "--no-cache-dir",
+        f"forewarn[metrics]=={renderer.project_version()}",
+    ] in runcmd
+    starts = [cmd for cmd in runcmd if cmd[:3] == ["systemctl", "enable", "--now"]]
+    assert starts == [
+        ["systemctl", "enable", "--now", "forewarn-agent.service"],
+        ["systemctl", "enable", "--now", "training.service"],
+    ]
+    install = runcmd.index(
+        ["ln", "-sf", "/opt/forewarn/venv/bin/forewarn", "/usr/local/bin/forewarn"]
+    )
+    assert install < runcmd.index(starts[0])
+
+
+def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Path, tool: Tool):
+    analyze = tool("systemd-analyze")
+    stand_in = tmp_path / "program"
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
+    units = []
+    for path, content in files(yaml.safe_load(rendered.read_text())).items():
+        if path.endswith(".service"):
+            for program in ("/usr/local/bin/forewarn", "/srv/run7/.venv/bin/torchrun"):
+                content = content.replace(program, str(stand_in))
+            unit = tmp_path / Path(path).name
+            unit.write_text(content)
+            units.append(str(unit))
+    assert len(units) == 2
+    result = subprocess.run([analyze, "verify", *units], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert str(tmp_path) not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (("--env", "NOEQUALS"), "--env 'NOEQUALS'"),
+        (("--env", "1BAD=x"), "--env '1BAD=x'"),
+        (("--training-env", "A=line\nbreak"), "--training-env A: a value cannot span lines"),
+        (("--training-user", "root"), "--training-user 'root'"),
+        (("--training-dir", "relative"), "--training-dir 'relative'"),
+        (("--training-command", "python train.py"), "--training-command: must start"),
+        (("--training-command", "/bin/x 'unclosed"), "--training-command:"),
+        (("--training-unit", "training"), "--training-unit 'training'"),
+        (("--package", " "), "--package ' '"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], complaint: str):
+    result = run_render(*args)
+    assert result.returncode == 2
+    assert complaint in result.stderr

@@ -1,0 +1,213 @@
+"""The Dockerfile: hadolint passes, and its install steps and health check really work.
+
+Container builds cannot run here, so the test replays the Dockerfile's own pip steps in a
+scratch directory standing in for the image's filesystem, then runs the installed agent and
+the HEALTHCHECK command against it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from support import agent_env
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+# Container paths the install steps may use, each replayed under a scratch directory.
+CONTAINER_PATHS = ("/src", "/dist", "/opt/forewarn")
+Tool = Callable[[str], str]
+
+
+@dataclass
+class Instruction:
+    keyword: str
+    args: str
+    stage: int
+    workdir: str  # in effect for this instruction
+
+
+@dataclass
+class Dockerfile:
+    instructions: list[Instruction] = field(default_factory=list)
+
+    def of(self, keyword: str) -> list[Instruction]:
+        return [i for i in self.instructions if i.keyword == keyword]
+
+
+def parse_dockerfile(path: Path) -> Dockerfile:
+    parsed = Dockerfile()
+    stage = -1
+    workdir = "/"
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        text = pending + line
+        pending = ""
+        keyword, _, args = text.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            stage += 1
+            workdir = "/"
+        elif keyword == "WORKDIR":
+            workdir = args.strip()
+        parsed.instructions.append(Instruction(keyword, args.strip(), stage, workdir))
+    return parsed
+
+
+def hadolint(tool: Tool, path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tool("hadolint"), "--no-color", str(path)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_dockerfile_passes_hadolint(tool: Tool):
+    result = hadolint(tool, DOCKERFILE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_flags_an_unpinned_install(tmp_path: Path, tool: Tool):
+    sloppy = tmp_path / "Dockerfile"
+    sloppy.write_text("FROM python:3.12-slim\nRUN pip install forewarn\n")
+    result = hadolint(tool, sloppy)
+    assert result.returncode != 0 and "DL3013" in result.stdout
+
+
+def test_image_shape():
+    parsed = parse_dockerfile(DOCKERFILE)
+    final = max(i.stage for i in parsed.instructions)
+    user = [i.args for i in parsed.of("USER") if i.stage == final]
+    assert user and user[-1].split(":")[0] not in ("0", "root")
+    assert json.loads(parsed.of("ENTRYPOINT")[-1].args) == ["forewarn", "agent"]
+    assert "slim" in parsed.of("ARG")[0].args
+    installs = " ".join(i.args for i in parsed.of("RUN") if "pip install" in i.args)
+    assert "[metrics]" in installs and "[all]" not in installs
+
+
+def healthcheck_command(parsed: Dockerfile) -> list[str]:
+    args = parsed.of("HEALTHCHECK")[-1].args
+    _, _, command = args.partition("CMD ")
+    argv = json.loads(command)
+    assert argv[0] == "python"
+    return argv
+
+
+def image_environment(parsed: Dockerfile) -> dict[str, str]:
+    final = max(i.stage for i in parsed.instructions)
+    found: dict[str, str] = {}
+    for env in parsed.of("ENV"):
+        if env.stage == final:
+            for pair in shlex.split(env.args):
+                key, _, value = pair.partition("=")
+                found[key] = value
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_install_steps_give_a_working_agent_and_health_check(tmp_path: Path):
+    parsed = parse_dockerfile(DOCKERFILE)
+    image = tmp_path / "image"
+    # COPY in the build stage: the source tree, as the image would hold it under /src.
+    for copy in parsed.of("COPY"):
+        if copy.args.startswith("--from"):
+            continue
+        *sources, _ = copy.args.split()
+        for source in sources:
+            target = image / "src" / source
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(ROOT / source, target)
+    # `python` on PATH stands for the base image's interpreter.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("VIRTUAL_ENV", None)
+
+    steps = [i for i in parsed.of("RUN") if "pip " in i.args]
+    assert len(steps) >= 2, "expected a wheel build step and an install step"
+    for step in steps:
+        command = step.args
+        for path in CONTAINER_PATHS:
+            command = command.replace(path, str(image) + path)
+        cwd = image / step.workdir.lstrip("/")
+        cwd.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", command],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+        assert result.returncode == 0, f"{step.args}\n{result.stdout}\n{result.stderr}"
+
+    venv = image / "opt" / "forewarn"
+    python = venv / "bin" / "python"
+    # Only the runtime extras: prometheus-client yes, the cloud SDKs no.
+    probe = "import importlib.util as u; print([bool(u.find_spec(m)) for m in "
+    probe += "('prometheus_client', 'zmq', 'httpx', 'boto3', 'azure', 'matplotlib')])"
+    found = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[True, True, True, False, False, False]"
+
+    port = free_port()
+    # The image's own FOREWARN_* settings, with this test's directories and port.
+    image_env = {k: v for k, v in image_environment(parsed).items() if k.startswith("FOREWARN_")}
+    image_env.pop("FOREWARN_RUNTIME_DIR")
+    image_env.pop("FOREWARN_STATE_DIR")
+    image_env["FOREWARN_METRICS_ADDRESS"] = f"127.0.0.1:{port}"
+    agent_environment = agent_env(tmp_path, **image_env)
+    agent_environment["PATH"] = f"{venv / 'bin'}:{agent_environment['PATH']}"
+    health = healthcheck_command(parsed)
+    health_env = {**agent_environment, "PATH": f"{venv / 'bin'}:{os.environ['PATH']}"}
+
+    def healthy() -> bool:
+        return (
+            subprocess.run(health, env=health_env, capture_output=True, timeout=10).returncode == 0
+        )
+
+    assert not healthy()  # nothing listens yet: the check must fail
+    log = (tmp_path / "agent.log").open("w")
+    agent = subprocess.Popen(
+        [venv / "bin" / "forewarn", "agent", "--provider", "local"],
+        env=agent_environment,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not healthy():
+            assert agent.poll() is None, (tmp_path / "agent.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
+            time.sleep(0.2)
+    finally:
+        agent.terminate()
+        agent.wait(10)
+        log.close()
+    assert agent.returncode == 0
+    # The image logs JSON, one object per line.
+    lines = (tmp_path / "agent.log").read_text().splitlines()
+    assert lines and all(json.loads(line)["level"] for line in lines)

@@ -1,0 +1,148 @@
+"""End to end through the real agent subprocess: notices on the socket, approval after the ack."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, Subscriber, agent_env, forewarn_cmd
+
+
+@pytest.fixture
+def imds() -> Iterator[tuple[AzureSimulator, SimServer]]:
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10)
+    with SimServer(sim) as server:
+        yield sim, server
+
+
+def azure_agent(tmp_path: Path, server: SimServer, **extra: str) -> AgentProcess:
+    env = agent_env(
+        tmp_path,
+        FOREWARN_AZURE_URL=server.url,
+        FOREWARN_AZURE_VM_NAME="gpu-0",
+        FOREWARN_AZURE_INTERVAL="0.25",
+        **extra,
+    )
+    return AgentProcess(tmp_path, providers=("azure",), env=env)
+
+
+def wait(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def polls(sim: AzureSimulator) -> int:
+    return sim.requests["GET /metadata/scheduledevents"]
+
+
+def wait_polls(sim: AzureSimulator, count: int) -> None:
+    target = polls(sim) + count
+    wait(lambda: polls(sim) >= target, what=f"{count} more polls")
+
+
+def ack(agent: AgentProcess, notice_id: str, client: str) -> float:
+    sent = time.monotonic()
+    reply = agent.control(
+        {"op": "ack", "notice_id": notice_id, "client": client, "flush_seconds": 0.1}
+    )
+    assert reply["ok"], reply
+    return sent
+
+
+def test_approval_is_sent_once_after_every_client_acked_and_not_before(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    sim, server = imds
+    with (
+        azure_agent(tmp_path, server) as agent,
+        Subscriber(agent.events, ("notice", "client/trainer-0", "client/trainer-1")) as one,
+        Subscriber(agent.events, ("notice", "client/trainer-2")) as two,
+    ):
+        wait(lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 3, what="clients")
+        event_id = sim.raise_notice("Reboot", {"not_before_seconds": 600})
+        notice = one.notice(timeout=10)
+        assert two.notice(timeout=5)["id"] == notice["id"]
+        assert (notice["id"], notice["action"], notice["reason"]) == (
+            f"azure/{event_id}",
+            "drain",
+            "host-maintenance",
+        )
+        assert notice["deadline"] is not None
+
+        wait_polls(sim, 3)
+        assert sim.approvals == [], "approved before any ack"
+        ack(agent, notice["id"], "trainer-0")
+        ack(agent, notice["id"], "trainer-1")
+        wait_polls(sim, 3)
+        assert sim.approvals == [], "approved before the last client acked"
+
+        last_ack = ack(agent, notice["id"], "trainer-2")
+        (approval,) = wait(lambda: sim.approvals, what="the approval")
+        assert approval["EventId"] == event_id
+        assert approval["monotonic"] >= last_ack
+
+        # The approval starts the event (same deadline, so the board sends nothing new); a
+        # repeated ack approves nothing twice.
+        assert sim.events[event_id]["EventStatus"] == "Started"
+        ack(agent, notice["id"], "trainer-2")
+        wait_polls(sim, 3)
+        assert len(sim.approvals) == 1
+        assert "approved event" in agent.output()
+
+        sim.withdraw(event_id)
+        cleared = one.notice(timeout=5)
+        assert (cleared["id"], cleared["action"]) == (notice["id"], "clear")
+
+
+def test_preempt_is_a_terminate_and_no_client_means_no_approval(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    sim, server = imds
+    with azure_agent(tmp_path, server) as agent, agent.subscriber() as sub:
+        time.sleep(0.3)
+        other = sim.raise_notice("Preempt", {"resources": ["gpu-1"]})
+        event_id = sim.raise_notice("Preempt", {"not_before_seconds": 30})
+        notice = sub.notice(timeout=10)
+        assert (notice["id"], notice["action"], notice["reason"]) == (
+            f"azure/{event_id}",
+            "terminate",
+            "eviction",
+        )
+        wait_polls(sim, 4)
+        assert sub.drain(0.3) == []  # the other VM's eviction is not ours
+        assert sim.approvals == []  # nobody registered to ack: nothing is approved
+        assert other not in {n["id"] for n in agent.control({"op": "status"})["active"]}
+
+
+def test_approve_immediately_through_the_agent(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    sim, server = imds
+    with azure_agent(tmp_path, server, FOREWARN_AZURE_APPROVE="immediately"):
+        event_id = sim.raise_notice("Redeploy", {})
+        (approval,) = wait(lambda: sim.approvals, what="the approval")
+        assert approval["EventId"] == event_id
+
+
+def test_drill_local_with_the_azure_simulator(tmp_path: Path, env: dict[str, str]) -> None:
+    done = subprocess.run(
+        forewarn_cmd("drill", "local", "--provider", "azure", "--dir", str(tmp_path / "drill")),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "azure Reboot" in done.stdout and "azure Preempt" in done.stdout
+    assert "steps lost: 0" in done.stdout

@@ -1,0 +1,149 @@
+"""Approval (StartRequests) in-process against the simulator: once, after the ack, per mode."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import httpx
+import pytest
+import respx
+from azure_harness import running, until
+from forewarn.providers.azure.approve import MAX_ATTEMPTS, Approver
+from forewarn.providers.azure.simulate import AzureSimulator
+
+
+async def test_after_ack_approves_exactly_once_and_not_before_flushed() -> None:
+    async with running(removal_after=30) as h:
+        event_id = h.sim.raise_notice("Reboot", {"not_before_seconds": 600})
+        await until(lambda: h.reports, what="the reboot")
+        await h.more_polls(4)
+        assert h.sim.approvals == []  # no ack yet, no approval
+        assert h.watcher.approvals.stats.sent == 0
+
+        h.watcher.flushed(f"azure/{event_id}")
+        await until(lambda: h.sim.approvals, what="the approval")
+        h.watcher.flushed(f"azure/{event_id}")  # an escalation acked again
+        await until(lambda: len(h.reports) >= 2, what="the Started document")
+        await h.more_polls(3)
+        assert [a["EventId"] for a in h.sim.approvals] == [event_id]
+        await until(lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted")
+        assert h.watcher.approvals.stats.by_reason == {"after-ack": 1}
+        assert h.watcher.approval_counts() == {"sent": 1, "failed": 0, "skipped": 0}
+        assert h.reports[-1].detail["EventStatus"] == "Started"
+
+
+async def test_flushed_for_other_providers_or_unknown_events_does_nothing() -> None:
+    async with running() as h:
+        h.watcher.flushed("aws/spot-itn/abc")
+        h.watcher.flushed("azure/NOT-AN-EVENT")
+        await h.more_polls(2)
+        assert h.sim.approvals == []
+        assert h.watcher.approvals.stats.skipped == 1  # the unknown azure event
+
+
+async def test_immediately_approves_once_without_any_ack() -> None:
+    async with running(approve="immediately", removal_after=30) as h:
+        event_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 600})
+        await until(lambda: h.sim.approvals, what="the approval")
+        await until(lambda: len(h.reports) >= 2, what="the Started document")
+        await h.more_polls(3)
+        assert [a["EventId"] for a in h.sim.approvals] == [event_id]
+        await until(lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted")
+        assert h.watcher.approvals.stats.by_reason == {"immediately": 1}
+
+
+async def test_off_never_approves() -> None:
+    async with running(approve="off") as h:
+        event_id = h.sim.raise_notice("Reboot", {})
+        await until(lambda: h.reports, what="the reboot")
+        h.watcher.flushed(f"azure/{event_id}")
+        await h.more_polls(3)
+        assert h.sim.approvals == []
+
+
+async def test_started_events_are_not_approved() -> None:
+    async with running(removal_after=30) as h:
+        event_id = h.sim.raise_notice("Reboot", {"status": "Started"})
+        await until(lambda: h.reports, what="the started reboot")
+        h.watcher.flushed(f"azure/{event_id}")
+        await h.more_polls(2)
+        assert h.sim.approvals == []
+        assert h.watcher.approvals.skipped == {event_id: "its status is Started"}
+
+
+async def test_shared_events_are_approved_only_when_allowed() -> None:
+    async with running(removal_after=30) as h:
+        event_id = h.sim.raise_notice("Reboot", {"resources": ["gpu-0", "gpu-1"]})
+        await until(lambda: h.reports, what="the shared reboot")
+        h.watcher.flushed(f"azure/{event_id}")
+        await h.more_polls(2)
+        assert h.sim.approvals == []
+        assert "gpu-1" in h.watcher.approvals.skipped[event_id]
+    async with running(removal_after=30, approve_shared=True) as h:
+        event_id = h.sim.raise_notice("Reboot", {"resources": ["gpu-0", "gpu-1"]})
+        await until(lambda: h.reports, what="the shared reboot")
+        h.watcher.flushed(f"azure/{event_id}")
+        await until(lambda: h.sim.approvals, what="the approval")
+
+
+async def test_a_failed_approval_is_retried_on_later_polls() -> None:
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10)
+    async with running(sim) as h:
+        event_id = h.sim.raise_notice("Reboot", {})
+        await until(lambda: h.reports, what="the reboot")
+        original = h.sim._post_events
+        failures = {"left": 1}
+
+        def flaky(body: bytes):  # type: ignore[no-untyped-def]
+            if failures["left"]:
+                failures["left"] -= 1
+                raise RuntimeError("IMDS hiccup")  # the simulator answers 500
+            return original(body)
+
+        h.sim._post_events = flaky  # type: ignore[method-assign]
+        h.watcher.flushed(f"azure/{event_id}")
+        await until(lambda: h.sim.approvals, what="the retried approval")
+        # The simulator records the POST before the watcher has read the answer.
+        await until(lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted")
+        assert h.watcher.approvals.stats.failed == 1
+        assert [a["EventId"] for a in h.sim.approvals] == [event_id]
+
+
+async def test_flushed_from_another_thread_is_handled_on_the_loop() -> None:
+    async with running(removal_after=30) as h:
+        event_id = h.sim.raise_notice("Reboot", {})
+        await until(lambda: h.reports, what="the reboot")
+        thread = threading.Thread(target=h.watcher.flushed, args=(f"azure/{event_id}",))
+        thread.start()
+        thread.join()
+        await until(lambda: h.sim.approvals, what="the approval")
+
+
+@respx.mock
+async def test_approver_posts_the_documented_body_and_gives_up_after_max_attempts() -> None:
+    route = respx.post("http://127.0.0.1:1/metadata/scheduledevents").mock(
+        return_value=httpx.Response(400, json={"error": "Bad request"})
+    )
+    async with httpx.AsyncClient(trust_env=False, headers={"Metadata": "true"}) as client:
+        approver = Approver(client, "http://127.0.0.1:1/metadata/scheduledevents", "2020-07-01", 1)
+        results = [await approver.approve("E1", "after-ack") for _ in range(MAX_ATTEMPTS + 2)]
+    assert results == [False] * (MAX_ATTEMPTS + 2)
+    assert route.call_count == MAX_ATTEMPTS
+    request = route.calls[0].request
+    assert request.headers["Metadata"] == "true"
+    assert request.url.params["api-version"] == "2020-07-01"
+    assert request.read() == b'{"StartRequests":[{"EventId":"E1"}]}'
+    assert approver.stats.failed == MAX_ATTEMPTS and approver.retry == {}
+
+
+@pytest.mark.parametrize("count", [2, 5])
+async def test_concurrent_flushes_post_once(count: int) -> None:
+    async with running(removal_after=30) as h:
+        event_id = h.sim.raise_notice("Reboot", {})
+        await until(lambda: h.reports, what="the reboot")
+        for _ in range(count):
+            h.watcher.flushed(f"azure/{event_id}")
+        await until(lambda: h.sim.approvals, what="the approval")
+        await asyncio.sleep(0.3)
+        assert len(h.sim.approvals) == 1

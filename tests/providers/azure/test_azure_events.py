@@ -1,0 +1,432 @@
+# ruff: noqa: E501  (Microsoft's examples are copied verbatim, long lines included)
+"""The pure parser: Microsoft's documented answers, every mapping, and property tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from azure_harness import EXPECTED_MAPPING
+from forewarn.providers.azure.events import (
+    EventsDocument,
+    cleared,
+    format_not_before,
+    parse_compute,
+    parse_document,
+    parse_not_before,
+    report_for,
+    reports_for,
+    vm_names,
+)
+from forewarn.providers.base import ParseError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+NOW = datetime(2026, 11, 30, 3, 0, 0, tzinfo=timezone.utc)
+
+# Microsoft's example sequence for two VMs live-migrated together (scheduled-events.md,
+# "Example responses"), copied as documented, including its wrong weekday.
+DOC_EXAMPLES = [
+    """{
+    "DocumentIncarnation":  1,
+    "Events":  [
+               ]
+}""",
+    """{
+    "DocumentIncarnation":  2,
+    "Events":  [
+                   {
+                       "EventId":  "C7061BAC-AFDC-4513-B24B-AA5F13A16123",
+                       "EventStatus":  "Scheduled",
+                       "EventType":  "Freeze",
+                       "ResourceType":  "VirtualMachine",
+                       "Resources":  [
+                                         "WestNO_0",
+                                         "WestNO_1"
+                                     ],
+                       "NotBefore":  "Mon, 11 Apr 2026 22:26:58 GMT",
+                       "Description":  "Virtual machine is being paused because of a memory-preserving Live Migration operation.",
+                       "EventSource":  "Platform",
+                       "DurationInSeconds":  5
+                   }
+               ]
+}""",
+    """{
+    "DocumentIncarnation":  3,
+    "Events":  [
+                   {
+                       "EventId":  "C7061BAC-AFDC-4513-B24B-AA5F13A16123",
+                       "EventStatus":  "Started",
+                       "EventType":  "Freeze",
+                       "ResourceType":  "VirtualMachine",
+                       "Resources":  [
+                                         "WestNO_0",
+                                         "WestNO_1"
+                                     ],
+                       "NotBefore":  "",
+                       "Description":  "Virtual machine is being paused because of a memory-preserving Live Migration operation.",
+                       "EventSource":  "Platform",
+                       "DurationInSeconds":  5
+                   }
+               ]
+}""",
+    """{
+    "DocumentIncarnation":  4,
+    "Events":  [
+               ]
+}""",
+]
+
+# The reference's section 3.2 example (provider-contracts.md).
+REFERENCE_EXAMPLE = """{
+  "DocumentIncarnation": 2,
+  "Events": [
+    {"EventId": "C7061BAC-AFDC-4513-B24B-AA5F13A16123", "EventStatus": "Scheduled", "EventType": "Freeze",
+     "ResourceType": "VirtualMachine", "Resources": ["WestNO_0", "WestNO_1"],
+     "NotBefore": "Mon, 11 Apr 2026 22:26:58 GMT",
+     "Description": "Virtual machine is being paused because of a memory-preserving Live Migration operation.",
+     "EventSource": "Platform", "DurationInSeconds": 5}
+  ]
+}"""
+
+# Microsoft's instance metadata example (instance-metadata-service.md, compute section, Linux).
+DOC_COMPUTE = {
+    "azEnvironment": "AZUREPUBLICCLOUD",
+    "isHostCompatibilityLayerVm": "true",
+    "licenseType": "Windows_Client",
+    "location": "westus",
+    "name": "examplevmname",
+    "offer": "UbuntuServer",
+    "osProfile": {
+        "adminUsername": "admin",
+        "computerName": "examplevmname",
+        "disablePasswordAuthentication": "true",
+    },
+    "osType": "Linux",
+    "placementGroupId": "f67c14ab-e92c-408c-ae2d-da15866ec79a",
+    "platformFaultDomain": "36",
+    "platformUpdateDomain": "42",
+    "publisher": "Canonical",
+    "resourceGroupName": "macikgo-test-may-23",
+    "resourceId": "/subscriptions/xxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxx/resourceGroups/"
+    "macikgo-test-may-23/providers/Microsoft.Compute/virtualMachines/examplevmname",
+    "sku": "18.04-LTS",
+    "subscriptionId": "xxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxx",
+    "tags": "baz:bash;foo:bar",
+    "version": "15.05.22",
+    "vmId": "02aab8a4-74ef-476e-8182-f6d2ba4166a6",
+    "vmScaleSetName": "crpteste9vflji9",
+    "vmSize": "Standard_A3",
+    "zone": "",
+}
+
+
+def event(kind: str = "Preempt", **overrides: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "EventId": "602d9444-d2cd-49c7-8624-8643e7171297",
+        "EventStatus": "Scheduled",
+        "EventType": kind,
+        "ResourceType": "VirtualMachine",
+        "Resources": ["gpu-0"],
+        "NotBefore": "Mon, 30 Nov 2026 03:00:30 GMT",
+        "Description": "",
+        "EventSource": "Platform",
+        "DurationInSeconds": -1,
+    }
+    base.update(overrides)
+    return base
+
+
+def doc(*events: dict[str, object], incarnation: int = 1) -> EventsDocument:
+    return parse_document(json.dumps({"DocumentIncarnation": incarnation, "Events": list(events)}))
+
+
+class TestDocumentedExamples:
+    def test_live_migration_sequence_parses(self) -> None:
+        documents = [parse_document(text) for text in DOC_EXAMPLES]
+        assert [d.incarnation for d in documents] == [1, 2, 3, 4]
+        assert [len(d.events) for d in documents] == [0, 1, 1, 0]
+        scheduled, started = documents[1].events[0], documents[2].events[0]
+        assert scheduled.event_type == "Freeze" and scheduled.status == "Scheduled"
+        assert scheduled.resources == ("WestNO_0", "WestNO_1")
+        assert scheduled.not_before == datetime(2026, 4, 11, 22, 26, 58, tzinfo=timezone.utc)
+        assert started.status == "Started" and started.not_before is None
+
+    def test_reference_example_parses(self) -> None:
+        parsed = parse_document(REFERENCE_EXAMPLE)
+        assert parsed.incarnation == 2
+        assert parsed.events[0].event_id == "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
+
+    def test_documented_freeze_drains_one_of_the_two_vms_only_when_configured(self) -> None:
+        parsed = parse_document(DOC_EXAMPLES[1])
+        assert reports_for(parsed, {"westno_1"}, freeze=False, previous={}, now=NOW) == {}
+        reports = reports_for(parsed, {"westno_1"}, freeze=True, previous={}, now=NOW)
+        (report,) = reports.values()
+        assert report.id == "azure/C7061BAC-AFDC-4513-B24B-AA5F13A16123"
+        assert (report.action, report.reason, report.deadline) == (
+            "drain",
+            "host-maintenance",
+            None,
+        )
+        assert report.detail["DurationInSeconds"] == 5
+        assert reports_for(parsed, {"westno_2"}, freeze=True, previous={}, now=NOW) == {}
+
+    def test_documented_compute_gives_the_vm_name(self) -> None:
+        assert vm_names(DOC_COMPUTE) == {"examplevmname"}
+        assert vm_names({"compute": DOC_COMPUTE, "network": {}}) == {"examplevmname"}
+
+
+class TestMapping:
+    @pytest.mark.parametrize(
+        ("kind", "action", "reason"),
+        EXPECTED_MAPPING,
+    )
+    def test_types_map_with_not_before_as_deadline(
+        self, kind: str, action: str, reason: str
+    ) -> None:
+        (parsed,) = doc(event(kind)).events
+        report = report_for(parsed, freeze=False, previous_deadline=None, now=NOW)
+        assert report is not None
+        assert (report.action, report.reason) == (action, reason)
+        assert report.deadline == datetime(2026, 11, 30, 3, 0, 30, tzinfo=timezone.utc)
+        assert report.id == "azure/602d9444-d2cd-49c7-8624-8643e7171297"
+        assert report.provider == "azure"
+
+    def test_started_keeps_the_previous_deadline_else_now(self) -> None:
+        (started,) = doc(event("Reboot", EventStatus="Started", NotBefore="")).events
+        before = NOW - timedelta(seconds=3)
+        kept = report_for(started, freeze=False, previous_deadline=before, now=NOW)
+        assert kept is not None and kept.deadline == before
+        fresh = report_for(started, freeze=False, previous_deadline=None, now=NOW)
+        assert fresh is not None and fresh.deadline == NOW
+
+    def test_started_through_reports_for_keeps_the_deadline(self) -> None:
+        first = reports_for(doc(event("Preempt")), {"gpu-0"}, freeze=False, previous={}, now=NOW)
+        later = NOW + timedelta(seconds=40)
+        second = reports_for(
+            doc(event("Preempt", EventStatus="Started", NotBefore=""), incarnation=2),
+            {"gpu-0"},
+            freeze=False,
+            previous=first,
+            now=later,
+        )
+        (report,) = second.values()
+        assert report.deadline == datetime(2026, 11, 30, 3, 0, 30, tzinfo=timezone.utc)
+        assert report.detail["EventStatus"] == "Started"
+
+    def test_unknown_type_drains_without_deadline(self) -> None:
+        (parsed,) = doc(event("LiveMigration")).events
+        report = report_for(parsed, freeze=False, previous_deadline=None, now=NOW)
+        assert report is not None and (report.action, report.deadline) == ("drain", None)
+
+    def test_events_for_other_vms_of_the_set_are_ignored(self) -> None:
+        document = doc(
+            event("Preempt", EventId="a", Resources=["set_1"]),
+            event("Reboot", EventId="b", Resources=["set_0", "SET_1", "set_2"]),
+            event("Redeploy", EventId="c", Resources=[]),
+        )
+        reports = reports_for(document, {"set_1"}, freeze=False, previous={}, now=NOW)
+        assert sorted(reports) == ["azure/a", "azure/b"]
+        assert reports_for(document, {"set_3"}, freeze=False, previous={}, now=NOW) == {}
+
+    def test_gone_events_are_cleared(self) -> None:
+        first = reports_for(doc(event("Reboot")), {"gpu-0"}, freeze=False, previous={}, now=NOW)
+        gone = cleared(first, {}, NOW)
+        assert [(r.id, r.action, r.deadline) for r in gone] == [
+            ("azure/602d9444-d2cd-49c7-8624-8643e7171297", "clear", None)
+        ]
+        assert cleared(first, first, NOW) == []
+
+
+class TestNotBefore:
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("Mon, 19 Sep 2016 18:29:47 GMT", datetime(2016, 9, 19, 18, 29, 47)),
+            ("Mon, 11 Apr 2026 22:26:58 GMT", datetime(2026, 4, 11, 22, 26, 58)),  # wrong day
+            ("Tue, 1 Dec 2026 00:00:00 GMT", datetime(2026, 12, 1)),
+            ("01 Dec 2026 01:00:00 +0100", datetime(2026, 12, 1)),
+            ("Tue, 01 DEC 2026 00:00:00 UTC", datetime(2026, 12, 1)),
+        ],
+    )
+    def test_rfc1123(self, text: str, expected: datetime) -> None:
+        assert parse_not_before(text) == expected.replace(tzinfo=timezone.utc)
+
+    def test_empty_means_started(self) -> None:
+        assert parse_not_before("") is None
+        assert parse_not_before("  ") is None
+
+    @pytest.mark.parametrize(
+        "text",
+        ["2026-11-30T03:00:00Z", "Mon, 32 Sep 2016 18:29:47 GMT", "Mon, 19 Sep 2016", "soon"],
+    )
+    def test_rejects_other_formats(self, text: str) -> None:
+        with pytest.raises(ParseError, match="NotBefore"):
+            parse_not_before(text)
+
+    def test_parsing_ignores_the_locale(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import locale
+
+        for name in ("de_DE.UTF-8", "fr_FR.UTF-8"):
+            try:
+                locale.setlocale(locale.LC_TIME, name)
+                break
+            except locale.Error:
+                continue
+        try:
+            text = format_not_before(datetime(2026, 5, 3, 4, 5, 6, tzinfo=timezone.utc))
+            assert text == "Sun, 03 May 2026 04:05:06 GMT"
+            assert parse_not_before(text) == datetime(2026, 5, 3, 4, 5, 6, tzinfo=timezone.utc)
+        finally:
+            locale.setlocale(locale.LC_TIME, "C")
+
+    @given(st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(9999, 12, 31)))
+    def test_round_trip(self, moment: datetime) -> None:
+        moment = moment.replace(microsecond=0, tzinfo=timezone.utc)
+        assert parse_not_before(format_not_before(moment)) == moment
+
+
+class TestBadAnswers:
+    @pytest.mark.parametrize(
+        ("body", "match"),
+        [
+            ("<html>proxy says hi</html>", "not JSON"),
+            ("[]", "JSON object"),
+            ('{"Events": []}', "DocumentIncarnation"),
+            ('{"DocumentIncarnation": true, "Events": []}', "DocumentIncarnation"),
+            ('{"DocumentIncarnation": 1}', "Events must be a list"),
+            ('{"DocumentIncarnation": 1, "Events": [1]}', "Events\\[0\\]"),
+            ('{"DocumentIncarnation": 1, "Events": [{"EventType": "Reboot"}]}', "EventId"),
+        ],
+    )
+    def test_parse_error_names_the_problem(self, body: str, match: str) -> None:
+        with pytest.raises(ParseError, match=match):
+            parse_document(body)
+
+    def test_bad_event_fields(self) -> None:
+        with pytest.raises(ParseError, match="Resources"):
+            doc(event(Resources="gpu-0"))
+        with pytest.raises(ParseError, match="EventStatus"):
+            doc(event(EventStatus=None))
+
+    def test_an_odd_not_before_spoils_only_its_own_deadline(self) -> None:
+        document = doc(
+            event("Reboot", EventId="odd", NotBefore="tomorrow-ish"),
+            event("Preempt", EventId="fine"),
+        )
+        odd, fine = document.events
+        assert odd.not_before is None and "tomorrow-ish" in (odd.not_before_error or "")
+        reports = reports_for(document, {"gpu-0"}, freeze=False, previous={}, now=NOW)
+        assert reports["azure/odd"].deadline is None  # unknown, not "now"
+        assert reports["azure/fine"].deadline == fine.not_before
+
+    def test_incarnation_as_digits_is_accepted(self) -> None:
+        assert parse_document('{"DocumentIncarnation": "7", "Events": []}').incarnation == 7
+
+
+class TestVmNames:
+    def test_uniform_scale_set_instance(self) -> None:
+        compute = {
+            "name": "gpuset_3",
+            "vmScaleSetName": "gpuset",
+            "resourceId": "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/"
+            "virtualMachineScaleSets/gpuset/virtualMachines/3",
+        }
+        assert vm_names(compute) == {"gpuset_3"}
+
+    def test_instance_id_from_resource_id_when_name_differs(self) -> None:
+        compute = {
+            "name": "",
+            "vmScaleSetName": "GpuSet",
+            "resourceId": "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/"
+            "virtualMachineScaleSets/GpuSet/virtualMachines/12",
+        }
+        assert vm_names(compute) == {"gpuset_12"}
+
+    def test_no_name_is_an_error(self) -> None:
+        with pytest.raises(ParseError, match="neither"):
+            vm_names({"name": "", "vmScaleSetName": ""})
+        with pytest.raises(ParseError, match="not JSON"):
+            parse_compute(b"nope")
+
+
+# Property tests: any JSON at all either parses or raises ParseError, nothing else.
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+event_like = st.fixed_dictionaries(
+    {
+        "EventId": st.text(min_size=0, max_size=40) | st.integers(),
+        "EventType": st.sampled_from(["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"])
+        | st.text(max_size=10),
+        "EventStatus": st.sampled_from(["Scheduled", "Started"]) | st.none(),
+        "Resources": st.lists(st.text(max_size=10), max_size=3) | json_values,
+        "NotBefore": st.sampled_from(["", "Mon, 19 Sep 2016 18:29:47 GMT"]) | st.text(max_size=30),
+    }
+)
+documents = st.fixed_dictionaries(
+    {
+        "DocumentIncarnation": st.integers() | json_values,
+        "Events": st.lists(event_like | json_values, max_size=4) | json_values,
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents | json_values)
+def test_any_json_parses_or_raises_parse_error(payload: object) -> None:
+    try:
+        parsed = parse_document(json.dumps(payload))
+    except ParseError:
+        return
+    reports = reports_for(parsed, {"gpu-0"}, freeze=True, previous={}, now=NOW)
+    for report in reports.values():
+        assert report.id.startswith("azure/")
+        assert report.action in ("drain", "terminate")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_parse_or_raise_parse_error(body: bytes) -> None:
+    with contextlib.suppress(ParseError):
+        parse_document(body)
+
+
+valid_events = st.builds(
+    lambda kind, status, names, mine, seconds: event(
+        kind,
+        EventId=f"id-{seconds}",
+        EventStatus=status,
+        Resources=[*names, "me"] if mine else names,
+        NotBefore=""
+        if status == "Started"
+        else format_not_before(NOW + timedelta(seconds=seconds)),
+    ),
+    st.sampled_from(["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]),
+    st.sampled_from(["Scheduled", "Started"]),
+    st.lists(st.from_regex(r"[a-z]{1,6}_[0-9]{1,2}", fullmatch=True), max_size=3),
+    st.booleans(),
+    st.integers(min_value=0, max_value=10**6),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(valid_events, max_size=5, unique_by=lambda e: e["EventId"]), st.booleans())
+def test_only_this_vms_events_are_reported(events: list[dict[str, object]], freeze: bool) -> None:
+    parsed = doc(*events)
+    reports = reports_for(parsed, {"me"}, freeze=freeze, previous={}, now=NOW)
+    mine = {
+        f"azure/{e['EventId']}"
+        for e in events
+        if "me" in e["Resources"] and (freeze or e["EventType"] != "Freeze")  # type: ignore[operator]
+    }
+    assert set(reports) == mine
+    for report in reports.values():
+        assert report.deadline is None or report.deadline >= NOW

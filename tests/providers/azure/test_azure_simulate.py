@@ -1,0 +1,234 @@
+"""The simulator behaves like IMDS: checks, rate limit, incarnations, lifecycle, control API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from forewarn.providers.azure.events import parse_document
+from forewarn.providers.azure.simulate import AzureSimulator, drill_script
+from forewarn.providers.simulator import SimServer
+
+EVENTS = "/metadata/scheduledevents"
+V = {"api-version": "2020-07-01"}
+META = {"Metadata": "true"}
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[AzureSimulator, httpx.Client]]:
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=0.3, rate_limit=1000)
+    with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as client:
+        yield sim, client
+
+
+def wait(check, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+class TestRequestChecks:
+    def test_metadata_header_is_required(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
+        _, client = served
+        assert client.get(EVENTS, params=V).status_code == 400
+        assert client.get(EVENTS, params=V, headers={"Metadata": "false"}).status_code == 400
+        assert client.get(EVENTS, params=V, headers=META).status_code == 200
+
+    def test_api_version_is_required_and_checked(
+        self, served: tuple[AzureSimulator, httpx.Client]
+    ) -> None:
+        _, client = served
+        missing = client.get(EVENTS, headers=META)
+        assert missing.status_code == 400 and "newest-versions" in missing.json()
+        assert (
+            client.get(EVENTS, params={"api-version": "2099-01-01"}, headers=META).status_code
+            == 400
+        )
+        assert (
+            client.get(
+                EVENTS + "?api-version=2020-07-01&api-version=2019-08-01", headers=META
+            ).status_code
+            == 400
+        )
+
+    def test_x_forwarded_for_is_refused(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
+        _, client = served
+        headers = {**META, "X-Forwarded-For": "10.0.0.1"}
+        assert client.get(EVENTS, params=V, headers=headers).status_code == 400
+
+    def test_rate_limit_answers_429_above_five_a_second(self) -> None:
+        sim = AzureSimulator()
+        with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as client:
+            codes = [client.get(EVENTS, params=V, headers=META).status_code for _ in range(8)]
+            assert codes[:5] == [200] * 5
+            assert 429 in codes[5:]
+            time.sleep(1.05)
+            assert client.get(EVENTS, params=V, headers=META).status_code == 200
+            assert sim.state()["rate_limited"] >= 1
+
+    def test_instance_metadata_names_the_vm(self) -> None:
+        sim = AzureSimulator(vmss_name="gpuset", instance_id="4")
+        with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as client:
+            compute = client.get(
+                "/metadata/instance/compute", params={"api-version": "2021-02-01"}, headers=META
+            ).json()
+            assert compute["name"] == "gpuset_4" and compute["vmScaleSetName"] == "gpuset"
+            assert compute["resourceId"].endswith(
+                "/virtualMachineScaleSets/gpuset/virtualMachines/4"
+            )
+            full = client.get(
+                "/metadata/instance", params={"api-version": "2021-02-01"}, headers=META
+            )
+            assert full.json()["compute"] == compute
+            assert (
+                client.get("/metadata/instance", params={"api-version": "2021-02-01"}).status_code
+                == 400
+            )
+
+
+class TestLifecycle:
+    def test_incarnation_bumps_and_approval_starts_then_removes(
+        self, served: tuple[AzureSimulator, httpx.Client]
+    ) -> None:
+        sim, client = served
+        first = parse_document(client.get(EVENTS, params=V, headers=META).content)
+        assert first.events == ()
+        event_id = sim.raise_notice("Reboot", {"resources": ["gpu-0", "gpu-1"]})
+        second = parse_document(client.get(EVENTS, params=V, headers=META).content)
+        assert second.incarnation == first.incarnation + 1
+        (event,) = second.events
+        assert event.resources == ("gpu-0", "gpu-1") and event.status == "Scheduled"
+        assert event.not_before is not None
+
+        body = {"StartRequests": [{"EventId": event_id}]}
+        assert client.post(EVENTS, params=V, headers=META, json=body).status_code == 200
+        third = parse_document(client.get(EVENTS, params=V, headers=META).content)
+        assert third.incarnation == second.incarnation + 1
+        assert third.events[0].status == "Started" and third.events[0].raw["NotBefore"] == ""
+        assert sim.state()["approved"] == {event_id: 1}
+
+        wait(lambda: not parse_document(client.get(EVENTS, params=V, headers=META).content).events)
+
+    def test_not_before_starts_the_event(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
+        sim, _client = served
+        sim.raise_notice("Preempt", {"not_before_seconds": 0.1})
+        wait(
+            lambda: (
+                sim.document()["Events"] and sim.document()["Events"][0]["EventStatus"] == "Started"
+            )
+        )
+        assert sim.approvals == []
+
+    def test_bad_start_requests(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
+        _, client = served
+        for body in (
+            b"nope",
+            b"{}",
+            b'{"StartRequests": []}',
+            b'{"StartRequests": [{"EventId": "x"}]}',
+        ):
+            assert client.post(EVENTS, params=V, headers=META, content=body).status_code == 400
+        assert client.post(EVENTS, params=V, json={"StartRequests": []}).status_code == 400
+
+
+class TestControlApi:
+    def test_raise_patch_withdraw_and_state(
+        self, served: tuple[AzureSimulator, httpx.Client]
+    ) -> None:
+        sim, client = served
+        raised = client.post(
+            "/_sim/notices",
+            json={
+                "kind": "terminate",
+                "resources": ["a_1", "gpu-0"],
+                "not_before_seconds": 300,
+                "event_source": "User",
+                "duration_seconds": 0,
+            },
+        )
+        assert raised.status_code == 201
+        event_id = raised.json()["id"]
+        event = sim.events[event_id]
+        assert (event["EventType"], event["EventSource"], event["DurationInSeconds"]) == (
+            "Terminate",
+            "User",
+            0,
+        )
+        assert (
+            client.patch(f"/_sim/notices/{event_id}", json={"resources": ["gpu-0"]}).status_code
+            == 200
+        )
+        assert sim.events[event_id]["Resources"] == ["gpu-0"]
+        state = client.get("/_sim/state").json()
+        assert state["vm_name"] == "gpu-0" and len(state["events"]) == 1
+        assert client.delete(f"/_sim/notices/{event_id}").status_code == 200
+        assert client.delete(f"/_sim/notices/{event_id}").status_code == 404
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            {"kind": "LiveMigration"},
+            {"kind": "Preempt", "not_before_seconds": -1},
+            {"kind": "Preempt", "resources": "gpu-0"},
+            {"kind": "Preempt", "colour": "red"},
+            {"kind": "Preempt", "status": "Completed"},
+        ],
+    )
+    def test_bad_control_requests_are_refused(
+        self, served: tuple[AzureSimulator, httpx.Client], body: dict[str, object]
+    ) -> None:
+        _, client = served
+        answer = client.post("/_sim/notices", json=body)
+        assert answer.status_code == 400 and answer.json()["error"]
+
+    def test_faults(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
+        _, client = served
+        assert client.post("/_sim/faults", json={"status": 500, "count": 2}).status_code == 201
+        codes = [client.get(EVENTS, params=V, headers=META).status_code for _ in range(3)]
+        assert codes == [500, 500, 200]
+        assert client.post("/_sim/faults", json={"status": 99}).status_code == 400
+
+
+def test_cli_serves_scripted_events(tmp_path: object) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "forewarn.agent.cli", "simulate", "azure", "--port", "0",
+         "--vmss-name", "gpuset", "--instance-id", "2", "--preempt-after", "0.2",
+         "--resources", "gpuset_2,gpuset_3", "--rate-limit", "1000"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = None
+        for _ in range(5):
+            line = proc.stdout.readline()
+            if "listening on" in line:
+                url = line.rsplit(" ", 1)[-1].strip()
+                break
+        assert url, "the simulator did not say where it listens"
+        with httpx.Client(base_url=url, trust_env=False) as client:
+            wait(lambda: client.get(EVENTS, params=V, headers=META).json()["Events"])
+            (event,) = client.get(EVENTS, params=V, headers=META).json()["Events"]
+            assert event["EventType"] == "Preempt"
+            assert event["Resources"] == ["gpuset_2", "gpuset_3"]
+    finally:
+        proc.terminate()
+        proc.wait(5)
+    assert proc.returncode == 0
+
+
+def test_drill_script_raises_a_drain_and_a_terminate() -> None:
+    script = drill_script()
+    sim = AzureSimulator()
+    drain_kind, _drain_fields = script["drain"]
+    term_kind, _term_fields = script["terminate"]
+    assert (drain_kind, term_kind) == ("Reboot", "Preempt")
+    name = script["env"]["FOREWARN_AZURE_VM_NAME"]
+    for kind, fields in (script["drain"], script["terminate"]):
+        event_id = sim.raise_notice(kind, json.loads(json.dumps(fields)))
+        assert sim.events[event_id]["Resources"] == [name]

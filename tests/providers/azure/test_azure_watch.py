@@ -1,0 +1,274 @@
+"""The watcher over real HTTP against the simulator: mappings, filtering, lifecycle, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from datetime import timedelta
+
+import httpx
+import pytest
+import respx
+from azure_harness import EXPECTED_MAPPING, running, until
+from forewarn.agent.timefmt import utcnow
+from forewarn.providers.azure.settings import Settings
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.azure.watch import AzureWatcher
+from forewarn.providers.base import PollHealth
+
+
+@pytest.mark.parametrize(
+    ("kind", "action", "reason"),
+    EXPECTED_MAPPING,
+)
+async def test_each_type_maps_and_clears_over_http(kind: str, action: str, reason: str) -> None:
+    async with running() as h:
+        before = utcnow()
+        event_id = h.sim.raise_notice(kind, {"not_before_seconds": 120})
+        report = await until(lambda: h.reports, what="a report")
+        (report,) = report
+        assert (report.id, report.action, report.reason) == (f"azure/{event_id}", action, reason)
+        assert report.deadline is not None
+        assert timedelta(seconds=119) <= report.deadline - before <= timedelta(seconds=123)
+        assert report.detail["EventType"] == kind
+        h.sim.withdraw(event_id)
+        await until(lambda: h.ids("clear"), what="the clear")
+        assert h.ids("clear") == [f"azure/{event_id}"]
+        assert h.health.errors == 0
+
+
+async def test_freeze_is_published_only_when_configured() -> None:
+    async with running() as h:
+        h.sim.raise_notice("Freeze", {})
+        reboot = h.sim.raise_notice("Reboot", {})
+        await until(lambda: h.reports, what="the reboot")
+        await h.more_polls(2)
+        assert h.ids() == [f"azure/{reboot}"]
+    async with running(freeze=True) as h:
+        freeze = h.sim.raise_notice("Freeze", {})
+        (report,) = await until(lambda: h.reports, what="the freeze")
+        assert (report.id, report.action, report.deadline) == (f"azure/{freeze}", "drain", None)
+
+
+async def test_an_event_for_another_vm_of_the_same_set_is_ignored() -> None:
+    sim = AzureSimulator(vmss_name="gpuset", instance_id="1", rate_limit=10)
+    async with running(sim) as h:  # the name comes from /metadata/instance/compute
+        h.sim.raise_notice("Preempt", {"resources": ["gpuset_0"]})
+        h.sim.raise_notice("Terminate", {"resources": ["gpuset_2", "otherset_1"]})
+        shared = h.sim.raise_notice("Reboot", {"resources": ["gpuset_0", "gpuset_1"]})
+        await until(lambda: h.reports, what="the shared reboot")
+        await h.more_polls(3)
+        assert h.ids() == [f"azure/{shared}"]
+        assert h.watcher.names == {"gpuset_1"}
+
+
+async def test_configured_vm_name_wins_over_instance_metadata() -> None:
+    async with running(
+        AzureSimulator(vm_name="imds-name", rate_limit=10), vm_name="Configured"
+    ) as h:
+        h.sim.raise_notice("Preempt", {"resources": ["imds-name"]})
+        mine = h.sim.raise_notice("Reboot", {"resources": ["configured"]})
+        await until(lambda: h.reports, what="a report")
+        await h.more_polls(2)
+        assert h.ids() == [f"azure/{mine}"]
+        assert h.sim.requests["GET /metadata/instance/compute"] == 0
+
+
+async def test_scheduled_started_removed_keeps_the_deadline_then_clears() -> None:
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=0.6, rate_limit=10)
+    async with running(sim) as h:
+        event_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 0.5})
+        await until(lambda: len(h.reports) >= 3, what="scheduled, started, cleared")
+        scheduled, started, gone = h.reports[:3]
+        assert scheduled.detail["EventStatus"] == "Scheduled"
+        assert started.detail["EventStatus"] == "Started" and started.detail["NotBefore"] == ""
+        assert started.deadline == scheduled.deadline
+        assert (gone.id, gone.action) == (f"azure/{event_id}", "clear")
+
+
+async def test_reacts_only_when_document_incarnation_changes() -> None:
+    async with running() as h:
+        h.sim.raise_notice("Reboot", {})
+        await until(lambda: h.reports, what="the reboot")
+        await h.more_polls(4)
+        assert len(h.reports) == 1  # same incarnation, nothing new emitted
+
+
+async def test_slow_first_call_is_not_an_error() -> None:
+    sim = AzureSimulator(vm_name="gpu-0", first_call_delay=1.5, rate_limit=10)
+    sim.raise_notice("Preempt", {})
+    async with running(sim, request_timeout=0.5, first_call_timeout=10) as h:
+        await until(lambda: h.reports, what="the first answer")
+        assert h.health.errors == 0
+        assert h.watcher.answered
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind"),
+    [
+        (429, "Too many requests", "rate-limited"),
+        (500, '{"error": "Internal Server Error"}', "http-500"),
+        (200, "<html>garbage</html>", "bad-answer"),
+        (200, '{"DocumentIncarnation": 1, "Events": "nope"}', "bad-answer"),
+    ],
+)
+async def test_faults_are_counted_and_recovered(status: int, body: str, kind: str) -> None:
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
+    sim.add_fault(status, body, count=2)
+    async with running(sim) as h:
+        event_id = h.sim.raise_notice("Preempt", {})
+        await until(lambda: h.reports, what="a report after the faults")
+        assert h.ids() == [f"azure/{event_id}"]
+        assert h.health.errors_by_kind == {kind: 2}
+        assert h.health.last_error is None  # recovered
+
+
+async def test_real_rate_limit_is_recovered() -> None:
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=2)
+    async with running(sim) as h:
+        # A neighbour hammering IMDS uses up the budget: the watcher gets 429s, then recovers.
+        async with httpx.AsyncClient(trust_env=False, headers={"Metadata": "true"}) as other:
+            for _ in range(10):
+                await other.get(
+                    h.server.url + "/metadata/scheduledevents",
+                    params={"api-version": "2020-07-01"},
+                )
+                await asyncio.sleep(0.05)
+        h.sim.raise_notice("Preempt", {})
+        await until(lambda: h.reports, what="a report after the 429s")
+        assert h.health.errors_by_kind.get("rate-limited", 0) >= 1
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_connection_refused_is_recovered_when_imds_comes_up() -> None:
+    port = _free_port()
+    settings = Settings(url=f"http://127.0.0.1:{port}", interval=0.25, vm_name="gpu-0")
+    watcher = AzureWatcher(settings, PollHealth("azure"))
+    reports: list[object] = []
+    task = asyncio.create_task(watcher.watch(reports.append))
+    try:
+        await until(lambda: watcher.health.errors_by_kind.get("unreachable"), what="a refusal")
+        sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
+        sim.raise_notice("Preempt", {})
+        from forewarn.providers.simulator import SimServer
+
+        with SimServer(sim, port=port):
+            await until(lambda: reports, timeout=15, what="a report once IMDS is up")
+        assert watcher.health.last_error is None or watcher.health.last_error == "unreachable"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await watcher.aclose()
+
+
+async def test_vm_name_lookup_failure_is_reported_and_retried() -> None:
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
+    calls = {"n": 0}
+    original = sim.instance
+
+    def flaky() -> dict[str, object]:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise RuntimeError("IMDS instance metadata is having a bad day")
+        return original()
+
+    sim.instance = flaky  # type: ignore[method-assign]
+    sim.raise_notice("Reboot", {})
+    async with running(sim) as h:
+        await until(lambda: h.reports, what="a report after the lookup recovered")
+        assert h.health.errors_by_kind["vm-name"] == 2
+
+
+@respx.mock(assert_all_mocked=True)
+async def test_transport_faults_from_respx_are_recovered(respx_mock: respx.MockRouter) -> None:
+    good = {
+        "DocumentIncarnation": 3,
+        "Events": [
+            {
+                "EventId": "E1",
+                "EventStatus": "Scheduled",
+                "EventType": "Preempt",
+                "ResourceType": "VirtualMachine",
+                "Resources": ["gpu-0"],
+                "NotBefore": "Mon, 30 Nov 2026 03:00:30 GMT",
+            }
+        ],
+    }
+    route = respx_mock.get("http://127.0.0.1:1/metadata/scheduledevents").mock(
+        side_effect=[
+            httpx.ConnectError("refused"),
+            httpx.ReadTimeout("slow"),
+            httpx.RemoteProtocolError("peer closed connection"),
+            httpx.Response(200, json=good),
+            httpx.Response(200, json=good),
+        ]
+    )
+    settings = Settings(url="http://127.0.0.1:1", interval=0.25, vm_name="gpu-0")
+    watcher = AzureWatcher(settings, PollHealth("azure"))
+    reports: list[object] = []
+    task = asyncio.create_task(watcher.watch(reports.append))
+    try:
+        await until(lambda: reports, timeout=15, what="a report after transport faults")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await watcher.aclose()
+    assert watcher.health.errors_by_kind == {"unreachable": 1, "timeout": 1, "transport": 1}
+    assert route.calls[0].request.headers["Metadata"] == "true"
+    assert route.calls[0].request.url.params["api-version"] == "2020-07-01"
+
+
+async def test_the_client_ignores_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    async with running() as h:
+        h.sim.raise_notice("Preempt", {})
+        await until(lambda: h.reports, what="a report despite HTTP_PROXY")
+        assert h.health.errors == 0
+
+
+class TestDetect:
+    async def test_true_on_imds_within_a_second(self) -> None:
+        async with running() as h:
+            started = time.monotonic()
+            assert await h.watcher.detect() is True
+            assert time.monotonic() - started < 1.0
+
+    async def test_false_quickly_when_nothing_listens(self) -> None:
+        watcher = AzureWatcher(Settings(url=f"http://127.0.0.1:{_free_port()}"))
+        started = time.monotonic()
+        assert await watcher.detect() is False
+        assert time.monotonic() - started < 1.0
+        await watcher.aclose()
+
+    @respx.mock
+    async def test_false_on_other_answers(self) -> None:
+        respx.get("http://127.0.0.1:1/metadata/instance").mock(
+            side_effect=[
+                httpx.Response(404, text="not here"),
+                httpx.Response(200, text="<html>captive portal</html>"),
+                httpx.Response(200, json={"no": "compute"}),
+            ]
+        )
+        watcher = AzureWatcher(Settings(url="http://127.0.0.1:1"))
+        assert [await watcher.detect() for _ in range(3)] == [False, False, False]
+        await watcher.aclose()
+
+
+def test_interval_is_validated() -> None:
+    from pydantic import ValidationError
+
+    assert Settings().interval == 1.0
+    assert Settings(interval=0.25).interval == 0.25
+    with pytest.raises(ValidationError, match="interval"):
+        Settings(interval=0.2)  # five a second would hit IMDS's limit
+    with pytest.raises(ValidationError, match="approve"):
+        Settings(approve="sometimes")  # type: ignore[arg-type]
