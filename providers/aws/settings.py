@@ -2,11 +2,72 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from ..settings import ProviderSettings
+
+# IMDS only accepts token lifetimes in this range (a PUT outside it gets 400).
+MIN_TOKEN_TTL = 1
+MAX_TOKEN_TTL = 21600
+DEFAULT_URL = "http://169.254.169.254"
 
 
 class Settings(ProviderSettings):
-    pass
+    """The EC2 instance metadata service (IMDS). `url` defaults to http://169.254.169.254.
+
+    An interval of 0 turns that path off.
+    """
+
+    spot_interval: float = Field(
+        default=0.5,
+        ge=0,
+        le=3600,
+        description="Seconds between polls of spot/instance-action (the 2-minute interruption "
+        "notice); 0 turns it off.",
+    )
+    rebalance_interval: float = Field(
+        default=0.5,
+        ge=0,
+        le=3600,
+        description="Seconds between polls of events/recommendations/rebalance; 0 turns it off.",
+    )
+    scheduled_interval: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="Seconds between polls of events/maintenance/scheduled; 0 turns it off.",
+    )
+    asg_interval: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="Seconds between polls of autoscaling/target-lifecycle-state; 0 turns it off.",
+    )
+    timeout: float = Field(
+        default=2.0,
+        gt=0,
+        le=60,
+        description="Seconds to wait for one IMDS answer, the token PUT included.",
+    )
+    token_ttl: int = Field(
+        default=21600,
+        ge=MIN_TOKEN_TTL,
+        le=MAX_TOKEN_TTL,
+        description="Lifetime in seconds asked for each IMDSv2 token (IMDS allows 1-21600); "
+        "the token is renewed before it expires.",
+    )
+    imdsv1: bool = Field(
+        default=False,
+        description="Fall back to tokenless IMDSv1 requests when no IMDSv2 token can be had. "
+        "Off by default: most instances require IMDSv2.",
+    )
+    time_jitter: float = Field(
+        default=5.0,
+        ge=0,
+        le=600,
+        description="A notice time that moves by less than this many seconds between polls "
+        "(or that moves along with the clock) is the same notice and is not re-sent.",
+    )
 
 
-__all__ = ["Settings"]
+__all__ = ["DEFAULT_URL", "MAX_TOKEN_TTL", "MIN_TOKEN_TTL", "Settings"]

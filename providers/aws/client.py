@@ -1,0 +1,207 @@
+"""An IMDS client: one reused HTTP connection, IMDSv2 tokens renewed before they expire and
+replaced on 401, and IMDSv1 only when the settings allow it.
+
+Every failure becomes an `ImdsError` with a short `kind` (what the health log groups by) and a
+message that says what happened and, where there is a usual cause, what to do about it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from .imds import TOKEN_HEADER, TOKEN_PATH, TTL_HEADER
+from .settings import MAX_TOKEN_TTL, MIN_TOKEN_TTL
+from .transport import ImdsTransport
+
+log = logging.getLogger("forewarn.providers.aws")
+
+HOP_LIMIT_HINT = (
+    "the usual cause is a container that is not on the host network: IMDS answers the token "
+    "PUT with IP TTL 1 (hop limit 1), so the answer never reaches the container. Fix: raise "
+    "the hop limit to 2 (aws ec2 modify-instance-metadata-options --instance-id <id> "
+    "--http-put-response-hop-limit 2 --http-endpoint enabled, or HttpPutResponseHopLimit: 2 in "
+    "the launch template), or run the agent with host networking (Kubernetes hostNetwork: "
+    "true, docker --network host)"
+)
+# Seconds between new tries of the token PUT once IMDSv1 has taken over.
+V1_RETRY_SECONDS = 60.0
+
+
+class ImdsError(Exception):
+    """`hint`: the usual cause and its fix, for whoever reports the error to say once."""
+
+    def __init__(self, kind: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+
+    def explained(self) -> str:
+        return f"{self.message}: {self.hint}" if self.hint else self.message
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes
+
+
+class ImdsClient:
+    """GETs against IMDS with the token dance done for the caller."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float,
+        token_ttl: int,
+        imdsv1: bool,
+        clock: Callable[[], float] = time.monotonic,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not MIN_TOKEN_TTL <= token_ttl <= MAX_TOKEN_TTL:
+            raise ValueError(f"token_ttl must be {MIN_TOKEN_TTL}-{MAX_TOKEN_TTL}, got {token_ttl}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.token_ttl = token_ttl
+        self.imdsv1 = imdsv1
+        self.clock = clock
+        # trust_env=False: IMDS is link-local, and a proxy from the environment would
+        # either fail or, worse, answer for it.
+        self.http = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=timeout,
+            trust_env=False,
+            transport=transport if transport is not None else ImdsTransport(),
+        )
+        self._token: str | None = None
+        self._renew_at = 0.0
+        self._v1_until = 0.0  # while IMDSv1 stands in for a failed token PUT
+        self._v1_announced = False
+        self._requests: dict[tuple[str, str | None, float], httpx.Request] = {}
+        self.tokens_fetched = 0
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    def forget_token(self) -> None:
+        self._token = None
+
+    async def get(self, path: str, timeout: float | None = None) -> Answer:
+        """GET `path`; a 401 gets a fresh token and one more try. Raises ImdsError on
+        transport failures and on token trouble; any status is returned to the caller."""
+        token = await self.token(timeout)
+        answer = await self._get(path, token, timeout)
+        if answer.status == 401 and token is not None:
+            self._token = None
+            token = await self.token(timeout)
+            answer = await self._get(path, token, timeout)
+        if answer.status == 401:
+            raise ImdsError(
+                "unauthorized",
+                f"GET {path}: 401 even with a fresh token"
+                if token is not None
+                else f"GET {path}: 401 without a token: this instance requires IMDSv2",
+            )
+        return answer
+
+    async def _get(self, path: str, token: str | None, timeout: float | None) -> Answer:
+        seconds = timeout or self.timeout
+        try:
+            response = await self.http.send(self._request(path, token, seconds))
+        except httpx.HTTPError as error:
+            raise _transport_error(f"GET {path}", error, seconds) from None
+        return Answer(response.status_code, response.content)
+
+    def _request(self, path: str, token: str | None, timeout: float) -> httpx.Request:
+        """The same GET, built once: httpx spends more CPU building a request (URL parsing
+        and validation) than this transport spends sending it, four times a second."""
+        key = (path, token, timeout)
+        request = self._requests.get(key)
+        if request is None:
+            if len(self._requests) > 32:  # old tokens' requests
+                self._requests.clear()
+            headers = {TOKEN_HEADER: token} if token is not None else {}
+            request = self.http.build_request("GET", path, headers=headers, timeout=timeout)
+            self._requests[key] = request
+        return request
+
+    async def token(self, timeout: float | None = None) -> str | None:
+        """A valid IMDSv2 token, or None while IMDSv1 stands in (only when allowed)."""
+        now = self.clock()
+        if self._token is not None and now < self._renew_at:
+            return self._token
+        if self.imdsv1 and now < self._v1_until:
+            return None
+        try:
+            return await self._fetch_token(timeout or self.timeout)
+        except ImdsError as error:
+            if not self.imdsv1 or error.kind == "connect":
+                raise
+            if not self._v1_announced:
+                self._v1_announced = True
+                log.warning("aws: %s; using IMDSv1 (tokenless) as configured", error.explained())
+            self._v1_until = now + V1_RETRY_SECONDS
+            return None
+
+    async def _fetch_token(self, timeout: float) -> str:
+        asked = self.clock()
+        try:
+            response = await self.http.put(
+                TOKEN_PATH, headers={TTL_HEADER: str(self.token_ttl)}, timeout=timeout
+            )
+        except httpx.TimeoutException:
+            raise ImdsError(
+                "token-timeout",
+                f"PUT {TOKEN_PATH} timed out after {timeout:g}s",
+                HOP_LIMIT_HINT,
+            ) from None
+        except httpx.HTTPError as error:
+            raise _transport_error(f"PUT {TOKEN_PATH}", error, timeout) from None
+        status = response.status_code
+        if status != 200:
+            raise ImdsError(f"token-http-{status}", _token_status_message(status))
+        token = response.text.strip()
+        if not token:
+            raise ImdsError("token-empty", f"PUT {TOKEN_PATH}: 200 with an empty token")
+        ttl = self.token_ttl
+        granted = response.headers.get(TTL_HEADER, "")
+        if granted.isdigit() and 0 < int(granted) < ttl:
+            ttl = int(granted)
+        # Renew with a margin: a token must not expire between our check and IMDS's.
+        margin = min(60.0, ttl / 5)
+        self._token = token
+        self._renew_at = asked + ttl - margin
+        self.tokens_fetched += 1
+        return token
+
+
+def _token_status_message(status: int) -> str:
+    what = {
+        400: "the TTL header was refused (IMDS allows 1-21600 s)",
+        403: "IMDS refuses tokens here: the metadata endpoint may be disabled "
+        "(http-endpoint disabled) or the request passed through a proxy (X-Forwarded-For)",
+        404: "no IMDSv2 here: this endpoint is not EC2's IMDS or is too old",
+        405: "no IMDSv2 here: this endpoint is not EC2's IMDS or is too old",
+    }.get(status, "unexpected status")
+    return f"PUT {TOKEN_PATH}: {status}: {what}"
+
+
+def _transport_error(what: str, error: httpx.HTTPError, timeout: float) -> ImdsError:
+    if isinstance(error, httpx.TimeoutException):
+        return ImdsError("timeout", f"{what} timed out after {timeout:g}s")
+    if isinstance(error, httpx.ConnectError):
+        return ImdsError("connect", f"{what}: cannot connect: {error or type(error).__name__}")
+    if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError)):
+        return ImdsError(
+            "broken-response", f"{what}: the answer broke off: {error or type(error).__name__}"
+        )
+    return ImdsError("transport", f"{what}: {type(error).__name__}: {error}")
+
+
+__all__ = ["HOP_LIMIT_HINT", "Answer", "ImdsClient", "ImdsError"]

@@ -1,0 +1,292 @@
+"""The IMDS contract: its paths and headers, and pure parsers from its answers to `Report`s.
+
+Every parser takes a response body (bytes or text) and returns a list of reports, or raises
+`ParseError` naming the path and what was wrong; nothing else escapes. "No notice" answers
+(404) never reach a parser: the watcher handles status codes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from forewarn.agent.protocol import Report, stable_id
+from forewarn.agent.timefmt import parse_time, utcnow
+from pydantic import ValidationError
+
+from ..base import ParseError
+
+PROVIDER = "aws"
+
+TOKEN_PATH = "/latest/api/token"
+SPOT_PATH = "/latest/meta-data/spot/instance-action"
+TERMINATION_TIME_PATH = "/latest/meta-data/spot/termination-time"
+REBALANCE_PATH = "/latest/meta-data/events/recommendations/rebalance"
+SCHEDULED_PATH = "/latest/meta-data/events/maintenance/scheduled"
+HISTORY_PATH = "/latest/meta-data/events/maintenance/history"
+ASG_PATH = "/latest/meta-data/autoscaling/target-lifecycle-state"
+IDENTITY_PATH = "/latest/dynamic/instance-identity/document"
+
+TOKEN_HEADER = "X-aws-ec2-metadata-token"
+TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
+
+SPOT_ACTIONS = ("terminate", "stop", "hibernate")
+SCHEDULED_CODES = (
+    "instance-reboot",
+    "system-reboot",
+    "system-maintenance",
+    "instance-retirement",
+    "instance-stop",
+)
+SCHEDULED_STATES = ("active", "completed", "canceled")
+# States an instance's Auto Scaling target lifecycle can take (AWS documents these).
+LIFECYCLE_STATES = (
+    "InService",
+    "Terminated",
+    "Detached",
+    "Standby",
+    "Warmed:Hibernated",
+    "Warmed:Running",
+    "Warmed:Stopped",
+    "Warmed:Terminated",
+)
+TERMINATING_STATES = ("Terminated", "Warmed:Terminated")
+
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+# "21 Jan 2019 09:00:43 GMT" (Go layout "2 Jan 2006 15:04:05 GMT"); an RFC 1123 weekday is
+# tolerated. Month names are matched against a fixed English table: the C library's month
+# names follow the process locale and would fail on a German or French node.
+_AWS_DATE = re.compile(
+    r"^\s*(?:[A-Za-z]{3},\s*)?(\d{1,2})\s+([A-Za-z]{3})[a-z]*\s+(\d{4})\s+"
+    r"(\d{1,2}):(\d{2}):(\d{2})\s*(?:GMT|UTC|Z)?\s*$"
+)
+_EVENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_STATE_WORD = re.compile(r"^[A-Za-z]+(?::[A-Za-z]+)?$")
+
+
+def parse_aws_date(text: str) -> datetime:
+    """A scheduled-event date ("21 Jan 2019 09:00:43 GMT"), or RFC 3339; ValueError otherwise."""
+    match = _AWS_DATE.match(text)
+    if match:
+        day, month_name, year, hour, minute, second = match.groups()
+        month = _MONTHS.get(month_name.lower())
+        if month is None:
+            raise ValueError(f"unknown month {month_name!r} in {text!r}")
+        return datetime(
+            int(year), month, int(day), int(hour), int(minute), int(second), tzinfo=timezone.utc
+        )
+    return _rfc3339(text)
+
+
+def format_aws_date(moment: datetime) -> str:
+    """The scheduled-event date format, locale-independent (used by the simulator)."""
+    moment = moment.astimezone(timezone.utc)
+    month = next(name for name, number in _MONTHS.items() if number == moment.month)
+    return f"{moment.day} {month.title()} {moment.year:04d} {moment:%H:%M:%S} GMT"
+
+
+def _rfc3339(text: str) -> datetime:
+    try:
+        return parse_time(text)
+    except OverflowError:  # an offset pushing year 1 or 9999 out of range
+        raise ValueError(f"time out of range: {text!r}") from None
+
+
+def _text(body: bytes | str, path: str) -> str:
+    if isinstance(body, str):
+        return body
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ParseError(f"{path}: body is not UTF-8 ({error.reason})") from None
+
+
+def _json(body: bytes | str, path: str) -> Any:
+    text = _text(body, path)
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ParseError(f"{path}: body is not JSON ({_short(error)}): {_excerpt(text)}") from None
+
+
+def _object(body: bytes | str, path: str) -> dict[str, Any]:
+    payload = _json(body, path)
+    if not isinstance(payload, dict):
+        raise ParseError(f"{path}: expected a JSON object, got {type(payload).__name__}")
+    return payload
+
+
+def _string_field(payload: dict[str, Any], key: str, path: str) -> str:
+    value = payload.get(key)
+    if not isinstance(value, str):
+        shown = "missing" if key not in payload else f"a {type(value).__name__}"
+        raise ParseError(f"{path}: field {key!r} must be a string, it is {shown}")
+    return value
+
+
+def _time_field(payload: dict[str, Any], key: str, path: str, aws_format: bool = False) -> datetime:
+    text = _string_field(payload, key, path)
+    try:
+        return parse_aws_date(text) if aws_format else _rfc3339(text)
+    except ValueError as error:
+        raise ParseError(f"{path}: field {key!r}: {error}") from None
+
+
+def _report(**fields: Any) -> Report:
+    try:
+        return Report(provider=PROVIDER, **fields)
+    except ValidationError as error:
+        raise ParseError(f"cannot build a notice: {_short(error)}") from None
+
+
+def _short(error: Exception) -> str:
+    return str(error).splitlines()[0][:200]
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return repr(text[:limit] + ("..." if len(text) > limit else ""))
+
+
+def parse_instance_action(body: bytes | str, now: datetime | None = None) -> list[Report]:
+    """`spot/instance-action` (200): a terminate notice with the action time as deadline.
+
+    Hibernation starts at once, without the two-minute lead, so its deadline is now.
+    """
+    payload = _object(body, SPOT_PATH)
+    action = _string_field(payload, "action", SPOT_PATH)
+    if action not in SPOT_ACTIONS:
+        raise ParseError(
+            f"{SPOT_PATH}: action {action[:40]!r} is not one of {', '.join(SPOT_ACTIONS)}"
+        )
+    when = _time_field(payload, "time", SPOT_PATH)
+    deadline = (now or utcnow()) if action == "hibernate" else when
+    notice_id = stable_id(PROVIDER, "spot-itn", {"action": action, "time": payload["time"]})
+    return [
+        _report(
+            id=notice_id,
+            action="terminate",
+            reason="spot-interruption",
+            deadline=deadline,
+            detail=payload,
+        )
+    ]
+
+
+def parse_rebalance(body: bytes | str) -> list[Report]:
+    """`events/recommendations/rebalance` (200): a drain; `noticeTime` is when it was sent,
+    not a deadline."""
+    payload = _object(body, REBALANCE_PATH)
+    _time_field(payload, "noticeTime", REBALANCE_PATH)
+    notice_id = stable_id(PROVIDER, "rebalance", {"noticeTime": payload["noticeTime"]})
+    return [
+        _report(id=notice_id, action="drain", reason="rebalance-recommendation", detail=payload)
+    ]
+
+
+def parse_scheduled(body: bytes | str) -> list[Report]:
+    """`events/maintenance/scheduled`: a JSON array of events. Active ones drain with
+    NotBefore as deadline; canceled or completed ones clear. An empty body is no events."""
+    text = _text(body, SCHEDULED_PATH)
+    if not text.strip():
+        return []
+    payload = _json(text, SCHEDULED_PATH)
+    if not isinstance(payload, list):
+        raise ParseError(f"{SCHEDULED_PATH}: expected a JSON array, got {type(payload).__name__}")
+    reports = []
+    for index, event in enumerate(payload):
+        if not isinstance(event, dict):
+            raise ParseError(
+                f"{SCHEDULED_PATH}: item {index} must be an object, it is a {type(event).__name__}"
+            )
+        reports.append(_scheduled_event(event))
+    return reports
+
+
+def _scheduled_event(event: dict[str, Any]) -> Report:
+    event_id = event.get("EventId")
+    if isinstance(event_id, str) and _EVENT_ID.match(event_id):
+        notice_id = f"{PROVIDER}/scheduled/{event_id}"
+    else:
+        notice_id = stable_id(
+            PROVIDER, "scheduled", {key: event.get(key) for key in ("Code", "NotBefore")}
+        )
+    state = event.get("State")
+    description = event.get("Description")
+    finished = isinstance(state, str) and state.lower() in ("canceled", "cancelled", "completed")
+    if state is None and isinstance(description, str):
+        finished = description.startswith(("[Canceled]", "[Completed]"))
+    if finished:
+        return _report(id=notice_id, action="clear", reason="scheduled-maintenance", detail=event)
+    # Unknown states count as active: a drain is the safe side of a contract change.
+    not_before = _time_field(event, "NotBefore", SCHEDULED_PATH, aws_format=True)
+    if "NotAfter" in event and event["NotAfter"] not in (None, ""):
+        _time_field(event, "NotAfter", SCHEDULED_PATH, aws_format=True)
+    return _report(
+        id=notice_id,
+        action="drain",
+        reason="scheduled-maintenance",
+        deadline=not_before,
+        detail=event,
+    )
+
+
+def parse_lifecycle_state(body: bytes | str) -> list[Report]:
+    """`autoscaling/target-lifecycle-state`: plain text; `Terminated` means the group is
+    about to terminate this instance."""
+    state = _text(body, ASG_PATH).strip()
+    if not _STATE_WORD.match(state) or len(state) > 64:
+        raise ParseError(f"{ASG_PATH}: not a lifecycle state: {_excerpt(state)}")
+    if state not in TERMINATING_STATES:
+        return []
+    return [
+        _report(
+            id=f"{PROVIDER}/asg-lifecycle/{state.replace(':', '-').lower()}",
+            action="terminate",
+            reason="eviction",
+            detail={"target-lifecycle-state": state},
+        )
+    ]
+
+
+def parse_identity(body: bytes | str) -> dict[str, Any]:
+    """The instance identity document; ParseError unless it names an EC2 instance."""
+    payload = _object(body, IDENTITY_PATH)
+    instance_id = _string_field(payload, "instanceId", IDENTITY_PATH)
+    if not instance_id.startswith("i-"):
+        raise ParseError(f"{IDENTITY_PATH}: instanceId {instance_id[:40]!r} is not an instance")
+    return payload
+
+
+__all__ = [
+    "ASG_PATH",
+    "HISTORY_PATH",
+    "IDENTITY_PATH",
+    "LIFECYCLE_STATES",
+    "PROVIDER",
+    "REBALANCE_PATH",
+    "SCHEDULED_CODES",
+    "SCHEDULED_PATH",
+    "SCHEDULED_STATES",
+    "SPOT_ACTIONS",
+    "SPOT_PATH",
+    "TERMINATING_STATES",
+    "TERMINATION_TIME_PATH",
+    "TOKEN_HEADER",
+    "TOKEN_PATH",
+    "TTL_HEADER",
+    "format_aws_date",
+    "parse_aws_date",
+    "parse_identity",
+    "parse_instance_action",
+    "parse_lifecycle_state",
+    "parse_rebalance",
+    "parse_scheduled",
+]

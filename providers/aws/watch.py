@@ -1,0 +1,260 @@
+"""The AWS watcher: polls the IMDS notice paths, each at its own cadence, over one reused
+connection, and reports new, changed and withdrawn notices.
+
+- `spot/instance-action` `{"action", "time"}`: terminate, deadline `time` (hibernate: now);
+- `events/recommendations/rebalance` `{"noticeTime"}`: drain, no deadline;
+- `events/maintenance/scheduled` `[{EventId, Code, State, NotBefore, ...}]`: drain with
+  NotBefore as deadline; canceled or completed: clear;
+- `autoscaling/target-lifecycle-state` `Terminated`: terminate.
+
+AWS never withdraws a spot interruption or a rebalance recommendation. When one disappears
+anyway (a stop and start, a simulator), the rebalance drain is cleared, but the interruption
+is kept: a terminate is final, and a vanished interruption is likelier a glitch than a reprieve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+
+import httpx
+from forewarn.agent.protocol import Report
+from forewarn.agent.timefmt import utcnow
+
+from ..base import Emit, ParseError, PollHealth, WatcherContext
+from .client import Answer, ImdsClient, ImdsError
+from .imds import (
+    ASG_PATH,
+    IDENTITY_PATH,
+    PROVIDER,
+    REBALANCE_PATH,
+    SCHEDULED_PATH,
+    SPOT_PATH,
+    parse_identity,
+    parse_instance_action,
+    parse_lifecycle_state,
+    parse_rebalance,
+    parse_scheduled,
+)
+from .settings import DEFAULT_URL, Settings
+from .tracker import PathTracker
+
+log = logging.getLogger("forewarn.providers.aws")
+
+DETECT_SECONDS = 1.0
+
+
+@dataclass
+class WatchedPath:
+    name: str
+    path: str
+    interval: float
+    parse: Callable[[bytes], list[Report]]
+    tracker: PathTracker
+    # Whether a 404 means "nothing here" (all notice paths) rather than an error.
+    absent_on_404: bool = True
+    next_due: float = 0.0
+    failing: bool = False
+
+
+def watched_paths(settings: Settings, clock: Callable[[], float]) -> list[WatchedPath]:
+    """The enabled paths with their parsers and trackers, fastest first."""
+    jitter = settings.time_jitter
+
+    def spot(body: bytes) -> list[Report]:
+        return parse_instance_action(body, now=utcnow())
+
+    candidates = [
+        WatchedPath(
+            "spot",
+            SPOT_PATH,
+            settings.spot_interval,
+            spot,
+            PathTracker(
+                single=True, volatile=("time",), clear_on_absence=False, jitter=jitter, clock=clock
+            ),
+        ),
+        WatchedPath(
+            "rebalance",
+            REBALANCE_PATH,
+            settings.rebalance_interval,
+            parse_rebalance,
+            PathTracker(single=True, volatile=("noticeTime",), jitter=jitter, clock=clock),
+        ),
+        WatchedPath(
+            "scheduled",
+            SCHEDULED_PATH,
+            settings.scheduled_interval,
+            parse_scheduled,
+            PathTracker(single=False, jitter=jitter, clock=clock),
+        ),
+        WatchedPath(
+            "asg",
+            ASG_PATH,
+            settings.asg_interval,
+            parse_lifecycle_state,
+            PathTracker(single=True, jitter=jitter, clock=clock),
+        ),
+    ]
+    return sorted((p for p in candidates if p.interval > 0), key=lambda p: p.interval)
+
+
+class AwsWatcher:
+    """Watches EC2's instance metadata service for interruption and maintenance notices."""
+
+    name: ClassVar[str] = PROVIDER
+
+    def __init__(
+        self,
+        settings: Settings,
+        health: PollHealth,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self.health = health
+        self.clock = clock
+        self.client = ImdsClient(
+            imds_url(settings.url),
+            timeout=settings.timeout,
+            token_ttl=settings.token_ttl,
+            imdsv1=settings.imdsv1,
+            clock=clock,
+            transport=transport,
+        )
+        self.paths = watched_paths(settings, clock)
+        self._explained: set[str] = set()
+
+    async def detect(self) -> bool:
+        """True when an EC2 instance identity document can be read within one second."""
+        try:
+            return await asyncio.wait_for(self._detect(), DETECT_SECONDS)
+        except (asyncio.TimeoutError, ImdsError, ParseError, httpx.HTTPError) as error:
+            log.debug("aws: detect: %s", error or type(error).__name__)
+            return False
+
+    async def _detect(self) -> bool:
+        started = self.clock()
+        try:
+            answer = await self.client.get(IDENTITY_PATH, timeout=DETECT_SECONDS / 2)
+        except ImdsError as error:
+            if error.kind != "token-timeout":
+                return False
+            # A token PUT that connects but never answers is the signature of EC2 with hop
+            # limit 1 seen from a container. A tokenless probe tells EC2 (401 or 200) apart
+            # from anything else, so the watcher can start and explain the fix.
+            left = DETECT_SECONDS - (self.clock() - started) - 0.05
+            if left <= 0:
+                return False
+            response = await self.client.http.get(IDENTITY_PATH, timeout=left)
+            if response.status_code == 401:
+                return True
+            answer = Answer(response.status_code, response.content)
+        if answer.status != 200:
+            return False
+        parse_identity(answer.body)
+        return True
+
+    async def watch(self, emit: Emit) -> None:
+        """Poll until cancelled; never raises on bad data or transport errors."""
+        if not self.paths:
+            log.warning("aws: every path is turned off (all intervals are 0); nothing to watch")
+            await asyncio.Event().wait()
+        for path in self.paths:
+            path.next_due = self.clock()
+        while True:
+            now = self.clock()
+            due = [path for path in self.paths if path.next_due <= now]
+            for path in due:
+                # A fixed rate, not a fixed delay; a slow answer never makes polls pile up.
+                path.next_due = max(path.next_due + path.interval, now)
+            for path in due:
+                if not await self.poll(path, emit):
+                    break  # a token failure fails every path alike; try again next time
+            wait = min(path.next_due for path in self.paths) - self.clock()
+            await asyncio.sleep(max(0.0, wait))
+
+    async def poll(self, path: WatchedPath, emit: Emit) -> bool:
+        """One poll of one path; False when the failure concerns IMDS as a whole."""
+        try:
+            answer = await self.client.get(path.path)
+        except ImdsError as error:
+            self._failed(path, error.kind, self._describe(error))
+            return not (error.kind.startswith("token") or error.kind == "unauthorized")
+        except Exception as error:  # never let a surprise stop the watch
+            self._failed(path, "internal", f"GET {path.path}: {type(error).__name__}: {error}")
+            return True
+        if answer.status == 404 and path.absent_on_404:
+            reports: list[Report] = []
+        elif answer.status == 200:
+            try:
+                reports = path.parse(answer.body)
+            except ParseError as error:
+                self._failed(path, f"bad-{path.name}", str(error))
+                return True
+        else:
+            self._failed(path, f"http-{answer.status}", _status_message(path.path, answer))
+            return True
+        for report in path.tracker.update(reports):
+            _log_report(report)
+            emit(report)
+        path.failing = False
+        # Success is only reported when no path is failing, so that one broken path among
+        # healthy ones does not make the health log flap between "error" and "recovered".
+        if not any(other.failing for other in self.paths):
+            self.health.success()
+        return True
+
+    def _describe(self, error: ImdsError) -> str:
+        """The cause and fix the first time an error kind has one; a reminder afterwards."""
+        if error.hint is None:
+            return error.message
+        if error.kind in self._explained:
+            return f"{error.message} (again; see the first message for the cause)"
+        self._explained.add(error.kind)
+        return error.explained()
+
+    def _failed(self, path: WatchedPath, kind: str, message: str) -> None:
+        path.failing = True
+        self.health.error(kind, message)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+def imds_url(configured: str | None) -> str:
+    """The base URL to use; `127.0.0.1:1338` means http. IMDS has no https."""
+    url = (configured or DEFAULT_URL).strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    if not url.startswith("http://"):
+        raise ValueError(f"aws.url: IMDS speaks plain http, got {configured!r}")
+    return url
+
+
+def _status_message(path: str, answer: Answer) -> str:
+    hint = {
+        403: "IMDS refused the request (metadata endpoint disabled?)",
+        429: "IMDS is throttling this instance",
+        500: "IMDS failed",
+        503: "IMDS is unavailable",
+    }.get(answer.status, "unexpected status")
+    return f"GET {path}: {answer.status}: {hint}"
+
+
+def _log_report(report: Report) -> None:
+    deadline = report.deadline.isoformat() if isinstance(report.deadline, datetime) else "none"
+    log.info("aws: %s %s (%s), deadline %s", report.action, report.id, report.reason, deadline)
+
+
+def build(settings: Settings, context: WatcherContext) -> AwsWatcher:
+    return AwsWatcher(settings, context.health)
+
+
+__all__ = ["AwsWatcher", "WatchedPath", "build", "imds_url", "watched_paths"]

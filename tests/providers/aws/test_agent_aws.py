@@ -1,0 +1,122 @@
+"""End to end: the real agent subprocess with the AWS watcher against the IMDS simulator,
+and a raw ZeroMQ subscriber."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.agent.timefmt import format_time, parse_time
+from forewarn.providers.aws.imds import TOKEN_PATH
+from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, Subscriber, agent_env
+
+FAST = {"FOREWARN_AWS_SCHEDULED_INTERVAL": "0.5", "FOREWARN_AWS_ASG_INTERVAL": "0.5"}
+
+
+@pytest.fixture
+def agent(tmp_path: Path, server: SimServer) -> Iterator[AgentProcess]:
+    env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, **FAST)
+    with AgentProcess(tmp_path, providers=("aws",), args=("--exit-margin", "1s"), env=env) as a:
+        yield a
+
+
+def next_notice(sub: Subscriber, **match: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        notice = sub.notice(timeout=deadline - time.monotonic())
+        if all(notice.get(key) == value for key, value in match.items()):
+            return notice
+    raise AssertionError(f"no notice matching {match}")
+
+
+def test_every_aws_notice_reaches_a_subscriber(agent: AgentProcess, sim: ImdsSimulator) -> None:
+    with agent.subscriber() as sub:
+        time.sleep(0.3)
+        sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
+        rebalance = next_notice(sub, action="drain")
+        assert rebalance["reason"] == "rebalance-recommendation" and rebalance["provider"] == "aws"
+        assert rebalance["deadline"] is None
+        assert rebalance["detail"] == {"noticeTime": "2026-11-30T03:00:00Z"}
+
+        event_id = sim.raise_notice(
+            "scheduled", {"code": "system-maintenance", "not_before": "2030-01-02T03:04:05Z"}
+        )
+        scheduled = next_notice(sub, reason="scheduled-maintenance")
+        assert scheduled["id"] == f"aws/scheduled/{event_id}" and scheduled["action"] == "drain"
+        assert scheduled["deadline"] == "2030-01-02T03:04:05Z"
+        assert scheduled["detail"]["NotBefore"] == "2 Jan 2030 03:04:05 GMT"
+        assert scheduled["detail"]["Code"] == "system-maintenance"
+
+        sim.change_notice(event_id, {"state": "canceled"})
+        cleared = next_notice(sub, action="clear", id=scheduled["id"])
+        assert cleared["detail"]["State"] == "canceled"
+
+        sim.raise_notice("spot", {"action": "stop", "time": "2030-01-02T03:04:05Z"})
+        spot = next_notice(sub, reason="spot-interruption")
+        assert spot["action"] == "terminate" and spot["deadline"] == "2030-01-02T03:04:05Z"
+        assert spot["detail"] == {"action": "stop", "time": "2030-01-02T03:04:05Z"}
+
+        sim.raise_notice("asg", {"state": "Terminated"})
+        asg = next_notice(sub, id="aws/asg-lifecycle/terminated")
+        assert asg["action"] == "terminate"
+        assert asg["detail"] == {"target-lifecycle-state": "Terminated"}
+
+        sim.withdraw("rebalance")
+        assert next_notice(sub, action="clear", id=rebalance["id"])["provider"] == "aws"
+
+    status = agent.control({"op": "status"})
+    active = {notice["id"] for notice in status["active"]}
+    assert active == {spot["id"], asg["id"]}
+
+
+def test_a_scheduled_event_escalates_to_terminate_before_not_before(
+    agent: AgentProcess, sim: ImdsSimulator
+) -> None:
+    with agent.subscriber() as sub:
+        time.sleep(0.3)
+        not_before = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=4)
+        sim.raise_notice(
+            "scheduled", {"code": "instance-stop", "not_before": format_time(not_before)}
+        )
+        drain = next_notice(sub, action="drain")
+        terminate = next_notice(sub, action="terminate")
+        assert terminate["id"] == drain["id"]
+        assert parse_time(terminate["deadline"]) == not_before
+        assert datetime.now(timezone.utc) < not_before  # before NotBefore, by the exit margin
+
+
+def test_the_agent_rides_token_expiry_and_revocation(tmp_path: Path) -> None:
+    sim = ImdsSimulator()
+    with SimServer(sim) as server:
+        env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_AWS_TOKEN_TTL="2")
+        with (
+            AgentProcess(tmp_path, providers=("aws",), env=env) as agent,
+            agent.subscriber() as sub,
+        ):
+            time.sleep(2.5)
+            sim.raise_notice("revoke-tokens", {})
+            sim.raise_notice("spot", {})
+            assert next_notice(sub, action="terminate")["reason"] == "spot-interruption"
+            output = agent.output()
+        assert sim.requests["PUT " + TOKEN_PATH] >= 3
+        assert "unauthorized" not in output and "WARNING" not in output, output
+
+
+def test_a_hanging_token_put_is_explained_once_in_the_agent_log(tmp_path: Path) -> None:
+    sim = ImdsSimulator()
+    sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 30})
+    with SimServer(sim) as server:
+        env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_AWS_TIMEOUT="0.2")
+        with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+            deadline = time.monotonic() + 10
+            while sim.requests["PUT " + TOKEN_PATH] < 4 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            output = agent.output()
+    assert output.count("Fix: raise the hop limit to 2") == 1, output
+    assert "hostNetwork" in output

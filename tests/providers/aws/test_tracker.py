@@ -1,0 +1,123 @@
+"""One id per notice, no repeats for time jitter, clears as documented."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+from forewarn.agent.timefmt import format_time
+from forewarn.providers.aws.imds import parse_instance_action, parse_rebalance, parse_scheduled
+from forewarn.providers.aws.tracker import PathTracker
+
+T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def spot(at: datetime, action: str = "terminate") -> list:  # type: ignore[type-arg]
+    return parse_instance_action(json.dumps({"action": action, "time": format_time(at)}), now=T0)
+
+
+def spot_tracker(clock: Clock) -> PathTracker:
+    return PathTracker(single=True, volatile=("time",), clear_on_absence=False, clock=clock)
+
+
+def test_a_time_recomputed_on_every_poll_keeps_one_id_and_is_sent_once() -> None:
+    clock = Clock()
+    tracker = spot_tracker(clock)
+    first = tracker.update(spot(T0 + timedelta(seconds=120)))
+    sent = list(first)
+    for step in range(1, 200):  # 100 s of polls, the time sliding with the clock (AEMM)
+        clock.now += 0.5
+        sent += tracker.update(spot(T0 + timedelta(seconds=120 + step * 0.5)))
+    assert len(sent) == 1 and sent[0].id == first[0].id
+
+
+def test_small_jitter_is_not_a_change() -> None:
+    clock = Clock()
+    tracker = spot_tracker(clock)
+    tracker.update(spot(T0))
+    clock.now += 0.5
+    assert tracker.update(spot(T0 + timedelta(seconds=3))) == []
+    clock.now += 0.5
+    assert tracker.update(spot(T0 - timedelta(seconds=2))) == []
+
+
+def test_a_real_move_is_resent_under_the_same_id() -> None:
+    clock = Clock()
+    tracker = spot_tracker(clock)
+    (first,) = tracker.update(spot(T0 + timedelta(seconds=120)))
+    clock.now += 0.5
+    (moved,) = tracker.update(spot(T0 + timedelta(seconds=30)))
+    assert moved.id == first.id and moved.deadline == T0 + timedelta(seconds=30)
+
+
+def test_a_new_action_is_resent_under_the_same_id() -> None:
+    clock = Clock()
+    tracker = spot_tracker(clock)
+    (first,) = tracker.update(spot(T0, "stop"))
+    clock.now += 0.5
+    (changed,) = tracker.update(spot(T0, "terminate"))
+    assert changed.id == first.id and changed.detail["action"] == "terminate"
+
+
+def test_a_spot_interruption_that_disappears_is_kept() -> None:
+    clock = Clock()
+    tracker = spot_tracker(clock)
+    tracker.update(spot(T0))
+    assert tracker.update([]) == []
+    clock.now += 0.5
+    assert tracker.update(spot(T0)) == []  # back again: still the same notice, not re-sent
+
+
+def test_a_rebalance_that_disappears_is_cleared() -> None:
+    clock = Clock()
+    tracker = PathTracker(single=True, volatile=("noticeTime",), clock=clock)
+    body = json.dumps({"noticeTime": format_time(T0)})
+    (drain,) = tracker.update(parse_rebalance(body))
+    (clear,) = tracker.update([])
+    assert clear.action == "clear" and clear.id == drain.id
+    assert clear.reason == "rebalance-recommendation"
+    assert tracker.update([]) == []
+
+
+def event(state: str = "active", not_before: str = "21 Jan 2019 09:00:43 GMT") -> dict:  # type: ignore[type-arg]
+    return {
+        "NotBefore": not_before,
+        "Code": "instance-stop",
+        "EventId": "instance-event-1",
+        "State": state,
+    }
+
+
+def test_scheduled_events_drain_move_and_clear() -> None:
+    tracker = PathTracker(single=False)
+    (drain,) = tracker.update(parse_scheduled(json.dumps([event()])))
+    assert tracker.update(parse_scheduled(json.dumps([event()]))) == []
+    (moved,) = tracker.update(
+        parse_scheduled(json.dumps([event(not_before="22 Jan 2019 09:00:43 GMT")]))
+    )
+    assert moved.id == drain.id and moved.deadline == datetime(
+        2019, 1, 22, 9, 0, 43, tzinfo=timezone.utc
+    )
+    (clear,) = tracker.update(parse_scheduled(json.dumps([event("canceled")])))
+    assert clear.action == "clear" and clear.id == drain.id
+    assert tracker.update(parse_scheduled(json.dumps([event("canceled")]))) == []
+
+
+def test_a_scheduled_event_that_leaves_the_list_is_cleared() -> None:
+    tracker = PathTracker(single=False)
+    (drain,) = tracker.update(parse_scheduled(json.dumps([event()])))
+    (clear,) = tracker.update(parse_scheduled(""))
+    assert clear.action == "clear" and clear.id == drain.id
+
+
+def test_a_canceled_event_never_seen_active_sends_nothing() -> None:
+    tracker = PathTracker(single=False)
+    assert tracker.update(parse_scheduled(json.dumps([event("completed")]))) == []

@@ -1,0 +1,233 @@
+"""The IMDS transport against a raw TCP server that can misbehave in every way a real
+server does: idle close, truncation, reset, chunking, garbage, silence."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+from forewarn.providers.aws.transport import ImdsTransport
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            await reader.readexactly(int(line.split(b":")[1]))
+    return head
+
+
+@asynccontextmanager
+async def raw_server(handler: Handler) -> AsyncIterator[tuple[str, list[int]]]:
+    connections: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        try:
+            await handler(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", connections
+    finally:
+        server.close()
+
+
+def client(url: str, timeout: float = 2.0) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=url, transport=ImdsTransport(), timeout=timeout)
+
+
+async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while True:
+        head = await read_request(reader)
+        if head.startswith(b"PUT"):
+            body = b"token"
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n" + body)
+        else:
+            writer.write(OK)
+        await writer.drain()
+
+
+async def test_many_requests_share_one_connection() -> None:
+    async with raw_server(keep_alive) as (url, connections), client(url) as http:
+        for _ in range(20):
+            response = await http.get("/latest/meta-data/spot/instance-action")
+            assert response.status_code == 200 and response.text == "hello"
+        put = await http.put(
+            "/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"}
+        )
+        assert put.text == "token"
+    assert len(connections) == 1
+
+
+async def test_a_connection_closed_while_idle_is_replaced_silently() -> None:
+    async def one_answer_each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK)
+        await writer.drain()
+        # and close, without saying so: the next request on it finds it dead
+
+    async with raw_server(one_answer_each) as (url, connections), client(url) as http:
+        for _ in range(3):
+            assert (await http.get("/x")).text == "hello"
+            await asyncio.sleep(0.05)
+    assert len(connections) == 3
+
+
+async def test_connection_close_is_honoured() -> None:
+    async def close_each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 2\r\n\r\nno")
+        await writer.drain()
+
+    async with raw_server(close_each) as (url, connections), client(url) as http:
+        for _ in range(2):
+            response = await http.get("/x")
+            assert response.status_code == 404 and response.text == "no"
+    assert len(connections) == 2
+
+
+async def test_chunked_and_close_delimited_bodies() -> None:
+    async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+        )
+        await read_request(reader)
+        writer.write(b"HTTP/1.0 200 OK\r\n\r\nuntil the end")
+        await writer.drain()
+
+    async with raw_server(chunked) as (url, _), client(url) as http:
+        assert (await http.get("/a")).text == "hello world"
+        assert (await http.get("/b")).text == "until the end"
+
+
+async def test_a_100_continue_is_skipped() -> None:
+    async def interim(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" + OK)
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with raw_server(interim) as (url, _), client(url) as http:
+        assert (await http.get("/a")).text == "hello"
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (
+            b'HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{"action": "term',
+            httpx.RemoteProtocolError,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhel",
+            httpx.RemoteProtocolError,
+        ),
+        (b"HTTP/1.1 200 OK\r\nContent-Le", httpx.RemoteProtocolError),
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", httpx.RemoteProtocolError),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: banana\r\n\r\n", httpx.RemoteProtocolError),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9999999999\r\n\r\n", httpx.RemoteProtocolError),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", httpx.RemoteProtocolError),
+        (b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", httpx.RemoteProtocolError),
+        (b"", httpx.RemoteProtocolError),
+    ],
+    ids=[
+        "truncated",
+        "truncated-chunk",
+        "truncated-head",
+        "not-http",
+        "bad-length",
+        "huge-length",
+        "bad-chunk",
+        "bad-header",
+        "silent-close",
+    ],
+)
+async def test_broken_answers_are_httpx_errors(answer: bytes, error: type[Exception]) -> None:
+    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+
+    async with raw_server(broken) as (url, _), client(url) as http:
+        with pytest.raises(error):
+            await http.get("/x")
+        # and the next request gets a fresh connection
+        with pytest.raises(error):
+            await http.get("/x")
+
+
+async def test_a_reset_is_a_read_error() -> None:
+    async def reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        writer.transport.abort()
+
+    async with raw_server(reset) as (url, _), client(url) as http:
+        with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+            await http.get("/x")
+
+
+async def test_silence_is_a_read_timeout_and_the_connection_is_dropped() -> None:
+    calls: list[int] = []
+
+    async def silent_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        calls.append(1)
+        await read_request(reader)
+        if len(calls) == 1:
+            await asyncio.sleep(5)
+        writer.write(OK)
+        await writer.drain()
+
+    async with raw_server(silent_once) as (url, connections), client(url, timeout=0.2) as http:
+        with pytest.raises(httpx.ReadTimeout):
+            await http.get("/x")
+        assert (await http.get("/x")).text == "hello"
+    assert len(connections) == 2
+
+
+async def test_nothing_listening_is_a_connect_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with client(f"http://127.0.0.1:{port}") as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.get("/x")
+
+
+async def test_https_is_refused_clearly() -> None:
+    async with client("https://127.0.0.1:1") as http:
+        with pytest.raises(httpx.UnsupportedProtocol, match="plain http"):
+            await http.get("/x")
+
+
+async def test_requests_carry_their_headers_and_a_length_on_put() -> None:
+    seen: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await read_request(reader))
+        writer.write(OK)
+        await writer.drain()
+
+    async with raw_server(record) as (url, _), client(url) as http:
+        await http.put("/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "9"})
+    (head,) = seen
+    assert head.startswith(b"PUT /latest/api/token HTTP/1.1\r\n")
+    lowered = head.lower()
+    assert b"x-aws-ec2-metadata-token-ttl-seconds: 9" in lowered
+    assert b"content-length: 0" in lowered and b"host: 127.0.0.1:" in lowered

@@ -1,0 +1,284 @@
+"""The watcher in-process against the real simulator over HTTP: every notice type, tokens,
+IMDSv1 only when configured, and detection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from datetime import datetime, timezone
+
+import pytest
+from conftest import watching
+from forewarn.agent.timefmt import parse_time
+from forewarn.providers.aws.imds import SCHEDULED_PATH, SPOT_PATH, TOKEN_PATH
+from forewarn.providers.aws.settings import Settings
+from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.aws.watch import AwsWatcher, build, imds_url
+from forewarn.providers.base import PollHealth, Watcher, WatcherContext
+from forewarn.providers.simulator import SimServer
+
+FAST = {"scheduled_interval": 0.5, "asg_interval": 0.5}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a_spot_interruption_is_a_terminate_with_the_notice_time(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url) as run:
+        await run.until(lambda: run.health.polls >= 2)
+        sim.raise_notice("spot", {"action": "terminate", "time": "2026-11-30T03:12:00Z"})
+        report, _ = await run.report(action="terminate")
+        assert report.reason == "spot-interruption" and report.provider == "aws"
+        assert report.deadline == parse_time("2026-11-30T03:12:00Z")
+        assert report.detail == {"action": "terminate", "time": "2026-11-30T03:12:00Z"}
+
+
+async def test_hibernate_is_a_terminate_due_now(sim: ImdsSimulator, server: SimServer) -> None:
+    async with watching(server.url) as run:
+        sim.raise_notice("spot", {"action": "hibernate"})
+        report, _ = await run.report(action="terminate")
+        assert report.deadline is not None
+        assert abs((report.deadline - datetime.now(timezone.utc)).total_seconds()) < 5
+
+
+async def test_a_rebalance_is_a_drain_and_clears_when_gone(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url) as run:
+        sim.raise_notice("rebalance", {})
+        drain, _ = await run.report(action="drain")
+        assert drain.reason == "rebalance-recommendation" and drain.deadline is None
+        assert set(drain.detail) == {"noticeTime"}
+        sim.withdraw("rebalance")
+        clear, _ = await run.report(action="clear")
+        assert clear.id == drain.id
+
+
+async def test_a_scheduled_event_drains_until_canceled(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url, **FAST) as run:
+        event_id = sim.raise_notice(
+            "scheduled", {"code": "instance-retirement", "not_before": "2026-12-24T09:00:00Z"}
+        )
+        drain, _ = await run.report(action="drain")
+        assert drain.id == f"aws/scheduled/{event_id}"
+        assert drain.reason == "scheduled-maintenance"
+        assert drain.deadline == datetime(2026, 12, 24, 9, tzinfo=timezone.utc)
+        assert drain.detail["Code"] == "instance-retirement"
+        assert drain.detail["NotBefore"] == "24 Dec 2026 09:00:00 GMT"
+        sim.change_notice(event_id, {"state": "canceled"})
+        clear, _ = await run.report(action="clear")
+        assert clear.id == drain.id and clear.detail["State"] == "canceled"
+
+
+async def test_a_withdrawn_scheduled_event_clears(sim: ImdsSimulator, server: SimServer) -> None:
+    async with watching(server.url, **FAST) as run:
+        event_id = sim.raise_notice("scheduled", {})
+        drain, _ = await run.report(action="drain")
+        sim.withdraw(event_id)  # moves to the history path, as on AWS
+        clear, _ = await run.report(action="clear")
+        assert clear.id == drain.id
+
+
+async def test_a_scheduled_path_answering_404_is_no_events(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url, **FAST) as run:
+        event_id = sim.raise_notice("scheduled", {})
+        drain, _ = await run.report(action="drain")
+        sim.raise_notice("fault", {"path": SCHEDULED_PATH, "status": 404})
+        clear, _ = await run.report(action="clear")
+        assert clear.id == drain.id == f"aws/scheduled/{event_id}"
+        assert run.health.errors == 0
+
+
+async def test_an_asg_target_of_terminated_is_a_terminate(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url, **FAST) as run:
+        sim.raise_notice("asg", {"state": "InService"})
+        await run.until(lambda: run.health.polls >= 4)
+        assert run.reports == []
+        sim.raise_notice("asg", {"state": "Terminated"})
+        report, _ = await run.report(action="terminate")
+        assert report.detail == {"target-lifecycle-state": "Terminated"}
+
+
+async def test_a_drifting_time_keeps_one_id_and_is_sent_once(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url, spot_interval=0.1) as run:
+        sim.raise_notice("spot", {"drift": True})
+        await run.report(action="terminate")
+        polls = run.health.polls
+        await run.until(lambda: run.health.polls >= polls + 20)  # over 1 s of moving times
+        assert len(run.reports) == 1
+
+
+async def test_a_spot_time_that_really_moves_is_resent_under_the_same_id(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url) as run:
+        sim.raise_notice("spot", {"lead": 120})
+        first, _ = await run.report(action="terminate")
+        sim.change_notice("spot", {"lead": 30})
+        second, _ = await run.report(action="terminate")
+        assert second.id == first.id and second.deadline is not None
+        assert first.deadline is not None and second.deadline < first.deadline
+
+
+async def test_tokens_are_renewed_before_they_expire(sim: ImdsSimulator, server: SimServer) -> None:
+    async with watching(server.url, token_ttl=2, spot_interval=0.1, rebalance_interval=0) as run:
+        await run.until(lambda: run.watcher.client.tokens_fetched >= 3, timeout=15)
+        assert run.health.errors == 0
+        sim.raise_notice("spot", {})
+        await run.report(action="terminate")
+    assert sim.requests["PUT " + TOKEN_PATH] >= 3
+
+
+async def test_a_401_gets_a_new_token_without_an_error(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url) as run:
+        await run.until(lambda: run.watcher.client.tokens_fetched == 1 and run.health.polls >= 2)
+        sim.raise_notice("revoke-tokens", {})
+        sim.raise_notice("spot", {})
+        await run.report(action="terminate")
+        assert run.watcher.client.tokens_fetched == 2 and run.health.errors == 0
+
+
+async def test_without_imdsv1_a_tokenless_imds_is_never_used(
+    server: SimServer, sim: ImdsSimulator
+) -> None:
+    sim.imdsv1 = True
+    sim.raise_notice("fault", {"path": TOKEN_PATH, "status": 403})
+    sim.raise_notice("spot", {})
+    async with watching(server.url) as run:
+        await run.until(lambda: run.health.errors >= 3)
+        assert run.reports == [] and set(run.health.errors_by_kind) == {"token-http-403"}
+    assert not any(key.startswith("GET") for key in sim.requests)
+
+
+async def test_with_imdsv1_a_failing_token_put_falls_back(
+    server: SimServer, sim: ImdsSimulator
+) -> None:
+    sim.imdsv1 = True
+    sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 30})
+    async with watching(server.url, imdsv1=True, timeout=0.3) as run:
+        sim.raise_notice("spot", {})
+        await run.report(action="terminate")
+    assert sim.requests["PUT " + TOKEN_PATH] == 1
+
+
+async def test_detect_is_true_against_imds(server: SimServer) -> None:
+    watcher = AwsWatcher(Settings(url=server.url), PollHealth("aws"))
+    started = time.monotonic()
+    assert await watcher.detect()
+    assert time.monotonic() - started < 1.0
+    await watcher.aclose()
+
+
+async def test_detect_is_true_on_ec2_with_a_hop_limit_of_one(
+    server: SimServer, sim: ImdsSimulator
+) -> None:
+    sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 30})
+    watcher = AwsWatcher(Settings(url=server.url), PollHealth("aws"))
+    started = time.monotonic()
+    assert await watcher.detect()
+    assert time.monotonic() - started < 1.0
+    await watcher.aclose()
+
+
+async def test_detect_is_false_fast_where_nothing_listens() -> None:
+    watcher = AwsWatcher(Settings(url=f"http://127.0.0.1:{free_port()}"), PollHealth("aws"))
+    started = time.monotonic()
+    assert not await watcher.detect()
+    assert time.monotonic() - started < 0.5
+    await watcher.aclose()
+
+
+async def test_detect_is_false_against_another_metadata_service() -> None:
+    # Something that answers HTTP but is not IMDS (Azure also lives at 169.254.169.254).
+    other = ImdsSimulator(imdsv1=True)
+    other.raise_notice("fault", {"path": "/latest/", "status": 400, "body": "Bad request"})
+    with SimServer(other) as server:
+        watcher = AwsWatcher(Settings(url=server.url), PollHealth("aws"))
+        assert not await watcher.detect()
+        await watcher.aclose()
+
+
+async def test_detect_is_false_within_a_second_when_nothing_answers() -> None:
+    sim = ImdsSimulator()
+    sim.raise_notice("fault", {"path": "/", "hang": 30})
+    with SimServer(sim) as server:
+        watcher = AwsWatcher(Settings(url=server.url), PollHealth("aws"))
+        started = time.monotonic()
+        assert not await watcher.detect()
+        assert time.monotonic() - started < 1.2
+        await watcher.aclose()
+
+
+async def test_build_gives_a_watcher(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    context = WatcherContext(tmp_path, tmp_path, PollHealth("aws"))
+    watcher = build(Settings(url="http://127.0.0.1:9"), context)
+    assert isinstance(watcher, Watcher) and watcher.name == "aws"
+    assert [p.name for p in watcher.paths] == ["spot", "rebalance", "scheduled", "asg"]
+    assert watcher.client.http._trust_env is False
+    await watcher.aclose()
+
+
+async def test_an_interval_of_zero_turns_a_path_off(sim: ImdsSimulator, server: SimServer) -> None:
+    async with watching(
+        server.url, rebalance_interval=0, scheduled_interval=0, asg_interval=0
+    ) as run:
+        await run.until(lambda: run.health.polls >= 3)
+    assert set(sim.requests) == {"PUT " + TOKEN_PATH, "GET " + SPOT_PATH}
+
+
+async def test_polls_keep_their_cadence_on_one_connection(
+    sim: ImdsSimulator, server: SimServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with watching(server.url) as run:
+        await asyncio.sleep(2.2)
+    spot = sim.requests["GET " + SPOT_PATH]
+    assert 4 <= spot <= 6, sim.requests  # 0.5 s cadence over 2.2 s
+    assert sim.requests["GET /latest/meta-data/events/maintenance/scheduled"] == 1
+    assert sim.requests["PUT " + TOKEN_PATH] == 1
+    assert run.health.errors == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from forewarn.agent.config import load_settings
+
+    monkeypatch.setenv("FOREWARN_AWS_URL", "http://127.0.0.1:1338")
+    monkeypatch.setenv("FOREWARN_AWS_SPOT_INTERVAL", "0.25")
+    monkeypatch.setenv("FOREWARN_AWS_IMDSV1", "true")
+    settings = load_settings()
+    assert settings.aws.url == "http://127.0.0.1:1338" and settings.aws.spot_interval == 0.25
+    assert settings.aws.imdsv1 and settings.aws.scheduled_interval == 5.0
+    assert settings.aws.token_ttl == 21600
+
+
+@pytest.mark.parametrize("ttl", ["0", "21601"])
+def test_an_out_of_range_token_ttl_names_the_key(monkeypatch: pytest.MonkeyPatch, ttl: str) -> None:
+    from forewarn.agent.config import ConfigError, load_settings
+
+    monkeypatch.setenv("FOREWARN_AWS_TOKEN_TTL", ttl)
+    with pytest.raises(ConfigError, match=r"aws\.token_ttl"):
+        load_settings()
+
+
+def test_the_url_setting_is_checked() -> None:
+    assert imds_url(None) == "http://169.254.169.254"
+    assert imds_url("127.0.0.1:1338/") == "http://127.0.0.1:1338"
+    with pytest.raises(ValueError, match=r"aws\.url"):
+        imds_url("https://127.0.0.1:1338")
