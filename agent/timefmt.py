@@ -80,4 +80,21 @@ def parse_deadline(text: str, now: datetime | None = None) -> datetime:
     return (now or utcnow()) + timedelta(seconds=seconds)
 
 
-__all__ = ["format_time", "parse_deadline", "parse_duration", "parse_time", "utcnow"]
+def duration_arg(text: str) -> float:
+    """An argparse `type=` for durations (`90`, `90s`, `15m`, `2h`): seconds, never negative."""
+    import argparse
+
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+__all__ = [
+    "duration_arg",
+    "format_time",
+    "parse_deadline",
+    "parse_duration",
+    "parse_time",
+    "utcnow",
+]

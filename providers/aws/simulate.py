@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from forewarn.agent.timefmt import format_time, parse_duration, parse_time
+from forewarn.agent.timefmt import duration_arg, format_time, parse_duration, parse_time
 
 from ..simulator import SimError, SimRequest, SimResponse, Simulator, serve_until_signalled
 from .imds import (
@@ -473,33 +473,25 @@ def make_simulator(
     return sim
 
 
-def _seconds_arg(text: str) -> float:
-    try:
-        value = parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options after `forewarn simulate aws` (the command line adds `--host`, `--port`)."""
     parser.add_argument(
         "--imdsv1", action="store_true", help="also answer tokenless (IMDSv1) requests"
     )
     parser.add_argument(
-        "--spot-after", type=_seconds_arg, metavar="S", help="raise a spot interruption after S"
+        "--spot-after", type=duration_arg, metavar="S", help="raise a spot interruption after S"
     )
     parser.add_argument(
         "--action", choices=SPOT_ACTIONS, default="terminate", help="its action (terminate)"
     )
     parser.add_argument(
         "--spot-lead",
-        type=_seconds_arg,
+        type=duration_arg,
         metavar="S",
         help="seconds from the notice to the action (default 120; hibernate 0)",
     )
     parser.add_argument(
-        "--rebalance-after", type=_seconds_arg, metavar="S", help="raise a rebalance after S"
+        "--rebalance-after", type=duration_arg, metavar="S", help="raise a rebalance after S"
     )
     parser.add_argument(
         "--scheduled",
@@ -510,7 +502,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--asg-after",
-        type=_seconds_arg,
+        type=duration_arg,
         metavar="S",
         help="set the ASG target lifecycle state to Terminated after S",
     )

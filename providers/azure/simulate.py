@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from forewarn.agent.timefmt import duration_arg
+
 from ..simulator import (
     CONTROL_PREFIX,
     SimError,
@@ -449,13 +451,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for kind in SCRIPTED:
         parser.add_argument(
             f"--{kind}-after",
-            type=_seconds,
+            type=duration_arg,
             metavar="S",
             help=f"raise a {kind.capitalize()} event S seconds after start",
         )
     parser.add_argument(
         "--not-before",
-        type=_seconds,
+        type=duration_arg,
         metavar="S",
         help="NotBefore lead of scripted events, seconds (default: the type's minimum notice)",
     )
@@ -465,14 +467,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--removal-after",
-        type=_seconds,
+        type=duration_arg,
         default=5.0,
         metavar="S",
         help="seconds an event stays Started before it disappears (default 5)",
     )
     parser.add_argument(
         "--first-call-delay",
-        type=_seconds,
+        type=duration_arg,
         default=0.0,
         metavar="S",
         help="make the first Scheduled Events answer take S seconds (real IMDS: up to 120)",
@@ -484,16 +486,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="requests per second before 429 (default 5)",
     )
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"seconds must be >= 0, got {text!r}")
-    return value
 
 
 def _positive_int(text: str) -> int:

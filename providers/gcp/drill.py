@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from forewarn.agent.timefmt import format_time, parse_duration, utcnow
+from forewarn.agent.timefmt import duration_arg, format_time, utcnow
 
 COMPUTE_API = "https://compute.googleapis.com"
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -24,13 +24,6 @@ SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 class DrillError(Exception):
     """The drill could not go on; the text says why."""
-
-
-def _seconds(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,14 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--poll-interval",
-        type=_seconds,
+        type=duration_arg,
         default=2.0,
         metavar="S",
         help="seconds between reads of the operation (default 2s)",
     )
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=duration_arg,
         default=600.0,
         metavar="S",
         help="give up following the operation after this long (default 10m)",

@@ -30,7 +30,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from forewarn.agent.timefmt import format_time, parse_duration, utcnow
+from forewarn.agent.timefmt import duration_arg, format_time, utcnow
 
 from ..simulator import SimError, SimRequest, SimResponse, Simulator, serve_until_signalled
 
@@ -511,13 +511,6 @@ def make_simulator(
     return sim
 
 
-def _seconds(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The simulator's own flags (`forewarn simulate` adds `--host` and `--port`)."""
     parser.add_argument("--project", default="forewarn-sim", help="project/project-id")
@@ -534,16 +527,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--preemption-notice-duration",
-        type=_seconds,
+        type=duration_arg,
         metavar="S",
         help="report this preemption notice duration in instance/scheduling/",
     )
     parser.add_argument(
-        "--preempt-after", type=_seconds, metavar="S", help="preempted becomes TRUE after S"
+        "--preempt-after", type=duration_arg, metavar="S", help="preempted becomes TRUE after S"
     )
     parser.add_argument(
         "--maintenance-after",
-        type=_seconds,
+        type=duration_arg,
         metavar="S",
         help="maintenance-event changes after S",
     )
@@ -555,19 +548,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--maintenance-duration",
-        type=_seconds,
+        type=duration_arg,
         metavar="S",
         help="maintenance-event returns to NONE S after it changed",
     )
     parser.add_argument(
         "--upcoming-after",
-        type=_seconds,
+        type=duration_arg,
         metavar="S",
         help="upcoming-maintenance schedules a window after S",
     )
     parser.add_argument(
         "--upcoming-in",
-        type=_seconds,
+        type=duration_arg,
         default=7 * 86400.0,
         metavar="S",
         help="how far ahead that window starts (default 7d)",
