@@ -316,13 +316,17 @@ def make_client(
         profile_name=profile,
         region_name=region,
     )
-    s3_options: dict[str, Any] = {}
+    # No SHA-256 of each request body for the signature: with checksums "when_required",
+    # botocore would otherwise hash every part once more just to sign it (on http always, on
+    # https too), halving throughput. The store hashes every byte itself for the manifest,
+    # and `verify="checksums"` checks the stored bytes end to end; TLS guards https transit.
+    s3_options: dict[str, Any] = {"payload_signing_enabled": False}
     if addressing_style:
         s3_options["addressing_style"] = addressing_style
     config = Config(
         max_pool_connections=concurrency + 4,
         retries={"max_attempts": 5, "mode": "standard"},
-        s3=s3_options or None,
+        s3=s3_options,
         # The store checksums every file end to end (SHA-256 in the manifest), and several
         # S3-compatible services reject the CRC trailers boto3 sends by default since 1.36.
         request_checksum_calculation="when_required",
