@@ -147,6 +147,7 @@ class S3Backend(Backend):
         session_token: str | None = None,
         profile: str | None = None,
         addressing_style: str | None = None,
+        checksum_trailers: bool | None = None,
         part_size: int = DEFAULT_PART,
         concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
@@ -164,7 +165,7 @@ class S3Backend(Backend):
             )
         self.part_size = part_size
         self.concurrency = concurrency
-        self._options = {
+        self._options: dict[str, Any] = {
             "endpoint_url": endpoint_url,
             "region": region,
             "access_key_id": access_key_id,
@@ -172,6 +173,7 @@ class S3Backend(Backend):
             "session_token": session_token,
             "profile": profile,
             "addressing_style": addressing_style,
+            "checksum_trailers": checksum_trailers,
         }
         self._client: Any = None
         self._pool: ThreadPoolExecutor | None = None
@@ -296,6 +298,7 @@ def make_client(
     profile: str | None,
     addressing_style: str | None,
     concurrency: int,
+    checksum_trailers: bool | None = None,
 ) -> Any:
     """A boto3 S3 client. Arguments win; otherwise boto3 reads AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_REGION/AWS_DEFAULT_REGION and
@@ -316,21 +319,30 @@ def make_client(
         profile_name=profile,
         region_name=region,
     )
-    # No SHA-256 of each request body for the signature: with checksums "when_required",
-    # botocore would otherwise hash every part once more just to sign it (on http always, on
-    # https too), halving throughput. The store hashes every byte itself for the manifest,
-    # and `verify="checksums"` checks the stored bytes end to end; TLS guards https transit.
-    s3_options: dict[str, Any] = {"payload_signing_enabled": False}
+    s3_options: dict[str, Any] = {}
     if addressing_style:
         s3_options["addressing_style"] = addressing_style
+    if checksum_trailers is None:
+        # AWS itself takes boto3's CRC32 trailers; several S3-compatible services reject them.
+        checksum_trailers = endpoint_url is None and not (
+            os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        )
+    checksums: dict[str, Any] = {}
+    if not checksum_trailers:
+        checksums = {
+            "request_checksum_calculation": "when_required",
+            "response_checksum_validation": "when_required",
+        }
+        # Without trailers botocore would SHA-256 every part once more just to sign it (on
+        # http always, on https without a checksum header), halving throughput. The store
+        # hashes every byte itself for the manifest, `verify="checksums"` checks the stored
+        # bytes end to end, and TLS guards https transit.
+        s3_options["payload_signing_enabled"] = False
     config = Config(
         max_pool_connections=concurrency + 4,
         retries={"max_attempts": 5, "mode": "standard"},
-        s3=s3_options,
-        # The store checksums every file end to end (SHA-256 in the manifest), and several
-        # S3-compatible services reject the CRC trailers boto3 sends by default since 1.36.
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
+        s3=s3_options or None,
+        **checksums,
     )
     # Signing needs some region; S3-compatible services accept us-east-1 when they ignore it.
     region_name = region or session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
