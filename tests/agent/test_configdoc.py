@@ -49,9 +49,10 @@ def field_of(key: str) -> FieldInfo:
     return model.model_fields[leaf]
 
 
-def test_operations_doc_table_is_current():
-    assert configdoc.main(["--check", str(DOC)]) == 0, (
-        "run: python -m forewarn.agent.configdoc --write docs/operations.md"
+@pytest.mark.parametrize("doc", [DOC, DOC.parents[1] / "README.md"], ids=["operations", "readme"])
+def test_config_tables_are_current(doc: Path):
+    assert configdoc.main(["--check", str(doc)]) == 0, (
+        f"run: python -m forewarn.agent.configdoc --write {doc.relative_to(DOC.parents[1])}"
     )
 
 
