@@ -299,7 +299,13 @@ def _try_face(provider: str, name: str) -> Any:
         return None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given the `command` about to run, only what it needs is imported
+    (the agent must not carry every provider's simulator and drill in memory)."""
+
+    def wanted(name: str) -> bool:
+        return command is None or command == name
+
     parser = argparse.ArgumentParser(
         prog="forewarn",
         description="Turn every provider's interruption notice into one event your job acts on.",
@@ -411,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate", help="serve a provider's notice endpoint on loopback"
     )
     sims = simulate.add_subparsers(dest="provider", required=True, metavar="PROVIDER")
-    for provider in DRILL_PROVIDERS:
+    for provider in DRILL_PROVIDERS if wanted("simulate") else ():
         module = _try_face(provider, "simulate")
         if module is None:
             continue
@@ -441,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     local.add_argument("--keep", action="store_true", help="keep the work directory")
     local.set_defaults(func=cmd_drill_local)
-    for provider in DRILL_PROVIDERS:
+    for provider in DRILL_PROVIDERS if wanted("drill") else ():
         module = _try_face(provider, "drill")
         if module is None:
             continue
@@ -449,20 +455,19 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(sub)
         sub.set_defaults(func=cmd_drill, face_module=module)
 
-    try:
+    plan = commands.add_parser("plan", help="checkpoint interval and spot economics")
+    if wanted("plan"):
         plan_cli = importlib.import_module("forewarn.agent.plan_cli")
-    except ModuleNotFoundError:
-        plan_cli = None
-    if plan_cli is not None:
-        plan = commands.add_parser("plan", help="checkpoint interval and spot economics")
         plan_cli.add_arguments(plan)
         plan.set_defaults(func=plan_cli.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = words[0] if words and not words[0].startswith("-") else None
+    parser = build_parser(command)
+    args = parser.parse_args(words)
     try:
         result: int = args.func(args)
         return result
