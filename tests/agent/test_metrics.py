@@ -297,6 +297,15 @@ def test_every_metric_moves_when_a_notice_flows(tmp_path: Path):
             assert reply["ok"], reply
             flag.write_text("")  # a local notice that states its own notice time
             assert client.notice()["detail"]["notice_time"]
+            # The poll that found the flag counts itself only after emitting the notice: the
+            # scrape may come between the two.
+            polls_before = value(before, "forewarn_polls_total", provider="local")
+            wait_for(
+                lambda: (
+                    value(scrape_url(url), "forewarn_polls_total", provider="local") > polls_before
+                ),
+                what="a counted poll",
+            )
             after = scrape_url(url)
 
     manual = {"provider": "local", "reason": "manual"}
