@@ -16,9 +16,8 @@ from .wire import (
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
     EndpointError,
-    check_endpoint,
-    default_endpoints,
     request,
+    resolve_endpoints,
     runtime_dir,
 )
 
@@ -53,15 +52,16 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
-    events, control = default_endpoints(args.runtime_dir or runtime_dir())
-    events = args.events or events
-    control = args.control or control
     try:
-        check_endpoint(events, allow_remote=args.allow_remote, what="--events")
-        check_endpoint(control, allow_remote=args.allow_remote, what="--control")
+        return resolve_endpoints(
+            args.runtime_dir or runtime_dir(),
+            args.events,
+            args.control,
+            allow_remote=args.allow_remote,
+            names=("--events", "--control"),
+        )
     except EndpointError as error:
         raise UsageError(str(error)) from None
-    return events, control
 
 
 def _ask(control: str, payload: dict[str, Any], timeout: float = 3.0) -> dict[str, Any]:

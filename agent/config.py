@@ -30,7 +30,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from .wire import EndpointError, check_endpoint, default_endpoints, runtime_dir
+from .wire import EndpointError, resolve_endpoints, runtime_dir
 
 DEFAULT_CONFIG_FILE = Path("/etc/forewarn/forewarn.toml")
 SYSTEM_STATE_DIR = Path("/var/lib/forewarn")
@@ -177,15 +177,15 @@ class Settings(BaseSettings):
 
     def resolved_endpoints(self) -> tuple[str, str]:
         """The endpoints to bind, each checked: loopback TCP or ipc unless `allow_remote`."""
-        events, control = default_endpoints(self.resolved_runtime_dir())
-        events = self.events or events
-        control = self.control or control
         try:
-            check_endpoint(events, allow_remote=self.allow_remote, what="events")
-            check_endpoint(control, allow_remote=self.allow_remote, what="control")
+            return resolve_endpoints(
+                self.resolved_runtime_dir(),
+                self.events,
+                self.control,
+                allow_remote=self.allow_remote,
+            )
         except EndpointError as error:
             raise ConfigError(str(error)) from None
-        return events, control
 
 
 # The TOML path is chosen per load; pydantic-settings asks for sources on the class.

@@ -60,6 +60,23 @@ def default_endpoints(runtime: Path | None = None) -> tuple[str, str]:
     return events, control
 
 
+def resolve_endpoints(
+    runtime: Path,
+    events: str | None = None,
+    control: str | None = None,
+    *,
+    allow_remote: bool = False,
+    names: tuple[str, str] = ("events", "control"),
+) -> tuple[str, str]:
+    """The given endpoints, else the defaults for `runtime`, each checked by `check_endpoint`
+    (EndpointError names the one at fault by `names`)."""
+    default_events, default_control = default_endpoints(runtime)
+    chosen = (events or default_events, control or default_control)
+    for endpoint, what in zip(chosen, names, strict=True):
+        check_endpoint(endpoint, allow_remote=allow_remote, what=what)
+    return chosen
+
+
 def _is_loopback(host: str) -> bool:
     host = host.strip("[]")
     if host == "localhost":
@@ -125,5 +142,6 @@ __all__ = [
     "default_endpoints",
     "ipc_path",
     "request",
+    "resolve_endpoints",
     "runtime_dir",
 ]

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,15 @@ def _assert_loopback(key: str, value: str) -> None:
         host == "localhost" or host.startswith("127.") or host == "::1"
     ):
         raise AssertionError(f"{key}={value!r} is not loopback: tests never leave this machine")
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 30.0) -> None:
+    """Poll `predicate` until it is true; TimeoutError after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise TimeoutError(f"condition not met within {timeout}s")
+        time.sleep(0.01)
 
 
 def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -239,4 +248,5 @@ __all__ = [
     "forewarn_cmd",
     "run_forewarn",
     "running_agent",
+    "wait_until",
 ]

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import AgentProcess
+from support import AgentProcess, wait_until
 
 pytest.importorskip("lightning")
 import lightning.pytorch as pl
@@ -28,14 +28,6 @@ class Tiny(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-def wait_until(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise TimeoutError
-        time.sleep(0.01)
 
 
 def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Path) -> None:

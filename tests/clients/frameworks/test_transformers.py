@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import AgentProcess
+from support import AgentProcess, wait_until
 
 pytest.importorskip("transformers")
 import torch
@@ -32,14 +32,6 @@ class Points(Dataset):  # type: ignore[type-arg]
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return {"x": torch.randn(4), "labels": torch.randn(1)}
-
-
-def wait_until(predicate, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise TimeoutError
-        time.sleep(0.01)
 
 
 def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Path) -> None:
