@@ -26,6 +26,8 @@ PARTS_PER_SIZE = 1000
 # The same as boto3's TransferConfig defaults, which measured fastest against moto too.
 DEFAULT_PART = 8 << 20
 DEFAULT_CONCURRENCY = 10
+CHECKSUM_ALGORITHM = "CRC32"  # botocore's default request checksum
+PART_CHECKSUM = "ChecksumCRC32"
 
 
 class S3Writer(ObjectWriter):
@@ -38,6 +40,12 @@ class S3Writer(ObjectWriter):
         self._upload_id: str | None = None
         self._parts: deque[tuple[int, Future[Any]]] = deque()
         self._etags: list[dict[str, Any]] = []
+        # With trailers every part carries a CRC32 the upload declared up front, as boto3's
+        # transfer manager does: S3 then keeps a composite CRC32 of the object, and a server
+        # told no algorithm may checksum the whole object once more when the upload completes.
+        self._checksum: dict[str, str] = (
+            {"ChecksumAlgorithm": CHECKSUM_ALGORITHM} if backend.checksum_trailers else {}
+        )
 
     def _part_size(self) -> int:
         # The final size is unknown while streaming and S3 allows 10,000 parts: doubling the
@@ -70,25 +78,34 @@ class S3Writer(ObjectWriter):
     def _send_part(self, body: bytes) -> None:
         backend = self._backend
         if self._upload_id is None:
-            reply = backend.client.create_multipart_upload(Bucket=backend.bucket, Key=self._key)
+            reply = backend.client.create_multipart_upload(
+                Bucket=backend.bucket, Key=self._key, **self._checksum
+            )
             self._upload_id = reply["UploadId"]
         # Bound what is queued so a fast producer cannot pile every part up in memory.
         while len(self._parts) >= backend.concurrency + 2:
             self._collect_oldest()
         number = len(self._etags) + len(self._parts) + 1
-        future = backend.pool.submit(
-            backend.client.upload_part,
-            Bucket=backend.bucket,
+        self._parts.append((number, backend.pool.submit(self._upload_part, number, body)))
+
+    def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
+        reply = self._backend.client.upload_part(
+            Bucket=self._backend.bucket,
             Key=self._key,
             UploadId=self._upload_id,
             PartNumber=number,
             Body=body,
+            **self._checksum,
         )
-        self._parts.append((number, future))
+        part = {"PartNumber": number, "ETag": reply["ETag"]}
+        if PART_CHECKSUM in reply:
+            # A multipart upload that declared an algorithm completes only with every part's.
+            part[PART_CHECKSUM] = reply[PART_CHECKSUM]
+        return part
 
     def _collect_oldest(self) -> None:
-        number, future = self._parts.popleft()
-        self._etags.append({"PartNumber": number, "ETag": future.result()["ETag"]})
+        _number, future = self._parts.popleft()
+        self._etags.append(future.result())
 
     def _finish(self) -> None:
         backend = self._backend
@@ -165,6 +182,11 @@ class S3Backend(Backend):
             )
         self.part_size = part_size
         self.concurrency = concurrency
+        self.checksum_trailers = (
+            resolve_checksum_trailers(endpoint_url)
+            if checksum_trailers is None
+            else checksum_trailers
+        )
         self._options: dict[str, Any] = {
             "endpoint_url": endpoint_url,
             "region": region,
@@ -173,7 +195,7 @@ class S3Backend(Backend):
             "session_token": session_token,
             "profile": profile,
             "addressing_style": addressing_style,
-            "checksum_trailers": checksum_trailers,
+            "checksum_trailers": self.checksum_trailers,
         }
         self._client: Any = None
         self._pool: ThreadPoolExecutor | None = None
@@ -280,6 +302,27 @@ class S3Backend(Backend):
             self._pool = None
 
 
+def resolve_checksum_trailers(endpoint_url: str | None) -> bool:
+    """Whether uploads carry boto3's CRC32 checksums when the store was not told.
+
+    boto3's own AWS_REQUEST_CHECKSUM_CALCULATION wins (`when_supported` on, `when_required`
+    off). Otherwise on for AWS itself and off for any other endpoint: several S3-compatible
+    services (GCS interoperability, OCI, LocalStack, some MinIO and Spaces versions) reject
+    the aws-chunked trailers boto3 sends since 1.36.
+    """
+    calculation = os.environ.get("AWS_REQUEST_CHECKSUM_CALCULATION", "").strip().lower()
+    if calculation in ("when_supported", "when_required"):
+        return calculation == "when_supported"
+    if calculation:
+        raise StoreConfigError(
+            f"AWS_REQUEST_CHECKSUM_CALCULATION={calculation!r} is neither when_supported "
+            "nor when_required"
+        )
+    return endpoint_url is None and not (
+        os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    )
+
+
 def _is_missing(exc: Exception) -> bool:
     response = getattr(exc, "response", None)
     if not isinstance(response, dict):
@@ -298,7 +341,7 @@ def make_client(
     profile: str | None,
     addressing_style: str | None,
     concurrency: int,
-    checksum_trailers: bool | None = None,
+    checksum_trailers: bool,
 ) -> Any:
     """A boto3 S3 client. Arguments win; otherwise boto3 reads AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_REGION/AWS_DEFAULT_REGION and
@@ -322,11 +365,6 @@ def make_client(
     s3_options: dict[str, Any] = {}
     if addressing_style:
         s3_options["addressing_style"] = addressing_style
-    if checksum_trailers is None:
-        # AWS itself takes boto3's CRC32 trailers; several S3-compatible services reject them.
-        checksum_trailers = endpoint_url is None and not (
-            os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        )
     checksums: dict[str, Any] = {}
     if not checksum_trailers:
         checksums = {
