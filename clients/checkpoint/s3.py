@@ -7,9 +7,11 @@ small ones as a single PUT. Memory per file stays near `part_size * (concurrency
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import threading
+import zlib
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -40,11 +42,11 @@ class S3Writer(ObjectWriter):
         self._upload_id: str | None = None
         self._parts: deque[tuple[int, Future[Any]]] = deque()
         self._etags: list[dict[str, Any]] = []
-        # With trailers every part carries a CRC32 the upload declared up front, as boto3's
-        # transfer manager does: S3 then keeps a composite CRC32 of the object, and a server
-        # told no algorithm may checksum the whole object once more when the upload completes.
+        # Every part carries a CRC32 the upload declared up front, as boto3's transfer manager
+        # does: S3 then keeps a composite CRC32 of the object, and a server told no algorithm
+        # may checksum the whole object once more when the upload completes.
         self._checksum: dict[str, str] = (
-            {"ChecksumAlgorithm": CHECKSUM_ALGORITHM} if backend.checksum_trailers else {}
+            {"ChecksumAlgorithm": CHECKSUM_ALGORITHM} if backend.upload_checksums else {}
         )
 
     def _part_size(self) -> int:
@@ -89,18 +91,25 @@ class S3Writer(ObjectWriter):
         self._parts.append((number, backend.pool.submit(self._upload_part, number, body)))
 
     def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
+        checksum = dict(self._checksum)
+        if checksum:
+            # Computed here, on an upload thread (zlib releases the GIL), and sent as a header:
+            # left to botocore, the CRC32 would travel as a trailer, wrapping the body in
+            # aws-chunked framing that costs a copy on each side of the connection.
+            crc = zlib.crc32(body).to_bytes(4, "big")
+            checksum[PART_CHECKSUM] = base64.b64encode(crc).decode("ascii")
         reply = self._backend.client.upload_part(
             Bucket=self._backend.bucket,
             Key=self._key,
             UploadId=self._upload_id,
             PartNumber=number,
             Body=body,
-            **self._checksum,
+            **checksum,
         )
         part = {"PartNumber": number, "ETag": reply["ETag"]}
-        if PART_CHECKSUM in reply:
-            # A multipart upload that declared an algorithm completes only with every part's.
-            part[PART_CHECKSUM] = reply[PART_CHECKSUM]
+        if PART_CHECKSUM in checksum:
+            # An upload that declared an algorithm completes only with every part's checksum.
+            part[PART_CHECKSUM] = checksum[PART_CHECKSUM]
         return part
 
     def _collect_oldest(self) -> None:
@@ -164,7 +173,7 @@ class S3Backend(Backend):
         session_token: str | None = None,
         profile: str | None = None,
         addressing_style: str | None = None,
-        checksum_trailers: bool | None = None,
+        upload_checksums: bool | None = None,
         part_size: int = DEFAULT_PART,
         concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
@@ -182,10 +191,8 @@ class S3Backend(Backend):
             )
         self.part_size = part_size
         self.concurrency = concurrency
-        self.checksum_trailers = (
-            resolve_checksum_trailers(endpoint_url)
-            if checksum_trailers is None
-            else checksum_trailers
+        self.upload_checksums = (
+            resolve_upload_checksums(endpoint_url) if upload_checksums is None else upload_checksums
         )
         self._options: dict[str, Any] = {
             "endpoint_url": endpoint_url,
@@ -195,7 +202,7 @@ class S3Backend(Backend):
             "session_token": session_token,
             "profile": profile,
             "addressing_style": addressing_style,
-            "checksum_trailers": self.checksum_trailers,
+            "upload_checksums": self.upload_checksums,
         }
         self._client: Any = None
         self._pool: ThreadPoolExecutor | None = None
@@ -302,13 +309,13 @@ class S3Backend(Backend):
             self._pool = None
 
 
-def resolve_checksum_trailers(endpoint_url: str | None) -> bool:
+def resolve_upload_checksums(endpoint_url: str | None) -> bool:
     """Whether uploads carry boto3's CRC32 checksums when the store was not told.
 
     boto3's own AWS_REQUEST_CHECKSUM_CALCULATION wins (`when_supported` on, `when_required`
     off). Otherwise on for AWS itself and off for any other endpoint: several S3-compatible
     services (GCS interoperability, OCI, LocalStack, some MinIO and Spaces versions) reject
-    the aws-chunked trailers boto3 sends since 1.36.
+    the checksums boto3 sends since 1.36, as aws-chunked trailers or as headers.
     """
     calculation = os.environ.get("AWS_REQUEST_CHECKSUM_CALCULATION", "").strip().lower()
     if calculation in ("when_supported", "when_required"):
@@ -341,7 +348,7 @@ def make_client(
     profile: str | None,
     addressing_style: str | None,
     concurrency: int,
-    checksum_trailers: bool,
+    upload_checksums: bool,
 ) -> Any:
     """A boto3 S3 client. Arguments win; otherwise boto3 reads AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_REGION/AWS_DEFAULT_REGION and
@@ -365,17 +372,18 @@ def make_client(
     s3_options: dict[str, Any] = {}
     if addressing_style:
         s3_options["addressing_style"] = addressing_style
+    # Unsigned payloads: signing would SHA-256 every part once more (always on http; on https
+    # whenever a part carries a precomputed checksum header). Each part's integrity is
+    # covered by its CRC32 header (when upload_checksums is on), by the SHA-256 the store
+    # records for every file and checks with verify="checksums", and by TLS on https.
+    s3_options["payload_signing_enabled"] = False
     checksums: dict[str, Any] = {}
-    if not checksum_trailers:
+    if not upload_checksums:
+        # Several S3-compatible services reject boto3's default CRC32 trailers.
         checksums = {
             "request_checksum_calculation": "when_required",
             "response_checksum_validation": "when_required",
         }
-        # Without trailers botocore would SHA-256 every part once more just to sign it (on
-        # http always, on https without a checksum header), halving throughput. The store
-        # hashes every byte itself for the manifest, `verify="checksums"` checks the stored
-        # bytes end to end, and TLS guards https transit.
-        s3_options["payload_signing_enabled"] = False
     config = Config(
         max_pool_connections=concurrency + 4,
         retries={"max_attempts": 5, "mode": "standard"},

@@ -325,7 +325,7 @@ class CheckpointStore:
         addressing_style: str | None = None,
         part_size: int | None = None,
         concurrency: int | None = None,
-        checksum_trailers: bool | None = None,
+        upload_checksums: bool | None = None,
     ) -> None:
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise StoreConfigError(f"keep must be a positive integer or None, got {keep!r}")
@@ -345,7 +345,7 @@ class CheckpointStore:
             "session_token": session_token,
             "profile": profile,
             "addressing_style": addressing_style,
-            "checksum_trailers": checksum_trailers,
+            "upload_checksums": upload_checksums,
             "part_size": part_size,
             "concurrency": concurrency,
         }

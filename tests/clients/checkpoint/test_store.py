@@ -334,44 +334,56 @@ def test_directories_go_in_and_come_out(make_store: Any, tmp_path: Path) -> None
         latest.get_dir("nothing", tmp_path / "x")
 
 
-def test_s3_checksum_trailers_follow_boto3_else_on_for_aws_only(
+def test_s3_upload_checksums_follow_boto3_else_on_for_aws_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REQUEST_CHECKSUM_CALCULATION"):
         monkeypatch.delenv(key, raising=False)
     # No request is made: the choice is read before any client exists.
-    assert CheckpointStore("s3://b/p")._backend.checksum_trailers is True  # type: ignore[attr-defined]
+    assert CheckpointStore("s3://b/p")._backend.upload_checksums is True  # type: ignore[attr-defined]
     elsewhere = CheckpointStore("s3://b/p", endpoint_url="http://127.0.0.1:9")
-    assert elsewhere._backend.checksum_trailers is False  # type: ignore[attr-defined]
+    assert elsewhere._backend.upload_checksums is False  # type: ignore[attr-defined]
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
-    assert CheckpointStore("s3://b/p")._backend.checksum_trailers is False  # type: ignore[attr-defined]
-    forced = CheckpointStore("s3://b/p", checksum_trailers=True)
-    assert forced._backend.checksum_trailers is True  # type: ignore[attr-defined]
+    assert CheckpointStore("s3://b/p")._backend.upload_checksums is False  # type: ignore[attr-defined]
+    forced = CheckpointStore("s3://b/p", upload_checksums=True)
+    assert forced._backend.upload_checksums is True  # type: ignore[attr-defined]
     # boto3's own switch is honoured both ways; the argument still wins over it.
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_SUPPORTED")
-    assert CheckpointStore("s3://b/p")._backend.checksum_trailers is True  # type: ignore[attr-defined]
+    assert CheckpointStore("s3://b/p")._backend.upload_checksums is True  # type: ignore[attr-defined]
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
-    assert CheckpointStore("s3://b/p")._backend.checksum_trailers is False  # type: ignore[attr-defined]
-    forced = CheckpointStore("s3://b/p", checksum_trailers=True)
-    assert forced._backend.checksum_trailers is True  # type: ignore[attr-defined]
+    assert CheckpointStore("s3://b/p")._backend.upload_checksums is False  # type: ignore[attr-defined]
+    forced = CheckpointStore("s3://b/p", upload_checksums=True)
+    assert forced._backend.upload_checksums is True  # type: ignore[attr-defined]
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "sometimes")
     with pytest.raises(StoreConfigError, match="AWS_REQUEST_CHECKSUM_CALCULATION='sometimes'"):
         CheckpointStore("s3://b/p")
 
 
-@pytest.mark.parametrize("trailers", [True, False])
-def test_s3_multipart_upload_declares_crc32_only_with_trailers(
-    bucket: str, s3_env: dict[str, str], trailers: bool
+@pytest.mark.parametrize("checksums", [True, False])
+def test_s3_parts_carry_their_crc32_only_with_upload_checksums(
+    bucket: str, s3_env: dict[str, str], checksums: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import zlib
     from base64 import b64encode
 
     import boto3
 
+    def crc32(data: bytes) -> str:
+        return b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
     store = CheckpointStore(
-        f"s3://{bucket}/crc", part_size=5 << 20, concurrency=2, checksum_trailers=trailers
+        f"s3://{bucket}/crc", part_size=5 << 20, concurrency=2, upload_checksums=checksums
     )
+    client = store._backend.client  # type: ignore[attr-defined]
+    upload_part = client.upload_part
+    sent: list[tuple[bytes, str | None]] = []
+
+    def spy(**kwargs: Any) -> Any:
+        sent.append((kwargs["Body"], kwargs.get("ChecksumCRC32")))
+        return upload_part(**kwargs)
+
+    monkeypatch.setattr(client, "upload_part", spy)
     data = os.urandom(12 << 20)
     with store.save(1) as gen, gen.open("big.bin") as stream:
         stream.write(data)
@@ -379,10 +391,13 @@ def test_s3_multipart_upload_declares_crc32_only_with_trailers(
     key = f"crc/{store.latest().name}/big.bin"  # type: ignore[union-attr]
     head = boto3.client("s3").head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     parts = [data[start : start + (5 << 20)] for start in range(0, len(data), 5 << 20)]
-    # S3's composite checksum: the CRC32 of the parts' CRC32s, so each part carried its own.
-    composite = zlib.crc32(b"".join(zlib.crc32(part).to_bytes(4, "big") for part in parts))
-    expected = b64encode(composite.to_bytes(4, "big")).decode()
-    if trailers:
-        assert head["ChecksumCRC32"].split("-")[0] == expected
+    assert sorted(body for body, _ in sent) == sorted(parts)
+    if checksums:
+        # Each part's own CRC32 went as a header, and the upload declared CRC32: the server
+        # keeps S3's composite checksum, the CRC32 of the parts' CRC32s.
+        assert all(header == crc32(body) for body, header in sent)
+        composite = crc32(b"".join(zlib.crc32(part).to_bytes(4, "big") for part in parts))
+        assert head["ChecksumCRC32"].split("-")[0] == composite
     else:
+        assert all(header is None for _, header in sent)
         assert "ChecksumCRC32" not in head
