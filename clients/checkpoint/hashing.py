@@ -3,8 +3,10 @@
 The hash is SHA-256: with the SHA extensions that most x86-64 and ARMv8 servers have,
 OpenSSL's SHA-256 ran at 1.7 GB/s on one core of the development machine, against 0.9 GB/s
 for BLAKE2b and 0.7 GB/s for MD5. One core hashing at 1.7 GB/s can still be slower than a
-fast disk, so a file is hashed in 16 MiB blocks on a small thread pool (hashlib releases the
-GIL), overlapping the caller's writes and the file's fsync:
+fast disk, so a file is hashed in 16 MiB blocks (hashlib releases the GIL): during the writes
+on a pool of one thread fewer than the cores (the writer keeps one, copying into the page cache
+or a socket), and once the writes stop on the writer's thread too, while the disk or the
+network finishes the transfer:
 
 - a file of at most one block gets the plain SHA-256 of its bytes, `sha256:<hex>`
   (`sha256sum` agrees);
@@ -52,7 +54,9 @@ def hash_pool() -> ThreadPoolExecutor:
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                workers = max(2, min(8, os.cpu_count() or 2))
+                # One core stays with the writer (copying into the page cache or a socket);
+                # the writer itself hashes whatever is left once it stops writing.
+                workers = max(1, min(8, (os.cpu_count() or 2) - 1))
                 _pool = ThreadPoolExecutor(workers, thread_name_prefix="forewarn-hash")
     return _pool
 
@@ -114,6 +118,32 @@ def digest_data(data: Buffer, like: str) -> str:
     return f"{plain.name}:{plain.hexdigest()}"
 
 
+class _Block:
+    """One block's hashing, run once by whichever thread claims it first: a pool worker, or
+    the writer when it would otherwise wait for the pool."""
+
+    __slots__ = ("_claim", "_pieces", "future")
+
+    def __init__(self, pieces: list[Buffer]) -> None:
+        self._pieces: Sequence[Buffer] = pieces
+        self._claim = threading.Lock()
+        self.future: Future[bytes] = Future()
+
+    def run(self) -> None:
+        if not self._claim.acquire(blocking=False):
+            return
+        try:
+            self.future.set_result(_hash_pieces(self._pieces))
+        except BaseException as exc:
+            self.future.set_exception(exc)
+        finally:
+            self._pieces = ()  # the caller may reuse or free its buffers
+
+    def result(self) -> bytes:
+        self.run()
+        return self.future.result()
+
+
 def _ignore(_data: Buffer) -> None:
     return None
 
@@ -129,10 +159,10 @@ class StreamHasher:
     """Hashes a byte stream in 16 MiB blocks on the shared pool while the caller writes it."""
 
     def __init__(self) -> None:
-        self._digests: list[Future[bytes]] = []
+        self._blocks: list[_Block] = []
         self._pieces: list[Buffer] = []
         self._piece_bytes = 0
-        self._pending: deque[tuple[Future[bytes], int]] = deque()
+        self._pending: deque[tuple[_Block, int]] = deque()
         self._pending_bytes = 0
         self._last_owner: object = None
         self.size = 0
@@ -146,7 +176,7 @@ class StreamHasher:
         view = memoryview(data).cast("B")
         self.size += len(view)
         immutable = _immutable(data)
-        must_wait: list[Future[bytes]] = []
+        must_wait: list[_Block] = []
         while len(view):
             room = BLOCK - self._piece_bytes
             piece, view = view[:room], view[room:]
@@ -156,25 +186,30 @@ class StreamHasher:
             self._pieces.append(piece)
             self._piece_bytes += len(piece)
             if self._piece_bytes == BLOCK:
-                future = self._submit()
+                block = self._submit()
                 if not immutable and whole:
-                    must_wait.append(future)
+                    must_wait.append(block)
         write(data)
-        for future in must_wait:
-            future.result()
+        for block in must_wait:
+            block.result()
 
     def hexdigest(self) -> str:
-        """The checksum of everything fed; waits for the queued blocks."""
-        if self._pieces or not self._digests:
-            if self._digests:
+        """The checksum of everything fed; the calling thread hashes what no worker has begun."""
+        if self._pieces or not self._blocks:
+            if self._blocks:
                 self._submit()
             else:
-                # One block or less: hashing inline costs less than a thread handoff.
-                self._digests.append(_done(_hash_pieces(self._pieces)))
+                # One block or less: no thread handoff.
+                self._blocks.append(_Block(self._pieces))
                 self._pieces = []
-        digests = [future.result() for future in self._digests]
+        digests = [block.result() for block in self._blocks]
         self.close()
         return _combine(digests)
+
+    def help(self) -> None:
+        """Hash, on the calling thread, the queued blocks no worker has begun."""
+        for block in self._blocks:
+            block.run()
 
     def close(self) -> None:
         self._pieces = []
@@ -182,7 +217,7 @@ class StreamHasher:
         self._pending_bytes = 0
         self._last_owner = None
 
-    def _submit(self) -> Future[bytes]:
+    def _submit(self) -> _Block:
         pieces, self._pieces, self._piece_bytes = self._pieces, [], 0
         pinned = 0
         for piece in pieces:
@@ -195,14 +230,9 @@ class StreamHasher:
             oldest, size = self._pending.popleft()
             oldest.result()
             self._pending_bytes -= size
-        future = hash_pool().submit(_hash_pieces, pieces)
-        self._digests.append(future)
-        self._pending.append((future, pinned))
+        block = _Block(pieces)
+        hash_pool().submit(block.run)
+        self._blocks.append(block)
+        self._pending.append((block, pinned))
         self._pending_bytes += pinned
-        return future
-
-
-def _done(value: bytes) -> Future[bytes]:
-    future: Future[bytes] = Future()
-    future.set_result(value)
-    return future
+        return block

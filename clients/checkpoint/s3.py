@@ -125,6 +125,8 @@ class S3Writer(ObjectWriter):
             return
         if body:
             self._send_part(body)
+        # The parts upload meanwhile; this thread would only wait for them.
+        self._hasher.help()
         while self._parts:
             self._collect_oldest()
         backend.client.complete_multipart_upload(

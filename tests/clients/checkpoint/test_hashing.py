@@ -59,3 +59,29 @@ def test_a_small_file_has_the_plain_sha256() -> None:
     hasher = StreamHasher()
     hasher.feed(b"hello", lambda piece: None)
     assert hasher.hexdigest() == "sha256:" + hashlib.sha256(b"hello").hexdigest()
+
+
+def test_the_writer_hashes_what_the_pool_has_not_begun(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from forewarn.clients.checkpoint import hashing
+
+    # The pool's only worker is stuck: every block must be hashed by the writer's thread,
+    # once, and neither a reused buffer nor the final digest may wait for the pool.
+    busy = ThreadPoolExecutor(1)
+    gate = threading.Event()
+    busy.submit(gate.wait)
+    monkeypatch.setattr(hashing, "hash_pool", lambda: busy)
+    try:
+        data = os.urandom(3 * BLOCK + 12345)
+        hasher = StreamHasher()
+        buffer = bytearray(data[: 2 * BLOCK])
+        hasher.feed(buffer, lambda piece: None)  # mutable: returns once its blocks are hashed
+        buffer[:] = b"\0" * len(buffer)
+        hasher.feed(data[2 * BLOCK :], lambda piece: None)
+        hasher.help()
+        assert hasher.hexdigest() == reference(data)
+    finally:
+        gate.set()
+        busy.shutdown()
