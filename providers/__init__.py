@@ -21,7 +21,7 @@ from .base import (
     Watcher,
     WatcherContext,
 )
-from .settings import ProviderSettings
+from .settings import EndpointSettings, ProviderSettings
 
 PROVIDERS: tuple[str, ...] = ("local", "aws", "gcp", "azure", "digitalocean", "kubernetes")
 CLOUD_PROVIDERS: tuple[str, ...] = ("aws", "gcp", "azure", "digitalocean", "kubernetes")
@@ -39,6 +39,7 @@ __all__ = [
     "PROVIDERS",
     "Closable",
     "Emit",
+    "EndpointSettings",
     "FlushAware",
     "ParseError",
     "PollHealth",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ..settings import ProviderSettings
+from ..settings import EndpointSettings
 
 # IMDS only accepts token lifetimes in this range (a PUT outside it gets 400).
 MIN_TOKEN_TTL = 1
@@ -12,7 +12,7 @@ MAX_TOKEN_TTL = 21600
 DEFAULT_URL = "http://169.254.169.254"
 
 
-class Settings(ProviderSettings):
+class Settings(EndpointSettings):
     """The EC2 instance metadata service (IMDS). `url` defaults to http://169.254.169.254.
 
     An interval of 0 turns that path off.

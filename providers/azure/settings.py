@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from ..settings import ProviderSettings
+from ..settings import EndpointSettings
 
 DEFAULT_URL = "http://169.254.169.254"
 # IMDS answers about five requests a second per VM and rejects the rest with 429; four a
@@ -16,7 +16,7 @@ MIN_INTERVAL = 0.25
 ApproveMode = Literal["off", "after-ack", "immediately"]
 
 
-class Settings(ProviderSettings):
+class Settings(EndpointSettings):
     interval: float = Field(
         default=1.0,
         ge=MIN_INTERVAL,

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..settings import ProviderSettings
+from ..settings import EndpointSettings
 
 METADATA_URL = "http://169.254.169.254"
 DEFAULT_SENDER = r"(?i)@([a-z0-9-]+\.)*digitalocean\.com$"
@@ -35,7 +35,7 @@ def _seconds(value: Any) -> Any:
     return value
 
 
-class Settings(ProviderSettings):
+class Settings(EndpointSettings):
     url: str | None = Field(
         default=None,
         description="Base URL of the droplet metadata service (default http://169.254.169.254).",

@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..settings import ProviderSettings
+from ..settings import EndpointSettings
 
 
-class Settings(ProviderSettings):
+class Settings(EndpointSettings):
     timeout_sec: int = Field(
         default=60,
         ge=1,

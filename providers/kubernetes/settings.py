@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
-from ..settings import ProviderSettings
+from ..settings import EndpointSettings
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -30,7 +30,7 @@ DEFAULT_DRAIN_TAINTS: tuple[str, ...] = (
 )
 
 
-class Settings(ProviderSettings):
+class Settings(EndpointSettings):
     node_name: str | None = Field(
         default=None,
         description="The node to watch; default the `NODE_NAME` environment variable "

@@ -37,6 +37,8 @@ def test_env_names_for_sections_and_lists(monkeypatch: pytest.MonkeyPatch) -> No
         ({"providers": ["mars"]}, "providers"),
         ({"local": {"flag_interval": 0}}, "local.flag_interval"),
         ({"local": {"colour": "red"}}, "local.colour"),
+        # The local provider watches a file, not an endpoint: it has no url to set.
+        ({"local": {"url": "http://127.0.0.1:9"}}, "local.url"),
     ],
 )
 def test_invalid_values_name_their_key(overrides: dict[str, object], key: str) -> None:
