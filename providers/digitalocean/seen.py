@@ -9,17 +9,16 @@ crash leaves the old state or the new one, never half of either.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from forewarn.agent.protocol import Report
+
+from ..persist import write_atomically
 
 log = logging.getLogger("forewarn.providers.digitalocean")
 
@@ -92,26 +91,6 @@ class SeenMail:
         write_atomically(self.path, json.dumps(self.as_json(), indent=1) + "\n")
 
 
-def write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # the rename itself survives a crash only once the directory is synced
-    finally:
-        os.close(directory)
-
-
 class ActiveReclaims:
     """The reclaim notices raised and not yet past their deadline, kept across agent restarts.
 
@@ -140,4 +119,4 @@ class ActiveReclaims:
         write_atomically(self.path, json.dumps(payload, indent=1) + "\n")
 
 
-__all__ = ["ACTIVE_FILE", "STATE_FILE", "ActiveReclaims", "SeenMail", "write_atomically"]
+__all__ = ["ACTIVE_FILE", "STATE_FILE", "ActiveReclaims", "SeenMail"]

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -23,6 +24,7 @@ from forewarn.agent.protocol import Report, stable_id
 from forewarn.agent.timefmt import format_time, parse_duration, parse_time, utcnow
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext
+from .active import ACTIVE_FILE, ActiveNotices
 from .settings import Settings
 
 PROVIDER = "gcp"
@@ -233,11 +235,14 @@ def upcoming_report(window: UpcomingWindow | None, now: datetime) -> Report | No
 class NoticeTrack:
     """One provider notice over many answers: a notice gets its id when it appears, keeps it
     while repeated answers say the same (or change it), and is cleared under that id when
-    the answers say it is gone."""
+    the answers say it is gone. With `active`, the notice in force survives agent restarts."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, active: ActiveNotices | None = None) -> None:
         self.kind = kind
+        self.active_notices = active
         self.active: Report | None = None
+        # The notice in force when the agent last stopped, until the first answer settles it.
+        self.saved: Report | None = active.get(kind) if active is not None else None
 
     def observe(
         self, report: Report | None, detail: dict[str, Any], token: str | None = None
@@ -248,30 +253,49 @@ class NoticeTrack:
         a new notice's id with the time it was first seen, so a notice that ends and comes
         back gets a new id.
         """
+        saved, self.saved = self.saved, None
         if report is None:
-            if self.active is None:
+            ended = self.active or saved
+            if ended is None:
                 return None
-            cleared = Report(
-                id=self.active.id,
+            self.active = None
+            self._keep(None)
+            return Report(
+                id=ended.id,
                 action="clear",
-                reason=self.active.reason,
-                provider=self.active.provider,
+                reason=ended.reason,
+                provider=ended.provider,
                 detail=detail,
             )
-            self.active = None
-            return cleared
         if self.active is None:
-            notice_id = stable_id(
-                PROVIDER,
-                self.kind,
-                {"token": token, "seen": format_time(report.noticed_at), "detail": report.detail},
-            )
-            self.active = report.model_copy(update={"id": notice_id})
+            if saved is not None and saved.detail == report.detail:
+                # Still in force from before the restart: same id, first-seen time, deadline.
+                self.active = saved
+            elif saved is not None:
+                # Changed while the agent was down: the same notice, as when seen to change.
+                self.active = report.model_copy(update={"id": saved.id})
+            else:
+                notice_id = stable_id(
+                    PROVIDER,
+                    self.kind,
+                    {
+                        "token": token,
+                        "seen": format_time(report.noticed_at),
+                        "detail": report.detail,
+                    },
+                )
+                self.active = report.model_copy(update={"id": notice_id})
+            self._keep(self.active)
             return self.active
         if report.detail == self.active.detail:
             return None
         self.active = report.model_copy(update={"id": self.active.id})
+        self._keep(self.active)
         return self.active
+
+    def _keep(self, report: Report | None) -> None:
+        if self.active_notices is not None:
+            self.active_notices.keep(self.kind, report)
 
 
 @dataclass(frozen=True)
@@ -295,6 +319,9 @@ class GcpWatcher:
         self.settings = settings
         self.root = metadata_root(settings.url, environ)
         self.health = context.health if context is not None else PollHealth(PROVIDER)
+        self.active = ActiveNotices(
+            Path(context.state_dir) / ACTIVE_FILE if context is not None else None
+        )
         # The VM's preemption notice duration as the metadata server reports it, if it does.
         self.reported_notice_duration: float | None = None
         self._client: httpx.AsyncClient | None = None
@@ -344,7 +371,7 @@ class GcpWatcher:
 
     async def _watch_preempted(self, emit: Emit) -> None:
         await self._read_notice_duration()
-        track = NoticeTrack("preempted")
+        track = NoticeTrack("preempted", self.active)
 
         def on_answer(answer: _Answer) -> Report | None:
             preempted = parse_preempted(answer.text)
@@ -354,7 +381,7 @@ class GcpWatcher:
         await self._long_poll(PREEMPTED_KEY, on_answer, emit)
 
     async def _watch_maintenance(self, emit: Emit) -> None:
-        track = NoticeTrack("maintenance-event")
+        track = NoticeTrack("maintenance-event", self.active)
 
         def on_answer(answer: _Answer) -> Report | None:
             value = parse_maintenance_event(answer.text)
@@ -425,7 +452,7 @@ class GcpWatcher:
         return _Answer(response.text, response.headers.get("ETag"))
 
     async def _watch_upcoming(self, emit: Emit) -> None:
-        track = NoticeTrack("upcoming-maintenance")
+        track = NoticeTrack("upcoming-maintenance", self.active)
         while True:
             known, window, detail = await self._read_upcoming()
             if known:

@@ -6,9 +6,11 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 from forewarn.agent.protocol import Report
+from forewarn.providers.base import PollHealth, WatcherContext
 from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.watch import GcpWatcher
 
@@ -63,8 +65,14 @@ class WatchRun:
 
 
 @asynccontextmanager
-async def watching(url: str, **settings: Any) -> AsyncIterator[WatchRun]:
-    watcher = GcpWatcher(Settings(url=url, **{**FAST, **settings}), environ={})
+async def watching(
+    url: str, state_dir: Path | None = None, **settings: Any
+) -> AsyncIterator[WatchRun]:
+    """A watcher on `url`; with `state_dir`, one that keeps its notices there as the agent's do."""
+    context = None
+    if state_dir is not None:
+        context = WatcherContext(state_dir, state_dir, PollHealth("gcp"))
+    watcher = GcpWatcher(Settings(url=url, **{**FAST, **settings}), context, environ={})
     run = WatchRun(watcher)
     run.task = asyncio.create_task(watcher.watch(run.emit))
     try:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from forewarn.agent.timefmt import utcnow
+from forewarn.providers.gcp.active import ACTIVE_FILE
 from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.gcp.watch import GcpWatcher
@@ -152,6 +155,70 @@ async def test_repeated_answers_make_no_new_notice_and_a_new_episode_a_new_id(
         first, clear, again = await run.count(3)
     assert clear.id == first.id
     assert again.action == "drain" and again.id != first.id
+
+
+async def test_a_notice_in_force_across_a_restart_keeps_its_id_and_deadline(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path
+) -> None:
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        [before] = await run.count(1)
+    await asyncio.sleep(1.1)  # a restart later: a new notice would get a later deadline
+    async with watching(server.url, tmp_path) as run:
+        [after] = await run.count(1)
+        sim.withdraw("maintenance-event")
+        _, clear = await run.count(2)
+    assert after.id == before.id and after.action == "drain"
+    # The wire keeps milliseconds.
+    assert after.deadline is not None and before.deadline is not None
+    assert abs(after.deadline - before.deadline) < timedelta(milliseconds=1)
+    assert abs(after.noticed_at - before.noticed_at) < timedelta(milliseconds=1)
+    assert (clear.action, clear.id) == ("clear", before.id)
+    # Cleared is forgotten: the next start has nothing to restore.
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        await run.settle()
+        assert run.reports == []
+
+
+async def test_a_notice_that_ended_while_the_agent_was_down_is_cleared_under_its_id(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path
+) -> None:
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": "MIGRATE"})
+        [drain] = await run.count(1)
+    sim.withdraw("maintenance-event")
+    async with watching(server.url, tmp_path) as run:
+        [clear] = await run.count(1)
+    assert (clear.action, clear.id, clear.reason) == ("clear", drain.id, "host-maintenance")
+
+
+async def test_a_notice_changed_while_the_agent_was_down_keeps_its_id(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path
+) -> None:
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": "MIGRATE"})
+        [migrate] = await run.count(1)
+    sim.change_notice("maintenance-event", {"type": "TERMINATE"})
+    async with watching(server.url, tmp_path) as run:
+        [terminate] = await run.count(1)
+    assert terminate.id == migrate.id
+    assert terminate.detail == {"maintenance-event": TERMINATE} and terminate.deadline is not None
+
+
+async def test_an_unreadable_notice_file_is_ignored(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path
+) -> None:
+    (tmp_path / ACTIVE_FILE).write_text("{not json")
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        [drain] = await run.count(1)
+    assert drain.action == "drain"
+    assert json.loads((tmp_path / ACTIVE_FILE).read_text())["maintenance-event"]["id"] == drain.id
 
 
 class _ChangeBetweenPolls(GcpSimulator):
