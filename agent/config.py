@@ -58,7 +58,9 @@ class Settings(BaseSettings):
         default=None, description="Directory of the sockets and the flag file."
     )
     state_dir: Path | None = Field(
-        default=None, description="Directory of the state file and telemetry."
+        default=None,
+        description="Directory of the state file, telemetry and the watchers' own files "
+        "(GCP notices in force, the DigitalOcean mailbox state).",
     )
     events: str | None = Field(default=None, description="Events endpoint (XPUB).")
     control: str | None = Field(default=None, description="Control endpoint (REP).")
