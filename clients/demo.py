@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,8 +24,16 @@ from .guard import CheckpointGuard
 STATE_FILE = "state.json"
 
 
+_say_lock = threading.Lock()
+
+
 def say(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, "t": time.time(), **fields}), flush=True)
+    # Notices are said from the guard's thread: one write per whole line, under a lock, or
+    # print() could put another thread's line between this one's text and its newline.
+    line = json.dumps({"event": event, "t": time.time(), **fields}) + "\n"
+    with _say_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def advance(state: str, step: int) -> str:
