@@ -40,7 +40,7 @@ class S3Writer(ObjectWriter):
         self._chunks: list[bytes] = []
         self._buffered = 0
         self._upload_id: str | None = None
-        self._parts: deque[tuple[int, Future[Any]]] = deque()
+        self._parts: deque[Future[dict[str, Any]]] = deque()  # in flight, in order
         self._etags: list[dict[str, Any]] = []
         # Every part carries a CRC32 the upload declared up front, as boto3's transfer manager
         # does: S3 then keeps a composite CRC32 of the object, and a server told no algorithm
@@ -88,7 +88,7 @@ class S3Writer(ObjectWriter):
         while len(self._parts) >= backend.concurrency + 2:
             self._collect_oldest()
         number = len(self._etags) + len(self._parts) + 1
-        self._parts.append((number, backend.pool.submit(self._upload_part, number, body)))
+        self._parts.append(backend.pool.submit(self._upload_part, number, body))
 
     def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
         checksum = dict(self._checksum)
@@ -113,8 +113,7 @@ class S3Writer(ObjectWriter):
         return part
 
     def _collect_oldest(self) -> None:
-        _number, future = self._parts.popleft()
-        self._etags.append(future.result())
+        self._etags.append(self._parts.popleft().result())
 
     def _finish(self) -> None:
         backend = self._backend
@@ -138,9 +137,9 @@ class S3Writer(ObjectWriter):
 
     def _discard(self) -> None:
         self._chunks = []
-        for _number, future in self._parts:
+        for future in self._parts:
             future.cancel()
-        for _number, future in self._parts:
+        for future in self._parts:
             if not future.cancelled():
                 # The upload is being thrown away: its errors no longer matter.
                 with contextlib.suppress(Exception):

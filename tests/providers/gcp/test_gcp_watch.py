@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forewarn.agent.protocol import Report
 from forewarn.agent.timefmt import utcnow
 from forewarn.providers.gcp.active import ACTIVE_FILE
 from forewarn.providers.gcp.settings import Settings
@@ -157,13 +158,22 @@ async def test_repeated_answers_make_no_new_notice_and_a_new_episode_a_new_id(
     assert again.action == "drain" and again.id != first.id
 
 
+async def notice_before_a_stop(
+    server: SimServer, sim: GcpSimulator, state_dir: Path, kind: str
+) -> Report:
+    """Run a watcher keeping its notices in `state_dir` until it reports a maintenance
+    notice of `kind`, then stop it, as an agent stopping for a restart."""
+    async with watching(server.url, state_dir) as run:
+        await run.until_polling()
+        sim.raise_notice("maintenance", {"type": kind})
+        [report] = await run.count(1)
+    return report
+
+
 async def test_a_notice_in_force_across_a_restart_keeps_its_id_and_deadline(
     server: SimServer, sim: GcpSimulator, tmp_path: Path
 ) -> None:
-    async with watching(server.url, tmp_path) as run:
-        await run.until_polling()
-        sim.raise_notice("maintenance", {"type": "TERMINATE"})
-        [before] = await run.count(1)
+    before = await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
     await asyncio.sleep(1.1)  # a restart later: a new notice would get a later deadline
     async with watching(server.url, tmp_path) as run:
         [after] = await run.count(1)
@@ -185,10 +195,7 @@ async def test_a_notice_in_force_across_a_restart_keeps_its_id_and_deadline(
 async def test_a_notice_that_ended_while_the_agent_was_down_is_cleared_under_its_id(
     server: SimServer, sim: GcpSimulator, tmp_path: Path
 ) -> None:
-    async with watching(server.url, tmp_path) as run:
-        await run.until_polling()
-        sim.raise_notice("maintenance", {"type": "MIGRATE"})
-        [drain] = await run.count(1)
+    drain = await notice_before_a_stop(server, sim, tmp_path, "MIGRATE")
     sim.withdraw("maintenance-event")
     async with watching(server.url, tmp_path) as run:
         [clear] = await run.count(1)
@@ -198,10 +205,7 @@ async def test_a_notice_that_ended_while_the_agent_was_down_is_cleared_under_its
 async def test_a_notice_changed_while_the_agent_was_down_keeps_its_id(
     server: SimServer, sim: GcpSimulator, tmp_path: Path
 ) -> None:
-    async with watching(server.url, tmp_path) as run:
-        await run.until_polling()
-        sim.raise_notice("maintenance", {"type": "MIGRATE"})
-        [migrate] = await run.count(1)
+    migrate = await notice_before_a_stop(server, sim, tmp_path, "MIGRATE")
     sim.change_notice("maintenance-event", {"type": "TERMINATE"})
     async with watching(server.url, tmp_path) as run:
         [terminate] = await run.count(1)
@@ -213,10 +217,7 @@ async def test_an_unreadable_notice_file_is_ignored(
     server: SimServer, sim: GcpSimulator, tmp_path: Path
 ) -> None:
     (tmp_path / ACTIVE_FILE).write_text("{not json")
-    async with watching(server.url, tmp_path) as run:
-        await run.until_polling()
-        sim.raise_notice("maintenance", {"type": "TERMINATE"})
-        [drain] = await run.count(1)
+    drain = await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
     assert drain.action == "drain"
     assert json.loads((tmp_path / ACTIVE_FILE).read_text())["maintenance-event"]["id"] == drain.id
 
