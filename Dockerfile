@@ -12,6 +12,7 @@ ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY protocol ./protocol
 COPY agent ./agent
 COPY providers ./providers
 COPY clients ./clients

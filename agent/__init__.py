@@ -1,7 +1,7 @@
 """The forewarn agent: protocol, configuration, notice board, publisher, runner and CLI.
 
-Names are loaded on first use (PEP 562) so that importing `forewarn.agent.wire` or
-`forewarn.agent.timefmt` from the in-process client costs no pydantic or zmq import.
+Names are loaded on first use (PEP 562), so that `forewarn agent --help` stays quick.
+The endpoints and the runtime directory are in `forewarn.protocol`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ _EXPORTS: dict[str, str] = {
     "NoticeBoard": "board",
     "Agent": "runner",
     "run_agent": "runner",
-    "runtime_dir": "wire",
-    "default_endpoints": "wire",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from forewarn.protocol.timefmt import utcnow
+
 from .protocol import Notice, Report
-from .timefmt import utcnow
 
 log = logging.getLogger("forewarn.agent")
 
@@ -226,7 +227,7 @@ class NoticeBoard:
         return Notice(
             id=report.id,
             seq=self.sequencer.next(),
-            action=action,  # type: ignore[arg-type]
+            action=action,
             reason=report.reason,
             provider=report.provider,
             deadline=report.deadline,

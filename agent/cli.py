@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .timefmt import format_time, parse_deadline, parse_duration, utcnow
-from .wire import (
+from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, utcnow
+from forewarn.protocol.wire import (
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
     EndpointError,
@@ -153,7 +153,7 @@ def describe(notice: dict[str, Any]) -> str:
     deadline = notice.get("deadline")
     when = ""
     if deadline:
-        from .timefmt import parse_time
+        from forewarn.protocol.timefmt import parse_time
 
         left = (parse_time(deadline) - utcnow()).total_seconds()
         when = f"  deadline {deadline} (in {left:.0f}s)"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from forewarn.protocol.wire import EndpointError, resolve_endpoints, runtime_dir
 from forewarn.providers import PROVIDERS
 from forewarn.providers.aws.settings import Settings as AwsSettings
 from forewarn.providers.azure.settings import Settings as AzureSettings
@@ -29,8 +30,6 @@ from pydantic_settings import (
     SettingsError,
     TomlConfigSettingsSource,
 )
-
-from .wire import EndpointError, resolve_endpoints, runtime_dir
 
 DEFAULT_CONFIG_FILE = Path("/etc/forewarn/forewarn.toml")
 SYSTEM_STATE_DIR = Path("/var/lib/forewarn")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .wire import request
+from forewarn.protocol.wire import request
 
 READY_TIMEOUT = 15.0
 PHASE_TIMEOUT = 30.0

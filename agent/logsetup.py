@@ -8,7 +8,7 @@ import re
 import sys
 from datetime import datetime, timezone
 
-from .timefmt import format_time
+from forewarn.protocol.timefmt import format_time
 
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is kept.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}

@@ -18,6 +18,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from forewarn.protocol.timefmt import parse_time
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -29,7 +30,6 @@ from prometheus_client import (
 
 from .observers import Observer
 from .protocol import AckRequest, Notice
-from .timefmt import parse_time
 
 log = logging.getLogger("forewarn.agent.metrics")
 

@@ -29,8 +29,7 @@ from forewarn.clients.adaptive import (
     mtbi_from_rate,
     young_interval,
 )
-
-from .timefmt import parse_time
+from forewarn.protocol.timefmt import parse_time
 
 HOURS_PER_MONTH = 730.0
 Model = Literal["periodic", "drain"]

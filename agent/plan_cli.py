@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from forewarn.protocol.timefmt import parse_duration
+
 from .plan import (
     Costs,
     Intervals,
@@ -33,7 +35,6 @@ from .plan import (
 )
 from .plan_table import seconds_text
 from .telemetry import FILE_NAME, TelemetryFormatError, read_records, telemetry_path
-from .timefmt import parse_duration
 
 # Field names used by the model, and the flag a user gives them with.
 FLAGS = {

@@ -1,4 +1,4 @@
-"""The wire contract of protocol v1: the one definition every part shares.
+"""The agent's pydantic models of protocol v1, pinned to `forewarn.protocol` by a test.
 
 Events travel on the XPUB socket as two frames, a topic (`notice` or `heartbeat`) and UTF-8
 JSON. Control requests travel on the REP socket as JSON, one request per message.
@@ -7,72 +7,34 @@ This module must stay importable without httpx or zmq: the in-process client use
 
 from __future__ import annotations
 
-import hashlib
 import json
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from forewarn.protocol.fields import ACTIONS, REASONS, Action, Reason, stable_id
+from forewarn.protocol.timefmt import (
+    format_time,
+    parse_deadline,
+    parse_duration,
+    parse_time,
+    utcnow,
+)
+from forewarn.protocol.wire import (
+    PROTOCOL_VERSION,
+    TOPIC_CLIENT_PREFIX,
+    TOPIC_HEARTBEAT,
+    TOPIC_NOTICE,
+)
+from forewarn.providers.report import Report, Timestamp
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PlainSerializer,
     TypeAdapter,
-    WithJsonSchema,
 )
-
-from .timefmt import format_time, parse_deadline, parse_duration, parse_time, utcnow
-from .wire import PROTOCOL_VERSION, TOPIC_CLIENT_PREFIX, TOPIC_HEARTBEAT, TOPIC_NOTICE
-
-Action = Literal["drain", "terminate", "clear"]
-Reason = Literal[
-    "spot-interruption",
-    "rebalance-recommendation",
-    "scheduled-maintenance",
-    "preemption",
-    "host-maintenance",
-    "eviction",
-    "node-drain",
-    "reclaim",
-    "manual",
-    "drill",
-]
-ACTIONS: tuple[str, ...] = ("drain", "terminate", "clear")
-REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
-
-
-def stable_id(provider: str, kind: str, payload: Any) -> str:
-    """An id for a notice the provider gives no id to: stable over repeated polls."""
-    blob = json.dumps(payload, sort_keys=True, default=str).encode()
-    return f"{provider}/{kind}/{hashlib.sha256(blob).hexdigest()[:12]}"
-
-
-# Times travel as RFC 3339 in UTC with a `Z` (see `format_time`).
-Timestamp = Annotated[
-    datetime,
-    PlainSerializer(format_time, return_type=str, when_used="json"),
-    WithJsonSchema({"type": "string", "format": "date-time"}),
-]
 
 
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Report(_Message):
-    """What a watcher tells the agent: one provider notice, or its withdrawal (`clear`).
-
-    The agent's board turns reports into `Notice` messages: it drops repeats, stamps `seq`
-    and `sent_at`, and escalates drains.
-    """
-
-    id: str = Field(min_length=1, max_length=200)
-    action: Action
-    reason: Reason
-    provider: str = Field(min_length=1, max_length=40)
-    deadline: Timestamp | None = None
-    noticed_at: Timestamp = Field(default_factory=utcnow)
-    detail: dict[str, Any] = Field(default_factory=dict)
 
 
 class Notice(_Message):

@@ -18,9 +18,9 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
+from forewarn.protocol.wire import ipc_path
 
 from .protocol import TOPIC_CLIENT_PREFIX, TOPIC_HEARTBEAT, TOPIC_NOTICE, Heartbeat, Notice
-from .wire import ipc_path
 
 log = logging.getLogger("forewarn.agent")
 

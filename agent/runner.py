@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.wire import ipc_path, request
 from forewarn.providers import CLOUD_PROVIDERS, PollHealth, Watcher, WatcherContext, face
 from pydantic import ValidationError
 
@@ -38,8 +40,6 @@ from .protocol import (
 )
 from .publisher import BindError, Publisher
 from .state import AgentState, load_state, save_state
-from .timefmt import utcnow
-from .wire import ipc_path, request
 
 log = logging.getLogger("forewarn.agent")
 

@@ -26,9 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from forewarn.protocol.timefmt import format_time, utcnow
+
 from .observers import Observer
 from .protocol import AckRequest, Notice
-from .timefmt import format_time, utcnow
 
 FILE_NAME = "telemetry.jsonl"
 KEEP = 3

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta, timezone
 
 import zmq
 from common import agent_env, cpu_seconds, median, percentile, start_agent, table
-from forewarn.agent.timefmt import format_time
+from forewarn.protocol.timefmt import format_time
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
 

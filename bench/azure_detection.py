@@ -27,7 +27,7 @@ import httpx
 import zmq
 from common import agent_env, median, percentile, start_agent, table
 from forewarn.agent.protocol import Report
-from forewarn.agent.wire import request
+from forewarn.protocol.wire import request
 from forewarn.providers.azure.settings import Settings
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.azure.watch import AzureWatcher

@@ -60,7 +60,7 @@ def start_agent(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
         stderr=subprocess.DEVNULL,
     )
     control = f"ipc://{env['FOREWARN_RUNTIME_DIR']}/control"
-    from forewarn.agent.wire import request
+    from forewarn.protocol.wire import request
 
     end = time.monotonic() + 15
     while time.monotonic() < end:

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=20_000)
     args = parser.parse_args(argv)
     from forewarn.agent.telemetry import TelemetryWriter
-    from forewarn.agent.timefmt import format_time, utcnow
+    from forewarn.protocol.timefmt import format_time, utcnow
 
     fields = {
         "notice_id": "aws/spot-itn/1f3c9a",

@@ -1,7 +1,8 @@
 """A notice as the training process sees it: a small frozen record parsed with `json`.
 
-The wire contract is defined once, in `forewarn.agent.protocol` (and its JSON Schema); this is a
-read-only view of the same fields that avoids importing pydantic into the training process.
+The contract is defined once, in `forewarn.protocol` (stdlib only); this is a read-only view of
+a notice's fields that avoids importing pydantic into the training process. A test pins its
+fields to `forewarn.protocol.NOTICE_FIELDS`, the agent's models and the JSON Schema.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from forewarn.agent.timefmt import parse_time, utcnow
+from forewarn.protocol.timefmt import parse_time, utcnow
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from forewarn.agent.wire import (
+from forewarn.protocol.wire import (
     TOPIC_CLIENT_PREFIX,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,

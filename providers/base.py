@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
-from forewarn.agent.protocol import Report
+from forewarn.providers.report import Report
 
 Emit = Callable[[Report], None]
 

@@ -12,8 +12,9 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from forewarn.agent.protocol import Report, stable_id
-from forewarn.agent.timefmt import parse_time, utcnow
+from forewarn.protocol.fields import stable_id
+from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.providers.report import Report
 from pydantic import ValidationError
 
 from ..base import ParseError

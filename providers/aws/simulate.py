@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from forewarn.agent.timefmt import duration_arg, format_time, parse_duration, parse_time
+from forewarn.protocol.timefmt import duration_arg, format_time, parse_duration, parse_time
 
 from ..simulator import SimError, SimRequest, SimResponse, Simulator, serve_until_signalled
 from .imds import (

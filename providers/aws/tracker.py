@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from forewarn.agent.protocol import Report
+from forewarn.providers.report import Report
 
 from .imds import parse_aws_date
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from forewarn.agent.protocol import Action, Reason, Report
+from forewarn.protocol.fields import Action, Reason
+from forewarn.providers.report import Report
 
 from ..base import ParseError
 

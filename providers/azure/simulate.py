@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from forewarn.agent.timefmt import duration_arg
+from forewarn.protocol.timefmt import duration_arg
 
 from ..simulator import (
     CONTROL_PREFIX,

@@ -15,8 +15,8 @@ import random
 from typing import ClassVar
 
 import httpx
-from forewarn.agent.protocol import Report
-from forewarn.agent.timefmt import utcnow
+from forewarn.protocol.timefmt import utcnow
+from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext
 from .approve import Approver

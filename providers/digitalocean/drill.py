@@ -93,7 +93,7 @@ def _droplet(settings: Settings) -> Droplet:
 
 def run(args: argparse.Namespace) -> int:
     from forewarn.agent.config import ConfigError, load_settings
-    from forewarn.agent.timefmt import format_time, parse_deadline, utcnow
+    from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
 
     from .imap import MailboxError, MailboxSession, load_credentials
 

@@ -20,7 +20,9 @@ from email.message import EmailMessage
 from email.utils import getaddresses, parsedate_to_datetime
 from typing import Any
 
-from forewarn.agent.protocol import Report, format_time, stable_id
+from forewarn.protocol.fields import stable_id
+from forewarn.protocol.timefmt import format_time
+from forewarn.providers.report import Report
 
 from ..base import ParseError
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from forewarn.agent.protocol import Report
+from forewarn.providers.report import Report
 
 from ..persist import write_atomically
 

@@ -29,7 +29,7 @@ def is_loopback(host: str) -> bool:
 def _seconds(value: Any) -> Any:
     # Durations may be written as people type them (`2h`, `30s`) as well as numbers.
     if isinstance(value, str):
-        from forewarn.agent.timefmt import parse_duration
+        from forewarn.protocol.timefmt import parse_duration
 
         return parse_duration(value)
     return value

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
-from forewarn.agent.protocol import utcnow
+from forewarn.protocol.timefmt import utcnow
 
 from ..base import Emit, ParseError, WatcherContext
 from .imap import MailboxError, MailboxSession, load_credentials

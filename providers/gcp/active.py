@@ -13,7 +13,7 @@ import json
 import logging
 from pathlib import Path
 
-from forewarn.agent.protocol import Report
+from forewarn.providers.report import Report
 
 from ..persist import write_atomically
 

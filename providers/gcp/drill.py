@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from forewarn.agent.timefmt import duration_arg, format_time, utcnow
+from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 
 COMPUTE_API = "https://compute.googleapis.com"
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"

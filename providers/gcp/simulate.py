@@ -30,7 +30,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from forewarn.agent.timefmt import duration_arg, format_time, utcnow
+from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 
 from ..simulator import SimError, SimRequest, SimResponse, Simulator, serve_until_signalled
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
-from forewarn.agent.protocol import Report, stable_id
-from forewarn.agent.timefmt import format_time, parse_duration, parse_time, utcnow
+from forewarn.protocol.fields import stable_id
+from forewarn.protocol.timefmt import format_time, parse_duration, parse_time, utcnow
+from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext
 from .active import ACTIVE_FILE, ActiveNotices

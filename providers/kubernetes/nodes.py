@@ -22,8 +22,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from forewarn.agent.protocol import Report
-from forewarn.agent.timefmt import utcnow
+from forewarn.protocol.timefmt import utcnow
+from forewarn.providers.report import Report
 
 from ..base import ParseError
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 import httpx
-from forewarn.agent.protocol import Report
+from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, WatcherContext
 from .api import ApiError, Gone, NodeApi

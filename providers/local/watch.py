@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import ClassVar
 
-from forewarn.agent.protocol import Report
-from forewarn.agent.timefmt import format_time, parse_deadline, utcnow
+from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
+from forewarn.providers.report import Report
 
 from ..base import Emit, WatcherContext
 from .settings import Settings

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from forewarn.agent.timefmt import format_time, parse_time
+from forewarn.protocol.timefmt import format_time, parse_time
 from support import AgentProcess, Subscriber, control, forewarn_cmd
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from forewarn.agent.config import ConfigError, load_settings
-from forewarn.agent.timefmt import format_time, parse_deadline, parse_duration, parse_time
-from forewarn.agent.wire import EndpointError, check_endpoint, default_endpoints, runtime_dir
+from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, parse_time
+from forewarn.protocol.wire import EndpointError, check_endpoint, default_endpoints, runtime_dir
 from hypothesis import given
 from hypothesis import strategies as st
 

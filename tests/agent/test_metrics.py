@@ -20,7 +20,7 @@ from forewarn.agent.config import ConfigError, load_settings
 from forewarn.agent.metrics import MetricsObserver, MetricsService, notice_time
 from forewarn.agent.observers import build_observers
 from forewarn.agent.protocol import AckRequest, Notice
-from forewarn.agent.timefmt import format_time
+from forewarn.protocol.timefmt import format_time
 from forewarn.providers import face
 from forewarn.providers.simulator import SimServer
 from prometheus_client.parser import text_string_to_metric_families

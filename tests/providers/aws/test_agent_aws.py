@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forewarn.agent.timefmt import format_time, parse_time
+from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.aws.imds import TOKEN_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer

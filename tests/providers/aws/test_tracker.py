@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from forewarn.agent.timefmt import format_time
+from forewarn.protocol.timefmt import format_time
 from forewarn.providers.aws.imds import parse_instance_action, parse_rebalance, parse_scheduled
 from forewarn.providers.aws.tracker import PathTracker
 

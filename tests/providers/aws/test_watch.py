@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 from conftest import watching
-from forewarn.agent.timefmt import parse_time
+from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.aws.imds import SCHEDULED_PATH, SPOT_PATH, TOKEN_PATH
 from forewarn.providers.aws.settings import Settings
 from forewarn.providers.aws.simulate import ImdsSimulator

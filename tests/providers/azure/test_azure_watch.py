@@ -11,7 +11,7 @@ import httpx
 import pytest
 import respx
 from azure_harness import EXPECTED_MAPPING, running, until
-from forewarn.agent.timefmt import utcnow
+from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.azure.settings import Settings
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.azure.watch import AzureWatcher

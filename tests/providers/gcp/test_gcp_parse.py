@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from forewarn.agent.protocol import Report
-from forewarn.agent.timefmt import format_time
+from forewarn.protocol.timefmt import format_time
 from forewarn.providers.base import ParseError
 from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.watch import (

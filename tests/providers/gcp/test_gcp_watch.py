@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from forewarn.agent.protocol import Report
-from forewarn.agent.timefmt import utcnow
+from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.gcp.active import ACTIVE_FILE
 from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.simulate import GcpSimulator

@@ -1,0 +1,57 @@
+"""The contract the agent and its clients speak: protocol version, topics, endpoints and the
+runtime directory, the time format, and the event's fields.
+
+Standard library only (zmq is imported inside `request`, on first use), so that the training
+process, the providers and the agent can all import it cheaply. Layering:
+clients → protocol ← providers ← agent.
+"""
+
+from .fields import (
+    ACTIONS,
+    HEARTBEAT_FIELDS,
+    NOTICE_FIELDS,
+    REASONS,
+    Action,
+    Reason,
+    stable_id,
+)
+from .timefmt import format_time, parse_deadline, parse_duration, parse_time, utcnow
+from .wire import (
+    PROTOCOL_VERSION,
+    TOPIC_CLIENT_PREFIX,
+    TOPIC_HEARTBEAT,
+    TOPIC_NOTICE,
+    EndpointError,
+    check_endpoint,
+    default_endpoints,
+    ipc_path,
+    request,
+    resolve_endpoints,
+    runtime_dir,
+)
+
+__all__ = [
+    "ACTIONS",
+    "HEARTBEAT_FIELDS",
+    "NOTICE_FIELDS",
+    "PROTOCOL_VERSION",
+    "REASONS",
+    "TOPIC_CLIENT_PREFIX",
+    "TOPIC_HEARTBEAT",
+    "TOPIC_NOTICE",
+    "Action",
+    "EndpointError",
+    "Reason",
+    "check_endpoint",
+    "default_endpoints",
+    "format_time",
+    "ipc_path",
+    "parse_deadline",
+    "parse_duration",
+    "parse_time",
+    "request",
+    "resolve_endpoints",
+    "runtime_dir",
+    "stable_id",
+    "utcnow",
+]

@@ -1,0 +1,68 @@
+"""The event's vocabulary: its fields, actions and reasons, and how an id without a provider
+id is made.
+
+Standard library only: the agent's pydantic models (`forewarn.agent.protocol`), the watchers'
+`Report` and the client's light `Event` are all pinned to these names by a test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+Action = Literal["drain", "terminate", "clear"]
+Reason = Literal[
+    "spot-interruption",
+    "rebalance-recommendation",
+    "scheduled-maintenance",
+    "preemption",
+    "host-maintenance",
+    "eviction",
+    "node-drain",
+    "reclaim",
+    "manual",
+    "drill",
+]
+ACTIONS: tuple[str, ...] = Action.__args__  # type: ignore[attr-defined]
+REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
+
+# Every field of a published notice, in wire order.
+NOTICE_FIELDS: tuple[str, ...] = (
+    "v",
+    "id",
+    "seq",
+    "action",
+    "reason",
+    "provider",
+    "deadline",
+    "noticed_at",
+    "sent_at",
+    "detail",
+)
+HEARTBEAT_FIELDS: tuple[str, ...] = (
+    "v",
+    "seq",
+    "agent",
+    "version",
+    "providers",
+    "active",
+    "sent_at",
+)
+
+
+def stable_id(provider: str, kind: str, payload: Any) -> str:
+    """An id for a notice the provider gives no id to: stable over repeated polls."""
+    blob = json.dumps(payload, sort_keys=True, default=str).encode()
+    return f"{provider}/{kind}/{hashlib.sha256(blob).hexdigest()[:12]}"
+
+
+__all__ = [
+    "ACTIONS",
+    "HEARTBEAT_FIELDS",
+    "NOTICE_FIELDS",
+    "REASONS",
+    "Action",
+    "Reason",
+    "stable_id",
+]

@@ -1,0 +1,41 @@
+"""What a watcher tells the agent: one provider notice, or its withdrawal.
+
+It lives with the providers, not the agent, so that no provider imports the agent runtime.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from forewarn.protocol.fields import Action, Reason
+from forewarn.protocol.timefmt import format_time, utcnow
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+
+# Times travel as RFC 3339 in UTC with a `Z` (see `format_time`).
+Timestamp = Annotated[
+    datetime,
+    PlainSerializer(format_time, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+class Report(BaseModel):
+    """One provider notice, or its withdrawal (`clear`).
+
+    The agent's board turns reports into `Notice` messages: it drops repeats, stamps `seq`
+    and `sent_at`, and escalates drains.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1, max_length=200)
+    action: Action
+    reason: Reason
+    provider: str = Field(min_length=1, max_length=40)
+    deadline: Timestamp | None = None
+    noticed_at: Timestamp = Field(default_factory=utcnow)
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+__all__ = ["Report", "Timestamp"]

@@ -1,0 +1,89 @@
+"""The contract is defined once, in `forewarn.protocol`: the agent's pydantic models, the
+watchers' `Report`, the client's `Event` and the checked-in JSON Schema all agree with it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import get_args
+
+import forewarn.protocol as protocol
+from forewarn.agent.protocol import Heartbeat, Notice, NotifyRequest
+from forewarn.clients.event import Event
+from forewarn.providers.report import Report
+
+SCHEMA = Path(__file__).resolve().parent.parent / "clients" / "schema" / "protocol-v1.json"
+
+
+def test_agent_notice_has_exactly_the_protocol_fields_in_order() -> None:
+    assert tuple(Notice.model_fields) == protocol.NOTICE_FIELDS
+
+
+def test_heartbeat_has_exactly_the_protocol_fields() -> None:
+    assert tuple(Heartbeat.model_fields) == protocol.HEARTBEAT_FIELDS
+
+
+def test_client_event_carries_every_notice_field_but_the_version() -> None:
+    names = tuple(field.name for field in dataclasses.fields(Event))
+    assert names == tuple(name for name in protocol.NOTICE_FIELDS if name != "v")
+
+
+def test_report_is_a_notice_without_what_the_agent_stamps() -> None:
+    stamped = {"v", "seq", "sent_at"}
+    expected = tuple(name for name in protocol.NOTICE_FIELDS if name not in stamped)
+    assert tuple(Report.model_fields) == expected
+
+
+def test_actions_and_reasons_are_the_ones_every_model_accepts() -> None:
+    for model in (Notice, Report):
+        assert get_args(model.model_fields["action"].annotation) == protocol.ACTIONS
+        assert get_args(model.model_fields["reason"].annotation) == protocol.REASONS
+    assert get_args(NotifyRequest.model_fields["reason"].annotation) == protocol.REASONS
+
+
+def test_schema_names_the_same_fields_actions_and_reasons() -> None:
+    schema = json.loads(SCHEMA.read_text())
+    notice = schema["$defs"]["Notice"]
+    # The schema is written with sorted keys, so the order is not compared here.
+    assert set(notice["properties"]) == set(protocol.NOTICE_FIELDS)
+    assert set(schema["$defs"]["Heartbeat"]["properties"]) == set(protocol.HEARTBEAT_FIELDS)
+    assert tuple(notice["properties"]["action"]["enum"]) == protocol.ACTIONS
+    assert tuple(notice["properties"]["reason"]["enum"]) == protocol.REASONS
+
+
+def test_a_notice_round_trips_from_agent_to_client() -> None:
+    notice = Notice(
+        id="aws/spot-itn/1",
+        seq=3,
+        action="terminate",
+        reason="spot-interruption",
+        provider="aws",
+        deadline=protocol.parse_time("2026-11-30T03:12:00Z"),
+        noticed_at=protocol.parse_time("2026-11-30T03:10:00.120Z"),
+        sent_at=protocol.parse_time("2026-11-30T03:10:00.121Z"),
+        detail={"action": "terminate"},
+    )
+    event = Event.from_json(notice.model_dump_json())
+    for name in protocol.NOTICE_FIELDS:
+        if name != "v":
+            assert getattr(event, name) == getattr(notice, name), name
+
+
+def test_importing_the_protocol_loads_no_third_party_module() -> None:
+    code = (
+        "import sys, forewarn.protocol\n"
+        "heavy = [m for m in ('pydantic', 'zmq', 'httpx') if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_public_api_is_pinned() -> None:
+    assert protocol.__all__ == sorted(protocol.__all__, key=lambda n: (not n.isupper(), n))
+    exported = {name for name in dir(protocol) if not name.startswith("_")}
+    modules = {"fields", "timefmt", "wire"}
+    assert exported - modules == set(protocol.__all__)
