@@ -457,7 +457,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     plan = commands.add_parser("plan", help="checkpoint interval and spot economics")
     if wanted("plan"):
-        plan_cli = importlib.import_module("forewarn.agent.plan_cli")
+        plan_cli = importlib.import_module("forewarn.agent.plan.cli")
         plan_cli.add_arguments(plan)
         plan.set_defaults(func=plan_cli.run)
     return parser

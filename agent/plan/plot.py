@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .plan import Intervals, Model, PlanError, Prices, Timing, costs, overhead
+from .costs import costs
+from .inputs import PlanError, Prices, Timing
+from .model import Intervals, Model, overhead
 
 
 class PlotError(RuntimeError):

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forewarn.agent import plan_cli
+from forewarn.agent.plan import cli as plan_cli
 from support import forewarn_cmd, run_forewarn
 
 FIGURES = [
@@ -195,7 +195,7 @@ def test_a_plan_from_the_telemetry_of_forewarn_drill_local(
 
 def test_the_plot_grid_covers_the_marked_intervals_at_any_scale() -> None:
     from forewarn.agent.plan import Timing, choose_interval
-    from forewarn.agent.plan_plot import interval_grid
+    from forewarn.agent.plan.plot import interval_grid
 
     for checkpoint, mtbi in ((0.0014, 3.8), (10.0, 86400.0), (600.0, 3600.0)):
         timing = Timing(checkpoint_seconds=checkpoint, mtbi_seconds=mtbi)

@@ -17,24 +17,12 @@ from typing import Any
 
 from forewarn.protocol.timefmt import parse_duration
 
-from .plan import (
-    Costs,
-    Intervals,
-    LostWork,
-    Overhead,
-    PlanError,
-    Prices,
-    TelemetrySummary,
-    Timing,
-    choose_interval,
-    costs,
-    lost_work,
-    overhead,
-    rate_to_mtbi,
-    summarize_telemetry,
-)
-from .plan_table import seconds_text
-from .telemetry import FILE_NAME, TelemetryFormatError, read_records, telemetry_path
+from ..telemetry import FILE_NAME, TelemetryFormatError, read_records, telemetry_path
+from .costs import Costs, costs
+from .inputs import PlanError, Prices, Timing, rate_to_mtbi
+from .model import Intervals, LostWork, Overhead, choose_interval, lost_work, overhead
+from .table import seconds_text
+from .telemetry import TelemetrySummary, summarize_telemetry
 
 # Field names used by the model, and the flag a user gives them with.
 FLAGS = {
@@ -296,7 +284,7 @@ class Resolved:
 
 
 def _default_telemetry() -> Path | None:
-    from .config import ConfigError, load_settings
+    from ..config import ConfigError, load_settings
 
     try:
         return telemetry_path(load_settings().resolved_state_dir())
@@ -553,7 +541,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"forewarn plan: {_flagged(error)}", file=sys.stderr)
         return 2
     if args.plot is not None:
-        from .plan_plot import PlotError, draw
+        from .plot import PlotError, draw
 
         try:
             draw(resolved.timing, resolved.prices, resolved.intervals, args.plot)
@@ -563,7 +551,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plan, indent=2))
     else:
-        from .plan_table import render
+        from .table import render
 
         print(render(plan))
         if args.plot is not None:

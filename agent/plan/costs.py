@@ -1,0 +1,108 @@
+"""Dollars per useful hour: spot beside on-demand and reserved capacity, line by line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .inputs import Prices, Timing
+from .model import Overhead, overhead
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to buy the capacity: dollars per useful hour, line by line."""
+
+    name: str
+    per_useful_hour: float
+    wall_hours_per_useful_hour: float
+    lines: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Costs:
+    spot: Option
+    alternatives: list[Option]
+    verdict: str
+    summary: str
+
+
+def _checkpoint_io(prices: Prices, writes_per_hour: float, reads_per_hour: float) -> float:
+    return prices.checkpoint_gb * prices.io_per_gb * (writes_per_hour + reads_per_hour)
+
+
+def spot_option(timing: Timing, prices: Prices, cost: Overhead) -> Option:
+    share = prices.fallback_share
+    blended = (1 - share) * prices.spot + share * (prices.on_demand or 0.0)
+    per_hour = 3600.0
+    interruptions = per_hour / timing.mtbi_seconds
+    emergency = interruptions if cost.model == "drain" else 0.0
+    lines = {
+        "compute": (1 - share) * prices.spot,
+        "fallback to on-demand": share * (prices.on_demand or 0.0),
+        "checkpoint tax": blended * cost.checkpoint_tax,
+        "lost compute": blended * cost.rework,
+        "restart and reload": blended * cost.restart,
+        "checkpoint storage": prices.storage_per_hour * (1 + cost.total),
+        "checkpoint I/O": _checkpoint_io(
+            prices, per_hour / cost.interval_seconds + emergency, interruptions
+        ),
+        "reacquisition idle (unbilled)": 0.0,
+    }
+    return Option("spot", sum(lines.values()), 1 + cost.total, lines)
+
+
+def steady_option(name: str, price: float, prices: Prices, tax: float, interval: float) -> Option:
+    """Capacity that is not reclaimed: only the checkpoint tax at the same interval."""
+    lines = {
+        "compute": price,
+        "checkpoint tax": price * tax,
+        "checkpoint storage": prices.storage_per_hour * (1 + tax),
+        "checkpoint I/O": _checkpoint_io(prices, 3600.0 / interval, 0.0),
+    }
+    return Option(name, sum(lines.values()), 1 + tax, lines)
+
+
+def costs(timing: Timing, prices: Prices, interval_seconds: float) -> Costs:
+    cost = overhead(timing, interval_seconds)
+    spot = spot_option(timing, prices, cost)
+    alternatives = []
+    if prices.on_demand is not None:
+        alternatives.append(
+            steady_option(
+                "on-demand", prices.on_demand, prices, cost.checkpoint_tax, interval_seconds
+            )
+        )
+    if prices.reserved is not None:
+        alternatives.append(
+            steady_option(
+                "reserved",
+                prices.reserved / prices.reserved_utilization,
+                prices,
+                cost.checkpoint_tax,
+                interval_seconds,
+            )
+        )
+    best = min(alternatives, key=lambda option: option.per_useful_hour)
+    slowdown = spot.wall_hours_per_useful_hour / best.wall_hours_per_useful_hour
+    slower = f"the job takes {slowdown:.3g}x the wall-clock time it takes on {best.name}"
+    if spot.per_useful_hour <= best.per_useful_hour:
+        saving = 1 - spot.per_useful_hour / best.per_useful_hour if best.per_useful_hour else 0
+        verdict = "spot"
+        summary = (
+            f"spot: {spot.per_useful_hour:.4g} per useful hour, {saving:.0%} less than "
+            f"{best.name} at {best.per_useful_hour:.4g}; {slower}"
+        )
+    else:
+        extra = spot.per_useful_hour / best.per_useful_hour - 1 if best.per_useful_hour else 0
+        verdict = best.name
+        summary = (
+            f"{best.name}: {best.per_useful_hour:.4g} per useful hour; spot costs "
+            f"{spot.per_useful_hour:.4g}, {extra:.0%} more, once its overhead of "
+            f"{cost.total:.1%} is paid"
+        )
+    if cost.total >= 0.5:
+        summary += " (overhead of 50 % or more: the first-order model understates it)"
+    return Costs(spot=spot, alternatives=alternatives, verdict=verdict, summary=summary)
+
+
+__all__ = ["Costs", "Option", "costs", "spot_option", "steady_option"]

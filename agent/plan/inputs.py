@@ -1,0 +1,128 @@
+"""What `forewarn plan` is given: the job's timing and the prices, validated, with the
+flag at fault named on bad values.
+
+Every time is in seconds, every price in dollars (or any one currency) per hour unless named
+otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from forewarn.clients.adaptive import SECONDS_PER_DAY, mtbi_from_rate
+
+HOURS_PER_MONTH = 730.0
+
+
+class PlanError(ValueError):
+    """Input the plan cannot use; `field` names the flag or value at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What the job and the capacity cost in time."""
+
+    checkpoint_seconds: float
+    mtbi_seconds: float
+    restore_seconds: float = 0.0
+    restart_seconds: float = 0.0
+    reacquire_seconds: float = 0.0
+    detection_seconds: float = 5.0
+    notice_lead_seconds: float | None = None
+    # Measured seconds from notice to saved checkpoint; else detection + C.
+    response_seconds: float | None = None
+    # From telemetry: every terminate notice was followed by a saved checkpoint.
+    drained_observed: bool | None = None
+    steps_per_second: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "checkpoint_seconds",
+            "restore_seconds",
+            "restart_seconds",
+            "reacquire_seconds",
+            "detection_seconds",
+            "notice_lead_seconds",
+            "response_seconds",
+        ):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise PlanError(name, f"must not be negative (got {value})")
+        if not math.isfinite(self.mtbi_seconds) or self.mtbi_seconds <= 0:
+            raise PlanError("mtbi_seconds", f"must be positive (got {self.mtbi_seconds})")
+        if self.steps_per_second is not None and not self.steps_per_second > 0:
+            raise PlanError("steps_per_second", f"must be positive (got {self.steps_per_second})")
+
+    @property
+    def interruptions_per_day(self) -> float:
+        return SECONDS_PER_DAY / self.mtbi_seconds
+
+    @property
+    def notice_to_saved(self) -> float:
+        if self.response_seconds is not None:
+            return self.response_seconds
+        return self.detection_seconds + self.checkpoint_seconds
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Prices per hour of the capacity, and what checkpoints cost to keep and move."""
+
+    spot: float
+    on_demand: float | None = None
+    reserved: float | None = None
+    reserved_utilization: float = 1.0
+    # Share of compute hours that run on on-demand while spot capacity is unavailable.
+    fallback_share: float = 0.0
+    checkpoint_gb: float = 0.0
+    storage_gb_month: float = 0.0
+    keep: int = 2
+    io_per_gb: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "spot",
+            "on_demand",
+            "reserved",
+            "checkpoint_gb",
+            "storage_gb_month",
+            "io_per_gb",
+        ):
+            value = getattr(self, name)
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise PlanError(name, f"must not be negative (got {value})")
+        if self.on_demand is None and self.reserved is None:
+            raise PlanError("on_demand", "needed (or a reserved price) to compare spot against")
+        if not 0 < self.reserved_utilization <= 1:
+            raise PlanError(
+                "reserved_utilization", f"must be in (0, 1] (got {self.reserved_utilization})"
+            )
+        if not 0 <= self.fallback_share < 1:
+            raise PlanError("fallback_share", f"must be in [0, 1) (got {self.fallback_share})")
+        if self.fallback_share > 0 and self.on_demand is None:
+            raise PlanError("on_demand", "needed to price the fallback to on-demand")
+        if self.keep < 1:
+            raise PlanError("keep", f"must be at least 1 (got {self.keep})")
+        if (self.storage_gb_month or self.io_per_gb) and not self.checkpoint_gb:
+            raise PlanError("checkpoint_gb", "needed to price checkpoint storage and I/O")
+
+    @property
+    def storage_per_hour(self) -> float:
+        return self.checkpoint_gb * self.keep * self.storage_gb_month / HOURS_PER_MONTH
+
+
+def rate_to_mtbi(interruptions_per_day: float) -> float:
+    try:
+        return mtbi_from_rate(interruptions_per_day)
+    except ValueError:
+        raise PlanError(
+            "interruptions_per_day", f"must be positive (got {interruptions_per_day})"
+        ) from None
+
+
+__all__ = ["HOURS_PER_MONTH", "PlanError", "Prices", "Timing", "rate_to_mtbi"]
