@@ -8,7 +8,6 @@ import contextlib
 import importlib
 import logging
 import os
-import random
 import signal
 import socket
 import uuid
@@ -18,6 +17,7 @@ from typing import Any
 from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import ipc_path, request
 from forewarn.providers import CLOUD_PROVIDERS, PollHealth, Watcher, WatcherContext, face
+from forewarn.providers.backoff import Backoff
 from pydantic import ValidationError
 
 from .board import NoticeBoard, Sequencer
@@ -196,7 +196,7 @@ class Agent:
         """Run one watcher forever: a crash or a bad configuration is counted, logged and
         retried with backoff and jitter, and never touches the other watchers."""
         loop = asyncio.get_running_loop()
-        failures = 0
+        backoff = Backoff(BACKOFF_BASE, BACKOFF_CAP, jitter=0.5)
         while True:
             started = loop.time()
             try:
@@ -210,10 +210,8 @@ class Agent:
                 problem = f"{type(error).__name__}: {error}"
                 self.watchers.pop(name, None)
             if loop.time() - started > 60:
-                failures = 0
-            failures += 1
-            delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (failures - 1))
-            delay *= random.uniform(0.5, 1.5)
+                backoff.reset()
+            delay = backoff.next()
             health.error("watcher-failed", f"{problem}; restarting in {delay:.1f}s")
             await asyncio.sleep(delay)
 

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from forewarn.providers.persist import write_atomically
 from pydantic import ValidationError
 
 from .protocol import Notice
@@ -23,20 +24,7 @@ STATE_VERSION = 1
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o640) -> None:
     """Replace `path` with `data` so that readers see the old or the new content, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    write_atomically(path, data, mode=mode)
 
 
 @dataclass

@@ -2,69 +2,20 @@
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
 from forewarn.providers.report import Report
 
-Emit = Callable[[Report], None]
+from .health import PollHealth
 
-log = logging.getLogger("forewarn.providers")
+Emit = Callable[[Report], None]
 
 
 class ParseError(ValueError):
     """A provider answered with something its contract does not allow. Parsers raise only this."""
-
-
-@dataclass
-class PollHealth:
-    """Success and error bookkeeping for one watcher: feeds metrics and readiness, and keeps
-    logs to one line per distinct error so a flapping endpoint cannot flood them."""
-
-    provider: str
-    repeat_log_seconds: float = 60.0
-    polls: int = 0
-    errors: int = 0
-    errors_by_kind: dict[str, int] = field(default_factory=dict)
-    last_success: float | None = None  # time.time() of the last good answer
-    last_error: str | None = None
-    _logged: dict[str, float] = field(default_factory=dict, repr=False)
-    listeners: list[Callable[[str, bool, str | None], None]] = field(
-        default_factory=list, repr=False
-    )
-
-    def success(self) -> None:
-        self.polls += 1
-        self.last_success = time.time()
-        if self.last_error is not None:
-            log.info("%s: polling recovered after %s", self.provider, self.last_error)
-            self.last_error = None
-            self._logged.clear()
-        for listener in self.listeners:
-            listener(self.provider, True, None)
-
-    def error(self, kind: str, message: str) -> None:
-        """Count an error; log it the first time, and again only after `repeat_log_seconds`."""
-        self.polls += 1
-        self.errors += 1
-        self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
-        self.last_error = kind
-        now = time.monotonic()
-        last = self._logged.get(kind)
-        if last is None or now - last >= self.repeat_log_seconds:
-            self._logged[kind] = now
-            count = self.errors_by_kind[kind]
-            log.warning("%s: %s: %s (seen %d times)", self.provider, kind, message, count)
-        for listener in self.listeners:
-            listener(self.provider, False, kind)
-
-    @property
-    def ready(self) -> bool:
-        return self.last_success is not None
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""Small files a watcher keeps in the agent's state directory, written so a crash at any
-moment leaves either the old contents or the new."""
+"""The one atomic file writer: the agent's state file and the watchers' own small files in the
+state directory. A crash at any moment leaves either the old contents or the new, never a
+torn file, and a failed write leaves no temporary file behind."""
 
 from __future__ import annotations
 
@@ -9,14 +10,20 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, data: bytes | str, *, mode: int = 0o600) -> None:
+    """Replace `path` with `data` (text is written as UTF-8) with permissions `mode`."""
+    payload = data.encode() if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
+        try:
+            os.fchmod(handle, mode)
+            view = memoryview(payload)
+            while view:  # os.write may write less than asked (a full disk, a signal)
+                view = view[os.write(handle, view) :]
+            os.fsync(handle)
+        finally:
+            os.close(handle)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from forewarn.protocol.fields import stable_id
@@ -18,6 +18,7 @@ from forewarn.providers.report import Report
 from pydantic import ValidationError
 
 from ..base import ParseError
+from ..httpdate import format_short_http_date, parse_http_date
 
 PROVIDER = "aws"
 
@@ -55,43 +56,21 @@ LIFECYCLE_STATES = (
 )
 TERMINATING_STATES = ("Terminated", "Warmed:Terminated")
 
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
-        start=1,
-    )
-}
-# "21 Jan 2019 09:00:43 GMT" (Go layout "2 Jan 2006 15:04:05 GMT"); an RFC 1123 weekday is
-# tolerated. Month names are matched against a fixed English table: the C library's month
-# names follow the process locale and would fail on a German or French node.
-_AWS_DATE = re.compile(
-    r"^\s*(?:[A-Za-z]{3},\s*)?(\d{1,2})\s+([A-Za-z]{3})[a-z]*\s+(\d{4})\s+"
-    r"(\d{1,2}):(\d{2}):(\d{2})\s*(?:GMT|UTC|Z)?\s*$"
-)
 _EVENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _STATE_WORD = re.compile(r"^[A-Za-z]+(?::[A-Za-z]+)?$")
 
 
 def parse_aws_date(text: str) -> datetime:
     """A scheduled-event date ("21 Jan 2019 09:00:43 GMT"), or RFC 3339; ValueError otherwise."""
-    match = _AWS_DATE.match(text)
-    if match:
-        day, month_name, year, hour, minute, second = match.groups()
-        month = _MONTHS.get(month_name.lower())
-        if month is None:
-            raise ValueError(f"unknown month {month_name!r} in {text!r}")
-        return datetime(
-            int(year), month, int(day), int(hour), int(minute), int(second), tzinfo=timezone.utc
-        )
-    return _rfc3339(text)
+    try:
+        return parse_http_date(text)
+    except ValueError:
+        return _rfc3339(text)
 
 
 def format_aws_date(moment: datetime) -> str:
     """The scheduled-event date format, locale-independent (used by the simulator)."""
-    moment = moment.astimezone(timezone.utc)
-    month = next(name for name, number in _MONTHS.items() if number == moment.month)
-    return f"{moment.day} {month.title()} {moment.year:04d} {moment:%H:%M:%S} GMT"
+    return format_short_http_date(moment)
 
 
 def _rfc3339(text: str) -> datetime:

@@ -10,13 +10,14 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Any
 
 from forewarn.protocol.fields import Action, Reason
 from forewarn.providers.report import Report
 
 from ..base import ParseError
+from ..httpdate import format_http_date, parse_http_date
 
 PROVIDER = "azure"
 ID_PREFIX = "azure/"
@@ -40,20 +41,6 @@ MAPPING: dict[str, tuple[Action, Reason]] = {
 # A type this code does not know yet: checkpoint and keep going, never exit on a guess.
 UNKNOWN_MAPPING: tuple[Action, Reason] = ("drain", "host-maintenance")
 
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
-        start=1,
-    )
-}
-# RFC 1123 as IMDS writes it: `Mon, 19 Sep 2016 18:29:47 GMT`. Parsed by hand, not with
-# strptime's locale-dependent %a/%b. The weekday is not checked: Microsoft's own example
-# ("Mon, 11 Apr 2026") names the wrong one.
-_RFC1123 = re.compile(
-    r"^\s*(?:[A-Za-z]{3},\s*)?(\d{1,2})\s+([A-Za-z]{3})\s+(\d{4})\s+"
-    r"(\d{1,2}):(\d{2}):(\d{2})\s*(GMT|UTC|UT|Z|[+-]\d{4})?\s*$"
-)
 _VMSS_RESOURCE = re.compile(
     r"/virtualMachineScaleSets/([^/]+)/virtualMachines/([^/]+)/?$", re.IGNORECASE
 )
@@ -87,38 +74,20 @@ class EventsDocument:
 
 
 def parse_not_before(text: str) -> datetime | None:
-    """NotBefore as an aware UTC time; None when empty (the event has Started)."""
+    """NotBefore as an aware UTC time; None when empty (the event has Started). RFC 1123 as
+    IMDS writes it; the weekday is not checked, since Microsoft's own example
+    ("Mon, 11 Apr 2026") names the wrong one."""
     if not text.strip():
         return None
-    match = _RFC1123.match(text)
-    if not match:
-        raise ParseError(f"NotBefore is not an RFC 1123 time: {text!r}")
-    day, month_name, year, hour, minute, second, zone = match.groups()
-    month = _MONTHS.get(month_name.capitalize())
-    if month is None:
-        raise ParseError(f"NotBefore has an unknown month {month_name!r}: {text!r}")
     try:
-        tz = timezone.utc
-        if zone and zone[0] in "+-":
-            minutes = int(zone[1:3]) * 60 + int(zone[3:5])
-            tz = timezone((1 if zone[0] == "+" else -1) * timedelta(minutes=minutes))
-        moment = datetime(
-            int(year), month, int(day), int(hour), int(minute), int(second), tzinfo=tz
-        )
-    except ValueError as error:
-        raise ParseError(f"NotBefore is not a valid time: {text!r} ({error})") from None
-    return moment.astimezone(timezone.utc)
+        return parse_http_date(text)
+    except ValueError:
+        raise ParseError(f"NotBefore is not an RFC 1123 time: {text!r}") from None
 
 
 def format_not_before(moment: datetime) -> str:
     """The RFC 1123 form IMDS uses (English names, whatever the locale)."""
-    moment = moment.astimezone(timezone.utc)
-    weekday = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")[moment.weekday()]
-    month = list(_MONTHS)[moment.month - 1]
-    return (
-        f"{weekday}, {moment.day:02d} {month} {moment.year:04d} "
-        f"{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d} GMT"
-    )
+    return format_http_date(moment)
 
 
 def _decode(body: bytes | str) -> Any:

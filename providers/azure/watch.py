@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from typing import ClassVar
 
 import httpx
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.report import Report
 
+from ..backoff import Backoff
 from ..base import Emit, ParseError, PollHealth, WatcherContext
 from .approve import Approver
 from .events import (
@@ -71,6 +71,7 @@ class AzureWatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[bool]] = set()
         self._retry_after = 0.0
+        self._backoff = Backoff(settings.interval, BACKOFF_CAP, jitter=0.1)
         self._odd: set[str] = set()  # events whose odd NotBefore was logged
 
     # Detection.
@@ -103,21 +104,18 @@ class AzureWatcher:
     async def watch(self, emit: Emit) -> None:
         self._emit = emit
         self._loop = asyncio.get_running_loop()
-        failures = 0
         while True:
             started = self._loop.time()
             ok = await self.poll()
-            failures = 0 if ok else failures + 1
-            await asyncio.sleep(self._next_delay(failures, self._loop.time() - started))
+            await asyncio.sleep(self._next_delay(ok, self._loop.time() - started))
 
-    def _next_delay(self, failures: int, elapsed: float) -> float:
+    def _next_delay(self, ok: bool, elapsed: float) -> float:
         interval = self.settings.interval
-        if failures == 0:
+        if ok:
+            self._backoff.reset()
             # Keep the cadence, but never start two requests closer than `interval`.
             return max(0.0, interval - elapsed)
-        backoff = min(BACKOFF_CAP, max(interval, interval * 2 ** (failures - 1)))
-        backoff *= random.uniform(0.9, 1.1)
-        delay = max(backoff, self._retry_after)
+        delay = max(self._backoff.next(), self._retry_after)
         self._retry_after = 0.0
         return max(interval, delay)
 

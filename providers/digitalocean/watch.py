@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +21,7 @@ from typing import ClassVar
 import httpx
 from forewarn.protocol.timefmt import utcnow
 
+from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext
 from .imap import MailboxError, MailboxSession, load_credentials
 from .mail import MatchRules, Verdict, reclaim_verdict
@@ -85,22 +85,6 @@ async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
                 ) from None
             log.info("digitalocean: metadata incomplete (%s); matching on what is set", error)
     return Droplet(droplet_id, name)
-
-
-class Backoff:
-    """Exponential waits with jitter, from `first` up to `limit` seconds."""
-
-    def __init__(self, first: float, limit: float) -> None:
-        self.first, self.limit = first, limit
-        self.attempt = 0
-
-    def next(self) -> float:
-        delay = min(self.limit, self.first * 2**self.attempt)
-        self.attempt += 1
-        return delay * random.uniform(0.8, 1.2)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class DigitalOceanWatcher:
@@ -281,7 +265,6 @@ def build(settings: Settings, context: WatcherContext) -> DigitalOceanWatcher:
 
 
 __all__ = [
-    "Backoff",
     "DigitalOceanWatcher",
     "Droplet",
     "MetadataUnavailable",

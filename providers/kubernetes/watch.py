@@ -21,6 +21,7 @@ from typing import ClassVar
 import httpx
 from forewarn.providers.report import Report
 
+from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext
 from .api import ApiError, Gone, NodeApi
 from .config import ConfigError, node_name, resolve
@@ -40,20 +41,6 @@ CONFIG_RETRY = 60.0
 FIRST_RETRY = 0.2
 # A stream that ends this fast with nothing in it is a misbehaving server, not a timeout.
 SHORT_STREAM = 1.0
-
-
-class Backoff:
-    def __init__(self, first: float, ceiling: float) -> None:
-        self.first = first
-        self.ceiling = ceiling
-        self.current = 0.0
-
-    def next(self) -> float:
-        self.current = min(self.ceiling, self.current * 2 if self.current else self.first)
-        return self.current
-
-    def reset(self) -> None:
-        self.current = 0.0
 
 
 class KubernetesWatcher:

@@ -1,0 +1,164 @@
+"""The helpers every provider shares: backoff with jitter, HTTP dates, the atomic writer."""
+
+from __future__ import annotations
+
+import locale
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from forewarn.providers import persist
+from forewarn.providers.backoff import Backoff
+from forewarn.providers.httpdate import format_http_date, format_short_http_date, parse_http_date
+from forewarn.providers.persist import write_atomically
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+class TestBackoff:
+    def test_doubles_up_to_the_ceiling_and_resets(self) -> None:
+        backoff = Backoff(0.5, 3.0, jitter=0.0)
+        assert [backoff.next() for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+        backoff.reset()
+        assert backoff.next() == 0.5
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        first=st.floats(0.01, 10),
+        ceiling=st.floats(0.01, 100),
+        jitter=st.floats(0, 0.99),
+        failures=st.integers(0, 10_000),
+        draw=st.floats(0, 1, exclude_max=True),
+    )
+    def test_every_wait_stays_within_its_jitter(
+        self, first: float, ceiling: float, jitter: float, failures: int, draw: float
+    ) -> None:
+        backoff = Backoff(first, ceiling, jitter=jitter, rng=lambda: draw)
+        backoff.failures = failures  # an endpoint down for a very long time: still finite
+        wait = backoff.next()
+        base = min(first, ceiling) * 2 ** min(failures, 64)
+        base = min(base, ceiling)
+        assert base * (1 - jitter) - 1e-9 <= wait <= base * (1 + jitter) + 1e-9
+
+    def test_jitter_spreads_waits(self) -> None:
+        waits = {Backoff(1.0, 1.0, jitter=0.5).next() for _ in range(50)}
+        assert len(waits) > 40 and min(waits) >= 0.5 and max(waits) <= 1.5
+
+    @pytest.mark.parametrize(
+        ("first", "ceiling", "jitter"), [(0, 1, 0.1), (1, -1, 0.1), (1, 2, 1.0), (1, 2, -0.1)]
+    )
+    def test_bad_arguments_are_refused(self, first: float, ceiling: float, jitter: float) -> None:
+        with pytest.raises(ValueError, match="backoff"):
+            Backoff(first, ceiling, jitter=jitter)
+
+
+UTC = timezone.utc
+
+
+class TestHttpDates:
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("Mon, 19 Sep 2016 18:29:47 GMT", datetime(2016, 9, 19, 18, 29, 47, tzinfo=UTC)),
+            ("21 Jan 2019 09:00:43 GMT", datetime(2019, 1, 21, 9, 0, 43, tzinfo=UTC)),
+            ("Sat, 11 Apr 2026 22:26:58 GMT", datetime(2026, 4, 11, 22, 26, 58, tzinfo=UTC)),
+            ("Mon, 11 Apr 2026 22:26:58 GMT", datetime(2026, 4, 11, 22, 26, 58, tzinfo=UTC)),
+            ("01 Dec 2026 01:00:00 +0100", datetime(2026, 12, 1, tzinfo=UTC)),
+            ("9 DEC 2030 9:05:00 UTC", datetime(2030, 12, 9, 9, 5, tzinfo=UTC)),
+            ("3 May 0001 09:00:43 GMT", datetime(1, 5, 3, 9, 0, 43, tzinfo=UTC)),
+        ],
+    )
+    def test_parses(self, text: str, expected: datetime) -> None:
+        assert parse_http_date(text) == expected
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "",
+            "soon",
+            "Mon, 19 Sep 2016",
+            "21 Jan 19 09:00:43 GMT",
+            "31 Feb 2019 09:00:43 GMT",
+            "21 Foo 2019 09:00:43 GMT",
+            "1 Jan 0001 00:00:00 +0100",
+        ],
+    )
+    def test_refuses(self, text: str) -> None:
+        with pytest.raises(ValueError, match="HTTP date"):
+            parse_http_date(text)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(max_size=40))
+    def test_only_value_error_escapes(self, text: str) -> None:
+        try:
+            moment = parse_http_date(text)
+        except ValueError:
+            return
+        assert moment.tzinfo is not None
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.datetimes(timezones=st.just(UTC)))
+    def test_both_forms_round_trip(self, moment: datetime) -> None:
+        moment = moment.replace(microsecond=0)
+        assert parse_http_date(format_http_date(moment)) == moment
+        assert parse_http_date(format_short_http_date(moment)) == moment
+
+    def test_independent_of_the_locale(self) -> None:
+        for name in ("de_DE.UTF-8", "fr_FR.UTF-8"):
+            try:
+                locale.setlocale(locale.LC_TIME, name)
+                break
+            except locale.Error:
+                continue
+        try:
+            moment = datetime(2026, 5, 3, 4, 5, 6, tzinfo=UTC)
+            assert format_http_date(moment) == "Sun, 03 May 2026 04:05:06 GMT"
+            assert format_short_http_date(moment) == "3 May 2026 04:05:06 GMT"
+            assert parse_http_date("Sun, 03 May 2026 04:05:06 GMT") == moment
+        finally:
+            locale.setlocale(locale.LC_TIME, "C")
+
+
+class TestAtomicWrite:
+    def test_writes_text_and_bytes_with_the_mode(self, tmp_path: Path) -> None:
+        target = tmp_path / "sub" / "state.json"
+        write_atomically(target, "héllo")
+        assert target.read_text() == "héllo"
+        write_atomically(target, b"\x00\x01", mode=0o640)
+        assert target.read_bytes() == b"\x00\x01"
+        assert target.stat().st_mode & 0o777 == 0o640
+        assert os.listdir(target.parent) == ["state.json"]
+
+    def test_short_writes_are_continued(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        real_write = os.write
+        calls = []
+
+        def one_byte(fd: int, data: bytes | memoryview) -> int:
+            calls.append(len(data))
+            return real_write(fd, bytes(data[:1]))
+
+        monkeypatch.setattr(persist.os, "write", one_byte)
+        payload = b"0123456789" * 10
+        write_atomically(tmp_path / "f", payload)
+        assert (tmp_path / "f").read_bytes() == payload
+        assert len(calls) == len(payload)
+
+    @pytest.mark.parametrize("failing", ["write", "fsync", "replace"])
+    def test_a_failure_keeps_the_old_file_and_leaves_no_temporary(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+    ) -> None:
+        target = tmp_path / "f"
+        write_atomically(target, "old")
+
+        def broken(*args: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(persist.os, failing, broken)
+        with pytest.raises(OSError, match="No space"):
+            write_atomically(target, "new" * 1000)
+        monkeypatch.undo()
+        assert target.read_text() == "old"
+        assert os.listdir(tmp_path) == ["f"]
