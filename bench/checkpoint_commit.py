@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from common import median, table
-from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint import CheckpointStore, S3Options
 from forewarn.clients.checkpoint.testing import loopback_s3_env, moto_server
 
 CHUNK = 8 << 20
@@ -131,8 +131,12 @@ def bench_s3(data: bytes, repeat: int, endpoint: str) -> list[list[Any]]:
     plain.create_bucket(Bucket=bucket)
     # The store's two S3 modes: CRC32 on every upload (its default on AWS itself) and none
     # (its default for other endpoints, several of which reject boto3's checksums).
-    with_crc = CheckpointStore(f"s3://{bucket}/crc", endpoint_url=endpoint, upload_checksums=True)
-    no_crc = CheckpointStore(f"s3://{bucket}/none", endpoint_url=endpoint, upload_checksums=False)
+    with_crc = CheckpointStore(
+        f"s3://{bucket}/crc", s3=S3Options(endpoint_url=endpoint, upload_checksums=True)
+    )
+    no_crc = CheckpointStore(
+        f"s3://{bucket}/none", s3=S3Options(endpoint_url=endpoint, upload_checksums=False)
+    )
     no_crc_client = no_crc._backend.client  # type: ignore[attr-defined]
     results: dict[str, list[float]] = {"boto3": [], "boto3 none": [], "crc": [], "none": []}
 

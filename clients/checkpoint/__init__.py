@@ -9,6 +9,7 @@ Only the standard library is imported here: boto3 loads with the first S3 reques
 with the first torch helper call.
 """
 
+from .backend import Backend, ObjectWriter
 from .batch import BatchProgress
 from .errors import (
     CheckpointError,
@@ -20,17 +21,14 @@ from .errors import (
     InvalidNameError,
     StoreConfigError,
 )
+from .generation import FlushResult, Generation, GenerationWriter, Verification
 from .manifest import FileEntry, Manifest
-from .store import (
-    CheckpointStore,
-    FlushResult,
-    Generation,
-    GenerationWriter,
-    Verification,
-)
+from .options import S3Options
+from .store import CheckpointStore
 from .training import TrainingState, load_training_state, save_training_state
 
 __all__ = [
+    "Backend",
     "BatchProgress",
     "CheckpointError",
     "CheckpointStore",
@@ -45,6 +43,8 @@ __all__ = [
     "GenerationWriter",
     "InvalidNameError",
     "Manifest",
+    "ObjectWriter",
+    "S3Options",
     "StoreConfigError",
     "TrainingState",
     "Verification",

@@ -13,8 +13,9 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from .generation import Generation
 from .manifest import generation_name
-from .store import CheckpointStore, Generation
+from .store import CheckpointStore
 
 DONE = "done.json"
 OUTPUTS = "outputs"
@@ -105,7 +106,7 @@ class BatchProgress:
             return None
         step = len(self._done) + len(self._pending)
         shard = f"{OUTPUTS}/{generation_name(step)}.jsonl"
-        backend = self.store._backend
+        backend = self.store.backend
         with backend.writer(shard) as stream:
             stream.write("".join(line + "\n" for line in self._pending.values()).encode())
         backend.make_durable(OUTPUTS)
@@ -136,7 +137,7 @@ class BatchProgress:
 
     def _shard(self, shard: str) -> dict[str, Any]:
         if shard not in self._shards:
-            with self.store._backend.open_read(shard) as stream:
+            with self.store.backend.open_read(shard) as stream:
                 lines = stream.read().decode().splitlines()
             records = (json.loads(line) for line in lines if line)
             self._shards = {shard: {record["id"]: record["output"] for record in records}}

@@ -12,8 +12,8 @@ import random
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
+from .generation import Generation, GenerationWriter
 from .manifest import FileEntry
-from .store import Generation, GenerationWriter
 
 FORMAT = 1
 
@@ -87,7 +87,7 @@ def load_training_state(
 
             rank = resolve(None, generation.world_size).rank if generation.world_size > 1 else 0
         name = state_file_name(rank, generation.world_size)
-    local = generation.store._backend.local_path(f"{generation.name}/{name}")
+    local = generation.backend.local_path(f"{generation.name}/{name}")
     if local is not None and name in generation.files:
         source: Any = local
     else:

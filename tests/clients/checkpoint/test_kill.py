@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint import CheckpointStore, S3Options
 
 # Sizes straddle the store's thresholds: inline and threaded hashing, and on S3 a single PUT
 # against a 5 MiB-part multipart upload.
@@ -27,7 +27,7 @@ def content(step: int, index: int, size: int) -> bytes:
 def writer(url: str, sizes: tuple[int, ...]) -> None:
     """Save generation after generation, as a restarted training job would."""
     store = (
-        CheckpointStore(url, keep=3, part_size=5 << 20)
+        CheckpointStore(url, keep=3, s3=S3Options(part_size=5 << 20))
         if url.startswith("s3://")
         else (CheckpointStore(url, keep=3))
     )
@@ -56,9 +56,13 @@ def run_trials(url: str, sizes: tuple[int, ...], trials: int, max_delay: float) 
         process.start()
         if not committed_seen:
             # Wait for the first commit before the first kill, so there is something to keep.
-            deadline = time.monotonic() + 60
+            # How long that took (start-up and one save) scales the kill delays, so on a
+            # loaded machine the kills still land anywhere within about one save.
+            started = time.monotonic()
+            deadline = started + 60
             while store.latest() is None and time.monotonic() < deadline:
                 time.sleep(0.02)
+            max_delay = max(max_delay, 1.5 * (time.monotonic() - started))
         process.join(chooser.uniform(0, max_delay))
         assert process.pid is not None and process.is_alive()
         os.kill(process.pid, signal.SIGKILL)

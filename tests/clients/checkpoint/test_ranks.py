@@ -127,7 +127,7 @@ def test_ranks_meet_through_the_store(store_url: str) -> None:
     store = CheckpointStore(store_url)
     # Rank 0 has written its part but must not commit while rank 1's part is missing.
     deadline = time.monotonic() + 10
-    while "parts/rank-00000.json" not in store._backend.list_sizes("step-000000000005"):
+    while "parts/rank-00000.json" not in store.backend.list_sizes("step-000000000005"):
         assert time.monotonic() < deadline, "rank 0 never wrote its part"
         time.sleep(0.02)
     time.sleep(0.3)

@@ -17,6 +17,7 @@ from forewarn.clients.checkpoint import (
     GenerationExistsError,
     GenerationNotFoundError,
     InvalidNameError,
+    S3Options,
     StoreConfigError,
 )
 
@@ -35,7 +36,7 @@ def save_step(store: CheckpointStore, step: int, size: int = 1000) -> None:
 
 def rewrite(store: CheckpointStore, key: str, change: Any) -> None:
     """Tamper with one stored object behind the store's back."""
-    backend = store._backend
+    backend = store.backend
     with backend.open_read(key) as stream:
         data = stream.read()
     backend.put_small(key, change(data))
@@ -64,7 +65,9 @@ def test_commit_and_resume(make_store: Any) -> None:
 
 def test_large_file_streams_in_parts(make_store: Any, store_url: str, tmp_path: Path) -> None:
     # 13 MiB through 5 MiB parts on S3: a multipart upload with a short last part.
-    store = make_store(**({"part_size": 5 << 20} if store_url.startswith("s3://") else {}))
+    store = make_store(
+        **({"s3": S3Options(part_size=5 << 20)} if store_url.startswith("s3://") else {})
+    )
     source = tmp_path / "big.bin"
     data = os.urandom(13 << 20)
     source.write_bytes(data)
@@ -105,7 +108,7 @@ def test_a_missing_file_is_detected_and_latest_falls_back(make_store: Any) -> No
     store = make_store()
     save_step(store, 1)
     save_step(store, 2)
-    store._backend.delete("step-000000000002/shards/optimizer.bin")
+    store.backend.delete("step-000000000002/shards/optimizer.bin")
     assert store.verify(2).problems == ("shards/optimizer.bin is missing",)
     assert store.latest().step == 1  # type: ignore[union-attr]
 
@@ -167,7 +170,7 @@ def test_a_dead_writers_leftover_is_replaced(make_store: Any) -> None:
     save_step(make_store(), 3)
     latest = store.latest(verify="checksums")
     assert latest is not None and set(latest.files) == {"model.bin", "shards/optimizer.bin"}
-    assert "stale.bin" not in store._backend.list_sizes("step-000000000003")
+    assert "stale.bin" not in store.backend.list_sizes("step-000000000003")
 
 
 def test_generations_are_immutable(make_store: Any) -> None:
@@ -187,7 +190,7 @@ def test_retention_keeps_n_and_what_latest_names(make_store: Any) -> None:
         save_step(store, step)
     assert store.steps() == [4, 5]
     # A broken newest generation does not count toward `keep`.
-    store._backend.delete("step-000000000005/model.bin")
+    store.backend.delete("step-000000000005/model.bin")
     save_step(store, 6)
     assert store.steps() == [4, 5, 6]
     save_step(store, 7)
@@ -201,7 +204,7 @@ def test_retention_spares_the_generation_latest_names(make_store: Any) -> None:
     # the newest verified one.
     save_step(store, 20)
     assert store.steps() == [20]
-    store._backend.put_small("LATEST", json.dumps({"step": 20}).encode())
+    store.backend.put_small("LATEST", json.dumps({"step": 20}).encode())
     gen = store.save(30)
     gen.write_bytes("model.bin", payload(30))
     # 30 is being written: pruning now must not touch it, and must keep 20.
@@ -215,7 +218,7 @@ def test_retention_never_deletes_the_hinted_generation(make_store: Any) -> None:
     store = make_store()
     for step in (1, 2, 3):
         save_step(store, step)
-    store._backend.put_small("LATEST", json.dumps({"step": 1}).encode())
+    store.backend.put_small("LATEST", json.dumps({"step": 1}).encode())
     store.keep = 1
     assert store.prune() == [2]
     assert store.steps() == [1, 3]
@@ -247,7 +250,11 @@ def test_bad_configuration_names_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(StoreConfigError, match="'gs' is not supported"):
         CheckpointStore("gs://bucket/x")
     with pytest.raises(StoreConfigError, match="endpoint_url apply to s3"):
-        CheckpointStore(tmp_path, endpoint_url="http://127.0.0.1:1")
+        CheckpointStore(tmp_path, s3=S3Options(endpoint_url="http://127.0.0.1:1"))
+    with pytest.raises(StoreConfigError, match="or a backend, not both"):
+        CheckpointStore(tmp_path, backend=CheckpointStore(tmp_path).backend)
+    with pytest.raises(StoreConfigError, match="needs a URL"):
+        CheckpointStore()
     with pytest.raises(StoreConfigError, match="names no bucket"):
         CheckpointStore("s3:///prefix")
     with pytest.raises(ValueError, match="non-negative int"):
@@ -275,14 +282,14 @@ def test_s3_store_takes_endpoint_and_credentials_as_arguments(
 ) -> None:
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(key)
-    store = CheckpointStore(
-        f"s3://{bucket}",
+    options = S3Options(
         endpoint_url=s3_env["AWS_ENDPOINT_URL"],
         region="us-east-1",
         access_key_id="testing",
         secret_access_key="testing",
         addressing_style="path",
     )
+    store = CheckpointStore(f"s3://{bucket}", s3=options)
     save_step(store, 1)
     assert store.latest(verify="checksums").step == 1  # type: ignore[union-attr]
     with pytest.raises(CheckpointError, match="not on local disk"):
@@ -296,9 +303,9 @@ def test_s3_parts_grow_so_a_stream_of_unknown_size_fits_in_10000_parts(
 
     # Doubling every 2 parts instead of every 1,000 shows the growth on a small file.
     monkeypatch.setattr(s3, "PARTS_PER_SIZE", 2)
-    store = CheckpointStore(f"s3://{bucket}/grow", part_size=5 << 20, concurrency=2)
+    store = CheckpointStore(f"s3://{bucket}/grow", s3=S3Options(part_size=5 << 20, concurrency=2))
     sent: list[int] = []
-    client = store._backend.client  # type: ignore[attr-defined]
+    client = store.backend.client  # type: ignore[attr-defined]
     upload_part = client.upload_part
 
     def spy(**kwargs: Any) -> Any:
@@ -340,21 +347,21 @@ def test_s3_upload_checksums_follow_boto3_else_on_for_aws_only(
     for key in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REQUEST_CHECKSUM_CALCULATION"):
         monkeypatch.delenv(key, raising=False)
     # No request is made: the choice is read before any client exists.
-    assert CheckpointStore("s3://b/p")._backend.upload_checksums is True  # type: ignore[attr-defined]
-    elsewhere = CheckpointStore("s3://b/p", endpoint_url="http://127.0.0.1:9")
-    assert elsewhere._backend.upload_checksums is False  # type: ignore[attr-defined]
+    assert CheckpointStore("s3://b/p").backend.upload_checksums is True  # type: ignore[attr-defined]
+    elsewhere = CheckpointStore("s3://b/p", s3=S3Options(endpoint_url="http://127.0.0.1:9"))
+    assert elsewhere.backend.upload_checksums is False  # type: ignore[attr-defined]
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
-    assert CheckpointStore("s3://b/p")._backend.upload_checksums is False  # type: ignore[attr-defined]
-    forced = CheckpointStore("s3://b/p", upload_checksums=True)
-    assert forced._backend.upload_checksums is True  # type: ignore[attr-defined]
+    assert CheckpointStore("s3://b/p").backend.upload_checksums is False  # type: ignore[attr-defined]
+    forced = CheckpointStore("s3://b/p", s3=S3Options(upload_checksums=True))
+    assert forced.backend.upload_checksums is True  # type: ignore[attr-defined]
     # boto3's own switch is honoured both ways; the argument still wins over it.
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_SUPPORTED")
-    assert CheckpointStore("s3://b/p")._backend.upload_checksums is True  # type: ignore[attr-defined]
+    assert CheckpointStore("s3://b/p").backend.upload_checksums is True  # type: ignore[attr-defined]
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
-    assert CheckpointStore("s3://b/p")._backend.upload_checksums is False  # type: ignore[attr-defined]
-    forced = CheckpointStore("s3://b/p", upload_checksums=True)
-    assert forced._backend.upload_checksums is True  # type: ignore[attr-defined]
+    assert CheckpointStore("s3://b/p").backend.upload_checksums is False  # type: ignore[attr-defined]
+    forced = CheckpointStore("s3://b/p", s3=S3Options(upload_checksums=True))
+    assert forced.backend.upload_checksums is True  # type: ignore[attr-defined]
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "sometimes")
     with pytest.raises(StoreConfigError, match="AWS_REQUEST_CHECKSUM_CALCULATION='sometimes'"):
         CheckpointStore("s3://b/p")
@@ -372,10 +379,9 @@ def test_s3_parts_carry_their_crc32_only_with_upload_checksums(
     def crc32(data: bytes) -> str:
         return b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
 
-    store = CheckpointStore(
-        f"s3://{bucket}/crc", part_size=5 << 20, concurrency=2, upload_checksums=checksums
-    )
-    client = store._backend.client  # type: ignore[attr-defined]
+    options = S3Options(part_size=5 << 20, concurrency=2, upload_checksums=checksums)
+    store = CheckpointStore(f"s3://{bucket}/crc", s3=options)
+    client = store.backend.client  # type: ignore[attr-defined]
     upload_part = client.upload_part
     sent: list[tuple[bytes, str | None]] = []
 

@@ -1,0 +1,239 @@
+"""The commit protocol: when a generation counts, and how the ranks of a save agree on it.
+
+Rank 0 collects every rank's part-manifest, then writes `MANIFEST.json`, the `COMMIT` marker
+naming the manifest's checksum, and the `LATEST` hint, in that order. The parts travel
+through torch.distributed collectives when a process group is initialised, else through the
+store itself (rank 0 polls for the parts, the others for the marker).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from .backend import Backend
+from .errors import CommitError, CorruptGenerationError
+from .hashing import new_hash
+from .manifest import (
+    COMMIT,
+    LATEST,
+    MANIFEST,
+    PARTS,
+    CommitMarker,
+    FileEntry,
+    Manifest,
+    Part,
+    decode_latest,
+    encode_latest,
+    generation_name,
+    part_name,
+)
+from .ranks import Ranks, poll
+
+log = logging.getLogger("forewarn.checkpoint")
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """What one rank hands to the protocol when its block ends."""
+
+    step: int
+    ranks: Ranks
+    attempt: str | None
+    metadata: dict[str, Any]
+    part: Part
+
+    @property
+    def name(self) -> str:
+        return generation_name(self.step)
+
+
+def read_manifest(backend: Backend, step: int) -> tuple[Manifest | None, list[str]]:
+    """The manifest of a committed generation, when its marker names the manifest's exact
+    checksum; else None and what is wrong (`["not committed"]` when there is no marker)."""
+    name = generation_name(step)
+    raw_marker = backend.get_small(f"{name}/{COMMIT}")
+    if raw_marker is None:
+        return None, ["not committed"]
+    try:
+        marker = CommitMarker.decode(raw_marker)
+    except ValueError as exc:
+        return None, [f"commit marker: {exc}"]
+    raw = backend.get_small(f"{name}/{MANIFEST}")
+    if raw is None:
+        return None, ["manifest is missing"]
+    hasher = new_hash(marker.manifest_checksum)
+    hasher.update(raw)
+    if f"{hasher.name}:{hasher.hexdigest()}" != marker.manifest_checksum:
+        return None, ["manifest does not match the checksum in the commit marker"]
+    try:
+        manifest = Manifest.decode(raw)
+    except ValueError as exc:
+        return None, [f"manifest: {exc}"]
+    if manifest.step != step or marker.step != step:
+        return None, [f"manifest is for step {manifest.step}, marker for step {marker.step}"]
+    return manifest, []
+
+
+def read_latest_hint(backend: Backend) -> int | None:
+    raw = backend.get_small(LATEST)
+    return None if raw is None else decode_latest(raw)
+
+
+class CommitProtocol:
+    """Commits one generation across its ranks; every rank calls `commit` or `abort`."""
+
+    def __init__(self, backend: Backend, *, timeout: float, poll_interval: float) -> None:
+        self.backend = backend
+        self.timeout = timeout
+        self.poll_interval = poll_interval
+
+    def commit(self, request: CommitRequest) -> Manifest:
+        """Make this rank's files durable, hand its part in, and return the committed
+        manifest once rank 0 committed it (or raise `CommitError`)."""
+        ranks = request.ranks
+        self.backend.make_durable(request.name)
+        if ranks.world_size == 1:
+            return self._finish(request, [request.part])
+        self.backend.put_small(f"{request.name}/{part_name(ranks.rank)}", request.part.encode())
+        if ranks.dist is not None:
+            return self._commit_collective(request)
+        if ranks.rank == 0:
+            parts = poll(
+                lambda: self._collect_parts(request),
+                timeout=self.timeout,
+                interval=self.poll_interval,
+                what=f"every rank's part of {request.name}",
+            )
+            try:
+                return self._finish(request, parts)
+            except Exception as exc:
+                part = request.part
+                failed = Part(part.step, 0, ranks.world_size, part.files, part.attempt, str(exc))
+                self.backend.put_small(f"{request.name}/{part_name(0)}", failed.encode())
+                raise
+        poll(
+            lambda: self._committed_or_failed(request),
+            timeout=self.timeout,
+            interval=self.poll_interval,
+            what=f"rank 0 to commit {request.name}",
+        )
+        return self._load(request.step)
+
+    def abort(self, request: CommitRequest) -> None:
+        """Give up this rank's part; the other ranks learn why (and raise)."""
+        ranks = request.ranks
+        if ranks.world_size == 1:
+            self.backend.delete_tree(request.name)
+            return
+        if ranks.dist is not None:
+            # The other ranks are waiting in the same collectives: take part, then fail.
+            ranks.all_gather(request.part.to_json())
+            if ranks.rank == 0:
+                ranks.broadcast_from_zero(f"rank 0 aborted: {request.part.error}")
+            else:
+                ranks.broadcast_from_zero(None)
+            return
+        self.backend.put_small(f"{request.name}/{part_name(ranks.rank)}", request.part.encode())
+
+    def _commit_collective(self, request: CommitRequest) -> Manifest:
+        ranks = request.ranks
+        parts = [Part.from_json(item) for item in ranks.all_gather(request.part.to_json())]
+        outcome: str | None = None
+        committed: Manifest | None = None
+        if ranks.rank == 0:
+            try:
+                committed = self._finish(request, parts)
+            except Exception as exc:
+                outcome = f"{type(exc).__name__}: {exc}"
+                ranks.broadcast_from_zero(outcome)
+                raise
+        outcome = ranks.broadcast_from_zero(outcome)
+        if outcome is not None:
+            raise CommitError(f"rank 0 did not commit {request.name}: {outcome}")
+        return committed if committed is not None else self._load(request.step)
+
+    def _load(self, step: int) -> Manifest:
+        manifest, problems = read_manifest(self.backend, step)
+        if manifest is None:
+            raise CorruptGenerationError(generation_name(step), problems)
+        return manifest
+
+    def _collect_parts(self, request: CommitRequest) -> list[Part] | None:
+        # One listing per poll; the parts are read only once all of them are there.
+        world = request.ranks.world_size
+        if len(self.backend.list_sizes(f"{request.name}/{PARTS}")) < world:
+            return None
+        parts: list[Part] = []
+        for rank in range(world):
+            raw = self.backend.get_small(f"{request.name}/{part_name(rank)}")
+            if raw is None:
+                return None
+            try:
+                part = Part.decode(raw)
+            except ValueError:
+                return None  # a part-manifest is put atomically; bad JSON is someone else's
+            if part.attempt != request.attempt and rank != request.ranks.rank:
+                return None
+            if part.error is not None:
+                raise CommitError(f"rank {rank} failed to write {request.name}: {part.error}")
+            parts.append(part)
+        return parts
+
+    def _committed_or_failed(self, request: CommitRequest) -> bool | None:
+        if self.backend.get_small(f"{request.name}/{COMMIT}") is not None:
+            return True
+        raw = self.backend.get_small(f"{request.name}/{part_name(0)}")
+        if raw is not None:
+            try:
+                zero = Part.decode(raw)
+            except ValueError:
+                return None
+            if zero.error is not None and zero.attempt == request.attempt:
+                raise CommitError(f"rank 0 did not commit {request.name}: {zero.error}")
+        return None
+
+    def _finish(self, request: CommitRequest, parts: list[Part]) -> Manifest:
+        """Rank 0: check the parts, write the manifest, the marker, then the hint."""
+        world = request.ranks.world_size
+        problems: list[str] = []
+        seen: dict[str, int] = {}
+        files: list[FileEntry] = []
+        for expected, part in enumerate(sorted(parts, key=lambda item: item.rank)):
+            if part.rank != expected or part.world_size != world or part.step != request.step:
+                problems.append(
+                    f"part of rank {part.rank} is for step {part.step}, world {part.world_size}"
+                )
+            if part.error is not None:
+                problems.append(f"rank {part.rank} failed: {part.error}")
+            for entry in part.files:
+                if entry.name in seen:
+                    first = seen[entry.name]
+                    problems.append(f"file {entry.name!r} written by ranks {first} and {part.rank}")
+                seen[entry.name] = part.rank
+                files.append(entry)
+        if len(parts) != world:
+            problems.append(f"{len(parts)} parts for world size {world}")
+        if problems:
+            raise CommitError(f"cannot commit {request.name}: " + "; ".join(problems))
+        manifest = Manifest(
+            step=request.step,
+            created_at=_now(),
+            world_size=world,
+            files=tuple(sorted(files, key=lambda entry: entry.name)),
+            metadata=request.metadata,
+        )
+        raw = manifest.encode()
+        self.backend.put_small(f"{request.name}/{MANIFEST}", raw)
+        marker = CommitMarker.for_manifest(request.step, raw)
+        self.backend.put_small(f"{request.name}/{COMMIT}", marker.encode())
+        hinted = read_latest_hint(self.backend)
+        if hinted is None or hinted <= request.step:
+            self.backend.put_small(LATEST, encode_latest(request.step))
+        return manifest
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

@@ -1,0 +1,311 @@
+"""One generation: reading a committed one (`Generation`), checking it, and writing one
+(`GenerationWriter`), which hands its part to the commit protocol when its block ends."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from .backend import Backend, ObjectWriter
+from .commit import CommitProtocol, CommitRequest, read_manifest
+from .errors import CheckpointError, CommitError, CorruptGenerationError
+from .hashing import READ_CHUNK, digest_data, digest_stream
+from .manifest import FileEntry, Manifest, Part, check_file_name, generation_name
+from .ranks import Ranks
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of checking one generation; true when it verifies."""
+
+    step: int
+    checksums: bool
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    """What `CheckpointStore.flush` did: the committed generation and how long it took."""
+
+    seconds: float
+    generation: Generation
+
+
+class Generation:
+    """A committed generation, read side."""
+
+    def __init__(self, backend: Backend, manifest: Manifest) -> None:
+        self.backend = backend
+        self.manifest = manifest
+        self.step = manifest.step
+        self.name = generation_name(manifest.step)
+        self.files: dict[str, FileEntry] = {entry.name: entry for entry in manifest.files}
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.manifest.metadata
+
+    @property
+    def created_at(self) -> str:
+        return self.manifest.created_at
+
+    @property
+    def world_size(self) -> int:
+        return self.manifest.world_size
+
+    @property
+    def size(self) -> int:
+        """The bytes of every file, as the manifest records them."""
+        return sum(entry.size for entry in self.manifest.files)
+
+    def __repr__(self) -> str:
+        return f"<Generation {self.name} files={len(self.files)} in {self.backend.url}>"
+
+    def _entry(self, name: str) -> FileEntry:
+        try:
+            return self.files[name]
+        except KeyError:
+            raise FileNotFoundError(
+                f"{self.name} has no file {name!r} (it has: {', '.join(sorted(self.files))})"
+            ) from None
+
+    def open(self, name: str) -> IO[bytes]:
+        """A binary stream of one file (not re-verified; see `read_bytes` and `verify`)."""
+        self._entry(name)
+        return self.backend.open_read(f"{self.name}/{name}")
+
+    def read_bytes(self, name: str) -> bytes:
+        """One file's bytes, checked against the manifest's checksum."""
+        entry = self._entry(name)
+        with self.open(name) as stream:
+            data = stream.read()
+        if len(data) != entry.size or digest_data(data, entry.checksum) != entry.checksum:
+            raise CorruptGenerationError(self.name, [f"{name} does not match its checksum"])
+        return data
+
+    def path(self, name: str) -> Path:
+        """The file's path on local disk (local stores only; use `get_file` for S3)."""
+        self._entry(name)
+        path = self.backend.local_path(f"{self.name}/{name}")
+        if path is None:
+            raise CheckpointError(
+                f"{self.backend.url} is not on local disk: use open() or get_file() for {name!r}"
+            )
+        return path
+
+    def get_file(self, name: str, destination: str | os.PathLike[str]) -> Path:
+        """Copy one file to `destination` (a concurrent ranged download on S3)."""
+        self._entry(name)
+        target = Path(destination)
+        self.backend.download(f"{self.name}/{name}", target)
+        return target
+
+    def get_dir(self, prefix: str, destination: str | os.PathLike[str]) -> list[Path]:
+        """Copy every file under `prefix/` ('' for all) into `destination`, keeping the tree."""
+        base = prefix.strip("/")
+        target = Path(destination)
+        copied = []
+        for name in sorted(self.files):
+            if base and not name.startswith(base + "/"):
+                continue
+            path = target / (name[len(base) + 1 :] if base else name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            copied.append(self.get_file(name, path))
+        if not copied:
+            raise FileNotFoundError(f"{self.name} has no files under {prefix!r}")
+        return copied
+
+    def verify(self, *, checksums: bool = True) -> Verification:
+        _found, problems = check_generation(self.backend, self.step, checksums=checksums)
+        return Verification(step=self.step, checksums=checksums, problems=tuple(problems))
+
+
+def read_generation(backend: Backend, step: int) -> tuple[Generation | None, list[str]]:
+    """The committed generation for `step` when its marker and manifest agree (files not
+    checked), else None and what is wrong (`["not committed"]` without a marker)."""
+    manifest, problems = read_manifest(backend, step)
+    return (Generation(backend, manifest) if manifest is not None else None), problems
+
+
+def check_generation(
+    backend: Backend, step: int, *, checksums: bool
+) -> tuple[Generation | None, list[str]]:
+    """`read_generation`, then every file present with its size (and, asked, its checksum)."""
+    generation, problems = read_generation(backend, step)
+    if generation is None:
+        return None, problems
+    sizes = backend.list_sizes(generation.name)
+    for entry in generation.manifest.files:
+        size = sizes.get(entry.name)
+        if size is None:
+            problems.append(f"{entry.name} is missing")
+        elif size != entry.size:
+            problems.append(f"{entry.name} has {size} bytes, the manifest says {entry.size}")
+    if checksums and not problems:
+        for entry in generation.manifest.files:
+            with backend.open_read(f"{generation.name}/{entry.name}") as stream:
+                size, checksum = digest_stream(stream, like=entry.checksum)
+            if size != entry.size or checksum != entry.checksum:
+                problems.append(f"{entry.name} does not match its checksum")
+    return generation, problems
+
+
+# Told when a writer is done, committed (True) or not: the store's bookkeeping and retention.
+OnEnd = Callable[["GenerationWriter", bool], None]
+
+
+class GenerationWriter:
+    """A generation being written by one rank; commits when its `with` block ends cleanly."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        protocol: CommitProtocol,
+        step: int,
+        metadata: Mapping[str, Any] | None,
+        ranks: Ranks,
+        attempt: str | None,
+        on_end: OnEnd,
+    ) -> None:
+        self.backend = backend
+        self.step = step
+        self.name = generation_name(step)
+        self.rank = ranks.rank
+        self.world_size = ranks.world_size
+        self.ranks = ranks
+        self.attempt = attempt
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.committed: Generation | None = None
+        self.seconds: float | None = None
+        self.started = time.monotonic()
+        self._protocol = protocol
+        self._on_end = on_end
+        self._entries: dict[str, FileEntry] = {}
+        self._open: dict[str, ObjectWriter] = {}
+        self._done = False
+
+    def __repr__(self) -> str:
+        return f"<GenerationWriter {self.name} rank {self.rank}/{self.world_size}>"
+
+    @property
+    def files(self) -> dict[str, FileEntry]:
+        """The files this rank has finished writing so far."""
+        return dict(self._entries)
+
+    def open(self, name: str, mode: str = "wb") -> ObjectWriter:
+        """A binary stream that becomes the file `name` when closed (hashed while written)."""
+        if mode != "wb":
+            raise ValueError(f"files of a generation being written open with 'wb', not {mode!r}")
+        self._check_writable()
+        check_file_name(name)
+        if name in self._entries or name in self._open:
+            raise CommitError(f"{self.name}: file {name!r} was already written")
+
+        def done(size: int, checksum: str) -> None:
+            self._open.pop(name, None)
+            self._entries[name] = FileEntry(name, size, checksum, self.rank)
+
+        writer = self.backend.writer(f"{self.name}/{name}", done)
+        self._open[name] = writer
+        return writer
+
+    def write_bytes(self, name: str, data: bytes | bytearray | memoryview) -> FileEntry:
+        with self.open(name) as stream:
+            stream.write(data)
+        return self._entries[name]
+
+    def put_file(self, name: str, source: str | os.PathLike[str]) -> FileEntry:
+        """Copy a local file in, streaming."""
+        with open(source, "rb") as handle, self.open(name) as stream:
+            while True:
+                chunk = handle.read(READ_CHUNK)
+                if not chunk:
+                    break
+                stream.write(chunk)
+        return self._entries[name]
+
+    def put_dir(self, prefix: str, source: str | os.PathLike[str]) -> list[FileEntry]:
+        """Copy a local directory's files in under `prefix/` (for writers that want a path,
+        such as `save_pretrained(dir)` or torch.distributed.checkpoint)."""
+        root = Path(source)
+        if not root.is_dir():
+            raise NotADirectoryError(f"put_dir: {root} is not a directory")
+        base = check_file_name(prefix.strip("/")) if prefix.strip("/") else ""
+        entries = []
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                relative = path.relative_to(root).as_posix()
+                entries.append(self.put_file(f"{base}/{relative}" if base else relative, path))
+        return entries
+
+    def _check_writable(self) -> None:
+        if self._done:
+            raise CommitError(f"{self.name} was already committed or aborted")
+
+    def __enter__(self) -> GenerationWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort(f"{exc_type.__name__}: {exc}")
+
+    def commit(self) -> Generation:
+        """Finish this rank's part; on rank 0, commit the generation once every part is in.
+
+        Returns the committed generation (on every rank once rank 0 committed it).
+        """
+        self._check_writable()
+        if self._open:
+            raise CommitError(f"{self.name}: files still open: {', '.join(sorted(self._open))}")
+        self._done = True
+        try:
+            manifest = self._protocol.commit(self._request(None))
+            # Timed before retention runs: that is clean-up, not the save.
+            self.seconds = time.monotonic() - self.started
+            self.committed = Generation(self.backend, manifest)
+        finally:
+            self._on_end(self, self.committed is not None)
+        return self.committed
+
+    def abort(self, reason: str = "aborted") -> None:
+        """Give up this save: nothing is committed, and the other ranks learn why."""
+        if self._done:
+            return
+        self._done = True
+        for writer in list(self._open.values()):
+            writer.abort()
+        self._open.clear()
+        try:
+            self._protocol.abort(self._request(reason))
+        finally:
+            self._on_end(self, False)
+
+    def _request(self, error: str | None) -> CommitRequest:
+        part = Part(
+            step=self.step,
+            rank=self.rank,
+            world_size=self.world_size,
+            files=tuple(self._entries.values()),
+            attempt=self.attempt,
+            error=error,
+        )
+        return CommitRequest(self.step, self.ranks, self.attempt, self.metadata, part)

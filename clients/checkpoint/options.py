@@ -1,0 +1,73 @@
+"""How a store reaches its storage: the S3 options as one object, and the URL → backend map.
+
+`S3Options` holds everything that applies to `s3://` stores only (endpoint, credentials,
+part size, ...); a store built from a URL opens its backend from it. A store can also be
+handed a ready `Backend` instead (the seam tests and other object stores use), as an httpx
+client takes a transport.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from .backend import Backend
+from .errors import StoreConfigError
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """Options of an `s3://` store; `None` means boto3's own default or environment."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    profile: str | None = None
+    addressing_style: str | None = None
+    part_size: int | None = None
+    concurrency: int | None = None
+    upload_checksums: bool | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The options that were set, by name."""
+        return {
+            item.name: getattr(self, item.name)
+            for item in fields(self)
+            if getattr(self, item.name) is not None
+        }
+
+
+def open_backend(
+    url: str | os.PathLike[str], *, durable: bool = True, s3: S3Options | None = None
+) -> Backend:
+    """The backend a store URL names: a path, `file://`, or `s3://bucket/prefix`."""
+    given = s3.given() if s3 is not None else {}
+    text = os.fspath(url)
+    if text.startswith("s3://"):
+        from .s3 import S3Backend
+
+        return S3Backend(text, **given)
+    if given:
+        raise StoreConfigError(
+            f"S3 options {', '.join(sorted(given))} apply to s3:// stores only, not {text!r}"
+        )
+    from .local import LocalBackend
+
+    if text.startswith("file://"):
+        parts = urlsplit(text)
+        if parts.netloc not in ("", "localhost"):
+            raise StoreConfigError(f"file URL {text!r} names a host; use file:///absolute/path")
+        return LocalBackend(unquote(parts.path), durable=durable)
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise StoreConfigError(
+            f"store URL scheme {scheme!r} is not supported: use a path, file:// or s3://"
+            " (GCS through its S3 interoperability endpoint)"
+        )
+    if not text:
+        raise StoreConfigError("store URL is empty")
+    return LocalBackend(text, durable=durable)
