@@ -2,7 +2,7 @@
 
 Standard library only: it runs inside the training process. `CheckpointGuard(every="auto")`
 feeds it each measured flush and asks it for the interval; `forewarn plan` uses the same
-formulas.
+model (`forewarn.clients.overhead`) and recommends the interval this converges to.
 
 - Young (1974), first order: tau = sqrt(2 C M).
 - Daly (2006), higher order: for C < 2M,
@@ -15,9 +15,20 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
+from dataclasses import replace
 from statistics import median
 
+from .overhead import (
+    DEFAULT_DETECTION_SECONDS,
+    DEFAULT_NO_NOTICE_SHARE,
+    Scenario,
+    best_interval,
+)
+
 SECONDS_PER_DAY = 86400.0
+# A flush counts at most this many times the median in the mean (robust_mean).
+DEFAULT_CLIP = 20.0
 
 
 def _positive(name: str, value: float) -> float:
@@ -62,11 +73,35 @@ def mtbi_from_rate(interruptions_per_day: float) -> float:
     return SECONDS_PER_DAY / _positive("interruptions_per_day", interruptions_per_day)
 
 
-class AdaptiveInterval:
-    """The checkpoint interval for a configured interruption rate and measured flush times.
+def robust_mean(values: Sequence[float], clip: float = DEFAULT_CLIP) -> float:
+    """The mean, with each value counted at most `clip` times the median: a hung upload
+    cannot drag it far, while a second mode (one flush in three at 10x) counts in full."""
+    if not values:
+        raise ValueError("robust_mean of no values")
+    cap = clip * median(values)
+    return sum(min(value, cap) for value in values) / len(values)
 
-    The flush cost is the median of the last `window` measured flushes, so one slow upload
-    moves the interval little. Before any flush is measured, `seconds` is `min_seconds`: an
+
+def quantile(values: Sequence[float], share: float) -> float:
+    """The `share` quantile (0.95: p95), linear between order statistics."""
+    if not values:
+        raise ValueError("quantile of no values")
+    ordered = sorted(values)
+    position = share * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+class AdaptiveInterval:
+    """The checkpoint interval for the configured interruptions and the measured flushes.
+
+    With `formula="exact"` (the default) it is the interval that minimizes the expected
+    overhead of `forewarn.clients.overhead` (the one `forewarn plan` recommends) for the
+    robust mean of the last `window` flushes, the notice lead (if any) and the share of
+    interruptions that come without a usable notice; whether the notice covers a flush is
+    judged on the flushes' 95th percentile. `"daly"` and `"young"` use those closed forms at
+    the full interruption rate. Before any flush is measured, `seconds` is `min_seconds`: an
     early first checkpoint is how the cost gets measured. The result is clamped to
     [`min_seconds`, `max_seconds`].
     """
@@ -76,8 +111,13 @@ class AdaptiveInterval:
         *,
         interruptions_per_day: float | None = None,
         mtbi_seconds: float | None = None,
-        formula: str = "daly",
-        window: int = 9,
+        restart_seconds: float = 0.0,
+        notice_lead_seconds: float = 0.0,
+        detection_seconds: float = DEFAULT_DETECTION_SECONDS,
+        no_notice_share: float = DEFAULT_NO_NOTICE_SHARE,
+        formula: str = "exact",
+        window: int = 32,
+        clip: float = DEFAULT_CLIP,
         min_seconds: float = 60.0,
         max_seconds: float = SECONDS_PER_DAY,
     ) -> None:
@@ -88,19 +128,32 @@ class AdaptiveInterval:
             if interruptions_per_day is not None
             else _positive("mtbi_seconds", mtbi_seconds)  # type: ignore[arg-type]
         )
-        if formula not in ("daly", "young"):
-            raise ValueError(f"formula must be 'daly' or 'young' (got {formula!r})")
-        if not isinstance(window, int) or window < 1:
+        if formula not in ("exact", "daly", "young"):
+            raise ValueError(f"formula must be 'exact', 'daly' or 'young' (got {formula!r})")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a positive integer (got {window!r})")
+        if not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 1:
+            raise ValueError(f"clip must be a number of at least 1 (got {clip!r})")
         self.formula = formula
+        self.clip = float(clip)
         self.min_seconds = _positive("min_seconds", min_seconds)
         self.max_seconds = _positive("max_seconds", max_seconds)
         if self.max_seconds < self.min_seconds:
             raise ValueError(
                 f"max_seconds ({max_seconds}) must not be below min_seconds ({min_seconds})"
             )
+        # Validates the rest (names the parameter at fault) before any flush is measured.
+        self._base = Scenario(
+            checkpoint_seconds=0.0,
+            mtbi_seconds=self.mtbi_seconds,
+            restart_seconds=restart_seconds,
+            notice_lead_seconds=notice_lead_seconds,
+            detection_seconds=detection_seconds,
+            no_notice_share=no_notice_share,
+        )
         self._flushes: deque[float] = deque(maxlen=window)
         self._rates: deque[float] = deque(maxlen=window)
+        self._cached: tuple[tuple[float, float], float] | None = None
 
     def record_flush(self, seconds: float) -> None:
         """One measured checkpoint: the seconds it held up training."""
@@ -114,8 +167,23 @@ class AdaptiveInterval:
 
     @property
     def flush_seconds(self) -> float | None:
-        """The flush cost in use: the median of the recent measurements, None before any."""
-        return median(self._flushes) if self._flushes else None
+        """The flush cost in use: the robust mean of the recent flushes, None before any."""
+        return robust_mean(self._flushes, self.clip) if self._flushes else None
+
+    @property
+    def flush_p95_seconds(self) -> float | None:
+        """The 95th percentile of the recent flushes (does a notice cover the flush?)."""
+        return quantile(self._flushes, 0.95) if self._flushes else None
+
+    @property
+    def scenario(self) -> Scenario | None:
+        """The cost model for the flushes measured so far, None before any."""
+        cost = self.flush_seconds
+        if cost is None:
+            return None
+        return replace(
+            self._base, checkpoint_seconds=cost, flush_p95_seconds=self.flush_p95_seconds
+        )
 
     @property
     def steps_per_second(self) -> float | None:
@@ -125,11 +193,23 @@ class AdaptiveInterval:
     @property
     def seconds(self) -> float:
         """Seconds of training between checkpoints."""
-        cost = self.flush_seconds
-        if cost is None:
+        scenario = self.scenario
+        if scenario is None or scenario.checkpoint_seconds <= 0:
             return self.min_seconds
-        rule = daly_interval if self.formula == "daly" else young_interval
-        return min(self.max_seconds, max(self.min_seconds, rule(cost, self.mtbi_seconds)))
+        cost = scenario.checkpoint_seconds
+        if self.formula == "exact":
+            key = (cost, scenario.flush_p95_seconds or 0.0)
+            if self._cached is None or self._cached[0] != key:
+                found = best_interval(
+                    scenario, min_seconds=self.min_seconds, max_seconds=self.max_seconds
+                )
+                self._cached = (key, found)
+            value = self._cached[1]
+        elif self.formula == "daly":
+            value = daly_interval(cost, self.mtbi_seconds)
+        else:
+            value = young_interval(cost, self.mtbi_seconds)
+        return min(self.max_seconds, max(self.min_seconds, value))
 
     def steps(self, steps_per_second: float | None = None) -> int | None:
         """The interval in steps at `steps_per_second` (else the measured speed); None when
@@ -141,9 +221,12 @@ class AdaptiveInterval:
 
 
 __all__ = [
+    "DEFAULT_CLIP",
     "AdaptiveInterval",
     "daly_interval",
     "interval_for_tax",
     "mtbi_from_rate",
+    "quantile",
+    "robust_mean",
     "young_interval",
 ]

@@ -1,0 +1,187 @@
+"""The exact overhead model against a Monte Carlo simulation of the job on a wall clock.
+
+The simulation knows nothing of the model's algebra: it draws Poisson interruption times on
+each replica's wall clock, tags each with or without a notice, and walks the job through
+work, checkpoints, notices, lead windows and restarts. Replicas and intervals run side by
+side as numpy arrays; every interval of a cell sees the same interruptions (common random
+numbers), so differences between intervals are measured far more precisely than levels.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from forewarn.clients.overhead import (
+    Scenario,
+    best_interval,
+    overhead,
+)
+
+MINUTE, HOUR = 60.0, 3600.0
+DETECTION = 5.0
+NO_NOTICE_SHARE = 0.2
+
+
+@dataclass
+class Simulated:
+    """Per interval (rows) and replica (columns): wall-clock seconds and useful seconds."""
+
+    wall: np.ndarray
+    useful: np.ndarray
+
+    def __add__(self, other: Simulated) -> Simulated:
+        return Simulated(
+            np.concatenate([self.wall, other.wall], axis=1),
+            np.concatenate([self.useful, other.useful], axis=1),
+        )
+
+    @property
+    def overhead(self) -> np.ndarray:
+        return self.wall.sum(axis=1) / self.useful.sum(axis=1) - 1.0
+
+    @property
+    def influence(self) -> np.ndarray:
+        """The delta method's terms for the ratio of sums, per interval and replica."""
+        ratio = self.overhead + 1.0
+        return (self.wall - ratio[:, None] * self.useful) / self.useful.mean(axis=1)[:, None]
+
+    @property
+    def standard_error(self) -> np.ndarray:
+        influence = self.influence
+        return influence.std(axis=1, ddof=1) / math.sqrt(influence.shape[1])
+
+    def difference_error(self, i: int, j: int) -> float:
+        """Standard error of overhead[i] - overhead[j] (same interruptions: paired)."""
+        paired = self.influence[i] - self.influence[j]
+        return float(paired.std(ddof=1) / math.sqrt(paired.size))
+
+
+def simulate(
+    scenario: Scenario,
+    intervals: np.ndarray,
+    *,
+    replicas: int,
+    horizon: float,
+    seed: list[int],
+) -> Simulated:
+    """Run `replicas` jobs for at least `horizon` wall-clock seconds each (to the end of the
+    cycle under way) at each interval; overhead = wall time / progress - 1."""
+    rng = np.random.default_rng(seed)
+    c = scenario.checkpoint_seconds
+    m = scenario.mtbi_seconds
+    r = scenario.restart_seconds
+    lead = scenario.notice_lead_seconds
+    d = scenario.detection_seconds
+    usable = scenario.notice_usable
+    # Enough interruptions to outlast the horizon with overhead up to 4x (checked below).
+    count = int((horizon * 5) / m + 10 * math.sqrt(horizon * 5 / m) + 20)
+    events = np.cumsum(rng.exponential(m, size=(replicas, count)), axis=1)
+    noticed = (rng.random(size=(replicas, count)) >= scenario.no_notice_share) & (lead > 0)
+    events = np.concatenate([events, np.full((replicas, 1), np.inf)], axis=1)
+    noticed = np.concatenate([noticed, np.zeros((replicas, 1), bool)], axis=1)
+
+    k = len(intervals)
+    tau = np.broadcast_to(intervals[:, None], (k, replicas)).astype(float)
+    seg = tau + c
+    rows = np.broadcast_to(np.arange(replicas)[None, :], (k, replicas))
+    t = np.zeros((k, replicas))
+    progress = np.zeros((k, replicas))
+    ptr = np.zeros((k, replicas), dtype=np.int64)
+    restarting = np.zeros((k, replicas), bool)
+    active = np.ones((k, replicas), bool)
+
+    def skip_to(mask: np.ndarray) -> None:
+        """Drop the interruptions at or before each masked replica's clock: the lead window
+        of a reclaim under way, or the wait for capacity."""
+        while True:
+            late = mask & (events[rows, ptr] <= t)
+            if not late.any():
+                return
+            ptr[late] += 1
+
+    while active.any():
+        at = events[rows, ptr]
+        kind = noticed[rows, ptr]
+        # Training from a checkpoint: whole segments until the next interruption.
+        train = active & ~restarting
+        whole = np.floor((at - t) / seg)
+        t = np.where(train, t + whole * seg, t)
+        progress = np.where(train, progress + whole * tau, progress)
+        x = at - t  # the interruption comes x seconds into the segment under way
+        # A usable notice saves the work to detection (a periodic checkpoint due first, or
+        # under way, serves as the flush); otherwise training goes on through the lead and
+        # keeps what periodic checkpoints finish in it.
+        saved = np.where(x < tau - d, x + d, tau) if usable else tau * np.floor((x + lead) / seg)
+        with_notice = train & kind
+        progress = np.where(with_notice, progress + saved, progress)
+        t = np.where(train, at + np.where(kind, lead, 0.0), t)
+        ptr[train] += 1
+        restarting = restarting | train
+        skip_to(train)
+        # Restarting: done in R seconds unless interrupted first.
+        trying = active & restarting & ~train
+        at = events[rows, ptr]
+        kind = noticed[rows, ptr]
+        through = trying & (at - t >= r)
+        t = np.where(through, t + r, t)
+        restarting = restarting & ~through
+        broken = trying & ~through
+        t = np.where(broken, at + np.where(kind, lead, 0.0), t)
+        ptr[broken] += 1
+        skip_to(broken)
+        active = active & ~(~restarting & (t >= horizon))
+    assert (ptr < count).all(), "the simulation ran out of drawn interruptions"
+    return Simulated(t, progress)
+
+
+CELLS = list(
+    itertools.product(
+        (10.0, 60.0, 360.0),  # C
+        (HOUR, 6 * HOUR, 24 * HOUR),  # M
+        (0.0, 30.0, 120.0),  # L
+        (0.0, 300.0),  # R
+    )
+)
+FACTORS = np.array([0.5, 0.7, 0.85, 1.0, 1.2, 1.4, 2.0])
+TOLERANCE = 0.05  # predicted against simulated overhead, relative
+REGRET = 0.01  # overhead at plan's interval against the best simulated, relative
+
+
+@pytest.mark.parametrize(("c", "m", "lead", "r"), CELLS)
+def test_plan_matches_the_simulation(c: float, m: float, lead: float, r: float) -> None:
+    scenario = Scenario(
+        checkpoint_seconds=c,
+        mtbi_seconds=m,
+        restart_seconds=r,
+        notice_lead_seconds=lead,
+        detection_seconds=DETECTION,
+        no_notice_share=NO_NOTICE_SHARE,
+    )
+    chosen = best_interval(scenario, max_seconds=7 * 86400)
+    key = [int(c), int(m), int(lead), int(r)]
+    intervals = chosen * FACTORS
+    here = int(np.flatnonzero(FACTORS == 1.0)[0])
+
+    def precise(sim: Simulated) -> bool:
+        """The simulation's own errors are a third of the tolerances or less."""
+        best = int(np.argmin(sim.overhead))
+        return bool(
+            (sim.standard_error / sim.overhead < TOLERANCE / 3).all()
+            and sim.difference_error(here, best) / sim.overhead[best] < REGRET / 3
+        )
+
+    sim = simulate(scenario, intervals, replicas=500, horizon=40 * m, seed=[*key, 0])
+    for batch in range(1, 4):  # where the curve is flat, more replicas
+        if precise(sim):
+            break
+        sim += simulate(scenario, intervals, replicas=500, horizon=40 * m, seed=[*key, batch])
+    assert precise(sim), (sim.standard_error, sim.overhead)
+    predicted = np.array([overhead(scenario, tau) for tau in intervals])
+    relative = np.abs(predicted / sim.overhead - 1)
+    assert (relative < TOLERANCE).all(), (relative, predicted, sim.overhead)
+    best = int(np.argmin(sim.overhead))
+    assert sim.overhead[here] <= sim.overhead[best] * (1 + REGRET), (sim.overhead, intervals)
