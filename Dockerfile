@@ -1,4 +1,7 @@
-# forewarn agent image: `docker build -t forewarn .` from the repository root.
+# forewarn agent image, from the repository root:
+#   docker build -t forewarn:0.1.0 .
+# (tag it REGISTRY/forewarn:TAG to push it; the Kubernetes overlays take that name from
+# packaging/kubernetes/components/image/kustomization.yaml).
 #
 # Run it on the node's network (metadata services answer only there), sharing /run/forewarn
 # with the training container:
@@ -16,6 +19,8 @@ COPY protocol ./protocol
 COPY agent ./agent
 COPY providers ./providers
 COPY clients ./clients
+# The deployment files ship in the package (forewarn render cloud-init reads them).
+COPY packaging ./packaging
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 # Stage 2: the runtime. Only the `metrics` extra: the agent needs httpx, pydantic and pyzmq,

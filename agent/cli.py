@@ -455,6 +455,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         module.add_arguments(sub)
         sub.set_defaults(func=cmd_drill, face_module=module)
 
+    render = commands.add_parser("render", help="render deployment files (cloud-init)")
+    kinds = render.add_subparsers(dest="kind", required=True, metavar="KIND")
+    cloud_init = kinds.add_parser(
+        "cloud-init", help="user data that installs forewarn and starts it with a training job"
+    )
+    if wanted("render"):
+        from .deploy import cloud_init as cloud_init_render
+
+        cloud_init_render.add_arguments(cloud_init)
+        cloud_init.set_defaults(func=cloud_init_render.run)
+
     plan = commands.add_parser("plan", help="checkpoint interval and spot economics")
     if wanted("plan"):
         plan_cli = importlib.import_module("forewarn.agent.plan.cli")

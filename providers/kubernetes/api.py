@@ -62,7 +62,7 @@ def error_for(status: int, body: bytes, what: str, source: str) -> ApiError:
         return ApiError(
             "forbidden",
             f"{what}: 403 {message}: the identity needs get/list/watch on nodes "
-            "(packaging/kubernetes/rbac.yaml)",
+            "(packaging/kubernetes/base/clusterrole.yaml)",
             403,
         )
     return ApiError(f"http-{status}", f"{what}: {status} {message}", status)

@@ -2,37 +2,28 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-RENDER = ROOT / "packaging" / "cloud-init" / "render.py"
 SYSTEMD = ROOT / "packaging" / "systemd"
+WHEEL_URL = "https://downloads.example.org/forewarn-0.1.0-py3-none-any.whl"
 Tool = Callable[[str], str]
 
 
-def load_renderer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cloud_init_render", RENDER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-renderer = load_renderer()
-
-
-def run_render(*args: str) -> subprocess.CompletedProcess[str]:
+def run_render(*args: str, source: str | None = WHEEL_URL) -> subprocess.CompletedProcess[str]:
+    sourced = ("--source", source) if source is not None else ()
     return subprocess.run(
-        [sys.executable, str(RENDER), *args], capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "forewarn.agent.cli", "render", "cloud-init", *sourced, *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
 
 
@@ -121,7 +112,7 @@ def test_user_data_installs_writes_and_starts_everything(rendered: Path):
         "/opt/forewarn/venv/bin/pip",
         "install",
         "--no-cache-dir",
-        f"forewarn[metrics]=={renderer.project_version()}",
+        f"forewarn[metrics] @ {WHEEL_URL}",
     ] in runcmd
     starts = [cmd for cmd in runcmd if cmd[:3] == ["systemctl", "enable", "--now"]]
     assert starts == [
@@ -165,9 +156,36 @@ def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Pa
         (("--training-command", "/bin/x 'unclosed"), "--training-command:"),
         (("--training-unit", "training"), "--training-unit 'training'"),
         (("--package", " "), "--package ' '"),
+        (("--source", "forewarn"), "--source 'forewarn': the new machine cannot install"),
+        (("--source", "./dist/forewarn.whl"), "--source './dist/forewarn.whl'"),
+        (("--source", "file:///tmp/f.whl"), "--source 'file:///tmp/f.whl'"),
+        (("--extra", "me trics"), "--extra 'me trics'"),
     ],
 )
 def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], complaint: str):
+    # A --source given last wins over the default one.
     result = run_render(*args)
     assert result.returncode == 2
     assert complaint in result.stderr
+
+
+def test_without_a_source_nothing_is_rendered():
+    result = run_render(source=None)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "--source" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "https://example.org/dist/forewarn-0.1.0.tar.gz",
+        "git+https://github.com/example/forewarn.git@v0.1.0",
+        "git+ssh://git@example.org/forewarn.git",
+    ],
+)
+def test_every_installable_source_becomes_one_pip_requirement(source: str, tmp_path: Path):
+    result = run_render("--extra", "metrics", "--extra", "aws", "--package", "torch", source=source)
+    assert result.returncode == 0, result.stderr
+    runcmd = yaml.safe_load(result.stdout)["runcmd"]
+    pip = next(cmd for cmd in runcmd if cmd[0].endswith("/pip"))
+    assert pip[3:] == [f"forewarn[metrics,aws] @ {source}", "torch"]

@@ -211,3 +211,27 @@ def test_install_steps_give_a_working_agent_and_health_check(tmp_path: Path):
     # The image logs JSON, one object per line.
     lines = (tmp_path / "agent.log").read_text().splitlines()
     assert lines and all(json.loads(line)["level"] for line in lines)
+
+
+def test_dockerignore_admits_everything_the_build_copies():
+    """The build context is cut down to what .dockerignore lets through: a COPY of anything
+    else fails the build (it did once, for protocol/ and packaging/)."""
+    admitted = {
+        line[1:].rstrip("/")
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    }
+    for copy in parse_dockerfile(DOCKERFILE).of("COPY"):
+        if copy.args.startswith("--from"):
+            continue
+        *sources, _ = copy.args.split()
+        for source in sources:
+            assert source.rstrip("/") in admitted, f"COPY {source}: .dockerignore leaves it out"
+    # Every code folder of the package is copied.
+    copied = {
+        source.rstrip("/")
+        for copy in parse_dockerfile(DOCKERFILE).of("COPY")
+        if not copy.args.startswith("--from")
+        for source in copy.args.split()[:-1]
+    }
+    assert {"protocol", "agent", "providers", "clients", "packaging"} <= copied

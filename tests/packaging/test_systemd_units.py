@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,7 @@ Tool = Callable[[str], str]
 UNITS = Path(__file__).resolve().parents[2] / "packaging" / "systemd"
 AGENT = UNITS / "forewarn-agent.service"
 TRAINING = UNITS / "example-training.service"
-EXECUTABLES = ("/usr/local/bin/forewarn", "/opt/forewarn/venv/bin/python")
+EXAMPLE = UNITS.parent / "examples" / "stop-job-on-terminate.service"
 
 
 def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
@@ -32,34 +33,67 @@ def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def copies_with_executables(tmp_path: Path) -> list[Path]:
-    """The units with their ExecStart programs pointed at a stand-in that exists here, since
-    verify checks that the program is executable."""
-    stand_in = tmp_path / "forewarn"
-    stand_in.write_text("#!/bin/sh\nexit 0\n")
-    stand_in.chmod(0o755)
-    copies = []
-    for unit in (AGENT, TRAINING):
-        text = unit.read_text()
-        for executable in EXECUTABLES:
-            text = text.replace(executable, str(stand_in))
-        copy = tmp_path / unit.name
-        copy.write_text(text)
-        copies.append(copy)
-    return copies
+# The documented install (docs/operations.md, the cloud-init template): a virtual environment
+# in /opt/forewarn/venv, its `forewarn` linked from /usr/local/bin.
+INSTALLED = ("/opt/forewarn/venv/bin/forewarn", "/opt/forewarn/venv/bin/python")
+# What every Debian or Ubuntu machine has, and the example unit runs.
+SYSTEM_PROGRAMS = ("/bin/sh", "/bin/systemctl")
+LINKED = {"/usr/local/bin/forewarn": "/opt/forewarn/venv/bin/forewarn"}
+SHIPPED = (AGENT, TRAINING, EXAMPLE)
 
 
-def test_units_pass_systemd_analyze_verify(tmp_path: Path, tool: Tool):
-    analyze = tool("systemd-analyze")
-    copies = copies_with_executables(tmp_path)
-    result = subprocess.run(
-        [analyze, "verify", *map(str, copies)], capture_output=True, text=True, timeout=60
+def installed_root(tmp_path: Path) -> Path:
+    """A file system root laid out as the documented install leaves a machine, with the
+    system's own units (verify resolves dependencies such as sysinit.target there) and the
+    shipped units copied byte for byte into /etc/systemd/system."""
+    root = tmp_path / "root"
+    for program in (*INSTALLED, *SYSTEM_PROGRAMS):
+        path = root / program.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\nexit 0\n")
+        path.chmod(0o755)
+    for link, target in LINKED.items():
+        path = root / link.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target)
+    system_units = Path("/usr/lib/systemd/system")
+    shutil.copytree(system_units, root / "usr/lib/systemd/system", symlinks=True)
+    etc = root / "etc/systemd/system"
+    etc.mkdir(parents=True)
+    for unit in SHIPPED:
+        shutil.copyfile(unit, etc / unit.name)
+    return root
+
+
+def verify(analyze: str, root: Path, *units: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [analyze, "verify", f"--root={root}", *(f"/etc/systemd/system/{u}" for u in units)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
+
+
+def test_units_pass_systemd_analyze_verify_as_shipped(tmp_path: Path, tool: Tool):
+    analyze = tool("systemd-analyze")
+    root = installed_root(tmp_path)
+    for unit in SHIPPED:
+        assert (root / "etc/systemd/system" / unit.name).read_bytes() == unit.read_bytes()
+    result = verify(analyze, root, *(unit.name for unit in SHIPPED))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     # Unknown keys and bad values are only warnings for verify: none may name our units.
-    ours = [line for line in output.splitlines() if any(c.name in line for c in copies)]
+    ours = [line for line in output.splitlines() if any(u.name in line for u in SHIPPED)]
     assert ours == [], "\n".join(ours)
+
+
+def test_verify_fails_without_the_documented_install(tmp_path: Path, tool: Tool):
+    analyze = tool("systemd-analyze")
+    root = installed_root(tmp_path)
+    (root / "usr/local/bin/forewarn").unlink()
+    result = verify(analyze, root, AGENT.name)
+    assert result.returncode != 0
+    assert "/usr/local/bin/forewarn" in result.stdout + result.stderr
 
 
 def test_verify_catches_a_broken_unit(tmp_path: Path, tool: Tool):
@@ -74,9 +108,16 @@ def test_verify_catches_a_broken_unit(tmp_path: Path, tool: Tool):
 
 def test_agent_unit_exposure_is_low(tmp_path: Path, tool: Tool):
     analyze = tool("systemd-analyze")
-    copy = copies_with_executables(tmp_path)[0]
+    root = installed_root(tmp_path)
     result = subprocess.run(
-        [analyze, "security", "--offline=yes", "--no-pager", str(copy)],
+        [
+            analyze,
+            "security",
+            "--offline=yes",
+            f"--root={root}",
+            "--no-pager",
+            f"/etc/systemd/system/{AGENT.name}",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,24 +1,27 @@
-"""packaging/kubernetes: least RBAC, the shared runtime directory, the node name."""
+"""packaging/kubernetes, as `kubectl kustomize` renders each overlay: least RBAC, the shared
+runtime directory, the node name."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 from typing import Any
 
 import pytest
-import yaml
+from kustomize_render import OVERLAYS, render
 
-PACKAGING = Path(__file__).resolve().parents[3] / "packaging" / "kubernetes"
 RUNTIME = "/run/forewarn"
+
+
+@functools.cache
+def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
+    return tuple(render(overlay))
 
 
 def documents() -> list[dict[str, Any]]:
     docs = []
-    for path in sorted(PACKAGING.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc is not None:
-                doc["__file__"] = path.name
-                docs.append(doc)
+    for overlay in OVERLAYS:
+        for doc in rendered(overlay):
+            docs.append({**doc, "__overlay__": overlay})
     return docs
 
 
@@ -33,7 +36,7 @@ def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
 
 def agent_container(spec: dict[str, Any]) -> dict[str, Any]:
     containers = [*spec.get("initContainers", []), *spec["containers"]]
-    agents = [c for c in containers if c.get("command", [])[:2] == ["forewarn", "agent"]]
+    agents = [c for c in containers if c["name"] == "forewarn"]
     assert len(agents) == 1, [c["name"] for c in containers]
     return agents[0]
 
@@ -52,16 +55,27 @@ def env_of(container: dict[str, Any], name: str) -> dict[str, Any]:
     raise AssertionError(f"{container['name']} has no {name}")
 
 
-def test_every_file_parses_and_names_its_kind() -> None:
-    files = {doc["__file__"] for doc in documents()}
-    assert files == {"clusterrole.yaml", "daemonset.yaml", "sidecar-job.yaml"}
+def config_of(workload: dict[str, Any], name: str) -> str:
+    """A setting the agent reads from its ConfigMap (envFrom) in the same overlay."""
+    agent = agent_container(pod_spec(workload))
+    (source,) = agent["envFrom"]
+    maps = [
+        doc
+        for doc in rendered(workload["__overlay__"])
+        if doc["kind"] == "ConfigMap" and doc["metadata"]["name"] == source["configMapRef"]["name"]
+    ]
+    assert len(maps) == 1
+    return str(maps[0]["data"][name])
+
+
+def test_every_document_names_its_kind() -> None:
     for doc in documents():
         assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
 
 
 def test_rbac_is_get_list_watch_on_nodes_only() -> None:
     roles = of_kind("ClusterRole") + of_kind("Role")
-    assert [role["metadata"]["name"] for role in roles] == ["forewarn-node-reader"]
+    assert {role["metadata"]["name"] for role in roles} == {"forewarn-node-reader"}
     (rule,) = roles[0]["rules"]
     assert rule == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
     assert not [doc for doc in documents() if "*" in str(doc.get("rules", ""))]
@@ -94,9 +108,9 @@ def test_node_name_comes_from_the_downward_api(kind: str) -> None:
     (workload,) = of_kind(kind)
     agent = agent_container(pod_spec(workload))
     assert env_of(agent, "NODE_NAME")["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    providers = env_of(agent, "FOREWARN_PROVIDERS")["value"].split(",")
+    providers = config_of(workload, "FOREWARN_PROVIDERS").split(",")
     assert "kubernetes" in providers
-    assert env_of(agent, "FOREWARN_RUNTIME_DIR")["value"] == RUNTIME
+    assert config_of(workload, "FOREWARN_RUNTIME_DIR") == RUNTIME
 
 
 def test_sidecar_shares_an_empty_dir_with_the_training_container() -> None:
@@ -111,7 +125,7 @@ def test_sidecar_shares_an_empty_dir_with_the_training_container() -> None:
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert "emptyDir" in volumes[volume]
     # The state directory is writable although the root filesystem is not.
-    state = env_of(agent, "FOREWARN_STATE_DIR")["value"]
+    state = config_of(job, "FOREWARN_STATE_DIR")
     assert agent["securityContext"]["readOnlyRootFilesystem"] is True
     assert mount_of(agent, state) is not None
 
@@ -142,7 +156,7 @@ def test_daemonset_uses_the_host_runtime_dir_and_tolerates_drains() -> None:
     (host,) = [v for v in spec["volumes"] if v["name"] == volume]
     assert host["hostPath"]["path"] == RUNTIME
     assert {"operator": "Exists"} in spec["tolerations"]
-    assert env_of(agent, "FOREWARN_STATE_DIR")["value"] in {
+    assert config_of(daemonset, "FOREWARN_STATE_DIR") in {
         m["mountPath"] for m in agent["volumeMounts"]
     }
 

@@ -1,8 +1,11 @@
-"""Render the forewarn cloud-init user data: `python3 render.py [options] > user-data.yaml`.
+"""`forewarn render cloud-init`: user data that installs forewarn and starts it with a job.
 
-Standard library only, so it runs anywhere Python 3.10+ does. The systemd units come from
-../systemd/ unchanged, except the training unit's user, directory and command.
-Bad input exits 2 with a message naming the option.
+The template and the systemd units ship in the package (`files/` is packaging/ of the source
+tree), so the installed command renders exactly what the repository holds. The units are
+copied unchanged, except the training unit's user, directory and command. forewarn is not on
+a package index, so the install source is one the user names (`--source`: a wheel or sdist
+URL, or a git URL); a template that could not install is never rendered. Bad input exits 2
+with a message naming the option.
 """
 
 from __future__ import annotations
@@ -16,10 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 
-HERE = Path(__file__).resolve().parent
-TEMPLATE = HERE / "user-data.yaml.tmpl"
-SYSTEMD = HERE.parent / "systemd"
-PYPROJECT = HERE.parent.parent / "pyproject.toml"
+FILES = Path(__file__).resolve().parent / "files"
+TEMPLATE = FILES / "cloud-init" / "user-data.yaml.tmpl"
+SYSTEMD = FILES / "systemd"
 
 _BLOCK = re.compile(r"^(?P<indent>[ ]*)@@(?P<name>\w+)@@$", re.MULTILINE)
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -27,13 +29,30 @@ _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _UNIT = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
 
 
+# What pip on a fresh machine can fetch: an archive over HTTP(S), or a git repository.
+_ARCHIVE_URL = re.compile(r"^https?://[^\s/]+/\S*\.(whl|tar\.gz|zip)(#\S*)?$")
+_GIT_URL = re.compile(r"^git\+(https|ssh|http)://\S+$")
+_EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
 class RenderError(ValueError):
     """Input that cannot be rendered; the text names the option."""
 
 
-def project_version() -> str:
-    found = re.search(r'^version = "([^"]+)"', PYPROJECT.read_text(), re.MULTILINE)
-    return found.group(1) if found else "0.1.0"
+def requirement(source: str, extras: Sequence[str]) -> str:
+    """The pip requirement for forewarn from `source` with `extras`, or RenderError."""
+    source = source.strip()
+    if not (_ARCHIVE_URL.match(source) or _GIT_URL.match(source)):
+        raise RenderError(
+            f"--source {source!r}: the new machine cannot install from it; give a URL of a "
+            "wheel or sdist (https://.../forewarn-0.1.0-py3-none-any.whl, built with "
+            "`python -m build`) or a git URL (git+https://host/repo.git@TAG)"
+        )
+    for extra in extras:
+        if not _EXTRA.match(extra):
+            raise RenderError(f"--extra {extra!r}: not an extra name")
+    named = f"forewarn[{','.join(extras)}]" if extras else "forewarn"
+    return f"{named} @ {source}"
 
 
 def env_file(pairs: Sequence[str], option: str) -> str:
@@ -129,17 +148,35 @@ def render(
 
 
 def parser() -> argparse.ArgumentParser:
-    version = project_version()
     p = argparse.ArgumentParser(
-        prog="render.py",
+        prog="forewarn render cloud-init",
         description="Render cloud-init user data that installs and starts forewarn and a "
         "training job.",
+    )
+    add_arguments(p)
+    return p
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--source",
+        required=True,
+        metavar="URL",
+        help="where the new machine installs forewarn from: a wheel or sdist URL, or a git "
+        "URL such as git+https://host/forewarn.git@v0.1.0 (required)",
+    )
+    p.add_argument(
+        "--extra",
+        action="append",
+        metavar="NAME",
+        help="forewarn extra to install (repeatable; default: metrics)",
     )
     p.add_argument(
         "--package",
         action="append",
-        help=f"pip requirement to install in /opt/forewarn/venv (repeatable; default "
-        f"forewarn[metrics]=={version}); a wheel URL or a private index works too",
+        default=[],
+        metavar="REQUIREMENT",
+        help="another pip requirement for /opt/forewarn/venv, e.g. torch (repeatable)",
     )
     p.add_argument(
         "--env",
@@ -168,14 +205,13 @@ def parser() -> argparse.ArgumentParser:
         "--training-unit", default="training.service", help="its unit name (training.service)"
     )
     p.add_argument("-o", "--output", type=Path, help="write here instead of standard output")
-    return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
     try:
+        extras = ["metrics"] if args.extra is None else args.extra
         text = render(
-            packages=args.package or [f"forewarn[metrics]=={project_version()}"],
+            packages=[requirement(args.source, extras), *args.package],
             agent_env=args.env,
             training_env=args.training_env,
             training_user=args.training_user,
@@ -184,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             training_unit_name=args.training_unit,
         )
     except RenderError as error:
-        print(f"render.py: {error}", file=sys.stderr)
+        print(f"forewarn render cloud-init: {error}", file=sys.stderr)
         return 2
     if args.output is None:
         sys.stdout.write(text)
@@ -193,5 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+__all__ = ["RenderError", "add_arguments", "main", "render", "requirement", "run"]

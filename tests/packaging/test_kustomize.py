@@ -1,0 +1,217 @@
+"""The kustomize overlays render with `kubectl kustomize`, pass the Kubernetes schemas in
+strict mode, and every container runs as Pod Security "restricted" asks, with resource
+requests; the one exception (the DaemonSet's root init container for a hostPath) is named."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kustomize_render import COMPONENTS, KUSTOMIZE, OVERLAYS, containers, render
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBERNETES_VERSION = "1.32.0"
+# The agent's uid and group in the image (Dockerfile) and in every manifest.
+AGENT_UID = 10001
+# (overlay, container) pairs allowed to run outside "restricted", and why.
+EXCEPTIONS = {
+    ("daemonset", "runtime-dir"): "chowns the hostPath socket directory: only root can",
+}
+# Kinds outside the Kubernetes schemas (CRDs), checked by `check_custom` instead.
+CUSTOM_KINDS = {"ServiceMonitor"}
+
+
+def restricted_violations(pod: dict[str, Any], container: dict[str, Any]) -> list[str]:
+    """What Pod Security "restricted" (plus this project's read-only root and resource
+    requests) finds wrong with one container."""
+    context = container.get("securityContext", {})
+    pod_context = pod.get("securityContext", {})
+    found = []
+    if not context.get("runAsNonRoot", pod_context.get("runAsNonRoot")):
+        found.append("runAsNonRoot is not true")
+    if context.get("runAsUser", pod_context.get("runAsUser")) == 0:
+        found.append("runs as uid 0")
+    if context.get("allowPrivilegeEscalation") is not False:
+        found.append("allowPrivilegeEscalation is not false")
+    if "ALL" not in context.get("capabilities", {}).get("drop", []):
+        found.append("capabilities do not drop ALL")
+    if set(context.get("capabilities", {}).get("add", [])) - {"NET_BIND_SERVICE"}:
+        found.append("adds capabilities")
+    seccomp = context.get("seccompProfile", pod_context.get("seccompProfile", {}))
+    if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+        found.append("no RuntimeDefault seccompProfile")
+    if context.get("privileged"):
+        found.append("privileged")
+    if context.get("readOnlyRootFilesystem") is not True:
+        found.append("root file system is writable")
+    requests = container.get("resources", {}).get("requests", {})
+    if not {"cpu", "memory"} <= set(requests):
+        found.append("no cpu and memory requests")
+    return found
+
+
+def check_custom(resource: dict[str, Any]) -> None:
+    assert resource["apiVersion"] == "monitoring.coreos.com/v1"
+    spec = resource["spec"]
+    assert set(spec) == {"selector", "endpoints"}
+    assert spec["selector"]["matchLabels"]
+    for endpoint in spec["endpoints"]:
+        assert set(endpoint) <= {"port", "path", "interval"} and endpoint["port"]
+
+
+@pytest.mark.parametrize(
+    ("overlay", "components"),
+    [(overlay, ()) for overlay in OVERLAYS] + [(overlay, COMPONENTS) for overlay in OVERLAYS],
+    ids=lambda value: "+".join(value) if isinstance(value, tuple) else value,
+)
+def test_overlay_renders_and_passes_the_schemas_strictly(
+    overlay: str, components: tuple[str, ...], tmp_path: Path
+):
+    resources = render(overlay, components, tmp_path)
+    kinds = {resource["kind"] for resource in resources}
+    assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap"} <= kinds
+    for resource in resources:
+        if resource["kind"] in CUSTOM_KINDS:
+            check_custom(resource)
+            continue
+        kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
+
+
+def test_strict_validation_catches_a_misspelled_field():
+    bad = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x"},
+        "dataa": {"a": "b"},
+    }
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_container_is_restricted_and_requests_resources(overlay: str, tmp_path: Path):
+    checked = 0
+    for resource in render(overlay, COMPONENTS, tmp_path):
+        for pod, container in containers(resource):
+            checked += 1
+            found = restricted_violations(pod, container)
+            if (overlay, container["name"]) in EXCEPTIONS:
+                assert found, f"{container['name']} is an exception it no longer needs"
+                assert not [f for f in found if "requests" in f or "writable" in f]
+                continue
+            assert found == [], f"{overlay}/{container['name']}: {found}"
+    assert checked >= 2
+
+
+def test_the_check_fails_a_container_without_the_restricted_context():
+    pod = {"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}
+    container = {"name": "x", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
+    assert set(restricted_violations(pod, container)) == {
+        "runAsNonRoot is not true",
+        "allowPrivilegeEscalation is not false",
+        "capabilities do not drop ALL",
+        "root file system is writable",
+    }
+    container["securityContext"] = {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
+    assert restricted_violations(pod, container) == []
+    del container["resources"]
+    assert restricted_violations(pod, container) == ["no cpu and memory requests"]
+
+
+def agent_containers(resources: list[Any]) -> list[dict[str, Any]]:
+    return [
+        container
+        for resource in resources
+        for _, container in containers(resource)
+        if container["name"] == "forewarn"
+    ]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_one_uid_and_one_image_setting_for_every_agent(overlay: str, tmp_path: Path):
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f"USER {AGENT_UID}:{AGENT_UID}" in dockerfile
+    assert f"--uid {AGENT_UID}" in dockerfile
+    image = yaml.safe_load((KUSTOMIZE / "components" / "image" / "kustomization.yaml").read_text())
+    forewarn = next(entry for entry in image["images"] if entry["name"] == "forewarn")
+    expected = f"{forewarn['newName']}:{forewarn['newTag']}"
+    resources = render(overlay)
+    agents = agent_containers(resources)
+    assert agents
+    for container in agents:
+        assert container["securityContext"]["runAsUser"] == AGENT_UID
+        assert container["securityContext"]["runAsGroup"] == AGENT_UID
+        assert container["image"] == expected
+        assert container["envFrom"] == [
+            {"configMapRef": {"name": container["envFrom"][0]["configMapRef"]["name"]}}
+        ]
+    # No image is named anywhere but through the image component.
+    for path in KUSTOMIZE.rglob("*.yaml"):
+        if path.parent.name != "image":
+            for found in re.findall(r"image:\s*(\S+)", path.read_text()):
+                assert found in ("forewarn", "trainer"), f"{path}: image {found}"
+
+
+def test_daemonset_is_node_critical_and_shares_a_host_socket_directory(tmp_path: Path):
+    resources = render("daemonset")
+    daemonset = next(r for r in resources if r["kind"] == "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "system-node-critical"
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["forewarn-run"]["hostPath"]["path"] == "/run/forewarn"
+    namespace = next(r for r in resources if r["kind"] == "Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
+
+
+def test_sidecar_shares_its_sockets_with_a_non_root_training_container(tmp_path: Path):
+    resources = render("sidecar-job")
+    job = next(r for r in resources if r["kind"] == "Job")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["securityContext"]["fsGroup"] == AGENT_UID
+    train = next(c for c in pod["containers"] if c["name"] == "train")
+    assert train["securityContext"]["runAsUser"] != 0
+    mounts = {m["mountPath"] for m in train["volumeMounts"]}
+    assert "/run/forewarn" in mounts
+    assert not any("hostPath" in volume for volume in pod["volumes"])
+
+
+@pytest.mark.parametrize(
+    ("component", "verb"),
+    [("notifications", ("events.k8s.io", "events", "create")), ("cordon", ("", "nodes", "patch"))],
+)
+def test_permissions_come_only_with_their_component(
+    component: str, verb: tuple[str, str, str], tmp_path: Path
+):
+    def grants(resources: list[Any]) -> set[tuple[str, str, str]]:
+        return {
+            (group, kind, action)
+            for resource in resources
+            if resource["kind"] == "ClusterRole"
+            for rule in resource["rules"]
+            for group, kind, action in itertools.product(
+                rule["apiGroups"], rule["resources"], rule["verbs"]
+            )
+        }
+
+    for overlay in OVERLAYS:
+        assert verb not in grants(render(overlay))
+        enabled = render(overlay, (component,), tmp_path / f"{overlay}-{component}")
+        assert verb in grants(enabled)
+        bindings = [r for r in enabled if r["kind"] == "ClusterRoleBinding"]
+        service_accounts = {r["metadata"]["name"] for r in enabled if r["kind"] == "ServiceAccount"}
+        for binding in bindings:
+            for subject in binding["subjects"]:
+                assert subject["name"] in service_accounts
+                assert subject["namespace"] == binding.get("metadata", {}).get(
+                    "namespace", subject["namespace"]
+                )
