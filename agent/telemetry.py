@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,7 +61,9 @@ class TelemetryWriter:
         self._failed: set[str] = set()
 
     def write(self, kind: str, fields: dict[str, Any]) -> None:
-        record = {"v": FORMAT_VERSION, "at": format_time(utcnow()), "kind": kind, **fields}
+        # JSON has no Infinity or NaN: a non-finite figure is recorded as unknown (null).
+        finite = {key: _finite_or_none(value) for key, value in fields.items()}
+        record = {"v": FORMAT_VERSION, "at": format_time(utcnow()), "kind": kind, **finite}
         line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +95,10 @@ class TelemetryWriter:
         if kind not in self._failed:
             self._failed.add(kind)
             log.warning("telemetry: cannot write %s: %s", self.path, error)
+
+
+def _finite_or_none(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _notice_fields(notice: Notice) -> dict[str, Any]:
@@ -145,12 +152,20 @@ class TelemetryFormatError(ValueError):
     """A telemetry file that cannot be read; the text names the file and line."""
 
 
+class _NonFinite(Exception):
+    """Python's json reads Infinity, -Infinity and NaN, which no figure may be."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
 def read_records(path: Path, keep: int = KEEP) -> Iterator[dict[str, Any]]:
     """Every record of `path` and its rotated predecessors, oldest first.
 
-    A line that is not a JSON object raises TelemetryFormatError naming file and line; an
-    unfinished last line (a writer killed mid-way on a filesystem without atomic appends) is
-    skipped.
+    A line that is not a JSON object, or holds Infinity or NaN, raises TelemetryFormatError
+    naming file and line; an unfinished last line (a writer killed mid-way on a filesystem
+    without atomic appends) is skipped.
     """
     for file in rotated_paths(path, keep):
         if not file.is_file():
@@ -161,7 +176,11 @@ def read_records(path: Path, keep: int = KEEP) -> Iterator[dict[str, Any]]:
             if not raw.strip():
                 continue
             try:
-                record = json.loads(raw)
+                record = json.loads(raw, parse_constant=_refuse_constant)
+            except _NonFinite as constant:
+                raise TelemetryFormatError(
+                    f"{file}:{number}: {constant} is not a finite number"
+                ) from None
             except ValueError:
                 if number == len(lines):
                     continue

@@ -9,9 +9,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from .hashing import Buffer, StreamHasher
+from .hashing import Buffer, StreamHasher, digest_stream
 
 OnDone = Callable[[int, str], None]
+# Told the bytes done so far, as a transfer goes.
+Progress = Callable[[int], None]
 
 
 class ObjectWriter(io.BufferedIOBase):
@@ -128,9 +130,25 @@ class Backend(ABC):
         """The object's path on a local filesystem, when the backend has one."""
         return None
 
-    @abstractmethod
-    def download(self, key: str, destination: Path) -> None:
-        """Copy one object to a local file."""
+    def download(self, key: str, destination: Path, like: str, progress: Progress | None) -> str:
+        """Copy one object to a local file, hashing it while copying: returns its checksum in
+        the scheme `like` names. `progress(bytes_done)` is called as bytes arrive."""
+        done = 0
+
+        def write(chunk: Buffer) -> None:
+            nonlocal done
+            handle.write(chunk)
+            done += memoryview(chunk).nbytes
+            if progress is not None:
+                progress(done)
+
+        with self.open_read(key) as stream, open(destination, "wb") as handle:
+            return digest_stream(stream, like, write)[1]
+
+    def abort_stale_uploads(self, keep_prefix: str | None) -> int:
+        """Abort unfinished uploads left by killed writers, except under `keep_prefix` (the
+        generation being written now); returns how many. Nothing to do on most backends."""
+        return 0
 
     def close(self) -> None:  # noqa: B027 - only some backends hold resources
         """Release threads and connections."""

@@ -229,10 +229,26 @@ class CommitProtocol:
         self.backend.put_small(f"{request.name}/{MANIFEST}", raw)
         marker = CommitMarker.for_manifest(request.step, raw)
         self.backend.put_small(f"{request.name}/{COMMIT}", marker.encode())
-        hinted = read_latest_hint(self.backend)
-        if hinted is None or hinted <= request.step:
-            self.backend.put_small(LATEST, encode_latest(request.step))
+        self._move_hint(request.step)
         return manifest
+
+    def _move_hint(self, step: int) -> None:
+        # The generation is committed once its marker is written: LATEST is only a hint
+        # (latest() never trusts it), so failing to write it (a full disk, a throttled
+        # request) must not report a committed generation as failed, which would make a
+        # retry of the same step raise GenerationExistsError. The next commit moves it.
+        try:
+            hinted = read_latest_hint(self.backend)
+            if hinted is None or hinted <= step:
+                self.backend.put_small(LATEST, encode_latest(step))
+        except Exception as exc:
+            log.warning(
+                "forewarn: checkpoint %s is committed in %s but the LATEST hint was not "
+                "written: %s",
+                generation_name(step),
+                self.backend.url,
+                exc,
+            )
 
 
 def _now() -> str:

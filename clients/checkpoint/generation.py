@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -105,26 +106,56 @@ class Generation:
             )
         return path
 
-    def get_file(self, name: str, destination: str | os.PathLike[str]) -> Path:
-        """Copy one file to `destination` (a concurrent ranged download on S3)."""
-        self._entry(name)
+    def get_file(
+        self, name: str, destination: str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> Path:
+        """Copy one file to `destination`, verified: the bytes go to a temp file beside it,
+        are checked against the manifest (size and checksum), and only then renamed into
+        place; corrupt bytes raise `CorruptGenerationError` and leave nothing behind.
+        `progress(bytes_done, bytes_total)` is called as bytes arrive."""
+        entry = self._entry(name)
         target = Path(destination)
-        self.backend.download(f"{self.name}/{name}", target)
+        temp = target.with_name(f".{target.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
+
+        def arrived(done: int) -> None:
+            if progress is not None:
+                progress(done, entry.size)
+
+        try:
+            checksum = self.backend.download(f"{self.name}/{name}", temp, entry.checksum, arrived)
+            size = temp.stat().st_size
+            if size != entry.size or checksum != entry.checksum:
+                raise CorruptGenerationError(
+                    self.name, [f"{name} does not match its checksum (nothing was copied)"]
+                )
+            os.replace(temp, target)
+        finally:
+            temp.unlink(missing_ok=True)
         return target
 
-    def get_dir(self, prefix: str, destination: str | os.PathLike[str]) -> list[Path]:
-        """Copy every file under `prefix/` ('' for all) into `destination`, keeping the tree."""
+    def get_dir(
+        self, prefix: str, destination: str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> list[Path]:
+        """Copy every file under `prefix/` ('' for all) into `destination`, keeping the tree;
+        each file verified as in `get_file`. `progress` counts over all the files."""
         base = prefix.strip("/")
         target = Path(destination)
+        names = [name for name in sorted(self.files) if not base or name.startswith(base + "/")]
+        if not names:
+            raise FileNotFoundError(f"{self.name} has no files under {prefix!r}")
+        total = sum(self.files[name].size for name in names)
+        finished = 0
+
+        def arrived(done: int, _size: int) -> None:
+            if progress is not None:
+                progress(finished + done, total)
+
         copied = []
-        for name in sorted(self.files):
-            if base and not name.startswith(base + "/"):
-                continue
+        for name in names:
             path = target / (name[len(base) + 1 :] if base else name)
             path.parent.mkdir(parents=True, exist_ok=True)
-            copied.append(self.get_file(name, path))
-        if not copied:
-            raise FileNotFoundError(f"{self.name} has no files under {prefix!r}")
+            copied.append(self.get_file(name, path, progress=arrived))
+            finished += self.files[name].size
         return copied
 
     def verify(self, *, checksums: bool = True) -> Verification:
@@ -161,6 +192,9 @@ def check_generation(
                 problems.append(f"{entry.name} does not match its checksum")
     return generation, problems
 
+
+# Told (bytes done, bytes total) as a copy goes.
+Progress = Callable[[int, int], None]
 
 # Told when a writer is done, committed (True) or not: the store's bookkeeping and retention.
 OnEnd = Callable[["GenerationWriter", bool], None]
@@ -226,28 +260,47 @@ class GenerationWriter:
             stream.write(data)
         return self._entries[name]
 
-    def put_file(self, name: str, source: str | os.PathLike[str]) -> FileEntry:
-        """Copy a local file in, streaming."""
+    def put_file(
+        self, name: str, source: str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> FileEntry:
+        """Copy a local file in, streaming; `progress(bytes_done, bytes_total)` as it goes."""
         with open(source, "rb") as handle, self.open(name) as stream:
+            total = os.fstat(handle.fileno()).st_size
+            done = 0
             while True:
                 chunk = handle.read(READ_CHUNK)
                 if not chunk:
                     break
                 stream.write(chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(done, max(total, done))
         return self._entries[name]
 
-    def put_dir(self, prefix: str, source: str | os.PathLike[str]) -> list[FileEntry]:
+    def put_dir(
+        self, prefix: str, source: str | os.PathLike[str], *, progress: Progress | None = None
+    ) -> list[FileEntry]:
         """Copy a local directory's files in under `prefix/` (for writers that want a path,
-        such as `save_pretrained(dir)` or torch.distributed.checkpoint)."""
+        such as `save_pretrained(dir)` or torch.distributed.checkpoint); `progress` counts
+        over all the files."""
         root = Path(source)
         if not root.is_dir():
             raise NotADirectoryError(f"put_dir: {root} is not a directory")
         base = check_file_name(prefix.strip("/")) if prefix.strip("/") else ""
+        paths = [path for path in sorted(root.rglob("*")) if path.is_file()]
+        total = sum(path.stat().st_size for path in paths)
+        finished = 0
+
+        def sent(done: int, _size: int) -> None:
+            if progress is not None:
+                progress(finished + done, max(total, finished + done))
+
         entries = []
-        for path in sorted(root.rglob("*")):
-            if path.is_file():
-                relative = path.relative_to(root).as_posix()
-                entries.append(self.put_file(f"{base}/{relative}" if base else relative, path))
+        for path in paths:
+            relative = path.relative_to(root).as_posix()
+            name = f"{base}/{relative}" if base else relative
+            entries.append(self.put_file(name, path, progress=sent))
+            finished += entries[-1].size
         return entries
 
     def _check_writable(self) -> None:

@@ -86,15 +86,21 @@ def new_hash(checksum: str) -> Any:
     return hashlib.new(algorithm)
 
 
-def digest_stream(stream: IO[bytes], like: str = ALGORITHM + ":") -> tuple[int, str]:
-    """Read `stream` to its end: (size, checksum in the scheme `like` names)."""
+def digest_stream(
+    stream: IO[bytes],
+    like: str = ALGORITHM + ":",
+    write: Callable[[Buffer], object] | None = None,
+) -> tuple[int, str]:
+    """Read `stream` to its end: (size, checksum in the scheme `like` names). `write`, when
+    given, gets every chunk too (a copy hashed while it is made)."""
+    sink = write or _ignore
     if like.split(":", 1)[0] == BLOCKS:
         hasher = StreamHasher()
         while True:
             block = stream.read(BLOCK)
             if not block:
                 break
-            hasher.feed(block, _ignore)
+            hasher.feed(block, sink)
         return hasher.size, hasher.hexdigest()
     plain = new_hash(like)
     size = 0
@@ -104,6 +110,7 @@ def digest_stream(stream: IO[bytes], like: str = ALGORITHM + ":") -> tuple[int, 
             break
         size += len(chunk)
         plain.update(chunk)
+        sink(chunk)
     return size, f"{plain.name}:{plain.hexdigest()}"
 
 

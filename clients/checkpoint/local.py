@@ -180,6 +180,3 @@ class LocalBackend(Backend):
 
     def local_path(self, key: str) -> Path | None:
         return self._path(key)
-
-    def download(self, key: str, destination: Path) -> None:
-        shutil.copyfile(self._path(key), destination)

@@ -17,9 +17,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
-from .backend import Backend, ObjectWriter, OnDone
+from .backend import Backend, ObjectWriter, OnDone, Progress
 from .errors import StoreConfigError
-from .hashing import Buffer
+from .hashing import Buffer, digest_stream
 from .manifest import COMMIT
 
 MIN_PART = 5 << 20  # S3's smallest part but the last
@@ -296,13 +296,44 @@ class S3Backend(Backend):
                     Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
                 )
 
-    def download(self, key: str, destination: Path) -> None:
+    def download(self, key: str, destination: Path, like: str, progress: Progress | None) -> str:
+        # boto3's concurrent ranged download writes the parts out of order, so the file is
+        # hashed once it is complete (from the page cache), before the caller renames it.
         from boto3.s3.transfer import TransferConfig
 
         config = TransferConfig(
             multipart_chunksize=self.part_size, max_concurrency=self.concurrency
         )
-        self.client.download_file(self.bucket, self._key(key), str(destination), Config=config)
+        done = 0
+        lock = threading.Lock()
+
+        def arrived(amount: int) -> None:
+            nonlocal done
+            with lock:
+                done += amount
+                if progress is not None:
+                    progress(done)
+
+        self.client.download_file(
+            self.bucket, self._key(key), str(destination), Config=config, Callback=arrived
+        )
+        with open(destination, "rb") as handle:
+            return digest_stream(handle, like)[1]
+
+    def abort_stale_uploads(self, keep_prefix: str | None) -> int:
+        keep = self._dir(keep_prefix) if keep_prefix is not None else None
+        aborted = 0
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._dir("")):
+            for upload in page.get("Uploads", []):
+                if keep is not None and upload["Key"].startswith(keep):
+                    continue
+                with contextlib.suppress(Exception):  # another cleaner may have won
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
+                    aborted += 1
+        return aborted
 
     def close(self) -> None:
         if self._pool is not None:

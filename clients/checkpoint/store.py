@@ -87,6 +87,7 @@ class CheckpointStore:
             self._backend, timeout=commit_timeout, poll_interval=poll_interval
         )
         self._writing: set[int] = set()
+        self._swept = False
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CheckpointStore:
@@ -169,6 +170,13 @@ class CheckpointStore:
                 self._backend.delete_tree(name)
         elif part_name(ranks.rank) in present:
             self._backend.delete(f"{name}/{part_name(ranks.rank)}")
+        if ranks.rank == 0 and not self._swept:
+            # The first save of this process: no writer of this job can still be uploading
+            # anything but this step (the ranks save in step; an earlier step committed only
+            # once every rank's part, hence its uploads, were in), so whatever else is
+            # unfinished belongs to a killed writer.
+            self._swept = True
+            self.abort_stale_uploads(keep_step=step)
         self._writing.add(step)
         return GenerationWriter(
             self._backend, self._protocol, step, meta, ranks, attempt, self._writer_ended
@@ -202,6 +210,17 @@ class CheckpointStore:
         if committed is None or gen.seconds is None:
             raise CommitError(f"{gen.name} was not committed")
         return FlushResult(gen.seconds, committed)
+
+    def abort_stale_uploads(self, *, keep_step: int | None = None) -> int:
+        """Abort unfinished multipart uploads that killed writers left (S3; nothing on local
+        disk), except those of generation `keep_step`; returns how many. Rank 0's first save
+        in a process does this by itself; call it only when no other writer of this store is
+        saving."""
+        keep = generation_name(keep_step) if keep_step is not None else None
+        aborted = self._backend.abort_stale_uploads(keep)
+        if aborted:
+            log.info("forewarn: aborted %d unfinished uploads in %s", aborted, self.url)
+        return aborted
 
     # -- reading -------------------------------------------------------------------------
 

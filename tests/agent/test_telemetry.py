@@ -164,6 +164,33 @@ def test_reading_skips_an_unfinished_last_line_and_names_a_bad_one(tmp_path: Pat
         list(read_records(path))
 
 
+def test_infinity_in_telemetry_is_named_and_never_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Python's json reads Infinity; `plan` then blamed a --checkpoint flag nobody gave.
+    from forewarn.agent.plan.cli import main as plan_main
+
+    path = tmp_path / FILE_NAME
+    start = json.dumps({"v": 1, "at": "2026-11-30T00:00:00Z", "kind": "start"})
+    ack = '{"v":1,"at":"2026-11-30T01:00:00Z","kind":"ack","flush_seconds":Infinity,'
+    path.write_text(start + "\n" + ack + '"outcome":"saved"}\n' + start + "\n")
+    with pytest.raises(TelemetryFormatError, match=f"{FILE_NAME}:2: Infinity is not a finite"):
+        list(read_records(path))
+    assert plan_main(["--telemetry", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--telemetry" in err and "Infinity is not a finite number" in err
+    assert "--checkpoint" not in err
+
+    # The writer records a non-finite figure as unknown, so it never writes such a line.
+    written = tmp_path / "written" / FILE_NAME
+    TelemetryWriter(written, max_bytes=1 << 20).write(
+        "ack", {"flush_seconds": float("inf"), "step": 3, "restore_seconds": float("nan")}
+    )
+    (record,) = list(read_records(written))
+    assert record["flush_seconds"] is None and record["restore_seconds"] is None
+    assert record["step"] == 3
+
+
 def test_build_observers_follows_the_telemetry_key(tmp_path: Path) -> None:
     on = build_observers(Settings(state_dir=tmp_path))
     assert any(isinstance(o, TelemetryObserver) for o in on)

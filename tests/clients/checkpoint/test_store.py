@@ -328,13 +328,18 @@ def test_directories_go_in_and_come_out(make_store: Any, tmp_path: Path) -> None
     (source / "config.json").write_text("{}")
     (source / "sub" / "weights.bin").write_bytes(payload(3, 5000))
     store = make_store()
+    sent: list[tuple[int, int]] = []
     with store.save(1) as gen:
-        gen.put_dir("hf", source)
+        gen.put_dir("hf", source, progress=lambda done, total: sent.append((done, total)))
         gen.write_bytes("other.bin", b"x")
+    assert sent[-1] == (5002, 5002)
     latest = store.latest(verify="checksums")
     assert latest is not None
     assert sorted(latest.files) == ["hf/config.json", "hf/sub/weights.bin", "other.bin"]
-    copied = latest.get_dir("hf", tmp_path / "restored")
+    got: list[tuple[int, int]] = []
+    copied = latest.get_dir("hf", tmp_path / "restored", progress=lambda d, t: got.append((d, t)))
+    assert got[-1] == (5002, 5002)
+    assert all(done <= total for done, total in got)
     assert len(copied) == 2
     assert (tmp_path / "restored" / "sub" / "weights.bin").read_bytes() == payload(3, 5000)
     with pytest.raises(FileNotFoundError, match="no files under"):

@@ -1,0 +1,169 @@
+"""Bad days for the store (issue 15 item 9): a full disk at the LATEST hint, corrupt bytes
+on the way out, uploads left behind by killed S3 writers."""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from forewarn.clients.checkpoint import (
+    Backend,
+    CheckpointStore,
+    CorruptGenerationError,
+    ObjectWriter,
+    S3Options,
+)
+
+
+class Delegating(Backend):
+    """Wraps another backend (the store's `backend=` seam) so a test can fail one call."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
+        return self.inner.writer(key, on_done)
+
+    def put_small(self, key: str, data: bytes) -> None:
+        self.inner.put_small(key, data)
+
+    def get_small(self, key: str) -> bytes | None:
+        return self.inner.get_small(key)
+
+    def open_read(self, key: str) -> IO[bytes]:
+        return self.inner.open_read(key)
+
+    def list_children(self, prefix: str) -> list[str]:
+        return self.inner.list_children(prefix)
+
+    def list_sizes(self, prefix: str) -> dict[str, int]:
+        return self.inner.list_sizes(prefix)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def delete_tree(self, prefix: str) -> None:
+        self.inner.delete_tree(prefix)
+
+    def make_durable(self, prefix: str) -> None:
+        self.inner.make_durable(prefix)
+
+    def local_path(self, key: str) -> Path | None:
+        return self.inner.local_path(key)
+
+    def download(self, key: str, destination: Path, like: str, progress: Any) -> str:
+        return self.inner.download(key, destination, like, progress)
+
+    def abort_stale_uploads(self, keep_prefix: str | None) -> int:
+        return self.inner.abort_stale_uploads(keep_prefix)
+
+
+class FullDiskAtLatest(Delegating):
+    """The disk fills up just after COMMIT: writing LATEST fails with ENOSPC."""
+
+    full = True
+
+    def put_small(self, key: str, data: bytes) -> None:
+        if key == "LATEST" and self.full:
+            raise OSError(errno.ENOSPC, "No space left on device", key)
+        super().put_small(key, data)
+
+
+def test_a_full_disk_at_latest_does_not_fail_a_committed_generation(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = FullDiskAtLatest(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    result = store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
+    # Committed, and reported as committed: nobody retries a save that succeeded.
+    assert result.generation.step == 1
+    assert "LATEST hint was not written" in caplog.text
+    assert store.latest_hint() is None
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.read_bytes("model.bin") == b"weights-1"
+    # Space is back: the next commit moves the hint on.
+    backend.full = False
+    store.flush(2, lambda gen: gen.write_bytes("model.bin", b"weights-2"))
+    assert store.latest_hint() == 2
+
+
+def test_get_file_and_get_dir_refuse_corrupt_bytes(make_store: Any, tmp_path: Path) -> None:
+    store = make_store()
+    data = os.urandom(100_000)
+    with store.save(1) as gen:
+        gen.write_bytes("dir/model.bin", data)
+        gen.write_bytes("dir/config.json", b"{}")
+    generation = store.latest()
+    key = "step-000000000001/dir/model.bin"
+    with store.backend.open_read(key) as stream:
+        good = stream.read()
+    store.backend.put_small(key, good[:500] + bytes([good[500] ^ 0x01]) + good[501:])
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(CorruptGenerationError, match=r"dir/model\.bin does not match"):
+        generation.get_file("dir/model.bin", out / "model.bin")
+    with pytest.raises(CorruptGenerationError, match=r"dir/model\.bin does not match"):
+        generation.get_dir("dir", out / "tree")
+    # Nothing corrupt was handed over, and no temp file stays behind.
+    assert not (out / "model.bin").exists()
+    assert not (out / "tree" / "model.bin").exists()
+    assert [p.name for p in out.rglob("*") if p.is_file()] == ["config.json"]
+
+    store.backend.put_small(key, good)
+    done: list[tuple[int, int]] = []
+    generation.get_file(
+        "dir/model.bin", out / "model.bin", progress=lambda d, t: done.append((d, t))
+    )
+    assert (out / "model.bin").read_bytes() == data
+    assert done and done[-1] == (len(data), len(data))
+
+
+def _killed_writer(url: str, endpoint: str) -> None:
+    store = CheckpointStore(url, s3=S3Options(part_size=5 << 20, endpoint_url=endpoint))
+    gen = store.save(7)
+    stream = gen.open("model.bin")
+    stream.write(os.urandom(6 << 20))  # one part sent: the multipart upload exists
+    time.sleep(60)  # killed here, mid-upload
+
+
+def uploads(bucket: str) -> list[str]:
+    import boto3
+
+    reply = boto3.client("s3").list_multipart_uploads(Bucket=bucket)
+    return sorted(upload["Key"] for upload in reply.get("Uploads", []))
+
+
+def test_a_killed_s3_writers_upload_is_aborted_by_the_next_save(
+    bucket: str, s3_env: dict[str, str]
+) -> None:
+    import boto3
+
+    url = f"s3://{bucket}/run"
+    context = multiprocessing.get_context("fork")
+    process = context.Process(target=_killed_writer, args=(url, s3_env["AWS_ENDPOINT_URL"]))
+    process.start()
+    deadline = time.monotonic() + 60
+    while not uploads(bucket) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.pid is not None
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(10)
+    assert uploads(bucket) == ["run/step-000000000007/model.bin"]
+    # Another rank of this job may be uploading into the step being saved: that one stays.
+    boto3.client("s3").create_multipart_upload(Bucket=bucket, Key="run/step-000000000009/x")
+
+    store = CheckpointStore(url)
+    assert uploads(bucket) == ["run/step-000000000007/model.bin", "run/step-000000000009/x"]
+    with store.save(9) as gen:  # the first save of a restarted job
+        gen.write_bytes("model.bin", b"resumed")
+    assert uploads(bucket) == ["run/step-000000000009/x"]
+    assert store.abort_stale_uploads() == 1
+    assert uploads(bucket) == []
