@@ -51,6 +51,16 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_agent_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--agent-timeout",
+        type=_duration("--agent-timeout"),
+        default=AGENT_TIMEOUT,
+        help=f"exit {NO_AGENT_EXIT} when no heartbeat arrives for this long "
+        f"(default {AGENT_TIMEOUT:g}s; 0 waits forever)",
+    )
+
+
 def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
     try:
         return resolve_endpoints(
@@ -163,38 +173,84 @@ def describe(notice: dict[str, Any]) -> str:
     )
 
 
-def _subscribe(events: str, heartbeats: bool = False) -> Any:
+# `wait` and `watch` exit with this code when no agent is heard (no heartbeat or notice within
+# --agent-timeout): a script or unit that waits on a dead socket fails instead of hanging.
+NO_AGENT_EXIT = 3
+AGENT_TIMEOUT = 5.0
+
+
+def _subscribe(events: str) -> Any:
+    """A SUB on notices and heartbeats: the heartbeats tell a quiet agent from no agent."""
     import zmq
 
     sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SUBSCRIBE, TOPIC_HEARTBEAT.encode())
     sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
-    if heartbeats:
-        sock.setsockopt(zmq.SUBSCRIBE, TOPIC_HEARTBEAT.encode())
     sock.connect(events)
     return sock
 
 
+class _AgentSilence:
+    """Tracks the last sign of life; `gone()` once --agent-timeout passes without one."""
+
+    def __init__(self, command: str, events: str, timeout: float) -> None:
+        self.command = command
+        self.events = events
+        self.timeout = timeout
+        self.last = time.monotonic()
+        self.heard = False
+
+    def alive(self) -> None:
+        self.last = time.monotonic()
+        self.heard = True
+
+    def left(self) -> float:
+        return self.last + self.timeout - time.monotonic() if self.timeout else 1.0
+
+    def gone(self) -> bool:
+        if not self.timeout or self.left() > 0:
+            return False
+        what = "lost the agent" if self.heard else "no agent"
+        print(
+            f"forewarn {self.command}: {what} on {self.events}: no heartbeat within "
+            f"{self.timeout:g}s (is `forewarn agent` running?)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return True
+
+
+def _poll_ms(deadline: float | None, silence: _AgentSilence) -> int:
+    left = min(1.0, max(0.0, silence.left()))
+    if deadline is not None:
+        left = min(left, max(0.0, deadline - time.monotonic()))
+    return max(1, int(left * 1000))
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     events, _ = _endpoints(args)
-    sock = _subscribe(events, heartbeats=args.heartbeats)
+    sock = _subscribe(events)
+    silence = _AgentSilence("watch", events, args.agent_timeout)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     seen = 0
     try:
         while args.count is None or seen < args.count:
-            wait_ms = 1000
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return 1
-                wait_ms = int(min(1.0, left) * 1000)
-            if not sock.poll(wait_ms):
+            if deadline is not None and time.monotonic() >= deadline:
+                return 1
+            if silence.gone():
+                return NO_AGENT_EXIT
+            if not sock.poll(_poll_ms(deadline, silence)):
                 continue
             topic, payload = sock.recv_multipart()
+            silence.alive()
             message = json.loads(payload)
+            heartbeat = topic.decode() == TOPIC_HEARTBEAT
+            if heartbeat and not args.heartbeats:
+                continue
             if args.json:
                 print(json.dumps({"topic": topic.decode(), **message}), flush=True)
-            elif topic.decode() == TOPIC_HEARTBEAT:
+            elif heartbeat:
                 print(
                     f"{message['sent_at']}  heartbeat  agent {message['agent']} "
                     f"active {len(message['active'])}",
@@ -216,22 +272,24 @@ def cmd_wait(args: argparse.Namespace) -> int:
     events, _ = _endpoints(args)
     accepted = {"drain": ("drain", "terminate"), "terminate": ("terminate",)}[args.wait_for]
     sock = _subscribe(events)
+    silence = _AgentSilence("wait", events, args.agent_timeout)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     try:
         while True:
-            wait_ms = 1000
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    print(
-                        f"forewarn wait: no {args.wait_for} within {args.timeout:g}s",
-                        file=sys.stderr,
-                    )
-                    return 1
-                wait_ms = int(min(1.0, left) * 1000)
-            if not sock.poll(wait_ms):
+            if deadline is not None and time.monotonic() >= deadline:
+                print(
+                    f"forewarn wait: no {args.wait_for} within {args.timeout:g}s",
+                    file=sys.stderr,
+                )
+                return 1
+            if silence.gone():
+                return NO_AGENT_EXIT
+            if not sock.poll(_poll_ms(deadline, silence)):
                 continue
-            _, payload = sock.recv_multipart()
+            topic, payload = sock.recv_multipart()
+            silence.alive()
+            if topic.decode() != TOPIC_NOTICE:
+                continue
             notice = json.loads(payload)
             if notice.get("action") in accepted:
                 print(json.dumps(notice) if args.json else describe(notice), flush=True)
@@ -385,6 +443,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     watch.add_argument("--heartbeats", action="store_true", help="print heartbeats too")
     watch.add_argument("--count", type=int, help="exit after this many notices")
     watch.add_argument("--timeout", type=_duration("--timeout"), help="exit 1 after this long")
+    _add_agent_timeout(watch)
     _add_endpoint_flags(watch)
     watch.set_defaults(func=cmd_watch)
 
@@ -402,6 +461,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="give up after this long and exit 1 (default: never)",
     )
     wait.add_argument("--json", action="store_true", help="print the notice as JSON")
+    _add_agent_timeout(wait)
     _add_endpoint_flags(wait)
     wait.set_defaults(func=cmd_wait)
 

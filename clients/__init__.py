@@ -6,5 +6,6 @@ Importing this package loads neither httpx, pydantic, the cloud SDKs nor the age
 from .event import Event
 from .guard import CheckpointGuard, SaveResult
 from .notices import Notices
+from .workers import worker_init_fn
 
-__all__ = ["CheckpointGuard", "Event", "Notices", "SaveResult"]
+__all__ = ["CheckpointGuard", "Event", "Notices", "SaveResult", "worker_init_fn"]

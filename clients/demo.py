@@ -70,6 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=400, help="train until this step")
     parser.add_argument("--step-time", type=float, default=0.02, help="seconds per step")
     parser.add_argument("--every-steps", type=int, default=None, help="periodic checkpoints")
+    parser.add_argument(
+        "--exit-margin",
+        type=float,
+        default=30.0,
+        help="seconds before the deadline of a terminate inherited from before the start at "
+        "which to save and exit (default 30)",
+    )
     args = parser.parse_args(argv)
     store = CheckpointStore(args.dir, keep=3)
 
@@ -84,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         verified="checksums" if generation else None,
     )
 
-    guard = CheckpointGuard(every_steps=args.every_steps, store=store)
+    guard = CheckpointGuard(every_steps=args.every_steps, store=store, exit_margin=args.exit_margin)
     if guard.notices is not None:
         guard.notices.add_listener(
             lambda event: say("notice", action=event.action, id=event.id, reason=event.reason)

@@ -8,6 +8,8 @@ It merges the layers of the field's best practice:
 
 `due(step)` costs two attribute reads unless something is pending: background threads (the
 notice subscriber and a ticker) and the signal handler set the flag, the loop reads it.
+`due_in_eval(step)` is the same question asked from inside an evaluation, validation or
+prediction loop, where only an exit is worth interrupting for.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ log = logging.getLogger("forewarn.clients")
 
 FLAG_NAME = "checkpoint-now"
 TICK_SECONDS = 0.25
+# A terminate that was in force before this job started (see `_on_event`) makes it save and exit
+# this long before the notice's deadline, or twice the slowest flush seen if that is longer.
+INHERITED_EXIT_MARGIN = 30.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +78,7 @@ class CheckpointGuard:
         heartbeat_timeout: float = 3.0,
         agree: bool | RankAgreement | None = None,
         agree_every: int = DEFAULT_AGREE_EVERY,
+        exit_margin: float = INHERITED_EXIT_MARGIN,
     ) -> None:
         if every_steps is not None and every_steps <= 0:
             raise ValueError(f"every_steps must be a positive number of steps, got {every_steps}")
@@ -114,7 +120,17 @@ class CheckpointGuard:
         self._due_since: float | None = None
         self._last_save = time.monotonic()
         self._started = self._last_save
+        self._started_wall = process_started()
         self.last_result: SaveResult | None = None
+        # The step whose state is already durable (a save, or the resume point): a save asked
+        # for at that step again has nothing new to write.
+        self.durable_step: int | None = None
+        self.exit_margin = exit_margin
+        self._slowest_flush = 0.0
+        self._events: dict[str, Event] = {}  # the notices that asked for the pending save
+        # Terminates in force before this job started: id -> deadline (monotonic), or None.
+        self._inherited: dict[str, float | None] = {}
+        self._eval_calls = 0
 
         if flag_file == "default":
             self.flag_file: Path | None = runtime_dir() / FLAG_NAME
@@ -160,7 +176,9 @@ class CheckpointGuard:
     # The training loop's side.
 
     def due(self, step: int) -> bool:
-        """Whether to save at this step. Two attribute reads unless something is pending."""
+        """Whether to save at this step. Two attribute reads unless something is pending.
+
+        Call it after every training step on every rank, with the same step numbers."""
         if self._wake or step >= self._next_step:
             if self._due_since is None:
                 self._due_since = time.monotonic()
@@ -190,13 +208,48 @@ class CheckpointGuard:
             self._due_since = time.monotonic()
         return True
 
+    def due_in_eval(self, step: int) -> bool:
+        """Whether to save now, asked from inside an evaluation, validation or prediction loop
+        (once per batch); `step` is the last training step, whose state the save holds.
+
+        Only an exit (terminate, SIGTERM/SIGINT, `request(exit=True)`) interrupts an
+        evaluation: drains and periodic saves wait for the next `due`. With rank agreement
+        every rank must make the same number of calls (a DistributedSampler pads every rank to
+        the same number of batches); the ranks agree every `agree_every` calls. A loop that
+        runs on one rank only reads `should_exit` instead, which involves no other rank."""
+        if self.agreement is None:
+            if self._exit:
+                if self._due_since is None:
+                    self._due_since = time.monotonic()
+                return True
+            return False
+        self._eval_calls += 1
+        if self._eval_calls % self.agreement.every:
+            return False
+        _, exit_now = self.agreement.decide(self._exit, self._exit)
+        if not exit_now:
+            return False
+        with self._lock:
+            if not self._exit:
+                self._pending.setdefault("peer", None)
+            self._exit = True
+            self._wake = True
+        if self._due_since is None:
+            self._due_since = time.monotonic()
+        return True
+
     @property
     def should_exit(self) -> bool:
+        """True once this process was asked to exit (terminate, signal, `request(exit=True)`).
+        A plain attribute read: safe in any loop, involves no other rank."""
         return self._exit
 
-    def saved(self, step: int, seconds: float | None = None) -> SaveResult:
+    def saved(
+        self, step: int, seconds: float | None = None, *, where: str | None = None
+    ) -> SaveResult:
         """Record a save at `step` (taking `seconds`, else the time since `due` said so), ack
-        the agent, and say whether to exit."""
+        the agent (from a background thread: this never waits for the agent), and say whether
+        to exit. `where` names the checkpoint (a path or URL) in the exit log line."""
         now = time.monotonic()
         if seconds is None and self._due_since is not None:
             seconds = now - self._due_since
@@ -206,10 +259,16 @@ class CheckpointGuard:
             notice_ids = tuple(sorted(self._notice_ids))
             self._notice_ids.clear()
             self._handled.update(notice_ids)
+            events = [
+                self._events.pop(notice_id) for notice_id in notice_ids if notice_id in self._events
+            ]
             self._wake = False
             exit_now = self._exit
         if step >= self._next_step:
             reasons.setdefault("periodic", None)
+        if seconds is not None:
+            self._slowest_flush = max(self._slowest_flush, seconds)
+        self.durable_step = step
         if self.adaptive is not None and seconds is not None:
             self.adaptive.record_flush(seconds)
             self.every_seconds = self.adaptive.seconds
@@ -224,21 +283,29 @@ class CheckpointGuard:
                 self.notices.ack(notice_id, step=step, flush_seconds=seconds)
         result = SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds)
         self.last_result = result
-        log.info(
-            "forewarn: saved at step %d (%s)%s",
-            step,
-            ", ".join(result.reasons) or "requested",
-            "; exiting" if exit_now else "",
-        )
+        if exit_now:
+            log.warning("forewarn: %s", exit_line(step, reasons, events, where))
+        else:
+            log.info(
+                "forewarn: saved at step %d (%s)",
+                step,
+                ", ".join(result.reasons) or "requested",
+            )
         return result
 
     def save(self, step: int, write: Callable[[Any], object]) -> SaveResult:
         """Save and record it. With a `store`, `write(gen)` fills a new generation that the
         store commits (files, manifest, marker, LATEST) and the flush seconds are the store's;
         without one, `write(step)` is the user's own save, timed here."""
+        if step == self.durable_step:
+            # Already durable (the resume point, or a save a moment ago): nothing new to write.
+            # This is the answer to an exit asked for before the first step ended.
+            where = self.store.url if self.store is not None else None
+            return self.saved(step, 0.0, where=f"{where} (already there)" if where else None)
         if self.store is not None:
             flushed = self.store.flush(step, write)
-            result = self.saved(step, flushed.seconds)
+            where = f"{self.store.url}/{flushed.generation.name}"
+            result = self.saved(step, flushed.seconds, where=where)
             result = replace(result, generation=flushed.generation)
             self.last_result = result
             return result
@@ -249,7 +316,9 @@ class CheckpointGuard:
     def resumed(
         self, step: int, *, restore_seconds: float | None = None, steps_lost: int | None = None
     ) -> None:
-        """Report a resume to the agent (telemetry: restore time and steps lost)."""
+        """Report a resume to the agent (telemetry: restore time and steps lost). The resumed
+        step counts as durable: a save asked for before any step has run writes nothing."""
+        self.durable_step = step
         if self.notices is not None:
             # Just started: give the subscriber a moment to hear the agent's heartbeat.
             deadline = time.monotonic() + 1.5
@@ -295,22 +364,80 @@ class CheckpointGuard:
             with self._lock:
                 self._pending["drain"] = event.id
                 self._notice_ids.add(event.id)
+                self._events[event.id] = event
                 self._wake = True
         elif event.action == "terminate":
+            if event.noticed_at.timestamp() < self._started_wall:
+                self._inherit(event)
+                return
             with self._lock:
+                self._inherited.pop(event.id, None)
                 self._pending["terminate"] = event.id
                 self._notice_ids.add(event.id)
+                self._events[event.id] = event
                 self._exit = True
                 self._wake = True
+        elif event.action == "clear":
+            with self._lock:
+                self._inherited.pop(event.id, None)
+
+    def _inherit(self, event: Event) -> None:
+        """A terminate that was in force before this job started. It was sent to (and acted
+        on by) whatever ran before, so it does not make this job exit at once: the job trains,
+        and saves and exits `exit_margin` before the notice's deadline. Without a deadline, or
+        with one already past, it asks nothing of this job. A notice raised after the start, a
+        signal, or the same notice changed by the agent still acts at once."""
+        if event.id in self._inherited:
+            return
+        left = event.seconds_left
+        if left is not None and left > 0:
+            self._inherited[event.id] = time.monotonic() + left
+            plan = (
+                f"this job saves and exits {self.exit_margin:g}s before its deadline "
+                f"({left:.0f}s away)"
+            )
+        else:
+            self._inherited[event.id] = None
+            plan = (
+                "its deadline is " + ("past" if left is not None else "unknown") + "; it is ignored"
+            )
+        self._events[event.id] = event
+        log.warning(
+            "forewarn: terminate %s from %s was already in force when this job started "
+            "(noticed %s); it does not stop this job at once: %s",
+            event.id,
+            event.provider,
+            event.noticed_at.isoformat(),
+            plan,
+        )
+
+    def _check_inherited(self) -> None:
+        if not self._inherited or self._exit:
+            return
+        margin = max(self.exit_margin, 2 * self._slowest_flush)
+        now = time.monotonic()
+        for notice_id, deadline in list(self._inherited.items()):
+            if deadline is not None and deadline - now <= margin:
+                with self._lock:
+                    self._inherited.pop(notice_id, None)
+                    self._pending["terminate"] = notice_id
+                    self._notice_ids.add(notice_id)
+                    self._exit = True
+                    self._wake = True
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
         if self._exit and "signal" in self._pending:
-            # A second signal while the first is pending: the user insists; let it through.
+            if signum == signal.SIGTERM:
+                # Platforms send SIGTERM more than once: systemd's KillMode=control-group hits
+                # every process and torchrun forwards its own copy to each rank's group. A
+                # repeat is not a person insisting; the platform's SIGKILL follows anyway.
+                return
+            # A second Ctrl-C while the first is pending: the user insists; let it through.
             previous = self._previous_handlers.get(signum, signal.SIG_DFL)
             signal.signal(signum, previous)
             os.kill(os.getpid(), signum)
             return
-        name = signal.Signals(signum).name
         self._pending["signal"] = name
         self._exit = True
         self._wake = True
@@ -339,6 +466,7 @@ class CheckpointGuard:
                     self._pending.setdefault("periodic", None)
                     self._wake = True
             self._check_flag()
+            self._check_inherited()
 
     def _check_flag(self) -> None:
         flag = self.flag_file
@@ -351,4 +479,34 @@ class CheckpointGuard:
                 self._wake = True
 
 
-__all__ = ["CheckpointGuard", "SaveResult"]
+def process_started() -> float:
+    """When this process started (wall clock), from /proc on Linux; now elsewhere. A notice
+    raised while the job loaded its model is the job's own, not an inherited one."""
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        with open("/proc/uptime") as uptime:
+            up = float(uptime.read().split()[0])
+        ticks = os.sysconf("SC_CLK_TCK")
+        return time.time() - (up - int(fields[19]) / ticks)
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
+def exit_line(
+    step: int, reasons: dict[str, str | None], events: list[Event], where: str | None
+) -> str:
+    """The one line a process logs when it exits on a notice or signal: which notice, from
+    which provider, at which step, and where the checkpoint went."""
+    if events:
+        causes = ", ".join(
+            f"{event.action} {event.id} from {event.provider} ({event.reason})" for event in events
+        )
+    elif "signal" in reasons:
+        causes = f"{reasons['signal']}"
+    else:
+        causes = ", ".join(reasons) or "a request"
+    return f"exiting at step {step} on {causes}; checkpoint {where or 'saved by the caller'}"
+
+
+__all__ = ["CheckpointGuard", "SaveResult", "exit_line"]

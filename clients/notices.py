@@ -1,13 +1,18 @@
 """`Notices`: the agent's events, read on a background thread.
 
 The training thread only reads plain attributes (`active`, `latest`, `alive`): no syscall and
-no socket call per step. It works without a running agent, and says so once.
+no socket call per step. Acks go out on a sender thread of their own, so a control socket that
+does not answer never stalls training. It works without a running agent, says so once, and
+picks the agent up (with its replay of active notices) whenever it comes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
+import queue
 import socket
 import threading
 import time
@@ -28,6 +33,9 @@ from .event import Event
 log = logging.getLogger("forewarn.clients")
 
 POLL_MS = 200
+# Acks waiting for a slow or absent control socket; beyond this the oldest are dropped (an ack
+# is telemetry and escalation input, never worth unbounded memory in a training process).
+ACK_BACKLOG = 64
 
 
 def _client_id() -> str:
@@ -66,6 +74,11 @@ class Notices:
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._acks: queue.Queue[tuple[dict[str, Any], float] | None] = queue.Queue()
+        self._sender: threading.Thread | None = None
+        self._acks_dropped = 0
+        self._ack_failing = False
+        self._close_by = math.inf
         if start:
             self.start()
 
@@ -105,8 +118,13 @@ class Notices:
         restore_seconds: float | None = None,
         steps_lost: int | None = None,
         timeout: float = 1.0,
+        wait: bool = False,
     ) -> bool:
-        """Tell the agent about a flush (or a resume). False when no agent answered."""
+        """Tell the agent about a flush (or a resume).
+
+        By default the ack is handed to a sender thread and this returns at once: True when it
+        was queued for a live agent, False when no agent is alive. With `wait=True` it is sent
+        here and True means the agent accepted it (waiting up to `timeout` seconds)."""
         if not self.alive:
             return False
         payload: dict[str, Any] = {"op": "ack", "client": self.client_id, "outcome": outcome}
@@ -119,18 +137,58 @@ class Notices:
         ):
             if value is not None:
                 payload[key] = value
+        if not wait:
+            self._queue_ack(payload, timeout)
+            return True
+        return self._send_ack(payload, timeout)
+
+    def _queue_ack(self, payload: dict[str, Any], timeout: float) -> None:
+        if self._acks.qsize() >= ACK_BACKLOG:
+            with contextlib.suppress(queue.Empty):
+                self._acks.get_nowait()
+            self._acks_dropped += 1
+            if self._acks_dropped == 1:
+                log.warning(
+                    "forewarn: the agent on %s does not take acks; dropping the oldest",
+                    self.control,
+                )
+        self._acks.put((payload, timeout))
+        if self._sender is None:
+            self._sender = threading.Thread(
+                target=self._send_acks, name="forewarn-acks", daemon=True
+            )
+            self._sender.start()
+
+    def _send_acks(self) -> None:
+        while True:
+            item = self._acks.get()
+            if item is None or (self._stop.is_set() and time.monotonic() > self._close_by):
+                return  # closed, and the queued acks had their time
+            self._send_ack(*item)
+
+    def _send_ack(self, payload: dict[str, Any], timeout: float) -> bool:
         try:
             reply = request(self.control, payload, timeout)
-        except (TimeoutError, OSError) as error:
-            log.warning("forewarn: ack to %s failed: %s", self.control, error)
+        except (TimeoutError, OSError, ValueError) as error:
+            if not self._ack_failing:  # once per outage, not once per ack
+                log.warning("forewarn: ack to %s failed: %s", self.control, error)
+            self._ack_failing = True
             return False
+        self._ack_failing = False
         if not reply.get("ok"):
             log.warning("forewarn: the agent refused an ack: %s", reply.get("error"))
             return False
         return True
 
-    def close(self) -> None:
+    def close(self, ack_timeout: float = 1.0) -> None:
+        """Stop the threads; acks still queued get up to `ack_timeout` seconds to go out (a
+        job that exits right after its final save still tells the agent)."""
+        self._close_by = time.monotonic() + ack_timeout
         self._stop.set()
+        if self._sender is not None:
+            self._acks.put(None)
+            self._sender.join(timeout=ack_timeout)
+            self._sender = None
         if self._thread is not None:
             self._thread.join(timeout=2)
             self._thread = None

@@ -7,9 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from forewarn.protocol.timefmt import format_time, utcnow
 from support import AgentProcess
 
 
@@ -155,3 +157,69 @@ def test_resume_continues_from_the_saved_step(tmp_path: Path, env: dict[str, str
     resumed = again.until("resumed")
     assert resumed["step"] == saved["step"] and resumed["state"] == saved["state"]
     assert again.finish()[0] == 0
+
+
+def test_two_sigterms_at_once_still_give_one_save_then_exit_0(tmp_path: Path) -> None:
+    """systemd's control-group kill and torchrun's forwarding each send a SIGTERM: the
+    second must not kill the process before its save."""
+    with AgentProcess(tmp_path) as agent:
+        run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.05")
+        run.until("step", step=5)
+        run.proc.send_signal(signal.SIGTERM)
+        run.proc.send_signal(signal.SIGTERM)
+        code, err = run.finish()
+        assert code == 0, err
+        assert [s["reasons"] for s in run.saves()] == [["signal"]]
+
+
+def test_exit_on_a_notice_logs_one_line_with_notice_provider_step_and_place(
+    tmp_path: Path,
+) -> None:
+    with AgentProcess(tmp_path) as agent:
+        run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
+        run.until("step", step=5)
+        notice = agent.control({"op": "notify", "action": "terminate", "id": "local/going"})
+        saved = run.until("saved")
+        code, err = run.finish()
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "exiting at step" in line]
+    assert len(lines) == 1, err
+    step = saved["step"]
+    assert f"exiting at step {step} on terminate {notice['notice']['id']} from local" in lines[0]
+    assert f"step-{step:012d}" in lines[0] and str(tmp_path / "ckpt") in lines[0], lines[0]
+
+
+def test_a_terminate_in_force_before_the_job_started_does_not_stop_it_at_once(
+    tmp_path: Path,
+) -> None:
+    with AgentProcess(tmp_path) as agent:
+        agent.control({"op": "notify", "action": "terminate", "id": "local/old"})
+        run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
+        run.until("step", step=150)  # 1.5 s and more: it trains
+        assert run.saves() == []
+        agent.control({"op": "notify", "action": "terminate", "id": "local/new"})
+        saved = run.until("saved")
+        code, err = run.finish()
+    assert code == 0, err
+    assert saved["exit"] and saved["reasons"] == ["terminate"]
+    said = [line for line in err.splitlines() if "already in force" in line]
+    assert len(said) == 1 and "local/old" in said[0], err
+
+
+def test_an_inherited_terminate_with_a_deadline_exits_a_margin_before_it(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        deadline = format_time(utcnow() + timedelta(seconds=60))
+        reply = agent.control({"op": "notify", "action": "terminate", "deadline": deadline})
+        assert reply["ok"], reply
+        run = Training(
+            agent.env,
+            tmp_path / "ckpt",
+            *("--steps", "100000", "--step-time", "0.01", "--exit-margin", "57"),
+        )
+        first = run.until("step", step=1)
+        saved = run.until("saved", timeout=20)
+        code, err = run.finish()
+    assert code == 0, err
+    assert saved["exit"] and saved["reasons"] == ["terminate"]
+    # About three seconds of training: the deadline minus the margin, not at once.
+    assert saved["t"] - first["t"] > 1.5, (saved, first)

@@ -85,3 +85,30 @@ def test_saves_through_a_checkpoint_store_and_times_the_commit(tmp_path) -> None
     assert latest is not None and latest.step == 30 and latest.read_bytes("w") == b"x" * 30
     assert store.steps() == [20, 30]  # keep=2
     guard.close()
+
+
+def test_due_in_eval_interrupts_only_for_an_exit() -> None:
+    guard = quiet_guard(every_steps=5)
+    guard.request("drain")
+    assert not guard.due_in_eval(3), "a drain waits for the next training step"
+    guard.request("signal", exit=True)
+    assert guard.due_in_eval(3) and guard.should_exit
+    assert guard.saved(3).exit
+    guard.close()
+
+
+def test_an_exit_before_the_first_step_writes_nothing_new(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from forewarn.clients.checkpoint import CheckpointStore
+
+    store = CheckpointStore(tmp_path / "store")
+    with store.save(7) as gen:
+        gen.write_bytes("x", b"state at 7")
+    guard = quiet_guard(store=store)
+    guard.resumed(7)
+    guard.request("signal", exit=True)
+    writes: list[int] = []
+    assert guard.due(7)
+    result = guard.save(7, lambda gen: writes.append(gen.step))
+    assert result.exit and writes == [] and result.flush_seconds == 0.0
+    assert store.steps() == [7]
+    guard.close()

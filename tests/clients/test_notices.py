@@ -52,3 +52,90 @@ def test_importing_the_client_loads_no_agent_runtime() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+class SilentControlAgent:
+    """An agent whose events socket beats but whose control socket never answers (the hung
+    control task of issue 15): real ZeroMQ sockets on ipc."""
+
+    def __init__(self, directory: Path) -> None:
+        import threading
+
+        import zmq
+
+        self.events = f"ipc://{directory}/events"
+        self.control = f"ipc://{directory}/control"
+        context = zmq.Context.instance()
+        self.pub = context.socket(zmq.XPUB)
+        self.pub.bind(self.events)
+        self.rep = context.socket(zmq.REP)
+        self.rep.bind(self.control)  # bound, never read
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, daemon=True)
+        self.thread.start()
+
+    def _beat(self) -> None:
+        import json
+
+        seq = 0
+        while not self.stop.wait(0.2):
+            seq += 1
+            beat = {"v": 1, "seq": seq, "agent": "silent", "providers": ["local"], "active": []}
+            self.pub.send_multipart([b"heartbeat", json.dumps(beat).encode()])
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.pub.close(linger=0)
+        self.rep.close(linger=0)
+
+
+def test_saved_never_waits_for_a_control_socket_that_does_not_answer(tmp_path: Path) -> None:
+    from forewarn.clients import CheckpointGuard
+
+    agent = SilentControlAgent(tmp_path)
+    notices = Notices(agent.events, agent.control, heartbeat_timeout=2)
+    guard = CheckpointGuard(notices=notices, handle_signals=False, flag_file=None)
+    try:
+        assert wait_for(lambda: notices.alive)
+        took = []
+        for step in range(1, 6):  # five saves, five acks to a control that never answers
+            guard.request("drain")
+            assert guard.due(step)
+            started = time.monotonic()
+            guard.saved(step, 0.01)
+            took.append(time.monotonic() - started)
+        assert max(took) < 0.1, took
+    finally:
+        guard.close()
+        started = time.monotonic()
+        notices.close(ack_timeout=0.5)
+        assert time.monotonic() - started < 2.5, "close gives queued acks a bounded time"
+        agent.close()
+
+
+def test_no_agent_is_logged_once_and_a_late_agent_is_picked_up_with_its_replay(
+    tmp_path: Path, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    first = AgentProcess(tmp_path).start()
+    first.control({"op": "notify", "action": "drain", "id": "local/kept"})
+    first.stop()  # the manual notice is kept in the state file
+    caplog.set_level(logging.INFO, logger="forewarn.clients")
+    notices = Notices(first.events, first.control_endpoint, heartbeat_timeout=1.0)
+    try:
+        time.sleep(2.5)  # past the heartbeat timeout, with no agent
+        assert not notices.alive and notices.active == {}
+        again = AgentProcess(tmp_path, env=first.env).start()
+        try:
+            assert wait_for(lambda: "local/kept" in notices.active, timeout=10), (
+                "the agent's replay reaches a client that started before it"
+            )
+            assert notices.alive
+        finally:
+            again.stop()
+    finally:
+        notices.close()
+    said = [r.getMessage() for r in caplog.records if "no agent on" in r.getMessage()]
+    assert len(said) == 1, said

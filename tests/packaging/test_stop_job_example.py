@@ -1,0 +1,85 @@
+"""`packaging/examples/stop-job-on-terminate.service`: its ExecStart line, run as written, stops
+the job on a terminate and fails visibly (non-zero, naming the socket) without an agent."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from support import AgentProcess, agent_env
+
+UNIT = (
+    Path(__file__).resolve().parents[2] / "packaging" / "examples" / "stop-job-on-terminate.service"
+)
+
+
+def exec_start() -> list[str]:
+    lines = [line for line in UNIT.read_text().splitlines() if line.startswith("ExecStart=")]
+    assert len(lines) == 1, lines
+    return shlex.split(lines[0].removeprefix("ExecStart="))
+
+
+def stand_ins(tmp_path: Path) -> tuple[str, Path]:
+    """A PATH on which `forewarn` is this checkout's CLI and `systemctl` records its arguments
+    (the unit looks both up on its PATH)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "systemctl-calls"
+    (bin_dir / "forewarn").write_text(
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m forewarn.agent.cli "$@"\n'
+    )
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(calls))}\n')
+    for program in bin_dir.iterdir():
+        program.chmod(0o755)
+    return f"{bin_dir}:/usr/bin:/bin", calls
+
+
+def test_exec_start_stops_the_job_on_a_terminate(tmp_path: Path) -> None:
+    path, calls = stand_ins(tmp_path)
+    env = agent_env(tmp_path, PATH=path)
+    with AgentProcess(tmp_path, env=env) as agent:
+        unit = subprocess.Popen(exec_start(), env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            with agent.subscriber(("heartbeat",)) as sub:
+                sub.recv(10)  # the agent is publishing; the unit's wait is subscribing
+            time.sleep(0.5)
+            assert unit.poll() is None, "it waits while the agent is quiet"
+            agent.control({"op": "notify", "action": "terminate"})
+            assert unit.wait(15) == 0, unit.stderr.read() if unit.stderr else ""
+        finally:
+            if unit.poll() is None:
+                unit.kill()
+                unit.wait()
+    assert calls.read_text().split() == ["stop", "--no-block", "batch-job.service"]
+
+
+def test_exec_start_fails_visibly_without_an_agent(tmp_path: Path) -> None:
+    path, calls = stand_ins(tmp_path)
+    env = agent_env(tmp_path, PATH=path)
+    started = time.monotonic()
+    done = subprocess.run(exec_start(), env=env, capture_output=True, text=True, timeout=30)
+    took = time.monotonic() - started
+    assert done.returncode == 3, done.stderr
+    assert took < 15, f"it took {took:.1f}s to give up"
+    socket = f"ipc://{env['FOREWARN_RUNTIME_DIR']}/events"
+    assert socket in done.stderr and "no agent" in done.stderr, done.stderr
+    assert not calls.exists(), "no agent is not a terminate: the job must not be stopped"
+
+
+def test_the_example_units_pass_systemd_analyze_verify(
+    tmp_path: Path, tool: Callable[[str], str]
+) -> None:
+    analyze = tool("systemd-analyze")
+    copy = tmp_path / UNIT.name
+    copy.write_text(UNIT.read_text())
+    job = tmp_path / "batch-job.service"
+    job.write_text("[Service]\nExecStart=/bin/true\n")
+    result = subprocess.run(
+        [analyze, "verify", str(copy)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    ours = [line for line in (result.stdout + result.stderr).splitlines() if UNIT.name in line]
+    assert ours == [], "\n".join(ours)
