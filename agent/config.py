@@ -31,6 +31,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from .notifications.settings import WebhookSettings
+
 DEFAULT_CONFIG_FILE = Path("/etc/forewarn/forewarn.toml")
 SYSTEM_STATE_DIR = Path("/var/lib/forewarn")
 
@@ -106,6 +108,7 @@ class Settings(BaseSettings):
     azure: AzureSettings = Field(default_factory=AzureSettings)
     digitalocean: DigitalOceanSettings = Field(default_factory=DigitalOceanSettings)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
 
     @field_validator("providers", mode="before")
     @classmethod
@@ -217,7 +220,9 @@ def _describe(error: ValidationError) -> str:
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "(config)"
         value = item.get("input")
-        shown = f" (got {value!r})" if not isinstance(value, dict) else ""
+        # A webhook URL or a password may be the secret itself: never echo it to the journal.
+        secret = any(word in key for word in ("password", "token", "secret", "webhook"))
+        shown = f" (got {value!r})" if not isinstance(value, dict) and not secret else ""
         lines.append(f"config key {key}: {item['msg']}{shown}")
     return "; ".join(lines)
 

@@ -88,7 +88,31 @@ def build_observers(settings: Settings) -> list[Observer]:
             telemetry_path(settings.resolved_state_dir()), settings.telemetry_max_bytes
         )
         observers.append(TelemetryObserver(writer))
+    observers.extend(build_notifiers(settings))
     return observers
+
+
+def build_notifiers(settings: Settings) -> list[Observer]:
+    """The observers that tell people and the cluster: a webhook, Kubernetes Events."""
+    notifiers: list[Observer] = []
+    url = settings.webhook.resolved_url()
+    if url is not None:
+        from .notifications.webhook import WebhookObserver
+
+        notifiers.append(WebhookObserver(settings.webhook, url))
+    kubernetes = settings.kubernetes
+    if kubernetes.events or kubernetes.cordon:
+        from forewarn.providers.kubernetes.config import ConfigError as KubernetesConfigError
+
+        from .config import ConfigError
+        from .notifications.kubernetes import KubernetesNotifier
+
+        try:
+            notifiers.append(KubernetesNotifier(kubernetes))
+        except KubernetesConfigError as error:
+            # Bad settings stop the agent at start (exit 2), not at the first notice.
+            raise ConfigError(f"kubernetes.events/kubernetes.cordon: {error}") from None
+    return notifiers
 
 
 def _metrics_service(host: str, port: int) -> Observer:

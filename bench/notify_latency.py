@@ -44,8 +44,8 @@ def _collect(poller: zmq.Poller, expected: int, timeout: float) -> list[tuple[fl
     return arrivals
 
 
-def through_agent(count: int, notices: int) -> list[float]:
-    env, work = agent_env()
+def through_agent(count: int, notices: int, **env_extra: str) -> list[float]:
+    env, work = agent_env(**env_extra)
     proc = start_agent(env, "--provider", "local")
     context = zmq.Context()
     try:

@@ -71,6 +71,23 @@ class Settings(EndpointSettings):
         description="Ceiling, in seconds, of the backoff between failed connections.",
     )
 
+    events: bool = Field(
+        default=False,
+        description="Create a Kubernetes Event (events.k8s.io/v1) on the Node, and on the Pod "
+        "when POD_NAME and POD_NAMESPACE are set, for every published notice. Needs "
+        "`create` on events (packaging/kubernetes/components/notifications).",
+    )
+    events_namespace: str = Field(
+        default="default",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description="Namespace of the Events about the Node (kubectl looks in `default`).",
+    )
+    cordon: bool = Field(
+        default=False,
+        description="Cordon the node (spec.unschedulable) when a terminate is published. "
+        "Needs `patch` on nodes (packaging/kubernetes/components/cordon).",
+    )
+
     @field_validator("taints", mode="before")
     @classmethod
     def _split_taints(cls, value: Any) -> Any:

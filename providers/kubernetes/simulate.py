@@ -11,6 +11,10 @@
   and `forewarn drill kubernetes` send). Cordoning adds the `node.kubernetes.io/unschedulable`
   taint, as the node lifecycle controller does.
 - With a token set, requests without `Authorization: Bearer <token>` get 401.
+- `POST /apis/events.k8s.io/v1/namespaces/<ns>/events`: an Event, checked for the fields the
+  API server requires (422 otherwise), kept in `GET /_sim/state` under `events`.
+- With grants (`--grant VERB:RESOURCE`), only those verbs pass, as RBAC would; the rest get
+  the API server's 403 Forbidden.
 
 Control API kinds (`POST /_sim/notices {"kind": ...}`), with the id each returns:
 
@@ -99,8 +103,14 @@ class KubernetesSimulator(Simulator):
         max_watch_seconds: float = 60.0,
         bookmark_interval: float = 5.0,
         gone_as: str = "stream",
+        grants: frozenset[str] | None = None,
     ) -> None:
         super().__init__()
+        # RBAC, as far as the agent meets it: None grants everything; otherwise only the
+        # listed "verb:resource" pairs (e.g. "patch:nodes", "create:events") pass, and the
+        # rest get the API server's 403.
+        self.grants = grants
+        self.events: list[dict[str, Any]] = []
         if gone_as not in ("stream", "status"):
             raise ValueError("gone_as must be 'stream' or 'status'")
         self.node_name = node
@@ -116,7 +126,14 @@ class KubernetesSimulator(Simulator):
         self.expire_generation = 0  # bumped to end open watches with a 410
         self.open_watches = 0
         self.watch_log: list[dict[str, Any]] = []
-        self.counts = {"lists": 0, "watches": 0, "unauthorized": 0, "gone": 0, "bookmarks": 0}
+        self.counts = {
+            "lists": 0,
+            "watches": 0,
+            "unauthorized": 0,
+            "gone": 0,
+            "bookmarks": 0,
+            "forbidden": 0,
+        }
         self.closed = False
         self.node: dict[str, Any] | None = None
         self._commit("ADDED", self._fresh_node())
@@ -329,6 +346,7 @@ class KubernetesSimulator(Simulator):
             "token_required": self.token is not None,
             "open_watches": self.open_watches,
             "watch_log": self.watch_log[-50:],
+            "events": self.events[-200:],
             **self.counts,
         }
 
@@ -345,12 +363,18 @@ class KubernetesSimulator(Simulator):
         path = request.path.rstrip("/")
         if path == "/version":
             return SimResponse.json({"major": "1", "minor": "31", "gitVersion": "v1.31.0-sim"})
-        if not path.startswith("/api/v1/nodes"):
+        events = path.startswith(EVENTS_PREFIX)
+        if not path.startswith("/api/v1/nodes") and not events:
             return SimResponse.json(_status(404, "NotFound", f"no route {request.path}"), 404)
         if self.token is not None and request.header("Authorization") != f"Bearer {self.token}":
             with self.lock:
                 self.counts["unauthorized"] += 1
             return SimResponse.json(_status(401, "Unauthorized", "Unauthorized"), 401)
+        refused = self._refuse(request.method, "events" if events else "nodes", request)
+        if refused is not None:
+            return refused
+        if events:
+            return self._create_event(path, request)
         if path == "/api/v1/nodes" and request.method == "GET":
             matches = self._selector_matches(request.param("fieldSelector"))
             if request.param("watch") in ("1", "true"):
@@ -365,6 +389,58 @@ class KubernetesSimulator(Simulator):
         return SimResponse.json(
             _status(405, "MethodNotAllowed", f"{request.method} {request.path}"), 405
         )
+
+    def _refuse(self, method: str, resource: str, request: SimRequest) -> SimResponse | None:
+        """The 403 the API server gives an identity without the verb on the resource."""
+        if self.grants is None:
+            return None
+        verb = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update"}.get(
+            method, method.lower()
+        )
+        if verb == "get" and request.param("watch") in ("1", "true"):
+            verb = "watch"
+        elif verb == "get" and request.path.rstrip("/") == "/api/v1/nodes":
+            verb = "list"
+        if f"{verb}:{resource}" in self.grants:
+            return None
+        with self.lock:
+            self.counts["forbidden"] += 1
+        group = "events.k8s.io" if resource == "events" else ""
+        message = (
+            f'{resource} is forbidden: User "system:serviceaccount:forewarn:forewarn" cannot '
+            f'{verb} resource "{resource}" in API group "{group}"'
+        )
+        return SimResponse.json(_status(403, "Forbidden", message), 403)
+
+    def _create_event(self, path: str, request: SimRequest) -> SimResponse:
+        """POST /apis/events.k8s.io/v1/namespaces/<ns>/events, checked as the API server
+        checks the fields the agent sends."""
+        namespace, _, rest = path[len(EVENTS_PREFIX) :].partition("/")
+        if request.method != "POST" or rest != "events" or not namespace:
+            return SimResponse.json(
+                _status(405, "MethodNotAllowed", f"{request.method} {request.path}"), 405
+            )
+        try:
+            event = json.loads(request.body or b"null")
+        except ValueError as error:
+            return SimResponse.json(_status(400, "BadRequest", f"event: {error}"), 400)
+        problems = event_problems(event, namespace)
+        if problems:
+            message = f"Event is invalid: {'; '.join(problems)}"
+            return SimResponse.json(_status(422, "Invalid", message), 422)
+        with self.lock:
+            self.rv += 1
+            stored = {
+                **event,
+                "metadata": {
+                    **event["metadata"],
+                    "name": event["metadata"].get("generateName", "") + f"{self.rv:x}",
+                    "namespace": namespace,
+                    "resourceVersion": str(self.rv),
+                },
+            }
+            self.events.append(stored)
+            return SimResponse.json(stored, 201)
 
     def _selector_matches(self, selector: str | None) -> bool:
         if not selector:
@@ -524,6 +600,36 @@ class KubernetesSimulator(Simulator):
                 self.open_watches -= 1
 
 
+EVENTS_PREFIX = "/apis/events.k8s.io/v1/namespaces/"
+EVENT_REQUIRED = ("eventTime", "reportingController", "reportingInstance", "action", "reason")
+
+
+def event_problems(event: Any, namespace: str) -> list[str]:
+    """What the API server's validation would say of an events.k8s.io/v1 Event."""
+    if not isinstance(event, dict):
+        return ["body must be an object"]
+    problems = []
+    if event.get("apiVersion") != "events.k8s.io/v1" or event.get("kind") != "Event":
+        problems.append("apiVersion/kind must be events.k8s.io/v1 Event")
+    metadata = event.get("metadata")
+    if not isinstance(metadata, dict) or not (metadata.get("name") or metadata.get("generateName")):
+        problems.append("metadata.name or metadata.generateName: Required value")
+    elif metadata.get("namespace", namespace) != namespace:
+        problems.append("metadata.namespace does not match the request")
+    for field_name in EVENT_REQUIRED:
+        if not isinstance(event.get(field_name), str) or not event[field_name]:
+            problems.append(f"{field_name}: Required value")
+    if event.get("type") not in ("Normal", "Warning"):
+        problems.append('type: Unsupported value: must be "Normal" or "Warning"')
+    regarding = event.get("regarding")
+    if not isinstance(regarding, dict) or not regarding.get("kind") or not regarding.get("name"):
+        problems.append("regarding: kind and name are required")
+    note = event.get("note", "")
+    if not isinstance(note, str) or len(note.encode()) > 1024:
+        problems.append("note: must have at most 1024 bytes")
+    return problems
+
+
 def make_simulator(**options: Any) -> KubernetesSimulator:
     return KubernetesSimulator(**options)
 
@@ -552,6 +658,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="how a too-old resourceVersion is refused: an in-stream ERROR (as real servers "
         "do) or an HTTP 410 (default stream)",
     )
+    parser.add_argument(
+        "--grant",
+        action="append",
+        metavar="VERB:RESOURCE",
+        type=_grant,
+        help="answer like RBAC: allow only these (repeatable; e.g. list:nodes, watch:nodes, "
+        "get:nodes, patch:nodes, create:events); others get 403 (default: allow all)",
+    )
+
+
+def _grant(text: str) -> str:
+    verb, sep, resource = text.partition(":")
+    if not sep or verb not in VERBS or resource not in ("nodes", "events"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected VERB:RESOURCE with VERB one of {', '.join(VERBS)} and "
+            "RESOURCE nodes or events"
+        )
+    return text
+
+
+VERBS = ("get", "list", "watch", "patch", "create", "update")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -561,6 +688,7 @@ def run(args: argparse.Namespace) -> int:
         max_watch_seconds=args.max_watch_seconds,
         bookmark_interval=args.bookmark_interval,
         gone_as=args.gone_as,
+        grants=frozenset(args.grant) if args.grant else None,
     )
     hint = f"FOREWARN_KUBERNETES_URL=<url below> FOREWARN_KUBERNETES_NODE_NAME={args.node}"
     if args.token:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,13 @@ from pydantic.fields import FieldInfo
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 # Keys whose value has a required shape; the others get a value from their type.
+# The webhook URL file is read when the configuration loads, so it must exist.
+WEBHOOK_URL_FILE = Path(tempfile.mkdtemp(prefix="forewarn-configdoc-")) / "webhook-url"
+WEBHOOK_URL_FILE.write_text("https://hooks.example.org/forewarn\n")
+
 SHAPED = {
     "providers": "local,aws",
+    "webhook.url_file": str(WEBHOOK_URL_FILE),
     "events": "tcp://127.0.0.1:5999",
     "control": "tcp://127.0.0.1:5998",
     "metrics_address": "127.0.0.1:5997",

@@ -1,0 +1,226 @@
+"""Tell the cluster: a Kubernetes Event for every notice (on the Node, and on the Pod when the
+agent knows it), and optionally a cordon on terminate, as aws-node-termination-handler's
+`emitKubernetesEvents` and `cordonOnly` do.
+
+Requests run in their own task from a bounded queue, so a slow API server never delays the
+event socket. A refusal (403) is logged once with the permission and the kustomize component
+that grants it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from forewarn.providers.backoff import Backoff
+from forewarn.providers.kubernetes.api import cordon_request
+from forewarn.providers.kubernetes.config import Cluster, node_name, resolve
+from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
+
+from ..observers import Observer
+from ..protocol import Notice
+
+log = logging.getLogger("forewarn.kubernetes")
+
+REPORTING_CONTROLLER = "forewarn.dev/agent"
+REQUEST_TIMEOUT = 10.0
+ATTEMPTS = 4
+# What to grant, by request, when the API server refuses it.
+GRANTS = {
+    "event": "create on events.k8s.io events (packaging/kubernetes/components/notifications)",
+    "cordon": "patch on nodes (packaging/kubernetes/components/cordon)",
+}
+
+
+def camel(reason: str) -> str:
+    """`spot-interruption` → `SpotInterruption`, the form Event reasons take."""
+    return "".join(part.capitalize() for part in reason.split("-"))
+
+
+def event_body(
+    notice: Notice,
+    regarding: dict[str, str],
+    namespace: str,
+    instance: str,
+) -> dict[str, Any]:
+    """An events.k8s.io/v1 Event about `regarding` for one notice."""
+    note = f"forewarn: {notice.action} ({notice.reason} from {notice.provider})"
+    if notice.deadline is not None and notice.action != "clear":
+        note += f", deadline {notice.deadline.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    user_note = notice.detail.get("note")
+    if isinstance(user_note, str) and user_note:
+        note += f": {user_note}"
+    note += f" [{notice.id}]"
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"generateName": "forewarn-", "namespace": namespace},
+        # MicroTime: RFC 3339 with microseconds.
+        "eventTime": notice.sent_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": REPORTING_CONTROLLER,
+        "reportingInstance": instance[:128],
+        "action": notice.action.capitalize(),
+        "reason": camel(notice.reason),
+        "type": "Normal" if notice.action == "clear" else "Warning",
+        "regarding": regarding,
+        # The API server limits a note to 1 kB.
+        "note": note[:1024],
+    }
+
+
+class KubernetesNotifier(Observer):
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        env: Mapping[str, str] | None = None,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        env = os.environ if env is None else env
+        self.settings = settings
+        self.cluster: Cluster = resolve(settings, env)
+        self.node = node_name(settings, env)
+        pod, pod_namespace = env.get("POD_NAME", "").strip(), env.get("POD_NAMESPACE", "").strip()
+        self.pod = (pod, pod_namespace) if pod and pod_namespace else None
+        self.instance = f"forewarn-{socket.gethostname()}"
+        self._transport = transport
+        self._queue: collections.deque[Notice] = collections.deque(maxlen=1000)
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._refused: set[str] = set()
+        self._cordoned = False
+        self.created = 0
+        self.failed = 0
+
+    def on_start(self, providers: list[str]) -> None:
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name="kubernetes-notifier")
+        wanted = [
+            w
+            for w, on in (("events", self.settings.events), ("cordon", self.settings.cordon))
+            if on
+        ]
+        log.info("kubernetes: %s for node %s", " and ".join(wanted), self.node)
+
+    def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        self._queue.append(notice)
+        if self._wake is not None:
+            self._wake.set()
+
+    def on_stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def _headers(self, content_type: str = "application/json") -> dict[str, str]:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        token = self.cluster.token()  # read every time: the file rotates
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        async with httpx.AsyncClient(
+            verify=self.cluster.verify,
+            trust_env=False,
+            timeout=REQUEST_TIMEOUT,
+            transport=self._transport,
+        ) as client:
+            while True:
+                while not self._queue:
+                    self._wake.clear()
+                    await self._wake.wait()
+                notice = self._queue.popleft()
+                try:
+                    await self._tell(client, notice)
+                except Exception:
+                    # One bad notice must not end the notifier.
+                    log.exception("kubernetes: could not report %s", notice.id)
+
+    async def _tell(self, client: httpx.AsyncClient, notice: Notice) -> None:
+        if self.settings.cordon and notice.action == "terminate" and not self._cordoned:
+            request = cordon_request(self.cluster, self.node, True)
+            if await self._send(
+                client,
+                "cordon",
+                request["method"],
+                request["url"],
+                request["body"],
+                request["headers"]["Content-Type"],
+            ):
+                self._cordoned = True
+                log.info("kubernetes: cordoned node %s for %s", self.node, notice.id)
+        if not self.settings.events:
+            return
+        node = {"apiVersion": "v1", "kind": "Node", "name": self.node}
+        targets = [(node, self.settings.events_namespace)]
+        if self.pod is not None:
+            name, namespace = self.pod
+            targets.append(
+                (
+                    {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace},
+                    namespace,
+                )
+            )
+        for regarding, namespace in targets:
+            url = (
+                f"{self.cluster.server}/apis/events.k8s.io/v1/namespaces/"
+                f"{quote(namespace, safe='')}/events"
+            )
+            body = event_body(notice, regarding, namespace, self.instance)
+            if await self._send(client, "event", "POST", url, body):
+                self.created += 1
+
+    async def _send(
+        self,
+        client: httpx.AsyncClient,
+        what: str,
+        method: str,
+        url: str,
+        body: dict[str, Any],
+        content_type: str = "application/json",
+    ) -> bool:
+        """One request with retries on errors worth retrying; True when it succeeded."""
+        backoff = Backoff(0.5, 10.0)
+        why = ""
+        for attempt in range(ATTEMPTS):
+            try:
+                response = await client.request(
+                    method, url, json=body, headers=self._headers(content_type)
+                )
+            except httpx.HTTPError as error:
+                why = type(error).__name__
+            else:
+                if response.status_code < 300:
+                    return True
+                why = f"{response.status_code}"
+                if response.status_code in (401, 403):
+                    if what not in self._refused:
+                        self._refused.add(what)
+                        log.error(
+                            "kubernetes: the API server refused the %s (%s): the agent's "
+                            "identity needs %s",
+                            what,
+                            response.status_code,
+                            GRANTS[what],
+                        )
+                    self.failed += 1
+                    return False
+                if response.status_code < 500 and response.status_code != 429:
+                    break
+            if attempt + 1 < ATTEMPTS:
+                await asyncio.sleep(backoff.next())
+        self.failed += 1
+        log.warning("kubernetes: %s failed: %s", what, why)
+        return False
+
+
+__all__ = ["KubernetesNotifier", "camel", "event_body"]

@@ -1,0 +1,121 @@
+"""Settings of the `[webhook]` section (environment `FOREWARN_WEBHOOK_<KEY>`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from forewarn.protocol.timefmt import parse_duration
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class WebhookSettings(BaseModel):
+    """Where to POST each published notice. Off unless `url` or `url_file` is set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(
+        default=None,
+        description="http(s) URL that receives each published notice as a POST. A Slack "
+        "incoming-webhook URL holds its secret: prefer `url_file`, or the environment.",
+    )
+    url_file: Path | None = Field(
+        default=None,
+        description="A file holding the URL (read at start), so the secret stays out of "
+        "the configuration; used when `url` is unset.",
+    )
+    format: Literal["json", "slack"] = Field(
+        default="json",
+        description="`json`: the notice exactly as on the event socket (protocol v1); "
+        '`slack`: a Slack-compatible `{"text": ...}` message.',
+    )
+    timeout: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="How long one delivery attempt may take, connection included (a "
+        "duration such as `5s` or seconds).",
+    )
+    retries: int = Field(
+        default=5,
+        ge=0,
+        le=100,
+        description="Attempts after the first for a notice that failed (connection error, "
+        "timeout, 429 or 5xx), with backoff; other answers are not retried.",
+    )
+    queue: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Notices held for delivery; past it the oldest is dropped (and logged).",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        value = value.strip()
+        check_url(value)
+        return value
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        # Durations read the same here as on the command line: `5s`, `1m`, or seconds.
+        if isinstance(value, str):
+            try:
+                return parse_duration(value)
+            except ValueError:
+                return value
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number of seconds")
+        return value
+
+    @field_validator("url_file")
+    @classmethod
+    def _readable_file(cls, value: Path | None) -> Path | None:
+        # Read now, so a missing or bad file stops the agent at start (exit 2).
+        if value is not None:
+            read_url_file(value)
+        return value
+
+    def resolved_url(self) -> str | None:
+        """The URL to post to, or None when webhooks are off."""
+        if self.url is not None:
+            return self.url
+        if self.url_file is not None:
+            return read_url_file(self.url_file)
+        return None
+
+
+def check_url(url: str) -> None:
+    """ValueError unless `url` is an http(s) URL with a host. The message never contains
+    the URL: its path may be a secret."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host")
+
+
+def read_url_file(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
+    if not text or "\n" in text:
+        raise ValueError(f"{path} must hold one URL on one line")
+    try:
+        check_url(text)
+    except ValueError as error:
+        raise ValueError(f"the URL in {path} {error}") from None
+    return text
+
+
+__all__ = ["WebhookSettings", "check_url", "read_url_file"]

@@ -1,0 +1,178 @@
+"""Deliver each published notice to an HTTP webhook (JSON or a Slack-compatible message).
+
+`on_notice` only appends to a bounded queue: delivery runs in its own task with its own
+timeout and retries, so a slow or hung receiver never delays the event socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+from typing import Any
+
+import httpx
+from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.providers.backoff import Backoff
+
+from ..observers import Observer
+from ..protocol import Notice
+from .settings import WebhookSettings
+
+log = logging.getLogger("forewarn.webhook")
+
+USER_AGENT = "forewarn-webhook/1"
+# Answers worth another try: the receiver is busy or broken, not refusing this message.
+RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def slack_text(notice: Notice, host: str) -> str:
+    """One line a person reads in a channel."""
+    what = {"drain": "checkpoint and continue", "terminate": "checkpoint and exit now"}
+    if notice.action == "clear":
+        head = f"forewarn on {host}: clear ({notice.reason} from {notice.provider})"
+    else:
+        head = (
+            f"forewarn on {host}: {notice.action.upper()} ({notice.reason} from "
+            f"{notice.provider}): {what[notice.action]}"
+        )
+        if notice.deadline is not None:
+            left = (notice.deadline - utcnow()).total_seconds()
+            head += f"; deadline {format_time(notice.deadline)} ({max(0.0, left):.0f} s left)"
+    note = notice.detail.get("note")
+    if isinstance(note, str) and note:
+        head += f"; note: {note[:200]}"
+    return f"{head} [{notice.id}]"
+
+
+def body(notice: Notice, format: str, host: str) -> bytes:
+    if format == "slack":
+        import json
+
+        return json.dumps({"text": slack_text(notice, host)}).encode()
+    return notice.model_dump_json().encode()
+
+
+class WebhookObserver(Observer):
+    def __init__(
+        self,
+        settings: WebhookSettings,
+        url: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self._url = url
+        self._transport = transport
+        self._host = socket.gethostname()
+        self._queue: collections.deque[Notice] = collections.deque(maxlen=settings.queue)
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.delivered = 0
+        self.failed = 0
+        self.dropped = 0
+
+    @property
+    def target(self) -> str:
+        """The receiver as logs may name it: scheme and host, never the path (a secret)."""
+        parts = httpx.URL(self._url)
+        return f"{parts.scheme}://{parts.host}{':' + str(parts.port) if parts.port else ''}"
+
+    def on_start(self, providers: list[str]) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._deliver_all(), name="webhook")
+        self._task.add_done_callback(self._died)
+        log.info("webhook: delivering notices to %s (%s)", self.target, self.settings.format)
+
+    def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        if len(self._queue) == self._queue.maxlen:
+            self.dropped += 1
+            log.warning(
+                "webhook: %d notices wait for %s; dropping the oldest",
+                len(self._queue),
+                self.target,
+            )
+        self._queue.append(notice)
+        if self._wake is not None:
+            self._wake.set()
+
+    def on_stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def _died(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("webhook: delivery stopped: %r", task.exception())
+
+    async def _deliver_all(self) -> None:
+        assert self._wake is not None
+        async with httpx.AsyncClient(
+            timeout=self.settings.timeout,
+            trust_env=False,
+            transport=self._transport,
+            headers={"User-Agent": USER_AGENT, "Content-Type": "application/json"},
+        ) as client:
+            while True:
+                while not self._queue:
+                    self._wake.clear()
+                    await self._wake.wait()
+                notice = self._queue.popleft()
+                await self._deliver(client, notice)
+
+    async def _deliver(self, client: httpx.AsyncClient, notice: Notice) -> None:
+        payload = body(notice, self.settings.format, self._host)
+        backoff = Backoff(0.5, 30.0)
+        for attempt in range(self.settings.retries + 1):
+            outcome = await self._attempt(client, payload)
+            if outcome is None:
+                self.delivered += 1
+                log.info(
+                    "webhook: delivered %s %s to %s",
+                    notice.action,
+                    notice.id,
+                    self.target,
+                    extra={"notice_id": notice.id, "action": notice.action},
+                )
+                return
+            retry, why = outcome
+            if not retry or attempt == self.settings.retries:
+                self.failed += 1
+                log.warning(
+                    "webhook: gave up on %s %s after %d attempt(s): %s",
+                    notice.action,
+                    notice.id,
+                    attempt + 1,
+                    why,
+                    extra={"notice_id": notice.id, "action": notice.action},
+                )
+                return
+            await asyncio.sleep(backoff.next())
+
+    async def _attempt(self, client: httpx.AsyncClient, payload: bytes) -> tuple[bool, str] | None:
+        """None when delivered, else (worth retrying, why). Never raises for the network."""
+        try:
+            # An overall deadline as well: httpx's timeout is per read, so a receiver that
+            # trickles bytes could otherwise hold a delivery for ever.
+            response = await asyncio.wait_for(
+                client.post(self._url, content=payload), self.settings.timeout
+            )
+        except (asyncio.TimeoutError, httpx.TimeoutException):
+            return True, f"{self.target} did not answer within {self.settings.timeout:g}s"
+        except httpx.HTTPError as error:
+            return True, f"{self.target}: {type(error).__name__}"
+        if 200 <= response.status_code < 300:
+            return None
+        why = f"{self.target} answered {response.status_code}"
+        return response.status_code in RETRY_STATUSES, why
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "delivered": self.delivered,
+            "failed": self.failed,
+            "dropped": self.dropped,
+            "queued": len(self._queue),
+        }
+
+
+__all__ = ["WebhookObserver", "body", "slack_text"]

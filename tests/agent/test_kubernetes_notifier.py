@@ -1,0 +1,140 @@
+"""Kubernetes Events and cordon on terminate, from a real agent, against the Kubernetes
+simulator served on loopback, with RBAC-like grants."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from forewarn.agent.notifications.kubernetes import camel
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator, event_problems
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, agent_env, run_forewarn, wait_until
+
+NODE = "gpu-node-7"
+WATCH = frozenset({"get:nodes", "list:nodes", "watch:nodes"})
+
+
+@contextmanager
+def cluster(grants: frozenset[str] | None) -> Iterator[SimServer]:
+    sim = KubernetesSimulator(node=NODE, token="t1", max_watch_seconds=30, grants=grants)
+    with SimServer(sim) as running:
+        yield running
+
+
+def sim_state(server: SimServer) -> dict[str, Any]:
+    return dict(httpx.get(f"{server.url}/_sim/state", trust_env=False, timeout=5).json())
+
+
+def agent(tmp_path: Path, server: SimServer, **settings: str) -> AgentProcess:
+    token = tmp_path / "token"
+    token.write_text("t1")
+    env = agent_env(
+        tmp_path,
+        FOREWARN_KUBERNETES_URL=server.url,
+        FOREWARN_KUBERNETES_NODE_NAME=NODE,
+        FOREWARN_KUBERNETES_TOKEN_FILE=str(token),
+        **settings,
+    )
+    return AgentProcess(tmp_path, providers=("local",), env=env)
+
+
+def test_every_notice_becomes_an_event_on_the_node_and_the_pod(tmp_path: Path):
+    with (
+        cluster(WATCH | {"create:events"}) as server,
+        agent(
+            tmp_path,
+            server,
+            FOREWARN_KUBERNETES_EVENTS="true",
+            POD_NAME="train-0",
+            POD_NAMESPACE="ml",
+        ) as running,
+    ):
+        notice = running.control({"op": "notify", "action": "drain", "note": "drill"})["notice"]
+        running.control({"op": "clear", "id": notice["id"]})
+        wait_until(lambda: len(sim_state(server)["events"]) >= 4, timeout=15)
+        events = sim_state(server)["events"]
+    by_target = {(e["regarding"]["kind"], e["action"]): e for e in events}
+    node_drain = by_target[("Node", "Drain")]
+    assert node_drain["metadata"]["namespace"] == "default"
+    assert node_drain["regarding"]["name"] == NODE
+    assert node_drain["type"] == "Warning" and node_drain["reason"] == "Manual"
+    assert notice["id"] in node_drain["note"] and "drill" in node_drain["note"]
+    pod_drain = by_target[("Pod", "Drain")]
+    assert pod_drain["metadata"]["namespace"] == "ml"
+    assert pod_drain["regarding"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "train-0",
+        "namespace": "ml",
+    }
+    assert by_target[("Node", "Clear")]["type"] == "Normal"
+    assert all(event_problems(event, event["metadata"]["namespace"]) == [] for event in events)
+
+
+def test_terminate_cordons_the_node_once_when_asked(tmp_path: Path):
+    with (
+        cluster(WATCH | {"patch:nodes"}) as server,
+        agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true") as running,
+    ):
+        running.control({"op": "notify", "action": "drain"})
+        running.control({"op": "notify", "action": "terminate"})
+        wait_until(lambda: sim_state(server)["node"]["spec"].get("unschedulable") is True, 15)
+        running.control({"op": "notify", "action": "terminate", "note": "again"})
+        running.control({"op": "status"})
+        assert sim_state(server)["events"] == []
+    assert "cordoned node gpu-node-7" in running.output()
+    assert running.output().count("cordoned node") == 1
+
+
+def test_no_cordon_unless_asked(tmp_path: Path):
+    with (
+        cluster(None) as server,
+        agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as running,
+    ):
+        running.control({"op": "notify", "action": "terminate"})
+        wait_until(lambda: len(sim_state(server)["events"]) >= 1, timeout=15)
+        assert not sim_state(server)["node"]["spec"].get("unschedulable")
+
+
+def test_a_refusal_names_the_missing_permission_and_the_agent_goes_on(tmp_path: Path):
+    with (
+        cluster(WATCH) as server,
+        agent(
+            tmp_path,
+            server,
+            FOREWARN_KUBERNETES_EVENTS="true",
+            FOREWARN_KUBERNETES_CORDON="true",
+        ) as running,
+    ):
+        running.control({"op": "notify", "action": "terminate"})
+        wait_until(lambda: sim_state(server)["forbidden"] >= 2, timeout=15)
+        running.control({"op": "notify", "action": "drain", "note": "still here"})
+        wait_until(lambda: sim_state(server)["forbidden"] >= 3, timeout=15)
+        assert running.control({"op": "status"})["ok"]
+        state = sim_state(server)
+    assert state["events"] == [] and not state["node"]["spec"].get("unschedulable")
+    log = running.output()
+    assert "components/notifications" in log and "components/cordon" in log
+    assert log.count("refused the event") == 1
+
+
+def test_settings_without_a_node_name_exit_2(tmp_path: Path):
+    env = agent_env(tmp_path, FOREWARN_KUBERNETES_EVENTS="true", NODE_NAME="")
+    env.pop("NODE_NAME")
+    env["FOREWARN_KUBERNETES_URL"] = "http://127.0.0.1:9"
+    result = run_forewarn("agent", "--provider", "local", env=env)
+    assert result.returncode == 2
+    assert "NODE_NAME" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [("spot-interruption", "SpotInterruption"), ("manual", "Manual"), ("node-drain", "NodeDrain")],
+)
+def test_event_reasons_are_camel_case(reason: str, expected: str):
+    assert camel(reason) == expected

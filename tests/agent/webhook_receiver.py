@@ -1,0 +1,81 @@
+"""A real HTTP receiver on loopback for the webhook tests: records what arrives, and answers
+from a script (status codes, or a hang)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Received:
+    at: float  # time.time() when the body was read
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class Receiver:
+    url: str
+    # Answers to give, in order; then 200 for ever. An int is a status, a float a hang of
+    # that many seconds (then 200).
+    script: list[int | float] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+    attempts: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                if len(self.received) >= count:
+                    return list(self.received)
+            time.sleep(0.01)
+        raise TimeoutError(f"{len(self.received)} of {count} deliveries within {timeout}s")
+
+
+@contextmanager
+def receiver(script: list[int | float] | None = None) -> Iterator[Receiver]:
+    state = Receiver(url="", script=list(script or []))
+    release = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            raw = self.rfile.read(length)
+            with state.lock:
+                state.attempts += 1
+                answer = state.script.pop(0) if state.script else 200
+            if isinstance(answer, float):
+                release.wait(answer)
+                answer = 200
+            if answer == 200:
+                with state.lock:
+                    state.received.append(
+                        Received(time.time(), self.path, dict(self.headers), json.loads(raw))
+                    )
+            self.send_response(answer)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
