@@ -22,7 +22,7 @@ def receiver(hang: float) -> Iterator[str]:
     release = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if hang:
                 release.wait(hang)
