@@ -1,10 +1,12 @@
 """Checkpoint economics behind `forewarn plan`: how often to checkpoint, what interruptions
-cost, and whether spot capacity pays.
+cost with and without a usable notice, and whether spot capacity pays.
 
-One job per module: `inputs` (the job's timing and prices, validated), `telemetry` (what
-the agent's telemetry measured), `model` (intervals and overhead), `costs` (dollars per
-useful hour), `table` and `plot` (rendering), `cli` (the command). Importing this package
-loads neither the CLI nor matplotlib.
+One job per module: `inputs` (the job's timing and prices, validated), `sizes` (checkpoint
+sizes, bandwidths, the estimate from the parameter count), `telemetry` (what the agent's
+telemetry measured), `model` (intervals, overhead, warnings; the exact model itself is
+`forewarn.clients.overhead`), `costs` (dollars per useful hour), `table` and `plot`
+(rendering), `cli` (the command). Importing this package loads neither the CLI nor
+matplotlib.
 """
 
 from __future__ import annotations
@@ -12,32 +14,36 @@ from __future__ import annotations
 from .costs import Costs, Option, costs, spot_option, steady_option
 from .inputs import HOURS_PER_MONTH, PlanError, Prices, Timing, rate_to_mtbi
 from .model import (
+    DEFAULT_WARN_TAX,
+    RULE_OF_THUMB_TAX,
     Intervals,
-    LostWork,
-    Model,
-    Overhead,
+    Notice,
     checkpoint_tax,
     choose_interval,
     daly_interval,
     interruption_share,
     interval_for_tax,
-    lost_work,
+    notice,
     overhead,
-    periodic_lost_work,
+    overhead_without_notice,
+    recommended_interval,
+    warnings,
     young_interval,
 )
+from .sizes import SizeEstimate, parse_bandwidth, parse_count, parse_size
 from .telemetry import TelemetrySummary, summarize_telemetry
 
 __all__ = [
+    "DEFAULT_WARN_TAX",
     "HOURS_PER_MONTH",
+    "RULE_OF_THUMB_TAX",
     "Costs",
     "Intervals",
-    "LostWork",
-    "Model",
+    "Notice",
     "Option",
-    "Overhead",
     "PlanError",
     "Prices",
+    "SizeEstimate",
     "TelemetrySummary",
     "Timing",
     "checkpoint_tax",
@@ -46,12 +52,17 @@ __all__ = [
     "daly_interval",
     "interruption_share",
     "interval_for_tax",
-    "lost_work",
+    "notice",
     "overhead",
-    "periodic_lost_work",
+    "overhead_without_notice",
+    "parse_bandwidth",
+    "parse_count",
+    "parse_size",
     "rate_to_mtbi",
+    "recommended_interval",
     "spot_option",
     "steady_option",
     "summarize_telemetry",
+    "warnings",
     "young_interval",
 ]

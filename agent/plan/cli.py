@@ -15,18 +15,39 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from forewarn.clients.overhead import DEFAULT_NO_NOTICE_SHARE, Breakdown
 from forewarn.protocol.timefmt import parse_duration
 
 from ..telemetry import FILE_NAME, TelemetryFormatError, read_records, telemetry_path
 from .costs import Costs, costs
 from .inputs import PlanError, Prices, Timing, rate_to_mtbi
-from .model import Intervals, LostWork, Overhead, choose_interval, lost_work, overhead
+from .model import (
+    DEFAULT_WARN_TAX,
+    Intervals,
+    checkpoint_tax,
+    choose_interval,
+    notice,
+    overhead,
+    overhead_without_notice,
+    warnings,
+)
+from .sizes import (
+    OPTIMIZERS,
+    PRECISIONS,
+    SizeEstimate,
+    parse_bandwidth,
+    parse_count,
+    parse_size,
+)
 from .table import seconds_text
 from .telemetry import TelemetrySummary, summarize_telemetry
 
 # Field names used by the model, and the flag a user gives them with.
 FLAGS = {
     "checkpoint_seconds": "--checkpoint",
+    "checkpoint_p95_seconds": "--checkpoint-p95",
+    "no_notice_share": "--no-notice-share",
+    "max_interval_seconds": "--max-interval",
     "mtbi_seconds": "--mtbi",
     "interruptions_per_day": "--interruptions-per-day",
     "restore_seconds": "--restore",
@@ -52,7 +73,6 @@ PRICE_FLAGS = (
     "spot_price",
     "on_demand_price",
     "reserved_price",
-    "checkpoint_gb",
     "storage_price",
     "io_price",
     "fallback_share",
@@ -100,6 +120,16 @@ def _fraction(text: str) -> float:
     return value / 100 if percent else value
 
 
+def _parsed(parse: Any) -> Any:
+    def convert(text: str) -> float:
+        try:
+            return float(parse(text))
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return convert
+
+
 def _count(text: str) -> int:
     try:
         value = int(text)
@@ -119,9 +149,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     if isinstance(getattr(parser, "_negative_number_matcher", None), re.Pattern):
         parser._negative_number_matcher = _NEGATIVE_VALUE
     parser.description = (
-        "How often to checkpoint (Young and Daly), what interruptions cost, and whether spot "
-        "capacity is cheaper per useful hour than on-demand or reserved. Values come from the "
-        "flags, else from the agent's telemetry file."
+        "How often to checkpoint (the interval that minimizes the exact expected overhead), "
+        "what interruptions cost with and without a usable notice, and whether spot capacity "
+        "is cheaper per useful hour than on-demand or reserved. Values come from the flags, "
+        "else from the agent's telemetry file."
     )
     source = parser.add_argument_group("source")
     source.add_argument(
@@ -139,7 +170,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--flush",
         type=_duration,
         metavar="DUR",
-        help="seconds one checkpoint holds up training (default: median flush in the telemetry)",
+        help="seconds one checkpoint holds up training, on average (default: size over "
+        "--bandwidth, else the robust mean flush in the telemetry)",
+    )
+    job.add_argument(
+        "--checkpoint-p95",
+        type=_duration,
+        metavar="DUR",
+        help="95th percentile of the flush: what a notice must cover (default: the "
+        "telemetry's, else the mean)",
     )
     job.add_argument(
         "--restore",
@@ -187,6 +226,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DUR",
         help="mean time between interruptions, instead of a rate",
     )
+    share = job.add_mutually_exclusive_group()
+    share.add_argument(
+        "--no-notice-share",
+        type=_fraction,
+        metavar="PCT",
+        help="share of interruptions without a usable notice: crashes, host failures, lost "
+        f"notices (default {DEFAULT_NO_NOTICE_SHARE * 100:.0f}%%, or the telemetry's share of late "
+        "notices when larger)",
+    )
+    share.add_argument(
+        "--no-notice-per-day",
+        type=_amount,
+        metavar="N",
+        help="rate of interruptions without a usable notice, instead of a share",
+    )
+    job.add_argument(
+        "--max-interval",
+        type=_duration,
+        metavar="DUR",
+        help="longest interval to recommend (default 24h)",
+    )
     job.add_argument(
         "--steps-per-second",
         type=_positive,
@@ -198,7 +258,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--interval",
         type=_duration,
         metavar="DUR",
-        help="evaluate this interval (default: Daly's optimum)",
+        help="evaluate this interval (default: the one of least overhead)",
     )
     at.add_argument(
         "--interval-steps",
@@ -211,6 +271,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_fraction,
         metavar="PCT",
         help="evaluate the interval at which checkpoints cost this share of compute: 3%% or 0.03",
+    )
+    size = parser.add_argument_group(
+        "checkpoint size (with --bandwidth, instead of --checkpoint; also prices storage and I/O)"
+    )
+    given_size = size.add_mutually_exclusive_group()
+    given_size.add_argument(
+        "--checkpoint-size",
+        type=_parsed(parse_size),
+        metavar="SIZE",
+        help="size of one checkpoint: 14GB, 2.4GiB, 500MB",
+    )
+    given_size.add_argument(
+        "--checkpoint-gb", type=_positive, metavar="GB", help="size of one checkpoint in GB"
+    )
+    given_size.add_argument(
+        "--params",
+        type=_parsed(parse_count),
+        metavar="N",
+        help="estimate the size from the parameter count: 7B, 350M, 1.3e9",
+    )
+    size.add_argument(
+        "--precision",
+        choices=sorted(PRECISIONS),
+        default="bf16",
+        help="weights as trained, for --params (default bf16)",
+    )
+    size.add_argument(
+        "--optimizer",
+        choices=sorted(OPTIMIZERS),
+        default="adamw",
+        help="optimizer state saved with the weights, for --params (default adamw)",
+    )
+    size.add_argument(
+        "--bandwidth",
+        type=_parsed(parse_bandwidth),
+        metavar="RATE",
+        help="measured write/upload rate: 500MB/s, 1.2GiB/s, 10Gbit/s",
     )
     money = parser.add_argument_group("prices (per hour unless named otherwise)")
     money.add_argument("--spot-price", type=_amount, metavar="P", help="spot compute per hour")
@@ -239,9 +336,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "is unavailable (default 0)",
     )
     money.add_argument(
-        "--checkpoint-gb", type=_amount, default=0.0, metavar="GB", help="size of one checkpoint"
-    )
-    money.add_argument(
         "--storage-price",
         type=_amount,
         default=0.0,
@@ -265,12 +359,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the plan as JSON")
     out.add_argument(
+        "--warn-tax",
+        type=_fraction,
+        default=DEFAULT_WARN_TAX,
+        metavar="PCT",
+        help=f"warn when the checkpoint tax is above this (default {DEFAULT_WARN_TAX * 100:.0f}%%)",
+    )
+    out.add_argument(
         "--plot",
         type=Path,
         metavar="FILE.png",
-        help="also draw overhead and cost against the interval (needs the "
-        "`plot` extra: matplotlib)",
+        help="also draw the overhead against the interval (needs the `plot` extra: matplotlib)",
     )
+
+
+@dataclass
+class Size:
+    """The checkpoint's size, and how it was worked out."""
+
+    bytes: float
+    source: str  # "--checkpoint-size", "--checkpoint-gb" or "--params"
+    estimate: SizeEstimate | None = None
+
+    @property
+    def how(self) -> str:
+        if self.estimate is not None:
+            return self.estimate.how
+        return f"{self.bytes / 1e9:.4g} GB ({self.source})"
 
 
 @dataclass
@@ -281,6 +396,9 @@ class Resolved:
     telemetry_files: list[Path]
     intervals: Intervals
     prices: Prices | None
+    size: Size | None = None
+    bandwidth: float | None = None
+    warn_tax: float = DEFAULT_WARN_TAX
 
 
 def _default_telemetry() -> Path | None:
@@ -325,8 +443,20 @@ def _load_telemetry(args: argparse.Namespace) -> tuple[list[Path], TelemetrySumm
         raise PlanError("--telemetry", f"unreadable record ({error})") from None
 
 
+def _size(args: argparse.Namespace) -> Size | None:
+    if args.checkpoint_size is not None:
+        return Size(args.checkpoint_size, "--checkpoint-size")
+    if args.checkpoint_gb is not None:
+        return Size(args.checkpoint_gb * 1e9, "--checkpoint-gb")
+    if args.params is not None:
+        estimate = SizeEstimate(args.params, args.precision, args.optimizer)
+        return Size(estimate.bytes, "--params", estimate)
+    return None
+
+
 def resolve(args: argparse.Namespace) -> Resolved:
-    """Flags first, then telemetry, then defaults; PlanError names what is missing."""
+    """Flags first, then telemetry, then defaults; PlanError names what is missing. Only
+    what the asked-for output needs is asked for: the tax alone needs no interruption rate."""
     files, summary = _load_telemetry(args)
     where = (
         f"the telemetry ({', '.join(map(str, files))})"
@@ -345,55 +475,89 @@ def resolve(args: argparse.Namespace) -> Resolved:
         sources[name] = "default"
         return default
 
-    checkpoint = pick(
-        "checkpoint_seconds", args.checkpoint, summary.flush_seconds if summary else None
-    )
+    size = _size(args)
+    if args.bandwidth is not None and size is None:
+        raise PlanError(
+            "--bandwidth", "needs a size: --checkpoint-size, --checkpoint-gb or --params"
+        )
+    checkpoint = args.checkpoint
+    if checkpoint is not None:
+        sources["checkpoint_seconds"] = "flag"
+    elif size is not None and args.bandwidth is not None:
+        checkpoint = size.bytes / args.bandwidth
+        sources["checkpoint_seconds"] = "size / bandwidth"
+    else:
+        checkpoint = pick("checkpoint_seconds", None, summary.flush_seconds if summary else None)
     if checkpoint is None:
+        if size is not None:
+            raise PlanError(
+                "--bandwidth",
+                f"needed to turn the {size.source} size into flush seconds (or give --checkpoint)",
+            )
         raise PlanError(
             "--checkpoint",
-            f"not given, and {where} has no flush seconds" if files else f"not given, and {where}",
+            f"not given (nor a size with --bandwidth), and {where} has no flush seconds"
+            if files
+            else f"not given (nor a size with --bandwidth), and {where}",
         )
+    measured_flush = sources["checkpoint_seconds"] == "telemetry"
+    p95 = pick(
+        "checkpoint_p95_seconds",
+        args.checkpoint_p95,
+        summary.flush_p95_seconds if summary and measured_flush else None,
+    )
+    mtbi: float | None
     if args.interruptions_per_day is not None:
         mtbi = rate_to_mtbi(args.interruptions_per_day)
         sources["mtbi_seconds"] = "flag"
     else:
         mtbi = pick("mtbi_seconds", args.mtbi, summary.mtbi_seconds if summary else None)
-    if mtbi is None:
+    if mtbi is not None and mtbi <= 0:
+        raise PlanError("--mtbi", "must be positive (a zero mean time between interruptions)")
+    evaluates = args.interval is not None or args.interval_steps is not None or args.tax
+    if mtbi is None and (not evaluates or _priced(args)):
         raise PlanError(
             "--interruptions-per-day",
-            f"not given (nor --mtbi), and {where} has no terminate notices to measure a rate"
-            if files
-            else f"not given (nor --mtbi), and {where}",
+            (
+                f"not given (nor --mtbi), and {where} has no terminate notices to measure a rate"
+                if files
+                else f"not given (nor --mtbi), and {where}"
+            )
+            + ("; it is needed to price spot" if _priced(args) else "")
+            + ("" if evaluates else " (for the tax alone give --tax or --interval)"),
         )
-    if mtbi <= 0:
-        raise PlanError("--mtbi", "must be positive (a zero mean time between interruptions)")
-    # What the telemetry saw of the notice path (notice to saved ack, every terminate flushed)
-    # holds for the flushes it measured, not for a checkpoint cost given by flag.
-    path_measured = summary is not None and args.checkpoint is None
+    share = _no_notice_share(args, mtbi, summary, sources)
+    # What the telemetry saw of the notice path (notice to saved ack) holds for the flushes
+    # it measured, not for a checkpoint cost given by flag.
+    path_measured = summary is not None and measured_flush and args.detection is None
+    response = pick(
+        "response_seconds", None, summary.response_seconds if summary and path_measured else None
+    )
+    lead = pick(
+        "notice_lead_seconds",
+        args.notice_lead,
+        summary.notice_lead_seconds if summary else None,
+    )
+    if lead is None and path_measured and summary is not None and summary.drained:
+        # Every terminate notice was saved on, with no deadline to measure the lead by: it
+        # was long enough, and no longer is assumed (no idle tail).
+        lead = response
+        sources["notice_lead_seconds"] = "telemetry (every notice saved on)"
     timing = Timing(
         checkpoint_seconds=checkpoint,
         mtbi_seconds=mtbi,
+        checkpoint_p95_seconds=p95,
         restore_seconds=pick(
             "restore_seconds", args.restore, summary.restore_seconds if summary else None, 0.0
         ),
         restart_seconds=pick("restart_seconds", args.restart, None, 0.0),
         reacquire_seconds=pick("reacquire_seconds", args.reacquire, None, 0.0),
         detection_seconds=pick("detection_seconds", args.detection, None, 5.0),
-        notice_lead_seconds=pick(
-            "notice_lead_seconds",
-            args.notice_lead,
-            summary.notice_lead_seconds if summary else None,
-        ),
-        # A measured notice-to-saved time beats a guessed detection delay plus flush.
-        response_seconds=pick(
-            "response_seconds",
-            None,
-            summary.response_seconds
-            if summary and path_measured and args.detection is None
-            else None,
-        ),
-        drained_observed=summary.drained if summary and path_measured else None,
+        notice_lead_seconds=lead,
+        response_seconds=response,
+        no_notice_share=share,
         steps_per_second=pick("steps_per_second", args.steps_per_second, None),
+        max_interval_seconds=pick("max_interval_seconds", args.max_interval, None, 86400.0),
     )
     interval = args.interval
     if args.interval_steps is not None:
@@ -413,16 +577,58 @@ def resolve(args: argparse.Namespace) -> Resolved:
             reserved=args.reserved_price,
             reserved_utilization=args.reserved_utilization,
             fallback_share=args.fallback_share,
-            checkpoint_gb=args.checkpoint_gb,
+            checkpoint_gb=size.bytes / 1e9 if size else 0.0,
             storage_gb_month=args.storage_price,
             keep=args.keep,
             io_per_gb=args.io_price,
         )
-    return Resolved(timing, sources, summary, files, intervals, prices)
+    return Resolved(
+        timing, sources, summary, files, intervals, prices, size, args.bandwidth, args.warn_tax
+    )
 
 
-def _steps(seconds: float, timing: Timing) -> int | None:
-    if timing.steps_per_second is None:
+def _priced(args: argparse.Namespace) -> bool:
+    return any(getattr(args, name) not in (None, 0.0) for name in PRICE_FLAGS)
+
+
+def _no_notice_share(
+    args: argparse.Namespace,
+    mtbi: float | None,
+    summary: TelemetrySummary | None,
+    sources: dict[str, str],
+) -> float:
+    """The share of interruptions without a usable notice: the flag, else the telemetry's
+    late notices when they are more than the default (the telemetry sees late notices, not
+    crashes, so it only ever raises the share), else the default."""
+    if args.no_notice_share is not None:
+        if args.no_notice_share > 1:
+            raise PlanError(
+                "--no-notice-share", f"must be at most 100% (got {args.no_notice_share})"
+            )
+        sources["no_notice_share"] = "flag"
+        return float(args.no_notice_share)
+    if args.no_notice_per_day is not None:
+        if mtbi is None:
+            raise PlanError("--no-notice-per-day", "needs the total rate: --interruptions-per-day")
+        total = 86400.0 / mtbi
+        if args.no_notice_per_day > total:
+            raise PlanError(
+                "--no-notice-per-day",
+                f"{args.no_notice_per_day:g} a day is more than all interruptions "
+                f"({total:.3g} a day)",
+            )
+        sources["no_notice_share"] = "flag"
+        return float(args.no_notice_per_day / total)
+    late = summary.late_share if summary else None
+    if late is not None and late > DEFAULT_NO_NOTICE_SHARE:
+        sources["no_notice_share"] = "telemetry"
+        return late
+    sources["no_notice_share"] = "default"
+    return DEFAULT_NO_NOTICE_SHARE
+
+
+def _steps(seconds: float | None, timing: Timing) -> int | None:
+    if timing.steps_per_second is None or seconds is None:
         return None
     return round(seconds * timing.steps_per_second)
 
@@ -444,7 +650,36 @@ def notes(resolved: Resolved) -> list[str]:
             f"in {seconds_text(summary.span_seconds)} of telemetry (a drill's rate, not the "
             "capacity's); give --interruptions-per-day or --mtbi for the real one"
         )
+    if (
+        summary is not None
+        and summary.terminate_notices
+        and resolved.sources.get("no_notice_share") == "default"
+    ):
+        found.append(
+            f"{summary.late_notices} of {summary.terminate_notices} terminate notice(s) in the "
+            "telemetry came too late to save on; crashes and lost hosts do not show there, so "
+            f"the default share without a usable notice ({DEFAULT_NO_NOTICE_SHARE:.0%}) stays"
+        )
+    if resolved.timing.mtbi_seconds is None:
+        found.append(
+            "no interruption rate: only the checkpoint tax is worked out (give "
+            "--interruptions-per-day or --mtbi for the overhead and the recommended interval)"
+        )
     return found
+
+
+def _parts(cost: Breakdown) -> dict[str, float]:
+    return {
+        "checkpoint_tax": cost.checkpoint_tax,
+        "lost_work": cost.lost_work,
+        "notice_flush": cost.notice_flush,
+        "notice_idle": cost.notice_idle,
+        "restart": cost.restart,
+        "reacquire": cost.reacquire,
+        "billed": cost.billed,
+        "total": cost.total,
+        "per_interruption_seconds": cost.per_interruption_seconds,
+    }
 
 
 def build(resolved: Resolved) -> dict[str, Any]:
@@ -452,13 +687,13 @@ def build(resolved: Resolved) -> dict[str, Any]:
     timing = resolved.timing
     intervals = resolved.intervals
     chosen = intervals.chosen
-    cost: Overhead = overhead(timing, chosen)
-    lost: LostWork = lost_work(timing, chosen)
+    rated = timing.mtbi_seconds is not None
     priced: Costs | None = costs(timing, resolved.prices, chosen) if resolved.prices else None
     inputs = {
         name: {"value": getattr(timing, name), "source": resolved.sources.get(name, "default")}
         for name in (
             "checkpoint_seconds",
+            "checkpoint_p95_seconds",
             "mtbi_seconds",
             "restore_seconds",
             "restart_seconds",
@@ -466,59 +701,94 @@ def build(resolved: Resolved) -> dict[str, Any]:
             "detection_seconds",
             "notice_lead_seconds",
             "response_seconds",
+            "no_notice_share",
             "steps_per_second",
+            "max_interval_seconds",
         )
     }
     inputs["interruptions_per_day"] = {
         "value": timing.interruptions_per_day,
         "source": inputs["mtbi_seconds"]["source"],
     }
+    size = resolved.size
     interval_rows = {
         "young": intervals.young,
         "daly": intervals.daly,
+        "recommended": intervals.recommended,
         "for_tax": intervals.for_tax,
         "chosen": chosen,
     }
+    seen = notice(timing)
+    flush_stats = None
+    if resolved.telemetry is not None and resolved.telemetry.flushes:
+        flush_stats = {
+            "mean_seconds": resolved.telemetry.flush_seconds,
+            "median_seconds": resolved.telemetry.flush_median_seconds,
+            "p95_seconds": resolved.telemetry.flush_p95_seconds,
+            "count": resolved.telemetry.flushes,
+        }
     plan: dict[str, Any] = {
         "telemetry": (
             {
                 "files": [str(file) for file in resolved.telemetry_files],
                 **asdict(resolved.telemetry),
                 "mtbi_seconds": resolved.telemetry.mtbi_seconds,
+                "late_share": resolved.telemetry.late_share,
             }
             if resolved.telemetry
             else None
         ),
         "inputs": inputs,
+        "flush": {
+            "mean_seconds": timing.checkpoint_seconds,
+            "p95_seconds": timing.flush_p95,
+            "measured": flush_stats,
+        },
+        "checkpoint_size": (
+            {
+                "bytes": size.bytes,
+                "gb": size.bytes / 1e9,
+                "source": size.source,
+                "how": size.how,
+                "params": size.estimate.params if size.estimate else None,
+                "precision": size.estimate.precision if size.estimate else None,
+                "optimizer": size.estimate.optimizer if size.estimate else None,
+                "bytes_per_param": size.estimate.bytes_per_param if size.estimate else None,
+                "bandwidth_bytes_per_second": resolved.bandwidth,
+                "flush_seconds": size.bytes / resolved.bandwidth if resolved.bandwidth else None,
+            }
+            if size
+            else None
+        ),
+        "notice": {
+            "lead_seconds": seen.lead_seconds,
+            "needs_seconds": seen.needs_seconds,
+            "usable": seen.usable,
+            "no_notice_share": seen.no_notice_share,
+            "effective_no_notice_share": seen.effective_no_notice_share,
+            "why": seen.why,
+        },
         "intervals": {
             "basis": intervals.basis,
             "seconds": interval_rows,
-            "steps": {
-                key: (_steps(value, timing) if value is not None else None)
-                for key, value in interval_rows.items()
-            },
+            "steps": {key: _steps(value, timing) for key, value in interval_rows.items()},
         },
-        "overhead": {
-            "model": cost.model,
-            "checkpoint_tax": cost.checkpoint_tax,
-            "rework": cost.rework,
-            "restart": cost.restart,
-            "idle": cost.idle,
-            "billed": cost.billed,
-            "total": cost.total,
-            "per_interruption_seconds": cost.per_interruption_seconds,
-        },
-        "lost_work": {
-            "periodic_seconds": lost.periodic,
-            "drain_seconds": lost.drain,
-            "applies": lost.applies,
-            "why": lost.why,
-        },
+        "checkpoint_tax": checkpoint_tax(timing.checkpoint_seconds, chosen),
+        "overhead": None,
+        "overhead_without_notice": None,
+        "overhead_at_recommended": None,
         "costs": None,
         "verdict": None,
         "summary": None,
+        "warnings": warnings(timing, intervals, warn_tax=resolved.warn_tax),
+        "warn_tax": resolved.warn_tax,
         "notes": notes(resolved),
     }
+    if rated:
+        plan["overhead"] = _parts(overhead(timing, chosen))
+        plan["overhead_without_notice"] = overhead_without_notice(timing, chosen).total
+        if intervals.recommended is not None:
+            plan["overhead_at_recommended"] = overhead(timing, intervals.recommended).total
     if priced is not None:
         plan["costs"] = {
             option.name: {
@@ -543,8 +813,15 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from .plot import PlotError, draw
 
+        if resolved.timing.mtbi_seconds is None:
+            print(
+                "forewarn plan: --plot: needs the interruption rate (--interruptions-per-day)",
+                file=sys.stderr,
+            )
+            return 2
+
         try:
-            draw(resolved.timing, resolved.prices, resolved.intervals, args.plot)
+            draw(resolved.timing, resolved.intervals, args.plot)
         except PlotError as error:
             print(f"forewarn plan: --plot: {error}", file=sys.stderr)
             return 2

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from forewarn.clients.overhead import Breakdown
+
 from .inputs import Prices, Timing
-from .model import Overhead, overhead
+from .model import checkpoint_tax, overhead
 
 
 @dataclass(frozen=True)
@@ -30,22 +32,23 @@ def _checkpoint_io(prices: Prices, writes_per_hour: float, reads_per_hour: float
     return prices.checkpoint_gb * prices.io_per_gb * (writes_per_hour + reads_per_hour)
 
 
-def spot_option(timing: Timing, prices: Prices, cost: Overhead) -> Option:
+def spot_option(timing: Timing, prices: Prices, cost: Breakdown) -> Option:
     share = prices.fallback_share
     blended = (1 - share) * prices.spot + share * (prices.on_demand or 0.0)
-    per_hour = 3600.0
-    interruptions = per_hour / timing.mtbi_seconds
-    emergency = interruptions if cost.model == "drain" else 0.0
+    per_useful_hour = 3600.0
+    c = timing.checkpoint_seconds
+    # Checkpoints written per useful hour: the periodic ones and those notices trigger.
+    writes = (cost.checkpoint_tax + cost.notice_flush) / c * per_useful_hour if c > 0 else 0.0
+    restores = cost.interruptions_per_useful_second * per_useful_hour
     lines = {
         "compute": (1 - share) * prices.spot,
         "fallback to on-demand": share * (prices.on_demand or 0.0),
         "checkpoint tax": blended * cost.checkpoint_tax,
-        "lost compute": blended * cost.rework,
+        "lost compute": blended * cost.lost_work,
+        "notice flush and idle tail": blended * (cost.notice_flush + cost.notice_idle),
         "restart and reload": blended * cost.restart,
         "checkpoint storage": prices.storage_per_hour * (1 + cost.total),
-        "checkpoint I/O": _checkpoint_io(
-            prices, per_hour / cost.interval_seconds + emergency, interruptions
-        ),
+        "checkpoint I/O": _checkpoint_io(prices, writes, restores),
         "reacquisition idle (unbilled)": 0.0,
     }
     return Option("spot", sum(lines.values()), 1 + cost.total, lines)
@@ -65,12 +68,12 @@ def steady_option(name: str, price: float, prices: Prices, tax: float, interval:
 def costs(timing: Timing, prices: Prices, interval_seconds: float) -> Costs:
     cost = overhead(timing, interval_seconds)
     spot = spot_option(timing, prices, cost)
+    # Capacity that is not reclaimed pays only the tax of the same cadence.
+    tax = checkpoint_tax(timing.checkpoint_seconds, interval_seconds)
     alternatives = []
     if prices.on_demand is not None:
         alternatives.append(
-            steady_option(
-                "on-demand", prices.on_demand, prices, cost.checkpoint_tax, interval_seconds
-            )
+            steady_option("on-demand", prices.on_demand, prices, tax, interval_seconds)
         )
     if prices.reserved is not None:
         alternatives.append(
@@ -78,7 +81,7 @@ def costs(timing: Timing, prices: Prices, interval_seconds: float) -> Costs:
                 "reserved",
                 prices.reserved / prices.reserved_utilization,
                 prices,
-                cost.checkpoint_tax,
+                tax,
                 interval_seconds,
             )
         )
@@ -100,8 +103,6 @@ def costs(timing: Timing, prices: Prices, interval_seconds: float) -> Costs:
             f"{spot.per_useful_hour:.4g}, {extra:.0%} more, once its overhead of "
             f"{cost.total:.1%} is paid"
         )
-    if cost.total >= 0.5:
-        summary += " (overhead of 50 % or more: the first-order model understates it)"
     return Costs(spot=spot, alternatives=alternatives, verdict=verdict, summary=summary)
 
 

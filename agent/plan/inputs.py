@@ -11,6 +11,11 @@ import math
 from dataclasses import dataclass
 
 from forewarn.clients.adaptive import SECONDS_PER_DAY, mtbi_from_rate
+from forewarn.clients.overhead import (
+    DEFAULT_DETECTION_SECONDS,
+    DEFAULT_NO_NOTICE_SHARE,
+    Scenario,
+)
 
 HOURS_PER_MONTH = 730.0
 
@@ -25,24 +30,30 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class Timing:
-    """What the job and the capacity cost in time."""
+    """What the job and the capacity cost in time. Without `mtbi_seconds` only the
+    checkpoint tax can be worked out."""
 
+    # Mean (robust) seconds one checkpoint holds up training: the tax.
     checkpoint_seconds: float
-    mtbi_seconds: float
+    mtbi_seconds: float | None = None
+    # A high quantile of the flush: does the notice cover it? None: the mean.
+    checkpoint_p95_seconds: float | None = None
     restore_seconds: float = 0.0
     restart_seconds: float = 0.0
     reacquire_seconds: float = 0.0
-    detection_seconds: float = 5.0
+    detection_seconds: float = DEFAULT_DETECTION_SECONDS
     notice_lead_seconds: float | None = None
-    # Measured seconds from notice to saved checkpoint; else detection + C.
+    # Measured seconds from a terminate notice to the saved checkpoint (p95); it replaces
+    # detection + flush in deciding whether the notice covers the flush.
     response_seconds: float | None = None
-    # From telemetry: every terminate notice was followed by a saved checkpoint.
-    drained_observed: bool | None = None
+    no_notice_share: float = DEFAULT_NO_NOTICE_SHARE
     steps_per_second: float | None = None
+    max_interval_seconds: float = SECONDS_PER_DAY
 
     def __post_init__(self) -> None:
         for name in (
             "checkpoint_seconds",
+            "checkpoint_p95_seconds",
             "restore_seconds",
             "restart_seconds",
             "reacquire_seconds",
@@ -53,20 +64,58 @@ class Timing:
             value = getattr(self, name)
             if value is not None and (not math.isfinite(value) or value < 0):
                 raise PlanError(name, f"must not be negative (got {value})")
-        if not math.isfinite(self.mtbi_seconds) or self.mtbi_seconds <= 0:
+        if self.mtbi_seconds is not None and not (
+            math.isfinite(self.mtbi_seconds) and self.mtbi_seconds > 0
+        ):
             raise PlanError("mtbi_seconds", f"must be positive (got {self.mtbi_seconds})")
         if self.steps_per_second is not None and not self.steps_per_second > 0:
             raise PlanError("steps_per_second", f"must be positive (got {self.steps_per_second})")
+        if not 0 <= self.no_notice_share <= 1:
+            raise PlanError(
+                "no_notice_share", f"must be a share from 0 to 100% (got {self.no_notice_share})"
+            )
+        if not (math.isfinite(self.max_interval_seconds) and self.max_interval_seconds > 0):
+            raise PlanError(
+                "max_interval_seconds", f"must be positive (got {self.max_interval_seconds})"
+            )
 
     @property
-    def interruptions_per_day(self) -> float:
-        return SECONDS_PER_DAY / self.mtbi_seconds
+    def interruptions_per_day(self) -> float | None:
+        return None if self.mtbi_seconds is None else SECONDS_PER_DAY / self.mtbi_seconds
+
+    @property
+    def flush_p95(self) -> float:
+        p95 = self.checkpoint_p95_seconds
+        return self.checkpoint_seconds if p95 is None else max(p95, self.checkpoint_seconds)
 
     @property
     def notice_to_saved(self) -> float:
+        """Seconds from a notice to the saved checkpoint: measured, else detection + p95."""
         if self.response_seconds is not None:
             return self.response_seconds
-        return self.detection_seconds + self.checkpoint_seconds
+        return self.detection_seconds + self.flush_p95
+
+    def scenario(self) -> Scenario:
+        """The cost model of `forewarn.clients.overhead` (needs the interruption rate)."""
+        if self.mtbi_seconds is None:
+            raise PlanError("interruptions_per_day", "needed for the overhead")
+        # A measured notice-to-saved time stands for detection + flush: the model's
+        # detection is what is left of it once the slow flush is taken out.
+        detection = self.detection_seconds
+        flush = self.flush_p95
+        if self.response_seconds is not None:
+            detection = max(self.response_seconds - flush, 0.0)
+            flush = self.response_seconds - detection
+        return Scenario(
+            checkpoint_seconds=self.checkpoint_seconds,
+            mtbi_seconds=self.mtbi_seconds,
+            restart_seconds=self.restart_seconds + self.restore_seconds,
+            reacquire_seconds=self.reacquire_seconds,
+            notice_lead_seconds=self.notice_lead_seconds or 0.0,
+            detection_seconds=detection,
+            no_notice_share=self.no_notice_share,
+            flush_p95_seconds=flush,
+        )
 
 
 @dataclass(frozen=True)

@@ -1,37 +1,27 @@
-"""Checkpoint economics: pure formulas and the cost model behind `forewarn plan`.
+"""Checkpoint intervals and the overhead they cost, from the job's timing.
 
-Every time is in seconds, every price in dollars (or any one currency) per hour unless named
-otherwise. The model is first order, as Young's is: overheads add up as fractions of useful
-time, so a 5 % overhead means 100 hours of work take 105 hours.
-
-- checkpoint tax: C / tau (tau: seconds of work between checkpoints).
-- per interruption: the work lost since the last checkpoint, the restart and the reload,
-  and (wall clock only, as nothing is billed) the wait to get capacity back.
-- lost work per interruption, two models:
-  - `periodic` (no usable notice): tau/2 of work plus half a flush under way, (tau + C)/2.
-  - `drain` (forewarn's drain before terminate): nothing is lost when the notice lead covers
-    the time from notice to saved checkpoint (detection plus flush); the extra flush, C, is
-    counted with the restart instead.
+The overhead is the exact model of `forewarn.clients.overhead` (Daly's complete model for
+interruptions without a usable notice; flush, billed idle tail and restart for those with
+one). The recommended interval minimizes it; Young's and Daly's closed forms, at the full
+interruption rate, are shown beside it for reference. Every time is in seconds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from forewarn.clients.adaptive import (
-    daly_interval,
-    interval_for_tax,
-    young_interval,
-)
+from forewarn.clients.adaptive import daly_interval, interval_for_tax, young_interval
+from forewarn.clients.overhead import Breakdown, Scenario, best_interval, breakdown
 
 from .inputs import PlanError, Timing
 
-Model = Literal["periodic", "drain"]
+# The common rule of thumb: spend about 3 % of the time checkpointing.
+RULE_OF_THUMB_TAX = 0.03
+DEFAULT_WARN_TAX = 0.10
 
 
 def checkpoint_tax(checkpoint_seconds: float, interval_seconds: float) -> float:
-    """The share of compute time spent checkpointing: C / tau."""
+    """The share of compute time spent checkpointing without interruptions: C / tau."""
     if interval_seconds <= 0:
         raise PlanError("interval", f"must be positive (got {interval_seconds})")
     return checkpoint_seconds / interval_seconds
@@ -45,114 +35,73 @@ def interruption_share(seconds_per_interruption: float, mtbi_seconds: float) -> 
     return seconds_per_interruption / mtbi_seconds
 
 
-def periodic_lost_work(interval_seconds: float, checkpoint_seconds: float) -> float:
-    """Work lost per interruption without a usable notice: half an interval plus half a
-    flush that was under way, (tau + C) / 2."""
-    return (interval_seconds + checkpoint_seconds) / 2.0
-
-
 @dataclass(frozen=True)
-class LostWork:
-    """Seconds of work lost per interruption under each model, and which one applies."""
+class Notice:
+    """Whether the notice covers the flush, and the share of interruptions that cost work."""
 
-    periodic: float
-    drain: float
-    applies: Model
+    lead_seconds: float | None
+    needs_seconds: float
+    usable: bool
+    no_notice_share: float
+    effective_no_notice_share: float
     why: str
 
-    @property
-    def seconds(self) -> float:
-        return self.drain if self.applies == "drain" else self.periodic
 
-
-def lost_work(timing: Timing, interval_seconds: float) -> LostWork:
-    periodic = periodic_lost_work(interval_seconds, timing.checkpoint_seconds)
-    needed = timing.notice_to_saved
+def notice(timing: Timing) -> Notice:
     lead = timing.notice_lead_seconds
-    applies: Model
-    if lead is not None:
-        if lead >= needed:
-            applies = "drain"
-            why = f"notice lead {lead:g} s covers the {needed:g} s from notice to saved checkpoint"
-        else:
-            applies = "periodic"
-            why = (
-                f"notice lead {lead:g} s is shorter than the {needed:g} s from notice to "
-                "saved checkpoint: the flush would not finish"
-            )
-    elif timing.drained_observed:
-        applies = "drain"
-        why = "every terminate notice in the telemetry was followed by a saved checkpoint"
-    else:
-        applies = "periodic"
-        why = "no notice lead known (give --notice-lead): assuming no usable notice"
-    return LostWork(periodic=periodic, drain=0.0, applies=applies, why=why)
-
-
-@dataclass(frozen=True)
-class Overhead:
-    """Overheads at one interval, each a fraction of useful time."""
-
-    interval_seconds: float
-    model: Model
-    checkpoint_tax: float
-    rework: float
-    restart: float
-    idle: float
-    # Seconds one interruption costs: lost work, restart, reload (and flush), wait.
-    per_interruption_seconds: float
-
-    @property
-    def billed(self) -> float:
-        """What paid capacity spends on anything but progress."""
-        return self.checkpoint_tax + self.rework + self.restart
-
-    @property
-    def total(self) -> float:
-        """Wall-clock overhead, including the unbilled wait for capacity."""
-        return self.billed + self.idle
-
-
-def overhead(timing: Timing, interval_seconds: float, model: Model | None = None) -> Overhead:
-    """The expected overhead at `interval_seconds` under `model` (default: the one that
-    applies to `timing`)."""
-    if not interval_seconds > 0:
-        raise PlanError("interval", f"must be positive (got {interval_seconds})")
-    lost = lost_work(timing, interval_seconds)
-    chosen = model or lost.applies
-    lost_seconds = lost.drain if chosen == "drain" else lost.periodic
-    # Under drain the notice costs one extra flush; the restart and reload come either way.
-    restart = timing.restart_seconds + timing.restore_seconds
-    if chosen == "drain":
-        restart += timing.checkpoint_seconds
-    m = timing.mtbi_seconds
-    return Overhead(
-        interval_seconds=interval_seconds,
-        model=chosen,
-        checkpoint_tax=checkpoint_tax(timing.checkpoint_seconds, interval_seconds),
-        rework=lost_seconds / m,
-        restart=restart / m,
-        idle=timing.reacquire_seconds / m,
-        per_interruption_seconds=lost_seconds + restart + timing.reacquire_seconds,
+    needs = timing.notice_to_saved
+    how = (
+        "measured notice to saved checkpoint"
+        if timing.response_seconds is not None
+        else f"detection {timing.detection_seconds:g} s + flush p95 {timing.flush_p95:.3g} s"
     )
+    if not lead:
+        usable = False
+        why = "no notice lead known (give --notice-lead): every interruption costs lost work"
+    elif lead >= needs:
+        usable = True
+        why = f"notice lead {lead:g} s covers the {needs:.3g} s to a saved checkpoint ({how})"
+    else:
+        usable = False
+        why = (
+            f"notice lead {lead:g} s is shorter than the {needs:.3g} s to a saved checkpoint "
+            f"({how}): the flush would not finish, so notices count as without"
+        )
+    share = timing.no_notice_share
+    return Notice(lead, needs, usable, share, share if usable else 1.0, why)
 
 
 @dataclass(frozen=True)
 class Intervals:
-    young: float
-    daly: float
+    young: float | None
+    daly: float | None
+    recommended: float | None
     for_tax: float | None
     chosen: float
     basis: str
 
 
+def recommended_interval(timing: Timing) -> float:
+    """The interval that minimizes the exact expected overhead, at most the longest
+    accepted (`max_interval_seconds`)."""
+    if timing.checkpoint_seconds <= 0:
+        raise PlanError("checkpoint_seconds", "a checkpoint that costs 0 s has no optimal interval")
+    scenario = _scenario(timing)
+    return best_interval(scenario, max_seconds=timing.max_interval_seconds)
+
+
 def choose_interval(
     timing: Timing, *, interval: float | None = None, tax: float | None = None
 ) -> Intervals:
-    """Young's and Daly's optima, the interval for a target tax, and the one to evaluate:
-    the given interval, else the one for the tax, else Daly's."""
-    young = young_interval(timing.checkpoint_seconds, timing.mtbi_seconds)
-    daly = daly_interval(timing.checkpoint_seconds, timing.mtbi_seconds)
+    """Young's and Daly's closed forms, the recommended interval, the one for a target tax,
+    and the one to evaluate: the given interval, else the one for the tax, else the
+    recommended one."""
+    young = daly = recommended = None
+    if timing.mtbi_seconds is not None:
+        young = young_interval(timing.checkpoint_seconds, timing.mtbi_seconds)
+        daly = daly_interval(timing.checkpoint_seconds, timing.mtbi_seconds)
+        if timing.checkpoint_seconds > 0:
+            recommended = recommended_interval(timing)
     for_tax = None
     if tax is not None:
         try:
@@ -162,28 +111,83 @@ def choose_interval(
     if interval is not None:
         if not interval > 0:
             raise PlanError("interval", f"must be positive (got {interval})")
-        return Intervals(young, daly, for_tax, interval, "given")
+        return Intervals(young, daly, recommended, for_tax, interval, "given")
     if for_tax is not None:
         if for_tax <= 0:
             raise PlanError("tax", "a checkpoint that costs 0 s gives no interval for a tax")
-        return Intervals(young, daly, for_tax, for_tax, "target tax")
-    if daly <= 0:
+        return Intervals(young, daly, recommended, for_tax, for_tax, "target tax")
+    if timing.mtbi_seconds is None:
+        raise PlanError(
+            "interruptions_per_day",
+            "needed for the recommended interval (or give --tax or --interval for the tax alone)",
+        )
+    if recommended is None:
         raise PlanError("checkpoint_seconds", "a checkpoint that costs 0 s has no optimal interval")
-    return Intervals(young, daly, for_tax, daly, "Daly optimum")
+    return Intervals(young, daly, recommended, for_tax, recommended, "minimum overhead")
+
+
+def _scenario(timing: Timing) -> Scenario:
+    try:
+        return timing.scenario()
+    except ValueError as error:
+        if isinstance(error, PlanError):
+            raise
+        raise PlanError("inputs", str(error)) from None
+
+
+def overhead(timing: Timing, interval_seconds: float) -> Breakdown:
+    """The expected overhead at the interval, part by part (needs the interruption rate)."""
+    if not interval_seconds > 0:
+        raise PlanError("interval", f"must be positive (got {interval_seconds})")
+    return breakdown(_scenario(timing), interval_seconds)
+
+
+def overhead_without_notice(timing: Timing, interval_seconds: float) -> Breakdown:
+    """The same job if no interruption came with a usable notice (Daly's complete model)."""
+    return breakdown(_scenario(timing).without_notice(), interval_seconds)
+
+
+def warnings(
+    timing: Timing, intervals: Intervals, *, warn_tax: float = DEFAULT_WARN_TAX
+) -> list[str]:
+    """Where the answer is not sane."""
+    found = []
+    chosen = intervals.chosen
+    tax = checkpoint_tax(timing.checkpoint_seconds, chosen)
+    if tax > warn_tax:
+        found.append(
+            f"the checkpoint tax at {chosen:.4g} s is {tax:.1%}, above {warn_tax:.0%}: "
+            "checkpoint less often, or make the checkpoint faster"
+        )
+    if chosen < timing.checkpoint_seconds:
+        found.append(
+            f"the interval ({chosen:.4g} s) is shorter than the flush "
+            f"({timing.checkpoint_seconds:.4g} s): the job spends more time saving than training"
+        )
+    lead = timing.notice_lead_seconds
+    if lead and lead < timing.notice_to_saved:
+        found.append(
+            f"the notice lead ({lead:g} s) is shorter than detection plus the flush "
+            f"({timing.notice_to_saved:.4g} s, on the flush's p95): the last checkpoint "
+            "would not finish, so interruptions with notice still lose work"
+        )
+    return found
 
 
 __all__ = [
+    "DEFAULT_WARN_TAX",
+    "RULE_OF_THUMB_TAX",
     "Intervals",
-    "LostWork",
-    "Model",
-    "Overhead",
+    "Notice",
     "checkpoint_tax",
     "choose_interval",
     "daly_interval",
     "interruption_share",
     "interval_for_tax",
-    "lost_work",
+    "notice",
     "overhead",
-    "periodic_lost_work",
+    "overhead_without_notice",
+    "recommended_interval",
+    "warnings",
     "young_interval",
 ]

@@ -1,5 +1,9 @@
-"""`forewarn plan --plot`: overhead and cost per useful hour against the interval.
+"""`forewarn plan --plot`: the overhead against the checkpoint interval, at a glance.
 
+One y-axis (overhead, % of useful time); the curve without any usable notice (Daly's
+complete model) and the one with the notice as planned; the evaluated and recommended
+intervals marked with their values; the "checkpoint 3 % of the time" rule of thumb as a
+reference line; the x-axis in minutes and hours (and steps on top when the speed is known).
 matplotlib comes from the `plot` extra and is imported only here, only when asked for.
 """
 
@@ -7,10 +11,17 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
-from .costs import costs
-from .inputs import PlanError, Prices, Timing
-from .model import Intervals, Model, overhead
+from .inputs import Timing
+from .model import (
+    RULE_OF_THUMB_TAX,
+    Intervals,
+    notice,
+    overhead,
+    overhead_without_notice,
+)
+from .table import seconds_text
 
 
 class PlotError(RuntimeError):
@@ -20,96 +31,149 @@ class PlotError(RuntimeError):
 def interval_grid(timing: Timing, intervals: Intervals, points: int = 240) -> list[float]:
     """Log-spaced intervals around the interesting ones: from half the smallest of the
     checkpoint cost and the marked intervals to ten times the largest (three decades at least)."""
-    marked = [intervals.young, intervals.daly, intervals.chosen]
+    marked = [
+        value
+        for value in (intervals.young, intervals.daly, intervals.recommended, intervals.chosen)
+        if value is not None and value > 0
+    ]
     low = min(value for value in (timing.checkpoint_seconds, *marked) if value > 0) / 2
     high = max(max(marked) * 10, low * 1000)
     step = (math.log10(high) - math.log10(low)) / (points - 1)
     return [10 ** (math.log10(low) + index * step) for index in range(points)]
 
 
-def draw(timing: Timing, prices: Prices | None, intervals: Intervals, path: Path) -> None:
+# Ticks a reader knows, in seconds.
+_TICKS = [
+    1,
+    10,
+    30,
+    60,
+    300,
+    900,
+    1800,
+    3600,
+    3 * 3600,
+    6 * 3600,
+    12 * 3600,
+    86400,
+    2 * 86400,
+    7 * 86400,
+]
+
+
+def duration_label(seconds: float) -> str:
+    """`30 s`, `5 min`, `1 h`, `2 d`: a tick label."""
+    if seconds < 60:
+        return f"{seconds:g} s"
+    if seconds < 3600:
+        return f"{seconds / 60:g} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds / 86400:g} d"
+
+
+def draw(timing: Timing, intervals: Intervals, path: Path) -> None:
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter
     except ImportError:
         raise PlotError("matplotlib is not installed: pip install 'forewarn[plot]'") from None
     grid = interval_grid(timing, intervals)
-    applies = overhead(timing, intervals.chosen).model
-    figure, axis = plt.subplots(figsize=(9, 6), dpi=120)
-    models: tuple[tuple[Model, str], ...] = (("periodic", "--"), ("drain", "-"))
-    for model, style in models:
-        values = [overhead(timing, tau, model).total * 100 for tau in grid]
-        label = "periodic checkpoints only" if model == "periodic" else "with forewarn drain"
-        if model == applies:
-            label += " (applies)"
+    seen = notice(timing)
+    blind = [overhead_without_notice(timing, tau).total * 100 for tau in grid]
+    planned = [overhead(timing, tau).total * 100 for tau in grid]
+    figure, axis = plt.subplots(figsize=(9, 5.5), dpi=100)
+    axis.plot(
+        grid,
+        blind,
+        "--",
+        color="tab:red",
+        linewidth=1.6,
+        label="no usable notice (Daly's complete model)",
+    )
+    if seen.usable:
         axis.plot(
             grid,
-            values,
-            style,
+            planned,
+            "-",
             color="tab:blue",
-            linewidth=2 if model == applies else 1.2,
-            label=f"overhead, {label}",
+            linewidth=2.4,
+            label=f"with the notice, {seen.no_notice_share:.0%} of interruptions without",
         )
-    axis.set_xscale("log")
-    axis.set_xlabel("checkpoint interval (seconds of work between checkpoints)")
-    axis.set_ylabel("overhead, % of useful time", color="tab:blue")
-    chosen_total = overhead(timing, intervals.chosen).total * 100
-    axis.set_ylim(0, max(5.0, min(chosen_total * 4, 100.0)))
-    axis.grid(True, which="both", alpha=0.25)
-    for value, label, color in (
-        (intervals.young, f"Young {intervals.young:.3g} s", "tab:gray"),
-        (intervals.daly, f"Daly {intervals.daly:.3g} s", "tab:green"),
-    ):
-        axis.axvline(value, color=color, linestyle=":", linewidth=1.2, label=label)
-    if intervals.basis != "Daly optimum":
-        axis.axvline(
-            intervals.chosen,
-            color="tab:purple",
-            linestyle="-.",
-            linewidth=1.2,
-            label=f"evaluated {intervals.chosen:.3g} s ({intervals.basis})",
-        )
-    handles, labels = axis.get_legend_handles_labels()
-    if prices is not None:
-        right = axis.twinx()
-        try:
-            priced = [costs(timing, prices, tau) for tau in grid]
-        except PlanError as error:
-            raise PlotError(str(error)) from None
-        spot = [plan.spot.per_useful_hour for plan in priced]
-        right.plot(grid, spot, color="tab:orange", linewidth=2, label="spot, per useful hour")
-        tops = [min(spot)]
-        for index, option in enumerate(priced[0].alternatives):
-            steady = [plan.alternatives[index].per_useful_hour for plan in priced]
-            tops.append(min(steady))
-            right.plot(
-                grid,
-                steady,
-                color="tab:red",
-                linestyle="-" if index == 0 else "--",
-                linewidth=1.2,
-                label=f"{option.name}, per useful hour",
-            )
-        right.set_ylabel("cost per useful hour", color="tab:orange")
-        right.set_ylim(0, max(tops) * 1.6)
-        extra_handles, extra_labels = right.get_legend_handles_labels()
-        handles += extra_handles
-        labels += extra_labels
-    axis.legend(
-        handles,
-        labels,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.14),
-        ncol=2,
-        fontsize=8,
-        frameon=False,
+    chosen = intervals.chosen
+    chosen_total = overhead(timing, chosen).total * 100
+    top = max(5.0, min(chosen_total * 3, max(min(blind) * 3, chosen_total * 1.5), 100.0))
+    axis.set_ylim(0, top)
+    rule = timing.checkpoint_seconds / RULE_OF_THUMB_TAX
+    axis.axvline(
+        rule,
+        color="tab:gray",
+        linestyle=":",
+        linewidth=1.4,
+        label=f"rule of thumb: checkpoint 3 % of the time ({duration_label_exact(rule)})",
     )
+    if intervals.recommended is not None and not math.isclose(
+        intervals.recommended, chosen, rel_tol=1e-6
+    ):
+        best = overhead(timing, intervals.recommended).total * 100
+        axis.plot([intervals.recommended], [best], "o", color="tab:green", markersize=7)
+        axis.annotate(
+            f"least overhead: {duration_label_exact(intervals.recommended)}, {best:.2f} %",
+            (intervals.recommended, best),
+            textcoords="offset points",
+            xytext=(8, -14),
+            fontsize=9,
+            color="tab:green",
+        )
+    axis.axvline(chosen, color="black", linewidth=1.2)
+    axis.plot([chosen], [chosen_total], "o", color="black", markersize=8)
+    steps = f", {chosen * timing.steps_per_second:,.0f} steps" if timing.steps_per_second else ""
+    # The label goes on the side of the marker with more room.
+    right_half = math.log(chosen / grid[0]) > 0.55 * math.log(grid[-1] / grid[0])
+    axis.annotate(
+        f"{intervals.basis}: {duration_label_exact(chosen)}{steps}\noverhead {chosen_total:.2f} %",
+        (chosen, chosen_total),
+        textcoords="offset points",
+        # Below the marker: nothing is drawn under the curves.
+        xytext=(-10, -16) if right_half else (10, -16),
+        ha="right" if right_half else "left",
+        va="top",
+        fontsize=10,
+        fontweight="bold",
+        bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+    )
+    axis.set_xscale("log")
+    axis.set_xlim(grid[0], grid[-1])
+    ticks = [tick for tick in _TICKS if grid[0] <= tick <= grid[-1]]
+    axis.set_xticks(ticks, [duration_label(tick) for tick in ticks])
+    axis.minorticks_off()
+    axis.set_xlabel("checkpoint interval (work between checkpoints)")
+    axis.set_ylabel("overhead, % of useful time")
+    axis.grid(True, alpha=0.3)
+    if timing.steps_per_second:
+        rate = timing.steps_per_second
+
+        def to_steps(seconds: Any) -> Any:
+            return seconds * rate
+
+        def to_seconds(steps: Any) -> Any:
+            return steps / rate
+
+        top_axis = axis.secondary_xaxis("top", functions=(to_steps, to_seconds))
+        top_axis.set_xlabel(f"steps at {rate:g} steps/s")
+        top_axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: count_label(value)))
+    axis.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=9, frameon=False)
+    lead = timing.notice_lead_seconds
     axis.set_title(
-        f"checkpoint {timing.checkpoint_seconds:.3g} s, interruptions a day: "
-        f"{timing.interruptions_per_day:.3g}, restart and reload "
-        f"{timing.restart_seconds + timing.restore_seconds:.3g} s"
+        f"checkpoint {seconds_text(timing.checkpoint_seconds)}, "
+        f"{timing.interruptions_per_day or 0:.3g} interruptions a day, "
+        f"notice lead {seconds_text(lead) if lead else 'none'}"
+        f"{'' if seen.usable or not lead else ' (too short)'}, "
+        f"restart and reload {seconds_text(timing.restart_seconds + timing.restore_seconds)}",
+        fontsize=10,
     )
     figure.tight_layout()
     try:
@@ -120,4 +184,30 @@ def draw(timing: Timing, prices: Prices | None, intervals: Intervals, path: Path
         plt.close(figure)
 
 
-__all__ = ["PlotError", "draw", "interval_grid"]
+def count_label(count: float) -> str:
+    """`500`, `10k`, `1.2M`: a step count on the top axis."""
+    for suffix, scale in (("M", 1e6), ("k", 1e3)):
+        if count >= scale:
+            return f"{count / scale:g}{suffix}"
+    return f"{count:g}"
+
+
+def duration_label_exact(seconds: float) -> str:
+    """`333 s`, `21.8 min`, `2.5 h`: three significant digits in the largest fitting unit."""
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.3g} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86400:.3g} d"
+
+
+__all__ = [
+    "PlotError",
+    "count_label",
+    "draw",
+    "duration_label",
+    "duration_label_exact",
+    "interval_grid",
+]

@@ -48,7 +48,8 @@ def render(plan: dict[str, Any]) -> str:
         out.append(f"telemetry: {', '.join(telemetry['files'])}")
         out.append(
             f"  records: {telemetry['records']} over {seconds_text(telemetry['span_seconds'])}; "
-            f"terminate notices: {telemetry['terminate_notices']}; flushes: "
+            f"terminate notices: {telemetry['terminate_notices']} "
+            f"({telemetry['late_notices']} too late to save on); flushes: "
             f"{telemetry['flushes']}; resumes: {telemetry['resumes']}"
         )
         out.append("")
@@ -60,58 +61,103 @@ def render(plan: dict[str, Any]) -> str:
     def source(name: str) -> str:
         return f"({inputs[name]['source']})"
 
-    out += _rows(
-        "Inputs",
-        [
-            (
-                "checkpoint (flush)",
-                seconds_text(inputs["checkpoint_seconds"]["value"]),
-                source("checkpoint_seconds"),
-            ),
+    rows = [
+        (
+            "checkpoint (flush), mean",
+            seconds_text(inputs["checkpoint_seconds"]["value"]),
+            source("checkpoint_seconds"),
+        ),
+        (
+            "flush p95 (must fit the notice)",
+            seconds_text(plan["flush"]["p95_seconds"]),
+            source("checkpoint_p95_seconds")
+            if inputs["checkpoint_p95_seconds"]["value"] is not None
+            else "(the mean)",
+        ),
+    ]
+    if inputs["mtbi_seconds"]["value"] is not None:
+        rows.append(
             (
                 "mean time between interruptions",
                 seconds_text(inputs["mtbi_seconds"]["value"]),
                 f"{inputs['interruptions_per_day']['value']:.3g} a day {source('mtbi_seconds')}",
-            ),
+            )
+        )
+    rows += [
+        (
+            "restore (reload)",
+            seconds_text(inputs["restore_seconds"]["value"]),
+            source("restore_seconds"),
+        ),
+        ("restart", seconds_text(inputs["restart_seconds"]["value"]), source("restart_seconds")),
+        (
+            "reacquire (unbilled wait)",
+            seconds_text(inputs["reacquire_seconds"]["value"]),
+            source("reacquire_seconds"),
+        ),
+        (
+            "notice lead",
+            seconds_text(inputs["notice_lead_seconds"]["value"]),
+            source("notice_lead_seconds"),
+        ),
+        (
             (
-                "restore (reload)",
-                seconds_text(inputs["restore_seconds"]["value"]),
-                source("restore_seconds"),
-            ),
-            (
-                "restart",
-                seconds_text(inputs["restart_seconds"]["value"]),
-                source("restart_seconds"),
-            ),
-            (
-                "reacquire (unbilled wait)",
-                seconds_text(inputs["reacquire_seconds"]["value"]),
-                source("reacquire_seconds"),
-            ),
-            (
-                "notice lead",
-                seconds_text(inputs["notice_lead_seconds"]["value"]),
-                source("notice_lead_seconds"),
-            ),
-            (
-                "notice to saved checkpoint",
-                seconds_text(
-                    inputs["response_seconds"]["value"]
-                    if inputs["response_seconds"]["value"] is not None
-                    else inputs["detection_seconds"]["value"]
-                    + inputs["checkpoint_seconds"]["value"]
-                ),
-                "(telemetry)"
-                if inputs["response_seconds"]["value"] is not None
-                else f"(detection {seconds_text(inputs['detection_seconds']['value'])} + flush)",
-            ),
-        ],
-    )
-    seconds = plan["intervals"]["seconds"]
-    rows = [
-        ("Young, sqrt(2CM)", seconds_text(seconds["young"]), _steps(plan, "young")),
-        ("Daly, higher order", seconds_text(seconds["daly"]), _steps(plan, "daly")),
+                "notice to saved checkpoint, p95",
+                seconds_text(inputs["response_seconds"]["value"]),
+                source("response_seconds"),
+            )
+            if inputs["response_seconds"]["value"] is not None
+            else (
+                "detection",
+                seconds_text(inputs["detection_seconds"]["value"]),
+                source("detection_seconds"),
+            )
+        ),
+        (
+            "without a usable notice",
+            _percent(inputs["no_notice_share"]["value"]),
+            f"of interruptions {source('no_notice_share')}",
+        ),
     ]
+    out += _rows("Inputs", rows)
+    measured = plan["flush"]["measured"]
+    if measured:
+        out.append(
+            f"  (telemetry flushes: {measured['count']}; robust mean "
+            f"{seconds_text(measured['mean_seconds'])} for the tax, median "
+            f"{seconds_text(measured['median_seconds'])}, p95 "
+            f"{seconds_text(measured['p95_seconds'])} for the notice)"
+        )
+    size = plan["checkpoint_size"]
+    if size:
+        out += ["", "Checkpoint size", f"  {size['how']}"]
+        if size["flush_seconds"] is not None:
+            out.append(
+                f"  at {size['bandwidth_bytes_per_second'] / 1e6:.4g} MB/s: "
+                f"{seconds_text(size['flush_seconds'])} a checkpoint"
+            )
+    seen = plan["notice"]
+    out += [
+        "",
+        "Notice",
+        f"  {'usable' if seen['usable'] else 'not usable'}: {seen['why']}",
+        f"  interruptions that lose work: {_percent(seen['effective_no_notice_share'])}",
+    ]
+    seconds = plan["intervals"]["seconds"]
+    rows = []
+    if seconds["young"] is not None:
+        rows += [
+            ("Young, sqrt(2CM), full rate", seconds_text(seconds["young"]), _steps(plan, "young")),
+            ("Daly, higher order, full rate", seconds_text(seconds["daly"]), _steps(plan, "daly")),
+        ]
+    if seconds["recommended"] is not None:
+        rows.append(
+            (
+                "least overhead (recommended)",
+                seconds_text(seconds["recommended"]),
+                _steps(plan, "recommended"),
+            )
+        )
     if seconds["for_tax"] is not None:
         rows.append(
             ("for the target tax", seconds_text(seconds["for_tax"]), _steps(plan, "for_tax"))
@@ -124,60 +170,58 @@ def render(plan: dict[str, Any]) -> str:
         )
     )
     out += ["", *_rows("Checkpoint interval (seconds of work between checkpoints)", rows)]
-    lost = plan["lost_work"]
-    out += [
-        "",
-        *_rows(
-            "Lost work per interruption",
-            [
-                (
-                    "periodic checkpoints only",
-                    seconds_text(lost["periodic_seconds"]),
-                    "<- applies" if lost["applies"] == "periodic" else "",
-                ),
-                (
-                    "with forewarn drain",
-                    seconds_text(lost["drain_seconds"]),
-                    "<- applies" if lost["applies"] == "drain" else "",
-                ),
-            ],
-        ),
-        f"  ({lost['why']})",
-    ]
-    if lost["applies"] == "drain":
-        out.append(
-            "  With the drain, periodic checkpoints only cover interruptions that come without "
-            "usable notice\n  (crashes, lost hosts): the interval can be longer than Daly's."
-        )
     cost = plan["overhead"]
-    out += [
-        "",
-        *_rows(
-            f"Overhead at {seconds_text(seconds['chosen'])} ({cost['model']} model, share of "
-            "useful time)",
-            [
-                ("checkpoint tax C/tau", _percent(cost["checkpoint_tax"]), ""),
-                ("lost work", _percent(cost["rework"]), ""),
-                (
-                    "restart and reload",
-                    _percent(cost["restart"]),
-                    "(includes the notice's flush)" if cost["model"] == "drain" else "",
-                ),
-                ("reacquisition idle", _percent(cost["idle"]), "(wall clock, unbilled)"),
-                (
-                    "total",
-                    _percent(cost["total"]),
-                    f"one interruption costs {seconds_text(cost['per_interruption_seconds'])}",
-                ),
-            ],
-        ),
-    ]
-    if plan["costs"] is None:
+    if cost is None:
         out += [
             "",
-            "Cost: give --spot-price and --on-demand-price (or --reserved-price) for "
-            "the cost per useful hour and a verdict.",
+            *_rows(
+                f"At {seconds_text(seconds['chosen'])}",
+                [("checkpoint tax C/tau", _percent(plan["checkpoint_tax"]), "")],
+            ),
         ]
+    else:
+        rows = [
+            ("checkpoint tax", _percent(cost["checkpoint_tax"]), "(periodic checkpoints)"),
+            ("lost work", _percent(cost["lost_work"]), "(redone after interruptions)"),
+            ("notice flush", _percent(cost["notice_flush"]), ""),
+            ("notice idle tail", _percent(cost["notice_idle"]), "(billed wait for the reclaim)"),
+            ("restart and reload", _percent(cost["restart"]), ""),
+            ("reacquisition idle", _percent(cost["reacquire"]), "(wall clock, unbilled)"),
+            (
+                "total",
+                _percent(cost["total"]),
+                f"one interruption costs {seconds_text(cost['per_interruption_seconds'])}",
+            ),
+            (
+                "total without any usable notice",
+                _percent(plan["overhead_without_notice"]),
+                "(Daly's complete model)",
+            ),
+        ]
+        if plan["overhead_at_recommended"] is not None:
+            rows.append(
+                (
+                    "total at the recommended interval",
+                    _percent(plan["overhead_at_recommended"]),
+                    "",
+                )
+            )
+        out += [
+            "",
+            *_rows(
+                f"Overhead at {seconds_text(seconds['chosen'])} (share of useful time)",
+                rows,
+            ),
+        ]
+    if plan["warnings"]:
+        out += ["", *(f"warning: {warning}" for warning in plan["warnings"])]
+    if plan["costs"] is None:
+        if cost is not None:
+            out += [
+                "",
+                "Cost: give --spot-price and --on-demand-price (or --reserved-price) for "
+                "the cost per useful hour and a verdict.",
+            ]
         return "\n".join(out)
     options = plan["costs"]
     names = list(options)

@@ -1,5 +1,6 @@
-"""What a telemetry file says about the job and the capacity: medians of the flush, restore,
-notice lead and notice-to-saved times, and the terminate notices over the observed span."""
+"""What a telemetry file says about the job and the capacity: the flush (robust mean for the
+tax, median, p95 for whether a notice covers it), restore, notice lead and notice-to-saved
+times, the terminate notices over the observed span, and how many came too late to use."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
+from forewarn.clients.adaptive import quantile, robust_mean
 from forewarn.protocol.timefmt import parse_time
 
 
@@ -18,15 +20,22 @@ class TelemetrySummary:
     records: int
     span_seconds: float
     terminate_notices: int
-    flush_seconds: float | None
+    flush_seconds: float | None  # robust mean: the tax
     flushes: int
     restore_seconds: float | None
     resumes: int
     steps_lost: float | None
     notice_lead_seconds: float | None
-    response_seconds: float | None
+    response_seconds: float | None  # p95 of notice to saved checkpoint
     drained: bool | None
     reasons: dict[str, int]
+    flush_median_seconds: float | None = None
+    flush_p95_seconds: float | None = None  # whether a notice covers the flush
+    # Terminate notices not followed by a saved checkpoint before their deadline.
+    late_notices: int = 0
+    # The stall and durable times, where acks carry them separately (background uploads).
+    flush_source: str = "flush_seconds"
+    coverage_source: str = "flush_seconds"
 
     @property
     def mtbi_seconds(self) -> float | None:
@@ -34,25 +43,43 @@ class TelemetrySummary:
             return None
         return self.span_seconds / self.terminate_notices
 
+    @property
+    def late_share(self) -> float | None:
+        """Share of terminate notices that came too late to save on: without a usable notice."""
+        if not self.terminate_notices:
+            return None
+        return self.late_notices / self.terminate_notices
+
 
 def _median(values: list[float]) -> float | None:
     return median(values) if values else None
 
 
+def _number(record: dict[str, Any], name: str) -> float | None:
+    value = record.get(name)
+    return None if value is None else float(value)
+
+
 def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
-    """Medians of flush, restore, notice lead and notice-to-saved time, and the terminate
-    notices (one per id, escalated drains included) over the observed span.
+    """The flush (robust mean, median, p95), medians of restore and notice lead, the p95 of
+    notice-to-saved time, and the terminate notices (one per id, escalated drains included)
+    over the observed span, with those that came too late to save on.
 
     Each source is one agent's records (one machine); the span is the sum of each source's
     first-to-last time, so machines in a row or side by side both count their running time.
+    An ack with `stall_seconds` (what training waited) and `durable_seconds` (until the
+    checkpoint was safe) has the first count for the tax and the second for the notice.
     """
     count = 0
     span = 0.0
     terminated: dict[tuple[int, str], float] = {}  # (source, id) -> when the terminate was sent
+    deadlines: dict[tuple[int, str], float] = {}
     reasons: dict[str, int] = {}
     leads: list[float] = []
     saved_at: dict[tuple[int, str], list[float]] = {}  # when saved acks for a notice arrived
-    flushes: list[float] = []
+    stalls: list[float] = []
+    durables: list[float] = []
+    split = False
     restores: list[float] = []
     lost_steps: list[float] = []
     for index, records in enumerate(sources):
@@ -73,10 +100,20 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                 reason = str(record.get("reason"))
                 reasons[reason] = reasons.get(reason, 0) + 1
                 if record.get("deadline"):
-                    leads.append(parse_time(str(record["deadline"])).timestamp() - sent)
+                    deadline = parse_time(str(record["deadline"])).timestamp()
+                    deadlines[key] = deadline
+                    leads.append(deadline - sent)
             elif kind == "ack" and record.get("outcome") == "saved":
-                if record.get("flush_seconds") is not None:
-                    flushes.append(float(record["flush_seconds"]))
+                flush = _number(record, "flush_seconds")
+                stall = _number(record, "stall_seconds")
+                durable = _number(record, "durable_seconds")
+                split = split or stall is not None or durable is not None
+                stall = stall if stall is not None else flush
+                durable = durable if durable is not None else flush
+                if stall is not None:
+                    stalls.append(stall)
+                if durable is not None:
+                    durables.append(durable)
                 if record.get("notice_id") is not None:
                     saved_at.setdefault((index, str(record["notice_id"])), []).append(at)
             elif kind == "resume":
@@ -87,24 +124,34 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         if first is not None and last is not None:
             span += last - first
     # Only a save at or after the terminate protects the work; a drain's earlier ack does not.
-    responses = {
-        notice_id: min(moment for moment in saved_at.get(notice_id, []) if moment >= sent) - sent
-        for notice_id, sent in terminated.items()
-        if any(moment >= sent for moment in saved_at.get(notice_id, []))
-    }
+    responses: dict[tuple[int, str], float] = {}
+    late = 0
+    for key, sent in terminated.items():
+        after = [moment for moment in saved_at.get(key, []) if moment >= sent]
+        if after:
+            responses[key] = min(after) - sent
+        deadline = deadlines.get(key)
+        if not after or (deadline is not None and min(after) > deadline):
+            late += 1
+    response_times = list(responses.values())
     return TelemetrySummary(
         records=count,
         span_seconds=span,
         terminate_notices=len(terminated),
-        flush_seconds=_median(flushes),
-        flushes=len(flushes),
+        flush_seconds=robust_mean(stalls) if stalls else None,
+        flushes=len(stalls),
         restore_seconds=_median(restores),
         resumes=len(restores),
         steps_lost=_median(lost_steps),
         notice_lead_seconds=_median(leads),
-        response_seconds=_median(list(responses.values())),
+        response_seconds=quantile(response_times, 0.95) if response_times else None,
         drained=len(responses) == len(terminated) if terminated else None,
         reasons=reasons,
+        flush_median_seconds=_median(stalls),
+        flush_p95_seconds=quantile(durables, 0.95) if durables else None,
+        late_notices=late,
+        flush_source="stall_seconds" if split else "flush_seconds",
+        coverage_source="durable_seconds" if split else "flush_seconds",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -59,28 +60,31 @@ def test_the_published_figures_from_flags(capsys: pytest.CaptureFixture[str]) ->
     assert intervals["steps"]["chosen"] == 1167
     assert intervals["seconds"]["young"] == pytest.approx(1314.5, abs=0.1)
     assert intervals["seconds"]["daly"] == pytest.approx(1307.9, abs=0.1)
+    assert plan["checkpoint_tax"] == pytest.approx(0.03)
     cost = plan["overhead"]
-    assert cost["model"] == "drain"
-    assert cost["per_interruption_seconds"] == pytest.approx(360)  # 350 s + the 10 s flush
+    # One 6-minute reclaim a day (350 s restart and reload; the 10 s flush apart) ~ 0.4 %.
     assert round(cost["restart"] * 100, 1) == 0.4
-    assert cost["checkpoint_tax"] == pytest.approx(0.03)
-    assert plan["lost_work"] == {
-        "periodic_seconds": pytest.approx(171.67, abs=0.01),
-        "drain_seconds": 0.0,
-        "applies": "drain",
-        "why": "notice lead 120 s covers the 15 s from notice to saved checkpoint",
-    }
+    assert cost["checkpoint_tax"] == pytest.approx(0.03, rel=0.01)
+    assert plan["notice"]["usable"] is True
+    assert plan["notice"]["needs_seconds"] == 15.0
+    assert plan["notice"]["why"] == (
+        "notice lead 120 s covers the 15 s to a saved checkpoint (detection 5 s + flush p95 10 s)"
+    )
+    # With the notice, the periodic interval insures against the 10 % without one.
+    assert intervals["seconds"]["recommended"] > 3 * intervals["seconds"]["daly"]
+    assert plan["overhead_at_recommended"] < cost["total"] < plan["overhead_without_notice"]
     assert plan["verdict"] == "spot"
     assert plan["costs"]["spot"]["per_useful_hour"] < plan["costs"]["on-demand"]["per_useful_hour"]
     assert plan["inputs"]["checkpoint_seconds"] == {"value": 10.0, "source": "flag"}
+    assert plan["warnings"] == []
 
 
 def test_the_table_shows_the_numbers_and_the_verdict(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan_cli.main([*FIGURES, *PRICES, "--reserved-price", "2.5"]) == 0
     out = capsys.readouterr().out
-    assert "for the target tax       333 s (5.56 min)  1,167 steps" in out
-    assert "with forewarn drain                     0 s  <- applies" in out
-    assert "restart and reload    0.42 %" in out
+    assert "for the target tax              333 s (5.56 min)  1,167 steps" in out
+    assert "usable: notice lead 120 s covers" in out
+    assert "restart and reload                 0.42 %" in out
     assert "Verdict: spot:" in out and "reserved" in out
     assert "wall-clock hours per useful hour" in out
 
@@ -91,7 +95,210 @@ def test_without_prices_the_plan_says_how_to_get_a_verdict(
     assert plan_cli.main(["--checkpoint", "10s", "--mtbi", "12h"]) == 0
     out = capsys.readouterr().out
     assert "give --spot-price and --on-demand-price" in out
-    assert "periodic checkpoints only" in out and "<- applies" in out
+    assert "not usable: no notice lead known" in out
+
+
+NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?")
+
+
+def _numbers(value: Any) -> list[float]:
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [number for item in value.values() for number in _numbers(item)]
+    if isinstance(value, list):
+        return [number for item in value for number in _numbers(item)]
+    if isinstance(value, str):
+        return [float(text.replace(",", "")) for text in NUMBER.findall(value)]
+    return []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [
+            *FIGURES,
+            *PRICES,
+            "--reserved-price",
+            "2.5",
+            "--storage-price",
+            "0.02",
+            "--checkpoint-gb",
+            "2.4",
+            "--io-price",
+            "0.0004",
+            "--reacquire",
+            "10m",
+        ],
+        [
+            "--params",
+            "7B",
+            "--bandwidth",
+            "1GB/s",
+            "--mtbi",
+            "6h",
+            "--notice-lead",
+            "30s",
+            "--steps-per-second",
+            "2",
+        ],
+        ["--checkpoint-size", "14GB", "--bandwidth", "100MB/s", "--tax", "3%"],
+        [
+            "--checkpoint",
+            "350s",
+            "--interval-steps",
+            "1200",
+            "--steps-per-second",
+            "3.5",
+            "--mtbi",
+            "1h",
+            "--notice-lead",
+            "2m",
+        ],
+    ],
+)
+def test_json_carries_every_number_the_table_prints(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """Each number in the table is a JSON value, in the same or a display unit (minutes,
+    hours, days, percent, MB/s, GB), to the digits shown."""
+    assert plan_cli.main(argv) == 0
+    table = capsys.readouterr().out
+    values = _numbers(plan_json(capsys, *argv))
+    scales = (1, 1 / 60, 1 / 3600, 1 / 86400, 100, 1e-6, 1e-9)
+    candidates = [value * scale for value in values for scale in scales]
+    missing = []
+    for text in NUMBER.findall(table):
+        shown = float(text.replace(",", ""))
+        digits = len(text.split(".")[1]) if "." in text else 0
+        # What the table rounds to: its last shown digit, or 3 significant digits.
+        slack = max(0.5 * 10**-digits, abs(shown) * 0.0051) + 1e-12
+        if not any(abs(candidate - shown) <= slack for candidate in candidates):
+            missing.append(text)
+    assert not missing, missing
+
+
+def test_sizes_people_have(capsys: pytest.CaptureFixture[str]) -> None:
+    # 14 GB at 200 MB/s is a 70 s flush.
+    plan = plan_json(capsys, "--checkpoint-size", "14GB", "--bandwidth", "200MB/s", "--mtbi", "6h")
+    assert plan["inputs"]["checkpoint_seconds"] == {"value": 70.0, "source": "size / bandwidth"}
+    assert plan["checkpoint_size"]["gb"] == 14.0
+    # 7B parameters, bf16, AdamW: 2 + 4 (fp32 master) + 8 (two moments) = 14 B a parameter.
+    plan = plan_json(capsys, "--params", "7B", "--bandwidth", "1GB/s", "--tax", "3%")
+    size = plan["checkpoint_size"]
+    assert size["bytes_per_param"] == 14 and size["gb"] == 98.0
+    assert size["how"] == (
+        "7B parameters x (2 B bf16 weights + 4 B fp32 master weights + 8 B AdamW moments "
+        "(fp32)) = 14 B per parameter = 98 GB"
+    )
+    assert plan["inputs"]["checkpoint_seconds"]["value"] == 98.0
+    weights = plan_json(
+        capsys, "--params", "350M", "--optimizer", "none", "--bandwidth", "10Gbit/s", "--tax", "1%"
+    )
+    assert weights["checkpoint_size"]["bytes_per_param"] == 2
+    assert weights["inputs"]["checkpoint_seconds"]["value"] == pytest.approx(0.56)
+    sgd = plan_json(
+        capsys,
+        "--params",
+        "1e9",
+        "--precision",
+        "fp32",
+        "--optimizer",
+        "sgd",
+        "--bandwidth",
+        "1GB/s",
+        "--tax",
+        "1%",
+    )
+    assert sgd["checkpoint_size"]["bytes_per_param"] == 8
+    assert plan_cli.main(["--params", "7B", "--bandwidth", "1GB/s", "--tax", "3%"]) == 0
+    out = capsys.readouterr().out
+    assert "7B parameters x (2 B bf16 weights" in out and "at 1000 MB/s: 98 s" in out
+
+
+def test_only_what_the_output_needs_is_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    # The tax alone: no interruption rate, no spot price.
+    plan = plan_json(capsys, "--checkpoint-gb", "2.4", "--bandwidth", "240MB/s", "--tax", "3%")
+    assert plan["intervals"]["seconds"]["chosen"] == pytest.approx(333.33, abs=0.01)
+    assert plan["checkpoint_tax"] == pytest.approx(0.03)
+    assert plan["overhead"] is None and plan["intervals"]["seconds"]["recommended"] is None
+    assert plan_cli.main(["--checkpoint", "10s", "--interval", "5m"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint tax C/tau  3.33 %" in out and "only the checkpoint tax" in out
+    # A size with a flush given: the size is for pricing only, the rate still not needed.
+    plan = plan_json(capsys, "--checkpoint", "10s", "--checkpoint-gb", "2.4", "--tax", "3%")
+    assert plan["inputs"]["checkpoint_seconds"]["source"] == "flag"
+
+
+def test_warnings_where_the_answer_is_not_sane(capsys: pytest.CaptureFixture[str]) -> None:
+    # A 1,200-step interval with a 350 s checkpoint: 105 % tax, interval shorter than the flush,
+    # and a 2-minute notice cannot cover the flush.
+    plan = plan_json(
+        capsys,
+        "--checkpoint",
+        "350s",
+        "--interval-steps",
+        "1200",
+        "--steps-per-second",
+        "3.5",
+        "--mtbi",
+        "1d",
+        "--notice-lead",
+        "2m",
+    )
+    found = plan["warnings"]
+    assert len(found) == 3, found
+    assert "102.1%, above 10%" in found[0]
+    assert "shorter than the flush" in found[1]
+    assert "notice lead (120 s) is shorter than detection plus the flush (355 s" in found[2]
+    assert plan["notice"]["usable"] is False
+    assert plan["notice"]["effective_no_notice_share"] == 1.0
+    assert plan_cli.main(["--checkpoint", "10s", "--tax", "20%", "--warn-tax", "25%"]) == 0
+    assert "warning" not in capsys.readouterr().out
+
+
+def test_the_share_without_a_usable_notice(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--checkpoint", "60s", "--mtbi", "1h", "--notice-lead", "2m"]
+    default = plan_json(capsys, *base)
+    assert default["inputs"]["no_notice_share"] == {"value": 0.1, "source": "default"}
+    more = plan_json(capsys, *base, "--no-notice-share", "40%")
+    rate = plan_json(capsys, *base, "--no-notice-per-day", "9.6")
+    assert more["inputs"]["no_notice_share"]["value"] == pytest.approx(0.4)
+    assert rate["inputs"]["no_notice_share"]["value"] == pytest.approx(0.4)
+    # More interruptions without notice: checkpoint more often.
+    assert (
+        more["intervals"]["seconds"]["recommended"] < default["intervals"]["seconds"]["recommended"]
+    )
+    all_without = plan_json(capsys, *base, "--no-notice-share", "100%")
+    assert all_without["overhead"]["total"] == pytest.approx(all_without["overhead_without_notice"])
+
+
+def test_late_notices_in_the_telemetry_count_as_without(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    lines = ['{"v":1,"at":"2026-11-30T00:00:00Z","kind":"start"}']
+    for hour in range(1, 5):
+        lines.append(
+            f'{{"v":1,"at":"2026-11-30T{hour:02d}:00:00Z","kind":"notice","id":"n{hour}",'
+            f'"action":"terminate","reason":"spot-interruption",'
+            f'"sent_at":"2026-11-30T{hour:02d}:00:00Z","deadline":"2026-11-30T{hour:02d}:02:00Z"}}'
+        )
+        # The flush of n1 finishes after the deadline; n2 is never saved on.
+        finished = {1: "03:00", 2: None, 3: "00:20", 4: "00:30"}[hour]
+        if finished:
+            lines.append(
+                f'{{"v":1,"at":"2026-11-30T{hour:02d}:{finished}Z","kind":"ack",'
+                f'"notice_id":"n{hour}","flush_seconds":10,"outcome":"saved"}}'
+            )
+    lines.append('{"v":1,"at":"2026-11-30T06:00:00Z","kind":"stop"}')
+    path = tmp_path / "telemetry.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    plan = plan_json(capsys, "--telemetry", str(path))
+    assert plan["telemetry"]["late_notices"] == 2
+    assert plan["inputs"]["no_notice_share"] == {"value": 0.5, "source": "telemetry"}
+    assert plan["inputs"]["notice_lead_seconds"] == {"value": 120.0, "source": "telemetry"}
 
 
 @pytest.mark.parametrize(
@@ -109,6 +316,7 @@ def test_without_prices_the_plan_says_how_to_get_a_verdict(
             ["--checkpoint", "10s", "--mtbi", "1d", *PRICES, "--storage-price", "0.02"],
             "--checkpoint-gb",
         ),
+        (["--checkpoint", "10s", "--mtbi", "1d", "--storage-price", "0.02"], "--spot-price"),
         (
             ["--checkpoint", "10s", "--mtbi", "1d", "--spot-price=-1", "--on-demand-price", "3"],
             "--spot-price",
@@ -118,6 +326,21 @@ def test_without_prices_the_plan_says_how_to_get_a_verdict(
         (["--checkpoint", "ten", "--mtbi", "1d"], "--checkpoint"),
         (["--mtbi", "1d"], "--checkpoint"),
         (["--checkpoint", "10s"], "--interruptions-per-day"),
+        (["--checkpoint", "10s", "--tax", "3%", "--spot-price", "1"], "--interruptions-per-day"),
+        (["--checkpoint-size", "14", "--tax", "3%"], "--checkpoint-size"),
+        (["--checkpoint-size", "14GB", "--tax", "3%"], "--bandwidth"),
+        (["--bandwidth", "1GB/s", "--tax", "3%", "--checkpoint", "1s"], "--bandwidth"),
+        (["--params", "7B", "--bandwidth", "1GB", "--tax", "3%"], "--bandwidth"),
+        (["--params", "seven", "--bandwidth", "1GB/s", "--tax", "3%"], "--params"),
+        (["--params", "7B", "--optimizer", "adam", "--bandwidth", "1GB/s"], "--optimizer"),
+        (["--checkpoint-gb", "2", "--params", "7B"], "not allowed with"),
+        (["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-share", "150%"], "--no-notice-share"),
+        (
+            ["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-per-day", "2"],
+            "--no-notice-per-day",
+        ),
+        (["--checkpoint", "10s", "--no-notice-per-day", "2", "--tax", "3%"], "--no-notice-per-day"),
+        (["--checkpoint", "10s", "--tax", "3%", "--plot", "x.png"], "--plot"),
         (["--telemetry", "/nonexistent/telemetry.jsonl"], "--telemetry"),
     ],
 )
@@ -183,12 +406,13 @@ def test_a_plan_from_the_telemetry_of_forewarn_drill_local(
         assert inputs[name]["source"] == "telemetry", name
     assert inputs["checkpoint_seconds"]["value"] == telemetry["flush_seconds"] > 0
     assert inputs["mtbi_seconds"]["value"] == pytest.approx(telemetry["span_seconds"])
-    assert plan["lost_work"]["applies"] == "drain"
-    assert plan["intervals"]["seconds"]["daly"] > 0
+    assert plan["notice"]["usable"] is True
+    assert plan["inputs"]["notice_lead_seconds"]["source"] == "telemetry (every notice saved on)"
+    assert plan["intervals"]["seconds"]["recommended"] > 0
     assert plan["verdict"] in ("spot", "on-demand")
     table = run_forewarn("plan", "--telemetry", str(work), env=env)
     assert table.returncode == 0, table.stderr
-    assert "terminate notices: 1; flushes: " in table.stdout
+    assert "terminate notices: 1 (0 too late to save on); flushes: " in table.stdout
     assert "a drill's rate, not the capacity's" in table.stdout
     assert any("--interruptions-per-day" in note for note in plan["notes"])
 
@@ -218,9 +442,9 @@ def test_the_measured_notice_path_holds_only_for_the_measured_flush(
     )
     measured = plan_json(capsys, "--telemetry", str(path))
     assert measured["inputs"]["response_seconds"] == {"value": 2.0, "source": "telemetry"}
-    assert measured["lost_work"]["applies"] == "drain"
+    assert measured["notice"]["usable"] is True
     assert measured["inputs"]["mtbi_seconds"]["value"] == 6 * 3600 + 2
     # A 60 s checkpoint given by flag: the 2 s the telemetry saw says nothing about it.
     given = plan_json(capsys, "--telemetry", str(path), "--checkpoint", "60s")
     assert given["inputs"]["response_seconds"]["value"] is None
-    assert given["lost_work"]["applies"] == "periodic"
+    assert given["notice"]["usable"] is False

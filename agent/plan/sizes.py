@@ -1,0 +1,132 @@
+"""Checkpoint sizes people know: "14GB", "2.4GiB", a bandwidth such as "500MB/s" or
+"10Gbit/s", and an estimate from the parameter count ("7B") with precision and optimizer.
+
+Sizes are bytes; GB is 10^9 bytes (as prices are quoted), GiB 2^30.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_BITS = {"kbit": 10**3 / 8, "mbit": 10**6 / 8, "gbit": 10**9 / 8, "tbit": 10**12 / 8}
+_NUMBER = r"(\d+(?:\.\d*)?(?:e[+-]?\d+)?|\.\d+)"
+_SIZE = re.compile(rf"^{_NUMBER}\s*([a-z]+)$")
+_COUNT = re.compile(rf"^{_NUMBER}\s*([kmbt]?)$")
+_COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+
+# Bytes per parameter of the weights as trained and saved.
+PRECISIONS = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# Bytes per parameter of optimizer state (fp32): AdamW's two moments, SGD's momentum.
+OPTIMIZERS = {"adamw": 8, "sgd": 4, "none": 0}
+# Below fp32, an optimizer steps an fp32 master copy of the weights, which is saved too.
+MASTER_COPY = 4
+
+
+def _finite(value: float, text: str, what: str) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be positive (got {text!r})")
+    return value
+
+
+def parse_size(text: str) -> float:
+    """Bytes in `14GB`, `2.4 GiB`, `500MB`: a unit is required (B, KB, MB, GB, TB or the
+    binary KiB ... TiB)."""
+    match = _SIZE.match(text.strip().lower())
+    if not match or match.group(2) not in _UNITS:
+        raise ValueError(f"not a size such as 14GB or 2.4GiB (got {text!r})")
+    return _finite(float(match.group(1)) * _UNITS[match.group(2)], text, "a size")
+
+
+def parse_bandwidth(text: str) -> float:
+    """Bytes per second in `500MB/s`, `1.2GiB/s`, `10Gbit/s` or `10Gbps`."""
+    clean = text.strip().lower().replace("bps", "bit/s")
+    if not clean.endswith("/s"):
+        raise ValueError(f"not a rate such as 500MB/s or 10Gbit/s (got {text!r})")
+    match = _SIZE.match(clean[:-2].strip())
+    unit = match.group(2) if match else ""
+    if not match or (unit not in _UNITS and unit not in _BITS):
+        raise ValueError(f"not a rate such as 500MB/s or 10Gbit/s (got {text!r})")
+    scale = _UNITS.get(unit) or _BITS[unit]
+    return _finite(float(match.group(1)) * scale, text, "a bandwidth")
+
+
+def parse_count(text: str) -> float:
+    """A parameter count: `7B`, `350M`, `1.3e9`, `70b`."""
+    match = _COUNT.match(text.strip().lower())
+    if not match:
+        raise ValueError(f"not a parameter count such as 7B or 350M (got {text!r})")
+    return _finite(float(match.group(1)) * _COUNT_SUFFIX[match.group(2)], text, "a count")
+
+
+@dataclass(frozen=True)
+class SizeEstimate:
+    """A checkpoint's size from the model: parameters x bytes per parameter."""
+
+    params: float
+    precision: str
+    optimizer: str
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}")
+
+    @property
+    def parts(self) -> dict[str, int]:
+        """Bytes per parameter, by what they hold."""
+        parts = {f"{self.precision} weights": PRECISIONS[self.precision]}
+        if self.optimizer != "none" and self.precision != "fp32":
+            parts["fp32 master weights"] = MASTER_COPY
+        if OPTIMIZERS[self.optimizer]:
+            state = "AdamW moments" if self.optimizer == "adamw" else "SGD momentum"
+            parts[f"{state} (fp32)"] = OPTIMIZERS[self.optimizer]
+        return parts
+
+    @property
+    def bytes_per_param(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def bytes(self) -> float:
+        return self.params * self.bytes_per_param
+
+    @property
+    def how(self) -> str:
+        """The computation, as the table prints it."""
+        terms = " + ".join(f"{size} B {name}" for name, size in self.parts.items())
+        return (
+            f"{count_text(self.params)} parameters x ({terms}) = {self.bytes_per_param} B per "
+            f"parameter = {self.bytes / 1e9:.4g} GB"
+        )
+
+
+def count_text(count: float) -> str:
+    for suffix, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.4g}{suffix}"
+    return f"{count:.4g}"
+
+
+__all__ = [
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "SizeEstimate",
+    "count_text",
+    "parse_bandwidth",
+    "parse_count",
+    "parse_size",
+]
