@@ -161,7 +161,7 @@ def test_plan_matches_the_simulation(c: float, m: float, lead: float, r: float) 
         detection_seconds=DETECTION,
         no_notice_share=NO_NOTICE_SHARE,
     )
-    chosen = best_interval(scenario, max_seconds=7 * 86400)
+    chosen = best_interval(scenario, max_seconds=86400)  # plan's default --max-interval
     key = [int(c), int(m), int(lead), int(r)]
     intervals = chosen * FACTORS
     here = int(np.flatnonzero(FACTORS == 1.0)[0])

@@ -448,3 +448,56 @@ def test_the_measured_notice_path_holds_only_for_the_measured_flush(
     given = plan_json(capsys, "--telemetry", str(path), "--checkpoint", "60s")
     assert given["inputs"]["response_seconds"]["value"] is None
     assert given["notice"]["usable"] is False
+
+
+@pytest.mark.parametrize(
+    "notice_argv",
+    [[], ["--notice-lead", "2m"], ["--notice-lead", "2m", "--no-notice-share", "30%"]],
+)
+def test_every_auto_converges_to_the_recommended_interval(
+    capsys: pytest.CaptureFixture[str], notice_argv: list[str]
+) -> None:
+    """The guard's every="auto", fed the same flush, settles on the interval plan recommends."""
+    from forewarn.clients import CheckpointGuard
+    from forewarn.clients.adaptive import AdaptiveInterval
+
+    plan = plan_json(capsys, "--checkpoint", "60s", "--mtbi", "1h", "--restart", "5m", *notice_argv)
+    inputs = plan["inputs"]
+    adaptive = AdaptiveInterval(
+        mtbi_seconds=inputs["mtbi_seconds"]["value"],
+        restart_seconds=inputs["restart_seconds"]["value"],
+        notice_lead_seconds=inputs["notice_lead_seconds"]["value"] or 0.0,
+        no_notice_share=inputs["no_notice_share"]["value"],
+    )
+    guard = CheckpointGuard(
+        every="auto", adaptive=adaptive, notices=False, handle_signals=False, flag_file=None
+    )
+    try:
+        for step in range(1, 40):
+            guard.saved(step, 60.0)
+        assert guard.every_seconds == pytest.approx(
+            plan["intervals"]["seconds"]["recommended"], rel=1e-6
+        )
+    finally:
+        guard.close()
+
+
+def test_json_carries_every_number_of_a_telemetry_plan(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "telemetry.jsonl"
+    path.write_text(
+        '{"v":1,"at":"2026-11-30T00:00:00Z","kind":"start"}\n'
+        '{"v":1,"at":"2026-11-30T01:00:00Z","kind":"ack","notice_id":null,"flush_seconds":12,'
+        '"outcome":"saved"}\n'
+        '{"v":1,"at":"2026-11-30T06:00:00Z","kind":"notice","id":"t","action":"terminate",'
+        '"reason":"preemption","sent_at":"2026-11-30T06:00:00Z",'
+        '"deadline":"2026-11-30T06:00:30Z"}\n'
+        '{"v":1,"at":"2026-11-30T06:00:20Z","kind":"ack","notice_id":"t","flush_seconds":15,'
+        '"outcome":"saved"}\n'
+        '{"v":1,"at":"2026-11-30T06:05:00Z","kind":"resume","restore_seconds":40,'
+        '"steps_lost":0}\n'
+    )
+    test_json_carries_every_number_the_table_prints(
+        capsys, ["--telemetry", str(path), "--steps-per-second", "2", *PRICES]
+    )
