@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, utcnow
 from forewarn.protocol.wire import (
@@ -21,8 +21,9 @@ from forewarn.protocol.wire import (
     runtime_dir,
 )
 
-PROVIDER_CHOICES = ("auto", "local", "aws", "gcp", "azure", "digitalocean", "kubernetes")
-DRILL_PROVIDERS = ("aws", "gcp", "azure", "digitalocean", "kubernetes")
+if TYPE_CHECKING:
+    from forewarn.providers.registry import Registry
+from forewarn.providers.registry import Registry
 
 
 class UsageError(Exception):
@@ -329,16 +330,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_simulate(args: argparse.Namespace) -> int:
-    result: int = args.face_module.run(args)
-    return result
-
-
-def cmd_drill(args: argparse.Namespace) -> int:
-    result: int = args.face_module.run(args)
-    return result
-
-
 def cmd_drill_local(args: argparse.Namespace) -> int:
     from .drill_local import run_local_drill
 
@@ -348,18 +339,18 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
 # The parser.
 
 
-def _try_face(provider: str, name: str) -> Any:
-    from forewarn.providers import face
-
-    try:
-        return face(provider, name)
-    except ModuleNotFoundError:
-        return None
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    command: str | None = None, registry: Registry | None = None
+) -> argparse.ArgumentParser:
     """The whole parser; given the `command` about to run, only what it needs is imported
-    (the agent must not carry every provider's simulator and drill in memory)."""
+    (the agent must not carry every provider's simulator and drill in memory). The provider
+    choices, `simulate` and `drill` subcommands come from `registry` (default: all)."""
+    if registry is None and command in (None, "agent", "simulate", "drill"):
+        # Only these need the providers (and pydantic); `watch` and `wait` start quickly.
+        from forewarn.providers.registry import REGISTRY
+
+        registry = REGISTRY
+    names = registry.names() if registry is not None else ()
 
     def wanted(name: str) -> bool:
         return command is None or command == name
@@ -374,7 +365,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     agent.add_argument(
         "--provider",
         action="append",
-        choices=PROVIDER_CHOICES,
+        choices=("auto", *names),
         help="watcher to run; repeat for several (default: auto)",
     )
     agent.add_argument(
@@ -477,15 +468,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "simulate", help="serve a provider's notice endpoint on loopback"
     )
     sims = simulate.add_subparsers(dest="provider", required=True, metavar="PROVIDER")
-    for provider in DRILL_PROVIDERS if wanted("simulate") else ():
-        module = _try_face(provider, "simulate")
-        if module is None:
-            continue
-        sub = sims.add_parser(provider, help=f"a faithful {provider} simulator")
+    for spec in registry.with_simulator() if registry and wanted("simulate") else ():
+        assert spec.simulate is not None
+        simulate_face = spec.simulate()
+        sub = sims.add_parser(spec.name, help=f"a faithful simulator of {spec.summary}")
         sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         sub.add_argument("--port", type=int, default=0, help="port (default: a free one)")
-        module.add_arguments(sub)
-        sub.set_defaults(func=cmd_simulate, face_module=module)
+        simulate_face.add_arguments(sub)
+        sub.set_defaults(func=simulate_face.run)
 
     drill = commands.add_parser("drill", help="rehearse a reclaim, locally or for real")
     drills = drill.add_subparsers(dest="provider", required=True, metavar="PROVIDER")
@@ -507,13 +497,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     local.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     local.add_argument("--keep", action="store_true", help="keep the work directory")
     local.set_defaults(func=cmd_drill_local)
-    for provider in DRILL_PROVIDERS if wanted("drill") else ():
-        module = _try_face(provider, "drill")
-        if module is None:
-            continue
-        sub = drills.add_parser(provider, help=f"trigger {provider}'s real test path")
-        module.add_arguments(sub)
-        sub.set_defaults(func=cmd_drill, face_module=module)
+    for spec in registry.with_drill() if registry and wanted("drill") else ():
+        assert spec.drill is not None
+        drill_face = spec.drill()
+        sub = drills.add_parser(spec.name, help=f"trigger {spec.name}'s real test path")
+        drill_face.add_arguments(sub)
+        sub.set_defaults(func=drill_face.run)
 
     render = commands.add_parser("render", help="render deployment files (cloud-init)")
     kinds = render.add_subparsers(dest="kind", required=True, metavar="KIND")

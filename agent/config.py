@@ -7,21 +7,27 @@ for a provider section (`FOREWARN_AWS_URL`, `FOREWARN_LOCAL_FLAG_FILE`).
 
 from __future__ import annotations
 
+import difflib
+import functools
 import ipaddress
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
+from forewarn.protocol.errors import ConfigError
 from forewarn.protocol.wire import EndpointError, resolve_endpoints, runtime_dir
-from forewarn.providers import PROVIDERS
-from forewarn.providers.aws.settings import Settings as AwsSettings
-from forewarn.providers.azure.settings import Settings as AzureSettings
-from forewarn.providers.digitalocean.settings import Settings as DigitalOceanSettings
-from forewarn.providers.gcp.settings import Settings as GcpSettings
-from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
-from forewarn.providers.local.settings import Settings as LocalSettings
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from forewarn.providers.registry import REGISTRY, Registry
+from forewarn.providers.settings import ProviderSettings, is_seconds, seconds
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -37,11 +43,10 @@ DEFAULT_CONFIG_FILE = Path("/etc/forewarn/forewarn.toml")
 SYSTEM_STATE_DIR = Path("/var/lib/forewarn")
 
 
-class ConfigError(ValueError):
-    """Configuration that cannot be used; the text names the key and what was wrong."""
-
-
 class Settings(BaseSettings):
+    """The top-level keys. The model the agent loads (`settings_model`) adds one section per
+    provider of a registry, so a provider's settings come from its spec alone."""
+
     model_config = SettingsConfigDict(
         env_prefix="FOREWARN_",
         env_nested_delimiter="_",
@@ -102,13 +107,19 @@ class Settings(BaseSettings):
         "level, logger, msg and any extra fields.",
     )
 
-    local: LocalSettings = Field(default_factory=LocalSettings)
-    aws: AwsSettings = Field(default_factory=AwsSettings)
-    gcp: GcpSettings = Field(default_factory=GcpSettings)
-    azure: AzureSettings = Field(default_factory=AzureSettings)
-    digitalocean: DigitalOceanSettings = Field(default_factory=DigitalOceanSettings)
-    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)
+
+    # The providers this model has sections for; `settings_model` sets it.
+    registry: ClassVar[Registry] = REGISTRY
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _seconds_accept_durations(cls, value: Any, info: ValidationInfo) -> Any:
+        # Every seconds key also takes a duration (`30s`), in TOML, environment and --set.
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and is_seconds(field.annotation):
+            return seconds(value)
+        return value
 
     @field_validator("providers", mode="before")
     @classmethod
@@ -121,8 +132,8 @@ class Settings(BaseSettings):
     @classmethod
     def _known_providers(cls, value: list[str]) -> list[str]:
         for name in value:
-            if name != "auto" and name not in PROVIDERS:
-                raise ValueError(f"unknown provider {name!r}; use auto or {', '.join(PROVIDERS)}")
+            if name != "auto" and name not in cls.registry:
+                raise ValueError(cls.registry.unknown(name, ["auto", *cls.registry.names()]))
         if not value:
             raise ValueError("at least one provider is needed")
         return list(dict.fromkeys(value))
@@ -162,8 +173,11 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
 
-    def provider_settings(self, name: str) -> Any:
-        return getattr(self, name)
+    def provider_settings(self, name: str) -> ProviderSettings:
+        """The `[name]` section; `name` must be in this model's registry."""
+        self.registry[name]  # raises UnknownProvider
+        section: ProviderSettings = getattr(self, name)
+        return section
 
     def resolved_runtime_dir(self) -> Path:
         return self.runtime_dir if self.runtime_dir is not None else runtime_dir()
@@ -192,6 +206,22 @@ class Settings(BaseSettings):
             raise ConfigError(str(error)) from None
 
 
+@functools.cache
+def settings_model(registry: Registry = REGISTRY) -> type[Settings]:
+    """`Settings` plus one `[<provider>]` section per spec of `registry`."""
+    sections: dict[str, Any] = {}
+    for spec in registry:
+        if spec.name in Settings.model_fields:
+            raise ValueError(f"provider {spec.name!r} clashes with the top-level key")
+        sections[spec.name] = (
+            spec.settings,
+            Field(default_factory=spec.settings, description=spec.summary),
+        )
+    model: type[Settings] = create_model("Settings", __base__=Settings, **sections)
+    model.registry = registry
+    return model
+
+
 # The TOML path is chosen per load; pydantic-settings asks for sources on the class.
 _CONFIG_FILE: dict[str, Path | None] = {"path": None}
 
@@ -215,23 +245,55 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _describe(error: ValidationError) -> str:
-    lines = []
+# A key whose name says it holds a secret never has its value echoed in an error; a webhook
+# URL may be the secret itself.
+_SECRET = re.compile(r"token|secret|passw|credential|authorization|api_?key|cookie|webhook", re.I)
+
+
+def _known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed where `loc` points (its last part is the key at fault)."""
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return list(model.model_fields)
+
+
+def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
+    """One line naming each key at fault, with the nearest known key for an unknown one.
+    Values are shown only where they help and never for an unknown or secret key."""
+    problems = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(config)"
+        loc = tuple(item["loc"])
+        key = ".".join(str(part) for part in loc) or "(config)"
+        if item["type"] == "extra_forbidden":
+            text = f"config key {key}: unknown key"
+            near = difflib.get_close_matches(str(loc[-1]), _known_keys(model, loc), n=1)
+            if near:
+                text += f" (did you mean {'.'.join([*map(str, loc[:-1]), near[0]])}?)"
+            problems.append(text)
+            continue
+        message = str(item["msg"]).removeprefix("Value error, ")
         value = item.get("input")
-        # A webhook URL or a password may be the secret itself: never echo it to the journal.
-        secret = any(word in key for word in ("password", "token", "secret", "webhook"))
-        shown = f" (got {value!r})" if not isinstance(value, dict) and not secret else ""
-        lines.append(f"config key {key}: {item['msg']}{shown}")
-    return "; ".join(lines)
+        shown = ""
+        if not isinstance(value, dict) and not _SECRET.search(key) and repr(value) not in message:
+            shown = f" (got {value!r})"
+        if _SECRET.search(key):
+            message = message.split(", got ")[0]
+        problems.append(f"config key {key}: {message}{shown}")
+    return "; ".join(problems)
 
 
-def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+def load_settings(
+    config_file: Path | None = None, *, registry: Registry = REGISTRY, **overrides: Any
+) -> Settings:
     """Read the configuration; raise ConfigError naming the key at fault.
 
     `config_file` is the TOML file (else `$FOREWARN_CONFIG`, else /etc/forewarn/forewarn.toml
-    when it exists). `overrides` are flag values; None means "not given".
+    when it exists). `overrides` are flag values; None means "not given". `registry` says
+    which provider sections exist.
     """
     path = config_file or (
         Path(os.environ["FOREWARN_CONFIG"]) if os.environ.get("FOREWARN_CONFIG") else None
@@ -247,10 +309,11 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             raise ConfigError(f"config file {path}: {error}") from None
     _CONFIG_FILE["path"] = path
     given = {key: value for key, value in overrides.items() if value is not None}
+    model = settings_model(registry)
     try:
-        return Settings(**given)
+        return model(**given)
     except ValidationError as error:
-        raise ConfigError(_describe(error)) from None
+        raise ConfigError(describe_error(error, model)) from None
     except SettingsError as error:
         raise ConfigError(f"environment: {error}") from None
     finally:
@@ -269,4 +332,11 @@ def _check_toml(path: Path) -> None:
             raise ValueError(f"not valid TOML: {error}") from None
 
 
-__all__ = ["ConfigError", "Settings", "load_settings", "parse_listen_address"]
+__all__ = [
+    "ConfigError",
+    "Settings",
+    "describe_error",
+    "load_settings",
+    "parse_listen_address",
+    "settings_model",
+]

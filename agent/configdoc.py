@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from .config import Settings
+from .config import settings_model
 
 BEGIN = "<!-- config-keys -->"
 END = "<!-- /config-keys -->"
@@ -47,8 +47,11 @@ def _describe(field: FieldInfo) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def settings_keys(model: type[BaseModel] = Settings) -> Iterator[tuple[str, str, str, str]]:
-    """(TOML key, environment variable, default, description) of every setting."""
+def settings_keys(model: type[BaseModel] | None = None) -> Iterator[tuple[str, str, str, str]]:
+    """(TOML key, environment variable, default, description) of every setting of `model`
+    (default: the agent's, with a section per registered provider)."""
+    if model is None:
+        model = settings_model()
     sections = []
     for name, field in model.model_fields.items():
         annotation = field.annotation
@@ -62,12 +65,12 @@ def settings_keys(model: type[BaseModel] = Settings) -> Iterator[tuple[str, str,
             yield f"{section}.{name}", env, _default(field), _describe(field)
 
 
-def table() -> str:
+def table(model: type[BaseModel] | None = None) -> str:
     lines = [
         "| key (TOML) | environment | default | meaning |",
         "| --- | --- | --- | --- |",
     ]
-    for key, env, default, description in settings_keys():
+    for key, env, default, description in settings_keys(model):
         shown = default.replace("|", "\\|")  # a pipe would end the table cell
         lines.append(f"| `{key}` | `{env}` | `{shown}` | {description} |")
     return "\n".join(lines) + "\n"

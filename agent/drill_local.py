@@ -96,11 +96,14 @@ class NoticeSource:
         self.script: dict[str, Any] = {}
         if name == "local":
             return
-        from forewarn.providers import face
+        from forewarn.providers import REGISTRY
         from forewarn.providers.simulator import SimServer
 
-        module = face(name, "simulate")
-        script = getattr(module, "drill_script", lambda: None)()
+        loader = REGISTRY[name].simulate
+        if loader is None:
+            raise DrillFailed(f"provider {name!r} has no simulator")
+        module = loader()
+        script = module.drill_script()
         if not script:
             raise DrillFailed(f"provider {name!r} has no local drill script")
         self.script = script

@@ -16,7 +16,7 @@ from typing import Any
 
 from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import ipc_path, request
-from forewarn.providers import CLOUD_PROVIDERS, PollHealth, Watcher, WatcherContext, face
+from forewarn.providers import PollHealth, Watcher, WatcherContext
 from forewarn.providers.backoff import Backoff
 from pydantic import ValidationError
 
@@ -100,7 +100,7 @@ class Agent:
         if "auto" not in wanted:
             return list(wanted)
         chosen = ["local"] + [name for name in wanted if name not in ("auto", "local")]
-        candidates = [name for name in CLOUD_PROVIDERS if name not in chosen]
+        candidates = [name for name in self.settings.registry.detectable() if name not in chosen]
 
         async def probe(name: str) -> bool:
             try:
@@ -118,10 +118,9 @@ class Agent:
         return chosen
 
     def _build(self, name: str, health: PollHealth) -> Watcher:
-        module = face(name, "watch")
+        spec = self.settings.registry[name]
         context = WatcherContext(self.runtime_dir, self.state_dir, health)
-        watcher: Watcher = module.build(self.settings.provider_settings(name), context)
-        return watcher
+        return spec.watcher(self.settings.provider_settings(name), context)
 
     @staticmethod
     async def _close(watcher: Any) -> None:

@@ -6,6 +6,7 @@ process, the providers and the agent can all import it cheaply. Layering:
 clients → protocol ← providers ← agent.
 """
 
+from .errors import ConfigError, DrillError, ForewarnError, UsageError
 from .fields import (
     ACTIONS,
     HEARTBEAT_FIELDS,
@@ -40,8 +41,12 @@ __all__ = [
     "TOPIC_HEARTBEAT",
     "TOPIC_NOTICE",
     "Action",
+    "ConfigError",
+    "DrillError",
     "EndpointError",
+    "ForewarnError",
     "Reason",
+    "UsageError",
     "check_endpoint",
     "default_endpoints",
     "format_time",

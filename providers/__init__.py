@@ -1,16 +1,16 @@
-"""One subpackage per notice contract, each with the same three faces:
+"""One subpackage per notice contract, each exporting one typed `SPEC` (`ProviderSpec`):
+its settings section, its watcher factory, and its simulator and drill faces.
 
-- `watch`: `build(settings, context) -> Watcher`, reading the contract on this machine;
-- `simulate`: `add_arguments(parser)` and `run(args) -> int`, a faithful fake on loopback;
-- `drill`: `add_arguments(parser)` and `run(args) -> int`, triggering the real test path.
-
-Modules are imported by name when needed, so the agent loads only the providers it runs.
+`REGISTRY` (in `registry.py`) lists them; the runner, the command line, the configuration
+and the generated docs iterate over it. Each spec loads its faces on first use, so the agent
+imports only the providers it runs. `REGISTRY` itself loads on first access: the shared
+helpers here (the simulator base, the watcher protocol) stay cheap to import.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from .base import (
     Closable,
@@ -22,29 +22,35 @@ from .base import (
     WatcherContext,
 )
 from .settings import EndpointSettings, ProviderSettings
+from .spec import CommandFace, ProviderSpec, SimulateFace
 
-PROVIDERS: tuple[str, ...] = ("local", "aws", "gcp", "azure", "digitalocean", "kubernetes")
-CLOUD_PROVIDERS: tuple[str, ...] = ("aws", "gcp", "azure", "digitalocean", "kubernetes")
+if TYPE_CHECKING:
+    from .registry import REGISTRY, Registry, UnknownProvider
+
+_LAZY = {"REGISTRY": "registry", "Registry": "registry", "UnknownProvider": "registry"}
 
 
-def face(provider: str, name: str) -> ModuleType:
-    """The `watch`, `simulate` or `drill` module of a provider."""
-    if provider not in PROVIDERS:
-        raise ValueError(f"unknown provider {provider!r}; known: {', '.join(PROVIDERS)}")
-    return importlib.import_module(f"{__name__}.{provider}.{name}")
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
 __all__ = [
-    "CLOUD_PROVIDERS",
-    "PROVIDERS",
+    "REGISTRY",
     "Closable",
+    "CommandFace",
     "Emit",
     "EndpointSettings",
     "FlushAware",
     "ParseError",
     "PollHealth",
     "ProviderSettings",
+    "ProviderSpec",
+    "Registry",
+    "SimulateFace",
+    "UnknownProvider",
     "Watcher",
     "WatcherContext",
-    "face",
 ]

@@ -18,6 +18,10 @@ class Settings(EndpointSettings):
     An interval of 0 turns that path off.
     """
 
+    # The metadata service speaks plain http only.
+    url_schemes = ("http",)
+    url_bare_host = True
+
     spot_interval: float = Field(
         default=0.5,
         ge=0,

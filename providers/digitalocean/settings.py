@@ -36,6 +36,9 @@ def _seconds(value: Any) -> Any:
 
 
 class Settings(EndpointSettings):
+    # The metadata service speaks plain http only.
+    url_schemes = ("http",)
+
     url: str | None = Field(
         default=None,
         description="Base URL of the droplet metadata service (default http://169.254.169.254).",

@@ -1,39 +1,44 @@
-"""The gcp notice contract: `watch`, `simulate` and `drill`.
+"""The gcp notice contract: the Compute Engine metadata server.
 
-Only `Settings` loads at import (the agent's config needs it); the watcher, simulator and
-drill load on first use, so importing this package pulls in neither httpx nor google-auth.
+Only `Settings` loads at import (the agent's config needs it); `SPEC` loads the watcher,
+simulator and drill on first use, so importing this package pulls in neither httpx nor
+google-auth.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from forewarn.providers.base import Watcher, WatcherContext
+from forewarn.providers.spec import CommandFace, ProviderSpec, SimulateFace
 
 from .settings import Settings
 
-_LAZY = {
-    "GcpWatcher": "watch",
-    "build": "watch",
-    "metadata_root": "watch",
-    "GcpSimulator": "simulate",
-    "make_simulator": "simulate",
-    "drill_script": "simulate",
-}
+
+def _watcher(settings: Settings, context: WatcherContext) -> Watcher:
+    from .watch import build  # loads httpx: only for a provider the agent runs
+
+    return build(settings, context)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+def _simulate() -> SimulateFace:
+    from . import simulate
+
+    return simulate
 
 
-__all__ = [
-    "GcpSimulator",
-    "GcpWatcher",
-    "Settings",
-    "build",
-    "drill_script",
-    "make_simulator",
-    "metadata_root",
-]
+def _drill() -> CommandFace:
+    from . import drill
+
+    return drill
+
+
+SPEC = ProviderSpec(
+    name="gcp",
+    summary="Compute Engine metadata server: preemption and host maintenance",
+    settings=Settings,
+    watcher=_watcher,
+    simulate=_simulate,
+    drill=_drill,
+)
+
+
+__all__ = ["SPEC", "Settings"]

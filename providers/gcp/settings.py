@@ -10,6 +10,10 @@ from ..settings import EndpointSettings
 
 
 class Settings(EndpointSettings):
+    # The metadata service speaks plain http only.
+    url_schemes = ("http",)
+    url_bare_host = True
+
     timeout_sec: int = Field(
         default=60,
         ge=1,

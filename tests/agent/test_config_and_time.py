@@ -115,3 +115,61 @@ def test_format_parse_roundtrip_to_the_millisecond(moment: datetime) -> None:
 def test_parse_time_raises_only_value_error(text: str) -> None:
     with contextlib.suppress(ValueError):
         parse_time(text)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "text"),
+    [
+        # IMDS speaks plain http: an https url used to load and restart the watcher forever.
+        ({"aws": {"url": "https://127.0.0.1:1338"}}, "aws.url", "http://"),
+        ({"gcp": {"url": "https://127.0.0.1:1"}}, "gcp.url", "http://"),
+        ({"azure": {"url": "127.0.0.1:1"}}, "azure.url", "expected a URL"),
+        ({"kubernetes": {"url": "ftp://127.0.0.1"}}, "kubernetes.url", "https://"),
+        ({"digitalocean": {"url": "http://127.0.0.1:99999"}}, "digitalocean.url", "bad port"),
+        ({"aws": {"url": "http://127.0.0.1/?x=1"}}, "aws.url", "no query"),
+    ],
+)
+def test_every_provider_url_is_checked_at_load(
+    overrides: dict[str, object], key: str, text: str
+) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as caught:
+        load_settings(**overrides)
+    assert text in str(caught.value)
+
+
+def test_durations_read_the_same_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "f.toml"
+    config.write_text('exit_margin = "45s"\n[aws]\nspot_interval = "250ms"\n')
+    settings = load_settings(config)
+    assert settings.exit_margin == 45 and settings.aws.spot_interval == 0.25
+    monkeypatch.setenv("FOREWARN_EXIT_MARGIN", "2m")
+    monkeypatch.setenv("FOREWARN_LOCAL_FLAG_INTERVAL", "1.5s")
+    settings = load_settings(config)
+    assert settings.exit_margin == 120 and settings.local.flag_interval == 1.5
+    assert load_settings(config, exit_margin="30").exit_margin == 30
+    with pytest.raises(ConfigError, match="exit_margin: not a duration"):
+        load_settings(exit_margin="5x")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "hint"),
+    [
+        ({"exit_margn": "3"}, "did you mean exit_margin?"),
+        ({"provider": "local"}, "did you mean providers?"),
+        ({"aws": {"spot_intervl": 1}}, "did you mean aws.spot_interval?"),
+    ],
+)
+def test_unknown_keys_name_the_nearest(overrides: dict[str, object], hint: str) -> None:
+    with pytest.raises(ConfigError, match="unknown key") as caught:
+        load_settings(**overrides)
+    assert hint in str(caught.value)
+
+
+def test_a_secret_under_a_wrong_key_is_not_echoed(tmp_path: Path) -> None:
+    config = tmp_path / "f.toml"
+    config.write_text('[digitalocean]\npasword = "hunter2-secret"\n')
+    with pytest.raises(ConfigError, match="digitalocean.pasword: unknown key") as caught:
+        load_settings(config)
+    assert "hunter2" not in str(caught.value)

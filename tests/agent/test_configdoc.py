@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from forewarn.agent import configdoc
-from forewarn.agent.config import ConfigError, Settings, load_settings
+from forewarn.agent.config import ConfigError, load_settings, settings_model
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -48,7 +48,7 @@ def candidate(key: str, current: object) -> str:
 
 
 def field_of(key: str) -> FieldInfo:
-    model: type[BaseModel] = Settings
+    model: type[BaseModel] = settings_model()
     *sections, leaf = key.split(".")
     for section in sections:
         model = model.model_fields[section].annotation  # type: ignore[assignment]

@@ -21,7 +21,7 @@ from forewarn.agent.metrics import MetricsObserver, MetricsService, notice_time
 from forewarn.agent.observers import build_observers
 from forewarn.agent.protocol import AckRequest, Notice
 from forewarn.protocol.timefmt import format_time
-from forewarn.providers import face
+from forewarn.providers import REGISTRY
 from forewarn.providers.simulator import SimServer
 from prometheus_client.parser import text_string_to_metric_families
 from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, run_forewarn
@@ -409,12 +409,12 @@ def test_metrics_address_flag_reaches_the_agent(tmp_path: Path):
 @pytest.mark.parametrize("provider", ["aws", "gcp", "azure"])
 def test_readyz_with_a_live_provider_simulator(provider: str, tmp_path: Path):
     """Against a faithful simulator the watcher polls well, so the agent becomes ready."""
-    try:
-        simulate = face(provider, "simulate")
-        face(provider, "watch")
-    except ImportError:
-        pytest.skip(f"the {provider} watcher and simulator are not in this tree")
-    extra = dict(simulate.drill_script().get("env", {}))
+    loader = REGISTRY[provider].simulate
+    assert loader is not None
+    simulate = loader()
+    script = simulate.drill_script()
+    assert script is not None
+    extra = dict(script.get("env", {}))
     with SimServer(simulate.make_simulator()) as server:
         extra[f"FOREWARN_{provider.upper()}_URL"] = server.url
         env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", **extra)

@@ -1,0 +1,74 @@
+"""What a provider is, as one typed object: `ProviderSpec`.
+
+Each provider package exports one `SPEC`; `providers/registry.py` lists them, and the
+runner, the command line, the configuration and the generated docs iterate over that list.
+The spec names its faces through small functions that import on call, so the agent loads
+only the watchers it runs and never a simulator or a drill it does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from .base import Watcher, WatcherContext
+from .settings import ProviderSettings
+
+if TYPE_CHECKING:
+    from .simulator import Simulator
+
+S = TypeVar("S", bound=ProviderSettings)
+
+
+class CommandFace(Protocol):
+    """A provider's subcommand (`forewarn drill <name>`): its flags and what it does.
+
+    `run` returns the exit code; bad input raises `forewarn.protocol.UsageError` (or returns
+    2 after one `forewarn:` line), a failure `DrillError`.
+    """
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+class SimulateFace(CommandFace, Protocol):
+    """`forewarn simulate <name>`, plus what tests and `forewarn drill local` need: a
+    simulator built in process, and the two notices a local drill raises in it (None when
+    the contract has nothing a simulator can raise)."""
+
+    def make_simulator(self, *args: Any, **options: Any) -> Simulator: ...
+
+    def drill_script(self) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class ProviderSpec(Generic[S]):
+    """One notice contract.
+
+    - `name`: the `provider` field of its notices, its config section and its CLI name;
+    - `summary`: one line for `--help` and the docs;
+    - `settings`: the `[<name>]` config section, validating every key when config loads;
+    - `watcher`: builds the watcher from its settings and the agent's context (the one
+      constructor shape every provider has);
+    - `simulate`, `drill`: load the provider's simulator and drill faces, or None;
+    - `detect`: whether `--provider auto` probes it (`local` always runs instead).
+    """
+
+    name: str
+    summary: str
+    settings: type[S]
+    watcher: Callable[[S, WatcherContext], Watcher]
+    simulate: Callable[[], SimulateFace] | None = None
+    drill: Callable[[], CommandFace] | None = None
+    detect: bool = True
+
+    @property
+    def env_prefix(self) -> str:
+        """The environment prefix of its settings, e.g. `FOREWARN_AWS_`."""
+        return f"FOREWARN_{self.name.upper()}_"
+
+
+__all__ = ["CommandFace", "ProviderSpec", "SimulateFace"]
