@@ -170,6 +170,6 @@ def test_unknown_keys_name_the_nearest(overrides: dict[str, object], hint: str) 
 def test_a_secret_under_a_wrong_key_is_not_echoed(tmp_path: Path) -> None:
     config = tmp_path / "f.toml"
     config.write_text('[digitalocean]\npasword = "hunter2-secret"\n')
-    with pytest.raises(ConfigError, match="digitalocean.pasword: unknown key") as caught:
+    with pytest.raises(ConfigError, match=r"digitalocean\.pasword: unknown key") as caught:
         load_settings(config)
     assert "hunter2" not in str(caught.value)
