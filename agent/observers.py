@@ -9,6 +9,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from forewarn.protocol.errors import ConfigError
+from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
+
 from .protocol import AckRequest, Notice
 
 if TYPE_CHECKING:
@@ -100,16 +103,16 @@ def build_notifiers(settings: Settings) -> list[Observer]:
         from .notifications.webhook import WebhookObserver
 
         notifiers.append(WebhookObserver(settings.webhook, url))
-    kubernetes = settings.kubernetes
+    if "kubernetes" not in settings.registry:
+        return notifiers
+    kubernetes = settings.provider_settings("kubernetes")
+    assert isinstance(kubernetes, KubernetesSettings)
     if kubernetes.events or kubernetes.cordon:
-        from forewarn.providers.kubernetes.config import ConfigError as KubernetesConfigError
-
-        from .config import ConfigError
         from .notifications.kubernetes import KubernetesNotifier
 
         try:
             notifiers.append(KubernetesNotifier(kubernetes))
-        except KubernetesConfigError as error:
+        except ConfigError as error:
             # Bad settings stop the agent at start (exit 2), not at the first notice.
             raise ConfigError(f"kubernetes.events/kubernetes.cordon: {error}") from None
     return notifiers
