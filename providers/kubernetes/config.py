@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from forewarn.protocol.errors import ConfigError
+
 from .settings import Settings
-
-
-class ConfigError(ValueError):
-    """The watcher cannot be configured; the text says what to fix."""
 
 
 class TokenFile:
