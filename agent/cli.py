@@ -515,6 +515,12 @@ def build_parser(
         cloud_init_render.add_arguments(cloud_init)
         cloud_init.set_defaults(func=cloud_init_render.run)
 
+    checkpoint = commands.add_parser("checkpoint", help="list, verify and prune checkpoint stores")
+    if wanted("checkpoint"):
+        from . import checkpoint_cli
+
+        checkpoint_cli.add_arguments(checkpoint)
+
     plan = commands.add_parser("plan", help="checkpoint interval and spot economics")
     if wanted("plan"):
         plan_cli = importlib.import_module("forewarn.agent.plan.cli")

@@ -13,9 +13,10 @@ from types import TracebackType
 from typing import IO, Any
 
 from .backend import Backend, ObjectWriter
+from .backend import Progress as BytesProgress
 from .commit import CommitProtocol, CommitRequest, read_manifest
 from .errors import CheckpointError, CommitError, CorruptGenerationError
-from .hashing import READ_CHUNK, digest_data, digest_stream
+from .hashing import READ_CHUNK, Buffer, digest_data, digest_stream
 from .manifest import FileEntry, Manifest, Part, check_file_name, generation_name
 from .ranks import Ranks
 
@@ -158,8 +159,12 @@ class Generation:
             finished += self.files[name].size
         return copied
 
-    def verify(self, *, checksums: bool = True) -> Verification:
-        _found, problems = check_generation(self.backend, self.step, checksums=checksums)
+    def verify(
+        self, *, checksums: bool = True, progress: BytesProgress | None = None
+    ) -> Verification:
+        _found, problems = check_generation(
+            self.backend, self.step, checksums=checksums, progress=progress
+        )
         return Verification(step=self.step, checksums=checksums, problems=tuple(problems))
 
 
@@ -171,9 +176,10 @@ def read_generation(backend: Backend, step: int) -> tuple[Generation | None, lis
 
 
 def check_generation(
-    backend: Backend, step: int, *, checksums: bool
+    backend: Backend, step: int, *, checksums: bool, progress: BytesProgress | None = None
 ) -> tuple[Generation | None, list[str]]:
-    """`read_generation`, then every file present with its size (and, asked, its checksum)."""
+    """`read_generation`, then every file present with its size (and, asked, its checksum;
+    `progress(bytes_hashed)` is told as the bytes are read)."""
     generation, problems = read_generation(backend, step)
     if generation is None:
         return None, problems
@@ -185,9 +191,17 @@ def check_generation(
         elif size != entry.size:
             problems.append(f"{entry.name} has {size} bytes, the manifest says {entry.size}")
     if checksums and not problems:
+        hashed = 0
+
+        def count(chunk: Buffer) -> None:
+            nonlocal hashed
+            hashed += memoryview(chunk).nbytes
+            if progress is not None:
+                progress(hashed)
+
         for entry in generation.manifest.files:
             with backend.open_read(f"{generation.name}/{entry.name}") as stream:
-                size, checksum = digest_stream(stream, like=entry.checksum)
+                size, checksum = digest_stream(stream, entry.checksum, count)
             if size != entry.size or checksum != entry.checksum:
                 problems.append(f"{entry.name} does not match its checksum")
     return generation, problems

@@ -267,10 +267,19 @@ class CheckpointStore:
                 found.append(generation)
         return found
 
-    def verify(self, generation: Generation | int, *, checksums: bool = True) -> Verification:
-        """Check a generation's marker, manifest, files and sizes (and checksums)."""
+    def verify(
+        self,
+        generation: Generation | int,
+        *,
+        checksums: bool = True,
+        progress: Callable[[int], None] | None = None,
+    ) -> Verification:
+        """Check a generation's marker, manifest, files and sizes (and checksums; then
+        `progress(bytes_hashed)` is told as the bytes are read)."""
         step = generation.step if isinstance(generation, Generation) else generation
-        _found, problems = self._check(step, checksums=checksums)
+        _found, problems = check_generation(
+            self._backend, step, checksums=checksums, progress=progress
+        )
         return Verification(step=step, checksums=checksums, problems=tuple(problems))
 
     def _policy(self, verify: str | None) -> VerifyPolicy:
@@ -288,13 +297,13 @@ class CheckpointStore:
         """Remove one generation (its marker first)."""
         self._backend.delete_tree(generation_name(step))
 
-    def prune(self) -> list[int]:
+    def prune(self, *, dry_run: bool = False) -> list[int]:
         """Apply `keep`: once `keep` newer generations verify (sizes), delete every older one
         except the one LATEST names and any this process is still writing. Returns the steps
-        deleted."""
-        return self._prune(fresh=None)
+        deleted (with `dry_run`, the steps it would delete, deleting nothing)."""
+        return self._prune(fresh=None, dry_run=dry_run)
 
-    def _prune(self, fresh: int | None) -> list[int]:
+    def _prune(self, fresh: int | None, dry_run: bool = False) -> list[int]:
         # `fresh` was committed by this process a moment ago: it needs no second look.
         if self.keep is None:
             return []
@@ -317,6 +326,7 @@ class CheckpointStore:
         if doomed:
             hinted = self.latest_hint()
             doomed = [s for s in doomed if s != hinted]
-        for step in doomed:
-            self.delete(step)
+        if not dry_run:
+            for step in doomed:
+                self.delete(step)
         return doomed

@@ -1,0 +1,323 @@
+"""`forewarn checkpoint ls|show|verify|get|prune URL`: a checkpoint store, for people.
+
+URL is a store URL as `CheckpointStore` takes it (a path, `file://`, `s3://bucket/prefix`).
+S3 stores read the endpoint, region and credentials from the same environment as the store
+(AWS_ENDPOINT_URL, AWS_PROFILE, ...) or from the flags. Exit codes: 0 fine, 1 a generation
+does not verify, 2 bad input (one `forewarn checkpoint:` line), 3 the store could not be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from forewarn.clients.checkpoint import (
+    CheckpointError,
+    CheckpointStore,
+    CorruptGenerationError,
+    GenerationNotFoundError,
+    S3Options,
+    StoreConfigError,
+)
+from forewarn.clients.checkpoint.generation import read_generation
+from forewarn.clients.checkpoint.manifest import generation_name
+from forewarn.protocol.timefmt import parse_time
+
+from .progressbar import ProgressBar
+
+EXIT_CORRUPT = 1
+EXIT_USAGE = 2
+EXIT_UNREADABLE = 3
+
+
+class _Usage(Exception):
+    """Bad input: one line, exit 2."""
+
+
+def _step(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a step is not negative (got {value})")
+    return value
+
+
+def _keep(text: str) -> int:
+    value = _step(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must keep at least 1 generation")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "List, inspect, verify, copy out and prune the generations of a checkpoint store "
+        "(a path or s3://bucket/prefix)."
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help, description=help)
+        sub.add_argument("url", metavar="URL", help="the store: a path or s3://bucket/prefix")
+        s3 = sub.add_argument_group("S3 (default: the environment, as the store reads it)")
+        s3.add_argument("--endpoint-url", help="S3 endpoint (MinIO, Spaces, GCS, moto)")
+        s3.add_argument("--region", help="S3 signing region")
+        s3.add_argument("--profile", help="a named AWS profile")
+        s3.add_argument(
+            "--addressing-style", choices=("auto", "path", "virtual"), help="S3 addressing style"
+        )
+        return sub
+
+    ls = command("ls", "list generations: step, size, age, verified state, LATEST")
+    ls.add_argument("--checksums", action="store_true", help="re-hash every byte, not sizes only")
+    ls.add_argument("--json", action="store_true", help="one JSON object per generation")
+    ls.set_defaults(action_func=run_ls)
+
+    show = command("show", "one generation's manifest: files, sizes, checksums, metadata")
+    show.add_argument("step", nargs="?", type=_step, help="the step (default: the latest)")
+    show.add_argument("--json", action="store_true", help="the manifest as JSON")
+    show.set_defaults(action_func=run_show)
+
+    verify = command("verify", "re-check checksums; exit 1 when a generation does not verify")
+    verify.add_argument("--step", type=_step, help="only this step (default: every one)")
+    verify.add_argument(
+        "--sizes-only", action="store_true", help="check presence and sizes, not checksums"
+    )
+    verify.set_defaults(action_func=run_verify)
+
+    get = command("get", "copy a generation's files out, verified")
+    get.add_argument("destination", type=Path, help="a directory (created)")
+    get.add_argument("--step", type=_step, help="the step (default: the latest)")
+    get.add_argument("--prefix", default="", help="only the files under this prefix")
+    get.set_defaults(action_func=run_get)
+
+    prune = command("prune", "delete all but the newest N verified generations")
+    prune.add_argument("--keep", type=_keep, required=True, help="generations to keep")
+    prune.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
+    prune.add_argument(
+        "--abort-uploads",
+        action="store_true",
+        help="also abort unfinished uploads (only while no job is saving to the store)",
+    )
+    prune.set_defaults(action_func=run_prune)
+
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch to the action, turning the store's errors into one line and an exit code."""
+    action = args.action_func
+    try:
+        store = _open(args)
+        try:
+            result: int = action(args, store)
+        finally:
+            store.close()
+        return result
+    except (_Usage, StoreConfigError, GenerationNotFoundError) as error:
+        print(f"forewarn checkpoint: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except CorruptGenerationError as error:
+        print(f"forewarn checkpoint: {error}", file=sys.stderr)
+        return EXIT_CORRUPT
+    except (CheckpointError, OSError) as error:
+        print(f"forewarn checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
+        return EXIT_UNREADABLE
+    except Exception as error:
+        # botocore's errors (no such bucket, access denied, endpoint unreachable).
+        if type(error).__module__.startswith(("botocore", "boto3")):
+            print(f"forewarn checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
+            return EXIT_UNREADABLE
+        raise
+
+
+def _open(args: argparse.Namespace) -> CheckpointStore:
+    options = S3Options(
+        endpoint_url=args.endpoint_url,
+        region=args.region,
+        profile=args.profile,
+        addressing_style=args.addressing_style,
+    )
+    keep = getattr(args, "keep", None)
+    return CheckpointStore(args.url, keep=keep, s3=options if options.given() else None)
+
+
+def _size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover
+
+
+def _age(created_at: str, now: datetime) -> str:
+    try:
+        seconds = (now - parse_time(created_at)).total_seconds()
+    except ValueError:
+        return "?"
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length:
+            return f"{seconds / length:.0f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
+    hinted = store.latest_hint()
+    rows: list[dict[str, Any]] = []
+    for step in store.steps():
+        generation, problems = read_generation(store.backend, step)
+        row: dict[str, Any] = {
+            "step": step,
+            "generation": generation_name(step),
+            "latest": step == hinted,
+        }
+        if generation is None:
+            state = "partial" if problems == ["not committed"] else "corrupt"
+            row.update(size=None, files=None, world_size=None, created_at=None)
+            row.update(state=state, problems=[] if state == "partial" else problems)
+        else:
+            bar = ProgressBar(f"verifying {generation.name}", generation.size)
+            try:
+                check = store.verify(step, checksums=checksums, progress=bar.update)
+            finally:
+                bar.close()
+            row.update(
+                size=generation.size,
+                files=len(generation.files),
+                world_size=generation.world_size,
+                created_at=generation.created_at,
+                state="ok" if check.ok else "corrupt",
+                problems=list(check.problems),
+            )
+        rows.append(row)
+    return rows
+
+
+def run_ls(args: argparse.Namespace, store: CheckpointStore) -> int:
+    rows = _rows(store, args.checksums)
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+        return 0
+    if not rows:
+        print(f"no generations in {store.url}")
+        return 0
+    now = datetime.now(timezone.utc)
+    checked = "checksums" if args.checksums else "sizes"
+    header = ("STEP", "SIZE", "FILES", "RANKS", "AGE", f"STATE ({checked})", "")
+    table = [header]
+    for row in rows:
+        table.append(
+            (
+                str(row["step"]),
+                _size(row["size"]) if row["size"] is not None else "-",
+                str(row["files"]) if row["files"] is not None else "-",
+                str(row["world_size"]) if row["world_size"] is not None else "-",
+                _age(row["created_at"], now) if row["created_at"] else "-",
+                row["state"] + (f": {'; '.join(row['problems'])}" if row["problems"] else ""),
+                "LATEST" if row["latest"] else "",
+            )
+        )
+    widths = [max(len(line[column]) for line in table) for column in range(len(header))]
+    for line in table:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+    return 0
+
+
+def _chosen(store: CheckpointStore, step: int | None) -> Any:
+    if step is not None:
+        return store.get(step, verify="sizes")
+    latest = store.latest(verify="sizes")
+    if latest is None:
+        raise GenerationNotFoundError(f"no committed generation in {store.url}")
+    return latest
+
+
+def run_show(args: argparse.Namespace, store: CheckpointStore) -> int:
+    generation = _chosen(store, args.step)
+    manifest = generation.manifest
+    if args.json:
+        print(manifest.encode().decode(), end="")
+        return 0
+    print(f"generation  {generation.name} in {store.url}")
+    print(f"step        {generation.step}")
+    print(f"created     {generation.created_at}")
+    print(f"ranks       {generation.world_size}")
+    print(f"size        {_size(generation.size)} in {len(generation.files)} files")
+    print(f"LATEST      {'yes' if store.latest_hint() == generation.step else 'no'}")
+    if generation.metadata:
+        print(f"metadata    {json.dumps(generation.metadata, sort_keys=True)}")
+    width = max(len(entry.name) for entry in manifest.files) if manifest.files else 0
+    for entry in manifest.files:
+        print(
+            f"  {entry.name.ljust(width)}  {_size(entry.size):>10}  rank {entry.rank}  "
+            f"{entry.checksum}"
+        )
+    return 0
+
+
+def run_verify(args: argparse.Namespace, store: CheckpointStore) -> int:
+    steps = [args.step] if args.step is not None else store.steps()
+    failed = 0
+    checked = 0
+    for step in steps:
+        generation, problems = read_generation(store.backend, step)
+        if generation is None and problems == ["not committed"]:
+            if args.step is not None:
+                raise GenerationNotFoundError(
+                    f"no committed generation for step {step} in {store.url}"
+                )
+            continue  # a save in progress or a dead writer's leftover: not a generation
+        checked += 1
+        if generation is not None:
+            bar = ProgressBar(f"verifying {generation.name}", generation.size)
+            try:
+                check = store.verify(step, checksums=not args.sizes_only, progress=bar.update)
+            finally:
+                bar.close()
+            problems = list(check.problems)
+        if problems:
+            failed += 1
+            print(f"{generation_name(step)}: CORRUPT: {'; '.join(problems)}")
+        else:
+            print(f"{generation_name(step)}: ok")
+    what = "sizes" if args.sizes_only else "checksums"
+    print(f"{checked - failed} of {checked} generations verify ({what})")
+    return EXIT_CORRUPT if failed else 0
+
+
+def run_get(args: argparse.Namespace, store: CheckpointStore) -> int:
+    generation = _chosen(store, args.step)
+    prefix = args.prefix.strip("/")
+    names = [n for n in generation.files if not prefix or n.startswith(prefix + "/")]
+    total = sum(generation.files[name].size for name in names)
+    bar = ProgressBar(f"copying {generation.name}", total)
+    try:
+        copied = generation.get_dir(
+            prefix, args.destination, progress=lambda done, _total: bar.update(done)
+        )
+    except FileNotFoundError as error:
+        raise _Usage(str(error)) from None
+    finally:
+        bar.close()
+    print(f"copied {len(copied)} files ({_size(total)}) of {generation.name} to {args.destination}")
+    return 0
+
+
+def run_prune(args: argparse.Namespace, store: CheckpointStore) -> int:
+    doomed = store.prune(dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    names = ", ".join(generation_name(step) for step in doomed) or "nothing"
+    print(f"{verb} {names}")
+    if args.abort_uploads and not args.dry_run:
+        print(f"aborted {store.abort_stale_uploads()} unfinished uploads")
+    return 0

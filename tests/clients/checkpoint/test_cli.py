@@ -1,0 +1,142 @@
+"""`forewarn checkpoint ls|show|verify|get|prune` as a user runs it: a subprocess against a
+store on local disk and on the moto S3 server, including a flipped byte found by `verify`."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.clients.checkpoint import CheckpointStore
+
+
+def forewarn(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "forewarn.agent.cli", "checkpoint", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def fill(store: CheckpointStore) -> None:
+    for step in (10, 20, 30):
+        with store.save(step, metadata={"loss": 1 / step}) as gen:
+            gen.write_bytes("model.bin", os.urandom(50_000 * (step // 10)))
+            gen.write_bytes("opt/state.bin", b"s" * step)
+    store.save(40).write_bytes("model.bin", b"half")  # a save that never committed
+
+
+def flip(store: CheckpointStore, key: str) -> None:
+    with store.backend.open_read(key) as stream:
+        data = stream.read()
+    store.backend.put_small(key, data[:99] + bytes([data[99] ^ 0x01]) + data[100:])
+
+
+def test_verify_finds_a_flipped_byte(make_store: Any, store_url: str) -> None:
+    store = make_store()
+    fill(store)
+    ok = forewarn("verify", store_url)
+    assert ok.returncode == 0, ok.stderr
+    assert "3 of 3 generations verify (checksums)" in ok.stdout
+    assert ok.stderr == ""  # not a terminal: no progress bar
+
+    flip(store, "step-000000000020/model.bin")
+    bad = forewarn("verify", store_url)
+    assert bad.returncode == 1
+    assert "step-000000000020: CORRUPT: model.bin does not match its checksum" in bad.stdout
+    assert "2 of 3 generations verify" in bad.stdout
+    assert forewarn("verify", store_url, "--step", "30").returncode == 0
+    assert forewarn("verify", store_url, "--step", "20").returncode == 1
+    # Same size: only the checksums catch it.
+    assert forewarn("verify", store_url, "--sizes-only").returncode == 0
+
+
+def test_ls_show_get_and_prune(make_store: Any, store_url: str, tmp_path: Path) -> None:
+    store = make_store()
+    fill(store)
+    listing = forewarn("ls", store_url)
+    assert listing.returncode == 0, listing.stderr
+    lines = listing.stdout.splitlines()
+    assert lines[0].split()[:5] == ["STEP", "SIZE", "FILES", "RANKS", "AGE"]
+    assert lines[3].split()[0] == "30" and lines[3].endswith("LATEST")
+    assert lines[4].split()[0] == "40" and "partial" in lines[4]
+    rows = [json.loads(line) for line in forewarn("ls", store_url, "--json").stdout.splitlines()]
+    assert [(row["step"], row["state"], row["latest"]) for row in rows] == [
+        (10, "ok", False),
+        (20, "ok", False),
+        (30, "ok", True),
+        (40, "partial", False),
+    ]
+    assert rows[1]["size"] == 100_020 and rows[1]["files"] == 2
+
+    shown = forewarn("show", store_url, "20")
+    assert shown.returncode == 0
+    assert "step        20" in shown.stdout and '"loss": 0.05' in shown.stdout
+    assert store.get(20).files["model.bin"].checksum in shown.stdout
+    manifest = json.loads(forewarn("show", store_url, "--json").stdout)
+    assert manifest["step"] == 30
+
+    copied = forewarn("get", store_url, str(tmp_path / "out"), "--step", "10")
+    assert copied.returncode == 0, copied.stderr
+    assert (tmp_path / "out" / "model.bin").read_bytes() == store.get(10).read_bytes("model.bin")
+
+    dry = forewarn("prune", store_url, "--keep", "1", "--dry-run")
+    assert dry.stdout.strip() == "would delete step-000000000010, step-000000000020"
+    assert store.steps() == [10, 20, 30, 40]
+    assert forewarn("prune", store_url, "--keep", "1").returncode == 0
+    assert store.steps() == [30, 40]
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["ls", "gs://bucket/x"], "'gs' is not supported"),
+        (["show", "{url}", "99"], "no committed generation for step 99"),
+        (["show", "{url}", "-3"], "not negative"),
+        (["prune", "{url}", "--keep", "0"], "at least 1"),
+        (["ls", "{url}", "--endpoint-url", "http://127.0.0.1:9"], "apply to s3:// stores only"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], named: str) -> None:
+    url = str(tmp_path / "store")
+    CheckpointStore(url).flush(1, lambda gen: gen.write_bytes("m", b"1"))
+    result = forewarn(*(word.replace("{url}", url) for word in argv))
+    assert result.returncode == 2
+    assert named in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("forewarn checkpoint")
+
+
+def test_a_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    CheckpointStore(url).flush(1, lambda gen: gen.write_bytes("m.bin", os.urandom(3 << 20)))
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.run(
+            [sys.executable, "-m", "forewarn.agent.cli", "checkpoint", "verify", url],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            timeout=120,
+        )
+        os.close(terminal)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(controller)
+    assert process.returncode == 0
+    assert b"\rverifying step-000000000001 [" in drawn
+    assert b"100% 3.0 MiB of 3.0 MiB" in drawn
