@@ -185,6 +185,8 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
     q = scenario.no_notice_share
     noticed = 1.0 - q
     s = tau + c
+    if lam * max(r, s) > 700:  # e^700 is near the float limit: no work is ever kept
+        return Breakdown(tau, math.inf, math.inf, 0.0, 0.0, math.inf, 0.0, math.inf)
     e = _Exp(lam)
     hit = e.p(0, s)  # the cycle ends in an interruption
     done = math.exp(-lam * s)
@@ -228,7 +230,7 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
     return Breakdown(
         interval_seconds=tau,
         checkpoint_tax=tax / progress,
-        lost_work=max(rest_total, 0.0) / progress,
+        lost_work=rest_total / progress,
         notice_flush=flush / progress,
         notice_idle=idle / progress,
         restart=restart / progress,
@@ -247,6 +249,8 @@ def daly_complete(scenario: Scenario, interval_seconds: float) -> float:
     without a usable notice, no wait for capacity."""
     tau = _check("interval_seconds", interval_seconds, positive=True)
     m = scenario.mtbi_seconds
+    if max(scenario.restart_seconds, tau + scenario.checkpoint_seconds) / m > 700:
+        return math.inf
     return (
         m
         / tau

@@ -8,6 +8,7 @@ interruption rate, are shown beside it for reference. Every time is in seconds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from forewarn.clients.adaptive import daly_interval, interval_for_tax, young_interval
@@ -87,7 +88,15 @@ def recommended_interval(timing: Timing) -> float:
     if timing.checkpoint_seconds <= 0:
         raise PlanError("checkpoint_seconds", "a checkpoint that costs 0 s has no optimal interval")
     scenario = _scenario(timing)
-    return best_interval(scenario, max_seconds=timing.max_interval_seconds)
+    found = best_interval(scenario, max_seconds=timing.max_interval_seconds)
+    if math.isinf(breakdown(scenario, found).total):
+        raise PlanError(
+            "mtbi_seconds",
+            f"{timing.mtbi_seconds:g} s between interruptions is too short for a "
+            f"{timing.restart_seconds + timing.restore_seconds:g} s restart and reload and a "
+            f"{timing.checkpoint_seconds:g} s checkpoint: the job would never keep any work",
+        )
+    return found
 
 
 def choose_interval(
@@ -111,6 +120,12 @@ def choose_interval(
     if interval is not None:
         if not interval > 0:
             raise PlanError("interval", f"must be positive (got {interval})")
+        if timing.mtbi_seconds is not None and math.isinf(overhead(timing, interval).total):
+            raise PlanError(
+                "interval",
+                f"{interval:g} s is so long against {timing.mtbi_seconds:g} s between "
+                "interruptions that the job would never keep any work",
+            )
         return Intervals(young, daly, recommended, for_tax, interval, "given")
     if for_tax is not None:
         if for_tax <= 0:

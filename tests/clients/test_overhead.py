@@ -18,8 +18,12 @@ import pytest
 from forewarn.clients.overhead import (
     Scenario,
     best_interval,
+    breakdown,
+    daly_complete,
     overhead,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 MINUTE, HOUR = 60.0, 3600.0
 DETECTION = 5.0
@@ -185,3 +189,64 @@ def test_plan_matches_the_simulation(c: float, m: float, lead: float, r: float) 
     assert (relative < TOLERANCE).all(), (relative, predicted, sim.overhead)
     best = int(np.argmin(sim.overhead))
     assert sim.overhead[here] <= sim.overhead[best] * (1 + REGRET), (sim.overhead, intervals)
+
+
+seconds = st.floats(min_value=0.0, max_value=5e4, allow_nan=False)
+
+
+@given(
+    c=st.floats(min_value=0.01, max_value=5e3),
+    m=st.floats(min_value=60.0, max_value=1e7),
+    r=seconds,
+    g=seconds,
+    lead=st.floats(min_value=0.0, max_value=3600.0),
+    d=st.floats(min_value=0.0, max_value=60.0),
+    q=st.floats(min_value=0.0, max_value=1.0),
+    tau=st.floats(min_value=0.1, max_value=1e6),
+)
+def test_the_parts_are_never_negative_and_add_up(
+    c: float, m: float, r: float, g: float, lead: float, d: float, q: float, tau: float
+) -> None:
+    scenario = Scenario(c, m, r, g, lead, d, q)
+    parts = breakdown(scenario, tau)
+    if math.isinf(parts.total):
+        return  # an interval so long that no work is ever kept
+    values = (
+        parts.checkpoint_tax,
+        parts.lost_work,
+        parts.notice_flush,
+        parts.notice_idle,
+        parts.restart,
+        parts.reacquire,
+    )
+    assert all(value >= -1e-9 * max(1.0, parts.total) for value in values), values
+    assert parts.total == pytest.approx(sum(values))
+    # More interruptions cost more; without a notice it is Daly's complete model.
+    blind = Scenario(c, m, r, 0.0, lead, d, 1.0)
+    if math.isfinite(daly_complete(blind, tau)):
+        assert breakdown(blind, tau).total == pytest.approx(daly_complete(blind, tau), rel=1e-9)
+    else:
+        assert math.isinf(breakdown(blind, tau).total)
+
+
+def test_hopeless_intervals_cost_infinitely_much_without_overflow() -> None:
+    scenario = Scenario(10.0, 60.0, restart_seconds=5e4)
+    assert math.isinf(overhead(scenario, 100.0))
+    assert math.isinf(overhead(Scenario(10.0, 60.0), 1e6))
+    assert math.isinf(daly_complete(Scenario(10.0, 60.0), 1e6))
+
+
+def test_bad_scenarios_name_the_field() -> None:
+    for kwargs, named in (
+        ({"mtbi_seconds": 0.0}, "mtbi_seconds"),
+        ({"checkpoint_seconds": -1.0}, "checkpoint_seconds"),
+        ({"no_notice_share": 1.5}, "no_notice_share"),
+        ({"notice_lead_seconds": float("inf")}, "notice_lead_seconds"),
+    ):
+        values = {"checkpoint_seconds": 10.0, "mtbi_seconds": 3600.0, **kwargs}
+        with pytest.raises(ValueError, match=named):
+            Scenario(**values)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="interval_seconds"):
+        overhead(Scenario(10.0, 3600.0), 0.0)
+    with pytest.raises(ValueError, match="0 s"):
+        best_interval(Scenario(0.0, 3600.0))

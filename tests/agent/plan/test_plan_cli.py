@@ -341,6 +341,8 @@ def test_late_notices_in_the_telemetry_count_as_without(
         ),
         (["--checkpoint", "10s", "--no-notice-per-day", "2", "--tax", "3%"], "--no-notice-per-day"),
         (["--checkpoint", "10s", "--tax", "3%", "--plot", "x.png"], "--plot"),
+        (["--checkpoint", "10s", "--mtbi", "60s", "--restart", "14h"], "--mtbi"),
+        (["--checkpoint", "10s", "--mtbi", "60s", "--interval", "7d"], "--interval"),
         (["--telemetry", "/nonexistent/telemetry.jsonl"], "--telemetry"),
     ],
 )
