@@ -73,6 +73,20 @@ def duration_label(seconds: float) -> str:
 
 
 def draw(timing: Timing, intervals: Intervals, path: Path) -> None:
+    """Draw the plot into `path` (PNG)."""
+    figure = build_figure(timing, intervals)
+    try:
+        figure.savefig(path)
+    except OSError as error:
+        raise PlotError(f"cannot write {path}: {error}") from None
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+
+
+def build_figure(timing: Timing, intervals: Intervals) -> Any:
+    """The matplotlib Figure (the caller closes it)."""
     try:
         import matplotlib
 
@@ -94,15 +108,13 @@ def draw(timing: Timing, intervals: Intervals, path: Path) -> None:
         linewidth=1.6,
         label="no usable notice (Daly's complete model)",
     )
-    if seen.usable:
-        axis.plot(
-            grid,
-            planned,
-            "-",
-            color="tab:blue",
-            linewidth=2.4,
-            label=f"with the notice, {seen.no_notice_share:.0%} of interruptions without",
+    if timing.notice_lead_seconds:
+        label = (
+            f"with the notice, {seen.no_notice_share:.0%} of interruptions without"
+            if seen.usable
+            else "with the notice: too short for the flush, trained through"
         )
+        axis.plot(grid, planned, "-", color="tab:blue", linewidth=2.4, label=label)
     chosen = intervals.chosen
     chosen_total = overhead(timing, chosen).total * 100
     top = max(5.0, min(chosen_total * 3, max(min(blind) * 3, chosen_total * 1.5), 100.0))
@@ -176,12 +188,7 @@ def draw(timing: Timing, intervals: Intervals, path: Path) -> None:
         fontsize=10,
     )
     figure.tight_layout()
-    try:
-        figure.savefig(path)
-    except OSError as error:
-        raise PlotError(f"cannot write {path}: {error}") from None
-    finally:
-        plt.close(figure)
+    return figure
 
 
 def count_label(count: float) -> str:
@@ -205,6 +212,7 @@ def duration_label_exact(seconds: float) -> str:
 
 __all__ = [
     "PlotError",
+    "build_figure",
     "count_label",
     "draw",
     "duration_label",

@@ -503,3 +503,41 @@ def test_json_carries_every_number_of_a_telemetry_plan(
     test_json_carries_every_number_the_table_prints(
         capsys, ["--telemetry", str(path), "--steps-per-second", "2", *PRICES]
     )
+
+
+def test_the_plot_at_a_glance() -> None:
+    """One overhead axis, both curves, the chosen interval with its value, the 3 % rule,
+    minutes and hours on x (steps on top), the lead and the restart in the title."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from forewarn.agent.plan import Timing, choose_interval
+    from forewarn.agent.plan.plot import build_figure
+
+    timing = Timing(
+        checkpoint_seconds=98,
+        mtbi_seconds=6 * 3600,
+        restart_seconds=300,
+        notice_lead_seconds=120,
+        steps_per_second=0.5,
+    )
+    intervals = choose_interval(timing)
+    figure = build_figure(timing, intervals)
+    try:
+        (axis,) = figure.axes  # one y-axis
+        assert axis.get_ylabel() == "overhead, % of useful time"
+        labels = [line.get_label() for line in axis.get_lines()]
+        assert "no usable notice (Daly's complete model)" in labels
+        assert "with the notice, 10% of interruptions without" in labels
+        assert any(
+            label.startswith("rule of thumb: checkpoint 3 % of the time") for label in labels
+        )
+        texts = [text.get_text() for text in axis.texts]
+        assert any(text.startswith("minimum overhead: 113 min, 3,380 steps") for text in texts)
+        ticks = [tick.get_text() for tick in axis.get_xticklabels()]
+        assert "15 min" in ticks and "1 h" in ticks
+        (steps,) = [child for child in axis.child_axes]
+        assert steps.get_xlabel() == "steps at 0.5 steps/s"
+        title = axis.get_title()
+        assert "notice lead 120 s (2 min)" in title and "restart and reload 300 s (5 min)" in title
+    finally:
+        plt.close(figure)
