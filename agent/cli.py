@@ -339,6 +339,15 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
 # The parser.
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("forewarn")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser(
     command: str | None = None, registry: Registry | None = None
 ) -> argparse.ArgumentParser:
@@ -359,6 +368,7 @@ def build_parser(
         prog="forewarn",
         description="Turn every provider's interruption notice into one event your job acts on.",
     )
+    parser.add_argument("--version", action="version", version=f"forewarn {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     agent = commands.add_parser("agent", help="run the agent")

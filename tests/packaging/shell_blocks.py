@@ -1,0 +1,49 @@
+"""The shell blocks of a Markdown page, as a user would paste them.
+
+A ```sh block runs in tests unless the line before it is `<!-- not run in tests: REASON -->`:
+a block is never skipped silently.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_BLOCK = re.compile(r"(?P<before>[^\n]*)\n```sh\n(?P<body>.*?)\n```", re.DOTALL)
+_SKIP = re.compile(r"^<!-- not run in tests: (?P<reason>.+\S) -->$")
+
+
+@dataclass(frozen=True)
+class ShellBlock:
+    source: str
+    line: int
+    body: str
+    skip_reason: str | None
+
+
+def shell_blocks(path: Path, section: str | None = None) -> list[ShellBlock]:
+    """Every ```sh block of `path`, or of its `## section` only."""
+    text = path.read_text()
+    offset = 0
+    if section is not None:
+        start = text.index(f"\n## {section}\n")
+        end = text.find("\n## ", start + 1)
+        offset = text.count("\n", 0, start)
+        text = text[start : end if end != -1 else len(text)]
+    blocks = []
+    for match in _BLOCK.finditer(text):
+        skip = _SKIP.match(match.group("before").strip())
+        line = offset + text.count("\n", 0, match.start("body")) + 1
+        blocks.append(
+            ShellBlock(
+                f"{path.name}:{line}",
+                line,
+                match.group("body"),
+                skip.group("reason") if skip else None,
+            )
+        )
+    return blocks
+
+
+__all__ = ["ShellBlock", "shell_blocks"]

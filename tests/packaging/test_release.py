@@ -1,0 +1,119 @@
+"""The install paths work as written: the shell blocks of docs/operations.md and of the
+README's deployment section run in order, in a copy of the repository, as a user would paste
+them (a release built with `python -m build`, installed into a fresh virtual environment),
+and then the installed `forewarn` runs the local drill and the cloud-init renderer."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from shell_blocks import shell_blocks
+
+ROOT = Path(__file__).resolve().parents[2]
+OPERATIONS = ROOT / "docs" / "operations.md"
+README = ROOT / "README.md"
+# Paths the documented commands use as written; cleared before and after the run.
+DOCUMENTED_PATHS = (Path("/tmp/forewarn-build"), Path("/tmp/forewarn-venv"))
+
+
+def source_copy(target: Path) -> Path:
+    """The tracked files of the repository, as a fresh clone would hold them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        relative = name.decode()
+        source = ROOT / relative
+        destination = target / relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            destination.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, destination)
+    return target
+
+
+def test_every_block_is_run_or_says_why_not():
+    blocks = shell_blocks(README, "Running it where users run it") + shell_blocks(OPERATIONS)
+    assert len(blocks) >= 5
+    skipped = {block.source: block.skip_reason for block in blocks if block.skip_reason}
+    # Only what needs a running systemd or a Docker daemon is left out.
+    assert all("systemd" in why or "Docker" in why for why in skipped.values()), skipped
+
+
+@pytest.mark.timeout(900)
+def test_documented_install_builds_installs_and_runs(tmp_path: Path):
+    for path in DOCUMENTED_PATHS:
+        shutil.rmtree(path, ignore_errors=True)
+    work = source_copy(tmp_path / "forewarn")
+    blocks = [
+        block
+        for block in shell_blocks(README, "Running it where users run it")
+        + shell_blocks(OPERATIONS)
+        if block.skip_reason is None
+    ]
+    script = "\n".join(f"echo '== {block.source}'\n{block.body}" for block in blocks)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("FOREWARN_", "VIRTUAL_ENV", "PYTHON"))
+    }
+    env["HOME"] = str(tmp_path)
+    try:
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=800,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        dist = sorted(path.name for path in (work / "dist").iterdir())
+        assert [name.split("-")[0] for name in dist] == ["forewarn", "forewarn"], dist
+        assert any(name.endswith(".whl") for name in dist)
+        assert any(name.endswith(".tar.gz") for name in dist)
+        assert "forewarn 0.1.0" in result.stdout
+        # What the cloud-init block wrote installs from the source it was given.
+        user_data = yaml.safe_load((work / "user-data.yaml").read_text())
+        pip = next(cmd for cmd in user_data["runcmd"] if cmd[0].endswith("/pip"))
+        assert pip[-1].startswith("forewarn[metrics] @ https://")
+
+        # The installed command, not the source tree, runs the drill.
+        installed = Path("/tmp/forewarn-venv/bin/forewarn")
+        drill_env = {**env, "FOREWARN_RUNTIME_DIR": str(tmp_path / "run")}
+        drill = subprocess.run(
+            [str(installed), "drill", "local", "--steps", "120", "--dir", str(tmp_path / "drill")],
+            cwd=tmp_path,
+            env=drill_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert drill.returncode == 0, drill.stdout[-3000:] + drill.stderr[-3000:]
+        assert "steps lost: 0" in drill.stdout, drill.stdout[-2000:]
+        files = subprocess.run(
+            [
+                "/tmp/forewarn-venv/bin/python",
+                "-c",
+                "import forewarn.agent.deploy as d, pathlib; "
+                "print(pathlib.Path(d.__file__).parent / 'files')",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        ).stdout.strip()
+        shipped = Path(files)
+        assert (shipped / "systemd" / "forewarn-agent.service").read_text() == (
+            ROOT / "packaging" / "systemd" / "forewarn-agent.service"
+        ).read_text()
+        assert not shipped.is_symlink(), "the wheel must hold the files, not a link"
+    finally:
+        for path in DOCUMENTED_PATHS:
+            shutil.rmtree(path, ignore_errors=True)
