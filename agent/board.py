@@ -1,11 +1,17 @@
 """The notice board: the agent's memory of active notices and the rules that decide what is sent.
 
-- The same notice reported again sends nothing; a changed action or deadline re-sends it with
-  the same id; a clear withdraws it.
-- A drain with a deadline escalates to terminate (same id) at `deadline - exit_margin`, where
-  the margin is the larger of a floor and twice the slowest flush clients reported.
+- The same notice reported again sends nothing; anything a client would act on differently
+  (action, deadline, reason, the provider's own detail such as AWS terminate -> stop)
+  re-sends it with the same id; a clear withdraws it.
+- Escalation is a function of the current deadline, evaluated each time: a drain whose
+  deadline is within the exit margin is sent as terminate (same id); if the deadline moves
+  out of the margin again it is a drain again. The margin is the larger of a floor and twice
+  the slowest flush clients reported.
+- Nothing stays active forever: a notice past its deadline plus a grace, and a local notice
+  without a deadline past its lifetime, is retired with a `clear` whose detail says why. A
+  provider that reports it again raises it again (same id), with a fresh grace.
 - It remembers which acking clients received each notice, so a provider can act once all of
-  them have flushed.
+  them have flushed, and which notices some client has saved for.
 
 The board does no I/O: it returns the notices to publish, and the runner sends them.
 """
@@ -17,8 +23,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import parse_time, utcnow
 
 from .protocol import Notice, Report
 
@@ -29,6 +36,10 @@ log = logging.getLogger("forewarn.agent")
 DEADLINE_TOLERANCE = timedelta(seconds=1)
 # How many recent flushes count when sizing the exit margin.
 FLUSH_WINDOW = 20
+DEFAULT_GRACE = 300.0
+DEFAULT_MANUAL_LIFETIME = 3600.0
+# `detail.expired` on the clear that retires a notice.
+EXPIRED_KEY = "expired"
 
 
 class Sequencer:
@@ -50,11 +61,12 @@ class Sequencer:
 class Entry:
     notice: Notice  # as last published
     report: Report  # as last reported (escalation changes the notice, not the report)
+    raised_at: datetime  # when the board (re)raised it: the expiry clock of a re-raise
     manual: bool = False
-    escalated: bool = False
     expected: set[str] = field(default_factory=set)  # acking clients that received it
     acked: set[str] = field(default_factory=set)
     flushed: bool = False
+    saved: bool = False  # some client reported a saved flush for it
 
 
 class NoticeBoard:
@@ -63,10 +75,15 @@ class NoticeBoard:
         sequencer: Sequencer,
         exit_margin_floor: float,
         now: Callable[[], datetime] = utcnow,
+        *,
+        grace: float = DEFAULT_GRACE,
+        manual_lifetime: float = DEFAULT_MANUAL_LIFETIME,
     ) -> None:
         self.sequencer = sequencer
         self.exit_margin_floor = exit_margin_floor
         self.now = now
+        self.grace = timedelta(seconds=grace)
+        self.manual_lifetime = timedelta(seconds=manual_lifetime)
         self.entries: dict[str, Entry] = {}
         self.flushes: deque[float] = deque(maxlen=FLUSH_WINDOW)
         self.clients: set[str] = set()
@@ -77,11 +94,21 @@ class NoticeBoard:
         return sorted((entry.notice for entry in self.entries.values()), key=lambda n: n.seq)
 
     def manual(self) -> list[Notice]:
-        return [entry.notice for entry in self.entries.values() if entry.manual]
+        """Manual notices as asked for (a drain stays a drain even while sent as terminate),
+        which is how they are saved: escalation is derived again after a restart."""
+        return [
+            entry.notice.model_copy(update={"action": entry.report.action})
+            for entry in self.entries.values()
+            if entry.manual
+        ]
 
     def get(self, notice_id: str) -> Notice | None:
         entry = self.entries.get(notice_id)
         return entry.notice if entry else None
+
+    def saved(self) -> list[str]:
+        """Ids of active notices that at least one client has saved for."""
+        return [entry.notice.id for entry in self.entries.values() if entry.saved]
 
     @property
     def exit_margin(self) -> float:
@@ -90,34 +117,34 @@ class NoticeBoard:
 
     # Changes.
 
-    def report(self, report: Report, *, manual: bool = False) -> Notice | None:
+    def report(
+        self, report: Report, *, manual: bool = False, raised_at: datetime | None = None
+    ) -> Notice | None:
         """Take a watcher's report; return the notice to publish, or None when nothing changed."""
         if report.action == "clear":
             return self.clear(report.id, detail=report.detail)
+        action = self._action_for(report)
         entry = self.entries.get(report.id)
         if entry is None:
-            action = report.action
-            escalated = False
-            if self._escalation_due(report):
-                action, escalated = "terminate", True
             notice = self._stamp(report, action)
             self.entries[report.id] = Entry(
-                notice, report, manual=manual, escalated=escalated, expected=set(self.clients)
+                notice,
+                report,
+                raised_at=raised_at or self.now(),
+                manual=manual,
+                expected=set(self.clients),
             )
             return notice
-        action = report.action
-        if entry.escalated or (action == "drain" and self._escalation_due(report)):
-            action = "terminate"
-        if action == entry.notice.action and not self._moved(entry.report, report):
+        if action == entry.notice.action and not self._changed(entry.report, report):
+            # A drain sent as terminate stays terminate while its deadline stands.
             entry.report = report
             return None
-        entry.escalated = action == "terminate" and report.action == "drain"
         entry.report = report
         entry.notice = self._stamp(report, action)
         entry.expected |= self.clients
         return entry.notice
 
-    def clear(self, notice_id: str, detail: dict[str, object] | None = None) -> Notice | None:
+    def clear(self, notice_id: str, detail: dict[str, Any] | None = None) -> Notice | None:
         entry = self.entries.pop(notice_id, None)
         if entry is None:
             return None
@@ -126,25 +153,35 @@ class NoticeBoard:
         )
         return self._stamp(cleared, "clear")
 
-    def escalate_due(self) -> list[Notice]:
-        """Drains whose deadline is within the exit margin, re-sent now as terminate."""
-        sent = []
+    def due(self) -> tuple[list[Notice], list[Notice]]:
+        """(escalations, expiries) that are due now: drains whose deadline came within the
+        exit margin, re-sent as terminate; notices past their end, retired with a clear."""
+        now = self.now()
+        expired = []
+        for notice_id, entry in list(self.entries.items()):
+            ends = self._ends(entry)
+            if ends is not None and now >= ends:
+                notice = self.clear(notice_id, detail=self._expiry_detail(entry, ends))
+                if notice is not None:
+                    expired.append(notice)
+        escalated = []
         for entry in self.entries.values():
-            due = entry.notice.action == "drain" and self._escalation_due(entry.report)
-            if due and not entry.escalated:
-                entry.escalated = True
+            if entry.notice.action == "drain" and self._action_for(entry.report) == "terminate":
                 entry.notice = self._stamp(entry.report, "terminate")
-                sent.append(entry.notice)
-        return sent
+                escalated.append(entry.notice)
+        return escalated, expired
 
-    def next_escalation(self) -> datetime | None:
-        """When `escalate_due` next has work, if ever."""
+    def next_due(self) -> datetime | None:
+        """When `due` next has work, if ever."""
         margin = timedelta(seconds=self.exit_margin)
-        times = [
-            entry.report.deadline - margin
-            for entry in self.entries.values()
-            if not entry.escalated and entry.notice.action == "drain" and entry.report.deadline
-        ]
+        times = []
+        for entry in self.entries.values():
+            deadline = entry.report.deadline
+            if entry.notice.action == "drain" and entry.report.action == "drain" and deadline:
+                times.append(_minus(deadline, margin))
+            ends = self._ends(entry)
+            if ends is not None:
+                times.append(ends)
         return min(times, default=None)
 
     # Clients and acks.
@@ -174,6 +211,7 @@ class NoticeBoard:
         entry = self.entries.get(notice_id) if notice_id else None
         if entry is None:
             return False
+        entry.saved = True
         if client:
             entry.acked.add(client)
         elif not entry.expected:
@@ -183,21 +221,43 @@ class NoticeBoard:
 
     # State.
 
-    def restore(self, notices: Iterable[Notice]) -> None:
-        """Bring back manual notices saved before a restart (re-stamped, same ids)."""
-        for saved in notices:
+    def restore(self, notices: Iterable[Notice], saved: Iterable[str] = ()) -> None:
+        """Bring back manual notices saved before a restart (re-stamped, same ids). Their
+        expiry clock runs from when they were first noticed, not from the restart."""
+        saved_ids = set(saved)
+        for notice in notices:
             report = Report(
-                id=saved.id,
-                action=saved.action,
-                reason=saved.reason,
-                provider=saved.provider,
-                deadline=saved.deadline,
-                noticed_at=saved.noticed_at,
-                detail=saved.detail,
+                id=notice.id,
+                action=notice.action,
+                reason=notice.reason,
+                provider=notice.provider,
+                deadline=notice.deadline,
+                noticed_at=notice.noticed_at,
+                detail=notice.detail,
             )
-            self.report(report, manual=True)
+            self.report(report, manual=True, raised_at=notice.noticed_at)
+            if notice.id in saved_ids and notice.id in self.entries:
+                self.entries[notice.id].saved = True
 
     # Internals.
+
+    def _ends(self, entry: Entry) -> datetime | None:
+        """When the notice is retired: its deadline (or its re-raise, if later) plus the
+        grace; for a local notice without a deadline, its lifetime after it was raised."""
+        deadline = entry.report.deadline
+        if deadline is not None:
+            return _plus(max(deadline, entry.raised_at), self.grace)
+        if entry.report.provider == "local":
+            return _plus(entry.raised_at, self.manual_lifetime)
+        return None
+
+    def _expiry_detail(self, entry: Entry, ends: datetime) -> dict[str, Any]:
+        deadline = entry.report.deadline
+        if deadline is not None:
+            why = f"past its deadline plus a grace of {self.grace.total_seconds():g}s"
+        else:
+            why = f"no deadline and older than {self.manual_lifetime.total_seconds():g}s"
+        return {**entry.report.detail, EXPIRED_KEY: why}
 
     def _newly_flushed(self, entry: Entry) -> bool:
         if entry.flushed or not entry.acked:
@@ -207,21 +267,29 @@ class NoticeBoard:
         entry.flushed = True
         return True
 
-    def _escalation_due(self, report: Report) -> bool:
+    def _action_for(self, report: Report) -> str:
+        """The action to send for what the provider reports, at the current deadline."""
         if report.action != "drain" or report.deadline is None:
-            return False
-        return self.now() >= report.deadline - timedelta(seconds=self.exit_margin)
+            return report.action
+        # A difference of two times never overflows, where `deadline - margin` can.
+        left = (report.deadline - self.now()).total_seconds()
+        return "terminate" if left <= self.exit_margin else "drain"
 
     @staticmethod
-    def _moved(before: Report, report: Report) -> bool:
-        """Whether the reason or the deadline changed enough to tell clients again."""
+    def _changed(before: Report, report: Report) -> bool:
+        """Whether the reason, the deadline or the provider's own detail changed enough to
+        tell clients again."""
         if report.reason != before.reason:
             return True
         if (report.deadline is None) != (before.deadline is None):
             return True
-        if report.deadline is not None and before.deadline is not None:
-            return abs(report.deadline - before.deadline) >= DEADLINE_TOLERANCE
-        return False
+        if (
+            report.deadline is not None
+            and before.deadline is not None
+            and abs(report.deadline - before.deadline) >= DEADLINE_TOLERANCE
+        ):
+            return True
+        return _detail_changed(before.detail, report.detail)
 
     def _stamp(self, report: Report, action: str) -> Notice:
         return Notice(
@@ -237,4 +305,45 @@ class NoticeBoard:
         )
 
 
-__all__ = ["DEADLINE_TOLERANCE", "Entry", "NoticeBoard", "Sequencer"]
+def _detail_changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether the provider's detail changed; times that move by less than the tolerance
+    (recomputed per answer) are the same time."""
+    if before.keys() != after.keys():
+        return True
+    for key, value in after.items():
+        old = before[key]
+        if value == old:
+            continue
+        if isinstance(value, str) and isinstance(old, str):
+            try:
+                if abs(parse_time(value) - parse_time(old)) < DEADLINE_TOLERANCE:
+                    continue
+            except ValueError:
+                pass
+        return True
+    return False
+
+
+def _plus(moment: datetime, delta: timedelta) -> datetime:
+    try:
+        return moment + delta
+    except OverflowError:
+        return datetime.max.replace(tzinfo=moment.tzinfo)
+
+
+def _minus(moment: datetime, delta: timedelta) -> datetime:
+    try:
+        return moment - delta
+    except OverflowError:
+        return datetime.min.replace(tzinfo=moment.tzinfo)
+
+
+__all__ = [
+    "DEADLINE_TOLERANCE",
+    "DEFAULT_GRACE",
+    "DEFAULT_MANUAL_LIFETIME",
+    "EXPIRED_KEY",
+    "Entry",
+    "NoticeBoard",
+    "Sequencer",
+]

@@ -140,9 +140,12 @@ def cmd_notify(args: argparse.Namespace) -> int:
         payload = {"op": "notify", "action": args.action, "reason": args.reason}
         if args.deadline is not None:
             try:
-                payload["deadline"] = format_time(parse_deadline(args.deadline))
-            except ValueError as error:
+                deadline = parse_deadline(args.deadline)
+            except (ValueError, OverflowError) as error:
                 raise UsageError(f"--deadline: {error}") from None
+            if deadline <= utcnow():
+                raise UsageError(f"--deadline: {args.deadline!r} is in the past")
+            payload["deadline"] = format_time(deadline)
         if args.note:
             payload["note"] = args.note
         if args.id:

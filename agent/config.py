@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
 import ipaddress
 import os
 import re
@@ -78,6 +79,20 @@ class Settings(BaseSettings):
         ge=0,
         description="Floor, in seconds, of the margin before a deadline at which a drain is "
         "re-sent as terminate; the margin is the larger of this and twice the slowest flush.",
+    )
+    notice_grace: float = Field(
+        default=300.0,
+        ge=0,
+        le=86400,
+        description="Seconds past its deadline after which a notice is retired with a clear "
+        "(`detail.expired` says why); a provider that still reports it raises it again.",
+    )
+    manual_lifetime: float = Field(
+        default=3600.0,
+        gt=0,
+        le=30 * 86400,
+        description="Seconds a local notice without a deadline (`forewarn notify` without "
+        "--deadline, a flag file without one) stays active before it is retired.",
     )
     heartbeat_interval: float = Field(
         default=1.0, gt=0, le=60, description="Seconds between heartbeats on the events socket."
@@ -183,15 +198,21 @@ class Settings(BaseSettings):
         return self.runtime_dir if self.runtime_dir is not None else runtime_dir()
 
     def resolved_state_dir(self) -> Path:
-        """`state_dir`, else /var/lib/forewarn when writable, else the XDG state home."""
+        """`state_dir`, else /var/lib/forewarn when writable, else the XDG state home; when
+        only the runtime directory is overridden, a subdirectory of that named after it, so
+        that two agents never share state by accident."""
         if self.state_dir is not None:
             return self.state_dir
         if os.access(SYSTEM_STATE_DIR, os.W_OK) or (
             not SYSTEM_STATE_DIR.exists() and os.access(SYSTEM_STATE_DIR.parent, os.W_OK)
         ):
-            return SYSTEM_STATE_DIR
-        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        return Path(xdg) / "forewarn"
+            base = SYSTEM_STATE_DIR
+        else:
+            xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+            base = Path(xdg) / "forewarn"
+        if self.runtime_dir is None:
+            return base
+        return base / runtime_state_name(self.runtime_dir)
 
     def resolved_endpoints(self) -> tuple[str, str]:
         """The endpoints to bind, each checked: loopback TCP or ipc unless `allow_remote`."""
@@ -204,6 +225,15 @@ class Settings(BaseSettings):
             )
         except EndpointError as error:
             raise ConfigError(str(error)) from None
+
+
+def runtime_state_name(runtime: Path) -> str:
+    """The state subdirectory of an overridden runtime directory: readable, and unique per
+    absolute path (`run-<last part>-<hash>`)."""
+    absolute = os.path.abspath(runtime)
+    digest = hashlib.sha256(absolute.encode()).hexdigest()[:10]
+    tail = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(absolute).name)
+    return f"run-{tail[:40] or 'root'}-{digest}"
 
 
 @functools.cache

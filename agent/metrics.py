@@ -83,6 +83,13 @@ class MetricsObserver(Observer):
             buckets=DELAY_BUCKETS,
             registry=registry,
         )
+        self.expired = Counter(
+            "forewarn_notices_expired",
+            "Notices retired because they outlived their deadline plus the grace (or, without "
+            "a deadline, the manual lifetime).",
+            ["provider", "reason"],
+            registry=registry,
+        )
         self.polls = Counter(
             "forewarn_polls", "Polls of a provider's endpoint.", ["provider"], registry=registry
         )
@@ -162,6 +169,9 @@ class MetricsObserver(Observer):
         if stated is not None:
             delay = (notice.noticed_at - stated).total_seconds()
             self.detection_delay.labels(notice.provider).observe(max(0.0, delay))
+
+    def on_expired(self, notice: Notice) -> None:
+        self.expired.labels(notice.provider, notice.reason).inc()
 
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         self.polls.labels(provider).inc()

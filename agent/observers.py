@@ -29,6 +29,9 @@ class Observer:
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         """A notice was published (new, changed, escalated or cleared); not called on replays."""
 
+    def on_expired(self, notice: Notice) -> None:
+        """A notice was retired past its end; `notice` is the clear (also sent to on_notice)."""
+
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         """A watcher finished one poll of its endpoint."""
 
@@ -60,6 +63,9 @@ class Observers(Observer):
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         self._each("on_notice", notice, escalated=escalated)
+
+    def on_expired(self, notice: Notice) -> None:
+        self._each("on_expired", notice)
 
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         self._each("on_poll", provider, ok, error_kind)

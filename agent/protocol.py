@@ -8,6 +8,7 @@ This module must stay importable without httpx or zmq: the in-process client use
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from forewarn.protocol.fields import ACTIONS, REASONS, Action, Reason, stable_id
@@ -27,10 +28,27 @@ from forewarn.protocol.wire import (
 from forewarn.providers.report import Report, Timestamp
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
 )
+
+
+def _wire_time(value: Any) -> Any:
+    """Times in requests are RFC 3339 strings: a JSON number is refused, not read as seconds
+    since 1970."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("expected an RFC 3339 time such as 2026-11-30T03:12:00Z")
+    try:
+        return parse_time(value)
+    except OverflowError:
+        raise ValueError(f"not a usable time: {value[:40]!r}") from None
+
+
+WireTime = Annotated[Timestamp, BeforeValidator(_wire_time)]
 
 
 class _Message(BaseModel):
@@ -62,6 +80,9 @@ class Heartbeat(_Message):
     providers: list[str]
     active: list[str]
     sent_at: Timestamp
+    # Active notices that some client has acked a saved flush for: a job that starts while
+    # a terminate is in force can tell one already acted on from one nobody handled yet.
+    acked: list[str] = Field(default_factory=list)
 
 
 # Control requests (REQ → REP).
@@ -75,7 +96,7 @@ class NotifyRequest(_Message):
     op: Literal["notify"]
     action: Literal["drain", "terminate"]
     reason: Reason = "manual"
-    deadline: Timestamp | None = None
+    deadline: WireTime | None = None
     note: str | None = Field(default=None, max_length=2000)
     id: str | None = Field(default=None, min_length=1, max_length=200)
 

@@ -11,16 +11,17 @@ import os
 import signal
 import socket
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import ipc_path, request
 from forewarn.providers import PollHealth, Watcher, WatcherContext
 from forewarn.providers.backoff import Backoff
 from pydantic import ValidationError
 
-from .board import NoticeBoard, Sequencer
+from .board import EXPIRED_KEY, NoticeBoard, Sequencer
 from .config import ConfigError, Settings
 from .observers import Observers, build_observers
 from .protocol import (
@@ -137,8 +138,13 @@ class Agent:
         self._check_no_other_agent()
         state = load_state(self.state_path)
         self.sequencer = Sequencer(state.seq)
-        self.board = NoticeBoard(self.sequencer, self.settings.exit_margin)
-        self.board.restore(state.manual)
+        self.board = NoticeBoard(
+            self.sequencer,
+            self.settings.exit_margin,
+            grace=self.settings.notice_grace,
+            manual_lifetime=self.settings.manual_lifetime,
+        )
+        self.board.restore(state.manual, state.acked)
 
         self.publisher = Publisher(self.events, self.control)
         try:
@@ -263,6 +269,17 @@ class Agent:
             except Exception:
                 log.exception("%s: flushed(%s) failed", notice.provider, notice_id)
 
+    def _forget(self, notice: Notice) -> None:
+        """Tell the watcher an expired notice was retired: one that keeps its own memory of
+        what it reported (`forget`) reports it again if the provider still does."""
+        watcher = self.watchers.get(notice.provider)
+        hook = getattr(watcher, "forget", None)
+        if hook is not None:
+            try:
+                hook(notice.id)
+            except Exception:
+                log.exception("%s: forget(%s) failed", notice.provider, notice.id)
+
     def _beat(self) -> None:
         self.publisher.heartbeat(
             Heartbeat(
@@ -272,6 +289,7 @@ class Agent:
                 providers=self.providers,
                 active=[notice.id for notice in self.board.active()],
                 sent_at=utcnow(),
+                acked=self.board.saved(),
             )
         )
 
@@ -282,9 +300,17 @@ class Agent:
 
     async def _escalations(self) -> None:
         while True:
-            for notice in self.board.escalate_due():
+            escalated, expired = self.board.due()
+            for notice in expired:
+                log.warning("notice %s expired: %s", notice.id, notice.detail.get(EXPIRED_KEY))
+                self.observers.on_expired(notice)
+                self._send(notice, escalated=False)
+                self._forget(notice)
+            for notice in escalated:
                 self._send(notice, escalated=True)
-            upcoming = self.board.next_escalation()
+            if any(notice.provider == "local" for notice in expired):
+                self._save()
+            upcoming = self.board.next_due()
             timeout = None
             if upcoming is not None:
                 timeout = max(0.0, (upcoming - utcnow()).total_seconds()) + 0.001
@@ -336,6 +362,10 @@ class Agent:
         return StatusReply(agent=info, active=self.board.active())
 
     def _notify(self, req: NotifyRequest) -> NotifyReply | ErrorReply:
+        if req.deadline is not None:
+            problem = deadline_problem(req.deadline, utcnow())
+            if problem is not None:
+                return ErrorReply(error=f"deadline: {problem}")
         notice_id = req.id or f"local/manual/{uuid.uuid4().hex[:8]}"
         existing = self.board.get(notice_id)
         if existing is not None and existing.provider != "local":
@@ -377,9 +407,12 @@ class Agent:
     def _ack(self, req: AckRequest) -> AckReply:
         notice = self.board.get(req.notice_id) if req.notice_id else None
         if req.outcome == "saved":
+            first = req.notice_id is not None and req.notice_id not in self.board.saved()
             if self.board.record_ack(req.notice_id, req.client, req.flush_seconds):
                 assert req.notice_id is not None
                 self._flushed(req.notice_id)
+            if first and notice is not None and notice.provider == "local":
+                self._save()  # a restarted agent still knows this notice was acted on
             self._wake.set()  # a slower flush widens the exit margin
         log.info(
             "ack %s from %s: step=%s flush=%ss outcome=%s",
@@ -394,9 +427,26 @@ class Agent:
 
     def _save(self) -> None:
         try:
-            save_state(self.state_path, AgentState(self.sequencer.value, self.board.manual()))
+            save_state(
+                self.state_path,
+                AgentState(self.sequencer.value, self.board.manual(), self.board.saved()),
+            )
         except OSError as error:
             log.error("cannot save state to %s: %s", self.state_path, error)
+
+
+# Deadlines a person may ask for: not in the past (that is no notice at all) and not absurdly
+# far ahead (a typo in the year).
+MAX_DEADLINE_AHEAD = timedelta(days=366)
+
+
+def deadline_problem(deadline: datetime, now: datetime) -> str | None:
+    """Why a requested deadline cannot be used, or None when it can."""
+    if deadline <= now:
+        return f"{format_time(deadline)} is in the past (now is {format_time(now)})"
+    if deadline - now > MAX_DEADLINE_AHEAD:
+        return f"{format_time(deadline)} is more than {MAX_DEADLINE_AHEAD.days} days ahead"
+    return None
 
 
 def json_ready(reply: Any) -> dict[str, Any]:

@@ -31,6 +31,8 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o640) -> None:
 class AgentState:
     seq: int = 0
     manual: list[Notice] = field(default_factory=list)
+    # Ids of manual notices some client saved for: a restarted agent still says so.
+    acked: list[str] = field(default_factory=list)
 
 
 def load_state(path: Path) -> AgentState:
@@ -38,7 +40,8 @@ def load_state(path: Path) -> AgentState:
     try:
         raw = json.loads(path.read_bytes())
         manual = [Notice.model_validate(item) for item in raw.get("manual", [])]
-        return AgentState(seq=int(raw.get("seq", 0)), manual=manual)
+        acked = [item for item in raw.get("acked", []) if isinstance(item, str)]
+        return AgentState(seq=int(raw.get("seq", 0)), manual=manual, acked=acked)
     except FileNotFoundError:
         return AgentState()
     except (ValueError, TypeError, AttributeError, ValidationError) as error:
@@ -53,6 +56,7 @@ def save_state(path: Path, state: AgentState) -> None:
         "version": STATE_VERSION,
         "seq": state.seq,
         "manual": [json.loads(notice.model_dump_json()) for notice in state.manual],
+        "acked": list(state.acked),
     }
     write_atomic(path, json.dumps(payload, indent=1).encode())
 

@@ -366,6 +366,12 @@ class CheckpointGuard:
                 self._notice_ids.add(event.id)
                 self._events[event.id] = event
                 self._wake = True
+        elif event.action == "clear":
+            # A notice that comes back after a clear (same id: AWS keeps a rebalance's
+            # noticeTime) is a new occurrence and is flushed for again.
+            self._handled.discard(event.id)
+            with self._lock:
+                self._inherited.pop(event.id, None)
         elif event.action == "terminate":
             if event.noticed_at.timestamp() < self._started_wall:
                 self._inherit(event)
@@ -377,9 +383,6 @@ class CheckpointGuard:
                 self._events[event.id] = event
                 self._exit = True
                 self._wake = True
-        elif event.action == "clear":
-            with self._lock:
-                self._inherited.pop(event.id, None)
 
     def _inherit(self, event: Event) -> None:
         """A terminate that was in force before this job started. It was sent to (and acted

@@ -48,6 +48,7 @@ HEARTBEAT_FIELDS: tuple[str, ...] = (
     "providers",
     "active",
     "sent_at",
+    "acked",
 )
 
 

@@ -49,7 +49,8 @@ def parse_time(text: str) -> datetime:
         return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz).astimezone(
             timezone.utc
         )
-    except ValueError as error:
+    except (ValueError, OverflowError) as error:
+        # OverflowError: a valid date whose UTC form falls outside year 1..9999.
         raise ValueError(f"not an RFC 3339 time: {text!r} ({error})") from None
 
 

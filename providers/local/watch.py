@@ -95,6 +95,12 @@ class LocalWatcher:
             emit(self.current)
         self.context.health.success()
 
+    def forget(self, notice_id: str) -> None:
+        """The agent retired the flag's notice (past its end): if the file is still there the
+        next look raises it again, with a fresh lifetime."""
+        if self.current is not None and notice_id == self.current.id:
+            self.current = None
+
     def flushed(self, notice_id: str) -> None:
         """Every client flushed for the flag's notice: the flag is handled, remove it."""
         if self.current is None or notice_id != self.current.id:

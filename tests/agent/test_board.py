@@ -47,15 +47,17 @@ def test_repeats_send_nothing_and_a_moved_deadline_resends_with_the_same_id() ->
 def test_drain_escalates_to_terminate_at_deadline_minus_margin() -> None:
     b, clock = board(margin=60)
     b.report(report(deadline=T0 + timedelta(minutes=10)))
-    assert b.next_escalation() == T0 + timedelta(minutes=9)
+    assert b.next_due() == T0 + timedelta(minutes=9)
     clock.now = T0 + timedelta(minutes=8, seconds=59)
-    assert b.escalate_due() == []
+    assert b.due() == ([], [])
     clock.now = T0 + timedelta(minutes=9)
-    (escalated,) = b.escalate_due()
+    (escalated,), _ = b.due()
     assert escalated.action == "terminate" and escalated.id == "aws/spot-itn/1"
     # The watcher keeps reporting its drain: the terminate stands and nothing is re-sent.
     assert b.report(report(deadline=T0 + timedelta(minutes=10))) is None
-    assert b.escalate_due() == [] and b.next_escalation() is None
+    assert b.due() == ([], [])
+    # Next is the expiry: the deadline plus the grace.
+    assert b.next_due() == T0 + timedelta(minutes=15)
 
 
 def test_slow_flushes_widen_the_exit_margin() -> None:
@@ -102,3 +104,62 @@ def test_sequence_keeps_rising_across_restarts() -> None:
     first = Sequencer(0)
     last = [first.next() for _ in range(5)][-1]
     assert Sequencer(last).next() > last
+
+
+def test_a_terminate_from_escalation_is_a_drain_again_when_the_deadline_moves_out() -> None:
+    b, clock = board(margin=60)
+    b.report(report(deadline=T0 + timedelta(seconds=90)))
+    clock.now = T0 + timedelta(seconds=40)
+    (escalated,), _ = b.due()
+    assert escalated.action == "terminate"
+    moved = b.report(report(deadline=T0 + timedelta(days=1)))
+    assert moved is not None and moved.action == "drain" and moved.id == escalated.id
+    # And back in when it comes close again.
+    back = b.report(report(deadline=T0 + timedelta(seconds=60)))
+    assert back is not None and back.action == "terminate"
+
+
+def test_a_changed_provider_detail_is_resent_but_recomputed_times_are_not() -> None:
+    b, _ = board()
+    when = "2026-11-30T03:02:00Z"
+    b.report(report(action="terminate", detail={"action": "terminate", "time": when}))
+    stop = b.report(report(action="terminate", detail={"action": "stop", "time": when}))
+    assert stop is not None and stop.detail["action"] == "stop"
+    jitter = "2026-11-30T03:02:00.400Z"
+    assert b.report(report(action="terminate", detail={"action": "stop", "time": jitter})) is None
+
+
+def test_a_notice_past_deadline_and_grace_is_retired_and_raised_again_if_reported() -> None:
+    b, clock = board(margin=30)
+    b.grace = timedelta(seconds=120)
+    first = b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
+    assert first is not None
+    clock.now = T0 + timedelta(minutes=4)
+    escalated, (expired,) = b.due()
+    assert escalated == [] and expired.action == "clear" and expired.id == first.id
+    assert "grace" in expired.detail["expired"] and b.active() == []
+    again = b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
+    assert again is not None and again.action == "terminate" and again.id == first.id
+    # The grace of a re-raise runs from the re-raise.
+    assert b.next_due() == T0 + timedelta(minutes=6)
+
+
+def test_a_local_notice_without_deadline_ends_after_its_lifetime() -> None:
+    b, clock = board()
+    b.manual_lifetime = timedelta(hours=1)
+    b.report(report(id="local/manual/1", provider="local", reason="manual"), manual=True)
+    b.report(report())  # a cloud notice without deadline stays while the provider says so
+    clock.now = T0 + timedelta(hours=1)
+    _, (expired,) = b.due()
+    assert expired.id == "local/manual/1" and "no deadline" in expired.detail["expired"]
+    assert [n.id for n in b.active()] == ["aws/spot-itn/1"]
+
+
+def test_deadlines_at_the_ends_of_time_do_not_overflow() -> None:
+    b, _ = board(margin=60)
+    tiny = datetime(1, 1, 1, 0, 0, 45, tzinfo=timezone.utc)
+    huge = datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc)
+    assert b.report(report(id="a", deadline=tiny)) is not None
+    assert b.report(report(id="b", deadline=huge)) is not None
+    b.due()
+    assert b.next_due() is not None

@@ -1,0 +1,298 @@
+"""A notice's life over real processes: escalation that follows the deadline both ways,
+changes re-sent with the same id, notices that come back after a clear, expiry, refused
+deadlines and state that belongs to one runtime directory."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.clients import CheckpointGuard
+from forewarn.protocol.timefmt import format_time
+from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.simulator import SimServer
+from other_user import ForkedAgent, other_user, shared_tmp
+from support import AgentProcess, Subscriber, agent_env, control, run_forewarn, wait_until
+
+FAST_AWS = {
+    "FOREWARN_AWS_SCHEDULED_INTERVAL": "0.2",
+    "FOREWARN_AWS_SPOT_INTERVAL": "0.2",
+    "FOREWARN_AWS_REBALANCE_INTERVAL": "0.2",
+    "FOREWARN_AWS_ASG_INTERVAL": "0",
+}
+
+
+def later(seconds: float) -> str:
+    return format_time(datetime.now(timezone.utc) + timedelta(seconds=seconds))
+
+
+def next_notice(sub: Subscriber, timeout: float = 10, **match: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        try:
+            notice = sub.notice(timeout=max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            break
+        seen.append(notice)
+        if all(notice.get(key) == value for key, value in match.items()):
+            return notice
+    raise AssertionError(f"no notice matching {match}; saw {seen}")
+
+
+@pytest.fixture
+def imds() -> Iterator[tuple[ImdsSimulator, SimServer]]:
+    sim = ImdsSimulator()
+    with SimServer(sim) as server:
+        yield sim, server
+
+
+def aws_agent(tmp_path: Path, server: SimServer, *args: str) -> AgentProcess:
+    env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, **FAST_AWS)
+    return AgentProcess(tmp_path, providers=("aws",), args=args, env=env)
+
+
+def test_an_escalated_scheduled_event_moved_a_day_out_is_a_drain_again(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    sim, server = imds
+    with aws_agent(tmp_path, server, "--exit-margin", "5s") as agent, agent.subscriber() as sub:
+        time.sleep(0.3)
+        event_id = sim.raise_notice("scheduled", {"code": "system-reboot", "not_before": 7})
+        drain = next_notice(sub, action="drain")
+        terminate = next_notice(sub, action="terminate", id=drain["id"])
+        sim.change_notice(event_id, {"not_before": 86400})
+        again = next_notice(sub, id=drain["id"])
+        assert again["action"] == "drain" and again["seq"] > terminate["seq"]
+        (active,) = agent.control({"op": "status"})["active"]
+        assert active["action"] == "drain" and active["id"] == f"aws/scheduled/{event_id}"
+
+
+def test_a_manual_drain_escalated_and_moved_out_is_a_drain_again(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path, args=("--exit-margin", "60s")) as agent, agent.subscriber() as sub:
+        time.sleep(0.2)
+        request = {"op": "notify", "action": "drain", "id": "local/move", "deadline": later(30)}
+        assert agent.control(request)["notice"]["action"] == "terminate"
+        next_notice(sub, action="terminate")
+        moved = agent.control({**request, "deadline": later(3600)})
+        assert moved["notice"]["action"] == "drain"
+        assert next_notice(sub, id="local/move")["action"] == "drain"
+
+
+def test_a_spot_action_changed_from_terminate_to_stop_is_resent(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    sim, server = imds
+    with aws_agent(tmp_path, server) as agent, agent.subscriber() as sub:
+        time.sleep(0.3)
+        when = later(120)
+        sim.raise_notice("spot", {"action": "terminate", "time": when})
+        first = next_notice(sub, reason="spot-interruption")
+        assert first["detail"]["action"] == "terminate"
+        sim.raise_notice("spot", {"action": "stop", "time": when})
+        second = next_notice(sub, reason="spot-interruption")
+        assert second["id"] == first["id"] and second["detail"]["action"] == "stop"
+        assert second["deadline"] == first["deadline"] and second["seq"] > first["seq"]
+
+
+def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    sim, server = imds
+    with aws_agent(tmp_path, server) as agent, agent.subscriber() as sub:
+        guard = CheckpointGuard(
+            events=agent.events,
+            control=agent.control_endpoint,
+            flag_file=None,
+            handle_signals=False,
+        )
+        try:
+            wait_until(lambda: guard.notices is not None and guard.notices.alive, 10)
+            noticed = {"noticeTime": "2026-11-30T03:00:00Z"}
+            sim.raise_notice("rebalance", noticed)
+            first = next_notice(sub, action="drain")
+            wait_until(lambda: guard.due(1), 10)
+            assert not guard.saved(1, 0.1).exit
+            sim.withdraw("rebalance")
+            next_notice(sub, action="clear", id=first["id"])
+            time.sleep(0.3)  # the guard's subscriber thread takes the clear
+            sim.raise_notice("rebalance", noticed)
+            second = next_notice(sub, action="drain")
+            assert second["id"] == first["id"]
+            wait_until(lambda: guard.due(2), 10)
+            result = guard.saved(2, 0.1)
+            assert result.notices == (first["id"],) and not result.exit
+        finally:
+            guard.close()
+
+
+def test_a_notice_past_deadline_and_grace_is_retired_with_a_clear(tmp_path: Path) -> None:
+    args = ("--exit-margin", "1s", "--set", "notice_grace=1")
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    with AgentProcess(tmp_path, args=args, env=env) as agent, agent.subscriber() as sub:
+        time.sleep(0.2)
+        raised = agent.control({"op": "notify", "action": "terminate", "deadline": later(1)})
+        notice_id = raised["notice"]["id"]
+        cleared = next_notice(sub, timeout=6, action="clear", id=notice_id)
+        assert "grace" in cleared["detail"]["expired"]
+        assert agent.control({"op": "status"})["active"] == []
+        assert f"notice {notice_id} expired" in agent.output()
+        state = json.loads((tmp_path / "state" / "state.json").read_text())
+        assert state["manual"] == []
+        found = re.search(r"serving metrics on (http://\S+)/metrics", agent.output())
+        assert found is not None
+        with urllib.request.urlopen(found.group(1) + "/metrics", timeout=5) as answer:
+            metrics = answer.read().decode()
+        expected = 'forewarn_notices_expired_total{provider="local",reason="manual"} 1.0'
+        assert expected in metrics
+
+
+def test_a_manual_notice_without_deadline_ends_after_its_lifetime(tmp_path: Path) -> None:
+    with (
+        AgentProcess(tmp_path, args=("--set", "manual_lifetime=1")) as agent,
+        agent.subscriber() as sub,
+    ):
+        time.sleep(0.2)
+        raised = agent.control({"op": "notify", "action": "drain"})
+        cleared = next_notice(sub, timeout=6, action="clear", id=raised["notice"]["id"])
+        assert "no deadline" in cleared["detail"]["expired"]
+
+
+def test_a_flag_file_still_there_after_expiry_is_raised_again(tmp_path: Path) -> None:
+    args = ("--set", "manual_lifetime=1", "--set", "local.flag_interval=0.05")
+    with AgentProcess(tmp_path, args=args) as agent, agent.subscriber() as sub:
+        time.sleep(0.2)
+        (tmp_path / "run" / "checkpoint-now").write_text("")
+        first = next_notice(sub, action="drain")
+        next_notice(sub, timeout=6, action="clear", id=first["id"])
+        again = next_notice(sub, timeout=6, action="drain", id=first["id"])
+        assert again["seq"] > first["seq"]
+
+
+@pytest.mark.parametrize(
+    ("deadline", "expected"),
+    [
+        ("0001-01-01T00:00:00Z", "in the past"),
+        ("0001-01-01T00:30:00+01:00", "not an RFC 3339 time"),
+        ("2001-01-01T00:00:00Z", "in the past"),
+        ("9999-12-31T23:59:59Z", "days ahead"),
+        (1, "expected an RFC 3339 time"),
+        (1.5e300, "expected an RFC 3339 time"),
+        ([], "expected an RFC 3339 time"),
+        ("tomorrow", "not an RFC 3339 time"),
+    ],
+)
+def test_unusable_deadlines_are_refused_with_a_clear_error(
+    tmp_path: Path, deadline: object, expected: str
+) -> None:
+    with AgentProcess(tmp_path) as agent:
+        reply = agent.control({"op": "notify", "action": "drain", "deadline": deadline})
+        assert reply["ok"] is False and expected in reply["error"], reply
+        assert "internal error" not in reply["error"]
+        assert agent.control({"op": "status"})["active"] == []
+
+
+def test_notify_with_a_past_deadline_exits_2_naming_the_flag(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        for value in ("2001-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "99999999999d"):
+            done = run_forewarn("notify", "terminate", "--deadline", value, env=agent.env)
+            assert done.returncode == 2, done
+            assert done.stderr.startswith("forewarn") and "--deadline" in done.stderr, done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1
+        assert agent.control({"op": "status"})["active"] == []
+
+
+def test_a_saved_deadline_at_year_one_does_not_stop_the_next_start(tmp_path: Path) -> None:
+    agent = AgentProcess(tmp_path, args=("--exit-margin", "60s"))
+    state = tmp_path / "state" / "state.json"
+    notice = {
+        "v": 1,
+        "id": "local/ancient",
+        "seq": 5,
+        "action": "drain",
+        "reason": "manual",
+        "provider": "local",
+        "deadline": "0001-01-01T00:00:45Z",
+        "noticed_at": "0001-01-01T00:00:00Z",
+        "sent_at": "0001-01-01T00:00:00Z",
+        "detail": {},
+    }
+    state.write_text(json.dumps({"version": 1, "seq": 5, "manual": [notice]}))
+    with agent:
+        wait_until(lambda: "notice local/ancient expired" in agent.output(), 5)
+        assert agent.control({"op": "status"})["active"] == []
+
+
+def test_heartbeats_say_which_notices_a_client_already_saved_for(tmp_path: Path) -> None:
+    agent = AgentProcess(tmp_path).start()
+    try:
+        raised = agent.control({"op": "notify", "action": "terminate", "deadline": later(600)})
+        notice_id = raised["notice"]["id"]
+        ack = {"op": "ack", "notice_id": notice_id, "client": "c1", "step": 3, "flush_seconds": 0.5}
+        assert agent.control(ack)["ok"]
+        with agent.subscriber(("heartbeat",)) as sub:
+            _, beat = sub.recv(timeout=3)
+        assert beat["acked"] == [notice_id]
+    finally:
+        agent.kill()
+    # A restart still knows the terminate was acted on.
+    again = AgentProcess(tmp_path, env=agent.env).start()
+    try:
+        with again.subscriber(("heartbeat",)) as sub:
+            _, beat = sub.recv(timeout=3)
+        assert beat["acked"] == [notice_id] and beat["active"] == [notice_id]
+    finally:
+        again.stop()
+
+
+def test_agents_with_different_runtime_dirs_never_share_state(tmp_path: Path) -> None:
+    # Run as an ordinary user: root would use /var/lib/forewarn, which tests never touch.
+    uid, gid = other_user()
+    base = shared_tmp(uid, gid)
+    try:
+        env = agent_env(tmp_path)
+        for key in ("FOREWARN_RUNTIME_DIR", "FOREWARN_STATE_DIR"):
+            env.pop(key)
+        env.update(HOME=str(base), XDG_STATE_HOME=str(base / "state"))
+
+        def agent(name: str) -> tuple[ForkedAgent, str]:
+            runtime = base / name
+            args = ["--provider", "local", "--runtime-dir", str(runtime)]
+            forked = ForkedAgent(uid, gid, env, args, tmp_path / f"{name}.log").start()
+            control = f"ipc://{runtime}/control"
+            wait_until(lambda: _answers(control), 15)
+            return forked, control
+
+        first, control_a = agent("a")
+        raised = control(control_a, {"op": "notify", "action": "terminate", "note": "a's"})
+        assert first.stop() == 0
+        second, control_b = agent("b")
+        try:
+            assert control(control_b, {"op": "status"})["active"] == []
+        finally:
+            second.stop()
+        again, control_a = agent("a")
+        try:
+            active = control(control_a, {"op": "status"})["active"]
+            assert [n["id"] for n in active] == [raised["notice"]["id"]]
+        finally:
+            again.stop()
+        states = sorted(p.parent.name for p in (base / "state").rglob("state.json"))
+        assert len(states) == 2 and all(name.startswith("run-") for name in states), states
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _answers(endpoint: str) -> bool:
+    try:
+        return bool(control(endpoint, {"op": "status"}, timeout=0.3).get("ok"))
+    except TimeoutError:
+        return False
