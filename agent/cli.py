@@ -125,7 +125,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from None
     setup_logging(settings.log_level, settings.log_format)
     try:
-        return run_agent(settings)
+        return run_agent(settings, exit_process=True)
     except ConfigError as error:
         raise UsageError(str(error)) from None
 

@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import uuid
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -471,8 +472,21 @@ def _sd_watchdog_interval() -> float | None:
     return interval
 
 
-def run_agent(settings: Settings) -> int:
-    return asyncio.run(Agent(settings).run())
+def run_agent(settings: Settings, *, exit_process: bool = False) -> int:
+    """Run the agent until SIGTERM or SIGINT; its exit code.
+
+    With `exit_process` (the command line), a clean stop ends the process at once once the
+    state is saved and the sockets are closed: tearing down the interpreter's heap takes
+    longer than the whole shutdown (up to a second on a busy machine), and a supervisor
+    waiting for the stop should not wait for that.
+    """
+    code = asyncio.run(Agent(settings).run())
+    if exit_process:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 __all__ = ["VERSION", "Agent", "run_agent"]
