@@ -3,16 +3,20 @@ environment that can never reach a real metadata address."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import zmq
@@ -38,13 +42,46 @@ def _assert_loopback(key: str, value: str) -> None:
         raise AssertionError(f"{key}={value!r} is not loopback: tests never leave this machine")
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 30.0) -> None:
-    """Poll `predicate` until it is true; TimeoutError after `timeout` seconds."""
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise TimeoutError(f"condition not met within {timeout}s")
-        time.sleep(0.01)
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (the kernel's pick, so parallel tests differ)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def eventually(
+    check: Callable[[], Any], timeout: float = 30.0, what: str = "condition", interval: float = 0.01
+) -> Any:
+    """Poll `check` until it returns something true and return that; AssertionError naming
+    `what` after `timeout` seconds. The one way tests wait: on a condition, never a sleep."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+async def eventually_async(
+    check: Callable[[], Any],
+    timeout: float = 10.0,
+    what: str = "condition",
+    interval: float = 0.01,
+    alive: Callable[[], None] | None = None,
+) -> Any:
+    """`eventually` for a test's event loop; `alive` raises when what is being waited on died."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if alive is not None:
+            alive()
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
 
 
 def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -118,17 +155,50 @@ class Subscriber:
     """A raw SUB socket on the events endpoint, as any language would use it."""
 
     def __init__(self, endpoint: str, topics: tuple[str, ...] = ("notice",)) -> None:
+        self.topics = topics
         self.sock = zmq.Context.instance().socket(zmq.SUB)
         self.sock.setsockopt(zmq.LINGER, 0)
         for topic in topics:
             self.sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
         self.sock.connect(endpoint)
+        self._early: list[tuple[str, dict[str, Any]]] = []
+
+    def ready(self, timeout: float = 10.0) -> Subscriber:
+        """Wait for the agent's first heartbeat: from then on the subscription is in place and
+        nothing sent is missed (the agent beats at once for each new subscriber)."""
+        extra = "heartbeat" not in self.topics
+        if extra:
+            self.sock.setsockopt(zmq.SUBSCRIBE, b"heartbeat")
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.sock.poll(int(left * 1000)):
+                    raise TimeoutError(f"no heartbeat within {timeout}s")
+                topic, payload = self.sock.recv_multipart()
+                message = (topic.decode(), json.loads(payload))
+                if message[0] == "heartbeat":
+                    if not extra:
+                        self._early.append(message)
+                    return self
+                self._early.append(message)
+        finally:
+            if extra:
+                self.sock.setsockopt(zmq.UNSUBSCRIBE, b"heartbeat")
 
     def recv(self, timeout: float = 5.0) -> tuple[str, dict[str, Any]]:
-        if not self.sock.poll(int(timeout * 1000)):
-            raise TimeoutError(f"no message within {timeout}s")
-        topic, payload = self.sock.recv_multipart()
-        return topic.decode(), json.loads(payload)
+        if self._early:
+            return self._early.pop(0)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000)):
+                raise TimeoutError(f"no message within {timeout}s")
+            topic, payload = self.sock.recv_multipart()
+            name = topic.decode()
+            # Heartbeats queued while `ready` listened for one are not what was asked for.
+            if any(name.startswith(wanted) for wanted in self.topics):
+                return name, json.loads(payload)
 
     def notice(self, timeout: float = 5.0) -> dict[str, Any]:
         """The next message on the `notice` topic, skipping heartbeats."""
@@ -158,6 +228,129 @@ class Subscriber:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SimControl:
+    """A simulator's `/_sim` control API over HTTP (standard library only, as a user's test or
+    another language would speak it)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + "/_sim" + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"} if data is not None else {},
+        )
+        # No proxy for loopback, whatever the environment says.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=10) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as error:
+            raise AssertionError(
+                f"{method} /_sim{path}: {error.code} {error.read().decode(errors='replace')}"
+            ) from None
+        return json.loads(raw) if raw else None
+
+    def raise_(self, kind: str, **fields: Any) -> str:
+        """Raise a notice of `kind`; its id."""
+        return str(self.request("POST", "/notices", {"kind": kind, **fields})["id"])
+
+    def change(self, notice_id: str, **fields: Any) -> None:
+        self.request("PATCH", f"/notices/{notice_id}", fields)
+
+    def withdraw(self, notice_id: str) -> None:
+        self.request("DELETE", f"/notices/{notice_id}")
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.request("GET", "/state"))
+
+    def requests(self, key: str) -> int:
+        """How many requests the simulator has answered for `key`, e.g. "GET /path"."""
+        return int(self.state().get("requests", {}).get(key, 0))
+
+
+class WatcherRun:
+    """A watcher's `watch()` as a task in the test's event loop, every report it emitted and
+    when. The one in-process watcher harness; providers' tests add their own queries."""
+
+    def __init__(self, watcher: Any) -> None:
+        self.watcher = watcher
+        self.reports: list[Any] = []
+        self.times: list[float] = []
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def health(self) -> Any:
+        return self.watcher.health
+
+    def emit(self, report: Any) -> None:
+        self.reports.append(report)
+        self.times.append(time.monotonic())
+
+    def summary(self) -> list[tuple[str, str]]:
+        return [(report.action, report.id) for report in self.reports]
+
+    def _alive(self) -> None:
+        if self.task is not None and self.task.done():
+            self.task.result()  # a watcher that crashed says why
+            raise AssertionError("watch() returned on its own")
+
+    async def until(
+        self, check: Callable[[], Any], timeout: float = 10.0, what: str = "condition"
+    ) -> Any:
+        """Wait for `check()` to be true and return it; the failure shows the reports."""
+        try:
+            return await eventually_async(check, timeout, what, alive=self._alive)
+        except AssertionError as error:
+            raise AssertionError(
+                f"{error}; reports={self.summary()} health={self.health}"
+            ) from None
+
+    async def count(self, n: int, timeout: float = 10.0) -> list[Any]:
+        """The reports once there are at least `n`."""
+        await self.until(lambda: len(self.reports) >= n, timeout, f"{n} reports")
+        return self.reports
+
+    async def report_at(self, timeout: float = 10.0, **match: Any) -> tuple[Any, float]:
+        """The first report from now on whose fields equal `match`, and when it came."""
+        start = len(self.reports)
+
+        def found() -> tuple[Any, float] | None:
+            for index in range(start, len(self.reports)):
+                report = self.reports[index]
+                if all(getattr(report, key) == value for key, value in match.items()):
+                    return report, self.times[index]
+            return None
+
+        result: tuple[Any, float] = await self.until(found, timeout, f"a report {match}")
+        return result
+
+    async def polls(self, count: int = 1, timeout: float = 10.0) -> None:
+        """Wait until the watcher has polled `count` more times (its health counts them)."""
+        target = self.health.polls + count
+        await self.until(lambda: self.health.polls >= target, timeout, f"{count} more polls")
+
+
+RunT = TypeVar("RunT", bound=WatcherRun)
+
+
+@asynccontextmanager
+async def running_watcher(run: RunT) -> AsyncIterator[RunT]:
+    """Run `run.watcher.watch()` until the block ends, then cancel it and close the watcher."""
+    run.task = asyncio.create_task(run.watcher.watch(run.emit))
+    try:
+        yield run
+    finally:
+        run.task.cancel()
+        with suppress(asyncio.CancelledError):
+            await run.task
+        await run.watcher.aclose()
+    assert run.task.cancelled(), "watch() ended on its own"
 
 
 class AgentProcess:
@@ -201,8 +394,10 @@ class AgentProcess:
     def control(self, request: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
         return control(self.control_endpoint, request, timeout)
 
-    def subscriber(self, topics: tuple[str, ...] = ("notice",)) -> Subscriber:
-        return Subscriber(self.events, topics)
+    def subscriber(self, topics: tuple[str, ...] = ("notice",), ready: bool = True) -> Subscriber:
+        """A subscriber that, unless `ready=False`, has seen the first heartbeat."""
+        sub = Subscriber(self.events, topics)
+        return sub.ready() if ready else sub
 
     def output(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""
@@ -242,11 +437,16 @@ def running_agent(tmp_path: Path, **kwargs: Any) -> Iterator[AgentProcess]:
 __all__ = [
     "DEAD_LOOPBACK",
     "AgentProcess",
+    "SimControl",
     "Subscriber",
+    "WatcherRun",
     "agent_env",
     "control",
+    "eventually",
+    "eventually_async",
     "forewarn_cmd",
+    "free_port",
     "run_forewarn",
     "running_agent",
-    "wait_until",
+    "running_watcher",
 ]

@@ -24,7 +24,6 @@ def test_a_late_subscriber_gets_the_active_notice_within_50ms(tmp_path: Path) ->
     with AgentProcess(tmp_path) as agent:
         raised = agent.control({"op": "notify", "action": "drain", "deadline": later(3600)})
         assert raised["ok"], raised
-        time.sleep(2)
         started = time.monotonic()
         with agent.subscriber() as sub:
             notice = sub.notice(timeout=2)
@@ -84,6 +83,12 @@ def test_a_drain_escalates_to_terminate_at_deadline_minus_margin(tmp_path: Path)
 
 def test_notify_terminate_reaches_a_waiting_forewarn_wait(tmp_path: Path) -> None:
     with AgentProcess(tmp_path) as agent:
+        # The drain comes first: whether the waiter subscribes before or after it, it sees it
+        # (live or replayed) before the terminate, and must not stop there.
+        notify = subprocess.run(
+            forewarn_cmd("notify", "drain"), env=agent.env, capture_output=True, text=True
+        )
+        assert notify.returncode == 0, notify.stderr
         waiter = subprocess.Popen(
             forewarn_cmd("wait", "--for", "terminate", "--timeout", "20s"),
             env=agent.env,
@@ -91,13 +96,6 @@ def test_notify_terminate_reaches_a_waiting_forewarn_wait(tmp_path: Path) -> Non
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1.0)  # let it subscribe
-        notify = subprocess.run(
-            forewarn_cmd("notify", "drain"), env=agent.env, capture_output=True, text=True
-        )
-        assert notify.returncode == 0, notify.stderr
-        time.sleep(0.3)
-        assert waiter.poll() is None, "a drain must not end a wait for terminate"
         notify = subprocess.run(
             forewarn_cmd("notify", "terminate", "--deadline", "2m"),
             env=agent.env,
@@ -108,6 +106,8 @@ def test_notify_terminate_reaches_a_waiting_forewarn_wait(tmp_path: Path) -> Non
         out, err = waiter.communicate(timeout=10)
         assert waiter.returncode == 0, err
         assert "terminate" in out
+        (drain,) = [n for n in agent.control({"op": "status"})["active"] if n["action"] == "drain"]
+        assert drain["id"] not in out, "a drain must not end a wait for terminate"
 
 
 def test_wait_times_out_with_code_1(tmp_path: Path) -> None:
@@ -200,12 +200,13 @@ def test_a_second_agent_on_the_same_sockets_is_refused(tmp_path: Path) -> None:
 def test_flag_file_raises_a_drain_removed_once_acked(tmp_path: Path) -> None:
     with AgentProcess(tmp_path) as agent:
         flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
-        with Subscriber(agent.events, ("notice", "client/tester")) as sub:
-            time.sleep(0.3)
+        with Subscriber(agent.events, ("notice", "client/tester")).ready() as sub:
             flag.write_text("")
             drain = sub.notice(timeout=3)
             assert drain["action"] == "drain" and drain["id"].startswith("local/flag/")
-            time.sleep(0.5)
+            # The flag goes only when every client acked; a control round trip after the drain
+            # lets the agent act on anything it had queued.
+            assert agent.control({"op": "status"})["ok"]
             assert flag.exists(), "not removed before a client flushed"
             reply = agent.control(
                 {"op": "ack", "notice_id": drain["id"], "client": "tester", "flush_seconds": 0.2}

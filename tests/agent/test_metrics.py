@@ -10,7 +10,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from forewarn.protocol.timefmt import format_time
 from forewarn.providers import REGISTRY
 from forewarn.providers.simulator import SimServer
 from prometheus_client.parser import text_string_to_metric_families
-from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, run_forewarn
+from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -245,18 +244,10 @@ def test_build_observers_refuses_a_taken_port_and_a_missing_extra(
 
 
 def metrics_url(agent: AgentProcess, timeout: float = 10.0) -> str:
-    found = wait_for(lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output()))
+    found = eventually(
+        lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output())
+    )
     return found.group(1)
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not met within {timeout}s")
 
 
 def scrape_url(url: str) -> Samples:
@@ -270,14 +261,14 @@ def test_every_metric_moves_when_a_notice_flows(tmp_path: Path):
     flag = tmp_path / "run" / "checkpoint-now"
     with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
         url = metrics_url(agent)
-        wait_for(lambda: get(url + "/readyz")[0] == 200, what="readyz")
+        eventually(lambda: get(url + "/readyz")[0] == 200, what="readyz")
         assert get(url + "/healthz")[0] == 200
         before = scrape_url(url)
         assert value(before, "forewarn_subscribers") == 0
         assert math.isnan(value(before, "forewarn_nearest_deadline_seconds"))
 
         with Subscriber(agent.events, ("notice", "client/metrics-test")) as client:
-            wait_for(lambda: value(scrape_url(url), "forewarn_subscribers") == 1, what="sub")
+            eventually(lambda: value(scrape_url(url), "forewarn_subscribers") == 1, what="sub")
             deadline = datetime.now(timezone.utc) + timedelta(minutes=10)
             reply = agent.control(
                 {"op": "notify", "action": "drain", "deadline": format_time(deadline)}
@@ -300,7 +291,7 @@ def test_every_metric_moves_when_a_notice_flows(tmp_path: Path):
             # The poll that found the flag counts itself only after emitting the notice: the
             # scrape may come between the two.
             polls_before = value(before, "forewarn_polls_total", provider="local")
-            wait_for(
+            eventually(
                 lambda: (
                     value(scrape_url(url), "forewarn_polls_total", provider="local") > polls_before
                 ),
@@ -342,11 +333,11 @@ def test_poll_errors_counted_and_not_ready_while_a_watcher_cannot_poll(tmp_path:
     with AgentProcess(tmp_path, providers=("local", "aws"), env=env) as agent:
         url = metrics_url(agent)
         # Of whatever kind: a refused connection, or a watcher that cannot start.
-        wait_for(
+        eventually(
             lambda: total(scrape_url(url), "forewarn_poll_errors_total", provider="aws") > 0,
             what="an aws poll error",
         )
-        wait_for(lambda: value(scrape_url(url), "forewarn_polls_total", provider="local") > 0)
+        eventually(lambda: value(scrape_url(url), "forewarn_polls_total", provider="local") > 0)
         status, body = get(url + "/readyz")
         assert status == 503
         assert json.loads(body) == {
@@ -369,7 +360,7 @@ def test_readyz_turns_ready_at_the_first_successful_poll(tmp_path: Path):
     )
     with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
         url = metrics_url(agent)
-        wait_for(
+        eventually(
             lambda: (
                 value(scrape_url(url), "forewarn_poll_errors_total", provider="local", kind="stat")
                 > 0
@@ -380,7 +371,7 @@ def test_readyz_turns_ready_at_the_first_successful_poll(tmp_path: Path):
         assert status == 503 and json.loads(body)["waiting"] == ["local"]
         blocker.unlink()
         blocker.mkdir()
-        wait_for(lambda: get(url + "/readyz")[0] == 200, what="readyz after a good poll")
+        eventually(lambda: get(url + "/readyz")[0] == 200, what="readyz after a good poll")
 
 
 def test_agent_exits_2_naming_a_taken_metrics_port(tmp_path: Path):
@@ -420,7 +411,7 @@ def test_readyz_with_a_live_provider_simulator(provider: str, tmp_path: Path):
         env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", **extra)
         with AgentProcess(tmp_path, providers=("local", provider), env=env) as agent:
             url = metrics_url(agent)
-            wait_for(lambda: get(url + "/readyz")[0] == 200, what=f"{provider} ready")
+            eventually(lambda: get(url + "/readyz")[0] == 200, what=f"{provider} ready")
             found = scrape_url(url)
     assert value(found, "forewarn_polls_total", provider=provider) >= 1
     assert value(found, "forewarn_last_successful_poll_timestamp_seconds", provider=provider) > 0

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from forewarn.clients import CheckpointGuard
 from forewarn.clients.adaptive import AdaptiveInterval
+from support import eventually
 
 
 def quiet_guard(**options: object) -> CheckpointGuard:
@@ -22,8 +21,7 @@ def test_every_steps() -> None:
 def test_every_seconds_wakes_the_loop() -> None:
     guard = quiet_guard(every_seconds=0.3)
     assert not guard.due(1)
-    time.sleep(0.6)
-    assert guard.due(2)
+    eventually(lambda: guard.due(2), timeout=5, what="the periodic save")
     assert guard.saved(2).reasons == ("periodic",)
     assert not guard.due(3)
     guard.close()
@@ -33,8 +31,7 @@ def test_auto_interval_follows_the_measured_flush() -> None:
     adaptive = AdaptiveInterval(mtbi_seconds=2.0, min_seconds=0.05, max_seconds=60)
     guard = quiet_guard(every="auto", adaptive=adaptive)
     assert guard.every_seconds == 0.05  # min_seconds until a flush is measured
-    time.sleep(0.4)
-    assert guard.due(1)
+    eventually(lambda: guard.due(1), timeout=5, what="the first periodic save")
     guard.saved(1, 0.01)
     # Daly for C = 0.01 s, M = 2 s is about 0.19 s.
     assert (

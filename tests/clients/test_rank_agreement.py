@@ -4,7 +4,6 @@ step; a terminate at another node's agent ends every rank cleanly."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,17 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import AgentProcess, agent_env
+from support import AgentProcess, agent_env, eventually, free_port
 
 pytest.importorskip("torch")
 
 SCRIPT = Path(__file__).with_name("dist_train.py")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def read_saves(
@@ -68,7 +61,13 @@ def test_every_rank_saves_at_the_same_step_and_exits(tmp_path: Path, world_size:
         for proc in ranks:
             assert proc.stdout is not None
             assert json.loads(proc.stdout.readline())["event"] == "started"
-        time.sleep(1.0)  # all guards subscribed
+        eventually(
+            lambda: (
+                sum(agent.control({"op": "status"})["agent"]["subscribers"] for agent in agents)
+                >= world_size
+            ),
+            what="every rank's guard subscribed",
+        )
 
         agents[1].control({"op": "notify", "action": "drain", "id": "local/node1-drain"})
         drains = [read_saves(proc, 1)[0] for proc in ranks]

@@ -11,7 +11,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support import agent_env
+from support import agent_env, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -117,12 +116,6 @@ def image_environment(parsed: Dockerfile) -> dict[str, str]:
                 key, _, value = pair.partition("=")
                 found[key] = value
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_install_steps_give_a_working_agent_and_health_check(tmp_path: Path):

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, wait_until
+from support import AgentProcess, eventually
 
 pytest.importorskip("lightning")
 import lightning.pytorch as pl
@@ -52,11 +52,11 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
         steps: dict[str, int] = {}
 
         def operator() -> None:
-            wait_until(lambda: trainer.global_step >= 20)
+            eventually(lambda: trainer.global_step >= 20)
             agent.control({"op": "notify", "action": "drain", "id": "local/l-drain"})
-            wait_until(lambda: len(callback.saved_paths) == 1)
+            eventually(lambda: len(callback.saved_paths) == 1)
             steps["drain_saved"] = trainer.global_step
-            wait_until(lambda: trainer.global_step >= steps["drain_saved"] + 20)
+            eventually(lambda: trainer.global_step >= steps["drain_saved"] + 20)
             agent.control({"op": "notify", "action": "terminate", "id": "local/l-term"})
 
         thread = threading.Thread(target=operator, daemon=True)

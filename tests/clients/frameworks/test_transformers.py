@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, wait_until
+from support import AgentProcess, eventually
 
 pytest.importorskip("transformers")
 import torch
@@ -56,11 +56,11 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
         trainer = Trainer(model=Tiny(), args=args, train_dataset=Points(), callbacks=[callback])
 
         def operator() -> None:
-            wait_until(lambda: trainer.state.global_step >= 20)
+            eventually(lambda: trainer.state.global_step >= 20)
             agent.control({"op": "notify", "action": "drain", "id": "local/t-drain"})
-            wait_until(lambda: len(callback.saved_steps) == 1)
+            eventually(lambda: len(callback.saved_steps) == 1)
             first = callback.saved_steps[0]
-            wait_until(lambda: trainer.state.global_step >= first + 20)
+            eventually(lambda: trainer.state.global_step >= first + 20)
             agent.control({"op": "notify", "action": "terminate", "id": "local/t-term"})
 
         thread = threading.Thread(target=operator, daemon=True)

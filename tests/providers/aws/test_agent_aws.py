@@ -14,7 +14,7 @@ from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.aws.imds import TOKEN_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, Subscriber, agent_env
+from support import AgentProcess, Subscriber, agent_env, eventually
 
 FAST = {"FOREWARN_AWS_SCHEDULED_INTERVAL": "0.5", "FOREWARN_AWS_ASG_INTERVAL": "0.5"}
 
@@ -37,7 +37,6 @@ def next_notice(sub: Subscriber, **match: Any) -> dict[str, Any]:
 
 def test_every_aws_notice_reaches_a_subscriber(agent: AgentProcess, sim: ImdsSimulator) -> None:
     with agent.subscriber() as sub:
-        time.sleep(0.3)
         sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
         rebalance = next_notice(sub, action="drain")
         assert rebalance["reason"] == "rebalance-recommendation" and rebalance["provider"] == "aws"
@@ -79,7 +78,6 @@ def test_a_scheduled_event_escalates_to_terminate_before_not_before(
     agent: AgentProcess, sim: ImdsSimulator
 ) -> None:
     with agent.subscriber() as sub:
-        time.sleep(0.3)
         not_before = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=4)
         sim.raise_notice(
             "scheduled", {"code": "instance-stop", "not_before": format_time(not_before)}
@@ -99,7 +97,8 @@ def test_the_agent_rides_token_expiry_and_revocation(tmp_path: Path) -> None:
             AgentProcess(tmp_path, providers=("aws",), env=env) as agent,
             agent.subscriber() as sub,
         ):
-            time.sleep(2.5)
+            # A token lives 2 s: a second PUT is the agent renewing it before it expired.
+            eventually(lambda: sim.requests["PUT " + TOKEN_PATH] >= 2, what="a renewed token")
             sim.raise_notice("revoke-tokens", {})
             sim.raise_notice("spot", {})
             assert next_notice(sub, action="terminate")["reason"] == "spot-interruption"

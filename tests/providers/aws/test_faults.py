@@ -6,20 +6,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import time
 from collections.abc import Callable
 
 import httpx
 import pytest
 import respx
-from conftest import Running, watching
+from aws_support import watching
 from forewarn.providers.aws.imds import SPOT_PATH, TOKEN_PATH
 from forewarn.providers.aws.settings import Settings
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.aws.watch import AwsWatcher
 from forewarn.providers.base import PollHealth
 from forewarn.providers.simulator import SimServer
+from support import WatcherRun, free_port
 
 # Twice the default cadence, to keep the suite fast; "two poll periods" scales with it.
 INTERVAL = 0.25
@@ -45,7 +45,7 @@ def log_lines(caplog: pytest.LogCaptureFixture, kind: str) -> list[str]:
 
 
 async def recovers(
-    run: Running,
+    run: WatcherRun,
     kind: str,
     end_fault: Callable[[], None],
     raise_notice: Callable[[], None],
@@ -62,7 +62,7 @@ async def recovers(
     end_fault()
     raised = time.monotonic()
     raise_notice()
-    _report, seen = await run.report(action="terminate")
+    _report, seen = await run.report_at(action="terminate")
     assert seen - raised <= 2 * INTERVAL + TIMEOUT + SLACK, f"took {seen - raised:.2f}s"
     lines = log_lines(caplog, kind)
     assert len(lines) == 1, lines
@@ -119,9 +119,7 @@ async def test_a_hanging_token_put_is_explained_once_with_cause_and_fix(
 async def test_connection_refused_then_imds_comes_up(
     sim: ImdsSimulator, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     servers: list[SimServer] = []  # built only when the fault ends: binding is listening
 
     def come_up() -> None:

@@ -25,7 +25,7 @@ from forewarn.providers.aws.imds import (
 )
 from forewarn.providers.aws.simulate import ImdsSimulator, drill_script, make_simulator
 from forewarn.providers.simulator import SimServer
-from support import agent_env, forewarn_cmd
+from support import agent_env, eventually, forewarn_cmd
 
 
 @pytest.fixture
@@ -77,8 +77,11 @@ def test_tokens_are_enforced_by_default(http: httpx.Client) -> None:
 def test_an_expired_token_is_401(http: httpx.Client) -> None:
     short = token(http, ttl=1)
     assert http.get(IDENTITY_PATH, headers={TOKEN_HEADER: short}).status_code == 200
-    time.sleep(1.1)
-    assert http.get(IDENTITY_PATH, headers={TOKEN_HEADER: short}).status_code == 401
+    eventually(
+        lambda: http.get(IDENTITY_PATH, headers={TOKEN_HEADER: short}).status_code == 401,
+        timeout=5,
+        what="the one-second token to expire",
+    )
 
 
 def test_imdsv1_mode_answers_without_a_token_but_still_checks_one_sent() -> None:
@@ -126,8 +129,11 @@ def test_a_spot_notice_defaults_to_two_minutes_ahead(
 def test_drift_recomputes_the_time_per_request(http: httpx.Client, sim: ImdsSimulator) -> None:
     sim.raise_notice("spot", {"drift": True})
     first = json.loads(get(http, SPOT_PATH).text)["time"]
-    time.sleep(1.05)
-    assert json.loads(get(http, SPOT_PATH).text)["time"] != first
+    eventually(
+        lambda: json.loads(get(http, SPOT_PATH).text)["time"] != first,
+        timeout=5,
+        what="a later time",
+    )
 
 
 def test_scheduled_events_use_imds_dates_and_move_to_history(
@@ -186,7 +192,7 @@ def test_scripted_notices_arrive_on_time() -> None:
     )
     try:
         assert len(sim.scheduled) == 1 and sim.spot is None
-        time.sleep(0.5)
+        eventually(lambda: sim.spot is not None and sim.rebalance is not None, timeout=5)
         assert sim.spot is not None and sim.spot[0] == "hibernate" and sim.rebalance is not None
     finally:
         sim.cancel_scripts()

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 import httpx
 import pytest
 from forewarn.providers.aws.transport import ImdsTransport
+from support import free_port
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"
@@ -202,9 +203,7 @@ async def test_silence_is_a_read_timeout_and_the_connection_is_dropped() -> None
 
 
 async def test_nothing_listening_is_a_connect_error() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     async with client(f"http://127.0.0.1:{port}") as http:
         with pytest.raises(httpx.ConnectError):
             await http.get("/x")

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from datetime import datetime, timezone
 
 import pytest
-from conftest import watching
+from aws_support import watching
 from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.aws.imds import SCHEDULED_PATH, SPOT_PATH, TOKEN_PATH
 from forewarn.providers.aws.settings import Settings
@@ -18,14 +17,9 @@ from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.aws.watch import AwsWatcher, build, imds_url
 from forewarn.providers.base import PollHealth, Watcher, WatcherContext
 from forewarn.providers.simulator import SimServer
+from support import free_port
 
 FAST = {"scheduled_interval": 0.5, "asg_interval": 0.5}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_a_spot_interruption_is_a_terminate_with_the_notice_time(
@@ -34,7 +28,7 @@ async def test_a_spot_interruption_is_a_terminate_with_the_notice_time(
     async with watching(server.url) as run:
         await run.until(lambda: run.health.polls >= 2)
         sim.raise_notice("spot", {"action": "terminate", "time": "2026-11-30T03:12:00Z"})
-        report, _ = await run.report(action="terminate")
+        report, _ = await run.report_at(action="terminate")
         assert report.reason == "spot-interruption" and report.provider == "aws"
         assert report.deadline == parse_time("2026-11-30T03:12:00Z")
         assert report.detail == {"action": "terminate", "time": "2026-11-30T03:12:00Z"}
@@ -43,7 +37,7 @@ async def test_a_spot_interruption_is_a_terminate_with_the_notice_time(
 async def test_hibernate_is_a_terminate_due_now(sim: ImdsSimulator, server: SimServer) -> None:
     async with watching(server.url) as run:
         sim.raise_notice("spot", {"action": "hibernate"})
-        report, _ = await run.report(action="terminate")
+        report, _ = await run.report_at(action="terminate")
         assert report.deadline is not None
         assert abs((report.deadline - datetime.now(timezone.utc)).total_seconds()) < 5
 
@@ -53,11 +47,11 @@ async def test_a_rebalance_is_a_drain_and_clears_when_gone(
 ) -> None:
     async with watching(server.url) as run:
         sim.raise_notice("rebalance", {})
-        drain, _ = await run.report(action="drain")
+        drain, _ = await run.report_at(action="drain")
         assert drain.reason == "rebalance-recommendation" and drain.deadline is None
         assert set(drain.detail) == {"noticeTime"}
         sim.withdraw("rebalance")
-        clear, _ = await run.report(action="clear")
+        clear, _ = await run.report_at(action="clear")
         assert clear.id == drain.id
 
 
@@ -68,23 +62,23 @@ async def test_a_scheduled_event_drains_until_canceled(
         event_id = sim.raise_notice(
             "scheduled", {"code": "instance-retirement", "not_before": "2026-12-24T09:00:00Z"}
         )
-        drain, _ = await run.report(action="drain")
+        drain, _ = await run.report_at(action="drain")
         assert drain.id == f"aws/scheduled/{event_id}"
         assert drain.reason == "scheduled-maintenance"
         assert drain.deadline == datetime(2026, 12, 24, 9, tzinfo=timezone.utc)
         assert drain.detail["Code"] == "instance-retirement"
         assert drain.detail["NotBefore"] == "24 Dec 2026 09:00:00 GMT"
         sim.change_notice(event_id, {"state": "canceled"})
-        clear, _ = await run.report(action="clear")
+        clear, _ = await run.report_at(action="clear")
         assert clear.id == drain.id and clear.detail["State"] == "canceled"
 
 
 async def test_a_withdrawn_scheduled_event_clears(sim: ImdsSimulator, server: SimServer) -> None:
     async with watching(server.url, **FAST) as run:
         event_id = sim.raise_notice("scheduled", {})
-        drain, _ = await run.report(action="drain")
+        drain, _ = await run.report_at(action="drain")
         sim.withdraw(event_id)  # moves to the history path, as on AWS
-        clear, _ = await run.report(action="clear")
+        clear, _ = await run.report_at(action="clear")
         assert clear.id == drain.id
 
 
@@ -93,9 +87,9 @@ async def test_a_scheduled_path_answering_404_is_no_events(
 ) -> None:
     async with watching(server.url, **FAST) as run:
         event_id = sim.raise_notice("scheduled", {})
-        drain, _ = await run.report(action="drain")
+        drain, _ = await run.report_at(action="drain")
         sim.raise_notice("fault", {"path": SCHEDULED_PATH, "status": 404})
-        clear, _ = await run.report(action="clear")
+        clear, _ = await run.report_at(action="clear")
         assert clear.id == drain.id == f"aws/scheduled/{event_id}"
         assert run.health.errors == 0
 
@@ -108,7 +102,7 @@ async def test_an_asg_target_of_terminated_is_a_terminate(
         await run.until(lambda: run.health.polls >= 4)
         assert run.reports == []
         sim.raise_notice("asg", {"state": "Terminated"})
-        report, _ = await run.report(action="terminate")
+        report, _ = await run.report_at(action="terminate")
         assert report.detail == {"target-lifecycle-state": "Terminated"}
 
 
@@ -117,7 +111,7 @@ async def test_a_drifting_time_keeps_one_id_and_is_sent_once(
 ) -> None:
     async with watching(server.url, spot_interval=0.1) as run:
         sim.raise_notice("spot", {"drift": True})
-        await run.report(action="terminate")
+        await run.report_at(action="terminate")
         polls = run.health.polls
         await run.until(lambda: run.health.polls >= polls + 20)  # over 1 s of moving times
         assert len(run.reports) == 1
@@ -128,9 +122,9 @@ async def test_a_spot_time_that_really_moves_is_resent_under_the_same_id(
 ) -> None:
     async with watching(server.url) as run:
         sim.raise_notice("spot", {"lead": 120})
-        first, _ = await run.report(action="terminate")
+        first, _ = await run.report_at(action="terminate")
         sim.change_notice("spot", {"lead": 30})
-        second, _ = await run.report(action="terminate")
+        second, _ = await run.report_at(action="terminate")
         assert second.id == first.id and second.deadline is not None
         assert first.deadline is not None and second.deadline < first.deadline
 
@@ -140,7 +134,7 @@ async def test_tokens_are_renewed_before_they_expire(sim: ImdsSimulator, server:
         await run.until(lambda: run.watcher.client.tokens_fetched >= 3, timeout=15)
         assert run.health.errors == 0
         sim.raise_notice("spot", {})
-        await run.report(action="terminate")
+        await run.report_at(action="terminate")
     assert sim.requests["PUT " + TOKEN_PATH] >= 3
 
 
@@ -151,7 +145,7 @@ async def test_a_401_gets_a_new_token_without_an_error(
         await run.until(lambda: run.watcher.client.tokens_fetched == 1 and run.health.polls >= 2)
         sim.raise_notice("revoke-tokens", {})
         sim.raise_notice("spot", {})
-        await run.report(action="terminate")
+        await run.report_at(action="terminate")
         assert run.watcher.client.tokens_fetched == 2 and run.health.errors == 0
 
 
@@ -174,7 +168,7 @@ async def test_with_imdsv1_a_failing_token_put_falls_back(
     sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 30})
     async with watching(server.url, imdsv1=True, timeout=0.3) as run:
         sim.raise_notice("spot", {})
-        await run.report(action="terminate")
+        await run.report_at(action="terminate")
     assert sim.requests["PUT " + TOKEN_PATH] == 1
 
 

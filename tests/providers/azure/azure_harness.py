@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
-from forewarn.agent.protocol import Report
 from forewarn.providers.azure.settings import Settings
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.azure.watch import AzureWatcher
 from forewarn.providers.base import PollHealth
 from forewarn.providers.simulator import SimServer
+from support import WatcherRun, running_watcher
 
 # The mapping the issue asks for, written out here rather than read from the code under test.
 EXPECTED_MAPPING = [
@@ -25,13 +22,13 @@ EXPECTED_MAPPING = [
 ]
 
 
-@dataclass
-class Harness:
-    watcher: AzureWatcher
-    sim: AzureSimulator
-    server: SimServer
-    health: PollHealth
-    reports: list[Report]
+class Harness(WatcherRun):
+    """The shared watcher harness with the simulator and its server beside it."""
+
+    def __init__(self, watcher: AzureWatcher, sim: AzureSimulator, server: SimServer) -> None:
+        super().__init__(watcher)
+        self.sim = sim
+        self.server = server
 
     def ids(self, action: str | None = None) -> list[str]:
         return [r.id for r in self.reports if action is None or r.action == action]
@@ -42,18 +39,7 @@ class Harness:
     async def more_polls(self, count: int = 3, timeout: float = 10.0) -> None:
         """Wait until the watcher has polled `count` more times."""
         target = self.polls() + count
-        await until(lambda: self.polls() >= target, timeout, f"{count} more polls")
-
-
-async def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
+        await self.until(lambda: self.polls() >= target, timeout, f"{count} more polls")
 
 
 @contextlib.asynccontextmanager
@@ -68,12 +54,5 @@ async def running(
     settings.setdefault("interval", 0.25)
     with SimServer(sim, port=port) as server:
         watcher = AzureWatcher(Settings(url=server.url, **settings), PollHealth("azure"))
-        harness = Harness(watcher, sim, server, watcher.health, [])
-        task = asyncio.create_task(watcher.watch(harness.reports.append))
-        try:
+        async with running_watcher(Harness(watcher, sim, server)) as harness:
             yield harness
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await watcher.aclose()

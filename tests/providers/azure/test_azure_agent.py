@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, Subscriber, agent_env, forewarn_cmd
+from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd
 
 
 @pytest.fixture
@@ -32,23 +31,13 @@ def azure_agent(tmp_path: Path, server: SimServer, **extra: str) -> AgentProcess
     return AgentProcess(tmp_path, providers=("azure",), env=env)
 
 
-def wait(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def polls(sim: AzureSimulator) -> int:
     return sim.requests["GET /metadata/scheduledevents"]
 
 
 def wait_polls(sim: AzureSimulator, count: int) -> None:
     target = polls(sim) + count
-    wait(lambda: polls(sim) >= target, what=f"{count} more polls")
+    eventually(lambda: polls(sim) >= target, what=f"{count} more polls")
 
 
 def ack(agent: AgentProcess, notice_id: str, client: str) -> float:
@@ -69,7 +58,9 @@ def test_approval_is_sent_once_after_every_client_acked_and_not_before(
         Subscriber(agent.events, ("notice", "client/trainer-0", "client/trainer-1")) as one,
         Subscriber(agent.events, ("notice", "client/trainer-2")) as two,
     ):
-        wait(lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 3, what="clients")
+        eventually(
+            lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 3, what="clients"
+        )
         event_id = sim.raise_notice("Reboot", {"not_before_seconds": 600})
         notice = one.notice(timeout=10)
         assert two.notice(timeout=5)["id"] == notice["id"]
@@ -88,7 +79,7 @@ def test_approval_is_sent_once_after_every_client_acked_and_not_before(
         assert sim.approvals == [], "approved before the last client acked"
 
         last_ack = ack(agent, notice["id"], "trainer-2")
-        (approval,) = wait(lambda: sim.approvals, what="the approval")
+        (approval,) = eventually(lambda: sim.approvals, what="the approval")
         assert approval["EventId"] == event_id
         assert approval["monotonic"] >= last_ack
 
@@ -110,7 +101,6 @@ def test_preempt_is_a_terminate_and_no_client_means_no_approval(
 ) -> None:
     sim, server = imds
     with azure_agent(tmp_path, server) as agent, agent.subscriber() as sub:
-        time.sleep(0.3)
         other = sim.raise_notice("Preempt", {"resources": ["gpu-1"]})
         event_id = sim.raise_notice("Preempt", {"not_before_seconds": 30})
         notice = sub.notice(timeout=10)
@@ -131,7 +121,7 @@ def test_approve_immediately_through_the_agent(
     sim, server = imds
     with azure_agent(tmp_path, server, FOREWARN_AZURE_APPROVE="immediately"):
         event_id = sim.raise_notice("Redeploy", {})
-        (approval,) = wait(lambda: sim.approvals, what="the approval")
+        (approval,) = eventually(lambda: sim.approvals, what="the approval")
         assert approval["EventId"] == event_id
 
 

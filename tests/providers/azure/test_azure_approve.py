@@ -2,32 +2,34 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
 import httpx
 import pytest
 import respx
-from azure_harness import running, until
+from azure_harness import running
 from forewarn.providers.azure.approve import MAX_ATTEMPTS, Approver
 from forewarn.providers.azure.simulate import AzureSimulator
+from support import eventually_async
 
 
 async def test_after_ack_approves_exactly_once_and_not_before_flushed() -> None:
     async with running(removal_after=30) as h:
         event_id = h.sim.raise_notice("Reboot", {"not_before_seconds": 600})
-        await until(lambda: h.reports, what="the reboot")
+        await eventually_async(lambda: h.reports, what="the reboot")
         await h.more_polls(4)
         assert h.sim.approvals == []  # no ack yet, no approval
         assert h.watcher.approvals.stats.sent == 0
 
         h.watcher.flushed(f"azure/{event_id}")
-        await until(lambda: h.sim.approvals, what="the approval")
+        await eventually_async(lambda: h.sim.approvals, what="the approval")
         h.watcher.flushed(f"azure/{event_id}")  # an escalation acked again
-        await until(lambda: len(h.reports) >= 2, what="the Started document")
+        await eventually_async(lambda: len(h.reports) >= 2, what="the Started document")
         await h.more_polls(3)
         assert [a["EventId"] for a in h.sim.approvals] == [event_id]
-        await until(lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted")
+        await eventually_async(
+            lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted"
+        )
         assert h.watcher.approvals.stats.by_reason == {"after-ack": 1}
         assert h.watcher.approval_counts() == {"sent": 1, "failed": 0, "skipped": 0}
         assert h.reports[-1].detail["EventStatus"] == "Started"
@@ -45,18 +47,20 @@ async def test_flushed_for_other_providers_or_unknown_events_does_nothing() -> N
 async def test_immediately_approves_once_without_any_ack() -> None:
     async with running(approve="immediately", removal_after=30) as h:
         event_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 600})
-        await until(lambda: h.sim.approvals, what="the approval")
-        await until(lambda: len(h.reports) >= 2, what="the Started document")
+        await eventually_async(lambda: h.sim.approvals, what="the approval")
+        await eventually_async(lambda: len(h.reports) >= 2, what="the Started document")
         await h.more_polls(3)
         assert [a["EventId"] for a in h.sim.approvals] == [event_id]
-        await until(lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted")
+        await eventually_async(
+            lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted"
+        )
         assert h.watcher.approvals.stats.by_reason == {"immediately": 1}
 
 
 async def test_off_never_approves() -> None:
     async with running(approve="off") as h:
         event_id = h.sim.raise_notice("Reboot", {})
-        await until(lambda: h.reports, what="the reboot")
+        await eventually_async(lambda: h.reports, what="the reboot")
         h.watcher.flushed(f"azure/{event_id}")
         await h.more_polls(3)
         assert h.sim.approvals == []
@@ -65,7 +69,7 @@ async def test_off_never_approves() -> None:
 async def test_started_events_are_not_approved() -> None:
     async with running(removal_after=30) as h:
         event_id = h.sim.raise_notice("Reboot", {"status": "Started"})
-        await until(lambda: h.reports, what="the started reboot")
+        await eventually_async(lambda: h.reports, what="the started reboot")
         h.watcher.flushed(f"azure/{event_id}")
         await h.more_polls(2)
         assert h.sim.approvals == []
@@ -75,23 +79,23 @@ async def test_started_events_are_not_approved() -> None:
 async def test_shared_events_are_approved_only_when_allowed() -> None:
     async with running(removal_after=30) as h:
         event_id = h.sim.raise_notice("Reboot", {"resources": ["gpu-0", "gpu-1"]})
-        await until(lambda: h.reports, what="the shared reboot")
+        await eventually_async(lambda: h.reports, what="the shared reboot")
         h.watcher.flushed(f"azure/{event_id}")
         await h.more_polls(2)
         assert h.sim.approvals == []
         assert "gpu-1" in h.watcher.approvals.skipped[event_id]
     async with running(removal_after=30, approve_shared=True) as h:
         event_id = h.sim.raise_notice("Reboot", {"resources": ["gpu-0", "gpu-1"]})
-        await until(lambda: h.reports, what="the shared reboot")
+        await eventually_async(lambda: h.reports, what="the shared reboot")
         h.watcher.flushed(f"azure/{event_id}")
-        await until(lambda: h.sim.approvals, what="the approval")
+        await eventually_async(lambda: h.sim.approvals, what="the approval")
 
 
 async def test_a_failed_approval_is_retried_on_later_polls() -> None:
     sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10)
     async with running(sim) as h:
         event_id = h.sim.raise_notice("Reboot", {})
-        await until(lambda: h.reports, what="the reboot")
+        await eventually_async(lambda: h.reports, what="the reboot")
         original = h.sim._post_events
         failures = {"left": 1}
 
@@ -103,9 +107,11 @@ async def test_a_failed_approval_is_retried_on_later_polls() -> None:
 
         h.sim._post_events = flaky  # type: ignore[method-assign]
         h.watcher.flushed(f"azure/{event_id}")
-        await until(lambda: h.sim.approvals, what="the retried approval")
+        await eventually_async(lambda: h.sim.approvals, what="the retried approval")
         # The simulator records the POST before the watcher has read the answer.
-        await until(lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted")
+        await eventually_async(
+            lambda: h.watcher.approvals.stats.sent == 1, what="the 200 to be counted"
+        )
         assert h.watcher.approvals.stats.failed == 1
         assert [a["EventId"] for a in h.sim.approvals] == [event_id]
 
@@ -113,11 +119,11 @@ async def test_a_failed_approval_is_retried_on_later_polls() -> None:
 async def test_flushed_from_another_thread_is_handled_on_the_loop() -> None:
     async with running(removal_after=30) as h:
         event_id = h.sim.raise_notice("Reboot", {})
-        await until(lambda: h.reports, what="the reboot")
+        await eventually_async(lambda: h.reports, what="the reboot")
         thread = threading.Thread(target=h.watcher.flushed, args=(f"azure/{event_id}",))
         thread.start()
         thread.join()
-        await until(lambda: h.sim.approvals, what="the approval")
+        await eventually_async(lambda: h.sim.approvals, what="the approval")
 
 
 @respx.mock
@@ -141,9 +147,9 @@ async def test_approver_posts_the_documented_body_and_gives_up_after_max_attempt
 async def test_concurrent_flushes_post_once(count: int) -> None:
     async with running(removal_after=30) as h:
         event_id = h.sim.raise_notice("Reboot", {})
-        await until(lambda: h.reports, what="the reboot")
+        await eventually_async(lambda: h.reports, what="the reboot")
         for _ in range(count):
             h.watcher.flushed(f"azure/{event_id}")
-        await until(lambda: h.sim.approvals, what="the approval")
-        await asyncio.sleep(0.3)
+        await eventually_async(lambda: h.sim.approvals, what="the approval")
+        await h.more_polls(2)  # time enough to approve again, were it to
         assert len(h.sim.approvals) == 1

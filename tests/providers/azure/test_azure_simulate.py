@@ -13,6 +13,7 @@ import pytest
 from forewarn.providers.azure.events import parse_document
 from forewarn.providers.azure.simulate import AzureSimulator, drill_script
 from forewarn.providers.simulator import SimServer
+from support import eventually
 
 EVENTS = "/metadata/scheduledevents"
 V = {"api-version": "2020-07-01"}
@@ -24,13 +25,6 @@ def served() -> Iterator[tuple[AzureSimulator, httpx.Client]]:
     sim = AzureSimulator(vm_name="gpu-0", removal_after=0.3, rate_limit=1000)
     with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as client:
         yield sim, client
-
-
-def wait(check, timeout: float = 5.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 class TestRequestChecks:
@@ -113,12 +107,14 @@ class TestLifecycle:
         assert third.events[0].status == "Started" and third.events[0].raw["NotBefore"] == ""
         assert sim.state()["approved"] == {event_id: 1}
 
-        wait(lambda: not parse_document(client.get(EVENTS, params=V, headers=META).content).events)
+        eventually(
+            lambda: not parse_document(client.get(EVENTS, params=V, headers=META).content).events
+        )
 
     def test_not_before_starts_the_event(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
         sim, _client = served
         sim.raise_notice("Preempt", {"not_before_seconds": 0.1})
-        wait(
+        eventually(
             lambda: (
                 sim.document()["Events"] and sim.document()["Events"][0]["EventStatus"] == "Started"
             )
@@ -212,7 +208,7 @@ def test_cli_serves_scripted_events(tmp_path: object) -> None:
                 break
         assert url, "the simulator did not say where it listens"
         with httpx.Client(base_url=url, trust_env=False) as client:
-            wait(lambda: client.get(EVENTS, params=V, headers=META).json()["Events"])
+            eventually(lambda: client.get(EVENTS, params=V, headers=META).json()["Events"])
             (event,) = client.get(EVENTS, params=V, headers=META).json()["Events"]
             assert event["EventType"] == "Preempt"
             assert event["Resources"] == ["gpuset_2", "gpuset_3"]

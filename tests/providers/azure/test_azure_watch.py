@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from datetime import timedelta
 
 import httpx
 import pytest
 import respx
-from azure_harness import EXPECTED_MAPPING, running, until
+from azure_harness import EXPECTED_MAPPING, running
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.azure.settings import Settings
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.azure.watch import AzureWatcher
 from forewarn.providers.base import PollHealth
+from support import eventually_async, free_port
 
 
 @pytest.mark.parametrize(
@@ -26,14 +26,14 @@ async def test_each_type_maps_and_clears_over_http(kind: str, action: str, reaso
     async with running() as h:
         before = utcnow()
         event_id = h.sim.raise_notice(kind, {"not_before_seconds": 120})
-        report = await until(lambda: h.reports, what="a report")
+        report = await eventually_async(lambda: h.reports, what="a report")
         (report,) = report
         assert (report.id, report.action, report.reason) == (f"azure/{event_id}", action, reason)
         assert report.deadline is not None
         assert timedelta(seconds=119) <= report.deadline - before <= timedelta(seconds=123)
         assert report.detail["EventType"] == kind
         h.sim.withdraw(event_id)
-        await until(lambda: h.ids("clear"), what="the clear")
+        await eventually_async(lambda: h.ids("clear"), what="the clear")
         assert h.ids("clear") == [f"azure/{event_id}"]
         assert h.health.errors == 0
 
@@ -42,12 +42,12 @@ async def test_freeze_is_published_only_when_configured() -> None:
     async with running() as h:
         h.sim.raise_notice("Freeze", {})
         reboot = h.sim.raise_notice("Reboot", {})
-        await until(lambda: h.reports, what="the reboot")
+        await eventually_async(lambda: h.reports, what="the reboot")
         await h.more_polls(2)
         assert h.ids() == [f"azure/{reboot}"]
     async with running(freeze=True) as h:
         freeze = h.sim.raise_notice("Freeze", {})
-        (report,) = await until(lambda: h.reports, what="the freeze")
+        (report,) = await eventually_async(lambda: h.reports, what="the freeze")
         assert (report.id, report.action, report.deadline) == (f"azure/{freeze}", "drain", None)
 
 
@@ -57,7 +57,7 @@ async def test_an_event_for_another_vm_of_the_same_set_is_ignored() -> None:
         h.sim.raise_notice("Preempt", {"resources": ["gpuset_0"]})
         h.sim.raise_notice("Terminate", {"resources": ["gpuset_2", "otherset_1"]})
         shared = h.sim.raise_notice("Reboot", {"resources": ["gpuset_0", "gpuset_1"]})
-        await until(lambda: h.reports, what="the shared reboot")
+        await eventually_async(lambda: h.reports, what="the shared reboot")
         await h.more_polls(3)
         assert h.ids() == [f"azure/{shared}"]
         assert h.watcher.names == {"gpuset_1"}
@@ -69,7 +69,7 @@ async def test_configured_vm_name_wins_over_instance_metadata() -> None:
     ) as h:
         h.sim.raise_notice("Preempt", {"resources": ["imds-name"]})
         mine = h.sim.raise_notice("Reboot", {"resources": ["configured"]})
-        await until(lambda: h.reports, what="a report")
+        await eventually_async(lambda: h.reports, what="a report")
         await h.more_polls(2)
         assert h.ids() == [f"azure/{mine}"]
         assert h.sim.requests["GET /metadata/instance/compute"] == 0
@@ -79,7 +79,7 @@ async def test_scheduled_started_removed_keeps_the_deadline_then_clears() -> Non
     sim = AzureSimulator(vm_name="gpu-0", removal_after=0.6, rate_limit=10)
     async with running(sim) as h:
         event_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 0.5})
-        await until(lambda: len(h.reports) >= 3, what="scheduled, started, cleared")
+        await eventually_async(lambda: len(h.reports) >= 3, what="scheduled, started, cleared")
         scheduled, started, gone = h.reports[:3]
         assert scheduled.detail["EventStatus"] == "Scheduled"
         assert started.detail["EventStatus"] == "Started" and started.detail["NotBefore"] == ""
@@ -90,7 +90,7 @@ async def test_scheduled_started_removed_keeps_the_deadline_then_clears() -> Non
 async def test_reacts_only_when_document_incarnation_changes() -> None:
     async with running() as h:
         h.sim.raise_notice("Reboot", {})
-        await until(lambda: h.reports, what="the reboot")
+        await eventually_async(lambda: h.reports, what="the reboot")
         await h.more_polls(4)
         assert len(h.reports) == 1  # same incarnation, nothing new emitted
 
@@ -99,7 +99,7 @@ async def test_slow_first_call_is_not_an_error() -> None:
     sim = AzureSimulator(vm_name="gpu-0", first_call_delay=1.5, rate_limit=10)
     sim.raise_notice("Preempt", {})
     async with running(sim, request_timeout=0.5, first_call_timeout=10) as h:
-        await until(lambda: h.reports, what="the first answer")
+        await eventually_async(lambda: h.reports, what="the first answer")
         assert h.health.errors == 0
         assert h.watcher.answered
 
@@ -118,7 +118,7 @@ async def test_faults_are_counted_and_recovered(status: int, body: str, kind: st
     sim.add_fault(status, body, count=2)
     async with running(sim) as h:
         event_id = h.sim.raise_notice("Preempt", {})
-        await until(lambda: h.reports, what="a report after the faults")
+        await eventually_async(lambda: h.reports, what="a report after the faults")
         assert h.ids() == [f"azure/{event_id}"]
         assert h.health.errors_by_kind == {kind: 2}
         assert h.health.last_error is None  # recovered
@@ -136,30 +136,26 @@ async def test_real_rate_limit_is_recovered() -> None:
                 )
                 await asyncio.sleep(0.05)
         h.sim.raise_notice("Preempt", {})
-        await until(lambda: h.reports, what="a report after the 429s")
+        await eventually_async(lambda: h.reports, what="a report after the 429s")
         assert h.health.errors_by_kind.get("rate-limited", 0) >= 1
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_connection_refused_is_recovered_when_imds_comes_up() -> None:
-    port = _free_port()
+    port = free_port()
     settings = Settings(url=f"http://127.0.0.1:{port}", interval=0.25, vm_name="gpu-0")
     watcher = AzureWatcher(settings, PollHealth("azure"))
     reports: list[object] = []
     task = asyncio.create_task(watcher.watch(reports.append))
     try:
-        await until(lambda: watcher.health.errors_by_kind.get("unreachable"), what="a refusal")
+        await eventually_async(
+            lambda: watcher.health.errors_by_kind.get("unreachable"), what="a refusal"
+        )
         sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
         sim.raise_notice("Preempt", {})
         from forewarn.providers.simulator import SimServer
 
         with SimServer(sim, port=port):
-            await until(lambda: reports, timeout=15, what="a report once IMDS is up")
+            await eventually_async(lambda: reports, timeout=15, what="a report once IMDS is up")
         assert watcher.health.last_error is None or watcher.health.last_error == "unreachable"
     finally:
         task.cancel()
@@ -181,7 +177,7 @@ async def test_vm_name_lookup_failure_is_reported_and_retried() -> None:
     sim.instance = flaky  # type: ignore[method-assign]
     sim.raise_notice("Reboot", {})
     async with running(sim) as h:
-        await until(lambda: h.reports, what="a report after the lookup recovered")
+        await eventually_async(lambda: h.reports, what="a report after the lookup recovered")
         assert h.health.errors_by_kind["vm-name"] == 2
 
 
@@ -214,7 +210,7 @@ async def test_transport_faults_from_respx_are_recovered(respx_mock: respx.MockR
     reports: list[object] = []
     task = asyncio.create_task(watcher.watch(reports.append))
     try:
-        await until(lambda: reports, timeout=15, what="a report after transport faults")
+        await eventually_async(lambda: reports, timeout=15, what="a report after transport faults")
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -231,7 +227,7 @@ async def test_the_client_ignores_proxy_settings(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("no_proxy", raising=False)
     async with running() as h:
         h.sim.raise_notice("Preempt", {})
-        await until(lambda: h.reports, what="a report despite HTTP_PROXY")
+        await eventually_async(lambda: h.reports, what="a report despite HTTP_PROXY")
         assert h.health.errors == 0
 
 
@@ -243,7 +239,7 @@ class TestDetect:
             assert time.monotonic() - started < 1.0
 
     async def test_false_quickly_when_nothing_listens(self) -> None:
-        watcher = AzureWatcher(Settings(url=f"http://127.0.0.1:{_free_port()}"))
+        watcher = AzureWatcher(Settings(url=f"http://127.0.0.1:{free_port()}"))
         started = time.monotonic()
         assert await watcher.detect() is False
         assert time.monotonic() - started < 1.0

@@ -17,7 +17,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -25,6 +24,8 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from support import free_port
 
 DOVECOT_PATHS = ("/usr/sbin/dovecot", "/usr/local/sbin/dovecot")
 _users = itertools.count(1)
@@ -35,12 +36,6 @@ def dovecot_binary() -> str | None:
     if found:
         return found
     return next((path for path in DOVECOT_PATHS if os.access(path, os.X_OK)), None)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _die_with_parent() -> None:
@@ -65,8 +60,8 @@ class Dovecot:
         # unprivileged user, who must be able to reach this directory.
         self.root = Path(tempfile.mkdtemp(prefix="forewarn-dovecot-"))
         self.root.chmod(0o755)
-        self.imaps_port = _free_port()
-        self.imap_port = _free_port()
+        self.imaps_port = free_port()
+        self.imap_port = free_port()
         self.cert = self.root / "cert.pem"
         self.users = self.root / "users"
         self.log = self.root / "dovecot.log"

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
@@ -16,12 +15,13 @@ from typing import Any
 
 import pytest
 from dovecot_server import Dovecot, MailUser
-from forewarn.agent.protocol import Report, utcnow
+from forewarn.agent.protocol import utcnow
 from forewarn.providers.base import PollHealth, WatcherContext
 from forewarn.providers.digitalocean.imap import Credentials, load_credentials
 from forewarn.providers.digitalocean.seen import STATE_FILE
 from forewarn.providers.digitalocean.settings import Settings
 from forewarn.providers.digitalocean.watch import DigitalOceanWatcher
+from support import WatcherRun, running_watcher
 
 DROPLET_ID = "424242424"
 PASSWORD = "secret-pw"
@@ -69,21 +69,8 @@ def settings_for(
     return Settings(**options)
 
 
-@dataclass
-class Running:
-    watcher: DigitalOceanWatcher
-    reports: list[Report] = field(default_factory=list)
-
-    @property
-    def health(self) -> PollHealth:
-        return self.watcher.health
-
-    async def until(self, condition: Callable[[], bool], timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"condition not met within {timeout}s: {self.health}")
-            await asyncio.sleep(0.02)
+class Running(WatcherRun):
+    """The shared watcher harness, and a wait for IMAP IDLE."""
 
     async def idling(self) -> None:
         """Wait until the watcher sits in IDLE with nothing left to read."""
@@ -96,16 +83,8 @@ async def running(settings: Settings, state_dir: Path) -> AsyncIterator[Running]
         runtime_dir=state_dir.parent, state_dir=state_dir, health=PollHealth("digitalocean")
     )
     watcher = DigitalOceanWatcher(settings, context)
-    run = Running(watcher)
-    task = asyncio.create_task(watcher.watch(run.reports.append))
-    try:
+    async with running_watcher(Running(watcher)) as run:
         yield run
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await watcher.aclose()
-    assert not task.done() or task.cancelled()
 
 
 async def test_a_matching_mail_raises_a_drain_with_its_deadline(

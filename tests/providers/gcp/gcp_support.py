@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from forewarn.agent.protocol import Report
 from forewarn.providers.base import PollHealth, WatcherContext
 from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.watch import GcpWatcher
+from support import WatcherRun, running_watcher
 
 # Short periods keep the tests fast; the contract is the same at the defaults.
 FAST: dict[str, Any] = {
@@ -23,45 +23,22 @@ FAST: dict[str, Any] = {
 }
 
 
-class WatchRun:
-    """A watcher running in the test's event loop, its reports collected in a list."""
-
-    def __init__(self, watcher: GcpWatcher) -> None:
-        self.watcher = watcher
-        self.reports: list[Report] = []
-        self.times: list[float] = []
-        self.task: asyncio.Task[None] | None = None
-
-    def emit(self, report: Report) -> None:
-        self.reports.append(report)
-        self.times.append(time.monotonic())
+class WatchRun(WatcherRun):
+    """The shared watcher harness, plus the GCP tests' own waits."""
 
     async def wait_for(
         self, predicate: Callable[[list[Report]], bool], timeout: float = 5.0
     ) -> list[Report]:
-        deadline = time.monotonic() + timeout
-        while not predicate(self.reports):
-            if self.task is not None and self.task.done():
-                self.task.result()  # a watcher that died says why
-                raise AssertionError("watch() returned")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"condition not met within {timeout}s: {self.reports}")
-            await asyncio.sleep(0.01)
+        await self.until(lambda: predicate(self.reports), timeout)
         return self.reports
-
-    async def count(self, n: int, timeout: float = 5.0) -> list[Report]:
-        return await self.wait_for(lambda reports: len(reports) >= n, timeout)
 
     async def settle(self, seconds: float = 0.3) -> None:
         await asyncio.sleep(seconds)
 
     async def until_polling(self, polls: int = 2, timeout: float = 5.0) -> None:
         """Wait until the watcher has had `polls` good answers (it is past its first reads)."""
-        deadline = time.monotonic() + timeout
-        while self.watcher.health.polls - self.watcher.health.errors < polls:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"watcher not polling: {self.watcher.health}")
-            await asyncio.sleep(0.01)
+        health = self.watcher.health
+        await self.until(lambda: health.polls - health.errors >= polls, timeout, "good polls")
 
 
 @asynccontextmanager
@@ -73,12 +50,5 @@ async def watching(
     if state_dir is not None:
         context = WatcherContext(state_dir, state_dir, PollHealth("gcp"))
     watcher = GcpWatcher(Settings(url=url, **{**FAST, **settings}), context, environ={})
-    run = WatchRun(watcher)
-    run.task = asyncio.create_task(watcher.watch(run.emit))
-    try:
+    async with running_watcher(WatchRun(watcher)) as run:
         yield run
-    finally:
-        run.task.cancel()
-        with suppress(asyncio.CancelledError):
-            await run.task
-        await watcher.aclose()

@@ -4,7 +4,6 @@ refused. Each is counted in PollHealth and the watcher recovers within one retry
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import httpx
@@ -15,6 +14,7 @@ from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.gcp.watch import GcpWatcher
 from forewarn.providers.simulator import SimServer
 from gcp_support import WatchRun, watching
+from support import free_port
 
 RETRY = 0.3
 # One retry period plus room for a loaded machine; the tests assert recovery, the benchmark
@@ -75,14 +75,8 @@ async def test_garbage_answers(server: SimServer, sim: GcpSimulator) -> None:
         assert run.reports[0].action == "drain"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_connection_refused_until_the_server_comes_up() -> None:
-    port = _free_port()
+    port = free_port()
     sim = GcpSimulator()
     sim.raise_notice("maintenance", {"type": "TERMINATE"})
     async with watching(f"http://127.0.0.1:{port}", retry_delay=RETRY) as run:

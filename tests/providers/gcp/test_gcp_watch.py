@@ -21,6 +21,7 @@ from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.gcp.watch import GcpWatcher
 from forewarn.providers.simulator import SimRequest, SimResponse, SimServer, Simulator
 from gcp_support import watching
+from support import free_port
 
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
@@ -369,17 +370,11 @@ def hanging_port() -> Iterator[int]:
         listener.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_detect_false_fast_elsewhere(hanging_port: int) -> None:
     with SimServer(_NotGoogle()) as other:
         targets = [
             other.url,
-            f"http://127.0.0.1:{_free_port()}",
+            f"http://127.0.0.1:{free_port()}",
             f"http://127.0.0.1:{hanging_port}",
         ]
         for url in targets:

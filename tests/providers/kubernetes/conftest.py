@@ -3,7 +3,6 @@ the watcher running in the test's event loop with a list as `emit`."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.kubernetes.watch import KubernetesWatcher
 from forewarn.providers.simulator import SimServer
 from k8s_support import NODE, TOKEN, Cluster, Running
+from support import running_watcher
 
 
 @pytest.fixture
@@ -33,26 +33,17 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 async def start_watcher(
     tmp_path: Path,
 ) -> AsyncIterator[Callable[..., Any]]:
-    started: list[Running] = []
-
     async def start(env: dict[str, str] | None = None, **fields: Any) -> Running:
         fields.setdefault("retry_max", 0.3)
         settings = Settings(**fields)
         health = PollHealth("kubernetes")
         context = WatcherContext(tmp_path, tmp_path, health)
         watcher = KubernetesWatcher(settings, context, env=env or {})
-        running = Running(watcher, health)
-        running.task = asyncio.create_task(watcher.watch(running.reports.append))
-        started.append(running)
+        running = await stack.enter_async_context(running_watcher(Running(watcher)))
         return running
 
-    yield start
-    for running in started:
-        assert running.task is not None
-        running.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running.task
-        await running.watcher.aclose()
+    async with contextlib.AsyncExitStack() as stack:
+        yield start
 
 
 @pytest.fixture

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 from forewarn.agent.protocol import Report
-from forewarn.providers.base import PollHealth
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
-from forewarn.providers.kubernetes.watch import KubernetesWatcher
 from forewarn.providers.simulator import SimServer
+from support import WatcherRun
 
 NODE = "gpu-node-1"
 TOKEN = "token-one"
@@ -42,29 +38,8 @@ class Cluster:
         return dict(self.http.get("/_sim/state").json())
 
 
-class Running:
-    """A watcher task and what it emitted."""
-
-    def __init__(self, watcher: KubernetesWatcher, health: PollHealth) -> None:
-        self.watcher = watcher
-        self.health = health
-        self.reports: list[Report] = []
-        self.task: asyncio.Task[None] | None = None
-
-    async def until(
-        self, predicate: Callable[[], bool], timeout: float = 8.0, what: str = "condition"
-    ) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if self.task is not None and self.task.done():
-                self.task.result()  # surfaces a crash
-                raise AssertionError("the watcher returned")
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"timed out waiting for {what}; reports={self.summary()} "
-                    f"errors={self.health.errors_by_kind}"
-                )
-            await asyncio.sleep(0.02)
+class Running(WatcherRun):
+    """The shared watcher harness; a report is looked up by action and id."""
 
     async def report(self, action: str, report_id: str, timeout: float = 8.0) -> Report:
         def found() -> bool:
@@ -72,6 +47,3 @@ class Running:
 
         await self.until(found, timeout, f"{action} {report_id}")
         return next(r for r in self.reports if r.action == action and r.id == report_id)
-
-    def summary(self) -> list[tuple[str, str]]:
-        return [(r.action, r.id) for r in self.reports]
