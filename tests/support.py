@@ -373,7 +373,7 @@ class AgentProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.log_path = tmp_path / f"agent-{int(time.time() * 1000)}.log"
 
-    def start(self, timeout: float = 10.0) -> AgentProcess:
+    def start(self, timeout: float = 30.0) -> AgentProcess:
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
             self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, text=True

@@ -13,7 +13,7 @@ import pytest
 from forewarn.agent.notifications.kubernetes import camel
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator, event_problems
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, agent_env, run_forewarn, wait_until
+from support import AgentProcess, agent_env, eventually, run_forewarn
 
 NODE = "gpu-node-7"
 WATCH = frozenset({"get:nodes", "list:nodes", "watch:nodes"})
@@ -56,7 +56,7 @@ def test_every_notice_becomes_an_event_on_the_node_and_the_pod(tmp_path: Path):
     ):
         notice = running.control({"op": "notify", "action": "drain", "note": "drill"})["notice"]
         running.control({"op": "clear", "id": notice["id"]})
-        wait_until(lambda: len(sim_state(server)["events"]) >= 4, timeout=15)
+        eventually(lambda: len(sim_state(server)["events"]) >= 4, timeout=15)
         events = sim_state(server)["events"]
     by_target = {(e["regarding"]["kind"], e["action"]): e for e in events}
     node_drain = by_target[("Node", "Drain")]
@@ -83,7 +83,7 @@ def test_terminate_cordons_the_node_once_when_asked(tmp_path: Path):
     ):
         running.control({"op": "notify", "action": "drain"})
         running.control({"op": "notify", "action": "terminate"})
-        wait_until(lambda: sim_state(server)["node"]["spec"].get("unschedulable") is True, 15)
+        eventually(lambda: sim_state(server)["node"]["spec"].get("unschedulable") is True, 15)
         running.control({"op": "notify", "action": "terminate", "note": "again"})
         running.control({"op": "status"})
         assert sim_state(server)["events"] == []
@@ -97,7 +97,7 @@ def test_no_cordon_unless_asked(tmp_path: Path):
         agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as running,
     ):
         running.control({"op": "notify", "action": "terminate"})
-        wait_until(lambda: len(sim_state(server)["events"]) >= 1, timeout=15)
+        eventually(lambda: len(sim_state(server)["events"]) >= 1, timeout=15)
         assert not sim_state(server)["node"]["spec"].get("unschedulable")
 
 
@@ -112,9 +112,9 @@ def test_a_refusal_names_the_missing_permission_and_the_agent_goes_on(tmp_path: 
         ) as running,
     ):
         running.control({"op": "notify", "action": "terminate"})
-        wait_until(lambda: sim_state(server)["forbidden"] >= 2, timeout=15)
+        eventually(lambda: sim_state(server)["forbidden"] >= 2, timeout=15)
         running.control({"op": "notify", "action": "drain", "note": "still here"})
-        wait_until(lambda: sim_state(server)["forbidden"] >= 3, timeout=15)
+        eventually(lambda: sim_state(server)["forbidden"] >= 3, timeout=15)
         assert running.control({"op": "status"})["ok"]
         state = sim_state(server)
     assert state["events"] == [] and not state["node"]["spec"].get("unschedulable")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from forewarn.clients import Notices
@@ -87,7 +88,7 @@ def test_saved_never_waits_for_a_control_socket_that_does_not_answer(tmp_path: P
     notices = Notices(agent.events, agent.control, heartbeat_timeout=2)
     guard = CheckpointGuard(notices=notices, handle_signals=False, flag_file=None)
     try:
-        assert wait_for(lambda: notices.alive)
+        assert eventually(lambda: notices.alive)
         took = []
         for step in range(1, 6):  # five saves, five acks to a control that never answers
             guard.request("drain")
@@ -119,7 +120,7 @@ def test_no_agent_is_logged_once_and_a_late_agent_is_picked_up_with_its_replay(
         assert not notices.alive and notices.active == {}
         again = AgentProcess(tmp_path, env=first.env).start()
         try:
-            assert wait_for(lambda: "local/kept" in notices.active, timeout=10), (
+            assert eventually(lambda: "local/kept" in notices.active, timeout=10), (
                 "the agent's replay reaches a client that started before it"
             )
             assert notices.alive
