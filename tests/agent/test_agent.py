@@ -25,7 +25,7 @@ def test_a_late_subscriber_gets_the_active_notice_within_50ms(tmp_path: Path) ->
         raised = agent.control({"op": "notify", "action": "drain", "deadline": later(3600)})
         assert raised["ok"], raised
         started = time.monotonic()
-        with agent.subscriber() as sub:
+        with agent.subscriber(ready=False) as sub:
             notice = sub.notice(timeout=2)
             elapsed = time.monotonic() - started
         assert notice["id"] == raised["notice"]["id"] and notice["action"] == "drain"
