@@ -20,7 +20,7 @@ from forewarn.protocol.timefmt import format_time
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
 from other_user import ForkedAgent, other_user, shared_tmp
-from support import AgentProcess, Subscriber, agent_env, control, run_forewarn, wait_until
+from support import AgentProcess, Subscriber, agent_env, control, eventually, run_forewarn
 
 FAST_AWS = {
     "FOREWARN_AWS_SCHEDULED_INTERVAL": "0.2",
@@ -115,11 +115,11 @@ def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again
             handle_signals=False,
         )
         try:
-            wait_until(lambda: guard.notices is not None and guard.notices.alive, 10)
+            eventually(lambda: guard.notices is not None and guard.notices.alive, 10)
             noticed = {"noticeTime": "2026-11-30T03:00:00Z"}
             sim.raise_notice("rebalance", noticed)
             first = next_notice(sub, action="drain")
-            wait_until(lambda: guard.due(1), 10)
+            eventually(lambda: guard.due(1), 10)
             assert not guard.saved(1, 0.1).exit
             sim.withdraw("rebalance")
             next_notice(sub, action="clear", id=first["id"])
@@ -127,7 +127,7 @@ def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again
             sim.raise_notice("rebalance", noticed)
             second = next_notice(sub, action="drain")
             assert second["id"] == first["id"]
-            wait_until(lambda: guard.due(2), 10)
+            eventually(lambda: guard.due(2), 10)
             result = guard.saved(2, 0.1)
             assert result.notices == (first["id"],) and not result.exit
         finally:
@@ -227,7 +227,7 @@ def test_a_saved_deadline_at_year_one_does_not_stop_the_next_start(tmp_path: Pat
     }
     state.write_text(json.dumps({"version": 1, "seq": 5, "manual": [notice]}))
     with agent:
-        wait_until(lambda: "notice local/ancient expired" in agent.output(), 5)
+        eventually(lambda: "notice local/ancient expired" in agent.output(), 5)
         assert agent.control({"op": "status"})["active"] == []
 
 
@@ -268,7 +268,7 @@ def test_agents_with_different_runtime_dirs_never_share_state(tmp_path: Path) ->
             args = ["--provider", "local", "--runtime-dir", str(runtime)]
             forked = ForkedAgent(uid, gid, env, args, tmp_path / f"{name}.log").start()
             control = f"ipc://{runtime}/control"
-            wait_until(lambda: _answers(control), 15)
+            eventually(lambda: _answers(control), 15)
             return forked, control
 
         first, control_a = agent("a")
