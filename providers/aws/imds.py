@@ -138,7 +138,10 @@ def _excerpt(text: str, limit: int = 80) -> str:
 def parse_instance_action(body: bytes | str, now: datetime | None = None) -> list[Report]:
     """`spot/instance-action` (200): a terminate notice with the action time as deadline.
 
-    Hibernation starts at once, without the two-minute lead, so its deadline is now.
+    Hibernation starts at once, without the two-minute lead, so its deadline is now. A `time`
+    that is missing or does not parse still means the instance is being taken: the notice is
+    published as terminate without a deadline (the safer side: clients exit now), never
+    dropped.
     """
     payload = _object(body, SPOT_PATH)
     action = _string_field(payload, "action", SPOT_PATH)
@@ -146,9 +149,12 @@ def parse_instance_action(body: bytes | str, now: datetime | None = None) -> lis
         raise ParseError(
             f"{SPOT_PATH}: action {action[:40]!r} is not one of {', '.join(SPOT_ACTIONS)}"
         )
-    when = _time_field(payload, "time", SPOT_PATH)
+    try:
+        when: datetime | None = _time_field(payload, "time", SPOT_PATH)
+    except ParseError:
+        when = None
     deadline = (now or utcnow()) if action == "hibernate" else when
-    notice_id = stable_id(PROVIDER, "spot-itn", {"action": action, "time": payload["time"]})
+    notice_id = stable_id(PROVIDER, "spot-itn", {"action": action, "time": payload.get("time")})
     return [
         _report(
             id=notice_id,

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from ..fetch import fetch
+
 log = logging.getLogger("forewarn.providers.azure")
 
 # A failed POST is tried again on later polls, but not forever: the event starts at NotBefore
@@ -70,11 +72,14 @@ class Approver:
         self._in_flight.add(event_id)
         started = time.perf_counter()
         try:
-            response = await self.client.post(
+            response = await fetch(
+                self.client,
+                "POST",
                 self.url,
                 params={"api-version": self.api_version},
                 json={"StartRequests": [{"EventId": event_id}]},
                 timeout=self.timeout,
+                deadline=self.timeout,
             )
             problem = None if response.status_code == 200 else f"HTTP {response.status_code}"
             if problem:

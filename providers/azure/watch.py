@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import ClassVar
 
@@ -19,6 +20,7 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, PollHealth, WatcherContext
+from ..fetch import Answer, fetch
 from .approve import Approver
 from .events import (
     EventsDocument,
@@ -40,8 +42,11 @@ INSTANCE_API_VERSION = "2021-02-01"
 HEADERS = {"Metadata": "true"}
 DETECT_TIMEOUT = 0.9
 CONNECT_TIMEOUT = 2.0
-# After failures the cadence backs off, but never beyond this: a Spot eviction gives 30 s.
-BACKOFF_CAP = 5.0
+# After failures the cadence backs off, but only to a quarter more than the interval: a Spot
+# eviction gives 30 s, the endpoint is on the VM, and a healed IMDS must be read again within
+# two intervals. A 429's Retry-After is honoured up to RETRY_AFTER_CAP.
+BACKOFF_STRETCH = 1.25
+RETRY_AFTER_CAP = 5.0
 
 
 class AzureWatcher:
@@ -71,7 +76,7 @@ class AzureWatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[bool]] = set()
         self._retry_after = 0.0
-        self._backoff = Backoff(settings.interval, BACKOFF_CAP, jitter=0.1)
+        self._backoff = Backoff(settings.interval, settings.interval * BACKOFF_STRETCH, jitter=0.1)
         self._odd: set[str] = set()  # events whose odd NotBefore was logged
 
     # Detection.
@@ -79,17 +84,17 @@ class AzureWatcher:
     async def detect(self) -> bool:
         """True when Azure IMDS answers instance metadata within a second."""
         try:
-            response = await asyncio.wait_for(
-                self.client.get(
-                    self.base_url + INSTANCE_PATH,
-                    params={"api-version": INSTANCE_API_VERSION},
-                    timeout=DETECT_TIMEOUT,
-                ),
-                DETECT_TIMEOUT + 0.05,
+            response = await fetch(
+                self.client,
+                "GET",
+                self.base_url + INSTANCE_PATH,
+                params={"api-version": INSTANCE_API_VERSION},
+                timeout=DETECT_TIMEOUT,
+                deadline=DETECT_TIMEOUT + 0.05,
             )
             if response.status_code != 200:
                 return False
-            payload = response.json()
+            payload = json.loads(response.content)
         except (httpx.HTTPError, asyncio.TimeoutError, ValueError):
             return False
         if not isinstance(payload, dict) or not isinstance(payload.get("compute"), dict):
@@ -128,10 +133,15 @@ class AzureWatcher:
             self.settings.request_timeout if self.answered else self.settings.first_call_timeout
         )
         try:
-            response = await self.client.get(
+            # The whole answer within `timeout` and 1 MiB: a dribbling or endless answer
+            # must not hold the watcher (or its memory) through a 30 s eviction notice.
+            response = await fetch(
+                self.client,
+                "GET",
                 self.base_url + EVENTS_PATH,
                 params={"api-version": self.settings.api_version},
                 timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT),
+                deadline=timeout,
             )
         except httpx.TimeoutException as error:
             what = "the first call" if not self.answered else "a poll"
@@ -165,8 +175,12 @@ class AzureWatcher:
 
     async def _resolve_names(self) -> bool:
         try:
-            response = await self.client.get(
-                self.base_url + COMPUTE_PATH, params={"api-version": INSTANCE_API_VERSION}
+            response = await fetch(
+                self.client,
+                "GET",
+                self.base_url + COMPUTE_PATH,
+                params={"api-version": INSTANCE_API_VERSION},
+                deadline=self.settings.request_timeout,
             )
             if response.status_code != 200:
                 raise ParseError(f"HTTP {response.status_code}: {response.text[:200]!r}")
@@ -275,9 +289,9 @@ class AzureWatcher:
         await self.client.aclose()
 
 
-def _retry_after(response: httpx.Response) -> float:
+def _retry_after(response: Answer) -> float:
     try:
-        return min(BACKOFF_CAP, max(0.0, float(response.headers.get("Retry-After", "0"))))
+        return min(RETRY_AFTER_CAP, max(0.0, float(response.headers.get("Retry-After", "0"))))
     except ValueError:
         return 0.0
 

@@ -15,18 +15,19 @@ class Settings(EndpointSettings):
     url_bare_host = True
 
     timeout_sec: int = Field(
-        default=60,
+        default=15,
         ge=1,
         le=3600,
         description="`timeout_sec` of each metadata long-poll: the server answers after this "
         "many seconds even when nothing changed.",
     )
     read_timeout_margin: float = Field(
-        default=10.0,
+        default=5.0,
         gt=0,
         le=600,
-        description="Seconds the HTTP read timeout exceeds `timeout_sec`, so a hung "
-        "long-poll is abandoned instead of waited on forever.",
+        description="Seconds a long-poll's whole answer may take beyond `timeout_sec`; a "
+        "hung or dribbling long-poll is abandoned then. With the defaults (15 + 5 s) a "
+        "long-poll stuck when the server heals is freed inside the 30 s preemption window.",
     )
     retry_delay: float = Field(
         default=1.0,

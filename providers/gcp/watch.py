@@ -25,6 +25,7 @@ from forewarn.protocol.timefmt import format_time, parse_duration, parse_time, u
 from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext
+from ..fetch import fetch
 from .active import ACTIVE_FILE, ActiveNotices
 from .settings import Settings
 
@@ -349,9 +350,7 @@ class GcpWatcher:
     async def detect(self) -> bool:
         """True when the root answers with `Metadata-Flavor: Google` within one second."""
         try:
-            response = await asyncio.wait_for(
-                self.client.get(self.root + "/", timeout=1.0), timeout=1.0
-            )
+            response = await fetch(self.client, "GET", self.root + "/", deadline=1.0, timeout=1.0)
         except (asyncio.TimeoutError, httpx.HTTPError, OSError):
             return False
         return response.headers.get(FLAVOR_HEADER) == FLAVOR
@@ -394,8 +393,12 @@ class GcpWatcher:
     async def _read_notice_duration(self) -> None:
         """Best effort, once: the VM's preemption notice duration, if the server reports it."""
         try:
-            response = await self.client.get(
-                self.url(SCHEDULING_DIR), params={"recursive": "true", "alt": "json"}, timeout=2.0
+            response = await fetch(
+                self.client,
+                "GET",
+                self.url(SCHEDULING_DIR),
+                params={"recursive": "true", "alt": "json"},
+                deadline=2.0,
             )
             if response.status_code == 200:
                 self.reported_notice_duration = parse_notice_duration(response.text)
@@ -437,11 +440,13 @@ class GcpWatcher:
 
     async def _get(self, key: str, params: dict[str, str]) -> _Answer | None:
         """One request; None (after counting the error) on anything but a 200."""
+        # The whole answer, not each read, is bounded: a server dribbling one byte a second
+        # must not hold a long-poll past the preemption window.
+        limit = self.settings.timeout_sec + self.settings.read_timeout_margin
         try:
-            response = await self.client.get(self.url(key), params=params)
+            response = await fetch(self.client, "GET", self.url(key), params=params, deadline=limit)
         except httpx.TimeoutException:
-            limit = self.settings.timeout_sec + self.settings.read_timeout_margin
-            self.health.error("timeout", f"{key}: no answer within {limit:g}s")
+            self.health.error("timeout", f"{key}: no complete answer within {limit:g}s")
             return None
         except httpx.HTTPError as error:
             self.health.error("transport", f"{key}: {type(error).__name__}: {error}")
@@ -467,8 +472,8 @@ class GcpWatcher:
         every answer but a parseable window means nothing is scheduled."""
         for attempt in range(1, UPCOMING_503_ATTEMPTS + 1):
             try:
-                response = await self.client.get(
-                    self.url(UPCOMING_KEY), params={"alt": "json"}, timeout=5.0
+                response = await fetch(
+                    self.client, "GET", self.url(UPCOMING_KEY), params={"alt": "json"}, deadline=5.0
                 )
             except httpx.HTTPError as error:
                 self.health.error("transport", f"{UPCOMING_KEY}: {type(error).__name__}: {error}")

@@ -10,14 +10,27 @@ from urllib.parse import quote
 
 import httpx
 
+from ..fetch import fetch, lines
 from .config import Cluster
 from .nodes import NodeList, WatchEvent, parse_event, parse_list
 
 USER_AGENT = "forewarn-agent"
 REQUEST_TIMEOUT = 10.0
 # A watch is silent while nothing changes; the server closes it after timeoutSeconds, so the
-# read timeout only has to catch a connection that died without a FIN.
+# read timeout (and the stream's overall deadline) only has to catch a connection that died
+# without a FIN, or a server that never ends the stream.
 READ_MARGIN = 30.0
+
+
+def read_margin(timeout_seconds: int) -> float:
+    """Seconds a watch may outlive its timeoutSeconds: READ_MARGIN, less for short watches."""
+    return min(READ_MARGIN, max(5.0, float(timeout_seconds)))
+
+
+# One Node (or a list holding one) is tens of kilobytes; these caps keep a broken or hostile
+# server from growing the agent by its answer's size.
+MAX_LIST_BODY = 4 << 20
+MAX_EVENT_LINE = 4 << 20
 
 
 class ApiError(Exception):
@@ -98,13 +111,19 @@ class NodeApi:
         return {"fieldSelector": f"metadata.name={self.node_name}"}
 
     async def list_node(self) -> NodeList:
-        response = await self.client.get(
-            self.nodes_url, params=self._selector(), headers=self._headers()
+        response = await fetch(
+            self.client,
+            "GET",
+            self.nodes_url,
+            params=self._selector(),
+            headers=self._headers(),
+            deadline=REQUEST_TIMEOUT,
+            max_body=MAX_LIST_BODY,
         )
         if response.status_code != 200:
             raise error_for(response.status_code, response.content, "list", self.cluster.source)
         try:
-            payload = response.json()
+            payload = json.loads(response.content)
         except ValueError:
             raise ApiError("parse", f"list: body is not JSON: {response.text[:200]!r}") from None
         return parse_list(payload)
@@ -123,18 +142,20 @@ class NodeApi:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
-        timeout = httpx.Timeout(REQUEST_TIMEOUT, read=timeout_seconds + READ_MARGIN)
+        timeout = httpx.Timeout(
+            REQUEST_TIMEOUT, read=timeout_seconds + read_margin(timeout_seconds)
+        )
         async with self.client.stream(
             "GET", self.nodes_url, params=params, headers=self._headers(), timeout=timeout
         ) as response:
             if response.status_code != 200:
-                body = await response.aread()
+                body = await _head_of(response)
                 raise error_for(response.status_code, body, "watch", self.cluster.source)
             yield self._events(response)
 
     @staticmethod
     async def _events(response: httpx.Response) -> AsyncIterator[WatchEvent]:
-        async for line in response.aiter_lines():
+        async for line in lines(response, MAX_EVENT_LINE):
             if not line.strip():
                 continue
             event = parse_event(line)
@@ -147,6 +168,16 @@ class NodeApi:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+async def _head_of(response: httpx.Response, limit: int = 64 << 10) -> bytes:
+    """The start of an error answer, enough for its message; the rest is not read."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= limit:
+            break
+    return bytes(body[:limit])
 
 
 def cordon_request(cluster: Cluster, node_name: str, unschedulable: bool) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext
-from .api import ApiError, Gone, NodeApi
+from .api import ApiError, Gone, NodeApi, read_margin
 from .config import ConfigError, node_name, resolve
 from .nodes import (
     WatchEvent,
@@ -63,6 +63,7 @@ class KubernetesWatcher:
         self.seen_node = False
         self.node_missing = False  # listed and not there: not healthy until it appears
         self.api: NodeApi | None = None
+        self.delivered = False  # the current stream has delivered an event
         # Counters for tests, benchmarks and the docs' claims.
         self.lists = 0
         self.watches = 0
@@ -84,9 +85,18 @@ class KubernetesWatcher:
             log.info("watching node %s via %s at %s", name, cluster.source, cluster.server)
         return self.api
 
+    async def _pause(self, backoff: Backoff) -> None:
+        """Wait before reconnecting. A stream that delivered events was working: its break
+        starts the backoff over, so a stream that breaks every few seconds is resumed at
+        once instead of being waited on for up to `retry_max`."""
+        if self.delivered:
+            backoff.reset()
+        await asyncio.sleep(backoff.next())
+
     async def watch(self, emit: Emit) -> None:
         backoff = Backoff(FIRST_RETRY, self.settings.retry_max)
         while True:
+            self.delivered = False
             try:
                 api = self._connect()
             except ConfigError as error:
@@ -100,28 +110,28 @@ class KubernetesWatcher:
                 if healthy:
                     backoff.reset()
                     continue
-                await asyncio.sleep(backoff.next())
+                await self._pause(backoff)
             except Gone as error:
                 self.gones += 1
                 log.info("kubernetes: %s; listing again", error)
                 self.resource_version = None
                 # One relist is normal; a 410 right after a fresh list is not.
                 if self.gones > 1:
-                    await asyncio.sleep(backoff.next())
+                    await self._pause(backoff)
             except ConfigError as error:
                 self.health.error("config", str(error))
-                await asyncio.sleep(backoff.next())
+                await self._pause(backoff)
             except ApiError as error:
                 self.health.error(error.kind, str(error))
-                await asyncio.sleep(backoff.next())
+                await self._pause(backoff)
             except ParseError as error:
                 self.health.error("parse", str(error))
                 self.resource_version = None  # do not trust a position after garbage
-                await asyncio.sleep(backoff.next())
+                await self._pause(backoff)
             except httpx.HTTPError as error:
                 kind = "timeout" if isinstance(error, httpx.TimeoutException) else "transport"
                 self.health.error(kind, f"{type(error).__name__}: {error}")
-                await asyncio.sleep(backoff.next())
+                await self._pause(backoff)
 
     async def _relist(self, api: NodeApi, emit: Emit) -> None:
         listed = await api.list_node()
@@ -143,7 +153,16 @@ class KubernetesWatcher:
             )
 
     async def _watch_once(self, api: NodeApi, emit: Emit) -> bool:
-        """One watch request until the server ends it; True if it did useful work."""
+        """One watch request until the server ends it; True if it did useful work. The
+        whole stream is bounded too: a server that dribbles bytes without ever ending a
+        line would otherwise hold it past any read timeout."""
+        limit = self.settings.watch_timeout + read_margin(self.settings.watch_timeout)
+        try:
+            return await asyncio.wait_for(self._stream(api, emit), limit)
+        except asyncio.TimeoutError:
+            raise httpx.ReadTimeout(f"watch: the stream did not end within {limit:g}s") from None
+
+    async def _stream(self, api: NodeApi, emit: Emit) -> bool:
         assert self.resource_version is not None
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -153,6 +172,7 @@ class KubernetesWatcher:
             self._success()
             async for event in stream:
                 events += 1
+                self.delivered = True
                 self.gones = 0
                 self._handle(event, api.node_name, emit)
                 self._success()

@@ -103,6 +103,27 @@ def test_an_asg_target_of_terminated_is_a_terminate(state: str) -> None:
     assert report.action == "terminate" and report.detail == {"target-lifecycle-state": state}
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"action": "stop", "time": "in 2 minutes"}',
+        '{"action": "terminate", "time": "0001-01-01T00:00:00+01:00"}',
+        '{"action": "terminate", "time": 1700000000}',
+        '{"action": "terminate"}',
+    ],
+)
+def test_a_spot_notice_whose_time_does_not_parse_is_terminate_without_deadline(body: str) -> None:
+    # Dropping it (as before) left the job running into the reclaim; Azure's rule is safer.
+    (report,) = parse_instance_action(body, now=NOW)
+    assert (report.action, report.reason, report.deadline) == (
+        "terminate",
+        "spot-interruption",
+        None,
+    )
+    assert report.detail == json.loads(body)
+    assert parse_instance_action(body)[0].id == report.id
+
+
 @pytest.mark.parametrize("state", ["InService", "Standby", "Warmed:Running", "Detached"])
 def test_other_asg_states_are_no_notice(state: str) -> None:
     assert parse_lifecycle_state(state) == []
@@ -154,8 +175,6 @@ def test_aws_dates_do_not_depend_on_the_locale() -> None:
         (parse_instance_action, "[1]", "expected a JSON object"),
         (parse_instance_action, '{"time": "2017-09-18T08:22:00Z"}', "'action'"),
         (parse_instance_action, '{"action": "explode", "time": "2017-09-18T08:22:00Z"}', "explode"),
-        (parse_instance_action, '{"action": "stop", "time": "in 2 minutes"}', "'time'"),
-        (parse_instance_action, '{"action": "stop", "time": "0001-01-01T00:00:00+01:00"}', "time"),
         (parse_rebalance, '{"noticeTime": 5}', "'noticeTime'"),
         (parse_scheduled, '{"EventId": "x"}', "expected a JSON array"),
         (parse_scheduled, "[1]", "item 0"),

@@ -1,0 +1,101 @@
+"""HTTP requests with an overall deadline and a body cap, for every watcher on httpx.
+
+httpx's timeouts bound each network read, not the whole answer: a server sending one byte a
+second never trips them, and a 50 MB answer is read whole into memory. A watcher whose notice
+window is 30 s cannot afford either, so every request a watcher makes goes through `fetch`:
+the answer must be complete within `deadline` seconds and no larger than `max_body` bytes,
+or the request fails with an `httpx.HTTPError` the watcher already handles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+# Metadata answers are a few kilobytes; a megabyte is not a metadata answer.
+DEFAULT_MAX_BODY = 1 << 20
+
+
+class AnswerTooLarge(httpx.HTTPError):
+    """The answer exceeded the body cap; reading stopped there."""
+
+
+class DeadlineExceeded(httpx.TimeoutException):
+    """The answer was not complete within the overall deadline."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A complete, bounded answer."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+    encoding: str
+
+    @property
+    def text(self) -> str:
+        return self.content.decode(self.encoding, errors="replace")
+
+
+async def fetch(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    deadline: float,
+    max_body: int = DEFAULT_MAX_BODY,
+    **request: Any,
+) -> Answer:
+    """One request, its answer read whole within `deadline` seconds and `max_body` bytes."""
+    try:
+        return await asyncio.wait_for(_read(client, method, url, max_body, request), deadline)
+    except asyncio.TimeoutError:
+        raise DeadlineExceeded(f"{method} {url}: no complete answer within {deadline:g}s") from None
+
+
+async def _read(
+    client: httpx.AsyncClient, method: str, url: str, max_body: int, request: Mapping[str, Any]
+) -> Answer:
+    async with client.stream(method, url, **request) as response:
+        body = bytearray()
+        async for chunk in _capped(response, max_body, f"{method} {url}"):
+            body += chunk
+        return Answer(
+            response.status_code, response.headers, bytes(body), response.encoding or "utf-8"
+        )
+
+
+async def _capped(response: httpx.Response, max_body: int, what: str) -> AsyncIterator[bytes]:
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_body:
+        raise AnswerTooLarge(f"{what}: answer of {declared} bytes, more than {max_body}")
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > max_body:
+            raise AnswerTooLarge(f"{what}: answer larger than {max_body} bytes")
+        yield chunk
+
+
+async def lines(response: httpx.Response, max_line: int) -> AsyncIterator[str]:
+    """The lines of a streamed answer (a Kubernetes watch); a line longer than `max_line`
+    bytes fails the stream instead of growing a buffer without end."""
+    pending = bytearray()
+    async for chunk in response.aiter_bytes():
+        pending += chunk
+        while (end := pending.find(b"\n")) >= 0:
+            line = bytes(pending[:end])
+            del pending[: end + 1]
+            yield line.decode("utf-8", errors="replace")
+        if len(pending) > max_line:
+            raise AnswerTooLarge(f"a streamed line longer than {max_line} bytes")
+    if pending:
+        yield pending.decode("utf-8", errors="replace")
+
+
+__all__ = ["DEFAULT_MAX_BODY", "Answer", "AnswerTooLarge", "DeadlineExceeded", "fetch", "lines"]

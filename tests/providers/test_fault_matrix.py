@@ -1,0 +1,359 @@
+"""The watcher fault matrix (issue 15 item 6): every cloud watcher, inside the real agent (a
+subprocess), reads its simulator through a fault source (`faultproxy.FaultProxy`). For each
+fault the source misbehaves, then heals, and at the moment it heals a new notice is raised:
+the agent must publish it within two of the watcher's retry periods (GCP: within its 30 s
+preemption window), count the fault as a poll error, and grow by less than 20 MB (RSS and
+its high-water mark: a 50 MB answer read whole would show).
+
+Each provider runs the quick faults one after the other on one agent, and the 25 s outage on
+an agent of its own, so the suite runs them in parallel (xdist) in about a minute.
+The watchers run with short deadlines and retry periods here (they are settings); what the
+matrix shows is that every fault is bounded by them. DigitalOcean reads a mailbox over IMAP,
+not HTTP: its matrix is in tests/providers/digitalocean.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from faultproxy import FAULTS, FaultProxy, wait_for
+from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.simulator import SimServer, Simulator
+from support import AgentProcess, Subscriber, agent_env
+
+pytest.importorskip("prometheus_client")
+
+QUICK_FAULTS = [fault for fault in FAULTS if fault != "outage"]
+OUTAGE_SECONDS = 25.0
+RSS_GROWTH_LIMIT = 20 * 1024 * 1024
+GCP_WINDOW = 30.0
+VM = "fault-vm"
+NODE = "fault-node"
+
+Matcher = Callable[[dict[str, Any]], bool]
+
+
+@dataclass
+class Adapter:
+    """How the matrix drives one provider: its simulator, the agent's settings, a fresh
+    notice, the bound on detecting it, and its answer shape with dates that do not parse."""
+
+    name: str
+    make_sim: Callable[[], Simulator]
+    settings: dict[str, str]
+    # Seconds within which a notice raised as the endpoint heals must be published.
+    bound: float
+    # The watcher's own overall request deadline: hang and slow-body faults last longer.
+    deadline: float
+    raise_notice: Callable[[Simulator, int], Matcher]
+    settle: Callable[[Simulator, Subscriber, dict[str, Any]], None] = lambda sim, sub, n: None
+    bad_dates: Callable[[str], bytes | None] = lambda path: None
+    files: dict[str, str] = field(default_factory=dict)
+    # Faults that are a normal answer for this contract, not a poll error.
+    normal: frozenset[str] = frozenset()
+
+
+def _next(sub: Subscriber, match: Matcher, timeout: float) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no matching notice within {timeout}s")
+        notice = sub.notice(timeout=left)
+        if match(notice):
+            return notice
+
+
+# AWS: a new scheduled event for each case (each has its own id).
+
+
+def _aws_notice(sim: Simulator, case: int) -> Matcher:
+    event_id = sim.raise_notice(
+        "scheduled", {"code": "system-reboot", "not_before": "2030-01-02T03:04:05Z"}
+    )
+    return lambda n: n["id"] == f"aws/scheduled/{event_id}" and n["action"] == "drain"
+
+
+def _aws_bad_dates(path: str) -> bytes | None:
+    if "events/maintenance/scheduled" in path:
+        event = {"EventId": "instance-event-bad", "Code": "system-reboot", "State": "active"}
+        return json.dumps([{**event, "NotBefore": "someday", "NotAfter": "32 Foo 2019"}]).encode()
+    if "events/recommendations/rebalance" in path:
+        return b'{"noticeTime": "yesterday at noon"}'
+    return None
+
+
+# GCP: TERMINATE_ON_HOST_MAINTENANCE (a drain), withdrawn after each case.
+
+
+def _gcp_notice(sim: Simulator, case: int) -> Matcher:
+    sim.raise_notice("maintenance", {"type": "TERMINATE"})
+    return lambda n: n["provider"] == "gcp" and n["action"] == "drain"
+
+
+def _gcp_settle(sim: Simulator, sub: Subscriber, notice: dict[str, Any]) -> None:
+    sim.withdraw("maintenance-event")
+    _next(sub, lambda n: n["id"] == notice["id"] and n["action"] == "clear", 10)
+
+
+def _gcp_bad_dates(path: str) -> bytes | None:
+    if "upcoming-maintenance" in path:
+        window = {"window_start_time": "next Tuesday", "maintenance_status": "PENDING"}
+        return json.dumps({**window, "type": "SCHEDULED", "can_reschedule": True}).encode()
+    return None
+
+
+# Azure: a new Preempt event for each case.
+
+
+def _azure_notice(sim: Simulator, case: int) -> Matcher:
+    event_id = sim.raise_notice("Preempt", {"resources": [VM], "not_before_seconds": 600})
+    return lambda n: n["id"] == f"azure/{event_id}" and n["action"] == "terminate"
+
+
+def _azure_bad_dates(path: str) -> bytes | None:
+    if not path.startswith("/metadata/scheduledevents"):
+        return None
+    event = {"EventId": "bad-dates", "EventType": "Reboot", "EventStatus": "Scheduled"}
+    event.update(Resources=[VM], NotBefore="Blursday, 32 Foo 20x6 25:61:00 GMT")
+    return json.dumps({"DocumentIncarnation": 99999, "Events": [event]}).encode()
+
+
+# Kubernetes: cordon (a drain), uncordoned after each case.
+
+
+def _k8s_notice(sim: Simulator, case: int) -> Matcher:
+    sim.raise_notice("cordon", {})
+    return lambda n: n["id"] == f"kubernetes/{NODE}/cordon" and n["action"] == "drain"
+
+
+def _k8s_settle(sim: Simulator, sub: Subscriber, notice: dict[str, Any]) -> None:
+    sim.withdraw("cordon")
+    _next(sub, lambda n: n["id"] == notice["id"] and n["action"] == "clear", 10)
+
+
+def _k8s_bad_dates(path: str) -> bytes | None:
+    if not path.startswith("/api/v1/nodes"):
+        return None
+    node = {
+        "metadata": {"name": NODE, "resourceVersion": "1", "creationTimestamp": "whenever"},
+        "spec": {"taints": [{"key": "x", "effect": "NoSchedule", "timeAdded": "not a time"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": 7}]},
+    }
+    listing = {"kind": "NodeList", "metadata": {"resourceVersion": "1"}, "items": [node]}
+    return json.dumps(listing).encode()
+
+
+ADAPTERS = {
+    "aws": Adapter(
+        "aws",
+        ImdsSimulator,
+        {
+            "FOREWARN_AWS_SCHEDULED_INTERVAL": "0.5",
+            "FOREWARN_AWS_ASG_INTERVAL": "0.5",
+            "FOREWARN_AWS_TIMEOUT": "1",
+        },
+        bound=2 * 0.5,
+        deadline=1.0,
+        raise_notice=_aws_notice,
+        bad_dates=_aws_bad_dates,
+        # IMDS answers "no notice" with 404, HTML bodies included (as AEMM does).
+        normal=frozenset({"html-404"}),
+    ),
+    "gcp": Adapter(
+        "gcp",
+        GcpSimulator,
+        {
+            "FOREWARN_GCP_TIMEOUT_SEC": "2",
+            "FOREWARN_GCP_READ_TIMEOUT_MARGIN": "1",
+            "FOREWARN_GCP_RETRY_DELAY": "0.5",
+            "FOREWARN_GCP_UPCOMING_INTERVAL": "1",
+        },
+        bound=GCP_WINDOW,
+        deadline=3.0,
+        raise_notice=_gcp_notice,
+        settle=_gcp_settle,
+        bad_dates=_gcp_bad_dates,
+    ),
+    "azure": Adapter(
+        "azure",
+        lambda: AzureSimulator(vm_name=VM),
+        {"FOREWARN_AZURE_REQUEST_TIMEOUT": "1", "FOREWARN_AZURE_APPROVE": "off"},
+        bound=2 * 1.0,
+        deadline=1.0,
+        raise_notice=_azure_notice,
+        bad_dates=_azure_bad_dates,
+    ),
+    "kubernetes": Adapter(
+        "kubernetes",
+        lambda: KubernetesSimulator(node=NODE, token="t1", bookmark_interval=1),
+        {
+            "FOREWARN_KUBERNETES_WATCH_TIMEOUT": "2",
+            "FOREWARN_KUBERNETES_RETRY_MAX": "1",
+            "NODE_NAME": NODE,
+        },
+        bound=2 * 1.0,
+        deadline=2 + 5.0,
+        raise_notice=_k8s_notice,
+        settle=_k8s_settle,
+        bad_dates=_k8s_bad_dates,
+        files={"FOREWARN_KUBERNETES_TOKEN_FILE": "t1"},
+    ),
+}
+
+
+def _memory(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) in bytes."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return tuple(int(fields[key].split()[0]) * 1024 for key in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
+
+
+class Rig:
+    """A simulator, the fault proxy in front of it, and the agent reading it."""
+
+    def __init__(self, adapter: Adapter, tmp_path: Path, metrics_port: int) -> None:
+        self.adapter = adapter
+        self.sim = adapter.make_sim()
+        self.server = SimServer(self.sim).start()
+        self.proxy = FaultProxy(("127.0.0.1", self.server.port), adapter.bad_dates)
+        extra = dict(adapter.settings)
+        for key, content in adapter.files.items():
+            path = tmp_path / key.lower()
+            path.write_text(content)
+            extra[key] = str(path)
+        extra[f"FOREWARN_{adapter.name.upper()}_URL"] = self.proxy.url
+        self.metrics = f"127.0.0.1:{metrics_port}"
+        env = agent_env(tmp_path, **extra)
+        self.agent = AgentProcess(
+            tmp_path,
+            providers=(adapter.name,),
+            args=("--metrics-address", self.metrics, "--log-level", "debug"),
+            env=env,
+        ).start(timeout=20)
+        self.sub = self.agent.subscriber()
+        self.cases = 0
+
+    def errors(self) -> float:
+        text = httpx.get(f"http://{self.metrics}/metrics", trust_env=False, timeout=5).text
+        labels = rf'\{{[^}}]*provider="{self.adapter.name}"[^}}]*\}}'
+        pattern = rf"^forewarn_poll_errors_total{labels} (\S+)$"
+        return sum(float(value) for value in re.findall(pattern, text, re.MULTILINE))
+
+    def detect(self, timeout: float) -> tuple[float, dict[str, Any]]:
+        """Raise a fresh notice now; the seconds until the agent publishes it."""
+        self.cases += 1
+        started = time.monotonic()
+        match = self.adapter.raise_notice(self.sim, self.cases)
+        notice = _next(self.sub, match, timeout)
+        elapsed = time.monotonic() - started
+        self.adapter.settle(self.sim, self.sub, notice)
+        return elapsed, notice
+
+    def close(self) -> None:
+        self.sub.close()
+        self.agent.stop()
+        self.proxy.stop()
+        self.server.stop()
+
+
+@pytest.fixture
+def rig_for(tmp_path: Path, unused_tcp_port_factory: Any) -> Iterator[Callable[[str], Rig]]:
+    rigs: list[Rig] = []
+
+    def make(name: str) -> Rig:
+        rig = Rig(ADAPTERS[name], tmp_path, unused_tcp_port_factory())
+        rigs.append(rig)
+        return rig
+
+    yield make
+    for rig in rigs:
+        rig.close()
+
+
+@pytest.fixture
+def unused_tcp_port_factory() -> Callable[[], int]:
+    import socket
+
+    def free() -> int:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return int(probe.getsockname()[1])
+
+    return free
+
+
+def _hold(adapter: Adapter, fault: str) -> float:
+    """How long a fault lasts: hangs and dribbles outlast the watcher's own deadline, so
+    only that deadline can free it; the others outlast a few polls."""
+    if fault in ("hang", "slow-body"):
+        return adapter.deadline + 1.5
+    return 2.5
+
+
+def _run_fault(rig: Rig, fault: str, hold: float) -> dict[str, Any]:
+    errors = rig.errors()
+    rig.proxy.set(fault)
+    time.sleep(hold)
+    if fault not in rig.adapter.normal:
+        wait_for(lambda: rig.errors() > errors, 10, f"{rig.adapter.name} {fault}: no poll error")
+    rig.proxy.set(None)
+    seconds, _ = rig.detect(timeout=max(35.0, rig.adapter.bound * 3))
+    return {"fault": fault, "seconds": seconds}
+
+
+def _report(name: str, rows: list[dict[str, Any]], bound: float) -> str:
+    lines = [f"{name}: bound {bound:g}s"]
+    for row in rows:
+        lines.append(
+            f"  {row['fault']:<10} detected {row['seconds']:6.2f}s  "
+            f"rss +{row['rss'] / 2**20:5.1f} MiB  peak +{row['peak'] / 2**20:5.1f} MiB"
+        )
+    return "\n".join(lines)
+
+
+def _check(name: str, rows: list[dict[str, Any]], bound: float) -> None:
+    table = _report(name, rows, bound)
+    print(table)
+    for row in rows:
+        assert row["seconds"] <= bound, table
+        assert row["rss"] < RSS_GROWTH_LIMIT and row["peak"] < RSS_GROWTH_LIMIT, table
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTERS))
+def test_every_fault_is_survived_and_the_next_notice_is_seen(
+    name: str, rig_for: Callable[[str], Rig]
+) -> None:
+    rig = rig_for(name)
+    rig.detect(timeout=20)  # the path works, and the agent's memory has settled
+    assert rig.agent.proc is not None
+    rss0, peak0 = _memory(rig.agent.proc.pid)
+    rows = []
+    for fault in QUICK_FAULTS:
+        row = _run_fault(rig, fault, _hold(rig.adapter, fault))
+        rss, peak = _memory(rig.agent.proc.pid)
+        rows.append({**row, "rss": rss - rss0, "peak": peak - peak0})
+    _check(name, rows, rig.adapter.bound)
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTERS))
+def test_a_25_second_outage(name: str, rig_for: Callable[[str], Rig]) -> None:
+    rig = rig_for(name)
+    rig.detect(timeout=20)
+    assert rig.agent.proc is not None
+    rss0, peak0 = _memory(rig.agent.proc.pid)
+    row = _run_fault(rig, "outage", OUTAGE_SECONDS)
+    rss, peak = _memory(rig.agent.proc.pid)
+    _check(name, [{**row, "rss": rss - rss0, "peak": peak - peak0}], rig.adapter.bound)
