@@ -10,14 +10,27 @@ or the request fails with an `httpx.HTTPError` the watcher already handles.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+import sys
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 # Metadata answers are a few kilobytes; a megabyte is not a metadata answer.
 DEFAULT_MAX_BODY = 1 << 20
+
+T = TypeVar("T")
+
+
+async def within(awaitable: Awaitable[T], seconds: float | None) -> T:
+    """`awaitable` within `seconds`, else asyncio.TimeoutError. Before Python 3.12,
+    `wait_for` can swallow a cancellation that arrives as the inner call finishes, leaving a
+    cancelled watcher running; `asyncio.timeout` (3.11) does not."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    return await asyncio.wait_for(awaitable, seconds)  # pragma: no cover (3.10)
 
 
 class AnswerTooLarge(httpx.HTTPError):
@@ -53,8 +66,8 @@ async def fetch(
 ) -> Answer:
     """One request, its answer read whole within `deadline` seconds and `max_body` bytes."""
     try:
-        return await asyncio.wait_for(_read(client, method, url, max_body, request), deadline)
-    except asyncio.TimeoutError:
+        return await within(_read(client, method, url, max_body, request), deadline)
+    except (asyncio.TimeoutError, TimeoutError):
         raise DeadlineExceeded(f"{method} {url}: no complete answer within {deadline:g}s") from None
 
 
@@ -98,4 +111,12 @@ async def lines(response: httpx.Response, max_line: int) -> AsyncIterator[str]:
         yield pending.decode("utf-8", errors="replace")
 
 
-__all__ = ["DEFAULT_MAX_BODY", "Answer", "AnswerTooLarge", "DeadlineExceeded", "fetch", "lines"]
+__all__ = [
+    "DEFAULT_MAX_BODY",
+    "Answer",
+    "AnswerTooLarge",
+    "DeadlineExceeded",
+    "fetch",
+    "lines",
+    "within",
+]

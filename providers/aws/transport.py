@@ -15,25 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
+from ..fetch import within
+
 MAX_BODY = 1 << 20  # IMDS answers are a few hundred bytes; a megabyte is not IMDS
 MAX_HEADERS = 100
-
-T = TypeVar("T")
-
-
-async def _bounded(awaitable: Awaitable[T], seconds: float | None) -> T:
-    """`awaitable` within `seconds`; asyncio.timeout avoids the extra task per call that
-    wait_for makes before Python 3.12."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await awaitable
-    return await asyncio.wait_for(awaitable, seconds)
 
 
 class _Stale(Exception):
@@ -108,7 +97,7 @@ class ImdsTransport(httpx.AsyncBaseTransport):
         assert self._reader is not None and self._writer is not None
         try:
             self._writer.write(payload)
-            return await _bounded(_read_response(self._reader, request.method, reused), timeout)
+            return await within(_read_response(self._reader, request.method, reused), timeout)
         except asyncio.TimeoutError:
             raise httpx.ReadTimeout("timed out waiting for the answer", request=request) from None
         except asyncio.IncompleteReadError as error:

@@ -23,6 +23,7 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext
+from ..fetch import within
 from .api import ApiError, Gone, NodeApi, read_margin
 from .config import ConfigError, node_name, resolve
 from .nodes import (
@@ -158,8 +159,8 @@ class KubernetesWatcher:
         line would otherwise hold it past any read timeout."""
         limit = self.settings.watch_timeout + read_margin(self.settings.watch_timeout)
         try:
-            return await asyncio.wait_for(self._stream(api, emit), limit)
-        except asyncio.TimeoutError:
+            return await within(self._stream(api, emit), limit)
+        except (asyncio.TimeoutError, TimeoutError):
             raise httpx.ReadTimeout(f"watch: the stream did not end within {limit:g}s") from None
 
     async def _stream(self, api: NodeApi, emit: Emit) -> bool:

@@ -110,7 +110,7 @@ async def test_transport_errors_are_counted_and_retried(respx_mock: respx.MockRo
     def maintenance(request: httpx.Request) -> httpx.Response:
         assert request.headers["Metadata-Flavor"] == "Google"
         assert request.url.params["wait_for_change"] == "true"
-        assert request.url.params["timeout_sec"] == "60"
+        assert request.url.params["timeout_sec"] == "15"  # the default
         if sequence:
             step = sequence.pop(0)
             if isinstance(step, Exception):
