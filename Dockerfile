@@ -14,7 +14,7 @@ ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 # Stage 1: build the wheel from this source tree.
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY protocol ./protocol
 COPY agent ./agent
 COPY providers ./providers

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, utcnow
 from forewarn.protocol.wire import (
     TOPIC_HEARTBEAT,
@@ -24,10 +25,6 @@ from forewarn.protocol.wire import (
 if TYPE_CHECKING:
     from forewarn.providers.registry import Registry
 from forewarn.providers.registry import Registry
-
-
-class UsageError(Exception):
-    """Bad input from the user: printed and exit code 2."""
 
 
 def _duration(flag: str) -> Callable[[str], float]:
@@ -351,6 +348,15 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _section_loader(name: str) -> Callable[[Path | None], Any]:
+    def load(config_file: Path | None = None) -> Any:
+        from .config import load_settings
+
+        return load_settings(config_file).provider_settings(name)
+
+    return load
+
+
 def build_parser(
     command: str | None = None, registry: Registry | None = None
 ) -> argparse.ArgumentParser:
@@ -515,7 +521,7 @@ def build_parser(
         drill_face = spec.drill()
         sub = drills.add_parser(spec.name, help=f"trigger {spec.name}'s real test path")
         drill_face.add_arguments(sub)
-        sub.set_defaults(func=drill_face.run)
+        sub.set_defaults(func=drill_face.run, load_settings=_section_loader(spec.name))
 
     render = commands.add_parser("render", help="render deployment files (cloud-init)")
     kinds = render.add_subparsers(dest="kind", required=True, metavar="KIND")

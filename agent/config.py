@@ -124,8 +124,8 @@ class Settings(BaseSettings):
 
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)
 
-    # The providers this model has sections for; `settings_model` sets it.
-    registry: ClassVar[Registry] = REGISTRY
+    # The providers this model has sections for: none here; `settings_model` sets it.
+    registry: ClassVar[Registry] = Registry([])
 
     @field_validator("*", mode="before")
     @classmethod

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from forewarn.protocol.errors import DrillError
 from forewarn.protocol.wire import request
 
 READY_TIMEOUT = 15.0
 PHASE_TIMEOUT = 30.0
 
 
-class DrillFailed(Exception):
+class DrillFailed(DrillError):
     pass
 
 

@@ -18,6 +18,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import parse_time
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -28,7 +29,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .observers import Observer
+from .observer import Observer
 from .protocol import AckRequest, Notice
 
 log = logging.getLogger("forewarn.agent.metrics")
@@ -44,7 +45,7 @@ DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 FLUSH_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
 
 
-class MetricsError(RuntimeError):
+class MetricsError(ForewarnError, RuntimeError):
     """The metrics server cannot listen; the text names the address and why."""
 
 

@@ -12,37 +12,13 @@ from typing import TYPE_CHECKING
 from forewarn.protocol.errors import ConfigError
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
 
+from .observer import Observer
 from .protocol import AckRequest, Notice
 
 if TYPE_CHECKING:
     from .config import Settings
 
 log = logging.getLogger("forewarn.agent")
-
-
-class Observer:
-    """No-op base: override what you need."""
-
-    def on_start(self, providers: list[str]) -> None:
-        """The agent is serving; `providers` are the watchers it runs."""
-
-    def on_notice(self, notice: Notice, *, escalated: bool) -> None:
-        """A notice was published (new, changed, escalated or cleared); not called on replays."""
-
-    def on_expired(self, notice: Notice) -> None:
-        """A notice was retired past its end; `notice` is the clear (also sent to on_notice)."""
-
-    def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
-        """A watcher finished one poll of its endpoint."""
-
-    def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
-        """A client reported a flush (or a resume); `notice` is the one it names, if active."""
-
-    def on_subscribers(self, count: int) -> None:
-        """The number of acking clients changed."""
-
-    def on_stop(self) -> None:
-        """The agent is shutting down."""
 
 
 class Observers(Observer):
@@ -90,7 +66,7 @@ def build_observers(settings: Settings) -> list[Observer]:
     if listen is not None:
         observers.append(_metrics_service(*listen))
     if settings.telemetry:
-        # Imported here: telemetry imports this module for the Observer base.
+        # Imported here: only an agent that writes telemetry needs it.
         from .telemetry import TelemetryObserver, TelemetryWriter, telemetry_path
 
         writer = TelemetryWriter(

@@ -18,6 +18,7 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
+from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.wire import ipc_path
 
 from .protocol import TOPIC_CLIENT_PREFIX, TOPIC_HEARTBEAT, TOPIC_NOTICE, Heartbeat, Notice
@@ -27,7 +28,7 @@ log = logging.getLogger("forewarn.agent")
 SOCKET_MODE = 0o660
 
 
-class BindError(RuntimeError):
+class BindError(ForewarnError, RuntimeError):
     """The agent cannot bind an endpoint; the text says which and why."""
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import ipc_path, request
-from forewarn.providers import PollHealth, Watcher, WatcherContext
+from forewarn.providers import Closable, FlushAware, PollHealth, Watcher, WatcherContext
 from forewarn.providers.backoff import Backoff
 from pydantic import ValidationError
 
@@ -82,7 +82,6 @@ class Agent:
         self.providers: list[str] = []
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
-        self._manual_dirty = False
 
     # Setting up.
 
@@ -125,11 +124,10 @@ class Agent:
         return spec.watcher(self.settings.provider_settings(name), context)
 
     @staticmethod
-    async def _close(watcher: Any) -> None:
-        closer = getattr(watcher, "aclose", None)
-        if closer is not None:
+    async def _close(watcher: Watcher) -> None:
+        if isinstance(watcher, Closable):
             with contextlib.suppress(Exception):
-                await closer()
+                await watcher.aclose()
 
     # Running.
 
@@ -263,10 +261,9 @@ class Agent:
             return
         log.info("notice %s flushed by every client", notice_id)
         watcher = self.watchers.get(notice.provider)
-        hook = getattr(watcher, "flushed", None)
-        if hook is not None:
+        if isinstance(watcher, FlushAware):
             try:
-                hook(notice_id)
+                watcher.flushed(notice_id)
             except Exception:
                 log.exception("%s: flushed(%s) failed", notice.provider, notice_id)
 

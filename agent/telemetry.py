@@ -27,9 +27,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import format_time, utcnow
 
-from .observers import Observer
+from .observer import Observer
 from .protocol import AckRequest, Notice
 
 FILE_NAME = "telemetry.jsonl"
@@ -148,11 +149,11 @@ class TelemetryObserver(Observer):
         self.writer.write("stop", {"pid": os.getpid()})
 
 
-class TelemetryFormatError(ValueError):
+class TelemetryFormatError(ForewarnError, ValueError):
     """A telemetry file that cannot be read; the text names the file and line."""
 
 
-class _NonFinite(Exception):
+class _NonFinite(ForewarnError):
     """Python's json reads Infinity, -Infinity and NaN, which no figure may be."""
 
 

@@ -121,7 +121,6 @@ class CheckpointGuard:
         self._last_save = time.monotonic()
         self._started = self._last_save
         self._started_wall = process_started()
-        self.last_result: SaveResult | None = None
         # The step whose state is already durable (a save, or the resume point): a save asked
         # for at that step again has nothing new to write.
         self.durable_step: int | None = None
@@ -282,7 +281,6 @@ class CheckpointGuard:
             for notice_id in notice_ids or (None,):
                 self.notices.ack(notice_id, step=step, flush_seconds=seconds)
         result = SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds)
-        self.last_result = result
         if exit_now:
             log.warning("forewarn: %s", exit_line(step, reasons, events, where))
         else:
@@ -307,7 +305,6 @@ class CheckpointGuard:
             where = f"{self.store.url}/{flushed.generation.name}"
             result = self.saved(step, flushed.seconds, where=where)
             result = replace(result, generation=flushed.generation)
-            self.last_result = result
             return result
         started = time.monotonic()
         write(step)

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .errors import UsageError
+
 PROTOCOL_VERSION = 1
 
 TOPIC_NOTICE = "notice"
@@ -26,7 +28,7 @@ ENV_CONTROL = "FOREWARN_CONTROL"
 SYSTEM_RUNTIME_DIR = Path("/run/forewarn")
 
 
-class EndpointError(ValueError):
+class EndpointError(UsageError):
     """An endpoint that forewarn refuses to bind or connect, with the reason in its text."""
 
 

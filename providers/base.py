@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
+from forewarn.protocol.errors import ForewarnError
 from forewarn.providers.report import Report
 
 from .health import PollHealth
@@ -14,7 +15,7 @@ from .health import PollHealth
 Emit = Callable[[Report], None]
 
 
-class ParseError(ValueError):
+class ParseError(ForewarnError, ValueError):
     """A provider answered with something its contract does not allow. Parsers raise only this."""
 
 

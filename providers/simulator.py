@@ -28,12 +28,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from forewarn.protocol.errors import ForewarnError
+
 log = logging.getLogger("forewarn.simulate")
 
 CONTROL_PREFIX = "/_sim"
 
 
-class SimError(Exception):
+class SimError(ForewarnError):
     """A control request the simulator cannot honour; becomes a 4xx JSON answer."""
 
     def __init__(self, message: str, status: int = 400) -> None:

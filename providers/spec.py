@@ -26,7 +26,9 @@ class CommandFace(Protocol):
     """A provider's subcommand (`forewarn drill <name>`): its flags and what it does.
 
     `run` returns the exit code; bad input raises `forewarn.protocol.UsageError` (or returns
-    2 after one `forewarn:` line), a failure `DrillError`.
+    2 after one `forewarn:` line), a failure `DrillError`. The command line puts
+    `args.load_settings(config_file)` in the namespace: it returns the provider's section of
+    the agent's configuration, validated (a provider never imports the agent's config).
     """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...

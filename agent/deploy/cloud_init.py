@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 
+from forewarn.protocol.errors import UsageError
+
 FILES = Path(__file__).resolve().parent / "files"
 TEMPLATE = FILES / "cloud-init" / "user-data.yaml.tmpl"
 SYSTEMD = FILES / "systemd"
@@ -35,7 +37,7 @@ _GIT_URL = re.compile(r"^git\+(https|ssh|http)://\S+$")
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class RenderError(ValueError):
+class RenderError(UsageError):
     """Input that cannot be rendered; the text names the option."""
 
 

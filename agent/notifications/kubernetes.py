@@ -24,7 +24,7 @@ from forewarn.providers.kubernetes.api import cordon_request
 from forewarn.providers.kubernetes.config import Cluster, node_name, resolve
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
 
-from ..observers import Observer
+from ..observer import Observer
 from ..protocol import Notice
 
 log = logging.getLogger("forewarn.kubernetes")

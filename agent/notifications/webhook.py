@@ -16,7 +16,7 @@ import httpx
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.backoff import Backoff
 
-from ..observers import Observer
+from ..observer import Observer
 from ..protocol import Notice
 from .settings import WebhookSettings
 

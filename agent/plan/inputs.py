@@ -16,11 +16,12 @@ from forewarn.clients.overhead import (
     DEFAULT_NO_NOTICE_SHARE,
     Scenario,
 )
+from forewarn.protocol.errors import UsageError
 
 HOURS_PER_MONTH = 730.0
 
 
-class PlanError(ValueError):
+class PlanError(UsageError):
     """Input the plan cannot use; `field` names the flag or value at fault."""
 
     def __init__(self, field: str, message: str) -> None:

@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from forewarn.protocol.errors import ForewarnError
+
 from .inputs import Timing
 from .model import (
     RULE_OF_THUMB_TAX,
@@ -24,7 +26,7 @@ from .model import (
 from .table import seconds_text
 
 
-class PlotError(RuntimeError):
+class PlotError(ForewarnError, RuntimeError):
     """The plot cannot be drawn (matplotlib missing, file not writable)."""
 
 

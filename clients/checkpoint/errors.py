@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from forewarn.protocol.errors import ForewarnError
 
-class CheckpointError(Exception):
+
+class CheckpointError(ForewarnError):
     """Base of every error the checkpoint store raises."""
 
 

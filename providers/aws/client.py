@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
+from forewarn.protocol.errors import ForewarnError
 
 from .imds import TOKEN_HEADER, TOKEN_PATH, TTL_HEADER
 from .settings import MAX_TOKEN_TTL, MIN_TOKEN_TTL
@@ -32,7 +33,7 @@ HOP_LIMIT_HINT = (
 V1_RETRY_SECONDS = 60.0
 
 
-class ImdsError(Exception):
+class ImdsError(ForewarnError):
     """`hint`: the usual cause and its fix, for whoever reports the error to say once."""
 
     def __init__(self, kind: str, message: str, hint: str | None = None) -> None:
@@ -88,9 +89,6 @@ class ImdsClient:
 
     async def aclose(self) -> None:
         await self.http.aclose()
-
-    def forget_token(self) -> None:
-        self._token = None
 
     async def get(self, path: str, timeout: float | None = None) -> Answer:
         """GET `path`; a 401 gets a fresh token and one more try. Raises ImdsError on

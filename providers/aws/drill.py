@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from forewarn.protocol.errors import UsageError
+
 ROLE_NAME = "forewarn-fis-spot-interruption"
 ACTION_ID = "aws:ec2:send-spot-instance-interruptions"
 TARGET_TYPE = "aws:ec2:spot-instance"
@@ -54,10 +56,6 @@ _INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 _ROLE_ARN = re.compile(r"^arn:(aws[a-z-]*):iam::(\d{12}):role/[\w+=,.@/-]{1,512}$")
 _DURATION = re.compile(r"^PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?$")
 _REGION = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d$")
-
-
-class DrillError(ValueError):
-    """Bad input: the text names the flag and what was wrong."""
 
 
 @dataclass
@@ -119,40 +117,40 @@ def duration_seconds(text: str) -> int:
     """Seconds in an ISO 8601 duration such as PT2M, PT600S or PT2M30S."""
     match = _DURATION.match(text)
     if not match or not any(match.groups()):
-        raise DrillError(f"--duration: not an ISO 8601 duration such as PT2M or PT600S: {text!r}")
+        raise UsageError(f"--duration: not an ISO 8601 duration such as PT2M or PT600S: {text!r}")
     hours, minutes, seconds = (int(group or 0) for group in match.groups())
     return hours * 3600 + minutes * 60 + seconds
 
 
 def make_plan(args: argparse.Namespace, default_region: Callable[[], str | None]) -> Plan:
     if not _INSTANCE_ID.match(args.instance_id or ""):
-        raise DrillError(f"--instance-id: not an EC2 instance id (i-...): {args.instance_id!r}")
+        raise UsageError(f"--instance-id: not an EC2 instance id (i-...): {args.instance_id!r}")
     seconds = duration_seconds(args.duration)
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
-        raise DrillError(
+        raise UsageError(
             f"--duration: FIS allows 2 to 15 minutes (PT2M to PT15M), got {args.duration} "
             f"({seconds} s)"
         )
     if args.role_arn and args.create_role:
-        raise DrillError("--role-arn and --create-role: give one, not both")
+        raise UsageError("--role-arn and --create-role: give one, not both")
     if not args.role_arn and not args.create_role:
-        raise DrillError(
+        raise UsageError(
             "--role-arn: FIS needs a role it can assume (trusting fis.amazonaws.com, allowed "
             "ec2:SendSpotInstanceInterruptions and ec2:DescribeInstances); give its ARN, or "
             "--create-role to create one"
         )
     if args.role_arn and not _ROLE_ARN.match(args.role_arn):
-        raise DrillError(f"--role-arn: not an IAM role ARN: {args.role_arn!r}")
+        raise UsageError(f"--role-arn: not an IAM role ARN: {args.role_arn!r}")
     region = args.region or default_region()
     if not region:
-        raise DrillError(
+        raise UsageError(
             "--region: no region given and none configured (AWS_REGION, AWS_DEFAULT_REGION or "
             "~/.aws/config)"
         )
     if not _REGION.match(region):
-        raise DrillError(f"--region: not an AWS region: {region!r}")
+        raise UsageError(f"--region: not an AWS region: {region!r}")
     if args.poll <= 0:
-        raise DrillError(f"--poll: must be more than 0 seconds, got {args.poll}")
+        raise UsageError(f"--poll: must be more than 0 seconds, got {args.poll}")
     return Plan(args.instance_id, region, args.duration, args.role_arn, args.poll)
 
 
@@ -309,7 +307,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         plan = make_plan(args, _default_region)
-    except DrillError as error:
+    except UsageError as error:
         print(f"forewarn drill aws: {error}", file=sys.stderr)
         return 2
     describe(plan, print)
@@ -335,7 +333,6 @@ __all__ = [
     "ROLE_NAME",
     "TARGET_TYPE",
     "Clients",
-    "DrillError",
     "Plan",
     "add_arguments",
     "describe",

@@ -18,6 +18,7 @@ import contextlib
 from typing import Any
 
 import httpx
+from forewarn.protocol.errors import ForewarnError
 
 from ..fetch import within
 
@@ -25,7 +26,7 @@ MAX_BODY = 1 << 20  # IMDS answers are a few hundred bytes; a megabyte is not IM
 MAX_HEADERS = 100
 
 
-class _Stale(Exception):
+class _Stale(ForewarnError):
     """A reused connection closed before answering: the server dropped it while idle."""
 
 

@@ -92,7 +92,7 @@ def _droplet(settings: Settings) -> Droplet:
 
 
 def run(args: argparse.Namespace) -> int:
-    from forewarn.agent.config import ConfigError, load_settings
+    from forewarn.protocol.errors import ConfigError
     from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
 
     from .imap import MailboxError, MailboxSession, load_credentials
@@ -102,7 +102,9 @@ def run(args: argparse.Namespace) -> int:
         "test reclaim mail into the mailbox the agent watches."
     )
     try:
-        settings: Settings = load_settings(config_file=args.config).digitalocean
+        # The agent's configuration, loaded by the command line (providers never import it).
+        settings = args.load_settings(args.config)
+        assert isinstance(settings, Settings)
     except ConfigError as error:
         return _fail(str(error))
     if not settings.imap_host or settings.credentials_file is None:

@@ -22,6 +22,8 @@ from datetime import date
 from pathlib import Path
 from typing import Literal
 
+from forewarn.protocol.errors import ForewarnError
+
 log = logging.getLogger("forewarn.providers.digitalocean")
 
 TlsMode = Literal["tls", "starttls", "none"]
@@ -35,7 +37,7 @@ _MAXLINE = 1_000_000
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
-class MailboxError(Exception):
+class MailboxError(ForewarnError):
     """A failure worth one clear line; `kind` groups repeats in PollHealth."""
 
     kind = "imap"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import httpx
+from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import utcnow
 
 from ..backoff import Backoff
@@ -34,7 +35,7 @@ DETECT_TIMEOUT = 1.0
 METADATA_TIMEOUT = 2.0
 
 
-class MetadataUnavailable(Exception):
+class MetadataUnavailable(ForewarnError):
     """Neither droplet metadata nor the settings say which droplet this is."""
 
 

@@ -16,14 +16,11 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from forewarn.protocol.errors import DrillError
 from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 
 COMPUTE_API = "https://compute.googleapis.com"
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-
-
-class DrillError(Exception):
-    """The drill could not go on; the text says why."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from forewarn.protocol.errors import ForewarnError
 
 from ..fetch import fetch, lines
 from .config import Cluster
@@ -33,7 +34,7 @@ MAX_LIST_BODY = 4 << 20
 MAX_EVENT_LINE = 4 << 20
 
 
-class ApiError(Exception):
+class ApiError(ForewarnError):
     """The API server answered with an error; `kind` names it for PollHealth."""
 
     def __init__(self, kind: str, message: str, status: int | None = None) -> None:

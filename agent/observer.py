@@ -1,0 +1,37 @@
+"""The interface of a part that watches the agent (metrics, telemetry): `Observer`.
+
+Apart from `observers.py` (which fans calls out and builds the configured observers) so that
+`metrics.py` and `telemetry.py` can subclass it without an import cycle.
+"""
+
+from __future__ import annotations
+
+from .protocol import AckRequest, Notice
+
+
+class Observer:
+    """No-op base: override what you need."""
+
+    def on_start(self, providers: list[str]) -> None:
+        """The agent is serving; `providers` are the watchers it runs."""
+
+    def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        """A notice was published (new, changed, escalated or cleared); not called on replays."""
+
+    def on_expired(self, notice: Notice) -> None:
+        """A notice was retired past its end; `notice` is the clear (also sent to on_notice)."""
+
+    def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
+        """A watcher finished one poll of its endpoint."""
+
+    def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
+        """A client reported a flush (or a resume); `notice` is the one it names, if active."""
+
+    def on_subscribers(self, count: int) -> None:
+        """The number of acking clients changed."""
+
+    def on_stop(self) -> None:
+        """The agent is shutting down."""
+
+
+__all__ = ["Observer"]
