@@ -25,6 +25,7 @@ from forewarn.clients.checkpoint import (
 )
 from forewarn.clients.checkpoint.generation import read_generation
 from forewarn.clients.checkpoint.manifest import generation_name
+from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_time
 
 from .progressbar import ProgressBar
@@ -34,7 +35,7 @@ EXIT_USAGE = 2
 EXIT_UNREADABLE = 3
 
 
-class _Usage(Exception):
+class _Usage(UsageError):
     """Bad input: one line, exit 2."""
 
 
