@@ -4,7 +4,7 @@
 
 from setuptools import find_packages, setup
 
-FOLDERS = ("protocol", "agent", "providers", "clients")
+FOLDERS = ("protocol", "agent", "providers", "clients", "testing")
 
 setup(
     package_dir={f"forewarn.{folder}": folder for folder in FOLDERS},

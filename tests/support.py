@@ -64,6 +64,10 @@ def eventually(
         time.sleep(interval)
 
 
+# The old name, so branches written before the toolkit still run; new tests say eventually.
+wait_until = eventually
+
+
 async def eventually_async(
     check: Callable[[], Any],
     timeout: float = 10.0,
@@ -449,4 +453,5 @@ __all__ = [
     "run_forewarn",
     "running_agent",
     "running_watcher",
+    "wait_until",
 ]

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("protocol", "agent", "providers", "clients")
+FOLDERS = ("protocol", "agent", "providers", "clients", "testing")
 
 
 def _modules() -> dict[str, Path]:
@@ -75,7 +75,9 @@ def test_clients_and_providers_do_not_import_the_agent() -> None:
     bad = {
         (name, target)
         for name, targets in GRAPH.items()
-        if name.startswith(("forewarn.clients", "forewarn.providers", "forewarn.protocol"))
+        if name.startswith(
+            ("forewarn.clients", "forewarn.providers", "forewarn.protocol", "forewarn.testing")
+        )
         for target in targets
         if target.startswith("forewarn.agent")
     }

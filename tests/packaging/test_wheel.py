@@ -11,7 +11,9 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "protocol", "agent", "providers", "clients")
+SOURCES = (
+    "pyproject.toml", "setup.py", "README.md", "protocol", "agent", "providers", "clients", "testing"
+)  # fmt: skip
 
 # Runs with `python -S` so that neither the editable install's finder nor the source tree is
 # on the path: only the installed wheel and the dependencies' site-packages.
@@ -20,7 +22,7 @@ import argparse, json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[2]]
 from pathlib import Path
 from forewarn.providers import REGISTRY, PollHealth, WatcherContext
-import forewarn.clients, forewarn.protocol
+import forewarn.clients, forewarn.protocol, forewarn.testing.plugin
 from forewarn.agent import cli, configdoc, runner
 from importlib import resources
 seen = {}

@@ -1,0 +1,390 @@
+"""A real `forewarn agent` subprocess on private directories, for a test of the code that acts
+on its notices: start it, raise notices, see what the code under test did, tear it all down."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from forewarn.protocol.timefmt import format_time, parse_deadline
+from forewarn.protocol.wire import ENV_CONTROL, ENV_EVENTS, ENV_RUNTIME_DIR, request
+
+from .events import EventRecorder
+from .providers import (
+    LAUNCH,
+    AwsNotices,
+    AzureNotices,
+    GcpNotices,
+    KubernetesNotices,
+    ProviderNotices,
+)
+from .simcontrol import SimulatorProcess
+from .waiting import eventually, free_port
+
+PROVIDERS = ("local", *LAUNCH)
+# Where a watcher that is not under test would look: a port nothing listens on, on loopback.
+_DEAD_LOOPBACK = "127.0.0.1:9"
+FLAG_NAME = "checkpoint-now"
+
+
+class AgentDied(RuntimeError):
+    """The agent (or its simulator) exited or never became ready; the message ends with the
+    tail of its log."""
+
+
+def _clean_environ() -> dict[str, str]:
+    """The caller's environment without anything that would lead the agent elsewhere: other
+    forewarn settings, proxies, an enclosing pod's API server, Google's metadata host."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("FOREWARN_")
+        and key.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+        and not key.startswith("KUBERNETES_SERVICE")
+    }
+    env.update(
+        GCE_METADATA_HOST=_DEAD_LOOPBACK,
+        GCE_METADATA_IP=_DEAD_LOOPBACK,
+        NO_GCE_CHECK="true",
+        NO_PROXY="*",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+class RunningAgent:
+    """One agent (and, with a cloud `provider`, that provider's simulator) for one test.
+
+    Use it as a context manager (or `start_agent`). While it runs, `FOREWARN_RUNTIME_DIR`,
+    `FOREWARN_EVENTS` and `FOREWARN_CONTROL` point at it, so `CheckpointGuard()` and `Notices()`
+    find it with no arguments."""
+
+    def __init__(
+        self,
+        provider: str = "local",
+        *,
+        exit_margin: float | str | None = None,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        set_env: bool = True,
+        directory: str | Path | None = None,
+        keep: bool = False,
+        ready_timeout: float = 30.0,
+    ) -> None:
+        if provider not in PROVIDERS:
+            raise ValueError(f"provider must be one of {', '.join(PROVIDERS)}, not {provider!r}")
+        self.provider = provider
+        self.set_env = set_env
+        self.keep = keep
+        self.ready_timeout = ready_timeout
+        self._own_root = directory is None
+        root = tempfile.mkdtemp(prefix="forewarn-test-") if directory is None else directory
+        self.root = Path(root)
+        self.runtime_dir = self.root / "run"
+        self.state_dir = self.root / "state"
+        self.log_path = self.root / "agent.log"
+        self.events_endpoint = f"ipc://{self.runtime_dir}/events"
+        self.control_endpoint = f"ipc://{self.runtime_dir}/control"
+        self.flag_path = self.runtime_dir / FLAG_NAME
+        self.env = _clean_environ()
+        self.env.update(
+            FOREWARN_RUNTIME_DIR=str(self.runtime_dir),
+            FOREWARN_STATE_DIR=str(self.state_dir),
+            FOREWARN_EVENTS=self.events_endpoint,
+            FOREWARN_CONTROL=self.control_endpoint,
+        )
+        providers = ["local"] if provider == "local" else ["local", provider]
+        argv = [sys.executable, "-m", "forewarn.agent.cli", "agent"]
+        for name in providers:
+            argv += ["--provider", name]
+        if exit_margin is not None:
+            argv += ["--exit-margin", str(exit_margin)]
+        self.argv = [*argv, *args]
+        self.simulator: SimulatorProcess | None = None
+        self.notices: ProviderNotices | None = None
+        self._extra_env = dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._recorder: EventRecorder | None = None
+        self._saved_environ: dict[str, str | None] = {}
+
+    # Life cycle.
+
+    def start(self) -> RunningAgent:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        self.runtime_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
+        self.state_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
+        launch = LAUNCH.get(self.provider)
+        if launch is not None:
+            port = free_port()
+            self.simulator = SimulatorProcess(
+                self.provider, port, launch.sim_args, self.root / "simulator.log"
+            ).start(_clean_environ())
+            self.env.update(launch.agent_env(self.simulator.url, self.root))
+            self.notices = launch.notices(self.simulator.control)
+        self.env.update(self._extra_env)
+        # The agent and the simulator start side by side: the watcher retries until it answers.
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        self._recorder = EventRecorder(self.events_endpoint).start()
+        while not self._recorder.first_heartbeat.wait(0.02):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise AgentDied(self._died(f"no heartbeat within {self.ready_timeout:g}s"))
+        if self.simulator is not None:
+            self.simulator.wait_ready(deadline)
+            # Ready means the watcher has read its endpoint once, not merely that it exists.
+            while not self.simulator.control.requests():
+                self._check_alive()
+                if time.monotonic() > deadline:
+                    raise AgentDied(self._died(f"the {self.provider} watcher never polled"))
+                time.sleep(0.02)
+        if self.set_env:
+            for key in (ENV_RUNTIME_DIR, ENV_EVENTS, ENV_CONTROL):
+                self._saved_environ[key] = os.environ.get(key)
+                os.environ[key] = self.env[key]
+
+    def _check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AgentDied(self._died(f"the agent exited with code {self.proc.returncode}"))
+        sim = self.simulator
+        if sim is not None and sim.proc is not None and sim.proc.poll() is not None:
+            raise AgentDied(
+                f"forewarn simulate {self.provider} exited with {sim.proc.returncode}:\n"
+                + sim.log_path.read_text(errors="replace")
+            )
+
+    def _died(self, what: str) -> str:
+        return f"{what}; the agent's log ({self.log_path}) ends:\n{self.log_tail()}"
+
+    def stop(self) -> int | None:
+        """Stop the agent and the simulator, restore the environment, remove the directory.
+        Safe to call twice; returns the agent's exit code."""
+        for key, value in self._saved_environ.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_environ.clear()
+        code = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            code = self.proc.returncode
+        if self._recorder is not None:
+            self._recorder.close()
+            self._recorder = None
+        if self.simulator is not None:
+            self.simulator.stop()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._own_root and not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+        return code
+
+    def __enter__(self) -> RunningAgent:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    # Each provider's notices.
+
+    def _provider(self, cls: type[ProviderNotices]) -> Any:
+        if not isinstance(self.notices, cls):
+            raise AttributeError(
+                f"this agent runs provider {self.provider!r}; "
+                + (
+                    f"start one with provider={cls.name!r} to raise {cls.name} notices"
+                    if cls.name
+                    else "only a cloud provider's agent has a simulator"
+                )
+            )
+        return self.notices
+
+    @property
+    def aws(self) -> AwsNotices:
+        return self._provider(AwsNotices)
+
+    @property
+    def gcp(self) -> GcpNotices:
+        return self._provider(GcpNotices)
+
+    @property
+    def azure(self) -> AzureNotices:
+        return self._provider(AzureNotices)
+
+    @property
+    def kubernetes(self) -> KubernetesNotices:
+        return self._provider(KubernetesNotices)
+
+    @property
+    def sim(self) -> ProviderNotices:
+        """The simulator of whichever cloud provider this agent runs."""
+        return self._provider(ProviderNotices)
+
+    def fault(self, kind: str, **fields: Any) -> str:
+        """Make the provider's endpoint misbehave (see `forewarn simulate --help`)."""
+        return self.sim.fault(kind, **fields)
+
+    def end_fault(self, fault_id: str | None = None) -> None:
+        self.sim.end_fault(fault_id)
+
+    # The agent's own notices and control socket.
+
+    def control(self, payload: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
+        """One control request; raises AgentDied when the agent is gone."""
+        self._check_alive()
+        reply = request(self.control_endpoint, payload, timeout)
+        if not reply.get("ok"):
+            raise AssertionError(f"the agent refused {payload}: {reply.get('error')}")
+        return reply
+
+    def status(self) -> dict[str, Any]:
+        return self.control({"op": "status"})
+
+    def notify(
+        self,
+        action: str = "drain",
+        deadline: str | None = None,
+        *,
+        reason: str | None = None,
+        note: str | None = None,
+        id: str | None = None,
+    ) -> str:
+        """Raise a manual notice (as `forewarn notify`); `deadline` is RFC 3339 or a duration
+        from now (`90s`, `15m`). The same `id` again changes that notice. Returns its id."""
+        payload: dict[str, Any] = {"op": "notify", "action": action}
+        if deadline is not None:
+            payload["deadline"] = format_time(parse_deadline(deadline))
+        for key, value in (("reason", reason), ("note", note), ("id", id)):
+            if value is not None:
+                payload[key] = value
+        return str(self.control(payload)["notice"]["id"])
+
+    def move_deadline(self, notice_id: str, deadline: str) -> None:
+        """Give a manual notice a new deadline (same id; it may escalate or step back)."""
+        current = next((n for n in self.status()["active"] if n["id"] == notice_id), None)
+        if current is None:
+            raise AssertionError(f"no active notice {notice_id!r}")
+        self.notify(current["action"], deadline, reason=current["reason"], id=notice_id)
+
+    def clear(self, notice_id: str | None = None) -> list[str]:
+        """Withdraw one manual notice, or all; the ids cleared."""
+        payload: dict[str, Any] = {"op": "clear"}
+        if notice_id is not None:
+            payload["id"] = notice_id
+        return list(self.control(payload)["cleared"])
+
+    def flag_file(self, deadline: str | None = None) -> Path:
+        """Touch the flag file (`checkpoint-now` in the runtime directory): a drain, with
+        `deadline` (RFC 3339 or a duration) on its first line when given."""
+        self.flag_path.write_text("" if deadline is None else deadline + "\n")
+        return self.flag_path
+
+    # What the code under test did.
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Every notice the agent published since it started, in order."""
+        assert self._recorder is not None, "the agent is not running"
+        with self._recorder.changed:
+            return list(self._recorder.notices)
+
+    def wait_for_event(self, timeout: float = 10.0, **match: Any) -> dict[str, Any]:
+        """The first notice published (since the start) whose fields equal `match`, e.g.
+        `wait_for_event(action="terminate", provider="aws")`."""
+        assert self._recorder is not None, "the agent is not running"
+        found = self._recorder.wait(match, 0, timeout)
+        if found is None:
+            self._check_alive()
+            seen = [(n.get("action"), n.get("id")) for n in self.events]
+            raise AssertionError(f"no notice matching {match} within {timeout:g}s; seen {seen}")
+        return found
+
+    @property
+    def acks(self) -> list[dict[str, Any]]:
+        """Every flush a client reported (`notice_id`, `client`, `step`, `flush_seconds`,
+        `outcome`), read from the agent's telemetry."""
+        path = self.state_dir / "telemetry.jsonl"
+        if not path.exists():
+            return []
+        found = []
+        for line in path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and entry.get("kind") == "ack":
+                    found.append(entry)
+        return found
+
+    def wait_for_ack(self, notice_id: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+        """The first ack for `notice_id` (or for anything, periodic saves included)."""
+
+        def found() -> dict[str, Any] | None:
+            self._check_alive()
+            for ack in self.acks:
+                if notice_id is None or ack.get("notice_id") == notice_id:
+                    return ack
+            return None
+
+        what = f"an ack of {notice_id}" if notice_id else "an ack"
+        try:
+            result: dict[str, Any] = eventually(found, timeout, what, interval=0.02)
+        except AssertionError as error:
+            raise AssertionError(f"{error}; acks so far: {self.acks}") from None
+        return result
+
+
+@contextlib.contextmanager
+def start_agent(provider: str = "local", **options: Any) -> Iterator[RunningAgent]:
+    """`with start_agent("aws") as agent:` a ready agent (and simulator), gone at the end of
+    the block whatever happened in it. Options as for `RunningAgent`."""
+    agent = RunningAgent(provider, **options).start()
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+__all__ = ["PROVIDERS", "AgentDied", "RunningAgent", "start_agent"]

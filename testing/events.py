@@ -1,0 +1,80 @@
+"""Every message the agent publishes, recorded by a subscriber on a background thread."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import zmq
+from forewarn.protocol.wire import TOPIC_HEARTBEAT, TOPIC_NOTICE
+
+
+class EventRecorder:
+    """A SUB socket on the agent's events endpoint. `notices` holds every notice in the order
+    received; `first_heartbeat` is set once the agent has answered the subscription (it beats
+    at once for each new subscriber), from when on nothing it publishes is missed."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.notices: list[dict[str, Any]] = []
+        self.heartbeats = 0
+        self.last_heartbeat: dict[str, Any] | None = None
+        self.first_heartbeat = threading.Event()
+        self.changed = threading.Condition()
+        self._stop = threading.Event()
+        self._context = zmq.Context()
+        self._thread = threading.Thread(target=self._run, name="forewarn-testing-events")
+        self._thread.daemon = True
+
+    def start(self) -> EventRecorder:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        sock = self._context.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        # The agent may not be bound yet: retry the connect often, so ready is seen at once.
+        sock.setsockopt(zmq.RECONNECT_IVL, 10)
+        for topic in (TOPIC_NOTICE, TOPIC_HEARTBEAT):
+            sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        sock.connect(self.endpoint)
+        try:
+            while not self._stop.is_set():
+                if not sock.poll(50):
+                    continue
+                topic, payload = sock.recv_multipart()
+                message = json.loads(payload)
+                with self.changed:
+                    if topic.decode() == TOPIC_HEARTBEAT:
+                        self.heartbeats += 1
+                        self.last_heartbeat = message
+                        self.first_heartbeat.set()
+                    else:
+                        self.notices.append(message)
+                    self.changed.notify_all()
+        finally:
+            sock.close()
+
+    def wait(self, match: dict[str, Any], start: int, timeout: float) -> dict[str, Any] | None:
+        """The first notice from index `start` on whose fields equal `match`, or None."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                for notice in self.notices[start:]:
+                    if all(notice.get(key) == value for key, value in match.items()):
+                        return notice
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.changed.wait(min(left, 0.1))
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+        self._context.term()
+
+
+__all__ = ["EventRecorder"]

@@ -1,0 +1,124 @@
+"""A provider simulator's `/_sim` control API over HTTP, and the simulator as a subprocess.
+
+Standard library only, so a user's test (or any language) can drive a simulator the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Any
+
+# No proxy for loopback, whatever the environment says.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class SimControlError(AssertionError):
+    """The simulator refused a control request; the message is its own explanation."""
+
+
+class SimControl:
+    """`POST/PATCH/DELETE /_sim/notices`, `/_sim/faults` and `GET /_sim/state` of one simulator."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        request = urllib.request.Request(
+            f"{self.url}/_sim{path}", data=data, method=method, headers=headers
+        )
+        try:
+            with _OPENER.open(request, timeout=10) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as error:
+            text = error.read().decode(errors="replace").strip()
+            raise SimControlError(f"{method} /_sim{path}: {error.code} {text}") from None
+        return json.loads(raw) if raw.strip() else None
+
+    def raise_notice(self, kind: str, **fields: Any) -> str:
+        """Raise a notice of `kind` with the provider's fields; the simulator's id for it."""
+        return str(self.request("POST", "/notices", {"kind": kind, **fields})["id"])
+
+    def change(self, notice_id: str, **fields: Any) -> None:
+        self.request("PATCH", f"/notices/{notice_id}", fields)
+
+    def withdraw(self, notice_id: str) -> None:
+        self.request("DELETE", f"/notices/{notice_id}")
+
+    def fault(self, kind: str, **fields: Any) -> str:
+        """Make the endpoint misbehave (`status`, `hang`, `slow`, `reset`, `malformed`,
+        `throttle`, or a provider's named fault); the fault's id, when the simulator gives one."""
+        reply = self.request("POST", "/faults", {"kind": kind, **fields})
+        return str(reply.get("id", "")) if isinstance(reply, dict) else ""
+
+    def end_fault(self, fault_id: str | None = None) -> None:
+        """End one fault, or every fault."""
+        self.request("DELETE", "/faults" if fault_id is None else f"/faults/{fault_id}")
+
+    def state(self) -> dict[str, Any]:
+        return dict(self.request("GET", "/state"))
+
+    def requests(self) -> int:
+        """How many requests the simulator has answered on its real endpoint paths."""
+        counts = self.state().get("requests", {})
+        return sum(int(count) for count in counts.values())
+
+
+class SimulatorProcess:
+    """`forewarn simulate PROVIDER` on a loopback port, ready once its control API answers."""
+
+    def __init__(self, provider: str, port: int, args: tuple[str, ...], log: Path) -> None:
+        self.provider = provider
+        self.url = f"http://127.0.0.1:{port}"
+        self.control = SimControl(self.url)
+        self.log_path = log
+        argv = [sys.executable, "-m", "forewarn.agent.cli", "simulate", provider]
+        self.argv = [*argv, "--host", "127.0.0.1", "--port", str(port), *args]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def start(self, env: dict[str, str]) -> SimulatorProcess:
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            self.argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        return self
+
+    def wait_ready(self, deadline: float) -> None:
+        assert self.proc is not None
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"forewarn simulate {self.provider} exited with {self.proc.returncode}:\n"
+                    + self.log_path.read_text(errors="replace")
+                )
+            try:
+                self.control.state()
+                return
+            except (OSError, SimControlError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"forewarn simulate {self.provider} did not answer on {self.url}"
+                    ) from None
+                time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not None:
+            self._log.close()
+
+
+__all__ = ["SimControl", "SimControlError", "SimulatorProcess"]

@@ -1,0 +1,55 @@
+"""forewarn.testing itself: what it imports, its public names, and how it fails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import forewarn.testing
+import pytest
+from forewarn.testing import AgentDied, RunningAgent, start_agent
+
+
+def test_importing_it_needs_only_the_standard_library_and_pyzmq() -> None:
+    code = (
+        "import sys; sys.modules['pytest'] = None; import forewarn.testing; "
+        "print(sorted(m for m in ('httpx', 'pydantic', 'pytest', 'forewarn.agent') "
+        "if sys.modules.get(m)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_exported_members() -> None:
+    exported = {name for name in dir(forewarn.testing) if not name.startswith("_")}
+    modules = {"agent", "events", "plugin", "providers", "simcontrol", "waiting"}
+    assert exported - modules == set(forewarn.testing.__all__)
+
+
+def test_an_unknown_provider_is_named() -> None:
+    with pytest.raises(ValueError, match="provider must be one of local, aws, gcp"):
+        RunningAgent("ibm")
+
+
+def test_a_local_agent_has_no_cloud_notices_and_restores_the_environment() -> None:
+    import os
+
+    before = {key: os.environ.get(key) for key in ("FOREWARN_RUNTIME_DIR", "FOREWARN_EVENTS")}
+    with start_agent() as agent:
+        assert os.environ["FOREWARN_RUNTIME_DIR"] == str(agent.runtime_dir)
+        with pytest.raises(AttributeError, match="start one with provider='aws'"):
+            agent.aws.spot_interruption()
+        notice = agent.notify("drain", deadline="10m")
+        agent.move_deadline(notice, "1h")
+        moved = agent.wait_for_event(id=notice, timeout=10)
+        assert moved["action"] == "drain"
+        assert agent.clear(notice) == [notice]
+        assert agent.wait_for_event(id=notice, action="clear")["id"] == notice
+    assert {key: os.environ.get(key) for key in before} == before
+    assert not agent.root.exists() and not agent.alive
+
+
+def test_an_agent_that_cannot_start_says_why_with_its_log() -> None:
+    with pytest.raises(AgentDied, match=r"exited with code 2(.|\n)*exit.margin"):
+        RunningAgent(exit_margin="soon").start()

@@ -1,0 +1,65 @@
+"""A user's suite written only with the plugin (user_suite/), run in its own pytest as a user
+would run it; afterwards nothing it started may be left: no process, socket or directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+SUITE = Path(__file__).with_name("user_suite")
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes whose command line or environment holds `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if text.encode() in cmdline or text.encode() in environ:
+            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+def test_the_user_suite_passes_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    record = tmp_path / "record.jsonl"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
+    env.update(TMPDIR=str(private_tmp), USER_SUITE_RECORD=str(record), PYTHONUNBUFFERED="1")
+    env.pop("PYTEST_XDIST_WORKER", None)
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            # The user's own configuration: none of this repository's pytest settings.
+            "-c", os.devnull, "--rootdir", str(SUITE), "--basetemp", str(tmp_path / "basetemp"),
+            "-p", "no:xdist", str(SUITE),
+        ],
+        env=env, cwd=SUITE, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert "7 passed" in done.stdout, done.stdout
+
+    runs = [json.loads(line) for line in record.read_text().splitlines()]
+    assert len(runs) == 7 and sum(1 for run in runs if run["sim"]) == 5
+    # Directories: every agent's private root is gone, and nothing else was left in TMPDIR.
+    assert not [run["root"] for run in runs if Path(run["root"]).exists()]
+    assert list(private_tmp.iterdir()) == []
+    # Processes: no agent or simulator, by pid or by anything pointing into the private TMPDIR.
+    alive = [pid for run in runs for pid in (run["pid"], run["sim_pid"]) if pid is not None]
+    assert not [pid for pid in alive if Path(f"/proc/{pid}").exists()], alive
+    assert processes_mentioning(str(private_tmp)) == []
+    # Sockets: the simulators' ports refuse connections; the ipc sockets went with the roots.
+    for run in runs:
+        if run["sim"]:
+            port = int(run["sim"].rsplit(":", 1)[1])
+            with socket.socket() as probe:
+                assert probe.connect_ex(("127.0.0.1", port)) != 0, f"{run['sim']} still listens"
