@@ -11,9 +11,8 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = (
-    "pyproject.toml", "setup.py", "README.md", "protocol", "agent", "providers", "clients", "testing"
-)  # fmt: skip
+SOURCES = ("pyproject.toml", "setup.py", "README.md")
+SOURCES += ("protocol", "agent", "providers", "clients", "testing")
 
 # Runs with `python -S` so that neither the editable install's finder nor the source tree is
 # on the path: only the installed wheel and the dependencies' site-packages.
