@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.protocol.fields import Action, Reason
+from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.report import Report
 
 from ..base import ParseError
@@ -74,15 +75,24 @@ class EventsDocument:
 
 
 def parse_not_before(text: str) -> datetime | None:
-    """NotBefore as an aware UTC time; None when empty (the event has Started). RFC 1123 as
-    IMDS writes it; the weekday is not checked, since Microsoft's own example
-    ("Mon, 11 Apr 2026") names the wrong one."""
-    if not text.strip():
+    """NotBefore as an aware UTC time; None when empty (the event has Started).
+
+    RFC 1123 as IMDS writes it (the weekday is not checked, since Microsoft's own example
+    "Mon, 11 Apr 2026" names the wrong one), or ISO 8601 / RFC 3339 as Microsoft's own mock
+    server sends it (a time without a zone is UTC, as IMDS means every time)."""
+    text = text.strip()
+    if not text:
         return None
     try:
         return parse_http_date(text)
     except ValueError:
-        raise ParseError(f"NotBefore is not an RFC 1123 time: {text!r}") from None
+        pass
+    for candidate in (text, text + "Z"):
+        try:
+            return parse_time(candidate)
+        except ValueError:
+            continue
+    raise ParseError(f"NotBefore is neither an RFC 1123 nor an ISO 8601 time: {text!r}")
 
 
 def format_not_before(moment: datetime) -> str:
@@ -199,11 +209,14 @@ def report_for(
     deadline: datetime | None
     if event.event_type == "Freeze" or event.event_type not in MAPPING:
         deadline = None
+    elif event.status == "Started":
+        # Started means now, whatever NotBefore said before (an event approved by us or by a
+        # neighbour VM starts long before it): the deadline is the earliest of now, the one
+        # already published and a NotBefore still shown (Microsoft's mock keeps it).
+        known = [d for d in (previous_deadline, event.not_before) if d is not None]
+        deadline = min([now, *known])
     elif event.not_before is not None:
         deadline = event.not_before
-    elif event.status == "Started":
-        # Started events have an empty NotBefore: the time we knew still holds, else it is now.
-        deadline = previous_deadline or now
     else:
         # A Scheduled event without a readable NotBefore: its time is unknown, not "now".
         deadline = previous_deadline

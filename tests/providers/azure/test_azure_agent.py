@@ -136,3 +136,30 @@ def test_drill_local_with_the_azure_simulator(tmp_path: Path, env: dict[str, str
     assert done.returncode == 0, done.stdout + done.stderr
     assert "azure Reboot" in done.stdout and "azure Preempt" in done.stdout
     assert "steps lost: 0" in done.stdout
+
+
+def test_an_event_started_early_is_republished_with_the_deadline_now(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    # A neighbour VM approves a shared Reboot 15 minutes before its NotBefore: the reboot is
+    # under way, so the notice's deadline must become now (before: 15 minutes out, kept).
+    from forewarn.protocol.timefmt import parse_time
+
+    sim, server = imds
+    with (
+        azure_agent(tmp_path, server, FOREWARN_AZURE_APPROVE="off") as agent,
+        agent.subscriber() as sub,
+    ):
+        time.sleep(0.3)  # let the subscription reach the agent
+        event_id = sim.raise_notice(
+            "Reboot", {"resources": ["gpu-0", "gpu-1"], "not_before_seconds": 900}
+        )
+        first = sub.notice(timeout=10)
+        assert first["id"] == f"azure/{event_id}" and first["action"] == "drain"
+        assert parse_time(first["deadline"]).timestamp() > time.time() + 800
+        started = time.time()
+        sim.change_notice(event_id, {"status": "Started"})
+        again = sub.notice(timeout=10)
+        assert again["id"] == first["id"]
+        assert again["detail"]["EventStatus"] == "Started"
+        assert started - 1 <= parse_time(again["deadline"]).timestamp() <= time.time() + 1

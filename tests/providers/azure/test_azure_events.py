@@ -202,6 +202,28 @@ class TestMapping:
         fresh = report_for(started, freeze=False, previous_deadline=None, now=NOW)
         assert fresh is not None and fresh.deadline == NOW
 
+    def test_started_early_means_the_deadline_is_now(self) -> None:
+        # Approved (by us or a neighbour) long before NotBefore: the reboot is under way now.
+        # Before: the old deadline, 15 minutes out, was kept and no terminate was ever sent.
+        first = reports_for(
+            doc(event("Reboot", NotBefore=format_not_before(NOW + timedelta(minutes=15)))),
+            {"gpu-0"},
+            freeze=False,
+            previous={},
+            now=NOW,
+        )
+        later = NOW + timedelta(seconds=2)
+        for not_before in ("", format_not_before(NOW + timedelta(minutes=15))):
+            second = reports_for(
+                doc(event("Reboot", EventStatus="Started", NotBefore=not_before), incarnation=2),
+                {"gpu-0"},
+                freeze=False,
+                previous=first,
+                now=later,
+            )
+            (report,) = second.values()
+            assert report.deadline == later and report.id == next(iter(first))
+
     def test_started_through_reports_for_keeps_the_deadline(self) -> None:
         first = reports_for(doc(event("Preempt")), {"gpu-0"}, freeze=False, previous={}, now=NOW)
         later = NOW + timedelta(seconds=40)
@@ -254,13 +276,26 @@ class TestNotBefore:
     def test_rfc1123(self, text: str, expected: datetime) -> None:
         assert parse_not_before(text) == expected.replace(tzinfo=timezone.utc)
 
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("2026-11-30T03:00:00Z", datetime(2026, 11, 30, 3)),
+            ("2026-11-30T04:00:00+01:00", datetime(2026, 11, 30, 3)),
+            ("2026-11-30T03:00:00.1226547Z", datetime(2026, 11, 30, 3, 0, 0, 122654)),
+            ("2026-11-30T03:00:00", datetime(2026, 11, 30, 3)),
+        ],
+    )
+    def test_iso_8601_as_microsofts_mock_sends_it(self, text: str, expected: datetime) -> None:
+        # Before: ParseError, so the notice had no deadline and never escalated.
+        assert parse_not_before(text) == expected.replace(tzinfo=timezone.utc)
+
     def test_empty_means_started(self) -> None:
         assert parse_not_before("") is None
         assert parse_not_before("  ") is None
 
     @pytest.mark.parametrize(
         "text",
-        ["2026-11-30T03:00:00Z", "Mon, 32 Sep 2016 18:29:47 GMT", "Mon, 19 Sep 2016", "soon"],
+        ["Mon, 32 Sep 2016 18:29:47 GMT", "Mon, 19 Sep 2016", "soon", "2026-13-30T03:00:00Z"],
     )
     def test_rejects_other_formats(self, text: str) -> None:
         with pytest.raises(ParseError, match="NotBefore"):
