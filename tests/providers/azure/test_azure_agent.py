@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd
@@ -83,9 +84,12 @@ def test_approval_is_sent_once_after_every_client_acked_and_not_before(
         assert approval["EventId"] == event_id
         assert approval["monotonic"] >= last_ack
 
-        # The approval starts the event (same deadline, so the board sends nothing new); a
-        # repeated ack approves nothing twice.
+        # The approval starts the event: under way now, so it is re-sent (same id) with the
+        # deadline now; a repeated ack approves nothing twice.
         assert sim.events[event_id]["EventStatus"] == "Started"
+        started = one.notice(timeout=5)
+        assert started["id"] == notice["id"]
+        assert parse_time(started["deadline"]) <= parse_time(notice["deadline"])
         ack(agent, notice["id"], "trainer-2")
         wait_polls(sim, 3)
         assert len(sim.approvals) == 1
@@ -143,8 +147,6 @@ def test_an_event_started_early_is_republished_with_the_deadline_now(
 ) -> None:
     # A neighbour VM approves a shared Reboot 15 minutes before its NotBefore: the reboot is
     # under way, so the notice's deadline must become now (before: 15 minutes out, kept).
-    from forewarn.protocol.timefmt import parse_time
-
     sim, server = imds
     with (
         azure_agent(tmp_path, server, FOREWARN_AZURE_APPROVE="off") as agent,
