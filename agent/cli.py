@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
+import re
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from forewarn.protocol.errors import UsageError
+from forewarn.protocol.errors import ForewarnError, UsageError
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, utcnow
 from forewarn.protocol.wire import (
     TOPIC_HEARTBEAT,
@@ -24,7 +27,30 @@ from forewarn.protocol.wire import (
 
 if TYPE_CHECKING:
     from forewarn.providers.registry import Registry
-from forewarn.providers.registry import Registry
+
+
+# Exit codes (documented in the README): 0 done, 1 failed (a drill, a timeout, the agent
+# refused), 2 bad input (a flag, a config key), 3 no agent answers, 130 interrupted.
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+# Flags whose value may start with "-" (`--deadline -5m`): argparse would take it for a flag.
+_VALUE_FLAGS = ("--deadline", "--count", "--timeout", "--agent-timeout", "--exit-margin")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with forewarn's error style: one line naming the flag, then a pointer to
+    `--help`, instead of the usage block; raised, so `main` prints it like every error."""
+
+    def error(self, message: str) -> NoReturn:
+        message = re.sub(r"^argument ([^:]+): ", r"\1: ", message)
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            options = re.findall(r"'?([\w.-]+)'?", choice.group(2))
+            near = difflib.get_close_matches(choice.group(1), options, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            message = message.replace(choice.group(0), f"invalid choice {choice.group(1)!r}{hint}")
+        where = self.prog.removeprefix("forewarn").strip()
+        raise UsageError(f"{where + ': ' if where else ''}{message}; see '{self.prog} --help'")
 
 
 def _duration(flag: str) -> Callable[[str], float]:
@@ -32,9 +58,19 @@ def _duration(flag: str) -> Callable[[str], float]:
         try:
             return parse_duration(text)
         except ValueError as error:
-            raise argparse.ArgumentTypeError(f"{flag}: {error}") from None
+            raise argparse.ArgumentTypeError(str(error)) from None
 
     return parse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 # Endpoints for the commands that talk to a running agent.
@@ -136,6 +172,11 @@ def cmd_notify(args: argparse.Namespace) -> int:
     else:
         payload = {"op": "notify", "action": args.action, "reason": args.reason}
         if args.deadline is not None:
+            if args.deadline.startswith("-"):
+                raise UsageError(
+                    f"--deadline: {args.deadline!r} is in the past; give a time ahead, as a "
+                    "duration such as 5m or an RFC 3339 time"
+                )
             try:
                 deadline = parse_deadline(args.deadline)
             except (ValueError, OverflowError) as error:
@@ -331,7 +372,13 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_drill_local(args: argparse.Namespace) -> int:
+    from forewarn.providers.registry import REGISTRY
+
     from .drill_local import run_local_drill
+
+    sources = ["local", *(spec.name for spec in REGISTRY.with_simulator())]
+    if args.source not in sources:
+        raise UsageError(f"drill local: --provider: {REGISTRY.unknown(args.source, sources)}")
 
     return run_local_drill(args)
 
@@ -373,9 +420,11 @@ def build_parser(
     def wanted(name: str) -> bool:
         return command is None or command == name
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="forewarn",
         description="Turn every provider's interruption notice into one event your job acts on.",
+        epilog="Exit codes: 0 done, 1 failed, 2 bad input, 3 no agent answers, 130 interrupted. "
+        "--debug (anywhere) shows the traceback of an unexpected error.",
     )
     parser.add_argument("--version", action="version", version=f"forewarn {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -451,7 +500,7 @@ def build_parser(
     watch = commands.add_parser("watch", help="print events as they arrive")
     watch.add_argument("--json", action="store_true", help="one JSON object per line")
     watch.add_argument("--heartbeats", action="store_true", help="print heartbeats too")
-    watch.add_argument("--count", type=int, help="exit after this many notices")
+    watch.add_argument("--count", type=_positive_int, help="exit after this many notices")
     watch.add_argument("--timeout", type=_duration("--timeout"), help="exit 1 after this long")
     _add_agent_timeout(watch)
     _add_endpoint_flags(watch)
@@ -548,17 +597,49 @@ def build_parser(
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _join_negative_values(words: list[str]) -> list[str]:
+    """`--deadline -5m` as `--deadline=-5m`, so the value reaches its check and the message
+    names it, instead of argparse's "expected one argument"."""
+    joined: list[str] = []
+    for word in words:
+        if joined and joined[-1] in _VALUE_FLAGS and re.match(r"^-\d", word):
+            joined[-1] = f"{joined[-1]}={word}"
+        else:
+            joined.append(word)
+    return joined
+
+
+def main(argv: Sequence[str] | None = None, registry: Registry | None = None) -> int:
+    """Run one command; every error ends as one `forewarn: ...` line on stderr and an exit
+    code (2 for bad input), with the traceback only under `--debug`."""
     words = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in words
+    words = _join_negative_values([word for word in words if word != "--debug"])
     command = words[0] if words and not words[0].startswith("-") else None
-    parser = build_parser(command)
-    args = parser.parse_args(words)
     try:
+        parser = build_parser(command, registry)
+        if not words:
+            parser.print_help()
+            return 0
+        args = parser.parse_args(words)
         result: int = args.func(args)
         return result
-    except UsageError as error:
-        print(f"forewarn {args.command}: error: {error}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except ForewarnError as error:
+        if debug:
+            traceback.print_exc()
+        print(f"forewarn: {error}", file=sys.stderr)
+        return error.exit_code
+    except Exception as error:
+        if debug:
+            traceback.print_exc()
+        print(
+            f"forewarn: unexpected {type(error).__name__}: {error} (run with --debug for the "
+            "traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -308,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         plan = make_plan(args, _default_region)
     except UsageError as error:
-        print(f"forewarn drill aws: {error}", file=sys.stderr)
+        print(f"forewarn: drill aws: {error}", file=sys.stderr)
         return 2
     describe(plan, print)
     if not args.yes:
@@ -317,14 +317,22 @@ def run(args: argparse.Namespace) -> int:
     try:
         clients = _clients(plan.region)
     except ImportError:
-        print("forewarn drill aws: boto3 is needed: pip install 'forewarn[aws]'", file=sys.stderr)
+        print("forewarn: drill aws: boto3 is needed: pip install 'forewarn[aws]'", file=sys.stderr)
         return 2
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
         return execute(plan, clients)
+    except NoCredentialsError:
+        print(
+            "forewarn: drill aws: no AWS credentials found; run `aws configure` or "
+            "`aws sso login`, set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or "
+            "run where an instance role applies",
+            file=sys.stderr,
+        )
+        return 1
     except (ClientError, BotoCoreError) as error:
-        print(f"forewarn drill aws: {error}", file=sys.stderr)
+        print(f"forewarn: drill aws: {error}", file=sys.stderr)
         return 1
 
 

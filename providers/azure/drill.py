@@ -67,7 +67,7 @@ def eviction_url(
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"forewarn drill azure: {message}", file=sys.stderr)
+    print(f"forewarn: drill azure: {message}", file=sys.stderr)
     return code
 
 
@@ -101,8 +101,16 @@ def run(args: argparse.Namespace, credential: TokenCredential | None = None) -> 
         credential = DefaultAzureCredential()
     try:
         token = credential.get_token(SCOPE).token
-    except Exception as error:  # azure-identity raises its own hierarchy; say what it said
-        return _fail(f"cannot get a token for {SCOPE}: {type(error).__name__}: {error}", 1)
+    except Exception as error:  # azure-identity raises its own hierarchy
+        # Its message is the whole credential chain, one paragraph per source: keep the
+        # first line, and say how to get credentials.
+        first = (str(error).strip().splitlines() or [""])[0]
+        return _fail(
+            f"no Azure credentials ({type(error).__name__}: {first}); sign in with `az login`, "
+            "or set AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_CLIENT_SECRET, or run on a VM "
+            "with a managed identity",
+            1,
+        )
     try:
         with httpx.Client(timeout=args.timeout) as client:
             response = client.post(url, headers={"Authorization": f"Bearer {token}"}, content=b"")

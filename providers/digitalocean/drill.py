@@ -75,7 +75,7 @@ def compose(droplet: Droplet, deadline: datetime, sender: str, now: datetime) ->
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"forewarn drill digitalocean: error: {message}", file=sys.stderr)
+    print(f"forewarn: drill digitalocean: error: {message}", file=sys.stderr)
     return code
 
 

@@ -165,13 +165,13 @@ def run(args: argparse.Namespace) -> int:
             _say("simulateMaintenanceEvent accepted")
             return follow(client, args, response.json())
     except DrillError as error:
-        print(f"forewarn drill gcp: {error}")
+        print(f"forewarn: drill gcp: {error}")
         return 1
     except httpx.HTTPError as error:
-        print(f"forewarn drill gcp: {type(error).__name__}: {error}")
+        print(f"forewarn: drill gcp: {type(error).__name__}: {error}")
         return 1
     except ValueError as error:  # an answer that is not JSON
-        print(f"forewarn drill gcp: unreadable answer from the Compute Engine API: {error}")
+        print(f"forewarn: drill gcp: unreadable answer from the Compute Engine API: {error}")
         return 1
 
 

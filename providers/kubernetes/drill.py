@@ -59,12 +59,12 @@ def run(args: argparse.Namespace) -> int:
 
     node = args.node or os.environ.get("NODE_NAME") or ""
     if not node:
-        print("forewarn drill kubernetes: --node: name the node to cordon (or set NODE_NAME)")
+        print("forewarn: drill kubernetes: --node: name the node to cordon (or set NODE_NAME)")
         return 2
     try:
         cluster = resolve(_settings(args))
     except ConfigError as error:
-        print(f"forewarn drill kubernetes: {error}")
+        print(f"forewarn: drill kubernetes: {error}")
         return 2
     unschedulable = not args.uncordon
     req = cordon_request(cluster, node, unschedulable)
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         token = cluster.token()
     except ConfigError as error:
-        print(f"forewarn drill kubernetes: {error}")
+        print(f"forewarn: drill kubernetes: {error}")
         return 2
     headers = dict(req["headers"])
     if token:
@@ -94,17 +94,17 @@ def run(args: argparse.Namespace) -> int:
                 req["method"], req["url"], headers=headers, content=json.dumps(req["body"])
             )
     except httpx.HTTPError as error:
-        print(f"forewarn drill kubernetes: {type(error).__name__}: {error}")
+        print(f"forewarn: drill kubernetes: {type(error).__name__}: {error}")
         return 1
     if response.status_code != 200:
         problem = error_for(response.status_code, response.content, "patch", cluster.source)
         if response.status_code == 403:
             print(
-                f"forewarn drill kubernetes: 403: this identity may not patch nodes (the agent's "
+                f"forewarn: drill kubernetes: 403: this identity may not patch nodes (the agent's "
                 f"own service account should not); use an operator kubeconfig. {problem}"
             )
         else:
-            print(f"forewarn drill kubernetes: {problem}")
+            print(f"forewarn: drill kubernetes: {problem}")
         return 1
     body = response.json()
     now = bool(body.get("spec", {}).get("unschedulable"))

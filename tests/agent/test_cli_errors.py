@@ -1,0 +1,93 @@
+"""The command line explains itself: every subcommand has --help, and every bad input exits
+2 with exactly one `forewarn:` line naming what was wrong, and no traceback."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from forewarn.agent.cli import build_parser, main
+from support import agent_env, run_forewarn
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = [path]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _commands(sub, (*path, name))
+    return found
+
+
+COMMANDS = _commands(build_parser())
+
+
+def test_the_walk_finds_the_nested_commands() -> None:
+    assert {("agent",), ("simulate", "aws"), ("drill", "local"), ("drill", "azure")} <= set(
+        COMMANDS
+    )
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda path: " ".join(path) or "forewarn")
+def test_every_command_has_help(path: tuple[str, ...], capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as caught:
+        main([*path, "--help"])
+    assert caught.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: forewarn {' '.join(path)}".rstrip())
+
+
+def test_bare_forewarn_prints_help_and_version_works(tmp_path: Path) -> None:
+    env = agent_env(tmp_path)
+    bare = run_forewarn(env=env)
+    assert bare.returncode == 0 and "COMMAND" in bare.stdout and "Exit codes" in bare.stdout
+    version = run_forewarn("--version", env=env)
+    assert version.returncode == 0 and version.stdout.startswith("forewarn ")
+
+
+CASES = [
+    # (argv, environment, text the one line must hold)
+    (["fly"], {}, "invalid choice 'fly'"),
+    (["notif"], {}, "did you mean 'notify'"),
+    (["agent", "--exit-margin", "5x"], {}, "agent: --exit-margin: not a duration"),
+    (["agent", "--set", "exit_margn=3"], {}, "did you mean exit_margin?"),
+    (["agent", "--set", "exit_margin"], {}, "--set 'exit_margin': expected KEY=VALUE"),
+    (["agent", "--set", "aws.url=https://127.0.0.1:1338"], {}, "config key aws.url"),
+    (["agent", "--provider", "amazon"], {}, "--provider: invalid choice 'amazon'"),
+    (["agent"], {"FOREWARN_EXIT_MARGIN": "5x"}, "config key exit_margin: not a duration"),
+    (["agent", "--config", "{toml}"], {}, "config key provider: unknown key (did you mean"),
+    (["drill", "local", "--provider", "amazon"], {}, "--provider: unknown provider 'amazon'"),
+    (["simulate", "azur"], {}, "did you mean 'azure'"),
+    (["notify", "terminate", "--deadline", "-5m"], {}, "--deadline: '-5m' is in the past"),
+    (["notify", "drain", "--deadline", "soonish"], {}, "--deadline: not an RFC 3339 time"),
+    (["notify", "drain", "--reason", "nope"], {}, "--reason: invalid choice 'nope'"),
+    (["watch", "--count", "-3"], {}, "--count: must be 1 or more, got -3"),
+    (["watch", "--count", "two"], {}, "--count: not a whole number"),
+    (["watch", "--timeout", "5x"], {}, "--timeout: not a duration"),
+    (["wait", "--for", "exit"], {}, "--for: invalid choice 'exit'"),
+    (["status", "--events", "tcp://10.0.0.1:5555"], {}, "not a loopback address"),
+]
+
+
+@pytest.mark.parametrize(("argv", "extra", "text"), CASES, ids=lambda case: str(case))
+def test_bad_input_is_one_line_and_exit_2(
+    argv: list[str], extra: dict[str, str], text: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "forewarn.toml"
+    config.write_text('provider = "local"\n[digitalocean]\npasword = "hunter2-secret"\n')
+    argv = [str(config) if word == "{toml}" else word for word in argv]
+    result = run_forewarn(*argv, env=agent_env(tmp_path, **extra))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("forewarn: "), result.stderr
+    assert text in lines[0]
+    assert "Traceback" not in result.stderr and "hunter2" not in result.stderr
+    # Refused before anything was bound.
+    assert not list((tmp_path / "run").iterdir())
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    result = run_forewarn("--debug", "agent", "--set", "exit_margn=3", env=agent_env(tmp_path))
+    assert result.returncode == 2 and "Traceback" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("forewarn: config key exit_margn")
