@@ -38,7 +38,10 @@ class FakeCredential:
     def get_token(self, *scopes: str, **kwargs: Any) -> Token:
         self.scopes.append(scopes)
         if self.fail:
-            raise RuntimeError("DefaultAzureCredential failed to retrieve a token")
+            raise RuntimeError(
+                "DefaultAzureCredential failed to retrieve a token from the included "
+                "credentials.\nAttempted credentials:\n\tEnvironmentCredential: incomplete"
+            )
         return Token("s3cret-token")
 
 
@@ -111,7 +114,10 @@ def test_transport_and_credential_failures(capsys: pytest.CaptureFixture[str]) -
     assert drill.run(parse(*VM_ARGS, "--yes"), credential=FakeCredential()) == 1
     assert "request failed" in capsys.readouterr().err
     assert drill.run(parse(*VM_ARGS, "--yes"), credential=FakeCredential(fail=True)) == 1
-    assert "cannot get a token" in capsys.readouterr().err
+    # One line: the first of the credential chain's message, and how to sign in.
+    err = capsys.readouterr().err
+    assert err.startswith("forewarn: drill azure: no Azure credentials") and "az login" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_argument_errors(capsys: pytest.CaptureFixture[str]) -> None:
