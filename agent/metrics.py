@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import platform
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
 )
 
@@ -33,6 +35,10 @@ from .observer import Observer
 from .protocol import AckRequest, Notice
 
 log = logging.getLogger("forewarn.agent.metrics")
+
+# Every counter and histogram would also export a `_created` series: twice the series for a
+# timestamp no alert or dashboard here reads.
+disable_created_metrics()
 
 # A watcher that knows when the provider itself issued a notice puts that moment here, as
 # RFC 3339, so the detection delay (noticed_at - notice_time) can be measured.
@@ -69,6 +75,21 @@ class MetricsObserver(Observer):
             ["provider", "reason", "action"],
             registry=registry,
         )
+        self.escalations = Counter(
+            "forewarn_escalations",
+            "Drains re-sent as terminate by the agent because their deadline came within the "
+            "exit margin (also counted in forewarn_notices as terminate): provider terminates "
+            "are forewarn_notices{action=terminate} minus these.",
+            ["provider", "reason"],
+            registry=registry,
+        )
+        build = Gauge(
+            "forewarn_build_info",
+            "Always 1; the labels say which forewarn and Python run.",
+            ["version", "python"],
+            registry=registry,
+        )
+        build.labels(_version(), platform.python_version()).set(1)
         self.lead_time = Histogram(
             "forewarn_notice_lead_seconds",
             "Time from noticing a notice to its deadline, once per notice that has a deadline.",
@@ -102,7 +123,8 @@ class MetricsObserver(Observer):
         )
         self.last_poll = Gauge(
             "forewarn_last_successful_poll_timestamp_seconds",
-            "Unix time of the last successful poll of each provider.",
+            "Unix time of the last successful poll of each provider; 0 until its first, so "
+            "an alert on its age fires for a provider that never succeeded.",
             ["provider"],
             registry=registry,
         )
@@ -145,9 +167,13 @@ class MetricsObserver(Observer):
             self._started = True
         for name in providers:
             self.polls.labels(name)
+            if not self._polled_ok.get(name):
+                self.last_poll.labels(name).set(0)
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         self.notices.labels(notice.provider, notice.reason, notice.action).inc()
+        if escalated:
+            self.escalations.labels(notice.provider, notice.reason).inc()
         with self._lock:
             if notice.action == "clear":
                 self._active.discard(notice.id)
@@ -215,6 +241,15 @@ class MetricsObserver(Observer):
             providers = dict(self._polled_ok)
             ready = self._started and not self._stopped and all(providers.values())
         return ready, providers
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("forewarn")
+    except PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
 
 
 def notice_time(detail: dict[str, Any]) -> datetime | None:

@@ -415,3 +415,43 @@ def test_readyz_with_a_live_provider_simulator(provider: str, tmp_path: Path):
             found = scrape_url(url)
     assert value(found, "forewarn_polls_total", provider=provider) >= 1
     assert value(found, "forewarn_last_successful_poll_timestamp_seconds", provider=provider) > 0
+
+
+def test_scrape_shows_build_escalations_and_a_provider_that_never_succeeded(tmp_path: Path):
+    """Issue 18: forewarn_build_info; an escalation told apart from a provider terminate; a
+    last-successful-poll series (0) for a provider that never answered; no _created series."""
+    env = agent_env(
+        tmp_path,
+        FOREWARN_METRICS_ADDRESS="127.0.0.1:0",
+        FOREWARN_AWS_URL=f"http://{DEAD_LOOPBACK}",
+        FOREWARN_EXIT_MARGIN="2s",
+    )
+    with AgentProcess(tmp_path, providers=("local", "aws"), env=env) as agent:
+        url = metrics_url(agent)
+        eventually(lambda: total(scrape_url(url), "forewarn_poll_errors_total", provider="aws"))
+        # A drain 4 s out is re-sent as terminate when 2 s (the exit margin) are left.
+        agent.control({"op": "notify", "action": "drain", "deadline": _in(4)})
+        agent.control({"op": "notify", "action": "terminate", "deadline": _in(60)})
+
+        def escalated() -> Samples | None:
+            got = scrape_url(url)
+            count = value(got, "forewarn_escalations_total", provider="local", reason="manual")
+            return got if count == 1 else None
+
+        found = eventually(escalated, what="the escalation")
+        body = get(url + "/metrics")[1]
+    assert value(found, "forewarn_last_successful_poll_timestamp_seconds", provider="aws") == 0
+    assert value(found, "forewarn_last_successful_poll_timestamp_seconds", provider="local") > 0
+    builds = [
+        (dict(labels), v) for (name, labels), v in found.items() if name.endswith("build_info")
+    ]
+    assert len(builds) == 1 and builds[0][0]["version"] and builds[0][1] == 1
+    terminates = value(
+        found, "forewarn_notices_total", provider="local", reason="manual", action="terminate"
+    )
+    assert terminates == 2  # one escalated drain, one terminate from the start
+    assert "_created" not in body
+
+
+def _in(seconds: float) -> str:
+    return format_time(datetime.now(timezone.utc) + timedelta(seconds=seconds))
