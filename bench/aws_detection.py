@@ -13,7 +13,12 @@ polls, so the figures are not flattered by phase.
 - alongside, an idle agent with the AWS watcher at the default cadence for 60 s: IMDS
   requests per second, and its CPU beside an agent with the local watcher only.
 
-Goals: p99 at most 0.6 s at the default cadence; agent CPU at most 0.5 % of one core.
+- interruption notices (ITN) beside them, in two lanes: at today's calm cadence, and after a
+  rebalance recommendation, when spot/instance-action is polled every 100 ms (with the
+  IMDS request rate of each lane).
+
+Goals: p99 at most 0.6 s at the default cadence; ITN p99 at most 0.15 s after a rebalance;
+agent CPU at most 0.5 % of one core (calm).
 All lanes run at once on a shared machine; contention shows up in the tails.
 """
 
@@ -45,6 +50,11 @@ class Lane:
     latencies: list[float] = field(default_factory=list)
     missed: int = 0
     error: str | None = None
+    # "rebalance": raise and withdraw rebalance recommendations (drain, clear);
+    # "itn": spot interruption notices with a new time each (terminate), calm cadence;
+    # "itn-heightened": the same after a rebalance recommendation (spot every 100 ms).
+    mode: str = "rebalance"
+    requests_per_second: float = float("nan")  # IMDS GETs while the lane ran
 
 
 def _env(url: str, interval: float) -> dict[str, str]:
@@ -89,10 +99,22 @@ def run_lane(lane: Lane, stop: threading.Event, seed: int) -> None:
     timeout = 3 * lane.interval + 3.0
     try:
         time.sleep(0.5)  # the subscription reaches the agent
+        if lane.mode == "itn-heightened":
+            sim.raise_notice("rebalance", {"noticeTime": format_time(T0)})
+            if _wait(sock, "drain", timeout) is None:
+                raise RuntimeError("the rebalance recommendation never arrived")
         count = 0
+        with sim.lock:
+            gets_before = sum(n for key, n in sim.requests.items() if key.startswith("GET "))
+        lane_started = time.monotonic()
         while not stop.is_set() and (lane.notices is None or count < lane.notices):
             time.sleep(rng.uniform(0, lane.interval))
-            if count % 2 == 0:
+            if lane.mode != "rebalance":
+                # A new interruption time each round: the notice changes, so it is re-sent.
+                notice_time = format_time(T0 + timedelta(minutes=count + 1))
+                sim.raise_notice("spot", {"time": notice_time})
+                action = "terminate"
+            elif count % 2 == 0:
                 # A fresh noticeTime each time, so each drain is a new notice.
                 notice_time = format_time(T0 + timedelta(minutes=count))
                 sim.raise_notice("rebalance", {"noticeTime": notice_time})
@@ -107,6 +129,9 @@ def run_lane(lane: Lane, stop: threading.Event, seed: int) -> None:
             else:
                 lane.latencies.append(arrived - changed)
             count += 1
+        with sim.lock:
+            gets = sum(n for key, n in sim.requests.items() if key.startswith("GET "))
+        lane.requests_per_second = (gets - gets_before) / (time.monotonic() - lane_started)
     except Exception as error:  # reported in the table, not a traceback from a thread
         lane.error = f"{type(error).__name__}: {error}"
     finally:
@@ -165,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notices", type=int, default=200, help="at the default cadence")
     parser.add_argument("--cpu-seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--itn-notices", type=int, default=100, help="per interruption-notice lane")
     args = parser.parse_args(argv)
 
     half = args.notices // 2
@@ -176,20 +202,25 @@ def main(argv: list[str] | None = None) -> int:
         Lane("fixed 2 s poller (baseline)", 2.0, None),
         Lane("fixed 5 s poller (baseline)", 5.0, None),
     ]
+    itn_lanes = [
+        Lane("ITN, calm 0.5 s (today)", 0.5, args.itn_notices, mode="itn"),
+        Lane("ITN after a rebalance (0.1 s)", 0.5, args.itn_notices, mode="itn-heightened"),
+    ]
     idle = Idle(args.cpu_seconds)
     stop = threading.Event()
     threads = [
         threading.Thread(target=run_lane, args=(lane, stop, args.seed + i), daemon=True)
-        for i, lane in enumerate(default_lanes + baselines)
+        for i, lane in enumerate(default_lanes + itn_lanes + baselines)
     ]
     threads.append(threading.Thread(target=run_idle, args=(idle,), daemon=True))
     started = time.monotonic()
     for thread in threads:
         thread.start()
-    for thread in threads[: len(default_lanes)]:
+    leading = len(default_lanes) + len(itn_lanes)
+    for thread in threads[:leading]:
         thread.join()
-    stop.set()  # the baselines end with the default lanes
-    for thread in threads[len(default_lanes) :]:
+    stop.set()  # the baselines end with the default and ITN lanes
+    for thread in threads[leading:]:
         thread.join()
     elapsed = time.monotonic() - started
 
@@ -198,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         merged.latencies += lane.latencies
         merged.missed += lane.missed
     rows = []
-    for lane in [merged, *baselines]:
+    for lane in [merged, *itn_lanes, *baselines]:
         values = lane.latencies
         rows.append(
             [
@@ -221,6 +252,15 @@ def main(argv: list[str] | None = None) -> int:
             f"goal: default p99 <= 0.6 s ({'met' if p99 <= 0.6 else 'NOT met'})"
         )
 
+    calm, heightened = itn_lanes
+    if heightened.latencies:
+        p99 = percentile(heightened.latencies, 99)
+        print(
+            f"\nITN after a rebalance: p99 {p99:.3f}s (goal <= 0.15 s: "
+            f"{'met' if p99 <= 0.15 else 'NOT met'}); IMDS GETs per second while heightened "
+            f"{heightened.requests_per_second:.1f} (calm lane {calm.requests_per_second:.1f})"
+        )
+
     print(f"\nIdle agent with the AWS watcher over {idle.seconds:g}s (default cadence)\n")
     total = sum(idle.requests.values())
     request_rows = [
@@ -241,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     verdict = "met" if idle.cpu_aws <= 0.5 else "NOT met"
     print(f"\ngoal: agent with the AWS watcher <= 0.5 % of one core ({verdict})")
-    errors = [lane.error for lane in [*default_lanes, *baselines] if lane.error] + (
+    errors = [lane.error for lane in [*default_lanes, *itn_lanes, *baselines] if lane.error] + (
         [idle.error] if idle.error else []
     )
     for error in errors:

@@ -47,6 +47,15 @@ class Settings(EndpointSettings):
         le=3600,
         description="Seconds between polls of autoscaling/target-lifecycle-state; 0 turns it off.",
     )
+    heightened_interval: float = Field(
+        default=0.1,
+        ge=0,
+        le=3600,
+        description="Seconds between polls of spot/instance-action while a rebalance "
+        "recommendation or a scheduled-maintenance drain of this watcher is active (AWS sends "
+        "the rebalance recommendation minutes before most interruptions); 0 keeps "
+        "`spot_interval` throughout.",
+    )
     timeout: float = Field(
         default=2.0,
         gt=0,

@@ -130,6 +130,9 @@ class AwsWatcher:
         )
         self.paths = watched_paths(settings, clock)
         self._explained: set[str] = set()
+        # Spot polls go to `heightened_interval` while a warning is active (see `heightened`).
+        self.spot = next((path for path in self.paths if path.name == "spot"), None)
+        self._warnings = [path for path in self.paths if path.name in ("rebalance", "scheduled")]
 
     async def detect(self) -> bool:
         """True when an EC2 instance identity document can be read within one second."""
@@ -173,12 +176,32 @@ class AwsWatcher:
             due = [path for path in self.paths if path.next_due <= now]
             for path in due:
                 # A fixed rate, not a fixed delay; a slow answer never makes polls pile up.
-                path.next_due = max(path.next_due + path.interval, now)
+                path.next_due = max(path.next_due + self.interval(path), now)
             for path in due:
                 if not await self.poll(path, emit):
                     break  # a token failure fails every path alike; try again next time
+            self._pull_spot_forward()
             wait = min(path.next_due for path in self.paths) - self.clock()
             await asyncio.sleep(max(0.0, wait))
+
+    @property
+    def heightened(self) -> bool:
+        """A rebalance recommendation or a scheduled-maintenance drain is active: an
+        interruption notice is likelier now, so spot/instance-action is polled faster."""
+        return self.settings.heightened_interval > 0 and any(
+            path.tracker.seen for path in self._warnings
+        )
+
+    def interval(self, path: WatchedPath) -> float:
+        if path is self.spot and self.heightened:
+            return min(path.interval, self.settings.heightened_interval)
+        return path.interval
+
+    def _pull_spot_forward(self) -> None:
+        # A warning that just appeared must not wait out the calm cadence's next spot poll.
+        if self.spot is not None and self.heightened:
+            soonest = self.clock() + self.settings.heightened_interval
+            self.spot.next_due = min(self.spot.next_due, soonest)
 
     async def poll(self, path: WatchedPath, emit: Emit) -> bool:
         """One poll of one path; False when the failure concerns IMDS as a whole."""

@@ -276,3 +276,36 @@ def test_the_url_setting_is_checked() -> None:
     assert imds_url("127.0.0.1:1338/") == "http://127.0.0.1:1338"
     with pytest.raises(ValueError, match=r"aws\.url"):
         imds_url("https://127.0.0.1:1338")
+
+
+async def test_spot_is_polled_every_100_ms_after_a_rebalance_and_calm_otherwise(
+    server: SimServer, sim: ImdsSimulator
+) -> None:
+    spot = f"GET {SPOT_PATH}"
+    async with watching(server.url) as run:
+        await run.until(lambda: sim.requests[spot] >= 1)
+        await asyncio.sleep(0.2)
+        before, started = sim.requests[spot], time.monotonic()
+        await asyncio.sleep(2.0)
+        calm = (sim.requests[spot] - before) / (time.monotonic() - started)
+        sim.raise_notice("rebalance", {})
+        await run.report_at(action="drain")
+        assert run.watcher.heightened
+        before, started = sim.requests[spot], time.monotonic()
+        await asyncio.sleep(2.0)
+        heightened = (sim.requests[spot] - before) / (time.monotonic() - started)
+        raised = time.monotonic()
+        sim.raise_notice("spot", {})
+        _, seen = await run.report_at(action="terminate")
+    assert calm <= 2.5  # the default 0.5 s cadence
+    assert 7 <= heightened <= 10.5  # 100 ms, never faster
+    assert seen - raised < 0.5
+
+
+async def test_heightened_cadence_can_be_turned_off(server: SimServer, sim: ImdsSimulator) -> None:
+    async with watching(server.url, heightened_interval=0) as run:
+        sim.raise_notice("rebalance", {})
+        await run.report_at(action="drain")
+        assert not run.watcher.heightened
+        assert run.watcher.spot is not None
+        assert run.watcher.interval(run.watcher.spot) == 0.5
