@@ -152,7 +152,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
             target = target.setdefault(section, {})
         target[leaf] = value
     try:
-        settings = load_settings(args.config, **overrides)
+        settings = load_settings(args.config, registry=args.registry, **overrides)
         settings.resolved_endpoints()
     except ConfigError as error:
         raise UsageError(str(error)) from None
@@ -395,11 +395,11 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _section_loader(name: str) -> Callable[[Path | None], Any]:
+def _section_loader(registry: Registry, name: str) -> Callable[[Path | None], Any]:
     def load(config_file: Path | None = None) -> Any:
         from .config import load_settings
 
-        return load_settings(config_file).provider_settings(name)
+        return load_settings(config_file, registry=registry).provider_settings(name)
 
     return load
 
@@ -570,7 +570,7 @@ def build_parser(
         drill_face = spec.drill()
         sub = drills.add_parser(spec.name, help=f"trigger {spec.name}'s real test path")
         drill_face.add_arguments(sub)
-        sub.set_defaults(func=drill_face.run, load_settings=_section_loader(spec.name))
+        sub.set_defaults(func=drill_face.run, load_settings=_section_loader(registry, spec.name))
 
     render = commands.add_parser("render", help="render deployment files (cloud-init)")
     kinds = render.add_subparsers(dest="kind", required=True, metavar="KIND")
@@ -622,6 +622,11 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None) ->
             parser.print_help()
             return 0
         args = parser.parse_args(words)
+        if registry is None and command in ("agent", "drill"):
+            from forewarn.providers.registry import REGISTRY
+
+            registry = REGISTRY
+        args.registry = registry
         result: int = args.func(args)
         return result
     except KeyboardInterrupt:
