@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import format_time, parse_deadline
 from forewarn.protocol.wire import ENV_CONTROL, ENV_EVENTS, ENV_RUNTIME_DIR, request
 
@@ -37,7 +38,7 @@ _DEAD_LOOPBACK = "127.0.0.1:9"
 FLAG_NAME = "checkpoint-now"
 
 
-class AgentDied(RuntimeError):
+class AgentDied(ForewarnError, RuntimeError):
     """The agent (or its simulator) exited or never became ready; the message ends with the
     tail of its log."""
 

@@ -14,11 +14,13 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from forewarn.protocol.errors import ForewarnError
+
 # No proxy for loopback, whatever the environment says.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-class SimControlError(AssertionError):
+class SimControlError(ForewarnError, AssertionError):
     """The simulator refused a control request; the message is its own explanation."""
 
 
