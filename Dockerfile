@@ -19,6 +19,7 @@ COPY protocol ./protocol
 COPY agent ./agent
 COPY providers ./providers
 COPY clients ./clients
+COPY testing ./testing
 # The deployment files ship in the package (forewarn render cloud-init reads them).
 COPY packaging ./packaging
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .

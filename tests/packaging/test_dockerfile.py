@@ -7,8 +7,10 @@ the HEALTHCHECK command against it.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -220,11 +222,14 @@ def test_dockerignore_admits_everything_the_build_copies():
         *sources, _ = copy.args.split()
         for source in sources:
             assert source.rstrip("/") in admitted, f"COPY {source}: .dockerignore leaves it out"
-    # Every code folder of the package is copied.
+    # Every code folder of the package (setup.py's FOLDERS) is copied.
+    folders = ast.literal_eval(
+        re.search(r"^FOLDERS = (\(.*?\))$", (ROOT / "setup.py").read_text(), re.M).group(1)  # type: ignore[union-attr]
+    )
     copied = {
         source.rstrip("/")
         for copy in parse_dockerfile(DOCKERFILE).of("COPY")
         if not copy.args.startswith("--from")
         for source in copy.args.split()[:-1]
     }
-    assert {"protocol", "agent", "providers", "clients", "packaging"} <= copied
+    assert {*folders, "packaging"} <= copied, f"not copied: {set(folders) - copied}"
