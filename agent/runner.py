@@ -226,6 +226,7 @@ class Agent:
 
     def _send(self, notice: Notice, *, escalated: bool) -> None:
         self.publisher.publish(notice)
+        step = "escalated" if escalated else "cleared" if notice.action == "clear" else "published"
         log.info(
             "notice %s %s %s (%s) deadline=%s seq=%d",
             notice.action,
@@ -234,6 +235,7 @@ class Agent:
             notice.provider,
             notice.deadline.isoformat() if notice.deadline else "none",
             notice.seq,
+            extra=notice_fields(notice, step),
         )
         self.observers.on_notice(notice, escalated=escalated)
         self._wake.set()
@@ -259,7 +261,12 @@ class Agent:
         notice = self.board.get(notice_id)
         if notice is None:
             return
-        log.info("notice %s flushed by every client", notice_id)
+        log.info(
+            "notice %s flushed by every client (%d)",
+            notice_id,
+            len(self.board.clients),
+            extra={**notice_fields(notice, "acked"), "clients": len(self.board.clients)},
+        )
         watcher = self.watchers.get(notice.provider)
         if isinstance(watcher, FlushAware):
             try:
@@ -300,7 +307,12 @@ class Agent:
         while True:
             escalated, expired = self.board.due()
             for notice in expired:
-                log.warning("notice %s expired: %s", notice.id, notice.detail.get(EXPIRED_KEY))
+                log.warning(
+                    "notice %s expired: %s",
+                    notice.id,
+                    notice.detail.get(EXPIRED_KEY),
+                    extra=notice_fields(notice, "expired"),
+                )
                 self.observers.on_expired(notice)
                 self._send(notice, escalated=False)
                 self._forget(notice)
@@ -419,6 +431,14 @@ class Agent:
             req.step,
             req.flush_seconds,
             req.outcome,
+            extra={
+                "lifecycle": "ack",
+                "notice_id": req.notice_id,
+                "client": req.client,
+                "step": req.step,
+                "flush_seconds": req.flush_seconds,
+                "outcome": req.outcome,
+            },
         )
         self.observers.on_ack(req, notice)
         return AckReply()
@@ -445,6 +465,20 @@ def deadline_problem(deadline: datetime, now: datetime) -> str | None:
     if deadline - now > MAX_DEADLINE_AHEAD:
         return f"{format_time(deadline)} is more than {MAX_DEADLINE_AHEAD.days} days ahead"
     return None
+
+
+def notice_fields(notice: Notice, lifecycle: str) -> dict[str, Any]:
+    """A notice's fields for a structured log line (`--log-format json` writes them as
+    JSON fields); `lifecycle` is the step: published, escalated, cleared, expired, acked."""
+    return {
+        "lifecycle": lifecycle,
+        "notice_id": notice.id,
+        "action": notice.action,
+        "reason": notice.reason,
+        "provider": notice.provider,
+        "deadline": notice.deadline.isoformat() if notice.deadline else None,
+        "seq": notice.seq,
+    }
 
 
 def json_ready(reply: Any) -> dict[str, Any]:

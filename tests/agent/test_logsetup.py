@@ -53,3 +53,32 @@ def test_agent_logs_json_lines(tmp_path: Path):
     entries = [json.loads(line) for line in lines]  # every line is one JSON object
     assert {"ts", "level", "logger", "msg"} <= set(entries[0])
     assert any(entry["msg"].startswith("notice drain") for entry in entries)
+
+
+def test_json_logs_carry_notice_fields_one_line_per_step(tmp_path: Path) -> None:
+    """Issue 18: the notice's id, action and deadline are JSON fields, one line per step."""
+    import json as _json
+
+    from forewarn.protocol.timefmt import format_time, parse_deadline
+    from support import AgentProcess, agent_env, eventually
+
+    env = agent_env(tmp_path, FOREWARN_LOG_FORMAT="json")
+    with AgentProcess(tmp_path, env=env) as agent:
+        reply = agent.control(
+            {"op": "notify", "action": "drain", "deadline": format_time(parse_deadline("1h"))}
+        )
+        notice_id = reply["notice"]["id"]
+        agent.control({"op": "clear", "id": notice_id})
+
+        def steps() -> list[dict[str, object]] | None:
+            lines = [
+                _json.loads(line) for line in agent.output().splitlines() if line.startswith("{")
+            ]
+            found = [line for line in lines if line.get("notice_id") == notice_id]
+            return found if len(found) >= 2 else None
+
+        found = eventually(steps, what="the published and cleared lines")
+    published, cleared = found[0], found[1]
+    assert published["lifecycle"] == "published" and published["action"] == "drain"
+    assert published["deadline"] and published["provider"] == "local"
+    assert cleared["lifecycle"] == "cleared" and cleared["action"] == "clear"
