@@ -540,9 +540,7 @@ def build_parser(
         assert spec.simulate is not None
         simulate_face = spec.simulate()
         sub = sims.add_parser(spec.name, help=f"a faithful simulator of {spec.summary}")
-        sub.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-        sub.add_argument("--port", type=int, default=0, help="port (default: a free one)")
-        simulate_face.add_arguments(sub)
+        simulate_face.add_arguments(sub)  # --host, --port, --ready-file ... from the sim base
         sub.set_defaults(func=simulate_face.run)
 
     drill = commands.add_parser("drill", help="rehearse a reclaim, locally or for real")

@@ -8,7 +8,13 @@ the same for all, under a prefix no real service uses:
 - `POST /_sim/notices` with `{"kind": ..., <fields>}` raises a notice; answers `{"id": ...}`;
 - `PATCH /_sim/notices/<id>` with fields changes one;
 - `DELETE /_sim/notices/<id>` withdraws one;
-- `GET /_sim/state` shows everything, plus request counts.
+- `POST /_sim/faults` with `{"kind": ..., <fields>}` makes the endpoint misbehave (the shared
+  vocabulary of `sim_faults`, plus the provider's named faults); answers `{"id": ...}`;
+- `DELETE /_sim/faults/<id>` ends one, `DELETE /_sim/faults` all, `GET /_sim/faults` lists;
+- `GET /_sim/state` shows everything, plus request counts and faults.
+
+Any of the two POSTs takes `"after": S` to act S seconds later. A bad control request is a
+400 with `{"error": ...}` naming what was wrong.
 
 Standard library only: a user's test can start one without extra packages.
 """
@@ -16,19 +22,24 @@ Standard library only: a user's test can start one without extra packages.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
-import signal
+import socket
+import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import IO, Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from forewarn.protocol.errors import ForewarnError
+
+from .sim_faults import FAULT_KINDS, Fault, FaultError, make_fault
 
 log = logging.getLogger("forewarn.simulate")
 
@@ -68,6 +79,10 @@ class SimResponse:
     headers: dict[str, str] = field(default_factory=dict)
     # A chunked body (Kubernetes watch streams); the connection ends when it is exhausted.
     stream: Iterator[bytes] | None = None
+    # With `stream`: its total size, sent as Content-Length instead of chunked encoding.
+    length: int | None = None
+    # Set by a `slow` fault: the body goes out at this many bytes a second.
+    pace: Fault | None = None
 
     @classmethod
     def json(cls, payload: Any, status: int = 200, **kwargs: Any) -> SimResponse:
@@ -76,15 +91,25 @@ class SimResponse:
 
 class Simulator:
     """Base of every provider simulator. Thread-safe through `self.lock`; `self.changed` is
-    notified on every state change so long-polls and watch streams can wake up."""
+    notified on every state change so long-polls and watch streams can wake up.
+
+    A provider declares `notice_kinds` (what `POST /_sim/notices` accepts), `fault_presets`
+    (its named faults, each a preset of the shared fault kinds) and `throttle_rate` (the
+    requests a second its `throttle` fault lets through by default), and overrides `handle`,
+    `raise_notice`, `withdraw`, `state` and, where its error pages differ, `error_page`."""
 
     name = "simulator"
+    server_header: ClassVar[str] = "forewarn-sim"
+    notice_kinds: ClassVar[tuple[str, ...]] = ()
+    fault_presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    throttle_rate: ClassVar[float] = 5.0
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.requests: Counter[str] = Counter()
         self._timers: list[threading.Timer] = []
+        self._faults: dict[str, Fault] = {}
         self.started_at = time.time()
 
     # Provider hooks.
@@ -104,11 +129,24 @@ class Simulator:
     def state(self) -> dict[str, Any]:
         return {}
 
+    def error_page(self, status: int) -> SimResponse:
+        """The real endpoint's answer for an error status (a `status` or `throttle` fault)."""
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        return SimResponse(status, f"{status} {phrase}\n".replace(" \n", "\n"), "text/plain")
+
     # Shared machinery.
 
     def notify_change(self) -> None:
         with self.changed:
             self.changed.notify_all()
+
+    def later(self, after: float, action: Callable[[], None]) -> None:
+        """Run `action` `after` seconds from now on a timer the server cancels on stop."""
+        timer = threading.Timer(max(0.0, after), action)
+        timer.daemon = True
+        timer.start()
+        with self.lock:
+            self._timers.append(timer)
 
     def schedule(self, after: float, kind: str, fields: dict[str, Any]) -> None:
         """Raise a notice `after` seconds from now (scripted notices)."""
@@ -116,19 +154,99 @@ class Simulator:
         def fire() -> None:
             try:
                 notice_id = self.raise_notice(kind, dict(fields))
+                self.notify_change()
                 log.info("%s: scripted %s raised as %s", self.name, kind, notice_id)
             except SimError as error:
                 log.error("%s: scripted %s failed: %s", self.name, kind, error)
 
-        timer = threading.Timer(max(0.0, after), fire)
-        timer.daemon = True
-        timer.start()
-        self._timers.append(timer)
+        self.later(after, fire)
 
     def cancel_scripts(self) -> None:
-        for timer in self._timers:
-            timer.cancel()
-        self._timers.clear()
+        with self.lock:
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
+            for fault in self._faults.values():
+                fault.released.set()
+            self.notify_change()
+
+    # Faults.
+
+    def check_fault(self, fields: dict[str, Any]) -> Fault:
+        """A fault from control-API fields, validated (SimError naming the field)."""
+        try:
+            return make_fault(fields, self.fault_presets, self.throttle_rate)
+        except FaultError as error:
+            raise SimError(f"{self.name}: fault: {error}") from None
+
+    def add_fault(self, kind: str, **fields: Any) -> str:
+        """Make the endpoint misbehave (see `sim_faults`); returns the fault's id."""
+        fault = self.check_fault({"kind": kind, **fields})
+        with self.changed:
+            self._faults[fault.id] = fault
+            self.changed.notify_all()
+        return fault.id
+
+    def remove_fault(self, fault_id: str) -> bool:
+        with self.changed:
+            fault = self._faults.pop(fault_id, None)
+            if fault is None:
+                return False
+            fault.released.set()
+            self.changed.notify_all()
+            return True
+
+    def clear_faults(self) -> int:
+        with self.lock:
+            ids = list(self._faults)
+        return sum(self.remove_fault(fault_id) for fault_id in ids)
+
+    def faults(self) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        with self.lock:
+            return [f.describe() for f in self._faults.values() if f.live(now)]
+
+    def take_fault(self, request: SimRequest, kinds: tuple[str, ...] = FAULT_KINDS) -> Fault | None:
+        """The fault this request meets, if any (counted against its `count`). Spent and
+        expired faults are dropped here."""
+        now = time.monotonic()
+        with self.lock:
+            for fault_id, fault in list(self._faults.items()):
+                if not fault.live(now):
+                    del self._faults[fault_id]
+                    continue
+                if (
+                    fault.kind in kinds
+                    and fault.matches(request.method, request.path)
+                    and fault.take(now)
+                ):
+                    return fault
+        return None
+
+    def fault_answer(self, request: SimRequest) -> SimResponse | None:
+        """For a long-poll that ends while a fault is in force, as the real server's would:
+        the error answer of a `status` or `throttle` fault, or a `hang` held (then None, the
+        normal answer)."""
+        fault = self.take_fault(request, ("status", "throttle", "hang"))
+        if fault is None:
+            return None
+        if fault.kind == "hang":
+            fault.released.wait(fault.hold_seconds(time.monotonic()))
+            return None
+        return self.faulted(fault)
+
+    def faulted(self, fault: Fault) -> SimResponse:
+        """The answer of a `status` or `throttle` fault."""
+        page = self.error_page(fault.status)
+        if fault.body is not None:
+            page = SimResponse(
+                fault.status, fault.body, fault.content_type or page.content_type, page.headers
+            )
+        elif fault.content_type is not None:
+            page.content_type = fault.content_type
+        return page
+
+    # The control API.
 
     def control(self, request: SimRequest) -> SimResponse:
         path = request.path[len(CONTROL_PREFIX) :]
@@ -138,18 +256,25 @@ class Simulator:
                     "provider": self.name,
                     "requests": dict(self.requests),
                     **self.state(),
+                    "faults": self.faults(),
                 }
             return SimResponse.json(payload)
-        if path in ("/notices", "/notices/") and request.method == "POST":
+        if path.rstrip("/") == "/notices" and request.method == "POST":
             fields = _json_object(request.body)
             kind = fields.pop("kind", None)
             if not isinstance(kind, str):
-                raise SimError('the body needs "kind", a string')
-            after = fields.pop("after", None)
+                raise SimError(
+                    f'the body needs "kind", one of {", ".join(self.notice_kinds) or "(none)"}'
+                )
+            known = {k.lower() for k in self.notice_kinds}
+            if known and kind.lower() not in known:
+                raise SimError(
+                    f"{self.name}: unknown notice kind {kind!r}; use "
+                    f"{', '.join(self.notice_kinds)} (faults: POST {CONTROL_PREFIX}/faults)"
+                )
+            after = _after(fields)
             if after is not None:
-                if not isinstance(after, (int, float)) or after < 0:
-                    raise SimError('"after" must be a number of seconds >= 0')
-                self.schedule(float(after), kind, fields)
+                self.schedule(after, kind, fields)
                 return SimResponse.json({"scheduled": kind, "after": after}, 202)
             notice_id = self.raise_notice(kind, fields)
             self.notify_change()
@@ -165,7 +290,41 @@ class Simulator:
                 self.change_notice(notice_id, _json_object(request.body))
                 self.notify_change()
                 return SimResponse.json({"changed": notice_id})
+        if path.rstrip("/") == "/faults":
+            if request.method == "GET":
+                return SimResponse.json({"faults": self.faults()})
+            if request.method == "DELETE":
+                return SimResponse.json({"removed": self.clear_faults()})
+            if request.method == "POST":
+                fields = _json_object(request.body)
+                after = _after(fields)
+                fault = self.check_fault(fields)  # a bad fault is a 400 now, not in a timer
+                if after is not None:
+                    self.later(after, lambda: self._install(fault))
+                    return SimResponse.json({"id": fault.id, "after": after}, 202)
+                self._install(fault)
+                return SimResponse.json({"id": fault.id}, 201)
+        if path.startswith("/faults/") and request.method == "DELETE":
+            fault_id = unquote(path[len("/faults/") :])
+            if not self.remove_fault(fault_id):
+                raise SimError(f"no fault {fault_id!r}", 404)
+            return SimResponse.json({"removed": fault_id})
         raise SimError(f"no control route {request.method} {request.path}", 404)
+
+    def _install(self, fault: Fault) -> None:
+        fault.created = time.monotonic()
+        with self.changed:
+            self._faults[fault.id] = fault
+            self.changed.notify_all()
+
+
+def _after(fields: dict[str, Any]) -> float | None:
+    after = fields.pop("after", None)
+    if after is not None and (
+        isinstance(after, bool) or not isinstance(after, (int, float)) or after < 0
+    ):
+        raise SimError(f'"after" must be a number of seconds >= 0, got {after!r}')
+    return None if after is None else float(after)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -178,14 +337,57 @@ def _json_object(body: bytes) -> dict[str, Any]:
     return payload
 
 
+def _reset(connection: socket.socket) -> None:
+    """Close with a TCP RST (linger 0), as a crashed or firewalled server does."""
+    with contextlib.suppress(OSError):
+        connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        connection.close()
+
+
+def _malformed(response: SimResponse) -> SimResponse:
+    """A 200 whose body does not parse as what the contract promises: half the real body,
+    a NUL and an unterminated tag."""
+    body = response.body.encode() if isinstance(response.body, str) else response.body
+    junk = b"<html>\x00" + body[: len(body) // 2] + b'{"forewarn-sim": malformed'
+    return SimResponse(200, junk, response.content_type, dict(response.headers))
+
+
+def _oversize(response: SimResponse, size: int) -> SimResponse:
+    """A 200 of `size` bytes: the real body, then filler, sent with its Content-Length."""
+    body = response.body.encode() if isinstance(response.body, str) else response.body
+    head = body[:size]
+
+    def chunks() -> Iterator[bytes]:
+        yield head
+        left = size - len(head)
+        block = b"x" * 65536
+        while left > 0:
+            yield block[: min(left, len(block))]
+            left -= len(block)
+
+    return SimResponse(
+        200, content_type=response.content_type, stream=chunks(), length=size, headers={}
+    )
+
+
+def _write_paced(wfile: IO[bytes] | io.BufferedIOBase, payload: bytes, fault: Fault) -> None:
+    """Write at `fault.rate` bytes a second; the rest at once when the fault is withdrawn."""
+    step = max(1, int(fault.rate / 10))
+    interval = step / fault.rate
+    for offset in range(0, len(payload), step):
+        wfile.write(payload[offset : offset + step])
+        wfile.flush()
+        if fault.released.wait(interval):
+            wfile.write(payload[offset + step :])
+            return
+
+
 def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         # Headers and body go out in two writes; with Nagle on, the body waits for the
         # client's delayed ACK (~40 ms), which would dominate every latency measured here.
         disable_nagle_algorithm = True
-        server_version = "forewarn-sim"
-        sys_version = ""
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s: " + format, sim.name, *args)
@@ -203,12 +405,15 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 client=self.client_address[0],
             )
             try:
-                if parts.path.startswith(CONTROL_PREFIX + "/"):
+                if parts.path.startswith(CONTROL_PREFIX + "/") or parts.path == CONTROL_PREFIX:
                     response = sim.control(request)
                 else:
                     with sim.lock:
                         sim.requests[f"{request.method} {request.path}"] += 1
-                    response = sim.handle(request)
+                    answer = self._endpoint(request)
+                    if answer is None:
+                        return
+                    response = answer
             except SimError as error:
                 response = SimResponse.json({"error": str(error)}, error.status)
             except Exception as error:  # a simulator bug must still answer
@@ -216,34 +421,91 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 response = SimResponse.json({"error": f"simulator error: {error}"}, 500)
             self._send(response)
 
+        def _endpoint(self, request: SimRequest) -> SimResponse | None:
+            """The provider's answer, through whatever fault is in force (None: no answer)."""
+            fault = sim.take_fault(request)
+            if fault is None:
+                return sim.handle(request)
+            if fault.kind == "reset":
+                self.close_connection = True
+                self.rfile.close()
+                _reset(self.connection)
+                return None
+            if fault.kind in ("status", "throttle"):
+                return sim.faulted(fault)
+            if fault.kind == "hang":
+                fault.released.wait(fault.hold_seconds(time.monotonic()))
+            response = sim.handle(request)
+            if fault.kind == "malformed":
+                return _malformed(response)
+            if fault.kind == "oversize":
+                return _oversize(response, fault.size)
+            if fault.kind == "slow":
+                response.pace = fault
+            return response
+
         def _send(self, response: SimResponse) -> None:
-            self.send_response(response.status)
+            self.log_request(response.status)
+            self.send_response_only(response.status)
+            headers = dict(response.headers)
+            # Exactly one Server header: the provider's own, else the simulator's name.
+            self.send_header("Server", headers.pop("Server", sim.server_header))
+            self.send_header("Date", self.date_time_string())
             self.send_header("Content-Type", response.content_type)
-            for key, value in response.headers.items():
+            for key, value in headers.items():
                 self.send_header(key, value)
             if response.stream is not None:
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                try:
-                    for chunk in response.stream:
-                        if chunk:
-                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                            self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-                self.close_connection = True
+                self._send_stream(response)
                 return
             payload = response.body.encode() if isinstance(response.body, str) else response.body
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if self.command != "HEAD":
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(payload)
+                    if response.pace is not None:
+                        _write_paced(self.wfile, payload, response.pace)
+                    else:
+                        self.wfile.write(payload)
+
+        def _send_stream(self, response: SimResponse) -> None:
+            assert response.stream is not None
+            if response.length is not None:
+                self.send_header("Content-Length", str(response.length))
+            else:
+                self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for chunk in response.stream:
+                    if not chunk or self.command == "HEAD":
+                        continue
+                    if response.length is None:
+                        chunk = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                    if response.pace is not None:
+                        _write_paced(self.wfile, chunk, response.pace)
+                    else:
+                        self.wfile.write(chunk)
+                    self.wfile.flush()
+                if response.length is None:
+                    self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            self.close_connection = True
 
         do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_HEAD = _serve
 
     return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up (a timeout, a reset) is ordinary here, not a traceback.
+        log.debug("%s: connection from %s ended abruptly", self, client_address, exc_info=True)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class SimServer:
@@ -255,7 +517,8 @@ class SimServer:
 
     def __init__(self, sim: Simulator, host: str = "127.0.0.1", port: int = 0) -> None:
         self.sim = sim
-        self.httpd = ThreadingHTTPServer((host, port), _make_handler(sim))
+        server_class = _Server6 if ":" in host else _Server
+        self.httpd = server_class((host, port), _make_handler(sim))
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -266,7 +529,7 @@ class SimServer:
     @property
     def url(self) -> str:
         host = str(self.httpd.server_address[0])
-        return f"http://{host}:{self.port}"
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     def start(self) -> SimServer:
         self._thread = threading.Thread(
@@ -293,24 +556,6 @@ class SimServer:
         self.stop()
 
 
-def serve_until_signalled(sim: Simulator, host: str, port: int) -> int:
-    """Run a simulator for `forewarn simulate`: print where it listens, stop on SIGINT/SIGTERM."""
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        log.warning("simulator bound to %s: it is meant for loopback", host)
-    server = SimServer(sim, host, port).start()
-    print(f"forewarn simulate {sim.name}: listening on {server.url}", flush=True)
-    print(
-        f"control API: {server.url}{CONTROL_PREFIX}/state, POST {CONTROL_PREFIX}/notices",
-        flush=True,
-    )
-    done = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: done.set())
-    done.wait()
-    server.stop()
-    return 0
-
-
 __all__ = [
     "CONTROL_PREFIX",
     "SimError",
@@ -318,5 +563,4 @@ __all__ = [
     "SimResponse",
     "SimServer",
     "Simulator",
-    "serve_until_signalled",
 ]

@@ -12,9 +12,11 @@ the shared control API (`POST /_sim/notices`), with these kinds:
 - `scheduled` (id: its EventId): `code`, `not_before` (a time, a duration or seconds from
   now; default 1 h), `not_after`, `state`, `description`, `event_id`;
 - `asg` (id `asg`): `state` (default `Terminated`);
-- `fault` (id `fault-N`): `path` (prefix, default `/latest/`), `method`, `status`, `body`,
-  `hang` (seconds before answering), `times` (default until withdrawn);
 - `revoke-tokens`: every token issued so far becomes invalid (as after expiry).
+
+Faults are the shared vocabulary (`POST /_sim/faults`, see `providers/sim_faults.py`), with
+IMDS's own error pages, plus one named fault: `hop-limit` (the token PUT is never answered,
+as from a bridged container when the hop limit is 1); `throttle` lets IMDS's rate through.
 
 `drift: true` recomputes the time on every request (now + lead), as amazon-ec2-metadata-mock
 does. Withdrawing a scheduled event moves it to the history path as canceled, like AWS.
@@ -25,27 +27,20 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
-import sys
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from http import HTTPStatus
+from typing import Any, ClassVar
 
 from forewarn.protocol.timefmt import duration_arg, format_time, parse_duration, parse_time
 
-from ..simulator import SimError, SimRequest, SimResponse, Simulator, serve_until_signalled
+from ..sim_cli import Scripted, SimulatorCommand
+from ..simulator import SimError, SimRequest, SimResponse, Simulator
 from .imds import (
-    ASG_PATH,
-    HISTORY_PATH,
-    IDENTITY_PATH,
     LIFECYCLE_STATES,
-    REBALANCE_PATH,
     SCHEDULED_CODES,
-    SCHEDULED_PATH,
     SPOT_ACTIONS,
-    SPOT_PATH,
-    TERMINATION_TIME_PATH,
     TOKEN_HEADER,
     TOKEN_PATH,
     TTL_HEADER,
@@ -57,6 +52,24 @@ from .settings import MAX_TOKEN_TTL, MIN_TOKEN_TTL
 DEFAULT_INSTANCE_ID = "i-0123456789abcdef0"
 DEFAULT_REGION = "us-east-1"
 SPOT_LEAD = 120.0
+DEFAULT_ROLE = "forewarn-sim-role"
+ACCOUNT = "123456789012"
+INSTANCE_TYPE = "g5.xlarge"
+PRIVATE_IP = "10.0.0.10"
+# AWS publishes no request rate for IMDS; what it documents is 1024 packets a second per
+# network interface to its link-local services, and a kept-alive IMDS request is about four
+# packets (request, answer, two ACKs): about 256 requests a second.
+THROTTLE_RATE = 256.0
+# IMDS's own answers say who they are with this header.
+SERVER = "EC2ws"
+
+DATE_FIELDS = {
+    "not_before": "NotBefore",
+    "not_after": "NotAfter",
+    "not_before_deadline": "NotBeforeDeadline",
+}
+
+Tree = dict[str, Any]  # a directory: name -> Tree or the leaf's text
 
 _DESCRIPTIONS = {
     "instance-reboot": "scheduled reboot",
@@ -90,6 +103,11 @@ def _seconds(moment: datetime) -> datetime:
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _imds_time(epoch: float) -> str:
+    """IMDS's times in credentials and the identity document: RFC 3339, whole seconds."""
+    return format_time(_seconds(datetime.fromtimestamp(epoch, timezone.utc)))
 
 
 def _time_value(value: Any, what: str) -> datetime:
@@ -133,24 +151,16 @@ class _Timed:
         return format_time(_seconds(moment))
 
 
-@dataclass
-class _Fault:
-    path: str
-    method: str | None
-    status: int | None
-    body: str | None
-    hang: float
-    times: int | None
-    released: threading.Event = field(default_factory=threading.Event)
-
-    def matches(self, request: SimRequest) -> bool:
-        if self.method is not None and request.method != self.method:
-            return False
-        return request.path.startswith(self.path) and (self.times is None or self.times > 0)
-
-
 class ImdsSimulator(Simulator):
     name = "aws"
+    server_header = SERVER
+    notice_kinds = ("spot", "rebalance", "scheduled", "asg", "revoke-tokens")
+    fault_presets: ClassVar[dict[str, dict[str, Any]]] = {
+        # From a bridged container the token answer (IP TTL 1) dies on the way: the PUT is
+        # never answered and the SDK times out.
+        "hop-limit": {"kind": "hang", "path": TOKEN_PATH, "method": "PUT"},
+    }
+    throttle_rate = THROTTLE_RATE
 
     def __init__(
         self,
@@ -169,18 +179,15 @@ class ImdsSimulator(Simulator):
         self.scheduled: dict[str, dict[str, Any]] = {}
         self.history: list[dict[str, Any]] = []
         self.asg_state: str | None = None
-        self.faults: dict[str, _Fault] = {}
-        self._fault_count = 0
+        self.role = DEFAULT_ROLE
 
     # IMDS itself.
 
+    def error_page(self, status: int) -> SimResponse:
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        return _html(status, phrase or "Error")
+
     def handle(self, request: SimRequest) -> SimResponse:
-        fault = self._fault_for(request)
-        if fault is not None:
-            if fault.hang > 0:
-                fault.released.wait(fault.hang)
-            if fault.status is not None or fault.body is not None:
-                return SimResponse(fault.status or 200, fault.body or "", "text/plain")
         if request.path == TOKEN_PATH:
             return self._token(request)
         if request.path.endswith("/api/token"):
@@ -193,15 +200,6 @@ class ImdsSimulator(Simulator):
             return denied
         with self.lock:
             return self._serve(request.path)
-
-    def _fault_for(self, request: SimRequest) -> _Fault | None:
-        with self.lock:
-            for fault in self.faults.values():
-                if fault.matches(request):
-                    if fault.times is not None:
-                        fault.times -= 1
-                    return fault
-        return None
 
     def _token(self, request: SimRequest) -> SimResponse:
         if request.method != "PUT":
@@ -231,44 +229,109 @@ class ImdsSimulator(Simulator):
         return None
 
     def _serve(self, path: str) -> SimResponse:
-        now = _now()
-        if path == SPOT_PATH and self.spot is not None:
+        """A leaf as text/plain, a directory as IMDS lists it (one child a line, directories
+        with a trailing slash); a trailing slash answers like the path without it."""
+        if path != "/latest" and not path.startswith("/latest/"):
+            return _html(404, "Not Found")
+        node: Tree | str = self._tree(_now())
+        for part in (p for p in path[len("/latest") :].split("/") if p):
+            child = node.get(part) if isinstance(node, dict) else None
+            if child is None:
+                return _html(404, "Not Found")
+            node = child
+        if isinstance(node, dict):
+            if not node:
+                return _html(404, "Not Found")
+            names = [
+                key + ("/" if isinstance(value, dict) else "")
+                for key, value in node.items()
+                if value != {}
+            ]
+            return _text("\n".join(names))
+        return _text(node)
+
+    def _tree(self, now: datetime) -> Tree:
+        """What IMDS serves now; a directory with nothing in it is not there (404)."""
+        spot: Tree = {}
+        if self.spot is not None:
             action, timed = self.spot
-            return _text(json.dumps({"action": action, "time": timed.at(now)}))
-        if path == TERMINATION_TIME_PATH and self.spot is not None and self.spot[0] == "terminate":
-            return _text(self.spot[1].at(now))
-        if path == REBALANCE_PATH and self.rebalance is not None:
-            return _text(json.dumps({"noticeTime": self.rebalance.at(now)}))
-        if path == SCHEDULED_PATH:
-            return _text(json.dumps(list(self.scheduled.values()), indent=2))
-        if path == HISTORY_PATH:
-            return _text(json.dumps(self.history, indent=2))
-        if path == ASG_PATH and self.asg_state is not None:
-            return _text(self.asg_state)
-        if path == IDENTITY_PATH:
-            return _text(json.dumps(self._identity(), indent=2))
-        plain = {
-            "/latest/meta-data/instance-id": self.instance_id,
-            "/latest/meta-data/instance-life-cycle": "spot",
-            "/latest/meta-data/placement/region": self.region,
-            "/latest/meta-data/placement/availability-zone": self.region + "a",
+            spot["instance-action"] = json.dumps({"action": action, "time": timed.at(now)})
+            if action == "terminate":
+                spot["termination-time"] = timed.at(now)
+        recommendations: Tree = {}
+        if self.rebalance is not None:
+            recommendations["rebalance"] = json.dumps({"noticeTime": self.rebalance.at(now)})
+        autoscaling: Tree = {}
+        if self.asg_state is not None:
+            autoscaling["target-lifecycle-state"] = self.asg_state
+        meta: Tree = {
+            "ami-id": "ami-0123456789abcdef0",
+            "ami-launch-index": "0",
+            "autoscaling": autoscaling,
+            "events": {
+                "maintenance": {
+                    "history": json.dumps(self.history, indent=2),
+                    "scheduled": json.dumps(list(self.scheduled.values()), indent=2),
+                },
+                "recommendations": recommendations,
+            },
+            "hostname": "ip-10-0-0-10.ec2.internal",
+            "iam": {
+                "info": json.dumps(self._iam_info(), indent=2),
+                "security-credentials": {self.role: json.dumps(self._credentials(), indent=2)},
+            },
+            "instance-id": self.instance_id,
+            "instance-life-cycle": "spot",
+            "instance-type": INSTANCE_TYPE,
+            "local-ipv4": PRIVATE_IP,
+            "placement": {
+                "availability-zone": self.region + "a",
+                "region": self.region,
+            },
+            "spot": spot,
         }
-        if path in plain:
-            return _text(plain[path])
-        return _html(404, "Not Found")
+        return {
+            "dynamic": {"instance-identity": {"document": json.dumps(self._identity(), indent=2)}},
+            "meta-data": meta,
+        }
+
+    def _iam_info(self) -> dict[str, Any]:
+        return {
+            "Code": "Success",
+            "LastUpdated": _imds_time(self.started_at),
+            "InstanceProfileArn": f"arn:aws:iam::{ACCOUNT}:instance-profile/{self.role}",
+            "InstanceProfileId": "AIPAFOREWARNSIMULATOR0",
+        }
+
+    def _credentials(self) -> dict[str, Any]:
+        """Fake role credentials shaped as IMDS's, valid six hours from now."""
+        now = time.time()
+        return {
+            "Code": "Success",
+            "LastUpdated": _imds_time(now),
+            "Type": "AWS-HMAC",
+            "AccessKeyId": "ASIAFOREWARNSIMULATOR",
+            "SecretAccessKey": "forewarn-simulated-secret-access-key",
+            "Token": "forewarn-simulated-session-token",
+            "Expiration": _imds_time(now + 6 * 3600),
+        }
 
     def _identity(self) -> dict[str, Any]:
+        """The instance identity document with IMDS's fields (null where IMDS has null)."""
         return {
-            "accountId": "123456789012",
+            "accountId": ACCOUNT,
             "architecture": "x86_64",
             "availabilityZone": self.region + "a",
+            "billingProducts": None,
+            "devpayProductCodes": None,
+            "marketplaceProductCodes": None,
             "imageId": "ami-0123456789abcdef0",
             "instanceId": self.instance_id,
-            "instanceType": "g5.xlarge",
-            "pendingTime": format_time(
-                _seconds(datetime.fromtimestamp(self.started_at, timezone.utc))
-            ),
-            "privateIp": "10.0.0.10",
+            "instanceType": INSTANCE_TYPE,
+            "kernelId": None,
+            "pendingTime": _imds_time(self.started_at),
+            "privateIp": PRIVATE_IP,
+            "ramdiskId": None,
             "region": self.region,
             "version": "2017-09-30",
         }
@@ -292,16 +355,11 @@ class ImdsSimulator(Simulator):
             with self.lock:
                 self.asg_state = state
             return "asg"
-        if kind == "fault":
-            return self._raise_fault(fields)
         if kind == "revoke-tokens":
             with self.lock:
                 self.tokens.clear()
             return "revoke-tokens"
-        raise SimError(
-            f"aws: unknown notice kind {kind!r}; use spot, rebalance, scheduled, asg, fault "
-            "or revoke-tokens"
-        )
+        raise SimError(f"aws: unknown notice kind {kind!r}; use {', '.join(self.notice_kinds)}")
 
     def _timed(self, fields: dict[str, Any], time_key: str, default_lead: float) -> _Timed:
         lead = _number(fields, "lead", default_lead)
@@ -331,6 +389,11 @@ class ImdsSimulator(Simulator):
             if "not_after" in fields
             else not_before + timedelta(hours=2)
         )
+        deadline = (
+            _time_value(fields["not_before_deadline"], "not_before_deadline")
+            if "not_before_deadline" in fields
+            else not_before + timedelta(days=2)
+        )
         event_id = fields.get("event_id") or f"instance-event-{secrets.token_hex(9)[:17]}"
         if not isinstance(event_id, str):
             raise SimError(f"event_id: expected a string, got {event_id!r}")
@@ -340,35 +403,12 @@ class ImdsSimulator(Simulator):
             "Description": fields.get("description", _DESCRIPTIONS[code]),
             "EventId": event_id,
             "NotAfter": format_aws_date(not_after),
+            "NotBeforeDeadline": format_aws_date(deadline),
             "State": fields.get("state", "active"),
         }
         with self.lock:
             self.scheduled[event_id] = event
         return event_id
-
-    def _raise_fault(self, fields: dict[str, Any]) -> str:
-        status = fields.get("status")
-        if status is not None and (not isinstance(status, int) or not 100 <= status <= 599):
-            raise SimError(f"status: an HTTP status, got {status!r}")
-        times = fields.get("times")
-        if times is not None and (not isinstance(times, int) or times < 1):
-            raise SimError(f"times: a count >= 1, got {times!r}")
-        body = fields.get("body")
-        if body is not None and not isinstance(body, str):
-            raise SimError("body: a string")
-        fault = _Fault(
-            path=str(fields.get("path", "/latest/")),
-            method=fields.get("method"),
-            status=status,
-            body=body,
-            hang=_number(fields, "hang", 0.0),
-            times=times,
-        )
-        with self.lock:
-            self._fault_count += 1
-            fault_id = f"fault-{self._fault_count}"
-            self.faults[fault_id] = fault
-        return fault_id
 
     def change_notice(self, notice_id: str, fields: dict[str, Any]) -> None:
         with self.lock:
@@ -378,9 +418,8 @@ class ImdsSimulator(Simulator):
                 for key, value in fields.items():
                     if key in keys:
                         event[keys[key]] = value
-                    elif key in ("not_before", "not_after"):
-                        name = "NotBefore" if key == "not_before" else "NotAfter"
-                        event[name] = format_aws_date(_time_value(value, key))
+                    elif key in DATE_FIELDS:
+                        event[DATE_FIELDS[key]] = format_aws_date(_time_value(value, key))
                     else:
                         raise SimError(f"scheduled events have no field {key!r}")
                 return
@@ -411,17 +450,9 @@ class ImdsSimulator(Simulator):
                 event["State"] = "canceled"
                 event["Description"] = f"[Canceled] {event['Description']}"
                 self.history.append(event)
-            elif notice_id in self.faults:
-                self.faults.pop(notice_id).released.set()
             else:
                 return False
         return True
-
-    def cancel_scripts(self) -> None:
-        super().cancel_scripts()
-        with self.lock:
-            for fault in self.faults.values():
-                fault.released.set()
 
     def state(self) -> dict[str, Any]:
         now = _now()
@@ -433,7 +464,6 @@ class ImdsSimulator(Simulator):
             "scheduled": list(self.scheduled.values()),
             "history": list(self.history),
             "asg": self.asg_state,
-            "faults": sorted(self.faults),
         }
 
 
@@ -442,24 +472,10 @@ def make_simulator(
     imdsv1: bool = False,
     instance_id: str = DEFAULT_INSTANCE_ID,
     region: str = DEFAULT_REGION,
-    spot_after: float | None = None,
-    action: str = "terminate",
-    spot_lead: float | None = None,
-    rebalance_after: float | None = None,
     scheduled: list[str] | None = None,
-    asg_after: float | None = None,
 ) -> ImdsSimulator:
-    """An IMDS simulator with the scripted notices the command line asks for."""
+    """An IMDS simulator, with the `--scheduled CODE@NOTBEFORE` events already in place."""
     sim = ImdsSimulator(imdsv1=imdsv1, instance_id=instance_id, region=region)
-    if action not in SPOT_ACTIONS:
-        raise SimError(f"--action: one of {', '.join(SPOT_ACTIONS)}, got {action!r}")
-    if spot_after is not None:
-        spot: dict[str, Any] = {"action": action}
-        if spot_lead is not None:
-            spot["lead"] = spot_lead
-        sim.schedule(spot_after, "spot", spot)
-    if rebalance_after is not None:
-        sim.schedule(rebalance_after, "rebalance", {})
     for text in scheduled or []:
         code, _, not_before = text.partition("@")
         if code not in SCHEDULED_CODES:
@@ -468,18 +484,12 @@ def make_simulator(
         if not_before:
             fields["not_before"] = _time_value(not_before, f"--scheduled {text!r}").isoformat()
         sim.raise_notice("scheduled", fields)
-    if asg_after is not None:
-        sim.schedule(asg_after, "asg", {"state": "Terminated"})
     return sim
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options after `forewarn simulate aws` (the command line adds `--host`, `--port`)."""
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--imdsv1", action="store_true", help="also answer tokenless (IMDSv1) requests"
-    )
-    parser.add_argument(
-        "--spot-after", type=duration_arg, metavar="S", help="raise a spot interruption after S"
     )
     parser.add_argument(
         "--action", choices=SPOT_ACTIONS, default="terminate", help="its action (terminate)"
@@ -491,42 +501,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds from the notice to the action (default 120; hibernate 0)",
     )
     parser.add_argument(
-        "--rebalance-after", type=duration_arg, metavar="S", help="raise a rebalance after S"
-    )
-    parser.add_argument(
         "--scheduled",
         action="append",
         metavar="CODE@NOTBEFORE",
         help="a scheduled event at once, e.g. system-reboot@2h or "
         "instance-stop@2026-12-01T09:00:00Z (repeatable; NOTBEFORE defaults to 1h)",
     )
-    parser.add_argument(
-        "--asg-after",
-        type=duration_arg,
-        metavar="S",
-        help="set the ASG target lifecycle state to Terminated after S",
-    )
     parser.add_argument("--instance-id", default=DEFAULT_INSTANCE_ID)
     parser.add_argument("--region", default=DEFAULT_REGION)
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        sim = make_simulator(
-            imdsv1=args.imdsv1,
-            instance_id=args.instance_id,
-            region=args.region,
-            spot_after=args.spot_after,
-            action=args.action,
-            spot_lead=args.spot_lead,
-            rebalance_after=args.rebalance_after,
-            scheduled=args.scheduled,
-            asg_after=args.asg_after,
-        )
-    except SimError as error:
-        print(f"forewarn simulate aws: {error}", file=sys.stderr, flush=True)
-        return 2
-    return serve_until_signalled(sim, args.host, args.port)
+def _spot_fields(args: argparse.Namespace) -> dict[str, Any]:
+    fields: dict[str, Any] = {"action": args.action}
+    if args.spot_lead is not None:
+        fields["lead"] = args.spot_lead
+    return fields
+
+
+def _build(args: argparse.Namespace) -> ImdsSimulator:
+    return make_simulator(
+        imdsv1=args.imdsv1,
+        instance_id=args.instance_id,
+        region=args.region,
+        scheduled=args.scheduled,
+    )
+
+
+COMMAND = SimulatorCommand(
+    name="aws",
+    build=_build,
+    options=_options,
+    scripted=(
+        Scripted("spot", "spot", "raise a spot interruption after S", _spot_fields),
+        Scripted("rebalance", "rebalance", "raise a rebalance recommendation after S"),
+        Scripted(
+            "asg",
+            "asg",
+            "set the ASG target lifecycle state to Terminated after S",
+            lambda args: {"state": "Terminated"},
+        ),
+    ),
+    hints=lambda sim, url, args: [f"point the agent at it: FOREWARN_AWS_URL={url}"],
+)
+add_arguments = COMMAND.add_arguments
+run = COMMAND.run
 
 
 def drill_script() -> dict[str, Any]:

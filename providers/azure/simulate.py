@@ -12,34 +12,27 @@ Control API (shared by every simulator): `POST /_sim/notices {"kind": "Preempt",
 kinds Preempt, Terminate, Reboot, Redeploy, Freeze and fields `resources`,
 `not_before_seconds`, `status`, `event_id`, `description`, `event_source`,
 `duration_seconds`; `PATCH`/`DELETE /_sim/notices/<EventId>`; `GET /_sim/state` (events,
-approvals received, 429s). Azure-only: `POST /_sim/faults {"status": 500, "body": "...",
-"delay": 0, "count": 1}` makes the next Scheduled Events GETs fail that way.
+approvals received, 429s). Faults are the shared vocabulary (`POST /_sim/faults`), with IMDS's
+JSON error bodies; e.g. `{"kind": "status", "status": 500, "path":
+"/metadata/scheduledevents", "count": 1}` fails the next Scheduled Events request.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from http import HTTPStatus
 from typing import Any
 
 from forewarn.protocol.timefmt import duration_arg
 
-from ..simulator import (
-    CONTROL_PREFIX,
-    SimError,
-    SimRequest,
-    SimResponse,
-    Simulator,
-    serve_until_signalled,
-)
+from ..sim_cli import Scripted, SimulatorCommand
+from ..simulator import SimError, SimRequest, SimResponse, Simulator
 from .events import EVENT_TYPES, format_not_before
 
 EVENTS_PATH = "/metadata/scheduledevents"
@@ -89,15 +82,12 @@ CHANGEABLE = ("resources", "not_before_seconds", "status", "description", "durat
 DEFAULT_VM_NAME = "forewarn-vm"
 
 
-@dataclass
-class Fault:
-    status: int
-    body: str
-    delay: float
-
-
 class AzureSimulator(Simulator):
     name = "azure"
+    notice_kinds = EVENT_TYPES
+    # Microsoft's documented limit: five requests a second (the simulator always applies it,
+    # see `rate_limit`; the `throttle` fault lets the same through by default).
+    throttle_rate = 5.0
 
     def __init__(
         self,
@@ -126,7 +116,6 @@ class AzureSimulator(Simulator):
         self.events: dict[str, dict[str, Any]] = {}
         self.approvals: list[dict[str, Any]] = []
         self.rate_limited = 0
-        self.faults: deque[Fault] = deque()
         self._first_call_served = False
         self._recent: deque[float] = deque()
 
@@ -177,13 +166,8 @@ class AzureSimulator(Simulator):
         with self.lock:
             first = not self._first_call_served
             self._first_call_served = True
-            fault = self.faults.popleft() if self.faults else None
         if first and self.first_call_delay > 0:
             time.sleep(self.first_call_delay)
-        if fault is not None:
-            if fault.delay > 0:
-                time.sleep(fault.delay)
-            return SimResponse(fault.status, fault.body, "application/json")
         return SimResponse.json(self.document())
 
     def _post_events(self, body: bytes) -> SimResponse:
@@ -246,10 +230,7 @@ class AzureSimulator(Simulator):
         self.notify_change()
 
     def _later(self, delay: float, action: Callable[[], None]) -> None:
-        timer = threading.Timer(max(0.0, delay), action)
-        timer.daemon = True
-        timer.start()
-        self._timers.append(timer)
+        self.later(delay, action)
 
     def _start(self, event_id: str) -> None:
         """Scheduled → Started (on approval or at NotBefore), then removal later."""
@@ -379,28 +360,11 @@ class AzureSimulator(Simulator):
                 "approvals": [dict(a) for a in self.approvals],
                 "approved": approved,
                 "rate_limited": self.rate_limited,
-                "faults_pending": len(self.faults),
             }
 
-    def add_fault(self, status: int, body: str = "", delay: float = 0.0, count: int = 1) -> None:
-        with self.lock:
-            self.faults.extend(Fault(status, body, delay) for _ in range(count))
-
-    def control(self, request: SimRequest) -> SimResponse:
-        if request.path == CONTROL_PREFIX + "/faults" and request.method == "POST":
-            try:
-                fields = json.loads(request.body or b"{}")
-                status = int(fields.get("status", 500))
-                count = int(fields.get("count", 1))
-                delay = float(fields.get("delay", 0.0))
-                body = str(fields.get("body", json.dumps({"error": "Internal Server Error"})))
-            except (ValueError, TypeError, AttributeError) as error:
-                raise SimError(f"bad fault: {error}") from None
-            if not 100 <= status <= 599 or count < 1 or delay < 0:
-                raise SimError("a fault needs 100 <= status <= 599, count >= 1, delay >= 0")
-            self.add_fault(status, body, delay, count)
-            return SimResponse.json({"faults_pending": len(self.faults)}, 201)
-        return super().control(request)
+    def error_page(self, status: int) -> SimResponse:
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+        return SimResponse.json({"error": phrase}, status)
 
 
 def _event_type(kind: str) -> str:
@@ -444,17 +408,10 @@ def make_simulator(**options: Any) -> AzureSimulator:
 SCRIPTED = ("preempt", "terminate", "reboot", "redeploy", "freeze")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vm-name", help=f"this VM's name (default {DEFAULT_VM_NAME})")
     parser.add_argument("--vmss-name", help="serve a scale-set instance of this scale set")
     parser.add_argument("--instance-id", help="the scale-set instance id (with --vmss-name)")
-    for kind in SCRIPTED:
-        parser.add_argument(
-            f"--{kind}-after",
-            type=duration_arg,
-            metavar="S",
-            help=f"raise a {kind.capitalize()} event S seconds after start",
-        )
     parser.add_argument(
         "--not-before",
         type=duration_arg,
@@ -498,30 +455,51 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        sim = make_simulator(
-            vm_name=args.vm_name,
-            vmss_name=args.vmss_name,
-            instance_id=args.instance_id,
-            removal_after=args.removal_after,
-            rate_limit=args.rate_limit,
-            first_call_delay=args.first_call_delay,
-        )
-    except SimError as error:
-        print(f"forewarn simulate azure: {error}", file=sys.stderr)
-        return 2
+def _build(args: argparse.Namespace) -> AzureSimulator:
+    return make_simulator(
+        vm_name=args.vm_name,
+        vmss_name=args.vmss_name,
+        instance_id=args.instance_id,
+        removal_after=args.removal_after,
+        rate_limit=args.rate_limit,
+        first_call_delay=args.first_call_delay,
+    )
+
+
+def _event_fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if args.resources:
         fields["resources"] = [name.strip() for name in args.resources.split(",") if name.strip()]
     if args.not_before is not None:
         fields["not_before_seconds"] = args.not_before
-    for kind in SCRIPTED:
-        after = getattr(args, f"{kind}_after")
-        if after is not None:
-            sim.schedule(after, kind.capitalize(), dict(fields))
-    print(f"forewarn simulate azure: VM name {sim.vm_name}", flush=True)
-    return serve_until_signalled(sim, getattr(args, "host", "127.0.0.1"), getattr(args, "port", 0))
+    return fields
+
+
+def _hints(sim: Simulator, url: str, args: argparse.Namespace) -> list[str]:
+    assert isinstance(sim, AzureSimulator)
+    return [
+        f"VM name {sim.vm_name}",
+        f"point the agent at it: FOREWARN_AZURE_URL={url} FOREWARN_AZURE_VM_NAME={sim.vm_name}",
+    ]
+
+
+COMMAND = SimulatorCommand(
+    name="azure",
+    build=_build,
+    options=_options,
+    scripted=tuple(
+        Scripted(
+            kind,
+            kind.capitalize(),
+            f"raise a {kind.capitalize()} event S seconds after start",
+            _event_fields,
+        )
+        for kind in SCRIPTED
+    ),
+    hints=_hints,
+)
+add_arguments = COMMAND.add_arguments
+run = COMMAND.run
 
 
 DRILL_VM_NAME = "forewarn-drill-vm"

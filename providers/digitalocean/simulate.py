@@ -7,6 +7,9 @@ slash form for an index asked without its trailing slash, and 404 for anything u
 Droplet metadata carries no reclaim notice: DigitalOcean announces a Spot droplet's reclaim
 by email. The control API therefore raises no notices here (`POST /_sim/notices` answers
 400 saying so); a reclaim is exercised through a mailbox (`forewarn drill digitalocean`).
+The shared faults (`POST /_sim/faults`) apply to the metadata answers, which the watcher
+reads once at start to learn the droplet's id; the mailbox is a real IMAP server, not this
+simulator, so faults of the mail path are the IMAP server's to produce.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import argparse
 import json
 from typing import Any
 
-from ..simulator import SimError, SimRequest, SimResponse, Simulator, serve_until_signalled
+from ..sim_cli import SimulatorCommand
+from ..simulator import SimError, SimRequest, SimResponse, Simulator
 
 PREFIX = "/metadata/v1"
 
@@ -115,8 +119,8 @@ class DropletMetadataSimulator(Simulator):
 
     def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
         raise SimError(
-            "droplet metadata has no reclaim notice: DigitalOcean announces a reclaim by "
-            "email (see `forewarn drill digitalocean`)"
+            f"no notice kind {kind!r} here: droplet metadata has no reclaim notice; "
+            "DigitalOcean announces a reclaim by email (see `forewarn drill digitalocean`)"
         )
 
     def state(self) -> dict[str, Any]:
@@ -131,16 +135,22 @@ def make_simulator(**options: Any) -> DropletMetadataSimulator:
     return DropletMetadataSimulator(**options)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # --host and --port are added by `forewarn simulate` itself.
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--droplet-id", type=int, default=424242424, help="the droplet id served")
     parser.add_argument("--hostname", default="gpu-spot-1", help="the droplet name served")
     parser.add_argument("--region", default="nyc2", help="the region served")
 
 
-def run(args: argparse.Namespace) -> int:
-    sim = make_simulator(droplet_id=args.droplet_id, hostname=args.hostname, region=args.region)
-    return serve_until_signalled(sim, args.host, args.port)
+COMMAND = SimulatorCommand(
+    name="digitalocean",
+    build=lambda args: make_simulator(
+        droplet_id=args.droplet_id, hostname=args.hostname, region=args.region
+    ),
+    options=_options,
+    hints=lambda sim, url, args: [f"point the agent at it: FOREWARN_DIGITALOCEAN_URL={url}"],
+)
+add_arguments = COMMAND.add_arguments
+run = COMMAND.run
 
 
 def drill_script() -> None:

@@ -5,7 +5,8 @@ clients can tell: `Metadata-Flavor: Google` required (403 without), `X-Forwarded
 refused (403), an `ETag` on every answer, `wait_for_change` with `last_etag` and
 `timeout_sec`, 400 for a wait on a directory without `recursive=true` or on the token,
 `recursive=true` (JSON with camelCase keys, or `alt=text`) and `alt=json`, a fake
-service-account token so google-auth's compute_engine credentials work.
+service-account token and ID token (`identity?audience=...`) and `universe/universe-domain`,
+so google-auth's compute_engine credentials and ID-token credentials work.
 
 Control API kinds (`POST /_sim/notices {"kind": ...}`):
 
@@ -14,25 +15,27 @@ Control API kinds (`POST /_sim/notices {"kind": ...}`):
   `instance/maintenance-event` (id `maintenance-event`), back to NONE after `duration`;
 - `upcoming` `{"start_in": S, "window": S, "maintenance_status": ..., "type": ...,
   "document": {...}}` → `instance/upcoming-maintenance` (id `upcoming-maintenance`);
-- `fault` `{"mode": "unavailable"|"hang"|"garbage", "seconds": S, "hang": S}` → every
-  metadata answer is a 503, hangs for `hang` seconds, or is garbage, for `seconds`
-  (id `fault-<mode>`).
 
-`DELETE /_sim/notices/<id>` withdraws any of them.
+`DELETE /_sim/notices/<id>` withdraws any of them. Faults are the shared vocabulary
+(`POST /_sim/faults`), answered with the metadata server's own headers and error texts; a
+long-poll that ends while a `status` or `throttle` fault is in force answers with the fault.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import time
 from datetime import datetime, timedelta
+from http import HTTPStatus
 from typing import Any
 
 from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 
-from ..simulator import SimError, SimRequest, SimResponse, Simulator, serve_until_signalled
+from ..sim_cli import Scripted, SimulatorCommand
+from ..simulator import SimError, SimRequest, SimResponse, Simulator
 
 METADATA_PREFIX = "/computeMetadata/v1"
 FLAVOR_HEADER = "Metadata-Flavor"
@@ -47,7 +50,9 @@ MAINTENANCE_TYPES = {
 # How an "upcoming-maintenance" read answers when nothing is scheduled: every form seen on
 # real VMs (the official example is `{}`).
 UPCOMING_NONE_FORMS = ("empty", "404", "none", "error", "503")
-FAULT_MODES = ("unavailable", "hang", "garbage")
+SERVER = "Metadata Server for VM"
+UNIVERSE_DOMAIN = "googleapis.com"
+ID_TOKEN_LIFETIME = 3600
 # A wait without timeout_sec blocks "for a very long time" on the real server.
 MAX_WAIT = 3600.0
 
@@ -91,6 +96,8 @@ def _etag(*parts: Any) -> str:
 
 class GcpSimulator(Simulator):
     name = "gcp"
+    server_header = SERVER
+    notice_kinds = ("preempt", "maintenance", "upcoming")
 
     def __init__(
         self,
@@ -149,12 +156,16 @@ class GcpSimulator(Simulator):
                 "numeric-project-id": str(project_number),
                 "project-id": project,
             },
+            "universe": {"universe-domain": UNIVERSE_DOMAIN},
         }
+        self.project = project
+        self.zone = zone
+        self.instance_name = instance
         self.generations: dict[str, int] = {}
         self.upcoming: dict[str, Any] | None = None
         self.upcoming_none = upcoming_none
-        self.faults: dict[str, tuple[float, float]] = {}  # mode → (until, hang seconds)
         self.tokens_issued = 0
+        self.id_tokens_issued = 0
 
     # The metadata tree.
 
@@ -212,19 +223,7 @@ class GcpSimulator(Simulator):
         if kind == "upcoming":
             self._set_upcoming(self._upcoming_document(fields))
             return "upcoming-maintenance"
-        if kind == "fault":
-            mode = fields.get("mode")
-            if mode not in FAULT_MODES:
-                raise SimError(f'fault "mode" must be one of {", ".join(FAULT_MODES)}')
-            seconds = _number(fields.get("seconds", 5), "seconds")
-            hang = _number(fields.get("hang", seconds), "hang")
-            with self.changed:
-                self.faults[mode] = (time.monotonic() + seconds, hang)
-                self.changed.notify_all()
-            return f"fault-{mode}"
-        raise SimError(
-            f"gcp: unknown notice kind {kind!r}; use preempt, maintenance, upcoming or fault"
-        )
+        raise SimError(f"gcp: unknown notice kind {kind!r}; use {', '.join(self.notice_kinds)}")
 
     def change_notice(self, notice_id: str, fields: dict[str, Any]) -> None:
         if notice_id == "maintenance-event":
@@ -247,15 +246,9 @@ class GcpSimulator(Simulator):
             if notice_id == "upcoming-maintenance" and self.upcoming is not None:
                 self._set_upcoming(None)
                 return True
-            mode = notice_id.removeprefix("fault-")
-            if notice_id.startswith("fault-") and mode in self.faults:
-                del self.faults[mode]
-                self.changed.notify_all()
-                return True
         return False
 
     def state(self) -> dict[str, Any]:
-        now = time.monotonic()
         return {
             "preempted": self.value("instance/preempted"),
             "maintenance-event": self.value("instance/maintenance-event"),
@@ -263,12 +256,8 @@ class GcpSimulator(Simulator):
             "etags": {
                 key: self.etag(key) for key in ("instance/preempted", "instance/maintenance-event")
             },
-            "faults": {
-                mode: round(until - now, 3)
-                for mode, (until, _) in self.faults.items()
-                if until > now
-            },
             "tokens_issued": self.tokens_issued,
+            "id_tokens_issued": self.id_tokens_issued,
         }
 
     @staticmethod
@@ -310,13 +299,11 @@ class GcpSimulator(Simulator):
     # The metadata server.
 
     def handle(self, request: SimRequest) -> SimResponse:
-        response = self._answer(request)
-        response.headers.setdefault(FLAVOR_HEADER, "Google")
-        response.headers.setdefault("Server", "Metadata Server for VM")
-        response.headers.setdefault("X-XSS-Protection", "0")
-        body = response.body.encode() if isinstance(response.body, str) else response.body
-        response.headers.setdefault("ETag", _etag("answer", body.decode("utf-8", "replace")))
-        return response
+        return _metadata_headers(self._answer(request))
+
+    def error_page(self, status: int) -> SimResponse:
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+        return _metadata_headers(SimResponse(status, f"{phrase}\n", TEXT))
 
     def _answer(self, request: SimRequest) -> SimResponse:
         if request.header("X-Forwarded-For") is not None:
@@ -331,9 +318,6 @@ class GcpSimulator(Simulator):
             return SimResponse(200, "v1/\n", TEXT)
         if request.path != METADATA_PREFIX and not request.path.startswith(METADATA_PREFIX + "/"):
             return _not_found(request)
-        fault = self._fault()
-        if fault is not None:
-            return fault
         path = request.path[len(METADATA_PREFIX) :].strip("/")
         is_dir_request = request.path.endswith("/") or path == ""
         recursive = (request.param("recursive") or "").lower() == "true"
@@ -345,14 +329,18 @@ class GcpSimulator(Simulator):
                 return SimResponse(400, "timeout_sec must be a non-negative integer.\n", TEXT)
             timeout = min(float(timeout_text), MAX_WAIT)
 
-        if _is_token(path):
+        if _is_account_leaf(path, "token"):
             if wait:
                 return SimResponse(400, "wait_for_change is not supported for tokens.\n", TEXT)
             return self._token()
+        if _is_account_leaf(path, "identity"):
+            if wait:
+                return SimResponse(400, "wait_for_change is not supported for tokens.\n", TEXT)
+            return self._id_token(request, path.split("/")[2])
         if path == "instance/upcoming-maintenance":
             if wait:
                 self._wait(path, request.param("last_etag"), timeout)
-                fault = self._fault()
+                fault = self.fault_answer(request)
                 if fault is not None:
                     return fault
             return self._upcoming_answer(request)
@@ -370,7 +358,7 @@ class GcpSimulator(Simulator):
         if wait:
             self._wait(path, request.param("last_etag"), timeout)
             # A long-poll that ends during a fault answers with the fault.
-            fault = self._fault()
+            fault = self.fault_answer(request)
             if fault is not None:
                 return fault
         with self.lock:
@@ -394,19 +382,6 @@ class GcpSimulator(Simulator):
                     return
                 self.changed.wait(remaining)
 
-    def _fault(self) -> SimResponse | None:
-        now = time.monotonic()
-        with self.lock:
-            active = {mode: hang for mode, (until, hang) in self.faults.items() if until > now}
-        if "hang" in active:
-            time.sleep(active["hang"])
-        if "unavailable" in active:
-            return SimResponse(503, "Service Unavailable\n", TEXT)
-        if "garbage" in active:
-            junk = hashlib.sha256(str(now).encode()).hexdigest()
-            return SimResponse(200, f"<html>\x00{junk}</html>", TEXT, {"ETag": junk[:16]})
-        return None
-
     def _token(self) -> SimResponse:
         with self.lock:
             self.tokens_issued += 1
@@ -418,6 +393,54 @@ class GcpSimulator(Simulator):
                 "token_type": "Bearer",
             }
         )
+
+    def _id_token(self, request: SimRequest, account: str) -> SimResponse:
+        """An ID token for `audience`: a JWT shaped as Google's (RS256 header, its claims,
+        `google.compute_engine` with `format=full`). Its signature is not Google's: clients
+        that verify against Google's keys refuse it, as they should off a real VM."""
+        audience = request.param("audience")
+        if not audience:
+            return SimResponse(400, "non-empty audience parameter required\n", TEXT)
+        with self.lock:
+            accounts = self.tree["instance"]["service-accounts"]
+            if account not in accounts:
+                return _not_found(request)
+            email = accounts[account]["email"]
+            self.id_tokens_issued += 1
+            serial = self.id_tokens_issued
+        now = int(time.time())
+        subject = "1" + str(int(hashlib.sha256(email.encode()).hexdigest(), 16))[:20]
+        claims: dict[str, Any] = {
+            "aud": audience,
+            "azp": subject,
+            "email": email,
+            "email_verified": True,
+            "exp": now + ID_TOKEN_LIFETIME,
+            "iat": now,
+            "iss": "https://accounts.google.com",
+            "sub": subject,
+        }
+        if request.param("format") == "full":
+            claims["google"] = {
+                "compute_engine": {
+                    "instance_creation_timestamp": int(self.started_at),
+                    "instance_id": self.tree["instance"]["id"],
+                    "instance_name": self.instance_name,
+                    "project_id": self.project,
+                    "project_number": int(self.tree["project"]["numeric-project-id"]),
+                    "zone": self.zone,
+                }
+            }
+        header = {"alg": "RS256", "kid": "forewarn-simulator", "typ": "JWT"}
+        signature = hashlib.sha256(f"forewarn-sim-{serial}".encode()).digest()
+        token = ".".join(
+            [
+                _b64(json.dumps(header).encode()),
+                _b64(json.dumps(claims).encode()),
+                _b64(signature * 8),
+            ]
+        )
+        return SimResponse(200, token, TEXT)
 
     def _upcoming_answer(self, request: SimRequest) -> SimResponse:
         with self.lock:
@@ -439,9 +462,24 @@ class GcpSimulator(Simulator):
         return SimResponse(200, "{}", JSON, headers)
 
 
-def _is_token(path: str) -> bool:
+def _is_account_leaf(path: str, leaf: str) -> bool:
     parts = path.split("/")
-    return len(parts) == 4 and parts[:2] == ["instance", "service-accounts"] and parts[3] == "token"
+    return len(parts) == 4 and parts[:2] == ["instance", "service-accounts"] and parts[3] == leaf
+
+
+def _metadata_headers(response: SimResponse) -> SimResponse:
+    """The headers the metadata server puts on every answer (errors included)."""
+    response.headers.setdefault(FLAVOR_HEADER, "Google")
+    response.headers.setdefault("Server", SERVER)
+    response.headers.setdefault("X-XSS-Protection", "0")
+    if isinstance(response.body, (str, bytes)):
+        body = response.body.encode() if isinstance(response.body, str) else response.body
+        response.headers.setdefault("ETag", _etag("answer", body.decode("utf-8", "replace")))
+    return response
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 def _render(payload: Any, request: SimRequest, recursive: bool, etag: str) -> SimResponse:
@@ -486,33 +524,12 @@ def _number(value: Any, name: str) -> float:
 # Command line and drills.
 
 
-def make_simulator(
-    *,
-    preempt_after: float | None = None,
-    maintenance_after: float | None = None,
-    maintenance_kind: str = "TERMINATE",
-    maintenance_duration: float | None = None,
-    upcoming_after: float | None = None,
-    upcoming_in: float = 7 * 86400,
-    **options: Any,
-) -> GcpSimulator:
-    """A simulator with scripted events: each `*_after` is seconds from now."""
-    sim = GcpSimulator(**options)
-    sim._maintenance_value(maintenance_kind)  # a bad kind fails now, not in a timer thread
-    if preempt_after is not None:
-        sim.schedule(preempt_after, "preempt", {})
-    if maintenance_after is not None:
-        fields: dict[str, Any] = {"type": maintenance_kind}
-        if maintenance_duration is not None:
-            fields["duration"] = maintenance_duration
-        sim.schedule(maintenance_after, "maintenance", fields)
-    if upcoming_after is not None:
-        sim.schedule(upcoming_after, "upcoming", {"start_in": upcoming_in})
-    return sim
+def make_simulator(**options: Any) -> GcpSimulator:
+    """A simulator with no notices yet (the command line schedules its scripted ones)."""
+    return GcpSimulator(**options)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The simulator's own flags (`forewarn simulate` adds `--host` and `--port`)."""
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", default="forewarn-sim", help="project/project-id")
     parser.add_argument("--zone", default="us-central1-a", help="zone in instance/zone")
     parser.add_argument("--instance-name", default="forewarn-sim-vm", help="instance/name")
@@ -532,15 +549,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="report this preemption notice duration in instance/scheduling/",
     )
     parser.add_argument(
-        "--preempt-after", type=duration_arg, metavar="S", help="preempted becomes TRUE after S"
-    )
-    parser.add_argument(
-        "--maintenance-after",
-        type=duration_arg,
-        metavar="S",
-        help="maintenance-event changes after S",
-    )
-    parser.add_argument(
         "--maintenance-kind",
         choices=("TERMINATE", "MIGRATE"),
         default="TERMINATE",
@@ -551,12 +559,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=duration_arg,
         metavar="S",
         help="maintenance-event returns to NONE S after it changed",
-    )
-    parser.add_argument(
-        "--upcoming-after",
-        type=duration_arg,
-        metavar="S",
-        help="upcoming-maintenance schedules a window after S",
     )
     parser.add_argument(
         "--upcoming-in",
@@ -573,26 +575,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "project": args.project,
-        "zone": args.zone,
-        "instance": args.instance_name,
-        "preemptible": args.preemptible,
-        "on_host_maintenance": args.on_host_maintenance,
-        "preemption_notice_duration": args.preemption_notice_duration,
-        "upcoming_none": args.upcoming_none,
-        "preempt_after": args.preempt_after,
-        "maintenance_after": args.maintenance_after,
-        "maintenance_kind": args.maintenance_kind,
-        "maintenance_duration": args.maintenance_duration,
-        "upcoming_after": args.upcoming_after,
-        "upcoming_in": args.upcoming_in,
-    }
+def _build(args: argparse.Namespace) -> GcpSimulator:
+    return make_simulator(
+        project=args.project,
+        zone=args.zone,
+        instance=args.instance_name,
+        preemptible=args.preemptible,
+        on_host_maintenance=args.on_host_maintenance,
+        preemption_notice_duration=args.preemption_notice_duration,
+        upcoming_none=args.upcoming_none,
+    )
 
 
-def run(args: argparse.Namespace) -> int:
-    return serve_until_signalled(make_simulator(**options_from_args(args)), args.host, args.port)
+def _maintenance_fields(args: argparse.Namespace) -> dict[str, Any]:
+    fields: dict[str, Any] = {"type": args.maintenance_kind}
+    if args.maintenance_duration is not None:
+        fields["duration"] = args.maintenance_duration
+    return fields
+
+
+COMMAND = SimulatorCommand(
+    name="gcp",
+    build=_build,
+    options=_options,
+    scripted=(
+        Scripted("preempt", "preempt", "preempted becomes TRUE after S"),
+        Scripted(
+            "maintenance", "maintenance", "maintenance-event changes after S", _maintenance_fields
+        ),
+        Scripted(
+            "upcoming",
+            "upcoming",
+            "upcoming-maintenance schedules a window after S",
+            lambda args: {"start_in": args.upcoming_in},
+        ),
+    ),
+    hints=lambda sim, url, args: [
+        f"point the agent at it: FOREWARN_GCP_URL={url}",
+        f"google-auth: GCE_METADATA_HOST={url.removeprefix('http://')} "
+        f"GCE_METADATA_IP={url.removeprefix('http://')}",
+    ],
+)
+add_arguments = COMMAND.add_arguments
+run = COMMAND.run
 
 
 def drill_script() -> dict[str, Any]:
@@ -609,6 +634,5 @@ __all__ = [
     "add_arguments",
     "drill_script",
     "make_simulator",
-    "options_from_args",
     "run",
 ]

@@ -27,6 +27,10 @@ Control API kinds (`POST /_sim/notices {"kind": ...}`), with the id each returns
 | `compact` | `as` (stream/status), `expire_watches` | every rv so far is too old | |
 | `timeout` | | ends every open watch now (server-side timeout) | |
 | `rotate-token` | `token` | only this token is accepted from now on | |
+
+Faults are the shared vocabulary (`POST /_sim/faults`), answered with a `Status` object as
+kube-apiserver does; a `slow`, `malformed` or `oversize` fault on a watch applies to its
+stream.
 """
 
 from __future__ import annotations
@@ -38,16 +42,14 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-from ..simulator import (
-    SimError,
-    SimRequest,
-    SimResponse,
-    Simulator,
-    serve_until_signalled,
-)
+from forewarn.protocol.timefmt import duration_arg
+
+from ..sim_cli import SimulatorCommand
+from ..simulator import SimError, SimRequest, SimResponse, Simulator
 from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
 
 DEFAULT_NODE = "forewarn-sim-node"
@@ -95,6 +97,10 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 class KubernetesSimulator(Simulator):
     name = "kubernetes"
+    notice_kinds = ("cordon", "taint", "shutdown", "delete", "compact", "timeout", "rotate-token")
+    # kube-apiserver's own limit is per client priority level, not a fixed rate; this is the
+    # client-go default (QPS 5) a well-behaved client stays under.
+    throttle_rate = 5.0
 
     def __init__(
         self,
@@ -356,6 +362,12 @@ class KubernetesSimulator(Simulator):
         with self.lock:
             self.closed = True
             self.notify_change()
+
+    def error_page(self, status: int) -> SimResponse:
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Error"
+        reason = phrase.replace(" ", "")
+        headers = {"Retry-After": "1"} if status == 429 else {}
+        return SimResponse.json(_status(status, reason, phrase), status, headers=headers)
 
     # The node API.
 
@@ -634,21 +646,23 @@ def make_simulator(**options: Any) -> KubernetesSimulator:
     return KubernetesSimulator(**options)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", default=DEFAULT_NODE, help=f"node name (default {DEFAULT_NODE})")
     parser.add_argument(
         "--token", default=None, help="bearer token to require (default: accept any request)"
     )
     parser.add_argument(
         "--max-watch-seconds",
-        type=float,
+        type=duration_arg,
         default=60.0,
+        metavar="S",
         help="end every watch after this long, like the API server's own limit (default 60)",
     )
     parser.add_argument(
         "--bookmark-interval",
-        type=float,
+        type=duration_arg,
         default=5.0,
+        metavar="S",
         help="seconds between BOOKMARK events on watches that allow them (default 5)",
     )
     parser.add_argument(
@@ -681,8 +695,8 @@ def _grant(text: str) -> str:
 VERBS = ("get", "list", "watch", "patch", "create", "update")
 
 
-def run(args: argparse.Namespace) -> int:
-    sim = make_simulator(
+def _build(args: argparse.Namespace) -> KubernetesSimulator:
+    return make_simulator(
         node=args.node,
         token=args.token,
         max_watch_seconds=args.max_watch_seconds,
@@ -690,11 +704,18 @@ def run(args: argparse.Namespace) -> int:
         gone_as=args.gone_as,
         grants=frozenset(args.grant) if args.grant else None,
     )
-    hint = f"FOREWARN_KUBERNETES_URL=<url below> FOREWARN_KUBERNETES_NODE_NAME={args.node}"
+
+
+def _hints(sim: Simulator, url: str, args: argparse.Namespace) -> list[str]:
+    hint = f"FOREWARN_KUBERNETES_URL={url} FOREWARN_KUBERNETES_NODE_NAME={args.node}"
     if args.token:
         hint += " FOREWARN_KUBERNETES_TOKEN_FILE=<a file holding the token>"
-    print(f"point the agent at it: {hint}", flush=True)
-    return serve_until_signalled(sim, args.host, args.port)
+    return [f"point the agent at it: {hint}"]
+
+
+COMMAND = SimulatorCommand(name="kubernetes", build=_build, options=_options, hints=_hints)
+add_arguments = COMMAND.add_arguments
+run = COMMAND.run
 
 
 def drill_token_file() -> Path:

@@ -109,7 +109,7 @@ def test_the_agent_rides_token_expiry_and_revocation(tmp_path: Path) -> None:
 
 def test_a_hanging_token_put_is_explained_once_in_the_agent_log(tmp_path: Path) -> None:
     sim = ImdsSimulator()
-    sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 30})
+    sim.add_fault("hop-limit", seconds=30)
     with SimServer(sim) as server:
         env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_AWS_TIMEOUT="0.2")
         with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:

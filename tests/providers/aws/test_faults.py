@@ -72,14 +72,17 @@ async def recovers(
 @pytest.mark.parametrize(
     ("fault", "kind"),
     [
-        ({"status": 500}, "http-500"),
-        ({"status": 503}, "http-503"),
-        ({"status": 429}, "http-429"),
-        ({"path": SPOT_PATH, "status": 200, "body": "<html>garbage"}, "bad-spot"),
-        ({"path": SPOT_PATH, "status": 200, "body": '{"action": "termin'}, "bad-spot"),
-        ({"path": SPOT_PATH, "hang": 10}, "timeout"),
-        ({"path": TOKEN_PATH, "hang": 10}, "token-timeout"),
-        ({"path": TOKEN_PATH, "status": 503}, "token-http-503"),
+        ({"kind": "status", "status": 500}, "http-500"),
+        ({"kind": "status", "status": 503}, "http-503"),
+        ({"kind": "status", "status": 429}, "http-429"),
+        ({"kind": "status", "path": SPOT_PATH, "status": 200, "body": "<html>garbage"}, "bad-spot"),
+        (
+            {"kind": "status", "path": SPOT_PATH, "status": 200, "body": '{"action": "termin'},
+            "bad-spot",
+        ),
+        ({"kind": "hang", "path": SPOT_PATH, "seconds": 10}, "timeout"),
+        ({"kind": "hang", "path": TOKEN_PATH, "seconds": 10}, "token-timeout"),
+        ({"kind": "status", "path": TOKEN_PATH, "status": 503}, "token-http-503"),
     ],
     ids=["500", "503", "429", "garbage", "truncated-json", "timeout", "token-hangs", "token-503"],
 )
@@ -91,12 +94,12 @@ async def test_a_fault_is_counted_logged_once_and_outlived(
     kind: str,
 ) -> None:
     caplog.set_level(logging.INFO)
-    fault_id = sim.raise_notice("fault", {"path": "/latest/meta-data/", **fault})
+    fault_id = sim.add_fault(**{"path": "/latest/meta-data/", **fault})  # type: ignore[arg-type]
     async with watching(server.url, timeout=TIMEOUT, **CADENCE) as run:
         await recovers(
             run,
             kind,
-            lambda: sim.withdraw(fault_id),
+            lambda: sim.remove_fault(fault_id),
             lambda: sim.raise_notice("spot", {}),
             caplog,
         )
@@ -106,7 +109,7 @@ async def test_a_fault_is_counted_logged_once_and_outlived(
 async def test_a_hanging_token_put_is_explained_once_with_cause_and_fix(
     sim: ImdsSimulator, server: SimServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 10})
+    sim.add_fault("hop-limit", seconds=10)
     async with watching(server.url, timeout=0.2) as run:
         await run.until(lambda: run.health.errors_by_kind.get("token-timeout", 0) >= 3)
     (line,) = log_lines(caplog, "token-timeout")
@@ -199,7 +202,7 @@ async def test_transport_faults(
 async def test_detection_does_not_use_up_the_explanation(
     sim: ImdsSimulator, server: SimServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 10})
+    sim.add_fault("hop-limit", seconds=10)
     watcher = AwsWatcher(Settings(url=server.url, timeout=0.2), PollHealth("aws"))
     assert await watcher.detect()  # the token PUT hung here first
     task = asyncio.create_task(watcher.watch(lambda report: None))

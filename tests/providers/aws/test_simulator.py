@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -23,7 +24,7 @@ from forewarn.providers.aws.imds import (
     TTL_HEADER,
     parse_aws_date,
 )
-from forewarn.providers.aws.simulate import ImdsSimulator, drill_script, make_simulator
+from forewarn.providers.aws.simulate import COMMAND, ImdsSimulator, add_arguments, drill_script
 from forewarn.providers.simulator import SimServer
 from support import agent_env, eventually, forewarn_cmd
 
@@ -171,12 +172,12 @@ def test_the_control_api_raises_changes_and_withdraws(http: httpx.Client) -> Non
 def test_faults_answer_what_they_are_told_until_withdrawn(
     http: httpx.Client, sim: ImdsSimulator
 ) -> None:
-    fault = sim.raise_notice("fault", {"path": SPOT_PATH, "status": 503, "times": 1})
+    fault = sim.add_fault("status", path=SPOT_PATH, status=503, count=1)
     assert get(http, SPOT_PATH).status_code == 503
     assert get(http, SPOT_PATH).status_code == 404  # used up
-    fault = sim.raise_notice("fault", {"path": SPOT_PATH, "status": 200, "body": "{oops"})
+    fault = sim.add_fault("status", path=SPOT_PATH, status=200, body="{oops")
     assert get(http, SPOT_PATH).text == "{oops"
-    assert sim.withdraw(fault)
+    assert sim.remove_fault(fault)
     assert get(http, SPOT_PATH).status_code == 404
 
 
@@ -187,8 +188,15 @@ def test_revoked_tokens_are_401(http: httpx.Client, sim: ImdsSimulator) -> None:
 
 
 def test_scripted_notices_arrive_on_time() -> None:
-    sim = make_simulator(
-        spot_after=0.2, action="hibernate", rebalance_after=0.1, scheduled=["instance-stop@2h"]
+    args = argparse.ArgumentParser()
+    add_arguments(args)
+    sim = COMMAND.start(
+        args.parse_args(
+            [
+                *("--spot-after", "0.2", "--action", "hibernate"),
+                *("--rebalance-after", "0.1", "--scheduled", "instance-stop@2h"),
+            ]
+        )
     )
     try:
         assert len(sim.scheduled) == 1 and sim.spot is None
@@ -220,8 +228,9 @@ def test_forewarn_simulate_aws_serves_until_signalled(tmp_path) -> None:  # type
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert "listening on http://127.0.0.1:" in line, line
-        url = line.rsplit(" ", 1)[-1].strip()
+        # Once listening, stdout's first line is the URL alone.
+        assert line.startswith("http://127.0.0.1:"), line
+        url = line.strip()
         with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
             deadline = time.monotonic() + 5
             while get(http, SPOT_PATH).status_code != 200 and time.monotonic() < deadline:

@@ -88,7 +88,7 @@ async def test_a_scheduled_path_answering_404_is_no_events(
     async with watching(server.url, **FAST) as run:
         event_id = sim.raise_notice("scheduled", {})
         drain, _ = await run.report_at(action="drain")
-        sim.raise_notice("fault", {"path": SCHEDULED_PATH, "status": 404})
+        sim.add_fault("status", path=SCHEDULED_PATH, status=404)
         clear, _ = await run.report_at(action="clear")
         assert clear.id == drain.id == f"aws/scheduled/{event_id}"
         assert run.health.errors == 0
@@ -153,7 +153,7 @@ async def test_without_imdsv1_a_tokenless_imds_is_never_used(
     server: SimServer, sim: ImdsSimulator
 ) -> None:
     sim.imdsv1 = True
-    sim.raise_notice("fault", {"path": TOKEN_PATH, "status": 403})
+    sim.add_fault("status", path=TOKEN_PATH, status=403)
     sim.raise_notice("spot", {})
     async with watching(server.url) as run:
         await run.until(lambda: run.health.errors >= 3)
@@ -165,7 +165,7 @@ async def test_with_imdsv1_a_failing_token_put_falls_back(
     server: SimServer, sim: ImdsSimulator
 ) -> None:
     sim.imdsv1 = True
-    sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 30})
+    sim.add_fault("hang", path=TOKEN_PATH, seconds=30)
     async with watching(server.url, imdsv1=True, timeout=0.3) as run:
         sim.raise_notice("spot", {})
         await run.report_at(action="terminate")
@@ -183,7 +183,7 @@ async def test_detect_is_true_against_imds(server: SimServer) -> None:
 async def test_detect_is_true_on_ec2_with_a_hop_limit_of_one(
     server: SimServer, sim: ImdsSimulator
 ) -> None:
-    sim.raise_notice("fault", {"path": TOKEN_PATH, "hang": 30})
+    sim.add_fault("hang", path=TOKEN_PATH, seconds=30)
     watcher = AwsWatcher(Settings(url=server.url), PollHealth("aws"))
     started = time.monotonic()
     assert await watcher.detect()
@@ -202,7 +202,7 @@ async def test_detect_is_false_fast_where_nothing_listens() -> None:
 async def test_detect_is_false_against_another_metadata_service() -> None:
     # Something that answers HTTP but is not IMDS (Azure also lives at 169.254.169.254).
     other = ImdsSimulator(imdsv1=True)
-    other.raise_notice("fault", {"path": "/latest/", "status": 400, "body": "Bad request"})
+    other.add_fault("status", path="/latest/", status=400, body="Bad request")
     with SimServer(other) as server:
         watcher = AwsWatcher(Settings(url=server.url), PollHealth("aws"))
         assert not await watcher.detect()
@@ -211,7 +211,7 @@ async def test_detect_is_false_against_another_metadata_service() -> None:
 
 async def test_detect_is_false_within_a_second_when_nothing_answers() -> None:
     sim = ImdsSimulator()
-    sim.raise_notice("fault", {"path": "/", "hang": 30})
+    sim.add_fault("hang", path="/", seconds=30)
     with SimServer(sim) as server:
         watcher = AwsWatcher(Settings(url=server.url), PollHealth("aws"))
         started = time.monotonic()

@@ -185,10 +185,13 @@ class TestControlApi:
 
     def test_faults(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
         _, client = served
-        assert client.post("/_sim/faults", json={"status": 500, "count": 2}).status_code == 201
-        codes = [client.get(EVENTS, params=V, headers=META).status_code for _ in range(3)]
-        assert codes == [500, 500, 200]
-        assert client.post("/_sim/faults", json={"status": 99}).status_code == 400
+        fault = {"kind": "status", "status": 500, "count": 2}
+        assert client.post("/_sim/faults", json=fault).status_code == 201
+        answers = [client.get(EVENTS, params=V, headers=META) for _ in range(3)]
+        assert [answer.status_code for answer in answers] == [500, 500, 200]
+        assert answers[0].json() == {"error": "Internal Server Error"}
+        refused = client.post("/_sim/faults", json={"kind": "status", "status": 99})
+        assert refused.status_code == 400 and "status" in refused.json()["error"]
 
 
 def test_cli_serves_scripted_events(tmp_path: object) -> None:

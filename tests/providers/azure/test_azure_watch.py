@@ -12,7 +12,7 @@ import respx
 from azure_harness import EXPECTED_MAPPING, running
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.azure.settings import Settings
-from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.azure.simulate import EVENTS_PATH, AzureSimulator
 from forewarn.providers.azure.watch import AzureWatcher
 from forewarn.providers.base import PollHealth
 from support import eventually_async, free_port
@@ -118,7 +118,7 @@ async def test_slow_first_call_is_not_an_error() -> None:
 )
 async def test_faults_are_counted_and_recovered(status: int, body: str, kind: str) -> None:
     sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
-    sim.add_fault(status, body, count=2)
+    sim.add_fault("status", status=status, body=body, count=2, path=EVENTS_PATH)
     async with running(sim) as h:
         event_id = h.sim.raise_notice("Preempt", {})
         await eventually_async(lambda: h.reports, what="a report after the faults")

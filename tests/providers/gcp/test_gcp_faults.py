@@ -46,7 +46,7 @@ async def _errors(run: WatchRun, kind: str, count: int) -> None:
 async def test_burst_of_503(server: SimServer, sim: GcpSimulator) -> None:
     async with watching(server.url, **LONG_POLLS_ONLY) as run:
         await run.until_polling()
-        sim.raise_notice("fault", {"mode": "unavailable", "seconds": 2.0})
+        sim.add_fault("status", status=503, duration=2.0)
         ends = time.monotonic() + 2.0
         await _errors(run, "unavailable", 3)
         assert await _recovers(run, sim, ends) < RECOVERY
@@ -59,7 +59,7 @@ async def test_long_poll_hanging_past_timeout_sec(server: SimServer, sim: GcpSim
         await run.until_polling()
         # The long-polls open now do not answer at timeout_sec (1 s) but hang for 4 s: both
         # are abandoned at the 1.5 s read timeout.
-        sim.raise_notice("fault", {"mode": "hang", "seconds": 1.0, "hang": 4})
+        sim.add_fault("hang", seconds=4, duration=1.0)
         ends = time.monotonic() + 1.0
         await _errors(run, "timeout", 2)
         assert await _recovers(run, sim, ends) < RECOVERY
@@ -68,7 +68,7 @@ async def test_long_poll_hanging_past_timeout_sec(server: SimServer, sim: GcpSim
 async def test_garbage_answers(server: SimServer, sim: GcpSimulator) -> None:
     async with watching(server.url, **LONG_POLLS_ONLY) as run:
         await run.until_polling()
-        sim.raise_notice("fault", {"mode": "garbage", "seconds": 2.0})
+        sim.add_fault("malformed", duration=2.0)
         ends = time.monotonic() + 2.0
         await _errors(run, "parse", 3)
         assert await _recovers(run, sim, ends) < RECOVERY

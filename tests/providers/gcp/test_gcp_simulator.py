@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from forewarn.providers.gcp import simulate
-from forewarn.providers.gcp.simulate import GcpSimulator, make_simulator
+from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
 from support import forewarn_cmd
 
@@ -204,18 +204,25 @@ def test_maintenance_returns_to_none_after_its_duration(
 
 
 def test_faults(server: SimServer, client: httpx.Client) -> None:
-    control = server.url + "/_sim/notices"
-    httpx.post(control, json={"kind": "fault", "mode": "unavailable", "seconds": 30})
-    assert client.get("instance/preempted").status_code == 503
-    httpx.delete(control + "/fault-unavailable").raise_for_status()
-    httpx.post(control, json={"kind": "fault", "mode": "garbage", "seconds": 30})
-    garbage = client.get("instance/preempted")
-    assert garbage.status_code == 200 and garbage.text not in ("TRUE", "FALSE")
-    httpx.delete(control + "/fault-garbage").raise_for_status()
-    httpx.post(control, json={"kind": "fault", "mode": "hang", "seconds": 30, "hang": 1})
+    control = server.url + "/_sim/faults"
+
+    def fault(**fields: object) -> str:
+        answer = httpx.post(control, json=fields)
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["id"])
+
+    unavailable = fault(kind="status", status=503, duration=30)
+    answer = client.get("instance/preempted")
+    assert answer.status_code == 503 and answer.headers["Metadata-Flavor"] == "Google"
+    httpx.delete(f"{control}/{unavailable}").raise_for_status()
+    garbage = fault(kind="malformed", duration=30)
+    answer = client.get("instance/preempted")
+    assert answer.status_code == 200 and answer.text not in ("TRUE", "FALSE")
+    httpx.delete(f"{control}/{garbage}").raise_for_status()
+    fault(kind="hang", seconds=1, duration=30)
     with pytest.raises(httpx.ReadTimeout):
         client.get("instance/preempted", timeout=0.3)
-    httpx.delete(control + "/fault-hang").raise_for_status()
+    httpx.delete(control).raise_for_status()
     assert client.get("instance/preempted").text == "FALSE"
 
 
@@ -252,7 +259,7 @@ def test_scripted_events_from_flags() -> None:
             "120s",
         ]
     )
-    sim = make_simulator(**simulate.options_from_args(args))
+    sim = simulate.COMMAND.start(args)
     try:
         assert sim.value("instance/scheduling/preemptible") == "TRUE"
         assert sim.value("instance/scheduling/preemption-notice-duration") == "120s"
@@ -290,8 +297,9 @@ def test_forewarn_simulate_gcp_command(env: dict[str, str]) -> None:
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        assert "listening on http://127.0.0.1:" in line, line
-        url = line.split("listening on ")[1].strip()
+        # Once listening, stdout's first line is the URL alone.
+        assert line.startswith("http://127.0.0.1:"), line
+        url = line.strip()
         deadline = time.monotonic() + 10
         while True:
             value = httpx.get(url + "/computeMetadata/v1/instance/preempted", headers=FLAVOR)

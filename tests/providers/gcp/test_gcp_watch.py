@@ -305,7 +305,7 @@ async def test_a_single_503_does_not_clear_a_window(server: SimServer, sim: GcpS
         await run.until_polling()
         sim.raise_notice("upcoming", {})
         await run.count(1)
-        sim.raise_notice("fault", {"mode": "unavailable", "seconds": 0.4})
+        sim.add_fault("status", status=503, duration=0.4)
         await run.settle(1.0)
         assert [report.action for report in run.reports] == ["drain"]
 

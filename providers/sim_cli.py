@@ -1,0 +1,257 @@
+"""Start-up shared by every `forewarn simulate <provider>`: the common flags (`--host`,
+`--port`, `--ready-file`, `--fault`, `--notice`), scripted notices (`--<name>-after S` is
+`--notice KIND,after=S`), readiness (the URL on stdout once listening, and in the ready file)
+and a clean stop on SIGTERM or SIGINT.
+
+A provider's simulate module declares one `SimulatorCommand` and exports its
+`add_arguments` and `run`. Every bad value exits 2 with one `forewarn:` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from forewarn.protocol.timefmt import duration_arg
+
+from .sim_faults import FaultError, parse_fault_flag
+from .simulator import CONTROL_PREFIX, SimError, SimServer, Simulator
+
+log = logging.getLogger("forewarn.simulate")
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def _no_fields(args: argparse.Namespace) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """A `--<flag>-after S` option: raise the notice `kind` S after start, with `fields`
+    taken from the other options."""
+
+    flag: str
+    kind: str
+    help: str
+    fields: Callable[[argparse.Namespace], dict[str, Any]] = _no_fields
+
+
+class UsageError(Exception):
+    """A bad command-line value; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class SimulatorCommand:
+    """One provider's `forewarn simulate` command."""
+
+    name: str
+    build: Callable[[argparse.Namespace], Simulator]
+    options: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    scripted: Sequence[Scripted] = ()
+    # Extra lines for people (stderr), e.g. how to point the agent at it.
+    hints: Callable[[Simulator, str, argparse.Namespace], list[str]] = field(
+        default=lambda sim, url, args: []
+    )
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        _one_line_errors(parser)
+        parser.add_argument(
+            "--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)"
+        )
+        parser.add_argument("--port", type=_port, default=0, help="port (default: a free one)")
+        parser.add_argument(
+            "--ready-file",
+            type=Path,
+            metavar="PATH",
+            help="once listening, write the URL to PATH (removed again on exit)",
+        )
+        parser.add_argument(
+            "--fault",
+            action="append",
+            default=[],
+            type=_fault,
+            metavar="KIND[,KEY=VALUE...]",
+            help="a fault from start (repeatable), e.g. status,status=503,count=3 or "
+            "hang,path=/x,seconds=30 or throttle,rate=5 (see the docs' fault table)",
+        )
+        parser.add_argument(
+            "--notice",
+            action="append",
+            default=[],
+            type=_notice,
+            metavar="KIND[,KEY=VALUE...]",
+            help="raise a notice (repeatable), `after=S` to raise it S after start; "
+            "KIND as in POST /_sim/notices",
+        )
+        self.options(parser)
+        for script in self.scripted:
+            parser.add_argument(
+                f"--{script.flag}-after", type=duration_arg, metavar="S", help=script.help
+            )
+
+    def run(self, args: argparse.Namespace) -> int:
+        try:
+            sim = self.start(args)
+        except UsageError as error:
+            print(f"forewarn: simulate {self.name}: {error}", file=sys.stderr, flush=True)
+            return 2
+        return serve_until_signalled(sim, args.host, args.port, args.ready_file, self, args)
+
+    def start(self, args: argparse.Namespace) -> Simulator:
+        """The simulator the options describe, its faults and scripted notices in place."""
+        _check_host(args.host)
+        try:
+            sim = self.build(args)
+        except (SimError, ValueError) as error:
+            raise UsageError(str(error)) from None
+        for fields in args.fault:
+            try:
+                sim.add_fault(**fields)
+            except SimError as error:
+                raise UsageError(f"--fault: {error}") from None
+        notices = [dict(fields) for fields in args.notice]
+        for script in self.scripted:
+            after = getattr(args, f"{script.flag.replace('-', '_')}_after", None)
+            if after is not None:
+                try:
+                    extra = script.fields(args)
+                except (SimError, ValueError) as error:
+                    raise UsageError(str(error)) from None
+                notices.append({"kind": script.kind, **extra, "after": after})
+        for fields in notices:
+            kind = fields.pop("kind")
+            after = fields.pop("after", None)
+            known = {k.lower() for k in sim.notice_kinds}
+            if kind.lower() not in known:
+                raise UsageError(
+                    f"--notice {kind!r}: the {self.name} simulator raises "
+                    f"{', '.join(sim.notice_kinds) or 'no notices'}"
+                )
+            if after is None:
+                try:
+                    sim.raise_notice(kind, fields)
+                except SimError as error:
+                    raise UsageError(f"--notice {kind}: {error}") from None
+            else:
+                sim.schedule(float(after), kind, fields)
+        return sim
+
+
+def _one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """Bad values on this subcommand: one `forewarn:` line and exit 2, no usage block."""
+
+    def error(message: str) -> NoReturn:
+        print(f"forewarn: {parser.prog.removeprefix('forewarn ')}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    setattr(parser, "error", error)  # noqa: B010 (an instance override, not a subclass)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535 (0: a free one), got {port}")
+    return port
+
+
+def _fault(text: str) -> dict[str, Any]:
+    try:
+        return parse_fault_flag(text)
+    except FaultError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+
+
+def _notice(text: str) -> dict[str, Any]:
+    try:
+        fields = parse_fault_flag(text)
+    except FaultError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
+    after = fields.get("after")
+    if after is not None and after < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: after must be >= 0")
+    return fields
+
+
+def _check_host(host: str) -> None:
+    if host in LOOPBACK_NAMES:
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        raise UsageError(f"--host: not an IP address: {host!r}") from None
+    if not loopback:
+        # The simulators stand in for link-local metadata services; never serve them wider.
+        raise UsageError(f"--host: {host} is not a loopback address (use 127.0.0.1 or ::1)")
+
+
+def _write_ready(path: Path, url: str) -> None:
+    """Write atomically: a script that sees the file sees the whole URL."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(url + "\n")
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def serve_until_signalled(
+    sim: Simulator,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    ready_file: Path | None = None,
+    command: SimulatorCommand | None = None,
+    args: argparse.Namespace | None = None,
+) -> int:
+    """Serve until SIGTERM or SIGINT. Once listening: the URL alone on stdout's first line,
+    hints on stderr, and the URL in `ready_file`."""
+    if ready_file is not None:
+        ready_file.unlink(missing_ok=True)  # never let a stale file say "ready"
+    try:
+        server = SimServer(sim, host, port).start()
+    except OSError as error:
+        print(
+            f"forewarn: simulate {sim.name}: cannot listen on {host}:{port}: {error.strerror}",
+            file=sys.stderr,
+        )
+        return 2
+    done = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: done.set())
+    try:
+        print(server.url, flush=True)
+        hints = [
+            f"forewarn simulate {sim.name}: listening on {server.url}",
+            f"control API: GET {CONTROL_PREFIX}/state, POST {CONTROL_PREFIX}/notices, "
+            f"POST {CONTROL_PREFIX}/faults",
+        ]
+        if command is not None and args is not None:
+            hints += command.hints(sim, server.url, args)
+        print("\n".join(hints), file=sys.stderr, flush=True)
+        if ready_file is not None:
+            _write_ready(ready_file, server.url)
+        done.wait()
+    finally:
+        server.stop()
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
+    return 0
+
+
+__all__ = ["Scripted", "SimulatorCommand", "UsageError", "serve_until_signalled"]

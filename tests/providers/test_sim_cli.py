@@ -1,0 +1,137 @@
+"""`forewarn simulate <provider>` as a real process, the same for all five: the URL on
+stdout once listening, `--ready-file`, `--fault`, `--notice`, SIGTERM, and bad values exiting
+2 with one `forewarn:` line."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+from forewarn.agent.cli import main
+from support import agent_env, forewarn_cmd, run_forewarn, wait_until
+
+# provider -> (a path the endpoint answers 200, its headers, a notice kind it raises)
+ENDPOINTS = {
+    "aws": ("/latest/meta-data/instance-id", {}, "rebalance"),
+    "gcp": ("/computeMetadata/v1/instance/id", {"Metadata-Flavor": "Google"}, "preempt"),
+    "azure": (
+        "/metadata/scheduledevents?api-version=2020-07-01",
+        {"Metadata": "true"},
+        "Preempt",
+    ),
+    "digitalocean": ("/metadata/v1/id", {}, None),
+    "kubernetes": ("/api/v1/nodes/forewarn-sim-node", {}, "cordon"),
+}
+EXTRA = {"aws": ["--imdsv1"], "azure": ["--rate-limit", "1000"]}
+
+
+@pytest.mark.parametrize("provider", sorted(ENDPOINTS))
+def test_ready_file_url_fault_and_sigterm(provider: str, tmp_path: Path) -> None:
+    path, headers, kind = ENDPOINTS[provider]
+    ready = tmp_path / "sim" / "ready"
+    ready.parent.mkdir()
+    ready.write_text("http://stale.invalid\n")  # a previous run's file never says "ready"
+    args = ["simulate", provider, "--ready-file", str(ready), *EXTRA.get(provider, [])]
+    args += ["--fault", "status,status=503,count=1"]
+    if kind is not None:
+        args += ["--notice", f"{kind},after=0.2"]
+    proc = subprocess.Popen(
+        forewarn_cmd(*args),
+        env=agent_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        wait_until(lambda: ready.exists() and ready.read_text() == url + "\n", timeout=10)
+        with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
+            assert http.get(path, headers=headers).status_code == 503  # the --fault
+            assert http.get(path, headers=headers).status_code == 200
+            if kind is not None:
+                wait_until(lambda: _raised(http), timeout=10)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        assert not ready.exists()  # removed on exit
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _raised(http: httpx.Client) -> bool:
+    """Whether the scripted notice changed the simulator's state."""
+    state = http.get("/_sim/state").json()
+    return bool(
+        state.get("rebalance")
+        or state.get("preempted") == "TRUE"
+        or state.get("events")
+        or (state.get("node") or {}).get("spec", {}).get("unschedulable")
+    )
+
+
+BAD = [
+    (["--port", "99999"], "--port"),
+    (["--port", "http"], "--port"),
+    (["--host", "0.0.0.0"], "loopback"),
+    (["--host", "metadata"], "--host"),
+    (["--fault", "earthquake"], "kind"),
+    (["--fault", "status,status=99"], "status"),
+    (["--fault", "hang,seconds=soon"], "seconds"),
+    (["--fault", "status,oops"], "key=value"),
+    (["--notice", "volcano"], "volcano"),
+    (["--ready-file"], "--ready-file"),
+]
+
+
+def _exit_code(args: list[str]) -> int:
+    """The CLI's own entry point in this process (what the console script runs)."""
+    try:
+        return main(args)
+    except SystemExit as done:
+        return int(done.code or 0)
+
+
+@pytest.mark.parametrize("provider", sorted(ENDPOINTS))
+def test_bad_values_exit_2_with_one_line(provider: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for bad, named in BAD:
+        assert _exit_code(["simulate", provider, *bad]) == 2, bad
+        out, err = capsys.readouterr()
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("forewarn: "), (bad, err)
+        assert named in lines[0], (bad, lines[0])
+        assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["aws", "--spot-after", "soon"], "--spot-after"),
+        (["aws", "--scheduled", "volcano@1h"], "volcano"),
+        (["gcp", "--maintenance-kind", "REBOOT"], "--maintenance-kind"),
+        (["azure", "--vmss-name", "set"], "instance-id"),
+        (["kubernetes", "--max-watch-seconds", "-"], "--max-watch-seconds"),
+        (["digitalocean", "--droplet-id", "x"], "--droplet-id"),
+    ],
+)
+def test_bad_provider_values_exit_2_with_one_line(
+    args: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _exit_code(["simulate", *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("forewarn: "), (args, lines)
+    assert named in lines[0], (args, lines[0])
+
+
+def test_a_bad_value_from_a_real_process(tmp_path: Path) -> None:
+    done = run_forewarn("simulate", "gcp", "--fault", "status,status=99", env=agent_env(tmp_path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == (
+        "forewarn: simulate gcp: --fault: gcp: fault: status: a whole number from 100 to 599, "
+        "got 99"
+    )

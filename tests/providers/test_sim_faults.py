@@ -1,0 +1,300 @@
+"""One fault vocabulary, one control API, for every simulator: each kind over real HTTP
+against all five, the control API's 400s, and the parsers under hypothesis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.digitalocean.simulate import DropletMetadataSimulator
+from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.sim_faults import FAULT_KINDS, FaultError, make_fault, parse_fault_flag
+from forewarn.providers.simulator import SimServer, Simulator
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A request the provider's endpoint answers with 200 when nothing is wrong."""
+
+    build: Callable[[], Simulator]
+    path: str
+    params: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+PROBES = {
+    "aws": Probe(lambda: ImdsSimulator(imdsv1=True), "/latest/meta-data/instance-id"),
+    "gcp": Probe(
+        GcpSimulator, "/computeMetadata/v1/instance/id", headers={"Metadata-Flavor": "Google"}
+    ),
+    "azure": Probe(
+        lambda: AzureSimulator(rate_limit=10_000),
+        "/metadata/scheduledevents",
+        {"api-version": "2020-07-01"},
+        {"Metadata": "true"},
+    ),
+    "digitalocean": Probe(DropletMetadataSimulator, "/metadata/v1/id"),
+    "kubernetes": Probe(KubernetesSimulator, "/api/v1/nodes/forewarn-sim-node"),
+}
+
+
+class Served:
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+        self.sim = probe.build()
+        self.server = SimServer(self.sim).start()
+        self.http = httpx.Client(base_url=self.server.url, trust_env=False, timeout=10)
+
+    def get(self, timeout: float = 10) -> httpx.Response:
+        return self.http.get(
+            self.probe.path, params=self.probe.params, headers=self.probe.headers, timeout=timeout
+        )
+
+    def fault(self, **fields: Any) -> str:
+        answer = self.http.post("/_sim/faults", json=fields)
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["id"])
+
+    def close(self) -> None:
+        self.http.close()
+        self.server.stop()
+
+
+@pytest.fixture(params=sorted(PROBES))
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    served = Served(PROBES[request.param])
+    try:
+        yield served
+    finally:
+        served.close()
+
+
+def test_the_probe_is_a_200_without_faults(served: Served) -> None:
+    assert served.get().status_code == 200
+
+
+def test_status_answers_with_the_provider_page_for_count_requests(served: Served) -> None:
+    normal = served.get()
+    served.fault(kind="status", status=503, count=2)
+    failed = [served.get() for _ in range(2)]
+    assert [answer.status_code for answer in failed] == [503, 503]
+    assert failed[0].text  # the provider's own error page, not an empty body
+    assert served.get().text == normal.text  # used up
+    served.fault(kind="status", status=404, body="<html>gone</html>", content_type="text/html")
+    custom = served.get()
+    assert (custom.status_code, custom.text) == (404, "<html>gone</html>")
+    assert custom.headers["content-type"] == "text/html"
+
+
+def test_a_fault_lasts_its_duration(served: Served) -> None:
+    served.fault(kind="status", status=500, duration=0.5)
+    assert served.get().status_code == 500
+    time.sleep(0.6)
+    assert served.get().status_code == 200
+
+
+def test_hang_holds_the_request_until_withdrawn(served: Served) -> None:
+    fault_id = served.fault(kind="hang")
+    with pytest.raises(httpx.ReadTimeout):
+        served.get(timeout=0.3)
+    assert served.http.delete(f"/_sim/faults/{fault_id}").status_code == 200
+    assert served.get().status_code == 200
+    served.fault(kind="hang", seconds=0.4, count=1)
+    started = time.monotonic()
+    assert served.get().status_code == 200  # held, then answered
+    assert time.monotonic() - started >= 0.35
+
+
+def test_slow_sends_the_normal_body_at_the_rate(served: Served) -> None:
+    normal = served.get().content
+    rate = len(normal) / 0.6  # the whole body in about 0.6 s
+    served.fault(kind="slow", rate=rate, count=1)
+    started = time.monotonic()
+    slow = served.get()
+    assert slow.content == normal
+    assert time.monotonic() - started >= 0.4
+
+
+def test_slow_defaults_to_a_byte_a_second_until_withdrawn(served: Served) -> None:
+    normal = served.get().content
+    fault_id = served.fault(kind="slow")
+    probe = served.probe
+    received = b""
+    with served.http.stream(
+        "GET", probe.path, params=probe.params, headers=probe.headers
+    ) as answer:
+        chunks = answer.iter_raw(1)
+        started = time.monotonic()
+        while time.monotonic() - started < 1.2:
+            received += next(chunks)
+        assert 1 <= len(received) <= 3  # one byte a second
+        # Withdrawing the fault sends the rest at once.
+        assert served.http.delete(f"/_sim/faults/{fault_id}").status_code == 200
+        received += b"".join(chunks)
+    assert received == normal
+
+
+def test_reset_resets_the_connection(served: Served) -> None:
+    served.fault(kind="reset", count=1)
+    with pytest.raises(httpx.TransportError):
+        served.get()
+    assert served.get().status_code == 200
+
+
+def test_malformed_is_a_200_that_does_not_parse(served: Served) -> None:
+    normal = served.get()
+    served.fault(kind="malformed", count=1)
+    bad = served.get()
+    assert bad.status_code == 200 and b"\x00" in bad.content and bad.content != normal.content
+    assert bad.headers["content-type"] == normal.headers["content-type"]
+
+
+def test_oversize_sends_size_bytes(served: Served) -> None:
+    served.fault(kind="oversize", size=3_000_000, count=1)
+    big = served.get()
+    assert big.status_code == 200 and len(big.content) == 3_000_000
+
+
+def test_throttle_answers_429_above_the_rate(served: Served) -> None:
+    served.fault(kind="throttle", rate=2)
+    codes = [served.get().status_code for _ in range(6)]
+    assert codes[:2] == [200, 200] and codes.count(429) >= 3, codes
+
+
+def test_faults_are_listed_in_state_and_cleared(served: Served) -> None:
+    served.fault(kind="status", status=500, path="/nowhere")
+    state = served.http.get("/_sim/state").json()
+    assert [fault["kind"] for fault in state["faults"]] == ["status"]
+    assert served.http.delete("/_sim/faults").json() == {"removed": 1}
+    assert served.http.get("/_sim/faults").json() == {"faults": []}
+
+
+def test_a_fault_with_after_starts_later(served: Served) -> None:
+    answer = served.http.post("/_sim/faults", json={"kind": "status", "status": 502, "after": 0.3})
+    assert answer.status_code == 202
+    assert served.get().status_code == 200
+    time.sleep(0.5)
+    assert served.get().status_code == 502
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"kind": "earthquake"}, "kind"),
+        ({}, "kind"),
+        ({"kind": "status", "status": 99}, "status"),
+        ({"kind": "status", "status": "500"}, "status"),
+        ({"kind": "hang", "seconds": -1}, "seconds"),
+        ({"kind": "slow", "rate": 0}, "rate"),
+        ({"kind": "oversize", "size": 0}, "size"),
+        ({"kind": "status", "count": 0}, "count"),
+        ({"kind": "status", "path": "latest"}, "path"),
+        ({"kind": "status", "colour": "red"}, "colour"),
+        ({"kind": "status", "after": -3}, "after"),
+    ],
+)
+def test_a_bad_fault_is_a_400_naming_what_was_wrong(
+    served: Served, body: dict[str, Any], named: str
+) -> None:
+    answer = served.http.post("/_sim/faults", json=body)
+    assert answer.status_code == 400
+    assert named in answer.json()["error"]
+
+
+def test_bad_control_bodies_are_400s(served: Served) -> None:
+    for route in ("/_sim/faults", "/_sim/notices"):
+        not_json = served.http.post(route, content=b"{oops")
+        assert not_json.status_code == 400 and "JSON" in not_json.json()["error"]
+        not_object = served.http.post(route, json=[1, 2])
+        assert not_object.status_code == 400 and "object" in not_object.json()["error"]
+    unknown = served.http.post("/_sim/notices", json={"kind": "volcano"})
+    assert unknown.status_code == 400 and "volcano" in unknown.json()["error"]
+    assert served.http.delete("/_sim/faults/fault-0").status_code == 404
+
+
+def test_aws_hop_limit_never_answers_the_token_put() -> None:
+    served = Served(Probe(ImdsSimulator, "/latest/api/token"))
+    try:
+        served.fault(kind="hop-limit")
+        with pytest.raises(httpx.ReadTimeout):
+            served.http.put(
+                "/latest/api/token",
+                headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"},
+                timeout=0.5,
+            )
+        # Only the PUT: a GET (IMDSv1 refused here) still answers at once.
+        assert served.http.get("/latest/meta-data/instance-id").status_code == 401
+        (fault,) = served.http.get("/_sim/faults").json()["faults"]
+        assert (fault["kind"], fault["as"], fault["method"]) == ("hop-limit", "hang", "PUT")
+    finally:
+        served.close()
+
+
+def test_aws_throttle_defaults_to_the_documented_rate() -> None:
+    fault = make_fault({"kind": "throttle"}, ImdsSimulator.fault_presets, 256.0)
+    assert (fault.status, fault.rate) == (429, 256.0)
+
+
+def test_oversize_defaults_to_50_mb() -> None:
+    served = Served(PROBES["aws"])
+    try:
+        served.fault(kind="oversize", count=1)
+        assert len(served.get(timeout=60).content) == 50 * 1024 * 1024
+    finally:
+        served.close()
+
+
+# The parsers, under hypothesis: they answer or raise FaultError, nothing else.
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.lists(st.integers(), max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                *("kind", "path", "method", "status", "body", "content_type", "seconds"),
+                *("rate", "size", "count", "duration", "other"),
+            ]
+        ),
+        _VALUES,
+    ),
+    st.sampled_from([*FAULT_KINDS, "hop-limit"]),
+)
+def test_make_fault_accepts_or_names_the_field(fields: dict[str, Any], kind: str) -> None:
+    for candidate in (fields, {**fields, "kind": kind}):
+        try:
+            fault = make_fault(candidate, ImdsSimulator.fault_presets, 5.0)
+        except FaultError as error:
+            assert str(error)
+        else:
+            assert fault.kind in FAULT_KINDS and fault.path.startswith("/")
+            assert fault.describe()["id"] == fault.id
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_parse_fault_flag_parses_or_says_why(text: str) -> None:
+    try:
+        fields = parse_fault_flag(text)
+    except FaultError as error:
+        assert str(error)
+    else:
+        assert isinstance(fields["kind"], str)
