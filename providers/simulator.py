@@ -223,17 +223,27 @@ class Simulator:
                     return fault
         return None
 
-    def fault_answer(self, request: SimRequest) -> SimResponse | None:
-        """For a long-poll that ends while a fault is in force, as the real server's would:
-        the error answer of a `status` or `throttle` fault, or a `hang` held (then None, the
-        normal answer)."""
-        fault = self.take_fault(request, ("status", "throttle", "hang"))
-        if fault is None:
-            return None
+    def after_wait(self, request: SimRequest, answer: Callable[[], SimResponse]) -> SimResponse:
+        """The answer of a long-poll that ends while a fault is in force, as the real server's
+        would be: the fault met now (a reset is left to new requests), else `answer()`."""
+        fault = self.take_fault(request, tuple(k for k in FAULT_KINDS if k != "reset"))
+        return answer() if fault is None else self.shape(fault, answer)
+
+    def shape(self, fault: Fault, answer: Callable[[], SimResponse]) -> SimResponse:
+        """What a request meeting `fault` gets, `answer` giving the normal answer (not
+        called for `status` and `throttle`; `reset` is the server's to do)."""
+        if fault.kind in ("status", "throttle"):
+            return self.faulted(fault)
         if fault.kind == "hang":
             fault.released.wait(fault.hold_seconds(time.monotonic()))
-            return None
-        return self.faulted(fault)
+        response = answer()
+        if fault.kind == "malformed":
+            return _malformed(response)
+        if fault.kind == "oversize":
+            return _oversize(response, fault.size)
+        if fault.kind == "slow":
+            response.pace = fault
+        return response
 
     def faulted(self, fault: Fault) -> SimResponse:
         """The answer of a `status` or `throttle` fault."""
@@ -431,18 +441,7 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 self.rfile.close()
                 _reset(self.connection)
                 return None
-            if fault.kind in ("status", "throttle"):
-                return sim.faulted(fault)
-            if fault.kind == "hang":
-                fault.released.wait(fault.hold_seconds(time.monotonic()))
-            response = sim.handle(request)
-            if fault.kind == "malformed":
-                return _malformed(response)
-            if fault.kind == "oversize":
-                return _oversize(response, fault.size)
-            if fault.kind == "slow":
-                response.pace = fault
-            return response
+            return sim.shape(fault, lambda: sim.handle(request))
 
         def _send(self, response: SimResponse) -> None:
             self.log_request(response.status)

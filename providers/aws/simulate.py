@@ -242,8 +242,11 @@ class ImdsSimulator(Simulator):
         if isinstance(node, dict):
             if not node:
                 return _html(404, "Not Found")
+            # Under meta-data, directories end with a slash; /latest/ lists its three
+            # categories without one, as IMDS does.
+            top = not path.strip("/").removeprefix("latest")
             names = [
-                key + ("/" if isinstance(value, dict) else "")
+                key + ("/" if isinstance(value, dict) and not top else "")
                 for key, value in node.items()
                 if value != {}
             ]

@@ -338,12 +338,10 @@ class GcpSimulator(Simulator):
                 return SimResponse(400, "wait_for_change is not supported for tokens.\n", TEXT)
             return self._id_token(request, path.split("/")[2])
         if path == "instance/upcoming-maintenance":
-            if wait:
-                self._wait(path, request.param("last_etag"), timeout)
-                fault = self.fault_answer(request)
-                if fault is not None:
-                    return fault
-            return self._upcoming_answer(request)
+            if not wait:
+                return self._upcoming_answer(request)
+            self._wait(path, request.param("last_etag"), timeout)
+            return self.after_wait(request, lambda: self._upcoming_answer(request))
 
         with self.lock:
             node = self._node(path)
@@ -355,12 +353,17 @@ class GcpSimulator(Simulator):
                 "Non-recursive wait_for_change on a directory is not supported.\n",
                 TEXT,
             )
-        if wait:
-            self._wait(path, request.param("last_etag"), timeout)
-            # A long-poll that ends during a fault answers with the fault.
-            fault = self.fault_answer(request)
-            if fault is not None:
-                return fault
+        if not wait:
+            return self._value_answer(request, path, is_dir_request, recursive)
+        self._wait(path, request.param("last_etag"), timeout)
+        # A long-poll that ends during a fault answers with the fault.
+        return self.after_wait(
+            request, lambda: self._value_answer(request, path, is_dir_request, recursive)
+        )
+
+    def _value_answer(
+        self, request: SimRequest, path: str, is_dir_request: bool, recursive: bool
+    ) -> SimResponse:
         with self.lock:
             node = self._node(path)
             etag = self.etag(path)
