@@ -273,6 +273,14 @@ class SimControl:
     def state(self) -> dict[str, Any]:
         return dict(self.request("GET", "/state"))
 
+    def fault(self, kind: str, **fields: Any) -> str:
+        """Start a fault of the shared vocabulary (README, "Simulators"); its id."""
+        return str(self.request("POST", "/faults", {"kind": kind, **fields})["id"])
+
+    def end_fault(self, fault_id: str | None = None) -> None:
+        """End one fault, or every fault."""
+        self.request("DELETE", "/faults" if fault_id is None else f"/faults/{fault_id}")
+
     def requests(self, key: str) -> int:
         """How many requests the simulator has answered for `key`, e.g. "GET /path"."""
         return int(self.state().get("requests", {}).get(key, 0))

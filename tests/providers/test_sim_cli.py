@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 from forewarn.agent.cli import main
-from support import agent_env, forewarn_cmd, run_forewarn, wait_until
+from support import SimControl, agent_env, eventually, forewarn_cmd, run_forewarn
 
 # provider -> (a path the endpoint answers 200, its headers, a notice kind it raises)
 ENDPOINTS = {
@@ -49,12 +49,17 @@ def test_ready_file_url_fault_and_sigterm(provider: str, tmp_path: Path) -> None
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), url
-        wait_until(lambda: ready.exists() and ready.read_text() == url + "\n", timeout=10)
+        eventually(lambda: ready.exists() and ready.read_text() == url + "\n", what="ready file")
         with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
             assert http.get(path, headers=headers).status_code == 503  # the --fault
             assert http.get(path, headers=headers).status_code == 200
+            control = SimControl(url)
+            fault = control.fault("status", status=502)
+            assert http.get(path, headers=headers).status_code == 502
+            control.end_fault(fault)
+            assert http.get(path, headers=headers).status_code == 200
             if kind is not None:
-                wait_until(lambda: _raised(http), timeout=10)
+                eventually(lambda: _raised(http), what="the scripted notice")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
         assert not ready.exists()  # removed on exit

@@ -165,9 +165,15 @@ def test_oversize_sends_size_bytes(served: Served) -> None:
 
 
 def test_throttle_answers_429_above_the_rate(served: Served) -> None:
-    served.fault(kind="throttle", rate=2)
+    served.fault(kind="throttle", rate=1)
     codes = [served.get().status_code for _ in range(6)]
-    assert codes[:2] == [200, 200] and codes.count(429) >= 3, codes
+    # One a second gets through; on a loaded machine a second may pass between requests.
+    assert codes[0] == 200 and 429 in codes, codes
+    (fault,) = served.http.get("/_sim/faults").json()["faults"]
+    assert fault["answered"] == codes.count(429)
+    for answer in (served.get() for _ in range(3)):
+        if answer.status_code == 429:
+            assert answer.text  # the provider's own page
 
 
 def test_faults_are_listed_in_state_and_cleared(served: Served) -> None:
