@@ -20,8 +20,9 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import duration_arg
 
 from .sim_faults import FaultError, parse_fault_flag
@@ -47,10 +48,6 @@ class Scripted:
     fields: Callable[[argparse.Namespace], dict[str, Any]] = _no_fields
 
 
-class UsageError(Exception):
-    """A bad command-line value; the message names the flag."""
-
-
 @dataclass(frozen=True)
 class SimulatorCommand:
     """One provider's `forewarn simulate` command."""
@@ -65,7 +62,6 @@ class SimulatorCommand:
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        _one_line_errors(parser)
         parser.add_argument(
             "--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)"
         )
@@ -146,16 +142,6 @@ class SimulatorCommand:
             else:
                 sim.schedule(float(after), kind, fields)
         return sim
-
-
-def _one_line_errors(parser: argparse.ArgumentParser) -> None:
-    """Bad values on this subcommand: one `forewarn:` line and exit 2, no usage block."""
-
-    def error(message: str) -> NoReturn:
-        print(f"forewarn: {parser.prog.removeprefix('forewarn ')}: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-    setattr(parser, "error", error)  # noqa: B010 (an instance override, not a subclass)
 
 
 def _port(text: str) -> int:
@@ -254,4 +240,4 @@ def serve_until_signalled(
     return 0
 
 
-__all__ = ["Scripted", "SimulatorCommand", "UsageError", "serve_until_signalled"]
+__all__ = ["Scripted", "SimulatorCommand", "serve_until_signalled"]

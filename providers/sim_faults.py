@@ -27,6 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from forewarn.protocol.errors import UsageError
+
 FAULT_KINDS = ("status", "hang", "slow", "reset", "malformed", "oversize", "throttle")
 DEFAULT_OVERSIZE = 50 * 1024 * 1024
 # The longest any fault may hold a request or last: an hour, like the longest real long-poll.
@@ -48,7 +50,7 @@ FIELDS = (
 _ids = itertools.count(1)
 
 
-class FaultError(ValueError):
+class FaultError(UsageError):
     """A fault description that cannot be honoured; the message names the field."""
 
 
