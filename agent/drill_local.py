@@ -229,6 +229,17 @@ def run_local_drill(args: argparse.Namespace) -> int:
     checkpoints = work / "checkpoints"
     base_env = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
     base_env["PYTHONUNBUFFERED"] = "1"
+    if getattr(args, "scenario", "quick") != "quick":
+        from .drill_reclaim import run_reclaim_drill
+
+        try:
+            return run_reclaim_drill(args, work, base_env)
+        except DrillFailed as error:
+            print(f"drill failed: {error}", file=sys.stderr)
+            return 1
+        finally:
+            if not args.dir and not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
     print(f"forewarn drill local (notice source: {args.source}; work directory {work})")
     print("  time        step  event")
     timeline = Timeline()

@@ -130,6 +130,7 @@ class CheckpointGuard:
         # Terminates in force before this job started: id -> deadline (monotonic), or None.
         self._inherited: dict[str, float | None] = {}
         self._eval_calls = 0
+        self._due_calls = 0
 
         if flag_file == "default":
             self.flag_file: Path | None = runtime_dir() / FLAG_NAME
@@ -186,13 +187,16 @@ class CheckpointGuard:
 
     def _due_ranked(self, step: int) -> bool:
         """`due` across ranks: periodic steps agree by themselves (same step counter); the
-        rest is decided together every `agree_every` steps."""
+        rest is decided together every `agree_every` steps, and at the first two checks."""
         if step >= self._next_step:
             if self._due_since is None:
                 self._due_since = time.monotonic()
             return True
         assert self.agreement is not None
-        if step % self.agreement.every:
+        self._due_calls += 1
+        # The first two checks (right after the resume and after the first step) always
+        # agree, so a notice during a long first step is answered when that step ends.
+        if step % self.agreement.every and self._due_calls > 2:
             return False
         save, exit_now = self.agreement.decide(self._wake, self._exit)
         if not save and not exit_now:
@@ -314,8 +318,11 @@ class CheckpointGuard:
         self, step: int, *, restore_seconds: float | None = None, steps_lost: int | None = None
     ) -> None:
         """Report a resume to the agent (telemetry: restore time and steps lost). The resumed
-        step counts as durable: a save asked for before any step has run writes nothing."""
+        step counts as durable: a save asked for before any step has run writes nothing, and
+        periodic saves by step count from it."""
         self.durable_step = step
+        if self.every_steps:
+            self._next_step = step + self.every_steps
         if self.notices is not None:
             # Just started: give the subscriber a moment to hear the agent's heartbeat.
             deadline = time.monotonic() + 1.5

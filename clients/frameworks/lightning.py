@@ -5,6 +5,10 @@
 After each training batch it asks the guard; when a save is due it calls
 `trainer.save_checkpoint` (Lightning's collective save, every rank at the same step thanks to
 the guard's rank agreement), acks the agent, and stops the trainer on terminate or SIGTERM.
+After each validation, test and predict batch it asks `guard.due_in_eval`: an exit that arrives
+mid-validation is saved there and then (the state of the last training step), instead of
+after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
+and then stops; the checkpoint is already durable.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class ForewarnCallback(pl.Callback):
         self._guard = guard
         self._guard_options = guard_options
         self.saved_paths: list[Path] = []
+        self._exiting = False
 
     @property
     def guard(self) -> CheckpointGuard:
@@ -51,15 +56,57 @@ class ForewarnCallback(pl.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        step = trainer.global_step
-        if not self.guard.due(step):
+        if self._exiting:
             return
+        if self.guard.due(trainer.global_step):
+            self._save(trainer)
+
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._in_eval(trainer)
+
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._in_eval(trainer)
+
+    def on_predict_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._in_eval(trainer)
+
+    def _in_eval(self, trainer: pl.Trainer) -> None:
+        if not self._exiting and self.guard.due_in_eval(trainer.global_step):
+            self._save(trainer)
+
+    def _save(self, trainer: pl.Trainer) -> None:
+        step = trainer.global_step
         path = self.dirpath / self.filename.format(step=step)
         started = time.monotonic()
         trainer.save_checkpoint(path)
         self.saved_paths.append(path)
-        result = self.guard.saved(step, time.monotonic() - started)
+        result = self.guard.saved(step, time.monotonic() - started, where=str(path))
         if result.exit:
+            self._exiting = True  # saved once; the rest of this pass must not save again
             trainer.should_stop = True
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -6,7 +6,11 @@ own checkpointing.
 At the end of each step it asks the guard; when a save is due it sets `control.should_save`, so
 the Trainer writes its usual `checkpoint-<step>` (model, optimizer, scheduler, RNG states).
 Once that save is done (`on_save`) it acks the agent with the measured seconds, and on
-terminate or SIGTERM it stops training.
+terminate or SIGTERM it stops training. An exit pending at the end of a step skips the
+evaluation due at that step, so the save comes first. During an evaluation it asks
+`guard.due_in_eval` after each prediction step (`on_prediction_step`): the Trainer cannot be
+interrupted mid-evaluation from a callback, so the save and the stop are scheduled for the
+moment that evaluation returns, and the notice is not left for the next training step.
 """
 
 from __future__ import annotations
@@ -38,6 +42,17 @@ class ForewarnTrainerCallback(TrainerCallback):
         if self.guard.due(state.global_step):
             control.should_save = True
             self._requested_at = time.monotonic()
+            if self.guard.should_exit:
+                control.should_evaluate = False  # save first: the machine is going away
+        return control
+
+    def on_prediction_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        if self._requested_at is None and self.guard.due_in_eval(state.global_step):
+            control.should_save = True
+            control.should_training_stop = True
+            self._requested_at = time.monotonic()
         return control
 
     def on_save(
@@ -47,7 +62,8 @@ class ForewarnTrainerCallback(TrainerCallback):
             return control  # the Trainer's own periodic save: nothing of ours is pending
         seconds = time.monotonic() - self._requested_at
         self._requested_at = None
-        result = self.guard.saved(state.global_step, seconds)
+        where = f"{args.output_dir}/checkpoint-{state.global_step}"
+        result = self.guard.saved(state.global_step, seconds, where=where)
         self.saved_steps.append(state.global_step)
         if result.exit:
             control.should_training_stop = True

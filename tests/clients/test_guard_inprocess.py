@@ -109,3 +109,11 @@ def test_an_exit_before_the_first_step_writes_nothing_new(tmp_path) -> None:  # 
     assert result.exit and writes == [] and result.flush_seconds == 0.0
     assert store.steps() == [7]
     guard.close()
+
+
+def test_periodic_steps_count_from_the_resumed_step() -> None:
+    guard = quiet_guard(every_steps=10)
+    guard.resumed(40)
+    assert not guard.due(40) and not guard.due(45)
+    assert guard.due(50)
+    guard.close()

@@ -83,3 +83,19 @@ def test_the_example_units_pass_systemd_analyze_verify(
     )
     ours = [line for line in (result.stdout + result.stderr).splitlines() if UNIT.name in line]
     assert ours == [], "\n".join(ours)
+
+
+def test_the_training_example_signals_the_main_process_and_bounds_torchrun() -> None:
+    """KillMode=mixed: SIGTERM to the main process only (not each DataLoader worker), SIGKILL
+    to all at TimeoutStopSec; torchrun's own SIGKILL escalation kept inside that window."""
+    training = UNIT.parents[1] / "systemd" / "example-training.service"
+    values: dict[str, list[str]] = {}
+    for line in training.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith("#"):
+            values.setdefault(key.strip(), []).append(value.strip())
+    assert values["KillMode"] == ["mixed"]
+    stop = int(values["TimeoutStopSec"][0].removesuffix("s"))
+    environment = dict(item.split("=", 1) for item in values["Environment"])
+    torchrun = int(environment["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"])
+    assert 30 < torchrun < stop

@@ -68,3 +68,44 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
         assert trainer.global_step < 10_000, "terminate stopped training"
         final = torch.load(callback.saved_paths[-1], weights_only=False)
         assert final["global_step"] == trainer.global_step
+
+
+class Evaluating(Tiny):
+    """Asks for an exit in the middle of its first validation pass (a SIGTERM or terminate
+    arriving there)."""
+
+    def __init__(self, callback: ForewarnCallback) -> None:
+        super().__init__()
+        self.callback = callback
+        self.validation_batches = 0
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        self.validation_batches += 1
+        if self.trainer.sanity_checking:
+            return
+        if idx == 3:
+            self.callback.guard.request("signal", exit=True)
+
+
+def test_an_exit_during_validation_is_saved_from_the_validation_hook(tmp_path: Path) -> None:
+    callback = ForewarnCallback(
+        tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
+    )
+    data = TensorDataset(torch.randn(4_000, 4), torch.randn(4_000, 1))
+    trainer = pl.Trainer(
+        max_steps=1_000,
+        val_check_interval=30,
+        num_sanity_val_steps=0,
+        callbacks=[callback],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    model = Evaluating(callback)
+    trainer.fit(model, DataLoader(data, batch_size=4), DataLoader(data, batch_size=400))
+    assert [path.name for path in callback.saved_paths] == ["step-00000030.ckpt"]
+    assert trainer.global_step == 30, "training stopped after the validation pass"
+    saved = torch.load(callback.saved_paths[0], weights_only=False)
+    assert saved["global_step"] == 30

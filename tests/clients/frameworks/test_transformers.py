@@ -71,3 +71,53 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
         for step in callback.saved_steps:
             assert (tmp_path / "out" / f"checkpoint-{step}").is_dir()
         assert trainer.state.global_step == callback.saved_steps[-1] < 10_000
+
+
+class AsksToExitInEvaluation(Tiny):
+    def __init__(self) -> None:
+        super().__init__()
+        self.callback: ForewarnTrainerCallback | None = None
+        self.eval_calls = 0
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        if not self.training:
+            self.eval_calls += 1
+            if self.eval_calls == 3 and self.callback is not None:
+                self.callback.guard.request("signal", exit=True)
+        return super().forward(x, labels)
+
+
+class FewPoints(Points):
+    def __len__(self) -> int:
+        return 64
+
+
+def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Path) -> None:
+    callback = ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    model = AsksToExitInEvaluation()
+    model.callback = callback
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1_000,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        eval_strategy="steps",
+        eval_steps=25,
+        save_strategy="no",
+        report_to=[],
+        logging_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=Points(),
+        eval_dataset=FewPoints(),
+        callbacks=[callback],
+    )
+    trainer.train()
+    assert callback.saved_steps == [25]
+    assert (tmp_path / "out" / "checkpoint-25").is_dir()
+    assert trainer.state.global_step == 25, "the notice during evaluation stopped training there"

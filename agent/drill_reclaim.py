@@ -1,0 +1,546 @@
+"""`forewarn drill local --scenario NAME`: reclaims as platforms really do them.
+
+A small torch job (`forewarn.clients.demo_torch`: an MLP under DistributedDataParallel on CPU,
+gloo, `torchrun --nproc-per-node 2`, DataLoaders with worker processes, an evaluation pass of
+a few seconds) is reclaimed the way each platform does it:
+
+- `systemd`: `KillMode=control-group`: SIGTERM to every process of the job, SIGKILL to what is
+  left at `TimeoutStopSec` (the lead);
+- `kubernetes`: SIGTERM to the container's PID 1 (torchrun), SIGKILL to everything after
+  `terminationGracePeriodSeconds` (the lead);
+- `cloud`: a notice with a lead, then SIGKILL of everything at the deadline, no SIGTERM
+  (AWS, GCP);
+- `torchrun`: SIGTERM to torchrun only; torchrun forwards it to each rank's process group and
+  escalates to SIGKILL after its `--shutdown-timeout` (30 s unless set; here the lead).
+
+Every reclaim also raises a terminate notice (deadline = now + lead) on that machine's agent,
+at a random moment of the chosen kind: during a training step, in the middle of an evaluation
+pass, or during the (long) first step. Each run is one "machine": a fresh agent with its own
+runtime and state directories; all share one checkpoint store, and the next run resumes from
+it. The drill reports per cell the steps lost, the time from notice to durable checkpoint,
+whether the resumed state is bit-for-bit the saved one, and partial generations left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.protocol.wire import request
+
+from .reclaim_procs import JobTree, become_subreaper
+
+PLATFORMS = ("systemd", "kubernetes", "cloud", "torchrun")
+MOMENTS = ("mid-step", "mid-eval", "first-step")
+SCENARIOS = ("quick", *PLATFORMS, "matrix", "ci")
+START_TIMEOUT = 120.0  # torchrun, two ranks and their imports on a loaded 2-core machine
+EVENT_TIMEOUT = 60.0
+SHORT_LEAD = 0.3
+SLOW_FLUSH = 1.5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The realistic drill's flags on `forewarn drill local`."""
+    parser.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default="quick",
+        help="quick (default: the demo loop above), a platform (systemd, kubernetes, cloud, "
+        "torchrun: that reclaim at each notice moment), matrix (all four, plus short leads), "
+        "or ci (a reduced matrix)",
+    )
+    parser.add_argument(
+        "--lead",
+        type=float,
+        default=8.0,
+        help="seconds from notice to SIGKILL in the realistic scenarios (default 8)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed of the random moments")
+    parser.add_argument(
+        "--handler",
+        choices=("guard", "plain"),
+        default="guard",
+        help="the job's handling: forewarn's guard (default) or a plain SIGTERM handler",
+    )
+
+
+@dataclass(frozen=True)
+class Cell:
+    platform: str
+    moment: str
+    lead: float
+    flush_delay: float = 0.0  # a slow store: seconds added to each flush
+
+    @property
+    def label(self) -> str:
+        return f"{self.platform}/{self.moment}"
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    notice_at: float | None = None
+    notice_step: int | None = None
+    last_step: int = 0
+    started_step: int = 0
+    exit_save: dict[str, Any] | None = None
+    flush: float | None = None
+    resumed_step: int | None = None
+    state_match: bool | None = None
+    partial: list[str] = field(default_factory=list)
+    strays: int = 0
+    job_code: int | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def lost(self) -> int | None:
+        if self.resumed_step is None:
+            return None
+        return max(0, self.last_step - self.resumed_step)
+
+    @property
+    def durable_seconds(self) -> float | None:
+        if self.exit_save is None or self.notice_at is None:
+            return None
+        return float(self.exit_save["t"]) - self.notice_at
+
+    @property
+    def lead_is_enough(self) -> bool:
+        return self.flush is not None and self.cell.lead >= 2 * self.flush
+
+    @property
+    def ok(self) -> bool:
+        if self.error or self.strays or self.state_match is False:
+            return False
+        if self.lead_is_enough:
+            return self.lost == 0
+        return True  # a short lead may lose steps: reported, not a failure
+
+    def outcome(self) -> str:
+        if self.error:
+            return f"FAILED: {self.error}"
+        if self.state_match is False:
+            return "FAILED: the resumed state differs from the saved one"
+        if self.strays:
+            return f"FAILED: {self.strays} process(es) left behind"
+        if self.lost == 0:
+            return "ok"
+        flush = f"{self.flush:.2f}s" if self.flush is not None else "unknown"
+        why = (
+            f"lead {self.cell.lead:g}s < 2 x flush {flush}: the SIGKILL came before the "
+            f"save was durable; resumed from the last complete generation "
+            f"(step {self.resumed_step})"
+        )
+        if self.lead_is_enough:
+            return f"FAILED: {self.lost} steps lost although the lead was enough"
+        if self.partial:
+            why += f"; the partial generation {', '.join(self.partial)} was not used"
+        return f"{self.lost} steps lost: {why}"
+
+
+def matrix(scenario: str, lead: float) -> list[Cell]:
+    if scenario in PLATFORMS:
+        return [Cell(scenario, moment, lead) for moment in MOMENTS]
+    if scenario == "matrix":
+        cells = [Cell(p, m, lead) for p in PLATFORMS for m in MOMENTS]
+        return cells + [
+            Cell("cloud", moment, SHORT_LEAD, SLOW_FLUSH) for moment in ("mid-step", "mid-eval")
+        ]
+    if scenario == "ci":
+        return [
+            Cell("systemd", "mid-eval", lead),
+            Cell("kubernetes", "first-step", lead),
+            Cell("cloud", "mid-step", lead),
+            Cell("torchrun", "mid-eval", lead),
+            Cell("cloud", "mid-step", SHORT_LEAD, SLOW_FLUSH),
+        ]
+    raise ValueError(f"unknown scenario {scenario!r}")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Job:
+    """One torchrun job: its own session (a platform signals it, not the terminal), rank 0's
+    JSON lines read on a thread."""
+
+    STEP_TIME = 0.05
+    EVAL_EVERY = 20
+    EVAL_BATCHES = 24
+    EVAL_BATCH_TIME = 0.2
+    FIRST_STEP_TIME = 2.0
+    EVERY_STEPS = 10
+
+    def __init__(
+        self,
+        store: Path,
+        env: dict[str, str],
+        log: Path,
+        *,
+        handler: str,
+        shutdown_timeout: float,
+        exclude: set[int],
+        first_step_time: float = 0.0,
+        flush_delay: float = 0.0,
+        steps: int = 1_000_000,
+        every_steps: int | None = EVERY_STEPS,
+    ) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(_free_port()),
+            "--shutdown-timeout",
+            str(max(1, round(shutdown_timeout))),
+            "-m",
+            "forewarn.clients.demo_torch",
+            *("--dir", str(store), "--steps", str(steps)),
+            *("--step-time", str(self.STEP_TIME), "--eval-every", str(self.EVAL_EVERY)),
+            *("--eval-batches", str(self.EVAL_BATCHES)),
+            *("--eval-batch-time", str(self.EVAL_BATCH_TIME)),
+            *("--first-step-time", str(first_step_time), "--flush-delay", str(flush_delay)),
+            *("--handler", handler),
+        ]
+        if every_steps:
+            argv += ["--every-steps", str(every_steps)]
+        job_env = dict(env, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            argv,
+            env=job_env,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            start_new_session=True,
+        )
+        self.tree = JobTree(self.proc.pid, exclude)
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        self.step = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(event, dict) or "event" not in event:
+                continue
+            if event["event"] in ("started", "step", "saved"):
+                self.step = max(self.step, int(event["step"]))
+            self.seen.append(event)
+            self.events.put(event)
+
+    def until(self, kind: str, timeout: float = EVENT_TIMEOUT, **match: Any) -> dict[str, Any]:
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the job said no {kind!r} within {timeout:g}s")
+            try:
+                event = self.events.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                if self.proc.poll() is not None and self.events.empty():
+                    raise TimeoutError(
+                        f"the job exited (code {self.proc.returncode}) before {kind!r}"
+                    ) from None
+                continue
+            if event["event"] == kind and all(event.get(k) == v for k, v in match.items()):
+                return event
+
+    def close(self) -> None:
+        self.tree.kill_all()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+
+def _partial_generations(store: Path) -> list[str]:
+    """Generation directories without a commit marker (what a kill mid-flush leaves)."""
+    if not store.is_dir():
+        return []
+    return sorted(
+        entry.name
+        for entry in store.iterdir()
+        if entry.is_dir() and entry.name.startswith("step-") and not (entry / "COMMIT").exists()
+    )
+
+
+def _complete_steps(store: Path) -> list[int]:
+    if not store.is_dir():
+        return []
+    return sorted(
+        int(entry.name.removeprefix("step-"))
+        for entry in store.iterdir()
+        if entry.is_dir() and entry.name.startswith("step-") and (entry / "COMMIT").exists()
+    )
+
+
+class Reclaim:
+    """Runs cells one after another, each on a fresh machine, all on one checkpoint store."""
+
+    def __init__(
+        self,
+        work: Path,
+        base_env: dict[str, str],
+        *,
+        handler: str = "guard",
+        seed: int | None = None,
+        say: Any = print,
+    ) -> None:
+        from .drill_local import Machine
+
+        self._machine = Machine
+        self.work = work
+        self.base_env = base_env
+        self.handler = handler
+        self.random = random.Random(seed)
+        self.say = say
+        self.store = work / "checkpoints"
+        self.hashes: dict[int, str] = {}  # step -> state hash when its save began
+        self.results: list[CellResult] = []
+        self.machines = 0
+        become_subreaper()
+
+    def _new_machine(self) -> Any:
+        self.machines += 1
+        return self._machine(self.work, "local", self.base_env, f"machine-{self.machines}")
+
+    def _job(self, machine: Any, cell: Cell | None, **options: Any) -> Job:
+        exclude = {machine.agent.pid}
+        lead = cell.lead if cell is not None else 30.0
+        return Job(
+            self.store,
+            machine.env,
+            self.work / f"job-{self.machines}.log",
+            handler=self.handler,
+            shutdown_timeout=lead if cell is not None and cell.platform == "torchrun" else 30,
+            exclude=exclude,
+            first_step_time=(
+                Job.FIRST_STEP_TIME if cell is not None and cell.moment == "first-step" else 0.0
+            ),
+            flush_delay=cell.flush_delay if cell is not None else 0.0,
+            **options,
+        )
+
+    def _resumed(self, started: dict[str, Any]) -> None:
+        """Check the new run's resume against the previous cell."""
+        if not self.results:
+            return
+        previous = self.results[-1]
+        step = int(started["step"])
+        previous.resumed_step = step
+        expected = self.hashes.get(step)
+        previous.state_match = expected is not None and expected == started["hash"]
+        complete = [s for s in _complete_steps(self.store) if s not in self._partial_steps()]
+        newest = max(complete) if complete else 0
+        if step != newest:
+            previous.error = f"resumed from step {step}, the newest complete generation is {newest}"
+        self.say(
+            f"  resumed from step {step} on machine {self.machines}: state "
+            + ("identical" if previous.state_match else "DIFFERS")
+            + f"; {previous.outcome()}"
+        )
+
+    def _partial_steps(self) -> set[int]:
+        return {int(name.removeprefix("step-")) for name in _partial_generations(self.store)}
+
+    def _record(self, job: Job) -> None:
+        for event in job.seen:
+            if event["event"] == "saving":
+                self.hashes[int(event["step"])] = str(event["hash"])
+
+    def run(self, cells: list[Cell]) -> list[CellResult]:
+        for cell in cells:
+            self.results.append(self._run_cell(cell))
+        self._final_resume()
+        return self.results
+
+    def _final_resume(self) -> None:
+        machine = self._new_machine()
+        job: Job | None = None
+        try:
+            job = self._job(machine, None, steps=0, every_steps=None)
+            started = job.until("started", START_TIMEOUT)
+            self._resumed(started)
+            job.until("done")
+            job.proc.wait(EVENT_TIMEOUT)
+        except TimeoutError as error:
+            if self.results:
+                self.results[-1].error = f"the final resume failed: {error}"
+        finally:
+            if job is not None:
+                job.close()
+            machine.stop()
+
+    def _run_cell(self, cell: Cell) -> CellResult:
+        result = CellResult(cell)
+        machine = self._new_machine()
+        job = self._job(machine, cell)
+        self.say(
+            f"cell {len(self.results) + 1}: {cell.platform} reclaim, notice {cell.moment}, "
+            f"lead {cell.lead:g}s"
+            + (f", slow store +{cell.flush_delay:g}s" if cell.flush_delay else "")
+        )
+        try:
+            started = job.until("started", START_TIMEOUT)
+            result.started_step = int(started["step"])
+            self._resumed(started)
+            self._wait_for_moment(job, cell, result)
+            self._reclaim(machine, job, cell, result)
+        except TimeoutError as error:
+            result.error = str(error)
+        finally:
+            result.strays = len(job.tree.wait_gone(10))
+            if result.strays:
+                result.error = result.error or f"{result.strays} process(es) left behind"
+            job.close()
+            machine.stop()
+            self._record(job)
+            result.last_step = job.step
+            result.job_code = job.proc.returncode
+            # A save at the already durable step writes nothing (0 s): not a flush.
+            saves = [e for e in job.seen if e["event"] == "saved" and (e.get("seconds") or 0) > 0]
+            exits = [e for e in job.seen if e["event"] == "saved" and e.get("exit")]
+            result.exit_save = exits[-1] if exits else None
+            if saves:
+                result.flush = max(float(e["seconds"]) for e in saves)
+            if cell.flush_delay and result.flush is None:
+                result.flush = cell.flush_delay
+            result.partial = [
+                name
+                for name in _partial_generations(self.store)
+                if int(name.removeprefix("step-")) > result.started_step
+            ]
+        durable = result.durable_seconds
+        self.say(
+            f"  notice at step {result.notice_step}; "
+            + (
+                f"durable checkpoint at step {result.exit_save['step']} {durable:.2f}s later"
+                if result.exit_save is not None and durable is not None
+                else "no checkpoint after the notice"
+            )
+            + f"; last step {result.last_step}; job exit code {result.job_code}"
+        )
+        return result
+
+    def _wait_for_moment(self, job: Job, cell: Cell, result: CellResult) -> None:
+        pick = self.random
+        if cell.moment == "first-step":
+            time.sleep(pick.uniform(0.2, 0.6) * Job.FIRST_STEP_TIME)
+        elif cell.moment == "mid-eval":
+            job.until("eval_start")
+            duration = Job.EVAL_BATCHES * Job.EVAL_BATCH_TIME / 2
+            time.sleep(pick.uniform(0.25, 0.6) * duration)
+        else:
+            if cell.flush_delay:
+                job.until("saved")  # a periodic generation exists to fall back on
+            target = job.step + pick.randint(3, 8)
+            while target % Job.EVAL_EVERY in (0, Job.EVAL_EVERY - 1, Job.EVAL_EVERY - 2):
+                target += 1
+            while job.step < target:
+                job.until("step")
+            time.sleep(pick.uniform(0, Job.STEP_TIME))
+
+    def _reclaim(self, machine: Any, job: Job, cell: Cell, result: CellResult) -> None:
+        deadline = format_time(utcnow() + timedelta(seconds=cell.lead))
+        notice = {"op": "notify", "action": "terminate", "reason": "drill", "deadline": deadline}
+        reply = request(machine.control, {**notice, "note": f"reclaim drill {cell.label}"})
+        if not reply.get("ok"):
+            raise TimeoutError(f"the agent refused the terminate: {reply.get('error')}")
+        result.notice_at = time.time()
+        result.notice_step = job.step
+        started = time.monotonic()
+        kill_at = started + cell.lead
+        if cell.platform == "systemd":
+            job.tree.signal(signal.SIGTERM)
+        elif cell.platform in ("kubernetes", "torchrun"):
+            os.kill(job.proc.pid, signal.SIGTERM)
+        if cell.platform == "torchrun":
+            kill_at += 15  # torchrun escalates by itself; this only bounds a broken run
+        while job.proc.poll() is None and time.monotonic() < kill_at:
+            time.sleep(0.02)
+        if job.proc.poll() is None:
+            if cell.platform == "torchrun":
+                result.notes.append("torchrun did not end its ranks; the drill killed them")
+            job.tree.signal(signal.SIGKILL)
+        job.proc.wait(30)
+
+
+def report(results: list[CellResult], say: Any = print) -> None:
+    header = (
+        f"{'cell':<22} {'lead':>6} {'flush':>7} {'notice->durable':>16} {'steps lost':>11} "
+        f"{'state':>10}  outcome"
+    )
+    say(header)
+    say("-" * len(header))
+    for result in results:
+        durable = result.durable_seconds
+        say(
+            f"{result.cell.label:<22} {result.cell.lead:>5g}s "
+            + (f"{result.flush:>6.2f}s " if result.flush is not None else f"{'-':>7} ")
+            + (f"{durable:>15.2f}s " if durable is not None else f"{'none':>16} ")
+            + (f"{result.lost:>11} " if result.lost is not None else f"{'?':>11} ")
+            + f"{ ({True: 'identical', False: 'DIFFERS', None: '-'}[result.state_match]):>10}  "
+            + result.outcome()
+        )
+
+
+def run_reclaim_drill(args: argparse.Namespace, work: Path, base_env: dict[str, str]) -> int:
+    cells = matrix(args.scenario, args.lead)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    print(
+        f"forewarn drill local --scenario {args.scenario} (seed {seed}, handler {args.handler}; "
+        f"work directory {work})"
+    )
+    drill = Reclaim(work, base_env, handler=args.handler, seed=seed)
+    results = drill.run(cells)
+    print()
+    report(results)
+    lost = sum(r.lost or 0 for r in results if r.lead_is_enough)
+    failed = [r for r in results if not r.ok]
+    print(f"steps lost where the lead was at least twice the flush: {lost}")
+    print(f"cells failed: {len(failed)} of {len(results)}")
+    return 1 if failed else 0
+
+
+__all__ = [
+    "MOMENTS",
+    "PLATFORMS",
+    "SCENARIOS",
+    "Cell",
+    "CellResult",
+    "Reclaim",
+    "add_arguments",
+    "matrix",
+    "report",
+    "run_reclaim_drill",
+]
