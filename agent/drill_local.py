@@ -25,7 +25,7 @@ from typing import Any
 from forewarn.protocol.errors import DrillError
 from forewarn.protocol.wire import request
 
-READY_TIMEOUT = 15.0
+READY_TIMEOUT = 60.0  # a loaded machine starts Python slowly; a live agent answers long before
 PHASE_TIMEOUT = 30.0
 
 

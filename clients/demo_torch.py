@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         restored = load_training_state(latest, model=model, optimizer=optimizer)
         step, generation = restored.step, latest.name
     resumed_at = step
-    say("started", step=step, hash=state_hash(), generation=generation, handler=args.handler)
+    resumed_hash = state_hash()
 
     guard_mode = args.handler == "guard"
     init = worker_init_fn() if guard_mode else None
@@ -163,6 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sigterm["seen"] = True
 
         signal.signal(signal.SIGTERM, on_sigterm)
+    # Said once the handlers are in place: from here a SIGTERM is the job's to handle.
+    say("started", step=step, hash=resumed_hash, generation=generation, handler=args.handler)
 
     last_saved = {"step": step if latest is not None else -1}
 

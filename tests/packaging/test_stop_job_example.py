@@ -3,6 +3,7 @@ the job on a terminate and fails visibly (non-zero, naming the socket) without a
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -99,3 +100,12 @@ def test_the_training_example_signals_the_main_process_and_bounds_torchrun() -> 
     environment = dict(item.split("=", 1) for item in values["Environment"])
     torchrun = int(environment["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"])
     assert 30 < torchrun < stop
+
+
+def test_the_sidecar_job_keeps_torchruns_escalation_inside_the_grace_period() -> None:
+    job = UNIT.parents[1] / "kubernetes" / "overlays" / "sidecar-job" / "sidecar-job.yaml"
+    text = job.read_text()
+    grace = int(re.search(r"terminationGracePeriodSeconds: (\d+)", text).group(1))  # type: ignore[union-attr]
+    torchrun = re.search(r"name: TORCH_ELASTIC_SHUTDOWN_TIMEOUT\s+value: \"(\d+)\"", text)
+    assert torchrun is not None
+    assert 30 < int(torchrun.group(1)) < grace
