@@ -105,9 +105,12 @@ class Agent:
 
         async def probe(name: str) -> bool:
             try:
-                watcher = self._build(name, PollHealth(name))
+                health = PollHealth(name)
+                watcher = self._build(name, health)
                 found = await asyncio.wait_for(watcher.detect(), DETECT_TIMEOUT)
                 await self._close(watcher)
+                if not found and health.not_detected:
+                    log.info("auto: %s not picked: %s", name, health.not_detected)
                 return bool(found)
             except Exception as error:
                 log.debug("detect %s: %s", name, error)

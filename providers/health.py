@@ -28,6 +28,11 @@ class PollHealth:
     listeners: list[Callable[[str, bool, str | None], None]] = field(
         default_factory=list, repr=False
     )
+    # Standing problems, by kind, that hold until the watcher resolves them (Azure cannot
+    # learn this VM's name): what `status` and `/readyz` show besides the counters.
+    conditions: dict[str, str] = field(default_factory=dict)
+    # Why `detect()` last answered false, for `--provider auto` to say.
+    not_detected: str | None = None
 
     def success(self) -> None:
         self.polls += 1
@@ -53,6 +58,13 @@ class PollHealth:
             log.warning("%s: %s: %s (seen %d times)", self.provider, kind, message, count)
         for listener in self.listeners:
             listener(self.provider, False, kind)
+
+    def condition(self, kind: str, message: str | None) -> None:
+        """Set a standing problem of this watcher, or clear it with None."""
+        if message is None:
+            self.conditions.pop(kind, None)
+        else:
+            self.conditions[kind] = message
 
     @property
     def ready(self) -> bool:

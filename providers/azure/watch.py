@@ -78,11 +78,13 @@ class AzureWatcher:
         self._retry_after = 0.0
         self._backoff = Backoff(settings.interval, settings.interval * BACKOFF_STRETCH, jitter=0.1)
         self._odd: set[str] = set()  # events whose odd NotBefore was logged
+        self._detect_started = 0.0
 
     # Detection.
 
     async def detect(self) -> bool:
         """True when Azure IMDS answers instance metadata within a second."""
+        self._detect_started = asyncio.get_running_loop().time()
         try:
             response = await fetch(
                 self.client,
@@ -93,16 +95,44 @@ class AzureWatcher:
                 deadline=DETECT_TIMEOUT + 0.05,
             )
             if response.status_code != 200:
-                return False
+                return await self._not_detected(f"{INSTANCE_PATH} answered {response.status_code}")
             payload = json.loads(response.content)
-        except (httpx.HTTPError, asyncio.TimeoutError, ValueError):
-            return False
+        except (httpx.HTTPError, asyncio.TimeoutError) as error:
+            return await self._not_detected(f"no answer from {INSTANCE_PATH} ({error})")
+        except ValueError:
+            return await self._not_detected(f"{INSTANCE_PATH} did not answer JSON")
         if not isinstance(payload, dict) or not isinstance(payload.get("compute"), dict):
-            return False
+            return await self._not_detected(f"{INSTANCE_PATH} answered without a compute object")
         if self.names is None:
             with contextlib.suppress(ParseError):
                 self.names = parse_compute(response.content)
         return True
+
+    async def _not_detected(self, why: str) -> bool:
+        """Record why this is not taken for Azure. A Scheduled Events endpoint that answers
+        (Microsoft's mock server, a proxy passing only that path) is worth saying so, when
+        the one-second budget of detection leaves time to ask."""
+        left = DETECT_TIMEOUT - (asyncio.get_running_loop().time() - self._detect_started)
+        try:
+            if left < 0.1:
+                raise httpx.TimeoutException("no time left")
+            events = await fetch(
+                self.client,
+                "GET",
+                self.base_url + EVENTS_PATH,
+                params={"api-version": self.settings.api_version},
+                timeout=left,
+                deadline=left,
+            )
+            if events.status_code == 200:
+                why += (
+                    f"; {EVENTS_PATH} does answer: this VM's name cannot be looked up, so run "
+                    "--provider azure with azure.vm_name set"
+                )
+        except httpx.HTTPError:
+            pass
+        self.health.not_detected = why
+        return False
 
     # Watching.
 
@@ -186,12 +216,14 @@ class AzureWatcher:
                 raise ParseError(f"HTTP {response.status_code}: {response.text[:200]!r}")
             self.names = parse_compute(response.content)
         except (httpx.HTTPError, ParseError) as error:
-            self.health.error(
-                "vm-name",
-                f"cannot read this VM's name from {COMPUTE_PATH} ({error}); "
-                "set azure.vm_name to skip this lookup",
+            message = (
+                f"cannot read this VM's name from {COMPUTE_PATH} ({error}); no events are "
+                "published until it can; set azure.vm_name to skip this lookup"
             )
+            self.health.condition("vm-name", message)
+            self.health.error("vm-name", message)
             return False
+        self.health.condition("vm-name", None)
         log.info("azure: watching events for %s", ", ".join(sorted(self.names)))
         return True
 

@@ -1,0 +1,76 @@
+"""Azure when this VM's name cannot be looked up (no compute endpoint, a proxy, a mock): the
+watcher's health says so until it can, and `--provider auto` says why Azure was not picked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+from faultproxy import FaultProxy
+from forewarn.providers.azure.settings import Settings
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.azure.watch import AzureWatcher
+from forewarn.providers.base import PollHealth
+from forewarn.providers.simulator import SimServer
+from support import DEAD_LOOPBACK, AgentProcess, agent_env
+
+
+def _no_instance(path: str) -> bytes | None:
+    # Like Microsoft's mock server: Scheduled Events answers, instance metadata is useless.
+    return b'{"not": "compute"}' if path.startswith("/metadata/instance") else None
+
+
+async def test_a_failed_name_lookup_is_a_standing_condition_until_it_works() -> None:
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=20)
+    with SimServer(sim) as server:
+        proxy = FaultProxy(("127.0.0.1", server.port), _no_instance)
+        proxy.set("bad-dates")  # the per-path substitute above
+        health = PollHealth("azure")
+        watcher = AzureWatcher(Settings(url=proxy.url, interval=0.25), health)
+        reports: list[object] = []
+        task = asyncio.create_task(watcher.watch(reports.append))
+        try:
+            end = time.monotonic() + 10
+            while "vm-name" not in health.conditions:
+                assert time.monotonic() < end, health
+                await asyncio.sleep(0.02)
+            assert "azure.vm_name" in health.conditions["vm-name"]
+            assert not health.ready
+            proxy.set(None)  # the lookup works again: the condition clears
+            end = time.monotonic() + 10
+            while "vm-name" in health.conditions or not health.ready:
+                assert time.monotonic() < end, health
+                await asyncio.sleep(0.02)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await watcher.aclose()
+            proxy.stop()
+
+
+def test_auto_says_why_azure_was_not_picked(tmp_path: Path) -> None:
+    sim = AzureSimulator(vm_name="gpu-0")
+    with SimServer(sim) as server:
+        proxy = FaultProxy(("127.0.0.1", server.port), _no_instance)
+        proxy.set("bad-dates")
+        dead = f"http://{DEAD_LOOPBACK}"
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AZURE_URL=proxy.url,
+            FOREWARN_AWS_URL=dead,
+            FOREWARN_GCP_URL=dead,
+            FOREWARN_DIGITALOCEAN_URL=dead,
+        )
+        try:
+            with AgentProcess(tmp_path, providers=("auto",), env=env) as agent:
+                status = agent.control({"op": "status"})
+                assert "azure" not in status["agent"]["providers"]
+                output = agent.output()
+        finally:
+            proxy.stop()
+    line = next(line for line in output.splitlines() if "auto: azure not picked" in line)
+    assert "without a compute object" in line
+    assert "/metadata/scheduledevents does answer" in line and "azure.vm_name" in line
