@@ -109,11 +109,12 @@ class Agent:
                 watcher = self._build(name, health)
                 found = await asyncio.wait_for(watcher.detect(), DETECT_TIMEOUT)
                 await self._close(watcher)
-                if not found and health.not_detected:
-                    log.info("auto: %s not picked: %s", name, health.not_detected)
+                if not found:
+                    why = health.not_detected or "its detection probe said no"
+                    log.info("auto: %s not picked: %s", name, why)
                 return bool(found)
             except Exception as error:
-                log.debug("detect %s: %s", name, error)
+                log.info("auto: %s not picked: %s", name, error or type(error).__name__)
                 return False
 
         found = await asyncio.gather(*(probe(name) for name in candidates))

@@ -129,7 +129,7 @@ class AzureWatcher:
                     f"; {EVENTS_PATH} does answer: this VM's name cannot be looked up, so run "
                     "--provider azure with azure.vm_name set"
                 )
-        except httpx.HTTPError:
+        except Exception:  # best effort: the reason stands without it
             pass
         self.health.not_detected = why
         return False
