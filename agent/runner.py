@@ -114,7 +114,7 @@ class Agent:
                     log.info("auto: %s not picked: %s", name, why)
                 return bool(found)
             except Exception as error:
-                log.info("auto: %s not picked: %s", name, error or type(error).__name__)
+                log.info("auto: %s not picked: %s", name, str(error) or type(error).__name__)
                 return False
 
         found = await asyncio.gather(*(probe(name) for name in candidates))
