@@ -17,7 +17,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,12 @@ class Scripted:
     kind: str
     help: str
     fields: Callable[[argparse.Namespace], dict[str, Any]] = _no_fields
+    # Notice fields copied from options (field -> option dest), left out when unset.
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def notice(self, args: argparse.Namespace) -> dict[str, Any]:
+        copied = {key: getattr(args, dest) for key, dest in self.options.items()}
+        return {**{k: v for k, v in copied.items() if v is not None}, **self.fields(args)}
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,9 @@ class SimulatorCommand:
     """One provider's `forewarn simulate` command."""
 
     name: str
-    build: Callable[[argparse.Namespace], Simulator]
+    # The simulator's factory, called with the options named in `passes` as keywords.
+    build: Callable[..., Simulator]
+    passes: Sequence[str] = ()
     options: Callable[[argparse.ArgumentParser], None] = lambda parser: None
     scripted: Sequence[Scripted] = ()
     # Extra lines for people (stderr), e.g. how to point the agent at it.
@@ -108,7 +116,7 @@ class SimulatorCommand:
         """The simulator the options describe, its faults and scripted notices in place."""
         _check_host(args.host)
         try:
-            sim = self.build(args)
+            sim = self.build(**{name: getattr(args, name) for name in self.passes})
         except (SimError, ValueError) as error:
             raise UsageError(str(error)) from None
         for fields in args.fault:
@@ -121,7 +129,7 @@ class SimulatorCommand:
             after = getattr(args, f"{script.flag.replace('-', '_')}_after", None)
             if after is not None:
                 try:
-                    extra = script.fields(args)
+                    extra = script.notice(args)
                 except (SimError, ValueError) as error:
                     raise UsageError(str(error)) from None
                 notices.append({"kind": script.kind, **extra, "after": after})

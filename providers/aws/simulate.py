@@ -514,28 +514,18 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", default=DEFAULT_REGION)
 
 
-def _spot_fields(args: argparse.Namespace) -> dict[str, Any]:
-    fields: dict[str, Any] = {"action": args.action}
-    if args.spot_lead is not None:
-        fields["lead"] = args.spot_lead
-    return fields
-
-
-def _build(args: argparse.Namespace) -> ImdsSimulator:
-    return make_simulator(
-        imdsv1=args.imdsv1,
-        instance_id=args.instance_id,
-        region=args.region,
-        scheduled=args.scheduled,
-    )
-
-
 COMMAND = SimulatorCommand(
     name="aws",
-    build=_build,
+    build=make_simulator,
+    passes=("imdsv1", "instance_id", "region", "scheduled"),
     options=_options,
     scripted=(
-        Scripted("spot", "spot", "raise a spot interruption after S", _spot_fields),
+        Scripted(
+            "spot",
+            "spot",
+            "raise a spot interruption after S",
+            options={"action": "action", "lead": "spot_lead"},
+        ),
         Scripted("rebalance", "rebalance", "raise a rebalance recommendation after S"),
         Scripted(
             "asg",

@@ -455,17 +455,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _build(args: argparse.Namespace) -> AzureSimulator:
-    return make_simulator(
-        vm_name=args.vm_name,
-        vmss_name=args.vmss_name,
-        instance_id=args.instance_id,
-        removal_after=args.removal_after,
-        rate_limit=args.rate_limit,
-        first_call_delay=args.first_call_delay,
-    )
-
-
 def _event_fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if args.resources:
@@ -485,7 +474,11 @@ def _hints(sim: Simulator, url: str, args: argparse.Namespace) -> list[str]:
 
 COMMAND = SimulatorCommand(
     name="azure",
-    build=_build,
+    build=make_simulator,
+    passes=(
+        *("vm_name", "vmss_name", "instance_id"),
+        *("removal_after", "rate_limit", "first_call_delay"),
+    ),
     options=_options,
     scripted=tuple(
         Scripted(

@@ -143,9 +143,8 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 COMMAND = SimulatorCommand(
     name="digitalocean",
-    build=lambda args: make_simulator(
-        droplet_id=args.droplet_id, hostname=args.hostname, region=args.region
-    ),
+    build=make_simulator,
+    passes=("droplet_id", "hostname", "region"),
     options=_options,
     hints=lambda sim, url, args: [f"point the agent at it: FOREWARN_DIGITALOCEAN_URL={url}"],
 )

@@ -535,7 +535,9 @@ def make_simulator(**options: Any) -> GcpSimulator:
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", default="forewarn-sim", help="project/project-id")
     parser.add_argument("--zone", default="us-central1-a", help="zone in instance/zone")
-    parser.add_argument("--instance-name", default="forewarn-sim-vm", help="instance/name")
+    parser.add_argument(
+        "--instance-name", dest="instance", default="forewarn-sim-vm", help="instance/name"
+    )
     parser.add_argument(
         "--preemptible", action="store_true", help="a Spot VM: scheduling/preemptible TRUE"
     )
@@ -578,33 +580,21 @@ def _options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _build(args: argparse.Namespace) -> GcpSimulator:
-    return make_simulator(
-        project=args.project,
-        zone=args.zone,
-        instance=args.instance_name,
-        preemptible=args.preemptible,
-        on_host_maintenance=args.on_host_maintenance,
-        preemption_notice_duration=args.preemption_notice_duration,
-        upcoming_none=args.upcoming_none,
-    )
-
-
-def _maintenance_fields(args: argparse.Namespace) -> dict[str, Any]:
-    fields: dict[str, Any] = {"type": args.maintenance_kind}
-    if args.maintenance_duration is not None:
-        fields["duration"] = args.maintenance_duration
-    return fields
-
-
 COMMAND = SimulatorCommand(
     name="gcp",
-    build=_build,
+    build=make_simulator,
+    passes=(
+        *("project", "zone", "instance", "preemptible", "on_host_maintenance"),
+        *("preemption_notice_duration", "upcoming_none"),
+    ),
     options=_options,
     scripted=(
         Scripted("preempt", "preempt", "preempted becomes TRUE after S"),
         Scripted(
-            "maintenance", "maintenance", "maintenance-event changes after S", _maintenance_fields
+            "maintenance",
+            "maintenance",
+            "maintenance-event changes after S",
+            options={"type": "maintenance_kind", "duration": "maintenance_duration"},
         ),
         Scripted(
             "upcoming",

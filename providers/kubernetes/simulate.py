@@ -695,17 +695,6 @@ def _grant(text: str) -> str:
 VERBS = ("get", "list", "watch", "patch", "create", "update")
 
 
-def _build(args: argparse.Namespace) -> KubernetesSimulator:
-    return make_simulator(
-        node=args.node,
-        token=args.token,
-        max_watch_seconds=args.max_watch_seconds,
-        bookmark_interval=args.bookmark_interval,
-        gone_as=args.gone_as,
-        grants=frozenset(args.grant) if args.grant else None,
-    )
-
-
 def _hints(sim: Simulator, url: str, args: argparse.Namespace) -> list[str]:
     hint = f"FOREWARN_KUBERNETES_URL={url} FOREWARN_KUBERNETES_NODE_NAME={args.node}"
     if args.token:
@@ -713,7 +702,15 @@ def _hints(sim: Simulator, url: str, args: argparse.Namespace) -> list[str]:
     return [f"point the agent at it: {hint}"]
 
 
-COMMAND = SimulatorCommand(name="kubernetes", build=_build, options=_options, hints=_hints)
+COMMAND = SimulatorCommand(
+    name="kubernetes",
+    build=lambda grant=None, **options: make_simulator(
+        grants=frozenset(grant) if grant else None, **options
+    ),
+    passes=("node", "token", "max_watch_seconds", "bookmark_interval", "gone_as", "grant"),
+    options=_options,
+    hints=_hints,
+)
 add_arguments = COMMAND.add_arguments
 run = COMMAND.run
 
