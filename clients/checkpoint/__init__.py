@@ -10,7 +10,9 @@ with the first torch helper call.
 """
 
 from .backend import Backend, ObjectWriter
+from .background import BackgroundSaveError, BackgroundSaver, FinalSave, SaveTiming, load_state
 from .batch import BatchProgress
+from .dcp import DcpAsyncSave, async_save_dcp, load_dcp, save_dcp
 from .errors import (
     CheckpointError,
     CommitError,
@@ -29,13 +31,17 @@ from .training import TrainingState, load_training_state, save_training_state
 
 __all__ = [
     "Backend",
+    "BackgroundSaveError",
+    "BackgroundSaver",
     "BatchProgress",
     "CheckpointError",
     "CheckpointStore",
     "CommitError",
     "CommitTimeout",
     "CorruptGenerationError",
+    "DcpAsyncSave",
     "FileEntry",
+    "FinalSave",
     "FlushResult",
     "Generation",
     "GenerationExistsError",
@@ -45,9 +51,14 @@ __all__ = [
     "Manifest",
     "ObjectWriter",
     "S3Options",
+    "SaveTiming",
     "StoreConfigError",
     "TrainingState",
     "Verification",
+    "async_save_dcp",
+    "load_dcp",
+    "load_state",
     "load_training_state",
+    "save_dcp",
     "save_training_state",
 ]

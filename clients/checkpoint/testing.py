@@ -13,6 +13,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
+
+from .backend import Backend, ObjectWriter
 
 
 def free_port() -> int:
@@ -67,3 +70,48 @@ def moto_server(timeout: float = 30.0) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+class DelegatingBackend(Backend):
+    """Wraps another backend (the store's `backend=` seam): subclass it and override a call
+    to inject a fault (a full disk, a slow or failing upload)."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
+        return self.inner.writer(key, on_done)
+
+    def put_small(self, key: str, data: bytes) -> None:
+        self.inner.put_small(key, data)
+
+    def get_small(self, key: str) -> bytes | None:
+        return self.inner.get_small(key)
+
+    def open_read(self, key: str) -> IO[bytes]:
+        return self.inner.open_read(key)
+
+    def list_children(self, prefix: str) -> list[str]:
+        return self.inner.list_children(prefix)
+
+    def list_sizes(self, prefix: str) -> dict[str, int]:
+        return self.inner.list_sizes(prefix)
+
+    def delete(self, key: str) -> None:
+        self.inner.delete(key)
+
+    def delete_tree(self, prefix: str) -> None:
+        self.inner.delete_tree(prefix)
+
+    def make_durable(self, prefix: str) -> None:
+        self.inner.make_durable(prefix)
+
+    def local_path(self, key: str) -> Path | None:
+        return self.inner.local_path(key)
+
+    def download(self, key: str, destination: Path, like: str, progress: Any) -> str:
+        return self.inner.download(key, destination, like, progress)
+
+    def abort_stale_uploads(self, keep_prefix: str | None) -> int:
+        return self.inner.abort_stale_uploads(keep_prefix)

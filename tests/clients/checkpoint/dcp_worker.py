@@ -1,0 +1,75 @@
+"""One rank of a DCP job on the gloo backend (run as a subprocess by test_dcp.py).
+
+    dcp_worker.py RANK WORLD save URL STEP         sharded state, saved through the store
+    dcp_worker.py RANK WORLD async URL STEP MIB    async_save of a large state, then commit
+    dcp_worker.py RANK WORLD load URL              resume onto WORLD ranks, compare bits
+
+Prints one JSON line per event.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint.dcp import async_save_dcp, load_dcp, save_dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+
+
+def expected(step: int, rows: int = 96) -> dict[str, torch.Tensor]:
+    """The full tensors of step `step`: the same on every rank and every run."""
+    generator = torch.Generator().manual_seed(1000 + step)
+    return {
+        "weight": torch.randn(rows, 33, generator=generator),
+        "half": torch.randn(rows, 7, generator=generator).to(torch.bfloat16),
+        "counts": torch.randint(0, 1 << 40, (rows,), generator=generator),
+    }
+
+
+def sharded(full: dict[str, torch.Tensor], mesh: object) -> dict[str, object]:
+    return {name: distribute_tensor(t, mesh, [Shard(0)]) for name, t in full.items()}
+
+
+def say(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def main() -> None:
+    rank, world, mode, url = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    store = CheckpointStore(url)
+    if mode == "save":
+        step = int(sys.argv[5])
+        state = {"model": sharded(expected(step), mesh), "step": step}
+        generation = save_dcp(store, step, state, metadata={"world": world})
+        say(rank=rank, saved=generation.step, files=sorted(generation.files))
+    elif mode == "async":
+        step, mib = int(sys.argv[5]), int(sys.argv[6])
+        rows = (mib << 20) // (33 * 4)
+        state = {"model": sharded(expected(step, rows), mesh), "step": step}
+        handle = async_save_dcp(store, step, state)
+        say(rank=rank, started=step)
+        generation = handle.commit()
+        say(rank=rank, saved=generation.step)
+    else:
+        generation = store.latest(verify="checksums")
+        assert generation is not None
+        step = generation.step
+        target = {name: torch.zeros_like(t) for name, t in expected(step).items()}
+        state = {"model": sharded(target, mesh), "step": -1}
+        load_dcp(generation, state)
+        full = {name: t.full_tensor() for name, t in state["model"].items()}  # type: ignore[attr-defined]
+        same = all(torch.equal(full[name], t) for name, t in expected(step).items())
+        local = state["model"]["weight"].to_local().shape[0]  # type: ignore[index]
+        say(rank=rank, loaded=step, step_value=state["step"], identical=same, local_rows=local)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
