@@ -36,6 +36,8 @@ log = logging.getLogger("forewarn.agent")
 DEADLINE_TOLERANCE = timedelta(seconds=1)
 # How many recent flushes count when sizing the exit margin.
 FLUSH_WINDOW = 20
+# Numbers reserved per write of the seq mark: one write per this many messages.
+SEQ_BLOCK = 10_000
 DEFAULT_GRACE = 300.0
 DEFAULT_MANUAL_LIFETIME = 3600.0
 # `detail.expired` on the clear that retires a notice.
@@ -45,16 +47,35 @@ EXPIRED_KEY = "expired"
 class Sequencer:
     """Agent-wide, strictly increasing message numbers.
 
-    Numbering starts at the larger of the last persisted value and the current time in
-    milliseconds, so a restarted agent (even after SIGKILL) keeps counting upwards.
+    Numbering starts at the larger of the last persisted mark and the current time in
+    milliseconds. With `reserve`, numbers are handed out in blocks: `reserve(mark)` is called
+    (and must persist `mark`) before any number up to `mark` is used, so a restarted agent,
+    even after SIGKILL and a replay storm that ran far ahead of the clock, keeps counting up.
     """
 
-    def __init__(self, start: int = 0) -> None:
+    def __init__(
+        self,
+        start: int = 0,
+        reserve: Callable[[int], None] | None = None,
+        block: int = SEQ_BLOCK,
+    ) -> None:
         self.value = max(start, int(utcnow().timestamp() * 1000))
+        self.reserve = reserve
+        self.block = block
+        self.reserved = self.value
+        if reserve is not None:
+            self._extend()
 
     def next(self) -> int:
+        if self.reserve is not None and self.value + 1 > self.reserved:
+            self._extend()
         self.value += 1
         return self.value
+
+    def _extend(self) -> None:
+        assert self.reserve is not None
+        self.reserved = self.value + self.block
+        self.reserve(self.reserved)
 
 
 @dataclass

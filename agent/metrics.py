@@ -66,6 +66,7 @@ class MetricsObserver(Observer):
         self._active: set[str] = set()
         self._first_seen: set[str] = set()  # notices whose lead time and delay are recorded
         self._polled_ok: dict[str, bool] = {}
+        self._parts: dict[str, bool] = {}
         self._started = False
         self._stopped = False
         registry = self.registry
@@ -197,6 +198,16 @@ class MetricsObserver(Observer):
             delay = (notice.noticed_at - stated).total_seconds()
             self.detection_delay.labels(notice.provider).observe(max(0.0, delay))
 
+    def on_liveness(self, parts: dict[str, bool]) -> None:
+        with self._lock:
+            self._parts = dict(parts)
+
+    def liveness(self) -> tuple[bool, dict[str, bool]]:
+        """(alive, part -> running): alive while every part of the agent runs."""
+        with self._lock:
+            parts = dict(self._parts)
+        return all(parts.values()) and not self._stopped, parts
+
     def on_expired(self, notice: Notice) -> None:
         self.expired.labels(notice.provider, notice.reason).inc()
 
@@ -279,7 +290,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/metrics":
             status, body, kind = 200, generate_latest(observer.registry), CONTENT_TYPE_LATEST
         elif path == "/healthz":
-            status, body, kind = 200, b'{"alive": true}\n', "application/json"
+            alive, parts = observer.liveness()
+            status = 200 if alive else 503
+            payload = {"alive": alive, "parts": parts}
+            body, kind = (json.dumps(payload) + "\n").encode(), "application/json"
         elif path == "/readyz":
             ready, providers = observer.readiness()
             waiting = sorted(name for name, ok in providers.items() if not ok)

@@ -21,6 +21,9 @@ class Observer:
     def on_expired(self, notice: Notice) -> None:
         """A notice was retired past its end; `notice` is the clear (also sent to on_notice)."""
 
+    def on_liveness(self, parts: dict[str, bool]) -> None:
+        """Each second: whether each long-running part of the agent is running."""
+
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         """A watcher finished one poll of its endpoint."""
 

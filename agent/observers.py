@@ -43,6 +43,9 @@ class Observers(Observer):
     def on_expired(self, notice: Notice) -> None:
         self._each("on_expired", notice)
 
+    def on_liveness(self, parts: dict[str, bool]) -> None:
+        self._each("on_liveness", parts)
+
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         self._each("on_poll", provider, ok, error_kind)
 

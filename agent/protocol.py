@@ -51,6 +51,10 @@ def _wire_time(value: Any) -> Any:
 WireTime = Annotated[Timestamp, BeforeValidator(_wire_time)]
 
 
+# An hour: far beyond any checkpoint flush worth doing before a reclaim.
+MAX_FLUSH_SECONDS = 3600.0
+
+
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -104,19 +108,23 @@ class NotifyRequest(_Message):
 class ClearRequest(_Message):
     op: Literal["clear"]
     # Without an id every manual notice is withdrawn.
-    id: str | None = None
+    id: str | None = Field(default=None, max_length=200)
 
 
 class AckRequest(_Message):
     op: Literal["ack"]
-    notice_id: str | None = None
+    notice_id: str | None = Field(default=None, max_length=200)
     client: str | None = Field(default=None, max_length=200)
-    step: int | None = None
-    flush_seconds: float | None = Field(default=None, ge=0)
+    step: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    # Bounded: the slowest flush sizes the exit margin, so an absurd value would turn every
+    # drain into an immediate terminate (or, infinite, stop escalation altogether).
+    flush_seconds: float | None = Field(
+        default=None, ge=0, le=MAX_FLUSH_SECONDS, allow_inf_nan=False
+    )
     outcome: Literal["saved", "failed", "resumed"] = "saved"
     # For `resumed`: how long the restore took and how many steps were lost.
-    restore_seconds: float | None = Field(default=None, ge=0)
-    steps_lost: int | None = Field(default=None, ge=0)
+    restore_seconds: float | None = Field(default=None, ge=0, le=86400, allow_inf_nan=False)
+    steps_lost: int | None = Field(default=None, ge=0, le=2**63 - 1)
 
 
 ControlRequest = Annotated[

@@ -1,8 +1,14 @@
-"""The agent's two sockets: XPUB for events, REP for control.
+"""The agent's two sockets: XPUB for events, ROUTER for control (REQ clients see a REP).
 
 XPUB runs with XPUB_VERBOSER so that every subscription and unsubscription reaches the agent,
 not only the first per topic: each new subscriber to `notice` triggers a replay of the active
 notices, and `client/<id>` subscriptions tell which acking clients are listening.
+
+Both sockets face anyone who can reach the endpoint, so every input is bounded: ZeroMQ drops
+(and disconnects) a peer whose message is larger than MAX_*_BYTES; the control loop takes a
+request as exactly one frame after the REQ envelope and answers anything else with an error or
+not at all, never dying on it; the subscription loop yields to the event loop, coalesces the
+replays of a burst of subscriptions into one, and keeps a bounded table of clients.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -26,6 +33,13 @@ from .protocol import TOPIC_CLIENT_PREFIX, TOPIC_HEARTBEAT, TOPIC_NOTICE, Heartb
 log = logging.getLogger("forewarn.agent")
 
 SOCKET_MODE = 0o660
+# A control request is a small JSON object (the largest, a notify, is under 3 KB).
+MAX_CONTROL_BYTES = 64 * 1024
+# A subscription frame is one byte and a topic: `notice`, `heartbeat` or `client/<id>`.
+MAX_SUBSCRIPTION_BYTES = 1024
+MAX_CLIENTS = 4096
+# How many subscription frames are read before the loop lets other tasks run.
+SUBSCRIPTION_BATCH = 64
 
 
 class BindError(ForewarnError, RuntimeError):
@@ -38,17 +52,27 @@ class Publisher:
         self.control_endpoint = control
         self.context = zmq.asyncio.Context()
         self.xpub = self.context.socket(zmq.XPUB)
-        self.rep = self.context.socket(zmq.REP)
-        for sock in (self.xpub, self.rep):
+        self.router = self.context.socket(zmq.ROUTER)
+        for sock in (self.xpub, self.router):
             sock.setsockopt(zmq.LINGER, 0)
         self.xpub.setsockopt(zmq.XPUB_VERBOSER, 1)
         self.xpub.setsockopt(zmq.SNDHWM, 10_000)
+        self.xpub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
+        # The same socket without asyncio, to take what is already queued without a future.
+        self._xpub_sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.xpub.underlying)
+        self.router.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)
+        # A reply to a peer that went away is dropped, not an error.
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.clients: Counter[str] = Counter()  # client id -> open subscriptions
+        self._bound: dict[Path, tuple[int, int]] = {}  # ipc path -> (device, inode) we made
+        self._replay_due = False
+        self.subscriptions_seen = 0
+        self.requests_served = 0
 
     def bind(self) -> None:
         for sock, endpoint in (
             (self.xpub, self.events_endpoint),
-            (self.rep, self.control_endpoint),
+            (self.router, self.control_endpoint),
         ):
             try:
                 sock.bind(endpoint)
@@ -58,6 +82,8 @@ class Publisher:
             if path is not None:
                 # Members of the runtime directory's group may connect; nobody else.
                 os.chmod(path, SOCKET_MODE)
+                found = os.stat(path)
+                self._bound[path] = (found.st_dev, found.st_ino)
 
     def publish(self, notice: Notice) -> None:
         self._send(TOPIC_NOTICE, notice.model_dump_json().encode())
@@ -73,59 +99,107 @@ class Publisher:
 
     async def subscriptions(
         self,
-        on_subscribe: Callable[[str], None],
+        on_subscribe: Callable[[], None],
         on_client: Callable[[str, bool], None],
     ) -> None:
-        """Read subscription messages forever: call `on_subscribe(topic)` for each new
-        subscription that can receive notices, `on_client(id, joined)` for acking clients."""
+        """Read subscription messages forever: call `on_subscribe()` once per burst of new
+        subscriptions that can receive notices, `on_client(id, joined)` for acking clients."""
         while True:
             frame = await self.xpub.recv()
-            if not frame:
-                continue
-            subscribed, topic = frame[0] == 1, frame[1:].decode(errors="replace")
-            if topic.startswith(TOPIC_CLIENT_PREFIX):
-                client = topic[len(TOPIC_CLIENT_PREFIX) :]
-                if subscribed:
-                    self.clients[client] += 1
-                    if self.clients[client] == 1:
-                        on_client(client, True)
-                elif self.clients[client] > 0:
-                    self.clients[client] -= 1
-                    if self.clients[client] == 0:
-                        del self.clients[client]
-                        on_client(client, False)
-            elif subscribed and TOPIC_NOTICE.startswith(topic):
-                on_subscribe(topic)
+            self._subscription(frame, on_client)
+            # Drain what is already queued without waiting, then yield: a peer sending
+            # subscriptions as fast as it can never starves control, heartbeats or watchers.
+            for _ in range(SUBSCRIPTION_BATCH):
+                try:
+                    frame = self._xpub_sync.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._subscription(frame, on_client)
+            if self._replay_due:
+                self._replay_due = False
+                on_subscribe()
+            await asyncio.sleep(0)
+
+    def _subscription(self, frame: bytes, on_client: Callable[[str, bool], None]) -> None:
+        self.subscriptions_seen += 1
+        if not frame or frame[0] not in (0, 1):
+            return  # not a subscription message: a raw XSUB peer can send anything
+        subscribed, topic = frame[0] == 1, frame[1:].decode(errors="replace")
+        if topic.startswith(TOPIC_CLIENT_PREFIX):
+            client = topic[len(TOPIC_CLIENT_PREFIX) :]
+            if subscribed:
+                if client not in self.clients and len(self.clients) >= MAX_CLIENTS:
+                    log.warning("more than %d acking clients; %r not tracked", MAX_CLIENTS, client)
+                    return
+                self.clients[client] += 1
+                if self.clients[client] == 1:
+                    on_client(client, True)
+            elif self.clients[client] > 0:
+                self.clients[client] -= 1
+                if self.clients[client] == 0:
+                    del self.clients[client]
+                    on_client(client, False)
+            else:
+                del self.clients[client]
+        elif subscribed and TOPIC_NOTICE.startswith(topic):
+            self._replay_due = True
 
     async def serve_control(
         self, handle: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
     ) -> None:
-        """Answer control requests forever, one at a time (REP is strictly alternating)."""
+        """Answer control requests forever, one at a time, in the REQ envelope they came in."""
         while True:
-            raw = await self.rep.recv()
+            frames = await self.router.recv_multipart()
+            split = _envelope(frames)
+            if split is None:
+                continue  # no REQ envelope (a raw DEALER): there is nobody to answer
+            envelope, body = split
+            reply = await self._answer(body, handle)
+            self.requests_served += 1
             try:
-                request = json.loads(raw)
-                if not isinstance(request, dict):
-                    raise ValueError("a request is a JSON object")
-            except ValueError as error:
-                reply: dict[str, Any] = {"ok": False, "error": f"request is not JSON: {error}"}
-            else:
-                try:
-                    reply = await handle(request)
-                except Exception as error:  # a bad request must never take the agent down
-                    log.exception("control request failed")
-                    reply = {"ok": False, "error": f"internal error: {error}"}
-            await self.rep.send(json.dumps(reply).encode())
+                await self.router.send_multipart([*envelope, b"", json.dumps(reply).encode()])
+            except zmq.ZMQError as error:
+                log.debug("control reply not sent: %s", error)
+
+    async def _answer(
+        self, body: list[bytes], handle: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        if len(body) != 1:
+            return {"ok": False, "error": f"a request is one frame, got {len(body)}"}
+        try:
+            request = json.loads(body[0])
+        except RecursionError:
+            return {"ok": False, "error": "request is not JSON: nested too deeply"}
+        except ValueError as error:
+            return {"ok": False, "error": f"request is not JSON: {error}"}
+        if not isinstance(request, dict):
+            return {"ok": False, "error": "request is not JSON: a request is a JSON object"}
+        try:
+            return await handle(request)
+        except Exception as error:  # a bad request must never take the agent down
+            log.exception("control request failed")
+            return {"ok": False, "error": f"internal error: {type(error).__name__}"}
 
     def close(self) -> None:
-        for sock in (self.xpub, self.rep):
+        for sock in (self.xpub, self.router):
             sock.close(linger=0)
         self.context.term()
-        for endpoint in (self.events_endpoint, self.control_endpoint):
-            path = ipc_path(endpoint)
-            if path is not None:
-                with contextlib.suppress(FileNotFoundError):
+        for path, identity in self._bound.items():
+            # Only the socket file this agent made: never another agent's at the same path.
+            with contextlib.suppress(OSError):
+                found = os.stat(path)
+                if (found.st_dev, found.st_ino) == identity:
                     path.unlink()
+        self._bound.clear()
+
+
+def _envelope(frames: list[bytes]) -> tuple[list[bytes], list[bytes]] | None:
+    """(routing envelope, body) of a ROUTER message: the envelope runs up to the first empty
+    frame, which a REQ socket always sends. None when there is none."""
+    for index in range(1, len(frames)):
+        if frames[index] == b"":
+            return frames[:index], frames[index + 1 :]
+    return None
 
 
 def _log_send_failure(future: asyncio.Future[Any]) -> None:
@@ -136,4 +210,10 @@ def _log_send_failure(future: asyncio.Future[Any]) -> None:
         log.warning("publish failed: %s", error)
 
 
-__all__ = ["SOCKET_MODE", "BindError", "Publisher"]
+__all__ = [
+    "MAX_CONTROL_BYTES",
+    "MAX_SUBSCRIPTION_BYTES",
+    "SOCKET_MODE",
+    "BindError",
+    "Publisher",
+]

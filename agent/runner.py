@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 
 from .board import EXPIRED_KEY, NoticeBoard, Sequencer
 from .config import ConfigError, Settings
+from .limits import MAX_MANUAL, id_problem
 from .observers import Observers, build_observers
 from .protocol import (
     CONTROL_REQUEST,
@@ -41,7 +43,8 @@ from .protocol import (
     StatusReply,
 )
 from .publisher import BindError, Publisher
-from .state import AgentState, load_state, save_state
+from .rundir import AgentLock, RunDirError, check_private_dir
+from .state import AgentState, load_seq_mark, load_state, save_seq_mark, save_state
 
 log = logging.getLogger("forewarn.agent")
 
@@ -56,6 +59,10 @@ DETECT_TIMEOUT = 1.5
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 STOP_GRACE = 0.5
+# A part of the agent that crashes more than this often within the window takes it down.
+CRASH_LIMIT = 5
+CRASH_WINDOW = 60.0
+AGENT_LOCK = "agent.lock"
 
 
 def _prepare_dir(path: Path, what: str, mode: int) -> None:
@@ -73,6 +80,9 @@ class Agent:
         self.runtime_dir = settings.resolved_runtime_dir()
         self.state_dir = settings.resolved_state_dir()
         self.state_path = self.state_dir / "state.json"
+        self.seq_path = self.state_dir / "seq"
+        self.parts: dict[str, asyncio.Task[None]] = {}
+        self._exit_code = 0
         self.events, self.control = settings.resolved_endpoints()
         self.agent_id = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
         self.started_at = utcnow()
@@ -138,9 +148,17 @@ class Agent:
     async def run(self) -> int:
         _prepare_dir(self.runtime_dir, "runtime directory", 0o750)
         _prepare_dir(self.state_dir, "state directory", 0o750)
+        try:
+            # Others must not be able to replace the sockets or plant a flag file.
+            check_private_dir(self.runtime_dir, "runtime directory")
+            self.lock = AgentLock(self.runtime_dir / AGENT_LOCK).acquire()
+        except RunDirError as error:
+            raise ConfigError(str(error)) from None
         self._check_no_other_agent()
         state = load_state(self.state_path)
-        self.sequencer = Sequencer(state.seq)
+        self.sequencer = Sequencer(
+            max(state.seq, load_seq_mark(self.seq_path)), reserve=self._reserve_seq
+        )
         self.board = NoticeBoard(
             self.sequencer,
             self.settings.exit_margin,
@@ -161,17 +179,24 @@ class Agent:
             loop.add_signal_handler(signum, self._stop.set)
 
         self.providers = await self._choose_providers()
+        parts: dict[str, Callable[[], Awaitable[None]]] = {
+            "subscriptions": lambda: self.publisher.subscriptions(self._replay, self._client),
+            "control": lambda: self.publisher.serve_control(self._handle),
+            "heartbeats": self._heartbeats,
+            "escalations": self._escalations,
+        }
         tasks = [
-            asyncio.create_task(self.publisher.subscriptions(self._replay, self._client)),
-            asyncio.create_task(self.publisher.serve_control(self._handle)),
-            asyncio.create_task(self._heartbeats()),
-            asyncio.create_task(self._escalations()),
+            asyncio.create_task(self._keep_running(name, part), name=name)
+            for name, part in parts.items()
         ]
+        self.parts = {task.get_name(): task for task in tasks}
         for name in self.providers:
             health = PollHealth(name)
             health.listeners.append(self.observers.on_poll)
             self.health[name] = health
-            tasks.append(asyncio.create_task(self._supervise(name, health), name=name))
+            task = asyncio.create_task(self._supervise(name, health), name=f"watcher/{name}")
+            tasks.append(task)
+            self.parts[task.get_name()] = task
         self.observers.on_start(self.providers)
         log.info(
             "agent %s serving events on %s, control on %s; providers: %s",
@@ -197,8 +222,44 @@ class Agent:
         self._save()
         self.observers.on_stop()
         self.publisher.close()
+        self._release_lock()
         log.info("stopped")
-        return 0
+        return self._exit_code
+
+    async def _keep_running(self, name: str, part: Callable[[], Awaitable[None]]) -> None:
+        """Run one of the agent's own loops forever: a crash is logged and the loop restarted
+        at once; crashing again and again takes the process down (exit 1), so that systemd or
+        Kubernetes restart a whole agent rather than keep one with a dead part."""
+        crashes: list[float] = []
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await part()
+                problem = "returned"
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                problem = f"{type(error).__name__}: {error}"
+            now = loop.time()
+            crashes = [moment for moment in crashes if now - moment < CRASH_WINDOW] + [now]
+            if len(crashes) > CRASH_LIMIT:
+                log.critical(
+                    "%s failed %d times within %gs (%s); stopping the agent",
+                    name,
+                    len(crashes),
+                    CRASH_WINDOW,
+                    problem,
+                )
+                self._exit_code = 1
+                self._stop.set()
+                return
+            log.error("%s failed (%s); restarting it", name, problem)
+            self.observers.on_poll("agent", False, f"{name}-failed")
+            await asyncio.sleep(min(1.0, 0.05 * 2 ** len(crashes)))
+
+    def liveness(self) -> dict[str, bool]:
+        """Each long-running part: whether its task is running."""
+        return {name: not task.done() for name, task in self.parts.items()}
 
     async def _supervise(self, name: str, health: PollHealth) -> None:
         """Run one watcher forever: a crash or a bad configuration is counted, logged and
@@ -224,6 +285,10 @@ class Agent:
             await asyncio.sleep(delay)
 
     def _emit(self, report: Report) -> None:
+        problem = id_problem(report.id, report.provider)
+        if problem is not None:
+            log.error("%s reported a notice with a bad id: %s; dropped", report.provider, problem)
+            return
         notice = self.board.report(report)
         if notice is not None:
             self._send(notice, escalated=False)
@@ -244,7 +309,7 @@ class Agent:
         self.observers.on_notice(notice, escalated=escalated)
         self._wake.set()
 
-    def _replay(self, topic: str) -> None:
+    def _replay(self) -> None:
         # A heartbeat first, so a new client knows at once that the agent is alive.
         self._beat()
         now = utcnow()
@@ -333,12 +398,16 @@ class Agent:
             self._wake.clear()
 
     async def _watchdog(self) -> None:
+        """Report liveness each second (metrics' /healthz) and, under systemd's watchdog, ping
+        it only while every part runs: a dead part is a restart, not a silent agent."""
         interval = _sd_watchdog_interval()
-        if interval is None:
-            return
+        period = min(1.0, interval) if interval is not None else 1.0
         while True:
-            _sd_notify("WATCHDOG=1")
-            await asyncio.sleep(interval)
+            parts = self.liveness()
+            self.observers.on_liveness(parts)
+            if interval is not None and all(parts.values()):
+                _sd_notify("WATCHDOG=1")
+            await asyncio.sleep(period)
 
     # Control.
 
@@ -381,9 +450,17 @@ class Agent:
             if problem is not None:
                 return ErrorReply(error=f"deadline: {problem}")
         notice_id = req.id or f"local/manual/{uuid.uuid4().hex[:8]}"
+        problem = id_problem(notice_id, "local")
+        if problem is not None:
+            return ErrorReply(error=f"id: {problem}")
         existing = self.board.get(notice_id)
         if existing is not None and existing.provider != "local":
             return ErrorReply(error=f"id {notice_id!r} belongs to a {existing.provider} notice")
+        if existing is None and len(self.board.manual()) >= MAX_MANUAL:
+            return ErrorReply(
+                error=f"{MAX_MANUAL} manual notices are active already; clear some first "
+                "(forewarn notify clear)"
+            )
         detail = {"note": req.note} if req.note else {}
         report = Report(
             id=notice_id,
@@ -446,6 +523,19 @@ class Agent:
         )
         self.observers.on_ack(req, notice)
         return AckReply()
+
+    def _release_lock(self) -> None:
+        lock = getattr(self, "lock", None)
+        if lock is not None:
+            lock.release()
+
+    def _reserve_seq(self, mark: int) -> None:
+        """Persist a high-water mark of `seq` before any number up to it is used: a restart,
+        even after SIGKILL, starts above it."""
+        try:
+            save_seq_mark(self.seq_path, mark)
+        except OSError as error:
+            log.error("cannot save the seq mark to %s: %s", self.seq_path, error)
 
     def _save(self) -> None:
         try:

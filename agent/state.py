@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,20 +37,81 @@ class AgentState:
     acked: list[str] = field(default_factory=list)
 
 
+# Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
+MAX_STATE_BYTES = 4 * 1024 * 1024
+
+
 def load_state(path: Path) -> AgentState:
-    """The saved state, or an empty one. A damaged file is reported and set aside, not fatal."""
+    """The saved state, or an empty one. Nothing in it stops a start: a file that cannot be
+    read or parsed is set aside (renamed `.broken`) and reported; a notice that does not
+    validate is dropped and reported, and the others are kept."""
     try:
-        raw = json.loads(path.read_bytes())
-        manual = [Notice.model_validate(item) for item in raw.get("manual", [])]
-        acked = [item for item in raw.get("acked", []) if isinstance(item, str)]
-        return AgentState(seq=int(raw.get("seq", 0)), manual=manual, acked=acked)
+        data = _read_small(path)
     except FileNotFoundError:
         return AgentState()
-    except (ValueError, TypeError, AttributeError, ValidationError) as error:
-        broken = path.with_name(path.name + ".broken")
+    except OSError as error:
+        return _set_aside(path, f"cannot be read: {error.strerror or error}")
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        return _set_aside(path, f"not JSON: {error}")
+    if not isinstance(raw, dict):
+        return _set_aside(path, "not a JSON object")
+    manual = []
+    items = raw.get("manual", [])
+    for item in items if isinstance(items, list) else []:
+        try:
+            manual.append(Notice.model_validate(item))
+        except ValidationError as error:
+            shown = item.get("id") if isinstance(item, dict) else None
+            log.error("state file %s: notice %r dropped: %s", path, shown, error.errors()[0]["msg"])
+    acked_raw = raw.get("acked", [])
+    acked = (
+        [item for item in acked_raw if isinstance(item, str)] if isinstance(acked_raw, list) else []
+    )
+    seq = raw.get("seq", 0)
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        log.error("state file %s: seq %r is not a count; ignored", path, seq)
+        seq = 0
+    return AgentState(seq=seq, manual=manual, acked=acked)
+
+
+def _read_small(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise OSError(0, "not a regular file")
+        if found.st_size > MAX_STATE_BYTES:
+            raise OSError(0, f"larger than {MAX_STATE_BYTES} bytes")
+        return os.read(fd, MAX_STATE_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _set_aside(path: Path, why: str) -> AgentState:
+    broken = path.with_name(path.name + ".broken")
+    try:
+        if broken.is_dir() and not broken.is_symlink():
+            shutil.rmtree(broken)
         os.replace(path, broken)
-        log.error("state file %s is damaged (%s); moved to %s", path, error, broken)
-        return AgentState()
+        log.error("state file %s %s; moved to %s", path, why, broken)
+    except OSError as error:
+        log.error("state file %s %s, and cannot be moved aside (%s)", path, why, error)
+    return AgentState()
+
+
+def load_seq_mark(path: Path) -> int:
+    """The reserved high-water mark of `seq` (0 when there is none or it is unreadable)."""
+    try:
+        text = _read_small(path).decode().strip()
+        return int(text) if text.isdigit() else 0
+    except (OSError, UnicodeDecodeError):
+        return 0
+
+
+def save_seq_mark(path: Path, mark: int) -> None:
+    write_atomic(path, f"{mark}\n".encode())
 
 
 def save_state(path: Path, state: AgentState) -> None:
@@ -61,4 +124,11 @@ def save_state(path: Path, state: AgentState) -> None:
     write_atomic(path, json.dumps(payload, indent=1).encode())
 
 
-__all__ = ["AgentState", "load_state", "save_state", "write_atomic"]
+__all__ = [
+    "AgentState",
+    "load_seq_mark",
+    "load_state",
+    "save_seq_mark",
+    "save_state",
+    "write_atomic",
+]

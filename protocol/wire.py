@@ -111,7 +111,11 @@ def check_endpoint(endpoint: str, *, allow_remote: bool = False, what: str = "en
 
 
 def ipc_path(endpoint: str) -> Path | None:
-    return Path(endpoint[len("ipc://") :]) if endpoint.startswith("ipc://") else None
+    """The file of an `ipc://` endpoint; None for other transports and for Linux abstract
+    sockets (`ipc://@name`), which have no file (and so no file permissions)."""
+    if not endpoint.startswith("ipc://") or endpoint.startswith("ipc://@"):
+        return None
+    return Path(endpoint[len("ipc://") :])
 
 
 def request(endpoint: str, payload: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:

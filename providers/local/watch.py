@@ -9,8 +9,10 @@ it. Manual notices from the control socket are the agent's own (`forewarn notify
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import ClassVar
@@ -26,19 +28,50 @@ log = logging.getLogger("forewarn.providers.local")
 FLAG_NAME = "checkpoint-now"
 
 
+# A deadline and a short note fit in far less; the rest of a larger file is never read.
+MAX_FLAG_BYTES = 4096
+
+
+class FlagError(OSError):
+    """The flag path is there but is not a flag file the agent will read."""
+
+
+def read_flag(path: Path) -> tuple[int, str] | None:
+    """(mtime_ns, content) of the flag file, or None when there is none. The runtime directory
+    may be shared (a Kubernetes emptyDir), so the file is opened without following a link and
+    without blocking on a FIFO, must be a regular file, and at most MAX_FLAG_BYTES are read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise FlagError(error.errno, "is a symbolic link; not followed") from None
+        raise
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise FlagError(errno.EINVAL, "is not a regular file (a FIFO, device or directory)")
+        content = os.read(fd, MAX_FLAG_BYTES)
+    finally:
+        os.close(fd)
+    return found.st_mtime_ns, content.decode(errors="replace")
+
+
 def flag_report(path: Path, content: str, mtime_ns: int) -> Report:
-    """The drain a flag file stands for. Its content may hold a deadline (RFC 3339 or a
-    duration such as `15m`); anything else is kept as a note."""
+    """The drain a flag file stands for. Its content may hold a deadline (RFC 3339, or a
+    duration such as `15m` counted from when the file was written, not from when it is read);
+    anything else is kept as a note."""
     text = content.strip()
-    deadline = None
-    if text:
-        try:
-            deadline = parse_deadline(text.splitlines()[0])
-        except ValueError:
-            deadline = None
     # The file's mtime is when someone raised the notice: as `notice_time` it lets the
     # metrics measure how long the agent took to see it.
     created = datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
+    deadline = None
+    if text:
+        try:
+            deadline = parse_deadline(text.splitlines()[0], now=created)
+        except (ValueError, OverflowError):
+            deadline = None
     detail: dict[str, object] = {"path": str(path), "notice_time": format_time(created)}
     if text:
         detail["content"] = text[:500]
@@ -69,28 +102,26 @@ class LocalWatcher:
     async def watch(self, emit: Emit) -> None:
         self._emit = emit
         while True:
-            self.poll_once(emit)
+            await self.poll(emit)
             await asyncio.sleep(self.interval)
 
-    def poll_once(self, emit: Emit) -> None:
+    async def poll(self, emit: Emit) -> None:
+        # Off the event loop: a file system that stalls stalls this watcher only.
         try:
-            stat = os.stat(self.flag_file)
-        except FileNotFoundError:
+            found = await asyncio.to_thread(read_flag, self.flag_file)
+        except OSError as error:
+            self.context.health.error("stat", f"{self.flag_file}: {error.strerror or error}")
+            return
+        if found is None:
             if self.current is not None:
                 # Removed by hand before anyone flushed: withdraw the notice.
                 emit(self.current.model_copy(update={"action": "clear"}))
                 self.current = None
             self.context.health.success()
             return
-        except OSError as error:
-            self.context.health.error("stat", f"{self.flag_file}: {error}")
-            return
-        if self.current is None or self.current.id != f"local/flag/{stat.st_mtime_ns:x}":
-            try:
-                content = self.flag_file.read_text(errors="replace")[:4096]
-            except OSError:
-                content = ""
-            self.current = flag_report(self.flag_file, content, stat.st_mtime_ns)
+        mtime_ns, content = found
+        if self.current is None or self.current.id != f"local/flag/{mtime_ns:x}":
+            self.current = flag_report(self.flag_file, content, mtime_ns)
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
             emit(self.current)
         self.context.health.success()
@@ -123,4 +154,12 @@ def build(settings: Settings, context: WatcherContext) -> LocalWatcher:
     return LocalWatcher(Path(flag), settings.flag_interval, context)
 
 
-__all__ = ["FLAG_NAME", "LocalWatcher", "build", "flag_report"]
+__all__ = [
+    "FLAG_NAME",
+    "MAX_FLAG_BYTES",
+    "FlagError",
+    "LocalWatcher",
+    "build",
+    "flag_report",
+    "read_flag",
+]

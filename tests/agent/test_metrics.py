@@ -187,7 +187,13 @@ def get(url: str) -> tuple[int, str]:
 def test_service_serves_metrics_health_and_readiness():
     service = MetricsService("127.0.0.1", 0)
     try:
-        assert get(service.url + "/healthz") == (200, '{"alive": true}\n')
+        assert get(service.url + "/healthz") == (200, '{"alive": true, "parts": {}}\n')
+        service.on_liveness({"control": False, "heartbeats": True})
+        assert get(service.url + "/healthz") == (
+            503,
+            '{"alive": false, "parts": {"control": false, "heartbeats": true}}\n',
+        )
+        service.on_liveness({"control": True, "heartbeats": True})
         status, body = get(service.url + "/readyz")
         assert status == 503 and json.loads(body)["ready"] is False
         service.on_start(["local"])

@@ -1,0 +1,402 @@
+"""The agent against hostile peers on its own sockets and runtime directory, over real
+processes: a control-socket fuzz, a subscription flood with oversize frames, another uid, and
+`seq` across SIGKILLs after a replay storm."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from forewarn.protocol.timefmt import format_time, parse_time
+from other_user import call_as, other_user
+from support import AgentProcess, Subscriber, agent_env, control, run_forewarn, wait_until
+
+FUZZ_INPUTS = 10_000
+
+# A hostile peer of the events socket, as its own process: `flood` sends subscriptions as fast
+# as it can (to `notice`, and as 50 acking clients); `oversize` connects again and again with a
+# 4 MiB subscription. Prints how many frames it sent.
+FLOODER = """
+import sys, time, zmq
+endpoint, kind, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+context = zmq.Context()
+end = time.monotonic() + seconds
+sent = 0
+if kind == "flood":
+    sock = context.socket(zmq.XSUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.connect(endpoint)
+    while time.monotonic() < end:
+        sock.send(b"\\x01notice")
+        sock.send(b"\\x01client/flood-%d" % (sent % 50))
+        sent += 2
+    sock.close()
+else:
+    while time.monotonic() < end:
+        sock = context.socket(zmq.XSUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        # libzmq's own XSUB crashes (the sender) on subscriptions this large, so the frame
+        # is sent as a plain message; the agent's size cap drops either before reading it.
+        sock.send(b"\\x02" + b"n" * (4 * 1024 * 1024))
+        time.sleep(0.05)
+        sock.close()
+        sent += 1
+context.term()
+print(sent)
+"""
+
+
+def later(seconds: float) -> str:
+    return format_time(datetime.now(timezone.utc) + timedelta(seconds=seconds))
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+# A seeded generator of control inputs: frames, sizes, JSON depth, types, numbers, dates,
+# unicode and ids.
+
+NUMBERS: list[Any] = [0, -1, 1, 1.5, 1e308, -1e308, 4e10, 1e9, 2**64, -(2**63), 3600.0001]
+NUMBER_TEXTS = ["Infinity", "-Infinity", "NaN", "1e400", "-0", "1" * 400]
+DATES = [
+    "0001-01-01T00:00:00Z",
+    "0001-01-01T00:00:45Z",
+    "0001-01-01T00:30:00+01:00",
+    "9999-12-31T23:59:59Z",
+    "9999-12-31T23:59:59-01:00",
+    "2026-02-30T00:00:00Z",
+    "2026-11-30T03:12:00",
+    "tomorrow",
+    "",
+    "\uff11\uff12\uff13",
+]
+IDS = [
+    "local/x",
+    "aws/spot-itn/borrowed",
+    "local/new\nline",
+    "local/" + "x" * 300,
+    "local/ space",
+    "gcp/",
+    "/",
+    "local/\u202e",
+    "local/é",
+]
+UNICODE = ["\x00", "\ud800", "é", "\u202e", "🙂" * 50, "\n\r\t"]
+
+
+def _value(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(9)
+    if kind == 0:
+        return rng.choice(NUMBERS)
+    if kind == 1:
+        return rng.choice(DATES + IDS + UNICODE)
+    if kind == 2:
+        return rng.choice([None, True, False])
+    if kind == 3 and depth < 3:
+        return [_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    if kind == 4 and depth < 3:
+        return {rng.choice(["op", "id", "x"]): _value(rng, depth + 1)}
+    if kind == 5:
+        return later(rng.uniform(-3600, 7200))
+    if kind == 6:
+        return rng.uniform(0, 0.4)
+    return "".join(chr(rng.randrange(32, 0x3000)) for _ in range(rng.randrange(20)))
+
+
+def _request(rng: random.Random) -> dict[str, Any]:
+    op = rng.choice(["status", "notify", "clear", "ack", "nope", None, 7])
+    request: dict[str, Any] = {"op": op}
+    fields = [
+        "action",
+        "reason",
+        "deadline",
+        "note",
+        "id",
+        "notice_id",
+        "client",
+        "step",
+        "flush_seconds",
+        "outcome",
+        "restore_seconds",
+        "steps_lost",
+        "extra",
+    ]
+    for name in rng.sample(fields, rng.randrange(5)):
+        request[name] = _value(rng)
+    if op == "notify" and rng.random() < 0.5:
+        request["action"] = rng.choice(["drain", "terminate", "clear"])
+    return request
+
+
+def fuzz_body(rng: random.Random) -> bytes:
+    kind = rng.randrange(10)
+    if kind <= 4:
+        return json.dumps(_request(rng)).encode()
+    if kind == 5:
+        depth = rng.choice([10, 500, 1000, 5000, 10000])  # under the 64 KiB cap
+        return (rng.choice("[{") * depth).replace("{", '{"a":').encode() + b"]" * depth
+    if kind == 6:
+        text = json.dumps(_request(rng))
+        return text.replace("0", rng.choice(NUMBER_TEXTS), 1).encode()
+    if kind == 7:
+        return rng.randbytes(rng.randrange(200))
+    if kind == 8:
+        return rng.choice([b"", b"null", b"[]", b'"x"', b"1", b"{", b"\xff\xfe"])
+    return json.dumps(
+        {"op": "notify", "action": "drain", "note": "n" * rng.randrange(4000)}
+    ).encode()
+
+
+def test_a_control_socket_fuzz_leaves_status_fast_and_escalation_on_time(tmp_path: Path) -> None:
+    rng = random.Random(20261201)
+    with AgentProcess(tmp_path, args=("--exit-margin", "1s")) as agent:
+        context = zmq.Context.instance()
+        dealer = context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.connect(agent.control_endpoint)
+        sent = expected = answered = 0
+        try:
+            while sent < FUZZ_INPUTS:
+                batch = 0
+                while batch < 100 and sent < FUZZ_INPUTS:
+                    shape = rng.randrange(20)
+                    body = fuzz_body(rng)
+                    if shape == 0:  # a DEALER frame without the empty delimiter
+                        dealer.send(body)
+                    elif shape == 1:  # two body frames, as a broken REQ would send
+                        dealer.send_multipart([b"", body, b"x"])
+                        expected += 1
+                    elif shape == 2:  # an extra routing frame before the delimiter
+                        dealer.send_multipart([b"hop", b"", body])
+                    else:
+                        dealer.send_multipart([b"", body])
+                        expected += 1
+                    sent += 1
+                    batch += 1
+                while dealer.poll(2000 if answered < expected else 0):
+                    frames = dealer.recv_multipart()
+                    if frames[0] == b"":
+                        reply = json.loads(frames[-1])
+                        assert "internal error" not in str(reply.get("error")), reply
+                        answered += 1
+                    if answered >= expected:
+                        break
+        finally:
+            dealer.close()
+        assert sent >= FUZZ_INPUTS and answered == expected
+        # Oversize requests: the peer is dropped, the agent goes on.
+        for size in (65 * 1024, 2 * 1024 * 1024):
+            with pytest.raises(TimeoutError):
+                control(agent.control_endpoint, {"op": "status", "pad": "x" * size}, 0.5)
+        agent.control({"op": "clear"})
+        timings = []
+        for _ in range(5):
+            started = time.monotonic()
+            assert agent.control({"op": "status"})["ok"]
+            timings.append(time.monotonic() - started)
+        assert statistics.median(timings) < 0.05, timings
+        with agent.subscriber() as sub:
+            time.sleep(0.3)
+            deadline = datetime.now(timezone.utc) + timedelta(seconds=3)
+            raised = agent.control(
+                {
+                    "op": "notify",
+                    "action": "drain",
+                    "id": "local/after-fuzz",
+                    "deadline": format_time(deadline),
+                }
+            )
+            assert raised["notice"]["action"] == "drain", raised
+            while True:
+                notice = sub.notice(timeout=6)
+                if notice["id"] == "local/after-fuzz" and notice["action"] == "terminate":
+                    break
+            received = datetime.now(timezone.utc)
+        assert abs((received - (deadline - timedelta(seconds=1))).total_seconds()) < 0.5
+        assert parse_time(notice["deadline"]) == deadline.replace(
+            microsecond=deadline.microsecond // 1000 * 1000
+        )
+        assert agent.proc is not None and agent.proc.poll() is None
+
+
+def test_a_subscription_flood_and_oversize_frames_do_not_delay_a_flag_drain(
+    tmp_path: Path,
+) -> None:
+    args = ("--set", "local.flag_interval=0.05")
+    with AgentProcess(tmp_path, args=args) as agent, agent.subscriber() as sub:
+        assert agent.proc is not None
+        time.sleep(0.3)
+        flooders = [
+            subprocess.Popen(
+                [sys.executable, "-c", FLOODER, agent.events, kind, "6"],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for kind in ("flood", "oversize")
+        ]
+        try:
+            time.sleep(1.5)  # the flood is in full swing
+            flag = tmp_path / "run" / "checkpoint-now"
+            flag.write_text("")
+            raised = time.monotonic()
+            while True:
+                notice = sub.notice(timeout=5)
+                if notice["action"] == "drain" and notice["id"].startswith("local/flag/"):
+                    break
+            delay = time.monotonic() - raised
+            rss = rss_mb(agent.proc.pid)
+            started = time.monotonic()
+            assert agent.control({"op": "status"}, timeout=2)["ok"]
+            control_delay = time.monotonic() - started
+        finally:
+            counts = [int(flooder.communicate(timeout=30)[0] or 0) for flooder in flooders]
+        assert counts[0] > 10_000 and counts[1] > 5, counts
+        assert delay < 0.5, f"flag drain published {delay:.3f}s after the flag"
+        assert rss < 100, f"agent RSS {rss:.0f} MB"
+        assert control_delay < 0.5, control_delay
+
+
+def test_another_uid_cannot_connect_notify_or_plant_a_flag(tmp_path: Path) -> None:
+    uid, gid = other_user()
+    with AgentProcess(tmp_path) as agent:
+        runtime = tmp_path / "run"
+        # tmp_path itself is private to root: open the way down to the runtime directory so
+        # that only its own mode and the sockets' decide.
+        for path in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
+            os.chmod(path, os.stat(path).st_mode | 0o005)
+        events, control_endpoint = agent.events, agent.control_endpoint
+
+        def attack() -> dict[str, Any]:
+            found: dict[str, Any] = {}
+            for name, request in (
+                ("status", {"op": "status"}),
+                ("notify", {"op": "notify", "action": "terminate"}),
+            ):
+                try:
+                    found[name] = control(control_endpoint, request, timeout=1.0)
+                except TimeoutError:
+                    found[name] = "timeout"
+            try:
+                (runtime / "checkpoint-now").write_text("")
+                found["flag"] = "planted"
+            except PermissionError:
+                found["flag"] = "refused"
+            sub = Subscriber(events, ("heartbeat",))
+            try:
+                sub.recv(timeout=1.5)
+                found["events"] = "received"
+            except TimeoutError:
+                found["events"] = "nothing"
+            finally:
+                sub.close()
+            return found
+
+        found = call_as(uid, gid, attack)
+        assert found == {
+            "status": "timeout",
+            "notify": "timeout",
+            "flag": "refused",
+            "events": "nothing",
+        }
+        assert agent.control({"op": "status"})["active"] == []
+
+
+@pytest.mark.parametrize("problem", ["owned by another uid", "writable by others"])
+def test_an_unsafe_runtime_directory_is_refused_with_a_clear_error(
+    tmp_path: Path, problem: str
+) -> None:
+    env = agent_env(tmp_path)
+    runtime = Path(env["FOREWARN_RUNTIME_DIR"])
+    if problem == "owned by another uid":
+        uid, gid = other_user()
+        os.chown(runtime, uid, gid)
+        expected = f"owned by uid {uid}"
+    else:
+        os.chmod(runtime, 0o777)
+        expected = "writable by every user (mode 0777)"
+    done = run_forewarn("agent", "--provider", "local", env=env, timeout=30)
+    assert done.returncode == 2, done
+    assert expected in done.stderr and str(runtime) in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (runtime / "control").exists()
+
+
+def test_a_second_agent_on_a_runtime_dir_refuses_and_never_removes_the_firsts_sockets(
+    tmp_path: Path,
+) -> None:
+    with AgentProcess(tmp_path) as first:
+        assert first.proc is not None
+        # The first agent's control socket is dead (stopped, not killed): the lock still
+        # tells that it runs.
+        os.kill(first.proc.pid, signal.SIGSTOP)
+        try:
+            done = run_forewarn("agent", "--provider", "local", env=first.env, timeout=30)
+        finally:
+            os.kill(first.proc.pid, signal.SIGCONT)
+        assert done.returncode == 2 and "another agent" in done.stderr, done.stderr
+        assert (tmp_path / "run" / "control").exists() and (tmp_path / "run" / "events").exists()
+        assert first.control({"op": "status"})["ok"]
+
+
+def test_ipc_abstract_endpoints_work(tmp_path: Path) -> None:
+    name = f"forewarn-test-{os.getpid()}-{time.monotonic_ns()}"
+    env = agent_env(
+        tmp_path,
+        FOREWARN_EVENTS=f"ipc://@{name}-events",
+        FOREWARN_CONTROL=f"ipc://@{name}-control",
+    )
+    with AgentProcess(tmp_path, env=env) as agent:
+        assert agent.control({"op": "status"})["ok"]
+
+
+@pytest.mark.timeout(300)
+def test_seq_rises_across_20_sigkills_including_after_a_replay_storm(tmp_path: Path) -> None:
+    env = agent_env(tmp_path)
+    highest = 0
+    for cycle in range(20):
+        agent = AgentProcess(tmp_path, env=env).start(timeout=30)
+        try:
+            with agent.subscriber(("notice", "heartbeat")) as sub:
+                _, first = sub.recv(timeout=5)
+                assert first["seq"] > highest, (cycle, first["seq"], highest)
+            if cycle == 0:
+                for index in range(60):
+                    agent.control({"op": "notify", "action": "drain", "id": f"local/storm-{index}"})
+            if cycle in (0, 10):
+                # A replay storm: each burst of subscriptions replays 60 notices.
+                storm = zmq.Context.instance().socket(zmq.XSUB)
+                storm.setsockopt(zmq.LINGER, 0)
+                storm.connect(agent.events)
+
+                def ahead_of_clock(storm: Any = storm, agent: AgentProcess = agent) -> bool:
+                    # Spaced out so that each lands in its own replay.
+                    for _ in range(50):
+                        storm.send(b"\x01notice")
+                        time.sleep(0.002)
+                    seq = agent.control({"op": "status"})["agent"]["seq"]
+                    return seq - int(time.time() * 1000) > 15_000
+
+                wait_until(ahead_of_clock, 30)
+                storm.close()
+            highest = agent.control({"op": "status"})["agent"]["seq"]
+            if cycle in (0, 10):
+                assert highest > int(time.time() * 1000) + 10_000
+        finally:
+            assert agent.kill() == -signal.SIGKILL
