@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SUITE = Path(__file__).with_name("user_suite")
 
 
@@ -29,6 +31,8 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
+# Seven agents and five simulators one after another, in a pytest of its own.
+@pytest.mark.timeout(900)
 def test_the_user_suite_passes_and_leaves_nothing_behind(tmp_path: Path) -> None:
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()

@@ -1,0 +1,71 @@
+"""docs/testing.md's and the README's examples run as written: each Python example is a test
+file run by its own pytest (the plugin's fixtures, none of this repository's configuration),
+the shell one by sh."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import agent_env, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "testing.md"
+EXAMPLE = re.compile(r"<!-- example: (\S+) -->\n```\w+\n(.*?)```\n<!-- /example -->", re.S)
+EXAMPLES = dict(EXAMPLE.findall(GUIDE.read_text() + (ROOT / "README.md").read_text()))
+PYTHON = sorted(name for name in EXAMPLES if name.endswith(".py"))
+
+
+def test_the_guide_has_its_examples() -> None:
+    assert PYTHON == [
+        "test_lightning_handler.py",
+        "test_plain_loop.py",
+        "test_readme_handler.py",
+        "test_spot_loop.py",
+        "test_transformers_handler.py",
+    ]
+    assert "handler.sh" in EXAMPLES
+
+
+# A fresh pytest importing torch and training on a shared 2-core machine: minutes, not seconds.
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", PYTHON)
+def test_a_python_example_passes(name: str, tmp_path: Path) -> None:
+    if "lightning" in name:
+        pytest.importorskip("lightning")
+    if "transformers" in name:
+        pytest.importorskip("transformers")
+    (tmp_path / name).write_text(EXAMPLES[name])
+    (tmp_path / "env").mkdir()
+    env = agent_env(tmp_path / "env")
+    for key in ("FOREWARN_RUNTIME_DIR", "FOREWARN_STATE_DIR"):
+        env.pop(key)
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+            "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path / name),
+        ],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=540,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_the_shell_example_passes(tmp_path: Path) -> None:
+    script = tmp_path / "handler.sh"
+    script.write_text(EXAMPLES["handler.sh"])
+    (tmp_path / "env").mkdir()
+    env = agent_env(tmp_path / "env", PORT=str(free_port()), TMPDIR=str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    for key in ("FOREWARN_RUNTIME_DIR", "FOREWARN_STATE_DIR"):
+        env.pop(key)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("handler test passed")
+    assert list((tmp_path / "tmp").iterdir()) == [], "the script cleaned up"
