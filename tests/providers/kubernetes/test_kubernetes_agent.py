@@ -66,10 +66,13 @@ def test_agent_turns_node_changes_into_notices(tmp_path: Path, server: SimServer
             drain = expect(sub, "drain", f"kubernetes/{NODE}/cordon")
             assert drain["reason"] == "node-drain" and drain["provider"] == "kubernetes"
 
-            # Compaction (410) and a rotated token in between lose nothing.
-            control(server, "compact")
+            # A rotated token and a compaction (410) in between lose nothing. The token turns
+            # while the watch is open (no request in flight to race it); the open watch then
+            # gets its 410 at once: otherwise a BOOKMARK sent after the compaction (one a
+            # second here) may move the watcher past it, and it would never list again.
             token.write_text("t2")
             control(server, "rotate-token", token="t2")
+            control(server, "compact", expire_watches=True)
             control(server, "timeout")
             control(server, "shutdown")
             expect(sub, "terminate", f"kubernetes/{NODE}/shutdown")
