@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from support import agent_env, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,6 +121,8 @@ def image_environment(parsed: Dockerfile) -> dict[str, str]:
     return found
 
 
+# It builds a wheel and installs it with its dependencies: minutes on a loaded machine.
+@pytest.mark.timeout(600)
 def test_install_steps_give_a_working_agent_and_health_check(tmp_path: Path):
     parsed = parse_dockerfile(DOCKERFILE)
     image = tmp_path / "image"
