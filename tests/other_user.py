@@ -93,6 +93,8 @@ def call_as(uid: int, gid: int, fn: Callable[[], Any], timeout: float = 20.0) ->
 # What the agent imports lazily, loaded while the child can still read the interpreter's files.
 PRELOAD = (
     "asyncio",
+    "ctypes",
+    "ctypes.util",
     "email.policy",
     "zmq.asyncio",
     "forewarn.agent.cli",
