@@ -110,7 +110,9 @@ def test_node_name_comes_from_the_downward_api(kind: str) -> None:
     assert env_of(agent, "NODE_NAME")["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     providers = config_of(workload, "FOREWARN_PROVIDERS").split(",")
     assert "kubernetes" in providers
-    assert config_of(workload, "FOREWARN_RUNTIME_DIR") == RUNTIME
+    runtime = config_of(workload, "FOREWARN_RUNTIME_DIR")
+    # In the sidecar the agent keeps its own directory inside the shared (0777) emptyDir.
+    assert runtime == (RUNTIME if kind == "DaemonSet" else f"{RUNTIME}/agent")
 
 
 def test_sidecar_shares_an_empty_dir_with_the_training_container() -> None:
@@ -124,6 +126,10 @@ def test_sidecar_shares_an_empty_dir_with_the_training_container() -> None:
     assert volume is not None and mount_of(train, RUNTIME) == volume
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert "emptyDir" in volumes[volume]
+    # Both look for the sockets in the same place, below the shared mount.
+    assert env_of(train, "FOREWARN_RUNTIME_DIR")["value"] == config_of(job, "FOREWARN_RUNTIME_DIR")
+    probe = agent["startupProbe"]["exec"]["command"]
+    assert probe[-1] == config_of(job, "FOREWARN_RUNTIME_DIR") + "/control"
     # The state directory is writable although the root filesystem is not.
     state = config_of(job, "FOREWARN_STATE_DIR")
     assert agent["securityContext"]["readOnlyRootFilesystem"] is True
