@@ -357,6 +357,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"since      {agent['started_at']}; seq {agent['seq']}; "
         f"{agent['subscribers']} acking client(s)"
     )
+    for health in reply.get("health", []):
+        line = f"provider   {health['name']:<13} {health['state']}"
+        if health["state"] == "degraded":
+            line += f" (last error: {health['last_error']})"
+        if health.get("last_success"):
+            line += f"; last successful poll {health['last_success']}"
+        elif health["state"] != "healthy":
+            line += "; no successful poll yet"
+        print(line)
     if not reply["active"]:
         print("active     none")
     for notice in reply["active"]:

@@ -145,10 +145,23 @@ class AgentInfo(_Message):
     subscribers: int
 
 
+class ProviderHealth(_Message):
+    """One watcher as `forewarn status` shows it: `healthy` (its last poll succeeded),
+    `degraded` (it failed; `last_error` says how) or `waiting` (no answer yet)."""
+
+    name: str
+    state: Literal["healthy", "degraded", "waiting"]
+    last_success: Timestamp | None = None
+    last_error: str | None = None
+    polls: int = 0
+    errors: int = 0
+
+
 class StatusReply(_Message):
     ok: Literal[True] = True
     agent: AgentInfo
     active: list[Notice]
+    health: list[ProviderHealth] = Field(default_factory=list)
 
 
 class NotifyReply(_Message):

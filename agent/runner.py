@@ -13,9 +13,9 @@ import socket
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import ipc_path, request
@@ -39,6 +39,7 @@ from .protocol import (
     Notice,
     NotifyReply,
     NotifyRequest,
+    ProviderHealth,
     Report,
     StatusReply,
 )
@@ -442,7 +443,11 @@ class Agent:
             seq=self.sequencer.value,
             subscribers=len(self.board.clients),
         )
-        return StatusReply(agent=info, active=self.board.active())
+        return StatusReply(
+            agent=info,
+            active=self.board.active(),
+            health=[provider_health(name, self.health[name]) for name in self.health],
+        )
 
     def _notify(self, req: NotifyRequest) -> NotifyReply | ErrorReply:
         if req.deadline is not None:
@@ -559,6 +564,26 @@ def deadline_problem(deadline: datetime, now: datetime) -> str | None:
     if deadline - now > MAX_DEADLINE_AHEAD:
         return f"{format_time(deadline)} is more than {MAX_DEADLINE_AHEAD.days} days ahead"
     return None
+
+
+def provider_health(name: str, health: PollHealth) -> ProviderHealth:
+    """A watcher's health for the status reply."""
+    state: Literal["healthy", "degraded", "waiting"] = "waiting"
+    if health.last_error is not None:
+        state = "degraded"
+    elif health.last_success is not None:
+        state = "healthy"
+    last = None
+    if health.last_success is not None:
+        last = datetime.fromtimestamp(health.last_success, timezone.utc)
+    return ProviderHealth(
+        name=name,
+        state=state,
+        last_success=last,
+        last_error=health.last_error,
+        polls=health.polls,
+        errors=health.errors,
+    )
 
 
 def notice_fields(notice: Notice, lifecycle: str) -> dict[str, Any]:

@@ -1,0 +1,32 @@
+"""`forewarn status` shows each provider's health and each active notice's time left."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_forewarn
+
+
+def test_status_shows_each_provider_and_notice(tmp_path: Path) -> None:
+    env = agent_env(tmp_path, FOREWARN_AWS_URL=f"http://{DEAD_LOOPBACK}")
+    with AgentProcess(tmp_path, providers=("local", "aws"), env=env) as agent:
+        agent.control({"op": "notify", "action": "drain", "note": "rehearsal"})
+
+        def health() -> dict[str, dict[str, object]] | None:
+            reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+            states = {item["name"]: item for item in reply["health"]}
+            ready = states.get("aws", {}).get("state") == "degraded"
+            return states if ready and states["local"]["state"] == "healthy" else None
+
+        states = eventually(health, what="aws degraded and local healthy")
+        text = run_forewarn("status", env=env)
+    assert states["aws"]["last_error"] and states["aws"]["last_success"] is None
+    assert states["local"]["last_success"]
+    assert text.returncode == 0
+    lines = text.stdout.splitlines()
+    aws = next(line for line in lines if line.startswith("provider   aws"))
+    assert "degraded (last error:" in aws and "no successful poll yet" in aws
+    local = next(line for line in lines if line.startswith("provider   local"))
+    assert "healthy; last successful poll" in local
+    assert any(line.startswith("active ") and "drain" in line for line in lines)
