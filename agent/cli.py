@@ -384,12 +384,13 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     from forewarn.providers.registry import REGISTRY
 
     from .drill_local import run_local_drill
+    from .drill_reclaim import run_reclaim_drill
 
     sources = ["local", *(spec.name for spec in REGISTRY.with_simulator())]
     if args.source not in sources:
         raise UsageError(f"drill local: --provider: {REGISTRY.unknown(args.source, sources)}")
 
-    return run_local_drill(args)
+    return run_local_drill(args, reclaim=run_reclaim_drill)
 
 
 # The parser.

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,10 @@ from forewarn.protocol.wire import request
 
 READY_TIMEOUT = 60.0  # a loaded machine starts Python slowly; a live agent answers long before
 PHASE_TIMEOUT = 30.0
+
+
+# What runs the reclaim scenarios: (args, work directory, base environment) -> exit code.
+ReclaimDrill = Callable[[argparse.Namespace, Path, dict[str, str]], int]
 
 
 class DrillFailed(DrillError):
@@ -223,17 +228,19 @@ class Machine:
         self.source.close()
 
 
-def run_local_drill(args: argparse.Namespace) -> int:
+def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = None) -> int:
+    """The quick drill, or with `args.scenario` another one run by `reclaim` (the command
+    line passes `drill_reclaim.run_reclaim_drill`, which builds on this module's Machine)."""
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="forewarn-drill-"))
     work.mkdir(parents=True, exist_ok=True)
     checkpoints = work / "checkpoints"
     base_env = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
     base_env["PYTHONUNBUFFERED"] = "1"
     if getattr(args, "scenario", "quick") != "quick":
-        from .drill_reclaim import run_reclaim_drill
-
+        if reclaim is None:
+            raise DrillFailed(f"scenario {args.scenario!r} needs the reclaim drill")
         try:
-            return run_reclaim_drill(args, work, base_env)
+            return reclaim(args, work, base_env)
         except DrillFailed as error:
             print(f"drill failed: {error}", file=sys.stderr)
             return 1
@@ -320,4 +327,4 @@ def run_local_drill(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-__all__ = ["run_local_drill"]
+__all__ = ["ReclaimDrill", "run_local_drill"]

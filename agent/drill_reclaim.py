@@ -42,6 +42,7 @@ from typing import Any
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import request
 
+from .drill_local import Machine
 from .reclaim_procs import JobTree, become_subreaper
 
 PLATFORMS = ("systemd", "kubernetes", "cloud", "torchrun")
@@ -316,8 +317,6 @@ class Reclaim:
         seed: int | None = None,
         say: Any = print,
     ) -> None:
-        from .drill_local import Machine
-
         self._machine = Machine
         self.work = work
         self.base_env = base_env
