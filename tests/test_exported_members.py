@@ -1,0 +1,138 @@
+"""Each package's public API, pinned (httpx's test_exported_members is the model): a change to
+an `__all__` is a deliberate edit here, and every listed name resolves (lazy ones too)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+EXPORTS = {
+    "forewarn.protocol": [
+        "ACTIONS",
+        "Action",
+        "ConfigError",
+        "DrillError",
+        "EndpointError",
+        "ForewarnError",
+        "HEARTBEAT_FIELDS",
+        "NOTICE_FIELDS",
+        "PROTOCOL_VERSION",
+        "REASONS",
+        "Reason",
+        "TOPIC_CLIENT_PREFIX",
+        "TOPIC_HEARTBEAT",
+        "TOPIC_NOTICE",
+        "UsageError",
+        "check_endpoint",
+        "default_endpoints",
+        "format_time",
+        "ipc_path",
+        "parse_deadline",
+        "parse_duration",
+        "parse_time",
+        "request",
+        "resolve_endpoints",
+        "runtime_dir",
+        "stable_id",
+        "utcnow",
+    ],
+    "forewarn.agent": [
+        "Agent",
+        "ConfigError",
+        "Heartbeat",
+        "Notice",
+        "NoticeBoard",
+        "Report",
+        "Settings",
+        "json_schema",
+        "load_settings",
+        "run_agent",
+    ],
+    "forewarn.providers": [
+        "Closable",
+        "CommandFace",
+        "Emit",
+        "EndpointSettings",
+        "FlushAware",
+        "ParseError",
+        "PollHealth",
+        "ProviderSettings",
+        "ProviderSpec",
+        "REGISTRY",
+        "Registry",
+        "SimulateFace",
+        "UnknownProvider",
+        "Watcher",
+        "WatcherContext",
+    ],
+    "forewarn.clients": ["CheckpointGuard", "Event", "Notices", "SaveResult", "worker_init_fn"],
+    "forewarn.clients.checkpoint": [
+        "Backend",
+        "BatchProgress",
+        "CheckpointError",
+        "CheckpointStore",
+        "CommitError",
+        "CommitTimeout",
+        "CorruptGenerationError",
+        "FileEntry",
+        "FlushResult",
+        "Generation",
+        "GenerationExistsError",
+        "GenerationNotFoundError",
+        "GenerationWriter",
+        "InvalidNameError",
+        "Manifest",
+        "ObjectWriter",
+        "S3Options",
+        "StoreConfigError",
+        "TrainingState",
+        "Verification",
+        "load_training_state",
+        "save_training_state",
+    ],
+    "forewarn.providers.local": ["SPEC", "Settings"],
+    "forewarn.providers.aws": [
+        "SPEC",
+        "Settings",
+        "parse_aws_date",
+        "parse_identity",
+        "parse_instance_action",
+        "parse_lifecycle_state",
+        "parse_rebalance",
+        "parse_scheduled",
+    ],
+    "forewarn.providers.gcp": ["SPEC", "Settings"],
+    "forewarn.providers.azure": [
+        "EVENT_TYPES",
+        "EventsDocument",
+        "MAPPING",
+        "SPEC",
+        "ScheduledEvent",
+        "Settings",
+        "parse_compute",
+        "parse_document",
+        "parse_not_before",
+        "reports_for",
+        "vm_names",
+    ],
+    "forewarn.providers.digitalocean": [
+        "MatchRules",
+        "SPEC",
+        "Settings",
+        "Verdict",
+        "find_deadline",
+        "judge",
+        "read_mail",
+        "reclaim_verdict",
+    ],
+    "forewarn.providers.kubernetes": ["DEFAULT_DRAIN_TAINTS", "SPEC", "Settings"],
+}
+
+
+@pytest.mark.parametrize("package", sorted(EXPORTS))
+def test_exported_members(package: str) -> None:
+    module = importlib.import_module(package)
+    assert sorted(module.__all__) == EXPORTS[package]
+    for name in module.__all__:
+        assert getattr(module, name) is not None, name
