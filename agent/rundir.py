@@ -9,8 +9,10 @@ import os
 import stat
 from pathlib import Path
 
+from forewarn.protocol.errors import ForewarnError
 
-class RunDirError(RuntimeError):
+
+class RunDirError(ForewarnError, RuntimeError):
     """The directory cannot be used safely; the text says why and how to fix it."""
 
 

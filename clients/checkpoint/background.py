@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from forewarn.protocol.errors import ForewarnError
+
 from .errors import CheckpointError
 from .generation import Generation, GenerationWriter
 from .store import CheckpointStore
@@ -40,7 +42,7 @@ class BackgroundSaveError(CheckpointError):
         )
 
 
-class _Cancelled(Exception):
+class _Cancelled(ForewarnError):
     """The terminate path gave up an in-flight save to write the final one."""
 
 

@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import ClassVar
 
+from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
 from forewarn.providers.report import Report
 
@@ -32,7 +33,7 @@ FLAG_NAME = "checkpoint-now"
 MAX_FLAG_BYTES = 4096
 
 
-class FlagError(OSError):
+class FlagError(ForewarnError, OSError):
     """The flag path is there but is not a flag file the agent will read."""
 
 
