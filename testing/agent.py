@@ -38,6 +38,10 @@ _DEAD_LOOPBACK = "127.0.0.1:9"
 FLAG_NAME = "checkpoint-now"
 
 
+# sizeof(sockaddr_un.sun_path) - 1 on Linux.
+IPC_PATH_MAX = 107
+
+
 class AgentDied(ForewarnError, RuntimeError):
     """The agent (or its simulator) exited or never became ready; the message ends with the
     tail of its log."""
@@ -89,7 +93,15 @@ class RunningAgent:
         self.keep = keep
         self.ready_timeout = ready_timeout
         self._own_root = directory is None
-        root = tempfile.mkdtemp(prefix="forewarn-test-") if directory is None else directory
+        if directory is None:
+            root = tempfile.mkdtemp(prefix="forewarn-test-")
+            # A socket path has at most 107 bytes (sun_path); a deep TMPDIR (pytest-xdist's
+            # basetemp) would leave the agent unable to bind, so fall back to /tmp.
+            if len(f"{root}/run/control") > IPC_PATH_MAX:
+                os.rmdir(root)
+                root = tempfile.mkdtemp(prefix="forewarn-test-", dir="/tmp")
+        else:
+            root = str(directory)
         self.root = Path(root)
         self.runtime_dir = self.root / "run"
         self.state_dir = self.root / "state"

@@ -39,8 +39,10 @@ class EventRecorder:
         sock.setsockopt(zmq.RECONNECT_IVL, 10)
         for topic in (TOPIC_NOTICE, TOPIC_HEARTBEAT):
             sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
-        sock.connect(self.endpoint)
         try:
+            # Inside the try: a connect that fails (an ipc path too long) must still close
+            # the socket, or the context's term() in close() waits for it for ever.
+            sock.connect(self.endpoint)
             while not self._stop.is_set():
                 if not sock.poll(50):
                     continue

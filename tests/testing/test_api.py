@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import forewarn.testing
 import pytest
@@ -53,3 +54,19 @@ def test_a_local_agent_has_no_cloud_notices_and_restores_the_environment() -> No
 def test_an_agent_that_cannot_start_says_why_with_its_log() -> None:
     with pytest.raises(AgentDied, match=r"exited with code 2(.|\n)*exit.margin"):
         RunningAgent(exit_margin="soon").start()
+
+
+def test_a_deep_temporary_directory_still_gives_a_working_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under pytest-xdist TMPDIR can be so deep that a socket path passes 107 bytes: the
+    agent could not bind and the start hung for ever in teardown. It now falls back to /tmp."""
+    import tempfile
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with start_agent() as agent:
+        assert len(str(agent.runtime_dir / "control")) <= 107
+        assert agent.notify("drain").startswith("local/")
+    assert not agent.root.exists()

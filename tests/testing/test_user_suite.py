@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,8 +35,8 @@ def processes_mentioning(text: str) -> list[str]:
 # Seven agents and five simulators one after another, in a pytest of its own.
 @pytest.mark.timeout(900)
 def test_the_user_suite_passes_and_leaves_nothing_behind(tmp_path: Path) -> None:
-    private_tmp = tmp_path / "tmp"
-    private_tmp.mkdir()
+    # Short, so that socket paths under it stay within 107 bytes even under pytest-xdist.
+    private_tmp = Path(tempfile.mkdtemp(prefix="fw-user-suite-"))
     record = tmp_path / "record.jsonl"
     env = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
     env.update(TMPDIR=str(private_tmp), USER_SUITE_RECORD=str(record), PYTHONUNBUFFERED="1")
@@ -67,3 +68,4 @@ def test_the_user_suite_passes_and_leaves_nothing_behind(tmp_path: Path) -> None
             port = int(run["sim"].rsplit(":", 1)[1])
             with socket.socket() as probe:
                 assert probe.connect_ex(("127.0.0.1", port)) != 0, f"{run['sim']} still listens"
+    private_tmp.rmdir()
