@@ -122,18 +122,18 @@ def run(args: argparse.Namespace) -> int:
             store.close()
         return result
     except (_Usage, StoreConfigError, GenerationNotFoundError) as error:
-        print(f"forewarn checkpoint: {error}", file=sys.stderr)
+        print(f"forewarn: checkpoint: {error}", file=sys.stderr)
         return EXIT_USAGE
     except CorruptGenerationError as error:
-        print(f"forewarn checkpoint: {error}", file=sys.stderr)
+        print(f"forewarn: checkpoint: {error}", file=sys.stderr)
         return EXIT_CORRUPT
     except (CheckpointError, OSError) as error:
-        print(f"forewarn checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
+        print(f"forewarn: checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
         return EXIT_UNREADABLE
     except Exception as error:
         # botocore's errors (no such bucket, access denied, endpoint unreachable).
         if type(error).__module__.startswith(("botocore", "boto3")):
-            print(f"forewarn checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
+            print(f"forewarn: checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
             return EXIT_UNREADABLE
         raise
 

@@ -111,7 +111,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], named
     assert result.returncode == 2
     assert named in result.stderr
     assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("forewarn checkpoint")
+    # One line, in the CLI's one form for bad input: `forewarn: checkpoint <command>: ...`.
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("forewarn: checkpoint"), lines
 
 
 def test_a_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
