@@ -129,7 +129,9 @@ def test_without_an_agent_periodic_saves_and_sigterm_work_and_one_warning(
     assert len(warnings) == 1, err
     saves = run.saves()
     assert all(s["reasons"] == ["periodic"] for s in saves[:-1])
-    assert saves[-1]["reasons"] == ["signal"] and saves[-1]["exit"]
+    # The signal may land on a step that was also due for a periodic save (1 step in 25):
+    # the one final save then carries both reasons, the signal's first.
+    assert saves[-1]["reasons"] in (["signal"], ["signal", "periodic"]) and saves[-1]["exit"]
 
 
 def test_without_an_agent_the_flag_file_flushes_and_continues(
