@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from forewarn.protocol.fields import Action
 from forewarn.protocol.timefmt import parse_time, utcnow
 
 from .protocol import Notice, Report
@@ -288,7 +289,7 @@ class NoticeBoard:
         entry.flushed = True
         return True
 
-    def _action_for(self, report: Report) -> str:
+    def _action_for(self, report: Report) -> Action:
         """The action to send for what the provider reports, at the current deadline."""
         if report.action != "drain" or report.deadline is None:
             return report.action
@@ -312,7 +313,7 @@ class NoticeBoard:
             return True
         return _detail_changed(before.detail, report.detail)
 
-    def _stamp(self, report: Report, action: str) -> Notice:
+    def _stamp(self, report: Report, action: Action) -> Notice:
         return Notice(
             id=report.id,
             seq=self.sequencer.next(),

@@ -576,7 +576,7 @@ def build_parser(
     drill_reclaim.add_arguments(local)
     local.set_defaults(func=cmd_drill_local)
     for spec in registry.with_drill() if registry and wanted("drill") else ():
-        assert spec.drill is not None
+        assert spec.drill is not None and registry is not None
         drill_face = spec.drill()
         sub = drills.add_parser(spec.name, help=f"trigger {spec.name}'s real test path")
         drill_face.add_arguments(sub)

@@ -208,8 +208,8 @@ class Notices:
         sock.setsockopt(zmq.LINGER, 0)
         # `notice` last: subscribing to it makes the agent replay, and by then it knows this
         # client and sends the heartbeat of the replay to it.
-        for topic in (TOPIC_HEARTBEAT, TOPIC_CLIENT_PREFIX + self.client_id, TOPIC_NOTICE):
-            sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        for wanted in (TOPIC_HEARTBEAT, TOPIC_CLIENT_PREFIX + self.client_id, TOPIC_NOTICE):
+            sock.setsockopt(zmq.SUBSCRIBE, wanted.encode())
         # Reconnect quickly after an agent restart: notices are time-critical.
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)

@@ -37,8 +37,8 @@ class EventRecorder:
         sock.setsockopt(zmq.LINGER, 0)
         # The agent may not be bound yet: retry the connect often, so ready is seen at once.
         sock.setsockopt(zmq.RECONNECT_IVL, 10)
-        for topic in (TOPIC_NOTICE, TOPIC_HEARTBEAT):
-            sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        for wanted in (TOPIC_NOTICE, TOPIC_HEARTBEAT):
+            sock.setsockopt(zmq.SUBSCRIBE, wanted.encode())
         try:
             # Inside the try: a connect that fails (an ipc path too long) must still close
             # the socket, or the context's term() in close() waits for it for ever.

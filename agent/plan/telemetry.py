@@ -130,8 +130,8 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         after = [moment for moment in saved_at.get(key, []) if moment >= sent]
         if after:
             responses[key] = min(after) - sent
-        deadline = deadlines.get(key)
-        if not after or (deadline is not None and min(after) > deadline):
+        due = deadlines.get(key)
+        if not after or (due is not None and min(after) > due):
             late += 1
     response_times = list(responses.values())
     return TelemetrySummary(

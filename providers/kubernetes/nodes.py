@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from forewarn.protocol.fields import Reason
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.report import Report
 
@@ -30,7 +31,7 @@ from ..base import ParseError
 PROVIDER = "kubernetes"
 CORDON_TAINT = "node.kubernetes.io/unschedulable"
 SHUTDOWN_MESSAGE = "node is shutting down"
-REASON = "node-drain"
+REASON: Reason = "node-drain"
 MAX_ID = 200
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
