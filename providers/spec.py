@@ -9,6 +9,7 @@ only the watchers it runs and never a simulator or a drill it does not.
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -66,6 +67,44 @@ class ProviderSpec(Generic[S]):
     simulate: Callable[[], SimulateFace] | None = None
     drill: Callable[[], CommandFace] | None = None
     detect: bool = True
+
+    @classmethod
+    def of_package(
+        cls,
+        package: str,
+        *,
+        name: str,
+        summary: str,
+        settings: type[S],
+        simulate: bool = True,
+        drill: bool = True,
+        detect: bool = True,
+    ) -> ProviderSpec[S]:
+        """The spec of a provider package laid out as docs/contributing.md says: `watch.py`
+        with `build(settings, context)`, and `simulate.py` / `drill.py` when it has them.
+
+        Each face is imported on first use, so the agent loads httpx or a cloud SDK only for
+        a provider it runs; the wheel test imports every face of every provider.
+        """
+
+        def watcher(chosen: S, context: WatcherContext) -> Watcher:
+            build: Callable[[S, WatcherContext], Watcher] = importlib.import_module(
+                f"{package}.watch"
+            ).build
+            return build(chosen, context)
+
+        def face(module: str) -> Callable[[], Any]:
+            return lambda: importlib.import_module(f"{package}.{module}")
+
+        return cls(
+            name=name,
+            summary=summary,
+            settings=settings,
+            watcher=watcher,
+            simulate=face("simulate") if simulate else None,
+            drill=face("drill") if drill else None,
+            detect=detect,
+        )
 
     @property
     def env_prefix(self) -> str:

@@ -5,8 +5,7 @@
 interruption through AWS FIS). This package itself imports neither httpx nor boto3.
 """
 
-from forewarn.providers.base import Watcher, WatcherContext
-from forewarn.providers.spec import CommandFace, ProviderSpec, SimulateFace
+from forewarn.providers.spec import ProviderSpec
 
 from .imds import (
     parse_aws_date,
@@ -18,32 +17,11 @@ from .imds import (
 )
 from .settings import Settings
 
-
-def _watcher(settings: Settings, context: WatcherContext) -> Watcher:
-    from .watch import build  # loads httpx: only for a provider the agent runs
-
-    return build(settings, context)
-
-
-def _simulate() -> SimulateFace:
-    from . import simulate
-
-    return simulate
-
-
-def _drill() -> CommandFace:
-    from . import drill
-
-    return drill
-
-
-SPEC = ProviderSpec(
+SPEC = ProviderSpec.of_package(
+    __name__,
     name="aws",
     summary="EC2 instance metadata (IMDSv2): spot, rebalance, scheduled events, ASG lifecycle",
     settings=Settings,
-    watcher=_watcher,
-    simulate=_simulate,
-    drill=_drill,
 )
 
 

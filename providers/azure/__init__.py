@@ -4,8 +4,7 @@ Importing this package loads only the settings and the pure parser; the watcher 
 simulator and the drill (azure-identity, inside `run`) are modules of their own.
 """
 
-from forewarn.providers.base import Watcher, WatcherContext
-from forewarn.providers.spec import CommandFace, ProviderSpec, SimulateFace
+from forewarn.providers.spec import ProviderSpec
 
 from .events import (
     EVENT_TYPES,
@@ -20,32 +19,11 @@ from .events import (
 )
 from .settings import Settings
 
-
-def _watcher(settings: Settings, context: WatcherContext) -> Watcher:
-    from .watch import build  # loads httpx: only for a provider the agent runs
-
-    return build(settings, context)
-
-
-def _simulate() -> SimulateFace:
-    from . import simulate
-
-    return simulate
-
-
-def _drill() -> CommandFace:
-    from . import drill
-
-    return drill
-
-
-SPEC = ProviderSpec(
+SPEC = ProviderSpec.of_package(
+    __name__,
     name="azure",
     summary="Azure Scheduled Events (IMDS): Preempt, Terminate, Reboot, Redeploy, Freeze",
     settings=Settings,
-    watcher=_watcher,
-    simulate=_simulate,
-    drill=_drill,
 )
 
 

@@ -6,38 +6,16 @@ name. `SPEC` loads `watch`, `simulate` and `drill` on first use (they bring http
 package exports the settings and the pure recognition of a reclaim mail.
 """
 
-from forewarn.providers.base import Watcher, WatcherContext
-from forewarn.providers.spec import CommandFace, ProviderSpec, SimulateFace
+from forewarn.providers.spec import ProviderSpec
 
 from .mail import MatchRules, Verdict, find_deadline, judge, read_mail, reclaim_verdict
 from .settings import Settings
 
-
-def _watcher(settings: Settings, context: WatcherContext) -> Watcher:
-    from .watch import build  # loads httpx: only for a provider the agent runs
-
-    return build(settings, context)
-
-
-def _simulate() -> SimulateFace:
-    from . import simulate
-
-    return simulate
-
-
-def _drill() -> CommandFace:
-    from . import drill
-
-    return drill
-
-
-SPEC = ProviderSpec(
+SPEC = ProviderSpec.of_package(
+    __name__,
     name="digitalocean",
     summary="DigitalOcean Spot reclaim email over IMAP, with droplet metadata",
     settings=Settings,
-    watcher=_watcher,
-    simulate=_simulate,
-    drill=_drill,
 )
 
 

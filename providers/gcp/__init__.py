@@ -7,37 +7,15 @@ google-auth.
 
 from __future__ import annotations
 
-from forewarn.providers.base import Watcher, WatcherContext
-from forewarn.providers.spec import CommandFace, ProviderSpec, SimulateFace
+from forewarn.providers.spec import ProviderSpec
 
 from .settings import Settings
 
-
-def _watcher(settings: Settings, context: WatcherContext) -> Watcher:
-    from .watch import build  # loads httpx: only for a provider the agent runs
-
-    return build(settings, context)
-
-
-def _simulate() -> SimulateFace:
-    from . import simulate
-
-    return simulate
-
-
-def _drill() -> CommandFace:
-    from . import drill
-
-    return drill
-
-
-SPEC = ProviderSpec(
+SPEC = ProviderSpec.of_package(
+    __name__,
     name="gcp",
     summary="Compute Engine metadata server: preemption and host maintenance",
     settings=Settings,
-    watcher=_watcher,
-    simulate=_simulate,
-    drill=_drill,
 )
 
 

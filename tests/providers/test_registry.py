@@ -44,6 +44,15 @@ async def test_the_watcher_factory_has_one_shape(name: str, tmp_path: Path) -> N
         await closer(watcher)
 
 
+@pytest.mark.parametrize("spec", list(REGISTRY), ids=lambda spec: spec.name)
+def test_a_spec_declares_exactly_the_faces_its_folder_has(spec) -> None:
+    # of_package's simulate/drill flags must match the files, or a face is silently missing
+    # from `forewarn simulate`/`drill` (or the CLI offers one that cannot import).
+    folder = PROVIDER_DIR / spec.name
+    assert (spec.simulate is not None) == (folder / "simulate.py").exists()
+    assert (spec.drill is not None) == (folder / "drill.py").exists()
+
+
 @pytest.mark.parametrize("spec", REGISTRY.with_simulator(), ids=lambda spec: spec.name)
 def test_every_simulate_face_loads(spec) -> None:
     face = spec.simulate()
