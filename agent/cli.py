@@ -25,6 +25,8 @@ from forewarn.protocol.wire import (
     runtime_dir,
 )
 
+from .eventlines import ReplayTracker, describe
+
 if TYPE_CHECKING:
     from forewarn.providers.registry import Registry
 
@@ -200,21 +202,6 @@ def cmd_notify(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe(notice: dict[str, Any]) -> str:
-    """One line a person can read."""
-    deadline = notice.get("deadline")
-    when = ""
-    if deadline:
-        from forewarn.protocol.timefmt import parse_time
-
-        left = (parse_time(deadline) - utcnow()).total_seconds()
-        when = f"  deadline {deadline} (in {left:.0f}s)"
-    return (
-        f"{notice.get('sent_at', '')}  {notice['action']:<9} {notice['id']}  "
-        f"{notice['reason']} ({notice['provider']}){when}"
-    )
-
-
 # `wait` and `watch` exit with this code when no agent is heard (no heartbeat or notice within
 # --agent-timeout): a script or unit that waits on a dead socket fails instead of hanging.
 NO_AGENT_EXIT = 3
@@ -275,6 +262,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     sock = _subscribe(events)
     silence = _AgentSilence("watch", events, args.agent_timeout)
     deadline = time.monotonic() + args.timeout if args.timeout else None
+    replays = ReplayTracker()
     seen = 0
     try:
         while args.count is None or seen < args.count:
@@ -287,21 +275,25 @@ def cmd_watch(args: argparse.Namespace) -> int:
             topic, payload = sock.recv_multipart()
             silence.alive()
             message = json.loads(payload)
-            heartbeat = topic.decode() == TOPIC_HEARTBEAT
-            if heartbeat and not args.heartbeats:
+            if topic.decode() == TOPIC_HEARTBEAT:
+                replays.heartbeat(message)
+                if not args.heartbeats:
+                    continue
+                if args.json:
+                    print(json.dumps({"topic": TOPIC_HEARTBEAT, **message}), flush=True)
+                else:
+                    print(
+                        f"{message['sent_at']}  heartbeat  agent {message['agent']} "
+                        f"active {len(message['active'])}",
+                        flush=True,
+                    )
                 continue
+            replay = replays.is_replay(message)
             if args.json:
-                print(json.dumps({"topic": topic.decode(), **message}), flush=True)
-            elif heartbeat:
-                print(
-                    f"{message['sent_at']}  heartbeat  agent {message['agent']} "
-                    f"active {len(message['active'])}",
-                    flush=True,
-                )
+                print(json.dumps({"topic": TOPIC_NOTICE, "replay": replay, **message}), flush=True)
             else:
-                print(describe(message), flush=True)
-            if topic.decode() == TOPIC_NOTICE:
-                seen += 1
+                print(describe(message, replay=replay), flush=True)
+            seen += 1
     except KeyboardInterrupt:
         return 130
     finally:

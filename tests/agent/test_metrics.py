@@ -461,3 +461,29 @@ def test_scrape_shows_build_escalations_and_a_provider_that_never_succeeded(tmp_
 
 def _in(seconds: float) -> str:
     return format_time(datetime.now(timezone.utc) + timedelta(seconds=seconds))
+
+
+def test_nearest_deadline_goes_negative_then_clears_when_the_notice_expires(tmp_path: Path):
+    """Issue 18: `forewarn_nearest_deadline_seconds` stayed negative forever. Past its deadline
+    it is negative (the machine is overdue), and once the notice is retired (deadline plus
+    `notice_grace`) the series reads NaN again, with the expiry counted."""
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", FOREWARN_NOTICE_GRACE="2s")
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        url = metrics_url(agent)
+        reply = agent.control({"op": "notify", "action": "terminate", "deadline": _in(2)})
+        assert reply["ok"], reply
+        first = scrape_url(url)
+        assert 0 < value(first, "forewarn_nearest_deadline_seconds") <= 2
+        assert value(first, "forewarn_active_notices") == 1
+        eventually(
+            lambda: value(scrape_url(url), "forewarn_nearest_deadline_seconds") < 0,
+            what="a passed deadline",
+        )
+
+        def retired() -> Samples | None:
+            got = scrape_url(url)
+            return got if math.isnan(value(got, "forewarn_nearest_deadline_seconds")) else None
+
+        found = eventually(retired, what="the expired notice to leave the gauge")
+    assert value(found, "forewarn_active_notices") == 0
+    assert value(found, "forewarn_notices_expired_total", provider="local", reason="manual") == 1

@@ -1,0 +1,89 @@
+"""How `watch`, `wait`, `notify` and `status` print an event for people, and how `watch`
+tells a replay from news.
+
+The agent replays every active notice to each new subscriber: a heartbeat listing the active
+ids first, then each notice again with a new `seq` and `sent_at` and nothing else changed. The
+XPUB sends that replay to every subscriber, so a watcher that has been listening all along sees
+it too. Nothing on the wire says "replay"; a watcher knows from what it has already seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forewarn.protocol.timefmt import parse_time, utcnow
+
+# A note is free text from whoever ran `forewarn notify`: show all of it, on one line, with
+# nothing a terminal would act on.
+MAX_NOTE_CHARS = 200
+
+
+def _visible(text: str) -> str:
+    shown = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+    if len(shown) > MAX_NOTE_CHARS:
+        shown = shown[: MAX_NOTE_CHARS - 3] + "..."
+    return '"' + shown.replace('"', '\\"') + '"'
+
+
+def describe(notice: dict[str, Any], *, replay: bool = False) -> str:
+    """One line a person can read: the deadline and time left (not on a `clear`, which
+    withdraws the notice), why an expired notice was cleared, the `--note`, and `[replay]`
+    on a notice that was already active, sent again for a subscriber that joined late."""
+    line = (
+        f"{notice.get('sent_at', '')}  {notice['action']:<9} {notice['id']}  "
+        f"{notice['reason']} ({notice['provider']})"
+    )
+    detail = notice.get("detail")
+    detail = detail if isinstance(detail, dict) else {}
+    deadline = notice.get("deadline")
+    if deadline and notice["action"] != "clear":
+        left = (parse_time(deadline) - utcnow()).total_seconds()
+        line += f"  deadline {deadline} ({_left(left)})"
+    expired = detail.get("expired")
+    if notice["action"] == "clear" and isinstance(expired, str):
+        line += f"  expired: {_visible(expired)}"
+    note = detail.get("note")
+    if isinstance(note, str) and note:
+        line += f"  note {_visible(note)}"
+    if replay:
+        line += "  [replay]"
+    return line
+
+
+def _left(seconds: float) -> str:
+    return f"in {seconds:.0f}s" if seconds >= 0 else f"{-seconds:.0f}s ago"
+
+
+class ReplayTracker:
+    """Marks each notice a watcher receives as news or replay.
+
+    A notice is a replay when this watcher already showed it with the same action, reason and
+    deadline, or when it was active before the watcher first saw it (listed by the heartbeat
+    that precedes every replay). A changed notice (an escalation, a moved deadline) is news,
+    and so is one raised again after its clear.
+    """
+
+    def __init__(self) -> None:
+        self._shown: dict[str, tuple[Any, ...]] = {}
+        self._active: set[str] = set()
+
+    def heartbeat(self, beat: dict[str, Any]) -> None:
+        active = beat.get("active")
+        if isinstance(active, list):
+            self._active = {item for item in active if isinstance(item, str)}
+
+    def is_replay(self, notice: dict[str, Any]) -> bool:
+        notice_id = notice["id"]
+        if notice["action"] == "clear":
+            self._shown.pop(notice_id, None)
+            self._active.discard(notice_id)
+            return False
+        key = (notice["action"], notice.get("reason"), notice.get("deadline"))
+        known = self._shown.get(notice_id)
+        self._shown[notice_id] = key
+        if known is None:
+            return notice_id in self._active
+        return known == key
+
+
+__all__ = ["ReplayTracker", "describe"]

@@ -1,0 +1,140 @@
+"""`forewarn watch` for people: a replay (an active notice sent again because someone
+subscribed) reads differently from news, a `clear` shows no deadline, and a `--note` shows,
+escaped onto its one line."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import threading
+from pathlib import Path
+from typing import IO
+
+from forewarn.agent.eventlines import ReplayTracker, describe
+from hypothesis import given
+from hypothesis import strategies as st
+from support import AgentProcess, Subscriber, forewarn_cmd, run_forewarn
+
+NOTE = 'save first\n\x1b[2J "now"'
+
+
+class Lines:
+    """A watcher's stdout, a line at a time, without blocking the test forever."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._lines.put(line.rstrip("\n"))
+
+    def next(self, timeout: float = 20.0) -> str:
+        try:
+            return self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no line from the watcher within {timeout}s") from None
+
+
+def _watch(agent: AgentProcess, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        forewarn_cmd("watch", *args), env=agent.env, stdout=subprocess.PIPE, text=True
+    )
+
+
+def test_watch_marks_replays_hides_clear_deadlines_and_shows_notes(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        first = agent.control(
+            {"op": "notify", "action": "drain", "note": NOTE, "deadline": _in_minutes(10)}
+        )
+        x = first["notice"]["id"]
+        text = _watch(agent, "--count", "7")
+        assert text.stdout is not None
+        seen = Lines(text.stdout)
+        # A late joiner: the drain was active before it subscribed.
+        line = seen.next()
+        assert x in line and line.endswith("[replay]") and "deadline " in line
+        assert 'note "save first\\u000a\\u001b[2J \\"now\\""' in line
+        as_json = _watch(agent, "--json", "--count", "6")
+        assert as_json.stdout is not None
+        seen_json = Lines(as_json.stdout)
+        assert json.loads(seen_json.next())["replay"] is True
+        # The second watcher's subscription replays the drain to the first one too.
+        assert seen.next().endswith("[replay]")
+
+        y = agent.control({"op": "notify", "action": "drain", "deadline": _in_minutes(5)})
+        y_id = y["notice"]["id"]
+        news = seen.next()
+        assert y_id in news and "[replay]" not in news
+        assert json.loads(seen_json.next())["replay"] is False
+
+        with Subscriber(agent.events).ready():
+            # A third subscriber: both active notices again, for everyone, marked.
+            replayed = {seen.next(), seen.next()}
+            assert all(line.endswith("[replay]") for line in replayed)
+            assert all(any(i in line for line in replayed) for i in (x, y_id))
+            assert [json.loads(seen_json.next())["replay"] for _ in range(2)] == [True, True]
+
+        cleared = run_forewarn("notify", "clear", "--id", y_id, env=agent.env)
+        assert cleared.returncode == 0, cleared.stderr
+        clear = seen.next()
+        assert clear.split()[1] == "clear" and y_id in clear
+        assert "deadline" not in clear and "[replay]" not in clear
+        assert json.loads(seen_json.next())["action"] == "clear"
+
+        # The same id with another action is a change, news again.
+        agent.control({"op": "notify", "action": "terminate", "id": x})
+        changed = seen.next()
+        assert changed.split()[1] == "terminate" and "[replay]" not in changed
+        assert json.loads(seen_json.next())["replay"] is False
+        assert text.wait(15) == 0 and as_json.wait(15) == 0
+
+
+def _in_minutes(minutes: int) -> str:
+    from datetime import datetime, timedelta, timezone
+
+    from forewarn.protocol.timefmt import format_time
+
+    return format_time(datetime.now(timezone.utc) + timedelta(minutes=minutes))
+
+
+def _notice(action: str = "drain", **fields: object) -> dict[str, object]:
+    return {
+        "id": "local/manual/1",
+        "action": action,
+        "reason": "manual",
+        "provider": "local",
+        "deadline": "2026-11-30T03:12:00Z",
+        "sent_at": "2026-11-30T03:10:00Z",
+        "detail": {},
+        **fields,
+    }
+
+
+def test_tracker_news_repeats_changes_and_reraises() -> None:
+    tracker = ReplayTracker()
+    assert tracker.is_replay(_notice()) is False  # news
+    assert tracker.is_replay(_notice()) is True  # the same again: a replay
+    assert tracker.is_replay(_notice("terminate")) is False  # escalated
+    assert tracker.is_replay(_notice("terminate", deadline="2026-11-30T04:00:00Z")) is False
+    assert tracker.is_replay(_notice("clear", deadline=None)) is False
+    assert tracker.is_replay(_notice("terminate", deadline="2026-11-30T04:00:00Z")) is False
+    late = ReplayTracker()
+    late.heartbeat({"active": ["local/manual/1"]})
+    assert late.is_replay(_notice()) is True  # active before this watcher saw it
+    assert late.is_replay(_notice(id="local/manual/2")) is False
+
+
+def test_describe_clear_and_expiry() -> None:
+    clear = describe(_notice("clear", detail={"expired": "overdue by 5m"}))
+    assert "deadline" not in clear and 'expired: "overdue by 5m"' in clear
+    overdue = describe(_notice(deadline="2000-01-01T00:00:00Z"))
+    assert "s ago)" in overdue
+
+
+@given(note=st.text(max_size=400), expired=st.text(max_size=100))
+def test_any_note_stays_on_one_printable_line(note: str, expired: str) -> None:
+    for action in ("drain", "clear"):
+        line = describe(_notice(action, detail={"note": note, "expired": expired}), replay=True)
+        assert line.isprintable() and line.endswith("[replay]")
