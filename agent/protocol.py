@@ -122,6 +122,17 @@ class AckRequest(_Message):
         default=None, ge=0, le=MAX_FLUSH_SECONDS, allow_inf_nan=False
     )
     outcome: Literal["saved", "failed", "resumed"] = "saved"
+    # A background save (issue 20) reports apart what training waited (the snapshot) and the
+    # time until the checkpoint was durable (LATEST moved); `flush_seconds` is then the
+    # durable time, the figure the exit margin needs. An upload may outlast an hour.
+    stall_seconds: float | None = Field(
+        default=None, ge=0, le=MAX_FLUSH_SECONDS, allow_inf_nan=False
+    )
+    durable_seconds: float | None = Field(default=None, ge=0, le=86400, allow_inf_nan=False)
+    # The final save of a terminate with a background save in flight: what the client chose
+    # for that save and why (the figures it compared).
+    choice: Literal["waited", "cancelled", "nothing in flight"] | None = None
+    note: str | None = Field(default=None, max_length=500)
     # For `resumed`: how long the restore took and how many steps were lost.
     restore_seconds: float | None = Field(default=None, ge=0, le=86400, allow_inf_nan=False)
     steps_lost: int | None = Field(default=None, ge=0, le=2**63 - 1)

@@ -510,13 +510,19 @@ class Agent:
             if first and notice is not None and notice.provider == "local":
                 self._save()  # a restarted agent still knows this notice was acted on
             self._wake.set()  # a slower flush widens the exit margin
+        background = ""
+        if req.stall_seconds is not None or req.durable_seconds is not None:
+            background = f" stall={req.stall_seconds}s durable={req.durable_seconds}s"
+        if req.choice is not None:
+            background += f" final save: {req.choice} ({req.note or ''})"
         log.info(
-            "ack %s from %s: step=%s flush=%ss outcome=%s",
+            "ack %s from %s: step=%s flush=%ss outcome=%s%s",
             req.notice_id or "(periodic)",
             req.client or "?",
             req.step,
             req.flush_seconds,
             req.outcome,
+            background,
             extra={
                 "lifecycle": "ack",
                 "notice_id": req.notice_id,
@@ -524,6 +530,9 @@ class Agent:
                 "step": req.step,
                 "flush_seconds": req.flush_seconds,
                 "outcome": req.outcome,
+                "stall_seconds": req.stall_seconds,
+                "durable_seconds": req.durable_seconds,
+                "choice": req.choice,
             },
         )
         self.observers.on_ack(req, notice)

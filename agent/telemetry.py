@@ -11,7 +11,9 @@ Each line holds `v` (1), `at` (RFC 3339, when the agent wrote it) and `kind`:
   observed span.
 - `notice` / `escalation`: a published notice (`id`, `seq`, `action`, `reason`, `provider`,
   `deadline`, `noticed_at`, `sent_at`); `escalation` is a drain re-sent as terminate.
-- `ack`: a client flushed (`notice_id`, `client`, `step`, `flush_seconds`, `outcome`).
+- `ack`: a client flushed (`notice_id`, `client`, `step`, `flush_seconds`, `outcome`; from a
+  background save also `stall_seconds` and `durable_seconds`, and for a final save that found
+  one in flight `choice` and `note`).
 - `resume`: a client restarted from a checkpoint (`notice_id`, `client`, `step`,
   `restore_seconds`, `steps_lost`).
 """
@@ -134,16 +136,20 @@ class TelemetryObserver(Observer):
                 },
             )
             return
-        self.writer.write(
-            "ack",
-            {
-                "notice_id": ack.notice_id,
-                "client": ack.client,
-                "step": ack.step,
-                "flush_seconds": ack.flush_seconds,
-                "outcome": ack.outcome,
-            },
-        )
+        fields: dict[str, Any] = {
+            "notice_id": ack.notice_id,
+            "client": ack.client,
+            "step": ack.step,
+            "flush_seconds": ack.flush_seconds,
+            "outcome": ack.outcome,
+        }
+        # Only background saves report these (see AckRequest): `forewarn plan` takes the stall
+        # as the tax and the durable time for whether a notice's lead covers the flush.
+        for name in ("stall_seconds", "durable_seconds", "choice", "note"):
+            value = getattr(ack, name)
+            if value is not None:
+                fields[name] = value
+        self.writer.write("ack", fields)
 
     def on_stop(self) -> None:
         self.writer.write("stop", {"pid": os.getpid()})

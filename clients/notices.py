@@ -117,10 +117,17 @@ class Notices:
         outcome: str = "saved",
         restore_seconds: float | None = None,
         steps_lost: int | None = None,
+        stall_seconds: float | None = None,
+        durable_seconds: float | None = None,
+        choice: str | None = None,
+        note: str | None = None,
         timeout: float = 1.0,
         wait: bool = False,
     ) -> bool:
-        """Tell the agent about a flush (or a resume).
+        """Tell the agent about a flush (or a resume). A background save reports apart what
+        training waited (`stall_seconds`) and the time until it was durable
+        (`durable_seconds`); a final save that found one in flight says what it did about it
+        (`choice`: waited, cancelled, nothing in flight) and why (`note`).
 
         By default the ack is handed to a sender thread and this returns at once: True when it
         was queued for a live agent, False when no agent is alive. With `wait=True` it is sent
@@ -134,6 +141,10 @@ class Notices:
             ("flush_seconds", flush_seconds),
             ("restore_seconds", restore_seconds),
             ("steps_lost", steps_lost),
+            ("stall_seconds", stall_seconds),
+            ("durable_seconds", durable_seconds),
+            ("choice", choice),
+            ("note", note),
         ):
             if value is not None:
                 payload[key] = value

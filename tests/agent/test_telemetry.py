@@ -21,7 +21,7 @@ from forewarn.agent.telemetry import (
     read_records,
     rotated_paths,
 )
-from support import AgentProcess
+from support import AgentProcess, eventually
 
 NOW = datetime(2026, 11, 30, 3, 10, tzinfo=timezone.utc)
 
@@ -240,3 +240,58 @@ def test_a_real_agent_writes_notices_escalations_acks_and_resumes(
     assert by_kind["escalation"]["id"] == notice_id
     assert by_kind["ack"]["flush_seconds"] == 0.25 and by_kind["ack"]["step"] == 7
     assert by_kind["resume"]["restore_seconds"] == 1.5
+
+
+def test_background_save_acks_reach_telemetry_and_plan_by_the_same_names(
+    tmp_path: Path, env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """End to end (issue 20): the client's ack fields for a background save, the agent's
+    telemetry line and `forewarn plan` use the same names, and the plan takes the stall as the
+    tax and the durable time as what a notice must cover."""
+    from forewarn.agent.plan import cli as plan_cli
+    from forewarn.clients import Notices
+
+    with AgentProcess(tmp_path, env=env) as agent:
+        deadline = (datetime.now(timezone.utc) + timedelta(minutes=10)).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"
+        )
+        raised = agent.control({"op": "notify", "action": "terminate", "deadline": deadline})
+        notice_id = raised["notice"]["id"]
+        with Notices(agent.events, agent.control_endpoint) as notices:
+            eventually(lambda: notices.alive, what="the agent's first heartbeat")
+            for step in (10, 20, 30):  # periodic background saves: 0.5 s stall, 8 s durable
+                assert notices.ack(
+                    None,
+                    step=step,
+                    flush_seconds=8.0,
+                    stall_seconds=0.5,
+                    durable_seconds=8.0,
+                    wait=True,
+                    timeout=5,
+                )
+            assert notices.ack(
+                notice_id,
+                step=31,
+                flush_seconds=9.0,
+                stall_seconds=9.0,
+                durable_seconds=9.0,
+                choice="waited",
+                note="step 30 needed about 2.0 s more",
+                wait=True,
+                timeout=5,
+            )
+        # Out of range is refused by name, as every control field.
+        refused = agent.control({"op": "ack", "stall_seconds": -1})
+        assert not refused["ok"] and "stall_seconds" in refused["error"]
+    path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
+    acks = [r for r in read_records(path) if r["kind"] == "ack"]
+    assert [(a["stall_seconds"], a["durable_seconds"]) for a in acks] == [(0.5, 8.0)] * 3 + [
+        (9.0, 9.0)
+    ]
+    assert acks[-1]["choice"] == "waited" and acks[-1]["note"].startswith("step 30")
+    assert plan_cli.main(["--telemetry", str(path), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["telemetry"]["flush_source"] == "stall_seconds"
+    assert plan["telemetry"]["coverage_source"] == "durable_seconds"
+    assert plan["telemetry"]["flush_median_seconds"] == pytest.approx(0.5)
+    assert plan["telemetry"]["flush_p95_seconds"] >= 8.0
