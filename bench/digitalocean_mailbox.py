@@ -1,7 +1,7 @@
 """How fast a reclaim email becomes a drain: IDLE against polling, on a real Dovecot.
 
 For each mode the watcher runs in-process against a Dovecot on loopback (the tests' own
-server, tests/providers/digitalocean/dovecot_server.py); each round files one matching
+server, forewarn.testing.dovecot); each round files one matching
 mail (IMAP APPEND) and times until the watcher emits its report. The baseline is polling,
 measured in the same run at `--poll` seconds (the default interval is 30 s: its latency
 scales with the interval, about half of it on average). A third row times the pure
@@ -25,10 +25,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests" / "providers" / "digitalocean"))
 
 from common import percentile, table  # noqa: E402
-from dovecot_server import Dovecot, MailUser, dovecot_binary  # noqa: E402
 from forewarn.agent.protocol import Report, utcnow  # noqa: E402
 from forewarn.providers.base import PollHealth, WatcherContext  # noqa: E402
 from forewarn.providers.digitalocean.mail import MatchRules, reclaim_verdict  # noqa: E402
@@ -38,6 +36,7 @@ from forewarn.providers.digitalocean.settings import (  # noqa: E402
     Settings,
 )
 from forewarn.providers.digitalocean.watch import DigitalOceanWatcher  # noqa: E402
+from forewarn.testing.dovecot import Dovecot, MailUser, dovecot_binary  # noqa: E402
 
 
 def mail() -> bytes:

@@ -11,7 +11,16 @@ the same objects.
 """
 
 from .agent import PROVIDERS, AgentDied, RunningAgent, start_agent
-from .providers import AwsNotices, AzureNotices, GcpNotices, KubernetesNotices, ProviderNotices
+from .dovecot import Dovecot, DovecotFailed, DovecotNotInstalled, MailUser, dovecot_binary
+from .providers import (
+    AwsNotices,
+    AzureNotices,
+    DigitalOceanNotices,
+    GcpNotices,
+    KubernetesNotices,
+    Mailbox,
+    ProviderNotices,
+)
 from .simcontrol import SimControl, SimControlError, SimulatorProcess
 from .waiting import eventually, free_port
 
@@ -20,13 +29,20 @@ __all__ = [
     "AgentDied",
     "AwsNotices",
     "AzureNotices",
+    "DigitalOceanNotices",
+    "Dovecot",
+    "DovecotFailed",
+    "DovecotNotInstalled",
     "GcpNotices",
     "KubernetesNotices",
+    "MailUser",
+    "Mailbox",
     "ProviderNotices",
     "RunningAgent",
     "SimControl",
     "SimControlError",
     "SimulatorProcess",
+    "dovecot_binary",
     "eventually",
     "free_port",
     "start_agent",

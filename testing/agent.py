@@ -20,13 +20,16 @@ from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import format_time, parse_deadline
 from forewarn.protocol.wire import ENV_CONTROL, ENV_EVENTS, ENV_RUNTIME_DIR, request
 
+from .dovecot import Dovecot
 from .events import EventRecorder
 from .providers import (
     LAUNCH,
     AwsNotices,
     AzureNotices,
+    DigitalOceanNotices,
     GcpNotices,
     KubernetesNotices,
+    Mailbox,
     ProviderNotices,
 )
 from .simcontrol import SimulatorProcess
@@ -125,6 +128,8 @@ class RunningAgent:
         self.argv = [*argv, *args]
         self.simulator: SimulatorProcess | None = None
         self.notices: ProviderNotices | None = None
+        self.dovecot: Dovecot | None = None
+        self.mailbox: Mailbox | None = None
         self._extra_env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -147,12 +152,17 @@ class RunningAgent:
         self.state_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
         launch = LAUNCH.get(self.provider)
         if launch is not None:
+            if launch.mailbox:
+                # Raises DovecotNotInstalled, saying what to install, before anything starts.
+                self.dovecot = Dovecot().start()
+                self.mailbox = Mailbox(self.dovecot, self.dovecot.add_user())
+                self.env.update(self.mailbox.agent_env(self.root))
             port = free_port()
             self.simulator = SimulatorProcess(
                 self.provider, port, launch.sim_args, self.root / "simulator.log"
             ).start(_clean_environ())
             self.env.update(launch.agent_env(self.simulator.url, self.root))
-            self.notices = launch.notices(self.simulator.control)
+            self.notices = launch.handle(self.simulator.control, self.mailbox)
         self.env.update(self._extra_env)
         # The agent and the simulator start side by side: the watcher retries until it answers.
         self._log = self.log_path.open("wb")
@@ -215,6 +225,8 @@ class RunningAgent:
             self._recorder = None
         if self.simulator is not None:
             self.simulator.stop()
+        if self.dovecot is not None:
+            self.dovecot.stop()
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -267,6 +279,10 @@ class RunningAgent:
     @property
     def azure(self) -> AzureNotices:
         return self._provider(AzureNotices)
+
+    @property
+    def digitalocean(self) -> DigitalOceanNotices:
+        return self._provider(DigitalOceanNotices)
 
     @property
     def kubernetes(self) -> KubernetesNotices:

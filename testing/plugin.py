@@ -25,7 +25,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "forewarn(provider='local', **options): the provider (local, aws, gcp, azure, "
-        "kubernetes) and options of the forewarn_agent fixture",
+        "digitalocean, kubernetes) and options of the forewarn_agent fixture",
     )
 
 

@@ -3,12 +3,17 @@ simulator beside an agent."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from email.message import EmailMessage
+from email.utils import format_datetime, make_msgid
 from pathlib import Path
 from typing import Any, ClassVar
 
 from forewarn.protocol.timefmt import parse_duration
 
+from .dovecot import Dovecot, MailUser
 from .simcontrol import SimControl
 
 
@@ -119,9 +124,85 @@ class KubernetesNotices(ProviderNotices):
         return self.sim.raise_notice("shutdown")
 
 
+@dataclass(frozen=True)
+class Mailbox:
+    """The private mailbox a DigitalOcean agent watches: one user of a private Dovecot."""
+
+    server: Dovecot
+    user: MailUser
+
+    def deliver(self, message: bytes, delivered: datetime | None = None) -> None:
+        """File a mail into the inbox (IMAP APPEND), as the mail server would on arrival."""
+        self.server.append(self.user, message, delivered=delivered)
+
+    def agent_env(self, root: Path) -> dict[str, str]:
+        """The agent's settings for this mailbox: IMAPS on loopback, trusting the server's
+        own certificate, with a credentials file only the owner may read."""
+        credentials = root / "imap.env"
+        credentials.write_text(
+            f"FOREWARN_IMAP_USER={self.user.name}\nFOREWARN_IMAP_PASSWORD={self.user.password}\n"
+        )
+        credentials.chmod(0o600)
+        return {
+            "FOREWARN_DIGITALOCEAN_IMAP_HOST": "127.0.0.1",
+            "FOREWARN_DIGITALOCEAN_IMAP_PORT": str(self.server.imaps_port),
+            "FOREWARN_DIGITALOCEAN_IMAP_CA_FILE": str(self.server.cert),
+            "FOREWARN_DIGITALOCEAN_CREDENTIALS_FILE": str(credentials),
+        }
+
+
+class DigitalOceanNotices(ProviderNotices):
+    """DigitalOcean announces a Spot droplet's reclaim by email only: `reclaim()` files that
+    email into the private mailbox the agent watches (a private Dovecot). The simulator
+    serves droplet metadata, from which the agent learns which droplet it runs on; its
+    faults apply to that metadata."""
+
+    name = "digitalocean"
+    SENDER = "DigitalOcean <no-reply@digitalocean.com>"
+
+    def __init__(self, sim: SimControl, mailbox: Mailbox) -> None:
+        super().__init__(sim)
+        self.mailbox = mailbox
+
+    def droplet(self) -> tuple[str, str]:
+        """This droplet's id and name, as the simulator's metadata serves them."""
+        droplet = self.sim.state()["droplet"]
+        return str(droplet["droplet_id"]), str(droplet["hostname"])
+
+    def reclaim(self, in_: float | str | None = "2h", *, sender: str = SENDER) -> str:
+        """The reclaim email for this droplet, naming its deadline `in_` from now (None: no
+        time in the text, so the agent takes the mail's Date plus `digitalocean.lead`). The
+        agent raises a drain (reason `reclaim`) and escalates it to terminate in time.
+        Returns the mail's Message-ID."""
+        droplet_id, name = self.droplet()
+        now = datetime.now(timezone.utc).replace(microsecond=0)
+        when = ""
+        if in_ is not None:
+            deadline = now + timedelta(seconds=_seconds(in_))
+            when = f" at {deadline:%Y-%m-%dT%H:%M:%SZ}"
+        message = EmailMessage()
+        message["From"] = sender
+        message["To"] = f"{self.mailbox.user.name}@localhost"
+        message["Subject"] = "Your Spot Droplet will be reclaimed"
+        message["Date"] = format_datetime(now)
+        message["Message-ID"] = make_msgid(domain="digitalocean.com")
+        message.set_content(
+            f"Your Spot Droplet {name} (ID {droplet_id}) will be reclaimed{when}.\n"
+            "Save your work: the droplet will then be destroyed.\n"
+        )
+        self.mail(bytes(message))
+        return str(message["Message-ID"])
+
+    def mail(self, message: bytes) -> None:
+        """File any mail (e.g. one the agent must ignore) into the watched mailbox."""
+        self.mailbox.deliver(message)
+
+
 NODE = "forewarn-test-node"
 VM_NAME = "forewarn-test-vm"
 TOKEN = "forewarn-test-token"
+DROPLET_ID = "515151515"
+DROPLET_NAME = "forewarn-test-droplet"
 
 
 @dataclass(frozen=True)
@@ -131,6 +212,15 @@ class Launch:
     notices: type[ProviderNotices]
     sim_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    # DigitalOcean: a private Dovecot the agent reads its reclaim emails from.
+    mailbox: bool = False
+
+    def handle(self, sim: SimControl, mailbox: Mailbox | None) -> ProviderNotices:
+        if self.mailbox:
+            assert mailbox is not None
+            make: Callable[..., ProviderNotices] = self.notices
+            return make(sim, mailbox)
+        return self.notices(sim)
 
     def agent_env(self, url: str, root: Path) -> dict[str, str]:
         name = self.notices.name
@@ -157,6 +247,12 @@ LAUNCH: dict[str, Launch] = {
         ("--vm-name", VM_NAME),
         {"FOREWARN_AZURE_VM_NAME": VM_NAME, "FOREWARN_AZURE_INTERVAL": "0.25"},
     ),
+    "digitalocean": Launch(
+        DigitalOceanNotices,
+        ("--droplet-id", DROPLET_ID, "--hostname", DROPLET_NAME),
+        {"FOREWARN_DIGITALOCEAN_RETRY_MAX": "1"},
+        mailbox=True,
+    ),
     "kubernetes": Launch(
         KubernetesNotices,
         ("--node", NODE, "--token", TOKEN),
@@ -168,8 +264,10 @@ __all__ = [
     "LAUNCH",
     "AwsNotices",
     "AzureNotices",
+    "DigitalOceanNotices",
     "GcpNotices",
     "KubernetesNotices",
     "Launch",
+    "Mailbox",
     "ProviderNotices",
 ]

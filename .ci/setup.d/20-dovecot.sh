@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Dovecot for the DigitalOcean mailbox tests. The tests start their own instance on loopback
-# (tests/providers/digitalocean/dovecot_server.py), so the system service is stopped and
-# disabled: it must not hold ports 143/993 or answer in their place. Idempotent.
+# Dovecot for the DigitalOcean mailbox tests and forewarn.testing's DigitalOcean agent. They
+# start their own instance on loopback (testing/dovecot.py), so the system service is stopped
+# and disabled: it must not hold ports 143/993 or answer in their place. Idempotent.
 set -euo pipefail
 
 if ! command -v dovecot >/dev/null 2>&1 && [ ! -x /usr/sbin/dovecot ]; then

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 import forewarn.testing
+import forewarn.testing.dovecot
 import pytest
-from forewarn.testing import AgentDied, RunningAgent, start_agent
+from forewarn.testing import AgentDied, DovecotNotInstalled, RunningAgent, start_agent
 
 
 def test_importing_it_needs_only_the_standard_library_and_pyzmq() -> None:
@@ -24,7 +25,7 @@ def test_importing_it_needs_only_the_standard_library_and_pyzmq() -> None:
 
 def test_exported_members() -> None:
     exported = {name for name in dir(forewarn.testing) if not name.startswith("_")}
-    modules = {"agent", "events", "plugin", "providers", "simcontrol", "waiting"}
+    modules = {"agent", "dovecot", "events", "plugin", "providers", "simcontrol", "waiting"}
     assert exported - modules == set(forewarn.testing.__all__)
 
 
@@ -70,3 +71,14 @@ def test_a_deep_temporary_directory_still_gives_a_working_agent(
         assert len(str(agent.runtime_dir / "control")) <= 107
         assert agent.notify("drain").startswith("local/")
     assert not agent.root.exists()
+
+
+def test_a_digitalocean_agent_without_dovecot_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(forewarn.testing.dovecot, "dovecot_binary", lambda: None)
+    agent = RunningAgent("digitalocean")
+    with pytest.raises(DovecotNotInstalled, match=r"dovecot is not installed.*dovecot-imapd"):
+        agent.start()
+    # Nothing was started, and nothing is left.
+    assert agent.proc is None and agent.simulator is None and not agent.root.exists()

@@ -1,6 +1,6 @@
-"""docs/testing.md's and the README's examples run as written: each Python example is a test
-file run by its own pytest (the plugin's fixtures, none of this repository's configuration),
-the shell one by sh."""
+"""docs/testing.md's and the README's examples run as written: each Python test example is a
+test file run by its own pytest (the plugin's fixtures, none of this repository's
+configuration), a Python script by python without pytest, the shell one by sh."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "testing.md"
 EXAMPLE = re.compile(r"<!-- example: (\S+) -->\n```\w+\n(.*?)```\n<!-- /example -->", re.S)
 EXAMPLES = dict(EXAMPLE.findall(GUIDE.read_text() + (ROOT / "README.md").read_text()))
-PYTHON = sorted(name for name in EXAMPLES if name.endswith(".py"))
+PYTHON = sorted(name for name in EXAMPLES if name.startswith("test_") and name.endswith(".py"))
+SCRIPTS = sorted(name for name in EXAMPLES if not name.startswith("test_") and name.endswith(".py"))
 
 
 def test_the_guide_has_its_examples() -> None:
@@ -28,7 +29,25 @@ def test_the_guide_has_its_examples() -> None:
         "test_spot_loop.py",
         "test_transformers_handler.py",
     ]
+    assert SCRIPTS == ["without_pytest.py"]
     assert "handler.sh" in EXAMPLES
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_python_script_passes_without_pytest(name: str, tmp_path: Path) -> None:
+    (tmp_path / name).write_text(EXAMPLES[name])
+    (tmp_path / "env").mkdir()
+    env = agent_env(tmp_path / "env")
+    for key in ("FOREWARN_RUNTIME_DIR", "FOREWARN_STATE_DIR"):
+        env.pop(key)
+    # pytest is installed here; the script must not need it.
+    code = f"import sys; sys.modules['pytest'] = None; exec(open({name!r}).read())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+        timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
 # A fresh pytest importing torch and training on a shared 2-core machine: minutes, not seconds.

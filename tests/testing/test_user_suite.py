@@ -17,7 +17,8 @@ SUITE = Path(__file__).with_name("user_suite")
 
 
 def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes whose command line or environment holds `text`."""
+    """Command lines of live processes whose command line, environment, working directory or
+    open files hold `text` (Dovecot's children name nothing but hold its log open)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -25,14 +26,16 @@ def processes_mentioning(text: str) -> list[str]:
         try:
             cmdline = (entry / "cmdline").read_bytes()
             environ = (entry / "environ").read_bytes()
+            places = [os.readlink(entry / "cwd")]
+            places += [os.readlink(fd) for fd in (entry / "fd").iterdir()]
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        if text.encode() in cmdline or text.encode() in environ:
+        if text.encode() in cmdline + environ or any(text in place for place in places):
             found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
     return found
 
 
-# Seven agents and five simulators one after another, in a pytest of its own.
+# Eight agents, six simulators and a Dovecot one after another, in a pytest of its own.
 @pytest.mark.timeout(900)
 def test_the_user_suite_passes_and_leaves_nothing_behind(tmp_path: Path) -> None:
     # Short, so that socket paths under it stay within 107 bytes even under pytest-xdist.
@@ -51,21 +54,30 @@ def test_the_user_suite_passes_and_leaves_nothing_behind(tmp_path: Path) -> None
         env=env, cwd=SUITE, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert "7 passed" in done.stdout, done.stdout
+    assert "8 passed" in done.stdout, done.stdout
 
     runs = [json.loads(line) for line in record.read_text().splitlines()]
-    assert len(runs) == 7 and sum(1 for run in runs if run["sim"]) == 5
-    # Directories: every agent's private root is gone, and nothing else was left in TMPDIR.
-    assert not [run["root"] for run in runs if Path(run["root"]).exists()]
+    assert len(runs) == 8 and sum(1 for run in runs if run["sim"]) == 6
+    mail_servers = [run["dovecot"] for run in runs if run["dovecot"]]
+    assert len(mail_servers) == 1
+    # Directories: every agent's private root and the Dovecot's are gone, and nothing else
+    # was left in TMPDIR (as root, Dovecot's directory is under /tmp: its mail processes run
+    # as nobody, who cannot enter a private TMPDIR).
+    roots = [run["root"] for run in runs] + mail_servers
+    assert not [root for root in roots if Path(root).exists()]
     assert list(private_tmp.iterdir()) == []
-    # Processes: no agent or simulator, by pid or by anything pointing into the private TMPDIR.
-    alive = [pid for run in runs for pid in (run["pid"], run["sim_pid"]) if pid is not None]
+    # Processes: no agent, simulator or Dovecot, by pid or by anything pointing into the
+    # private TMPDIR or the Dovecot's directory.
+    pids = [run[key] for run in runs for key in ("pid", "sim_pid", "dovecot_pid")]
+    alive = [pid for pid in pids if pid is not None]
     assert not [pid for pid in alive if Path(f"/proc/{pid}").exists()], alive
-    assert processes_mentioning(str(private_tmp)) == []
-    # Sockets: the simulators' ports refuse connections; the ipc sockets went with the roots.
+    for place in (str(private_tmp), *mail_servers):
+        assert processes_mentioning(place) == [], place
+    # Sockets: the simulators' and Dovecot's ports refuse connections; the ipc sockets went
+    # with the roots.
     for run in runs:
-        if run["sim"]:
-            port = int(run["sim"].rsplit(":", 1)[1])
+        ports = [int(run["sim"].rsplit(":", 1)[1])] if run["sim"] else []
+        for port in ports + run["dovecot_ports"]:
             with socket.socket() as probe:
-                assert probe.connect_ex(("127.0.0.1", port)) != 0, f"{run['sim']} still listens"
+                assert probe.connect_ex(("127.0.0.1", port)) != 0, f"{port} still listens"
     private_tmp.rmdir()

@@ -1,4 +1,5 @@
-"""Fixtures of the DigitalOcean tests: Dovecot servers owned by the tests (dovecot_server.py).
+"""Fixtures of the DigitalOcean tests: Dovecot servers owned by the tests (the same helper
+users get, forewarn.testing.dovecot).
 
 Without Dovecot the mailbox tests are skipped, except under CI=true, where they fail: CI
 installs it (.ci/setup.d/20-dovecot.sh).
@@ -10,7 +11,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from dovecot_server import Dovecot, MailUser, dovecot_binary
+from forewarn.testing.dovecot import Dovecot, MailUser, dovecot_binary
 
 
 def _require_dovecot() -> str:

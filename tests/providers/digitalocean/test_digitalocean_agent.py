@@ -9,8 +9,8 @@ from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 from pathlib import Path
 
-from dovecot_server import Dovecot, MailUser
 from forewarn.agent.protocol import parse_time, utcnow
+from forewarn.testing.dovecot import Dovecot, MailUser
 from support import DEAD_LOOPBACK, AgentProcess, agent_env, run_forewarn
 
 DROPLET_ID = "515151515"

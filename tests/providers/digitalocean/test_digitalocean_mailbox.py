@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dovecot_server import Dovecot, MailUser
 from forewarn.agent.protocol import utcnow
 from forewarn.providers.base import PollHealth, WatcherContext
 from forewarn.providers.digitalocean.imap import Credentials, load_credentials
 from forewarn.providers.digitalocean.seen import STATE_FILE
 from forewarn.providers.digitalocean.settings import Settings
 from forewarn.providers.digitalocean.watch import DigitalOceanWatcher
+from forewarn.testing.dovecot import Dovecot, MailUser
 from support import WatcherRun, running_watcher
 
 DROPLET_ID = "424242424"

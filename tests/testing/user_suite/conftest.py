@@ -23,6 +23,11 @@ def _record(request: pytest.FixtureRequest) -> Iterator[None]:
             "pid": agent.pid,
             "sim": agent.simulator.url if agent.simulator else None,
             "sim_pid": agent.simulator.proc.pid if agent.simulator else None,
+            "dovecot": str(agent.dovecot.root) if agent.dovecot else None,
+            "dovecot_pid": agent.dovecot.pid if agent.dovecot else None,
+            "dovecot_ports": (
+                [agent.dovecot.imaps_port, agent.dovecot.imap_port] if agent.dovecot else []
+            ),
         }
         with open(RECORD, "a") as out:
             out.write(json.dumps(entry) + "\n")

@@ -48,6 +48,9 @@ def raise_provider_notice(agent: RunningAgent) -> str:
     if agent.provider == "azure":
         agent.azure.event("Preempt")
         return "terminate"
+    if agent.provider == "digitalocean":
+        agent.digitalocean.reclaim(in_="2h")  # the email, in the agent's private mailbox
+        return "drain"
     agent.kubernetes.cordon()
     return "drain"
 
@@ -56,7 +59,7 @@ def raise_provider_notice(agent: RunningAgent) -> str:
     "provider",
     [
         pytest.param(name, marks=pytest.mark.forewarn(provider=name))
-        for name in ("aws", "gcp", "azure", "kubernetes")
+        for name in ("aws", "gcp", "azure", "digitalocean", "kubernetes")
     ],
 )
 def test_a_provider_notice_reaches_the_guard(forewarn_agent: RunningAgent, provider: str) -> None:

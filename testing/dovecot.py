@@ -1,10 +1,13 @@
-"""A real Dovecot IMAP server on loopback for the DigitalOcean mailbox tests.
+"""A real Dovecot IMAP server on loopback, owned by a test: the mailbox where DigitalOcean's
+reclaim emails arrive.
 
 Each server writes its own dovecot.conf into a private directory: listeners on free
 127.0.0.1 ports (IMAPS, and IMAP with STARTTLS), users in a passwd-file, maildirs beside
-it, and a self-signed certificate made here with the openssl command. Each test gets a user
-of its own, so mailboxes never leak between tests. Without Dovecot the tests are skipped,
-except under CI=true, where they fail: CI installs it (.ci/setup.d/20-dovecot.sh).
+it, and a self-signed certificate made with the openssl command. Each `add_user` is a
+mailbox of its own. `stop` ends the server and removes the directory.
+
+Dovecot is not a Python package: install it from the system's packages
+(`apt-get install dovecot-imapd`); without it `Dovecot()` raises `DovecotNotInstalled`.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pwd
 import shutil
 import signal
 import ssl
+import stat
 import subprocess
 import tempfile
 import time
@@ -25,13 +29,28 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from support import free_port
+from forewarn.protocol.errors import ForewarnError
+
+from .waiting import free_port
 
 DOVECOT_PATHS = ("/usr/sbin/dovecot", "/usr/local/sbin/dovecot")
+INSTALL_HINT = "apt-get install dovecot-imapd (Debian, Ubuntu) or dnf install dovecot"
+# Dovecot's own sockets live under the directory; sun_path holds 107 bytes, and the longest
+# name Dovecot makes there is about 40.
+_DIR_MAX = 60
 _users = itertools.count(1)
 
 
+class DovecotNotInstalled(ForewarnError, RuntimeError):
+    """The dovecot (or openssl) command a DigitalOcean test needs is not on this machine."""
+
+
+class DovecotFailed(ForewarnError, RuntimeError):
+    """Dovecot exited or did not answer; the message ends with its log."""
+
+
 def dovecot_binary() -> str | None:
+    """The dovecot command, or None when it is not installed."""
     found = shutil.which("dovecot")
     if found:
         return found
@@ -44,6 +63,23 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
+def _open_to_others(path: Path) -> bool:
+    """Whether every directory from / to `path` may be passed through by any user."""
+    return all(os.stat(part).st_mode & stat.S_IXOTH for part in (path, *path.parents))
+
+
+def _server_root() -> Path:
+    """A fresh directory for one server. As root, the mail processes run as an unprivileged
+    user, who must be able to reach it; and its sockets' paths must stay short. Either need
+    unmet in the temporary directory (a private TMPDIR, pytest's deep basetemp): /tmp."""
+    base = Path(tempfile.gettempdir())
+    if len(str(base)) > _DIR_MAX or (os.geteuid() == 0 and not _open_to_others(base)):
+        base = Path("/tmp")
+    root = Path(tempfile.mkdtemp(prefix="forewarn-dovecot-", dir=base))
+    root.chmod(0o755)
+    return root
+
+
 @dataclass
 class MailUser:
     name: str
@@ -51,15 +87,24 @@ class MailUser:
 
 
 class Dovecot:
-    """One Dovecot instance owned by the tests."""
+    """One Dovecot instance on 127.0.0.1: `start()`, `add_user()`, `append()`, `stop()`.
 
-    def __init__(self, binary: str, idle: bool = True) -> None:
-        self.binary = binary
+    `idle=False` leaves IDLE out of the capabilities, for a watcher that must poll."""
+
+    def __init__(self, binary: str | None = None, idle: bool = True) -> None:
+        found = binary or dovecot_binary()
+        if found is None:
+            raise DovecotNotInstalled(
+                f"dovecot is not installed, and a DigitalOcean agent reads its reclaim emails "
+                f"from a real IMAP server: {INSTALL_HINT}"
+            )
+        if shutil.which("openssl") is None:
+            raise DovecotNotInstalled(
+                "the openssl command is not installed (it makes the IMAP server's certificate)"
+            )
+        self.binary = found
         self.idle = idle
-        # Not pytest's tmp_path: when the tests run as root, the mail processes run as an
-        # unprivileged user, who must be able to reach this directory.
-        self.root = Path(tempfile.mkdtemp(prefix="forewarn-dovecot-"))
-        self.root.chmod(0o755)
+        self.root = _server_root()
         self.imaps_port = free_port()
         self.imap_port = free_port()
         self.cert = self.root / "cert.pem"
@@ -127,7 +172,7 @@ service imap-login {{
     ssl = yes
   }}
 }}
-# Failed logins from an address slow its later logins (the auth penalty); the tests fail
+# Failed logins from an address slow its later logins (the auth penalty); tests fail
 # logins on purpose, so it is off (Dovecot's documented way: no penalty socket).
 service anvil {{
   chroot =
@@ -138,6 +183,15 @@ service anvil {{
 {capability}"""
 
     def start(self, timeout: float = 15.0) -> Dovecot:
+        """Start the server; ready once it answers an IMAP greeting."""
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
         self._make_cert()
         self.users.mkdir()
         mail = self.root / "mail"
@@ -152,20 +206,21 @@ service anvil {{
             preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"dovecot exited with {self.proc.returncode}:\n{self.logs()}")
+                raise DovecotFailed(f"dovecot exited with {self.proc.returncode}:\n{self.logs()}")
             with contextlib.suppress(OSError, imaplib.IMAP4.error):
                 imaplib.IMAP4("127.0.0.1", self.imap_port, timeout=2).logout()
-                return self
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"dovecot not ready within {timeout}s:\n{self.logs()}")
+                return
+            if time.monotonic() > deadline:
+                raise DovecotFailed(f"dovecot not ready within {timeout:g}s:\n{self.logs()}")
+            time.sleep(0.02)
 
     def logs(self) -> str:
-        return self.log.read_text() if self.log.exists() else ""
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def add_user(self, password: str = "secret-pw") -> MailUser:
+        """A new mailbox, empty."""
         name = f"u{next(_users)}"
         # One passwd-file per user: Dovecot notices a changed passwd-file at most once a
         # second, but opens a file it has not read yet at once.
@@ -197,11 +252,17 @@ service anvil {{
         conn = self.connect(user)
         try:
             kind, data = conn.append(mailbox, None, delivered, message)
-            assert kind == "OK", data
+            if kind != "OK":
+                raise DovecotFailed(f"APPEND to {mailbox} of {user.name}: {kind} {data!r}")
         finally:
             conn.logout()
 
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
     def stop(self) -> None:
+        """Stop the server (and its children) and remove its directory. Safe to call twice."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -212,4 +273,10 @@ service anvil {{
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-__all__ = ["Dovecot", "MailUser", "dovecot_binary"]
+__all__ = [
+    "Dovecot",
+    "DovecotFailed",
+    "DovecotNotInstalled",
+    "MailUser",
+    "dovecot_binary",
+]
