@@ -31,7 +31,11 @@ class WatcherContext:
 @runtime_checkable
 class Watcher(Protocol):
     """A notice contract. `watch` runs until cancelled, calls `emit` for each new, changed or
-    withdrawn notice, and never raises on bad data or transport errors."""
+    withdrawn notice, and never raises on bad data or transport errors.
+
+    A watcher that remembers what it reported (to send only changes) may also have
+    `forget(notice_id)`: the agent calls it when it retires the notice past its deadline plus
+    a grace, so a provider still showing the notice raises it again."""
 
     name: ClassVar[str]
 

@@ -74,6 +74,14 @@ class PathTracker:
                 out.append(self._clear(self.seen.pop(slot).report, None))
         return out
 
+    def forget(self, notice_id: str) -> bool:
+        """Drop the memory of a notice the agent retired (past its deadline plus a grace), so
+        that the next poll still showing it reports it again. True if it was known here."""
+        slots = [slot for slot, seen in self.seen.items() if seen.report.id == notice_id]
+        for slot in slots:
+            del self.seen[slot]
+        return bool(slots)
+
     def _changed(
         self, seen: _Seen, report: Report, moments: dict[str, datetime | None], now: float
     ) -> bool:

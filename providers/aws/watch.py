@@ -10,6 +10,8 @@ connection, and reports new, changed and withdrawn notices.
 AWS never withdraws a spot interruption or a rebalance recommendation. When one disappears
 anyway (a stop and start, a simulator), the rebalance drain is cleared, but the interruption
 is kept: a terminate is final, and a vanished interruption is likelier a glitch than a reprieve.
+A notice the agent retired past its deadline plus a grace is forgotten (`forget`): a path
+that still shows it raises it again on its next poll.
 """
 
 from __future__ import annotations
@@ -233,6 +235,13 @@ class AwsWatcher:
         if not any(other.failing for other in self.paths):
             self.health.success()
         return True
+
+    def forget(self, notice_id: str) -> None:
+        """The agent retired `notice_id` (past its deadline plus a grace): IMDS still showing
+        it on the next poll raises it again, as AWS keeps an interruption until the end."""
+        for path in self.paths:
+            if path.tracker.forget(notice_id):
+                log.info("aws: %s retired; raised again while IMDS still shows it", notice_id)
 
     def _describe(self, error: ImdsError) -> str:
         """The cause and fix the first time an error kind has one; a reminder afterwards."""

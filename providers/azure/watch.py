@@ -259,6 +259,14 @@ class AzureWatcher:
 
     # Approval.
 
+    def forget(self, notice_id: str) -> None:
+        """The agent retired `notice_id` past its deadline plus a grace: read the next document
+        afresh even if its incarnation did not change, so an event still listed (a long
+        redeploy) is raised again, with the deadline it had."""
+        if notice_id in self.reports:
+            self.incarnation = None
+            log.info("azure: %s retired; raised again while it is still listed", notice_id)
+
     def approval_counts(self) -> dict[str, int]:
         """Approvals sent (200), failed and skipped so far, for metrics."""
         stats = self.approvals.stats

@@ -5,6 +5,10 @@ each with `wait_for_change=true`, the last ETag seen and `timeout_sec`, so a cha
 within milliseconds and a change made between two long-polls is answered at once (its ETag
 differs). `instance/upcoming-maintenance` has no long-poll worth trusting and is read slowly.
 
+A notice the agent retired past its deadline plus a grace is forgotten (`forget`): the
+next answer that still shows it raises it again. With `wait_for_change` that answer comes
+when `timeout_sec` runs out, so a retired notice is back within one long-poll.
+
 The parsers are pure functions of the response text; `GcpWatcher` owns the HTTP.
 """
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +33,8 @@ from ..base import Emit, ParseError, PollHealth, WatcherContext
 from ..fetch import fetch
 from .active import ACTIVE_FILE, ActiveNotices
 from .settings import Settings
+
+log = logging.getLogger("forewarn.providers.gcp")
 
 PROVIDER = "gcp"
 METADATA_PATH = "/computeMetadata/v1"
@@ -295,6 +302,14 @@ class NoticeTrack:
         self._keep(self.active)
         return self.active
 
+    def forget(self, notice_id: str) -> bool:
+        """The agent retired this notice (past its deadline plus a grace): the next answer
+        that still shows it raises it again, with its id and deadline. True if it was ours."""
+        if self.active is None or self.active.id != notice_id:
+            return False
+        self.saved, self.active = self.active, None
+        return True
+
     def _keep(self, report: Report | None) -> None:
         if self.active_notices is not None:
             self.active_notices.keep(self.kind, report)
@@ -324,6 +339,10 @@ class GcpWatcher:
         self.active = ActiveNotices(
             Path(context.state_dir) / ACTIVE_FILE if context is not None else None
         )
+        self.tracks = {
+            kind: NoticeTrack(kind, self.active)
+            for kind in ("preempted", "maintenance-event", "upcoming-maintenance")
+        }
         # The VM's preemption notice duration as the metadata server reports it, if it does.
         self.reported_notice_duration: float | None = None
         self._client: httpx.AsyncClient | None = None
@@ -369,9 +388,16 @@ class GcpWatcher:
             loops.append(self._watch_upcoming(emit))
         await asyncio.gather(*loops)
 
+    def forget(self, notice_id: str) -> None:
+        """The agent retired `notice_id` past its deadline plus a grace: an answer that still
+        shows the notice raises it again (a preempted VM stays preempted until it stops)."""
+        for track in self.tracks.values():
+            if track.forget(notice_id):
+                log.info("gcp: %s retired; raised again while the server still shows it", notice_id)
+
     async def _watch_preempted(self, emit: Emit) -> None:
         await self._read_notice_duration()
-        track = NoticeTrack("preempted", self.active)
+        track = self.tracks["preempted"]
 
         def on_answer(answer: _Answer) -> Report | None:
             preempted = parse_preempted(answer.text)
@@ -381,7 +407,7 @@ class GcpWatcher:
         await self._long_poll(PREEMPTED_KEY, on_answer, emit)
 
     async def _watch_maintenance(self, emit: Emit) -> None:
-        track = NoticeTrack("maintenance-event", self.active)
+        track = self.tracks["maintenance-event"]
 
         def on_answer(answer: _Answer) -> Report | None:
             value = parse_maintenance_event(answer.text)
@@ -458,7 +484,7 @@ class GcpWatcher:
         return _Answer(response.text, response.headers.get("ETag"))
 
     async def _watch_upcoming(self, emit: Emit) -> None:
-        track = NoticeTrack("upcoming-maintenance", self.active)
+        track = self.tracks["upcoming-maintenance"]
         while True:
             known, window, detail = await self._read_upcoming()
             if known:

@@ -1,0 +1,118 @@
+"""A notice retired past its deadline plus a grace comes back while the provider still shows
+it (issue 22 item 3; the agent calls the watcher's `forget`). Real agent processes, real
+simulators: each provider keeps its notice, the agent runs with a one-second grace, and a
+subscriber sees the notice, its expiry `clear`, then the same notice again.
+
+Where it does not apply: DigitalOcean's reclaim is one mail, read once (nothing keeps
+showing it); Kubernetes node notices have no deadline, so they never expire.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.simulator import SimServer, Simulator
+from support import AgentProcess, Subscriber, agent_env
+
+GRACE = ("--set", "notice_grace=1", "--exit-margin", "1s")
+VM = "reraise-vm"
+
+
+def _next(sub: Subscriber, match: Callable[[dict[str, Any]], bool], timeout: float) -> Any:
+    end = time.monotonic() + timeout
+    seen = []
+    while (left := end - time.monotonic()) > 0:
+        try:
+            notice = sub.notice(timeout=left)
+        except TimeoutError:
+            break
+        seen.append((notice["action"], notice["id"]))
+        if match(notice):
+            return notice
+    raise AssertionError(f"no matching notice within {timeout}s; saw {seen}")
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Simulator], SimServer]]:
+    servers: list[SimServer] = []
+
+    def start(sim: Simulator) -> SimServer:
+        servers.append(SimServer(sim).start())
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def _agent(tmp_path: Path, provider: str, url: str, **settings: str) -> AgentProcess:
+    env = agent_env(tmp_path, **{f"FOREWARN_{provider.upper()}_URL": url}, **settings)
+    return AgentProcess(tmp_path, providers=(provider,), args=GRACE, env=env)
+
+
+def _raised_retired_raised(sub: Subscriber, provider: str, action: str, timeout: float) -> None:
+    first = _next(sub, lambda n: n["provider"] == provider and n["action"] == action, 15)
+    cleared = _next(sub, lambda n: n["id"] == first["id"] and n["action"] == "clear", timeout)
+    assert "grace" in cleared["detail"]["expired"]
+    again = _next(sub, lambda n: n["id"] == first["id"] and n["action"] == action, timeout)
+    assert again["seq"] > cleared["seq"] > first["seq"]
+    assert again["deadline"] == cleared["deadline"]  # the deadline it had, not a new one
+
+
+def test_aws_spot_interruption_still_shown_after_expiry_is_raised_again(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer]
+) -> None:
+    sim = ImdsSimulator()
+    server = serve(sim)
+    # A fixed time one second ahead: IMDS keeps showing it past the deadline.
+    sim.raise_notice("spot", {"time": 1})
+    fast = {"FOREWARN_AWS_SPOT_INTERVAL": "0.2", "FOREWARN_AWS_ASG_INTERVAL": "0"}
+    with (
+        _agent(tmp_path, "aws", server.url, **fast) as agent,
+        agent.subscriber() as sub,
+    ):
+        _raised_retired_raised(sub, "aws", "terminate", timeout=8)
+        assert "retired; raised again while IMDS still shows it" in agent.output()
+
+
+def test_gcp_preemption_still_shown_after_expiry_is_raised_again(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer]
+) -> None:
+    sim = GcpSimulator()
+    server = serve(sim)
+    settings = {
+        "FOREWARN_GCP_PREEMPTION_NOTICE": "1",
+        "FOREWARN_GCP_TIMEOUT_SEC": "1",
+        "FOREWARN_GCP_UPCOMING_INTERVAL": "0",
+    }
+    with (
+        _agent(tmp_path, "gcp", server.url, **settings) as agent,
+        agent.subscriber() as sub,
+    ):
+        sim.raise_notice("preempt", {})
+        # The long-poll answers again when `timeout_sec` runs out: that answer raises it.
+        _raised_retired_raised(sub, "gcp", "terminate", timeout=10)
+        assert "retired; raised again while the server still shows it" in agent.output()
+
+
+def test_azure_event_still_listed_after_expiry_is_raised_again(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer]
+) -> None:
+    # Started at its NotBefore and listed for a minute more, as a long redeploy can be.
+    sim = AzureSimulator(vm_name=VM, removal_after=60)
+    server = serve(sim)
+    settings = {"FOREWARN_AZURE_APPROVE": "off", "FOREWARN_AZURE_INTERVAL": "0.5"}
+    with (
+        _agent(tmp_path, "azure", server.url, **settings) as agent,
+        agent.subscriber() as sub,
+    ):
+        sim.raise_notice("Redeploy", {"resources": [VM], "not_before_seconds": 1})
+        _raised_retired_raised(sub, "azure", "terminate", timeout=10)
+        assert "retired; raised again while it is still listed" in agent.output()
