@@ -65,7 +65,6 @@ def test_an_escalated_scheduled_event_moved_a_day_out_is_a_drain_again(
 ) -> None:
     sim, server = imds
     with aws_agent(tmp_path, server, "--exit-margin", "5s") as agent, agent.subscriber() as sub:
-        time.sleep(0.3)
         event_id = sim.raise_notice("scheduled", {"code": "system-reboot", "not_before": 7})
         drain = next_notice(sub, action="drain")
         terminate = next_notice(sub, action="terminate", id=drain["id"])
@@ -92,7 +91,6 @@ def test_a_spot_action_changed_from_terminate_to_stop_is_resent(
 ) -> None:
     sim, server = imds
     with aws_agent(tmp_path, server) as agent, agent.subscriber() as sub:
-        time.sleep(0.3)
         when = later(120)
         sim.raise_notice("spot", {"action": "terminate", "time": when})
         first = next_notice(sub, reason="spot-interruption")

@@ -152,7 +152,6 @@ def test_an_event_started_early_is_republished_with_the_deadline_now(
         azure_agent(tmp_path, server, FOREWARN_AZURE_APPROVE="off") as agent,
         agent.subscriber() as sub,
     ):
-        time.sleep(0.3)  # let the subscription reach the agent
         event_id = sim.raise_notice(
             "Reboot", {"resources": ["gpu-0", "gpu-1"], "not_before_seconds": 900}
         )
