@@ -129,6 +129,8 @@ class CheckpointGuard:
         self._events: dict[str, Event] = {}  # the notices that asked for the pending save
         # Terminates in force before this job started: id -> deadline (monotonic), or None.
         self._inherited: dict[str, float | None] = {}
+        # Those still waiting for a heartbeat to say whether an earlier client acted on them.
+        self._undecided: dict[str, tuple[Event, float]] = {}
         self._eval_calls = 0
         self._due_calls = 0
 
@@ -376,12 +378,57 @@ class CheckpointGuard:
             self._handled.discard(event.id)
             with self._lock:
                 self._inherited.pop(event.id, None)
+                self._undecided.pop(event.id, None)
         elif event.action == "terminate":
             if event.noticed_at.timestamp() < self._started_wall:
-                self._inherit(event)
+                if event.id not in self._inherited:
+                    with self._lock:
+                        self._undecided[event.id] = (event, time.monotonic())
+                    self._decide_inherited()
                 return
             with self._lock:
                 self._inherited.pop(event.id, None)
+                self._undecided.pop(event.id, None)
+                self._pending["terminate"] = event.id
+                self._notice_ids.add(event.id)
+                self._events[event.id] = event
+                self._exit = True
+                self._wake = True
+
+    def _decide_inherited(self) -> None:
+        """Sort the terminates in force before this job started by the agent's heartbeat:
+        one listed in `acked` was acted on by an earlier client (`_inherit`: this job trains);
+        one nobody acted on is this job's to act on, at once, like any terminate. The agent
+        sends its heartbeat right after the replay; a heartbeat that does not list the notice
+        as active, or an agent too old to send `acked`, leaves it undecided until
+        `heartbeat_timeout` has passed, and then it counts as acted on."""
+        if not self._undecided:
+            return
+        notices = self.notices
+        beat = notices.agent if notices is not None else None
+        timeout = notices.heartbeat_timeout if notices is not None else 0.0
+        now = time.monotonic()
+        for notice_id, (event, seen) in list(self._undecided.items()):
+            if beat is not None and notice_id in beat.get("active", ()) and "acked" in beat:
+                acted = notice_id in beat["acked"]
+            elif now - seen < timeout:
+                continue
+            else:
+                acted = True
+            with self._lock:
+                if self._undecided.pop(notice_id, None) is None:
+                    continue
+            if acted:
+                self._inherit(event)
+                continue
+            log.warning(
+                "forewarn: terminate %s from %s was already in force when this job started "
+                "(noticed %s) and no client has acted on it: this job saves and exits now",
+                event.id,
+                event.provider,
+                event.noticed_at.isoformat(),
+            )
+            with self._lock:
                 self._pending["terminate"] = event.id
                 self._notice_ids.add(event.id)
                 self._events[event.id] = event
@@ -389,11 +436,12 @@ class CheckpointGuard:
                 self._wake = True
 
     def _inherit(self, event: Event) -> None:
-        """A terminate that was in force before this job started. It was sent to (and acted
-        on by) whatever ran before, so it does not make this job exit at once: the job trains,
-        and saves and exits `exit_margin` before the notice's deadline. Without a deadline, or
-        with one already past, it asks nothing of this job. A notice raised after the start, a
-        signal, or the same notice changed by the agent still acts at once."""
+        """A terminate that was in force before this job started and that an earlier client
+        acted on (it saved and acked). The machine is still here, so it does not make this job
+        exit at once: the job trains, and saves and exits `exit_margin` before the notice's
+        deadline. Without a deadline, or with one already past, it asks nothing of this job. A
+        notice raised after the start, a signal, or the same notice changed by the agent still
+        acts at once."""
         if event.id in self._inherited:
             return
         left = event.seconds_left
@@ -411,7 +459,8 @@ class CheckpointGuard:
         self._events[event.id] = event
         log.warning(
             "forewarn: terminate %s from %s was already in force when this job started "
-            "(noticed %s); it does not stop this job at once: %s",
+            "(noticed %s) and an earlier client acted on it; it does not stop this job at "
+            "once: %s",
             event.id,
             event.provider,
             event.noticed_at.isoformat(),
@@ -419,6 +468,7 @@ class CheckpointGuard:
         )
 
     def _check_inherited(self) -> None:
+        self._decide_inherited()
         if not self._inherited or self._exit:
             return
         margin = max(self.exit_margin, 2 * self._slowest_flush)
