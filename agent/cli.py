@@ -242,7 +242,7 @@ class _AgentSilence:
             return False
         what = "lost the agent" if self.heard else "no agent"
         print(
-            f"forewarn {self.command}: {what} on {self.events}: no heartbeat within "
+            f"forewarn: {self.command}: {what} on {self.events}: no heartbeat within "
             f"{self.timeout:g}s (is `forewarn agent` running?)",
             file=sys.stderr,
             flush=True,
@@ -312,7 +312,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
         while True:
             if deadline is not None and time.monotonic() >= deadline:
                 print(
-                    f"forewarn wait: no {args.wait_for} within {args.timeout:g}s",
+                    f"forewarn: wait: no {args.wait_for} within {args.timeout:g}s",
                     file=sys.stderr,
                 )
                 return 1
@@ -381,6 +381,12 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     sources = ["local", *(spec.name for spec in REGISTRY.with_simulator())]
     if args.source not in sources:
         raise UsageError(f"drill local: --provider: {REGISTRY.unknown(args.source, sources)}")
+    if args.dir is not None:
+        try:
+            args.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            why = error.strerror
+            raise UsageError(f"drill local: --dir: cannot use {args.dir}: {why}") from None
 
     return run_local_drill(args, reclaim=run_reclaim_drill)
 
@@ -555,7 +561,9 @@ def build_parser(
         help="notice source: local (control socket) or a provider simulator "
         "(aws, gcp, azure, kubernetes)",
     )
-    local.add_argument("--steps", type=int, default=400, help="steps of the demo run (default 400)")
+    local.add_argument(
+        "--steps", type=_positive_int, default=400, help="steps of the demo run (default 400)"
+    )
     local.add_argument(
         "--step-time",
         type=_duration("--step-time"),

@@ -39,7 +39,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 from forewarn.protocol.wire import request
 
 from .drill_local import Machine
@@ -66,9 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--lead",
-        type=float,
+        type=duration_arg,
         default=8.0,
-        help="seconds from notice to SIGKILL in the realistic scenarios (default 8)",
+        help="time from notice to SIGKILL in the realistic scenarios, e.g. 8s (default 8s)",
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the random moments")
     parser.add_argument(

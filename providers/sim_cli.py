@@ -106,6 +106,7 @@ class SimulatorCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         try:
+            _check_ready_file(args.ready_file)
             sim = self.start(args)
         except UsageError as error:
             print(f"forewarn: simulate {self.name}: {error}", file=sys.stderr, flush=True)
@@ -190,6 +191,23 @@ def _check_host(host: str) -> None:
     if not loopback:
         # The simulators stand in for link-local metadata services; never serve them wider.
         raise UsageError(f"--host: {host} is not a loopback address (use 127.0.0.1 or ::1)")
+
+
+def _check_ready_file(path: Path | None) -> None:
+    """Refuse an unwritable --ready-file before listening: a script waiting for the file
+    would otherwise wait forever, and the user would see a traceback."""
+    if path is None:
+        return
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UsageError(f"--ready-file: cannot write {path}: {path.parent} is not a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise UsageError(f"--ready-file: cannot write {path}: {error.strerror}") from None
 
 
 def _write_ready(path: Path, url: str) -> None:

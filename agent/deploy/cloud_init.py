@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
             training_unit_name=args.training_unit,
         )
     except RenderError as error:
-        print(f"forewarn render cloud-init: {error}", file=sys.stderr)
+        print(f"forewarn: render cloud-init: {error}", file=sys.stderr)
         return 2
     if args.output is None:
         sys.stdout.write(text)

@@ -808,14 +808,14 @@ def run(args: argparse.Namespace) -> int:
         resolved = resolve(args)
         plan = build(resolved)
     except PlanError as error:
-        print(f"forewarn plan: {_flagged(error)}", file=sys.stderr)
+        print(f"forewarn: plan: {_flagged(error)}", file=sys.stderr)
         return 2
     if args.plot is not None:
         from .plot import PlotError, draw
 
         if resolved.timing.mtbi_seconds is None:
             print(
-                "forewarn plan: --plot: needs the interruption rate (--interruptions-per-day)",
+                "forewarn: plan: --plot: needs the interruption rate (--interruptions-per-day)",
                 file=sys.stderr,
             )
             return 2
@@ -823,7 +823,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             draw(resolved.timing, resolved.intervals, args.plot)
         except PlotError as error:
-            print(f"forewarn plan: --plot: {error}", file=sys.stderr)
+            print(f"forewarn: plan: --plot: {error}", file=sys.stderr)
             return 2
     if args.json:
         print(json.dumps(plan, indent=2))

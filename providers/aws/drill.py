@@ -330,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
             "run where an instance role applies",
             file=sys.stderr,
         )
-        return 1
+        return 2  # like a missing flag: the user must supply something before it can run
     except (ClientError, BotoCoreError) as error:
         print(f"forewarn: drill aws: {error}", file=sys.stderr)
         return 1

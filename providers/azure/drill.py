@@ -8,6 +8,7 @@ only prints the request. azure-identity is imported here, inside `run`, and nowh
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any, Protocol
 from urllib.parse import quote
@@ -98,6 +99,9 @@ def run(args: argparse.Namespace, credential: TokenCredential | None = None) -> 
             from azure.identity import DefaultAzureCredential
         except ImportError:
             return _fail("needs azure-identity: pip install 'forewarn[azure]'", 2)
+        # The chain logs its whole failure (a paragraph per credential source) as a warning
+        # before raising it; the one `forewarn:` line below says it instead.
+        logging.getLogger("azure.identity").setLevel(logging.ERROR)
         credential = DefaultAzureCredential()
     try:
         token = credential.get_token(SCOPE).token
@@ -109,7 +113,7 @@ def run(args: argparse.Namespace, credential: TokenCredential | None = None) -> 
             f"no Azure credentials ({type(error).__name__}: {first}); sign in with `az login`, "
             "or set AZURE_CLIENT_ID, AZURE_TENANT_ID and AZURE_CLIENT_SECRET, or run on a VM "
             "with a managed identity",
-            1,
+            2,
         )
     try:
         with httpx.Client(timeout=args.timeout) as client:

@@ -46,6 +46,23 @@ def test_bare_forewarn_prints_help_and_version_works(tmp_path: Path) -> None:
     assert version.returncode == 0 and version.stdout.startswith("forewarn ")
 
 
+AWS_DRILL = (
+    "--instance-id",
+    "i-0123456789abcdef0",
+    "--region",
+    "eu-west-1",
+    "--role-arn",
+    "arn:aws:iam::123456789012:role/fis",
+)
+AZURE_DRILL = (
+    "--subscription",
+    "00000000-0000-0000-0000-000000000000",
+    "--resource-group",
+    "rg",
+    "--vm",
+    "gpu-spot-0",
+)
+
 CASES = [
     # (argv, environment, text the one line must hold)
     (["fly"], {}, "invalid choice 'fly'"),
@@ -67,7 +84,47 @@ CASES = [
     (["watch", "--timeout", "5x"], {}, "--timeout: not a duration"),
     (["wait", "--for", "exit"], {}, "--for: invalid choice 'exit'"),
     (["status", "--events", "tcp://10.0.0.1:5555"], {}, "not a loopback address"),
+    (["agent", "--set", "exit_margin=5x"], {}, "config key exit_margin: not a duration"),
+    (["agent", "--heartbeat-interval", "0"], {}, "heartbeat_interval"),
+    (["notify", "clear", "--deadline", "5m"], {}, "--deadline: a clear has no deadline"),
+    (["watch", "--agent-timeout", "-1"], {}, "watch: --agent-timeout: not a duration"),
+    (["wait", "--timeout", "-1s"], {}, "wait: --timeout: not a duration"),
+    (["drill", "local", "--steps", "-1"], {}, "drill local: --steps: must be 1 or more"),
+    (["drill", "local", "--lead", "-3"], {}, "drill local: --lead: not a duration"),
+    (["drill", "local", "--dir", "{file}/work"], {}, "drill local: --dir: cannot use"),
+    # No credentials: one line saying how to get them, not the SDK's dump (never the network:
+    # the instance-metadata lookups are off, see _no_cloud_credentials).
+    (["drill", "aws", *AWS_DRILL, "--yes"], {}, "drill aws: no AWS credentials found"),
+    (["drill", "azure", *AZURE_DRILL, "--yes"], {}, "drill azure: no Azure credentials"),
+    # Every simulator face: `forewarn: simulate NAME: ...`.
+    (["simulate", "aws", "--port", "99999"], {}, "simulate aws: --port: a port is 0-65535"),
+    (["simulate", "aws", "--spot-after", "soon"], {}, "simulate aws: --spot-after: not a"),
+    (["simulate", "gcp", "--host", "10.0.0.1"], {}, "simulate gcp: --host: 10.0.0.1 is not"),
+    (["simulate", "azure", "--fault", "nope"], {}, "simulate azure: --fault:"),
+    (["simulate", "kubernetes", "--notice", "bogus"], {}, "simulate kubernetes: --notice 'bog"),
+    (
+        ["simulate", "digitalocean", "--ready-file", "{file}/ready"],
+        {},
+        "simulate digitalocean: --ready-file: cannot write",
+    ),
+    (["render", "cloud-init", "--source", "ftp://x"], {}, "render cloud-init: --source"),
+    (["plan", "--interruptions-per-day", "-1"], {}, "plan: --interruptions-per-day"),
+    (["checkpoint", "ls", "ftp://bucket/x"], {}, "checkpoint: store URL scheme 'ftp'"),
 ]
+
+
+def _no_cloud_credentials(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """No AWS or Azure credential anywhere, and no SDK looking for one off this machine."""
+    clean = {k: v for k, v in env.items() if not k.startswith(("AWS_", "AZURE_"))}
+    clean.update(
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "no-aws-credentials"),
+        AWS_CONFIG_FILE=str(tmp_path / "no-aws-config"),
+        # Only the environment credential: no managed-identity probe of 169.254.169.254.
+        AZURE_TOKEN_CREDENTIALS="EnvironmentCredential",
+        AZURE_CONFIG_DIR=str(tmp_path / "no-azure-cli"),
+    )
+    return clean
 
 
 @pytest.mark.parametrize(("argv", "extra", "text"), CASES, ids=lambda case: str(case))
@@ -76,8 +133,11 @@ def test_bad_input_is_one_line_and_exit_2(
 ) -> None:
     config = tmp_path / "forewarn.toml"
     config.write_text('provider = "local"\n[digitalocean]\npasword = "hunter2-secret"\n')
-    argv = [str(config) if word == "{toml}" else word for word in argv]
-    result = run_forewarn(*argv, env=agent_env(tmp_path, **extra))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = [word.replace("{toml}", str(config)).replace("{file}", str(blocker)) for word in argv]
+    env = _no_cloud_credentials(agent_env(tmp_path, **extra), tmp_path)
+    result = run_forewarn(*argv, env=env)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("forewarn: "), result.stderr
@@ -91,3 +151,8 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     result = run_forewarn("--debug", "agent", "--set", "exit_margn=3", env=agent_env(tmp_path))
     assert result.returncode == 2 and "Traceback" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("forewarn: config key exit_margn")
+
+
+def test_drill_local_lead_is_a_duration_like_every_other() -> None:
+    args = build_parser("drill").parse_args(["drill", "local", "--lead", "1.5m"])
+    assert args.lead == 90

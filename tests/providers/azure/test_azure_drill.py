@@ -113,7 +113,7 @@ def test_transport_and_credential_failures(capsys: pytest.CaptureFixture[str]) -
     respx.post(VM_URL).mock(side_effect=httpx.ConnectError("no route"))
     assert drill.run(parse(*VM_ARGS, "--yes"), credential=FakeCredential()) == 1
     assert "request failed" in capsys.readouterr().err
-    assert drill.run(parse(*VM_ARGS, "--yes"), credential=FakeCredential(fail=True)) == 1
+    assert drill.run(parse(*VM_ARGS, "--yes"), credential=FakeCredential(fail=True)) == 2
     # One line: the first of the credential chain's message, and how to sign in.
     err = capsys.readouterr().err
     assert err.startswith("forewarn: drill azure: no Azure credentials") and "az login" in err
