@@ -35,7 +35,9 @@ from .event import Event
 from .notices import Notices
 
 if TYPE_CHECKING:
-    from .checkpoint import CheckpointStore
+    from collections.abc import Mapping
+
+    from .checkpoint import BackgroundSaver, CheckpointStore, Generation, SaveTiming
 
 log = logging.getLogger("forewarn.clients")
 
@@ -55,8 +57,13 @@ class SaveResult:
     reasons: tuple[str, ...]
     notices: tuple[str, ...]
     flush_seconds: float | None
-    # The committed generation, when the guard saved through a CheckpointStore.
+    # The committed generation, when the guard saved through a CheckpointStore (None for a
+    # background save until it commits: see CheckpointGuard.save_state).
     generation: Any = None
+    # For a final save with background saves on: "waited", "cancelled" or "nothing in
+    # flight" about the background save it found, and why.
+    choice: str | None = None
+    choice_reason: str | None = None
 
 
 class CheckpointGuard:
@@ -79,6 +86,7 @@ class CheckpointGuard:
         agree: bool | RankAgreement | None = None,
         agree_every: int = DEFAULT_AGREE_EVERY,
         exit_margin: float = INHERITED_EXIT_MARGIN,
+        background: bool | BackgroundSaver = False,
     ) -> None:
         if every_steps is not None and every_steps <= 0:
             raise ValueError(f"every_steps must be a positive number of steps, got {every_steps}")
@@ -171,6 +179,13 @@ class CheckpointGuard:
         if self.agreement is not None:
             self.due = self._due_ranked  # type: ignore[method-assign]
 
+        # Background saves (save_state): the loop waits for a snapshot in host memory only.
+        self.saver: BackgroundSaver | None = None
+        self._failure: BaseException | None = None
+        self._awaiting: dict[int, tuple[str, ...]] = {}  # step -> notices its ack is owed to
+        if background is not False:
+            self._start_background(background)
+
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="forewarn-guard", daemon=True)
         self._ticker.start()
@@ -182,6 +197,8 @@ class CheckpointGuard:
 
         Call it after every training step on every rank, with the same step numbers."""
         if self._wake or step >= self._next_step:
+            if self._failure is not None:
+                self._raise_failure()
             if self._due_since is None:
                 self._due_since = time.monotonic()
             return True
@@ -255,9 +272,21 @@ class CheckpointGuard:
         """Record a save at `step` (taking `seconds`, else the time since `due` said so), ack
         the agent (from a background thread: this never waits for the agent), and say whether
         to exit. `where` names the checkpoint (a path or URL) in the exit log line."""
-        now = time.monotonic()
         if seconds is None and self._due_since is not None:
-            seconds = now - self._due_since
+            seconds = time.monotonic() - self._due_since
+        result, reasons, events = self._record(step, seconds)
+        if self.notices is not None:
+            for notice_id in result.notices or (None,):
+                self.notices.ack(notice_id, step=step, flush_seconds=seconds)
+        self._log_saved(result, reasons, events, where)
+        return result
+
+    def _record(
+        self, step: int, seconds: float | None, *, durable: bool = True
+    ) -> tuple[SaveResult, dict[str, str | None], list[Event]]:
+        """Everything a save changes in the guard but the ack and the log line. `durable`
+        False: a background save, durable (and counted as the slowest flush) once committed."""
+        now = time.monotonic()
         with self._lock:
             reasons = dict(self._pending)
             self._pending.clear()
@@ -271,9 +300,10 @@ class CheckpointGuard:
             exit_now = self._exit
         if step >= self._next_step:
             reasons.setdefault("periodic", None)
-        if seconds is not None:
+        if seconds is not None and durable:
             self._slowest_flush = max(self._slowest_flush, seconds)
-        self.durable_step = step
+        if durable:
+            self.durable_step = step
         if self.adaptive is not None and seconds is not None:
             self.adaptive.record_flush(seconds)
             self.every_seconds = self.adaptive.seconds
@@ -283,19 +313,23 @@ class CheckpointGuard:
         if "flag" in reasons and self.flag_file is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.flag_file.unlink()
-        if self.notices is not None:
-            for notice_id in notice_ids or (None,):
-                self.notices.ack(notice_id, step=step, flush_seconds=seconds)
-        result = SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds)
-        if exit_now:
-            log.warning("forewarn: %s", exit_line(step, reasons, events, where))
+        return SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds), reasons, events
+
+    def _log_saved(
+        self,
+        result: SaveResult,
+        reasons: dict[str, str | None],
+        events: list[Event],
+        where: str | None,
+    ) -> None:
+        if result.exit:
+            log.warning("forewarn: %s", exit_line(result.step, reasons, events, where))
         else:
             log.info(
                 "forewarn: saved at step %d (%s)",
-                step,
+                result.step,
                 ", ".join(result.reasons) or "requested",
             )
-        return result
 
     def save(self, step: int, write: Callable[[Any], object]) -> SaveResult:
         """Save and record it. With a `store`, `write(gen)` fills a new generation that the
@@ -315,6 +349,180 @@ class CheckpointGuard:
         started = time.monotonic()
         write(step)
         return self.saved(step, time.monotonic() - started)
+
+    def save_state(
+        self, step: int, state: Mapping[str, Any], *, metadata: Mapping[str, Any] | None = None
+    ) -> SaveResult:
+        """Save `state` (a dict of tensors, nested dicts and lists, plain values) as
+        generation `step` of the `store` (file `state.pt`; read it back with
+        `forewarn.clients.checkpoint.load_state`), record it, and say whether to exit.
+
+        With `background=True` a periodic or drain save returns once the state is copied to
+        host memory (`flush_seconds` is that stall; `generation` is None): the upload and
+        commit run on a thread, the agent is acked once the generation is durable, and a
+        failure is raised as `BackgroundSaveError` by the next `due()` or save. An exit
+        (terminate, SIGTERM) saves synchronously: it waits for a save in flight only if that
+        and the final save fit before the notice's deadline, else cancels it, and logs and
+        acks what it chose and why. Without `background`, every save is synchronous."""
+        if self.store is None:
+            raise ValueError("save_state needs CheckpointGuard(store=...)")
+        if self._failure is not None:
+            self._raise_failure()
+        saver = self.saver
+        in_flight = saver.in_flight if saver is not None else None
+        if step == self.durable_step and in_flight is None:
+            where = f"{self.store.url} (already there)"
+            return self.saved(step, 0.0, where=where)
+        if saver is None:
+            from .checkpoint.background import STATE_FILE
+
+            def write(gen: Any) -> None:
+                import torch
+
+                with gen.open(STATE_FILE) as stream:
+                    torch.save(dict(state), stream)
+
+            flushed = self.store.flush(step, write, metadata=metadata)
+            result = self.saved(
+                step, flushed.seconds, where=f"{self.store.url}/{flushed.generation.name}"
+            )
+            return replace(result, generation=flushed.generation)
+        if self._exit:
+            return self._final_save(saver, step, state, metadata)
+        from .checkpoint.errors import CheckpointError
+
+        try:
+            timing = saver.save(step, state, metadata=metadata)
+        except CheckpointError:
+            with self._lock:
+                self._failure = None  # the saver raised it itself: once is enough
+            raise
+        result, reasons, events = self._record(step, timing.stall_seconds, durable=False)
+        with self._lock:
+            self._awaiting[step] = result.notices
+        self._log_saved(result, reasons, events, None)
+        return result
+
+    def _final_save(
+        self,
+        saver: BackgroundSaver,
+        step: int,
+        state: Mapping[str, Any],
+        metadata: Mapping[str, Any] | None,
+    ) -> SaveResult:
+        seconds_left = self._seconds_left()
+        final = saver.final(step, state, seconds_left, metadata=metadata)
+        with self._lock:
+            self._failure = None  # an older save's failure is superseded by this one
+            owed = sorted({notice for ids in self._awaiting.values() for notice in ids})
+            self._awaiting.clear()
+        log.warning(
+            "forewarn: final checkpoint at step %d (%s left): %s the background save; %s",
+            step,
+            "unknown time" if seconds_left is None else f"{seconds_left:.1f}s",
+            final.choice if final.choice != "nothing in flight" else "there was no",
+            final.reason,
+        )
+        result, reasons, events = self._record(step, final.durable_seconds)
+        if self.notices is not None:
+            # Drains whose background save this one replaced are answered by it too.
+            answered: list[str | None] = [*sorted(set(result.notices) | set(owed))]
+            for notice_id in answered or [None]:
+                self.notices.ack(
+                    notice_id,
+                    step=step,
+                    flush_seconds=final.durable_seconds,
+                    stall_seconds=final.stall_seconds,
+                    durable_seconds=final.durable_seconds,
+                    choice=final.choice,
+                    note=final.reason[:500],
+                )
+        where = f"{self.store.url}/{final.generation.name}" if self.store else None
+        self._log_saved(result, reasons, events, where)
+        return replace(
+            result,
+            generation=final.generation,
+            choice=final.choice,
+            choice_reason=final.reason,
+        )
+
+    def _seconds_left(self) -> float | None:
+        """Time to the nearest deadline of the terminates asking for this save (None: a
+        signal or a notice without one)."""
+        with self._lock:
+            events = [self._events[i] for i in self._notice_ids if i in self._events]
+        left = [
+            e.seconds_left for e in events if e.action == "terminate" and e.deadline is not None
+        ]
+        known = [value for value in left if value is not None]
+        return max(min(known), 0.0) if known else None
+
+    def _start_background(self, background: bool | BackgroundSaver) -> None:
+        from .checkpoint.background import BackgroundSaver
+
+        if isinstance(background, BackgroundSaver):
+            self.saver = background
+        elif self.store is None:
+            raise ValueError("background=True needs store=CheckpointStore(...)")
+        else:
+            self.saver = BackgroundSaver(self.store)
+        if self.agreement is not None:
+            raise ValueError(
+                "background=True saves one process's state; with several ranks save through "
+                "DCP (forewarn.clients.checkpoint.async_save_dcp)"
+            )
+        self.saver.on_done = self._background_done
+
+    def _background_done(
+        self, timing: SaveTiming, generation: Generation | None, error: BaseException | None
+    ) -> None:
+        """On the saver's thread: ack the notices the save answered, now that it is durable,
+        or record the failure for the next `due()` and ask for another save."""
+        with self._lock:
+            owed = self._awaiting.pop(timing.step, ())
+            if error is not None:
+                from .checkpoint.background import BackgroundSaveError
+
+                self._failure = BackgroundSaveError(timing.step, error)
+                self._pending.setdefault("retry", None)
+                self._wake = True
+            else:
+                self.durable_step = max(self.durable_step or 0, timing.step)
+                if timing.durable_seconds is not None:
+                    self._slowest_flush = max(self._slowest_flush, timing.durable_seconds)
+        if error is not None:
+            log.error(
+                "forewarn: the background checkpoint of step %d failed: %s", timing.step, error
+            )
+        else:
+            log.info(
+                "forewarn: step %d durable after %.3fs (training waited %.3fs)",
+                timing.step,
+                timing.durable_seconds or 0.0,
+                timing.stall_seconds,
+            )
+        if self.notices is None:
+            return
+        for notice_id in owed or (None,):
+            self.notices.ack(
+                notice_id,
+                step=timing.step,
+                flush_seconds=timing.durable_seconds if error is None else None,
+                outcome="saved" if error is None else "failed",
+                stall_seconds=timing.stall_seconds,
+                durable_seconds=timing.durable_seconds if error is None else None,
+            )
+
+    def _raise_failure(self) -> None:
+        with self._lock:
+            error, self._failure = self._failure, None
+        if error is not None:
+            if self.saver is not None:
+                from .checkpoint.errors import CheckpointError
+
+                with contextlib.suppress(CheckpointError):
+                    self.saver.check()  # the saver's copy of it: reported here, once
+            raise error
 
     def resumed(
         self, step: int, *, restore_seconds: float | None = None, steps_lost: int | None = None
@@ -347,6 +555,10 @@ class CheckpointGuard:
             self._wake = True
 
     def close(self) -> None:
+        """Stop the guard's threads; with background saves, wait for the one in flight (its
+        failure is logged and acked, not raised: close runs on the way out)."""
+        if self.saver is not None:
+            self.saver.wait()
         self._stop.set()
         self._ticker.join(timeout=1)
         for signum, handler in self._previous_handlers.items():

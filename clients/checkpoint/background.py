@@ -16,9 +16,10 @@ synchronously, and says what it chose and why.
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,12 +82,24 @@ class _CancellableStream:
         return None
 
 
-class BackgroundSaver:
-    """Background checkpoints into a `CheckpointStore` (see the module's text)."""
+# Told, on the background thread, how each background save ended: its timing (with the
+# durable time once committed), the committed generation or None, and the failure or None.
+OnDone = Callable[[SaveTiming, "Generation | None", "BaseException | None"], None]
 
-    def __init__(self, store: CheckpointStore, *, file_name: str = STATE_FILE) -> None:
+
+class BackgroundSaver:
+    """Background checkpoints into a `CheckpointStore` (see the module's text).
+
+    `on_done(timing, generation, error)` is called on the background thread when a background
+    save is committed (`error` None) or failed (`generation` None); not for a save cancelled
+    by `final()`, which reports itself."""
+
+    def __init__(
+        self, store: CheckpointStore, *, file_name: str = STATE_FILE, on_done: OnDone | None = None
+    ) -> None:
         self.store = store
         self.file_name = file_name
+        self.on_done = on_done
         self.last: SaveTiming | None = None
         self.last_durable: Generation | None = None
         self._buffers: dict[str, Any] = {}
@@ -156,6 +169,16 @@ class BackgroundSaver:
         started = time.monotonic()
         in_flight = self.in_flight
         final_estimate = self._durable_estimate
+        if in_flight is not None and in_flight == step:
+            # The save in flight already holds this step's state: finishing it is the final save.
+            self.wait()
+            durable = self.last_durable
+            if durable is not None and durable.step == step:
+                self._error = None
+                seconds = time.monotonic() - started
+                reason = f"the save in flight is of step {step} itself; waited for its commit"
+                return FinalSave("waited", reason, durable, seconds, seconds)
+            in_flight = None  # it failed: write it again, synchronously
         if in_flight is None:
             choice, reason = "nothing in flight", "no background save was running"
         elif seconds_left is None:
@@ -239,12 +262,25 @@ class BackgroundSaver:
         except BaseException as exc:
             if not isinstance(exc, _Cancelled):
                 self._error = BackgroundSaveError(step, exc)
+                self._tell(timing, None, exc)
             return
         durable = time.monotonic() - self._started
         self._durable_estimate = durable
         self.last_durable = generation
+        done = SaveTiming(step, timing.stall_seconds, durable)
         if self.last is timing:
-            self.last = SaveTiming(step, timing.stall_seconds, durable)
+            self.last = done
+        self._tell(done, generation, None)
+
+    def _tell(
+        self, timing: SaveTiming, generation: Generation | None, error: BaseException | None
+    ) -> None:
+        if self.on_done is None:
+            return
+        try:
+            self.on_done(timing, generation, error)
+        except Exception:  # a broken hook must not hide the save's own outcome
+            logging.getLogger("forewarn.clients").exception("forewarn: on_done hook failed")
 
     def _write(
         self, step: int, snapshot: dict[str, Any], metadata: dict[str, Any], cancel: threading.Event

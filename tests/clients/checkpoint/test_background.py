@@ -186,3 +186,128 @@ def test_sigkill_during_background_uploads_never_leaves_a_partial_generation(
         # On S3 an upload in progress is invisible to a listing and its window is short:
         # there the test checks the outcome of every kill, not where it landed.
         assert partial >= 1, "no kill landed during a background upload"
+
+
+# -- through CheckpointGuard(background=True) ------------------------------------------------
+
+
+def background_guard(store: CheckpointStore, **options: Any) -> Any:
+    from forewarn.clients import CheckpointGuard
+
+    options.setdefault("notices", False)
+    return CheckpointGuard(
+        store=store, background=True, handle_signals=False, flag_file=None, **options
+    )
+
+
+def test_the_guard_saves_in_the_background_and_raises_a_failure_at_the_next_due(
+    tmp_path: Any,
+) -> None:
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    release = backend.hold(10)
+    live = state(10)
+    assert [step for step in range(1, 11) if guard.due(step)] == [10]
+    result = guard.save_state(10, live)
+    # Returned after the snapshot: nothing durable yet, the loop goes on.
+    assert not result.exit and result.generation is None and result.reasons == ("periodic",)
+    assert store.latest_hint() is None and guard.durable_step is None
+    live["model"]["w"].add_(1.0)
+    release.set()
+    assert guard.saver.wait() is not None
+    assert store.latest_hint() == 10 and guard.durable_step == 10
+    assert torch.equal(load_state(store.get(10))["model"]["w"], state(10)["model"]["w"])
+
+    backend.fail = True
+    guard.save_state(20, state(20)) if guard.due(20) else pytest.fail("step 20 not due")
+    guard.saver.wait()
+    backend.fail = False
+    with pytest.raises(BackgroundSaveError, match=r"step 20 failed: OSError.*No space left"):
+        guard.due(21)  # the next check raises it, once
+    assert guard.due(22), "a failed save asks for another one"
+    retried = guard.save_state(22, state(22))
+    assert retried.reasons == ("retry",)
+    guard.saver.wait()
+    assert store.latest_hint() == 22 and 20 not in store.steps()
+    guard.close()
+
+
+def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
+    tmp_path: Any,
+) -> None:
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    guard.save_state(10, state(10)) if guard.due(10) else pytest.fail("not due")
+    guard.saver.wait()
+    backend.hold(20)  # never released: only a cancel ends it
+    guard.save_state(20, state(20)) if guard.due(20) else pytest.fail("not due")
+    guard.request("signal", exit=True)  # as SIGTERM does: no deadline known
+    assert guard.due(21)
+    final = guard.save_state(21, state(21))
+    assert (
+        final.exit
+        and final.choice == "cancelled"
+        and "deadline is unknown" in (final.choice_reason or "")
+    )
+    assert final.generation is not None and final.generation.step == 21
+    assert store.steps() == [10, 21] and store.latest_hint() == 21
+    guard.close()
+
+
+def test_a_terminate_during_an_upload_waits_when_the_deadline_allows_and_acks_why(
+    tmp_path: Any,
+) -> None:
+    """A real agent: the terminate arrives while step 20 is uploading; with a minute left the
+    guard waits for it, writes step 21, and the agent's telemetry carries both the background
+    acks (stall apart from durable) and the final save's choice and reason."""
+    import json
+    from datetime import datetime, timedelta, timezone
+    from pathlib import Path
+
+    from forewarn.agent.telemetry import FILE_NAME, read_records
+    from support import AgentProcess, agent_env, eventually
+
+    env = agent_env(tmp_path)
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    with AgentProcess(tmp_path, env=env) as agent:
+        guard = background_guard(
+            store, every_steps=10, notices=True, events=agent.events, control=agent.control_endpoint
+        )
+        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        guard.save_state(10, state(10)) if guard.due(10) else pytest.fail("not due")
+        guard.saver.wait()
+        release = backend.hold(20)
+        guard.save_state(20, state(20)) if guard.due(20) else pytest.fail("not due")
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=60)
+        raised = agent.control(
+            {
+                "op": "notify",
+                "action": "terminate",
+                "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            }
+        )
+        eventually(lambda: guard.due(21), what="the terminate")
+        threading.Timer(0.2, release.set).start()
+        final = guard.save_state(21, state(21))
+        assert final.exit and final.choice == "waited", final.choice_reason
+        assert "fit in" in (final.choice_reason or "")
+        assert final.generation.step == 21 and store.steps() == [10, 20, 21]
+        guard.close()
+        path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
+
+        def acks() -> list[dict[str, Any]]:
+            found = [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
+            return found if len(found) >= 3 else []
+
+        records = eventually(acks, what="three acks in the telemetry")
+    by_step = {record["step"]: record for record in records}
+    for step in (10, 20):
+        assert by_step[step]["stall_seconds"] <= by_step[step]["durable_seconds"]
+        assert by_step[step]["flush_seconds"] == by_step[step]["durable_seconds"]
+    assert by_step[20]["durable_seconds"] >= 0.2  # it waited for the held upload
+    last = by_step[21]
+    assert last["notice_id"] == raised["notice"]["id"] and last["choice"] == "waited"
+    assert "fit in" in last["note"], json.dumps(last)
