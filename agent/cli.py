@@ -381,6 +381,13 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     sources = ["local", *(spec.name for spec in REGISTRY.with_simulator())]
     if args.source not in sources:
         raise UsageError(f"drill local: --provider: {REGISTRY.unknown(args.source, sources)}")
+    if args.background and (args.source != "local" or args.scenario != "quick"):
+        raise UsageError(
+            "drill local: --background runs the quick scenario with the local notice source"
+        )
+    if args.background and (args.upload_delay <= 0 or args.deadline <= 0):
+        flag = "--upload-delay" if args.upload_delay <= 0 else "--deadline"
+        raise UsageError(f"drill local: {flag}: must be more than 0 seconds")
     if args.dir is not None:
         try:
             args.dir.mkdir(parents=True, exist_ok=True)
@@ -569,6 +576,23 @@ def build_parser(
         type=_duration("--step-time"),
         default=0.02,
         help="seconds per demo step (default 0.02)",
+    )
+    local.add_argument(
+        "--background",
+        action="store_true",
+        help="the demo saves through background uploads; the terminate arrives during one",
+    )
+    local.add_argument(
+        "--upload-delay",
+        type=_duration("--upload-delay"),
+        default=1.5,
+        help="with --background: seconds each checkpoint upload takes (default 1.5)",
+    )
+    local.add_argument(
+        "--deadline",
+        type=_duration("--deadline"),
+        default=20.0,
+        help="with --background: the terminate's deadline, seconds after it is sent (default 20)",
     )
     local.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     local.add_argument("--keep", action="store_true", help="keep the work directory")

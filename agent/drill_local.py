@@ -4,6 +4,11 @@ It starts an agent (and, with `--provider P`, P's simulator as the notice source
 demo training loop, sends a drain (the demo flushes and goes on), then a terminate (the demo
 flushes and exits), restarts the demo and checks that it resumed from the flushed step. It
 prints a timeline and the steps lost, and exits non-zero if any step was lost.
+
+With `--background` the demo saves through background uploads over a slow link
+(`--upload-delay`), the terminate (with a deadline `--deadline` seconds out) is sent while a
+periodic save is uploading, and the drill also fails unless the final checkpoint was durable
+before that deadline.
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from forewarn.protocol.errors import DrillError
+from forewarn.protocol.timefmt import format_time
 from forewarn.protocol.wire import request
 
 READY_TIMEOUT = 60.0  # a loaded machine starts Python slowly; a live agent answers long before
@@ -117,12 +124,12 @@ class NoticeSource:
         env[f"FOREWARN_{name.upper()}_URL"] = self.server.url
         env.update(script.get("env", {}))
 
-    def raise_notice(self, action: str) -> str:
+    def raise_notice(self, action: str, deadline: str | None = None) -> str:
         if self.name == "local":
-            reply = request(
-                self.control,
-                {"op": "notify", "action": action, "reason": "drill", "note": "forewarn drill"},
-            )
+            notify = {"op": "notify", "action": action, "reason": "drill", "note": "forewarn drill"}
+            if deadline is not None:
+                notify["deadline"] = deadline
+            reply = request(self.control, notify)
             if not reply.get("ok"):
                 raise DrillFailed(f"the agent refused the {action}: {reply.get('error')}")
             return str(reply["notice"]["id"])
@@ -170,6 +177,13 @@ def _until(demo: Demo, timeline: Timeline, want: str, **match: Any) -> dict[str,
                 "clear": "withdrawn",
             }.get(event["action"], "")
             timeline.add(demo.step, f"demo received {event['action']} ({event['id']}): {flow}")
+        elif kind == "saved" and event.get("background"):
+            reasons = ", ".join(event["reasons"])
+            timeline.add(
+                event["step"],
+                f"checkpoint of step {event['step']} ({reasons}) uploading in the background; "
+                f"training waited {event['seconds'] or 0:.3f}s and continues",
+            )
         elif kind == "saved":
             reasons = ", ".join(event["reasons"])
             then = "demo exits" if event["exit"] else "training continues"
@@ -178,6 +192,20 @@ def _until(demo: Demo, timeline: Timeline, want: str, **match: Any) -> dict[str,
                 f"checkpoint saved at step {event['step']} "
                 f"({reasons}) in {event['seconds'] or 0:.3f}s; {then}",
             )
+            if event.get("choice"):
+                did = "waited for" if event["choice"] == "waited" else event["choice"]
+                timeline.add(
+                    event["step"],
+                    f"final save: {did} the upload in flight: {event['choice_reason']}",
+                )
+        elif kind == "durable":
+            timeline.add(
+                demo.step,
+                f"step {event['saved_step']} durable (LATEST moved) after {event['seconds']:.3f}s",
+            )
+        elif kind == "failed":
+            failed = f"background save of step {event['saved_step']} failed: {event['error']}"
+            timeline.add(demo.step, failed)
         if kind == want and all(event.get(key) == value for key, value in match.items()):
             return event
 
@@ -261,6 +289,12 @@ def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = Non
         "--step-time",
         str(args.step_time),
     ]
+    background = bool(getattr(args, "background", False))
+    if background:
+        # A periodic save every ~2 uploads' time: uploads overlap training, never each other.
+        every = max(20, int(2 * args.upload_delay / max(args.step_time, 0.001)))
+        demo_argv += ["--background", "--upload-delay", str(args.upload_delay)]
+        demo_argv += ["--every-steps", str(every)]
     try:
         machine = Machine(work, args.source, base_env, "machine-1")
         if machine.source.server is not None:
@@ -287,9 +321,33 @@ def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = Non
             demo.next()
         timeline.add(demo.step, "training went on after the drain flush")
 
-        notice = machine.source.raise_notice("terminate")
-        timeline.add(demo.step, f"terminate sent ({notice})")
+        deadline_at: float | None = None
+        if background:
+            # The terminate goes out the moment a periodic save starts its upload.
+            uploading = _until(demo, timeline, "saved", background=True)
+            deadline_at = time.time() + args.deadline
+            deadline = format_time(datetime.fromtimestamp(deadline_at, timezone.utc))
+            notice = machine.source.raise_notice("terminate", deadline)
+            timeline.add(
+                demo.step,
+                f"terminate sent during the upload of step {uploading['step']} ({notice}, "
+                f"deadline in {args.deadline:g}s)",
+            )
+        else:
+            notice = machine.source.raise_notice("terminate")
+            timeline.add(demo.step, f"terminate sent ({notice})")
         final = _until_saved_for(demo, timeline, "terminate")
+        if background:
+            assert deadline_at is not None
+            if final.get("choice") not in ("waited", "cancelled"):
+                raise DrillFailed(
+                    "the terminate reached the demo after the upload had finished (a loaded "
+                    "machine?): raise --upload-delay"
+                )
+            margin = deadline_at - float(final["t"])
+            if margin <= 0:
+                raise DrillFailed(f"the final checkpoint was durable {-margin:.2f}s too late")
+            timeline.add(final["step"], f"final checkpoint durable {margin:.2f}s before deadline")
         _until(demo, timeline, "exit")
         code = demo.proc.wait(timeout=PHASE_TIMEOUT)
         last_step = final["step"]

@@ -5,23 +5,31 @@ so, and resumes from the last save. It prints one JSON object per line on stdout
 reads them): `fresh` or `resumed`, `step`, `notice`, `saved`, `exit`, `done`.
 
     python -m forewarn.clients.demo --dir /tmp/demo --steps 400 --step-time 0.02
+
+With `--background` it saves through `CheckpointGuard(background=True)`: periodic and drain
+saves upload on a thread (`--upload-delay S` makes every file take S seconds more to write, a
+slow link) and say `durable` when committed; a terminate's save is synchronous and says what it
+did about an upload in flight (`choice`, `choice_reason`).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
+import pickle
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .checkpoint import CheckpointStore, GenerationWriter
+from .checkpoint import Backend, CheckpointStore, GenerationWriter, ObjectWriter
 from .guard import CheckpointGuard
 
 STATE_FILE = "state.json"
+BACKGROUND_FILE = "state.pt"  # what BackgroundSaver writes (pickled: torch is not needed)
 
 
 _say_lock = threading.Lock()
@@ -49,6 +57,34 @@ def writer(step: int, state: str) -> Callable[[GenerationWriter], object]:
     return write
 
 
+class _PlainData(pickle.Unpickler):
+    """The demo's state is a dict of str and int: pickled, it names no class, and one that
+    does is refused rather than imported."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"the demo's state holds no {module}.{name}")
+
+
+def slow_link(inner: Backend, delay: float) -> Backend:
+    """`inner` with every write of a file taking `delay` seconds more, as over a slow link to
+    object storage (the drill's background-upload scenario)."""
+    from .checkpoint.testing import DelegatingBackend
+
+    class SlowLink(DelegatingBackend):
+        def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
+            writer = self.inner.writer(key, on_done)
+            original = writer.write
+
+            def write(data: Any) -> int:
+                time.sleep(delay)
+                return original(data)
+
+            writer.write = write  # type: ignore[method-assign]
+            return writer
+
+    return SlowLink(inner)
+
+
 def load(store: CheckpointStore) -> tuple[int, str, str | None]:
     """(step, state, generation name) of the newest generation that verifies with checksums;
     (0, "", None) when there is none."""
@@ -58,7 +94,10 @@ def load(store: CheckpointStore) -> tuple[int, str, str | None]:
     verification = store.verify(generation, checksums=True)
     if not verification.ok:
         raise SystemExit(f"demo: {generation.name} does not verify: {verification.problems}")
-    data = json.loads(generation.read_bytes(STATE_FILE))
+    if BACKGROUND_FILE in generation.files:
+        data = _PlainData(io.BytesIO(generation.read_bytes(BACKGROUND_FILE))).load()
+    else:
+        data = json.loads(generation.read_bytes(STATE_FILE))
     return int(data["step"]), str(data["state"]), generation.name
 
 
@@ -77,8 +116,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="seconds before the deadline of a terminate inherited from before the start at "
         "which to save and exit (default 30)",
     )
+    parser.add_argument(
+        "--background",
+        action="store_true",
+        help="save through CheckpointGuard(background=True): uploads on a thread",
+    )
+    parser.add_argument(
+        "--upload-delay",
+        type=float,
+        default=0.0,
+        help="seconds added to every file written (a slow link; default 0)",
+    )
     args = parser.parse_args(argv)
+    if args.upload_delay < 0:
+        parser.error("--upload-delay must not be negative")
     store = CheckpointStore(args.dir, keep=3)
+    if args.upload_delay:
+        store = CheckpointStore(backend=slow_link(store.backend, args.upload_delay), keep=3)
 
     started = time.monotonic()
     step, state, generation = load(store)
@@ -91,10 +145,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         verified="checksums" if generation else None,
     )
 
-    guard = CheckpointGuard(every_steps=args.every_steps, store=store, exit_margin=args.exit_margin)
+    guard = CheckpointGuard(
+        every_steps=args.every_steps,
+        store=store,
+        exit_margin=args.exit_margin,
+        background=args.background,
+    )
+    if guard.saver is not None:
+        told = guard.saver.on_done
+
+        def durable(timing: Any, generation: Any, error: BaseException | None) -> None:
+            if told is not None:
+                told(timing, generation, error)
+            if error is None:
+                say(
+                    "durable",
+                    saved_step=timing.step,
+                    stall=timing.stall_seconds,
+                    seconds=timing.durable_seconds,
+                )
+            else:
+                say("failed", saved_step=timing.step, error=str(error))
+
+        guard.saver.on_done = durable
     if guard.notices is not None:
         guard.notices.add_listener(
-            lambda event: say("notice", action=event.action, id=event.id, reason=event.reason)
+            lambda event: say(
+                "notice",
+                action=event.action,
+                id=event.id,
+                reason=event.reason,
+                deadline=event.deadline.timestamp() if event.deadline else None,
+            )
         )
     if step:
         guard.resumed(step, restore_seconds=restore_seconds)
@@ -105,7 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             step += 1
             say("step", step=step)
             if guard.due(step):
-                result = guard.save(step, writer(step, state))
+                if args.background:
+                    in_flight = guard.saver.in_flight if guard.saver is not None else None
+                    result = guard.save_state(step, {"step": step, "state": state})
+                else:
+                    in_flight = None
+                    result = guard.save(step, writer(step, state))
                 say(
                     "saved",
                     step=step,
@@ -113,10 +200,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     exit=result.exit,
                     state=state[:12],
                     seconds=result.flush_seconds,
+                    background=args.background and not result.exit,
+                    in_flight=in_flight,
+                    choice=result.choice,
+                    choice_reason=result.choice_reason,
                 )
                 if result.exit:
                     say("exit", step=step)
                     return 0
+        if guard.saver is not None:
+            guard.saver.wait()  # the last background save, if one is in flight
         if step not in store.steps():
             store.flush(step, writer(step, state))
         say("done", step=step, state=state[:12])

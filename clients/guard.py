@@ -420,7 +420,7 @@ class CheckpointGuard:
             "forewarn: final checkpoint at step %d (%s left): %s the background save; %s",
             step,
             "unknown time" if seconds_left is None else f"{seconds_left:.1f}s",
-            final.choice if final.choice != "nothing in flight" else "there was no",
+            {"waited": "waited for", "cancelled": "cancelled"}.get(final.choice, "there was no"),
             final.reason,
         )
         result, reasons, events = self._record(step, final.durable_seconds)

@@ -1,6 +1,8 @@
 """A real S3-compatible server on loopback for tests and benchmarks: moto in server mode.
 
-Needs `moto[server]` (in forewarn's `test` extra). Never imported by the package itself.
+Needs `moto[server]` (in forewarn's `test` extra) for the server, imported only when one
+starts. The package itself imports this module only for the demo's slow link
+(`DelegatingBackend`), which needs nothing but the standard library.
 """
 
 from __future__ import annotations

@@ -92,6 +92,9 @@ CASES = [
     (["drill", "local", "--steps", "-1"], {}, "drill local: --steps: must be 1 or more"),
     (["drill", "local", "--lead", "-3"], {}, "drill local: --lead: not a duration"),
     (["drill", "local", "--dir", "{file}/work"], {}, "drill local: --dir: cannot use"),
+    (["drill", "local", "--background", "--provider", "aws"], {}, "drill local: --background"),
+    (["drill", "local", "--background", "--upload-delay", "0"], {}, "--upload-delay: must be"),
+    (["drill", "local", "--background", "--deadline", "0s"], {}, "drill local: --deadline: must"),
     # No credentials: one line saying how to get them, not the SDK's dump (never the network:
     # the instance-metadata lookups are off, see _no_cloud_credentials).
     (["drill", "aws", *AWS_DRILL, "--yes"], {}, "drill aws: no AWS credentials found"),
