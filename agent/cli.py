@@ -596,8 +596,10 @@ def build_parser(
     )
     local.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     local.add_argument("--keep", action="store_true", help="keep the work directory")
-    drill_reclaim = importlib.import_module("forewarn.agent.drill_reclaim")
-    drill_reclaim.add_arguments(local)
+    if wanted("drill"):
+        # The reclaim drill brings ctypes and the demo machine: not for `forewarn agent`.
+        drill_reclaim = importlib.import_module("forewarn.agent.drill_reclaim")
+        drill_reclaim.add_arguments(local)
     local.set_defaults(func=cmd_drill_local)
     for spec in registry.with_drill() if registry and wanted("drill") else ():
         assert spec.drill is not None and registry is not None

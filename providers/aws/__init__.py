@@ -5,17 +5,41 @@
 interruption through AWS FIS). This package itself imports neither httpx nor boto3.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from forewarn.providers.spec import ProviderSpec
 
-from .imds import (
-    parse_aws_date,
-    parse_identity,
-    parse_instance_action,
-    parse_lifecycle_state,
-    parse_rebalance,
-    parse_scheduled,
-)
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .imds import (
+        parse_aws_date,
+        parse_identity,
+        parse_instance_action,
+        parse_lifecycle_state,
+        parse_rebalance,
+        parse_scheduled,
+    )
+
+# The parsers load on first use: an agent that does not run aws never needs them.
+_LAZY = frozenset(
+    (
+        "parse_aws_date",
+        "parse_identity",
+        "parse_instance_action",
+        "parse_lifecycle_state",
+        "parse_rebalance",
+        "parse_scheduled",
+    )
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.imds"), name)
+
 
 SPEC = ProviderSpec.of_package(
     __name__,

@@ -1,23 +1,51 @@
 """The Azure Scheduled Events contract: `watch`, `simulate` and `drill`.
 
-Importing this package loads only the settings and the pure parser; the watcher (httpx), the
-simulator and the drill (azure-identity, inside `run`) are modules of their own.
+Importing this package loads only the settings; the pure parser loads on first use, and the
+watcher (httpx), the simulator and the drill (azure-identity, inside `run`) are modules of
+their own.
 """
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from forewarn.providers.spec import ProviderSpec
 
-from .events import (
-    EVENT_TYPES,
-    MAPPING,
-    EventsDocument,
-    ScheduledEvent,
-    parse_compute,
-    parse_document,
-    parse_not_before,
-    reports_for,
-    vm_names,
-)
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .events import (
+        EVENT_TYPES,
+        MAPPING,
+        EventsDocument,
+        ScheduledEvent,
+        parse_compute,
+        parse_document,
+        parse_not_before,
+        reports_for,
+        vm_names,
+    )
+
+# The parser loads on first use: an agent that does not run azure never needs it.
+_LAZY = frozenset(
+    (
+        "EVENT_TYPES",
+        "MAPPING",
+        "EventsDocument",
+        "ScheduledEvent",
+        "parse_compute",
+        "parse_document",
+        "parse_not_before",
+        "reports_for",
+        "vm_names",
+    )
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.events"), name)
+
 
 SPEC = ProviderSpec.of_package(
     __name__,
