@@ -290,11 +290,23 @@ class Agent:
         if problem is not None:
             log.error("%s reported a notice with a bad id: %s; dropped", report.provider, problem)
             return
+        fresh = self.board.get(report.id) is None
         notice = self.board.report(report)
         if notice is not None:
-            self._send(notice, escalated=False)
+            self._send(notice, escalated=False, fresh=fresh)
 
-    def _send(self, notice: Notice, *, escalated: bool) -> None:
+    def _send(self, notice: Notice, *, escalated: bool, fresh: bool = False) -> None:
+        if fresh and notice.action != "clear":
+            # Its own step: when the watcher (or `notify`) noticed it, before it was published.
+            log.info(
+                "notice %s seen at %s",
+                notice.id,
+                notice.noticed_at.isoformat(),
+                extra={
+                    **notice_fields(notice, "seen"),
+                    "noticed_at": notice.noticed_at.isoformat(),
+                },
+            )
         self.publisher.publish(notice)
         step = "escalated" if escalated else "cleared" if notice.action == "clear" else "published"
         log.info(
@@ -479,7 +491,7 @@ class Agent:
         if notice is not None:
             # Publish first: subscribers are waiting on the clock. The requester's reply comes
             # after the state is on disk, so an accepted notify always survives a crash.
-            self._send(notice, escalated=False)
+            self._send(notice, escalated=False, fresh=existing is None)
             self._save()
         current = self.board.get(notice_id)
         assert current is not None
@@ -597,7 +609,7 @@ def provider_health(name: str, health: PollHealth) -> ProviderHealth:
 
 def notice_fields(notice: Notice, lifecycle: str) -> dict[str, Any]:
     """A notice's fields for a structured log line (`--log-format json` writes them as
-    JSON fields); `lifecycle` is the step: published, escalated, cleared, expired, acked."""
+    JSON fields); `lifecycle` is the step: seen, published, acked, escalated, expired, cleared."""
     return {
         "lifecycle": lifecycle,
         "notice_id": notice.id,

@@ -75,10 +75,55 @@ def test_json_logs_carry_notice_fields_one_line_per_step(tmp_path: Path) -> None
                 _json.loads(line) for line in agent.output().splitlines() if line.startswith("{")
             ]
             found = [line for line in lines if line.get("notice_id") == notice_id]
-            return found if len(found) >= 2 else None
+            return found if len(found) >= 3 else None
 
-        found = eventually(steps, what="the published and cleared lines")
-    published, cleared = found[0], found[1]
+        found = eventually(steps, what="the seen, published and cleared lines")
+    by_step = {line["lifecycle"]: line for line in found}
+    published, cleared = by_step["published"], by_step["cleared"]
     assert published["lifecycle"] == "published" and published["action"] == "drain"
     assert published["deadline"] and published["provider"] == "local"
     assert cleared["lifecycle"] == "cleared" and cleared["action"] == "clear"
+
+
+def test_json_logs_have_every_lifecycle_step(tmp_path: Path) -> None:
+    """Issue 18: seen, published, acked by N clients, escalated, expired and cleared are each
+    one JSON line carrying the notice's fields."""
+    import json as _json
+
+    from forewarn.protocol.timefmt import format_time, parse_deadline
+    from support import AgentProcess, Subscriber, agent_env, eventually
+
+    env = agent_env(
+        tmp_path,
+        FOREWARN_LOG_FORMAT="json",
+        FOREWARN_EXIT_MARGIN="1s",
+        FOREWARN_NOTICE_GRACE="1s",
+    )
+    with (
+        AgentProcess(tmp_path, env=env) as agent,
+        Subscriber(agent.events, ("notice", "client/log-test")).ready() as client,
+    ):
+        reply = agent.control(
+            {"op": "notify", "action": "drain", "deadline": format_time(parse_deadline("3s"))}
+        )
+        notice_id = reply["notice"]["id"]
+        assert client.notice()["id"] == notice_id
+        ack = {"op": "ack", "notice_id": notice_id, "client": "log-test", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+
+        def steps() -> dict[str, dict[str, object]] | None:
+            lines = [
+                _json.loads(line) for line in agent.output().splitlines() if line.startswith("{")
+            ]
+            found = {
+                str(line["lifecycle"]): line for line in lines if line.get("notice_id") == notice_id
+            }
+            return found if {"expired", "cleared"} <= set(found) else None
+
+        found = eventually(steps, what="the notice to expire")
+    assert {"seen", "published", "acked", "escalated", "expired", "cleared"} <= set(found)
+    assert found["seen"]["noticed_at"] and found["seen"]["action"] == "drain"
+    assert found["acked"]["clients"] == 1
+    assert found["escalated"]["action"] == "terminate"
+    for step in ("seen", "published", "acked", "escalated", "expired", "cleared"):
+        assert found[step]["provider"] == "local" and found[step]["reason"] == "manual"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_forewarn
@@ -11,7 +12,9 @@ from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_fore
 def test_status_shows_each_provider_and_notice(tmp_path: Path) -> None:
     env = agent_env(tmp_path, FOREWARN_AWS_URL=f"http://{DEAD_LOOPBACK}")
     with AgentProcess(tmp_path, providers=("local", "aws"), env=env) as agent:
-        agent.control({"op": "notify", "action": "drain", "note": "rehearsal"})
+        agent.control(
+            {"op": "notify", "action": "drain", "note": "rehearsal", "deadline": _in_minutes(10)}
+        )
 
         def health() -> dict[str, dict[str, object]] | None:
             reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
@@ -29,4 +32,15 @@ def test_status_shows_each_provider_and_notice(tmp_path: Path) -> None:
     assert "degraded (last error:" in aws and "no successful poll yet" in aws
     local = next(line for line in lines if line.startswith("provider   local"))
     assert "healthy; last successful poll" in local
-    assert any(line.startswith("active ") and "drain" in line for line in lines)
+    assert lines[0].startswith("agent ") and "(forewarn " in lines[0]
+    active = next(line for line in lines if line.startswith("active "))
+    assert "drain" in active and re.search(r"deadline \S+ \(in \d+s\)", active), active
+    assert 'note "rehearsal"' in active
+
+
+def _in_minutes(minutes: int) -> str:
+    from datetime import datetime, timedelta, timezone
+
+    from forewarn.protocol.timefmt import format_time
+
+    return format_time(datetime.now(timezone.utc) + timedelta(minutes=minutes))
