@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -100,8 +101,10 @@ class NodeApi:
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
         )
 
-    def _headers(self) -> dict[str, str]:
-        token = self.cluster.token()  # read every time: the file rotates
+    async def _headers(self) -> dict[str, str]:
+        # Read every time: the file rotates. In a thread: a kubeconfig's exec plugin whose
+        # token expired runs again here, and must not stall the other watchers.
+        token = await asyncio.to_thread(self.cluster.token)
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     @property
@@ -117,7 +120,7 @@ class NodeApi:
             "GET",
             self.nodes_url,
             params=self._selector(),
-            headers=self._headers(),
+            headers=await self._headers(),
             deadline=REQUEST_TIMEOUT,
             max_body=MAX_LIST_BODY,
         )
@@ -147,7 +150,7 @@ class NodeApi:
             REQUEST_TIMEOUT, read=timeout_seconds + read_margin(timeout_seconds)
         )
         async with self.client.stream(
-            "GET", self.nodes_url, params=params, headers=self._headers(), timeout=timeout
+            "GET", self.nodes_url, params=params, headers=await self._headers(), timeout=timeout
         ) as response:
             if response.status_code != 200:
                 body = await _head_of(response)

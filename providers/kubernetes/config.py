@@ -3,26 +3,23 @@
 In-cluster: `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`, the service-account
 token file (re-read on every request: projected tokens rotate) and its `ca.crt`.
 
-Kubeconfig: JSON is always understood (`kubectl config view --raw --flatten -o json`); YAML
-is read when PyYAML is installed (`pip install 'forewarn[k8s]'`). Tokens (`token`,
-`tokenFile`), client certificates and CAs (file or `-data`) are supported; exec plugins and
-auth providers are not, and say so.
+Kubeconfig (`kubernetes.kubeconfig`; outside a pod also `$KUBECONFIG` or `~/.kube/config`,
+as kubectl): read by the official Kubernetes client library (`pip install 'forewarn[k8s]'`),
+so exec credential plugins (EKS, GKE, AKS), OIDC, tokens, client certificates and CAs work
+as they do for kubectl. The library is imported only on this path.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import ssl
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from forewarn.protocol.errors import ConfigError
 
+from . import kubeconfig
 from .settings import Settings
 
 
@@ -72,6 +69,11 @@ def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Cluster
     env = os.environ if env is None else env
     if settings.kubeconfig is not None:
         return from_kubeconfig(settings.kubeconfig, settings.context, settings.url)
+    if settings.url is None and not env.get("KUBERNETES_SERVICE_HOST", "").strip():
+        # Outside a pod, as kubectl does: $KUBECONFIG, else ~/.kube/config.
+        paths = kubeconfig.default_paths(env)
+        if paths is not None:
+            return from_kubeconfig(paths, settings.context, None)
     return in_cluster(settings, env)
 
 
@@ -86,8 +88,9 @@ def in_cluster(settings: Settings, env: Mapping[str, str]) -> Cluster:
         port = env.get("KUBERNETES_SERVICE_PORT", "").strip() or "443"
         if not host:
             raise ConfigError(
-                "not in a pod: KUBERNETES_SERVICE_HOST is not set; set kubernetes.kubeconfig "
-                "or kubernetes.url"
+                "not in a pod: KUBERNETES_SERVICE_HOST is not set, and neither $KUBECONFIG "
+                "nor ~/.kube/config names a kubeconfig; set kubernetes.kubeconfig or "
+                "kubernetes.url"
             )
         server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     server = server.rstrip("/")
@@ -113,123 +116,35 @@ def _context(cafile: str | None = None, cadata: str | None = None, *, what: str)
         raise ConfigError(f"cannot load {what}: {error}") from None
 
 
-def load_kubeconfig(path: Path) -> dict[str, Any]:
-    """A kubeconfig as a dict: JSON always, YAML when PyYAML is importable."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ConfigError(f"kubeconfig {path}: {error.strerror or error}") from None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        try:
-            import yaml
-        except ImportError:
-            raise ConfigError(
-                f"kubeconfig {path} is not JSON and PyYAML is not installed: install "
-                "'forewarn[k8s]', or convert it with "
-                "`kubectl config view --raw --flatten -o json`"
-            ) from None
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"kubeconfig {path}: not valid YAML ({error})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"kubeconfig {path}: not a mapping")
-    return data
-
-
-def _named(config: dict[str, Any], section: str, name: str, path: Path) -> dict[str, Any]:
-    for entry in config.get(section) or []:
-        if isinstance(entry, dict) and entry.get("name") == name:
-            body = entry.get(section[:-1])
-            if isinstance(body, dict):
-                return body
-            raise ConfigError(f"kubeconfig {path}: {section} entry {name!r} has no body")
-    raise ConfigError(f"kubeconfig {path}: no {section[:-1]} named {name!r}")
-
-
-def from_kubeconfig(path: Path, context: str | None, url: str | None) -> Cluster:
-    config = load_kubeconfig(path)
-    base = path.parent
-    name = context or config.get("current-context")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"kubeconfig {path}: no current-context; set kubernetes.context")
-    ctx = _named(config, "contexts", name, path)
-    cluster = _named(config, "clusters", str(ctx.get("cluster")), path)
-    user = _named(config, "users", str(ctx.get("user")), path) if ctx.get("user") else {}
-    server = url or cluster.get("server")
-    if not isinstance(server, str) or not server:
-        raise ConfigError(f"kubeconfig {path}: cluster of context {name!r} has no server")
-    for unsupported in ("exec", "auth-provider"):
-        if unsupported in user:
-            raise ConfigError(
-                f"kubeconfig {path}: user of context {name!r} uses {unsupported}, which "
-                "forewarn does not run; give it a token, tokenFile or client certificate"
-            )
-
+def from_kubeconfig(path: Path | str, context: str | None, url: str | None) -> Cluster:
+    """The context's server and credentials, as the Kubernetes client library reads them
+    (exec plugins, several files in one `os.pathsep`-separated `path`); `url` overrides
+    the server."""
+    configuration, name = kubeconfig.load(str(path), context)
+    source = f"kubeconfig {path} (context {name})"
+    server = (url or configuration.host or "").rstrip("/")
+    if not server:
+        raise ConfigError(f"{source}: the context's cluster has no server")
     verify: ssl.SSLContext | bool = True
     if server.startswith("https://"):
-        if cluster.get("insecure-skip-tls-verify"):
-            verify = False
-        else:
-            cadata = _pem(cluster, "certificate-authority", base, path)
-            verify = _context(cadata=cadata, what=f"kubeconfig {path} CA") if cadata else True
-            if verify is True:
-                verify = _context(what="system CAs")
-        cert = _pem(user, "client-certificate", base, path)
-        key = _pem(user, "client-key", base, path)
-        if cert and key:
+        if configuration.verify_ssl:
+            verify = _context(cafile=configuration.ssl_ca_cert or None, what=f"{source} CA")
+        if configuration.cert_file and configuration.key_file:
             if not isinstance(verify, ssl.SSLContext):
+                # insecure-skip-tls-verify: still present the client certificate.
                 verify = ssl.create_default_context()
                 verify.check_hostname = False
                 verify.verify_mode = ssl.CERT_NONE
-            _load_client_cert(verify, cert, key, path)
+            try:
+                verify.load_cert_chain(configuration.cert_file, configuration.key_file)
+            except (ssl.SSLError, OSError) as error:
+                raise ConfigError(f"{source}: client certificate: {error}") from None
 
-    token_source: TokenSource = _no_token
-    if isinstance(user.get("tokenFile"), str):
-        token_source = TokenFile(_relative(user["tokenFile"], base))
-        token_source()
-    elif isinstance(user.get("token"), str) and user["token"]:
-        static = user["token"]
-        token_source = lambda: static  # noqa: E731
-    return Cluster(server.rstrip("/"), token_source, verify, f"kubeconfig {path} (context {name})")
+    def token() -> str | None:
+        return kubeconfig.bearer(configuration)
 
-
-def _relative(value: str, base: Path) -> Path:
-    candidate = Path(value).expanduser()
-    return candidate if candidate.is_absolute() else base / candidate
-
-
-def _pem(section: dict[str, Any], key: str, base: Path, path: Path) -> str | None:
-    data = section.get(f"{key}-data")
-    if isinstance(data, str) and data:
-        try:
-            return base64.b64decode(data).decode()
-        except (ValueError, UnicodeDecodeError):
-            raise ConfigError(f"kubeconfig {path}: {key}-data is not base64 PEM") from None
-    file = section.get(key)
-    if isinstance(file, str) and file:
-        try:
-            return _relative(file, base).read_text()
-        except OSError as error:
-            raise ConfigError(f"kubeconfig {path}: {key} {file}: {error.strerror}") from None
-    return None
-
-
-def _load_client_cert(context: ssl.SSLContext, cert: str, key: str, path: Path) -> None:
-    # load_cert_chain reads only files: write them to a private directory just long enough.
-    with tempfile.TemporaryDirectory(prefix="forewarn-k8s-") as directory:
-        cert_path = Path(directory) / "client.crt"
-        key_path = Path(directory) / "client.key"
-        for target, text in ((cert_path, cert), (key_path, key)):
-            descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as handle:
-                handle.write(text)
-        try:
-            context.load_cert_chain(str(cert_path), str(key_path))
-        except (ssl.SSLError, OSError) as error:
-            raise ConfigError(f"kubeconfig {path}: client certificate: {error}") from None
+    token()  # fail now, naming the kubeconfig, if the credentials cannot be had
+    return Cluster(server, token, verify, source)
 
 
 __all__ = [
@@ -239,7 +154,6 @@ __all__ = [
     "TokenSource",
     "from_kubeconfig",
     "in_cluster",
-    "load_kubeconfig",
     "node_name",
     "resolve",
 ]

@@ -3,7 +3,9 @@
 The agent on that node sees `spec.unschedulable` and raises a drain; `--uncordon` undoes it
 (a clear). Cordoning stops new pods from being scheduled there and evicts nothing. The patch
 needs `patch` on nodes, which the agent's own service account deliberately lacks: run the
-drill with an operator's kubeconfig.
+drill with an operator's kubeconfig. The request goes through the official Kubernetes client
+library (`forewarn[k8s]`), so kubeconfigs work as they do for kubectl, exec credential
+plugins (EKS, GKE, AKS) included.
 """
 
 from __future__ import annotations
@@ -11,11 +13,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
 
-from .api import cordon_request, error_for
-from .config import ConfigError, resolve
+from forewarn.protocol.errors import ConfigError, DrillError, UsageError
+
+from . import kubeconfig
+from .api import error_for, status_message
+from .config import in_cluster
+from .kubeconfig import INSTALL_HINT
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from kubernetes.client import Configuration
+
+# What `kubectl cordon` sends; the client library would otherwise pick a JSON patch.
+PATCH_TYPE = "application/strategic-merge-patch+json"
+REQUEST_TIMEOUT = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kubeconfig",
         type=Path,
         default=None,
-        help="kubeconfig (JSON, or YAML with PyYAML); default $FOREWARN_KUBERNETES_KUBECONFIG, "
-        "else $KUBECONFIG, else the in-cluster service account",
+        help="kubeconfig; default $FOREWARN_KUBERNETES_KUBECONFIG, else $KUBECONFIG, else "
+        "~/.kube/config, else the in-cluster service account",
     )
     parser.add_argument("--context", default=None, help="kubeconfig context")
     parser.add_argument(
@@ -39,40 +55,105 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--yes", action="store_true", help="really send the patch")
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    env = os.environ
-    kubeconfig = args.kubeconfig or env.get("FOREWARN_KUBERNETES_KUBECONFIG") or None
-    if kubeconfig is None and env.get("KUBECONFIG"):
-        kubeconfig = env["KUBECONFIG"].split(os.pathsep)[0]
-    fields: dict[str, object] = {
-        "url": args.url or env.get("FOREWARN_KUBERNETES_URL") or None,
-        "kubeconfig": Path(kubeconfig) if kubeconfig else None,
-        "context": args.context or env.get("FOREWARN_KUBERNETES_CONTEXT") or None,
-    }
-    if env.get("FOREWARN_KUBERNETES_TOKEN_FILE"):
-        fields["token_file"] = Path(env["FOREWARN_KUBERNETES_TOKEN_FILE"])
-    return Settings.model_validate(fields)
+def _no_credentials() -> UsageError:
+    return UsageError(
+        "drill kubernetes: no credentials: --kubeconfig not given, $KUBECONFIG unset, "
+        "~/.kube/config absent and not in a pod (KUBERNETES_SERVICE_HOST unset); pass "
+        "--kubeconfig FILE (and --context NAME), or --url URL for an API server that needs "
+        "no kubeconfig"
+    )
+
+
+def credentials(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Configuration, str]:
+    """The client configuration and where it came from, in kubectl's order: --kubeconfig,
+    $FOREWARN_KUBERNETES_KUBECONFIG, $KUBECONFIG, ~/.kube/config, then the pod's service
+    account; --url overrides the server."""
+    try:
+        from kubernetes.client import Configuration
+    except ImportError:
+        raise UsageError(f"drill kubernetes: {INSTALL_HINT}") from None
+    url = args.url or env.get("FOREWARN_KUBERNETES_URL") or None
+    context = args.context or env.get("FOREWARN_KUBERNETES_CONTEXT") or None
+    explicit = args.kubeconfig or env.get("FOREWARN_KUBERNETES_KUBECONFIG") or None
+    paths = str(explicit) if explicit else kubeconfig.default_paths(env)
+    if paths is not None:
+        try:
+            configuration, name = kubeconfig.load(paths, context)
+        except ConfigError as error:
+            raise UsageError(f"drill kubernetes: {error}") from None
+        source = f"kubeconfig {paths} (context {name})"
+    elif url is not None or env.get("KUBERNETES_SERVICE_HOST", "").strip():
+        fields: dict[str, object] = {"url": url}
+        for key in ("token_file", "ca_file"):
+            value = env.get(f"FOREWARN_KUBERNETES_{key.upper()}")
+            if value:
+                fields[key] = Path(value)
+        settings = Settings.model_validate(fields)
+        try:
+            cluster = in_cluster(settings, env)
+            token = cluster.token()
+        except ConfigError as error:
+            raise UsageError(f"drill kubernetes: {error}") from None
+        configuration = Configuration()
+        configuration.host = cluster.server
+        if token:
+            configuration.api_key["BearerToken"] = f"Bearer {token}"
+        if settings.ca_file.is_file():
+            configuration.ssl_ca_cert = str(settings.ca_file)
+        source = cluster.source
+    else:
+        raise _no_credentials()
+    if url is not None:
+        configuration.host = url.rstrip("/")
+    return configuration, source
+
+
+def _patch(configuration: Configuration, source: str, node: str, unschedulable: bool) -> bool:
+    """PATCH the node through the client library; its spec.unschedulable afterwards."""
+    from kubernetes.client import ApiClient, CoreV1Api
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    body = {"spec": {"unschedulable": unschedulable}}
+    try:
+        with ApiClient(configuration) as client:
+            patched = CoreV1Api(client).patch_node(
+                node, body, _content_type=PATCH_TYPE, _request_timeout=REQUEST_TIMEOUT
+            )
+    except ApiException as error:
+        status = int(error.status or 0)
+        answer = str(error.body or "").encode()
+        if status == 401:
+            raise DrillError(
+                f"drill kubernetes: 401 {status_message(answer)}: the API server refused the "
+                f"credentials of {source}"
+            ) from None
+        problem = error_for(status, answer, "patch", source)
+        if status == 403:
+            raise DrillError(
+                "drill kubernetes: 403: this identity may not patch nodes (the agent's own "
+                f"service account should not); use an operator kubeconfig. {problem}"
+            ) from None
+        raise DrillError(f"drill kubernetes: {problem}") from None
+    except HTTPError as error:
+        raise DrillError(
+            f"drill kubernetes: cannot reach {configuration.host}: {type(error).__name__}: {error}"
+        ) from None
+    return bool(patched.spec and patched.spec.unschedulable)
 
 
 def run(args: argparse.Namespace) -> int:
-    import httpx
-
     node = args.node or os.environ.get("NODE_NAME") or ""
     if not node:
-        print("forewarn: drill kubernetes: --node: name the node to cordon (or set NODE_NAME)")
-        return 2
-    try:
-        cluster = resolve(_settings(args))
-    except ConfigError as error:
-        print(f"forewarn: drill kubernetes: {error}")
-        return 2
+        raise UsageError("drill kubernetes: --node: name the node to cordon (or set NODE_NAME)")
+    configuration, source = credentials(args, os.environ)
     unschedulable = not args.uncordon
-    req = cordon_request(cluster, node, unschedulable)
+    body = {"spec": {"unschedulable": unschedulable}}
     verb = "cordon" if unschedulable else "uncordon"
-    print(f"{'Will' if args.yes else 'Would'} {verb} node {node} through {cluster.source}:")
-    print(f"  {req['method']} {req['url']}")
-    print(f"  Content-Type: {req['headers']['Content-Type']}")
-    print(f"  {json.dumps(req['body'])}")
+    print(f"{'Will' if args.yes else 'Would'} {verb} node {node} through {source}:")
+    print(f"  PATCH {configuration.host}/api/v1/nodes/{quote(node, safe='')}")
+    print(f"  Content-Type: {PATCH_TYPE}")
+    print(f"  {json.dumps(body)}")
     print(f"  (the same as `kubectl {verb} {node}`)")
     if unschedulable:
         print("  The agent on that node then sends a drain (kubernetes/<node>/cordon);")
@@ -80,36 +161,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.yes:
         print("Nothing sent: add --yes to do it.")
         return 0
-    try:
-        token = cluster.token()
-    except ConfigError as error:
-        print(f"forewarn: drill kubernetes: {error}")
-        return 2
-    headers = dict(req["headers"])
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        with httpx.Client(verify=cluster.verify, trust_env=False, timeout=10.0) as client:
-            response = client.request(
-                req["method"], req["url"], headers=headers, content=json.dumps(req["body"])
-            )
-    except httpx.HTTPError as error:
-        print(f"forewarn: drill kubernetes: {type(error).__name__}: {error}")
-        return 1
-    if response.status_code != 200:
-        problem = error_for(response.status_code, response.content, "patch", cluster.source)
-        if response.status_code == 403:
-            print(
-                f"forewarn: drill kubernetes: 403: this identity may not patch nodes (the agent's "
-                f"own service account should not); use an operator kubeconfig. {problem}"
-            )
-        else:
-            print(f"forewarn: drill kubernetes: {problem}")
-        return 1
-    body = response.json()
-    now = bool(body.get("spec", {}).get("unschedulable"))
+    now = _patch(configuration, source, node, unschedulable)
     print(f"done: node {node} spec.unschedulable={str(now).lower()}")
     return 0
 
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "credentials", "run"]

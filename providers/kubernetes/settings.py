@@ -38,8 +38,9 @@ class Settings(EndpointSettings):
     )
     kubeconfig: Path | None = Field(
         default=None,
-        description="A kubeconfig file (JSON, or YAML when PyYAML is installed) to use "
-        "instead of the in-cluster service account.",
+        description="A kubeconfig file to use instead of the in-cluster service account, read "
+        "as kubectl reads it (exec credential plugins included; needs the `k8s` extra). "
+        "Outside a pod, with no `url`: `$KUBECONFIG`, else `~/.kube/config`.",
     )
     context: str | None = Field(
         default=None, description="The kubeconfig context; default its `current-context`."

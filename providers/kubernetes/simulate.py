@@ -164,7 +164,26 @@ class KubernetesSimulator(Simulator):
             "spec": {"podCIDR": "10.244.0.0/24"},
             "status": {
                 "conditions": [self._ready_condition(True)],
-                "nodeInfo": {"kubeletVersion": "v1.31.0-forewarn-sim"},
+                "addresses": [
+                    {"type": "InternalIP", "address": "10.0.0.10"},
+                    {"type": "Hostname", "address": self.node_name},
+                ],
+                "capacity": {"cpu": "8", "memory": "65536Mi", "pods": "110"},
+                "allocatable": {"cpu": "7910m", "memory": "63000Mi", "pods": "110"},
+                # Every field a kubelet reports: client libraries (the official Python one)
+                # refuse a Node whose nodeInfo lacks one.
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "bootID": str(uuid.uuid4()),
+                    "containerRuntimeVersion": "containerd://1.7.22",
+                    "kernelVersion": "6.8.0-1015-aws",
+                    "kubeProxyVersion": "v1.31.0",
+                    "kubeletVersion": "v1.31.0-forewarn-sim",
+                    "machineID": uuid.uuid4().hex,
+                    "operatingSystem": "linux",
+                    "osImage": "Ubuntu 24.04.1 LTS",
+                    "systemUUID": str(uuid.uuid4()),
+                },
             },
         }
 

@@ -5,7 +5,8 @@
 - The server ends every watch (`timeoutSeconds`, or its own randomized limit): resume from
   the last resourceVersion seen, bookmarks included.
 - The token is read from its file for every request, so a rotated token is picked up on the
-  next (re)connect; a 401 is retried with the file read again.
+  next (re)connect; a 401 is retried with the credentials resolved again (the file read, a
+  kubeconfig's exec plugin run again).
 - Bad configuration (no node name, an unreadable token) is one clear error in PollHealth,
   retried every minute; the agent and its other watchers keep running.
 """
@@ -77,10 +78,11 @@ class KubernetesWatcher:
             return False
         return os.access(self.settings.token_file, os.R_OK)
 
-    def _connect(self) -> NodeApi:
+    async def _connect(self) -> NodeApi:
         if self.api is None:
             name = node_name(self.settings, self.env)
-            cluster = resolve(self.settings, self.env)
+            # In a thread: a kubeconfig's exec plugin runs here (a cloud CLI, seconds).
+            cluster = await asyncio.to_thread(resolve, self.settings, self.env)
             self.node_name = name
             self.api = NodeApi(cluster, name)
             log.info("watching node %s via %s at %s", name, cluster.source, cluster.server)
@@ -99,7 +101,7 @@ class KubernetesWatcher:
         while True:
             self.delivered = False
             try:
-                api = self._connect()
+                api = await self._connect()
             except ConfigError as error:
                 self.health.error("config", str(error))
                 await asyncio.sleep(max(CONFIG_RETRY, self.settings.retry_max))
@@ -124,6 +126,10 @@ class KubernetesWatcher:
                 await self._pause(backoff)
             except ApiError as error:
                 self.health.error(error.kind, str(error))
+                if error.status == 401:
+                    # Resolve again: a token file re-read, a kubeconfig's exec plugin re-run,
+                    # a client certificate reloaded.
+                    await self.aclose()
                 await self._pause(backoff)
             except ParseError as error:
                 self.health.error("parse", str(error))

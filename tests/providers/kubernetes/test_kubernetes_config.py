@@ -187,10 +187,14 @@ def test_kubeconfig_static_token(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("user", "context", "message"),
     [
-        ({"exec": {"command": "aws"}}, None, "uses exec"),
-        ({"auth-provider": {"name": "gcp"}}, None, "uses auth-provider"),
-        ({"token": "t"}, "nope", "no context named 'nope'"),
-        ({"tokenFile": "missing"}, None, "unreadable"),
+        ({"exec": {"command": "aws"}}, None, "exec: malformed request"),
+        (
+            {"exec": {"command": "false", "apiVersion": "client.authentication.k8s.io/v1"}},
+            None,
+            "exec: process returned 1",
+        ),
+        ({"token": "t"}, "nope", "Expected object with name nope"),
+        ({"tokenFile": "missing"}, None, "No such file"),
     ],
 )
 def test_kubeconfig_errors(
@@ -202,18 +206,19 @@ def test_kubeconfig_errors(
         from_kubeconfig(path, context, None)
 
 
-def test_yaml_kubeconfig_without_pyyaml_says_what_to_do(
+def test_kubeconfig_without_the_client_library_says_what_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "yaml", None)
+    for name in [*(m for m in sys.modules if m.split(".")[0] == "kubernetes"), "kubernetes"]:
+        monkeypatch.setitem(sys.modules, name, None)
     path = tmp_path / "config"
     path.write_text("apiVersion: v1\nkind: Config\n")
-    with pytest.raises(ConfigError, match=r"PyYAML is not installed.*-o json"):
+    with pytest.raises(ConfigError, match=r"pip install 'forewarn\[k8s\]'"):
         from_kubeconfig(path, None, None)
 
 
 def test_missing_kubeconfig(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"kubeconfig .*absent"):
+    with pytest.raises(ConfigError, match=r"kubeconfig .*absent: no such file"):
         from_kubeconfig(tmp_path / "absent", None, None)
 
 
@@ -227,3 +232,24 @@ def test_taints_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert loaded.node_name == "n1"
     monkeypatch.setenv("FOREWARN_KUBERNETES_TAINTS", '["x", "y"]')
     assert load_settings().kubernetes.taints == ["x", "y"]
+
+
+def test_in_cluster_never_loads_the_client_library(tmp_path: Path) -> None:
+    """The agent in a pod needs only httpx: the kubeconfig library stays unimported."""
+    import subprocess
+
+    (tmp_path / "token").write_text("t")
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from forewarn.providers.kubernetes.config import resolve\n"
+        "from forewarn.providers.kubernetes.settings import Settings\n"
+        f"settings = Settings(token_file=Path({str(tmp_path / 'token')!r}))\n"
+        "resolve(settings, {'KUBERNETES_SERVICE_HOST': '10.96.0.1', 'KUBECONFIG': 'x'})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'yaml')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -10,6 +10,9 @@ from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
 from support import agent_env, run_forewarn
 
+# The drill imports the Kubernetes client library (about a second of CPU): on a loaded
+# machine that alone can take tens of seconds.
+DRILL_TIMEOUT = 90
 NODE = "drill-node"
 
 
@@ -22,11 +25,14 @@ def server() -> Iterator[SimServer]:
 def env(tmp_path: Path, server: SimServer, token: str = "op-token") -> dict[str, str]:
     token_file = tmp_path / "operator-token"
     token_file.write_text(token)
-    return agent_env(
+    environment = agent_env(
         tmp_path,
         FOREWARN_KUBERNETES_URL=server.url,
         FOREWARN_KUBERNETES_TOKEN_FILE=str(token_file),
+        HOME=str(tmp_path),  # no ~/.kube/config: the URL and token file are what count
     )
+    environment.pop("KUBECONFIG", None)
+    return environment
 
 
 def unschedulable(server: SimServer) -> bool:
@@ -38,7 +44,9 @@ def unschedulable(server: SimServer) -> bool:
 
 
 def test_without_yes_only_prints(tmp_path: Path, server: SimServer) -> None:
-    done = run_forewarn("drill", "kubernetes", "--node", NODE, env=env(tmp_path, server))
+    done = run_forewarn(
+        "drill", "kubernetes", "--node", NODE, env=env(tmp_path, server), timeout=DRILL_TIMEOUT
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"PATCH {server.url}/api/v1/nodes/{NODE}" in done.stdout
     assert '{"spec": {"unschedulable": true}}' in done.stdout
@@ -50,12 +58,21 @@ def test_without_yes_only_prints(tmp_path: Path, server: SimServer) -> None:
 
 def test_yes_cordons_and_uncordon_undoes(tmp_path: Path, server: SimServer) -> None:
     environment = env(tmp_path, server)
-    done = run_forewarn("drill", "kubernetes", "--node", NODE, "--yes", env=environment)
+    done = run_forewarn(
+        "drill", "kubernetes", "--node", NODE, "--yes", env=environment, timeout=DRILL_TIMEOUT
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "spec.unschedulable=true" in done.stdout
     assert unschedulable(server)
     done = run_forewarn(
-        "drill", "kubernetes", "--node", NODE, "--uncordon", "--yes", env=environment
+        "drill",
+        "kubernetes",
+        "--node",
+        NODE,
+        "--uncordon",
+        "--yes",
+        env=environment,
+        timeout=DRILL_TIMEOUT,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert not unschedulable(server)
@@ -63,16 +80,23 @@ def test_yes_cordons_and_uncordon_undoes(tmp_path: Path, server: SimServer) -> N
 
 def test_refused_token_is_explained(tmp_path: Path, server: SimServer) -> None:
     done = run_forewarn(
-        "drill", "kubernetes", "--node", NODE, "--yes", env=env(tmp_path, server, "wrong")
+        "drill",
+        "kubernetes",
+        "--node",
+        NODE,
+        "--yes",
+        env=env(tmp_path, server, "wrong"),
+        timeout=DRILL_TIMEOUT,
     )
     assert done.returncode == 1
-    assert "401" in done.stdout
+    assert done.stderr.startswith("forewarn: drill kubernetes: 401 Unauthorized:"), done.stderr
+    assert "refused the credentials of in-cluster" in done.stderr
     assert not unschedulable(server)
 
 
 def test_node_is_required(tmp_path: Path, server: SimServer) -> None:
     environment = env(tmp_path, server)
     environment.pop("NODE_NAME", None)
-    done = run_forewarn("drill", "kubernetes", env=environment)
+    done = run_forewarn("drill", "kubernetes", env=environment, timeout=DRILL_TIMEOUT)
     assert done.returncode == 2
-    assert "--node" in done.stdout
+    assert done.stderr.startswith("forewarn: drill kubernetes: --node:"), done.stderr

@@ -1,0 +1,127 @@
+"""Kubeconfigs through the official Kubernetes client library (`pip install 'forewarn[k8s]'`).
+
+The library reads what kubectl reads: YAML or JSON, several files in `KUBECONFIG` merged,
+`exec` credential plugins (`aws eks get-token`, `gke-gcloud-auth-plugin`, `kubelogin`) run
+again when their token expires, OIDC, client certificates, CAs as files or `-data`. It is
+imported here only, and only when a kubeconfig is used: in a pod the agent needs neither it
+nor PyYAML.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from forewarn.protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kubernetes.client import Configuration
+
+INSTALL_HINT = "install the Kubernetes client library: pip install 'forewarn[k8s]'"
+DEFAULT_KUBECONFIG = Path(".kube") / "config"
+
+
+def default_paths(env: Mapping[str, str]) -> str | None:
+    """What kubectl reads when given no file: every file of `$KUBECONFIG` (merged), else
+    `~/.kube/config` when it exists; None when neither."""
+    listed = env.get("KUBECONFIG", "").strip()
+    if listed:
+        return listed
+    home = env.get("HOME", "").strip()
+    if home and (Path(home) / DEFAULT_KUBECONFIG).is_file():
+        return str(Path(home) / DEFAULT_KUBECONFIG)
+    return None
+
+
+class _Collect(logging.Handler):
+    """The library logs (instead of raising) a failed exec plugin; keep those lines."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if f"{os.sep}kubernetes{os.sep}" in record.pathname:
+            self.messages.append(record.getMessage())
+
+
+@contextmanager
+def _library_errors() -> Iterator[_Collect]:
+    collect = _Collect()
+    root = logging.getLogger()
+    root.addHandler(collect)
+    try:
+        yield collect
+    finally:
+        root.removeHandler(collect)
+
+
+def load(paths: str, context: str | None) -> tuple[Configuration, str]:
+    """A client `Configuration` for `context` (default: the current one) of the kubeconfig
+    file(s) `paths` (`os.pathsep`-separated), and the context's name. Raises ConfigError
+    with the file and what was wrong."""
+    try:
+        from kubernetes.client import Configuration
+        from kubernetes.config import kube_config
+        from kubernetes.config.config_exception import ConfigException
+        from yaml import YAMLError
+    except ImportError:
+        raise ConfigError(f"kubeconfig {paths}: to read it, {INSTALL_HINT}") from None
+    files = [part for part in paths.split(os.pathsep) if part]
+    existing = [part for part in files if Path(part).expanduser().is_file()]
+    if not existing:
+        raise ConfigError(f"kubeconfig {paths}: no such file")
+    joined = os.pathsep.join(existing)
+    configuration = Configuration()
+    try:
+        with _library_errors() as errors:
+            kube_config.load_kube_config(
+                config_file=joined,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        _, current = kube_config.list_kube_config_contexts(joined)
+    except ConfigException as error:
+        raise ConfigError(f"kubeconfig {paths}: {error}") from None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, YAMLError) as error:
+        # A file that is no kubeconfig (a list, a scalar, bad YAML) fails inside the loader.
+        raise ConfigError(f"kubeconfig {paths}: not a usable kubeconfig ({error})") from None
+    except Exception as error:  # auth providers raise their own SDKs' errors (google-auth)
+        raise ConfigError(
+            f"kubeconfig {paths}: its credentials failed: {type(error).__name__}: {error}"
+        ) from None
+    name = context or str(current.get("name") if isinstance(current, dict) else "")
+    if errors.messages:
+        raise ConfigError(
+            f"kubeconfig {paths} (context {name}): {'; '.join(errors.messages)}"
+        ) from None
+    return configuration, name
+
+
+def bearer(configuration: Configuration) -> str | None:
+    """The bearer token now (an exec plugin whose token expired runs again first)."""
+    hook = configuration.refresh_api_key_hook
+    if hook is not None:
+        with _library_errors() as errors:
+            hook(configuration)
+        if errors.messages:
+            raise ConfigError(f"kubeconfig credentials: {'; '.join(errors.messages)}")
+    value: Any = configuration.api_key.get("BearerToken")
+    if not value:
+        return None
+    scheme, _, token = str(value).partition(" ")
+    if scheme != "Bearer":
+        raise ConfigError(
+            "kubeconfig user has a username and password: Kubernetes removed basic "
+            "authentication in 1.19; give it a token, an exec plugin or a client certificate"
+        )
+    # kubectl trims a tokenFile's newline; the library does not.
+    return token.strip() or None
+
+
+__all__ = ["DEFAULT_KUBECONFIG", "INSTALL_HINT", "bearer", "default_paths", "load"]

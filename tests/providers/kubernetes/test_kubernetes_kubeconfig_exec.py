@@ -1,0 +1,193 @@
+"""Kubeconfigs as EKS, GKE and AKS write them: the credentials come from an `exec` plugin.
+
+The plugin is a small script that prints an ExecCredential with the token in a file beside
+it and counts its runs. The agent (finding the kubeconfig in $KUBECONFIG) and
+`forewarn drill kubernetes` (finding it in ~/.kube/config) run as real processes against
+the node API simulator on loopback: the drill cordons the node, the agent sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, agent_env, eventually, run_forewarn
+
+# The drill imports the Kubernetes client library (about a second of CPU): on a loaded
+# machine that alone can take tens of seconds.
+DRILL_TIMEOUT = 90
+NODE = "exec-node"
+EXEC_API = "client.authentication.k8s.io/v1"
+
+PLUGIN = """\
+import json, pathlib
+here = pathlib.Path(__file__).parent
+runs = here / "runs"
+runs.write_text(str(int(runs.read_text()) + 1 if runs.exists() else 1))
+token = (here / "token").read_text().strip()
+print(json.dumps({"apiVersion": "%s", "kind": "ExecCredential",
+                  "status": {"token": token, "expirationTimestamp": "%s"}}))
+"""
+
+
+@pytest.fixture
+def server() -> Iterator[SimServer]:
+    sim = KubernetesSimulator(node=NODE, token="exec-token-1", max_watch_seconds=30)
+    with SimServer(sim) as running:
+        yield running
+
+
+def write_kubeconfig(
+    directory: Path, server: str, token: str, expires: str = "2099-01-01T00:00:00Z"
+) -> Path:
+    """A YAML kubeconfig whose user runs `plugin.py` (through this Python) for a token."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "plugin.py").write_text(PLUGIN % (EXEC_API, expires))
+    (directory / "token").write_text(token)
+    user = {
+        "exec": {
+            "apiVersion": EXEC_API,
+            "command": sys.executable,
+            "args": [str(directory / "plugin.py")],
+            "interactiveMode": "Never",
+        }
+    }
+    # The YAML form kubectl writes; json.dumps of a value is valid YAML for it.
+    text = (
+        "apiVersion: v1\nkind: Config\ncurrent-context: eks\n"
+        "contexts:\n- name: eks\n  context: {cluster: sim, user: plugin}\n"
+        f"clusters:\n- name: sim\n  cluster:\n    server: {json.dumps(server)}\n"
+        f"users:\n- name: plugin\n  user: {json.dumps(user)}\n"
+    )
+    path = directory / "config"
+    path.write_text(text)
+    return path
+
+
+def control(server: SimServer, kind: str, **fields: object) -> None:
+    response = httpx.post(
+        f"{server.url}/_sim/notices", json={"kind": kind, **fields}, trust_env=False, timeout=5
+    )
+    assert response.status_code == 201, response.text
+
+
+def runs(directory: Path) -> int:
+    counter = directory / "runs"
+    return int(counter.read_text()) if counter.exists() else 0
+
+
+def unschedulable(server: SimServer) -> bool:
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    with sim.lock:
+        assert sim.node is not None
+        return bool(sim.node["spec"].get("unschedulable"))
+
+
+def open_watches(server: SimServer) -> int:
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    with sim.lock:
+        return sim.open_watches
+
+
+def test_drill_with_default_kubeconfig_cordons_and_the_agent_sees_it(
+    tmp_path: Path, server: SimServer
+) -> None:
+    agent_dir = tmp_path / "agent-kube"
+    write_kubeconfig(agent_dir, server.url, "exec-token-1")
+    home = tmp_path / "home"
+    operator_dir = home / ".kube"
+    write_kubeconfig(operator_dir, server.url, "exec-token-1")
+    env = agent_env(tmp_path, HOME=str(home), KUBECONFIG=str(agent_dir / "config"))
+    env["NODE_NAME"] = NODE
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber() as sub,
+    ):
+        eventually(lambda: open_watches(server) >= 1, what="the agent's watch")
+        assert runs(agent_dir) >= 1
+
+        # The operator's drill: no flags but the node; ~/.kube/config is found.
+        drill_env = dict(env)
+        del drill_env["KUBECONFIG"]
+        done = run_forewarn(
+            "drill", "kubernetes", "--node", NODE, "--yes", env=drill_env, timeout=DRILL_TIMEOUT
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"kubeconfig {operator_dir / 'config'} (context eks)" in done.stdout
+        assert "spec.unschedulable=true" in done.stdout
+        assert runs(operator_dir) == 1
+        assert unschedulable(server)
+
+        notice = sub.notice(timeout=15)
+        assert (notice["action"], notice["id"]) == ("drain", f"kubernetes/{NODE}/cordon")
+
+        done = run_forewarn(
+            "drill",
+            "kubernetes",
+            "--node",
+            NODE,
+            "--uncordon",
+            "--yes",
+            env=drill_env,
+            timeout=DRILL_TIMEOUT,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        notice = sub.notice(timeout=15)
+        assert (notice["action"], notice["id"]) == ("clear", f"kubernetes/{NODE}/cordon")
+
+
+def test_agent_runs_the_plugin_again_when_its_token_is_refused(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """An exec token that expires (EKS: 15 min) is fetched again: here the server starts
+    refusing the old one, the plugin now hands out the new one, and the agent goes on."""
+    kube = tmp_path / "kube"
+    config = write_kubeconfig(kube, server.url, "exec-token-1")
+    env = agent_env(tmp_path, HOME=str(tmp_path), KUBECONFIG=str(config))
+    env["NODE_NAME"] = NODE
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber() as sub,
+    ):
+        eventually(lambda: open_watches(server) >= 1, what="the agent's watch")
+        before = runs(kube)
+        (kube / "token").write_text("exec-token-2")
+        control(server, "rotate-token", token="exec-token-2")
+        control(server, "timeout")  # the open watch ends; the next request gets a 401
+        eventually(lambda: runs(kube) > before, what="the plugin to run again")
+        control(server, "cordon")
+        notice = sub.notice(timeout=15)
+        assert (notice["action"], notice["id"]) == ("drain", f"kubernetes/{NODE}/cordon")
+
+
+def test_drill_without_credentials_names_its_own_flags(tmp_path: Path) -> None:
+    env = agent_env(tmp_path, HOME=str(tmp_path / "empty-home"))
+    env.pop("KUBECONFIG", None)
+    done = run_forewarn(
+        "drill", "kubernetes", "--node", "n1", "--yes", env=env, timeout=DRILL_TIMEOUT
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("forewarn: drill kubernetes:"), done.stderr
+    assert "--kubeconfig FILE" in lines[0] and "--url URL" in lines[0]
+    assert "kubernetes.kubeconfig" not in lines[0] and "kubernetes.url" not in lines[0]
+
+
+def test_drill_with_a_failing_plugin_says_so(tmp_path: Path, server: SimServer) -> None:
+    config = write_kubeconfig(tmp_path / "kube", server.url, "exec-token-1")
+    config.write_text(config.read_text().replace(sys.executable, "/bin/false"))
+    env = agent_env(tmp_path, HOME=str(tmp_path), KUBECONFIG=str(config))
+    done = run_forewarn(
+        "drill", "kubernetes", "--node", NODE, "--yes", env=env, timeout=DRILL_TIMEOUT
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "exec: process returned 1" in done.stderr
+    assert not unschedulable(server)
