@@ -95,10 +95,14 @@ def run_lane(lane: Lane, stop: threading.Event, seed: int) -> None:
     sock = zmq.Context.instance().socket(zmq.SUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SUBSCRIBE, b"notice")
+    sock.setsockopt(zmq.SUBSCRIBE, b"heartbeat")
     sock.connect(f"ipc://{env['FOREWARN_RUNTIME_DIR']}/events")
     timeout = 3 * lane.interval + 3.0
     try:
-        time.sleep(0.5)  # the subscription reaches the agent
+        # The first heartbeat says the subscription reached the agent.
+        if not sock.poll(30_000):
+            raise RuntimeError("no heartbeat from the agent within 30 s")
+        sock.recv_multipart()
         if lane.mode == "itn-heightened":
             sim.raise_notice("rebalance", {"noticeTime": format_time(T0)})
             if _wait(sock, "drain", timeout) is None:
@@ -228,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     for lane in default_lanes:
         merged.latencies += lane.latencies
         merged.missed += lane.missed
+    merged.requests_per_second = sum(lane.requests_per_second for lane in default_lanes) / len(
+        default_lanes
+    )
     rows = []
     for lane in [merged, *itn_lanes, *baselines]:
         values = lane.latencies
@@ -239,10 +246,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{median(values):.3f}" if values else "-",
                 f"{percentile(values, 99):.3f}" if values else "-",
                 f"{max(values):.3f}" if values else "-",
+                f"{lane.requests_per_second:.1f}",
             ]
         )
     print("Detection latency, simulator change → subscriber (seconds)\n")
-    print(table(["poller", "notices", "missed", "p50", "p99", "max"], rows))
+    print(table(["poller", "notices", "missed", "p50", "p99", "max", "IMDS GETs/s"], rows))
     if merged.latencies and baselines[0].latencies and baselines[1].latencies:
         p99 = percentile(merged.latencies, 99)
         print(

@@ -52,25 +52,47 @@ def agent_env(base: Path | None = None, **extra: str) -> tuple[dict[str, str], P
     return env, work
 
 
-def start_agent(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "forewarn.agent.cli", "agent", *args],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+# Seven agents start at once in some benchmarks, on a machine others share: an agent that
+# needs 20 s to import and bind under that load has still started.
+START_TIMEOUT = 90.0
+
+
+def start_agent(
+    env: dict[str, str], *args: str, timeout: float = START_TIMEOUT
+) -> subprocess.Popen[bytes]:
+    """An agent subprocess that answers `status`; its output goes to `agent.log` in its
+    runtime directory, whose end is in the error when it exits or never answers."""
+    log_path = Path(env["FOREWARN_RUNTIME_DIR"]).parent / "agent.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "forewarn.agent.cli", "agent", *args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     control = f"ipc://{env['FOREWARN_RUNTIME_DIR']}/control"
     from forewarn.protocol.wire import request
 
-    end = time.monotonic() + 15
+    end = time.monotonic() + timeout
     while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"agent exited with {proc.returncode}: {_tail(log_path)}")
         try:
-            if request(control, {"op": "status"}, timeout=0.5).get("ok"):
+            if request(control, {"op": "status"}, timeout=1.0).get("ok"):
                 return proc
         except TimeoutError:
-            time.sleep(0.05)
+            time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("agent did not start")
+    proc.wait()
+    raise RuntimeError(f"agent did not answer within {timeout:g}s: {_tail(log_path)}")
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(text[-lines:]) or "(empty log)"
 
 
 def cpu_seconds(pid: int) -> float:
