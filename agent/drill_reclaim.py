@@ -43,6 +43,7 @@ from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 from forewarn.protocol.wire import request
 
 from .drill_local import Machine
+from .plan import ReclaimLoss, Timing, reclaim_loss
 from .reclaim_procs import JobTree, become_subreaper
 
 PLATFORMS = ("systemd", "kubernetes", "cloud", "torchrun")
@@ -107,6 +108,42 @@ class CellResult:
     job_code: int | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    # For `forewarn plan`'s prediction: the mean flush, notice to the start of the exit save,
+    # the newest checkpoint the job completed, and the training speed.
+    flush_mean: float | None = None
+    detection: float | None = None
+    checkpoint_step: int | None = None
+    steps_per_second: float | None = None
+    every_steps: int | None = None
+
+    @property
+    def predicted(self) -> ReclaimLoss | None:
+        """What `forewarn plan`'s model predicts for this cell's measured timing."""
+        if self.flush is None or self.flush_mean is None or self.checkpoint_step is None:
+            return None
+        timing = Timing(
+            checkpoint_seconds=self.flush_mean,
+            checkpoint_p95_seconds=self.flush,
+            # No exit save began within the lead: the notice was not acted on in time.
+            detection_seconds=self.cell.lead if self.detection is None else self.detection,
+            notice_lead_seconds=self.cell.lead,
+        )
+        return reclaim_loss(timing, step=self.last_step, checkpoint_step=self.checkpoint_step)
+
+    def plan_command(self) -> str:
+        """The `forewarn plan` command that gives this cell's notice verdict."""
+        assert self.flush is not None and self.flush_mean is not None
+        detection = self.cell.lead if self.detection is None else self.detection
+        command = (
+            f"forewarn plan --checkpoint {self.flush_mean:.2f}s --checkpoint-p95 "
+            f"{self.flush:.2f}s --detection {detection:.2f}s --notice-lead {self.cell.lead:g}s"
+        )
+        if self.every_steps and self.steps_per_second:
+            command += (
+                f" --interval-steps {self.every_steps} --steps-per-second "
+                f"{self.steps_per_second:.3g}"
+            )
+        return command
 
     @property
     def lost(self) -> int | None:
@@ -130,7 +167,9 @@ class CellResult:
             return False
         if self.lead_is_enough:
             return self.lost == 0
-        return True  # a short lead may lose steps: reported, not a failure
+        # A short lead may lose steps, exactly as many as the plan's model says.
+        predicted = self.predicted
+        return predicted is None or self.lost is None or self.lost == predicted.steps
 
     def outcome(self) -> str:
         if self.error:
@@ -151,6 +190,14 @@ class CellResult:
             return f"FAILED: {self.lost} steps lost although the lead was enough"
         if self.partial:
             why += f"; the partial generation {', '.join(self.partial)} was not used"
+        predicted = self.predicted
+        if predicted is not None:
+            verdict = "as" if predicted.steps == self.lost else "FAILED: not as"
+            why += (
+                f"; {verdict} `forewarn plan` predicts: {predicted.why} (last step "
+                f"{self.last_step}, last completed checkpoint step {self.checkpoint_step}; "
+                f"`{self.plan_command()}`)"
+            )
         return f"{self.lost} steps lost: {why}"
 
 
@@ -316,8 +363,14 @@ class Reclaim:
         handler: str = "guard",
         seed: int | None = None,
         say: Any = print,
+        every_steps: int = Job.EVERY_STEPS,
+        skip_saved_evals: bool = False,
     ) -> None:
         self._machine = Machine
+        self.every_steps = every_steps
+        # Put mid-evaluation notices only in a pass that does not directly follow a save: in
+        # one that does, the state is durable already and any handling loses nothing.
+        self.skip_saved_evals = skip_saved_evals
         self.work = work
         self.base_env = base_env
         self.handler = handler
@@ -347,11 +400,14 @@ class Reclaim:
                 Job.FIRST_STEP_TIME if cell is not None and cell.moment == "first-step" else 0.0
             ),
             flush_delay=cell.flush_delay if cell is not None else 0.0,
-            **options,
+            **{"every_steps": self.every_steps, **options},
         )
 
     def _resumed(self, started: dict[str, Any]) -> None:
         """Check the new run's resume against the previous cell."""
+        if started.get("generation") is None and int(started["step"]) == 0:
+            # A start from scratch (no generation yet): the seeded initial state.
+            self.hashes.setdefault(0, str(started["hash"]))
         if not self.results:
             return
         previous = self.results[-1]
@@ -402,6 +458,7 @@ class Reclaim:
 
     def _run_cell(self, cell: Cell) -> CellResult:
         result = CellResult(cell)
+        partial_before = set(_partial_generations(self.store))
         machine = self._new_machine()
         job = self._job(machine, cell)
         self.say(
@@ -432,12 +489,12 @@ class Reclaim:
             result.exit_save = exits[-1] if exits else None
             if saves:
                 result.flush = max(float(e["seconds"]) for e in saves)
+                result.flush_mean = sum(float(e["seconds"]) for e in saves) / len(saves)
             if cell.flush_delay and result.flush is None:
-                result.flush = cell.flush_delay
+                result.flush = result.flush_mean = cell.flush_delay
+            self._plan_inputs(job, result)
             result.partial = [
-                name
-                for name in _partial_generations(self.store)
-                if int(name.removeprefix("step-")) > result.started_step
+                name for name in _partial_generations(self.store) if name not in partial_before
             ]
         durable = result.durable_seconds
         self.say(
@@ -451,12 +508,37 @@ class Reclaim:
         )
         return result
 
+    def _plan_inputs(self, job: Job, result: CellResult) -> None:
+        """What the plan's model needs, from the job's own lines (not from the resume, which
+        is what the prediction is checked against)."""
+        completed = [int(e["step"]) for e in job.seen if e["event"] == "saved"]
+        result.checkpoint_step = max([result.started_step, *completed])
+        result.every_steps = self.every_steps
+        if result.notice_at is not None:
+            starts = [
+                float(e["t"])
+                for e in job.seen
+                if e["event"] == "saving" and float(e["t"]) >= result.notice_at
+            ]
+            lead_end = result.notice_at + result.cell.lead
+            if starts and starts[0] <= lead_end:
+                result.detection = starts[0] - result.notice_at
+        steps = [(float(e["t"]), int(e["step"])) for e in job.seen if e["event"] == "step"]
+        if len(steps) >= 2 and steps[-1][0] > steps[0][0]:
+            result.steps_per_second = (steps[-1][1] - steps[0][1]) / (steps[-1][0] - steps[0][0])
+
     def _wait_for_moment(self, job: Job, cell: Cell, result: CellResult) -> None:
         pick = self.random
         if cell.moment == "first-step":
             time.sleep(pick.uniform(0.2, 0.6) * Job.FIRST_STEP_TIME)
         elif cell.moment == "mid-eval":
-            job.until("eval_start")
+            while True:
+                start = job.until("eval_start")
+                saved_here = any(
+                    e["event"] == "saved" and e["step"] == start["step"] for e in job.seen
+                )
+                if not (self.skip_saved_evals and saved_here):
+                    break
             duration = Job.EVAL_BATCHES * Job.EVAL_BATCH_TIME / 2
             time.sleep(pick.uniform(0.25, 0.6) * duration)
         else:

@@ -73,6 +73,37 @@ def notice(timing: Timing) -> Notice:
 
 
 @dataclass(frozen=True)
+class ReclaimLoss:
+    """What one reclaim costs in steps, by the model: `steps` lost, and why."""
+
+    steps: int
+    notice: Notice
+
+    @property
+    def why(self) -> str:
+        if self.notice.usable:
+            return f"none lost: {self.notice.why}"
+        return (
+            f"{self.steps} steps lost: {self.notice.why}; the steps since the last completed "
+            "checkpoint are lost"
+        )
+
+
+def reclaim_loss(timing: Timing, *, step: int, checkpoint_step: int) -> ReclaimLoss:
+    """The steps one reclaim loses, as the overhead model counts them: with a usable notice
+    (its lead covers detection and the flush's p95) none; without, every step since the last
+    completed checkpoint. `step` is the last step trained when the machine went,
+    `checkpoint_step` the step of the newest checkpoint completed by then."""
+    if checkpoint_step > step:
+        raise PlanError(
+            "checkpoint_step",
+            f"the checkpoint ({checkpoint_step}) cannot be after the last step ({step})",
+        )
+    found = notice(timing)
+    return ReclaimLoss(0 if found.usable else step - checkpoint_step, found)
+
+
+@dataclass(frozen=True)
 class Intervals:
     young: float | None
     daly: float | None
@@ -194,6 +225,7 @@ __all__ = [
     "RULE_OF_THUMB_TAX",
     "Intervals",
     "Notice",
+    "ReclaimLoss",
     "checkpoint_tax",
     "choose_interval",
     "daly_interval",
@@ -202,6 +234,7 @@ __all__ = [
     "notice",
     "overhead",
     "overhead_without_notice",
+    "reclaim_loss",
     "recommended_interval",
     "warnings",
     "young_interval",

@@ -47,6 +47,15 @@ def test_ci_matrix_loses_no_step_where_the_lead_allows_and_says_why_elsewhere(
     assert "steps lost: lead 0.3s < 2 x flush" in short_lead, short_lead
     assert "resumed from the last complete generation" in short_lead
     assert "identical" in short_lead
+    # The number lost is what `forewarn plan`'s model predicts for the cell's measured lead,
+    # detection and flush: the notice is not usable, the steps since the last completed
+    # checkpoint are lost (the drill fails a cell where the two differ).
+    lost = int(short_lead.split()[4])
+    predicted = re.search(
+        r"as `forewarn plan` predicts: (\d+) steps lost: notice lead 0.3 s", short_lead
+    )
+    assert predicted is not None and int(predicted.group(1)) == lost, short_lead
+    assert "forewarn plan --checkpoint " in short_lead and "--notice-lead 0.3s" in short_lead
     # Every resume was checked, and no process of any job outlived its machine.
     assert out.count("state identical") == 5, out
     assert "left behind" not in out

@@ -20,6 +20,7 @@ from forewarn.agent.plan import (
     overhead,
     overhead_without_notice,
     rate_to_mtbi,
+    reclaim_loss,
     summarize_telemetry,
     warnings,
     young_interval,
@@ -174,6 +175,35 @@ def test_the_notice_is_judged_on_the_flush_p95() -> None:
         checkpoint_seconds=10, mtbi_seconds=DAY, notice_lead_seconds=30, response_seconds=31
     )
     assert not notice(measured).usable
+
+
+def test_one_reclaim_loses_nothing_with_a_usable_notice_else_the_steps_since_the_checkpoint() -> (
+    None
+):
+    """The drill's short-lead cells are checked against this (tests/agent/test_drill_reclaim.py)."""
+    short = Timing(
+        checkpoint_seconds=1.5,
+        checkpoint_p95_seconds=1.7,
+        detection_seconds=0.05,
+        notice_lead_seconds=0.3,
+    )
+    lost = reclaim_loss(short, step=101, checkpoint_step=91)
+    assert lost.steps == 10 and not lost.notice.usable
+    assert lost.why.startswith("10 steps lost: notice lead 0.3 s is shorter than the 1.75 s")
+    # Twice the flush and more: the flush finishes in the lead, nothing is lost.
+    long = Timing(
+        checkpoint_seconds=1.5,
+        checkpoint_p95_seconds=1.7,
+        detection_seconds=0.05,
+        notice_lead_seconds=8.0,
+    )
+    assert reclaim_loss(long, step=101, checkpoint_step=91).steps == 0
+    # The lead must cover detection too: 1.7 s of flush in a 1.7 s lead is not enough.
+    edge = Timing(checkpoint_seconds=1.7, detection_seconds=0.01, notice_lead_seconds=1.7)
+    assert reclaim_loss(edge, step=40, checkpoint_step=40).steps == 0
+    assert reclaim_loss(edge, step=47, checkpoint_step=40).steps == 7
+    with pytest.raises(PlanError, match="checkpoint_step"):
+        reclaim_loss(short, step=90, checkpoint_step=91)
 
 
 def test_choose_interval_prefers_given_then_tax_then_least_overhead() -> None:
