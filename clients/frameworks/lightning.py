@@ -9,6 +9,12 @@ After each validation, test and predict batch it asks `guard.due_in_eval`: an ex
 mid-validation is saved there and then (the state of the last training step), instead of
 after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
 and then stops; the checkpoint is already durable.
+
+With `store=CheckpointStore(...)` and `dcp=True` it saves through torch.distributed.checkpoint
+into the store instead (`save_dcp`: every rank writes its shards, the generation commits once
+all are in; FSDP and tensor-parallel modules save sharded): `{"model": module.state_dict(),
+"optimizers": [each optimizer's state_dict()], "global_step": step}`. Resume with
+`load_dcp(store.latest(), ForewarnCallback.dcp_state(module, optimizers))`, before `fit`.
 """
 
 from __future__ import annotations
@@ -28,17 +34,35 @@ from ..guard import CheckpointGuard
 class ForewarnCallback(pl.Callback):
     def __init__(
         self,
-        dirpath: str | Path,
+        dirpath: str | Path | None = None,
         guard: CheckpointGuard | None = None,
         filename: str = "step-{step:08d}.ckpt",
+        *,
+        store: Any = None,
+        dcp: bool = False,
         **guard_options: Any,
     ) -> None:
-        self.dirpath = Path(dirpath)
+        if dcp and store is None:
+            raise ValueError("dcp=True saves into a CheckpointStore: pass store=")
+        if not dcp and dirpath is None:
+            raise ValueError("dirpath is needed unless dcp=True saves into a store")
+        self.dirpath = Path(dirpath) if dirpath is not None else None
         self.filename = filename
+        self.store = store
+        self.dcp = dcp
         self._guard = guard
         self._guard_options = guard_options
         self.saved_paths: list[Path] = []
+        self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
         self._exiting = False
+
+    @staticmethod
+    def dcp_state(module: Any, optimizers: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
+        """What the DCP path saves (and, filled in place by `load_dcp`, restores)."""
+        return {
+            "model": module.state_dict(),
+            "optimizers": [optimizer.state_dict() for optimizer in optimizers],
+        }
 
     @property
     def guard(self) -> CheckpointGuard:
@@ -100,11 +124,22 @@ class ForewarnCallback(pl.Callback):
 
     def _save(self, trainer: pl.Trainer) -> None:
         step = trainer.global_step
-        path = self.dirpath / self.filename.format(step=step)
         started = time.monotonic()
-        trainer.save_checkpoint(path)
-        self.saved_paths.append(path)
-        result = self.guard.saved(step, time.monotonic() - started, where=str(path))
+        if self.dcp:
+            from ..checkpoint.dcp import save_dcp
+
+            state = self.dcp_state(trainer.lightning_module, trainer.optimizers)
+            state["global_step"] = step
+            generation = save_dcp(self.store, step, state)
+            self.saved_generations.append(generation)
+            where = f"{self.store.url}/{generation.name}"
+        else:
+            assert self.dirpath is not None
+            path = self.dirpath / self.filename.format(step=step)
+            trainer.save_checkpoint(path)
+            self.saved_paths.append(path)
+            where = str(path)
+        result = self.guard.saved(step, time.monotonic() - started, where=where)
         if result.exit:
             self._exiting = True  # saved once; the rest of this pass must not save again
             trainer.should_stop = True

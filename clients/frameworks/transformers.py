@@ -11,6 +11,13 @@ evaluation due at that step, so the save comes first. During an evaluation it as
 `guard.due_in_eval` after each prediction step (`on_prediction_step`): the Trainer cannot be
 interrupted mid-evaluation from a callback, so the save and the stop are scheduled for the
 moment that evaluation returns, and the notice is not left for the next training step.
+
+With `store=CheckpointStore(...)` and `dcp=True` the callback saves itself instead, through
+torch.distributed.checkpoint into the store (`save_dcp`: every rank writes its shards, the
+generation commits once all are in): `{"model": model.state_dict(), "optimizer":
+optimizer.state_dict(), "global_step": step}`, at the end of the step the guard says so (an
+exit asked for during an evaluation is saved when it returns). Resume with
+`load_dcp(store.latest(), {"model": model.state_dict()})` before training.
 """
 
 from __future__ import annotations
@@ -24,11 +31,24 @@ from ..guard import CheckpointGuard
 
 
 class ForewarnTrainerCallback(TrainerCallback):
-    def __init__(self, guard: CheckpointGuard | None = None, **guard_options: Any) -> None:
+    def __init__(
+        self,
+        guard: CheckpointGuard | None = None,
+        *,
+        store: Any = None,
+        dcp: bool = False,
+        **guard_options: Any,
+    ) -> None:
+        if dcp and store is None:
+            raise ValueError("dcp=True saves into a CheckpointStore: pass store=")
         self._guard = guard
         self._guard_options = guard_options
+        self.store = store
+        self.dcp = dcp
         self._requested_at: float | None = None
+        self._dcp_pending = False  # an exit asked for in evaluation, saved once it returns
         self.saved_steps: list[int] = []
+        self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
 
     @property
     def guard(self) -> CheckpointGuard:
@@ -39,6 +59,10 @@ class ForewarnTrainerCallback(TrainerCallback):
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
+        if self.dcp:
+            if self._dcp_pending or self.guard.due(state.global_step):
+                self._save_dcp(state, control, kwargs)
+            return control
         if self.guard.due(state.global_step):
             control.should_save = True
             self._requested_at = time.monotonic()
@@ -49,11 +73,40 @@ class ForewarnTrainerCallback(TrainerCallback):
     def on_prediction_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
+        if self.dcp:
+            if not self._dcp_pending and self.guard.due_in_eval(state.global_step):
+                self._dcp_pending = True  # saved by on_evaluate, once the pass returns
+            return control
         if self._requested_at is None and self.guard.due_in_eval(state.global_step):
             control.should_save = True
             control.should_training_stop = True
             self._requested_at = time.monotonic()
         return control
+
+    def on_evaluate(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        if self.dcp and self._dcp_pending:
+            self._save_dcp(state, control, kwargs)
+        return control
+
+    def _save_dcp(self, state: TrainerState, control: TrainerControl, hooks: Any) -> None:
+        from ..checkpoint.dcp import save_dcp
+
+        self._dcp_pending = False
+        step = state.global_step
+        started = time.monotonic()
+        saved: dict[str, Any] = {"model": hooks["model"].state_dict(), "global_step": step}
+        if hooks.get("optimizer") is not None:
+            saved["optimizer"] = hooks["optimizer"].state_dict()
+        generation = save_dcp(self.store, step, saved)
+        self.saved_generations.append(generation)
+        self.saved_steps.append(step)
+        where = f"{self.store.url}/{generation.name}"
+        result = self.guard.saved(step, time.monotonic() - started, where=where)
+        if result.exit:
+            control.should_training_stop = True
+            control.should_evaluate = False
 
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any

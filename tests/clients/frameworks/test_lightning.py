@@ -109,3 +109,58 @@ def test_an_exit_during_validation_is_saved_from_the_validation_hook(tmp_path: P
     assert trainer.global_step == 30, "training stopped after the validation pass"
     saved = torch.load(callback.saved_paths[0], weights_only=False)
     assert saved["global_step"] == 30
+
+
+def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
+    tmp_path: Path,
+) -> None:
+    """dcp=True (issue 20): the saves are DCP generations of the store, committed and
+    checksummed; the last one loads back into a fresh module with the trained bits."""
+    from forewarn.clients.checkpoint import CheckpointStore, load_dcp
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    callback = ForewarnCallback(
+        store=store, dcp=True, notices=False, handle_signals=False, flag_file=None
+    )
+    data = TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
+    trainer = pl.Trainer(
+        max_steps=10_000,
+        callbacks=[callback],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+
+    def operator() -> None:
+        eventually(lambda: trainer.global_step >= 20)
+        callback.guard.request("drain")
+        eventually(lambda: len(callback.saved_generations) == 1)
+        first = callback.saved_generations[0].step
+        eventually(lambda: trainer.global_step >= first + 20)
+        callback.guard.request("terminate", exit=True)
+
+    model = Tiny()
+    thread = threading.Thread(target=operator, daemon=True)
+    thread.start()
+    trainer.fit(model, DataLoader(data, batch_size=4))
+    thread.join(timeout=5)
+    steps = [generation.step for generation in callback.saved_generations]
+    assert len(steps) == 2 and steps[-1] == trainer.global_step < 10_000
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == steps[-1]
+    assert "dcp/.metadata" in latest.files
+    assert any(name.endswith(".distcp") for name in latest.files)
+    fresh = Tiny()
+    assert not torch.equal(fresh.layer.weight, model.layer.weight)
+    load_dcp(latest, {"model": fresh.state_dict()})
+    assert torch.equal(fresh.layer.weight, model.layer.weight)
+    assert torch.equal(fresh.layer.bias, model.layer.bias)
+
+
+def test_dcp_needs_a_store() -> None:
+    with pytest.raises(ValueError, match="store="):
+        ForewarnCallback(dcp=True)
+    with pytest.raises(ValueError, match="dirpath"):
+        ForewarnCallback()

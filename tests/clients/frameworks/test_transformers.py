@@ -121,3 +121,51 @@ def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Pat
     assert callback.saved_steps == [25]
     assert (tmp_path / "out" / "checkpoint-25").is_dir()
     assert trainer.state.global_step == 25, "the notice during evaluation stopped training there"
+
+
+def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
+    tmp_path: Path,
+) -> None:
+    """dcp=True (issue 20): the callback saves DCP generations into the store itself; the last
+    one loads back into a fresh model with the trained bits."""
+    from forewarn.clients.checkpoint import CheckpointStore, load_dcp
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    callback = ForewarnTrainerCallback(
+        store=store, dcp=True, notices=False, handle_signals=False, flag_file=None
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=10_000,
+        per_device_train_batch_size=4,
+        save_strategy="no",
+        report_to=[],
+        logging_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    model = Tiny()
+    trainer = Trainer(model=model, args=args, train_dataset=Points(), callbacks=[callback])
+
+    def operator() -> None:
+        eventually(lambda: trainer.state.global_step >= 20)
+        callback.guard.request("drain")
+        eventually(lambda: len(callback.saved_steps) == 1)
+        first = callback.saved_steps[0]
+        eventually(lambda: trainer.state.global_step >= first + 20)
+        callback.guard.request("terminate", exit=True)
+
+    thread = threading.Thread(target=operator, daemon=True)
+    thread.start()
+    trainer.train()
+    thread.join(timeout=5)
+    assert len(callback.saved_steps) == 2, callback.saved_steps
+    assert trainer.state.global_step == callback.saved_steps[-1] < 10_000
+    assert not (tmp_path / "out" / f"checkpoint-{callback.saved_steps[-1]}").exists()
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == callback.saved_steps[-1]
+    assert "dcp/.metadata" in latest.files
+    fresh = Tiny()
+    load_dcp(latest, {"model": fresh.state_dict()})
+    assert torch.equal(fresh.layer.weight, model.layer.weight)
