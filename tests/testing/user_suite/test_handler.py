@@ -90,3 +90,5 @@ def test_a_failing_endpoint_does_not_break_the_handler(forewarn_agent: RunningAg
         guard.close()
     assert run.exited_early and run.saves[-1][1] == ("terminate",)
     assert forewarn_agent.alive
+    # The watcher did meet the three 500s (a spent fault is gone), and got through them.
+    assert forewarn_agent.azure.state()["faults"] == []
