@@ -146,7 +146,14 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
         addressing_style=args.addressing_style,
     )
     keep = getattr(args, "keep", None)
-    return CheckpointStore(args.url, keep=keep, s3=options if options.given() else None)
+    store = CheckpointStore(args.url, keep=keep, s3=options if options.given() else None)
+    root = getattr(store.backend, "root", None)
+    if isinstance(root, Path) and not root.is_dir():
+        # A mistyped path would otherwise read as an empty store: `verify` would pass.
+        store.close()
+        why = "not a directory" if root.exists() else "no such directory"
+        raise _Usage(f"{args.url}: {why} (a local store is a directory)")
+    return store
 
 
 def _size(size: int) -> str:

@@ -55,12 +55,17 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{where + ': ' if where else ''}{message}; see '{self.prog} --help'")
 
 
-def _duration(flag: str) -> Callable[[str], float]:
+def _duration(flag: str, *, positive: bool = False) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
-            return parse_duration(text)
+            seconds = parse_duration(text)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
+        if positive and seconds <= 0:
+            raise argparse.ArgumentTypeError(
+                f"must be more than 0, got {text!r} (leave {flag} out for no limit)"
+            )
+        return seconds
 
     return parse
 
@@ -516,7 +521,9 @@ def build_parser(
     watch.add_argument("--json", action="store_true", help="one JSON object per line")
     watch.add_argument("--heartbeats", action="store_true", help="print heartbeats too")
     watch.add_argument("--count", type=_positive_int, help="exit after this many notices")
-    watch.add_argument("--timeout", type=_duration("--timeout"), help="exit 1 after this long")
+    watch.add_argument(
+        "--timeout", type=_duration("--timeout", positive=True), help="exit 1 after this long"
+    )
     _add_agent_timeout(watch)
     _add_endpoint_flags(watch)
     watch.set_defaults(func=cmd_watch)
@@ -531,7 +538,7 @@ def build_parser(
     )
     wait.add_argument(
         "--timeout",
-        type=_duration("--timeout"),
+        type=_duration("--timeout", positive=True),
         help="give up after this long and exit 1 (default: never)",
     )
     wait.add_argument("--json", action="store_true", help="print the notice as JSON")

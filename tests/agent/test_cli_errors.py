@@ -89,6 +89,8 @@ CASES = [
     (["notify", "clear", "--deadline", "5m"], {}, "--deadline: a clear has no deadline"),
     (["watch", "--agent-timeout", "-1"], {}, "watch: --agent-timeout: not a duration"),
     (["wait", "--timeout", "-1s"], {}, "wait: --timeout: not a duration"),
+    (["wait", "--timeout", "0"], {}, "wait: --timeout: must be more than 0"),
+    (["watch", "--timeout", "0s"], {}, "watch: --timeout: must be more than 0"),
     (["drill", "local", "--steps", "-1"], {}, "drill local: --steps: must be 1 or more"),
     (["drill", "local", "--lead", "-3"], {}, "drill local: --lead: not a duration"),
     (["drill", "local", "--dir", "{file}/work"], {}, "drill local: --dir: cannot use"),
@@ -113,6 +115,9 @@ CASES = [
     (["render", "cloud-init", "--source", "ftp://x"], {}, "render cloud-init: --source"),
     (["plan", "--interruptions-per-day", "-1"], {}, "plan: --interruptions-per-day"),
     (["checkpoint", "ls", "ftp://bucket/x"], {}, "checkpoint: store URL scheme 'ftp'"),
+    # A mistyped path is not an empty store that verifies.
+    (["checkpoint", "verify", "{file}.typo"], {}, "checkpoint: {file}.typo: no such directory"),
+    (["checkpoint", "ls", "{file}"], {}, "checkpoint: {file}: not a directory"),
 ]
 
 
@@ -144,7 +149,7 @@ def test_bad_input_is_one_line_and_exit_2(
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and lines[0].startswith("forewarn: "), result.stderr
-    assert text in lines[0]
+    assert text.replace("{file}", str(blocker)) in lines[0]
     assert "Traceback" not in result.stderr and "hunter2" not in result.stderr
     # Refused before anything was bound.
     assert not list((tmp_path / "run").iterdir())
