@@ -80,6 +80,8 @@ FIELDS = (
 )
 CHANGEABLE = ("resources", "not_before_seconds", "status", "description", "duration_seconds")
 DEFAULT_VM_NAME = "forewarn-vm"
+# "rfc1123" as IMDS sends NotBefore; "iso8601" as Microsoft's mock server does.
+NOT_BEFORE_FORMATS = ("rfc1123", "iso8601")
 
 
 class AzureSimulator(Simulator):
@@ -97,8 +99,15 @@ class AzureSimulator(Simulator):
         removal_after: float = 5.0,
         rate_limit: int = 5,
         first_call_delay: float = 0.0,
+        not_before_format: str = "rfc1123",
     ) -> None:
         super().__init__()
+        if not_before_format not in NOT_BEFORE_FORMATS:
+            raise SimError(
+                f"not_before_format must be one of {', '.join(NOT_BEFORE_FORMATS)}, "
+                f"got {not_before_format!r}"
+            )
+        self.not_before_format = not_before_format
         if (vmss_name is None) != (instance_id is None):
             raise SimError(
                 "a scale-set instance needs both vmss_name and instance_id "
@@ -322,7 +331,13 @@ class AzureSimulator(Simulator):
                 raise SimError('"not_before_seconds" must be a number of seconds >= 0')
             lead = float(seconds)
             event["EventStatus"] = "Scheduled"
-            event["NotBefore"] = format_not_before(_utc_after(lead))
+            moment = _utc_after(lead)
+            event["NotBefore"] = (
+                format_not_before(moment)
+                if self.not_before_format == "rfc1123"
+                # Microsoft's own mock server (and some proxies) send RFC 3339.
+                else moment.strftime("%Y-%m-%dT%H:%M:%S.%f0Z")
+            )
         return lead
 
     def _schedule_start(self, event_id: str, event: dict[str, Any], lead: float | None) -> None:
@@ -419,6 +434,13 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help="NotBefore lead of scripted events, seconds (default: the type's minimum notice)",
     )
     parser.add_argument(
+        "--not-before-format",
+        choices=NOT_BEFORE_FORMATS,
+        default="rfc1123",
+        help="NotBefore as IMDS sends it (rfc1123, the default: 'Mon, 19 Sep 2016 18:29:47 "
+        "GMT') or as Microsoft's mock server does (iso8601: '2016-09-19T18:29:47.0000000Z')",
+    )
+    parser.add_argument(
         "--resources",
         help="comma-separated VM names of scripted events (default: this VM's name)",
     )
@@ -477,7 +499,7 @@ COMMAND = SimulatorCommand(
     build=make_simulator,
     passes=(
         *("vm_name", "vmss_name", "instance_id"),
-        *("removal_after", "rate_limit", "first_call_delay"),
+        *("removal_after", "rate_limit", "first_call_delay", "not_before_format"),
     ),
     options=_options,
     scripted=tuple(

@@ -164,3 +164,64 @@ def test_an_event_started_early_is_republished_with_the_deadline_now(
         assert again["id"] == first["id"]
         assert again["detail"]["EventStatus"] == "Started"
         assert started - 1 <= parse_time(again["deadline"]).timestamp() <= time.time() + 1
+
+
+def test_an_event_started_early_is_a_terminate(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    # Issue 16 item 3: Started means now, and the action follows the deadline: terminate.
+    sim, server = imds
+    with (
+        azure_agent(tmp_path, server, FOREWARN_AZURE_APPROVE="off") as agent,
+        agent.subscriber() as sub,
+    ):
+        event_id = sim.raise_notice("Reboot", {"not_before_seconds": 900})
+        first = sub.notice(timeout=10)
+        assert (first["id"], first["action"]) == (f"azure/{event_id}", "drain")
+        sim.change_notice(event_id, {"status": "Started"})
+        again = sub.notice(timeout=10)
+        assert (again["id"], again["action"]) == (first["id"], "terminate")
+
+
+def test_an_escalated_event_moved_out_is_a_drain_again(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    # Issue 16 item 1 for Azure: a Reboot inside the exit margin goes out as terminate; when
+    # Azure moves its NotBefore a day out, the same id is a drain again.
+    sim, server = imds
+    with (
+        azure_agent(
+            tmp_path, server, FOREWARN_AZURE_APPROVE="off", FOREWARN_EXIT_MARGIN="60"
+        ) as agent,
+        agent.subscriber() as sub,
+    ):
+        event_id = sim.raise_notice("Reboot", {"not_before_seconds": 30})
+        first = sub.notice(timeout=10)
+        assert (first["id"], first["action"]) == (f"azure/{event_id}", "terminate")
+        sim.change_notice(event_id, {"not_before_seconds": 86400})
+        again = sub.notice(timeout=10)
+        assert (again["id"], again["action"]) == (first["id"], "drain")
+        assert parse_time(again["deadline"]).timestamp() > time.time() + 86000
+        (active,) = agent.control({"op": "status"})["active"]
+        assert (active["id"], active["action"]) == (first["id"], "drain")
+
+
+@pytest.mark.parametrize(
+    ("kind", "lead", "action"), [("Reboot", 900, "drain"), ("Preempt", 30, "terminate")]
+)
+def test_not_before_in_iso_8601_gives_a_deadline(
+    tmp_path: Path, kind: str, lead: int, action: str
+) -> None:
+    # Issue 16 item 4: NotBefore as Microsoft's mock server writes it (RFC 3339) is a deadline.
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=10, not_before_format="iso8601")
+    with (
+        SimServer(sim) as server,
+        azure_agent(tmp_path, server, FOREWARN_AZURE_APPROVE="off") as agent,
+        agent.subscriber() as sub,
+    ):
+        event_id = sim.raise_notice(kind, {"not_before_seconds": lead})
+        assert sim.events[event_id]["NotBefore"].endswith("Z")
+        notice = sub.notice(timeout=10)
+        assert (notice["id"], notice["action"]) == (f"azure/{event_id}", action)
+        assert notice["deadline"] is not None
+        assert abs(parse_time(notice["deadline"]).timestamp() - (time.time() + lead)) < 15

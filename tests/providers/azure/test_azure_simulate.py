@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -10,9 +11,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from forewarn.providers.azure.events import parse_document
+from forewarn.providers.azure.events import parse_document, parse_not_before
 from forewarn.providers.azure.simulate import AzureSimulator, drill_script
-from forewarn.providers.simulator import SimServer
+from forewarn.providers.simulator import SimError, SimServer
 from support import eventually
 
 EVENTS = "/metadata/scheduledevents"
@@ -231,3 +232,13 @@ def test_drill_script_raises_a_drain_and_a_terminate() -> None:
     for kind, fields in (script["drain"], script["terminate"]):
         event_id = sim.raise_notice(kind, json.loads(json.dumps(fields)))
         assert sim.events[event_id]["Resources"] == [name]
+
+
+def test_not_before_in_either_form_the_watcher_reads() -> None:
+    for form, shape in (("rfc1123", r" GMT$"), ("iso8601", r"^\d{4}-\d\d-\d\dT[\d:.]+Z$")):
+        sim = AzureSimulator(not_before_format=form)
+        text = sim.events[sim.raise_notice("Reboot", {"not_before_seconds": 60})]["NotBefore"]
+        assert re.search(shape, text), text
+        assert parse_not_before(text) is not None
+    with pytest.raises(SimError, match="rfc1123, iso8601"):
+        AzureSimulator(not_before_format="unix")

@@ -109,3 +109,19 @@ def test_forewarn_drill_local_with_the_gcp_simulator(tmp_path: Path) -> None:
     assert "drain sent (gcp maintenance" in done.stdout, done.stdout
     assert "terminate sent (gcp preempt" in done.stdout, done.stdout
     assert "(drain) in" in done.stdout and "(terminate) in" in done.stdout, done.stdout
+
+
+def test_an_escalated_window_moved_out_is_a_drain_again(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> None:
+    # Issue 16 item 1 for GCP: the upcoming window inside the exit margin goes out as
+    # terminate; rescheduled a week out, the same id is a drain again.
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, FOREWARN_EXIT_MARGIN="60", **FAST_ENV)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent, _subscribed(agent) as sub:
+        sim.raise_notice("upcoming", {"start_in": 30})
+        first = sub.notice(10)
+        assert (first["action"], first["reason"]) == ("terminate", "scheduled-maintenance")
+        sim.change_notice("upcoming-maintenance", {"start_in": 7 * 86400})
+        again = sub.notice(10)
+        assert (again["action"], again["id"]) == ("drain", first["id"])
+        assert parse_time(again["deadline"]) > _now() + timedelta(days=6)
