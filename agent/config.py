@@ -87,6 +87,14 @@ class Settings(BaseSettings):
         description="Seconds past its deadline after which a notice is retired with a clear "
         "(`detail.expired` says why); a provider that still reports it raises it again.",
     )
+    control_probe_interval: float = Field(
+        default=2.0,
+        ge=0,
+        le=3600,
+        description="Seconds between the agent's own `status` requests on its control "
+        "socket: three unanswered in a row mark control dead in `/healthz` and the systemd "
+        "watchdog and rebind it; when rebinding does not help, the agent exits 1 (0: off).",
+    )
     manual_lifetime: float = Field(
         default=3600.0,
         gt=0,

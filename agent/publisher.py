@@ -40,6 +40,9 @@ MAX_SUBSCRIPTION_BYTES = 1024
 MAX_CLIENTS = 4096
 # How many subscription frames are read before the loop lets other tasks run.
 SUBSCRIPTION_BATCH = 64
+# Rebinding control: tries, and the pause before each (times the try number) and after.
+REBIND_ATTEMPTS = 5
+REBIND_PAUSE = 0.1
 
 
 class BindError(ForewarnError, RuntimeError):
@@ -52,38 +55,73 @@ class Publisher:
         self.control_endpoint = control
         self.context = zmq.asyncio.Context()
         self.xpub = self.context.socket(zmq.XPUB)
-        self.router = self.context.socket(zmq.ROUTER)
-        for sock in (self.xpub, self.router):
-            sock.setsockopt(zmq.LINGER, 0)
+        self.xpub.setsockopt(zmq.LINGER, 0)
+        self.router = self._control_socket()
         self.xpub.setsockopt(zmq.XPUB_VERBOSER, 1)
         self.xpub.setsockopt(zmq.SNDHWM, 10_000)
         self.xpub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
         # The same socket without asyncio, to take what is already queued without a future.
         self._xpub_sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.xpub.underlying)
-        self.router.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)
-        # A reply to a peer that went away is dropped, not an error.
-        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self.clients: Counter[str] = Counter()  # client id -> open subscriptions
         self._bound: dict[Path, tuple[int, int]] = {}  # ipc path -> (device, inode) we made
         self._replay_due = False
         self.subscriptions_seen = 0
         self.requests_served = 0
 
+    def _control_socket(self) -> zmq.asyncio.Socket:
+        router = self.context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)
+        # A reply to a peer that went away is dropped, not an error.
+        router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        return router
+
     def bind(self) -> None:
-        for sock, endpoint in (
-            (self.xpub, self.events_endpoint),
-            (self.router, self.control_endpoint),
-        ):
+        self._bind(self.xpub, self.events_endpoint)
+        self._bind(self.router, self.control_endpoint)
+
+    def _bind(self, sock: zmq.asyncio.Socket, endpoint: str) -> None:
+        try:
+            sock.bind(endpoint)
+        except zmq.ZMQError as error:
+            raise BindError(f"cannot bind {endpoint}: {error}") from None
+        path = ipc_path(endpoint)
+        if path is not None:
+            # Members of the runtime directory's group may connect; nobody else.
+            os.chmod(path, SOCKET_MODE)
+            found = os.stat(path)
+            self._bound[path] = (found.st_dev, found.st_ino)
+
+    async def rebind_control(self) -> None:
+        """Replace the control socket with a new one on the same endpoint: what a control
+        socket whose file was removed (a /tmp cleaner) or that stopped answering needs. The
+        caller stops `serve_control` first and starts it again after."""
+        self.router.close(linger=0)
+        path = ipc_path(self.control_endpoint)
+        for attempt in range(REBIND_ATTEMPTS):
+            # The old socket is closed by ZeroMQ's I/O thread, which frees a TCP port and
+            # removes an ipc socket file a moment later: bind after it, and check.
+            await asyncio.sleep(REBIND_PAUSE * (attempt + 1))
+            self.router = self._control_socket()
             try:
-                sock.bind(endpoint)
-            except zmq.ZMQError as error:
-                raise BindError(f"cannot bind {endpoint}: {error}") from None
-            path = ipc_path(endpoint)
-            if path is not None:
-                # Members of the runtime directory's group may connect; nobody else.
-                os.chmod(path, SOCKET_MODE)
-                found = os.stat(path)
-                self._bound[path] = (found.st_dev, found.st_ino)
+                self._bind(self.router, self.control_endpoint)
+            except (BindError, OSError):
+                self.router.close(linger=0)
+                if attempt == REBIND_ATTEMPTS - 1:
+                    raise
+                continue
+            await asyncio.sleep(REBIND_PAUSE)
+            if path is None or self._is_ours(path):
+                return
+            self.router.close(linger=0)
+        raise BindError(f"cannot bind {self.control_endpoint}: its socket file keeps vanishing")
+
+    def _is_ours(self, path: Path) -> bool:
+        try:
+            found = os.stat(path)
+        except OSError:
+            return False
+        return (found.st_dev, found.st_ino) == self._bound.get(path)
 
     def publish(self, notice: Notice) -> None:
         self._send(TOPIC_NOTICE, notice.model_dump_json().encode())

@@ -45,6 +45,7 @@ from .protocol import (
 )
 from .publisher import BindError, Publisher
 from .rundir import AgentLock, RunDirError, check_private_dir
+from .selfprobe import control_answers
 from .state import AgentState, load_seq_mark, load_state, save_seq_mark, save_state
 
 log = logging.getLogger("forewarn.agent")
@@ -64,6 +65,11 @@ STOP_GRACE = 0.5
 CRASH_LIMIT = 5
 CRASH_WINDOW = 60.0
 AGENT_LOCK = "agent.lock"
+# The control self-probe: how long one answer may take, how many unanswered probes in a row
+# mean control is dead, and how many rebinds may fail to cure it before the agent exits.
+PROBE_TIMEOUT = 1.0
+PROBE_FAILURES = 3
+PROBE_REBINDS = 2
 
 
 def _prepare_dir(path: Path, what: str, mode: int) -> None:
@@ -83,6 +89,9 @@ class Agent:
         self.state_path = self.state_dir / "state.json"
         self.seq_path = self.state_dir / "seq"
         self.parts: dict[str, asyncio.Task[None]] = {}
+        # Whether control answered the agent's last self-probes (see `_probe_control`).
+        self.control_answers = True
+        self.control_rebinds = 0
         self._exit_code = 0
         self.events, self.control = settings.resolved_endpoints()
         self.agent_id = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
@@ -186,6 +195,8 @@ class Agent:
             "heartbeats": self._heartbeats,
             "escalations": self._escalations,
         }
+        if self.settings.control_probe_interval > 0:
+            parts["control-probe"] = self._probe_control
         tasks = [
             asyncio.create_task(self._keep_running(name, part), name=name)
             for name, part in parts.items()
@@ -215,9 +226,11 @@ class Agent:
         await self._stop.wait()
         log.info("stopping")
         _sd_notify("STOPPING=1")
-        for task in (*tasks, watchdog):
+        # The parts as they are now: control may have been restarted since.
+        running = [*self.parts.values(), watchdog]
+        for task in running:
             task.cancel()
-        await asyncio.wait([*tasks, watchdog], timeout=STOP_GRACE)
+        await asyncio.wait(running, timeout=STOP_GRACE)
         for watcher in self.watchers.values():
             await self._close(watcher)
         self._save()
@@ -259,8 +272,67 @@ class Agent:
             await asyncio.sleep(min(1.0, 0.05 * 2 ** len(crashes)))
 
     def liveness(self) -> dict[str, bool]:
-        """Each long-running part: whether its task is running."""
-        return {name: not task.done() for name, task in self.parts.items()}
+        """Each long-running part: whether its task is running; control, also whether it
+        answered the agent's own requests."""
+        parts = {name: not task.done() for name, task in self.parts.items()}
+        if "control" in parts:
+            parts["control"] = parts["control"] and self.control_answers
+        return parts
+
+    async def _probe_control(self) -> None:
+        """Ask control for a status as a client would, every `control_probe_interval`: a
+        live task that answers nobody is a dead part. After PROBE_FAILURES misses in a row it
+        is reported dead (`/healthz`, no watchdog pings) and rebound; when PROBE_REBINDS
+        rebinds do not bring it back, the agent exits 1 for systemd or Kubernetes to restart."""
+        interval = self.settings.control_probe_interval
+        misses = 0
+        while True:
+            await asyncio.sleep(interval)
+            timeout = min(PROBE_TIMEOUT, max(interval, 0.2))
+            if await control_answers(self.publisher.context, self.control, timeout):
+                if not self.control_answers:
+                    log.warning("control on %s answers again", self.control)
+                self.control_answers, misses, self.control_rebinds = True, 0, 0
+                continue
+            misses += 1
+            if misses < PROBE_FAILURES:
+                continue
+            misses = 0
+            self.control_answers = False
+            self.observers.on_poll("agent", False, "control-unanswered")
+            if self.control_rebinds >= PROBE_REBINDS:
+                log.critical(
+                    "control on %s still does not answer after %d rebinds; stopping the agent",
+                    self.control,
+                    self.control_rebinds,
+                )
+                self._exit_code = 1
+                self._stop.set()
+                await asyncio.Event().wait()  # until the stop cancels it
+            self.control_rebinds += 1
+            log.error(
+                "control on %s did not answer %d requests in a row; rebinding it",
+                self.control,
+                PROBE_FAILURES,
+            )
+            await self._restart_control()
+
+    async def _restart_control(self) -> None:
+        task = self.parts.get("control")
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task], timeout=STOP_GRACE)
+        try:
+            await self.publisher.rebind_control()
+        except (BindError, OSError) as error:
+            log.critical("cannot rebind control: %s; stopping the agent", error)
+            self._exit_code = 1
+            self._stop.set()
+            return
+        self.parts["control"] = asyncio.create_task(
+            self._keep_running("control", lambda: self.publisher.serve_control(self._handle)),
+            name="control",
+        )
 
     async def _supervise(self, name: str, health: PollHealth) -> None:
         """Run one watcher forever: a crash or a bad configuration is counted, logged and

@@ -1,17 +1,20 @@
 """The agent against hostile peers on its own sockets and runtime directory, over real
 processes: a control-socket fuzz, a subscription flood with oversize frames, another uid, and
-`seq` across SIGKILLs after a replay storm."""
+`seq` across SIGKILLs after a replay storm; a control socket that stops answering."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -400,3 +403,53 @@ def test_seq_rises_across_20_sigkills_including_after_a_replay_storm(tmp_path: P
                 assert highest > int(time.time() * 1000) + 10_000
         finally:
             assert agent.kill() == -signal.SIGKILL
+
+
+def _metrics_url(agent: AgentProcess) -> str:
+    found = wait_until(
+        lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output()), 10
+    )
+    return str(found.group(1))
+
+
+def _healthz(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=2) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+
+
+def test_a_control_socket_that_stops_answering_is_reported_and_rebound(tmp_path: Path) -> None:
+    """A live control task that answers nobody (here its socket file was removed, as a /tmp
+    cleaner does) shows in /healthz, and the agent's self-probe rebinds it."""
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    args = ("--set", "control_probe_interval=0.5")
+    with AgentProcess(tmp_path, args=args, env=env) as agent:
+        url = _metrics_url(agent)
+        assert _healthz(url) == 200
+        socket_file = tmp_path / "run" / "control"
+        socket_file.unlink()
+        wait_until(lambda: _healthz(url) == 503, 15, "control reported dead", interval=0.02)
+        wait_until(lambda: _healthz(url) == 200, 10, "control healthy again")
+        assert agent.control({"op": "status"})["ok"]
+        assert socket_file.stat().st_mode & 0o777 == 0o660
+        output = agent.output()
+        assert "did not answer 3 requests in a row; rebinding it" in output
+        assert "answers again" in output
+
+
+def test_a_control_socket_that_cannot_be_rebound_stops_the_agent(tmp_path: Path) -> None:
+    """When rebinding cannot cure control, the process exits 1 (systemd and Kubernetes
+    restart it) instead of living on with a dead part."""
+    agent = AgentProcess(tmp_path, args=("--set", "control_probe_interval=0.3")).start()
+    try:
+        socket_file = tmp_path / "run" / "control"
+        socket_file.unlink()
+        socket_file.mkdir()  # nothing can bind there now
+        assert agent.proc is not None
+        assert agent.proc.wait(timeout=20) == 1
+        assert "cannot rebind control" in agent.output()
+    finally:
+        if agent.proc is not None and agent.proc.poll() is None:
+            agent.kill()

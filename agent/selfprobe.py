@@ -1,0 +1,33 @@
+"""The agent asking itself: one `status` request on its own control endpoint, as a client
+would send it. A control task that is alive but answers nobody (its socket file removed, a
+request handler stuck) looks healthy from inside; only a request from outside the loop
+that serves it shows it."""
+
+from __future__ import annotations
+
+import json
+
+import zmq
+import zmq.asyncio
+
+PROBE_REQUEST = json.dumps({"op": "status"}).encode()
+
+
+async def control_answers(context: zmq.asyncio.Context, endpoint: str, timeout: float) -> bool:
+    """True when `endpoint` answers a status request with a JSON reply within `timeout`."""
+    sock = context.socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(endpoint)
+        await sock.send(PROBE_REQUEST)
+        if not await sock.poll(int(timeout * 1000)):  # POLLIN by default
+            return False
+        reply = json.loads(await sock.recv())
+        return isinstance(reply, dict)
+    except (zmq.ZMQError, ValueError):
+        return False
+    finally:
+        sock.close(linger=0)
+
+
+__all__ = ["PROBE_REQUEST", "control_answers"]
