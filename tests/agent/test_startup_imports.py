@@ -1,0 +1,42 @@
+"""What `forewarn agent --provider local` imports before it serves: nothing it does not run.
+
+Start-up to ready is what every forewarn.testing fixture pays (bench/testing_startup.py); these
+modules were once loaded on that path through package exports and the drill's arguments."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+NOT_FOR_A_LOCAL_AGENT = (
+    "forewarn.providers.aws.imds",
+    "forewarn.providers.azure.events",
+    "forewarn.providers.digitalocean.mail",
+    "forewarn.agent.drill_local",
+    "forewarn.agent.drill_reclaim",
+    "ctypes",
+    "httpx",
+)
+
+
+def test_a_local_agent_loads_no_other_providers_parsers_nor_the_drill() -> None:
+    code = (
+        "import json, sys\n"
+        "from forewarn.agent.cli import build_parser\n"
+        "build_parser('agent').parse_args(['agent', '--provider', 'local'])\n"
+        "from forewarn.agent.config import load_settings\n"
+        "import forewarn.agent.runner\n"
+        "load_settings(providers=['local'])\n"
+        f"print(json.dumps([m for m in {NOT_FOR_A_LOCAL_AGENT!r} if m in sys.modules]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_the_lazy_exports_still_resolve() -> None:
+    from forewarn.providers import aws, azure, digitalocean
+
+    assert callable(aws.parse_instance_action) and callable(azure.parse_document)
+    assert callable(digitalocean.reclaim_verdict)
