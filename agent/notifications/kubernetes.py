@@ -119,9 +119,11 @@ class KubernetesNotifier(Observer):
         if self._task is not None:
             self._task.cancel()
 
-    def _headers(self, content_type: str = "application/json") -> dict[str, str]:
+    async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
-        token = self.cluster.token()  # read every time: the file rotates
+        # Read every time: the file rotates. In a thread: a kubeconfig's exec plugin whose
+        # token expired runs again here, and must not stall the agent's event loop.
+        token = await asyncio.to_thread(self.cluster.token)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         return headers
@@ -194,7 +196,7 @@ class KubernetesNotifier(Observer):
         for attempt in range(ATTEMPTS):
             try:
                 response = await client.request(
-                    method, url, json=body, headers=self._headers(content_type)
+                    method, url, json=body, headers=await self._headers(content_type)
                 )
             except httpx.HTTPError as error:
                 why = type(error).__name__
