@@ -8,29 +8,40 @@ its high-water mark: a 50 MB answer read whole would show).
 Each provider runs the quick faults one after the other on one agent, and the 25 s outage on
 an agent of its own, so the suite runs them in parallel (xdist) in about a minute.
 The watchers run with short deadlines and retry periods here (they are settings); what the
-matrix shows is that every fault is bounded by them. DigitalOcean reads a mailbox over IMAP,
-not HTTP: its matrix is in tests/providers/digitalocean.
+matrix shows is that every fault is bounded by them.
+
+DigitalOcean's notice is a mail: the proxy stands between the watcher and a real Dovecot
+(IMAPS), so the HTTP-shaped faults reach it as garbage where a TLS handshake or an IMAP
+greeting should be, and `big-body` as 50 MB of it. Its `bad-dates` is a mail, not an answer:
+a reclaim mail whose Date and stated time do not parse, delivered while the mailbox works;
+it must stop nothing. Each new notice is a new reclaim mail, delivered as the proxy heals.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
+from email.message import EmailMessage
+from email.utils import format_datetime, make_msgid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from faultproxy import FAULTS, FaultProxy, wait_for
+from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer, Simulator
-from support import AgentProcess, Subscriber, agent_env
+from forewarn.testing.dovecot import Dovecot, DovecotNotInstalled, MailUser
+from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env
 
 pytest.importorskip("prometheus_client")
 
@@ -262,6 +273,9 @@ class Rig:
         self.adapter.settle(self.sim, self.sub, notice)
         return elapsed, notice
 
+    def start_fault(self, fault: str) -> None:
+        self.proxy.set(fault)
+
     def close(self) -> None:
         self.sub.close()
         self.agent.stop()
@@ -269,12 +283,126 @@ class Rig:
         self.server.stop()
 
 
-@pytest.fixture
-def rig_for(tmp_path: Path, unused_tcp_port_factory: Any) -> Iterator[Callable[[str], Rig]]:
-    rigs: list[Rig] = []
+# DigitalOcean: a reclaim mail in a real Dovecot, read through the proxy over IMAPS.
 
-    def make(name: str) -> Rig:
-        rig = Rig(ADAPTERS[name], tmp_path, unused_tcp_port_factory())
+DROPLET_ID = "424242"
+DO_PERIOD = 1.0  # retry_max and poll_interval: the watcher's retry period
+
+
+def _reclaim_mail(deadline: str, date: str | None = None) -> bytes:
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Your Spot Droplet will be reclaimed"
+    message["Date"] = date or format_datetime(utcnow())
+    message["Message-ID"] = make_msgid(domain="digitalocean.com")
+    message.set_content(f"Droplet {DROPLET_ID} will be reclaimed at {deadline}.")
+    return bytes(message)
+
+
+DO_ADAPTER = Adapter(
+    "digitalocean",
+    make_sim=lambda: ImdsSimulator(),  # unused: the upstream is Dovecot
+    settings={},
+    bound=2 * DO_PERIOD,
+    deadline=2.0,  # imap_timeout
+    raise_notice=lambda sim, case: lambda n: False,  # unused: see DoRig.detect
+    # A mail with dates that do not parse is content the watcher judges, not a poll error.
+    normal=frozenset({"bad-dates"}),
+)
+
+
+class DoRig:
+    """Dovecot, the fault proxy in front of its IMAPS port, and the agent reading it."""
+
+    def __init__(self, server: Dovecot, tmp_path: Path, metrics_port: int) -> None:
+        self.adapter = DO_ADAPTER
+        self.server = server
+        self.user: MailUser = server.add_user()
+        self.proxy = FaultProxy(("127.0.0.1", server.imaps_port))
+        credentials = tmp_path / "imap.env"
+        credentials.write_text(
+            f"FOREWARN_IMAP_USER={self.user.name}\nFOREWARN_IMAP_PASSWORD={self.user.password}\n"
+        )
+        credentials.chmod(0o600)
+        self.metrics = f"127.0.0.1:{metrics_port}"
+        env = agent_env(
+            tmp_path,
+            FOREWARN_DIGITALOCEAN_URL=f"http://{DEAD_LOOPBACK}",
+            FOREWARN_DIGITALOCEAN_DROPLET_ID=DROPLET_ID,
+            FOREWARN_DIGITALOCEAN_IMAP_HOST="127.0.0.1",
+            FOREWARN_DIGITALOCEAN_IMAP_PORT=str(self.proxy.port),
+            FOREWARN_DIGITALOCEAN_IMAP_CA_FILE=str(server.cert),
+            FOREWARN_DIGITALOCEAN_CREDENTIALS_FILE=str(credentials),
+            FOREWARN_DIGITALOCEAN_RETRY_MAX=str(DO_PERIOD),
+            FOREWARN_DIGITALOCEAN_POLL_INTERVAL=str(DO_PERIOD),
+            FOREWARN_DIGITALOCEAN_IMAP_TIMEOUT=str(self.adapter.deadline),
+        )
+        self.agent = AgentProcess(
+            tmp_path,
+            providers=("digitalocean",),
+            args=("--metrics-address", self.metrics, "--log-level", "debug"),
+            env=env,
+        ).start(timeout=20)
+        self.sub = self.agent.subscriber()
+        self.cases = 0
+
+    errors = Rig.errors
+
+    def start_fault(self, fault: str) -> None:
+        if fault != "bad-dates":
+            self.proxy.set(fault)
+            return
+        mail = _reclaim_mail("32 Foo 20x6 25:61 UTC", date="Blursday, 32 Foo 20x6 25:61:00")
+        self.server.append(self.user, mail)
+
+    def detect(self, timeout: float) -> tuple[float, dict[str, Any]]:
+        """Deliver a fresh reclaim mail now; the seconds until the agent publishes it."""
+        self.cases += 1
+        deadline = (utcnow() + timedelta(hours=1, minutes=self.cases)).replace(microsecond=0)
+        started = time.monotonic()
+        self.server.append(self.user, _reclaim_mail(format_time(deadline)))
+
+        def match(notice: dict[str, Any]) -> bool:
+            return (
+                notice["provider"] == "digitalocean"
+                and notice["action"] == "drain"
+                and notice.get("deadline") is not None
+                and parse_time(notice["deadline"]) == deadline
+            )
+
+        notice = _next(self.sub, match, timeout)
+        return time.monotonic() - started, notice
+
+    def close(self) -> None:
+        self.sub.close()
+        self.agent.stop()
+        self.proxy.stop()
+
+
+@pytest.fixture(scope="module")
+def dovecot() -> Iterator[Dovecot]:
+    try:
+        server = Dovecot().start()
+    except DovecotNotInstalled as error:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{error}: CI must run the DigitalOcean fault matrix")
+        pytest.skip(str(error))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def rig_for(
+    tmp_path: Path, unused_tcp_port_factory: Any, request: pytest.FixtureRequest
+) -> Iterator[Callable[[str], Any]]:
+    rigs: list[Any] = []
+
+    def make(name: str) -> Any:
+        rig: Any
+        if name == "digitalocean":
+            rig = DoRig(request.getfixturevalue("dovecot"), tmp_path, unused_tcp_port_factory())
+        else:
+            rig = Rig(ADAPTERS[name], tmp_path, unused_tcp_port_factory())
         rigs.append(rig)
         return rig
 
@@ -305,7 +433,7 @@ def _hold(adapter: Adapter, fault: str) -> float:
 
 def _run_fault(rig: Rig, fault: str, hold: float) -> dict[str, Any]:
     errors = rig.errors()
-    rig.proxy.set(fault)
+    rig.start_fault(fault)
     time.sleep(hold)
     if fault not in rig.adapter.normal:
         wait_for(lambda: rig.errors() > errors, 10, f"{rig.adapter.name} {fault}: no poll error")
@@ -332,7 +460,7 @@ def _check(name: str, rows: list[dict[str, Any]], bound: float) -> None:
         assert row["rss"] < RSS_GROWTH_LIMIT and row["peak"] < RSS_GROWTH_LIMIT, table
 
 
-@pytest.mark.parametrize("name", sorted(ADAPTERS))
+@pytest.mark.parametrize("name", [*sorted(ADAPTERS), "digitalocean"])
 def test_every_fault_is_survived_and_the_next_notice_is_seen(
     name: str, rig_for: Callable[[str], Rig]
 ) -> None:
@@ -348,7 +476,7 @@ def test_every_fault_is_survived_and_the_next_notice_is_seen(
     _check(name, rows, rig.adapter.bound)
 
 
-@pytest.mark.parametrize("name", sorted(ADAPTERS))
+@pytest.mark.parametrize("name", [*sorted(ADAPTERS), "digitalocean"])
 def test_a_25_second_outage(name: str, rig_for: Callable[[str], Rig]) -> None:
     rig = rig_for(name)
     rig.detect(timeout=20)
