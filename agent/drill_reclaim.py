@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--handler",
         choices=("guard", "plain"),
         default="guard",
-        help="the job's handling: forewarn's guard (default) or a plain SIGTERM handler",
+        help="the job's handling: forewarn's guard (default), or plain: what Lightning does "
+        "by itself (on SIGTERM it exits without a checkpoint; only periodic saves survive)",
     )
 
 

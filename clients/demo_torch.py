@@ -12,8 +12,12 @@ first step (`--first-step-time`: compile or data warm-up). Checkpoints go to a
 
 `--handler guard` (default) is forewarn's way: `CheckpointGuard` with agent notices, signals,
 rank agreement, `due_in_eval` inside evaluation and `worker_init_fn()` in the DataLoaders.
-`--handler plain` is the baseline: a SIGTERM handler that sets a flag, checked (and agreed
-across ranks) after each training step, periodic saves, plain DataLoaders.
+`--handler plain` is the baseline, what PyTorch Lightning (2.x) does by itself: a SIGTERM
+handler that sets a flag (`trainer.received_sigterm`), checked after each training step
+(agreed across ranks) and after each evaluation batch (on the rank alone); once set, the job
+exits without a checkpoint (Lightning raises `SIGTERMException`, and its `ModelCheckpoint`
+does not save on it). Only the periodic saves survive, as with transformers' `Trainer`, which
+has no SIGTERM handler at all (`save_steps`). Plain DataLoaders.
 
 Rank 0 prints one JSON object per line: `started`, `step`, `eval_start`, `eval_end`,
 `saving` (with the state hash about to be written), `saved`, `exit`, `done`, each with `t`
@@ -184,16 +188,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return result.exit
         flushed = store.flush(reason_step, write)
-        exit_now = sigterm["seen"]
         say(
             "saved",
             step=reason_step,
             hash=state_hash(),
             seconds=flushed.seconds,
-            reasons=["signal"] if exit_now else ["periodic"],
-            exit=exit_now,
+            reasons=["periodic"],
+            exit=False,
         )
-        return exit_now
+        return False
 
     def plain_flag() -> bool:
         flag = torch.tensor([1 if sigterm["seen"] else 0])
@@ -211,6 +214,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     say("eval_end", step=step, batches=batch, interrupted=True)
                     model.train()
                     return True
+                if sigterm["seen"]:
+                    say("eval_end", step=step, batches=batch, interrupted=True)
+                    say("exit", step=step)
+                    raise SystemExit(0)  # Lightning's SIGTERMException: no checkpoint
                 total += torch.nn.functional.mse_loss(model(x), y)
         dist.all_reduce(total)
         model.train()
@@ -238,10 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     say("exit", step=step)
                     return 0
             else:
-                periodic = args.every_steps is not None and step % args.every_steps == 0
-                if (plain_flag() or periodic) and save(step):
+                if args.every_steps is not None and step % args.every_steps == 0:
+                    save(step)
+                if plain_flag():
                     say("exit", step=step)
-                    return 0
+                    return 0  # Lightning's SIGTERMException: no checkpoint
             evaluating = args.eval_every and step % args.eval_every == 0 and step < args.steps
             if evaluating and evaluate() and save(step):
                 say("exit", step=step)

@@ -1,0 +1,85 @@
+"""The realistic drill's job, `forewarn.clients.demo_torch`, as one gloo rank: its `plain`
+handler is the benchmark's baseline and must do what PyTorch Lightning does by itself on a
+SIGTERM: stop at the next training step or evaluation batch without writing a checkpoint, so
+only the periodic saves survive (bench/reclaim.py's plain column lost nothing while this
+handler saved on the signal)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import free_port
+
+pytest.importorskip("torch")
+
+
+def start(env: dict[str, str], store: Path, *args: str) -> subprocess.Popen[str]:
+    rank_env = dict(
+        env,
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        GLOO_SOCKET_IFNAME="lo",
+        OMP_NUM_THREADS="1",
+    )
+    command = [sys.executable, "-m", "forewarn.clients.demo_torch", "--dir", str(store)]
+    return subprocess.Popen(
+        [*command, "--handler", "plain", "--workers", "0", "--steps", "100000", *args],
+        env=rank_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_until(proc: subprocess.Popen[str], kind: str, step: int = 0) -> list[dict[str, Any]]:
+    assert proc.stdout is not None
+    seen = []
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the job ended before {kind}: {seen[-5:]}")
+        seen.append(json.loads(line))
+        if seen[-1]["event"] == kind and seen[-1].get("step", 0) >= step:
+            return seen
+    raise AssertionError(f"no {kind} within 60 s: {seen[-5:]}")
+
+
+def finish(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_plain_exits_on_sigterm_mid_evaluation_without_a_checkpoint(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    store = tmp_path / "ckpt"
+    job = start(
+        env,
+        store,
+        *("--every-steps", "3", "--eval-every", "4", "--eval-batches", "100"),
+        *("--eval-batch-time", "0.05", "--step-time", "0.01"),
+    )
+    seen = read_until(job, "eval_start", 4)
+    job.send_signal(signal.SIGTERM)
+    rest = finish(job)
+    # The pass stops at the next batch and the job exits at step 4; nothing is saved after
+    # the signal: the last checkpoint is the periodic one at step 3.
+    assert [e for e in rest if e["event"] == "saved"] == [], rest
+    ended = [e for e in rest if e["event"] == "eval_end"]
+    assert ended and ended[0]["interrupted"] and ended[0]["batches"] < 100, rest
+    assert [e["step"] for e in rest if e["event"] == "exit"] == [4], rest
+    assert [e["step"] for e in seen if e["event"] == "saved"] == [3], seen
+    generations = sorted(p.name for p in store.iterdir() if p.name.startswith("step-"))
+    assert generations == ["step-000000000003"], generations
