@@ -6,6 +6,7 @@ import argparse
 import difflib
 import importlib
 import json
+import os
 import re
 import sys
 import time
@@ -674,6 +675,11 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None) ->
         return result
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`forewarn watch | head -3`): nothing to say, and nobody to
+        # say it to; flushing stdout at exit must not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except ForewarnError as error:
         if debug:
             traceback.print_exc()

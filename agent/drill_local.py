@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from forewarn.protocol.errors import DrillError
+from forewarn.protocol.errors import DrillError, UsageError
 from forewarn.protocol.timefmt import format_time
 from forewarn.protocol.wire import request
 
@@ -256,6 +256,29 @@ class Machine:
         self.source.close()
 
 
+# Written into a --dir the quick drill uses: what it finds there next time is its own.
+DRILL_MARK = ".forewarn-drill"
+_DRILL_FILES = ("checkpoints", "machine-1", "machine-2")
+
+
+def _clear_previous_run(work: Path) -> bool:
+    """A second drill in the same --dir starts fresh: resumed from the first one's last
+    checkpoint, with its terminate still in the old state, it hung ("said nothing for 30s").
+    Only files a drill made are removed, and only where its mark is; anything else that
+    looks like them is refused rather than deleted."""
+    found = [work / name for name in _DRILL_FILES if (work / name).exists()]
+    mark = work / DRILL_MARK
+    if found and not mark.exists():
+        raise UsageError(
+            f"drill local: --dir: {work} already holds {found[0].name}, not from a drill; "
+            "give an empty or new directory"
+        )
+    for path in found:
+        shutil.rmtree(path)
+    mark.write_text("a forewarn drill's work directory: the next drill here replaces it\n")
+    return bool(found)
+
+
 def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = None) -> int:
     """The quick drill, or with `args.scenario` another one run by `reclaim` (the command
     line passes `drill_reclaim.run_reclaim_drill`, which builds on this module's Machine)."""
@@ -275,7 +298,10 @@ def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = Non
         finally:
             if not args.dir and not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
+    reused = _clear_previous_run(work) if args.dir else False
     print(f"forewarn drill local (notice source: {args.source}; work directory {work})")
+    if reused:
+        print("  (the previous drill's checkpoints and machines in it were removed)")
     print("  time        step  event")
     timeline = Timeline()
     machine: Machine | None = None

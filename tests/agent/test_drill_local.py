@@ -19,6 +19,37 @@ def test_drill_local_loses_no_step(tmp_path: Path, env: dict[str, str]) -> None:
     assert (
         "resumed from step" in done.stdout and "verified (checksums), state matches" in done.stdout
     )
+    # Issue 18: a second run in the same directory hung 31 s and failed ("the demo said
+    # nothing for 30s"); it must run as the first did.
+    again = subprocess.run(
+        forewarn_cmd("drill", "local", "--dir", str(tmp_path / "drill"), "--steps", "150"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "steps lost: 0" in again.stdout and "said nothing" not in again.stderr
+    assert "previous drill's checkpoints and machines in it were removed" in again.stdout
+
+
+def test_a_dir_with_someone_elses_checkpoints_is_refused_not_emptied(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    precious = tmp_path / "project" / "checkpoints" / "model.pt"
+    precious.parent.mkdir(parents=True)
+    precious.write_bytes(b"weights")
+    done = subprocess.run(
+        forewarn_cmd("drill", "local", "--dir", str(tmp_path / "project")),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("forewarn: drill local: --dir: ")
+    assert precious.read_bytes() == b"weights"
 
 
 def test_a_terminate_during_a_background_upload_is_durable_before_its_deadline(
