@@ -5,9 +5,9 @@
 interruption through AWS FIS). This package itself imports neither httpx nor boto3.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from forewarn.providers.lazy import lazy_attributes
 from forewarn.providers.spec import ProviderSpec
 
 from .settings import Settings
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     )
 
 # The parsers load on first use: an agent that does not run aws never needs them.
-_LAZY = frozenset(
+__getattr__ = lazy_attributes(
+    __name__,
+    "imds",
     (
         "parse_aws_date",
         "parse_identity",
@@ -31,14 +33,8 @@ _LAZY = frozenset(
         "parse_lifecycle_state",
         "parse_rebalance",
         "parse_scheduled",
-    )
+    ),
 )
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.imds"), name)
 
 
 SPEC = ProviderSpec.of_package(

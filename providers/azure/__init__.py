@@ -5,9 +5,9 @@ watcher (httpx), the simulator and the drill (azure-identity, inside `run`) are 
 their own.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from forewarn.providers.lazy import lazy_attributes
 from forewarn.providers.spec import ProviderSpec
 
 from .settings import Settings
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     )
 
 # The parser loads on first use: an agent that does not run azure never needs it.
-_LAZY = frozenset(
+__getattr__ = lazy_attributes(
+    __name__,
+    "events",
     (
         "EVENT_TYPES",
         "MAPPING",
@@ -37,14 +39,8 @@ _LAZY = frozenset(
         "parse_not_before",
         "reports_for",
         "vm_names",
-    )
+    ),
 )
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.events"), name)
 
 
 SPEC = ProviderSpec.of_package(

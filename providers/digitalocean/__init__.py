@@ -6,9 +6,9 @@ name. `SPEC` loads `watch`, `simulate` and `drill` on first use (they bring http
 package exports the settings and the pure recognition of a reclaim mail.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from forewarn.providers.lazy import lazy_attributes
 from forewarn.providers.spec import ProviderSpec
 
 from .settings import Settings
@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 # Recognising a mail loads on first use (it brings the email package's parsers and many
 # patterns): an agent that does not run digitalocean never needs it.
-_LAZY = frozenset(
+__getattr__ = lazy_attributes(
+    __name__,
+    "mail",
     (
         "MatchRules",
         "Verdict",
@@ -33,14 +35,8 @@ _LAZY = frozenset(
         "judge",
         "read_mail",
         "reclaim_verdict",
-    )
+    ),
 )
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.mail"), name)
 
 
 SPEC = ProviderSpec.of_package(
