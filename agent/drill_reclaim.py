@@ -122,11 +122,14 @@ class CellResult:
         """What `forewarn plan`'s model predicts for this cell's measured timing."""
         if self.flush is None or self.flush_mean is None or self.checkpoint_step is None:
             return None
+        # Rounded as `plan_command` prints them, so the command gives the same verdict.
         timing = Timing(
-            checkpoint_seconds=self.flush_mean,
-            checkpoint_p95_seconds=self.flush,
+            checkpoint_seconds=round(self.flush_mean, 2),
+            checkpoint_p95_seconds=round(self.flush, 2),
             # No exit save began within the lead: the notice was not acted on in time.
-            detection_seconds=self.cell.lead if self.detection is None else self.detection,
+            detection_seconds=round(
+                self.cell.lead if self.detection is None else self.detection, 2
+            ),
             notice_lead_seconds=self.cell.lead,
         )
         return reclaim_loss(timing, step=self.last_step, checkpoint_step=self.checkpoint_step)
