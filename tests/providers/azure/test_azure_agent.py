@@ -64,7 +64,7 @@ def test_approval_is_sent_once_after_every_client_acked_and_not_before(
         )
         event_id = sim.raise_notice("Reboot", {"not_before_seconds": 600})
         notice = one.notice(timeout=10)
-        assert two.notice(timeout=5)["id"] == notice["id"]
+        assert two.notice(timeout=15)["id"] == notice["id"]
         assert (notice["id"], notice["action"], notice["reason"]) == (
             f"azure/{event_id}",
             "drain",
@@ -87,7 +87,7 @@ def test_approval_is_sent_once_after_every_client_acked_and_not_before(
         # The approval starts the event: under way now, so it is re-sent (same id) with the
         # deadline now; a repeated ack approves nothing twice.
         assert sim.events[event_id]["EventStatus"] == "Started"
-        started = one.notice(timeout=5)
+        started = one.notice(timeout=15)
         assert started["id"] == notice["id"]
         assert parse_time(started["deadline"]) <= parse_time(notice["deadline"])
         ack(agent, notice["id"], "trainer-2")
@@ -96,7 +96,7 @@ def test_approval_is_sent_once_after_every_client_acked_and_not_before(
         assert "approved event" in agent.output()
 
         sim.withdraw(event_id)
-        cleared = one.notice(timeout=5)
+        cleared = one.notice(timeout=15)
         assert (cleared["id"], cleared["action"]) == (notice["id"], "clear")
 
 
