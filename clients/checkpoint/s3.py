@@ -30,6 +30,13 @@ DEFAULT_PART = 8 << 20
 DEFAULT_CONCURRENCY = 10
 CHECKSUM_ALGORITHM = "CRC32"  # botocore's default request checksum
 PART_CHECKSUM = "ChecksumCRC32"
+# boto3's own read timeout, for every request but the commit of a multipart upload.
+READ_TIMEOUT = 60.0
+# S3 may take minutes to answer CompleteMultipartUpload for a large object (AWS documents it;
+# moto joins every part in memory first: over two minutes for 1 GiB on a loaded machine). A
+# shorter read timeout makes botocore retry a commit still in progress, and the retries fail
+# (moto answers 500: the parts were already taken), so a large upload never completes.
+COMPLETE_READ_TIMEOUT = 900.0
 
 
 class S3Writer(ObjectWriter):
@@ -128,7 +135,7 @@ class S3Writer(ObjectWriter):
         self._hasher.help()
         while self._parts:
             self._collect_oldest()
-        backend.client.complete_multipart_upload(
+        backend.completer.complete_multipart_upload(
             Bucket=backend.bucket,
             Key=self._key,
             UploadId=self._upload_id,
@@ -206,6 +213,7 @@ class S3Backend(Backend):
             "upload_checksums": self.upload_checksums,
         }
         self._client: Any = None
+        self._completer: Any = None
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -216,6 +224,19 @@ class S3Backend(Backend):
                 if self._client is None:
                     self._client = make_client(concurrency=self.concurrency, **self._options)
         return self._client
+
+    @property
+    def completer(self) -> Any:
+        """The client for CompleteMultipartUpload: the same, with a read timeout of minutes."""
+        if self._completer is None:
+            with self._lock:
+                if self._completer is None:
+                    self._completer = make_client(
+                        concurrency=self.concurrency,
+                        read_timeout=COMPLETE_READ_TIMEOUT,
+                        **self._options,
+                    )
+        return self._completer
 
     @property
     def pool(self) -> ThreadPoolExecutor:
@@ -381,6 +402,7 @@ def make_client(
     addressing_style: str | None,
     concurrency: int,
     upload_checksums: bool,
+    read_timeout: float | None = None,
 ) -> Any:
     """A boto3 S3 client. Arguments win; otherwise boto3 reads AWS_ACCESS_KEY_ID,
     AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, AWS_REGION/AWS_DEFAULT_REGION and
@@ -418,6 +440,7 @@ def make_client(
         }
     config = Config(
         max_pool_connections=concurrency + 4,
+        read_timeout=read_timeout if read_timeout is not None else READ_TIMEOUT,
         retries={"max_attempts": 5, "mode": "standard"},
         s3=s3_options or None,
         **checksums,
