@@ -197,7 +197,9 @@ class CheckpointGuard:
 
         Call it after every training step on every rank, with the same step numbers."""
         if self._wake or step >= self._next_step:
-            if self._failure is not None:
+            if self._failure is not None and not self._exit:
+                # With an exit pending the final save comes first (it supersedes the failed
+                # one): raising here could end the job without it.
                 self._raise_failure()
             if self._due_since is None:
                 self._due_since = time.monotonic()
@@ -366,7 +368,7 @@ class CheckpointGuard:
         acks what it chose and why. Without `background`, every save is synchronous."""
         if self.store is None:
             raise ValueError("save_state needs CheckpointGuard(store=...)")
-        if self._failure is not None:
+        if self._failure is not None and not self._exit:
             self._raise_failure()
         saver = self.saver
         in_flight = saver.in_flight if saver is not None else None

@@ -230,6 +230,17 @@ def test_the_guard_saves_in_the_background_and_raises_a_failure_at_the_next_due(
     assert retried.reasons == ("retry",)
     guard.saver.wait()
     assert store.latest_hint() == 22 and 20 not in store.steps()
+
+    # A failure while an exit is pending is not raised: the final save comes first.
+    guard.saver.wait()
+    backend.fail = True
+    guard.save_state(32, state(32)) if guard.due(32) else pytest.fail("step 32 not due")
+    guard.saver.wait()
+    backend.fail = False
+    guard.request("signal", exit=True)
+    assert guard.due(33)  # the failure of step 32 is not raised
+    final = guard.save_state(33, state(33))
+    assert final.exit and final.generation.step == 33 and store.latest_hint() == 33
     guard.close()
 
 
