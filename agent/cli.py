@@ -116,9 +116,11 @@ def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
         raise UsageError(str(error)) from None
 
 
-def _ask(control: str, payload: dict[str, Any], timeout: float = 3.0) -> dict[str, Any]:
+def _ask(
+    control: str, payload: dict[str, Any], runtime: Path | None, timeout: float = 3.0
+) -> dict[str, Any]:
     try:
-        return request(control, payload, timeout)
+        return request(control, payload, timeout, runtime=runtime)
     except TimeoutError:
         print(
             f"forewarn: no agent answers on {control} (is `forewarn agent` running?)",
@@ -196,7 +198,7 @@ def cmd_notify(args: argparse.Namespace) -> int:
             payload["note"] = args.note
         if args.id:
             payload["id"] = args.id
-    reply = _ask(control, payload)
+    reply = _ask(control, payload, args.runtime_dir)
     if not reply.get("ok"):
         raise UsageError(f"the agent refused: {reply.get('error')}")
     if args.json:
@@ -342,7 +344,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     _, control = _endpoints(args)
-    reply = _ask(control, {"op": "status"})
+    reply = _ask(control, {"op": "status"}, args.runtime_dir)
     if args.json:
         print(json.dumps(reply, indent=2))
         return 0

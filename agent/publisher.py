@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -26,8 +27,9 @@ from typing import Any
 import zmq
 import zmq.asyncio
 from forewarn.protocol.errors import ForewarnError
-from forewarn.protocol.wire import ipc_path
+from forewarn.protocol.wire import TOKEN_FIELD, ipc_path
 
+from .controltoken import token_matches
 from .protocol import TOPIC_CLIENT_PREFIX, TOPIC_HEARTBEAT, TOPIC_NOTICE, Heartbeat, Notice
 
 log = logging.getLogger("forewarn.agent")
@@ -43,6 +45,9 @@ SUBSCRIPTION_BATCH = 64
 # Rebinding control: tries, and the pause before each (times the try number) and after.
 REBIND_ATTEMPTS = 5
 REBIND_PAUSE = 0.1
+# Requests refused for a missing or wrong token are logged at most this often (with a count),
+# so that a peer retrying in a loop cannot flood the journal.
+REFUSAL_LOG_INTERVAL = 60.0
 
 
 class BindError(ForewarnError, RuntimeError):
@@ -50,9 +55,14 @@ class BindError(ForewarnError, RuntimeError):
 
 
 class Publisher:
-    def __init__(self, events: str, control: str) -> None:
+    def __init__(
+        self, events: str, control: str, token: str | None = None, token_file: Path | None = None
+    ) -> None:
+        """`token`: when given, every control request must carry it (see controltoken)."""
         self.events_endpoint = events
         self.control_endpoint = control
+        self.token = token
+        self.token_file = token_file
         self.context = zmq.asyncio.Context()
         self.xpub = self.context.socket(zmq.XPUB)
         self.xpub.setsockopt(zmq.LINGER, 0)
@@ -67,6 +77,9 @@ class Publisher:
         self._replay_due = False
         self.subscriptions_seen = 0
         self.requests_served = 0
+        self.requests_refused = 0
+        self._refusals_unlogged = 0
+        self._refusal_logged_at: float | None = None
 
     def _control_socket(self) -> zmq.asyncio.Socket:
         router = self.context.socket(zmq.ROUTER)
@@ -212,11 +225,35 @@ class Publisher:
             return {"ok": False, "error": f"request is not JSON: {error}"}
         if not isinstance(request, dict):
             return {"ok": False, "error": "request is not JSON: a request is a JSON object"}
+        given = request.pop(TOKEN_FIELD, None)
+        if self.token is not None and not token_matches(self.token, given):
+            return self._refuse("no" if given is None else "a wrong")
         try:
             return await handle(request)
         except Exception as error:  # a bad request must never take the agent down
             log.exception("control request failed")
             return {"ok": False, "error": f"internal error: {type(error).__name__}"}
+
+    def _refuse(self, which: str) -> dict[str, Any]:
+        self.requests_refused += 1
+        self._refusals_unlogged += 1
+        now = time.monotonic()
+        last = self._refusal_logged_at
+        if last is None or now - last >= REFUSAL_LOG_INTERVAL:
+            log.warning(
+                "control on %s refused %d request(s) without the right token; only who can "
+                "read %s may send requests",
+                self.control_endpoint,
+                self._refusals_unlogged,
+                self.token_file,
+            )
+            self._refusal_logged_at, self._refusals_unlogged = now, 0
+        return {
+            "ok": False,
+            "error": f"refused: the request has {which} control token; every request on "
+            f"{self.control_endpoint} must carry the `{TOKEN_FIELD}` the agent wrote to "
+            f"{self.token_file} (readable by the agent's user only)",
+        }
 
     def close(self) -> None:
         for sock in (self.xpub, self.router):
@@ -251,6 +288,7 @@ def _log_send_failure(future: asyncio.Future[Any]) -> None:
 __all__ = [
     "MAX_CONTROL_BYTES",
     "MAX_SUBSCRIPTION_BYTES",
+    "REFUSAL_LOG_INTERVAL",
     "SOCKET_MODE",
     "BindError",
     "Publisher",

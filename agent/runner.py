@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forewarn.protocol.timefmt import format_time, utcnow
-from forewarn.protocol.wire import ipc_path, request
+from forewarn.protocol.wire import TOKEN_FILE, ipc_path, needs_token, request
 from forewarn.providers import Closable, FlushAware, PollHealth, Watcher, WatcherContext
 from forewarn.providers.backoff import Backoff
 from pydantic import ValidationError
 
 from .board import EXPIRED_KEY, NoticeBoard, Sequencer
 from .config import ConfigError, Settings
+from .controltoken import remove_token, write_token
 from .limits import MAX_MANUAL, id_problem
 from .observers import Observers, build_observers
 from .protocol import (
@@ -92,6 +93,7 @@ class Agent:
         # Whether control answered the agent's last self-probes (see `_probe_control`).
         self.control_answers = True
         self.control_rebinds = 0
+        self.control_token: str | None = None
         self._exit_code = 0
         self.events, self.control = settings.resolved_endpoints()
         self.agent_id = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
@@ -177,7 +179,18 @@ class Agent:
         )
         self.board.restore(state.manual, state.acked)
 
-        self.publisher = Publisher(self.events, self.control)
+        # Anyone on this machine can reach a tcp:// or abstract control endpoint: there a
+        # request must carry a token that only who can read the runtime directory can get.
+        if needs_token(self.control):
+            try:
+                self.control_token = write_token(self.runtime_dir)
+            except OSError as error:
+                raise ConfigError(
+                    f"cannot write the control token in {self.runtime_dir}: {error.strerror}"
+                ) from None
+        self.publisher = Publisher(
+            self.events, self.control, self.control_token, self.runtime_dir / TOKEN_FILE
+        )
         try:
             self.publisher.bind()
         except BindError as error:
@@ -236,6 +249,8 @@ class Agent:
         self._save()
         self.observers.on_stop()
         self.publisher.close()
+        if self.control_token is not None:
+            remove_token(self.runtime_dir, self.control_token)
         self._release_lock()
         log.info("stopped")
         return self._exit_code
@@ -289,7 +304,8 @@ class Agent:
         while True:
             await asyncio.sleep(interval)
             timeout = min(PROBE_TIMEOUT, max(interval, 0.2))
-            if await control_answers(self.publisher.context, self.control, timeout):
+            token = self.control_token
+            if await control_answers(self.publisher.context, self.control, timeout, token):
                 if not self.control_answers:
                     log.warning("control on %s answers again", self.control)
                 self.control_answers, misses, self.control_rebinds = True, 0, 0

@@ -19,6 +19,8 @@ from .fields import (
 from .timefmt import format_time, parse_deadline, parse_duration, parse_time, utcnow
 from .wire import (
     PROTOCOL_VERSION,
+    TOKEN_FIELD,
+    TOKEN_FILE,
     TOPIC_CLIENT_PREFIX,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
@@ -26,9 +28,12 @@ from .wire import (
     check_endpoint,
     default_endpoints,
     ipc_path,
+    needs_token,
+    read_token,
     request,
     resolve_endpoints,
     runtime_dir,
+    with_token,
 )
 
 __all__ = [
@@ -37,6 +42,8 @@ __all__ = [
     "NOTICE_FIELDS",
     "PROTOCOL_VERSION",
     "REASONS",
+    "TOKEN_FIELD",
+    "TOKEN_FILE",
     "TOPIC_CLIENT_PREFIX",
     "TOPIC_HEARTBEAT",
     "TOPIC_NOTICE",
@@ -51,12 +58,15 @@ __all__ = [
     "default_endpoints",
     "format_time",
     "ipc_path",
+    "needs_token",
     "parse_deadline",
     "parse_duration",
     "parse_time",
+    "read_token",
     "request",
     "resolve_endpoints",
     "runtime_dir",
     "stable_id",
     "utcnow",
+    "with_token",
 ]

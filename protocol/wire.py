@@ -26,6 +26,12 @@ ENV_RUNTIME_DIR = "FOREWARN_RUNTIME_DIR"
 ENV_EVENTS = "FOREWARN_EVENTS"
 ENV_CONTROL = "FOREWARN_CONTROL"
 SYSTEM_RUNTIME_DIR = Path("/run/forewarn")
+# The control token: a secret the agent writes (mode 0600) into its runtime directory when
+# control listens where file permissions cannot guard it (tcp://, ipc://@abstract). Every
+# request there must carry it, so only who can read the agent's runtime directory can ask.
+TOKEN_FILE = "control-token"
+TOKEN_FIELD = "token"
+MAX_TOKEN_BYTES = 256
 
 
 class EndpointError(UsageError):
@@ -118,10 +124,54 @@ def ipc_path(endpoint: str) -> Path | None:
     return Path(endpoint[len("ipc://") :])
 
 
-def request(endpoint: str, payload: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
-    """One control request (REQ), answered or TimeoutError. zmq is imported here, not at
-    module import, so that reading the topics and endpoints stays cheap."""
+def needs_token(endpoint: str) -> bool:
+    """Whether control on `endpoint` asks for the token: every transport but a socket file,
+    whose own mode and directory already decide who may connect."""
+    return ipc_path(endpoint) is None
+
+
+def read_token(runtime: Path | None = None) -> str | None:
+    """The control token in `runtime` (default: `runtime_dir()`), or None when there is none
+    this process may read. Opened without following a link and without blocking on a FIFO."""
+    path = (runtime if runtime is not None else runtime_dir()) / TOKEN_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, MAX_TOKEN_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    token = data.decode("ascii", errors="replace").strip()
+    return token if token and len(data) <= MAX_TOKEN_BYTES else None
+
+
+def with_token(
+    endpoint: str, payload: dict[str, Any], runtime: Path | None = None
+) -> dict[str, Any]:
+    """`payload` with the control token added when `endpoint` needs one and this process can
+    read it; else unchanged (the agent then refuses the request, saying why)."""
+    if not needs_token(endpoint) or TOKEN_FIELD in payload:
+        return payload
+    token = read_token(runtime)
+    return payload if token is None else {**payload, TOKEN_FIELD: token}
+
+
+def request(
+    endpoint: str,
+    payload: dict[str, Any],
+    timeout: float = 2.0,
+    *,
+    runtime: Path | None = None,
+) -> dict[str, Any]:
+    """One control request (REQ), answered or TimeoutError; on tcp:// and ipc://@ endpoints
+    it carries the token from `runtime` (default: `runtime_dir()`). zmq is imported here, not
+    at module import, so that reading the topics and endpoints stays cheap."""
     import zmq
+
+    payload = with_token(endpoint, payload, runtime)
 
     sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
@@ -140,6 +190,8 @@ def request(endpoint: str, payload: dict[str, Any], timeout: float = 2.0) -> dic
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "TOKEN_FIELD",
+    "TOKEN_FILE",
     "TOPIC_CLIENT_PREFIX",
     "TOPIC_HEARTBEAT",
     "TOPIC_NOTICE",
@@ -147,7 +199,10 @@ __all__ = [
     "check_endpoint",
     "default_endpoints",
     "ipc_path",
+    "needs_token",
+    "read_token",
     "request",
     "resolve_endpoints",
     "runtime_dir",
+    "with_token",
 ]

@@ -305,7 +305,7 @@ class RunningAgent:
     def control(self, payload: dict[str, Any], timeout: float = 5.0) -> dict[str, Any]:
         """One control request; raises AgentDied when the agent is gone."""
         self._check_alive()
-        reply = request(self.control_endpoint, payload, timeout)
+        reply = request(self.control_endpoint, payload, timeout, runtime=self.runtime_dir)
         if not reply.get("ok"):
             raise AssertionError(f"the agent refused {payload}: {reply.get('error')}")
         return reply

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import zmq
+from forewarn.protocol.wire import with_token
 
 FORBIDDEN_HOSTS = ("169.254.169.254", "metadata.google.internal", "fd00:ec2::254", "metadata.goog")
 # An address nothing listens on: a watcher pointed here fails fast instead of leaving loopback.
@@ -404,7 +405,12 @@ class AgentProcess:
         raise RuntimeError(f"agent not ready within {timeout}s:\n{self.output()}")
 
     def control(self, request: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
-        return control(self.control_endpoint, request, timeout)
+        """A request as the agent's own user sends it: with the control token when its
+        endpoint needs one."""
+        runtime = Path(self.env["FOREWARN_RUNTIME_DIR"])
+        return control(
+            self.control_endpoint, with_token(self.control_endpoint, request, runtime), timeout
+        )
 
     def subscriber(self, topics: tuple[str, ...] = ("notice",), ready: bool = True) -> Subscriber:
         """A subscriber that, unless `ready=False`, has seen the first heartbeat."""
