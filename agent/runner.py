@@ -308,13 +308,18 @@ class Agent:
             if await control_answers(self.publisher.context, self.control, timeout, token):
                 if not self.control_answers:
                     log.warning("control on %s answers again", self.control)
-                self.control_answers, misses, self.control_rebinds = True, 0, 0
+                    self.control_answers = True
+                    self.observers.on_liveness(self.liveness())
+                misses, self.control_rebinds = 0, 0
                 continue
             misses += 1
             if misses < PROBE_FAILURES:
                 continue
             misses = 0
             self.control_answers = False
+            # At once, not at the next watchdog tick: a rebind can cure control within that
+            # second, and /healthz would never have shown it dead.
+            self.observers.on_liveness(self.liveness())
             self.observers.on_poll("agent", False, "control-unanswered")
             if self.control_rebinds >= PROBE_REBINDS:
                 log.critical(
