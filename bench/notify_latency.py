@@ -12,6 +12,7 @@ import argparse
 import json
 import shutil
 import time
+from collections.abc import Callable
 
 import zmq
 from common import agent_env, percentile, start_agent, table
@@ -44,7 +45,18 @@ def _collect(poller: zmq.Poller, expected: int, timeout: float) -> list[tuple[fl
     return arrivals
 
 
-def through_agent(count: int, notices: int, **env_extra: str) -> list[float]:
+def through_agent(
+    count: int,
+    notices: int,
+    *,
+    until: Callable[[], bool] | None = None,
+    until_timeout: float = 120.0,
+    pace: float = 0.0,
+    **env_extra: str,
+) -> list[float]:
+    """Latencies in ms; `pace`: seconds between one notice's clear and the next notice; with
+    `until`, the agent runs on after the notices until it is true (or `until_timeout`
+    passes), e.g. until a webhook receiver has had every delivery."""
     env, work = agent_env(**env_extra)
     proc = start_agent(env, "--provider", "local")
     context = zmq.Context()
@@ -70,9 +82,14 @@ def through_agent(count: int, notices: int, **env_extra: str) -> list[float]:
             req.send(json.dumps({"op": "clear", "id": f"local/bench/{i}"}).encode())
             req.recv()
             _collect(poller, count, 2.0)
+            if pace:
+                time.sleep(pace)
         req.close()
         for sock in socks:
             sock.close()
+        end = time.monotonic() + until_timeout
+        while until is not None and not until() and time.monotonic() < end:
+            time.sleep(0.05)
         return latencies
     finally:
         context.term()

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from string import Template
+from urllib.parse import unquote, urlsplit
 
 from forewarn.protocol.errors import UsageError
 
@@ -34,6 +35,10 @@ _UNIT = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
 # What pip on a fresh machine can fetch: an archive over HTTP(S), or a git repository.
 _ARCHIVE_URL = re.compile(r"^https?://[^\s/]+/\S*\.(whl|tar\.gz|zip)(#\S*)?$")
 _GIT_URL = re.compile(r"^git\+(https|ssh|http)://\S+$")
+# pip takes an archive's name from the last part of the URL's path and refuses a wheel whose
+# name is not NAME-VERSION(-BUILD)-PY-ABI-PLATFORM.whl, or whose NAME is not forewarn's.
+_WHEEL_NAME = re.compile(r"^forewarn-[^-]+(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$", re.IGNORECASE)
+_SDIST_NAME = re.compile(r"^forewarn-[^-]+\.(tar\.gz|zip)$", re.IGNORECASE)
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -50,6 +55,14 @@ def requirement(source: str, extras: Sequence[str]) -> str:
             "wheel or sdist (https://.../forewarn-0.1.0-py3-none-any.whl, built with "
             "`python -m build`) or a git URL (git+https://host/repo.git@TAG)"
         )
+    if _ARCHIVE_URL.match(source):
+        name = unquote(urlsplit(source).path.rsplit("/", 1)[-1])
+        if not (_WHEEL_NAME.match(name) or _SDIST_NAME.match(name)):
+            raise RenderError(
+                f"--source {source!r}: pip cannot install {name!r}: a release's file keeps "
+                "the name `python -m build` gave it (forewarn-VERSION-py3-none-any.whl or "
+                "forewarn-VERSION.tar.gz)"
+            )
     for extra in extras:
         if not _EXTRA.match(extra):
             raise RenderError(f"--extra {extra!r}: not an extra name")
@@ -129,7 +142,12 @@ def render(
         if not spec.strip() or "\n" in spec:
             raise RenderError(f"--package {spec!r}: not a requirement")
 
+    # pip needs git itself for a git URL, and Debian's cloud images come without it.
+    system_packages = ["python3-venv"]
+    if any("git+" in spec for spec in packages):
+        system_packages.append("git")
     blocks = {
+        "system_packages": "\n".join(f"- {name}" for name in system_packages),
         "agent_env": env_file(agent_env, "--env"),
         "training_env": env_file(training_env, "--training-env"),
         "agent_unit": (SYSTEMD / "forewarn-agent.service").read_text(),

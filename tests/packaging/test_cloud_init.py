@@ -160,6 +160,13 @@ def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Pa
         (("--source", "./dist/forewarn.whl"), "--source './dist/forewarn.whl'"),
         (("--source", "file:///tmp/f.whl"), "--source 'file:///tmp/f.whl'"),
         (("--extra", "me trics"), "--extra 'me trics'"),
+        # pip refuses these: not a wheel's file name, and another project's wheel.
+        (("--source", "https://h.example.org/forewarn.whl"), "pip cannot install 'forewarn.whl'"),
+        (
+            ("--source", "https://h.example.org/dl/other-0.1.0-py3-none-any.whl"),
+            "pip cannot install 'other-0.1.0-py3-none-any.whl'",
+        ),
+        (("--source", "https://h.example.org/forewarn.tar.gz"), "pip cannot install"),
     ],
 )
 def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], complaint: str):
@@ -179,6 +186,7 @@ def test_without_a_source_nothing_is_rendered():
     "source",
     [
         "https://example.org/dist/forewarn-0.1.0.tar.gz",
+        "https://example.org/releases/download/v0.1.0/forewarn-0.1.0-py3-none-any.whl#sha256=00",
         "git+https://github.com/example/forewarn.git@v0.1.0",
         "git+ssh://git@example.org/forewarn.git",
     ],
@@ -189,3 +197,6 @@ def test_every_installable_source_becomes_one_pip_requirement(source: str, tmp_p
     runcmd = yaml.safe_load(result.stdout)["runcmd"]
     pip = next(cmd for cmd in runcmd if cmd[0].endswith("/pip"))
     assert pip[3:] == [f"forewarn[metrics,aws] @ {source}", "torch"]
+    # pip runs git for a git URL; Debian's cloud images have none until it is installed.
+    packages = yaml.safe_load(result.stdout)["packages"]
+    assert packages == (["python3-venv", "git"] if "git+" in source else ["python3-venv"])
