@@ -185,7 +185,10 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
     q = scenario.no_notice_share
     noticed = 1.0 - q
     s = tau + c
-    if lam * max(r, s) > 700:  # e^700 is near the float limit: no work is ever kept
+    # e^700 is near the float limit. A restart that long against M never completes; an
+    # interval that long keeps no work unless notices save it (then the cycle ends in a
+    # notice almost surely, and the terms below stay finite).
+    if lam * r > 700 or (lam * s > 700 and not (noticed > 0 and lead > 0)):
         return Breakdown(tau, math.inf, math.inf, 0.0, 0.0, math.inf, 0.0, math.inf)
     e = _Exp(lam)
     hit = e.p(0, s)  # the cycle ends in an interruption

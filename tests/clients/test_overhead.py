@@ -229,6 +229,28 @@ def test_the_parts_are_never_negative_and_add_up(
         assert math.isinf(breakdown(blind, tau).total)
 
 
+@pytest.mark.parametrize("share", [0.0, 0.1])
+def test_a_usable_notice_keeps_the_work_at_intervals_far_beyond_the_mtbi(share: float) -> None:
+    """With notices acted on, an interval of hundreds of M still keeps work: each notice
+    saves it (a drill's telemetry gives M of seconds). Only without a usable notice is
+    nothing ever kept. Intervals on both sides of e^{(τ+C)/M} = e^700."""
+    scenario = Scenario(1.0, 60.0, notice_lead_seconds=30.0, no_notice_share=share)
+    intervals = np.array([2e4, 5e4, 86400.0])
+    predicted = np.array([overhead(scenario, tau) for tau in intervals])
+    sim = simulate(
+        scenario, intervals, replicas=500, horizon=400 * 60.0, seed=[17, int(share * 10)]
+    )
+    assert np.isfinite(predicted).all(), predicted
+    assert (np.abs(predicted / sim.overhead - 1) < TOLERANCE).all(), (predicted, sim.overhead)
+    # With every interruption noticed, longer never costs more.
+    if share == 0:
+        best = overhead(scenario, best_interval(scenario, max_seconds=86400))
+        assert best <= overhead(scenario, 86400) * (1 + 1e-9)
+    assert math.isinf(
+        overhead(Scenario(1.0, 60.0, notice_lead_seconds=30.0, no_notice_share=1), 5e4)
+    )
+
+
 def test_hopeless_intervals_cost_infinitely_much_without_overflow() -> None:
     scenario = Scenario(10.0, 60.0, restart_seconds=5e4)
     assert math.isinf(overhead(scenario, 100.0))
