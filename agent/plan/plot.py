@@ -101,6 +101,12 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
     seen = notice(timing)
     blind = [overhead_without_notice(timing, tau).total * 100 for tau in grid]
     planned = [overhead(timing, tau).total * 100 for tau in grid]
+    chosen = intervals.chosen
+    chosen_total = overhead(timing, chosen).total * 100
+    lowest_blind = min(blind)
+    top = max(5.0, min(chosen_total * 3, max(lowest_blind * 3, chosen_total * 1.5), 100.0))
+    # The curve without notice is drawn where it is not off the chart: its minimum in view.
+    top = max(top, min(lowest_blind * 1.15, 100.0))
     figure, axis = plt.subplots(figsize=(9, 5.5), dpi=100)
     axis.plot(
         grid,
@@ -108,7 +114,8 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
         "--",
         color="tab:red",
         linewidth=1.6,
-        label="no usable notice (Daly's complete model)",
+        label="no usable notice (Daly's complete model)"
+        + (f", off the chart: at least {lowest_blind:.0f} %" if lowest_blind > top else ""),
     )
     if timing.notice_lead_seconds:
         label = (
@@ -117,9 +124,6 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
             else "with the notice: too short for the flush, trained through"
         )
         axis.plot(grid, planned, "-", color="tab:blue", linewidth=2.4, label=label)
-    chosen = intervals.chosen
-    chosen_total = overhead(timing, chosen).total * 100
-    top = max(5.0, min(chosen_total * 3, max(min(blind) * 3, chosen_total * 1.5), 100.0))
     axis.set_ylim(0, top)
     rule = timing.checkpoint_seconds / RULE_OF_THUMB_TAX
     axis.axvline(

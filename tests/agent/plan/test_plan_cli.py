@@ -541,3 +541,42 @@ def test_the_plot_at_a_glance() -> None:
         assert "notice lead 120 s (2 min)" in title and "restart and reload 300 s (5 min)" in title
     finally:
         plt.close(figure)
+
+
+@pytest.mark.parametrize(
+    "timing_kwargs",
+    [
+        # Few interruptions without notice: the curve without one lies far above the planned.
+        {
+            "checkpoint_seconds": 60,
+            "mtbi_seconds": 3600,
+            "notice_lead_seconds": 120,
+            "no_notice_share": 0.02,
+        },
+        # A drill's scale: M of seconds.
+        {
+            "checkpoint_seconds": 0.03,
+            "mtbi_seconds": 3.35,
+            "notice_lead_seconds": 0.2,
+            "detection_seconds": 0.05,
+        },
+    ],
+)
+def test_the_plot_shows_the_curve_without_notice(timing_kwargs: dict[str, float]) -> None:
+    """Both curves are in view: the one without notice is not left off the top of the chart
+    with only its legend entry to show for it."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from forewarn.agent.plan import Timing, choose_interval
+    from forewarn.agent.plan.plot import build_figure
+
+    timing = Timing(**timing_kwargs)  # type: ignore[arg-type]
+    figure = build_figure(timing, choose_interval(timing))
+    try:
+        (axis,) = figure.axes
+        _, top = axis.get_ylim()
+        curves = {line.get_label(): line for line in axis.get_lines()}
+        blind = curves["no usable notice (Daly's complete model)"]
+        assert min(blind.get_ydata()) < 0.9 * top
+    finally:
+        plt.close(figure)
