@@ -660,6 +660,14 @@ def notes(resolved: Resolved) -> list[str]:
             "telemetry came too late to save on; crashes and lost hosts do not show there, so "
             f"the default share without a usable notice ({DEFAULT_NO_NOTICE_SHARE:.0%}) stays"
         )
+    cap = resolved.timing.max_interval_seconds
+    recommended = resolved.intervals.recommended
+    if recommended is not None and recommended >= cap * (1 - 1e-6):
+        found.append(
+            f"the least overhead is at the longest interval accepted (--max-interval "
+            f"{seconds_text(cap)}): with this few interruptions without a usable notice, "
+            "longer intervals cost no more; give --max-interval to accept longer ones"
+        )
     if resolved.timing.mtbi_seconds is None:
         found.append(
             "no interruption rate: only the checkpoint tax is worked out (give "

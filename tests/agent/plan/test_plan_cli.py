@@ -580,3 +580,45 @@ def test_the_plot_shows_the_curve_without_notice(timing_kwargs: dict[str, float]
         assert min(blind.get_ydata()) < 0.9 * top
     finally:
         plt.close(figure)
+
+
+def test_a_recommended_interval_at_the_cap_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """With every interruption noticed the overhead only falls as the interval grows: the
+    recommended interval is then --max-interval, and the plan says it is the cap, not an
+    optimum found below it."""
+    base = ["--checkpoint", "60s", "--mtbi", "1h", "--notice-lead", "2m"]
+    capped = plan_json(capsys, *base, "--no-notice-share", "0", "--max-interval", "12h")
+    assert capped["intervals"]["seconds"]["recommended"] == pytest.approx(12 * 3600)
+    (note,) = [note for note in capped["notes"] if "--max-interval" in note]
+    assert "the least overhead is at the longest interval accepted (--max-interval 12 h)" in note
+    assert plan_cli.main([*base, "--no-notice-share", "0", "--max-interval", "12h"]) == 0
+    assert "note: the least overhead is at the longest interval accepted" in capsys.readouterr().out
+    inside = plan_json(capsys, *base)
+    assert not [note for note in inside["notes"] if "--max-interval" in note]
+
+
+def test_every_option_is_documented() -> None:
+    """Each flag of `forewarn plan` is in docs/plan.md: its synopsis and its option table."""
+    import argparse
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "plan.md").read_text()
+    synopsis = doc[
+        doc.index("forewarn plan [--telemetry") : doc.index("Code: `forewarn.agent.plan`")
+    ]
+    table = doc[
+        doc.index("| option | default | meaning |") : doc.index("Cost needs `--spot-price`")
+    ]
+    parser = argparse.ArgumentParser()
+    plan_cli.add_arguments(parser)
+    flags = [
+        flag
+        for action in parser._actions
+        for flag in action.option_strings
+        if flag not in ("-h", "--help")
+    ]
+    assert len(flags) > 30
+    undocumented = [flag for flag in flags if f"`{flag}" not in table and f"({flag}" not in table]
+    assert not undocumented, undocumented
+    # Aliases are in the table; the synopsis names each option once.
+    missing = [flag for flag in flags if flag not in synopsis and flag != "--flush"]
+    assert not missing, missing
