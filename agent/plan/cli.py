@@ -794,7 +794,9 @@ def build(resolved: Resolved) -> dict[str, Any]:
     }
     if rated:
         plan["overhead"] = _parts(overhead(timing, chosen))
-        plan["overhead_without_notice"] = overhead_without_notice(timing, chosen).total
+        blind = overhead_without_notice(timing, chosen).total
+        # None: without notices no work would ever be kept at this interval (JSON has no inf).
+        plan["overhead_without_notice"] = blind if math.isfinite(blind) else None
         if intervals.recommended is not None:
             plan["overhead_at_recommended"] = overhead(timing, intervals.recommended).total
     if priced is not None:

@@ -115,7 +115,13 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
         color="tab:red",
         linewidth=1.6,
         label="no usable notice (Daly's complete model)"
-        + (f", off the chart: at least {lowest_blind:.0f} %" if lowest_blind > top else ""),
+        + (
+            ""
+            if lowest_blind <= top
+            else f", off the chart: at least {lowest_blind:.0f} %"
+            if math.isfinite(lowest_blind)
+            else ", off the chart: no work ever kept"
+        ),
     )
     if timing.notice_lead_seconds:
         label = (

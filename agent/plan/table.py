@@ -193,9 +193,18 @@ def render(plan: dict[str, Any]) -> str:
                 f"one interruption costs {seconds_text(cost['per_interruption_seconds'])}",
             ),
             (
-                "total without any usable notice",
-                _percent(plan["overhead_without_notice"]),
-                "(Daly's complete model)",
+                (
+                    "total without any usable notice",
+                    _percent(plan["overhead_without_notice"]),
+                    "(Daly's complete model)",
+                )
+                if plan["overhead_without_notice"] is not None
+                else (
+                    "total without any usable notice",
+                    "-",
+                    "(Daly's complete model: without a usable notice no work is ever kept at "
+                    "this interval)",
+                )
             ),
         ]
         if plan["overhead_at_recommended"] is not None:

@@ -622,3 +622,25 @@ def test_every_option_is_documented() -> None:
     # Aliases are in the table; the synopsis names each option once.
     missing = [flag for flag in flags if flag not in synopsis and flag != "--flush"]
     assert not missing, missing
+
+
+def test_an_interval_no_work_survives_without_notice_is_valid_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every reclaim noticed, M = 60 s, a day between checkpoints: the notices keep the work
+    (38.5 % overhead), while without them none would ever be kept. The JSON stays JSON (no
+    `Infinity`), and the table says so in words."""
+    argv = ["--checkpoint", "1s", "--mtbi", "60s", "--notice-lead", "30s"]
+    argv += ["--no-notice-share", "0", "--interval", "1d"]
+    assert plan_cli.main([*argv, "--json"]) == 0
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not JSON: {constant}")
+
+    plan = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert plan["overhead"]["total"] == pytest.approx(0.3846, abs=1e-4)
+    assert plan["overhead_without_notice"] is None
+    assert plan_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "inf" not in out
+    assert "without a usable notice no work is ever kept at this interval" in out
