@@ -110,9 +110,11 @@ def _metrics_service(host: str, port: int) -> Observer:
         # prometheus-client comes with the `metrics` extra, so it is imported only when asked for.
         from .metrics import MetricsError, MetricsService
     except ImportError as error:
+        from forewarn.protocol.install import extra_hint
+
         raise ConfigError(
             f"metrics_address is set but {error.name or 'prometheus_client'} is not installed: "
-            "pip install 'forewarn[metrics]', or unset metrics_address"
+            f"{extra_hint('metrics')}, or unset metrics_address"
         ) from None
     try:
         return MetricsService(host, port)

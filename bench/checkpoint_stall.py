@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch  # noqa: F401
     except ImportError:
-        print("checkpoint_stall needs torch (pip install 'forewarn[torch]')", file=sys.stderr)
+        print("checkpoint_stall needs torch (pip install '.[torch]')", file=sys.stderr)
         return 2
     warnings.filterwarnings("ignore", module="torch.distributed")
     state = make_state(args.size)

@@ -96,7 +96,9 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter
     except ImportError:
-        raise PlotError("matplotlib is not installed: pip install 'forewarn[plot]'") from None
+        from forewarn.protocol.install import extra_hint
+
+        raise PlotError(f"matplotlib is not installed: {extra_hint('plot')}") from None
     grid = interval_grid(timing, intervals)
     seen = notice(timing)
     blind = [overhead_without_notice(timing, tau).total * 100 for tau in grid]

@@ -411,8 +411,10 @@ def make_client(
         import boto3
         from botocore.config import Config
     except ImportError:
+        from forewarn.protocol.install import extra_hint
+
         raise StoreConfigError(
-            "an s3:// checkpoint store needs boto3: pip install 'forewarn[aws]'"
+            f"an s3:// checkpoint store needs boto3: {extra_hint('aws')}"
         ) from None
     if (access_key_id is None) != (secret_access_key is None):
         raise StoreConfigError("give both access_key_id and secret_access_key, or neither")

@@ -317,7 +317,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         clients = _clients(plan.region)
     except ImportError:
-        print("forewarn: drill aws: boto3 is needed: pip install 'forewarn[aws]'", file=sys.stderr)
+        from forewarn.protocol.install import extra_hint
+
+        print(f"forewarn: drill aws: boto3 is needed: {extra_hint('aws')}", file=sys.stderr)
         return 2
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 

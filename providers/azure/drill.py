@@ -98,7 +98,9 @@ def run(args: argparse.Namespace, credential: TokenCredential | None = None) -> 
         try:
             from azure.identity import DefaultAzureCredential
         except ImportError:
-            return _fail("needs azure-identity: pip install 'forewarn[azure]'", 2)
+            from forewarn.protocol.install import extra_hint
+
+            return _fail(f"needs azure-identity: {extra_hint('azure')}", 2)
         # The chain logs its whole failure (a paragraph per credential source) as a warning
         # before raising it; the one `forewarn:` line below says it instead.
         logging.getLogger("azure.identity").setLevel(logging.ERROR)

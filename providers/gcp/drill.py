@@ -86,7 +86,9 @@ def access_token() -> tuple[str, str]:
         import google.auth.exceptions
         import google.auth.transport.requests
     except ImportError:
-        raise DrillError("google-auth is missing: pip install 'forewarn[gcp]'") from None
+        from forewarn.protocol.install import extra_hint
+
+        raise DrillError(f"google-auth is missing: {extra_hint('gcp')}") from None
     try:
         credentials, _ = google.auth.default(scopes=[SCOPE])
         credentials.refresh(google.auth.transport.requests.Request())

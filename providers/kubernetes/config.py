@@ -4,7 +4,7 @@ In-cluster: `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`, the ser
 token file (re-read on every request: projected tokens rotate) and its `ca.crt`.
 
 Kubeconfig (`kubernetes.kubeconfig`; outside a pod also `$KUBECONFIG` or `~/.kube/config`,
-as kubectl): read by the official Kubernetes client library (`pip install 'forewarn[k8s]'`),
+as kubectl): read by the official Kubernetes client library (forewarn's `k8s` extra),
 so exec credential plugins (EKS, GKE, AKS), OIDC, tokens, client certificates and CAs work
 as they do for kubectl. The library is imported only on this path.
 """

@@ -23,7 +23,7 @@ from forewarn.protocol.errors import ConfigError, DrillError, UsageError
 from . import kubeconfig
 from .api import error_for, status_message
 from .config import in_cluster
-from .kubeconfig import INSTALL_HINT
+from .kubeconfig import install_hint
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def credentials(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Confi
     try:
         from kubernetes.client import Configuration
     except ImportError:
-        raise UsageError(f"drill kubernetes: {INSTALL_HINT}") from None
+        raise UsageError(f"drill kubernetes: {install_hint()}") from None
     url = args.url or env.get("FOREWARN_KUBERNETES_URL") or None
     context = args.context or env.get("FOREWARN_KUBERNETES_CONTEXT") or None
     explicit = args.kubeconfig or env.get("FOREWARN_KUBERNETES_KUBECONFIG") or None

@@ -1,4 +1,4 @@
-"""Kubeconfigs through the official Kubernetes client library (`pip install 'forewarn[k8s]'`).
+"""Kubeconfigs through the official Kubernetes client library (forewarn's `k8s` extra).
 
 The library reads what kubectl reads: YAML or JSON, several files in `KUBECONFIG` merged,
 `exec` credential plugins (`aws eks get-token`, `gke-gcloud-auth-plugin`, `kubelogin`) run
@@ -21,7 +21,13 @@ from forewarn.protocol.errors import ConfigError
 if TYPE_CHECKING:
     from kubernetes.client import Configuration
 
-INSTALL_HINT = "install the Kubernetes client library: pip install 'forewarn[k8s]'"
+
+def install_hint() -> str:
+    from forewarn.protocol.install import extra_hint
+
+    return f"install the Kubernetes client library: {extra_hint('k8s')}"
+
+
 DEFAULT_KUBECONFIG = Path(".kube") / "config"
 
 
@@ -70,7 +76,7 @@ def load(paths: str, context: str | None) -> tuple[Configuration, str]:
         from kubernetes.config.config_exception import ConfigException
         from yaml import YAMLError
     except ImportError:
-        raise ConfigError(f"kubeconfig {paths}: to read it, {INSTALL_HINT}") from None
+        raise ConfigError(f"kubeconfig {paths}: to read it, {install_hint()}") from None
     files = [part for part in paths.split(os.pathsep) if part]
     existing = [part for part in files if Path(part).expanduser().is_file()]
     if not existing:
@@ -124,4 +130,4 @@ def bearer(configuration: Configuration) -> str | None:
     return token.strip() or None
 
 
-__all__ = ["DEFAULT_KUBECONFIG", "INSTALL_HINT", "bearer", "default_paths", "load"]
+__all__ = ["DEFAULT_KUBECONFIG", "bearer", "default_paths", "install_hint", "load"]

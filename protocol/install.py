@@ -1,0 +1,53 @@
+"""How to add one of forewarn's extras to the forewarn that is installed.
+
+forewarn is on no package index: installing it by its name would find nothing, or someone
+else's package. So a message that asks for an extra names the source this forewarn was
+installed from, as pip recorded it (PEP 610's `direct_url.json`), and otherwise the forms
+that work from a checkout or a built wheel.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+from urllib.parse import unquote, urlsplit
+
+
+def install_command(extra: str, direct_url: str | None) -> str:
+    """The pip command that adds `extra`, given the text of forewarn's `direct_url.json`
+    (None when pip recorded none)."""
+    try:
+        found = json.loads(direct_url) if direct_url else None
+        url = found["url"] if isinstance(found, dict) else None
+    except (ValueError, KeyError):
+        url = None
+    if not isinstance(url, str) or not url:
+        return (
+            f"pip install '.[{extra}]' in a forewarn checkout, or "
+            f"'forewarn-VERSION-py3-none-any.whl[{extra}]' from a release"
+        )
+    assert isinstance(found, dict)
+    vcs = found.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
+        revision = vcs.get("requested_revision") or vcs.get("commit_id")
+        at = f"@{revision}" if isinstance(revision, str) and revision else ""
+        return f"pip install 'forewarn[{extra}] @ {vcs['vcs']}+{url}{at}'"
+    dir_info = found.get("dir_info")
+    parts = urlsplit(url)
+    if isinstance(dir_info, dict) and dir_info.get("editable") and parts.scheme == "file":
+        return f"pip install -e '{unquote(parts.path)}[{extra}]'"
+    return f"pip install 'forewarn[{extra}] @ {url}'"
+
+
+def extra_hint(extra: str) -> str:
+    """`install_command` for the forewarn this code was loaded from."""
+    # The first that pip installed: a checkout's own forewarn.egg-info (on sys.path when
+    # run from there) records no source.
+    for found in metadata.distributions(name="forewarn"):
+        direct_url = found.read_text("direct_url.json")
+        if direct_url:
+            return install_command(extra, direct_url)
+    return install_command(extra, None)
+
+
+__all__ = ["extra_hint", "install_command"]

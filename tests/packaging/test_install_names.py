@@ -1,0 +1,116 @@
+"""Nothing tells a user to install forewarn by a name: forewarn is on no package index, so
+`pip install 'forewarn[aws]'` finds nothing (or someone else's package). The docs install
+from a checkout or a built release, and a message that asks for an extra names the source
+this forewarn was installed from."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from forewarn.protocol.install import extra_hint, install_command
+
+ROOT = Path(__file__).resolve().parents[2]
+# `pip install`, its options, then forewarn as a bare name (with or without extras and a
+# version) rather than `forewarn[...] @ URL`, a path or a file.
+BARE_NAME = re.compile(
+    r"pip3? install(\s+-[-\w]+)*\s+['\"]?forewarn(\[[\w,\s]*\])?([=<>~!]=?[\w.*]+)?"
+    r"(?![\w./\[-])(?!['\"]?\s*@)"
+)
+
+
+def shipped_text_files() -> list[Path]:
+    pages = [ROOT / "README.md", ROOT / "Dockerfile", *(ROOT / "docs").rglob("*.md")]
+    code = [
+        path
+        for folder in ("protocol", "agent", "providers", "clients", "testing", "bench")
+        for path in (ROOT / folder).rglob("*.py")
+    ]
+    packaging = [path for path in (ROOT / "packaging").rglob("*") if path.is_file()]
+    return [*pages, *code, *packaging]
+
+
+def test_the_pattern_finds_a_bare_name_and_only_that():
+    for bad in (
+        "pip install forewarn",
+        "pip install 'forewarn[aws]'",
+        'run `pip install "forewarn[metrics,aws]"` first',
+        "pip install -q forewarn==0.1.0",
+    ):
+        assert BARE_NAME.search(bad), bad
+    for good in (
+        "pip install '.[aws]'",
+        "pip install 'forewarn[metrics] @ git+https://host/forewarn.git@v0.1.0'",
+        'pip install "$(ls dist/forewarn-*.whl)[metrics]"',
+        "pip install /tmp/dist/forewarn-0.1.0-py3-none-any.whl",
+        "`pip install`s `forewarn[metrics] @ SOURCE`",
+        "pip install -e '/src/forewarn[k8s]'",
+    ):
+        assert not BARE_NAME.search(good), good
+
+
+def test_no_doc_or_message_installs_forewarn_by_name():
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in shipped_text_files()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if BARE_NAME.search(line)
+    ]
+    assert found == [], "\n".join(found)
+
+
+WHEEL = "file:///srv/dist/forewarn-0.1.0-py3-none-any.whl"
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "command"),
+    [
+        (
+            {"url": WHEEL, "archive_info": {"hashes": {"sha256": "00"}}},
+            f"pip install 'forewarn[aws] @ {WHEEL}'",
+        ),
+        (
+            {"url": "https://dl.example.org/forewarn-0.1.0.tar.gz", "archive_info": {}},
+            "pip install 'forewarn[aws] @ https://dl.example.org/forewarn-0.1.0.tar.gz'",
+        ),
+        (
+            {"url": "file:///home/me/forewarn", "dir_info": {"editable": True}},
+            "pip install -e '/home/me/forewarn[aws]'",
+        ),
+        (
+            {"url": "file:///home/me/forewarn", "dir_info": {}},
+            "pip install 'forewarn[aws] @ file:///home/me/forewarn'",
+        ),
+        (
+            {
+                "url": "https://git.example.org/forewarn.git",
+                "vcs_info": {"vcs": "git", "requested_revision": "v0.1.0", "commit_id": "ab12"},
+            },
+            "pip install 'forewarn[aws] @ git+https://git.example.org/forewarn.git@v0.1.0'",
+        ),
+        (
+            {"url": "https://git.example.org/forewarn.git", "vcs_info": {"vcs": "git"}},
+            "pip install 'forewarn[aws] @ git+https://git.example.org/forewarn.git'",
+        ),
+    ],
+)
+def test_the_hint_installs_from_where_forewarn_came_from(
+    direct_url: dict[str, object], command: str
+):
+    assert install_command("aws", json.dumps(direct_url)) == command
+
+
+@pytest.mark.parametrize("direct_url", [None, "", "not json", "[]", '{"url": 5}'])
+def test_without_a_recorded_source_the_hint_gives_the_forms_that_work(direct_url: str | None):
+    hint = install_command("gcp", direct_url)
+    assert "'.[gcp]'" in hint and "py3-none-any.whl[gcp]" in hint
+    assert not BARE_NAME.search(hint)
+
+
+def test_this_checkout_s_hint_names_its_own_install():
+    # The test environment is an editable install of this checkout (README's test command).
+    hint = extra_hint("k8s")
+    assert not BARE_NAME.search(hint), hint
+    assert hint.startswith("pip install ") and "[k8s]" in hint
