@@ -46,7 +46,7 @@ from .protocol import (
 )
 from .publisher import BindError, Publisher
 from .rundir import AgentLock, RunDirError, check_private_dir
-from .selfprobe import control_answers
+from .selfprobe import ControlProbe
 from .state import AgentState, load_seq_mark, load_state, save_seq_mark, save_state
 
 log = logging.getLogger("forewarn.agent")
@@ -300,12 +300,18 @@ class Agent:
         is reported dead (`/healthz`, no watchdog pings) and rebound; when PROBE_REBINDS
         rebinds do not bring it back, the agent exits 1 for systemd or Kubernetes to restart."""
         interval = self.settings.control_probe_interval
+        probe = ControlProbe(self.publisher.context, self.control)
+        try:
+            await self._probe_control_with(probe, interval)
+        finally:
+            probe.close()
+
+    async def _probe_control_with(self, probe: ControlProbe, interval: float) -> None:
         misses = 0
         while True:
             await asyncio.sleep(interval)
             timeout = min(PROBE_TIMEOUT, max(interval, 0.2))
-            token = self.control_token
-            if await control_answers(self.publisher.context, self.control, timeout, token):
+            if await probe.answers(timeout, self.control_token):
                 if not self.control_answers:
                     log.warning("control on %s answers again", self.control)
                     self.control_answers = True
