@@ -74,12 +74,14 @@ class ImdsClient:
         self.clock = clock
         # trust_env=False: IMDS is link-local, and a proxy from the environment would
         # either fail or, worse, answer for it.
+        transport = transport if transport is not None else ImdsTransport()
         self.http = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=timeout,
-            trust_env=False,
-            transport=transport if transport is not None else ImdsTransport(),
+            base_url=self.base_url, timeout=timeout, trust_env=False, transport=transport
         )
+        # The polls skip AsyncClient.send (auth and redirect flows, cookie extraction, a
+        # Response) when the transport is ours: a third of a poll's CPU, four polls a second
+        # for the machine's life. Token PUTs and other transports go through httpx as usual.
+        self._direct = transport if isinstance(transport, ImdsTransport) else None
         self._token: str | None = None
         self._renew_at = 0.0
         self._v1_until = 0.0  # while IMDSv1 stands in for a failed token PUT
@@ -110,8 +112,12 @@ class ImdsClient:
 
     async def _get(self, path: str, token: str | None, timeout: float | None) -> Answer:
         seconds = timeout or self.timeout
+        request = self._request(path, token, seconds)
         try:
-            response = await self.http.send(self._request(path, token, seconds))
+            if self._direct is not None:
+                status, _, body = await self._direct.exchange(request)
+                return Answer(status, body)
+            response = await self.http.send(request)
         except httpx.HTTPError as error:
             raise _transport_error(f"GET {path}", error, seconds) from None
         return Answer(response.status_code, response.content)

@@ -39,6 +39,20 @@ class ImdsTransport(httpx.AsyncBaseTransport):
         self.connections = 0  # opened so far, for tests and benchmarks
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        status, headers, body = await self.exchange(request)
+        return httpx.Response(
+            status,
+            headers=headers,
+            content=body,
+            extensions={"http_version": b"HTTP/1.1"},
+            request=request,
+        )
+
+    async def exchange(
+        self, request: httpx.Request
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """Send `request` and return the raw answer (status, headers, body), with the same
+        httpx errors as `handle_async_request`; for callers that need no httpx.Response."""
         if request.url.scheme != "http":
             raise httpx.UnsupportedProtocol(
                 f"the IMDS transport speaks plain http only, not {request.url.scheme!r}",
@@ -69,13 +83,7 @@ class ImdsTransport(httpx.AsyncBaseTransport):
                     raise
                 if not keep:
                     self._close()
-                return httpx.Response(
-                    status,
-                    headers=headers,
-                    content=body,
-                    extensions={"http_version": b"HTTP/1.1"},
-                    request=request,
-                )
+                return status, headers, body
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _connect(self, request: httpx.Request, peer: tuple[str, int], timeout: Any) -> None:
