@@ -52,21 +52,27 @@ def shared_tmp(uid: int, gid: int) -> Path:
     return path
 
 
-def _become(uid: int, gid: int) -> None:
-    os.setgroups([])
+def _become(uid: int, gid: int, groups: tuple[int, ...] = ()) -> None:
+    os.setgroups(list(groups))
     os.setgid(gid)
     os.setuid(uid)
 
 
-def call_as(uid: int, gid: int, fn: Callable[[], Any], timeout: float = 20.0) -> Any:
-    """Run `fn` as (uid, gid) in a forked child and return what it returned (JSON-able), or
-    raise RuntimeError with the child's traceback."""
+def call_as(
+    uid: int,
+    gid: int,
+    fn: Callable[[], Any],
+    timeout: float = 20.0,
+    groups: tuple[int, ...] = (),
+) -> Any:
+    """Run `fn` as (uid, gid), with supplementary `groups`, in a forked child and return what
+    it returned (JSON-able), or raise RuntimeError with the child's traceback."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
         os.close(read)
         try:
-            _become(uid, gid)
+            _become(uid, gid, groups)
             payload = {"ok": True, "value": fn()}
         except BaseException:
             payload = {"ok": False, "error": traceback.format_exc()}
@@ -117,8 +123,17 @@ def _preload() -> None:
 class ForkedAgent:
     """`forewarn agent` in a forked child running as another uid, its output in a file."""
 
-    def __init__(self, uid: int, gid: int, env: dict[str, str], args: list[str], log: Path):
+    def __init__(
+        self,
+        uid: int,
+        gid: int,
+        env: dict[str, str],
+        args: list[str],
+        log: Path,
+        groups: tuple[int, ...] = (),
+    ):
         self.uid, self.gid, self.env, self.args, self.log = uid, gid, env, args, log
+        self.groups = groups
         self.pid = 0
 
     def start(self) -> ForkedAgent:
@@ -132,7 +147,7 @@ class ForkedAgent:
                 _preload()
                 from forewarn.agent.cli import main
 
-                _become(self.uid, self.gid)
+                _become(self.uid, self.gid, self.groups)
                 os.environ.clear()
                 os.environ.update(self.env)
                 code = main(["agent", *self.args])

@@ -1,0 +1,213 @@
+"""The socket directory the overlays share works for a non-root training container, with the
+uids, groups, capabilities and paths the rendered manifests give, on this machine's kernel:
+what the kubelet does to the volume is replayed (an emptyDir with fsGroup; a hostPath made
+by DirectoryOrCreate), the DaemonSet's init container runs its own command with only the
+capabilities it keeps, the agent runs as its container's uid, and a training process of
+another uid subscribes and asks for status through the shared directory."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from forewarn.protocol import request
+from kustomize_render import render
+from other_user import ForkedAgent, call_as
+from support import eventually
+
+# A training container's uid in the examples (sidecar-job.yaml's `train`), any non-root uid.
+TRAINER = 1000
+
+
+@pytest.fixture(autouse=True)
+def _root_and_setpriv() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to take the manifests' uids")
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+
+
+@pytest.fixture
+def host() -> Iterator[Path]:
+    """A root-owned directory every uid can traverse (pytest's own tmp is 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="forewarn-node-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def pod_of(resources: list[Any], kind: str) -> dict[str, Any]:
+    workload = next(r for r in resources if r["kind"] == kind)
+    return dict(workload["spec"]["template"]["spec"])
+
+
+def container(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [c for c in pod.get("initContainers", []) + pod["containers"] if c["name"] == name]
+    assert len(found) == 1, name
+    return dict(found[0])
+
+
+def config(resources: list[Any]) -> dict[str, str]:
+    return dict(next(r for r in resources if r["kind"] == "ConfigMap")["data"])
+
+
+def mount_path(c: dict[str, Any], volume: str) -> str:
+    return str(next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == volume))
+
+
+def on_host(path: str, mount: str, volume_dir: Path) -> Path:
+    """Where a path inside the container's mount is on the node."""
+    assert path == mount or path.startswith(mount + "/"), (path, mount)
+    return volume_dir / path[len(mount) :].lstrip("/")
+
+
+def uid_gid(c: dict[str, Any]) -> tuple[int, int]:
+    context = c["securityContext"]
+    return int(context["runAsUser"]), int(context["runAsGroup"])
+
+
+@contextlib.contextmanager
+def agent_as(
+    c: dict[str, Any], runtime: Path, host: Path, groups: tuple[int, ...] = ()
+) -> Iterator[ForkedAgent]:
+    """The agent as its container runs it (uid, gid, supplementary groups, umask 022)."""
+    uid, gid = uid_gid(c)
+    state = host / "state"
+    state.mkdir()
+    os.chown(state, uid, gid)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "FOREWARN_RUNTIME_DIR": str(runtime),
+        "FOREWARN_STATE_DIR": str(state),
+        "FOREWARN_PROVIDERS": "local",
+        "FOREWARN_TELEMETRY": "false",
+    }
+    old = os.umask(0o022)  # the container runtime's default, inherited by the fork
+    try:
+        agent = ForkedAgent(uid, gid, env, [], host / "agent.log", groups=groups).start()
+    finally:
+        os.umask(old)
+    try:
+        eventually(
+            lambda: (runtime / "control").is_socket() or not agent.alive(),
+            timeout=60,
+            what="the agent's control socket",
+        )
+        assert agent.alive(), agent.output()
+        yield agent
+    finally:
+        agent.stop()
+
+
+def training_client(runtime: str, timeout: float) -> dict[str, Any]:
+    """What a training process does first: a control request and a subscription."""
+    try:
+        ok = request(f"ipc://{runtime}/control", {"op": "status"}, timeout=timeout).get("ok")
+    except TimeoutError:
+        ok = None
+    context = zmq.Context()
+    try:
+        sub = context.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"heartbeat")
+        sub.connect(f"ipc://{runtime}/events")
+        topic = sub.recv_multipart()[0].decode() if sub.poll(int(timeout * 1000)) else None
+        return {"status": ok, "heartbeat": topic}
+    finally:
+        context.destroy(linger=0)
+
+
+def as_trainer(runtime: Path, groups: tuple[int, ...], timeout: float = 10.0) -> Any:
+    return call_as(
+        TRAINER,
+        TRAINER,
+        lambda: training_client(str(runtime), timeout),
+        timeout=3 * timeout,
+        groups=groups,
+    )
+
+
+def test_sidecar_emptydir_sockets_reach_a_non_root_training_container(host: Path):
+    resources = render("sidecar-job")
+    pod = pod_of(resources, "Job")
+    agent, train = container(pod, "forewarn"), container(pod, "train")
+    fs_group = int(pod["securityContext"]["fsGroup"])
+    train_uid, _ = uid_gid(train)
+    assert train_uid not in (0, uid_gid(agent)[0])
+    # The kubelet makes an emptyDir 0777 and, with fsGroup, gives it that group and setgid.
+    volume = host / "emptydir"
+    volume.mkdir()
+    os.chown(volume, 0, fs_group)
+    volume.chmod(0o2777)
+    mount = mount_path(agent, "forewarn-run")
+    assert mount == mount_path(train, "forewarn-run")
+    runtime_in_pod = config(resources)["FOREWARN_RUNTIME_DIR"]
+    train_env = {e["name"]: e.get("value") for e in train["env"]}
+    assert train_env["FOREWARN_RUNTIME_DIR"] == runtime_in_pod
+    runtime = on_host(runtime_in_pod, mount, volume)
+    # fsGroup is a supplementary group of every container in the pod.
+    with agent_as(agent, runtime, host, groups=(fs_group,)) as running:
+        reached = as_trainer(runtime, groups=(fs_group,))
+        assert reached == {"status": True, "heartbeat": "heartbeat"}, running.output()
+        # Without the pod's group the sockets stay shut: the group is what opens them.
+        shut = as_trainer(runtime, groups=(), timeout=1.5)
+        assert shut == {"status": None, "heartbeat": None}
+
+
+def test_daemonset_hostpath_sockets_reach_a_non_root_training_pod(host: Path):
+    resources = render("daemonset")
+    pod = pod_of(resources, "DaemonSet")
+    init, agent = container(pod, "runtime-dir"), container(pod, "forewarn")
+    agent_uid, agent_gid = uid_gid(agent)
+    volume_spec = next(v for v in pod["volumes"] if v["name"] == "forewarn-run")
+    assert volume_spec["hostPath"]["type"] == "DirectoryOrCreate"
+    # DirectoryOrCreate: the kubelet makes the host directory root's, mode 0755.
+    volume = host / "run-forewarn"
+    volume.mkdir(mode=0o755)
+    volume.chmod(0o755)
+
+    # The init container's own command, on the node's directory, as root with only the
+    # capabilities it keeps and no privilege escalation.
+    context = init["securityContext"]
+    assert context["runAsUser"] == 0 and context["capabilities"]["drop"] == ["ALL"]
+    keep = [name.lower() for name in context["capabilities"].get("add", [])]
+    init_mount = mount_path(init, "forewarn-run")
+    command = [part.replace(init_mount, str(volume)) for part in init["command"]]
+    bounding = ",".join(["-all", *(f"+{name}" for name in keep)])
+    subprocess.run(
+        [
+            *("setpriv", "--reuid=0", "--regid=0", "--clear-groups", "--no-new-privs"),
+            *(f"--bounding-set={bounding}", "--inh-caps=-all", *command),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    found = volume.stat()
+    assert (found.st_uid, found.st_gid) == (agent_uid, agent_gid)
+    asked = re.search(r"chmod (\d+) ", " ".join(init["command"]))
+    assert asked, init["command"]
+    # The mode it sets is the mode it gets (a setgid bit needs CAP_FSETID, or is dropped).
+    assert stat.S_IMODE(found.st_mode) == int(asked.group(1), 8)
+
+    runtime = on_host(
+        config(resources)["FOREWARN_RUNTIME_DIR"], mount_path(agent, "forewarn-run"), volume
+    )
+    with agent_as(agent, runtime, host) as running:
+        # Training pods run with supplemental group 10001 (docs/kubernetes.md).
+        reached = as_trainer(runtime, groups=(agent_gid,))
+        assert reached == {"status": True, "heartbeat": "heartbeat"}, running.output()
+        shut = as_trainer(runtime, groups=(), timeout=1.5)
+        assert shut == {"status": None, "heartbeat": None}
