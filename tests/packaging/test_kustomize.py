@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import itertools
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
-from kustomize_render import COMPONENTS, KUSTOMIZE, OVERLAYS, containers, render
+from kustomize_render import COMPONENTS, KUSTOMIZE, OVERLAYS, containers, kubectl, render
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.32.0"
@@ -215,3 +217,46 @@ def test_permissions_come_only_with_their_component(
                 assert subject["namespace"] == binding.get("metadata", {}).get(
                     "namespace", subject["namespace"]
                 )
+
+
+def test_the_commands_the_manifests_name_run(tmp_path: Path):
+    """Each `kubectl kustomize ...` a manifest's comment tells a user to run works as written
+    from the repository root (one once said `kubectl kustomize edit set image`, which kubectl
+    does not have)."""
+    found = {
+        match.group(0).rstrip(".`)")
+        for path in KUSTOMIZE.rglob("*.yaml")
+        for line in path.read_text().splitlines()
+        if line.lstrip().startswith("#")
+        for match in re.finditer(r"kubectl kustomize [^`\n]+", line)
+    }
+    assert len(found) >= 2, found
+    for command in sorted(found):
+        result = subprocess.run(
+            [kubectl(), *command.split()[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, f"{command}: {result.stderr}"
+
+
+def test_setting_the_image_in_its_one_place_moves_every_agent(tmp_path: Path):
+    """What the image component's comment says to do, done: every agent container of every
+    overlay then runs REGISTRY/forewarn:TAG."""
+    tree = tmp_path / "kubernetes"
+    shutil.copytree(KUSTOMIZE, tree)
+    image = tree / "components" / "image" / "kustomization.yaml"
+    config = yaml.safe_load(image.read_text())
+    for entry in config["images"]:
+        if entry["name"] == "forewarn":
+            entry["newName"], entry["newTag"] = "registry.example.com/ml/forewarn", "2026.12.1"
+    image.write_text(yaml.safe_dump(config))
+    for overlay in OVERLAYS:
+        result = subprocess.run(
+            [kubectl(), "kustomize", str(tree / "overlays" / overlay)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        resources = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+        images = {c["image"] for r in resources for _, c in containers(r) if c["name"] != "train"}
+        assert images == {"registry.example.com/ml/forewarn:2026.12.1"}, (overlay, images)
