@@ -260,3 +260,34 @@ def test_setting_the_image_in_its_one_place_moves_every_agent(tmp_path: Path):
         resources = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
         images = {c["image"] for r in resources for _, c in containers(r) if c["name"] != "train"}
         assert images == {"registry.example.com/ml/forewarn:2026.12.1"}, (overlay, images)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_metrics_are_off_by_default_and_reach_prometheus_when_enabled(overlay: str, tmp_path: Path):
+    def config(resources: list[Any]) -> dict[str, str]:
+        return dict(next(r for r in resources if r["kind"] == "ConfigMap")["data"])
+
+    plain = render(overlay)
+    assert not {"Service", "ServiceMonitor"} & {r["kind"] for r in plain}
+    assert "FOREWARN_METRICS_ADDRESS" not in config(plain)
+
+    resources = render(overlay, ("metrics",), tmp_path)
+    settings = config(resources)
+    host, _, port = settings["FOREWARN_METRICS_ADDRESS"].rpartition(":")
+    # On the pod's address, which the agent serves only with allow_remote.
+    assert host == "0.0.0.0" and settings["FOREWARN_ALLOW_REMOTE"] == "true"
+    service = next(r for r in resources if r["kind"] == "Service")
+    monitor = next(r for r in resources if r["kind"] == "ServiceMonitor")
+    workload = next(r for r in resources if r["kind"] in ("DaemonSet", "Job"))
+    namespace = workload["metadata"]["namespace"]
+    assert service["metadata"]["namespace"] == monitor["metadata"]["namespace"] == namespace
+    # Service -> the agents' pods, ServiceMonitor -> the Service, by label and port name.
+    pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert str(ports[endpoint["port"]]["targetPort"]) == port
+        assert endpoint["path"] == "/metrics"
