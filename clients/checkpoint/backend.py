@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from .hashing import Buffer, StreamHasher, digest_stream
+from .hashing import Buffer, StableMemory, StreamHasher, digest_stream
 
 OnDone = Callable[[int, str], None]
 # Told the bytes done so far, as a transfer goes.
@@ -18,11 +18,15 @@ Progress = Callable[[int], None]
 
 class ObjectWriter(io.BufferedIOBase):
     """A file being written into a generation: hashed while written, visible under its name
-    only once closed without error. Leaving a `with` block by an exception discards it."""
+    only once closed without error. Leaving a `with` block by an exception discards it.
+
+    `stable_memory`, when set, names memory that stays allocated and unchanged until this
+    file is closed: writes from inside it return without waiting for their hashing."""
 
     def __init__(self, name: str, on_done: OnDone | None) -> None:
         super().__init__()
         self.name = name
+        self.stable_memory: StableMemory | None = None
         self._on_done = on_done
         self._hasher = StreamHasher()
         self._finished = False
@@ -33,7 +37,8 @@ class ObjectWriter(io.BufferedIOBase):
     def write(self, data: Buffer) -> int:  # type: ignore[override]
         if self._finished:
             raise ValueError(f"write to {self.name!r} after it was closed")
-        self._hasher.feed(data, self._sink)
+        stable = self.stable_memory is not None and self.stable_memory.covers(data)
+        self._hasher.feed(data, self._sink, stable=stable)
         return memoryview(data).nbytes
 
     def close(self) -> None:

@@ -1,9 +1,13 @@
 """Checkpoints that do not stop training: snapshot to host memory, upload in the background.
 
 `BackgroundSaver.save(step, state)` copies every tensor of `state` into host buffers it keeps
-and reuses (the training thread waits only for that copy: the stall), then a background
+and reuses (the training thread waits only for that copy: the stall), while a background
 thread serialises the snapshot into generation `step` and commits it (files, manifest,
-marker, then LATEST: the generation counts, and LATEST moves, only once it is complete).
+marker, then LATEST: the generation counts, and LATEST moves, only once it is complete). The
+two overlap: the writer starts on each tensor as soon as its copy is done, while the training
+thread copies the next ones, so the durable time is about the write alone, not the copy and
+then the write. The writer hashes the buffers in place (nothing changes them until the next
+save, which waits for this one), without copying them or waiting for the hashing per write.
 One save is in flight at a time: a save while one is in flight first waits for it, because
 the buffers it would overwrite are the ones being uploaded, so memory stays at one extra
 copy of the state. A failed background save is raised by the next `save()` or `check()`.
@@ -16,10 +20,12 @@ synchronously, and says what it chose and why.
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
+import pickle
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +33,7 @@ from forewarn.protocol.errors import ForewarnError
 
 from .errors import CheckpointError
 from .generation import Generation, GenerationWriter
+from .hashing import StableMemory
 from .store import CheckpointStore
 
 STATE_FILE = "state.pt"
@@ -82,6 +89,113 @@ class _CancellableStream:
         return None
 
 
+class _Copies:
+    """The snapshot's copies as the training thread makes them: the writer waits for each
+    buffer's copy before serialising it (torch computes a record's CRC-32 before writing
+    it, so the bytes must be complete by then)."""
+
+    def __init__(self, buffers: Iterable[Any]) -> None:
+        self._events: dict[int, threading.Event] = {}
+        for buffer in buffers:
+            address = _address(buffer)
+            if address:
+                self._events[address] = threading.Event()
+        self._failed = False
+
+    def copied(self, buffer: Any) -> None:
+        event = self._events.get(_address(buffer))
+        if event is not None:
+            event.set()
+
+    def fail(self) -> None:
+        """The snapshot failed: every wait gives up."""
+        self._failed = True
+        for event in self._events.values():
+            event.set()
+
+    def wait_for(self, address: int) -> None:
+        event = self._events.get(address)
+        if event is not None:
+            event.wait()
+        if self._failed:
+            raise _Cancelled("the snapshot failed")
+
+    def wait_all(self) -> None:
+        for address in self._events:
+            self.wait_for(address)
+
+
+def _address(buffer: Any) -> int:
+    storage = buffer.untyped_storage()
+    return int(storage.data_ptr()) if storage.nbytes() else 0
+
+
+class _AfterCopy:
+    """torch's zip writer, writing a storage's record only once its copy is done."""
+
+    def __init__(self, zip_file: Any, copies: _Copies) -> None:
+        self._zip = zip_file
+        self._copies = copies
+
+    def write_record(self, name: str, data: Any, size: int) -> Any:
+        if not isinstance(data, (str, bytes)):  # a storage: the other records are metadata
+            self._copies.wait_for(int(data.data_ptr()) if size else 0)
+        return self._zip.write_record(name, data, size)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._zip, name)
+
+
+_SAVE_PARAMETERS = [
+    "obj",
+    "zip_file",
+    "pickle_module",
+    "pickle_protocol",
+    "_disable_byteorder_record",
+]
+
+
+def _can_overlap(torch: Any) -> bool:
+    """Whether this torch has the pieces of `torch.save` that `_save_overlapped` calls: its
+    private `_save` and `_open_zipfile_writer`, with the signature of torch 2.13 (elsewhere
+    the writer waits for the whole snapshot, then calls `torch.save`)."""
+    serialization = getattr(torch, "serialization", None)
+    save = getattr(serialization, "_save", None)
+    if save is None or not hasattr(serialization, "_open_zipfile_writer"):
+        return False
+    try:
+        return list(inspect.signature(save).parameters) == _SAVE_PARAMETERS
+    except (TypeError, ValueError):
+        return False
+
+
+def _save_overlapped(torch: Any, obj: Any, stream: Any, copies: _Copies | None) -> None:
+    """`torch.save(obj, stream)`, the same bytes, writing each storage as soon as its copy is
+    done (`copies`), while the others are still being copied."""
+    if copies is not None and _can_overlap(torch):
+        serialization = torch.serialization
+        with serialization._open_zipfile_writer(stream) as zip_file:
+            serialization._save(
+                obj, _AfterCopy(zip_file, copies), pickle, serialization.DEFAULT_PROTOCOL, False
+            )
+        return
+    if copies is not None:
+        copies.wait_all()
+    torch.save(obj, stream)
+
+
+@dataclass
+class _Job:
+    """One background save, shared by the training thread and the writer."""
+
+    step: int
+    started: float
+    copies: _Copies | None
+    stable: StableMemory
+    stall: float | None = None
+    snapshot_taken: threading.Event | None = None
+
+
 # Told, on the background thread, how each background save ended: its timing (with the
 # durable time once committed), the committed generation or None, and the failure or None.
 OnDone = Callable[[SaveTiming, "Generation | None", "BaseException | None"], None]
@@ -131,20 +245,37 @@ class BackgroundSaver:
         started = time.monotonic()
         self.wait()  # one in flight: its buffers are about to be reused
         self.check()
-        snapshot = self._snapshot(state)
-        stall = time.monotonic() - started
-        timing = SaveTiming(step, stall)
-        self.last = timing
+        copies: list[tuple[Any, Any]] = []
+        snapshot = self._plan(state, copies)
+        job = _Job(
+            step,
+            started,
+            _Copies(buffer for buffer, _value in copies),
+            self._stable(copies),
+            snapshot_taken=threading.Event(),
+        )
         self._cancel = threading.Event()
         self._in_flight = step
         self._started = started
         self._thread = threading.Thread(
             target=self._run,
-            args=(step, snapshot, dict(metadata or {}), timing, self._cancel),
+            args=(job, snapshot, dict(metadata or {}), self._cancel),
             name=f"forewarn-background-save-{step}",
             daemon=True,
         )
         self._thread.start()
+        try:
+            self._copy(copies, job.copies)
+        except BaseException:
+            assert job.copies is not None
+            job.copies.fail()  # the writer gives up: nothing is committed
+            self.wait()
+            raise
+        job.stall = time.monotonic() - started
+        timing = SaveTiming(step, job.stall)
+        self.last = timing
+        assert job.snapshot_taken is not None
+        job.snapshot_taken.set()
         return timing
 
     def wait(self, timeout: float | None = None) -> Generation | None:
@@ -208,8 +339,11 @@ class BackgroundSaver:
                 )
                 self._cancel_in_flight()
         self._error = None  # a cancelled or failed older save is superseded by this one
-        snapshot = self._snapshot(state)
-        generation = self._write(step, snapshot, dict(metadata or {}), threading.Event())
+        copies: list[tuple[Any, Any]] = []
+        snapshot = self._plan(state, copies)
+        self._copy(copies, None)
+        job = _Job(step, started, None, self._stable(copies))
+        generation = self._write(job, snapshot, dict(metadata or {}), threading.Event())
         self.last_durable = generation
         seconds = time.monotonic() - started
         self.last = SaveTiming(step, seconds, seconds)
@@ -222,10 +356,12 @@ class BackgroundSaver:
 
     # -- the snapshot ---------------------------------------------------------------------
 
-    def _snapshot(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        return {key: self._copy(f"{key}", value) for key, value in state.items()}
+    def _plan(self, state: Mapping[str, Any], copies: list[tuple[Any, Any]]) -> dict[str, Any]:
+        """The snapshot's structure, with the buffers each tensor is to be copied into (the
+        copies listed in `copies`, in the order torch will write them); the rest is copied."""
+        return {key: self._place(f"{key}", value, copies) for key, value in state.items()}
 
-    def _copy(self, path: str, value: Any) -> Any:
+    def _place(self, path: str, value: Any, copies: list[tuple[Any, Any]]) -> Any:
         torch = _torch()
         if torch is not None and isinstance(value, torch.Tensor):
             buffer = self._buffers.get(path)
@@ -238,37 +374,58 @@ class BackgroundSaver:
                 pin = torch.cuda.is_available() and value.device.type == "cuda"
                 buffer = torch.empty(value.shape, dtype=value.dtype, device="cpu", pin_memory=pin)
                 self._buffers[path] = buffer
-            buffer.copy_(value.detach(), non_blocking=False)
+            copies.append((buffer, value))
             return buffer
         if isinstance(value, Mapping):
-            return {key: self._copy(f"{path}/{key}", item) for key, item in value.items()}
+            return {key: self._place(f"{path}/{key}", item, copies) for key, item in value.items()}
         if isinstance(value, (list, tuple)):
-            items = [self._copy(f"{path}/{index}", item) for index, item in enumerate(value)]
+            items = [
+                self._place(f"{path}/{index}", item, copies) for index, item in enumerate(value)
+            ]
             return type(value)(items) if isinstance(value, list) else tuple(items)
         return copy.deepcopy(value)
+
+    @staticmethod
+    def _copy(copies: list[tuple[Any, Any]], done: _Copies | None) -> None:
+        for buffer, value in copies:
+            buffer.copy_(value.detach(), non_blocking=False)
+            if done is not None:
+                done.copied(buffer)
+
+    @staticmethod
+    def _stable(copies: list[tuple[Any, Any]]) -> StableMemory:
+        # The buffers change only at the next save, which first waits for this one.
+        stable = StableMemory()
+        for buffer, _value in copies:
+            storage = buffer.untyped_storage()
+            stable.add(storage.data_ptr(), storage.nbytes(), buffer)
+        return stable
 
     # -- the background side --------------------------------------------------------------
 
     def _run(
-        self,
-        step: int,
-        snapshot: dict[str, Any],
-        metadata: dict[str, Any],
-        timing: SaveTiming,
-        cancel: threading.Event,
+        self, job: _Job, snapshot: dict[str, Any], metadata: dict[str, Any], cancel: threading.Event
     ) -> None:
         try:
-            generation = self._write(step, snapshot, metadata, cancel)
+            generation = self._write(job, snapshot, metadata, cancel)
         except BaseException as exc:
             if not isinstance(exc, _Cancelled):
-                self._error = BackgroundSaveError(step, exc)
-                self._tell(timing, None, exc)
+                assert job.snapshot_taken is not None
+                job.snapshot_taken.wait()  # the training thread is done with the copies
+                self._error = BackgroundSaveError(job.step, exc)
+                self._tell(SaveTiming(job.step, job.stall or 0.0), None, exc)
             return
-        durable = time.monotonic() - self._started
+        durable = time.monotonic() - job.started
         self._durable_estimate = durable
         self.last_durable = generation
-        done = SaveTiming(step, timing.stall_seconds, durable)
-        if self.last is timing:
+        assert job.snapshot_taken is not None
+        job.snapshot_taken.wait()  # set right after the last copy, which the write waited for
+        done = SaveTiming(job.step, job.stall or 0.0, durable)
+        if (
+            self.last is not None
+            and self.last.step == job.step
+            and self.last.durable_seconds is None
+        ):
             self.last = done
         self._tell(done, generation, None)
 
@@ -283,19 +440,26 @@ class BackgroundSaver:
             logging.getLogger("forewarn.clients").exception("forewarn: on_done hook failed")
 
     def _write(
-        self, step: int, snapshot: dict[str, Any], metadata: dict[str, Any], cancel: threading.Event
+        self, job: _Job, snapshot: dict[str, Any], metadata: dict[str, Any], cancel: threading.Event
     ) -> Generation:
         torch = _torch()
         started = time.monotonic()
         gen: GenerationWriter
-        with self.store.save(step, metadata=metadata) as gen, gen.open(self.file_name) as stream:
-            target = _CancellableStream(stream, cancel)
-            if torch is not None:
-                torch.save(snapshot, target)
-            else:
-                import pickle
-
-                pickle.dump(snapshot, target)
+        try:
+            with (
+                self.store.save(job.step, metadata=metadata) as gen,
+                gen.open(self.file_name) as stream,
+            ):
+                stream.stable_memory = job.stable
+                target = _CancellableStream(stream, cancel)
+                if torch is not None:
+                    _save_overlapped(torch, snapshot, target, job.copies)
+                else:
+                    if job.copies is not None:
+                        job.copies.wait_all()
+                    pickle.dump(snapshot, target)
+        finally:
+            job.stable.clear()
         if self._durable_estimate is None:
             self._durable_estimate = time.monotonic() - started
         assert gen.committed is not None

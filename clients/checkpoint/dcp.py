@@ -2,7 +2,10 @@
 
 Every rank's DCP shards (`__<rank>_<n>.distcp`) and the coordinator's `.metadata` are
 written straight into the generation being saved (hashed while written, no staging copy on
-disk), under `dcp/`; the manifest lists every shard with its checksum, and the existing
+disk), under `dcp/`. The CPU tensors DCP writes as they are (their whole storage) stay
+allocated and unchanged until the save ends, so their bytes are hashed in place while DCP goes
+on writing (see `StableMemory`); the rest (copies DCP makes of views, of GPU tensors) is hashed
+before each write returns; the manifest lists every shard with its checksum, and the existing
 multi-rank commit makes the generation count only once every rank's part is in. Loading
 uses DCP's own reader, so a checkpoint saved by N ranks resumes on M (DCP reshards).
 
@@ -21,6 +24,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from .generation import Generation, GenerationWriter
+from .hashing import StableMemory
 from .store import CheckpointStore
 
 PREFIX = "dcp"
@@ -51,7 +55,7 @@ class _Telling(io.RawIOBase):
         super().close()
 
 
-def _file_system(gen: GenerationWriter) -> Any:
+def _file_system(gen: GenerationWriter, stable: StableMemory | None) -> Any:
     from torch.distributed.checkpoint.filesystem import FileSystemBase
 
     class GenerationFileSystem(FileSystemBase):
@@ -75,7 +79,9 @@ def _file_system(gen: GenerationWriter) -> Any:
                 yield buffer
                 self.pending[name] = buffer.getvalue()
                 return
-            stream = _Telling(gen.open(name))
+            writer = gen.open(name)
+            writer.stable_memory = stable
+            stream = _Telling(writer)
             try:
                 yield stream
             except BaseException:
@@ -108,16 +114,43 @@ def _file_system(gen: GenerationWriter) -> Any:
     return GenerationFileSystem()
 
 
-def storage_writer(gen: GenerationWriter, *, thread_count: int = 1) -> Any:
-    """A DCP `StorageWriter` whose files become files of `gen` (under `dcp/`)."""
+def storage_writer(
+    gen: GenerationWriter, *, thread_count: int = 1, stable: StableMemory | None = None
+) -> Any:
+    """A DCP `StorageWriter` whose files become files of `gen` (under `dcp/`). `stable`: the
+    memory that stays unchanged until the files are closed (`stable_planner` fills it)."""
     from torch.distributed.checkpoint import FileSystemWriter
 
     # The store makes each file durable when it is closed: DCP's own fsync (os.sync() on a
     # stream without a file descriptor) would only repeat it, machine-wide.
     writer = FileSystemWriter(str(_ROOT), sync_files=False, thread_count=thread_count)
-    writer.fs = _file_system(gen)
+    writer.fs = _file_system(gen, stable)
     writer.path = _ROOT
     return writer
+
+
+def stable_planner(stable: StableMemory) -> Any:
+    """DCP's default save planner, noting in `stable` the storage of every CPU tensor that
+    DCP will write as it is (it copies views of a larger storage, and tensors on other
+    devices, first), with a reference that keeps it allocated until `stable.clear()`.
+
+    Those tensors are the caller's (or DCP's staged copies, for `async_save`), which nobody
+    changes until the save ends: `save_dcp` blocks its caller, and the staged copies are
+    DCP's own."""
+    import torch
+    from torch.distributed.checkpoint import DefaultSavePlanner
+
+    class StablePlanner(DefaultSavePlanner):
+        def resolve_data(self, write_item: Any) -> Any:
+            data = super().resolve_data(write_item)
+            if isinstance(data, torch.Tensor) and data.device.type == "cpu":
+                storage = data.untyped_storage()
+                # DCP's loader writes this same storage when it holds nothing but the tensor.
+                if storage.nbytes() == data.nbytes:
+                    stable.add(storage.data_ptr(), storage.nbytes(), data)
+            return data
+
+    return StablePlanner()
 
 
 def save_dcp(
@@ -134,13 +167,18 @@ def save_dcp(
     Every rank of the process group calls this with the same step (as `dcp.save`)."""
     import torch.distributed.checkpoint as dcp
 
-    with store.save(step, metadata=metadata, group=process_group) as gen:
-        dcp.save(
-            state_dict,
-            storage_writer=storage_writer(gen, thread_count=thread_count),
-            process_group=process_group,
-            no_dist=gen.world_size == 1,
-        )
+    stable = StableMemory()
+    try:
+        with store.save(step, metadata=metadata, group=process_group) as gen:
+            dcp.save(
+                state_dict,
+                storage_writer=storage_writer(gen, thread_count=thread_count, stable=stable),
+                planner=stable_planner(stable),
+                process_group=process_group,
+                no_dist=gen.world_size == 1,
+            )
+    finally:
+        stable.clear()
     assert gen.committed is not None
     return gen.committed
 
@@ -149,10 +187,13 @@ class DcpAsyncSave:
     """An `async_save` in flight: `done()` says whether DCP finished writing; `commit()`
     waits for it and commits the generation (every rank calls it, at the same point)."""
 
-    def __init__(self, gen: GenerationWriter, future: Future[Any]) -> None:
+    def __init__(
+        self, gen: GenerationWriter, future: Future[Any], stable: StableMemory | None = None
+    ) -> None:
         self.gen = gen
         self.step = gen.step
         self._future = future
+        self._stable = stable
 
     def done(self) -> bool:
         return self._future.done()
@@ -161,9 +202,16 @@ class DcpAsyncSave:
         try:
             self._future.result(timeout)
         except BaseException as exc:
+            if self._future.done():
+                self._release()
             self.gen.abort(f"{type(exc).__name__}: {exc}")
             raise
+        self._release()  # every file is closed: nothing reads the staged tensors any more
         return self.gen.commit()
+
+    def _release(self) -> None:
+        if self._stable is not None:
+            self._stable.clear()
 
 
 def async_save_dcp(
@@ -182,18 +230,21 @@ def async_save_dcp(
     if not hasattr(dcp, "async_save"):
         raise RuntimeError("this torch has no torch.distributed.checkpoint.async_save")
     gen = store.save(step, metadata=metadata, group=process_group)
+    stable = StableMemory()
     try:
         response = dcp.async_save(
             state_dict,
-            storage_writer=storage_writer(gen),
+            storage_writer=storage_writer(gen, stable=stable),
+            planner=stable_planner(stable),
             process_group=process_group,
             no_dist=gen.world_size == 1,
         )
     except BaseException as exc:
+        stable.clear()
         gen.abort(f"{type(exc).__name__}: {exc}")
         raise
     future: Any = getattr(response, "upload_completion", response)
-    return DcpAsyncSave(gen, future)
+    return DcpAsyncSave(gen, future, stable)
 
 
 def load_dcp(

@@ -14,10 +14,18 @@ network finishes the transfer:
   SHA-256 digests of its 16 MiB blocks in order (the last block may be shorter).
 
 The verifier accepts both, and any hashlib algorithm named as `<name>:<hex>`.
+
+A write returns once its bytes are hashed or copied, since the caller may reuse its buffer
+(io's contract), unless the bytes lie in memory the writer was told stays unchanged until
+the file is closed (`StableMemory`: the snapshot buffers of a background save, the tensors a
+DCP save writes): those are hashed in place, while the writer goes on, and the hashing catches
+up at the latest when the file is closed.
 """
 
 from __future__ import annotations
 
+import bisect
+import ctypes
 import hashlib
 import os
 import threading
@@ -59,6 +67,89 @@ def hash_pool() -> ThreadPoolExecutor:
                 workers = max(1, min(8, (os.cpu_count() or 2) - 1))
                 _pool = ThreadPoolExecutor(workers, thread_name_prefix="forewarn-hash")
     return _pool
+
+
+class _PyBuffer(ctypes.Structure):
+    # CPython's Py_buffer (part of the stable ABI since 3.11); only `buf` is read.
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+def buffer_address(data: Buffer) -> int | None:
+    """Where a contiguous buffer's bytes start in memory (read-only ones too), or None when
+    that cannot be told (a non-CPython interpreter)."""
+    try:
+        api = ctypes.pythonapi
+        view = _PyBuffer()
+        if api.PyObject_GetBuffer(ctypes.py_object(data), ctypes.byref(view), 0) != 0:
+            return None
+        try:
+            return view.buf or 0
+        finally:
+            api.PyBuffer_Release(ctypes.byref(view))
+    except (AttributeError, TypeError, ValueError, OSError):
+        return None
+
+
+class StableMemory:
+    """Memory ranges that stay allocated and unchanged until the files being written from
+    them are closed, with a reference to each range's owner (a tensor, a storage) that keeps
+    it allocated. A writer told about them hashes writes from inside a range in place,
+    lagging behind the write, instead of waiting for (or copying) them before returning."""
+
+    # Writes smaller than this are copied anyway: they cost less than looking them up.
+    MIN_BYTES = 64 << 10
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: dict[int, int] = {}
+        self._owners: list[object] = []
+        self._lock = threading.Lock()
+
+    def add(self, address: int, size: int, owner: object) -> None:
+        """`size` bytes at `address`, kept allocated by `owner`, stay unchanged from now until
+        the writes are closed."""
+        if size <= 0 or address <= 0:
+            return
+        with self._lock:
+            self._owners.append(owner)
+            if self._ends.get(address, 0) >= address + size:
+                return
+            if address not in self._ends:
+                bisect.insort(self._starts, address)
+            self._ends[address] = address + size
+
+    def covers(self, data: Buffer) -> bool:
+        """Whether all of `data` lies inside one of the ranges."""
+        view = memoryview(data)
+        if view.nbytes < self.MIN_BYTES or not view.contiguous:
+            return False
+        start = buffer_address(view)
+        if not start:
+            return False
+        with self._lock:
+            index = bisect.bisect_right(self._starts, start) - 1
+            if index < 0:
+                return False
+            return start + view.nbytes <= self._ends[self._starts[index]]
+
+    def clear(self) -> None:
+        """Forget every range and drop the references (once the files are closed)."""
+        with self._lock:
+            self._starts.clear()
+            self._ends.clear()
+            self._owners.clear()
 
 
 def digest_bytes(data: Buffer) -> str:
@@ -172,13 +263,17 @@ class StreamHasher:
         self._pending: deque[tuple[_Block, int]] = deque()
         self._pending_bytes = 0
         self._last_owner: object = None
+        self._pinned = 0  # bytes of the pieces not yet submitted that only this hasher holds
         self.size = 0
 
-    def feed(self, data: Buffer, write: Callable[[Buffer], object]) -> None:
+    def feed(
+        self, data: Buffer, write: Callable[[Buffer], object], *, stable: bool = False
+    ) -> None:
         """Hash `data` and call `write(data)`, the two at once.
 
         Returns once the write is done and, unless `data` is immutable (`bytes` or a view of
-        them), once its bytes are hashed or copied, so the caller may reuse the buffer.
+        them) or `stable` (the caller keeps it allocated and unchanged until `hexdigest()`),
+        once its bytes are hashed or copied, so the caller may reuse the buffer.
         """
         view = memoryview(data).cast("B")
         self.size += len(view)
@@ -188,13 +283,24 @@ class StreamHasher:
             room = BLOCK - self._piece_bytes
             piece, view = view[:room], view[room:]
             whole = len(piece) == BLOCK
-            if not immutable and not whole:
+            if stable:
+                pinned = 0  # the caller holds these bytes until the end anyway
+            elif immutable:
+                owner = piece.obj
+                # Slices of a buffer the caller holds anyway pin nothing new after the first.
+                pinned = len(piece) if owner is not self._last_owner else 0
+                self._last_owner = owner
+            elif whole:
+                pinned = 0  # waited for before this call returns
+            else:
                 piece = memoryview(bytes(piece))  # kept past this call: copy it
+                pinned = len(piece)
             self._pieces.append(piece)
             self._piece_bytes += len(piece)
+            self._pinned += pinned
             if self._piece_bytes == BLOCK:
                 block = self._submit()
-                if not immutable and whole:
+                if not immutable and not stable and whole:
                     must_wait.append(block)
         write(data)
         for block in must_wait:
@@ -220,19 +326,14 @@ class StreamHasher:
 
     def close(self) -> None:
         self._pieces = []
+        self._pinned = 0
         self._pending.clear()
         self._pending_bytes = 0
         self._last_owner = None
 
     def _submit(self) -> _Block:
         pieces, self._pieces, self._piece_bytes = self._pieces, [], 0
-        pinned = 0
-        for piece in pieces:
-            owner = piece.obj if isinstance(piece, memoryview) else piece
-            # Slices of a buffer the caller holds anyway pin nothing new after the first.
-            if owner is not self._last_owner:
-                pinned += len(piece)
-                self._last_owner = owner
+        pinned, self._pinned = self._pinned, 0
         while self._pending and self._pending_bytes + pinned > _MAX_PENDING:
             oldest, size = self._pending.popleft()
             oldest.result()
@@ -240,6 +341,7 @@ class StreamHasher:
         block = _Block(pieces)
         hash_pool().submit(block.run)
         self._blocks.append(block)
-        self._pending.append((block, pinned))
-        self._pending_bytes += pinned
+        if pinned:
+            self._pending.append((block, pinned))
+            self._pending_bytes += pinned
         return block

@@ -33,9 +33,17 @@ _SYNC_FILE_RANGE_WRITE = 2
 _libc: Any = None
 
 
-def start_writeback(fd: int) -> None:
-    """Ask Linux to start writing a file's dirty pages without waiting for them; elsewhere,
-    or when it cannot, nothing (the fsync that follows does the work)."""
+# A file being written asks the disk to start on every this many bytes, so the disk writes
+# while the writer still produces (the fsync at the end then finds little left to write);
+# left to the kernel, nothing of a 1 GiB file is written back before the fsync.
+WRITEBACK_STEP = 32 << 20
+
+
+def start_writeback(fd: int, offset: int = 0, length: int = 0) -> None:
+    """Ask Linux to start writing a file's dirty pages (`length` bytes from `offset`; 0: to
+    the end) without waiting for them to reach the disk; elsewhere, or when it cannot,
+    nothing (the fsync that follows does the work). It may block while the disk's queue is
+    full, which paces a writer to the disk."""
     global _libc
     if not sys.platform.startswith("linux"):
         return
@@ -50,7 +58,7 @@ def start_writeback(fd: int) -> None:
                 ctypes.c_int64,
                 ctypes.c_uint,
             ]
-        _libc.sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+        _libc.sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
     except (OSError, AttributeError):
         return
 
@@ -67,9 +75,18 @@ class LocalWriter(ObjectWriter):
         path.parent.mkdir(parents=True, exist_ok=True)
         self._temp = _temp_beside(path)
         self._file = open(self._temp, "wb")  # noqa: SIM115 - closed in _finish/_discard
+        self._written = 0
+        self._started_to = 0  # the bytes the disk was asked to start on
 
     def _sink(self, data: Buffer) -> None:
         self._file.write(data)
+        if self._durable:
+            self._written += memoryview(data).nbytes
+            if self._written - self._started_to >= WRITEBACK_STEP:
+                # Bytes still in the file object's buffer are left to the next step or the
+                # fsync: only what reached the page cache is written back.
+                start_writeback(self._file.fileno(), self._started_to, 0)
+                self._started_to = self._written
 
     def _finish(self) -> None:
         self._file.flush()

@@ -136,6 +136,98 @@ def test_terminate_waits_for_the_in_flight_save_only_if_the_deadline_allows(
     assert torch.equal(load_state(store.get(5))["model"]["w"], state(5)["model"]["w"])
 
 
+def layers(step: int) -> dict[str, Any]:
+    """A state whose tensors are large enough to be hashed in place (`StableMemory`)."""
+    generator = torch.Generator().manual_seed(step)
+    return {
+        "layers": [torch.randn(64, 1024, generator=generator) for _ in range(4)],
+        "step": step,
+        "scale": torch.tensor(float(step)),
+    }
+
+
+def test_the_write_starts_while_the_snapshot_is_copied_and_the_file_is_torch_saves(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import zipfile
+
+    from forewarn.clients.checkpoint import background
+
+    # The installed torch takes the overlapped path (one whose torch.save changed inside
+    # would fall back to copying everything first: this test would say so).
+    assert background._can_overlap(torch)
+    store = CheckpointStore(tmp_path / "store")
+    saver = BackgroundSaver(store)
+    saver.save(1, layers(1))  # allocates the buffers
+    saver.wait()
+
+    first_written = threading.Event()
+    real_write_record = background._AfterCopy.write_record
+
+    def write_record(self: Any, name: str, data: Any, size: int) -> Any:
+        written = real_write_record(self, name, data, size)
+        if name == "data/0":
+            first_written.set()
+        return written
+
+    overlapped: list[bool] = []
+    real_copied = background._Copies.copied
+    count = 0
+
+    def copied(self: Any, buffer: Any) -> None:
+        nonlocal count
+        real_copied(self, buffer)
+        count += 1
+        if count == 4:  # the last tensor is yet to be copied
+            overlapped.append(first_written.wait(60))
+
+    monkeypatch.setattr(background._AfterCopy, "write_record", write_record)
+    monkeypatch.setattr(background._Copies, "copied", copied)
+    saver.save(2, layers(2))
+    saver.close()
+    assert overlapped == [True]  # the first tensor was written before the last was copied
+
+    data = store.get(2, verify="checksums").read_bytes("state.pt")
+    expected = io.BytesIO()
+    torch.save(layers(2), expected)
+    assert data == expected.getvalue()  # byte for byte what torch.save writes
+    assert zipfile.ZipFile(io.BytesIO(data)).testzip() is None  # every record's CRC-32 holds
+
+
+def test_a_snapshot_that_fails_raises_at_once_and_commits_nothing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forewarn.clients.checkpoint import background
+
+    store = CheckpointStore(tmp_path / "store")
+    saver = BackgroundSaver(store)
+    saver.save(1, layers(1))
+    saver.wait()
+    real_copied = background._Copies.copied
+    count = 0
+
+    def copied(self: Any, buffer: Any) -> None:
+        nonlocal count
+        count += 1
+        if count == 2:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        real_copied(self, buffer)
+
+    monkeypatch.setattr(background._Copies, "copied", copied)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        saver.save(2, layers(2))
+    # The writer, waiting for the second tensor, gave up: nothing of step 2 is left.
+    assert saver.in_flight is None and store.steps() == [1] and store.latest_hint() == 1
+    monkeypatch.setattr(background._Copies, "copied", real_copied)
+    saver.check()  # the failure was raised by the save itself, not left for later
+    saver.save(3, layers(3))
+    saver.close()
+    assert torch.equal(
+        load_state(store.get(3, verify="checksums"))["layers"][3], layers(3)["layers"][3]
+    )
+
+
 def _saving_forever(url: str) -> None:
     store = CheckpointStore(url)
     saver = BackgroundSaver(store)

@@ -105,3 +105,47 @@ def test_a_rank_killed_during_a_background_save_leaves_no_partial_generation(
         assert store.verify(generation, checksums=True).ok
     loaded = finish(start(2, "load", store_url))
     assert all(line["loaded"] == 100 and line["identical"] for line in loaded)
+
+
+def test_dcp_hashes_the_tensors_it_writes_in_place_and_copies_what_it_must(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+    from forewarn.clients.checkpoint import hashing
+    from forewarn.clients.checkpoint.dcp import load_dcp, save_dcp
+
+    generator = torch.Generator().manual_seed(3)
+    big = torch.randn(512, 1024, generator=generator)
+    state = {
+        "whole": torch.randn(256, 1024, generator=generator),  # written as it is: in place
+        "view": big[100:300],  # a view of a larger storage: DCP writes a copy
+        "transposed": torch.randn(1024, 128, generator=generator).t(),  # its whole storage
+        "small": torch.arange(10),
+        "extra": {"lr": 0.1},
+    }
+    stable_bytes = 0
+    real_feed = hashing.StreamHasher.feed
+
+    def feed(self: Any, data: Any, write: Any, *, stable: bool = False) -> None:
+        nonlocal stable_bytes
+        if stable:
+            stable_bytes += memoryview(data).nbytes
+        real_feed(self, data, write, stable=stable)
+
+    monkeypatch.setattr(hashing.StreamHasher, "feed", feed)
+    store = CheckpointStore(tmp_path / "store")
+    save_dcp(store, 1, state)
+    # "whole" and "transposed" were hashed in place; the copy of "view" was not.
+    assert stable_bytes == (256 + 128) * 1024 * 4
+    generation = store.get(1, verify="checksums")
+    restored = {
+        "whole": torch.zeros(256, 1024),
+        "view": torch.zeros(200, 1024),
+        "transposed": torch.zeros(128, 1024),
+        "small": torch.zeros(10, dtype=torch.int64),
+        "extra": {"lr": 0.0},
+    }
+    load_dcp(generation, restored)
+    for key in ("whole", "view", "transposed", "small"):
+        assert torch.equal(restored[key], state[key]), key
+    assert restored["extra"] == {"lr": 0.1}

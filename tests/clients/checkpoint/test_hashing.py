@@ -7,6 +7,7 @@ import hashlib
 import io
 import os
 import random
+from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint.hashing import (
@@ -82,6 +83,67 @@ def test_the_writer_hashes_what_the_pool_has_not_begun(monkeypatch: pytest.Monke
         hasher.feed(data[2 * BLOCK :], lambda piece: None)
         hasher.help()
         assert hasher.hexdigest() == reference(data)
+    finally:
+        gate.set()
+        busy.shutdown()
+
+
+def test_stable_memory_covers_only_writes_inside_a_range() -> None:
+    import ctypes
+
+    from forewarn.clients.checkpoint.hashing import StableMemory, buffer_address
+
+    owner = bytearray(4 * StableMemory.MIN_BYTES)
+    start = ctypes.addressof(ctypes.c_char.from_buffer(owner))
+    view = memoryview(owner)
+    # Read-only views (what torch hands a stream) have an address too.
+    assert buffer_address(view.toreadonly()[100:]) == start + 100
+    stable = StableMemory()
+    assert not stable.covers(view)
+    stable.add(start, len(owner), owner)
+    assert stable.covers(view)
+    assert stable.covers(view[StableMemory.MIN_BYTES :])
+    assert not stable.covers(view[: StableMemory.MIN_BYTES - 1])  # small: copied anyway
+    assert not stable.covers(bytes(view))  # the same bytes elsewhere
+    other = bytearray(2 * StableMemory.MIN_BYTES)
+    assert not stable.covers(other)
+    stable.clear()
+    assert not stable.covers(view)
+
+
+@pytest.mark.parametrize("size", [BLOCK - 1, BLOCK + 1, 3 * BLOCK + 12345])
+def test_stable_writes_are_hashed_in_place_after_the_write_returns(
+    monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from forewarn.clients.checkpoint import hashing
+
+    # The pool's only worker is stuck: a stable write must return without any block hashed
+    # and nothing copied; the digest, taken while the bytes are still unchanged, is right.
+    busy = ThreadPoolExecutor(1)
+    gate = threading.Event()
+    busy.submit(gate.wait)
+    monkeypatch.setattr(hashing, "hash_pool", lambda: busy)
+    copies: list[int] = []
+    real_bytes = bytes
+
+    class Counting(bytes):
+        def __new__(cls, source: Any = b"") -> Any:
+            copies.append(len(memoryview(source)))
+            return real_bytes(source)
+
+    monkeypatch.setattr(hashing, "bytes", Counting, raising=False)
+    try:
+        data = bytearray(os.urandom(size))
+        hasher = StreamHasher()
+        view = memoryview(data)
+        hasher.feed(view[:12345], lambda piece: None, stable=True)
+        hasher.feed(view[12345:], lambda piece: None, stable=True)
+        assert copies == []
+        assert all(not block.future.done() for block in hasher._blocks)
+        assert hasher.hexdigest() == reference(bytes(data))
     finally:
         gate.set()
         busy.shutdown()

@@ -412,3 +412,25 @@ def test_s3_parts_carry_their_crc32_only_with_upload_checksums(
     else:
         assert all(header is None for _, header in sent)
         assert "ChecksumCRC32" not in head
+
+
+def test_a_local_file_is_written_back_while_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forewarn.clients.checkpoint import local
+
+    # The disk is asked to start on every WRITEBACK_STEP bytes as they come, not only at the
+    # end: the fsync then finds the file mostly written.
+    started: list[int] = []
+    monkeypatch.setattr(local, "WRITEBACK_STEP", 1 << 20)
+    monkeypatch.setattr(
+        local, "start_writeback", lambda fd, offset=0, length=0: started.append(offset)
+    )
+    store = CheckpointStore(tmp_path / "store")
+    data = os.urandom((3 << 20) + 5)
+    with store.save(1) as gen, gen.open("model.bin") as stream:
+        for start in range(0, len(data), 256 << 10):
+            stream.write(data[start : start + (256 << 10)])
+        assert started == [0, 1 << 20, 2 << 20]
+    assert started == [0, 1 << 20, 2 << 20, 0]  # and the whole file once written
+    assert store.get(1, verify="checksums").read_bytes("model.bin") == data
