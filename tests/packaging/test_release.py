@@ -40,6 +40,66 @@ def source_copy(target: Path) -> Path:
     return target
 
 
+def systemd_block_as_root(work: Path, tmp_path: Path) -> None:
+    """docs/operations.md's systemd block as root pastes it, in a mount namespace of its own
+    (/etc, /opt and /usr/local are overlays there, so the machine keeps no user, venv or
+    unit), with `systemctl` recorded instead of run (no systemd is PID 1 here); then the unit
+    it installed passes `systemd-analyze verify` on that root as it is."""
+    (block,) = [b for b in shell_blocks(OPERATIONS) if "systemctl enable" in b.body]
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root with unshare (util-linux)")
+        return
+    scratch = tmp_path / "namespace"
+    overlays = []
+    for place in ("etc", "opt", "usr/local"):
+        upper, lower = scratch / place.replace("/", "-") / "up", scratch / place.replace("/", "-")
+        (lower / "work").mkdir(parents=True)
+        upper.mkdir()
+        overlays.append(
+            f"mount -t overlay overlay -o lowerdir=/{place},upperdir={upper},"
+            f"workdir={lower / 'work'} /{place}"
+        )
+    calls = scratch / "systemctl.log"
+    script = "\n".join(
+        [
+            *overlays,
+            'sudo() { "$@"; }',
+            f'systemctl() {{ echo "$*" >> {calls}; }}',
+            "TRAINING_USER=nobody",
+            block.body,
+            "systemd-analyze verify /etc/systemd/system/forewarn-agent.service",
+            "echo groups: $(id -nG nobody)",
+            "echo installed: $(/usr/local/bin/forewarn --version)",
+        ]
+    )
+    result = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "bash",
+            "-euo",
+            "pipefail",
+            "-c",
+            script,
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert calls.read_text().splitlines() == ["daemon-reload", "enable --now forewarn-agent"]
+    assert "forewarn" in result.stdout.split("groups:")[1].split()
+    assert "installed: forewarn 0.1.0" in result.stdout
+    # Unknown keys and bad values are only warnings for verify: none may name the unit.
+    assert "forewarn-agent.service" not in result.stderr, result.stderr
+    # Nothing of it is left on the machine.
+    assert not Path("/opt/forewarn").exists() and not Path("/etc/forewarn/forewarn.env").exists()
+
+
 def test_every_block_is_run_or_says_why_not():
     blocks = shell_blocks(README, "Running it where users run it") + shell_blocks(OPERATIONS)
     assert len(blocks) >= 5
@@ -153,6 +213,7 @@ def test_documented_install_builds_installs_and_runs(tmp_path: Path):
             ROOT / "packaging" / "systemd" / "forewarn-agent.service"
         ).read_text()
         assert not shipped.is_symlink(), "the wheel must hold the files, not a link"
+        systemd_block_as_root(work, tmp_path)
     finally:
         for path in DOCUMENTED_PATHS:
             shutil.rmtree(path, ignore_errors=True)
