@@ -291,3 +291,19 @@ def test_metrics_are_off_by_default_and_reach_prometheus_when_enabled(overlay: s
     for endpoint in monitor["spec"]["endpoints"]:
         assert str(ports[endpoint["port"]]["targetPort"]) == port
         assert endpoint["path"] == "/metrics"
+
+
+def test_both_overlays_can_share_a_cluster(tmp_path: Path):
+    """Cluster-scoped objects of the two overlays (all components on) either differ in name
+    or are the same object: applying one never rebinds the other's service account."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for overlay in OVERLAYS:
+        for resource in render(overlay, COMPONENTS, tmp_path / overlay):
+            if resource["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+                continue
+            key = (resource["kind"], resource["metadata"]["name"])
+            if key in seen:
+                assert seen[key] == resource, f"{overlay} redefines {key}"
+            seen[key] = resource
+    bindings = [name for kind, name in seen if kind == "ClusterRoleBinding"]
+    assert len(bindings) == 2 * (1 + len(("notifications", "cordon"))), bindings
