@@ -11,7 +11,7 @@ from forewarn.agent.config import load_settings
 from forewarn.agent.notifications.webhook import slack_text
 from forewarn.agent.protocol import Notice
 from forewarn.protocol import parse_time
-from support import AgentProcess, Subscriber, agent_env, run_forewarn
+from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 from webhook_receiver import receiver
 
 SECRET_PATH = "/hooks/T000/B000/s3cr3t-token"
@@ -74,6 +74,12 @@ def test_a_hung_receiver_delays_no_subscriber(tmp_path: Path):
     ):
         with agent.subscriber(("notice", "heartbeat")) as sub:
             wait_for_heartbeat(sub)
+            # The first notice's delivery reaches the receiver and hangs there; only then are
+            # the measured notices published (on a loaded machine they could otherwise all
+            # pass before the webhook task even connects).
+            agent.control({"op": "notify", "action": "drain", "note": "held"})
+            sub.notice()
+            eventually(lambda: hook.attempts == 1, timeout=15, what="the held delivery")
             for index in range(20):
                 started = time.monotonic()
                 agent.control({"op": "notify", "action": "drain", "note": str(index)})

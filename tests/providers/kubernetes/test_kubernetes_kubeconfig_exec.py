@@ -29,7 +29,9 @@ PLUGIN = """\
 import json, pathlib
 here = pathlib.Path(__file__).parent
 runs = here / "runs"
-runs.write_text(str(int(runs.read_text()) + 1 if runs.exists() else 1))
+# Replaced whole, never rewritten in place: the test reads it while the plugin runs.
+(here / "runs.new").write_text(str(int(runs.read_text()) + 1 if runs.exists() else 1))
+(here / "runs.new").replace(runs)
 token = (here / "token").read_text().strip()
 print(json.dumps({"apiVersion": "%s", "kind": "ExecCredential",
                   "status": {"token": token, "expirationTimestamp": "%s"}}))
