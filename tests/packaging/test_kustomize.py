@@ -230,6 +230,14 @@ def test_the_commands_the_manifests_name_run(tmp_path: Path):
         if line.lstrip().startswith("#")
         for match in re.finditer(r"kubectl kustomize [^`\n]+", line)
     }
+    # And each one the README and docs name in running text (their ```sh blocks run in
+    # tests/packaging/test_docs_shell.py).
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    found |= {
+        match.group(1)
+        for page in pages
+        for match in re.finditer(r"`(kubectl kustomize [^`\n]+)`", page.read_text())
+    }
     assert len(found) >= 2, found
     for command in sorted(found):
         result = subprocess.run(
