@@ -11,11 +11,15 @@ on loopback, or --endpoint), in the same run:
   the call until the generation is committed (the next save waits for it; between saves the
   loop would be training). Steady state: the first save allocates the buffers and is not
   counted.
-- local only: DCP through the store (`save_dcp`) against a plain `dcp.save` to a directory.
+
+Each store case starts on an empty target (every generation deleted, then `os.sync()`), and
+the synchronous and background cases alternate which goes first.
+- local only: DCP through the store (`save_dcp`) against a plain `dcp.save` to a directory
+  (one of each first, not counted: the first DCP save of a process sets DCP up).
 
 Goals (issue 20): background stall <= 1.5x the plain copy and <= 10 % of the synchronous
 stall; background durable time <= 1.05x synchronous; DCP through the store <= 1.1x plain DCP.
-Runs alternate; figures are medians of --repeat runs.
+Figures are medians of --repeat runs; the load average is printed with them.
 """
 
 from __future__ import annotations
@@ -75,17 +79,27 @@ def bench_store(
     step = 1
     saver.save(step, state)  # allocates the buffers: not counted
     saver.wait()
-    for _ in range(repeat):
-        started = time.perf_counter()
-        for key, value in state.items():
-            buffers[key].copy_(value)
-        copies.append(time.perf_counter() - started)
 
+    def clear() -> None:
+        # Each case starts on an empty target, the disk idle: the other case's output deleted
+        # (in a VM, memory freed seconds ago may have gone back to the host, and the page
+        # cache a case writes into costs several times more to fault in again: the case
+        # that writes while another's output still holds the recently freed pages pays it).
+        for old in store.steps():
+            store.delete(old)
+        os.sync()
+
+    def synchronous() -> None:
+        nonlocal step
+        clear()
         step += 1
         started = time.perf_counter()
         store.flush(step, sync_write(state))
         syncs.append(time.perf_counter() - started)
 
+    def background() -> None:
+        nonlocal step
+        clear()
         step += 1
         timing = saver.save(step, state)
         saver.wait()
@@ -93,11 +107,19 @@ def bench_store(
         stalls.append(timing.stall_seconds)
         assert saver.last is not None and saver.last.durable_seconds is not None
         durables.append(saver.last.durable_seconds)
-        for old in store.steps()[:-1]:
-            store.delete(old)  # keep the target from filling up
+
+    for index in range(repeat):
+        started = time.perf_counter()
+        for key, value in state.items():
+            buffers[key].copy_(value)
+        copies.append(time.perf_counter() - started)
+        # Alternate which case goes first.
+        for case in (synchronous, background) if index % 2 == 0 else (background, synchronous):
+            case()
+    clear()
     copy, sync, stall, durable = map(median, (copies, syncs, stalls, durables))
-    # The durable time is the snapshot and then the write, one after the other: it is at
-    # least (copy + synchronous) / synchronous. This row is the write alone.
+    # The durable time runs from the call; the write overlaps the snapshot. This row is the
+    # time after the snapshot.
     after = median([d - s for d, s in zip(durables, stalls, strict=True)])
     mb = size / 1e6
     return [
@@ -143,21 +165,37 @@ def bench_dcp(state: dict[str, Any], repeat: int, directory: Path, size: int) ->
 
     plain: list[float] = []
     through: list[float] = []
-    for index in range(repeat):
+
+    def plain_save(index: int) -> float:
         target = directory / f"dcp-plain-{index}"
         os.sync()
         started = time.perf_counter()
         dcp.save(state, checkpoint_id=str(target), no_dist=True)
-        plain.append(time.perf_counter() - started)
+        seconds = time.perf_counter() - started
         shutil.rmtree(target)
+        return seconds
 
+    def store_save(index: int) -> float:
         root = directory / f"dcp-store-{index}"
         store = CheckpointStore(root)
         os.sync()
         started = time.perf_counter()
         save_dcp(store, 1, state)
-        through.append(time.perf_counter() - started)
+        seconds = time.perf_counter() - started
         shutil.rmtree(root)
+        return seconds
+
+    # One of each first, not counted: the first DCP save in a process imports and sets up
+    # much of torch.distributed.checkpoint.
+    plain_save(-1)
+    store_save(-1)
+    for index in range(repeat):
+        if index % 2 == 0:  # alternate which goes first
+            plain.append(plain_save(index))
+            through.append(store_save(index))
+        else:
+            through.append(store_save(index))
+            plain.append(plain_save(index))
     base, ours = median(plain), median(through)
     mb = size / 1e6
     return [
@@ -194,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         print("checkpoint_stall needs torch (pip install '.[torch]')", file=sys.stderr)
         return 2
     warnings.filterwarnings("ignore", module="torch.distributed")
+    load_before = os.getloadavg()
     state = make_state(args.size)
     size = sum(t.numel() * t.element_size() for t in state.values())
     rows: list[list[Any]] = []
@@ -222,7 +261,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             os.environ.clear()
             os.environ.update(saved)
-    print(f"state: {size / (1 << 20):.0f} MiB of CPU tensors; median of {args.repeat} runs\n")
+    load_after = os.getloadavg()
+    print(f"state: {size / (1 << 20):.0f} MiB of CPU tensors; median of {args.repeat} runs")
+    # The machine may be shared: its load says how far to trust the figures.
+    before, after = (
+        " ".join(f"{value:.2f}" for value in load) for load in (load_before, load_after)
+    )
+    print(f"load average (1, 5, 15 min) before: {before}; after: {after}\n")
     print(table(["where", "case", "median s", "MB/s", "ratio", "goal"], rows))
     return 0
 

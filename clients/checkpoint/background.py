@@ -1,20 +1,24 @@
 """Checkpoints that do not stop training: snapshot to host memory, upload in the background.
 
 `BackgroundSaver.save(step, state)` copies every tensor of `state` into host buffers it keeps
-and reuses (the training thread waits only for that copy: the stall), while a background
-thread serialises the snapshot into generation `step` and commits it (files, manifest,
-marker, then LATEST: the generation counts, and LATEST moves, only once it is complete). The
-two overlap: the writer starts on each tensor as soon as its copy is done, while the training
-thread copies the next ones, so the durable time is about the write alone, not the copy and
-then the write. The writer hashes the buffers in place (nothing changes them until the next
-save, which waits for this one), without copying them or waiting for the hashing per write.
-One save is in flight at a time: a save while one is in flight first waits for it, because
-the buffers it would overwrite are the ones being uploaded, so memory stays at one extra
-copy of the state. A failed background save is raised by the next `save()` or `check()`.
+and reuses (the training thread waits only for that copy: the stall), while a background thread
+serialises the snapshot into generation `step` and commits it (files, manifest, marker, then
+LATEST: the generation counts, and LATEST moves, only once it is complete). On a local file
+system the two overlap: the writer starts on each tensor as soon as its copy is done, while the
+training thread copies the next ones, so the durable time is about the write alone, not the
+copy and then the write. Elsewhere (S3) the writer starts once the copy is done: an upload
+takes tens of times the copy, so overlapping would save a few percent of the durable time,
+while the upload's work (part copies, checksums, requests) would slow the copy the training
+thread waits for (`overlap=` overrides the choice). The writer hashes the buffers in place
+(nothing changes them until the next save, which waits for this one), without copying them or
+waiting for the hashing per write. One save is in flight at a time: a save while one is in
+flight first waits for it, because the buffers it would overwrite are the ones being uploaded,
+so memory stays at one extra copy of the state. A failed background save is raised by the next
+`save()` or `check()`.
 
 `final(step, state, seconds_left)` is the terminate path: it waits for an in-flight save only
-when that and the final save fit in the time left, else cancels it, then saves
-synchronously, and says what it chose and why.
+when that and the final save fit in the time left, else cancels it, then saves synchronously,
+and says what it chose and why.
 """
 
 from __future__ import annotations
@@ -206,14 +210,23 @@ class BackgroundSaver:
 
     `on_done(timing, generation, error)` is called on the background thread when a background
     save is committed (`error` None) or failed (`generation` None); not for a save cancelled
-    by `final()`, which reports itself."""
+    by `final()`, which reports itself. `overlap`: whether the write starts while the snapshot
+    is still being copied (default: on a local file system only; see the module's text)."""
 
     def __init__(
-        self, store: CheckpointStore, *, file_name: str = STATE_FILE, on_done: OnDone | None = None
+        self,
+        store: CheckpointStore,
+        *,
+        file_name: str = STATE_FILE,
+        on_done: OnDone | None = None,
+        overlap: bool | None = None,
     ) -> None:
         self.store = store
         self.file_name = file_name
         self.on_done = on_done
+        # Whether the write starts while the snapshot is still being copied (None: on local
+        # file systems, where the copy is a notable part of the write; see the module).
+        self.overlap = store.backend.local_path("") is not None if overlap is None else overlap
         self.last: SaveTiming | None = None
         self.last_durable: Generation | None = None
         self._buffers: dict[str, Any] = {}
@@ -250,10 +263,12 @@ class BackgroundSaver:
         job = _Job(
             step,
             started,
-            _Copies(buffer for buffer, _value in copies),
+            _Copies(buffer for buffer, _value in copies) if self.overlap else None,
             self._stable(copies),
             snapshot_taken=threading.Event(),
         )
+        if not self.overlap:
+            self._copy(copies, None)  # the writer starts once the snapshot is whole
         self._cancel = threading.Event()
         self._in_flight = step
         self._started = started
@@ -264,13 +279,13 @@ class BackgroundSaver:
             daemon=True,
         )
         self._thread.start()
-        try:
-            self._copy(copies, job.copies)
-        except BaseException:
-            assert job.copies is not None
-            job.copies.fail()  # the writer gives up: nothing is committed
-            self.wait()
-            raise
+        if job.copies is not None:
+            try:
+                self._copy(copies, job.copies)
+            except BaseException:
+                job.copies.fail()  # the writer gives up: nothing is committed
+                self.wait()
+                raise
         job.stall = time.monotonic() - started
         timing = SaveTiming(step, job.stall)
         self.last = timing

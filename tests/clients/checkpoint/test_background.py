@@ -195,6 +195,15 @@ def test_the_write_starts_while_the_snapshot_is_copied_and_the_file_is_torch_sav
     assert zipfile.ZipFile(io.BytesIO(data)).testzip() is None  # every record's CRC-32 holds
 
 
+def test_the_write_overlaps_the_snapshot_on_local_disk_only(
+    make_store: Any, store_url: str
+) -> None:
+    # An upload takes tens of times the copy: overlapping would slow the copy for little.
+    store = make_store()
+    assert BackgroundSaver(store).overlap is (not store_url.startswith("s3://"))
+    assert BackgroundSaver(store, overlap=False).overlap is False
+
+
 def test_a_snapshot_that_fails_raises_at_once_and_commits_nothing(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
