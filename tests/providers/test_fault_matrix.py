@@ -205,6 +205,11 @@ ADAPTERS = {
         deadline=1.0,
         raise_notice=_azure_notice,
         bad_dates=_azure_bad_dates,
+        # An unparseable NotBefore is that event's own problem (logged once; the event goes
+        # out without a deadline), never the poll's: one odd event must not hide the others.
+        # The error this test used to count came from the proxy resetting the kept-alive
+        # connection as the fault began, and was missing whenever no connection was open.
+        normal=frozenset({"bad-dates"}),
     ),
     "kubernetes": Adapter(
         "kubernetes",
