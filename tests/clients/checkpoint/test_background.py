@@ -353,7 +353,7 @@ def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
     guard = background_guard(store, every_steps=10)
     guard.save_state(10, state(10)) if guard.due(10) else pytest.fail("not due")
     guard.saver.wait()
-    backend.hold(20)  # never released: only a cancel ends it
+    held = backend.hold(20)  # released only after the final save: the cancel must not wait
     guard.save_state(20, state(20)) if guard.due(20) else pytest.fail("not due")
     guard.request("signal", exit=True)  # as SIGTERM does: no deadline known
     assert guard.due(21)
@@ -365,7 +365,10 @@ def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
     )
     assert final.generation is not None and final.generation.step == 21
     assert store.steps() == [10, 21] and store.latest_hint() == 21
+    # The cancelled upload, let go now, finishes its write and still never commits.
+    held.set()
     guard.close()
+    assert store.steps() == [10, 21] and store.latest_hint() == 21
 
 
 def test_a_terminate_during_an_upload_waits_when_the_deadline_allows_and_acks_why(
