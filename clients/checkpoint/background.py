@@ -1,20 +1,19 @@
 """Checkpoints that do not stop training: snapshot to host memory, upload in the background.
 
 `BackgroundSaver.save(step, state)` copies every tensor of `state` into host buffers it keeps
-and reuses (the training thread waits only for that copy: the stall), while a background thread
+and reuses (the training thread waits only for that copy: the stall), then a background thread
 serialises the snapshot into generation `step` and commits it (files, manifest, marker, then
-LATEST: the generation counts, and LATEST moves, only once it is complete). On a local file
-system the two overlap: the writer starts on each tensor as soon as its copy is done, while the
-training thread copies the next ones, so the durable time is about the write alone, not the
-copy and then the write. Elsewhere (S3) the writer starts once the copy is done: an upload
-takes tens of times the copy, so overlapping would save a few percent of the durable time,
-while the upload's work (part copies, checksums, requests) would slow the copy the training
-thread waits for (`overlap=` overrides the choice). The writer hashes the buffers in place
-(nothing changes them until the next save, which waits for this one), without copying them or
-waiting for the hashing per write. One save is in flight at a time: a save while one is in
-flight first waits for it, because the buffers it would overwrite are the ones being uploaded,
-so memory stays at one extra copy of the state. A failed background save is raised by the next
-`save()` or `check()`.
+LATEST: the generation counts, and LATEST moves, only once it is complete). With `overlap=True`
+the two overlap: the writer starts on each tensor as soon as its copy is done, while the
+training thread copies the next ones, so the durable time is about the write alone; but the
+writer's work (CRC-32, page-cache writes, hashing; on S3 part copies and requests) then shares
+the cores with the copy, and on the 2-core development machine the stall doubled. The stall is
+what training pays at every checkpoint, so by default the writer starts once the copy is done.
+The writer hashes the buffers in place (nothing changes them until the next save, which waits
+for this one), without copying them or waiting for the hashing per write. One save is in flight
+at a time: a save while one is in flight first waits for it, because the buffers it would
+overwrite are the ones being uploaded, so memory stays at one extra copy of the state. A failed
+background save is raised by the next `save()` or `check()`.
 
 `final(step, state, seconds_left)` is the terminate path: it waits for an in-flight save only
 when that and the final save fit in the time left, else cancels it, then saves synchronously,
@@ -211,7 +210,7 @@ class BackgroundSaver:
     `on_done(timing, generation, error)` is called on the background thread when a background
     save is committed (`error` None) or failed (`generation` None); not for a save cancelled
     by `final()`, which reports itself. `overlap`: whether the write starts while the snapshot
-    is still being copied (default: on a local file system only; see the module's text)."""
+    is still being copied (a shorter durable time, a longer stall; see the module's text)."""
 
     def __init__(
         self,
@@ -219,14 +218,13 @@ class BackgroundSaver:
         *,
         file_name: str = STATE_FILE,
         on_done: OnDone | None = None,
-        overlap: bool | None = None,
+        overlap: bool = False,
     ) -> None:
         self.store = store
         self.file_name = file_name
         self.on_done = on_done
-        # Whether the write starts while the snapshot is still being copied (None: on local
-        # file systems, where the copy is a notable part of the write; see the module).
-        self.overlap = store.backend.local_path("") is not None if overlap is None else overlap
+        # Whether the write starts while the snapshot is still being copied (see the module).
+        self.overlap = overlap
         self.last: SaveTiming | None = None
         self.last_durable: Generation | None = None
         self._buffers: dict[str, Any] = {}

@@ -158,7 +158,7 @@ def test_the_write_starts_while_the_snapshot_is_copied_and_the_file_is_torch_sav
     # would fall back to copying everything first: this test would say so).
     assert background._can_overlap(torch)
     store = CheckpointStore(tmp_path / "store")
-    saver = BackgroundSaver(store)
+    saver = BackgroundSaver(store, overlap=True)
     saver.save(1, layers(1))  # allocates the buffers
     saver.wait()
 
@@ -195,22 +195,13 @@ def test_the_write_starts_while_the_snapshot_is_copied_and_the_file_is_torch_sav
     assert zipfile.ZipFile(io.BytesIO(data)).testzip() is None  # every record's CRC-32 holds
 
 
-def test_the_write_overlaps_the_snapshot_on_local_disk_only(
-    make_store: Any, store_url: str
-) -> None:
-    # An upload takes tens of times the copy: overlapping would slow the copy for little.
-    store = make_store()
-    assert BackgroundSaver(store).overlap is (not store_url.startswith("s3://"))
-    assert BackgroundSaver(store, overlap=False).overlap is False
-
-
 def test_a_snapshot_that_fails_raises_at_once_and_commits_nothing(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from forewarn.clients.checkpoint import background
 
     store = CheckpointStore(tmp_path / "store")
-    saver = BackgroundSaver(store)
+    saver = BackgroundSaver(store, overlap=True)
     saver.save(1, layers(1))
     saver.wait()
     real_copied = background._Copies.copied
