@@ -98,7 +98,7 @@ def buffer_address(data: Buffer) -> int | None:
             return view.buf or 0
         finally:
             api.PyBuffer_Release(ctypes.byref(view))
-    except (AttributeError, TypeError, ValueError, OSError):
+    except (AttributeError, BufferError, TypeError, ValueError, OSError):
         return None
 
 
