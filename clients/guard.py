@@ -376,13 +376,19 @@ class CheckpointGuard:
             where = f"{self.store.url} (already there)"
             return self.saved(step, 0.0, where=where)
         if saver is None:
-            from .checkpoint.background import STATE_FILE
+            from .checkpoint.background import STATE_FILE, live_tensors
 
             def write(gen: Any) -> None:
                 import torch
 
-                with gen.open(STATE_FILE) as stream:
-                    torch.save(dict(state), stream)
+                # The loop waits in this save: its CPU tensors are hashed in place.
+                stable = live_tensors(state)
+                try:
+                    with gen.open(STATE_FILE) as stream:
+                        stream.stable_memory = stable
+                        torch.save(dict(state), stream)
+                finally:
+                    stable.clear()
 
             flushed = self.store.flush(step, write, metadata=metadata)
             result = self.saved(

@@ -489,6 +489,33 @@ def _torch() -> Any:
     return sys.modules.get("torch")
 
 
+def live_tensors(state: Any) -> StableMemory:
+    """The storages of the CPU tensors in `state` (nested dicts, lists, tuples), as stable
+    memory for a synchronous save: the caller waits in that save, so nothing changes them
+    before its files are closed, and the references keep them allocated until `clear()`.
+    Tensors on other devices are left out (torch.save copies them first)."""
+    stable = StableMemory()
+    torch = _torch()
+    if torch is None:
+        return stable
+    pending = [state]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, torch.Tensor):
+            if value.device.type == "cpu" and value.layout == torch.strided:
+                try:
+                    storage = value.untyped_storage()
+                    address, size = storage.data_ptr(), storage.nbytes()
+                except (RuntimeError, NotImplementedError, TypeError):
+                    continue  # a wrapper subclass without storage of its own: not stable
+                stable.add(address, size, value)
+        elif isinstance(value, Mapping):
+            pending.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            pending.extend(value)
+    return stable
+
+
 def load_state(generation: Generation, *, file_name: str = STATE_FILE) -> Any:
     """The state a `BackgroundSaver` saved into `generation` (checksum-checked)."""
     import io

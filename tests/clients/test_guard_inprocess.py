@@ -117,3 +117,31 @@ def test_periodic_steps_count_from_the_resumed_step() -> None:
     assert not guard.due(40) and not guard.due(45)
     assert guard.due(50)
     guard.close()
+
+
+def test_a_synchronous_save_state_hashes_the_cpu_tensors_in_place(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    from forewarn.clients.checkpoint import CheckpointStore, hashing, load_state
+
+    # The loop waits in the save, so nothing changes its tensors until the file is closed:
+    # their bytes are hashed in place instead of each write waiting for its hashing.
+    stable_bytes = 0
+    real_feed = hashing.StreamHasher.feed
+
+    def feed(self, data, write, *, stable=False):  # type: ignore[no-untyped-def]
+        nonlocal stable_bytes
+        if stable:
+            stable_bytes += memoryview(data).nbytes
+        real_feed(self, data, write, stable=stable)
+
+    monkeypatch.setattr(hashing.StreamHasher, "feed", feed)
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    guard = quiet_guard(store=store)
+    state = {"model": {"w": torch.randn(256, 1024), "b": torch.arange(10)}, "step": 3}
+    guard.save_state(3, state)
+    guard.close()
+    assert stable_bytes == 256 * 1024 * 4  # "b" is too small to look up: copied
+    restored = load_state(store.get(3, verify="checksums"))
+    assert torch.equal(restored["model"]["w"], state["model"]["w"]) and restored["step"] == 3
