@@ -10,6 +10,7 @@ Prints one JSON line per event.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -73,3 +74,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Every rank has said its line (flushed) and left the process group cleanly. Leave without
+    # interpreter finalization: in two full runs under load, one rank of a finished job died in
+    # it with "terminate called without an active exception" (SIGABRT, no traceback), gloo's
+    # C++ threads being torn down at exit, which PyTorch tracks upstream. The test judges what
+    # each rank said, and the exit status should report that, not torch's teardown order.
+    os._exit(0)
