@@ -4,6 +4,8 @@ environment that can never reach a real metadata address."""
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import pytest
 import zmq
 from forewarn.protocol.wire import with_token
 
@@ -41,6 +44,37 @@ def _assert_loopback(key: str, value: str) -> None:
         host == "localhost" or host.startswith("127.") or host == "::1"
     ):
         raise AssertionError(f"{key}={value!r} is not loopback: tests never leave this machine")
+
+
+# Every xdist worker imports every test module to collect it. A module-level
+# `pytest.importorskip("torch")` or `import lightning` therefore cost each worker seconds of
+# CPU (torch ~2 s, lightning ~3 s more) whether or not it ran one of those tests. These two
+# helpers keep the skip and the module-level name without the import.
+
+
+def requires(module: str) -> pytest.MarkDecorator:
+    """Skip where `module` is not installed, found without importing it (`pytestmark =
+    requires("torch")` in place of a module-level `pytest.importorskip("torch")`)."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        found = False
+    return pytest.mark.skipif(not found, reason=f"needs {module}")
+
+
+class LazyModule:
+    """A module imported on first attribute access: `torch = LazyModule("torch")` at module
+    level, then `torch.randn(...)` in a test."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        # Collection probes every module-level name (`__test__`, fixture markers): a private
+        # name must not import the module.
+        if attribute.startswith("_"):
+            raise AttributeError(attribute)
+        return getattr(importlib.import_module(self._name), attribute)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -455,6 +489,7 @@ def running_agent(tmp_path: Path, **kwargs: Any) -> Iterator[AgentProcess]:
 __all__ = [
     "DEAD_LOOPBACK",
     "AgentProcess",
+    "LazyModule",
     "SimControl",
     "Subscriber",
     "WatcherRun",
@@ -464,6 +499,7 @@ __all__ = [
     "eventually_async",
     "forewarn_cmd",
     "free_port",
+    "requires",
     "run_forewarn",
     "running_agent",
     "running_watcher",

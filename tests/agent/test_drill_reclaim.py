@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import forewarn_cmd
+from support import forewarn_cmd, requires
 
-pytest.importorskip("torch")
+pytestmark = requires("torch")
 
 
 @pytest.mark.timeout(900)

@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-from support import free_port
+from support import free_port, requires
 
-pytest.importorskip("torch")
+pytestmark = requires("torch")
 
 
 def start(env: dict[str, str], store: Path, *args: str) -> subprocess.Popen[str]:

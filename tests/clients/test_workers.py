@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
+from support import requires
 
-pytest.importorskip("torch")
+pytestmark = requires("torch")
 
 SCRIPT = Path(__file__).with_name("loader_job.py")
 

@@ -19,8 +19,10 @@ from forewarn.clients.checkpoint.background import (
     load_state,
 )
 from forewarn.clients.checkpoint.testing import DelegatingBackend
+from support import LazyModule, requires
 
-torch = pytest.importorskip("torch")
+pytestmark = requires("torch")
+torch = LazyModule("torch")
 
 
 def state(step: int, rows: int = 256) -> dict[str, Any]:

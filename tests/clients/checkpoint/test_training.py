@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import load_training_state, save_training_state
+from support import LazyModule, requires
 
-torch = pytest.importorskip("torch")
-numpy = pytest.importorskip("numpy")
+pytestmark = [requires("torch"), requires("numpy")]
+torch = LazyModule("torch")
+numpy = LazyModule("numpy")
 
 
 class CountingSampler:

@@ -3,43 +3,29 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, eventually
+from support import AgentProcess, LazyModule, eventually, requires
 
-pytest.importorskip("lightning")
-import lightning.pytorch as pl
-import torch
-from forewarn.clients.frameworks.lightning import ForewarnCallback
-from torch.utils.data import DataLoader, TensorDataset
-
-
-class Tiny(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
-        time.sleep(0.005)
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+pytestmark = requires("lightning")
+# Imported by the tests that use them, not when every xdist worker collects this file.
+pl = LazyModule("lightning.pytorch")
+torch = LazyModule("torch")
+lit = LazyModule("forewarn.clients.frameworks.lightning")
+models = LazyModule("lightning_models")
 
 
 def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Path) -> None:
     with AgentProcess(tmp_path) as agent:
-        callback = ForewarnCallback(
+        callback = lit.ForewarnCallback(
             tmp_path / "ckpt",
             events=agent.events,
             control=agent.control_endpoint,
             handle_signals=False,
             flag_file=None,
         )
-        data = TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
+        data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
         trainer = pl.Trainer(
             max_steps=10_000,
             callbacks=[callback],
@@ -61,7 +47,7 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
 
         thread = threading.Thread(target=operator, daemon=True)
         thread.start()
-        trainer.fit(Tiny(), DataLoader(data, batch_size=4))
+        trainer.fit(models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
         thread.join(timeout=5)
         assert len(callback.saved_paths) == 2, callback.saved_paths
         assert all(path.exists() for path in callback.saved_paths)
@@ -70,28 +56,11 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
         assert final["global_step"] == trainer.global_step
 
 
-class Evaluating(Tiny):
-    """Asks for an exit in the middle of its first validation pass (a SIGTERM or terminate
-    arriving there)."""
-
-    def __init__(self, callback: ForewarnCallback) -> None:
-        super().__init__()
-        self.callback = callback
-        self.validation_batches = 0
-
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
-        self.validation_batches += 1
-        if self.trainer.sanity_checking:
-            return
-        if idx == 3:
-            self.callback.guard.request("signal", exit=True)
-
-
 def test_an_exit_during_validation_is_saved_from_the_validation_hook(tmp_path: Path) -> None:
-    callback = ForewarnCallback(
+    callback = lit.ForewarnCallback(
         tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
     )
-    data = TensorDataset(torch.randn(4_000, 4), torch.randn(4_000, 1))
+    data = torch.utils.data.TensorDataset(torch.randn(4_000, 4), torch.randn(4_000, 1))
     trainer = pl.Trainer(
         max_steps=1_000,
         val_check_interval=30,
@@ -103,8 +72,12 @@ def test_an_exit_during_validation_is_saved_from_the_validation_hook(tmp_path: P
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    model = Evaluating(callback)
-    trainer.fit(model, DataLoader(data, batch_size=4), DataLoader(data, batch_size=400))
+    model = models.Evaluating(callback)
+    trainer.fit(
+        model,
+        torch.utils.data.DataLoader(data, batch_size=4),
+        torch.utils.data.DataLoader(data, batch_size=400),
+    )
     assert [path.name for path in callback.saved_paths] == ["step-00000030.ckpt"]
     assert trainer.global_step == 30, "training stopped after the validation pass"
     saved = torch.load(callback.saved_paths[0], weights_only=False)
@@ -119,10 +92,10 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     from forewarn.clients.checkpoint import CheckpointStore, load_dcp
 
     store = CheckpointStore(str(tmp_path / "store"))
-    callback = ForewarnCallback(
+    callback = lit.ForewarnCallback(
         store=store, dcp=True, notices=False, handle_signals=False, flag_file=None
     )
-    data = TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
+    data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
     trainer = pl.Trainer(
         max_steps=10_000,
         callbacks=[callback],
@@ -141,10 +114,10 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
         eventually(lambda: trainer.global_step >= first + 20)
         callback.guard.request("terminate", exit=True)
 
-    model = Tiny()
+    model = models.Tiny()
     thread = threading.Thread(target=operator, daemon=True)
     thread.start()
-    trainer.fit(model, DataLoader(data, batch_size=4))
+    trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=4))
     thread.join(timeout=5)
     steps = [generation.step for generation in callback.saved_generations]
     assert len(steps) == 2 and steps[-1] == trainer.global_step < 10_000
@@ -152,7 +125,7 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     assert latest is not None and latest.step == steps[-1]
     assert "dcp/.metadata" in latest.files
     assert any(name.endswith(".distcp") for name in latest.files)
-    fresh = Tiny()
+    fresh = models.Tiny()
     assert not torch.equal(fresh.layer.weight, model.layer.weight)
     load_dcp(latest, {"model": fresh.state_dict()})
     assert torch.equal(fresh.layer.weight, model.layer.weight)
@@ -161,6 +134,6 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
 
 def test_dcp_needs_a_store() -> None:
     with pytest.raises(ValueError, match="store="):
-        ForewarnCallback(dcp=True)
+        lit.ForewarnCallback(dcp=True)
     with pytest.raises(ValueError, match="dirpath"):
-        ForewarnCallback()
+        lit.ForewarnCallback()

@@ -3,46 +3,27 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
-import pytest
-from support import AgentProcess, eventually
+from support import AgentProcess, LazyModule, eventually, requires
 
-pytest.importorskip("transformers")
-import torch
-from forewarn.clients.frameworks.transformers import ForewarnTrainerCallback
-from torch.utils.data import Dataset
-from transformers import Trainer, TrainingArguments
-
-
-class Tiny(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-
-    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-        time.sleep(0.005)
-        return {"loss": torch.nn.functional.mse_loss(self.layer(x), labels)}
-
-
-class Points(Dataset):  # type: ignore[type-arg]
-    def __len__(self) -> int:
-        return 40_000
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return {"x": torch.randn(4), "labels": torch.randn(1)}
+pytestmark = requires("transformers")
+# Imported by the tests that use them, not when every xdist worker collects this file.
+torch = LazyModule("torch")
+hf = LazyModule("transformers")
+fw = LazyModule("forewarn.clients.frameworks.transformers")
+models = LazyModule("transformers_models")
 
 
 def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Path) -> None:
     with AgentProcess(tmp_path) as agent:
-        callback = ForewarnTrainerCallback(
+        callback = fw.ForewarnTrainerCallback(
             events=agent.events,
             control=agent.control_endpoint,
             handle_signals=False,
             flag_file=None,
         )
-        args = TrainingArguments(
+        args = hf.TrainingArguments(
             output_dir=str(tmp_path / "out"),
             max_steps=10_000,
             per_device_train_batch_size=4,
@@ -53,7 +34,9 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
             disable_tqdm=True,
             dataloader_num_workers=0,
         )
-        trainer = Trainer(model=Tiny(), args=args, train_dataset=Points(), callbacks=[callback])
+        trainer = hf.Trainer(
+            model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
+        )
 
         def operator() -> None:
             eventually(lambda: trainer.state.global_step >= 20)
@@ -73,30 +56,11 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
         assert trainer.state.global_step == callback.saved_steps[-1] < 10_000
 
 
-class AsksToExitInEvaluation(Tiny):
-    def __init__(self) -> None:
-        super().__init__()
-        self.callback: ForewarnTrainerCallback | None = None
-        self.eval_calls = 0
-
-    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-        if not self.training:
-            self.eval_calls += 1
-            if self.eval_calls == 3 and self.callback is not None:
-                self.callback.guard.request("signal", exit=True)
-        return super().forward(x, labels)
-
-
-class FewPoints(Points):
-    def __len__(self) -> int:
-        return 64
-
-
 def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Path) -> None:
-    callback = ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
-    model = AsksToExitInEvaluation()
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    model = models.AsksToExitInEvaluation()
     model.callback = callback
-    args = TrainingArguments(
+    args = hf.TrainingArguments(
         output_dir=str(tmp_path / "out"),
         max_steps=1_000,
         per_device_train_batch_size=4,
@@ -110,11 +74,11 @@ def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Pat
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    trainer = Trainer(
+    trainer = hf.Trainer(
         model=model,
         args=args,
-        train_dataset=Points(),
-        eval_dataset=FewPoints(),
+        train_dataset=models.Points(),
+        eval_dataset=models.FewPoints(),
         callbacks=[callback],
     )
     trainer.train()
@@ -131,10 +95,10 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     from forewarn.clients.checkpoint import CheckpointStore, load_dcp
 
     store = CheckpointStore(str(tmp_path / "store"))
-    callback = ForewarnTrainerCallback(
+    callback = fw.ForewarnTrainerCallback(
         store=store, dcp=True, notices=False, handle_signals=False, flag_file=None
     )
-    args = TrainingArguments(
+    args = hf.TrainingArguments(
         output_dir=str(tmp_path / "out"),
         max_steps=10_000,
         per_device_train_batch_size=4,
@@ -145,8 +109,10 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    model = Tiny()
-    trainer = Trainer(model=model, args=args, train_dataset=Points(), callbacks=[callback])
+    model = models.Tiny()
+    trainer = hf.Trainer(
+        model=model, args=args, train_dataset=models.Points(), callbacks=[callback]
+    )
 
     def operator() -> None:
         eventually(lambda: trainer.state.global_step >= 20)
@@ -166,6 +132,6 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     latest = store.latest(verify="checksums")
     assert latest is not None and latest.step == callback.saved_steps[-1]
     assert "dcp/.metadata" in latest.files
-    fresh = Tiny()
+    fresh = models.Tiny()
     load_dcp(latest, {"model": fresh.state_dict()})
     assert torch.equal(fresh.layer.weight, model.layer.weight)

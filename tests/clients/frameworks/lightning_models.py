@@ -1,0 +1,41 @@
+"""The tiny Lightning modules of test_lightning.py, in their own module so that collecting the
+tests does not import lightning."""
+
+from __future__ import annotations
+
+import time
+
+import lightning.pytorch as pl
+import torch
+from forewarn.clients.frameworks.lightning import ForewarnCallback
+
+
+class Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        time.sleep(0.005)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class Evaluating(Tiny):
+    """Asks for an exit in the middle of its first validation pass (a SIGTERM or terminate
+    arriving there)."""
+
+    def __init__(self, callback: ForewarnCallback) -> None:
+        super().__init__()
+        self.callback = callback
+        self.validation_batches = 0
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        self.validation_batches += 1
+        if self.trainer.sanity_checking:
+            return
+        if idx == 3:
+            self.callback.guard.request("signal", exit=True)
