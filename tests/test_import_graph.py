@@ -5,6 +5,7 @@ cycles, and nothing imports the command line but its entry point."""
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,10 +47,13 @@ def _imports(name: str, path: Path) -> Iterator[str]:
         yield from targets
 
 
-GRAPH = {
-    name: {target for target in _imports(name, path) if target != name}
-    for name, path in MODULES.items()
-}
+# Parsed on first use, not at import: every xdist worker imports this file to collect it.
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    return {
+        name: {target for target in _imports(name, path) if target != name}
+        for name, path in MODULES.items()
+    }
 
 
 def _internal(targets: set[str]) -> set[str]:
@@ -67,15 +71,15 @@ def _provider_of(module: str) -> str | None:
 
 def test_the_graph_sees_the_code() -> None:
     assert len(MODULES) > 80
-    assert "forewarn.protocol.wire" in GRAPH["forewarn.agent.runner"]
+    assert "forewarn.protocol.wire" in graph()["forewarn.agent.runner"]
     # A lazy import (inside a function): `forewarn agent` loads the runner only when it runs.
-    assert "forewarn.agent.runner" in GRAPH["forewarn.agent.cli"]
+    assert "forewarn.agent.runner" in graph()["forewarn.agent.cli"]
 
 
 def test_clients_and_providers_do_not_import_the_agent() -> None:
     bad = {
         (name, target)
-        for name, targets in GRAPH.items()
+        for name, targets in graph().items()
         if name.startswith(
             ("forewarn.clients", "forewarn.providers", "forewarn.protocol", "forewarn.testing")
         )
@@ -88,7 +92,7 @@ def test_clients_and_providers_do_not_import_the_agent() -> None:
 def test_clients_import_only_the_protocol() -> None:
     bad = {
         (name, target)
-        for name, targets in GRAPH.items()
+        for name, targets in graph().items()
         if name.startswith("forewarn.clients")
         for target in _internal(targets)
         if not target.startswith(("forewarn.clients", "forewarn.protocol"))
@@ -97,7 +101,7 @@ def test_clients_import_only_the_protocol() -> None:
 
 
 def test_the_protocol_needs_only_the_standard_library() -> None:
-    for name, targets in GRAPH.items():
+    for name, targets in graph().items():
         if not name.startswith("forewarn.protocol"):
             continue
         for target in targets:
@@ -110,7 +114,7 @@ def test_the_protocol_needs_only_the_standard_library() -> None:
 
 def test_no_provider_imports_another() -> None:
     bad = set()
-    for name, targets in GRAPH.items():
+    for name, targets in graph().items():
         own = _provider_of(name)
         if own is None:
             continue
@@ -122,12 +126,12 @@ def test_no_provider_imports_another() -> None:
 
 
 def test_nothing_imports_the_command_line() -> None:
-    importers = {name for name, targets in GRAPH.items() if "forewarn.agent.cli" in targets}
+    importers = {name for name, targets in graph().items() if "forewarn.agent.cli" in targets}
     assert not importers
 
 
 def test_no_import_cycles() -> None:
-    internal = {name: _internal(targets) & GRAPH.keys() for name, targets in GRAPH.items()}
+    internal = {name: _internal(targets) & graph().keys() for name, targets in graph().items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
