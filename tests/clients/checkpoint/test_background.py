@@ -230,7 +230,11 @@ def test_a_snapshot_that_fails_raises_at_once_and_commits_nothing(
     )
 
 
-def _saving_forever(url: str) -> None:
+def _saving_forever(url: str, environ: dict[str, str]) -> None:
+    # A fork server's children inherit the environment it started with, not this test's
+    # (the S3 fixture's endpoint and credentials).
+    os.environ.clear()
+    os.environ.update(environ)
     store = CheckpointStore(url)
     saver = BackgroundSaver(store)
     step = 1
@@ -248,16 +252,26 @@ def uploading(store: CheckpointStore) -> bool:
     return bool(reply.get("Uploads"))
 
 
-# Spawned, not forked (torch's thread pools do not survive a fork): each start imports torch.
+def _fork_server() -> Any:
+    """Savers forked from a server that imported torch and ran nothing: torch's thread pools
+    do not survive a fork of a process that used them, and a spawned saver imports torch
+    afresh (about 2 CPU-seconds each on this machine)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "forewarn.clients.checkpoint.background", __name__])
+    return context
+
+
 @pytest.mark.timeout(900)
 def test_sigkill_during_background_uploads_never_leaves_a_partial_generation(
     store_url: str,
 ) -> None:
-    context = multiprocessing.get_context("spawn")
+    context = _fork_server()
     store = CheckpointStore(store_url)
     partial = 0
     for trial in range(4):
-        process = context.Process(target=_saving_forever, args=(store_url,), daemon=True)
+        process = context.Process(
+            target=_saving_forever, args=(store_url, dict(os.environ)), daemon=True
+        )
         process.start()
         deadline = time.monotonic() + 300
         while store.latest() is None:
