@@ -4,13 +4,12 @@ step; a terminate at another node's agent ends every rank cleanly."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forked_ranks import RankLauncher, RankProcess
 from support import AgentProcess, agent_env, eventually, free_port
 
 pytest.importorskip("torch")
@@ -18,9 +17,7 @@ pytest.importorskip("torch")
 SCRIPT = Path(__file__).with_name("dist_train.py")
 
 
-def read_saves(
-    proc: subprocess.Popen[str], count: int, timeout: float = 30
-) -> list[dict[str, Any]]:
+def read_saves(proc: RankProcess, count: int, timeout: float = 30) -> list[dict[str, Any]]:
     assert proc.stdout is not None
     found: list[dict[str, Any]] = []
     end = time.monotonic() + timeout
@@ -42,7 +39,10 @@ def test_every_rank_saves_at_the_same_step_and_exits(tmp_path: Path, world_size:
         node.mkdir()
         agents.append(AgentProcess(node, env=agent_env(node)).start())
     port = free_port()
-    ranks = []
+    ranks: list[RankProcess] = []
+    # torch is imported once, in the launcher; each rank is a process forked from it.
+    base = {key: value for key, value in agents[0].env.items() if not key.startswith("FOREWARN_")}
+    launcher = RankLauncher(SCRIPT, env=base)
     try:
         for rank in range(world_size):
             env = dict(agents[rank % 2].env)
@@ -53,11 +53,7 @@ def test_every_rank_saves_at_the_same_step_and_exits(tmp_path: Path, world_size:
                 MASTER_PORT=str(port),
                 AGREE_EVERY="4",
             )
-            ranks.append(
-                subprocess.Popen(
-                    [sys.executable, str(SCRIPT)], env=env, stdout=subprocess.PIPE, text=True
-                )
-            )
+            ranks.append(launcher.start([], env, stderr=False))
         for proc in ranks:
             assert proc.stdout is not None
             assert json.loads(proc.stdout.readline())["event"] == "started"
@@ -86,5 +82,6 @@ def test_every_rank_saves_at_the_same_step_and_exits(tmp_path: Path, world_size:
         for proc in ranks:
             if proc.poll() is None:
                 proc.kill()
+        launcher.close()
         for agent in agents:
             agent.stop()

@@ -8,38 +8,45 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore
 from forewarn.clients.checkpoint.testing import free_port
+from forked_ranks import RankLauncher, RankProcess
 
 pytest.importorskip("torch")
 WORKER = Path(__file__).with_name("dcp_worker.py")
+# What a rank imports lazily on its first DCP save or load and DTensor op (~0.65 CPU-s each).
+PRELOAD = ("torch.distributed.checkpoint", "torch._dynamo", "torch.onnx")
+S3_PRELOAD = ("boto3", "botocore.client", "boto3.s3.transfer")
 
 
-def start(world: int, *argv: str) -> list[subprocess.Popen[str]]:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONWARNINGS="ignore")
+def rank_env() -> dict[str, str]:
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
-    return [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(rank), str(world), *argv],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(world)
-    ]
+    return env
 
 
-def finish(processes: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
+@pytest.fixture
+def launcher(store_url: str) -> Iterator[RankLauncher]:
+    # One process imports torch and the worker's modules once; each rank of every phase is
+    # forked from it: its own process, pid, gloo group, pipes and exit status.
+    preload = PRELOAD + (S3_PRELOAD if store_url.startswith("s3://") else ())
+    with RankLauncher(WORKER, env=rank_env(), preload=preload) as launcher:
+        yield launcher
+
+
+def start(launcher: RankLauncher, world: int, *argv: str) -> list[RankProcess]:
+    env = {**rank_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    return [launcher.start([str(rank), str(world), *argv], env) for rank in range(world)]
+
+
+def finish(processes: list[RankProcess]) -> list[dict[str, Any]]:
     said = []
     for process in processes:
         out, err = process.communicate(timeout=240)
@@ -48,10 +55,12 @@ def finish(processes: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
     return said
 
 
-# Each rank is a fresh Python importing torch: tens of seconds each on a loaded machine.
+# Each rank is a forked process: gloo, DCP and the store in every one, on a loaded machine.
 @pytest.mark.timeout(900)
-def test_two_ranks_save_through_dcp_and_resume_on_1_2_and_4(store_url: str) -> None:
-    said = finish(start(2, "save", store_url, "100"))
+def test_two_ranks_save_through_dcp_and_resume_on_1_2_and_4(
+    store_url: str, launcher: RankLauncher
+) -> None:
+    said = finish(start(launcher, 2, "save", store_url, "100"))
     assert {line["rank"] for line in said} == {0, 1}
     store = CheckpointStore(store_url)
     generation = store.latest(verify="checksums")
@@ -63,7 +72,7 @@ def test_two_ranks_save_through_dcp_and_resume_on_1_2_and_4(store_url: str) -> N
     assert all(entry.checksum.startswith("sha256") for entry in generation.files.values())
 
     for world in (1, 2, 4):
-        loaded = finish(start(world, "load", store_url))
+        loaded = finish(start(launcher, world, "load", store_url))
         assert len(loaded) == world
         for line in loaded:
             assert line["loaded"] == 100 and line["step_value"] == 100
@@ -73,10 +82,10 @@ def test_two_ranks_save_through_dcp_and_resume_on_1_2_and_4(store_url: str) -> N
 
 @pytest.mark.timeout(900)
 def test_a_rank_killed_during_a_background_save_leaves_no_partial_generation(
-    store_url: str,
+    store_url: str, launcher: RankLauncher
 ) -> None:
-    finish(start(2, "save", store_url, "100"))
-    processes = start(2, "async", store_url, "200", "96")
+    finish(start(launcher, 2, "save", store_url, "100"))
+    processes = start(launcher, 2, "async", store_url, "200", "96")
     try:
         # Kill rank 1 once the async save has returned and the background writes have put
         # a first file of generation 200 in place (before anything can be committed: rank
@@ -103,7 +112,7 @@ def test_a_rank_killed_during_a_background_save_leaves_no_partial_generation(
     assert latest is not None and latest.step == 100
     for generation in store.generations():
         assert store.verify(generation, checksums=True).ok
-    loaded = finish(start(2, "load", store_url))
+    loaded = finish(start(launcher, 2, "load", store_url))
     assert all(line["loaded"] == 100 and line["identical"] for line in loaded)
 
 

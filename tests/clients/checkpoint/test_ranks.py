@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,8 +18,10 @@ from forewarn.clients.checkpoint import (
     GenerationWriter,
 )
 from forewarn.clients.checkpoint.testing import free_port
+from forked_ranks import RankLauncher
 
 WORKER = Path(__file__).with_name("rank_worker.py")
+PRELOAD = ("boto3", "botocore.client")  # what each rank would import for the s3:// store
 
 
 def run_two_ranks(urls: list[str], extra_env: dict[str, str]) -> list[list[dict[str, Any]]]:
@@ -30,21 +30,14 @@ def run_two_ranks(urls: list[str], extra_env: dict[str, str]) -> list[list[dict[
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), GLOO_SOCKET_IFNAME="lo")
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
-    processes = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(rank), "2", *urls],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    outputs = []
-    for process in processes:
-        out, err = process.communicate(timeout=120)
-        assert process.returncode == 0, err[-3000:]
-        outputs.append([json.loads(line) for line in out.splitlines() if line.startswith("{")])
+    # torch is imported once, in the launcher; each rank is a process forked from it.
+    with RankLauncher(WORKER, env=env, preload=PRELOAD) as launcher:
+        processes = [launcher.start([str(rank), "2", *urls], env) for rank in (0, 1)]
+        outputs = []
+        for process in processes:
+            out, err = process.communicate(timeout=120)
+            assert process.returncode == 0, err[-3000:]
+            outputs.append([json.loads(line) for line in out.splitlines() if line.startswith("{")])
     return outputs
 
 

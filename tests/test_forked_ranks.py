@@ -1,0 +1,75 @@
+"""The rank launcher of the multi-rank torch tests (tests/forked_ranks.py) keeps what a
+subprocess per rank gave them: each rank its own process, argv, environment, pipes and exit
+status; a rank killed by a signal says so; nothing outlives the launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from forked_ranks import LauncherGone, RankLauncher
+
+SCRIPT = Path(__file__).with_name("forked_rank_script.py")
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_each_rank_has_its_own_process_argv_environment_and_exit_status() -> None:
+    env = dict(os.environ)
+    with RankLauncher(SCRIPT, env=env) as launcher:
+        ranks = [
+            launcher.start(["ok"], {**env, "TAG": "zero"}),
+            launcher.start(["exit", "3"], {**env, "TAG": "one"}),
+            launcher.start(["fail"], {**env, "TAG": "two"}),
+            launcher.start(["noisy"], env),  # 300 kB on stderr: read while the rank runs
+        ]
+        outputs = [rank.communicate(timeout=60) for rank in ranks]
+    said = [json.loads(out.splitlines()[0]) for out, _ in outputs]
+    assert [line["argv"] for line in said] == [["ok"], ["exit", "3"], ["fail"], ["noisy"]]
+    assert [line["tag"] for line in said] == ["zero", "one", "two", None]
+    assert [line["pid"] for line in said] == [rank.pid for rank in ranks]
+    assert len({os.getpid(), *(rank.pid for rank in ranks)}) == 5
+    assert [rank.returncode for rank in ranks] == [0, 3, 1, 0]
+    assert "RuntimeError: rank broke" in outputs[2][1]
+    assert outputs[3][1] == "x" * 300_000
+
+
+def test_a_rank_leaves_after_its_non_daemon_threads_as_an_interpreter_would() -> None:
+    with RankLauncher(SCRIPT, env=dict(os.environ)) as launcher:
+        rank = launcher.start(["thread"], dict(os.environ))
+        out, _ = rank.communicate(timeout=60)
+    assert rank.returncode == 0
+    assert out.splitlines()[-1] == "thread done"
+
+
+def test_a_killed_rank_reports_the_signal_and_no_rank_outlives_the_launcher() -> None:
+    launcher = RankLauncher(SCRIPT, env=dict(os.environ))
+    try:
+        killed, left = (launcher.start(["hang"], dict(os.environ)) for _ in range(2))
+        for rank in (killed, left):
+            assert rank.stdout is not None
+            assert json.loads(rank.stdout.readline())["pid"] == rank.pid
+        os.kill(killed.pid, signal.SIGKILL)
+        assert killed.wait(30) == -signal.SIGKILL
+        assert left.poll() is None
+    finally:
+        launcher.close()
+    assert gone(left.pid) and gone(killed.pid)
+
+
+def test_a_script_that_does_not_load_fails_the_launcher_with_its_traceback(
+    tmp_path: Path,
+) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text("import no_such_module_here\n")
+    with pytest.raises(LauncherGone, match="no_such_module_here"):
+        RankLauncher(broken, env=dict(os.environ))
