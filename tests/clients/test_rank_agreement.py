@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from forked_ranks import RankLauncher, RankProcess
-from support import AgentProcess, agent_env, eventually, free_port
+from support import AgentProcess, agent_env, eventually, free_port, requires
 
-pytest.importorskip("torch")
+pytestmark = requires("torch")  # found without importing it: the ranks import torch
 
 SCRIPT = Path(__file__).with_name("dist_train.py")
 

@@ -17,8 +17,9 @@ import pytest
 from forewarn.clients.checkpoint import CheckpointStore
 from forewarn.clients.checkpoint.testing import free_port
 from forked_ranks import RankLauncher, RankProcess
+from support import requires
 
-pytest.importorskip("torch")
+pytestmark = requires("torch")  # found without importing it: collection stays torch-free
 WORKER = Path(__file__).with_name("dcp_worker.py")
 # What a rank imports lazily on its first DCP save or load and DTensor op (~0.65 CPU-s each).
 PRELOAD = ("torch.distributed.checkpoint", "torch._dynamo", "torch.onnx")

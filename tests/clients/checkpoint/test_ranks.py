@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from forewarn.clients.checkpoint import (
     CheckpointStore,
     CommitError,
@@ -19,13 +18,13 @@ from forewarn.clients.checkpoint import (
 )
 from forewarn.clients.checkpoint.testing import free_port
 from forked_ranks import RankLauncher
+from support import requires
 
 WORKER = Path(__file__).with_name("rank_worker.py")
 PRELOAD = ("boto3", "botocore.client")  # what each rank would import for the s3:// store
 
 
 def run_two_ranks(urls: list[str], extra_env: dict[str, str]) -> list[list[dict[str, Any]]]:
-    pytest.importorskip("torch")
     env = {**os.environ, **extra_env}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), GLOO_SOCKET_IFNAME="lo")
     env.pop("RANK", None)
@@ -69,6 +68,7 @@ def check_two_rank_run(store: CheckpointStore, outputs: list[list[dict[str, Any]
     assert store.verify(30).problems == ("not committed",)
 
 
+@requires("torch")  # found without importing it: only the ranks import torch
 def test_two_gloo_ranks_commit_on_local_disk_and_s3(
     tmp_path: Path, bucket: str, s3_env: dict[str, str]
 ) -> None:
