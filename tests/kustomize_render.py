@@ -28,10 +28,24 @@ def kubectl() -> str:
 
 def render(overlay: str, components: tuple[str, ...] = (), work: Path | None = None) -> list[Any]:
     """`kubectl kustomize` of an overlay as shipped, or of a copy under `work` with
-    `components` enabled the documented way (uncommenting their lines)."""
-    source = KUSTOMIZE / "overlays" / overlay
+    `components` enabled the documented way (uncommenting their lines). Each overlay and set
+    of components is built once per test process (the shipped tree does not change while the
+    tests run); every call parses that output afresh, so callers may change what they get."""
     if components:
         assert work is not None, "enabling components needs a work directory"
+    return [doc for doc in yaml.safe_load_all(_kustomize(overlay, components, work)) if doc]
+
+
+_built: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
+def _kustomize(overlay: str, components: tuple[str, ...], work: Path | None) -> str:
+    key = (overlay, components)
+    if key in _built:
+        return _built[key]
+    source = KUSTOMIZE / "overlays" / overlay
+    if components:
+        assert work is not None
         tree = work / "kubernetes"
         shutil.copytree(KUSTOMIZE, tree)
         source = tree / "overlays" / overlay
@@ -45,7 +59,8 @@ def render(overlay: str, components: tuple[str, ...] = (), work: Path | None = N
         [kubectl(), "kustomize", str(source)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    _built[key] = result.stdout
+    return result.stdout
 
 
 def containers(resource: dict[str, Any]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
