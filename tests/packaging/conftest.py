@@ -1,12 +1,24 @@
-"""The packaging tests run system tools that .ci/setup.d installs."""
+"""The packaging tests run system tools that .ci/setup.d installs, and share two builds
+across the session: the Dockerfile's build stage (its wheel) and a wheelhouse of what the
+documented installs resolve."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from image_build import ROOT, replay_build_stage
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 
 def _require(name: str) -> str:
@@ -22,3 +34,65 @@ def _require(name: str) -> str:
 def tool() -> Callable[[str], str]:
     """`tool(name)`: the path of a program; skips without it, and fails without it in CI."""
     return _require
+
+
+def shared_build(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The directory `build(directory)` filled, once per test session: under xdist the first
+    worker to get here builds it while holding a file lock, and the others wait for the lock
+    and reuse what it built. Only a build that returned is marked done: after a failed one
+    the next worker starts again from an empty directory."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's directory, shared by all its workers
+    target = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = root / f"{name}.done"
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            build(target)
+            done.touch()
+    return target
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every distribution the documented installs and builds resolve (forewarn's
+    dependencies with the `metrics` extra, the build backend's requirements, and `build`),
+    downloaded once per session from the indexes this machine's pip is configured with.
+    Installs pointed at it (PIP_NO_INDEX, PIP_FIND_LINKS) still resolve each requirement, from
+    the same versions, without reading every index page again (most of a `pip install`'s CPU
+    here): a requirement missing from it fails them as it would against the indexes."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    requirements = [
+        *pyproject["project"]["dependencies"],
+        *pyproject["project"]["optional-dependencies"]["metrics"],
+        *pyproject["build-system"]["requires"],
+        "build",
+    ]
+
+    def download(directory: Path) -> None:
+        pip = [sys.executable, "-m", "pip", "download", "-q", "--dest", str(directory)]
+        subprocess.run([*pip, *requirements], check=True, timeout=300)
+
+    return shared_build(tmp_path_factory, "wheelhouse", download)
+
+
+@pytest.fixture(scope="session")
+def pip_from_wheelhouse(wheelhouse: Path) -> dict[str, str]:
+    """The environment variables that make pip resolve from the wheelhouse alone."""
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}
+
+
+@pytest.fixture(scope="session")
+def image_build_stage(
+    tmp_path_factory: pytest.TempPathFactory, pip_from_wheelhouse: dict[str, str]
+) -> Path:
+    """The Dockerfile's build stage replayed once per session (its wheel under /dist): the
+    image's filesystem as the final stage's `COPY --from=build` finds it."""
+
+    def build(directory: Path) -> None:
+        replay_build_stage(directory / "image", directory, pip_from_wheelhouse)
+
+    return shared_build(tmp_path_factory, "image-build-stage", build) / "image"

@@ -12,65 +12,26 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from image_build import (
+    DOCKERFILE,
+    Dockerfile,
+    base_image_env,
+    copy_from_build_stage,
+    final_stage,
+    parse_dockerfile,
+    pip_steps,
+    run_step,
+)
 from support import agent_env, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCKERFILE = ROOT / "Dockerfile"
-# Container paths the install steps may use, each replayed under a scratch directory.
-CONTAINER_PATHS = ("/src", "/dist", "/opt/forewarn")
 Tool = Callable[[str], str]
-
-
-@dataclass
-class Instruction:
-    keyword: str
-    args: str
-    stage: int
-    workdir: str  # in effect for this instruction
-
-
-@dataclass
-class Dockerfile:
-    instructions: list[Instruction] = field(default_factory=list)
-
-    def of(self, keyword: str) -> list[Instruction]:
-        return [i for i in self.instructions if i.keyword == keyword]
-
-
-def parse_dockerfile(path: Path) -> Dockerfile:
-    parsed = Dockerfile()
-    stage = -1
-    workdir = "/"
-    pending = ""
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.startswith("#"):
-            continue  # a comment inside a continued instruction
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        text = pending + line
-        pending = ""
-        keyword, _, args = text.partition(" ")
-        keyword = keyword.upper()
-        if keyword == "FROM":
-            stage += 1
-            workdir = "/"
-        elif keyword == "WORKDIR":
-            workdir = args.strip()
-        parsed.instructions.append(Instruction(keyword, args.strip(), stage, workdir))
-    return parsed
 
 
 def hadolint(tool: Tool, path: Path) -> subprocess.CompletedProcess[str]:
@@ -93,7 +54,7 @@ def test_hadolint_flags_an_unpinned_install(tmp_path: Path, tool: Tool):
 
 def test_image_shape():
     parsed = parse_dockerfile(DOCKERFILE)
-    final = max(i.stage for i in parsed.instructions)
+    final = final_stage(parsed)
     user = [i.args for i in parsed.of("USER") if i.stage == final]
     assert user and user[-1].split(":")[0] not in ("0", "root")
     assert json.loads(parsed.of("ENTRYPOINT")[-1].args) == ["forewarn", "agent"]
@@ -111,7 +72,7 @@ def healthcheck_command(parsed: Dockerfile) -> list[str]:
 
 
 def image_environment(parsed: Dockerfile) -> dict[str, str]:
-    final = max(i.stage for i in parsed.instructions)
+    final = final_stage(parsed)
     found: dict[str, str] = {}
     for env in parsed.of("ENV"):
         if env.stage == final:
@@ -121,47 +82,28 @@ def image_environment(parsed: Dockerfile) -> dict[str, str]:
     return found
 
 
-# It builds a wheel and installs it with its dependencies: minutes on a loaded machine.
+# It installs a wheel with its dependencies: a minute on a loaded machine.
 @pytest.mark.timeout(600)
-def test_install_steps_give_a_working_agent_and_health_check(tmp_path: Path):
+def test_install_steps_give_a_working_agent_and_health_check(
+    tmp_path: Path, image_build_stage: Path, pip_from_wheelhouse: dict[str, str]
+):
+    """The build stage (COPY of the source tree, the wheel build) is replayed once per session
+    by the `image_build_stage` fixture, which tests/packaging/test_wheel.py shares; here the
+    final stage's steps run on what it copies from there, pip resolving the dependencies from
+    the session's wheelhouse (the same versions the configured indexes give)."""
     parsed = parse_dockerfile(DOCKERFILE)
-    image = tmp_path / "image"
-    # COPY in the build stage: the source tree, as the image would hold it under /src.
-    for copy in parsed.of("COPY"):
-        if copy.args.startswith("--from"):
-            continue
-        *sources, _ = copy.args.split()
-        for source in sources:
-            target = image / "src" / source
-            if (ROOT / source).is_dir():
-                shutil.copytree(ROOT / source, target, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(ROOT / source, target)
-    # `python` on PATH stands for the base image's interpreter.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    env.pop("VIRTUAL_ENV", None)
-
-    steps = [i for i in parsed.of("RUN") if "pip " in i.args]
+    final = final_stage(parsed)
+    steps = pip_steps(parsed)
     assert len(steps) >= 2, "expected a wheel build step and an install step"
+    assert [s for s in steps if s.stage < final], "expected a wheel build step in a build stage"
+    assert (image_build_stage / "dist").is_dir(), "the build stage left no /dist"
+    image = tmp_path / "image"
+    copy_from_build_stage(image_build_stage, image)
+    # `python` on PATH stands for the base image's interpreter.
+    env = {**base_image_env(tmp_path), **pip_from_wheelhouse}
     for step in steps:
-        command = step.args
-        for path in CONTAINER_PATHS:
-            command = command.replace(path, str(image) + path)
-        cwd = image / step.workdir.lstrip("/")
-        cwd.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", command],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
-        assert result.returncode == 0, f"{step.args}\n{result.stdout}\n{result.stderr}"
+        if step.stage == final:
+            run_step(step, image, env)
 
     venv = image / "opt" / "forewarn"
     python = venv / "bin" / "python"

@@ -1,7 +1,11 @@
 """The install paths work as written: the shell blocks of docs/operations.md and of the
 README's deployment section run in order, in a copy of the repository, as a user would paste
 them (a release built with `python -m build`, installed into a fresh virtual environment),
-and then the installed `forewarn` runs the local drill and the cloud-init renderer."""
+and then the installed `forewarn` runs the local drill and the cloud-init renderer.
+
+The blocks run exactly as written, with pip resolving from the session's wheelhouse (the
+`wheelhouse` fixture: every distribution they install, downloaded once from the indexes this
+machine's pip is configured with) instead of reading every index page again in each of them."""
 
 from __future__ import annotations
 
@@ -40,11 +44,12 @@ def source_copy(target: Path) -> Path:
     return target
 
 
-def systemd_block_as_root(work: Path, tmp_path: Path) -> None:
+def systemd_block_as_root(work: Path, tmp_path: Path, pip_env: dict[str, str]) -> None:
     """docs/operations.md's systemd block as root pastes it, in a mount namespace of its own
     (/etc, /opt and /usr/local are overlays there, so the machine keeps no user, venv or
     unit), with `systemctl` recorded instead of run (no systemd is PID 1 here); then the unit
-    it installed passes `systemd-analyze verify` on that root as it is."""
+    it installed passes `systemd-analyze verify` on that root as it is. `pip_env` says where
+    pip resolves from."""
     (block,) = [b for b in shell_blocks(OPERATIONS) if "systemctl enable" in b.body]
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         if os.environ.get("CI"):
@@ -86,6 +91,7 @@ def systemd_block_as_root(work: Path, tmp_path: Path) -> None:
             script,
         ],
         cwd=work,
+        env={**os.environ, **pip_env},
         capture_output=True,
         text=True,
         timeout=600,
@@ -119,7 +125,9 @@ def documented_paths_to_ourselves() -> Iterator[None]:
 
 @pytest.mark.timeout(900)
 @pytest.mark.usefixtures("documented_paths_to_ourselves")
-def test_documented_install_builds_installs_and_runs(tmp_path: Path):
+def test_documented_install_builds_installs_and_runs(
+    tmp_path: Path, pip_from_wheelhouse: dict[str, str]
+):
     for path in DOCUMENTED_PATHS:
         shutil.rmtree(path, ignore_errors=True)
     work = source_copy(tmp_path / "forewarn")
@@ -148,6 +156,7 @@ def test_documented_install_builds_installs_and_runs(tmp_path: Path):
         if not key.startswith(("FOREWARN_", "VIRTUAL_ENV", "PYTHON"))
     }
     env["HOME"] = str(tmp_path)
+    env.update(pip_from_wheelhouse)
     try:
         result = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script],
@@ -213,7 +222,7 @@ def test_documented_install_builds_installs_and_runs(tmp_path: Path):
             ROOT / "packaging" / "systemd" / "forewarn-agent.service"
         ).read_text()
         assert not shipped.is_symlink(), "the wheel must hold the files, not a link"
-        systemd_block_as_root(work, tmp_path)
+        systemd_block_as_root(work, tmp_path, pip_from_wheelhouse)
     finally:
         for path in DOCUMENTED_PATHS:
             shutil.rmtree(path, ignore_errors=True)

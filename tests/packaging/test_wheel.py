@@ -1,18 +1,24 @@
-"""The wheel holds every package: built from a copy of the tree, installed into a fresh
+"""The wheel holds every package: built from a copy of the tree (the Dockerfile's build
+stage, replayed once per session by the `image_build_stage` fixture, which copies the tree as
+the image would and removes that copy once the wheel is built), installed into a fresh
 directory, and imported there without the source tree or the editable install."""
 
 from __future__ import annotations
 
+import ast
 import json
-import shutil
+import re
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "setup.py", "README.md")
-SOURCES += ("protocol", "agent", "providers", "clients", "testing")
+# The code folders, as setup.py names them (tests/packaging/test_dockerfile.py checks that the
+# image's build stage copies each of them).
+FOLDERS = ast.literal_eval(
+    re.search(r"^FOLDERS = (\(.*?\))$", (ROOT / "setup.py").read_text(), re.M).group(1)  # type: ignore[union-attr]
+)
 
 # Runs with `python -S` so that neither the editable install's finder nor the source tree is
 # on the path: only the installed wheel and the dependencies' site-packages.
@@ -47,34 +53,20 @@ print(json.dumps({
 """
 
 
-def test_the_wheel_carries_every_provider_face(tmp_path: Path) -> None:
-    source = tmp_path / "src"
-    source.mkdir()
-    for name in SOURCES:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(path, source / name)
-    wheels = tmp_path / "wheels"
+def test_the_wheel_carries_every_provider_face(tmp_path: Path, image_build_stage: Path) -> None:
+    (wheel,) = (image_build_stage / "dist").glob("forewarn-*.whl")
+    assert not (image_build_stage / "src").exists()  # nothing may come from the built copy
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
-        check=True,
-        timeout=120,
-    )
-    (wheel,) = wheels.glob("forewarn-*.whl")
     target = tmp_path / "installed"
     subprocess.run(
         [*pip, "install", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
         check=True,
         timeout=120,
     )
-    shutil.rmtree(source)  # nothing may come from the copy it was built from
     # Every package of the tree is in the wheel (a hand-kept list once missed new ones).
     packages = {
         str(path.parent.relative_to(ROOT))
-        for folder in SOURCES[3:]
+        for folder in FOLDERS
         for path in (ROOT / folder).rglob("__init__.py")
     }
     installed = {
