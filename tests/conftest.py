@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from forked_ranks import RankLauncher
 from support import agent_env
 
 # The suite starts about a thousand Python processes (agents, simulators, CLIs, trainers, the
@@ -24,3 +26,51 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return agent_env(tmp_path)
+
+
+# What the rank scripts of the multi-rank torch tests import (dcp_worker.py, rank_worker.py,
+# dist_train.py), and what their ranks would import lazily on a first DCP save or load, DTensor
+# op or S3 request (~0.65 CPU-s a rank for torch._dynamo and its kin alone).
+RANK_PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.distributed.checkpoint",
+    "torch.distributed.device_mesh",
+    "torch.distributed.tensor",
+    "torch._dynamo",
+    "torch.onnx",
+    "forewarn.clients",
+    "forewarn.clients.checkpoint",
+    "forewarn.clients.checkpoint.dcp",
+    "forewarn.clients.checkpoint.local",
+    "forewarn.clients.checkpoint.s3",
+    "boto3",
+    "botocore.client",
+    "boto3.s3.transfer",
+    "zmq",
+)
+
+
+@pytest.fixture(scope="session")
+def _rank_launchers() -> Iterator[list[RankLauncher]]:
+    launchers: list[RankLauncher] = []
+    yield launchers
+    for launcher in launchers:
+        launcher.close()
+
+
+@pytest.fixture
+def rank_launcher(_rank_launchers: list[RankLauncher]) -> Iterator[RankLauncher]:
+    """Forks the ranks of a multi-rank torch test (tests/forked_ranks.py): one launcher per
+    pytest process imports torch once; the ranks a test started are gone when it ends."""
+    if not _rank_launchers or not _rank_launchers[-1].alive():
+        base = {
+            key: value
+            for key, value in os.environ.items()
+            if key not in ("RANK", "WORLD_SIZE", "PYTHONWARNINGS", "PYTHONUNBUFFERED")
+            and not key.startswith("FOREWARN_")
+        }
+        _rank_launchers.append(RankLauncher(preload=RANK_PRELOAD, env=base))
+    launcher = _rank_launchers[-1]
+    yield launcher
+    launcher.cleanup()

@@ -2,7 +2,7 @@
 
 A rank script (dcp_worker.py, rank_worker.py, dist_train.py) started as `python script.py`
 pays torch's import in every rank: ~2-3 CPU-s each, nine ranks in one DCP resume test. Here a
-launcher process (this file run as a script) loads the script's imports ONCE and then
+launcher process (this file run as a script) imports the scripts' modules ONCE and then
 `os.fork()`s each rank on request: every rank is still its own OS process, with its own pid
 (the test can SIGKILL it), its own gloo process group, its own stdout/stderr pipes and its own
 exit status, and runs the unchanged script as `__main__` with its own argv and environment.
@@ -13,9 +13,13 @@ each rank are made by the test and passed to the launcher over a Unix socket (SC
 the launcher reports each rank's pid and, when it ends, its exit status (negative: the signal
 that killed it, as `subprocess.Popen.returncode`).
 
-    with RankLauncher(WORKER) as launcher:
-        ranks = [launcher.start([str(rank), "2", ...], env) for rank in (0, 1)]
+    with RankLauncher(preload=("torch",)) as launcher:
+        ranks = [launcher.start(SCRIPT, [str(rank), "2"], env) for rank in (0, 1)]
         out, err = ranks[0].communicate(timeout=60)
+
+The suite shares one launcher per pytest process (the `rank_launcher` fixture, tests/
+conftest.py): the ranks' CPU time reaches the pytest process's children when that launcher
+is waited for, at the end of the session, not at the end of each test.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import io
 import json
 import os
 import runpy
@@ -35,6 +40,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import IO, Any
 
@@ -107,17 +113,15 @@ class RankProcess:
 class RankLauncher:
     """The test's side of one launcher process: start ranks, learn their exit statuses."""
 
-    def __init__(
-        self, script: Path, env: dict[str, str] | None = None, preload: tuple[str, ...] = ()
-    ):
-        """`preload`: modules the ranks would import lazily (torch._dynamo, ...), imported
-        once in the launcher too."""
-        self.script = Path(script)
+    def __init__(self, preload: tuple[str, ...] = (), env: dict[str, str] | None = None):
+        """`preload`: the modules the ranks' scripts import, and those they would import
+        lazily (torch._dynamo, ...), imported once in the launcher (a path ending in .py is
+        run as a module, not as __main__, to load its imports)."""
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by close())
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         theirs.set_inheritable(True)
         self._process = subprocess.Popen(
-            [sys.executable, __file__, str(self.script), str(theirs.fileno()), *preload],
+            [sys.executable, __file__, str(theirs.fileno()), *preload],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
@@ -132,7 +136,7 @@ class RankLauncher:
         self._replies: list[dict[str, Any]] = []
         ready = self._reply(240)
         if "ready" not in ready:
-            raise LauncherGone(f"launcher failed to load {self.script}: {ready}\n{self.log()}")
+            raise LauncherGone(f"the launcher failed to start: {ready}\n{self.log()}")
         self.threads = ready["threads"]
 
     def __enter__(self) -> RankLauncher:
@@ -145,14 +149,20 @@ class RankLauncher:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")[-3000:]
 
-    def start(self, argv: list[str], env: dict[str, str], stderr: bool = True) -> RankProcess:
-        """Fork one rank running the script as `__main__` with `argv` and exactly `env`;
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def start(
+        self, script: Path, argv: list[str], env: dict[str, str], stderr: bool = True
+    ) -> RankProcess:
+        """Fork one rank running `script` as `__main__` with `argv` and exactly `env`;
         its stdout (and stderr, unless `stderr=False`: then it goes to the launcher's log)
         is a pipe to this process."""
         pipes = [os.pipe() for _ in range(2 if stderr else 1)]
-        request = json.dumps({"argv": argv, "env": env}).encode() + b"\n"
+        request = {"script": str(script), "argv": argv, "env": env}
+        message = json.dumps(request).encode() + b"\n"
         try:
-            socket.send_fds(self._sock, [request], [write for _, write in pipes])
+            socket.send_fds(self._sock, [message], [write for _, write in pipes])
         finally:
             for _, write in pipes:
                 os.close(write)
@@ -167,6 +177,20 @@ class RankLauncher:
         if rank.pid in self._exits:
             rank.returncode = self._exits.pop(rank.pid)
         return rank
+
+    def cleanup(self) -> None:
+        """Kill the ranks still running, wait for every rank's exit and close its pipes:
+        between two tests that share this launcher."""
+        for rank in self._ranks.values():
+            rank.kill()
+        for rank in self._ranks.values():
+            rank.wait(60)
+            for stream in (rank.stdout, rank.stderr):
+                if stream is not None:
+                    stream.close()
+            rank.stdout = rank.stderr = None
+        self._ranks.clear()
+        self._exits.clear()
 
     def close(self) -> None:
         """Kill the ranks still running, end the launcher and wait for it."""
@@ -237,7 +261,9 @@ def _run_rank(script: str, argv: list[str], env: dict[str, str], fds: list[int])
             os.close(fd)
         os.environ.clear()
         os.environ.update(env)
+        _as_interpreter_startup_would(env)
         sys.argv = [script, *argv]
+        sys.path[0] = str(Path(script).parent)  # as `python script.py` has it
         try:
             runpy.run_path(script, run_name="__main__")
             code = 0
@@ -262,6 +288,21 @@ def _run_rank(script: str, argv: list[str], env: dict[str, str], fds: list[int])
             os._exit(code)
 
 
+def _as_interpreter_startup_would(env: dict[str, str]) -> None:
+    """What a fresh interpreter takes from the two PYTHON* variables the ranks are given
+    (the launcher itself starts without them)."""
+    if env.get("PYTHONWARNINGS"):
+        getattr(warnings, "_processoptions")(env["PYTHONWARNINGS"].split(","))  # noqa: B009
+    if env.get("PYTHONUNBUFFERED"):
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            stream = getattr(sys, name)
+            raw = io.FileIO(fd, "w", closefd=False)
+            unbuffered = io.TextIOWrapper(
+                raw, encoding=stream.encoding, errors=stream.errors, write_through=True
+            )
+            setattr(sys, name, unbuffered)
+
+
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(json.dumps(message).encode() + b"\n")
 
@@ -270,13 +311,14 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def launcher_main(script: str, fd: int, preload: list[str]) -> None:
+def launcher_main(fd: int, preload: list[str]) -> None:
     sock = socket.socket(fileno=fd)
-    sys.path[0] = str(Path(script).parent)  # as `python script.py` would have it
-    # Load the script's imports (torch, torch.distributed, forewarn...) without running it.
-    runpy.run_path(script, run_name="__forked_ranks_preload__")
     for module in preload:
-        importlib.import_module(module)
+        if module.endswith(".py"):
+            sys.path[0] = str(Path(module).parent)
+            runpy.run_path(module, run_name="__forked_ranks_preload__")
+        else:
+            importlib.import_module(module)
     _send(sock, {"ready": True, "threads": _threads()})
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ, None)
@@ -306,7 +348,7 @@ def launcher_main(script: str, fd: int, preload: list[str]) -> None:
                             sock.close()
                             for pidfd in children:
                                 os.close(pidfd)
-                            _run_rank(script, request["argv"], request["env"], fds)
+                            _run_rank(request["script"], request["argv"], request["env"], fds)
                         for fd in fds:
                             os.close(fd)
                         pidfd = os.pidfd_open(pid)
@@ -329,4 +371,4 @@ def launcher_main(script: str, fd: int, preload: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    launcher_main(sys.argv[1], int(sys.argv[2]), sys.argv[3:])
+    launcher_main(int(sys.argv[1]), sys.argv[2:])

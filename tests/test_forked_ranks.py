@@ -25,12 +25,12 @@ def gone(pid: int) -> bool:
 
 def test_each_rank_has_its_own_process_argv_environment_and_exit_status() -> None:
     env = dict(os.environ)
-    with RankLauncher(SCRIPT, env=env) as launcher:
+    with RankLauncher(env=env) as launcher:
         ranks = [
-            launcher.start(["ok"], {**env, "TAG": "zero"}),
-            launcher.start(["exit", "3"], {**env, "TAG": "one"}),
-            launcher.start(["fail"], {**env, "TAG": "two"}),
-            launcher.start(["noisy"], env),  # 300 kB on stderr: read while the rank runs
+            launcher.start(SCRIPT, ["ok"], {**env, "TAG": "zero"}),
+            launcher.start(SCRIPT, ["exit", "3"], {**env, "TAG": "one"}),
+            launcher.start(SCRIPT, ["fail"], {**env, "TAG": "two"}),
+            launcher.start(SCRIPT, ["noisy"], env),  # 300 kB on stderr: read while the rank runs
         ]
         outputs = [rank.communicate(timeout=60) for rank in ranks]
     said = [json.loads(out.splitlines()[0]) for out, _ in outputs]
@@ -44,17 +44,17 @@ def test_each_rank_has_its_own_process_argv_environment_and_exit_status() -> Non
 
 
 def test_a_rank_leaves_after_its_non_daemon_threads_as_an_interpreter_would() -> None:
-    with RankLauncher(SCRIPT, env=dict(os.environ)) as launcher:
-        rank = launcher.start(["thread"], dict(os.environ))
+    with RankLauncher(env=dict(os.environ)) as launcher:
+        rank = launcher.start(SCRIPT, ["thread"], dict(os.environ))
         out, _ = rank.communicate(timeout=60)
     assert rank.returncode == 0
     assert out.splitlines()[-1] == "thread done"
 
 
 def test_a_killed_rank_reports_the_signal_and_no_rank_outlives_the_launcher() -> None:
-    launcher = RankLauncher(SCRIPT, env=dict(os.environ))
+    launcher = RankLauncher(env=dict(os.environ))
     try:
-        killed, left = (launcher.start(["hang"], dict(os.environ)) for _ in range(2))
+        killed, left = (launcher.start(SCRIPT, ["hang"], dict(os.environ)) for _ in range(2))
         for rank in (killed, left):
             assert rank.stdout is not None
             assert json.loads(rank.stdout.readline())["pid"] == rank.pid
@@ -66,10 +66,23 @@ def test_a_killed_rank_reports_the_signal_and_no_rank_outlives_the_launcher() ->
     assert gone(left.pid) and gone(killed.pid)
 
 
-def test_a_script_that_does_not_load_fails_the_launcher_with_its_traceback(
-    tmp_path: Path,
-) -> None:
+def test_a_preload_that_fails_fails_the_launcher_with_its_traceback(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("import no_such_module_here\n")
     with pytest.raises(LauncherGone, match="no_such_module_here"):
-        RankLauncher(broken, env=dict(os.environ))
+        RankLauncher(preload=(str(broken),), env=dict(os.environ))
+
+
+def test_ranks_of_several_scripts_and_tests_share_one_launcher(
+    rank_launcher: RankLauncher, tmp_path: Path
+) -> None:
+    other = tmp_path / "other.py"
+    other.write_text("import sys\nprint(sys.argv[1:], sys.path[0])\nsys.exit(5)\n")
+    ours = rank_launcher.start(SCRIPT, ["ok"], dict(os.environ))
+    theirs = rank_launcher.start(other, ["a", "b"], {**os.environ, "PYTHONUNBUFFERED": "1"})
+    hanging = rank_launcher.start(SCRIPT, ["hang"], dict(os.environ))
+    assert ours.communicate(timeout=60)[0].startswith("{") and ours.returncode == 0
+    assert theirs.communicate(timeout=60)[0] == f"['a', 'b'] {tmp_path}\n"
+    assert theirs.returncode == 5
+    rank_launcher.cleanup()  # what the fixture does after each test
+    assert hanging.returncode == -signal.SIGKILL and gone(hanging.pid)

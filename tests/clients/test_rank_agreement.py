@@ -32,7 +32,9 @@ def read_saves(proc: RankProcess, count: int, timeout: float = 30) -> list[dict[
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_every_rank_saves_at_the_same_step_and_exits(tmp_path: Path, world_size: int) -> None:
+def test_every_rank_saves_at_the_same_step_and_exits(
+    tmp_path: Path, world_size: int, rank_launcher: RankLauncher
+) -> None:
     nodes = [tmp_path / "node0", tmp_path / "node1"]
     agents = []
     for node in nodes:
@@ -40,9 +42,6 @@ def test_every_rank_saves_at_the_same_step_and_exits(tmp_path: Path, world_size:
         agents.append(AgentProcess(node, env=agent_env(node)).start())
     port = free_port()
     ranks: list[RankProcess] = []
-    # torch is imported once, in the launcher; each rank is a process forked from it.
-    base = {key: value for key, value in agents[0].env.items() if not key.startswith("FOREWARN_")}
-    launcher = RankLauncher(SCRIPT, env=base)
     try:
         for rank in range(world_size):
             env = dict(agents[rank % 2].env)
@@ -53,7 +52,8 @@ def test_every_rank_saves_at_the_same_step_and_exits(tmp_path: Path, world_size:
                 MASTER_PORT=str(port),
                 AGREE_EVERY="4",
             )
-            ranks.append(launcher.start([], env, stderr=False))
+            # A process forked from a launcher that imported torch once.
+            ranks.append(rank_launcher.start(SCRIPT, [], env, stderr=False))
         for proc in ranks:
             assert proc.stdout is not None
             assert json.loads(proc.stdout.readline())["event"] == "started"
@@ -82,6 +82,5 @@ def test_every_rank_saves_at_the_same_step_and_exits(tmp_path: Path, world_size:
         for proc in ranks:
             if proc.poll() is None:
                 proc.kill()
-        launcher.close()
         for agent in agents:
             agent.stop()

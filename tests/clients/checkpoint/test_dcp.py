@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,30 +20,15 @@ from support import requires
 
 pytestmark = requires("torch")  # found without importing it: collection stays torch-free
 WORKER = Path(__file__).with_name("dcp_worker.py")
-# What a rank imports lazily on its first DCP save or load and DTensor op (~0.65 CPU-s each).
-PRELOAD = ("torch.distributed.checkpoint", "torch._dynamo", "torch.onnx")
-S3_PRELOAD = ("boto3", "botocore.client", "boto3.s3.transfer")
-
-
-def rank_env() -> dict[str, str]:
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PYTHONWARNINGS": "ignore"}
-    env.pop("RANK", None)
-    env.pop("WORLD_SIZE", None)
-    return env
-
-
-@pytest.fixture
-def launcher(store_url: str) -> Iterator[RankLauncher]:
-    # One process imports torch and the worker's modules once; each rank of every phase is
-    # forked from it: its own process, pid, gloo group, pipes and exit status.
-    preload = PRELOAD + (S3_PRELOAD if store_url.startswith("s3://") else ())
-    with RankLauncher(WORKER, env=rank_env(), preload=preload) as launcher:
-        yield launcher
 
 
 def start(launcher: RankLauncher, world: int, *argv: str) -> list[RankProcess]:
-    env = {**rank_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    return [launcher.start([str(rank), str(world), *argv], env) for rank in range(world)]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env.update(GLOO_SOCKET_IFNAME="lo", PYTHONWARNINGS="ignore")
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    # Each rank is a process forked from a launcher that imported torch once.
+    return [launcher.start(WORKER, [str(rank), str(world), *argv], env) for rank in range(world)]
 
 
 def finish(processes: list[RankProcess]) -> list[dict[str, Any]]:
@@ -59,9 +43,9 @@ def finish(processes: list[RankProcess]) -> list[dict[str, Any]]:
 # Each rank is a forked process: gloo, DCP and the store in every one, on a loaded machine.
 @pytest.mark.timeout(900)
 def test_two_ranks_save_through_dcp_and_resume_on_1_2_and_4(
-    store_url: str, launcher: RankLauncher
+    store_url: str, rank_launcher: RankLauncher
 ) -> None:
-    said = finish(start(launcher, 2, "save", store_url, "100"))
+    said = finish(start(rank_launcher, 2, "save", store_url, "100"))
     assert {line["rank"] for line in said} == {0, 1}
     store = CheckpointStore(store_url)
     generation = store.latest(verify="checksums")
@@ -73,7 +57,7 @@ def test_two_ranks_save_through_dcp_and_resume_on_1_2_and_4(
     assert all(entry.checksum.startswith("sha256") for entry in generation.files.values())
 
     for world in (1, 2, 4):
-        loaded = finish(start(launcher, world, "load", store_url))
+        loaded = finish(start(rank_launcher, world, "load", store_url))
         assert len(loaded) == world
         for line in loaded:
             assert line["loaded"] == 100 and line["step_value"] == 100
@@ -83,10 +67,10 @@ def test_two_ranks_save_through_dcp_and_resume_on_1_2_and_4(
 
 @pytest.mark.timeout(900)
 def test_a_rank_killed_during_a_background_save_leaves_no_partial_generation(
-    store_url: str, launcher: RankLauncher
+    store_url: str, rank_launcher: RankLauncher
 ) -> None:
-    finish(start(launcher, 2, "save", store_url, "100"))
-    processes = start(launcher, 2, "async", store_url, "200", "96")
+    finish(start(rank_launcher, 2, "save", store_url, "100"))
+    processes = start(rank_launcher, 2, "async", store_url, "200", "96")
     try:
         # Kill rank 1 once the async save has returned and the background writes have put
         # a first file of generation 200 in place (before anything can be committed: rank
@@ -113,7 +97,7 @@ def test_a_rank_killed_during_a_background_save_leaves_no_partial_generation(
     assert latest is not None and latest.step == 100
     for generation in store.generations():
         assert store.verify(generation, checksums=True).ok
-    loaded = finish(start(launcher, 2, "load", store_url))
+    loaded = finish(start(rank_launcher, 2, "load", store_url))
     assert all(line["loaded"] == 100 and line["identical"] for line in loaded)
 
 

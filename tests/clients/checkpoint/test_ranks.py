@@ -21,22 +21,22 @@ from forked_ranks import RankLauncher
 from support import requires
 
 WORKER = Path(__file__).with_name("rank_worker.py")
-PRELOAD = ("boto3", "botocore.client")  # what each rank would import for the s3:// store
 
 
-def run_two_ranks(urls: list[str], extra_env: dict[str, str]) -> list[list[dict[str, Any]]]:
+def run_two_ranks(
+    launcher: RankLauncher, urls: list[str], extra_env: dict[str, str]
+) -> list[list[dict[str, Any]]]:
     env = {**os.environ, **extra_env}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), GLOO_SOCKET_IFNAME="lo")
     env.pop("RANK", None)
     env.pop("WORLD_SIZE", None)
-    # torch is imported once, in the launcher; each rank is a process forked from it.
-    with RankLauncher(WORKER, env=env, preload=PRELOAD) as launcher:
-        processes = [launcher.start([str(rank), "2", *urls], env) for rank in (0, 1)]
-        outputs = []
-        for process in processes:
-            out, err = process.communicate(timeout=120)
-            assert process.returncode == 0, err[-3000:]
-            outputs.append([json.loads(line) for line in out.splitlines() if line.startswith("{")])
+    # Each rank is a process forked from a launcher that imported torch once.
+    processes = [launcher.start(WORKER, [str(rank), "2", *urls], env) for rank in (0, 1)]
+    outputs = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err[-3000:]
+        outputs.append([json.loads(line) for line in out.splitlines() if line.startswith("{")])
     return outputs
 
 
@@ -70,11 +70,11 @@ def check_two_rank_run(store: CheckpointStore, outputs: list[list[dict[str, Any]
 
 @requires("torch")  # found without importing it: only the ranks import torch
 def test_two_gloo_ranks_commit_on_local_disk_and_s3(
-    tmp_path: Path, bucket: str, s3_env: dict[str, str]
+    tmp_path: Path, bucket: str, s3_env: dict[str, str], rank_launcher: RankLauncher
 ) -> None:
     # One pair of processes runs the same script against both backends: torch starts once.
     urls = [str(tmp_path / "store"), f"s3://{bucket}/ranks"]
-    outputs = run_two_ranks(urls, s3_env)
+    outputs = run_two_ranks(rank_launcher, urls, s3_env)
     for url in urls:
         check_two_rank_run(
             CheckpointStore(url), [[e for e in events if e["url"] == url] for events in outputs]
