@@ -4,7 +4,6 @@ documented installs resolve."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from image_build import ROOT, replay_build_stage
+from session_build import shared_build
 
 try:
     import tomllib
@@ -34,26 +34,6 @@ def _require(name: str) -> str:
 def tool() -> Callable[[str], str]:
     """`tool(name)`: the path of a program; skips without it, and fails without it in CI."""
     return _require
-
-
-def shared_build(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
-    """The directory `build(directory)` filled, once per test session: under xdist the first
-    worker to get here builds it while holding a file lock, and the others wait for the lock
-    and reuse what it built. Only a build that returned is marked done: after a failed one
-    the next worker starts again from an empty directory."""
-    root = factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the session's directory, shared by all its workers
-    target = root / name
-    with open(root / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        done = root / f"{name}.done"
-        if not done.exists():
-            shutil.rmtree(target, ignore_errors=True)
-            target.mkdir()
-            build(target)
-            done.touch()
-    return target
 
 
 @pytest.fixture(scope="session")
