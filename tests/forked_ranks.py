@@ -8,10 +8,12 @@ launcher process (this file run as a script) imports the scripts' modules ONCE a
 exit status, and runs the unchanged script as `__main__` with its own argv and environment.
 
 Forking after `import torch` is safe while the launcher runs no torch op (no intra-op thread
-pool exists yet) and starts no Python thread: it only imports, forks and waits. The pipes of
-each rank are made by the test and passed to the launcher over a Unix socket (SCM_RIGHTS);
-the launcher reports each rank's pid and, when it ends, its exit status (negative: the signal
-that killed it, as `subprocess.Popen.returncode`).
+pool exists yet) and starts no Python thread: it only imports, forks and waits. Its one other
+thread is OpenBLAS's pool (numpy, loaded by torch), which OpenBLAS shuts down before a fork
+(pthread_atfork), as for DataLoader's forked workers. The pipes of each rank are made by the
+test and passed to the launcher over a Unix socket (SCM_RIGHTS); the launcher reports each
+rank's pid and, when it ends, its exit status (negative: the signal that killed it, as
+`subprocess.Popen.returncode`).
 
     with RankLauncher(preload=("torch",)) as launcher:
         ranks = [launcher.start(SCRIPT, [str(rank), "2"], env) for rank in (0, 1)]
