@@ -40,6 +40,9 @@ from .hashing import StableMemory
 from .store import CheckpointStore
 
 STATE_FILE = "state.pt"
+# How long a cancelled save may take to reach its next write and stop before the final save
+# goes ahead without it.
+CANCEL_GRACE_SECONDS = 1.0
 
 
 class BackgroundSaveError(CheckpointError):
@@ -422,7 +425,8 @@ class BackgroundSaver:
         try:
             generation = self._write(job, snapshot, metadata, cancel)
         except BaseException as exc:
-            if not isinstance(exc, _Cancelled):
+            # A cancelled save's own failure (its stuck write timing out) is superseded too.
+            if not isinstance(exc, _Cancelled) and not cancel.is_set():
                 assert job.snapshot_taken is not None
                 job.snapshot_taken.wait()  # the training thread is done with the copies
                 self._error = BackgroundSaveError(job.step, exc)
@@ -471,6 +475,8 @@ class BackgroundSaver:
                     if job.copies is not None:
                         job.copies.wait_all()
                     pickle.dump(snapshot, target)
+                if cancel.is_set():  # after its last write: a left-behind save never commits
+                    raise _Cancelled("cancelled for the final checkpoint")
         finally:
             job.stable.clear()
         if self._durable_estimate is None:
@@ -480,7 +486,17 @@ class BackgroundSaver:
 
     def _cancel_in_flight(self) -> None:
         self._cancel.set()
-        self.wait()
+        thread = self._thread
+        if thread is None:
+            return
+        # A cancelled save stops at its next write, but one stuck inside a write (a hung
+        # mount, a stalled upload) would hold the final save until the deadline, and the
+        # SIGKILL there would lose it. After a moment it is left behind: it keeps its snapshot
+        # buffers (the final save takes new ones), never commits and never reports.
+        thread.join(CANCEL_GRACE_SECONDS)
+        if thread.is_alive():
+            self._buffers = {}
+        self._thread = None
 
 
 def _torch() -> Any:
