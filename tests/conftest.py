@@ -11,7 +11,7 @@ import pytest
 from forked_ranks import RankLauncher
 from support import agent_env
 
-# The suite starts about a thousand Python processes (agents, simulators, CLIs, trainers, the
+# The suite starts hundreds of Python processes (agents, simulators, CLIs, trainers, the
 # xdist workers), each importing forewarn from an editable checkout. Where the environment
 # forbids bytecode caches (PYTHONDONTWRITEBYTECODE, as on the project's CI machines), every one
 # of them compiled the same sources again, and every worker re-rewrote every test module: tens
