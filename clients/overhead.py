@@ -189,7 +189,7 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
     # interval that long keeps no work unless notices save it (then the cycle ends in a
     # notice almost surely, and the terms below stay finite).
     if lam * r > 700 or (lam * s > 700 and not (noticed > 0 and lead > 0)):
-        return Breakdown(tau, math.inf, math.inf, 0.0, 0.0, math.inf, 0.0, math.inf)
+        return _never_kept(tau)
     e = _Exp(lam)
     hit = e.p(0, s)  # the cycle ends in an interruption
     done = math.exp(-lam * s)
@@ -227,10 +227,10 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
             tax += noticed * c * completed
         progress += noticed * saved
     if not progress > 0:  # an interval so long that no work is ever kept
-        return Breakdown(tau, math.inf, math.inf, 0.0, 0.0, math.inf, 0.0, math.inf)
+        return _never_kept(tau)
     restart = restart_time
     rest_total = time - progress - tax - flush - idle - restart_time - reacquire_time
-    return Breakdown(
+    parts = Breakdown(
         interval_seconds=tau,
         checkpoint_tax=tax / progress,
         lost_work=rest_total / progress,
@@ -240,6 +240,16 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
         reacquire=reacquire_time / progress,
         interruptions_per_useful_second=losses / progress,
     )
+    # Work kept so rarely (a notice too short to use, an interval far beyond M: progress near
+    # 1e-259 s a cycle) that the ratios overflow, and inf - inf made the total NaN.
+    if not math.isfinite(parts.total):
+        return _never_kept(tau)
+    return parts
+
+
+def _never_kept(tau: float) -> Breakdown:
+    """An interval at which (as good as) no work is ever kept: infinite overhead."""
+    return Breakdown(tau, math.inf, math.inf, 0.0, 0.0, math.inf, 0.0, math.inf)
 
 
 def overhead(scenario: Scenario, interval_seconds: float) -> float:

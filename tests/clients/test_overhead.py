@@ -22,7 +22,7 @@ from forewarn.clients.overhead import (
     daly_complete,
     overhead,
 )
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 MINUTE, HOUR = 60.0, 3600.0
@@ -210,6 +210,9 @@ seconds = st.floats(min_value=0.0, max_value=5e4, allow_nan=False)
     q=st.floats(min_value=0.0, max_value=1.0),
     tau=st.floats(min_value=0.1, max_value=1e6),
 )
+# Found by a CI run: an unusable 1 s notice, R far beyond M and τ ≈ 600 M kept work so rarely
+# that restart/progress overflowed and the total was inf - inf = NaN.
+@example(c=1.0, m=78.0, r=17087.0, g=1.0, lead=1.0, d=1.0, q=0.0, tau=47279.0)
 def test_the_parts_are_never_negative_and_add_up(
     c: float, m: float, r: float, g: float, lead: float, d: float, q: float, tau: float
 ) -> None:
