@@ -17,9 +17,10 @@ def main() -> int:
         raise RuntimeError("rank broke")
     if mode == "exit":
         return int(sys.argv[2])
-    if mode == "hang":
-        time.sleep(600)
-    if mode == "thread":  # a non-daemon thread the interpreter waits for at exit
+    if mode == "hang":  # until the test kills it
+        threading.Event().wait()
+    if mode == "thread":  # a non-daemon thread the interpreter waits for at exit: the 0.3 s
+        # is what it outlives main by, the behaviour under test, not a wait for a condition
         threading.Thread(target=lambda: (time.sleep(0.3), print("thread done"))).start()
     if mode == "noisy":
         sys.stderr.write("x" * 300_000)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from shell_blocks import run_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -87,14 +88,7 @@ def run_step(step: Instruction, image: Path, env: dict[str, str]) -> None:
         command = command.replace(path, str(image) + path)
     cwd = image / step.workdir.lstrip("/")
     cwd.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", command],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    result = run_script(command, cwd=cwd, env=env, timeout=400)
     assert result.returncode == 0, f"{step.args}\n{result.stdout}\n{result.stderr}"
 
 

@@ -7,6 +7,7 @@ a block is never skipped silently.
 from __future__ import annotations
 
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,3 +48,19 @@ def shell_blocks(path: Path, section: str | None = None) -> list[ShellBlock]:
 
 
 __all__ = ["ShellBlock", "shell_blocks"]
+
+
+def run_script(
+    script: str,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    private_mounts: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`script` under strict bash (-euo pipefail), output captured; with `private_mounts`, in
+    a private mount namespace (root), so its mounts never reach the machine."""
+    argv = ["bash", "-euo", "pipefail", "-c", script]
+    if private_mounts:
+        argv = ["unshare", "--mount", "--propagation", "private", *argv]
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -1,6 +1,7 @@
 """The manifests run the agent with `readOnlyRootFilesystem: true` and only its two volumes
-writable (/run/forewarn, /var/lib/forewarn): here the agent runs so, in a mount namespace
-whose root is read-only, and still serves, publishes, records state and stops cleanly."""
+writable (its runtime and state directories): here the agent runs so, with the test's own two
+directories, in a mount namespace whose root is read-only, and still serves, publishes,
+records state and stops cleanly."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from shell_blocks import shell_blocks
+from shell_blocks import run_script, shell_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -78,23 +78,8 @@ def systemd_block_as_root(work: Path, tmp_path: Path, pip_env: dict[str, str]) -
             "echo installed: $(/usr/local/bin/forewarn --version)",
         ]
     )
-    result = subprocess.run(
-        [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "bash",
-            "-euo",
-            "pipefail",
-            "-c",
-            script,
-        ],
-        cwd=work,
-        env={**os.environ, **pip_env},
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_script(
+        script, cwd=work, env={**os.environ, **pip_env}, timeout=600, private_mounts=True
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert calls.read_text().splitlines() == ["daemon-reload", "enable --now forewarn-agent"]
@@ -158,14 +143,7 @@ def test_documented_install_builds_installs_and_runs(
     env["HOME"] = str(tmp_path)
     env.update(pip_from_wheelhouse)
     try:
-        result = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=800,
-        )
+        result = run_script(script, cwd=work, env=env, timeout=800)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         dist = sorted(path.name for path in (work / "dist").iterdir())
         assert [name.split("-")[0] for name in dist] == ["forewarn", "forewarn"], dist
