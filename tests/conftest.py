@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from forked_ranks import RankLauncher
+from scheduling import long_first
 from support import agent_env
 
 # The suite starts hundreds of Python processes (agents, simulators, CLIs, trainers, the
@@ -21,6 +22,26 @@ from support import agent_env
 # This runs before xdist starts its workers, which inherit the environment.
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
     sys.dont_write_bytecode = False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "slow(seconds): the test takes about this much wall time on the 2-core machine; "
+        "xdist workers start with the slow tests (tests/scheduling.py)",
+    )
+
+
+def _slow_seconds(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("slow")
+    return float(mark.args[0]) if mark is not None else 0.0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Each worker collects the same tests and must order them the same way: the order
+    # depends only on the items and the worker count.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    items[:] = long_first(items, workers, _slow_seconds)
 
 
 @pytest.fixture

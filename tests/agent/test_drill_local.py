@@ -3,6 +3,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 from support import forewarn_cmd
 
 
@@ -52,6 +53,7 @@ def test_a_dir_with_someone_elses_checkpoints_is_refused_not_emptied(
     assert precious.read_bytes() == b"weights"
 
 
+@pytest.mark.slow(11)
 def test_a_terminate_during_a_background_upload_is_durable_before_its_deadline(
     tmp_path: Path, env: dict[str, str]
 ) -> None:

@@ -15,6 +15,7 @@ from support import forewarn_cmd, requires
 pytestmark = requires("torch")
 
 
+@pytest.mark.slow(56)
 @pytest.mark.timeout(900)
 def test_ci_matrix_loses_no_step_where_the_lead_allows_and_says_why_elsewhere(
     tmp_path: Path, env: dict[str, str]

@@ -369,6 +369,7 @@ def test_ipc_abstract_endpoints_work(tmp_path: Path) -> None:
         assert agent.control({"op": "status"})["ok"]
 
 
+@pytest.mark.slow(18)
 @pytest.mark.timeout(300)
 def test_seq_rises_across_20_sigkills_including_after_a_replay_storm(tmp_path: Path) -> None:
     env = agent_env(tmp_path)

@@ -83,6 +83,7 @@ def image_environment(parsed: Dockerfile) -> dict[str, str]:
 
 
 # It installs a wheel with its dependencies: a minute on a loaded machine.
+@pytest.mark.slow(23)
 @pytest.mark.timeout(600)
 def test_install_steps_give_a_working_agent_and_health_check(
     tmp_path: Path, image_build_stage: Path, pip_from_wheelhouse: dict[str, str]

@@ -108,6 +108,7 @@ def documented_paths_to_ourselves() -> Iterator[None]:
         yield
 
 
+@pytest.mark.slow(44)
 @pytest.mark.timeout(900)
 @pytest.mark.usefixtures("documented_paths_to_ourselves")
 def test_documented_install_builds_installs_and_runs(

@@ -465,6 +465,7 @@ def _check(name: str, rows: list[dict[str, Any]], bound: float) -> None:
         assert row["rss"] < RSS_GROWTH_LIMIT and row["peak"] < RSS_GROWTH_LIMIT, table
 
 
+@pytest.mark.slow(35)
 @pytest.mark.parametrize("name", [*sorted(ADAPTERS), "digitalocean"])
 def test_every_fault_is_survived_and_the_next_notice_is_seen(
     name: str, rig_for: Callable[[str], Rig]
@@ -481,6 +482,7 @@ def test_every_fault_is_survived_and_the_next_notice_is_seen(
     _check(name, rows, rig.adapter.bound)
 
 
+@pytest.mark.slow(27)
 @pytest.mark.parametrize("name", [*sorted(ADAPTERS), "digitalocean"])
 def test_a_25_second_outage(name: str, rig_for: Callable[[str], Rig]) -> None:
     rig = rig_for(name)

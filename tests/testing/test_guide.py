@@ -60,9 +60,21 @@ def need(module: str) -> None:
         pytest.importorskip(module)
 
 
+# The framework examples import Lightning or transformers (and torch) in a fresh pytest.
+FRAMEWORK_SECONDS = {"test_lightning_handler.py": 24, "test_transformers_handler.py": 11}
+
+
 # A fresh pytest importing torch and training on a shared 2-core machine: minutes, not seconds.
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", PYTHON)
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow(FRAMEWORK_SECONDS[name]))
+        if name in FRAMEWORK_SECONDS
+        else name
+        for name in PYTHON
+    ],
+)
 def test_a_python_example_passes(name: str, tmp_path: Path) -> None:
     for framework in ("lightning", "transformers"):
         if framework in name:

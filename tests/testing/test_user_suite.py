@@ -36,6 +36,7 @@ def processes_mentioning(text: str) -> list[str]:
 
 
 # Eight agents, six simulators and a Dovecot one after another, in a pytest of its own.
+@pytest.mark.slow(12)
 @pytest.mark.timeout(900)
 def test_the_user_suite_passes_and_leaves_nothing_behind(tmp_path: Path) -> None:
     # Short, so that socket paths under it stay within 107 bytes even under pytest-xdist.

@@ -85,6 +85,7 @@ def run_trials(url: str, sizes: tuple[int, ...], trials: int, max_delay: float) 
     assert advanced >= trials // 10, f"the writer advanced in only {advanced} trials"
 
 
+@pytest.mark.slow(12)
 def test_sigkill_local_disk_100_trials(tmp_path: Any) -> None:
     run_trials(str(tmp_path / "store"), LOCAL_SIZES, trials=100, max_delay=0.12)
 

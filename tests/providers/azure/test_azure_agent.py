@@ -129,6 +129,7 @@ def test_approve_immediately_through_the_agent(
         assert approval["EventId"] == event_id
 
 
+@pytest.mark.slow(10)
 def test_drill_local_with_the_azure_simulator(tmp_path: Path, env: dict[str, str]) -> None:
     done = subprocess.run(
         forewarn_cmd("drill", "local", "--provider", "azure", "--dir", str(tmp_path / "drill")),
