@@ -14,7 +14,7 @@ import platform
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -30,6 +30,8 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from .observer import Observer
 from .protocol import AckRequest, Notice
@@ -143,15 +145,7 @@ class MetricsObserver(Observer):
         self.failed_flushes = Counter(
             "forewarn_failed_flushes", "Acks that report a failed flush.", registry=registry
         )
-        active = Gauge("forewarn_active_notices", "Notices now active.", registry=registry)
-        active.set_function(lambda: float(len(self._active)))
-        nearest = Gauge(
-            "forewarn_nearest_deadline_seconds",
-            "Seconds left to the nearest deadline of an active notice, negative when passed; "
-            "NaN when no active notice has a deadline.",
-            registry=registry,
-        )
-        nearest.set_function(self.seconds_to_nearest_deadline)
+        registry.register(_NoticeGauges(self))
         ready = Gauge(
             "forewarn_ready",
             "1 once every configured watcher has polled successfully, else 0.",
@@ -238,12 +232,13 @@ class MetricsObserver(Observer):
 
     # Read at scrape time (HTTP threads).
 
-    def seconds_to_nearest_deadline(self) -> float:
+    def active_notices(self) -> tuple[int, float]:
+        """(notices now active, seconds to the nearest of their deadlines), read at one
+        instant: negative when passed, NaN when none has a deadline."""
         with self._lock:
-            deadlines = list(self._deadlines.values())
-        if not deadlines:
-            return math.nan
-        return min(deadline.timestamp() for deadline in deadlines) - self.clock()
+            count = len(self._active)
+            deadlines = [deadline.timestamp() for deadline in self._deadlines.values()]
+        return count, (min(deadlines) - self.clock()) if deadlines else math.nan
 
     def readiness(self) -> tuple[bool, dict[str, bool]]:
         """(ready, provider → has polled successfully). Readiness latches per provider: one
@@ -252,6 +247,25 @@ class MetricsObserver(Observer):
             providers = dict(self._polled_ok)
             ready = self._started and not self._stopped and all(providers.values())
         return ready, providers
+
+
+class _NoticeGauges(Collector):
+    """`forewarn_active_notices` and `forewarn_nearest_deadline_seconds` from one read of the
+    observer's state. As two callback gauges, a scrape read them at two moments, and a notice
+    retired in between showed as still active beside a NaN deadline."""
+
+    def __init__(self, observer: MetricsObserver) -> None:
+        self._observer = observer
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        count, nearest = self._observer.active_notices()
+        yield GaugeMetricFamily("forewarn_active_notices", "Notices now active.", value=count)
+        yield GaugeMetricFamily(
+            "forewarn_nearest_deadline_seconds",
+            "Seconds left to the nearest deadline of an active notice, negative when passed; "
+            "NaN when no active notice has a deadline.",
+            value=nearest,
+        )
 
 
 def _version() -> str:

@@ -7,6 +7,7 @@ import math
 import re
 import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -113,9 +114,43 @@ def test_nearest_deadline_is_the_earliest_active_one():
         make_notice(notice_id="b", deadline=NOW + timedelta(seconds=90)), escalated=False
     )
     observer.on_notice(make_notice(notice_id="c", deadline=None), escalated=False)
-    assert observer.seconds_to_nearest_deadline() == 90
+    assert observer.active_notices() == (3, 90)
     observer.on_notice(make_notice("clear", notice_id="b", deadline=None), escalated=False)
-    assert observer.seconds_to_nearest_deadline() == 600
+    assert observer.active_notices() == (2, 600)
+
+
+class _ClearOnFirstUse:
+    """The observer's lock, which lets the event loop retire a notice at the moment a scrape
+    first takes it: between the two gauges' reads when they were read apart."""
+
+    def __init__(self, observer: MetricsObserver) -> None:
+        self.observer = observer
+        self.inner = threading.Lock()
+        self.armed = False
+
+    def __enter__(self) -> None:
+        if self.armed:
+            self.armed = False
+            self.observer.on_notice(make_notice("clear", deadline=None), escalated=False)
+        self.inner.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+
+
+def test_one_scrape_never_shows_a_deadline_without_its_notice_or_the_reverse():
+    """A CI run scraped `forewarn_active_notices` 1 beside a NaN nearest deadline: the notice
+    was retired between the two gauges' reads."""
+    observer = MetricsObserver(clock=lambda: NOW.timestamp())
+    observer.on_notice(make_notice(), escalated=False)
+    lock = _ClearOnFirstUse(observer)
+    observer._lock = lock  # type: ignore[assignment]
+    lock.armed = True
+    found = scrape(observer)
+    assert not lock.armed, "the scrape read the observer's state under its lock"
+    active = value(found, "forewarn_active_notices")
+    nearest = value(found, "forewarn_nearest_deadline_seconds")
+    assert (active, math.isnan(nearest)) == (0, True), (active, nearest)
 
 
 @pytest.mark.parametrize(
@@ -488,5 +523,8 @@ def test_nearest_deadline_goes_negative_then_clears_when_the_notice_expires(tmp_
             return got if math.isnan(value(got, "forewarn_nearest_deadline_seconds")) else None
 
         found = eventually(retired, what="the expired notice to leave the gauge")
-    assert value(found, "forewarn_active_notices") == 0
-    assert value(found, "forewarn_notices_expired_total", provider="local", reason="manual") == 1
+        assert value(found, "forewarn_active_notices") == 0
+        # The expiry is counted before the notice is retired, and a scrape reads the counter
+        # before the gauges: the next scrape has it.
+        later = scrape_url(url)
+    assert value(later, "forewarn_notices_expired_total", provider="local", reason="manual") == 1
