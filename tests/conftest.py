@@ -37,6 +37,7 @@ def _slow_seconds(item: pytest.Item) -> float:
     return float(mark.args[0]) if mark is not None else 0.0
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected: slice what will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Each worker collects the same tests and must order them the same way: the order
     # depends only on the items and the worker count.
