@@ -6,7 +6,6 @@ import json
 import os
 import sys
 import threading
-import time
 
 
 def main() -> int:
@@ -19,9 +18,11 @@ def main() -> int:
         return int(sys.argv[2])
     if mode == "hang":  # until the test kills it
         threading.Event().wait()
-    if mode == "thread":  # a non-daemon thread the interpreter waits for at exit: the 0.3 s
-        # is what it outlives main by, the behaviour under test, not a wait for a condition
-        threading.Thread(target=lambda: (time.sleep(0.3), print("thread done"))).start()
+    if mode == "thread":  # a non-daemon thread the interpreter waits for at exit: it
+        # finishes only once main has (threading's shutdown lets the main thread go first)
+        threading.Thread(
+            target=lambda: (threading.main_thread().join(), print("thread done"))
+        ).start()
     if mode == "noisy":
         sys.stderr.write("x" * 300_000)
     return 0
