@@ -1,10 +1,25 @@
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 from support import forewarn_cmd
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def timeline_events(output: str) -> list[str]:
+    """A drill's timeline as its events alone: no times, steps, durations or notice ids, which
+    change from run to run."""
+    lines = output.split("  time        step  event\n", 1)[1].split("steps lost:", 1)[0]
+    events = []
+    for line in lines.splitlines():
+        event = re.sub(r"^\s*\+\s*[\d.]+s\s+(\d+|-)\s+", "", line)
+        event = re.sub(r"/[0-9a-f]{8}\)", "/ID)", event)
+        events.append(re.sub(r"\d+(\.\d+)?", "N", event))
+    return events
 
 
 def test_drill_local_loses_no_step(tmp_path: Path, env: dict[str, str]) -> None:
@@ -20,6 +35,8 @@ def test_drill_local_loses_no_step(tmp_path: Path, env: dict[str, str]) -> None:
     assert (
         "resumed from step" in done.stdout and "verified (checksums), state matches" in done.stdout
     )
+    # The README shows this run's timeline: it must show the events the drill prints.
+    assert timeline_events(README.read_text()) == timeline_events(done.stdout)
     # Issue 18: a second run in the same directory hung 31 s and failed ("the demo said
     # nothing for 30s"); it must run as the first did.
     again = subprocess.run(
