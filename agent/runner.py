@@ -377,7 +377,11 @@ class Agent:
                 raise
             except Exception as error:
                 problem = f"{type(error).__name__}: {error}"
-                self.watchers.pop(name, None)
+                # A watcher that crashed still holds its HTTP client or IMAP session: a
+                # watcher that fails for weeks would otherwise leak one per restart.
+                crashed = self.watchers.pop(name, None)
+                if crashed is not None:
+                    await self._close(crashed)
             if loop.time() - started > 60:
                 backoff.reset()
             delay = backoff.next()

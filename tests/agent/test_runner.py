@@ -10,6 +10,7 @@ from forewarn.agent.config import load_settings
 from forewarn.agent.protocol import Report
 from forewarn.agent.runner import Agent
 from forewarn.providers import Emit, PollHealth
+from support import eventually_async
 
 
 class Crashing:
@@ -63,3 +64,43 @@ async def test_a_crashing_watcher_is_retried_with_backoff_and_others_keep_going(
     assert 2 <= Crashing.runs <= 4, "retried, with backoff between tries"
     assert bad.errors_by_kind["watcher-failed"] == Crashing.runs
     assert good.errors == 0
+
+
+class CrashingWithClient:
+    """A watcher that holds a resource (an HTTP client, an IMAP session) and then crashes."""
+
+    name: ClassVar[str] = "holding"
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def detect(self) -> bool:
+        return True
+
+    async def watch(self, emit: Emit) -> None:
+        raise RuntimeError("endpoint exploded")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_crashed_watcher_is_closed_before_it_is_rebuilt(tmp_path: Path) -> None:
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    built = [CrashingWithClient()]
+    agent.watchers = {"holding": built[0]}  # type: ignore[dict-item]
+
+    def build(name: str, health: PollHealth) -> CrashingWithClient:
+        built.append(CrashingWithClient())
+        return built[-1]
+
+    agent._build = build  # type: ignore[method-assign,assignment]
+    task = asyncio.create_task(agent._supervise("holding", PollHealth("holding")))
+    try:
+        await eventually_async(lambda: len(built) >= 2, what="the watcher rebuilt")
+        assert built[0].closed, "the crashed watcher's resources were closed"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
