@@ -164,7 +164,10 @@ class CheckpointGuard:
         self._previous_handlers: dict[int, Any] = {}
         if handle_signals and threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
-                self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
+                previous = signal.signal(signum, self._on_signal)
+                # None: a handler installed outside Python, which Python cannot put back;
+                # handing None to signal.signal() raises, so the default stands in for it.
+                self._previous_handlers[signum] = signal.SIG_DFL if previous is None else previous
 
         # With torch.distributed initialised (agree=None means: whenever it is), decisions go
         # through an all-reduce every `agree_every` steps so all ranks save at the same step.
