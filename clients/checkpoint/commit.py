@@ -3,18 +3,20 @@
 Rank 0 collects every rank's part-manifest, then writes `MANIFEST.json`, the `COMMIT` marker
 naming the manifest's checksum, and the `LATEST` hint, in that order. The parts travel
 through torch.distributed collectives when a process group is initialised, else through the
-store itself (rank 0 polls for the parts, the others for the marker).
+store itself (rank 0 publishes a fresh token and polls for the parts that carry it, the
+others copy the token into their parts and poll for the marker).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
 from .backend import Backend
-from .errors import CommitError, CorruptGenerationError
+from .errors import CommitError, CommitTimeout, CorruptGenerationError
 from .hashing import new_hash
 from .manifest import (
     COMMIT,
@@ -97,29 +99,12 @@ class CommitProtocol:
         self.backend.make_durable(request.name)
         if ranks.world_size == 1:
             return self._finish(request, [request.part])
-        self.backend.put_small(f"{request.name}/{part_name(ranks.rank)}", request.part.encode())
         if ranks.dist is not None:
+            self.backend.put_small(f"{request.name}/{part_name(ranks.rank)}", request.part.encode())
             return self._commit_collective(request)
         if ranks.rank == 0:
-            parts = poll(
-                lambda: self._collect_parts(request),
-                timeout=self.timeout,
-                interval=self.poll_interval,
-                what=f"every rank's part of {request.name}",
-            )
-            try:
-                return self._finish(request, parts)
-            except Exception as exc:
-                part = request.part
-                failed = Part(part.step, 0, ranks.world_size, part.files, part.attempt, str(exc))
-                self.backend.put_small(f"{request.name}/{part_name(0)}", failed.encode())
-                raise
-        poll(
-            lambda: self._committed_or_failed(request),
-            timeout=self.timeout,
-            interval=self.poll_interval,
-            what=f"rank 0 to commit {request.name}",
-        )
+            return self._lead(request)
+        self._follow(request)
         return self._load(request.step)
 
     def abort(self, request: CommitRequest) -> None:
@@ -136,7 +121,77 @@ class CommitProtocol:
             else:
                 ranks.broadcast_from_zero(None)
             return
-        self.backend.put_small(f"{request.name}/{part_name(ranks.rank)}", request.part.encode())
+        # Through the store, too, the failure is handed in as this commit's part (a part of
+        # no commit would be ignored): the others then fail at once instead of timing out.
+        # Raising here would hide the exception that made this rank abort.
+        try:
+            if ranks.rank == 0:
+                self._lead(request)
+            else:
+                self._follow(request)
+        except CommitTimeout as exc:
+            log.warning("forewarn: checkpoint %s aborted: %s", request.name, exc)
+        except CommitError:
+            pass
+
+    def _lead(self, request: CommitRequest) -> Manifest:
+        """Rank 0 through the store: publish a fresh token in its part, wait until every other
+        rank's part carries it, then commit, or record why not in its part.
+
+        The token is what proves a part is this job's: a rank writes it only after reading it,
+        so a part left by a job that died (whose restart count, step and rank may all be the
+        same as this one's) never enters the commit."""
+        own = replace(request.part, token=uuid.uuid4().hex)
+        key = f"{request.name}/{part_name(0)}"
+        # Published without this rank's error: the others take a token only from a part that
+        # names none (a failed part of a dead job must not end their save), and learn of the
+        # failure once their own parts carry the token.
+        self.backend.put_small(key, replace(own, error=None).encode())
+        try:
+            others = poll(
+                lambda: self._collect_parts(request, own.token),
+                timeout=self.timeout,
+                interval=self.poll_interval,
+                what=f"every rank's part of {request.name}",
+            )
+            return self._finish(request, [own, *others])
+        except Exception as exc:
+            self.backend.put_small(key, replace(own, error=str(exc)).encode())
+            raise
+
+    def _follow(self, request: CommitRequest) -> None:
+        """A rank other than 0 through the store: write this rank's part with rank 0's
+        current token (again whenever rank 0 publishes a new one), until rank 0 commits or
+        says why not under the token this rank's part carries."""
+        key = f"{request.name}/{part_name(request.ranks.rank)}"
+        carried: list[str | None] = [None]
+
+        def check() -> bool | None:
+            if self.backend.get_small(f"{request.name}/{COMMIT}") is not None:
+                return True
+            raw = self.backend.get_small(f"{request.name}/{part_name(0)}")
+            if raw is None:
+                return None
+            try:
+                zero = Part.decode(raw)
+            except ValueError:
+                return None  # a part-manifest is put atomically; bad JSON is someone else's
+            if zero.token is None:
+                return None
+            if zero.error is None:
+                if zero.token != carried[0]:
+                    self.backend.put_small(key, replace(request.part, token=zero.token).encode())
+                    carried[0] = zero.token
+            elif zero.token == carried[0]:
+                raise CommitError(f"rank 0 did not commit {request.name}: {zero.error}")
+            return None
+
+        poll(
+            check,
+            timeout=self.timeout,
+            interval=self.poll_interval,
+            what=f"rank 0 to commit {request.name}",
+        )
 
     def _commit_collective(self, request: CommitRequest) -> Manifest:
         ranks = request.ranks
@@ -161,13 +216,14 @@ class CommitProtocol:
             raise CorruptGenerationError(generation_name(step), problems)
         return manifest
 
-    def _collect_parts(self, request: CommitRequest) -> list[Part] | None:
-        # One listing per poll; the parts are read only once all of them are there.
+    def _collect_parts(self, request: CommitRequest, token: str | None) -> list[Part] | None:
+        # One listing per poll; the parts are read only once all of them are there, and
+        # count only once they carry this commit's token (rank 0's own part is not read).
         world = request.ranks.world_size
         if len(self.backend.list_sizes(f"{request.name}/{PARTS}")) < world:
             return None
         parts: list[Part] = []
-        for rank in range(world):
+        for rank in range(1, world):
             raw = self.backend.get_small(f"{request.name}/{part_name(rank)}")
             if raw is None:
                 return None
@@ -175,25 +231,13 @@ class CommitProtocol:
                 part = Part.decode(raw)
             except ValueError:
                 return None  # a part-manifest is put atomically; bad JSON is someone else's
-            if part.attempt != request.attempt and rank != request.ranks.rank:
+            if part.token != token:
                 return None
+            parts.append(part)
+        for rank, part in enumerate(parts, start=1):
             if part.error is not None:
                 raise CommitError(f"rank {rank} failed to write {request.name}: {part.error}")
-            parts.append(part)
         return parts
-
-    def _committed_or_failed(self, request: CommitRequest) -> bool | None:
-        if self.backend.get_small(f"{request.name}/{COMMIT}") is not None:
-            return True
-        raw = self.backend.get_small(f"{request.name}/{part_name(0)}")
-        if raw is not None:
-            try:
-                zero = Part.decode(raw)
-            except ValueError:
-                return None
-            if zero.error is not None and zero.attempt == request.attempt:
-                raise CommitError(f"rank 0 did not commit {request.name}: {zero.error}")
-        return None
 
     def _finish(self, request: CommitRequest, parts: list[Part]) -> Manifest:
         """Rank 0: check the parts, write the manifest, the marker, then the hint."""

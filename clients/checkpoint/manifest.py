@@ -170,6 +170,9 @@ class Part:
     files: tuple[FileEntry, ...]
     attempt: str | None = None
     error: str | None = None
+    # Ranks meeting through the store: rank 0's fresh random token for this commit, which the
+    # other ranks copy into their parts once they have read it (see commit.py).
+    token: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -179,6 +182,7 @@ class Part:
             "world_size": self.world_size,
             "attempt": self.attempt,
             "error": self.error,
+            "token": self.token,
             "files": [entry.to_json() for entry in self.files],
         }
 
@@ -192,7 +196,7 @@ class Part:
         files = data.get("files")
         if not isinstance(files, list):
             raise ValueError("part-manifest has no file list")
-        attempt, error = data.get("attempt"), data.get("error")
+        attempt, error, token = data.get("attempt"), data.get("error"), data.get("token")
         return cls(
             step=_int_field(data, "step"),
             rank=_int_field(data, "rank"),
@@ -200,6 +204,7 @@ class Part:
             files=tuple(FileEntry.from_json(entry) for entry in files),
             attempt=attempt if isinstance(attempt, str) else None,
             error=error if isinstance(error, str) else None,
+            token=token if isinstance(token, str) else None,
         )
 
     @classmethod

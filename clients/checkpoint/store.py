@@ -146,8 +146,9 @@ class CheckpointStore:
 
         Multi-rank: each rank calls this with the same step (rank and world size come from
         torch.distributed when initialised, else RANK/WORLD_SIZE, else the arguments), writes
-        its own files, and rank 0 commits once every rank's part is in. `attempt` tells apart
-        parts of a retried save of the same step when ranks meet through the store (default:
+        its own files, and rank 0 commits once every rank's part is in (through the store, only
+        parts that carry the token rank 0 published for this commit: a part a dead job left
+        never enters it). `attempt` is recorded in each part (default:
         TORCHELASTIC_RESTART_COUNT).
         """
         name = generation_name(step)

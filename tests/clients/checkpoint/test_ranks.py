@@ -16,9 +16,9 @@ from forewarn.clients.checkpoint import (
     CommitTimeout,
     GenerationWriter,
 )
-from forewarn.clients.checkpoint.testing import free_port
+from forewarn.clients.checkpoint.testing import DelegatingBackend, free_port
 from forked_ranks import RankLauncher
-from support import requires
+from support import eventually, requires
 
 WORKER = Path(__file__).with_name("rank_worker.py")
 
@@ -153,3 +153,113 @@ def test_a_missing_rank_times_out(tmp_path: Path) -> None:
     rank_thread(url, 1, 6, results, timeout=0.5).join(30)
     assert isinstance(results[1], CommitTimeout)
     assert CheckpointStore(url).latest() is None
+
+
+class Watched(DelegatingBackend):
+    """Counts the reads of each key: the test knows when a rank has looked at a part."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.reads: dict[str, int] = {}
+
+    def get_small(self, key: str) -> bytes | None:
+        self.reads[key] = self.reads.get(key, 0) + 1
+        return super().get_small(key)
+
+
+def save_thread(store: CheckpointStore, rank: int, results: dict[int, Any]) -> threading.Thread:
+    """Rank `rank` of a 2-rank job saving step 100 (attempt "0") through the store."""
+
+    def run() -> None:
+        try:
+            with store.save(100, rank=rank, world_size=2, attempt="0") as gen:
+                gen.write_bytes(f"shard-{rank}.bin", f"new{rank}".encode() * 10)
+            results[rank] = gen.committed
+        except Exception as exc:
+            results[rank] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def check_new_job_committed(url: str, results: dict[int, Any]) -> None:
+    assert results[0].step == 100 and results[1].step == 100, results
+    latest = CheckpointStore(url).latest(verify="checksums")
+    assert latest is not None and latest.step == 100
+    assert {name: latest.read_bytes(name) for name in latest.files} == {
+        "shard-0.bin": b"new0" * 10,
+        "shard-1.bin": b"new1" * 10,
+    }
+
+
+STEP_100 = "step-000000000100"
+
+
+class Reclaimed(DelegatingBackend):
+    """The machine goes away as rank 0 writes the manifest: nothing past the parts lands."""
+
+    def put_small(self, key: str, data: bytes) -> None:
+        if key.endswith("MANIFEST.json"):
+            raise OSError("machine reclaimed")
+        super().put_small(key, data)
+
+
+def dead_job(url: str) -> None:
+    """Job 1 got as far as both parts of step 100 (attempt "0", the OLD bytes on rank 1)."""
+    results: dict[int, Any] = {}
+    stores = [
+        CheckpointStore(backend=Reclaimed(CheckpointStore(url).backend), poll_interval=0.02),
+        CheckpointStore(url, poll_interval=0.02),
+    ]
+
+    def run(rank: int) -> None:
+        try:
+            with stores[rank].save(100, rank=rank, world_size=2, attempt="0") as gen:
+                gen.write_bytes(f"shard-{rank}.bin", b"OLD" * 10)
+        except Exception as exc:
+            results[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(rank,), daemon=True) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert isinstance(results[0], OSError) and isinstance(results[1], CommitError), results
+    assert {"parts/rank-00000.json", "parts/rank-00001.json"} <= set(
+        CheckpointStore(url).backend.list_sizes(STEP_100)
+    )
+
+
+def test_a_dead_jobs_part_never_enters_a_commit(tmp_path: Path) -> None:
+    """Job 1 died at step 100 with both ranks' parts written. Job 2 (no torchrun, or
+    torchrun's restart count back at 0 on a fresh machine: the same attempt) reaches step 100
+    again, rank 0 first: it must wait for job 2's rank 1, not commit job 1's shard beside its
+    own (which then made job 2's rank 1 fail with GenerationExistsError)."""
+    url = str(tmp_path / "store")
+    dead_job(url)
+    watched = Watched(CheckpointStore(url).backend)
+    stale = f"{STEP_100}/parts/rank-00001.json"
+    results: dict[int, Any] = {}
+    zero = save_thread(CheckpointStore(backend=watched, poll_interval=0.02), 0, results)
+    eventually(lambda: watched.reads.get(stale, 0) >= 1, what="rank 0 reading the stale part")
+    one = save_thread(CheckpointStore(url, poll_interval=0.02), 1, results)
+    zero.join(30)
+    one.join(30)
+    check_new_job_committed(url, results)
+
+
+def test_a_dead_jobs_failed_commit_does_not_fail_the_next_jobs_save(tmp_path: Path) -> None:
+    """The same dead job, and job 2's rank 1 reaches step 100 first: job 1's rank 0 recorded
+    its failure in its part, and that failure is not job 2's."""
+    url = str(tmp_path / "store")
+    dead_job(url)
+    watched = Watched(CheckpointStore(url).backend)
+    zero_part = f"{STEP_100}/parts/rank-00000.json"
+    results: dict[int, Any] = {}
+    one = save_thread(CheckpointStore(backend=watched, poll_interval=0.02), 1, results)
+    eventually(lambda: watched.reads.get(zero_part, 0) >= 1, what="rank 1 reading rank 0's part")
+    zero = save_thread(CheckpointStore(url, poll_interval=0.02), 0, results)
+    zero.join(30)
+    one.join(30)
+    check_new_job_committed(url, results)
