@@ -496,6 +496,9 @@ class CheckpointGuard:
 
                 self._failure = BackgroundSaveError(timing.step, error)
                 self._pending.setdefault("retry", None)
+                # The notices it answered are still owed a save: the retry acks them once it
+                # is durable (the agent releases a drain only on a "saved" ack).
+                self._notice_ids.update(owed)
                 self._wake = True
             else:
                 self.durable_step = max(self.durable_step or 0, timing.step)

@@ -453,3 +453,49 @@ def test_a_terminate_during_an_upload_waits_when_the_deadline_allows_and_acks_wh
     last = by_step[21]
     assert last["notice_id"] == raised["notice"]["id"] and last["choice"] == "waited"
     assert "fit in" in last["note"], json.dumps(last)
+
+
+def test_a_drain_whose_background_save_failed_is_acked_saved_by_the_retry(
+    tmp_path: Any,
+) -> None:
+    """A real agent with its local provider: the flag file raises a drain, the background
+    save for it fails, and the retry that the failure asks for answers the drain too: the
+    agent hears "saved" for it and removes the flag file (it was acked only "failed")."""
+    from pathlib import Path
+
+    from forewarn.agent.telemetry import FILE_NAME, read_records
+    from support import AgentProcess, agent_env
+
+    env = agent_env(tmp_path)
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    with AgentProcess(tmp_path, env=env) as agent:
+        guard = background_guard(
+            store, notices=True, events=agent.events, control=agent.control_endpoint
+        )
+        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: guard.due(1), what="the drain")
+        backend.fail = True
+        first = guard.save_state(1, state(1))
+        assert first.reasons == ("drain",) and len(first.notices) == 1
+        guard.saver.wait()
+        backend.fail = False
+        with pytest.raises(BackgroundSaveError):
+            guard.due(2)
+        assert guard.due(2), "a failed save asks for another one"
+        retried = guard.save_state(2, state(2))
+        assert retried.reasons == ("retry",) and retried.notices == first.notices
+        assert guard.saver.wait() is not None
+        eventually(lambda: not flag.exists(), what="the agent to remove the flag file")
+        guard.close()
+        path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
+
+        def acks() -> list[tuple[Any, ...]]:
+            found = [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
+            return [(r["notice_id"], r["step"], r["outcome"]) for r in found]
+
+        drain = first.notices[0]
+        eventually(lambda: len(acks()) >= 2, what="two acks in the telemetry")
+    assert acks() == [(drain, 1, "failed"), (drain, 2, "saved")]
