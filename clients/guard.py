@@ -141,6 +141,9 @@ class CheckpointGuard:
         self._undecided: dict[str, tuple[Event, float]] = {}
         self._eval_calls = 0
         self._due_calls = 0
+        # With rank agreement: the save the ranks last agreed on (step, exit, and the reasons
+        # and notices pending then), which `_record` answers with the agreed exit.
+        self._agreed: tuple[int, bool, frozenset[str], frozenset[str]] | None = None
 
         if flag_file == "default":
             self.flag_file: Path | None = runtime_dir() / FLAG_NAME
@@ -210,13 +213,22 @@ class CheckpointGuard:
         return False
 
     def _due_ranked(self, step: int) -> bool:
-        """`due` across ranks: periodic steps agree by themselves (same step counter); the
-        rest is decided together every `agree_every` steps, and at the first two checks."""
+        """`due` across ranks: periodic steps are due on every rank by themselves (same step
+        counter), and there the ranks agree on exit; the rest is decided together every
+        `agree_every` steps, and at the first two checks."""
+        assert self.agreement is not None
         if step >= self._next_step:
+            # Every rank saves here: one rank exiting alone would leave the others in their
+            # next collective without it (gloo fails, NCCL hangs).
+            _, exit_now = self.agreement.decide(True, self._exit)
+            with self._lock:
+                if exit_now and not self._exit:
+                    self._pending.setdefault("peer", None)  # another rank asked to exit
+                    self._exit = True
+                self._agree_on(step, exit_now)
             if self._due_since is None:
                 self._due_since = time.monotonic()
             return True
-        assert self.agreement is not None
         self._due_calls += 1
         # The first two checks (right after the resume and after the first step) always
         # agree, so a notice during a long first step is answered when that step ends.
@@ -231,9 +243,14 @@ class CheckpointGuard:
             if exit_now:
                 self._exit = True
             self._wake = True
+            self._agree_on(step, exit_now)
         if self._due_since is None:
             self._due_since = time.monotonic()
         return True
+
+    def _agree_on(self, step: int, exit_now: bool) -> None:
+        # Under the lock: what the save every rank agreed on at `step` answers.
+        self._agreed = (step, exit_now, frozenset(self._pending), frozenset(self._notice_ids))
 
     def due_in_eval(self, step: int) -> bool:
         """Whether to save now, asked from inside an evaluation, validation or prediction loop
@@ -261,6 +278,7 @@ class CheckpointGuard:
                 self._pending.setdefault("peer", None)
             self._exit = True
             self._wake = True
+            self._agree_on(step, True)
         if self._due_since is None:
             self._due_since = time.monotonic()
         return True
@@ -293,16 +311,26 @@ class CheckpointGuard:
         False: a background save, durable (and counted as the slowest flush) once committed."""
         now = time.monotonic()
         with self._lock:
-            reasons = dict(self._pending)
-            self._pending.clear()
-            notice_ids = tuple(sorted(self._notice_ids))
-            self._notice_ids.clear()
+            agreed, self._agreed = self._agreed, None
+            exit_now = self._exit
+            later: dict[str, str | None] = {}
+            later_ids: set[str] = set()
+            if agreed is not None and agreed[0] == step and exit_now and not agreed[1]:
+                # An exit asked for after the ranks agreed on this save: the other ranks go
+                # on, so this one does too, and the exit (with what asked for it) waits for
+                # the next agreement.
+                exit_now = False
+                later = {k: v for k, v in self._pending.items() if k not in agreed[2]}
+                later_ids = self._notice_ids - agreed[3]
+            reasons = {k: v for k, v in self._pending.items() if k not in later}
+            self._pending = later
+            notice_ids = tuple(sorted(self._notice_ids - later_ids))
+            self._notice_ids = later_ids
             self._handled.update(notice_ids)
             events = [
                 self._events.pop(notice_id) for notice_id in notice_ids if notice_id in self._events
             ]
-            self._wake = False
-            exit_now = self._exit
+            self._wake = self._exit and not exit_now
         if step >= self._next_step:
             reasons.setdefault("periodic", None)
         if seconds is not None and durable:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from forewarn.clients import CheckpointGuard
 from forewarn.clients.adaptive import AdaptiveInterval
+from forewarn.clients.agreement import RankAgreement
 from support import eventually
 
 
@@ -145,3 +146,35 @@ def test_a_synchronous_save_state_hashes_the_cpu_tensors_in_place(
     assert stable_bytes == 256 * 1024 * 4  # "b" is too small to look up: copied
     restored = load_state(store.get(3, verify="checksums"))
     assert torch.equal(restored["model"]["w"], state["model"]["w"]) and restored["step"] == 3
+
+
+class PeerAgreement(RankAgreement):
+    """This rank's side of a 2-rank agreement whose other rank never asks for anything: the
+    all-reduce (MAX) is this rank's own flags. Records every decision taken."""
+
+    def __init__(self, every: int) -> None:  # no torch.distributed: nothing to reduce over
+        self.every = every
+        self.decisions: list[tuple[bool, bool]] = []
+
+    def decide(self, save: bool, exit: bool) -> tuple[bool, bool]:
+        self.decisions.append((save, exit))
+        return save, exit
+
+
+def test_with_ranks_a_save_answers_the_exit_the_ranks_agreed_on() -> None:
+    """A terminate that reaches one rank while the ranks are saving at a step they agreed on
+    (here a periodic one) does not make that rank alone exit after the save: the others were
+    told to go on. It is agreed on at the next agreement, where every rank saves and exits."""
+    agreement = PeerAgreement(every=8)
+    guard = quiet_guard(every_steps=10, agree=agreement)
+    assert [step for step in range(1, 10) if guard.due(step)] == []
+    assert guard.due(10)
+    assert agreement.decisions[-1] == (True, False), "a periodic step agrees on exit too"
+    guard.request("terminate", exit=True)  # arrives during the save of step 10
+    first = guard.saved(10)
+    assert not first.exit and first.reasons == ("periodic",)
+    assert guard.should_exit
+    assert [step for step in range(11, 17) if guard.due(step)] == [16]
+    final = guard.saved(16)
+    assert final.exit and final.reasons == ("terminate",)
+    guard.close()

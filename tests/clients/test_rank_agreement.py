@@ -84,3 +84,36 @@ def test_every_rank_saves_at_the_same_step_and_exits(
                 proc.kill()
         for agent in agents:
             agent.stop()
+
+
+def test_an_exit_asked_for_just_before_a_periodic_save_ends_every_rank(
+    tmp_path: Path, rank_launcher: RankLauncher
+) -> None:
+    """Rank 0 is asked to exit after step 9; step 10 is a periodic save (every 10 steps),
+    due on every rank without the every-8-steps agreement. The ranks agree on exit there
+    too: rank 1 exits with rank 0 instead of going on into a collective that rank 0 left
+    (gloo fails, NCCL hangs). No agent runs."""
+    port = free_port()
+    ranks: list[RankProcess] = []
+    try:
+        for rank in range(2):
+            env = agent_env(tmp_path)
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE="2",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                AGREE_EVERY="8",
+                EVERY_STEPS="10",
+                EXIT_AT="0:9",
+            )
+            ranks.append(rank_launcher.start(SCRIPT, [], env, stderr=False))
+        saves = [read_saves(proc, 1)[0] for proc in ranks]
+        assert [(save["step"], save["exit"]) for save in saves] == [(10, True), (10, True)], saves
+        assert "peer" in saves[1]["reasons"] and "manual" in saves[0]["reasons"], saves
+        for proc in ranks:
+            assert proc.wait(timeout=30) == 0
+    finally:
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()
