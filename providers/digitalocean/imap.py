@@ -17,6 +17,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -158,16 +159,63 @@ class _Buffered:
         return bool(readable)
 
 
-class _Plain(_Buffered, imaplib.IMAP4):
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+class _Dialing(_Buffered):
+    """Connects as `socket.create_connection` does, but hands each socket to `_watch`
+    before connecting it: imaplib connects and reads the greeting (and IMAP4_SSL shakes
+    hands) inside its constructor, before the session holds the connection, and only a
+    socket the session holds can be shut down by `abort` from another thread."""
+
+    _watch: Callable[[socket.socket], None]
+
+    def _dial(self, host: str, port: int, timeout: float | None) -> socket.socket:
+        failure: OSError | None = None
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            host or None, port, 0, socket.SOCK_STREAM
+        ):
+            sock = socket.socket(family, kind, proto)
+            try:
+                self._watch(sock)
+                sock.settimeout(timeout)
+                sock.connect(address)
+                return sock
+            except OSError as error:
+                sock.close()
+                failure = error
+        raise failure or OSError(f"{host}: no address to connect to")
+
+
+class _Plain(_Dialing, imaplib.IMAP4):
+    def __init__(
+        self, host: str, port: int, timeout: float, watch: Callable[[socket.socket], None]
+    ) -> None:
         self._rbuf = bytearray()
+        self._watch = watch
         super().__init__(host, port, timeout=timeout)
 
+    def _create_socket(self, timeout: float | None = None) -> socket.socket:
+        return self._dial(self.host, self.port, timeout)
 
-class _Tls(_Buffered, imaplib.IMAP4_SSL):
-    def __init__(self, host: str, port: int, context: ssl.SSLContext, timeout: float) -> None:
+
+class _Tls(_Dialing, imaplib.IMAP4_SSL):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        context: ssl.SSLContext,
+        timeout: float,
+        watch: Callable[[socket.socket], None],
+    ) -> None:
         self._rbuf = bytearray()
+        self._watch = watch
         super().__init__(host, port, ssl_context=context, timeout=timeout)
+
+    def _create_socket(self, timeout: float | None = None) -> ssl.SSLSocket:
+        sock = self._dial(self.host, self.port, timeout)
+        try:
+            return self.ssl_context.wrap_socket(sock, server_hostname=self.host)
+        except BaseException:
+            sock.close()
+            raise
 
 
 _Connection = _Plain | _Tls
@@ -216,6 +264,10 @@ class MailboxSession:
         self.capabilities: frozenset[str] = frozenset()
         self.idling = False  # in IDLE, with everything before it read
         self._aborted = False
+        # A duplicate of the connection's socket from before it connects: `abort` shuts the
+        # connection down through it at any stage (connect, greeting, TLS, STARTTLS, IDLE).
+        self._handle: socket.socket | None = None
+        self._lock = threading.Lock()
         self._tags = 0
 
     def __repr__(self) -> str:
@@ -236,9 +288,9 @@ class MailboxSession:
         where = f"{self.host}:{self.port}"
         try:
             if self.tls == "tls":
-                self.conn = _Tls(self.host, self.port, self._context(), self.timeout)
+                self.conn = _Tls(self.host, self.port, self._context(), self.timeout, self._watch)
             else:
-                self.conn = _Plain(self.host, self.port, self.timeout)
+                self.conn = _Plain(self.host, self.port, self.timeout, self._watch)
                 if self.tls == "starttls":
                     if "STARTTLS" not in self.conn.capabilities:
                         raise TlsFailure(f"IMAP server {where} does not offer STARTTLS")
@@ -385,16 +437,28 @@ class MailboxSession:
         finally:
             self.idling = False
 
+    def _watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self._aborted:
+                raise OSError("the session was aborted")
+            # A later socket replaces one whose connect failed.
+            old, self._handle = self._handle, sock.dup()
+        if old is not None:
+            old.close()
+
     def abort(self) -> None:
-        """End the connection at once (from any thread): a blocked read returns."""
-        self._aborted = True
-        conn, self.conn = self.conn, None
-        if conn is None:
-            return
-        with contextlib.suppress(OSError):
-            socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            conn.sock.close()
+        """End the connection at once (from any thread): a blocked connect or read returns."""
+        with self._lock:
+            self._aborted = True
+            conn, self.conn = self.conn, None
+            handle, self._handle = self._handle, None
+        if handle is not None:
+            with contextlib.suppress(OSError):
+                handle.shutdown(socket.SHUT_RDWR)
+            handle.close()
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.close()
 
     def close(self) -> None:
         """Log out politely, then close."""

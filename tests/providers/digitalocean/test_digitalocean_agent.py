@@ -3,6 +3,10 @@ and `forewarn drill digitalocean` against a real Dovecot."""
 
 from __future__ import annotations
 
+import select
+import signal
+import socket
+import subprocess
 import time
 from datetime import timedelta
 from email.message import EmailMessage
@@ -12,7 +16,7 @@ from typing import Any
 
 from forewarn.agent.protocol import parse_time, utcnow
 from forewarn.testing.dovecot import Dovecot, MailUser
-from support import DEAD_LOOPBACK, AgentProcess, agent_env, run_forewarn
+from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_forewarn
 
 DROPLET_ID = "515151515"
 
@@ -145,3 +149,45 @@ def test_drill_refuses_a_mail_the_agent_would_ignore(
     no_mailbox = agent_env(tmp_path, FOREWARN_DIGITALOCEAN_URL=f"http://{DEAD_LOOPBACK}")
     result = run_forewarn("drill", "digitalocean", "--yes", env=no_mailbox)
     assert result.returncode == 2 and "no mailbox configured" in result.stderr
+
+
+def test_sigterm_stops_the_agent_while_the_imap_server_has_not_greeted_yet(
+    tmp_path: Path,
+) -> None:
+    # A server that takes the TCP connection and never says a word (overloaded, or a
+    # firewall's half-open answer). The connection waits in the listen backlog, where the
+    # listener turns readable.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        credentials = tmp_path / "imap.env"
+        credentials.write_text("FOREWARN_IMAP_USER=u\nFOREWARN_IMAP_PASSWORD=p\n")
+        credentials.chmod(0o600)
+        env = agent_env(
+            tmp_path,
+            FOREWARN_DIGITALOCEAN_URL=f"http://{DEAD_LOOPBACK}",
+            FOREWARN_DIGITALOCEAN_DROPLET_ID=DROPLET_ID,
+            FOREWARN_DIGITALOCEAN_IMAP_HOST="127.0.0.1",
+            FOREWARN_DIGITALOCEAN_IMAP_PORT=str(silent.getsockname()[1]),
+            FOREWARN_DIGITALOCEAN_IMAP_TLS="none",
+            FOREWARN_DIGITALOCEAN_IMAP_TIMEOUT="300",
+            FOREWARN_DIGITALOCEAN_CREDENTIALS_FILE=str(credentials),
+        )
+        with AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent:
+            eventually(
+                lambda: select.select([silent], [], [], 0)[0],
+                timeout=15,
+                what="the watcher connecting to the IMAP server",
+            )
+            assert agent.proc is not None
+            agent.proc.send_signal(signal.SIGTERM)
+            stopping = time.monotonic()
+            try:
+                code = agent.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(
+                    "no exit within 10 s of SIGTERM: the stop waited on the IMAP greeting "
+                    "(imap_timeout 300 s)"
+                ) from None
+            took = time.monotonic() - stopping
+        assert code == 0, agent.output()
+        assert "stopped" in agent.output()
+        assert took < 1.0, f"exit {took:.1f}s after SIGTERM"  # README: within a second
