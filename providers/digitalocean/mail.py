@@ -195,17 +195,19 @@ def _written_time(match: re.Match[str]) -> datetime | None:
             return None
         hour = hour % 12 + (12 if ampm == "pm" else 0)
     zone = parts["zone"].upper()
-    if zone in ("UTC", "GMT", "Z"):
-        tz = timezone.utc
-    else:
-        digits = zone[1:].replace(":", "")
-        offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
-        tz = timezone(offset if zone[0] == "+" else -offset)
     try:
+        if zone in ("UTC", "GMT", "Z"):
+            tz = timezone.utc
+        else:
+            digits = zone[1:].replace(":", "")
+            offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+            tz = timezone(offset if zone[0] == "+" else -offset)
         moment = datetime(int(parts["y"]), month, int(parts["d"]), hour, minute, second, 0, tz)
-    except ValueError:  # 31 February, 25:00 ...
+        return moment.astimezone(timezone.utc)
+    # 31 February, 25:00, an offset of +99:00; OverflowError: in UTC it falls before the
+    # year 1 or after 9999.
+    except (ValueError, OverflowError):
         return None
-    return moment.astimezone(timezone.utc)
 
 
 def _candidates(text: str, sent: datetime | None) -> Iterator[tuple[int, int, datetime, str]]:
@@ -218,7 +220,11 @@ def _candidates(text: str, sent: datetime | None) -> Iterator[tuple[int, int, da
         for match in _RELATIVE.finditer(text):
             unit = match.group("unit").lower()
             hours = float(match.group("n")) * (1.0 if unit.startswith("h") else 1 / 60)
-            yield match.start(), -len(match.group(0)), sent + timedelta(hours=hours), match.group(0)
+            try:
+                moment = sent + timedelta(hours=hours)
+            except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too
+                continue
+            yield match.start(), -len(match.group(0)), moment, match.group(0)
 
 
 def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | None:
@@ -231,11 +237,21 @@ def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | No
     Date, `in about 2 hours` / `within 90 minutes`. A time more than 10 minutes before the
     mail was sent, or more than 30 days after, is not the deadline and is passed over.
     """
+    earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None
+    latest = _shifted(sent, _FUTURE_LIMIT) if sent is not None else None
     for _start, _length, moment, words in sorted(_candidates(text, sent), key=lambda c: c[:2]):
-        if sent is not None and not (sent - _PAST_SLACK <= moment <= sent + _FUTURE_LIMIT):
+        if (earliest is not None and moment < earliest) or (latest is not None and moment > latest):
             continue
         return moment, words
     return None
+
+
+def _shifted(moment: datetime, delta: timedelta) -> datetime | None:
+    """`moment + delta`, or None (no bound) when that is before the year 1 or after 9999."""
+    try:
+        return moment + delta
+    except OverflowError:
+        return None
 
 
 def _names_droplet(text: str, rules: MatchRules) -> str | None:
@@ -279,7 +295,10 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         deadline, words = found
         source = f"text: {words.strip()}"
     else:
-        deadline = (sent or now) + rules.lead
+        after_lead = _shifted(sent or now, rules.lead)
+        if after_lead is None:
+            raise ParseError(f"Date {format_time(sent or now)} plus lead is after the year 9999")
+        deadline = after_lead
         source = "date+lead" if sent is not None else "received+lead"
     detail: dict[str, Any] = {
         "from": mail.sender,

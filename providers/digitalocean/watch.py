@@ -154,6 +154,16 @@ class DigitalOceanWatcher:
             return reclaim_verdict(raw, rules, key, utcnow())
         except ParseError as error:
             return Verdict(None, str(error))
+        except Exception as error:
+            # A parser bug. Raised on, it would stop the watcher on this mail again after
+            # every restart (its UID is never marked handled), and no later mail would be read.
+            log.error(
+                "digitalocean: mail UID %d cannot be judged (%s: %s); passed over",
+                uid,
+                type(error).__name__,
+                error,
+            )
+            return Verdict(None, f"cannot be judged: {type(error).__name__}: {error}")
 
     async def watch(self, emit: Emit) -> None:
         s = self.settings

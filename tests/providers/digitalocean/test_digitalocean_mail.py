@@ -15,6 +15,8 @@ from forewarn.providers.digitalocean.mail import (
     reclaim_verdict,
 )
 from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
 NOW = SENT + timedelta(minutes=1)
@@ -185,3 +187,87 @@ def test_unreadable_input_is_a_parse_error() -> None:
 def test_rules_need_a_droplet() -> None:
     with pytest.raises(ValueError, match="droplet id or name"):
         rules(droplet_id=None, droplet_name=None)
+
+
+def test_a_time_beyond_what_a_datetime_holds_is_passed_over() -> None:
+    # "in 30000000000 hours" once raised OverflowError out of the parser, which stopped the
+    # watcher on that mail at every start: like any time more than 30 days ahead, it is
+    # passed over, and the deadline is the Date plus the lead.
+    for text in (
+        "Droplet 424242424 will be reclaimed in 30000000000 hours.",
+        "Droplet 424242424 will be reclaimed within " + "9" * 400 + " minutes.",
+        "Droplet 424242424 will be reclaimed at 2026-12-01T14:00:00+99:00.",
+        "Droplet 424242424 will be reclaimed at 9999-12-31T23:59:00-05:00.",
+        "Droplet 424242424 was created at 0001-01-01T00:00:00+05:00.",
+    ):
+        report = verdict(reclaim_mail(text)).report
+        assert report is not None, text
+        assert report.deadline == SENT + timedelta(hours=2), text
+        assert report.detail["deadline_source"] == "date+lead", text
+
+
+def test_a_date_whose_deadline_is_past_the_year_9999_is_a_parse_error() -> None:
+    last_year = datetime(9999, 12, 31, 23, 0, tzinfo=timezone.utc)
+    for text in ("Droplet 424242424 goes.", "Droplet 424242424 goes in 2 hours."):
+        with pytest.raises(ParseError, match="Date 9999-12-31T23:00:00Z plus lead"):
+            reclaim_verdict(reclaim_mail(text, date=last_year), rules(), "key", NOW)
+
+
+_DIGITS = "0123456789"
+_NUMBERS = st.one_of(
+    st.integers(min_value=0, max_value=10**30).map(str),
+    st.text(_DIGITS, min_size=1, max_size=400),
+    st.tuples(st.text(_DIGITS, min_size=1, max_size=30), st.text(_DIGITS, min_size=1)).map(
+        ".".join
+    ),
+)
+_RELATIVE = st.builds(
+    "{} {}{}".format,
+    st.sampled_from(["in", "within", "in about", "in approximately", "in ~"]),
+    _NUMBERS,
+    st.sampled_from([" hours", " hour", "hrs", " hr", "h", " minutes", " min", "mins"]),
+)
+_ZONES = st.one_of(
+    st.sampled_from(["Z", " UTC", " GMT"]),
+    st.builds(
+        "{}{:02d}:{:02d}".format,
+        st.sampled_from("+-"),
+        st.integers(min_value=0, max_value=99),
+        st.integers(min_value=0, max_value=99),
+    ),
+)
+_WRITTEN = st.builds(
+    "at {:04d}-{:02d}-{:02d}T{:02d}:{:02d}:00{}".format,
+    *(st.integers(min_value=0, max_value=top) for top in (9999, 99, 99, 99, 99)),
+    _ZONES,
+)
+_LEAD_TEXTS = st.one_of(_RELATIVE, _WRITTEN, st.text(max_size=80))
+# Every moment a datetime holds, the years 1 and 9999 included.
+_SENT = st.datetimes(timezones=st.just(timezone.utc))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_LEAD_TEXTS, sent=st.none() | _SENT)
+def test_find_deadline_raises_nothing_on_any_lead_time(text: str, sent: datetime | None) -> None:
+    found = find_deadline(f"Droplet 424242424 will be reclaimed {text}.", sent)
+    if found is not None and sent is not None:
+        moment = found[0]
+        assert moment.tzinfo is not None
+        assert moment - sent <= timedelta(days=30) and sent - moment <= timedelta(minutes=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=_LEAD_TEXTS,
+    sent=st.none() | _SENT,
+    lead=st.floats(min_value=0, max_value=1e9),
+)
+def test_nothing_but_parse_error_escapes_the_mail_parser(
+    text: str, sent: datetime | None, lead: float
+) -> None:
+    raw = reclaim_mail(f"Droplet 424242424 will be reclaimed {text}.", date=sent)
+    try:
+        result = reclaim_verdict(raw, rules(lead=lead), "key", NOW)
+    except ParseError:
+        return
+    assert result.report is None or result.report.deadline is not None

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from forewarn.agent.protocol import utcnow
 from forewarn.providers.base import PollHealth, WatcherContext
+from forewarn.providers.digitalocean import watch
 from forewarn.providers.digitalocean.imap import Credentials, load_credentials
 from forewarn.providers.digitalocean.seen import STATE_FILE
 from forewarn.providers.digitalocean.settings import Settings
@@ -135,6 +136,62 @@ async def test_mails_that_do_not_match_raise_nothing(
         assert run.reports == []
         assert run.health.errors == 0
     assert '"last_uid": 3' in (state / STATE_FILE).read_text()
+
+
+async def test_a_mail_with_an_absurd_lead_time_does_not_stop_the_watcher(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # Its "in 30000000000 hours" once made the parser raise OverflowError, which ended
+    # watch() before the mail was marked handled: every restart died on it again, and no
+    # later reclaim mail was ever read.
+    sent = utcnow().replace(microsecond=0)
+    deadline = (sent + timedelta(minutes=50)).replace(second=0)
+    absurd = f"Droplet {DROPLET_ID} will be reclaimed in 30000000000 hours."
+    dovecot.append(mail_user, reclaim(absurd, date=sent))
+    dovecot.append(
+        mail_user,
+        reclaim(f"Droplet {DROPLET_ID} will be reclaimed at {deadline:%Y-%m-%dT%H:%M:00Z}."),
+    )
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        await run.until(lambda: len(run.reports) == 2)
+        await run.idling()
+        # A time past the 30-day limit is passed over: the Date plus the lead.
+        assert run.reports[0].deadline == sent + timedelta(hours=2)
+        assert run.reports[1].deadline == deadline
+        assert run.health.errors == 0
+    assert '"last_uid": 2' in (state / STATE_FILE).read_text()
+
+
+async def test_a_mail_the_parser_fails_on_is_passed_over_and_later_mail_is_read(
+    dovecot: Dovecot,
+    mail_user: MailUser,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    real = watch.reclaim_verdict
+
+    def buggy(raw: bytes, *args: Any) -> Any:
+        if b"trips the parser" in raw:
+            raise RuntimeError("a parser bug")
+        return real(raw, *args)
+
+    monkeypatch.setattr(watch, "reclaim_verdict", buggy)
+    dovecot.append(mail_user, reclaim(f"Droplet {DROPLET_ID} trips the parser."))
+    dovecot.append(mail_user, reclaim())
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        await run.until(lambda: len(run.reports) == 1)
+        await run.idling()
+    assert '"last_uid": 2' in (state / STATE_FILE).read_text()
+    failed = [(r.levelname, r.getMessage()) for r in caplog.records if "judged" in r.getMessage()]
+    assert failed == [
+        (
+            "ERROR",
+            "digitalocean: mail UID 1 cannot be judged (RuntimeError: a parser bug); passed over",
+        )
+    ]
 
 
 async def test_mail_delivered_before_max_age_is_not_even_read(
