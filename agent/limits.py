@@ -10,8 +10,9 @@ import re
 MAX_MANUAL = 64
 MAX_ID_LENGTH = 200
 # `<provider>/<rest>`: printable ASCII without spaces, so that an id never breaks a log line
-# or a metric label, and never passes for another provider's.
-_ID = re.compile(r"^[a-z0-9-]+/[\x21-\x7e]+$")
+# or a metric label, and never passes for another provider's. `\Z`, not `$`: `$` also
+# matches before a final newline, which let "local/a\n" through.
+_ID = re.compile(r"^[a-z0-9-]+/[\x21-\x7e]+\Z")
 
 
 def id_problem(notice_id: str, provider: str) -> str | None:

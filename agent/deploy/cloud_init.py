@@ -27,19 +27,19 @@ TEMPLATE = FILES / "cloud-init" / "user-data.yaml.tmpl"
 SYSTEMD = FILES / "systemd"
 
 _BLOCK = re.compile(r"^(?P<indent>[ ]*)@@(?P<name>\w+)@@$", re.MULTILINE)
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-_UNIT = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
+_UNIT = re.compile(r"^[A-Za-z0-9:_.@-]+\.service\Z")
 
 
 # What pip on a fresh machine can fetch: an archive over HTTP(S), or a git repository.
-_ARCHIVE_URL = re.compile(r"^https?://[^\s/]+/\S*\.(whl|tar\.gz|zip)(#\S*)?$")
-_GIT_URL = re.compile(r"^git\+(https|ssh|http)://\S+$")
+_ARCHIVE_URL = re.compile(r"^https?://[^\s/]+/\S*\.(whl|tar\.gz|zip)(#\S*)?\Z")
+_GIT_URL = re.compile(r"^git\+(https|ssh|http)://\S+\Z")
 # pip takes an archive's name from the last part of the URL's path and refuses a wheel whose
 # name is not NAME-VERSION(-BUILD)-PY-ABI-PLATFORM.whl, or whose NAME is not forewarn's.
-_WHEEL_NAME = re.compile(r"^forewarn-[^-]+(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$", re.IGNORECASE)
-_SDIST_NAME = re.compile(r"^forewarn-[^-]+\.(tar\.gz|zip)$", re.IGNORECASE)
-_EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_WHEEL_NAME = re.compile(r"^forewarn-[^-]+(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl\Z", re.IGNORECASE)
+_SDIST_NAME = re.compile(r"^forewarn-[^-]+\.(tar\.gz|zip)\Z", re.IGNORECASE)
+_EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 class RenderError(UsageError):

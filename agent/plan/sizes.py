@@ -23,8 +23,8 @@ _UNITS = {
 }
 _BITS = {"kbit": 10**3 / 8, "mbit": 10**6 / 8, "gbit": 10**9 / 8, "tbit": 10**12 / 8}
 _NUMBER = r"(\d+(?:\.\d*)?(?:e[+-]?\d+)?|\.\d+)"
-_SIZE = re.compile(rf"^{_NUMBER}\s*([a-z]+)$")
-_COUNT = re.compile(rf"^{_NUMBER}\s*([kmbt]?)$")
+_SIZE = re.compile(rf"^{_NUMBER}\s*([a-z]+)\Z")
+_COUNT = re.compile(rf"^{_NUMBER}\s*([kmbt]?)\Z")
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 # Bytes per parameter of the weights as trained and saved.

@@ -31,7 +31,7 @@ PARTS = "parts"
 PREFIX = "step-"
 # Twelve digits keep names sorting by step up to a trillion steps; larger steps still parse.
 _DIGITS = 12
-_NAME = re.compile(r"^step-(\d{12,})$")
+_NAME = re.compile(r"^step-(\d{12,})\Z")
 _RESERVED = {MANIFEST, COMMIT, PARTS}
 
 

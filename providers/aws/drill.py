@@ -52,10 +52,10 @@ ROLE_POLICY = {
     ],
 }
 
-_INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
-_ROLE_ARN = re.compile(r"^arn:(aws[a-z-]*):iam::(\d{12}):role/[\w+=,.@/-]{1,512}$")
-_DURATION = re.compile(r"^PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?$")
-_REGION = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d$")
+_INSTANCE_ID = re.compile(r"^i-(?:[0-9a-f]{8}|[0-9a-f]{17})\Z")
+_ROLE_ARN = re.compile(r"^arn:(aws[a-z-]*):iam::(\d{12}):role/[\w+=,.@/-]{1,512}\Z")
+_DURATION = re.compile(r"^PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?\Z")
+_REGION = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d\Z")
 
 
 @dataclass

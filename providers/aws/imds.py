@@ -56,8 +56,8 @@ LIFECYCLE_STATES = (
 )
 TERMINATING_STATES = ("Terminated", "Warmed:Terminated")
 
-_EVENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_STATE_WORD = re.compile(r"^[A-Za-z]+(?::[A-Za-z]+)?$")
+_EVENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}\Z")
+_STATE_WORD = re.compile(r"^[A-Za-z]+(?::[A-Za-z]+)?\Z")
 
 
 def parse_aws_date(text: str) -> datetime:

@@ -181,7 +181,10 @@ def test_control_rejects_bad_requests_with_a_named_field(tmp_path: Path) -> None
         assert not bad["ok"] and "op" in bad["error"]
         bad = agent.control({"op": "clear", "id": "local/none"})
         assert not bad["ok"] and "local/none" in bad["error"]
-        assert agent.control({"op": "status"})["ok"]
+        bad = agent.control({"op": "notify", "action": "drain", "id": "local/a\n"})
+        assert not bad["ok"] and bad["error"].startswith("id: ") and "printable" in bad["error"]
+        status = agent.control({"op": "status"})
+        assert status["ok"] and status["active"] == []
 
 
 def test_a_second_agent_on_the_same_sockets_is_refused(tmp_path: Path) -> None:

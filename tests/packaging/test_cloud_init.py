@@ -149,6 +149,7 @@ def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Pa
     [
         (("--env", "NOEQUALS"), "--env 'NOEQUALS'"),
         (("--env", "1BAD=x"), "--env '1BAD=x'"),
+        (("--env", "KEY\n=x"), "--env 'KEY\\n=x'"),
         (("--training-env", "A=line\nbreak"), "--training-env A: a value cannot span lines"),
         (("--training-user", "root"), "--training-user 'root'"),
         (("--training-dir", "relative"), "--training-dir 'relative'"),

@@ -242,6 +242,13 @@ def test_bad_file_names_are_refused(tmp_path: Path, name: str) -> None:
         gen.open(name)
 
 
+def test_a_generation_name_with_a_trailing_newline_is_not_a_generation() -> None:
+    from forewarn.clients.checkpoint.manifest import parse_generation_name
+
+    assert parse_generation_name("step-000000000007") == 7
+    assert parse_generation_name("step-000000000007\n") is None
+
+
 def test_bad_configuration_names_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(StoreConfigError, match="keep"):
         CheckpointStore(tmp_path, keep=0)

@@ -97,6 +97,14 @@ def test_an_event_without_an_id_gets_a_stable_one() -> None:
     assert first.startswith("aws/scheduled/")
 
 
+def test_an_event_id_with_a_trailing_newline_is_not_used_as_the_notice_id() -> None:
+    # The agent refuses such an id and would drop the notice: a stable id keeps it.
+    event = dict(AWS_EXAMPLE[0], EventId="instance-event-0d59937288b749b32\n")
+    (report,) = parse_scheduled(json.dumps([event]))
+    assert "\n" not in report.id and report.id.startswith("aws/scheduled/")
+    assert report.action == "drain"
+
+
 @pytest.mark.parametrize("state", ["Terminated", "Warmed:Terminated"])
 def test_an_asg_target_of_terminated_is_a_terminate(state: str) -> None:
     (report,) = parse_lifecycle_state(state + "\n")
