@@ -71,6 +71,10 @@ AGENT_LOCK = "agent.lock"
 PROBE_TIMEOUT = 1.0
 PROBE_FAILURES = 3
 PROBE_REBINDS = 2
+# The longest the escalation loop sleeps while something is due: deadlines are wall-clock
+# times but the sleep runs on the monotonic clock, so a wall-clock step (NTP, a resume, a live
+# migration) is only noticed at the next look.
+CLOCK_RECHECK = 1.0
 
 
 def _prepare_dir(path: Path, what: str, mode: int) -> None:
@@ -509,6 +513,7 @@ class Agent:
             timeout = None
             if upcoming is not None:
                 timeout = max(0.0, (upcoming - utcnow()).total_seconds()) + 0.001
+                timeout = min(timeout, CLOCK_RECHECK)  # a wall-clock step is seen in time
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             self._wake.clear()

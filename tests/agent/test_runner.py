@@ -1,13 +1,18 @@
-"""Supervision: one watcher's failure never stops another."""
+"""Supervision: one watcher's failure never stops another. Escalation on time when the wall
+clock steps."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import ClassVar
 
+import pytest
+from forewarn.agent import runner
+from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.agent.config import load_settings
-from forewarn.agent.protocol import Report
+from forewarn.agent.protocol import Notice, Report
 from forewarn.agent.runner import Agent
 from forewarn.providers import Emit, PollHealth
 from support import eventually_async
@@ -64,6 +69,70 @@ async def test_a_crashing_watcher_is_retried_with_backoff_and_others_keep_going(
     assert 2 <= Crashing.runs <= 4, "retried, with backoff between tries"
     assert bad.errors_by_kind["watcher-failed"] == Crashing.runs
     assert good.errors == 0
+
+
+class Recorder:
+    """Stands in for the publisher: keeps what the agent sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[Notice] = []
+
+    def publish(self, notice: Notice) -> None:
+        self.sent.append(notice)
+
+
+async def test_a_wall_clock_step_forward_escalates_a_drain_at_once_not_after_the_old_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NTP stepping the clock, a resume or a live migration: the deadline is 120 s away when
+    # the loop goes to sleep (escalation due in 90 s with a 30 s margin), then only 10 s.
+    clock = [datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)]
+
+    def now() -> datetime:
+        return clock[0]
+
+    monkeypatch.setattr(runner, "utcnow", now)
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    agent.board = NoticeBoard(Sequencer(), 30.0, now=now)
+    publisher = Recorder()
+    agent.publisher = publisher  # type: ignore[assignment]
+    report = Report(
+        id="local/step",
+        action="drain",
+        reason="manual",
+        provider="local",
+        deadline=clock[0] + timedelta(seconds=120),
+    )
+    raised = agent.board.report(report, manual=True)
+    assert raised is not None and raised.action == "drain"
+    looked = asyncio.Event()
+    next_due = agent.board.next_due
+
+    def spy() -> datetime | None:
+        looked.set()
+        return next_due()
+
+    agent.board.next_due = spy  # type: ignore[method-assign]
+    task = asyncio.create_task(agent._escalations())
+    try:
+        await asyncio.wait_for(looked.wait(), 5)  # the loop has computed its wait
+        assert publisher.sent == []
+        clock[0] += timedelta(seconds=110)
+        await eventually_async(
+            lambda: [n for n in publisher.sent if n.action == "terminate"],
+            timeout=runner.CLOCK_RECHECK + 4,
+            what="the escalation after the clock step",
+            alive=lambda: task.result() if task.done() else None,
+        )
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    (escalated,) = publisher.sent
+    assert escalated.id == "local/step" and escalated.deadline == report.deadline
+    assert escalated.sent_at == clock[0]
 
 
 class CrashingWithClient:
