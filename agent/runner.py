@@ -234,9 +234,13 @@ class Agent:
             self.control,
             ", ".join(self.providers),
         )
-        # Manual notices restored from the state file go out again for anyone listening.
+        # Manual notices restored from the state file go out again for anyone listening. Those
+        # that ended while the agent was down are retired first (a clear, logged and counted):
+        # neither this nor a replay to an early subscriber may send one as active again.
+        sent = {notice.id for notice in self._send_due()}
         for notice in self.board.active():
-            self.publisher.publish(notice)
+            if notice.id not in sent:
+                self.publisher.publish(notice)
         _sd_notify("READY=1")
         watchdog = asyncio.create_task(self._watchdog())
 
@@ -492,23 +496,29 @@ class Agent:
             self._beat()
             await asyncio.sleep(self.settings.heartbeat_interval)
 
+    def _send_due(self) -> list[Notice]:
+        """Retire the notices past their end and escalate the drains now inside the margin;
+        what was sent."""
+        escalated, expired = self.board.due()
+        for notice in expired:
+            log.warning(
+                "notice %s expired: %s",
+                notice.id,
+                notice.detail.get(EXPIRED_KEY),
+                extra=notice_fields(notice, "expired"),
+            )
+            self.observers.on_expired(notice)
+            self._send(notice, escalated=False)
+            self._forget(notice)
+        for notice in escalated:
+            self._send(notice, escalated=True)
+        if any(notice.provider == "local" for notice in expired):
+            self._save()
+        return [*expired, *escalated]
+
     async def _escalations(self) -> None:
         while True:
-            escalated, expired = self.board.due()
-            for notice in expired:
-                log.warning(
-                    "notice %s expired: %s",
-                    notice.id,
-                    notice.detail.get(EXPIRED_KEY),
-                    extra=notice_fields(notice, "expired"),
-                )
-                self.observers.on_expired(notice)
-                self._send(notice, escalated=False)
-                self._forget(notice)
-            for notice in escalated:
-                self._send(notice, escalated=True)
-            if any(notice.provider == "local" for notice in expired):
-                self._save()
+            self._send_due()
             upcoming = self.board.next_due()
             timeout = None
             if upcoming is not None:

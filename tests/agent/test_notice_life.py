@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +21,15 @@ from forewarn.protocol.timefmt import format_time
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
 from other_user import ForkedAgent, other_user, shared_tmp
-from support import AgentProcess, Subscriber, agent_env, control, eventually, run_forewarn
+from support import (
+    DEAD_LOOPBACK,
+    AgentProcess,
+    Subscriber,
+    agent_env,
+    control,
+    eventually,
+    run_forewarn,
+)
 
 FAST_AWS = {
     "FOREWARN_AWS_SCHEDULED_INTERVAL": "0.2",
@@ -151,6 +160,57 @@ def test_a_notice_past_deadline_and_grace_is_retired_with_a_clear(tmp_path: Path
             metrics = answer.read().decode()
         expected = 'forewarn_notices_expired_total{provider="local",reason="manual"} 1.0'
         assert expected in metrics
+
+
+def test_a_manual_notice_that_ended_while_the_agent_was_down_is_retired_not_resent(
+    tmp_path: Path,
+) -> None:
+    args = ("--set", "notice_grace=1")
+    first = AgentProcess(tmp_path, args=args).start()
+    try:
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=2)
+        request = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
+        notice_id = first.control(request)["notice"]["id"]
+    finally:
+        assert first.stop() == 0
+    state = tmp_path / "state" / "state.json"
+    saved = [notice["id"] for notice in json.loads(state.read_text())["manual"]]
+    assert saved == [notice_id], "the first agent stopped before the notice ended"
+    ended = deadline + timedelta(seconds=1)
+    eventually(lambda: datetime.now(timezone.utc) > ended, 10, "the notice's deadline plus grace")
+    # An AWS metadata endpoint that accepts and never answers holds `auto` in detection for a
+    # second after the sockets are bound: the training process's client, reconnecting while the
+    # agent restarts, is subscribed before the agent sends what it restored.
+    with socket.socket() as hanging:
+        hanging.bind(("127.0.0.1", 0))
+        hanging.listen(8)
+        dead = f"http://{DEAD_LOOPBACK}"
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AWS_URL=f"http://127.0.0.1:{hanging.getsockname()[1]}",
+            FOREWARN_GCP_URL=dead,
+            FOREWARN_AZURE_URL=dead,
+            FOREWARN_DIGITALOCEAN_URL=dead,
+            FOREWARN_KUBERNETES_URL=dead,
+            FOREWARN_METRICS_ADDRESS="127.0.0.1:0",
+        )
+        again = AgentProcess(tmp_path, providers=("auto",), args=args, env=env)
+        with Subscriber(again.events) as sub, again:
+            seen = []
+            while not seen or seen[-1]["action"] != "clear":
+                notice = sub.notice(timeout=10)
+                if notice["id"] == notice_id:
+                    seen.append(notice)
+            assert [notice["action"] for notice in seen] == ["clear"], seen
+            assert "grace" in seen[0]["detail"]["expired"]
+            assert again.control({"op": "status"})["active"] == []
+            assert f"notice {notice_id} expired" in again.output()
+            assert json.loads(state.read_text())["manual"] == []
+            found = re.search(r"serving metrics on (http://\S+)/metrics", again.output())
+            assert found is not None
+            with urllib.request.urlopen(found.group(1) + "/metrics", timeout=5) as answer:
+                metrics = answer.read().decode()
+    assert 'forewarn_notices_expired_total{provider="local",reason="manual"} 1.0' in metrics
 
 
 def test_a_manual_notice_without_deadline_ends_after_its_lifetime(tmp_path: Path) -> None:
