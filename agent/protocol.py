@@ -8,6 +8,7 @@ This module must stay importable without httpx or zmq: the in-process client use
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -27,10 +28,12 @@ from forewarn.protocol.wire import (
 )
 from forewarn.providers.report import Report, Timestamp
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    StringConstraints,
     TypeAdapter,
 )
 
@@ -49,6 +52,27 @@ def _wire_time(value: Any) -> Any:
 
 
 WireTime = Annotated[Timestamp, BeforeValidator(_wire_time)]
+
+# Fields of a request that the agent writes into its log lines: no control characters, so a
+# request cannot forge a log line with a newline or send a terminal escape to whoever reads
+# the log.
+ONE_LINE = r"^[^\x00-\x1f\x7f]*$"
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _one_line(value: str) -> str:
+    if _CONTROL_CHARACTER.search(value):
+        raise ValueError("must be one line of text, without control characters")
+    return value
+
+
+_ONE_LINE_SCHEMA = Field(json_schema_extra={"pattern": ONE_LINE})
+OneLine = Annotated[
+    str, StringConstraints(max_length=200), AfterValidator(_one_line), _ONE_LINE_SCHEMA
+]
+OneLineNote = Annotated[
+    str, StringConstraints(max_length=500), AfterValidator(_one_line), _ONE_LINE_SCHEMA
+]
 
 
 # An hour: far beyond any checkpoint flush worth doing before a reclaim.
@@ -108,13 +132,13 @@ class NotifyRequest(_Message):
 class ClearRequest(_Message):
     op: Literal["clear"]
     # Without an id every manual notice is withdrawn.
-    id: str | None = Field(default=None, max_length=200)
+    id: OneLine | None = None
 
 
 class AckRequest(_Message):
     op: Literal["ack"]
-    notice_id: str | None = Field(default=None, max_length=200)
-    client: str | None = Field(default=None, max_length=200)
+    notice_id: OneLine | None = None
+    client: OneLine | None = None
     step: int | None = Field(default=None, ge=0, le=2**63 - 1)
     # Bounded: the slowest flush sizes the exit margin, so an absurd value would turn every
     # drain into an immediate terminate (or, infinite, stop escalation altogether).
@@ -132,7 +156,7 @@ class AckRequest(_Message):
     # The final save of a terminate with a background save in flight: what the client chose
     # for that save and why (the figures it compared).
     choice: Literal["waited", "cancelled", "nothing in flight"] | None = None
-    note: str | None = Field(default=None, max_length=500)
+    note: OneLineNote | None = None
     # For `resumed`: how long the restore took and how many steps were lost.
     restore_seconds: float | None = Field(default=None, ge=0, le=86400, allow_inf_nan=False)
     steps_lost: int | None = Field(default=None, ge=0, le=2**63 - 1)

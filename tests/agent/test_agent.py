@@ -183,6 +183,8 @@ def test_control_rejects_bad_requests_with_a_named_field(tmp_path: Path) -> None
         assert not bad["ok"] and "local/none" in bad["error"]
         bad = agent.control({"op": "notify", "action": "drain", "id": "local/a\n"})
         assert not bad["ok"] and bad["error"].startswith("id: ") and "printable" in bad["error"]
+        bad = agent.control({"op": "ack", "client": "tester\nINFO forewarn.agent: forged"})
+        assert not bad["ok"] and "client: " in bad["error"] and "control characters" in bad["error"]
         status = agent.control({"op": "status"})
         assert status["ok"] and status["active"] == []
 
