@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     exit_margin: float = Field(
         default=30.0,
         ge=0,
+        # A day is far beyond any flush; a margin past what a datetime holds stopped the agent
+        # (its escalation failed with OverflowError at every notice).
+        le=86400,
         description="Floor, in seconds, of the margin before a deadline at which a drain is "
         "re-sent as terminate; the margin is the larger of this and twice the slowest flush.",
     )

@@ -73,7 +73,7 @@ class Settings(EndpointSettings):
     )
     imap_mailbox: str = Field(default="INBOX", description="Mailbox (folder) to watch.")
     imap_timeout: float = Field(
-        default=30.0, gt=0, description="Seconds to wait for the IMAP server to answer."
+        default=30.0, gt=0, le=3600, description="Seconds to wait for the IMAP server to answer."
     )
     credentials_file: Path | None = Field(
         default=None,
@@ -82,11 +82,13 @@ class Settings(EndpointSettings):
     poll_interval: float = Field(
         default=30.0,
         gt=0,
+        le=86400,
         description="Seconds between mailbox checks when the server has no IDLE.",
     )
     idle_renew: float = Field(
         default=1500.0,
         gt=0,
+        le=86400,
         description="Seconds after which IDLE is re-issued (servers drop it after 30 min).",
     )
     sender: str = Field(
@@ -100,12 +102,16 @@ class Settings(EndpointSettings):
     lead: float = Field(
         default=7200.0,
         ge=0,
+        # The mail parser passes over any time more than 30 days after the Date; a larger lead
+        # (1e15 s) made every start of the watcher fail with OverflowError.
+        le=30 * 86400,
         description="Deadline after the email's Date when its text names no time (seconds or "
         "a duration such as 2h).",
     )
     max_age: float = Field(
         default=86400.0,
         gt=0,
+        le=366 * 86400,
         description="A matching email dated longer ago than this is recorded as handled but "
         "raises nothing (an old reclaim of a droplet that had the same name).",
     )
@@ -115,7 +121,7 @@ class Settings(EndpointSettings):
         "domain (set it when your mail server adds one).",
     )
     retry_max: float = Field(
-        default=300.0, gt=0, description="Longest wait between reconnection attempts."
+        default=300.0, gt=0, le=86400, description="Longest wait between reconnection attempts."
     )
 
     _durations = field_validator("lead", "poll_interval", "idle_renew", "max_age", mode="before")(

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import annotated_types
 import pytest
-from forewarn.agent.config import ConfigError, load_settings
+from forewarn.agent.config import ConfigError, Settings, load_settings
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, parse_time
 from forewarn.protocol.wire import EndpointError, check_endpoint, default_endpoints, runtime_dir
+from forewarn.providers.registry import REGISTRY
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 
 def test_precedence_flags_over_env_over_toml(
@@ -173,3 +177,36 @@ def test_a_secret_under_a_wrong_key_is_not_echoed(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"digitalocean\.pasword: unknown key") as caught:
         load_settings(config)
     assert "hunter2" not in str(caught.value)
+
+
+def _unbounded_numbers(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    for name, field in model.model_fields.items():
+        if field.annotation not in (float, int, float | None, int | None):
+            continue
+        if not any(
+            isinstance(rule, (annotated_types.Le, annotated_types.Lt)) for rule in field.metadata
+        ):
+            yield f"{prefix}{name}"
+
+
+def test_every_duration_and_number_setting_has_an_upper_bound() -> None:
+    """A value that loads is one the agent can run with: `exit_margin = 1e17` loaded, then
+    stopped the agent at its first notice (OverflowError), and `digitalocean.lead = 1e15`
+    failed every start of the watcher."""
+    unbounded = list(_unbounded_numbers(Settings))
+    for spec in REGISTRY:
+        unbounded += _unbounded_numbers(spec.settings, f"{spec.name}.")
+    assert unbounded == ["telemetry_max_bytes"]  # a size: a huge one only never rotates
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"exit_margin": 1e17}, "exit_margin"),
+        ({"digitalocean": {"lead": 1e15}}, "digitalocean.lead"),
+        ({"digitalocean": {"max_age": 400 * 86400}}, "digitalocean.max_age"),
+    ],
+)
+def test_a_value_past_its_bound_names_its_key(overrides: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.") + ".*less than or equal"):
+        load_settings(**overrides)
