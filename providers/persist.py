@@ -5,9 +5,14 @@ torn file, and a failed write leaves no temporary file behind."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 from pathlib import Path
+
+from .health import PollHealth
+
+log = logging.getLogger("forewarn.providers")
 
 
 def write_atomically(path: Path, data: bytes | str, *, mode: int = 0o600) -> None:
@@ -36,4 +41,25 @@ def write_atomically(path: Path, data: bytes | str, *, mode: int = 0o600) -> Non
         os.close(directory)
 
 
-__all__ = ["write_atomically"]
+def write_or_report(path: Path, data: bytes | str, health: PollHealth | None) -> bool:
+    """`write_atomically` for a watcher's own file: True when written. A failure (a full disk,
+    a read-only state directory) is counted in `health` as a `state` error and a standing
+    condition, and logged, never raised: a watcher must go on publishing notices without its
+    file. The caller keeps what it could not write and calls again at its next write."""
+    condition = f"state {path.name}"
+    try:
+        write_atomically(path, data)
+    except OSError as error:
+        message = f"cannot write {path} ({type(error).__name__}: {error}); retrying"
+        if health is None:
+            log.warning("state: %s", message)
+        else:
+            health.error("state", message)
+            health.condition(condition, message)
+        return False
+    if health is not None and health.conditions.pop(condition, None) is not None:
+        log.info("%s: wrote %s again", health.provider, path)
+    return True
+
+
+__all__ = ["write_atomically", "write_or_report"]

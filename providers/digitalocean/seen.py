@@ -4,7 +4,9 @@ IMAP gives each message a UID that only grows within one UIDVALIDITY of a mailbo
 highest UID handled is enough to know what is new. The file also keeps the ids of the
 reports raised, so a mailbox whose UIDVALIDITY changed (rebuilt by the server) does not
 raise the same reclaim again. It is written atomically (temporary file, fsync, rename), so a
-crash leaves the old state or the new one, never half of either.
+crash leaves the old state or the new one, never half of either. A write that fails (a full
+disk, a read-only state directory) is reported in the watcher's health and tried again at
+the next write: the watcher goes on reading mail and publishing reclaims without its files.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 from forewarn.providers.report import Report
 
-from ..persist import write_atomically
+from ..health import PollHealth
+from ..persist import write_or_report
 
 log = logging.getLogger("forewarn.providers.digitalocean")
 
@@ -34,10 +37,12 @@ class SeenMail:
     uidvalidity: int | None = None
     last_uid: int = 0
     raised: list[str] = field(default_factory=list)
+    health: PollHealth | None = field(default=None, repr=False, compare=False)
+    unsaved: bool = False
 
     @classmethod
-    def load(cls, path: Path, mailbox: str) -> SeenMail:
-        state = cls(path, mailbox)
+    def load(cls, path: Path, mailbox: str, health: PollHealth | None = None) -> SeenMail:
+        state = cls(path, mailbox, health=health)
         try:
             payload = json.loads(path.read_text())
         except FileNotFoundError:
@@ -88,7 +93,8 @@ class SeenMail:
         }
 
     def save(self) -> None:
-        write_atomically(self.path, json.dumps(self.as_json(), indent=1) + "\n")
+        text = json.dumps(self.as_json(), indent=1) + "\n"
+        self.unsaved = not write_or_report(self.path, text, self.health)
 
 
 class ActiveReclaims:
@@ -99,8 +105,10 @@ class ActiveReclaims:
     deadline says), and a client that joins after the restart still hears of the reclaim.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, health: PollHealth | None = None) -> None:
         self.path = path
+        self.health = health
+        self.unsaved: dict[str, Report] = {}  # added, not yet written
 
     def load(self, now: datetime) -> list[Report]:
         try:
@@ -114,9 +122,19 @@ class ActiveReclaims:
         return [r for r in reports if r.deadline is None or r.deadline > now]
 
     def add(self, report: Report, now: datetime) -> None:
-        kept = [r for r in self.load(now) if r.id != report.id] + [report]
+        self.unsaved[report.id] = report
+        self.save(now)
+
+    def save(self, now: datetime) -> None:
+        """Write the reclaims added and not yet written, if any; a failure is reported and
+        the next call tries again."""
+        if not self.unsaved:
+            return
+        added = [r for r in self.unsaved.values() if r.deadline is None or r.deadline > now]
+        kept = [r for r in self.load(now) if r.id not in self.unsaved] + added
         payload = [json.loads(r.model_dump_json()) for r in kept]
-        write_atomically(self.path, json.dumps(payload, indent=1) + "\n")
+        if write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health):
+            self.unsaved.clear()
 
 
 __all__ = ["ACTIVE_FILE", "STATE_FILE", "ActiveReclaims", "SeenMail"]

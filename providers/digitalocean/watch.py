@@ -104,7 +104,8 @@ class DigitalOceanWatcher:
         self.base = settings.metadata_url()
         self.client = client or httpx.AsyncClient(trust_env=False, timeout=METADATA_TIMEOUT)
         self.state_path = Path(context.state_dir) / STATE_FILE
-        self.active = ActiveReclaims(Path(context.state_dir) / ACTIVE_FILE)
+        self.active = ActiveReclaims(Path(context.state_dir) / ACTIVE_FILE, self.health)
+        self._seen: SeenMail | None = None
         self.droplet: Droplet | None = None
         self.idle_supported: bool | None = None
         self._session: MailboxSession | None = None
@@ -218,7 +219,12 @@ class DigitalOceanWatcher:
         self._stop = stop = threading.Event()
         await asyncio.to_thread(session.open, credentials, s.imap_mailbox)
         self.idle_supported = session.idle
-        seen = SeenMail.load(self.state_path, self._mailbox_key(credentials.user))
+        key = self._mailbox_key(credentials.user)
+        # Kept across sessions: when its file cannot be written, a reconnect must not read
+        # the mails handled since as new.
+        if self._seen is None or self._seen.mailbox != key:
+            self._seen = SeenMail.load(self.state_path, key, self.health)
+        seen = self._seen
         seen.begin(session.uidvalidity)
         backoff.reset()
         while True:
@@ -232,6 +238,10 @@ class DigitalOceanWatcher:
                     continue
                 self._handle(uid, raw, rules, seen, emit)
             self.health.success()
+            # After the success, so that files still unwritten show in the health.
+            if seen.unsaved:
+                seen.save()
+            self.active.save(utcnow())
             if session.idle:
                 await asyncio.to_thread(session.wait, s.idle_renew, stop)
             else:

@@ -5,6 +5,8 @@ could not tell a notice still in force from a new one: it would mint a new id (c
 once more) and a new first-seen time (a maintenance deadline an hour after the restart
 instead of the notice). With this file a notice still in force after a restart keeps its id,
 first-seen time and deadline; one that ended meanwhile is cleared under its old id.
+
+The file only helps across restarts: a notice is published whether or not it can be written.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 
 from forewarn.providers.report import Report
 
-from ..persist import write_atomically
+from ..health import PollHealth
+from ..persist import write_or_report
 
 log = logging.getLogger("forewarn.providers.gcp")
 
@@ -25,9 +28,11 @@ ACTIVE_FILE = "gcp-notices.json"
 class ActiveNotices:
     """Kind (`preempted`, `maintenance-event`, `upcoming-maintenance`) → the notice in force."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, health: PollHealth | None = None) -> None:
         self.path = path
+        self.health = health
         self.notices = self._load()
+        self.unsaved = False
 
     def _load(self) -> dict[str, Report]:
         if self.path is None:
@@ -45,17 +50,22 @@ class ActiveNotices:
         return self.notices.get(kind)
 
     def keep(self, kind: str, report: Report | None) -> None:
-        """Record the notice of `kind` in force (None: none is)."""
+        """Record the notice of `kind` in force (None: none is); `save` writes it."""
         if report is None:
             if self.notices.pop(kind, None) is None:
                 return
         else:
             self.notices[kind] = report
-        if self.path is not None:
-            payload = {
-                name: json.loads(item.model_dump_json()) for name, item in self.notices.items()
-            }
-            write_atomically(self.path, json.dumps(payload, indent=1) + "\n")
+        self.unsaved = self.path is not None
+
+    def save(self) -> None:
+        """Write what `keep` recorded, if anything is unwritten. A failed write is reported,
+        not raised (the watcher goes on publishing), and the next call tries again."""
+        if not self.unsaved or self.path is None:
+            return
+        payload = {name: json.loads(item.model_dump_json()) for name, item in self.notices.items()}
+        if write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health):
+            self.unsaved = False
 
 
 __all__ = ["ACTIVE_FILE", "ActiveNotices"]

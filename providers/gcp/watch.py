@@ -244,7 +244,8 @@ def upcoming_report(window: UpcomingWindow | None, now: datetime) -> Report | No
 class NoticeTrack:
     """One provider notice over many answers: a notice gets its id when it appears, keeps it
     while repeated answers say the same (or change it), and is cleared under that id when
-    the answers say it is gone. With `active`, the notice in force survives agent restarts."""
+    the answers say it is gone. With `active`, the notice in force survives agent restarts
+    (the watcher writes it with `active.save()` after the emit)."""
 
     def __init__(self, kind: str, active: ActiveNotices | None = None) -> None:
         self.kind = kind
@@ -337,7 +338,7 @@ class GcpWatcher:
         self.root = metadata_root(settings.url, environ)
         self.health = context.health if context is not None else PollHealth(PROVIDER)
         self.active = ActiveNotices(
-            Path(context.state_dir) / ACTIVE_FILE if context is not None else None
+            Path(context.state_dir) / ACTIVE_FILE if context is not None else None, self.health
         )
         self.tracks = {
             kind: NoticeTrack(kind, self.active)
@@ -457,6 +458,8 @@ class GcpWatcher:
             self.health.success()
             if report is not None:
                 emit(report)
+            # After the emit: a state directory that cannot be written loses no notice.
+            self.active.save()
             if answer.etag:
                 etag = answer.etag
             else:
@@ -491,6 +494,7 @@ class GcpWatcher:
                 report = track.observe(upcoming_report(window, utcnow()), detail)
                 if report is not None:
                     emit(report)
+                self.active.save()
             await asyncio.sleep(self.settings.upcoming_interval)
 
     async def _read_upcoming(self) -> tuple[bool, UpcomingWindow | None, dict[str, Any]]:

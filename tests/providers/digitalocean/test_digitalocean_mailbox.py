@@ -18,7 +18,7 @@ from forewarn.agent.protocol import utcnow
 from forewarn.providers.base import PollHealth, WatcherContext
 from forewarn.providers.digitalocean import watch
 from forewarn.providers.digitalocean.imap import Credentials, load_credentials
-from forewarn.providers.digitalocean.seen import STATE_FILE
+from forewarn.providers.digitalocean.seen import ACTIVE_FILE, STATE_FILE
 from forewarn.providers.digitalocean.settings import Settings
 from forewarn.providers.digitalocean.watch import DigitalOceanWatcher
 from forewarn.testing.dovecot import Dovecot, MailUser
@@ -239,6 +239,35 @@ async def test_a_restart_does_not_raise_the_same_mail_again(
         await asyncio.to_thread(dovecot.append, mail_user, reclaim())
         await second.until(lambda: len(second.reports) == 2)
         assert second.reports[1].id != first.reports[0].id
+
+
+async def test_state_files_that_cannot_be_written_lose_no_reclaim(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # Directories at the files' paths fail every write, as a full disk or a read-only state
+    # directory would. The watcher once raised on its first write, before reading any mail.
+    state = tmp_path / "state"
+    files = [state / STATE_FILE, state / ACTIVE_FILE]
+    for path in files:
+        path.mkdir(parents=True)
+    dovecot.append(mail_user, reclaim())
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        await run.until(lambda: len(run.reports) == 1)
+        await run.idling()
+        assert run.health.last_error == "state"
+        # Still reading the mailbox, each mail once.
+        await asyncio.to_thread(dovecot.append, mail_user, reclaim())
+        await run.until(lambda: len(run.reports) == 2)
+        assert run.reports[1].id != run.reports[0].id
+        # Writable again: the next pass writes both files.
+        for path in files:
+            path.rmdir()
+        await asyncio.to_thread(dovecot.append, mail_user, reclaim(subject="Weekly newsletter"))
+        await run.until(lambda: all(path.is_file() for path in files), what="files written")
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as again:
+        await again.idling()
+        # After a restart, both reclaims stand and no mail is read as new.
+        assert sorted(r.id for r in again.reports) == sorted(r.id for r in run.reports)
 
 
 async def test_a_wrong_password_is_one_clear_error_and_other_watchers_keep_running(

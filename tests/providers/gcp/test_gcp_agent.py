@@ -3,16 +3,19 @@ by a raw ZeroMQ subscriber; and `forewarn drill local --provider gcp`."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from forewarn.protocol.timefmt import parse_time
+from forewarn.providers.gcp.active import ACTIVE_FILE
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, Subscriber, agent_env, forewarn_cmd
+from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd
 
 FAST_ENV = {
     "FOREWARN_GCP_RETRY_DELAY": "0.2",
@@ -66,6 +69,31 @@ def test_maintenance_drain_clear_and_preemption_through_the_agent(
     status = agent.control({"op": "status"})
     assert status["agent"]["providers"] == ["gcp"]
     assert [notice["id"] for notice in status["active"]] == [terminate["id"]]
+
+
+def test_a_notice_file_that_cannot_be_written_loses_no_preemption(
+    tmp_path: Path, agent: AgentProcess, sim: GcpSimulator
+) -> None:
+    # A directory at the file's path fails every write, as a full disk or a read-only state
+    # directory would (chmod does not stop root). The watcher once died before its emit.
+    notices_file = tmp_path / "state" / ACTIVE_FILE
+    notices_file.mkdir()
+    with _subscribed(agent) as sub:
+        sim.raise_notice("preempt", {})
+        terminate = sub.notice(10)
+    assert (terminate["action"], terminate["reason"]) == ("terminate", "preemption")
+
+    def gcp_health() -> dict[str, Any]:
+        [health] = agent.control({"op": "status"})["health"]
+        return cast(dict[str, Any], health)
+
+    eventually(lambda: gcp_health()["last_error"] == "state", 10, "the failed write reported")
+    assert "cannot write" in agent.output() and str(notices_file) in agent.output()
+    # Writable again: the next answer writes the notice in force, and the health recovers.
+    notices_file.rmdir()
+    eventually(notices_file.is_file, 10, "the notice file written on a later answer")
+    assert json.loads(notices_file.read_text())["preempted"]["id"] == terminate["id"]
+    eventually(lambda: gcp_health()["state"] == "healthy", 10, "the health recovered")
 
 
 def test_an_upcoming_window_escalates_to_terminate(
