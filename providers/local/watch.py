@@ -3,7 +3,9 @@
 The file (default `checkpoint-now` in the runtime directory) raises a drain notice when it
 appears. It is removed once handled, that is once every client that received the notice has
 acked its flush; until then the notice stays active, so a client that joins late still gets
-it. Manual notices from the control socket are the agent's own (`forewarn notify`).
+it. Written again (a new mtime), it is a new request: the earlier notice is cleared and a new
+one raised. Removed by hand, it clears its notice. Manual notices from the control socket are
+the agent's own (`forewarn notify`).
 """
 
 from __future__ import annotations
@@ -135,6 +137,10 @@ class LocalWatcher:
             return
         mtime_ns, content = found
         if self.current is None or self.current.id != f"local/flag/{mtime_ns:x}":
+            if self.current is not None:
+                # Written again: a new request replaces the one in force, which nothing would
+                # clear later (a flush, a retirement and the file's removal name the new id).
+                emit(self.current.model_copy(update={"action": "clear"}))
             self.current = flag_report(self.flag_file, content, mtime_ns)
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
             emit(self.current)

@@ -222,6 +222,27 @@ def test_flag_file_raises_a_drain_removed_once_acked(tmp_path: Path) -> None:
         assert not flag.exists()
 
 
+def test_a_flag_file_written_again_replaces_its_notice_and_removal_clears_it(
+    tmp_path: Path,
+) -> None:
+    # The first drain once stayed active (and was replayed to every new client) for an hour
+    # after the file was touched again and then removed.
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("")
+        first = sub.notice(timeout=3)
+        written = flag.stat()
+        os.utime(flag, ns=(written.st_atime_ns, written.st_mtime_ns + 1_000_000_000))
+        cleared, second = sub.notice(timeout=3), sub.notice(timeout=3)
+        assert (cleared["action"], cleared["id"]) == ("clear", first["id"])
+        assert second["action"] == "drain" and second["id"] not in (first["id"], "")
+        assert [n["id"] for n in agent.control({"op": "status"})["active"]] == [second["id"]]
+        flag.unlink()
+        removed = sub.notice(timeout=3)
+        assert (removed["action"], removed["id"]) == ("clear", second["id"])
+        assert agent.control({"op": "status"})["active"] == []
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
