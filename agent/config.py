@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from forewarn.protocol.errors import ConfigError
 from forewarn.protocol.wire import EndpointError, resolve_endpoints, runtime_dir
 from forewarn.providers.registry import REGISTRY, Registry
-from forewarn.providers.settings import ProviderSettings, is_seconds, seconds
+from forewarn.providers.settings import ProviderSettings, as_seconds
 from pydantic import (
     BaseModel,
     Field,
@@ -142,10 +142,7 @@ class Settings(BaseSettings):
     @classmethod
     def _seconds_accept_durations(cls, value: Any, info: ValidationInfo) -> Any:
         # Every seconds key also takes a duration (`30s`), in TOML, environment and --set.
-        field = cls.model_fields.get(info.field_name or "")
-        if field is not None and is_seconds(field.annotation):
-            return seconds(value)
-        return value
+        return as_seconds(cls.model_fields.get(info.field_name or ""), value)
 
     @field_validator("providers", mode="before")
     @classmethod

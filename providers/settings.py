@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import math
 import types
-from typing import Any, ClassVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 from forewarn.protocol.timefmt import parse_duration
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
+
+
+class _WholeSecondsMark:
+    """Marks an `int` setting that holds whole seconds (an API asks for an integer)."""
+
+
+WholeSeconds = Annotated[int, _WholeSecondsMark()]
+"""The type of a setting of whole seconds: it takes a duration too (`30s`, `5m`), which must
+come to a whole number of seconds."""
 
 
 def is_seconds(annotation: Any) -> bool:
@@ -30,6 +41,30 @@ def seconds(value: Any) -> Any:
             return float(text)
         except ValueError:
             return parse_duration(text)
+    return value
+
+
+def whole_seconds(value: Any) -> Any:
+    """`seconds(value)` for a setting of whole seconds: `5m` is 300; `1.5s` is a ValueError."""
+    converted = seconds(value)
+    if isinstance(converted, float):
+        whole = round(converted) if math.isfinite(converted) else None
+        # `1.1m` comes to 66.00000000000001 in binary floating point: whole all the same.
+        if whole is None or not math.isclose(converted, whole, rel_tol=1e-9):
+            raise ValueError(f"expected a whole number of seconds, got {value!r}")
+        return whole
+    return converted
+
+
+def as_seconds(field: FieldInfo | None, value: Any) -> Any:
+    """`value` for `field`: a duration becomes seconds when the field holds seconds (every
+    `float` field, and `WholeSeconds`); anything else is left to the field's own type."""
+    if field is None:
+        return value
+    if is_seconds(field.annotation):
+        return seconds(value)
+    if any(isinstance(item, _WholeSecondsMark) for item in field.metadata):
+        return whole_seconds(value)
     return value
 
 
@@ -58,17 +93,14 @@ def check_url(value: str, schemes: tuple[str, ...], bare_host: bool) -> str:
 
 class ProviderSettings(BaseModel):
     """The base of every `[<provider>]` section: unknown keys are errors, and every seconds
-    setting also accepts a duration (`30s`, `15m`, `2h`)."""
+    setting (`float`, or `WholeSeconds`) also accepts a duration (`30s`, `15m`, `2h`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     @field_validator("*", mode="before")
     @classmethod
     def _seconds_accept_durations(cls, value: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        if field is not None and is_seconds(field.annotation):
-            return seconds(value)
-        return value
+        return as_seconds(cls.model_fields.get(info.field_name or ""), value)
 
 
 class EndpointSettings(ProviderSettings):
@@ -90,4 +122,13 @@ class EndpointSettings(ProviderSettings):
         return check_url(value, cls.url_schemes, cls.url_bare_host)
 
 
-__all__ = ["EndpointSettings", "ProviderSettings", "check_url", "is_seconds", "seconds"]
+__all__ = [
+    "EndpointSettings",
+    "ProviderSettings",
+    "WholeSeconds",
+    "as_seconds",
+    "check_url",
+    "is_seconds",
+    "seconds",
+    "whole_seconds",
+]

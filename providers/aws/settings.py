@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ..settings import EndpointSettings
+from ..settings import EndpointSettings, WholeSeconds
 
 # IMDS only accepts token lifetimes in this range (a PUT outside it gets 400).
 MIN_TOKEN_TTL = 1
@@ -62,7 +62,7 @@ class Settings(EndpointSettings):
         le=60,
         description="Seconds to wait for one IMDS answer, the token PUT included.",
     )
-    token_ttl: int = Field(
+    token_ttl: WholeSeconds = Field(
         default=21600,
         ge=MIN_TOKEN_TTL,
         le=MAX_TOKEN_TTL,

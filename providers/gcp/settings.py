@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from ..settings import EndpointSettings
+from ..settings import EndpointSettings, WholeSeconds
 
 
 class Settings(EndpointSettings):
@@ -14,7 +14,7 @@ class Settings(EndpointSettings):
     url_schemes = ("http",)
     url_bare_host = True
 
-    timeout_sec: int = Field(
+    timeout_sec: WholeSeconds = Field(
         default=15,
         ge=1,
         le=3600,

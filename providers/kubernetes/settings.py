@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
-from ..settings import EndpointSettings
+from ..settings import EndpointSettings, WholeSeconds
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -58,7 +58,7 @@ class Settings(EndpointSettings):
         default_factory=lambda: list(DEFAULT_DRAIN_TAINTS),
         description="Taint keys that raise a drain (comma-separated in the environment).",
     )
-    watch_timeout: int = Field(
+    watch_timeout: WholeSeconds = Field(
         default=300,
         ge=1,
         le=3600,

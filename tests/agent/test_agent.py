@@ -258,6 +258,10 @@ def test_a_flag_file_written_again_replaces_its_notice_and_removal_clears_it(
             "local.flag_interval",
         ),
         (("agent", "--provider", "local", "--set", "nonsense"), "--set"),
+        (
+            ("agent", "--provider", "local", "--set", "gcp.timeout_sec=1.5s"),
+            "gcp.timeout_sec: expected a whole number of seconds",
+        ),
     ],
 )
 def test_bad_input_exits_2_naming_the_problem(

@@ -1,19 +1,27 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
+import re
+import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any, cast
 
 import annotated_types
 import pytest
-from forewarn.agent.config import ConfigError, Settings, load_settings
+from annotated_types import Ge, Gt, Le
+from forewarn.agent.config import ConfigError, Settings, load_settings, settings_model
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, parse_time
 from forewarn.protocol.wire import EndpointError, check_endpoint, default_endpoints, runtime_dir
 from forewarn.providers.registry import REGISTRY
-from hypothesis import given
+from forewarn.providers.settings import as_seconds, is_seconds
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 
 def test_precedence_flags_over_env_over_toml(
@@ -155,6 +163,126 @@ def test_durations_read_the_same_everywhere(
     assert load_settings(config, exit_margin="30").exit_margin == 30
     with pytest.raises(ConfigError, match="exit_margin: not a duration"):
         load_settings(exit_margin="5x")
+
+
+def _seconds_keys(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    """Every key of the configuration that holds seconds, dotted, with its field."""
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _seconds_keys(annotation, f"{prefix}{name}.")
+        elif is_seconds(annotation) or as_seconds(field, "1m") == 60:
+            yield prefix + name, field
+
+
+def _field(key: str) -> FieldInfo:
+    model: Any = settings_model()
+    *sections, leaf = key.split(".")
+    for section in sections:
+        model = model.model_fields[section].annotation
+    return cast(FieldInfo, model.model_fields[leaf])
+
+
+# The keys an API takes as an integer number of seconds.
+WHOLE_SECONDS_KEYS = ["aws.token_ttl", "gcp.timeout_sec", "kubernetes.watch_timeout"]
+SECONDS_KEYS = {
+    **dict(_seconds_keys(settings_model())),
+    **{key: _field(key) for key in WHOLE_SECONDS_KEYS},
+}
+
+
+def _whole_bounds(field: FieldInfo) -> tuple[int, int]:
+    """The smallest and largest whole number of seconds the field takes."""
+    low, high = 0, 10**7
+    for item in field.metadata:
+        if isinstance(item, Ge):
+            low = max(low, math.ceil(float(item.ge)))  # type: ignore[arg-type]
+        elif isinstance(item, Gt):
+            low = max(low, math.floor(float(item.gt)) + 1)  # type: ignore[arg-type]
+        elif isinstance(item, Le):
+            high = min(high, math.floor(float(item.le)))  # type: ignore[arg-type]
+    return low, high
+
+
+# How people write a whole number of seconds: (text for a count, seconds per count).
+_FORMS: list[tuple[Any, int]] = [
+    (str, 1),
+    ("{}s".format, 1),
+    (lambda k: f" {k} s ", 1),
+    (lambda k: f"{k * 1000}ms", 1),
+    (lambda k: f"{k // 10}.{k % 10}m", 6),  # tenths of a minute: 1.1m is 66 s
+    ("{}m".format, 60),
+    (lambda k: f"{k // 100}.{k % 100:02d}h", 36),
+    ("{}h".format, 3600),
+    ("{}d".format, 86400),
+]
+
+
+@st.composite
+def _whole_durations(draw: st.DrawFn, field: FieldInfo) -> tuple[str, int]:
+    low, high = _whole_bounds(field)
+    forms = [(text, per) for text, per in _FORMS if -(-low // per) <= high // per]
+    text, per = draw(st.sampled_from(forms))
+    count = draw(st.integers(-(-low // per), high // per))
+    return text(count), count * per
+
+
+def _load(source: str, key: str, text: str) -> Settings:
+    """The configuration with `key` given as `text` by TOML, the environment or --set."""
+    *section, leaf = key.split(".")
+    if source == "toml":
+        with tempfile.TemporaryDirectory() as directory:
+            config = Path(directory) / "f.toml"
+            header = f"[{section[0]}]\n" if section else ""
+            config.write_text(f'{header}{leaf} = "{text}"\n')
+            return load_settings(config)
+    if source == "env":
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("FOREWARN_" + key.replace(".", "_").upper(), text)
+            return load_settings()
+    # --set section.key=VALUE reaches load_settings as a nested string, as the CLI builds it.
+    return load_settings(**({section[0]: {leaf: text}} if section else {leaf: text}))
+
+
+SOURCES = st.sampled_from(["toml", "env", "set"])
+
+
+def test_every_int_key_of_seconds_takes_durations() -> None:
+    found = {key for key, field in _seconds_keys(settings_model()) if field.annotation is int}
+    assert found == set(WHOLE_SECONDS_KEYS)
+
+
+@pytest.mark.parametrize("key", sorted(SECONDS_KEYS))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), source=SOURCES)
+def test_every_seconds_key_reads_a_duration_the_same_from_every_source(
+    key: str, data: st.DataObject, source: str
+) -> None:
+    text, expected = data.draw(_whole_durations(SECONDS_KEYS[key]), label="duration")
+    value = functools.reduce(getattr, key.split("."), _load(source, key, text))
+    if key in WHOLE_SECONDS_KEYS:
+        assert value == expected and type(value) is int
+    else:
+        assert value == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("key", WHOLE_SECONDS_KEYS)
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), source=SOURCES)
+def test_a_whole_seconds_key_refuses_a_fraction_naming_the_key(
+    key: str, data: st.DataObject, source: str
+) -> None:
+    low, high = _whole_bounds(SECONDS_KEYS[key])
+    seconds = data.draw(st.integers(low, high - 1), label="seconds")
+    millis = data.draw(st.integers(1, 999), label="milliseconds")
+    text = data.draw(
+        st.sampled_from(
+            [f"{seconds}.{millis:03d}", f"{seconds}.{millis:03d}s", f"{seconds * 1000 + millis}ms"]
+        ),
+        label="text",
+    )
+    with pytest.raises(ConfigError, match=re.escape(key) + ": expected a whole number of seconds"):
+        _load(source, key, text)
 
 
 @pytest.mark.parametrize(
