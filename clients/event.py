@@ -29,25 +29,34 @@ class Event:
 
     @classmethod
     def from_json(cls, payload: bytes | str) -> Event:
-        """Parse one notice; ValueError when it is not a protocol v1 notice."""
-        raw = json.loads(payload)
+        """Parse one notice. Whatever the payload, a malformed one raises ValueError naming
+        what is wrong and nothing else: the subscriber drops it and goes on listening."""
+        try:
+            raw = json.loads(payload)
+        except RecursionError:
+            raise ValueError("notice is JSON nested too deeply") from None
+        except ValueError as error:  # not UTF-8, or not JSON
+            raise ValueError(f"notice is not JSON: {error}") from None
         if not isinstance(raw, dict) or raw.get("v") != 1:
             raise ValueError("not a protocol v1 notice")
-        try:
-            deadline = raw.get("deadline")
-            return cls(
-                id=str(raw["id"]),
-                seq=int(raw["seq"]),
-                action=str(raw["action"]),
-                reason=str(raw["reason"]),
-                provider=str(raw["provider"]),
-                deadline=parse_time(deadline) if deadline else None,
-                noticed_at=parse_time(raw["noticed_at"]),
-                sent_at=parse_time(raw["sent_at"]),
-                detail=dict(raw.get("detail") or {}),
-            )
-        except (KeyError, TypeError) as error:
-            raise ValueError(f"notice is missing or mistypes a field: {error}") from None
+        seq = _field(raw, "seq")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise ValueError(f"notice field 'seq' is not an integer: {type(seq).__name__}")
+        deadline = raw.get("deadline")
+        detail = raw.get("detail")
+        if detail is not None and not isinstance(detail, dict):
+            raise ValueError(f"notice field 'detail' is not an object: {type(detail).__name__}")
+        return cls(
+            id=_text(raw, "id"),
+            seq=seq,
+            action=_text(raw, "action"),
+            reason=_text(raw, "reason"),
+            provider=_text(raw, "provider"),
+            deadline=None if deadline is None else _time(raw, "deadline"),
+            noticed_at=_time(raw, "noticed_at"),
+            sent_at=_time(raw, "sent_at"),
+            detail=dict(detail or {}),
+        )
 
     @property
     def seconds_left(self) -> float | None:
@@ -55,6 +64,27 @@ class Event:
         if self.deadline is None:
             return None
         return (self.deadline - utcnow()).total_seconds()
+
+
+def _field(raw: dict[str, Any], name: str) -> Any:
+    if name not in raw:
+        raise ValueError(f"notice has no {name!r}")
+    return raw[name]
+
+
+def _text(raw: dict[str, Any], name: str) -> str:
+    value = _field(raw, name)
+    if not isinstance(value, str):
+        raise ValueError(f"notice field {name!r} is not a string: {type(value).__name__}")
+    return value
+
+
+def _time(raw: dict[str, Any], name: str) -> datetime:
+    text = _text(raw, name)
+    try:
+        return parse_time(text)
+    except ValueError as error:
+        raise ValueError(f"notice field {name!r}: {error}") from None
 
 
 __all__ = ["Event"]

@@ -36,6 +36,9 @@ POLL_MS = 200
 # Acks waiting for a slow or absent control socket; beyond this the oldest are dropped (an ack
 # is telemetry and escalation input, never worth unbounded memory in a training process).
 ACK_BACKLOG = 64
+# A malformed message on the events socket is dropped; at most one warning this often says so
+# (with how many more were dropped since), so a broken publisher cannot flood the job's log.
+MALFORMED_WARN_SECONDS = 60.0
 
 
 def _client_id() -> str:
@@ -79,6 +82,8 @@ class Notices:
         self._acks_dropped = 0
         self._ack_failing = False
         self._close_by = math.inf
+        self._malformed_unsaid = 0
+        self._malformed_quiet_until = -math.inf
         if start:
             self.start()
 
@@ -228,16 +233,14 @@ class Notices:
         started = time.monotonic()
         last_beat: float | None = None
         warned = False
+        agent_topics = (TOPIC_HEARTBEAT.encode(), TOPIC_NOTICE.encode())
         try:
             while not self._stop.is_set():
                 if sock.poll(POLL_MS):
-                    topic, payload = sock.recv_multipart()
-                    if topic == TOPIC_HEARTBEAT.encode():
-                        last_beat = time.monotonic()
-                        self._heartbeat(payload)
-                    elif topic == TOPIC_NOTICE.encode():
+                    frames = sock.recv_multipart()
+                    if frames[0] in agent_topics:
                         last_beat = time.monotonic()  # a notice is a sign of life too
-                        self._notice(payload)
+                        self._message(frames)
                 now = time.monotonic()
                 alive = last_beat is not None and now - last_beat < self.heartbeat_timeout
                 if alive != self.alive:
@@ -258,6 +261,43 @@ class Notices:
                         )
         finally:
             sock.close(linger=0)
+            if not self._stop.is_set():
+                # Not closed: an error ended the thread. Stop claiming an agent it cannot hear.
+                self.alive = False
+                log.error("forewarn: stopped listening to the agent on %s", self.events)
+
+    def _message(self, frames: list[bytes]) -> None:
+        """One message from the agent. Whatever it holds, a malformed one is dropped and this
+        thread goes on: if it ended, no notice would reach the job again while `alive` stayed
+        true."""
+        topic = frames[0].decode()
+        try:
+            if len(frames) != 2:
+                raise ValueError(f"{len(frames)} frames, not 2 (topic, JSON)")
+            if topic == TOPIC_HEARTBEAT:
+                self._heartbeat(frames[1])
+            else:
+                self._notice(frames[1])
+        except Exception as error:
+            self._malformed(topic, error)
+
+    def _malformed(self, topic: str, error: Exception) -> None:
+        now = time.monotonic()
+        if now < self._malformed_quiet_until:
+            self._malformed_unsaid += 1
+            return
+        since = f" ({self._malformed_unsaid} more since the last warning)"
+        log.warning(
+            "forewarn: dropped a malformed %s message from %s: %s%s",
+            topic,
+            self.events,
+            # A ValueError names what was wrong; anything else is a bug here, with its trace.
+            str(error)[:300] if isinstance(error, ValueError) else repr(error)[:300],
+            since if self._malformed_unsaid else "",
+            exc_info=not isinstance(error, ValueError),
+        )
+        self._malformed_unsaid = 0
+        self._malformed_quiet_until = now + MALFORMED_WARN_SECONDS
 
     def _heartbeat(self, payload: bytes) -> None:
         import json
@@ -265,9 +305,8 @@ class Notices:
         try:
             beat = json.loads(payload)
             active = set(beat["active"])
-        except (ValueError, KeyError, TypeError):
-            log.warning("forewarn: ignoring a malformed heartbeat")
-            return
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"heartbeat is missing or mistypes a field: {error}") from None
         self.agent = beat
         stale = [notice_id for notice_id in self.active if notice_id not in active]
         if stale:
@@ -276,11 +315,7 @@ class Notices:
                 self.active = {k: v for k, v in self.active.items() if k not in stale}
 
     def _notice(self, payload: bytes) -> None:
-        try:
-            event = Event.from_json(payload)
-        except ValueError as error:
-            log.warning("forewarn: ignoring a malformed notice: %s", error)
-            return
+        event = Event.from_json(payload)
         known = self.active.get(event.id)
         repeat = known is not None and (known.action, known.deadline) == (
             event.action,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from forewarn.clients import Notices
+from forewarn.clients import CheckpointGuard, Notices
+from forewarn.protocol.timefmt import format_time, utcnow
 from support import AgentProcess, eventually
 
 
@@ -130,3 +133,88 @@ def test_no_agent_is_logged_once_and_a_late_agent_is_picked_up_with_its_replay(
         notices.close()
     said = [r.getMessage() for r in caplog.records if "no agent on" in r.getMessage()]
     assert len(said) == 1, said
+
+
+class FakeAgent:
+    """An agent's events socket that sends what the test says: a real XPUB on ipc."""
+
+    def __init__(self, directory: Path) -> None:
+        import zmq
+
+        self.endpoint = f"ipc://{directory}/events"
+        self.control = f"ipc://{directory}/control"  # nothing answers there
+        self.pub = zmq.Context.instance().socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.bind(self.endpoint)
+        self.seq = 0
+
+    def subscribed(self, timeout: float = 10) -> None:
+        """Until the client has subscribed to notices (its last subscription)."""
+        end = time.monotonic() + timeout
+        while self.pub.poll(max(int((end - time.monotonic()) * 1000), 1)):
+            if self.pub.recv() == b"\x01notice":
+                return
+        raise AssertionError("the client did not subscribe")
+
+    def raw(self, *frames: bytes) -> None:
+        self.pub.send_multipart(list(frames))
+
+    def beat(self, **fields: Any) -> None:
+        self.seq += 1
+        beat = {"v": 1, "seq": self.seq, "agent": "fake", "providers": ["aws"], "active": []}
+        self.raw(b"heartbeat", json.dumps({**beat, **fields}).encode())
+
+    def notice(self, notice_id: str, action: str, **fields: Any) -> None:
+        self.seq += 1
+        now = format_time(utcnow())
+        notice = {
+            "v": 1,
+            "id": notice_id,
+            "seq": self.seq,
+            "action": action,
+            "reason": "spot-interruption",
+            "provider": "aws",
+            "deadline": None,
+            "noticed_at": now,
+            "sent_at": now,
+            "detail": {},
+        }
+        self.raw(b"notice", json.dumps({**notice, **fields}).encode())
+
+    def close(self) -> None:
+        self.pub.close(linger=0)
+
+
+def warnings_about(caplog: Any, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def test_malformed_notices_are_dropped_and_the_next_terminate_still_acts(
+    tmp_path: Path, caplog: Any
+) -> None:
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=1.0)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+    try:
+        agent.subscribed()
+        agent.beat()
+        agent.notice("aws/bad", "terminate", deadline=5)  # parse_time(5): AttributeError
+        agent.raw(b"notice", b'{"v": 1, "id": "aws/bad", "seq": 1e400}')  # int(inf)
+        agent.raw(b"notice", b"{}", b"a third frame")  # unpacking
+        agent.raw(b"notice", b"[" * 100_000 + b"]" * 100_000)  # RecursionError
+        agent.raw(b"notice", b"\x80 not UTF-8")
+        agent.raw(b"heartbeat", b"[" * 100_000 + b"]" * 100_000)
+        agent.raw(b"heartbeat")
+        agent.notice("aws/real", "terminate")
+        assert eventually(lambda: guard.should_exit, timeout=5, what="the terminate acted on")
+        assert list(notices.active) == ["aws/real"]
+        assert guard.due(1)
+        said = warnings_about(caplog, "dropped a malformed")
+        assert len(said) == 1, f"one warning a minute, not one a message: {said}"
+        assert "aws/bad" not in notices.active
+        agent.close()
+        assert eventually(lambda: not notices.alive, timeout=5, what="the agent's loss noticed")
+    finally:
+        guard.close()
+        notices.close()
+        agent.close()
