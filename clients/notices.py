@@ -9,6 +9,7 @@ picks the agent up (with its replay of active notices) whenever it comes.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -43,6 +44,27 @@ MALFORMED_WARN_SECONDS = 60.0
 
 def _client_id() -> str:
     return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+
+
+def parse_heartbeat(payload: bytes) -> dict[str, Any]:
+    """A heartbeat as a dict whose `active`, and `acked` and `providers` when present, are
+    lists of strings: the guard reads them on its ticker thread, which a `None` there would
+    end. ValueError naming what is wrong otherwise, and nothing else."""
+    try:
+        beat = json.loads(payload)
+    except RecursionError:
+        raise ValueError("heartbeat is JSON nested too deeply") from None
+    except ValueError as error:  # not UTF-8, or not JSON
+        raise ValueError(f"heartbeat is not JSON: {error}") from None
+    if not isinstance(beat, dict):
+        raise ValueError("heartbeat is not a JSON object")
+    if "active" not in beat:
+        raise ValueError("heartbeat has no 'active'")
+    for name in ("active", "acked", "providers"):
+        value = beat.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ValueError(f"heartbeat field {name!r} is not a list of strings")
+    return beat
 
 
 class Notices:
@@ -300,13 +322,8 @@ class Notices:
         self._malformed_quiet_until = now + MALFORMED_WARN_SECONDS
 
     def _heartbeat(self, payload: bytes) -> None:
-        import json
-
-        try:
-            beat = json.loads(payload)
-            active = set(beat["active"])
-        except (KeyError, TypeError) as error:
-            raise ValueError(f"heartbeat is missing or mistypes a field: {error}") from None
+        beat = parse_heartbeat(payload)
+        active = set(beat["active"])
         self.agent = beat
         stale = [notice_id for notice_id in self.active if notice_id not in active]
         if stale:

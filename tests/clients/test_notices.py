@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from forewarn.clients import CheckpointGuard, Notices
+from forewarn.clients.notices import parse_heartbeat
 from forewarn.protocol.timefmt import format_time, utcnow
+from hypothesis import given
+from hypothesis import strategies as st
 from support import AgentProcess, eventually
 
 
@@ -214,6 +220,94 @@ def test_malformed_notices_are_dropped_and_the_next_terminate_still_acts(
         assert "aws/bad" not in notices.active
         agent.close()
         assert eventually(lambda: not notices.alive, timeout=5, what="the agent's loss noticed")
+    finally:
+        guard.close()
+        notices.close()
+        agent.close()
+
+
+BEAT: dict[str, Any] = {
+    "v": 1,
+    "seq": 18,
+    "agent": "host/1/a",
+    "version": "0.1.0",
+    "providers": ["local", "aws"],
+    "active": ["aws/x"],
+    "sent_at": "2026-11-30T03:10:00Z",
+    "acked": [],
+}
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=8,
+)
+
+
+@given(
+    st.dictionaries(st.sampled_from(sorted(BEAT)), JSON, max_size=3),
+    st.sets(st.sampled_from(sorted(BEAT)), max_size=2),
+)
+def test_a_heartbeat_parses_to_lists_of_strings_or_value_error(
+    changed: dict[str, Any], missing: set[str]
+) -> None:
+    fields = {**BEAT, **changed}
+    payload = json.dumps({name: value for name, value in fields.items() if name not in missing})
+    try:
+        beat = parse_heartbeat(payload.encode())
+    except ValueError:
+        return
+    for name in ("active", "acked", "providers"):
+        value = beat.get(name, [])
+        assert isinstance(value, list) and all(isinstance(item, str) for item in value), name
+
+
+@given(st.binary() | JSON.map(lambda document: json.dumps(document).encode()))
+def test_any_heartbeat_payload_gives_a_heartbeat_or_value_error(payload: bytes) -> None:
+    with contextlib.suppress(ValueError):
+        parse_heartbeat(payload)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"providers": None}, {"providers": 5}, {"acked": None}, {"acked": [None]}],
+    ids=["providers-null", "providers-number", "acked-null", "acked-null-item"],
+)
+def test_a_malformed_heartbeat_is_dropped_and_the_guard_keeps_ticking(
+    tmp_path: Path, caplog: Any, bad: dict[str, Any]
+) -> None:
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=5.0)
+    # The ticker reads `providers` for the flag file and `acked` for a terminate in force
+    # before the job started (still undecided here): both must survive any heartbeat.
+    guard = CheckpointGuard(
+        every_seconds=0.3,
+        notices=notices,
+        flag_file=tmp_path / "checkpoint-now",
+        handle_signals=False,
+    )
+    try:
+        agent.subscribed()
+        agent.beat()
+        agent.notice(
+            "aws/old",
+            "terminate",
+            noticed_at=format_time(utcnow() - timedelta(hours=1)),
+            deadline=format_time(utcnow() + timedelta(hours=1)),
+        )
+        agent.beat(active=["aws/old"], **bad)
+        agent.notice("aws/after", "drain")  # sent after the heartbeat, so read after it
+        assert eventually(lambda: "aws/after" in notices.active, timeout=5)
+        assert guard.due(1)
+        guard.saved(1, 0.01)
+        assert eventually(lambda: guard.due(2), timeout=5, what="a periodic save: the ticker ticks")
+        assert not guard.should_exit
+        (name,) = bad
+        said = warnings_about(caplog, "dropped a malformed heartbeat")
+        assert len(said) == 1 and repr(name) in said[0], said
+        (tmp_path / "checkpoint-now").touch()  # the flag file is the guard's: no local provider
+        guard.saved(2, 0.01)
+        assert eventually(lambda: guard.due(3), timeout=5, what="the flag file")
+        assert "flag" in guard.saved(3, 0.01).reasons
     finally:
         guard.close()
         notices.close()
