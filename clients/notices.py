@@ -19,8 +19,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import (
     TOPIC_CLIENT_PREFIX,
     TOPIC_HEARTBEAT,
@@ -40,6 +42,8 @@ ACK_BACKLOG = 64
 # A malformed message on the events socket is dropped; at most one warning this often says so
 # (with how many more were dropped since), so a broken publisher cannot flood the job's log.
 MALFORMED_WARN_SECONDS = 60.0
+# The detail of the clear a client makes for a notice the agent's heartbeat no longer lists.
+WITHDRAWN = {"withdrawn": "no longer listed by the agent's heartbeat"}
 
 
 def _client_id() -> str:
@@ -325,14 +329,19 @@ class Notices:
         beat = parse_heartbeat(payload)
         active = set(beat["active"])
         self.agent = beat
-        stale = [notice_id for notice_id in self.active if notice_id not in active]
-        if stale:
-            # Withdrawn while we were not connected (an agent restart): forget them.
-            with self._changed:
-                self.active = {k: v for k, v in self.active.items() if k not in stale}
+        now = utcnow()
+        stale = [event for notice_id, event in self.active.items() if notice_id not in active]
+        for event in stale:
+            # Withdrawn while this client was not connected (an agent restart): no clear will
+            # come for it, so it gets one here. The listeners must see it like any clear: the
+            # guard forgets the notice, and flushes again if it comes back.
+            clear = replace(event, action="clear", noticed_at=now, sent_at=now)
+            self._event(replace(clear, detail=dict(WITHDRAWN)))
 
     def _notice(self, payload: bytes) -> None:
-        event = Event.from_json(payload)
+        self._event(Event.from_json(payload))
+
+    def _event(self, event: Event) -> None:
         known = self.active.get(event.id)
         repeat = known is not None and (known.action, known.deadline) == (
             event.action,

@@ -312,3 +312,89 @@ def test_a_malformed_heartbeat_is_dropped_and_the_guard_keeps_ticking(
         guard.close()
         notices.close()
         agent.close()
+
+
+def test_a_drain_withdrawn_during_an_agent_restart_is_flushed_again_when_it_comes_back(
+    tmp_path: Path,
+) -> None:
+    agent = AgentProcess(tmp_path).start()
+    notices = Notices(agent.events, agent.control_endpoint, heartbeat_timeout=1.5)
+    seen: list[Any] = []
+    notices.add_listener(seen.append)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+    try:
+        agent.control({"op": "notify", "action": "drain", "id": "local/x"})
+        assert eventually(lambda: guard.due(1), timeout=10, what="the drain")
+        assert guard.saved(1, 0.01).notices == ("local/x",)
+        agent.stop()
+        # The next agent keeps its state elsewhere: the manual drain is gone, and no agent
+        # ever sends a clear for it. Only the new agent's heartbeat says so.
+        state = tmp_path / "state-2"
+        state.mkdir()
+        again = AgentProcess(tmp_path, env={**agent.env, "FOREWARN_STATE_DIR": str(state)})
+        again.start()
+        try:
+            assert eventually(
+                lambda: [e for e in seen if e.id == "local/x" and e.action == "clear"],
+                timeout=10,
+                what="a clear for the notice the new agent's heartbeat does not list",
+            )[0].detail == {"withdrawn": "no longer listed by the agent's heartbeat"}
+            assert "local/x" not in notices.active
+            assert notices.latest is not None and notices.latest.action == "clear"
+            again.control({"op": "notify", "action": "drain", "id": "local/x"})
+            assert eventually(lambda: guard.due(2), timeout=10, what="a flush for it again")
+            assert guard.saved(2, 0.01).notices == ("local/x",)
+        finally:
+            again.stop()
+    finally:
+        guard.close()
+        notices.close()
+
+
+def test_an_inherited_terminate_withdrawn_during_an_agent_restart_no_longer_ends_the_job(
+    tmp_path: Path, caplog: Any
+) -> None:
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=1.0)
+    seen: list[Any] = []
+    notices.add_listener(seen.append)
+    guard = CheckpointGuard(
+        every_seconds=0.5, notices=notices, flag_file=None, handle_signals=False, exit_margin=3
+    )
+    try:
+        agent.subscribed()
+        # In force since before this job started, and acted on by an earlier one: the job
+        # trains and would save and exit 3 s before the deadline.
+        agent.beat(active=["aws/t"], acked=["aws/t"])
+        agent.notice(
+            "aws/t",
+            "terminate",
+            noticed_at=format_time(utcnow() - timedelta(hours=1)),
+            deadline=format_time(utcnow() + timedelta(seconds=60)),
+        )
+        assert eventually(
+            lambda: warnings_about(caplog, "an earlier client acted on it"), timeout=5
+        )
+        # The agent restarts; meanwhile the notice was withdrawn, and no clear is ever sent.
+        agent.close()
+        agent = FakeAgent(tmp_path)
+        agent.subscribed()
+        agent.beat(active=[])
+        assert eventually(
+            lambda: [e for e in seen if e.id == "aws/t" and e.action == "clear"],
+            timeout=5,
+            what="a clear for the terminate the new agent's heartbeat does not list",
+        )
+        # A slow save stretches the exit margin (twice the slowest flush) past the deadline:
+        # a terminate the guard still held would end the job at the ticker's next look.
+        guard.request("slow")
+        assert guard.due(1)
+        guard.saved(1, 100.0)
+        for step in (2, 3):  # two periodic saves: the ticker has looked at least once
+            assert eventually(lambda step=step: guard.due(step), timeout=5, what="the ticker")
+            assert not guard.saved(step, 0.01).exit
+        assert not guard.should_exit
+    finally:
+        guard.close()
+        notices.close()
+        agent.close()
