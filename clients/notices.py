@@ -162,7 +162,8 @@ class Notices:
 
         By default the ack is handed to a sender thread and this returns at once: True when it
         was queued for a live agent, False when no agent is alive. With `wait=True` it is sent
-        here and True means the agent accepted it (waiting up to `timeout` seconds)."""
+        here and True means the agent accepted it (waiting up to `timeout` seconds); no
+        answer, a refusal or an endpoint zmq rejects is False and a warning."""
         if not self.alive:
             return False
         payload: dict[str, Any] = {"op": "ack", "client": self.client_id, "outcome": outcome}
@@ -206,12 +207,19 @@ class Notices:
             item = self._acks.get()
             if item is None or (self._stop.is_set() and time.monotonic() > self._close_by):
                 return  # closed, and the queued acks had their time
-            self._send_ack(*item)
+            try:
+                self._send_ack(*item)
+            except Exception:
+                # If this thread ended, every later ack would wait in the queue forever.
+                log.exception("forewarn: an ack to %s could not be sent", self.control)
 
     def _send_ack(self, payload: dict[str, Any], timeout: float) -> bool:
+        import zmq
+
         try:
             reply = request(self.control, payload, timeout)
-        except (TimeoutError, OSError, ValueError) as error:
+        # ZMQError: an endpoint zmq refuses (a typo in `control`, an ipc path too long).
+        except (TimeoutError, OSError, ValueError, RecursionError, zmq.ZMQError) as error:
             if not self._ack_failing:  # once per outage, not once per ack
                 log.warning("forewarn: ack to %s failed: %s", self.control, error)
             self._ack_failing = True

@@ -398,3 +398,54 @@ def test_an_inherited_terminate_withdrawn_during_an_agent_restart_no_longer_ends
         guard.close()
         notices.close()
         agent.close()
+
+
+def test_an_ack_to_an_endpoint_zmq_refuses_is_a_warning_not_a_dead_sender(
+    tmp_path: Path, caplog: Any
+) -> None:
+    agent = FakeAgent(tmp_path)
+    control = "tcp://127.0.0.1:notaport"  # a typo zmq refuses at connect (ZMQError)
+    notices = Notices(agent.endpoint, control, heartbeat_timeout=5.0)
+    try:
+        agent.subscribed()
+        agent.beat()
+        assert eventually(lambda: notices.alive, timeout=5)
+        assert notices.ack(None, step=1)
+        said = eventually(
+            lambda: warnings_about(caplog, f"ack to {control} failed"), timeout=5, what="a warning"
+        )
+        assert "Invalid argument" in said[0]
+        assert notices.ack(None, step=2, wait=True) is False
+        assert notices.ack(None, step=3)
+        assert notices._sender is not None and notices._sender.is_alive()
+    finally:
+        notices.close(ack_timeout=0.5)
+        agent.close()
+
+
+def test_an_ack_that_cannot_be_sent_is_logged_and_the_next_one_goes_out(
+    tmp_path: Path, caplog: Any
+) -> None:
+    import zmq
+
+    agent = FakeAgent(tmp_path)
+    control = zmq.Context.instance().socket(zmq.REP)
+    control.setsockopt(zmq.LINGER, 0)
+    control.bind(agent.control)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=5.0)
+    try:
+        agent.subscribed()
+        agent.beat()
+        assert eventually(lambda: notices.alive, timeout=5)
+        assert notices.ack(None, step=1, note=object())  # type: ignore[arg-type]
+        assert eventually(
+            lambda: warnings_about(caplog, "could not be sent"), timeout=5, what="the error logged"
+        )
+        assert notices.ack(None, step=2, flush_seconds=0.5)
+        assert control.poll(5000), "the next ack reaches the control socket"
+        assert json.loads(control.recv())["step"] == 2
+        control.send(b'{"ok": true}')
+    finally:
+        notices.close(ack_timeout=0.5)
+        control.close(linger=0)
+        agent.close()
