@@ -5,9 +5,11 @@ forwards SIGTERM to each rank's whole process group: both reach the DataLoader's
 processes too. A worker killed that way makes the training loop raise `RuntimeError:
 DataLoader worker (pid …) is killed by signal: Terminated` at its next batch, before the
 guard's save. Workers that ignore SIGINT, and SIGTERM from anyone but their own main process,
-keep feeding the loop until it has saved; they still end with the main process (the
-DataLoader and multiprocessing stop them with their own SIGTERM, and a worker exits when it
-sees its parent gone) and with the platform's SIGKILL.
+keep feeding the loop until it has saved, whatever the start method (fork, spawn, forkserver).
+They still end with the main process: the DataLoader stops them, a worker exits when its main
+process starts to exit or dies, the main process's own SIGTERM ends it (a spawn or forkserver
+worker's threads from before its init, OpenBLAS's for one, may take that SIGTERM and ignore
+it), and the platform's SIGKILL ends it.
 
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn())
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn(my_seed_fn))
@@ -15,12 +17,21 @@ sees its parent gone) and with the platform's SIGKILL.
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
 import os
 import signal
 import threading
 from collections.abc import Callable
+from multiprocessing import context, reduction
+from typing import Any
 
 IGNORED_IN_WORKERS = (signal.SIGTERM, signal.SIGINT)
+
+# This process's lifeline to its spawn and forkserver workers: (read end, write end) of a pipe
+# whose write end no other process holds. Made on first use.
+_lifeline: tuple[int, int] | None = None
+_lifeline_lock = threading.Lock()
 
 
 def ignore_job_signals(worker_id: int | None = None) -> None:
@@ -28,27 +39,88 @@ def ignore_job_signals(worker_id: int | None = None) -> None:
     process. The main process's own SIGTERM still ends it: the DataLoader and
     multiprocessing's exit handler stop workers that way, and a worker deaf to them would hold
     the job's exit up. The sender is known from the signal's siginfo (`sigwaitinfo`, Linux);
-    where that is not available SIGTERM is ignored outright."""
+    where that is not available SIGTERM is ignored outright. Give `worker_init_fn()` instead
+    under spawn and forkserver: only it also ends the worker when the main process exits,
+    which matters when a thread the worker had before this call takes that SIGTERM."""
+    _protect(lifeline=None)
+
+
+def _protect(lifeline: int | None) -> None:
+    # Ignored for the whole process, not by a thread's mask: a spawn or forkserver worker has
+    # threads before this runs (import torch starts OpenBLAS's), and a SIGTERM for the process
+    # that one of them took would otherwise end the worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if not hasattr(signal, "sigwaitinfo"):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        return
-    parent = os.getppid()
-    # A handler inherited through fork (the guard's, in the main process) is not the worker's.
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # Blocked in this thread and in every thread started after it; one thread takes it.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    threading.Thread(
-        target=_sigterm_from_parent_only, args=(parent,), name="forewarn-worker", daemon=True
-    ).start()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if hasattr(signal, "sigwaitinfo"):
+        # The main process, not getppid(): a forkserver worker's parent is the fork server.
+        parent = multiprocessing.parent_process()
+        main = parent.pid if parent is not None and parent.pid is not None else os.getppid()
+        # Blocked in this thread (the process's first one, which kill() targets), a SIGTERM
+        # is kept rather than dropped as ignored, until a thread that does not block it takes
+        # it: the one below, with its sender, or a thread the worker had before, which
+        # ignores it. Threads started from here on block it too.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        _start(_sigterm_from_main_only, main, os.getppid())
+    if lifeline is not None:
+        # Such a thread may take the main process's SIGTERM too; the lifeline still ends the
+        # worker when the main process exits.
+        _start(_end_with_main, lifeline)
 
 
-def _sigterm_from_parent_only(parent: int) -> None:
+def _start(target: Callable[..., None], *args: int) -> None:
+    threading.Thread(target=target, args=args, name="forewarn-worker", daemon=True).start()
+
+
+def _sigterm_from_main_only(main: int, parent: int) -> None:
     while True:
         info = signal.sigwaitinfo({signal.SIGTERM})
-        if info.si_pid == parent or os.getppid() != parent:
-            # From the main process (or the main process is gone): end now, as SIGTERM would.
-            os._exit(128 + signal.SIGTERM)
+        if info.si_pid == main or os.getppid() != parent:
+            # From the main process (or the main process is gone): end now.
+            _exit_as_asked()
+
+
+def _end_with_main(lifeline: int) -> None:
+    # Nothing is ever written: the read returns empty once the main process has closed its end.
+    while os.read(lifeline, 1):
+        pass
+    _exit_as_asked()
+
+
+def _exit_as_asked() -> None:
+    # Status 0, as torch's own worker handler exits on its main process's SIGTERM: the
+    # DataLoader reports a worker that exits otherwise as failed, even while the main process
+    # is stopping it.
+    os._exit(0)
+
+
+def _lifeline_read_end() -> int:
+    global _lifeline
+    with _lifeline_lock:
+        if _lifeline is None:
+            _lifeline = os.pipe()  # not inheritable: spawned programs do not get it
+            # Registered after multiprocessing's own exit handler (it is starting a worker, so
+            # it is loaded), so atexit runs this first: before that handler terminates and
+            # joins the workers.
+            atexit.register(_cut_lifeline)
+        return _lifeline[0]
+
+
+def _cut_lifeline() -> None:
+    global _lifeline
+    if _lifeline is not None:
+        for fd in _lifeline:
+            os.close(fd)
+        _lifeline = None
+
+
+def _forget_inherited_lifeline() -> None:
+    # A forked child (a fork worker, a forked rank) must not hold our write end open.
+    global _lifeline_lock
+    _lifeline_lock = threading.Lock()
+    _cut_lifeline()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_lifeline)
 
 
 class _Chained:
@@ -56,11 +128,25 @@ class _Chained:
 
     def __init__(self, then: Callable[[int], object] | None) -> None:
         self.then = then
+        self.lifeline: tuple[int, int] | None = None  # (the worker's pid, read end)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if context.get_spawning_popen() is None:
+            return (_Chained, (self.then,))
+        # Pickled to start a spawn or forkserver worker: it gets the read end of our lifeline.
+        return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end())))
 
     def __call__(self, worker_id: int) -> None:
-        ignore_job_signals(worker_id)
+        lifeline = self.lifeline
+        _protect(lifeline[1] if lifeline is not None and lifeline[0] == os.getpid() else None)
         if self.then is not None:
             self.then(worker_id)
+
+
+def _in_worker(then: Callable[[int], object] | None, lifeline: Any) -> _Chained:
+    chained = _Chained(then)
+    chained.lifeline = (os.getpid(), lifeline.detach())
+    return chained
 
 
 def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int], None]:

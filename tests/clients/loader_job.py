@@ -1,11 +1,18 @@
-"""A process that reads a DataLoader with two workers and prints one line per batch; it leaves
-from inside the loop at batch `STOP_AT` (the way a job exits after its final save)."""
+"""A process that reads a DataLoader and prints one line per batch; it leaves from inside the
+loop at batch `STOP_AT` (the way a job exits after its final save).
+
+    loader_job.py guarded|plain STOP_AT [START_METHOD WORKERS [keep]]
+
+Two workers started the default way unless told. With `keep` the loop's iterator is still
+referenced when the job exits (as a module-level loader or an exception's traceback keeps it),
+so multiprocessing's exit handler stops the workers, not the DataLoader."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -21,21 +28,42 @@ class Slow(Dataset[int]):
         time.sleep(0.02)
         return index
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return (unpickled_in_worker, ())
+
+
+def unpickled_in_worker() -> Slow:
+    """A spawn or forkserver worker unpickles the dataset before its worker_init_fn runs: start
+    a thread there, as libraries do on import (OpenBLAS, CUDA). Like theirs, its signal mask is
+    the one the worker started with."""
+    threading.Thread(target=threading.Event().wait, name="library", daemon=True).start()
+    return Slow()
+
+
+KEPT: list[object] = []
+
 
 def main() -> int:
     guarded = sys.argv[1] == "guarded"
     stop_at = int(sys.argv[2])
+    start_method = sys.argv[3] if len(sys.argv) > 3 else None
+    workers = int(sys.argv[4]) if len(sys.argv) > 4 else 2
     loader = DataLoader(
         Slow(),
         batch_size=None,
-        num_workers=2,
+        num_workers=workers,
+        multiprocessing_context=start_method,
         worker_init_fn=worker_init_fn() if guarded else None,
     )
     batches = iter(loader)
+    if sys.argv[5:] == ["keep"]:
+        KEPT.append(batches)
     pids = [worker.pid for worker in batches._workers]  # type: ignore[attr-defined]
     for index in batches:
-        # From batch 2 on both workers have started (and run their worker_init_fn).
-        print(json.dumps({"batch": int(index), "workers": pids if index >= 2 else []}), flush=True)
+        # Batch i comes from worker i % workers: from batch `workers` on, every worker has
+        # started (and run its worker_init_fn).
+        started = index >= workers
+        print(json.dumps({"batch": int(index), "workers": pids if started else []}), flush=True)
         if index >= stop_at:
             print(json.dumps({"leaving": time.time()}), flush=True)
             return 0

@@ -6,23 +6,27 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from support import requires
+import pytest
+from forewarn.clients.workers import worker_init_fn
+from support import eventually, requires
 
 pytestmark = requires("torch")
 
 SCRIPT = Path(__file__).with_name("loader_job.py")
 
 
-def start(mode: str, stop_at: int) -> subprocess.Popen[str]:
+def start(mode: str, stop_at: int, *more: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(SCRIPT), mode, str(stop_at)],
+        [sys.executable, str(SCRIPT), mode, str(stop_at), *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -58,6 +62,65 @@ def test_guarded_workers_ignore_a_foreign_sigterm_and_end_with_the_job() -> None
         time.sleep(0.1)
     alive = [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
     assert alive == [], "the workers end with the job"
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
+def test_guarded_workers_outlive_a_foreign_sigterm_and_end_when_the_job_exits(
+    start_method: str,
+) -> None:
+    """A spawn or forkserver worker already has threads when its init runs (import torch
+    starts OpenBLAS's): blocking SIGTERM in the init's thread left them open to it, and the
+    SIGTERM killed the worker. The job then exits with its iterator alive, so multiprocessing's
+    exit handler stops the workers with its SIGTERM, which such a thread can take: the worker
+    must still end, or the handler waits for it for ever."""
+    proc = start("guarded", 60, start_method, "1", "keep")
+    try:
+        workers = first_batch(proc)["workers"]
+        for pid in workers:  # from this process: not the workers' main process
+            os.kill(pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "exited unexpectedly" not in err, err
+    batches = [json.loads(line) for line in out.splitlines()]
+    assert batches[-1].get("leaving"), "the loop went on to its planned end"
+    eventually(
+        lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers),
+        timeout=15,
+        what="the workers to end with the job",
+    )
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_guarded_workers_end_when_the_main_process_is_killed(start_method: str) -> None:
+    """A forkserver worker's parent is the fork server, which lives on while the worker does:
+    a worker waiting for its parent to go outlived a killed main process for good."""
+    # Not communicate() after the kill: a worker left alive holds the job's stdout open.
+    with start("guarded", 100_000, start_method, "1") as proc:
+        try:
+            workers = first_batch(proc)["workers"]
+        finally:
+            proc.kill()
+    try:
+        eventually(
+            lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers),
+            timeout=15,
+            what="the workers to end with their killed main process",
+        )
+    finally:
+        for pid in workers:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_worker_init_fn_pickles_outside_a_process_start() -> None:
+    """Only a worker being started gets the main process's lifeline; any other copy (pickled,
+    deep-copied by a framework) is a plain `worker_init_fn` chaining the same function."""
+    init = pickle.loads(pickle.dumps(worker_init_fn(abs)))
+    assert init.then is abs
+    assert init.lifeline is None
 
 
 def test_plain_workers_die_of_the_sigterm_and_take_the_loop_down() -> None:
