@@ -15,6 +15,17 @@ from typing import Any
 from forewarn.protocol.timefmt import parse_time, utcnow
 
 
+def load_json(payload: bytes | str, what: str) -> Any:
+    """`payload` decoded, or ValueError naming `what` and the problem: never the
+    RecursionError that deeply nested JSON raises, which would end a subscriber's thread."""
+    try:
+        return json.loads(payload)
+    except RecursionError:
+        raise ValueError(f"{what} is JSON nested too deeply") from None
+    except ValueError as error:  # not UTF-8, or not JSON
+        raise ValueError(f"{what} is not JSON: {error}") from None
+
+
 @dataclass(frozen=True)
 class Event:
     id: str
@@ -31,12 +42,7 @@ class Event:
     def from_json(cls, payload: bytes | str) -> Event:
         """Parse one notice. Whatever the payload, a malformed one raises ValueError naming
         what is wrong and nothing else: the subscriber drops it and goes on listening."""
-        try:
-            raw = json.loads(payload)
-        except RecursionError:
-            raise ValueError("notice is JSON nested too deeply") from None
-        except ValueError as error:  # not UTF-8, or not JSON
-            raise ValueError(f"notice is not JSON: {error}") from None
+        raw = load_json(payload, "notice")
         if not isinstance(raw, dict) or raw.get("v") != 1:
             raise ValueError("not a protocol v1 notice")
         seq = _field(raw, "seq")

@@ -9,7 +9,6 @@ picks the agent up (with its replay of active notices) whenever it comes.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -31,7 +30,7 @@ from forewarn.protocol.wire import (
     request,
 )
 
-from .event import Event
+from .event import Event, load_json
 
 log = logging.getLogger("forewarn.clients")
 
@@ -54,12 +53,7 @@ def parse_heartbeat(payload: bytes) -> dict[str, Any]:
     """A heartbeat as a dict whose `active`, and `acked` and `providers` when present, are
     lists of strings: the guard reads them on its ticker thread, which a `None` there would
     end. ValueError naming what is wrong otherwise, and nothing else."""
-    try:
-        beat = json.loads(payload)
-    except RecursionError:
-        raise ValueError("heartbeat is JSON nested too deeply") from None
-    except ValueError as error:  # not UTF-8, or not JSON
-        raise ValueError(f"heartbeat is not JSON: {error}") from None
+    beat = load_json(payload, "heartbeat")
     if not isinstance(beat, dict):
         raise ValueError("heartbeat is not a JSON object")
     if "active" not in beat:

@@ -169,14 +169,8 @@ class CommitProtocol:
         def check() -> bool | None:
             if self.backend.get_small(f"{request.name}/{COMMIT}") is not None:
                 return True
-            raw = self.backend.get_small(f"{request.name}/{part_name(0)}")
-            if raw is None:
-                return None
-            try:
-                zero = Part.decode(raw)
-            except ValueError:
-                return None  # a part-manifest is put atomically; bad JSON is someone else's
-            if zero.token is None:
+            zero = self._read_part(request, 0)
+            if zero is None or zero.token is None:
                 return None
             if zero.error is None:
                 if zero.token != carried[0]:
@@ -224,20 +218,23 @@ class CommitProtocol:
             return None
         parts: list[Part] = []
         for rank in range(1, world):
-            raw = self.backend.get_small(f"{request.name}/{part_name(rank)}")
-            if raw is None:
-                return None
-            try:
-                part = Part.decode(raw)
-            except ValueError:
-                return None  # a part-manifest is put atomically; bad JSON is someone else's
-            if part.token != token:
+            part = self._read_part(request, rank)
+            if part is None or part.token != token:
                 return None
             parts.append(part)
         for rank, part in enumerate(parts, start=1):
             if part.error is not None:
                 raise CommitError(f"rank {rank} failed to write {request.name}: {part.error}")
         return parts
+
+    def _read_part(self, request: CommitRequest, rank: int) -> Part | None:
+        raw = self.backend.get_small(f"{request.name}/{part_name(rank)}")
+        if raw is None:
+            return None
+        try:
+            return Part.decode(raw)
+        except ValueError:
+            return None  # a part-manifest is put atomically; bad JSON is someone else's
 
     def _finish(self, request: CommitRequest, parts: list[Part]) -> Manifest:
         """Rank 0: check the parts, write the manifest, the marker, then the hint."""
