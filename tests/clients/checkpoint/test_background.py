@@ -447,9 +447,13 @@ def test_a_terminate_during_an_upload_waits_when_the_deadline_allows_and_acks_wh
         records = eventually(acks, what="three acks in the telemetry")
     by_step = {record["step"]: record for record in records}
     for step in (10, 20):
-        assert by_step[step]["stall_seconds"] <= by_step[step]["durable_seconds"]
+        assert by_step[step]["stall_seconds"] >= 0 and by_step[step]["durable_seconds"] >= 0
         assert by_step[step]["flush_seconds"] == by_step[step]["durable_seconds"]
+    # Step 10's few bytes may be committed before save_state has returned (the training
+    # thread descheduled after starting the writer: 7.6 ms of stall beside 7.1 ms to durable
+    # in one loaded run), so only the held upload's order is certain.
     assert by_step[20]["durable_seconds"] >= 0.2  # it waited for the held upload
+    assert by_step[20]["stall_seconds"] < by_step[20]["durable_seconds"]
     last = by_step[21]
     assert last["notice_id"] == raised["notice"]["id"] and last["choice"] == "waited"
     assert "fit in" in last["note"], json.dumps(last)
