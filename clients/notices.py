@@ -337,8 +337,9 @@ class Notices:
             # Withdrawn while this client was not connected (an agent restart): no clear will
             # come for it, so it gets one here. The listeners must see it like any clear: the
             # guard forgets the notice, and flushes again if it comes back.
-            clear = replace(event, action="clear", noticed_at=now, sent_at=now)
-            self._event(replace(clear, detail=dict(WITHDRAWN)))
+            self._event(
+                replace(event, action="clear", noticed_at=now, sent_at=now, detail=dict(WITHDRAWN))
+            )
 
     def _notice(self, payload: bytes) -> None:
         self._event(Event.from_json(payload))

@@ -31,6 +31,20 @@ def read_saves(proc: RankProcess, count: int, timeout: float = 30) -> list[dict[
     return found
 
 
+def rank_env(
+    env: dict[str, str], rank: int, world_size: int, port: int, **more: str
+) -> dict[str, str]:
+    """`env` for one gloo rank of `world_size` meeting on `port`, plus `more` for dist_train.py."""
+    return {
+        **env,
+        "RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        **more,
+    }
+
+
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_every_rank_saves_at_the_same_step_and_exits(
     tmp_path: Path, world_size: int, rank_launcher: RankLauncher
@@ -44,14 +58,7 @@ def test_every_rank_saves_at_the_same_step_and_exits(
     ranks: list[RankProcess] = []
     try:
         for rank in range(world_size):
-            env = dict(agents[rank % 2].env)
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(world_size),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                AGREE_EVERY="4",
-            )
+            env = rank_env(agents[rank % 2].env, rank, world_size, port, AGREE_EVERY="4")
             # A process forked from a launcher that imported torch once.
             ranks.append(rank_launcher.start(SCRIPT, [], env, stderr=False))
         for proc in ranks:
@@ -97,15 +104,8 @@ def test_an_exit_asked_for_just_before_a_periodic_save_ends_every_rank(
     ranks: list[RankProcess] = []
     try:
         for rank in range(2):
-            env = agent_env(tmp_path)
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE="2",
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                AGREE_EVERY="8",
-                EVERY_STEPS="10",
-                EXIT_AT="0:9",
+            env = rank_env(
+                agent_env(tmp_path), rank, 2, port, AGREE_EVERY="8", EVERY_STEPS="10", EXIT_AT="0:9"
             )
             ranks.append(rank_launcher.start(SCRIPT, [], env, stderr=False))
         saves = [read_saves(proc, 1)[0] for proc in ranks]

@@ -10,7 +10,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -44,24 +43,33 @@ def first_batch(proc: subprocess.Popen[str]) -> dict[str, Any]:
             return event
 
 
-def test_guarded_workers_ignore_a_foreign_sigterm_and_end_with_the_job() -> None:
-    proc = start("guarded", 150)
+def sigterm_from_outside(proc: subprocess.Popen[str]) -> tuple[list[int], str, str]:
+    """Send SIGTERM to each of the job's DataLoader workers from this process (not their main
+    process), then let the job run to its end: the workers, stdout and stderr."""
     try:
-        workers = first_batch(proc)["workers"]
-        for pid in workers:  # from this process: not the workers' parent
+        workers: list[int] = first_batch(proc)["workers"]
+        for pid in workers:
             os.kill(pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+    return workers, out, err
+
+
+def workers_end(workers: list[int], what: str) -> None:
+    eventually(
+        lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers), timeout=15, what=what
+    )
+
+
+def test_guarded_workers_ignore_a_foreign_sigterm_and_end_with_the_job() -> None:
+    proc = start("guarded", 150)
+    workers, out, err = sigterm_from_outside(proc)
     assert proc.returncode == 0, err
     batches = [json.loads(line) for line in out.splitlines()]
     assert batches[-1].get("leaving"), "the loop went on to its planned end"
-    deadline = time.monotonic() + 15
-    while any(os.path.exists(f"/proc/{pid}") for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    alive = [pid for pid in workers if os.path.exists(f"/proc/{pid}")]
-    assert alive == [], "the workers end with the job"
+    workers_end(workers, "the workers to end with the job")
 
 
 @pytest.mark.parametrize("start_method", ["fork", "spawn", "forkserver"])
@@ -74,23 +82,12 @@ def test_guarded_workers_outlive_a_foreign_sigterm_and_end_when_the_job_exits(
     exit handler stops the workers with its SIGTERM, which such a thread can take: the worker
     must still end, or the handler waits for it for ever."""
     proc = start("guarded", 60, start_method, "1", "keep")
-    try:
-        workers = first_batch(proc)["workers"]
-        for pid in workers:  # from this process: not the workers' main process
-            os.kill(pid, signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    workers, out, err = sigterm_from_outside(proc)
     assert proc.returncode == 0, err
     assert "exited unexpectedly" not in err, err
     batches = [json.loads(line) for line in out.splitlines()]
     assert batches[-1].get("leaving"), "the loop went on to its planned end"
-    eventually(
-        lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers),
-        timeout=15,
-        what="the workers to end with the job",
-    )
+    workers_end(workers, "the workers to end with the job")
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
@@ -104,11 +101,7 @@ def test_guarded_workers_end_when_the_main_process_is_killed(start_method: str) 
         finally:
             proc.kill()
     try:
-        eventually(
-            lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers),
-            timeout=15,
-            what="the workers to end with their killed main process",
-        )
+        workers_end(workers, "the workers to end with their killed main process")
     finally:
         for pid in workers:
             with suppress(ProcessLookupError):
@@ -125,13 +118,6 @@ def test_worker_init_fn_pickles_outside_a_process_start() -> None:
 
 def test_plain_workers_die_of_the_sigterm_and_take_the_loop_down() -> None:
     proc = start("plain", 10_000)
-    try:
-        workers = first_batch(proc)["workers"]
-        for pid in workers:
-            os.kill(pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    _, _, err = sigterm_from_outside(proc)
     assert proc.returncode != 0
     assert "killed by signal: Terminated" in err, err[-2000:]

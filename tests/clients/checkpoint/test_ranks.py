@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from forewarn.clients.checkpoint import (
     CheckpointStore,
     CommitError,
@@ -231,35 +232,26 @@ def dead_job(url: str) -> None:
     )
 
 
-def test_a_dead_jobs_part_never_enters_a_commit(tmp_path: Path) -> None:
-    """Job 1 died at step 100 with both ranks' parts written. Job 2 (no torchrun, or
-    torchrun's restart count back at 0 on a fresh machine: the same attempt) reaches step 100
-    again, rank 0 first: it must wait for job 2's rank 1, not commit job 1's shard beside its
-    own (which then made job 2's rank 1 fail with GenerationExistsError)."""
+@pytest.mark.parametrize("first", [0, 1], ids=["rank-0-first", "rank-1-first"])
+def test_a_dead_jobs_parts_and_failure_never_enter_the_next_jobs_commit(
+    tmp_path: Path, first: int
+) -> None:
+    """Job 1 died at step 100 with both ranks' parts written, rank 0's naming its failure. Job 2
+    (no torchrun, or torchrun's restart count back at 0 on a fresh machine: the same attempt)
+    reaches step 100 again.
+    - Rank 0 first: it must wait for job 2's rank 1, not commit job 1's shard beside its own
+      (which then made job 2's rank 1 fail with GenerationExistsError).
+    - Rank 1 first: job 1's rank 0 recorded its failure in its part, and that failure is not
+      job 2's."""
     url = str(tmp_path / "store")
     dead_job(url)
     watched = Watched(CheckpointStore(url).backend)
-    stale = f"{STEP_100}/parts/rank-00001.json"
+    # The part the first rank reads: the other rank's, left by job 1.
+    left = f"{STEP_100}/parts/rank-{1 - first:05d}.json"
     results: dict[int, Any] = {}
-    zero = save_thread(CheckpointStore(backend=watched, poll_interval=0.02), 0, results)
-    eventually(lambda: watched.reads.get(stale, 0) >= 1, what="rank 0 reading the stale part")
-    one = save_thread(CheckpointStore(url, poll_interval=0.02), 1, results)
-    zero.join(30)
-    one.join(30)
-    check_new_job_committed(url, results)
-
-
-def test_a_dead_jobs_failed_commit_does_not_fail_the_next_jobs_save(tmp_path: Path) -> None:
-    """The same dead job, and job 2's rank 1 reaches step 100 first: job 1's rank 0 recorded
-    its failure in its part, and that failure is not job 2's."""
-    url = str(tmp_path / "store")
-    dead_job(url)
-    watched = Watched(CheckpointStore(url).backend)
-    zero_part = f"{STEP_100}/parts/rank-00000.json"
-    results: dict[int, Any] = {}
-    one = save_thread(CheckpointStore(backend=watched, poll_interval=0.02), 1, results)
-    eventually(lambda: watched.reads.get(zero_part, 0) >= 1, what="rank 1 reading rank 0's part")
-    zero = save_thread(CheckpointStore(url, poll_interval=0.02), 0, results)
-    zero.join(30)
-    one.join(30)
+    early = save_thread(CheckpointStore(backend=watched, poll_interval=0.02), first, results)
+    eventually(lambda: watched.reads.get(left, 0) >= 1, what=f"rank {first} reading {left}")
+    late = save_thread(CheckpointStore(url, poll_interval=0.02), 1 - first, results)
+    early.join(30)
+    late.join(30)
     check_new_job_committed(url, results)
