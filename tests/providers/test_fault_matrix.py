@@ -364,8 +364,15 @@ class DoRig:
         """Deliver a fresh reclaim mail now; the seconds until the agent publishes it."""
         self.cases += 1
         deadline = (utcnow() + timedelta(hours=1, minutes=self.cases)).replace(microsecond=0)
-        started = time.monotonic()
-        self.server.append(self.user, _reclaim_mail(format_time(deadline)))
+        # The TLS handshake and login are the test's own delivery, not the watcher's work:
+        # the clock starts at the APPEND that makes the mail visible.
+        conn = self.server.connect(self.user)
+        try:
+            started = time.monotonic()
+            kind, data = conn.append("INBOX", None, None, _reclaim_mail(format_time(deadline)))
+            assert kind == "OK", f"APPEND: {kind} {data!r}"
+        finally:
+            conn.logout()
 
         def match(notice: dict[str, Any]) -> bool:
             return (
