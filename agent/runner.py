@@ -108,6 +108,8 @@ class Agent:
         self.providers: list[str] = []
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        # The agent's own files ("state", "seq") whose last write failed: retried each beat.
+        self._unsaved: set[str] = set()
 
     # Setting up.
 
@@ -494,6 +496,7 @@ class Agent:
     async def _heartbeats(self) -> None:
         while True:
             self._beat()
+            self._retry_unsaved()
             await asyncio.sleep(self.settings.heartbeat_interval)
 
     def _send_due(self) -> list[Notice]:
@@ -608,7 +611,8 @@ class Agent:
         notice = self.board.report(report, manual=True)
         if notice is not None:
             # Publish first: subscribers are waiting on the clock. The requester's reply comes
-            # after the state is on disk, so an accepted notify always survives a crash.
+            # after the state is on disk, so an accepted notify survives a crash (unless the
+            # write failed and its retry has not succeeded yet).
             self._send(notice, escalated=False, fresh=existing is None)
             self._save()
         current = self.board.get(notice_id)
@@ -676,19 +680,34 @@ class Agent:
     def _reserve_seq(self, mark: int) -> None:
         """Persist a high-water mark of `seq` before any number up to it is used: a restart,
         even after SIGKILL, starts above it."""
-        try:
-            save_seq_mark(self.seq_path, mark)
-        except OSError as error:
-            log.error("cannot save the seq mark to %s: %s", self.seq_path, error)
+        self._persist("seq", self.seq_path, lambda: save_seq_mark(self.seq_path, mark))
 
     def _save(self) -> None:
+        state = AgentState(self.sequencer.value, self.board.manual(), self.board.saved())
+        self._persist("state", self.state_path, lambda: save_state(self.state_path, state))
+
+    def _persist(self, what: str, path: Path, write: Callable[[], None]) -> None:
+        """Write one of the agent's own files. A failure (a full disk, a read-only state
+        directory) never stops a notice: it is logged once, counted as a `state` error of
+        `agent` in the metrics, and the write is tried again at every heartbeat until it
+        succeeds, so what was accepted meanwhile still reaches the disk."""
         try:
-            save_state(
-                self.state_path,
-                AgentState(self.sequencer.value, self.board.manual(), self.board.saved()),
-            )
+            write()
         except OSError as error:
-            log.error("cannot save state to %s: %s", self.state_path, error)
+            self.observers.on_poll("agent", False, "state")
+            if what not in self._unsaved:
+                self._unsaved.add(what)
+                log.error("cannot save %s to %s: %s; retrying", what, path, error)
+            return
+        if what in self._unsaved:
+            self._unsaved.discard(what)
+            log.warning("saved %s to %s again", what, path)
+
+    def _retry_unsaved(self) -> None:
+        if "seq" in self._unsaved:
+            self._reserve_seq(self.sequencer.reserved)
+        if "state" in self._unsaved:
+            self._save()
 
 
 # Deadlines a person may ask for: not in the past (that is no notice at all) and not absurdly

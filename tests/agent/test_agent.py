@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from forewarn.protocol.timefmt import format_time, parse_time
-from support import AgentProcess, Subscriber, control, forewarn_cmd
+from support import AgentProcess, Subscriber, control, eventually, forewarn_cmd
 
 
 def later(seconds: float) -> str:
@@ -134,6 +134,35 @@ def test_a_manual_notice_survives_sigkill_and_is_replayed(tmp_path: Path) -> Non
             notice = sub.notice(timeout=2)
         assert notice["id"] == raised["notice"]["id"] and notice["detail"]["note"] == "keep me"
         assert notice["seq"] > raised["notice"]["seq"]
+    finally:
+        again.stop()
+
+
+def test_a_state_file_that_cannot_be_written_loses_no_notice_and_is_written_later(
+    tmp_path: Path,
+) -> None:
+    """A directory in place of state.json stands in for a full disk or a read-only state
+    directory (root ignores permission bits): the notice still goes out, the write is retried
+    once the disk is fixed, with no further request, and a restart after SIGKILL has it."""
+    agent = AgentProcess(tmp_path).start()
+    state = Path(agent.env["FOREWARN_STATE_DIR"]) / "state.json"
+    try:
+        with agent.subscriber() as sub:
+            state.mkdir()
+            raised = agent.control({"op": "notify", "action": "drain", "id": "local/full"})
+            assert raised["ok"], raised
+            assert sub.notice()["id"] == "local/full"
+        eventually(lambda: "cannot save state" in agent.output(), what="the failure logged")
+        assert agent.proc is not None and agent.proc.poll() is None
+        state.rmdir()
+        eventually(state.is_file, what="the state written again")
+        assert "local/full" in state.read_text()
+        assert "saved state to" in agent.output()
+    finally:
+        agent.kill()
+    again = AgentProcess(tmp_path, env=agent.env).start()
+    try:
+        assert [n["id"] for n in again.control({"op": "status"})["active"]] == ["local/full"]
     finally:
         again.stop()
 
