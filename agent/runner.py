@@ -624,15 +624,15 @@ class Agent:
         if req.id is not None and req.id not in manual:
             return ErrorReply(error=f"no active manual notice with id {req.id!r}")
         ids = [req.id] if req.id is not None else manual
-        cleared = []
-        for notice_id in ids:
-            notice = self.board.clear(notice_id)
-            if notice is not None:
-                cleared.append(notice_id)
-                self._send(notice, escalated=False)
+        cleared = [notice for notice in map(self.board.clear, ids) if notice is not None]
         if cleared:
+            # Saved before the clears go out: after a crash between the two, the next start
+            # must not send as active a notice clients were told is gone. A clear lost the
+            # other way round still reaches clients: the new agent's heartbeat omits its id.
             self._save()
-        return ClearReply(cleared=cleared)
+        for notice in cleared:
+            self._send(notice, escalated=False)
+        return ClearReply(cleared=[notice.id for notice in cleared])
 
     def _ack(self, req: AckRequest) -> AckReply:
         notice = self.board.get(req.notice_id) if req.notice_id else None

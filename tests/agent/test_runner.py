@@ -12,8 +12,9 @@ import pytest
 from forewarn.agent import runner
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.agent.config import load_settings
-from forewarn.agent.protocol import Notice, Report
+from forewarn.agent.protocol import ClearRequest, Notice, NotifyRequest, Report
 from forewarn.agent.runner import Agent
+from forewarn.agent.state import load_state
 from forewarn.providers import Emit, PollHealth
 from support import eventually_async
 
@@ -173,3 +174,27 @@ async def test_a_crashed_watcher_is_closed_before_it_is_rebuilt(tmp_path: Path) 
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_clear_is_on_disk_before_it_is_published(tmp_path: Path) -> None:
+    """A crash between publishing a clear and saving the state brought the notice back as
+    active at the next start, after clients had been told it was gone."""
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    agent.sequencer = Sequencer()
+    agent.board = NoticeBoard(agent.sequencer, 30.0)
+    saved_when_sent: dict[str, list[str]] = {}
+
+    class SavedAtPublish(Recorder):
+        def publish(self, notice: Notice) -> None:
+            super().publish(notice)
+            manual = load_state(agent.state_path).manual
+            saved_when_sent[notice.action] = [saved.id for saved in manual]
+
+    agent.publisher = SavedAtPublish()  # type: ignore[assignment]
+    agent._notify(NotifyRequest(op="notify", action="drain", id="local/gone"))
+    assert load_state(agent.state_path).manual[0].id == "local/gone"
+    agent._clear(ClearRequest(op="clear", id="local/gone"))
+    assert saved_when_sent["clear"] == []
