@@ -132,6 +132,16 @@ class NoticeBoard:
         """Ids of active notices that at least one client has saved for."""
         return [entry.notice.id for entry in self.entries.values() if entry.saved]
 
+    def escalated(self, notice_id: str) -> bool:
+        """Whether the notice goes out as terminate for a drain its provider reported (its
+        deadline is within the exit margin): an escalation even when it is the first send."""
+        entry = self.entries.get(notice_id)
+        return (
+            entry is not None
+            and entry.notice.action == "terminate"
+            and entry.report.action == "drain"
+        )
+
     @property
     def exit_margin(self) -> float:
         slowest = max(self.flushes, default=0.0)

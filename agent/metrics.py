@@ -80,9 +80,9 @@ class MetricsObserver(Observer):
         )
         self.escalations = Counter(
             "forewarn_escalations",
-            "Drains re-sent as terminate by the agent because their deadline came within the "
-            "exit margin (also counted in forewarn_notices as terminate): provider terminates "
-            "are forewarn_notices{action=terminate} minus these.",
+            "Drains sent as terminate by the agent because their deadline is within the exit "
+            "margin, at their first send too (also counted in forewarn_notices as terminate): "
+            "provider terminates are forewarn_notices{action=terminate} minus these.",
             ["provider", "reason"],
             registry=registry,
         )
@@ -182,7 +182,7 @@ class MetricsObserver(Observer):
                 self._deadlines.pop(notice.id, None)
             first = notice.id not in self._first_seen
             self._first_seen.add(notice.id)
-        if not first or escalated:
+        if not first:
             return
         if notice.deadline is not None:
             lead = (notice.deadline - notice.noticed_at).total_seconds()

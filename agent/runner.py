@@ -406,7 +406,7 @@ class Agent:
         fresh = self.board.get(report.id) is None
         notice = self.board.report(report)
         if notice is not None:
-            self._send(notice, escalated=False, fresh=fresh)
+            self._send(notice, escalated=self.board.escalated(notice.id), fresh=fresh)
 
     def _send(self, notice: Notice, *, escalated: bool, fresh: bool = False) -> None:
         if fresh and notice.action != "clear":
@@ -613,7 +613,8 @@ class Agent:
             # Publish first: subscribers are waiting on the clock. The requester's reply comes
             # after the state is on disk, so an accepted notify survives a crash (unless the
             # write failed and its retry has not succeeded yet).
-            self._send(notice, escalated=False, fresh=existing is None)
+            escalated = self.board.escalated(notice_id)
+            self._send(notice, escalated=escalated, fresh=existing is None)
             self._save()
         current = self.board.get(notice_id)
         assert current is not None

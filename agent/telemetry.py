@@ -10,7 +10,8 @@ Each line holds `v` (1), `at` (RFC 3339, when the agent wrote it) and `kind`:
 - `start` / `stop`: the agent began or ended serving (`providers`, `pid`); they bound the
   observed span.
 - `notice` / `escalation`: a published notice (`id`, `seq`, `action`, `reason`, `provider`,
-  `deadline`, `noticed_at`, `sent_at`); `escalation` is a drain re-sent as terminate.
+  `deadline`, `noticed_at`, `sent_at`); `escalation` is a drain sent as terminate (its
+  deadline within the exit margin).
 - `ack`: a client flushed (`notice_id`, `client`, `step`, `flush_seconds`, `outcome`; from a
   background save also `stall_seconds` and `durable_seconds`, and for a final save that found
   one in flight `choice` and `note`).

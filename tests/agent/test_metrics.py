@@ -497,6 +497,35 @@ def test_scrape_shows_build_escalations_and_a_provider_that_never_succeeded(tmp_
     assert "_created" not in body
 
 
+def test_a_drain_first_reported_inside_the_exit_margin_counts_as_an_escalation(
+    tmp_path: Path,
+):
+    """A drain whose deadline is already within the exit margin goes out as terminate at
+    once: it was counted as a provider terminate (forewarn_escalations_total stayed 0), so
+    the documented difference (notices{terminate} minus escalations) was wrong."""
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", FOREWARN_EXIT_MARGIN="600s")
+    flag = tmp_path / "run" / "checkpoint-now"
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent, agent.subscriber() as sub:
+        url = metrics_url(agent)
+        reply = agent.control({"op": "notify", "action": "drain", "deadline": _in(120)})
+        assert reply["notice"]["action"] == "terminate"
+        assert sub.notice()["action"] == "terminate"
+        flag.write_text("2m")  # a watcher's drain, 2 min out
+        flagged = sub.notice()
+        assert flagged["id"].startswith("local/flag/") and flagged["action"] == "terminate"
+
+        def both_counted() -> Samples | None:
+            got = scrape_url(url)
+            return got if total(got, "forewarn_escalations_total") == 2 else None
+
+        found = eventually(both_counted, what="both counted as escalations")
+    manual = {"provider": "local", "reason": "manual"}
+    assert value(found, "forewarn_notices_total", action="terminate", **manual) == 2
+    assert value(found, "forewarn_escalations_total", **manual) == 2
+    # Still a first publication: its lead time is recorded once, as for any notice.
+    assert value(found, "forewarn_notice_lead_seconds_count", **manual) == 2
+
+
 def _in(seconds: float) -> str:
     return format_time(datetime.now(timezone.utc) + timedelta(seconds=seconds))
 
