@@ -6,7 +6,7 @@
 - Escalation is a function of the current deadline, evaluated each time: a drain whose
   deadline is within the exit margin is sent as terminate (same id); if the deadline moves
   out of the margin again it is a drain again. The margin is the larger of a floor and twice
-  the slowest flush clients reported.
+  the slowest flush clients reported; a margin that narrows later undoes no escalation.
 - Nothing stays active forever: a notice past its deadline plus a grace, and a local notice
   without a deadline past its lifetime, is retired with a `clear` whose detail says why. A
   provider that reports it again raises it again (same id), with a fresh grace.
@@ -167,8 +167,10 @@ class NoticeBoard:
                 expected=set(self.clients),
             )
             return notice
-        if action == entry.notice.action and not self._changed(entry.report, report):
-            # A drain sent as terminate stays terminate while its deadline stands.
+        # A drain sent as terminate stays terminate while its deadline stands, even when the
+        # margin has shrunk since (faster flushes): its clients may be exiting already.
+        held = entry.notice.action == "terminate" and entry.report.action == report.action
+        if (action == entry.notice.action or held) and not self._changed(entry.report, report):
             entry.report = report
             return None
         entry.report = report

@@ -163,3 +163,25 @@ def test_deadlines_at_the_ends_of_time_do_not_overflow() -> None:
     assert b.report(report(id="b", deadline=huge)) is not None
     b.due()
     assert b.next_due() is not None
+
+
+def test_an_escalated_drain_reported_again_stays_terminate_when_the_margin_shrinks() -> None:
+    """Escalation follows the deadline, not the margin: a drain escalated under a wide margin
+    (a slow flush) was sent as a drain again when its provider repeated the same report after
+    faster flushes had narrowed the margin, although due() never drops back."""
+    b, clock = board(margin=30)
+    deadline = T0 + timedelta(minutes=5)
+    assert b.report(report(deadline=deadline)).action == "drain"  # type: ignore[union-attr]
+    b.record_ack(None, "c", 200.0)  # margin 400 s: the deadline is inside it
+    (escalated,), _ = b.due()
+    assert escalated.action == "terminate"
+    for _ in range(20):
+        b.record_ack(None, "c", 0.1)  # the slow flush leaves the window: margin 30 s again
+    assert b.exit_margin == 30
+    clock.now = T0 + timedelta(seconds=10)
+    assert b.due() == ([], [])
+    assert b.report(report(deadline=deadline)) is None
+    assert b.get("aws/spot-itn/1").action == "terminate"  # type: ignore[union-attr]
+    # A deadline that moves out is still a drain again.
+    moved = b.report(report(deadline=T0 + timedelta(days=1)))
+    assert moved is not None and moved.action == "drain"
