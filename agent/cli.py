@@ -366,6 +366,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         elif health["state"] != "healthy":
             line += "; no successful poll yet"
         print(line)
+        for kind, why in sorted(health.get("conditions", {}).items()):
+            print(f"condition  {health['name']}: {kind}: {why}")
+    for kind, why in sorted(agent.get("conditions", {}).items()):
+        print(f"condition  agent: {kind}: {why}")
     if not reply["active"]:
         print("active     none")
     for notice in reply["active"]:

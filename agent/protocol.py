@@ -178,6 +178,8 @@ class AgentInfo(_Message):
     started_at: Timestamp
     seq: int
     subscribers: int
+    # The agent's own standing problems, by kind (its state file cannot be written).
+    conditions: dict[str, str] = Field(default_factory=dict)
 
 
 class ProviderHealth(_Message):
@@ -190,6 +192,9 @@ class ProviderHealth(_Message):
     last_error: str | None = None
     polls: int = 0
     errors: int = 0
+    # Standing problems that hold until the watcher resolves them, by kind: a state file it
+    # cannot write, Azure's VM name it cannot read. A poll that succeeds does not end them.
+    conditions: dict[str, str] = Field(default_factory=dict)
 
 
 class StatusReply(_Message):

@@ -108,8 +108,9 @@ class Agent:
         self.providers: list[str] = []
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
-        # The agent's own files ("state", "seq") whose last write failed: retried each beat.
-        self._unsaved: set[str] = set()
+        # The agent's own files ("state", "seq") whose last write failed, with why: retried
+        # each beat, and shown by `status` until written.
+        self._unsaved: dict[str, str] = {}
 
     # Setting up.
 
@@ -575,6 +576,7 @@ class Agent:
             started_at=self.started_at,
             seq=self.sequencer.value,
             subscribers=len(self.board.clients),
+            conditions=dict(self._unsaved),
         )
         return StatusReply(
             agent=info,
@@ -697,11 +699,10 @@ class Agent:
         except OSError as error:
             self.observers.on_poll("agent", False, "state")
             if what not in self._unsaved:
-                self._unsaved.add(what)
                 log.error("cannot save %s to %s: %s; retrying", what, path, error)
+            self._unsaved[what] = f"cannot write {path} ({type(error).__name__}: {error})"
             return
-        if what in self._unsaved:
-            self._unsaved.discard(what)
+        if self._unsaved.pop(what, None) is not None:
             log.warning("saved %s to %s again", what, path)
 
     def _retry_unsaved(self) -> None:
@@ -742,6 +743,7 @@ def provider_health(name: str, health: PollHealth) -> ProviderHealth:
         last_error=health.last_error,
         polls=health.polls,
         errors=health.errors,
+        conditions=dict(health.conditions),
     )
 
 

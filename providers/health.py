@@ -29,7 +29,8 @@ class PollHealth:
         default_factory=list, repr=False
     )
     # Standing problems, by kind, that hold until the watcher resolves them (Azure cannot
-    # learn this VM's name): what `status` and `/readyz` show besides the counters.
+    # learn this VM's name, a state file cannot be written): `status` shows them besides the
+    # counters, since the next good poll clears `last_error` but not these.
     conditions: dict[str, str] = field(default_factory=dict)
     # Why `detect()` last answered false, for `--provider auto` to say.
     not_detected: str | None = None

@@ -44,3 +44,25 @@ def _in_minutes(minutes: int) -> str:
     from forewarn.protocol.timefmt import format_time
 
     return format_time(datetime.now(timezone.utc) + timedelta(minutes=minutes))
+
+
+def test_status_shows_a_standing_condition_until_it_is_resolved(tmp_path: Path) -> None:
+    """A state file the agent cannot write is a standing problem: `status` names it while it
+    lasts (the log says it once), and drops it once the retry has written the file."""
+    env = agent_env(tmp_path)
+    with AgentProcess(tmp_path, env=env) as agent:
+        state = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+        state.mkdir()  # a directory in its place fails every write, as a full disk would
+        agent.control({"op": "notify", "action": "drain", "id": "local/kept"})
+
+        def conditions() -> dict[str, str]:
+            reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+            return dict(reply["agent"]["conditions"])
+
+        standing = eventually(conditions, what="the failed write in status")
+        assert list(standing) == ["state"] and str(state) in standing["state"], standing
+        text = run_forewarn("status", env=env).stdout
+        assert f"condition  agent: state: cannot write {state}" in text, text
+        state.rmdir()
+        eventually(lambda: conditions() == {}, what="the condition resolved")
+        assert "condition " not in run_forewarn("status", env=env).stdout

@@ -89,11 +89,15 @@ def test_a_notice_file_that_cannot_be_written_loses_no_preemption(
 
     eventually(lambda: gcp_health()["last_error"] == "state", 10, "the failed write reported")
     assert "cannot write" in agent.output() and str(notices_file) in agent.output()
+    # A good poll clears last_error; the standing condition stays in status until written.
+    [(kind, why)] = gcp_health()["conditions"].items()
+    assert kind == f"state {ACTIVE_FILE}" and str(notices_file) in why
     # Writable again: the next answer writes the notice in force, and the health recovers.
     notices_file.rmdir()
     eventually(notices_file.is_file, 10, "the notice file written on a later answer")
     assert json.loads(notices_file.read_text())["preempted"]["id"] == terminate["id"]
     eventually(lambda: gcp_health()["state"] == "healthy", 10, "the health recovered")
+    assert gcp_health()["conditions"] == {}
 
 
 def test_an_upcoming_window_escalates_to_terminate(
