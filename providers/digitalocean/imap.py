@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from forewarn.protocol.errors import ForewarnError
 
@@ -166,12 +166,11 @@ class _Dialing(_Buffered):
     socket the session holds can be shut down by `abort` from another thread."""
 
     _watch: Callable[[socket.socket], None]
+    _resolve: Callable[[str | None, int], list[Any]]
 
     def _dial(self, host: str, port: int, timeout: float | None) -> socket.socket:
         failure: OSError | None = None
-        for family, kind, proto, _, address in socket.getaddrinfo(
-            host or None, port, 0, socket.SOCK_STREAM
-        ):
+        for family, kind, proto, _, address in self._resolve(host or None, port):
             sock = socket.socket(family, kind, proto)
             try:
                 self._watch(sock)
@@ -185,11 +184,10 @@ class _Dialing(_Buffered):
 
 
 class _Plain(_Dialing, imaplib.IMAP4):
-    def __init__(
-        self, host: str, port: int, timeout: float, watch: Callable[[socket.socket], None]
-    ) -> None:
+    def __init__(self, host: str, port: int, timeout: float, session: MailboxSession) -> None:
         self._rbuf = bytearray()
-        self._watch = watch
+        self._watch = session._watch
+        self._resolve = session._resolve
         super().__init__(host, port, timeout=timeout)
 
     def _create_socket(self, timeout: float | None = None) -> socket.socket:
@@ -203,10 +201,11 @@ class _Tls(_Dialing, imaplib.IMAP4_SSL):
         port: int,
         context: ssl.SSLContext,
         timeout: float,
-        watch: Callable[[socket.socket], None],
+        session: MailboxSession,
     ) -> None:
         self._rbuf = bytearray()
-        self._watch = watch
+        self._watch = session._watch
+        self._resolve = session._resolve
         super().__init__(host, port, ssl_context=context, timeout=timeout)
 
     def _create_socket(self, timeout: float | None = None) -> ssl.SSLSocket:
@@ -267,6 +266,8 @@ class MailboxSession:
         # A duplicate of the connection's socket from before it connects: `abort` shuts the
         # connection down through it at any stage (connect, greeting, TLS, STARTTLS, IDLE).
         self._handle: socket.socket | None = None
+        # Set when the name lookup in progress answers, or by `abort`.
+        self._lookup_over: threading.Event | None = None
         self._lock = threading.Lock()
         self._tags = 0
 
@@ -288,9 +289,9 @@ class MailboxSession:
         where = f"{self.host}:{self.port}"
         try:
             if self.tls == "tls":
-                self.conn = _Tls(self.host, self.port, self._context(), self.timeout, self._watch)
+                self.conn = _Tls(self.host, self.port, self._context(), self.timeout, self)
             else:
-                self.conn = _Plain(self.host, self.port, self.timeout, self._watch)
+                self.conn = _Plain(self.host, self.port, self.timeout, self)
                 if self.tls == "starttls":
                     if "STARTTLS" not in self.conn.capabilities:
                         raise TlsFailure(f"IMAP server {where} does not offer STARTTLS")
@@ -437,6 +438,36 @@ class MailboxSession:
         finally:
             self.idling = False
 
+    def _resolve(self, host: str | None, port: int) -> list[Any]:
+        """`socket.getaddrinfo`, which nothing can interrupt (the resolver waits out its own
+        timeouts and retries): it runs in a daemon thread that `abort` abandons, so a stop
+        never waits for a DNS server that does not answer."""
+        over = threading.Event()
+        with self._lock:
+            if self._aborted:
+                raise OSError("the session was aborted")
+            self._lookup_over = over
+        answer: list[Any] = []
+
+        def look_up() -> None:
+            try:
+                answer.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+            except BaseException as error:  # gaierror, or UnicodeError for a bad name
+                answer.append(error)
+            finally:
+                over.set()
+
+        threading.Thread(target=look_up, name="forewarn-imap-lookup", daemon=True).start()
+        over.wait()
+        with self._lock:
+            self._lookup_over = None
+            if self._aborted:
+                raise OSError("the session was aborted")
+        if isinstance(answer[0], BaseException):
+            raise answer[0]
+        addresses: list[Any] = answer[0]
+        return addresses
+
     def _watch(self, sock: socket.socket) -> None:
         with self._lock:
             if self._aborted:
@@ -452,6 +483,9 @@ class MailboxSession:
             self._aborted = True
             conn, self.conn = self.conn, None
             handle, self._handle = self._handle, None
+            lookup, self._lookup_over = self._lookup_over, None
+        if lookup is not None:
+            lookup.set()
         if handle is not None:
             with contextlib.suppress(OSError):
                 handle.shutdown(socket.SHUT_RDWR)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -386,3 +388,47 @@ async def test_no_mailbox_configured_is_reported_once(tmp_path: Path) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     await watcher.aclose()
+
+
+def test_stopping_does_not_wait_for_a_dns_lookup_of_imap_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A resolver that does not answer (a dead DNS server: glibc waits its timeout and
+    # retries). No query leaves the machine: the lookup of this one name blocks in-process.
+    blocked_host = "imap.resolver-hangs.invalid"
+    looking_up = threading.Event()
+    release = threading.Event()
+    real_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == blocked_host:
+            looking_up.set()
+            release.wait(10)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    credentials = tmp_path / "imap.env"
+    credentials.write_text("FOREWARN_IMAP_USER=u\nFOREWARN_IMAP_PASSWORD=p\n")
+    credentials.chmod(0o600)
+    settings = Settings(
+        url="http://127.0.0.1:9",
+        droplet_id=DROPLET_ID,
+        droplet_name="gpu-spot-1",
+        imap_host=blocked_host,
+        credentials_file=credentials,
+    )
+
+    async def agent_stops_during_the_lookup() -> None:
+        # As the agent does: cancel the watcher and close it; asyncio.run then joins the
+        # default executor's threads before it returns.
+        async with running(settings, tmp_path / "state") as run:
+            await run.until(looking_up.is_set, what="the lookup of imap_host")
+
+    started = time.monotonic()
+    try:
+        asyncio.run(agent_stops_during_the_lookup())
+        took = time.monotonic() - started
+    finally:
+        release.set()
+    assert took < 2.0, f"the stop waited {took:.1f}s for the DNS lookup of imap_host"
