@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from forewarn.protocol.errors import ForewarnError
-from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 
 from .observer import Observer
 from .protocol import AckRequest, Notice
@@ -168,12 +168,49 @@ def _refuse_constant(name: str) -> Any:
     raise _NonFinite(name)
 
 
+_TIMES = ("at", "sent_at", "noticed_at", "deadline")
+_FIGURES = ("flush_seconds", "stall_seconds", "durable_seconds", "restore_seconds", "steps_lost")
+
+
+def _bad_field(record: dict[str, Any]) -> str | None:
+    """What is wrong with the figures `forewarn plan` reads, or None. The agent writes them
+    validated (AckRequest); anything else was edited or written by something else, and read
+    as it stands it crashed the plan or was blamed on a flag nobody gave."""
+    for name in _TIMES:
+        value = record.get(name)
+        if value is None and name != "at":
+            continue
+        try:
+            parse_time(value if isinstance(value, str) else "")
+        except ValueError:
+            return f"{name} is not an RFC 3339 time (got {_shown(value)})"
+    for name in _FIGURES:
+        value = record.get(name)
+        if value is None:
+            continue
+        # bool is an int to Python, and a huge JSON integer has no float.
+        good = isinstance(value, (int, float)) and not isinstance(value, bool)
+        try:
+            good = good and math.isfinite(float(value)) and value >= 0
+        except OverflowError:
+            good = False
+        if not good:
+            return f"{name} is not a number zero or more (got {_shown(value)})"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def read_records(path: Path, keep: int = KEEP) -> Iterator[dict[str, Any]]:
     """Every record of `path` and its rotated predecessors, oldest first.
 
-    A line that is not a JSON object, or holds Infinity or NaN, raises TelemetryFormatError
-    naming file and line; an unfinished last line (a writer killed mid-way on a filesystem
-    without atomic appends) is skipped.
+    A line that is not a JSON object, holds Infinity or NaN, or has a time that is not RFC 3339
+    or a figure (seconds, steps lost) that is not a number zero or more raises
+    TelemetryFormatError naming file, line and field; an unfinished last line (a writer
+    killed mid-way on a filesystem without atomic appends) is skipped.
     """
     for file in rotated_paths(path, keep):
         if not file.is_file():
@@ -195,6 +232,9 @@ def read_records(path: Path, keep: int = KEEP) -> Iterator[dict[str, Any]]:
                 raise TelemetryFormatError(f"{file}:{number}: not a JSON line") from None
             if not isinstance(record, dict) or "kind" not in record or "at" not in record:
                 raise TelemetryFormatError(f"{file}:{number}: not a telemetry record")
+            wrong = _bad_field(record)
+            if wrong is not None:
+                raise TelemetryFormatError(f"{file}:{number}: {wrong}")
             yield record
 
 

@@ -4,8 +4,10 @@ the file a real agent writes."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
+import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -21,6 +23,8 @@ from forewarn.agent.telemetry import (
     read_records,
     rotated_paths,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 from support import AgentProcess, eventually
 
 NOW = datetime(2026, 11, 30, 3, 10, tzinfo=timezone.utc)
@@ -189,6 +193,109 @@ def test_infinity_in_telemetry_is_named_and_never_written(
     (record,) = list(read_records(written))
     assert record["flush_seconds"] is None and record["restore_seconds"] is None
     assert record["step"] == 3
+
+
+HUGE_INTEGER = "1" + "0" * 400
+
+
+@pytest.mark.parametrize(
+    ("figure", "named"),
+    [
+        ("-5", "flush_seconds is not a number zero or more (got -5)"),
+        ("1e400", "flush_seconds is not a number zero or more"),
+        (HUGE_INTEGER, "flush_seconds is not a number zero or more (got 1000"),
+        ('"nan"', 'flush_seconds is not a number zero or more (got "nan")'),
+        ('"30s"', 'flush_seconds is not a number zero or more (got "30s")'),
+        ("true", "flush_seconds is not a number zero or more (got true)"),
+        ("[1]", "flush_seconds is not a number zero or more (got [1])"),
+        ("{}", "flush_seconds is not a number zero or more (got {})"),
+    ],
+)
+def test_a_figure_that_is_not_seconds_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], figure: str, named: str
+) -> None:
+    # Read as they stood, these crashed `plan` (TypeError, OverflowError), were blamed on a
+    # --checkpoint flag nobody gave, or (true) were taken for a 1 s flush.
+    from forewarn.agent.plan.cli import main as plan_main
+
+    path = tmp_path / FILE_NAME
+    good = '{"v":1,"at":"2026-11-30T01:00:00Z","kind":"ack","flush_seconds":2,"outcome":"saved"}'
+    bad = good.replace('"flush_seconds":2', f'"flush_seconds":{figure}')
+    path.write_text(good + "\n" + bad + "\n" + good + "\n")
+    with pytest.raises(TelemetryFormatError, match=f"{FILE_NAME}:2: "):
+        list(read_records(path))
+    assert plan_main(["--telemetry", str(path), "--tax", "3%"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"forewarn: plan: --telemetry: {path}:2: {named}")
+    assert "--checkpoint" not in err
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ('"kind":"resume","restore_seconds":-3', "restore_seconds is not a number zero or more"),
+        ('"kind":"resume","steps_lost":-1', "steps_lost is not a number zero or more"),
+        ('"kind":"ack","stall_seconds":"1.5h"', "stall_seconds is not a number zero or more"),
+        ('"kind":"notice","action":"terminate","sent_at":"bad"', "sent_at is not an RFC 3339"),
+        ('"kind":"notice","action":"terminate","deadline":7', "deadline is not an RFC 3339"),
+    ],
+)
+def test_a_bad_time_or_figure_of_any_kind_is_named(tmp_path: Path, fields: str, named: str) -> None:
+    path = tmp_path / FILE_NAME
+    path.write_text('{"v":1,"at":"2026-11-30T01:00:00Z",' + fields + "}\n")
+    with pytest.raises(TelemetryFormatError, match=f"{FILE_NAME}:1: {named}"):
+        list(read_records(path))
+    path.write_text('{"v":1,"at":"yesterday","kind":"start"}\n')
+    with pytest.raises(TelemetryFormatError, match="1: at is not an RFC 3339 time"):
+        list(read_records(path))
+
+
+_ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**400),
+    st.floats(),  # NaN and the infinities too
+    st.text(max_size=12),
+    st.sampled_from(["2026-11-30T01:00:00Z", "2026-11-30T01:02:03.5+02:00", "30s", "1.5h"]),
+    st.lists(st.integers(), max_size=2),
+)
+_FIELDS = ("at", "sent_at", "deadline", "flush_seconds", "stall_seconds", "durable_seconds")
+_RECORD = st.fixed_dictionaries(
+    {
+        "v": st.just(1),
+        "kind": st.sampled_from(["start", "notice", "escalation", "ack", "resume", "stop"]),
+        "action": st.sampled_from(["terminate", "drain"]),
+        "outcome": st.sampled_from(["saved", "failed"]),
+        "id": st.sampled_from(["a", "b"]),
+        "notice_id": st.sampled_from([None, "a", "b"]),
+    },
+    optional={
+        name: _ANY_VALUE for name in (*_FIELDS, "noticed_at", "restore_seconds", "steps_lost")
+    },
+)
+
+
+@given(st.lists(st.one_of(_RECORD.map(json.dumps), st.binary(max_size=40)), max_size=6))
+def test_any_line_is_read_as_a_sound_record_or_named(lines_in: list[str | bytes]) -> None:
+    from forewarn.agent.plan.telemetry import summarize_telemetry
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / FILE_NAME
+        path.write_bytes(
+            b"\n".join(line.encode() if isinstance(line, str) else line for line in lines_in)
+        )
+        try:
+            records = list(read_records(path))
+        except TelemetryFormatError as error:
+            assert f"{FILE_NAME}:" in str(error)
+            return
+    for record in records:
+        for name in ("flush_seconds", "stall_seconds", "durable_seconds", "restore_seconds"):
+            value = record.get(name)
+            assert value is None or (math.isfinite(value) and value >= 0)
+    summary = summarize_telemetry(records)
+    for figure in (summary.flush_seconds, summary.flush_p95_seconds, summary.restore_seconds):
+        assert figure is None or (math.isfinite(figure) and figure >= 0)
 
 
 def test_build_observers_follows_the_telemetry_key(tmp_path: Path) -> None:
