@@ -102,7 +102,9 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                 if record.get("deadline"):
                     deadline = parse_time(str(record["deadline"])).timestamp()
                     deadlines[key] = deadline
-                    leads.append(deadline - sent)
+                    # Published past its deadline (the agent saw it late): it gave no lead,
+                    # not a negative one.
+                    leads.append(max(deadline - sent, 0.0))
             elif kind == "ack" and record.get("outcome") == "saved":
                 flush = _number(record, "flush_seconds")
                 stall = _number(record, "stall_seconds")

@@ -10,6 +10,7 @@ import sys
 import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from forewarn.agent.config import Settings
@@ -250,19 +251,27 @@ def test_a_bad_time_or_figure_of_any_kind_is_named(tmp_path: Path, fields: str, 
         list(read_records(path))
 
 
+_TIME = st.sampled_from(
+    ["2026-11-30T01:00:00Z", "2026-11-30T01:00:30.5Z", "2026-11-30T01:02:03.5+02:00"]
+)
 _ANY_VALUE = st.one_of(
+    _TIME,
     st.none(),
     st.booleans(),
     st.integers(min_value=-(10**30), max_value=10**400),
     st.floats(),  # NaN and the infinities too
+    st.floats(min_value=0, max_value=1e6),
     st.text(max_size=12),
-    st.sampled_from(["2026-11-30T01:00:00Z", "2026-11-30T01:02:03.5+02:00", "30s", "1.5h"]),
+    st.sampled_from(["30s", "1.5h", "$2.10", "2,10", "nan", "Infinity"]),
     st.lists(st.integers(), max_size=2),
 )
-_FIELDS = ("at", "sent_at", "deadline", "flush_seconds", "stall_seconds", "durable_seconds")
+_SECONDS = st.one_of(st.none(), st.floats(min_value=0, max_value=1e6), st.integers(0, 10**6))
+_TIMES = ("at", "sent_at", "noticed_at", "deadline")
+_FIGURES = ("flush_seconds", "stall_seconds", "durable_seconds", "restore_seconds", "steps_lost")
 _RECORD = st.fixed_dictionaries(
     {
         "v": st.just(1),
+        "at": _TIME,
         "kind": st.sampled_from(["start", "notice", "escalation", "ack", "resume", "stop"]),
         "action": st.sampled_from(["terminate", "drain"]),
         "outcome": st.sampled_from(["saved", "failed"]),
@@ -270,31 +279,50 @@ _RECORD = st.fixed_dictionaries(
         "notice_id": st.sampled_from([None, "a", "b"]),
     },
     optional={
-        name: _ANY_VALUE for name in (*_FIELDS, "noticed_at", "restore_seconds", "steps_lost")
+        **{name: _TIME for name in _TIMES[1:]},
+        **{name: _SECONDS for name in _FIGURES},
     },
 )
 
 
-@given(st.lists(st.one_of(_RECORD.map(json.dumps), st.binary(max_size=40)), max_size=6))
-def test_any_line_is_read_as_a_sound_record_or_named(lines_in: list[str | bytes]) -> None:
+@given(
+    st.lists(_RECORD, min_size=1, max_size=6),
+    st.lists(st.tuples(st.integers(0, 5), st.sampled_from(_TIMES + _FIGURES), _ANY_VALUE)),
+    st.lists(st.tuples(st.integers(0, 6), st.binary(max_size=40)), max_size=2),
+)
+def test_any_line_is_read_as_a_sound_record_or_named(
+    records: list[dict[str, Any]],
+    spoiled: list[tuple[int, str, Any]],
+    raw_lines: list[tuple[int, bytes]],
+) -> None:
     from forewarn.agent.plan.telemetry import summarize_telemetry
 
+    for index, name, value in spoiled:
+        records[index % len(records)][name] = value
+    lines_in = [json.dumps(record).encode() for record in records]
+    for index, raw in raw_lines:
+        lines_in.insert(index, raw)
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / FILE_NAME
-        path.write_bytes(
-            b"\n".join(line.encode() if isinstance(line, str) else line for line in lines_in)
-        )
+        path.write_bytes(b"\n".join(lines_in))
         try:
-            records = list(read_records(path))
+            read = list(read_records(path))
         except TelemetryFormatError as error:
             assert f"{FILE_NAME}:" in str(error)
             return
-    for record in records:
+    for record in read:
         for name in ("flush_seconds", "stall_seconds", "durable_seconds", "restore_seconds"):
             value = record.get(name)
             assert value is None or (math.isfinite(value) and value >= 0)
-    summary = summarize_telemetry(records)
-    for figure in (summary.flush_seconds, summary.flush_p95_seconds, summary.restore_seconds):
+    summary = summarize_telemetry(read)
+    for figure in (
+        summary.flush_seconds,
+        summary.flush_p95_seconds,
+        summary.restore_seconds,
+        summary.notice_lead_seconds,
+        summary.response_seconds,
+        summary.mtbi_seconds,
+    ):
         assert figure is None or (math.isfinite(figure) and figure >= 0)
 
 

@@ -361,6 +361,26 @@ def test_a_corrupt_telemetry_line_is_named(
     assert "--telemetry" in err and "telemetry.jsonl:2" in err
 
 
+def test_a_notice_published_past_its_deadline_gave_no_lead(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The agent saw the notice 24.5 s after its deadline. The plan stopped on
+    # "--notice-lead: must not be negative (got -24.5...)", a flag nobody gave.
+    path = tmp_path / "telemetry.jsonl"
+    path.write_text(
+        '{"v":1,"at":"2026-11-30T03:00:00Z","kind":"start"}\n'
+        '{"v":1,"at":"2026-11-30T03:22:24.5Z","kind":"notice","id":"aws/x","action":"terminate",'
+        '"reason":"spot-interruption","deadline":"2026-11-30T03:22:00Z",'
+        '"sent_at":"2026-11-30T03:22:24.5Z"}\n'
+        '{"v":1,"at":"2026-11-30T03:22:26Z","kind":"ack","notice_id":"aws/x",'
+        '"flush_seconds":1.5,"outcome":"saved"}\n'
+    )
+    plan = plan_json(capsys, "--telemetry", str(path))
+    assert plan["inputs"]["notice_lead_seconds"] == {"value": 0.0, "source": "telemetry"}
+    assert plan["telemetry"]["late_notices"] == 1
+    assert plan["notice"]["usable"] is False
+
+
 def test_telemetry_without_terminate_notices_asks_for_a_rate(
     capsys: pytest.CaptureFixture[str], own_state_dir: Path
 ) -> None:
