@@ -199,7 +199,9 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
     restart_time = hit * (failed / lam + failed * noticed * lead)
     losses = hit * (1.0 + failed)
     reacquire_time = losses * scenario.reacquire_seconds
-    time = hit / lam + hit * noticed * lead + restart_time + reacquire_time
+    # Without the restart and reacquisition: subtracted again below, they swamped the lost
+    # work (a restart of e^54 s against M left it -7e9 % in rounding error).
+    time = hit / lam + hit * noticed * lead
     tax = c * done
     flush = idle = 0.0
     progress = tau * done
@@ -229,7 +231,7 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
     if not progress > 0:  # an interval so long that no work is ever kept
         return _never_kept(tau)
     restart = restart_time
-    rest_total = time - progress - tax - flush - idle - restart_time - reacquire_time
+    rest_total = time - progress - tax - flush - idle
     parts = Breakdown(
         interval_seconds=tau,
         checkpoint_tax=tax / progress,

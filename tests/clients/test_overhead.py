@@ -238,6 +238,31 @@ def test_the_parts_are_never_negative_and_add_up(
         assert math.isinf(breakdown(blind, tau).total)
 
 
+@given(
+    c=st.floats(min_value=0.0, max_value=5e3),
+    m=st.floats(min_value=10.0, max_value=1e7),
+    restarts=st.floats(min_value=0.0, max_value=690.0),
+    g=seconds,
+    lead=st.floats(min_value=0.0, max_value=3600.0),
+    d=st.floats(min_value=0.0, max_value=60.0),
+    q=st.floats(min_value=0.0, max_value=1.0),
+    tau=st.floats(min_value=0.1, max_value=1e6),
+)
+# `forewarn plan --checkpoint 0s --restart 467218 --reacquire 1663 --mtbi 1693 --interval 90`
+# printed lost work of -1.07e+106 %: the restart (e^276 failed attempts), subtracted back out
+# of the cycle's time, left only its rounding error.
+@example(c=0.0, m=1693.0, restarts=467218 / 1693, g=1663.0, lead=0.0, d=5.0, q=0.1, tau=90.0)
+def test_the_lost_work_does_not_depend_on_the_restart(
+    c: float, m: float, restarts: float, g: float, lead: float, d: float, q: float, tau: float
+) -> None:
+    quick = breakdown(Scenario(c, m, 0.0, g, lead, d, q), tau)
+    slow = breakdown(Scenario(c, m, restarts * m, g, lead, d, q), tau)
+    if math.isinf(quick.total) or math.isinf(slow.total):
+        return
+    assert slow.lost_work >= -1e-9 * max(1.0, quick.total)
+    assert slow.lost_work == pytest.approx(quick.lost_work, rel=1e-9, abs=1e-12)
+
+
 @pytest.mark.parametrize("share", [0.0, 0.1])
 def test_a_usable_notice_keeps_the_work_at_intervals_far_beyond_the_mtbi(share: float) -> None:
     """With notices acted on, an interval of hundreds of M still keeps work: each notice
