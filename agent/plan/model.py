@@ -161,6 +161,15 @@ def choose_interval(
     if for_tax is not None:
         if for_tax <= 0:
             raise PlanError("tax", "a checkpoint that costs 0 s gives no interval for a tax")
+        # As for --interval: the overhead there is infinite, and the table printed inf and
+        # nan (the JSON Infinity and NaN).
+        if timing.mtbi_seconds is not None and math.isinf(overhead(timing, for_tax).total):
+            raise PlanError(
+                "tax",
+                f"{tax:g} gives an interval of {for_tax:g} s, so long against "
+                f"{timing.mtbi_seconds:g} s between interruptions that the job would never "
+                "keep any work",
+            )
         return Intervals(young, daly, recommended, for_tax, for_tax, "target tax")
     if timing.mtbi_seconds is None:
         raise PlanError(

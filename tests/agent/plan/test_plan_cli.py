@@ -664,3 +664,19 @@ def test_an_interval_no_work_survives_without_notice_is_valid_json(
     out = capsys.readouterr().out
     assert "inf" not in out
     assert "without a usable notice no work is ever kept at this interval" in out
+
+
+def test_a_tax_whose_interval_keeps_no_work_is_refused_like_such_an_interval(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 100 h checkpoints at a 3 % tax: 3333 h between them against M = 1 h. The same interval
+    # given with --interval was refused; by --tax the table printed "inf %" and "nan d" and
+    # the JSON Infinity and NaN.
+    argv = ["--checkpoint", "100h", "--mtbi", "1h", "--tax", "3%"]
+    for extra in ([], ["--json"]):
+        err = fails(capsys, *argv, *extra)
+        assert err.startswith("forewarn: plan: --tax: 0.03 gives an interval of 1.2e+07 s")
+        assert "would never keep any work" in err
+    assert "would never keep any work" in fails(
+        capsys, "--checkpoint", "100h", "--mtbi", "1h", "--interval", "3333h"
+    )
