@@ -83,9 +83,13 @@ def _duration(text: str) -> float:
     if text.strip().startswith("-"):
         raise argparse.ArgumentTypeError(f"must not be negative (got {text!r})")
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+    # Enough digits read as infinity, which every figure of the plan would then carry.
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"too long to be a duration (got {text[:20]!r}...)")
+    return seconds
 
 
 def _number(text: str, *, positive: bool = False) -> float:
@@ -137,6 +141,9 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive (got {text!r})")
+    # The plan computes in floats: a count beyond them raised OverflowError.
+    if value > 2**53:
+        raise argparse.ArgumentTypeError(f"too large (at most 2**53, got {text[:20]!r}...)")
     return value
 
 
@@ -454,6 +461,14 @@ def _size(args: argparse.Namespace) -> Size | None:
     return None
 
 
+def _finite(value: float, flag: str, what: str) -> float:
+    """`value`, unless the flags multiply or divide to infinity, which every figure of the
+    plan would then carry."""
+    if not math.isfinite(value):
+        raise PlanError(flag, f"{what} overflows: it is not a finite number")
+    return value
+
+
 def resolve(args: argparse.Namespace) -> Resolved:
     """Flags first, then telemetry, then defaults; PlanError names what is missing. Only
     what the asked-for output needs is asked for: the tax alone needs no interruption rate."""
@@ -476,6 +491,8 @@ def resolve(args: argparse.Namespace) -> Resolved:
         return default
 
     size = _size(args)
+    if size is not None:
+        _finite(size.bytes, size.source, "the checkpoint size in bytes")
     if args.bandwidth is not None and size is None:
         raise PlanError(
             "--bandwidth", "needs a size: --checkpoint-size, --checkpoint-gb or --params"
@@ -484,7 +501,9 @@ def resolve(args: argparse.Namespace) -> Resolved:
     if checkpoint is not None:
         sources["checkpoint_seconds"] = "flag"
     elif size is not None and args.bandwidth is not None:
-        checkpoint = size.bytes / args.bandwidth
+        checkpoint = _finite(
+            size.bytes / args.bandwidth, "--bandwidth", "the size over the bandwidth in seconds"
+        )
         sources["checkpoint_seconds"] = "size / bandwidth"
     else:
         checkpoint = pick("checkpoint_seconds", None, summary.flush_seconds if summary else None)
@@ -564,6 +583,12 @@ def resolve(args: argparse.Namespace) -> Resolved:
         if timing.steps_per_second is None:
             raise PlanError("--interval-steps", "needs --steps-per-second")
         interval = args.interval_steps / timing.steps_per_second
+        if not math.isfinite(interval):
+            raise PlanError(
+                "--interval-steps",
+                f"{args.interval_steps} steps at {timing.steps_per_second:g} a second "
+                "take longer than any finite time",
+            )
     intervals = choose_interval(timing, interval=interval, tax=args.tax)
     prices = None
     given = [name for name in PRICE_FLAGS if getattr(args, name) not in (None, 0.0)]
@@ -630,7 +655,14 @@ def _no_notice_share(
 def _steps(seconds: float | None, timing: Timing) -> int | None:
     if timing.steps_per_second is None or seconds is None:
         return None
-    return round(seconds * timing.steps_per_second)
+    steps = seconds * timing.steps_per_second
+    if not math.isfinite(steps):
+        raise PlanError(
+            "steps_per_second",
+            f"{timing.steps_per_second:g} steps a second make {seconds:g} s more steps than "
+            "can be counted",
+        )
+    return round(steps)
 
 
 SHORT_SPAN = 86400.0

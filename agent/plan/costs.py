@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from forewarn.clients.overhead import Breakdown
 
-from .inputs import Prices, Timing
+from .inputs import PlanError, Prices, Timing
 from .model import checkpoint_tax, overhead
 
 
@@ -65,6 +66,20 @@ def steady_option(name: str, price: float, prices: Prices, tax: float, interval:
     return Option(name, sum(lines.values()), 1 + tax, lines)
 
 
+# The flag behind each line, to name when prices and sizes multiply past what a float holds.
+_LINE_FIELDS = {"checkpoint storage": "storage_gb_month", "checkpoint I/O": "io_per_gb"}
+_PRICE_FIELDS = {"spot": "spot", "on-demand": "on_demand", "reserved": "reserved"}
+
+
+def _check_finite(option: Option) -> None:
+    for line, value in option.lines.items():
+        if not math.isfinite(value):
+            raise PlanError(
+                _LINE_FIELDS.get(line, _PRICE_FIELDS[option.name]),
+                f"too large: the {option.name} {line} per useful hour is not a finite number",
+            )
+
+
 def costs(timing: Timing, prices: Prices, interval_seconds: float) -> Costs:
     cost = overhead(timing, interval_seconds)
     spot = spot_option(timing, prices, cost)
@@ -85,6 +100,8 @@ def costs(timing: Timing, prices: Prices, interval_seconds: float) -> Costs:
                 interval_seconds,
             )
         )
+    for option in [spot, *alternatives]:
+        _check_finite(option)
     best = min(alternatives, key=lambda option: option.per_useful_hour)
     slowdown = spot.wall_hours_per_useful_hour / best.wall_hours_per_useful_hour
     slower = f"the job takes {slowdown:.3g}x the wall-clock time it takes on {best.name}"

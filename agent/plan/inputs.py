@@ -168,11 +168,18 @@ class Prices:
 
 def rate_to_mtbi(interruptions_per_day: float) -> float:
     try:
-        return mtbi_from_rate(interruptions_per_day)
+        mtbi = mtbi_from_rate(interruptions_per_day)
     except ValueError:
         raise PlanError(
             "interruptions_per_day", f"must be positive (got {interruptions_per_day})"
         ) from None
+    # A rate so small that a day over it is infinite was blamed on --mtbi, never given.
+    if not math.isfinite(mtbi):
+        raise PlanError(
+            "interruptions_per_day",
+            f"{interruptions_per_day:g} a day is too small: the time between them has no end",
+        )
+    return mtbi
 
 
 __all__ = ["HOURS_PER_MONTH", "PlanError", "Prices", "Timing", "rate_to_mtbi"]

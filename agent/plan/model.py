@@ -148,9 +148,17 @@ def choose_interval(
             for_tax = interval_for_tax(timing.checkpoint_seconds, tax)
         except ValueError as error:
             raise PlanError("tax", str(error)) from None
+    if for_tax is not None and not math.isfinite(for_tax):
+        raise PlanError(
+            "tax",
+            f"{tax:g} is so small that the interval for it ({timing.checkpoint_seconds:g} s / "
+            f"{tax:g}) has no end",
+        )
     if interval is not None:
         if not interval > 0:
             raise PlanError("interval", f"must be positive (got {interval})")
+        if not math.isfinite(interval):
+            raise PlanError("interval", f"must be finite (got {interval})")
         if timing.mtbi_seconds is not None and math.isinf(overhead(timing, interval).total):
             raise PlanError(
                 "interval",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -10,6 +12,8 @@ from typing import Any
 
 import pytest
 from forewarn.agent.plan import cli as plan_cli
+from hypothesis import given
+from hypothesis import strategies as st
 from support import forewarn_cmd, run_forewarn
 
 FIGURES = [
@@ -680,3 +684,83 @@ def test_a_tax_whose_interval_keeps_no_work_is_refused_like_such_an_interval(
     assert "would never keep any work" in fails(
         capsys, "--checkpoint", "100h", "--mtbi", "1h", "--interval", "3333h"
     )
+
+
+HUGE = "9" * 400  # read as infinity by float()
+RESERVED_TINY = ["--reserved-utilization", "1e-300"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--checkpoint", HUGE, "--tax", "3%"], "--checkpoint/--flush: too long to be a duration"),
+        (["--checkpoint", "10s", "--interval", HUGE], "--interval: too long to be a duration"),
+        (["--checkpoint", "10s", "--mtbi", HUGE], "--mtbi: too long to be a duration"),
+        (
+            ["--checkpoint", "10s", "--interruptions-per-day", "1e-320"],
+            "--interruptions-per-day: 9.99989e-321 a day is too small",
+        ),
+        (["--checkpoint", "10s", "--tax", "1e-320"], "--tax: 9.99989e-321 is so small"),
+        (
+            ["--checkpoint", "10s", "--mtbi", "1d", "--steps-per-second", "1e308"],
+            "--steps-per-second: 1e+308 steps a second make",
+        ),
+        (
+            ["--checkpoint", "10s", "--interval-steps", "10" * 8, "--steps-per-second", "1e-300"],
+            "--interval-steps: 1010101010101010 steps at 1e-300 a second",
+        ),
+        (["--checkpoint", "10s", "--interval-steps", HUGE], "--interval-steps: too large"),
+        (["--checkpoint-gb", "1e300", "--bandwidth", "1B/s", "--tax", "3%"], "--checkpoint-gb"),
+        (
+            ["--checkpoint-size", "1e300B", "--bandwidth", "1e-300B/s", "--tax", "3%"],
+            "--bandwidth: the size over the bandwidth in seconds overflows",
+        ),
+        (
+            [*FIGURES, *PRICES, "--checkpoint-gb", "1", "--storage-price", "1", "--keep", HUGE],
+            "--keep: too large",
+        ),
+        (
+            [*FIGURES, *PRICES, "--checkpoint-gb", "1e10", "--io-price", "1e300"],
+            "--io-price: too large: the spot checkpoint I/O per useful hour",
+        ),
+        (
+            [*FIGURES, "--spot-price", "1", "--reserved-price", "1e300", *RESERVED_TINY],
+            "--reserved-price: too large: the reserved compute per useful hour",
+        ),
+    ],
+)
+def test_values_that_overflow_are_refused_naming_their_flag(
+    capsys: pytest.CaptureFixture[str], argv: list[str], named: str
+) -> None:
+    # Each of these printed inf or nan in the plan, ended in "unexpected OverflowError", or
+    # was blamed on a flag nobody gave ("--mtbi: must be positive (got inf)").
+    err = fails(capsys, *argv)
+    # argparse's own refusal reads "argument --keep: too large ..."
+    assert f" {named}" in err and "unexpected" not in err, err
+
+
+@given(
+    st.one_of(
+        st.text(max_size=30),
+        st.integers(min_value=-5, max_value=10**400).map(str),
+        st.floats().map(repr),
+        st.tuples(
+            st.floats(min_value=0).map(repr) | st.integers(0, 10**400).map(str),
+            st.sampled_from(["", "s", "ms", "m", "h", "d", "%", " s", "$", ",10"]),
+        ).map("".join),
+    )
+)
+def test_the_input_parsers_answer_a_finite_value_or_refuse(text: str) -> None:
+    for parse in (
+        plan_cli._duration,
+        plan_cli._amount,
+        plan_cli._positive,
+        plan_cli._fraction,
+        plan_cli._count,
+    ):
+        try:
+            value = parse(text)
+        except argparse.ArgumentTypeError as error:
+            assert str(error)
+        else:
+            assert math.isfinite(value) and value >= 0, (parse, text, value)
