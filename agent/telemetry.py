@@ -21,6 +21,8 @@ Each line holds `v` (1), `at` (RFC 3339, when the agent wrote it) and `kind`:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import json
 import logging
@@ -72,8 +74,16 @@ class TelemetryWriter:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._rotate_if_full(len(line))
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
             try:
+                # A write cut short (a full disk, a writer killed) left a line without its
+                # end: glued to it, this record would be unreadable too, and so the file.
+                # Locked, so that another writer's line in progress is not taken for one.
+                with contextlib.suppress(OSError):  # no locks (some NFS): write unlocked
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line
                 written = os.write(fd, line)
             finally:
                 os.close(fd)
@@ -204,13 +214,16 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def read_records(path: Path, keep: int = KEEP) -> Iterator[dict[str, Any]]:
+def read_records(
+    path: Path, keep: int = KEEP, skipped: list[str] | None = None
+) -> Iterator[dict[str, Any]]:
     """Every record of `path` and its rotated predecessors, oldest first.
 
     A line that is not a JSON object, holds Infinity or NaN, or has a time that is not RFC 3339
     or a figure (seconds, steps lost) that is not a number zero or more raises
-    TelemetryFormatError naming file, line and field; an unfinished last line (a writer
-    killed mid-way on a filesystem without atomic appends) is skipped.
+    TelemetryFormatError naming file, line and field. An unfinished line (a write cut short by
+    a full disk or a killed writer: it does not end its object), and an unreadable last line,
+    are skipped: each is named in `skipped`, else logged as a warning.
     """
     for file in rotated_paths(path, keep):
         if not file.is_file():
@@ -227,7 +240,15 @@ def read_records(path: Path, keep: int = KEEP) -> Iterator[dict[str, Any]]:
                     f"{file}:{number}: {constant} is not a finite number"
                 ) from None
             except ValueError:
-                if number == len(lines):
+                # The writer's lines are whole objects: one that begins but does not end
+                # is what a write cut short leaves.
+                torn = raw.lstrip().startswith(b"{") and not raw.rstrip().endswith(b"}")
+                if number == len(lines) or torn:
+                    why = f"{file}:{number}: an unfinished line (a write cut short) was skipped"
+                    if skipped is None:
+                        log.warning("telemetry: %s", why)
+                    else:
+                        skipped.append(why)
                     continue
                 raise TelemetryFormatError(f"{file}:{number}: not a JSON line") from None
             if not isinstance(record, dict) or "kind" not in record or "at" not in record:

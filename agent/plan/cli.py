@@ -11,7 +11,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -406,6 +406,8 @@ class Resolved:
     size: Size | None = None
     bandwidth: float | None = None
     warn_tax: float = DEFAULT_WARN_TAX
+    # Telemetry lines left out (unfinished writes), each named: nothing is dropped unsaid.
+    skipped_lines: list[str] = field(default_factory=list)
 
 
 def _default_telemetry() -> Path | None:
@@ -434,7 +436,9 @@ def telemetry_files(paths: list[Path]) -> list[Path]:
     return found
 
 
-def _load_telemetry(args: argparse.Namespace) -> tuple[list[Path], TelemetrySummary | None]:
+def _load_telemetry(
+    args: argparse.Namespace, skipped: list[str]
+) -> tuple[list[Path], TelemetrySummary | None]:
     if args.telemetry:
         files = telemetry_files(args.telemetry)
     else:
@@ -443,7 +447,9 @@ def _load_telemetry(args: argparse.Namespace) -> tuple[list[Path], TelemetrySumm
             return [], None
         files = [default]
     try:
-        return files, summarize_telemetry(*(list(read_records(file)) for file in files))
+        return files, summarize_telemetry(
+            *(list(read_records(file, skipped=skipped)) for file in files)
+        )
     except TelemetryFormatError as error:
         raise PlanError("--telemetry", str(error)) from None
     except (KeyError, ValueError) as error:
@@ -472,7 +478,8 @@ def _finite(value: float, flag: str, what: str) -> float:
 def resolve(args: argparse.Namespace) -> Resolved:
     """Flags first, then telemetry, then defaults; PlanError names what is missing. Only
     what the asked-for output needs is asked for: the tax alone needs no interruption rate."""
-    files, summary = _load_telemetry(args)
+    skipped: list[str] = []
+    files, summary = _load_telemetry(args, skipped)
     where = (
         f"the telemetry ({', '.join(map(str, files))})"
         if files
@@ -608,7 +615,16 @@ def resolve(args: argparse.Namespace) -> Resolved:
             io_per_gb=args.io_price,
         )
     return Resolved(
-        timing, sources, summary, files, intervals, prices, size, args.bandwidth, args.warn_tax
+        timing,
+        sources,
+        summary,
+        files,
+        intervals,
+        prices,
+        size,
+        args.bandwidth,
+        args.warn_tax,
+        skipped,
     )
 
 
@@ -820,7 +836,10 @@ def build(resolved: Resolved) -> dict[str, Any]:
         "costs": None,
         "verdict": None,
         "summary": None,
-        "warnings": warnings(timing, intervals, warn_tax=resolved.warn_tax),
+        "warnings": [
+            *(f"telemetry {line}" for line in resolved.skipped_lines),
+            *warnings(timing, intervals, warn_tax=resolved.warn_tax),
+        ],
         "warn_tax": resolved.warn_tax,
         "notes": notes(resolved),
     }

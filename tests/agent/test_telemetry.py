@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -167,6 +168,35 @@ def test_reading_skips_an_unfinished_last_line_and_names_a_bad_one(tmp_path: Pat
     path.write_text(good + "\nnot json\n" + good + "\n")
     with pytest.raises(TelemetryFormatError, match=f"{FILE_NAME}:2"):
         list(read_records(path))
+
+
+def test_a_write_cut_short_costs_its_own_line_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The disk fills mid-line (or the agent is killed mid-write): half the line is written.
+    # The next record was appended to that half, and `plan` refused the whole file at
+    # "telemetry.jsonl:2: not a JSON line".
+    from forewarn.agent import telemetry
+    from forewarn.agent.plan.cli import main as plan_main
+
+    writer = TelemetryWriter(tmp_path / FILE_NAME, max_bytes=1 << 20)
+    writer.write("start", {"pid": 1})
+    real_write = os.write
+    with monkeypatch.context() as patch:
+        patch.setattr(telemetry.os, "write", lambda fd, data: real_write(fd, data[:40]))
+        writer.write("ack", {"flush_seconds": 2.0, "outcome": "saved"})
+    writer.write("ack", {"notice_id": None, "flush_seconds": 3.0, "outcome": "saved"})
+    writer.write("stop", {"pid": 1})
+    skipped: list[str] = []
+    records = list(read_records(writer.path, skipped=skipped))
+    assert [r["kind"] for r in records] == ["start", "ack", "stop"]
+    assert records[1]["flush_seconds"] == 3.0
+    assert skipped == [f"{writer.path}:2: an unfinished line (a write cut short) was skipped"]
+    # The plan goes on, and says what it left out.
+    assert plan_main(["--telemetry", str(writer.path), "--tax", "3%", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["inputs"]["checkpoint_seconds"] == {"value": 3.0, "source": "telemetry"}
+    assert f"telemetry {skipped[0]}" in plan["warnings"]
 
 
 def test_infinity_in_telemetry_is_named_and_never_written(
