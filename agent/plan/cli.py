@@ -447,9 +447,8 @@ def _load_telemetry(
             return [], None
         files = [default]
     try:
-        return files, summarize_telemetry(
-            *(list(read_records(file, skipped=skipped)) for file in files)
-        )
+        # Read as summed up: the records of a large file are never all held at once.
+        return files, summarize_telemetry(*(read_records(file, skipped=skipped) for file in files))
     except TelemetryFormatError as error:
         raise PlanError("--telemetry", str(error)) from None
     except (KeyError, ValueError) as error:

@@ -3,6 +3,7 @@ the file a real agent writes."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -197,6 +198,33 @@ def test_a_write_cut_short_costs_its_own_line_only(
     plan = json.loads(capsys.readouterr().out)
     assert plan["inputs"]["checkpoint_seconds"] == {"value": 3.0, "source": "telemetry"}
     assert f"telemetry {skipped[0]}" in plan["warnings"]
+
+
+def test_plan_reads_a_telemetry_file_in_less_memory_than_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The whole file was read, split, and every record kept before it was summed up: a
+    # 40 MiB file (the four rotated files' default limit) took 400 MB of memory.
+    import tracemalloc
+
+    from forewarn.agent.plan import cli as plan_cli
+
+    path = tmp_path / FILE_NAME
+    ack = json.dumps(
+        {"v": 1, "at": "2026-11-30T01:00:00Z", "kind": "ack", "client": "vm/1/abc", "step": 7}
+        | {"notice_id": None, "flush_seconds": 2.5, "outcome": "saved"},
+        separators=(",", ":"),
+    )
+    path.write_text((ack + "\n") * ((4 << 20) // (len(ack) + 1)))
+    args = argparse.Namespace(telemetry=[path])
+    tracemalloc.start()
+    try:
+        _, summary = plan_cli._load_telemetry(args, [])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert summary is not None and summary.flushes == (4 << 20) // (len(ack) + 1)
+    assert peak < path.stat().st_size, f"peak {peak} bytes for a {path.stat().st_size} file"
 
 
 def test_infinity_in_telemetry_is_named_and_never_written(
