@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,80 @@ def test_c_subscriber_gets_the_replay_when_it_joins_late(tmp_path: Path, binary:
             [str(binary), "--count", "1"], env=agent.env, capture_output=True, text=True, timeout=15
         ).stdout
         assert json.loads(out)["id"] == "local/early"
+
+
+def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
+    tmp_path: Path, binary: Path
+) -> None:
+    """Fuzz the C subscriber's socket input: a publisher of our own sends messages of any
+    shape (one frame, three, empty, binary, a foreign topic that still matches "notice"),
+    each followed by a well-formed notice, which must be printed: no shape may stop or
+    desynchronise the reader."""
+    import select
+
+    import zmq
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    endpoint = f"ipc://{tmp_path}/events"
+    context = zmq.Context()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(endpoint)
+    sub = subprocess.Popen([str(binary), endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert sub.stdout is not None
+    marks = iter(range(1_000_000))
+    pending = bytearray()  # read from its stdout, not yet split into lines
+
+    def next_marker_line(mark: int, timeout: float) -> bool:
+        """Read lines until the marker's own line; False when it did not come in time."""
+        assert sub.stdout is not None
+        wanted = json.dumps({"marker": mark}).encode()
+        ends = time.monotonic() + timeout
+        while True:
+            while b"\n" in pending:
+                line, _, rest = bytes(pending).partition(b"\n")
+                pending[:] = rest
+                if line == wanted:
+                    return True
+            left = ends - time.monotonic()
+            if left <= 0 or not select.select([sub.stdout], [], [], left)[0]:
+                return False
+            chunk = os.read(sub.stdout.fileno(), 65536)
+            if not chunk:
+                return False
+            pending.extend(chunk)
+
+    def send_marker(mark: int) -> None:
+        pub.send_multipart([b"notice", json.dumps({"marker": mark}).encode()])
+
+    try:
+        # Until the subscription has reached the publisher, messages are dropped.
+        joined = False
+        for _ in range(100):
+            mark = next(marks)
+            send_marker(mark)
+            if next_marker_line(mark, 0.1):
+                joined = True
+                break
+        assert joined, "the C subscriber never received a message"
+
+        frame = st.binary(max_size=64)
+        topic = st.one_of(st.just(b"notice"), st.binary(max_size=8).map(lambda b: b"notice" + b))
+
+        @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @given(st.tuples(topic, st.lists(frame, max_size=3)))
+        def survives(message: tuple[bytes, list[bytes]]) -> None:
+            head, rest = message
+            pub.send_multipart([head, *rest])
+            mark = next(marks)
+            send_marker(mark)
+            assert next_marker_line(mark, 10), f"no notice after {message!r}"
+            assert sub.poll() is None
+
+        survives()
+    finally:
+        sub.terminate()
+        sub.wait(10)
+        pub.close()
+        context.term()
