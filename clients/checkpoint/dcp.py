@@ -17,12 +17,15 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+import time
 from collections.abc import Generator, Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from pathlib import PurePosixPath
 from typing import Any
 
+from .errors import CommitTimeout
 from .generation import Generation, GenerationWriter
 from .hashing import StableMemory
 from .store import CheckpointStore
@@ -199,11 +202,27 @@ class DcpAsyncSave:
         return self._future.done()
 
     def commit(self, timeout: float | None = None) -> Generation:
+        """Wait (up to `timeout` seconds) for DCP's writes, then commit. A timeout raises
+        `CommitTimeout` and leaves the save in flight, untouched: call `commit()` again to
+        go on waiting. Every rank calls it at the same point."""
+        started = time.monotonic()
         try:
             self._future.result(timeout)
         except BaseException as exc:
-            if self._future.done():
-                self._release()
+            if not self._future.done():
+                # DCP's thread is still writing into the generation and, with several ranks,
+                # still inside its own collectives: aborting now would close files under it
+                # and send the abort's collectives beside DCP's (gloo then kills the process
+                # with a collective mismatch). Nothing is committed; the save stays as it is.
+                if isinstance(exc, (TimeoutError, FutureTimeout)):  # distinct on 3.10
+                    raise CommitTimeout(
+                        f"{self.gen.name}: torch.distributed.checkpoint was still writing "
+                        f"after {time.monotonic() - started:.1f} s (timeout {timeout} s); "
+                        "nothing is committed and the save is still in flight: call commit() "
+                        "again to wait for it"
+                    ) from None
+                raise
+            self._release()
             self.gen.abort(f"{type(exc).__name__}: {exc}")
             raise
         self._release()  # every file is closed: nothing reads the staged tensors any more

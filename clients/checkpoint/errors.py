@@ -39,4 +39,6 @@ class CommitError(CheckpointError):
 
 
 class CommitTimeout(CommitError, TimeoutError):
-    """Waiting for the other ranks' parts, or for rank 0's commit, took too long."""
+    """Waiting for the other ranks' parts, or for rank 0's commit, took too long; or
+    `DcpAsyncSave.commit(timeout)` ran out while DCP was still writing (the save stays in
+    flight)."""

@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from forewarn.clients.checkpoint import CheckpointStore
-from forewarn.clients.checkpoint.testing import free_port
+from forewarn.clients.checkpoint import CheckpointStore, CommitTimeout, ObjectWriter
+from forewarn.clients.checkpoint.testing import DelegatingBackend, free_port
 from forked_ranks import RankLauncher, RankProcess
 from support import requires
 
@@ -143,3 +144,52 @@ def test_dcp_hashes_the_tensors_it_writes_in_place_and_copies_what_it_must(
     for key in ("whole", "view", "transposed", "small"):
         assert torch.equal(restored[key], state[key]), key
     assert restored["extra"] == {"lr": 0.1}
+
+
+class HeldShards(DelegatingBackend):
+    """Writes of DCP's shard files wait until released (a slow disk or upload)."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.release = threading.Event()
+        self.writing = threading.Event()
+
+    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
+        inner = self.inner.writer(key, on_done)
+        if not key.endswith(".distcp"):
+            return inner
+        original = inner.write
+
+        def write(data: Any) -> int:
+            self.writing.set()
+            if not self.release.wait(60):
+                raise TimeoutError("the test never released the write")
+            return original(data)
+
+        inner.write = write  # type: ignore[method-assign]
+        return inner
+
+
+def test_an_async_commit_that_times_out_leaves_the_save_in_flight_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """The timeout used to abort the generation under DCP's still-running thread: its files
+    were closed under it, and with two gloo ranks the abort's collectives went beside DCP's
+    own (gloo killed rank 0 with a collective mismatch, or both ranks hung)."""
+    import torch
+    from forewarn.clients.checkpoint.dcp import async_save_dcp, load_dcp
+
+    backend = HeldShards(CheckpointStore(tmp_path / "store").backend)
+    store = CheckpointStore(backend=backend)
+    state = {"w": torch.randn(64, 32, generator=torch.Generator().manual_seed(5))}
+    pending = async_save_dcp(store, 1, state)
+    assert backend.writing.wait(60), "DCP never started writing"
+    with pytest.raises(CommitTimeout, match=r"step-000000000001: .*still writing.*in flight"):
+        pending.commit(timeout=0.05)
+    assert store.latest() is None  # nothing committed
+    backend.release.set()
+    generation = pending.commit(timeout=60)  # the same save, waited for again
+    assert generation.step == 1 and store.verify(1, checksums=True).ok
+    restored = {"w": torch.zeros(64, 32)}
+    load_dcp(store.get(1), restored)
+    assert torch.equal(restored["w"], state["w"])
