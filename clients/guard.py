@@ -428,6 +428,8 @@ class CheckpointGuard:
             return replace(result, generation=flushed.generation)
         if self._exit:
             return self._final_save(saver, step, state, metadata)
+        if in_flight == step:
+            return self._join_in_flight(step)
         from .checkpoint.errors import CheckpointError
 
         try:
@@ -441,6 +443,34 @@ class CheckpointGuard:
             self._awaiting[step] = result.notices
         self._log_saved(result, reasons, events, None)
         return result
+
+    def _join_in_flight(self, step: int) -> SaveResult:
+        """A save asked for at the step whose background save is still in flight (a drain
+        arriving at a periodic step): that save already holds this step's state. Saving it
+        again would wait for the whole upload, then fail in the background on the committed
+        generation (`GenerationExistsError`, raised by the next `due()`); instead this save
+        is that one, and the notices it answers are acked when it commits."""
+        started = time.monotonic()
+        result, _reasons, _events = self._record(step, None, durable=False)
+        late: tuple[str, ...] = ()
+        with self._lock:
+            owed = self._awaiting.get(step)
+            if self.durable_step is not None and self.durable_step >= step:
+                late = result.notices  # it committed a moment ago
+            elif owed is not None:
+                self._awaiting[step] = tuple(sorted(set(owed) | set(result.notices)))
+            else:
+                # It failed a moment ago: the retry it asked for answers these notices too.
+                self._notice_ids.update(result.notices)
+        if self.notices is not None:
+            for notice_id in late:
+                self.notices.ack(notice_id, step=step, flush_seconds=0.0)
+        log.info(
+            "forewarn: step %d is already being saved in the background; the %s save is that one",
+            step,
+            ", ".join(result.reasons) or "requested",
+        )
+        return replace(result, flush_seconds=time.monotonic() - started)
 
     def _final_save(
         self,

@@ -503,3 +503,55 @@ def test_a_drain_whose_background_save_failed_is_acked_saved_by_the_retry(
         drain = first.notices[0]
         eventually(lambda: len(acks()) >= 2, what="two acks in the telemetry")
     assert acks() == [(drain, 1, "failed"), (drain, 2, "saved")]
+
+
+def test_a_drain_at_the_step_still_uploading_is_that_save_and_acked_when_it_commits(
+    tmp_path: Any,
+) -> None:
+    """A drain arriving at a periodic step whose background save is still uploading: the
+    second save_state of that step used to wait for the whole upload, then fail in the
+    background on the committed generation (GenerationExistsError), which the next due()
+    raised as BackgroundSaveError. It is the same save: it returns at once, nothing fails,
+    and the drain is acked "saved" once that upload commits."""
+    from pathlib import Path
+
+    from forewarn.agent.telemetry import FILE_NAME, read_records
+    from support import AgentProcess, agent_env
+
+    env = agent_env(tmp_path)
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    with AgentProcess(tmp_path, env=env) as agent:
+        guard = background_guard(
+            store, every_steps=10, notices=True, events=agent.events, control=agent.control_endpoint
+        )
+        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        release = backend.hold(10)
+        first = guard.save_state(10, state(10)) if guard.due(10) else pytest.fail("not due")
+        assert first.reasons == ("periodic",) and guard.saver.in_flight == 10
+        flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: guard.due(10), what="the drain")
+        answers: list[Any] = []
+        second = threading.Thread(target=lambda: answers.append(guard.save_state(10, state(10))))
+        second.start()
+        second.join(30)
+        returned = not second.is_alive()
+        release.set()  # without the fix, the second save waits here for the held upload
+        second.join()
+        assert returned, "the second save of step 10 waited for the upload in flight"
+        (drained,) = answers
+        assert drained.reasons == ("drain",) and len(drained.notices) == 1
+        assert guard.saver.wait() is not None
+        assert not guard.due(11)  # nothing failed: no BackgroundSaveError, no retry
+        assert store.steps() == [10] and guard.durable_step == 10
+        eventually(lambda: not flag.exists(), what="the agent to remove the flag file")
+        guard.close()
+        path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
+
+        def acks() -> list[tuple[Any, ...]]:
+            found = [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
+            return [(r["notice_id"], r["step"], r["outcome"]) for r in found]
+
+        eventually(lambda: (drained.notices[0], 10, "saved") in acks(), what="the drain's ack")
+    assert all(outcome == "saved" for _notice, _step, outcome in acks())
