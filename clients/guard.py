@@ -628,9 +628,10 @@ class CheckpointGuard:
 
     def close(self) -> None:
         """Stop the guard's threads; with background saves, wait for the one in flight (its
-        failure is logged and acked, not raised: close runs on the way out)."""
+        failure is logged and acked, not raised: close runs on the way out), with a WARNING
+        if a terminate's deadline passes meanwhile."""
         if self.saver is not None:
-            self.saver.wait()
+            self._wait_for_background(self.saver)
         self._stop.set()
         self._ticker.join(timeout=1)
         for signum, handler in self._previous_handlers.items():
@@ -638,6 +639,25 @@ class CheckpointGuard:
         self._previous_handlers.clear()
         if self.notices is not None and self._own_notices:
             self.notices.close()
+
+    def _wait_for_background(self, saver: BackgroundSaver) -> None:
+        """close(): wait for the save in flight, however long (it is the last state there
+        is). A terminate whose deadline passes meanwhile is said once, while the process is
+        still there to say it: the platform's SIGKILL is due and that step is not durable."""
+        told = False
+        while (step := saver.in_flight) is not None:
+            saver.wait(TICK_SECONDS)
+            if told or not self._exit or saver.in_flight is None:
+                continue
+            left = self._seconds_left()
+            if left is not None and left <= 0:
+                told = True
+                log.warning(
+                    "forewarn: the terminate's deadline passed while close() waits for the "
+                    "background save of step %d: it is still uploading and not durable yet",
+                    step,
+                )
+        saver.wait()
 
     def __enter__(self) -> CheckpointGuard:
         return self

@@ -39,6 +39,8 @@ from .generation import Generation, GenerationWriter
 from .hashing import StableMemory
 from .store import CheckpointStore
 
+_log = logging.getLogger("forewarn.clients")
+
 STATE_FILE = "state.pt"
 # How long a cancelled save may take to reach its next write and stop before the final save
 # goes ahead without it.
@@ -318,7 +320,18 @@ class BackgroundSaver:
         final_estimate = self._durable_estimate
         if in_flight is not None and in_flight == step:
             # The save in flight already holds this step's state: finishing it is the final save.
-            self.wait()
+            # It is waited for even past the deadline (a second save of the same generation
+            # would be deleted by this one's abort), but a wait that outlasts the deadline says
+            # so while the process is still there to say it.
+            self.wait(None if seconds_left is None else max(seconds_left, 0.0))
+            if self.in_flight == step:
+                _log.warning(
+                    "forewarn: the deadline passed (%.1f s) and the background save of step %d, "
+                    "the final one, is still uploading: it is not durable yet; waiting on",
+                    seconds_left,
+                    step,
+                )
+                self.wait()
             durable = self.last_durable
             if durable is not None and durable.step == step:
                 self._error = None
@@ -345,7 +358,20 @@ class BackgroundSaver:
                     f"step {in_flight} needed about {remaining:.1f} s more and the final save "
                     f"about {final_estimate:.1f} s: {needed:.1f} s fit in {seconds_left:.1f} s"
                 )
-                self.wait()
+                # The figures are estimates: an upload that stalls past the moment the final
+                # save (and a stuck write's cancel grace) must start would hold it until the
+                # deadline's SIGKILL, losing both. One on its estimate is never cut short.
+                latest_start = seconds_left - final_estimate - CANCEL_GRACE_SECONDS
+                self.wait(max(latest_start, remaining))
+                if self.in_flight is not None:
+                    choice = "cancelled"
+                    reason = (
+                        f"step {in_flight} was expected to need about {remaining:.1f} s more "
+                        f"but was still uploading after {time.monotonic() - started:.1f} s, when "
+                        f"the final save (about {final_estimate:.1f} s) had to start to fit in "
+                        f"{seconds_left:.1f} s: cancelled it"
+                    )
+                    self._cancel_in_flight()
             else:
                 choice = "cancelled"
                 reason = (

@@ -555,3 +555,113 @@ def test_a_drain_at_the_step_still_uploading_is_that_save_and_acked_when_it_comm
 
         eventually(lambda: (drained.notices[0], 10, "saved") in acks(), what="the drain's ack")
     assert all(outcome == "saved" for _notice, _step, outcome in acks())
+
+
+def _in_thread(call: Any) -> tuple[threading.Thread, list[Any]]:
+    answers: list[Any] = []
+    thread = threading.Thread(target=lambda: answers.append(call()), daemon=True)
+    thread.start()
+    return thread, answers
+
+
+def test_a_terminate_that_waited_for_an_upload_which_then_stalls_still_saves_in_time(
+    make_store: Any,
+) -> None:
+    """final() chose to wait (the estimates fit) for an upload that then stalled: it used to
+    wait for it with no bound, past the deadline, so the platform's SIGKILL took the final
+    save too. It waits only until the final save must start, then cancels the stalled one."""
+    backend = Gated(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    saver.save(1, state(1))
+    saver.wait()  # timed: the plan has a figure, small beside the 2 s left
+    held = backend.hold(2)
+    saver.save(2, state(2))
+    assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+    thread, answers = _in_thread(lambda: saver.final(3, state(3), seconds_left=2.0))
+    thread.join(30)
+    returned = not thread.is_alive()
+    held.set()  # without the fix, final() waits here for the stalled upload
+    thread.join()
+    assert returned, "final() waited for the stalled upload past its deadline"
+    (final,) = answers
+    assert final.choice == "cancelled" and "still uploading after" in final.reason
+    assert final.generation.step == 3 and store.latest_hint() == 3
+    eventually(lambda: 2 not in store.steps())  # the stalled save stops and never commits
+    assert [g.step for g in store.generations()] == [1, 3]
+
+
+def test_a_terminate_at_the_step_still_uploading_says_so_when_the_deadline_passes(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The save in flight is the final one (same step): final() waits for it even past the
+    deadline, but used to do so silently until the SIGKILL; it now logs, at the deadline,
+    that the final save is still uploading and not durable."""
+    import logging
+
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    held = backend.hold(2)
+    saver.save(2, state(2))
+    assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+    caplog.set_level(logging.WARNING, logger="forewarn.clients")
+    thread, answers = _in_thread(lambda: saver.final(2, state(2), seconds_left=0.2))
+
+    def warned() -> bool:
+        return any("still uploading" in record.getMessage() for record in caplog.records)
+
+    try:
+        eventually(warned, what="a warning that the deadline passed with the upload in flight")
+    finally:
+        held.set()
+        thread.join()
+    (final,) = answers
+    assert final.choice == "waited" and final.generation.step == 2
+    (line,) = [r.getMessage() for r in caplog.records if "still uploading" in r.getMessage()]
+    assert "step 2" in line and "deadline passed" in line and "not durable" in line
+
+
+def test_close_says_so_when_a_terminate_deadline_passes_during_its_wait_for_an_upload(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """close() waits for the upload in flight (the last state there is). A terminate that
+    arrives meanwhile and whose deadline passes used to leave no trace before the SIGKILL;
+    the guard now logs that the step is still uploading and not durable."""
+    import logging
+    from datetime import datetime, timedelta, timezone
+
+    from support import AgentProcess, agent_env
+
+    env = agent_env(tmp_path)
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    caplog.set_level(logging.WARNING, logger="forewarn.clients")
+    with AgentProcess(tmp_path, env=env) as agent:
+        guard = background_guard(
+            store, every_steps=10, notices=True, events=agent.events, control=agent.control_endpoint
+        )
+        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        held = backend.hold(10)
+        guard.save_state(10, state(10)) if guard.due(10) else pytest.fail("not due")
+        assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+        closing, _answers = _in_thread(guard.close)  # the loop is done
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=0.5)
+        agent.control(
+            {
+                "op": "notify",
+                "action": "terminate",
+                "deadline": deadline.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            }
+        )
+
+        def warned() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "still uploading" in r.getMessage()]
+
+        try:
+            (line,) = eventually(warned, what="a warning that the deadline passed")
+        finally:
+            held.set()
+            closing.join()
+    assert "step 10" in line and "deadline passed" in line and "not durable" in line
+    assert store.latest_hint() == 10  # close went on waiting, and the upload ended
