@@ -189,6 +189,11 @@ class CheckpointGuard:
         self.saver: BackgroundSaver | None = None
         self._failure: BaseException | None = None
         self._awaiting: dict[int, tuple[str, ...]] = {}  # step -> notices its ack is owed to
+        # Background saves started whose notices save_state has not recorded yet, and the
+        # completions that came first (a save of a few bytes can commit that fast): acked
+        # once recorded, else the ack would go out without the notices it answers.
+        self._unrecorded: set[int] = set()
+        self._early: dict[int, tuple[SaveTiming, Generation | None, BaseException | None]] = {}
         if background is not False:
             self._start_background(background)
 
@@ -432,17 +437,31 @@ class CheckpointGuard:
             return self._join_in_flight(step)
         from .checkpoint.errors import CheckpointError
 
+        with self._lock:
+            self._unrecorded.add(step)
         try:
             timing = saver.save(step, state, metadata=metadata)
-        except CheckpointError:
-            with self._lock:
-                self._failure = None  # the saver raised it itself: once is enough
+        except BaseException as error:
+            self._recorded(step)
+            if isinstance(error, CheckpointError):
+                with self._lock:
+                    self._failure = None  # the saver raised it itself: once is enough
             raise
         result, reasons, events = self._record(step, timing.stall_seconds, durable=False)
         with self._lock:
             self._awaiting[step] = result.notices
+        self._recorded(step)
         self._log_saved(result, reasons, events, None)
         return result
+
+    def _recorded(self, step: int) -> None:
+        """save_state has recorded what the background save of `step` answers: a completion
+        that came before that is handled now."""
+        with self._lock:
+            self._unrecorded.discard(step)
+            early = self._early.pop(step, None)
+        if early is not None:
+            self._background_done(*early)
 
     def _join_in_flight(self, step: int) -> SaveResult:
         """A save asked for at the step whose background save is still in flight (a drain
@@ -548,6 +567,9 @@ class CheckpointGuard:
         """On the saver's thread: ack the notices the save answered, now that it is durable,
         or record the failure for the next `due()` and ask for another save."""
         with self._lock:
+            if timing.step in self._unrecorded:
+                self._early[timing.step] = (timing, generation, error)  # see _recorded
+                return
             owed = self._awaiting.pop(timing.step, ())
             if error is not None:
                 from .checkpoint.background import BackgroundSaveError

@@ -557,6 +557,53 @@ def test_a_drain_at_the_step_still_uploading_is_that_save_and_acked_when_it_comm
     assert all(outcome == "saved" for _notice, _step, outcome in acks())
 
 
+def test_a_drain_whose_small_save_commits_before_save_state_returns_is_acked_saved(
+    tmp_path: Any,
+) -> None:
+    """A save of a few bytes can be committed by the writer thread before save_state has
+    recorded which notices it answers. The commit's ack then went out with no notice id, and
+    the drain was never acked "saved" (the agent kept its flag file). Here the upload is made
+    to commit before save_state goes on, every time."""
+    from pathlib import Path
+
+    from forewarn.agent.telemetry import FILE_NAME, read_records
+    from support import AgentProcess, agent_env
+
+    env = agent_env(tmp_path)
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    with AgentProcess(tmp_path, env=env) as agent:
+        guard = background_guard(
+            store,
+            every_steps=100,
+            notices=True,
+            events=agent.events,
+            control=agent.control_endpoint,
+        )
+        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        save = guard.saver.save
+
+        def save_then_commit(*args: Any, **kwargs: Any) -> Any:
+            timing = save(*args, **kwargs)
+            assert guard.saver.wait() is not None  # committed before save_state goes on
+            return timing
+
+        guard.saver.save = save_then_commit  # type: ignore[method-assign]
+        flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: guard.due(5), what="the drain")
+        drained = guard.save_state(5, state(5))
+        assert drained.reasons == ("drain",) and len(drained.notices) == 1
+        eventually(lambda: not flag.exists(), what="the agent to remove the flag file")
+        guard.close()
+        path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
+
+        def acks() -> list[tuple[Any, ...]]:
+            found = [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
+            return [(r["notice_id"], r["step"], r["outcome"]) for r in found]
+
+        eventually(lambda: (drained.notices[0], 5, "saved") in acks(), what="the drain's ack")
+
+
 def _in_thread(call: Any) -> tuple[threading.Thread, list[Any]]:
     answers: list[Any] = []
     thread = threading.Thread(target=lambda: answers.append(call()), daemon=True)
