@@ -864,7 +864,9 @@ class CheckpointGuard:
 
 def process_started() -> float:
     """When this process started (wall clock), from /proc on Linux; now elsewhere. A notice
-    raised while the job loaded its model is the job's own, not an inherited one."""
+    raised while the job loaded its model is the job's own, not an inherited one. /proc counts
+    in clock ticks (10 ms), so a notice raised up to a tick before the start may count as the
+    job's own too: the job then saves and exits, the side to err on."""
     try:
         with open("/proc/self/stat") as stat:
             fields = stat.read().rpartition(")")[2].split()

@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 from support import AgentProcess, eventually
 
 
@@ -243,6 +243,11 @@ def test_an_inherited_terminate_with_a_deadline_exits_a_margin_before_it(tmp_pat
         assert reply["ok"], reply
         ack = {"op": "ack", "notice_id": reply["notice"]["id"], "client": "earlier-job"}
         assert agent.control({**ack, "outcome": "saved", "step": 7, "flush_seconds": 0.1})["ok"]
+        # A job tells a notice in force before it started from its own by its start time,
+        # which /proc gives to within 10 ms: started a few ms after the notice, it once took
+        # the notice for its own and exited at step 1. A next job starts later than that.
+        noticed = parse_time(reply["notice"]["noticed_at"]).timestamp()
+        eventually(lambda: time.time() > noticed + 0.05, what="the notice to be 50 ms old")
         run = Training(
             agent.env,
             tmp_path / "ckpt",
