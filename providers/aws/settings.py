@@ -78,8 +78,8 @@ class Settings(EndpointSettings):
         default=5.0,
         ge=0,
         le=600,
-        description="A notice time that moves by less than this many seconds between polls "
-        "(or that moves along with the clock) is the same notice and is not re-sent.",
+        description="A notice time that has moved by less than this many seconds since it was "
+        "last sent (or that moves along with the clock) is the same notice and is not re-sent.",
     )
 
 

@@ -23,8 +23,8 @@ from .imds import parse_aws_date
 @dataclass
 class _Seen:
     report: Report  # the last one sent
-    moments: dict[str, datetime | None]  # the volatile times at the last poll
-    polled_at: float  # monotonic time of the last poll that showed it
+    moments: dict[str, datetime | None]  # the volatile times of the last one sent
+    sent_at: float  # monotonic time the last one was sent
 
 
 @dataclass
@@ -65,10 +65,8 @@ class PathTracker:
                 continue
             report = report.model_copy(update={"id": seen.report.id})
             if self._changed(seen, report, moments, now):
-                seen.report = report
+                seen.report, seen.moments, seen.sent_at = report, moments, now
                 out.append(report)
-            seen.moments = moments
-            seen.polled_at = now
         for slot in [slot for slot in self.seen if slot not in present]:
             if self.clear_on_absence:
                 out.append(self._clear(self.seen.pop(slot).report, None))
@@ -92,7 +90,9 @@ class PathTracker:
             return True
         if not self.volatile and report.deadline != last.deadline:
             return True
-        elapsed = now - seen.polled_at
+        # Measured from the last send, not the last poll: a time that creeps a little at
+        # every poll must still be re-sent once it has moved by more than the jitter.
+        elapsed = now - seen.sent_at
         for key, moment in moments.items():
             before = seen.moments.get(key)
             if (moment is None) != (before is None):

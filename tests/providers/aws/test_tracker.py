@@ -58,6 +58,20 @@ def test_a_real_move_is_resent_under_the_same_id() -> None:
     assert moved.id == first.id and moved.deadline == T0 + timedelta(seconds=30)
 
 
+def test_a_time_creeping_below_the_jitter_at_every_poll_is_resent_once_it_has_moved() -> None:
+    clock = Clock()
+    tracker = spot_tracker(clock)
+    (first,) = tracker.update(spot(T0 + timedelta(seconds=120)))
+    sent = [first]
+    for step in range(1, 41):  # 3 s earlier at every poll: 120 s earlier after 20 s
+        clock.now += 0.5
+        sent += tracker.update(spot(T0 + timedelta(seconds=120 - 3 * step)))
+    assert {report.id for report in sent} == {first.id}
+    assert sent[-1].deadline is not None
+    # The deadline sent last is within the jitter of what IMDS says now, never later.
+    assert abs((sent[-1].deadline - T0).total_seconds()) <= 5
+
+
 def test_a_new_action_is_resent_under_the_same_id() -> None:
     clock = Clock()
     tracker = spot_tracker(clock)
