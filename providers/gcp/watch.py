@@ -498,8 +498,9 @@ class GcpWatcher:
             await asyncio.sleep(self.settings.upcoming_interval)
 
     async def _read_upcoming(self) -> tuple[bool, UpcomingWindow | None, dict[str, Any]]:
-        """(known, window, detail): unknown after a transport error (keep what we had);
-        every answer but a parseable window means nothing is scheduled."""
+        """(known, window, detail): a 200 that parses (a window or one of the "nothing
+        scheduled" forms), a 404 or repeated 503s are known; anything else (a transport
+        error, another status, a body that does not parse) is unknown: keep what we had."""
         for attempt in range(1, UPCOMING_503_ATTEMPTS + 1):
             try:
                 response = await fetch(
@@ -514,14 +515,23 @@ class GcpWatcher:
                     await asyncio.sleep(self.settings.retry_delay)
                     continue
                 return True, None, {"status": 503}
-            self.health.success()
+            if response.status_code == 404:
+                self.health.success()
+                return True, None, {"status": 404}
             if response.status_code != 200:
-                return True, None, {"status": response.status_code}
+                # Only a parseable 200 (or the 404 of a VM without the key) says what is
+                # scheduled: a 500 or 403 clearing a window would drop a drain and re-raise
+                # it under a new id at the next read.
+                self.health.error(
+                    f"http-{response.status_code}", f"{UPCOMING_KEY}: HTTP {response.status_code}"
+                )
+                return False, None, {}
             try:
                 window = parse_upcoming(response.text)
             except ParseError as error:
                 self.health.error("parse", str(error))
-                return True, None, {"status": 200}
+                return False, None, {}
+            self.health.success()
             return True, window, {} if window is None else window.document
         return True, None, {"status": 503}
 

@@ -310,6 +310,30 @@ async def test_a_single_503_does_not_clear_a_window(server: SimServer, sim: GcpS
         assert [report.action for report in run.reports] == ["drain"]
 
 
+@pytest.mark.parametrize(
+    "fault",
+    [{"kind": "status", "status": 500}, {"kind": "status", "status": 403}, {"kind": "malformed"}],
+    ids=["500", "403", "malformed"],
+)
+async def test_an_answer_that_is_not_authoritative_keeps_a_window(
+    server: SimServer, sim: GcpSimulator, fault: dict[str, object]
+) -> None:
+    path = "/computeMetadata/v1/instance/upcoming-maintenance"
+    reads = f"GET {path}"
+    async with watching(server.url, upcoming_interval=0.05) as run:
+        await run.until_polling()
+        sim.raise_notice("upcoming", {})
+        [drain] = await run.count(1)
+        before = sim.requests[reads]
+        sim.add_fault(**{**fault, "path": path, "count": 3})  # type: ignore[arg-type]
+        await run.until(lambda: sim.requests[reads] >= before + 5, 5.0, "reads past the fault")
+        assert [report.action for report in run.reports] == ["drain"]
+        assert run.watcher.health.errors >= 1  # counted, not silent
+        sim.withdraw("upcoming-maintenance")  # a real "nothing scheduled" still clears
+        _, clear = await run.count(2)
+    assert (clear.action, clear.id) == ("clear", drain.id)
+
+
 async def test_upcoming_polling_can_be_turned_off(server: SimServer, sim: GcpSimulator) -> None:
     async with watching(server.url, upcoming_interval=0) as run:
         sim.raise_notice("upcoming", {})
