@@ -174,6 +174,9 @@ class ImdsSimulator(Simulator):
         self.instance_id = instance_id
         self.region = region
         self.tokens: dict[str, float] = {}  # token -> expiry (time.time())
+        # Tokens handed out so far: `requests` counts a PUT when it arrives, before its token
+        # exists, so a revocation timed by that count can miss the token still being issued.
+        self.tokens_issued = 0
         self.spot: tuple[str, _Timed] | None = None
         self.rebalance: _Timed | None = None
         self.scheduled: dict[str, dict[str, Any]] = {}
@@ -215,6 +218,7 @@ class ImdsSimulator(Simulator):
             now = time.time()
             self.tokens = {t: expiry for t, expiry in self.tokens.items() if expiry > now}
             self.tokens[token] = now + ttl
+            self.tokens_issued += 1
         return SimResponse(200, token, "text/plain", headers={TTL_HEADER: str(ttl)})
 
     def _check_token(self, request: SimRequest) -> SimResponse | None:
