@@ -3,8 +3,9 @@ agent knows it), and optionally a cordon on terminate, as aws-node-termination-h
 `emitKubernetesEvents` and `cordonOnly` do.
 
 Requests run in their own task from a bounded queue, so a slow API server never delays the
-event socket. A refusal (403) is logged once with the permission and the kustomize component
-that grants it.
+event socket; each answer is bounded in time and size, so it cannot hold later notices
+either. A refusal (403) is logged once with the permission and the kustomize component that
+grants it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from urllib.parse import quote
 
 import httpx
 from forewarn.providers.backoff import Backoff
+from forewarn.providers.fetch import fetch
 from forewarn.providers.kubernetes.api import cordon_request
 from forewarn.providers.kubernetes.config import Cluster, node_name, resolve
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
@@ -31,6 +33,8 @@ log = logging.getLogger("forewarn.kubernetes")
 
 REPORTING_CONTROLLER = "forewarn.dev/agent"
 REQUEST_TIMEOUT = 10.0
+# The answer to an Event or a cordon is the object, a few kilobytes; nothing needs more.
+MAX_ANSWER = 1 << 20
 ATTEMPTS = 4
 # What to grant, by request, when the API server refuses it.
 GRANTS = {
@@ -96,6 +100,7 @@ class KubernetesNotifier(Observer):
         self._task: asyncio.Task[None] | None = None
         self._refused: set[str] = set()
         self._cordoned = False
+        self.request_timeout = REQUEST_TIMEOUT
         self.created = 0
         self.failed = 0
 
@@ -195,11 +200,20 @@ class KubernetesNotifier(Observer):
         why = ""
         for attempt in range(ATTEMPTS):
             try:
-                response = await client.request(
-                    method, url, json=body, headers=await self._headers(content_type)
+                # An overall deadline and a cap: httpx's timeout is per read, so an answer
+                # trickled a byte at a time held the queue (and every later notice) for
+                # minutes, and an endless one was read whole into memory.
+                response = await fetch(
+                    client,
+                    method,
+                    url,
+                    deadline=self.request_timeout,
+                    max_body=MAX_ANSWER,
+                    json=body,
+                    headers=await self._headers(content_type),
                 )
             except httpx.HTTPError as error:
-                why = type(error).__name__
+                why = f"{type(error).__name__}: {error}"
             else:
                 if response.status_code < 300:
                     return True

@@ -10,10 +10,13 @@ from typing import Any
 
 import httpx
 import pytest
-from forewarn.agent.notifications.kubernetes import camel
+from forewarn.agent.notifications.kubernetes import KubernetesNotifier, camel
+from forewarn.agent.protocol import Notice
+from forewarn.protocol.timefmt import utcnow
+from forewarn.providers.kubernetes.settings import Settings
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator, event_problems
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, agent_env, eventually, run_forewarn
+from support import AgentProcess, agent_env, eventually, eventually_async, run_forewarn
 
 NODE = "gpu-node-7"
 WATCH = frozenset({"get:nodes", "list:nodes", "watch:nodes"})
@@ -121,6 +124,48 @@ def test_a_refusal_names_the_missing_permission_and_the_agent_goes_on(tmp_path: 
     log = running.output()
     assert "components/notifications" in log and "components/cordon" in log
     assert log.count("refused the event") == 1
+
+
+def local_notice(seq: int, action: str) -> Notice:
+    now = utcnow()
+    return Notice.model_validate(
+        {
+            "id": f"local/{seq}",
+            "seq": seq,
+            "action": action,
+            "reason": "manual",
+            "provider": "local",
+            "noticed_at": now,
+            "sent_at": now,
+        }
+    )
+
+
+async def test_a_trickled_answer_does_not_hold_later_notices(tmp_path: Path):
+    with cluster(None) as server:
+        # The first answer comes at a byte a second (minutes for one Event), the rest at once.
+        fault = {"kind": "slow", "path": "/apis/", "rate": 1, "count": 1}
+        httpx.post(f"{server.url}/_sim/faults", json=fault, trust_env=False, timeout=5)
+        token = tmp_path / "token"
+        token.write_text("t1")
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
+        notifier = KubernetesNotifier(settings, env={})
+        notifier.request_timeout = 1.0
+        notifier.on_start(["local"])
+        try:
+            notifier.on_notice(local_notice(1, "drain"), escalated=False)
+            notifier.on_notice(local_notice(2, "terminate"), escalated=False)
+
+            def actions() -> set[str]:
+                return {event["action"] for event in sim_state(server)["events"]}
+
+            await eventually_async(
+                lambda: {"Drain", "Terminate"} <= actions(),
+                timeout=15,
+                what="both Events despite the trickled answer",
+            )
+        finally:
+            notifier.on_stop()
 
 
 def test_settings_without_a_node_name_exit_2(tmp_path: Path):
