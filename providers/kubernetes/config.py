@@ -129,6 +129,10 @@ def from_kubeconfig(path: Path | str, context: str | None, url: str | None) -> C
     if server.startswith("https://"):
         if configuration.verify_ssl:
             verify = _context(cafile=configuration.ssl_ca_cert or None, what=f"{source} CA")
+        else:
+            # insecure-skip-tls-verify: as kubectl, accept the server's certificate unchecked
+            # (left at True, a token-only kubeconfig failed verification on every request).
+            verify = False
         if configuration.cert_file and configuration.key_file:
             if not isinstance(verify, ssl.SSLContext):
                 # insecure-skip-tls-verify: still present the client certificate.

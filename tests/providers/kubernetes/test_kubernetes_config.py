@@ -178,6 +178,47 @@ def test_kubeconfig_yaml_with_client_certificate(tmp_path: Path, pki: dict[str, 
     assert cluster.verify.verify_mode == ssl.CERT_NONE
 
 
+def test_kubeconfig_insecure_skip_tls_verify_with_a_token(
+    tmp_path: Path, pki: dict[str, str]
+) -> None:
+    """A self-signed API server on loopback, reached with a token only: no certificate check."""
+    import http.server
+    import threading
+
+    import httpx
+
+    (tmp_path / "server.pem").write_text(pki["cert"] + pki["key"])
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(tmp_path / "server.pem")
+
+    class Version(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"major": "1"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Version)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}"
+        path = tmp_path / "config.json"
+        insecure = {"server": url, "insecure-skip-tls-verify": True}
+        path.write_text(json.dumps(kubeconfig({"token": "t"}, insecure)))
+        cluster = from_kubeconfig(path, None, None)
+        with httpx.Client(verify=cluster.verify, trust_env=False, timeout=5) as client:
+            assert client.get(f"{cluster.server}/version").json() == {"major": "1"}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_kubeconfig_static_token(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(kubeconfig({"token": "static"})))
