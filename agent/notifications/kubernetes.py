@@ -218,7 +218,11 @@ class KubernetesNotifier(Observer):
                 if response.status_code < 300:
                     return True
                 why = f"{response.status_code}"
-                if response.status_code in (401, 403):
+                if response.status_code == 401:
+                    # The token, not the permission: it may have rotated on disk after the
+                    # server stopped taking the old one. The next attempt reads it again.
+                    why = "401: the API server refused the token"
+                elif response.status_code == 403:
                     if what not in self._refused:
                         self._refused.add(what)
                         log.error(
@@ -230,7 +234,7 @@ class KubernetesNotifier(Observer):
                         )
                     self.failed += 1
                     return False
-                if response.status_code < 500 and response.status_code != 429:
+                elif response.status_code < 500 and response.status_code != 429:
                     break
             if attempt + 1 < ATTEMPTS:
                 await asyncio.sleep(backoff.next())

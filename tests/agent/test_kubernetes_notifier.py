@@ -168,6 +168,30 @@ async def test_a_trickled_answer_does_not_hold_later_notices(tmp_path: Path):
             notifier.on_stop()
 
 
+async def test_a_token_refused_while_it_rotates_is_read_again(tmp_path: Path):
+    with cluster(None) as server:
+        token = tmp_path / "token"
+        token.write_text("t1")
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
+        notifier = KubernetesNotifier(settings, env={})
+        notifier.on_start(["local"])
+        # The API server stops taking the old token before the kubelet rewrites the file.
+        control = {"kind": "rotate-token", "token": "t2"}
+        httpx.post(f"{server.url}/_sim/notices", json=control, trust_env=False, timeout=5)
+        try:
+            notifier.on_notice(local_notice(1, "terminate"), escalated=False)
+            await eventually_async(
+                lambda: sim_state(server)["unauthorized"] >= 1, timeout=10, what="a 401"
+            )
+            token.write_text("t2")
+            await eventually_async(
+                lambda: notifier.created >= 1, timeout=10, what="the Event after the rotation"
+            )
+            assert [e["action"] for e in sim_state(server)["events"]] == ["Terminate"]
+        finally:
+            notifier.on_stop()
+
+
 def test_settings_without_a_node_name_exit_2(tmp_path: Path):
     env = agent_env(tmp_path, FOREWARN_KUBERNETES_EVENTS="true", NODE_NAME="")
     env.pop("NODE_NAME")
