@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from forewarn.protocol.errors import ConfigError
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.fetch import fetch
 from forewarn.providers.kubernetes.api import cordon_request
@@ -103,6 +104,7 @@ class KubernetesNotifier(Observer):
         self.request_timeout = REQUEST_TIMEOUT
         self.created = 0
         self.failed = 0
+        self.retries = 0
 
     def on_start(self, providers: list[str]) -> None:
         self._wake = asyncio.Event()
@@ -214,6 +216,10 @@ class KubernetesNotifier(Observer):
                 )
             except httpx.HTTPError as error:
                 why = f"{type(error).__name__}: {error}"
+            except ConfigError as error:
+                # No token now (an exec plugin that failed, a token file being replaced):
+                # worth another attempt, as a transport error is, not the end of the notice.
+                why = str(error)
             else:
                 if response.status_code < 300:
                     return True
@@ -237,6 +243,7 @@ class KubernetesNotifier(Observer):
                 elif response.status_code < 500 and response.status_code != 429:
                     break
             if attempt + 1 < ATTEMPTS:
+                self.retries += 1
                 await asyncio.sleep(backoff.next())
         self.failed += 1
         log.warning("kubernetes: %s failed: %s", what, why)

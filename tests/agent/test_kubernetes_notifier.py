@@ -192,6 +192,26 @@ async def test_a_token_refused_while_it_rotates_is_read_again(tmp_path: Path):
             notifier.on_stop()
 
 
+async def test_a_token_missing_for_a_moment_is_retried(tmp_path: Path):
+    with cluster(None) as server:
+        token = tmp_path / "token"
+        token.write_text("t1")
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
+        notifier = KubernetesNotifier(settings, env={})
+        notifier.on_start(["local"])
+        token.unlink()
+        try:
+            notifier.on_notice(local_notice(1, "terminate"), escalated=False)
+            await eventually_async(lambda: notifier.retries >= 1, timeout=10, what="a retry")
+            token.write_text("t1")
+            await eventually_async(
+                lambda: notifier.created >= 1, timeout=10, what="the Event once the token is back"
+            )
+            assert notifier.failed == 0
+        finally:
+            notifier.on_stop()
+
+
 def test_settings_without_a_node_name_exit_2(tmp_path: Path):
     env = agent_env(tmp_path, FOREWARN_KUBERNETES_EVENTS="true", NODE_NAME="")
     env.pop("NODE_NAME")
