@@ -105,6 +105,7 @@ class KubernetesNotifier(Observer):
         self.created = 0
         self.failed = 0
         self.retries = 0
+        self.dropped = 0
 
     def on_start(self, providers: list[str]) -> None:
         self._wake = asyncio.Event()
@@ -118,6 +119,14 @@ class KubernetesNotifier(Observer):
         log.info("kubernetes: %s for node %s", " and ".join(wanted), self.node)
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        if len(self._queue) == self._queue.maxlen:
+            # The deque would drop the oldest without a word; say so, as the webhook does.
+            self.dropped += 1
+            log.warning(
+                "kubernetes: %d notices wait for the API server; dropping the Event of %s",
+                len(self._queue),
+                self._queue[0].id,
+            )
         self._queue.append(notice)
         if self._wake is not None:
             self._wake.set()

@@ -212,6 +212,19 @@ async def test_a_token_missing_for_a_moment_is_retried(tmp_path: Path):
             notifier.on_stop()
 
 
+def test_a_full_queue_says_what_it_drops(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    token = tmp_path / "token"
+    token.write_text("t1")
+    settings = Settings(url="http://127.0.0.1:9", node_name=NODE, token_file=token, events=True)
+    notifier = KubernetesNotifier(settings, env={})  # not started: nothing is sent
+    for seq in range(1, 1002):
+        notifier.on_notice(local_notice(seq, "drain"), escalated=False)
+    dropped = [r.getMessage() for r in caplog.records if "dropping" in r.getMessage()]
+    assert dropped == [
+        "kubernetes: 1000 notices wait for the API server; dropping the Event of local/1"
+    ]
+
+
 def test_settings_without_a_node_name_exit_2(tmp_path: Path):
     env = agent_env(tmp_path, FOREWARN_KUBERNETES_EVENTS="true", NODE_NAME="")
     env.pop("NODE_NAME")
