@@ -49,6 +49,15 @@ def camel(reason: str) -> str:
     return "".join(part.capitalize() for part in reason.split("-"))
 
 
+# The API server refuses a note over 1024 bytes (Go's len: bytes, not characters).
+NOTE_LIMIT = 1024
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes, never inside a character."""
+    return text.encode()[: max(0, limit)].decode(errors="ignore")
+
+
 def event_body(
     notice: Notice,
     regarding: dict[str, str],
@@ -62,7 +71,10 @@ def event_body(
     user_note = notice.detail.get("note")
     if isinstance(user_note, str) and user_note:
         note += f": {user_note}"
-    note += f" [{notice.id}]"
+    # Cut in bytes, the user's note first: a note of 1024 characters but more bytes was
+    # refused (422) and the Event lost; the notice id at the end is what ties it to forewarn.
+    tail = f" [{notice.id}]"
+    note = _clip(_clip(note, NOTE_LIMIT - len(tail.encode())) + tail, NOTE_LIMIT)
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
@@ -75,8 +87,7 @@ def event_body(
         "reason": camel(notice.reason),
         "type": "Normal" if notice.action == "clear" else "Warning",
         "regarding": regarding,
-        # The API server limits a note to 1 kB.
-        "note": note[:1024],
+        "note": note,
     }
 
 

@@ -10,12 +10,15 @@ from typing import Any
 
 import httpx
 import pytest
-from forewarn.agent.notifications.kubernetes import KubernetesNotifier, camel
+from forewarn.agent.notifications.kubernetes import KubernetesNotifier, camel, event_body
 from forewarn.agent.protocol import Notice
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.kubernetes.settings import Settings
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator, event_problems
 from forewarn.providers.simulator import SimServer
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from support import AgentProcess, agent_env, eventually, eventually_async, run_forewarn
 
 NODE = "gpu-node-7"
@@ -223,6 +226,24 @@ def test_a_full_queue_says_what_it_drops(tmp_path: Path, caplog: pytest.LogCaptu
     assert dropped == [
         "kubernetes: 1000 notices wait for the API server; dropping the Event of local/1"
     ]
+
+
+@pytest.mark.parametrize("user_note", ["ノード停止予定 " * 100, "x" * 2000, "🙂" * 300])
+def test_a_long_note_fits_the_api_servers_byte_limit(user_note: str):
+    notice = local_notice(7, "drain").model_copy(update={"detail": {"note": user_note}})
+    body = event_body(notice, {"kind": "Node", "name": NODE}, "default", "forewarn-test")
+    assert event_problems(body, "default") == []
+    assert len(body["note"].encode()) <= 1024
+    assert body["note"].endswith(f" [{notice.id}]")
+
+
+@given(st.text(max_size=1500))
+@hypothesis_settings(max_examples=150, deadline=None)
+def test_any_note_fits_the_byte_limit_and_keeps_the_id(user_note: str):
+    notice = local_notice(7, "drain").model_copy(update={"detail": {"note": user_note}})
+    body = event_body(notice, {"kind": "Node", "name": NODE}, "default", "forewarn-test")
+    assert event_problems(body, "default") == []
+    assert body["note"].endswith(f" [{notice.id}]")
 
 
 def test_settings_without_a_node_name_exit_2(tmp_path: Path):
