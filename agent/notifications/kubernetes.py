@@ -190,7 +190,7 @@ class KubernetesNotifier(Observer):
         if not self.settings.events:
             return
         node = {"apiVersion": "v1", "kind": "Node", "name": self.node}
-        targets = [(node, self.settings.events_namespace)]
+        targets: list[tuple[dict[str, str], str]] = [(node, self.settings.events_namespace)]
         if self.pod is not None:
             name, namespace = self.pod
             targets.append(

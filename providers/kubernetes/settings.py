@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
@@ -78,10 +78,12 @@ class Settings(EndpointSettings):
         "when POD_NAME and POD_NAMESPACE are set, for every published notice. Needs "
         "`create` on events (packaging/kubernetes/components/notifications).",
     )
-    events_namespace: str = Field(
+    # The API server accepts an Event about a cluster-scoped object (a Node) only in these
+    # two namespaces (core validation, legacyValidateEvent); any other got 422 for every notice.
+    events_namespace: Literal["default", "kube-system"] = Field(
         default="default",
-        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
-        description="Namespace of the Events about the Node (kubectl looks in `default`).",
+        description="Namespace of the Events about the Node: `default` (where kubectl looks) "
+        "or `kube-system`, the only two the API server accepts for a Node.",
     )
     cordon: bool = Field(
         default=False,

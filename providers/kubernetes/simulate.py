@@ -655,6 +655,9 @@ def event_problems(event: Any, namespace: str) -> list[str]:
     regarding = event.get("regarding")
     if not isinstance(regarding, dict) or not regarding.get("kind") or not regarding.get("name"):
         problems.append("regarding: kind and name are required")
+    elif not regarding.get("namespace") and namespace not in ("default", "kube-system"):
+        # A cluster-scoped object (a Node): only these two namespaces, as the API server says.
+        problems.append("regarding.namespace: does not match event.namespace")
     note = event.get("note", "")
     if not isinstance(note, str) or len(note.encode()) > 1024:
         problems.append("note: must have at most 1024 bytes")

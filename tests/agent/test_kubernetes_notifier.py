@@ -255,6 +255,29 @@ def test_settings_without_a_node_name_exit_2(tmp_path: Path):
     assert "NODE_NAME" in result.stderr
 
 
+def test_an_events_namespace_the_api_server_refuses_for_a_node_exits_2(tmp_path: Path):
+    env = agent_env(
+        tmp_path,
+        FOREWARN_KUBERNETES_EVENTS="true",
+        FOREWARN_KUBERNETES_EVENTS_NAMESPACE="forewarn",
+        FOREWARN_KUBERNETES_NODE_NAME=NODE,
+        FOREWARN_KUBERNETES_URL="http://127.0.0.1:9",
+    )
+    result = run_forewarn("agent", "--provider", "local", env=env)
+    assert result.returncode == 2
+    assert "events_namespace" in result.stderr and "kube-system" in result.stderr
+
+
+def test_the_simulator_refuses_a_node_event_outside_default_and_kube_system():
+    notice = local_notice(1, "drain")
+    node = {"apiVersion": "v1", "kind": "Node", "name": NODE}
+    for namespace, problems in (("default", 0), ("kube-system", 0), ("forewarn", 1)):
+        body = event_body(notice, node, namespace, "forewarn-test")
+        assert len(event_problems(body, namespace)) == problems, namespace
+    pod = {"apiVersion": "v1", "kind": "Pod", "name": "train-0", "namespace": "ml"}
+    assert event_problems(event_body(notice, pod, "ml", "forewarn-test"), "ml") == []
+
+
 @pytest.mark.parametrize(
     ("reason", "expected"),
     [("spot-interruption", "SpotInterruption"), ("manual", "Manual"), ("node-drain", "NodeDrain")],
