@@ -99,9 +99,23 @@ class WebhookSettings(BaseModel):
 def check_url(url: str) -> None:
     """ValueError unless `url` is an http(s) URL with a host. The message never contains
     the URL: its path may be a secret."""
+    import httpx  # here, not at module level: every command loads these settings
+
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http:// or https:// URL with a host")
+    # urlsplit accepts these, and httpx then raised outside its network errors (at start, or
+    # at the first delivery), which stopped the webhook task for good while the agent ran on.
+    try:
+        port = parts.port
+        httpx.URL(url)
+    except (ValueError, httpx.InvalidURL):
+        port = 0
+    if port == 0 or any(char.isspace() or not char.isprintable() for char in url):
+        raise ValueError(
+            "must have a valid host name, a port from 1 to 65535, and no spaces or control "
+            "characters"
+        )
 
 
 def read_url_file(path: Path) -> str:

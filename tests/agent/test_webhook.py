@@ -6,11 +6,15 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from forewarn.agent.config import load_settings
+from forewarn.agent.notifications.settings import check_url
 from forewarn.agent.notifications.webhook import slack_text
 from forewarn.agent.protocol import Notice
 from forewarn.protocol import parse_time
+from hypothesis import given
+from hypothesis import strategies as st
 from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 from webhook_receiver import receiver
 
@@ -142,6 +146,9 @@ def test_url_from_a_file_keeps_the_secret_out_of_config(tmp_path: Path):
     [
         ({"FOREWARN_WEBHOOK_URL": "ftp://example.org/x"}, "webhook.url"),
         ({"FOREWARN_WEBHOOK_URL": "https:///nohost/s3cr3t"}, "webhook.url"),
+        ({"FOREWARN_WEBHOOK_URL": "http://127.0.0.1:99999/s3cr3t"}, "webhook.url"),
+        ({"FOREWARN_WEBHOOK_URL": "http://127.0.0.1:s3cr3t/x"}, "webhook.url"),
+        ({"FOREWARN_WEBHOOK_URL": "http://127.0.0 .1/s3cr3t"}, "webhook.url"),
         ({"FOREWARN_WEBHOOK_URL_FILE": "/nonexistent/url"}, "/nonexistent/url"),
         ({"FOREWARN_WEBHOOK_FORMAT": "teams"}, "webhook.format"),
         ({"FOREWARN_WEBHOOK_TIMEOUT": "0"}, "webhook.timeout"),
@@ -162,3 +169,18 @@ def test_settings_load_from_toml(tmp_path: Path):
     settings = load_settings(config_file=config)
     assert settings.webhook.resolved_url() == "https://hooks.example.org/x"
     assert settings.webhook.format == "slack"
+
+
+@given(host=st.text(max_size=12), port=st.text(max_size=7), path=st.text(max_size=12))
+def test_a_webhook_url_passes_only_if_httpx_can_post_to_it(host: str, port: str, path: str):
+    """What check_url accepts, httpx can address (a port it can connect to, no stray
+    characters); what it refuses, it refuses without echoing the URL."""
+    url = f"http://{host}:{port}/{path}" if port else f"http://{host}/{path}"
+    try:
+        check_url(url)
+    except ValueError as error:
+        assert url not in str(error)
+        return
+    parsed = httpx.URL(url)
+    assert parsed.port is None or 1 <= parsed.port <= 65535
+    assert not any(char.isspace() for char in url)
