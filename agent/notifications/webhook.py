@@ -154,17 +154,22 @@ class WebhookObserver(Observer):
         try:
             # An overall deadline as well: httpx's timeout is per read, so a receiver that
             # trickles bytes could otherwise hold a delivery for ever.
-            response = await asyncio.wait_for(
-                client.post(self._url, content=payload), self.settings.timeout
-            )
+            status = await asyncio.wait_for(self._post(client, payload), self.settings.timeout)
         except (asyncio.TimeoutError, httpx.TimeoutException):
             return True, f"{self.target} did not answer within {self.settings.timeout:g}s"
         except httpx.HTTPError as error:
             return True, f"{self.target}: {type(error).__name__}"
-        if 200 <= response.status_code < 300:
+        if 200 <= status < 300:
             return None
-        why = f"{self.target} answered {response.status_code}"
-        return response.status_code in RETRY_STATUSES, why
+        why = f"{self.target} answered {status}"
+        return status in RETRY_STATUSES, why
+
+    async def _post(self, client: httpx.AsyncClient, payload: bytes) -> int:
+        # Only the status is used, and the answer's body is never read: `client.post` read
+        # all of it into memory, and a receiver streaming a huge body grew the agent by
+        # hundreds of MB a second until the timeout.
+        async with client.stream("POST", self._url, content=payload) as response:
+            return response.status_code
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -58,6 +58,35 @@ def test_failures_are_retried_through_three_500s(tmp_path: Path):
         assert delivery.body["action"] == "drain"
 
 
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_receiver_answering_an_endless_body_costs_no_memory(tmp_path: Path):
+    """Only the status matters: the body of the answer is not read, so a receiver that
+    streams one for ever neither grows the agent nor holds the delivery to its timeout."""
+    with (
+        receiver(script=["endless"]) as hook,
+        agent_with_webhook(
+            tmp_path, hook.url, FOREWARN_WEBHOOK_TIMEOUT="3s", FOREWARN_WEBHOOK_RETRIES="0"
+        ) as agent,
+    ):
+        assert agent.proc is not None
+        agent.control({"op": "notify", "action": "drain"})
+        hook.wait_for(1)
+        eventually(
+            lambda: "delivered drain" in agent.output() or "gave up" in agent.output(),
+            timeout=15,
+            what="the delivery's outcome",
+        )
+        peak = peak_rss_mb(agent.proc.pid)
+    assert "delivered drain" in agent.output()
+    assert peak < 200, f"the agent peaked at {peak:.0f} MB"
+
+
 def test_a_refusal_is_not_retried(tmp_path: Path):
     with receiver(script=[404]) as hook, agent_with_webhook(tmp_path, hook.url) as agent:
         agent.control({"op": "notify", "action": "drain"})

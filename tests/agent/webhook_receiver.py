@@ -25,8 +25,8 @@ class Received:
 class Receiver:
     url: str
     # Answers to give, in order; then 200 for ever. An int is a status, a float a hang of
-    # that many seconds (then 200).
-    script: list[int | float] = field(default_factory=list)
+    # that many seconds (then 200), "endless" a 200 whose body never ends.
+    script: list[int | float | str] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     attempts: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -42,7 +42,7 @@ class Receiver:
 
 
 @contextmanager
-def receiver(script: list[int | float] | None = None) -> Iterator[Receiver]:
+def receiver(script: list[int | float | str] | None = None) -> Iterator[Receiver]:
     state = Receiver(url="", script=list(script or []))
     release = threading.Event()
 
@@ -56,6 +56,9 @@ def receiver(script: list[int | float] | None = None) -> Iterator[Receiver]:
             if isinstance(answer, float):
                 release.wait(answer)
                 answer = 200
+            if answer == "endless":
+                self.endless_body(raw)
+                return
             if answer == 200:
                 with state.lock:
                     state.received.append(
@@ -64,6 +67,21 @@ def receiver(script: list[int | float] | None = None) -> Iterator[Receiver]:
             self.send_response(answer)
             self.send_header("Content-Length", "0")
             self.end_headers()
+
+        def endless_body(self, raw: bytes) -> None:
+            with state.lock:
+                state.received.append(
+                    Received(time.time(), self.path, dict(self.headers), json.loads(raw))
+                )
+            self.send_response(200)
+            self.send_header("Content-Length", str(1 << 40))
+            self.end_headers()
+            chunk = b"x" * (1 << 20)
+            try:
+                while not release.is_set():
+                    self.wfile.write(chunk)
+            except OSError:
+                pass  # the client hung up: what a client that reads only the status does
 
         def log_message(self, *args: object) -> None:
             pass
