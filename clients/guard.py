@@ -165,9 +165,12 @@ class CheckpointGuard:
                 self._on_event(event)
 
         self._previous_handlers: dict[int, Any] = {}
+        # Signals whose handler should still be ours; the ticker says when one is not.
+        self._watched: set[int] = set()
         if handle_signals and threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
                 previous = signal.signal(signum, self._on_signal)
+                self._watched.add(signum)
                 # None: a handler installed outside Python, which Python cannot put back;
                 # handing None to signal.signal() raises, so the default stands in for it.
                 self._previous_handlers[signum] = signal.SIG_DFL if previous is None else previous
@@ -656,6 +659,7 @@ class CheckpointGuard:
             self._wait_for_background(self.saver)
         self._stop.set()
         self._ticker.join(timeout=1)
+        self._watched.clear()
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)
         self._previous_handlers.clear()
@@ -817,6 +821,7 @@ class CheckpointGuard:
                 # repeat is not a person insisting; the platform's SIGKILL follows anyway.
                 return
             # A second Ctrl-C while the first is pending: the user insists; let it through.
+            self._watched.discard(signum)
             previous = self._previous_handlers.get(signum, signal.SIG_DFL)
             signal.signal(signum, previous)
             os.kill(os.getpid(), signum)
@@ -850,6 +855,30 @@ class CheckpointGuard:
                     self._wake = True
             self._check_flag()
             self._check_inherited()
+            self._check_handlers()
+
+    def _check_handlers(self) -> None:
+        # A library that installs its own SIGTERM handler after the guard (a trainer, a
+        # launcher) silently took the platform's SIGTERM away from it: the rank trained on
+        # until the SIGKILL, with no save. Only the main thread may put ours back, and the
+        # other handler may be wanted, so it is said, once per signal.
+        for signum in list(self._watched):
+            current = signal.getsignal(signum)
+            # Lightning's trainer wraps the handler it finds with its own and calls both.
+            chained = getattr(current, "signal_handlers", ())
+            if not isinstance(chained, (list, tuple)):
+                chained = ()
+            if current != self._on_signal and self._on_signal not in chained:
+                self._watched.discard(signum)
+                log.warning(
+                    "forewarn: the %s handler was replaced after the guard installed its own "
+                    "(now %s): the guard no longer sees %s. Create the guard after the code "
+                    "that installs that handler, or call guard.request('signal', exit=True) "
+                    "from it",
+                    signal.Signals(signum).name,
+                    getattr(current, "__qualname__", current),
+                    signal.Signals(signum).name,
+                )
 
     def _check_flag(self) -> None:
         flag = self.flag_file

@@ -67,3 +67,56 @@ def test_a_handler_python_did_not_install_is_put_back_as_the_default(
     g = guard()
     g.close()
     assert all(signal.getsignal(signum) is signal.SIG_DFL for signum in SIGNALS)
+
+
+def test_a_handler_replaced_after_the_guard_is_reported(
+    handlers: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A library that installs its own SIGTERM handler after the guard takes the platform's
+    SIGTERM away from it; the guard cannot put its own back from its thread, but says so
+    rather than leave the rank to train on, silently, until the SIGKILL."""
+    from support import eventually
+
+    g = guard()
+
+    def library_handler(signum: int, frame: object) -> None:
+        pass
+
+    try:
+        with caplog.at_level("WARNING", logger="forewarn.clients"):
+            signal.signal(signal.SIGTERM, library_handler)
+            eventually(
+                lambda: "SIGTERM handler was replaced" in caplog.text,
+                timeout=10,
+                what="the guard's warning",
+            )
+        assert "library_handler" in caplog.text
+        assert "SIGINT" not in caplog.text, "only the replaced handler is reported"
+    finally:
+        g.close()
+
+
+def test_a_handler_that_calls_the_guards_is_not_reported(
+    handlers: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lightning's trainer installs one handler that calls each it found, the guard's
+    among them: the guard still sees SIGTERM, nothing to say."""
+    g = guard()
+
+    class Composed:
+        def __init__(self, handlers: list[Any]) -> None:
+            self.signal_handlers = handlers
+
+        def __call__(self, signum: int, frame: object) -> None:
+            for handler in self.signal_handlers:
+                handler(signum, frame)
+
+    try:
+        signal.signal(signal.SIGTERM, Composed([signal.getsignal(signal.SIGTERM)]))
+        with caplog.at_level("WARNING", logger="forewarn.clients"):
+            g._check_handlers()
+        assert "replaced" not in caplog.text
+        signal.raise_signal(signal.SIGTERM)
+        assert g.should_exit
+    finally:
+        g.close()
