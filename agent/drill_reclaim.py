@@ -151,9 +151,11 @@ class CellResult:
 
     @property
     def lost(self) -> int | None:
-        if self.resumed_step is None:
+        if self.resumed_step is None or self.resumed_step > self.last_step:
+            # Past the last step the job reported: its lines were not all read, so how many
+            # steps were lost is not known (it used to read as 0, a pass).
             return None
-        return max(0, self.last_step - self.resumed_step)
+        return self.last_step - self.resumed_step
 
     @property
     def durable_seconds(self) -> float | None:
@@ -167,7 +169,7 @@ class CellResult:
 
     @property
     def ok(self) -> bool:
-        if self.error or self.strays or self.state_match is False:
+        if self.error or self.strays or self.state_match is False or self._unaccounted:
             return False
         if self.lead_is_enough:
             return self.lost == 0
@@ -175,9 +177,18 @@ class CellResult:
         predicted = self.predicted
         return predicted is None or self.lost is None or self.lost == predicted.steps
 
+    @property
+    def _unaccounted(self) -> bool:
+        return self.resumed_step is not None and self.resumed_step > self.last_step
+
     def outcome(self) -> str:
         if self.error:
             return f"FAILED: {self.error}"
+        if self._unaccounted:
+            return (
+                f"FAILED: resumed from step {self.resumed_step}, after the last step the job "
+                f"reported ({self.last_step}): steps lost unknown"
+            )
         if self.state_match is False:
             return "FAILED: the resumed state differs from the saved one"
         if self.strays:
@@ -294,7 +305,11 @@ class Job:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []
         self.step = 0
-        threading.Thread(target=self._read, daemon=True).start()
+        self._start_reading()
+
+    def _start_reading(self) -> None:
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -332,6 +347,9 @@ class Job:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        # The job's last lines may still be in the pipe: the cell's last step and exit save
+        # are read from them right after this, and a step counted short is a loss not seen.
+        self._reader.join(timeout=EVENT_TIMEOUT)
         self.log.close()
 
 

@@ -4,7 +4,17 @@ tests/agent/test_drill_reclaim.py)."""
 
 from __future__ import annotations
 
-from forewarn.agent.drill_reclaim import Cell, CellResult
+import queue
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.agent import drill_reclaim
+from forewarn.agent.drill_reclaim import Cell, CellResult, Job
+from forewarn.agent.reclaim_procs import JobTree
 
 
 def short_cell(resumed_step: int, detection: float | None) -> CellResult:
@@ -40,3 +50,53 @@ def test_a_short_lead_cell_fails_when_the_loss_differs_from_the_prediction() -> 
     assert "FAILED: not as `forewarn plan` predicts: 9 steps lost" in outcome
     # No exit save began within the lead: detection counts as the whole lead.
     assert "--detection 0.30s" in outcome
+
+
+def test_a_resume_past_the_last_reported_step_is_not_counted_as_nothing_lost() -> None:
+    """The job's lines said step 90 at most, the next job resumed at 100: the drill did not
+    see the job's end, so it cannot say 0 steps were lost."""
+    cell = CellResult(
+        Cell("cloud", "mid-step", 8.0),
+        started_step=80,
+        last_step=90,
+        resumed_step=100,
+        flush=0.2,
+        flush_mean=0.2,
+        checkpoint_step=100,
+        state_match=True,
+    )
+    assert cell.lost is None
+    assert not cell.ok
+    assert cell.outcome().startswith("FAILED: resumed from step 100, after the last step")
+
+
+def test_closing_a_job_reads_all_of_its_lines_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cell's last step is read right after `close()`: every line the job wrote must have
+    been read by then, however far the reader thread lags (a slow parse stands in for a
+    loaded machine)."""
+    real_loads = drill_reclaim.json.loads
+
+    def slow_loads(text: str) -> Any:
+        time.sleep(0.01)
+        return real_loads(text)
+
+    monkeypatch.setattr(drill_reclaim.json, "loads", slow_loads)
+    lines = "".join(f'{{"event": "step", "step": {n}}}\n' for n in range(1, 101))
+    job = Job.__new__(Job)
+    job.log = (tmp_path / "job.log").open("w")
+    job.proc = subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.stdout.write({lines!r})"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    job.tree = JobTree(job.proc.pid, set())
+    job.events = queue.Queue()
+    job.seen = []
+    job.step = 0
+    job._start_reading()
+    job.proc.wait(30)  # the job has written all its lines and ended, as a reclaimed one has
+    job.close()
+    assert job.step == 100
