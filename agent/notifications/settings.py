@@ -43,7 +43,8 @@ class WebhookSettings(BaseModel):
         ge=0,
         le=100,
         description="Attempts after the first for a notice that failed (connection error, "
-        "timeout, 429 or 5xx), with backoff; other answers are not retried.",
+        "timeout, 429 or 5xx), with backoff (or the receiver's Retry-After, up to 60 s); "
+        "other answers are not retried.",
     )
     queue: int = Field(
         default=1000,

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import socket
 from typing import Any
 
 import httpx
 from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.backoff import Backoff
+from forewarn.providers.httpdate import parse_http_date
 
 from ..observer import Observer
 from ..protocol import Notice
@@ -25,6 +27,9 @@ log = logging.getLogger("forewarn.webhook")
 USER_AGENT = "forewarn-webhook/1"
 # Answers worth another try: the receiver is busy or broken, not refusing this message.
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+# A receiver's Retry-After is honoured up to this, so one notice cannot hold the queue for
+# as long as a receiver likes.
+RETRY_AFTER_CAP = 60.0
 
 
 def slack_text(notice: Notice, host: str) -> str:
@@ -52,6 +57,23 @@ def body(notice: Notice, format: str, host: str) -> bytes:
 
         return json.dumps({"text": slack_text(notice, host)}).encode()
     return notice.model_dump_json().encode()
+
+
+def retry_after(value: str | None) -> float:
+    """Seconds a Retry-After header (seconds or an HTTP date) asks to wait, at most
+    RETRY_AFTER_CAP; 0 when absent or unreadable."""
+    if not value:
+        return 0.0
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            seconds = (parse_http_date(value) - utcnow()).total_seconds()
+        except ValueError:
+            return 0.0
+    if not math.isfinite(seconds):
+        return 0.0
+    return min(RETRY_AFTER_CAP, max(0.0, seconds))
 
 
 class WebhookObserver(Observer):
@@ -135,7 +157,7 @@ class WebhookObserver(Observer):
                     extra={"notice_id": notice.id, "action": notice.action},
                 )
                 return
-            retry, why = outcome
+            retry, why, retry_after = outcome
             if not retry or attempt == self.settings.retries:
                 self.failed += 1
                 log.warning(
@@ -147,29 +169,34 @@ class WebhookObserver(Observer):
                     extra={"notice_id": notice.id, "action": notice.action},
                 )
                 return
-            await asyncio.sleep(backoff.next())
+            await asyncio.sleep(max(backoff.next(), retry_after))
 
-    async def _attempt(self, client: httpx.AsyncClient, payload: bytes) -> tuple[bool, str] | None:
-        """None when delivered, else (worth retrying, why). Never raises for the network."""
+    async def _attempt(
+        self, client: httpx.AsyncClient, payload: bytes
+    ) -> tuple[bool, str, float] | None:
+        """None when delivered, else (worth retrying, why, the receiver's Retry-After in
+        seconds or 0). Never raises for the network."""
         try:
             # An overall deadline as well: httpx's timeout is per read, so a receiver that
             # trickles bytes could otherwise hold a delivery for ever.
-            status = await asyncio.wait_for(self._post(client, payload), self.settings.timeout)
+            status, retry_after = await asyncio.wait_for(
+                self._post(client, payload), self.settings.timeout
+            )
         except (asyncio.TimeoutError, httpx.TimeoutException):
-            return True, f"{self.target} did not answer within {self.settings.timeout:g}s"
+            return True, f"{self.target} did not answer within {self.settings.timeout:g}s", 0.0
         except httpx.HTTPError as error:
-            return True, f"{self.target}: {type(error).__name__}"
+            return True, f"{self.target}: {type(error).__name__}", 0.0
         if 200 <= status < 300:
             return None
         why = f"{self.target} answered {status}"
-        return status in RETRY_STATUSES, why
+        return status in RETRY_STATUSES, why, retry_after
 
-    async def _post(self, client: httpx.AsyncClient, payload: bytes) -> int:
+    async def _post(self, client: httpx.AsyncClient, payload: bytes) -> tuple[int, float]:
         # Only the status is used, and the answer's body is never read: `client.post` read
         # all of it into memory, and a receiver streaming a huge body grew the agent by
         # hundreds of MB a second until the timeout.
         async with client.stream("POST", self._url, content=payload) as response:
-            return response.status_code
+            return response.status_code, retry_after(response.headers.get("Retry-After"))
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -180,4 +207,4 @@ class WebhookObserver(Observer):
         }
 
 
-__all__ = ["WebhookObserver", "body", "slack_text"]
+__all__ = ["WebhookObserver", "body", "retry_after", "slack_text"]

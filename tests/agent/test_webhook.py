@@ -10,7 +10,7 @@ import httpx
 import pytest
 from forewarn.agent.config import load_settings
 from forewarn.agent.notifications.settings import check_url
-from forewarn.agent.notifications.webhook import slack_text
+from forewarn.agent.notifications.webhook import RETRY_AFTER_CAP, retry_after, slack_text
 from forewarn.agent.protocol import Notice
 from forewarn.protocol import parse_time
 from hypothesis import given
@@ -85,6 +85,34 @@ def test_a_receiver_answering_an_endless_body_costs_no_memory(tmp_path: Path):
         peak = peak_rss_mb(agent.proc.pid)
     assert "delivered drain" in agent.output()
     assert peak < 200, f"the agent peaked at {peak:.0f} MB"
+
+
+def test_a_retry_waits_as_long_as_retry_after_says(tmp_path: Path):
+    """A rate-limited receiver (429, Retry-After: 3) is not tried again before those 3 s,
+    though the backoff alone would retry after about 0.5 s."""
+    with (
+        receiver(script=[(429, "3")]) as hook,
+        agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_RETRIES="1") as agent,
+    ):
+        agent.control({"op": "notify", "action": "drain"})
+        (delivery,) = hook.wait_for(1, timeout=20)
+        first, second = hook.attempted_at
+    assert delivery.body["action"] == "drain"
+    assert second - first >= 2.9, second - first
+
+
+def test_retry_after_reads_seconds_and_dates_and_is_capped():
+    assert retry_after("2") == 2.0
+    assert retry_after(None) == retry_after("") == retry_after("soon") == 0.0
+    assert retry_after("-5") == retry_after("nan") == 0.0
+    assert retry_after("86400") == RETRY_AFTER_CAP
+    later = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 20))
+    assert 15 < retry_after(later) <= 20
+
+
+@given(st.text(max_size=40))
+def test_any_retry_after_gives_a_bounded_wait(value: str):
+    assert 0.0 <= retry_after(value) <= RETRY_AFTER_CAP
 
 
 def test_a_refusal_is_not_retried(tmp_path: Path):

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+Answer = int | float | str | tuple[int, str]
+
 
 @dataclass
 class Received:
@@ -25,10 +27,12 @@ class Received:
 class Receiver:
     url: str
     # Answers to give, in order; then 200 for ever. An int is a status, a float a hang of
-    # that many seconds (then 200), "endless" a 200 whose body never ends.
-    script: list[int | float | str] = field(default_factory=list)
+    # that many seconds (then 200), "endless" a 200 whose body never ends, (status, value) a
+    # status with that Retry-After header.
+    script: list[Answer] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     attempts: int = 0
+    attempted_at: list[float] = field(default_factory=list)  # time.monotonic() of each
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def wait_for(self, count: int, timeout: float = 10.0) -> list[Received]:
@@ -42,7 +46,7 @@ class Receiver:
 
 
 @contextmanager
-def receiver(script: list[int | float | str] | None = None) -> Iterator[Receiver]:
+def receiver(script: list[Answer] | None = None) -> Iterator[Receiver]:
     state = Receiver(url="", script=list(script or []))
     release = threading.Event()
 
@@ -52,6 +56,7 @@ def receiver(script: list[int | float | str] | None = None) -> Iterator[Receiver
             raw = self.rfile.read(length)
             with state.lock:
                 state.attempts += 1
+                state.attempted_at.append(time.monotonic())
                 answer = state.script.pop(0) if state.script else 200
             if isinstance(answer, float):
                 release.wait(answer)
@@ -59,12 +64,17 @@ def receiver(script: list[int | float | str] | None = None) -> Iterator[Receiver
             if answer == "endless":
                 self.endless_body(raw)
                 return
+            retry_after = None
+            if isinstance(answer, tuple):
+                answer, retry_after = answer
             if answer == 200:
                 with state.lock:
                     state.received.append(
                         Received(time.time(), self.path, dict(self.headers), json.loads(raw))
                     )
             self.send_response(answer)
+            if retry_after is not None:
+                self.send_header("Retry-After", retry_after)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
