@@ -91,6 +91,7 @@ class WebhookObserver(Observer):
         self._queue: collections.deque[Notice] = collections.deque(maxlen=settings.queue)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._delivering: Notice | None = None  # taken off the queue, not yet done
         self.delivered = 0
         self.failed = 0
         self.dropped = 0
@@ -122,6 +123,17 @@ class WebhookObserver(Observer):
     def on_stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        # Stopping ends deliveries in progress or waiting (a node being reclaimed stops its
+        # agent while the terminate's delivery may still be retrying): say which.
+        left = ([self._delivering] if self._delivering is not None else []) + list(self._queue)
+        if left:
+            log.warning(
+                "webhook: stopping with %d notice(s) not delivered to %s: %s",
+                len(left),
+                self.target,
+                ", ".join(f"{notice.action} {notice.id}" for notice in left[:10])
+                + (", ..." if len(left) > 10 else ""),
+            )
 
     def _died(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -139,8 +151,9 @@ class WebhookObserver(Observer):
                 while not self._queue:
                     self._wake.clear()
                     await self._wake.wait()
-                notice = self._queue.popleft()
+                notice = self._delivering = self._queue.popleft()
                 await self._deliver(client, notice)
+                self._delivering = None
 
     async def _deliver(self, client: httpx.AsyncClient, notice: Notice) -> None:
         payload = body(notice, self.settings.format, self._host)

@@ -154,6 +154,22 @@ def test_a_hung_receiver_delays_no_subscriber(tmp_path: Path):
     assert latencies[-1] < 1.0 and median < 0.2, latencies
 
 
+def test_notices_not_delivered_at_stop_are_named(tmp_path: Path):
+    """The agent stops while a delivery hangs and another notice waits: both are logged as
+    not delivered, not dropped without a word."""
+    with (
+        receiver(script=[60.0]) as hook,
+        agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_TIMEOUT="30s") as agent,
+    ):
+        agent.control({"op": "notify", "action": "drain", "note": "held"})
+        eventually(lambda: hook.attempts == 1, timeout=15, what="the held delivery")
+        agent.control({"op": "notify", "action": "terminate", "deadline": None})
+        assert agent.stop() == 0
+    log = agent.output()
+    assert "stopping with 2 notice(s) not delivered" in log, log
+    assert "drain local/manual/" in log and "terminate local/manual/" in log
+
+
 def test_slack_format_is_one_text_line(tmp_path: Path):
     with (
         receiver() as hook,
