@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
@@ -89,6 +90,9 @@ def _prepare_dir(path: Path, what: str, mode: int) -> None:
 class Agent:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # SIGTERM or SIGINT that came before `run` put the loop's handlers in (`run_agent`
+        # notes them): each is a stop as soon as `run` is going.
+        self.stops_asked: list[int] = []
         self.runtime_dir = settings.resolved_runtime_dir()
         self.state_dir = settings.resolved_state_dir()
         self.state_path = self.state_dir / "state.json"
@@ -207,6 +211,9 @@ class Agent:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._stop.set)
+        if self.stops_asked:
+            log.info("a stop was asked for while starting")
+            self._stop.set()
 
         self.providers = await self._choose_providers()
         parts: dict[str, Callable[[], Awaitable[None]]] = {
@@ -791,7 +798,21 @@ def run_agent(settings: Settings, *, exit_process: bool = False) -> int:
     longer than the whole shutdown (up to a second on a busy machine), and a supervisor
     waiting for the stop should not wait for that.
     """
-    code = asyncio.run(Agent(settings).run())
+    # The metrics server answers /healthz from the agent's construction on, before `run`
+    # puts the loop's signal handlers in: a supervisor's SIGTERM in between used to kill the
+    # agent (exit -15). Until then a stop is noted, and `run` acts on it.
+    asked: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            previous[stop] = signal.signal(stop, lambda number, _frame: asked.append(number))
+    try:
+        agent = Agent(settings)
+        agent.stops_asked = asked
+        code = asyncio.run(agent.run())
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
     if exit_process:
         logging.shutdown()
         sys.stdout.flush()

@@ -7,6 +7,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -339,3 +340,30 @@ def test_status_and_notify_without_an_agent_say_so(env: dict[str, str]) -> None:
 def test_control_helper_times_out_cleanly(env: dict[str, str]) -> None:
     with pytest.raises(TimeoutError):
         control(f"ipc://{env['FOREWARN_RUNTIME_DIR']}/control", {"op": "status"}, timeout=0.2)
+
+
+def test_sigterm_while_the_agent_starts_is_a_clean_stop(tmp_path: Path) -> None:
+    """The metrics server answers /healthz from the agent's construction, before the event
+    loop's signal handlers are in: a supervisor's SIGTERM in that window killed the agent
+    (exit -15, seen in a clean-clone run of the Dockerfile test). Here the SIGTERM comes
+    right after the construction, every time; the agent must stop cleanly (exit 0)."""
+    script = (
+        "import logging, os, signal, sys\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "from forewarn.agent.config import load_settings\n"
+        "from forewarn.agent.runner import Agent, run_agent\n"
+        f"settings = load_settings(providers=['local'], runtime_dir={str(tmp_path / 'run')!r},"
+        f" state_dir={str(tmp_path / 'state')!r})\n"
+        "import forewarn.agent.runner as runner\n"
+        "class Signalled(Agent):\n"
+        "    def __init__(self, settings):\n"
+        "        super().__init__(settings)\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "runner.Agent = Signalled\n"
+        "sys.exit(run_agent(settings))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "stopping" in done.stderr, done.stderr[-2000:]
