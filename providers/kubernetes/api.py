@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,9 +20,42 @@ from .nodes import NodeList, WatchEvent, parse_event, parse_list
 USER_AGENT = "forewarn-agent"
 REQUEST_TIMEOUT = 10.0
 # A watch is silent while nothing changes; the server closes it after timeoutSeconds, so the
-# read timeout (and the stream's overall deadline) only has to catch a connection that died
-# without a FIN, or a server that never ends the stream.
+# read timeout (and the stream's overall deadline) only has to catch a server that never ends
+# the stream; keepalive (below) catches a connection that died without a FIN much sooner.
 READ_MARGIN = 30.0
+
+
+# The read timeout alone notices a watch whose connection died silently (a NAT or load
+# balancer forgetting it, a partition: no FIN, no RST) only after timeoutSeconds plus the
+# margin, 330 s by default, and a cordon or shutdown set meanwhile arrives that late. client-go
+# keeps such a connection in check with TCP keepalive (30 s) and HTTP/2 pings (30 s idle, 15 s
+# to answer); here the kernel probes a silent connection after KEEPALIVE_IDLE seconds and gives
+# up after KEEPALIVE_COUNT unanswered probes, so a dead one fails the read within
+# KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT = 60 s. A live server answers the
+# probes in its kernel, so a quiet healthy watch is never cut.
+KEEPALIVE_IDLE = 30
+KEEPALIVE_INTERVAL = 10
+KEEPALIVE_COUNT = 3
+KEEPALIVE_DEAD_AFTER = KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT
+
+
+def keepalive_options() -> list[tuple[int, int, int]]:
+    """Socket options for the API server connection: keepalive, with the timings where the
+    platform can set them (Linux can; elsewhere the system's defaults apply)."""
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    tcp = [
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+        # Keepalive does not probe while sent data awaits its ACK (the watch request itself):
+        # this bounds that case by the same time instead of ~15 minutes of retransmissions.
+        ("TCP_USER_TIMEOUT", KEEPALIVE_DEAD_AFTER * 1000),
+    ]
+    for name, value in tcp:
+        option = getattr(socket, name, None)
+        if option is not None:
+            options.append((socket.IPPROTO_TCP, option, value))
+    return options
 
 
 def read_margin(timeout_seconds: int) -> float:
@@ -95,7 +129,9 @@ class NodeApi:
         self.cluster = cluster
         self.node_name = node_name
         self.client = client or httpx.AsyncClient(
-            verify=cluster.verify,
+            transport=httpx.AsyncHTTPTransport(
+                verify=cluster.verify, trust_env=False, socket_options=keepalive_options()
+            ),
             trust_env=False,
             timeout=REQUEST_TIMEOUT,
             headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
@@ -194,4 +230,12 @@ def cordon_request(cluster: Cluster, node_name: str, unschedulable: bool) -> dic
     }
 
 
-__all__ = ["ApiError", "Gone", "NodeApi", "cordon_request", "error_for", "status_message"]
+__all__ = [
+    "ApiError",
+    "Gone",
+    "NodeApi",
+    "cordon_request",
+    "error_for",
+    "keepalive_options",
+    "status_message",
+]

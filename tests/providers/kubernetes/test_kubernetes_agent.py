@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,3 +119,67 @@ def test_bad_configuration_is_one_error_and_the_agent_keeps_working(
     assert len(errors) == 1, output
     assert needle in errors[0]
     assert "watcher-failed" not in output and "Traceback" not in output
+
+
+ESTABLISHED = 1  # the `st` column of /proc/net/tcp
+KEEPALIVE_TIMER = 2  # the timer kind in its `tr` column
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets process `pid` holds open (/proc/<pid>/fd -> socket:[inode])."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed since the listing
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[len("socket:[") : -1]))
+    return inodes
+
+
+def tcp_timers(pid: int, remote_port: int) -> list[tuple[int, int]]:
+    """(state, timer kind) of each TCP connection of `pid` to `remote_port`, as the kernel
+    lists it in /proc/net/tcp{,6}."""
+    inodes = socket_inodes(pid)
+    rows = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote, state, timer, inode = fields[2], fields[3], fields[5], int(fields[9])
+            if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == remote_port:
+                rows.append((int(state, 16), int(timer.split(":")[0], 16)))
+    return rows
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the kernel's /proc/net/tcp")
+def test_the_watch_connection_has_tcp_keepalive(tmp_path: Path, server: SimServer) -> None:
+    # A connection that dies without a FIN or RST is noticed by keepalive within a minute;
+    # without it only the watch's read timeout (330 s by default) would notice.
+    token = tmp_path / "token"
+    token.write_text("t1")
+    env = agent_env(
+        tmp_path,
+        FOREWARN_KUBERNETES_URL=server.url,
+        FOREWARN_KUBERNETES_TOKEN_FILE=str(token),
+        NODE_NAME=NODE,
+    )
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        assert agent.proc is not None
+        pid = agent.proc.pid
+
+        seen: list[list[tuple[int, int]]] = [[]]
+
+        def keepalive() -> bool:
+            # Timer kind 2 (keepalive) shows whenever no sent data awaits its ACK, the usual
+            # state of a watch; without SO_KEEPALIVE it is 0 (no timer).
+            seen[0] = [row for row in tcp_timers(pid, server.port) if row[0] == ESTABLISHED]
+            return bool(seen[0]) and all(timer == KEEPALIVE_TIMER for _, timer in seen[0])
+
+        try:
+            eventually(keepalive, timeout=10, what="a keepalive timer on the watch connection")
+        except AssertionError as error:
+            raise AssertionError(f"{error}; (state, timer) seen: {seen[0]}") from None
+    assert "Traceback" not in agent.output()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forewarn.providers.kubernetes import api
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
 from k8s_support import NODE, TOKEN, Cluster, Running
 
@@ -288,3 +291,25 @@ async def test_garbage_in_the_stream_is_a_parse_error_then_a_relist(start_watche
         await running.until(lambda: running.watcher.lists >= 2, what="a relist after garbage")
         assert running.health.errors_by_kind.get("parse", 0) >= 1
         assert not running.task.done()
+
+
+def test_keepalive_gives_up_on_a_silent_connection_within_a_minute() -> None:
+    assert api.KEEPALIVE_IDLE + api.KEEPALIVE_INTERVAL * api.KEEPALIVE_COUNT <= 60
+    assert api.KEEPALIVE_DEAD_AFTER <= 60
+    # Far above a healthy peer's answer to a probe (its kernel's ACK, milliseconds away).
+    assert api.KEEPALIVE_INTERVAL >= 10 and api.KEEPALIVE_COUNT >= 3
+
+
+def test_keepalive_options_take_on_a_real_socket() -> None:
+    options = api.keepalive_options()
+    assert (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1) in options
+    with socket.socket() as sock:
+        for level, name, value in options:
+            sock.setsockopt(level, name, value)
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+        if sys.platform.startswith("linux"):
+            tcp = socket.IPPROTO_TCP
+            assert sock.getsockopt(tcp, socket.TCP_KEEPIDLE) == 30
+            assert sock.getsockopt(tcp, socket.TCP_KEEPINTVL) == 10
+            assert sock.getsockopt(tcp, socket.TCP_KEEPCNT) == 3
+            assert sock.getsockopt(tcp, socket.TCP_USER_TIMEOUT) == 60_000
