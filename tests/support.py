@@ -172,7 +172,14 @@ def run_forewarn(
     )
 
 
-def control(endpoint: str, request: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
+# A control answer waits for the agent's state to be on disk (fsync): with the suite's eight
+# workers building wheels and venvs, that took over 2 s once (a notify in a clean-clone run).
+CONTROL_TIMEOUT = 10.0
+
+
+def control(
+    endpoint: str, request: dict[str, Any], timeout: float = CONTROL_TIMEOUT
+) -> dict[str, Any]:
     """One request on the control socket; raises TimeoutError when nothing answers."""
     context = zmq.Context.instance()
     sock = context.socket(zmq.REQ)
@@ -438,7 +445,7 @@ class AgentProcess:
         self.stop()
         raise RuntimeError(f"agent not ready within {timeout}s:\n{self.output()}")
 
-    def control(self, request: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
+    def control(self, request: dict[str, Any], timeout: float = CONTROL_TIMEOUT) -> dict[str, Any]:
         """A request as the agent's own user sends it: with the control token when its
         endpoint needs one."""
         runtime = Path(self.env["FOREWARN_RUNTIME_DIR"])
