@@ -114,7 +114,7 @@ async def _bare_posts(sim: AzureSimulator, url: str, count: int) -> list[float]:
     latencies = []
     async with httpx.AsyncClient(trust_env=False, headers={"Metadata": "true"}) as client:
         for _ in range(count):
-            event_id = sim.raise_notice("Reboot", {"resources": [VM]})
+            event_id = sim.raise_notice("Terminate", {"resources": [VM]})
             before = len(sim.approvals)
             sent = time.monotonic()
             response = await client.post(
@@ -136,7 +136,7 @@ async def _in_process(sim: AzureSimulator, url: str, count: int) -> list[float]:
     latencies = []
     try:
         for _ in range(count):
-            event_id = sim.raise_notice("Reboot", {"resources": [VM]})
+            event_id = sim.raise_notice("Terminate", {"resources": [VM]})
             while event_id not in watcher.events:
                 await asyncio.sleep(0.01)
             before = len(sim.approvals)
@@ -172,7 +172,7 @@ def _through_agent(sim: AzureSimulator, url: str, count: int) -> list[float]:
                 raise RuntimeError("the agent never saw the bench client")
             time.sleep(0.05)
         for _ in range(count):
-            event_id = sim.raise_notice("Reboot", {"resources": [VM]})
+            event_id = sim.raise_notice("Terminate", {"resources": [VM]})
             notice_id = f"azure/{event_id}"
             while True:
                 if not sub.poll(10_000):

@@ -39,7 +39,8 @@ class Settings(EndpointSettings):
     approve: ApproveMode = Field(
         default="after-ack",
         description="When to POST StartRequests for an event: `after-ack` (once every client "
-        "that received the notice has acked its flush), `immediately`, or `off`.",
+        "that received the notice has acked its flush; only for notices sent as terminate, "
+        "since a drain's clients keep working), `immediately`, or `off`.",
     )
     approve_shared: bool = Field(
         default=False,

@@ -277,6 +277,13 @@ class AzureWatcher:
         event_id = event_id_of(notice_id)
         if event_id is None or self.settings.approve != "after-ack":
             return
+        report = self.reports.get(notice_id)
+        if report is not None and report.action != "terminate":
+            # A drain's flush is not the last: its clients keep training until the board
+            # re-sends it as terminate before NotBefore. Approved now, Azure would start the
+            # reboot under them; unapproved, it starts at NotBefore, after they have exited.
+            self.approvals.skip(event_id, "it is a drain: its clients flushed and kept working")
+            return
         self.request_approval(event_id, "after-ack")
 
     def request_approval(self, event_id: str, why: str) -> None:

@@ -62,13 +62,13 @@ def test_approval_is_sent_once_after_every_client_acked_and_not_before(
         eventually(
             lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 3, what="clients"
         )
-        event_id = sim.raise_notice("Reboot", {"not_before_seconds": 600})
+        event_id = sim.raise_notice("Terminate", {"not_before_seconds": 600})
         notice = one.notice(timeout=10)
         assert two.notice(timeout=15)["id"] == notice["id"]
         assert (notice["id"], notice["action"], notice["reason"]) == (
             f"azure/{event_id}",
-            "drain",
-            "host-maintenance",
+            "terminate",
+            "eviction",
         )
         assert notice["deadline"] is not None
 

@@ -15,15 +15,15 @@ from support import eventually_async
 
 async def test_after_ack_approves_exactly_once_and_not_before_flushed() -> None:
     async with running(removal_after=30) as h:
-        event_id = h.sim.raise_notice("Reboot", {"not_before_seconds": 600})
-        await eventually_async(lambda: h.reports, what="the reboot")
+        event_id = h.sim.raise_notice("Terminate", {"not_before_seconds": 600})
+        await eventually_async(lambda: h.reports, what="the terminate")
         await h.more_polls(4)
         assert h.sim.approvals == []  # no ack yet, no approval
         assert h.watcher.approvals.stats.sent == 0
 
         h.watcher.flushed(f"azure/{event_id}")
         await eventually_async(lambda: h.sim.approvals, what="the approval")
-        h.watcher.flushed(f"azure/{event_id}")  # an escalation acked again
+        h.watcher.flushed(f"azure/{event_id}")  # acked again
         await eventually_async(lambda: len(h.reports) >= 2, what="the Started document")
         await h.more_polls(3)
         assert [a["EventId"] for a in h.sim.approvals] == [event_id]
@@ -33,6 +33,21 @@ async def test_after_ack_approves_exactly_once_and_not_before_flushed() -> None:
         assert h.watcher.approvals.stats.by_reason == {"after-ack": 1}
         assert h.watcher.approval_counts() == {"sent": 1, "failed": 0, "skipped": 0}
         assert h.reports[-1].detail["EventStatus"] == "Started"
+
+
+@pytest.mark.parametrize("kind", ["Reboot", "Redeploy"])
+async def test_a_drain_flush_does_not_approve(kind: str) -> None:
+    # Clients flush a drain and keep training; an approval would start the reboot under them
+    # minutes before NotBefore. It starts at NotBefore, after the board's terminate.
+    async with running(removal_after=30) as h:
+        event_id = h.sim.raise_notice(kind, {"not_before_seconds": 600})
+        await eventually_async(lambda: h.reports, what="the drain")
+        assert h.reports[-1].action == "drain"
+        h.watcher.flushed(f"azure/{event_id}")
+        await h.more_polls(3)
+        assert h.sim.approvals == []
+        assert h.sim.events[event_id]["EventStatus"] == "Scheduled"
+        assert "drain" in h.watcher.approvals.skipped[event_id]
 
 
 async def test_flushed_for_other_providers_or_unknown_events_does_nothing() -> None:
@@ -68,8 +83,8 @@ async def test_off_never_approves() -> None:
 
 async def test_started_events_are_not_approved() -> None:
     async with running(removal_after=30) as h:
-        event_id = h.sim.raise_notice("Reboot", {"status": "Started"})
-        await eventually_async(lambda: h.reports, what="the started reboot")
+        event_id = h.sim.raise_notice("Preempt", {"status": "Started"})
+        await eventually_async(lambda: h.reports, what="the started eviction")
         h.watcher.flushed(f"azure/{event_id}")
         await h.more_polls(2)
         assert h.sim.approvals == []
@@ -78,15 +93,15 @@ async def test_started_events_are_not_approved() -> None:
 
 async def test_shared_events_are_approved_only_when_allowed() -> None:
     async with running(removal_after=30) as h:
-        event_id = h.sim.raise_notice("Reboot", {"resources": ["gpu-0", "gpu-1"]})
-        await eventually_async(lambda: h.reports, what="the shared reboot")
+        event_id = h.sim.raise_notice("Terminate", {"resources": ["gpu-0", "gpu-1"]})
+        await eventually_async(lambda: h.reports, what="the shared terminate")
         h.watcher.flushed(f"azure/{event_id}")
         await h.more_polls(2)
         assert h.sim.approvals == []
         assert "gpu-1" in h.watcher.approvals.skipped[event_id]
     async with running(removal_after=30, approve_shared=True) as h:
-        event_id = h.sim.raise_notice("Reboot", {"resources": ["gpu-0", "gpu-1"]})
-        await eventually_async(lambda: h.reports, what="the shared reboot")
+        event_id = h.sim.raise_notice("Terminate", {"resources": ["gpu-0", "gpu-1"]})
+        await eventually_async(lambda: h.reports, what="the shared terminate")
         h.watcher.flushed(f"azure/{event_id}")
         await eventually_async(lambda: h.sim.approvals, what="the approval")
 
@@ -94,8 +109,8 @@ async def test_shared_events_are_approved_only_when_allowed() -> None:
 async def test_a_failed_approval_is_retried_on_later_polls() -> None:
     sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10)
     async with running(sim) as h:
-        event_id = h.sim.raise_notice("Reboot", {})
-        await eventually_async(lambda: h.reports, what="the reboot")
+        event_id = h.sim.raise_notice("Terminate", {})
+        await eventually_async(lambda: h.reports, what="the terminate")
         original = h.sim._post_events
         failures = {"left": 1}
 
@@ -118,8 +133,8 @@ async def test_a_failed_approval_is_retried_on_later_polls() -> None:
 
 async def test_flushed_from_another_thread_is_handled_on_the_loop() -> None:
     async with running(removal_after=30) as h:
-        event_id = h.sim.raise_notice("Reboot", {})
-        await eventually_async(lambda: h.reports, what="the reboot")
+        event_id = h.sim.raise_notice("Terminate", {})
+        await eventually_async(lambda: h.reports, what="the terminate")
         thread = threading.Thread(target=h.watcher.flushed, args=(f"azure/{event_id}",))
         thread.start()
         thread.join()
@@ -146,8 +161,8 @@ async def test_approver_posts_the_documented_body_and_gives_up_after_max_attempt
 @pytest.mark.parametrize("count", [2, 5])
 async def test_concurrent_flushes_post_once(count: int) -> None:
     async with running(removal_after=30) as h:
-        event_id = h.sim.raise_notice("Reboot", {})
-        await eventually_async(lambda: h.reports, what="the reboot")
+        event_id = h.sim.raise_notice("Terminate", {})
+        await eventually_async(lambda: h.reports, what="the terminate")
         for _ in range(count):
             h.watcher.flushed(f"azure/{event_id}")
         await eventually_async(lambda: h.sim.approvals, what="the approval")
