@@ -4,11 +4,13 @@ waits for or cancels the in-flight save by the time left."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -398,6 +400,38 @@ def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
     assert torch.equal(load_state(store.get(21))["model"]["w"], state(21)["model"]["w"])
 
 
+@contextlib.contextmanager
+def _guard_with_agent(
+    tmp_path: Any, store: CheckpointStore, **options: Any
+) -> Iterator[tuple[Any, Any, dict[str, str]]]:
+    """A real agent with its local provider, and a background guard that has heard its first
+    heartbeat: (agent, guard, the agent's environment)."""
+    from support import AgentProcess, agent_env
+
+    env = agent_env(tmp_path)
+    with AgentProcess(tmp_path, env=env) as agent:
+        guard = background_guard(
+            store, notices=True, events=agent.events, control=agent.control_endpoint, **options
+        )
+        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+        yield agent, guard, env
+
+
+def _acks(env: dict[str, str]) -> list[dict[str, Any]]:
+    """The acks the agent wrote to its telemetry, oldest first."""
+    from pathlib import Path
+
+    from forewarn.agent.telemetry import FILE_NAME, read_records
+
+    path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
+    return [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
+
+
+def _ack_outcomes(env: dict[str, str]) -> list[tuple[Any, ...]]:
+    """(notice id, step, outcome) of each ack in the agent's telemetry."""
+    return [(r["notice_id"], r["step"], r["outcome"]) for r in _acks(env)]
+
+
 def test_a_terminate_during_an_upload_waits_when_the_deadline_allows_and_acks_why(
     tmp_path: Any,
 ) -> None:
@@ -406,19 +440,10 @@ def test_a_terminate_during_an_upload_waits_when_the_deadline_allows_and_acks_wh
     acks (stall apart from durable) and the final save's choice and reason."""
     import json
     from datetime import datetime, timedelta, timezone
-    from pathlib import Path
 
-    from forewarn.agent.telemetry import FILE_NAME, read_records
-    from support import AgentProcess, agent_env, eventually
-
-    env = agent_env(tmp_path)
     backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
     store = CheckpointStore(backend=backend)
-    with AgentProcess(tmp_path, env=env) as agent:
-        guard = background_guard(
-            store, every_steps=10, notices=True, events=agent.events, control=agent.control_endpoint
-        )
-        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+    with _guard_with_agent(tmp_path, store, every_steps=10) as (agent, guard, env):
         guard.save_state(10, state(10)) if guard.due(10) else pytest.fail("not due")
         guard.saver.wait()
         release = backend.hold(20)
@@ -438,13 +463,9 @@ def test_a_terminate_during_an_upload_waits_when_the_deadline_allows_and_acks_wh
         assert "fit in" in (final.choice_reason or "")
         assert final.generation.step == 21 and store.steps() == [10, 20, 21]
         guard.close()
-        path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
-
-        def acks() -> list[dict[str, Any]]:
-            found = [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
-            return found if len(found) >= 3 else []
-
-        records = eventually(acks, what="three acks in the telemetry")
+        records = eventually(
+            lambda: len(_acks(env)) >= 3 and _acks(env), what="three acks in the telemetry"
+        )
     by_step = {record["step"]: record for record in records}
     for step in (10, 20):
         assert by_step[step]["stall_seconds"] >= 0 and by_step[step]["durable_seconds"] >= 0
@@ -467,17 +488,9 @@ def test_a_drain_whose_background_save_failed_is_acked_saved_by_the_retry(
     agent hears "saved" for it and removes the flag file (it was acked only "failed")."""
     from pathlib import Path
 
-    from forewarn.agent.telemetry import FILE_NAME, read_records
-    from support import AgentProcess, agent_env
-
-    env = agent_env(tmp_path)
     backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
     store = CheckpointStore(backend=backend)
-    with AgentProcess(tmp_path, env=env) as agent:
-        guard = background_guard(
-            store, notices=True, events=agent.events, control=agent.control_endpoint
-        )
-        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+    with _guard_with_agent(tmp_path, store) as (_agent, guard, env):
         flag = Path(env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
         flag.write_text("")
         eventually(lambda: guard.due(1), what="the drain")
@@ -494,15 +507,9 @@ def test_a_drain_whose_background_save_failed_is_acked_saved_by_the_retry(
         assert guard.saver.wait() is not None
         eventually(lambda: not flag.exists(), what="the agent to remove the flag file")
         guard.close()
-        path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
-
-        def acks() -> list[tuple[Any, ...]]:
-            found = [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
-            return [(r["notice_id"], r["step"], r["outcome"]) for r in found]
-
         drain = first.notices[0]
-        eventually(lambda: len(acks()) >= 2, what="two acks in the telemetry")
-    assert acks() == [(drain, 1, "failed"), (drain, 2, "saved")]
+        eventually(lambda: len(_acks(env)) >= 2, what="two acks in the telemetry")
+    assert _ack_outcomes(env) == [(drain, 1, "failed"), (drain, 2, "saved")]
 
 
 def test_a_drain_at_the_step_still_uploading_is_that_save_and_acked_when_it_commits(
@@ -515,17 +522,9 @@ def test_a_drain_at_the_step_still_uploading_is_that_save_and_acked_when_it_comm
     and the drain is acked "saved" once that upload commits."""
     from pathlib import Path
 
-    from forewarn.agent.telemetry import FILE_NAME, read_records
-    from support import AgentProcess, agent_env
-
-    env = agent_env(tmp_path)
     backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
     store = CheckpointStore(backend=backend)
-    with AgentProcess(tmp_path, env=env) as agent:
-        guard = background_guard(
-            store, every_steps=10, notices=True, events=agent.events, control=agent.control_endpoint
-        )
-        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+    with _guard_with_agent(tmp_path, store, every_steps=10) as (_agent, guard, env):
         release = backend.hold(10)
         first = guard.save_state(10, state(10)) if guard.due(10) else pytest.fail("not due")
         assert first.reasons == ("periodic",) and guard.saver.in_flight == 10
@@ -547,14 +546,9 @@ def test_a_drain_at_the_step_still_uploading_is_that_save_and_acked_when_it_comm
         assert store.steps() == [10] and guard.durable_step == 10
         eventually(lambda: not flag.exists(), what="the agent to remove the flag file")
         guard.close()
-        path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
-
-        def acks() -> list[tuple[Any, ...]]:
-            found = [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
-            return [(r["notice_id"], r["step"], r["outcome"]) for r in found]
-
-        eventually(lambda: (drained.notices[0], 10, "saved") in acks(), what="the drain's ack")
-    assert all(outcome == "saved" for _notice, _step, outcome in acks())
+        saved = (drained.notices[0], 10, "saved")
+        eventually(lambda: saved in _ack_outcomes(env), what="the drain's ack")
+    assert all(outcome == "saved" for _notice, _step, outcome in _ack_outcomes(env))
 
 
 def test_a_drain_whose_small_save_commits_before_save_state_returns_is_acked_saved(
@@ -566,20 +560,8 @@ def test_a_drain_whose_small_save_commits_before_save_state_returns_is_acked_sav
     to commit before save_state goes on, every time."""
     from pathlib import Path
 
-    from forewarn.agent.telemetry import FILE_NAME, read_records
-    from support import AgentProcess, agent_env
-
-    env = agent_env(tmp_path)
     store = CheckpointStore(str(tmp_path / "ckpt"))
-    with AgentProcess(tmp_path, env=env) as agent:
-        guard = background_guard(
-            store,
-            every_steps=100,
-            notices=True,
-            events=agent.events,
-            control=agent.control_endpoint,
-        )
-        eventually(lambda: guard.notices.alive, what="the agent's first heartbeat")
+    with _guard_with_agent(tmp_path, store, every_steps=100) as (_agent, guard, env):
         save = guard.saver.save
 
         def save_then_commit(*args: Any, **kwargs: Any) -> Any:
@@ -595,13 +577,8 @@ def test_a_drain_whose_small_save_commits_before_save_state_returns_is_acked_sav
         assert drained.reasons == ("drain",) and len(drained.notices) == 1
         eventually(lambda: not flag.exists(), what="the agent to remove the flag file")
         guard.close()
-        path = Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME
-
-        def acks() -> list[tuple[Any, ...]]:
-            found = [r for r in read_records(path) if r["kind"] == "ack"] if path.exists() else []
-            return [(r["notice_id"], r["step"], r["outcome"]) for r in found]
-
-        eventually(lambda: (drained.notices[0], 5, "saved") in acks(), what="the drain's ack")
+        saved = (drained.notices[0], 5, "saved")
+        eventually(lambda: saved in _ack_outcomes(env), what="the drain's ack")
 
 
 def _in_thread(call: Any) -> tuple[threading.Thread, list[Any]]:
