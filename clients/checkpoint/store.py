@@ -323,7 +323,9 @@ class CheckpointStore:
         if len(kept) < self.keep:
             return []
         floor = min(kept)
-        doomed = [s for s in steps if s < floor and s not in self._writing]
+        # `fresh` can be older than `floor` when a job restarted from an older checkpoint:
+        # it is still the generation that job just made durable and will resume from.
+        doomed = [s for s in steps if s < floor and s not in self._writing and s != fresh]
         if doomed:
             hinted = self.latest_hint()
             doomed = [s for s in doomed if s != hinted]

@@ -214,6 +214,16 @@ def test_retention_spares_the_generation_latest_names(make_store: Any) -> None:
     assert store.steps() == [30]
 
 
+def test_retention_never_deletes_the_generation_just_committed(make_store: Any) -> None:
+    store = make_store(keep=1)
+    save_step(store, 200)
+    # A job restarted from an older checkpoint saves a lower step than the store's newest:
+    # LATEST stays on 200, and the save it just made must survive its own retention pass.
+    save_step(store, 100)
+    assert store.steps() == [100, 200]
+    assert store.get(100).read_bytes("model.bin") == payload(100)
+
+
 def test_retention_never_deletes_the_hinted_generation(make_store: Any) -> None:
     store = make_store()
     for step in (1, 2, 3):
