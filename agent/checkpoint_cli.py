@@ -13,7 +13,7 @@ import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from forewarn.clients.checkpoint import (
     CheckpointError,
@@ -102,6 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prune.add_argument("--keep", type=_keep, required=True, help="generations to keep")
     prune.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
     prune.add_argument(
+        "--checksums",
+        action="store_true",
+        help="count only generations whose checksums verify toward --keep (reads every byte)",
+    )
+    prune.add_argument(
         "--abort-uploads",
         action="store_true",
         help="also abort unfinished uploads (only while no job is saving to the store)",
@@ -146,7 +151,12 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
         addressing_style=args.addressing_style,
     )
     keep = getattr(args, "keep", None)
-    store = CheckpointStore(args.url, keep=keep, s3=options if options.given() else None)
+    verify: Literal["sizes", "checksums"] = (
+        "checksums" if args.action == "prune" and args.checksums else "sizes"
+    )
+    store = CheckpointStore(
+        args.url, keep=keep, verify=verify, s3=options if options.given() else None
+    )
     root = getattr(store.backend, "root", None)
     if isinstance(root, Path) and not root.is_dir():
         # A mistyped path would otherwise read as an empty store: `verify` would pass.

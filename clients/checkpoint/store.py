@@ -87,6 +87,9 @@ class CheckpointStore:
             self._backend, timeout=commit_timeout, poll_interval=poll_interval
         )
         self._writing: set[int] = set()
+        # Steps whose checksums retention has verified in this process (generations are
+        # immutable): each is read back once, not at every save.
+        self._hashed: set[int] = set()
         self._swept = False
 
     @classmethod
@@ -296,11 +299,13 @@ class CheckpointStore:
 
     def delete(self, step: int) -> None:
         """Remove one generation (its marker first)."""
+        self._hashed.discard(step)
         self._backend.delete_tree(generation_name(step))
 
     def prune(self, *, dry_run: bool = False) -> list[int]:
-        """Apply `keep`: once `keep` newer generations verify (sizes), delete every older one
-        except the one LATEST names and any this process is still writing. Returns the steps
+        """Apply `keep`: once `keep` newer generations verify (by the store's `verify` policy),
+        delete every older one except the one LATEST names and any this process is still
+        writing. Returns the steps
         deleted (with `dry_run`, the steps it would delete, deleting nothing)."""
         return self._prune(fresh=None, dry_run=dry_run)
 
@@ -309,14 +314,21 @@ class CheckpointStore:
         if self.keep is None:
             return []
         steps = self.steps()
+        # By the policy `latest()` resumes by: with "checksums", a newer generation that only
+        # has the right sizes must not push out the one resume would fall back to.
+        checksums = self.verify_policy == "checksums"
+        if checksums and fresh is not None:
+            self._hashed.add(fresh)  # hashed as it was written
         kept: list[int] = []
         for step in reversed(steps):
             if step in self._writing:
                 continue
-            if step != fresh:
-                generation, problems = self._check(step, checksums=False)
+            if step != fresh and step not in self._hashed:
+                generation, problems = self._check(step, checksums=checksums)
                 if generation is None or problems:
                     continue
+                if checksums:
+                    self._hashed.add(step)
             kept.append(step)
             if len(kept) == self.keep:
                 break

@@ -58,6 +58,19 @@ def test_verify_finds_a_flipped_byte(make_store: Any, store_url: str) -> None:
     assert forewarn("verify", store_url, "--sizes-only").returncode == 0
 
 
+def test_prune_by_checksums_keeps_the_one_that_verifies(make_store: Any, store_url: str) -> None:
+    store = make_store()
+    fill(store)
+    flip(store, "step-000000000030/model.bin")
+    # By sizes 30 still counts, so 10 and 20 would go; by checksums 20 is the newest good one.
+    dry = forewarn("prune", store_url, "--keep", "1", "--dry-run")
+    assert dry.stdout.strip() == "would delete step-000000000010, step-000000000020"
+    pruned = forewarn("prune", store_url, "--keep", "1", "--checksums")
+    assert pruned.returncode == 0, pruned.stderr
+    assert pruned.stdout.strip() == "deleted step-000000000010"
+    assert store.steps() == [20, 30, 40]
+
+
 def test_ls_show_get_and_prune(make_store: Any, store_url: str, tmp_path: Path) -> None:
     store = make_store()
     fill(store)
