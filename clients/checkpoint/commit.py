@@ -257,6 +257,17 @@ class CommitProtocol:
                 files.append(entry)
         if len(parts) != world:
             problems.append(f"{len(parts)} parts for world size {world}")
+        if not problems:
+            # Another job's retention on the same store may have deleted this unfinished
+            # generation's files: committing the manifest would then report a save that
+            # never verifies.
+            present = self.backend.list_sizes(request.name)
+            for entry in files:
+                size = present.get(entry.name)
+                if size is None:
+                    problems.append(f"{entry.name} is missing from storage")
+                elif size != entry.size:
+                    problems.append(f"{entry.name} has {size} bytes, written {entry.size}")
         if problems:
             raise CommitError(f"cannot commit {request.name}: " + "; ".join(problems))
         manifest = Manifest(

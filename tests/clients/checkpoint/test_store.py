@@ -239,6 +239,20 @@ def test_retention_counts_by_the_verify_policy(make_store: Any) -> None:
     assert store.steps() == [3]
 
 
+def test_commit_refuses_a_generation_whose_files_are_gone(make_store: Any) -> None:
+    first, second = make_store(keep=1), make_store()
+    save_step(first, 100)
+    gen = second.save(50)  # a second job on the same store, behind the first
+    gen.write_bytes("model.bin", payload(50))
+    # The first job's retention deletes the unfinished, older generation under it.
+    save_step(first, 500)
+    assert first.steps() == [500]
+    with pytest.raises(CommitError, match=r"step-000000000050.*model.bin is missing"):
+        gen.commit()
+    assert gen.committed is None
+    assert 50 not in [generation.step for generation in second.generations()]
+
+
 def test_retention_never_deletes_the_hinted_generation(make_store: Any) -> None:
     store = make_store()
     for step in (1, 2, 3):
