@@ -449,4 +449,13 @@ def make_client(
     )
     # Signing needs some region; S3-compatible services accept us-east-1 when they ignore it.
     region_name = region or session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
-    return session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
+    try:
+        return session.client(
+            "s3", endpoint_url=endpoint_url, region_name=region_name, config=config
+        )
+    except ValueError as exc:
+        # botocore's "Invalid endpoint: htp:/host" is a bare ValueError: a typo, not a bug.
+        given = "endpoint_url" if endpoint_url else "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL"
+        raise StoreConfigError(
+            f"S3 endpoint ({given}) is not an http(s)://host[:port] URL: {exc}"
+        ) from None

@@ -115,6 +115,7 @@ def test_ls_show_get_and_prune(make_store: Any, store_url: str, tmp_path: Path) 
         (["show", "{url}", "-3"], "not negative"),
         (["prune", "{url}", "--keep", "0"], "at least 1"),
         (["ls", "{url}", "--endpoint-url", "http://127.0.0.1:9"], "apply to s3:// stores only"),
+        (["ls", "s3://bucket/x", "--endpoint-url", "htp:/127.0.0.1:9"], "htp:/127.0.0.1:9"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], named: str) -> None:
