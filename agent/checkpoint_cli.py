@@ -308,6 +308,9 @@ def run_verify(args: argparse.Namespace, store: CheckpointStore) -> int:
             print(f"{generation_name(step)}: CORRUPT: {'; '.join(problems)}")
         else:
             print(f"{generation_name(step)}: ok")
+    if not checked:
+        # A mistyped S3 prefix lists as an empty store: "0 of 0 verify" would pass a gate.
+        raise GenerationNotFoundError(f"no committed generation in {store.url} to verify")
     what = "sizes" if args.sizes_only else "checksums"
     print(f"{checked - failed} of {checked} generations verify ({what})")
     return EXIT_CORRUPT if failed else 0

@@ -71,6 +71,16 @@ def test_prune_by_checksums_keeps_the_one_that_verifies(make_store: Any, store_u
     assert store.steps() == [20, 30, 40]
 
 
+def test_verify_of_a_mistyped_store_fails(make_store: Any, store_url: str) -> None:
+    fill(make_store())
+    # `runs/job-10` beside `runs/job-1`: on S3 a prefix that holds nothing, not an error.
+    typo = store_url + "0"
+    result = forewarn("verify", typo)
+    assert result.returncode == 2, result.stdout
+    assert typo in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
+
+
 def test_ls_show_get_and_prune(make_store: Any, store_url: str, tmp_path: Path) -> None:
     store = make_store()
     fill(store)
