@@ -144,15 +144,20 @@ def local_notice(seq: int, action: str) -> Notice:
     )
 
 
+def _events_notifier(tmp_path: Path, url: str) -> tuple[Path, KubernetesNotifier]:
+    """A notifier posting Events with a token read from a file (returned, to rotate)."""
+    token = tmp_path / "token"
+    token.write_text("t1")
+    settings = Settings(url=url, node_name=NODE, token_file=token, events=True)
+    return token, KubernetesNotifier(settings, env={})
+
+
 async def test_a_trickled_answer_does_not_hold_later_notices(tmp_path: Path):
     with cluster(None) as server:
         # The first answer comes at a byte a second (minutes for one Event), the rest at once.
         fault = {"kind": "slow", "path": "/apis/", "rate": 1, "count": 1}
         httpx.post(f"{server.url}/_sim/faults", json=fault, trust_env=False, timeout=5)
-        token = tmp_path / "token"
-        token.write_text("t1")
-        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
-        notifier = KubernetesNotifier(settings, env={})
+        _token, notifier = _events_notifier(tmp_path, server.url)
         notifier.request_timeout = 1.0
         notifier.on_start(["local"])
         try:
@@ -173,10 +178,7 @@ async def test_a_trickled_answer_does_not_hold_later_notices(tmp_path: Path):
 
 async def test_a_token_refused_while_it_rotates_is_read_again(tmp_path: Path):
     with cluster(None) as server:
-        token = tmp_path / "token"
-        token.write_text("t1")
-        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
-        notifier = KubernetesNotifier(settings, env={})
+        token, notifier = _events_notifier(tmp_path, server.url)
         notifier.on_start(["local"])
         # The API server stops taking the old token before the kubelet rewrites the file.
         control = {"kind": "rotate-token", "token": "t2"}
@@ -197,10 +199,7 @@ async def test_a_token_refused_while_it_rotates_is_read_again(tmp_path: Path):
 
 async def test_a_token_missing_for_a_moment_is_retried(tmp_path: Path):
     with cluster(None) as server:
-        token = tmp_path / "token"
-        token.write_text("t1")
-        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
-        notifier = KubernetesNotifier(settings, env={})
+        token, notifier = _events_notifier(tmp_path, server.url)
         notifier.on_start(["local"])
         token.unlink()
         try:

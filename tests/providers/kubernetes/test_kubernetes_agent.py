@@ -52,15 +52,20 @@ def wait_for_watch(server: SimServer, count: int = 1) -> None:
     eventually(open_watches, what="the agent's watch")
 
 
-def test_agent_turns_node_changes_into_notices(tmp_path: Path, server: SimServer) -> None:
+def _kubernetes_env(tmp_path: Path, server: SimServer) -> dict[str, str]:
+    """An agent's environment for the simulator, with a token file and the node's name."""
     token = tmp_path / "token"
     token.write_text("t1")
-    env = agent_env(
+    return agent_env(
         tmp_path,
         FOREWARN_KUBERNETES_URL=server.url,
         FOREWARN_KUBERNETES_TOKEN_FILE=str(token),
         NODE_NAME=NODE,  # as the downward API sets it
     )
+
+
+def test_agent_turns_node_changes_into_notices(tmp_path: Path, server: SimServer) -> None:
+    env = _kubernetes_env(tmp_path, server)
     with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
         with agent.subscriber() as sub:
             wait_for_watch(server)
@@ -72,7 +77,7 @@ def test_agent_turns_node_changes_into_notices(tmp_path: Path, server: SimServer
             # while the watch is open (no request in flight to race it); the open watch then
             # gets its 410 at once: otherwise a BOOKMARK sent after the compaction (one a
             # second here) may move the watcher past it, and it would never list again.
-            token.write_text("t2")
+            Path(env["FOREWARN_KUBERNETES_TOKEN_FILE"]).write_text("t2")
             control(server, "rotate-token", token="t2")
             control(server, "compact", expire_watches=True)
             control(server, "timeout")
@@ -157,14 +162,7 @@ def tcp_timers(pid: int, remote_port: int) -> list[tuple[int, int]]:
 def test_the_watch_connection_has_tcp_keepalive(tmp_path: Path, server: SimServer) -> None:
     # A connection that dies without a FIN or RST is noticed by keepalive within a minute;
     # without it only the watch's read timeout (330 s by default) would notice.
-    token = tmp_path / "token"
-    token.write_text("t1")
-    env = agent_env(
-        tmp_path,
-        FOREWARN_KUBERNETES_URL=server.url,
-        FOREWARN_KUBERNETES_TOKEN_FILE=str(token),
-        NODE_NAME=NODE,
-    )
+    env = _kubernetes_env(tmp_path, server)
     with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
         wait_for_watch(server)
         assert agent.proc is not None
