@@ -15,6 +15,7 @@ import json
 import re
 import shlex
 import sys
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from string import Template
@@ -46,9 +47,28 @@ class RenderError(UsageError):
     """Input that cannot be rendered; the text names the option."""
 
 
+def one_line(value: str, what: str) -> str:
+    """`value` when it is one line of printable text, else RenderError naming `what`.
+
+    Not only \\n and \\r end a line: str.splitlines (which lays out the file blocks) also
+    breaks at U+000B, U+000C, U+001C-U+001E, U+0085, U+2028 and U+2029, YAML at the last three,
+    and YAML refuses other control characters. A value holding one split an ExecStart= in two
+    (the second half a unit line of its own, `User=root` included), cut an env line, or broke
+    the document.
+    """
+    for char in value:
+        category = unicodedata.category(char)
+        if (char != "\t" and category in ("Cc", "Cs", "Zl", "Zp")) or char in "\ufffe\uffff":
+            raise RenderError(
+                f"{what}: a value cannot span lines or hold control characters "
+                f"(found U+{ord(char):04X})"
+            )
+    return value
+
+
 def requirement(source: str, extras: Sequence[str]) -> str:
     """The pip requirement for forewarn from `source` with `extras`, or RenderError."""
-    source = source.strip()
+    source = one_line(source.strip(), "--source")
     if not (_ARCHIVE_URL.match(source) or _GIT_URL.match(source)):
         raise RenderError(
             f"--source {source!r}: the new machine cannot install from it; give a URL of a "
@@ -77,8 +97,7 @@ def env_file(pairs: Sequence[str], option: str) -> str:
         key, sep, value = pair.partition("=")
         if not sep or not _ENV_KEY.match(key):
             raise RenderError(f"{option} {pair!r}: expected KEY=VALUE with KEY a variable name")
-        if "\n" in value or "\r" in value:
-            raise RenderError(f"{option} {key}: a value cannot span lines")
+        one_line(value, f"{option} {key}")
         escaped = value.replace("\\", "\\\\").replace('"', '\\"')
         lines.append(f'{key}="{escaped}"')
     return "\n".join(lines) + "\n" if lines else "# (no settings)\n"
@@ -126,6 +145,8 @@ def render(
 ) -> str:
     if not _USER.match(training_user) or training_user in ("root", "forewarn"):
         raise RenderError(f"--training-user {training_user!r}: not a usable user name")
+    one_line(training_dir, "--training-dir")
+    one_line(training_command, "--training-command")
     if not training_dir.startswith("/") or any(c.isspace() for c in training_dir):
         raise RenderError(f"--training-dir {training_dir!r}: an absolute path without spaces")
     try:
@@ -139,8 +160,9 @@ def render(
     if not packages:
         raise RenderError("--package: at least one package to install")
     for spec in packages:
-        if not spec.strip() or "\n" in spec:
+        if not spec.strip():
             raise RenderError(f"--package {spec!r}: not a requirement")
+        one_line(spec, f"--package {spec!r}")
 
     # pip needs git itself for a git URL, and Debian's cloud images come without it.
     system_packages = ["python3-venv"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -10,6 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
+from forewarn.agent.deploy.cloud_init import RenderError, render
+from hypothesis import given
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMD = ROOT / "packaging" / "systemd"
@@ -151,6 +155,16 @@ def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Pa
         (("--env", "1BAD=x"), "--env '1BAD=x'"),
         (("--env", "KEY\n=x"), "--env 'KEY\\n=x'"),
         (("--training-env", "A=line\nbreak"), "--training-env A: a value cannot span lines"),
+        # Line breaks beyond \n: each split a unit or env line (U+2028 put `User=root` on a
+        # line of its own in the training unit), and YAML refuses other control characters.
+        (("--training-command", "/bin/x\nUser=root"), "--training-command: a value cannot span"),
+        (("--training-command", "/bin/x\u2028User=root"), "--training-command: a value cannot"),
+        (("--training-command", "/bin/x a\x01b"), "--training-command: a value cannot span"),
+        (("--env", "A=x\x0cy"), "--env A: a value cannot span lines"),
+        (("--training-env", "A=x\x85y"), "--training-env A: a value cannot span lines"),
+        (("--env", "A=x\x7fy"), "--env A: a value cannot span lines"),
+        (("--training-dir", "/srv/a\x01b"), "--training-dir: a value cannot span lines"),
+        (("--package", "torch\x85"), "a value cannot span lines"),
         (("--training-user", "root"), "--training-user 'root'"),
         (("--training-dir", "relative"), "--training-dir 'relative'"),
         (("--training-command", "python train.py"), "--training-command: must start"),
@@ -201,3 +215,42 @@ def test_every_installable_source_becomes_one_pip_requirement(source: str, tmp_p
     # pip runs git for a git URL; Debian's cloud images have none until it is installed.
     packages = yaml.safe_load(result.stdout)["packages"]
     assert packages == (["python3-venv", "git"] if "git+" in source else ["python3-venv"])
+
+
+EXAMPLE_UNIT = (SYSTEMD / "example-training.service").read_text()
+
+
+def env_value(line: str, key: str) -> str:
+    """The value of a `KEY="..."` EnvironmentFile line, unescaped as systemd reads it."""
+    assert line.startswith(f'{key}="') and line.endswith('"'), line
+    return re.sub(r"\\(.)", r"\1", line[len(key) + 2 : -1])
+
+
+@given(command=st.text(max_size=30), directory=st.text(max_size=15), value=st.text(max_size=30))
+def test_no_value_breaks_the_document_or_adds_a_line(command: str, directory: str, value: str):
+    """Whatever the values hold, either the renderer refuses them or each lands, whole, on its
+    own line: the document parses, the units and env files have exactly their lines."""
+    command = "/bin/train " + command
+    directory = "/srv/" + directory
+    try:
+        text = render(
+            packages=[f"forewarn @ {WHEEL_URL}"],
+            agent_env=[f"A={value}"],
+            training_env=[f"B={value}"],
+            training_user="ml",
+            training_dir=directory,
+            training_command=command,
+            training_unit_name="training.service",
+        )
+    except RenderError:
+        return
+    written = files(yaml.safe_load(text))
+    unit = written["/etc/systemd/system/training.service"].split("\n")
+    assert len(unit) == len(EXAMPLE_UNIT.split("\n"))
+    assert [line for line in unit if line.startswith("User=")] == ["User=ml"]
+    assert f"ExecStart={command}" in unit
+    assert f"WorkingDirectory={directory}" in unit
+    agent_env = written["/etc/forewarn/forewarn.env"].split("\n")
+    training_env = written["/etc/forewarn/training.env"].split("\n")
+    assert agent_env[1:] == [""] and training_env[1:] == [""]
+    assert env_value(agent_env[0], "A") == value and env_value(training_env[0], "B") == value
