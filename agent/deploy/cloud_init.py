@@ -116,9 +116,12 @@ def set_keys(unit: str, values: dict[str, str]) -> str:
 
 def training_unit(user: str, directory: str, command: str) -> str:
     unit = (SYSTEMD / "example-training.service").read_text()
+    # systemd reads `%` as a specifier in both: `run-%Y%m%d` or `/srv/%a` came out changed, and
+    # `--split 50%z` made the unit fail to load. `%%` is a literal `%`.
+    literal = {"WorkingDirectory": directory, "ExecStart": command}
     return set_keys(
         unit,
-        {"User": user, "Group": user, "WorkingDirectory": directory, "ExecStart": command},
+        {"User": user, "Group": user} | {k: v.replace("%", "%%") for k, v in literal.items()},
     )
 
 

@@ -148,6 +148,29 @@ def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Pa
     assert str(tmp_path) not in result.stdout + result.stderr
 
 
+def test_a_percent_sign_reaches_the_job_as_written(tmp_path: Path, tool: Tool):
+    """systemd reads `%` in ExecStart= and WorkingDirectory= as a specifier: unescaped, `%z`
+    failed the unit and `%a`, `%Y`, `%m` or `%d` were silently replaced."""
+    command = "/srv/run%a/.venv/bin/torchrun train.py --name run-%Y%m%d --val-split 5%z"
+    result = run_render("--training-dir", "/srv/run%a", "--training-command", command)
+    assert result.returncode == 0, result.stderr
+    content = files(yaml.safe_load(result.stdout))["/etc/systemd/system/training.service"]
+    assert "\nWorkingDirectory=/srv/run%%a\n" in content
+    assert "\nExecStart=/srv/run%%a/.venv/bin/torchrun train.py --name run-%%Y%%m%%d" in content
+    stand_in = tmp_path / "run%a" / "torchrun"
+    stand_in.parent.mkdir()
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
+    unit = tmp_path / "training.service"
+    unit.write_text(
+        content.replace("/srv/run%%a/.venv/bin/torchrun", str(stand_in).replace("%", "%%"))
+    )
+    verified = subprocess.run(
+        [tool("systemd-analyze"), "verify", str(unit)], capture_output=True, text=True
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "complaint"),
     [
@@ -226,7 +249,13 @@ def env_value(line: str, key: str) -> str:
     return re.sub(r"\\(.)", r"\1", line[len(key) + 2 : -1])
 
 
-@given(command=st.text(max_size=30), directory=st.text(max_size=15), value=st.text(max_size=30))
+# Any character, the ones that mean something to YAML, a shell, systemd or an env file often.
+HOSTILE = st.text(
+    st.characters() | st.sampled_from("%$`\"'\\ #:@-\n\r\t\x0b\x85\u2028"), max_size=30
+)
+
+
+@given(command=HOSTILE, directory=HOSTILE, value=HOSTILE)
 def test_no_value_breaks_the_document_or_adds_a_line(command: str, directory: str, value: str):
     """Whatever the values hold, either the renderer refuses them or each lands, whole, on its
     own line: the document parses, the units and env files have exactly their lines."""
@@ -248,8 +277,9 @@ def test_no_value_breaks_the_document_or_adds_a_line(command: str, directory: st
     unit = written["/etc/systemd/system/training.service"].split("\n")
     assert len(unit) == len(EXAMPLE_UNIT.split("\n"))
     assert [line for line in unit if line.startswith("User=")] == ["User=ml"]
-    assert f"ExecStart={command}" in unit
-    assert f"WorkingDirectory={directory}" in unit
+    # `%%`: systemd's literal `%`.
+    assert f"ExecStart={command.replace('%', '%%')}" in unit
+    assert f"WorkingDirectory={directory.replace('%', '%%')}" in unit
     agent_env = written["/etc/forewarn/forewarn.env"].split("\n")
     training_env = written["/etc/forewarn/training.env"].split("\n")
     assert agent_env[1:] == [""] and training_env[1:] == [""]
