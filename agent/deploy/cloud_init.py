@@ -30,7 +30,9 @@ SYSTEMD = FILES / "systemd"
 _BLOCK = re.compile(r"^(?P<indent>[ ]*)@@(?P<name>\w+)@@$", re.MULTILINE)
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
-_UNIT = re.compile(r"^[A-Za-z0-9:_.@-]+\.service\Z")
+# A unit systemctl can enable and start: a plain name or a template's instance (foo@bar), never
+# a template itself (foo@), never a name systemctl would read as an option (-x).
+_UNIT = re.compile(r"^(?!-)[A-Za-z0-9:_.-]+(@[A-Za-z0-9:_.-]+)?\.service\Z")
 
 
 # What pip on a fresh machine can fetch: an archive over HTTP(S), or a git repository.
@@ -158,7 +160,11 @@ def render(
         raise RenderError(f"--training-command: {error}") from None
     if not argv or not argv[0].startswith("/"):
         raise RenderError("--training-command: must start with an absolute program path")
-    if not _UNIT.match(training_unit_name) or training_unit_name == "forewarn-agent.service":
+    if (
+        not _UNIT.match(training_unit_name)
+        or len(training_unit_name) > 255
+        or training_unit_name == "forewarn-agent.service"
+    ):
         raise RenderError(f"--training-unit {training_unit_name!r}: expected NAME.service")
     if not packages:
         raise RenderError("--package: at least one package to install")
@@ -183,7 +189,9 @@ def render(
         "package": ", ".join(json.dumps(spec.strip()) for spec in packages),
         "training_user": json.dumps(training_user),
         "training_dir": json.dumps(training_dir),
-        "training_unit": training_unit_name,
+        # Quoted too: a plain scalar cannot start with `@` or hold `: `.
+        "training_unit": json.dumps(training_unit_name),
+        "training_unit_path": json.dumps(f"/etc/systemd/system/{training_unit_name}"),
     }
     template = "".join(
         line for line in TEMPLATE.read_text().splitlines(keepends=True) if not line.startswith("##")

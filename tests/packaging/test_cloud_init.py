@@ -171,6 +171,21 @@ def test_a_percent_sign_reaches_the_job_as_written(tmp_path: Path, tool: Tool):
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
+@pytest.mark.parametrize("unit", ["train@run-7.service", "a:b.service", "x.y.service"])
+def test_every_accepted_unit_name_is_written_and_started_as_given(
+    unit: str, tmp_path: Path, tool: Tool
+):
+    """Written as a quoted scalar: bare, a name such as `@7.service` made the YAML unparsable."""
+    path = tmp_path / "user-data.yaml"
+    result = run_render("--training-unit", unit, "-o", str(path))
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(path.read_text())
+    assert f"/etc/systemd/system/{unit}" in files(config)
+    assert config["runcmd"][-1] == ["systemctl", "enable", "--now", unit]
+    checked = schema(tool, path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "complaint"),
     [
@@ -193,6 +208,12 @@ def test_a_percent_sign_reaches_the_job_as_written(tmp_path: Path, tool: Tool):
         (("--training-command", "python train.py"), "--training-command: must start"),
         (("--training-command", "/bin/x 'unclosed"), "--training-command:"),
         (("--training-unit", "training"), "--training-unit 'training'"),
+        # No name before `@` (it broke the YAML too), a template without an instance (cannot be
+        # started), a name systemctl reads as options, one longer than systemd allows.
+        (("--training-unit", "@7.service"), "--training-unit '@7.service'"),
+        (("--training-unit", "train@.service"), "--training-unit 'train@.service'"),
+        (("--training-unit=-x.service",), "--training-unit '-x.service'"),
+        (("--training-unit", "x" * 248 + ".service"), "--training-unit 'xxx"),
         (("--package", " "), "--package ' '"),
         (("--source", "forewarn"), "--source 'forewarn': the new machine cannot install"),
         (("--source", "./dist/forewarn.whl"), "--source './dist/forewarn.whl'"),
