@@ -222,7 +222,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--extra",
         action="append",
         metavar="NAME",
-        help="forewarn extra to install (repeatable; default: metrics)",
+        help="another forewarn extra to install besides metrics, which the agent unit "
+        "needs (repeatable)",
     )
     p.add_argument(
         "--package",
@@ -262,7 +263,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        extras = ["metrics"] if args.extra is None else args.extra
+        # Always `metrics`: the agent unit sets FOREWARN_METRICS_ADDRESS, and without
+        # prometheus-client the agent exits 2 at every start. `--extra aws` replaced it.
+        extras = ["metrics", *(extra for extra in args.extra or () if extra != "metrics")]
         text = render(
             packages=[requirement(args.source, extras), *args.package],
             agent_env=args.env,

@@ -241,6 +241,21 @@ def test_without_a_source_nothing_is_rendered():
     assert "--source" in result.stderr
 
 
+@pytest.mark.parametrize("extras", [(), ("aws",), ("aws", "metrics"), ("all",)])
+def test_the_metrics_extra_the_agent_unit_needs_is_always_installed(extras: tuple[str, ...]):
+    """The agent unit sets FOREWARN_METRICS_ADDRESS, and an agent without prometheus-client
+    exits 2: `--extra aws` replaced `metrics` and left a machine whose agent never started."""
+    result = run_render(*(arg for extra in extras for arg in ("--extra", extra)))
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    unit = files(config)["/etc/systemd/system/forewarn-agent.service"]
+    assert "\nEnvironment=FOREWARN_METRICS_ADDRESS=127.0.0.1:9464\n" in unit
+    pip = next(cmd for cmd in config["runcmd"] if cmd[0].endswith("/pip"))
+    named = pip[3].split(" @ ")[0]
+    wanted = ["metrics", *(extra for extra in extras if extra != "metrics")]
+    assert named == f"forewarn[{','.join(wanted)}]"
+
+
 @pytest.mark.parametrize(
     "source",
     [
