@@ -203,7 +203,9 @@ class Settings(BaseSettings):
         return section
 
     def resolved_runtime_dir(self) -> Path:
-        return self.runtime_dir if self.runtime_dir is not None else runtime_dir()
+        if self.runtime_dir is not None:
+            return self.runtime_dir
+        return runtime_dir(for_agent=True)
 
     def resolved_state_dir(self) -> Path:
         """`state_dir`, else /var/lib/forewarn when writable, else the XDG state home; when

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forewarn.protocol.timefmt import format_time, utcnow
-from forewarn.protocol.wire import TOKEN_FILE, ipc_path, needs_token, request
+from forewarn.protocol.wire import AGENT_LOCK, TOKEN_FILE, ipc_path, needs_token, request
 from forewarn.providers import Closable, FlushAware, PollHealth, Watcher, WatcherContext
 from forewarn.providers.backoff import Backoff
 from pydantic import ValidationError
@@ -66,7 +66,6 @@ STOP_GRACE = 0.5
 # A part of the agent that crashes more than this often within the window takes it down.
 CRASH_LIMIT = 5
 CRASH_WINDOW = 60.0
-AGENT_LOCK = "agent.lock"
 # The control self-probe: how long one answer may take, how many unanswered probes in a row
 # mean control is dead, and how many rebinds may fail to cure it before the agent exits.
 PROBE_TIMEOUT = 1.0

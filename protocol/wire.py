@@ -26,6 +26,8 @@ ENV_RUNTIME_DIR = "FOREWARN_RUNTIME_DIR"
 ENV_EVENTS = "FOREWARN_EVENTS"
 ENV_CONTROL = "FOREWARN_CONTROL"
 SYSTEM_RUNTIME_DIR = Path("/run/forewarn")
+# The file an agent holds locked in its runtime directory while it runs (left there after).
+AGENT_LOCK = "agent.lock"
 # The control token: a secret the agent writes (mode 0600) into its runtime directory when
 # control listens where file permissions cannot guard it (tcp://, ipc://@abstract). Every
 # request there must carry it, so only who can read the agent's runtime directory can ask.
@@ -45,13 +47,27 @@ def _writable(directory: Path) -> bool:
     return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
 
 
-def runtime_dir() -> Path:
-    """`$FOREWARN_RUNTIME_DIR`, else /run/forewarn when writable, else
-    `$XDG_RUNTIME_DIR/forewarn`, else /tmp/forewarn-<uid>."""
+def _agent_runs_in(directory: Path) -> bool:
+    """Whether this process can enter `directory` and an agent has used it: its lock file
+    (kept across restarts) or its control socket is there."""
+    if not os.access(directory, os.X_OK):
+        return False
+    return any(os.path.lexists(directory / name) for name in (AGENT_LOCK, "control"))
+
+
+def runtime_dir(*, for_agent: bool = False) -> Path:
+    """`$FOREWARN_RUNTIME_DIR`, else /run/forewarn when writable (for a client, also when it
+    can enter it and an agent runs there), else `$XDG_RUNTIME_DIR/forewarn`, else
+    /tmp/forewarn-<uid>."""
     explicit = os.environ.get(ENV_RUNTIME_DIR)
     if explicit:
         return Path(explicit)
     if _writable(SYSTEM_RUNTIME_DIR):
+        return SYSTEM_RUNTIME_DIR
+    # A client needs no write access there: a member of the system agent's group enters the
+    # 0750 directory and uses its 0660 sockets. Looking for writable alone sent every such
+    # user's CLI and CheckpointGuard to a directory of their own, where no agent ever runs.
+    if not for_agent and _agent_runs_in(SYSTEM_RUNTIME_DIR):
         return SYSTEM_RUNTIME_DIR
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and _writable(Path(xdg)):

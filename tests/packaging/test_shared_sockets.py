@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import zmq
+from forewarn.agent.config import load_settings
 from forewarn.protocol import request
 from kustomize_render import render
 from other_user import ForkedAgent, call_as
@@ -211,3 +212,47 @@ def test_daemonset_hostpath_sockets_reach_a_non_root_training_pod(host: Path):
         assert reached == {"status": True, "heartbeat": "heartbeat"}, running.output()
         shut = as_trainer(runtime, groups=(), timeout=1.5)
         assert shut == {"status": None, "heartbeat": None}
+
+
+def client_without_settings(timeout: float) -> dict[str, Any]:
+    """A training process, `forewarn status` or a CheckpointGuard given no FOREWARN_* setting:
+    where it looks for the agent, and whether the agent answers there."""
+    from forewarn.protocol.wire import default_endpoints, runtime_dir
+
+    _, control = default_endpoints()
+    try:
+        ok = request(control, {"op": "status"}, timeout=timeout).get("ok")
+    except TimeoutError:
+        ok = None
+    return {
+        "runtime": str(runtime_dir()),
+        "agent_side": str(load_settings().resolved_runtime_dir()),
+        "status": ok,
+    }
+
+
+def test_a_member_of_the_agents_group_finds_the_system_agent_without_settings(
+    host: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The systemd unit and the image leave /run/forewarn 0750 with the agent's group, and
+    tell users to join that group. A member cannot write there, and clients took "writable" as
+    the sign of the system directory: they looked in /tmp/forewarn-<uid>, where no agent runs."""
+    from forewarn.protocol import wire
+
+    system = host / "run-forewarn"  # as RuntimeDirectory=forewarn, RuntimeDirectoryMode=0750
+    system.mkdir()
+    agent = {"securityContext": {"runAsUser": 10001, "runAsGroup": 10001}}
+    os.chown(system, 10001, 10001)
+    system.chmod(0o750)
+    monkeypatch.setattr(wire, "SYSTEM_RUNTIME_DIR", system)
+    for name in ("FOREWARN_RUNTIME_DIR", "FOREWARN_EVENTS", "FOREWARN_CONTROL", "XDG_RUNTIME_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    load_settings()  # its lazy imports, while the interpreter's files can be read
+    with agent_as(agent, system, host) as running:
+        member = call_as(TRAINER, TRAINER, lambda: client_without_settings(10.0), groups=(10001,))
+        assert member["runtime"] == str(system) and member["status"] is True, running.output()
+        # An agent of that user's own still takes a directory it can write.
+        assert member["agent_side"] == f"/tmp/forewarn-{TRAINER}"
+        # Someone outside the group keeps to a directory of their own.
+        other = call_as(TRAINER, TRAINER, lambda: client_without_settings(0.5))
+        assert other["runtime"] == f"/tmp/forewarn-{TRAINER}" and other["status"] is None
