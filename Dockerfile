@@ -6,6 +6,7 @@
 # Run it on the node's network (metadata services answer only there), sharing /run/forewarn
 # with the training container:
 #   docker run -d --network host -v forewarn-run:/run/forewarn forewarn:0.1.0 --provider aws
+# (a training container that is not root needs group 10001, `--group-add 10001`, for its sockets).
 # Settings are FOREWARN_* variables (docs/operations.md); metrics and health listen on
 # 127.0.0.1:9464 inside the container (FOREWARN_METRICS_ADDRESS).
 
