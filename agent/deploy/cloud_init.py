@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import posixpath
 import re
 import shlex
 import sys
@@ -43,6 +44,22 @@ _GIT_URL = re.compile(r"^git\+(https|ssh|http)://\S+\Z")
 _WHEEL_NAME = re.compile(r"^forewarn-[^-]+(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl\Z", re.IGNORECASE)
 _SDIST_NAME = re.compile(r"^forewarn-[^-]+\.(tar\.gz|zip)\Z", re.IGNORECASE)
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+
+# `install -d -o USER` hands an existing directory to USER: a training directory of `/`,
+# `/home` or `/opt/forewarn` gave the training user the root file system, every home, or the
+# programs root runs (`forewarn` itself).
+_SYSTEM_TOP = re.compile(
+    r"^/(bin|boot|dev|etc|home|lib\w*|media|mnt|opt|proc|root|run|sbin|snap|srv|sys|tmp|usr|var)?\Z"
+)
+_SYSTEM_TREE = re.compile(
+    r"^/(bin|boot|dev|etc|lib\w*|proc|root|run|sbin|sys|usr|opt/forewarn|var/lib/forewarn)/"
+)
+
+
+def _system_dir(path: str) -> bool:
+    """`/`, a top-level system directory, or a path inside one that only root should own."""
+    return bool(_SYSTEM_TOP.match(path) or _SYSTEM_TREE.match(path + "/"))
 
 
 class RenderError(UsageError):
@@ -154,6 +171,17 @@ def render(
     one_line(training_command, "--training-command")
     if not training_dir.startswith("/") or any(c.isspace() for c in training_dir):
         raise RenderError(f"--training-dir {training_dir!r}: an absolute path without spaces")
+    if posixpath.normpath(training_dir) != training_dir or training_dir.startswith("//"):
+        raise RenderError(
+            f"--training-dir {training_dir!r}: write it plainly, as "
+            f"{posixpath.normpath(training_dir)!r}"
+        )
+    if _system_dir(training_dir):
+        raise RenderError(
+            f"--training-dir {training_dir!r}: a directory of the system or of forewarn; the "
+            "machine would give it to the training user (install -d -o): name one of its own, "
+            "such as /srv/training"
+        )
     try:
         argv = shlex.split(training_command)
     except ValueError as error:

@@ -205,6 +205,12 @@ def test_every_accepted_unit_name_is_written_and_started_as_given(
         (("--package", "torch\x85"), "a value cannot span lines"),
         (("--training-user", "root"), "--training-user 'root'"),
         (("--training-dir", "relative"), "--training-dir 'relative'"),
+        # `install -d -o ml` would give these to the training user: the root file system,
+        # every home, forewarn's own programs (run by root), /etc by way of `..`.
+        (("--training-dir", "/"), "--training-dir '/': a directory of the system"),
+        (("--training-dir", "/home"), "--training-dir '/home': a directory of the system"),
+        (("--training-dir", "/opt/forewarn/venv"), "'/opt/forewarn/venv': a directory of the"),
+        (("--training-dir", "/srv/../etc"), "--training-dir '/srv/../etc': write it plainly"),
         (("--training-command", "python train.py"), "--training-command: must start"),
         (("--training-command", "/bin/x 'unclosed"), "--training-command:"),
         (("--training-unit", "training"), "--training-unit 'training'"),
