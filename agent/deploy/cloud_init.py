@@ -44,6 +44,10 @@ _GIT_URL = re.compile(r"^git\+(https|ssh|http)://\S+\Z")
 _WHEEL_NAME = re.compile(r"^forewarn-[^-]+(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl\Z", re.IGNORECASE)
 _SDIST_NAME = re.compile(r"^forewarn-[^-]+\.(tar\.gz|zip)\Z", re.IGNORECASE)
 _EXTRA = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+# A word systemd would split, unescape or read as a separator unless it is quoted.
+_QUOTE_FOR_SYSTEMD = re.compile(r"[\s\"'\\;]")
+# Words that mean something only to a shell, which ExecStart= is not.
+_SHELL_OPERATORS = frozenset({";", "&&", "||", "|", "&", ">", ">>", "<", "2>", "2>&1"})
 
 
 # `install -d -o USER` hands an existing directory to USER: a training directory of `/`,
@@ -133,14 +137,35 @@ def set_keys(unit: str, values: dict[str, str]) -> str:
     return unit
 
 
-def training_unit(user: str, directory: str, command: str) -> str:
+def exec_line(argv: Sequence[str]) -> str:
+    """`argv` as an ExecStart= value that systemd splits back into exactly these words.
+
+    The command was written as given, but systemd does not split as shlex does: it C-unescapes
+    (`a\\tb` gave a tab, `a\\ b` a warning) and takes a lone `;` for a second command, which a
+    Type=exec unit refuses. Each word that needs it is double-quoted with `\\` and `"`
+    escaped; `%` is doubled, since systemd reads it as a specifier. `$` is left to systemd.
+    """
+    words = []
+    for word in argv:
+        word = word.replace("%", "%%")
+        if word and not _QUOTE_FOR_SYSTEMD.search(word):
+            words.append(word)
+        else:
+            words.append('"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return " ".join(words)
+
+
+def training_unit(user: str, directory: str, argv: Sequence[str]) -> str:
     unit = (SYSTEMD / "example-training.service").read_text()
-    # systemd reads `%` as a specifier in both: `run-%Y%m%d` or `/srv/%a` came out changed, and
-    # `--split 50%z` made the unit fail to load. `%%` is a literal `%`.
-    literal = {"WorkingDirectory": directory, "ExecStart": command}
+    # systemd reads `%` as a specifier: `/srv/%a` came out changed. `%%` is a literal `%`.
     return set_keys(
         unit,
-        {"User": user, "Group": user} | {k: v.replace("%", "%%") for k, v in literal.items()},
+        {
+            "User": user,
+            "Group": user,
+            "WorkingDirectory": directory.replace("%", "%%"),
+            "ExecStart": exec_line(argv),
+        },
     )
 
 
@@ -188,6 +213,12 @@ def render(
         raise RenderError(f"--training-command: {error}") from None
     if not argv or not argv[0].startswith("/"):
         raise RenderError("--training-command: must start with an absolute program path")
+    operators = sorted(set(argv) & _SHELL_OPERATORS)
+    if operators:
+        raise RenderError(
+            f"--training-command: {' '.join(operators)}: no shell runs it; to run a shell "
+            "command line, give /bin/sh -c '...'"
+        )
     if (
         not _UNIT.match(training_unit_name)
         or len(training_unit_name) > 255
@@ -210,7 +241,7 @@ def render(
         "agent_env": env_file(agent_env, "--env"),
         "training_env": env_file(training_env, "--training-env"),
         "agent_unit": (SYSTEMD / "forewarn-agent.service").read_text(),
-        "training_unit": training_unit(training_user, training_dir, training_command),
+        "training_unit": training_unit(training_user, training_dir, argv),
     }
     # JSON strings are valid YAML scalars: quoting never depends on what a value holds.
     values = {

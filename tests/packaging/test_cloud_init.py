@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -186,6 +187,41 @@ def test_every_accepted_unit_name_is_written_and_started_as_given(
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def test_the_training_command_reaches_systemd_as_the_words_given(tmp_path: Path, tool: Tool):
+    """Written as given, systemd split it its own way: `\\t` became a tab, `a\\ b` a warning,
+    and a lone `;` a second ExecStart=, which a Type=exec unit refuses (the job never ran)."""
+    program = tmp_path / "my venv" / "bin" / "python"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    argv = [str(program), "train.py", "--sep", "\\t", "--name", 'it\'s a "run"', ";x", "a\\ b", ""]
+    result = run_render("--training-command", shlex.join(argv))
+    assert result.returncode == 0, result.stderr
+    content = files(yaml.safe_load(result.stdout))["/etc/systemd/system/training.service"]
+    (line,) = [x for x in content.splitlines() if x.startswith("ExecStart=")]
+    assert line == (
+        f'ExecStart="{program}" train.py --sep "\\\\t" --name "it\'s a \\"run\\"" ";x" "a\\\\ b" ""'
+    )
+    assert systemd_words(line.removeprefix("ExecStart=")) == argv
+    unit = tmp_path / "training.service"
+    unit.write_text(content)
+    verified = subprocess.run(
+        [tool("systemd-analyze"), "verify", str(unit)], capture_output=True, text=True
+    )
+    # The program found under its quoted path, and no "Ignoring unknown escape sequences".
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "escape" not in verified.stdout + verified.stderr
+
+
+@pytest.mark.parametrize("operator", [";", "&&", "|", ">"])
+def test_a_shell_operator_in_the_training_command_is_refused(operator: str):
+    """ExecStart= runs no shell: `train.py ; echo done` made a unit systemd refuses to load."""
+    result = run_render("--training-command", f"/usr/bin/python train.py {operator} echo done")
+    assert result.returncode == 2
+    assert f"--training-command: {operator}: no shell runs it" in result.stderr
+    assert "/bin/sh -c" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "complaint"),
     [
@@ -291,6 +327,31 @@ def env_value(line: str, key: str) -> str:
     return re.sub(r"\\(.)", r"\1", line[len(key) + 2 : -1])
 
 
+def systemd_words(line: str) -> list[str]:
+    """The words systemd makes of an ExecStart= value (systemd.syntax(7), systemd.service(5)),
+    for the forms that mean one thing only: plain words, and double-quoted words whose only
+    escapes are \\\\ and \\". Anything systemd would read otherwise (another escape, which it
+    C-unescapes; a single quote; a lone `;`, its command separator; a lone `%`, a specifier)
+    fails the assertion."""
+    words: list[str] = []
+    rest = line
+    while rest:
+        assert not rest.startswith(" "), line
+        if rest.startswith('"'):
+            match = re.match(r'"((?:[^"\\]|\\[\\"])*)"(?: |$)', rest)
+            assert match, f"not one quoted word: {rest!r}"
+            word = re.sub(r"\\(.)", r"\1", match.group(1))
+        else:
+            match = re.match(r"([^ ]+)(?: |$)", rest)
+            assert match, rest
+            word = match.group(1)
+            assert not re.search(r"[\"'\\]", word) and word != ";", f"ambiguous: {word!r}"
+        assert re.fullmatch(r"(?:[^%]|%%)*", word), f"a specifier in {word!r}"
+        words.append(word.replace("%%", "%"))
+        rest = rest[match.end() :]
+    return words
+
+
 # Any character, the ones that mean something to YAML, a shell, systemd or an env file often.
 HOSTILE = st.text(
     st.characters() | st.sampled_from("%$`\"'\\ #:@-\n\r\t\x0b\x85\u2028"), max_size=30
@@ -319,8 +380,8 @@ def test_no_value_breaks_the_document_or_adds_a_line(command: str, directory: st
     unit = written["/etc/systemd/system/training.service"].split("\n")
     assert len(unit) == len(EXAMPLE_UNIT.split("\n"))
     assert [line for line in unit if line.startswith("User=")] == ["User=ml"]
-    # `%%`: systemd's literal `%`.
-    assert f"ExecStart={command.replace('%', '%%')}" in unit
+    (exec_start,) = [line for line in unit if line.startswith("ExecStart=")]
+    assert systemd_words(exec_start.removeprefix("ExecStart=")) == shlex.split(command)
     assert f"WorkingDirectory={directory.replace('%', '%%')}" in unit
     agent_env = written["/etc/forewarn/forewarn.env"].split("\n")
     training_env = written["/etc/forewarn/training.env"].split("\n")
