@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+from other_user import call_as
 
 Tool = Callable[[str], str]
 
 UNITS = Path(__file__).resolve().parents[2] / "packaging" / "systemd"
+DOCS = UNITS.parents[1] / "docs"
 AGENT = UNITS / "forewarn-agent.service"
 TRAINING = UNITS / "example-training.service"
 EXAMPLE = UNITS.parent / "examples" / "stop-job-on-terminate.service"
@@ -165,3 +171,37 @@ def test_training_unit_orders_after_the_agent_and_leaves_time_to_flush():
     stop = service["TimeoutStopSec"][0]
     assert stop.endswith("s") and int(stop[:-1]) >= 120  # above AWS's two-minute notice
     assert service["SupplementaryGroups"] == ["forewarn"]
+
+
+def test_the_documented_webhook_url_file_is_readable_by_the_units_user(tmp_path: Path):
+    """docs/operations.md gives the webhook URL file's mode and owner. The agent reads it
+    itself, at start, as the unit's User=; the docs said `0600 root:root; systemd reads it as
+    root`, a file the agent cannot open (it exits 2 at every start)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to take the unit's uid")
+    from forewarn.agent.notifications.settings import WebhookSettings
+
+    found = re.search(
+        r'url_file = "[^"]+"\s+# (0[0-7]{3}) (\w+):(\w+)', (DOCS / "operations.md").read_text()
+    )
+    assert found, "docs/operations.md: the url_file example names no mode and owner"
+    mode, owner, group = found.groups()
+    unit = parse_unit(AGENT)["Service"]
+    # The unit's user and group as the test's uid and gid (no such user here).
+    ids = {"root": 0, unit["User"][0]: 10001, unit["Group"][0]: 10001}
+    base = Path(tempfile.mkdtemp(prefix="forewarn-etc-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        url_file = base / "webhook-url"
+        url_file.write_text("https://hooks.example.org/services/T0/B0/secret\n")
+        os.chown(url_file, ids[owner], ids[group])
+        url_file.chmod(int(mode, 8))
+        WebhookSettings(url="https://hooks.example.org/")  # its lazy imports, read as root
+
+        def agent_reads() -> str | None:
+            return WebhookSettings(url_file=url_file).resolved_url()
+
+        read = call_as(10001, 10001, agent_reads)
+        assert read == "https://hooks.example.org/services/T0/B0/secret"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
