@@ -145,6 +145,8 @@ class CheckpointGuard:
         # and notices pending then), which `_record` answers with the agreed exit.
         self._agreed: tuple[int, bool, frozenset[str], frozenset[str]] | None = None
 
+        # A flag file the guard took but could not remove (see `_record`).
+        self._flag_kept: tuple[int, int, int] | None = None
         if flag_file == "default":
             self.flag_file: Path | None = runtime_dir() / FLAG_NAME
         else:
@@ -352,8 +354,21 @@ class CheckpointGuard:
         self._last_save = now
         self._due_since = None
         if "flag" in reasons and self.flag_file is not None:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 self.flag_file.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                # Another user's file in a directory this one may only enter (the agent's 0750
+                # /run/forewarn, reached through its group): the save is made, and raising here
+                # crashed the loop right after it. The file counts once; touching it counts again.
+                self._flag_kept = _identity(self.flag_file)
+                log.warning(
+                    "forewarn: cannot remove the flag file %s (%s): it counts once; its owner "
+                    "removes it, or touches it to ask again",
+                    self.flag_file,
+                    error.strerror or error,
+                )
         return SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds), reasons, events
 
     def _log_saved(
@@ -884,11 +899,22 @@ class CheckpointGuard:
         flag = self.flag_file
         if flag is None or "flag" in self._pending or not self._flag_is_ours():
             return
-        if flag.exists():
+        found = _identity(flag)
+        if found is not None and found != self._flag_kept:
             log.info("forewarn: flag file %s found", flag)
             with self._lock:
                 self._pending["flag"] = None
                 self._wake = True
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """What tells one flag file from the next: its inode and modification time (None when
+    there is none)."""
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_mtime_ns)
 
 
 def process_started() -> float:

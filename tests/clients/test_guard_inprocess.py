@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
 import pytest
 from forewarn.clients import CheckpointGuard
 from forewarn.clients.adaptive import AdaptiveInterval
 from forewarn.clients.agreement import RankAgreement
+from other_user import call_as
 from support import eventually
 
 
@@ -178,3 +186,47 @@ def test_with_ranks_a_save_answers_the_exit_the_ranks_agreed_on() -> None:
     final = guard.saved(16)
     assert final.exit and final.reasons == ("terminate",)
     guard.close()
+
+
+def test_a_flag_file_it_cannot_remove_counts_once_and_never_raises(tmp_path: Path) -> None:
+    """A training user in the agent's group enters its 0750 runtime directory but cannot
+    remove a flag file there (root dropped it; the agent runs without the local provider, so
+    the guard takes it). `saved` raised PermissionError right after the checkpoint."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to take another uid")
+    base = Path(tempfile.mkdtemp(prefix="forewarn-flag-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        runtime = base / "forewarn"  # as RuntimeDirectory=forewarn leaves it: 0750, its group
+        runtime.mkdir()
+        os.chown(runtime, 10001, 10001)
+        runtime.chmod(0o750)
+        flag = runtime / "checkpoint-now"
+        flag.write_text("")
+
+        def training_loop() -> list[Any]:
+            guard = CheckpointGuard(notices=False, handle_signals=False, flag_file=flag)
+            saves: list[Any] = []
+            try:
+                step, first = 0, None
+                # Until the flag is taken, then a second more: four more looks at the file.
+                while first is None or time.monotonic() < first + 1.0:
+                    step += 1
+                    if guard.due(step):
+                        try:
+                            saves.append(list(guard.saved(step).reasons))
+                        except OSError as error:
+                            saves.append(repr(error))
+                        first = first or time.monotonic()
+                    if step > 5000:
+                        break
+                    time.sleep(0.002)
+            finally:
+                guard.close()
+            return saves
+
+        saves = call_as(1000, 1000, training_loop, groups=(10001,))
+        assert saves == [["flag"]]
+        assert flag.exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
