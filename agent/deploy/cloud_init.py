@@ -339,8 +339,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.output is None:
         sys.stdout.write(text)
-    else:
+        return 0
+    try:
         args.output.write_text(text)
+    except OSError as error:
+        why = error.strerror or str(error)
+        print(
+            f"forewarn: render cloud-init: --output {args.output}: cannot write it ({why})",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 

@@ -277,6 +277,17 @@ def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], complaint: s
     assert complaint in result.stderr
 
 
+@pytest.mark.parametrize("where", ["missing/user-data.yaml", "."])
+def test_an_output_it_cannot_write_exits_2_naming_it(where: str, tmp_path: Path):
+    """A missing directory or a directory as --output ended in "unexpected FileNotFoundError
+    ... please report it" and exit 1."""
+    output = tmp_path / where
+    result = run_render("-o", str(output))
+    assert result.returncode == 2, result.stderr
+    assert f"--output {output}: cannot write it" in result.stderr
+    assert "unexpected" not in result.stderr
+
+
 def test_without_a_source_nothing_is_rendered():
     result = run_render(source=None)
     assert result.returncode == 2 and result.stdout == ""
