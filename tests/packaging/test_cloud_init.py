@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -275,6 +276,38 @@ def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], complaint: s
     result = run_render(*args)
     assert result.returncode == 2
     assert complaint in result.stderr
+
+
+def test_runcmd_is_a_valid_shell_script_that_passes_every_word_whole(tool: Tool):
+    """cloud-init turns runcmd into a /bin/sh script (its own shellify); with quotes, `$`,
+    backquotes and spaces in the values, that script parses and each command gets exactly
+    the words of its YAML list."""
+    hostile = ("--package", "torch; python_version >= '3.10' $(id) `id`")
+    source = "https://h.example.org/d/forewarn-0.1.0-py3-none-any.whl#sha256=\"'$HOME"
+    result = run_render(*hostile, "--training-dir", "/srv/it's$x`id`", source=source)
+    assert result.returncode == 0, result.stderr
+    runcmd = yaml.safe_load(result.stdout)["runcmd"]
+    shellify = (
+        "import json, sys; from cloudinit import util; print(util.shellify(json.load(sys.stdin)))"
+    )
+    cloud_init_python = Path(tool("cloud-init")).read_text().splitlines()[0].removeprefix("#!")
+    script = subprocess.run(
+        [*cloud_init_python.split(), "-c", shellify],
+        input=json.dumps(runcmd),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert subprocess.run([tool("bash"), "-n"], input=script, text=True).returncode == 0
+    # Each command line with its program swapped for one that prints its words.
+    printed = "".join(
+        line.replace(line.split(" ", 1)[0], "printf '%s\\0' _", 1) + "\n"
+        for line in script.splitlines()[1:]
+        if line
+    )
+    out = subprocess.run(["/bin/sh", "-c", printed], capture_output=True, check=True).stdout
+    words = out.decode().split("\0")[:-1]
+    assert [w for w in words if w != "_"] == [w for cmd in runcmd for w in cmd[1:]]
 
 
 @pytest.mark.parametrize("where", ["missing/user-data.yaml", "."])
