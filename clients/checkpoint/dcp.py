@@ -282,6 +282,11 @@ def load_dcp(
     no_dist = not (dist.is_available() and dist.is_initialized())
     local = generation.backend.local_path(f"{generation.name}/{PREFIX}")
     if local is not None:
+        # DCP reads shards without checking them, and latest() checks only sizes by default:
+        # every file is checked here, as get_dir does for S3.
+        for name in generation.files:
+            if name.startswith(PREFIX + "/"):
+                generation.verify_file(name)
         dcp.load(
             state_dict,
             storage_reader=FileSystemReader(str(local)),

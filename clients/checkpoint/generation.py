@@ -97,6 +97,21 @@ class Generation:
             raise CorruptGenerationError(self.name, [f"{name} does not match its checksum"])
         return data
 
+    def verify_file(self, name: str) -> None:
+        """Re-read one file and check it against the manifest (size and checksum); raises
+        `CorruptGenerationError` naming it when it does not match."""
+        entry = self._entry(name)
+        with self.open(name) as stream:
+            size, checksum = digest_stream(stream, entry.checksum)
+        if size != entry.size or checksum != entry.checksum:
+            raise CorruptGenerationError(
+                self.name,
+                [
+                    f"{name} does not match its checksum "
+                    "(store.latest(verify='checksums') skips generations like this one)"
+                ],
+            )
+
     def path(self, name: str) -> Path:
         """The file's path on local disk (local stores only; use `get_file` for S3)."""
         self._entry(name)

@@ -89,6 +89,9 @@ def load_training_state(
         name = state_file_name(rank, generation.world_size)
     local = generation.backend.local_path(f"{generation.name}/{name}")
     if local is not None and name in generation.files:
+        # torch.load reads a flipped byte in tensor data without complaint, and latest()
+        # checks only sizes by default: the bytes are checked here, as read_bytes does on S3.
+        generation.verify_file(name)
         source: Any = local
     else:
         source = io.BytesIO(generation.read_bytes(name))

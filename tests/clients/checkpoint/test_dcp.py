@@ -193,3 +193,23 @@ def test_an_async_commit_that_times_out_leaves_the_save_in_flight_and_says_so(
     restored = {"w": torch.zeros(64, 32)}
     load_dcp(store.get(1), restored)
     assert torch.equal(restored["w"], state["w"])
+
+
+def test_a_flipped_byte_in_a_local_dcp_shard_is_refused_not_loaded(tmp_path: Path) -> None:
+    import torch
+    from forewarn.clients.checkpoint import CorruptGenerationError
+    from forewarn.clients.checkpoint.dcp import load_dcp, save_dcp
+
+    store = CheckpointStore(tmp_path / "store")
+    save_dcp(store, 1, {"weight": torch.arange(4096, dtype=torch.float32)})
+    generation = store.latest()  # by sizes, the default
+    assert generation is not None
+    shard = next(name for name in generation.files if name.endswith(".distcp"))
+    path = generation.path(shard)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    restored = {"weight": torch.zeros(4096)}
+    with pytest.raises(CorruptGenerationError, match=r"\.distcp does not match its checksum"):
+        load_dcp(store.latest(), restored)  # type: ignore[arg-type]
+    assert torch.equal(restored["weight"], torch.zeros(4096))

@@ -109,3 +109,39 @@ def test_an_epoch_sampler_and_errors(tmp_path: Any) -> None:
         load_training_state(latest, model=model)
     state = load_training_state(latest, sampler=fresh)
     assert fresh.epoch == 7 and state.restored == ("sampler",)
+
+
+def flip_middle_byte(path: Any) -> None:
+    """One flipped bit pattern inside the tensor data: the size stays right."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_a_local_training_state_is_refused_not_loaded(
+    make_store: Any,
+) -> None:
+    from forewarn.clients.checkpoint import CorruptGenerationError
+
+    store = make_store()
+    model, optimizer, _scheduler = build()
+    with store.save(5) as gen:
+        save_training_state(gen, model=model, optimizer=optimizer)
+    latest = store.latest()  # by sizes, the default: the flip below is not seen here
+    assert latest is not None
+    name = "training_state.pt"
+    local = store.backend.local_path(f"{latest.name}/{name}")
+    if local is None:  # S3: put the same corrupt bytes back under the same key
+        raw = bytearray(latest.open(name).read())
+        raw[len(raw) // 2] ^= 0xFF
+        with store.backend.writer(f"{latest.name}/{name}") as stream:
+            stream.write(bytes(raw))
+    else:
+        flip_middle_byte(local)
+    assert store.latest() is not None  # sizes still match
+    fresh, _optimizer, _scheduler = build()
+    before = [p.detach().clone() for p in fresh.parameters()]
+    with pytest.raises(CorruptGenerationError, match=r"training_state\.pt does not match"):
+        load_training_state(store.latest(), model=fresh)  # type: ignore[arg-type]
+    for got, want in zip(fresh.parameters(), before, strict=True):
+        assert torch.equal(got, want)  # nothing of the corrupt file reached the model
