@@ -10,12 +10,16 @@ is committed, so a job killed between the two redoes exactly the items of the lo
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
+from .errors import CheckpointError, GenerationNotFoundError
 from .generation import Generation
 from .manifest import generation_name
 from .store import CheckpointStore
+
+log = logging.getLogger("forewarn.checkpoint")
 
 DONE = "done.json"
 OUTPUTS = "outputs"
@@ -44,9 +48,31 @@ class BatchProgress:
         self._done: dict[str, str] = {}
         self._pending: dict[str, str] = {}
         self._shards: dict[str, dict[str, Any]] = {}
-        self.resumed_from: Generation | None = store.latest()
-        if self.resumed_from is not None:
-            self._done = self._read_done(self.resumed_from)
+        # Flushes go above every committed generation resume passed over, so a fallback never
+        # tries to commit a step that is taken (generations are immutable).
+        self._first_step = 0
+        self.resumed_from: Generation | None = self._resume()
+
+    def _resume(self) -> Generation | None:
+        """The newest committed generation whose done-manifest verifies and reads, newest
+        first; each one passed over is logged, and its items are redone."""
+        for step in reversed(self.store.steps()):
+            try:
+                generation = self.store.get(step)
+                self._done = self._read_done(generation)
+            except GenerationNotFoundError:
+                continue  # a flush that never committed: its items were never done
+            except (CheckpointError, ValueError, FileNotFoundError) as exc:
+                log.warning(
+                    "forewarn: batch progress %s in %s cannot be read, trying an older one: %s",
+                    generation_name(step),
+                    self.store.url,
+                    exc,
+                )
+                self._first_step = max(self._first_step, step + 1)
+                continue
+            return generation
+        return None
 
     @staticmethod
     def _read_done(generation: Generation) -> dict[str, str]:
@@ -104,7 +130,7 @@ class BatchProgress:
         """Write the pending outputs, then commit the done-manifest; None when nothing pends."""
         if not self._pending:
             return None
-        step = len(self._done) + len(self._pending)
+        step = max(len(self._done) + len(self._pending), self._first_step)
         shard = f"{OUTPUTS}/{generation_name(step)}.jsonl"
         backend = self.store.backend
         with backend.writer(shard) as stream:
@@ -117,6 +143,7 @@ class BatchProgress:
             gen.write_bytes(DONE, body)
         self._done = done
         self._pending = {}
+        self._first_step = step + 1
         return gen.committed
 
     def output(self, item_id: str | int) -> Any:

@@ -73,3 +73,30 @@ def test_batch_progress_rules(tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="no committed output"):
         progress.output("missing")
     assert BatchProgress(CheckpointStore(tmp_path)).output(5) == [1, 2]
+
+
+def test_a_corrupt_done_manifest_falls_back_to_the_flush_before_it(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = BatchProgress(make_store(), flush_every=7)
+    for item in ITEMS[:14]:
+        first.add(item, infer(item))  # commits steps 7 and 14
+    store = make_store()
+    newest = store.get(14)
+    raw = bytearray(newest.open("done.json").read())
+    raw[len(raw) // 2] ^= 0x01  # same size: only the checksum tells
+    with store.backend.writer(f"{newest.name}/done.json") as stream:
+        stream.write(bytes(raw))
+
+    with caplog.at_level("WARNING", logger="forewarn.checkpoint"):
+        resumed = BatchProgress(make_store(), flush_every=7)
+    assert resumed.resumed_from is not None and resumed.resumed_from.step == 7
+    assert resumed.done == frozenset(ITEMS[:7])
+    assert "step-000000000014" in caplog.text and "done.json does not match" in caplog.text
+    # The items of the lost flush are redone; step 14 is taken, so the flushes go above it.
+    for item in resumed.remaining(ITEMS):
+        resumed.add(item, infer(item))
+    resumed.flush()
+    final = BatchProgress(make_store())
+    assert final.resumed_from is not None and final.resumed_from.step > 14
+    assert dict(final.outputs()) == {item: infer(item) for item in ITEMS}
