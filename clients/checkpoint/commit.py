@@ -96,9 +96,27 @@ class CommitProtocol:
         """Make this rank's files durable, hand its part in, and return the committed
         manifest once rank 0 committed it (or raise `CommitError`)."""
         ranks = request.ranks
-        self.backend.make_durable(request.name)
         if ranks.world_size == 1:
-            return self._finish(request, [request.part])
+            try:
+                self.backend.make_durable(request.name)
+                return self._finish(request, [request.part])
+            except BaseException as exc:
+                # A commit that fails (a disk that filled up after the files, at the manifest
+                # or the marker) would otherwise leave the files of the whole save behind, and
+                # on a full disk every later save would fail for want of that space.
+                log.warning(
+                    "forewarn: checkpoint %s was not committed in %s (%s: %s); removing its files",
+                    request.name,
+                    self.backend.url,
+                    type(exc).__name__,
+                    exc,
+                )
+                try:
+                    self.backend.delete_tree(request.name)
+                except Exception as cleanup:  # the commit's own failure is the one to raise
+                    log.warning("forewarn: could not remove %s: %s", request.name, cleanup)
+                raise
+        self.backend.make_durable(request.name)
         if ranks.dist is not None:
             self.backend.put_small(f"{request.name}/{part_name(ranks.rank)}", request.part.encode())
             return self._commit_collective(request)

@@ -45,6 +45,36 @@ def test_a_full_disk_at_latest_does_not_fail_a_committed_generation(
     assert store.latest_hint() == 2
 
 
+class FullDiskAtManifest(DelegatingBackend):
+    """The files fit, then the disk is full: the manifest cannot be written."""
+
+    full = True
+
+    def put_small(self, key: str, data: bytes) -> None:
+        if key.endswith("/MANIFEST.json") and self.full:
+            raise OSError(errno.ENOSPC, "No space left on device", key)
+        super().put_small(key, data)
+
+
+def test_a_commit_that_fails_at_the_manifest_removes_the_files_it_wrote(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    backend = FullDiskAtManifest(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    backend.full = False
+    store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
+    backend.full = True
+    with pytest.raises(OSError, match="No space left"):
+        store.flush(2, lambda gen: gen.write_bytes("model.bin", b"weights-2" * 1000))
+    # On a full disk the files left behind would make every later save fail as well.
+    assert store.steps() == [1]
+    assert "step-000000000002 was not committed" in caplog.text
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == 1
+    backend.full = False
+    assert store.flush(3, lambda gen: gen.write_bytes("model.bin", b"weights-3")).generation
+
+
 def test_get_file_and_get_dir_refuse_corrupt_bytes(make_store: Any, tmp_path: Path) -> None:
     store = make_store()
     data = os.urandom(100_000)
