@@ -72,9 +72,16 @@ class LocalWriter(ObjectWriter):
         super().__init__(name, on_done)
         self._path = path
         self._durable = durable
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._temp = _temp_beside(path)
-        self._file = open(self._temp, "wb")  # noqa: SIM115 - closed in _finish/_discard
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self._temp, "wb")  # noqa: SIM115 - closed in _finish/_discard
+        except BaseException:
+            # Nothing to discard: without this, the garbage collector's abort of the
+            # half-made writer printed an AttributeError under the real error.
+            self._finished = True
+            self._hasher.close()
+            raise
         self._written = 0
         self._started_to = 0  # the bytes the disk was asked to start on
 

@@ -148,3 +148,28 @@ def test_a_killed_s3_writers_upload_is_aborted_by_the_next_save(
     assert uploads(bucket) == ["run/step-000000000009/x"]
     assert store.abort_stale_uploads() == 1
     assert uploads(bucket) == []
+
+
+def test_a_file_that_cannot_be_created_raises_only_its_own_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+    import sys
+
+    from forewarn.clients.checkpoint import local
+
+    def read_only(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    store = CheckpointStore(tmp_path / "store")
+    store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
+    monkeypatch.setattr(local, "open", read_only, raising=False)
+    with pytest.raises(OSError, match="Read-only file system"):
+        store.flush(2, lambda gen: gen.write_bytes("model.bin", b"weights-2"))
+    gc.collect()
+    assert [hook.exc_value for hook in unraisable] == []
+    monkeypatch.undo()
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == 1
