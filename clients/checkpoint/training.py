@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
+from .errors import CheckpointError
 from .generation import Generation, GenerationWriter
 from .manifest import FileEntry
 
@@ -85,7 +86,15 @@ def load_training_state(
         if rank is None:
             from .ranks import resolve
 
-            rank = resolve(None, generation.world_size).rank if generation.world_size > 1 else 0
+            # This job's own rank: resolving against the generation's world size took a
+            # job of another size for a bad configuration ("rank 3 is not within world size 2").
+            rank = resolve(None, None).rank if generation.world_size > 1 else 0
+        if generation.world_size > 1 and not 0 <= rank < generation.world_size:
+            raise CheckpointError(
+                f"{generation.name} was saved by {generation.world_size} ranks and holds no "
+                f"training state for rank {rank}: resume on {generation.world_size} ranks, or "
+                "pass rank= to load another rank's state"
+            )
         name = state_file_name(rank, generation.world_size)
     local = generation.backend.local_path(f"{generation.name}/{name}")
     if local is not None and name in generation.files:

@@ -145,3 +145,38 @@ def test_a_flipped_byte_in_a_local_training_state_is_refused_not_loaded(
         load_training_state(store.latest(), model=fresh)  # type: ignore[arg-type]
     for got, want in zip(fresh.parameters(), before, strict=True):
         assert torch.equal(got, want)  # nothing of the corrupt file reached the model
+
+
+def test_a_job_of_another_size_is_told_which_ranks_the_generation_holds(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from forewarn.clients.checkpoint import CheckpointError, CheckpointStore
+
+    url = str(tmp_path / "store")
+    errors: list[BaseException] = []
+
+    def rank(number: int) -> None:
+        try:
+            store = CheckpointStore(url, commit_timeout=30, poll_interval=0.02)
+            with store.save(10, rank=number, world_size=2) as gen:
+                save_training_state(gen, extra={"rank": number}, rng=False)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(number,)) for number in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    latest = CheckpointStore(url).latest()
+    assert latest is not None and latest.world_size == 2
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "1")
+    assert load_training_state(latest, restore_rng=False).extra == {"rank": 1}
+    monkeypatch.setenv("RANK", "3")
+    with pytest.raises(CheckpointError, match="saved by 2 ranks and holds no training state"):
+        load_training_state(latest, restore_rng=False)
+    assert load_training_state(latest, rank=0, restore_rng=False).extra == {"rank": 0}
