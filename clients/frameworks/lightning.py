@@ -28,6 +28,7 @@ try:
 except ImportError:  # the older package name
     import pytorch_lightning as pl  # type: ignore[no-redef]
 
+from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
 
 
@@ -137,6 +138,10 @@ class ForewarnCallback(pl.Callback):
             assert self.dirpath is not None
             path = self.dirpath / self.filename.format(step=step)
             trainer.save_checkpoint(path)
+            if path.exists():  # on the ranks that wrote it (a sharded save: a directory)
+                # Lightning leaves the bytes in the page cache: acked without this, a machine
+                # powered off after the terminate could come back without the checkpoint.
+                fsync_tree(path)
             self.saved_paths.append(path)
             where = str(path)
         result = self.guard.saved(step, time.monotonic() - started, where=where)

@@ -22,11 +22,14 @@ exit asked for during an evaluation is saved when it returns). Resume with
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
 
 
@@ -113,9 +116,13 @@ class ForewarnTrainerCallback(TrainerCallback):
     ) -> TrainerControl:
         if self._requested_at is None:
             return control  # the Trainer's own periodic save: nothing of ours is pending
+        where = f"{args.output_dir}/checkpoint-{state.global_step}"
+        if os.path.isdir(where):  # on the ranks that wrote it
+            # The Trainer leaves the bytes in the page cache: acked without this, a machine
+            # powered off after the terminate could come back without the checkpoint.
+            fsync_tree(Path(where))
         seconds = time.monotonic() - self._requested_at
         self._requested_at = None
-        where = f"{args.output_dir}/checkpoint-{state.global_step}"
         result = self.guard.saved(state.global_step, seconds, where=where)
         self.saved_steps.append(state.global_step)
         if result.exit:

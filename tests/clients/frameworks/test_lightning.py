@@ -137,3 +137,49 @@ def test_dcp_needs_a_store() -> None:
         lit.ForewarnCallback(dcp=True)
     with pytest.raises(ValueError, match="dirpath"):
         lit.ForewarnCallback()
+
+
+def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    synced: set[str] = set()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    callback = lit.ForewarnCallback(
+        tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
+    )
+    acked: list[set[str]] = []
+    real_saved = callback.guard.saved
+
+    def saved(*args: object, **kwargs: object) -> object:
+        acked.append(set(synced))
+        return real_saved(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(callback.guard, "saved", saved)
+    data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
+    trainer = pl.Trainer(
+        max_steps=1_000,
+        val_check_interval=30,
+        num_sanity_val_steps=0,
+        callbacks=[callback],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(
+        models.Evaluating(callback),
+        torch.utils.data.DataLoader(data, batch_size=4),
+        torch.utils.data.DataLoader(data, batch_size=40),
+    )
+    [path] = callback.saved_paths
+    assert len(acked) == 1
+    assert {str(path.resolve()), str(path.parent.resolve())} <= acked[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from support import AgentProcess, LazyModule, eventually, requires
 
@@ -135,3 +136,56 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     fresh = models.Tiny()
     load_dcp(latest, {"model": fresh.state_dict()})
     assert torch.equal(fresh.layer.weight, model.layer.weight)
+
+
+def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    import os
+
+    synced: set[str] = set()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    acked: list[set[str]] = []
+    real_saved = callback.guard.saved
+
+    def saved(*args: object, **kwargs: object) -> object:
+        acked.append(set(synced))
+        return real_saved(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(callback.guard, "saved", saved)
+    model = models.AsksToExitInEvaluation()
+    model.callback = callback
+    args = hf.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1_000,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        eval_strategy="steps",
+        eval_steps=25,
+        save_strategy="no",
+        report_to=[],
+        logging_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = hf.Trainer(
+        model=model,
+        args=args,
+        train_dataset=models.Points(),
+        eval_dataset=models.FewPoints(),
+        callbacks=[callback],
+    )
+    trainer.train()
+    folder = (tmp_path / "out" / "checkpoint-25").resolve()
+    assert len(acked) == 1
+    written = {str(path) for path in folder.iterdir()}
+    assert "trainer_state.json" in {path.name for path in folder.iterdir()}
+    assert written | {str(folder), str(folder.parent)} <= acked[0]
