@@ -6,8 +6,10 @@ own checkpointing.
 At the end of each step it asks the guard; when a save is due it sets `control.should_save`, so
 the Trainer writes its usual `checkpoint-<step>` (model, optimizer, scheduler, RNG states).
 Once that save is done (`on_save`) it acks the agent with the measured seconds, and on
-terminate or SIGTERM it stops training. An exit pending at the end of a step skips the
-evaluation due at that step, so the save comes first. During an evaluation it asks
+terminate or SIGTERM it stops training. Resume with
+`trainer.train(resume_from_checkpoint=last_checkpoint(args.output_dir))`, which passes over
+a checkpoint directory a killed save left half-written. An exit pending at the end of a step
+skips the evaluation due at that step, so the save comes first. During an evaluation it asks
 `guard.due_in_eval` after each prediction step (`on_prediction_step`): the Trainer cannot be
 interrupted mid-evaluation from a callback, so the save and the stop are scheduled for the
 moment that evaluation returns, and the notice is not left for the next training step.
@@ -22,7 +24,10 @@ exit asked for during an evaluation is saved when it returns). Resume with
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,8 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
+
+log = logging.getLogger("forewarn.checkpoint")
 
 
 class ForewarnTrainerCallback(TrainerCallback):
@@ -138,4 +145,37 @@ class ForewarnTrainerCallback(TrainerCallback):
         return control
 
 
-__all__ = ["ForewarnTrainerCallback"]
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+# The Trainer writes this last: a checkpoint directory without it is a save cut short.
+_TRAINER_STATE = "trainer_state.json"
+
+
+def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
+    """The newest `checkpoint-<step>` in `output_dir` that the Trainer finished writing, for
+    `trainer.train(resume_from_checkpoint=last_checkpoint(args.output_dir))`; None when there
+    is none. `resume_from_checkpoint=True` takes the newest directory whatever it holds, and
+    a save killed mid-write (a terminate whose deadline ran out) then fails every restart;
+    such a directory is logged and passed over here."""
+    try:
+        names = os.listdir(output_dir)
+    except FileNotFoundError:
+        return None
+    found = sorted(
+        ((int(match.group(1)), name) for name in names if (match := _CHECKPOINT.match(name))),
+        reverse=True,
+    )
+    for step, name in found:
+        folder = os.path.join(output_dir, name)
+        try:
+            with open(os.path.join(folder, _TRAINER_STATE), encoding="utf-8") as handle:
+                state = json.load(handle)
+            if not isinstance(state, dict) or state.get("global_step") != step:
+                raise ValueError(f"its {_TRAINER_STATE} is not for step {step}")
+        except (OSError, ValueError) as exc:
+            log.warning("forewarn: %s is incomplete, trying an older checkpoint: %s", folder, exc)
+            continue
+        return folder
+    return None
+
+
+__all__ = ["ForewarnTrainerCallback", "last_checkpoint"]

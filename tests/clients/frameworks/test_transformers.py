@@ -189,3 +189,49 @@ def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
     written = {str(path) for path in folder.iterdir()}
     assert "trainer_state.json" in {path.name for path in folder.iterdir()}
     assert written | {str(folder), str(folder.parent)} <= acked[0]
+
+
+def test_resume_passes_over_a_checkpoint_the_trainer_never_finished(
+    tmp_path: Path, caplog: Any
+) -> None:
+    import shutil
+
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    model = models.AsksToExitInEvaluation()
+    model.callback = callback
+
+    def arguments(**options: Any) -> Any:
+        return hf.TrainingArguments(
+            output_dir=str(tmp_path / "out"),
+            per_device_train_batch_size=4,
+            per_device_eval_batch_size=4,
+            save_strategy="no",
+            report_to=[],
+            logging_strategy="no",
+            use_cpu=True,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+            **options,
+        )
+
+    hf.Trainer(
+        model=model,
+        args=arguments(max_steps=1_000, eval_strategy="steps", eval_steps=25),
+        train_dataset=models.Points(),
+        eval_dataset=models.FewPoints(),
+        callbacks=[callback],
+    ).train()
+    out = tmp_path / "out"
+    # A later terminate save killed mid-write: the weights are there, the rest never came.
+    (out / "checkpoint-50").mkdir()
+    shutil.copy(out / "checkpoint-25" / "model.safetensors", out / "checkpoint-50")
+    assert fw.last_checkpoint(out) == str(out / "checkpoint-25")
+    assert "checkpoint-50 is incomplete" in caplog.text
+    assert fw.last_checkpoint(tmp_path / "nothing-here") is None
+
+    resumed = models.Tiny()
+    batches: list[int] = []
+    resumed.register_forward_hook(lambda *_: batches.append(1))
+    trainer = hf.Trainer(model=resumed, args=arguments(max_steps=30), train_dataset=models.Points())
+    trainer.train(resume_from_checkpoint=fw.last_checkpoint(out))
+    assert trainer.state.global_step == 30 and len(batches) == 5, "resumed at step 25"
