@@ -13,8 +13,12 @@ and then stops; the checkpoint is already durable.
 With `store=CheckpointStore(...)` and `dcp=True` it saves through torch.distributed.checkpoint
 into the store instead (`save_dcp`: every rank writes its shards, the generation commits once
 all are in; FSDP and tensor-parallel modules save sharded): `{"model": module.state_dict(),
-"optimizers": [each optimizer's state_dict()], "global_step": step}`. Resume with
-`load_dcp(store.latest(), ForewarnCallback.dcp_state(module, optimizers))`, before `fit`.
+"optimizers": [each optimizer's state_dict()], "global_step": step}`. Load the weights back
+with `load_dcp(store.latest(), {"model": module.state_dict()})` before `fit`. That is not a
+Lightning resume: `fit` makes new optimizers (`configure_optimizers`), so optimizer state loaded
+before it is dropped, and it counts steps from 0 again (measured: after a save at step 21, a
+`fit(max_steps=40)` ran 40 steps and saved steps 10, 20, 30 and 40). Resume a run
+with Lightning's own checkpoints (`dirpath`, then `trainer.fit(model, ckpt_path=...)`).
 """
 
 from __future__ import annotations

@@ -18,8 +18,10 @@ With `store=CheckpointStore(...)` and `dcp=True` the callback saves itself inste
 torch.distributed.checkpoint into the store (`save_dcp`: every rank writes its shards, the
 generation commits once all are in): `{"model": model.state_dict(), "optimizer":
 optimizer.state_dict(), "global_step": step}`, at the end of the step the guard says so (an
-exit asked for during an evaluation is saved when it returns). Resume with
-`load_dcp(store.latest(), {"model": model.state_dict()})` before training.
+exit asked for during an evaluation is saved when it returns). Load the weights back with
+`load_dcp(store.latest(), {"model": model.state_dict()})` before training; that is not a
+Trainer resume (no scheduler, step counter or data position: `train()` counts from step 0).
+Resume a run from the Trainer's own checkpoints (`last_checkpoint` below).
 """
 
 from __future__ import annotations
