@@ -54,6 +54,9 @@ class Generation:
         self.step = manifest.step
         self.name = generation_name(manifest.step)
         self.files: dict[str, FileEntry] = {entry.name: entry for entry in manifest.files}
+        # Set when every file was hashed while this object was checked (latest(verify=
+        # "checksums")): verify_file then need not read the bytes a second time.
+        self.checksummed = False
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -101,6 +104,8 @@ class Generation:
         """Re-read one file and check it against the manifest (size and checksum); raises
         `CorruptGenerationError` naming it when it does not match."""
         entry = self._entry(name)
+        if self.checksummed:
+            return
         with self.open(name) as stream:
             size, checksum = digest_stream(stream, entry.checksum)
         if size != entry.size or checksum != entry.checksum:
@@ -219,6 +224,7 @@ def check_generation(
                 size, checksum = digest_stream(stream, entry.checksum, count)
             if size != entry.size or checksum != entry.checksum:
                 problems.append(f"{entry.name} does not match its checksum")
+        generation.checksummed = not problems
     return generation, problems
 
 

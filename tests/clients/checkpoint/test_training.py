@@ -180,3 +180,28 @@ def test_a_job_of_another_size_is_told_which_ranks_the_generation_holds(
     with pytest.raises(CheckpointError, match="saved by 2 ranks and holds no training state"):
         load_training_state(latest, restore_rng=False)
     assert load_training_state(latest, rank=0, restore_rng=False).extra == {"rank": 0}
+
+
+def test_a_generation_latest_hashed_is_not_hashed_again_to_load(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from forewarn.clients.checkpoint import CheckpointStore, generation
+
+    store = CheckpointStore(tmp_path)
+    model, _optimizer, _scheduler = build()
+    with store.save(1) as gen:
+        save_training_state(gen, model=model, rng=False)
+    hashed: list[object] = []
+    real = generation.digest_stream
+
+    def digest_stream(*args: Any, **kwargs: Any) -> Any:
+        hashed.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "digest_stream", digest_stream)
+    latest = store.latest(verify="checksums")
+    assert latest is not None and len(hashed) == 1
+    load_training_state(latest, model=build()[0], restore_rng=False)
+    assert len(hashed) == 1, "the file was read and hashed once"
+    load_training_state(store.latest(), model=build()[0], restore_rng=False)  # type: ignore[arg-type]
+    assert len(hashed) == 2, "checked by sizes only: the load hashes the file"
