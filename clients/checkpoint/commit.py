@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .backend import Backend
-from .errors import CommitError, CommitTimeout, CorruptGenerationError
+from .errors import CommitError, CommitTimeout, CorruptGenerationError, GenerationExistsError
 from .hashing import new_hash
 from .manifest import (
     COMMIT,
@@ -112,7 +112,7 @@ class CommitProtocol:
                     exc,
                 )
                 try:
-                    self.backend.delete_tree(request.name)
+                    self._discard(request.name)
                 except Exception as cleanup:  # the commit's own failure is the one to raise
                     log.warning("forewarn: could not remove %s: %s", request.name, cleanup)
                 raise
@@ -129,7 +129,7 @@ class CommitProtocol:
         """Give up this rank's part; the other ranks learn why (and raise)."""
         ranks = request.ranks
         if ranks.world_size == 1:
-            self.backend.delete_tree(request.name)
+            self._discard(request.name)
             return
         if ranks.dist is not None:
             # The other ranks are waiting in the same collectives: take part, then fail.
@@ -151,6 +151,19 @@ class CommitProtocol:
             log.warning("forewarn: checkpoint %s aborted: %s", request.name, exc)
         except CommitError:
             pass
+
+    def _discard(self, name: str) -> None:
+        """Remove a single-rank save that did not commit, unless another writer of the same
+        step (a stale job on the same store) committed the generation meanwhile: that one
+        is not this writer's to delete."""
+        if self.backend.get_small(f"{name}/{COMMIT}") is not None:
+            log.warning(
+                "forewarn: %s in %s was committed by another writer; leaving it",
+                name,
+                self.backend.url,
+            )
+            return
+        self.backend.delete_tree(name)
 
     def _lead(self, request: CommitRequest) -> Manifest:
         """Rank 0 through the store: publish a fresh token in its part, wait until every other
@@ -280,6 +293,13 @@ class CommitProtocol:
             # generation's files: committing the manifest would then report a save that
             # never verifies.
             present = self.backend.list_sizes(request.name)
+            if COMMIT in present:
+                # Another writer of this step (a stale job on the same store) committed it
+                # while this one wrote: a second manifest would claim its bytes as ours.
+                raise GenerationExistsError(
+                    f"{request.name} was committed by another writer in {self.backend.url} "
+                    "while this save was being written; generations are immutable"
+                )
             for entry in files:
                 size = present.get(entry.name)
                 if size is None:

@@ -173,3 +173,28 @@ def test_a_file_that_cannot_be_created_raises_only_its_own_error(
     monkeypatch.undo()
     latest = store.latest(verify="checksums")
     assert latest is not None and latest.step == 1
+
+
+@pytest.mark.parametrize("stale_size", [1000, 999], ids=["same-size", "other-size"])
+def test_a_stale_writer_of_the_same_step_never_overwrites_or_deletes_the_commit(
+    make_store: Any, stale_size: int
+) -> None:
+    """The job that was reclaimed is still saving (a pod in its grace period) while its
+    replacement, resumed from the same checkpoint, saves the same steps into the same store."""
+    from forewarn.clients.checkpoint import GenerationExistsError
+
+    fresh = b"f" * 1000
+    new_job, stale_job = make_store(), make_store()
+    stale = stale_job.save(7)
+    stale.write_bytes("model.bin", b"s" * stale_size)
+    new_job.flush(7, lambda gen: gen.write_bytes("model.bin", fresh))
+    with pytest.raises(GenerationExistsError, match="committed by another writer"):
+        stale.commit()
+    # A stale save that fails instead (its with block raised) must not remove it either.
+    stale = stale_job.save(8)
+    stale.write_bytes("model.bin", b"s" * stale_size)
+    new_job.flush(8, lambda gen: gen.write_bytes("model.bin", fresh))
+    stale.abort("the stale job's write failed")
+    for step in (7, 8):
+        generation = make_store().get(step, verify="checksums")
+        assert generation.read_bytes("model.bin") == fresh
