@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import PurePosixPath
 from typing import Any
 
-from .errors import CommitTimeout
+from .errors import CommitTimeout, CorruptGenerationError
 from .generation import Generation, GenerationWriter
 from .hashing import StableMemory
 from .store import CheckpointStore
@@ -283,10 +283,8 @@ def load_dcp(
     local = generation.backend.local_path(f"{generation.name}/{PREFIX}")
     if local is not None:
         # DCP reads shards without checking them, and latest() checks only sizes by default:
-        # every file is checked here, as get_dir does for S3.
-        for name in generation.files:
-            if name.startswith(PREFIX + "/"):
-                generation.verify_file(name)
+        # the files are checked here, as get_dir does for S3.
+        _verify_in_place(generation, dist, process_group, no_dist)
         dcp.load(
             state_dict,
             storage_reader=FileSystemReader(str(local)),
@@ -302,3 +300,26 @@ def load_dcp(
             process_group=process_group,
             no_dist=no_dist,
         )
+
+
+def _verify_in_place(generation: Generation, dist: Any, process_group: Any, no_dist: bool) -> None:
+    """Check the checksums of every DCP file of a local generation. With a process group the
+    ranks share the work (each hashes every world-th file; the findings are gathered), so a
+    job of N ranks reads the checkpoint once, not N times."""
+    if generation.checksummed:
+        return
+    names = sorted(name for name in generation.files if name.startswith(PREFIX + "/"))
+    world = 1 if no_dist else dist.get_world_size(process_group)
+    rank = 0 if no_dist else dist.get_rank(process_group)
+    problems: list[str] = []
+    for name in names[rank::world]:
+        try:
+            generation.verify_file(name)
+        except CorruptGenerationError as exc:
+            problems.extend(exc.problems)
+    if world > 1:
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, problems, group=process_group)
+        problems = [problem for found in gathered for problem in found or ()]
+    if problems:
+        raise CorruptGenerationError(generation.name, problems)

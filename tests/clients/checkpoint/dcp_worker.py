@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -58,7 +59,18 @@ def main() -> None:
         generation = handle.commit()
         say(rank=rank, saved=generation.step)
     else:
-        generation = store.latest(verify="checksums")
+        hashed: list[str] = []
+        if sys.argv[5:] == ["sizes"]:  # count the files this rank hashes to load
+            from forewarn.clients.checkpoint import generation as module
+
+            real = module.digest_stream
+
+            def counting(stream: Any, *args: Any, **kwargs: Any) -> Any:
+                hashed.append(str(getattr(stream, "name", "?")))
+                return real(stream, *args, **kwargs)
+
+            module.digest_stream = counting  # type: ignore[assignment]
+        generation = store.latest(verify="sizes" if sys.argv[5:] == ["sizes"] else "checksums")
         assert generation is not None
         step = generation.step
         target = {name: torch.zeros_like(t) for name, t in expected(step).items()}
@@ -67,7 +79,14 @@ def main() -> None:
         full = {name: t.full_tensor() for name, t in state["model"].items()}  # type: ignore[attr-defined]
         same = all(torch.equal(full[name], t) for name, t in expected(step).items())
         local = state["model"]["weight"].to_local().shape[0]  # type: ignore[index]
-        say(rank=rank, loaded=step, step_value=state["step"], identical=same, local_rows=local)
+        say(
+            rank=rank,
+            loaded=step,
+            step_value=state["step"],
+            identical=same,
+            local_rows=local,
+            hashed=hashed,
+        )
     dist.barrier()
     dist.destroy_process_group()
 

@@ -213,3 +213,19 @@ def test_a_flipped_byte_in_a_local_dcp_shard_is_refused_not_loaded(tmp_path: Pat
     with pytest.raises(CorruptGenerationError, match=r"\.distcp does not match its checksum"):
         load_dcp(store.latest(), restored)  # type: ignore[arg-type]
     assert torch.equal(restored["weight"], torch.zeros(4096))
+
+
+@pytest.mark.timeout(900)
+def test_ranks_loading_a_local_generation_share_its_checksums(
+    tmp_path: Path, rank_launcher: RankLauncher
+) -> None:
+    """latest() checked sizes only: the load hashes every DCP file once across the ranks."""
+    url = str(tmp_path / "store")
+    finish(start(rank_launcher, 2, "save", url, "100"))
+    generation = CheckpointStore(url).latest()
+    assert generation is not None
+    files = sorted(name for name in generation.files if name.startswith("dcp/"))
+    loaded = finish(start(rank_launcher, 2, "load", url, "sizes"))
+    assert all(line["identical"] for line in loaded)
+    hashed = sorted(Path(path).name for line in loaded for path in line["hashed"])
+    assert hashed == sorted(Path(name).name for name in files)
