@@ -9,7 +9,8 @@
   the slowest flush clients reported; a margin that narrows later undoes no escalation.
 - Nothing stays active forever: a notice past its deadline plus a grace, and a local notice
   without a deadline past its lifetime, is retired with a `clear` whose detail says why. A
-  provider that reports it again raises it again (same id), with a fresh grace.
+  provider that reports it again raises it again (same id), with a fresh grace, as the same
+  occurrence: its first `noticed_at`, and still saved for if a client had saved for it.
 - It remembers which acking clients received each notice, so a provider can act once all of
   them have flushed, and which notices some client has saved for.
 
@@ -43,6 +44,9 @@ DEFAULT_GRACE = 300.0
 DEFAULT_MANUAL_LIFETIME = 3600.0
 # `detail.expired` on the clear that retires a notice.
 EXPIRED_KEY = "expired"
+# How many retired provider notices the board remembers until their provider reports them
+# again or withdraws them.
+RETIRED_MEMORY = 256
 
 
 class Sequencer:
@@ -107,6 +111,11 @@ class NoticeBoard:
         self.grace = timedelta(seconds=grace)
         self.manual_lifetime = timedelta(seconds=manual_lifetime)
         self.entries: dict[str, Entry] = {}
+        # Provider notices retired past their end, by id: when first noticed, and whether a
+        # client saved for them. A provider still showing one raises it again, and that is the
+        # same occurrence: with a new `noticed_at` and no `saved`, a job that had rightly kept
+        # training under a terminate an earlier job acted on was made to exit at every re-raise.
+        self.retired: dict[str, tuple[datetime, bool]] = {}
         self.flushes: deque[float] = deque(maxlen=FLUSH_WINDOW)
         self.clients: set[str] = set()
 
@@ -158,6 +167,11 @@ class NoticeBoard:
         action = self._action_for(report)
         entry = self.entries.get(report.id)
         if entry is None:
+            saved = False
+            retired = self.retired.pop(report.id, None)
+            if retired is not None:
+                first_noticed, saved = retired
+                report = report.model_copy(update={"noticed_at": first_noticed})
             notice = self._stamp(report, action)
             self.entries[report.id] = Entry(
                 notice,
@@ -165,6 +179,7 @@ class NoticeBoard:
                 raised_at=raised_at or self.now(),
                 manual=manual,
                 expected=set(self.clients),
+                saved=saved,
             )
             return notice
         # A drain sent as terminate stays terminate while its deadline stands, even when the
@@ -179,6 +194,7 @@ class NoticeBoard:
         return entry.notice
 
     def clear(self, notice_id: str, detail: dict[str, Any] | None = None) -> Notice | None:
+        self.retired.pop(notice_id, None)
         entry = self.entries.pop(notice_id, None)
         if entry is None:
             return None
@@ -198,6 +214,8 @@ class NoticeBoard:
                 notice = self.clear(notice_id, detail=self._expiry_detail(entry, ends))
                 if notice is not None:
                     expired.append(notice)
+                if not entry.manual:
+                    self._remember_retired(entry)
         escalated = []
         for entry in self.entries.values():
             if entry.notice.action == "drain" and self._action_for(entry.report) == "terminate":
@@ -284,6 +302,11 @@ class NoticeBoard:
         if entry.report.provider == "local":
             return _plus(entry.raised_at, self.manual_lifetime)
         return None
+
+    def _remember_retired(self, entry: Entry) -> None:
+        self.retired[entry.notice.id] = (entry.notice.noticed_at, entry.saved)
+        while len(self.retired) > RETIRED_MEMORY:
+            del self.retired[next(iter(self.retired))]
 
     def _expiry_detail(self, entry: Entry, ends: datetime) -> dict[str, Any]:
         deadline = entry.report.deadline

@@ -185,3 +185,44 @@ def test_an_escalated_drain_reported_again_stays_terminate_when_the_margin_shrin
     # A deadline that moves out is still a drain again.
     moved = b.report(report(deadline=T0 + timedelta(days=1)))
     assert moved is not None and moved.action == "drain"
+
+
+def test_a_notice_raised_again_after_expiry_is_the_same_occurrence() -> None:
+    """A re-raise after expiry came with the time of the poll that re-raised it and without the
+    save a client had made for it: a job that rightly kept training under that acted-on
+    terminate was made to exit at every re-raise."""
+    b, clock = board()
+    b.grace = timedelta(seconds=60)
+    deadline = T0 + timedelta(minutes=2)
+    first = b.report(report(action="terminate", deadline=deadline, noticed_at=T0))
+    assert first is not None
+    b.record_ack(first.id, "job-1", 1.0)
+    # A watcher that repeats what it shows: the time clients were told stands.
+    assert (
+        b.report(
+            report(action="terminate", deadline=deadline, noticed_at=T0 + timedelta(minutes=1))
+        )
+        is None
+    )
+    clock.now = T0 + timedelta(minutes=4)
+    _, (expired,) = b.due()
+    assert expired.action == "clear" and b.saved() == []
+    again = b.report(report(action="terminate", deadline=deadline, noticed_at=clock.now))
+    assert again is not None and again.noticed_at == T0
+    assert b.saved() == [first.id]
+    # Withdrawn by its provider after that, it is a new occurrence when it comes back.
+    b.report(report(action="clear"))
+    clock.now += timedelta(seconds=1)
+    fresh = b.report(report(action="terminate", deadline=deadline, noticed_at=clock.now))
+    assert fresh is not None and fresh.noticed_at == clock.now and b.saved() == []
+
+
+def test_a_manual_notice_asked_for_again_after_expiry_is_a_new_one() -> None:
+    b, clock = board()
+    b.manual_lifetime = timedelta(minutes=1)
+    local = {"id": "local/manual/1", "provider": "local", "reason": "manual"}
+    b.report(report(**local, noticed_at=T0), manual=True)
+    clock.now = T0 + timedelta(minutes=2)
+    b.due()
+    again = b.report(report(**local, noticed_at=clock.now), manual=True)
+    assert again is not None and again.noticed_at == clock.now

@@ -9,17 +9,19 @@ showing it); Kubernetes node notices have no deadline, so they never expire.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from forewarn.clients import CheckpointGuard
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer, Simulator
-from support import AgentProcess, Subscriber, agent_env
+from support import AgentProcess, Subscriber, agent_env, eventually
 
 GRACE = ("--set", "notice_grace=1", "--exit-margin", "1s")
 VM = "reraise-vm"
@@ -116,3 +118,48 @@ def test_azure_event_still_listed_after_expiry_is_raised_again(
         sim.raise_notice("Redeploy", {"resources": [VM], "not_before_seconds": 1})
         _raised_retired_raised(sub, "azure", "terminate", timeout=10)
         assert "retired; raised again while it is still listed" in agent.output()
+
+
+def test_a_job_that_kept_training_under_an_acted_on_terminate_is_not_stopped_by_its_reraise(
+    tmp_path: Path,
+    serve: Callable[[Simulator], SimServer],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An earlier job saved and exited for a spot interruption; the machine stayed, and IMDS
+    kept showing it past its deadline. The next job rightly trains on (README: acted on, deadline
+    past: it asks nothing). Each expiry re-raise used to come with a new `noticed_at` and without
+    the earlier job's save, so that job was made to save and exit at every re-raise."""
+    sim = ImdsSimulator()
+    server = serve(sim)
+    sim.raise_notice("spot", {"time": 1})
+    fast = {"FOREWARN_AWS_SPOT_INTERVAL": "0.2", "FOREWARN_AWS_ASG_INTERVAL": "0"}
+    with (
+        _agent(tmp_path, "aws", server.url, **fast) as agent,
+        agent.subscriber() as sub,
+    ):
+        first = _next(sub, lambda n: n["action"] == "terminate", 15)
+        ack = {"op": "ack", "notice_id": first["id"], "client": "job-1", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]  # the earlier job saved for it
+        # The next job starts once the deadline is past.
+        _next(sub, lambda n: n["id"] == first["id"] and n["action"] == "clear", 10)
+        monkeypatch.setattr("forewarn.clients.guard.process_started", time.time)
+        caplog.set_level(logging.WARNING, logger="forewarn.clients")
+        guard = CheckpointGuard(
+            events=agent.events,
+            control=agent.control_endpoint,
+            flag_file=None,
+            handle_signals=False,
+            exit_margin=0.1,
+        )
+        try:
+            acted_on = "an earlier client acted on it"
+            # Decided once for the terminate it found, then again after each re-raise.
+            eventually(
+                lambda: sum(acted_on in r.getMessage() for r in caplog.records) >= 2,
+                15,
+                "the job to find the re-raised terminate acted on",
+            )
+            assert not guard.should_exit and not guard.due(1), caplog.text
+        finally:
+            guard.close()
