@@ -44,9 +44,9 @@ DEFAULT_GRACE = 300.0
 DEFAULT_MANUAL_LIFETIME = 3600.0
 # `detail.expired` on the clear that retires a notice.
 EXPIRED_KEY = "expired"
-# How many retired provider notices the board remembers until their provider reports them
-# again or withdraws them.
-RETIRED_MEMORY = 256
+# How many provider notices the board remembers while it does not show them (retired, or
+# saved for before a restart) until their provider reports them again or withdraws them.
+REMEMBERED = 256
 
 
 class Sequencer:
@@ -115,7 +115,9 @@ class NoticeBoard:
         # client saved for them. A provider still showing one raises it again, and that is the
         # same occurrence: with a new `noticed_at` and no `saved`, a job that had rightly kept
         # training under a terminate an earlier job acted on was made to exit at every re-raise.
-        self.retired: dict[str, tuple[datetime, bool]] = {}
+        # Provider notices some client saved for before an agent restart come back the same way
+        # (without their first `noticed_at`, which the state file does not keep).
+        self.remembered: dict[str, tuple[datetime | None, bool]] = {}
         self.flushes: deque[float] = deque(maxlen=FLUSH_WINDOW)
         self.clients: set[str] = set()
 
@@ -140,6 +142,12 @@ class NoticeBoard:
     def saved(self) -> list[str]:
         """Ids of active notices that at least one client has saved for."""
         return [entry.notice.id for entry in self.entries.values() if entry.saved]
+
+    def saves_to_keep(self) -> list[str]:
+        """What the state file keeps of the saves: the active notices some client saved for,
+        and the provider notices remembered as saved for until their provider reports them."""
+        kept = [notice_id for notice_id, (_, saved) in self.remembered.items() if saved]
+        return self.saved() + kept
 
     def escalated(self, notice_id: str) -> bool:
         """Whether the notice goes out as terminate for a drain its provider reported (its
@@ -168,10 +176,11 @@ class NoticeBoard:
         entry = self.entries.get(report.id)
         if entry is None:
             saved = False
-            retired = self.retired.pop(report.id, None)
-            if retired is not None:
-                first_noticed, saved = retired
-                report = report.model_copy(update={"noticed_at": first_noticed})
+            remembered = self.remembered.pop(report.id, None)
+            if remembered is not None:
+                first_noticed, saved = remembered
+                if first_noticed is not None:
+                    report = report.model_copy(update={"noticed_at": first_noticed})
             notice = self._stamp(report, action)
             self.entries[report.id] = Entry(
                 notice,
@@ -194,7 +203,7 @@ class NoticeBoard:
         return entry.notice
 
     def clear(self, notice_id: str, detail: dict[str, Any] | None = None) -> Notice | None:
-        self.retired.pop(notice_id, None)
+        self.remembered.pop(notice_id, None)
         entry = self.entries.pop(notice_id, None)
         if entry is None:
             return None
@@ -215,7 +224,7 @@ class NoticeBoard:
                 if notice is not None:
                     expired.append(notice)
                 if not entry.manual:
-                    self._remember_retired(entry)
+                    self._remember(entry.notice.id, entry.notice.noticed_at, entry.saved)
         escalated = []
         for entry in self.entries.values():
             if entry.notice.action == "drain" and self._action_for(entry.report) == "terminate":
@@ -275,7 +284,10 @@ class NoticeBoard:
 
     def restore(self, notices: Iterable[Notice], saved: Iterable[str] = ()) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
-        expiry clock runs from when they were first noticed, not from the restart."""
+        expiry clock runs from when they were first noticed, not from the restart. The other
+        ids in `saved` are provider notices some client saved for: when their provider reports
+        them again they are still saved for, so a job started after the restart knows that an
+        earlier job acted on them."""
         saved_ids = set(saved)
         for notice in notices:
             report = Report(
@@ -290,6 +302,8 @@ class NoticeBoard:
             self.report(report, manual=True, raised_at=notice.noticed_at)
             if notice.id in saved_ids and notice.id in self.entries:
                 self.entries[notice.id].saved = True
+        for notice_id in saved_ids - self.entries.keys():
+            self._remember(notice_id, None, True)
 
     # Internals.
 
@@ -303,10 +317,10 @@ class NoticeBoard:
             return _plus(entry.raised_at, self.manual_lifetime)
         return None
 
-    def _remember_retired(self, entry: Entry) -> None:
-        self.retired[entry.notice.id] = (entry.notice.noticed_at, entry.saved)
-        while len(self.retired) > RETIRED_MEMORY:
-            del self.retired[next(iter(self.retired))]
+    def _remember(self, notice_id: str, noticed_at: datetime | None, saved: bool) -> None:
+        self.remembered[notice_id] = (noticed_at, saved)
+        while len(self.remembered) > REMEMBERED:
+            del self.remembered[next(iter(self.remembered))]
 
     def _expiry_detail(self, entry: Entry, ends: datetime) -> dict[str, Any]:
         deadline = entry.report.deadline

@@ -650,8 +650,10 @@ class Agent:
             if self.board.record_ack(req.notice_id, req.client, req.flush_seconds):
                 assert req.notice_id is not None
                 self._flushed(req.notice_id)
-            if first and notice is not None and notice.provider == "local":
-                self._save()  # a restarted agent still knows this notice was acted on
+            if first and notice is not None:
+                # A restarted agent still knows this notice was acted on, a provider's too:
+                # a job started after the restart must not take it for one nobody acted on.
+                self._save()
             self._wake.set()  # a slower flush widens the exit margin
         background = ""
         if req.stall_seconds is not None or req.durable_seconds is not None:
@@ -692,7 +694,7 @@ class Agent:
         self._persist("seq", self.seq_path, lambda: save_seq_mark(self.seq_path, mark))
 
     def _save(self) -> None:
-        state = AgentState(self.sequencer.value, self.board.manual(), self.board.saved())
+        state = AgentState(self.sequencer.value, self.board.manual(), self.board.saves_to_keep())
         self._persist("state", self.state_path, lambda: save_state(self.state_path, state))
 
     def _persist(self, what: str, path: Path, write: Callable[[], None]) -> None:

@@ -226,3 +226,12 @@ def test_a_manual_notice_asked_for_again_after_expiry_is_a_new_one() -> None:
     b.due()
     again = b.report(report(**local, noticed_at=clock.now), manual=True)
     assert again is not None and again.noticed_at == clock.now
+
+
+def test_a_provider_notice_saved_for_before_a_restart_is_still_saved_for_when_reported() -> None:
+    b, _ = board()
+    b.restore([], saved=["aws/spot-itn/1"])
+    assert b.saved() == [] and b.saves_to_keep() == ["aws/spot-itn/1"]
+    again = b.report(report(action="terminate", noticed_at=T0))
+    assert again is not None and again.noticed_at == T0
+    assert b.saved() == ["aws/spot-itn/1"] == b.saves_to_keep()

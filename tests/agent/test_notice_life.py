@@ -311,6 +311,36 @@ def test_heartbeats_say_which_notices_a_client_already_saved_for(tmp_path: Path)
         again.stop()
 
 
+def test_a_provider_terminate_acted_on_before_an_agent_restart_is_still_acked_after(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """The state file kept the ack of a provider's notice, but a restarted agent used it for
+    manual notices only: a job started after the restart, on a machine whose spot interruption
+    an earlier job had saved and exited for, took it for one nobody acted on and exited."""
+    sim, server = imds
+    sim.raise_notice("spot", {"time": later(600)})
+    agent = aws_agent(tmp_path, server).start()
+    try:
+        with agent.subscriber() as sub:
+            notice_id = next_notice(sub, action="terminate")["id"]
+        ack = {"op": "ack", "notice_id": notice_id, "client": "c1", "flush_seconds": 0.5}
+        assert agent.control(ack)["ok"]
+    finally:
+        agent.kill()
+    again = aws_agent(tmp_path, server).start()
+    try:
+        with again.subscriber(("heartbeat",)) as sub:
+
+            def listed() -> dict[str, Any] | None:
+                _, beat = sub.recv(timeout=3)
+                return beat if beat["active"] == [notice_id] else None
+
+            beat = eventually(listed, 10, "a heartbeat listing the re-reported terminate")
+        assert beat["acked"] == [notice_id]
+    finally:
+        again.stop()
+
+
 def test_agents_with_different_runtime_dirs_never_share_state(tmp_path: Path) -> None:
     # Run as an ordinary user: root would use /var/lib/forewarn, which tests never touch.
     uid, gid = other_user()
