@@ -725,6 +725,8 @@ class CheckpointGuard:
                 self._inherited.pop(event.id, None)
                 self._undecided.pop(event.id, None)
         elif event.action == "terminate":
+            if self._still_inherited(event):
+                return
             if event.noticed_at.timestamp() < self._started_wall:
                 if event.id not in self._inherited:
                     with self._lock:
@@ -739,6 +741,19 @@ class CheckpointGuard:
                 self._events[event.id] = event
                 self._exit = True
                 self._wake = True
+
+    def _still_inherited(self, event: Event) -> bool:
+        """A terminate from before this job's start, re-sent for its reason or the provider's
+        own detail (an Azure DocumentIncarnation bump) with a later `noticed_at`: the same
+        terminate, deadline and all. Only a new deadline makes it act at once."""
+        with self._lock:
+            if event.id in self._undecided:
+                known: Event | None = self._undecided[event.id][0]
+            elif event.id in self._inherited:
+                known = self._events.get(event.id)
+            else:
+                return False
+        return known is not None and known.deadline == event.deadline
 
     def _decide_inherited(self) -> None:
         """Sort the terminates in force before this job started by the agent's heartbeat:

@@ -346,10 +346,10 @@ class Notices:
 
     def _event(self, event: Event) -> None:
         known = self.active.get(event.id)
-        repeat = known is not None and (known.action, known.deadline) == (
-            event.action,
-            event.deadline,
-        )
+        # Everything the agent re-sends a notice for, not only its action and deadline: a
+        # change of reason or of the provider's own detail (AWS's spot action terminate ->
+        # stop) was dropped here as a repeat, and `active` kept the old one.
+        repeat = known is not None and _as_sent(known) == _as_sent(event)
         if event.action != "clear" and repeat:
             return  # a replay for a later subscriber, or a repeat: nothing new
         with self._changed:
@@ -367,6 +367,12 @@ class Notices:
                 listener(event)
             except Exception:
                 log.exception("forewarn: a notice listener failed")
+
+
+def _as_sent(event: Event) -> tuple[Any, ...]:
+    """What the agent sends a notice again for; a replay differs only in `seq` and `sent_at`
+    (and a restarted agent's in `noticed_at`)."""
+    return (event.action, event.reason, event.deadline, event.detail)
 
 
 __all__ = ["Notices"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forewarn.clients import CheckpointGuard
+from forewarn.clients import CheckpointGuard, Notices
 from forewarn.protocol.timefmt import format_time
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
@@ -108,6 +108,29 @@ def test_a_spot_action_changed_from_terminate_to_stop_is_resent(
         second = next_notice(sub, reason="spot-interruption")
         assert second["id"] == first["id"] and second["detail"]["action"] == "stop"
         assert second["deadline"] == first["deadline"] and second["seq"] > first["seq"]
+
+
+def test_a_subscriber_sees_the_spot_action_change_from_terminate_to_stop(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """The agent re-sent the change, but `Notices` took it for a repeat (same action, same
+    deadline): `active` kept `terminate` and no listener was told."""
+    sim, server = imds
+    with aws_agent(tmp_path, server) as agent:
+        notices = Notices(agent.events, agent.control_endpoint)
+        told: list[str] = []
+        notices.add_listener(lambda event: told.append(event.detail.get("action", "")))
+        try:
+            eventually(lambda: notices.alive, 10, "the agent's heartbeat")
+            when = later(120)
+            sim.raise_notice("spot", {"action": "terminate", "time": when})
+            eventually(lambda: told == ["terminate"], 10, "the terminate")
+            sim.raise_notice("spot", {"action": "stop", "time": when})
+            eventually(lambda: told == ["terminate", "stop"], 10, "the change to stop")
+            (event,) = notices.active.values()
+            assert event.action == "terminate" and event.detail["action"] == "stop"
+        finally:
+            notices.close()
 
 
 def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again(

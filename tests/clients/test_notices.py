@@ -267,6 +267,53 @@ def test_any_heartbeat_payload_gives_a_heartbeat_or_value_error(payload: bytes) 
         parse_heartbeat(payload)
 
 
+NOTICE_VERSIONS = st.fixed_dictionaries(
+    {
+        "action": st.sampled_from(["drain", "terminate", "clear"]),
+        "reason": st.sampled_from(["spot-interruption", "scheduled-maintenance"]),
+        "deadline": st.none() | st.sampled_from(["2026-11-30T03:12:00Z", "2026-11-30T04:00:00Z"]),
+        "detail": st.sampled_from([{}, {"action": "terminate"}, {"action": "stop"}]),
+        "noticed_at": st.sampled_from(["2026-11-30T03:10:00Z", "2026-11-30T03:11:00Z"]),
+    }
+)
+
+
+@given(st.lists(NOTICE_VERSIONS, max_size=12))
+def test_active_holds_what_the_agent_sent_last_and_listeners_hear_each_change(
+    versions: list[dict[str, Any]],
+) -> None:
+    """Whatever the agent sends for one id (changes, replays, clears), `active` holds the last
+    version sent, and listeners hear every version but a repeat of the active one."""
+    notices = Notices("ipc:///nonexistent/events", "ipc:///nonexistent/control", start=False)
+    heard: list[Any] = []
+    notices.add_listener(heard.append)
+    expected = 0
+    current: dict[str, Any] | None = None
+    for seq, version in enumerate(versions, start=1):
+        message = {"v": 1, "id": "aws/spot-itn/1", "seq": seq, "provider": "aws"}
+        message.update(version, sent_at="2026-11-30T03:10:00Z")
+        notices._message([b"notice", json.dumps(message).encode()])
+        content = {key: version[key] for key in ("action", "reason", "deadline", "detail")}
+        if version["action"] == "clear":
+            expected += current is not None
+            current = None
+        else:
+            expected += content != current
+            current = content
+        event = notices.active.get("aws/spot-itn/1")
+        if current is None:
+            assert event is None
+        else:
+            assert event is not None
+            assert (event.action, event.reason, event.detail) == (
+                current["action"],
+                current["reason"],
+                current["detail"],
+            )
+            assert (event.deadline is None) == (current["deadline"] is None)
+    assert len(heard) == expected
+
+
 @pytest.mark.parametrize(
     "bad",
     [{"providers": None}, {"providers": 5}, {"acked": None}, {"acked": [None]}],
@@ -394,6 +441,38 @@ def test_an_inherited_terminate_withdrawn_during_an_agent_restart_no_longer_ends
             assert eventually(lambda step=step: guard.due(step), timeout=5, what="the ticker")
             assert not guard.saved(step, 0.01).exit
         assert not guard.should_exit
+    finally:
+        guard.close()
+        notices.close()
+        agent.close()
+
+
+def test_an_inherited_terminate_resent_for_its_detail_does_not_end_the_job(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """Azure re-sends its notices at every DocumentIncarnation, each with a new `noticed_at`.
+    Now that a detail change reaches the listeners, the guard must not take it for a terminate
+    raised after the start; a new deadline still acts at once."""
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=1.0)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False, exit_margin=3)
+    try:
+        agent.subscribed()
+        deadline = format_time(utcnow() + timedelta(seconds=60))
+        agent.beat(active=["azure/E1"], acked=["azure/E1"])
+        earlier = format_time(utcnow() - timedelta(hours=1))
+        agent.notice("azure/E1", "terminate", noticed_at=earlier, deadline=deadline)
+        assert eventually(
+            lambda: warnings_about(caplog, "an earlier client acted on it"), timeout=5
+        )
+        seen: list[Any] = []
+        notices.add_listener(seen.append)
+        detail = {"DocumentIncarnation": 2}
+        agent.notice("azure/E1", "terminate", deadline=deadline, detail=detail)
+        eventually(lambda: seen, timeout=5, what="the re-sent notice")
+        assert not guard.should_exit and not guard.due(1)
+        agent.notice("azure/E1", "terminate", deadline=format_time(utcnow()), detail=detail)
+        assert eventually(lambda: guard.should_exit, timeout=5, what="the new deadline acted on")
     finally:
         guard.close()
         notices.close()
