@@ -43,6 +43,9 @@ ACK_BACKLOG = 64
 MALFORMED_WARN_SECONDS = 60.0
 # The detail of the clear a client makes for a notice the agent's heartbeat no longer lists.
 WITHDRAWN = {"withdrawn": "no longer listed by the agent's heartbeat"}
+# A restarted agent lists only what its watchers have reported since it started: a notice
+# its heartbeats leave out is withdrawn only once they had this long to report it again.
+RESTART_SETTLE = 5.0
 
 
 def _client_id() -> str:
@@ -104,6 +107,7 @@ class Notices:
         self._close_by = math.inf
         self._malformed_unsaid = 0
         self._malformed_quiet_until = -math.inf
+        self._settle_until = -math.inf
         if start:
             self.start()
 
@@ -330,7 +334,14 @@ class Notices:
     def _heartbeat(self, payload: bytes) -> None:
         beat = parse_heartbeat(payload)
         active = set(beat["active"])
-        self.agent = beat
+        previous, self.agent = self.agent, beat
+        if previous is not None and previous.get("agent") != beat.get("agent"):
+            # Its first heartbeats went out before its watchers' first answers: taken at
+            # their word, they cleared every provider notice, and the guard flushed again
+            # for each drain and ended a job that rightly trained under an acted-on terminate.
+            self._settle_until = time.monotonic() + RESTART_SETTLE
+        if time.monotonic() < self._settle_until:
+            return
         now = utcnow()
         stale = [event for notice_id, event in self.active.items() if notice_id not in active]
         for event in stale:

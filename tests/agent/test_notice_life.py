@@ -164,6 +164,42 @@ def test_a_rebalance_back_after_a_clear_keeps_its_id_and_the_guard_flushes_again
             guard.close()
 
 
+def test_a_drain_still_shown_across_an_agent_restart_is_not_cleared_nor_flushed_again(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """A restarted agent's first heartbeats list only what its watchers have reported so far:
+    the client took them at their word, cleared the rebalance drain, and the guard flushed
+    for it again when the new agent reported it a moment later."""
+    sim, server = imds
+    sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
+    agent = aws_agent(tmp_path, server).start()
+    notices = Notices(agent.events, agent.control_endpoint)
+    seen: list[str] = []
+    notices.add_listener(lambda event: seen.append(event.action))
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+    try:
+        eventually(lambda: guard.due(1), 10, "the drain")
+        (notice_id,) = guard.saved(1, 0.1).notices
+        assert notices.agent is not None
+        first_agent = notices.agent["agent"]
+        agent.stop()
+        # The new agent's first look at the rebalance path takes a second.
+        path = "/latest/meta-data/events/recommendations/rebalance"
+        sim.add_fault("hang", seconds=1, count=1, path=path)
+        agent = aws_agent(tmp_path, server).start()
+
+        def listed_by_the_new_agent() -> bool:
+            beat = notices.agent or {}
+            return beat.get("agent") != first_agent and beat.get("active") == [notice_id]
+
+        eventually(listed_by_the_new_agent, 15, "the new agent to report the drain")
+        assert seen == ["drain"] and not guard.due(2)
+    finally:
+        guard.close()
+        notices.close()
+        agent.stop()
+
+
 def test_a_notice_past_deadline_and_grace_is_retired_with_a_clear(tmp_path: Path) -> None:
     args = ("--exit-margin", "1s", "--set", "notice_grace=1")
     env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
