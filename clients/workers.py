@@ -9,7 +9,8 @@ keep feeding the loop until it has saved, whatever the start method (fork, spawn
 They still end with the main process: the DataLoader stops them, a worker exits when its main
 process starts to exit or dies, the main process's own SIGTERM ends it (a spawn or forkserver
 worker's threads from before its init, OpenBLAS's for one, may take that SIGTERM and ignore
-it), and the platform's SIGKILL ends it.
+it), and the platform's SIGKILL ends it. A fork server started after `worker_init_fn()`
+ignores SIGTERM as well: its forkserver workers end with it.
 
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn())
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn(my_seed_fn))
@@ -151,8 +152,25 @@ def _in_worker(then: Callable[[int], object] | None, lifeline: Any) -> _Chained:
 
 def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int], None]:
     """A DataLoader `worker_init_fn` that makes the worker ignore SIGTERM and SIGINT, then
-    calls `then(worker_id)` (your own init, e.g. seeding) when given."""
+    calls `then(worker_id)` (your own init, e.g. seeding) when given. A fork server started
+    from here on ignores SIGTERM too (see `forewarn.clients._forkserver`)."""
+    _preload_in_fork_server()
     return _Chained(then)
+
+
+FORK_SERVER_PRELOAD = "forewarn.clients._forkserver"
+
+
+def _preload_in_fork_server() -> None:
+    # The fork server is started with the first forkserver worker, after this: the DataLoader
+    # is built with its worker_init_fn before it starts any worker.
+    try:
+        from multiprocessing import forkserver
+    except ImportError:  # no fork server on this platform
+        return
+    modules = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
+    if FORK_SERVER_PRELOAD not in modules:
+        forkserver.set_forkserver_preload([*modules, FORK_SERVER_PRELOAD])
 
 
 __all__ = ["IGNORED_IN_WORKERS", "ignore_job_signals", "worker_init_fn"]

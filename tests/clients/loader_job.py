@@ -3,7 +3,8 @@ loop at batch `STOP_AT` (the way a job exits after its final save).
 
     loader_job.py guarded|plain STOP_AT [START_METHOD WORKERS [keep]]
 
-Two workers started the default way unless told. With `keep` the loop's iterator is still
+Two workers started the default way unless told. A SIGTERM to the process itself does not end
+it (the guard's handler would let it save first). With `keep` the loop's iterator is still
 referenced when the job exits (as a module-level loader or an exception's traceback keeps it),
 so multiprocessing's exit handler stops the workers, not the DataLoader."""
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -44,6 +46,9 @@ KEPT: list[object] = []
 
 
 def main() -> int:
+    # As CheckpointGuard's handler does, a SIGTERM to this process only asks for an exit after
+    # the save: the loop goes on to its planned end.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     guarded = sys.argv[1] == "guarded"
     stop_at = int(sys.argv[2])
     start_method = sys.argv[3] if len(sys.argv) > 3 else None

@@ -23,13 +23,14 @@ pytestmark = requires("torch")
 SCRIPT = Path(__file__).with_name("loader_job.py")
 
 
-def start(mode: str, stop_at: int, *more: str) -> subprocess.Popen[str]:
+def start(mode: str, stop_at: int, *more: str, session: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), mode, str(stop_at), *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=dict(os.environ, OMP_NUM_THREADS="1"),
+        start_new_session=session,
     )
 
 
@@ -88,6 +89,40 @@ def test_guarded_workers_outlive_a_foreign_sigterm_and_end_when_the_job_exits(
     batches = [json.loads(line) for line in out.splitlines()]
     assert batches[-1].get("leaving"), "the loop went on to its planned end"
     workers_end(workers, "the workers to end with the job")
+
+
+def test_a_sigterm_to_the_whole_group_leaves_forkserver_workers_feeding_the_loop() -> None:
+    """systemd's control-group kill and a process-group kill also reach multiprocessing's fork
+    server, the forkserver workers' parent; torch's worker loop ends when its parent is gone,
+    so the fork server's death took every worker, and the loop raised before the save."""
+    proc = start("guarded", 40, "forkserver", "2", session=True)
+    try:
+        first_batch(proc)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
+    eventually(
+        lambda: not running_in_group(proc.pid),
+        timeout=15,
+        what="the fork server and the workers to end with the job",
+        interval=0.1,
+    )
+
+
+def running_in_group(pgid: int) -> list[int]:
+    """The processes of process group `pgid` that are still running (zombies are done)."""
+    running = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with suppress(OSError):
+                fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+                if int(fields[2]) == pgid and fields[0] != "Z":
+                    running.append(int(entry))
+    return running
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
