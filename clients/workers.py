@@ -158,6 +158,17 @@ def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int
     return _Chained(then)
 
 
+def protect_loader(loader: Any) -> None:
+    """Give a DataLoader built by someone else (a trainer) `worker_init_fn`, chaining the one it
+    has; before its workers start, which is when a DataLoader reads it."""
+    # accelerate's DataLoaderShard wraps the DataLoader that iterates, and hands attribute
+    # reads, not writes, on to it.
+    while getattr(loader, "base_dataloader", None) is not None:
+        loader = loader.base_dataloader
+    if getattr(loader, "num_workers", 0) and not isinstance(loader.worker_init_fn, _Chained):
+        loader.worker_init_fn = worker_init_fn(loader.worker_init_fn)
+
+
 FORK_SERVER_PRELOAD = "forewarn.clients._forkserver"
 
 

@@ -14,6 +14,10 @@ skips the evaluation due at that step, so the save comes first. During an evalua
 interrupted mid-evaluation from a callback, so the save and the stop are scheduled for the
 moment that evaluation returns, and the notice is not left for the next training step.
 
+The Trainer builds its training DataLoader with its own `worker_init_fn`; before its workers
+start (`on_train_begin`) the callback chains forewarn's `worker_init_fn()` into it, so the
+workers outlive a SIGTERM sent to the whole job.
+
 With `store=CheckpointStore(...)` and `dcp=True` the callback saves itself instead, through
 torch.distributed.checkpoint into the store (`save_dcp`: every rank writes its shards, the
 generation commits once all are in): `{"model": model.state_dict(), "optimizer":
@@ -38,6 +42,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
+from ..workers import protect_loader
 
 log = logging.getLogger("forewarn.checkpoint")
 
@@ -67,6 +72,17 @@ class ForewarnTrainerCallback(TrainerCallback):
         if self._guard is None:  # inside the trainer: torch.distributed is ready by then
             self._guard = CheckpointGuard(**self._guard_options)
         return self._guard
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        # The Trainer builds the DataLoader with its own worker_init_fn (seed_worker), so its
+        # users cannot give it forewarn's: with dataloader_num_workers > 0 a job-wide SIGTERM
+        # (systemd's control-group kill, torchrun's process-group signal) killed the workers
+        # and the Trainer raised before the save. Its workers start after this hook.
+        protect_loader(kwargs.get("train_dataloader"))
+        self.guard  # noqa: B018 -- the signal handlers are in place before the first step
+        return control
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any

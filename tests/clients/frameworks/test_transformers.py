@@ -88,6 +88,33 @@ def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Pat
     assert trainer.state.global_step == 25, "the notice during evaluation stopped training there"
 
 
+def test_the_trainers_dataloader_workers_outlive_a_job_wide_sigterm(tmp_path: Path) -> None:
+    """The Trainer builds its DataLoader itself, with its own worker_init_fn, so its users
+    cannot give it forewarn's: with workers, a SIGTERM to the whole job killed them and the
+    Trainer raised before the save."""
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    sigterm = models.SigtermsTheWorkers(callback)
+    args = hf.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1_000,
+        per_device_train_batch_size=4,
+        save_strategy="no",
+        report_to=[],
+        logging_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=2,
+        dataloader_multiprocessing_context="fork",
+    )
+    trainer = hf.Trainer(
+        model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[sigterm, callback]
+    )
+    trainer.train()
+    assert sigterm.workers
+    assert callback.saved_steps == [60]
+    assert (tmp_path / "out" / "checkpoint-60").is_dir()
+
+
 def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     tmp_path: Path,
 ) -> None:

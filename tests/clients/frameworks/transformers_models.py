@@ -3,11 +3,15 @@ the tests does not import transformers."""
 
 from __future__ import annotations
 
+import multiprocessing
+import subprocess
 import time
+from typing import Any
 
 import torch
 from forewarn.clients.frameworks.transformers import ForewarnTrainerCallback
 from torch.utils.data import Dataset
+from transformers import TrainerCallback
 
 
 class Tiny(torch.nn.Module):
@@ -45,3 +49,20 @@ class AsksToExitInEvaluation(Tiny):
 class FewPoints(Points):
     def __len__(self) -> int:
         return 64
+
+
+class SigtermsTheWorkers(TrainerCallback):  # type: ignore[misc]
+    """At step 20 a job-wide SIGTERM reaches the Trainer's DataLoader workers (from another
+    process, as systemd's control-group kill sends it); at step 60 the job asks to exit."""
+
+    def __init__(self, forewarn: ForewarnTrainerCallback) -> None:
+        self.forewarn = forewarn
+        self.workers: list[int] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == 20:
+            self.workers = [child.pid for child in multiprocessing.active_children() if child.pid]
+            assert self.workers, "the Trainer's DataLoader has worker processes"
+            subprocess.run(["kill", "-TERM", *map(str, self.workers)], check=True)
+        if state.global_step == 60:
+            self.forewarn.guard.request("signal", exit=True)
