@@ -227,6 +227,14 @@ class CheckpointGuard:
         counter), and there the ranks agree on exit; the rest is decided together every
         `agree_every` steps, and at the first two checks."""
         assert self.agreement is not None
+        agreed = self._agreed
+        if agreed is not None and agreed[1]:
+            # An exit every rank agreed on (in an evaluation loop that was left without saving)
+            # and not saved yet: each rank knows it, so this check answers it without waiting
+            # up to `agree_every` steps more for the next agreement.
+            if self._due_since is None:
+                self._due_since = time.monotonic()
+            return True
         if step >= self._next_step:
             # Every rank saves here: one rank exiting alone would leave the others in their
             # next collective without it (gloo fails, NCCL hangs).

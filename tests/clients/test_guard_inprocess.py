@@ -230,3 +230,20 @@ def test_a_flag_file_it_cannot_remove_counts_once_and_never_raises(tmp_path: Pat
         assert flag.exists()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_with_ranks_an_exit_agreed_in_evaluation_is_due_at_the_next_training_check() -> None:
+    """An evaluation loop left on `due_in_eval` without saving there: the training loop's next
+    `due` answers the exit the ranks agreed on, not the agreement `agree_every` steps later
+    (with 2 ranks, 6 more steps were trained after the terminate)."""
+    agreement = PeerAgreement(every=8)
+    guard = quiet_guard(agree=agreement)
+    assert [step for step in range(1, 51) if guard.due(step)] == []
+    guard.request("terminate", exit=True)
+    assert [guard.due_in_eval(50) for _ in range(8)] == [False] * 7 + [True]
+    decisions = len(agreement.decisions)
+    assert guard.due(50), "the agreed exit is answered at once"
+    assert len(agreement.decisions) == decisions, "every rank knows it: no other collective"
+    result = guard.saved(50)
+    assert result.exit and result.reasons == ("terminate",)
+    guard.close()
