@@ -684,7 +684,12 @@ class CheckpointGuard:
         self._ticker.join(timeout=1)
         self._watched.clear()
         for signum, handler in self._previous_handlers.items():
-            signal.signal(signum, handler)
+            # Only while the guard's own handler is installed: code that replaced it since has
+            # put back what it wants. Lightning restores its pre-fit handlers before its
+            # callbacks' teardown; putting back the handler it had then replaced (its own,
+            # which ignores SIGTERM) left the process deaf to SIGTERM after fit().
+            if signal.getsignal(signum) == self._on_signal:
+                signal.signal(signum, handler)
         self._previous_handlers.clear()
         if self.notices is not None and self._own_notices:
             self.notices.close()

@@ -48,6 +48,22 @@ def test_a_second_ctrl_c_while_the_first_is_pending_goes_through(handlers: None)
     g.close()
 
 
+def test_close_leaves_a_handler_that_replaced_the_guards_alone(handlers: None) -> None:
+    """A framework that installs its handler around the guard's lifetime and restores the one
+    it found before the guard closes (Lightning restores its pre-fit handlers before its
+    callbacks' teardown): close() must not put the framework's handler back over it."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def framework_handler(signum: int, frame: object) -> None:
+        pass
+
+    found = signal.signal(signal.SIGTERM, framework_handler)
+    g = guard()
+    signal.signal(signal.SIGTERM, found)  # the framework's teardown
+    g.close()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_a_handler_python_did_not_install_is_put_back_as_the_default(
     handlers: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

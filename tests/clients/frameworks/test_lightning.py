@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from pathlib import Path
 
@@ -183,3 +184,27 @@ def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
     [path] = callback.saved_paths
     assert len(acked) == 1
     assert {str(path.resolve()), str(path.parent.resolve())} <= acked[0]
+
+
+def test_after_fit_sigterm_is_handled_as_before_fit(tmp_path: Path) -> None:
+    """Lightning puts back its pre-fit handlers before the callback's teardown closes the
+    guard; the guard put Lightning's own handler back over them, and after fit() the process
+    ignored SIGTERM ("Bypassing SIGTERM") until the platform's SIGKILL."""
+    callback = lit.ForewarnCallback(tmp_path / "ckpt", every_steps=3, notices=False, flag_file=None)
+    data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    trainer = pl.Trainer(
+        max_steps=5,
+        callbacks=[callback],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        trainer.fit(models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
+        assert len(callback.saved_paths) == 1, "the guard ran inside fit"
+        assert signal.getsignal(signal.SIGTERM) is before
+    finally:
+        signal.signal(signal.SIGTERM, before)
