@@ -8,7 +8,8 @@ the guard's rank agreement), acks the agent, and stops the trainer on terminate 
 After each validation, test and predict batch it asks `guard.due_in_eval`: an exit that arrives
 mid-validation is saved there and then (the state of the last training step), instead of
 after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
-and then stops; the checkpoint is already durable.
+and then stops; the checkpoint is already durable. After an exit's save no further validation
+pass runs (Lightning would run one when `should_stop` is set).
 
 With `store=CheckpointStore(...)` and `dcp=True` it saves through torch.distributed.checkpoint
 into the store instead (`save_dcp`: every rank writes its shards, the generation commits once
@@ -60,6 +61,7 @@ class ForewarnCallback(pl.Callback):
         self.saved_paths: list[Path] = []
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
         self._exiting = False
+        self._limit_val_batches: int | float | None = None  # the trainer's, while exiting
 
     @staticmethod
     def dcp_state(module: Any, optimizers: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
@@ -152,8 +154,16 @@ class ForewarnCallback(pl.Callback):
         if result.exit:
             self._exiting = True  # saved once; the rest of this pass must not save again
             trainer.should_stop = True
+            # Lightning validates once more when should_stop is set (for early stopping): a
+            # whole pass between the final save and the exit. Put back in teardown.
+            if self._limit_val_batches is None:
+                self._limit_val_batches = trainer.limit_val_batches
+                trainer.limit_val_batches = 0
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._limit_val_batches is not None:
+            trainer.limit_val_batches = self._limit_val_batches
+            self._limit_val_batches = None
         if self._guard is not None:
             self._guard.close()
             self._guard = None

@@ -39,3 +39,23 @@ class Evaluating(Tiny):
             return
         if idx == 3:
             self.callback.guard.request("signal", exit=True)
+
+
+class ExitsInTraining(Tiny):
+    """Asks for an exit during training step `exit_at` (a terminate arriving there); counts
+    the validation batches run after that."""
+
+    def __init__(self, callback: ForewarnCallback, exit_at: int) -> None:
+        super().__init__()
+        self.callback = callback
+        self.exit_at = exit_at
+        self.validation_after_exit = 0
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        if self.global_step == self.exit_at:
+            self.callback.guard.request("signal", exit=True)
+        return super().training_step(batch, idx)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        if self.callback.guard.should_exit:
+            self.validation_after_exit += 1

@@ -85,6 +85,36 @@ def test_an_exit_during_validation_is_saved_from_the_validation_hook(tmp_path: P
     assert saved["global_step"] == 30
 
 
+def test_an_exit_is_not_followed_by_a_validation_pass(tmp_path: Path) -> None:
+    """Lightning runs a validation pass when `should_stop` is set (for early stopping): after
+    the terminate's save the job validated for as long as a pass takes, not exiting while the
+    platform's SIGKILL drew near."""
+    callback = lit.ForewarnCallback(
+        tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
+    )
+    data = torch.utils.data.TensorDataset(torch.randn(4_000, 4), torch.randn(4_000, 1))
+    trainer = pl.Trainer(
+        max_steps=1_000,
+        val_check_interval=500,
+        num_sanity_val_steps=0,
+        callbacks=[callback],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    model = models.ExitsInTraining(callback, exit_at=10)
+    trainer.fit(
+        model,
+        torch.utils.data.DataLoader(data, batch_size=4),
+        torch.utils.data.DataLoader(data, batch_size=400),
+    )
+    assert [path.name for path in callback.saved_paths] == ["step-00000011.ckpt"]
+    assert trainer.global_step == 11
+    assert model.validation_after_exit == 0
+
+
 def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     tmp_path: Path,
 ) -> None:
