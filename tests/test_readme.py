@@ -41,3 +41,39 @@ def test_the_two_setup_commands_are_there_and_ci_runs_the_test_one() -> None:
         assert block, marker
         assert block.group(1).startswith("python3 -m venv .venv && ")
     assert "test-command" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_training_loop_lines_run_as_pasted(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The loop of "Add it to a training loop", run as written after a resume at step 1234:
+    periodic saves count from the resume point. Without `guard.resumed(step)` the first step
+    after every restart saved again (1235), and the saves after it left the every-600 grid."""
+    import forewarn.clients
+    from forewarn.clients import CheckpointGuard
+
+    section = README.split("## Add it to a training loop", 1)[1]
+    code = re.search(r"```python\n(.+?)```", section, re.S)
+    assert code
+    made: list[CheckpointGuard] = []
+
+    class Quiet(CheckpointGuard):
+        """The README's guard, without an agent, a flag file or signal handlers."""
+
+        def __init__(self, *args: object, **options: object) -> None:
+            options.update(notices=False, flag_file=None, handle_signals=False)
+            super().__init__(*args, **options)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(forewarn.clients, "CheckpointGuard", Quiet)
+    saves: list[int] = []
+    loop = {
+        "resume": lambda: 1234,
+        "train_one_step": lambda: None,
+        "save": lambda step: saves.append(step) or 0.01,
+        "total_steps": 2500,
+    }
+    try:
+        exec(code.group(1), loop)
+    finally:
+        for guard in made:
+            guard.close()
+    assert saves == [1834, 2434]
