@@ -971,7 +971,9 @@ def exit_line(
             f"{event.action} {event.id} from {event.provider} ({event.reason})" for event in events
         )
     elif "signal" in reasons:
-        causes = f"{reasons['signal']}"
+        # The signal's name, or none when code asked with request("signal", exit=True), as
+        # the guard's own warning about a replaced handler suggests.
+        causes = reasons["signal"] or "signal"
     else:
         causes = ", ".join(reasons) or "a request"
     return f"exiting at step {step} on {causes}; checkpoint {where or 'saved by the caller'}"

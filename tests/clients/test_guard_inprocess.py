@@ -247,3 +247,12 @@ def test_with_ranks_an_exit_agreed_in_evaluation_is_due_at_the_next_training_che
     result = guard.saved(50)
     assert result.exit and result.reasons == ("terminate",)
     guard.close()
+
+
+def test_an_exit_requested_as_a_signal_names_it_in_the_exit_line() -> None:
+    """guard.request("signal", exit=True), as the guard's warning about a replaced SIGTERM
+    handler advises, logged "exiting at step 4 on None"."""
+    from forewarn.clients.guard import exit_line
+
+    assert exit_line(4, {"signal": None}, [], None).startswith("exiting at step 4 on signal;")
+    assert exit_line(4, {"signal": "SIGTERM"}, [], None).startswith("exiting at step 4 on SIGTERM;")
