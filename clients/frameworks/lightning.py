@@ -79,6 +79,12 @@ class ForewarnCallback(pl.Callback):
             self._guard = CheckpointGuard(**self._guard_options)
         return self._guard
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.global_step:
+            # Resumed from a checkpoint (ckpt_path=): periodic saves count from there (from step
+            # 0 the first step after every resume saved again).
+            self.guard.resumed(trainer.global_step)
+
     def on_train_batch_end(
         self,
         trainer: pl.Trainer,

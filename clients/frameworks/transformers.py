@@ -81,6 +81,10 @@ class ForewarnTrainerCallback(TrainerCallback):
         # (systemd's control-group kill, torchrun's process-group signal) killed the workers
         # and the Trainer raised before the save. Its workers start after this hook.
         protect_loader(kwargs.get("train_dataloader"))
+        if state.global_step:
+            # Resumed from a checkpoint: periodic saves count from there (from step 0 the
+            # first step after every resume saved again).
+            self.guard.resumed(state.global_step)
         self.guard  # noqa: B018 -- the signal handlers are in place before the first step
         return control
 

@@ -238,3 +238,30 @@ def test_after_fit_sigterm_is_handled_as_before_fit(tmp_path: Path) -> None:
         assert signal.getsignal(signal.SIGTERM) is before
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) -> None:
+    """Resumed (ckpt_path=) at step 20 with saves every 20 steps: the next is at 40. The guard
+    counted from step 0, so the first step after every resume (21) saved again."""
+    data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
+
+    def fit(max_steps: int, ckpt_path: Path | None) -> list[str]:
+        callback = lit.ForewarnCallback(
+            tmp_path / "ckpt", every_steps=20, notices=False, handle_signals=False, flag_file=None
+        )
+        trainer = pl.Trainer(
+            max_steps=max_steps,
+            callbacks=[callback],
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(
+            models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4), ckpt_path=ckpt_path
+        )
+        return [path.name for path in callback.saved_paths]
+
+    assert fit(25, None) == ["step-00000020.ckpt"]
+    assert fit(50, tmp_path / "ckpt" / "step-00000020.ckpt") == ["step-00000040.ckpt"]

@@ -115,6 +115,36 @@ def test_the_trainers_dataloader_workers_outlive_a_job_wide_sigterm(tmp_path: Pa
     assert (tmp_path / "out" / "checkpoint-60").is_dir()
 
 
+def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) -> None:
+    """Resumed at step 25 with saves every 20 steps: the next is at 45. The guard counted from
+    step 0, so the first step after every resume (26) saved again."""
+
+    def train(max_steps: int, resume: str | None) -> list[int]:
+        callback = fw.ForewarnTrainerCallback(
+            every_steps=20, notices=False, handle_signals=False, flag_file=None
+        )
+        args = hf.TrainingArguments(
+            output_dir=str(tmp_path / "out"),
+            max_steps=max_steps,
+            per_device_train_batch_size=4,
+            save_strategy="steps",
+            save_steps=25,
+            report_to=[],
+            logging_strategy="no",
+            use_cpu=True,
+            disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
+        trainer = hf.Trainer(
+            model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        return callback.saved_steps
+
+    assert train(25, None) == [20]
+    assert train(50, str(tmp_path / "out" / "checkpoint-25")) == [45]
+
+
 def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     tmp_path: Path,
 ) -> None:
