@@ -7,11 +7,13 @@ runs on its own daemon threads and reads shared state under a lock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import platform
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +53,16 @@ NOTICE_TIME_KEY = "notice_time"
 LEAD_BUCKETS = (0, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 604800)
 DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 FLUSH_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
+
+# The HTTP server shares the agent's file descriptors with its ZeroMQ sockets, and libzmq
+# aborts the whole process when an accept finds none left (observed: 1,000 idle connections
+# under the usual limit of 1,024 killed the agent). So connections beyond this many are closed
+# at once, and each must finish within REQUEST_SECONDS however slowly its bytes trickle in: a
+# read timeout alone is reset by every byte.
+MAX_CONNECTIONS = 32
+REQUEST_SECONDS = 5.0
+# Connections closed for being over the cap are logged at most this often, with a count.
+REFUSAL_LOG_INTERVAL = 60.0
 
 
 class MetricsError(ForewarnError, RuntimeError):
@@ -291,6 +303,7 @@ def notice_time(detail: dict[str, Any]) -> datetime | None:
 
 class _Handler(BaseHTTPRequestHandler):
     server: MetricsServer
+    timeout = REQUEST_SECONDS
 
     def do_GET(self) -> None:
         self._answer(with_body=True)
@@ -334,7 +347,64 @@ class MetricsServer(ThreadingHTTPServer):
     def __init__(self, host: str, port: int, observer: MetricsObserver) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.observer = observer
+        self.max_connections = MAX_CONNECTIONS
+        self.request_seconds = REQUEST_SECONDS
+        self._open: dict[socket.socket, float] = {}  # connection -> when it must be done
+        self._open_lock = threading.Lock()
+        self.refused = 0
+        self._refusals_unlogged = 0
+        self._refusal_logged_at: float | None = None
         super().__init__((host, port), _Handler)
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        with self._open_lock:
+            if len(self._open) < self.max_connections:
+                self._open[request] = time.monotonic() + self.request_seconds
+                return True
+        self._refuse(client_address)
+        return False
+
+    def _refuse(self, client_address: Any) -> None:
+        self.refused += 1
+        self._refusals_unlogged += 1
+        now = time.monotonic()
+        last = self._refusal_logged_at
+        if last is None or now - last >= REFUSAL_LOG_INTERVAL:
+            log.warning(
+                "metrics: %d connection(s) closed unanswered (latest from %s): %d are open "
+                "already, the most served at once",
+                self._refusals_unlogged,
+                client_address[0],
+                self.max_connections,
+            )
+            self._refusal_logged_at, self._refusals_unlogged = now, 0
+
+    def service_actions(self) -> None:
+        # Run by serve_forever between polls: cut the connections past their time. The
+        # handler's thread then reads the end of the stream and closes its socket.
+        now = time.monotonic()
+        with self._open_lock:
+            for request, due in self._open.items():
+                if due <= now:
+                    with contextlib.suppress(OSError):
+                        request.shutdown(socket.SHUT_RDWR)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.pop(request, None)
+        super().shutdown_request(request)
+
+    def open_connections(self) -> int:
+        with self._open_lock:
+            return len(self._open)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A peer that went away mid-answer, or was cut at its deadline, is no error of ours;
+        # anything else goes to the log rather than to stderr (socketserver's default).
+        if isinstance(sys.exc_info()[1], OSError):
+            log.debug("metrics: connection from %s failed", client_address[0], exc_info=True)
+        else:
+            log.exception("metrics: answering %s failed", client_address[0])
 
 
 class MetricsService(MetricsObserver):
@@ -371,7 +441,9 @@ class MetricsService(MetricsObserver):
 
 
 __all__ = [
+    "MAX_CONNECTIONS",
     "NOTICE_TIME_KEY",
+    "REQUEST_SECONDS",
     "MetricsError",
     "MetricsObserver",
     "MetricsService",

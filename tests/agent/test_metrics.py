@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 from forewarn.agent.config import ConfigError, load_settings
-from forewarn.agent.metrics import MetricsObserver, MetricsService, notice_time
+from forewarn.agent.metrics import (
+    MAX_CONNECTIONS,
+    REQUEST_SECONDS,
+    MetricsObserver,
+    MetricsService,
+    notice_time,
+)
 from forewarn.agent.observers import build_observers
 from forewarn.agent.protocol import AckRequest, Notice
 from forewarn.protocol.timefmt import format_time
@@ -416,6 +422,58 @@ def test_readyz_turns_ready_at_the_first_successful_poll(tmp_path: Path):
         blocker.unlink()
         blocker.mkdir()
         eventually(lambda: get(url + "/readyz")[0] == 200, what="readyz after a good poll")
+
+
+def _open_fds(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+@pytest.mark.slow(12)
+def test_idle_and_trickling_metrics_connections_cannot_use_up_the_agents_descriptors(
+    tmp_path: Path,
+):
+    """libzmq aborts the agent when an accept finds no descriptor left, and the HTTP server
+    shares them: connections that never finish a request are capped and cut at a deadline."""
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    with AgentProcess(tmp_path, env=env) as agent:
+        assert agent.proc is not None
+        url = metrics_url(agent)
+        host, port = url.rsplit("/", 1)[1].rsplit(":", 1)
+        before = _open_fds(agent.proc.pid)
+        with socket.create_connection((host, int(port)), timeout=5) as trickling:
+            trickling.settimeout(0.2)  # also the pace: a byte every 0.2 s
+            trickling.sendall(b"GET /metrics HTTP/1.0\r\n")
+            started = time.monotonic()
+            cut = False
+            while not cut and time.monotonic() - started < REQUEST_SECONDS + 3:
+                try:
+                    trickling.sendall(b"X")  # a header that never ends, never a pause
+                    cut = trickling.recv(1) == b""
+                except TimeoutError:
+                    continue
+                except OSError:
+                    cut = True
+            assert cut, "a connection trickling a request in was never cut"
+        idle = []
+        try:
+            for _ in range(3 * MAX_CONNECTIONS):
+                peer = socket.create_connection((host, int(port)), timeout=5)
+                peer.sendall(b"G")
+                idle.append(peer)
+            eventually(lambda: "closed unanswered" in agent.output(), 10, "connections refused")
+            assert _open_fds(agent.proc.pid) <= before + MAX_CONNECTIONS + 4
+            assert agent.control({"op": "status"})["ok"]
+
+            def answers() -> bool:
+                try:
+                    return get(url + "/healthz")[0] == 200
+                except OSError:  # closed unanswered while the cut ones still count
+                    return False
+
+            eventually(answers, 10, "healthz answers again")
+        finally:
+            for peer in idle:
+                peer.close()
 
 
 def test_agent_exits_2_naming_a_taken_metrics_port(tmp_path: Path):
