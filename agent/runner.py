@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -84,6 +85,28 @@ def _prepare_dir(path: Path, what: str, mode: int) -> None:
         raise ConfigError(f"{what} {path}: cannot create it ({error.strerror})") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(f"{what} {path}: not writable by uid {os.getuid()}")
+
+
+# The most descriptors the agent asks for when its hard limit is unlimited.
+FD_LIMIT_CAP = 1 << 20
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Lift the soft limit on open files to the hard one; (before, after). Every connection
+    to the events or control socket holds a descriptor, and when an accept on an ipc socket
+    finds none left libzmq aborts the whole process (EMFILE is missing from its list of
+    errors to retry on): 1,100 connections by a member of the socket's group, or any local
+    user on tcp://, killed an agent under the usual soft limit of 1,024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = FD_LIMIT_CAP if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (OSError, ValueError) as error:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, wanted, error)
+            return soft, soft
+        return soft, wanted
+    return soft, soft
 
 
 class Agent:
@@ -168,6 +191,9 @@ class Agent:
     # Running.
 
     async def run(self) -> int:
+        before, after = raise_fd_limit()
+        if after != before:
+            log.debug("open-file limit raised from %d to %d", before, after)
         _prepare_dir(self.runtime_dir, "runtime directory", 0o750)
         _prepare_dir(self.state_dir, "state directory", 0o750)
         try:

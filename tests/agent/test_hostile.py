@@ -8,7 +8,9 @@ import json
 import os
 import random
 import re
+import resource
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -274,6 +276,42 @@ def test_a_subscription_flood_and_oversize_frames_do_not_delay_a_flag_drain(
         assert delay < 0.5, f"flag drain published {delay:.3f}s after the flag"
         assert rss < 100, f"agent RSS {rss:.0f} MB"
         assert control_delay < 0.5, control_delay
+
+
+def _soft_fd_limit(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open-file limit")
+
+
+@pytest.mark.slow(4)
+def test_a_thousand_connections_to_the_events_socket_do_not_abort_the_agent(
+    tmp_path: Path,
+) -> None:
+    """libzmq aborts the process when an accept on an ipc socket finds no descriptor left:
+    the agent lifts its soft open-file limit (here started at the usual 1,024) to the hard one."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"the hard open-file limit ({hard}) leaves nothing to lift")
+    agent = AgentProcess(tmp_path)
+    agent.argv = ["prlimit", f"--nofile=1024:{hard}", "--", *agent.argv]
+    peers: list[socket.socket] = []
+    with agent:
+        assert agent.proc is not None
+        assert _soft_fd_limit(agent.proc.pid) > 1024
+        try:
+            for _ in range(1100):
+                peer = socket.socket(socket.AF_UNIX)
+                peer.connect(str(tmp_path / "run" / "events"))
+                peers.append(peer)
+            with agent.subscriber(("heartbeat",)) as sub:
+                sub.recv(timeout=5)
+            assert agent.control({"op": "status"})["ok"]
+            assert agent.proc.poll() is None, agent.output()
+        finally:
+            for peer in peers:
+                peer.close()
 
 
 def test_another_uid_cannot_connect_notify_or_plant_a_flag(tmp_path: Path) -> None:
