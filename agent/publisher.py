@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -90,6 +91,8 @@ class Publisher:
         return router
 
     def bind(self) -> None:
+        for endpoint in (self.events_endpoint, self.control_endpoint):
+            _refuse_a_live_socket_file(endpoint)
         self._bind(self.xpub, self.events_endpoint)
         self._bind(self.router, self.control_endpoint)
 
@@ -266,6 +269,29 @@ class Publisher:
                 if (found.st_dev, found.st_ino) == identity:
                     path.unlink()
         self._bound.clear()
+
+
+def _refuse_a_live_socket_file(endpoint: str) -> None:
+    """BindError when a process listens on the endpoint's socket file. libzmq unlinks an
+    existing file before binding, which would silently take the socket from another agent (one
+    with another runtime directory, which its lock does not cover, sharing an endpoint set by
+    FOREWARN_EVENTS or FOREWARN_CONTROL) even while it is stopped; a file nothing listens on,
+    left by a killed agent, is replaced as before."""
+    path = ipc_path(endpoint)
+    if path is None or not os.path.lexists(path):
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return  # stale: nothing listens
+        except OSError as error:
+            raise BindError(
+                f"cannot bind {endpoint}: its socket file exists and cannot be probed "
+                f"({error.strerror or error}); remove it if no agent uses it"
+            ) from None
+    raise BindError(f"cannot bind {endpoint}: another process (an agent?) listens on it")
 
 
 def _envelope(frames: list[bytes]) -> tuple[list[bytes], list[bytes]] | None:

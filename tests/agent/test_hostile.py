@@ -25,7 +25,15 @@ import pytest
 import zmq
 from forewarn.protocol.timefmt import format_time, parse_time
 from other_user import call_as, other_user
-from support import AgentProcess, Subscriber, agent_env, control, run_forewarn, wait_until
+from support import (
+    AgentProcess,
+    Subscriber,
+    agent_env,
+    control,
+    forewarn_cmd,
+    run_forewarn,
+    wait_until,
+)
 
 FUZZ_INPUTS = 10_000
 
@@ -393,6 +401,49 @@ def test_a_second_agent_on_a_runtime_dir_refuses_and_never_removes_the_firsts_so
             os.kill(first.proc.pid, signal.SIGCONT)
         assert done.returncode == 2 and "another agent" in done.stderr, done.stderr
         assert (tmp_path / "run" / "control").exists() and (tmp_path / "run" / "events").exists()
+        assert first.control({"op": "status"})["ok"]
+
+
+@pytest.mark.parametrize("shared", ["events", "control"])
+def test_an_agent_with_its_own_runtime_dir_never_takes_a_socket_file_another_listens_on(
+    tmp_path: Path, shared: str
+) -> None:
+    """The lock covers one runtime directory; FOREWARN_EVENTS or FOREWARN_CONTROL can still
+    point two agents at one socket file, and libzmq's bind unlinks whatever is there. The
+    first agent is stopped (SIGSTOP) for control, so that it cannot answer `status`."""
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    with AgentProcess(first_dir) as first:
+        assert first.proc is not None
+        endpoint = first.events if shared == "events" else first.control_endpoint
+        socket_file = first_dir / "run" / shared
+        identity = socket_file.stat().st_ino
+        variable = "FOREWARN_EVENTS" if shared == "events" else "FOREWARN_CONTROL"
+        env = agent_env(second_dir, **{variable: endpoint})
+        if shared == "control":
+            os.kill(first.proc.pid, signal.SIGSTOP)
+        try:
+            second = subprocess.Popen(
+                forewarn_cmd("agent", "--provider", "local"),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                _, stderr = second.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                second.kill()
+                second.communicate()
+                raise AssertionError(f"a second agent took {endpoint}") from None
+        finally:
+            os.kill(first.proc.pid, signal.SIGCONT)
+        assert second.returncode == 2, stderr
+        assert f"cannot bind {endpoint}: another process" in stderr, stderr
+        assert socket_file.stat().st_ino == identity
+        with first.subscriber(("heartbeat",)) as sub:
+            assert sub.recv()[1]["agent"].split("/")[1] == str(first.proc.pid)
         assert first.control({"op": "status"})["ok"]
 
 
