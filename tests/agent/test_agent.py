@@ -158,7 +158,8 @@ def test_a_state_file_that_cannot_be_written_loses_no_notice_and_is_written_late
         state.rmdir()
         eventually(state.is_file, what="the state written again")
         assert "local/full" in state.read_text()
-        assert "saved state to" in agent.output()
+        # Logged just after the write that made the file: wait for it, not only the file.
+        eventually(lambda: "saved state to" in agent.output(), what="the recovery logged")
     finally:
         agent.kill()
     again = AgentProcess(tmp_path, env=agent.env).start()
