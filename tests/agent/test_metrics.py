@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -11,6 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ from forewarn.agent.protocol import AckRequest, Notice
 from forewarn.protocol.timefmt import format_time
 from forewarn.providers import REGISTRY
 from forewarn.providers.simulator import SimServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 
@@ -250,6 +254,45 @@ def test_service_serves_metrics_health_and_readiness():
         assert get(service.url + "/nope")[0] == 404
     finally:
         service.on_stop()
+
+
+@pytest.fixture(scope="module")
+def shared_metrics() -> Iterator[MetricsService]:
+    service = MetricsService("127.0.0.1", 0)
+    try:
+        yield service
+    finally:
+        service.on_stop()
+
+
+_REQUEST_LINES = st.sampled_from(
+    [
+        b"GET /metrics HTTP/1.0\r\n\r\n",  # HTTP/1.0 without Host
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+        b"GET /../../etc/passwd HTTP/1.1\r\n\r\n",
+        b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS hello
+    ]
+)
+
+
+@settings(max_examples=40)
+@given(st.one_of(_REQUEST_LINES, st.binary(max_size=2000)))
+def test_whatever_a_client_sends_the_metrics_server_answers_or_closes_and_serves_on(
+    shared_metrics: MetricsService, sent: bytes
+):
+    address = shared_metrics.server.server_address[:2]
+    with (
+        socket.create_connection(address, timeout=10) as peer,
+        contextlib.suppress(ConnectionResetError, BrokenPipeError),
+    ):
+        peer.sendall(sent)
+        peer.shutdown(socket.SHUT_WR)  # the request is all there is
+        while peer.recv(65536):
+            pass  # until the server closes; a server that never does fails on the timeout
+    assert get(shared_metrics.url + "/healthz")[0] == 200
 
 
 def test_metrics_config_key_env_and_loopback_rule(monkeypatch: pytest.MonkeyPatch):
