@@ -97,10 +97,17 @@ class Publisher:
         self._bind(self.router, self.control_endpoint)
 
     def _bind(self, sock: zmq.asyncio.Socket, endpoint: str) -> None:
+        # The socket file is made with the process umask's mode (0777 under umask 0) and only
+        # then chmod'ed: another uid that connected in between would keep its connection.
+        # Nobody but the owner and group may open it from its first instant.
+        previous = os.umask(0o777)
+        os.umask(previous | 0o007)
         try:
             sock.bind(endpoint)
         except zmq.ZMQError as error:
             raise BindError(f"cannot bind {endpoint}: {error}") from None
+        finally:
+            os.umask(previous)
         path = ipc_path(endpoint)
         if path is not None:
             # Members of the runtime directory's group may connect; nobody else.
