@@ -283,7 +283,10 @@ def test_a_subscription_flood_and_oversize_frames_do_not_delay_a_flag_drain(
             counts = [int(flooder.communicate(timeout=30)[0] or 0) for flooder in flooders]
         assert counts[0] > 10_000 and counts[1] > 5, counts
         assert delay < 0.5, f"flag drain published {delay:.3f}s after the flag"
-        assert rss < 100, f"agent RSS {rss:.0f} MB"
+        # Measured 62-102 MB here across runs of this flood, with or without other tests
+        # beside it (allocator arenas of the subscription handling, not held frames); one
+        # 4 MiB frame kept for each of the flood's dozens of oversize connections would pass it.
+        assert rss < 160, f"agent RSS {rss:.0f} MB"
         assert control_delay < 0.5, control_delay
 
 
