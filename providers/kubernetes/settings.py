@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,6 +29,24 @@ DEFAULT_DRAIN_TAINTS: tuple[str, ...] = (
     "remediator.kubernetes.azure.com/unschedulable",
     "node.kubernetes.io/out-of-service",
 )
+
+
+# A taint key is a Kubernetes qualified name (IsQualifiedName): an optional DNS subdomain
+# prefix and "/", then a name of at most 63 characters.
+_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def taint_key_problem(key: str) -> str | None:
+    """Why `key` cannot be a taint key, or None when it can."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not (len(prefix) <= 253 and _PREFIX.fullmatch(prefix)):
+        return f"prefix {prefix!r} is not a DNS subdomain"
+    if not (len(name) <= 63 and _NAME.fullmatch(name)):
+        if any(mark in name for mark in "=:"):
+            return "give the key alone, without =value or :effect"
+        return "the name must be 1-63 letters, digits, '-', '_' or '.', alphanumeric at both ends"
+    return None
 
 
 class Settings(EndpointSettings):
@@ -103,10 +122,21 @@ class Settings(EndpointSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("taints")
+    @classmethod
+    def _taint_keys(cls, value: list[str]) -> list[str]:
+        # A key that cannot exist (kubectl's `key=value:Effect` form, a stray space) would
+        # never match a taint, and that reclaim would be missed without a word.
+        for key in value:
+            problem = taint_key_problem(key)
+            if problem is not None:
+                raise ValueError(f"{key!r} is not a taint key: {problem}")
+        return value
+
     @field_validator("node_name")
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
         return value.strip() or None if value is not None else None
 
 
-__all__ = ["DEFAULT_DRAIN_TAINTS", "SERVICE_ACCOUNT_DIR", "Settings"]
+__all__ = ["DEFAULT_DRAIN_TAINTS", "SERVICE_ACCOUNT_DIR", "Settings", "taint_key_problem"]

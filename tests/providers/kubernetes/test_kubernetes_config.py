@@ -18,7 +18,13 @@ from forewarn.providers.kubernetes.config import (
     node_name,
     resolve,
 )
-from forewarn.providers.kubernetes.settings import Settings
+from forewarn.providers.kubernetes.settings import (
+    DEFAULT_DRAIN_TAINTS,
+    Settings,
+    taint_key_problem,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @pytest.fixture
@@ -274,6 +280,53 @@ def test_taints_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert loaded.node_name == "n1"
     monkeypatch.setenv("FOREWARN_KUBERNETES_TAINTS", '["x", "y"]')
     assert load_settings().kubernetes.taints == ["x", "y"]
+
+
+@pytest.mark.parametrize(
+    ("given_", "says"),
+    [
+        ("ToBeDeletedByClusterAutoscaler:NoSchedule", "without =value or :effect"),
+        ("karpenter.sh/disruption=disrupting:NoSchedule", "without =value or :effect"),
+        ('["karpenter.sh/disrupted "]', "letters, digits"),
+        ("Karpenter.sh/disrupted", "not a DNS subdomain"),
+    ],
+)
+def test_a_taint_that_cannot_exist_is_refused(
+    monkeypatch: pytest.MonkeyPatch, given_: str, says: str
+) -> None:
+    """kubectl's `key=value:Effect` form was accepted and then never matched any taint, so
+    the autoscaler's deletion went unnoticed without a word."""
+    from forewarn.agent.config import load_settings
+
+    monkeypatch.setenv("FOREWARN_KUBERNETES_TAINTS", given_)
+    with pytest.raises(ConfigError, match=rf"kubernetes.taints: .* is not a taint key: .*{says}"):
+        load_settings()
+
+
+_DNS_LABEL = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
+_TAINT_NAME = st.from_regex(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,40}[A-Za-z0-9])?", fullmatch=True)
+_TAINT_KEYS = st.one_of(
+    _TAINT_NAME,
+    st.builds(
+        lambda labels, name: ".".join(labels) + "/" + name,
+        st.lists(_DNS_LABEL, min_size=1, max_size=4),
+        _TAINT_NAME,
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=_TAINT_KEYS, suffix=st.sampled_from(["", "=v", ":NoSchedule", "=v:NoExecute", " "]))
+def test_taint_keys_property(key: str, suffix: str) -> None:
+    """Every qualified name is a key; the same with a value, an effect or a space is not."""
+    assert (taint_key_problem(key + suffix) is None) == (suffix == "")
+    assert Settings(taints=[key]).taints == [key]
+
+
+def test_default_taints_are_keys() -> None:
+    assert [taint_key_problem(key) for key in DEFAULT_DRAIN_TAINTS] == [None] * len(
+        DEFAULT_DRAIN_TAINTS
+    )
 
 
 def test_in_cluster_never_loads_the_client_library(tmp_path: Path) -> None:
