@@ -7,7 +7,8 @@ A Node object stands for a set of active conditions, each with a stable id:
 - `kubernetes/<node>/taint/<key>`: any other configured deletion taint → drain;
 - `kubernetes/<node>/deleting`: `metadata.deletionTimestamp` set → drain;
 - `kubernetes/<node>/shutdown`: `Ready=False` whose *message* says "node is shutting down"
-  (kubelet graceful shutdown; the reason is `KubeletNotReady`) → terminate;
+  (kubelet graceful shutdown; the reason is `KubeletNotReady`) → terminate, kept while
+  Ready then turns `Unknown` (the kubelet stopped posting: the node is not back);
 - `kubernetes/<node>/deleted`: the Node object was deleted → terminate.
 
 `changes` compares two such sets: what appeared or changed is sent, what vanished is cleared
@@ -145,24 +146,38 @@ def _taints(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return taints
 
 
-def _shutdown_condition(status: dict[str, Any]) -> dict[str, Any] | None:
+def _ready_condition(status: dict[str, Any]) -> dict[str, Any] | None:
+    ready = None
     for index, raw in enumerate(_optional_list(status, "conditions", "status.conditions")):
         condition = _object(raw, f"status.conditions[{index}]")
-        if condition.get("type") != "Ready":
-            continue
-        message = _optional_str(condition, "message", f"status.conditions[{index}].message")
-        # The docs call "node is shutting down" the reason; kubelets put it in the message
-        # (reason KubeletNotReady). Match the message.
-        if condition.get("status") == "False" and SHUTDOWN_MESSAGE in (message or "").lower():
-            keys = ("type", "status", "reason", "message", "lastTransitionTime")
-            return {key: condition[key] for key in keys if condition.get(key) is not None}
+        if condition.get("type") == "Ready" and ready is None:
+            _optional_str(condition, "message", f"status.conditions[{index}].message")
+            ready = condition
+    return ready
+
+
+def _shutdown_condition(ready: dict[str, Any] | None) -> dict[str, Any] | None:
+    if ready is None:
+        return None
+    # The docs call "node is shutting down" the reason; kubelets put it in the message
+    # (reason KubeletNotReady). Match the message.
+    if ready.get("status") == "False" and SHUTDOWN_MESSAGE in (ready.get("message") or "").lower():
+        keys = ("type", "status", "reason", "message", "lastTransitionTime")
+        return {key: ready[key] for key in keys if ready.get(key) is not None}
     return None
 
 
-def node_reports(node: Any, node_name: str, drain_taints: Collection[str]) -> list[Report]:
+def node_reports(
+    node: Any,
+    node_name: str,
+    drain_taints: Collection[str],
+    previous: Mapping[str, Report] | None = None,
+) -> list[Report]:
     """The reports a Node object stands for (drains and terminates only; no clears).
 
-    Raises ParseError when the object is not a Node of that name or a field has a wrong type.
+    `previous` are the reports active before this object: a shutdown among them stays while
+    the Ready condition is `Unknown`. Raises ParseError when the object is not a Node of that
+    name or a field has a wrong type.
     """
     node = _object(node, "node")
     name = node_name_of(node)
@@ -211,9 +226,17 @@ def node_reports(node: Any, node_name: str, drain_taints: Collection[str]) -> li
         reports.append(
             report("drain", ("deleting",), {"condition": "deleting", "deletionTimestamp": deleting})
         )
-    shutdown = _shutdown_condition(status)
+    ready = _ready_condition(status)
+    shutdown = _shutdown_condition(ready)
     if shutdown is not None:
         reports.append(report("terminate", ("shutdown",), {"condition": "shutdown", **shutdown}))
+    elif ready is not None and ready.get("status") == "Unknown" and previous:
+        # Once the kubelet has shut down it stops posting, and the node lifecycle controller
+        # turns Ready=False into Unknown ("Kubelet stopped posting node status"): the node is
+        # not back, so the shutdown stands until Ready is True (or False for another cause).
+        kept = previous.get(notice_id(node_name, "shutdown"))
+        if kept is not None:
+            reports.append(kept)
     return reports
 
 

@@ -97,7 +97,16 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 class KubernetesSimulator(Simulator):
     name = "kubernetes"
-    notice_kinds = ("cordon", "taint", "shutdown", "delete", "compact", "timeout", "rotate-token")
+    notice_kinds = (
+        "cordon",
+        "taint",
+        "shutdown",
+        "unreachable",
+        "delete",
+        "compact",
+        "timeout",
+        "rotate-token",
+    )
     # kube-apiserver's own limit is per client priority level, not a fixed rate; this is the
     # client-go default (QPS 5) a well-behaved client stays under.
     throttle_rate = 5.0
@@ -189,12 +198,14 @@ class KubernetesSimulator(Simulator):
 
     @staticmethod
     def _ready_condition(
-        ready: bool, reason: str = "KubeletReady", message: str = "kubelet is posting ready status"
+        ready: bool | None,
+        reason: str = "KubeletReady",
+        message: str = "kubelet is posting ready status",
     ) -> dict[str, Any]:
         now = _now()
         return {
             "type": "Ready",
-            "status": "True" if ready else "False",
+            "status": "Unknown" if ready is None else "True" if ready else "False",
             "reason": reason,
             "message": message,
             "lastHeartbeatTime": now,
@@ -282,6 +293,16 @@ class KubernetesSimulator(Simulator):
                 node["status"]["conditions"] = [*others, condition]
                 self._commit("MODIFIED", node)
                 return "shutdown"
+            if kind == "unreachable":
+                # What the node lifecycle controller writes once the kubelet stopped posting.
+                node = self._edit()
+                condition = self._ready_condition(
+                    None, "NodeStatusUnknown", "Kubelet stopped posting node status."
+                )
+                others = [c for c in node["status"]["conditions"] if c.get("type") != "Ready"]
+                node["status"]["conditions"] = [*others, condition]
+                self._commit("MODIFIED", node)
+                return "unreachable"
             if kind == "delete":
                 self._commit("DELETED", self._edit())
                 return "node"
@@ -298,8 +319,8 @@ class KubernetesSimulator(Simulator):
                 self.token = token
                 return "token"
         raise SimError(
-            f"unknown kind {kind!r}; use cordon, taint, shutdown, delete, compact, timeout "
-            "or rotate-token"
+            f"unknown kind {kind!r}; use cordon, taint, shutdown, unreachable, delete, compact, "
+            "timeout or rotate-token"
         )
 
     def _compact(self, fields: dict[str, Any]) -> str:
@@ -337,7 +358,7 @@ class KubernetesSimulator(Simulator):
             elif notice_id.startswith("taint/"):
                 if not self._drop_taint(node, notice_id[len("taint/") :]):
                     return False
-            elif notice_id == "shutdown":
+            elif notice_id in ("shutdown", "unreachable"):
                 ready = [c for c in node["status"]["conditions"] if c.get("type") == "Ready"]
                 if ready and ready[0].get("status") == "True":
                     return False

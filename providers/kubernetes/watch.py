@@ -146,7 +146,7 @@ class KubernetesWatcher:
         self.resource_version = listed.resource_version
         self.node_missing = False
         if listed.node is not None:
-            self._apply(node_reports(listed.node, api.node_name, self.taints), emit)
+            self._apply(node_reports(listed.node, api.node_name, self.taints, self.active), emit)
             self.seen_node = True
         elif self.seen_node:
             self._apply([*self.active.values(), deleted_report(api.node_name)], emit)
@@ -196,7 +196,7 @@ class KubernetesWatcher:
         elif event.type == "DELETED":
             self._apply([*self.active.values(), deleted_report(name)], emit)
         else:
-            self._apply(node_reports(event.object, name, self.taints), emit)
+            self._apply(node_reports(event.object, name, self.taints, self.active), emit)
             self.seen_node = True
             self.node_missing = False
         self.resource_version = event.resource_version or self.resource_version

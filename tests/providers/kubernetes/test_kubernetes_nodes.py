@@ -255,6 +255,33 @@ def test_changes_replay_to_the_current_state(
         assert board == ids(current)
 
 
+@given(st.lists(nodes().map(lambda s: s[1]), min_size=1, max_size=8), configured)
+@settings(max_examples=80, deadline=None)
+def test_a_shutdown_outlasts_ready_unknown(
+    payloads: list[dict[str, Any]], taints: frozenset[str]
+) -> None:
+    """Fed its previous reports, the shutdown follows the last Ready that was not Unknown (the
+    node lifecycle controller's "stopped posting" says nothing of a node coming back); every
+    other notice is the same as without them."""
+    shutdown = notice_id(NODE, "shutdown")
+    active: dict[str, Report] = {}
+    shutting_down = False
+    for payload in payloads:
+        payload = {**payload, "metadata": {**payload["metadata"], "name": NODE}}
+        ready = payload["status"]["conditions"][1]
+        if ready["status"] != "Unknown":
+            shutting_down = (
+                ready["status"] == "False" and "node is shutting down" in ready["message"].lower()
+            )
+        current = node_reports(payload, NODE, taints, active)
+        got = ids(current)
+        plain = ids(node_reports(payload, NODE, taints))
+        assert (got.pop(shutdown, None) == "terminate") == shutting_down
+        plain.pop(shutdown, None)
+        assert got == plain
+        active = {report.id: report for report in current}
+
+
 @given(st.binary(max_size=200) | st.text(max_size=200))
 def test_garbage_lines_raise_only_parse_errors(line: bytes | str) -> None:
     with contextlib.suppress(ParseError):

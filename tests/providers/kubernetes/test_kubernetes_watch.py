@@ -80,6 +80,25 @@ async def test_shutdown_condition_terminates(cluster: Cluster, watching: Running
     await watching.report("clear", SHUTDOWN)
 
 
+async def test_shutdown_stands_while_ready_is_unknown(cluster: Cluster, watching: Running) -> None:
+    """Once the kubelet has shut down it stops posting, and the node lifecycle controller turns
+    Ready=False into Unknown: the node is not back, yet the terminate used to be cleared."""
+    cluster.raise_("shutdown")
+    await watching.report("terminate", SHUTDOWN)
+    cluster.raise_("unreachable")
+    cluster.raise_("cordon")  # a marker: once it is seen, Ready=Unknown was seen too
+    await watching.report("drain", CORDON)
+    # A relist (410) sees the same node and must not clear it either.
+    cluster.raise_("compact")
+    cluster.raise_("timeout")
+    await watching.until(lambda: watching.watcher.lists == 2, what="a relist")
+    cluster.withdraw("cordon")
+    await watching.report("clear", CORDON)
+    assert watching.summary() == [("terminate", SHUTDOWN), ("drain", CORDON), ("clear", CORDON)]
+    cluster.withdraw("unreachable")  # the node came back: Ready=True
+    await watching.report("clear", SHUTDOWN)
+
+
 async def test_not_ready_for_another_reason_is_not_a_shutdown(
     cluster: Cluster, watching: Running
 ) -> None:
