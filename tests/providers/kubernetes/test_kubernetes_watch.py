@@ -45,6 +45,48 @@ async def test_each_deletion_taint_drains(cluster: Cluster, watching: Running, k
     await watching.report("clear", f"kubernetes/{NODE}/taint/{key}")
 
 
+async def test_a_taint_whose_value_or_effect_changes_is_the_same_notice(
+    cluster: Cluster, watching: Running
+) -> None:
+    """The autoscaler rewrites its timestamp value; NTH its event id: one id, one clear."""
+    key = "ToBeDeletedByClusterAutoscaler"
+    taint = f"kubernetes/{NODE}/taint/{key}"
+    notice = cluster.raise_("taint", key=key, value="1700000000")
+    await watching.report("drain", taint)
+    for fields in ({"value": "1700000099"}, {"effect": "NoExecute"}):
+        response = cluster.http.patch(f"/_sim/notices/{notice}", json=fields)
+        assert response.status_code == 200, response.text
+    cluster.withdraw(notice)
+    await watching.report("clear", taint)
+    cluster.raise_("cordon")  # a marker: everything before it was seen
+    await watching.report("drain", CORDON)
+    assert watching.summary() == [("drain", taint), ("clear", taint), ("drain", CORDON)]
+
+
+async def test_a_node_recreated_under_its_name_clears_once(
+    cluster: Cluster, watching: Running
+) -> None:
+    deleted = f"kubernetes/{NODE}/deleted"
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    cluster.raise_("delete")
+    await watching.report("terminate", deleted)
+    cluster.withdraw("node")  # the same name, a fresh object (ADDED)
+    await watching.report("clear", deleted)
+    await watching.report("clear", CORDON)
+    cluster.raise_("shutdown")  # a marker
+    await watching.report("terminate", SHUTDOWN)
+    assert sorted(watching.summary()) == sorted(
+        [
+            ("drain", CORDON),
+            ("terminate", deleted),
+            ("clear", deleted),
+            ("clear", CORDON),
+            ("terminate", SHUTDOWN),
+        ]
+    )
+
+
 async def test_cordon_taint_alone_drains(cluster: Cluster, watching: Running) -> None:
     cluster.raise_("taint", key="node.kubernetes.io/unschedulable")
     report = await watching.report("drain", CORDON)
