@@ -120,13 +120,18 @@ def _ask(
     control: str, payload: dict[str, Any], runtime: Path | None, timeout: float = 3.0
 ) -> dict[str, Any]:
     try:
-        return request(control, payload, timeout, runtime=runtime)
+        reply = request(control, payload, timeout, runtime=runtime)
     except TimeoutError:
         print(
             f"forewarn: no agent answers on {control} (is `forewarn agent` running?)",
             file=sys.stderr,
         )
         raise SystemExit(1) from None
+    if reply.get("ok") is not True:
+        # A refusal (no control token, a request out of bounds) is for the caller to fix, for
+        # `status` as for `notify`: `status` read the missing fields of the refusal as a crash.
+        raise UsageError(f"the agent refused: {reply.get('error')}")
+    return reply
 
 
 # Commands.
@@ -199,8 +204,6 @@ def cmd_notify(args: argparse.Namespace) -> int:
         if args.id:
             payload["id"] = args.id
     reply = _ask(control, payload, args.runtime_dir)
-    if not reply.get("ok"):
-        raise UsageError(f"the agent refused: {reply.get('error')}")
     if args.json:
         print(json.dumps(reply))
     elif args.action == "clear":
