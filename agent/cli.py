@@ -13,7 +13,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from forewarn.protocol.errors import ForewarnError, UsageError
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, utcnow
@@ -21,6 +21,7 @@ from forewarn.protocol.wire import (
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
     EndpointError,
+    ReplyError,
     request,
     resolve_endpoints,
     runtime_dir,
@@ -134,6 +135,21 @@ def _ask(
     return reply
 
 
+T = TypeVar("T")
+
+
+def _readable(control: str, read: Callable[[], T]) -> T:
+    """`read()` of a reply; a reply without what it needs (another program on the endpoint,
+    or an agent of another version) is a ReplyError naming the endpoint, not a crash."""
+    try:
+        return read()
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as error:
+        raise ReplyError(
+            f"the agent on {control} sent a reply forewarn cannot read "
+            f"({type(error).__name__}: {error})"
+        ) from None
+
+
 # Commands.
 
 
@@ -207,9 +223,9 @@ def cmd_notify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(reply))
     elif args.action == "clear":
-        print("cleared: " + (", ".join(reply["cleared"]) or "nothing"))
+        print("cleared: " + _readable(control, lambda: ", ".join(reply["cleared"]) or "nothing"))
     else:
-        print(describe(reply["notice"]))
+        print(_readable(control, lambda: describe(reply["notice"])))
     return 0
 
 
@@ -351,15 +367,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(reply, indent=2))
         return 0
+    print("\n".join(_readable(control, lambda: _status_lines(reply))))
+    return 0
+
+
+def _status_lines(reply: dict[str, Any]) -> list[str]:
     agent = reply["agent"]
-    print(f"agent      {agent['agent']} (forewarn {agent['version']}, pid {agent['pid']})")
-    print(f"providers  {', '.join(agent['providers'])}")
-    print(f"events     {agent['events']}")
-    print(f"control    {agent['control']}")
-    print(
+    lines = [
+        f"agent      {agent['agent']} (forewarn {agent['version']}, pid {agent['pid']})",
+        f"providers  {', '.join(agent['providers'])}",
+        f"events     {agent['events']}",
+        f"control    {agent['control']}",
         f"since      {agent['started_at']}; seq {agent['seq']}; "
-        f"{agent['subscribers']} acking client(s)"
-    )
+        f"{agent['subscribers']} acking client(s)",
+    ]
     for health in reply.get("health", []):
         line = f"provider   {health['name']:<13} {health['state']}"
         if health["state"] == "degraded":
@@ -368,16 +389,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             line += f"; last successful poll {health['last_success']}"
         elif health["state"] != "healthy":
             line += "; no successful poll yet"
-        print(line)
+        lines.append(line)
         for kind, why in sorted(health.get("conditions", {}).items()):
-            print(f"condition  {health['name']}: {kind}: {why}")
+            lines.append(f"condition  {health['name']}: {kind}: {why}")
     for kind, why in sorted(agent.get("conditions", {}).items()):
-        print(f"condition  agent: {kind}: {why}")
+        lines.append(f"condition  agent: {kind}: {why}")
     if not reply["active"]:
-        print("active     none")
+        lines.append("active     none")
     for notice in reply["active"]:
-        print("active     " + describe(notice))
-    return 0
+        lines.append("active     " + describe(notice))
+    return lines
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

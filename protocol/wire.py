@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
+from .errors import ForewarnError, UsageError
 
 PROTOCOL_VERSION = 1
 
@@ -38,6 +38,11 @@ MAX_TOKEN_BYTES = 256
 
 class EndpointError(UsageError):
     """An endpoint that forewarn refuses to bind or connect, with the reason in its text."""
+
+
+class ReplyError(ForewarnError, ValueError):
+    """What answered on the control endpoint is not an agent speaking protocol v1: its reply
+    is not a JSON object, or lacks what the request asks for. The text names the endpoint."""
 
 
 def _writable(directory: Path) -> bool:
@@ -196,11 +201,17 @@ def request(
         sock.send(json.dumps(payload).encode())
         if not sock.poll(int(timeout * 1000)):
             raise TimeoutError(f"no agent answered on {endpoint} within {timeout:g}s")
-        reply = json.loads(sock.recv())
+        data = sock.recv()
     finally:
         sock.close()
+    try:
+        reply = json.loads(data)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested too deeply
+        reply = None
     if not isinstance(reply, dict):
-        raise ValueError(f"the agent on {endpoint} sent a reply that is not a JSON object")
+        raise ReplyError(
+            f"the agent on {endpoint} sent a reply that is not a JSON object: {data[:60]!r}"
+        )
     return reply
 
 
@@ -212,6 +223,7 @@ __all__ = [
     "TOPIC_HEARTBEAT",
     "TOPIC_NOTICE",
     "EndpointError",
+    "ReplyError",
     "check_endpoint",
     "default_endpoints",
     "ipc_path",

@@ -3,6 +3,7 @@ refusal is one `forewarn:` line and exit 2, whether the command prints text or J
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 import zmq
 from forewarn.agent.cli import main
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support import free_port
 
 
@@ -69,3 +72,65 @@ def test_a_refusal_is_one_line_and_exit_2(
     assert code == 2, err
     assert err == "forewarn: the agent refused: refused: the request has no control token\n"
     assert out == ""
+
+
+NOT_AN_AGENT = [
+    b"garbage",
+    b"\xff\xfe",
+    b"[1, 2]",
+    b"[" * 100_000,
+    b'{"ok": true}',
+    b'{"ok": true, "agent": {}, "notice": 5, "cleared": 7, "active": [1]}',
+]
+
+
+@pytest.mark.parametrize("fake_agent", NOT_AN_AGENT, indirect=True, ids=lambda r: repr(r[:20]))
+@pytest.mark.parametrize(
+    "argv", [["status"], ["status", "--json"], ["notify", "drain"], ["notify", "clear"]]
+)
+def test_a_reply_that_is_not_the_agents_is_one_line_naming_the_endpoint(
+    fake_agent: FakeAgent, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _out, err = _run([*argv, "--control", fake_agent.endpoint], capsys)
+    if code == 0:  # `status --json` prints whatever JSON object the agent sent
+        assert argv == ["status", "--json"] and fake_agent.reply.startswith(b"{"), err
+        return
+    assert code == 1, err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"forewarn: the agent on {fake_agent.endpoint} sent a reply"), err
+    assert "unexpected" not in err
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_KEYS = st.sampled_from(["ok", "agent", "active", "health", "notice", "cleared", "error"])
+_REPLIES = st.one_of(
+    st.binary(max_size=60),
+    st.dictionaries(_KEYS, _JSON, max_size=5).map(lambda d: json.dumps(d).encode()),
+    st.dictionaries(_KEYS, _JSON, max_size=5).map(lambda d: json.dumps({**d, "ok": True}).encode()),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(reply=_REPLIES, argv=st.sampled_from([["status"], ["notify", "drain"], ["notify", "clear"]]))
+def test_whatever_the_reply_the_command_ends_with_an_exit_code_not_a_crash(
+    reply: bytes, argv: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    agent = FakeAgent(reply)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
+            code, _, err = _run([*argv, "--control", agent.endpoint], capsys)
+    finally:
+        agent.close()
+    assert code in (0, 1, 2), err
+    assert "unexpected" not in err and "Traceback" not in err, err
+    if code:
+        assert len(err.splitlines()) == 1 and err.startswith("forewarn: "), err
