@@ -34,6 +34,8 @@ AGENT_LOCK = "agent.lock"
 TOKEN_FILE = "control-token"
 TOKEN_FIELD = "token"
 MAX_TOKEN_BYTES = 256
+# sizeof(sockaddr_un.sun_path) - 1 on Linux: the longest path (or @name) an ipc:// takes.
+IPC_PATH_MAX = 107
 
 
 class EndpointError(UsageError):
@@ -120,8 +122,16 @@ def check_endpoint(endpoint: str, *, allow_remote: bool = False, what: str = "en
     """Accept `ipc://PATH` and `tcp://` on loopback; refuse anything else unless
     `allow_remote`. The error names the endpoint and why."""
     if endpoint.startswith("ipc://"):
-        if len(endpoint) <= len("ipc://"):
-            raise EndpointError(f"{what} {endpoint!r}: ipc:// needs a path")
+        path = endpoint[len("ipc://") :]
+        if not path or path == "@":
+            raise EndpointError(f"{what} {endpoint!r}: ipc:// needs a path (or @name)")
+        # zmq refuses these only when it connects, as an error that names no flag.
+        size = len(os.fsencode(path))
+        if size > IPC_PATH_MAX:
+            raise EndpointError(
+                f"{what} {endpoint!r}: the socket path is {size} bytes; Linux allows at most "
+                f"{IPC_PATH_MAX} (use a shorter path or runtime directory)"
+            )
         return endpoint
     if endpoint.startswith("tcp://"):
         rest = endpoint[len("tcp://") :]

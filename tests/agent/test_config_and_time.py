@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import annotated_types
 import pytest
+import zmq
 from annotated_types import Ge, Gt, Le
 from forewarn.agent.config import ConfigError, Settings, load_settings, settings_model
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, parse_time
@@ -87,6 +88,34 @@ def test_loopback_endpoints_pass(endpoint: str) -> None:
 def test_other_endpoints_are_refused(endpoint: str) -> None:
     with pytest.raises(EndpointError):
         check_endpoint(endpoint)
+
+
+_ENDPOINT_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=130)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    endpoint=st.one_of(
+        st.builds("ipc://{}".format, _ENDPOINT_TEXT),
+        st.builds("ipc://@{}".format, _ENDPOINT_TEXT),
+        st.builds("ipc:///tmp/{}".format, st.text("ab/", max_size=120)),
+        st.builds("tcp://127.0.0.1:{}".format, st.integers(-5, 70000)),
+        st.builds("tcp://{}:5".format, _ENDPOINT_TEXT),
+    )
+)
+def test_an_endpoint_the_check_accepts_is_one_zmq_connects(endpoint: str) -> None:
+    """A client's --events/--control is checked before zmq sees it: what zmq would refuse
+    (an ipc path past 107 bytes, `ipc://@`) is an EndpointError naming it, never a ZMQError."""
+    try:
+        check_endpoint(endpoint, what="--events")
+    except EndpointError as error:
+        assert str(error).startswith(f"--events {endpoint!r}: ")
+        return
+    sock = zmq.Context.instance().socket(zmq.SUB)
+    try:
+        sock.connect(endpoint)
+    finally:
+        sock.close(linger=0)
 
 
 def test_remote_needs_the_explicit_flag() -> None:
