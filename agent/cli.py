@@ -171,17 +171,7 @@ def cmd_agent(args: argparse.Namespace) -> int:
         "log_level": args.log_level,
         "log_format": args.log_format,
     }
-    for item in args.set or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(
-                f"--set {item!r}: expected KEY=VALUE, e.g. aws.url=http://127.0.0.1:1338"
-            )
-        target = overrides
-        *sections, leaf = key.split(".")
-        for section in sections:
-            target = target.setdefault(section, {})
-        target[leaf] = value
+    apply_sets(overrides, args.set or [])
     try:
         settings = load_settings(args.config, registry=args.registry, **overrides)
         settings.resolved_endpoints()
@@ -192,6 +182,33 @@ def cmd_agent(args: argparse.Namespace) -> int:
         return run_agent(settings, exit_process=True)
     except ConfigError as error:
         raise UsageError(str(error)) from None
+
+
+def apply_sets(overrides: dict[str, Any], items: Sequence[str]) -> None:
+    """Put each `--set KEY=VALUE` into `overrides` (a dotted KEY into its section's dict);
+    a KEY that uses a value as a section, or a section as a value, is a UsageError."""
+    for item in items:
+        key, sep, value = item.partition("=")
+        parts = key.split(".")
+        if not sep or not all(parts):
+            raise UsageError(
+                f"--set {item!r}: expected KEY=VALUE, e.g. aws.url=http://127.0.0.1:1338"
+            )
+        *sections, leaf = parts
+        target = overrides
+        for depth, section in enumerate(sections, 1):
+            inner = target.get(section)
+            # A flag's key is present even when the flag was not given (None): a value.
+            if inner is None and section not in target:
+                inner = target[section] = {}
+            elif not isinstance(inner, dict):
+                # `exit_margin.x=3` went on to index a float (or None) and crashed.
+                name = ".".join(parts[:depth])
+                raise UsageError(f"--set {item!r}: {name} is a key, not a section")
+            target = inner
+        if isinstance(target.get(leaf), dict):
+            raise UsageError(f"--set {item!r}: {key} is a section; set {key}.KEY=VALUE")
+        target[leaf] = value
 
 
 def cmd_notify(args: argparse.Namespace) -> int:

@@ -14,7 +14,9 @@ import annotated_types
 import pytest
 import zmq
 from annotated_types import Ge, Gt, Le
+from forewarn.agent.cli import apply_sets
 from forewarn.agent.config import ConfigError, Settings, load_settings, settings_model
+from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, parse_time
 from forewarn.protocol.wire import EndpointError, check_endpoint, default_endpoints, runtime_dir
 from forewarn.providers.registry import REGISTRY
@@ -367,3 +369,32 @@ def test_every_duration_and_number_setting_has_an_upper_bound() -> None:
 def test_a_value_past_its_bound_names_its_key(overrides: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.") + ".*less than or equal"):
         load_settings(**overrides)
+
+
+_SET_KEYS = st.sampled_from(
+    ["exit_margin", "aws", "aws.url", "aws.spot_interval", "webhook", "local.flag_interval", "x"]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    items=st.lists(
+        st.builds(
+            "{}{}={}".format,
+            st.lists(_SET_KEYS | st.text("ax.", max_size=4), min_size=1, max_size=3).map(".".join),
+            st.sampled_from(["", "."]),
+            st.sampled_from(["3", "30s", "http://127.0.0.1:9", "", "x"]),
+        ),
+        max_size=4,
+    ),
+    flag=st.sampled_from([None, 5.0]),
+)
+def test_any_set_flags_load_or_name_what_is_wrong(items: list[str], flag: float | None) -> None:
+    """`--set` items, however they nest or clash with a flag's key, become a configuration or
+    a UsageError/ConfigError: `exit_margin.x=3` indexed a float and crashed."""
+    overrides: dict[str, Any] = {"exit_margin": flag, "log_level": None}
+    try:
+        apply_sets(overrides, items)
+        load_settings(**overrides)
+    except UsageError as error:  # ConfigError included
+        assert str(error)
