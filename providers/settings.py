@@ -56,11 +56,22 @@ def whole_seconds(value: Any) -> Any:
     return converted
 
 
+def _is_number(annotation: Any) -> bool:
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return len(args) == 1 and _is_number(args[0])
+    return annotation in (int, float)
+
+
 def as_seconds(field: FieldInfo | None, value: Any) -> Any:
     """`value` for `field`: a duration becomes seconds when the field holds seconds (every
-    `float` field, and `WholeSeconds`); anything else is left to the field's own type."""
+    `float` field, and `WholeSeconds`); anything else is left to the field's own type. A
+    boolean is never a number: pydantic reads `exit_margin = false` in TOML as 0."""
     if field is None:
         return value
+    if isinstance(value, bool) and _is_number(field.annotation):
+        kind = "seconds or a duration such as 30s" if is_seconds(field.annotation) else "a number"
+        raise ValueError(f"expected {kind}, not a boolean")
     if is_seconds(field.annotation):
         return seconds(value)
     if any(isinstance(item, _WholeSecondsMark) for item in field.metadata):

@@ -8,7 +8,8 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from forewarn.protocol.timefmt import parse_duration
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from forewarn.providers.settings import as_seconds
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
 class WebhookSettings(BaseModel):
@@ -52,6 +53,11 @@ class WebhookSettings(BaseModel):
         le=100_000,
         description="Notices held for delivery; past it the oldest is dropped (and logged).",
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object, info: ValidationInfo) -> object:
+        return as_seconds(cls.model_fields.get(info.field_name or ""), value)
 
     @field_validator("url")
     @classmethod

@@ -398,3 +398,36 @@ def test_any_set_flags_load_or_name_what_is_wrong(items: list[str], flag: float 
         load_settings(**overrides)
     except UsageError as error:  # ConfigError included
         assert str(error)
+
+
+def _number_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every key of the configuration that holds a number (seconds, a count, a size)."""
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _number_keys(annotation, f"{prefix}{name}.")
+        elif annotation in (int, float, int | None, float | None):
+            yield prefix + name
+
+
+NUMBER_KEYS = sorted(_number_keys(settings_model()))
+
+
+def test_the_number_keys_are_found() -> None:
+    assert {"exit_margin", "aws.token_ttl", "webhook.retries", "telemetry_max_bytes"} <= set(
+        NUMBER_KEYS
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.sampled_from(NUMBER_KEYS), value=st.booleans())
+def test_a_toml_boolean_is_not_a_number(key: str, value: bool) -> None:
+    """`exit_margin = false` loaded as 0 (and `aws.spot_interval = false` turned the spot
+    poll off): a boolean where a number belongs is an error naming the key."""
+    *section, leaf = key.split(".")
+    with tempfile.TemporaryDirectory() as directory:
+        config = Path(directory) / "f.toml"
+        header = f"[{section[0]}]\n" if section else ""
+        config.write_text(f"{header}{leaf} = {str(value).lower()}\n")
+        with pytest.raises(ConfigError, match=re.escape(key) + ": expected .*not a boolean"):
+            load_settings(config)
