@@ -341,12 +341,19 @@ def load_settings(
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     if path is not None:
+        if path.is_dir():
+            raise ConfigError(f"config file {path}: is a directory")
         if not path.is_file():
-            raise ConfigError(f"config file {path}: not found")
+            raise ConfigError(
+                f"config file {path}: {'not a regular file' if path.exists() else 'not found'}"
+            )
         try:
             _check_toml(path)
         except ValueError as error:
             raise ConfigError(f"config file {path}: {error}") from None
+        except OSError as error:
+            # An unreadable file was an 'unexpected PermissionError' with exit 1.
+            raise ConfigError(f"config file {path}: cannot read it ({error.strerror})") from None
     _CONFIG_FILE["path"] = path
     given = {key: value for key, value in overrides.items() if value is not None}
     model = settings_model(registry)
@@ -370,6 +377,8 @@ def _check_toml(path: Path) -> None:
             tomllib.load(handle)
         except tomllib.TOMLDecodeError as error:
             raise ValueError(f"not valid TOML: {error}") from None
+        except UnicodeDecodeError as error:
+            raise ValueError(f"not UTF-8 text (byte {error.start}), as TOML must be") from None
 
 
 __all__ = [

@@ -23,6 +23,7 @@ from forewarn.providers.registry import REGISTRY
 from forewarn.providers.settings import as_seconds, is_seconds
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from other_user import call_as, other_user
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
@@ -64,6 +65,38 @@ def test_invalid_values_name_their_key(overrides: dict[str, object], key: str) -
 def test_missing_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         load_settings(tmp_path / "nope.toml")
+
+
+def test_a_config_path_that_is_a_directory_or_not_utf8_says_so(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config file \S+: is a directory"):
+        load_settings(tmp_path)
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b"# caf\xe9\nexit_margin = 30\n")
+    with pytest.raises(ConfigError, match=r"latin.toml: not UTF-8 text \(byte 5\)"):
+        load_settings(latin)
+
+
+def test_a_config_file_it_cannot_read_is_one_error_naming_it(tmp_path: Path) -> None:
+    """Read as another user, a mode-0600 file was 'unexpected PermissionError', exit 1."""
+    uid, gid = other_user()
+    config = tmp_path / "forewarn.toml"
+    config.write_text("exit_margin = 30\n")
+    config.chmod(0o600)
+    for path in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
+        path.chmod(path.stat().st_mode | 0o005)
+
+    def load() -> str:
+        try:
+            load_settings(config)
+        except ConfigError as error:
+            return f"ConfigError: {error}"
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+        return "loaded"
+
+    assert call_as(uid, gid, load) == (
+        f"ConfigError: config file {config}: cannot read it (Permission denied)"
+    )
 
 
 def test_endpoints_follow_the_runtime_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
