@@ -28,6 +28,7 @@ from forewarn.protocol.wire import (
 )
 
 from .eventlines import ReplayTracker, describe
+from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH
 
 if TYPE_CHECKING:
     from forewarn.providers.registry import Registry
@@ -236,6 +237,12 @@ def cmd_notify(args: argparse.Namespace) -> int:
             payload["note"] = args.note
         if args.id:
             payload["id"] = args.id
+    # The agent's own bounds, checked here: a request past its 64 KiB limit is dropped
+    # unanswered, which read as 'no agent answers' (exit 1).
+    if args.note is not None and len(args.note) > MAX_NOTE_LENGTH:
+        raise UsageError(f"--note: at most {MAX_NOTE_LENGTH} characters, got {len(args.note)}")
+    if args.id is not None and len(args.id) > MAX_ID_LENGTH:
+        raise UsageError(f"--id: at most {MAX_ID_LENGTH} characters, got {len(args.id)}")
     reply = _ask(control, payload, args.runtime_dir)
     if args.json:
         print(json.dumps(reply))

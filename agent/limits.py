@@ -9,6 +9,8 @@ import re
 # heartbeat small whatever a client does.
 MAX_MANUAL = 64
 MAX_ID_LENGTH = 200
+# The longest `--note` of a manual notice; the note travels in every replay of the notice.
+MAX_NOTE_LENGTH = 2000
 # `<provider>/<rest>`: printable ASCII without spaces, so that an id never breaks a log line
 # or a metric label, and never passes for another provider's. `\Z`, not `$`: `$` also
 # matches before a final newline, which let "local/a\n" through.
@@ -26,4 +28,4 @@ def id_problem(notice_id: str, provider: str) -> str | None:
     return None
 
 
-__all__ = ["MAX_ID_LENGTH", "MAX_MANUAL", "id_problem"]
+__all__ = ["MAX_ID_LENGTH", "MAX_MANUAL", "MAX_NOTE_LENGTH", "id_problem"]

@@ -37,6 +37,8 @@ from pydantic import (
     TypeAdapter,
 )
 
+from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH
+
 
 def _wire_time(value: Any) -> Any:
     """Times in requests are RFC 3339 strings: a JSON number is refused, not read as seconds
@@ -125,8 +127,8 @@ class NotifyRequest(_Message):
     action: Literal["drain", "terminate"]
     reason: Reason = "manual"
     deadline: WireTime | None = None
-    note: str | None = Field(default=None, max_length=2000)
-    id: str | None = Field(default=None, min_length=1, max_length=200)
+    note: str | None = Field(default=None, max_length=MAX_NOTE_LENGTH)
+    id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_LENGTH)
 
 
 class ClearRequest(_Message):

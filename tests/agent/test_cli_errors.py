@@ -82,6 +82,9 @@ CASES = [
     (["notify", "terminate", "--deadline", "-5m"], {}, "--deadline: '-5m' is in the past"),
     (["notify", "drain", "--deadline", "soonish"], {}, "--deadline: not an RFC 3339 time"),
     (["notify", "drain", "--reason", "nope"], {}, "--reason: invalid choice 'nope'"),
+    # Past the agent's 64 KiB request limit, the request went unanswered: 'no agent answers'.
+    (["notify", "drain", "--note", "n" * 70_000], {}, "--note: at most 2000 characters"),
+    (["notify", "clear", "--id", "local/" + "i" * 70_000], {}, "--id: at most 200 characters"),
     (["watch", "--count", "-3"], {}, "--count: must be 1 or more, got -3"),
     (["watch", "--count", "two"], {}, "--count: not a whole number"),
     (["watch", "--timeout", "5x"], {}, "--timeout: not a duration"),
