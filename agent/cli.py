@@ -241,6 +241,9 @@ def cmd_notify(args: argparse.Namespace) -> int:
     # unanswered, which read as 'no agent answers' (exit 1).
     if args.note is not None and len(args.note) > MAX_NOTE_LENGTH:
         raise UsageError(f"--note: at most {MAX_NOTE_LENGTH} characters, got {len(args.note)}")
+    if args.id == "":
+        # `--id "$ID"` with ID unset: a drain went out under a new id, silently.
+        raise UsageError("--id: empty; leave --id out for a new id (for clear: to clear all)")
     if args.id is not None and len(args.id) > MAX_ID_LENGTH:
         raise UsageError(f"--id: at most {MAX_ID_LENGTH} characters, got {len(args.id)}")
     reply = _ask(control, payload, args.runtime_dir)

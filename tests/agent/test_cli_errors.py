@@ -85,6 +85,7 @@ CASES = [
     # Past the agent's 64 KiB request limit, the request went unanswered: 'no agent answers'.
     (["notify", "drain", "--note", "n" * 70_000], {}, "--note: at most 2000 characters"),
     (["notify", "clear", "--id", "local/" + "i" * 70_000], {}, "--id: at most 200 characters"),
+    (["notify", "drain", "--id", ""], {}, "--id: empty; leave --id out"),
     (["watch", "--count", "-3"], {}, "--count: must be 1 or more, got -3"),
     (["watch", "--count", "two"], {}, "--count: not a whole number"),
     (["watch", "--timeout", "5x"], {}, "--timeout: not a duration"),
