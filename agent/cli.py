@@ -304,6 +304,61 @@ class _AgentSilence:
         return True
 
 
+# A malformed message is dropped, as the client library drops it; one line says so at most
+# this often, so a broken publisher cannot flood the terminal.
+MALFORMED_WARN_SECONDS = 60.0
+
+
+class _Messages:
+    """Reads (topic, message) from the events socket, checked as the client library checks
+    them: a message of the wrong shape was a crash ('unexpected KeyError') of watch and wait."""
+
+    def __init__(self, command: str, events: str) -> None:
+        self.command = command
+        self.events = events
+        self.quiet_until = -1.0
+        self.unsaid = 0
+
+    def read(self, sock: Any) -> tuple[str, dict[str, Any]] | None:
+        from forewarn.clients.event import Event, load_json
+        from forewarn.clients.notices import parse_heartbeat
+
+        frames = sock.recv_multipart()
+        topic = frames[0].decode("utf-8", "replace")
+        try:
+            if len(frames) != 2:
+                raise ValueError(f"{len(frames)} frames, not 2 (topic, JSON)")
+            if topic == TOPIC_HEARTBEAT:
+                beat = parse_heartbeat(frames[1])
+                for name in ("sent_at", "agent"):
+                    if not isinstance(beat.get(name), str):
+                        raise ValueError(f"heartbeat field {name!r} is not a string")
+                return topic, beat
+            if topic != TOPIC_NOTICE:
+                raise ValueError(f"unknown topic {topic[:40]!r}")
+            Event.from_json(frames[1])
+            notice: dict[str, Any] = load_json(frames[1], "notice")
+            return topic, notice
+        except ValueError as error:
+            self._say(topic, error)
+            return None
+
+    def _say(self, topic: str, error: ValueError) -> None:
+        now = time.monotonic()
+        if now < self.quiet_until:
+            self.unsaid += 1
+            return
+        since = f" ({self.unsaid} more since the last)" if self.unsaid else ""
+        print(
+            f"forewarn: {self.command}: dropped a malformed {topic[:40]!r} message on "
+            f"{self.events}: {str(error)[:200]}{since}",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.unsaid = 0
+        self.quiet_until = now + MALFORMED_WARN_SECONDS
+
+
 def _poll_ms(deadline: float | None, silence: _AgentSilence) -> int:
     left = min(1.0, max(0.0, silence.left()))
     if deadline is not None:
@@ -317,6 +372,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     silence = _AgentSilence("watch", events, args.agent_timeout)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     replays = ReplayTracker()
+    messages = _Messages("watch", events)
     seen = 0
     try:
         while args.count is None or seen < args.count:
@@ -326,10 +382,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 return NO_AGENT_EXIT
             if not sock.poll(_poll_ms(deadline, silence)):
                 continue
-            topic, payload = sock.recv_multipart()
+            read = messages.read(sock)
+            if read is None:
+                continue
+            topic, message = read
             silence.alive()
-            message = json.loads(payload)
-            if topic.decode() == TOPIC_HEARTBEAT:
+            if topic == TOPIC_HEARTBEAT:
                 replays.heartbeat(message)
                 if not args.heartbeats:
                     continue
@@ -361,6 +419,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     accepted = {"drain": ("drain", "terminate"), "terminate": ("terminate",)}[args.wait_for]
     sock = _subscribe(events)
     silence = _AgentSilence("wait", events, args.agent_timeout)
+    messages = _Messages("wait", events)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     try:
         while True:
@@ -374,11 +433,13 @@ def cmd_wait(args: argparse.Namespace) -> int:
                 return NO_AGENT_EXIT
             if not sock.poll(_poll_ms(deadline, silence)):
                 continue
-            topic, payload = sock.recv_multipart()
-            silence.alive()
-            if topic.decode() != TOPIC_NOTICE:
+            read = messages.read(sock)
+            if read is None:
                 continue
-            notice = json.loads(payload)
+            topic, notice = read
+            silence.alive()
+            if topic != TOPIC_NOTICE:
+                continue
             if notice.get("action") in accepted:
                 print(json.dumps(notice) if args.json else describe(notice), flush=True)
                 return 0
