@@ -341,18 +341,13 @@ def load_settings(
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     if path is not None:
-        if path.is_dir():
-            raise ConfigError(f"config file {path}: is a directory")
-        if not path.is_file():
-            raise ConfigError(
-                f"config file {path}: {'not a regular file' if path.exists() else 'not found'}"
-            )
         try:
             _check_toml(path)
         except ValueError as error:
             raise ConfigError(f"config file {path}: {error}") from None
         except OSError as error:
-            # An unreadable file was an 'unexpected PermissionError' with exit 1.
+            # A file (or a directory above it) this user cannot read was an 'unexpected
+            # PermissionError' with exit 1.
             raise ConfigError(f"config file {path}: cannot read it ({error.strerror})") from None
     _CONFIG_FILE["path"] = path
     given = {key: value for key, value in overrides.items() if value is not None}
@@ -372,6 +367,10 @@ def _check_toml(path: Path) -> None:
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
         import tomli as tomllib
+    if path.is_dir():
+        raise ValueError("is a directory")
+    if not path.is_file():
+        raise ValueError("not a regular file" if path.exists() else "not found")
     with path.open("rb") as handle:
         try:
             tomllib.load(handle)

@@ -76,27 +76,33 @@ def test_a_config_path_that_is_a_directory_or_not_utf8_says_so(tmp_path: Path) -
         load_settings(latin)
 
 
-def test_a_config_file_it_cannot_read_is_one_error_naming_it(tmp_path: Path) -> None:
-    """Read as another user, a mode-0600 file was 'unexpected PermissionError', exit 1."""
+def test_a_config_file_it_cannot_read_is_one_error_naming_it() -> None:
+    """Read as another user, a mode-0600 file (or one in a directory it cannot enter) was
+    'unexpected PermissionError', exit 1."""
     uid, gid = other_user()
-    config = tmp_path / "forewarn.toml"
-    config.write_text("exit_margin = 30\n")
-    config.chmod(0o600)
-    for path in (tmp_path, tmp_path.parent, tmp_path.parent.parent):
-        path.chmod(path.stat().st_mode | 0o005)
+    with tempfile.TemporaryDirectory(dir="/tmp") as directory:
+        open_dir, closed_dir = Path(directory, "open"), Path(directory, "closed")
+        for folder, mode in ((Path(directory), 0o755), (open_dir, 0o755), (closed_dir, 0o700)):
+            folder.mkdir(exist_ok=True)
+            folder.chmod(mode)
+        unreadable, hidden = open_dir / "forewarn.toml", closed_dir / "forewarn.toml"
+        for config in (unreadable, hidden):
+            config.write_text("exit_margin = 30\n")
+            config.chmod(0o600)
 
-    def load() -> str:
-        try:
-            load_settings(config)
-        except ConfigError as error:
-            return f"ConfigError: {error}"
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
-        return "loaded"
+        def load(config: Path) -> str:
+            try:
+                load_settings(config)
+            except ConfigError as error:
+                return f"ConfigError: {error}"
+            except Exception as error:
+                return f"{type(error).__name__}: {error}"
+            return "loaded"
 
-    assert call_as(uid, gid, load) == (
-        f"ConfigError: config file {config}: cannot read it (Permission denied)"
-    )
+        for config in (unreadable, hidden):
+            assert call_as(uid, gid, lambda config=config: load(config)) == (
+                f"ConfigError: config file {config}: cannot read it (Permission denied)"
+            )
 
 
 def test_endpoints_follow_the_runtime_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
