@@ -54,12 +54,15 @@ def parse_time(text: str) -> datetime:
         raise ValueError(f"not an RFC 3339 time: {text!r} ({error})") from None
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*\Z")
+# `.5` and `5.` as well as `0.5`: the configuration once read plain seconds with float(),
+# which takes both, so a flag refused what the same key took in TOML or the environment.
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*\Z")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in `90`, `90s`, `15m`, `2h`, `1d` or `250ms`; ValueError otherwise."""
+    """Seconds in `90`, `1.5`, `.5`, `90s`, `15m`, `2h`, `1d` or `250ms`; ValueError
+    otherwise (a sign, an exponent, `inf` or `nan` included)."""
     match = _DURATION.match(text)
     if not match:
         raise ValueError(f"not a duration (use e.g. 90s, 15m, 2h): {text!r}")

@@ -36,11 +36,8 @@ def seconds(value: Any) -> Any:
     seconds setting goes through this, so a duration reads the same in TOML, the
     environment and `--set` as in a flag."""
     if isinstance(value, str) and value.strip():
-        text = value.strip()
-        try:
-            return float(text)
-        except ValueError:
-            return parse_duration(text)
+        # parse_duration alone, as for a flag: float() also took `1e3`, `+5`, `1_0`, `nan`.
+        return parse_duration(value)
     return value
 
 

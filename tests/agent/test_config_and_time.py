@@ -470,3 +470,33 @@ def test_a_toml_boolean_is_not_a_number(key: str, value: bool) -> None:
         config.write_text(f"{header}{leaf} = {str(value).lower()}\n")
         with pytest.raises(ConfigError, match=re.escape(key) + ": expected .*not a boolean"):
             load_settings(config)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    text=st.text(alphabet="0123456789.+-e _smhdinfa", max_size=8)
+    | st.from_regex(r"\A\s?\d{0,3}\.?\d{0,3}\s?(ms|s|m|h|d)?\s?\Z")
+)
+def test_a_flag_and_a_config_key_read_a_duration_the_same(text: str) -> None:
+    """README: durations read the same in flags, TOML, FOREWARN_* and --set. A key once read
+    plain seconds with float(): `1e3`, `+5` and `nan` loaded from the environment while the
+    flag refused them, and the flag refused `.5`."""
+    from forewarn.providers.settings import seconds
+
+    if not text.strip():
+        return  # an empty value is the field's own error
+    try:
+        flag: float | None = parse_duration(text)
+    except ValueError:
+        flag = None
+    try:
+        key: float | None = seconds(text)
+    except ValueError:
+        key = None
+    assert flag == key
+
+
+def test_half_a_second_reads_in_every_decimal_form() -> None:
+    assert parse_duration(".5") == parse_duration("0.5") == parse_duration("0.5s") == 0.5
+    assert parse_duration("5.") == 5 and parse_duration(".5m") == 30
+    assert load_settings(exit_margin=".5").exit_margin == 0.5
