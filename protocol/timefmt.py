@@ -39,13 +39,14 @@ def parse_time(text: str) -> datetime:
     fraction = match.group(7)
     micro = int((fraction[1:] + "000000")[:6]) if fraction else 0
     zone = match.group(8)
-    if zone in ("Z", "z"):
-        tz = timezone.utc
-    else:
-        sign = 1 if zone[0] == "+" else -1
-        digits = zone[1:].replace(":", "")
-        tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
     try:
+        if zone in ("Z", "z"):
+            tz = timezone.utc
+        else:
+            sign = 1 if zone[0] == "+" else -1
+            digits = zone[1:].replace(":", "")
+            # An offset of 24 hours or more is a ValueError of timezone() naming no text.
+            tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
         return datetime(year, month, day, hour, minute, second, micro, tzinfo=tz).astimezone(
             timezone.utc
         )
@@ -69,19 +70,34 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
+# A date and time as RFC 3339 writes them, offset or not: text that means to be a time.
+_TIMELIKE = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
 def parse_deadline(text: str, now: datetime | None = None) -> datetime:
-    """A deadline given as an RFC 3339 time or as a duration from now."""
+    """A deadline given as an RFC 3339 time or as a duration from now; ValueError saying what
+    is wrong otherwise, never OverflowError."""
     try:
         return parse_time(text)
-    except ValueError:
-        pass
+    except ValueError as error:
+        if _TIMELIKE.match(text.strip()):
+            # A time out of range, or one without its offset, is not 'not a duration'.
+            if not _RFC3339.match(text.strip()):
+                raise ValueError(
+                    f"not an RFC 3339 time: {text!r} (it needs seconds and a UTC offset: "
+                    "Z, or one such as +01:00)"
+                ) from None
+            raise error from None
     try:
         seconds = parse_duration(text)
     except ValueError:
         raise ValueError(
             f"not an RFC 3339 time or a duration such as 90s, 15m or 2h: {text!r}"
         ) from None
-    return (now or utcnow()) + timedelta(seconds=seconds)
+    try:
+        return (now or utcnow()) + timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"{text!r} is past the last time a date can hold") from None
 
 
 def duration_arg(text: str) -> float:

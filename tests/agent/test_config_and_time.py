@@ -172,6 +172,36 @@ def test_rfc3339_with_z_parses_on_every_python() -> None:
         parse_time("21 Jan 2019 09:00:43 GMT")
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(max_size=30)
+    | st.from_regex(r"\A\d{1,16}(\.\d{0,3})?(ms|s|m|h|d)?\Z")
+    | st.from_regex(r"\A\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d)?(\.\d+)?(Z|[+-]\d\d:\d\d)?\Z")
+)
+def test_parse_deadline_raises_only_value_error_naming_the_text(text: str) -> None:
+    """`99999999999999d` raised OverflowError ('Python int too large to convert to C int'),
+    which `forewarn drill digitalocean --deadline` did not catch."""
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    try:
+        parse_deadline(text, now)
+    except ValueError as error:
+        assert repr(text) in str(error)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("99999999999999d", "past the last time a date can hold"),
+        ("9999-12-31T23:59:59-01:00", "not an RFC 3339 time: '9999-12-31T23:59:59-01:00' (date"),
+        ("2030-01-01T00:00:00", "needs seconds and a UTC offset"),
+        ("2030-13-01T00:00:00Z", "month must be in 1..12"),
+    ],
+)
+def test_a_deadline_that_is_not_usable_says_why(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_deadline(text)
+
+
 def test_durations_and_deadlines() -> None:
     assert parse_duration("90s") == 90 and parse_duration("15m") == 900
     assert parse_duration("2h") == 7200 and parse_duration("250ms") == 0.25
