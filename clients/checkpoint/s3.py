@@ -16,6 +16,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from .backend import Backend, ObjectWriter, OnDone, Progress
 from .errors import StoreConfigError
@@ -449,13 +450,30 @@ def make_client(
     )
     # Signing needs some region; S3-compatible services accept us-east-1 when they ignore it.
     region_name = region or session.region_name or os.environ.get("AWS_REGION") or "us-east-1"
+    given = "endpoint_url" if endpoint_url else "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL"
+    url = (
+        endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    )
+    if url is not None:
+        # botocore takes `ftp://host` here and fails only at the first request, which read
+        # as a store that could not be read (exit 3) rather than bad input.
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError as exc:
+            raise StoreConfigError(
+                f"S3 endpoint ({given}) is not an http(s)://host[:port] URL: {exc}"
+            ) from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise StoreConfigError(
+                f"S3 endpoint ({given}) is not an http(s)://host[:port] URL: {url!r}"
+            )
     try:
         return session.client(
             "s3", endpoint_url=endpoint_url, region_name=region_name, config=config
         )
     except ValueError as exc:
         # botocore's "Invalid endpoint: htp:/host" is a bare ValueError: a typo, not a bug.
-        given = "endpoint_url" if endpoint_url else "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL"
         raise StoreConfigError(
             f"S3 endpoint ({given}) is not an http(s)://host[:port] URL: {exc}"
         ) from None

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def forewarn(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -126,6 +128,9 @@ def test_ls_show_get_and_prune(make_store: Any, store_url: str, tmp_path: Path) 
         (["prune", "{url}", "--keep", "0"], "at least 1"),
         (["ls", "{url}", "--endpoint-url", "http://127.0.0.1:9"], "apply to s3:// stores only"),
         (["ls", "s3://bucket/x", "--endpoint-url", "htp:/127.0.0.1:9"], "htp:/127.0.0.1:9"),
+        # botocore takes these and fails at the first request: 'cannot read', exit 3.
+        (["ls", "s3://bucket/x", "--endpoint-url", "ftp://127.0.0.1:9"], "ftp://127.0.0.1:9"),
+        (["ls", "s3://bucket/x", "--endpoint-url", "http://127.0.0.1:99999"], "Port out of range"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, argv: list[str], named: str) -> None:
@@ -166,3 +171,37 @@ def test_a_terminal_gets_a_progress_bar(tmp_path: Path) -> None:
     assert process.returncode == 0
     assert b"\rverifying step-000000000001 [" in drawn
     assert b"100% 3.0 MiB of 3.0 MiB" in drawn
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    url=st.text(max_size=30)
+    | st.builds(
+        "{}://{}{}".format,
+        st.sampled_from(["http", "https", "ftp", "s3", "htp", ""]),
+        st.sampled_from(["127.0.0.1", "", "[::1]", "h_st"]),
+        st.sampled_from(["", ":9", ":99999", ":x", "/p"]),
+    )
+)
+def test_an_s3_endpoint_is_refused_at_once_or_is_http(url: str) -> None:
+    """Whatever the endpoint text, the client is either refused with StoreConfigError naming
+    it or speaks http(s): `ftp://host` passed and failed only at the first request."""
+    from forewarn.clients.checkpoint.errors import StoreConfigError
+    from forewarn.clients.checkpoint.s3 import make_client
+
+    try:
+        client = make_client(
+            endpoint_url=url or None,
+            region="us-east-1",
+            access_key_id="a",
+            secret_access_key="b",
+            session_token=None,
+            profile=None,
+            addressing_style=None,
+            concurrency=1,
+            upload_checksums=False,
+        )
+    except StoreConfigError as error:
+        assert "S3 endpoint" in str(error)
+        return
+    assert client.meta.endpoint_url.startswith(("http://", "https://"))
