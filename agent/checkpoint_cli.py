@@ -50,9 +50,13 @@ def _step(text: str) -> int:
 
 
 def _keep(text: str) -> int:
-    value = _step(text)
+    # Not through _step: `--keep -1` said 'a step is not negative', and --keep is a count.
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
-        raise argparse.ArgumentTypeError("must keep at least 1 generation")
+        raise argparse.ArgumentTypeError(f"must keep at least 1 generation (got {value})")
     return value
 
 
