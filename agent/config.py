@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from forewarn.protocol.errors import ConfigError
 from forewarn.protocol.wire import EndpointError, resolve_endpoints, runtime_dir
 from forewarn.providers.registry import REGISTRY, Registry
-from forewarn.providers.settings import ProviderSettings, as_seconds
+from forewarn.providers.settings import ProviderSettings, read_value
 from pydantic import (
     BaseModel,
     Field,
@@ -142,7 +142,7 @@ class Settings(BaseSettings):
     @classmethod
     def _seconds_accept_durations(cls, value: Any, info: ValidationInfo) -> Any:
         # Every seconds key also takes a duration (`30s`), in TOML, environment and --set.
-        return as_seconds(cls.model_fields.get(info.field_name or ""), value)
+        return read_value(cls.model_fields.get(info.field_name or ""), value)
 
     @field_validator("providers", mode="before")
     @classmethod

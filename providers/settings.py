@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import types
+from pathlib import PurePath
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
@@ -76,6 +77,26 @@ def as_seconds(field: FieldInfo | None, value: Any) -> Any:
     return value
 
 
+def _holds_path(annotation: Any) -> bool:
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_holds_path(arg) for arg in get_args(annotation))
+    return isinstance(annotation, type) and issubclass(annotation, PurePath)
+
+
+def read_value(field: FieldInfo | None, value: Any) -> Any:
+    """`value` as a key of `field` reads it, whatever the source: an empty path is the key's
+    default (`FOREWARN_STATE_DIR=` was Path("."), the working directory, while the clients
+    read an empty FOREWARN_RUNTIME_DIR as unset); seconds as `as_seconds` reads them."""
+    if (
+        field is not None
+        and isinstance(value, str)
+        and not value.strip()
+        and _holds_path(field.annotation)
+    ):
+        return field.get_default(call_default_factory=True)
+    return as_seconds(field, value)
+
+
 def check_url(value: str, schemes: tuple[str, ...], bare_host: bool) -> str:
     """`value` as a base URL: a scheme among `schemes` (or, when `bare_host`, none: then it
     is `HOST[:PORT]` over http), a host, a valid port, no query or fragment."""
@@ -108,7 +129,7 @@ class ProviderSettings(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _seconds_accept_durations(cls, value: Any, info: ValidationInfo) -> Any:
-        return as_seconds(cls.model_fields.get(info.field_name or ""), value)
+        return read_value(cls.model_fields.get(info.field_name or ""), value)
 
 
 class EndpointSettings(ProviderSettings):
@@ -137,6 +158,7 @@ __all__ = [
     "as_seconds",
     "check_url",
     "is_seconds",
+    "read_value",
     "seconds",
     "whole_seconds",
 ]

@@ -8,7 +8,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from forewarn.protocol.timefmt import parse_duration
-from forewarn.providers.settings import as_seconds
+from forewarn.providers.settings import read_value
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
@@ -56,8 +56,8 @@ class WebhookSettings(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _not_a_boolean(cls, value: object, info: ValidationInfo) -> object:
-        return as_seconds(cls.model_fields.get(info.field_name or ""), value)
+    def _read_value(cls, value: object, info: ValidationInfo) -> object:
+        return read_value(cls.model_fields.get(info.field_name or ""), value)
 
     @field_validator("url")
     @classmethod

@@ -530,3 +530,33 @@ def test_half_a_second_reads_in_every_decimal_form() -> None:
     assert parse_duration(".5") == parse_duration("0.5") == parse_duration("0.5s") == 0.5
     assert parse_duration("5.") == 5 and parse_duration(".5m") == 30
     assert load_settings(exit_margin=".5").exit_margin == 0.5
+
+
+def _path_keys(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _path_keys(annotation, f"{prefix}{name}.")
+        elif "Path" in str(annotation):
+            yield prefix + name, field
+
+
+PATH_KEYS = dict(_path_keys(settings_model()))
+
+
+def test_the_path_keys_are_found() -> None:
+    assert {"runtime_dir", "state_dir", "local.flag_file", "kubernetes.token_file"} <= set(
+        PATH_KEYS
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.sampled_from(sorted(PATH_KEYS)), source=SOURCES, blank=st.sampled_from(["", " "]))
+def test_an_empty_path_is_the_keys_default_from_every_source(
+    key: str, source: str, blank: str
+) -> None:
+    """`FOREWARN_RUNTIME_DIR=` (an env file's empty line) made the agent bind its sockets in
+    its working directory, Path(""), while every client read the empty variable as unset
+    and looked in the default runtime directory."""
+    value = functools.reduce(getattr, key.split("."), _load(source, key, blank))
+    assert value == PATH_KEYS[key].get_default(call_default_factory=True)
