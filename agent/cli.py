@@ -73,6 +73,14 @@ def _duration(flag: str, *, positive: bool = False) -> Callable[[str], float]:
     return parse
 
 
+def _path(text: str) -> Path:
+    # Path("") is ".": `--runtime-dir "$DIR"` with DIR unset bound the agent's sockets in its
+    # working directory, where no client looks.
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (leave the flag out for the default)")
+    return Path(text)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -89,7 +97,7 @@ def _positive_int(text: str) -> int:
 def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", help="events endpoint (default: ipc://<runtime>/events)")
     parser.add_argument("--control", help="control endpoint (default: ipc://<runtime>/control)")
-    parser.add_argument("--runtime-dir", type=Path, help="runtime directory of the agent")
+    parser.add_argument("--runtime-dir", type=_path, help="runtime directory of the agent")
     parser.add_argument(
         "--allow-remote", action="store_true", help="accept endpoints that are not loopback"
     )
@@ -577,12 +585,12 @@ def build_parser(
     )
     agent.add_argument(
         "--config",
-        type=Path,
+        type=_path,
         help="TOML file (default: $FOREWARN_CONFIG, "
         "else /etc/forewarn/forewarn.toml when it exists)",
     )
-    agent.add_argument("--runtime-dir", type=Path, help="directory of the sockets and flag file")
-    agent.add_argument("--state-dir", type=Path, help="directory of the state file")
+    agent.add_argument("--runtime-dir", type=_path, help="directory of the sockets and flag file")
+    agent.add_argument("--state-dir", type=_path, help="directory of the state file")
     agent.add_argument("--events", help="events endpoint to bind")
     agent.add_argument("--control", help="control endpoint to bind")
     agent.add_argument(
@@ -720,7 +728,7 @@ def build_parser(
         default=20.0,
         help="with --background: the terminate's deadline, seconds after it is sent (default 20)",
     )
-    local.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
+    local.add_argument("--dir", type=_path, help="work directory (default: a temporary one)")
     local.add_argument("--keep", action="store_true", help="keep the work directory")
     if wanted("drill"):
         # The reclaim drill brings ctypes and the demo machine: not for `forewarn agent`.
