@@ -352,6 +352,7 @@ def load_settings(
     _CONFIG_FILE["path"] = path
     given = {key: value for key, value in overrides.items() if value is not None}
     model = settings_model(registry)
+    _check_environment_names(model)
     try:
         return model(**given)
     except ValidationError as error:
@@ -360,6 +361,34 @@ def load_settings(
         raise ConfigError(f"environment: {error}") from None
     finally:
         _CONFIG_FILE["path"] = None
+
+
+# FOREWARN_* variables that are not settings of the agent: read by `load_settings` itself, by
+# the client library in the training process, or by the DigitalOcean credentials file.
+_NOT_SETTINGS = ("CONFIG", "CHECKPOINT_", "IMAP_")
+
+
+def _check_environment_names(model: type[Settings]) -> None:
+    """A FOREWARN_ variable one typo away from a top-level key is an error naming the key it
+    resembles: pydantic-settings ignores an unknown one, so `FOREWARN_EXIT_MARGN=5` left the
+    margin at its default in silence (a section's unknown key is refused already)."""
+    keys = [name.upper() for name in model.model_fields]
+    sections = [
+        name.upper()
+        for name, field in model.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    ]
+    for variable in sorted(os.environ):
+        name = variable.upper().removeprefix("FOREWARN_")
+        if name == variable.upper() or name in keys or name.startswith(_NOT_SETTINGS):
+            continue
+        if any(name.startswith(section + "_") for section in sections):
+            continue  # pydantic names a section's unknown key itself
+        near = difflib.get_close_matches(name, keys, n=1, cutoff=0.8)
+        if near:
+            raise ConfigError(
+                f"environment {variable}: not a setting (did you mean FOREWARN_{near[0]}?)"
+            )
 
 
 def _check_toml(path: Path) -> None:

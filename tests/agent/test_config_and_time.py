@@ -560,3 +560,39 @@ def test_an_empty_path_is_the_keys_default_from_every_source(
     and looked in the default runtime directory."""
     value = functools.reduce(getattr, key.split("."), _load(source, key, blank))
     assert value == PATH_KEYS[key].get_default(call_default_factory=True)
+
+
+TOP_LEVEL = [
+    name
+    for name, field in Settings.model_fields.items()
+    if not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel))
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), key=st.sampled_from(TOP_LEVEL))
+def test_a_top_level_variable_one_typo_away_is_named_not_ignored(
+    data: st.DataObject, key: str
+) -> None:
+    """pydantic-settings ignores an unknown FOREWARN_ variable, so FOREWARN_EXIT_MARGN=5
+    left the margin at 30 s in silence."""
+    name = key.upper()
+    at = data.draw(st.integers(0, len(name) - 1), label="at")
+    typo = data.draw(
+        st.sampled_from([name[:at] + name[at + 1 :], name[:at] + "X" + name[at:]]), label="typo"
+    )
+    if typo in {other.upper() for other in Settings.model_fields}:
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(f"FOREWARN_{typo}", "5")
+        with pytest.raises(ConfigError, match=rf"environment FOREWARN_{typo}: not a setting"):
+            load_settings()
+
+
+def test_variables_of_the_client_and_far_from_any_key_are_not_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("CHECKPOINT_URL", "CHECKPOINT_KEEP", "CONFIG_UNUSED", "EXAMPLE_INTERVAL"):
+        monkeypatch.setenv(f"FOREWARN_{name}", "x")
+    monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
+    assert load_settings().exit_margin == 30
