@@ -510,7 +510,18 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     from .drill_local import run_local_drill
     from .drill_reclaim import run_reclaim_drill
 
-    sources = ["local", *(spec.name for spec in REGISTRY.with_simulator())]
+    # Only a simulator with a drill script can stand in for the control socket: DigitalOcean's
+    # (its notice is an email) passed this check and failed as 'drill failed', exit 1.
+    sources = ["local"]
+    for spec in REGISTRY.with_simulator():
+        assert spec.simulate is not None
+        if spec.simulate().drill_script():
+            sources.append(spec.name)
+    if args.source in REGISTRY and args.source not in sources:
+        raise UsageError(
+            f"drill local: --provider: {args.source} has no simulator the drill can run; "
+            f"choose among {', '.join(sources)}"
+        )
     if args.source not in sources:
         raise UsageError(f"drill local: --provider: {REGISTRY.unknown(args.source, sources)}")
     if args.background and (args.source != "local" or args.scenario != "quick"):

@@ -83,6 +83,11 @@ CASES = [
     (["agent"], {"FOREWARN_EXIT_MARGIN": "5x"}, "config key exit_margin: not a duration"),
     (["agent", "--config", "{toml}"], {}, "config key provider: unknown key (did you mean"),
     (["drill", "local", "--provider", "amazon"], {}, "--provider: unknown provider 'amazon'"),
+    (
+        ["drill", "local", "--provider", "digitalocean"],
+        {},
+        "--provider: digitalocean has no simulator",
+    ),
     (["simulate", "azur"], {}, "did you mean 'azure'"),
     (["notify", "terminate", "--deadline", "-5m"], {}, "--deadline: '-5m' is in the past"),
     (["notify", "drain", "--deadline", "soonish"], {}, "--deadline: not an RFC 3339 time"),
