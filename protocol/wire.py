@@ -67,8 +67,9 @@ def runtime_dir(*, for_agent: bool = False) -> Path:
     can enter it and an agent runs there), else `$XDG_RUNTIME_DIR/forewarn`, else
     /tmp/forewarn-<uid>."""
     explicit = os.environ.get(ENV_RUNTIME_DIR)
-    if explicit:
-        return Path(explicit)
+    if explicit and explicit.strip():
+        # As the agent's configuration reads it: blank is unset, `~` is a home directory.
+        return Path(os.path.expanduser(explicit))
     if _writable(SYSTEM_RUNTIME_DIR):
         return SYSTEM_RUNTIME_DIR
     # A client needs no write access there: a member of the system agent's group enters the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import types
 from pathlib import PurePath
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
@@ -86,14 +87,13 @@ def _holds_path(annotation: Any) -> bool:
 def read_value(field: FieldInfo | None, value: Any) -> Any:
     """`value` as a key of `field` reads it, whatever the source: an empty path is the key's
     default (`FOREWARN_STATE_DIR=` was Path("."), the working directory, while the clients
-    read an empty FOREWARN_RUNTIME_DIR as unset); seconds as `as_seconds` reads them."""
-    if (
-        field is not None
-        and isinstance(value, str)
-        and not value.strip()
-        and _holds_path(field.annotation)
-    ):
-        return field.get_default(call_default_factory=True)
+    read an empty FOREWARN_RUNTIME_DIR as unset), a path starting `~` is in a home
+    directory, as `wire.runtime_dir` reads it too; seconds as `as_seconds` reads them."""
+    if field is not None and isinstance(value, str) and _holds_path(field.annotation):
+        if not value.strip():
+            return field.get_default(call_default_factory=True)
+        # `state_dir = "~/forewarn"` made a directory named `~` in the working directory.
+        return os.path.expanduser(value)
     return as_seconds(field, value)
 
 

@@ -596,3 +596,25 @@ def test_variables_of_the_client_and_far_from_any_key_are_not_settings(
         monkeypatch.setenv(f"FOREWARN_{name}", "x")
     monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
     assert load_settings().exit_margin == 30
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    value=st.sampled_from(["", " ", "~", "~/run", "~root/run", "~nobody-such/x", "run", "/r"])
+    | st.text(st.characters(codec="utf-8", exclude_characters="\x00="), max_size=12)
+)
+def test_the_agent_and_its_clients_agree_on_the_runtime_directory(value: str) -> None:
+    """FOREWARN_RUNTIME_DIR is read by the agent's configuration and by every client
+    (`wire.runtime_dir`): a blank one, or one starting `~`, was read differently by each,
+    so the agent served where no client looked."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FOREWARN_RUNTIME_DIR", value)
+        assert load_settings().resolved_runtime_dir() == runtime_dir()
+
+
+def test_a_path_key_starting_with_a_tilde_is_in_the_home_directory(tmp_path: Path) -> None:
+    config = tmp_path / "f.toml"
+    config.write_text('state_dir = "~/forewarn-state"\n[local]\nflag_file = "~/flag"\n')
+    settings = load_settings(config)
+    assert settings.state_dir == Path.home() / "forewarn-state"
+    assert settings.local.flag_file == Path.home() / "flag"
