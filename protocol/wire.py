@@ -106,7 +106,22 @@ def resolve_endpoints(
     chosen = (events or default_events, control or default_control)
     for endpoint, what in zip(chosen, names, strict=True):
         check_endpoint(endpoint, allow_remote=allow_remote, what=what)
+    if _same_endpoint(*chosen):
+        # Two ipc binds on one path: the second replaced the first's socket file in silence,
+        # and the agent served events no client could reach.
+        raise EndpointError(
+            f"{names[0]} and {names[1]} are the same endpoint, {chosen[0]!r}; give each its own"
+        )
     return chosen
+
+
+def _same_endpoint(first: str, second: str) -> bool:
+    paths = ipc_path(first), ipc_path(second)
+    if paths[0] is not None and paths[1] is not None:
+        return os.path.normpath(os.path.abspath(paths[0])) == os.path.normpath(
+            os.path.abspath(paths[1])
+        )
+    return first == second
 
 
 def _is_loopback(host: str) -> bool:

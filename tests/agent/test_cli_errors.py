@@ -102,6 +102,12 @@ CASES = [
     (["wait", "--for", "exit"], {}, "--for: invalid choice 'exit'"),
     (["status", "--events", "tcp://10.0.0.1:5555"], {}, "not a loopback address"),
     (["watch", "--events", "ipc://@"], {}, "--events 'ipc://@': ipc:// needs a path"),
+    (
+        ["agent", "--events", "ipc://{file}.sock", "--control", "ipc://{file}.sock"],
+        {},
+        "events and control are the same endpoint",
+    ),
+    (["status", "--events", "ipc://@x", "--control", "ipc://@x"], {}, "--events and --control"),
     (["status", "--control", "ipc:///" + "a" * 120], {}, "Linux allows at most 107"),
     (["agent", "--events", "ipc:///tmp/" + "b" * 110], {}, "Linux allows at most 107"),
     (["agent", "--set", "exit_margin=5x"], {}, "config key exit_margin: not a duration"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import re
 import tempfile
 from collections.abc import Iterator
@@ -18,7 +19,13 @@ from forewarn.agent.cli import apply_sets
 from forewarn.agent.config import ConfigError, Settings, load_settings, settings_model
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, parse_time
-from forewarn.protocol.wire import EndpointError, check_endpoint, default_endpoints, runtime_dir
+from forewarn.protocol.wire import (
+    EndpointError,
+    check_endpoint,
+    default_endpoints,
+    resolve_endpoints,
+    runtime_dir,
+)
 from forewarn.providers.registry import REGISTRY
 from forewarn.providers.settings import as_seconds, is_seconds
 from hypothesis import given, settings
@@ -157,6 +164,23 @@ def test_an_endpoint_the_check_accepts_is_one_zmq_connects(endpoint: str) -> Non
         sock.connect(endpoint)
     finally:
         sock.close(linger=0)
+
+
+@pytest.mark.parametrize(
+    ("events", "control"),
+    [
+        ("ipc:///run/fw/events", "ipc:///run//fw/./events"),
+        ("ipc://relative/x", f"ipc://{os.getcwd()}/relative/x"),
+        ("ipc://@fw", "ipc://@fw"),
+        ("tcp://127.0.0.1:5555", "tcp://127.0.0.1:5555"),
+    ],
+)
+def test_events_and_control_on_one_endpoint_are_refused(events: str, control: str) -> None:
+    """Bound twice, one ipc path kept only the control socket's file: the agent ran and
+    served events no client could reach."""
+    with pytest.raises(EndpointError, match="events and control are the same endpoint"):
+        resolve_endpoints(Path("/run/fw"), events, control)
+    assert resolve_endpoints(Path("/run/fw"), events, "ipc:///run/fw/other")
 
 
 def test_remote_needs_the_explicit_flag() -> None:
