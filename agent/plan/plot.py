@@ -78,7 +78,9 @@ def draw(timing: Timing, intervals: Intervals, path: Path) -> None:
     """Draw the plot into `path` (PNG)."""
     figure = build_figure(timing, intervals)
     try:
-        figure.savefig(path)
+        # The format named, not guessed from the name: matplotlib appended `.png` to a name
+        # without it (`--plot /tmp` wrote /tmp.png) while the command said it wrote `path`.
+        figure.savefig(path, format="png")
     except OSError as error:
         raise PlotError(f"cannot write {path}: {error}") from None
     finally:

@@ -407,6 +407,25 @@ def test_plot_writes_a_png(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert target.stat().st_size > 20_000
 
 
+def test_plot_writes_exactly_the_path_it_names(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Without `.png` matplotlib added one, so `--plot /tmp` wrote /tmp.png and said it wrote
+    /tmp; a directory is now a path it cannot write (exit 2)."""
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "plan"
+    assert plan_cli.main([*FIGURES, *PRICES, "--plot", str(target)]) == 0
+    assert f"plot written to {target}" in capsys.readouterr().out
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "plan.png").exists()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert plan_cli.main([*FIGURES, *PRICES, "--plot", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"forewarn: plan: --plot: cannot write {folder}") and err.count("\n") == 1
+    assert not (tmp_path / "folder.png").exists()
+
+
 def test_a_plan_from_the_telemetry_of_forewarn_drill_local(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
