@@ -121,6 +121,12 @@ def _fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"must be a share such as 3% or 0.03 (got {text!r})"
         ) from None
+    if not percent and value > 1:
+        # A bare `5` is ambiguous: `--warn-tax 5` was read as 500% (so never warned) and
+        # `--no-notice-share 50` said 'must be at most 100% (got 50.0)'.
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a share: write {text.strip()}% or {value / 100:g} (a fraction)"
+        )
     return value / 100 if percent else value
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from forewarn.agent.plan import cli as plan_cli
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import forewarn_cmd, run_forewarn
 
@@ -339,6 +339,13 @@ def test_late_notices_in_the_telemetry_count_as_without(
         (["--params", "7B", "--optimizer", "adam", "--bandwidth", "1GB/s"], "--optimizer"),
         (["--checkpoint-gb", "2", "--params", "7B"], "not allowed with"),
         (["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-share", "150%"], "--no-notice-share"),
+        # A bare number past 1 is no share: `--warn-tax 5` was read as 500%, never warning.
+        (
+            ["--checkpoint", "10s", "--tax", "3%", "--warn-tax", "5"],
+            "--warn-tax: '5' is not a share",
+        ),
+        (["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-share", "50"], "write 50% or 0.5"),
+        (["--checkpoint", "10s", "--tax", "3"], "--tax: '3' is not a share: write 3% or 0.03"),
         (
             ["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-per-day", "2"],
             "--no-notice-per-day",
@@ -783,3 +790,15 @@ def test_the_input_parsers_answer_a_finite_value_or_refuse(text: str) -> None:
             assert str(error)
         else:
             assert math.isfinite(value) and value >= 0, (parse, text, value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.from_regex(r"\A\s?\d{0,4}(\.\d{0,3})?%?\s?\Z") | st.text(max_size=8))
+def test_a_share_is_refused_or_between_0_and_1(text: str) -> None:
+    """Every share flag (PCT) reads `3%` or `0.03`: what it takes is a fraction from 0 to 1,
+    and a bare number past 1 (a percentage without its sign) is refused, never 100 times it."""
+    try:
+        value = plan_cli._fraction(text)
+    except argparse.ArgumentTypeError:
+        return
+    assert 0 <= value <= (float(text.strip().removesuffix("%")) / 100 if "%" in text else 1)
