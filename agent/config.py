@@ -316,6 +316,13 @@ def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
             problems.append(text)
             continue
         message = str(item["msg"]).removeprefix("Value error, ")
+        if item["type"] == "model_type":
+            # pydantic says 'a valid dictionary or instance of Settings': a class name.
+            leaf = str(loc[-1]) if loc else ""
+            message = (
+                f"a section, not a value: set its keys ([{leaf}] in TOML, "
+                f"FOREWARN_{leaf.upper()}_<KEY>, --set {leaf}.KEY=VALUE)"
+            )
         value = item.get("input")
         shown = ""
         if not isinstance(value, dict) and not _SECRET.search(key) and repr(value) not in message:

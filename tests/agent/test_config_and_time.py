@@ -642,3 +642,19 @@ def test_a_path_key_starting_with_a_tilde_is_in_the_home_directory(tmp_path: Pat
     settings = load_settings(config)
     assert settings.state_dir == Path.home() / "forewarn-state"
     assert settings.local.flag_file == Path.home() / "flag"
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"), [("aws = 5", "aws"), ('webhook = "x"', "webhook"), ("local = [1]", "local")]
+)
+def test_a_value_where_a_section_belongs_says_it_is_a_section(
+    tmp_path: Path, toml: str, key: str
+) -> None:
+    """The message was pydantic's 'a valid dictionary or instance of Settings': a class."""
+    config = tmp_path / "f.toml"
+    config.write_text(toml + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config)
+    text = str(caught.value)
+    assert text.startswith(f"config key {key}: a section, not a value: set its keys ([{key}]")
+    assert "instance of" not in text
