@@ -26,7 +26,7 @@ from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import duration_arg
 
 from .sim_faults import FaultError, parse_fault_flag
-from .simulator import CONTROL_PREFIX, SimError, SimServer, Simulator
+from .simulator import CONTROL_PREFIX, SimError, SimServer, Simulator, check_after
 
 log = logging.getLogger("forewarn.simulate")
 
@@ -133,6 +133,10 @@ class SimulatorCommand:
             after = getattr(args, f"{script.flag.replace('-', '_')}_after", None)
             if after is not None:
                 try:
+                    check_after(after)
+                except SimError as error:
+                    raise UsageError(f"--{script.flag}-after: {error}") from None
+                try:
                     extra = script.notice(args)
                 except (SimError, ValueError) as error:
                     raise UsageError(str(error)) from None
@@ -152,7 +156,10 @@ class SimulatorCommand:
                 except SimError as error:
                     raise UsageError(f"--notice {kind}: {error}") from None
             else:
-                sim.schedule(float(after), kind, fields)
+                try:
+                    sim.schedule(after, kind, fields)
+                except SimError as error:
+                    raise UsageError(f"--notice {kind}: {error}") from None
         return sim
 
 

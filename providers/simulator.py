@@ -149,7 +149,9 @@ class Simulator:
             self._timers.append(timer)
 
     def schedule(self, after: float, kind: str, fields: dict[str, Any]) -> None:
-        """Raise a notice `after` seconds from now (scripted notices)."""
+        """Raise a notice `after` seconds from now (scripted notices); SimError for an
+        `after` out of range."""
+        after = check_after(after)
 
         def fire() -> None:
             try:
@@ -328,13 +330,28 @@ class Simulator:
             self.changed.notify_all()
 
 
+# The longest delay before a scheduled notice or fault: as long as a fault may last.
+MAX_AFTER = 30 * 86400.0
+
+
+def check_after(after: Any) -> float:
+    """`after` as seconds, or SimError: a number from 0 to MAX_AFTER. A larger one (or
+    Infinity) reached threading.Timer, whose thread died with OverflowError: the 202 came
+    back and the notice was never raised."""
+    if (
+        isinstance(after, bool)
+        or not isinstance(after, (int, float))
+        or not 0 <= after <= MAX_AFTER
+    ):
+        raise SimError(
+            f'"after" must be a number of seconds from 0 to {MAX_AFTER:g}, got {after!r}'
+        )
+    return float(after)
+
+
 def _after(fields: dict[str, Any]) -> float | None:
     after = fields.pop("after", None)
-    if after is not None and (
-        isinstance(after, bool) or not isinstance(after, (int, float)) or after < 0
-    ):
-        raise SimError(f'"after" must be a number of seconds >= 0, got {after!r}')
-    return None if after is None else float(after)
+    return None if after is None else check_after(after)
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

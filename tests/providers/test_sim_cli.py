@@ -146,6 +146,8 @@ BAD = [
     (["--fault", "hang,seconds=soon"], "seconds"),
     (["--fault", "status,oops"], "key=value"),
     (["--notice", "volcano"], "volcano"),
+    # Past what a timer takes: its thread died with OverflowError, the simulator ran on.
+    (["--notice", "volcano,after=99999999999d"], "volcano"),
     (["--ready-file"], "--ready-file"),
 ]
 
@@ -173,6 +175,8 @@ def test_bad_values_exit_2_with_one_line(provider: str, capsys: pytest.CaptureFi
     ("args", "named"),
     [
         (["aws", "--spot-after", "soon"], "--spot-after"),
+        (["aws", "--spot-after", "99999999999d"], '--spot-after: "after" must be a number'),
+        (["gcp", "--notice", "preempt,after=99999999d"], '"after" must be a number'),
         (["aws", "--scheduled", "volcano@1h"], "volcano"),
         (["gcp", "--maintenance-kind", "REBOOT"], "--maintenance-kind"),
         (["azure", "--vmss-name", "set"], "instance-id"),

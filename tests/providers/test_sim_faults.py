@@ -206,6 +206,7 @@ def test_a_fault_with_after_starts_later(served: Served) -> None:
         ({"kind": "status", "path": "latest"}, "path"),
         ({"kind": "status", "colour": "red"}, "colour"),
         ({"kind": "status", "after": -3}, "after"),
+        ({"kind": "status", "after": 1e300}, "after"),
     ],
 )
 def test_a_bad_fault_is_a_400_naming_what_was_wrong(
@@ -214,6 +215,30 @@ def test_a_bad_fault_is_a_400_naming_what_was_wrong(
     answer = served.http.post("/_sim/faults", json=body)
     assert answer.status_code == 400
     assert named in answer.json()["error"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(after=st.floats() | st.integers(-(10**20), 10**20) | st.booleans() | st.text(max_size=4))
+def test_after_is_a_bounded_number_of_seconds_or_a_sim_error(after: Any) -> None:
+    """A scheduled notice's `after` reached threading.Timer unbounded: 1e300 (or Infinity in
+    JSON) killed the timer's thread with OverflowError after the 202, and nothing was raised."""
+    from forewarn.providers.simulator import MAX_AFTER, SimError, check_after
+
+    try:
+        seconds = check_after(after)
+    except SimError as error:
+        assert '"after" must be' in str(error)
+        return
+    assert 0 <= seconds <= MAX_AFTER
+
+
+def test_a_notice_scheduled_too_far_ahead_is_a_400(served: Served) -> None:
+    if not served.sim.notice_kinds:
+        pytest.skip("this simulator raises no notices")
+    kind = served.sim.notice_kinds[0]
+    for after in (1e300, 10**12, -1):
+        answer = served.http.post("/_sim/notices", json={"kind": kind, "after": after})
+        assert answer.status_code == 400 and "after" in answer.json()["error"], answer.text
 
 
 def test_bad_control_bodies_are_400s(served: Served) -> None:
