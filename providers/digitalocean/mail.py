@@ -166,12 +166,20 @@ _DATES = {
     "mdy": _MONTH + r"\s+" + _DAY + r",?\s+(?P<y>\d{4})",
     "dmy": _DAY + r"\s+" + _MONTH + r",?\s+(?P<y>\d{4})",
 }
+_CLOCK = (
+    r"(?P<H{n}>\d{{1,2}}):(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?"
+    r"\s*(?P<ampm{n}>[ap]\.?m\.?)?"
+)
+# A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after
+# its end; its start is the deadline. Without this, "-16:00" was read as a UTC offset.
 _TIME = (
-    r"(?P<H>\d{1,2}):(?P<M>\d{2})(?::(?P<S>\d{2})(?:\.\d+)?)?"
-    r"\s*(?P<ampm>[ap]\.?m\.?)?"
+    _CLOCK.format(n="")
+    + r"(?:\s*(?:-|\u2013|\u2014|to|and|until)\s*"
+    + _CLOCK.format(n="2")
+    + r")?"
     r"\s*(?P<zone>UTC|GMT|Z|[+-]\d{2}:?\d{2})(?![\w:])"
 )
-_DATE_THEN_TIME = r"(?:T|,?\s+(?:at\s+)?)"
+_DATE_THEN_TIME = r"(?:T|,?\s+(?:(?:at|between|from)\s+)?)"
 _TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:[a-z]+day,?\s+)?"
 _WRITTEN_TIMES = [
     re.compile(pattern, re.IGNORECASE)
@@ -185,15 +193,29 @@ _RELATIVE = re.compile(
 )
 
 
-def _written_time(match: re.Match[str]) -> datetime | None:
+def _hour(hour: int, ampm: str) -> int | None:
+    if not ampm:
+        return hour
+    if not 1 <= hour <= 12:
+        return None
+    return hour % 12 + (12 if ampm == "pm" else 0)
+
+
+def _written_time(match: re.Match[str]) -> tuple[datetime, datetime] | None:
+    """The time written, and for a window its end (else the time again), in UTC."""
     parts = match.groupdict()
     month = int(parts["m"]) if parts.get("m") else _MONTHS[parts["mon"].lower()]
     hour, minute, second = int(parts["H"]), int(parts["M"]), int(parts["S"] or 0)
     ampm = (parts["ampm"] or "").lower().replace(".", "")
-    if ampm:
-        if not 1 <= hour <= 12:
-            return None
-        hour = hour % 12 + (12 if ampm == "pm" else 0)
+    ampm2 = (parts["ampm2"] or "").lower().replace(".", "")
+    if parts["H2"] is not None and ampm2 and not ampm:
+        # "1:30-3:30 PM": the start takes the end's half of the day, or the other half when
+        # it would come after the end ("11:00 - 1:00 PM").
+        later = int(parts["H"]) % 12 <= int(parts["H2"]) % 12
+        ampm = ampm2 if later else ("am" if ampm2 == "pm" else "pm")
+    start_hour = _hour(hour, ampm)
+    if start_hour is None:
+        return None
     zone = parts["zone"].upper()
     try:
         if zone in ("UTC", "GMT", "Z"):
@@ -202,20 +224,35 @@ def _written_time(match: re.Match[str]) -> datetime | None:
             digits = zone[1:].replace(":", "")
             offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
             tz = timezone(offset if zone[0] == "+" else -offset)
-        moment = datetime(int(parts["y"]), month, int(parts["d"]), hour, minute, second, 0, tz)
-        return moment.astimezone(timezone.utc)
+        moment = datetime(
+            int(parts["y"]), month, int(parts["d"]), start_hour, minute, second, 0, tz
+        )
+        until = moment
+        if parts["H2"] is not None:
+            end_hour = _hour(int(parts["H2"]), ampm2 or ampm)
+            if end_hour is None:
+                return None
+            until = moment.replace(
+                hour=end_hour, minute=int(parts["M2"]), second=int(parts["S2"] or 0)
+            )
+            if until < moment:  # "between 23:00 and 01:00": the window ends the next day
+                until += timedelta(days=1)
+        return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
     # 31 February, 25:00, an offset of +99:00; OverflowError: in UTC it falls before the
     # year 1 or after 9999.
     except (ValueError, OverflowError):
         return None
 
 
-def _candidates(text: str, sent: datetime | None) -> Iterator[tuple[int, int, datetime, str]]:
+def _candidates(
+    text: str, sent: datetime | None
+) -> Iterator[tuple[int, int, datetime, datetime, str]]:
+    """(position, -length, time, end of its window, words) of each time in `text`."""
     for pattern in _WRITTEN_TIMES:
         for match in pattern.finditer(text):
-            moment = _written_time(match)
-            if moment is not None:
-                yield match.start(), -len(match.group(0)), moment, match.group(0)
+            written = _written_time(match)
+            if written is not None:
+                yield match.start(), -len(match.group(0)), *written, match.group(0)
     if sent is not None:
         for match in _RELATIVE.finditer(text):
             unit = match.group("unit").lower()
@@ -224,13 +261,15 @@ def _candidates(text: str, sent: datetime | None) -> Iterator[tuple[int, int, da
                 moment = sent + timedelta(hours=hours)
             except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too
                 continue
-            yield match.start(), -len(match.group(0)), moment, match.group(0)
+            yield match.start(), -len(match.group(0)), moment, moment, match.group(0)
 
 
 def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | None:
     """The first time written in `text` that can be the deadline, with the words it came from.
 
-    Understood forms (case-insensitive; each needs UTC, GMT, Z or a numeric offset):
+    Understood forms (case-insensitive; each needs UTC, GMT, Z or a numeric offset), and a
+    window of them (`between 14:00 and 16:00 UTC`, `14:00-16:00 UTC`) whose start is the
+    deadline:
     RFC 3339 (`2026-12-01T14:30:00Z`), RFC 2822 (`Tue, 01 Dec 2026 14:30:00 +0000`),
     `2026-12-01 14:30 UTC`, `at 14:30 UTC on 2026-12-01`, `on 2026-12-01 at 14:30 UTC`,
     `December 1, 2026 at 2:30 PM UTC`, `1 Dec 2026 14:30 GMT`, and, relative to the mail's
@@ -239,8 +278,12 @@ def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | No
     """
     earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None
     latest = _shifted(sent, _FUTURE_LIMIT) if sent is not None else None
-    for _start, _length, moment, words in sorted(_candidates(text, sent), key=lambda c: c[:2]):
-        if (earliest is not None and moment < earliest) or (latest is not None and moment > latest):
+    for _start, _length, moment, until, words in sorted(
+        _candidates(text, sent), key=lambda c: c[:2]
+    ):
+        # A window that had begun when the mail was sent still counts: its start is the
+        # deadline, already past.
+        if (earliest is not None and until < earliest) or (latest is not None and moment > latest):
             continue
         return moment, words
     return None

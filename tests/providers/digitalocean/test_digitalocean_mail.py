@@ -109,6 +109,59 @@ def test_deadline_forms(text: str, expected: str) -> None:
     assert found[0].isoformat() == expected
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "reclaimed between 14:00 and 16:00 UTC on 2026-12-01.",
+        "reclaimed on 2026-12-01 between 14:00 and 16:00 UTC.",
+        "reclaimed on 2026-12-01 from 14:00 to 16:00 UTC.",
+        "reclaim window: 2026-12-01 14:00-16:00 UTC.",
+        "reclaim window: 2026-12-01 14:00 \u2013 16:00 UTC.",
+        "reclaimed on December 1, 2026 between 2:00 and 4:00 PM UTC.",
+        "reclaimed between 2:00 PM and 4:00 PM UTC on December 1, 2026.",
+    ],
+)
+def test_a_window_s_start_is_the_deadline(text: str) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == datetime(2026, 12, 1, 14, 0, tzinfo=timezone.utc), found
+
+
+def test_a_window_that_began_before_the_mail_was_sent_is_the_deadline() -> None:
+    sent = datetime(2026, 12, 1, 14, 25, tzinfo=timezone.utc)
+    found = find_deadline("reclaimed between 14:00 and 16:00 UTC on 2026-12-01.", sent)
+    assert found is not None
+    assert found[0] == datetime(2026, 12, 1, 14, 0, tzinfo=timezone.utc)
+    # A window across midnight ends the next day.
+    late = find_deadline("on 2026-12-01 between 23:00 and 01:00 UTC", SENT)
+    assert late is not None and late[0] == datetime(2026, 12, 1, 23, 0, tzinfo=timezone.utc)
+
+
+_CLOCKS = st.tuples(st.integers(min_value=0, max_value=23), st.integers(min_value=0, max_value=59))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=_CLOCKS,
+    end=_CLOCKS,
+    form=st.sampled_from(
+        [
+            "between {s} and {e} UTC on 2026-12-01",
+            "on 2026-12-01 between {s} and {e} UTC",
+            "2026-12-01 {s}-{e} UTC",
+            "2026-12-01 {s} to {e} UTC",
+        ]
+    ),
+)
+def test_any_window_gives_its_start(
+    start: tuple[int, int], end: tuple[int, int], form: str
+) -> None:
+    text = form.format(s="{:02d}:{:02d}".format(*start), e="{:02d}:{:02d}".format(*end))
+    found = find_deadline(f"Droplet 424242424 will be reclaimed {text}.", None)
+    assert found is not None, text
+    assert found[0] == datetime(2026, 12, 1, *start, tzinfo=timezone.utc), text
+
+
 def test_times_before_the_mail_and_times_without_a_zone_are_passed_over() -> None:
     text = (
         "Droplet created 2026-11-02 08:00 UTC. At 13:00 on 2026-12-01 local time... "
