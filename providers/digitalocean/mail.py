@@ -177,7 +177,9 @@ _TIME = (
     + r"(?:\s*(?:-|\u2013|\u2014|to|and|until)\s*"
     + _CLOCK.format(n="2")
     + r")?"
-    r"\s*(?P<zone>UTC|GMT|Z|[+-]\d{2}:?\d{2})(?![\w:])"
+    # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour or
+    # more off.
+    r"\s*(?P<zone>(?:UTC|GMT)\s*[+-]\s*\d{1,2}(?::?\d{2})?|UTC|GMT|Z|[+-]\d{2}:?\d{2})(?![\w:])"
 )
 _DATE_THEN_TIME = r"(?:T|,?\s+(?:(?:at|between|from)\s+)?)"
 _TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:[a-z]+day,?\s+)?"
@@ -216,13 +218,15 @@ def _written_time(match: re.Match[str]) -> tuple[datetime, datetime] | None:
     start_hour = _hour(hour, ampm)
     if start_hour is None:
         return None
-    zone = parts["zone"].upper()
+    zone = re.sub(r"^(?:UTC|GMT)|\s", "", parts["zone"].upper())
     try:
-        if zone in ("UTC", "GMT", "Z"):
+        if zone in ("", "Z"):
             tz = timezone.utc
         else:
-            digits = zone[1:].replace(":", "")
-            offset = timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+            hours, _, minutes = zone[1:].partition(":")
+            if not minutes and len(hours) > 2:  # +0130
+                hours, minutes = hours[:-2], hours[-2:]
+            offset = timedelta(hours=int(hours), minutes=int(minutes or 0))
             tz = timezone(offset if zone[0] == "+" else -offset)
         moment = datetime(
             int(parts["y"]), month, int(parts["d"]), start_hour, minute, second, 0, tz
@@ -267,7 +271,8 @@ def _candidates(
 def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | None:
     """The first time written in `text` that can be the deadline, with the words it came from.
 
-    Understood forms (case-insensitive; each needs UTC, GMT, Z or a numeric offset), and a
+    Understood forms (case-insensitive; each needs UTC, GMT, Z, a numeric offset or one
+    after UTC or GMT such as `UTC+1`), and a
     window of them (`between 14:00 and 16:00 UTC`, `14:00-16:00 UTC`) whose start is the
     deadline:
     RFC 3339 (`2026-12-01T14:30:00Z`), RFC 2822 (`Tue, 01 Dec 2026 14:30:00 +0000`),

@@ -162,6 +162,41 @@ def test_any_window_gives_its_start(
     assert found[0] == datetime(2026, 12, 1, *start, tzinfo=timezone.utc), text
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-12-01 15:30 UTC+1", "2026-12-01T14:30:00+00:00"),
+        ("2026-12-01 15:30 UTC+01:00", "2026-12-01T14:30:00+00:00"),
+        ("2026-12-01 09:30 GMT-5", "2026-12-01T14:30:00+00:00"),
+        ("2026-12-01 20:00 UTC+5:30", "2026-12-01T14:30:00+00:00"),
+        ("2026-12-01 14:30 UTC+0", "2026-12-01T14:30:00+00:00"),
+        ("at 3:30 PM UTC + 1 on December 1, 2026", "2026-12-01T14:30:00+00:00"),
+    ],
+)
+def test_an_offset_after_utc_or_gmt_counts(text: str, expected: str) -> None:
+    found = find_deadline(f"reclaimed at {text}.", SENT)
+    assert found is not None, text
+    assert found[0].isoformat() == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hours=st.integers(min_value=-14, max_value=14),
+    minutes=st.sampled_from([0, 30, 45]),
+    name=st.sampled_from(["UTC", "GMT"]),
+    colon=st.booleans(),
+)
+def test_any_utc_offset_is_applied(hours: int, minutes: int, name: str, colon: bool) -> None:
+    offset = timedelta(hours=abs(hours), minutes=minutes) * (-1 if hours < 0 else 1)
+    local = datetime(2026, 12, 1, 12, 0) + offset
+    written = f"{abs(hours):02d}{':' if colon else ''}{minutes:02d}" if minutes else str(abs(hours))
+    sign = "-" if hours < 0 else "+"
+    text = f"reclaimed at {local:%Y-%m-%d %H:%M} {name}{sign}{written}."
+    found = find_deadline(text, None)
+    assert found is not None, text
+    assert found[0] == datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc), text
+
+
 def test_times_before_the_mail_and_times_without_a_zone_are_passed_over() -> None:
     text = (
         "Droplet created 2026-11-02 08:00 UTC. At 13:00 on 2026-12-01 local time... "
@@ -282,6 +317,12 @@ _RELATIVE = st.builds(
 )
 _ZONES = st.one_of(
     st.sampled_from(["Z", " UTC", " GMT"]),
+    st.builds(
+        " {}{}{}".format,
+        st.sampled_from(["UTC", "GMT"]),
+        st.sampled_from("+-"),
+        st.from_regex(r"\A\d{1,2}(:?\d{2})?\Z"),
+    ),
     st.builds(
         "{}{:02d}:{:02d}".format,
         st.sampled_from("+-"),
