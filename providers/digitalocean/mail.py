@@ -77,7 +77,7 @@ class Mail:
     subject: str
     date: datetime | None
     message_id: str | None
-    text: str  # the text/plain body, else the text of the HTML body
+    text: str  # the text/plain body, then the text of the HTML body
     auth_results: tuple[str, ...]
     drill: bool
 
@@ -125,15 +125,20 @@ def _header_date(value: Any) -> datetime | None:
 
 
 def _body_text(message: EmailMessage) -> str:
-    part = message.get_body(preferencelist=("plain", "html"))
-    if part is None:
-        return ""
-    content = part.get_content()
-    text = content if isinstance(content, str) else content.decode("utf-8", "replace")
-    if part.get_content_subtype() == "html":
-        text = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", text)
-        text = html.unescape(re.sub(r"<[^>]+>", " ", text))
-    return text
+    # Both forms of a multipart/alternative: a text part may be only "view this mail in an
+    # HTML-capable client" while the notice is in the HTML part.
+    texts = []
+    for kind in ("plain", "html"):
+        part = message.get_body(preferencelist=(kind,))
+        if part is None:
+            continue
+        content = part.get_content()
+        text = content if isinstance(content, str) else content.decode("utf-8", "replace")
+        if kind == "html":
+            text = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", text)
+            text = html.unescape(re.sub(r"<[^>]+>", " ", text))
+        texts.append(text)
+    return "\n".join(texts)
 
 
 # Times in the text. Every form needs a zone (UTC, GMT, Z or an offset): a time without one

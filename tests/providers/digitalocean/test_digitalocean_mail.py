@@ -240,6 +240,29 @@ def test_the_html_part_is_read_when_there_is_no_text_part() -> None:
     assert report.deadline == datetime(2026, 12, 1, 14, 10, tzinfo=timezone.utc)
 
 
+def test_the_html_part_is_read_when_the_text_part_says_nothing() -> None:
+    raw = reclaim_mail(
+        "Please view this email in an HTML-capable mail client.",
+        html="<p>Droplet <b>gpu-spot-1</b> will be reclaimed at 2026-12-01 14:10 UTC.</p>",
+    )
+    report = verdict(raw).report
+    assert report is not None
+    assert report.deadline == datetime(2026, 12, 1, 14, 10, tzinfo=timezone.utc)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    placeholder=st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=60),
+    in_html=st.booleans(),
+)
+def test_the_notice_is_found_in_either_part(placeholder: str, in_html: bool) -> None:
+    notice = "Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC."
+    plain, markup = (placeholder, f"<p>{notice}</p>") if in_html else (notice, placeholder)
+    report = verdict(reclaim_mail(plain, html=markup)).report
+    assert report is not None
+    assert report.deadline == datetime(2026, 12, 1, 14, 10, tzinfo=timezone.utc)
+
+
 def test_require_dkim() -> None:
     unsigned = reclaim_mail()
     assert verdict(unsigned, require_dkim=True).report is None
