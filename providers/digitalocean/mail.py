@@ -3,7 +3,8 @@
 A mail is a reclaim notice for this droplet when its From address matches the sender
 pattern, its Subject matches the subject pattern, and its subject or body names this
 droplet's id or name. Its deadline is the first time written in the mail (see
-`find_deadline` for the forms understood) that is not before the mail was sent; without one
+`find_deadline` for the forms understood), from the line naming this droplet on, that is
+not before the mail was sent; without one
 it is the mail's Date plus the configured lead.
 """
 
@@ -136,6 +137,8 @@ def _body_text(message: EmailMessage) -> str:
         text = content if isinstance(content, str) else content.decode("utf-8", "replace")
         if kind == "html":
             text = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", text)
+            # Rows, paragraphs and breaks end lines: a table of droplets stays one per line.
+            text = re.sub(r"(?i)<br\b[^>]*>|</(?:tr|p|div|li|h[1-6]|table)\s*>", "\n", text)
             text = html.unescape(re.sub(r"<[^>]+>", " ", text))
         texts.append(text)
     return "\n".join(texts)
@@ -307,13 +310,21 @@ def _shifted(moment: datetime, delta: timedelta) -> datetime | None:
         return None
 
 
-def _names_droplet(text: str, rules: MatchRules) -> str | None:
-    if rules.droplet_id and re.search(rf"(?<!\d){re.escape(rules.droplet_id)}(?!\d)", text):
-        return "id"
+def _names_droplet(text: str, rules: MatchRules) -> tuple[str, int] | None:
+    """What names this droplet (id first, then name) and where it is first named."""
+    found: list[tuple[str, int]] = []
+    if rules.droplet_id:
+        by_id = re.search(rf"(?<!\d){re.escape(rules.droplet_id)}(?!\d)", text)
+        if by_id:
+            found.append(("id", by_id.start()))
     name = rules.droplet_name
-    if name and re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE):
-        return "name"
-    return None
+    if name:
+        by_name = re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE)
+        if by_name:
+            found.append(("name", by_name.start()))
+    if not found:
+        return None
+    return found[0][0], min(at for _, at in found)
 
 
 _DKIM_PASS = re.compile(r"\bdkim=pass\b[^;]*?\bheader\.[di]=@?(?P<domain>[a-z0-9.-]+)", re.I)
@@ -337,13 +348,18 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         return Verdict(None, f"subject {mail.subject!r} does not match")
     if rules.require_dkim and not _dkim_passes(mail):
         return Verdict(None, f"no dkim=pass for {mail.sender!r} in Authentication-Results")
-    named = _names_droplet(f"{mail.subject}\n{mail.text}", rules)
-    if named is None:
+    text = f"{mail.subject}\n{mail.text}"
+    naming = _names_droplet(text, rules)
+    if naming is None:
         return Verdict(None, "names neither this droplet's id nor its name")
+    named, at = naming
     sent = mail.date
     if sent is not None and now - sent > rules.max_age:
         return Verdict(None, f"dated {format_time(sent)}, older than max_age")
-    found = find_deadline(f"{mail.subject}\n{mail.text}", sent)
+    # A digest lists several droplets, each with its time (a table row, a line, a block):
+    # the time for this droplet is the first one from the line naming it on. Only when
+    # none follows is it a time written before, such as a heading for all of them.
+    found = find_deadline(text[text.rfind("\n", 0, at) + 1 :], sent) or find_deadline(text, sent)
     if found is not None:
         deadline, words = found
         source = f"text: {words.strip()}"

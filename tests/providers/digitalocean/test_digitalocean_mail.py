@@ -263,6 +263,71 @@ def test_the_notice_is_found_in_either_part(placeholder: str, in_html: bool) -> 
     assert report.deadline == datetime(2026, 12, 1, 14, 10, tzinfo=timezone.utc)
 
 
+def _html_mail(markup: str) -> bytes:
+    message = EmailMessage()
+    message["From"] = "no-reply@digitalocean.com"
+    message["Subject"] = "Spot Droplet reclaim notice"
+    message["Date"] = format_datetime(SENT)
+    message.set_content(markup, subtype="html")
+    return bytes(message)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        reclaim_mail(
+            "These Spot Droplets will be reclaimed:\n"
+            "- gpu-spot-2 (ID 111): 2026-12-01 13:00 UTC\n"
+            "- gpu-spot-1 (ID 424242424): 2026-12-01 14:30 UTC\n"
+            "- gpu-spot-10 (ID 4242424240): 2026-12-01 13:15 UTC\n"
+        ),
+        reclaim_mail(
+            "Droplet: gpu-spot-2\nReclaim: 2026-12-01 13:00 UTC\n\n"
+            "Droplet: gpu-spot-1\nReclaim: 2026-12-01 14:30 UTC\n"
+        ),
+        _html_mail(
+            "<table><tr><th>Droplet</th><th>ID</th><th>Reclaim</th></tr>"
+            "<tr><td>gpu-spot-2</td><td>111</td><td>2026-12-01 13:00 UTC</td></tr>"
+            "<tr><td>gpu-spot-1</td><td>424242424</td><td>2026-12-01 14:30 UTC</td></tr>"
+            "</table>"
+        ),
+        # One time for all, written before the list.
+        reclaim_mail("At 2026-12-01 14:30 UTC these are reclaimed:\n- gpu-spot-2\n- gpu-spot-1\n"),
+    ],
+)
+def test_a_digest_gives_this_droplet_s_time(raw: bytes) -> None:
+    report = verdict(raw).report
+    assert report is not None
+    assert report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    others=st.lists(
+        st.tuples(st.sampled_from(["gpu-spot-10", "gpu-spot-2", "web-1"]), st.integers(0, 59)),
+        max_size=5,
+    ),
+    place=st.integers(min_value=0, max_value=5),
+    minute=st.integers(0, 59),
+    as_html=st.booleans(),
+)
+def test_any_digest_gives_this_droplet_s_row(
+    others: list[tuple[str, int]], place: int, minute: int, as_html: bool
+) -> None:
+    rows = [(name, 13, m) for name, m in others]
+    rows.insert(min(place, len(rows)), ("gpu-spot-1", 14, minute))
+    if as_html:
+        cells = "".join(
+            f"<tr><td>{n}</td><td>2026-12-01 {h:02d}:{m:02d} UTC</td></tr>" for n, h, m in rows
+        )
+        raw = _html_mail(f"<p>Spot reclaims</p><table>{cells}</table>")
+    else:
+        raw = reclaim_mail("".join(f"{n}: 2026-12-01 {h:02d}:{m:02d} UTC\n" for n, h, m in rows))
+    report = verdict(raw).report
+    assert report is not None
+    assert report.deadline == datetime(2026, 12, 1, 14, minute, tzinfo=timezone.utc)
+
+
 def test_require_dkim() -> None:
     unsigned = reclaim_mail()
     assert verdict(unsigned, require_dkim=True).report is None
