@@ -89,6 +89,9 @@ class Verdict:
 
     report: Report | None
     why: str
+    # This mail takes the place of every earlier notice for this droplet: a cancellation
+    # (report None: they are withdrawn) or a new time (report: it stands instead of them).
+    replaces: bool = False
 
 
 def read_mail(raw: bytes) -> Mail:
@@ -340,6 +343,19 @@ def _dkim_passes(mail: Mail) -> bool:
     return False
 
 
+# A cancellation: these words in the subject, or a finished statement in the body (a notice
+# saying "this cannot be cancelled" is not one).
+_CANCELLED_SUBJECT = re.compile(r"\b(?:cancel+(?:ed|ation)|withdrawn|rescinded|called off)\b", re.I)
+_CANCELLED_BODY = re.compile(
+    r"\b(?:has|have) been (?:cancel+ed|withdrawn|rescinded|called off)\b"
+    r"|\bwill (?:no longer|not) be reclaimed\b|\bis no longer scheduled\b",
+    re.I,
+)
+_RESCHEDULED = re.compile(
+    r"\b(?:reschedul\w*|postponed|(?:has|have) been (?:moved|changed|delayed))\b", re.I
+)
+
+
 def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     """Decide what `mail` raises. `key` identifies the mail when it has no Message-ID."""
     if not rules.sender.search(mail.sender):
@@ -356,6 +372,12 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     sent = mail.date
     if sent is not None and now - sent > rules.max_age:
         return Verdict(None, f"dated {format_time(sent)}, older than max_age")
+    cancelled = _CANCELLED_SUBJECT.search(mail.subject) or _CANCELLED_BODY.search(mail.text)
+    if cancelled:
+        return Verdict(
+            None, f"cancels the reclaim of this droplet ({cancelled.group(0)!r})", replaces=True
+        )
+    rescheduled = _RESCHEDULED.search(text)
     # A digest lists several droplets, each with its time (a table row, a line, a block):
     # the time for this droplet is the first one from the line naming it on. Only when
     # none follows is it a time written before, such as a heading for all of them.
@@ -377,6 +399,8 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         "matched": named,
         "deadline_source": source,
     }
+    if rescheduled:
+        detail["rescheduled"] = rescheduled.group(0)
     if sent is not None:
         # The mail's Date is when DigitalOcean gave notice: the agent's detection delay
         # (metrics) is measured from it.
@@ -390,7 +414,8 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         noticed_at=now,
         detail=detail,
     )
-    return Verdict(report, f"reclaim notice naming this droplet's {named}")
+    what = "new time for the reclaim" if rescheduled else "reclaim notice"
+    return Verdict(report, f"{what} naming this droplet's {named}", replaces=bool(rescheduled))
 
 
 def reclaim_verdict(

@@ -109,6 +109,7 @@ class ActiveReclaims:
         self.path = path
         self.health = health
         self.unsaved: dict[str, Report] = {}  # added, not yet written
+        self.removed: set[str] = set()  # withdrawn, not yet written
 
     def load(self, now: datetime) -> list[Report]:
         try:
@@ -121,6 +122,22 @@ class ActiveReclaims:
             return []
         return [r for r in reports if r.deadline is None or r.deadline > now]
 
+    def current(self, now: datetime) -> list[Report]:
+        """The reclaims that stand: written or not, not withdrawn, not past their deadline."""
+        written = [r for r in self.load(now) if r.id not in self.unsaved]
+        standing = written + list(self.unsaved.values())
+        return [
+            r
+            for r in standing
+            if r.id not in self.removed and (r.deadline is None or r.deadline > now)
+        ]
+
+    def remove(self, report_ids: list[str], now: datetime) -> None:
+        for report_id in report_ids:
+            self.unsaved.pop(report_id, None)
+            self.removed.add(report_id)
+        self.save(now)
+
     def add(self, report: Report, now: datetime) -> None:
         self.unsaved[report.id] = report
         self.save(now)
@@ -128,13 +145,12 @@ class ActiveReclaims:
     def save(self, now: datetime) -> None:
         """Write the reclaims added and not yet written, if any; a failure is reported and
         the next call tries again."""
-        if not self.unsaved:
+        if not self.unsaved and not self.removed:
             return
-        added = [r for r in self.unsaved.values() if r.deadline is None or r.deadline > now]
-        kept = [r for r in self.load(now) if r.id not in self.unsaved] + added
-        payload = [json.loads(r.model_dump_json()) for r in kept]
+        payload = [json.loads(r.model_dump_json()) for r in self.current(now)]
         if write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health):
             self.unsaved.clear()
+            self.removed.clear()
 
 
 __all__ = ["ACTIVE_FILE", "STATE_FILE", "ActiveReclaims", "SeenMail"]

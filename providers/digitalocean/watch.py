@@ -21,6 +21,7 @@ from typing import ClassVar
 import httpx
 from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import utcnow
+from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext
@@ -250,6 +251,28 @@ class DigitalOceanWatcher:
     def _handle(self, uid: int, raw: bytes, rules: MatchRules, seen: SeenMail, emit: Emit) -> None:
         verdict = self._judge(uid, raw, rules, seen)
         report = verdict.report
+        if verdict.replaces:
+            # Emitted before the earlier ones are withdrawn: a client never sees no reclaim
+            # in between when the time only moved.
+            if report is not None and not seen.was_raised(report.id):
+                self._raise(uid, verdict, report, emit)
+            earlier = [
+                r for r in self.active.current(utcnow()) if report is None or r.id != report.id
+            ]
+            for old in earlier:
+                log.info("digitalocean: mail UID %d %s: %s withdrawn", uid, verdict.why, old.id)
+                emit(
+                    Report(
+                        id=old.id,
+                        action="clear",
+                        reason=old.reason,
+                        provider=old.provider,
+                        detail={**old.detail, "withdrawn_by": verdict.why},
+                    )
+                )
+            self.active.remove([r.id for r in earlier], utcnow())
+            seen.handled(uid, report.id if report is not None else None)
+            return
         if report is None:
             log.debug("digitalocean: mail UID %d raises nothing: %s", uid, verdict.why)
             seen.handled(uid)
@@ -258,6 +281,10 @@ class DigitalOceanWatcher:
             log.info("digitalocean: mail UID %d was raised before as %s", uid, report.id)
             seen.handled(uid)
             return
+        self._raise(uid, verdict, report, emit)
+        seen.handled(uid, report.id)
+
+    def _raise(self, uid: int, verdict: Verdict, report: Report, emit: Emit) -> None:
         log.info(
             "digitalocean: mail UID %d is a %s: drain with deadline %s",
             uid,
@@ -268,7 +295,6 @@ class DigitalOceanWatcher:
         # restart, where the other order would lose it.
         emit(report)
         self.active.add(report, utcnow())
-        seen.handled(uid, report.id)
 
     def _end_session(self) -> None:
         self._stop.set()

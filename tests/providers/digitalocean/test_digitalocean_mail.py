@@ -328,6 +328,60 @@ def test_any_digest_gives_this_droplet_s_row(
     assert report.deadline == datetime(2026, 12, 1, 14, minute, tzinfo=timezone.utc)
 
 
+@pytest.mark.parametrize(
+    ("subject", "body"),
+    [
+        ("Spot Droplet reclaim cancelled", "Droplet gpu-spot-1 is no longer affected."),
+        ("Spot Droplet reclaim update", "The reclaim of gpu-spot-1 has been cancelled."),
+        ("Spot Droplet update", "Droplet gpu-spot-1 will no longer be reclaimed."),
+    ],
+)
+def test_a_cancellation_replaces_the_notice_and_raises_nothing(subject: str, body: str) -> None:
+    result = verdict(reclaim_mail(body, subject=subject))
+    assert result.report is None
+    assert result.replaces, result.why
+    assert "cancels" in result.why
+
+
+def test_a_notice_that_mentions_cancelling_is_still_a_notice() -> None:
+    result = verdict(
+        reclaim_mail("Droplet gpu-spot-1 will be reclaimed. This cannot be cancelled.")
+    )
+    assert result.report is not None
+    assert not result.replaces
+
+
+_ASIDES = st.sampled_from(
+    [
+        "This cannot be cancelled.",
+        "If the reclaim is cancelled, we will email you.",
+        "Cancel any running jobs now.",
+        "A cancelled reclaim is announced by email.",
+        "Save your work.",
+    ]
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(asides=st.lists(_ASIDES, max_size=4), noise=st.text(max_size=40))
+def test_talk_of_cancelling_in_a_notice_never_withdraws_it(asides: list[str], noise: str) -> None:
+    body = " ".join(["Droplet gpu-spot-1 will be reclaimed.", *asides, noise])
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, result.why
+
+
+def test_a_new_time_replaces_the_earlier_notice() -> None:
+    result = verdict(
+        reclaim_mail(
+            "The reclaim of gpu-spot-1 has been rescheduled to 2026-12-01 16:00 UTC.",
+            subject="Spot Droplet reclaim rescheduled",
+        )
+    )
+    assert result.report is not None and result.replaces
+    assert result.report.deadline == datetime(2026, 12, 1, 16, 0, tzinfo=timezone.utc)
+    assert result.report.detail["rescheduled"] == "rescheduled"
+
+
 def test_require_dkim() -> None:
     unsigned = reclaim_mail()
     assert verdict(unsigned, require_dkim=True).report is None

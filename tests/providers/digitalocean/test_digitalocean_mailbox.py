@@ -243,6 +243,42 @@ async def test_a_restart_does_not_raise_the_same_mail_again(
         assert second.reports[1].id != first.reports[0].id
 
 
+async def test_a_cancellation_clears_the_reclaim_and_a_new_time_moves_it(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    settings = settings_for(dovecot, mail_user, tmp_path)
+    state = tmp_path / "state"
+    sent = utcnow().replace(microsecond=0)
+    first, later = ((sent + timedelta(minutes=m)).replace(second=0) for m in (90, 150))
+    dovecot.append(
+        mail_user, reclaim(f"Droplet gpu-spot-1 will be reclaimed at {first:%Y-%m-%d %H:%M} UTC.")
+    )
+    async with running(settings, state) as run:
+        (notice,) = await run.count(1)
+        await asyncio.to_thread(
+            dovecot.append,
+            mail_user,
+            reclaim(
+                f"The reclaim of gpu-spot-1 has been rescheduled to {later:%Y-%m-%d %H:%M} UTC.",
+                subject="Spot Droplet reclaim rescheduled",
+            ),
+        )
+        moved, cleared = (await run.count(3))[1:3]
+        assert (moved.action, moved.deadline) == ("drain", later)
+        assert (cleared.action, cleared.id) == ("clear", notice.id)
+        await asyncio.to_thread(
+            dovecot.append,
+            mail_user,
+            reclaim("Droplet gpu-spot-1 will no longer be reclaimed.", subject="Reclaim cancelled"),
+        )
+        withdrawn = (await run.count(4))[3]
+        assert (withdrawn.action, withdrawn.id) == ("clear", moved.id)
+    # Nothing stands after a restart.
+    async with running(settings, state) as again:
+        await again.idling()
+        assert again.reports == []
+
+
 async def test_state_files_that_cannot_be_written_lose_no_reclaim(
     dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
 ) -> None:
