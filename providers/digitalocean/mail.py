@@ -140,11 +140,19 @@ def _body_text(message: EmailMessage) -> str:
         text = content if isinstance(content, str) else content.decode("utf-8", "replace")
         if kind == "html":
             text = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", text)
+            while _BLOCKQUOTE.search(text):  # innermost first, so nested quotes go too
+                text = _BLOCKQUOTE.sub(" ", text)
             # Rows, paragraphs and breaks end lines: a table of droplets stays one per line.
             text = re.sub(r"(?i)<br\b[^>]*>|</(?:tr|p|div|li|h[1-6]|table)\s*>", "\n", text)
             text = html.unescape(re.sub(r"<[^>]+>", " ", text))
-        texts.append(text)
+        texts.append(_QUOTED_LINE.sub("", text))
     return "\n".join(texts)
+
+
+# A reply quotes the mail it answers: an older notice, whose droplet and time are not this
+# mail's. Quoted lines (">"), HTML blockquotes and the "On ... wrote:" line are not read.
+_QUOTED_LINE = re.compile(r"(?m)^[ \t]*>.*$|^[ \t]*On\b[^\n]{0,200}\bwrote:[ \t]*$")
+_BLOCKQUOTE = re.compile(r"(?is)<blockquote\b[^>]*>(?:(?!<blockquote\b).)*?</blockquote\s*>")
 
 
 # Times in the text. Every form needs a zone (UTC, GMT, Z or an offset): a time without one

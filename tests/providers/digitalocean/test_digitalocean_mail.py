@@ -382,6 +382,46 @@ def test_a_new_time_replaces_the_earlier_notice() -> None:
     assert result.report.detail["rescheduled"] == "rescheduled"
 
 
+OLD_NOTICE = "Droplet gpu-spot-1 (ID 424242424) will be reclaimed at 2026-11-30 14:30 UTC."
+
+
+def test_a_reply_quoting_an_older_notice_raises_nothing() -> None:
+    reply = (
+        f"Thanks, we looked into it.\n\nOn Mon, Nov 30, 2026, DigitalOcean wrote:\n> {OLD_NOTICE}\n"
+    )
+    result = verdict(reclaim_mail(reply, subject="Re: Spot Droplet reclaim notice"))
+    assert result.report is None and "names neither" in result.why
+    quoted_html = f"<p>Thanks.</p><blockquote type='cite'><p>{OLD_NOTICE}</p></blockquote>"
+    result = verdict(_html_mail(quoted_html))
+    assert result.report is None and "names neither" in result.why
+
+
+def test_a_reply_is_read_for_its_own_words() -> None:
+    reply = (
+        "Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:30 UTC.\n\n"
+        f"On Mon, Nov 30, 2026, DigitalOcean wrote:\n> {OLD_NOTICE}\n"
+    )
+    report = verdict(reclaim_mail(reply, subject="Re: Spot Droplet reclaim notice")).report
+    assert report is not None
+    assert report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    words=st.text(st.characters(whitelist_categories=("L", "Zs")), max_size=60),
+    prefix=st.sampled_from([">", "> ", "  > ", ">> "]),
+    as_html=st.booleans(),
+)
+def test_any_quoted_notice_is_not_read(words: str, prefix: str, as_html: bool) -> None:
+    if as_html:
+        raw = _html_mail(
+            f"<p>{words}</p><blockquote><blockquote>{OLD_NOTICE}</blockquote></blockquote>"
+        )
+    else:
+        raw = reclaim_mail(f"{words}\n{prefix}{OLD_NOTICE}\n{prefix}\n")
+    assert verdict(raw).report is None
+
+
 def test_require_dkim() -> None:
     unsigned = reclaim_mail()
     assert verdict(unsigned, require_dkim=True).report is None
