@@ -136,7 +136,13 @@ def _body_text(message: EmailMessage) -> str:
         part = message.get_body(preferencelist=(kind,))
         if part is None:
             continue
-        content = part.get_content()
+        try:
+            content = part.get_content()
+        except (LookupError, UnicodeError):
+            # A charset Python does not know or cannot use (`charset=""`, `undefined`): the
+            # droplet's name and the
+            # times are ASCII, so decoding as UTF-8 still finds them; refusing lost the mail.
+            content = part.get_payload(decode=True)
         text = content if isinstance(content, str) else content.decode("utf-8", "replace")
         if kind == "html":
             text = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", text)

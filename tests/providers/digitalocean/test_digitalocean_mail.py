@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import quopri
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
 from email.utils import format_datetime
@@ -420,6 +422,56 @@ def test_any_quoted_notice_is_not_read(words: str, prefix: str, as_html: bool) -
     else:
         raw = reclaim_mail(f"{words}\n{prefix}{OLD_NOTICE}\n{prefix}\n")
     assert verdict(raw).report is None
+
+
+def _with_charset(charset: str, body: bytes, encoding: str = "8bit") -> bytes:
+    head = (
+        "From: no-reply@digitalocean.com\r\nSubject: Spot Droplet reclaim\r\n"
+        f"Date: {format_datetime(SENT)}\r\nMIME-Version: 1.0\r\n"
+        f'Content-Type: text/plain; charset="{charset}"\r\n'
+        f"Content-Transfer-Encoding: {encoding}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+@pytest.mark.parametrize("charset", ["x-unknown", "", "utf-8", "windows-1252", "iso-8859-1"])
+def test_a_body_in_any_charset_is_read(charset: str) -> None:
+    body = "Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:30 UTC. Caf\u00e9.\r\n"
+    raw = _with_charset(charset, body.encode("latin-1"))
+    report = verdict(raw).report
+    assert report is not None
+    assert report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    charset=st.one_of(
+        st.sampled_from(
+            ["utf-8", "us-ascii", "latin-1", "utf-16", "x-unknown", "koi8-r", "undefined", ""]
+        ),
+        # Names no codec has: what other mail software writes.
+        st.text(
+            st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters='"\\'),
+            max_size=20,
+        ).map("x-{}".format),
+    ),
+    encoding=st.sampled_from(["8bit", "base64", "quoted-printable"]),
+    noise=st.binary(max_size=40),
+)
+def test_any_charset_or_encoding_never_hides_an_ascii_notice(
+    charset: str, encoding: str, noise: bytes
+) -> None:
+    notice = b"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:30 UTC.\r\n"
+    if encoding == "base64":
+        body = base64.encodebytes(notice + noise)
+    elif encoding == "quoted-printable":
+        body = quopri.encodestring(notice + noise)
+    else:
+        body = notice + noise.replace(b"\r", b"").replace(b"\n", b"")
+    result = verdict(_with_charset(charset, body, encoding))
+    if charset.lower().replace("-", "").replace("_", "") in ("utf16",):
+        return  # ASCII bytes are not UTF-16 text
+    assert result.report is not None, (charset, encoding, result.why)
 
 
 def test_require_dkim() -> None:
