@@ -151,7 +151,9 @@ class DigitalOceanWatcher:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def _judge(self, uid: int, raw: bytes, rules: MatchRules, seen: SeenMail) -> Verdict:
-        key = f"{seen.mailbox}/{seen.uidvalidity}/{uid}"
+        # For a mail without a Message-ID: its bytes, not its UID, which starts over when
+        # the server rebuilds the folder (a new UIDVALIDITY) and would raise it again.
+        key = "sha256:" + hashlib.sha256(raw).hexdigest()
         try:
             return reclaim_verdict(raw, rules, key, utcnow())
         except ParseError as error:

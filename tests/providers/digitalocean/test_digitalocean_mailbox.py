@@ -279,6 +279,43 @@ async def test_a_cancellation_clears_the_reclaim_and_a_new_time_moves_it(
         assert again.reports == []
 
 
+async def test_a_rebuilt_mailbox_does_not_raise_a_mail_without_message_id_again(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    settings = settings_for(dovecot, mail_user, tmp_path, imap_mailbox="Reclaims")
+    state = tmp_path / "state"
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Spot Droplet reclaim notice"
+    message["Date"] = format_datetime(utcnow().replace(microsecond=0))
+    message.set_content("Droplet gpu-spot-1 will be reclaimed.")  # and no Message-ID
+    raw = bytes(message)
+
+    def rebuild(create_only: bool = False) -> None:
+        conn = dovecot.connect(mail_user)
+        try:
+            if not create_only:
+                assert conn.delete("Reclaims")[0] == "OK"
+            assert conn.create("Reclaims")[0] == "OK"
+        finally:
+            conn.logout()
+        dovecot.append(mail_user, raw, mailbox="Reclaims")
+
+    await asyncio.to_thread(rebuild, True)
+    async with running(settings, state) as first:
+        (notice,) = await first.count(1)
+    await asyncio.to_thread(rebuild)  # a new UIDVALIDITY, the same mail at UID 1 again
+    async with running(settings, state) as second:
+        await second.until(
+            lambda: (
+                second.watcher._seen is not None
+                and second.watcher._seen.uidvalidity not in (None, first.watcher._seen.uidvalidity)
+            )
+        )
+        await second.idling()
+        assert [(r.id, r.action) for r in second.reports] == [(notice.id, "drain")]
+
+
 async def test_state_files_that_cannot_be_written_lose_no_reclaim(
     dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
 ) -> None:
