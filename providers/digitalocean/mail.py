@@ -213,6 +213,13 @@ _WRITTEN_TIMES = [
     for date in _DATES.values()
     for pattern in (date + _DATE_THEN_TIME + _TIME, _TIME + _TIME_THEN_DATE + date)
 ]
+# A time with its zone and no date ("at 14:30 UTC", "today between 14:00 and 16:00 UTC"):
+# its next occurrence from the mail's Date. Read as Date + lead it was late by up to a
+# day whenever DigitalOcean gave less notice than the lead.
+_ABOUT_RECLAIM = re.compile(
+    r"reclaim|interrupt|preempt|terminat|shut\s*down|stop|power|window|deadline|schedul", re.I
+)
+_TIME_ONLY = re.compile(r"(?<![\d:.])" + _TIME, re.IGNORECASE)
 _RELATIVE = re.compile(
     r"\b(?:in|within)\s+(?:about\s+|approximately\s+|roughly\s+|around\s+|~\s*)?"
     r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>hours?|hrs?|h|minutes?|mins?)\b",
@@ -228,10 +235,18 @@ def _hour(hour: int, ampm: str) -> int | None:
     return hour % 12 + (12 if ampm == "pm" else 0)
 
 
-def _written_time(match: re.Match[str]) -> tuple[datetime, datetime] | None:
-    """The time written, and for a window its end (else the time again), in UTC."""
+def _written_time(
+    match: re.Match[str], sent: datetime | None = None
+) -> tuple[datetime, datetime] | None:
+    """The time written, and for a window its end (else the time again), in UTC. A time
+    without a date is its first occurrence whose end is not before `sent` (less the slack)."""
     parts = match.groupdict()
-    month = int(parts["m"]) if parts.get("m") else _MONTHS[parts["mon"].lower()]
+    dated = parts.get("y") is not None
+    if not dated and sent is None:
+        return None
+    month = 0
+    if dated:
+        month = int(parts["m"]) if parts.get("m") else _MONTHS[parts["mon"].lower()]
     hour, minute, second = int(parts["H"]), int(parts["M"]), int(parts["S"] or 0)
     ampm = (parts["ampm"] or "").lower().replace(".", "")
     ampm2 = (parts["ampm2"] or "").lower().replace(".", "")
@@ -253,9 +268,15 @@ def _written_time(match: re.Match[str]) -> tuple[datetime, datetime] | None:
                 hours, minutes = hours[:-2], hours[-2:]
             offset = timedelta(hours=int(hours), minutes=int(minutes or 0))
             tz = timezone(offset if zone[0] == "+" else -offset)
-        moment = datetime(
-            int(parts["y"]), month, int(parts["d"]), start_hour, minute, second, 0, tz
-        )
+        if dated:
+            moment = datetime(
+                int(parts["y"]), month, int(parts["d"]), start_hour, minute, second, 0, tz
+            )
+        else:
+            assert sent is not None
+            moment = sent.astimezone(tz).replace(
+                hour=start_hour, minute=minute, second=second, microsecond=0
+            )
         until = moment
         if parts["H2"] is not None:
             end_hour = _hour(int(parts["H2"]), ampm2 or ampm)
@@ -266,6 +287,8 @@ def _written_time(match: re.Match[str]) -> tuple[datetime, datetime] | None:
             )
             if until < moment:  # "between 23:00 and 01:00": the window ends the next day
                 until += timedelta(days=1)
+        if not dated and sent is not None and until < sent - _PAST_SLACK:
+            moment, until = moment + timedelta(days=1), until + timedelta(days=1)
         return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
     # 31 February, 25:00, an offset of +99:00; OverflowError: in UTC it falls before the
     # year 1 or after 9999.
@@ -277,12 +300,29 @@ def _candidates(
     text: str, sent: datetime | None
 ) -> Iterator[tuple[int, int, datetime, datetime, str]]:
     """(position, -length, time, end of its window, words) of each time in `text`."""
+    dated: list[tuple[int, int]] = []
     for pattern in _WRITTEN_TIMES:
         for match in pattern.finditer(text):
+            dated.append(match.span())
             written = _written_time(match)
             if written is not None:
                 yield match.start(), -len(match.group(0)), *written, match.group(0)
     if sent is not None:
+        for match in _TIME_ONLY.finditer(text):
+            # The time of a dated form, read again without its date, is not another time.
+            if any(start <= match.start() < end for start, end in dated):
+                continue
+            # Without a date, only a time on a line about the reclaim, or on the first line
+            # (`judge` starts the text at the line naming the droplet): support hours in a
+            # footer ("09:00-17:00 UTC") would otherwise be read as tomorrow's deadline.
+            begin = text.rfind("\n", 0, match.start()) + 1
+            end = text.find("\n", match.end())
+            line = text[begin : end if end >= 0 else len(text)]
+            if begin > 0 and not _ABOUT_RECLAIM.search(line):
+                continue
+            written = _written_time(match, sent)
+            if written is not None:
+                yield match.start(), -len(match.group(0)), *written, match.group(0)
         for match in _RELATIVE.finditer(text):
             unit = match.group("unit").lower()
             hours = float(match.group("n")) * (1.0 if unit.startswith("h") else 1 / 60)
@@ -303,7 +343,8 @@ def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | No
     RFC 3339 (`2026-12-01T14:30:00Z`), RFC 2822 (`Tue, 01 Dec 2026 14:30:00 +0000`),
     `2026-12-01 14:30 UTC`, `at 14:30 UTC on 2026-12-01`, `on 2026-12-01 at 14:30 UTC`,
     `December 1, 2026 at 2:30 PM UTC`, `1 Dec 2026 14:30 GMT`, and, relative to the mail's
-    Date, `in about 2 hours` / `within 90 minutes`. A time more than 10 minutes before the
+    Date, `in about 2 hours` / `within 90 minutes` and a time without a date (`at 13:30 UTC`,
+    its next occurrence). A time more than 10 minutes before the
     mail was sent, or more than 30 days after, is not the deadline and is passed over.
     """
     earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None

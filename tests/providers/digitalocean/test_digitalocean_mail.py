@@ -21,6 +21,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
+_SENT_NEAR = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
+).map(lambda moment: moment.replace(microsecond=0))
 NOW = SENT + timedelta(minutes=1)
 
 
@@ -197,6 +200,48 @@ def test_any_utc_offset_is_applied(hours: int, minutes: int, name: str, colon: b
     found = find_deadline(text, None)
     assert found is not None, text
     assert found[0] == datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc), text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("reclaimed at 13:30 UTC.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed at 1:30 PM UTC today.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed at 00:30 UTC tomorrow.", "2026-12-02T00:30:00+00:00"),
+        ("reclaimed today between 12:00 and 14:00 UTC.", "2026-12-01T12:00:00+00:00"),
+        ("reclaimed at 14:30 UTC+1.", "2026-12-01T13:30:00+00:00"),
+        ("created 2026-11-02 08:00 UTC; reclaimed at 13:30 UTC.", "2026-12-01T13:30:00+00:00"),
+    ],
+)
+def test_a_time_without_a_date_is_its_next_occurrence(text: str, expected: str) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0].isoformat() == expected
+
+
+def test_a_time_without_a_date_elsewhere_than_about_the_reclaim_is_passed_over() -> None:
+    mail = reclaim_mail("Droplet gpu-spot-1 will be reclaimed soon.\n\nSupport: 09:00-17:00 UTC")
+    report = verdict(mail).report
+    assert report is not None and report.detail["deadline_source"] == "date+lead"
+    # A digest row naming the droplet is about it.
+    digest = reclaim_mail("Reclaims today:\ngpu-spot-2: 13:00 UTC\ngpu-spot-1: 13:30 UTC\n")
+    report = verdict(digest).report
+    assert report is not None
+    assert report.deadline == datetime(2026, 12, 1, 13, 30, tzinfo=timezone.utc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sent=_SENT_NEAR, clock=st.tuples(st.integers(0, 23), st.integers(0, 59)))
+def test_any_time_without_a_date_is_within_a_day_of_the_mail(
+    sent: datetime, clock: tuple[int, int]
+) -> None:
+    found = find_deadline(
+        f"Droplet gpu-spot-1 is reclaimed at {clock[0]:02d}:{clock[1]:02d} UTC.", sent
+    )
+    assert found is not None
+    moment = found[0]
+    assert (moment.hour, moment.minute) == clock
+    assert sent - timedelta(minutes=10) <= moment < sent + timedelta(days=1)
 
 
 def test_times_before_the_mail_and_times_without_a_zone_are_passed_over() -> None:
