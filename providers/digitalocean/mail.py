@@ -16,10 +16,11 @@ import html
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from email.message import EmailMessage
 from email.utils import getaddresses, parsedate_to_datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from forewarn.protocol.fields import stable_id
 from forewarn.protocol.timefmt import format_time
@@ -191,9 +192,16 @@ _DATES = {
     "mdy": _MONTH + r"\s+" + _DAY + r",?\s+(?P<y>\d{4})",
     "dmy": _DAY + r"\s+" + _MONTH + r",?\s+(?P<y>\d{4})",
 }
+_NAMED_ZONES = {
+    # US (Central is US Central, not China), Europe, Asia-Pacific; ambiguous ones such as
+    # IST are left out: a time in them is skipped.
+    **{"EST": -5, "EDT": -4, "CST": -6, "CDT": -5, "MST": -7, "MDT": -6, "PST": -8, "PDT": -7},
+    **{"AKST": -9, "AKDT": -8, "HST": -10, "WET": 0, "WEST": 1, "BST": 1, "CET": 1, "CEST": 2},
+    **{"EET": 2, "EEST": 3, "SGT": 8, "JST": 9, "KST": 9, "AEST": 10, "AEDT": 11},
+}
 _CLOCK = (
     r"(?P<H{n}>\d{{1,2}}):(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?"
-    r"\s*(?P<ampm{n}>[ap]\.?m\.?)?"
+    r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z]))?"
 )
 # A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after
 # its end; its start is the deadline. Without this, "-16:00" was read as a UTC offset.
@@ -204,7 +212,13 @@ _TIME = (
     + r")?"
     # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour or
     # more off.
-    r"\s*(?P<zone>(?:UTC|GMT)\s*[+-]\s*\d{1,2}(?::?\d{2})?|UTC|GMT|Z|[+-]\d{2}:?\d{2})(?![\w:])"
+    r"\s*\(?(?P<zone>(?:UTC|GMT)\s*[+-]\s*\d{1,2}(?::?\d{2})?|UTC|GMT|Z|[+-]\d{2}:?\d{2}"
+    # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
+    # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.
+    r"|"
+    + "|".join(sorted(_NAMED_ZONES, key=len, reverse=True))
+    + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
+    r")(?![\w:])\)?"
 )
 _DATE_THEN_TIME = r"(?:T|,?\s+(?:(?:at|between|from)\s+)?)"
 _TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:[a-z]+day,?\s+)?"
@@ -258,9 +272,15 @@ def _written_time(
     start_hour = _hour(hour, ampm)
     if start_hour is None:
         return None
-    zone = re.sub(r"^(?:UTC|GMT)|\s", "", parts["zone"].upper())
+    written_zone = parts["zone"]
+    zone = re.sub(r"^(?:UTC|GMT)|\s", "", written_zone.upper())
+    tz: tzinfo
     try:
-        if zone in ("", "Z"):
+        if "/" in written_zone:
+            tz = ZoneInfo(written_zone)
+        elif zone in _NAMED_ZONES:
+            tz = timezone(timedelta(hours=_NAMED_ZONES[zone]))
+        elif zone in ("", "Z"):
             tz = timezone.utc
         else:
             hours, _, minutes = zone[1:].partition(":")
@@ -290,9 +310,9 @@ def _written_time(
         if not dated and sent is not None and until < sent - _PAST_SLACK:
             moment, until = moment + timedelta(days=1), until + timedelta(days=1)
         return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
-    # 31 February, 25:00, an offset of +99:00; OverflowError: in UTC it falls before the
-    # year 1 or after 9999.
-    except (ValueError, OverflowError):
+    # 31 February, 25:00, an offset of +99:00, no such zone; OverflowError: in UTC it falls
+    # before the year 1 or after 9999.
+    except (ValueError, OverflowError, ZoneInfoNotFoundError):
         return None
 
 

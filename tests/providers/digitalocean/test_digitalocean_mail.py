@@ -7,6 +7,7 @@ import quopri
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
 from email.utils import format_datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from forewarn.providers.base import ParseError
@@ -17,7 +18,7 @@ from forewarn.providers.digitalocean.mail import (
     reclaim_verdict,
 )
 from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
@@ -242,6 +243,45 @@ def test_any_time_without_a_date_is_within_a_day_of_the_mail(
     moment = found[0]
     assert (moment.hour, moment.minute) == clock
     assert sent - timedelta(minutes=10) <= moment < sent + timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("reclaimed at 2026-12-01 09:30 EST.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed on December 1, 2026 at 6:30 AM PST.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 15:30 CET.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 2026-12-01 14:30 (UTC).", "2026-12-01T14:30:00+00:00"),
+        # Daylight saving: New York is UTC-5 in December and UTC-4 in July.
+        ("reclaimed at 2026-12-01 09:30 America/New_York.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 2026-12-01 14:30 Etc/GMT+5.", "2026-12-01T19:30:00+00:00"),
+    ],
+)
+def test_a_named_zone_counts(text: str, expected: str) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0].isoformat() == expected
+    summer = find_deadline("reclaimed at 2026-07-01 10:30 America/New_York.", None)
+    assert summer is not None and summer[0].isoformat() == "2026-07-01T14:30:00+00:00"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    moment=_SENT_NEAR.map(lambda m: m.replace(second=0)),
+    zone=st.sampled_from(
+        ["America/New_York", "Europe/London", "Australia/Sydney", "Asia/Kolkata", "Mars/Olympus"]
+    ),
+)
+def test_any_iana_zone_gives_back_the_moment(moment: datetime, zone: str) -> None:
+    if zone == "Mars/Olympus":  # no such zone: skipped, never read as UTC
+        assert find_deadline(f"at {moment:%Y-%m-%d %H:%M} {zone}", None) is None
+        return
+    local = moment.astimezone(ZoneInfo(zone))
+    # An hour that occurs twice when the clocks go back is ambiguous as written.
+    assume(local.replace(fold=1 - local.fold).astimezone(timezone.utc) == moment)
+    found = find_deadline(f"reclaimed at {local:%Y-%m-%d %H:%M} {zone}.", None)
+    assert found is not None
+    assert found[0] == moment
 
 
 def test_times_before_the_mail_and_times_without_a_zone_are_passed_over() -> None:
