@@ -397,7 +397,9 @@ def _names_droplet(text: str, rules: MatchRules) -> tuple[str, int] | None:
             found.append(("id", by_id.start()))
     name = rules.droplet_name
     if name:
-        by_name = re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text, re.IGNORECASE)
+        # Droplet names may hold dots: "web-1.example.com" is another droplet than "web-1",
+        # while "web-1." ends a sentence.
+        by_name = re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.[\w-])", text, re.IGNORECASE)
         if by_name:
             found.append(("name", by_name.start()))
     if not found:

@@ -303,6 +303,8 @@ def test_times_before_the_mail_and_times_without_a_zone_are_passed_over() -> Non
         (reclaim_mail(subject="Your invoice is ready"), "subject"),
         (reclaim_mail("Droplet other-box (ID 4242424249) will be reclaimed."), "names neither"),
         (reclaim_mail("Droplet gpu-spot-10 will be reclaimed."), "names neither"),
+        (reclaim_mail("Droplet gpu-spot-1.example.com will be reclaimed."), "names neither"),
+        (reclaim_mail("Droplet gpu-spot-1.5 will be reclaimed."), "names neither"),
         (reclaim_mail(date=NOW - timedelta(days=3)), "older than max_age"),
     ],
 )
@@ -557,6 +559,22 @@ def test_any_charset_or_encoding_never_hides_an_ascii_notice(
     if charset.lower().replace("-", "").replace("_", "") in ("utf16",):
         return  # ASCII bytes are not UTF-16 text
     assert result.report is not None, (charset, encoding, result.why)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    # "dx-": no word of the mail around it, such as "spot" in its subject.
+    name=st.from_regex(r"\Adx-[a-z0-9.-]{0,20}[a-z0-9]\Z"),
+    tail=st.from_regex(r"\A[.-]?[a-z0-9][a-z0-9.-]{0,10}\Z"),
+    end=st.sampled_from(["", ".", ",", " ", ")", ".\n"]),
+)
+def test_a_droplet_name_matches_only_itself(name: str, tail: str, end: str) -> None:
+    def named(written: str) -> bool:
+        raw = reclaim_mail(f"Droplet {written}{end} will be reclaimed.".replace("  ", " "))
+        return verdict(raw, droplet_id=None, droplet_name=name).report is not None
+
+    assert named(name)
+    assert not named(name + tail)
 
 
 def test_require_dkim() -> None:
