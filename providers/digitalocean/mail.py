@@ -82,6 +82,9 @@ class Mail:
     text: str  # the text/plain body, then the text of the HTML body
     auth_results: tuple[str, ...]
     drill: bool
+    # The mail this one forwards (attached, or inline under a "Forwarded message" line),
+    # judged in its place when this mail's own sender does not match.
+    forwarded: Mail | None = None
 
 
 @dataclass(frozen=True)
@@ -102,19 +105,72 @@ def read_mail(raw: bytes) -> Mail:
     try:
         message = email.message_from_bytes(raw, policy=email.policy.default)
         assert isinstance(message, EmailMessage)
-        addresses = getaddresses([str(value) for value in message.get_all("From", [])])
-        sender = addresses[0][1].strip().lower() if addresses else ""
-        subject = str(message.get("Subject", "") or "")
-        date = _header_date(message.get("Date"))
-        message_id = str(message.get("Message-ID", "") or "").strip() or None
-        auth = tuple(str(value) for value in message.get_all("Authentication-Results", []))
-        drill = message.get(DRILL_HEADER) is not None
-        text = _body_text(message)
+        return _mail_of(message)
     except ParseError:
         raise
     except Exception as error:  # the email package raises many kinds on malformed input
         raise ParseError(f"unreadable message: {type(error).__name__}: {error}") from None
-    return Mail(sender, subject, date, message_id, text, auth, drill)
+
+
+def _sender_of(value: str) -> str:
+    addresses = getaddresses([value])
+    return addresses[0][1].strip().lower() if addresses else ""
+
+
+def _mail_of(message: EmailMessage, depth: int = 0) -> Mail:
+    sender = _sender_of(", ".join(str(value) for value in message.get_all("From", [])))
+    subject = str(message.get("Subject", "") or "")
+    date = _header_date(message.get("Date"))
+    message_id = str(message.get("Message-ID", "") or "").strip() or None
+    auth = tuple(str(value) for value in message.get_all("Authentication-Results", []))
+    drill = message.get(DRILL_HEADER) is not None
+    text = _body_text(message)
+    forwarded: Mail | None = None
+    if depth < 3:  # a forward of a forward of a forward; deeper is not followed
+        for part in message.walk():
+            if part is not message and part.get_content_type() == "message/rfc822":
+                inner = part.get_content()
+                if isinstance(inner, EmailMessage):
+                    forwarded = _mail_of(inner, depth + 1)
+                    break
+        else:
+            forwarded = _inline_forward(text, date)
+    return Mail(sender, subject, date, message_id, text, auth, drill, forwarded)
+
+
+# A forward written into the body: a separator line, then the original's header lines
+# (Gmail, Outlook, Apple Mail, Thunderbird), then its text.
+_FORWARD_START = re.compile(
+    r"(?im)^[ \t]*(?:-{3,}[ \t]*(?:Forwarded message|Original Message)[ \t]*-{3,}"
+    r"|Begin forwarded message:|_{10,})[ \t]*\n"
+)
+_HEADER_LINE = re.compile(r"[ \t]*(?P<key>[A-Za-z-]+):[ \t]*(?P<value>[^\n]*)\n?")
+
+
+def _inline_forward(text: str, date: datetime | None) -> Mail | None:
+    start = _FORWARD_START.search(text)
+    if start is None:
+        return None
+    headers: dict[str, str] = {}
+    at = start.end()
+    while (line := _HEADER_LINE.match(text, at)) is not None and line.end() > at:
+        headers.setdefault(line.group("key").lower(), line.group("value").strip())
+        at = line.end()
+    if "from" not in headers:
+        return None
+    written = headers.get("date") or headers.get("sent")
+    # Forwarding clients write the date in their own way; when it is not RFC 5322 the
+    # forward's own Date stands in (a rule forwards within seconds).
+    sent = _header_date(written) if written else None
+    return Mail(
+        _sender_of(headers["from"]),
+        headers.get("subject", ""),
+        sent or date,
+        None,
+        text[at:],
+        (),
+        False,
+    )
 
 
 def _header_date(value: Any) -> datetime | None:
@@ -436,6 +492,12 @@ _RESCHEDULED = re.compile(
 def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     """Decide what `mail` raises. `key` identifies the mail when it has no Message-ID."""
     if not rules.sender.search(mail.sender):
+        # A mail rule that forwards DigitalOcean's mail makes the user the sender. The
+        # forwarded sender can be forged as easily as From, but not vouched for by DKIM.
+        if mail.forwarded is not None and not rules.require_dkim:
+            inner = judge(mail.forwarded, rules, key, now)
+            if inner.report is not None or rules.sender.search(mail.forwarded.sender):
+                return _forwarded_by(mail, inner)
         return Verdict(None, f"sender {mail.sender!r} does not match")
     if not rules.subject.search(mail.subject):
         return Verdict(None, f"subject {mail.subject!r} does not match")
@@ -493,6 +555,14 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     )
     what = "new time for the reclaim" if rescheduled else "reclaim notice"
     return Verdict(report, f"{what} naming this droplet's {named}", replaces=bool(rescheduled))
+
+
+def _forwarded_by(mail: Mail, inner: Verdict) -> Verdict:
+    why = f"{inner.why} (forwarded by {mail.sender})"
+    if inner.report is None:
+        return Verdict(None, why, replaces=inner.replaces)
+    detail = {**inner.report.detail, "forwarded_by": mail.sender}
+    return Verdict(inner.report.model_copy(update={"detail": detail}), why, inner.replaces)
 
 
 def reclaim_verdict(

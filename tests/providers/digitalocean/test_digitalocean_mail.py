@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import email
+import email.policy
 import quopri
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
@@ -575,6 +577,101 @@ def test_a_droplet_name_matches_only_itself(name: str, tail: str, end: str) -> N
 
     assert named(name)
     assert not named(name + tail)
+
+
+NOTICE = "Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:30 UTC."
+USER = "Ops <ops@example.com>"
+
+
+def _attached_forward(inner: bytes) -> bytes:
+    message = EmailMessage()
+    message["From"] = USER
+    message["Subject"] = "Fwd: Spot Droplet reclaim notice"
+    message["Date"] = format_datetime(SENT + timedelta(seconds=5))
+    message.set_content("Forwarded by rule.")
+    message.add_attachment(email.message_from_bytes(inner, policy=email.policy.default))
+    return bytes(message)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _attached_forward(reclaim_mail(NOTICE)),
+        reclaim_mail(
+            "---------- Forwarded message ---------\n"
+            "From: DigitalOcean <no-reply@digitalocean.com>\n"
+            "Date: Tue, Dec 1, 2026 at 12:30 PM\n"
+            "Subject: Spot Droplet reclaim notice\n"
+            "To: <ops@example.com>\n\n" + NOTICE,
+            sender=USER,
+            subject="Fwd: Spot Droplet reclaim notice",
+        ),
+        reclaim_mail(
+            "________________________________\n"
+            "From: DigitalOcean <no-reply@digitalocean.com>\n"
+            "Sent: Tuesday, December 1, 2026 12:30 PM\n"
+            "To: ops@example.com\n"
+            "Subject: Spot Droplet reclaim notice\n\n" + NOTICE,
+            sender=USER,
+            subject="FW: Spot Droplet reclaim notice",
+        ),
+    ],
+)
+def test_a_forwarded_notice_is_raised(raw: bytes) -> None:
+    result = verdict(raw)
+    report = result.report
+    assert report is not None, result.why
+    assert report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
+    assert report.detail["forwarded_by"] == "ops@example.com"
+    assert report.detail["from"] == "no-reply@digitalocean.com"
+
+
+def test_a_forward_of_someone_else_s_mail_or_under_require_dkim_raises_nothing() -> None:
+    other = _attached_forward(reclaim_mail(NOTICE, sender="billing@example.com"))
+    assert verdict(other).report is None
+    assert "does not match" in verdict(other).why
+    trusted_only = verdict(_attached_forward(reclaim_mail(NOTICE)), require_dkim=True)
+    assert trusted_only.report is None
+
+
+def test_an_attached_forward_keeps_the_notice_id_of_the_mail_itself() -> None:
+    direct = verdict(reclaim_mail(NOTICE)).report
+    forwarded = verdict(_attached_forward(reclaim_mail(NOTICE))).report
+    assert direct is not None and forwarded is not None
+    assert forwarded.id == direct.id
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    inline=st.booleans(),
+    separator=st.sampled_from(
+        [
+            "---------- Forwarded message ---------",
+            "-------- Original Message --------",
+            "Begin forwarded message:",
+            "_" * 32,
+        ]
+    ),
+    preface=st.text(st.characters(whitelist_categories=("L", "Zs")), max_size=40),
+    sender=st.sampled_from(["no-reply@digitalocean.com", "billing@example.com"]),
+)
+def test_any_forward_raises_exactly_when_the_original_would(
+    inline: bool, separator: str, preface: str, sender: str
+) -> None:
+    original = reclaim_mail(NOTICE, sender=sender)
+    if inline:
+        raw = reclaim_mail(
+            f"{preface}\n\n{separator}\nFrom: {sender}\n"
+            f"Subject: Spot Droplet reclaim notice\n\n{NOTICE}",
+            sender=USER,
+        )
+    else:
+        raw = _attached_forward(original)
+    expected = verdict(original).report
+    got = verdict(raw).report
+    assert (got is None) == (expected is None)
+    if got is not None and expected is not None:
+        assert got.deadline == expected.deadline
 
 
 def test_require_dkim() -> None:
