@@ -29,6 +29,7 @@ from forewarn.protocol.wire import (
 
 from .eventlines import ReplayTracker, describe
 from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH
+from .throttle import WarningThrottle
 
 if TYPE_CHECKING:
     from forewarn.providers.registry import Registry
@@ -324,8 +325,7 @@ class _Messages:
     def __init__(self, command: str, events: str) -> None:
         self.command = command
         self.events = events
-        self.quiet_until = -1.0
-        self.unsaid = 0
+        self.throttle = WarningThrottle(MALFORMED_WARN_SECONDS)
 
     def read(self, sock: Any) -> tuple[str, dict[str, Any]] | None:
         from forewarn.clients.event import Event, load_json
@@ -352,19 +352,16 @@ class _Messages:
             return None
 
     def _say(self, topic: str, error: ValueError) -> None:
-        now = time.monotonic()
-        if now < self.quiet_until:
-            self.unsaid += 1
+        held = self.throttle.due()
+        if held is None:
             return
-        since = f" ({self.unsaid} more since the last)" if self.unsaid else ""
+        since = f" ({held - 1} more since the last)" if held > 1 else ""
         print(
             f"forewarn: {self.command}: dropped a malformed {topic[:40]!r} message on "
             f"{self.events}: {str(error)[:200]}{since}",
             file=sys.stderr,
             flush=True,
         )
-        self.unsaid = 0
-        self.quiet_until = now + MALFORMED_WARN_SECONDS
 
 
 def _poll_ms(deadline: float | None, silence: _AgentSilence) -> int:

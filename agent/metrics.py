@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 
 from .observer import Observer
 from .protocol import AckRequest, Notice
+from .throttle import WarningThrottle
 
 log = logging.getLogger("forewarn.agent.metrics")
 
@@ -352,8 +353,7 @@ class MetricsServer(ThreadingHTTPServer):
         self._open: dict[socket.socket, float] = {}  # connection -> when it must be done
         self._open_lock = threading.Lock()
         self.refused = 0
-        self._refusals_unlogged = 0
-        self._refusal_logged_at: float | None = None
+        self._refusals = WarningThrottle(REFUSAL_LOG_INTERVAL)
         super().__init__((host, port), _Handler)
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
@@ -366,18 +366,15 @@ class MetricsServer(ThreadingHTTPServer):
 
     def _refuse(self, client_address: Any) -> None:
         self.refused += 1
-        self._refusals_unlogged += 1
-        now = time.monotonic()
-        last = self._refusal_logged_at
-        if last is None or now - last >= REFUSAL_LOG_INTERVAL:
+        held = self._refusals.due()
+        if held is not None:
             log.warning(
                 "metrics: %d connection(s) closed unanswered (latest from %s): %d are open "
                 "already, the most served at once",
-                self._refusals_unlogged,
+                held,
                 client_address[0],
                 self.max_connections,
             )
-            self._refusal_logged_at, self._refusals_unlogged = now, 0
 
     def service_actions(self) -> None:
         # Run by serve_forever between polls: cut the connections past their time. The

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import socket
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from forewarn.protocol.wire import TOKEN_FIELD, ipc_path
 
 from .controltoken import token_matches
 from .protocol import TOPIC_CLIENT_PREFIX, TOPIC_HEARTBEAT, TOPIC_NOTICE, Heartbeat, Notice
+from .throttle import WarningThrottle
 
 log = logging.getLogger("forewarn.agent")
 
@@ -79,8 +79,7 @@ class Publisher:
         self.subscriptions_seen = 0
         self.requests_served = 0
         self.requests_refused = 0
-        self._refusals_unlogged = 0
-        self._refusal_logged_at: float | None = None
+        self._refusals = WarningThrottle(REFUSAL_LOG_INTERVAL)
 
     def _control_socket(self) -> zmq.asyncio.Socket:
         router = self.context.socket(zmq.ROUTER)
@@ -246,18 +245,15 @@ class Publisher:
 
     def _refuse(self, which: str) -> dict[str, Any]:
         self.requests_refused += 1
-        self._refusals_unlogged += 1
-        now = time.monotonic()
-        last = self._refusal_logged_at
-        if last is None or now - last >= REFUSAL_LOG_INTERVAL:
+        held = self._refusals.due()
+        if held is not None:
             log.warning(
                 "control on %s refused %d request(s) without the right token; only who can "
                 "read %s may send requests",
                 self.control_endpoint,
-                self._refusals_unlogged,
+                held,
                 self.token_file,
             )
-            self._refusal_logged_at, self._refusals_unlogged = now, 0
         return {
             "ok": False,
             "error": f"refused: the request has {which} control token; every request on "
