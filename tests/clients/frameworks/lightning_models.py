@@ -4,6 +4,7 @@ tests does not import lightning."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -59,3 +60,18 @@ class ExitsInTraining(Tiny):
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
         if self.callback.guard.should_exit:
             self.validation_after_exit += 1
+
+
+def trainer(callback: Any, **options: Any) -> pl.Trainer:
+    """The tests' Trainer: CPU, `callback` only, no logger, checkpoints, progress bar or
+    summary of Lightning's own, 1,000 steps; `options` change or add settings."""
+    settings: dict[str, Any] = {
+        "max_steps": 1_000,
+        "callbacks": [callback],
+        "accelerator": "cpu",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+    return pl.Trainer(**(settings | options))

@@ -27,15 +27,7 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
             flag_file=None,
         )
         data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
-        trainer = pl.Trainer(
-            max_steps=10_000,
-            callbacks=[callback],
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        )
+        trainer = models.trainer(callback, max_steps=10_000)
         steps: dict[str, int] = {}
 
         def operator() -> None:
@@ -62,17 +54,7 @@ def test_an_exit_during_validation_is_saved_from_the_validation_hook(tmp_path: P
         tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
     )
     data = torch.utils.data.TensorDataset(torch.randn(4_000, 4), torch.randn(4_000, 1))
-    trainer = pl.Trainer(
-        max_steps=1_000,
-        val_check_interval=30,
-        num_sanity_val_steps=0,
-        callbacks=[callback],
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = models.trainer(callback, val_check_interval=30, num_sanity_val_steps=0)
     model = models.Evaluating(callback)
     trainer.fit(
         model,
@@ -93,17 +75,7 @@ def test_an_exit_is_not_followed_by_a_validation_pass(tmp_path: Path) -> None:
         tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
     )
     data = torch.utils.data.TensorDataset(torch.randn(4_000, 4), torch.randn(4_000, 1))
-    trainer = pl.Trainer(
-        max_steps=1_000,
-        val_check_interval=500,
-        num_sanity_val_steps=0,
-        callbacks=[callback],
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = models.trainer(callback, val_check_interval=500, num_sanity_val_steps=0)
     model = models.ExitsInTraining(callback, exit_at=10)
     trainer.fit(
         model,
@@ -127,15 +99,7 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
         store=store, dcp=True, notices=False, handle_signals=False, flag_file=None
     )
     data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
-    trainer = pl.Trainer(
-        max_steps=10_000,
-        callbacks=[callback],
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = models.trainer(callback, max_steps=10_000)
 
     def operator() -> None:
         eventually(lambda: trainer.global_step >= 20)
@@ -195,17 +159,7 @@ def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
 
     monkeypatch.setattr(callback.guard, "saved", saved)
     data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
-    trainer = pl.Trainer(
-        max_steps=1_000,
-        val_check_interval=30,
-        num_sanity_val_steps=0,
-        callbacks=[callback],
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = models.trainer(callback, val_check_interval=30, num_sanity_val_steps=0)
     trainer.fit(
         models.Evaluating(callback),
         torch.utils.data.DataLoader(data, batch_size=4),
@@ -222,15 +176,7 @@ def test_after_fit_sigterm_is_handled_as_before_fit(tmp_path: Path) -> None:
     ignored SIGTERM ("Bypassing SIGTERM") until the platform's SIGKILL."""
     callback = lit.ForewarnCallback(tmp_path / "ckpt", every_steps=3, notices=False, flag_file=None)
     data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
-    trainer = pl.Trainer(
-        max_steps=5,
-        callbacks=[callback],
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = models.trainer(callback, max_steps=5)
     before = signal.getsignal(signal.SIGTERM)
     try:
         trainer.fit(models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
@@ -249,15 +195,7 @@ def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) 
         callback = lit.ForewarnCallback(
             tmp_path / "ckpt", every_steps=20, notices=False, handle_signals=False, flag_file=None
         )
-        trainer = pl.Trainer(
-            max_steps=max_steps,
-            callbacks=[callback],
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        )
+        trainer = models.trainer(callback, max_steps=max_steps)
         trainer.fit(
             models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4), ckpt_path=ckpt_path
         )

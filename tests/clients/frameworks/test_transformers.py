@@ -24,17 +24,7 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
             handle_signals=False,
             flag_file=None,
         )
-        args = hf.TrainingArguments(
-            output_dir=str(tmp_path / "out"),
-            max_steps=10_000,
-            per_device_train_batch_size=4,
-            save_strategy="no",
-            report_to=[],
-            logging_strategy="no",
-            use_cpu=True,
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-        )
+        args = models.arguments(tmp_path, max_steps=10_000)
         trainer = hf.Trainer(
             model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
         )
@@ -61,20 +51,7 @@ def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Pat
     callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
     model = models.AsksToExitInEvaluation()
     model.callback = callback
-    args = hf.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        max_steps=1_000,
-        per_device_train_batch_size=4,
-        per_device_eval_batch_size=4,
-        eval_strategy="steps",
-        eval_steps=25,
-        save_strategy="no",
-        report_to=[],
-        logging_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
+    args = models.arguments(tmp_path, **models.EVALUATE_EVERY_25)
     trainer = hf.Trainer(
         model=model,
         args=args,
@@ -94,17 +71,8 @@ def test_the_trainers_dataloader_workers_outlive_a_job_wide_sigterm(tmp_path: Pa
     Trainer raised before the save."""
     callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
     sigterm = models.SigtermsTheWorkers(callback)
-    args = hf.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        max_steps=1_000,
-        per_device_train_batch_size=4,
-        save_strategy="no",
-        report_to=[],
-        logging_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-        dataloader_num_workers=2,
-        dataloader_multiprocessing_context="fork",
+    args = models.arguments(
+        tmp_path, dataloader_num_workers=2, dataloader_multiprocessing_context="fork"
     )
     trainer = hf.Trainer(
         model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[sigterm, callback]
@@ -123,18 +91,7 @@ def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) 
         callback = fw.ForewarnTrainerCallback(
             every_steps=20, notices=False, handle_signals=False, flag_file=None
         )
-        args = hf.TrainingArguments(
-            output_dir=str(tmp_path / "out"),
-            max_steps=max_steps,
-            per_device_train_batch_size=4,
-            save_strategy="steps",
-            save_steps=25,
-            report_to=[],
-            logging_strategy="no",
-            use_cpu=True,
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-        )
+        args = models.arguments(tmp_path, max_steps=max_steps, save_strategy="steps", save_steps=25)
         trainer = hf.Trainer(
             model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
         )
@@ -156,17 +113,7 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     callback = fw.ForewarnTrainerCallback(
         store=store, dcp=True, notices=False, handle_signals=False, flag_file=None
     )
-    args = hf.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        max_steps=10_000,
-        per_device_train_batch_size=4,
-        save_strategy="no",
-        report_to=[],
-        logging_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
+    args = models.arguments(tmp_path, max_steps=10_000)
     model = models.Tiny()
     trainer = hf.Trainer(
         model=model, args=args, train_dataset=models.Points(), callbacks=[callback]
@@ -219,20 +166,7 @@ def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
     monkeypatch.setattr(callback.guard, "saved", saved)
     model = models.AsksToExitInEvaluation()
     model.callback = callback
-    args = hf.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        max_steps=1_000,
-        per_device_train_batch_size=4,
-        per_device_eval_batch_size=4,
-        eval_strategy="steps",
-        eval_steps=25,
-        save_strategy="no",
-        report_to=[],
-        logging_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
+    args = models.arguments(tmp_path, **models.EVALUATE_EVERY_25)
     trainer = hf.Trainer(
         model=model,
         args=args,
@@ -257,23 +191,9 @@ def test_resume_passes_over_a_checkpoint_the_trainer_never_finished(
     model = models.AsksToExitInEvaluation()
     model.callback = callback
 
-    def arguments(**options: Any) -> Any:
-        return hf.TrainingArguments(
-            output_dir=str(tmp_path / "out"),
-            per_device_train_batch_size=4,
-            per_device_eval_batch_size=4,
-            save_strategy="no",
-            report_to=[],
-            logging_strategy="no",
-            use_cpu=True,
-            disable_tqdm=True,
-            dataloader_num_workers=0,
-            **options,
-        )
-
     hf.Trainer(
         model=model,
-        args=arguments(max_steps=1_000, eval_strategy="steps", eval_steps=25),
+        args=models.arguments(tmp_path, **models.EVALUATE_EVERY_25),
         train_dataset=models.Points(),
         eval_dataset=models.FewPoints(),
         callbacks=[callback],
@@ -289,6 +209,8 @@ def test_resume_passes_over_a_checkpoint_the_trainer_never_finished(
     resumed = models.Tiny()
     batches: list[int] = []
     resumed.register_forward_hook(lambda *_: batches.append(1))
-    trainer = hf.Trainer(model=resumed, args=arguments(max_steps=30), train_dataset=models.Points())
+    trainer = hf.Trainer(
+        model=resumed, args=models.arguments(tmp_path, max_steps=30), train_dataset=models.Points()
+    )
     trainer.train(resume_from_checkpoint=fw.last_checkpoint(out))
     assert trainer.state.global_step == 30 and len(batches) == 5, "resumed at step 25"

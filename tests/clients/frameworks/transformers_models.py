@@ -6,12 +6,13 @@ from __future__ import annotations
 import multiprocessing
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 from forewarn.clients.frameworks.transformers import ForewarnTrainerCallback
 from torch.utils.data import Dataset
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainingArguments
 
 
 class Tiny(torch.nn.Module):
@@ -66,3 +67,24 @@ class SigtermsTheWorkers(TrainerCallback):  # type: ignore[misc]
             subprocess.run(["kill", "-TERM", *map(str, self.workers)], check=True)
         if state.global_step == 60:
             self.forewarn.guard.request("signal", exit=True)
+
+
+def arguments(tmp_path: Path, **options: Any) -> TrainingArguments:
+    """The tests' TrainingArguments: CPU, batches of 4, no saves, logs or workers of the
+    Trainer's own, 1,000 steps; `options` change any of them."""
+    settings: dict[str, Any] = {
+        "output_dir": str(tmp_path / "out"),
+        "max_steps": 1_000,
+        "per_device_train_batch_size": 4,
+        "save_strategy": "no",
+        "report_to": [],
+        "logging_strategy": "no",
+        "use_cpu": True,
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
+    return TrainingArguments(**(settings | options))
+
+
+# An evaluation pass of FewPoints every 25 steps.
+EVALUATE_EVERY_25 = {"per_device_eval_batch_size": 4, "eval_strategy": "steps", "eval_steps": 25}
