@@ -64,6 +64,11 @@ MAX_CONNECTIONS = 32
 REQUEST_SECONDS = 5.0
 # Connections closed for being over the cap are logged at most this often, with a count.
 REFUSAL_LOG_INTERVAL = 60.0
+# The agent's loop reports its parts' liveness every second. A loop blocked by a sync call (a
+# hung filesystem under the state write, a watcher that never yields) reports nothing, and the
+# last report, all alive, would be served for ever: after this long without one the loop itself
+# is dead in /healthz (part `event-loop`).
+LOOP_SILENCE = 5.0
 
 
 class MetricsError(ForewarnError, RuntimeError):
@@ -82,6 +87,8 @@ class MetricsObserver(Observer):
         self._first_seen: set[str] = set()  # notices whose lead time and delay are recorded
         self._polled_ok: dict[str, bool] = {}
         self._parts: dict[str, bool] = {}
+        self._parts_at: float | None = None  # time.monotonic() of the last liveness report
+        self.loop_silence = LOOP_SILENCE
         self._started = False
         self._stopped = False
         registry = self.registry
@@ -208,11 +215,16 @@ class MetricsObserver(Observer):
     def on_liveness(self, parts: dict[str, bool]) -> None:
         with self._lock:
             self._parts = dict(parts)
+            self._parts_at = time.monotonic()
 
     def liveness(self) -> tuple[bool, dict[str, bool]]:
-        """(alive, part -> running): alive while every part of the agent runs."""
+        """(alive, part -> running): alive while every part of the agent runs, and the loop
+        that reports them has reported within `loop_silence` seconds."""
         with self._lock:
             parts = dict(self._parts)
+            reported = self._parts_at
+        if reported is not None:
+            parts["event-loop"] = time.monotonic() - reported < self.loop_silence
         return all(parts.values()) and not self._stopped, parts
 
     def on_expired(self, notice: Notice) -> None:

@@ -229,6 +229,31 @@ def get(url: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
+def test_healthz_says_dead_when_the_loop_stops_reporting():
+    """An agent whose event loop was blocked by a sync call (seen: a control handler that
+    slept) stopped its watchdog pings, but /healthz, answered from another thread, kept
+    serving the loop's last report, all alive, with 200 for as long as the block lasted."""
+    service = MetricsService("127.0.0.1", 0)
+    service.loop_silence = 0.3
+    try:
+        service.on_liveness({"control": True, "heartbeats": True})
+        assert get(service.url + "/healthz")[0] == 200
+        _status, body = eventually(
+            lambda: (answer := get(service.url + "/healthz"))[0] == 503 and answer,
+            5,
+            "healthz 503 once the loop is silent",
+        )
+        assert json.loads(body)["parts"] == {
+            "control": True,
+            "heartbeats": True,
+            "event-loop": False,
+        }
+        service.on_liveness({"control": True, "heartbeats": True})
+        assert get(service.url + "/healthz")[0] == 200
+    finally:
+        service.close()
+
+
 def test_service_serves_metrics_health_and_readiness():
     service = MetricsService("127.0.0.1", 0)
     try:
@@ -236,7 +261,8 @@ def test_service_serves_metrics_health_and_readiness():
         service.on_liveness({"control": False, "heartbeats": True})
         assert get(service.url + "/healthz") == (
             503,
-            '{"alive": false, "parts": {"control": false, "heartbeats": true}}\n',
+            '{"alive": false, "parts": {"control": false, "heartbeats": true, '
+            '"event-loop": true}}\n',
         )
         service.on_liveness({"control": True, "heartbeats": True})
         status, body = get(service.url + "/readyz")
