@@ -261,6 +261,8 @@ class Agent:
             task = asyncio.create_task(self._supervise(name, health), name=f"watcher/{name}")
             tasks.append(task)
             self.parts[task.get_name()] = task
+        for task in tasks:
+            task.add_done_callback(self._part_ended)
         self.observers.on_start(self.providers)
         log.info(
             "agent %s serving events on %s, control on %s; providers: %s",
@@ -277,7 +279,8 @@ class Agent:
             if notice.id not in sent:
                 self.publisher.publish(notice)
         _sd_notify("READY=1")
-        watchdog = asyncio.create_task(self._watchdog())
+        watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
+        watchdog.add_done_callback(self._part_ended)
 
         await self._stop.wait()
         log.info("stopping")
@@ -328,6 +331,23 @@ class Agent:
             log.error("%s failed (%s); restarting it", name, problem)
             self.observers.on_poll("agent", False, f"{name}-failed")
             await asyncio.sleep(min(1.0, 0.05 * 2 ** len(crashes)))
+
+    def _part_ended(self, task: asyncio.Task[None]) -> None:
+        """A part's task ends only when cancelled or when its supervisor stopped the agent.
+        Any other end is a failure of the supervision itself (its restart logic raised): the
+        task was kept in `parts`, so nothing ever logged it, and the agent ran on without the
+        part. It is logged and takes the agent down (exit 1) for systemd or Kubernetes."""
+        if task.cancelled() or self._stop.is_set():
+            return
+        error = task.exception()
+        log.critical(
+            "%s died outside its supervision (%s); stopping the agent",
+            task.get_name(),
+            f"{type(error).__name__}: {error}" if error is not None else "it returned",
+            exc_info=error,
+        )
+        self._exit_code = 1
+        self._stop.set()
 
     def liveness(self) -> dict[str, bool]:
         """Each long-running part: whether its task is running; control, also whether it
@@ -403,6 +423,7 @@ class Agent:
             self._keep_running("control", lambda: self.publisher.serve_control(self._handle)),
             name="control",
         )
+        self.parts["control"].add_done_callback(self._part_ended)
 
     async def _supervise(self, name: str, health: PollHealth) -> None:
         """Run one watcher forever: a crash or a bad configuration is counted, logged and

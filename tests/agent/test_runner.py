@@ -198,3 +198,29 @@ async def test_a_clear_is_on_disk_before_it_is_published(tmp_path: Path) -> None
     assert load_state(agent.state_path).manual[0].id == "local/gone"
     agent._clear(ClearRequest(op="clear", id="local/gone"))
     assert saved_when_sent["clear"] == []
+
+
+async def test_a_part_whose_restart_logic_raises_stops_the_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watcher crashed and then its supervisor's own restart step raised: the task ended
+    with the exception, which nothing logged (the task is kept in `parts`), and the agent
+    ran on without the watcher. It must stop with exit 1 so systemd or Kubernetes restart
+    a whole agent."""
+    settings = load_settings(
+        providers=["local"],
+        runtime_dir=tmp_path / "run",
+        state_dir=tmp_path / "state",
+        control_probe_interval=0,
+    )
+    agent = Agent(settings)
+
+    def no_watcher(name: str, health: PollHealth) -> None:
+        raise RuntimeError("endpoint exploded")
+
+    def broken_restart(self: PollHealth, kind: str, message: str) -> None:
+        raise ValueError("restart logic broke")
+
+    agent._build = no_watcher  # type: ignore[method-assign,assignment]
+    monkeypatch.setattr(PollHealth, "error", broken_restart)
+    assert await asyncio.wait_for(agent.run(), 10) == 1
