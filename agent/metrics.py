@@ -429,8 +429,7 @@ class MetricsService(MetricsObserver):
                 f"metrics_address {host}:{port}: cannot listen ({error.strerror or error})"
             ) from None
         self.thread = threading.Thread(
-            target=self.server.serve_forever,
-            kwargs={"poll_interval": 0.2},
+            target=self._serve,
             name="forewarn-metrics",
             daemon=True,
         )
@@ -440,9 +439,19 @@ class MetricsService(MetricsObserver):
         self.url = f"http://{shown}:{bound_port}"
         log.info("serving metrics on %s/metrics, health on /healthz and /readyz", self.url)
 
+    def _serve(self) -> None:
+        try:
+            self.server.serve_forever(poll_interval=0.2)
+        except Exception:
+            # The agent sees the dead thread in `parts`; this says why, in its own log.
+            log.exception("metrics: the server stopped")
+
     def on_stop(self) -> None:
         super().on_stop()
         self.close()
+
+    def parts(self) -> dict[str, bool]:
+        return {"metrics": self.thread.is_alive()}
 
     def close(self) -> None:
         self.server.shutdown()

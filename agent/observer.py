@@ -36,5 +36,10 @@ class Observer:
     def on_stop(self) -> None:
         """The agent is shutting down."""
 
+    def parts(self) -> dict[str, bool]:
+        """The observer's own long-running parts (a thread, a task) and whether each runs:
+        they count in the agent's liveness (`/healthz`, the systemd watchdog) like its own."""
+        return {}
+
 
 __all__ = ["Observer"]

@@ -58,6 +58,16 @@ class Observers(Observer):
     def on_stop(self) -> None:
         self._each("on_stop")
 
+    def parts(self) -> dict[str, bool]:
+        found: dict[str, bool] = {}
+        for observer in self.observers:
+            try:
+                found.update(observer.parts())
+            except Exception:
+                log.exception("observer %s failed in parts", type(observer).__name__)
+                found[f"observer/{type(observer).__name__}"] = False
+        return found
+
 
 def build_observers(settings: Settings) -> list[Observer]:
     """The observers the configuration asks for (metrics, telemetry).

@@ -350,12 +350,14 @@ class Agent:
         self._stop.set()
 
     def liveness(self) -> dict[str, bool]:
-        """Each long-running part: whether its task is running; control, also whether it
-        answered the agent's own requests."""
+        """Each long-running part, the observers' too: whether its task is running; control,
+        also whether it answered the agent's own requests."""
         parts = {name: not task.done() for name, task in self.parts.items()}
         if "control" in parts:
             parts["control"] = parts["control"] and self.control_answers
-        return parts
+        # The metrics server's thread, the webhook's and Kubernetes notifier's tasks: one that
+        # died left the agent pinging the watchdog with /healthz, webhook or Events gone.
+        return {**parts, **self.observers.parts()}
 
     async def _probe_control(self) -> None:
         """Ask control for a status as a client would, every `control_probe_interval`: a

@@ -122,6 +122,7 @@ class KubernetesNotifier(Observer):
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name="kubernetes-notifier")
+        self._task.add_done_callback(_died)
         wanted = [
             w
             for w, on in (("events", self.settings.events), ("cordon", self.settings.cordon))
@@ -145,6 +146,9 @@ class KubernetesNotifier(Observer):
     def on_stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+    def parts(self) -> dict[str, bool]:
+        return {} if self._task is None else {"kubernetes-notifier": not self._task.done()}
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
@@ -268,6 +272,12 @@ class KubernetesNotifier(Observer):
         self.failed += 1
         log.warning("kubernetes: %s failed: %s", what, why)
         return False
+
+
+def _died(task: asyncio.Task[None]) -> None:
+    # The task is kept by its notifier: an exception left in it would never be logged.
+    if not task.cancelled() and task.exception() is not None:
+        log.error("kubernetes: notifier stopped: %r", task.exception())
 
 
 __all__ = ["KubernetesNotifier", "camel", "event_body"]

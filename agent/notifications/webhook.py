@@ -135,6 +135,9 @@ class WebhookObserver(Observer):
                 + (", ..." if len(left) > 10 else ""),
             )
 
+    def parts(self) -> dict[str, bool]:
+        return {} if self._task is None else {"webhook": not self._task.done()}
+
     def _died(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.error("webhook: delivery stopped: %r", task.exception())

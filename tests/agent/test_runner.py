@@ -16,7 +16,7 @@ from forewarn.agent.protocol import ClearRequest, Notice, NotifyRequest, Report
 from forewarn.agent.runner import Agent
 from forewarn.agent.state import load_state
 from forewarn.providers import Emit, PollHealth
-from support import eventually_async
+from support import eventually_async, free_port
 
 
 class Crashing:
@@ -224,3 +224,34 @@ async def test_a_part_whose_restart_logic_raises_stops_the_agent(
     agent._build = no_watcher  # type: ignore[method-assign,assignment]
     monkeypatch.setattr(PollHealth, "error", broken_restart)
     assert await asyncio.wait_for(agent.run(), 10) == 1
+
+
+async def test_a_dead_metrics_thread_or_webhook_task_is_a_dead_part(tmp_path: Path) -> None:
+    """The metrics server's thread and the webhook's delivery task are the agent's parts
+    too: with either dead, the agent kept pinging the systemd watchdog (and /healthz, when
+    its thread was the one alive, said 200) while nothing served metrics or webhooks."""
+    settings = load_settings(
+        providers=["local"],
+        runtime_dir=tmp_path / "run",
+        state_dir=tmp_path / "state",
+        metrics_address="127.0.0.1:0",
+        webhook={"url": f"http://127.0.0.1:{free_port()}/hook"},
+    )
+    agent = Agent(settings)
+    agent.observers.on_start(["local"])
+    try:
+        assert agent.liveness() == {"metrics": True, "webhook": True}
+        metrics, webhook = agent.observers.observers[0], agent.observers.observers[-1]
+
+        def broken() -> None:
+            raise RuntimeError("metrics server broke")
+
+        metrics.server.service_actions = broken  # type: ignore[attr-defined]
+        webhook.on_notice("not a notice", escalated=False)  # type: ignore[arg-type]
+        await eventually_async(
+            lambda: agent.liveness() == {"metrics": False, "webhook": False},
+            5,
+            "both parts dead",
+        )
+    finally:
+        agent.observers.on_stop()
