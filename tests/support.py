@@ -84,6 +84,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
+@contextmanager
+def refused_port(host: str = "127.0.0.1") -> Iterator[int]:
+    """A port every connection to is refused for as long as the block runs: bound, never
+    listened on, so no other test's server can take it meanwhile (a fixed "closed" port such
+    as 9 answered HTTP 404 once, in a run with other work on the machine)."""
+    with socket.socket() as held:
+        held.bind((host, 0))
+        yield int(held.getsockname()[1])
+
+
 def eventually(
     check: Callable[[], Any], timeout: float = 30.0, what: str = "condition", interval: float = 0.01
 ) -> Any:

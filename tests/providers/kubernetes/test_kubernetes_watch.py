@@ -11,6 +11,7 @@ import pytest
 from forewarn.providers.kubernetes import api
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
 from k8s_support import NODE, TOKEN, Cluster, Running
+from support import refused_port
 
 CORDON = f"kubernetes/{NODE}/cordon"
 SHUTDOWN = f"kubernetes/{NODE}/shutdown"
@@ -326,9 +327,10 @@ async def test_detect(tmp_path: Path) -> None:
 
 
 async def test_unreachable_server_is_a_transport_error_and_retried(start_watcher: Any) -> None:
-    running = await start_watcher(url="http://127.0.0.1:9", node_name=NODE)
-    await running.until(lambda: running.health.errors_by_kind.get("transport", 0) >= 2)
-    assert not running.task.done()
+    with refused_port() as port:
+        running = await start_watcher(url=f"http://127.0.0.1:{port}", node_name=NODE)
+        await running.until(lambda: running.health.errors_by_kind.get("transport", 0) >= 2)
+        assert not running.task.done()
 
 
 async def test_garbage_in_the_stream_is_a_parse_error_then_a_relist(start_watcher: Any) -> None:
