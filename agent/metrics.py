@@ -212,6 +212,15 @@ class MetricsObserver(Observer):
             delay = (notice.noticed_at - stated).total_seconds()
             self.detection_delay.labels(notice.provider).observe(max(0.0, delay))
 
+    def on_restored(self, notice: Notice) -> None:
+        # Active again after a restart: in the gauges, but its lead time was recorded when it
+        # was first published.
+        with self._lock:
+            self._active.add(notice.id)
+            if notice.deadline is not None:
+                self._deadlines[notice.id] = notice.deadline
+            self._first_seen.add(notice.id)
+
     def on_liveness(self, parts: dict[str, bool]) -> None:
         with self._lock:
             self._parts = dict(parts)

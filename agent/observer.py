@@ -18,6 +18,10 @@ class Observer:
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         """A notice was published (new, changed, escalated or cleared); not called on replays."""
 
+    def on_restored(self, notice: Notice) -> None:
+        """A notice restored from the state file at start is active again (sent anew to
+        subscribers, but not a new publication: on_notice is not called for it)."""
+
     def on_expired(self, notice: Notice) -> None:
         """A notice was retired past its end; `notice` is the clear (also sent to on_notice)."""
 

@@ -40,6 +40,9 @@ class Observers(Observer):
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         self._each("on_notice", notice, escalated=escalated)
 
+    def on_restored(self, notice: Notice) -> None:
+        self._each("on_restored", notice)
+
     def on_expired(self, notice: Notice) -> None:
         self._each("on_expired", notice)
 

@@ -278,6 +278,13 @@ class Agent:
         for notice in self.board.active():
             if notice.id not in sent:
                 self.publisher.publish(notice)
+                log.info(
+                    "notice %s restored from %s",
+                    notice.id,
+                    self.state_path,
+                    extra=notice_fields(notice, "restored"),
+                )
+                self.observers.on_restored(notice)
         _sd_notify("READY=1")
         watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
         watchdog.add_done_callback(self._part_ended)
@@ -806,7 +813,8 @@ def provider_health(name: str, health: PollHealth) -> ProviderHealth:
 
 def notice_fields(notice: Notice, lifecycle: str) -> dict[str, Any]:
     """A notice's fields for a structured log line (`--log-format json` writes them as
-    JSON fields); `lifecycle` is the step: seen, published, acked, escalated, expired, cleared."""
+    JSON fields); `lifecycle` is the step: seen, published, restored,
+    acked, escalated, expired, cleared."""
     return {
         "lifecycle": lifecycle,
         "notice_id": notice.id,

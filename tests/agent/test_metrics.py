@@ -684,3 +684,28 @@ def test_nearest_deadline_goes_negative_then_clears_when_the_notice_expires(tmp_
         # before the gauges: the next scrape has it.
         later = scrape_url(url)
     assert value(later, "forewarn_notices_expired_total", provider="local", reason="manual") == 1
+
+
+def test_a_notice_restored_at_start_shows_in_the_gauges(tmp_path: Path):
+    """A manual notice restored from the state file after a restart is active (status lists
+    it, clients receive it) but was missing from `forewarn_active_notices` and
+    `forewarn_nearest_deadline_seconds` (NaN): the deadline alert never fired for it."""
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        reply = agent.control({"op": "notify", "action": "drain", "deadline": _in(600)})
+        assert reply["ok"], reply
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        url = metrics_url(agent)
+        status = agent.control({"op": "status"})
+        assert [notice["id"] for notice in status["active"]] == [reply["notice"]["id"]]
+        found = scrape_url(url)
+        assert value(found, "forewarn_active_notices") == 1
+        assert 0 < value(found, "forewarn_nearest_deadline_seconds") <= 600
+        # Not published anew: no counter moves for it.
+        assert total(found, "forewarn_notices_total") == 0
+        assert total(found, "forewarn_notice_lead_seconds_count") == 0
+        assert f"notice {reply['notice']['id']} restored from" in agent.output()
+        agent.control({"op": "clear", "id": reply["notice"]["id"]})
+        cleared = scrape_url(url)
+    assert value(cleared, "forewarn_active_notices") == 0
+    assert math.isnan(value(cleared, "forewarn_nearest_deadline_seconds"))
