@@ -45,6 +45,9 @@ log = logging.getLogger("forewarn.agent.metrics")
 # timestamp no alert or dashboard here reads.
 disable_created_metrics()
 
+# The provider name under which the runner reports the agent's own errors.
+AGENT = "agent"
+
 # A watcher that knows when the provider itself issued a notice puts that moment here, as
 # RFC 3339, so the detection delay (noticed_at - notice_time) can be measured.
 NOTICE_TIME_KEY = "notice_time"
@@ -240,7 +243,10 @@ class MetricsObserver(Observer):
         self.expired.labels(notice.provider, notice.reason).inc()
 
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
-        self.polls.labels(provider).inc()
+        # The runner reports the agent's own problems (a state write, a crashed part) as
+        # errors of provider `agent`: errors to count, but no poll of any endpoint.
+        if provider != AGENT:
+            self.polls.labels(provider).inc()
         if ok:
             self.last_poll.labels(provider).set(self.clock())
             with self._lock:

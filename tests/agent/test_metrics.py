@@ -202,6 +202,24 @@ def test_polls_errors_acks_and_subscribers():
     assert value(found, "forewarn_failed_flushes_total") == 1
 
 
+def test_the_agents_own_errors_are_no_polls():
+    """The runner reports the agent's own problems (a state file it cannot write, a part
+    that crashed) as failed polls of provider `agent`: they showed as
+    `forewarn_polls_total{provider="agent"}`, a provider that polls nothing, listed beside
+    the watchers and with an error ratio of 1."""
+    observer = MetricsObserver()
+    observer.on_start(["local"])
+    observer.on_poll("agent", False, "state")
+    observer.on_poll("agent", False, "control-failed")
+    found = scrape(observer)
+    assert value(found, "forewarn_poll_errors_total", provider="agent", kind="state") == 1
+    assert total(found, "forewarn_poll_errors_total", provider="agent") == 2
+    assert {dict(labels).get("provider") for (name, labels) in found if "polls" in name} == {
+        "local"
+    }
+    assert observer.readiness() == (False, {"local": False})
+
+
 def test_ready_only_once_every_watcher_polled_well_and_until_stop():
     observer = MetricsObserver()
     assert observer.readiness() == (False, {})
