@@ -66,3 +66,21 @@ def test_status_shows_a_standing_condition_until_it_is_resolved(tmp_path: Path) 
         state.rmdir()
         eventually(lambda: conditions() == {}, what="the condition resolved")
         assert "condition " not in run_forewarn("status", env=env).stdout
+
+
+def test_the_readmes_status_reply_names_every_field_of_the_reply() -> None:
+    """The control-request table showed the status reply without `health` and
+    `agent.conditions`, which `status --json` prints and scripts read."""
+    from forewarn.agent.protocol import AgentInfo, ProviderHealth, StatusReply
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith('| `{"op": "status"}`'))
+    reply = row.split("|")[2]
+    for model in (StatusReply, AgentInfo, ProviderHealth):
+        for name in model.model_fields:
+            assert re.search(rf"\b{name}\b", reply), (model.__name__, name)
+    agent = re.search(r'"agent": \{([^}]*)\}', reply)
+    health = re.search(r'"health": \[\{([^}]*)\}\]', reply)
+    assert agent and health, reply
+    assert {word.strip() for word in agent.group(1).split(",")} == set(AgentInfo.model_fields)
+    assert {word.strip() for word in health.group(1).split(",")} == set(ProviderHealth.model_fields)
