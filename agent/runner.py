@@ -713,15 +713,15 @@ class Agent:
             self._wake.set()  # a slower flush widens the exit margin
         background = ""
         if req.stall_seconds is not None or req.durable_seconds is not None:
-            background = f" stall={req.stall_seconds}s durable={req.durable_seconds}s"
+            background = f" stall={_secs(req.stall_seconds)} durable={_secs(req.durable_seconds)}"
         if req.choice is not None:
             background += f" final save: {req.choice} ({req.note or ''})"
         log.info(
-            "ack %s from %s: step=%s flush=%ss outcome=%s%s",
+            "ack %s from %s: step=%s flush=%s outcome=%s%s",
             req.notice_id or "(periodic)",
             req.client or "?",
             req.step,
-            req.flush_seconds,
+            _secs(req.flush_seconds),
             req.outcome,
             background,
             extra={
@@ -788,6 +788,11 @@ def deadline_problem(deadline: datetime, now: datetime) -> str | None:
     if deadline - now > MAX_DEADLINE_AHEAD:
         return f"{format_time(deadline)} is more than {MAX_DEADLINE_AHEAD.days} days ahead"
     return None
+
+
+def _secs(value: float | None) -> str:
+    """A figure of an ack for its log line: a failed flush has none."""
+    return "none" if value is None else f"{value}s"
 
 
 def provider_health(name: str, health: PollHealth) -> ProviderHealth:

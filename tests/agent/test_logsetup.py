@@ -127,3 +127,24 @@ def test_json_logs_have_every_lifecycle_step(tmp_path: Path) -> None:
     assert found["escalated"]["action"] == "terminate"
     for step in ("seen", "published", "acked", "escalated", "expired", "cleared"):
         assert found[step]["provider"] == "local" and found[step]["reason"] == "manual"
+
+
+def test_an_ack_without_figures_logs_none_not_nones(tmp_path: Path) -> None:
+    """A failed flush reports no flush_seconds, and a background save may report a stall
+    without a durable time: the ack line read `flush=Nones` and `durable=Nones`."""
+    from support import AgentProcess, agent_env, eventually
+
+    with AgentProcess(tmp_path, env=agent_env(tmp_path)) as agent:
+        failed = {"op": "ack", "client": "a", "step": 3, "outcome": "failed"}
+        assert agent.control(failed)["ok"]
+        stalled = {"op": "ack", "client": "b", "step": 4, "flush_seconds": 2, "stall_seconds": 1}
+        assert agent.control(stalled)["ok"]
+
+        def ack_lines() -> list[str] | None:
+            found = [line for line in agent.output().splitlines() if " ack " in line]
+            return found if len(found) == 2 else None
+
+        lines = eventually(ack_lines, what="the two ack lines")
+    assert "flush=none outcome=failed" in lines[0], lines
+    assert "flush=2.0s" in lines[1] and "stall=1.0s durable=none" in lines[1], lines
+    assert not any("None" in line for line in lines), lines
