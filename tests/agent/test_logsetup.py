@@ -127,6 +127,10 @@ def test_json_logs_have_every_lifecycle_step(tmp_path: Path) -> None:
     assert found["escalated"]["action"] == "terminate"
     for step in ("seen", "published", "acked", "escalated", "expired", "cleared"):
         assert found[step]["provider"] == "local" and found[step]["reason"] == "manual"
+    # The levels docs/operations.md gives: every step at info, an expiry at warning.
+    levels = {step: line["level"] for step, line in found.items()}
+    assert levels == {step: "warning" if step == "expired" else "info" for step in found}
+    assert all(notice_id in str(line["msg"]) for line in found.values()), found
 
 
 def test_an_ack_without_figures_logs_none_not_nones(tmp_path: Path) -> None:
