@@ -87,7 +87,10 @@ class MetricsObserver(Observer):
         self._lock = threading.Lock()
         self._deadlines: dict[str, datetime] = {}  # active notices that have a deadline
         self._active: set[str] = set()
-        self._first_seen: set[str] = set()  # notices whose lead time and delay are recorded
+        self._first_seen: set[str] = set()  # notices whose detection delay is recorded
+        # Notices whose lead time is recorded: apart, since a notice may get its deadline
+        # after its first publication.
+        self._lead_seen: set[str] = set()
         self._polled_ok: dict[str, bool] = {}
         self._parts: dict[str, bool] = {}
         self._parts_at: float | None = None  # time.monotonic() of the last liveness report
@@ -197,6 +200,7 @@ class MetricsObserver(Observer):
                 self._active.discard(notice.id)
                 self._deadlines.pop(notice.id, None)
                 self._first_seen.discard(notice.id)
+                self._lead_seen.discard(notice.id)
                 return
             self._active.add(notice.id)
             if notice.deadline is not None:
@@ -205,11 +209,14 @@ class MetricsObserver(Observer):
                 self._deadlines.pop(notice.id, None)
             first = notice.id not in self._first_seen
             self._first_seen.add(notice.id)
-        if not first:
-            return
-        if notice.deadline is not None:
+            first_deadline = notice.deadline is not None and notice.id not in self._lead_seen
+            if first_deadline:
+                self._lead_seen.add(notice.id)
+        if first_deadline and notice.deadline is not None:
             lead = (notice.deadline - notice.noticed_at).total_seconds()
             self.lead_time.labels(notice.provider, notice.reason).observe(max(0.0, lead))
+        if not first:
+            return
         stated = notice_time(notice.detail)
         if stated is not None:
             delay = (notice.noticed_at - stated).total_seconds()
@@ -220,9 +227,10 @@ class MetricsObserver(Observer):
         # was first published.
         with self._lock:
             self._active.add(notice.id)
+            self._first_seen.add(notice.id)
             if notice.deadline is not None:
                 self._deadlines[notice.id] = notice.deadline
-            self._first_seen.add(notice.id)
+                self._lead_seen.add(notice.id)
 
     def on_liveness(self, parts: dict[str, bool]) -> None:
         with self._lock:

@@ -117,6 +117,21 @@ def test_notice_counts_lead_time_delay_and_nearest_deadline():
     assert value(found, "forewarn_active_notices") == 0
 
 
+def test_a_notice_that_gains_its_deadline_later_has_its_lead_time_recorded_once():
+    """A drain first published without a deadline (`notify drain --id X`, then the same id
+    with `--deadline`) was never counted in forewarn_notice_lead_seconds: only the first
+    publication was looked at, though the notice has a deadline."""
+    observer = MetricsObserver(clock=lambda: NOW.timestamp())
+    labels = {"provider": "aws", "reason": "rebalance-recommendation"}
+    observer.on_notice(make_notice(deadline=None), escalated=False)
+    assert total(scrape(observer), "forewarn_notice_lead_seconds_count", **labels) == 0
+    observer.on_notice(make_notice(deadline=NOW + timedelta(minutes=5)), escalated=False)
+    observer.on_notice(make_notice(deadline=NOW + timedelta(minutes=4)), escalated=False)
+    found = scrape(observer)
+    assert value(found, "forewarn_notice_lead_seconds_count", **labels) == 1
+    assert value(found, "forewarn_notice_lead_seconds_sum", **labels) == 300
+
+
 def test_nearest_deadline_is_the_earliest_active_one():
     observer = MetricsObserver(clock=lambda: NOW.timestamp())
     observer.on_notice(make_notice(notice_id="a"), escalated=False)
