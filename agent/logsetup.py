@@ -6,6 +6,7 @@ import json
 import logging
 import re
 import sys
+import time
 from datetime import datetime, timezone
 
 from forewarn.protocol.timefmt import format_time
@@ -37,7 +38,11 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        text = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # UTC, as the deadlines on the same lines, `status` and the JSON form: local time
+        # without a zone put a machine's lines hours away from the times they mention.
+        text.converter = time.gmtime
+        handler.setFormatter(text)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -152,3 +152,17 @@ def test_an_ack_without_figures_logs_none_not_nones(tmp_path: Path) -> None:
     assert "flush=none outcome=failed" in lines[0], lines
     assert "flush=2.0s" in lines[1] and "stall=1.0s durable=none" in lines[1], lines
     assert not any("None" in line for line in lines), lines
+
+
+def test_text_log_times_are_utc_whatever_the_machines_zone(tmp_path: Path) -> None:
+    """The text form stamped lines in the machine's local time, with no zone, beside
+    deadlines in UTC on the same line and the UTC times of `status` and the JSON form: on a
+    machine at +05:45 a notice logged at 03:10 UTC read 08:55."""
+    from datetime import datetime, timezone
+
+    env = agent_env(tmp_path, TZ="Asia/Kathmandu")
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        agent.control({"op": "notify", "action": "drain"})
+    line = next(line for line in agent.output().splitlines() if " notice drain " in line)
+    stamp = datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    assert abs((datetime.now(timezone.utc) - stamp).total_seconds()) < 120, line
