@@ -45,6 +45,9 @@ log = logging.getLogger("forewarn.agent.metrics")
 # timestamp no alert or dashboard here reads.
 disable_created_metrics()
 
+# How many retired notices are remembered, so that one raised again is not measured again.
+EXPIRED_KEPT = 1000
+
 # The provider name under which the runner reports the agent's own errors.
 AGENT = "agent"
 
@@ -91,6 +94,9 @@ class MetricsObserver(Observer):
         # Notices whose lead time is recorded: apart, since a notice may get its deadline
         # after its first publication.
         self._lead_seen: set[str] = set()
+        # Notices retired past their end, newest last: one its provider raises again is the
+        # same occurrence, not measured again. Bounded, oldest forgotten first.
+        self._expired: dict[str, None] = {}
         self._polled_ok: dict[str, bool] = {}
         self._parts: dict[str, bool] = {}
         self._parts_at: float | None = None  # time.monotonic() of the last liveness report
@@ -199,9 +205,11 @@ class MetricsObserver(Observer):
             if notice.action == "clear":
                 self._active.discard(notice.id)
                 self._deadlines.pop(notice.id, None)
-                self._first_seen.discard(notice.id)
-                self._lead_seen.discard(notice.id)
+                if notice.id not in self._expired:
+                    self._first_seen.discard(notice.id)
+                    self._lead_seen.discard(notice.id)
                 return
+            self._expired.pop(notice.id, None)
             self._active.add(notice.id)
             if notice.deadline is not None:
                 self._deadlines[notice.id] = notice.deadline
@@ -249,6 +257,14 @@ class MetricsObserver(Observer):
 
     def on_expired(self, notice: Notice) -> None:
         self.expired.labels(notice.provider, notice.reason).inc()
+        with self._lock:
+            self._expired[notice.id] = None
+            while len(self._expired) > EXPIRED_KEPT:
+                oldest = next(iter(self._expired))
+                del self._expired[oldest]
+                if oldest not in self._active:
+                    self._first_seen.discard(oldest)
+                    self._lead_seen.discard(oldest)
 
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         # The runner reports the agent's own problems (a state write, a crashed part) as

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from forewarn.agent import metrics as metrics_module
 from forewarn.agent.config import ConfigError, load_settings
 from forewarn.agent.metrics import (
     MAX_CONNECTIONS,
@@ -130,6 +131,48 @@ def test_a_notice_that_gains_its_deadline_later_has_its_lead_time_recorded_once(
     found = scrape(observer)
     assert value(found, "forewarn_notice_lead_seconds_count", **labels) == 1
     assert value(found, "forewarn_notice_lead_seconds_sum", **labels) == 300
+
+
+def test_a_notice_raised_again_after_its_expiry_is_not_measured_again():
+    """A notice retired past its deadline plus the grace and reported again by its provider
+    is the same occurrence (same id, first noticed_at): its lead time and detection delay
+    were observed again at each re-raise, every grace period for as long as IMDS showed it."""
+    observer = MetricsObserver(clock=lambda: NOW.timestamp())
+    labels = {"provider": "aws", "reason": "rebalance-recommendation"}
+    stated = {"notice_time": format_time(NOW - timedelta(seconds=2))}
+    raised = make_notice(detail=stated)
+    observer.on_notice(raised, escalated=False)
+    for _ in range(3):
+        observer.on_expired(make_notice("clear", deadline=None))
+        observer.on_notice(make_notice("clear", deadline=None), escalated=False)
+        assert value(scrape(observer), "forewarn_active_notices") == 0
+        observer.on_notice(raised, escalated=False)
+    found = scrape(observer)
+    assert value(found, "forewarn_active_notices") == 1
+    assert value(found, "forewarn_notice_lead_seconds_count", **labels) == 1
+    assert value(found, "forewarn_detection_delay_seconds_count", provider="aws") == 1
+    # A notice withdrawn by its provider and raised later is a new occurrence.
+    observer.on_notice(make_notice("clear", deadline=None), escalated=False)
+    observer.on_notice(raised, escalated=False)
+    found = scrape(observer)
+    assert value(found, "forewarn_notice_lead_seconds_count", **labels) == 2
+
+
+def test_retired_notices_are_remembered_up_to_a_bound(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(metrics_module, "EXPIRED_KEPT", 2)
+    observer = MetricsObserver(clock=lambda: NOW.timestamp())
+    for number in range(5):
+        notice_id = f"aws/rebalance/{number}"
+        observer.on_notice(make_notice(notice_id=notice_id), escalated=False)
+        observer.on_expired(make_notice("clear", notice_id=notice_id, deadline=None))
+        observer.on_notice(
+            make_notice("clear", notice_id=notice_id, deadline=None), escalated=False
+        )
+    assert len(observer._expired) == 2 and len(observer._first_seen) == 2
+    # The oldest was forgotten: raised again, it is measured as a new notice.
+    observer.on_notice(make_notice(notice_id="aws/rebalance/0"), escalated=False)
+    labels = {"provider": "aws", "reason": "rebalance-recommendation"}
+    assert value(scrape(observer), "forewarn_notice_lead_seconds_count", **labels) == 6
 
 
 def test_nearest_deadline_is_the_earliest_active_one():
