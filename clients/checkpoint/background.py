@@ -37,6 +37,7 @@ from forewarn.protocol.errors import ForewarnError
 from .errors import CheckpointError
 from .generation import Generation, GenerationWriter
 from .hashing import StableMemory
+from .ranks import initialised_dist
 from .store import CheckpointStore
 
 _log = logging.getLogger("forewarn.clients")
@@ -257,7 +258,9 @@ class BackgroundSaver:
         self, step: int, state: Mapping[str, Any], *, metadata: Mapping[str, Any] | None = None
     ) -> SaveTiming:
         """Snapshot `state` and save it as generation `step` in the background; returns once
-        the snapshot is taken (`stall_seconds`). Raises the previous save's failure."""
+        the snapshot is taken (`stall_seconds`). Raises the previous save's failure, and
+        `CheckpointError` under torch.distributed with several ranks (see `_refuse_ranks`)."""
+        _refuse_ranks(step)
         started = time.monotonic()
         self.wait()  # one in flight: its buffers are about to be reused
         self.check()
@@ -523,6 +526,24 @@ class BackgroundSaver:
         if thread.is_alive():
             self._buffers = {}
         self._thread = None
+
+
+def _refuse_ranks(step: int) -> None:
+    """With torch.distributed initialised and several ranks, committing a generation is a
+    collective of every rank (commit.py): run from the saver's thread, beside the training
+    thread's own collectives on the same process group, the two interleave differently on
+    each rank and every rank waits in a collective the others never enter (with two gloo
+    ranks, the first save hung training until the process group's timeout, 30 min by
+    default). Said before anything is copied."""
+    dist = initialised_dist()
+    if dist is None or dist.get_world_size() < 2:
+        return
+    raise CheckpointError(
+        f"BackgroundSaver cannot save step {step}: torch.distributed runs "
+        f"{dist.get_world_size()} ranks, and a generation's commit is a collective of every "
+        "rank that the background thread would run beside the training loop's own (they "
+        "deadlock); save multi-rank state with async_save_dcp (forewarn.clients.checkpoint)"
+    )
 
 
 def _torch() -> Any:

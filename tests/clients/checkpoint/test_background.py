@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from forewarn.clients.checkpoint import CheckpointStore, ObjectWriter
+from forewarn.clients.checkpoint import CheckpointError, CheckpointStore, ObjectWriter
 from forewarn.clients.checkpoint.background import (
     BackgroundSaveError,
     BackgroundSaver,
@@ -123,6 +123,30 @@ def test_a_failing_upload_is_reported_at_the_next_save(make_store: Any) -> None:
     saver.save(3, state(3))  # reported once; the next save goes ahead
     saver.close()
     assert store.latest().step == 3  # type: ignore[union-attr]
+
+
+def test_a_background_save_under_several_torch_distributed_ranks_is_refused_at_once(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two gloo ranks each saving with a BackgroundSaver hung training at the first save:
+    the commit's collectives ran on the saver's thread beside the loop's all_reduce. The
+    save is refused before anything is copied; a single rank's saves go on as before."""
+    import torch.distributed as dist
+
+    store = make_store()
+    saver = BackgroundSaver(store)
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    with pytest.raises(
+        CheckpointError, match=r"step 1: torch.distributed runs 2 ranks.*async_save_dcp"
+    ):
+        saver.save(1, state(1))
+    assert saver.in_flight is None and saver._buffers == {} and store.steps() == []
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 1)
+    saver.save(1, state(1))
+    assert saver.wait() is not None and store.latest().step == 1  # type: ignore[union-attr]
 
 
 def test_terminate_waits_for_the_in_flight_save_only_if_the_deadline_allows(
