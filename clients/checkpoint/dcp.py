@@ -243,11 +243,16 @@ def async_save_dcp(
 ) -> DcpAsyncSave:
     """`dcp.async_save` into generation `step`: returns once the state is staged in host
     memory; DCP writes the shards in the background, and `commit()` on the handle commits
-    (LATEST moves only then). Needs a torch with `dcp.async_save` (2.3 and newer)."""
+    (LATEST moves only then). Without `process_group`, DCP's thread and the commit use a
+    gloo group of every rank made for them at the first call (the training loop's collectives
+    stay on the default group); a `process_group` given must be one nothing else uses while
+    the save is in flight. Needs a torch with `dcp.async_save` (2.3 and newer)."""
     import torch.distributed.checkpoint as dcp
 
     if not hasattr(dcp, "async_save"):
         raise RuntimeError("this torch has no torch.distributed.checkpoint.async_save")
+    if process_group is None:
+        process_group = _async_group()
     gen = store.save(step, metadata=metadata, group=process_group)
     stable = StableMemory()
     try:
@@ -264,6 +269,28 @@ def async_save_dcp(
         raise
     future: Any = getattr(response, "upload_completion", response)
     return DcpAsyncSave(gen, future, stable)
+
+
+# The process group async saves run their collectives on (see `_async_group`), and the
+# default group it was made from.
+_ASYNC_GROUP: tuple[Any, Any] | None = None
+
+
+def _async_group() -> Any:
+    """A gloo group of every rank, for DCP's thread: on the default group its collectives
+    ran beside the training loop's (and the guard's agreement), in a different order on each
+    rank, and two gloo ranks hung at the first save until the group's timeout. Made once per
+    default group, by every rank at the same call (creating a group is itself collective);
+    None without torch.distributed or with a single rank."""
+    global _ASYNC_GROUP
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    default = dist.distributed_c10d._get_default_group()
+    if _ASYNC_GROUP is None or _ASYNC_GROUP[1] is not default:
+        _ASYNC_GROUP = (dist.new_group(backend="gloo"), default)
+    return _ASYNC_GROUP[0]
 
 
 def load_dcp(

@@ -3,6 +3,7 @@
     dcp_worker.py RANK WORLD save URL STEP         sharded state, saved through the store
     dcp_worker.py RANK WORLD async URL STEP MIB    async_save of a large state, then commit
     dcp_worker.py RANK WORLD load URL              resume onto WORLD ranks, compare bits
+    dcp_worker.py RANK WORLD train URL             async saves while the loop all_reduces
 
 Prints one JSON line per event.
 """
@@ -58,6 +59,20 @@ def main() -> None:
         say(rank=rank, started=step)
         generation = handle.commit()
         say(rank=rank, saved=generation.step)
+    elif mode == "train":
+        # The training loop goes on while DCP writes, with its own collectives on the default
+        # group, as between `async_save_dcp` and `commit()` in a real job.
+        saved, sums_ok = [], True
+        for step in (10, 20, 30):
+            handle = async_save_dcp(store, step, {"model": sharded(expected(step, 8192), mesh)})
+            rounds = 0
+            while rounds < 200 or not handle.done():
+                grads = torch.full((64,), float(rank + 1))
+                dist.all_reduce(grads)
+                sums_ok = sums_ok and bool(torch.all(grads == world * (world + 1) / 2))
+                rounds += 1
+            saved.append(handle.commit().step)
+        say(rank=rank, saved=saved, sums_ok=sums_ok)
     else:
         hashed: list[str] = []
         if sys.argv[5:] == ["sizes"]:  # count the files this rank hashes to load

@@ -66,6 +66,26 @@ def test_two_ranks_save_through_dcp_and_resume_on_1_2_and_4(
         assert sum(line["local_rows"] for line in loaded) == 96  # resharded onto `world`
 
 
+@pytest.mark.timeout(300)
+def test_async_saves_go_on_beside_the_training_loops_collectives(
+    tmp_path: Path, rank_launcher: RankLauncher
+) -> None:
+    """DCP's thread ran its collectives on the default group beside the loop's all_reduce,
+    in a different order on each rank: both ranks hung until gloo's timeout (30 min)."""
+    processes = start(rank_launcher, 2, "train", str(tmp_path / "store"))
+    try:
+        said = []
+        for process in processes:
+            out, err = process.communicate(timeout=120)  # a hang fails here, not at 30 min
+            assert process.returncode == 0, err[-3000:]
+            said += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    finally:
+        for process in processes:
+            process.kill()
+    assert [(line["saved"], line["sums_ok"]) for line in said] == [([10, 20, 30], True)] * 2
+    assert CheckpointStore(str(tmp_path / "store")).latest(verify="checksums").step == 30  # type: ignore[union-attr]
+
+
 @pytest.mark.timeout(900)
 def test_a_rank_killed_during_a_background_save_leaves_no_partial_generation(
     store_url: str, rank_launcher: RankLauncher
