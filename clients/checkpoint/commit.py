@@ -220,7 +220,14 @@ class CommitProtocol:
 
     def _commit_collective(self, request: CommitRequest) -> Manifest:
         ranks = request.ranks
-        parts = [Part.from_json(item) for item in ranks.all_gather(request.part.to_json())]
+        try:
+            gathered = ranks.all_gather(request.part.to_json())
+        except Exception as exc:
+            raise CommitError(
+                f"{request.name} was not committed: rank {ranks.rank} lost the other ranks "
+                f"while handing in its part ({type(exc).__name__}: {exc})"
+            ) from exc
+        parts = [Part.from_json(item) for item in gathered]
         outcome: str | None = None
         committed: Manifest | None = None
         if ranks.rank == 0:
@@ -230,7 +237,31 @@ class CommitProtocol:
                 outcome = f"{type(exc).__name__}: {exc}"
                 ranks.broadcast_from_zero(outcome)
                 raise
-        outcome = ranks.broadcast_from_zero(outcome)
+        try:
+            outcome = ranks.broadcast_from_zero(outcome)
+        except Exception as exc:
+            # A rank died after handing in its part (gloo then fails the broadcast at once).
+            # The marker is what counts: rank 0 wrote it before telling the others, so a
+            # committed generation is returned, not reported as failed to the loop that is
+            # saving for a terminate.
+            manifest = committed
+            if manifest is None:
+                manifest, _problems = read_manifest(self.backend, request.step)
+            if manifest is None:
+                raise CommitError(
+                    f"{request.name} was not committed: rank {ranks.rank} lost rank 0 before "
+                    f"it said so ({type(exc).__name__}: {exc})"
+                ) from exc
+            log.warning(
+                "forewarn: %s is committed in %s, but rank %d could not reach every other "
+                "rank afterwards: %s: %s",
+                request.name,
+                self.backend.url,
+                ranks.rank,
+                type(exc).__name__,
+                exc,
+            )
+            return manifest
         if outcome is not None:
             raise CommitError(f"rank 0 did not commit {request.name}: {outcome}")
         return committed if committed is not None else self._load(request.step)

@@ -255,3 +255,64 @@ def test_a_dead_jobs_parts_and_failure_never_enter_the_next_jobs_commit(
     early.join(30)
     late.join(30)
     check_new_job_committed(url, results)
+
+
+class LostPeers:
+    """A process group whose other ranks hand in their parts (`gathered`) and then die: the
+    broadcast of rank 0's outcome fails, as gloo fails it once a peer's socket is closed."""
+
+    def __init__(self, rank: int, gathered: list[Any]) -> None:
+        self.rank = rank
+        self.gathered = gathered
+
+    def all_gather_object(self, out: list[Any], value: Any, group: Any = None) -> None:
+        out[:] = [value if rank == self.rank else part for rank, part in enumerate(self.gathered)]
+
+    def broadcast_object_list(self, box: list[Any], src: int = 0, group: Any = None) -> None:
+        raise RuntimeError("Connection closed by peer [127.0.0.1]:29500")
+
+
+def test_a_commit_whose_peer_dies_after_handing_in_its_part_is_committed_on_every_rank(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rank 1 of two gloo ranks SIGKILLed right after the all_gather of the parts: rank 0
+    wrote the marker, then its broadcast raised the gloo error, so the save made for a
+    terminate was reported as failed (no exit line, no ack) although it was committed."""
+    from forewarn.clients.checkpoint.ranks import Ranks
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    writers = []
+    for rank in (0, 1):
+        writer = store.save(12, rank=rank, world_size=2)
+        writer.write_bytes(f"shard-{rank}.bin", bytes([rank]) * 10)
+        writers.append(writer)
+    parts = [writer._request(None).part.to_json() for writer in writers]
+    zero, one = writers
+    zero.ranks = Ranks(0, 2, LostPeers(0, parts))
+    with caplog.at_level("WARNING", logger="forewarn.checkpoint"):
+        generation = zero.commit()
+    assert generation.step == 12 and sorted(generation.files) == ["shard-0.bin", "shard-1.bin"]
+    assert "step-000000000012 is committed" in caplog.text and "Connection closed" in caplog.text
+    assert store.latest(verify="checksums").step == 12  # type: ignore[union-attr]
+    # A surviving rank other than 0 whose broadcast failed finds the marker rank 0 wrote.
+    one.ranks = Ranks(1, 2, LostPeers(1, parts))
+    assert one.commit().step == 12
+
+    # Rank 0 died before its marker: the survivor says nothing was committed, as a CommitError.
+    dead = store.save(13, rank=0, world_size=2)
+    survivor = store.save(13, rank=1, world_size=2)
+    survivor.write_bytes("shard-1.bin", b"x")
+    survivor.ranks = Ranks(1, 2, LostPeers(1, [dead._request(None).part.to_json(), None]))
+    with pytest.raises(CommitError, match=r"step-000000000013 was not committed: rank 1 lost"):
+        survivor.commit()
+    assert store.latest().step == 12  # type: ignore[union-attr]
+
+    class GoneBefore(LostPeers):
+        def all_gather_object(self, out: list[Any], value: Any, group: Any = None) -> None:
+            raise RuntimeError("Connection reset by peer")
+
+    early = store.save(14, rank=0, world_size=2)
+    early.ranks = Ranks(0, 2, GoneBefore(0, []))
+    with pytest.raises(CommitError, match=r"rank 0 lost the other ranks while handing in"):
+        early.commit()
+    assert store.verify(14).problems == ("not committed",)
