@@ -133,11 +133,21 @@ class CommitProtocol:
             return
         if ranks.dist is not None:
             # The other ranks are waiting in the same collectives: take part, then fail.
-            ranks.all_gather(request.part.to_json())
-            if ranks.rank == 0:
-                ranks.broadcast_from_zero(f"rank 0 aborted: {request.part.error}")
-            else:
-                ranks.broadcast_from_zero(None)
+            try:
+                ranks.all_gather(request.part.to_json())
+                if ranks.rank == 0:
+                    ranks.broadcast_from_zero(f"rank 0 aborted: {request.part.error}")
+                else:
+                    ranks.broadcast_from_zero(None)
+            except Exception as exc:
+                # A rank lost meanwhile (gloo fails the collective at once): raising its error
+                # here would hide the exception that made this rank abort.
+                log.warning(
+                    "forewarn: checkpoint %s aborted; the other ranks could not be told: %s: %s",
+                    request.name,
+                    type(exc).__name__,
+                    exc,
+                )
             return
         # Through the store, too, the failure is handed in as this commit's part (a part of
         # no commit would be ignored): the others then fail at once instead of timing out.

@@ -272,6 +272,13 @@ class LostPeers:
         raise RuntimeError("Connection closed by peer [127.0.0.1]:29500")
 
 
+class GoneBefore(LostPeers):
+    """A process group whose other ranks died before the parts were gathered."""
+
+    def all_gather_object(self, out: list[Any], value: Any, group: Any = None) -> None:
+        raise RuntimeError("Connection reset by peer")
+
+
 def test_a_commit_whose_peer_dies_after_handing_in_its_part_is_committed_on_every_rank(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -307,12 +314,22 @@ def test_a_commit_whose_peer_dies_after_handing_in_its_part_is_committed_on_ever
         survivor.commit()
     assert store.latest().step == 12  # type: ignore[union-attr]
 
-    class GoneBefore(LostPeers):
-        def all_gather_object(self, out: list[Any], value: Any, group: Any = None) -> None:
-            raise RuntimeError("Connection reset by peer")
-
     early = store.save(14, rank=0, world_size=2)
     early.ranks = Ranks(0, 2, GoneBefore(0, []))
     with pytest.raises(CommitError, match=r"rank 0 lost the other ranks while handing in"):
         early.commit()
     assert store.verify(14).problems == ("not committed",)
+
+
+def test_a_failed_rank_whose_peers_are_gone_raises_its_own_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rank whose block failed (a full disk) while a peer was lost: the abort's collectives
+    raised gloo's error in place of the rank's own, which named what went wrong."""
+    from forewarn.clients.checkpoint.ranks import Ranks
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    with pytest.raises(OSError, match="No space left"), store.save(15, rank=0, world_size=2) as gen:
+        gen.ranks = Ranks(0, 2, GoneBefore(0, []))
+        raise OSError(28, "No space left on device")
+    assert "step-000000000015 aborted; the other ranks could not be told" in caplog.text
