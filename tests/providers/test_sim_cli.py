@@ -78,8 +78,10 @@ def _blocked_signals(pid: int) -> dict[str, set[int]]:
         try:
             lines = (task / "status").read_text().splitlines()
             waiting = (task / "wchan").read_text()
-        except FileNotFoundError:
-            continue  # a request's thread that has just ended
+        except (FileNotFoundError, ProcessLookupError):
+            # A request's thread that has just ended: gone before the open (ENOENT), or
+            # between the open and the read (ESRCH, seen once in a clean-clone run).
+            continue
         status = dict(line.split(":\t", 1) for line in lines)
         mask = int(status["SigBlk"], 16)
         blocked = {signum for signum in range(1, 65) if mask & (1 << (signum - 1))}
