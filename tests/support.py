@@ -25,6 +25,9 @@ import pytest
 import zmq
 from forewarn.protocol.wire import with_token
 
+# The toolkit forewarn.testing ships to users is the tests' own: one free_port, one eventually.
+from forewarn.testing.waiting import eventually, free_port
+
 FORBIDDEN_HOSTS = ("169.254.169.254", "metadata.google.internal", "fd00:ec2::254", "metadata.goog")
 # An address nothing listens on: a watcher pointed here fails fast instead of leaving loopback.
 DEAD_LOOPBACK = "127.0.0.1:9"
@@ -77,13 +80,6 @@ class LazyModule:
         return getattr(importlib.import_module(self._name), attribute)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (the kernel's pick, so parallel tests differ)."""
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def refused_port(host: str = "127.0.0.1") -> Iterator[int]:
     """A port every connection to is refused for as long as the block runs: bound, never
@@ -92,21 +88,6 @@ def refused_port(host: str = "127.0.0.1") -> Iterator[int]:
     with socket.socket() as held:
         held.bind((host, 0))
         yield int(held.getsockname()[1])
-
-
-def eventually(
-    check: Callable[[], Any], timeout: float = 30.0, what: str = "condition", interval: float = 0.01
-) -> Any:
-    """Poll `check` until it returns something true and return that; AssertionError naming
-    `what` after `timeout` seconds. The one way tests wait: on a condition, never a sleep."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 # The old name, so branches written before the toolkit still run; new tests say eventually.
