@@ -80,6 +80,26 @@ class LazyModule:
         return getattr(importlib.import_module(self._name), attribute)
 
 
+def fsynced_at_each_ack(monkeypatch: pytest.MonkeyPatch, guard: Any) -> list[set[str]]:
+    """Record every path os.fsync is called on; the list gains, at each `guard.saved(...)`,
+    the paths fsynced so far: what was on disk when the agent was told "saved"."""
+    synced: set[str] = set()
+    acked: list[set[str]] = []
+    real_fsync, real_saved = os.fsync, guard.saved
+
+    def fsync(fd: int) -> None:
+        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def saved(*args: Any, **kwargs: Any) -> Any:
+        acked.append(set(synced))
+        return real_saved(*args, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(guard, "saved", saved)
+    return acked
+
+
 @contextmanager
 def refused_port(host: str = "127.0.0.1") -> Iterator[int]:
     """A port every connection to is refused for as long as the block runs: bound, never

@@ -234,9 +234,10 @@ def client_without_settings(timeout: float) -> dict[str, Any]:
 def test_a_member_of_the_agents_group_finds_the_system_agent_without_settings(
     host: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """The systemd unit and the image leave /run/forewarn 0750 with the agent's group, and
-    tell users to join that group. A member cannot write there, and clients took "writable" as
-    the sign of the system directory: they looked in /tmp/forewarn-<uid>, where no agent runs."""
+    """The systemd unit and the image leave the system runtime directory 0750 with the agent's
+    group, and tell users to join that group. A member cannot write there, and clients took
+    "writable" as the sign of the system directory: they looked in /tmp/forewarn-<uid>, where
+    no agent runs. (This test stands a directory of its own in for the system one.)"""
     from forewarn.protocol import wire
 
     system = host / "run-forewarn"  # as RuntimeDirectory=forewarn, RuntimeDirectoryMode=0750

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, LazyModule, eventually, requires
+from support import AgentProcess, LazyModule, eventually, fsynced_at_each_ack, requires
 
 pytestmark = requires("lightning")
 # Imported by the tests that use them, not when every xdist worker collects this file.
@@ -137,27 +137,10 @@ def test_dcp_needs_a_store() -> None:
 def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import os
-
-    synced: set[str] = set()
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
     callback = lit.ForewarnCallback(
         tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
     )
-    acked: list[set[str]] = []
-    real_saved = callback.guard.saved
-
-    def saved(*args: object, **kwargs: object) -> object:
-        acked.append(set(synced))
-        return real_saved(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(callback.guard, "saved", saved)
+    acked = fsynced_at_each_ack(monkeypatch, callback.guard)
     data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
     trainer = models.trainer(callback, val_check_interval=30, num_sanity_val_steps=0)
     trainer.fit(

@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from support import AgentProcess, LazyModule, eventually, requires
+from support import AgentProcess, LazyModule, eventually, fsynced_at_each_ack, requires
 
 pytestmark = requires("transformers")
 # Imported by the tests that use them, not when every xdist worker collects this file.
@@ -145,25 +145,8 @@ def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
 def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    import os
-
-    synced: set[str] = set()
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.add(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
     callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
-    acked: list[set[str]] = []
-    real_saved = callback.guard.saved
-
-    def saved(*args: object, **kwargs: object) -> object:
-        acked.append(set(synced))
-        return real_saved(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(callback.guard, "saved", saved)
+    acked = fsynced_at_each_ack(monkeypatch, callback.guard)
     model = models.AsksToExitInEvaluation()
     model.callback = callback
     args = models.arguments(tmp_path, **models.EVALUATE_EVERY_25)
