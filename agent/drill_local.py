@@ -129,7 +129,16 @@ class NoticeSource:
             notify = {"op": "notify", "action": action, "reason": "drill", "note": "forewarn drill"}
             if deadline is not None:
                 notify["deadline"] = deadline
-            reply = request(self.control, notify)
+            # The agent answered `status` before the demo started, so a late answer means a
+            # loaded machine (a real node is busy feeding GPUs), not a dead agent: the 2 s
+            # default made the drill crash there instead of rehearsing the reclaim.
+            try:
+                reply = request(self.control, notify, timeout=PHASE_TIMEOUT)
+            except TimeoutError:
+                raise DrillFailed(
+                    f"the agent did not answer the {action} on {self.control} "
+                    f"within {PHASE_TIMEOUT:g}s"
+                ) from None
             if not reply.get("ok"):
                 raise DrillFailed(f"the agent refused the {action}: {reply.get('error')}")
             return str(reply["notice"]["id"])

@@ -2,9 +2,13 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
+from forewarn.agent import drill_local
+from forewarn.agent.drill_local import DrillFailed, NoticeSource
 from support import forewarn_cmd
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -100,3 +104,44 @@ def test_a_terminate_during_a_background_upload_is_durable_before_its_deadline(
     assert "final save: waited for the upload in flight" in out
     assert "durable" in out and "before deadline" in out
     assert "steps lost: 0" in out and "state matches" in out
+
+
+def _slow_agent(endpoint: str, delay: float, answer: bool) -> threading.Thread:
+    """A control socket that answers one notify after `delay` seconds, as a loaded agent does."""
+    import zmq
+
+    sock = zmq.Context.instance().socket(zmq.REP)
+    sock.bind(endpoint)
+
+    def serve() -> None:
+        try:
+            sock.recv()
+            time.sleep(delay)
+            if answer:
+                sock.send_json({"ok": True, "notice": {"id": "manual-1"}})
+        finally:
+            sock.close(linger=0)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_notice_the_loaded_agent_answers_late_is_still_rehearsed(tmp_path: Path) -> None:
+    # A clean-clone run under load crashed the drill with "unexpected TimeoutError" when the
+    # agent took more than 2 s to answer the drain.
+    endpoint = f"ipc://{tmp_path}/control"
+    server = _slow_agent(endpoint, delay=2.5, answer=True)
+    assert NoticeSource("local", endpoint, {}).raise_notice("drain") == "manual-1"
+    server.join(5)
+
+
+def test_an_agent_that_never_answers_the_notice_fails_the_drill_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(drill_local, "PHASE_TIMEOUT", 0.3)
+    endpoint = f"ipc://{tmp_path}/control"
+    server = _slow_agent(endpoint, delay=1.0, answer=False)
+    with pytest.raises(DrillFailed, match=r"did not answer the terminate on ipc://.*within 0.3s"):
+        NoticeSource("local", endpoint, {}).raise_notice("terminate")
+    server.join(5)
