@@ -19,10 +19,10 @@ from forewarn.providers.report import Report
 
 from ..base import ParseError
 from ..httpdate import format_http_date, parse_http_date
+from .settings import EVENT_TYPES
 
 PROVIDER = "azure"
 ID_PREFIX = "azure/"
-EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
 
 # What each event type means for a training process, and why:
 # - Preempt: a Spot eviction, 30 s or more ahead. Flush and exit.

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
+from pydantic_settings import NoDecode
 
 from ..settings import EndpointSettings
 
@@ -14,6 +15,10 @@ DEFAULT_URL = "http://169.254.169.254"
 MIN_INTERVAL = 0.25
 
 ApproveMode = Literal["off", "after-ack", "immediately"]
+EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+# The events whose clients exit: approving them early loses nothing. A Reboot or Redeploy
+# approved early starts within seconds under clients that flushed a drain and kept training.
+DEFAULT_APPROVE_TYPES = ("Preempt", "Terminate")
 
 
 class Settings(EndpointSettings):
@@ -48,6 +53,14 @@ class Settings(EndpointSettings):
         "default: an approval releases the event for every VM in Resources, including "
         "neighbours whose own clients may not have flushed yet.",
     )
+    # NoDecode: the environment gives a comma-separated list, not JSON.
+    approve_types: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_APPROVE_TYPES),
+        description="EventTypes that may be approved, in any mode (comma-separated in the "
+        "environment). An approved Reboot or Redeploy starts at once, under clients that "
+        "flushed a drain and kept training; list them only when nothing runs that a reboot "
+        "would cost (`after-ack` never approves a drain anyway).",
+    )
     freeze: bool = Field(
         default=False,
         description="Publish Freeze events (pauses of a few seconds) as drains.",
@@ -70,9 +83,36 @@ class Settings(EndpointSettings):
             raise ValueError(f"azure.url must start with http:// or https://, got {value!r}")
         return value
 
+    @field_validator("approve_types", mode="before")
+    @classmethod
+    def _split_types(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("approve_types")
+    @classmethod
+    def _known_types(cls, value: list[str]) -> list[str]:
+        canonical = {name.lower(): name for name in EVENT_TYPES}
+        types: list[str] = []
+        for name in value:
+            known = canonical.get(name.strip().lower())
+            if known is None:
+                raise ValueError(
+                    f"{name!r} is not an EventType; use any of " + ", ".join(EVENT_TYPES)
+                )
+            types.append(known)
+        return list(dict.fromkeys(types))
+
     @property
     def base_url(self) -> str:
         return (self.url or DEFAULT_URL).rstrip("/")
 
 
-__all__ = ["DEFAULT_URL", "MIN_INTERVAL", "ApproveMode", "Settings"]
+__all__ = [
+    "DEFAULT_APPROVE_TYPES",
+    "DEFAULT_URL",
+    "MIN_INTERVAL",
+    "ApproveMode",
+    "Settings",
+]

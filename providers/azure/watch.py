@@ -297,6 +297,15 @@ class AzureWatcher:
         if not event.scheduled:
             self.approvals.skip(event_id, f"its status is {event.status}")
             return
+        if event.event_type not in self.settings.approve_types:
+            # An approved Reboot starts within seconds, under clients that flushed a drain
+            # and kept training; unapproved, it waits for NotBefore and the board's terminate.
+            self.approvals.skip(
+                event_id,
+                f"its type {event.event_type} is not in azure.approve_types "
+                f"({', '.join(self.settings.approve_types)})",
+            )
+            return
         assert self.names is not None
         others = [r for r in event.resources if r.lower() not in self.names]
         if others and not self.settings.approve_shared:

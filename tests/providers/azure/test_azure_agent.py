@@ -124,9 +124,14 @@ def test_approve_immediately_through_the_agent(
 ) -> None:
     sim, server = imds
     with azure_agent(tmp_path, server, FOREWARN_AZURE_APPROVE="immediately"):
-        event_id = sim.raise_notice("Redeploy", {})
+        redeploy = sim.raise_notice("Redeploy", {})
+        event_id = sim.raise_notice("Preempt", {})
         (approval,) = eventually(lambda: sim.approvals, what="the approval")
         assert approval["EventId"] == event_id
+        wait_polls(sim, 3)
+        # A Redeploy is not in azure.approve_types: it waits for its NotBefore.
+        assert [a["EventId"] for a in sim.approvals] == [event_id]
+        assert sim.events[redeploy]["EventStatus"] == "Scheduled"
 
 
 @pytest.mark.slow(10)

@@ -168,3 +168,37 @@ async def test_concurrent_flushes_post_once(count: int) -> None:
         await eventually_async(lambda: h.sim.approvals, what="the approval")
         await h.more_polls(2)  # time enough to approve again, were it to
         assert len(h.sim.approvals) == 1
+
+
+@pytest.mark.parametrize("kind", ["Reboot", "Redeploy"])
+async def test_immediately_leaves_a_drain_to_its_not_before(kind: str) -> None:
+    # Approved, a Reboot starts within seconds, under clients that flushed the drain and kept
+    # training. Only the types in azure.approve_types (Preempt, Terminate) are approved.
+    async with running(approve="immediately", removal_after=30) as h:
+        reboot = h.sim.raise_notice(kind, {"not_before_seconds": 900})
+        await eventually_async(lambda: h.reports, what="the drain")
+        preempt = h.sim.raise_notice("Preempt", {"not_before_seconds": 600})
+        await eventually_async(lambda: h.sim.approvals, what="the Preempt's approval")
+        await h.more_polls(3)
+        assert [a["EventId"] for a in h.sim.approvals] == [preempt]
+        assert h.sim.events[reboot]["EventStatus"] == "Scheduled"
+        assert "azure.approve_types" in h.watcher.approvals.skipped[reboot]
+
+
+async def test_approve_types_lets_a_reboot_be_approved_when_listed() -> None:
+    async with running(approve="immediately", approve_types="reboot", removal_after=30) as h:
+        reboot = h.sim.raise_notice("Reboot", {"not_before_seconds": 900})
+        await eventually_async(lambda: h.sim.approvals, what="the Reboot's approval")
+        assert [a["EventId"] for a in h.sim.approvals] == [reboot]
+
+
+def test_approve_types_names_a_type_that_does_not_exist() -> None:
+    from forewarn.providers.azure.settings import Settings
+    from pydantic import ValidationError
+
+    assert Settings(approve_types=" preempt , Terminate,PREEMPT").approve_types == [
+        "Preempt",
+        "Terminate",
+    ]
+    with pytest.raises(ValidationError, match="'LiveMigration' is not an EventType"):
+        Settings(approve_types="Preempt,LiveMigration")
