@@ -61,7 +61,8 @@ class Settings(EndpointSettings):
     migrate: Literal["drain", "ignore"] = Field(
         default="drain",
         description="What `MIGRATE_ON_HOST_MAINTENANCE` (a live migration, a brief freeze) "
-        "becomes: a drain without deadline, or nothing.",
+        "becomes, and an upcoming maintenance window on a VM that live-migrates: a drain "
+        "without deadline, or nothing.",
     )
     upcoming_interval: float = Field(
         default=60.0,

@@ -165,6 +165,24 @@ def parse_notice_duration(text: str) -> float | None:
     return _seconds(value)
 
 
+_HOST_MAINTENANCE_KEYS = ("onHostMaintenance", "on-host-maintenance", "on_host_maintenance")
+
+
+def parse_on_host_maintenance(text: str) -> str | None:
+    """The VM's host maintenance policy in `instance/scheduling/?recursive=true&alt=json`
+    (`MIGRATE` or `TERMINATE`), or None when the document does not say."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise ParseError(f"{SCHEDULING_DIR}: not JSON: {text.strip()[:80]!r}") from None
+    if not isinstance(document, dict):
+        raise ParseError(f"{SCHEDULING_DIR}: expected a JSON object, got {text.strip()[:80]!r}")
+    value = next((document[k] for k in _HOST_MAINTENANCE_KEYS if k in document), None)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip().upper()
+
+
 def _seconds(value: Any) -> float:
     if isinstance(value, bool):
         raise ParseError(f"preemption notice duration: not a duration: {value!r}")
@@ -226,8 +244,12 @@ def maintenance_report(value: str, settings: Settings, now: datetime) -> Report 
     )
 
 
-def upcoming_report(window: UpcomingWindow | None, now: datetime) -> Report | None:
-    """A scheduled window → drain with its start as the deadline."""
+def upcoming_report(
+    window: UpcomingWindow | None, now: datetime, *, live_migrates: bool = False
+) -> Report | None:
+    """A scheduled window → drain with its start as the deadline; on a VM that live-migrates
+    (host maintenance policy MIGRATE), a drain without deadline: the VM keeps running through
+    the window, and a deadline would make the board end the run at its start."""
     if window is None:
         return None
     return Report(
@@ -235,7 +257,7 @@ def upcoming_report(window: UpcomingWindow | None, now: datetime) -> Report | No
         action="drain",
         reason="scheduled-maintenance",
         provider=PROVIDER,
-        deadline=window.start,
+        deadline=None if live_migrates else window.start,
         noticed_at=now,
         detail=window.document,
     )
@@ -346,6 +368,9 @@ class GcpWatcher:
         }
         # The VM's preemption notice duration as the metadata server reports it, if it does.
         self.reported_notice_duration: float | None = None
+        # The VM's host maintenance policy (MIGRATE, TERMINATE), None until read or unknown.
+        self.on_host_maintenance: str | None = None
+        self._scheduling_read = asyncio.Event()
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -397,7 +422,7 @@ class GcpWatcher:
                 log.info("gcp: %s retired; raised again while the server still shows it", notice_id)
 
     async def _watch_preempted(self, emit: Emit) -> None:
-        await self._read_notice_duration()
+        await self._read_scheduling()
         track = self.tracks["preempted"]
 
         def on_answer(answer: _Answer) -> Report | None:
@@ -417,8 +442,9 @@ class GcpWatcher:
 
         await self._long_poll(MAINTENANCE_KEY, on_answer, emit)
 
-    async def _read_notice_duration(self) -> None:
-        """Best effort, once: the VM's preemption notice duration, if the server reports it."""
+    async def _read_scheduling(self) -> None:
+        """Best effort, once: the VM's preemption notice duration, if the server reports it,
+        and its host maintenance policy."""
         try:
             response = await fetch(
                 self.client,
@@ -428,9 +454,19 @@ class GcpWatcher:
                 deadline=2.0,
             )
             if response.status_code == 200:
+                self.on_host_maintenance = parse_on_host_maintenance(response.text)
                 self.reported_notice_duration = parse_notice_duration(response.text)
         except (httpx.HTTPError, ParseError) as error:
             self.health.error("scheduling", f"{SCHEDULING_DIR}: {error}")
+        finally:
+            self._scheduling_read.set()
+
+    def _upcoming(self, window: UpcomingWindow | None) -> Report | None:
+        # Unknown policy: keep the deadline (the safe side, as before the policy was read).
+        live_migrates = self.on_host_maintenance == "MIGRATE"
+        if live_migrates and self.settings.migrate == "ignore":
+            return None
+        return upcoming_report(window, utcnow(), live_migrates=live_migrates)
 
     async def _long_poll(
         self, key: str, on_answer: Callable[[_Answer], Report | None], emit: Emit
@@ -488,10 +524,11 @@ class GcpWatcher:
 
     async def _watch_upcoming(self, emit: Emit) -> None:
         track = self.tracks["upcoming-maintenance"]
+        await self._scheduling_read.wait()
         while True:
             known, window, detail = await self._read_upcoming()
             if known:
-                report = track.observe(upcoming_report(window, utcnow()), detail)
+                report = track.observe(self._upcoming(window), detail)
                 if report is not None:
                     emit(report)
                 self.active.save()
@@ -550,6 +587,7 @@ __all__ = [
     "metadata_root",
     "parse_maintenance_event",
     "parse_notice_duration",
+    "parse_on_host_maintenance",
     "parse_preempted",
     "parse_upcoming",
     "preemption_report",

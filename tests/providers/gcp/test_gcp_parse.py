@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from forewarn.agent.protocol import Report
@@ -18,6 +19,7 @@ from forewarn.providers.gcp.watch import (
     metadata_root,
     parse_maintenance_event,
     parse_notice_duration,
+    parse_on_host_maintenance,
     parse_preempted,
     parse_upcoming,
     preemption_report,
@@ -292,3 +294,36 @@ def test_track_reports_only_transitions(values: list[str]) -> None:
 )
 def test_metadata_root(url: str | None, environ: dict[str, str], root: str) -> None:
     assert metadata_root(url, environ) == root
+
+
+@pytest.mark.parametrize(
+    ("document", "policy"),
+    [
+        ({"onHostMaintenance": "MIGRATE", "preemptible": "FALSE"}, "MIGRATE"),
+        ({"on-host-maintenance": "terminate"}, "TERMINATE"),
+        ({"preemptible": "TRUE"}, None),
+        ({"onHostMaintenance": ""}, None),
+    ],
+)
+def test_on_host_maintenance_is_read_from_the_scheduling_directory(
+    document: dict[str, Any], policy: str | None
+) -> None:
+    assert parse_on_host_maintenance(json.dumps(document)) == policy
+
+
+def test_an_upcoming_window_of_a_live_migrating_vm_drains_without_deadline() -> None:
+    window = parse_upcoming(json.dumps({"window_start_time": "2026-12-09T03:00:00Z"}))
+    report = upcoming_report(window, NOW, live_migrates=True)
+    assert report is not None and (report.action, report.deadline) == ("drain", None)
+
+
+@given(
+    st.one_of(
+        st.text(max_size=60),
+        st.dictionaries(st.text(max_size=20), st.text(max_size=20)).map(json.dumps),
+    )
+)
+def test_on_host_maintenance_never_raises_but_parse_error(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        policy = parse_on_host_maintenance(text)
+        assert policy is None or (policy and policy == policy.upper())

@@ -273,6 +273,23 @@ async def test_upcoming_window_drains_and_clears(server: SimServer, sim: GcpSimu
     assert (clear.action, clear.id) == ("clear", drain.id)
 
 
+async def test_an_upcoming_window_of_a_live_migrating_vm_has_no_deadline() -> None:
+    # A VM with host maintenance policy MIGRATE keeps running through the window: with the
+    # window's start as deadline, the board would end the run there for nothing.
+    sim = GcpSimulator(on_host_maintenance="MIGRATE")
+    with SimServer(sim) as server:
+        async with watching(server.url) as run:
+            await run.until_polling()
+            sim.raise_notice("upcoming", {"start_in": 7200, "window": 3600})
+            [drain] = await run.count(1)
+        async with watching(server.url, migrate="ignore") as run:
+            await run.until_polling(4)
+            await run.settle()
+            assert run.reports == []
+    assert (drain.action, drain.reason, drain.deadline) == ("drain", "scheduled-maintenance", None)
+    assert drain.detail["window_start_time"] == sim.upcoming["window_start_time"]  # type: ignore[index]
+
+
 async def test_a_moved_window_keeps_its_id(server: SimServer, sim: GcpSimulator) -> None:
     async with watching(server.url) as run:
         await run.until_polling()
