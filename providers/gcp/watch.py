@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -50,6 +51,8 @@ SCHEDULING_DIR = "instance/scheduling/"
 MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
 MAINTENANCE_VALUES = ("NONE", MIGRATE, TERMINATE)
+# A value Compute Engine may add later has the same shape; anything else is not an answer.
+_MAINTENANCE_WORD = re.compile(r"^[A-Z][A-Z0-9_]{0,99}\Z")
 
 # An upcoming-maintenance answer of 503 is retried this many times before it counts as
 # "nothing scheduled": the server answers 503 for under a second during host maintenance,
@@ -88,10 +91,11 @@ def parse_preempted(text: str) -> bool:
 
 
 def parse_maintenance_event(text: str) -> str:
-    """`instance/maintenance-event`: NONE, MIGRATE_ON_HOST_MAINTENANCE or
-    TERMINATE_ON_HOST_MAINTENANCE."""
+    """`instance/maintenance-event`: NONE, MIGRATE_ON_HOST_MAINTENANCE,
+    TERMINATE_ON_HOST_MAINTENANCE, or another upper-case word (a value this code does not
+    know yet, which `maintenance_report` drains on)."""
     value = text.strip()
-    if value not in MAINTENANCE_VALUES:
+    if value not in MAINTENANCE_VALUES and not _MAINTENANCE_WORD.match(value):
         raise ParseError(
             f"{MAINTENANCE_KEY}: expected one of {', '.join(MAINTENANCE_VALUES)}, "
             f"got {value[:80]!r}"
@@ -226,10 +230,12 @@ def preemption_report(preempted: bool, notice_seconds: float, now: datetime) -> 
 
 
 def maintenance_report(value: str, settings: Settings, now: datetime) -> Report | None:
-    """TERMINATE_… → drain with a deadline; MIGRATE_… → drain (or nothing); NONE → nothing."""
+    """TERMINATE_… → drain with a deadline; MIGRATE_… → drain (or nothing); NONE → nothing;
+    a value this code does not know → drain without deadline: maintenance is coming, what
+    it does is unknown, so checkpoint and keep going, never exit on a guess."""
     if value == TERMINATE:
         deadline: datetime | None = now + timedelta(seconds=settings.maintenance_notice)
-    elif value == MIGRATE and settings.migrate == "drain":
+    elif (value == MIGRATE and settings.migrate == "drain") or value not in MAINTENANCE_VALUES:
         deadline = None
     else:
         return None
@@ -371,6 +377,7 @@ class GcpWatcher:
         # The VM's host maintenance policy (MIGRATE, TERMINATE), None until read or unknown.
         self.on_host_maintenance: str | None = None
         self._scheduling_read = asyncio.Event()
+        self._unknown_values: set[str] = set()  # maintenance-event values logged as unknown
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -437,6 +444,14 @@ class GcpWatcher:
 
         def on_answer(answer: _Answer) -> Report | None:
             value = parse_maintenance_event(answer.text)
+            if value not in MAINTENANCE_VALUES and value not in self._unknown_values:
+                self._unknown_values.add(value)
+                log.warning(
+                    "gcp: %s is %s, a value this agent does not know: published as a drain "
+                    "without deadline",
+                    MAINTENANCE_KEY,
+                    value,
+                )
             report = maintenance_report(value, self.settings, utcnow())
             return track.observe(report, {"maintenance-event": value}, answer.etag)
 

@@ -63,15 +63,31 @@ def test_maintenance_values(value: str) -> None:
     assert parse_maintenance_event(value + "\n") == value
 
 
-@given(st.text())
-def test_maintenance_parser_accepts_only_the_three_values(text: str) -> None:
+@given(st.one_of(st.text(), st.from_regex(r"\A[A-Z][A-Z0-9_]{0,30}\Z")))
+def test_maintenance_parser_accepts_the_three_values_and_other_upper_case_words(
+    text: str,
+) -> None:
     try:
         value = parse_maintenance_event(text)
     except ParseError as error:
         assert text.strip() not in MAINTENANCE_VALUES
         assert "instance/maintenance-event" in str(error)
     else:
-        assert value == text.strip() and value in MAINTENANCE_VALUES
+        assert value == text.strip()
+        assert value in MAINTENANCE_VALUES or (value.isupper() and " " not in value)
+
+
+@pytest.mark.parametrize("text", ["<html>maintenance</html>", "terminate", "", "TRUE NOW"])
+def test_maintenance_parser_refuses_what_is_not_a_value(text: str) -> None:
+    with pytest.raises(ParseError, match="instance/maintenance-event"):
+        parse_maintenance_event(text)
+
+
+def test_an_unknown_maintenance_value_drains_without_deadline() -> None:
+    report = maintenance_report("RESTART_ON_HOST_MAINTENANCE", Settings(migrate="ignore"), NOW)
+    assert report is not None
+    assert (report.action, report.reason, report.deadline) == ("drain", "host-maintenance", None)
+    assert report.detail == {"maintenance-event": "RESTART_ON_HOST_MAINTENANCE"}
 
 
 # instance/upcoming-maintenance

@@ -127,6 +127,23 @@ async def test_migrate_can_be_ignored(server: SimServer, sim: GcpSimulator) -> N
     assert drain.detail == {"maintenance-event": TERMINATE}
 
 
+async def test_a_maintenance_value_the_agent_does_not_know_drains_then_clears(
+    server: SimServer, sim: GcpSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A value Compute Engine adds later still means maintenance is coming: without a notice,
+    # a termination behind it would find the run unflushed.
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.set_value("instance/maintenance-event", "RESTART_ON_HOST_MAINTENANCE")
+        [drain] = await run.count(1)
+        sim.set_value("instance/maintenance-event", "NONE")
+        _, clear = await run.count(2)
+    assert (drain.action, drain.reason, drain.deadline) == ("drain", "host-maintenance", None)
+    assert drain.detail == {"maintenance-event": "RESTART_ON_HOST_MAINTENANCE"}
+    assert (clear.action, clear.id) == ("clear", drain.id)
+    assert "does not know" in caplog.text
+
+
 async def test_migrate_turning_into_terminate_keeps_the_id(
     server: SimServer, sim: GcpSimulator
 ) -> None:
