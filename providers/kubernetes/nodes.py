@@ -127,6 +127,12 @@ def node_name_of(node: Any) -> str:
     return name
 
 
+def node_uid(node: Any) -> str | None:
+    """`metadata.uid`: a Node deleted and created again under its name has a new one."""
+    metadata = _object(_object(node, "node").get("metadata"), "node metadata")
+    return _optional_str(metadata, "uid", "metadata.uid") or None
+
+
 def _taints(spec: dict[str, Any]) -> list[dict[str, Any]]:
     taints = []
     for index, raw in enumerate(_optional_list(spec, "taints", "spec.taints")):
@@ -176,14 +182,16 @@ def node_reports(
     """The reports a Node object stands for (drains and terminates only; no clears).
 
     `previous` are the reports active before this object: a shutdown among them stays while
-    the Ready condition is `Unknown`. Raises ParseError when the object is not a Node of that
-    name or a field has a wrong type.
+    the Ready condition is `Unknown`, if it was raised for this same object (its `uid`): a
+    Node deleted and created again under the name is not the one that shut down. Raises
+    ParseError when the object is not a Node of that name or a field has a wrong type.
     """
     node = _object(node, "node")
     name = node_name_of(node)
     if name != node_name:
         raise ParseError(f"got node {name!r}, watching {node_name!r}")
     metadata = _object(node["metadata"], "node metadata")
+    uid = node_uid(node)
     spec = _optional_object(node, "spec", "node spec")
     status = _optional_object(node, "status", "node status")
     unschedulable = spec.get("unschedulable", False)
@@ -203,7 +211,7 @@ def node_reports(
             reason=REASON,
             provider=PROVIDER,
             noticed_at=now,
-            detail={"node": node_name, **detail},
+            detail={"node": node_name, **({"uid": uid} if uid else {}), **detail},
         )
 
     reports = []
@@ -235,19 +243,19 @@ def node_reports(
         # turns Ready=False into Unknown ("Kubelet stopped posting node status"): the node is
         # not back, so the shutdown stands until Ready is True (or False for another cause).
         kept = previous.get(notice_id(node_name, "shutdown"))
-        if kept is not None:
+        if kept is not None and kept.detail.get("uid") == uid:
             reports.append(kept)
     return reports
 
 
-def deleted_report(node_name: str) -> Report:
+def deleted_report(node_name: str, uid: str | None = None) -> Report:
     """The Node object is gone: pods bound to it are being deleted too."""
     return Report(
         id=notice_id(node_name, "deleted"),
         action="terminate",
         reason=REASON,
         provider=PROVIDER,
-        detail={"node": node_name, "condition": "deleted"},
+        detail={"node": node_name, **({"uid": uid} if uid else {}), "condition": "deleted"},
     )
 
 
@@ -310,6 +318,7 @@ __all__ = [
     "deleted_report",
     "node_name_of",
     "node_reports",
+    "node_uid",
     "notice_id",
     "parse_event",
     "parse_list",

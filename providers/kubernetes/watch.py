@@ -32,6 +32,7 @@ from .nodes import (
     changes,
     deleted_report,
     node_reports,
+    node_uid,
     parse_event,
     parse_list,
 )
@@ -63,6 +64,7 @@ class KubernetesWatcher:
         self.resource_version: str | None = None
         self.node_name: str | None = None
         self.seen_node = False
+        self.node_uid: str | None = None  # the Node object last seen (kept past its deletion)
         self.node_missing = False  # listed and not there: not healthy until it appears
         self.api: NodeApi | None = None
         self.delivered = False  # the current stream has delivered an event
@@ -146,10 +148,9 @@ class KubernetesWatcher:
         self.resource_version = listed.resource_version
         self.node_missing = False
         if listed.node is not None:
-            self._apply(node_reports(listed.node, api.node_name, self.taints, self.active), emit)
-            self.seen_node = True
+            self._node(listed.node, api.node_name, emit)
         elif self.seen_node:
-            self._apply([*self.active.values(), deleted_report(api.node_name)], emit)
+            self._apply([*self.active.values(), deleted_report(api.node_name, self.node_uid)], emit)
         else:
             self.node_missing = True
         self._success()
@@ -194,15 +195,28 @@ class KubernetesWatcher:
         if event.type == "BOOKMARK":
             self.bookmarks += 1
         elif event.type == "DELETED":
-            self._apply([*self.active.values(), deleted_report(name)], emit)
+            self._apply([*self.active.values(), deleted_report(name, self.node_uid)], emit)
         else:
-            self._apply(node_reports(event.object, name, self.taints, self.active), emit)
-            self.seen_node = True
+            self._node(event.object, name, emit)
             self.node_missing = False
         self.resource_version = event.resource_version or self.resource_version
 
-    def _apply(self, current: list[Report], emit: Emit) -> None:
-        for report in changes(self.active, current):
+    def _node(self, node: object, name: str, emit: Emit) -> None:
+        uid = node_uid(node)
+        # Another object under the name (deleted and created again, maybe while the watch
+        # was broken and a relist saw only the new one): the old one's notices are not its
+        # notices. Each is cleared, and the new one's are raised afresh, same ids included.
+        replaced = uid is not None and self.node_uid is not None and uid != self.node_uid
+        previous = {} if replaced else self.active
+        self._apply(node_reports(node, name, self.taints, previous), emit, replaced=replaced)
+        self.node_uid = uid or self.node_uid
+        self.seen_node = True
+
+    def _apply(self, current: list[Report], emit: Emit, *, replaced: bool = False) -> None:
+        out = changes(self.active, current)
+        if replaced:
+            out = [r for r in out if r.action == "clear"] + current
+        for report in out:
             log.info("kubernetes: %s %s", report.action, report.id)
             emit(report)
         self.active = {report.id: report for report in current}

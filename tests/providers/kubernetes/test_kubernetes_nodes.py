@@ -282,6 +282,40 @@ def test_a_shutdown_outlasts_ready_unknown(
         active = {report.id: report for report in current}
 
 
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["uid-a", "uid-b"]), nodes().map(lambda s: s[1])),
+        min_size=1,
+        max_size=8,
+    ),
+    configured,
+)
+@settings(max_examples=80, deadline=None)
+def test_a_shutdown_stays_with_its_node_object(
+    payloads: list[tuple[str, dict[str, Any]]], taints: frozenset[str]
+) -> None:
+    """A shutdown outlasts Ready=Unknown only on the object that shut down: a Node deleted and
+    created again under the name (another `metadata.uid`) does not inherit it."""
+    shutdown = notice_id(NODE, "shutdown")
+    active: dict[str, Report] = {}
+    shutting_down = False
+    last_uid = None
+    for uid, payload in payloads:
+        payload = {**payload, "metadata": {**payload["metadata"], "name": NODE, "uid": uid}}
+        ready = payload["status"]["conditions"][1]
+        if ready["status"] != "Unknown":
+            shutting_down = (
+                ready["status"] == "False" and "node is shutting down" in ready["message"].lower()
+            )
+        elif uid != last_uid:
+            shutting_down = False
+        current = node_reports(payload, NODE, taints, active)
+        assert (ids(current).get(shutdown) == "terminate") == shutting_down
+        assert all(report.detail["uid"] == uid for report in current)
+        active = {report.id: report for report in current}
+        last_uid = uid
+
+
 @given(st.binary(max_size=200) | st.text(max_size=200))
 def test_garbage_lines_raise_only_parse_errors(line: bytes | str) -> None:
     with contextlib.suppress(ParseError):

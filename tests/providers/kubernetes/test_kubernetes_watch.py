@@ -88,6 +88,50 @@ async def test_a_node_recreated_under_its_name_clears_once(
     )
 
 
+def _recreate_while_the_watch_is_broken(
+    cluster: Cluster, *then: tuple[str, dict[str, Any]]
+) -> None:
+    """Delete the node and create it again under its name, change the new one, and push the
+    watch out of the history (410): the relist is the first the watcher sees of any of it."""
+    with cluster.sim.lock:
+        cluster.sim.raise_notice("delete", {})
+        cluster.sim.withdraw("node")
+        for kind, fields in then:
+            cluster.sim.raise_notice(kind, fields)
+        cluster.sim.raise_notice("compact", {"expire_watches": True})
+
+
+async def test_a_shutdown_is_not_carried_onto_a_node_recreated_in_a_watch_gap(
+    cluster: Cluster, watching: Running
+) -> None:
+    """The old node's shutdown stood on the new one whose Ready was Unknown: a terminate that
+    never cleared, replayed to every job started on the node afterwards."""
+    cluster.raise_("shutdown")
+    old = await watching.report("terminate", SHUTDOWN)
+    _recreate_while_the_watch_is_broken(cluster, ("unreachable", {}))
+    await watching.report("clear", SHUTDOWN)
+    assert watching.watcher.lists == 2
+    assert watching.watcher.node_uid == cluster.state()["node"]["metadata"]["uid"]
+    assert watching.watcher.node_uid != old.detail["uid"]
+
+
+async def test_a_node_recreated_in_a_watch_gap_raises_its_own_notices(
+    cluster: Cluster, watching: Running
+) -> None:
+    """The new node's cordon has the old one's id: it is sent again, with the new uid, not
+    taken for the old one's."""
+    cluster.raise_("cordon")
+    old = await watching.report("drain", CORDON)
+    _recreate_while_the_watch_is_broken(cluster, ("cordon", {}))
+    await watching.until(
+        lambda: watching.summary() == [("drain", CORDON), ("drain", CORDON)],
+        what="the new node's cordon",
+    )
+    new_uid = cluster.state()["node"]["metadata"]["uid"]
+    assert old.detail["uid"] != new_uid
+    assert watching.reports[-1].detail["uid"] == new_uid
+
+
 async def test_cordon_taint_alone_drains(cluster: Cluster, watching: Running) -> None:
     cluster.raise_("taint", key="node.kubernetes.io/unschedulable")
     report = await watching.report("drain", CORDON)
