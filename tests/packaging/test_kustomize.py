@@ -175,6 +175,26 @@ def test_daemonset_is_node_critical_and_shares_a_host_socket_directory(tmp_path:
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_critical_pods_have_a_quota_in_their_namespace(overlay: str):
+    """GKE Standard, like any cluster with a quota scoped to the critical priority classes,
+    admits a pod of such a class only in a namespace holding a matching quota: without one
+    the DaemonSet created no pod ("insufficient quota to match these scopes")."""
+    resources = render(overlay)
+    allowed: set[tuple[str, str]] = set()
+    for quota in (r for r in resources if r["kind"] == "ResourceQuota"):
+        for expression in quota["spec"].get("scopeSelector", {}).get("matchExpressions", []):
+            if expression["scopeName"] == "PriorityClass" and expression["operator"] == "In":
+                namespace = quota["metadata"]["namespace"]
+                allowed |= {(namespace, value) for value in expression["values"]}
+    for resource in resources:
+        pod = resource.get("spec", {}).get("template", {}).get("spec")
+        priority = (pod or {}).get("priorityClassName", "")
+        if priority.startswith("system-"):
+            where = (resource["metadata"]["namespace"], priority)
+            assert where in allowed, f"{resource['kind']} {where}: no ResourceQuota admits it"
+
+
 def test_sidecar_shares_its_sockets_with_a_non_root_training_container(tmp_path: Path):
     resources = render("sidecar-job")
     job = next(r for r in resources if r["kind"] == "Job")
