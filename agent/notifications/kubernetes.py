@@ -105,6 +105,7 @@ class KubernetesNotifier(Observer):
         self.node = node_name(settings, env)
         pod, pod_namespace = env.get("POD_NAME", "").strip(), env.get("POD_NAMESPACE", "").strip()
         self.pod = (pod, pod_namespace) if pod and pod_namespace else None
+        self.pod_uid = env.get("POD_UID", "").strip()
         self.instance = f"forewarn-{socket.gethostname()}"
         self._transport = transport
         self._queue: collections.deque[Notice] = collections.deque(maxlen=1000)
@@ -193,16 +194,17 @@ class KubernetesNotifier(Observer):
                 log.info("kubernetes: cordoned node %s for %s", self.node, notice.id)
         if not self.settings.events:
             return
-        node = {"apiVersion": "v1", "kind": "Node", "name": self.node}
+        # `kubectl describe` finds an object's Events by its uid too (a field selector on
+        # involvedObject.uid): without one, none of these showed there. For a Node it also
+        # searches under the node's name as the uid, which is what the kubelet writes.
+        node = {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self.node}
         targets: list[tuple[dict[str, str], str]] = [(node, self.settings.events_namespace)]
         if self.pod is not None:
             name, namespace = self.pod
-            targets.append(
-                (
-                    {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace},
-                    namespace,
-                )
-            )
+            pod = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace}
+            if self.pod_uid:
+                pod["uid"] = self.pod_uid
+            targets.append((pod, namespace))
         for regarding, namespace in targets:
             url = (
                 f"{self.cluster.server}/apis/events.k8s.io/v1/namespaces/"

@@ -49,6 +49,22 @@ def agent(tmp_path: Path, server: SimServer, **settings: str) -> AgentProcess:
     return AgentProcess(tmp_path, providers=("local",), env=env)
 
 
+def kubectl_describe_finds(
+    events: list[dict[str, Any]], kind: str, name: str, namespace: str, uids: set[str]
+) -> list[dict[str, Any]]:
+    """The Events `kubectl describe` shows for an object: a field selector on the involved
+    object's name, namespace, kind and uid (for a Node, once with its uid and once with its
+    name as the uid, the kubelet's way)."""
+    return [
+        event
+        for event in events
+        if event["regarding"].get("name") == name
+        and event["regarding"].get("namespace", "") == namespace
+        and event["regarding"].get("kind") == kind
+        and event["regarding"].get("uid") in uids
+    ]
+
+
 def test_every_notice_becomes_an_event_on_the_node_and_the_pod(tmp_path: Path):
     with (
         cluster(WATCH | {"create:events"}) as server,
@@ -58,12 +74,14 @@ def test_every_notice_becomes_an_event_on_the_node_and_the_pod(tmp_path: Path):
             FOREWARN_KUBERNETES_EVENTS="true",
             POD_NAME="train-0",
             POD_NAMESPACE="ml",
+            POD_UID="0b7e6a5c-5d0f-4c57-9a43-2f1d8c6b1e2a",
         ) as running,
     ):
         notice = running.control({"op": "notify", "action": "drain", "note": "drill"})["notice"]
         running.control({"op": "clear", "id": notice["id"]})
         eventually(lambda: len(sim_state(server)["events"]) >= 4, timeout=15)
         events = sim_state(server)["events"]
+        node_uid = sim_state(server)["node"]["metadata"]["uid"]
     by_target = {(e["regarding"]["kind"], e["action"]): e for e in events}
     node_drain = by_target[("Node", "Drain")]
     assert node_drain["metadata"]["namespace"] == "default"
@@ -77,7 +95,12 @@ def test_every_notice_becomes_an_event_on_the_node_and_the_pod(tmp_path: Path):
         "kind": "Pod",
         "name": "train-0",
         "namespace": "ml",
+        "uid": "0b7e6a5c-5d0f-4c57-9a43-2f1d8c6b1e2a",
     }
+    # What `kubectl describe node` and `kubectl describe pod` show: each of the four.
+    assert len(kubectl_describe_finds(events, "Node", NODE, "", {node_uid, NODE})) == 2
+    pod_uid = {"0b7e6a5c-5d0f-4c57-9a43-2f1d8c6b1e2a"}
+    assert len(kubectl_describe_finds(events, "Pod", "train-0", "ml", pod_uid)) == 2
     assert by_target[("Node", "Clear")]["type"] == "Normal"
     assert all(event_problems(event, event["metadata"]["namespace"]) == [] for event in events)
 

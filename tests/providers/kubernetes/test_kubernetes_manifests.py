@@ -115,6 +115,20 @@ def test_node_name_comes_from_the_downward_api(kind: str) -> None:
     assert runtime == (RUNTIME if kind == "DaemonSet" else f"{RUNTIME}/agent")
 
 
+@pytest.mark.parametrize("kind", ["DaemonSet", "Job"])
+def test_the_pod_is_named_for_its_events_by_the_downward_api(kind: str) -> None:
+    """The Events about the agent's pod name it with its uid, which `kubectl describe pod`
+    searches by (the notifications component)."""
+    (workload,) = of_kind(kind)
+    agent = agent_container(pod_spec(workload))
+    for name, path in (
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+        ("POD_UID", "metadata.uid"),
+    ):
+        assert env_of(agent, name)["valueFrom"] == {"fieldRef": {"fieldPath": path}}
+
+
 def test_sidecar_shares_an_empty_dir_with_the_training_container() -> None:
     (job,) = of_kind("Job")
     spec = pod_spec(job)
