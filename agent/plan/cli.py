@@ -320,7 +320,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bandwidth",
         type=_parsed(parse_bandwidth),
         metavar="RATE",
-        help="measured write/upload rate: 500MB/s, 1.2GiB/s, 10Gbit/s",
+        help="measured write/upload rate: 500MB/s (500MBps), 1.2GiB/s, 10Gbit/s (10Gbps); "
+        "B is a byte, b a bit",
     )
     money = parser.add_argument_group("prices (per hour unless named otherwise)")
     money.add_argument("--spot-price", type=_amount, metavar="P", help="spot compute per hour")

@@ -1,4 +1,4 @@
-"""Checkpoint sizes people know: "14GB", "2.4GiB", a bandwidth such as "500MB/s" or
+"""Checkpoint sizes people know: "14GB", "2.4GiB", a bandwidth such as "500MB/s", "750MBps" or
 "10Gbit/s", and an estimate from the parameter count ("7B") with precision and optimizer.
 
 Sizes are bytes; GB is 10^9 bytes (as prices are quoted), GiB 2^30.
@@ -21,9 +21,11 @@ _UNITS = {
     "gib": 2**30,
     "tib": 2**40,
 }
-_BITS = {"kbit": 10**3 / 8, "mbit": 10**6 / 8, "gbit": 10**9 / 8, "tbit": 10**12 / 8}
+_BITS = {"bit": 1 / 8, "kbit": 10**3 / 8, "mbit": 10**6 / 8, "gbit": 10**9 / 8, "tbit": 10**12 / 8}
 _NUMBER = r"(\d+(?:\.\d*)?(?:e[+-]?\d+)?|\.\d+)"
-_SIZE = re.compile(rf"^{_NUMBER}\s*([a-z]+)\Z")
+# Units keep their case: in `Gb` the small b is a bit, in `GB` the capital B a byte.
+_SIZE = re.compile(rf"^{_NUMBER}\s*([a-z]+)\Z", re.IGNORECASE)
+_PER_SECOND = re.compile(r"^(.*?)(?:/s|([bB])ps)\Z", re.IGNORECASE)
 _COUNT = re.compile(rf"^{_NUMBER}\s*([kmbt]?)\Z")
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
@@ -41,26 +43,55 @@ def _finite(value: float, text: str, what: str) -> float:
     return value
 
 
+def _unit_bytes(unit: str) -> tuple[float, bool] | None:
+    """Bytes in one `unit`, and whether it counts bits; None when it is not a unit.
+
+    As SI and IEC write them, B is a byte and b a bit: `MB` is a megabyte, `Mb` and `Mbit` a
+    megabit. A unit all in small letters (`mb`, `gb`) is read as bytes, as sizes are typed.
+    """
+    low = unit.lower()
+    if low in _BITS:
+        return _BITS[low], True
+    if low not in _UNITS:
+        return None
+    if len(unit) > 1 and unit.endswith("b") and not unit[:-1].islower():
+        return _UNITS[low] / 8, True
+    return _UNITS[low], False
+
+
 def parse_size(text: str) -> float:
     """Bytes in `14GB`, `2.4 GiB`, `500MB`: a unit is required (B, KB, MB, GB, TB or the
-    binary KiB ... TiB)."""
-    match = _SIZE.match(text.strip().lower())
-    if not match or match.group(2) not in _UNITS:
+    binary KiB ... TiB); a unit in bits (`14Gb`) is refused, not read as bytes."""
+    match = _SIZE.match(text.strip())
+    unit = _unit_bytes(match.group(2)) if match else None
+    if not match or unit is None:
         raise ValueError(f"not a size such as 14GB or 2.4GiB (got {text!r})")
-    return _finite(float(match.group(1)) * _UNITS[match.group(2)], text, "a size")
+    scale, bits = unit
+    if bits:
+        name = match.group(2)
+        stem = name[:-3] if name.lower().endswith("bit") else name[:-1]
+        raise ValueError(
+            f"{name} is a unit of bits (b is a bit, B a byte): give the size in bytes, "
+            f"such as {match.group(1)}{stem[:1].upper()}{stem[1:]}B (got {text!r})"
+        )
+    return _finite(float(match.group(1)) * scale, text, "a size")
 
 
 def parse_bandwidth(text: str) -> float:
-    """Bytes per second in `500MB/s`, `1.2GiB/s`, `10Gbit/s` or `10Gbps`."""
-    clean = text.strip().lower().replace("bps", "bit/s")
-    if not clean.endswith("/s"):
+    """Bytes per second in `500MB/s`, `750MBps`, `1.2GiB/s`, `10Gbit/s`, `10Gb/s` or
+    `10Gbps`: B is a byte and b a bit, `/s` and `ps` alike (Azure quotes disk throughput in
+    MBps, bytes; networks are quoted in Gbps, bits)."""
+    per_second = _PER_SECOND.match(text.strip())
+    if not per_second:
         raise ValueError(f"not a rate such as 500MB/s or 10Gbit/s (got {text!r})")
-    match = _SIZE.match(clean[:-2].strip())
-    unit = match.group(2) if match else ""
-    if not match or (unit not in _UNITS and unit not in _BITS):
+    size, ps_unit = per_second.groups()
+    if ps_unit is not None:
+        size += "bit" if ps_unit == "b" else "B"
+    match = _SIZE.match(size.strip())
+    unit = _unit_bytes(match.group(2)) if match else None
+    if not match or unit is None:
         raise ValueError(f"not a rate such as 500MB/s or 10Gbit/s (got {text!r})")
-    scale = _UNITS.get(unit) or _BITS[unit]
-    return _finite(float(match.group(1)) * scale, text, "a bandwidth")
+    return _finite(float(match.group(1)) * unit[0], text, "a bandwidth")
 
 
 def parse_count(text: str) -> float:

@@ -447,6 +447,32 @@ def test_sizes_bandwidths_and_counts() -> None:
         parse_size("0GB")
 
 
+def test_a_capital_b_is_a_byte_and_a_small_b_a_bit() -> None:
+    # Azure quotes disk throughput in MBps (bytes): 750MBps was read as 750 Mbit/s, 93.75 MB/s,
+    # and 10Gb/s (bits) as 10 GB/s: a flush 8x too long or too short.
+    assert parse_bandwidth("750MBps") == 750e6
+    assert parse_bandwidth("1GBps") == 1e9
+    assert parse_bandwidth("10Gb/s") == parse_bandwidth("10Gbps") == 1.25e9
+    assert parse_bandwidth("10gbps") == 1.25e9  # a network rate, as it was read before
+    assert parse_bandwidth("500mb/s") == 500e6  # all in small letters: bytes, as before
+    with pytest.raises(ValueError, match=r"Gb is a unit of bits .* such as 14GB \(got '14Gb'\)"):
+        parse_size("14Gb")
+
+
+@given(
+    st.floats(min_value=0.001, max_value=1e6, allow_nan=False),
+    st.sampled_from(["", "K", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"]),
+)
+def test_a_rate_in_bytes_is_eight_times_the_same_rate_in_bits(number: float, prefix: str) -> None:
+    in_bytes = parse_bandwidth(f"{number!r}{prefix}B/s")
+    assert parse_bandwidth(f"{number!r} {prefix}Bps") == in_bytes
+    if prefix:
+        assert parse_bandwidth(f"{number!r}{prefix}b/s") == pytest.approx(in_bytes / 8)
+    if "i" not in prefix:
+        assert parse_bandwidth(f"{number!r}{prefix}bps") == pytest.approx(in_bytes / 8)
+        assert parse_bandwidth(f"{number!r}{prefix}bit/s") == pytest.approx(in_bytes / 8)
+
+
 @pytest.mark.parametrize(
     ("precision", "optimizer", "per_param"),
     [
