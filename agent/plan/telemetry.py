@@ -65,8 +65,9 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
     notice-to-saved time, and the terminate notices (one per id, escalated drains included)
     over the observed span, with those that came too late to save on.
 
-    Each source is one agent's records (one machine); the span is the sum of each source's
-    first-to-last time, so machines in a row or side by side both count their running time.
+    Each source is one agent's records (one machine); the span is the sum of each run's
+    first-to-last time (a run begins at a `start` record), so machines in a row or side by
+    side, and the runs of one machine whose state outlives it, count their running time only.
     An ack with `stall_seconds` (what training waited) and `durable_seconds` (until the
     checkpoint was safe) has the first count for the tax and the second for the notice.
     """
@@ -88,9 +89,15 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         for record in records:
             count += 1
             at = parse_time(str(record["at"])).timestamp()
+            kind = record["kind"]
+            if kind == "start" and first is not None and last is not None:
+                # A state directory on a disk that outlives the machine (a GCP spot VM
+                # stopped on preemption, an Azure one deallocated) holds several runs; the
+                # days between them had no capacity and saw no interruptions.
+                span += last - first
+                first = last = None
             first = at if first is None else min(first, at)
             last = at if last is None else max(last, at)
-            kind = record["kind"]
             if kind in ("notice", "escalation") and record.get("action") == "terminate":
                 key = (index, str(record.get("id")))
                 if key in terminated:

@@ -390,6 +390,37 @@ def test_summarize_telemetry_measures_flush_restore_rate_lead_and_response() -> 
     assert summary.flush_p95_seconds == pytest.approx(11.85)
 
 
+def test_the_days_between_runs_on_one_state_directory_are_not_running_time() -> None:
+    """A GCP spot VM stopped on preemption keeps its disk and the telemetry file: 12 h of
+    running, a preemption, six days stopped, 12 h more and a second preemption was read as
+    one interruption every 3.75 days, not every 12 hours."""
+
+    def day(number: int, at: str) -> str:
+        return f"2026-11-{number:02d}T{at}Z"
+
+    def preempted(number: int, id: str) -> dict[str, object]:
+        sent = day(number, "12:00:00")
+        return {
+            "v": 1,
+            "at": sent,
+            "kind": "notice",
+            "id": id,
+            "action": "terminate",
+            "sent_at": sent,
+            "deadline": day(number, "12:00:30"),
+        }
+
+    runs = [
+        {"v": 1, "at": day(1, "00:00:00"), "kind": "start"},
+        preempted(1, "p1"),
+        {"v": 1, "at": day(8, "00:00:00"), "kind": "start"},
+        preempted(8, "p2"),
+    ]
+    summary = summarize_telemetry(runs)
+    assert summary.span_seconds == 24 * HOUR
+    assert summary.mtbi_seconds == 12 * HOUR
+
+
 def _acks(flushes: list[dict[str, float]]) -> list[dict[str, object]]:
     return [
         record(f"00:{index // 60:02d}:{index % 60:02d}", "ack", outcome="saved", **fields)
