@@ -56,9 +56,14 @@ def notice(timing: Timing) -> Notice:
         if timing.response_seconds is not None
         else f"detection {timing.detection_seconds:g} s + flush p95 {timing.flush_p95:.3g} s"
     )
-    if not lead:
+    if lead is None:
         usable = False
         why = "no notice lead known (give --notice-lead): every interruption costs lost work"
+    elif not lead:
+        # Given as 0, or measured so (every notice published past its deadline): it is
+        # known, and asking for it again sent the user after a figure they had given.
+        usable = False
+        why = "notice lead 0 s: no time to save, so every interruption costs lost work"
     elif lead >= needs:
         usable = True
         why = f"notice lead {lead:g} s covers the {needs:.3g} s to a saved checkpoint ({how})"

@@ -177,6 +177,26 @@ def test_the_notice_is_judged_on_the_flush_p95() -> None:
     assert not notice(measured).usable
 
 
+def test_a_notice_lead_of_0_is_known_not_asked_for() -> None:
+    """--notice-lead 0, or a telemetry whose every notice came past its deadline, said 'no
+    notice lead known (give --notice-lead)'."""
+    late = record(
+        "01:00:05",
+        "notice",
+        id="t1",
+        action="terminate",
+        sent_at="2026-11-30T01:00:05Z",
+        deadline="2026-11-30T01:00:00Z",
+    )
+    measured = summarize_telemetry([record("00:00:00", "start"), late]).notice_lead_seconds
+    assert measured == 0.0  # published past its deadline: no lead, not a negative one
+    for lead in (0.0, measured):
+        seen = notice(Timing(checkpoint_seconds=10, mtbi_seconds=DAY, notice_lead_seconds=lead))
+        assert not seen.usable and seen.effective_no_notice_share == 1.0
+        assert "give --notice-lead" not in seen.why
+        assert seen.why.startswith("notice lead 0 s: no time to save")
+
+
 def test_one_reclaim_loses_nothing_with_a_usable_notice_else_the_steps_since_the_checkpoint() -> (
     None
 ):
