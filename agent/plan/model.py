@@ -232,6 +232,8 @@ def warnings(
             f"the interval ({chosen:.4g} s) is shorter than the flush "
             f"({timing.checkpoint_seconds:.4g} s): the job spends more time saving than training"
         )
+    if timing.mtbi_seconds is not None:
+        found += _beyond_the_useful_time(timing, chosen)
     lead = timing.notice_lead_seconds
     if lead and lead < timing.notice_to_saved:
         found.append(
@@ -240,6 +242,33 @@ def warnings(
             "would not finish, so interruptions with notice still lose work"
         )
     return found
+
+
+def _beyond_the_useful_time(timing: Timing, chosen: float) -> list[str]:
+    """An overhead above the useful time that the tax does not explain: a restart or an
+    interval long against the time between interruptions. (A 24 h restart against 1 h
+    between them printed 2.9e12 % with no warning.)"""
+    cost = overhead(timing, chosen)
+    rest = cost.total - cost.checkpoint_tax
+    if not (cost.total > 1 and rest > cost.checkpoint_tax):
+        return []
+    m = timing.mtbi_seconds or math.inf
+    restart = timing.restart_seconds + timing.restore_seconds
+    if cost.restart >= cost.lost_work:
+        why = (
+            f"most of it is restart and reload ({restart:.4g} s against {m:.4g} s between "
+            f"interruptions: only {math.exp(-restart / m):.2g} of restarts finish)"
+        )
+    else:
+        why = (
+            f"most of it is work lost ({chosen:.4g} s of work and a "
+            f"{timing.checkpoint_seconds:.4g} s checkpoint against {m:.4g} s between "
+            "interruptions)"
+        )
+    return [
+        f"the overhead at {chosen:.4g} s is {cost.total:.3g}x the useful time: {why}; "
+        "this capacity costs the job more time than it gives"
+    ]
 
 
 __all__ = [

@@ -250,6 +250,21 @@ def test_warnings() -> None:
     assert warnings(calm, choose_interval(calm, tax=0.2), warn_tax=0.25) == []
 
 
+def test_an_overhead_beyond_the_useful_time_is_a_warning() -> None:
+    """A 24 h restart against 1 h between interruptions printed an overhead of 2.9e12 %
+    with no warning at all; so did a 1-day interval against a 1 h M."""
+    restarting = Timing(checkpoint_seconds=10, mtbi_seconds=HOUR, restart_seconds=DAY)
+    (found,) = warnings(restarting, choose_interval(restarting))
+    assert "x the useful time: most of it is restart and reload" in found
+    assert "only 3.8e-11 of restarts finish" in found
+    long = Timing(checkpoint_seconds=HOUR, mtbi_seconds=HOUR)
+    (found,) = warnings(long, choose_interval(long, interval=DAY))
+    assert "most of it is work lost (8.64e+04 s of work and a 3600 s checkpoint" in found
+    # A plan with an overhead under the useful time, or one the tax explains, adds none.
+    calm = Timing(checkpoint_seconds=10, mtbi_seconds=DAY, restart_seconds=HOUR)
+    assert warnings(calm, choose_interval(calm)) == []
+
+
 def test_bad_formula_inputs_name_the_field() -> None:
     with pytest.raises(ValueError, match="mtbi_seconds"):
         young_interval(10, 0)
