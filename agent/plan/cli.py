@@ -603,7 +603,13 @@ def resolve(args: argparse.Namespace) -> Resolved:
                 f"{args.interval_steps} steps at {timing.steps_per_second:g} a second "
                 "take longer than any finite time",
             )
-    intervals = choose_interval(timing, interval=interval, tax=args.tax)
+    try:
+        intervals = choose_interval(timing, interval=interval, tax=args.tax)
+    except PlanError as error:
+        # The rate given as --interruptions-per-day was blamed on --mtbi, never given.
+        if error.field == "mtbi_seconds" and args.interruptions_per_day is not None:
+            raise PlanError("--interruptions-per-day", str(error).split(": ", 1)[1]) from None
+        raise
     prices = None
     given = [name for name in PRICE_FLAGS if getattr(args, name) not in (None, 0.0)]
     if given:

@@ -727,6 +727,17 @@ def test_a_tax_whose_interval_keeps_no_work_is_refused_like_such_an_interval(
     )
 
 
+def test_a_rate_too_high_for_the_restart_names_the_flag_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 1000 a day against a 1-day restart: the error named --mtbi, which was never given.
+    base = ["--checkpoint", "10s", "--restart", "1d"]
+    err = fails(capsys, *base, "--interruptions-per-day", "1000")
+    assert err.startswith("forewarn: plan: --interruptions-per-day: 86.4 s between")
+    assert "would never keep any work" in err
+    assert fails(capsys, *base, "--mtbi", "86.4s").startswith("forewarn: plan: --mtbi: 86.4 s")
+
+
 HUGE = "9" * 400  # read as infinity by float()
 RESERVED_TINY = ["--reserved-utilization", "1e-300"]
 
