@@ -93,6 +93,8 @@ class Entry:
     acked: set[str] = field(default_factory=set)
     flushed: bool = False
     saved: bool = False  # some client reported a saved flush for it
+    # Restored from the state file after a restart, and not reported again by its provider yet.
+    restored: bool = False
 
 
 class NoticeBoard:
@@ -134,6 +136,35 @@ class NoticeBoard:
             for entry in self.entries.values()
             if entry.manual
         ]
+
+    def provider_notices(self) -> list[Notice]:
+        """Provider notices as reported (escalation is derived again), which is how they are
+        saved: a restarted agent keeps them until their watcher has answered."""
+        return [
+            entry.notice.model_copy(update={"action": entry.report.action})
+            for entry in self.entries.values()
+            if not entry.manual
+        ]
+
+    def restored_from(self) -> set[str]:
+        """Providers with restored notices their watcher has not reported again yet."""
+        return {entry.report.provider for entry in self.entries.values() if entry.restored}
+
+    def withdraw_restored(self, provider: str, why: str) -> list[Notice]:
+        """Clear the restored notices of `provider` that its watcher, having answered, did not
+        report again: the provider withdrew them while the agent was down."""
+        ids = [
+            notice_id
+            for notice_id, entry in self.entries.items()
+            if entry.restored and entry.report.provider == provider
+        ]
+        cleared = []
+        for notice_id in ids:
+            detail = {**self.entries[notice_id].report.detail, "withdrawn": why}
+            notice = self.clear(notice_id, detail=detail)
+            if notice is not None:
+                cleared.append(notice)
+        return cleared
 
     def get(self, notice_id: str) -> Notice | None:
         entry = self.entries.get(notice_id)
@@ -191,6 +222,7 @@ class NoticeBoard:
                 saved=saved,
             )
             return notice
+        entry.restored = False
         # A drain sent as terminate stays terminate while its deadline stands, even when the
         # margin has shrunk since (faster flushes): its clients may be exiting already.
         held = entry.notice.action == "terminate" and entry.report.action == report.action
@@ -282,14 +314,21 @@ class NoticeBoard:
 
     # State.
 
-    def restore(self, notices: Iterable[Notice], saved: Iterable[str] = ()) -> None:
+    def restore(
+        self,
+        notices: Iterable[Notice],
+        saved: Iterable[str] = (),
+        provider: Iterable[Notice] = (),
+    ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
-        expiry clock runs from when they were first noticed, not from the restart. The other
-        ids in `saved` are provider notices some client saved for: when their provider reports
-        them again they are still saved for, so a job started after the restart knows that an
-        earlier job acted on them."""
+        expiry clock runs from when they were first noticed, not from the restart. Provider
+        notices come back too, marked restored: active (in heartbeats, replays and status) until
+        their watcher reports them again or, having answered, does not (`withdraw_restored`).
+        The other ids in `saved` are provider notices some client saved for: when their
+        provider reports them again they are still saved for, so a job started after the
+        restart knows that an earlier job acted on them."""
         saved_ids = set(saved)
-        for notice in notices:
+        for notice, manual in [*((n, True) for n in notices), *((n, False) for n in provider)]:
             report = Report(
                 id=notice.id,
                 action=notice.action,
@@ -299,9 +338,15 @@ class NoticeBoard:
                 noticed_at=notice.noticed_at,
                 detail=notice.detail,
             )
-            self.report(report, manual=True, raised_at=notice.noticed_at)
-            if notice.id in saved_ids and notice.id in self.entries:
-                self.entries[notice.id].saved = True
+            if notice.id in self.entries:
+                continue  # saved twice (a hand-edited file): the first stands
+            self.report(report, manual=manual, raised_at=notice.noticed_at)
+            entry = self.entries.get(notice.id)
+            if entry is None:
+                continue
+            entry.restored = not manual
+            if notice.id in saved_ids:
+                entry.saved = True
         for notice_id in saved_ids - self.entries.keys():
             self._remember(notice_id, None, True)
 

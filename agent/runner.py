@@ -213,7 +213,7 @@ class Agent:
             grace=self.settings.notice_grace,
             manual_lifetime=self.settings.manual_lifetime,
         )
-        self.board.restore(state.manual, state.acked)
+        self.board.restore(state.manual, state.acked, state.provider)
 
         # Anyone on this machine can reach a tcp:// or abstract control endpoint: there a
         # request must carry a token that only who can read the runtime directory can get.
@@ -271,7 +271,7 @@ class Agent:
             self.control,
             ", ".join(self.providers),
         )
-        # Manual notices restored from the state file go out again for anyone listening. Those
+        # Notices restored from the state file go out again for anyone listening. Those
         # that ended while the agent was down are retired first (a clear, logged and counted):
         # neither this nor a replay to an early subscriber may send one as active again.
         sent = {notice.id for notice in self._send_due()}
@@ -470,6 +470,9 @@ class Agent:
         notice = self.board.report(report)
         if notice is not None:
             self._send(notice, escalated=self.board.escalated(notice.id), fresh=fresh)
+            # After the publish (clients wait on the clock): a restarted agent lists it from
+            # its first heartbeat on, however long its watcher then takes to answer.
+            self._save()
 
     def _send(self, notice: Notice, *, escalated: bool, fresh: bool = False) -> None:
         if fresh and notice.action != "clear":
@@ -556,8 +559,37 @@ class Agent:
             )
         )
 
+    def _settle_restored(self) -> None:
+        """Withdraw the provider notices restored after a restart that their watcher, now that
+        it has answered, did not report again. Until then they stay active: a first answer can
+        take long (an IMAP login and search, a Kubernetes list, a slow IMDS), and clients that
+        took the agent's silence meanwhile for a withdrawal flushed again for every drain."""
+        cleared = []
+        for provider in sorted(self.board.restored_from()):
+            if provider in self.providers and not self._answered(provider):
+                continue
+            why = (
+                f"not reported by {provider} since the agent restarted"
+                if provider in self.providers
+                else f"{provider} is no longer watched by this agent"
+            )
+            cleared += self.board.withdraw_restored(provider, why)
+        if cleared:
+            self._save()
+        for notice in cleared:
+            self._send(notice, escalated=False)
+
+    def _answered(self, provider: str) -> bool:
+        watcher = self.watchers.get(provider)
+        answered = getattr(watcher, "answered", None)
+        if isinstance(answered, bool):
+            return answered
+        health = self.health.get(provider)
+        return watcher is not None and health is not None and health.ready
+
     async def _heartbeats(self) -> None:
         while True:
+            self._settle_restored()
             self._beat()
             self._retry_unsaved()
             await asyncio.sleep(self.settings.heartbeat_interval)
@@ -578,7 +610,7 @@ class Agent:
             self._forget(notice)
         for notice in escalated:
             self._send(notice, escalated=True)
-        if any(notice.provider == "local" for notice in expired):
+        if expired:
             self._save()
         return [*expired, *escalated]
 
@@ -750,7 +782,12 @@ class Agent:
         self._persist("seq", self.seq_path, lambda: save_seq_mark(self.seq_path, mark))
 
     def _save(self) -> None:
-        state = AgentState(self.sequencer.value, self.board.manual(), self.board.saves_to_keep())
+        state = AgentState(
+            self.sequencer.value,
+            self.board.manual(),
+            self.board.saves_to_keep(),
+            self.board.provider_notices(),
+        )
         self._persist("state", self.state_path, lambda: save_state(self.state_path, state))
 
     def _persist(self, what: str, path: Path, write: Callable[[], None]) -> None:

@@ -1,4 +1,4 @@
-"""The agent's small state file: manual notices and the message counter, kept across restarts.
+"""The agent's small state file: active notices and the message counter, kept across restarts.
 
 Written atomically (a temporary file, fsync, rename, fsync of the directory), so a crash at
 any moment leaves either the old state or the new one, never a torn file.
@@ -33,8 +33,11 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o640) -> None:
 class AgentState:
     seq: int = 0
     manual: list[Notice] = field(default_factory=list)
-    # Ids of manual notices some client saved for: a restarted agent still says so.
+    # Ids of notices some client saved for: a restarted agent still says so.
     acked: list[str] = field(default_factory=list)
+    # Provider notices active when saved: a restarted agent keeps them until their watcher has
+    # answered again, rather than have clients take its silence meanwhile for a withdrawal.
+    provider: list[Notice] = field(default_factory=list)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -57,14 +60,8 @@ def load_state(path: Path) -> AgentState:
         return _set_aside(path, f"not JSON: {error}")
     if not isinstance(raw, dict):
         return _set_aside(path, "not a JSON object")
-    manual = []
-    items = raw.get("manual", [])
-    for item in items if isinstance(items, list) else []:
-        try:
-            manual.append(Notice.model_validate(item))
-        except ValidationError as error:
-            shown = item.get("id") if isinstance(item, dict) else None
-            log.error("state file %s: notice %r dropped: %s", path, shown, error.errors()[0]["msg"])
+    manual = _notices(raw, "manual", path)
+    provider = _notices(raw, "provider", path)
     acked_raw = raw.get("acked", [])
     acked = (
         [item for item in acked_raw if isinstance(item, str)] if isinstance(acked_raw, list) else []
@@ -73,7 +70,19 @@ def load_state(path: Path) -> AgentState:
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         log.error("state file %s: seq %r is not a count; ignored", path, seq)
         seq = 0
-    return AgentState(seq=seq, manual=manual, acked=acked)
+    return AgentState(seq=seq, manual=manual, acked=acked, provider=provider)
+
+
+def _notices(raw: dict[str, object], key: str, path: Path) -> list[Notice]:
+    notices = []
+    items = raw.get(key, [])
+    for item in items if isinstance(items, list) else []:
+        try:
+            notices.append(Notice.model_validate(item))
+        except ValidationError as error:
+            shown = item.get("id") if isinstance(item, dict) else None
+            log.error("state file %s: notice %r dropped: %s", path, shown, error.errors()[0]["msg"])
+    return notices
 
 
 def _read_small(path: Path) -> bytes:
@@ -120,6 +129,7 @@ def save_state(path: Path, state: AgentState) -> None:
         "seq": state.seq,
         "manual": [json.loads(notice.model_dump_json()) for notice in state.manual],
         "acked": list(state.acked),
+        "provider": [json.loads(notice.model_dump_json()) for notice in state.provider],
     }
     write_atomic(path, json.dumps(payload, indent=1).encode())
 

@@ -43,8 +43,11 @@ ACK_BACKLOG = 64
 MALFORMED_WARN_SECONDS = 60.0
 # The detail of the clear a client makes for a notice the agent's heartbeat no longer lists.
 WITHDRAWN = {"withdrawn": "no longer listed by the agent's heartbeat"}
-# A restarted agent lists only what its watchers have reported since it started: a notice
-# its heartbeats leave out is withdrawn only once they had this long to report it again.
+# A restarted agent lists the provider notices of its state file until their watcher has
+# answered, so its heartbeats are right from the first. Still, a notice its heartbeats leave
+# out is withdrawn only after this long: one published the instant before the agent was
+# killed is not in the file yet (the publish does not wait for the fsync), and an agent from
+# before that change lists only what its watchers have reported since it started.
 RESTART_SETTLE = 5.0
 
 

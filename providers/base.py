@@ -35,7 +35,12 @@ class Watcher(Protocol):
 
     A watcher that remembers what it reported (to send only changes) may also have
     `forget(notice_id)`: the agent calls it when it retires the notice past its deadline plus
-    a grace, so a provider still showing the notice raises it again."""
+    a grace, so a provider still showing the notice raises it again.
+
+    It may also have a boolean `answered`: true once every source of notices it reads has
+    answered since it started. The agent restores the provider notices it had before a restart
+    and keeps them active until the watcher has answered (then withdraws those it did not
+    report again); without `answered`, the watcher's first successful poll counts."""
 
     name: ClassVar[str]
 

@@ -62,6 +62,7 @@ class WatchedPath:
     absent_on_404: bool = True
     next_due: float = 0.0
     failing: bool = False
+    answered: bool = False  # it answered once since the watcher started
 
 
 def watched_paths(settings: Settings, clock: Callable[[], float]) -> list[WatchedPath]:
@@ -187,6 +188,12 @@ class AwsWatcher:
             await asyncio.sleep(max(0.0, wait))
 
     @property
+    def answered(self) -> bool:
+        """Every path answered once: a notice from before an agent restart that none
+        reported again is gone (until then the agent keeps it)."""
+        return all(path.answered for path in self.paths)
+
+    @property
     def heightened(self) -> bool:
         """A rebalance recommendation or a scheduled-maintenance drain is active: an
         interruption notice is likelier now, so spot/instance-action is polled faster."""
@@ -230,6 +237,7 @@ class AwsWatcher:
             _log_report(report)
             emit(report)
         path.failing = False
+        path.answered = True
         # Success is only reported when no path is failing, so that one broken path among
         # healthy ones does not make the health log flap between "error" and "recovered".
         if not any(other.failing for other in self.paths):

@@ -109,6 +109,9 @@ class DigitalOceanWatcher:
         self._seen: SeenMail | None = None
         self.droplet: Droplet | None = None
         self.idle_supported: bool | None = None
+        # The mailbox was read once: a reclaim from before an agent restart that neither the
+        # active file nor the mail reported again is gone (until then the agent keeps it).
+        self.answered = False
         self._session: MailboxSession | None = None
         self._stop = threading.Event()
 
@@ -241,6 +244,7 @@ class DigitalOceanWatcher:
                     continue
                 self._handle(uid, raw, rules, seen, emit)
             self.health.success()
+            self.answered = True
             # After the success, so that files still unwritten show in the health.
             if seen.unsaved:
                 seen.save()

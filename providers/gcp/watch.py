@@ -281,6 +281,7 @@ class NoticeTrack:
         self.active: Report | None = None
         # The notice in force when the agent last stopped, until the first answer settles it.
         self.saved: Report | None = active.get(kind) if active is not None else None
+        self.answered = False  # an answer was observed since the watcher started
 
     def observe(
         self, report: Report | None, detail: dict[str, Any], token: str | None = None
@@ -292,6 +293,7 @@ class NoticeTrack:
         back gets a new id.
         """
         saved, self.saved = self.saved, None
+        self.answered = True
         if report is None:
             ended = self.active or saved
             if ended is None:
@@ -420,6 +422,15 @@ class GcpWatcher:
         if self.settings.upcoming_interval > 0:
             loops.append(self._watch_upcoming(emit))
         await asyncio.gather(*loops)
+
+    @property
+    def answered(self) -> bool:
+        """Every key watched answered once: a notice from before an agent restart that none
+        reported again is gone (until then the agent keeps it)."""
+        watched = ["preempted", "maintenance-event"]
+        if self.settings.upcoming_interval > 0:
+            watched.append("upcoming-maintenance")
+        return all(self.tracks[kind].answered for kind in watched)
 
     def forget(self, notice_id: str) -> None:
         """The agent retired `notice_id` past its deadline plus a grace: an answer that still

@@ -186,6 +186,12 @@ class KubernetesWatcher:
                 self._success()
         return events > 0 or loop.time() - started >= SHORT_STREAM
 
+    @property
+    def answered(self) -> bool:
+        """The node was listed once: a notice from before an agent restart that the list did
+        not report again is gone (until then the agent keeps it)."""
+        return self.lists > 0
+
     def _success(self) -> None:
         # A watch on a node that does not exist works, but is not what the user wants.
         if not self.node_missing:

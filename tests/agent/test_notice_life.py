@@ -443,3 +443,74 @@ def _answers(endpoint: str) -> bool:
         return bool(control(endpoint, {"op": "status"}, timeout=0.3).get("ok"))
     except TimeoutError:
         return False
+
+
+def test_a_drain_across_an_agent_restart_outlasts_a_first_answer_slower_than_the_clients_wait(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """The restarted agent listed a provider's notice only once its watcher reported it again:
+    with an IMDS that answered the rebalance path 503 for 15 s after the restart, the client
+    gave up after its 5 s wait and cleared the drain, and the guard flushed for it again when
+    the path answered. The agent now keeps the notice it had until the watcher has answered."""
+    sim, server = imds
+    sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
+    agent = aws_agent(tmp_path, server).start()
+    notices = Notices(agent.events, agent.control_endpoint)
+    seen: list[str] = []
+    notices.add_listener(lambda event: seen.append(event.action))
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+    try:
+        eventually(lambda: guard.due(1), 10, "the drain")
+        (notice_id,) = guard.saved(1, 0.1).notices
+        assert notices.agent is not None
+        first_agent = notices.agent["agent"]
+        # On disk a moment after it went out (the publish does not wait for the fsync).
+        state = tmp_path / "state" / "state.json"
+        eventually(lambda: state.exists() and notice_id in state.read_text(), 10, "the state")
+        agent.kill()
+        path = "/latest/meta-data/events/recommendations/rebalance"
+        sim.add_fault("status", status=503, duration=15, path=path)
+        agent = aws_agent(tmp_path, server).start()
+        assert agent.control({"op": "status"})["active"][0]["id"] == notice_id
+
+        def answered_by_the_new_agent() -> bool:
+            beat = notices.agent or {}
+            health = agent.control({"op": "status"})["health"][0]
+            return beat.get("agent") != first_agent and health["state"] == "healthy"
+
+        eventually(answered_by_the_new_agent, 20, "the new agent's rebalance path to answer")
+        eventually(lambda: notices.agent and notices.agent["active"] == [notice_id], 5)
+        assert seen == ["drain"] and not guard.due(2)
+    finally:
+        guard.close()
+        notices.close()
+        agent.stop()
+
+
+def test_a_notice_withdrawn_while_the_agent_was_down_is_cleared_once_its_watcher_answered(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    sim, server = imds
+    sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
+    agent = aws_agent(tmp_path, server).start()
+    try:
+        notice_id = eventually(lambda: agent.control({"op": "status"})["active"], 10)[0]["id"]
+        state = tmp_path / "state" / "state.json"
+        eventually(lambda: state.exists() and notice_id in state.read_text(), 10, "the state")
+    finally:
+        agent.kill()
+    sim.withdraw("rebalance")
+    path = "/latest/meta-data/events/recommendations/rebalance"
+    fault = sim.add_fault("hang", path=path)
+    agent = aws_agent(tmp_path, server).start()
+    try:
+        with agent.subscriber() as sub:
+            # Kept while the path that reported it has not answered.
+            assert [n["id"] for n in agent.control({"op": "status"})["active"]] == [notice_id]
+            sim.remove_fault(fault)
+            cleared = next_notice(sub, 10, id=notice_id, action="clear")
+            assert "since the agent restarted" in cleared["detail"]["withdrawn"]
+        assert agent.control({"op": "status"})["active"] == []
+        eventually(lambda: notice_id not in state.read_text(), 10, "the state without it")
+    finally:
+        agent.stop()
