@@ -125,6 +125,10 @@ class CheckpointGuard:
         self._notice_ids: set[str] = set()
         self._handled: set[str] = set()  # drains already flushed for
         self._exit = False
+        # What asks for the pending exit: "notice:<id>" per terminate, else the reason (signal,
+        # peer, request:<reason>). A terminate withdrawn before the save is answered (see
+        # `_withdraw_exit`) no longer ends the job when nothing else asks for the exit.
+        self._exit_by: set[str] = set()
         self._due_since: float | None = None
         self._last_save = time.monotonic()
         self._started = self._last_save
@@ -242,6 +246,7 @@ class CheckpointGuard:
             with self._lock:
                 if exit_now and not self._exit:
                     self._pending.setdefault("peer", None)  # another rank asked to exit
+                    self._exit_by.add("peer")
                     self._exit = True
                 self._agree_on(step, exit_now)
             if self._due_since is None:
@@ -259,6 +264,8 @@ class CheckpointGuard:
             if not self._wake:
                 self._pending.setdefault("peer", None)  # another rank asked for this save
             if exit_now:
+                if not self._exit:
+                    self._exit_by.add("peer")
                 self._exit = True
             self._wake = True
             self._agree_on(step, exit_now)
@@ -294,6 +301,7 @@ class CheckpointGuard:
         with self._lock:
             if not self._exit:
                 self._pending.setdefault("peer", None)
+                self._exit_by.add("peer")
             self._exit = True
             self._wake = True
             self._agree_on(step, True)
@@ -349,6 +357,8 @@ class CheckpointGuard:
                 self._events.pop(notice_id) for notice_id in notice_ids if notice_id in self._events
             ]
             self._wake = self._exit and not exit_now
+            if exit_now:
+                self._exit_by.clear()  # answered: a withdrawal now comes too late to matter
         if step >= self._next_step:
             reasons.setdefault("periodic", None)
         if seconds is not None and durable:
@@ -671,6 +681,7 @@ class CheckpointGuard:
         with self._lock:
             self._pending[reason] = None
             if exit:
+                self._exit_by.add("request:" + reason)
                 self._exit = True
             self._wake = True
 
@@ -723,6 +734,8 @@ class CheckpointGuard:
 
     def _on_event(self, event: Event) -> None:
         if event.action == "drain":
+            # A terminate sent as a drain again: its deadline moved out of the exit margin.
+            self._withdraw_exit(event.id, "is a drain again")
             if event.id in self._handled:
                 return
             with self._lock:
@@ -737,6 +750,7 @@ class CheckpointGuard:
             with self._lock:
                 self._inherited.pop(event.id, None)
                 self._undecided.pop(event.id, None)
+            self._withdraw_exit(event.id, "was withdrawn")
         elif event.action == "terminate":
             if self._still_inherited(event):
                 return
@@ -752,8 +766,29 @@ class CheckpointGuard:
                 self._pending["terminate"] = event.id
                 self._notice_ids.add(event.id)
                 self._events[event.id] = event
+                self._exit_by.add("notice:" + event.id)
                 self._exit = True
                 self._wake = True
+
+    def _withdraw_exit(self, notice_id: str, why: str) -> None:
+        """A terminate cleared, or sent as a drain again, before the save it asked for was
+        answered: the machine is not going away, so the save is still made (flush and continue)
+        but ends the job only when something else asks for the exit (a signal, another
+        terminate, `request(exit=True)`, another rank, or an exit the ranks agreed on)."""
+        with self._lock:
+            key = "notice:" + notice_id
+            if key not in self._exit_by:
+                return
+            self._exit_by.discard(key)
+            if self._exit_by or (self._agreed is not None and self._agreed[1]):
+                return
+            self._exit = False
+        log.warning(
+            "forewarn: terminate %s %s before this job's save: the machine is not going away; "
+            "the job saves and continues",
+            notice_id,
+            why,
+        )
 
     def _still_inherited(self, event: Event) -> bool:
         """A terminate from before this job's start, re-sent for its reason or the provider's
@@ -805,6 +840,7 @@ class CheckpointGuard:
                 self._pending["terminate"] = event.id
                 self._notice_ids.add(event.id)
                 self._events[event.id] = event
+                self._exit_by.add("notice:" + event.id)
                 self._exit = True
                 self._wake = True
 
@@ -852,6 +888,7 @@ class CheckpointGuard:
                     self._inherited.pop(notice_id, None)
                     self._pending["terminate"] = notice_id
                     self._notice_ids.add(notice_id)
+                    self._exit_by.add("notice:" + notice_id)
                     self._exit = True
                     self._wake = True
 
@@ -870,6 +907,7 @@ class CheckpointGuard:
             os.kill(os.getpid(), signum)
             return
         self._pending["signal"] = name
+        self._exit_by.add("signal")
         self._exit = True
         self._wake = True
 

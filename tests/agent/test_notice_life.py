@@ -5,8 +5,10 @@ deadlines and state that belongs to one runtime directory."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import time
 import urllib.request
@@ -513,4 +515,51 @@ def test_a_notice_withdrawn_while_the_agent_was_down_is_cleared_once_its_watcher
         assert agent.control({"op": "status"})["active"] == []
         eventually(lambda: notice_id not in state.read_text(), 10, "the state without it")
     finally:
+        agent.stop()
+
+
+@pytest.mark.parametrize("withdrawal", ["clear", "drain"])
+def test_a_terminate_withdrawn_before_the_save_is_flushed_and_the_job_trains_on(
+    tmp_path: Path, withdrawal: str
+) -> None:
+    """The machine is not going away: the guard that was about to save for the terminate
+    still saves, but the save no longer ends the job. It did, since an exit once asked for
+    was never taken back."""
+    agent = AgentProcess(tmp_path).start()
+    notices = Notices(agent.events, agent.control_endpoint)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+    try:
+        agent.control({"op": "notify", "action": "terminate", "id": "local/t"})
+        eventually(lambda: guard.due(1), 10, "the terminate")
+        assert guard.should_exit
+        if withdrawal == "clear":
+            agent.control({"op": "clear", "id": "local/t"})
+            eventually(lambda: "local/t" not in notices.active, 10, "the clear")
+        else:
+            agent.control({"op": "notify", "action": "drain", "id": "local/t"})
+            eventually(lambda: notices.active["local/t"].action == "drain", 10, "the drain")
+        assert not guard.should_exit
+        result = guard.saved(1, 0.1)
+        assert result.notices == ("local/t",) and not result.exit
+        assert not guard.due(2)
+    finally:
+        guard.close()
+        notices.close()
+        agent.stop()
+
+
+def test_a_sigterm_still_ends_the_job_when_the_terminate_is_withdrawn(tmp_path: Path) -> None:
+    agent = AgentProcess(tmp_path).start()
+    notices = Notices(agent.events, agent.control_endpoint)
+    guard = CheckpointGuard(notices=notices, flag_file=None)
+    try:
+        agent.control({"op": "notify", "action": "terminate", "id": "local/t"})
+        eventually(lambda: guard.due(1), 10, "the terminate")
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next line
+        agent.control({"op": "clear", "id": "local/t"})
+        eventually(lambda: "local/t" not in notices.active, 10, "the clear")
+        assert guard.should_exit and guard.saved(1, 0.1).exit
+    finally:
+        guard.close()
+        notices.close()
         agent.stop()
