@@ -468,11 +468,18 @@ class Agent:
             return
         fresh = self.board.get(report.id) is None
         notice = self.board.report(report)
-        if notice is not None:
-            self._send(notice, escalated=self.board.escalated(notice.id), fresh=fresh)
-            # After the publish (clients wait on the clock): a restarted agent lists it from
-            # its first heartbeat on, however long its watcher then takes to answer.
+        if notice is None:
+            return
+        if notice.action == "clear":
+            # Saved before it goes out: after a crash between the two, the restarted agent must
+            # not list as active a notice clients were told is gone (they would act on it anew).
             self._save()
+            self._send(notice, escalated=False)
+            return
+        self._send(notice, escalated=self.board.escalated(notice.id), fresh=fresh)
+        # After the publish (clients wait on the clock): a restarted agent lists it from its
+        # first heartbeat on, however long its watcher then takes to answer.
+        self._save()
 
     def _send(self, notice: Notice, *, escalated: bool, fresh: bool = False) -> None:
         if fresh and notice.action != "clear":
@@ -598,6 +605,8 @@ class Agent:
         """Retire the notices past their end and escalate the drains now inside the margin;
         what was sent."""
         escalated, expired = self.board.due()
+        if expired:
+            self._save()  # before the clears go out, as for any clear
         for notice in expired:
             log.warning(
                 "notice %s expired: %s",
@@ -610,8 +619,6 @@ class Agent:
             self._forget(notice)
         for notice in escalated:
             self._send(notice, escalated=True)
-        if expired:
-            self._save()
         return [*expired, *escalated]
 
     async def _escalations(self) -> None:

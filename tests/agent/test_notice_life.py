@@ -563,3 +563,20 @@ def test_a_sigterm_still_ends_the_job_when_the_terminate_is_withdrawn(tmp_path: 
         guard.close()
         notices.close()
         agent.stop()
+
+
+def test_a_provider_clear_is_on_disk_before_clients_hear_it(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """Published first and saved after, a clear followed by a SIGKILL brought the notice back
+    as active after the restart: the clients that had heard the clear took it for a new
+    notice and flushed (or exited) for it again."""
+    sim, server = imds
+    sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
+    state = tmp_path / "state" / "state.json"
+    with aws_agent(tmp_path, server) as agent, agent.subscriber() as sub:
+        notice_id = next_notice(sub, action="drain")["id"]
+        eventually(lambda: state.exists() and notice_id in state.read_text(), 10, "the state")
+        sim.withdraw("rebalance")
+        next_notice(sub, id=notice_id, action="clear")
+        assert notice_id not in state.read_text()
