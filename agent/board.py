@@ -190,6 +190,10 @@ class NoticeBoard:
             and entry.report.action == "drain"
         )
 
+    def escalated_ids(self) -> list[str]:
+        """Ids of the drains sent as terminate, which a restart keeps sending as terminate."""
+        return [notice_id for notice_id in self.entries if self.escalated(notice_id)]
+
     @property
     def exit_margin(self) -> float:
         slowest = max(self.flushes, default=0.0)
@@ -319,6 +323,7 @@ class NoticeBoard:
         notices: Iterable[Notice],
         saved: Iterable[str] = (),
         provider: Iterable[Notice] = (),
+        escalated: Iterable[str] = (),
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -326,8 +331,10 @@ class NoticeBoard:
         their watcher reports them again or, having answered, does not (`withdraw_restored`).
         The other ids in `saved` are provider notices some client saved for: when their
         provider reports them again they are still saved for, so a job started after the
-        restart knows that an earlier job acted on them."""
+        restart knows that an earlier job acted on them. A drain in `escalated` was sent as
+        terminate, and stays terminate while its deadline stands (as within one run)."""
         saved_ids = set(saved)
+        escalated_ids = set(escalated)
         for notice, manual in [*((n, True) for n in notices), *((n, False) for n in provider)]:
             report = Report(
                 id=notice.id,
@@ -347,6 +354,13 @@ class NoticeBoard:
             entry.restored = not manual
             if notice.id in saved_ids:
                 entry.saved = True
+            if (
+                notice.id in escalated_ids
+                and entry.notice.action == "drain"
+                and entry.report.action == "drain"
+                and entry.report.deadline is not None
+            ):
+                entry.notice = self._stamp(entry.report, "terminate")
         for notice_id in saved_ids - self.entries.keys():
             self._remember(notice_id, None, True)
 

@@ -213,7 +213,8 @@ class Agent:
             grace=self.settings.notice_grace,
             manual_lifetime=self.settings.manual_lifetime,
         )
-        self.board.restore(state.manual, state.acked, state.provider)
+        self.board.flushes.extend(state.flushes)
+        self.board.restore(state.manual, state.acked, state.provider, state.escalated)
 
         # Anyone on this machine can reach a tcp:// or abstract control endpoint: there a
         # request must carry a token that only who can read the runtime directory can get.
@@ -619,6 +620,8 @@ class Agent:
             self._forget(notice)
         for notice in escalated:
             self._send(notice, escalated=True)
+        if escalated:
+            self._save()  # after: a terminate waits for no disk
         return [*expired, *escalated]
 
     async def _escalations(self) -> None:
@@ -742,12 +745,14 @@ class Agent:
         notice = self.board.get(req.notice_id) if req.notice_id else None
         if req.outcome == "saved":
             first = req.notice_id is not None and req.notice_id not in self.board.saved()
+            margin = self.board.exit_margin
             if self.board.record_ack(req.notice_id, req.client, req.flush_seconds):
                 assert req.notice_id is not None
                 self._flushed(req.notice_id)
-            if first and notice is not None:
-                # A restarted agent still knows this notice was acted on, a provider's too:
-                # a job started after the restart must not take it for one nobody acted on.
+            if (first and notice is not None) or self.board.exit_margin != margin:
+                # A restarted agent still knows this notice was acted on, a provider's too
+                # (a job started after the restart must not take it for one nobody acted on),
+                # and escalates with the margin its clients' flushes set.
                 self._save()
             self._wake.set()  # a slower flush widens the exit margin
         background = ""
@@ -794,6 +799,8 @@ class Agent:
             self.board.manual(),
             self.board.saves_to_keep(),
             self.board.provider_notices(),
+            list(self.board.flushes),
+            self.board.escalated_ids(),
         )
         self._persist("state", self.state_path, lambda: save_state(self.state_path, state))
 

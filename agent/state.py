@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import stat
@@ -17,7 +18,7 @@ from pathlib import Path
 from forewarn.providers.persist import write_atomically
 from pydantic import ValidationError
 
-from .protocol import Notice
+from .protocol import MAX_FLUSH_SECONDS, Notice
 
 log = logging.getLogger("forewarn.agent")
 
@@ -38,6 +39,11 @@ class AgentState:
     # Provider notices active when saved: a restarted agent keeps them until their watcher has
     # answered again, rather than have clients take its silence meanwhile for a withdrawal.
     provider: list[Notice] = field(default_factory=list)
+    # The recent flush times that size the exit margin, and the drains sent as terminate: a
+    # restarted agent that forgot them sent an escalated drain as a drain again (its clients,
+    # saving to exit, were told the machine was not going away).
+    flushes: list[float] = field(default_factory=list)
+    escalated: list[str] = field(default_factory=list)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -66,11 +72,33 @@ def load_state(path: Path) -> AgentState:
     acked = (
         [item for item in acked_raw if isinstance(item, str)] if isinstance(acked_raw, list) else []
     )
+    escalated_raw = raw.get("escalated", [])
+    escalated = (
+        [item for item in escalated_raw if isinstance(item, str)]
+        if isinstance(escalated_raw, list)
+        else []
+    )
+    flushes_raw = raw.get("flushes", [])
+    flushes = [
+        float(item)
+        for item in (flushes_raw if isinstance(flushes_raw, list) else [])
+        if isinstance(item, (int, float))
+        and not isinstance(item, bool)
+        and 0 <= item <= MAX_FLUSH_SECONDS  # first: a huge int does not convert to float
+        and math.isfinite(item)
+    ]
     seq = raw.get("seq", 0)
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         log.error("state file %s: seq %r is not a count; ignored", path, seq)
         seq = 0
-    return AgentState(seq=seq, manual=manual, acked=acked, provider=provider)
+    return AgentState(
+        seq=seq,
+        manual=manual,
+        acked=acked,
+        provider=provider,
+        flushes=flushes,
+        escalated=escalated,
+    )
 
 
 def _notices(raw: dict[str, object], key: str, path: Path) -> list[Notice]:
@@ -130,6 +158,8 @@ def save_state(path: Path, state: AgentState) -> None:
         "manual": [json.loads(notice.model_dump_json()) for notice in state.manual],
         "acked": list(state.acked),
         "provider": [json.loads(notice.model_dump_json()) for notice in state.provider],
+        "flushes": list(state.flushes),
+        "escalated": list(state.escalated),
     }
     write_atomic(path, json.dumps(payload, indent=1).encode())
 

@@ -235,3 +235,25 @@ def test_a_provider_notice_saved_for_before_a_restart_is_still_saved_for_when_re
     again = b.report(report(action="terminate", noticed_at=T0))
     assert again is not None and again.noticed_at == T0
     assert b.saved() == ["aws/spot-itn/1"] == b.saves_to_keep()
+
+
+def test_a_restored_escalated_drain_stays_terminate_after_the_margin_narrowed() -> None:
+    """Saved as reported (a drain) with its id among the escalated, it comes back as terminate
+    even where the restarted board's margin alone would send a drain, until the provider
+    reports its deadline moved out."""
+    b, _ = board(margin=30)
+    deadline = T0 + timedelta(minutes=5)
+    b.report(report(deadline=deadline))
+    b.record_ack(None, "c", 200.0)
+    b.due()
+    assert b.escalated_ids() == ["aws/spot-itn/1"]
+    restarted, _ = board(margin=30)
+    restarted.restore([], provider=b.provider_notices(), escalated=b.escalated_ids())
+    assert restarted.get("aws/spot-itn/1").action == "terminate"  # type: ignore[union-attr]
+    assert restarted.due() == ([], [])
+    assert restarted.report(report(deadline=deadline)) is None
+    moved = restarted.report(report(deadline=T0 + timedelta(days=1)))
+    assert moved is not None and moved.action == "drain"
+    plain, _ = board(margin=30)
+    plain.restore([], provider=b.provider_notices())
+    assert plain.get("aws/spot-itn/1").action == "drain"  # type: ignore[union-attr]

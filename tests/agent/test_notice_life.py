@@ -580,3 +580,32 @@ def test_a_provider_clear_is_on_disk_before_clients_hear_it(
         sim.withdraw("rebalance")
         next_notice(sub, id=notice_id, action="clear")
         assert notice_id not in state.read_text()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
+def test_a_drain_escalated_for_slow_flushes_is_still_terminate_after_a_restart(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    """A restarted agent had forgotten the flushes that widened the exit margin: the drain
+    it had sent as terminate went out as a drain again, and a client in its final save for
+    that terminate was told the machine was not going away."""
+    agent = AgentProcess(tmp_path).start()
+    try:
+        request = {"op": "notify", "action": "drain", "id": "local/d", "deadline": later(100)}
+        assert agent.control(request)["notice"]["action"] == "drain"
+        ack = {"op": "ack", "client": "c", "notice_id": "local/d", "flush_seconds": 60.0}
+        assert agent.control(ack)["ok"]
+        eventually(
+            lambda: agent.control({"op": "status"})["active"][0]["action"] == "terminate",
+            10,
+            "the escalation (margin 120 s)",
+        )
+    finally:
+        agent.stop(stop)
+    agent = AgentProcess(tmp_path).start()
+    try:
+        with agent.subscriber() as sub:
+            assert next_notice(sub, id="local/d")["action"] == "terminate"
+        assert agent.control({"op": "status"})["active"][0]["action"] == "terminate"
+    finally:
+        agent.stop()

@@ -4,9 +4,11 @@ clock steps."""
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from forewarn.agent import runner
@@ -16,6 +18,8 @@ from forewarn.agent.protocol import ClearRequest, Notice, NotifyRequest, Report
 from forewarn.agent.runner import Agent
 from forewarn.agent.state import load_state
 from forewarn.providers import Emit, PollHealth
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import eventually_async, free_port
 
 
@@ -255,3 +259,31 @@ async def test_a_dead_metrics_thread_or_webhook_task_is_a_dead_part(tmp_path: Pa
         )
     finally:
         agent.observers.on_stop()
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["seq", "manual", "acked", "provider", "flushes", "escalated"]), _json
+    )
+)
+def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: Any) -> None:
+    """Whatever a state file holds, a start never fails on it, and what the board gets is of
+    the right types: flush times finite and in range (they size the exit margin)."""
+    path = tmp_path_factory.mktemp("state") / "state.json"
+    path.write_text(json.dumps(raw, allow_nan=True))
+    # Hypothesis rarely draws these on its own.
+    path.with_name("big.json").write_text('{"flushes": [1e999, -0.0, 10' + "0" * 400 + ", 5]}")
+    assert load_state(path.with_name("big.json")).flushes == [-0.0, 5.0]
+    state = load_state(path)
+    assert all(isinstance(f, float) and math.isfinite(f) and 0 <= f <= 3600 for f in state.flushes)
+    assert all(isinstance(i, str) for i in [*state.escalated, *state.acked])
+    assert all(isinstance(n, Notice) for n in [*state.manual, *state.provider])
+    assert isinstance(state.seq, int) and state.seq >= 0
