@@ -311,3 +311,16 @@ async def test_heightened_cadence_can_be_turned_off(server: SimServer, sim: Imds
         assert not run.watcher.heightened
         assert run.watcher.spot is not None
         assert run.watcher.interval(run.watcher.spot) == 0.5
+
+
+async def test_answered_only_once_every_path_has_answered(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    """The agent keeps the notices it had before a restart until the watcher has answered:
+    the spot path answering alone must not count while the rebalance path hangs."""
+    fault = sim.add_fault("hang", path="/latest/meta-data/events/recommendations/rebalance")
+    async with watching(server.url) as run:
+        await run.until(lambda: sim.requests[f"GET {SPOT_PATH}"] >= 1, what="a spot poll")
+        assert not run.watcher.answered
+        sim.remove_fault(fault)
+        await run.until(lambda: run.watcher.answered, what="every path to answer")

@@ -453,3 +453,16 @@ async def test_gce_metadata_host_is_honoured(server: SimServer, sim: GcpSimulato
         assert await watcher.detect()
     finally:
         await watcher.aclose()
+
+
+async def test_answered_only_once_every_key_has_answered(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    """The agent keeps the notices it had before a restart until the watcher has answered:
+    `preempted` answering alone must not count while `maintenance-event` hangs."""
+    fault = sim.add_fault("hang", path="/computeMetadata/v1/instance/maintenance-event")
+    async with watching(server.url, upcoming_interval=0) as run:
+        await run.until(lambda: run.watcher.tracks["preempted"].answered, what="preempted")
+        assert not run.watcher.answered
+        sim.remove_fault(fault)
+        await run.until(lambda: run.watcher.answered, what="every key to answer")
