@@ -95,6 +95,7 @@ class Entry:
     saved: bool = False  # some client reported a saved flush for it
     # Restored from the state file after a restart, and not reported again by its provider yet.
     restored: bool = False
+    restored_at: datetime | None = None
 
 
 class NoticeBoard:
@@ -352,6 +353,7 @@ class NoticeBoard:
             if entry is None:
                 continue
             entry.restored = not manual
+            entry.restored_at = None if manual else self.now()
             if notice.id in saved_ids:
                 entry.saved = True
             if (
@@ -374,6 +376,11 @@ class NoticeBoard:
             return _plus(max(deadline, entry.raised_at), self.grace)
         if entry.report.provider == "local":
             return _plus(entry.raised_at, self.manual_lifetime)
+        if entry.restored and entry.restored_at is not None:
+            # A watcher that cannot answer for that long after a restart cannot confirm it
+            # either: kept, it would stay active forever (raised again, same occurrence, when
+            # the provider is heard reporting it).
+            return _plus(entry.restored_at, self.grace)
         return None
 
     def _remember(self, notice_id: str, noticed_at: datetime | None, saved: bool) -> None:
@@ -383,8 +390,11 @@ class NoticeBoard:
 
     def _expiry_detail(self, entry: Entry, ends: datetime) -> dict[str, Any]:
         deadline = entry.report.deadline
+        grace = self.grace.total_seconds()
         if deadline is not None:
-            why = f"past its deadline plus a grace of {self.grace.total_seconds():g}s"
+            why = f"past its deadline plus a grace of {grace:g}s"
+        elif entry.restored and entry.report.provider != "local":
+            why = f"not reported again by its provider within {grace:g}s of an agent restart"
         else:
             why = f"no deadline and older than {self.manual_lifetime.total_seconds():g}s"
         return {**entry.report.detail, EXPIRED_KEY: why}

@@ -257,3 +257,21 @@ def test_a_restored_escalated_drain_stays_terminate_after_the_margin_narrowed() 
     plain, _ = board(margin=30)
     plain.restore([], provider=b.provider_notices())
     assert plain.get("aws/spot-itn/1").action == "drain"  # type: ignore[union-attr]
+
+
+def test_a_restored_notice_without_deadline_its_provider_never_confirms_expires() -> None:
+    """Kept until its watcher answers; a watcher that never does must not keep it active
+    forever. Reported again later, it is the same occurrence, still saved for."""
+    b, clock = board()
+    b.report(report())
+    b.record_ack("aws/spot-itn/1", "c", 1.0)
+    restarted, clock = board()
+    restarted.restore([], saved=b.saved(), provider=b.provider_notices())
+    clock.now = T0 + timedelta(seconds=299)
+    assert restarted.due() == ([], [])
+    clock.now = T0 + timedelta(seconds=300)
+    _, (expired,) = restarted.due()
+    assert expired.action == "clear" and "agent restart" in expired.detail["expired"]
+    again = restarted.report(report())
+    assert again is not None and again.action == "drain"
+    assert restarted.saved() == ["aws/spot-itn/1"]
