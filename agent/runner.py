@@ -49,7 +49,7 @@ from .protocol import (
 from .publisher import BindError, Publisher
 from .rundir import AgentLock, RunDirError, check_private_dir
 from .selfprobe import ControlProbe
-from .state import AgentState, load_seq_mark, load_state, save_seq_mark, save_state
+from .state import AgentState, boot_id, load_seq_mark, load_state, save_seq_mark, save_state
 
 log = logging.getLogger("forewarn.agent")
 
@@ -127,6 +127,7 @@ class Agent:
         self._exit_code = 0
         self.events, self.control = settings.resolved_endpoints()
         self.agent_id = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+        self.boot_id = boot_id()
         self.started_at = utcnow()
         self.observers = Observers(build_observers(settings))
         self.watchers: dict[str, Watcher] = {}
@@ -214,7 +215,18 @@ class Agent:
             manual_lifetime=self.settings.manual_lifetime,
         )
         self.board.flushes.extend(state.flushes)
-        self.board.restore(state.manual, state.acked, state.provider, state.escalated)
+        provider = state.provider
+        if provider and state.boot_id is not None and state.boot_id != self.boot_id:
+            # The machine restarted (a stopped and started VM keeps its disk): its provider
+            # notices ended with that boot, and a terminate among them would stop the job
+            # resumed here before the watcher could say so. What still stands is reported anew.
+            log.info(
+                "%d provider notice(s) in %s are from before a reboot; not restored",
+                len(provider),
+                self.state_path,
+            )
+            provider = []
+        self.board.restore(state.manual, state.acked, provider, state.escalated)
 
         # Anyone on this machine can reach a tcp:// or abstract control endpoint: there a
         # request must carry a token that only who can read the runtime directory can get.
@@ -801,6 +813,7 @@ class Agent:
             self.board.provider_notices(),
             list(self.board.flushes),
             self.board.escalated_ids(),
+            self.boot_id,
         )
         self._persist("state", self.state_path, lambda: save_state(self.state_path, state))
 

@@ -44,6 +44,8 @@ class AgentState:
     # saving to exit, were told the machine was not going away).
     flushes: list[float] = field(default_factory=list)
     escalated: list[str] = field(default_factory=list)
+    # The kernel's boot id when saved: provider notices from before a reboot are not restored.
+    boot_id: str | None = None
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -91,6 +93,7 @@ def load_state(path: Path) -> AgentState:
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         log.error("state file %s: seq %r is not a count; ignored", path, seq)
         seq = 0
+    boot_id = raw.get("boot_id")
     return AgentState(
         seq=seq,
         manual=manual,
@@ -98,6 +101,7 @@ def load_state(path: Path) -> AgentState:
         provider=provider,
         flushes=flushes,
         escalated=escalated,
+        boot_id=boot_id if isinstance(boot_id, str) else None,
     )
 
 
@@ -138,6 +142,17 @@ def _set_aside(path: Path, why: str) -> AgentState:
     return AgentState()
 
 
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id(path: Path = BOOT_ID_PATH) -> str | None:
+    """This boot of the machine (Linux), or None where the kernel does not say."""
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
 def load_seq_mark(path: Path) -> int:
     """The reserved high-water mark of `seq` (0 when there is none or it is unreadable)."""
     try:
@@ -160,12 +175,14 @@ def save_state(path: Path, state: AgentState) -> None:
         "provider": [json.loads(notice.model_dump_json()) for notice in state.provider],
         "flushes": list(state.flushes),
         "escalated": list(state.escalated),
+        "boot_id": state.boot_id,
     }
     write_atomic(path, json.dumps(payload, indent=1).encode())
 
 
 __all__ = [
     "AgentState",
+    "boot_id",
     "load_seq_mark",
     "load_state",
     "save_seq_mark",

@@ -609,3 +609,38 @@ def test_a_drain_escalated_for_slow_flushes_is_still_terminate_after_a_restart(
         assert agent.control({"op": "status"})["active"][0]["action"] == "terminate"
     finally:
         agent.stop()
+
+
+def test_provider_notices_from_before_a_reboot_are_not_restored(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """A stopped and started VM keeps its disk, state file included: the ASG terminate of its
+    last boot came back as active, and a job resumed after the boot, taking it for a terminate
+    nobody had acted on, saved and exited before the watcher could say it was gone."""
+    sim, server = imds
+    sim.raise_notice("asg", {})
+    env = agent_env(
+        tmp_path, FOREWARN_AWS_URL=server.url, **{**FAST_AWS, "FOREWARN_AWS_ASG_INTERVAL": "0.2"}
+    )
+    agent = AgentProcess(tmp_path, providers=("aws",), env=env).start()
+    try:
+        eventually(lambda: agent.control({"op": "status"})["active"], 10, "the terminate")
+    finally:
+        agent.stop()
+    state = tmp_path / "state" / "state.json"
+    saved = json.loads(state.read_text())
+    assert saved["provider"][0]["action"] == "terminate"
+    state.write_text(json.dumps({**saved, "boot_id": "the-boot-before"}))
+    sim.withdraw("asg")
+    sim.add_fault("hang", path="/latest/meta-data/autoscaling")  # IMDS slow after the boot
+    agent = AgentProcess(tmp_path, providers=("aws",), env=env).start()
+    notices = Notices(agent.events, agent.control_endpoint)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+    try:
+        assert agent.control({"op": "status"})["active"] == []
+        eventually(lambda: notices.agent is not None, 10, "the agent's heartbeat")
+        assert not guard.due(1) and not guard.should_exit
+    finally:
+        guard.close()
+        notices.close()
+        agent.stop()

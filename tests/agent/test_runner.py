@@ -271,7 +271,8 @@ _json = st.recursive(
 @settings(max_examples=150, deadline=None)
 @given(
     st.dictionaries(
-        st.sampled_from(["seq", "manual", "acked", "provider", "flushes", "escalated"]), _json
+        st.sampled_from(["seq", "manual", "acked", "provider", "flushes", "escalated", "boot_id"]),
+        _json,
     )
 )
 def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: Any) -> None:
@@ -287,3 +288,4 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
     assert all(isinstance(i, str) for i in [*state.escalated, *state.acked])
     assert all(isinstance(n, Notice) for n in [*state.manual, *state.provider])
     assert isinstance(state.seq, int) and state.seq >= 0
+    assert state.boot_id is None or isinstance(state.boot_id, str)
