@@ -35,7 +35,7 @@ def _default(field: FieldInfo) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        return ", ".join(str(item) for item in value)
+        return ", ".join(str(item) for item in value) or "none"
     return str(value)
 
 

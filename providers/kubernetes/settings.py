@@ -75,7 +75,15 @@ class Settings(EndpointSettings):
     # NoDecode: the environment gives a comma-separated list, not JSON.
     taints: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_DRAIN_TAINTS),
-        description="Taint keys that raise a drain (comma-separated in the environment).",
+        description="Taint keys that raise a drain (comma-separated in the environment). "
+        "Setting it replaces the defaults; to add keys to them, use `extra_taints`.",
+    )
+    # Users who set `taints` to add their own key dropped every default with it (the Cluster
+    # Autoscaler's and Karpenter's deletions then went unnoticed): adding has its own key.
+    extra_taints: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="More taint keys that raise a drain, added to `taints` (comma-separated "
+        "in the environment).",
     )
     watch_timeout: WholeSeconds = Field(
         default=300,
@@ -110,7 +118,7 @@ class Settings(EndpointSettings):
         "Needs `patch` on nodes (packaging/kubernetes/components/cordon).",
     )
 
-    @field_validator("taints", mode="before")
+    @field_validator("taints", "extra_taints", mode="before")
     @classmethod
     def _split_taints(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -118,11 +126,11 @@ class Settings(EndpointSettings):
                 try:
                     return json.loads(value)
                 except ValueError as error:
-                    raise ValueError(f"taints: not a JSON list ({error})") from None
+                    raise ValueError(f"not a JSON list ({error})") from None
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("taints")
+    @field_validator("taints", "extra_taints")
     @classmethod
     def _taint_keys(cls, value: list[str]) -> list[str]:
         # A key that cannot exist (kubectl's `key=value:Effect` form, a stray space) would
@@ -132,6 +140,11 @@ class Settings(EndpointSettings):
             if problem is not None:
                 raise ValueError(f"{key!r} is not a taint key: {problem}")
         return value
+
+    @property
+    def drain_taints(self) -> frozenset[str]:
+        """Every taint key that raises a drain: `taints` and `extra_taints`."""
+        return frozenset(self.taints) | frozenset(self.extra_taints)
 
     @field_validator("node_name")
     @classmethod

@@ -59,7 +59,7 @@ class KubernetesWatcher:
         self.context = context
         self.health = context.health
         self.env = os.environ if env is None else env
-        self.taints = frozenset(settings.taints)
+        self.taints = settings.drain_taints
         self.active: dict[str, Report] = {}
         self.resource_version: str | None = None
         self.node_name: str | None = None

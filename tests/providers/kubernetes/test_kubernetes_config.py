@@ -282,6 +282,20 @@ def test_taints_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().kubernetes.taints == ["x", "y"]
 
 
+def test_extra_taints_from_the_environment_add_to_the_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from forewarn.agent.config import load_settings
+
+    monkeypatch.setenv("FOREWARN_KUBERNETES_EXTRA_TAINTS", "example.com/bye, a/b")
+    loaded = load_settings().kubernetes
+    assert loaded.extra_taints == ["example.com/bye", "a/b"]
+    assert loaded.drain_taints == {*DEFAULT_DRAIN_TAINTS, "example.com/bye", "a/b"}
+    monkeypatch.setenv("FOREWARN_KUBERNETES_EXTRA_TAINTS", "example.com/bye:NoSchedule")
+    with pytest.raises(ConfigError, match=r"kubernetes.extra_taints: .* is not a taint key"):
+        load_settings()
+
+
 @pytest.mark.parametrize(
     ("given_", "says"),
     [

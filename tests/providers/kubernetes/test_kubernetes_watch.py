@@ -158,6 +158,21 @@ async def test_configured_taint_list(cluster: Cluster, start_watcher: Any) -> No
     assert running.summary() == [("drain", f"kubernetes/{NODE}/taint/example.com/bye")]
 
 
+async def test_extra_taints_add_to_the_defaults(cluster: Cluster, start_watcher: Any) -> None:
+    """Setting `taints` to add one key dropped every default: an autoscaler deletion then
+    raised nothing. `extra_taints` adds to them."""
+    running = await start_watcher(
+        url=cluster.url,
+        node_name=NODE,
+        token_file=cluster.token_file,
+        extra_taints=["example.com/bye"],
+    )
+    cluster.raise_("taint", key="example.com/bye")
+    await running.report("drain", f"kubernetes/{NODE}/taint/example.com/bye")
+    cluster.raise_("taint", key="ToBeDeletedByClusterAutoscaler")
+    await running.report("drain", f"kubernetes/{NODE}/taint/ToBeDeletedByClusterAutoscaler")
+
+
 async def test_shutdown_condition_terminates(cluster: Cluster, watching: Running) -> None:
     cluster.raise_("shutdown")
     report = await watching.report("terminate", SHUTDOWN)
