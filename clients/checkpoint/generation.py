@@ -8,7 +8,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import IO, Any
 
@@ -130,12 +130,20 @@ class Generation:
     def get_file(
         self, name: str, destination: str | os.PathLike[str], *, progress: Progress | None = None
     ) -> Path:
-        """Copy one file to `destination`, verified: the bytes go to a temp file beside it,
-        are checked against the manifest (size and checksum), and only then renamed into
-        place; corrupt bytes raise `CorruptGenerationError` and leave nothing behind.
-        `progress(bytes_done, bytes_total)` is called as bytes arrive."""
+        """Copy one file to `destination` (its directory is created), verified: the bytes go
+        to a temp file beside it, are checked against the manifest (size and checksum), and
+        only then renamed into place; corrupt bytes raise `CorruptGenerationError` and leave
+        nothing behind. `progress(bytes_done, bytes_total)` is called as bytes arrive."""
         entry = self._entry(name)
         target = Path(destination)
+        # Both failed after the download with an error naming the hidden temp file: a
+        # destination in a directory that did not exist yet, and one that is a directory.
+        if target.is_dir():
+            raise IsADirectoryError(
+                f"{target} is a directory: get_file copies to a file path "
+                f"(e.g. {target / PurePosixPath(name).name}); get_dir copies into a directory"
+            )
+        target.parent.mkdir(parents=True, exist_ok=True)
         temp = target.with_name(f".{target.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
 
         def arrived(done: int) -> None:

@@ -198,3 +198,21 @@ def test_a_stale_writer_of_the_same_step_never_overwrites_or_deletes_the_commit(
     for step in (7, 8):
         generation = make_store().get(step, verify="checksums")
         assert generation.read_bytes("model.bin") == fresh
+
+
+def test_get_file_creates_its_directory_and_refuses_a_directory(
+    make_store: Any, tmp_path: Path
+) -> None:
+    """docs/checkpoint.md: `get_file(name, destination)` copies to a local file. Into a
+    directory that did not exist yet it failed with FileNotFoundError naming its hidden temp
+    file (`.model.pt.part-...`), after the download; onto an existing directory, with
+    IsADirectoryError naming the temp file too."""
+    store = make_store()
+    with store.save(1) as gen:
+        gen.write_bytes("model.pt", b"weights")
+    generation = store.latest()
+    copy = generation.get_file("model.pt", tmp_path / "out" / "deeper" / "model.pt")
+    assert copy.read_bytes() == b"weights"
+    with pytest.raises(IsADirectoryError, match=rf"{tmp_path / 'out'} is a directory"):
+        generation.get_file("model.pt", tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["deeper"]
