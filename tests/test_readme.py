@@ -35,6 +35,22 @@ def test_every_command_and_option_is_documented() -> None:
     assert not missing, f"undocumented: {missing}"
 
 
+def test_the_readme_names_every_command_as_typed() -> None:
+    """Every command and subcommand is in the README as it is typed, alone or in an
+    alternation (`forewarn drill aws|gcp`): the check above let `forewarn drill digitalocean`
+    pass on the bare word "digitalocean", and the README's table of commands left it out."""
+    text = README.replace("\\|", "|")
+    missing = []
+    for path, option in _walk(build_parser()):
+        if option is not None:
+            continue
+        *parent, name = path
+        alternation = rf"(?:[\w-]+\|)*{re.escape(name)}(?![\w-])"
+        if not re.search(rf"forewarn {re.escape(' '.join(parent))} ?{alternation}", text):
+            missing.append(" ".join(path))
+    assert not missing, f"not in the README as typed: {missing}"
+
+
 def test_the_two_setup_commands_are_there_and_ci_runs_the_test_one() -> None:
     for marker in ("drill-command", "test-command"):
         block = re.search(rf"<!-- {marker} -->\n```\n(.+)\n```\n<!-- /{marker} -->", README)
