@@ -4,8 +4,11 @@ documented in the README or in a page under docs/."""
 from __future__ import annotations
 
 import argparse
+import ast
+import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 from forewarn.agent.cli import build_parser
 
@@ -93,3 +96,128 @@ def test_the_training_loop_lines_run_as_pasted(monkeypatch) -> None:  # type: ig
         for guard in made:
             guard.close()
     assert saves == [1834, 2434]
+
+
+def _documented_api() -> dict[str, Any]:
+    """What the docs call `name(...)` in their text, as the code has it. The framework
+    callbacks are left out: importing them imports Lightning and transformers."""
+    import forewarn.clients.checkpoint as checkpoint
+    import forewarn.testing as testing
+    from forewarn.clients import CheckpointGuard, Notices
+    from forewarn.clients.adaptive import AdaptiveInterval
+    from forewarn.testing import providers
+
+    api: dict[str, Any] = {
+        "CheckpointGuard": CheckpointGuard,
+        "guard": CheckpointGuard,
+        "Notices": Notices,
+        "AdaptiveInterval": AdaptiveInterval,
+        "auto": AdaptiveInterval,
+        "CheckpointStore": checkpoint.CheckpointStore,
+        "store": checkpoint.CheckpointStore,
+        "Generation": checkpoint.Generation,
+        "gen": checkpoint.Generation,
+        "GenerationWriter": checkpoint.GenerationWriter,
+        "S3Options": checkpoint.S3Options,
+        "BackgroundSaver": checkpoint.BackgroundSaver,
+        "saver": checkpoint.BackgroundSaver,
+        "BatchProgress": checkpoint.BatchProgress,
+        "RunningAgent": testing.RunningAgent,
+        "agent": testing.RunningAgent,
+        "agent.aws": providers.AwsNotices,
+        "agent.gcp": providers.GcpNotices,
+        "agent.azure": providers.AzureNotices,
+        "agent.digitalocean": providers.DigitalOceanNotices,
+        "agent.kubernetes": providers.KubernetesNotices,
+        "agent.<provider>": providers.ProviderNotices,
+    }
+    for name in ("start_agent", "eventually", "free_port", "SimControl"):
+        api[name] = getattr(testing, name)
+    for name in ("save_training_state", "load_training_state", "load_state"):
+        api[name] = getattr(checkpoint, name)
+    for name in ("save_dcp", "async_save_dcp", "load_dcp"):
+        api[name] = getattr(checkpoint, name)
+    # The README lists the guard's methods by their bare names.
+    for name in ("due", "saved", "save", "resumed", "request", "due_in_eval", "save_state"):
+        api[name] = getattr(CheckpointGuard, name)
+    return api
+
+
+_CALL = re.compile(r"`((?:[\w<>]+\.)*[\w<>]+)\(([^`()]*)\)(?: -> [\w.]+)?`")
+
+
+def _signature_problems(target: Any, params: str) -> list[str]:
+    """How `name(params)` as the docs write it differs from `target`'s signature. Names a
+    caller can pass by keyword must exist; a signature (it shows `=None`, `*` or `**`) must
+    also give the code's defaults and put keyword-only parameters after `*`."""
+    try:
+        doc = ast.parse(f"def f({params}): pass").body[0].args  # type: ignore[attr-defined]
+    except SyntaxError:
+        return []  # a call with values (`fault("status", status=500)`), not a signature
+    signature_like = (
+        "=None" in params or "**" in params or bool(re.search(r"(^|,)\s*\*\s*,", params))
+    )
+    real = [p for p in inspect.signature(target).parameters.values() if p.name != "self"]
+    by_name = {p.name: p for p in real}
+    takes_any_keyword = any(p.kind is p.VAR_KEYWORD for p in real)
+    by_position = [p for p in real if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    takes_any_position = any(p.kind is p.VAR_POSITIONAL for p in real)
+    positional = doc.posonlyargs + doc.args
+    defaults = [None] * (len(positional) - len(doc.defaults)) + list(doc.defaults)
+    entries = [
+        (a.arg, d, False, i) for i, (a, d) in enumerate(zip(positional, defaults, strict=True))
+    ]
+    entries += [(a.arg, d, True, -1) for a, d in zip(doc.kwonlyargs, doc.kw_defaults, strict=True)]
+    problems = []
+    for name, default, keyword_only, index in entries:
+        if default is None and not keyword_only:
+            if index >= len(by_position) and not takes_any_position:
+                problems.append(f"`{name}` cannot be passed by position")
+            continue
+        if name not in by_name:
+            if not takes_any_keyword:
+                problems.append(f"`{name}` is not a parameter ({', '.join(by_name)})")
+            continue
+        param = by_name[name]
+        if not signature_like:
+            continue
+        if param.kind is param.KEYWORD_ONLY and not keyword_only:
+            problems.append(f"`{name}` is keyword-only: it goes after `*`")
+        if default is not None:
+            try:
+                value = ast.literal_eval(default)
+            except ValueError:
+                continue
+            if value is not Ellipsis and value != param.default:
+                problems.append(f"`{name}` defaults to {param.default!r}, not {value!r}")
+    return problems
+
+
+def test_the_python_api_the_docs_name_takes_those_arguments() -> None:
+    """Every `name(...)` of the Python API in the text of the README and docs/*.md matches
+    the code: testing.md had `agent.clear(id=None)` and `agent.end_fault(id=None)` (both
+    TypeErrors: the parameters are notice_id and fault_id), and keyword-only parameters
+    (`where=`, `progress=`, `keep_step=`) shown as positional ones."""
+    api = _documented_api()
+    pages = {"README.md": README} | {
+        page.name: page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))
+    }
+    found, wrong = 0, []
+    for page, text in pages.items():
+        # Code spans wrap across the lines of a paragraph.
+        for match in _CALL.finditer(re.sub(r"(?<!\n)\n(?!\n)", " ", text)):
+            dotted, params = match.groups()
+            owner, _, attribute = dotted.rpartition(".")
+            if dotted in api:
+                target = api[dotted]
+            elif owner in api:
+                target = getattr(api[owner], attribute, None)
+                if target is None:
+                    wrong.append(f"{page}: {match.group(0)}: no {attribute} on {owner}")
+                    continue
+            else:
+                continue
+            found += 1
+            wrong += [f"{page}: {match.group(0)}: {p}" for p in _signature_problems(target, params)]
+    assert found >= 40, found
+    assert not wrong, "\n".join(wrong)
