@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from forewarn.agent.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,3 +222,67 @@ def test_the_python_api_the_docs_name_takes_those_arguments() -> None:
             wrong += [f"{page}: {match.group(0)}: {p}" for p in _signature_problems(target, params)]
     assert found >= 40, found
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_store_loop_runs_as_pasted_and_resumes_on_the_grid(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The loop of "Checkpoints that verify before resume", run as written on a local store,
+    then again as the restarted job. Without `guard.resumed(step)` the restarted job saved
+    at once (step 1201, right after resuming from 1200) and left the every-600 grid."""
+    import pickle
+
+    import forewarn.clients
+    from forewarn.clients import CheckpointGuard
+
+    section = README.split("## Checkpoints that verify before resume", 1)[1]
+    code = re.search(r"```python\n(.+?)```", section, re.S)
+    assert code and '"s3://my-bucket/runs/7b"' in code.group(1)
+    made: list[CheckpointGuard] = []
+
+    class Quiet(CheckpointGuard):
+        """The README's guard, without an agent, a flag file or signal handlers."""
+
+        def __init__(self, *args: object, **options: object) -> None:
+            options.update(notices=False, flag_file=None, handle_signals=False)
+            super().__init__(*args, **options)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(forewarn.clients, "CheckpointGuard", Quiet)
+    source = code.group(1).replace('"s3://my-bucket/runs/7b"', repr(str(tmp_path / "store")))
+    saved: list[int] = []
+    try:
+        for total_steps in (1300, 2500):  # the first job, then its replacement
+            loop = {
+                "resume_from": lambda generation: generation.step,
+                "train_one_step": lambda: None,
+                "serialize": lambda model: pickle.dumps(model),
+                "model": {"weights": 1},
+                "total_steps": total_steps,
+            }
+            exec(source, loop)
+            saved = [generation.step for generation in loop["store"].generations()]
+    finally:
+        for guard in made:
+            guard.close()
+    assert saved == [1200, 1800, 2400]  # keep=3
+
+
+def test_every_loop_with_a_periodic_guard_reports_its_resume() -> None:
+    """A Python block of the README or docs/*.md whose loop starts from a resumed step and
+    checkpoints every N steps tells the guard where it resumed: without `guard.resumed(step)`
+    periodic saves count from 0, so the first step after a restart saves again (the README's
+    store loop and docs/checkpoint.md's background loop both did)."""
+    pages = {"README.md": README} | {
+        page.name: page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))
+    }
+    checked, missing = 0, []
+    for page, text in pages.items():
+        for block in re.findall(r"```python\n(.+?)```", text, re.S):
+            if "CheckpointGuard(every_steps=" not in block or "while step <" not in block:
+                continue
+            checked += 1
+            if "guard.resumed(step)" not in block.split("while step <", 1)[0]:
+                missing.append(f"{page}: {block.splitlines()[0]}")
+    assert checked >= 3, checked
+    assert not missing, missing
