@@ -501,11 +501,66 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+# `drill local`'s options by the drill that uses them, with their defaults (the parser's are
+# None, so that an option given to a drill that does not use it can be refused).
+_QUICK_OPTIONS: dict[str, tuple[str, object]] = {
+    "--provider": ("source", "local"),
+    "--steps": ("steps", 400),
+    "--step-time": ("step_time", 0.02),
+}
+_BACKGROUND_OPTIONS: dict[str, tuple[str, object]] = {
+    "--upload-delay": ("upload_delay", 1.5),
+    "--deadline": ("deadline", 20.0),
+}
+_SCENARIO_OPTIONS: dict[str, tuple[str, object]] = {
+    "--lead": ("lead", 8.0),
+    "--seed": ("seed", None),
+    "--handler": ("handler", "guard"),
+}
+
+
+def _drill_local_options(args: argparse.Namespace) -> None:
+    """Refuse an option the chosen drill does not use, then fill in the defaults. Each was
+    ignored in silence: `forewarn drill local --handler plain` ran the guard's quick drill
+    and printed "steps lost: 0", `--upload-delay 3` without --background a plain drill."""
+
+    def given(options: dict[str, tuple[str, object]]) -> list[str]:
+        return [
+            flag
+            for flag, (dest, _default) in options.items()
+            if getattr(args, dest, None) is not None
+        ]
+
+    scenario = getattr(args, "scenario", "quick")
+    if scenario != "quick":
+        unused = given(_QUICK_OPTIONS) + given(_BACKGROUND_OPTIONS)
+        if unused:
+            raise UsageError(
+                f"drill local: {', '.join(unused)}: not used by --scenario {scenario} "
+                "(only by the quick drill)"
+            )
+    else:
+        unused = given(_SCENARIO_OPTIONS)
+        if unused:
+            raise UsageError(
+                f"drill local: {', '.join(unused)}: only used with --scenario systemd, "
+                "kubernetes, cloud, torchrun, matrix or ci"
+            )
+        unused = [] if args.background else given(_BACKGROUND_OPTIONS)
+        if unused:
+            raise UsageError(f"drill local: {', '.join(unused)}: only used with --background")
+    for dest, default in (_QUICK_OPTIONS | _BACKGROUND_OPTIONS | _SCENARIO_OPTIONS).values():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, default)
+
+
 def cmd_drill_local(args: argparse.Namespace) -> int:
     from forewarn.providers.registry import REGISTRY
 
     from .drill_local import run_local_drill
     from .drill_reclaim import run_reclaim_drill
+
+    _drill_local_options(args)
 
     # Only a simulator with a drill script can stand in for the control socket: DigitalOcean's
     # (its notice is an email) passed this check and failed as 'drill failed', exit 1.
@@ -706,17 +761,17 @@ def build_parser(
     local.add_argument(
         "--provider",
         dest="source",
-        default="local",
+        default=None,  # local; None: not given (see _drill_local_options)
         help="notice source: local (control socket) or a provider simulator "
         "(aws, gcp, azure, kubernetes)",
     )
     local.add_argument(
-        "--steps", type=_positive_int, default=400, help="steps of the demo run (default 400)"
+        "--steps", type=_positive_int, default=None, help="steps of the demo run (default 400)"
     )
     local.add_argument(
         "--step-time",
         type=_duration("--step-time"),
-        default=0.02,
+        default=None,
         help="seconds per demo step (default 0.02)",
     )
     local.add_argument(
@@ -727,13 +782,13 @@ def build_parser(
     local.add_argument(
         "--upload-delay",
         type=_duration("--upload-delay"),
-        default=1.5,
+        default=None,
         help="with --background: seconds each checkpoint upload takes (default 1.5)",
     )
     local.add_argument(
         "--deadline",
         type=_duration("--deadline"),
-        default=20.0,
+        default=None,
         help="with --background: the terminate's deadline, seconds after it is sent (default 20)",
     )
     local.add_argument("--dir", type=_path, help="work directory (default: a temporary one)")

@@ -68,14 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lead",
         type=duration_arg,
-        default=8.0,
+        default=None,  # 8 s; None tells `drill local` the flag was not given
         help="time from notice to SIGKILL in the realistic scenarios, e.g. 8s (default 8s)",
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the random moments")
     parser.add_argument(
         "--handler",
         choices=("guard", "plain"),
-        default="guard",
+        default=None,  # guard
         help="the job's handling: forewarn's guard (default), or plain: what Lightning does "
         "by itself (on SIGTERM it exits without a checkpoint; only periodic saves survive)",
     )

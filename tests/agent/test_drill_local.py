@@ -145,3 +145,27 @@ def test_an_agent_that_never_answers_the_notice_fails_the_drill_naming_it(
     with pytest.raises(DrillFailed, match=r"did not answer the terminate on ipc://.*within 0.3s"):
         NoticeSource("local", endpoint, {}).raise_notice("terminate")
     server.join(5)
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["--handler", "plain"], "--handler: only used with --scenario"),
+        (["--lead", "3s", "--seed", "4"], "--lead, --seed: only used with --scenario"),
+        (["--upload-delay", "3"], "--upload-delay: only used with --background"),
+        (["--deadline", "5s"], "--deadline: only used with --background"),
+        (["--scenario", "systemd", "--provider", "aws"], "--provider: not used by --scenario"),
+        (["--scenario", "cloud", "--steps", "10"], "--steps: not used by --scenario cloud"),
+    ],
+)
+def test_an_option_the_chosen_drill_does_not_use_is_refused(
+    words: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`forewarn drill local --handler plain` (the README's baseline handler) ran the guard's
+    quick drill and printed "steps lost: 0"; `--upload-delay 3` without --background, a plain
+    drill. Each option is used by one of the drills the README's table lists: given to
+    another, it is bad input, refused before anything starts."""
+    from forewarn.agent.cli import main
+
+    assert main(["drill", "local", *words]) == 2
+    assert message in capsys.readouterr().err
