@@ -100,3 +100,25 @@ def test_closing_a_job_reads_all_of_its_lines_first(
     job.proc.wait(30)  # the job has written all its lines and ended, as a reclaimed one has
     job.close()
     assert job.step == 100
+
+
+def test_steps_lost_with_no_flush_measured_fail_the_cell() -> None:
+    """`--scenario kubernetes --handler plain --seed 1`: the job died in its first periodic
+    save, no save completed in the cell (flush unknown), 10 steps were lost with an 8 s lead,
+    and the cell passed ("cells failed: 0 of 3", exit 0), blaming a short lead."""
+    cell = CellResult(
+        Cell("kubernetes", "mid-step", 8.0),
+        started_step=0,
+        last_step=10,
+        resumed_step=0,
+        partial=["step-000000000010"],
+        checkpoint_step=0,
+        state_match=True,
+        job_code=1,
+    )
+    assert cell.flush is None and cell.lost == 10
+    assert cell.lead_is_enough
+    assert not cell.ok
+    outcome = cell.outcome()
+    assert outcome.startswith("FAILED: 10 steps lost"), outcome
+    assert "no save completed" in outcome and "SIGKILL came before" not in outcome
