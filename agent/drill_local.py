@@ -240,7 +240,12 @@ class Machine:
         self.control = f"ipc://{self.runtime}/control"
         self.source = NoticeSource(source_name, self.control, self.env)
         self.providers = ["local"] + ([source_name] if source_name != "local" else [])
-        argv = [sys.executable, "-m", "forewarn.agent.cli", "agent"]
+        # The node's own configuration (/etc/forewarn/forewarn.toml, as on a machine where the
+        # real agent runs) is not the drill's: its metrics_address, taken by the real agent,
+        # made the drill's agent exit 2 ("drill failed: the agent exited with code 2").
+        config = work / name / "forewarn.toml"
+        config.write_text("# the drill's agent: defaults, whatever this node's config says\n")
+        argv = [sys.executable, "-m", "forewarn.agent.cli", "agent", "--config", str(config)]
         for provider in self.providers:
             argv += ["--provider", provider]
         self.log = (work / name / "agent.log").open("w")

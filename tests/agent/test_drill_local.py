@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -8,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from forewarn.agent import drill_local
-from forewarn.agent.drill_local import DrillFailed, NoticeSource
+from forewarn.agent.drill_local import DrillFailed, Machine, NoticeSource
+from forewarn.protocol.wire import request
 from support import forewarn_cmd
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -169,3 +172,36 @@ def test_an_option_the_chosen_drill_does_not_use_is_refused(
 
     assert main(["drill", "local", *words]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_drills_agent_ignores_the_nodes_config_file(tmp_path: Path) -> None:
+    """On a node whose /etc/forewarn/forewarn.toml is the documented example, with the real
+    agent holding its metrics port, the drill's agent read that file, could not listen and
+    exited 2 ("drill failed: the agent exited with code 2"). The default config path is
+    pointed at such a file here through a sitecustomize in the agent's environment."""
+    node_config = tmp_path / "etc" / "forewarn.toml"
+    node_config.parent.mkdir()
+    with socket.socket() as taken:  # the node's own agent, serving its metrics
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        node_config.write_text(
+            f'providers = ["local", "aws"]\nmetrics_address = "127.0.0.1:{port}"\n'
+            'log_format = "json"\nexit_margin = 45\n'
+        )
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(
+            "from pathlib import Path\nimport forewarn.agent.config as config\n"
+            f"config.DEFAULT_CONFIG_FILE = Path({str(node_config)!r})\n"
+        )
+        base_env = {k: v for k, v in os.environ.items() if not k.startswith("FOREWARN_")}
+        base_env["PYTHONPATH"] = os.pathsep.join(
+            [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+        machine = Machine(tmp_path / "drill", "local", base_env, "machine-1")
+        try:
+            status = request(machine.control, {"op": "status"})
+            assert status["ok"] and status["agent"]["providers"] == ["local"]
+        finally:
+            machine.stop()
