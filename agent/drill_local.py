@@ -102,7 +102,7 @@ class Demo:
 class NoticeSource:
     """Raises the drill's drain and terminate: on the control socket, or in a simulator."""
 
-    def __init__(self, name: str, control: str, env: dict[str, str]) -> None:
+    def __init__(self, name: str, control: str, env: dict[str, str], directory: Path) -> None:
         self.name = name
         self.control = control
         self.server: Any = None
@@ -123,6 +123,11 @@ class NoticeSource:
         self.server = SimServer(module.make_simulator()).start()
         env[f"FOREWARN_{name.upper()}_URL"] = self.server.url
         env.update(script.get("env", {}))
+        for variable, (file_name, text) in script.get("files", {}).items():
+            path = directory / file_name
+            path.write_text(text)
+            path.chmod(0o600)
+            env[variable] = str(path)
 
     def raise_notice(self, action: str, deadline: str | None = None) -> str:
         if self.name == "local":
@@ -238,7 +243,7 @@ class Machine:
         self.env = dict(base_env)
         self.env.update(FOREWARN_RUNTIME_DIR=str(self.runtime), FOREWARN_STATE_DIR=str(self.state))
         self.control = f"ipc://{self.runtime}/control"
-        self.source = NoticeSource(source_name, self.control, self.env)
+        self.source = NoticeSource(source_name, self.control, self.env, work / name)
         self.providers = ["local"] + ([source_name] if source_name != "local" else [])
         # The node's own configuration (/etc/forewarn/forewarn.toml, as on a machine where the
         # real agent runs) is not the drill's: its metrics_address, taken by the real agent,

@@ -40,7 +40,9 @@ class CommandFace(Protocol):
 class SimulateFace(CommandFace, Protocol):
     """`forewarn simulate <name>`, plus what tests and `forewarn drill local` need: a
     simulator built in process, and the two notices a local drill raises in it (None when
-    the contract has nothing a simulator can raise)."""
+    the contract has nothing a simulator can raise): `{"drain": (kind, fields), "terminate":
+    (kind, fields), "env": {VAR: value}, "files": {VAR: (name, text)}}`, where each of
+    `files` is written into the drill machine's own directory and VAR set to its path."""
 
     def make_simulator(self, *args: Any, **options: Any) -> Simulator: ...
 

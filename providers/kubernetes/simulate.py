@@ -38,12 +38,10 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from http import HTTPStatus
-from pathlib import Path
 from typing import Any
 
 from forewarn.protocol.timefmt import duration_arg
@@ -758,24 +756,15 @@ add_arguments = COMMAND.add_arguments
 run = COMMAND.run
 
 
-def drill_token_file() -> Path:
-    """A token file for the agent in `forewarn drill local --provider kubernetes`."""
-    directory = Path(tempfile.gettempdir()) / "forewarn-kubernetes-drill"
-    directory.mkdir(mode=0o700, exist_ok=True)
-    path = directory / "token"
-    path.write_text(DRILL_TOKEN + "\n")
-    return path
-
-
 def drill_script() -> dict[str, Any]:
-    """Drain = cordon the node, terminate = graceful node shutdown (Ready=False)."""
+    """Drain = cordon the node, terminate = graceful node shutdown (Ready=False). The token
+    file is written by the drill in its own directory (a fixed one under /tmp was shared by
+    every user, and followed whatever another user put there)."""
     return {
         "drain": ("cordon", {}),
         "terminate": ("shutdown", {}),
-        "env": {
-            "FOREWARN_KUBERNETES_NODE_NAME": DEFAULT_NODE,
-            "FOREWARN_KUBERNETES_TOKEN_FILE": str(drill_token_file()),
-        },
+        "env": {"FOREWARN_KUBERNETES_NODE_NAME": DEFAULT_NODE},
+        "files": {"FOREWARN_KUBERNETES_TOKEN_FILE": ("kubernetes-token", DRILL_TOKEN + "\n")},
     }
 
 

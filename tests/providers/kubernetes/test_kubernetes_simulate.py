@@ -155,7 +155,8 @@ def test_drill_script_matches_the_simulator_defaults() -> None:
     assert script["terminate"] == ("shutdown", {})
     env = script["env"]
     assert env["FOREWARN_KUBERNETES_NODE_NAME"] == DEFAULT_NODE
-    assert Path(env["FOREWARN_KUBERNETES_TOKEN_FILE"]).read_text().strip()
+    name, token = script["files"]["FOREWARN_KUBERNETES_TOKEN_FILE"]
+    assert name and token.strip()
     sim = KubernetesSimulator()
     assert sim.node_name == DEFAULT_NODE
     assert sim.token is None  # accepts the drill's token file, whatever it holds
