@@ -555,6 +555,8 @@ def _drill_local_options(args: argparse.Namespace) -> None:
 
 
 def cmd_drill_local(args: argparse.Namespace) -> int:
+    import signal
+
     from forewarn.providers.registry import REGISTRY
 
     from .drill_local import run_local_drill
@@ -590,7 +592,25 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
             why = error.strerror
             raise UsageError(f"drill local: --dir: cannot use {args.dir}: {why}") from None
 
-    return run_local_drill(args, reclaim=run_reclaim_drill)
+    # A SIGTERM (a CI timeout, `kill`, a closed terminal's SIGHUP) ended the drill at once and
+    # left its agent, its demo and a reclaim drill's torchrun job running: as an interrupt,
+    # it goes through the drill's cleanup like Ctrl-C does, and a second one (Ctrl-C pressed
+    # again) does not cut that cleanup short.
+    stops = [signal.SIGTERM, signal.SIGHUP]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        stops.append(signal.SIGINT)
+
+    def interrupt(signum: int, frame: object) -> None:
+        for stop in stops:
+            signal.signal(stop, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in stops}
+    try:
+        return run_local_drill(args, reclaim=run_reclaim_drill)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 # The parser.

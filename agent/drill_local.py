@@ -259,7 +259,7 @@ class Machine:
         )
         try:
             _wait_for_agent(self.control, self.agent)
-        except DrillFailed:
+        except BaseException:  # an interrupt too: the agent must not outlive the drill
             self.stop()
             raise
 

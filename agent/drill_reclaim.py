@@ -490,7 +490,12 @@ class Reclaim:
         result = CellResult(cell)
         partial_before = set(_partial_generations(self.store))
         machine = self._new_machine()
-        job = self._job(machine, cell)
+        try:
+            job = self._job(machine, cell)
+        except BaseException:
+            machine.stop()
+            raise
+        interrupted = False
         self.say(
             f"cell {len(self.results) + 1}: {cell.platform} reclaim, notice {cell.moment}, "
             f"lead {cell.lead:g}s"
@@ -504,8 +509,11 @@ class Reclaim:
             self._reclaim(machine, job, cell, result)
         except TimeoutError as error:
             result.error = str(error)
+        except BaseException:
+            interrupted = True  # the job is still training: end it now, not after 10 s
+            raise
         finally:
-            result.strays = len(job.tree.wait_gone(10))
+            result.strays = 0 if interrupted else len(job.tree.wait_gone(10))
             if result.strays:
                 result.error = result.error or f"{result.strays} process(es) left behind"
             job.close()

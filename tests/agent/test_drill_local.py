@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -12,7 +13,7 @@ import pytest
 from forewarn.agent import drill_local
 from forewarn.agent.drill_local import DrillFailed, Machine, NoticeSource
 from forewarn.protocol.wire import request
-from support import forewarn_cmd
+from support import eventually, forewarn_cmd
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -205,3 +206,67 @@ def test_the_drills_agent_ignores_the_nodes_config_file(tmp_path: Path) -> None:
             assert status["ok"] and status["agent"]["providers"] == ["local"]
         finally:
             machine.stop()
+
+
+def processes_of(directory: Path) -> list[str]:
+    """Live processes whose command line or environment names `directory`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if (entry / "stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                continue
+            text = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if str(directory).encode() in text:
+            found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()!r}")
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_drill_stopped_by_a_signal_leaves_no_process_behind(
+    tmp_path: Path, env: dict[str, str], signum: int
+) -> None:
+    """`kill DRILL` (a CI timeout, a closed terminal) ended the drill at once, and its agent
+    went on running, an orphan, with the demo too had it started."""
+    work = tmp_path / "drill"
+    drill = subprocess.Popen(
+        forewarn_cmd("drill", "local", "--steps", "100000", "--dir", str(work)),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert drill.stdout is not None
+        for line in drill.stdout:
+            if "demo training started" in line:
+                break
+        assert processes_of(work), "the drill's agent and demo run"
+        drill.send_signal(signum)
+        assert drill.wait(60) == 130
+    finally:
+        if drill.poll() is None:
+            drill.kill()
+            drill.wait()
+    eventually(lambda: not processes_of(work), timeout=10, what="no process of the drill left")
+
+
+def test_an_interrupt_while_the_agent_starts_stops_that_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C before the drill's agent answered left that agent running: only a failed start
+    stopped it."""
+    started: list[subprocess.Popen[str]] = []
+
+    def interrupted(control: str, agent: subprocess.Popen[str]) -> None:
+        started.append(agent)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(drill_local, "_wait_for_agent", interrupted)
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("FOREWARN_")}
+    with pytest.raises(KeyboardInterrupt):
+        Machine(tmp_path / "drill", "local", base_env, "machine-1")
+    assert started and started[0].poll() is not None
