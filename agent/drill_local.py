@@ -68,6 +68,7 @@ class Demo:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.step = 0
         self.stderr: list[str] = []
+        self.waiting = "its first line"  # what the drill reads on for, said if the run ends
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()
 
@@ -86,12 +87,19 @@ class Demo:
         for line in self.proc.stderr:
             self.stderr.append(line.rstrip())
 
-    def next(self, timeout: float = PHASE_TIMEOUT) -> dict[str, Any]:
+    def next(self, timeout: float = PHASE_TIMEOUT, *, done_ok: bool = False) -> dict[str, Any]:
         try:
-            return self.events.get(timeout=timeout)
+            event = self.events.get(timeout=timeout)
         except queue.Empty:
             tail = "\n".join(self.stderr[-10:])
             raise DrillFailed(f"the demo said nothing for {timeout:g}s\n{tail}") from None
+        if event.get("event") == "done" and not done_ok:
+            # A run too short for the drill (`--steps 10`) waited 30 s here and failed as
+            # "the demo said nothing for 30s"; so did a notice that never reached the demo.
+            raise DrillFailed(
+                f"the demo finished its run (step {event.get('step')}) before {self.waiting}"
+            )
+        return event
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -182,7 +190,7 @@ def _wait_for_agent(control: str, agent: subprocess.Popen[str]) -> dict[str, Any
 def _until(demo: Demo, timeline: Timeline, want: str, **match: Any) -> dict[str, Any]:
     """Read demo events, putting the interesting ones on the timeline, until `want`."""
     while True:
-        event = demo.next()
+        event = demo.next(done_ok=want == "done")
         kind = event["event"]
         if kind == "notice":
             flow = {
@@ -222,6 +230,13 @@ def _until(demo: Demo, timeline: Timeline, want: str, **match: Any) -> dict[str,
             timeline.add(demo.step, failed)
         if kind == want and all(event.get(key) == value for key, value in match.items()):
             return event
+
+
+def _unanswered(action: str, step: int, too_short: str) -> str:
+    return (
+        f"saving for the {action} sent at step {step}: the notice did not reach it, or it did "
+        f"not save for it (if it came late, {too_short})"
+    )
 
 
 def _until_saved_for(demo: Demo, timeline: Timeline, reason: str) -> dict[str, Any]:
@@ -357,11 +372,15 @@ def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = Non
             ),
         )
         drain_at = max(first["step"] + 20, args.steps // 5)
+        too_short = "give it more steps (--steps) or slower ones (--step-time)"
+        demo.waiting = f"step {drain_at}, where the drill sends its drain: {too_short}"
         while demo.step < drain_at:
             demo.next()
         notice = machine.source.raise_notice("drain")
         timeline.add(demo.step, f"drain sent ({notice})")
+        demo.waiting = _unanswered("drain", demo.step, too_short)
         drained = _until_saved_for(demo, timeline, "drain")
+        demo.waiting = f"step {drained['step'] + 20}, 20 steps after the drain's save: {too_short}"
         while demo.step < drained["step"] + 20:
             demo.next()
         timeline.add(demo.step, "training went on after the drain flush")
@@ -369,6 +388,7 @@ def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = Non
         deadline_at: float | None = None
         if background:
             # The terminate goes out the moment a periodic save starts its upload.
+            demo.waiting = f"a periodic save, when the drill sends its terminate: {too_short}"
             uploading = _until(demo, timeline, "saved", background=True)
             deadline_at = time.time() + args.deadline
             deadline = format_time(datetime.fromtimestamp(deadline_at, timezone.utc))
@@ -381,6 +401,7 @@ def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = Non
         else:
             notice = machine.source.raise_notice("terminate")
             timeline.add(demo.step, f"terminate sent ({notice})")
+        demo.waiting = _unanswered("terminate", demo.step, too_short)
         final = _until_saved_for(demo, timeline, "terminate")
         if background:
             assert deadline_at is not None

@@ -270,3 +270,23 @@ def test_an_interrupt_while_the_agent_starts_stops_that_agent(
     with pytest.raises(KeyboardInterrupt):
         Machine(tmp_path / "drill", "local", base_env, "machine-1")
     assert started and started[0].poll() is not None
+
+
+def test_a_run_too_short_for_the_drill_is_said_at_once(tmp_path: Path, env: dict[str, str]) -> None:
+    """`--steps 10`: the demo finished before the drain was due; the drill waited 30 s for
+    it and failed with "the demo said nothing for 30s"."""
+    started = time.monotonic()
+    done = subprocess.run(
+        forewarn_cmd("drill", "local", "--steps", "10", "--dir", str(tmp_path / "drill")),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "said nothing" not in done.stderr
+    assert (
+        "the demo finished its run (step 10) before step 20, where the drill sends its drain: "
+        "give it more steps (--steps)" in done.stderr
+    )
+    assert time.monotonic() - started < drill_local.PHASE_TIMEOUT
