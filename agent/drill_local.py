@@ -268,12 +268,18 @@ class Machine:
         argv = [sys.executable, "-m", "forewarn.agent.cli", "agent", "--config", str(config)]
         for provider in self.providers:
             argv += ["--provider", provider]
-        self.log = (work / name / "agent.log").open("w")
+        self.log_path = work / name / "agent.log"
+        self.log = self.log_path.open("w")
         self.agent = subprocess.Popen(
             argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, text=True
         )
         try:
             _wait_for_agent(self.control, self.agent)
+        except DrillFailed as error:
+            self.stop()
+            # Why it did not start is in its log, which goes with the work directory.
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-10:]
+            raise DrillFailed("\n".join([str(error), *tail])) from None
         except BaseException:  # an interrupt too: the agent must not outlive the drill
             self.stop()
             raise

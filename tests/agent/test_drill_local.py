@@ -208,6 +208,24 @@ def test_the_drills_agent_ignores_the_nodes_config_file(tmp_path: Path) -> None:
             machine.stop()
 
 
+def test_an_agent_that_cannot_start_is_explained(tmp_path: Path) -> None:
+    """The drill said only "the agent exited with code 2"; why was in the agent's log, in a
+    work directory the drill then removed."""
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("FOREWARN_")}
+    base_env["PYTHONPATH"] = os.pathsep.join(
+        [str(tmp_path / "site"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "import sys\nif 'forewarn.agent.cli' in sys.orig_argv:\n"
+        "    sys.exit('forewarn: agent: cannot start: the reason is here')\n"
+    )
+    with pytest.raises(drill_local.DrillFailed) as failed:
+        Machine(tmp_path / "drill", "local", base_env, "machine-1")
+    assert "the agent exited with code 1" in str(failed.value)
+    assert "forewarn: agent: cannot start: the reason is here" in str(failed.value)
+
+
 def processes_of(directory: Path) -> list[str]:
     """Live processes whose command line or environment names `directory`."""
     found = []
