@@ -136,7 +136,7 @@ def test_a_notice_the_loaded_agent_answers_late_is_still_rehearsed(tmp_path: Pat
     # agent took more than 2 s to answer the drain.
     endpoint = f"ipc://{tmp_path}/control"
     server = _slow_agent(endpoint, delay=2.5, answer=True)
-    assert NoticeSource("local", endpoint, {}).raise_notice("drain") == "manual-1"
+    assert NoticeSource("local", endpoint, {}, tmp_path).raise_notice("drain") == "manual-1"
     server.join(5)
 
 
@@ -147,7 +147,7 @@ def test_an_agent_that_never_answers_the_notice_fails_the_drill_naming_it(
     endpoint = f"ipc://{tmp_path}/control"
     server = _slow_agent(endpoint, delay=1.0, answer=False)
     with pytest.raises(DrillFailed, match=r"did not answer the terminate on ipc://.*within 0.3s"):
-        NoticeSource("local", endpoint, {}).raise_notice("terminate")
+        NoticeSource("local", endpoint, {}, tmp_path).raise_notice("terminate")
     server.join(5)
 
 
