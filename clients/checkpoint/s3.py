@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import os
 import threading
 import zlib
@@ -22,6 +23,8 @@ from .backend import Backend, ObjectWriter, OnDone, Progress
 from .errors import StoreConfigError
 from .hashing import Buffer, digest_stream
 from .manifest import COMMIT
+
+log = logging.getLogger("forewarn.checkpoint")
 
 MIN_PART = 5 << 20  # S3's smallest part but the last
 MAX_PART = 5 << 30
@@ -311,12 +314,24 @@ class S3Backend(Backend):
         for start in range(0, len(keys), 1000):
             batch = [{"Key": key} for key in keys[start : start + 1000]]
             self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
-        paginator = self.client.get_paginator("list_multipart_uploads")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
-            for upload in page.get("Uploads", []):
-                self.client.abort_multipart_upload(
-                    Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
-                )
+        try:
+            paginator = self.client.get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
+                for upload in page.get("Uploads", []):
+                    self.client.abort_multipart_upload(
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                    )
+        except Exception as exc:
+            # The objects are gone; unfinished uploads are invisible to readers and expire by
+            # the bucket's lifecycle rule. Credentials without s3:ListBucketMultipartUploads
+            # (a common narrow bucket policy) otherwise failed every save that found a dead
+            # writer's leftovers, and every retention pass.
+            log.warning(
+                "forewarn: %s: could not abort unfinished uploads under %s: %s",
+                self.url,
+                prefix,
+                exc,
+            )
 
     def download(self, key: str, destination: Path, like: str, progress: Progress | None) -> str:
         # boto3's concurrent ranged download writes the parts out of order, so the file is

@@ -180,7 +180,16 @@ class CheckpointStore:
             # once every rank's part, hence its uploads, were in), so whatever else is
             # unfinished belongs to a killed writer.
             self._swept = True
-            self.abort_stale_uploads(keep_step=step)
+            try:
+                self.abort_stale_uploads(keep_step=step)
+            except Exception as exc:
+                # Clean-up, not the save: credentials without s3:ListBucketMultipartUploads
+                # (a common narrow bucket policy) failed the first save of every process.
+                log.warning(
+                    "forewarn: could not abort unfinished uploads in %s (saving anyway): %s",
+                    self.url,
+                    exc,
+                )
         self._writing.add(step)
         return GenerationWriter(
             self._backend, self._protocol, step, meta, ranks, attempt, self._writer_ended
