@@ -16,13 +16,12 @@ from typing import Any, TypeVar
 
 from .errors import CheckpointError, GenerationNotFoundError
 from .generation import Generation
-from .manifest import generation_name
+from .manifest import OUTPUTS, generation_name
 from .store import CheckpointStore
 
 log = logging.getLogger("forewarn.checkpoint")
 
 DONE = "done.json"
-OUTPUTS = "outputs"
 FORMAT = "forewarn-batch/1"
 T = TypeVar("T")
 

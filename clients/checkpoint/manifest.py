@@ -28,6 +28,7 @@ MANIFEST = "MANIFEST.json"
 COMMIT = "COMMIT"
 LATEST = "LATEST"
 PARTS = "parts"
+OUTPUTS = "outputs"  # beside the generations: BatchProgress's shards
 PREFIX = "step-"
 # Twelve digits keep names sorting by step up to a trillion steps; larger steps still parse.
 _DIGITS = 12

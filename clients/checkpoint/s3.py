@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from .backend import Backend, ObjectWriter, OnDone, Progress
 from .errors import StoreConfigError
 from .hashing import Buffer, digest_stream
-from .manifest import COMMIT
+from .manifest import COMMIT, OUTPUTS, parse_generation_name
 
 log = logging.getLogger("forewarn.checkpoint")
 
@@ -359,11 +359,17 @@ class S3Backend(Backend):
 
     def abort_stale_uploads(self, keep_prefix: str | None) -> int:
         keep = self._dir(keep_prefix) if keep_prefix is not None else None
+        root = self._dir("")
         aborted = 0
         paginator = self.client.get_paginator("list_multipart_uploads")
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._dir("")):
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=root):
             for upload in page.get("Uploads", []):
                 if keep is not None and upload["Key"].startswith(keep):
+                    continue
+                # Only the store's own files: a store at the bucket's root (or a prefix above
+                # another store) aborted every other upload in progress in the bucket.
+                top, slash, _rest = upload["Key"][len(root) :].partition("/")
+                if not slash or (top != OUTPUTS and parse_generation_name(top) is None):
                     continue
                 with contextlib.suppress(Exception):  # another cleaner may have won
                     self.client.abort_multipart_upload(

@@ -150,6 +150,29 @@ def test_a_killed_s3_writers_upload_is_aborted_by_the_next_save(
     assert uploads(bucket) == []
 
 
+def test_a_store_at_the_buckets_root_aborts_only_its_own_uploads(bucket: str) -> None:
+    """The sweep of stale uploads at the first save, and by hand, must not reach uploads that
+    are not the store's: another tool's, or another store's below a prefix of this one."""
+    import boto3
+
+    client = boto3.client("s3")
+    for key in (
+        "datasets/shard-0.tar",  # another tool uploading into the same bucket
+        "runs/job-2/step-000000000001/model.bin",  # a store below this one
+        "step-000000000003/model.bin",  # a killed writer of this store
+        "outputs/step-000000000003.jsonl",  # a killed BatchProgress of this store
+    ):
+        client.create_multipart_upload(Bucket=bucket, Key=key)
+    store = CheckpointStore(f"s3://{bucket}")
+    with store.save(9) as gen:
+        gen.write_bytes("model.bin", b"weights")
+    others = ["datasets/shard-0.tar", "runs/job-2/step-000000000001/model.bin"]
+    assert uploads(bucket) == others
+    assert store.abort_stale_uploads() == 0
+    assert CheckpointStore(f"s3://{bucket}/runs").abort_stale_uploads() == 0
+    assert uploads(bucket) == others
+
+
 def test_a_file_that_cannot_be_created_raises_only_its_own_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
