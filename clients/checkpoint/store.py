@@ -178,10 +178,12 @@ class CheckpointStore:
             # The first save of this process: no writer of this job can still be uploading
             # anything but this step (the ranks save in step; an earlier step committed only
             # once every rank's part, hence its uploads, were in), so whatever else is
-            # unfinished belongs to a killed writer.
+            # unfinished belongs to a killed writer. A single rank is the step's only writer:
+            # its uploads are dead too, and they are the usual ones (a job resumed from the
+            # last commit saves again the step it was killed in).
             self._swept = True
             try:
-                self.abort_stale_uploads(keep_step=step)
+                self.abort_stale_uploads(keep_step=step if ranks.world_size > 1 else None)
             except Exception as exc:
                 # Clean-up, not the save: credentials without s3:ListBucketMultipartUploads
                 # (a common narrow bucket policy) failed the first save of every process.

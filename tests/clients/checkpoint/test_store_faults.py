@@ -141,13 +141,30 @@ def test_a_killed_s3_writers_upload_is_aborted_by_the_next_save(
     # Another rank of this job may be uploading into the step being saved: that one stays.
     boto3.client("s3").create_multipart_upload(Bucket=bucket, Key="run/step-000000000009/x")
 
-    store = CheckpointStore(url)
+    store = CheckpointStore(url, commit_timeout=0.2)
     assert uploads(bucket) == ["run/step-000000000007/model.bin", "run/step-000000000009/x"]
-    with store.save(9) as gen:  # the first save of a restarted job
-        gen.write_bytes("model.bin", b"resumed")
+    gen = store.save(9, rank=0, world_size=2)  # the first save of a restarted job's rank 0
     assert uploads(bucket) == ["run/step-000000000009/x"]
+    gen.abort("rank 1 never comes in this test")
     assert store.abort_stale_uploads() == 1
     assert uploads(bucket) == []
+
+
+def test_a_single_rank_job_saving_the_killed_step_again_aborts_its_upload(
+    bucket: str,
+) -> None:
+    """The usual restart: killed while uploading step 7's first file (nothing finished, so
+    nothing to find by listing the generation), resumed from 6, it saves 7 again."""
+    import boto3
+
+    client = boto3.client("s3")
+    key = "run/step-000000000007/model.bin"
+    upload = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    client.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=1, Body=b"x" * 100)
+    store = CheckpointStore(f"s3://{bucket}/run")
+    store.flush(7, lambda gen: gen.write_bytes("model.bin", b"weights-7"))
+    assert uploads(bucket) == []
+    assert store.get(7, verify="checksums").read_bytes("model.bin") == b"weights-7"
 
 
 def test_a_store_at_the_buckets_root_aborts_only_its_own_uploads(bucket: str) -> None:
