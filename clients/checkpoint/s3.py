@@ -20,7 +20,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from .backend import Backend, ObjectWriter, OnDone, Progress
-from .errors import StoreConfigError
+from .errors import CheckpointError, StoreConfigError
 from .hashing import Buffer, digest_stream
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
 
@@ -218,6 +218,7 @@ class S3Backend(Backend):
         }
         self._client: Any = None
         self._completer: Any = None
+        self._batch_delete = True  # DeleteObjects, until the service says it has none
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -310,10 +311,7 @@ class S3Backend(Backend):
         # The marker goes first so a half-deleted generation never counts.
         self.delete(f"{prefix}/{COMMIT}")
         base = self._dir(prefix)
-        keys = [base + key for key in self.list_sizes(prefix)]
-        for start in range(0, len(keys), 1000):
-            batch = [{"Key": key} for key in keys[start : start + 1000]]
-            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+        self._delete_keys([base + key for key in self.list_sizes(prefix)], prefix)
         try:
             paginator = self.client.get_paginator("list_multipart_uploads")
             for page in paginator.paginate(Bucket=self.bucket, Prefix=base):
@@ -331,6 +329,34 @@ class S3Backend(Backend):
                 self.url,
                 prefix,
                 exc,
+            )
+
+    def _delete_keys(self, keys: list[str], prefix: str) -> None:
+        failed: list[str] = []
+        for start in range(0, len(keys), 1000):
+            batch = keys[start : start + 1000]
+            if self._batch_delete:
+                try:
+                    reply = self.client.delete_objects(
+                        Bucket=self.bucket,
+                        Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
+                    )
+                except Exception as exc:
+                    if _error_code(exc) != "NotImplemented":
+                        raise
+                    # GCS's S3 interoperability has no multi-object delete: every retention
+                    # pass failed there, and so did every save over a dead writer's leftovers.
+                    self._batch_delete = False
+                else:
+                    # Quiet mode still reports the keys it could not delete, in a 200 reply.
+                    failed += [f"{e.get('Key')}: {e.get('Code')}" for e in reply.get("Errors", [])]
+                    continue
+            for key in batch:
+                self.client.delete_object(Bucket=self.bucket, Key=key)
+        if failed:
+            raise CheckpointError(
+                f"could not delete {len(failed)} objects of {prefix} in {self.url} "
+                f"(first {failed[0]})"
             )
 
     def download(self, key: str, destination: Path, like: str, progress: Progress | None) -> str:
@@ -405,12 +431,15 @@ def resolve_upload_checksums(endpoint_url: str | None) -> bool:
     )
 
 
-def _is_missing(exc: Exception) -> bool:
+def _error_code(exc: Exception) -> str:
     response = getattr(exc, "response", None)
     if not isinstance(response, dict):
-        return False
-    code = str(response.get("Error", {}).get("Code", ""))
-    return code in ("NoSuchKey", "404", "NotFound")
+        return ""
+    return str(response.get("Error", {}).get("Code", ""))
+
+
+def _is_missing(exc: Exception) -> bool:
+    return _error_code(exc) in ("NoSuchKey", "404", "NotFound")
 
 
 def make_client(
