@@ -52,6 +52,10 @@ class S3Writer(ObjectWriter):
         self._buffered = 0
         self._upload_id: str | None = None
         self._parts: deque[Future[dict[str, Any]]] = deque()  # in flight, in order
+        # The file's own upload threads, not the backend's: a save left behind with its parts
+        # stuck on stalled connections (a cancelled background save) held every thread of a
+        # shared pool, and the final save's parts queued behind them until they timed out.
+        self._pool: ThreadPoolExecutor | None = None
         self._etags: list[dict[str, Any]] = []
         # Every part carries a CRC32 the upload declared up front, as boto3's transfer manager
         # does: S3 then keeps a composite CRC32 of the object, and a server told no algorithm
@@ -99,7 +103,11 @@ class S3Writer(ObjectWriter):
         while len(self._parts) >= backend.concurrency + 2:
             self._collect_oldest()
         number = len(self._etags) + len(self._parts) + 1
-        self._parts.append(backend.pool.submit(self._upload_part, number, body))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=backend.concurrency, thread_name_prefix="forewarn-s3"
+            )
+        self._parts.append(self._pool.submit(self._upload_part, number, body))
 
     def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
         checksum = dict(self._checksum)
@@ -139,12 +147,18 @@ class S3Writer(ObjectWriter):
         self._hasher.help()
         while self._parts:
             self._collect_oldest()
+        self._stop_pool()
         backend.completer.complete_multipart_upload(
             Bucket=backend.bucket,
             Key=self._key,
             UploadId=self._upload_id,
             MultipartUpload={"Parts": sorted(self._etags, key=lambda part: part["PartNumber"])},
         )
+
+    def _stop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)  # every part was collected or cancelled
+            self._pool = None
 
     def _discard(self) -> None:
         self._chunks = []
@@ -156,6 +170,7 @@ class S3Writer(ObjectWriter):
                 with contextlib.suppress(Exception):
                     future.result()
         self._parts.clear()
+        self._stop_pool()
         if self._upload_id is not None:
             # An upload left unaborted expires by the bucket's lifecycle rule.
             with contextlib.suppress(Exception):
@@ -219,7 +234,6 @@ class S3Backend(Backend):
         self._client: Any = None
         self._completer: Any = None
         self._batch_delete = True  # DeleteObjects, until the service says it has none
-        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
     @property
@@ -242,16 +256,6 @@ class S3Backend(Backend):
                         **self._options,
                     )
         return self._completer
-
-    @property
-    def pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            with self._lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(
-                        max_workers=self.concurrency, thread_name_prefix="forewarn-s3"
-                    )
-        return self._pool
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -403,11 +407,6 @@ class S3Backend(Backend):
                     )
                     aborted += 1
         return aborted
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
 
 
 def resolve_upload_checksums(endpoint_url: str | None) -> bool:
