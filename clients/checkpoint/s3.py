@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import logging
 import os
 import threading
@@ -57,6 +58,7 @@ class S3Writer(ObjectWriter):
         # shared pool, and the final save's parts queued behind them until they timed out.
         self._pool: ThreadPoolExecutor | None = None
         self._etags: list[dict[str, Any]] = []
+        self._sent = 0
         # Every part carries a CRC32 the upload declared up front, as boto3's transfer manager
         # does: S3 then keeps a composite CRC32 of the object, and a server told no algorithm
         # may checksum the whole object once more when the upload completes.
@@ -94,6 +96,7 @@ class S3Writer(ObjectWriter):
 
     def _send_part(self, body: bytes) -> None:
         backend = self._backend
+        self._sent += len(body)
         if self._upload_id is None:
             reply = backend.client.create_multipart_upload(
                 Bucket=backend.bucket, Key=self._key, **self._checksum
@@ -148,12 +151,33 @@ class S3Writer(ObjectWriter):
         while self._parts:
             self._collect_oldest()
         self._stop_pool()
-        backend.completer.complete_multipart_upload(
-            Bucket=backend.bucket,
-            Key=self._key,
-            UploadId=self._upload_id,
-            MultipartUpload={"Parts": sorted(self._etags, key=lambda part: part["PartNumber"])},
-        )
+        parts = sorted(self._etags, key=lambda part: part["PartNumber"])
+        try:
+            backend.completer.complete_multipart_upload(
+                Bucket=backend.bucket,
+                Key=self._key,
+                UploadId=self._upload_id,
+                MultipartUpload={"Parts": parts},
+            )
+        except Exception as exc:
+            if _error_code(exc) != "NoSuchUpload" or not self._completed_already(parts):
+                raise
+
+    def _completed_already(self, parts: list[dict[str, Any]]) -> bool:
+        """Whether a commit answered NoSuchUpload was a retry of one that went through.
+
+        botocore retries a commit whose answer was lost (a reset connection, a read timeout);
+        S3 answers the retry with success, MinIO and others with NoSuchUpload, which failed
+        the save of an object that was there. It is this upload's object when it has the size
+        sent and the ETag S3-compatible services give a multipart object: the MD5 of the
+        parts' MD5s, then '-' and their count."""
+        try:
+            digests = b"".join(bytes.fromhex(str(part["ETag"]).strip('"')) for part in parts)
+            head = self._backend.client.head_object(Bucket=self._backend.bucket, Key=self._key)
+        except Exception:
+            return False
+        expected = f'"{hashlib.md5(digests, usedforsecurity=False).hexdigest()}-{len(parts)}"'
+        return int(head.get("ContentLength", -1)) == self._sent and head.get("ETag") == expected
 
     def _stop_pool(self) -> None:
         if self._pool is not None:
