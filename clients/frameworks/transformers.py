@@ -15,8 +15,10 @@ interrupted mid-evaluation from a callback, so the save and the stop are schedul
 moment that evaluation returns, and the notice is not left for the next training step.
 
 The Trainer builds its training DataLoader with its own `worker_init_fn`; before its workers
-start (`on_train_begin`) the callback chains forewarn's `worker_init_fn()` into it, so the
-workers outlive a SIGTERM sent to the whole job.
+start (`on_train_begin`) the callback chains forewarn's `worker_init_fn()` into it, and it has
+the evaluation and prediction DataLoaders the Trainer builds from then on (`get_eval_dataloader`,
+`get_test_dataloader` of the Trainer it was given to or that trains with it) given it as they
+are built, so all their workers outlive a SIGTERM sent to the whole job.
 
 With `store=CheckpointStore(...)` and `dcp=True` the callback saves itself instead, through
 torch.distributed.checkpoint into the store (`save_dcp`: every rank writes its shards, the
@@ -34,11 +36,19 @@ import json
 import logging
 import os
 import re
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import (
+    Trainer,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
@@ -73,6 +83,14 @@ class ForewarnTrainerCallback(TrainerCallback):
             self._guard = CheckpointGuard(**self._guard_options)
         return self._guard
 
+    def on_init_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        # Also here: with persistent workers the Trainer keeps the first evaluation DataLoader
+        # it builds, and an evaluate() before train() would build it unprotected.
+        _protect_evaluation_loaders(_calling_trainer())
+        return control
+
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
@@ -81,6 +99,10 @@ class ForewarnTrainerCallback(TrainerCallback):
         # (systemd's control-group kill, torchrun's process-group signal) killed the workers
         # and the Trainer raised before the save. Its workers start after this hook.
         protect_loader(kwargs.get("train_dataloader"))
+        # The evaluation DataLoaders are built per pass, with no worker_init_fn and no callback
+        # event between building and iterating: a job-wide SIGTERM during an evaluation killed
+        # their workers and the Trainer raised before the save.
+        _protect_evaluation_loaders(_calling_trainer())
         if state.global_step:
             # Resumed from a checkpoint: periodic saves count from there (from step 0 the
             # first step after every resume saved again).
@@ -165,6 +187,42 @@ class ForewarnTrainerCallback(TrainerCallback):
             self._guard.close()
             self._guard = None
         return control
+
+
+_LOADER_BUILDERS = ("get_eval_dataloader", "get_test_dataloader")
+
+
+def _calling_trainer() -> Trainer | None:
+    # Callbacks are not given their Trainer; the one running this event is up the stack.
+    frame = sys._getframe(1)
+    for _ in range(32):
+        if frame is None:
+            break
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, Trainer):
+            return candidate
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def _protect_evaluation_loaders(trainer: Trainer | None) -> None:
+    if trainer is None:
+        return
+    for name in _LOADER_BUILDERS:
+        build = getattr(trainer, name, None)
+        if build is not None and not getattr(build, "_forewarn_protects", False):
+            setattr(trainer, name, _protecting(build))
+
+
+def _protecting(build: Callable[..., Any]) -> Callable[..., Any]:
+    def protected(*args: Any, **kwargs: Any) -> Any:
+        loader = build(*args, **kwargs)
+        protect_loader(loader)  # before the Trainer iterates it, which starts its workers
+        return loader
+
+    protected._forewarn_protects = True  # type: ignore[attr-defined]
+    protected.__wrapped__ = build  # type: ignore[attr-defined]
+    return protected
 
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")

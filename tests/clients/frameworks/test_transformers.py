@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import AgentProcess, LazyModule, eventually, fsynced_at_each_ack, requires
 
 pytestmark = requires("transformers")
@@ -81,6 +82,44 @@ def test_the_trainers_dataloader_workers_outlive_a_job_wide_sigterm(tmp_path: Pa
     assert sigterm.workers
     assert callback.saved_steps == [60]
     assert (tmp_path / "out" / "checkpoint-60").is_dir()
+
+
+@pytest.mark.parametrize("evaluated_first", [False, True])
+def test_the_evaluation_dataloader_workers_outlive_a_job_wide_sigterm(
+    tmp_path: Path, evaluated_first: bool
+) -> None:
+    """The Trainer builds a DataLoader for each evaluation pass, with no worker_init_fn and no
+    callback event before its workers start: a SIGTERM to the whole job during an evaluation
+    killed them, and the Trainer raised `DataLoader worker ... exited unexpectedly` instead of
+    saving. With persistent workers it keeps the first one it built, here by an evaluate()
+    before train()."""
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    model = models.SigtermsTheWorkersInEvaluation()
+    model.callback = callback
+    args = models.arguments(
+        tmp_path,
+        dataloader_num_workers=2,
+        dataloader_multiprocessing_context="fork",
+        dataloader_persistent_workers=evaluated_first,
+        **models.EVALUATE_EVERY_25,
+    )
+    trainer = hf.Trainer(
+        model=model,
+        args=args,
+        train_dataset=models.Points(),
+        eval_dataset=models.FewPoints(),
+        callbacks=[callback],
+    )
+    if evaluated_first:
+        model.callback = None  # no SIGTERM during this pass
+        trainer.evaluate()
+        model.callback = callback
+        model.kill_at += model.eval_calls
+    trainer.train()
+    assert len(model.workers) == 4, "two training and two evaluation workers"
+    assert callback.saved_steps == [25]
+    assert (tmp_path / "out" / "checkpoint-25").is_dir()
+    assert trainer.state.global_step == 25
 
 
 def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) -> None:

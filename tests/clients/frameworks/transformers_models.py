@@ -69,6 +69,30 @@ class SigtermsTheWorkers(TrainerCallback):  # type: ignore[misc]
             self.forewarn.guard.request("signal", exit=True)
 
 
+class SigtermsTheWorkersInEvaluation(Tiny):
+    """At its third evaluation batch (`kill_at`) a job-wide SIGTERM reaches every DataLoader
+    worker, the evaluation's included (from another process, as systemd's control-group kill
+    sends it), and the job asks to exit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.callback: ForewarnTrainerCallback | None = None
+        self.eval_calls = 0
+        self.kill_at = 3
+        self.workers: list[int] = []
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        # Not self.training: after an evaluate() the Trainer's first step runs in eval mode.
+        if not torch.is_grad_enabled():
+            self.eval_calls += 1
+            if self.eval_calls == self.kill_at and self.callback is not None:
+                children = multiprocessing.active_children()
+                self.workers = [child.pid for child in children if child.pid]
+                subprocess.run(["kill", "-TERM", *map(str, self.workers)], check=True)
+                self.callback.guard.request("signal", exit=True)
+        return super().forward(x, labels)
+
+
 def arguments(tmp_path: Path, **options: Any) -> TrainingArguments:
     """The tests' TrainingArguments: CPU, batches of 4, no saves, logs or workers of the
     Trainer's own, 1,000 steps; `options` change any of them."""
