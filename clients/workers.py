@@ -10,7 +10,10 @@ They still end with the main process: the DataLoader stops them, a worker exits 
 process starts to exit or dies, the main process's own SIGTERM ends it (a spawn or forkserver
 worker's threads from before its init, OpenBLAS's for one, may take that SIGTERM and ignore
 it), and the platform's SIGKILL ends it. A fork server started after `worker_init_fn()`
-ignores SIGTERM as well: its forkserver workers end with it.
+keeps SIGTERM blocked as well (its forkserver workers end with it), and its workers start with
+it blocked, so that a SIGTERM sent while they import the main module cannot end them. A spawn
+worker is open to it until its `worker_init_fn` runs: an exec'd process inherits nothing this
+module could set up for it without changing how multiprocessing starts it.
 
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn())
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn(my_seed_fn))
@@ -26,6 +29,8 @@ import threading
 from collections.abc import Callable
 from multiprocessing import context, reduction
 from typing import Any
+
+from . import _forkserver
 
 IGNORED_IN_WORKERS = (signal.SIGTERM, signal.SIGINT)
 
@@ -47,15 +52,21 @@ def ignore_job_signals(worker_id: int | None = None) -> None:
 
 
 def _protect(lifeline: int | None) -> None:
+    # The main process, not getppid(): a forkserver worker's parent is the fork server.
+    parent = multiprocessing.parent_process()
+    main = parent.pid if parent is not None and parent.pid is not None else os.getppid()
+    if hasattr(signal, "sigtimedwait") and signal.SIGTERM in signal.sigpending():
+        # A forkserver worker starts with SIGTERM blocked (forewarn.clients._forkserver): one
+        # sent while it started waits here; ignoring it below would drop it.
+        info = signal.sigtimedwait({signal.SIGTERM}, 0)
+        if info is not None and info.si_pid == main:
+            _exit_as_asked()
     # Ignored for the whole process, not by a thread's mask: a spawn or forkserver worker has
     # threads before this runs (import torch starts OpenBLAS's), and a SIGTERM for the process
     # that one of them took would otherwise end the worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if hasattr(signal, "sigwaitinfo"):
-        # The main process, not getppid(): a forkserver worker's parent is the fork server.
-        parent = multiprocessing.parent_process()
-        main = parent.pid if parent is not None and parent.pid is not None else os.getppid()
         # Blocked in this thread (the process's first one, which kill() targets), a SIGTERM
         # is kept rather than dropped as ignored, until a thread that does not block it takes
         # it: the one below, with its sender, or a thread the worker had before, which
@@ -145,6 +156,9 @@ class _Chained:
 
 
 def _in_worker(then: Callable[[int], object] | None, lifeline: Any) -> _Chained:
+    # Unpickled in a worker being started: a forkserver worker keeps SIGTERM blocked until
+    # _protect, and a spawn worker imports nothing more for it.
+    _forkserver.protected_worker = True
     chained = _Chained(then)
     chained.lifeline = (os.getpid(), lifeline.detach())
     return chained
@@ -153,7 +167,8 @@ def _in_worker(then: Callable[[int], object] | None, lifeline: Any) -> _Chained:
 def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int], None]:
     """A DataLoader `worker_init_fn` that makes the worker ignore SIGTERM and SIGINT, then
     calls `then(worker_id)` (your own init, e.g. seeding) when given. A fork server started
-    from here on ignores SIGTERM too (see `forewarn.clients._forkserver`)."""
+    from here on keeps SIGTERM blocked, and so do its workers until their init (see
+    `forewarn.clients._forkserver`)."""
     _preload_in_fork_server()
     return _Chained(then)
 

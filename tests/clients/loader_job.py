@@ -6,7 +6,9 @@ loop at batch `STOP_AT` (the way a job exits after its final save).
 Two workers started the default way unless told. A SIGTERM to the process itself does not end
 it (the guard's handler would let it save first). With `keep` the loop's iterator is still
 referenced when the job exits (as a module-level loader or an exception's traceback keeps it),
-so multiprocessing's exit handler stops the workers, not the DataLoader."""
+so multiprocessing's exit handler stops the workers, not the DataLoader. With LOADER_JOB_HOLD=PATH
+a spawn or forkserver worker creates PATH while it starts (before its worker_init_fn) and waits
+there until PATH is removed."""
 
 from __future__ import annotations
 
@@ -39,6 +41,13 @@ def unpickled_in_worker() -> Slow:
     a thread there, as libraries do on import (OpenBLAS, CUDA). Like theirs, its signal mask is
     the one the worker started with."""
     threading.Thread(target=threading.Event().wait, name="library", daemon=True).start()
+    hold = os.environ.get("LOADER_JOB_HOLD")
+    if hold:
+        # Still starting, as while it imports the main module: wait until the test says.
+        with open(hold, "x"):
+            pass
+        while os.path.exists(hold):
+            time.sleep(0.01)
     return Slow()
 
 

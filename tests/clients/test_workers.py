@@ -23,13 +23,15 @@ pytestmark = requires("torch")
 SCRIPT = Path(__file__).with_name("loader_job.py")
 
 
-def start(mode: str, stop_at: int, *more: str, session: bool = False) -> subprocess.Popen[str]:
+def start(
+    mode: str, stop_at: int, *more: str, session: bool = False, **env: str
+) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), mode, str(stop_at), *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        env=dict(os.environ, OMP_NUM_THREADS="1", **env),
         start_new_session=session,
     )
 
@@ -111,6 +113,51 @@ def test_a_sigterm_to_the_whole_group_leaves_forkserver_workers_feeding_the_loop
         what="the fork server and the workers to end with the job",
         interval=0.1,
     )
+
+
+@pytest.mark.slow(10)
+def test_a_sigterm_to_the_whole_group_while_a_forkserver_worker_starts_does_not_end_it(
+    tmp_path: Path,
+) -> None:
+    """A forkserver worker imports the main module before its worker_init_fn runs (Python
+    3.11's fork server does not preload it; with torch that takes seconds, and a DataLoader
+    without persistent workers starts its workers again at every pass): a job-wide SIGTERM
+    then ended it, and the loop raised `DataLoader worker ... exited unexpectedly`."""
+    hold = tmp_path / "starting"
+    proc = start("guarded", 20, "forkserver", "1", session=True, LOADER_JOB_HOLD=str(hold))
+    try:
+        eventually(hold.exists, timeout=120, what="the worker to be starting")
+        os.killpg(proc.pid, signal.SIGTERM)
+        hold.unlink()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
+
+
+def test_other_forkserver_processes_still_end_on_terminate() -> None:
+    """The fork server's children start with SIGTERM blocked; any process but a protected
+    DataLoader worker gets it back when it starts to run."""
+    import multiprocessing
+
+    worker_init_fn()  # the fork server it starts from here on ignores SIGTERM
+    context = multiprocessing.get_context("forkserver")
+    child = context.Process(target=time_sleep, args=(60,), daemon=True)
+    child.start()
+    try:
+        child.terminate()
+        child.join(timeout=60)
+        assert child.exitcode == -signal.SIGTERM
+    finally:
+        child.kill()
+
+
+def time_sleep(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
 
 
 def running_in_group(pgid: int) -> list[int]:
