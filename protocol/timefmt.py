@@ -1,4 +1,4 @@
-"""Time on the wire: RFC 3339 in UTC, and the durations people type (`90s`, `15m`, `2h`).
+"""Time on the wire: RFC 3339 in UTC, and the durations people type (`90s`, `15m`, `1h30m`).
 
 Standard library only, so the in-process client can use it without pydantic.
 """
@@ -57,17 +57,55 @@ def parse_time(text: str) -> datetime:
 
 # `.5` and `5.` as well as `0.5`: the configuration once read plain seconds with float(),
 # which takes both, so a flag refused what the same key took in TOML or the environment.
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*\Z")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_PART = re.compile(r"\s*" + _NUMBER + r"\s*([A-Za-z]*)\s*")
+_UNITS: dict[str, tuple[str, float]] = {
+    "ms": ("ms", 0.001),
+    **dict.fromkeys(["s", "sec", "secs", "second", "seconds"], ("s", 1.0)),
+    **dict.fromkeys(["m", "min", "mins", "minute", "minutes"], ("m", 60.0)),
+    **dict.fromkeys(["h", "hr", "hrs", "hour", "hours"], ("h", 3600.0)),
+    **dict.fromkeys(["d", "day", "days"], ("d", 86400.0)),
+}
+_ORDER = ["d", "h", "m", "s", "ms"]
+_EXAMPLES = "use e.g. 90s, 15m, 2h, 1h30m"
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in `90`, `1.5`, `.5`, `90s`, `15m`, `2h`, `1d` or `250ms`; ValueError
-    otherwise (a sign, an exponent, `inf` or `nan` included)."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"not a duration (use e.g. 90s, 15m, 2h): {text!r}")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """Seconds in `90`, `1.5`, `.5`, `90s`, `15m`, `2h`, `1d`, `250ms`, the unit words
+    (`10sec`, `10 min`, `2 hours`, `1 day`) and compounds of them from the largest unit down
+    (`1h30m`, `2h 30m`, `1m30s`); ValueError naming what is wrong otherwise (a sign, an
+    exponent, `inf` or `nan` included)."""
+    parts: list[tuple[float, str]] = []
+    position = 0
+    while position < len(text) or not parts:
+        match = _PART.match(text, position)
+        if not match:
+            raise ValueError(f"not a duration ({_EXAMPLES}): {text!r}")
+        word = match.group(2)
+        if word and word not in _UNITS:
+            units = "ms, s, sec, m, min, h, hr, hour, d, day"
+            raise ValueError(f"not a duration: unknown unit {word!r} in {text!r} (use {units})")
+        parts.append((float(match.group(1)), word))
+        position = match.end()
+    if len(parts) == 1:
+        number, word = parts[0]
+        return number * (_UNITS[word][1] if word else 1.0)
+    seconds = 0.0
+    last = -1
+    for number, word in parts:
+        # `1m30` could mean 30 seconds or 30 minutes more; `30m1h` is a typo more likely than
+        # not: neither is guessed at.
+        if not word:
+            raise ValueError(f"not a duration: every part of {text!r} needs its unit ({_EXAMPLES})")
+        unit, per = _UNITS[word]
+        if _ORDER.index(unit) <= last:
+            raise ValueError(
+                f"not a duration: the parts of {text!r} must go from the largest unit down, "
+                f"each once ({_EXAMPLES})"
+            )
+        last = _ORDER.index(unit)
+        seconds += number * per
+    return seconds
 
 
 # A date and time as RFC 3339 writes them, offset or not: text that means to be a time.

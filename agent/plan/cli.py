@@ -156,7 +156,7 @@ def _count(text: str) -> int:
 
 # argparse takes `-10s` for an option and answers "expected one argument"; letting negative
 # durations through as values lets the type check say what is wrong with them.
-_NEGATIVE_VALUE = re.compile(r"^-\d*\.?\d+(ms|s|m|h|d|%)?$")
+_NEGATIVE_VALUE = re.compile(r"^-(\d+\.?\d*|\.\d+)[\w .%]*$")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -178,7 +178,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "files (one per machine, e.g. a `forewarn drill local --dir`); repeatable (default: "
         "telemetry.jsonl in the state directory)",
     )
-    job = parser.add_argument_group("job and capacity (durations: 10s, 5m, 2h)")
+    job = parser.add_argument_group("job and capacity (durations: 10s, 5m, 2h, 1h30m)")
     job.add_argument(
         "--checkpoint",
         "--flush",

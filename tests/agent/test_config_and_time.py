@@ -556,6 +556,73 @@ def test_half_a_second_reads_in_every_decimal_form() -> None:
     assert load_settings(exit_margin=".5").exit_margin == 0.5
 
 
+# Each unit of a duration with every way it is written, and its seconds.
+_UNIT_WORDS = [
+    (["d", "day", "days"], 86400),
+    (["h", "hr", "hrs", "hour", "hours"], 3600),
+    (["m", "min", "mins", "minute", "minutes"], 60),
+    (["s", "sec", "secs", "second", "seconds"], 1),
+    (["ms"], 0.001),
+]
+
+
+@st.composite
+def _compound_durations(draw: st.DrawFn) -> tuple[str, list[str], float]:
+    """A duration as people write it (`1h30m`, `2h 30m`, `1 min 30 sec`), its parts, and the
+    seconds it means."""
+    chosen = draw(st.lists(st.booleans(), min_size=5, max_size=5).filter(any))
+    parts: list[str] = []
+    seconds = 0.0
+    for (words, per), used in zip(_UNIT_WORDS, chosen, strict=True):
+        if used:
+            count = draw(st.integers(0, 999))
+            gap = draw(st.sampled_from(["", " "]))
+            parts.append(f"{count}{gap}{draw(st.sampled_from(words))}")
+            seconds += count * per
+    joiner = draw(st.sampled_from(["", " ", "  "]))
+    return joiner.join(parts), parts, seconds
+
+
+@settings(max_examples=300, deadline=None)
+@given(_compound_durations())
+def test_a_compound_duration_is_the_sum_of_its_parts(drawn: tuple[str, list[str], float]) -> None:
+    """`1h30m`, `2h 30m`, `10min`, `10sec` and `90 s` were refused by every flag and key."""
+    text, parts, seconds = drawn
+    assert parse_duration(text) == pytest.approx(seconds, rel=1e-12, abs=1e-9)
+    assert parse_duration(text) == pytest.approx(sum(map(parse_duration, parts)), rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10**7))
+def test_whole_seconds_written_as_days_hours_minutes_read_back(total: int) -> None:
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{days}d{hours}h{minutes}m{secs}s"
+    assert parse_duration(text) == total
+    if total <= 86400:  # exit_margin's bound
+        assert load_settings(exit_margin=text).exit_margin == total
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("1m30", "needs its unit"),
+        ("1h 30", "needs its unit"),
+        ("30m1h", "largest unit down"),
+        ("1m1m", "largest unit down"),
+        ("10 mns", "unknown unit 'mns'"),
+        ("1h,30m", "not a duration"),
+        ("-1h30m", "not a duration"),
+    ],
+)
+def test_an_ambiguous_or_malformed_duration_says_why(text: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_duration(text)
+    with pytest.raises(ConfigError, match="exit_margin: .*" + re.escape(says)):
+        load_settings(exit_margin=text)
+
+
 def _path_keys(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
     for name, field in model.model_fields.items():
         annotation = field.annotation

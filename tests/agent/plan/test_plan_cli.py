@@ -305,11 +305,21 @@ def test_late_notices_in_the_telemetry_count_as_without(
     assert plan["inputs"]["notice_lead_seconds"] == {"value": 120.0, "source": "telemetry"}
 
 
+def test_durations_take_compounds_and_unit_words(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--mtbi 1h30m` and `--checkpoint 90 s` were refused as not durations."""
+    plan = plan_json(capsys, "--checkpoint", "1m30s", "--mtbi", "1h30m", "--restore", "2 min")
+    assert plan["inputs"]["checkpoint_seconds"]["value"] == 90
+    assert plan["inputs"]["mtbi_seconds"]["value"] == 5400
+    assert plan["inputs"]["restore_seconds"]["value"] == 120
+
+
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
         (["--checkpoint=-10s", "--mtbi", "1d"], "--checkpoint"),
         (["--checkpoint", "-10s", "--mtbi", "1d"], "must not be negative"),
+        (["--checkpoint", "10s", "--mtbi", "-1h30m"], "--mtbi: must not be negative"),
+        (["--checkpoint", "10s", "--mtbi", "1h30"], "--mtbi: not a duration"),
         (["--checkpoint", "10s", "--mtbi", "1d", "--tax", "-3%"], "--tax"),
         (["--checkpoint", "10s", "--mtbi", "1d", "--restore=-1m"], "--restore"),
         (["--checkpoint", "10s", "--interruptions-per-day", "0"], "--interruptions-per-day"),
