@@ -308,13 +308,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     size.add_argument(
         "--precision",
         choices=sorted(PRECISIONS),
-        default="bf16",
         help="weights as trained, for --params (default bf16)",
     )
     size.add_argument(
         "--optimizer",
         choices=sorted(OPTIMIZERS),
-        default="adamw",
         help="optimizer state saved with the weights, for --params (default adamw)",
     )
     size.add_argument(
@@ -338,9 +336,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     money.add_argument(
         "--reserved-utilization",
         type=_fraction,
-        default=1.0,
         metavar="PCT",
-        help="share of reserved hours the job uses (default 100%%)",
+        help="share of reserved hours the job uses, with --reserved-price (default 100%%)",
     )
     money.add_argument(
         "--fallback-share",
@@ -360,9 +357,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     money.add_argument(
         "--keep",
         type=_count,
-        default=2,
         metavar="N",
-        help="checkpoint generations kept (default 2)",
+        help="checkpoint generations kept, priced with --storage-price (default 2)",
     )
     money.add_argument(
         "--io-price",
@@ -463,6 +459,28 @@ def _load_telemetry(
         raise PlanError("--telemetry", f"unreadable record ({error})") from None
 
 
+# Options that only refine another one, with what they need and their defaults (the
+# parser's are None, so that one given without what it refines can be refused).
+_COMPANIONS: dict[str, tuple[str, str, str, object]] = {
+    "--precision": ("precision", "params", "--params (to estimate the size)", "bf16"),
+    "--optimizer": ("optimizer", "params", "--params (to estimate the size)", "adamw"),
+    "--reserved-utilization": ("reserved_utilization", "reserved_price", "--reserved-price", 1.0),
+    "--keep": ("keep", "storage_price", "--storage-price (it prices that many)", 2),
+}
+
+
+def _companions(args: argparse.Namespace) -> None:
+    """Refuse an option given without the one it refines, then fill in the defaults. Each
+    was ignored in silence: `--precision fp32 --checkpoint-gb 14` and `--keep 5` without a
+    storage price changed nothing, `--reserved-utilization 50%` without a reserved price
+    left spot's verdict as it was."""
+    for flag, (dest, needs, needs_flag, default) in _COMPANIONS.items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, default)
+        elif getattr(args, needs, None) in (None, 0.0):
+            raise PlanError(flag, f"only used with {needs_flag}")
+
+
 def _size(args: argparse.Namespace) -> Size | None:
     if args.checkpoint_size is not None:
         return Size(args.checkpoint_size, "--checkpoint-size")
@@ -485,6 +503,7 @@ def _finite(value: float, flag: str, what: str) -> float:
 def resolve(args: argparse.Namespace) -> Resolved:
     """Flags first, then telemetry, then defaults; PlanError names what is missing. Only
     what the asked-for output needs is asked for: the tax alone needs no interruption rate."""
+    _companions(args)
     skipped: list[str] = []
     files, summary = _load_telemetry(args, skipped)
     where = (

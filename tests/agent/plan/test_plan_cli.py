@@ -313,6 +313,55 @@ def test_durations_take_compounds_and_unit_words(capsys: pytest.CaptureFixture[s
     assert plan["inputs"]["restore_seconds"]["value"] == 120
 
 
+# Each was ignored in silence: the plan came out the same as without it.
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        (["--keep", "5"], "--keep: only used with --storage-price"),
+        (["--keep", "5", "--storage-price", "0"], "--keep: only used with --storage-price"),
+        (
+            ["--reserved-utilization", "50%"],
+            "--reserved-utilization: only used with --reserved-price",
+        ),
+        (["--precision", "fp32", "--checkpoint-gb", "14"], "--precision: only used with --params"),
+        (["--optimizer", "sgd"], "--optimizer: only used with --params"),
+    ],
+)
+def test_an_option_without_the_one_it_refines_is_refused(
+    capsys: pytest.CaptureFixture[str], given: list[str], says: str
+) -> None:
+    err = fails(capsys, *FIGURES, *PRICES, *given)
+    assert err.startswith(f"forewarn: plan: {says}") and err.count("\n") == 1
+
+
+def test_options_with_what_they_refine_change_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    base = [*FIGURES, *PRICES, "--reserved-price", "2", "--checkpoint-gb", "100"]
+    plain = plan_json(capsys, *base, "--storage-price", "0.02")
+    refined = plan_json(
+        capsys, *base, "--storage-price", "0.02", "--keep", "5", "--reserved-utilization", "50%"
+    )
+    # Compute at half use costs twice as much (storage, the same for each option, aside).
+    assert (
+        refined["costs"]["reserved"]["per_useful_hour"]
+        > 1.9 * (plain["costs"]["reserved"]["per_useful_hour"])
+    )
+    assert refined["costs"]["spot"]["per_useful_hour"] > plain["costs"]["spot"]["per_useful_hour"]
+    sized = plan_json(
+        capsys,
+        "--params",
+        "7B",
+        "--precision",
+        "fp32",
+        "--optimizer",
+        "sgd",
+        "--bandwidth",
+        "1GB/s",
+        "--tax",
+        "3%",
+    )
+    assert sized["checkpoint_size"]["bytes_per_param"] == 8
+
+
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
