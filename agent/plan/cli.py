@@ -109,6 +109,22 @@ def _amount(text: str) -> float:
     return _number(text)
 
 
+def _price(text: str) -> float:
+    """A price: `1.20`, or `$1.20` when it was quoted."""
+    text = text.strip()
+    if text.startswith("."):
+        # `--spot-price $1.20` unquoted: the shell expands `$1` (empty) and passes `.20`,
+        # which was read as 0.20, a sixth of the price meant.
+        raise argparse.ArgumentTypeError(
+            f"{text!r} starts with '.': an unquoted $1.20 reaches forewarn as .20 (the shell "
+            f"expands $1); write the price without '$' (1.20), or 0{text} if that is meant"
+        )
+    try:
+        return _number(text.removeprefix("$"))
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(str(error).replace(repr(text[1:]), repr(text))) from None
+
+
 def _positive(text: str) -> float:
     return _number(text, positive=True)
 
@@ -322,14 +338,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measured write/upload rate: 500MB/s (500MBps), 1.2GiB/s, 10Gbit/s (10Gbps); "
         "B is a byte, b a bit",
     )
-    money = parser.add_argument_group("prices (per hour unless named otherwise)")
-    money.add_argument("--spot-price", type=_amount, metavar="P", help="spot compute per hour")
+    money = parser.add_argument_group(
+        "prices (per hour unless named otherwise; write 1.20, not $1.20, which the shell "
+        "turns into .20 unless quoted)"
+    )
+    money.add_argument("--spot-price", type=_price, metavar="P", help="spot compute per hour")
     money.add_argument(
-        "--on-demand-price", type=_amount, metavar="P", help="on-demand compute per hour"
+        "--on-demand-price", type=_price, metavar="P", help="on-demand compute per hour"
     )
     money.add_argument(
         "--reserved-price",
-        type=_amount,
+        type=_price,
         metavar="P",
         help="reserved or committed compute per hour, effective",
     )
@@ -349,7 +368,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     money.add_argument(
         "--storage-price",
-        type=_amount,
+        type=_price,
         default=0.0,
         metavar="P",
         help="checkpoint storage per GB-month",
@@ -362,7 +381,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     money.add_argument(
         "--io-price",
-        type=_amount,
+        type=_price,
         default=0.0,
         metavar="P",
         help="checkpoint transfer and requests per GB written or read",

@@ -313,6 +313,23 @@ def test_durations_take_compounds_and_unit_words(capsys: pytest.CaptureFixture[s
     assert plan["inputs"]["restore_seconds"]["value"] == 120
 
 
+def test_a_price_may_carry_a_dollar_sign(capsys: pytest.CaptureFixture[str]) -> None:
+    plain = plan_json(capsys, *FIGURES, *PRICES)
+    dollars = plan_json(capsys, *FIGURES, "--spot-price", "$1.2", "--on-demand-price", " $3.9")
+    assert dollars["costs"] == plain["costs"]
+
+
+@pytest.mark.parametrize("flag", ["--spot-price", "--on-demand-price", "--reserved-price"])
+def test_a_price_the_shell_cut_after_its_dollar_is_refused(
+    capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    """`--spot-price $1.20` unquoted reaches forewarn as `.20`, which was priced at 0.20."""
+    argv = [*FIGURES, "--spot-price", "1.2", "--on-demand-price", "3.9", flag, ".20"]
+    err = fails(capsys, *argv)
+    assert f"{flag}: '.20' starts with '.'" in err and "without '$' (1.20)" in err
+    assert "'$x'" in fails(capsys, *FIGURES, "--spot-price", "$x", "--on-demand-price", "3")
+
+
 # Each was ignored in silence: the plan came out the same as without it.
 @pytest.mark.parametrize(
     ("given", "says"),
