@@ -197,7 +197,7 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
     lead = timing.notice_lead_seconds
     axis.set_title(
         f"checkpoint {seconds_text(timing.checkpoint_seconds)}, "
-        f"{timing.interruptions_per_day or 0:.3g} interruptions a day, "
+        f"{per_day(timing.interruptions_per_day or 0)}, "
         f"notice lead {seconds_text(lead) if lead else 'none'}"
         f"{'' if seen.usable or not lead else ' (too short)'}, "
         f"restart and reload {seconds_text(timing.restart_seconds + timing.restore_seconds)}",
@@ -205,6 +205,12 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
     )
     figure.tight_layout()
     return figure
+
+
+def per_day(rate: float) -> str:
+    """`1 interruption a day`, `0.5 interruptions a day`: the title once read `1 interruptions`."""
+    shown = f"{rate:.3g}"
+    return f"{shown} interruption{'' if shown == '1' else 's'} a day"
 
 
 def count_label(count: float) -> str:
@@ -234,4 +240,5 @@ __all__ = [
     "duration_label",
     "duration_label_exact",
     "interval_grid",
+    "per_day",
 ]

@@ -708,6 +708,31 @@ def test_the_plot_shows_the_curve_without_notice(timing_kwargs: dict[str, float]
         plt.close(figure)
 
 
+@pytest.mark.parametrize(
+    ("rate", "says"),
+    [
+        (1.0, "1 interruption a day,"),
+        (1.0004, "1 interruption a day,"),
+        (2.0, "2 interruptions a day,"),
+        (0.5, "0.5 interruptions a day,"),
+    ],
+)
+def test_the_plot_title_counts_interruptions_in_good_english(rate: float, says: str) -> None:
+    """The title read "1 interruptions a day"."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from forewarn.agent.plan import Timing, choose_interval
+    from forewarn.agent.plan.plot import build_figure
+
+    timing = Timing(checkpoint_seconds=10.0, mtbi_seconds=86400.0 / rate)
+    figure = build_figure(timing, choose_interval(timing))
+    try:
+        (axis,) = figure.axes
+        assert says in axis.get_title()
+    finally:
+        plt.close(figure)
+
+
 def test_a_recommended_interval_at_the_cap_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     """With every interruption noticed the overhead only falls as the interval grows: the
     recommended interval is then --max-interval, and the plan says it is the cap, not an
