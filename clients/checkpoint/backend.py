@@ -150,9 +150,13 @@ class Backend(ABC):
         with self.open_read(key) as stream, open(destination, "wb") as handle:
             return digest_stream(stream, like, write)[1]
 
-    def abort_stale_uploads(self, keep_prefix: str | None) -> int:
+    def abort_stale_uploads(
+        self, keep_prefix: str | None, *, older_than: float = 0.0, dead_prefix: str | None = None
+    ) -> int:
         """Abort unfinished uploads left by killed writers, except under `keep_prefix` (the
-        generation being written now); returns how many. Nothing to do on most backends."""
+        generation being written now) and those started less than `older_than` seconds ago
+        (by the service's clock) unless they are under `dead_prefix`; returns how many.
+        Nothing to do on most backends."""
         return 0
 
     def close(self) -> None:  # noqa: B027 - only some backends hold resources

@@ -16,6 +16,8 @@ import threading
 import zlib
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
@@ -411,12 +413,16 @@ class S3Backend(Backend):
         with open(destination, "rb") as handle:
             return digest_stream(handle, like)[1]
 
-    def abort_stale_uploads(self, keep_prefix: str | None) -> int:
+    def abort_stale_uploads(
+        self, keep_prefix: str | None, *, older_than: float = 0.0, dead_prefix: str | None = None
+    ) -> int:
         keep = self._dir(keep_prefix) if keep_prefix is not None else None
+        dead = self._dir(dead_prefix) if dead_prefix is not None else None
         root = self._dir("")
         aborted = 0
         paginator = self.client.get_paginator("list_multipart_uploads")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=root):
+            now = _service_time(page)
             for upload in page.get("Uploads", []):
                 if keep is not None and upload["Key"].startswith(keep):
                     continue
@@ -425,12 +431,31 @@ class S3Backend(Backend):
                 top, slash, _rest = upload["Key"][len(root) :].partition("/")
                 if not slash or (top != OUTPUTS and parse_generation_name(top) is None):
                     continue
+                if older_than > 0 and not (dead is not None and upload["Key"].startswith(dead)):
+                    initiated = upload.get("Initiated")
+                    if (
+                        isinstance(initiated, datetime)
+                        and (now - initiated).total_seconds() < older_than
+                    ):
+                        continue
                 with contextlib.suppress(Exception):  # another cleaner may have won
                     self.client.abort_multipart_upload(
                         Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]
                     )
                     aborted += 1
         return aborted
+
+
+def _service_time(reply: dict[str, Any]) -> datetime:
+    """The time the service answered, from its Date header: uploads are aged by the service's
+    clock, as it stamped them, so a skewed clock on this machine cannot make a live one old."""
+    date = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    if date:
+        with contextlib.suppress(TypeError, ValueError):
+            parsed = parsedate_to_datetime(date)
+            if parsed.tzinfo is not None:
+                return parsed
+    return datetime.now(timezone.utc)
 
 
 def resolve_upload_checksums(endpoint_url: str | None) -> bool:

@@ -38,6 +38,13 @@ from .ranks import resolve
 
 log = logging.getLogger("forewarn.checkpoint")
 
+# How old (by the service's clock) another step's unfinished upload must be before a job's first
+# save aborts it. The job before this one on the same prefix may still be writing its final
+# save (a replacement pod or restarted unit starts while the old one terminates): that save
+# fits a notice window of seconds to minutes (15 at the longest), and uploading one file
+# takes minutes even for tens of GiB, so an upload an hour old has no live writer.
+STALE_UPLOAD_AGE = 3600.0
+
 VerifyPolicy = Literal["sizes", "checksums"]
 _POLICIES = ("sizes", "checksums")
 
@@ -178,12 +185,22 @@ class CheckpointStore:
             # The first save of this process: no writer of this job can still be uploading
             # anything but this step (the ranks save in step; an earlier step committed only
             # once every rank's part, hence its uploads, were in), so whatever else is
-            # unfinished belongs to a killed writer. A single rank is the step's only writer:
-            # its uploads are dead too, and they are the usual ones (a job resumed from the
-            # last commit saves again the step it was killed in).
+            # unfinished belongs to a killed writer, or to the job before this one still
+            # writing its final save (a replacement pod starts while the old one terminates):
+            # uploads younger than STALE_UPLOAD_AGE are spared for that. A single rank is the
+            # step's only writer: its uploads are dead whatever their age, and they are the
+            # usual ones (a job resumed from the last commit saves again the step it was
+            # killed in).
             self._swept = True
+            name_if_single = name if ranks.world_size == 1 else None
             try:
-                self.abort_stale_uploads(keep_step=step if ranks.world_size > 1 else None)
+                aborted = self._backend.abort_stale_uploads(
+                    None if name_if_single else name,
+                    older_than=STALE_UPLOAD_AGE,
+                    dead_prefix=name_if_single,
+                )
+                if aborted:
+                    log.info("forewarn: aborted %d unfinished uploads in %s", aborted, self.url)
             except Exception as exc:
                 # Clean-up, not the save: credentials without s3:ListBucketMultipartUploads
                 # (a common narrow bucket policy) failed the first save of every process.
@@ -228,9 +245,9 @@ class CheckpointStore:
 
     def abort_stale_uploads(self, *, keep_step: int | None = None) -> int:
         """Abort unfinished multipart uploads that killed writers left (S3; nothing on local
-        disk), except those of generation `keep_step`; returns how many. Rank 0's first save
-        in a process does this by itself; call it only when no other writer of this store is
-        saving."""
+        disk), except those of generation `keep_step`, whatever their age; returns how many.
+        Rank 0's first save in a process does this by itself, sparing uploads younger than
+        `STALE_UPLOAD_AGE`; call it only when no other writer of this store is saving."""
         keep = generation_name(keep_step) if keep_step is not None else None
         aborted = self._backend.abort_stale_uploads(keep)
         if aborted:

@@ -115,5 +115,9 @@ class DelegatingBackend(Backend):
     def download(self, key: str, destination: Path, like: str, progress: Any) -> str:
         return self.inner.download(key, destination, like, progress)
 
-    def abort_stale_uploads(self, keep_prefix: str | None) -> int:
-        return self.inner.abort_stale_uploads(keep_prefix)
+    def abort_stale_uploads(
+        self, keep_prefix: str | None, *, older_than: float = 0.0, dead_prefix: str | None = None
+    ) -> int:
+        return self.inner.abort_stale_uploads(
+            keep_prefix, older_than=older_than, dead_prefix=dead_prefix
+        )
