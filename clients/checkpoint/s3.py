@@ -39,6 +39,12 @@ CHECKSUM_ALGORITHM = "CRC32"  # botocore's default request checksum
 PART_CHECKSUM = "ChecksumCRC32"
 # boto3's own read timeout, for every request but the commit of a multipart upload.
 READ_TIMEOUT = 60.0
+# boto3's is 60 s, and a request is tried 6 times (RETRIES + 1): a final save against an
+# endpoint that took no connections ran for over 6 minutes, far past any notice deadline,
+# before failing. A connection to a live endpoint opens in milliseconds (3 s outlasts one lost
+# SYN), so a dead one fails in about 20 s, retries included.
+CONNECT_TIMEOUT = 3.0
+RETRIES = 5
 # S3 may take minutes to answer CompleteMultipartUpload for a large object (AWS documents it;
 # moto joins every part in memory first: over two minutes for 1 GiB on a loaded machine). A
 # shorter read timeout makes botocore retry a commit still in progress, and the retries fail
@@ -541,8 +547,9 @@ def make_client(
         }
     config = Config(
         max_pool_connections=concurrency + 4,
+        connect_timeout=CONNECT_TIMEOUT,
         read_timeout=read_timeout if read_timeout is not None else READ_TIMEOUT,
-        retries={"max_attempts": 5, "mode": "standard"},
+        retries={"max_attempts": RETRIES, "mode": "standard"},
         s3=s3_options or None,
         **checksums,
     )
