@@ -47,25 +47,27 @@ def open_backend(
     """The backend a store URL names: a path, `file://`, or `s3://bucket/prefix`."""
     given = s3.given() if s3 is not None else {}
     text = os.fspath(url)
-    if text.startswith("s3://"):
+    # URL schemes are case-insensitive: `S3://bucket/prefix` was refused as an unknown scheme.
+    head, sep, _rest = text.partition("://")
+    scheme = head.lower() if sep else ""
+    if scheme == "s3":
         from .s3 import S3Backend
 
-        return S3Backend(text, **given)
+        return S3Backend(f"s3://{_rest}", **given)
     if given:
         raise StoreConfigError(
             f"S3 options {', '.join(sorted(given))} apply to s3:// stores only, not {text!r}"
         )
     from .local import LocalBackend
 
-    if text.startswith("file://"):
+    if scheme == "file":
         parts = urlsplit(text)
         if parts.netloc not in ("", "localhost"):
             raise StoreConfigError(f"file URL {text!r} names a host; use file:///absolute/path")
         return LocalBackend(unquote(parts.path), durable=durable)
-    if "://" in text:
-        scheme = text.split("://", 1)[0]
+    if sep:
         raise StoreConfigError(
-            f"store URL scheme {scheme!r} is not supported: use a path, file:// or s3://"
+            f"store URL scheme {head!r} is not supported: use a path, file:// or s3://"
             " (GCS through its S3 interoperability endpoint)"
         )
     if not text:

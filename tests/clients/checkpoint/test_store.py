@@ -20,6 +20,8 @@ from forewarn.clients.checkpoint import (
     S3Options,
     StoreConfigError,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def payload(step: int, size: int = 1000) -> bytes:
@@ -321,6 +323,48 @@ def test_file_urls_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("FOREWARN_CHECKPOINT_KEEP", "three")
     with pytest.raises(StoreConfigError, match="FOREWARN_CHECKPOINT_KEEP"):
         CheckpointStore.from_env()
+
+
+def test_url_schemes_are_case_insensitive(bucket: str, tmp_path: Path) -> None:
+    """`S3://bucket/prefix`, as people write it, is the same store as `s3://`."""
+    save_step(CheckpointStore(f"S3://{bucket}/Run"), 1)
+    assert CheckpointStore(f"s3://{bucket}/Run").get(1, verify="checksums").step == 1
+    save_step(CheckpointStore(f"FILE://{tmp_path}/a"), 2)
+    assert CheckpointStore(tmp_path / "a").get(2, verify="checksums").step == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scheme=st.sampled_from(["s3", "file", "gs"]).flatmap(
+        lambda name: st.tuples(*(st.sampled_from([c.lower(), c.upper()]) for c in name))
+    ),
+    path=st.text(alphabet="abcXYZ019-_/", min_size=1, max_size=20).filter(
+        lambda text: not text.startswith("/")
+    ),
+)
+def test_any_case_of_a_scheme_opens_the_backend_of_its_lower_case(
+    scheme: tuple[str, ...], path: str
+) -> None:
+    from forewarn.clients.checkpoint.local import LocalBackend
+    from forewarn.clients.checkpoint.options import open_backend
+    from forewarn.clients.checkpoint.s3 import S3Backend, parse_s3_url
+
+    written = "".join(scheme)
+    lower = written.lower()
+    if lower == "gs":
+        with pytest.raises(StoreConfigError, match=f"scheme {written!r} is not supported"):
+            open_backend(f"{written}://{path}")
+        return
+    if lower == "file":
+        backend = open_backend(f"{written}:///tmp/{path}")
+        assert isinstance(backend, LocalBackend)
+        assert backend.local_path("x") == open_backend(f"file:///tmp/{path}").local_path("x")
+        return
+    url = f"{written}://bucket/{path}"
+    backend = open_backend(url)
+    assert isinstance(backend, S3Backend)
+    assert (backend.bucket, backend.prefix) == parse_s3_url(f"s3://bucket/{path}")
+    assert backend.url == f"s3://bucket/{path}"
 
 
 def test_s3_store_takes_endpoint_and_credentials_as_arguments(
