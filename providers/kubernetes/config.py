@@ -11,6 +11,7 @@ as they do for kubectl. The library is imported only on this path.
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 from collections.abc import Callable, Mapping
@@ -21,6 +22,8 @@ from forewarn.protocol.errors import ConfigError
 
 from . import kubeconfig
 from .settings import Settings
+
+log = logging.getLogger("forewarn.providers.kubernetes")
 
 
 class TokenFile:
@@ -63,6 +66,32 @@ def node_name(settings: Settings, env: Mapping[str, str]) -> str:
             "or kubernetes.node_name (FOREWARN_KUBERNETES_NODE_NAME)"
         )
     return name
+
+
+HOST_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def host_boot_id(settings: Settings, env: Mapping[str, str]) -> str | None:
+    """This host's boot id, to tell a shutdown reported before a reboot from a current one;
+    None when there is nothing to compare (the agent may not run on the node)."""
+    path = settings.boot_id_file
+    if path is None:
+        in_pod = settings.kubeconfig is None and settings.url is None
+        if not (in_pod and env.get("KUBERNETES_SERVICE_HOST", "").strip()):
+            return None
+        path = HOST_BOOT_ID
+    try:
+        boot_id = path.read_text().strip().lower()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        if settings.boot_id_file is not None:
+            raise ConfigError(f"kubernetes.boot_id_file {path} is unreadable: {reason}") from None
+        # Without it every shutdown counts, as before: better a stale one than none.
+        log.warning("this host's boot id %s is unreadable (%s): not compared", path, reason)
+        return None
+    if not boot_id:
+        raise ConfigError(f"kubernetes.boot_id_file {path} is empty")
+    return boot_id
 
 
 def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Cluster:
@@ -157,6 +186,7 @@ __all__ = [
     "TokenFile",
     "TokenSource",
     "from_kubeconfig",
+    "host_boot_id",
     "in_cluster",
     "node_name",
     "resolve",

@@ -8,7 +8,9 @@ A Node object stands for a set of active conditions, each with a stable id:
 - `kubernetes/<node>/deleting`: `metadata.deletionTimestamp` set → drain;
 - `kubernetes/<node>/shutdown`: `Ready=False` whose *message* says "node is shutting down"
   (kubelet graceful shutdown; the reason is `KubeletNotReady`) → terminate, kept while
-  Ready then turns `Unknown` (the kubelet stopped posting: the node is not back);
+  Ready then turns `Unknown` (the kubelet stopped posting: the node is not back); not when
+  `status.nodeInfo.bootID` names another boot than this host's (a stale status from before
+  a reboot);
 - `kubernetes/<node>/deleted`: the Node object was deleted → terminate.
 
 `changes` compares two such sets: what appeared or changed is sent, what vanished is cleared
@@ -173,17 +175,29 @@ def _shutdown_condition(ready: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
+def stale_boot(status: dict[str, Any], boot_id: str) -> bool:
+    """Whether the node's status was reported for a boot other than `boot_id`."""
+    node_info = _optional_object(status, "nodeInfo", "status.nodeInfo")
+    reported = _optional_str(node_info, "bootID", "status.nodeInfo.bootID")
+    if not reported:
+        return False
+    return reported.strip().lower() != boot_id.strip().lower()
+
+
 def node_reports(
     node: Any,
     node_name: str,
     drain_taints: Collection[str],
     previous: Mapping[str, Report] | None = None,
+    boot_id: str | None = None,
 ) -> list[Report]:
     """The reports a Node object stands for (drains and terminates only; no clears).
 
     `previous` are the reports active before this object: a shutdown among them stays while
     the Ready condition is `Unknown`, if it was raised for this same object (its `uid`): a
-    Node deleted and created again under the name is not the one that shut down. Raises
+    Node deleted and created again under the name is not the one that shut down. With
+    `boot_id` (this host's), a shutdown reported while `status.nodeInfo.bootID` names
+    another boot is stale: from before a reboot the kubelet has not posted since. Raises
     ParseError when the object is not a Node of that name or a field has a wrong type.
     """
     node = _object(node, "node")
@@ -236,6 +250,8 @@ def node_reports(
         )
     ready = _ready_condition(status)
     shutdown = _shutdown_condition(ready)
+    if shutdown is not None and boot_id and stale_boot(status, boot_id):
+        shutdown = None
     if shutdown is not None:
         reports.append(report("terminate", ("shutdown",), {"condition": "shutdown", **shutdown}))
     elif ready is not None and ready.get("status") == "Unknown" and previous:
@@ -322,4 +338,5 @@ __all__ = [
     "notice_id",
     "parse_event",
     "parse_list",
+    "stale_boot",
 ]

@@ -72,6 +72,14 @@ class Settings(EndpointSettings):
         default=SERVICE_ACCOUNT_DIR / "ca.crt",
         description="The cluster CA used to verify an https API server in-cluster.",
     )
+    boot_id_file: Path | None = Field(
+        default=None,
+        description="This host's boot id, compared with the Node's `status.nodeInfo.bootID`: "
+        "a shutdown condition reported for another boot is left over from before a reboot "
+        "and ignored. Default: `/proc/sys/kernel/random/boot_id` when the agent runs in a "
+        "pod (in-cluster, on the node); with `url` or a kubeconfig the agent may run on "
+        "another machine, so no comparison is made unless this is set.",
+    )
     # NoDecode: the environment gives a comma-separated list, not JSON.
     taints: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_DRAIN_TAINTS),

@@ -26,7 +26,7 @@ from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext
 from ..fetch import within
 from .api import ApiError, Gone, NodeApi, read_margin
-from .config import ConfigError, node_name, resolve
+from .config import ConfigError, host_boot_id, node_name, resolve
 from .nodes import (
     WatchEvent,
     changes,
@@ -65,6 +65,7 @@ class KubernetesWatcher:
         self.node_name: str | None = None
         self.seen_node = False
         self.node_uid: str | None = None  # the Node object last seen (kept past its deletion)
+        self.boot_id: str | None = None  # this host's, read on connect
         self.node_missing = False  # listed and not there: not healthy until it appears
         self.api: NodeApi | None = None
         self.delivered = False  # the current stream has delivered an event
@@ -83,6 +84,7 @@ class KubernetesWatcher:
     async def _connect(self) -> NodeApi:
         if self.api is None:
             name = node_name(self.settings, self.env)
+            self.boot_id = host_boot_id(self.settings, self.env)
             # In a thread: a kubeconfig's exec plugin runs here (a cloud CLI, seconds).
             cluster = await asyncio.to_thread(resolve, self.settings, self.env)
             self.node_name = name
@@ -214,7 +216,8 @@ class KubernetesWatcher:
         # notices. Each is cleared, and the new one's are raised afresh, same ids included.
         replaced = uid is not None and self.node_uid is not None and uid != self.node_uid
         previous = {} if replaced else self.active
-        self._apply(node_reports(node, name, self.taints, previous), emit, replaced=replaced)
+        current = node_reports(node, name, self.taints, previous, self.boot_id)
+        self._apply(current, emit, replaced=replaced)
         self.node_uid = uid or self.node_uid
         self.seen_node = True
 

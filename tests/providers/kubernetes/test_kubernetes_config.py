@@ -14,6 +14,7 @@ import pytest
 from forewarn.providers.kubernetes.config import (
     ConfigError,
     from_kubeconfig,
+    host_boot_id,
     in_cluster,
     node_name,
     resolve,
@@ -362,3 +363,25 @@ def test_in_cluster_never_loads_the_client_library(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_host_boot_id_is_read_in_a_pod_only(tmp_path: Path, monkeypatch: Any) -> None:
+    """In a pod the agent is on the node: its boot id is the node's. With a url or a
+    kubeconfig it may run anywhere; only an explicit file is compared then."""
+    from forewarn.providers.kubernetes import config
+
+    default = tmp_path / "boot_id"
+    default.write_text("ABC-1\n")
+    monkeypatch.setattr(config, "HOST_BOOT_ID", default)
+    in_pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    assert host_boot_id(Settings(), in_pod) == "abc-1"
+    assert host_boot_id(Settings(), {}) is None
+    assert host_boot_id(Settings(url="http://127.0.0.1:1"), in_pod) is None
+    assert host_boot_id(Settings(url="http://127.0.0.1:1", boot_id_file=default), {}) == "abc-1"
+    default.unlink()
+    assert host_boot_id(Settings(), in_pod) is None  # every shutdown counts, as before
+    with pytest.raises(ConfigError, match=r"boot_id_file .* unreadable"):
+        host_boot_id(Settings(boot_id_file=default), {})
+    default.write_text("\n")
+    with pytest.raises(ConfigError, match="empty"):
+        host_boot_id(Settings(boot_id_file=default), {})

@@ -85,6 +85,27 @@ def test_cluster_autoscaler_deletion_drains() -> None:
     assert reports[0].detail == {"node": NODE, "condition": "taint", "taint": taint}
 
 
+@given(
+    reported=st.one_of(st.none(), st.just(""), st.uuids().map(str)),
+    host=st.uuids().map(str),
+)
+def test_a_shutdown_of_another_boot_is_stale(reported: str | None, host: str) -> None:
+    """A shutdown stands only if the Node's status was reported for this host's boot (or
+    names none); a status from before a reboot must not terminate the new boot's job."""
+    shutting = node(ready=("False", "KubeletNotReady", "node is shutting down"))
+    if reported is not None:
+        shutting["status"]["nodeInfo"] = {"bootID": reported}
+    shutdown = {f"kubernetes/{NODE}/shutdown": "terminate"}
+    assert ids(node_reports(shutting, NODE, TAINTS)) == shutdown  # nothing to compare
+    same = ids(node_reports(shutting, NODE, TAINTS, boot_id=reported or host))
+    assert same == shutdown
+    other = ids(node_reports(shutting, NODE, TAINTS, boot_id=host))
+    assert other == ({} if reported and reported != host else shutdown)
+    with pytest.raises(ParseError, match="bootID"):
+        shutting["status"]["nodeInfo"] = {"bootID": 7}
+        node_reports(shutting, NODE, TAINTS, boot_id=host)
+
+
 def test_shutdown_matches_the_message_not_the_reason() -> None:
     shutting = node(ready=("False", "KubeletNotReady", "node is shutting down"))
     assert ids(node_reports(shutting, NODE, TAINTS)) == {f"kubernetes/{NODE}/shutdown": "terminate"}

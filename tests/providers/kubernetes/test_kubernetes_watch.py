@@ -212,6 +212,51 @@ async def test_not_ready_for_another_reason_is_not_a_shutdown(
     assert watching.summary() == [("drain", CORDON)]
 
 
+async def test_a_shutdown_reported_before_a_reboot_is_stale(
+    cluster: Cluster, start_watcher: Any, tmp_path: Path
+) -> None:
+    """After a reboot that keeps the Node object, the status still says "node is shutting
+    down" until the kubelet posts again; an agent started meanwhile published a terminate,
+    and the job started after the reboot exited at once."""
+    cluster.raise_("shutdown")  # the previous boot's last report
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("6f1e0c9a-0000-4000-8000-000000000001\n")  # this (new) boot
+    running = await start_watcher(
+        url=cluster.url, node_name=NODE, token_file=cluster.token_file, boot_id_file=boot_id
+    )
+    await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+    cluster.raise_("cordon")  # a marker: once it is seen, the node was seen too
+    await running.report("drain", CORDON)
+    assert running.summary() == [("drain", CORDON)]
+
+
+async def test_a_shutdown_reported_for_this_boot_terminates(
+    cluster: Cluster, start_watcher: Any, tmp_path: Path
+) -> None:
+    boot_id = tmp_path / "boot_id"
+    reported = cluster.state()["node"]["status"]["nodeInfo"]["bootID"]
+    boot_id.write_text(reported.upper() + "\n")
+    running = await start_watcher(
+        url=cluster.url, node_name=NODE, token_file=cluster.token_file, boot_id_file=boot_id
+    )
+    await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+    cluster.raise_("shutdown")
+    await running.report("terminate", SHUTDOWN)
+
+
+async def test_an_unreadable_boot_id_file_is_one_clear_error(
+    cluster: Cluster, start_watcher: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = await start_watcher(
+        url=cluster.url,
+        node_name=NODE,
+        token_file=cluster.token_file,
+        boot_id_file=tmp_path / "missing",
+    )
+    await running.until(lambda: running.health.errors_by_kind.get("config", 0) >= 1)
+    assert any("boot_id_file" in r.getMessage() for r in caplog.records)
+
+
 async def test_410_as_http_status_relists(cluster: Cluster, watching: Running) -> None:
     cluster.raise_("compact", **{"as": "status"})
     cluster.raise_("timeout")  # the watch ends and resumes from an rv that is now too old
