@@ -14,6 +14,9 @@ seconds, or until it is withdrawn:
 | `oversize` | 200 with a body of `size` bytes (50 MB) | `size` |
 | `throttle` | 429 (the provider's page) for requests above `rate` a second | `rate` |
 
+`retry_after` (whole seconds) sends that `Retry-After` header with a `status` or `throttle`
+answer, in place of the provider page's own.
+
 A provider adds named faults as presets of these (AWS's `hop-limit` is a `hang` of the token
 PUT). Standard library only, like the simulators.
 """
@@ -46,6 +49,7 @@ FIELDS = (
     "size",
     "count",
     "duration",
+    "retry_after",
 )
 _ids = itertools.count(1)
 
@@ -67,6 +71,7 @@ class Fault:
     size: int = DEFAULT_OVERSIZE
     count: int | None = None
     duration: float | None = None
+    retry_after: int | None = None
     name: str = ""  # the kind it was asked for (a provider's preset name, or `kind`)
     id: str = field(default_factory=lambda: f"fault-{next(_ids)}")
     created: float = field(default_factory=time.monotonic)
@@ -111,7 +116,8 @@ class Fault:
         out: dict[str, Any] = {"id": self.id, "kind": self.name or self.kind, "path": self.path}
         if self.name and self.name != self.kind:
             out["as"] = self.kind
-        for key in ("method", "body", "content_type", "seconds", "count", "duration"):
+        keys = ("method", "body", "content_type", "seconds", "count", "duration", "retry_after")
+        for key in keys:
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -186,6 +192,7 @@ def make_fault(
         size=size if size is not None else DEFAULT_OVERSIZE,
         count=_whole(merged, "count", 1, 10**9),
         duration=_number(merged, "duration", 0, 30 * 86400),
+        retry_after=_whole(merged, "retry_after", 0, int(MAX_SECONDS)),
     )
 
 

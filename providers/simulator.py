@@ -256,6 +256,8 @@ class Simulator:
             )
         elif fault.content_type is not None:
             page.content_type = fault.content_type
+        if fault.retry_after is not None:
+            page.headers = {**page.headers, "Retry-After": str(fault.retry_after)}
         return page
 
     # The control API.

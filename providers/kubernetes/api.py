@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,8 +13,10 @@ from urllib.parse import quote
 
 import httpx
 from forewarn.protocol.errors import ForewarnError
+from forewarn.protocol.timefmt import utcnow
 
 from ..fetch import fetch, lines
+from ..httpdate import parse_http_date
 from .config import Cluster
 from .nodes import NodeList, WatchEvent, parse_event, parse_list
 
@@ -72,10 +75,32 @@ MAX_EVENT_LINE = 4 << 20
 class ApiError(ForewarnError):
     """The API server answered with an error; `kind` names it for PollHealth."""
 
-    def __init__(self, kind: str, message: str, status: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
+        self.retry_after = retry_after  # seconds the server asked to wait (429, 503)
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds a Retry-After header asks to wait (seconds or an HTTP date; the API server
+    sends seconds), None when absent or unreadable."""
+    if not value or not value.strip():
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            seconds = (parse_http_date(value.strip()) - utcnow()).total_seconds()
+        except ValueError:
+            return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 class Gone(ApiError):
@@ -96,7 +121,13 @@ def status_message(body: bytes) -> str:
     return body[:200].decode(errors="replace") or "(empty body)"
 
 
-def error_for(status: int, body: bytes, what: str, source: str) -> ApiError:
+def error_for(
+    status: int,
+    body: bytes,
+    what: str,
+    source: str,
+    headers: httpx.Headers | None = None,
+) -> ApiError:
     message = status_message(body)
     if status == 410:
         return Gone(f"{what}: {message}")
@@ -114,7 +145,8 @@ def error_for(status: int, body: bytes, what: str, source: str) -> ApiError:
             "(packaging/kubernetes/base/clusterrole.yaml)",
             403,
         )
-    return ApiError(f"http-{status}", f"{what}: {status} {message}", status)
+    wait = retry_after(headers.get("Retry-After")) if headers is not None else None
+    return ApiError(f"http-{status}", f"{what}: {status} {message}", status, wait)
 
 
 class NodeApi:
@@ -161,7 +193,13 @@ class NodeApi:
             max_body=MAX_LIST_BODY,
         )
         if response.status_code != 200:
-            raise error_for(response.status_code, response.content, "list", self.cluster.source)
+            raise error_for(
+                response.status_code,
+                response.content,
+                "list",
+                self.cluster.source,
+                response.headers,
+            )
         try:
             payload = json.loads(response.content)
         except ValueError:
@@ -190,7 +228,9 @@ class NodeApi:
         ) as response:
             if response.status_code != 200:
                 body = await _head_of(response)
-                raise error_for(response.status_code, body, "watch", self.cluster.source)
+                raise error_for(
+                    response.status_code, body, "watch", self.cluster.source, response.headers
+                )
             yield self._events(response)
 
     @staticmethod
@@ -237,5 +277,6 @@ __all__ = [
     "cordon_request",
     "error_for",
     "keepalive_options",
+    "retry_after",
     "status_message",
 ]

@@ -7,6 +7,8 @@
 - The token is read from its file for every request, so a rotated token is picked up on the
   next (re)connect; a 401 is retried with the credentials resolved again (the file read, a
   kubeconfig's exec plugin run again).
+- A 429 or 503 with `Retry-After` is retried after that long (at most `retry_max`), not
+  after the backoff's first 0.2 s.
 - Bad configuration (no node name, an unreadable token) is one clear error in PollHealth,
   retried every minute; the agent and its other watchers keep running.
 """
@@ -92,13 +94,17 @@ class KubernetesWatcher:
             log.info("watching node %s via %s at %s", name, cluster.source, cluster.server)
         return self.api
 
-    async def _pause(self, backoff: Backoff) -> None:
+    async def _pause(self, backoff: Backoff, retry_after: float | None = None) -> None:
         """Wait before reconnecting. A stream that delivered events was working: its break
         starts the backoff over, so a stream that breaks every few seconds is resumed at
-        once instead of being waited on for up to `retry_max`."""
+        once instead of being waited on for up to `retry_max`. A server that said how long
+        to wait (429 or 503 with Retry-After) is given that, up to `retry_max`."""
         if self.delivered:
             backoff.reset()
-        await asyncio.sleep(backoff.next())
+        wait = backoff.next()
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.settings.retry_max))
+        await asyncio.sleep(wait)
 
     async def watch(self, emit: Emit) -> None:
         backoff = Backoff(FIRST_RETRY, self.settings.retry_max)
@@ -134,7 +140,7 @@ class KubernetesWatcher:
                     # Resolve again: a token file re-read, a kubeconfig's exec plugin re-run,
                     # a client certificate reloaded.
                     await self.aclose()
-                await self._pause(backoff)
+                await self._pause(backoff, error.retry_after)
             except ParseError as error:
                 self.health.error("parse", str(error))
                 self.resource_version = None  # do not trust a position after garbage

@@ -176,6 +176,17 @@ def test_throttle_answers_429_above_the_rate(served: Served) -> None:
             assert answer.text  # the provider's own page
 
 
+def test_retry_after_sets_the_header_of_status_and_throttle(served: Served) -> None:
+    served.fault(kind="status", status=503, retry_after=7, count=1)
+    answer = served.get()
+    assert (answer.status_code, answer.headers["Retry-After"]) == (503, "7")
+    assert answer.text  # still the provider's own page
+    served.fault(kind="throttle", rate=0, retry_after=3, count=1)
+    answer = served.get()
+    assert (answer.status_code, answer.headers["Retry-After"]) == (429, "3")
+    assert "Retry-After" not in served.get().headers
+
+
 def test_faults_are_listed_in_state_and_cleared(served: Served) -> None:
     served.fault(kind="status", status=500, path="/nowhere")
     state = served.http.get("/_sim/state").json()
@@ -207,6 +218,8 @@ def test_a_fault_with_after_starts_later(served: Served) -> None:
         ({"kind": "status", "colour": "red"}, "colour"),
         ({"kind": "status", "after": -3}, "after"),
         ({"kind": "status", "after": 1e300}, "after"),
+        ({"kind": "status", "retry_after": 1.5}, "retry_after"),
+        ({"kind": "throttle", "retry_after": -1}, "retry_after"),
     ],
 )
 def test_a_bad_fault_is_a_400_naming_what_was_wrong(
@@ -302,7 +315,7 @@ _VALUES = st.one_of(
         st.sampled_from(
             [
                 *("kind", "path", "method", "status", "body", "content_type", "seconds"),
-                *("rate", "size", "count", "duration", "other"),
+                *("rate", "size", "count", "duration", "retry_after", "other"),
             ]
         ),
         _VALUES,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from forewarn.providers.kubernetes import api
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
+from hypothesis import given
+from hypothesis import strategies as st
 from k8s_support import NODE, TOKEN, Cluster, Running
 from support import refused_port
 
@@ -255,6 +258,55 @@ async def test_an_unreadable_boot_id_file_is_one_clear_error(
     )
     await running.until(lambda: running.health.errors_by_kind.get("config", 0) >= 1)
     assert any("boot_id_file" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "retry_max", "low", "high"),
+    [
+        (429, 2, 10.0, 1.9, 6.0),  # honoured: the backoff alone would retry after 0.2 s
+        (503, 2, 10.0, 1.9, 6.0),
+        (503, 600, 0.5, 0.0, 3.0),  # bounded by retry_max
+    ],
+)
+async def test_retry_after_is_honoured_up_to_retry_max(
+    cluster: Cluster,
+    start_watcher: Any,
+    status: int,
+    retry_after: int,
+    retry_max: float,
+    low: float,
+    high: float,
+) -> None:
+    """An API server shedding load answers 429 (or 503) with Retry-After; the watcher came
+    back after 0.2 s, 0.4 s, ... regardless, adding to the load it was asked to spare."""
+    cluster.sim.add_fault(
+        "status", status=status, retry_after=retry_after, count=1, path="/api/v1/nodes"
+    )
+    running = await start_watcher(
+        url=cluster.url, node_name=NODE, token_file=cluster.token_file, retry_max=retry_max
+    )
+    await running.until(lambda: running.health.errors_by_kind.get(f"http-{status}", 0) >= 1)
+    refused = time.monotonic()
+    await running.until(lambda: running.watcher.lists >= 1, timeout=high + 5, what="a list")
+    assert low <= time.monotonic() - refused <= high
+
+
+@given(st.text(max_size=40))
+def test_retry_after_header_is_a_wait_or_none(text: str) -> None:
+    wait = api.retry_after(text)
+    assert wait is None or (wait >= 0 and wait < float("inf"))
+
+
+@given(st.integers(min_value=0, max_value=10**6))
+def test_retry_after_header_in_seconds(seconds: int) -> None:
+    assert api.retry_after(f" {seconds} ") == seconds
+
+
+def test_retry_after_header_as_a_date() -> None:
+    assert api.retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # past: at once
+    assert (api.retry_after("Fri, 01 Jan 2100 00:00:00 GMT") or 0) >= 50
+    assert api.retry_after("soon") is None
+    assert api.retry_after(None) is None
 
 
 async def test_410_as_http_status_relists(cluster: Cluster, watching: Running) -> None:
