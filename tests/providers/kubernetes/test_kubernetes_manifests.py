@@ -181,6 +181,38 @@ def test_daemonset_uses_the_host_runtime_dir_and_tolerates_drains() -> None:
     }
 
 
+SPOT_TAINTS = (
+    ("kubernetes.azure.com/scalesetpriority", "spot"),  # AKS spot node pools
+    ("cloud.google.com/gke-spot", "true"),  # GKE spot node pools
+    ("cloud.google.com/gke-preemptible", "true"),  # GKE preemptible node pools
+)
+
+
+def tolerates(spec: dict[str, Any], key: str, value: str, effect: str = "NoSchedule") -> bool:
+    """As the scheduler matches a toleration to a taint."""
+    for toleration in spec.get("tolerations", []):
+        if toleration.get("effect") not in (None, "", effect):
+            continue
+        if toleration.get("operator") == "Exists" and toleration.get("key") in (None, key):
+            return True
+        if toleration.get("operator", "Equal") == "Equal" and (
+            toleration.get("key"),
+            toleration.get("value", ""),
+        ) == (key, value):
+            return True
+    return False
+
+
+@pytest.mark.parametrize(("key", "value"), SPOT_TAINTS)
+def test_every_agent_pod_schedules_on_tainted_spot_nodes(key: str, value: str) -> None:
+    """The sidecar Job had no tolerations: on AKS spot nodes (always tainted) and tainted GKE
+    spot pools it stayed Pending, never reaching the nodes forewarn is for."""
+    workloads = [*of_kind("Job"), *of_kind("DaemonSet")]
+    assert {w["kind"] for w in workloads} == {"Job", "DaemonSet"}
+    for workload in workloads:
+        assert tolerates(pod_spec(workload), key, value), workload["kind"]
+
+
 def test_settings_defaults_match_the_manifests() -> None:
     from forewarn.providers.kubernetes.settings import SERVICE_ACCOUNT_DIR
 
