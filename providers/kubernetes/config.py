@@ -11,16 +11,19 @@ as they do for kubectl. The library is imported only on this path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from forewarn.protocol.errors import ConfigError
 
 from . import kubeconfig
+from .nodes import HostBoot
 from .settings import Settings
 
 log = logging.getLogger("forewarn.providers.kubernetes")
@@ -92,6 +95,42 @@ def host_boot_id(settings: Settings, env: Mapping[str, str]) -> str | None:
     if not boot_id:
         raise ConfigError(f"kubernetes.boot_id_file {path} is empty")
     return boot_id
+
+
+HOST_STAT = Path("/proc/stat")
+
+
+def host_boot_time(settings: Settings) -> datetime | None:
+    """This host's boot time: the `btime` line (seconds since the epoch) of /proc/stat or
+    of `boot_time_file`. None, with a warning, when the default is unreadable."""
+    path = settings.boot_time_file or HOST_STAT
+    try:
+        text = path.read_text()
+    except OSError as error:
+        problem = f"is unreadable: {error.strerror or type(error).__name__}"
+    else:
+        problem = "has no `btime <seconds>` line"
+        for line in text.splitlines():
+            fields = line.split()
+            if len(fields) == 2 and fields[0] == "btime" and fields[1].isascii():
+                with contextlib.suppress(ValueError, OverflowError, OSError):
+                    return datetime.fromtimestamp(int(fields[1]), timezone.utc)
+    if settings.boot_time_file is not None:
+        raise ConfigError(f"kubernetes.boot_time_file {path} {problem}")
+    log.warning("this host's boot time %s %s: shutdowns not compared", path, problem)
+    return None
+
+
+def host_boot(settings: Settings, env: Mapping[str, str]) -> HostBoot | None:
+    """This host's boot id and time, to tell a shutdown reported before a reboot from a
+    current one; None when there is nothing to compare (then every shutdown counts)."""
+    boot_id = host_boot_id(settings, env)
+    if boot_id is None:
+        return None
+    # Read wherever the boot id is compared: a current shutdown is posted after the boot of
+    # any running machine, so even another machine's boot time never makes it stale.
+    booted_at = host_boot_time(settings)
+    return None if booted_at is None else HostBoot(boot_id, booted_at)
 
 
 def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Cluster:
@@ -186,7 +225,9 @@ __all__ = [
     "TokenFile",
     "TokenSource",
     "from_kubeconfig",
+    "host_boot",
     "host_boot_id",
+    "host_boot_time",
     "in_cluster",
     "node_name",
     "resolve",

@@ -9,8 +9,8 @@ A Node object stands for a set of active conditions, each with a stable id:
 - `kubernetes/<node>/shutdown`: `Ready=False` whose *message* says "node is shutting down"
   (kubelet graceful shutdown; the reason is `KubeletNotReady`) → terminate, kept while
   Ready then turns `Unknown` (the kubelet stopped posting: the node is not back); not when
-  `status.nodeInfo.bootID` names another boot than this host's (a stale status from before
-  a reboot);
+  `status.nodeInfo.bootID` names another boot than this host's *and* the condition was
+  posted before this host booted (a stale status from before a reboot);
 - `kubernetes/<node>/deleted`: the Node object was deleted → terminate.
 
 `changes` compares two such sets: what appeared or changed is sent, what vanished is cleared
@@ -23,10 +23,11 @@ import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from forewarn.protocol.fields import Reason
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.report import Report
 
 from ..base import ParseError
@@ -39,6 +40,14 @@ MAX_ID = 200
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
 EVENT_TYPES: tuple[str, ...] = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+
+
+@dataclass(frozen=True)
+class HostBoot:
+    """This host's boot, to tell a shutdown reported before a reboot from a current one."""
+
+    boot_id: str
+    booted_at: datetime  # aware, UTC
 
 
 @dataclass(frozen=True)
@@ -175,13 +184,29 @@ def _shutdown_condition(ready: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-def stale_boot(status: dict[str, Any], boot_id: str) -> bool:
-    """Whether the node's status was reported for a boot other than `boot_id`."""
+def stale_boot(status: dict[str, Any], ready: dict[str, Any], host: HostBoot) -> bool:
+    """Whether the Ready condition was posted in an earlier boot than the host's: both the
+    Node's `status.nodeInfo.bootID` is another and the condition's `lastHeartbeatTime` is
+    before the host's boot time. Anything missing or unreadable: not stale (a terminate
+    kept by mistake costs a save and a restart, one dropped by mistake costs the work)."""
     node_info = _optional_object(status, "nodeInfo", "status.nodeInfo")
     reported = _optional_str(node_info, "bootID", "status.nodeInfo.bootID")
-    if not reported:
+    if not reported or reported.strip().lower() == host.boot_id.strip().lower():
         return False
-    return reported.strip().lower() != boot_id.strip().lower()
+    # Under gVisor or Kata the pod's boot id is the sandbox's, never the node's, so the ids
+    # always differ there; the time tells. lastHeartbeatTime, not lastTransitionTime: the
+    # kubelet sets the heartbeat on every post of the condition, so it says when this status
+    # was reported, whereas it keeps the transition time of an earlier Ready=False (runtime
+    # down, then shutting down), which can predate a sandbox started since. The transition
+    # is never later than the heartbeat, so on its own it could never show a post is recent.
+    heartbeat = _optional_str(ready, "lastHeartbeatTime", "Ready lastHeartbeatTime")
+    if not heartbeat:
+        return False
+    try:
+        posted = parse_time(heartbeat)
+    except ValueError:
+        return False
+    return posted < host.booted_at
 
 
 def node_reports(
@@ -189,15 +214,15 @@ def node_reports(
     node_name: str,
     drain_taints: Collection[str],
     previous: Mapping[str, Report] | None = None,
-    boot_id: str | None = None,
+    host: HostBoot | None = None,
 ) -> list[Report]:
     """The reports a Node object stands for (drains and terminates only; no clears).
 
     `previous` are the reports active before this object: a shutdown among them stays while
     the Ready condition is `Unknown`, if it was raised for this same object (its `uid`): a
     Node deleted and created again under the name is not the one that shut down. With
-    `boot_id` (this host's), a shutdown reported while `status.nodeInfo.bootID` names
-    another boot is stale: from before a reboot the kubelet has not posted since. Raises
+    `host` (this host's boot), a shutdown is stale when `status.nodeInfo.bootID` names
+    another boot and it was posted before the host booted (see `stale_boot`). Raises
     ParseError when the object is not a Node of that name or a field has a wrong type.
     """
     node = _object(node, "node")
@@ -250,7 +275,7 @@ def node_reports(
         )
     ready = _ready_condition(status)
     shutdown = _shutdown_condition(ready)
-    if shutdown is not None and boot_id and stale_boot(status, boot_id):
+    if shutdown is not None and ready is not None and host and stale_boot(status, ready, host):
         shutdown = None
     if shutdown is not None:
         reports.append(report("terminate", ("shutdown",), {"condition": "shutdown", **shutdown}))
@@ -328,6 +353,7 @@ __all__ = [
     "PROVIDER",
     "REASON",
     "SHUTDOWN_MESSAGE",
+    "HostBoot",
     "NodeList",
     "WatchEvent",
     "changes",

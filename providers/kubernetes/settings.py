@@ -78,7 +78,17 @@ class Settings(EndpointSettings):
         "a shutdown condition reported for another boot is left over from before a reboot "
         "and ignored. Default: `/proc/sys/kernel/random/boot_id` when the agent runs in a "
         "pod (in-cluster, on the node); with `url` or a kubeconfig the agent may run on "
-        "another machine, so no comparison is made unless this is set.",
+        "another machine, so no comparison is made unless this is set. A shutdown is "
+        "ignored only if, as well, it was posted before this host booted "
+        "(`boot_time_file`): under gVisor or Kata the pod's boot id is never the node's.",
+    )
+    boot_time_file: Path | None = Field(
+        default=None,
+        description="A file in the format of `/proc/stat` whose `btime` line is this host's "
+        "boot time (seconds since the epoch), read when the boot id is compared: a "
+        "shutdown for another boot is ignored only if its Ready condition's "
+        "`lastHeartbeatTime` is earlier. Default: `/proc/stat` (under gVisor or Kata, the "
+        "sandbox's start: a shutdown posted since is kept).",
     )
     # NoDecode: the environment gives a comma-separated list, not JSON.
     taints: Annotated[list[str], NoDecode] = Field(

@@ -28,8 +28,9 @@ from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext
 from ..fetch import within
 from .api import ApiError, Gone, NodeApi, read_margin
-from .config import ConfigError, host_boot_id, node_name, resolve
+from .config import ConfigError, host_boot, node_name, resolve
 from .nodes import (
+    HostBoot,
     WatchEvent,
     changes,
     deleted_report,
@@ -67,7 +68,7 @@ class KubernetesWatcher:
         self.node_name: str | None = None
         self.seen_node = False
         self.node_uid: str | None = None  # the Node object last seen (kept past its deletion)
-        self.boot_id: str | None = None  # this host's, read on connect
+        self.host: HostBoot | None = None  # this host's boot, read on connect
         self.node_missing = False  # listed and not there: not healthy until it appears
         self.api: NodeApi | None = None
         self.delivered = False  # the current stream has delivered an event
@@ -86,7 +87,7 @@ class KubernetesWatcher:
     async def _connect(self) -> NodeApi:
         if self.api is None:
             name = node_name(self.settings, self.env)
-            self.boot_id = host_boot_id(self.settings, self.env)
+            self.host = host_boot(self.settings, self.env)
             # In a thread: a kubeconfig's exec plugin runs here (a cloud CLI, seconds).
             cluster = await asyncio.to_thread(resolve, self.settings, self.env)
             self.node_name = name
@@ -222,7 +223,7 @@ class KubernetesWatcher:
         # notices. Each is cleared, and the new one's are raised afresh, same ids included.
         replaced = uid is not None and self.node_uid is not None and uid != self.node_uid
         previous = {} if replaced else self.active
-        current = node_reports(node, name, self.taints, previous, self.boot_id)
+        current = node_reports(node, name, self.taints, previous, self.host)
         self._apply(current, emit, replaced=replaced)
         self.node_uid = uid or self.node_uid
         self.seen_node = True

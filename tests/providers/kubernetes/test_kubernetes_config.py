@@ -14,11 +14,14 @@ import pytest
 from forewarn.providers.kubernetes.config import (
     ConfigError,
     from_kubeconfig,
+    host_boot,
     host_boot_id,
+    host_boot_time,
     in_cluster,
     node_name,
     resolve,
 )
+from forewarn.providers.kubernetes.nodes import HostBoot
 from forewarn.providers.kubernetes.settings import (
     DEFAULT_DRAIN_TAINTS,
     Settings,
@@ -385,3 +388,30 @@ def test_host_boot_id_is_read_in_a_pod_only(tmp_path: Path, monkeypatch: Any) ->
     default.write_text("\n")
     with pytest.raises(ConfigError, match="empty"):
         host_boot_id(Settings(boot_id_file=default), {})
+
+
+def test_host_boot_time_is_the_btime_of_proc_stat(tmp_path: Path, monkeypatch: Any) -> None:
+    """The boot time is read wherever the boot id is compared; a set file that gives none
+    is a config error, the default one only a warning (and then nothing is stale)."""
+    from forewarn.providers.kubernetes import config
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1 2 3 4\nintr 5\nbtime 1764640800\nprocesses 9\n")
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("abc-1\n")
+    monkeypatch.setattr(config, "HOST_STAT", stat)
+    monkeypatch.setattr(config, "HOST_BOOT_ID", boot_id)
+    booted = datetime.datetime(2025, 12, 2, 2, 0, tzinfo=datetime.timezone.utc)
+    assert host_boot_time(Settings()) == booted
+    in_pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    assert host_boot(Settings(), in_pod) == HostBoot("abc-1", booted)
+    assert host_boot(Settings(), {}) is None
+    for broken in ("btime\n", "btime soon\n", "cpu 1\n", "btime 99999999999999999999\n"):
+        stat.write_text(broken)
+        assert host_boot(Settings(), in_pod) is None  # every shutdown counts, as before
+        with pytest.raises(ConfigError, match=r"boot_time_file .* no `btime"):
+            host_boot(Settings(boot_time_file=stat), in_pod)
+    stat.unlink()
+    assert host_boot(Settings(), in_pod) is None
+    with pytest.raises(ConfigError, match=r"boot_time_file .* unreadable"):
+        host_boot_time(Settings(boot_time_file=stat))

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from forewarn.agent.protocol import Report
+from forewarn.protocol.timefmt import format_time
 from forewarn.providers.base import ParseError
 from forewarn.providers.kubernetes.nodes import (
     CORDON_TAINT,
+    HostBoot,
     changes,
     node_reports,
     notice_id,
@@ -85,25 +88,62 @@ def test_cluster_autoscaler_deletion_drains() -> None:
     assert reports[0].detail == {"node": NODE, "condition": "taint", "taint": taint}
 
 
+BOOTED = datetime(2026, 12, 2, 2, 0, 0, tzinfo=timezone.utc)  # this host's (or sandbox's)
+
+
+def shutting_down(boot_id: str | None, posted: datetime | None) -> dict[str, Any]:
+    """A Node whose kubelet posted "node is shutting down" at `posted`, for boot `boot_id`."""
+    shutting = node(ready=("False", "KubeletNotReady", "node is shutting down"))
+    if boot_id is not None:
+        shutting["status"]["nodeInfo"] = {"bootID": boot_id}
+    if posted is not None:
+        ready = shutting["status"]["conditions"][-1]
+        ready["lastHeartbeatTime"] = format_time(posted)
+        ready["lastTransitionTime"] = format_time(posted - timedelta(minutes=5))
+    return shutting
+
+
 @given(
     reported=st.one_of(st.none(), st.just(""), st.uuids().map(str)),
     host=st.uuids().map(str),
+    posted=st.one_of(st.none(), st.integers(-86400, 86400).map(lambda s: BOOTED + timedelta(0, s))),
 )
-def test_a_shutdown_of_another_boot_is_stale(reported: str | None, host: str) -> None:
-    """A shutdown stands only if the Node's status was reported for this host's boot (or
-    names none); a status from before a reboot must not terminate the new boot's job."""
-    shutting = node(ready=("False", "KubeletNotReady", "node is shutting down"))
-    if reported is not None:
-        shutting["status"]["nodeInfo"] = {"bootID": reported}
+def test_a_shutdown_of_another_boot_is_stale(
+    reported: str | None, host: str, posted: datetime | None
+) -> None:
+    """A shutdown is stale only if the Node's status was reported for another boot than this
+    host's AND posted before this host booted; missing either (or both), it stands."""
+    shutting = shutting_down(reported, posted)
     shutdown = {f"kubernetes/{NODE}/shutdown": "terminate"}
     assert ids(node_reports(shutting, NODE, TAINTS)) == shutdown  # nothing to compare
-    same = ids(node_reports(shutting, NODE, TAINTS, boot_id=reported or host))
+    same = ids(node_reports(shutting, NODE, TAINTS, host=HostBoot(reported or host, BOOTED)))
     assert same == shutdown
-    other = ids(node_reports(shutting, NODE, TAINTS, boot_id=host))
-    assert other == ({} if reported and reported != host else shutdown)
+    other = ids(node_reports(shutting, NODE, TAINTS, host=HostBoot(host, BOOTED)))
+    stale = bool(reported) and reported != host and posted is not None and posted < BOOTED
+    assert other == ({} if stale else shutdown)
     with pytest.raises(ParseError, match="bootID"):
         shutting["status"]["nodeInfo"] = {"bootID": 7}
-        node_reports(shutting, NODE, TAINTS, boot_id=host)
+        node_reports(shutting, NODE, TAINTS, host=HostBoot(host, BOOTED))
+
+
+def test_a_shutdown_posted_since_a_sandbox_started_is_not_stale() -> None:
+    """Under gVisor or Kata the pod's boot id is the sandbox's, never the node's: a real
+    shutdown, posted after the sandbox started, must still terminate."""
+    sandbox = HostBoot("5a4d0b0x-sandbox-own-boot-id", BOOTED)
+    now = BOOTED + timedelta(hours=3)
+    shutting = shutting_down("9c1f2e3d-the-nodes-boot-id", now)
+    assert ids(node_reports(shutting, NODE, TAINTS, host=sandbox)) == {
+        f"kubernetes/{NODE}/shutdown": "terminate"
+    }
+    before = shutting_down("9c1f2e3d-the-nodes-boot-id", BOOTED - timedelta(minutes=2))
+    assert node_reports(before, NODE, TAINTS, host=sandbox) == []  # from before the reboot
+    # The transition time is not what counts: Ready=False (runtime down) since before the
+    # sandbox started, then shutting down, keeps the old transition with a new heartbeat.
+    before["status"]["conditions"][-1]["lastHeartbeatTime"] = format_time(now)
+    assert len(node_reports(before, NODE, TAINTS, host=sandbox)) == 1
+    for doubt in (None, "", "yesterday"):
+        before["status"]["conditions"][-1]["lastHeartbeatTime"] = doubt
+        assert len(node_reports(before, NODE, TAINTS, host=sandbox)) == 1
 
 
 def test_shutdown_matches_the_message_not_the_reason() -> None:

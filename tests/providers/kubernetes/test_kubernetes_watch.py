@@ -215,6 +215,13 @@ async def test_not_ready_for_another_reason_is_not_a_shutdown(
     assert watching.summary() == [("drain", CORDON)]
 
 
+def this_boot(tmp_path: Path, boot_id: str, booted_at: float) -> dict[str, Path]:
+    """Settings that make `boot_id` this host's, booted at `booted_at` (epoch seconds)."""
+    (tmp_path / "boot_id").write_text(boot_id + "\n")
+    (tmp_path / "stat").write_text(f"cpu  1 2 3 4\nbtime {int(booted_at)}\nprocesses 7\n")
+    return {"boot_id_file": tmp_path / "boot_id", "boot_time_file": tmp_path / "stat"}
+
+
 async def test_a_shutdown_reported_before_a_reboot_is_stale(
     cluster: Cluster, start_watcher: Any, tmp_path: Path
 ) -> None:
@@ -222,15 +229,31 @@ async def test_a_shutdown_reported_before_a_reboot_is_stale(
     down" until the kubelet posts again; an agent started meanwhile published a terminate,
     and the job started after the reboot exited at once."""
     cluster.raise_("shutdown")  # the previous boot's last report
-    boot_id = tmp_path / "boot_id"
-    boot_id.write_text("6f1e0c9a-0000-4000-8000-000000000001\n")  # this (new) boot
     running = await start_watcher(
-        url=cluster.url, node_name=NODE, token_file=cluster.token_file, boot_id_file=boot_id
+        url=cluster.url,
+        node_name=NODE,
+        token_file=cluster.token_file,
+        **this_boot(tmp_path, "6f1e0c9a-0000-4000-8000-000000000001", time.time() + 60),
     )
     await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
     cluster.raise_("cordon")  # a marker: once it is seen, the node was seen too
     await running.report("drain", CORDON)
     assert running.summary() == [("drain", CORDON)]
+
+
+async def test_a_shutdown_seen_from_a_sandbox_terminates(
+    cluster: Cluster, start_watcher: Any, tmp_path: Path
+) -> None:
+    """Under gVisor or Kata the pod's boot id is the sandbox's, never the Node's bootID: a
+    shutdown posted after the sandbox started is current, and must terminate."""
+    cluster.raise_("shutdown")  # posted now, while the agent is down (a restart)
+    running = await start_watcher(
+        url=cluster.url,
+        node_name=NODE,
+        token_file=cluster.token_file,
+        **this_boot(tmp_path, "5a4d0b0c-0000-4000-8000-00000000sand", time.time() - 3600),
+    )
+    await running.report("terminate", SHUTDOWN)
 
 
 async def test_a_shutdown_reported_for_this_boot_terminates(
