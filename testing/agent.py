@@ -123,6 +123,16 @@ class RunningAgent:
         argv = [sys.executable, "-m", "forewarn.agent.cli", "agent"]
         for name in providers:
             argv += ["--provider", name]
+        self.config_path: Path | None = None
+        names_config = "FOREWARN_CONFIG" in (env or {}) or any(
+            a == "--config" or a.startswith("--config=") for a in args
+        )
+        if not names_config:
+            # The node's own /etc/forewarn/forewarn.toml (a real agent's metrics port, its
+            # providers) is not the test's: with it the agent exited 2 ("metrics_address ...:
+            # cannot listen"). An empty file in the private directory gives the defaults.
+            self.config_path = self.root / "forewarn.toml"
+            argv += ["--config", str(self.config_path)]
         if exit_margin is not None:
             argv += ["--exit-margin", str(exit_margin)]
         self.argv = [*argv, *args]
@@ -150,6 +160,8 @@ class RunningAgent:
         deadline = time.monotonic() + self.ready_timeout
         self.runtime_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
         self.state_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
+        if self.config_path is not None:
+            self.config_path.write_text("# the test's agent: defaults, whatever the node says\n")
         launch = LAUNCH.get(self.provider)
         if launch is not None:
             if launch.mailbox:

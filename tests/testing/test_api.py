@@ -82,3 +82,36 @@ def test_a_digitalocean_agent_without_dovecot_says_what_to_install(
         agent.start()
     # Nothing was started, and nothing is left.
     assert agent.proc is None and agent.simulator is None and not agent.root.exists()
+
+
+def test_the_agent_ignores_the_nodes_config_file(tmp_path: Path) -> None:
+    """On a node whose /etc/forewarn/forewarn.toml is the documented example, with the real
+    agent holding its metrics port, the test's agent read that file, could not listen and
+    exited 2. The default config path is pointed at such a file here through a
+    sitecustomize in the agent's environment."""
+    import os
+    import socket
+
+    node_config = tmp_path / "etc" / "forewarn.toml"
+    node_config.parent.mkdir()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "from pathlib import Path\nimport forewarn.agent.config as config\n"
+        f"config.DEFAULT_CONFIG_FILE = Path({str(node_config)!r})\n"
+    )
+    path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    with socket.socket() as taken:  # the node's own agent, serving its metrics
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        node_config.write_text(
+            'providers = ["local", "aws"]\n'
+            f'metrics_address = "127.0.0.1:{taken.getsockname()[1]}"\n'
+        )
+        with start_agent(env={"PYTHONPATH": path}) as agent:
+            assert agent.status()["agent"]["providers"] == ["local"]
+    # A config file the test names itself is still the one read.
+    own = tmp_path / "own.toml"
+    own.write_text('exit_margin = "soon"\n')
+    with pytest.raises(AgentDied, match=r"exited with code 2(.|\n)*exit_margin"):
+        RunningAgent(args=("--config", str(own))).start()
