@@ -14,6 +14,7 @@ before that deadline.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import queue
@@ -319,11 +320,34 @@ def _clear_previous_run(work: Path) -> bool:
     return bool(found)
 
 
+def _lock_dir(work: Path) -> int:
+    """Held while a drill runs in `work`: a second drill given the same --dir removed the
+    running one's checkpoints and machine directories under it. Not inherited by children."""
+    fd = os.open(work, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(
+            f"drill local: --dir: {work}: a drill is running there; "
+            "wait for it to end or give another directory"
+        ) from None
+    return fd
+
+
 def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = None) -> int:
     """The quick drill, or with `args.scenario` another one run by `reclaim` (the command
     line passes `drill_reclaim.run_reclaim_drill`, which builds on this module's Machine)."""
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="forewarn-drill-"))
     work.mkdir(parents=True, exist_ok=True)
+    lock = _lock_dir(work)
+    try:
+        return _run_in(work, args, reclaim)
+    finally:
+        os.close(lock)
+
+
+def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) -> int:
     checkpoints = work / "checkpoints"
     base_env = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
     base_env["PYTHONUNBUFFERED"] = "1"

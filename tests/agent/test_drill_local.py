@@ -272,6 +272,42 @@ def test_a_drill_stopped_by_a_signal_leaves_no_process_behind(
     eventually(lambda: not processes_of(work), timeout=10, what="no process of the drill left")
 
 
+def test_a_second_drill_in_the_same_dir_is_refused_while_the_first_runs(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A second `drill local --dir D` while one ran in D removed the running drill's
+    checkpoints and machine directories ("the previous drill's checkpoints and machines in
+    it were removed")."""
+    work = tmp_path / "drill"
+    first = subprocess.Popen(
+        forewarn_cmd("drill", "local", "--steps", "100000", "--dir", str(work)),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None
+        for line in first.stdout:
+            if "demo training started" in line:
+                break
+        second = subprocess.run(
+            forewarn_cmd("drill", "local", "--dir", str(work)),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert f"--dir: {work}: a drill is running there" in second.stderr
+        assert (work / "machine-1" / "agent.log").exists() and first.poll() is None
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(60)
+    # Once the first has ended, the directory is free again.
+    os.close(drill_local._lock_dir(work))
+
+
 def test_an_interrupt_while_the_agent_starts_stops_that_agent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
