@@ -24,6 +24,7 @@ whether the resumed state is bit-for-bit the saved one, and partial generations 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -350,8 +351,26 @@ class Job:
             if event["event"] == kind and all(event.get(k) == v for k, v in match.items()):
                 return event
 
+    def alive(self) -> bool:
+        """Whether any process of the job is left: in its tree (ranks in their own sessions,
+        orphans re-parented to the drill) or in its process group."""
+        if self.tree.live():
+            return True
+        try:
+            os.killpg(self.proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the job, as a machine going away does."""
+        self.tree.signal(signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
     def close(self) -> None:
-        self.tree.kill_all()
+        self.kill()
+        self.tree.wait_gone(5)
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -603,6 +622,7 @@ class Reclaim:
             job.tree.signal(signal.SIGTERM)
         elif cell.platform in ("kubernetes", "torchrun"):
             os.kill(job.proc.pid, signal.SIGTERM)
+        deadline_at = kill_at
         if cell.platform == "torchrun":
             kill_at += 15  # torchrun escalates by itself; this only bounds a broken run
         while job.proc.poll() is None and time.monotonic() < kill_at:
@@ -610,7 +630,14 @@ class Reclaim:
         if job.proc.poll() is None:
             if cell.platform == "torchrun":
                 result.notes.append("torchrun did not end its ranks; the drill killed them")
-            job.tree.signal(signal.SIGKILL)
+        else:
+            # What outlives torchrun (a rank still flushing, a worker) is killed at the
+            # deadline as the machine would, not given 10 s more to finish its save.
+            while time.monotonic() < deadline_at and job.alive():
+                time.sleep(0.05)
+            if job.alive():
+                result.notes.append("processes outlived the job's main process until the deadline")
+        job.kill()
         job.proc.wait(30)
 
 

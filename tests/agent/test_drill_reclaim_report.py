@@ -4,17 +4,22 @@ tests/agent/test_drill_reclaim.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import queue
+import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 from forewarn.agent import drill_reclaim
-from forewarn.agent.drill_reclaim import Cell, CellResult, Job
-from forewarn.agent.reclaim_procs import JobTree
+from forewarn.agent.drill_reclaim import Cell, CellResult, Job, Reclaim
+from forewarn.agent.reclaim_procs import JobTree, _stat
+from support import eventually
 
 
 def short_cell(resumed_step: int, detection: float | None) -> CellResult:
@@ -122,3 +127,48 @@ def test_steps_lost_with_no_flush_measured_fail_the_cell() -> None:
     outcome = cell.outcome()
     assert outcome.startswith("FAILED: 10 steps lost"), outcome
     assert "no save completed" in outcome and "SIGKILL came before" not in outcome
+
+
+def test_what_outlives_the_jobs_main_process_is_killed_at_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process of the job that ignored SIGTERM and outlived torchrun was not killed at the
+    deadline: the drill waited on torchrun alone, then gave what was left 10 s more (a rank
+    still flushing could finish a save the machine's SIGKILL would have cut)."""
+    monkeypatch.setattr(drill_reclaim, "request", lambda *args, **kwargs: {"ok": True})
+    child = tmp_path / "child.pid"
+    # The job's main process ends on SIGTERM; its child ignores it and would run 60 s.
+    script = (
+        "import pathlib, signal, subprocess, sys, time\n"
+        "kid = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+        f"pathlib.Path({str(child)!r}).write_text(str(kid.pid))\n"
+        "time.sleep(60)\n"
+    )
+    job = Job.__new__(Job)
+    job.log = (tmp_path / "job.log").open("w")
+    job.proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    job.tree = JobTree(job.proc.pid, set())
+    job.events = queue.Queue()
+    job.seen = []
+    job.step = 0
+    job._start_reading()
+    try:
+        pid = int(eventually(lambda: child.exists() and child.read_text(), what="the child"))
+        result = CellResult(Cell("kubernetes", "mid-step", 1.0))
+        machine = types.SimpleNamespace(control="ipc:///nowhere")
+        started = time.monotonic()
+        drill_reclaim.Reclaim._reclaim(Reclaim.__new__(Reclaim), machine, job, result.cell, result)
+        assert 0.9 <= time.monotonic() - started < 5  # at the deadline, not before
+        assert eventually(lambda: _gone(pid), timeout=2, what="the child killed at the deadline")
+    finally:
+        job.close()
+        with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+            os.kill(int(child.read_text()), signal.SIGKILL)
+
+
+def _gone(pid: int) -> bool:
+    state = _stat(pid)
+    return state is None or state[0] == "Z"
