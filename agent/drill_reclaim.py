@@ -609,15 +609,19 @@ class Reclaim:
             time.sleep(pick.uniform(0, Job.STEP_TIME))
 
     def _reclaim(self, machine: Any, job: Job, cell: Cell, result: CellResult) -> None:
-        deadline = format_time(utcnow() + timedelta(seconds=cell.lead))
-        notice = {"op": "notify", "action": "terminate", "reason": "drill", "deadline": deadline}
-        reply = request(machine.control, {**notice, "note": f"reclaim drill {cell.label}"})
-        if not reply.get("ok"):
-            raise TimeoutError(f"the agent refused the terminate: {reply.get('error')}")
+        # The notice's clock starts when it is sent, as its deadline does: on a loaded machine
+        # the agent's answer came after the 2 s default ("no agent answered ... within 2s",
+        # the cell failed although the notice was out) and the lead was counted from it.
         result.notice_at = time.time()
         result.notice_step = job.step
         started = time.monotonic()
         kill_at = started + cell.lead
+        deadline = format_time(utcnow() + timedelta(seconds=cell.lead))
+        notice = {"op": "notify", "action": "terminate", "reason": "drill", "deadline": deadline}
+        note = f"reclaim drill {cell.label}"
+        reply = request(machine.control, {**notice, "note": note}, EVENT_TIMEOUT)
+        if not reply.get("ok"):
+            raise TimeoutError(f"the agent refused the terminate: {reply.get('error')}")
         if cell.platform == "systemd":
             job.tree.signal(signal.SIGTERM)
         elif cell.platform in ("kubernetes", "torchrun"):

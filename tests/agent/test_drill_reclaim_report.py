@@ -1,6 +1,7 @@
 """The reclaim drill's verdict on a short-lead cell, without running one: the steps lost must be
 what `forewarn plan`'s model predicts from the cell's measured timing (the real cells:
-tests/agent/test_drill_reclaim.py)."""
+tests/agent/test_drill_reclaim.py); and a cell's reclaim on stand-in jobs: its notice time and
+its SIGKILL at the deadline."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 from forewarn.agent import drill_reclaim
 from forewarn.agent.drill_reclaim import Cell, CellResult, Job, Reclaim
 from forewarn.agent.reclaim_procs import JobTree, _stat
@@ -172,3 +175,48 @@ def test_what_outlives_the_jobs_main_process_is_killed_at_the_deadline(
 def _gone(pid: int) -> bool:
     state = _stat(pid)
     return state is None or state[0] == "Z"
+
+
+def test_a_terminate_the_loaded_agent_answers_late_still_reclaims_on_time(
+    tmp_path: Path,
+) -> None:
+    """An agent that answered the terminate after 2.5 s (a loaded machine) failed the cell:
+    "no agent answered ... within 2s", although the notice was published; and the notice time
+    and the SIGKILL were counted from the answer, not from the notice."""
+    control = f"ipc://{tmp_path}/control"
+    rep = zmq.Context.instance().socket(zmq.REP)
+    rep.bind(control)
+
+    def slow_agent() -> None:
+        if rep.poll(30_000):
+            rep.recv()
+            time.sleep(2.5)
+            rep.send_json({"ok": True})
+
+    answering = threading.Thread(target=slow_agent, daemon=True)
+    answering.start()
+    job = Job.__new__(Job)
+    job.log = (tmp_path / "job.log").open("w")
+    job.proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    job.tree = JobTree(job.proc.pid, set())
+    job.events = queue.Queue()
+    job.seen = []
+    job.step = 0
+    job._start_reading()
+    try:
+        result = CellResult(Cell("cloud", "mid-step", 4.0))
+        machine = types.SimpleNamespace(control=control)
+        sent = time.time()
+        drill_reclaim.Reclaim._reclaim(Reclaim.__new__(Reclaim), machine, job, result.cell, result)
+        assert result.notice_at is not None and result.notice_at - sent < 0.5
+        # SIGKILL at the notice's deadline, not 2.5 s after it.
+        assert job.proc.returncode == -signal.SIGKILL and time.time() - sent < 5.5
+    finally:
+        job.close()
+        answering.join(5)
+        rep.close()
