@@ -25,6 +25,7 @@ from forewarn.protocol.wire import (
     request,
     resolve_endpoints,
     runtime_dir,
+    unreachable,
 )
 
 from .eventlines import ReplayTracker, describe
@@ -114,6 +115,15 @@ def _add_agent_timeout(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_control_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=_duration("--timeout", positive=True),
+        default=CONTROL_TIMEOUT,
+        help=f"wait this long for the agent's answer (default {CONTROL_TIMEOUT:g}s)",
+    )
+
+
 def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
     try:
         return resolve_endpoints(
@@ -127,14 +137,35 @@ def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
         raise UsageError(str(error)) from None
 
 
+# How long `notify` and `status` wait for the agent's answer. It answers a notify once its
+# state is on disk (fsync), and on a busy disk that took longer than the 3 s this once was:
+# the notice was out while the command said no agent answers, and a retry raised a second.
+CONTROL_TIMEOUT = 30.0
+
+
 def _ask(
-    control: str, payload: dict[str, Any], runtime: Path | None, timeout: float = 3.0
+    control: str,
+    payload: dict[str, Any],
+    runtime: Path | None,
+    timeout: float = CONTROL_TIMEOUT,
+    *,
+    unanswered: str = "",
 ) -> dict[str, Any]:
+    """The agent's reply; exit 1 with one line when nothing listens on `control` (at once) or
+    when the agent there does not answer within `timeout` (then `unanswered` is added)."""
+    why = unreachable(control)
+    if why is not None:
+        print(
+            f"forewarn: no agent runs on {control} ({why}; is `forewarn agent` running?)",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
     try:
         reply = request(control, payload, timeout, runtime=runtime)
     except TimeoutError:
         print(
-            f"forewarn: no agent answers on {control} (is `forewarn agent` running?)",
+            f"forewarn: the agent on {control} has not answered within {timeout:g}s (busy, or "
+            f"a slow disk; --timeout waits longer){unanswered}",
             file=sys.stderr,
         )
         raise SystemExit(1) from None
@@ -255,7 +286,11 @@ def cmd_notify(args: argparse.Namespace) -> int:
         raise UsageError("--id: empty; leave --id out for a new id (for clear: to clear all)")
     if args.id is not None and len(args.id) > MAX_ID_LENGTH:
         raise UsageError(f"--id: at most {MAX_ID_LENGTH} characters, got {len(args.id)}")
-    reply = _ask(control, payload, args.runtime_dir)
+    if args.action == "clear":
+        unanswered = "; the clear may be done: see `forewarn status`"
+    else:
+        unanswered = "; the notice may have been raised: see `forewarn status` before a retry"
+    reply = _ask(control, payload, args.runtime_dir, args.timeout, unanswered=unanswered)
     if args.json:
         print(json.dumps(reply))
     elif args.action == "clear":
@@ -456,7 +491,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     _, control = _endpoints(args)
-    reply = _ask(control, {"op": "status"}, args.runtime_dir)
+    reply = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
     if args.json:
         print(json.dumps(reply, indent=2))
         return 0
@@ -724,6 +759,7 @@ def build_parser(
     notify.add_argument("--note", help="free text carried in detail.note")
     notify.add_argument("--id", help="notice id (default: a new one; for clear: all manual)")
     notify.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
+    _add_control_timeout(notify)
     _add_endpoint_flags(notify)
     notify.set_defaults(func=cmd_notify)
 
@@ -758,6 +794,7 @@ def build_parser(
 
     status = commands.add_parser("status", help="show the agent and its active notices")
     status.add_argument("--json", action="store_true")
+    _add_control_timeout(status)
     _add_endpoint_flags(status)
     status.set_defaults(func=cmd_status)
 

@@ -6,9 +6,11 @@ only, so the in-process client can import it cheaply.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +208,38 @@ def with_token(
     return payload if token is None else {**payload, TOKEN_FIELD: token}
 
 
+def unreachable(endpoint: str, timeout: float = 1.0) -> str | None:
+    """Why nothing can take a connection on `endpoint` (no socket file, connection refused,
+    permission denied), or None when something accepts one or this cannot tell. A zmq REQ
+    never says: it queues the request and waits, so no agent and a slow one look alike."""
+    path = ipc_path(endpoint)
+    address: Any
+    if path is not None:
+        if not os.path.lexists(path):
+            return f"no socket file {path}"
+        family, address = socket.AF_UNIX, os.fsencode(path)
+    elif endpoint.startswith("ipc://@"):
+        family, address = socket.AF_UNIX, b"\0" + os.fsencode(endpoint[len("ipc://@") :])
+    elif endpoint.startswith("tcp://"):
+        host, _, port = endpoint[len("tcp://") :].rpartition(":")
+        try:
+            infos = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        except (OSError, ValueError):
+            return None
+        family, address = infos[0][0], infos[0][4]
+    else:
+        return None
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.settimeout(timeout)
+        try:
+            probe.connect(address)
+        except OSError as error:
+            if error.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.EACCES, errno.EPERM):
+                return error.strerror or str(error)
+            return None
+    return None
+
+
 def request(
     endpoint: str,
     payload: dict[str, Any],
@@ -258,5 +292,6 @@ __all__ = [
     "request",
     "resolve_endpoints",
     "runtime_dir",
+    "unreachable",
     "with_token",
 ]

@@ -335,7 +335,7 @@ def test_status_and_notify_without_an_agent_say_so(env: dict[str, str]) -> None:
     done = subprocess.run(
         forewarn_cmd("status"), env=env, capture_output=True, text=True, timeout=15
     )
-    assert done.returncode == 1 and "no agent answers" in done.stderr
+    assert done.returncode == 1 and "no agent runs on" in done.stderr
 
 
 def test_control_helper_times_out_cleanly(env: dict[str, str]) -> None:

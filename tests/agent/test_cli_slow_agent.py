@@ -1,0 +1,115 @@
+"""`notify` and `status` against an agent that answers late, and against none at all: a zmq
+REQ cannot tell the two apart, so the command looks at the endpoint before it asks."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from forewarn.agent.cli import CONTROL_TIMEOUT, build_parser, main
+
+
+class LateAgent:
+    """A REP socket that takes requests and answers each only once `answer` is set."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REP)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.requests: list[dict[str, Any]] = []
+        self.answer = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            if not self.sock.poll(20):
+                continue
+            request = json.loads(self.sock.recv())
+            self.requests.append(request)
+            while not (self.answer.wait(0.02) or self.stop.is_set()):
+                pass
+            notice = {
+                "id": request.get("id"),
+                "action": "drain",
+                "reason": "manual",
+                "provider": "local",
+            }
+            self.sock.send(json.dumps({"ok": True, "notice": notice}).encode())
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+def run(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as leave:
+        return int(leave.code or 0)
+
+
+@pytest.fixture
+def late(tmp_path: Path) -> Iterator[tuple[LateAgent, list[str]]]:
+    agent = LateAgent(f"ipc://{tmp_path}/control")
+    flags = ["--runtime-dir", str(tmp_path)]
+    try:
+        yield agent, flags
+    finally:
+        agent.close()
+
+
+def test_a_notify_the_agent_answers_late_says_the_notice_may_be_raised(
+    late: tuple[LateAgent, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agent answers a notify once its state is fsynced; on a busy disk the command said
+    'no agent answers' after 3 s while the notice was out."""
+    agent, flags = late
+    code = run(["notify", "drain", "--timeout", "0.3", *flags])
+    err = capsys.readouterr().err
+    assert code == 1 and len(agent.requests) == 1
+    assert "has not answered within 0.3s" in err and "no agent" not in err
+    assert "may have been raised" in err and "forewarn status" in err
+
+
+def test_a_status_the_agent_answers_late_says_it_is_slow(
+    late: tuple[LateAgent, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, flags = late
+    assert run(["status", "--timeout", "0.3", *flags]) == 1
+    err = capsys.readouterr().err
+    assert "has not answered within 0.3s" in err and "no agent" not in err
+
+
+@pytest.mark.parametrize("command", [["status"], ["notify", "drain"], ["notify", "clear"]])
+@pytest.mark.parametrize("socket_file", ["absent", "stale"])
+def test_with_no_agent_the_command_says_so_at_once(
+    tmp_path: Path, command: list[str], socket_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if socket_file == "stale":  # an agent killed -9 leaves its socket file behind
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as dead:
+            dead.bind(str(tmp_path / "control"))
+    start = time.monotonic()
+    code = run([*command, "--runtime-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert time.monotonic() - start < CONTROL_TIMEOUT / 2
+    assert f"no agent runs on ipc://{tmp_path}/control" in err
+    why = "no socket file" if socket_file == "absent" else "Connection refused"
+    assert why in err
+
+
+def test_the_control_timeout_fits_a_busy_node() -> None:
+    for command in (["status"], ["notify", "drain"]):
+        args = build_parser(command[0]).parse_args(command)
+        assert args.timeout == CONTROL_TIMEOUT >= 30
