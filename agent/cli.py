@@ -11,6 +11,7 @@ import re
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -275,8 +276,9 @@ def cmd_notify(args: argparse.Namespace) -> int:
             payload["deadline"] = format_time(deadline)
         if args.note:
             payload["note"] = args.note
-        if args.id:
-            payload["id"] = args.id
+        # The id is chosen here, not by the agent, so that a notify whose answer did not come
+        # can be retried with it: the same id changes that notice instead of raising another.
+        payload["id"] = args.id or f"local/manual/{uuid.uuid4().hex[:8]}"
     # The agent's own bounds, checked here: a request past its 64 KiB limit is dropped
     # unanswered, which read as 'no agent answers' (exit 1).
     if args.note is not None and len(args.note) > MAX_NOTE_LENGTH:
@@ -289,7 +291,10 @@ def cmd_notify(args: argparse.Namespace) -> int:
     if args.action == "clear":
         unanswered = "; the clear may be done: see `forewarn status`"
     else:
-        unanswered = "; the notice may have been raised: see `forewarn status` before a retry"
+        unanswered = (
+            f"; the notice {payload['id']} may have been raised: see `forewarn status`, and "
+            f"retry with --id {payload['id']} so that a retry does not raise a second one"
+        )
     reply = _ask(control, payload, args.runtime_dir, args.timeout, unanswered=unanswered)
     if args.json:
         print(json.dumps(reply))

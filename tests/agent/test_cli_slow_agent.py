@@ -67,17 +67,35 @@ def late(tmp_path: Path) -> Iterator[tuple[LateAgent, list[str]]]:
         agent.close()
 
 
-def test_a_notify_the_agent_answers_late_says_the_notice_may_be_raised(
+def test_a_notify_the_agent_answers_late_names_the_notice_to_retry_with(
     late: tuple[LateAgent, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The agent answers a notify once its state is fsynced; on a busy disk the command said
-    'no agent answers' after 3 s while the notice was out."""
+    'no agent answers' while the notice was out, and a retry without --id raised a second."""
     agent, flags = late
     code = run(["notify", "drain", "--timeout", "0.3", *flags])
     err = capsys.readouterr().err
-    assert code == 1 and len(agent.requests) == 1
+    assert code == 1
+    [sent] = agent.requests
+    notice_id = sent["id"]
+    assert notice_id.startswith("local/manual/")
     assert "has not answered within 0.3s" in err and "no agent" not in err
-    assert "may have been raised" in err and "forewarn status" in err
+    assert f"the notice {notice_id} may have been raised" in err
+    assert f"retry with --id {notice_id}" in err and "forewarn status" in err
+
+
+def test_a_notify_without_id_sends_a_new_id_each_time(
+    late: tuple[LateAgent, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent, flags = late
+    agent.answer.set()
+    assert run(["notify", "drain", *flags]) == 0
+    assert run(["notify", "drain", "--id", "local/mine", *flags]) == 0
+    assert run(["notify", "drain", *flags]) == 0
+    ids = [request["id"] for request in agent.requests]
+    assert ids[1] == "local/mine" and ids[0] != ids[2]
+    out = capsys.readouterr().out
+    assert ids[0] in out and ids[2] in out
 
 
 def test_a_status_the_agent_answers_late_says_it_is_slow(
