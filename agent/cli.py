@@ -332,10 +332,23 @@ class _AgentSilence:
         self.timeout = timeout
         self.last = time.monotonic()
         self.heard = False
+        self.agent: str | None = None
 
-    def alive(self) -> None:
+    def alive(self, agent: str | None = None) -> None:
+        """A sign of life; a heartbeat's `agent` that differs from the last one's is a restart,
+        which the events socket's reconnect otherwise hid: one line says so."""
         self.last = time.monotonic()
         self.heard = True
+        if agent is None:
+            return
+        if self.agent is not None and agent != self.agent:
+            print(
+                f"forewarn: {self.command}: the agent on {self.events} restarted "
+                f"(was {self.agent}, now {agent})",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.agent = agent
 
     def left(self) -> float:
         return self.last + self.timeout - time.monotonic() if self.timeout else 1.0
@@ -431,7 +444,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
             if read is None:
                 continue
             topic, message = read
-            silence.alive()
+            silence.alive(message["agent"] if topic == TOPIC_HEARTBEAT else None)
             if topic == TOPIC_HEARTBEAT:
                 replays.heartbeat(message)
                 if not args.heartbeats:
@@ -482,7 +495,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
             if read is None:
                 continue
             topic, notice = read
-            silence.alive()
+            silence.alive(notice["agent"] if topic == TOPIC_HEARTBEAT else None)
             if topic != TOPIC_NOTICE:
                 continue
             if notice.get("action") in accepted:

@@ -1,0 +1,83 @@
+"""`forewarn watch` and `forewarn wait` across an agent restart: the events socket reconnects
+by itself, and one line on stderr says the agent changed (its heartbeat's `agent`)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import zmq
+from forewarn.agent.cli import main
+from support import free_port
+
+NOW = "2026-12-01T00:00:00Z"
+NOTICE = {
+    "v": 1,
+    "id": "local/manual/1",
+    "seq": 9,
+    "action": "terminate",
+    "reason": "manual",
+    "provider": "local",
+    "deadline": None,
+    "noticed_at": NOW,
+    "sent_at": NOW,
+    "detail": {},
+}
+
+
+def _beat(agent: str, seq: int) -> list[bytes]:
+    beat = {"v": 1, "seq": seq, "agent": agent, "version": "0", "providers": [], "active": []}
+    return [b"heartbeat", json.dumps({**beat, "sent_at": NOW}).encode()]
+
+
+class RestartingAgent:
+    """An XPUB that, once a subscriber has joined, sends heartbeats of one agent, then of
+    another (a restart), then a terminate."""
+
+    def __init__(self) -> None:
+        self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.XPUB)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(self.endpoint)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        wanted = {b"\x01notice", b"\x01heartbeat"}
+        while wanted and self._sock.poll(10_000):
+            wanted.discard(self._sock.recv())
+        for message in (
+            _beat("vm/100/aaaaaa", 1),
+            _beat("vm/100/aaaaaa", 2),
+            _beat("vm/200/bbbbbb", 3),
+            _beat("vm/200/bbbbbb", 4),
+            [b"notice", json.dumps(NOTICE).encode()],
+        ):
+            self._sock.send_multipart(message)
+
+    def close(self) -> None:
+        self._thread.join(timeout=5)
+        self._sock.close()
+
+
+@pytest.mark.parametrize(
+    "command", [["watch", "--count", "1"], ["wait", "--for", "terminate"]], ids=["watch", "wait"]
+)
+def test_a_restarted_agent_is_followed_and_named(
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
+    agent = RestartingAgent()
+    try:
+        code = main([*command, "--timeout", "20", "--events", agent.endpoint])
+    finally:
+        agent.close()
+    out, err = capsys.readouterr()
+    assert code == 0 and "terminate" in out and "local/manual/1" in out
+    assert err.count("\n") == 1, err
+    assert f"the agent on {agent.endpoint} restarted (was vm/100/aaaaaa, now vm/200/bbbbbb)" in err
