@@ -339,6 +339,13 @@ class Notices:
         active = set(beat["active"])
         previous, self.agent = self.agent, beat
         if previous is not None and previous.get("agent") != beat.get("agent"):
+            # Quicker than heartbeat_timeout, the socket's reconnect hid it: no 'lost the agent'.
+            log.warning(
+                "forewarn: the agent on %s restarted (was %s, now %s)",
+                self.events,
+                previous.get("agent"),
+                beat.get("agent"),
+            )
             # Its first heartbeats went out before its watchers' first answers: taken at
             # their word, they cleared every provider notice, and the guard flushed again
             # for each drain and ended a job that rightly trained under an acted-on terminate.

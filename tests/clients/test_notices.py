@@ -528,3 +528,43 @@ def test_an_ack_that_cannot_be_sent_is_logged_and_the_next_one_goes_out(
         notices.close(ack_timeout=0.5)
         control.close(linger=0)
         agent.close()
+
+
+def test_an_agent_restarted_quicker_than_the_heartbeat_timeout_is_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Killed and started again within `heartbeat_timeout`, the agent was followed in silence:
+    never 'lost', so never 'found' either."""
+    import threading
+
+    import zmq
+    from support import free_port
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.XPUB)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+
+    def publish() -> None:
+        wanted = {b"\x01heartbeat", b"\x01notice"}
+        while wanted and sock.poll(10_000):
+            wanted.discard(sock.recv())
+        for seq, agent in enumerate(("vm/1/aaaaaa", "vm/1/aaaaaa", "vm/2/bbbbbb"), 1):
+            beat = {"v": 1, "seq": seq, "agent": agent, "version": "0", "providers": []}
+            beat |= {"active": [], "sent_at": format_time(utcnow())}
+            sock.send_multipart([b"heartbeat", json.dumps(beat).encode()])
+
+    publisher = threading.Thread(target=publish, daemon=True)
+    caplog.set_level("INFO", logger="forewarn")
+    notices = Notices(endpoint, "tcp://127.0.0.1:1", heartbeat_timeout=30)
+    publisher.start()
+    try:
+        eventually(lambda: notices.agent and notices.agent["agent"] == "vm/2/bbbbbb")
+        said = [r.getMessage() for r in caplog.records if "restarted" in r.getMessage()]
+        assert said == [
+            f"forewarn: the agent on {endpoint} restarted (was vm/1/aaaaaa, now vm/2/bbbbbb)"
+        ]
+    finally:
+        notices.close()
+        publisher.join(5)
+        sock.close()
