@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from forewarn.providers.registry import Registry
 
 
-# Exit codes (documented in the README): 0 done, 1 failed (a drill, a timeout, the agent
-# refused), 2 bad input (a flag, a config key), 3 no agent answers, 130 interrupted.
+# Exit codes (documented in the README): 0 done, 1 failed (a drill, a timeout, no agent
+# answers notify or status), 2 bad input (a flag, a config key, the agent refused), 3 no agent
+# heard by wait or watch, 130 interrupted.
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 # Flags whose value may start with "-" (`--deadline -5m`): argparse would take it for a flag.
@@ -706,7 +707,8 @@ def build_parser(
     parser = Parser(
         prog="forewarn",
         description="Turn every provider's interruption notice into one event your job acts on.",
-        epilog="Exit codes: 0 done, 1 failed, 2 bad input, 3 no agent answers, 130 interrupted. "
+        epilog="Exit codes: 0 done, 1 failed (notify and status: also no agent, or no answer), "
+        "2 bad input, 3 no agent heard (wait, watch), 130 interrupted. "
         "--debug (anywhere) shows the traceback of an unexpected error.",
     )
     parser.add_argument("--version", action="version", version=f"forewarn {_version()}")

@@ -4,6 +4,7 @@ REQ cannot tell the two apart, so the command looks at the endpoint before it as
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -131,3 +132,15 @@ def test_the_control_timeout_fits_a_busy_node() -> None:
     for command in (["status"], ["notify", "drain"]):
         args = build_parser(command[0]).parse_args(command)
         assert args.timeout == CONTROL_TIMEOUT >= 30
+
+
+def test_the_help_gives_the_exit_code_of_no_agent_that_status_exits_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`forewarn --help` said '3 no agent answers' while notify and status exit 1 for it."""
+    code = run(["status", "--runtime-dir", str(tmp_path)])
+    assert code == 1
+    epilog = build_parser().epilog or ""
+    said = re.search(r"(\d+) failed \(notify and status: also no agent", epilog)
+    assert said is not None and int(said.group(1)) == code, epilog
+    assert "3 no agent heard (wait, watch)" in epilog
