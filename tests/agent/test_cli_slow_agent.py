@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 import zmq
 from forewarn.agent.cli import CONTROL_TIMEOUT, build_parser, main
+from forewarn.protocol.wire import EndpointError, check_endpoint, unreachable
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 class LateAgent:
@@ -144,3 +147,25 @@ def test_the_help_gives_the_exit_code_of_no_agent_that_status_exits_with(
     said = re.search(r"(\d+) failed \(notify and status: also no agent", epilog)
     assert said is not None and int(said.group(1)) == code, epilog
     assert "3 no agent heard (wait, watch)" in epilog
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    endpoint=st.one_of(
+        st.builds(lambda name: f"ipc:///tmp/forewarn-probe-{name}", st.text(max_size=60)),
+        st.builds(lambda name: f"ipc://@{name}", st.text(max_size=100)),
+        st.builds(
+            lambda host, port: f"tcp://{host}:{port}",
+            st.sampled_from(["127.0.0.1", "localhost", "[::1]"]),
+            st.integers(1, 65535),
+        ),
+        st.text(max_size=40),
+    )
+)
+def test_the_probe_of_any_accepted_endpoint_answers_without_raising(endpoint: str) -> None:
+    try:
+        check_endpoint(endpoint)
+    except (EndpointError, UnicodeError):
+        return
+    why = unreachable(endpoint, timeout=0.2)
+    assert why is None or (isinstance(why, str) and why)
