@@ -260,7 +260,12 @@ def request(
         sock.connect(endpoint)
         sock.send(json.dumps(payload).encode())
         if not sock.poll(int(timeout * 1000)):
-            raise TimeoutError(f"no agent answered on {endpoint} within {timeout:g}s")
+            # A REQ cannot tell no agent from a busy one, which may still carry the request out
+            # (an agent answers a notify or an ack only once its state is on disk).
+            raise TimeoutError(
+                f"no answer on {endpoint} within {timeout:g}s: no agent there, or a busy one "
+                "that may still carry the request out"
+            )
         data = sock.recv()
     finally:
         sock.close()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import zmq
 from forewarn.agent.cli import CONTROL_TIMEOUT, build_parser, main
-from forewarn.protocol.wire import EndpointError, check_endpoint, unreachable
+from forewarn.protocol.wire import EndpointError, check_endpoint, request, unreachable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -169,3 +169,17 @@ def test_the_probe_of_any_accepted_endpoint_answers_without_raising(endpoint: st
         return
     why = unreachable(endpoint, timeout=0.2)
     assert why is None or (isinstance(why, str) and why)
+
+
+def test_a_request_the_agent_answers_late_does_not_say_there_is_no_agent(
+    late: tuple[LateAgent, list[str]],
+) -> None:
+    """The client's ack warning read 'no agent answered' while the agent was there and took
+    the ack, only slowly (it answers once its state is on disk)."""
+    agent, _ = late
+    endpoint = f"ipc://{agent.sock.getsockopt_string(zmq.LAST_ENDPOINT)[len('ipc://') :]}"
+    with pytest.raises(TimeoutError) as caught:
+        request(endpoint, {"op": "ack", "client": "c"}, 0.2)
+    assert agent.requests == [{"op": "ack", "client": "c"}]
+    assert "no agent answered" not in str(caught.value)
+    assert "may still carry the request out" in str(caught.value)
