@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from forewarn.protocol.errors import ForewarnError, UsageError
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, utcnow
 from forewarn.protocol.wire import (
+    DENIED,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
     EndpointError,
@@ -157,10 +158,11 @@ def _ask(
     when the agent there does not answer within `timeout` (then `unanswered` is added)."""
     why = unreachable(control)
     if why is not None:
-        print(
-            f"forewarn: no agent runs on {control} ({why}; is `forewarn agent` running?)",
-            file=sys.stderr,
-        )
+        if why.startswith(DENIED):
+            line = f"cannot reach the agent on {control} ({why}; run as its user or group)"
+        else:
+            line = f"no agent runs on {control} ({why}; is `forewarn agent` running?)"
+        print(f"forewarn: {line}", file=sys.stderr)
         raise SystemExit(1)
     try:
         reply = request(control, payload, timeout, runtime=runtime)

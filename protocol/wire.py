@@ -208,6 +208,10 @@ def with_token(
     return payload if token is None else {**payload, TOKEN_FIELD: token}
 
 
+# How `unreachable` starts its reason when something may listen but this user may not reach it.
+DENIED = "permission denied"
+
+
 def unreachable(endpoint: str, timeout: float = 1.0) -> str | None:
     """Why nothing can take a connection on `endpoint` (no socket file, connection refused,
     permission denied), or None when something accepts one or this cannot tell. A zmq REQ
@@ -215,7 +219,13 @@ def unreachable(endpoint: str, timeout: float = 1.0) -> str | None:
     path = ipc_path(endpoint)
     address: Any
     if path is not None:
-        if not os.path.lexists(path):
+        try:
+            os.lstat(path)
+        except PermissionError:
+            # A directory this user may not enter (the agent's 0750 one, not in its group):
+            # the socket may well be there, behind it.
+            return f"{DENIED}: this user cannot look into {path.parent}"
+        except (OSError, ValueError):  # ValueError: a NUL in the path
             return f"no socket file {path}"
         family, address = socket.AF_UNIX, os.fsencode(path)
     elif endpoint.startswith("ipc://@"):
@@ -234,7 +244,9 @@ def unreachable(endpoint: str, timeout: float = 1.0) -> str | None:
         try:
             probe.connect(address)
         except OSError as error:
-            if error.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.EACCES, errno.EPERM):
+            if error.errno in (errno.EACCES, errno.EPERM):
+                return f"{DENIED}: this user may not connect to it"
+            if error.errno in (errno.ECONNREFUSED, errno.ENOENT):
                 return error.strerror or str(error)
             return None
     return None
@@ -281,6 +293,7 @@ def request(
 
 
 __all__ = [
+    "DENIED",
     "PROTOCOL_VERSION",
     "TOKEN_FIELD",
     "TOKEN_FILE",

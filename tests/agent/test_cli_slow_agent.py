@@ -183,3 +183,46 @@ def test_a_request_the_agent_answers_late_does_not_say_there_is_no_agent(
     assert agent.requests == [{"op": "ack", "client": "c"}]
     assert "no agent answered" not in str(caught.value)
     assert "may still carry the request out" in str(caught.value)
+
+
+@pytest.mark.parametrize("locked", ["directory", "socket"])
+def test_a_user_who_may_not_reach_the_agent_is_told_so_not_that_none_runs(
+    locked: str, tmp_path: Path
+) -> None:
+    """The agent's 0750 runtime directory (or a 0600 socket) hid its socket from a user not
+    in its group: the command said 'no socket file', as if no agent ran."""
+    import os
+    import stat
+
+    from other_user import call_as, other_user, shared_tmp
+
+    uid, gid = other_user()
+    base = shared_tmp(0, 0)
+    os.chmod(base, 0o755)
+    try:
+        agent = LateAgent(f"ipc://{base}/control")
+        try:
+            if locked == "directory":
+                os.chmod(base, 0o700)
+            else:
+                os.chmod(base / "control", stat.S_IRUSR | stat.S_IWUSR)
+
+            def ask() -> list[object]:
+                import contextlib
+                import io
+
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err):
+                    code = run(["status", "--runtime-dir", str(base), "--timeout", "0.5"])
+                return [code, err.getvalue()]
+
+            code, err = call_as(uid, gid, ask)
+        finally:
+            agent.close()
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
+    assert code == 1
+    assert f"cannot reach the agent on ipc://{base}/control (permission denied" in str(err)
+    assert "no agent runs" not in str(err)
