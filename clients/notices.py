@@ -38,6 +38,14 @@ POLL_MS = 200
 # Acks waiting for a slow or absent control socket; beyond this the oldest are dropped (an ack
 # is telemetry and escalation input, never worth unbounded memory in a training process).
 ACK_BACKLOG = 64
+# An ack no agent answers (one restarting: the ack would be lost, and the restarted agent would
+# list a terminate this job saved for as one nobody acted on) is sent again, this often, for
+# this long after it was queued; later acks wait behind it, in order.
+ACK_RETRY_EVERY = 0.5
+ACK_RETRY_SECONDS = 30.0
+# How long close() lets queued acks go out, retries included: long enough for systemd to
+# restart a crashed agent (RestartSec=2s and its start); an agent that answers is not waited for.
+ACK_CLOSE_SECONDS = 10.0
 # A malformed message on the events socket is dropped; at most one warning this often says so
 # (with how many more were dropped since), so a broken publisher cannot flood the job's log.
 MALFORMED_WARN_SECONDS = 60.0
@@ -103,7 +111,8 @@ class Notices:
         self._changed = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._acks: queue.Queue[tuple[dict[str, Any], float] | None] = queue.Queue()
+        # (payload, timeout per try, monotonic time it was queued)
+        self._acks: queue.Queue[tuple[dict[str, Any], float, float] | None] = queue.Queue()
         self._sender: threading.Thread | None = None
         self._acks_dropped = 0
         self._ack_failing = False
@@ -162,10 +171,11 @@ class Notices:
         (`choice`: waited, cancelled, nothing in flight) and why (`note`).
 
         By default the ack is handed to a sender thread and this returns at once: True when it
-        was queued for a live agent, False when no agent is alive. With `wait=True` it is sent
-        here and True means the agent accepted it (waiting up to `timeout` seconds); no
+        was queued, False when no agent was ever heard from. One that no agent answers (it is
+        restarting) is sent again for up to `ACK_RETRY_SECONDS`. With `wait=True` it is sent
+        here, once, and True means the agent accepted it (waiting up to `timeout` seconds); no
         answer, a refusal or an endpoint zmq rejects is False and a warning."""
-        if not self.alive:
+        if not self.alive and (wait or self.agent is None):
             return False
         payload: dict[str, Any] = {"op": "ack", "client": self.client_id, "outcome": outcome}
         for key, value in (
@@ -184,7 +194,7 @@ class Notices:
         if not wait:
             self._queue_ack(payload, timeout)
             return True
-        return self._send_ack(payload, timeout)
+        return self._send_ack(payload, timeout) is True
 
     def _queue_ack(self, payload: dict[str, Any], timeout: float) -> None:
         if self._acks.qsize() >= ACK_BACKLOG:
@@ -196,7 +206,7 @@ class Notices:
                     "forewarn: the agent on %s does not take acks; dropping the oldest",
                     self.control,
                 )
-        self._acks.put((payload, timeout))
+        self._acks.put((payload, timeout, time.monotonic()))
         if self._sender is None:
             self._sender = threading.Thread(
                 target=self._send_acks, name="forewarn-acks", daemon=True
@@ -208,13 +218,26 @@ class Notices:
             item = self._acks.get()
             if item is None or (self._stop.is_set() and time.monotonic() > self._close_by):
                 return  # closed, and the queued acks had their time
+            payload, timeout, queued = item
             try:
-                self._send_ack(*item)
+                while self._send_ack(payload, timeout) is None:
+                    if time.monotonic() - queued > ACK_RETRY_SECONDS:
+                        log.warning(
+                            "forewarn: no agent on %s took the ack of %s within %gs; dropped",
+                            self.control,
+                            payload.get("notice_id") or "a periodic save",
+                            ACK_RETRY_SECONDS,
+                        )
+                        break
+                    if self._stop.wait(ACK_RETRY_EVERY) and time.monotonic() > self._close_by:
+                        return
             except Exception:
                 # If this thread ended, every later ack would wait in the queue forever.
                 log.exception("forewarn: an ack to %s could not be sent", self.control)
 
-    def _send_ack(self, payload: dict[str, Any], timeout: float) -> bool:
+    def _send_ack(self, payload: dict[str, Any], timeout: float) -> bool | None:
+        """True: the agent took it; False: refused, or an endpoint zmq rejects; None: no
+        agent answered (worth sending again)."""
         import zmq
 
         try:
@@ -224,16 +247,19 @@ class Notices:
             if not self._ack_failing:  # once per outage, not once per ack
                 log.warning("forewarn: ack to %s failed: %s", self.control, error)
             self._ack_failing = True
-            return False
+            return None if isinstance(error, TimeoutError) else False
+        if self._ack_failing:
+            log.info("forewarn: acks reach the agent on %s again", self.control)
         self._ack_failing = False
         if not reply.get("ok"):
             log.warning("forewarn: the agent refused an ack: %s", reply.get("error"))
             return False
         return True
 
-    def close(self, ack_timeout: float = 1.0) -> None:
-        """Stop the threads; acks still queued get up to `ack_timeout` seconds to go out (a
-        job that exits right after its final save still tells the agent)."""
+    def close(self, ack_timeout: float = ACK_CLOSE_SECONDS) -> None:
+        """Stop the threads; acks still queued get up to `ack_timeout` seconds to go out,
+        retries included (a job that exits right after its final save still tells the agent,
+        one restarting too). An agent that answers is not waited for."""
         self._close_by = time.monotonic() + ack_timeout
         self._stop.set()
         if self._sender is not None:

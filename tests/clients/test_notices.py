@@ -568,3 +568,43 @@ def test_an_agent_restarted_quicker_than_the_heartbeat_timeout_is_named(
         notices.close()
         publisher.join(5)
         sock.close()
+
+
+def test_an_ack_sent_while_the_agent_restarts_reaches_the_restarted_agent(
+    tmp_path: Path,
+) -> None:
+    """A job saved for a terminate and exited while its agent restarted: the ack was tried once
+    and dropped (or never queued, the agent's heartbeats having stopped), and the restarted
+    agent listed the terminate as one nobody acted on, so the next job on the node exited at
+    once. close() now lets the unanswered ack go out to the restarted agent."""
+    import threading
+
+    from forewarn.protocol.timefmt import format_time
+
+    agent = AgentProcess(tmp_path).start()
+    notices = Notices(agent.events, agent.control_endpoint, heartbeat_timeout=1.0)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+    closing = threading.Thread(target=guard.close)
+    try:
+        deadline = format_time(utcnow() + timedelta(seconds=600))
+        request = {"op": "notify", "action": "terminate", "id": "local/t", "deadline": deadline}
+        agent.control(request)
+        assert eventually(lambda: guard.due(1), timeout=10, what="the terminate")
+        agent.kill()
+        assert eventually(lambda: not notices.alive, timeout=5, what="the agent gone")
+        assert guard.saved(1, 0.01).exit
+        closing.start()  # the job exits: its close waits for the ack, not the training loop
+        again = AgentProcess(tmp_path, env=agent.env).start()
+        try:
+            closing.join(timeout=15)
+            assert not closing.is_alive()
+            with again.subscriber(("heartbeat",)) as sub:
+                _, beat = sub.recv(timeout=3)
+            assert beat["active"] == ["local/t"]
+            assert beat["acked"] == ["local/t"], "the restarted agent knows it was acted on"
+        finally:
+            again.stop()
+    finally:
+        if not closing.is_alive() and closing.ident is None:
+            guard.close()
+        notices.close()
