@@ -157,6 +157,14 @@ class Agent:
         if "auto" not in wanted:
             return list(wanted)
         chosen = ["local"] + [name for name in wanted if name not in ("auto", "local")]
+        # A provider whose notices this boot's last agent saved is this machine's, whatever a
+        # probe says now: dropped on a probe that timed out (a slow metadata service at the
+        # restart), its restored terminate was cleared as no longer watched, and the provider
+        # went unwatched for the agent's whole life.
+        for name in sorted(self.board.restored_from()):
+            if name not in chosen and name in self.settings.registry.detectable():
+                log.info("auto: %s picked: notices from it were restored from the state", name)
+                chosen.append(name)
         candidates = [name for name in self.settings.registry.detectable() if name not in chosen]
 
         async def probe(name: str) -> bool:

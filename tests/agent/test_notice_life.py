@@ -644,3 +644,44 @@ def test_provider_notices_from_before_a_reboot_are_not_restored(
         guard.close()
         notices.close()
         agent.stop()
+
+
+def test_auto_keeps_a_provider_whose_notices_were_restored_when_its_probe_times_out(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """With `--provider auto`, an IMDS slow to answer the detection probe at the restart
+    dropped AWS: its restored spot terminate was cleared as no longer watched, and the agent
+    never watched AWS again, although the interruption still stood."""
+    sim, server = imds
+    sim.raise_notice("spot", {"time": later(600)})
+    dead = f"http://{DEAD_LOOPBACK}"
+    env = agent_env(
+        tmp_path,
+        FOREWARN_AWS_URL=server.url,
+        FOREWARN_GCP_URL=dead,
+        FOREWARN_AZURE_URL=dead,
+        FOREWARN_DIGITALOCEAN_URL=dead,
+        FOREWARN_KUBERNETES_URL=dead,
+        **FAST_AWS,
+    )
+    agent = AgentProcess(tmp_path, providers=("auto",), env=env).start()
+    try:
+        active = eventually(lambda: agent.control({"op": "status"})["active"], 10, "the spot")
+        notice_id = active[0]["id"]
+        state = tmp_path / "state" / "state.json"
+        eventually(lambda: state.exists() and notice_id in state.read_text(), 10, "the state")
+    finally:
+        agent.kill()
+    sim.add_fault("hang", path="/latest/dynamic/instance-identity/document")  # the probe's
+    with AgentProcess(tmp_path, providers=("auto",), env=env) as again:
+        status = again.control({"op": "status"})
+        assert "aws" in status["agent"]["providers"], again.output()
+
+        def answered() -> dict[str, Any] | None:
+            status = again.control({"op": "status"})
+            aws = [part for part in status["health"] if part["name"] == "aws"]
+            return status if aws and aws[0]["polls"] > 0 else None
+
+        status = eventually(answered, 10, "the AWS watcher's first answer")
+        assert [notice["id"] for notice in status["active"]] == [notice_id]
+        assert "auto: aws picked: notices from it were restored" in again.output()
