@@ -11,8 +11,9 @@ terminate or SIGTERM it stops training. Resume with
 a checkpoint directory a killed save left half-written. An exit pending at the end of a step
 skips the evaluation due at that step, so the save comes first. During an evaluation it asks
 `guard.due_in_eval` after each prediction step (`on_prediction_step`): the Trainer cannot be
-interrupted mid-evaluation from a callback, so the save and the stop are scheduled for the
-moment that evaluation returns, and the notice is not left for the next training step.
+interrupted mid-evaluation from a callback, so the save is scheduled for the moment that
+evaluation returns, and the notice is not left for the next training step; training stops
+once that save is made, unless the exit was withdrawn meanwhile (as the guard decides).
 
 The Trainer builds its training DataLoader with its own `worker_init_fn`; before its workers
 start (`on_train_begin`) the callback chains forewarn's `worker_init_fn()` into it, and it has
@@ -132,8 +133,9 @@ class ForewarnTrainerCallback(TrainerCallback):
                 self._dcp_pending = True  # saved by on_evaluate, once the pass returns
             return control
         if self._requested_at is None and self.guard.due_in_eval(state.global_step):
+            # Not should_training_stop: on_save stops on the save's answer, and a terminate
+            # withdrawn before the save (the guard then saves and continues) stopped the job.
             control.should_save = True
-            control.should_training_stop = True
             self._requested_at = time.monotonic()
         return control
 

@@ -66,6 +66,35 @@ def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Pat
     assert trainer.state.global_step == 25, "the notice during evaluation stopped training there"
 
 
+def test_a_terminate_withdrawn_during_evaluation_saves_and_training_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The callback stopped training as soon as an evaluation saw the exit, before the save:
+    a terminate the agent withdrew before that save still ended the job, where the guard
+    (and the README) say save and continue, the machine is not going away."""
+    with AgentProcess(tmp_path) as agent:
+        callback = fw.ForewarnTrainerCallback(
+            events=agent.events,
+            control=agent.control_endpoint,
+            handle_signals=False,
+            flag_file=None,
+        )
+        eventually(lambda: callback.guard.notices is not None and callback.guard.notices.alive)
+        model = models.TerminateWithdrawnInEvaluation(agent, callback)
+        args = models.arguments(tmp_path, max_steps=50, **models.EVALUATE_EVERY_25)
+        trainer = hf.Trainer(
+            model=model,
+            args=args,
+            train_dataset=models.Points(),
+            eval_dataset=models.FewPoints(),
+            callbacks=[callback],
+        )
+        trainer.train()
+    assert model.eval_calls > 6
+    assert callback.saved_steps[0] == 25
+    assert trainer.state.global_step == 50, "the withdrawn terminate did not stop training"
+
+
 def test_the_trainers_dataloader_workers_outlive_a_job_wide_sigterm(tmp_path: Path) -> None:
     """The Trainer builds its DataLoader itself, with its own worker_init_fn, so its users
     cannot give it forewarn's: with workers, a SIGTERM to the whole job killed them and the

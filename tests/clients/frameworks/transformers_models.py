@@ -47,6 +47,30 @@ class AsksToExitInEvaluation(Tiny):
         return super().forward(x, labels)
 
 
+class TerminateWithdrawnInEvaluation(Tiny):
+    """In the first evaluation an agent sends a terminate, then clears it before the save."""
+
+    def __init__(self, agent: Any, callback: ForewarnTrainerCallback) -> None:
+        super().__init__()
+        self.agent = agent
+        self.callback = callback
+        self.eval_calls = 0
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        from support import eventually
+
+        if not self.training:
+            self.eval_calls += 1
+            guard = self.callback.guard
+            if self.eval_calls == 3:
+                self.agent.control({"op": "notify", "action": "terminate", "id": "local/t"})
+                eventually(lambda: guard.should_exit, 10, "the terminate")
+            if self.eval_calls == 6:
+                self.agent.control({"op": "clear", "id": "local/t"})
+                eventually(lambda: not guard.should_exit, 10, "the clear")
+        return super().forward(x, labels)
+
+
 class FewPoints(Points):
     def __len__(self) -> int:
         return 64
