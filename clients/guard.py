@@ -129,6 +129,7 @@ class CheckpointGuard:
         # peer, request:<reason>). A terminate withdrawn before the save is answered (see
         # `_withdraw_exit`) no longer ends the job when nothing else asks for the exit.
         self._exit_by: set[str] = set()
+        self._exit_code = 0  # see `exit_code`
         self._due_since: float | None = None
         self._last_save = time.monotonic()
         self._started = self._last_save
@@ -315,6 +316,19 @@ class CheckpointGuard:
         A plain attribute read: safe in any loop, involves no other rank."""
         return self._exit
 
+    @property
+    def exit_code(self) -> int:
+        """The code to end the process with once the loop is left: 0 unless a save answered
+        an exit (`SaveResult.exit`), then 128 + the signal's number, the shell's code for "ended
+        by that signal": 130 for SIGINT, 143 for SIGTERM and for everything else that asks
+        for the exit (a terminate notice is the SIGTERM the platform sends next; another
+        rank's exit; `request(exit=True)`). A job that saved for a reclaim has not finished:
+        exit 0 marks a Kubernetes Job complete and makes torchrun report success, so the run
+        never resumes; 143 is what a SIGTERM'd process would have exited with, which
+        Kubernetes (a podFailurePolicy can match it), systemd and torchrun treat as a failure
+        to restart."""
+        return self._exit_code
+
     def saved(
         self, step: int, seconds: float | None = None, *, where: str | None = None
     ) -> SaveResult:
@@ -359,6 +373,8 @@ class CheckpointGuard:
             self._wake = self._exit and not exit_now
             if exit_now:
                 self._exit_by.clear()  # answered: a withdrawal now comes too late to matter
+                stopped_by = signal.SIGINT if reasons.get("signal") == "SIGINT" else signal.SIGTERM
+                self._exit_code = 128 + stopped_by
         if step >= self._next_step:
             reasons.setdefault("periodic", None)
         if seconds is not None and durable:

@@ -92,11 +92,53 @@ def test_the_training_loop_lines_run_as_pasted(monkeypatch) -> None:  # type: ig
         "total_steps": 2500,
     }
     try:
-        exec(code.group(1), loop)
+        with pytest.raises(SystemExit) as exited:
+            exec(code.group(1), loop)
     finally:
         for guard in made:
             guard.close()
     assert saves == [1834, 2434]
+    assert exited.value.code == 0, "training finished"
+
+
+def test_the_training_loop_exits_143_after_a_terminate_save(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The same loop, with an exit asked for (as a terminate or SIGTERM does) at step 1300:
+    it saves, leaves the loop and ends the process with 143. It ended with 0 (the loop only
+    broke out), which marks a reclaimed Kubernetes Job complete: it never resumed."""
+    import forewarn.clients
+    from forewarn.clients import CheckpointGuard
+
+    section = README.split("## Add it to a training loop", 1)[1]
+    code = re.search(r"```python\n(.+?)```", section, re.S)
+    assert code
+    made: list[CheckpointGuard] = []
+
+    class Quiet(CheckpointGuard):
+        def __init__(self, *args: object, **options: object) -> None:
+            options.update(notices=False, flag_file=None, handle_signals=False)
+            super().__init__(*args, **options)  # type: ignore[arg-type]
+            made.append(self)
+
+    def train_one_step() -> None:
+        if loop["step"] == 1299:
+            made[0].request("terminate", exit=True)
+
+    monkeypatch.setattr(forewarn.clients, "CheckpointGuard", Quiet)
+    saves: list[int] = []
+    loop: dict[str, Any] = {
+        "resume": lambda: 1234,
+        "train_one_step": train_one_step,
+        "save": lambda step: saves.append(step) or 0.01,
+        "total_steps": 2500,
+    }
+    try:
+        with pytest.raises(SystemExit) as exited:
+            exec(code.group(1), loop)
+    finally:
+        for guard in made:
+            guard.close()
+    assert saves == [1300]
+    assert exited.value.code == 143
 
 
 def _documented_api() -> dict[str, Any]:
@@ -260,7 +302,9 @@ def test_the_store_loop_runs_as_pasted_and_resumes_on_the_grid(
                 "model": {"weights": 1},
                 "total_steps": total_steps,
             }
-            exec(source, loop)
+            with pytest.raises(SystemExit) as exited:
+                exec(source, loop)
+            assert exited.value.code == 0
             saved = [generation.step for generation in loop["store"].generations()]
     finally:
         for guard in made:

@@ -11,7 +11,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from forewarn.clients import CheckpointGuard
 from forewarn.protocol.timefmt import format_time, parse_time, utcnow
+from forewarn.testing import RunningAgent
 from support import AgentProcess, eventually
 
 
@@ -264,3 +266,24 @@ def test_an_inherited_terminate_with_a_deadline_exits_a_margin_before_it(tmp_pat
     assert saved["step"] > first["step"], (saved, first)
     said = [line for line in err.splitlines() if "already in force" in line]
     assert len(said) == 1 and "an earlier client acted on it" in said[0], err
+
+
+def test_the_exit_code_says_a_terminate_stopped_the_job_and_a_drain_did_not(
+    forewarn_agent: RunningAgent,
+) -> None:
+    """`exit_code` after a save: 0 after a drain's (training goes on), 143 after a
+    terminate's, for `sys.exit(guard.exit_code)`. The loop's clean exit 0 after a terminate
+    marked a Kubernetes Job complete and torchrun's run successful: it never resumed."""
+    guard = CheckpointGuard(handle_signals=False, flag_file=None)
+    try:
+        forewarn_agent.notify("drain")
+        eventually(lambda: guard.due(1), 10, "the drain")
+        assert not guard.saved(1).exit
+        assert guard.exit_code == 0
+        forewarn_agent.notify("terminate", deadline="2m")
+        eventually(lambda: guard.due(2) and guard.should_exit, 10, "the terminate")
+        assert guard.exit_code == 0, "not taken until the save answers it"
+        assert guard.saved(2).exit
+        assert guard.exit_code == 143
+    finally:
+        guard.close()

@@ -77,6 +77,21 @@ def test_request_from_another_thread_and_exit() -> None:
     guard.close()
 
 
+def test_the_exit_code_is_0_until_a_save_answers_an_exit() -> None:
+    guard = quiet_guard(every_steps=2)
+    assert guard.due(2) and not guard.saved(2).exit
+    assert guard.exit_code == 0, "a periodic save"
+    guard.request("drain")
+    assert guard.due(3) and not guard.saved(3).exit
+    assert guard.exit_code == 0, "a save that continues"
+    guard.request("preempted", exit=True)
+    assert guard.due(4)
+    assert guard.exit_code == 0, "asked for, not taken yet"
+    assert guard.saved(4).exit
+    assert guard.exit_code == 143
+    guard.close()
+
+
 def test_saves_through_a_checkpoint_store_and_times_the_commit(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from forewarn.clients.checkpoint import CheckpointStore
 

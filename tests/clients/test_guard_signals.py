@@ -38,6 +38,23 @@ def test_sigterm_asks_for_a_save_and_an_exit_and_close_restores_the_handler(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
 
 
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_exit_save_for_a_signal_gives_that_signals_exit_code(
+    handlers: None, signum: int, code: int
+) -> None:
+    """After the save a signal asked for, `exit_code` is 128 + the signal, for
+    `sys.exit(guard.exit_code)`: the loop's clean exit 0 marked a reclaimed Kubernetes Job
+    complete and torchrun's run successful, so training never resumed."""
+    signal.signal(signum, signal.SIG_IGN)
+    g = guard()
+    signal.raise_signal(signum)
+    assert g.due(1)
+    assert g.exit_code == 0, "no exit taken before the save"
+    assert g.saved(1).exit
+    g.close()
+    assert g.exit_code == code
+
+
 def test_a_second_ctrl_c_while_the_first_is_pending_goes_through(handlers: None) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     g = guard()
