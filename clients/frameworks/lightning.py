@@ -9,7 +9,9 @@ After each validation, test and predict batch it asks `guard.due_in_eval`: an ex
 mid-validation is saved there and then (the state of the last training step), instead of
 after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
 and then stops; the checkpoint is already durable. After an exit's save no further validation
-pass runs (Lightning would run one when `should_stop` is set).
+pass runs (Lightning would run one when `should_stop` is set). `fit()` then returns normally:
+end the process with `sys.exit(callback.exit_code)` (143 after an exit's save) so the
+platform restarts the job.
 
 With `store=CheckpointStore(...)` and `dcp=True` it saves through torch.distributed.checkpoint
 into the store instead (`save_dcp`: every rank writes its shards, the generation commits once
@@ -62,6 +64,7 @@ class ForewarnCallback(pl.Callback):
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
         self._exiting = False
         self._limit_val_batches: int | float | None = None  # the trainer's, while exiting
+        self._exit_code = 0  # the closed guard's (see exit_code)
 
     @staticmethod
     def dcp_state(module: Any, optimizers: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
@@ -70,6 +73,17 @@ class ForewarnCallback(pl.Callback):
             "model": module.state_dict(),
             "optimizers": [optimizer.state_dict() for optimizer in optimizers],
         }
+
+    @property
+    def exit_code(self) -> int:
+        """`CheckpointGuard.exit_code` of this callback's guard, kept after `fit()` returns
+        (the guard is closed then): 0 when training ended by itself, 143 (130 for SIGINT) when
+        it stopped after a terminate's or a signal's save. End the process with it,
+        `sys.exit(callback.exit_code)`: `fit()` returns normally either way, and a clean 0 after
+        a reclaim marks a Kubernetes Job complete, so it never resumes."""
+        if self._guard is not None:
+            return self._guard.exit_code
+        return self._exit_code
 
     @property
     def guard(self) -> CheckpointGuard:
@@ -171,6 +185,7 @@ class ForewarnCallback(pl.Callback):
             trainer.limit_val_batches = self._limit_val_batches
             self._limit_val_batches = None
         if self._guard is not None:
+            self._exit_code = self._guard.exit_code
             self._guard.close()
             self._guard = None
 

@@ -6,7 +6,8 @@ own checkpointing.
 At the end of each step it asks the guard; when a save is due it sets `control.should_save`, so
 the Trainer writes its usual `checkpoint-<step>` (model, optimizer, scheduler, RNG states).
 Once that save is done (`on_save`) it acks the agent with the measured seconds, and on
-terminate or SIGTERM it stops training. Resume with
+terminate or SIGTERM it stops training (`train()` returns normally: end the process with
+`sys.exit(callback.exit_code)`, 143 then, so the platform restarts the job). Resume with
 `trainer.train(resume_from_checkpoint=last_checkpoint(args.output_dir))`, which passes over
 a checkpoint directory a killed save left half-written. An exit pending at the end of a step
 skips the evaluation due at that step, so the save comes first. During an evaluation it asks
@@ -77,6 +78,18 @@ class ForewarnTrainerCallback(TrainerCallback):
         self._dcp_pending = False  # an exit asked for in evaluation, saved once it returns
         self.saved_steps: list[int] = []
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
+        self._exit_code = 0  # the closed guard's (see exit_code)
+
+    @property
+    def exit_code(self) -> int:
+        """`CheckpointGuard.exit_code` of this callback's guard, kept after `train()` returns
+        (the guard is closed then): 0 when training ended by itself, 143 (130 for SIGINT) when
+        it stopped after a terminate's or a signal's save. End the process with it,
+        `sys.exit(callback.exit_code)`: `train()` returns normally either way, and a clean 0 after
+        a reclaim marks a Kubernetes Job complete, so it never resumes."""
+        if self._guard is not None:
+            return self._guard.exit_code
+        return self._exit_code
 
     @property
     def guard(self) -> CheckpointGuard:
@@ -186,6 +199,7 @@ class ForewarnTrainerCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
         if self._guard is not None:
+            self._exit_code = self._guard.exit_code
             self._guard.close()
             self._guard = None
         return control

@@ -47,6 +47,9 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
         assert trainer.global_step < 10_000, "terminate stopped training"
         final = torch.load(callback.saved_paths[-1], weights_only=False)
         assert final["global_step"] == trainer.global_step
+        # fit() returned normally: only this says the job stopped for the reclaim (exit 0
+        # completed a Kubernetes Job, and training never resumed).
+        assert callback.exit_code == 143
 
 
 def test_an_exit_during_validation_is_saved_from_the_validation_hook(tmp_path: Path) -> None:
@@ -182,6 +185,7 @@ def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) 
         trainer.fit(
             models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4), ckpt_path=ckpt_path
         )
+        assert callback.exit_code == 0, "training ended by itself"
         return [path.name for path in callback.saved_paths]
 
     assert fit(25, None) == ["step-00000020.ckpt"]

@@ -46,6 +46,9 @@ def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Pa
         for step in callback.saved_steps:
             assert (tmp_path / "out" / f"checkpoint-{step}").is_dir()
         assert trainer.state.global_step == callback.saved_steps[-1] < 10_000
+        # train() returned normally: only this says the job stopped for the reclaim (exit 0
+        # completed a Kubernetes Job, and training never resumed).
+        assert callback.exit_code == 143
 
 
 def test_an_exit_during_evaluation_saves_when_it_returns_and_stops(tmp_path: Path) -> None:
@@ -164,6 +167,7 @@ def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) 
             model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
         )
         trainer.train(resume_from_checkpoint=resume)
+        assert callback.exit_code == 0, "training ended by itself"
         return callback.saved_steps
 
     assert train(25, None) == [20]
