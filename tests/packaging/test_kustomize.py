@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,18 @@ def test_sidecar_shares_its_sockets_with_a_non_root_training_container(tmp_path:
     mounts = {m["mountPath"] for m in train["volumeMounts"]}
     assert "/run/forewarn" in mounts
     assert not any("hostPath" in volume for volume in pod["volumes"])
+
+
+def test_the_sidecar_job_retries_a_reclaimed_pod_without_counting_it() -> None:
+    """The training container's exit after a reclaim save (`CheckpointGuard.exit_code`, 143)
+    makes a new pod that does not count toward backoffLimit. The job exited 0 before, which
+    completed the Job, although the manifest said a reclaimed node fails the pod."""
+    job = next(r for r in render("sidecar-job") if r["kind"] == "Job")
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # needed by the policy
+    train = next(c for c in job["spec"]["template"]["spec"]["containers"] if c["name"] == "train")
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    reclaim = {"containerName": train["name"], "operator": "In", "values": [128 + signal.SIGTERM]}
+    assert {"action": "Ignore", "onExitCodes": reclaim} in rules
 
 
 @pytest.mark.parametrize(
