@@ -36,6 +36,8 @@ from forewarn.protocol.wire import request
 
 READY_TIMEOUT = 60.0  # a loaded machine starts Python slowly; a live agent answers long before
 PHASE_TIMEOUT = 30.0
+# The demo's exit after its terminate save: 128 + SIGTERM, as `CheckpointGuard.exit_code`.
+RECLAIMED_EXIT = 143
 
 
 # What runs the reclaim scenarios: (args, work directory, base environment) -> exit code.
@@ -447,9 +449,15 @@ def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) 
         _until(demo, timeline, "exit")
         code = demo.proc.wait(timeout=PHASE_TIMEOUT)
         last_step = final["step"]
-        timeline.add(last_step, f"demo exited with code {code}")
-        if code != 0:
-            raise DrillFailed(f"the demo exited with code {code} after terminate")
+        # 143 (CheckpointGuard.exit_code): stopped for a reclaim, not finished, so that an
+        # orchestrator restarts it (an exit 0 completes a Kubernetes Job).
+        if code != RECLAIMED_EXIT:
+            timeline.add(last_step, f"demo exited with code {code}")
+            raise DrillFailed(
+                f"the demo exited with code {code} after terminate, not {RECLAIMED_EXIT} "
+                "(stopped for a reclaim: to be restarted)"
+            )
+        timeline.add(last_step, f"demo exited with code {code}: stopped for a reclaim, to resume")
         machine.stop()
         timeline.add(None, "machine reclaimed; a replacement starts with a fresh agent")
 

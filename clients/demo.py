@@ -2,7 +2,8 @@
 
 It "trains" by folding each step into a running state, saves that state when the guard says
 so, and resumes from the last save. It prints one JSON object per line on stdout (the drill
-reads them): `fresh` or `resumed`, `step`, `notice`, `saved`, `exit`, `done`.
+reads them): `fresh` or `resumed`, `step`, `notice`, `saved`, `exit`, `done`. It exits 0 once
+its steps are done and 143 (`CheckpointGuard.exit_code`) after an exit's save.
 
     python -m forewarn.clients.demo --dir /tmp/demo --steps 400 --step-time 0.02
 
@@ -207,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 if result.exit:
                     say("exit", step=step)
-                    return 0
+                    # As the README's loop: 143, not 0, so the platform restarts the job.
+                    return guard.exit_code
         if guard.saver is not None:
             guard.saver.wait()  # the last background save, if one is in flight
         if step not in store.steps():

@@ -16,6 +16,9 @@ from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 from forewarn.testing import RunningAgent
 from support import AgentProcess, eventually
 
+# The demo's exit after a terminate's or SIGTERM's save: CheckpointGuard.exit_code.
+EXIT_RECLAIMED = 128 + signal.SIGTERM
+
 
 class Training:
     """The demo training loop as a subprocess; its JSON lines parsed as they come."""
@@ -56,13 +59,13 @@ class Training:
         return [e for e in self.events if e["event"] == "saved"]
 
 
-def test_sigterm_during_a_step_gives_one_save_then_exit_0(tmp_path: Path) -> None:
+def test_sigterm_during_a_step_gives_one_save_then_exit_143(tmp_path: Path) -> None:
     with AgentProcess(tmp_path) as agent:
         run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
         run.until("step", step=20)
         run.proc.send_signal(signal.SIGTERM)
         code, err = run.finish()
-        assert code == 0, err
+        assert code == EXIT_RECLAIMED, err
         saves = run.saves()
         assert len(saves) == 1 and saves[0]["reasons"] == ["signal"] and saves[0]["exit"]
         assert run.events[-1]["event"] == "exit"
@@ -81,7 +84,7 @@ def test_a_drain_gives_one_save_per_notice_id_and_training_goes_on(tmp_path: Pat
         run.until("step", step=second["step"] + 30)
         run.proc.send_signal(signal.SIGTERM)
         code, err = run.finish()
-        assert code == 0, err
+        assert code == EXIT_RECLAIMED, err
         reasons = [s["reasons"] for s in run.saves()]
         assert reasons == [["drain"], ["drain"], ["signal"]]
         assert not first["exit"] and not second["exit"]
@@ -94,7 +97,7 @@ def test_a_terminate_notice_flushes_and_exits(tmp_path: Path) -> None:
         agent.control({"op": "notify", "action": "terminate"})
         saved = run.until("saved")
         code, err = run.finish()
-        assert code == 0, err
+        assert code == EXIT_RECLAIMED, err
         assert saved["exit"] and saved["reasons"] == ["terminate"]
 
 
@@ -111,7 +114,7 @@ def test_acks_reach_the_agent_and_release_the_flag_file(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert not flag.exists(), "the agent removes the flag once every client flushed"
         run.proc.send_signal(signal.SIGTERM)
-        assert run.finish()[0] == 0
+        assert run.finish()[0] == EXIT_RECLAIMED
         assert [s["reasons"] for s in run.saves()] == [["drain"], ["signal"]]
 
 
@@ -126,7 +129,7 @@ def test_without_an_agent_periodic_saves_and_sigterm_work_and_one_warning(
     time.sleep(3.5)  # past the heartbeat timeout: the warning is due by now
     run.proc.send_signal(signal.SIGTERM)
     code, err = run.finish()
-    assert code == 0, err
+    assert code == EXIT_RECLAIMED, err
     warnings = [line for line in err.splitlines() if "no agent" in line]
     assert len(warnings) == 1, err
     saves = run.saves()
@@ -148,14 +151,14 @@ def test_without_an_agent_the_flag_file_flushes_and_continues(
     run.until("step", step=saved["step"] + 20)
     assert not flag.exists()
     run.proc.send_signal(signal.SIGTERM)
-    assert run.finish()[0] == 0
+    assert run.finish()[0] == EXIT_RECLAIMED
 
 
 def test_resume_continues_from_the_saved_step(tmp_path: Path, env: dict[str, str]) -> None:
     run = Training(env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
     run.until("step", step=15)
     run.proc.send_signal(signal.SIGTERM)
-    assert run.finish()[0] == 0
+    assert run.finish()[0] == EXIT_RECLAIMED
     saved = run.saves()[-1]
     again = Training(env, tmp_path / "ckpt", "--steps", str(saved["step"] + 5))
     resumed = again.until("resumed")
@@ -163,7 +166,7 @@ def test_resume_continues_from_the_saved_step(tmp_path: Path, env: dict[str, str
     assert again.finish()[0] == 0
 
 
-def test_two_sigterms_at_once_still_give_one_save_then_exit_0(tmp_path: Path) -> None:
+def test_two_sigterms_at_once_still_give_one_save_then_exit_143(tmp_path: Path) -> None:
     """systemd's control-group kill and torchrun's forwarding each send a SIGTERM: the
     second must not kill the process before its save."""
     with AgentProcess(tmp_path) as agent:
@@ -172,7 +175,7 @@ def test_two_sigterms_at_once_still_give_one_save_then_exit_0(tmp_path: Path) ->
         run.proc.send_signal(signal.SIGTERM)
         run.proc.send_signal(signal.SIGTERM)
         code, err = run.finish()
-        assert code == 0, err
+        assert code == EXIT_RECLAIMED, err
         assert [s["reasons"] for s in run.saves()] == [["signal"]]
 
 
@@ -185,7 +188,7 @@ def test_exit_on_a_notice_logs_one_line_with_notice_provider_step_and_place(
         notice = agent.control({"op": "notify", "action": "terminate", "id": "local/going"})
         saved = run.until("saved")
         code, err = run.finish()
-    assert code == 0, err
+    assert code == EXIT_RECLAIMED, err
     lines = [line for line in err.splitlines() if "exiting at step" in line]
     assert len(lines) == 1, err
     step = saved["step"]
@@ -201,7 +204,7 @@ def test_a_new_job_after_an_acted_on_terminate_trains_normally(tmp_path: Path) -
         first.until("step", step=5)
         agent.control({"op": "notify", "action": "terminate", "id": "local/old"})
         assert first.until("saved")["exit"]
-        assert first.finish()[0] == 0
+        assert first.finish()[0] == EXIT_RECLAIMED
         # The agent has the earlier job's ack before the next job starts.
         with agent.subscriber(("heartbeat",)) as beats:
             eventually(lambda: "local/old" in beats.recv()[1]["acked"], what="the ack")
@@ -212,7 +215,7 @@ def test_a_new_job_after_an_acted_on_terminate_trains_normally(tmp_path: Path) -
         agent.control({"op": "notify", "action": "terminate", "id": "local/new"})
         saved = run.until("saved")
         code, err = run.finish()
-    assert code == 0, err
+    assert code == EXIT_RECLAIMED, err
     assert saved["exit"] and saved["reasons"] == ["terminate"]
     said = [line for line in err.splitlines() if "already in force" in line]
     assert len(said) == 1 and "local/old" in said[0], err
@@ -227,7 +230,7 @@ def test_a_terminate_nobody_acted_on_stops_a_job_that_starts_under_it(tmp_path: 
         run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
         saved = run.until("saved")
         code, err = run.finish()
-    assert code == 0, err
+    assert code == EXIT_RECLAIMED, err
     assert saved["exit"] and saved["reasons"] == ["terminate"]
     assert saved["step"] < 100, saved  # at once, not after a long run
     said = [line for line in err.splitlines() if "already in force" in line]
@@ -258,7 +261,7 @@ def test_an_inherited_terminate_with_a_deadline_exits_a_margin_before_it(tmp_pat
         first = run.until("step", step=1)
         saved = run.until("saved", timeout=20)
         code, err = run.finish()
-    assert code == 0, err
+    assert code == EXIT_RECLAIMED, err
     assert saved["exit"] and saved["reasons"] == ["terminate"]
     # It trained until the deadline minus the margin (not at once; under load the job may
     # start late, so the exit is measured from the deadline, not from the first step).
