@@ -37,9 +37,10 @@ except ImportError:  # the older package name
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
+from ._guarded import GuardHolder
 
 
-class ForewarnCallback(pl.Callback):
+class ForewarnCallback(GuardHolder, pl.Callback):
     def __init__(
         self,
         dirpath: str | Path | None = None,
@@ -58,13 +59,11 @@ class ForewarnCallback(pl.Callback):
         self.filename = filename
         self.store = store
         self.dcp = dcp
-        self._guard = guard
-        self._guard_options = guard_options
+        self._hold_guard(guard, guard_options)
         self.saved_paths: list[Path] = []
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
         self._exiting = False
         self._limit_val_batches: int | float | None = None  # the trainer's, while exiting
-        self._exit_code = 0  # the closed guard's (see exit_code)
 
     @staticmethod
     def dcp_state(module: Any, optimizers: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
@@ -73,25 +72,6 @@ class ForewarnCallback(pl.Callback):
             "model": module.state_dict(),
             "optimizers": [optimizer.state_dict() for optimizer in optimizers],
         }
-
-    @property
-    def exit_code(self) -> int:
-        """`CheckpointGuard.exit_code` of this callback's guard, kept after `fit()` returns
-        (the guard is closed then): 0 when training ended by itself, 143 (130 for SIGINT) when
-        it stopped after a terminate's or a signal's save. End the process with it,
-        `sys.exit(callback.exit_code)`: `fit()` returns normally either way, and a clean 0 after
-        a reclaim marks a Kubernetes Job complete, so it never resumes."""
-        if self._guard is not None:
-            return self._guard.exit_code
-        return self._exit_code
-
-    @property
-    def guard(self) -> CheckpointGuard:
-        # Made on first use, inside the trainer: torch.distributed is initialised by then,
-        # so the guard's rank agreement sees it.
-        if self._guard is None:
-            self._guard = CheckpointGuard(**self._guard_options)
-        return self._guard
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.global_step:
@@ -184,10 +164,7 @@ class ForewarnCallback(pl.Callback):
         if self._limit_val_batches is not None:
             trainer.limit_val_batches = self._limit_val_batches
             self._limit_val_batches = None
-        if self._guard is not None:
-            self._exit_code = self._guard.exit_code
-            self._guard.close()
-            self._guard = None
+        self._close_guard()
 
 
 __all__ = ["ForewarnCallback"]

@@ -55,11 +55,12 @@ from transformers import (
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
 from ..workers import protect_loader
+from ._guarded import GuardHolder
 
 log = logging.getLogger("forewarn.checkpoint")
 
 
-class ForewarnTrainerCallback(TrainerCallback):
+class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
     def __init__(
         self,
         guard: CheckpointGuard | None = None,
@@ -70,32 +71,13 @@ class ForewarnTrainerCallback(TrainerCallback):
     ) -> None:
         if dcp and store is None:
             raise ValueError("dcp=True saves into a CheckpointStore: pass store=")
-        self._guard = guard
-        self._guard_options = guard_options
+        self._hold_guard(guard, guard_options)
         self.store = store
         self.dcp = dcp
         self._requested_at: float | None = None
         self._dcp_pending = False  # an exit asked for in evaluation, saved once it returns
         self.saved_steps: list[int] = []
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
-        self._exit_code = 0  # the closed guard's (see exit_code)
-
-    @property
-    def exit_code(self) -> int:
-        """`CheckpointGuard.exit_code` of this callback's guard, kept after `train()` returns
-        (the guard is closed then): 0 when training ended by itself, 143 (130 for SIGINT) when
-        it stopped after a terminate's or a signal's save. End the process with it,
-        `sys.exit(callback.exit_code)`: `train()` returns normally either way, and a clean 0 after
-        a reclaim marks a Kubernetes Job complete, so it never resumes."""
-        if self._guard is not None:
-            return self._guard.exit_code
-        return self._exit_code
-
-    @property
-    def guard(self) -> CheckpointGuard:
-        if self._guard is None:  # inside the trainer: torch.distributed is ready by then
-            self._guard = CheckpointGuard(**self._guard_options)
-        return self._guard
 
     def on_init_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -198,10 +180,7 @@ class ForewarnTrainerCallback(TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
-        if self._guard is not None:
-            self._exit_code = self._guard.exit_code
-            self._guard.close()
-            self._guard = None
+        self._close_guard()
         return control
 
 
