@@ -153,17 +153,23 @@ _NOTICE_DURATION_KEYS = (
 )
 
 
-def parse_notice_duration(text: str) -> float | None:
-    """The preemption notice duration in `instance/scheduling/?recursive=true&alt=json`, in
-    seconds, or None when the VM reports none. Accepts seconds, a duration such as `120s`,
-    or the API's `{"seconds": ..., "nanos": ...}`."""
+def _scheduling_value(text: str, keys: tuple[str, ...]) -> Any:
+    """The first of `keys` (the spellings the metadata server has used) in the scheduling
+    document, or None when none is there."""
     try:
         document = json.loads(text)
     except ValueError:
         raise ParseError(f"{SCHEDULING_DIR}: not JSON: {text.strip()[:80]!r}") from None
     if not isinstance(document, dict):
         raise ParseError(f"{SCHEDULING_DIR}: expected a JSON object, got {text.strip()[:80]!r}")
-    value = next((document[k] for k in _NOTICE_DURATION_KEYS if k in document), None)
+    return next((document[k] for k in keys if k in document), None)
+
+
+def parse_notice_duration(text: str) -> float | None:
+    """The preemption notice duration in `instance/scheduling/?recursive=true&alt=json`, in
+    seconds, or None when the VM reports none. Accepts seconds, a duration such as `120s`,
+    or the API's `{"seconds": ..., "nanos": ...}`."""
+    value = _scheduling_value(text, _NOTICE_DURATION_KEYS)
     if value is None:
         return None
     return _seconds(value)
@@ -175,13 +181,7 @@ _HOST_MAINTENANCE_KEYS = ("onHostMaintenance", "on-host-maintenance", "on_host_m
 def parse_on_host_maintenance(text: str) -> str | None:
     """The VM's host maintenance policy in `instance/scheduling/?recursive=true&alt=json`
     (`MIGRATE` or `TERMINATE`), or None when the document does not say."""
-    try:
-        document = json.loads(text)
-    except ValueError:
-        raise ParseError(f"{SCHEDULING_DIR}: not JSON: {text.strip()[:80]!r}") from None
-    if not isinstance(document, dict):
-        raise ParseError(f"{SCHEDULING_DIR}: expected a JSON object, got {text.strip()[:80]!r}")
-    value = next((document[k] for k in _HOST_MAINTENANCE_KEYS if k in document), None)
+    value = _scheduling_value(text, _HOST_MAINTENANCE_KEYS)
     if not isinstance(value, str) or not value.strip():
         return None
     return value.strip().upper()
