@@ -4,16 +4,13 @@ it could not delete inside a 200 reply. A loopback proxy in front of moto plays 
 
 from __future__ import annotations
 
-import http.client
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointError, CheckpointStore, S3Options
+from s3_proxy import XML, Reply, Request, S3Proxy
 
 NOT_IMPLEMENTED = (
     b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>NotImplemented</Code><Message>A header "
@@ -22,77 +19,35 @@ NOT_IMPLEMENTED = (
 )
 
 
-class DeleteQuirksProxy(ThreadingHTTPServer):
-    """Forwards to moto; answers DeleteObjects (POST ?delete) as `mode` says: "gcs" (400
-    NotImplemented) or "refused" (200, every key in Errors as AccessDenied)."""
-
-    daemon_threads = True
+class DeleteQuirksProxy(S3Proxy):
+    """Answers DeleteObjects (POST ?delete) as `mode` says: "gcs" (400 NotImplemented) or
+    "refused" (200, every key in Errors as AccessDenied)."""
 
     def __init__(self, upstream: str, mode: str) -> None:
-        self.upstream = urlsplit(upstream)
+        super().__init__(upstream)
         self.mode = mode
         self.batch_deletes = 0
-        super().__init__(("127.0.0.1", 0), _Handler)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: DeleteQuirksProxy
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-    def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
-        self.send_response(status)
-        for key, value in headers:
-            if key.lower() not in ("transfer-encoding", "content-length", "connection"):
-                self.send_header(key, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        if self.command == "POST" and urlsplit(self.path).query.startswith("delete"):
-            self.server.batch_deletes += 1
-            if self.server.mode == "gcs":
-                self._reply(400, [("Content-Type", "application/xml")], NOT_IMPLEMENTED)
-                return
-            keys = re.findall(rb"<Key>(.*?)</Key>", body or b"")
-            errors = b"".join(
-                b"<Error><Key>%s</Key><Code>AccessDenied</Code><Message>Access Denied"
-                b"</Message></Error>" % key
-                for key in keys
-            )
-            result = b'<?xml version="1.0" encoding="UTF-8"?><DeleteResult>%s</DeleteResult>'
-            self._reply(200, [("Content-Type", "application/xml")], result % errors)
-            return
-        upstream = http.client.HTTPConnection(
-            self.server.upstream.hostname, self.server.upstream.port, timeout=60
+    def answer(self, request: Request) -> Reply | None:
+        if request.command != "POST" or "delete" not in request.query:
+            return None
+        self.batch_deletes += 1
+        if self.mode == "gcs":
+            return Reply(400, XML, NOT_IMPLEMENTED)
+        keys = re.findall(rb"<Key>(.*?)</Key>", request.body or b"")
+        errors = b"".join(
+            b"<Error><Key>%s</Key><Code>AccessDenied</Code><Message>Access Denied"
+            b"</Message></Error>" % key
+            for key in keys
         )
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-        upstream.request(self.command, self.path, body=body, headers=headers)
-        reply = upstream.getresponse()
-        data = reply.read()
-        upstream.close()
-        self._reply(reply.status, reply.getheaders(), data)
-
-    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+        result = b'<?xml version="1.0" encoding="UTF-8"?><DeleteResult>%s</DeleteResult>'
+        return Reply(200, XML, result % errors)
 
 
 @pytest.fixture
 def proxy(moto_endpoint: str, request: pytest.FixtureRequest) -> Iterator[DeleteQuirksProxy]:
-    server = DeleteQuirksProxy(moto_endpoint, request.param)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with DeleteQuirksProxy(moto_endpoint, request.param) as server:
+        yield server
 
 
 def _weights(step: int) -> Any:

@@ -5,16 +5,11 @@ of moto plays MinIO (moto itself answers the retry with success)."""
 
 from __future__ import annotations
 
-import http.client
-import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore, S3Options
+from s3_proxy import XML, Reply, Request, S3Proxy
 
 NO_SUCH_UPLOAD = (
     b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchUpload</Code><Message>The '
@@ -23,78 +18,38 @@ NO_SUCH_UPLOAD = (
 )
 
 
-class LostAnswerProxy(ThreadingHTTPServer):
-    """Forwards to moto. The first CompleteMultipartUpload of each upload goes through but
-    its connection is reset instead of answered; any later one is answered NoSuchUpload."""
-
-    daemon_threads = True
+class LostAnswerProxy(S3Proxy):
+    """The first CompleteMultipartUpload of each upload goes through but its connection is
+    reset instead of answered; any later one is answered NoSuchUpload."""
 
     def __init__(self, upstream: str) -> None:
-        self.upstream = urlsplit(upstream)
+        super().__init__(upstream)
         self.completed: set[str] = set()
         self.lost = 0
-        super().__init__(("127.0.0.1", 0), _Handler)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: LostAnswerProxy
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
+    def answer(self, request: Request) -> Reply | None:
+        if _commit(request) in self.completed:
+            return Reply(404, XML, NO_SUCH_UPLOAD)
         return None
 
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        upload = parse_qs(urlsplit(self.path).query).get("uploadId", [""])[0]
-        commit = self.command == "POST" and bool(upload)
-        if commit and upload in self.server.completed:
-            self._reply(404, [("Content-Type", "application/xml")], NO_SUCH_UPLOAD)
-            return
-        upstream = http.client.HTTPConnection(
-            self.server.upstream.hostname, self.server.upstream.port, timeout=60
-        )
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-        upstream.request(self.command, self.path, body=body, headers=headers)
-        reply = upstream.getresponse()
-        data = reply.read()
-        upstream.close()
-        if commit:
-            self.server.completed.add(upload)
-            self.server.lost += 1
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
-            self.close_connection = True
-            return
-        self._reply(reply.status, reply.getheaders(), data)
+    def forwarded(self, request: Request, reply: Reply) -> Reply | None:
+        upload = _commit(request)
+        if upload:
+            self.completed.add(upload)
+            self.lost += 1
+            return None
+        return reply
 
-    def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
-        self.send_response(status)
-        head = self.command == "HEAD"  # its Content-Length is the object's
-        for key, value in headers:
-            if key.lower() not in ("transfer-encoding", "connection") and (
-                head or key.lower() != "content-length"
-            ):
-                self.send_header(key, value)
-        if not head:
-            self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
-    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+def _commit(request: Request) -> str:
+    """The upload a CompleteMultipartUpload completes, or ''."""
+    return request.query.get("uploadId", [""])[0] if request.command == "POST" else ""
 
 
 @pytest.fixture
 def proxy(moto_endpoint: str) -> Iterator[LostAnswerProxy]:
-    server = LostAnswerProxy(moto_endpoint)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with LostAnswerProxy(moto_endpoint) as server:
+        yield server
 
 
 def test_a_commit_whose_answer_was_lost_still_saves(proxy: LostAnswerProxy, bucket: str) -> None:

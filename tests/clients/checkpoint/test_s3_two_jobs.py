@@ -6,67 +6,41 @@ really created (the test backdates one to play a writer killed long ago)."""
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
-import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore, S3Options
+from s3_proxy import Reply, Request, S3Proxy
 
 
-class InitiatedProxy(ThreadingHTTPServer):
-    """Forwards to moto; records when each multipart upload was created and reports that
-    time (or the one set in `initiated`) as the upload's `Initiated`."""
-
-    daemon_threads = True
+class InitiatedProxy(S3Proxy):
+    """Records when each multipart upload was created and reports that time (or the one set
+    in `initiated`) as the upload's `Initiated`, with this proxy's own Date."""
 
     def __init__(self, upstream: str) -> None:
-        self.upstream = urlsplit(upstream)
+        super().__init__(upstream)
         self.initiated: dict[str, datetime] = {}
-        super().__init__(("127.0.0.1", 0), _Handler)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: InitiatedProxy
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        query = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
-        upstream = http.client.HTTPConnection(
-            self.server.upstream.hostname, self.server.upstream.port, timeout=60
-        )
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-        upstream.request(self.command, self.path, body=body, headers=headers)
-        reply = upstream.getresponse()
-        data = reply.read()
-        upstream.close()
-        if self.command == "POST" and "uploads" in query:
-            found = re.search(rb"<UploadId>(.*?)</UploadId>", data)
+    def forwarded(self, request: Request, reply: Reply) -> Reply | None:
+        if "uploads" not in request.query:
+            return reply
+        if request.command == "POST":
+            found = re.search(rb"<UploadId>(.*?)</UploadId>", reply.data)
             if found:
-                self.server.initiated[found.group(1).decode()] = datetime.now(timezone.utc)
-        elif self.command == "GET" and "uploads" in query:
-            data = re.sub(rb"<Upload>.*?</Upload>", self._stamp, data, flags=re.DOTALL)
-        self._reply(reply.status, reply.getheaders(), data)
+                self.initiated[found.group(1).decode()] = datetime.now(timezone.utc)
+        elif request.command == "GET":
+            data = re.sub(rb"<Upload>.*?</Upload>", self._stamp, reply.data, flags=re.DOTALL)
+            return Reply(reply.status, reply.headers, data)
+        return reply
 
     def _stamp(self, match: re.Match[bytes]) -> bytes:
         upload = match.group(0)
         found = re.search(rb"<UploadId>(.*?)</UploadId>", upload)
-        when = self.server.initiated.get(found.group(1).decode()) if found else None
+        when = self.initiated.get(found.group(1).decode()) if found else None
         if when is None:
             return upload
         stamp = when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
@@ -74,32 +48,11 @@ class _Handler(BaseHTTPRequestHandler):
             rb"<Initiated>.*?</Initiated>", f"<Initiated>{stamp}</Initiated>".encode(), upload
         )
 
-    def _reply(self, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
-        self.send_response(status)  # sends this server's own Date
-        for key, value in headers:
-            if key.lower() not in (
-                "transfer-encoding",
-                "content-length",
-                "connection",
-                "date",
-                "server",
-            ):
-                self.send_header(key, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
-
 
 @pytest.fixture
 def proxy(moto_endpoint: str) -> Iterator[InitiatedProxy]:
-    server = InitiatedProxy(moto_endpoint)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with InitiatedProxy(moto_endpoint) as server:
+        yield server
 
 
 def uploads(client: Any, bucket: str) -> list[str]:

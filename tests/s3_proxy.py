@@ -1,0 +1,130 @@
+"""A loopback HTTP proxy in front of the moto server, for the S3-compatible services' quirks
+moto does not play (a slow commit, a lost answer, no multi-object delete, upload start times).
+
+A test subclasses `S3Proxy` and overrides `answer` (answer a request itself, or hold it) and
+`forwarded` (change moto's reply, or reset the connection instead of answering)."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import struct
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+# Headers the proxy writes itself: the length of what it sends, its own Date and Server
+# (send_response adds them), and one connection per exchange.
+_OWN_HEADERS = ("transfer-encoding", "content-length", "connection", "date", "server")
+
+
+@dataclass
+class Request:
+    command: str
+    path: str
+    headers: dict[str, str]
+    body: bytes | None
+
+    @property
+    def query(self) -> dict[str, list[str]]:
+        return parse_qs(urlsplit(self.path).query, keep_blank_values=True)
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: list[tuple[str, str]]
+    data: bytes
+
+
+XML = [("Content-Type", "application/xml")]
+
+
+class S3Proxy(ThreadingHTTPServer):
+    """Forwards every request to `upstream` unless `answer` answers it; a context manager
+    that serves on a thread of its own."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urlsplit(upstream)
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def answer(self, request: Request) -> Reply | None:
+        """This proxy's own reply to `request`, or None to forward it (it may wait first)."""
+        return None
+
+    def forwarded(self, request: Request, reply: Reply) -> Reply | None:
+        """What goes back for moto's `reply`; None resets the connection instead."""
+        return reply
+
+    def __enter__(self) -> S3Proxy:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: S3Proxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        request = Request(self.command, self.path, dict(self.headers.items()), body)
+        reply = self.server.answer(request)
+        if reply is None:
+            upstream = http.client.HTTPConnection(
+                self.server.upstream.hostname, self.server.upstream.port, timeout=60
+            )
+            headers = {k: v for k, v in request.headers.items() if k.lower() != "connection"}
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            answer = upstream.getresponse()
+            moto = Reply(answer.status, answer.getheaders(), answer.read())
+            upstream.close()
+            reply = self.server.forwarded(request, moto)
+            if reply is None:
+                # An RST, not a FIN: the client sees its answer lost, as on a broken link.
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.close_connection = True
+                return
+        self._reply(reply)
+
+    def _reply(self, reply: Reply) -> None:
+        head = self.command == "HEAD"  # its Content-Length is the object's, with no body
+        try:
+            self.send_response(reply.status)
+            for key, value in reply.headers:
+                if key.lower() not in _OWN_HEADERS or (head and key.lower() == "content-length"):
+                    self.send_header(key, value)
+            if not head:
+                self.send_header("Content-Length", str(len(reply.data)))
+            self.end_headers()
+            self.wfile.write(reply.data)
+        except OSError:
+            pass  # the client gave up on this request (its read timeout)
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+
+__all__ = ["XML", "Reply", "Request", "S3Proxy"]
