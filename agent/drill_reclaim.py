@@ -662,6 +662,10 @@ def report(results: list[CellResult], say: Any = print) -> None:
             + f"{ ({True: 'identical', False: 'DIFFERS', None: '-'}[result.state_match]):>10}  "
             + result.outcome()
         )
+        # What the drill had to do in the cell (kill ranks torchrun left, processes that
+        # outlived the job): recorded and, until printed here, never shown.
+        for note in result.notes:
+            say(f"{'':<22} note: {note}")
 
 
 def run_reclaim_drill(args: argparse.Namespace, work: Path, base_env: dict[str, str]) -> int:

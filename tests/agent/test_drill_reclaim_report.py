@@ -50,6 +50,16 @@ def test_a_short_lead_cell_passes_when_the_loss_is_the_plans_prediction() -> Non
     assert "`forewarn plan --checkpoint 1.50s --checkpoint-p95 1.50s --detection 0.25s" in outcome
 
 
+def test_the_report_shows_what_the_drill_had_to_do_in_a_cell() -> None:
+    cell = short_cell(91, 0.25)
+    cell.notes.append("torchrun did not end its ranks; the drill killed them")
+    lines: list[str] = []
+    drill_reclaim.report([cell], say=lines.append)
+    note = "note: torchrun did not end its ranks; the drill killed them"
+    assert lines[-1].strip() == note
+    assert lines[-2].startswith("cloud")
+
+
 def test_a_short_lead_cell_fails_when_the_loss_differs_from_the_prediction() -> None:
     # Resumed from a step the job never reported complete: 5 lost where the model says 9.
     cell = short_cell(95, None)
