@@ -175,13 +175,17 @@ def test_a_drain_still_shown_across_an_agent_restart_is_not_cleared_nor_flushed_
     sim, server = imds
     sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
     agent = aws_agent(tmp_path, server).start()
-    notices = Notices(agent.events, agent.control_endpoint)
+    # Listening before the subscription starts: a drain delivered first was missed (seen []).
+    notices = Notices(agent.events, agent.control_endpoint, start=False)
     seen: list[str] = []
     notices.add_listener(lambda event: seen.append(event.action))
+    notices.start()
     guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
     try:
         eventually(lambda: guard.due(1), 10, "the drain")
         (notice_id,) = guard.saved(1, 0.1).notices
+        # The notice's replay can come before the first heartbeat.
+        eventually(lambda: notices.agent is not None, 10, "the first heartbeat")
         assert notices.agent is not None
         first_agent = notices.agent["agent"]
         agent.stop()
@@ -457,13 +461,17 @@ def test_a_drain_across_an_agent_restart_outlasts_a_first_answer_slower_than_the
     sim, server = imds
     sim.raise_notice("rebalance", {"noticeTime": "2026-11-30T03:00:00Z"})
     agent = aws_agent(tmp_path, server).start()
-    notices = Notices(agent.events, agent.control_endpoint)
+    # Listening before the subscription starts: a drain delivered first was missed (seen []).
+    notices = Notices(agent.events, agent.control_endpoint, start=False)
     seen: list[str] = []
     notices.add_listener(lambda event: seen.append(event.action))
+    notices.start()
     guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
     try:
         eventually(lambda: guard.due(1), 10, "the drain")
         (notice_id,) = guard.saved(1, 0.1).notices
+        # The notice's replay can come before the first heartbeat.
+        eventually(lambda: notices.agent is not None, 10, "the first heartbeat")
         assert notices.agent is not None
         first_agent = notices.agent["agent"]
         # On disk a moment after it went out (the publish does not wait for the fsync).
