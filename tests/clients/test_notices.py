@@ -142,17 +142,33 @@ def test_no_agent_is_logged_once_and_a_late_agent_is_picked_up_with_its_replay(
 
 
 class FakeAgent:
-    """An agent's events socket that sends what the test says: a real XPUB on ipc."""
+    """An agent's events socket that sends what the test says (a real XPUB on ipc), and a
+    control socket that takes every request (an ack no agent answers is retried, and close()
+    would wait for it)."""
 
     def __init__(self, directory: Path) -> None:
+        import threading
+
         import zmq
 
         self.endpoint = f"ipc://{directory}/events"
-        self.control = f"ipc://{directory}/control"  # nothing answers there
+        self.control = f"ipc://{directory}/control"
         self.pub = zmq.Context.instance().socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.bind(self.endpoint)
         self.seq = 0
+        self._rep = zmq.Context.instance().socket(zmq.REP)
+        self._rep.setsockopt(zmq.LINGER, 0)
+        self._rep.bind(self.control)
+        self._stop = threading.Event()
+        self._answering = threading.Thread(target=self._answer, daemon=True)
+        self._answering.start()
+
+    def _answer(self) -> None:
+        while not self._stop.is_set():
+            if self._rep.poll(50):
+                self._rep.recv()
+                self._rep.send(b'{"ok": true}')
 
     def subscribed(self, timeout: float = 10) -> None:
         """Until the client has subscribed to notices (its last subscription)."""
@@ -188,6 +204,9 @@ class FakeAgent:
         self.raw(b"notice", json.dumps({**notice, **fields}).encode())
 
     def close(self) -> None:
+        self._stop.set()
+        self._answering.join(5)
+        self._rep.close(linger=0)
         self.pub.close(linger=0)
 
 
