@@ -603,7 +603,12 @@ def test_an_ack_sent_while_the_agent_restarts_reaches_the_restarted_agent(
     agent = AgentProcess(tmp_path).start()
     notices = Notices(agent.events, agent.control_endpoint, heartbeat_timeout=1.0)
     guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
-    closing = threading.Thread(target=guard.close)
+
+    def close() -> None:  # as the job does on its way out: the guard, then its Notices
+        guard.close()
+        notices.close()
+
+    closing = threading.Thread(target=close)
     try:
         deadline = format_time(utcnow() + timedelta(seconds=600))
         request = {"op": "notify", "action": "terminate", "id": "local/t", "deadline": deadline}
@@ -615,6 +620,9 @@ def test_an_ack_sent_while_the_agent_restarts_reaches_the_restarted_agent(
         closing.start()  # the job exits: its close waits for the ack, not the training loop
         again = AgentProcess(tmp_path, env=agent.env).start()
         try:
+            # close() returns once the ack is answered (the guard does not own these Notices:
+            # its own close returned at once, and the first heartbeat could come before the
+            # ack's next retry).
             closing.join(timeout=15)
             assert not closing.is_alive()
             with again.subscriber(("heartbeat",)) as sub:
