@@ -157,7 +157,7 @@ def load_seq_mark(path: Path) -> int:
     """The reserved high-water mark of `seq` (0 when there is none or it is unreadable)."""
     try:
         text = _read_small(path).decode().strip()
-        return int(text) if text.isdigit() else 0
+        return int(text) if text.isascii() and text.isdigit() else 0
     except (OSError, UnicodeDecodeError):
         return 0
 

@@ -175,7 +175,7 @@ class ImdsClient:
             raise ImdsError("token-empty", f"PUT {TOKEN_PATH}: 200 with an empty token")
         ttl = self.token_ttl
         granted = response.headers.get(TTL_HEADER, "")
-        if granted.isdigit() and 0 < int(granted) < ttl:
+        if granted.isascii() and granted.isdigit() and 0 < int(granted) < ttl:
             ttl = int(granted)
         # Renew with a margin: a token must not expire between our check and IMDS's.
         margin = min(60.0, ttl / 5)

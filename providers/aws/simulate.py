@@ -210,7 +210,10 @@ class ImdsSimulator(Simulator):
         if request.header("X-Forwarded-For") is not None:
             return _html(403, "Forbidden")
         ttl_text = (request.header(TTL_HEADER) or "").strip()
-        if not ttl_text.isdigit() or not MIN_TOKEN_TTL <= int(ttl_text) <= MAX_TOKEN_TTL:
+        if (
+            not (ttl_text.isascii() and ttl_text.isdigit())
+            or not MIN_TOKEN_TTL <= int(ttl_text) <= MAX_TOKEN_TTL
+        ):
             return _html(400, "Bad Request")
         ttl = int(ttl_text)
         token = secrets.token_urlsafe(42)

@@ -138,12 +138,18 @@ def parse_event(event: Any, index: int = 0) -> ScheduledEvent:
     )
 
 
+def _is_number(text: str) -> bool:
+    # str.isdigit() is true for superscripts ('²') that int() refuses: a ValueError escaped
+    # the parser (found by the property test).
+    return text.isascii() and text.isdigit()
+
+
 def parse_events(payload: Any) -> EventsDocument:
     """A decoded Scheduled Events answer as an `EventsDocument`."""
     if not isinstance(payload, dict):
         raise ParseError(f"the answer must be a JSON object, got {type(payload).__name__}")
     incarnation = payload.get("DocumentIncarnation")
-    if isinstance(incarnation, str) and incarnation.strip().isdigit():
+    if isinstance(incarnation, str) and _is_number(incarnation.strip()):
         incarnation = int(incarnation)
     if not isinstance(incarnation, int) or isinstance(incarnation, bool):
         raise ParseError(f"DocumentIncarnation must be an integer, got {incarnation!r}")

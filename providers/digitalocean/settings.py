@@ -140,7 +140,7 @@ class Settings(EndpointSettings):
     @field_validator("droplet_id")
     @classmethod
     def _numeric_id(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip().isdigit():
+        if value is not None and not (value.strip().isascii() and value.strip().isdigit()):
             raise ValueError("a droplet id is a number")
         return value.strip() if value is not None else None
 

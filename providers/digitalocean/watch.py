@@ -51,7 +51,7 @@ def parse_droplet_id(status: int, body: str) -> str:
     if status != 200:
         raise ParseError(f"/metadata/v1/id answered HTTP {status}")
     text = body.strip()
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise ParseError(f"/metadata/v1/id is not a droplet id: {text[:40]!r}")
     return text
 

@@ -325,7 +325,7 @@ class GcpSimulator(Simulator):
         timeout_text = request.param("timeout_sec")
         timeout = MAX_WAIT
         if timeout_text is not None:
-            if not timeout_text.isdigit():
+            if not (timeout_text.isascii() and timeout_text.isdigit()):
                 return SimResponse(400, "timeout_sec must be a non-negative integer.\n", TEXT)
             timeout = min(float(timeout_text), MAX_WAIT)
 

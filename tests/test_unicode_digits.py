@@ -1,0 +1,35 @@
+"""Numbers read from files, headers and documents: str.isdigit() is true for superscripts
+('²') and other digits int() refuses or reads otherwise, so a ValueError escaped where a
+parse error or a plain refusal was meant (a clean-clone run's property test found it in the
+Azure parser)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from forewarn.agent.config import ConfigError, load_settings
+from forewarn.agent.state import load_seq_mark
+from forewarn.providers.azure.events import parse_document
+from forewarn.providers.base import ParseError
+
+ODD_DIGITS = ["²", "①", "٣"]
+
+
+@pytest.mark.parametrize("digits", ODD_DIGITS)
+def test_an_azure_incarnation_in_odd_digits_is_a_parse_error(digits: str) -> None:
+    with pytest.raises(ParseError, match="DocumentIncarnation must be an integer"):
+        parse_document(f'{{"DocumentIncarnation": "{digits}", "Events": []}}')
+
+
+@pytest.mark.parametrize("digits", ODD_DIGITS)
+def test_a_seq_mark_in_odd_digits_reads_as_none(tmp_path: Path, digits: str) -> None:
+    mark = tmp_path / "seq"
+    mark.write_text(digits)
+    assert load_seq_mark(mark) == 0
+
+
+@pytest.mark.parametrize("digits", ODD_DIGITS)
+def test_a_metrics_port_in_odd_digits_is_refused_naming_it(digits: str) -> None:
+    with pytest.raises(ConfigError, match="metrics_address"):
+        load_settings(metrics_address=f"127.0.0.1:{digits}")
