@@ -243,13 +243,8 @@ def processes_of(directory: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_a_drill_stopped_by_a_signal_leaves_no_process_behind(
-    tmp_path: Path, env: dict[str, str], signum: int
-) -> None:
-    """`kill DRILL` (a CI timeout, a closed terminal) ended the drill at once, and its agent
-    went on running, an orphan, with the demo too had it started."""
-    work = tmp_path / "drill"
+def _training_drill(work: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A long `drill local --dir work`, returned once its demo trains."""
     drill = subprocess.Popen(
         forewarn_cmd("drill", "local", "--steps", "100000", "--dir", str(work)),
         env=env,
@@ -257,11 +252,22 @@ def test_a_drill_stopped_by_a_signal_leaves_no_process_behind(
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert drill.stdout is not None
+    for line in drill.stdout:
+        if "demo training started" in line:
+            break
+    return drill
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_drill_stopped_by_a_signal_leaves_no_process_behind(
+    tmp_path: Path, env: dict[str, str], signum: int
+) -> None:
+    """`kill DRILL` (a CI timeout, a closed terminal) ended the drill at once, and its agent
+    went on running, an orphan, with the demo too had it started."""
+    work = tmp_path / "drill"
+    drill = _training_drill(work, env)
     try:
-        assert drill.stdout is not None
-        for line in drill.stdout:
-            if "demo training started" in line:
-                break
         assert processes_of(work), "the drill's agent and demo run"
         drill.send_signal(signum)
         assert drill.wait(60) == 130
@@ -279,18 +285,8 @@ def test_a_second_drill_in_the_same_dir_is_refused_while_the_first_runs(
     checkpoints and machine directories ("the previous drill's checkpoints and machines in
     it were removed")."""
     work = tmp_path / "drill"
-    first = subprocess.Popen(
-        forewarn_cmd("drill", "local", "--steps", "100000", "--dir", str(work)),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = _training_drill(work, env)
     try:
-        assert first.stdout is not None
-        for line in first.stdout:
-            if "demo training started" in line:
-                break
         second = subprocess.run(
             forewarn_cmd("drill", "local", "--dir", str(work)),
             env=env,
