@@ -672,12 +672,14 @@ def test_auto_keeps_a_provider_whose_notices_were_restored_when_its_probe_times_
         FOREWARN_KUBERNETES_URL=dead,
         **FAST_AWS,
     )
-    agent = AgentProcess(tmp_path, providers=("auto",), env=env).start()
+    # The first agent watches AWS by name: under a loaded machine its own `auto` probe can
+    # take longer than the detection timeout, and this test is about the restart's probe.
+    agent = AgentProcess(tmp_path, providers=("aws",), env=env).start()
     try:
-        active = eventually(lambda: agent.control({"op": "status"})["active"], 10, "the spot")
+        active = eventually(lambda: agent.control({"op": "status"})["active"], what="the spot")
         notice_id = active[0]["id"]
         state = tmp_path / "state" / "state.json"
-        eventually(lambda: state.exists() and notice_id in state.read_text(), 10, "the state")
+        eventually(lambda: state.exists() and notice_id in state.read_text(), what="the state")
     finally:
         agent.kill()
     sim.add_fault("hang", path="/latest/dynamic/instance-identity/document")  # the probe's
