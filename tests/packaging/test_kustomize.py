@@ -220,6 +220,16 @@ def test_the_sidecar_job_retries_a_reclaimed_pod_without_counting_it() -> None:
     assert {"action": "Ignore", "onExitCodes": reclaim} in rules
 
 
+def test_the_sidecar_job_retries_a_pod_kubernetes_disrupted_whatever_its_exit_code() -> None:
+    """torchrun exits 1 after a rank's 143 or its own SIGTERM, so under torchrun every
+    reclaim counted toward backoffLimit: the pod condition Kubernetes sets when it ends a
+    pod itself (eviction, taint, graceful node shutdown, PodGC) tells those apart."""
+    job = next(r for r in render("sidecar-job") if r["kind"] == "Job")
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    disrupted = [{"type": "DisruptionTarget", "status": "True"}]
+    assert {"action": "Ignore", "onPodConditions": disrupted} in rules
+
+
 @pytest.mark.parametrize(
     ("component", "verb"),
     [("notifications", ("events.k8s.io", "events", "create")), ("cordon", ("", "nodes", "patch"))],
