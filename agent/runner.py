@@ -49,7 +49,8 @@ from .protocol import (
 from .publisher import BindError, Publisher
 from .rundir import AgentLock, RunDirError, check_private_dir
 from .selfprobe import ControlProbe
-from .state import AgentState, boot_id, load_seq_mark, load_state, save_seq_mark, save_state
+from .state import AgentState, boot_id, encode_state, load_seq_mark, load_state, save_seq_mark
+from .statewriter import StateWriter
 
 log = logging.getLogger("forewarn.agent")
 
@@ -118,6 +119,7 @@ class Agent:
         self.runtime_dir = settings.resolved_runtime_dir()
         self.state_dir = settings.resolved_state_dir()
         self.state_path = self.state_dir / "state.json"
+        self.state_writer = StateWriter(self.state_path, self._state_written)
         self.seq_path = self.state_dir / "seq"
         self.parts: dict[str, asyncio.Task[None]] = {}
         # Whether control answered the agent's last self-probes (see `_probe_control`).
@@ -320,7 +322,9 @@ class Agent:
         await asyncio.wait(running, timeout=STOP_GRACE)
         for watcher in self.watchers.values():
             await self._close(watcher)
-        self._save()
+        await self.state_writer.settled()
+        self._save_now()
+        self.state_writer.close()
         self.observers.on_stop()
         self.publisher.close()
         if self.control_token is not None:
@@ -494,7 +498,7 @@ class Agent:
         if notice.action == "clear":
             # Saved before it goes out: after a crash between the two, the restarted agent must
             # not list as active a notice clients were told is gone (they would act on it anew).
-            self._save()
+            self._save_now()
             self._send(notice, escalated=False)
             return
         self._send(notice, escalated=self.board.escalated(notice.id), fresh=fresh)
@@ -603,7 +607,7 @@ class Agent:
             )
             cleared += self.board.withdraw_restored(provider, why)
         if cleared:
-            self._save()
+            self._save_now()
         for notice in cleared:
             self._send(notice, escalated=False)
 
@@ -627,7 +631,7 @@ class Agent:
         what was sent."""
         escalated, expired = self.board.due()
         if expired:
-            self._save()  # before the clears go out, as for any clear
+            self._save_now()  # before the clears go out, as for any clear
         for notice in expired:
             log.warning(
                 "notice %s expired: %s",
@@ -681,10 +685,12 @@ class Agent:
             return ErrorReply(error=f"bad request: {problems}").model_dump(mode="json")
         if isinstance(req, NotifyRequest):
             reply: Any = self._notify(req)
+            await self.state_writer.settled()
         elif isinstance(req, ClearRequest):
             reply = self._clear(req)
         elif isinstance(req, AckRequest):
             reply = self._ack(req)
+            await self.state_writer.settled()
         else:
             reply = self._status()
         return json_ready(reply)
@@ -737,8 +743,8 @@ class Agent:
         notice = self.board.report(report, manual=True)
         if notice is not None:
             # Publish first: subscribers are waiting on the clock. The requester's reply comes
-            # after the state is on disk, so an accepted notify survives a crash (unless the
-            # write failed and its retry has not succeeded yet).
+            # after the state is on disk (`_handle` waits for the writer), so an accepted notify
+            # survives a crash (unless the write failed and its retry has not succeeded yet).
             escalated = self.board.escalated(notice_id)
             self._send(notice, escalated=escalated, fresh=existing is None)
             self._save()
@@ -756,7 +762,7 @@ class Agent:
             # Saved before the clears go out: after a crash between the two, the next start
             # must not send as active a notice clients were told is gone. A clear lost the
             # other way round still reaches clients: the new agent's heartbeat omits its id.
-            self._save()
+            self._save_now()
         for notice in cleared:
             self._send(notice, escalated=False)
         return ClearReply(cleared=[notice.id for notice in cleared])
@@ -814,25 +820,46 @@ class Agent:
         self._persist("seq", self.seq_path, lambda: save_seq_mark(self.seq_path, mark))
 
     def _save(self) -> None:
-        state = AgentState(
-            self.sequencer.value,
-            self.board.manual(),
-            self.board.saves_to_keep(),
-            self.board.provider_notices(),
-            list(self.board.flushes),
-            self.board.escalated_ids(),
-            self.boot_id,
+        """Have the state written by the writer thread: for saves after what they record went
+        out, which nothing waits on (a control reply waits in `_handle`)."""
+        self.state_writer.save(self._state_bytes())
+
+    def _save_now(self) -> None:
+        """Write the state before returning: for a clear, which must be on disk before it is
+        published (after a crash between the two, the restarted agent would list as active a
+        notice clients were told is gone)."""
+        self.state_writer.write_now(self._state_bytes())
+
+    def _state_bytes(self) -> bytes:
+        return encode_state(
+            AgentState(
+                self.sequencer.value,
+                self.board.manual(),
+                self.board.saves_to_keep(),
+                self.board.provider_notices(),
+                list(self.board.flushes),
+                self.board.escalated_ids(),
+                self.boot_id,
+            )
         )
-        self._persist("state", self.state_path, lambda: save_state(self.state_path, state))
 
     def _persist(self, what: str, path: Path, write: Callable[[], None]) -> None:
-        """Write one of the agent's own files. A failure (a full disk, a read-only state
-        directory) never stops a notice: it is logged once, counted as a `state` error of
-        `agent` in the metrics, and the write is tried again at every heartbeat until it
-        succeeds, so what was accepted meanwhile still reaches the disk."""
         try:
             write()
         except OSError as error:
+            self._written(what, path, error)
+            return
+        self._written(what, path, None)
+
+    def _state_written(self, error: OSError | None) -> None:
+        self._written("state", self.state_path, error)
+
+    def _written(self, what: str, path: Path, error: OSError | None) -> None:
+        """The outcome of writing one of the agent's own files. A failure (a full disk, a
+        read-only state directory) never stops a notice: it is logged once, counted as a
+        `state` error of `agent` in the metrics, and the write is tried again at every
+        heartbeat until it succeeds, so what was accepted meanwhile still reaches the disk."""
+        if error is not None:
             self.observers.on_poll("agent", False, "state")
             if what not in self._unsaved:
                 log.error("cannot save %s to %s: %s; retrying", what, path, error)

@@ -167,6 +167,11 @@ def save_seq_mark(path: Path, mark: int) -> None:
 
 
 def save_state(path: Path, state: AgentState) -> None:
+    write_atomic(path, encode_state(state))
+
+
+def encode_state(state: AgentState) -> bytes:
+    """The state file's bytes for `state`."""
     payload = {
         "version": STATE_VERSION,
         "seq": state.seq,
@@ -177,12 +182,13 @@ def save_state(path: Path, state: AgentState) -> None:
         "escalated": list(state.escalated),
         "boot_id": state.boot_id,
     }
-    write_atomic(path, json.dumps(payload, indent=1).encode())
+    return json.dumps(payload, indent=1).encode()
 
 
 __all__ = [
     "AgentState",
     "boot_id",
+    "encode_state",
     "load_seq_mark",
     "load_state",
     "save_seq_mark",

@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from forewarn.agent import runner
+from forewarn.agent import state as state_module
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.agent.config import load_settings
-from forewarn.agent.protocol import ClearRequest, Notice, NotifyRequest, Report
+from forewarn.agent.protocol import ClearRequest, Notice, Report
 from forewarn.agent.runner import Agent
 from forewarn.agent.state import load_state
 from forewarn.providers import Emit, PollHealth
@@ -198,7 +200,7 @@ async def test_a_clear_is_on_disk_before_it_is_published(tmp_path: Path) -> None
             saved_when_sent[notice.action] = [saved.id for saved in manual]
 
     agent.publisher = SavedAtPublish()  # type: ignore[assignment]
-    agent._notify(NotifyRequest(op="notify", action="drain", id="local/gone"))
+    await agent._handle({"op": "notify", "action": "drain", "id": "local/gone"})
     assert load_state(agent.state_path).manual[0].id == "local/gone"
     agent._clear(ClearRequest(op="clear", id="local/gone"))
     assert saved_when_sent["clear"] == []
@@ -289,3 +291,99 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
     assert all(isinstance(n, Notice) for n in [*state.manual, *state.provider])
     assert isinstance(state.seq, int) and state.seq >= 0
     assert state.boot_id is None or isinstance(state.boot_id, str)
+
+
+def _slow_disk(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[float]:
+    """Each write of the agent's state takes `seconds` (a disk busy with a checkpoint); the
+    times the writes began."""
+    began: list[float] = []
+    write = state_module.write_atomically
+
+    def slow(path: Path, data: bytes, mode: int = 0o640) -> None:
+        began.append(time.monotonic())
+        time.sleep(seconds)
+        write(path, data, mode=mode)
+
+    monkeypatch.setattr(state_module, "write_atomically", slow)
+    return began
+
+
+async def test_state_saves_after_a_notice_or_an_ack_do_not_hold_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each state save fsyncs in the event loop: with a checkpoint being written to the same
+    disk one took up to 0.45 s here, and a drain, its acks and the terminate after it each
+    waited for the save before. A slow disk must delay no publish and no ack."""
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    (tmp_path / "state").mkdir()
+    agent = Agent(settings)
+    agent.board = NoticeBoard(Sequencer(), 30.0)
+    agent.sequencer = agent.board.sequencer
+    publisher = Recorder()
+    agent.publisher = publisher  # type: ignore[assignment]
+    began = _slow_disk(monkeypatch, 1.0)
+    deadline = datetime.now(timezone.utc) + timedelta(minutes=10)
+    started = time.monotonic()
+    agent._emit(
+        Report(
+            id="aws/rebalance/1",
+            action="drain",
+            reason="rebalance-recommendation",
+            provider="aws",
+        )
+    )
+    acks = [
+        asyncio.create_task(
+            agent._handle(
+                {"op": "ack", "notice_id": "aws/rebalance/1", "client": f"rank{rank}"}
+                | {"flush_seconds": 3.0 + rank}
+            )
+        )
+        for rank in range(4)
+    ]
+    await asyncio.sleep(0)  # the acks are handled as far as their wait for the disk
+    agent._emit(
+        Report(
+            id="aws/spot/1",
+            action="terminate",
+            reason="spot-interruption",
+            provider="aws",
+            deadline=deadline,
+        )
+    )
+    published = time.monotonic() - started
+    assert [notice.id for notice in publisher.sent] == ["aws/rebalance/1", "aws/spot/1"]
+    assert published < 0.5, f"the terminate went out {published:.2f} s after the drain"
+    # Each ack is answered once its state is on disk (an accepted ack survives a crash); the
+    # saves asked for while one was being written were written as one.
+    assert [(await ack)["ok"] for ack in acks] == [True] * 4
+    assert "aws/rebalance/1" in load_state(tmp_path / "state" / "state.json").acked
+    await agent.state_writer.settled()
+    agent.state_writer.close()
+    assert len(began) <= 3, began
+    saved = load_state(tmp_path / "state" / "state.json")
+    assert {notice.id for notice in saved.provider} == {"aws/rebalance/1", "aws/spot/1"}
+    assert 6.0 in saved.flushes
+
+
+async def test_a_notify_is_answered_once_its_state_is_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saves left the event loop; the reply to a notify still waits for the disk, so an
+    accepted notify survives a SIGKILL right after it."""
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    (tmp_path / "state").mkdir()
+    agent = Agent(settings)
+    agent.board = NoticeBoard(Sequencer(), 30.0)
+    agent.sequencer = agent.board.sequencer
+    agent.publisher = Recorder()  # type: ignore[assignment]
+    _slow_disk(monkeypatch, 0.3)
+    reply = await agent._handle({"op": "notify", "action": "drain", "id": "local/manual/a"})
+    assert reply["notice"]["id"] == "local/manual/a"
+    saved = load_state(tmp_path / "state" / "state.json")
+    assert [notice.id for notice in saved.manual] == ["local/manual/a"]
+    agent.state_writer.close()
