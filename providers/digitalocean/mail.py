@@ -96,6 +96,10 @@ class Verdict:
     # This mail takes the place of every earlier notice for this droplet: a cancellation
     # (report None: they are withdrawn) or a new time (report: it stands instead of them).
     replaces: bool = False
+    # A cancellation's own id (a new time has its report's): the watcher records it, so a
+    # mail read again (a rebuilt folder, another mailbox key) withdraws nothing the second
+    # time, such as a reclaim announced after it.
+    cancel_id: str | None = None
 
 
 def read_mail(raw: bytes) -> Mail:
@@ -514,7 +518,10 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     cancelled = _CANCELLED_SUBJECT.search(mail.subject) or _CANCELLED_BODY.search(mail.text)
     if cancelled:
         return Verdict(
-            None, f"cancels the reclaim of this droplet ({cancelled.group(0)!r})", replaces=True
+            None,
+            f"cancels the reclaim of this droplet ({cancelled.group(0)!r})",
+            replaces=True,
+            cancel_id=stable_id(PROVIDER, "cancel", mail.message_id or key),
         )
     rescheduled = _RESCHEDULED.search(text)
     # A digest lists several droplets, each with its time (a table row, a line, a block):
@@ -560,7 +567,7 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
 def _forwarded_by(mail: Mail, inner: Verdict) -> Verdict:
     why = f"{inner.why} (forwarded by {mail.sender})"
     if inner.report is None:
-        return Verdict(None, why, replaces=inner.replaces)
+        return Verdict(None, why, replaces=inner.replaces, cancel_id=inner.cancel_id)
     detail = {**inner.report.detail, "forwarded_by": mail.sender}
     return Verdict(inner.report.model_copy(update={"detail": detail}), why, inner.replaces)
 

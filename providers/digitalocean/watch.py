@@ -258,9 +258,16 @@ class DigitalOceanWatcher:
         verdict = self._judge(uid, raw, rules, seen)
         report = verdict.report
         if verdict.replaces:
+            applied = report.id if report is not None else verdict.cancel_id
+            if applied is not None and seen.was_raised(applied):
+                # Read again (a rebuilt folder, another mailbox): it took effect the first
+                # time, and withdrawing now would also withdraw the reclaims that came after.
+                log.info("digitalocean: mail UID %d was applied before as %s", uid, applied)
+                seen.handled(uid)
+                return
             # Emitted before the earlier ones are withdrawn: a client never sees no reclaim
             # in between when the time only moved.
-            if report is not None and not seen.was_raised(report.id):
+            if report is not None:
                 self._raise(uid, verdict, report, emit)
             earlier = [
                 r for r in self.active.current(utcnow()) if report is None or r.id != report.id
@@ -277,7 +284,7 @@ class DigitalOceanWatcher:
                     )
                 )
             self.active.remove([r.id for r in earlier], utcnow())
-            seen.handled(uid, report.id if report is not None else None)
+            seen.handled(uid, applied)
             return
         if report is None:
             log.debug("digitalocean: mail UID %d raises nothing: %s", uid, verdict.why)

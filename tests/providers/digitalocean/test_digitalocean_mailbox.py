@@ -316,6 +316,46 @@ async def test_a_rebuilt_mailbox_does_not_raise_a_mail_without_message_id_again(
         assert [(r.id, r.action) for r in second.reports] == [(notice.id, "drain")]
 
 
+async def test_a_cancellation_read_again_does_not_withdraw_a_later_reclaim(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # A rebuilt folder (new UIDVALIDITY) is read from UID 1 again: the cancellation of the
+    # first reclaim withdrew the second one, announced after it, which stood until then.
+    settings = settings_for(dovecot, mail_user, tmp_path, imap_mailbox="Reclaims")
+    state = tmp_path / "state"
+    mails = [
+        reclaim(),
+        reclaim("Droplet gpu-spot-1 will no longer be reclaimed.", subject="Reclaim cancelled"),
+        reclaim(),
+    ]
+
+    def rebuild(create_only: bool = False) -> None:
+        conn = dovecot.connect(mail_user)
+        try:
+            if not create_only:
+                assert conn.delete("Reclaims")[0] == "OK"
+            assert conn.create("Reclaims")[0] == "OK"
+        finally:
+            conn.logout()
+        for raw in mails:
+            dovecot.append(mail_user, raw, mailbox="Reclaims")
+
+    await asyncio.to_thread(rebuild, True)
+    async with running(settings, state) as first:
+        standing = (await first.count(3))[2]
+        assert [r.action for r in first.reports] == ["drain", "clear", "drain"]
+    await asyncio.to_thread(rebuild)
+    async with running(settings, state) as second:
+        await second.until(
+            lambda: (
+                second.watcher._seen is not None
+                and second.watcher._seen.uidvalidity not in (None, first.watcher._seen.uidvalidity)
+            )
+        )
+        await second.idling()
+        assert [(r.id, r.action) for r in second.reports] == [(standing.id, "drain")]
+
+
 async def test_state_files_that_cannot_be_written_lose_no_reclaim(
     dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
 ) -> None:
