@@ -219,6 +219,7 @@ class _Tls(_Dialing, imaplib.IMAP4_SSL):
 
 _Connection = _Plain | _Tls
 _EXISTS = re.compile(rb"^\* \d+ (EXISTS|RECENT)\b", re.IGNORECASE)
+_COUNT = re.compile(rb"^\* (\d+) (EXISTS|EXPUNGE)\b", re.IGNORECASE)
 _UID = re.compile(rb"\bUID (\d+)", re.IGNORECASE)
 
 
@@ -262,6 +263,10 @@ class MailboxSession:
         self.uidvalidity = 0
         self.capabilities: frozenset[str] = frozenset()
         self.idling = False  # in IDLE, with everything before it read
+        # The server announced mail (EXISTS) along with a SEARCH or FETCH answer: it will
+        # not announce it again in IDLE, so the next wait must not wait.
+        self.announced = False
+        self.exists = 0  # the message count the server last told of
         self._aborted = False
         # A duplicate of the connection's socket from before it connects: `abort` shuts the
         # connection down through it at any stage (connect, greeting, TLS, STARTTLS, IDLE).
@@ -330,6 +335,8 @@ class MailboxSession:
             if not validity or validity[0] is None:
                 raise ServerFailure(f"mailbox {mailbox!r}: the server sent no UIDVALIDITY")
             self.uidvalidity = int(validity[0])
+            with contextlib.suppress(ValueError, TypeError, IndexError):
+                self.exists = int(_reason(data))
             conn.untagged_responses.clear()
         except (OSError, imaplib.IMAP4.error, ValueError) as error:
             raise ServerFailure(f"IMAP server {where}: {error}") from None
@@ -351,10 +358,13 @@ class MailboxSession:
             # only take in new mail after it (Dovecot does), which would double the latency
             # of polling.
             conn.noop()
+            self._count(conn)
             kind, data = conn.uid("SEARCH", criteria)
             if kind != "OK":
                 raise ServerFailure(f"UID SEARCH failed: {_reason(data)}")
-            conn.untagged_responses.clear()
+            # Mail that came after the NOOP: Dovecot searches its previous view and then
+            # announces it, and IDLE did not announce it again (found 25 min late).
+            self.announced = self._count(conn)
             # `n:*` always names the highest UID, even one below n.
             return sorted(
                 uid for uid in {int(word) for word in _reason(data).split()} if uid > after_uid
@@ -370,13 +380,35 @@ class MailboxSession:
             kind, data = conn.uid("FETCH", str(uid), f"(UID BODY.PEEK[]<0.{FETCH_LIMIT}>)")
             if kind != "OK":
                 raise ServerFailure(f"UID FETCH {uid} failed: {_reason(data)}")
-            conn.untagged_responses.clear()
+            self.announced |= self._count(conn)
         except (OSError, imaplib.IMAP4.error) as error:
             raise ServerFailure(f"reading mail UID {uid} failed: {error}") from None
         return next(
             (item[1] for item in data if isinstance(item, tuple) and _UID.search(item[0])),
             None,
         )
+
+    def _count(self, conn: _Connection) -> bool:
+        """Take in the untagged answers of the last command: True when they announce more
+        mail than the server told of before (some servers repeat EXISTS unchanged)."""
+        untagged = conn.untagged_responses
+        known = self.exists - len(untagged.get("EXPUNGE", []))
+        grew = False
+        with contextlib.suppress(ValueError, TypeError, IndexError):
+            told = int(_reason(untagged["EXISTS"])) if untagged.get("EXISTS") else known
+            grew, known = told > known, told
+        self.exists = max(known, 0)
+        untagged.clear()
+        return grew
+
+    def _told(self, line: bytes) -> None:
+        """Keep the message count up to date from a line read in IDLE."""
+        count = _COUNT.match(line)
+        if count is not None:
+            if count.group(2).upper() == b"EXISTS":
+                self.exists = int(count.group(1))
+            else:
+                self.exists = max(self.exists - 1, 0)
 
     def append(self, raw: bytes, mailbox: str = "INBOX") -> None:
         """File a message into `mailbox` (IMAP APPEND), as a mail client files one."""
@@ -395,6 +427,8 @@ class MailboxSession:
             stop.wait(timeout)
             return False
         conn = self._require()
+        if self.announced:
+            return True
         self._tags += 1
         tag = f"FW{self._tags}".encode()
         arrived = False
@@ -411,6 +445,7 @@ class MailboxSession:
                 line = conn.readline()
                 if not line:
                     raise ServerFailure("the IMAP server closed the connection during IDLE")
+                self._told(line)
                 if line.upper().startswith(b"* BYE"):
                     raise ServerFailure(
                         f"the IMAP server said {line.decode('utf-8', 'replace').strip()}"
@@ -425,6 +460,7 @@ class MailboxSession:
                 line = conn.readline()
                 if not line:
                     raise ServerFailure("the IMAP server closed the connection after IDLE")
+                self._told(line)
                 if line.startswith(tag + b" "):
                     if not line[len(tag) + 1 :].upper().startswith(b"OK"):
                         raise ServerFailure(

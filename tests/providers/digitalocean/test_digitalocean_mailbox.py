@@ -19,11 +19,13 @@ import pytest
 from forewarn.agent.protocol import utcnow
 from forewarn.providers.base import PollHealth, WatcherContext
 from forewarn.providers.digitalocean import watch
-from forewarn.providers.digitalocean.imap import Credentials, load_credentials
+from forewarn.providers.digitalocean.imap import Credentials, MailboxSession, load_credentials
 from forewarn.providers.digitalocean.seen import ACTIVE_FILE, STATE_FILE
 from forewarn.providers.digitalocean.settings import Settings
 from forewarn.providers.digitalocean.watch import DigitalOceanWatcher
 from forewarn.testing.dovecot import Dovecot, MailUser
+from hypothesis import given
+from hypothesis import strategies as st
 from support import WatcherRun, running_watcher
 
 DROPLET_ID = "424242424"
@@ -220,6 +222,36 @@ async def test_a_mail_arriving_during_idle_is_seen_within_one_second(
         await run.until(lambda: len(run.reports) == 1, timeout=5)
         seen_after = time.monotonic() - delivered
         assert seen_after < 1.0, f"seen {seen_after:.3f}s after delivery"
+
+
+async def test_a_mail_arriving_between_noop_and_search_is_not_left_for_idle_renew(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Dovecot answers the SEARCH from its view before the mail, then announces the mail
+    # (EXISTS) with that answer; IDLE does not announce it again. It was read only at the
+    # next IDLE renewal (25 min by default).
+    search = MailboxSession.new_uids
+    delivered: list[float] = []
+
+    def new_uids_with_a_mail_after_noop(session: MailboxSession, *args: Any) -> list[int]:
+        conn = session._require()
+        noop = conn.noop
+
+        def noop_then_deliver() -> Any:
+            answer = noop()
+            if not delivered:
+                dovecot.append(mail_user, reclaim())
+                delivered.append(time.monotonic())
+            return answer
+
+        monkeypatch.setattr(conn, "noop", noop_then_deliver)
+        return search(session, *args)
+
+    monkeypatch.setattr(MailboxSession, "new_uids", new_uids_with_a_mail_after_noop)
+    settings = settings_for(dovecot, mail_user, tmp_path, idle_renew=600)
+    async with running(settings, tmp_path / "state") as run:
+        await run.until(lambda: len(run.reports) == 1, timeout=5)
+        assert time.monotonic() - delivered[0] < 2.0
 
 
 async def test_a_restart_does_not_raise_the_same_mail_again(
@@ -545,3 +577,37 @@ def test_stopping_does_not_wait_for_a_dns_lookup_of_imap_host(
     finally:
         release.set()
     assert took < 2.0, f"the stop waited {took:.1f}s for the DNS lookup of imap_host"
+
+
+class _Untagged:
+    def __init__(self, untagged: dict[str, list[Any]]) -> None:
+        self.untagged_responses = untagged
+
+
+def test_only_a_growing_message_count_counts_as_new_mail() -> None:
+    session = MailboxSession("127.0.0.1", 993, "tls")
+    session.exists = 3
+    # Some servers repeat EXISTS unchanged: no new mail, no search again at once.
+    assert session._count(_Untagged({"EXISTS": [b"3"]})) is False  # type: ignore[arg-type]
+    assert session._count(_Untagged({"EXISTS": [b"4"]})) is True  # type: ignore[arg-type]
+    # One expunged, one delivered: the count is back where it was, yet a mail came.
+    assert session._count(_Untagged({"EXPUNGE": [b"1"], "EXISTS": [b"4"]})) is True  # type: ignore[arg-type]
+    assert session._count(_Untagged({})) is False  # type: ignore[arg-type]
+    assert session.exists == 4
+
+
+@given(
+    st.integers(0, 10**6),
+    st.dictionaries(
+        st.sampled_from(["EXISTS", "EXPUNGE", "RECENT", "FETCH"]),
+        st.lists(st.one_of(st.binary(max_size=12), st.none()), max_size=4),
+    ),
+)
+def test_any_untagged_answer_is_taken_in_without_error(
+    known: int, untagged: dict[str, list[Any]]
+) -> None:
+    session = MailboxSession("127.0.0.1", 993, "tls")
+    session.exists = known
+    answer = _Untagged(dict(untagged))
+    assert isinstance(session._count(answer), bool)  # type: ignore[arg-type]
+    assert session.exists >= 0 and answer.untagged_responses == {}
