@@ -8,6 +8,7 @@ socket through its own buffer, which tells whether a line is waiting without blo
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import imaplib
 import logging
@@ -227,6 +228,30 @@ def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def mailbox_name(name: str) -> str:
+    """A folder name as IMAP writes it (RFC 3501 5.1.3, modified UTF-7): `&` is `&-` and
+    other than printable ASCII is UTF-16 in base64 between `&` and `-`. Sent as typed, a
+    folder named with a non-ASCII letter failed in imaplib, one with `&` at the server."""
+    out: list[str] = []
+    run = ""
+
+    def flush() -> None:
+        nonlocal run
+        if run:
+            encoded = base64.b64encode(run.encode("utf-16-be")).decode("ascii")
+            out.append("&" + encoded.rstrip("=").replace("/", ",") + "-")
+            run = ""
+
+    for char in name:
+        if " " <= char <= "~":
+            flush()
+            out.append("&-" if char == "&" else char)
+        else:
+            run += char
+    flush()
+    return "".join(out)
+
+
 def _reason(data: object) -> str:
     if isinstance(data, (list, tuple)) and data:
         data = data[-1]
@@ -328,7 +353,7 @@ class MailboxSession:
                 self.capabilities = frozenset(word.upper() for word in _reason(data).split())
             else:
                 self.capabilities = frozenset(conn.capabilities)
-            kind, data = conn.select(_quoted(mailbox), readonly=True)
+            kind, data = conn.select(_quoted(mailbox_name(mailbox)), readonly=True)
             if kind != "OK":
                 raise ServerFailure(f"mailbox {mailbox!r}: {_reason(data)}")
             _, validity = conn.response("UIDVALIDITY")
@@ -414,7 +439,7 @@ class MailboxSession:
         """File a message into `mailbox` (IMAP APPEND), as a mail client files one."""
         conn = self._require()
         try:
-            kind, data = conn.append(_quoted(mailbox), None, None, raw)
+            kind, data = conn.append(_quoted(mailbox_name(mailbox)), None, None, raw)
         except (OSError, imaplib.IMAP4.error) as error:
             raise ServerFailure(f"APPEND to {mailbox!r} failed: {error}") from None
         if kind != "OK":
@@ -548,4 +573,5 @@ __all__ = [
     "ServerFailure",
     "TlsFailure",
     "load_credentials",
+    "mailbox_name",
 ]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import re
 import socket
 import threading
 import time
@@ -19,7 +21,12 @@ import pytest
 from forewarn.agent.protocol import utcnow
 from forewarn.providers.base import PollHealth, WatcherContext
 from forewarn.providers.digitalocean import watch
-from forewarn.providers.digitalocean.imap import Credentials, MailboxSession, load_credentials
+from forewarn.providers.digitalocean.imap import (
+    Credentials,
+    MailboxSession,
+    load_credentials,
+    mailbox_name,
+)
 from forewarn.providers.digitalocean.seen import ACTIVE_FILE, STATE_FILE
 from forewarn.providers.digitalocean.settings import Settings
 from forewarn.providers.digitalocean.watch import DigitalOceanWatcher
@@ -386,6 +393,44 @@ async def test_a_cancellation_read_again_does_not_withdraw_a_later_reclaim(
         )
         await second.idling()
         assert [(r.id, r.action) for r in second.reports] == [(standing.id, "drain")]
+
+
+async def test_a_folder_named_with_non_ascii_letters_and_an_ampersand_is_watched(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # The name as a mail client shows it; on the wire it is modified UTF-7, the form
+    # Dovecot lists it in. Sent as typed it failed in imaplib ("'ascii' codec can't
+    # encode") or at the server ("not valid mUTF-7"), and no mail of it was read.
+    wire = '"Wartung &- &ANw-berwachung"'
+    conn = dovecot.connect(mail_user)
+    try:
+        assert conn.create(wire)[0] == "OK"
+    finally:
+        conn.logout()
+    dovecot.append(mail_user, reclaim(), mailbox=wire)
+    settings = settings_for(dovecot, mail_user, tmp_path, imap_mailbox="Wartung & Überwachung")
+    async with running(settings, tmp_path / "state") as run:
+        await run.until(lambda: len(run.reports) == 1)
+
+
+def _from_modified_utf7(wire: str) -> str:
+    def decode(match: re.Match[str]) -> str:
+        run = match.group(1)
+        if not run:
+            return "&"
+        data = run.replace(",", "/") + "=" * (-len(run) % 4)
+        return base64.b64decode(data).decode("utf-16-be")
+
+    return re.sub(r"&([^-]*)-", decode, wire)
+
+
+@given(st.text(max_size=40))
+def test_any_folder_name_goes_on_the_wire_as_printable_ascii_and_back(name: str) -> None:
+    wire = mailbox_name(name)
+    assert all(" " <= char <= "~" for char in wire)
+    assert _from_modified_utf7(wire) == name
+    if name.isascii() and name.isprintable() and "&" not in name:
+        assert wire == name
 
 
 async def test_state_files_that_cannot_be_written_lose_no_reclaim(
