@@ -294,9 +294,39 @@ _ABOUT_RECLAIM = re.compile(
     r"reclaim|interrupt|preempt|terminat|shut\s*down|stop|power|window|deadline|schedul", re.I
 )
 _TIME_ONLY = re.compile(r"(?<![\d:.])" + _TIME, re.IGNORECASE)
+# "in the next 30 minutes", "in less than 2 hours", "in two hours", "30 minutes from now",
+# "in 2-3 hours" (its first figure): missed before, they left Date + lead (2 h) as the
+# deadline, later than the reclaim.
+_WORD_NUMBERS = {
+    "a": 1.0,
+    "an": 1.0,
+    "one": 1.0,
+    "half an": 0.5,
+    "two": 2.0,
+    "three": 3.0,
+    "four": 4.0,
+    "five": 5.0,
+    "six": 6.0,
+    "ten": 10.0,
+    "fifteen": 15.0,
+    "twenty": 20.0,
+    "thirty": 30.0,
+    "forty-five": 45.0,
+    "ninety": 90.0,
+}
+_AMOUNT = (
+    r"(?P<n>\d+(?:\.\d+)?|"
+    + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)).replace(" ", r"\s+")
+    + r")(?:\s*(?:-|\u2013|to|or)\s*\d+(?:\.\d+)?)?\s*(?P<unit>hours?|hrs?|h|minutes?|mins?)\b"
+)
 _RELATIVE = re.compile(
-    r"\b(?:in|within)\s+(?:about\s+|approximately\s+|roughly\s+|around\s+|~\s*)?"
-    r"(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>hours?|hrs?|h|minutes?|mins?)\b",
+    r"\b(?:(?:in|within)\s+(?:the\s+next\s+)?"
+    r"(?:(?:about|approximately|roughly|around|less\s+than|under|as\s+little\s+as"
+    r"|no\s+more\s+than|at\s+most|up\s+to)\s+|~\s*)?"
+    + _AMOUNT
+    + r"|"
+    + _AMOUNT.replace("(?P<n>", "(?P<n2>").replace("(?P<unit>", "(?P<unit2>")
+    + r"\s+from\s+now\b)",
     re.IGNORECASE,
 )
 
@@ -404,8 +434,11 @@ def _candidates(
             if written is not None:
                 yield match.start(), -len(match.group(0)), *written, match.group(0)
         for match in _RELATIVE.finditer(text):
-            unit = match.group("unit").lower()
-            hours = float(match.group("n")) * (1.0 if unit.startswith("h") else 1 / 60)
+            amount = (match.group("n") or match.group("n2")).lower()
+            unit = (match.group("unit") or match.group("unit2")).lower()
+            number = _WORD_NUMBERS.get(" ".join(amount.split()))
+            value = float(amount) if number is None else number
+            hours = value * (1.0 if unit.startswith("h") else 1 / 60)
             try:
                 moment = sent + timedelta(hours=hours)
             except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too
@@ -423,9 +456,10 @@ def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | No
     RFC 3339 (`2026-12-01T14:30:00Z`), RFC 2822 (`Tue, 01 Dec 2026 14:30:00 +0000`),
     `2026-12-01 14:30 UTC`, `at 14:30 UTC on 2026-12-01`, `on 2026-12-01 at 14:30 UTC`,
     `December 1, 2026 at 2:30 PM UTC`, `1 Dec 2026 14:30 GMT`, and, relative to the mail's
-    Date, `in about 2 hours` / `within 90 minutes` and a time without a date (`at 13:30 UTC`,
-    its next occurrence). A time more than 10 minutes before the
-    mail was sent, or more than 30 days after, is not the deadline and is passed over.
+    Date, `in about 2 hours` / `within the next 90 minutes` / `30 minutes from now` and a
+    time without a date (`at 13:30 UTC`, its next occurrence). A time more than 10 minutes
+    before the mail was sent, or more than 30 days after, is not the deadline and is passed
+    over.
     """
     earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None
     latest = _shifted(sent, _FUTURE_LIMIT) if sent is not None else None

@@ -109,12 +109,44 @@ def test_a_time_in_the_mail_is_the_deadline() -> None:
         ("reclaimed at 2:30 p.m. UTC on Tuesday, December 1st, 2026", "2026-12-01T14:30:00+00:00"),
         ("reclaimed in about 2 hours.", "2026-12-01T14:30:00+00:00"),
         ("reclaimed within 90 minutes.", "2026-12-01T14:00:00+00:00"),
+        # Before these were read, Date + lead (2 h) stood in: later than the reclaim.
+        ("reclaimed in the next 30 minutes.", "2026-12-01T13:00:00+00:00"),
+        ("reclaimed within the next 45 minutes.", "2026-12-01T13:15:00+00:00"),
+        ("reclaimed in less than 1 hour.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed in under 30 minutes.", "2026-12-01T13:00:00+00:00"),
+        ("reclaimed in as little as 30 minutes.", "2026-12-01T13:00:00+00:00"),
+        ("reclaimed 30 minutes from now.", "2026-12-01T13:00:00+00:00"),
+        ("reclaimed in an hour.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed in half an hour.", "2026-12-01T13:00:00+00:00"),
+        ("reclaimed in one hour.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed in 1-2 hours.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed in 1 to 2 hours.", "2026-12-01T13:30:00+00:00"),
     ],
 )
 def test_deadline_forms(text: str, expected: str) -> None:
     found = find_deadline(text, SENT)
     assert found is not None, text
     assert found[0].isoformat() == expected
+
+
+@given(
+    minutes=st.integers(min_value=1, max_value=600),
+    phrase=st.sampled_from(
+        [
+            "in {} minutes",
+            "within the next {} minutes",
+            "in less than {} minutes",
+            "in under {} mins",
+            "{} minutes from now",
+            "in {}-900 minutes",
+        ]
+    ),
+)
+def test_a_lead_time_written_in_words_is_the_deadline(minutes: int, phrase: str) -> None:
+    text = f"Droplet gpu-spot-1 will be reclaimed {phrase.format(minutes)}."
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == SENT + timedelta(minutes=minutes)
 
 
 @pytest.mark.parametrize(
@@ -743,11 +775,17 @@ _NUMBERS = st.one_of(
         ".".join
     ),
 )
-_RELATIVE = st.builds(
-    "{} {}{}".format,
-    st.sampled_from(["in", "within", "in about", "in approximately", "in ~"]),
-    _NUMBERS,
-    st.sampled_from([" hours", " hour", "hrs", " hr", "h", " minutes", " min", "mins"]),
+_RELATIVE = st.one_of(
+    st.builds(
+        "{} {}{}".format,
+        st.sampled_from(
+            ["in", "within", "in about", "in approximately", "in ~", "in the next", "in under"]
+        ),
+        _NUMBERS | st.sampled_from(["an", "half an", "two"]),
+        st.sampled_from([" hours", " hour", "hrs", " hr", "h", " minutes", " min", "mins"]),
+    ),
+    st.builds("{} minutes from now".format, _NUMBERS),
+    st.builds("in {}-{} hours".format, _NUMBERS, _NUMBERS),
 )
 _ZONES = st.one_of(
     st.sampled_from(["Z", " UTC", " GMT"]),
