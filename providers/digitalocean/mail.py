@@ -259,8 +259,10 @@ _NAMED_ZONES = {
     **{"AKST": -9, "AKDT": -8, "HST": -10, "WET": 0, "WEST": 1, "BST": 1, "CET": 1, "CEST": 2},
     **{"EET": 2, "EEST": 3, "SGT": 8, "JST": 9, "KST": 9, "AEST": 10, "AEDT": 11},
 }
+# Minutes may be left out with AM/PM ("at 1 PM UTC"): such a time was skipped, and Date +
+# lead stood in, an hour or more after it.
 _CLOCK = (
-    r"(?P<H{n}>\d{{1,2}}):(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?"
+    r"(?P<H{n}>\d{{1,2}})(?::(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?)?"
     r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z]))?"
 )
 # A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after
@@ -269,7 +271,9 @@ _TIME = (
     _CLOCK.format(n="")
     + r"(?:\s*(?:-|\u2013|\u2014|to|and|until)\s*"
     + _CLOCK.format(n="2")
-    + r")?"
+    + r"(?(M2)|(?(ampm2)|(?!))))?"
+    # A clock without minutes needs AM/PM, its own or, in a window, the end's.
+    + r"(?(M)|(?(ampm)|(?(ampm2)|(?!))))"
     # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour or
     # more off.
     r"\s*\(?(?P<zone>(?:UTC|GMT)\s*[+-]\s*\d{1,2}(?::?\d{2})?|UTC|GMT|Z|[+-]\d{2}:?\d{2}"
@@ -351,7 +355,7 @@ def _written_time(
     month = 0
     if dated:
         month = int(parts["m"]) if parts.get("m") else _MONTHS[parts["mon"].lower()]
-    hour, minute, second = int(parts["H"]), int(parts["M"]), int(parts["S"] or 0)
+    hour, minute, second = int(parts["H"]), int(parts["M"] or 0), int(parts["S"] or 0)
     ampm = (parts["ampm"] or "").lower().replace(".", "")
     ampm2 = (parts["ampm2"] or "").lower().replace(".", "")
     if parts["H2"] is not None and ampm2 and not ampm:
@@ -393,7 +397,7 @@ def _written_time(
             if end_hour is None:
                 return None
             until = moment.replace(
-                hour=end_hour, minute=int(parts["M2"]), second=int(parts["S2"] or 0)
+                hour=end_hour, minute=int(parts["M2"] or 0), second=int(parts["S2"] or 0)
             )
             if until < moment:  # "between 23:00 and 01:00": the window ends the next day
                 until += timedelta(days=1)

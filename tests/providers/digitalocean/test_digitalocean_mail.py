@@ -121,12 +121,33 @@ def test_a_time_in_the_mail_is_the_deadline() -> None:
         ("reclaimed in one hour.", "2026-12-01T13:30:00+00:00"),
         ("reclaimed in 1-2 hours.", "2026-12-01T13:30:00+00:00"),
         ("reclaimed in 1 to 2 hours.", "2026-12-01T13:30:00+00:00"),
+        # Hours without minutes, with AM/PM: skipped before, Date + lead stood in.
+        ("reclaimed at 2 PM UTC on December 1, 2026.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed on 2026-12-01 at 2pm UTC.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed at 1 p.m. (UTC).", "2026-12-01T13:00:00+00:00"),
+        ("reclaimed between 2 and 4 PM UTC on December 1, 2026.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed between 9 AM and 11 AM EST.", "2026-12-01T14:00:00+00:00"),
     ],
 )
 def test_deadline_forms(text: str, expected: str) -> None:
     found = find_deadline(text, SENT)
     assert found is not None, text
     assert found[0].isoformat() == expected
+
+
+@given(hour=st.integers(min_value=1, max_value=12), pm=st.booleans(), spaced=st.booleans())
+def test_an_hour_with_am_pm_and_no_minutes_is_the_deadline(
+    hour: int, pm: bool, spaced: bool
+) -> None:
+    written = f"{hour}{' ' if spaced else ''}{'PM' if pm else 'am'}"
+    text = f"Droplet gpu-spot-1 will be reclaimed at {written} UTC on 2026-12-02."
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == datetime(2026, 12, 2, hour % 12 + (12 if pm else 0), tzinfo=timezone.utc)
+
+
+def test_an_hour_without_minutes_or_am_pm_is_not_a_time() -> None:
+    assert find_deadline("Droplet 12 UTC region, version 2 and 3 GMT", SENT) is None
 
 
 @given(
