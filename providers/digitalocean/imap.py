@@ -264,6 +264,23 @@ def _reason(data: object) -> str:
     return text
 
 
+def message_of(data: list[Any], uid: int) -> bytes | None:
+    """The message in a UID FETCH answer as imaplib splits it: `(b'1 (UID 5 BODY[]<0>
+    {n}', message)`, and then the rest of the line. The UID may come after the message
+    (`* 1 FETCH (BODY[]<0> {n} ... UID 5)`, as some servers order it): read only before
+    it, every mail of such a server was taken for expunged and passed over unread."""
+    for at, item in enumerate(data):
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], bytes)):
+            continue
+        head = item[0] if isinstance(item[0], bytes) else b""
+        tail = data[at + 1] if at + 1 < len(data) and isinstance(data[at + 1], bytes) else b""
+        if b"BODY[" not in head.upper():
+            continue
+        if any(int(found) == uid for found in _UID.findall(head + b" " + tail)):
+            return item[1]
+    return None
+
+
 class MailboxSession:
     """One connection to one mailbox. Every method blocks; `abort` may be called from
     another thread to end a blocked call at once."""
@@ -408,10 +425,7 @@ class MailboxSession:
             self.announced |= self._count(conn)
         except (OSError, imaplib.IMAP4.error) as error:
             raise ServerFailure(f"reading mail UID {uid} failed: {error}") from None
-        return next(
-            (item[1] for item in data if isinstance(item, tuple) and _UID.search(item[0])),
-            None,
-        )
+        return message_of(data, uid)
 
     def _count(self, conn: _Connection) -> bool:
         """Take in the untagged answers of the last command: True when they announce more
@@ -574,4 +588,5 @@ __all__ = [
     "TlsFailure",
     "load_credentials",
     "mailbox_name",
+    "message_of",
 ]

@@ -240,6 +240,7 @@ class DigitalOceanWatcher:
             for uid in await asyncio.to_thread(session.new_uids, seen.last_uid, since):
                 raw = await asyncio.to_thread(session.fetch, uid)
                 if raw is None:  # expunged since the search
+                    log.info("digitalocean: mail UID %d was gone when fetched; passed over", uid)
                     seen.handled(uid)
                     continue
                 self._handle(uid, raw, rules, seen, emit)

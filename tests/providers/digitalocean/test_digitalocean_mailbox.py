@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import re
 import socket
@@ -26,6 +27,7 @@ from forewarn.providers.digitalocean.imap import (
     MailboxSession,
     load_credentials,
     mailbox_name,
+    message_of,
 )
 from forewarn.providers.digitalocean.seen import ACTIVE_FILE, STATE_FILE
 from forewarn.providers.digitalocean.settings import Settings
@@ -431,6 +433,91 @@ def test_any_folder_name_goes_on_the_wire_as_printable_ascii_and_back(name: str)
     assert _from_modified_utf7(wire) == name
     if name.isascii() and name.isprintable() and "&" not in name:
         assert wire == name
+
+
+class _UidLastServer:
+    """An IMAP server on loopback without IDLE whose FETCH answers put the UID after the
+    message (`* 1 FETCH (BODY[]<0> {n} ... UID 7)`), an order RFC 3501 allows and some
+    servers use. One mailbox, one mail at UID 7."""
+
+    def __init__(self, message: bytes) -> None:
+        self.message = message
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.fetched = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self.listener.accept()
+            with conn, conn.makefile("rb") as lines:
+                conn.sendall(b"* OK [CAPABILITY IMAP4rev1] ready\r\n")
+                for line in lines:
+                    tag, _, command = line.decode().strip().partition(" ")
+                    verb = command.upper()
+                    if verb.startswith("CAPABILITY"):
+                        conn.sendall(b"* CAPABILITY IMAP4rev1\r\n")
+                    elif verb.startswith(("EXAMINE", "SELECT")):
+                        conn.sendall(b"* 1 EXISTS\r\n* OK [UIDVALIDITY 3] ok\r\n")
+                    elif verb.startswith("UID SEARCH"):
+                        conn.sendall(b"* SEARCH 7\r\n")
+                    elif verb.startswith("UID FETCH"):
+                        head = f"* 1 FETCH (BODY[]<0> {{{len(self.message)}}}\r\n".encode()
+                        conn.sendall(head + self.message + b" UID 7)\r\n")
+                        self.fetched.set()
+                    elif verb.startswith("LOGOUT"):
+                        conn.sendall(f"* BYE\r\n{tag} OK bye\r\n".encode())
+                        return
+                    conn.sendall(f"{tag} OK done\r\n".encode())
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+async def test_a_server_that_sends_the_uid_after_the_message_loses_no_mail(
+    tmp_path: Path,
+) -> None:
+    server = _UidLastServer(reclaim())
+    credentials = tmp_path / "imap.env"
+    credentials.write_text("FOREWARN_IMAP_USER=u\nFOREWARN_IMAP_PASSWORD=p\n")
+    credentials.chmod(0o600)
+    settings = Settings(
+        url="http://127.0.0.1:9",
+        droplet_id=DROPLET_ID,
+        imap_host="127.0.0.1",
+        imap_port=server.port,
+        imap_tls="none",
+        credentials_file=credentials,
+        poll_interval=0.2,
+    )
+    try:
+        async with running(settings, tmp_path / "state") as run:
+            await run.until(lambda: len(run.reports) == 1)
+            assert run.reports[0].action == "drain"
+    finally:
+        server.close()
+
+
+@given(
+    uid=st.integers(min_value=1, max_value=2**32 - 1),
+    before=st.booleans(),
+    message=st.binary(max_size=64),
+    other=st.lists(
+        st.one_of(st.binary(max_size=20), st.tuples(st.binary(max_size=20), st.binary(max_size=20)))
+    ),
+)
+def test_the_message_is_found_in_a_fetch_answer_wherever_its_uid_is(
+    uid: int, before: bool, message: bytes, other: list[Any]
+) -> None:
+    n = len(message)
+    if before:
+        answer: list[Any] = [(f"1 (UID {uid} BODY[]<0> {{{n}}}".encode(), message), b")"]
+    else:
+        answer = [(f"1 (BODY[]<0> {{{n}}}".encode(), message), f" UID {uid} FLAGS ()".encode()]
+    # Flag updates and other answers may come before or after it.
+    assert message_of([*answer, *other], uid) == message
+    assert message_of([*other, *answer], uid) == message
+    assert message_of(answer, uid + 1) is None
 
 
 async def test_state_files_that_cannot_be_written_lose_no_reclaim(
