@@ -348,6 +348,10 @@ def load_settings(
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     if path is not None:
+        # `FOREWARN_CONFIG=~/f.toml` (systemd, docker -e) and `--config=~/f.toml` come
+        # unexpanded: "not found", while every path key reads `~` as the home directory.
+        path = path.expanduser()
+    if path is not None:
         try:
             _check_toml(path)
         except ValueError as error:

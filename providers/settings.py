@@ -88,7 +88,12 @@ def read_value(field: FieldInfo | None, value: Any) -> Any:
     """`value` as a key of `field` reads it, whatever the source: an empty path is the key's
     default (`FOREWARN_STATE_DIR=` was Path("."), the working directory, while the clients
     read an empty FOREWARN_RUNTIME_DIR as unset), a path starting `~` is in a home
-    directory, as `wire.runtime_dir` reads it too; seconds as `as_seconds` reads them."""
+    directory (in a flag's Path too), as `wire.runtime_dir` reads it too; seconds as
+    `as_seconds` reads them."""
+    if field is not None and isinstance(value, PurePath) and _holds_path(field.annotation):
+        # A flag's value: `--state-dir=~/fw` reaches here unexpanded, as no shell expands a
+        # `~` after `=`, and made a directory named `~` while the clients looked in home.
+        value = str(value)
     if field is not None and isinstance(value, str) and _holds_path(field.annotation):
         if not value.strip():
             return field.get_default(call_default_factory=True)

@@ -711,6 +711,32 @@ def test_a_path_key_starting_with_a_tilde_is_in_the_home_directory(tmp_path: Pat
     assert settings.local.flag_file == Path.home() / "flag"
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    key=st.sampled_from(["runtime_dir", "state_dir"]),
+    tail=st.text(st.characters(codec="utf-8", exclude_characters="\x00/"), min_size=1, max_size=12),
+)
+def test_a_path_flag_starting_with_a_tilde_is_in_the_home_directory(key: str, tail: str) -> None:
+    """No shell expands the `~` of `--state-dir=~/fw`: the flag's Path reached the agent as
+    `~/fw`, a directory named `~` in its working directory, while TOML, FOREWARN_* and the
+    clients read the same text as the home directory."""
+    settings = load_settings(**{key: Path("~") / tail})
+    assert getattr(settings, key) == Path.home() / tail
+
+
+def test_a_config_file_named_with_a_tilde_is_in_the_home_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`FOREWARN_CONFIG=~/forewarn.toml` (systemd's Environment=, docker -e: no shell) and
+    `--config=~/forewarn.toml` were 'not found'."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "forewarn.toml").write_text("exit_margin = 7\n")
+    monkeypatch.setenv("FOREWARN_CONFIG", "~/forewarn.toml")
+    assert load_settings().exit_margin == 7
+    monkeypatch.delenv("FOREWARN_CONFIG")
+    assert load_settings(Path("~/forewarn.toml")).exit_margin == 7
+
+
 @pytest.mark.parametrize(
     ("toml", "key"), [("aws = 5", "aws"), ('webhook = "x"', "webhook"), ("local = [1]", "local")]
 )
