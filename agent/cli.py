@@ -199,6 +199,8 @@ def _readable(control: str, read: Callable[[], T]) -> T:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
+    import logging
+
     from .config import ConfigError, load_settings
     from .logsetup import setup_logging
     from .runner import run_agent
@@ -223,6 +225,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
     except ConfigError as error:
         raise UsageError(str(error)) from None
     setup_logging(settings.log_level, settings.log_format)
+    for note in settings.overridden:
+        logging.getLogger("forewarn.agent").warning("%s", note)
     try:
         return run_agent(settings, exit_process=True)
     except ConfigError as error:

@@ -24,6 +24,7 @@ from forewarn.providers.settings import ProviderSettings, read_value
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     create_model,
@@ -137,6 +138,15 @@ class Settings(BaseSettings):
 
     # The providers this model has sections for: none here; `settings_model` sets it.
     registry: ClassVar[Registry] = Registry([])
+
+    # Keys the config file sets that a flag or a variable overrides (`load_settings`).
+    _overridden: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def overridden(self) -> list[str]:
+        """One line for each key of the config file whose value is not used, because a flag
+        or a FOREWARN_ variable sets that key too; the agent logs them at start."""
+        return list(self._overridden)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -351,9 +361,10 @@ def load_settings(
         # `FOREWARN_CONFIG=~/f.toml` (systemd, docker -e) and `--config=~/f.toml` come
         # unexpanded: "not found", while every path key reads `~` as the home directory.
         path = path.expanduser()
+    document: dict[str, Any] = {}
     if path is not None:
         try:
-            _check_toml(path)
+            document = _check_toml(path)
         except ValueError as error:
             raise ConfigError(f"config file {path}: {error}") from None
         except OSError as error:
@@ -365,7 +376,9 @@ def load_settings(
     model = settings_model(registry)
     _check_environment_names(model)
     try:
-        return model(**given)
+        settings = model(**given)
+        settings._overridden = _overridden(document, given, path)
+        return settings
     except ValidationError as error:
         raise ConfigError(describe_error(error, model)) from None
     except SettingsError as error:
@@ -402,7 +415,35 @@ def _check_environment_names(model: type[Settings]) -> None:
             )
 
 
-def _check_toml(path: Path) -> None:
+def _overridden(document: dict[str, Any], given: dict[str, Any], path: Path | None) -> list[str]:
+    """A line for each key `document` (the config file at `path`) sets that a flag or a
+    FOREWARN_ variable sets too. The systemd unit and the container image set some variables
+    themselves (FOREWARN_STATE_DIR, FOREWARN_METRICS_ADDRESS, ...), so the same key edited in
+    the file was ignored without a word. Values are not shown: one may be a secret."""
+    variables = {name.upper() for name in os.environ}
+    flags = {str(key).lower(): value for key, value in given.items()}
+    notes = []
+    for key, value in document.items():
+        if isinstance(value, dict):
+            section = flags.get(key.lower())
+            keys = [
+                (f"{key}.{leaf}", isinstance(section, dict) and leaf in section) for leaf in value
+            ]
+        else:
+            keys = [(key, key.lower() in flags)]
+        for dotted, by_flag in keys:
+            variable = "FOREWARN_" + dotted.replace(".", "_").upper()
+            if by_flag:
+                by = "a command-line option"
+            elif variable in variables:
+                by = f"the environment variable {variable}"
+            else:
+                continue
+            notes.append(f"config key {dotted}: {by} overrides its value in {path}")
+    return notes
+
+
+def _check_toml(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -413,7 +454,7 @@ def _check_toml(path: Path) -> None:
         raise ValueError("not a regular file" if path.exists() else "not found")
     with path.open("rb") as handle:
         try:
-            tomllib.load(handle)
+            return tomllib.load(handle)
         except tomllib.TOMLDecodeError as error:
             raise ValueError(f"not valid TOML: {error}") from None
         except UnicodeDecodeError as error:

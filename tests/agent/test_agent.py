@@ -368,3 +368,14 @@ def test_sigterm_while_the_agent_starts_is_a_clean_stop(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert "stopping" in done.stderr, done.stderr[-2000:]
+
+
+def test_the_agent_logs_a_file_key_the_environment_overrides(tmp_path: Path) -> None:
+    """FOREWARN_STATE_DIR, set by the systemd unit and the image, won over the file's
+    state_dir without a word; a flag over a file key too."""
+    config = tmp_path / "forewarn.toml"
+    config.write_text('state_dir = "/nowhere"\nexit_margin = 20\n')
+    with AgentProcess(tmp_path, args=("--config", str(config), "--exit-margin", "10")) as agent:
+        output = agent.output()
+    assert "config key state_dir: the environment variable FOREWARN_STATE_DIR overrides" in output
+    assert "config key exit_margin: a command-line option overrides its value in" in output

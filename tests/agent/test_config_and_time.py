@@ -751,3 +751,31 @@ def test_a_value_where_a_section_belongs_says_it_is_a_section(
     text = str(caught.value)
     assert text.startswith(f"config key {key}: a section, not a value: set its keys ([{key}]")
     assert "instance of" not in text
+
+
+def test_a_file_key_a_variable_or_flag_overrides_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The systemd unit sets FOREWARN_STATE_DIR and FOREWARN_METRICS_ADDRESS, the image more:
+    the same key edited in the config file was ignored without a word."""
+    config = tmp_path / "f.toml"
+    config.write_text(
+        'state_dir = "/x"\nExit_Margin = 20\nheartbeat_interval = 2\n'
+        '[webhook]\nurl = "http://u:pw@127.0.0.1:9/secret"\nretries = 2\n'
+        "[aws]\ntimeout = 3\n"
+    )
+    monkeypatch.setenv("FOREWARN_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("FOREWARN_WEBHOOK_URL", "http://127.0.0.1:9/y")
+    settings = load_settings(config, exit_margin=5, aws={"timeout": "4"})
+    assert settings.overridden == [
+        f"config key state_dir: the environment variable FOREWARN_STATE_DIR overrides its "
+        f"value in {config}",
+        f"config key Exit_Margin: a command-line option overrides its value in {config}",
+        f"config key webhook.url: the environment variable FOREWARN_WEBHOOK_URL overrides its "
+        f"value in {config}",
+        f"config key aws.timeout: a command-line option overrides its value in {config}",
+    ]
+    assert "pw" not in " ".join(settings.overridden)
+    monkeypatch.delenv("FOREWARN_STATE_DIR")
+    monkeypatch.delenv("FOREWARN_WEBHOOK_URL")
+    assert load_settings(config).overridden == []
