@@ -320,9 +320,12 @@ def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
         key = ".".join(str(part) for part in loc) or "(config)"
         if item["type"] == "extra_forbidden":
             text = f"config key {key}: unknown key"
-            near = difflib.get_close_matches(str(loc[-1]), _known_keys(model, loc), n=1)
+            # In lower case: `[webhook] URL = ...` had no suggestion at all, as no close
+            # match of `URL` is `url` to difflib.
+            known = {name.lower(): name for name in _known_keys(model, loc)}
+            near = difflib.get_close_matches(str(loc[-1]).lower(), list(known), n=1)
             if near:
-                text += f" (did you mean {'.'.join([*map(str, loc[:-1]), near[0]])}?)"
+                text += f" (did you mean {'.'.join([*map(str, loc[:-1]), known[near[0]]])}?)"
             problems.append(text)
             continue
         message = str(item["msg"]).removeprefix("Value error, ")
@@ -371,8 +374,10 @@ def load_settings(
             # A file (or a directory above it) this user cannot read was an 'unexpected
             # PermissionError' with exit 1.
             raise ConfigError(f"config file {path}: cannot read it ({error.strerror})") from None
-    _CONFIG_FILE["path"] = path
     given = {key: value for key, value in overrides.items() if value is not None}
+    _once_in_any_case(document, f"config file {path}")
+    _once_in_any_case(given, "the command line")
+    _CONFIG_FILE["path"] = path
     model = settings_model(registry)
     _check_environment_names(model)
     try:
@@ -413,6 +418,17 @@ def _check_environment_names(model: type[Settings]) -> None:
             raise ConfigError(
                 f"environment {variable}: not a setting (did you mean FOREWARN_{near[0]}?)"
             )
+
+
+def _once_in_any_case(keys: dict[str, Any], source: str) -> None:
+    """Top-level keys and section names are read in any case, as FOREWARN_ variables are;
+    the same one twice in different case kept one of them in silence (`[AWS]` then `[aws]`
+    lost the second section)."""
+    seen: dict[str, str] = {}
+    for key in keys:
+        first = seen.setdefault(str(key).lower(), str(key))
+        if first != key:
+            raise ConfigError(f"config key {key}: set twice in {source}, as {first} and {key}")
 
 
 def _overridden(document: dict[str, Any], given: dict[str, Any], path: Path | None) -> list[str]:

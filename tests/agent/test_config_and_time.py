@@ -779,3 +779,68 @@ def test_a_file_key_a_variable_or_flag_overrides_is_named(
     monkeypatch.delenv("FOREWARN_STATE_DIR")
     monkeypatch.delenv("FOREWARN_WEBHOOK_URL")
     assert load_settings(config).overridden == []
+
+
+def _other_case(draw: st.DrawFn, key: str) -> str:
+    flips = draw(st.lists(st.booleans(), min_size=len(key), max_size=len(key)))
+    mangled = "".join(c.swapcase() if flip else c for c, flip in zip(key, flips, strict=True))
+    return mangled if mangled != key else key.upper()
+
+
+SECTIONS = [name for name in settings_model().model_fields if name not in TOP_LEVEL]
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), section=st.sampled_from(SECTIONS))
+def test_a_section_key_in_another_case_names_the_key(data: st.DataObject, section: str) -> None:
+    """`[webhook] URL = ...` was 'unknown key' with no suggestion: difflib finds nothing
+    close to `URL` in `url`."""
+    leaf = data.draw(st.sampled_from(sorted(_field_names(section))), label="leaf")
+    wrong = data.draw(st.composite(lambda draw: _other_case(draw, leaf))(), label="wrong")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(**{section: {wrong: "1"}})
+    assert f"config key {section}.{wrong}: unknown key (did you mean {section}.{leaf}?)" in str(
+        caught.value
+    )
+
+
+def _field_names(section: str) -> list[str]:
+    annotation = settings_model().model_fields[section].annotation
+    assert isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    return list(annotation.model_fields)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    key=st.sampled_from([*TOP_LEVEL, *SECTIONS]),
+    source=st.sampled_from(["toml", "set"]),
+)
+def test_a_key_given_twice_in_different_case_is_refused(
+    data: st.DataObject, key: str, source: str
+) -> None:
+    """Top-level keys and section names are read in any case; `[AWS]` then `[aws]` (or
+    `exit_margin` then `EXIT_MARGIN`) kept one of the two in silence."""
+    other = data.draw(st.composite(lambda draw: _other_case(draw, key))(), label="other")
+    section = key in SECTIONS
+    if source == "set":
+        value: object = {"x": "1"} if section else "1"
+        given = {key: value, other: value}
+        with pytest.raises(ConfigError, match=f"config key {other}: set twice in the command"):
+            load_settings(**given)
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        config = Path(directory) / "f.toml"
+        if section:
+            config.write_text(f"[{key}]\n[{other}]\n")
+        else:
+            config.write_text(f'{key} = "1"\n{other} = "1"\n')
+        with pytest.raises(ConfigError, match=f"config key {other}: set twice in config file"):
+            load_settings(config)
+
+
+def test_a_top_level_key_or_section_in_another_case_is_read(tmp_path: Path) -> None:
+    config = tmp_path / "f.toml"
+    config.write_text("Exit_Margin = 5\n[AWS]\ntimeout = 3\n")
+    settings = load_settings(config)
+    assert settings.exit_margin == 5 and settings.aws.timeout == 3
