@@ -48,7 +48,13 @@ def slack_text(notice: Notice, host: str) -> str:
     note = notice.detail.get("note")
     if isinstance(note, str) and note:
         head += f"; note: {note[:200]}"
-    return f"{head} [{notice.id}]"
+    return slack_escape(f"{head} [{notice.id}]")
+
+
+def slack_escape(text: str) -> str:
+    """`text` as Slack reads it literally: `&`, `<` and `>` are its markup, so a note such as
+    `ETA <5 min` showed mangled and `<!channel>` in one notified the whole channel."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def body(notice: Notice, format: str, host: str) -> bytes:
@@ -223,4 +229,4 @@ class WebhookObserver(Observer):
         }
 
 
-__all__ = ["WebhookObserver", "body", "retry_after", "slack_text"]
+__all__ = ["WebhookObserver", "body", "retry_after", "slack_escape", "slack_text"]

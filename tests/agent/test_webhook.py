@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -199,6 +200,29 @@ def test_slack_text_shows_time_left_and_no_deadline_on_clear():
     assert "on gpu-1" in text and "s left" in text and f"deadline {deadline}" in text
     cleared = Notice.model_validate({**base, "action": "clear", "deadline": deadline})
     assert "deadline" not in slack_text(cleared, "gpu-1")
+
+
+@given(note=st.text(min_size=1, max_size=200), notice_id=st.text(min_size=1, max_size=40))
+def test_slack_text_escapes_its_markup_and_reads_back_as_the_note(note: str, notice_id: str):
+    """Slack reads `&`, `<` and `>` as markup: `--note "ETA <5 min"` showed mangled, and
+    `<!channel>` in a note (or an id) notified the whole channel."""
+    notice = Notice.model_validate(
+        {
+            "id": notice_id,
+            "seq": 1,
+            "action": "drain",
+            "reason": "manual",
+            "provider": "local",
+            "noticed_at": "2026-01-01T00:00:00Z",
+            "sent_at": "2026-01-01T00:00:00Z",
+            "detail": {"note": note},
+        }
+    )
+    text = slack_text(notice, "gpu-1")
+    assert "<" not in text and ">" not in text
+    assert re.sub(r"&(?!amp;|lt;|gt;)", "", text) == text  # every & starts an escape
+    plain = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    assert f"; note: {note} [{notice_id}]" in plain
 
 
 def test_url_from_a_file_keeps_the_secret_out_of_config(tmp_path: Path):
