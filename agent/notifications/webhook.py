@@ -201,7 +201,7 @@ class WebhookObserver(Observer):
         try:
             # An overall deadline as well: httpx's timeout is per read, so a receiver that
             # trickles bytes could otherwise hold a delivery for ever.
-            status, retry_after = await asyncio.wait_for(
+            status, retry_after, location = await asyncio.wait_for(
                 self._post(client, payload), self.settings.timeout
             )
         except (asyncio.TimeoutError, httpx.TimeoutException):
@@ -211,14 +211,40 @@ class WebhookObserver(Observer):
         if 200 <= status < 300:
             return None
         why = f"{self.target} answered {status}"
+        if 300 <= status < 400:
+            # A redirect is not followed (a 301/302 would turn the POST into a GET, and the
+            # notice would go to an address nobody configured); "answered 308" alone left the
+            # user to guess why every notice was dropped.
+            why += (
+                f", a redirect{self._origin(location)}, which is not followed: set "
+                "webhook.url to the address it points to"
+            )
         return status in RETRY_STATUSES, why, retry_after
 
-    async def _post(self, client: httpx.AsyncClient, payload: bytes) -> tuple[int, float]:
+    def _origin(self, location: str | None) -> str:
+        """` to <scheme://host:port>` of a redirect's Location (relative to the URL), or ""
+        when there is none: never its path, which may hold a secret."""
+        if not location:
+            return ""
+        try:
+            target = httpx.URL(self._url).join(location)
+        except (httpx.InvalidURL, ValueError):
+            return ""
+        port = f":{target.port}" if target.port else ""
+        return f" to {target.scheme}://{target.host}{port}"
+
+    async def _post(
+        self, client: httpx.AsyncClient, payload: bytes
+    ) -> tuple[int, float, str | None]:
         # Only the status is used, and the answer's body is never read: `client.post` read
         # all of it into memory, and a receiver streaming a huge body grew the agent by
         # hundreds of MB a second until the timeout.
         async with client.stream("POST", self._url, content=payload) as response:
-            return response.status_code, retry_after(response.headers.get("Retry-After"))
+            return (
+                response.status_code,
+                retry_after(response.headers.get("Retry-After")),
+                response.headers.get("Location"),
+            )
 
     def stats(self) -> dict[str, Any]:
         return {

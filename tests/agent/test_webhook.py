@@ -126,6 +126,28 @@ def test_a_refusal_is_not_retried(tmp_path: Path):
     assert "answered 404" in agent.output()
 
 
+@pytest.mark.parametrize(
+    ("location", "shown"),
+    [("https://hooks.example:8443/new/s3cr3t-moved", "https://hooks.example:8443"), ("/v2", None)],
+)
+def test_a_redirect_is_logged_with_where_it_points(
+    tmp_path: Path, location: str, shown: str | None
+):
+    """A receiver that moved (or redirects http to https) answered 308 to every notice, and
+    the log said only 'answered 308'."""
+    with (
+        receiver(script=[(308, location)]) as hook,
+        agent_with_webhook(tmp_path, hook.url) as agent,
+    ):
+        agent.control({"op": "notify", "action": "drain"})
+        eventually(lambda: "gave up on drain" in agent.output(), timeout=10)
+        assert hook.attempts == 1
+    log = agent.output()
+    where = shown or hook.url
+    assert f"answered 308, a redirect to {where}, which is not followed: set webhook.url" in log
+    assert "s3cr3t" not in log
+
+
 def test_a_hung_receiver_delays_no_subscriber(tmp_path: Path):
     """The receiver holds the first delivery for 60 s; notices published meanwhile reach a
     subscriber as fast as with no webhook at all."""

@@ -28,7 +28,7 @@ class Receiver:
     url: str
     # Answers to give, in order; then 200 for ever. An int is a status, a float a hang of
     # that many seconds (then 200), "endless" a 200 whose body never ends, (status, value) a
-    # status with that Retry-After header.
+    # status with that Retry-After header (a Location header for a 3xx).
     script: list[Answer] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     attempts: int = 0
@@ -74,7 +74,8 @@ def receiver(script: list[Answer] | None = None) -> Iterator[Receiver]:
                     )
             self.send_response(answer)
             if retry_after is not None:
-                self.send_header("Retry-After", retry_after)
+                redirect = 300 <= answer < 400
+                self.send_header("Location" if redirect else "Retry-After", retry_after)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
