@@ -398,14 +398,21 @@ _NOT_SETTINGS = ("CONFIG", "CHECKPOINT_", "IMAP_")
 
 
 def _check_environment_names(model: type[Settings]) -> None:
-    """A FOREWARN_ variable one typo away from a top-level key is an error naming the key it
+    """A FOREWARN_ variable one typo away from a setting is an error naming the setting it
     resembles: pydantic-settings ignores an unknown one, so `FOREWARN_EXIT_MARGN=5` left the
-    margin at its default in silence (a section's unknown key is refused already)."""
+    margin at its default in silence (a section's unknown key is refused already), and so
+    did a typo in a section's name: `FOREWARN_DIGITAL_OCEAN_IMAP_HOST` left the mailbox
+    unwatched, `FOREWARN_KUBERNETS_EVENTS=true` the Events off."""
     keys = [name.upper() for name in model.model_fields]
-    sections = [
-        name.upper()
+    sections: dict[str, type[BaseModel]] = {
+        name.upper(): field.annotation
         for name, field in model.model_fields.items()
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    }
+    section_keys = [
+        f"{section}_{key.upper()}"
+        for section, section_model in sections.items()
+        for key in section_model.model_fields
     ]
     for variable in sorted(os.environ):
         name = variable.upper().removeprefix("FOREWARN_")
@@ -413,7 +420,7 @@ def _check_environment_names(model: type[Settings]) -> None:
             continue
         if any(name.startswith(section + "_") for section in sections):
             continue  # pydantic names a section's unknown key itself
-        near = difflib.get_close_matches(name, keys, n=1, cutoff=0.8)
+        near = difflib.get_close_matches(name, keys + section_keys, n=1, cutoff=0.8)
         if near:
             raise ConfigError(
                 f"environment {variable}: not a setting (did you mean FOREWARN_{near[0]}?)"

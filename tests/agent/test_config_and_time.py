@@ -17,6 +17,7 @@ import zmq
 from annotated_types import Ge, Gt, Le
 from forewarn.agent.cli import apply_sets
 from forewarn.agent.config import ConfigError, Settings, load_settings, settings_model
+from forewarn.agent.configdoc import settings_keys
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, parse_time
 from forewarn.protocol.wire import (
@@ -678,6 +679,49 @@ def test_a_top_level_variable_one_typo_away_is_named_not_ignored(
         patch.setenv(f"FOREWARN_{typo}", "5")
         with pytest.raises(ConfigError, match=rf"environment FOREWARN_{typo}: not a setting"):
             load_settings()
+
+
+SECTION_VARIABLES = [
+    env.removeprefix("FOREWARN_") for key, env, _, _ in settings_keys() if "." in key
+]
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), name=st.sampled_from(SECTION_VARIABLES))
+def test_a_variable_with_a_typo_in_its_section_is_named_not_ignored(
+    data: st.DataObject, name: str
+) -> None:
+    """A typo in a section's name was ignored in silence: FOREWARN_DIGITAL_OCEAN_IMAP_HOST
+    left the mailbox unwatched, FOREWARN_KUBERNETS_EVENTS=true the Events off."""
+    section = name.split("_")[0] if not name.startswith("DIGITALOCEAN") else "DIGITALOCEAN"
+    at = data.draw(st.integers(0, len(section) - 1), label="at")
+    edit = data.draw(
+        st.sampled_from(
+            [section[:at] + section[at + 1 :], section[:at] + "X" + section[at:], section + "S"]
+        ),
+        label="typo",
+    )
+    typo = edit + name[len(section) :]
+    known = {env.removeprefix("FOREWARN_") for _, env, _, _ in settings_keys()}
+    sections = {key.split(".")[0].upper() for key, *_ in settings_keys() if "." in key}
+    if typo in known or any(typo.startswith(other + "_") for other in sections):
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("FOREWARN_CONFIG", raising=False)
+        patch.setenv(f"FOREWARN_{typo}", "1")
+        with pytest.raises(ConfigError, match=rf"environment FOREWARN_{typo}: not a setting"):
+            load_settings()
+
+
+def test_a_section_name_typo_names_the_variable_meant(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
+    monkeypatch.setenv("FOREWARN_DIGITAL_OCEAN_IMAP_HOST", "127.0.0.1")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        "environment FOREWARN_DIGITAL_OCEAN_IMAP_HOST: not a setting "
+        "(did you mean FOREWARN_DIGITALOCEAN_IMAP_HOST?)"
+    )
 
 
 def test_variables_of_the_client_and_far_from_any_key_are_not_settings(
