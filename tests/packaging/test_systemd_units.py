@@ -173,6 +173,18 @@ def test_training_unit_orders_after_the_agent_and_leaves_time_to_flush():
     assert service["SupplementaryGroups"] == ["forewarn"]
 
 
+def test_training_unit_ends_a_stop_cleanly_and_restarts_after_a_reclaim_exit():
+    """CheckpointGuard.exit_code is 143 after a reclaim save, SIGTERM from `systemctl stop`
+    included. systemd counts an exit code of 143 as a failure (only death by the signal
+    itself is clean), so every `systemctl stop` of the example job left it `failed
+    (Result: exit-code)` and fired its OnFailure= units. 143 is a clean exit, and the job
+    still restarts when it exits so by itself (a terminate notice): a stop never restarts."""
+    service = parse_unit(TRAINING)["Service"]
+    assert "143" in " ".join(service.get("SuccessExitStatus", [])).split()
+    assert "143" in " ".join(service.get("RestartForceExitStatus", [])).split()
+    assert service["Restart"] == ["on-failure"]
+
+
 def test_the_documented_webhook_url_file_is_readable_by_the_units_user(tmp_path: Path):
     """docs/operations.md gives the webhook URL file's mode and owner. The agent reads it
     itself, at start, as the unit's User=; the docs said `0600 root:root; systemd reads it as
