@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import queue
@@ -40,6 +41,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 from forewarn.protocol.wire import request
 
@@ -668,7 +670,23 @@ def report(results: list[CellResult], say: Any = print) -> None:
             say(f"{'':<22} note: {note}")
 
 
+def _torch_installed() -> bool:
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def run_reclaim_drill(args: argparse.Namespace, work: Path, base_env: dict[str, str]) -> int:
+    # The job runs under torchrun: without torch every cell failed as "the job exited (code 1)
+    # before 'started'", its traceback in a work directory the drill then removes.
+    if not _torch_installed():
+        from forewarn.protocol.install import extra_hint
+
+        raise UsageError(
+            f"drill local --scenario {args.scenario}: its job runs torch, which is not "
+            f"installed: {extra_hint('torch')}"
+        )
     cells = matrix(args.scenario, args.lead)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     print(

@@ -5,6 +5,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -340,3 +341,25 @@ def test_a_run_too_short_for_the_drill_is_said_at_once(tmp_path: Path, env: dict
         "give it more steps (--steps)" in done.stderr
     )
     assert time.monotonic() - started < drill_local.PHASE_TIMEOUT
+
+
+def test_a_reclaim_scenario_without_torch_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reclaim scenarios run a torchrun job. Without torch (`pip install .`, as the README's
+    first command does) every cell failed with `the job exited (code 1) before 'started'`,
+    the job's traceback left in a work directory the drill then removed."""
+    from forewarn.agent.cli import main
+
+    # No torch here, nor in the processes the drill would start.
+    monkeypatch.setitem(sys.modules, "torch", None)
+    shadow = tmp_path / "no-torch" / "torch"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\")\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow.parent))
+    work = tmp_path / "drill"
+    assert main(["drill", "local", "--scenario", "systemd", "--dir", str(work)]) == 2
+    err = capsys.readouterr().err
+    assert "--scenario systemd" in err and "torch" in err
+    assert re.search(r"pip install .*\[torch\]", err), err
+    assert not (work / "checkpoints").exists()
