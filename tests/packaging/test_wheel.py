@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,3 +91,17 @@ def test_the_wheel_carries_every_provider_face(tmp_path: Path, image_build_stage
     assert sum(len(faces) for faces in found["faces"].values()) == 1 + 5 * 3
     assert "protocol-v1.json" in found["schemas"]
     assert found["keys"] > 10
+
+
+def test_the_project_table_uses_no_form_setuptools_is_dropping() -> None:
+    """`python -m build` printed a warning for `license = { text = ... }`: setuptools
+    deprecated the table form and said builds using it would stop being supported on
+    2027-02-18 (the isolated build takes the newest setuptools, so the documented build
+    command would break on its own). Any deprecation in the project table fails here."""
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    assert dist.metadata.license_expression == "Apache-2.0"
