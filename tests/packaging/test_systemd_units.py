@@ -217,3 +217,36 @@ def test_the_documented_webhook_url_file_is_readable_by_the_units_user(tmp_path:
         assert read == "https://hooks.example.org/services/T0/B0/secret"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_documented_imap_credentials_file_is_readable_by_the_units_user():
+    """docs/digitalocean.md has the IMAP login written to a file "that only the agent can read
+    (`chmod 600`)" and named no owner: made with sudo, as a file in /etc is, it stays root's,
+    and the agent, which reads it itself as the unit's User=, got `cannot read it (Permission
+    denied)` at every connection, so no reclaim mail was ever seen."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to take the unit's uid")
+    from forewarn.providers.digitalocean.imap import load_credentials
+
+    found = re.search(
+        r"# (/etc/forewarn/\S+): (0[0-7]{3}) (\w+):(\w+)", (DOCS / "digitalocean.md").read_text()
+    )
+    assert found, "docs/digitalocean.md: the credentials file example names no mode and owner"
+    name, mode, owner, group = found.groups()
+    assert int(mode, 8) & 0o077 == 0, "the agent warns about a file others can read"
+    unit = parse_unit(AGENT)["Service"]
+    ids = {"root": 0, unit["User"][0]: 10001, unit["Group"][0]: 10001}
+    base = Path(tempfile.mkdtemp(prefix="forewarn-etc-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        path = base / Path(name).name
+        path.write_text("FOREWARN_IMAP_USER=reclaim@example.com\nFOREWARN_IMAP_PASSWORD=pw\n")
+        os.chown(path, ids[owner], ids[group])
+        path.chmod(int(mode, 8))
+
+        def agent_reads() -> str:
+            return load_credentials(path).user
+
+        assert call_as(10001, 10001, agent_reads) == "reclaim@example.com"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
