@@ -20,7 +20,8 @@ class Observer:
 
     def on_restored(self, notice: Notice) -> None:
         """A notice restored from the state file at start is active again (sent anew to
-        subscribers, but not a new publication: on_notice is not called for it)."""
+        subscribers, but not a new publication: on_notice is not called for it, unless it is a
+        drain whose deadline came within the exit margin meanwhile, then sent as an escalation)."""
 
     def on_expired(self, notice: Notice) -> None:
         """A notice was retired past its end; `notice` is the clear (also sent to on_notice)."""

@@ -140,6 +140,7 @@ class Agent:
         # The agent's own files ("state", "seq") whose last write failed, with why: retried
         # each beat, and shown by `status` until written.
         self._unsaved: dict[str, str] = {}
+        self._escalated_at_restore: set[str] = set()
 
     # Setting up.
 
@@ -237,6 +238,10 @@ class Agent:
             )
             provider = []
         self.board.restore(state.manual, state.acked, provider, state.escalated)
+        # Drains whose deadline came within the exit margin while the agent was down: they go
+        # out as terminate now, an escalation to count, log and record like any other (as a
+        # plain restore, `forewarn plan` and the metrics missed the interruption).
+        self._escalated_at_restore = set(self.board.escalated_ids()) - set(state.escalated)
 
         # Anyone on this machine can reach a tcp:// or abstract control endpoint: there a
         # request must carry a token that only who can read the runtime directory can get.
@@ -299,15 +304,22 @@ class Agent:
         # neither this nor a replay to an early subscriber may send one as active again.
         sent = {notice.id for notice in self._send_due()}
         for notice in self.board.active():
-            if notice.id not in sent:
-                self.publisher.publish(notice)
-                log.info(
-                    "notice %s restored from %s",
-                    notice.id,
-                    self.state_path,
-                    extra=notice_fields(notice, "restored"),
-                )
-                self.observers.on_restored(notice)
+            if notice.id in sent:
+                continue
+            # First, so that the observers do not measure its lead time a second time.
+            self.observers.on_restored(notice)
+            if notice.id in self._escalated_at_restore:
+                self._send(notice, escalated=True)
+                continue
+            self.publisher.publish(notice)
+            log.info(
+                "notice %s restored from %s",
+                notice.id,
+                self.state_path,
+                extra=notice_fields(notice, "restored"),
+            )
+        if self._escalated_at_restore:
+            self._save()  # the escalated ids, as after any escalation
         _sd_notify("READY=1")
         watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
         watchdog.add_done_callback(self._part_ended)

@@ -29,6 +29,8 @@ from forewarn.agent.metrics import (
 )
 from forewarn.agent.observers import build_observers
 from forewarn.agent.protocol import AckRequest, Notice
+from forewarn.agent.telemetry import FILE_NAME as TELEMETRY_FILE
+from forewarn.agent.telemetry import read_records
 from forewarn.protocol.timefmt import format_time
 from forewarn.providers import REGISTRY
 from forewarn.providers.simulator import SimServer
@@ -790,3 +792,36 @@ def test_a_notice_restored_at_start_shows_in_the_gauges(tmp_path: Path):
         cleared = scrape_url(url)
     assert value(cleared, "forewarn_active_notices") == 0
     assert math.isnan(value(cleared, "forewarn_nearest_deadline_seconds"))
+
+
+def test_a_drain_that_came_within_the_margin_while_the_agent_was_down_is_an_escalation(
+    tmp_path: Path,
+):
+    """A restored drain whose deadline is now within the exit margin goes out as terminate at
+    start, but was logged as `restored`, missing from `forewarn_escalations_total` and
+    `forewarn_notices_total`, and absent from telemetry, so `forewarn plan` did not count the
+    interruption."""
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        reply = agent.control({"op": "notify", "action": "drain", "deadline": _in(300)})
+        assert reply["notice"]["action"] == "drain"
+    notice_id = reply["notice"]["id"]
+    # The margin is 600 s now: the restored drain is inside it.
+    env["FOREWARN_EXIT_MARGIN"] = "600s"
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent, agent.subscriber() as sub:
+        url = metrics_url(agent)
+        assert sub.notice()["action"] == "terminate"
+        found = scrape_url(url)
+        output = agent.output()
+    manual = {"provider": "local", "reason": "manual"}
+    assert value(found, "forewarn_escalations_total", **manual) == 1
+    assert value(found, "forewarn_notices_total", action="terminate", **manual) == 1
+    assert value(found, "forewarn_active_notices") == 1
+    # Its lead time was recorded when it was first published, before the restart.
+    assert total(found, "forewarn_notice_lead_seconds_count") == 0
+    assert f"notice terminate {notice_id} manual (local)" in output
+    records = list(read_records(tmp_path / "state" / TELEMETRY_FILE))
+    assert [(r["kind"], r["action"]) for r in records if r.get("id") == notice_id] == [
+        ("notice", "drain"),
+        ("escalation", "terminate"),
+    ]
