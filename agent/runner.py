@@ -798,14 +798,34 @@ class Agent:
             background = f" stall={_secs(req.stall_seconds)} durable={_secs(req.durable_seconds)}"
         if req.choice is not None:
             background += f" final save: {req.choice} ({req.note or ''})"
+        if req.outcome == "resumed":
+            # What an operator reads a resume for: it has no flush, and names no notice when
+            # the job restarted on a new machine.
+            text, args = (
+                "resume after %s from %s: step=%s restore=%s steps_lost=%s",
+                [
+                    req.notice_id or "(no notice)",
+                    req.client or "?",
+                    req.step,
+                    _secs(req.restore_seconds),
+                    req.steps_lost,
+                ],
+            )
+        else:
+            text, args = (
+                "ack %s from %s: step=%s flush=%s outcome=%s%s",
+                [
+                    req.notice_id or "(periodic)",
+                    req.client or "?",
+                    req.step,
+                    _secs(req.flush_seconds),
+                    req.outcome,
+                    background,
+                ],
+            )
         log.info(
-            "ack %s from %s: step=%s flush=%s outcome=%s%s",
-            req.notice_id or "(periodic)",
-            req.client or "?",
-            req.step,
-            _secs(req.flush_seconds),
-            req.outcome,
-            background,
+            text,
+            *args,
             extra={
                 "lifecycle": "ack",
                 "notice_id": req.notice_id,
@@ -816,6 +836,8 @@ class Agent:
                 "stall_seconds": req.stall_seconds,
                 "durable_seconds": req.durable_seconds,
                 "choice": req.choice,
+                "restore_seconds": req.restore_seconds,
+                "steps_lost": req.steps_lost,
             },
         )
         self.observers.on_ack(req, notice)

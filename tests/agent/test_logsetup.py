@@ -166,3 +166,34 @@ def test_text_log_times_are_utc_whatever_the_machines_zone(tmp_path: Path) -> No
     line = next(line for line in agent.output().splitlines() if " notice drain " in line)
     stamp = datetime.strptime(line[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
     assert abs((datetime.now(timezone.utc) - stamp).total_seconds()) < 120, line
+
+
+def test_a_resume_is_logged_with_its_restore_time_and_steps_lost(tmp_path: Path) -> None:
+    """A client's resume ack was logged as `ack (periodic) from c: step=3 flush=none
+    outcome=resumed`: the steps lost and the restore time, what an operator reads a resume
+    for, were in neither the text nor the JSON fields."""
+    from support import eventually
+
+    env = agent_env(tmp_path, FOREWARN_LOG_FORMAT="json")
+    with AgentProcess(tmp_path, env=env) as agent:
+        resumed = {
+            "op": "ack",
+            "client": "c",
+            "step": 3,
+            "outcome": "resumed",
+            "restore_seconds": 1.5,
+            "steps_lost": 2,
+        }
+        assert agent.control(resumed)["ok"]
+
+        def resume_line() -> dict[str, object] | None:
+            for line in agent.output().splitlines():
+                entry = json.loads(line)
+                if entry.get("lifecycle") == "ack":
+                    return dict(entry)
+            return None
+
+        entry = eventually(resume_line, what="the resume's line")
+    assert entry["restore_seconds"] == 1.5 and entry["steps_lost"] == 2, entry
+    assert "restore=1.5s steps_lost=2" in str(entry["msg"]), entry
+    assert "periodic" not in str(entry["msg"]) and "flush=" not in str(entry["msg"]), entry
