@@ -12,7 +12,25 @@ import logging
 import os
 import socket
 
+from .throttle import WarningThrottle
+
 log = logging.getLogger("forewarn.agent")
+
+# The agent pings the watchdog every second: a socket that is gone (systemd re-executing, a
+# container that inherited NOTIFY_SOCKET without the socket) fails each ping, and a warning per
+# ping flooded the journal. Each kind of failure is said at most this often, with a count.
+FAILURE_LOG_INTERVAL = 60.0
+_failures: dict[str, WarningThrottle] = {}
+
+
+def _warn(kind: str, message: str, *args: object) -> None:
+    throttle = _failures.setdefault(kind, WarningThrottle(FAILURE_LOG_INTERVAL))
+    held = throttle.due()
+    if held is None:
+        return
+    since = f" ({held} times since the last warning)" if held > 1 else ""
+    log.warning(message + "%s", *args, since)
+
 
 ENV_SOCKET = "NOTIFY_SOCKET"
 ENV_WATCHDOG_USEC = "WATCHDOG_USEC"
@@ -38,14 +56,17 @@ def notify(state: str) -> bool:
         return False
     address = _address(target)
     if address is None:
-        log.warning("%s=%r is neither a path nor an abstract socket; ignored", ENV_SOCKET, target)
+        _warn(
+            "address", "%s=%r is neither a path nor an abstract socket; ignored", ENV_SOCKET, target
+        )
         return False
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
             sock.connect(address)
             sock.sendall(state.encode())
     except OSError as error:
-        log.warning("sd_notify %s to %s failed: %s", state.split("=", 1)[0], target, error)
+        kind = state.split("=", 1)[0]
+        _warn(kind, "sd_notify %s to %s failed: %s", kind, target, error)
         return False
     return True
 

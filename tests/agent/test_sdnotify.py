@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from forewarn.agent import sdnotify
+from forewarn.agent.throttle import WarningThrottle
 from support import AgentProcess, agent_env
 
 
@@ -120,3 +121,34 @@ def test_agent_sends_ready_watchdog_and_stopping(notify_socket: NotifySocket, tm
         code = agent.stop()
     assert code == 0
     notify_socket.messages("STOPPING=1")
+
+
+def test_a_gone_socket_is_logged_once_a_minute_not_at_every_ping(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """Under the shipped unit (WatchdogSec=30) the agent pings every second: with the notify
+    socket gone (systemd re-executing, a container that inherited NOTIFY_SOCKET without the
+    socket) each ping logged a warning, 86,400 lines a day. Now one a minute per state, with
+    how many failed since."""
+    now = [1000.0]
+    monkeypatch.setattr(
+        sdnotify, "_failures", {"WATCHDOG": WarningThrottle(60.0, clock=lambda: now[0])}
+    )
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "nobody-listens"))
+    caplog.set_level("WARNING", logger="forewarn.agent")
+    for _ in range(50):
+        assert sdnotify.watchdog() is False
+        now[0] += 1.0
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 1 and "sd_notify WATCHDOG" in warnings[0], warnings
+    now[0] += 10.0
+    assert sdnotify.watchdog() is False
+    assert len(caplog.records) == 2 and "50 times" in caplog.records[1].getMessage()
+    # Another state is another warning: READY is not hidden behind the pings.
+    assert sdnotify.ready() is False
+    assert "sd_notify READY" in caplog.records[-1].getMessage()
+    # A NOTIFY_SOCKET of the wrong form is said once too.
+    monkeypatch.setenv("NOTIFY_SOCKET", "relative/path")
+    for _ in range(5):
+        assert sdnotify.watchdog() is False
+    assert sum("neither a path" in r.getMessage() for r in caplog.records) == 1
