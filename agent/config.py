@@ -106,8 +106,15 @@ class Settings(BaseSettings):
         description="Seconds a local notice without a deadline (`forewarn notify` without "
         "--deadline, a flag file without one) stays active before it is retired.",
     )
+    # Clients call an agent dead after 3 s without a heartbeat (`heartbeat_timeout`), `wait`
+    # and `watch` after 5 s: at 8 s every beat made clients flap between lost and found, and
+    # `forewarn wait` exit 3 beside a healthy agent. Half of 3 s, so one late beat is no death.
     heartbeat_interval: float = Field(
-        default=1.0, gt=0, le=60, description="Seconds between heartbeats on the events socket."
+        default=1.0,
+        gt=0,
+        le=1.5,
+        description="Seconds between heartbeats on the events socket; at most 1.5, since "
+        "clients call an agent dead after 3 s without one.",
     )
     metrics_address: str | None = Field(
         default=None,

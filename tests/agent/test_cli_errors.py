@@ -112,6 +112,9 @@ CASES = [
     (["agent", "--events", "ipc:///tmp/" + "b" * 110], {}, "Linux allows at most 107"),
     (["agent", "--set", "exit_margin=5x"], {}, "config key exit_margin: not a duration"),
     (["agent", "--heartbeat-interval", "0"], {}, "heartbeat_interval"),
+    # Clients call an agent dead after 3 s without a heartbeat: a longer interval made them
+    # flap, and `forewarn wait` exit 3 beside a healthy agent.
+    (["agent", "--heartbeat-interval", "8s"], {}, "heartbeat_interval: Input should be less"),
     (["notify", "clear", "--deadline", "5m"], {}, "--deadline: a clear has no deadline"),
     (["watch", "--agent-timeout", "-1"], {}, "watch: --agent-timeout: not a duration"),
     (["wait", "--timeout", "-1s"], {}, "wait: --timeout: not a duration"),
