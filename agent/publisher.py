@@ -138,6 +138,13 @@ class Publisher:
             self.router.close(linger=0)
         raise BindError(f"cannot bind {self.control_endpoint}: its socket file keeps vanishing")
 
+    def events_file_ours(self) -> bool:
+        """Whether the events socket file is still the one this agent bound (always true for
+        an endpoint without a file). Removed or replaced (a /tmp cleaner), it takes no new
+        subscriber, while those connected before go on receiving."""
+        path = ipc_path(self.events_endpoint)
+        return path is None or self._is_ours(path)
+
     def _is_ours(self, path: Path) -> bool:
         try:
             found = os.stat(path)

@@ -141,6 +141,7 @@ class Agent:
         # each beat, and shown by `status` until written.
         self._unsaved: dict[str, str] = {}
         self._escalated_at_restore: set[str] = set()
+        self._events_ours = True
 
     # Setting up.
 
@@ -399,9 +400,25 @@ class Agent:
         parts = {name: not task.done() for name, task in self.parts.items()}
         if "control" in parts:
             parts["control"] = parts["control"] and self.control_answers
+        if parts:
+            parts["events"] = self._events_file_ours()
         # The metrics server's thread, the webhook's and Kubernetes notifier's tasks: one that
         # died left the agent pinging the watchdog with /healthz, webhook or Events gone.
         return {**parts, **self.observers.parts()}
+
+    def _events_file_ours(self) -> bool:
+        """Whether new clients can still subscribe. With its socket file removed (a /tmp
+        cleaner) every job started since saw no agent while /healthz said alive: now it is a
+        dead part, so /healthz says 503 and the systemd watchdog restarts the agent."""
+        ours = self.publisher.events_file_ours()
+        if not ours and self._events_ours:
+            log.error(
+                "the events socket file of %s is gone or replaced: no new client can subscribe; "
+                "restart the agent",
+                self.events,
+            )
+        self._events_ours = ours
+        return ours
 
     async def _probe_control(self) -> None:
         """Ask control for a status as a client would, every `control_probe_interval`: a

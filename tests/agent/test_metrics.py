@@ -825,3 +825,23 @@ def test_a_drain_that_came_within_the_margin_while_the_agent_was_down_is_an_esca
         ("notice", "drain"),
         ("escalation", "terminate"),
     ]
+
+
+def test_healthz_says_dead_when_the_events_socket_file_is_gone(tmp_path: Path):
+    """A /tmp cleaner that removed the events socket file left every client started after it
+    unable to subscribe ('no agent'), while `/healthz` said alive and nothing was logged."""
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        url = metrics_url(agent)
+        eventually(lambda: get(url + "/healthz")[0] == 200, what="alive at first")
+        (tmp_path / "run" / "events").unlink()
+
+        def dead() -> dict[str, Any] | None:
+            status, body = get(url + "/healthz")
+            return json.loads(body) if status == 503 else None
+
+        found = eventually(dead, what="/healthz to say the events socket is gone")
+        output = agent.output()
+    assert found["parts"]["events"] is False, found
+    assert [name for name, ok in found["parts"].items() if not ok] == ["events"], found
+    assert "the events socket file of" in output and "is gone or replaced" in output, output
