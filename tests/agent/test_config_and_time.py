@@ -804,7 +804,7 @@ def test_a_file_key_a_variable_or_flag_overrides_is_named(
     the same key edited in the config file was ignored without a word."""
     config = tmp_path / "f.toml"
     config.write_text(
-        'state_dir = "/x"\nExit_Margin = 20\nheartbeat_interval = 2\n'
+        'state_dir = "/x"\nExit_Margin = 20\nheartbeat_interval = 1.5\n'
         '[webhook]\nurl = "http://u:pw@127.0.0.1:9/secret"\nretries = 2\n'
         "[aws]\ntimeout = 3\n"
     )
