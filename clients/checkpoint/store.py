@@ -172,9 +172,23 @@ class CheckpointStore:
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
         present = self._backend.list_sizes(name)
         if COMMIT in present:
-            raise GenerationExistsError(
-                f"{name} is already committed in {self.url}; generations are immutable"
+            _found, problems = self._check(step, checksums=self.verify_policy == "checksums")
+            if not problems or ranks.world_size != 1:
+                broken = f" (it does not verify: {'; '.join(problems)})" if problems else ""
+                raise GenerationExistsError(
+                    f"{name} is already committed in {self.url}{broken}; generations are immutable"
+                )
+            # latest() passed over this broken generation, so the job resumed below it and
+            # trains through its step again: refusing the step crashed a single-rank job there
+            # at every restart. Nobody can resume from it; its only writer now is this one.
+            log.warning(
+                "forewarn: %s in %s is committed but does not verify (%s); saving it again",
+                name,
+                self.url,
+                "; ".join(problems),
             )
+            self.delete(step)
+            present = {}
         if ranks.world_size == 1:
             # Whatever is there is a dead writer's leftover.
             if present:

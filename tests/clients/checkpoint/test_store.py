@@ -186,6 +186,27 @@ def test_generations_are_immutable(make_store: Any) -> None:
             gen.open("a")
 
 
+def test_a_job_resumed_below_a_broken_generation_saves_its_step_again(make_store: Any) -> None:
+    """latest() falls back past a committed generation that does not verify; the job resumed
+    from the one before trains through that step again. Its save there raised
+    GenerationExistsError, so a single-rank job crashed at that step at every restart."""
+    store = make_store()
+    save_step(store, 1)
+    save_step(store, 2)
+    rewrite(store, "step-000000000002/model.bin", lambda data: data[:-1])
+    resumed = make_store()
+    assert resumed.latest().step == 1  # type: ignore[union-attr]
+    save_step(resumed, 2)
+    latest = resumed.latest(verify="checksums")
+    assert latest is not None and latest.step == 2
+    assert latest.read_bytes("model.bin") == payload(2)
+    with pytest.raises(GenerationExistsError, match="already committed"):
+        resumed.save(2)  # a generation that verifies is still immutable
+    rewrite(store, "step-000000000002/model.bin", lambda data: data[:-1])
+    with pytest.raises(GenerationExistsError, match="does not verify"):
+        resumed.save(2, rank=1, world_size=2)  # another rank may be writing into it
+
+
 def test_retention_keeps_n_and_what_latest_names(make_store: Any) -> None:
     store = make_store(keep=2)
     for step in range(1, 6):
