@@ -22,12 +22,14 @@ and says what it chose and why.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import inspect
 import logging
 import pickle
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +48,17 @@ STATE_FILE = "state.pt"
 # How long a cancelled save may take to reach its next write and stop before the final save
 # goes ahead without it.
 CANCEL_GRACE_SECONDS = 1.0
+
+
+# The savers of this process, for the exit: see `_finish_at_exit`.
+_savers: weakref.WeakSet[BackgroundSaver] = weakref.WeakSet()
+_exit_hook = threading.Lock()
+_exit_hooked = False
+
+
+def _finish_at_exit() -> None:
+    for saver in list(_savers):
+        saver._finish_at_exit()
 
 
 class BackgroundSaveError(CheckpointError):
@@ -285,6 +298,7 @@ class BackgroundSaver:
             daemon=True,
         )
         self._thread.start()
+        _hook_exit(self)
         if job.copies is not None:
             try:
                 self._copy(copies, job.copies)
@@ -398,6 +412,23 @@ class BackgroundSaver:
         """Wait for the in-flight save; raise its failure, if any."""
         self.wait()
         self.check()
+
+    def _finish_at_exit(self) -> None:
+        """At interpreter exit, wait for the save in flight (not one `final()` cancelled):
+        its thread is a daemon, and a loop that ended without `close()` (or by an exception)
+        lost the last periodic save of a finished run, a partial generation left behind."""
+        step = self.in_flight
+        if step is None or self._cancel.is_set():
+            return
+        _log.warning(
+            "forewarn: the process is exiting while the background save of step %d is still "
+            "being written: waiting for its commit (call close() before exiting)",
+            step,
+        )
+        self.wait()
+        error = self._error
+        if error is not None and self.on_done is None:  # on_done has reported it
+            _log.error("forewarn: %s", error)
 
     # -- the snapshot ---------------------------------------------------------------------
 
@@ -526,6 +557,16 @@ class BackgroundSaver:
         if thread.is_alive():
             self._buffers = {}
         self._thread = None
+
+
+def _hook_exit(saver: BackgroundSaver) -> None:
+    global _exit_hooked
+    with _exit_hook:
+        _savers.add(saver)
+        if not _exit_hooked:
+            # Run at exit while the daemon threads still run (after non-daemon threads end).
+            atexit.register(_finish_at_exit)
+            _exit_hooked = True
 
 
 def _refuse_ranks(step: int) -> None:

@@ -8,9 +8,12 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -332,6 +335,56 @@ def test_sigkill_during_background_uploads_never_leaves_a_partial_generation(
         # On S3 an upload in progress is invisible to a listing and its window is short:
         # there the test checks the outcome of every kill, not where it landed.
         assert partial >= 1, "no kill landed during a background upload"
+
+
+_LOOP_WITHOUT_CLOSE = """
+import sys, time
+import torch
+from forewarn.clients import CheckpointGuard
+from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint.testing import DelegatingBackend
+
+class Slow(DelegatingBackend):  # every write 50 ms, as over a poor link
+    def writer(self, key, on_done=None):
+        inner = self.inner.writer(key, on_done)
+        original = inner.write
+        def write(data):
+            time.sleep(0.05)
+            return original(data)
+        inner.write = write
+        return inner
+
+store = CheckpointStore(backend=Slow(CheckpointStore(sys.argv[1]).backend))
+guard = CheckpointGuard(every_steps=10, store=store, background=True, notices=False,
+                        flag_file=None, handle_signals=False)
+weights = torch.zeros(1000)
+step = 0
+while step < 30:
+    step += 1
+    weights.fill_(step)
+    if guard.due(step):
+        guard.save_state(step, {"w": weights})
+print("in flight:", guard.saver.in_flight, flush=True)
+sys.exit(guard.exit_code)  # the training-loop lines, without guard.close()
+"""
+
+
+def test_a_run_that_ends_without_close_still_commits_its_last_background_save(
+    tmp_path: Path,
+) -> None:
+    """The saver's thread is a daemon: a run that finished (or raised out of its loop)
+    without close() exited while its last periodic save was still being written, and the
+    final state of a finished run was a partial generation."""
+    url = str(tmp_path / "store")
+    done = subprocess.run(
+        [sys.executable, "-c", _LOOP_WITHOUT_CLOSE, url], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "in flight: 30" in done.stdout  # the exit came while step 30 was being written
+    latest = CheckpointStore(url).latest(verify="checksums")
+    assert latest is not None and latest.step == 30
+    assert torch.equal(load_state(latest)["w"], torch.full((1000,), 30.0))
+    assert "still being written: waiting for its commit" in done.stderr
 
 
 # -- through CheckpointGuard(background=True) ------------------------------------------------
