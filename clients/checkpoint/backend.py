@@ -30,6 +30,7 @@ class ObjectWriter(io.BufferedIOBase):
         self._on_done = on_done
         self._hasher = StreamHasher()
         self._finished = False
+        self._write_error: Exception | None = None
 
     def writable(self) -> bool:
         return True
@@ -38,7 +39,12 @@ class ObjectWriter(io.BufferedIOBase):
         if self._finished:
             raise ValueError(f"write to {self.name!r} after it was closed")
         stable = self.stable_memory is not None and self.stable_memory.covers(data)
-        self._hasher.feed(data, self._sink, stable=stable)
+        try:
+            self._hasher.feed(data, self._sink, stable=stable)
+        except Exception as error:
+            if self._write_error is None:
+                self._write_error = error  # for __exit__: see there
+            raise
         return memoryview(data).nbytes
 
     def close(self) -> None:
@@ -76,6 +82,17 @@ class ObjectWriter(io.BufferedIOBase):
     ) -> None:
         if exc_type is not None:
             self.abort()
+            error = self._write_error
+            if error is not None and exc is not error and _caused_by(exc, error):
+                # torch.save turns its stream's exception into its own RuntimeError
+                # ("unexpected pos 896 vs 790"): a full disk read as a torch bug.
+                add_note = getattr(error, "add_note", None)  # Python 3.11 and newer
+                if add_note is not None:
+                    add_note(
+                        f"(writing {self.name}; the code writing it raised "
+                        f"{exc_type.__name__}: {exc})"
+                    )
+                raise error from None
         else:
             self.close()
 
@@ -90,6 +107,16 @@ class ObjectWriter(io.BufferedIOBase):
     @abstractmethod
     def _discard(self) -> None:
         """Remove whatever was written so far; never raises."""
+
+
+def _caused_by(exc: BaseException | None, error: BaseException) -> bool:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if exc is error:
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class Backend(ABC):

@@ -7,6 +7,7 @@ import errno
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore, CorruptGenerationError, S3Options
 from forewarn.clients.checkpoint.testing import DelegatingBackend
+from support import requires
 
 
 class FullDiskAtLatest(DelegatingBackend):
@@ -73,6 +75,50 @@ def test_a_commit_that_fails_at_the_manifest_removes_the_files_it_wrote(
     assert latest is not None and latest.step == 1
     backend.full = False
     assert store.flush(3, lambda gen: gen.write_bytes("model.bin", b"weights-3")).generation
+
+
+class FullDiskInTheFiles(DelegatingBackend):
+    """The disk fills up while a file is written: its writes fail with ENOSPC after `room`
+    bytes."""
+
+    room = 64 << 10
+
+    def writer(self, key: str, on_done: Any = None) -> Any:
+        inner = self.inner.writer(key, on_done)
+        sink, written = inner._sink, [0]
+
+        def full(data: Any) -> None:
+            written[0] += memoryview(data).nbytes
+            if written[0] > self.room:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            sink(data)
+
+        inner._sink = full
+        return inner
+
+
+@requires("torch")
+def test_a_full_disk_under_torch_save_is_raised_as_itself(make_store: Any) -> None:
+    """torch.save turns its stream's exception into its own RuntimeError ("unexpected pos 896
+    vs 790"): a full disk under a real torch loop read as a torch bug, in the exception and
+    in the background saver's error alike."""
+    import torch
+    from forewarn.clients.checkpoint import BackgroundSaveError, BackgroundSaver
+
+    store = CheckpointStore(backend=FullDiskInTheFiles(make_store().backend))
+    state = {"w": torch.zeros(100_000)}
+    with pytest.raises(OSError) as raised, store.save(1) as gen, gen.open("state.pt") as stream:
+        torch.save(state, stream)
+    assert raised.value.errno == errno.ENOSPC
+    if sys.version_info >= (3, 11):
+        assert "step-000000000001/state.pt" in "".join(raised.value.__notes__)
+    assert store.steps() == []  # nothing of it is left
+    saver = BackgroundSaver(store)
+    saver.save(2, state)
+    with pytest.raises(BackgroundSaveError, match="No space left on device") as failed:
+        saver.close()
+    assert isinstance(failed.value.cause, OSError)
+    assert store.steps() == []
 
 
 def test_get_file_and_get_dir_refuse_corrupt_bytes(make_store: Any, tmp_path: Path) -> None:
