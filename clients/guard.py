@@ -152,6 +152,8 @@ class CheckpointGuard:
 
         # A flag file the guard took but could not remove (see `_record`).
         self._flag_kept: tuple[int, int, int] | None = None
+        # The background save a flag file asked for: the file goes once that is durable.
+        self._flag_step: int | None = None
         if flag_file == "default":
             self.flag_file: Path | None = runtime_dir() / FLAG_NAME
         else:
@@ -388,22 +390,50 @@ class CheckpointGuard:
         self._last_save = now
         self._due_since = None
         if "flag" in reasons and self.flag_file is not None:
-            try:
-                self.flag_file.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as error:
-                # Another user's file in a directory this one may only enter (the agent's 0750
-                # /run/forewarn, reached through its group): the save is made, and raising here
-                # crashed the loop right after it. The file counts once; touching it counts again.
-                self._flag_kept = _identity(self.flag_file)
-                log.warning(
-                    "forewarn: cannot remove the flag file %s (%s): it counts once; its owner "
-                    "removes it, or touches it to ask again",
-                    self.flag_file,
-                    error.strerror or error,
-                )
+            if durable or (self.durable_step is not None and self.durable_step >= step):
+                self._remove_flag()
+            else:
+                # A background save: the file goes once it is durable, as the agent removes it
+                # only once the clients acked. Removed at the snapshot, it told a script that
+                # waits for it to go that the save was made seconds before it was. It counts
+                # once meanwhile.
+                with self._lock:
+                    self._flag_kept = _identity(self.flag_file)
+                    self._flag_step = step
+        elif durable and self._flag_step is not None and step >= self._flag_step:
+            self._flag_saved(True)  # a final save that cancelled the flag's background save
         return SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds), reasons, events
+
+    def _remove_flag(self) -> None:
+        assert self.flag_file is not None
+        try:
+            self.flag_file.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            # Another user's file in a directory this one may only enter (the agent's 0750
+            # /run/forewarn, reached through its group): the save is made, and raising here
+            # crashed the loop right after it. The file counts once; touching it counts again.
+            self._flag_kept = _identity(self.flag_file)
+            log.warning(
+                "forewarn: cannot remove the flag file %s (%s): it counts once; its owner "
+                "removes it, or touches it to ask again",
+                self.flag_file,
+                error.strerror or error,
+            )
+
+    def _flag_saved(self, durable: bool) -> None:
+        """The background save the flag file asked for is durable (or failed: the file then
+        counts again, and asks for another save)."""
+        found = _identity(self.flag_file) if self.flag_file is not None else None
+        with self._lock:
+            kept, self._flag_kept = self._flag_kept, None
+            self._flag_step = None
+            if not durable and found is not None:
+                self._pending["flag"] = None  # the retry answers it
+                self._wake = True
+        if durable and found is not None and found == kept:
+            self._remove_flag()  # not if touched again meanwhile: that asks for another save
 
     def _log_saved(
         self,
@@ -623,6 +653,7 @@ class CheckpointGuard:
                 self._early[timing.step] = (timing, generation, error)  # see _recorded
                 return
             owed = self._awaiting.pop(timing.step, ())
+            flagged = self._flag_step == timing.step
             if error is not None:
                 from .checkpoint.background import BackgroundSaveError
 
@@ -636,6 +667,8 @@ class CheckpointGuard:
                 self.durable_step = max(self.durable_step or 0, timing.step)
                 if timing.durable_seconds is not None:
                     self._slowest_flush = max(self._slowest_flush, timing.durable_seconds)
+        if flagged:
+            self._flag_saved(error is None)
         if error is not None:
             log.error(
                 "forewarn: the background checkpoint of step %d failed: %s", timing.step, error

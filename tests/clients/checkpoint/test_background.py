@@ -394,9 +394,8 @@ def background_guard(store: CheckpointStore, **options: Any) -> Any:
     from forewarn.clients import CheckpointGuard
 
     options.setdefault("notices", False)
-    return CheckpointGuard(
-        store=store, background=True, handle_signals=False, flag_file=None, **options
-    )
+    options.setdefault("flag_file", None)
+    return CheckpointGuard(store=store, background=True, handle_signals=False, **options)
 
 
 def test_the_guard_saves_in_the_background_and_raises_a_failure_at_the_next_due(
@@ -441,6 +440,41 @@ def test_the_guard_saves_in_the_background_and_raises_a_failure_at_the_next_due(
     final = guard.save_state(33, state(33))
     assert final.exit and final.generation.step == 33 and store.latest_hint() == 33
     guard.close()
+
+
+def test_a_flag_file_is_removed_only_once_its_background_save_is_durable(
+    tmp_path: Path,
+) -> None:
+    """With no agent the guard answers the flag file itself. With background saves it removed
+    the file at the snapshot, seconds before the save was durable: a script that waits for
+    the file to go before it takes the machine lost that save."""
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    flag = tmp_path / "checkpoint-now"
+    guard = background_guard(store, flag_file=flag)
+    try:
+        backend.fail = True
+        flag.touch()
+        eventually(lambda: guard.due(1), what="the flag file's save")
+        assert guard.save_state(1, state(1)).reasons == ("flag",)
+        guard.saver.wait()
+        with pytest.raises(BackgroundSaveError):
+            guard.due(2)
+        assert flag.exists(), "a failed save does not answer the flag file"
+        backend.fail = False
+        release = backend.hold(3)
+        assert guard.due(3)
+        assert "flag" in guard.save_state(3, state(3)).reasons  # it asks again
+        assert backend.stuck.acquire(timeout=60)  # the upload is under way
+        guard._check_flag()  # the ticker's look at the file meanwhile
+        assert flag.exists() and store.latest_hint() is None
+        assert not guard.due(4), "the file counts once while its save is written"
+        release.set()
+        eventually(lambda: not flag.exists(), what="the flag file removed")
+        assert store.latest_hint() == 3
+        assert not guard.due(5)
+    finally:
+        guard.close()
 
 
 def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
