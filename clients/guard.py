@@ -533,7 +533,11 @@ class CheckpointGuard:
         with self._lock:
             self._awaiting[step] = result.notices
         self._recorded(step)
-        self._log_saved(result, reasons, events, None)
+        # An exit asked for while this save waited for the one in flight is answered by it
+        # (the loop leaves, close() waits for the commit): the exit line names it.
+        from .checkpoint.manifest import generation_name
+
+        self._log_saved(result, reasons, events, f"{self.store.url}/{generation_name(step)}")
         return result
 
     def _recorded(self, step: int) -> None:

@@ -477,6 +477,33 @@ def test_a_flag_file_is_removed_only_once_its_background_save_is_durable(
         guard.close()
 
 
+def test_an_exit_asked_for_while_a_save_waits_for_the_upload_names_its_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A terminate that came while save_state waited for the upload in flight is answered by
+    that background save; the exit line said "checkpoint saved by the caller"."""
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    try:
+        release = backend.hold(10)
+        assert guard.due(10)
+        guard.save_state(10, state(10))
+        assert backend.stuck.acquire(timeout=60)
+        assert guard.due(20)
+        saving, answers = _in_thread(lambda: guard.save_state(20, state(20)))
+        eventually(lambda: 20 in guard._unrecorded, what="save_state waiting for step 10")
+        guard.request("signal", exit=True)
+        release.set()
+        saving.join(60)
+        assert answers[0].exit
+        guard.saver.wait()
+        assert store.latest_hint() == 20
+        assert f"checkpoint {store.url}/step-000000000020" in caplog.text
+    finally:
+        guard.close()
+
+
 def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
     tmp_path: Any,
 ) -> None:
