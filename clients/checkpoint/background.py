@@ -37,7 +37,7 @@ from typing import Any
 from forewarn.protocol.errors import ForewarnError
 
 from .errors import CheckpointError
-from .generation import Generation, GenerationWriter
+from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
 from .ranks import initialised_dist
 from .store import CheckpointStore
@@ -626,4 +626,5 @@ def load_state(generation: Generation, *, file_name: str = STATE_FILE) -> Any:
 
     import torch
 
-    return torch.load(io.BytesIO(generation.read_bytes(file_name)), weights_only=True)
+    data = to_load(generation, "load_state").read_bytes(file_name)
+    return torch.load(io.BytesIO(data), weights_only=True)

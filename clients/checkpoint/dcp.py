@@ -26,7 +26,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from .errors import CommitTimeout, CorruptGenerationError
-from .generation import Generation, GenerationWriter
+from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
 from .store import CheckpointStore
 
@@ -306,6 +306,7 @@ def load_dcp(
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
 
+    generation = to_load(generation, "load_dcp")
     no_dist = not (dist.is_available() and dist.is_initialized())
     local = generation.backend.local_path(f"{generation.name}/{PREFIX}")
     if local is not None:

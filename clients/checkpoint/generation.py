@@ -15,7 +15,12 @@ from typing import IO, Any
 from .backend import Backend, ObjectWriter
 from .backend import Progress as BytesProgress
 from .commit import CommitProtocol, CommitRequest, read_manifest
-from .errors import CheckpointError, CommitError, CorruptGenerationError
+from .errors import (
+    CheckpointError,
+    CommitError,
+    CorruptGenerationError,
+    GenerationNotFoundError,
+)
 from .hashing import READ_CHUNK, Buffer, digest_data, digest_stream
 from .manifest import FileEntry, Manifest, Part, check_file_name, generation_name
 from .ranks import Ranks
@@ -194,6 +199,17 @@ class Generation:
             self.backend, self.step, checksums=checksums, progress=progress
         )
         return Verification(step=self.step, checksums=checksums, problems=tuple(problems))
+
+
+def to_load(generation: Generation | None, caller: str) -> Generation:
+    """`generation`, for a loader; None (what `store.latest()` returns for a store with no
+    committed generation yet: a first run) raises an error saying so, not an AttributeError."""
+    if generation is None:
+        raise GenerationNotFoundError(
+            f"{caller}() was given None, not a generation: store.latest() returns None when "
+            "the store has no committed generation yet (a first run starts from scratch)"
+        )
+    return generation
 
 
 def read_generation(backend: Backend, step: int) -> tuple[Generation | None, list[str]]:

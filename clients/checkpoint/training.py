@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from .errors import CheckpointError
-from .generation import Generation, GenerationWriter
+from .generation import Generation, GenerationWriter, to_load
 from .manifest import FileEntry
 
 FORMAT = 1
@@ -82,6 +82,7 @@ def load_training_state(
     """Load what `save_training_state` wrote into the objects given, and the RNG states."""
     import torch
 
+    generation = to_load(generation, "load_training_state")
     if name is None:
         if rank is None:
             from .ranks import resolve

@@ -205,3 +205,22 @@ def test_a_generation_latest_hashed_is_not_hashed_again_to_load(
     assert len(hashed) == 1, "the file was read and hashed once"
     load_training_state(store.latest(), model=build()[0], restore_rng=False)  # type: ignore[arg-type]
     assert len(hashed) == 2, "checked by sizes only: the load hashes the file"
+
+
+def test_the_loaders_given_a_fresh_stores_latest_say_so(make_store: Any) -> None:
+    """The documented `load_state(store.latest())` on a store with nothing committed yet (a
+    first run) raised AttributeError: 'NoneType' object has no attribute 'read_bytes'."""
+    from forewarn.clients.checkpoint import GenerationNotFoundError, load_dcp, load_state
+
+    store = make_store()
+    assert store.latest() is None
+    loaders = {
+        "load_state": lambda: load_state(store.latest()),
+        "load_training_state": lambda: load_training_state(
+            store.latest(), model=torch.nn.Linear(2, 2)
+        ),
+        "load_dcp": lambda: load_dcp(store.latest(), {}),
+    }
+    for name, load in loaders.items():
+        with pytest.raises(GenerationNotFoundError, match=rf"{name}\(\) was given None.*first run"):
+            load()
