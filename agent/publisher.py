@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import socket
+import stat
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -111,6 +112,7 @@ class Publisher:
         if path is not None:
             # Members of the runtime directory's group may connect; nobody else.
             os.chmod(path, SOCKET_MODE)
+            _take_directory_group(path)
             found = os.stat(path)
             self._bound[path] = (found.st_dev, found.st_ino)
 
@@ -279,6 +281,25 @@ class Publisher:
                 if (found.st_dev, found.st_ino) == identity:
                     path.unlink()
         self._bound.clear()
+
+
+def _take_directory_group(path: Path) -> None:
+    """Give the socket file its directory's group. Linux gives a new file the process's own
+    group unless the directory is setgid, so an agent started by root in a `root:trainers`
+    0750 runtime directory made `root:root` sockets that no trainer could open."""
+    try:
+        directory = os.stat(path.parent)
+        if directory.st_mode & stat.S_IWOTH:
+            return  # /tmp and the like: its group shares nothing (and is rarely ours)
+        if os.lstat(path).st_gid != directory.st_gid:
+            os.chown(path, -1, directory.st_gid, follow_symlinks=False)
+    except OSError as error:
+        log.warning(
+            "socket %s: cannot give it the group of its directory (%s); only this agent's "
+            "own group may connect",
+            path,
+            error.strerror or error,
+        )
 
 
 def _refuse_a_live_socket_file(endpoint: str) -> None:

@@ -10,11 +10,13 @@ import os
 import random
 import re
 import resource
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -378,6 +380,44 @@ def test_another_uid_cannot_connect_notify_or_plant_a_flag(tmp_path: Path) -> No
             "events": "nothing",
         }
         assert agent.control({"op": "status"})["active"] == []
+
+
+def test_a_member_of_the_runtime_directorys_group_connects_and_no_one_else(
+    tmp_path: Path,
+) -> None:
+    """An agent run by root in a `root:<group>` 0750 runtime directory (not setgid) made its
+    sockets `root:root`: members of the directory's group could enter it but not connect."""
+    uid, gid = other_user()
+    # Outside pytest's base directory, which is 0700 and which every pytest run resets.
+    runtime = Path(tempfile.mkdtemp(prefix="forewarn-group-", dir="/tmp"))
+    os.chown(runtime, os.geteuid(), gid)
+    os.chmod(runtime, 0o750)
+    env = agent_env(tmp_path, FOREWARN_RUNTIME_DIR=str(runtime))
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, runtime, ignore_errors=True)
+        agent = cleanup.enter_context(AgentProcess(tmp_path, env=env))
+        events, control_endpoint = agent.events, agent.control_endpoint
+
+        def reach() -> dict[str, Any]:
+            found: dict[str, Any] = {}
+            try:
+                found["status"] = control(control_endpoint, {"op": "status"}, timeout=2.0)["ok"]
+            except TimeoutError:
+                found["status"] = "timeout"
+            sub = Subscriber(events, ("heartbeat",))
+            try:
+                sub.recv(timeout=3.0)
+                found["events"] = "received"
+            except TimeoutError:
+                found["events"] = "nothing"
+            finally:
+                sub.close()
+            return found
+
+        member = call_as(uid, 65534, reach, groups=(gid,))
+        stranger = call_as(uid, 65534, reach)
+    assert member == {"status": True, "events": "received"}
+    assert stranger == {"status": "timeout", "events": "nothing"}
 
 
 @pytest.mark.parametrize("problem", ["owned by another uid", "writable by others"])
