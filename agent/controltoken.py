@@ -50,13 +50,20 @@ def remove_token(runtime: Path, token: str) -> None:
             path.unlink()
 
 
+# The file ends with a newline: a client in another language that sends what it read (Node's
+# readFileSync, C's fread) sent the newline too, and was refused as having a wrong token.
+TOKEN_PADDING = " \t\r\n"
+
+
 def token_matches(expected: str, given: object) -> bool:
-    """Whether a request's `token` field is the agent's token, in constant time. Anything a
-    JSON request can hold (a number, a list, a string with lone surrogates) is just wrong."""
+    """Whether a request's `token` field is the agent's token (the file's line, with or
+    without the whitespace around it), in constant time. Anything else a JSON request can
+    hold (a number, a list, a string with lone surrogates) is just wrong."""
     if not isinstance(given, str):
         return False
     return hmac.compare_digest(
-        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+        given.strip(TOKEN_PADDING).encode("utf-8", "surrogatepass"),
+        expected.encode("utf-8", "surrogatepass"),
     )
 
 

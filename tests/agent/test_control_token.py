@@ -67,6 +67,10 @@ def test_a_request_without_or_with_a_wrong_token_is_refused(tmp_path: Path, kind
         for _ in range(30):
             control(endpoint, {"op": "notify", "action": "terminate"})
         assert control(endpoint, {"op": "status", "token": token})["ok"]
+        # The file as a client in another language reads it, newline included.
+        as_read = (runtime / TOKEN_FILE).read_text()
+        assert as_read == token + "\n"
+        assert control(endpoint, {"op": "status", "token": as_read})["ok"]
         assert agent.control({"op": "status"})["active"] == []
         assert agent.output().count("without the right token") == 1, agent.output()
     assert not (runtime / TOKEN_FILE).exists(), "a stopped agent leaves no token behind"
@@ -145,9 +149,20 @@ def test_only_socket_files_go_without_a_token() -> None:
 @given(JSON)
 def test_the_token_check_refuses_every_other_json_value(given_token: Any) -> None:
     expected = "ab" * 32
-    assert token_matches(expected, given_token) is (given_token == expected)
+    same = isinstance(given_token, str) and given_token.strip(" \t\r\n") == expected
+    assert token_matches(expected, given_token) is same
     if isinstance(given_token, str):
         assert not token_matches(expected, expected + given_token + "x")
+
+
+@given(st.text(" \t\r\n", max_size=4), st.text(" \t\r\n", max_size=4))
+def test_the_token_file_as_read_is_the_token(before: str, after: str) -> None:
+    """What a client in another language reads from the file (the token and its newline) is
+    accepted, with any whitespace around it; the token with anything else changed is not."""
+    expected = "ab" * 32
+    assert token_matches(expected, before + expected + after)
+    assert not token_matches(expected, before + expected[:-1] + after)
+    assert not token_matches(expected, before + expected + "\x00" + after)
 
 
 def test_a_client_reads_no_token_through_a_link_a_fifo_or_an_oversize_file(tmp_path: Path) -> None:
