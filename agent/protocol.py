@@ -21,7 +21,9 @@ from forewarn.protocol.timefmt import (
     utcnow,
 )
 from forewarn.protocol.wire import (
+    MAX_TOKEN_BYTES,
     PROTOCOL_VERSION,
+    TOKEN_FIELD,
     TOPIC_CLIENT_PREFIX,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
@@ -256,6 +258,18 @@ def json_schema() -> dict[str, Any]:
     for name, model in models.items():
         schema = model.model_json_schema(ref_template="#/$defs/{model}", mode="serialization")
         definitions.update(schema.pop("$defs", {}))
+        if name.endswith("Request"):
+            # The agent takes the token off a request before the model sees it; without it
+            # here, every request on tcp:// or ipc://@ control failed this schema.
+            schema["properties"][TOKEN_FIELD] = {
+                "title": "Token",
+                "description": (
+                    "The control token, required when control listens on tcp:// or ipc://@: "
+                    "the line the agent wrote to <runtime>/control-token"
+                ),
+                "type": "string",
+                "maxLength": MAX_TOKEN_BYTES,
+            }
         definitions[name] = schema
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

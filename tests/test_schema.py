@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from forewarn.agent.protocol import schema_text
 
@@ -43,3 +44,62 @@ def test_the_design_example_fits_the_notice_schema() -> None:
     }
     notice = Notice.model_validate(example)
     assert json.loads(notice.model_dump_json()) == example
+
+
+def test_every_message_of_a_tcp_agent_validates_against_the_checked_in_schema(
+    tmp_path: Path,
+) -> None:
+    """A client in another language validates what it sends and gets against the published
+    schema. On tcp:// control every request carries the token, which the request schemas
+    forbade (`additionalProperties: false`), so no valid request there could pass."""
+    import jsonschema  # installed with kubernetes-validate, a test extra
+    from forewarn.protocol.wire import TOKEN_FILE
+    from support import AgentProcess, Subscriber, agent_env, control, free_port
+
+    schema = json.loads(SCHEMA.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+
+    def check(message: dict[str, Any], kind: str) -> None:
+        one = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{kind}"})
+        errors = [error.message for error in one.iter_errors(message)]
+        assert not errors, (kind, message, errors)
+        validator.validate(message)  # and exactly one of the protocol's messages
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    env = agent_env(tmp_path, FOREWARN_CONTROL=endpoint)
+    with (
+        AgentProcess(tmp_path, env=env) as agent,
+        Subscriber(agent.events, ("notice", "heartbeat")).ready() as sub,
+    ):
+        token = (tmp_path / "run" / TOKEN_FILE).read_text()  # as read: the newline too
+        exchanges = [
+            ({"op": "status"}, "StatusRequest", "StatusReply"),
+            (
+                {"op": "notify", "action": "drain", "id": "local/schema", "note": "n"},
+                "NotifyRequest",
+                "NotifyReply",
+            ),
+            (
+                {
+                    "op": "ack",
+                    "notice_id": "local/schema",
+                    "client": "schema-test",
+                    "step": 1200,
+                    "flush_seconds": 4.2,
+                    "outcome": "saved",
+                },
+                "AckRequest",
+                "AckReply",
+            ),
+            ({"op": "clear", "id": "local/schema"}, "ClearRequest", "ClearReply"),
+        ]
+        for request, request_kind, reply_kind in exchanges:
+            sent = {**request, "token": token}
+            check(sent, request_kind)
+            check(control(endpoint, sent), reply_kind)
+        check(control(endpoint, {"op": "status"}), "ErrorReply")  # no token
+        seen: set[str] = set()
+        while seen != {"notice", "heartbeat"}:
+            topic, message = sub.recv(timeout=5.0)
+            check(message, topic.capitalize())
+            seen.add(topic)
