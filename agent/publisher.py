@@ -236,7 +236,17 @@ class Publisher:
         if len(body) != 1:
             return {"ok": False, "error": f"a request is one frame, got {len(body)}"}
         try:
-            request = json.loads(body[0])
+            # Decoded here, not by json.loads: given bytes, it guesses UTF-16 or UTF-32 from
+            # the first ones, so a stray 0xff 0xfe was "Expecting value" at char 0.
+            text = body[0].decode("utf-8").removeprefix("\ufeff")
+        except UnicodeDecodeError as error:
+            return {
+                "ok": False,
+                "error": f"request is not UTF-8: byte 0x{body[0][error.start]:02x} at offset "
+                f"{error.start} ({error.reason}); a request is one UTF-8 JSON object",
+            }
+        try:
+            request = json.loads(text)
         except RecursionError:
             return {"ok": False, "error": "request is not JSON: nested too deeply"}
         except ValueError as error:

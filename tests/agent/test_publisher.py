@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from forewarn.agent import publisher
 from forewarn.agent.publisher import Publisher
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 
 def test_a_socket_file_is_never_open_to_others_even_before_its_chmod(
@@ -35,3 +41,41 @@ def test_a_socket_file_is_never_open_to_others_even_before_its_chmod(
     finally:
         os.umask(previous)
     assert modes == {"events": 0o770, "control": 0o770}
+
+
+@pytest.fixture(scope="module")
+def sockets() -> Iterator[Publisher]:
+    unbound = Publisher("ipc:///nonexistent/events", "ipc:///nonexistent/control")
+    yield unbound
+    unbound.close()
+
+
+async def _echo(request: dict[str, Any]) -> dict[str, Any]:
+    return {"ok": True, "echo": request}
+
+
+@given(frame=st.binary(max_size=64) | st.text(max_size=32).map(str.encode))
+@example(frame=b"\xff\xfe{}")  # what json.loads took for UTF-16: "Expecting value"
+@example(frame='{"op": "status"}'.encode("utf-16"))
+@example(frame=b'{"op": "status", "x": "\xe9"}')
+@example(frame=b'\xef\xbb\xbf{"op": "status"}')
+def test_a_request_frame_is_utf8_json_or_a_clear_error(sockets: Publisher, frame: bytes) -> None:
+    """Any bytes as a request's frame get a reply: the request as decoded, or an error that
+    says what is wrong; bytes that are not UTF-8 are named so, with the first bad byte."""
+    reply = asyncio.run(sockets._answer([frame], _echo))
+    try:
+        text = frame.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as error:
+        assert reply["ok"] is False
+        assert reply["error"].startswith("request is not UTF-8: ")
+        assert f"0x{frame[error.start]:02x} at offset {error.start}" in reply["error"]
+        return
+    try:
+        expected = json.loads(text)
+    except (ValueError, RecursionError):
+        assert reply["ok"] is False and reply["error"].startswith("request is not JSON"), reply
+        return
+    if isinstance(expected, dict):
+        assert reply == {"ok": True, "echo": expected}
+    else:
+        assert reply == {"ok": False, "error": "request is not JSON: a request is a JSON object"}
