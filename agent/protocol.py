@@ -37,6 +37,7 @@ from pydantic import (
     Field,
     StringConstraints,
     TypeAdapter,
+    field_validator,
 )
 
 from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH
@@ -139,6 +140,16 @@ class ClearRequest(_Message):
     id: OneLine | None = None
 
 
+NUMBERS = (
+    "step",
+    "flush_seconds",
+    "stall_seconds",
+    "durable_seconds",
+    "restore_seconds",
+    "steps_lost",
+)
+
+
 class AckRequest(_Message):
     op: Literal["ack"]
     notice_id: OneLine | None = None
@@ -164,6 +175,15 @@ class AckRequest(_Message):
     # For `resumed`: how long the restore took and how many steps were lost.
     restore_seconds: float | None = Field(default=None, ge=0, le=86400, allow_inf_nan=False)
     steps_lost: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+    @field_validator(*NUMBERS, mode="before")
+    @classmethod
+    def _json_number(cls, value: Any) -> Any:
+        """A JSON number or null, as the schema says: pydantic's lax mode took `true` as step
+        1 and the string "4.2" as a flush of 4.2 s."""
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"expected a JSON number, got {json.dumps(value, default=repr)[:40]}")
+        return value
 
 
 ControlRequest = Annotated[

@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from forewarn.agent.protocol import schema_text
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 SCHEMA = Path(__file__).resolve().parent.parent / "clients" / "schema" / "protocol-v1.json"
 
@@ -103,3 +106,44 @@ def test_every_message_of_a_tcp_agent_validates_against_the_checked_in_schema(
             topic, message = sub.recv(timeout=5.0)
             check(message, topic.capitalize())
             seen.add(topic)
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=4), inner, max_size=2)
+    ),
+    max_leaves=4,
+)
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["step", "flush_seconds", "stall_seconds", "durable_seconds", "restore_seconds", "steps_lost"],
+)
+@given(value=JSON_VALUES)
+@example(value=True)  # was taken as step 1
+@example(value="12")  # was taken as 12
+@example(value="4.2")
+@example(value=12.0)  # an integer to JSON Schema too
+def test_the_agent_takes_an_acks_number_exactly_when_the_schema_does(
+    field: str, value: Any
+) -> None:
+    import jsonschema  # installed with kubernetes-validate, a test extra
+    from forewarn.agent.protocol import CONTROL_REQUEST
+    from pydantic import ValidationError
+
+    schema = json.loads(SCHEMA.read_text())
+    ack = jsonschema.Draft202012Validator({**schema, "$ref": "#/$defs/AckRequest"})
+    request = json.loads(json.dumps({"op": "ack", field: value}))  # as it comes off the wire
+    try:
+        CONTROL_REQUEST.validate_python(request)
+        taken = True
+    except ValidationError as error:
+        taken = False
+        assert [problem["loc"] for problem in error.errors()] == [("ack", field)]
+    assert taken == ack.is_valid(request), (field, value)
