@@ -37,6 +37,7 @@ from pydantic import (
     Field,
     StringConstraints,
     TypeAdapter,
+    ValidationError,
     field_validator,
 )
 
@@ -186,6 +187,17 @@ class AckRequest(_Message):
         return value
 
 
+def client_id_problem(client: str) -> str | None:
+    """Why an ack could never name `client` (a `client/<id>` subscription's id), or None."""
+    if not client:
+        return "empty"
+    try:
+        AckRequest(op="ack", client=client)
+    except ValidationError as error:
+        return "; ".join(str(problem["msg"]) for problem in error.errors())
+    return None
+
+
 ControlRequest = Annotated[
     StatusRequest | NotifyRequest | ClearRequest | AckRequest, Field(discriminator="op")
 ]
@@ -332,6 +344,7 @@ __all__ = [
     "Report",
     "StatusReply",
     "StatusRequest",
+    "client_id_problem",
     "decode_heartbeat",
     "decode_notice",
     "encode",

@@ -31,7 +31,14 @@ from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.wire import TOKEN_FIELD, ipc_path
 
 from .controltoken import token_matches
-from .protocol import TOPIC_CLIENT_PREFIX, TOPIC_HEARTBEAT, TOPIC_NOTICE, Heartbeat, Notice
+from .protocol import (
+    TOPIC_CLIENT_PREFIX,
+    TOPIC_HEARTBEAT,
+    TOPIC_NOTICE,
+    Heartbeat,
+    Notice,
+    client_id_problem,
+)
 from .throttle import WarningThrottle
 
 log = logging.getLogger("forewarn.agent")
@@ -81,6 +88,7 @@ class Publisher:
         self.requests_served = 0
         self.requests_refused = 0
         self._refusals = WarningThrottle(REFUSAL_LOG_INTERVAL)
+        self._bad_clients = WarningThrottle(REFUSAL_LOG_INTERVAL)
 
     def _control_socket(self) -> zmq.asyncio.Socket:
         router = self.context.socket(zmq.ROUTER)
@@ -196,6 +204,19 @@ class Publisher:
         subscribed, topic = frame[0] == 1, frame[1:].decode(errors="replace")
         if topic.startswith(TOPIC_CLIENT_PREFIX):
             client = topic[len(TOPIC_CLIENT_PREFIX) :]
+            if subscribed and client not in self.clients:
+                # An id no ack can name (empty, not UTF-8, too long, several lines) held every
+                # notice unflushed for as long as that client stayed connected: its acks were
+                # refused, or taken as anonymous, and never completed the set.
+                try:
+                    frame.decode()
+                except UnicodeDecodeError:
+                    problem: str | None = "not UTF-8"
+                else:
+                    problem = client_id_problem(client)
+                if problem is not None:
+                    self._untracked(client, problem)
+                    return
             if subscribed:
                 if client not in self.clients and len(self.clients) >= MAX_CLIENTS:
                     log.warning("more than %d acking clients; %r not tracked", MAX_CLIENTS, client)
@@ -212,6 +233,18 @@ class Publisher:
                 del self.clients[client]
         elif subscribed and TOPIC_NOTICE.startswith(topic):
             self._replay_due = True
+
+    def _untracked(self, client: str, problem: str) -> None:
+        held = self._bad_clients.due()
+        if held is not None:
+            log.warning(
+                "%d subscription(s) to %s<id> with an id no ack can name, not counted as "
+                "acking clients; the last: %r (%s)",
+                held,
+                TOPIC_CLIENT_PREFIX,
+                client[:60],
+                problem,
+            )
 
     async def serve_control(
         self, handle: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]

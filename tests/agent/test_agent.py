@@ -253,6 +253,32 @@ def test_flag_file_raises_a_drain_removed_once_acked(tmp_path: Path) -> None:
         assert not flag.exists()
 
 
+@pytest.mark.parametrize("bad_id", ["", "x" * 201, "two\nlines"])
+def test_a_client_id_no_ack_can_name_does_not_hold_the_flag_forever(
+    tmp_path: Path, bad_id: str
+) -> None:
+    """A subscriber to `client/` with an empty id (a client in another language whose id
+    variable was unset), or one no ack may carry, was counted as an acking client: the drain
+    it held was never flushed and the flag file stayed while it was connected."""
+    with AgentProcess(tmp_path) as agent:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        with (
+            Subscriber(agent.events, ("notice", f"client/{bad_id}")).ready(),
+            Subscriber(agent.events, ("notice", "client/tester")).ready() as sub,
+        ):
+            assert agent.control({"op": "status"})["agent"]["subscribers"] == 1
+            flag.write_text("")
+            drain = sub.notice(timeout=3)
+            reply = agent.control(
+                {"op": "ack", "notice_id": drain["id"], "client": "tester", "flush_seconds": 0.2}
+            )
+            assert reply["ok"]
+            cleared = sub.notice(timeout=3)
+            assert cleared["action"] == "clear" and cleared["id"] == drain["id"]
+        assert not flag.exists()
+        assert "with an id no ack can name" in agent.output()
+
+
 def test_a_flag_file_written_again_replaces_its_notice_and_removal_clears_it(
     tmp_path: Path,
 ) -> None:

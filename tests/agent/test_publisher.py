@@ -79,3 +79,30 @@ def test_a_request_frame_is_utf8_json_or_a_clear_error(sockets: Publisher, frame
         assert reply == {"ok": True, "echo": expected}
     else:
         assert reply == {"ok": False, "error": "request is not JSON: a request is a JSON object"}
+
+
+@given(client=st.binary(max_size=260) | st.text(max_size=210).map(str.encode))
+@example(client=b"")
+@example(client=b"job\xff")
+@example(client=b"two\nlines")
+@example(client=b"x" * 201)
+@example(client=b"host/123/abcdef")
+def test_a_client_subscription_is_tracked_exactly_when_an_ack_can_name_it(
+    sockets: Publisher, client: bytes
+) -> None:
+    from forewarn.agent.protocol import AckRequest
+    from pydantic import ValidationError
+
+    try:
+        AckRequest(op="ack", client=client.decode())
+        nameable = bool(client)
+    except (UnicodeDecodeError, ValidationError):
+        nameable = False
+    seen: list[tuple[str, bool]] = []
+    sockets.clients.clear()
+    sockets._subscription(b"\x01client/" + client, lambda c, joined: seen.append((c, joined)))
+    assert (seen == [(client.decode(errors="replace"), True)]) is nameable
+    assert (len(sockets.clients) == 1) is nameable
+    sockets._subscription(b"\x00client/" + client, lambda c, joined: seen.append((c, joined)))
+    assert not sockets.clients
+    assert len(seen) == (2 if nameable else 0)
