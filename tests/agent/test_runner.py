@@ -293,6 +293,20 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
     assert state.boot_id is None or isinstance(state.boot_id, str)
 
 
+def _agent_publishing_to_a_recorder(tmp_path: Path) -> tuple[Agent, Recorder]:
+    """An agent whose board and publisher are set up as `run` would, without its sockets."""
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    (tmp_path / "state").mkdir()
+    agent = Agent(settings)
+    agent.board = NoticeBoard(Sequencer(), 30.0)
+    agent.sequencer = agent.board.sequencer
+    publisher = Recorder()
+    agent.publisher = publisher  # type: ignore[assignment]
+    return agent, publisher
+
+
 def _slow_disk(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[float]:
     """Each write of the agent's state takes `seconds` (a disk busy with a checkpoint); the
     times the writes began."""
@@ -314,15 +328,7 @@ async def test_state_saves_after_a_notice_or_an_ack_do_not_hold_the_event_loop(
     """Each state save fsyncs in the event loop: with a checkpoint being written to the same
     disk one took up to 0.45 s here, and a drain, its acks and the terminate after it each
     waited for the save before. A slow disk must delay no publish and no ack."""
-    settings = load_settings(
-        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
-    )
-    (tmp_path / "state").mkdir()
-    agent = Agent(settings)
-    agent.board = NoticeBoard(Sequencer(), 30.0)
-    agent.sequencer = agent.board.sequencer
-    publisher = Recorder()
-    agent.publisher = publisher  # type: ignore[assignment]
+    agent, publisher = _agent_publishing_to_a_recorder(tmp_path)
     began = _slow_disk(monkeypatch, 1.0)
     deadline = datetime.now(timezone.utc) + timedelta(minutes=10)
     started = time.monotonic()
@@ -373,14 +379,7 @@ async def test_a_notify_is_answered_once_its_state_is_on_disk(
 ) -> None:
     """Saves left the event loop; the reply to a notify still waits for the disk, so an
     accepted notify survives a SIGKILL right after it."""
-    settings = load_settings(
-        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
-    )
-    (tmp_path / "state").mkdir()
-    agent = Agent(settings)
-    agent.board = NoticeBoard(Sequencer(), 30.0)
-    agent.sequencer = agent.board.sequencer
-    agent.publisher = Recorder()  # type: ignore[assignment]
+    agent, _ = _agent_publishing_to_a_recorder(tmp_path)
     _slow_disk(monkeypatch, 0.3)
     reply = await agent._handle({"op": "notify", "action": "drain", "id": "local/manual/a"})
     assert reply["notice"]["id"] == "local/manual/a"
