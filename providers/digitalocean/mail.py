@@ -486,20 +486,25 @@ def _shifted(moment: datetime, delta: timedelta) -> datetime | None:
         return None
 
 
-def _names_droplet(text: str, rules: MatchRules) -> tuple[str, int] | None:
-    """What names this droplet (id first, then name) and where it is first named."""
-    found: list[tuple[str, int]] = []
+def _droplet_patterns(rules: MatchRules) -> list[tuple[str, re.Pattern[str]]]:
+    found: list[tuple[str, re.Pattern[str]]] = []
     if rules.droplet_id:
-        by_id = re.search(rf"(?<!\d){re.escape(rules.droplet_id)}(?!\d)", text)
-        if by_id:
-            found.append(("id", by_id.start()))
+        found.append(("id", re.compile(rf"(?<!\d){re.escape(rules.droplet_id)}(?!\d)")))
     name = rules.droplet_name
     if name:
         # Droplet names may hold dots: "web-1.example.com" is another droplet than "web-1",
         # while "web-1." ends a sentence.
-        by_name = re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.[\w-])", text, re.IGNORECASE)
-        if by_name:
-            found.append(("name", by_name.start()))
+        found.append(("name", re.compile(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.[\w-])", re.I)))
+    return found
+
+
+def _names_droplet(text: str, rules: MatchRules) -> tuple[str, int] | None:
+    """What names this droplet (id first, then name) and where it is first named."""
+    found: list[tuple[str, int]] = []
+    for what, pattern in _droplet_patterns(rules):
+        match = pattern.search(text)
+        if match:
+            found.append((what, match.start()))
     if not found:
         return None
     return found[0][0], min(at for _, at in found)
@@ -531,6 +536,65 @@ _RESCHEDULED = re.compile(
 )
 
 
+# Another droplet named near a cancellation: a number as long as a droplet id, or a word
+# with a letter and a digit (`gpu-spot-7`, `web1.example.com`). Zones, DigitalOcean's
+# region slugs (`nyc2`), size slugs (`gpu-h100x1-80gb`, `s-2vcpu-4gb`) and GPU models (`H100`)
+# are not droplets.
+_OTHER_DROPLET = re.compile(r"(?<![\w.-])(?:\d{6,}|[A-Za-z][\w.-]*?\d[\w.-]*?)(?=[.-]?(?![\w.-]))")
+_NOT_A_DROPLET = re.compile(
+    r"(?i:(?:UTC|GMT)[+-]?\d.*|[a-z]{3}\d|.*(?:vcpu|\d+gb|\d+x\d+).*)"
+    r"|[A-Z]{1,3}\d{2,4}[A-Z]?"  # a GPU model: H100, L40S, MI300X
+)
+_SENTENCE_END = re.compile(r"\n|[.!?;](?=\s)")
+
+
+def _droplet_mentions(text: str, rules: MatchRules) -> list[tuple[int, int, bool]]:
+    """(start, end, is this droplet) of every droplet named in `text`."""
+    ours = [m.span() for _, pattern in _droplet_patterns(rules) for m in pattern.finditer(text)]
+    found = [(start, end, True) for start, end in ours]
+    for match in _OTHER_DROPLET.finditer(text):
+        start, end = match.span()
+        if _NOT_A_DROPLET.fullmatch(match.group(0)):
+            continue
+        if any(start < our_end and our_start < end for our_start, our_end in ours):
+            continue
+        found.append((start, end, False))
+    return sorted(found)
+
+
+def _cancels_this_droplet(text: str, body_at: int, rules: MatchRules) -> re.Match[str] | None:
+    """The cancellation in `text` (the subject, a line break, the body from `body_at`) that is
+    about this droplet. A digest cancels one droplet's reclaim and lists another's time:
+    taken as a whole it withdrew ours, and the reclaim was lost. So a cancellation counts
+    when its sentence names this droplet; one naming only other droplets does not; one
+    naming none is about the droplet named nearest before it (else the first after it),
+    and counts only when that is this one.
+    """
+    statements: list[re.Match[str]] = []
+    subject = _CANCELLED_SUBJECT.search(text, 0, body_at)
+    if subject:
+        statements.append(subject)
+    statements.extend(_CANCELLED_BODY.finditer(text, body_at + 1))
+    mentions = _droplet_mentions(text, rules)
+    for statement in statements:
+        begin = max(
+            (m.end() for m in _SENTENCE_END.finditer(text, 0, statement.start())), default=0
+        )
+        after = _SENTENCE_END.search(text, statement.end())
+        end = after.start() if after else len(text)
+        inside = [ours for start, stop, ours in mentions if start < end and stop > begin]
+        if inside:
+            if any(inside):
+                return statement
+            continue
+        before = [ours for start, _, ours in mentions if start < begin]
+        later = [ours for start, _, ours in mentions if start >= end]
+        nearest = before[-1] if before else (later[0] if later else False)
+        if nearest:
+            return statement
+    return None
+
+
 def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     """Decide what `mail` raises. `key` identifies the mail when it has no Message-ID."""
     if not rules.sender.search(mail.sender):
@@ -553,7 +617,7 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     sent = mail.date
     if sent is not None and now - sent > rules.max_age:
         return Verdict(None, f"dated {format_time(sent)}, older than max_age")
-    cancelled = _CANCELLED_SUBJECT.search(mail.subject) or _CANCELLED_BODY.search(mail.text)
+    cancelled = _cancels_this_droplet(text, len(mail.subject), rules)
     if cancelled:
         return Verdict(
             None,

@@ -487,6 +487,84 @@ def test_a_cancellation_replaces_the_notice_and_raises_nothing(subject: str, bod
     assert "cancels" in result.why
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "These Spot Droplets:\ngpu-spot-1: 2026-12-01 14:30 UTC\n"
+        "The reclaim of gpu-spot-7 (ID 777777777) has been cancelled.\n",
+        "gpu-spot-1 (ID 424242424): 2026-12-01 14:30 UTC\n"
+        "gpu-spot-7: the reclaim has been cancelled\n",
+        "Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:30 UTC.\n\n"
+        "The reclaim of Droplet gpu-spot-7\nhas been cancelled.",
+        "The reclaim of gpu-spot-7 has been cancelled; gpu-spot-1 is reclaimed at "
+        "2026-12-01 14:30 UTC.",
+    ],
+)
+def test_a_cancellation_of_another_droplet_keeps_this_droplet_s_reclaim(body: str) -> None:
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Droplet gpu-spot-1 (ID 424242424) was to be reclaimed at 2026-12-01 14:30 UTC.\n"
+        "That reclaim has been cancelled.",
+        "The reclaims of gpu-spot-7 and gpu-spot-1 have been cancelled.",
+        "Droplet: gpu-spot-1\nSize: gpu-h100x1-80gb\nRegion: nyc2\n\n"
+        "The reclaim of your H100 Droplet has been cancelled.",
+        "gpu-spot-7: 2026-12-01 13:00 UTC\nThe reclaim of Droplet gpu-spot-1\nhas been cancelled.",
+    ],
+)
+def test_a_cancellation_about_this_droplet_withdraws_its_reclaim(body: str) -> None:
+    result = verdict(reclaim_mail(body))
+    assert result.report is None and result.replaces, result.why
+
+
+_OTHER_NAMES = st.sampled_from(
+    ["gpu-spot-10", "gpu-spot-2", "web-1", "train-7.example.com", "ID 123456789"]
+)
+_CANCEL_LINES = st.sampled_from(
+    [
+        "The reclaim of {} has been cancelled.",
+        "{}: the reclaim has been cancelled",
+        "Droplet {} will no longer be reclaimed.",
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    others=st.lists(st.tuples(_OTHER_NAMES, st.booleans(), _CANCEL_LINES), max_size=5),
+    place=st.integers(min_value=0, max_value=5),
+    ours=st.sampled_from(["gpu-spot-1", "ID 424242424"]),
+    ours_cancelled=st.booleans(),
+    cancel_line=_CANCEL_LINES,
+    minute=st.integers(0, 59),
+)
+def test_only_a_cancellation_about_this_droplet_withdraws_its_reclaim(
+    others: list[tuple[str, bool, str]],
+    place: int,
+    ours: str,
+    ours_cancelled: bool,
+    cancel_line: str,
+    minute: int,
+) -> None:
+    lines = [
+        line.format(name) if cancelled else f"{name}: 2026-12-01 13:{index:02d} UTC"
+        for index, (name, cancelled, line) in enumerate(others)
+    ]
+    mine = cancel_line.format(ours) if ours_cancelled else f"{ours}: 2026-12-01 14:{minute:02d} UTC"
+    lines.insert(min(place, len(lines)), mine)
+    result = verdict(reclaim_mail("Spot Droplet reclaims:\n" + "\n".join(lines) + "\n"))
+    if ours_cancelled:
+        assert result.report is None and result.replaces, result.why
+    else:
+        assert result.report is not None and not result.replaces, result.why
+        assert result.report.deadline == datetime(2026, 12, 1, 14, minute, tzinfo=timezone.utc)
+
+
 def test_a_notice_that_mentions_cancelling_is_still_a_notice() -> None:
     result = verdict(
         reclaim_mail("Droplet gpu-spot-1 will be reclaimed. This cannot be cancelled.")
