@@ -157,6 +157,8 @@ def _inline_forward(text: str, date: datetime | None) -> Mail | None:
         return None
     headers: dict[str, str] = {}
     at = start.end()
+    while (blank := re.compile(r"[^\S\n]*\n").match(text, at)) is not None:
+        at = blank.end()  # an HTML forward leaves empty lines before the header lines
     while (line := _HEADER_LINE.match(text, at)) is not None and line.end() > at:
         headers.setdefault(line.group("key").lower(), line.group("value").strip())
         at = line.end()
@@ -209,6 +211,16 @@ def _body_text(message: EmailMessage) -> str:
             text = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", text)
             while _BLOCKQUOTE.search(text):  # innermost first, so nested quotes go too
                 text = _BLOCKQUOTE.sub(" ", text)
+            # A line break in the source is a space once rendered (outside <pre>): Outlook
+            # writes "<br>" and a newline, and Word wraps text, which split the header lines
+            # of a forward apart.
+            text = re.sub(r"(?is)(<pre\b.*?</pre\s*>)|\s*\n\s*", lambda m: m.group(1) or " ", text)
+            # Outlook separates an HTML forward from the original with <hr> (from Word: a
+            # div with a top border) where its text form has a "____" line: without one, the
+            # forward was not recognised and the notice in it was lost.
+            text = re.sub(
+                r"(?i)<hr\b[^>]*>|<div\b[^>]*\bborder-top:[^>]*>", "\n" + "_" * 32 + "\n", text
+            )
             # Rows, paragraphs and breaks end lines: a table of droplets stays one per line.
             text = re.sub(r"(?i)<br\b[^>]*>|</(?:tr|p|div|li|h[1-6]|table)\s*>", "\n", text)
             text = html.unescape(re.sub(r"<[^>]+>", " ", text))

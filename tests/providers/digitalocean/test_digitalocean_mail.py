@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import email
 import email.policy
+import html
 import quopri
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
@@ -800,6 +801,64 @@ def test_any_forward_raises_exactly_when_the_original_would(
         raw = _attached_forward(original)
     expected = verdict(original).report
     got = verdict(raw).report
+    assert (got is None) == (expected is None)
+    if got is not None and expected is not None:
+        assert got.deadline == expected.deadline
+
+
+def _html_forward(markup: str) -> bytes:
+    message = EmailMessage()
+    message["From"] = USER
+    message["Subject"] = "FW: Spot Droplet reclaim notice"
+    message["Date"] = format_datetime(SENT + timedelta(seconds=5))
+    message.set_content(markup, subtype="html")
+    return bytes(message)
+
+
+def _outlook_forward(sender: str, separator: str, gap: str, preface: str = "FYI") -> bytes:
+    """An HTML-only forward as Outlook writes it: the original's headers in bold, one per
+    <br> and source line, below a rule."""
+    return _html_forward(
+        f'<html><body><div style="font-family: Aptos">{html.escape(preface)}</div>{gap}'
+        f'<div id="appendonsend"></div>{gap}{separator}{gap}'
+        f'<div id="divRplyFwdMsg" dir="ltr"><font face="Calibri" style="font-size:11pt">'
+        f"<b>From:</b> DigitalOcean &lt;{sender}&gt;<br>{gap}"
+        f"<b>Sent:</b> Tuesday, December 1, 2026 12:30 PM<br>{gap}"
+        f"<b>To:</b> ops@example.com &lt;ops@example.com&gt;<br>{gap}"
+        f"<b>Subject:</b> Spot Droplet reclaim notice</font>{gap}<div>&nbsp;</div>{gap}</div>"
+        f"{gap}<div><p>{NOTICE}</p></div></body></html>"
+    )
+
+
+_OUTLOOK_RULES = [
+    '<hr style="display:inline-block;width:98%" tabindex="-1">',
+    "<hr>",
+    '<div style="border:none;border-top:solid #E1E1E1 1.0pt;padding:3.0pt 0in 0in 0in">',
+]
+
+
+@pytest.mark.parametrize("separator", _OUTLOOK_RULES)
+def test_an_html_only_outlook_forward_is_raised(separator: str) -> None:
+    result = verdict(_outlook_forward("no-reply@digitalocean.com", separator, "\n"))
+    report = result.report
+    assert report is not None, result.why
+    assert report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
+    assert report.detail["forwarded_by"] == "ops@example.com"
+    assert report.detail["subject"] == "Spot Droplet reclaim notice"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    separator=st.sampled_from(_OUTLOOK_RULES),
+    gap=st.sampled_from(["", "\n", "\r\n", "\n  ", " \n\n\t"]),
+    preface=st.text(st.characters(whitelist_categories=("L", "Zs")), max_size=40),
+    sender=st.sampled_from(["no-reply@digitalocean.com", "billing@example.com"]),
+)
+def test_any_html_forward_raises_exactly_when_the_original_would(
+    separator: str, gap: str, preface: str, sender: str
+) -> None:
+    expected = verdict(reclaim_mail(NOTICE, sender=sender)).report
+    got = verdict(_outlook_forward(sender, separator, gap, preface)).report
     assert (got is None) == (expected is None)
     if got is not None and expected is not None:
         assert got.deadline == expected.deadline
