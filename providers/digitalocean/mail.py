@@ -333,7 +333,11 @@ _WORD_NUMBERS = {
 _AMOUNT = (
     r"(?P<n>\d+(?:\.\d+)?|"
     + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)).replace(" ", r"\s+")
-    + r")(?:\s*(?:-|\u2013|to|or)\s*\d+(?:\.\d+)?)?\s*(?P<unit>hours?|hrs?|h|minutes?|mins?)\b"
+    + r")(?:\s*(?:-|\u2013|to|or)\s*\d+(?:\.\d+)?)?\s*(?:(?P<unit>hours?|hrs?|h)"
+    # Hours, then minutes ("1 hour and 30 minutes", "1h30m", "2 hours and a half"): read as
+    # the hours alone, the deadline was early by the minutes; "1h30m" was not read at all.
+    r"(?:\s*,?\s*(?:and\s+)?(?P<mins>\d{1,2})\s*(?:minutes?|mins?|m)|\s+and\s+(?P<half>a\s+half))?"
+    r"|(?P<unit_m>minutes?|mins?))\b"
 )
 _RELATIVE = re.compile(
     r"\b(?:(?:in|within)\s+(?:the\s+next\s+)?"
@@ -341,7 +345,7 @@ _RELATIVE = re.compile(
     r"|no\s+more\s+than|at\s+most|up\s+to)\s+|~\s*)?"
     + _AMOUNT
     + r"|"
-    + _AMOUNT.replace("(?P<n>", "(?P<n2>").replace("(?P<unit>", "(?P<unit2>")
+    + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>2>", _AMOUNT)
     + r"\s+from\s+now\b)",
     re.IGNORECASE,
 )
@@ -450,11 +454,12 @@ def _candidates(
             if written is not None:
                 yield match.start(), -len(match.group(0)), *written, match.group(0)
         for match in _RELATIVE.finditer(text):
-            amount = (match.group("n") or match.group("n2")).lower()
-            unit = (match.group("unit") or match.group("unit2")).lower()
+            parts = {k.rstrip("2"): v for k, v in match.groupdict().items() if v is not None}
+            amount = parts["n"].lower()
             number = _WORD_NUMBERS.get(" ".join(amount.split()))
             value = float(amount) if number is None else number
-            hours = value * (1.0 if unit.startswith("h") else 1 / 60)
+            hours = value if "unit" in parts else value / 60
+            hours += int(parts.get("mins", 0)) / 60 + (0.5 if "half" in parts else 0.0)
             try:
                 moment = sent + timedelta(hours=hours)
             except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too
@@ -472,7 +477,8 @@ def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | No
     RFC 3339 (`2026-12-01T14:30:00Z`), RFC 2822 (`Tue, 01 Dec 2026 14:30:00 +0000`),
     `2026-12-01 14:30 UTC`, `at 14:30 UTC on 2026-12-01`, `on 2026-12-01 at 14:30 UTC`,
     `December 1, 2026 at 2:30 PM UTC`, `1 Dec 2026 14:30 GMT`, and, relative to the mail's
-    Date, `in about 2 hours` / `within the next 90 minutes` / `30 minutes from now` and a
+    Date, `in about 2 hours` / `within the next 90 minutes` / `30 minutes from now` /
+    `in 1 hour and 30 minutes` and a
     time without a date (`at 13:30 UTC`, its next occurrence). A time more than 10 minutes
     before the mail was sent, or more than 30 days after, is not the deadline and is passed
     over.

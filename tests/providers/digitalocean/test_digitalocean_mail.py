@@ -122,6 +122,10 @@ def test_a_time_in_the_mail_is_the_deadline() -> None:
         ("reclaimed in one hour.", "2026-12-01T13:30:00+00:00"),
         ("reclaimed in 1-2 hours.", "2026-12-01T13:30:00+00:00"),
         ("reclaimed in 1 to 2 hours.", "2026-12-01T13:30:00+00:00"),
+        # Hours and minutes: read as the hours alone before, early by the minutes.
+        ("reclaimed in 1 hour and 30 minutes.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed in 1h30m.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed in an hour and a half.", "2026-12-01T14:00:00+00:00"),
         # Hours without minutes, with AM/PM: skipped before, Date + lead stood in.
         ("reclaimed at 2 PM UTC on December 1, 2026.", "2026-12-01T14:00:00+00:00"),
         ("reclaimed on 2026-12-01 at 2pm UTC.", "2026-12-01T14:00:00+00:00"),
@@ -169,6 +173,28 @@ def test_a_lead_time_written_in_words_is_the_deadline(minutes: int, phrase: str)
     found = find_deadline(text, SENT)
     assert found is not None, text
     assert found[0] == SENT + timedelta(minutes=minutes)
+
+
+@given(
+    hours=st.integers(min_value=0, max_value=12),
+    minutes=st.integers(min_value=1, max_value=59),
+    phrase=st.sampled_from(
+        [
+            "in {h} hours and {m} minutes",
+            "in {h} hour {m} minutes",
+            "in {h}h{m}m",
+            "in {h} h {m} min",
+            "within the next {h} hrs, {m} mins",
+            "in about {h} hours and {m} minutes",
+            "{h} hours and {m} minutes from now",
+        ]
+    ),
+)
+def test_hours_and_minutes_are_both_counted(hours: int, minutes: int, phrase: str) -> None:
+    text = f"Droplet gpu-spot-1 will be reclaimed {phrase.format(h=hours, m=minutes)}."
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == SENT + timedelta(hours=hours, minutes=minutes), found[1]
 
 
 @pytest.mark.parametrize(
