@@ -132,6 +132,9 @@ def test_a_time_in_the_mail_is_the_deadline() -> None:
         ("reclaimed at 1 p.m. (UTC).", "2026-12-01T13:00:00+00:00"),
         ("reclaimed between 2 and 4 PM UTC on December 1, 2026.", "2026-12-01T14:00:00+00:00"),
         ("reclaimed between 9 AM and 11 AM EST.", "2026-12-01T14:00:00+00:00"),
+        # "14h30": skipped before, Date + lead stood in.
+        ("reclaimed at 14h30 UTC.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed on 1 Dec 2026 at 14h30 CET.", "2026-12-01T13:30:00+00:00"),
     ],
 )
 def test_deadline_forms(text: str, expected: str) -> None:
@@ -149,6 +152,26 @@ def test_an_hour_with_am_pm_and_no_minutes_is_the_deadline(
     found = find_deadline(text, SENT)
     assert found is not None, text
     assert found[0] == datetime(2026, 12, 2, hour % 12 + (12 if pm else 0), tzinfo=timezone.utc)
+
+
+@given(
+    sent=_SENT_NEAR,
+    clock=st.tuples(st.integers(0, 23), st.integers(0, 59)),
+    dated=st.booleans(),
+    upper=st.booleans(),
+    zone=st.sampled_from(["UTC", "GMT", "CET", "+02:00", "Europe/Paris"]),
+)
+def test_a_clock_written_with_h_reads_as_with_a_colon(
+    sent: datetime, clock: tuple[int, int], dated: bool, upper: bool, zone: str
+) -> None:
+    hour, minute = clock
+    day = f"on {sent:%Y-%m-%d} at " if dated else "at "
+    separator = "H" if upper else "h"
+    with_h = find_deadline(f"reclaimed {day}{hour}{separator}{minute:02d} {zone}", sent)
+    with_colon = find_deadline(f"reclaimed {day}{hour}:{minute:02d} {zone}", sent)
+    assert (with_h and with_h[0]) == (with_colon and with_colon[0])
+    if not dated:
+        assert with_h is not None
 
 
 def test_an_hour_without_minutes_or_am_pm_is_not_a_time() -> None:
