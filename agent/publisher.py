@@ -118,11 +118,7 @@ class Publisher:
             os.umask(previous)
         path = ipc_path(endpoint)
         if path is not None:
-            # Members of the runtime directory's group may connect; nobody else.
-            os.chmod(path, SOCKET_MODE)
-            _take_directory_group(path)
-            found = os.stat(path)
-            self._bound[path] = (found.st_dev, found.st_ino)
+            self._bound[path] = _share_socket_file(path, endpoint)
 
     async def rebind_control(self) -> None:
         """Replace the control socket with a new one on the same endpoint: what a control
@@ -157,7 +153,7 @@ class Publisher:
 
     def _is_ours(self, path: Path) -> bool:
         try:
-            found = os.stat(path)
+            found = os.lstat(path)
         except OSError:
             return False
         return (found.st_dev, found.st_ino) == self._bound.get(path)
@@ -320,22 +316,51 @@ class Publisher:
         for path, identity in self._bound.items():
             # Only the socket file this agent made: never another agent's at the same path.
             with contextlib.suppress(OSError):
-                found = os.stat(path)
+                found = os.lstat(path)
                 if (found.st_dev, found.st_ino) == identity:
                     path.unlink()
         self._bound.clear()
 
 
-def _take_directory_group(path: Path) -> None:
-    """Give the socket file its directory's group. Linux gives a new file the process's own
-    group unless the directory is setgid, so an agent started by root in a `root:trainers`
-    0750 runtime directory made `root:root` sockets that no trainer could open."""
+def _share_socket_file(path: Path, endpoint: str) -> tuple[int, int]:
+    """Give the socket file just bound SOCKET_MODE and its directory's group (members of the
+    runtime directory's group may connect; nobody else); its (device, inode).
+
+    Done on the file opened without following links, never on the path again: chmod(path)
+    follows a symbolic link, so a member of a group-writable runtime directory who swapped the
+    socket for a link between bind and chmod had a root agent chmod any file to 0660. Linux
+    has no lchmod, and fchmod on a socket's descriptor changes the socket, not its file; an
+    O_PATH descriptor's /proc/self/fd entry names the very inode that was opened."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise BindError(f"cannot bind {endpoint}: {error.strerror or error}") from None
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISSOCK(found.st_mode):
+            raise BindError(
+                f"cannot bind {endpoint}: its socket file was replaced by another file right "
+                "after bind; whoever can write its directory can do that"
+            )
+        opened = f"/proc/self/fd/{fd}"
+        os.chmod(opened, SOCKET_MODE)
+        _take_directory_group(path, opened, found.st_gid)
+    finally:
+        os.close(fd)
+    return found.st_dev, found.st_ino
+
+
+def _take_directory_group(path: Path, opened: str, gid: int) -> None:
+    """Give the socket file (`opened`: its /proc/self/fd entry) its directory's group. Linux
+    gives a new file the process's own group unless the directory is setgid, so an agent
+    started by root in a `root:trainers` 0750 runtime directory made `root:root` sockets that
+    no trainer could open."""
     try:
         directory = os.stat(path.parent)
         if directory.st_mode & stat.S_IWOTH:
             return  # /tmp and the like: its group shares nothing (and is rarely ours)
-        if os.lstat(path).st_gid != directory.st_gid:
-            os.chown(path, -1, directory.st_gid, follow_symlinks=False)
+        if gid != directory.st_gid:
+            os.chown(opened, -1, directory.st_gid)
     except OSError as error:
         log.warning(
             "socket %s: cannot give it the group of its directory (%s); only this agent's "

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
+import zmq.asyncio
 from forewarn.agent import publisher
 from forewarn.agent.publisher import Publisher
 from hypothesis import example, given
@@ -26,7 +28,7 @@ def test_a_socket_file_is_never_open_to_others_even_before_its_chmod(
     chmod = os.chmod
 
     def record(path: str | Path, mode: int) -> None:
-        modes[Path(path).name] = stat.S_IMODE(os.stat(path).st_mode)
+        modes[Path(path).resolve().name] = stat.S_IMODE(os.stat(path).st_mode)
         chmod(path, mode)
 
     monkeypatch.setattr(publisher.os, "chmod", record)
@@ -41,6 +43,38 @@ def test_a_socket_file_is_never_open_to_others_even_before_its_chmod(
     finally:
         os.umask(previous)
     assert modes == {"events": 0o770, "control": 0o770}
+
+
+def test_a_link_swapped_in_for_the_socket_file_right_after_bind_is_never_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mode and group were set with chmod/stat on the path after bind: whoever could write
+    the runtime directory (its group) and swapped the socket file for a link in between had a
+    root agent chmod the link's target to 0660."""
+    victim = tmp_path / "victim"
+    victim.write_text("secret\n")
+    victim.chmod(0o600)
+    bind = zmq.asyncio.Socket.bind
+
+    def bind_then_swap(sock: zmq.asyncio.Socket, endpoint: str) -> Any:
+        bound = bind(sock, endpoint)
+        path = Path(endpoint.removeprefix("ipc://"))
+        path.rename(path.with_name(path.name + ".moved"))
+        path.symlink_to(victim)
+        return bound
+
+    monkeypatch.setattr(zmq.asyncio.Socket, "bind", bind_then_swap)
+    sockets = Publisher(f"ipc://{tmp_path}/events", f"ipc://{tmp_path}/control")
+    refused: publisher.BindError | None = None
+    try:
+        sockets.bind()
+    except publisher.BindError as error:
+        refused = error
+    finally:
+        sockets.close()
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert refused is not None and "replaced by another file right after bind" in str(refused)
+    assert (tmp_path / "events").is_symlink()  # a link this agent did not make is left alone
 
 
 @pytest.fixture(scope="module")
