@@ -286,8 +286,8 @@ def cmd_notify(args: argparse.Namespace) -> int:
         # The id is chosen here, not by the agent, so that a notify whose answer did not come
         # can be retried with it: the same id changes that notice instead of raising another.
         payload["id"] = args.id or f"local/manual/{uuid.uuid4().hex[:8]}"
-    # The agent's own bounds, checked here: a request past its 64 KiB limit is dropped
-    # unanswered, which read as 'no agent answers' (exit 1).
+    # The agent's own bounds, checked here: a request past its 64 KiB limit was dropped
+    # unanswered, which read as 'no agent answers' (exit 1); the flag is the better name.
     if args.note is not None and len(args.note) > MAX_NOTE_LENGTH:
         raise UsageError(f"--note: at most {MAX_NOTE_LENGTH} characters, got {len(args.note)}")
     if args.id == "":

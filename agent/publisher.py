@@ -5,10 +5,11 @@ not only the first per topic: each new subscriber to `notice` triggers a replay 
 notices, and `client/<id>` subscriptions tell which acking clients are listening.
 
 Both sockets face anyone who can reach the endpoint, so every input is bounded: ZeroMQ drops
-(and disconnects) a peer whose message is larger than MAX_*_BYTES; the control loop takes a
-request as exactly one frame after the REQ envelope and answers anything else with an error or
-not at all, never dying on it; the subscription loop yields to the event loop, coalesces the
-replays of a burst of subscriptions into one, and keeps a bounded table of clients.
+(and disconnects) a peer whose frame is larger than MAX_SUBSCRIPTION_BYTES or
+MAX_CONTROL_FRAME_BYTES, and a request over MAX_CONTROL_BYTES gets an error; the control loop
+takes a request as exactly one frame after the REQ envelope and answers anything else with an
+error or not at all, never dying on it; the subscription loop yields to the event loop, coalesces
+the replays of a burst of subscriptions into one, and keeps a bounded table of clients.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ log = logging.getLogger("forewarn.agent")
 SOCKET_MODE = 0o660
 # A control request is a small JSON object (the largest, a notify, is under 3 KB).
 MAX_CONTROL_BYTES = 64 * 1024
+# ZeroMQ drops a peer whose frame is larger, without a word: a REQ that sent it waits forever.
+# Frames between the two limits are read and answered with an error naming MAX_CONTROL_BYTES.
+MAX_CONTROL_FRAME_BYTES = 1024 * 1024
 # A subscription frame is one byte and a topic: `notice`, `heartbeat` or `client/<id>`.
 MAX_SUBSCRIPTION_BYTES = 1024
 MAX_CLIENTS = 4096
@@ -93,7 +97,7 @@ class Publisher:
     def _control_socket(self) -> zmq.asyncio.Socket:
         router = self.context.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
-        router.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_BYTES)
+        router.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_FRAME_BYTES)
         # A reply to a peer that went away is dropped, not an error.
         router.setsockopt(zmq.ROUTER_MANDATORY, 0)
         return router
@@ -264,6 +268,12 @@ class Publisher:
     ) -> dict[str, Any]:
         if len(body) != 1:
             return {"ok": False, "error": f"a request is one frame, got {len(body)}"}
+        if len(body[0]) > MAX_CONTROL_BYTES:
+            return {
+                "ok": False,
+                "error": f"request too large: {len(body[0])} bytes, over the limit of "
+                f"{MAX_CONTROL_BYTES} bytes (64 KiB)",
+            }
         try:
             # Decoded here, not by json.loads: given bytes, it guesses UTF-16 or UTF-32 from
             # the first ones, so a stray 0xff 0xfe was "Expecting value" at char 0.
@@ -412,6 +422,7 @@ def _log_send_failure(future: asyncio.Future[Any]) -> None:
 
 __all__ = [
     "MAX_CONTROL_BYTES",
+    "MAX_CONTROL_FRAME_BYTES",
     "MAX_SUBSCRIPTION_BYTES",
     "REFUSAL_LOG_INTERVAL",
     "SOCKET_MODE",

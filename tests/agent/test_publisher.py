@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import zmq
 import zmq.asyncio
 from forewarn.agent import publisher
 from forewarn.agent.publisher import Publisher
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 
@@ -140,3 +142,59 @@ def test_a_client_subscription_is_tracked_exactly_when_an_ack_can_name_it(
     sockets._subscription(b"\x00client/" + client, lambda c, joined: seen.append((c, joined)))
     assert not sockets.clients
     assert len(seen) == (2 if nameable else 0)
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A bound publisher answering control requests (echo) in a thread of its own: the
+    endpoint."""
+    where = tmp_path_factory.mktemp("serving")
+    endpoint = f"ipc://{where}/control"
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        sockets = Publisher(f"ipc://{where}/events", endpoint)
+        sockets.bind()
+        task = loop.create_task(sockets.serve_control(_echo))
+        loop.call_soon(ready.set)
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(task)
+        sockets.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    yield endpoint
+    loop.call_soon_threadsafe(lambda: [task.cancel() for task in asyncio.all_tasks(loop)])
+    thread.join(10)
+
+
+@settings(max_examples=40)
+@given(size=st.integers(-256, 256).map(lambda d: publisher.MAX_CONTROL_BYTES + d))
+@example(size=publisher.MAX_CONTROL_BYTES)
+@example(size=publisher.MAX_CONTROL_BYTES + 1)
+@example(size=publisher.MAX_CONTROL_FRAME_BYTES)
+def test_a_request_over_the_size_limit_gets_an_error_naming_it(serving: str, size: int) -> None:
+    """Over 64 KiB, ZeroMQ dropped the peer: a REQ client waited for an answer that never
+    came. Up to the frame cap, a request gets an answer either way."""
+    prefix = b'{"op": "status", "pad": "'
+    body = prefix + b"x" * (size - len(prefix) - 2) + b'"}'
+    assert len(body) == size
+    sock = zmq.Context.instance().socket(zmq.REQ)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(serving)
+        sock.send(body)
+        assert sock.poll(5000), f"no answer to a request of {size} bytes"
+        reply = json.loads(sock.recv())
+    finally:
+        sock.close()
+    if size <= publisher.MAX_CONTROL_BYTES:
+        assert reply["ok"] is True and len(reply["echo"]["pad"]) == size - len(prefix) - 2
+    else:
+        assert reply == {
+            "ok": False,
+            "error": f"request too large: {size} bytes, over the limit of 65536 bytes (64 KiB)",
+        }
