@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -13,7 +14,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+import zmq
 from forewarn.protocol.timefmt import format_time, parse_time
+from forewarn.protocol.wire import request
 from support import AgentProcess, Subscriber, control, eventually, forewarn_cmd
 
 
@@ -405,3 +408,34 @@ def test_the_agent_logs_a_file_key_the_environment_overrides(tmp_path: Path) -> 
         output = agent.output()
     assert "config key state_dir: the environment variable FOREWARN_STATE_DIR overrides" in output
     assert "config key exit_margin: a command-line option overrides its value in" in output
+
+
+def test_a_request_in_flight_when_the_agent_dies_is_never_answered(tmp_path: Path) -> None:
+    """What the README's Sockets section tells a client in another language, which did not
+    know that such a REQ socket waits forever and can send nothing more: a receive timeout
+    (the one the Python client uses) and a new REQ socket."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    sockets = " ".join(readme.split("### Sockets", 1)[1].split("\n### ", 1)[0].split())
+    default = inspect.signature(request).parameters["timeout"].default
+    assert "A request in flight when the agent dies" in sockets
+    assert f"`forewarn.protocol.request` waits {default:g} s by default" in sockets
+    assert "new REQ socket for every request" in sockets
+
+    first = AgentProcess(tmp_path).start()
+    assert first.proc is not None
+    stale = zmq.Context.instance().socket(zmq.REQ)
+    stale.setsockopt(zmq.LINGER, 0)
+    try:
+        stale.connect(first.control_endpoint)
+        assert first.control({"op": "status"})["ok"]
+        first.proc.send_signal(signal.SIGSTOP)  # it takes the request, never to answer it
+        stale.send(json.dumps({"op": "status"}).encode())
+        first.kill()
+        with AgentProcess(tmp_path) as second:
+            assert second.control({"op": "status"})["ok"]  # a new REQ socket is answered
+            assert not stale.poll(int(default * 1000)), "the next agent answered it"
+            with pytest.raises(zmq.ZMQError):
+                stale.send(json.dumps({"op": "status"}).encode())  # EFSM: still waiting
+    finally:
+        stale.close()
+        first.kill()
