@@ -353,7 +353,13 @@ def _share_socket_file(path: Path, endpoint: str) -> tuple[int, int]:
                 "after bind; whoever can write its directory can do that"
             )
         opened = f"/proc/self/fd/{fd}"
-        os.chmod(opened, SOCKET_MODE)
+        try:
+            os.chmod(opened, SOCKET_MODE)
+        except OSError as error:  # no /proc mounted (a bare chroot, a minimal sandbox)
+            raise BindError(
+                f"cannot bind {endpoint}: cannot set its socket file's mode through "
+                f"{opened} ({error.strerror or error}); is /proc mounted?"
+            ) from None
         _take_directory_group(path, opened, found.st_gid)
     finally:
         os.close(fd)

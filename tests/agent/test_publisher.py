@@ -79,6 +79,27 @@ def test_a_link_swapped_in_for_the_socket_file_right_after_bind_is_never_followe
     assert (tmp_path / "events").is_symlink()  # a link this agent did not make is left alone
 
 
+def test_without_proc_the_bind_is_refused_with_a_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The socket file's mode is set through /proc/self/fd: where /proc is not mounted that
+    chmod raised FileNotFoundError out of the agent's start, a traceback, not an exit 2."""
+    chmod = os.chmod
+
+    def no_proc(path: Any, mode: int, **kwargs: Any) -> None:
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(2, "No such file or directory")
+        chmod(path, mode, **kwargs)
+
+    monkeypatch.setattr(publisher.os, "chmod", no_proc)
+    sockets = Publisher(f"ipc://{tmp_path}/events", f"ipc://{tmp_path}/control")
+    try:
+        with pytest.raises(publisher.BindError, match="is /proc mounted"):
+            sockets.bind()
+    finally:
+        sockets.close()
+
+
 @pytest.fixture(scope="module")
 def sockets() -> Iterator[Publisher]:
     unbound = Publisher("ipc:///nonexistent/events", "ipc:///nonexistent/control")
