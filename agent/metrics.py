@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import parse_time
@@ -39,6 +39,9 @@ from .observer import Observer
 from .protocol import AckRequest, Notice
 from .throttle import WarningThrottle
 
+if TYPE_CHECKING:
+    from forewarn.providers.registry import Registry
+
 log = logging.getLogger("forewarn.agent.metrics")
 
 # Every counter and histogram would also export a `_created` series: twice the series for a
@@ -50,6 +53,11 @@ EXPIRED_KEPT = 1000
 
 # The provider name under which the runner reports the agent's own errors.
 AGENT = "agent"
+
+# The agent's own error kind that is started at 0 beside each provider's `watcher-failed`.
+AGENT_ERROR_KINDS = ("state",)
+# The actions a notice of any reason can be counted under: a drain may be escalated.
+STARTED_ACTIONS = ("drain", "terminate")
 
 # A watcher that knows when the provider itself issued a notice puts that moment here, as
 # RFC 3339, so the detection delay (noticed_at - notice_time) can be measured.
@@ -84,8 +92,15 @@ class MetricsError(ForewarnError, RuntimeError):
 class MetricsObserver(Observer):
     """Turns the agent's events into metrics and tracks readiness."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.time, specs: Registry | None = None
+    ) -> None:
         self.clock = clock
+        if specs is None:
+            from forewarn.providers.registry import REGISTRY
+
+            specs = REGISTRY
+        self.specs: Registry = specs
         self.registry = CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
         self._deadlines: dict[str, datetime] = {}  # active notices that have a deadline
@@ -196,6 +211,24 @@ class MetricsObserver(Observer):
             self.polls.labels(name)
             if not self._polled_ok.get(name):
                 self.last_poll.labels(name).set(0)
+        self._start_series(providers)
+
+    def _start_series(self, providers: list[str]) -> None:
+        # A labelled counter appears at its first increment, and increase()/rate() take that
+        # first sample as the baseline: the event that created the series is never seen, and a
+        # spot VM's first terminate is mostly its only one. So the series one alerts on start
+        # at 0: each reason the provider declares, drain and terminate (clears are no alert),
+        # and the crash and state-write errors. Bounded by the providers' declared reasons.
+        for name in providers:
+            reasons = self.specs[name].reasons if name in self.specs else ()
+            for reason in reasons:
+                for action in STARTED_ACTIONS:
+                    self.notices.labels(name, reason, action)
+                self.escalations.labels(name, reason)
+                self.expired.labels(name, reason)
+            self.poll_errors.labels(name, "watcher-failed")
+        for kind in AGENT_ERROR_KINDS:
+            self.poll_errors.labels(AGENT, kind)
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         self.notices.labels(notice.provider, notice.reason, notice.action).inc()
@@ -459,8 +492,14 @@ class MetricsService(MetricsObserver):
     """The observer together with its HTTP server, listening from construction so that a
     taken port stops the agent at start-up instead of failing silently later."""
 
-    def __init__(self, host: str, port: int, clock: Callable[[], float] = time.time) -> None:
-        super().__init__(clock)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        clock: Callable[[], float] = time.time,
+        specs: Registry | None = None,
+    ) -> None:
+        super().__init__(clock, specs)
         try:
             self.server = MetricsServer(host, port, self)
         except OSError as error:

@@ -16,6 +16,8 @@ from .observer import Observer
 from .protocol import AckRequest, Notice
 
 if TYPE_CHECKING:
+    from forewarn.providers.registry import Registry
+
     from .config import Settings
 
 log = logging.getLogger("forewarn.agent")
@@ -80,7 +82,7 @@ def build_observers(settings: Settings) -> list[Observer]:
     observers: list[Observer] = []
     listen = settings.metrics_listen()
     if listen is not None:
-        observers.append(_metrics_service(*listen))
+        observers.append(_metrics_service(*listen, settings.registry))
     if settings.telemetry:
         # Imported here: only an agent that writes telemetry needs it.
         from .telemetry import TelemetryObserver, TelemetryWriter, telemetry_path
@@ -116,7 +118,7 @@ def build_notifiers(settings: Settings) -> list[Observer]:
     return notifiers
 
 
-def _metrics_service(host: str, port: int) -> Observer:
+def _metrics_service(host: str, port: int, specs: Registry) -> Observer:
     from .config import ConfigError
 
     try:
@@ -130,7 +132,7 @@ def _metrics_service(host: str, port: int) -> Observer:
             f"{extra_hint('metrics')}, or unset metrics_address"
         ) from None
     try:
-        return MetricsService(host, port)
+        return MetricsService(host, port, specs=specs)
     except MetricsError as error:
         raise ConfigError(str(error)) from None
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from forewarn.protocol.fields import Reason
+
 from .base import Watcher, WatcherContext
 from .settings import ProviderSettings
 
@@ -59,7 +61,10 @@ class ProviderSpec(Generic[S]):
     - `watcher`: builds the watcher from its settings and the agent's context (the one
       constructor shape every provider has);
     - `simulate`, `drill`: load the provider's simulator and drill faces, or None;
-    - `detect`: whether `--provider auto` probes it (`local` always runs instead).
+    - `detect`: whether `--provider auto` probes it (`local` always runs instead);
+    - `reasons`: every reason its watcher puts on a notice. The metrics start each
+      (provider, reason) series at 0, since `increase()` misses an event whose series is
+      created by it, and a spot VM's first terminate is mostly its only one.
     """
 
     name: str
@@ -69,6 +74,7 @@ class ProviderSpec(Generic[S]):
     simulate: Callable[[], SimulateFace] | None = None
     drill: Callable[[], CommandFace] | None = None
     detect: bool = True
+    reasons: tuple[Reason, ...] = ()
 
     @classmethod
     def of_package(
@@ -81,6 +87,7 @@ class ProviderSpec(Generic[S]):
         simulate: bool = True,
         drill: bool = True,
         detect: bool = True,
+        reasons: tuple[Reason, ...] = (),
     ) -> ProviderSpec[S]:
         """The spec of a provider package laid out as docs/contributing.md says: `watch.py`
         with `build(settings, context)`, and `simulate.py` / `drill.py` when it has them.
@@ -106,6 +113,7 @@ class ProviderSpec(Generic[S]):
             simulate=face("simulate") if simulate else None,
             drill=face("drill") if drill else None,
             detect=detect,
+            reasons=reasons,
         )
 
     @property

@@ -42,6 +42,7 @@ SPEC = ProviderSpec.of_package(
     name="aws",
     summary="EC2 instance metadata (IMDSv2): spot, rebalance, scheduled events, ASG lifecycle",
     settings=Settings,
+    reasons=("spot-interruption", "rebalance-recommendation", "scheduled-maintenance", "eviction"),
 )
 
 

@@ -48,6 +48,7 @@ SPEC = ProviderSpec.of_package(
     name="azure",
     summary="Azure Scheduled Events (IMDS): Preempt, Terminate, Reboot, Redeploy, Freeze",
     settings=Settings,
+    reasons=("eviction", "host-maintenance"),
 )
 
 

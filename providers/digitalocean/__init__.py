@@ -44,6 +44,7 @@ SPEC = ProviderSpec.of_package(
     name="digitalocean",
     summary="DigitalOcean Spot reclaim email over IMAP, with droplet metadata",
     settings=Settings,
+    reasons=("reclaim", "drill"),
 )
 
 

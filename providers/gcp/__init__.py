@@ -16,6 +16,7 @@ SPEC = ProviderSpec.of_package(
     name="gcp",
     summary="Compute Engine metadata server: preemption and host maintenance",
     settings=Settings,
+    reasons=("preemption", "host-maintenance", "scheduled-maintenance"),
 )
 
 

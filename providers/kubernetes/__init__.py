@@ -13,6 +13,7 @@ SPEC = ProviderSpec.of_package(
     name="kubernetes",
     summary="the Kubernetes node object: cordon, deletion taints, node shutdown",
     settings=Settings,
+    reasons=("node-drain",),
 )
 
 

@@ -15,6 +15,7 @@ SPEC = ProviderSpec.of_package(
     detect=False,
     simulate=False,
     drill=False,
+    reasons=("manual", "drill"),
 )
 
 

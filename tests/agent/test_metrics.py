@@ -845,3 +845,47 @@ def test_healthz_says_dead_when_the_events_socket_file_is_gone(tmp_path: Path):
     assert found["parts"]["events"] is False, found
     assert [name for name, ok in found["parts"].items() if not ok] == ["events"], found
     assert "the events socket file of" in output and "is gone or replaced" in output, output
+
+
+def test_the_series_alerts_read_are_at_0_before_the_first_notice(tmp_path: Path):
+    """A labelled counter used to appear at its first increment, so increase() over the
+    scrape that first showed forewarn_notices_total{action="terminate"} at 1 said 0: the
+    first terminate of a spot VM, mostly its only one, was never seen."""
+    env = agent_env(
+        tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", FOREWARN_AWS_URL=f"http://{DEAD_LOOPBACK}"
+    )
+    with AgentProcess(tmp_path, providers=("local", "aws"), env=env) as agent:
+        url = metrics_url(agent)
+        eventually(lambda: get(url + "/readyz")[1].count("true") >= 1, what="a look")
+        found = scrape_url(url)
+    for provider in ("local", "aws"):
+        reasons = REGISTRY[provider].reasons
+        assert reasons
+        for reason in reasons:
+            for action in ("drain", "terminate"):
+                labels = {"provider": provider, "reason": reason, "action": action}
+                assert value(found, "forewarn_notices_total", **labels) == 0, labels
+            labels = {"provider": provider, "reason": reason}
+            assert value(found, "forewarn_escalations_total", **labels) == 0, labels
+            assert value(found, "forewarn_notices_expired_total", **labels) == 0, labels
+        kind = "watcher-failed"
+        assert value(found, "forewarn_poll_errors_total", provider=provider, kind=kind) == 0
+    assert value(found, "forewarn_poll_errors_total", provider="agent", kind="state") == 0
+    # Bounded: only the providers the agent runs, only their reasons, no clears.
+    counters = ("forewarn_notices_total", "forewarn_escalations_total")
+    started = [dict(labels) for (name, labels) in found if name in counters]
+    assert {labels["provider"] for labels in started} == {"local", "aws"}
+    assert all(labels.get("action") != "clear" for labels in started)
+
+
+@pytest.mark.parametrize("spec", list(REGISTRY), ids=lambda spec: spec.name)
+def test_a_provider_declares_every_reason_its_watcher_sets(spec: Any):
+    """The metrics start a provider's series from its declared reasons: one it sets but does
+    not declare would again appear only at its first notice."""
+    package = Path(sys.modules[type(spec).__module__].__file__ or "").parent / spec.name
+    source = "\n".join(path.read_text() for path in package.glob("*.py"))
+    used = set(re.findall(r"""reason\s*[:=][^"'\n]*["']([a-z-]+)["']""", source, re.I))
+    used |= set(re.findall(r'\("(?:drain|terminate)", "([a-z-]+)"\)', source))
+    from forewarn.protocol.fields import REASONS
+
+    assert used & set(REASONS) <= set(spec.reasons), used
