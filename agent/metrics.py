@@ -129,7 +129,8 @@ class MetricsObserver(Observer):
             "forewarn_escalations",
             "Drains sent as terminate by the agent because their deadline is within the exit "
             "margin, at their first send too (also counted in forewarn_notices as terminate): "
-            "provider terminates are forewarn_notices{action=terminate} minus these.",
+            'provider terminates are forewarn_notices_total{action="terminate"} '
+            "- ignoring(action) forewarn_escalations_total.",
             ["provider", "reason"],
             registry=registry,
         )

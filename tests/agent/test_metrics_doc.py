@@ -188,3 +188,76 @@ def test_the_alert_rules_fire_against_a_real_agent(tmp_path: Path):
     assert found[("forewarn_nearest_deadline_seconds", "")] < 120
     assert found[("forewarn_ready", "")] == 0
     assert _stale(found, time.time()) == {"aws"}
+
+
+Scraped = list[tuple[str, dict[str, str], float]]
+Vector = dict[frozenset[tuple[str, str]], float]
+
+_SELECTOR = r"forewarn_[a-z_]+(?:\{[^}]*\})?"
+_DIFFERENCE = re.compile(rf"({_SELECTOR}) - (?:(ignoring|on)\(([a-z_, ]*)\) )?({_SELECTOR})")
+
+
+def _select(text: str, scraped: Scraped) -> Vector:
+    name, _, matchers = text.partition("{")
+    wanted = dict(re.findall(r'([a-z_]+)="([^"]*)"', matchers))
+    return {
+        frozenset(labels.items()): v
+        for sample, labels, v in scraped
+        if sample == name and wanted.items() <= labels.items()
+    }
+
+
+def evaluate_difference(expr: str, scraped: Scraped) -> Vector:
+    """`a - [ignoring(...)|on(...)] b` with Prometheus' one-to-one vector matching: a sample
+    pairs with the one of the other side whose labels are equal (all of them, all but those
+    ignored, or only those listed in `on`); one without a partner gives no result."""
+    match = _DIFFERENCE.fullmatch(expr.strip())
+    assert match, f"not `a - b` of two selectors: {expr}"
+    left, right = _select(match.group(1), scraped), _select(match.group(4), scraped)
+    modifier = match.group(2)
+    listed = {name.strip() for name in (match.group(3) or "").split(",")}
+
+    def key(labels: frozenset[tuple[str, str]]) -> frozenset[tuple[str, str]]:
+        if modifier == "on":
+            return frozenset(item for item in labels if item[0] in listed)
+        if modifier == "ignoring":
+            return frozenset(item for item in labels if item[0] not in listed)
+        return labels
+
+    partners = {key(labels): v for labels, v in right.items()}
+    assert len(partners) == len(right), "many-to-one: Prometheus refuses it"
+    return {
+        key(labels): v - partners[key(labels)]
+        for labels, v in left.items()
+        if key(labels) in partners
+    }
+
+
+def test_the_documented_provider_terminates_expression_counts_them(tmp_path: Path):
+    """The table said provider terminates are forewarn_notices_total{action="terminate"}
+    minus the escalations: as PromQL the two sides differ in `action`, match no series, and
+    the difference is empty."""
+    row = next(line for line in DOC.read_text().splitlines() if "escalations_total` |" in line)
+    expr = re.search(r"provider terminates are `([^`]+)`", row)
+    assert expr, row
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0", FOREWARN_EXIT_MARGIN="2s")
+    with AgentProcess(tmp_path, providers=("local",), env=env) as agent:
+        url = metrics_url(agent)
+        soon = datetime.now(timezone.utc) + timedelta(seconds=4)
+        later = datetime.now(timezone.utc) + timedelta(seconds=60)
+        # The drain is escalated 2 s before its deadline; the terminate is the provider's.
+        agent.control({"op": "notify", "action": "drain", "deadline": soon.isoformat()})
+        agent.control({"op": "notify", "action": "terminate", "deadline": later.isoformat()})
+
+        def escalated() -> Scraped | None:
+            scraped = [
+                (sample.name, sample.labels, sample.value)
+                for family in text_string_to_metric_families(get(url + "/metrics")[1])
+                for sample in family.samples
+            ]
+            escalations = [v for name, _, v in scraped if name == "forewarn_escalations_total"]
+            return scraped if sum(escalations) == 1 else None
+
+        scraped = eventually(escalated, what="the escalation")
+    result = evaluate_difference(expr.group(1), scraped)
+    assert {dict(labels)["reason"]: v for labels, v in result.items()}["manual"] == 1, result
