@@ -33,6 +33,10 @@ FLAG_NAME = "checkpoint-now"
 
 # A deadline and a short note fit in far less; the rest of a larger file is never read.
 MAX_FLAG_BYTES = 4096
+# How much of a first line that is no deadline the warning shows, and how many such lines
+# are remembered so that each is warned about once.
+SHOWN_CHARS = 200
+WARNED_KEPT = 64
 
 
 class FlagError(ForewarnError, OSError):
@@ -61,10 +65,27 @@ def read_flag(path: Path) -> tuple[int, str] | None:
     return found.st_mtime_ns, content.decode(errors="replace")
 
 
+def unread_deadline(content: str, created: datetime) -> str | None:
+    """Why the first line of a flag file's content is no deadline, None when it is one or
+    the content is blank. The line is shown escaped and cut at SHOWN_CHARS."""
+    text = content.strip()
+    if not text:
+        return None
+    line = text.splitlines()[0]
+    shown = line[:SHOWN_CHARS]
+    try:
+        parse_deadline(shown, now=created)
+    except (ValueError, OverflowError) as error:
+        if len(line) > SHOWN_CHARS:
+            return f"{shown!r}... ({len(line)} characters) is not a deadline"
+        return str(error)
+    return None
+
+
 def flag_report(path: Path, content: str, mtime_ns: int) -> Report:
     """The drain a flag file stands for. Its content may hold a deadline (RFC 3339, or a
     duration such as `15m` counted from when the file was written, not from when it is read);
-    anything else is kept as a note."""
+    anything else is kept as a note (the watcher warns about it: `unread_deadline`)."""
     text = content.strip()
     # The file's mtime is when someone raised the notice: as `notice_time` it lets the
     # metrics measure how long the agent took to see it.
@@ -98,6 +119,7 @@ class LocalWatcher:
         self.context = context
         self.current: Report | None = None
         self._emit: Emit | None = None
+        self._warned: dict[str, None] = {}  # first lines already warned about, oldest first
 
     async def detect(self) -> bool:
         return True
@@ -143,8 +165,30 @@ class LocalWatcher:
                 emit(self.current.model_copy(update={"action": "clear"}))
             self.current = flag_report(self.flag_file, content, mtime_ns)
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
+            if self.current.deadline is None:
+                self._warn_unread(content, mtime_ns)
             emit(self.current)
         self.context.health.success()
+
+    def _warn_unread(self, content: str, mtime_ns: int) -> None:
+        # Someone who wrote `terminate 10m` or `06:00` meant a deadline: the drain raised
+        # without one must not pass in silence. Once per distinct text, as a file touched
+        # again keeps its content.
+        created = datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
+        why = unread_deadline(content, created)
+        if why is None:
+            return
+        key = content.strip().splitlines()[0][:SHOWN_CHARS]
+        if key in self._warned:
+            return
+        self._warned[key] = None
+        while len(self._warned) > WARNED_KEPT:
+            del self._warned[next(iter(self._warned))]
+        log.warning(
+            "flag file %s: first line %s; the drain has no deadline (the text is kept as its note)",
+            self.flag_file,
+            why,
+        )
 
     def forget(self, notice_id: str) -> None:
         """The agent retired the flag's notice (past its end): if the file is still there the
@@ -182,4 +226,5 @@ __all__ = [
     "build",
     "flag_report",
     "read_flag",
+    "unread_deadline",
 ]

@@ -17,6 +17,9 @@ import pytest
 import zmq
 from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.protocol.wire import request
+from forewarn.providers.local.watch import SHOWN_CHARS, flag_report, unread_deadline
+from hypothesis import given
+from hypothesis import strategies as st
 from support import AgentProcess, Subscriber, control, eventually, forewarn_cmd
 
 
@@ -301,6 +304,50 @@ def test_a_flag_file_written_again_replaces_its_notice_and_removal_clears_it(
         removed = sub.notice(timeout=3)
         assert (removed["action"], removed["id"]) == ("clear", second["id"])
         assert agent.control({"op": "status"})["active"] == []
+
+
+def test_a_flag_file_whose_text_is_no_deadline_is_named_in_a_warning_once(
+    tmp_path: Path,
+) -> None:
+    # `terminate 10m` in the flag file raised a drain without a deadline, and the log said
+    # nothing about the text it could not read.
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("terminate 10m\n")
+        first = sub.notice(timeout=3)
+        assert first["action"] == "drain" and first["deadline"] is None
+        warning = f"flag file {flag}: first line not an RFC 3339 time or a duration"
+        eventually(lambda: "'terminate 10m'" in agent.output(), what="the warning")
+        assert warning in agent.output()
+        # Touched again with the same text: a new drain, no second warning.
+        written = flag.stat()
+        os.utime(flag, ns=(written.st_atime_ns, written.st_mtime_ns + 1_000_000_000))
+        sub.notice(timeout=3)
+        assert sub.notice(timeout=3)["action"] == "drain"
+        flag.write_text("\x1b[2Jgarbage " + "x" * 5000)
+        sub.notice(timeout=3)
+        assert sub.notice(timeout=3)["action"] == "drain"
+        eventually(lambda: "'\\x1b[2Jgarbage x" in agent.output(), what="the escaped text")
+        # A deadline it reads is no warning.
+        flag.write_text("15m\n")
+        sub.notice(timeout=3)
+        assert sub.notice(timeout=3)["deadline"] is not None
+        flag.unlink()
+        sub.notice(timeout=3)
+        output = agent.output()
+    assert output.count("'terminate 10m'") == 1
+    assert "\x1b" not in output and "x" * 201 not in output
+    assert "'15m'" not in output
+
+
+@given(st.text(max_size=300))
+def test_a_flag_text_is_read_as_a_deadline_or_named_as_none(text: str) -> None:
+    created = datetime(2026, 12, 2, tzinfo=timezone.utc)
+    why = unread_deadline(text, created)
+    report = flag_report(Path("/tmp/flag"), text, int(created.timestamp() * 1e9))
+    assert (why is None) == (report.deadline is not None or not text.strip())
+    if why is not None:
+        assert len(why) < 2 * SHOWN_CHARS + 200 and why.isprintable()
 
 
 @pytest.mark.parametrize(
