@@ -117,6 +117,7 @@ class MetricsObserver(Observer):
         self._parts_at: float | None = None  # time.monotonic() of the last liveness report
         self.loop_silence = LOOP_SILENCE
         self._started = False
+        self._stopping = False  # not ready from here: stopping can take STOP_GRACE and more
         self._stopped = False
         registry = self.registry
         self.notices = Counter(
@@ -324,6 +325,10 @@ class MetricsObserver(Observer):
     def on_subscribers(self, count: int) -> None:
         self.subscribers.set(count)
 
+    def on_stopping(self) -> None:
+        with self._lock:
+            self._stopping = True
+
     def on_stop(self) -> None:
         with self._lock:
             self._stopped = True
@@ -343,7 +348,8 @@ class MetricsObserver(Observer):
         flapping endpoint after a good start does not take the agent out of service."""
         with self._lock:
             providers = dict(self._polled_ok)
-            ready = self._started and not self._stopped and all(providers.values())
+            ready = self._started and not self._stopping and not self._stopped
+            ready = ready and all(providers.values())
         return ready, providers
 
 

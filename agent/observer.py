@@ -38,6 +38,10 @@ class Observer:
     def on_subscribers(self, count: int) -> None:
         """The number of acking clients changed."""
 
+    def on_stopping(self) -> None:
+        """The agent began to shut down (its parts are being stopped); on_stop follows once
+        they have, its state is saved and its watchers are closed."""
+
     def on_stop(self) -> None:
         """The agent is shutting down."""
 

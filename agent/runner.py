@@ -328,6 +328,7 @@ class Agent:
         await self._stop.wait()
         log.info("stopping")
         _sd_notify("STOPPING=1")
+        self.observers.on_stopping()
         # The parts as they are now: control may have been restarted since.
         running = [*self.parts.values(), watchdog]
         for task in running:

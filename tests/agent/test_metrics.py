@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
@@ -37,7 +38,15 @@ from forewarn.providers.simulator import SimServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, eventually, run_forewarn
+from support import (
+    DEAD_LOOPBACK,
+    AgentProcess,
+    Subscriber,
+    agent_env,
+    eventually,
+    eventually_async,
+    run_forewarn,
+)
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -889,3 +898,40 @@ def test_a_provider_declares_every_reason_its_watcher_sets(spec: Any):
     from forewarn.protocol.fields import REASONS
 
     assert used & set(REASONS) <= set(spec.reasons), used
+
+
+async def test_readyz_says_not_ready_as_soon_as_the_agent_begins_to_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """/readyz answered 200 from "stopping" until on_stop, the parts' grace, the watchers'
+    close and the last state write, though shutdown had begun."""
+    from forewarn.agent import runner
+
+    settings = load_settings(
+        providers=["local"],
+        runtime_dir=tmp_path / "run",
+        state_dir=tmp_path / "state",
+        metrics_address="127.0.0.1:0",
+        control_probe_interval=0,
+    )
+    agent = runner.Agent(settings)
+    (service,) = [o for o in agent.observers.observers if isinstance(o, MetricsService)]
+    release = asyncio.Event()
+    closing = asyncio.Event()
+
+    async def slow_close(watcher: Any) -> None:
+        closing.set()
+        await release.wait()
+
+    monkeypatch.setattr(runner.Agent, "_close", staticmethod(slow_close))
+    running = asyncio.create_task(agent.run())
+    try:
+        await eventually_async(lambda: get(service.url + "/readyz")[0] == 200, what="ready")
+        agent._stop.set()
+        await asyncio.wait_for(closing.wait(), 10)
+        status, body = get(service.url + "/readyz")
+        assert status == 503, body
+        assert get(service.url + "/metrics")[0] == 200  # still served until on_stop
+    finally:
+        release.set()
+        assert await asyncio.wait_for(running, 10) == 0
