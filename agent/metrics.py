@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import parse_time
+from forewarn.providers.health import WATCHER_FAILED
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -228,7 +229,7 @@ class MetricsObserver(Observer):
                     self.notices.labels(name, reason, action)
                 self.escalations.labels(name, reason)
                 self.expired.labels(name, reason)
-            self.poll_errors.labels(name, "watcher-failed")
+            self.poll_errors.labels(name, WATCHER_FAILED)
         for kind in AGENT_ERROR_KINDS:
             self.poll_errors.labels(AGENT, kind)
 
@@ -303,8 +304,9 @@ class MetricsObserver(Observer):
 
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         # The runner reports the agent's own problems (a state write, a crashed part) as
-        # errors of provider `agent`: errors to count, but no poll of any endpoint.
-        if provider != AGENT:
+        # errors of provider `agent`, and a watcher's crash as its error `watcher-failed`:
+        # errors to count, but no poll of any endpoint.
+        if provider != AGENT and error_kind != WATCHER_FAILED:
             self.polls.labels(provider).inc()
         if ok:
             self.last_poll.labels(provider).set(self.clock())

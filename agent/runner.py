@@ -23,6 +23,7 @@ from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.protocol.wire import AGENT_LOCK, TOKEN_FILE, ipc_path, needs_token, request
 from forewarn.providers import Closable, FlushAware, PollHealth, Watcher, WatcherContext
 from forewarn.providers.backoff import Backoff
+from forewarn.providers.health import WATCHER_FAILED
 from pydantic import ValidationError
 
 from .board import EXPIRED_KEY, NoticeBoard, Sequencer
@@ -513,7 +514,7 @@ class Agent:
             if loop.time() - started > 60:
                 backoff.reset()
             delay = backoff.next()
-            health.error("watcher-failed", f"{problem}; restarting in {delay:.1f}s")
+            health.error(WATCHER_FAILED, f"{problem}; restarting in {delay:.1f}s")
             await asyncio.sleep(delay)
 
     def _emit(self, report: Report) -> None:

@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("forewarn.providers")
 
+# The error kind the agent counts when a watcher crashed and is restarted: no poll of its
+# endpoint, though counted among its errors.
+WATCHER_FAILED = "watcher-failed"
+
 
 @dataclass
 class PollHealth:
@@ -72,4 +76,4 @@ class PollHealth:
         return self.last_success is not None
 
 
-__all__ = ["PollHealth"]
+__all__ = ["WATCHER_FAILED", "PollHealth"]

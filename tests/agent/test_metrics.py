@@ -935,3 +935,44 @@ async def test_readyz_says_not_ready_as_soon_as_the_agent_begins_to_stop(
     finally:
         release.set()
         assert await asyncio.wait_for(running, 10) == 0
+
+
+async def test_a_watcher_crash_counts_as_an_error_but_no_poll(tmp_path: Path):
+    """A watcher that crashed and was restarted raised forewarn_polls_total, documented as
+    the polls of its endpoint: a watcher crashing in a loop looked like one polling."""
+    from forewarn.agent import runner
+    from forewarn.providers import PollHealth
+
+    class Crashing:
+        name = "crashing"
+
+        async def detect(self) -> bool:
+            return True
+
+        async def watch(self, emit: Any) -> None:
+            raise RuntimeError("endpoint exploded")
+
+    agent = runner.Agent(
+        load_settings(
+            providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+        )
+    )
+    agent.watchers = {"crashing": Crashing()}  # type: ignore[dict-item]
+    agent._build = lambda name, health: Crashing()  # type: ignore[method-assign,assignment,return-value]
+    observer = MetricsObserver()
+    observer.on_start(["crashing"])
+    health = PollHealth("crashing")
+    health.listeners.append(observer.on_poll)
+    supervised = asyncio.create_task(agent._supervise("crashing", health))
+    try:
+        await eventually_async(lambda: health.errors >= 2, what="two crashes")
+    finally:
+        supervised.cancel()
+        await asyncio.gather(supervised, return_exceptions=True)
+    found = scrape(observer)
+    crashes = health.errors_by_kind["watcher-failed"]
+    assert (
+        value(found, "forewarn_poll_errors_total", provider="crashing", kind="watcher-failed")
+        == crashes
+    )
+    assert value(found, "forewarn_polls_total", provider="crashing") == 0
