@@ -23,7 +23,7 @@ KUBERNETES_VERSION = "1.32.0"
 AGENT_UID = 10001
 # (overlay, container) pairs allowed to run outside "restricted", and why.
 EXCEPTIONS = {
-    ("daemonset", "runtime-dir"): "chowns the hostPath socket directory: only root can",
+    ("daemonset", "host-dirs"): "chowns the hostPath socket and state directories: only root can",
 }
 # Kinds outside the Kubernetes schemas (CRDs), checked by `check_custom` instead.
 CUSTOM_KINDS = {"ServiceMonitor"}
@@ -174,6 +174,23 @@ def test_daemonset_is_node_critical_and_shares_a_host_socket_directory(tmp_path:
     assert volumes["forewarn-run"]["hostPath"]["path"] == "/run/forewarn"
     namespace = next(r for r in resources if r["kind"] == "Namespace")
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/warn"] == "restricted"
+
+
+def test_daemonset_keeps_the_agents_state_on_the_node():
+    """The state (manual notices, acks, escalations, provider notices) was in an emptyDir,
+    which goes with the pod: a rolling update or an eviction lost every notice the agent is
+    meant to keep across a restart. It is a hostPath, which the init container hands to the
+    agent's uid."""
+    resources = render("daemonset")
+    pod = next(r for r in resources if r["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    state_dir = next(r for r in resources if r["kind"] == "ConfigMap")["data"]["FOREWARN_STATE_DIR"]
+    agent = next(c for c in pod["containers"] if c["name"] == "forewarn")
+    mount = next(m for m in agent["volumeMounts"] if m["mountPath"] == state_dir)
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume.get("hostPath") == {"path": state_dir, "type": "DirectoryOrCreate"}, volume
+    init = next(c for c in pod["initContainers"] if c["name"] == "host-dirs")
+    assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]}[mount["name"]] == state_dir
+    assert f"chown {AGENT_UID}:{AGENT_UID} {state_dir}" in " ".join(init["command"])
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -81,13 +81,19 @@ def uid_gid(c: dict[str, Any]) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def agent_as(
-    c: dict[str, Any], runtime: Path, host: Path, groups: tuple[int, ...] = ()
+    c: dict[str, Any],
+    runtime: Path,
+    host: Path,
+    groups: tuple[int, ...] = (),
+    state: Path | None = None,
 ) -> Iterator[ForkedAgent]:
-    """The agent as its container runs it (uid, gid, supplementary groups, umask 022)."""
+    """The agent as its container runs it (uid, gid, supplementary groups, umask 022), its
+    log in `host`, its state in `state` (else a directory of its own in `host`)."""
     uid, gid = uid_gid(c)
-    state = host / "state"
-    state.mkdir()
-    os.chown(state, uid, gid)
+    if state is None:
+        state = host / "state"
+        state.mkdir()
+        os.chown(state, uid, gid)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "FOREWARN_RUNTIME_DIR": str(runtime),
@@ -166,25 +172,36 @@ def test_sidecar_emptydir_sockets_reach_a_non_root_training_container(host: Path
         assert shut == {"status": None, "heartbeat": None}
 
 
-def test_daemonset_hostpath_sockets_reach_a_non_root_training_pod(host: Path):
-    resources = render("daemonset")
-    pod = pod_of(resources, "DaemonSet")
-    init, agent = container(pod, "runtime-dir"), container(pod, "forewarn")
-    agent_uid, agent_gid = uid_gid(agent)
-    volume_spec = next(v for v in pod["volumes"] if v["name"] == "forewarn-run")
-    assert volume_spec["hostPath"]["type"] == "DirectoryOrCreate"
-    # DirectoryOrCreate: the kubelet makes the host directory root's, mode 0755.
-    volume = host / "run-forewarn"
-    volume.mkdir(mode=0o755)
-    volume.chmod(0o755)
-
-    # The init container's own command, on the node's directory, as root with only the
-    # capabilities it keeps and no privilege escalation.
+def daemonset_pod(pod: dict[str, Any], host: Path, name: str) -> dict[str, Path]:
+    """A pod of the DaemonSet started on the node `host`: where each of its volumes is on
+    the node, as the kubelet makes it (a hostPath by DirectoryOrCreate: the node's directory,
+    root's and 0755 when new, the same for every pod; an emptyDir: the pod's own), after its
+    init container ran its own command there as root with only the capabilities it keeps
+    and no privilege escalation."""
+    volumes: dict[str, Path] = {}
+    for spec in pod["volumes"]:
+        if "hostPath" in spec:
+            assert spec["hostPath"]["type"] == "DirectoryOrCreate", spec
+            where = host / "node" / spec["hostPath"]["path"].lstrip("/")
+        elif "emptyDir" in spec:
+            where = host / name / spec["name"]
+        else:
+            continue
+        if not where.exists():
+            parts = where.relative_to(host).parts
+            for depth in range(1, len(parts) + 1):
+                host.joinpath(*parts[:depth]).mkdir(mode=0o755, exist_ok=True)
+            where.chmod(0o777 if "emptyDir" in spec else 0o755)
+        volumes[spec["name"]] = where
+    init = container(pod, "host-dirs")
     context = init["securityContext"]
     assert context["runAsUser"] == 0 and context["capabilities"]["drop"] == ["ALL"]
     keep = [name.lower() for name in context["capabilities"].get("add", [])]
-    init_mount = mount_path(init, "forewarn-run")
-    command = [part.replace(init_mount, str(volume)) for part in init["command"]]
+    command = []
+    for part in init["command"]:
+        for mount in init["volumeMounts"]:
+            part = part.replace(mount["mountPath"], str(volumes[mount["name"]]))
+        command.append(part)
     bounding = ",".join(["-all", *(f"+{name}" for name in keep)])
     subprocess.run(
         [
@@ -196,22 +213,67 @@ def test_daemonset_hostpath_sockets_reach_a_non_root_training_pod(host: Path):
         text=True,
         timeout=30,
     )
-    found = volume.stat()
+    return volumes
+
+
+def in_pod(path: str, c: dict[str, Any], volumes: dict[str, Path]) -> Path:
+    """Where a path of container `c` is on the node."""
+    mount = max(
+        (
+            m
+            for m in c["volumeMounts"]
+            if path == m["mountPath"] or path.startswith(m["mountPath"] + "/")
+        ),
+        key=lambda m: len(m["mountPath"]),
+    )
+    return on_host(path, mount["mountPath"], volumes[mount["name"]])
+
+
+def test_daemonset_hostpath_sockets_reach_a_non_root_training_pod(host: Path):
+    resources = render("daemonset")
+    pod = pod_of(resources, "DaemonSet")
+    init, agent = container(pod, "host-dirs"), container(pod, "forewarn")
+    agent_uid, agent_gid = uid_gid(agent)
+    volumes = daemonset_pod(pod, host, "pod")
+    assert "hostPath" in next(v for v in pod["volumes"] if v["name"] == "forewarn-run")
+    found = volumes["forewarn-run"].stat()
     assert (found.st_uid, found.st_gid) == (agent_uid, agent_gid)
     asked = re.search(r"chmod (\d+) ", " ".join(init["command"]))
     assert asked, init["command"]
     # The mode it sets is the mode it gets (a setgid bit needs CAP_FSETID, or is dropped).
     assert stat.S_IMODE(found.st_mode) == int(asked.group(1), 8)
 
-    runtime = on_host(
-        config(resources)["FOREWARN_RUNTIME_DIR"], mount_path(agent, "forewarn-run"), volume
-    )
+    runtime = in_pod(config(resources)["FOREWARN_RUNTIME_DIR"], agent, volumes)
     with agent_as(agent, runtime, host) as running:
         # Training pods run with supplemental group 10001 (docs/kubernetes.md).
         reached = as_trainer(runtime, groups=(agent_gid,))
         assert reached == {"status": True, "heartbeat": "heartbeat"}, running.output()
         shut = as_trainer(runtime, groups=(), timeout=1.5)
         assert shut == {"status": None, "heartbeat": None}
+
+
+def test_daemonset_notices_outlive_the_agents_pod(host: Path):
+    """A manual notice posted to one pod of the DaemonSet is still active in the pod that
+    replaces it on the node (a rolling update, an eviction). The state was in an emptyDir,
+    which the next pod gets new: the notice was gone."""
+    resources = render("daemonset")
+    pod = pod_of(resources, "DaemonSet")
+    agent = container(pod, "forewarn")
+    settings = config(resources)
+    active: list[list[str]] = []
+    for name in ("first", "second"):
+        volumes = daemonset_pod(pod, host, name)
+        runtime = in_pod(settings["FOREWARN_RUNTIME_DIR"], agent, volumes)
+        state = in_pod(settings["FOREWARN_STATE_DIR"], agent, volumes)
+        (host / name).mkdir(exist_ok=True)
+        with agent_as(agent, runtime, host / name, state=state) as running:
+            control = f"ipc://{runtime}/control"
+            if name == "first":
+                raised = request(control, {"op": "notify", "action": "drain", "id": "local/kept"})
+                assert raised["ok"], (raised, running.output())
+            status = request(control, {"op": "status"}, timeout=10)
+            active.append([notice["id"] for notice in status["active"]])
+    assert active == [["local/kept"], ["local/kept"]]
 
 
 def client_without_settings(timeout: float) -> dict[str, Any]:
