@@ -4,9 +4,12 @@
 # packaging/kubernetes/components/image/kustomization.yaml).
 #
 # Run it on the node's network (metadata services answer only there), sharing /run/forewarn
-# with the training container:
+# with the training container through a volume that is the agent's whoever mounts it first:
+#   docker volume create --driver local --opt type=tmpfs --opt device=tmpfs \
+#     --opt o=uid=10001,gid=10001,mode=0750,size=1m forewarn-run
 #   docker run -d --network host -v forewarn-run:/run/forewarn forewarn:0.1.0 --provider aws
-# (a training container that is not root needs group 10001, `--group-add 10001`, for its sockets).
+# (a training container mounts it with `-v forewarn-run:/run/forewarn:nocopy`; one that is not
+# root needs group 10001, `--group-add 10001`, for its sockets: docs/operations.md).
 # Settings are FOREWARN_* variables (docs/operations.md); metrics and health listen on
 # 127.0.0.1:9464 inside the container (FOREWARN_METRICS_ADDRESS).
 

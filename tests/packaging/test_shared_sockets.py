@@ -8,8 +8,10 @@ another uid subscribes and asks for status through the shared directory."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -319,3 +321,85 @@ def test_a_member_of_the_agents_group_finds_the_system_agent_without_settings(
         # Someone outside the group keeps to a directory of their own.
         other = call_as(TRAINER, TRAINER, lambda: client_without_settings(0.5))
         assert other["runtime"] == f"/tmp/forewarn-{TRAINER}" and other["status"] is None
+
+
+def documented_docker_commands() -> list[list[str]]:
+    """The docker commands of docs/operations.md's container section, the training
+    container's (a comment there, for it names no real image) included."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = text[text.index("## Container image") :]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "no sh block in the container section"
+    commands = []
+    for line in block.group(1).replace("\\\n", " ").splitlines():
+        line = line.strip().removeprefix("# ")
+        if line.startswith("docker "):
+            commands.append(shlex.split(line))
+    return commands
+
+
+def volume_options(command: list[str]) -> dict[str, str]:
+    options = {}
+    for flag, value in itertools.pairwise(command):
+        if flag in ("--opt", "-o"):
+            key, _, setting = value.partition("=")
+            options[key] = setting
+    return options
+
+
+def mounted(command: list[str]) -> dict[str, tuple[str, str, set[str]]]:
+    """`-v NAME:PATH[:OPTIONS]` of a docker run, by volume name."""
+    found = {}
+    for flag, value in itertools.pairwise(command):
+        if flag in ("-v", "--volume"):
+            name, path, *rest = value.split(":")
+            found[name] = (name, path, set(rest[0].split(",")) if rest else set())
+    return found
+
+
+@pytest.mark.parametrize("first", ["agent", "training"])
+def test_the_documented_docker_volume_is_the_agents_whichever_container_comes_first(
+    host: Path, first: str
+):
+    """A plain named volume takes its owner from a container's image when it mounts the
+    volume empty: a training container first could leave /run/forewarn root's, where the
+    agent (uid 10001) cannot write. The documented volume is a tmpfs whose mount options make
+    it the agent's; it is mounted here with those options, and the agent and a training
+    process with the documented group meet there."""
+    commands = documented_docker_commands()
+    runs = [c for c in commands if c[:2] == ["docker", "run"]]
+    agent_run = next(c for c in runs if any(arg.startswith("forewarn:") for arg in c))
+    training_run = next(c for c in runs if c is not agent_run)
+    name, path, _ = next(m for m in mounted(agent_run).values() if m[1] == "/run/forewarn")
+    assert mounted(training_run)[name][1] == path
+    creates = [c for c in commands if c[:3] == ["docker", "volume", "create"] and c[-1] == name]
+    assert creates, f"{name} is not created before use: its owner depends on who mounts it"
+    assert commands.index(creates[0]) < commands.index(agent_run)
+    options = volume_options(creates[0])
+    assert options["type"] == "tmpfs", options
+    # The training image must not be copied into it (its own /run/forewarn would be root's).
+    assert "nocopy" in mounted(training_run)[name][2]
+    groups = tuple(int(v) for f, v in itertools.pairwise(training_run) if f == "--group-add")
+
+    volume = host / "volume"
+    volume.mkdir(mode=0o755)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options["o"], options["device"], str(volume)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        # A training container first, mounting with nocopy, leaves the volume as its mount
+        # options made it; the agent's image, populating it empty, gives it its own
+        # /run/forewarn's owner and mode (Dockerfile).
+        if first == "agent":
+            os.chown(volume, 10001, 10001)
+            volume.chmod(0o750)
+        agent = {"securityContext": {"runAsUser": 10001, "runAsGroup": 10001}}
+        with agent_as(agent, volume, host) as running:
+            reached = as_trainer(volume, groups=groups)
+            assert reached == {"status": True, "heartbeat": "heartbeat"}, running.output()
+    finally:
+        subprocess.run(["umount", str(volume)], check=False)
