@@ -170,7 +170,20 @@ def test_training_unit_orders_after_the_agent_and_leaves_time_to_flush():
     assert service["KillSignal"] == ["SIGTERM"]
     stop = service["TimeoutStopSec"][0]
     assert stop.endswith("s") and int(stop[:-1]) >= 120  # above AWS's two-minute notice
-    assert service["SupplementaryGroups"] == ["forewarn"]
+
+
+def test_training_unit_starts_where_forewarn_is_not_installed():
+    """The unit says a missing agent does not stop the job, but it named the group
+    `forewarn` (SupplementaryGroups=), and systemd does not start a unit whose group does not
+    exist (status 216/GROUP). The training user's own membership, which the documented
+    install and the cloud-init user data give it, is what opens the sockets."""
+    unit = parse_unit(TRAINING)
+    service = unit["Service"]
+    named = {*service.get("Group", []), *" ".join(service.get("SupplementaryGroups", [])).split()}
+    assert "forewarn" not in named, named
+    assert 'usermod -aG forewarn "$TRAINING_USER"' in (DOCS / "operations.md").read_text()
+    user_data = (UNITS.parent / "cloud-init" / "user-data.yaml.tmpl").read_text()
+    assert "  - name: ${training_user}\n    groups: [forewarn]\n" in user_data
 
 
 def test_training_unit_ends_a_stop_cleanly_and_restarts_after_a_reclaim_exit():
