@@ -5,10 +5,12 @@ requests; the one exception (the DaemonSet's root init container for a hostPath)
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -375,3 +377,52 @@ def test_both_overlays_can_share_a_cluster(tmp_path: Path):
             seen[key] = resource
     bindings = [name for kind, name in seen if kind == "ClusterRoleBinding"]
     assert len(bindings) == 2 * (1 + len(("notifications", "cordon"))), bindings
+
+
+# Where libraries a training job uses write their caches, as they compute it themselves.
+CACHE_PATHS = """
+import json, os
+import huggingface_hub.constants, torch.hub
+print(json.dumps({
+    "torch hub": torch.hub.get_dir(),
+    "Hugging Face": huggingface_hub.constants.HF_HOME,
+    "triton": os.path.join(os.path.expanduser("~"), ".triton", "cache"),  # its default
+    "XDG cache (pip, datasets)": os.path.join(os.path.expanduser("~"), ".cache"),
+}))
+"""
+
+
+def test_the_sidecar_training_container_has_a_writable_home_for_caches(tmp_path: Path):
+    """The training container runs on a read-only root with no HOME: its uid has no home in
+    most images, so the runtime sets HOME=/, and torch hub, Hugging Face datasets and triton
+    failed to write ~/.cache. Each library's own cache path, computed with the container's
+    environment, is on a writable emptyDir of the container."""
+    pytest.importorskip("torch")
+    pytest.importorskip("huggingface_hub")
+    job = next(r for r in render("sidecar-job") if r["kind"] == "Job")
+    pod = job["spec"]["template"]["spec"]
+    train = next(c for c in pod["containers"] if c["name"] == "train")
+    assert train["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e["value"] for e in train.get("env", []) if "value" in e}
+    # What the container runtime does for a uid without a passwd entry.
+    env.setdefault("HOME", "/")
+    env["PATH"] = "/usr/bin:/bin"
+    result = subprocess.run(
+        [sys.executable, "-c", CACHE_PATHS],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    # The agent's socket directory (1 MiB of memory) is no place for caches.
+    scratch = {v["name"] for v in pod["volumes"] if "emptyDir" in v} - {"forewarn-run"}
+    writable = [
+        m["mountPath"]
+        for m in train["volumeMounts"]
+        if m["name"] in scratch and not m.get("readOnly")
+    ]
+    for library, path in json.loads(result.stdout).items():
+        assert any(path.startswith(mount.rstrip("/") + "/") for mount in writable), (
+            f"{library} writes {path}, on the read-only root (writable: {writable})"
+        )
