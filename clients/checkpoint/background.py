@@ -521,12 +521,9 @@ class BackgroundSaver:
     ) -> Generation:
         torch = _torch()
         started = time.monotonic()
-        gen: GenerationWriter
-        try:
-            with (
-                self.store.save(job.step, metadata=metadata) as gen,
-                gen.open(self.file_name) as stream,
-            ):
+
+        def write(gen: GenerationWriter) -> None:
+            with gen.open(self.file_name) as stream:
                 stream.stable_memory = job.stable
                 target = _CancellableStream(stream, cancel)
                 if torch is not None:
@@ -537,12 +534,15 @@ class BackgroundSaver:
                     pickle.dump(snapshot, target)
                 if cancel.is_set():  # after its last write: a left-behind save never commits
                     raise _Cancelled("cancelled for the final checkpoint")
+
+        try:
+            # Through flush: a save that finds the disk full makes room as retention would.
+            flushed = self.store.flush(job.step, write, metadata=metadata)
         finally:
             job.stable.clear()
         if self._durable_estimate is None:
             self._durable_estimate = time.monotonic() - started
-        assert gen.committed is not None
-        return gen.committed
+        return flushed.generation
 
     def _cancel_in_flight(self) -> None:
         self._cancel.set()

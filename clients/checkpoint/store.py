@@ -9,6 +9,7 @@ the backends (`local.py`, `s3.py`).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -44,6 +45,9 @@ log = logging.getLogger("forewarn.checkpoint")
 # fits a notice window of seconds to minutes (15 at the longest), and uploading one file
 # takes minutes even for tens of GiB, so an upload an hour old has no live writer.
 STALE_UPLOAD_AGE = 3600.0
+
+# A save that fails with one of these may succeed once older generations make room.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 VerifyPolicy = Literal["sizes", "checksums"]
 _POLICIES = ("sizes", "checksums")
@@ -250,12 +254,86 @@ class CheckpointStore:
         commit being complete (`LATEST` written on rank 0, the commit seen on the others);
         retention afterwards is not counted. `save_options` go to `save` (rank, ...).
         """
+        try:
+            return self._flush_once(step, write, metadata, save_options)
+        except Exception as exc:
+            # Retention runs only after a commit: a disk that holds `keep` generations but not
+            # one more failed every later save (step 10 stayed the newest through step 60),
+            # and the job trained on with nothing to resume from but step 10.
+            if not _out_of_space(exc):
+                raise
+            ranks = resolve(
+                save_options.get("rank"), save_options.get("world_size"), save_options.get("group")
+            )
+            if ranks.world_size != 1 or not self._make_room(step, exc):
+                raise
+        return self._flush_once(step, write, metadata, save_options)
+
+    def _flush_once(
+        self,
+        step: int,
+        write: Callable[[GenerationWriter], object],
+        metadata: Mapping[str, Any] | None,
+        save_options: Mapping[str, Any],
+    ) -> FlushResult:
         with self.save(step, metadata=metadata, **save_options) as gen:
             write(gen)
         committed = gen.committed
         if committed is None or gen.seconds is None:
             raise CommitError(f"{gen.name} was not committed")
         return FlushResult(gen.seconds, committed)
+
+    def _make_room(self, step: int, cause: BaseException) -> list[int]:
+        """After a save of `step` failed for want of space: delete now the committed
+        generations retention would delete once `step` commits, keeping the newest `keep - 1`
+        that verify (at least one), the one `LATEST` names and any this process is writing.
+        Returns the steps deleted (none when retention would delete none)."""
+        if self.keep is None:
+            return []
+        steps = self.steps()
+        checksums = self.verify_policy == "checksums"
+        survivors = max(self.keep - 1, 1)
+        kept: list[int] = []
+        for candidate in reversed(steps):
+            if candidate == step or candidate in self._writing:
+                continue
+            if candidate not in self._hashed:
+                generation, problems = self._check(candidate, checksums=checksums)
+                if generation is None or problems:
+                    continue
+                if checksums:
+                    self._hashed.add(candidate)
+            kept.append(candidate)
+            if len(kept) == survivors:
+                break
+        if len(kept) < survivors:
+            return []
+        floor = min(kept)
+        hinted = self.latest_hint()
+        # Only committed ones: an uncommitted generation may be another writer's save.
+        doomed = [
+            s
+            for s in steps
+            if s < floor
+            and s not in self._writing
+            and s not in (step, hinted)
+            and self._backend.get_small(f"{generation_name(s)}/{COMMIT}") is not None
+        ]
+        if not doomed:
+            return []
+        log.warning(
+            "forewarn: no space to save %s in %s (%s: %s): deleting %s now, which retention "
+            "(keep=%d) deletes once it commits, and saving it again",
+            generation_name(step),
+            self.url,
+            type(cause).__name__,
+            cause,
+            ", ".join(generation_name(s) for s in doomed),
+            self.keep,
+        )
+        for doomed_step in doomed:
+            self.delete(doomed_step)
+        return doomed
 
     def abort_stale_uploads(self, *, keep_step: int | None = None) -> int:
         """Abort unfinished multipart uploads that killed writers left (S3; nothing on local
@@ -387,3 +465,14 @@ class CheckpointStore:
             for step in doomed:
                 self.delete(step)
         return doomed
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError) and current.errno in _NO_SPACE:
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
