@@ -186,5 +186,10 @@ class Backend(ABC):
         Nothing to do on most backends."""
         return 0
 
+    def remove_stale_temps(self, key: str, *, older_than: float) -> int:
+        """Remove the temp files a killed `put_small(key, ...)` left beside `key`, older than
+        `older_than` seconds; returns how many. Nothing to do where puts are atomic."""
+        return 0
+
     def close(self) -> None:  # noqa: B027 - only some backends hold resources
         """Release threads and connections."""

@@ -36,6 +36,10 @@ from .ranks import Ranks, poll
 
 log = logging.getLogger("forewarn.checkpoint")
 
+# How old a temp file of the LATEST hint must be before a commit removes it: writing the hint
+# (a few bytes and an fsync) takes milliseconds, so one this old has no live writer.
+STALE_TEMP_AGE = 600.0
+
 
 @dataclass(frozen=True)
 class CommitRequest:
@@ -377,6 +381,16 @@ class CommitProtocol:
                 "forewarn: checkpoint %s is committed in %s but the LATEST hint was not "
                 "written: %s",
                 generation_name(step),
+                self.backend.url,
+                exc,
+            )
+        try:
+            # A process killed while it wrote the hint left its temp file in the store's root,
+            # where nothing else ever removed it.
+            self.backend.remove_stale_temps(LATEST, older_than=STALE_TEMP_AGE)
+        except Exception as exc:
+            log.warning(
+                "forewarn: could not remove stale LATEST temp files in %s: %s",
                 self.backend.url,
                 exc,
             )

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -88,6 +90,11 @@ def _temp_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}")
 
 
+def _temp_pattern(name: str) -> re.Pattern[str]:
+    """The names `_temp_beside` gives a temp file of `name`, and only those."""
+    return re.compile(rf"\.{re.escape(name)}{re.escape(_TMP_MARK)}[0-9]+-[0-9a-f]{{8}}")
+
+
 class LocalWriter(ObjectWriter):
     def __init__(self, path: Path, name: str, on_done: OnDone | None, durable: bool) -> None:
         super().__init__(name, on_done)
@@ -164,6 +171,27 @@ class LocalBackend(Backend):
             raise
         if self.durable:
             fsync_dir(path.parent)
+
+    def remove_stale_temps(self, key: str, *, older_than: float) -> int:
+        path = self._path(key)
+        pattern = _temp_pattern(path.name)
+        cutoff = time.time() - older_than
+        removed = 0
+        try:
+            entries = list(os.scandir(path.parent))
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        for entry in entries:
+            if not pattern.fullmatch(entry.name):
+                continue
+            try:
+                if not entry.is_file(follow_symlinks=False) or entry.stat().st_mtime > cutoff:
+                    continue
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+            removed += 1
+        return removed
 
     def get_small(self, key: str) -> bytes | None:
         try:

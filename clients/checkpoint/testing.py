@@ -121,3 +121,6 @@ class DelegatingBackend(Backend):
         return self.inner.abort_stale_uploads(
             keep_prefix, older_than=older_than, dead_prefix=dead_prefix
         )
+
+    def remove_stale_temps(self, key: str, *, older_than: float) -> int:
+        return self.inner.remove_stale_temps(key, older_than=older_than)

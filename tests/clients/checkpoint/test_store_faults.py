@@ -302,3 +302,55 @@ def test_get_file_creates_its_directory_and_refuses_a_directory(
     with pytest.raises(IsADirectoryError, match=rf"{tmp_path / 'out'} is a directory"):
         generation.get_file("model.pt", tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["deeper"]
+
+
+def _killed_while_writing_latest(root: str) -> None:
+    """Commits step 1, but stops for good just before its LATEST temp file is renamed."""
+    real_replace = os.replace
+
+    def stuck(src: Any, dst: Any) -> None:
+        if str(dst).endswith("LATEST"):
+            signal.pause()  # the parent SIGKILLs this process here
+        real_replace(src, dst)
+
+    os.replace = stuck  # type: ignore[assignment]
+    CheckpointStore(root).flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
+
+
+def _latest_temps(root: Path) -> list[str]:
+    return sorted(path.name for path in root.iterdir() if path.name.startswith(".LATEST.tmp-"))
+
+
+def test_a_kill_while_latest_is_written_leaves_no_temp_file_for_good(tmp_path: Path) -> None:
+    """A process killed while it wrote LATEST left `.LATEST.tmp-*` in the store's root, and
+    nothing ever removed it: the next commit removes its stale ones, by name and age only."""
+    from support import eventually
+
+    root = tmp_path / "store"
+    child = multiprocessing.get_context("fork").Process(
+        target=_killed_while_writing_latest, args=(str(root),)
+    )
+    child.start()
+    try:
+        left = eventually(lambda: root.is_dir() and _latest_temps(root), what="LATEST's temp")
+    finally:
+        if child.pid is not None:
+            os.kill(child.pid, signal.SIGKILL)
+        child.join()
+    assert child.exitcode == -signal.SIGKILL
+    (stale,) = left
+    old = time.time() - 86400  # a day: far past any bound a live writer needs
+    os.utime(root / stale, (old, old))
+    # A temp file of a commit that may still be running, and files that are not the
+    # store's own temp files, are left alone.
+    fresh = f".LATEST.tmp-{os.getpid()}-0123abcd"
+    (root / fresh).write_bytes(b"2\n")
+    for name in (".LATEST.tmp-notours", "LATEST.tmp-1-0123abcd", "notes.txt"):
+        (root / name).write_bytes(b"x")
+        os.utime(root / name, (old, old))
+    store = CheckpointStore(root)
+    store.flush(2, lambda gen: gen.write_bytes("model.bin", b"weights-2"))
+    assert _latest_temps(root) == sorted([fresh, ".LATEST.tmp-notours"])
+    assert (root / "LATEST.tmp-1-0123abcd").exists() and (root / "notes.txt").exists()
+    assert store.latest_hint() == 2
+    assert [generation.step for generation in store.generations()] == [1, 2]
