@@ -335,6 +335,7 @@ class BackgroundSaver:
         started = time.monotonic()
         in_flight = self.in_flight
         final_estimate = self._durable_estimate
+        durable_before = self.last_durable
         if in_flight is not None and in_flight == step:
             # The save in flight already holds this step's state: finishing it is the final save.
             # It is waited for even past the deadline (a second save of the same generation
@@ -397,6 +398,20 @@ class BackgroundSaver:
                     f"{seconds_left:.1f} s"
                 )
                 self._cancel_in_flight()
+        committed = self.last_durable
+        if (
+            choice == "cancelled"
+            and committed is not None
+            and committed is not durable_before
+            and committed.step == in_flight
+        ):
+            # A save already past its last write commits anyway during the cancel's grace:
+            # reported as cancelled, its generation is durable and counts for resume.
+            choice = "waited"
+            reason = (
+                f"{reason}; but step {in_flight} was already committing and committed before "
+                "the cancel reached it"
+            )
         self._error = None  # a cancelled or failed older save is superseded by this one
         copies: list[tuple[Any, Any]] = []
         snapshot = self._plan(state, copies)

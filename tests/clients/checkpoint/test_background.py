@@ -831,3 +831,56 @@ def test_close_says_so_when_a_terminate_deadline_passes_during_its_wait_for_an_u
             closing.join()
     assert "step 10" in line and "deadline passed" in line and "not durable" in line
     assert store.latest_hint() == 10  # close went on waiting, and the upload ended
+
+
+class CommitsDuringTheCancel(DelegatingBackend):
+    """A generation's commit starts (every file written) and goes on only once the saver has
+    cancelled it: too late for the cancel to stop it."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.saver: BackgroundSaver | None = None
+        self.committing = threading.Event()
+        self.hold = True
+
+    def make_durable(self, prefix: str) -> None:
+        if self.hold and self.saver is not None:
+            self.hold = False
+            cancel = self.saver._cancel
+            self.committing.set()
+            if not cancel.wait(60):
+                raise TimeoutError("the test never cancelled the save")
+        super().make_durable(prefix)
+
+
+def test_final_reports_an_in_flight_save_that_committed_during_the_cancel_as_committed(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """final() said it cancelled the save in flight when that save, already committing,
+    committed within the cancel's grace: the report must say what really happened."""
+    from forewarn.clients.checkpoint import background
+
+    # The grace ends when the save does: a long one keeps a slow shared machine from
+    # leaving the commit behind, and costs nothing.
+    monkeypatch.setattr(background, "CANCEL_GRACE_SECONDS", 30.0)
+    backend = CommitsDuringTheCancel(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    backend.saver = saver
+    torch.manual_seed(0)
+    model = torch.nn.Linear(32, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(1, 12):
+        loss = model(torch.randn(4, 32)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step == 10:
+            saver.save(10, {"model": model.state_dict(), "step": 10})
+    assert backend.committing.wait(30)
+    final = saver.final(11, {"model": model.state_dict(), "step": 11}, seconds_left=None)
+    assert [g.step for g in store.generations()] == [10, 11]
+    assert store.verify(10) and store.verify(11)
+    assert final.choice == "waited", final.reason
+    assert "committed before the cancel reached it" in final.reason
+    assert final.generation.step == 11
