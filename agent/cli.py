@@ -19,11 +19,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from forewarn.protocol.errors import ForewarnError, UsageError
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, utcnow
 from forewarn.protocol.wire import (
+    DEFAULT_CONFIG_FILE,
     DENIED,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
+    ClientConfig,
+    ConfigFileError,
     EndpointError,
     ReplyError,
+    load_client_config,
     request,
     resolve_endpoints,
     runtime_dir,
@@ -104,6 +108,12 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--control", help="control endpoint (default: ipc://<runtime>/control)")
     parser.add_argument("--runtime-dir", type=_path, help="runtime directory of the agent")
     parser.add_argument(
+        "--config",
+        type=_path,
+        help="the agent's TOML file, for its runtime_dir, events and control (default: "
+        "$FOREWARN_CONFIG, else /etc/forewarn/forewarn.toml when it exists)",
+    )
+    parser.add_argument(
         "--allow-remote", action="store_true", help="accept endpoints that are not loopback"
     )
 
@@ -127,14 +137,34 @@ def _add_control_timeout(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _client_config(given: Path | None) -> ClientConfig:
+    """runtime_dir, events and control of the agent's config file, which the agent reads too:
+    set there alone, they sent every command to the default place, where no agent ran. The
+    system file this user may not read (it may hold secrets) is a warning, not an error."""
+    try:
+        return load_client_config(given, strict=True)
+    except ConfigFileError as error:
+        by_default = given is None and not os.environ.get("FOREWARN_CONFIG")
+        if by_default and not os.access(DEFAULT_CONFIG_FILE, os.R_OK):
+            print(f"forewarn: warning: {error}; using the defaults", file=sys.stderr)
+            return ClientConfig(path=DEFAULT_CONFIG_FILE)
+        raise
+
+
 def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
+    """(events, control): flags, then FOREWARN_* variables, then the agent's config file,
+    then the defaults, as the agent chooses them. Sets `args.runtime_dir` (the control token
+    is read there)."""
+    config = _client_config(args.config)
+    args.runtime_dir = args.runtime_dir or runtime_dir(config=config)
     try:
         return resolve_endpoints(
-            args.runtime_dir or runtime_dir(),
+            args.runtime_dir,
             args.events,
             args.control,
             allow_remote=args.allow_remote,
             names=("--events", "--control"),
+            config=config,
         )
     except EndpointError as error:
         raise UsageError(str(error)) from None

@@ -9,8 +9,11 @@ from __future__ import annotations
 import errno
 import ipaddress
 import json
+import logging
 import os
 import socket
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,8 @@ TOPIC_CLIENT_PREFIX = "client/"
 ENV_RUNTIME_DIR = "FOREWARN_RUNTIME_DIR"
 ENV_EVENTS = "FOREWARN_EVENTS"
 ENV_CONTROL = "FOREWARN_CONTROL"
+ENV_CONFIG = "FOREWARN_CONFIG"
+DEFAULT_CONFIG_FILE = Path("/etc/forewarn/forewarn.toml")
 SYSTEM_RUNTIME_DIR = Path("/run/forewarn")
 # The file an agent holds locked in its runtime directory while it runs (left there after).
 AGENT_LOCK = "agent.lock"
@@ -64,14 +69,120 @@ def _agent_runs_in(directory: Path) -> bool:
     return any(os.path.lexists(directory / name) for name in (AGENT_LOCK, "control"))
 
 
-def runtime_dir(*, for_agent: bool = False) -> Path:
-    """`$FOREWARN_RUNTIME_DIR`, else /run/forewarn when writable (for a client, also when it
+class ConfigFileError(UsageError):
+    """The agent's config file cannot be read, or sets `runtime_dir`, `events` or `control`
+    to something that is not text; the text names the file and the key."""
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """What a client takes from the agent's config file: where the agent listens. Unset keys
+    are None; `path` is the file read (None: there is none)."""
+
+    path: Path | None = None
+    runtime_dir: Path | None = None
+    events: str | None = None
+    control: str | None = None
+
+
+CLIENT_KEYS = ("runtime_dir", "events", "control")
+_log = logging.getLogger("forewarn.config")
+_warned: set[str] = set()
+
+
+def config_file(given: Path | None = None) -> Path | None:
+    """The agent's TOML file, found as the agent finds it: `given` (`--config`), else
+    `$FOREWARN_CONFIG`, else /etc/forewarn/forewarn.toml when it exists; None when none."""
+    path = given
+    if path is None and os.environ.get(ENV_CONFIG):
+        path = Path(os.environ[ENV_CONFIG])
+    if path is None and DEFAULT_CONFIG_FILE.is_file():
+        path = DEFAULT_CONFIG_FILE
+    return path.expanduser() if path is not None else None
+
+
+def read_client_config(path: Path) -> ClientConfig:
+    """`runtime_dir`, `events` and `control` of the TOML file at `path`, read as the agent
+    reads them (keys in any case, a blank value is unset, `~` is a home directory); other
+    keys are the agent's to check.
+    ConfigFileError naming the file when it cannot be read or a key is not text."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    try:
+        with path.open("rb") as handle:
+            document = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigFileError(f"config file {path}: not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigFileError(f"config file {path}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise ConfigFileError(
+            f"config file {path}: cannot read it ({error.strerror or error})"
+        ) from None
+    found: dict[str, str] = {}
+    for key, value in document.items():
+        name = key.lower()
+        if name not in CLIENT_KEYS:
+            continue
+        if name in found:
+            raise ConfigFileError(f"config file {path}: config key {key}: set twice")
+        if not isinstance(value, str):
+            raise ConfigFileError(
+                f"config file {path}: config key {key}: expected a string, got {value!r}"
+            )
+        found[name] = value
+    runtime = found.get("runtime_dir", "")
+    return ClientConfig(
+        path=path,
+        runtime_dir=resolve_config_path(runtime, path) if runtime.strip() else None,
+        events=resolve_config_endpoint(found["events"], path) if found.get("events") else None,
+        control=resolve_config_endpoint(found["control"], path) if found.get("control") else None,
+    )
+
+
+def resolve_config_path(text: str, config: Path) -> Path:
+    """A path the config file at `config` names: `~` is a home directory."""
+    return Path(os.path.expanduser(text))
+
+
+def resolve_config_endpoint(endpoint: str, config: Path) -> str:
+    """`endpoint` as the config file at `config` names it."""
+    return endpoint
+
+
+def load_client_config(given: Path | None = None, *, strict: bool = False) -> ClientConfig:
+    """The agent's config file's `runtime_dir`, `events` and `control` (`config_file` finds
+    it). When the file cannot be used: ConfigFileError when `strict`, else one warning per
+    problem and no keys, so that a bad config file never stops a training job."""
+    path = config_file(given)
+    if path is None:
+        return ClientConfig()
+    try:
+        return read_client_config(path)
+    except ConfigFileError as error:
+        if strict:
+            raise
+        if str(error) not in _warned:
+            _warned.add(str(error))
+            _log.warning("%s; looking for the agent in the default places", error)
+        return ClientConfig(path=path)
+
+
+def runtime_dir(*, for_agent: bool = False, config: ClientConfig | None = None) -> Path:
+    """`$FOREWARN_RUNTIME_DIR`, else (for a client) the config file's `runtime_dir` (`config`,
+    else `load_client_config()`), else /run/forewarn when writable (for a client, also when it
     can enter it and an agent runs there), else `$XDG_RUNTIME_DIR/forewarn`, else
-    /tmp/forewarn-<uid>."""
+    /tmp/forewarn-<uid>. The agent reads its config file itself."""
     explicit = os.environ.get(ENV_RUNTIME_DIR)
     if explicit and explicit.strip():
         # As the agent's configuration reads it: blank is unset, `~` is a home directory.
         return Path(os.path.expanduser(explicit))
+    if not for_agent and config is not None and config.runtime_dir is not None:
+        # An agent whose runtime_dir is set in its config file alone: clients looking only
+        # at the environment went to the default place and never heard it.
+        return config.runtime_dir
     if _writable(SYSTEM_RUNTIME_DIR):
         return SYSTEM_RUNTIME_DIR
     # A client needs no write access there: a member of the system agent's group enters the
@@ -85,12 +196,15 @@ def runtime_dir(*, for_agent: bool = False) -> Path:
     return Path(f"/tmp/forewarn-{os.getuid()}")
 
 
-def default_endpoints(runtime: Path | None = None) -> tuple[str, str]:
-    """(events, control): `FOREWARN_EVENTS` / `FOREWARN_CONTROL`, else ipc sockets in the
-    runtime directory."""
-    base = runtime if runtime is not None else runtime_dir()
-    events = os.environ.get(ENV_EVENTS) or f"ipc://{base}/events"
-    control = os.environ.get(ENV_CONTROL) or f"ipc://{base}/control"
+def default_endpoints(
+    runtime: Path | None = None, *, config: ClientConfig | None = None
+) -> tuple[str, str]:
+    """(events, control): `FOREWARN_EVENTS` / `FOREWARN_CONTROL`, else the config file's
+    `events` / `control` (`config`; without `runtime`, a client's: `load_client_config()`),
+    else ipc sockets in the runtime directory."""
+    base = runtime if runtime is not None else runtime_dir(config=config)
+    events = os.environ.get(ENV_EVENTS) or (config and config.events) or f"ipc://{base}/events"
+    control = os.environ.get(ENV_CONTROL) or (config and config.control) or f"ipc://{base}/control"
     return events, control
 
 
@@ -101,10 +215,11 @@ def resolve_endpoints(
     *,
     allow_remote: bool = False,
     names: tuple[str, str] = ("events", "control"),
+    config: ClientConfig | None = None,
 ) -> tuple[str, str]:
-    """The given endpoints, else the defaults for `runtime`, each checked by `check_endpoint`
-    (EndpointError names the one at fault by `names`)."""
-    default_events, default_control = default_endpoints(runtime)
+    """The given endpoints, else the defaults for `runtime` (and `config`, a client's config
+    file), each checked by `check_endpoint` (EndpointError names the one at fault by `names`)."""
+    default_events, default_control = default_endpoints(runtime, config=config)
     chosen = (events or default_events, control or default_control)
     for endpoint, what in zip(chosen, names, strict=True):
         check_endpoint(endpoint, allow_remote=allow_remote, what=what)
@@ -300,12 +415,16 @@ __all__ = [
     "TOPIC_CLIENT_PREFIX",
     "TOPIC_HEARTBEAT",
     "TOPIC_NOTICE",
+    "ClientConfig",
+    "ConfigFileError",
     "EndpointError",
     "ReplyError",
     "check_endpoint",
     "default_endpoints",
     "ipc_path",
+    "load_client_config",
     "needs_token",
+    "read_client_config",
     "read_token",
     "request",
     "resolve_endpoints",

@@ -427,12 +427,20 @@ class AgentProcess:
         providers: tuple[str, ...] = ("local",),
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        *,
+        runtime: Path | None = None,
+        events: str | None = None,
+        control: str | None = None,
     ) -> None:
+        """`runtime`, `events` and `control` say where the agent listens when `env` does not
+        (an agent set up by its config file)."""
         self.tmp_path = tmp_path
         self.env = env if env is not None else agent_env(tmp_path)
-        runtime = Path(self.env["FOREWARN_RUNTIME_DIR"])
-        self.events = self.env.get("FOREWARN_EVENTS", f"ipc://{runtime}/events")
-        self.control_endpoint = self.env.get("FOREWARN_CONTROL", f"ipc://{runtime}/control")
+        self.runtime = runtime or Path(self.env["FOREWARN_RUNTIME_DIR"])
+        self.events = events or self.env.get("FOREWARN_EVENTS", f"ipc://{self.runtime}/events")
+        self.control_endpoint = control or self.env.get(
+            "FOREWARN_CONTROL", f"ipc://{self.runtime}/control"
+        )
         provider_args = [arg for name in providers for arg in ("--provider", name)]
         self.argv = forewarn_cmd("agent", *provider_args, *args)
         self.proc: subprocess.Popen[str] | None = None
@@ -459,9 +467,8 @@ class AgentProcess:
     def control(self, request: dict[str, Any], timeout: float = CONTROL_TIMEOUT) -> dict[str, Any]:
         """A request as the agent's own user sends it: with the control token when its
         endpoint needs one."""
-        runtime = Path(self.env["FOREWARN_RUNTIME_DIR"])
         return control(
-            self.control_endpoint, with_token(self.control_endpoint, request, runtime), timeout
+            self.control_endpoint, with_token(self.control_endpoint, request, self.runtime), timeout
         )
 
     def subscriber(self, topics: tuple[str, ...] = ("notice",), ready: bool = True) -> Subscriber:
