@@ -179,10 +179,12 @@ def runtime_dir(*, for_agent: bool = False, config: ClientConfig | None = None) 
     if explicit and explicit.strip():
         # As the agent's configuration reads it: blank is unset, `~` is a home directory.
         return Path(os.path.expanduser(explicit))
-    if not for_agent and config is not None and config.runtime_dir is not None:
+    if not for_agent:
         # An agent whose runtime_dir is set in its config file alone: clients looking only
         # at the environment went to the default place and never heard it.
-        return config.runtime_dir
+        chosen = (config if config is not None else load_client_config()).runtime_dir
+        if chosen is not None:
+            return chosen
     if _writable(SYSTEM_RUNTIME_DIR):
         return SYSTEM_RUNTIME_DIR
     # A client needs no write access there: a member of the system agent's group enters the
@@ -202,6 +204,8 @@ def default_endpoints(
     """(events, control): `FOREWARN_EVENTS` / `FOREWARN_CONTROL`, else the config file's
     `events` / `control` (`config`; without `runtime`, a client's: `load_client_config()`),
     else ipc sockets in the runtime directory."""
+    if runtime is None and config is None:
+        config = load_client_config()
     base = runtime if runtime is not None else runtime_dir(config=config)
     events = os.environ.get(ENV_EVENTS) or (config and config.events) or f"ipc://{base}/events"
     control = os.environ.get(ENV_CONTROL) or (config and config.control) or f"ipc://{base}/control"
