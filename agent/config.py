@@ -18,9 +18,15 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from forewarn.protocol.errors import ConfigError
-from forewarn.protocol.wire import EndpointError, resolve_endpoints, runtime_dir
+from forewarn.protocol.wire import (
+    EndpointError,
+    resolve_config_endpoint,
+    resolve_config_path,
+    resolve_endpoints,
+    runtime_dir,
+)
 from forewarn.providers.registry import REGISTRY, Registry
-from forewarn.providers.settings import ProviderSettings, read_value
+from forewarn.providers.settings import ProviderSettings, _holds_path, read_value
 from pydantic import (
     BaseModel,
     Field,
@@ -210,7 +216,7 @@ class Settings(BaseSettings):
         toml_file = _CONFIG_FILE.get("path")
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if toml_file is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+            sources.append(_TomlSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
 
     def provider_settings(self, name: str) -> ProviderSettings:
@@ -252,6 +258,46 @@ class Settings(BaseSettings):
             )
         except EndpointError as error:
             raise ConfigError(str(error)) from None
+
+
+class _TomlSource(TomlConfigSettingsSource):
+    """The TOML file with its relative paths made relative to the file's directory, as the
+    clients read them: relative to the agent's working directory (/ under systemd), a client
+    elsewhere looked for `runtime_dir = "run"` in a directory of its own."""
+
+    def __init__(self, settings_cls: type[BaseSettings], toml_file: Path) -> None:
+        self._model = settings_cls  # `_read_file` runs inside the base class's __init__
+        super().__init__(settings_cls, toml_file=toml_file)
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        document: dict[str, Any] = super()._read_file(file_path)
+        return _relative_to(Path(file_path), document, self._model)
+
+
+def _relative_to(
+    config: Path, document: dict[str, Any], model: type[BaseModel], top: bool = True
+) -> dict[str, Any]:
+    fields = {name.lower(): field for name, field in model.model_fields.items()}
+    resolved = dict(document)
+    for key, value in document.items():
+        field = fields.get(str(key).lower())
+        if field is None:
+            continue
+        annotation = field.annotation
+        if isinstance(value, str) and value.strip() and _holds_path(annotation):
+            resolved[key] = str(resolve_config_path(value, config))
+        elif isinstance(value, str) and top and str(key).lower() in _ENDPOINTS:
+            resolved[key] = resolve_config_endpoint(value, config)
+        elif (
+            isinstance(value, dict)
+            and isinstance(annotation, type)
+            and issubclass(annotation, BaseModel)
+        ):
+            resolved[key] = _relative_to(config, value, annotation, top=False)
+    return resolved
+
+
+_ENDPOINTS = ("events", "control")
 
 
 def runtime_state_name(runtime: Path) -> str:

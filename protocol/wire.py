@@ -103,8 +103,8 @@ def config_file(given: Path | None = None) -> Path | None:
 
 def read_client_config(path: Path) -> ClientConfig:
     """`runtime_dir`, `events` and `control` of the TOML file at `path`, read as the agent
-    reads them (keys in any case, a blank value is unset, `~` is a home directory); other
-    keys are the agent's to check.
+    reads them (keys in any case, a blank value is unset, `~` is a home directory, a relative
+    path is relative to the file's directory); other keys are the agent's to check.
     ConfigFileError naming the file when it cannot be read or a key is not text."""
     if sys.version_info >= (3, 11):
         import tomllib
@@ -143,13 +143,21 @@ def read_client_config(path: Path) -> ClientConfig:
 
 
 def resolve_config_path(text: str, config: Path) -> Path:
-    """A path the config file at `config` names: `~` is a home directory."""
-    return Path(os.path.expanduser(text))
+    """A path the config file at `config` names: `~` is a home directory, and a relative path
+    is relative to the file's directory (the agent's working directory is / under systemd,
+    a client's is anywhere: only the file's place is the same for both)."""
+    path = Path(os.path.expanduser(text))
+    if path.is_absolute():
+        return path
+    return Path(os.path.abspath(config)).parent / path
 
 
 def resolve_config_endpoint(endpoint: str, config: Path) -> str:
-    """`endpoint` as the config file at `config` names it."""
-    return endpoint
+    """`endpoint` with a relative `ipc://` path made relative to the config file's directory."""
+    path = ipc_path(endpoint)
+    if path is None or not str(path) or path.is_absolute():
+        return endpoint
+    return f"ipc://{resolve_config_path(str(path), config)}"
 
 
 def load_client_config(given: Path | None = None, *, strict: bool = False) -> ClientConfig:

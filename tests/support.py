@@ -431,10 +431,12 @@ class AgentProcess:
         runtime: Path | None = None,
         events: str | None = None,
         control: str | None = None,
+        cwd: Path | None = None,
     ) -> None:
         """`runtime`, `events` and `control` say where the agent listens when `env` does not
-        (an agent set up by its config file)."""
+        (an agent set up by its config file); `cwd` is its working directory."""
         self.tmp_path = tmp_path
+        self.cwd = cwd
         self.env = env if env is not None else agent_env(tmp_path)
         self.runtime = runtime or Path(self.env["FOREWARN_RUNTIME_DIR"])
         self.events = events or self.env.get("FOREWARN_EVENTS", f"ipc://{self.runtime}/events")
@@ -449,7 +451,12 @@ class AgentProcess:
     def start(self, timeout: float = 30.0) -> AgentProcess:
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT, text=True
+            self.argv,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=self.cwd,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

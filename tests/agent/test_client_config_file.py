@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from forewarn.agent.config import ConfigError, load_settings
 from forewarn.protocol.wire import ConfigFileError, read_client_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import AgentProcess, agent_env, free_port, run_forewarn
+from support import AgentProcess, agent_env, forewarn_cmd, free_port, run_forewarn
 
 
 def _file_agent(tmp_path: Path, config: Path, runtime: Path, **endpoints: str) -> AgentProcess:
@@ -96,7 +97,21 @@ def test_a_config_file_the_commands_cannot_use_is_an_error_naming_it(
 
 
 _VALUES = (
-    st.sampled_from(["", " ", "~", "~/run", "run", "/r", "ipc:///x/e", "tcp://127.0.0.1:5"])
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "~",
+            "~/run",
+            "run",
+            "../r",
+            "/r",
+            "ipc:///x/e",
+            "ipc://e",
+            "ipc://@e",
+            "tcp://1:5",
+        ]
+    )
     | st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
     | st.integers()
     | st.booleans()
@@ -145,3 +160,37 @@ def test_the_clients_read_the_three_keys_as_the_agent_does(
     assert client.runtime_dir == agent.runtime_dir
     assert client.events == (agent.events or None)
     assert client.control == (agent.control or None)
+
+
+def test_a_relative_path_in_the_config_file_is_relative_to_the_files_directory(
+    tmp_path: Path,
+) -> None:
+    """`runtime_dir = "run"` was relative to each reader's working directory: / for the agent
+    under systemd, anywhere for a job, so the two never met. Both now read it relative to
+    the config file's directory, the one place they share."""
+    etc = tmp_path / "etc"
+    agent_cwd, job_cwd = tmp_path / "agent-cwd", tmp_path / "job-cwd"
+    for directory in (etc, agent_cwd, job_cwd):
+        directory.mkdir()
+    config = etc / "forewarn.toml"
+    config.write_text('runtime_dir = "run"\nstate_dir = "./state"\n')
+    env = agent_env(tmp_path)
+    del env["FOREWARN_RUNTIME_DIR"], env["FOREWARN_STATE_DIR"]
+    agent = AgentProcess(
+        tmp_path, args=("--config", str(config)), env=env, runtime=etc / "run", cwd=agent_cwd
+    )
+    agent.start(timeout=15)
+    try:
+        assert (etc / "state").is_dir() and not (agent_cwd / "state").exists()
+        done = subprocess.run(
+            forewarn_cmd("status", "--json"),
+            env=_client_env(tmp_path, FOREWARN_CONFIG=str(config)),
+            cwd=job_cwd,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["ok"] is True
+    finally:
+        agent.stop()
