@@ -13,13 +13,14 @@ import hashlib
 import ipaddress
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 from forewarn.protocol.errors import ConfigError
 from forewarn.protocol.wire import (
+    ConfigFileError,
     EndpointError,
+    read_toml,
     resolve_config_endpoint,
     resolve_config_path,
     resolve_endpoints,
@@ -420,13 +421,9 @@ def load_settings(
     document: dict[str, Any] = {}
     if path is not None:
         try:
-            document = _check_toml(path)
-        except ValueError as error:
-            raise ConfigError(f"config file {path}: {error}") from None
-        except OSError as error:
-            # A file (or a directory above it) this user cannot read was an 'unexpected
-            # PermissionError' with exit 1.
-            raise ConfigError(f"config file {path}: cannot read it ({error.strerror})") from None
+            document = read_toml(path)
+        except ConfigFileError as error:
+            raise ConfigError(str(error)) from None
     given = {key: value for key, value in overrides.items() if value is not None}
     _once_in_any_case(document, f"config file {path}")
     _once_in_any_case(given, "the command line")
@@ -517,24 +514,6 @@ def _overridden(document: dict[str, Any], given: dict[str, Any], path: Path | No
                 continue
             notes.append(f"config key {dotted}: {by} overrides its value in {path}")
     return notes
-
-
-def _check_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
-    if path.is_dir():
-        raise ValueError("is a directory")
-    if not path.is_file():
-        raise ValueError("not a regular file" if path.exists() else "not found")
-    with path.open("rb") as handle:
-        try:
-            return tomllib.load(handle)
-        except tomllib.TOMLDecodeError as error:
-            raise ValueError(f"not valid TOML: {error}") from None
-        except UnicodeDecodeError as error:
-            raise ValueError(f"not UTF-8 text (byte {error.start}), as TOML must be") from None
 
 
 __all__ = [

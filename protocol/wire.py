@@ -101,26 +101,41 @@ def config_file(given: Path | None = None) -> Path | None:
     return path.expanduser() if path is not None else None
 
 
-def read_client_config(path: Path) -> ClientConfig:
-    """`runtime_dir`, `events` and `control` of the TOML file at `path`, read as the agent
-    reads them (keys in any case, a blank value is unset, `~` is a home directory, a relative
-    path is relative to the file's directory); other keys are the agent's to check.
-    ConfigFileError naming the file when it cannot be read or a key is not text."""
+def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML document at `path`, for the agent and the clients alike; ConfigFileError
+    naming the file and what is wrong with it (missing, a directory, unreadable, not UTF-8,
+    not TOML)."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
         import tomli as tomllib
     try:
+        if path.is_dir():
+            raise ConfigFileError(f"config file {path}: is a directory")
+        if not path.is_file():
+            what = "not a regular file" if path.exists() else "not found"
+            raise ConfigFileError(f"config file {path}: {what}")
         with path.open("rb") as handle:
-            document = tomllib.load(handle)
+            return tomllib.load(handle)
     except tomllib.TOMLDecodeError as error:
         raise ConfigFileError(f"config file {path}: not valid TOML: {error}") from None
     except UnicodeDecodeError as error:
-        raise ConfigFileError(f"config file {path}: not UTF-8 text (byte {error.start})") from None
+        raise ConfigFileError(
+            f"config file {path}: not UTF-8 text (byte {error.start}), as TOML must be"
+        ) from None
     except OSError as error:
+        # A file (or a directory above it) this user cannot read.
         raise ConfigFileError(
             f"config file {path}: cannot read it ({error.strerror or error})"
         ) from None
+
+
+def read_client_config(path: Path) -> ClientConfig:
+    """`runtime_dir`, `events` and `control` of the TOML file at `path`, read as the agent
+    reads them (keys in any case, a blank value is unset, `~` is a home directory, a relative
+    path is relative to the file's directory); other keys are the agent's to check.
+    ConfigFileError naming the file when it cannot be read or a key is not text."""
+    document = read_toml(path)
     found: dict[str, str] = {}
     for key, value in document.items():
         name = key.lower()
@@ -438,6 +453,7 @@ __all__ = [
     "needs_token",
     "read_client_config",
     "read_token",
+    "read_toml",
     "request",
     "resolve_endpoints",
     "runtime_dir",
