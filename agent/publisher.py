@@ -21,6 +21,7 @@ import logging
 import os
 import socket
 import stat
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -90,6 +91,9 @@ class Publisher:
         self._replay_due = False
         self.subscriptions_seen = 0
         self.requests_served = 0
+        # When the request being answered entered its handler (None between requests): a
+        # reply that waits for the disk (a notify's, an ack's) is a busy control, not a dead one.
+        self.handling_since: float | None = None
         self.requests_refused = 0
         self._refusals = WarningThrottle(REFUSAL_LOG_INTERVAL)
         self._bad_clients = WarningThrottle(REFUSAL_LOG_INTERVAL)
@@ -256,7 +260,11 @@ class Publisher:
             if split is None:
                 continue  # no REQ envelope (a raw DEALER): there is nobody to answer
             envelope, body = split
-            reply = await self._answer(body, handle)
+            self.handling_since = time.monotonic()
+            try:
+                reply = await self._answer(body, handle)
+            finally:
+                self.handling_since = None
             self.requests_served += 1
             try:
                 await self.router.send_multipart([*envelope, b"", json.dumps(reply).encode()])

@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
@@ -73,6 +74,10 @@ CRASH_WINDOW = 60.0
 # mean control is dead, and how many rebinds may fail to cure it before the agent exits.
 PROBE_TIMEOUT = 1.0
 PROBE_FAILURES = 3
+# A probe left unanswered while control was in the middle of answering another request (a
+# notify or an ack waiting for its state to reach a slow disk) is no miss, unless that request
+# has been in its handler this long: control is busy, not dead, and a rebind dropped the reply.
+PROBE_BUSY_LIMIT = 30.0
 PROBE_REBINDS = 2
 # The longest the escalation loop sleeps while something is due: deadlines are wall-clock
 # times but the sleep runs on the monotonic clock, so a wall-clock step (NTP, a resume, a live
@@ -445,6 +450,9 @@ class Agent:
                     self.control_answers = True
                     self.observers.on_liveness(self.liveness())
                 misses, self.control_rebinds = 0, 0
+                continue
+            since = self.publisher.handling_since
+            if since is not None and time.monotonic() - since < PROBE_BUSY_LIMIT:
                 continue
             misses += 1
             if misses < PROBE_FAILURES:

@@ -386,3 +386,41 @@ async def test_a_notify_is_answered_once_its_state_is_on_disk(
     saved = load_state(tmp_path / "state" / "state.json")
     assert [notice.id for notice in saved.manual] == ["local/manual/a"]
     agent.state_writer.close()
+
+
+class Unanswered:
+    """A control probe whose requests are never answered."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def answers(self, timeout: float, token: str | None) -> bool:
+        self.asked += 1
+        return False
+
+
+async def test_control_busy_answering_a_request_is_not_rebound(tmp_path: Path) -> None:
+    """A notify's or an ack's reply waits for its state to reach the disk: under load (a
+    clean-clone CI run) the self-probe's requests went unanswered meanwhile, control was
+    taken for dead and rebound, and the waiting ack's reply was dropped (the client sent it
+    again). A control in the middle of a request is busy; one answering nothing is dead."""
+    agent, _ = _agent_publishing_to_a_recorder(tmp_path)
+    rebinds: list[float] = []
+
+    async def restart() -> None:
+        rebinds.append(time.monotonic())
+
+    agent._restart_control = restart  # type: ignore[method-assign]
+    agent.publisher.handling_since = time.monotonic()  # type: ignore[attr-defined]
+    probe = Unanswered()
+    task = asyncio.create_task(agent._probe_control_with(probe, 0.01))  # type: ignore[arg-type]
+    try:
+        await eventually_async(lambda: probe.asked >= 3 * runner.PROBE_FAILURES, what="probes")
+        assert rebinds == [] and agent.control_answers
+        agent.publisher.handling_since = None  # type: ignore[attr-defined]
+        await eventually_async(lambda: rebinds, what="the rebind of a control answering nothing")
+        assert not agent.control_answers
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    agent.state_writer.close()
