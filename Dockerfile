@@ -18,7 +18,7 @@ ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 # Stage 1: build the wheel from this source tree.
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY protocol ./protocol
 COPY agent ./agent
 COPY providers ./providers

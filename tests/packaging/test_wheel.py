@@ -75,6 +75,9 @@ def test_the_wheel_carries_every_provider_face(tmp_path: Path, image_build_stage
         for path in (target / "forewarn").rglob("__init__.py")
     }
     assert packages == installed
+    # The licence the metadata declares travels with the code (the repository had no file).
+    (licence,) = target.glob("forewarn-*.dist-info/licenses/LICENSE")
+    assert licence.read_text().split()[:3] == ["Apache", "License", "Version"]
     site = sysconfig.get_paths()["purelib"]
     out = subprocess.run(
         [sys.executable, "-S", "-c", CHECK, str(target), site],
