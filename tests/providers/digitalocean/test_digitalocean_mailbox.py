@@ -320,6 +320,33 @@ async def test_a_cancellation_clears_the_reclaim_and_a_new_time_moves_it(
         assert again.reports == []
 
 
+def rebuild_folder(
+    dovecot: Dovecot, mail_user: MailUser, mails: list[bytes], *, create_only: bool = False
+) -> None:
+    """(Re)create the folder "Reclaims" holding `mails`: a new UIDVALIDITY, UIDs from 1."""
+    conn = dovecot.connect(mail_user)
+    try:
+        if not create_only:
+            assert conn.delete("Reclaims")[0] == "OK"
+        assert conn.create("Reclaims")[0] == "OK"
+    finally:
+        conn.logout()
+    for raw in mails:
+        dovecot.append(mail_user, raw, mailbox="Reclaims")
+
+
+async def reads_the_rebuilt_folder(second: Running, first: Running) -> None:
+    """Wait until `second` has opened the folder under a UIDVALIDITY `first` did not see,
+    and has read it through."""
+    await second.until(
+        lambda: (
+            second.watcher._seen is not None
+            and second.watcher._seen.uidvalidity not in (None, first.watcher._seen.uidvalidity)
+        )
+    )
+    await second.idling()
+
+
 async def test_a_rebuilt_mailbox_does_not_raise_a_mail_without_message_id_again(
     dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
 ) -> None:
@@ -332,28 +359,13 @@ async def test_a_rebuilt_mailbox_does_not_raise_a_mail_without_message_id_again(
     message.set_content("Droplet gpu-spot-1 will be reclaimed.")  # and no Message-ID
     raw = bytes(message)
 
-    def rebuild(create_only: bool = False) -> None:
-        conn = dovecot.connect(mail_user)
-        try:
-            if not create_only:
-                assert conn.delete("Reclaims")[0] == "OK"
-            assert conn.create("Reclaims")[0] == "OK"
-        finally:
-            conn.logout()
-        dovecot.append(mail_user, raw, mailbox="Reclaims")
-
-    await asyncio.to_thread(rebuild, True)
+    await asyncio.to_thread(rebuild_folder, dovecot, mail_user, [raw], create_only=True)
     async with running(settings, state) as first:
         (notice,) = await first.count(1)
-    await asyncio.to_thread(rebuild)  # a new UIDVALIDITY, the same mail at UID 1 again
+    # A new UIDVALIDITY, the same mail at UID 1 again.
+    await asyncio.to_thread(rebuild_folder, dovecot, mail_user, [raw])
     async with running(settings, state) as second:
-        await second.until(
-            lambda: (
-                second.watcher._seen is not None
-                and second.watcher._seen.uidvalidity not in (None, first.watcher._seen.uidvalidity)
-            )
-        )
-        await second.idling()
+        await reads_the_rebuilt_folder(second, first)
         assert [(r.id, r.action) for r in second.reports] == [(notice.id, "drain")]
 
 
@@ -370,30 +382,13 @@ async def test_a_cancellation_read_again_does_not_withdraw_a_later_reclaim(
         reclaim(),
     ]
 
-    def rebuild(create_only: bool = False) -> None:
-        conn = dovecot.connect(mail_user)
-        try:
-            if not create_only:
-                assert conn.delete("Reclaims")[0] == "OK"
-            assert conn.create("Reclaims")[0] == "OK"
-        finally:
-            conn.logout()
-        for raw in mails:
-            dovecot.append(mail_user, raw, mailbox="Reclaims")
-
-    await asyncio.to_thread(rebuild, True)
+    await asyncio.to_thread(rebuild_folder, dovecot, mail_user, mails, create_only=True)
     async with running(settings, state) as first:
         standing = (await first.count(3))[2]
         assert [r.action for r in first.reports] == ["drain", "clear", "drain"]
-    await asyncio.to_thread(rebuild)
+    await asyncio.to_thread(rebuild_folder, dovecot, mail_user, mails)
     async with running(settings, state) as second:
-        await second.until(
-            lambda: (
-                second.watcher._seen is not None
-                and second.watcher._seen.uidvalidity not in (None, first.watcher._seen.uidvalidity)
-            )
-        )
-        await second.idling()
+        await reads_the_rebuilt_folder(second, first)
         assert [(r.id, r.action) for r in second.reports] == [(standing.id, "drain")]
 
 
