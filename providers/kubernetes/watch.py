@@ -198,8 +198,10 @@ class KubernetesWatcher:
     @property
     def answered(self) -> bool:
         """The node was listed once: a notice from before an agent restart that the list did
-        not report again is gone (until then the agent keeps it)."""
-        return self.lists > 0
+        not report again is gone (until then the agent keeps it). Not while the list shows no
+        node this watcher has ever seen: a node deleted while the agent was down is still
+        gone, and the terminate raised for its deletion must stand until the node is back."""
+        return self.lists > 0 and not self.node_missing
 
     def _success(self) -> None:
         # A watch on a node that does not exist works, but is not what the user wants.

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, Subscriber, agent_env, eventually
@@ -95,6 +96,48 @@ def test_agent_turns_node_changes_into_notices(tmp_path: Path, server: SimServer
         assert isinstance(sim, KubernetesSimulator)
         assert sim.counts["lists"] >= 2  # the 410 made it list again
         assert sim.counts["unauthorized"] == 0
+    assert "Traceback" not in agent.output()
+
+
+def test_a_deleted_node_stays_terminated_across_an_agent_restart(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """An agent restarted after its Node was deleted lists no node: the terminate it had
+    raised is not withdrawn by that list (the node is still gone), only once the node is
+    listed again."""
+    env = _kubernetes_env(tmp_path, server)
+    deleted = f"kubernetes/{NODE}/deleted"
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    first = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+    with first as agent, agent.subscriber() as sub:
+        wait_for_watch(server)
+        control(server, "delete")
+        expect(sub, "terminate", deleted)
+    lists = sim.counts["lists"]
+    second = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+    with second as agent, agent.subscriber(topics=("notice", "heartbeat")) as sub:
+
+        def listed_no_node() -> bool:
+            health = agent.control({"op": "status"})["health"]
+            return any(h["last_error"] == "node-not-found" for h in health)
+
+        eventually(listed_no_node, what="the restarted agent's list, without the node")
+        assert sim.counts["lists"] > lists
+        # Restored notices are settled just before each heartbeat: two beats sent after the
+        # list was answered mean the agent has settled them with that answer in hand.
+        listed = utcnow()
+        beats = 0
+        while beats < 2:
+            topic, message = sub.recv(timeout=10)
+            if topic != "heartbeat":
+                assert message["action"] != "clear", message
+            elif parse_time(message["sent_at"]) > listed:
+                beats += 1
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {deleted: "terminate"}
+        withdraw(server, "node")  # created again: the node is back
+        expect(sub, "clear", deleted)
     assert "Traceback" not in agent.output()
 
 
