@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from other_user import call_as
+from support import eventually, free_port
 
 Tool = Callable[[str], str]
 
@@ -263,3 +266,47 @@ def test_the_documented_imap_credentials_file_is_readable_by_the_units_user():
         assert call_as(10001, 10001, agent_reads) == "reclaim@example.com"
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+RANK = """\
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a reclaim save, then guard.exit_code
+if sys.argv[1] == "exit":
+    sys.exit(143)  # a terminate notice: the rank saves and exits by itself
+open(sys.argv[2], "w").close()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _torchrun(tmp_path: Path, mode: str) -> subprocess.Popen[bytes]:
+    rank = tmp_path / "rank.py"
+    rank.write_text(RANK)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1"]
+    argv += ["--nproc-per-node", "1", "--master-addr", "127.0.0.1"]
+    argv += ["--master-port", str(free_port()), str(rank), mode, str(tmp_path / "ready")]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_torchrun_as_the_training_unit_exits_1_on_a_stop_as_it_says(tmp_path: Path):
+    """The unit said a stop leaves it inactive with torchrun as its main process too: torchrun
+    exits 1 on its own SIGTERM (torch raises SignalException) even though the rank exited 143,
+    so the unit is left failed. And it exits 1 when a rank exits 143 by itself, which is why
+    1 must not be a success exit: Restart=on-failure resumes the job after a reclaim."""
+    pytest.importorskip("torch.distributed.run")
+    stopped = _torchrun(tmp_path, "wait")
+    try:
+        eventually(lambda: (tmp_path / "ready").exists(), timeout=60, what="the rank")
+        stopped.send_signal(signal.SIGTERM)  # systemctl stop, KillMode=mixed
+        assert stopped.wait(timeout=60) == 1
+    finally:
+        stopped.kill()
+        stopped.wait()
+    assert _torchrun(tmp_path, "exit").wait(timeout=60) == 1
+    service = parse_unit(TRAINING)["Service"]
+    assert "1" not in " ".join(service.get("SuccessExitStatus", [])).split()
+    unit_text = " ".join(TRAINING.read_text().split())
+    assert "With torchrun as ExecStart systemd sees torchrun's exit" in unit_text
+    assert "1 after a stop" in unit_text
+    docs = " ".join((DOCS / "operations.md").read_text().split())
+    assert "torchrun exits 1 on its own SIGTERM" in docs
