@@ -9,6 +9,7 @@
   kubeconfig's exec plugin run again).
 - A 429 or 503 with `Retry-After` is retried after that long (at most `retry_max`), not
   after the backoff's first 0.2 s.
+- A server certificate that fails verification has the CA read again (it rotates).
 - Bad configuration (no node name, an unreadable token) is one clear error in PollHealth,
   retried every minute; the agent and its other watchers keep running.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -47,6 +49,18 @@ CONFIG_RETRY = 60.0
 FIRST_RETRY = 0.2
 # A stream that ends this fast with nothing in it is a misbehaving server, not a timeout.
 SHORT_STREAM = 1.0
+
+
+def certificate_refused(error: BaseException) -> bool:
+    """Whether an httpx error is the API server's certificate failing verification."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(error)
 
 
 class KubernetesWatcher:
@@ -149,6 +163,11 @@ class KubernetesWatcher:
             except httpx.HTTPError as error:
                 kind = "timeout" if isinstance(error, httpx.TimeoutException) else "transport"
                 self.health.error(kind, f"{type(error).__name__}: {error}")
+                if certificate_refused(error):
+                    # The cluster CA may have rotated: ca.crt (kube-root-ca.crt) or the
+                    # kubeconfig's CA holds the new one now. The CA is read when resolving,
+                    # so resolve again rather than refuse the new certificate forever.
+                    await self.aclose()
                 await self._pause(backoff)
 
     async def _relist(self, api: NodeApi, emit: Emit) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import time
@@ -555,3 +556,98 @@ def test_keepalive_options_take_on_a_real_socket() -> None:
             assert sock.getsockopt(tcp, socket.TCP_KEEPINTVL) == 10
             assert sock.getsockopt(tcp, socket.TCP_KEEPCNT) == 3
             assert sock.getsockopt(tcp, socket.TCP_USER_TIMEOUT) == 60_000
+
+
+def _self_signed_ca(directory: Path, name: str) -> tuple[Path, Path]:
+    """A CA certificate that is also the server's, for 127.0.0.1 (as a cluster CA signs the
+    API server's), and its key: PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+async def test_a_rotated_cluster_ca_is_read_again(tmp_path: Path, start_watcher: Any) -> None:
+    """The cluster CA rotates: kube-root-ca.crt (the ca.crt file) gets the new CA, then the
+    API server serves a certificate of the new CA. The watcher kept the CA it read at start
+    and failed every TLS handshake from then on, hearing of no cordon until it restarted."""
+    import ssl
+
+    from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+    from forewarn.providers.simulator import SimServer
+
+    old_cert, old_key = _self_signed_ca(tmp_path, "old-ca")
+    new_cert, new_key = _self_signed_ca(tmp_path, "new-ca")
+
+    def serving(cert: Path, key: Path) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        return context
+
+    tls = {"context": serving(old_cert, old_key)}
+    accepted: list[socket.socket] = []
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(old_cert.read_bytes())
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    sim = KubernetesSimulator(node=NODE, token=TOKEN, max_watch_seconds=30, bookmark_interval=30)
+    with SimServer(sim) as server:
+        accept = server.httpd.socket.accept
+
+        def get_request() -> tuple[socket.socket, Any]:
+            raw, address = accept()
+            wrapped = tls["context"].wrap_socket(
+                raw, server_side=True, do_handshake_on_connect=False
+            )
+            accepted.append(wrapped)
+            return wrapped, address
+
+        server.httpd.get_request = get_request  # type: ignore[method-assign]
+        url = f"https://127.0.0.1:{server.port}"
+        running: Running = await start_watcher(
+            url=url, node_name=NODE, token_file=token_file, ca_file=ca_file
+        )
+        await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+        ca_file.write_bytes(new_cert.read_bytes())
+        tls["context"] = serving(new_cert, new_key)
+        for connection in accepted:  # the API server restarts with its new certificate
+            with contextlib.suppress(OSError):  # closed already
+                connection.shutdown(socket.SHUT_RDWR)
+        await running.until(
+            lambda: running.health.errors_by_kind.get("transport", 0) >= 1,
+            what="a failed reconnection",
+        )
+        sim.raise_notice("cordon", {})
+        await running.report("drain", CORDON, timeout=15)
