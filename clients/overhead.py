@@ -65,6 +65,10 @@ class Scenario:
     no_notice_share: float = DEFAULT_NO_NOTICE_SHARE  # q: share without a usable notice
     # The flush the notice must cover (a high quantile); None: the mean.
     flush_p95_seconds: float | None = field(default=None)
+    # The notice came as a drain with a deadline: the job saved on it at once and trained
+    # on, and `notice_lead_seconds` is the lead of the terminate the agent sent later
+    # (deadline - exit margin). That first save is one more flush per notice.
+    drain_first: bool = False
 
     def __post_init__(self) -> None:
         _check("checkpoint_seconds", self.checkpoint_seconds)
@@ -213,6 +217,10 @@ def breakdown(scenario: Scenario, interval_seconds: float) -> Breakdown:
             saved = e.x(0, a) + d * e.p(0, a) + tau * e.p(a, s)
             flush = noticed * c * e.p(0, tau)
             tax += noticed * c * e.p(tau, s)
+            if scenario.drain_first:
+                # The drain's save, made while the job trained on towards the terminate.
+                time += noticed * c * hit
+                flush += noticed * c * hit
             idle = noticed * (
                 (lead - d - c) * e.p(0, a)
                 + (lead - tau - c) * e.p(a, tau)

@@ -20,7 +20,15 @@ from forewarn.protocol.timefmt import parse_duration
 
 from ..telemetry import FILE_NAME, TelemetryFormatError, read_records, telemetry_path
 from .costs import Costs, costs
-from .inputs import PlanError, Prices, Timing, rate_to_mtbi
+from .inputs import (
+    DEFAULT_EXIT_MARGIN_SECONDS,
+    DRAIN_LEAD_SECONDS,
+    NOTICE_ACTIONS,
+    PlanError,
+    Prices,
+    Timing,
+    rate_to_mtbi,
+)
 from .model import (
     DEFAULT_WARN_TAX,
     Intervals,
@@ -56,6 +64,8 @@ FLAGS = {
     "reacquire_seconds": "--reacquire",
     "detection_seconds": "--detection",
     "notice_lead_seconds": "--notice-lead",
+    "notice_action": "--notice-action",
+    "exit_margin_seconds": "--exit-margin",
     "response_seconds": "--telemetry",
     "steps_per_second": "--steps-per-second",
     "interval": "--interval",
@@ -242,6 +252,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DUR",
         help="seconds of notice before the machine goes (default: median lead of "
         "terminate notices in the telemetry; none: no usable notice)",
+    )
+    job.add_argument(
+        "--notice-action",
+        choices=NOTICE_ACTIONS,
+        help="how the notice reaches the job: terminate (save and exit at once, the machine "
+        "waits billed for the reclaim: AWS, GCP and Azure spot) or drain (save and train on "
+        "until the agent sends the terminate at the exit margin before the deadline: "
+        "DigitalOcean's reclaim mail, GCP host maintenance); default: drain for a --notice-lead "
+        f"over {DRAIN_LEAD_SECONDS / 60:g} min, else terminate",
+    )
+    job.add_argument(
+        "--exit-margin",
+        type=_duration,
+        metavar="DUR",
+        help="the agent's exit_margin, for a drain: the terminate comes the larger of it and "
+        f"twice the flush p95 before the deadline (default {DEFAULT_EXIT_MARGIN_SECONDS:g}s)",
     )
     rate = job.add_mutually_exclusive_group()
     rate.add_argument(
@@ -614,6 +640,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         # was long enough, and no longer is assumed (no idle tail).
         lead = response
         sources["notice_lead_seconds"] = "telemetry (every notice saved on)"
+    action = _notice_action(args, lead, sources)
     timing = Timing(
         checkpoint_seconds=checkpoint,
         mtbi_seconds=mtbi,
@@ -629,6 +656,10 @@ def resolve(args: argparse.Namespace) -> Resolved:
         no_notice_share=share,
         steps_per_second=pick("steps_per_second", args.steps_per_second, None),
         max_interval_seconds=pick("max_interval_seconds", args.max_interval, None, 86400.0),
+        notice_action=action,
+        exit_margin_seconds=pick(
+            "exit_margin_seconds", args.exit_margin, None, DEFAULT_EXIT_MARGIN_SECONDS
+        ),
     )
     interval = args.interval
     if args.interval_steps is not None:
@@ -677,6 +708,23 @@ def resolve(args: argparse.Namespace) -> Resolved:
         args.warn_tax,
         skipped,
     )
+
+
+def _notice_action(args: argparse.Namespace, lead: float | None, sources: dict[str, str]) -> str:
+    """The flag, else a drain for a lead given longer than any provider's terminate. A lead
+    the telemetry measured is a terminate's (an escalated drain's is its exit margin)."""
+    if args.notice_action is not None:
+        sources["notice_action"] = "flag"
+        action = str(args.notice_action)
+    elif sources.get("notice_lead_seconds") == "flag" and lead and lead > DRAIN_LEAD_SECONDS:
+        sources["notice_action"] = f"default (a lead over {DRAIN_LEAD_SECONDS / 60:g} min)"
+        action = "drain"
+    else:
+        sources["notice_action"] = "default"
+        action = "terminate"
+    if args.exit_margin is not None and action != "drain":
+        raise PlanError("--exit-margin", "only used for a notice taken as a drain")
+    return action
 
 
 def _priced(args: argparse.Namespace) -> bool:
@@ -835,6 +883,8 @@ def build(resolved: Resolved) -> dict[str, Any]:
             "no_notice_share",
             "steps_per_second",
             "max_interval_seconds",
+            "notice_action",
+            "exit_margin_seconds",
         )
     }
     inputs["interruptions_per_day"] = {
@@ -898,6 +948,9 @@ def build(resolved: Resolved) -> dict[str, Any]:
             "no_notice_share": seen.no_notice_share,
             "effective_no_notice_share": seen.effective_no_notice_share,
             "why": seen.why,
+            "action": timing.notice_action,
+            "terminate_lead_seconds": timing.terminate_lead_seconds,
+            "assumed": seen.assumed,
         },
         "intervals": {
             "basis": intervals.basis,

@@ -46,6 +46,8 @@ class Notice:
     no_notice_share: float
     effective_no_notice_share: float
     why: str
+    # How the notice is taken to reach the job (None without a lead).
+    assumed: str | None = None
 
 
 def notice(timing: Timing) -> Notice:
@@ -56,7 +58,9 @@ def notice(timing: Timing) -> Notice:
         if timing.response_seconds is not None
         else f"detection {timing.detection_seconds:g} s + flush p95 {timing.flush_p95:.3g} s"
     )
-    if lead is None:
+    # The terminate the job exits on: for a long drain, the one sent at the exit margin.
+    acted = timing.terminate_lead_seconds
+    if lead is None or acted is None:
         usable = False
         why = "no notice lead known (give --notice-lead): every interruption costs lost work"
     elif not lead:
@@ -64,17 +68,41 @@ def notice(timing: Timing) -> Notice:
         # known, and asking for it again sent the user after a figure they had given.
         usable = False
         why = "notice lead 0 s: no time to save, so every interruption costs lost work"
-    elif lead >= needs:
+    elif acted >= needs:
         usable = True
         why = f"notice lead {lead:g} s covers the {needs:.3g} s to a saved checkpoint ({how})"
     else:
         usable = False
         why = (
-            f"notice lead {lead:g} s is shorter than the {needs:.3g} s to a saved checkpoint "
+            f"notice lead {acted:g} s is shorter than the {needs:.3g} s to a saved checkpoint "
             f"({how}): the flush would not finish, so notices count as without"
         )
     share = timing.no_notice_share
-    return Notice(lead, needs, usable, share, share if usable else 1.0, why)
+    # A notice too short to save on is trained through whichever way it comes.
+    assumed = _acted_how(timing) if usable else None
+    return Notice(lead, needs, usable, share, share if usable else 1.0, why, assumed)
+
+
+def _acted_how(timing: Timing) -> str:
+    """Which way the plan takes the notice to reach the job, said in every plan with a
+    lead: the billed wait differs by the whole lead between the two."""
+    if timing.drains_first:
+        return (
+            "as a drain: the job saves at once and trains on; the agent sends the terminate "
+            f"{timing.escalation_margin:.3g} s before the deadline (the exit margin: the larger "
+            f"of {timing.exit_margin_seconds:g} s and twice the flush p95), so the billed wait "
+            "is within that margin. Only a delivered notice does this: the share without a "
+            "usable notice stands for the rest"
+        )
+    if timing.notice_action == "drain":
+        return (
+            f"as a drain within the exit margin ({timing.escalation_margin:.3g} s): the agent "
+            "sends it as terminate at once, the job saves and exits"
+        )
+    return (
+        "as a terminate: the job saves and exits at once, and the machine waits, billed, "
+        "for the reclaim"
+    )
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,7 @@ def render(plan: dict[str, Any]) -> str:
         "",
         "Notice",
         f"  {'usable' if seen['usable'] else 'not usable'}: {seen['why']}",
+        *([f"  taken {seen['assumed']}"] if seen["assumed"] else []),
         f"  interruptions that lose work: {_percent(seen['effective_no_notice_share'])}",
     ]
     seconds = plan["intervals"]["seconds"]
