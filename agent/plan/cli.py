@@ -641,6 +641,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         lead = response
         sources["notice_lead_seconds"] = "telemetry (every notice saved on)"
     action = _notice_action(args, lead, sources)
+    _lead_within_mtbi(args, lead, mtbi, sources)
     timing = Timing(
         checkpoint_seconds=checkpoint,
         mtbi_seconds=mtbi,
@@ -725,6 +726,34 @@ def _notice_action(args: argparse.Namespace, lead: float | None, sources: dict[s
     if args.exit_margin is not None and action != "drain":
         raise PlanError("--exit-margin", "only used for a notice taken as a drain")
     return action
+
+
+def _lead_within_mtbi(
+    args: argparse.Namespace, lead: float | None, mtbi: float | None, sources: dict[str, str]
+) -> None:
+    """A notice comes on a running machine and the machine goes a lead later, so reclaims
+    are at least a lead apart: a lead longer than the mean time between them is a figure
+    mistaken (`--notice-lead 2h --mtbi 1h` planned 1.9x the useful time in billed waits). A
+    drill's telemetry (a 20 s deadline in a 12 s run) is let through: its note says the
+    rate is a drill's."""
+    if lead is None or mtbi is None or lead <= mtbi:
+        return
+    given = [
+        flag
+        for name, flag in (
+            ("notice_lead_seconds", "--notice-lead"),
+            ("mtbi_seconds", "--interruptions-per-day" if args.interruptions_per_day else "--mtbi"),
+        )
+        if sources.get(name) == "flag"
+    ]
+    if given:
+        raise PlanError(
+            given[0],
+            f"the notice lead ({seconds_text(lead)}) is longer than the mean time between "
+            f"interruptions ({seconds_text(mtbi)}), but a machine goes a lead after its "
+            "notice, so reclaims are at least a lead apart: give the lead of one notice and "
+            "the rate of interruptions of one machine",
+        )
 
 
 def _priced(args: argparse.Namespace) -> bool:

@@ -961,3 +961,21 @@ def test_a_long_notice_lead_is_taken_as_a_drain_and_says_so(
     assert "--exit-margin: only used for a notice taken as a drain" in fails(
         capsys, *job, "--notice-lead", "2m", "--exit-margin", "5m"
     )
+
+
+@pytest.mark.parametrize(
+    ("rate", "flag"),
+    [(("--mtbi", "1h"), "--notice-lead"), (("--interruptions-per-day", "30"), "--notice-lead")],
+)
+def test_a_notice_lead_longer_than_the_time_between_interruptions_is_refused(
+    capsys: pytest.CaptureFixture[str], rate: tuple[str, str], flag: str
+) -> None:
+    """Reclaims are at least a lead apart; `--notice-lead 2h --mtbi 1h --notice-action
+    terminate` planned 193 % of the useful time in billed waits, blamed on lost work."""
+    for action in ("drain", "terminate"):
+        err = fails(
+            capsys, "--checkpoint", "60s", "--notice-lead", "2h", *rate, "--notice-action", action
+        )
+        assert f"{flag}: the notice lead (2 h) is longer than the mean time between" in err
+    # A lead as long as the mean time between them is still a plan.
+    assert plan_json(capsys, "--checkpoint", "60s", "--notice-lead", "1h", "--mtbi", "1h")
