@@ -459,13 +459,20 @@ class Resolved:
     skipped_lines: list[str] = field(default_factory=list)
 
 
-def _default_telemetry() -> Path | None:
+def _default_telemetry() -> tuple[Path | None, str | None]:
+    """The state directory's telemetry file, or why it is not known. A config file that
+    does not load was taken for 'no state directory', and the telemetry in the one it
+    names was left unread without a word."""
     from ..config import ConfigError, load_settings
 
     try:
-        return telemetry_path(load_settings().resolved_state_dir())
-    except ConfigError:
-        return None
+        return telemetry_path(load_settings().resolved_state_dir()), None
+    except ConfigError as error:
+        return (
+            None,
+            "not read: the config file does not load, so the state directory is unknown "
+            f"({error}); give --telemetry PATH",
+        )
 
 
 def telemetry_files(paths: list[Path]) -> list[Path]:
@@ -491,7 +498,9 @@ def _load_telemetry(
     if args.telemetry:
         files = telemetry_files(args.telemetry)
     else:
-        default = _default_telemetry()
+        default, problem = _default_telemetry()
+        if problem is not None:
+            skipped.append(problem)
         if default is None or not default.is_file():
             return [], None
         files = [default]
@@ -551,11 +560,11 @@ def resolve(args: argparse.Namespace) -> Resolved:
     _companions(args)
     skipped: list[str] = []
     files, summary = _load_telemetry(args, skipped)
-    where = (
-        f"the telemetry ({', '.join(map(str, files))})"
-        if files
-        else f"there is no telemetry file ({_default_telemetry() or 'no state directory'})"
-    )
+    if files:
+        where = f"the telemetry ({', '.join(map(str, files))})"
+    else:
+        default, problem = _default_telemetry()
+        where = f"there is no telemetry file ({problem or default or 'no state directory'})"
     sources: dict[str, str] = {}
 
     def pick(name: str, flag_value: Any, measured: Any, default: Any = None) -> Any:

@@ -979,3 +979,23 @@ def test_a_notice_lead_longer_than_the_time_between_interruptions_is_refused(
         assert f"{flag}: the notice lead (2 h) is longer than the mean time between" in err
     # A lead as long as the mean time between them is still a plan.
     assert plan_json(capsys, "--checkpoint", "60s", "--notice-lead", "1h", "--mtbi", "1h")
+
+
+def test_a_config_file_that_does_not_load_is_named_not_taken_for_no_state_directory(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    own_state_dir: Path,
+) -> None:
+    """`exit_margin = false` beside a good `state_dir` said 'no telemetry file (no state
+    directory)', and the telemetry in that directory was left unread without a word."""
+    config = tmp_path / "forewarn.toml"
+    config.write_text(f'state_dir = "{own_state_dir}"\nexit_margin = false\n')
+    monkeypatch.delenv("FOREWARN_STATE_DIR")
+    monkeypatch.setenv("FOREWARN_CONFIG", str(config))
+    err = fails(capsys)
+    assert "the config file does not load" in err and "exit_margin" in err
+    assert "no state directory" not in err
+    # A plan from flags alone still comes, and says the telemetry was not read.
+    plan = plan_json(capsys, "--checkpoint", "10s", "--tax", "3%")
+    assert any("exit_margin" in line and "--telemetry" in line for line in plan["warnings"])
