@@ -230,3 +230,41 @@ def test_a_terminate_the_loaded_agent_answers_late_still_reclaims_on_time(
         job.close()
         answering.join(5)
         rep.close()
+
+
+def test_a_cell_whose_loss_is_not_known_is_not_summed_as_nothing_lost(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A cell whose job never started (or whose resume failed) has no resumed step: the
+    closing line said 'steps lost where the lead was at least twice the flush: 0'."""
+    ran = CellResult(
+        Cell("systemd", "mid-step", 8.0),
+        started_step=20,
+        last_step=30,
+        resumed_step=30,
+        flush=0.2,
+        flush_mean=0.2,
+        checkpoint_step=30,
+        state_match=True,
+    )
+    broken = CellResult(Cell("cloud", "mid-step", 8.0), error="the job exited before 'started'")
+    assert broken.lost is None and broken.lead_is_enough
+
+    class Ran:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def run(self, cells: Any) -> list[CellResult]:
+            return [ran, broken]
+
+    monkeypatch.setattr(drill_reclaim, "Reclaim", Ran)
+    monkeypatch.setattr(drill_reclaim, "_torch_installed", lambda: True)
+    args = types.SimpleNamespace(scenario="ci", lead=8.0, seed=1, handler="guard")
+    assert drill_reclaim.run_reclaim_drill(args, tmp_path, {}) == 1  # type: ignore[arg-type]
+    out = capsys.readouterr().out.splitlines()
+    assert out[-2] == (
+        "steps lost where the lead was at least twice the flush: at least 0; not known in "
+        "cloud/mid-step (the outcome says why)"
+    )
+    assert out[-1] == "cells failed: 1 of 2"
+    assert drill_reclaim.summary([ran])[0].endswith("flush: 0")
