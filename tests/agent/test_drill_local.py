@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from forewarn.agent import drill_local
@@ -363,3 +365,37 @@ def test_a_reclaim_scenario_without_torch_names_the_extra(
     assert "--scenario systemd" in err and "torch" in err
     assert re.search(r"pip install .*\[torch\]", err), err
     assert not (work / "checkpoints").exists()
+
+
+def test_a_resume_that_is_not_the_save_is_not_reported_as_nothing_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resumed state that differs from the saved one printed "steps lost: 0" and exited 1
+    with nothing more: the drill claimed a loss it had not measured."""
+
+    class Tampered(drill_local.Demo):
+        def next(self, timeout: float = drill_local.PHASE_TIMEOUT, **kwargs: Any) -> dict[str, Any]:
+            event = super().next(timeout, **kwargs)
+            if event.get("event") == "resumed":
+                event["state"] = "not what was saved"
+            return event
+
+    monkeypatch.setattr(drill_local, "Demo", Tampered)
+    monkeypatch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path / "run"))
+    args = argparse.Namespace(
+        dir=str(tmp_path / "drill"),
+        keep=False,
+        source="local",
+        steps=150,
+        step_time=0.02,
+        background=False,
+        scenario="quick",
+    )
+    assert drill_local.run_local_drill(args) == 1
+    out = capsys.readouterr().out
+    assert "steps lost: 0" not in out
+    assert re.search(
+        r"steps lost: unknown: resumed from step \d+, but the resumed state differs from the "
+        r"one saved at step \d+",
+        out,
+    )
