@@ -135,6 +135,25 @@ def _price(text: str) -> float:
         raise argparse.ArgumentTypeError(str(error).replace(repr(text[1:]), repr(text))) from None
 
 
+# The units a price may be written with, as people write them ('$2.10/h', '0.023/GB-month'):
+# each was refused as 'not a number'. Any other unit is refused, naming the one meant.
+_PER_HOUR = ("h", "hr", "hrs", "hour", "hours")
+_PER_GB_MONTH = ("gb-month", "gb/month", "gb-mo", "gb/mo", "gbmonth")
+_PER_GB = ("gb",)
+
+
+def _price_per(units: tuple[str, ...], per: str, example: str) -> Any:
+    """`_price`, also with its unit written after a slash: `2.10/h`, `$0.023/GB-month`."""
+
+    def convert(text: str) -> float:
+        number, slash, unit = text.strip().partition("/")
+        if slash and unit.strip().lower().replace(" ", "") not in units:
+            raise argparse.ArgumentTypeError(f"a price per {per}: write {example} (got {text!r})")
+        return _price(number)
+
+    return convert
+
+
 def _positive(text: str) -> float:
     return _number(text, positive=True)
 
@@ -368,13 +387,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "prices (per hour unless named otherwise; write 1.20, not $1.20, which the shell "
         "turns into .20 unless quoted)"
     )
-    money.add_argument("--spot-price", type=_price, metavar="P", help="spot compute per hour")
+    hourly = _price_per(_PER_HOUR, "hour", "2.10 or 2.10/h")
+    money.add_argument("--spot-price", type=hourly, metavar="P", help="spot compute per hour")
     money.add_argument(
-        "--on-demand-price", type=_price, metavar="P", help="on-demand compute per hour"
+        "--on-demand-price", type=hourly, metavar="P", help="on-demand compute per hour"
     )
     money.add_argument(
         "--reserved-price",
-        type=_price,
+        type=hourly,
         metavar="P",
         help="reserved or committed compute per hour, effective",
     )
@@ -394,7 +414,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     money.add_argument(
         "--storage-price",
-        type=_price,
+        type=_price_per(_PER_GB_MONTH, "GB-month", "0.023 or 0.023/GB-month"),
         default=0.0,
         metavar="P",
         help="checkpoint storage per GB-month",
@@ -407,7 +427,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     money.add_argument(
         "--io-price",
-        type=_price,
+        type=_price_per(_PER_GB, "GB", "0.0004 or 0.0004/GB"),
         default=0.0,
         metavar="P",
         help="checkpoint transfer and requests per GB written or read",

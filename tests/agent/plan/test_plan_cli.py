@@ -999,3 +999,59 @@ def test_a_config_file_that_does_not_load_is_named_not_taken_for_no_state_direct
     # A plan from flags alone still comes, and says the telemetry was not read.
     plan = plan_json(capsys, "--checkpoint", "10s", "--tax", "3%")
     assert any("exit_margin" in line and "--telemetry" in line for line in plan["warnings"])
+
+
+@pytest.mark.parametrize(
+    "written",
+    [["--spot-price", "$2.10/h", "--on-demand-price", "3.90/hr"], ["--spot-price", "2.10 / hour"]],
+)
+def test_a_price_written_with_its_unit_is_read(
+    capsys: pytest.CaptureFixture[str], written: list[str]
+) -> None:
+    """'$2.10/h', as prices are written, was refused as 'not a number'."""
+    sized = [*FIGURES, "--checkpoint-gb", "2.4", "--on-demand-price", "3.90"]
+    plan = plan_json(
+        capsys, *sized, *written, "--storage-price", "0.023/GB-month", "--io-price", "0.0004/GB"
+    )
+    plain = plan_json(
+        capsys, *sized, "--spot-price", "2.10", "--storage-price", "0.023", "--io-price", "0.0004"
+    )
+    assert plan["costs"] == plain["costs"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--spot-price", "2.10/month", "a price per hour: write 2.10 or 2.10/h"),
+        ("--storage-price", "0.023/GB", "a price per GB-month: write 0.023 or 0.023/GB-month"),
+        ("--io-price", "0.0004/h", "a price per GB: write 0.0004 or 0.0004/GB"),
+    ],
+)
+def test_a_price_with_another_unit_is_refused_naming_the_one_meant(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str, says: str
+) -> None:
+    argv = [*FIGURES, "--spot-price", "1.2", "--on-demand-price", "3.9", flag, value]
+    assert f"{flag}: {says} (got {value!r})" in fails(capsys, *argv)
+
+
+@given(
+    price=st.floats(min_value=0, max_value=1e12, allow_nan=False),
+    unit=st.sampled_from(["", "/h", "/hr", "/ hour", "/HOURS"]),
+    dollar=st.booleans(),
+)
+def test_an_hourly_price_reads_the_same_with_or_without_its_unit(
+    price: float, unit: str, dollar: bool
+) -> None:
+    convert = plan_cli._price_per(plan_cli._PER_HOUR, "hour", "2.10 or 2.10/h")
+    text = f"{'$' if dollar else ''}{price!r}{unit}"
+    assert convert(text) == price
+
+
+@given(st.text(max_size=20))
+def test_a_price_parser_takes_any_text_and_answers_or_refuses(text: str) -> None:
+    convert = plan_cli._price_per(plan_cli._PER_GB_MONTH, "GB-month", "0.023")
+    try:
+        value = convert(text)
+    except argparse.ArgumentTypeError:
+        return
+    assert math.isfinite(value) and value >= 0
