@@ -69,6 +69,10 @@ class AzureWatcher:
             frozenset({settings.vm_name.lower()}) if settings.vm_name else None
         )
         self.incarnation: int | None = None
+        # The events of the last document processed, as received: a document that changes
+        # without a DocumentIncarnation bump (Microsoft's own mock drops events that way) is
+        # processed too, so a vanished event is cleared instead of staying forever.
+        self._raw_events: list[dict[str, object]] | None = None
         self.answered = False  # Scheduled Events has answered once (the slow first call is over)
         self.reports: dict[str, Report] = {}  # published, by notice id
         self.events: dict[str, ScheduledEvent] = {}  # this VM's published events, by EventId
@@ -198,7 +202,9 @@ class AzureWatcher:
             return False
         self.answered = True
         self.health.success()
-        if document.incarnation != self.incarnation:
+        raw_events = [event.raw for event in document.events]
+        if document.incarnation != self.incarnation or raw_events != self._raw_events:
+            self._raw_events = raw_events
             self._process(document)
         self._retry_failed_approvals()
         return True

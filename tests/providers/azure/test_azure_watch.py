@@ -98,6 +98,25 @@ async def test_reacts_only_when_document_incarnation_changes() -> None:
         assert len(h.reports) == 1  # same incarnation, nothing new emitted
 
 
+async def test_events_that_change_without_an_incarnation_bump_are_processed() -> None:
+    # Microsoft's own mock server drops an event (and may change one) without bumping
+    # DocumentIncarnation: the drain must still be cleared, never stay forever.
+    async with running() as h:
+        event_id = h.sim.raise_notice("Reboot", {"not_before_seconds": 600})
+        other_id = h.sim.raise_notice("Redeploy", {"not_before_seconds": 600})
+        await eventually_async(lambda: len(h.reports) >= 2, what="both drains")
+        with h.sim.lock:
+            h.sim.events[other_id]["EventStatus"] = "Started"
+            h.sim.events[other_id]["NotBefore"] = ""
+            del h.sim.events[event_id]
+        await eventually_async(lambda: h.ids("clear"), what="the clear")
+        assert h.ids("clear") == [f"azure/{event_id}"]
+        started = [r for r in h.reports if r.id == f"azure/{other_id}"][-1]
+        assert started.detail["EventStatus"] == "Started"
+        await h.more_polls(4)
+        assert len(h.reports) == 4  # scheduled x2, the clear, the start: nothing repeated
+
+
 async def test_slow_first_call_is_not_an_error() -> None:
     sim = AzureSimulator(vm_name="gpu-0", first_call_delay=1.5, rate_limit=10)
     sim.raise_notice("Preempt", {})
