@@ -177,9 +177,23 @@ def parse_rebalance(body: bytes | str) -> list[Report]:
     ]
 
 
+class PartialParse(ParseError):
+    """Some items of an answer could not be fully read. `reports` holds every item as well
+    as it could be read (an odd one included, so that it is neither lost nor taken for
+    withdrawn); the message names what was wrong."""
+
+    def __init__(self, message: str, reports: list[Report]) -> None:
+        super().__init__(message)
+        self.reports = reports
+
+
 def parse_scheduled(body: bytes | str) -> list[Report]:
     """`events/maintenance/scheduled`: a JSON array of events. Active ones drain with
-    NotBefore as deadline; canceled or completed ones clear. An empty body is no events."""
+    NotBefore as deadline; canceled or completed ones clear. An empty body is no events.
+
+    An active event whose `NotBefore` cannot be read still drains, without a deadline, and
+    raises `PartialParse` with every report: one odd event must not hide the others (an
+    instance-stop listed beside it) nor clear those already reported."""
     text = _text(body, SCHEDULED_PATH)
     if not text.strip():
         return []
@@ -187,16 +201,26 @@ def parse_scheduled(body: bytes | str) -> list[Report]:
     if not isinstance(payload, list):
         raise ParseError(f"{SCHEDULED_PATH}: expected a JSON array, got {type(payload).__name__}")
     reports = []
+    problems = []
     for index, event in enumerate(payload):
         if not isinstance(event, dict):
             raise ParseError(
                 f"{SCHEDULED_PATH}: item {index} must be an object, it is a {type(event).__name__}"
             )
-        reports.append(_scheduled_event(event))
+        report, problem = _scheduled_event(event)
+        reports.append(report)
+        if problem is not None:
+            problems.append(f"item {index}: {problem}")
+    if problems:
+        raise PartialParse(
+            f"{SCHEDULED_PATH}: {'; '.join(problems)} (published as a drain without deadline)",
+            reports,
+        )
     return reports
 
 
-def _scheduled_event(event: dict[str, Any]) -> Report:
+def _scheduled_event(event: dict[str, Any]) -> tuple[Report, str | None]:
+    """The report for one event, and what could not be read of it (or None)."""
     event_id = event.get("EventId")
     if isinstance(event_id, str) and _EVENT_ID.match(event_id):
         notice_id = f"{PROVIDER}/scheduled/{event_id}"
@@ -210,18 +234,24 @@ def _scheduled_event(event: dict[str, Any]) -> Report:
     if state is None and isinstance(description, str):
         finished = description.startswith(("[Canceled]", "[Completed]"))
     if finished:
-        return _report(id=notice_id, action="clear", reason="scheduled-maintenance", detail=event)
-    # Unknown states count as active: a drain is the safe side of a contract change.
-    not_before = _time_field(event, "NotBefore", SCHEDULED_PATH, aws_format=True)
-    if "NotAfter" in event and event["NotAfter"] not in (None, ""):
-        _time_field(event, "NotAfter", SCHEDULED_PATH, aws_format=True)
-    return _report(
+        report = _report(id=notice_id, action="clear", reason="scheduled-maintenance", detail=event)
+        return report, None
+    # Unknown states count as active: a drain is the safe side of a contract change. Only
+    # NotBefore is used (NotAfter and NotBeforeDeadline are kept in detail, unread).
+    problem: str | None = None
+    not_before: datetime | None
+    try:
+        not_before = _time_field(event, "NotBefore", SCHEDULED_PATH, aws_format=True)
+    except ParseError as error:
+        not_before, problem = None, str(error).removeprefix(f"{SCHEDULED_PATH}: ")
+    report = _report(
         id=notice_id,
         action="drain",
         reason="scheduled-maintenance",
         deadline=not_before,
         detail=event,
     )
+    return report, problem
 
 
 def parse_lifecycle_state(body: bytes | str) -> list[Report]:
@@ -268,6 +298,7 @@ __all__ = [
     "TOKEN_HEADER",
     "TOKEN_PATH",
     "TTL_HEADER",
+    "PartialParse",
     "format_aws_date",
     "parse_aws_date",
     "parse_identity",

@@ -37,6 +37,7 @@ from .imds import (
     REBALANCE_PATH,
     SCHEDULED_PATH,
     SPOT_PATH,
+    PartialParse,
     parse_identity,
     parse_instance_action,
     parse_lifecycle_state,
@@ -227,6 +228,14 @@ class AwsWatcher:
         elif answer.status == 200:
             try:
                 reports = path.parse(answer.body)
+            except PartialParse as error:
+                # Counted as an error, and what could be read is still reported.
+                self._failed(path, f"bad-{path.name}", str(error))
+                for report in path.tracker.update(error.reports):
+                    _log_report(report)
+                    emit(report)
+                path.answered = True
+                return True
             except ParseError as error:
                 self._failed(path, f"bad-{path.name}", str(error))
                 return True

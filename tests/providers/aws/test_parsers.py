@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 import pytest
 from forewarn.providers.aws import imds
 from forewarn.providers.aws.imds import (
+    PartialParse,
     format_aws_date,
     parse_aws_date,
     parse_identity,
@@ -83,6 +84,28 @@ def test_a_history_entry_without_state_clears_by_its_description_prefix() -> Non
     event = {k: v for k, v in AWS_EXAMPLE[0].items() if k != "State"}
     event["Description"] = "[Canceled] scheduled reboot"
     assert parse_scheduled(json.dumps([event]))[0].action == "clear"
+
+
+def test_an_unreadable_not_before_drains_without_deadline_and_hides_no_other_event() -> None:
+    odd = dict(AWS_EXAMPLE[0], NotBefore="soon", EventId="instance-event-0odd")
+    stop = dict(AWS_EXAMPLE[0], Code="instance-stop", NotAfter="whenever")
+    with pytest.raises(PartialParse) as caught:
+        parse_scheduled(json.dumps([odd, stop]))
+    assert "item 0: field 'NotBefore'" in str(caught.value)
+    first, second = caught.value.reports
+    assert (first.id, first.action, first.deadline) == (
+        "aws/scheduled/instance-event-0odd",
+        "drain",
+        None,
+    )
+    assert second.action == "drain"
+    assert second.deadline == datetime(2019, 1, 21, 9, 0, 43, tzinfo=timezone.utc)
+
+
+def test_an_unreadable_not_after_is_no_problem() -> None:
+    event = dict(AWS_EXAMPLE[0], NotAfter="some day", NotBeforeDeadline="")
+    (report,) = parse_scheduled(json.dumps([event]))
+    assert report.deadline == datetime(2019, 1, 21, 9, 0, 43, tzinfo=timezone.utc)
 
 
 @pytest.mark.parametrize("body", [b"[]", b"", b"  \n", "[]"])

@@ -82,6 +82,28 @@ async def test_a_withdrawn_scheduled_event_clears(sim: ImdsSimulator, server: Si
         assert clear.id == drain.id
 
 
+async def test_an_odd_scheduled_event_hides_neither_the_others_nor_itself(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    async with watching(server.url, **FAST) as run:
+        odd_id = sim.raise_notice("scheduled", {"code": "system-reboot"})
+        first, _ = await run.report_at(action="drain")
+        assert first.id == f"aws/scheduled/{odd_id}"
+        with sim.lock:  # a NotBefore in a form IMDS is not known to use
+            sim.scheduled[odd_id]["NotBefore"] = "2026-12-24 09:00"
+        stop_id = sim.raise_notice(
+            "scheduled", {"code": "instance-stop", "not_before": "2026-12-24T09:00:00Z"}
+        )
+        stop, _ = await run.report_at(action="drain", id=f"aws/scheduled/{stop_id}")
+        assert stop.deadline == datetime(2026, 12, 24, 9, tzinfo=timezone.utc)
+        # The odd event is still a drain (no deadline: its time is unknown), never cleared;
+        # the problem is counted as an error of the path.
+        odd = [r for r in run.reports if r.id == first.id]
+        assert [r.action for r in odd] == ["drain", "drain"]
+        assert odd[-1].deadline is None
+        assert run.health.last_error == "bad-scheduled"
+
+
 async def test_a_scheduled_path_answering_404_is_no_events(
     sim: ImdsSimulator, server: SimServer
 ) -> None:
