@@ -51,12 +51,14 @@ class Settings(EndpointSettings):
         "`preempted=TRUE` when above 0. A duration the metadata server reports in "
         "`instance/scheduling/` wins; with neither, `preemption_notice` applies.",
     )
-    maintenance_notice: float = Field(
-        default=3600.0,
+    maintenance_notice: float | None = Field(
+        default=None,
         gt=0,
         le=86400,
-        description="Seconds from `TERMINATE_ON_HOST_MAINTENANCE` to the deadline (Compute "
-        "Engine gives standard GPU VMs one hour).",
+        description="Seconds from `TERMINATE_ON_HOST_MAINTENANCE` to the deadline. Unset: "
+        "3600 on a VM with GPUs (an accelerator-optimized machine type, or an NVIDIA device "
+        "on this host), 60 otherwise, as Compute Engine gives (an hour for GPU VMs, 60 s for "
+        "the others).",
     )
     migrate: Literal["drain", "ignore"] = Field(
         default="drain",

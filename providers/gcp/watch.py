@@ -47,6 +47,16 @@ PREEMPTED_KEY = "instance/preempted"
 MAINTENANCE_KEY = "instance/maintenance-event"
 UPCOMING_KEY = "instance/upcoming-maintenance"
 SCHEDULING_DIR = "instance/scheduling/"
+MACHINE_TYPE_KEY = "instance/machine-type"
+
+# The notice `TERMINATE_ON_HOST_MAINTENANCE` gives: an hour on a VM with GPUs, 60 s on the
+# others (Compute Engine's "Handle GPU host maintenance events" page).
+GPU_MAINTENANCE_NOTICE = 3600.0
+MAINTENANCE_NOTICE = 60.0
+# Machine families whose types come with GPUs attached (accelerator-optimized).
+_GPU_FAMILIES = ("a2", "a3", "a4", "a4x", "g2", "g4")
+# Where an NVIDIA GPU shows on the host (N1 VMs get theirs attached, not by machine type).
+NVIDIA_PATHS = (Path("/proc/driver/nvidia/gpus"), Path("/dev/nvidia0"))
 
 MIGRATE = "MIGRATE_ON_HOST_MAINTENANCE"
 TERMINATE = "TERMINATE_ON_HOST_MAINTENANCE"
@@ -58,6 +68,8 @@ _MAINTENANCE_WORD = re.compile(r"^[A-Z][A-Z0-9_]{0,99}\Z")
 # "nothing scheduled": the server answers 503 for under a second during host maintenance,
 # exactly when a scheduled window must not be cleared by mistake.
 UPCOMING_503_ATTEMPTS = 3
+# Reads of `instance/machine-type` before the VM is taken for one without GPUs.
+GPU_READ_ATTEMPTS = 3
 
 
 def metadata_root(url: str | None, environ: Mapping[str, str] | None = None) -> str:
@@ -229,12 +241,37 @@ def preemption_report(preempted: bool, notice_seconds: float, now: datetime) -> 
     )
 
 
-def maintenance_report(value: str, settings: Settings, now: datetime) -> Report | None:
-    """TERMINATE_… → drain with a deadline; MIGRATE_… → drain (or nothing); NONE → nothing;
+def gpu_machine_type(text: str) -> bool:
+    """Whether `instance/machine-type` (`projects/<n>/machineTypes/a2-highgpu-1g`) names an
+    accelerator-optimized type, one that comes with GPUs."""
+    family = text.strip().rsplit("/", 1)[-1].split("-", 1)[0].lower()
+    return family in _GPU_FAMILIES
+
+
+def local_gpus(paths: tuple[Path, ...] = NVIDIA_PATHS) -> bool:
+    """Whether this host shows an NVIDIA GPU (a device node, or a non-empty driver list)."""
+    for path in paths:
+        try:
+            if path.is_dir():
+                if any(path.iterdir()):
+                    return True
+            elif path.exists():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def maintenance_report(
+    value: str, settings: Settings, now: datetime, notice: float | None = None
+) -> Report | None:
+    """TERMINATE_… → drain with a deadline (`notice` seconds away; else the configured
+    `maintenance_notice`, else an hour); MIGRATE_… → drain (or nothing); NONE → nothing;
     a value this code does not know → drain without deadline: maintenance is coming, what
     it does is unknown, so checkpoint and keep going, never exit on a guess."""
     if value == TERMINATE:
-        deadline: datetime | None = now + timedelta(seconds=settings.maintenance_notice)
+        seconds = notice or settings.maintenance_notice or GPU_MAINTENANCE_NOTICE
+        deadline: datetime | None = now + timedelta(seconds=seconds)
     elif (value == MIGRATE and settings.migrate == "drain") or value not in MAINTENANCE_VALUES:
         deadline = None
     else:
@@ -378,6 +415,8 @@ class GcpWatcher:
         self.reported_notice_duration: float | None = None
         # The VM's host maintenance policy (MIGRATE, TERMINATE), None until read or unknown.
         self.on_host_maintenance: str | None = None
+        # Whether the VM has GPUs (an hour's maintenance notice), None until read or unknown.
+        self.has_gpus: bool | None = None
         self._scheduling_read = asyncio.Event()
         self._unknown_values: set[str] = set()  # maintenance-event values logged as unknown
         self._client: httpx.AsyncClient | None = None
@@ -417,6 +456,13 @@ class GcpWatcher:
             duration = self.settings.preemption_notice_duration
         return duration if duration else self.settings.preemption_notice
 
+    def maintenance_notice_seconds(self) -> float:
+        """The notice of `TERMINATE_ON_HOST_MAINTENANCE`: as configured, else an hour on a VM
+        with GPUs and 60 s on the others, or when it is not known (the safe side)."""
+        if self.settings.maintenance_notice is not None:
+            return self.settings.maintenance_notice
+        return GPU_MAINTENANCE_NOTICE if self.has_gpus else MAINTENANCE_NOTICE
+
     async def watch(self, emit: Emit) -> None:
         loops = [self._watch_preempted(emit), self._watch_maintenance(emit)]
         if self.settings.upcoming_interval > 0:
@@ -452,6 +498,10 @@ class GcpWatcher:
 
     async def _watch_maintenance(self, emit: Emit) -> None:
         track = self.tracks["maintenance-event"]
+        # The deadline of TERMINATE_ON_HOST_MAINTENANCE depends on whether the VM has GPUs.
+        # Read here, not with the scheduling: the preemption long-poll must not wait for it.
+        if self.settings.maintenance_notice is None:
+            await self._read_gpus()
 
         def on_answer(answer: _Answer) -> Report | None:
             value = parse_maintenance_event(answer.text)
@@ -463,7 +513,9 @@ class GcpWatcher:
                     MAINTENANCE_KEY,
                     value,
                 )
-            report = maintenance_report(value, self.settings, utcnow())
+            report = maintenance_report(
+                value, self.settings, utcnow(), self.maintenance_notice_seconds()
+            )
             return track.observe(report, {"maintenance-event": value}, answer.etag)
 
         await self._long_poll(MAINTENANCE_KEY, on_answer, emit)
@@ -486,6 +538,25 @@ class GcpWatcher:
             self.health.error("scheduling", f"{SCHEDULING_DIR}: {error}")
         finally:
             self._scheduling_read.set()
+
+    async def _read_gpus(self) -> None:
+        """Best effort, once: whether the VM has GPUs, from the host or the machine type
+        (three attempts: a 503 at boot must not cost a GPU VM its hour)."""
+        if local_gpus():
+            self.has_gpus = True
+            return
+        for attempt in range(1, GPU_READ_ATTEMPTS + 1):
+            try:
+                response = await fetch(self.client, "GET", self.url(MACHINE_TYPE_KEY), deadline=2.0)
+                if response.status_code == 200:
+                    self.has_gpus = gpu_machine_type(response.text)
+                    return
+                problem = f"HTTP {response.status_code}"
+            except httpx.HTTPError as error:
+                problem = f"{type(error).__name__}: {error}"
+            self.health.error("machine-type", f"{MACHINE_TYPE_KEY}: {problem}")
+            if attempt < GPU_READ_ATTEMPTS:
+                await asyncio.sleep(self.settings.retry_delay)
 
     def _upcoming(self, window: UpcomingWindow | None) -> Report | None:
         # Unknown policy: keep the deadline (the safe side, as before the policy was read).
@@ -609,6 +680,8 @@ __all__ = [
     "NoticeTrack",
     "UpcomingWindow",
     "build",
+    "gpu_machine_type",
+    "local_gpus",
     "maintenance_report",
     "metadata_root",
     "parse_maintenance_event",

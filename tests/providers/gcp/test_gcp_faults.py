@@ -124,6 +124,7 @@ async def test_transport_errors_are_counted_and_retried(respx_mock: respx.MockRo
         return_value=httpx.Response(200, text="FALSE", headers={"ETag": "f"})
     )
     respx_mock.get(f"{ROOT}/instance/scheduling/").mock(return_value=httpx.Response(404))
+    respx_mock.get(f"{ROOT}/instance/machine-type").mock(return_value=httpx.Response(404))
     respx_mock.get(f"{ROOT}/instance/upcoming-maintenance").mock(return_value=httpx.Response(404))
     watcher = GcpWatcher(
         Settings(url="http://metadata.test", retry_delay=0.01, upcoming_interval=5), environ={}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.watch import (
     MAINTENANCE_VALUES,
     NoticeTrack,
+    gpu_machine_type,
+    local_gpus,
     maintenance_report,
     metadata_root,
     parse_maintenance_event,
@@ -219,6 +222,36 @@ def test_terminate_on_host_maintenance_drains_with_an_hour() -> None:
     assert report is not None
     assert (report.action, report.reason) == ("drain", "host-maintenance")
     assert report.deadline == NOW + timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "gpus"),
+    [
+        ("projects/123/machineTypes/a2-highgpu-1g", True),
+        ("projects/123/machineTypes/a3-megagpu-8g", True),
+        ("projects/123/machineTypes/g2-standard-4", True),
+        ("projects/123/machineTypes/n1-standard-8", False),
+        ("projects/123/machineTypes/n2-standard-8", False),
+        ("projects/123/machineTypes/c3-standard-4\n", False),
+    ],
+)
+def test_gpu_machine_types(text: str, gpus: bool) -> None:
+    assert gpu_machine_type(text) is gpus
+
+
+def test_local_gpus(tmp_path: Path) -> None:
+    device, driver = tmp_path / "nvidia0", tmp_path / "gpus"
+    driver.mkdir()
+    assert not local_gpus((driver, device))  # an empty driver list, no device
+    (driver / "0000:00:04.0").mkdir()
+    assert local_gpus((driver, device))
+    device.touch()
+    assert local_gpus((device,))
+
+
+def test_a_maintenance_notice_given_wins() -> None:
+    report = maintenance_report("TERMINATE_ON_HOST_MAINTENANCE", Settings(), NOW, 60.0)
+    assert report is not None and report.deadline == NOW + timedelta(seconds=60)
 
 
 def test_migrate_drains_without_deadline_unless_ignored() -> None:

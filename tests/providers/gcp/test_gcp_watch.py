@@ -103,6 +103,40 @@ async def test_terminate_on_host_maintenance_drains_then_clears_under_the_same_i
     assert clear.detail == {"maintenance-event": "NONE"}
 
 
+@pytest.mark.parametrize(
+    ("machine_type", "settings", "minutes"),
+    [
+        ("n2-standard-8", {}, 1),  # no GPU: Compute Engine gives 60 s
+        ("a3-highgpu-8g", {}, 60),  # GPUs: an hour
+        ("n2-standard-8", {"maintenance_notice": 600}, 10),  # configured: as configured
+    ],
+)
+async def test_terminate_on_host_maintenance_has_the_notice_of_the_machine(
+    machine_type: str, settings: dict[str, Any], minutes: int
+) -> None:
+    sim = GcpSimulator(machine_type=machine_type)
+    with SimServer(sim) as server:
+        async with watching(server.url, **settings) as run:
+            await run.until_polling()
+            sim.raise_notice("maintenance", {"type": "TERMINATE"})
+            [drain] = await run.count(1)
+    assert drain.deadline is not None
+    assert _near(drain.deadline, utcnow() + timedelta(minutes=minutes))
+
+
+async def test_a_machine_type_unavailable_at_start_is_read_again() -> None:
+    sim = GcpSimulator(machine_type="a3-highgpu-8g")
+    sim.add_fault("status", path="/computeMetadata/v1/instance/machine-type", status=503, count=2)
+    with SimServer(sim) as server:
+        async with watching(server.url, retry_delay=0.05) as run:
+            await run.until_polling()
+            sim.raise_notice("maintenance", {"type": "TERMINATE"})
+            [drain] = await run.count(1)
+    assert drain.deadline is not None
+    assert _near(drain.deadline, utcnow() + timedelta(minutes=60))
+    assert run.watcher.has_gpus is True
+
+
 async def test_migrate_drains_without_deadline(server: SimServer, sim: GcpSimulator) -> None:
     async with watching(server.url) as run:
         await run.until_polling()
