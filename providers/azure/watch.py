@@ -247,7 +247,10 @@ class AzureWatcher:
             if event.not_before_error and event.event_id not in self._odd:
                 self._odd.add(event.event_id)
                 log.warning("azure: event %s: %s", event.event_id, event.not_before_error)
-        outgoing = [*cleared(self.reports, current, now), *current.values()]
+        # The events in force before the clears: an event that comes back under a new EventId
+        # (Microsoft's mock renames an event at each status change) must never leave clients
+        # a moment with its terminate withdrawn and no successor yet.
+        outgoing = [*current.values(), *cleared(self.reports, current, now)]
         self.reports = current
         for report in outgoing:
             self._send(report)

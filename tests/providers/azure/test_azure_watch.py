@@ -117,6 +117,22 @@ async def test_events_that_change_without_an_incarnation_bump_are_processed() ->
         assert len(h.reports) == 4  # scheduled x2, the clear, the start: nothing repeated
 
 
+async def test_an_event_renamed_at_its_start_is_sent_before_the_old_one_is_cleared() -> None:
+    # Microsoft's own mock server gives an event a new EventId when its status changes.
+    async with running() as h:
+        old_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 600})
+        await eventually_async(lambda: h.reports, what="the preempt")
+        with h.sim.lock:
+            event = dict(h.sim.events.pop(old_id), EventId="RENAMED", EventStatus="Started")
+            h.sim.events["RENAMED"] = event
+            h.sim.incarnation += 1
+        await eventually_async(lambda: len(h.reports) >= 3, what="the successor and the clear")
+        assert [(r.id, r.action) for r in h.reports[1:]] == [
+            ("azure/RENAMED", "terminate"),
+            (f"azure/{old_id}", "clear"),
+        ]
+
+
 async def test_slow_first_call_is_not_an_error() -> None:
     sim = AzureSimulator(vm_name="gpu-0", first_call_delay=1.5, rate_limit=10)
     sim.raise_notice("Preempt", {})
