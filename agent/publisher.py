@@ -1,8 +1,9 @@
 """The agent's two sockets: XPUB for events, ROUTER for control (REQ clients see a REP).
 
-XPUB runs with XPUB_VERBOSER so that every subscription and unsubscription reaches the agent,
-not only the first per topic: each new subscriber to `notice` triggers a replay of the active
-notices, and `client/<id>` subscriptions tell which acking clients are listening.
+XPUB runs with XPUB_VERBOSE so that every subscription reaches the agent, not only the first
+per topic: each new subscriber to `notice` triggers a replay of the active notices. An
+unsubscription reaches it only when no connected peer holds the topic any more, which is
+exactly when the acking client of a `client/<id>` subscription is gone.
 
 Both sockets face anyone who can reach the endpoint, so every input is bounded: ZeroMQ drops
 (and disconnects) a peer whose frame is larger than MAX_SUBSCRIPTION_BYTES or
@@ -22,7 +23,6 @@ import os
 import socket
 import stat
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -81,12 +81,16 @@ class Publisher:
         self.xpub = self.context.socket(zmq.XPUB)
         self.xpub.setsockopt(zmq.LINGER, 0)
         self.router = self._control_socket()
-        self.xpub.setsockopt(zmq.XPUB_VERBOSER, 1)
+        # Not XPUB_VERBOSER, which passes on every unsubscription too: ZeroMQ keeps one
+        # subscription per peer and topic, so a peer that subscribed `client/<id>` twice sent
+        # two subscriptions but, leaving, one unsubscription, and a count of them kept a ghost
+        # client that every notice then waited for.
+        self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.xpub.setsockopt(zmq.SNDHWM, 10_000)
         self.xpub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION_BYTES)
         # The same socket without asyncio, to take what is already queued without a future.
         self._xpub_sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.xpub.underlying)
-        self.clients: Counter[str] = Counter()  # client id -> open subscriptions
+        self.clients: set[str] = set()  # ids some connected peer subscribes `client/<id>` to
         self._bound: dict[Path, tuple[int, int]] = {}  # ipc path -> (device, inode) we made
         self._replay_due = False
         self.subscriptions_seen = 0
@@ -222,19 +226,16 @@ class Publisher:
                     self._untracked(client, problem)
                     return
             if subscribed:
-                if client not in self.clients and len(self.clients) >= MAX_CLIENTS:
+                if client in self.clients:
+                    return  # the same socket again, or another with the same id
+                if len(self.clients) >= MAX_CLIENTS:
                     log.warning("more than %d acking clients; %r not tracked", MAX_CLIENTS, client)
                     return
-                self.clients[client] += 1
-                if self.clients[client] == 1:
-                    on_client(client, True)
-            elif self.clients[client] > 0:
-                self.clients[client] -= 1
-                if self.clients[client] == 0:
-                    del self.clients[client]
-                    on_client(client, False)
-            else:
-                del self.clients[client]
+                self.clients.add(client)
+                on_client(client, True)
+            elif client in self.clients:
+                self.clients.remove(client)
+                on_client(client, False)
         elif subscribed and TOPIC_NOTICE.startswith(topic):
             self._replay_due = True
 

@@ -285,6 +285,40 @@ def test_a_client_id_no_ack_can_name_does_not_hold_the_flag_forever(
         assert "with an id no ack can name" in agent.output()
 
 
+def test_a_socket_that_subscribed_its_client_topic_twice_is_gone_once_it_closes(
+    tmp_path: Path,
+) -> None:
+    """ZeroMQ keeps one subscription per socket and topic: a socket that subscribed
+    `client/<id>` twice (a client in another language re-subscribing on the same socket) sent
+    two subscriptions but, closing, one unsubscription. Counted, it stayed an acking client
+    that every notice waited for: the flag was never removed."""
+    with AgentProcess(tmp_path) as agent:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        twice = Subscriber(agent.events, ("notice", "client/twice")).ready()
+        with Subscriber(agent.events, ("notice", "client/tester")).ready() as sub:
+            # Once connected, a SUB socket sends each subscription it is given, repeats too.
+            twice.sock.setsockopt(zmq.SUBSCRIBE, b"client/twice")
+            # One copy dropped: the socket still holds the other, so it is still listening.
+            twice.sock.setsockopt(zmq.UNSUBSCRIBE, b"client/twice")
+            assert agent.control({"op": "status"})["agent"]["subscribers"] == 2
+            twice.close()
+            eventually(
+                lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 1,
+                timeout=10,
+                what="the closed socket to leave",
+                interval=0.05,
+            )
+            flag.write_text("")
+            drain = sub.notice(timeout=3)
+            reply = agent.control(
+                {"op": "ack", "notice_id": drain["id"], "client": "tester", "flush_seconds": 0.2}
+            )
+            assert reply["ok"]
+            cleared = sub.notice(timeout=3)
+            assert cleared["action"] == "clear" and cleared["id"] == drain["id"]
+        assert not flag.exists()
+
+
 def test_a_flag_file_written_again_replaces_its_notice_and_removal_clears_it(
     tmp_path: Path,
 ) -> None:
