@@ -50,8 +50,11 @@ class PollHealth:
             listener(self.provider, True, None)
 
     def error(self, kind: str, message: str) -> None:
-        """Count an error; log it the first time, and again only after `repeat_log_seconds`."""
-        self.polls += 1
+        """Count an error; log it the first time, and again only after `repeat_log_seconds`.
+        A crash of the watcher (WATCHER_FAILED) is an error but no poll of its endpoint, as in
+        `forewarn_polls_total`: `status` counted each crash as a poll."""
+        if kind != WATCHER_FAILED:
+            self.polls += 1
         self.errors += 1
         self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
         self.last_error = kind

@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+from forewarn.agent.runner import provider_health
+from forewarn.providers.health import WATCHER_FAILED, PollHealth
 from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_forewarn
 
 
@@ -84,3 +86,14 @@ def test_the_readmes_status_reply_names_every_field_of_the_reply() -> None:
     assert agent and health, reply
     assert {word.strip() for word in agent.group(1).split(",")} == set(AgentInfo.model_fields)
     assert {word.strip() for word in health.group(1).split(",")} == set(ProviderHealth.model_fields)
+
+
+def test_a_watcher_crash_is_an_error_in_status_but_no_poll() -> None:
+    """`status` counted a watcher's crash (and its restart) as a poll of the endpoint, where
+    `forewarn_polls_total` did not: a watcher crashing in a loop looked busy polling."""
+    health = PollHealth("aws")
+    health.success()
+    health.error("http-500", "the endpoint answered 500")
+    health.error(WATCHER_FAILED, "RuntimeError: boom; restarting in 1.0s")
+    shown = provider_health("aws", health)
+    assert (shown.polls, shown.errors, shown.last_error) == (2, 2, WATCHER_FAILED)
