@@ -59,6 +59,8 @@ AGENT = "agent"
 AGENT_ERROR_KINDS = ("state",)
 # The actions a notice of any reason can be counted under: a drain may be escalated.
 STARTED_ACTIONS = ("drain", "terminate")
+# What a saved ack's flush is counted under: the acked notice's action, or none active.
+FLUSH_TRIGGERS = ("drain", "terminate", "periodic")
 
 # A watcher that knows when the provider itself issued a notice puts that moment here, as
 # RFC 3339, so the detection delay (noticed_at - notice_time) can be measured.
@@ -222,6 +224,8 @@ class MetricsObserver(Observer):
         # spot VM's first terminate is mostly its only one. So the series one alerts on start
         # at 0: each reason the provider declares, drain and terminate (clears are no alert),
         # and the crash and state-write errors. Bounded by the providers' declared reasons.
+        # Histograms too: rate(forewarn_flush_seconds_bucket[1d]) read nothing of the first
+        # flush, the one a job makes at its first notice.
         for name in providers:
             reasons = self.specs[name].reasons if name in self.specs else ()
             for reason in reasons:
@@ -229,7 +233,11 @@ class MetricsObserver(Observer):
                     self.notices.labels(name, reason, action)
                 self.escalations.labels(name, reason)
                 self.expired.labels(name, reason)
+                self.lead_time.labels(name, reason)
+            self.detection_delay.labels(name)
             self.poll_errors.labels(name, WATCHER_FAILED)
+        for trigger in FLUSH_TRIGGERS:
+            self.flush.labels(trigger)
         for kind in AGENT_ERROR_KINDS:
             self.poll_errors.labels(AGENT, kind)
 

@@ -887,6 +887,24 @@ def test_the_series_alerts_read_are_at_0_before_the_first_notice(tmp_path: Path)
     assert all(labels.get("action") != "clear" for labels in started)
 
 
+def test_the_histograms_start_at_0_too():
+    """A labelled histogram appeared at its first observation, so the documented
+    `rate(forewarn_flush_seconds_bucket[1d])` took the job's first flush, at its first
+    notice, for the baseline and never counted it."""
+    observer = MetricsObserver()
+    observer.on_start(["aws"])
+    found = scrape(observer)
+    for trigger in ("drain", "terminate", "periodic"):
+        assert value(found, "forewarn_flush_seconds_count", trigger=trigger) == 0, trigger
+        assert value(found, "forewarn_flush_seconds_bucket", trigger=trigger, le="+Inf") == 0
+    for reason in REGISTRY["aws"].reasons:
+        labels = {"provider": "aws", "reason": reason}
+        assert value(found, "forewarn_notice_lead_seconds_count", **labels) == 0, labels
+    assert value(found, "forewarn_detection_delay_seconds_count", provider="aws") == 0
+    lead = {dict(labels)["provider"] for (name, labels) in found if "lead" in name}
+    assert lead == {"aws"}
+
+
 @pytest.mark.parametrize("spec", list(REGISTRY), ids=lambda spec: spec.name)
 def test_a_provider_declares_every_reason_its_watcher_sets(spec: Any):
     """The metrics start a provider's series from its declared reasons: one it sets but does
