@@ -83,6 +83,10 @@ PROBE_REBINDS = 2
 # times but the sleep runs on the monotonic clock, so a wall-clock step (NTP, a resume, a live
 # migration) is only noticed at the next look.
 CLOCK_RECHECK = 1.0
+# How many recent acks are remembered to recognise one sent again: a client whose ack went
+# unanswered (its reply waited for a slow disk past the client's timeout, or control was
+# rebound) sends the very same ack again, and it must count once.
+ACKS_REMEMBERED = 256
 
 
 def _prepare_dir(path: Path, what: str, mode: int) -> None:
@@ -146,6 +150,7 @@ class Agent:
         # The agent's own files ("state", "seq") whose last write failed, with why: retried
         # each beat, and shown by `status` until written.
         self._unsaved: dict[str, str] = {}
+        self._recent_acks: dict[str, None] = {}  # acks as received, oldest first
         self._escalated_at_restore: set[str] = set()
         self._events_ours = True
 
@@ -807,6 +812,17 @@ class Agent:
         return ClearReply(cleared=[notice.id for notice in cleared])
 
     def _ack(self, req: AckRequest) -> AckReply:
+        if req.client is not None:
+            # The same client, notice, step and figures again is that ack sent again, not a
+            # second flush: counted twice, it was two flushes in the metrics and telemetry,
+            # and took two places of the exit margin's window.
+            key = req.model_dump_json()
+            if key in self._recent_acks:
+                log.debug("ack %s from %s again; counted once", req.notice_id, req.client)
+                return AckReply()
+            self._recent_acks[key] = None
+            while len(self._recent_acks) > ACKS_REMEMBERED:
+                del self._recent_acks[next(iter(self._recent_acks))]
         notice = self.board.get(req.notice_id) if req.notice_id else None
         if req.outcome == "saved":
             first = req.notice_id is not None and req.notice_id not in self.board.saved()

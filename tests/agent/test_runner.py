@@ -16,7 +16,8 @@ from forewarn.agent import runner
 from forewarn.agent import state as state_module
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.agent.config import load_settings
-from forewarn.agent.protocol import ClearRequest, Notice, Report
+from forewarn.agent.observer import Observer
+from forewarn.agent.protocol import AckRequest, ClearRequest, Notice, Report
 from forewarn.agent.runner import Agent
 from forewarn.agent.state import load_state
 from forewarn.providers import Emit, PollHealth
@@ -423,4 +424,29 @@ async def test_control_busy_answering_a_request_is_not_rebound(tmp_path: Path) -
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+    agent.state_writer.close()
+
+
+async def test_an_ack_sent_again_counts_once(tmp_path: Path) -> None:
+    """A client whose ack went unanswered (its reply waited for a slow disk past the client's
+    1 s, or control was rebound) sends the very same ack again: it was counted as a second
+    flush in the metrics, the telemetry and the exit margin's window."""
+    agent, _ = _agent_publishing_to_a_recorder(tmp_path)
+    seen: list[AckRequest] = []
+
+    class Acks(Observer):
+        def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
+            seen.append(ack)
+
+    agent.observers.observers.append(Acks())
+    agent._emit(Report(id="aws/spot/1", action="drain", reason="manual", provider="aws"))
+    ack = {"op": "ack", "notice_id": "aws/spot/1", "client": "rank0", "step": 10}
+    for request in (ack | {"flush_seconds": 2.0}, ack | {"flush_seconds": 2.0}):
+        assert (await agent._handle(request))["ok"]
+    # The next save of the same client is a flush of its own, so is another client's.
+    for request in (ack | {"step": 20, "flush_seconds": 2.0}, ack | {"client": "rank1"}):
+        assert (await agent._handle(request))["ok"]
+    assert [(a.client, a.step) for a in seen] == [("rank0", 10), ("rank0", 20), ("rank1", 10)]
+    assert list(agent.board.flushes) == [2.0, 2.0]
+    await agent.state_writer.settled()
     agent.state_writer.close()
