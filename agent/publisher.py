@@ -30,7 +30,12 @@ from typing import Any
 import zmq
 import zmq.asyncio
 from forewarn.protocol.errors import ForewarnError
-from forewarn.protocol.wire import TOKEN_FIELD, ipc_path
+from forewarn.protocol.wire import (
+    MAX_REQUEST_BYTES,
+    TOKEN_FIELD,
+    ipc_path,
+    request_too_large,
+)
 
 from .controltoken import token_matches
 from .protocol import (
@@ -46,8 +51,7 @@ from .throttle import WarningThrottle
 log = logging.getLogger("forewarn.agent")
 
 SOCKET_MODE = 0o660
-# A control request is a small JSON object (the largest, a notify, is under 3 KB).
-MAX_CONTROL_BYTES = 64 * 1024
+MAX_CONTROL_BYTES = MAX_REQUEST_BYTES
 # ZeroMQ drops a peer whose frame is larger, without a word: a REQ that sent it waits forever.
 # Frames between the two limits are read and answered with an error naming MAX_CONTROL_BYTES.
 MAX_CONTROL_FRAME_BYTES = 1024 * 1024
@@ -278,11 +282,7 @@ class Publisher:
         if len(body) != 1:
             return {"ok": False, "error": f"a request is one frame, got {len(body)}"}
         if len(body[0]) > MAX_CONTROL_BYTES:
-            return {
-                "ok": False,
-                "error": f"request too large: {len(body[0])} bytes, over the limit of "
-                f"{MAX_CONTROL_BYTES} bytes (64 KiB)",
-            }
+            return {"ok": False, "error": request_too_large(len(body[0]))}
         try:
             # Decoded here, not by json.loads: given bytes, it guesses UTF-16 or UTF-32 from
             # the first ones, so a stray 0xff 0xfe was "Expecting value" at char 0.

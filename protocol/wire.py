@@ -43,10 +43,20 @@ TOKEN_FIELD = "token"
 MAX_TOKEN_BYTES = 256
 # sizeof(sockaddr_un.sun_path) - 1 on Linux: the longest path (or @name) an ipc:// takes.
 IPC_PATH_MAX = 107
+# The largest control request the agent reads (the largest it needs, a notify, is under 3 KB).
+MAX_REQUEST_BYTES = 64 * 1024
 
 
 class EndpointError(UsageError):
     """An endpoint that forewarn refuses to bind or connect, with the reason in its text."""
+
+
+def request_too_large(size: int) -> str:
+    """The error a control request of `size` bytes, over MAX_REQUEST_BYTES, gets."""
+    return (
+        f"request too large: {size} bytes, over the limit of {MAX_REQUEST_BYTES} bytes "
+        f"({MAX_REQUEST_BYTES // 1024} KiB)"
+    )
 
 
 class ReplyError(ForewarnError, ValueError):
@@ -402,17 +412,23 @@ def request(
     runtime: Path | None = None,
 ) -> dict[str, Any]:
     """One control request (REQ), answered or TimeoutError; on tcp:// and ipc://@ endpoints
-    it carries the token from `runtime` (default: `runtime_dir()`). zmq is imported here, not
+    it carries the token from `runtime` (default: `runtime_dir()`). One over
+    MAX_REQUEST_BYTES is not sent: its reply is the agent's error for it. zmq is imported here, not
     at module import, so that reading the topics and endpoints stays cheap."""
     import zmq
 
     payload = with_token(endpoint, payload, runtime)
 
+    body = json.dumps(payload).encode()
+    if len(body) > MAX_REQUEST_BYTES:
+        # The agent's own answer, given here: over its frame cap (1 MiB) ZeroMQ drops the
+        # connection unread, and the request timed out as if no agent were there.
+        return {"ok": False, "error": f"{request_too_large(len(body))}; not sent"}
     sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     try:
         sock.connect(endpoint)
-        sock.send(json.dumps(payload).encode())
+        sock.send(body)
         if not sock.poll(int(timeout * 1000)):
             # A REQ cannot tell no agent from a busy one, which may still carry the request out
             # (an agent answers a notify or an ack only once its state is on disk).
@@ -436,6 +452,7 @@ def request(
 
 __all__ = [
     "DENIED",
+    "MAX_REQUEST_BYTES",
     "PROTOCOL_VERSION",
     "TOKEN_FIELD",
     "TOKEN_FILE",
@@ -455,6 +472,7 @@ __all__ = [
     "read_token",
     "read_toml",
     "request",
+    "request_too_large",
     "resolve_endpoints",
     "runtime_dir",
     "unreachable",

@@ -8,6 +8,7 @@ import json
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,3 +220,19 @@ def test_a_request_over_the_size_limit_gets_an_error_naming_it(serving: str, siz
             "ok": False,
             "error": f"request too large: {size} bytes, over the limit of 65536 bytes (64 KiB)",
         }
+
+
+@pytest.mark.parametrize("size", [publisher.MAX_CONTROL_BYTES + 1, 2 * 1024 * 1024])
+def test_forewarns_request_over_the_limit_gets_the_error_at_once(serving: str, size: int) -> None:
+    """Over 1 MiB ZeroMQ drops the connection unread: `request` waited out its timeout and
+    said no agent was there. It now answers with the agent's error without sending."""
+    from forewarn.protocol.wire import request
+
+    started = time.monotonic()
+    reply = request(serving, {"op": "status", "pad": "x" * size}, timeout=5)
+    assert time.monotonic() - started < 1
+    assert reply["ok"] is False
+    assert reply["error"].startswith("request too large: ")
+    assert "over the limit of 65536 bytes (64 KiB); not sent" in reply["error"]
+    # The agent is not affected and still answers this socket's next request.
+    assert request(serving, {"op": "status"}, timeout=5)["ok"]
