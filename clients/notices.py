@@ -57,6 +57,13 @@ WITHDRAWN = {"withdrawn": "no longer listed by the agent's heartbeat"}
 # killed is not in the file yet (the publish does not wait for the fsync), and an agent from
 # before that change lists only what its watchers have reported since it started.
 RESTART_SETTLE = 5.0
+# A notice the agent's heartbeats list but this client never received was dropped on its way:
+# past the high-water marks (a job stopped by SIGSTOP or a scheduler's suspend, 10,000
+# messages queued: under 3 hours of heartbeats), a terminate sent then never arrived. Listed
+# by two heartbeats in a row (the replay of a new subscriber may follow its first one), it is
+# asked for again by subscribing to `notice` once more, which makes the agent replay; at most
+# this often.
+REPLAY_ASK_EVERY = 10.0
 
 
 def _client_id() -> str:
@@ -120,6 +127,10 @@ class Notices:
         self._malformed_unsaid = 0
         self._malformed_quiet_until = -math.inf
         self._settle_until = -math.inf
+        self._unreceived: set[str] = set()  # listed by the last heartbeat, never received
+        self._replay_wanted = False
+        self._replay_asked = -math.inf
+        self._replay_said: set[str] = set()
         if start:
             self.start()
 
@@ -302,6 +313,9 @@ class Notices:
                     if frames[0] in agent_topics:
                         last_beat = time.monotonic()  # a notice is a sign of life too
                         self._message(frames)
+                    if self._replay_wanted:
+                        self._replay_wanted = False
+                        sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
                 now = time.monotonic()
                 alive = last_beat is not None and now - last_beat < self.heartbeat_timeout
                 if alive != self.alive:
@@ -378,6 +392,21 @@ class Notices:
             self._settle_until = time.monotonic() + RESTART_SETTLE
         if time.monotonic() < self._settle_until:
             return
+        unreceived = active - self.active.keys()
+        missed = unreceived & self._unreceived
+        self._unreceived = unreceived
+        if missed and time.monotonic() - self._replay_asked >= REPLAY_ASK_EVERY:
+            self._replay_asked = time.monotonic()
+            self._replay_wanted = True
+            # Once per notice: one that never parses here is asked for again, not said again.
+            if missed - self._replay_said:
+                log.warning(
+                    "forewarn: the agent on %s lists %s, never received here; asking it to "
+                    "send the active notices again",
+                    self.events,
+                    ", ".join(sorted(missed)[:5]),
+                )
+            self._replay_said = missed
         now = utcnow()
         stale = [event for notice_id, event in self.active.items() if notice_id not in active]
         for event in stale:

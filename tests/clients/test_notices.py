@@ -245,6 +245,39 @@ def test_malformed_notices_are_dropped_and_the_next_terminate_still_acts(
         agent.close()
 
 
+def test_a_notice_the_heartbeats_list_but_that_never_arrived_is_asked_for_again(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """A job stopped for hours (SIGSTOP, a scheduler's suspend) fills the high-water marks
+    with heartbeats, and a terminate sent then is dropped: resumed, the job read heartbeats
+    listing it and never acted on it. Listed twice and never received, it is asked for again
+    by a second subscription to `notice`, which makes an agent replay."""
+    import zmq
+
+    agent = FakeAgent(tmp_path)
+    agent.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # as the agent's: repeated subscriptions too
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=3.0)
+    try:
+        agent.subscribed()
+        agent.beat(active=["aws/spot/1"])
+        eventually(lambda: notices.alive, timeout=5, what="the first heartbeat")
+        # Once is no loss: a new subscriber's replay may come after the first heartbeat.
+        assert not agent.pub.poll(300), "asked after one heartbeat"
+        agent.beat(active=["aws/spot/1"])
+        agent.subscribed(timeout=5)
+        agent.notice("aws/spot/1", "terminate")
+        event = eventually(lambda: notices.active.get("aws/spot/1"), timeout=5, what="it")
+        assert event.action == "terminate"
+        assert len(warnings_about(caplog, "never received here")) == 1
+        # Received now: no more asking.
+        agent.beat(active=["aws/spot/1"])
+        agent.beat(active=["aws/spot/1"])
+        assert not agent.pub.poll(300)
+    finally:
+        notices.close()
+        agent.close()
+
+
 BEAT: dict[str, Any] = {
     "v": 1,
     "seq": 18,
