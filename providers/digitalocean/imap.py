@@ -9,6 +9,7 @@ socket through its own buffer, which tells whether a line is waiting without blo
 from __future__ import annotations
 
 import base64
+import codecs
 import contextlib
 import imaplib
 import logging
@@ -73,10 +74,10 @@ class Credentials:
 
 
 def load_credentials(path: Path) -> Credentials:
-    """Read `KEY=VALUE` lines (the systemd EnvironmentFile form: `#` comments, optional
-    `export ` and quotes). Errors name the file and the key, never a value."""
+    """Read `KEY=VALUE` lines (the systemd EnvironmentFile form: `#` and `;` comments,
+    optional `export ` and quotes). Errors name the file and the key, never a value."""
     try:
-        text = path.read_text()
+        text = _decoded(path, path.read_bytes())
         _warn_if_readable_by_others(path)
     except FileNotFoundError:
         raise CredentialsError(f"credentials_file {path}: not found") from None
@@ -87,7 +88,7 @@ def load_credentials(path: Path) -> Credentials:
     values: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
+        if not stripped or stripped.startswith(("#", ";")):
             continue
         stripped = stripped.removeprefix("export ").lstrip()
         key, sep, value = stripped.partition("=")
@@ -104,6 +105,21 @@ def load_credentials(path: Path) -> Credentials:
     if password is None:
         raise CredentialsError(f"credentials_file {path}: no {PASSWORD_KEYS[0]}= line")
     return Credentials(user, password)
+
+
+def _decoded(path: Path, raw: bytes) -> str:
+    # Notepad saves with a byte order mark (UTF-8, or UTF-16 as "Unicode"): read as it
+    # was, the mark became part of the first key, and the user line was "not found".
+    encoding = "utf-8"
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16"
+    try:
+        return raw.removeprefix(codecs.BOM_UTF8).decode(encoding)
+    except UnicodeDecodeError as error:
+        raise CredentialsError(
+            f"credentials_file {path}: not {encoding.upper()} text (byte {error.start}); "
+            "save it as UTF-8"
+        ) from None
 
 
 _warned: set[Path] = set()

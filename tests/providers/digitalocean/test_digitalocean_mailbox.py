@@ -638,6 +638,63 @@ def test_credentials_file_forms_and_secrecy(
         load_credentials(path)
 
 
+async def test_a_credentials_file_saved_by_notepad_logs_in(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    settings = settings_for(dovecot, mail_user, tmp_path)
+    assert settings.credentials_file is not None
+    settings.credentials_file.write_bytes(
+        "; IMAP login for forewarn\r\n"
+        f"FOREWARN_IMAP_USER={mail_user.name}\r\n"
+        f"FOREWARN_IMAP_PASSWORD={mail_user.password}\r\n".encode("utf-8-sig")
+    )
+    async with running(settings, tmp_path / "state") as run:
+        await run.idling()
+        await asyncio.to_thread(dovecot.append, mail_user, reclaim())
+        await run.until(lambda: len(run.reports) == 1)
+        assert run.health.errors == 0, run.health.last_error
+
+
+@given(
+    encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-16-le-bom", "utf-16-be-bom"]),
+    newline=st.sampled_from(["\n", "\r\n"]),
+    comments=st.lists(st.tuples(st.sampled_from(["#", ";"]), st.text("ab =;#'\"", max_size=12))),
+    user=st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20),
+    password=st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20),
+)
+def test_any_credentials_file_in_a_unicode_encoding_with_comments_is_read(
+    tmp_path_factory: pytest.TempPathFactory,
+    encoding: str,
+    newline: str,
+    comments: list[tuple[str, str]],
+    user: str,
+    password: str,
+) -> None:
+    lines = [mark + text for mark, text in comments]
+    lines[len(lines) // 2 : len(lines) // 2] = [
+        f"FOREWARN_IMAP_USER='{user}'",
+        f'FOREWARN_IMAP_PASSWORD="{password}"',
+    ]
+    text = newline.join(lines) + newline
+    if encoding.endswith("-bom"):
+        raw = "\ufeff".encode(encoding[:-4]) + text.encode(encoding[:-4])
+    else:
+        raw = text.encode(encoding)
+    path = tmp_path_factory.mktemp("credentials") / "imap.env"
+    path.write_bytes(raw)
+    path.chmod(0o600)
+    assert load_credentials(path) == Credentials(user, password)
+
+
+def test_a_credentials_file_that_is_not_unicode_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "imap.env"
+    path.write_bytes(b"FOREWARN_IMAP_USER=ops\nFOREWARN_IMAP_PASSWORD=gr\xfc\xdfe\n")
+    path.chmod(0o600)
+    with pytest.raises(Exception, match=r"imap.env: not UTF-8 text \(byte 48\)") as error:
+        load_credentials(path)
+    assert error.value.kind == "credentials"  # type: ignore[attr-defined]
+
+
 def test_plain_imap_is_refused_off_loopback() -> None:
     with pytest.raises(ValueError, match="loopback"):
         Settings(imap_host="imap.example.com", imap_tls="none")
