@@ -565,6 +565,30 @@ _NOT_A_DROPLET = re.compile(
     r"|[A-Z]{1,3}\d{2,4}[A-Z]?"  # a GPU model: H100, L40S, MI300X
 )
 _SENTENCE_END = re.compile(r"\n|[.!?;](?=\s)")
+# Another droplet named without a digit ("trainer", "web"): by the place of a name, after
+# "Droplet" or "the reclaim of", or as a lower-case label starting a line of a digest. Seen
+# as no droplet, "The reclaim of trainer has been cancelled" was taken to be about the
+# droplet named before it, ours, and withdrew our reclaim.
+_NAME_SLOT = re.compile(
+    r"(?i:\b(?:reclaims?\s+of(?:\s+(?:the\s+)?droplets?)?|droplets?)\s*:?\s+"
+    r"(?:(?:named|called)\s+)?)[\"'\u201c\u2018`]?(?P<name>[A-Za-z0-9](?:[\w.-]*\w)?)"
+    r"|(?m:^[ \t]*(?:[-*\u2022][ \t]*)?(?P<label>[a-z](?:[a-z0-9.-]*[a-z0-9])?)[ \t]*:(?![\d/]))"
+)
+_NOT_A_NAME = frozenset(
+    re.findall(
+        r"\w+",
+        """
+        a an the your our their its my this that these those which who whose it they you we has
+        have had is are was were be been being will would shall should may might can could must
+        do does did and or but nor not no of in on at to for from with by as via per into about
+        after before id ids named called listed below above following mentioned affected
+        scheduled reclaim reclaims reclaimed reclamation droplet droplets spot gpu cpu instance
+        now still also already soon today tomorrow notice update status note reason time date
+        when deadline window region size name important details action subject info summary
+        cancelled canceled rescheduled postponed moved new old previous original
+        """,
+    )
+)
 
 
 def _droplet_mentions(text: str, rules: MatchRules) -> list[tuple[int, int, bool]]:
@@ -576,6 +600,15 @@ def _droplet_mentions(text: str, rules: MatchRules) -> list[tuple[int, int, bool
         if _NOT_A_DROPLET.fullmatch(match.group(0)):
             continue
         if any(start < our_end and our_start < end for our_start, our_end in ours):
+            continue
+        found.append((start, end, False))
+    for match in _NAME_SLOT.finditer(text):
+        group = "name" if match.group("name") is not None else "label"
+        start, end = match.span(group)
+        name = match.group(group)
+        if name.lower() in _NOT_A_NAME or _NOT_A_DROPLET.fullmatch(name):
+            continue
+        if any(start < stop and begin < end for begin, stop, _ in found):
             continue
         found.append((start, end, False))
     return sorted(found)

@@ -573,15 +573,61 @@ def test_a_cancellation_about_this_droplet_withdraws_its_reclaim(body: str) -> N
 
 
 _OTHER_NAMES = st.sampled_from(
-    ["gpu-spot-10", "gpu-spot-2", "web-1", "train-7.example.com", "ID 123456789"]
-)
-_CANCEL_LINES = st.sampled_from(
     [
-        "The reclaim of {} has been cancelled.",
-        "{}: the reclaim has been cancelled",
-        "Droplet {} will no longer be reclaimed.",
+        *("gpu-spot-10", "gpu-spot-2", "web-1", "train-7.example.com", "ID 123456789"),
+        *("trainer", "web", "db.internal", "jupyter-box"),
     ]
 )
+_CANCEL_FORMS = [
+    "The reclaim of {} has been cancelled.",
+    "{}: the reclaim has been cancelled",
+    "Droplet {} will no longer be reclaimed.",
+]
+_CANCEL_LINES = st.sampled_from(_CANCEL_FORMS)
+_CANCEL_LINES_ALL = st.sampled_from(
+    [
+        *_CANCEL_FORMS,
+        "The reclaim of Droplet {} has been withdrawn.",
+        "- {}: the reclaim has been cancelled",
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "cancel",
+    [
+        "The reclaim of trainer has been cancelled.",
+        "The reclaim of Droplet web has been cancelled.",
+        "web: the reclaim has been cancelled",
+        "Droplet Jupyter will no longer be reclaimed.",
+        "The reclaim of the Droplet named 'trainer' has been called off.",
+    ],
+)
+def test_a_cancellation_of_a_droplet_named_without_a_digit_keeps_ours(cancel: str) -> None:
+    result = verdict(reclaim_mail(f"gpu-spot-1: 2026-12-01 14:30 UTC\n{cancel}\n"))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
+
+
+@given(
+    ours=st.sampled_from(["trainer", "web", "gpu-spot-1"]),
+    other=st.sampled_from(["trainer", "web", "db", "gpu-spot-7"]),
+    line=_CANCEL_LINES_ALL,
+    other_first=st.booleans(),
+)
+def test_a_droplet_s_own_name_decides_which_reclaim_a_cancellation_withdraws(
+    ours: str, other: str, line: str, other_first: bool
+) -> None:
+    assume(ours != other)
+    listed = [f"{other}: 2026-12-01 13:00 UTC", line.format(ours)]
+    body = "\n".join(listed if other_first else listed[::-1])
+    mine = verdict(reclaim_mail(body), droplet_name=ours, droplet_id=None)
+    assert mine.report is None and mine.replaces, mine.why
+    listed = [f"{ours}: 2026-12-01 14:30 UTC", line.format(other)]
+    body = "\n".join(listed if other_first else listed[::-1])
+    theirs = verdict(reclaim_mail(body), droplet_name=ours, droplet_id=None)
+    assert theirs.report is not None and not theirs.replaces, theirs.why
+    assert theirs.report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
 
 
 @settings(max_examples=150, deadline=None)
