@@ -468,7 +468,9 @@ def _candidates(
             yield match.start(), -len(match.group(0)), moment, moment, match.group(0)
 
 
-def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | None:
+def find_deadline(
+    text: str, sent: datetime | None, *, new_only: bool = False
+) -> tuple[datetime, str] | None:
     """The first time written in `text` that can be the deadline, with the words it came from.
 
     Understood forms (case-insensitive; each needs UTC, GMT, Z, a numeric offset or one
@@ -482,19 +484,45 @@ def find_deadline(text: str, sent: datetime | None) -> tuple[datetime, str] | No
     `in 1 hour and 30 minutes` and a
     time without a date (`at 13:30 UTC`, its next occurrence). A time more than 10 minutes
     before the mail was sent, or more than 30 days after, is not the deadline and is passed
-    over.
+    over. With `new_only`, so is a time written as the one a new time replaces (`from`,
+    `was`, `previously`, `instead of`, `old time:`).
     """
     earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None
     latest = _shifted(sent, _FUTURE_LIMIT) if sent is not None else None
-    for _start, _length, moment, until, words in sorted(
+    for start, _length, moment, until, words in sorted(
         _candidates(text, sent), key=lambda c: c[:2]
     ):
         # A window that had begun when the mail was sent still counts: its start is the
         # deadline, already past.
         if (earliest is not None and until < earliest) or (latest is not None and moment > latest):
             continue
+        if new_only and _is_old_time(text, start, words):
+            continue
         return moment, words
     return None
+
+
+# The time a new time replaces: "moved from 16:00 UTC to 13:30 UTC", "(was 14:00 UTC)",
+# "previously scheduled for ...", "Old time: ...". Read as the deadline, a reclaim moved
+# earlier kept its old, later time.
+_OLD_TIME = re.compile(
+    r"(?:\b(?:from|was|were|previously|originally|formerly|instead\s+of)"
+    r"(?:\s+(?:scheduled|planned|set|due))?(?:\s+(?:for|at|on))?"
+    r"|\b(?:old|previous|original|former|earlier)\s+(?:time|deadline|date|window|schedule)\s*:?)"
+    r"[\s(]*$",
+    re.I,
+)
+
+
+def _is_old_time(text: str, start: int, words: str) -> bool:
+    before = text[text.rfind("\n", 0, start) + 1 : start]
+    old = _OLD_TIME.search(before)
+    if old is None:
+        return False
+    # "from 14:00 to 16:00 UTC" is a window, its own "from".
+    return not (
+        old.group(0).lower().startswith("from") and re.search(r"\b(?:to|until|and)\b", words)
+    )
 
 
 def _shifted(moment: datetime, delta: timedelta) -> datetime | None:
@@ -614,26 +642,27 @@ def _droplet_mentions(text: str, rules: MatchRules) -> list[tuple[int, int, bool
     return sorted(found)
 
 
-def _cancels_this_droplet(text: str, body_at: int, rules: MatchRules) -> re.Match[str] | None:
-    """The cancellation in `text` (the subject, a line break, the body from `body_at`) that is
-    about this droplet. A digest cancels one droplet's reclaim and lists another's time:
-    taken as a whole it withdrew ours, and the reclaim was lost. So a cancellation counts
-    when its sentence names this droplet; one naming only other droplets does not; one
-    naming none is about the droplet named nearest before it (else the first after it),
-    and counts only when that is this one.
+def _about_this_droplet(
+    text: str,
+    body_at: int,
+    mentions: list[tuple[int, int, bool]],
+    in_subject: re.Pattern[str],
+    in_body: re.Pattern[str],
+) -> re.Match[str] | None:
+    """The statement in `text` (the subject, a line break, the body from `body_at`) that is
+    about this droplet: a cancellation, or a new time. A digest cancels (or moves) one
+    droplet's reclaim and lists another's time: taken as a whole it withdrew (or moved)
+    ours. So a statement counts when its sentence names this droplet; one naming only
+    other droplets does not; one naming none is about the droplet named nearest before it
+    (else the first after it), and counts only when that is this one.
     """
     statements: list[re.Match[str]] = []
-    subject = _CANCELLED_SUBJECT.search(text, 0, body_at)
+    subject = in_subject.search(text, 0, body_at)
     if subject:
         statements.append(subject)
-    statements.extend(_CANCELLED_BODY.finditer(text, body_at + 1))
-    mentions = _droplet_mentions(text, rules)
+    statements.extend(in_body.finditer(text, body_at + 1))
     for statement in statements:
-        begin = max(
-            (m.end() for m in _SENTENCE_END.finditer(text, 0, statement.start())), default=0
-        )
-        after = _SENTENCE_END.search(text, statement.end())
-        end = after.start() if after else len(text)
+        begin, end = _sentence(text, statement)
         inside = [ours for start, stop, ours in mentions if start < end and stop > begin]
         if inside:
             if any(inside):
@@ -645,6 +674,12 @@ def _cancels_this_droplet(text: str, body_at: int, rules: MatchRules) -> re.Matc
         if nearest:
             return statement
     return None
+
+
+def _sentence(text: str, statement: re.Match[str]) -> tuple[int, int]:
+    begin = max((m.end() for m in _SENTENCE_END.finditer(text, 0, statement.start())), default=0)
+    after = _SENTENCE_END.search(text, statement.end())
+    return begin, after.start() if after else len(text)
 
 
 def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
@@ -669,7 +704,9 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     sent = mail.date
     if sent is not None and now - sent > rules.max_age:
         return Verdict(None, f"dated {format_time(sent)}, older than max_age")
-    cancelled = _cancels_this_droplet(text, len(mail.subject), rules)
+    mentions = _droplet_mentions(text, rules)
+    body_at = len(mail.subject)
+    cancelled = _about_this_droplet(text, body_at, mentions, _CANCELLED_SUBJECT, _CANCELLED_BODY)
     if cancelled:
         return Verdict(
             None,
@@ -677,11 +714,32 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             replaces=True,
             cancel_id=stable_id(PROVIDER, "cancel", mail.message_id or key),
         )
-    rescheduled = _RESCHEDULED.search(text)
+    rescheduled = _about_this_droplet(text, body_at, mentions, _RESCHEDULED, _RESCHEDULED)
     # A digest lists several droplets, each with its time (a table row, a line, a block):
-    # the time for this droplet is the first one from the line naming it on. Only when
-    # none follows is it a time written before, such as a heading for all of them.
-    found = find_deadline(text[text.rfind("\n", 0, at) + 1 :], sent) or find_deadline(text, sent)
+    # the time for this droplet is the first one from the line naming it on, or, when the
+    # line names another droplet before it, from the sentence naming it. Only when none
+    # follows is it a time written before, such as a heading for all of them.
+    begin = text.rfind("\n", 0, at) + 1
+    others = [stop for start, stop, ours in mentions if not ours and begin <= start < at]
+    if others:
+        ends = [m.end() for m in _SENTENCE_END.finditer(text, others[-1], at)]
+        begin = ends[-1] if ends else at
+    found = None
+    if rescheduled:
+        # The new time is the first from its sentence on (a new time in the subject: from
+        # this droplet's line on) that is not the one it replaces, before the next droplet
+        # named: a new time read as the old one kept a reclaim moved earlier at its later
+        # time, and one read past the next droplet could be that droplet's.
+        if rescheduled.start() >= body_at:
+            begin = _sentence(text, rescheduled)[0]
+        sentence_end = _SENTENCE_END.search(text, max(begin, rescheduled.end()))
+        after = sentence_end.end() if sentence_end else len(text)
+        stop = min(
+            (start for start, _, ours in mentions if not ours and start >= after), default=None
+        )
+        block = text[begin:stop]
+        found = find_deadline(block, sent, new_only=True) or find_deadline(block, sent)
+    found = found or find_deadline(text[begin:], sent) or find_deadline(text, sent)
     if found is not None:
         deadline, words = found
         source = f"text: {words.strip()}"

@@ -700,6 +700,116 @@ def test_a_new_time_replaces_the_earlier_notice() -> None:
     assert result.report.detail["rescheduled"] == "rescheduled"
 
 
+def _at(hour: int, minute: int) -> datetime:
+    return datetime(2026, 12, 1, hour, minute, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("body", "replaces", "deadline"),
+    [
+        (
+            "gpu-spot-1: 2026-12-01 14:30 UTC\n"
+            "The reclaim of gpu-spot-7 has been rescheduled to 2026-12-01 18:00 UTC.",
+            False,
+            _at(14, 30),
+        ),
+        (
+            "The reclaim of gpu-spot-7 has been rescheduled to 2026-12-01 18:00 UTC. "
+            "gpu-spot-1: 2026-12-01 14:30 UTC",
+            False,
+            _at(14, 30),
+        ),
+        (
+            "The reclaim of gpu-spot-1 has been moved from 2026-12-01 16:00 UTC to "
+            "2026-12-01 13:30 UTC.",
+            True,
+            _at(13, 30),
+        ),
+        (
+            "The reclaim of gpu-spot-1, previously scheduled for 2026-12-01 14:00 UTC, "
+            "has been postponed to 2026-12-01 16:00 UTC.",
+            True,
+            _at(16, 0),
+        ),
+        (
+            "gpu-spot-1: 2026-12-01 14:30 UTC\n"
+            "The reclaim of gpu-spot-1 has been moved to 2026-12-01 13:00 UTC (was 14:30 UTC).",
+            True,
+            _at(13, 0),
+        ),
+        (
+            "gpu-spot-1: rescheduled from 2026-12-01 14:00 UTC\ngpu-spot-7: 2026-12-01 20:00 UTC",
+            True,
+            _at(14, 0),
+        ),
+        (
+            "Droplet gpu-spot-1: rescheduled\nOld time: 2026-12-01 14:00 UTC\n"
+            "New time: 2026-12-01 13:00 UTC",
+            True,
+            _at(13, 0),
+        ),
+    ],
+)
+def test_a_new_time_is_judged_per_droplet_and_its_new_time_counts(
+    body: str, replaces: bool, deadline: datetime
+) -> None:
+    result = verdict(reclaim_mail(body, subject="Spot Droplet reclaim update"))
+    assert result.report is not None and result.replaces is replaces, result.why
+    assert result.report.deadline == deadline
+
+
+_NEW_TIME_LINES = st.sampled_from(
+    [
+        "The reclaim of {n} has been rescheduled from {old} to {new}.",
+        "The reclaim of {n} has been moved to {new} (was {old}).",
+        "{n}: rescheduled to {new}, previously scheduled for {old}",
+        "Droplet {n} has been postponed to {new}; the old time was {old}.",
+        "Droplet {n}: the reclaim has been rescheduled.\nOld time: {old}\nNew time: {new}",
+        "The reclaim of {n}, originally at {old}, has been changed to {new}.",
+    ]
+)
+_TIMES = st.tuples(st.integers(13, 23), st.integers(0, 59)).map(
+    lambda hm: f"2026-12-01 {hm[0]:02d}:{hm[1]:02d} UTC"
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    others=st.lists(
+        st.tuples(st.sampled_from(["gpu-spot-7", "trainer", "ID 777777777"]), _TIMES, _TIMES),
+        max_size=3,
+    ),
+    place=st.integers(0, 3),
+    ours=st.sampled_from(["gpu-spot-1", "ID 424242424"]),
+    moved=st.booleans(),
+    line=_NEW_TIME_LINES,
+    times=st.tuples(_TIMES, _TIMES),
+)
+def test_only_a_new_time_for_this_droplet_moves_its_deadline_earlier_or_later(
+    others: list[tuple[str, str, str]],
+    place: int,
+    ours: str,
+    moved: bool,
+    line: str,
+    times: tuple[str, str],
+) -> None:
+    old, new = times
+    blocks = [line.format(n=name, old=a, new=b) for name, a, b in others]
+    blocks.insert(
+        min(place, len(blocks)),
+        line.format(n=ours, old=old, new=new) if moved else f"{ours}: {old}",
+    )
+    result = verdict(
+        reclaim_mail("\n\n".join(blocks) + "\n", subject="Spot Droplet reclaim update")
+    )
+    assert result.report is not None, result.why
+    assert result.replaces is moved, result.why
+    expected = new if moved else old
+    assert result.report.deadline == datetime.strptime(expected, "%Y-%m-%d %H:%M UTC").replace(
+        tzinfo=timezone.utc
+    )
+
+
 OLD_NOTICE = "Droplet gpu-spot-1 (ID 424242424) will be reclaimed at 2026-11-30 14:30 UTC."
 
 

@@ -320,6 +320,33 @@ async def test_a_cancellation_clears_the_reclaim_and_a_new_time_moves_it(
         assert again.reports == []
 
 
+async def test_a_new_time_for_another_droplet_leaves_this_droplet_s_reclaim_standing(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    settings = settings_for(dovecot, mail_user, tmp_path)
+    sent = utcnow().replace(microsecond=0)
+    first, listed, theirs = (
+        (sent + timedelta(minutes=m)).replace(second=0) for m in (90, 150, 200)
+    )
+    dovecot.append(
+        mail_user, reclaim(f"Droplet gpu-spot-1 will be reclaimed at {first:%Y-%m-%d %H:%M} UTC.")
+    )
+    async with running(settings, tmp_path / "state") as run:
+        (notice,) = await run.count(1)
+        for text in (
+            f"Spot Droplet reclaims:\ngpu-spot-1: {listed:%Y-%m-%d %H:%M} UTC\n"
+            f"The reclaim of gpu-spot-7 has been rescheduled to {theirs:%Y-%m-%d %H:%M} UTC.",
+            "Droplet gpu-spot-1 will be reclaimed in 3 hours.",  # read after the digest
+        ):
+            await asyncio.to_thread(
+                dovecot.append, mail_user, reclaim(text, subject="Spot Droplet reclaim update")
+            )
+        reports = await run.count(3)
+        assert [report.action for report in reports] == ["drain"] * 3
+        assert reports[1].deadline == listed and not reports[1].detail.get("rescheduled")
+        assert notice.id in [report.id for report in run.watcher.active.current(utcnow())]
+
+
 def rebuild_folder(
     dovecot: Dovecot, mail_user: MailUser, mails: list[bytes], *, create_only: bool = False
 ) -> None:
