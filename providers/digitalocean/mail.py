@@ -33,6 +33,8 @@ DRILL_HEADER = "X-Forewarn-Drill"
 # A time written in a mail earlier than its Date by more than this is some other time
 # (when the droplet was created, say), not the reclaim deadline.
 _PAST_SLACK = timedelta(minutes=10)
+# Marks the words of a deadline whose numeric date has two readings (day or month first).
+AMBIGUOUS = "ambiguous date:"
 _FUTURE_LIMIT = timedelta(days=30)
 
 
@@ -260,7 +262,12 @@ _MONTHS = {
 _MONTH = r"(?P<mon>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<d>\d{1,2})(?:st|nd|rd|th)?"
 _DATES = {
-    "iso": r"(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})",
+    # "2026-12-01", "2026/12/1", "2026.12.01".
+    "iso": r"(?<![\d./-])(?P<y>\d{4})(?P<sep>[-/.])(?P<m>\d{1,2})(?P=sep)(?P<d>\d{1,2})(?!\d)",
+    # "12/01/2026", "01.12.2026", "1-12-2026": day or month first, which cannot be told
+    # apart; each reading is tried, the earliest first. Skipped before, so the time was
+    # read without its date or Date + lead stood in, which could be later than the reclaim.
+    "numeric": r"(?<![\d./-])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<y>\d{4})(?!\d)",
     "mdy": _MONTH + r"\s+" + _DAY + r",?\s+(?P<y>\d{4})",
     "dmy": _DAY + r"\s+" + _MONTH + r",?\s+(?P<y>\d{4})",
 }
@@ -361,17 +368,22 @@ def _hour(hour: int, ampm: str) -> int | None:
 
 
 def _written_time(
-    match: re.Match[str], sent: datetime | None = None
+    match: re.Match[str], sent: datetime | None = None, *, day_first: bool = False
 ) -> tuple[datetime, datetime] | None:
     """The time written, and for a window its end (else the time again), in UTC. A time
-    without a date is its first occurrence whose end is not before `sent` (less the slack)."""
+    without a date is its first occurrence whose end is not before `sent` (less the slack).
+    A numeric date ("12/01/2026") is read month first, or with `day_first` day first."""
     parts = match.groupdict()
     dated = parts.get("y") is not None
     if not dated and sent is None:
         return None
-    month = 0
-    if dated:
+    month = day = 0
+    if dated and parts.get("a") is not None:
+        first, second = int(parts["a"]), int(parts["b"])
+        month, day = (second, first) if day_first else (first, second)
+    elif dated:
         month = int(parts["m"]) if parts.get("m") else _MONTHS[parts["mon"].lower()]
+        day = int(parts["d"])
     hour, minute, second = int(parts["H"]), int(parts["M"] or 0), int(parts["S"] or 0)
     ampm = (parts["ampm"] or "").lower().replace(".", "")
     ampm2 = (parts["ampm2"] or "").lower().replace(".", "")
@@ -400,9 +412,7 @@ def _written_time(
             offset = timedelta(hours=int(hours), minutes=int(minutes or 0))
             tz = timezone(offset if zone[0] == "+" else -offset)
         if dated:
-            moment = datetime(
-                int(parts["y"]), month, int(parts["d"]), start_hour, minute, second, 0, tz
-            )
+            moment = datetime(int(parts["y"]), month, day, start_hour, minute, second, 0, tz)
         else:
             assert sent is not None
             moment = sent.astimezone(tz).replace(
@@ -435,9 +445,23 @@ def _candidates(
     for pattern in _WRITTEN_TIMES:
         for match in pattern.finditer(text):
             dated.append(match.span())
-            written = _written_time(match)
-            if written is not None:
-                yield match.start(), -len(match.group(0)), *written, match.group(0)
+            numeric = match.groupdict().get("a") is not None
+            readings = sorted(
+                {
+                    written
+                    for day_first in ((False, True) if numeric else (False,))
+                    if (written := _written_time(match, day_first=day_first)) is not None
+                }
+            )
+            for written in readings:
+                words = match.group(0)
+                if len(readings) > 1:
+                    # find_deadline takes the first reading that can be the deadline, so
+                    # the earliest: a deadline read late loses work, one read early does not.
+                    dates = " or ".join(f"{start:%Y-%m-%d}" for start, _ in readings)
+                    words += f" ({AMBIGUOUS} {dates}, read as {written[0]:%Y-%m-%d}, the earliest"
+                    words += " that can be the deadline)"
+                yield match.start(), -len(match.group(0)), *written, words
     if sent is not None:
         for match in _TIME_ONLY.finditer(text):
             # The time of a dated form, read again without its date, is not another time.
@@ -479,7 +503,8 @@ def find_deadline(
     deadline:
     RFC 3339 (`2026-12-01T14:30:00Z`), RFC 2822 (`Tue, 01 Dec 2026 14:30:00 +0000`),
     `2026-12-01 14:30 UTC`, `at 14:30 UTC on 2026-12-01`, `on 2026-12-01 at 14:30 UTC`,
-    `December 1, 2026 at 2:30 PM UTC`, `1 Dec 2026 14:30 GMT`, and, relative to the mail's
+    `December 1, 2026 at 2:30 PM UTC`, `1 Dec 2026 14:30 GMT`, `12/01/2026 14:30 UTC` (day
+    or month first: the earliest reading that can be the deadline), and, relative to the mail's
     Date, `in about 2 hours` / `within the next 90 minutes` / `30 minutes from now` /
     `in 1 hour and 30 minutes` and a
     time without a date (`at 13:30 UTC`, its next occurrence). A time more than 10 minutes
@@ -773,7 +798,10 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         detail=detail,
     )
     what = "new time for the reclaim" if rescheduled else "reclaim notice"
-    return Verdict(report, f"{what} naming this droplet's {named}", replaces=bool(rescheduled))
+    why = f"{what} naming this droplet's {named}"
+    if AMBIGUOUS in source:
+        why += f"; deadline from {source.removeprefix('text: ')}"
+    return Verdict(report, why, replaces=bool(rescheduled))
 
 
 def _forwarded_by(mail: Mail, inner: Verdict) -> Verdict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import email
 import email.policy
 import html
@@ -29,6 +30,10 @@ _SENT_NEAR = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
 ).map(lambda moment: moment.replace(microsecond=0))
 NOW = SENT + timedelta(minutes=1)
+
+
+def _at(hour: int, minute: int) -> datetime:
+    return datetime(2026, 12, 1, hour, minute, tzinfo=timezone.utc)
 
 
 def rules(**changes: object) -> MatchRules:
@@ -389,6 +394,59 @@ def test_any_iana_zone_gives_back_the_moment(moment: datetime, zone: str) -> Non
     assert found[0] == moment
 
 
+@pytest.mark.parametrize(
+    ("body", "expected", "ambiguous"),
+    [
+        ("Droplet: gpu-spot-1\nWhen: 12/01/2026 13:30 UTC\n", _at(13, 30), True),
+        ("Droplet: gpu-spot-1\nWhen: 01.12.2026 13:30 UTC\n", _at(13, 30), True),
+        ("Droplet: gpu-spot-1\nWhen: 2026/12/1 13:30 UTC\n", _at(13, 30), False),
+        ("Droplet: gpu-spot-1\nWhen: 13:30 UTC on 1-12-2026\n", _at(13, 30), True),
+        ("gpu-spot-1 is reclaimed on 12/03/2026 at 13:30 UTC.", _at(13, 30) + timedelta(2), True),
+        ("gpu-spot-1 is reclaimed on 25.12.2026 at 13:30 UTC.", _at(13, 30) + timedelta(24), False),
+    ],
+)
+def test_a_numeric_date_is_read_and_never_later_than_it_can_be(
+    body: str, expected: datetime, ambiguous: bool
+) -> None:
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None
+    assert result.report.deadline == expected
+    assert ("ambiguous date" in result.why) is ambiguous, result.why
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
+    form=st.sampled_from(
+        ["{m}/{d}/{y}", "{d}/{m}/{y}", "{d}.{m}.{y}", "{y}-{m}-{d}", "{y}/{m}/{d}"]
+    ),
+    padded=st.booleans(),
+    order=st.sampled_from(["{date} {time}", "on {date} at {time}", "at {time} on {date}"]),
+)
+def test_a_numeric_date_is_read_as_its_earliest_possible_reading(
+    sent: datetime, ahead: int, form: str, padded: bool, order: str
+) -> None:
+    moment = (sent + timedelta(minutes=ahead)).replace(second=0)
+    assume(moment >= sent)
+    two = "{:02d}" if padded else "{}"
+    date = form.format(y=moment.year, m=two.format(moment.month), d=two.format(moment.day))
+    text = "Droplet gpu-spot-1 will be reclaimed " + order.format(
+        date=date, time=f"{moment:%H:%M} UTC"
+    )
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    readings = {moment}
+    if not form.startswith("{y}"):
+        with contextlib.suppress(ValueError):
+            readings.add(moment.replace(month=moment.day, day=moment.month))
+    earliest = min(
+        r for r in readings if sent - timedelta(minutes=10) <= r <= sent + timedelta(days=30)
+    )
+    assert found[0] == earliest <= moment, (text, found)
+    assert ("ambiguous date" in found[1]) is (len(readings) > 1), found[1]
+
+
 def test_times_before_the_mail_and_times_without_a_zone_are_passed_over() -> None:
     text = (
         "Droplet created 2026-11-02 08:00 UTC. At 13:00 on 2026-12-01 local time... "
@@ -698,10 +756,6 @@ def test_a_new_time_replaces_the_earlier_notice() -> None:
     assert result.report is not None and result.replaces
     assert result.report.deadline == datetime(2026, 12, 1, 16, 0, tzinfo=timezone.utc)
     assert result.report.detail["rescheduled"] == "rescheduled"
-
-
-def _at(hour: int, minute: int) -> datetime:
-    return datetime(2026, 12, 1, hour, minute, tzinfo=timezone.utc)
 
 
 @pytest.mark.parametrize(
