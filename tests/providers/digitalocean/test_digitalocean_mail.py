@@ -8,6 +8,7 @@ import email
 import email.policy
 import html
 import quopri
+import time
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
 from email.utils import format_datetime
@@ -717,6 +718,22 @@ def test_only_a_cancellation_about_this_droplet_withdraws_its_reclaim(
     else:
         assert result.report is not None and not result.replaces, result.why
         assert result.report.deadline == datetime(2026, 12, 1, 14, minute, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("other", ["gpu-spot-7", "web", "ID 777777777"])
+def test_a_mail_naming_thousands_of_droplets_is_judged_without_holding_the_loop_for_seconds(
+    other: str,
+) -> None:
+    # Judged on the agent's event loop: this 200 KiB mail took 15 s (all watchers and the
+    # socket stalled) while each cancellation scanned the whole text and every mention.
+    body = (
+        "gpu-spot-1: 2026-12-01 14:30 UTC\n" + f"{other}: the reclaim has been cancelled\n" * 5000
+    )
+    raw = reclaim_mail(body)
+    started = time.monotonic()
+    result = verdict(raw)
+    assert time.monotonic() - started < 5.0
+    assert result.report is not None and not result.replaces, result.why
 
 
 def test_a_notice_that_mentions_cancelling_is_still_a_notice() -> None:
