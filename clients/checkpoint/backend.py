@@ -186,6 +186,12 @@ class Backend(ABC):
         Nothing to do on most backends."""
         return 0
 
+    def claim(self, prefix: str) -> Callable[[], None]:
+        """Claim `prefix` for this process's single writer until the returned function is
+        called; raises `CommitError` naming the holder when another live process holds it.
+        Nothing to claim where writers cannot be told apart (object stores)."""
+        return _nothing
+
     def remove_stale_temps(self, key: str, *, older_than: float) -> int:
         """Remove the temp files a killed `put_small(key, ...)` left beside `key`, older than
         `older_than` seconds; returns how many. Nothing to do where puts are atomic."""
@@ -193,3 +199,7 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027 - only some backends hold resources
         """Release threads and connections."""
+
+
+def _nothing() -> None:
+    return None

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import secrets
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from .backend import Backend, ObjectWriter, OnDone
+from .errors import CommitError
 from .hashing import Buffer
 from .manifest import COMMIT
 
@@ -171,6 +174,51 @@ class LocalBackend(Backend):
             raise
         if self.durable:
             fsync_dir(path.parent)
+
+    def claim(self, prefix: str) -> Callable[[], None]:
+        # Two processes saving one step into one directory (a job restarted while the old one
+        # still flushes, two jobs given the same store) each deleted the other's files as a
+        # dead writer's leftovers and renamed its own over them: both failed, or the one that
+        # committed named the other's bytes. A POSIX lock on a file beside the generation
+        # tells a live writer from a dead one: the kernel drops it when its process dies
+        # (SIGKILL too), and forked children (DataLoader workers) do not inherit it.
+        path = self.root / f".{prefix}.lock"
+        self.root.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except PermissionError as exc:
+                raise CommitError(
+                    f"cannot save {prefix} in {self.url}: its lock file {path} is not writable "
+                    f"by this user ({exc.strerror}); remove it if no other job is saving"
+                ) from exc
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+                os.close(fd)
+                raise CommitError(
+                    f"another process ({holder}) is saving {prefix} in {self.url}; "
+                    "this save left it alone"
+                ) from exc
+            # The holder before removes the file as it lets go: a lock on the file it removed
+            # claims nothing, so lock the one now at the path.
+            try:
+                current = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if current:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+
+        def release() -> None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            os.close(fd)
+
+        return release
 
     def remove_stale_temps(self, key: str, *, older_than: float) -> int:
         path = self._path(key)

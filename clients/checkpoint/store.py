@@ -35,7 +35,7 @@ from .generation import (
 )
 from .manifest import COMMIT, generation_name, parse_generation_name, part_name
 from .options import S3Options, open_backend
-from .ranks import resolve
+from .ranks import Ranks, resolve
 
 log = logging.getLogger("forewarn.checkpoint")
 
@@ -102,6 +102,8 @@ class CheckpointStore:
         # immutable): each is read back once, not at every save.
         self._hashed: set[int] = set()
         self._swept = False
+        # What each single-rank writer of this store holds (see `Backend.claim`), by writer.
+        self._claims: dict[int, Callable[[], None]] = {}
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CheckpointStore:
@@ -174,6 +176,23 @@ class CheckpointStore:
         ranks = resolve(rank, world_size, group)
         if attempt is None:
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+        release = self._backend.claim(name) if ranks.world_size == 1 else None
+        try:
+            return self._start(step, name, meta, ranks, attempt, release)
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+
+    def _start(
+        self,
+        step: int,
+        name: str,
+        meta: dict[str, Any],
+        ranks: Ranks,
+        attempt: str | None,
+        release: Callable[[], None] | None,
+    ) -> GenerationWriter:
         present = self._backend.list_sizes(name)
         if COMMIT in present:
             _found, problems = self._check(step, checksums=self.verify_policy == "checksums")
@@ -228,12 +247,18 @@ class CheckpointStore:
                     exc,
                 )
         self._writing.add(step)
-        return GenerationWriter(
+        writer = GenerationWriter(
             self._backend, self._protocol, step, meta, ranks, attempt, self._writer_ended
         )
+        if release is not None:
+            self._claims[id(writer)] = release
+        return writer
 
     def _writer_ended(self, writer: GenerationWriter, committed: bool) -> None:
         self._writing.discard(writer.step)
+        release = self._claims.pop(id(writer), None)
+        if release is not None:
+            release()
         if committed and writer.rank == 0:
             try:
                 self._prune(fresh=writer.step)

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -124,3 +124,6 @@ class DelegatingBackend(Backend):
 
     def remove_stale_temps(self, key: str, *, older_than: float) -> int:
         return self.inner.remove_stale_temps(key, older_than=older_than)
+
+    def claim(self, prefix: str) -> Callable[[], None]:
+        return self.inner.claim(prefix)

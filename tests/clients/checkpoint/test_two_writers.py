@@ -1,0 +1,101 @@
+"""Two processes saving the same step into one local store (a job restarted while the old one
+still flushes its final save, or two jobs given the same directory): one commits, the other
+gets a clear error and touches nothing of it; a writer that died holds nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from forewarn.clients.checkpoint import CheckpointStore, CommitError
+from support import LazyModule, eventually, requires
+
+pytestmark = requires("torch")
+torch = LazyModule("torch")
+
+# Writes a.pt, says so, waits for the go file, writes b.pt and commits (or is killed first).
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import torch
+    from forewarn.clients.checkpoint import CheckpointStore
+
+    url, ready, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    torch.manual_seed(1)
+    model = torch.nn.Linear(64, 64)
+    with CheckpointStore(url).save(100) as gen:
+        with gen.open("a.pt") as stream:
+            torch.save(model.state_dict(), stream)
+        ready.touch()
+        while not go.exists():
+            time.sleep(0.01)
+        with gen.open("b.pt") as stream:
+            torch.save(model.state_dict(), stream)
+    print("committed", flush=True)
+    """
+)
+
+
+def start_writer(tmp_path: Path, url: str) -> tuple[subprocess.Popen[str], Path, Path]:
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, url, str(ready), str(go)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    eventually(lambda: ready.exists() or child.poll() is not None, timeout=60)
+    assert child.poll() is None, child.communicate()
+    return child, ready, go
+
+
+def save_here(store: CheckpointStore, seed: int) -> None:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(64, 64)
+    with store.save(100) as gen:
+        for name in ("a.pt", "b.pt"):
+            with gen.open(name) as stream:
+                torch.save(model.state_dict(), stream)
+
+
+def test_a_second_writer_of_a_step_another_process_is_saving_is_refused(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    child, _ready, go = start_writer(tmp_path, url)
+    try:
+        store = CheckpointStore(url)
+        with pytest.raises(CommitError, match=rf"another process \(pid {child.pid} .*step-0+100"):
+            save_here(store, seed=2)
+        go.touch()
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        assert "committed" in out
+    finally:
+        child.kill()
+    # Before, the second writer deleted the first's a.pt as a dead writer's leftover and
+    # renamed its own files over the first's: the commit named bytes that were not its own.
+    generation = store.latest(verify="checksums")
+    assert generation is not None and generation.step == 100
+    assert store.verify(100, checksums=True).ok
+    torch.manual_seed(1)
+    expected = torch.nn.Linear(64, 64).state_dict()
+    for name in ("a.pt", "b.pt"):
+        loaded = torch.load(generation.path(name), weights_only=True)
+        assert all(torch.equal(loaded[key], expected[key]) for key in expected)
+    assert not [p for p in os.listdir(url) if p.endswith(".lock")]
+
+
+def test_a_step_whose_writer_was_killed_is_saved_by_the_next_job(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    child, _ready, _go = start_writer(tmp_path, url)
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    store = CheckpointStore(url)
+    save_here(store, seed=3)
+    assert store.verify(100, checksums=True).ok
+    assert not [p for p in os.listdir(url) if p.endswith(".lock")]
