@@ -48,6 +48,9 @@ STATE_FILE = "state.pt"
 # How long a cancelled save may take to reach its next write and stop before the final save
 # goes ahead without it.
 CANCEL_GRACE_SECONDS = 1.0
+# At interpreter exit, how long the save in flight may go without writing a byte before the
+# exit stops waiting for it (a hung mount, an upload to a service that stopped answering).
+EXIT_STALL_SECONDS = 120.0
 
 
 # The savers of this process, for the exit: see `_finish_at_exit`.
@@ -97,14 +100,19 @@ class SaveTiming:
 class _CancellableStream:
     """Passes writes through until cancelled (then the save aborts at its next write)."""
 
-    def __init__(self, inner: Any, cancelled: threading.Event) -> None:
+    def __init__(
+        self, inner: Any, cancelled: threading.Event, moved: Callable[[], None] | None = None
+    ) -> None:
         self._inner = inner
         self._cancelled = cancelled
+        self._moved = moved
 
     def write(self, data: Any) -> int:
         if self._cancelled.is_set():
             raise _Cancelled("cancelled for the final checkpoint")
         written: int = self._inner.write(data)
+        if self._moved is not None:
+            self._moved()
         return written
 
     def flush(self) -> None:
@@ -253,6 +261,7 @@ class BackgroundSaver:
         self._error: BackgroundSaveError | None = None
         self._cancel = threading.Event()
         self._durable_estimate: float | None = None
+        self._moved = 0.0  # when the save in flight last started or wrote (monotonic)
 
     # -- the training thread's side -------------------------------------------------------
 
@@ -291,6 +300,7 @@ class BackgroundSaver:
         self._cancel = threading.Event()
         self._in_flight = step
         self._started = started
+        self._moved = time.monotonic()
         self._thread = threading.Thread(
             target=self._run,
             args=(job, snapshot, dict(metadata or {}), self._cancel),
@@ -440,7 +450,22 @@ class BackgroundSaver:
             "being written: waiting for its commit (call close() before exiting)",
             step,
         )
-        self.wait()
+        # Bounded by progress, not time: a large save on a slow link is waited for, but one
+        # stuck in a write on a hung mount (or a service that stopped answering) held the
+        # exit as long as the mount stayed hung, and the job was never restarted.
+        while self.in_flight is not None:
+            stalled = time.monotonic() - self._moved
+            if stalled >= EXIT_STALL_SECONDS:
+                _log.error(
+                    "forewarn: the background save of step %d wrote nothing for %.0f s (a hung "
+                    "mount or a storage service that stopped answering?): exiting without it; "
+                    "it is not committed, and the last durable generation is %s",
+                    step,
+                    stalled,
+                    self.last_durable.name if self.last_durable is not None else "none",
+                )
+                return
+            self.wait(EXIT_STALL_SECONDS - stalled)
         error = self._error
         if error is not None and self.on_done is None:  # on_done has reported it
             _log.error("forewarn: %s", error)
@@ -540,7 +565,7 @@ class BackgroundSaver:
         def write(gen: GenerationWriter) -> None:
             with gen.open(self.file_name) as stream:
                 stream.stable_memory = job.stable
-                target = _CancellableStream(stream, cancel)
+                target = _CancellableStream(stream, cancel, self._mark_moved)
                 if torch is not None:
                     _save_overlapped(torch, snapshot, target, job.copies)
                 else:
@@ -558,6 +583,9 @@ class BackgroundSaver:
         if self._durable_estimate is None:
             self._durable_estimate = time.monotonic() - started
         return flushed.generation
+
+    def _mark_moved(self) -> None:
+        self._moved = time.monotonic()
 
     def _cancel_in_flight(self) -> None:
         self._cancel.set()

@@ -387,6 +387,48 @@ def test_a_run_that_ends_without_close_still_commits_its_last_background_save(
     assert "still being written: waiting for its commit" in done.stderr
 
 
+_EXIT_ON_A_HUNG_MOUNT = """
+import sys, threading
+import torch
+from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, background
+from forewarn.clients.checkpoint.testing import DelegatingBackend
+
+class Hung(DelegatingBackend):  # the second write never returns, as on a hung NFS mount
+    def writer(self, key, on_done=None):
+        inner = self.inner.writer(key, on_done)
+        original, writes = inner.write, []
+        def write(data):
+            writes.append(1)
+            if len(writes) > 1:
+                threading.Event().wait()
+            return original(data)
+        inner.write = write
+        return inner
+
+background.EXIT_STALL_SECONDS = float(sys.argv[2])
+saver = BackgroundSaver(CheckpointStore(backend=Hung(CheckpointStore(sys.argv[1]).backend)))
+saver.save(7, {"w": torch.zeros(1000)})
+print("in flight:", saver.in_flight, flush=True)
+"""
+
+
+def test_the_exit_stops_waiting_for_a_background_save_stuck_in_a_write(tmp_path: Path) -> None:
+    """The exit hook waited for the save in flight as long as its write hung: on a hung mount
+    the process never exited, and its job was never restarted."""
+    url = str(tmp_path / "store")
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_ON_A_HUNG_MOUNT, url, "1.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "in flight: 7" in done.stdout
+    assert "background save of step 7 wrote nothing for 1 s" in done.stderr
+    assert "it is not committed, and the last durable generation is none" in done.stderr
+    assert CheckpointStore(url).latest() is None
+
+
 # -- through CheckpointGuard(background=True) ------------------------------------------------
 
 
