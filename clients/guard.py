@@ -461,7 +461,7 @@ class CheckpointGuard:
             where = self.store.url if self.store is not None else None
             return self.saved(step, 0.0, where=f"{where} (already there)" if where else None)
         if self.store is not None:
-            flushed = self.store.flush(step, write)
+            flushed = self.store.flush(step, write, timeout=self._final_timeout())
             where = f"{self.store.url}/{flushed.generation.name}"
             result = self.saved(step, flushed.seconds, where=where)
             result = replace(result, generation=flushed.generation)
@@ -508,7 +508,9 @@ class CheckpointGuard:
                 finally:
                     stable.clear()
 
-            flushed = self.store.flush(step, write, metadata=metadata)
+            flushed = self.store.flush(
+                step, write, metadata=metadata, timeout=self._final_timeout()
+            )
             result = self.saved(
                 step, flushed.seconds, where=f"{self.store.url}/{flushed.generation.name}"
             )
@@ -619,6 +621,15 @@ class CheckpointGuard:
             choice=final.choice,
             choice_reason=final.reason,
         )
+
+    def _final_timeout(self) -> float | None:
+        """How long an exit's synchronous save may take: until the terminate's deadline (at
+        least 1 s), so storage that stopped answering fails it there, saying so, instead of
+        the SIGKILL cutting it off silently; None when no exit or no deadline is known."""
+        if not self._exit:
+            return None
+        left = self._seconds_left()
+        return None if left is None else max(left, 1.0)
 
     def _seconds_left(self) -> float | None:
         """Time to the nearest deadline of the terminates asking for this save (None: a

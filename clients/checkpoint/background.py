@@ -36,7 +36,7 @@ from typing import Any
 
 from forewarn.protocol.errors import ForewarnError
 
-from .errors import CheckpointError
+from .errors import CheckpointError, CommitTimeout
 from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
 from .ranks import initialised_dist
@@ -427,7 +427,14 @@ class BackgroundSaver:
         snapshot = self._plan(state, copies)
         self._copy(copies, None)
         job = _Job(step, started, None, self._stable(copies))
-        generation = self._write(job, snapshot, dict(metadata or {}), threading.Event())
+        timeout = None
+        if seconds_left is not None:
+            # Storage that stopped answering held the final save past the deadline, where the
+            # SIGKILL said nothing: it fails at the deadline instead, saying why.
+            timeout = max(seconds_left - (time.monotonic() - started), CANCEL_GRACE_SECONDS)
+        generation = self._write(
+            job, snapshot, dict(metadata or {}), threading.Event(), timeout=timeout
+        )
         self.last_durable = generation
         seconds = time.monotonic() - started
         self.last = SaveTiming(step, seconds, seconds)
@@ -557,7 +564,13 @@ class BackgroundSaver:
             logging.getLogger("forewarn.clients").exception("forewarn: on_done hook failed")
 
     def _write(
-        self, job: _Job, snapshot: dict[str, Any], metadata: dict[str, Any], cancel: threading.Event
+        self,
+        job: _Job,
+        snapshot: dict[str, Any],
+        metadata: dict[str, Any],
+        cancel: threading.Event,
+        *,
+        timeout: float | None = None,
     ) -> Generation:
         torch = _torch()
         started = time.monotonic()
@@ -577,9 +590,16 @@ class BackgroundSaver:
 
         try:
             # Through flush: a save that finds the disk full makes room as retention would.
-            flushed = self.store.flush(job.step, write, metadata=metadata)
-        finally:
+            flushed = self.store.flush(job.step, write, metadata=metadata, timeout=timeout)
+        except CommitTimeout:
+            # The save goes on on its own thread, hashing these buffers in place: they are
+            # its until it ends, and the next save takes new ones.
+            self._buffers = {}
+            raise
+        except BaseException:
             job.stable.clear()
+            raise
+        job.stable.clear()
         if self._durable_estimate is None:
             self._durable_estimate = time.monotonic() - started
         return flushed.generation

@@ -13,6 +13,7 @@ import errno
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ from .backend import Backend
 from .commit import CommitProtocol, read_latest_hint
 from .errors import (
     CommitError,
+    CommitTimeout,
     CorruptGenerationError,
     GenerationExistsError,
     GenerationNotFoundError,
@@ -271,6 +273,7 @@ class CheckpointStore:
         write: Callable[[GenerationWriter], object],
         *,
         metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
         **save_options: Any,
     ) -> FlushResult:
         """Save generation `step` by calling `write(gen)`, commit it, and time it.
@@ -278,7 +281,71 @@ class CheckpointStore:
         The hook `CheckpointGuard(store=...)` uses: `seconds` runs from the call to the
         commit being complete (`LATEST` written on rank 0, the commit seen on the others);
         retention afterwards is not counted. `save_options` go to `save` (rank, ...).
+        `timeout` (single-rank saves): raise `CommitTimeout` once that many seconds pass
+        without the commit, leaving the save behind on its own thread (see `_flush_within`).
         """
+        if timeout is not None:
+            ranks = resolve(
+                save_options.get("rank"), save_options.get("world_size"), save_options.get("group")
+            )
+            if ranks.world_size == 1:
+                return self._flush_within(timeout, step, write, metadata, save_options)
+        return self._flush(step, write, metadata, save_options)
+
+    def _flush_within(
+        self,
+        timeout: float,
+        step: int,
+        write: Callable[[GenerationWriter], object],
+        metadata: Mapping[str, Any] | None,
+        save_options: dict[str, Any],
+    ) -> FlushResult:
+        # A terminate's final save to storage that stopped answering (a hung mount, an S3
+        # endpoint that accepts connections and never answers: 60 s per request, 6 times)
+        # ran on past the notice deadline and the SIGKILL there said nothing. The save runs
+        # on a thread the caller stops waiting for; once given up it never commits a file
+        # written after that (the caller may change its tensors), and commits only if its
+        # writes were all done and the storage answers.
+        gave_up = threading.Event()
+        outcome: list[FlushResult | BaseException] = []
+
+        def guarded(gen: GenerationWriter) -> object:
+            written = write(gen)
+            if gave_up.is_set():
+                raise CommitTimeout(f"{gen.name} was given up after {timeout:.1f} s")
+            return written
+
+        def run() -> None:
+            try:
+                outcome.append(self._flush(step, guarded, metadata, save_options))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(
+            target=run, name=f"forewarn-save-{generation_name(step)}", daemon=True
+        )
+        thread.start()
+        thread.join(max(timeout, 0.0))
+        if not outcome:
+            gave_up.set()
+            raise CommitTimeout(
+                f"{generation_name(step)} was not committed in {self.url} within {timeout:.1f} s: "
+                "the save is still waiting on the storage (a hung mount, or a service that "
+                "stopped answering?); it is left behind and commits only if its files were "
+                "all written and the storage answers"
+            )
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _flush(
+        self,
+        step: int,
+        write: Callable[[GenerationWriter], object],
+        metadata: Mapping[str, Any] | None,
+        save_options: dict[str, Any],
+    ) -> FlushResult:
         try:
             return self._flush_once(step, write, metadata, save_options)
         except Exception as exc:
