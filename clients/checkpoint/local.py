@@ -188,9 +188,10 @@ class LocalBackend(Backend):
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
             except PermissionError as exc:
+                what = f"its lock file {path}" if path.exists() else f"the directory {self.root}"
                 raise CommitError(
-                    f"cannot save {prefix} in {self.url}: its lock file {path} is not writable "
-                    f"by this user ({exc.strerror}); remove it if no other job is saving"
+                    f"cannot save {prefix} in {self.url}: {what} is not writable by this user "
+                    f"({exc.strerror})"
                 ) from exc
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -5,6 +5,7 @@ gets a clear error and touches nothing of it; a writer that died holds nothing."
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,3 +100,28 @@ def test_a_step_whose_writer_was_killed_is_saved_by_the_next_job(tmp_path: Path)
     save_here(store, seed=3)
     assert store.verify(100, checksums=True).ok
     assert not [p for p in os.listdir(url) if p.endswith(".lock")]
+
+
+def test_a_user_who_may_not_write_the_store_is_told_which_directory(tmp_path: Path) -> None:
+    from other_user import call_as, other_user, shared_tmp
+
+    uid, gid = other_user()
+    parent = shared_tmp(0, 0)
+    parent.chmod(0o755)
+    root = parent / "store"  # another user's store, 0755: readable, not writable
+    save_here(CheckpointStore(str(root)), seed=4)
+
+    def save_as_other() -> str:
+        try:
+            with CheckpointStore(str(root)).save(200) as gen:
+                gen.write_bytes("a.bin", b"x")
+        except CommitError as exc:
+            return str(exc)
+        return "saved"
+
+    try:
+        message = call_as(uid, gid, save_as_other)
+        assert f"the directory {root} is not writable by this user" in message, message
+        assert CheckpointStore(str(root)).verify(100, checksums=True).ok
+    finally:
+        shutil.rmtree(parent)
