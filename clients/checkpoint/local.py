@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -96,6 +97,10 @@ def _temp_beside(path: Path) -> Path:
 def _temp_pattern(name: str) -> re.Pattern[str]:
     """The names `_temp_beside` gives a temp file of `name`, and only those."""
     return re.compile(rf"\.{re.escape(name)}{re.escape(_TMP_MARK)}[0-9]+-[0-9a-f]{{8}}")
+
+
+def _unclaimed() -> None:
+    return None
 
 
 class LocalWriter(ObjectWriter):
@@ -196,6 +201,13 @@ class LocalBackend(Backend):
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    # A filesystem without POSIX locks (an NFS mount with nolock, a FUSE
+                    # mount of object storage): saving as before beats refusing every save.
+                    os.close(fd)
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                    return _unclaimed
                 holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
                 os.close(fd)
                 raise CommitError(

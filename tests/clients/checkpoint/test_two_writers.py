@@ -125,3 +125,21 @@ def test_a_user_who_may_not_write_the_store_is_told_which_directory(tmp_path: Pa
         assert CheckpointStore(str(root)).verify(100, checksums=True).ok
     finally:
         shutil.rmtree(parent)
+
+
+def test_a_store_on_a_filesystem_without_locks_still_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An NFS mount with `nolock` or a FUSE mount of object storage answers lock requests
+    with ENOLCK or EOPNOTSUPP: no save there may be taken for another writer's."""
+    import errno
+    import fcntl
+
+    def no_locks(*_args: object) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "lockf", no_locks)
+    store = CheckpointStore(str(tmp_path / "store"))
+    save_here(store, seed=5)
+    assert store.verify(100, checksums=True).ok
+    assert not [p for p in os.listdir(tmp_path / "store") if p.endswith(".lock")]
