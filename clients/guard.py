@@ -623,13 +623,17 @@ class CheckpointGuard:
         )
 
     def _final_timeout(self) -> float | None:
-        """How long an exit's synchronous save may take: until the terminate's deadline (at
-        least 1 s), so storage that stopped answering fails it there, saying so, instead of
-        the SIGKILL cutting it off silently; None when no exit or no deadline is known."""
+        """How long an exit's synchronous save may take: until a grace past the terminate's
+        deadline, so storage that stopped answering fails it, saying so, instead of the
+        SIGKILL cutting it off silently; None when no exit or no deadline is known."""
         if not self._exit:
             return None
         left = self._seconds_left()
-        return None if left is None else max(left, 1.0)
+        if left is None:
+            return None
+        from .checkpoint import background
+
+        return max(left, 0.0) + background.FINAL_SAVE_GRACE_SECONDS
 
     def _seconds_left(self) -> float | None:
         """Time to the nearest deadline of the terminates asking for this save (None: a

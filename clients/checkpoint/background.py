@@ -48,6 +48,11 @@ STATE_FILE = "state.pt"
 # How long a cancelled save may take to reach its next write and stop before the final save
 # goes ahead without it.
 CANCEL_GRACE_SECONDS = 1.0
+# How long an exit's final save may run past the notice's deadline before it is given up as
+# hung. A deadline is the earliest the provider may take the machine, not when it does (AWS
+# and Azure often later; GCP's 30 s notice ends in a soft power-off), and a save still
+# writing then is the only copy of that work: giving it up at the deadline lost it.
+FINAL_SAVE_GRACE_SECONDS = 60.0
 # At interpreter exit, how long the save in flight may go without writing a byte before the
 # exit stops waiting for it (a hung mount, an upload to a service that stopped answering).
 EXIT_STALL_SECONDS = 120.0
@@ -430,8 +435,9 @@ class BackgroundSaver:
         timeout = None
         if seconds_left is not None:
             # Storage that stopped answering held the final save past the deadline, where the
-            # SIGKILL said nothing: it fails at the deadline instead, saying why.
-            timeout = max(seconds_left - (time.monotonic() - started), CANCEL_GRACE_SECONDS)
+            # SIGKILL said nothing: it fails a grace after the deadline instead, saying why.
+            left = max(seconds_left - (time.monotonic() - started), 0.0)
+            timeout = max(left + FINAL_SAVE_GRACE_SECONDS, CANCEL_GRACE_SECONDS)
         generation = self._write(
             job, snapshot, dict(metadata or {}), threading.Event(), timeout=timeout
         )

@@ -271,3 +271,40 @@ def test_an_exit_requested_as_a_signal_names_it_in_the_exit_line() -> None:
 
     assert exit_line(4, {"signal": None}, [], None).startswith("exiting at step 4 on signal;")
     assert exit_line(4, {"signal": "SIGTERM"}, [], None).startswith("exiting at step 4 on SIGTERM;")
+
+
+def test_an_exit_save_past_the_notice_deadline_still_commits(tmp_path: Path) -> None:
+    """A deadline is the earliest the provider may take the machine. An exit save that starts
+    after it (a slow step, a late notice) and takes 1.5 s on a working disk was given up after
+    1 s and lost; it now has a grace past the deadline to commit in."""
+    from datetime import datetime, timedelta, timezone
+
+    from forewarn.clients.checkpoint import CheckpointStore
+    from forewarn.clients.event import Event
+
+    store = CheckpointStore(tmp_path / "store")
+    guard = quiet_guard(store=store)
+    now = datetime.now(timezone.utc)
+    guard._on_event(
+        Event(
+            id="aws/spot-itn/late",
+            seq=1,
+            action="terminate",
+            reason="spot-interruption",
+            provider="aws",
+            deadline=now - timedelta(seconds=5),
+            noticed_at=now,
+            sent_at=now,
+        )
+    )
+    assert guard.due(3) and guard.should_exit
+
+    def slow_write(gen: Any) -> None:
+        time.sleep(1.5)  # the disk at work, not synchronisation
+        gen.write_bytes("w", b"state at 3")
+
+    result = guard.save(3, slow_write)
+    assert result.exit and result.generation is not None
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == 3 and latest.read_bytes("w") == b"state at 3"
+    guard.close()

@@ -77,8 +77,11 @@ def test_a_save_with_a_timeout_to_a_silent_endpoint_fails_at_it(silent_endpoint:
 
 @requires("torch")
 def test_the_final_background_save_to_a_silent_endpoint_fails_at_the_deadline(
-    silent_endpoint: str,
+    silent_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from forewarn.clients.checkpoint import background
+
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", 0.0)  # the grace past it
     store = CheckpointStore("s3://bucket/run", s3=S3Options(endpoint_url=silent_endpoint))
     saver = BackgroundSaver(store)
     started = time.monotonic()
