@@ -5,6 +5,8 @@
 After each training batch it asks the guard; when a save is due it calls
 `trainer.save_checkpoint` (Lightning's collective save, every rank at the same step thanks to
 the guard's rank agreement), acks the agent, and stops the trainer on terminate or SIGTERM.
+With `accumulate_grad_batches` it asks only after a batch that made the optimizer step: the
+save comes at the end of the step (a step cannot be interrupted), not inside it.
 After each validation, test and predict batch it asks `guard.due_in_eval`: an exit that arrives
 mid-validation is saved there and then (the state of the last training step), instead of
 after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
@@ -87,7 +89,7 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if self._exiting:
+        if self._exiting or _accumulating(trainer):
             return
         if self.guard.due(trainer.global_step):
             self._save(trainer)
@@ -165,6 +167,19 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             trainer.limit_val_batches = self._limit_val_batches
             self._limit_val_batches = None
         self._close_guard()
+
+
+def _accumulating(trainer: pl.Trainer) -> bool:
+    """Whether the batch just trained only accumulated gradients (`accumulate_grad_batches`):
+    the optimizer step it belongs to is not made yet. A checkpoint there holds the loop's place
+    inside the step but not the gradients gathered so far: resumed, the step was made from the
+    rest of its batches only (measured: an exit at the 2nd of 4 batches, resumed from a
+    resumable DataLoader, trained different weights). The save waits for the step's end."""
+    epoch_loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    should_accumulate = getattr(epoch_loop, "_should_accumulate", None)
+    if should_accumulate is not None:  # knows the epoch's last batch, and DeepSpeed's own
+        return bool(should_accumulate())
+    return False
 
 
 __all__ = ["ForewarnCallback"]

@@ -75,3 +75,49 @@ def trainer(callback: Any, **options: Any) -> pl.Trainer:
         "enable_model_summary": False,
     }
     return pl.Trainer(**(settings | options))
+
+
+class Batches:
+    """A resumable DataLoader stand-in (`state_dict`/`load_state_dict`, which Lightning saves
+    and restores): `count` fixed batches of 2 samples, so a resumed run sees exactly the
+    batches an uninterrupted one would."""
+
+    def __init__(self, count: int = 32) -> None:
+        self.count = count
+        self.position = 0
+        generator = torch.Generator().manual_seed(7)
+        self.x = torch.randn(count, 2, 4, generator=generator)
+        self.y = torch.randn(count, 2, 1, generator=generator)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Any:
+        while self.position < self.count:
+            index = self.position
+            self.position += 1
+            yield self.x[index], self.y[index]
+        self.position = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = state["position"]
+
+
+class ExitsAtBatch(Tiny):
+    """Seeded weights; asks for an exit while training batch `exit_at` of the first epoch
+    (with gradient accumulation: a batch inside an optimizer step)."""
+
+    def __init__(self, callback: ForewarnCallback | None = None, exit_at: int = -1) -> None:
+        torch.manual_seed(0)
+        super().__init__()
+        self.callback = callback
+        self.exit_at = exit_at
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        if self.callback is not None and idx == self.exit_at:
+            self.callback.guard.request("signal", exit=True)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)

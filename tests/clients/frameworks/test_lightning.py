@@ -90,6 +90,32 @@ def test_an_exit_is_not_followed_by_a_validation_pass(tmp_path: Path) -> None:
     assert model.validation_after_exit == 0
 
 
+def test_an_exit_inside_an_accumulated_step_saves_at_its_end_and_resumes_identically(
+    tmp_path: Path,
+) -> None:
+    """With `accumulate_grad_batches`, an exit at the 2nd of a step's 4 batches was saved
+    there: the checkpoint held the loop's place inside the step but not the gradients of its
+    first batches, and the resumed run made that step from the other two only (different
+    weights from an uninterrupted run). It is saved once the step is made."""
+    options = {"max_steps": 6, "accumulate_grad_batches": 4}
+    uninterrupted = models.ExitsAtBatch()
+    models.trainer(None, **options | {"callbacks": []}).fit(uninterrupted, models.Batches())
+
+    callback = lit.ForewarnCallback(
+        tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
+    )
+    models.trainer(callback, **options).fit(
+        models.ExitsAtBatch(callback, exit_at=5), models.Batches()
+    )
+    assert [path.name for path in callback.saved_paths] == ["step-00000002.ckpt"]
+    resumed = models.ExitsAtBatch()
+    models.trainer(None, **options | {"callbacks": []}).fit(
+        resumed, models.Batches(), ckpt_path=callback.saved_paths[0]
+    )
+    for before, after in zip(uninterrupted.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(before, after)
+
+
 def test_dcp_into_a_store_on_drain_and_terminate_and_the_weights_load_back(
     tmp_path: Path,
 ) -> None:
