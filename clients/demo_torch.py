@@ -19,6 +19,9 @@ exits without a checkpoint (Lightning raises `SIGTERMException`, and its `ModelC
 does not save on it). Only the periodic saves survive, as with transformers' `Trainer`, which
 has no SIGTERM handler at all (`save_steps`). Plain DataLoaders.
 
+With the guard a job stopped for a reclaim exits with `guard.exit_code` (143) after its save,
+so that torchrun, systemd or a Kubernetes Job restarts it; 0 once its steps are done.
+
 Rank 0 prints one JSON object per line: `started`, `step`, `eval_start`, `eval_end`,
 `saving` (with the state hash about to be written), `saved`, `exit`, `done`, each with `t`
 (wall clock). The state hash covers every parameter and optimizer buffer, so a resume that
@@ -224,11 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         say("eval_end", step=step, batches=args.eval_batches, interrupted=False)
         return False
 
-    exit_code = 0
     try:
         if guard is not None and guard.due(step) and save(step):
             say("exit", step=step)
-            return 0
+            return guard.exit_code
         for x, y in train_loader:
             if step == resumed_at and args.first_step_time:
                 time.sleep(args.first_step_time)  # compile, data warm-up
@@ -243,7 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if guard is not None:
                 if guard.due(step) and save(step):
                     say("exit", step=step)
-                    return 0
+                    # 143, as the README asks of a job: an exit 0 after the reclaim's save
+                    # reads as done to torchrun, systemd and a Kubernetes Job.
+                    return guard.exit_code
             else:
                 if args.every_steps is not None and step % args.every_steps == 0:
                     save(step)
@@ -253,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             evaluating = args.eval_every and step % args.eval_every == 0 and step < args.steps
             if evaluating and evaluate() and save(step):
                 say("exit", step=step)
-                return 0
+                return guard.exit_code if guard is not None else 0
         if last_saved["step"] != step:  # the same answer on every rank: the save is collective
             save(step)
         say("done", step=step, hash=state_hash())
@@ -261,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if guard is not None:
             guard.close()
         dist.destroy_process_group()
-    return exit_code
+    return 0
 
 
 if __name__ == "__main__":

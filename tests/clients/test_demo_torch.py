@@ -19,7 +19,9 @@ from support import free_port, requires
 pytestmark = requires("torch")
 
 
-def start(env: dict[str, str], store: Path, *args: str) -> subprocess.Popen[str]:
+def start(
+    env: dict[str, str], store: Path, *args: str, handler: str = "plain"
+) -> subprocess.Popen[str]:
     rank_env = dict(
         env,
         RANK="0",
@@ -32,7 +34,7 @@ def start(env: dict[str, str], store: Path, *args: str) -> subprocess.Popen[str]
     )
     command = [sys.executable, "-m", "forewarn.clients.demo_torch", "--dir", str(store)]
     return subprocess.Popen(
-        [*command, "--handler", "plain", "--workers", "0", "--steps", "100000", *args],
+        [*command, "--handler", handler, "--workers", "0", "--steps", "100000", *args],
         env=rank_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -54,9 +56,9 @@ def read_until(proc: subprocess.Popen[str], kind: str, step: int = 0) -> list[di
     raise AssertionError(f"no {kind} within 60 s: {seen[-5:]}")
 
 
-def finish(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+def finish(proc: subprocess.Popen[str], code: int = 0) -> list[dict[str, Any]]:
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err[-2000:]
+    assert proc.returncode == code, err[-2000:]
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
@@ -82,3 +84,17 @@ def test_plain_exits_on_sigterm_mid_evaluation_without_a_checkpoint(
     assert [e["step"] for e in seen if e["event"] == "saved"] == [3], seen
     generations = sorted(p.name for p in store.iterdir() if p.name.startswith("step-"))
     assert generations == ["step-000000000003"], generations
+
+
+def test_guard_exits_143_after_the_save_for_a_sigterm(tmp_path: Path, env: dict[str, str]) -> None:
+    """The drill's job ended with 0 after its reclaim save: torchrun, systemd and a Kubernetes
+    Job take that for a finished run, which is never restarted (the README's loop ends with
+    `sys.exit(guard.exit_code)`)."""
+    store = tmp_path / "ckpt"
+    job = start(env, store, "--step-time", "0.01", "--eval-every", "0", handler="guard")
+    read_until(job, "step", 3)
+    job.send_signal(signal.SIGTERM)
+    rest = finish(job, code=143)
+    saved = [e for e in rest if e["event"] == "saved"]
+    exits = [e for e in rest if e["event"] == "exit"]
+    assert saved and saved[-1]["exit"] and exits[-1]["step"] == saved[-1]["step"], rest
