@@ -5,8 +5,11 @@
 After each training batch it asks the guard; when a save is due it calls
 `trainer.save_checkpoint` (Lightning's collective save, every rank at the same step thanks to
 the guard's rank agreement), acks the agent, and stops the trainer on terminate or SIGTERM.
-With `accumulate_grad_batches` it asks only after a batch that made the optimizer step: the
-save comes at the end of the step (a step cannot be interrupted), not inside it.
+Its guard is made when the sanity check, training or an evaluation starts, so its SIGTERM
+handler replaces Lightning's from then on (Lightning's own ends `fit` with `SIGTERMException`,
+a SystemExit of code 0, without a checkpoint). With `accumulate_grad_batches` it asks only
+after a batch that made the optimizer step: the save comes at the end of the step (a step
+cannot be interrupted), not inside it.
 After each validation, test and predict batch it asks `guard.due_in_eval`: an exit that arrives
 mid-validation is saved there and then (the state of the last training step), instead of
 after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
@@ -28,6 +31,8 @@ with Lightning's own checkpoints (`dirpath`, then `trainer.fit(model, ckpt_path=
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,7 +80,37 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             "optimizers": [optimizer.state_dict() for optimizer in optimizers],
         }
 
+    def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._install()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._install()
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._install()
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._install()
+
+    def _install(self) -> None:
+        # The guard's signal handlers replace Lightning's, which it installs just before these
+        # hooks. Made only at the first batch's end, the guard left a SIGTERM during the sanity
+        # check or the first training step to Lightning alone: fit() raised SIGTERMException
+        # (a SystemExit with code 0) without a checkpoint, and the job counted as done.
+        guard = self.guard
+        # A guard made before fit (guard=): Lightning wrapped its handler with its own, and
+        # after the guard's save raised SIGTERMException all the same (the process exited 0).
+        # Lightning puts the guard's handler back when fit ends.
+        chained = getattr(signal.getsignal(signal.SIGTERM), "signal_handlers", ())
+        if (
+            isinstance(chained, (list, tuple))
+            and guard._on_signal in chained
+            and threading.current_thread() is threading.main_thread()
+        ):
+            signal.signal(signal.SIGTERM, guard._on_signal)
+
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._install()
         if trainer.global_step:
             # Resumed from a checkpoint (ckpt_path=): periodic saves count from there (from step
             # 0 the first step after every resume saved again).

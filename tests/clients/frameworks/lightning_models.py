@@ -3,6 +3,8 @@ tests does not import lightning."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from typing import Any
 
@@ -121,3 +123,21 @@ class ExitsAtBatch(Tiny):
             self.callback.guard.request("signal", exit=True)
         x, y = batch
         return torch.nn.functional.mse_loss(self.layer(x), y)
+
+
+class SigtermAtStart(Tiny):
+    """Sends itself a SIGTERM in the first sanity-check validation batch (`where="sanity"`) or
+    in the first training step (`where="first step"`), before any batch has ended."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        if self.where == "first step" and self.global_step == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().training_step(batch, idx)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        if self.where == "sanity" and self.trainer.sanity_checking and idx == 0:
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -14,6 +14,7 @@ pytestmark = requires("lightning")
 pl = LazyModule("lightning.pytorch")
 torch = LazyModule("torch")
 lit = LazyModule("forewarn.clients.frameworks.lightning")
+forewarn_clients = LazyModule("forewarn.clients")
 models = LazyModule("lightning_models")
 
 
@@ -196,6 +197,36 @@ def test_after_fit_sigterm_is_handled_as_before_fit(tmp_path: Path) -> None:
         assert signal.getsignal(signal.SIGTERM) is before
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+@pytest.mark.parametrize(
+    ("where", "step", "made_before_fit"),
+    [("sanity", 0, False), ("first step", 1, False), ("first step", 1, True)],
+)
+def test_a_sigterm_before_the_first_batch_ends_is_saved_and_exits_143(
+    tmp_path: Path, where: str, step: int, made_before_fit: bool
+) -> None:
+    """The guard was made at the first batch's end: a SIGTERM before it (the sanity check, a
+    first step that compiles) reached Lightning's handler alone, and fit() raised
+    SIGTERMException, a SystemExit with code 0, without a checkpoint: the job counted as done.
+    A guard made before fit (guard=) saved, but Lightning's handler, which wraps it, raised
+    SIGTERMException after that save all the same."""
+    if made_before_fit:
+        guard = forewarn_clients.CheckpointGuard(notices=False, flag_file=None)
+        callback = lit.ForewarnCallback(tmp_path / "ckpt", guard=guard)
+    else:
+        callback = lit.ForewarnCallback(tmp_path / "ckpt", notices=False, flag_file=None)
+    data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    sanity = 1 if where == "sanity" else 0
+    trainer = models.trainer(callback, max_steps=5, num_sanity_val_steps=sanity)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        trainer.fit(models.SigtermAtStart(where), loader, loader)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert [path.name for path in callback.saved_paths] == [f"step-{step:08d}.ckpt"]
+    assert callback.exit_code == 143
 
 
 def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) -> None:
