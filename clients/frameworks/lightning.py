@@ -31,9 +31,12 @@ with Lightning's own checkpoints (`dirpath`, then `trainer.fit(model, ckpt_path=
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +183,8 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         else:
             assert self.dirpath is not None
             path = self.dirpath / self.filename.format(step=step)
-            trainer.save_checkpoint(path)
+            with _temporary_files_in(path.parent):
+                trainer.save_checkpoint(path)
             if path.exists():  # on the ranks that wrote it (a sharded save: a directory)
                 # Lightning leaves the bytes in the page cache: acked without this, a machine
                 # powered off after the terminate could come back without the checkpoint.
@@ -202,6 +206,23 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             trainer.limit_val_batches = self._limit_val_batches
             self._limit_val_batches = None
         self._close_guard()
+
+
+@contextlib.contextmanager
+def _temporary_files_in(folder: Path) -> Iterator[None]:
+    """Lightning writes a checkpoint file to a temporary file (`tempfile.mkstemp()`, in TMPDIR)
+    and moves it to its name. With TMPDIR on another filesystem (a tmpfs, a container's own
+    layer beside a mounted volume) the move is a copy into the final name, and a SIGKILL at the
+    deadline mid-copy left a truncated `step-*.ckpt` that every resume then failed to load
+    (measured: 1 MiB of 144 MB). Made in the checkpoint's own folder, the move is a rename; a
+    save cut short leaves only its `tmp*` file there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    previous = tempfile.tempdir
+    tempfile.tempdir = str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
 
 
 def _accumulating(trainer: pl.Trainer) -> bool:

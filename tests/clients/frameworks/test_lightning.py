@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import AgentProcess, LazyModule, eventually, fsynced_at_each_ack, requires
@@ -227,6 +231,41 @@ def test_a_sigterm_before_the_first_batch_ends_is_saved_and_exits_143(
         signal.signal(signal.SIGTERM, before)
     assert [path.name for path in callback.saved_paths] == [f"step-{step:08d}.ckpt"]
     assert callback.exit_code == 143
+
+
+class Killed(BaseException):
+    """The platform's SIGKILL, arriving while a file is copied."""
+
+
+def test_a_checkpoint_cut_short_never_has_its_final_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning writes the checkpoint in TMPDIR and moves it to its name: with TMPDIR on
+    another filesystem the move copies into the final name, and a SIGKILL mid-copy left a
+    truncated step-*.ckpt that every resume failed to load. Here every rename across folders
+    fails as across filesystems, and a copy is killed after 100 bytes."""
+    rename = os.rename
+
+    def other_filesystem(source: Any, target: Any) -> None:
+        if os.path.dirname(os.path.abspath(source)) != os.path.dirname(os.path.abspath(target)):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        rename(source, target)
+
+    def killed_while_copying(source: Any, target: Any, **options: Any) -> None:
+        with open(source, "rb") as reader, open(target, "wb") as writer:
+            writer.write(reader.read(100))
+        raise Killed
+
+    monkeypatch.setattr(os, "rename", other_filesystem)
+    monkeypatch.setattr(shutil, "copyfile", killed_while_copying)
+    callback = lit.ForewarnCallback(
+        tmp_path / "ckpt", every_steps=2, notices=False, handle_signals=False, flag_file=None
+    )
+    data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    trainer = models.trainer(callback, max_steps=3)
+    trainer.fit(models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
+    assert [path.name for path in callback.saved_paths] == ["step-00000002.ckpt"]
+    assert torch.load(callback.saved_paths[0], weights_only=False)["global_step"] == 2
 
 
 def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) -> None:
