@@ -273,16 +273,24 @@ def test_a_client_id_no_ack_can_name_does_not_hold_the_flag_forever(
             Subscriber(agent.events, ("notice", "client/tester")).ready() as sub,
         ):
             assert agent.control({"op": "status"})["agent"]["subscribers"] == 1
-            flag.write_text("")
-            drain = sub.notice(timeout=3)
-            reply = agent.control(
-                {"op": "ack", "notice_id": drain["id"], "client": "tester", "flush_seconds": 0.2}
-            )
-            assert reply["ok"]
-            cleared = sub.notice(timeout=3)
-            assert cleared["action"] == "clear" and cleared["id"] == drain["id"]
+            _flag_drain_acked_by_tester_is_cleared(agent, sub, flag)
         assert not flag.exists()
         assert "with an id no ack can name" in agent.output()
+
+
+def _flag_drain_acked_by_tester_is_cleared(
+    agent: AgentProcess, sub: Subscriber, flag: Path
+) -> None:
+    """The flag file's drain, acked by `client/tester` alone, is cleared: no other client is
+    waited for."""
+    flag.write_text("")
+    drain = sub.notice(timeout=3)
+    reply = agent.control(
+        {"op": "ack", "notice_id": drain["id"], "client": "tester", "flush_seconds": 0.2}
+    )
+    assert reply["ok"]
+    cleared = sub.notice(timeout=3)
+    assert cleared["action"] == "clear" and cleared["id"] == drain["id"]
 
 
 def test_a_socket_that_subscribed_its_client_topic_twice_is_gone_once_it_closes(
@@ -308,14 +316,7 @@ def test_a_socket_that_subscribed_its_client_topic_twice_is_gone_once_it_closes(
                 what="the closed socket to leave",
                 interval=0.05,
             )
-            flag.write_text("")
-            drain = sub.notice(timeout=3)
-            reply = agent.control(
-                {"op": "ack", "notice_id": drain["id"], "client": "tester", "flush_seconds": 0.2}
-            )
-            assert reply["ok"]
-            cleared = sub.notice(timeout=3)
-            assert cleared["action"] == "clear" and cleared["id"] == drain["id"]
+            _flag_drain_acked_by_tester_is_cleared(agent, sub, flag)
         assert not flag.exists()
 
 
