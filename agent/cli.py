@@ -61,7 +61,10 @@ class Parser(argparse.ArgumentParser):
         if choice:
             options = re.findall(r"'?([\w.-]+)'?", choice.group(2))
             near = difflib.get_close_matches(choice.group(1), options, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            # Without a near one, the choices themselves: "invalid choice 'amazon'" alone
+            # left the user to find them in --help.
+            listed = f" (choose from {', '.join(options)})"
+            hint = f" (did you mean {near[0]!r}?)" if near else listed
             message = message.replace(choice.group(0), f"invalid choice {choice.group(1)!r}{hint}")
         where = self.prog.removeprefix("forewarn").strip()
         raise UsageError(f"{where + ': ' if where else ''}{message}; see '{self.prog} --help'")
@@ -88,6 +91,12 @@ def _path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (leave the flag out for the default)")
     return Path(text)
+
+
+def _provider_name(text: str) -> str:
+    # Provider names are taken in any case (`AWS`, `GCP`), as everywhere else they are read
+    # (the config file, FOREWARN_PROVIDERS, `simulate` and `drill`).
+    return text.strip().lower()
 
 
 def _positive_int(text: str) -> int:
@@ -754,6 +763,7 @@ def build_parser(
     agent.add_argument(
         "--provider",
         action="append",
+        type=_provider_name,
         choices=("auto", *names),
         help="watcher to run; repeat for several (default: auto)",
     )
@@ -874,6 +884,7 @@ def build_parser(
     local.add_argument(
         "--provider",
         dest="source",
+        type=_provider_name,
         default=None,  # local; None: not given (see _drill_local_options)
         help="notice source: local (control socket) or a provider simulator "
         "(aws, gcp, azure, kubernetes)",
@@ -955,12 +966,28 @@ def _join_negative_values(words: list[str]) -> list[str]:
     return joined
 
 
+def _provider_words(words: list[str], registry: Registry | None) -> list[str]:
+    """`simulate AWS` and `drill GCP` as `simulate aws` and `drill gcp`: a provider name is
+    taken in any case, as `--provider` and the config file take it."""
+    if len(words) < 2 or words[0] not in ("simulate", "drill"):
+        return words
+    name = words[1].lower()
+    if registry is None:
+        from forewarn.providers.registry import REGISTRY
+
+        registry = REGISTRY
+    if name != words[1] and (name in registry or name == "local"):
+        return [words[0], name, *words[2:]]
+    return words
+
+
 def main(argv: Sequence[str] | None = None, registry: Registry | None = None) -> int:
     """Run one command; every error ends as one `forewarn: ...` line on stderr and an exit
     code (2 for bad input), with the traceback only under `--debug`."""
     words = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in words
     words = _join_negative_values([word for word in words if word != "--debug"])
+    words = _provider_words(words, registry)
     command = words[0] if words and not words[0].startswith("-") else None
     try:
         parser = build_parser(command, registry)

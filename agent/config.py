@@ -172,7 +172,10 @@ class Settings(BaseSettings):
     @classmethod
     def _split_providers(cls, value: Any) -> Any:
         if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
+            value = [part for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            # Any case (`AWS`, `GCP`), as on the command line.
+            return [part.strip().lower() if isinstance(part, str) else part for part in value]
         return value
 
     @field_validator("providers")

@@ -193,3 +193,34 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 def test_drill_local_lead_is_a_duration_like_every_other() -> None:
     args = build_parser("drill").parse_args(["drill", "local", "--lead", "1.5m"])
     assert args.lead == 90
+
+
+def test_provider_names_are_taken_in_any_case(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `forewarn drill local --provider AWS` was refused while the config file took any
+    # spelling it was given to the registry; now every place reads `AWS` as `aws`.
+    from forewarn.agent.config import load_settings
+
+    agent = build_parser("agent").parse_args(["agent", "--provider", "AWS", "--provider", "Gcp"])
+    assert agent.provider == ["aws", "gcp"]
+    drill = build_parser("drill").parse_args(["drill", "local", "--provider", "AWS"])
+    assert drill.source == "aws"
+    # The provider of `simulate` and `drill` too: the error met next is the port's, not the name's.
+    assert main(["simulate", "AWS", "--port", "99999"]) == 2
+    assert "forewarn: simulate aws: --port:" in capsys.readouterr().err
+    monkeypatch.delenv("FOREWARN_PROVIDERS", raising=False)
+    config = tmp_path / "forewarn.toml"
+    config.write_text('providers = ["AWS", "Local"]\n')
+    assert load_settings(config).providers == ["aws", "local"]
+    monkeypatch.setenv("FOREWARN_PROVIDERS", "GCP, local")
+    config.write_text("")
+    assert load_settings(config).providers == ["gcp", "local"]
+
+
+def test_an_invalid_choice_without_a_near_one_lists_the_choices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["agent", "--provider", "amazon"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice 'amazon' (choose from auto, local, aws, gcp" in err
