@@ -27,6 +27,7 @@ import argparse
 import base64
 import hashlib
 import json
+import re
 import time
 from datetime import datetime, timedelta
 from http import HTTPStatus
@@ -539,6 +540,14 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "--instance-name", dest="instance", default="forewarn-sim-vm", help="instance/name"
     )
     parser.add_argument(
+        "--machine-type",
+        type=_machine_type,
+        default="a2-highgpu-1g",
+        metavar="TYPE",
+        help="instance/machine-type (default a2-highgpu-1g, with GPUs: the watcher gives "
+        "TERMINATE_ON_HOST_MAINTENANCE an hour; a type without GPUs, e.g. n2-standard-8, 60s)",
+    )
+    parser.add_argument(
         "--preemptible", action="store_true", help="a Spot VM: scheduling/preemptible TRUE"
     )
     parser.add_argument(
@@ -580,11 +589,23 @@ def _options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9-]{0,62}\Z")
+
+
+def _machine_type(text: str) -> str:
+    name = text.strip().lower()
+    if not _MACHINE_TYPE.match(name):
+        raise argparse.ArgumentTypeError(
+            f"not a machine type name (such as n2-standard-8 or a2-highgpu-1g): {text!r}"
+        )
+    return name
+
+
 COMMAND = SimulatorCommand(
     name="gcp",
     build=make_simulator,
     passes=(
-        *("project", "zone", "instance", "preemptible", "on_host_maintenance"),
+        *("project", "zone", "instance", "machine_type", "preemptible", "on_host_maintenance"),
         *("preemption_notice_duration", "upcoming_none"),
     ),
     options=_options,

@@ -310,3 +310,17 @@ def test_forewarn_simulate_gcp_command(env: dict[str, str]) -> None:
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
+
+
+def test_the_machine_type_is_a_flag() -> None:
+    # The 60 s TERMINATE_ON_HOST_MAINTENANCE of a VM without GPUs could only be rehearsed
+    # from Python: `forewarn simulate gcp` always served a2-highgpu-1g.
+    parser = argparse.ArgumentParser()
+    simulate.add_arguments(parser)
+    sim = simulate.COMMAND.start(parser.parse_args(["--machine-type", "N2-Standard-8"]))
+    assert sim.value("instance/machine-type").endswith("/machineTypes/n2-standard-8")
+    default = simulate.COMMAND.start(parser.parse_args([]))
+    assert default.value("instance/machine-type").endswith("/machineTypes/a2-highgpu-1g")
+    for bad in ("", "n2 standard", "projects/1/machineTypes/n2-standard-8"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--machine-type", bad])
