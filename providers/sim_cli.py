@@ -144,12 +144,15 @@ class SimulatorCommand:
         for fields in notices:
             kind = fields.pop("kind")
             after = fields.pop("after", None)
-            known = {k.lower() for k in sim.notice_kinds}
-            if kind.lower() not in known:
+            if not sim.notice_kinds:
+                raise UsageError(f"--notice {kind!r}: the {self.name} simulator raises no notices")
+            try:
+                kind = sim.notice_kind(kind)
+            except SimError:
                 raise UsageError(
                     f"--notice {kind!r}: the {self.name} simulator raises "
-                    f"{', '.join(sim.notice_kinds) or 'no notices'}"
-                )
+                    f"{', '.join(sim.notice_kinds)}"
+                ) from None
             if after is None:
                 try:
                     sim.raise_notice(kind, fields)

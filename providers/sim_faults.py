@@ -163,10 +163,11 @@ def make_fault(
 ) -> Fault:
     """A validated fault from a control request's fields; `presets` are the provider's named
     faults (each a dict of fields with a base `kind`)."""
-    name = fields.get("kind")
+    given = fields.get("kind")
+    name = given.strip().lower() if isinstance(given, str) else given  # any case, as notices
     if not isinstance(name, str) or (name not in FAULT_KINDS and name not in presets):
         known = ", ".join([*FAULT_KINDS, *presets])
-        raise FaultError(f"kind: one of {known}, got {name!r}")
+        raise FaultError(f"kind: one of {known}, got {given!r}")
     merged = {**presets.get(name, {}), **{k: v for k, v in fields.items() if k != "kind"}}
     kind = presets[name]["kind"] if name in presets else name
     unknown = sorted(set(merged) - set(FIELDS))

@@ -202,3 +202,29 @@ def test_a_bad_value_from_a_real_process(tmp_path: Path) -> None:
         "forewarn: simulate gcp: --fault: gcp: fault: status: a whole number from 100 to 599, "
         "got 99"
     )
+
+
+@pytest.mark.parametrize("provider", sorted(ENDPOINTS))
+def test_notice_and_fault_flags_take_kinds_in_any_case(provider: str) -> None:
+    # `--notice SPOT` passed the case-blind check, then AWS, GCP and Kubernetes refused it.
+    import importlib
+
+    from forewarn.agent.cli import build_parser
+
+    command = importlib.import_module(f"forewarn.providers.{provider}.simulate").COMMAND
+    kind = ENDPOINTS[provider][2]
+    notice = ["--notice", kind.upper()] if kind else []
+    argv = ["simulate", provider, *EXTRA.get(provider, []), "--fault", "RESET,count=1", *notice]
+    sim = command.start(build_parser("simulate").parse_args(argv))
+    try:
+        assert [fault["kind"] for fault in sim.faults()] == ["reset"]
+        raised = {
+            "aws": "'rebalance': {'noticeTime'",
+            "gcp": "'preempted': 'TRUE'",
+            "azure": "'EventType': 'Preempt'",
+            "kubernetes": "'unschedulable': True",
+        }
+        if kind:
+            assert raised[provider] in str(sim.state()), sim.state()
+    finally:
+        sim.cancel_scripts()
