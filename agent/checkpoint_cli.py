@@ -28,6 +28,7 @@ from forewarn.clients.checkpoint.manifest import generation_name
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_time
 
+from .cli import path_arg
 from .progressbar import ProgressBar
 
 EXIT_CORRUPT = 1
@@ -97,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     verify.set_defaults(action_func=run_verify)
 
     get = command("get", "copy a generation's files out, verified")
-    get.add_argument("destination", type=Path, help="a directory (created)")
+    get.add_argument("destination", type=path_arg, help="a directory (created)")
     get.add_argument("--step", type=_step, help="the step (default: the latest)")
     get.add_argument("--prefix", default="", help="only the files under this prefix")
     get.set_defaults(action_func=run_get)

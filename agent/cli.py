@@ -85,12 +85,17 @@ def _duration(flag: str, *, positive: bool = False) -> Callable[[str], float]:
     return parse
 
 
-def _path(text: str) -> Path:
+def path_arg(text: str) -> Path:
+    """An argparse `type=` for a path flag: `~` is the home directory, as in the config file
+    (`--dir=~/drill` and `"~/out"` reach us unexpanded; they made a directory named `~`)."""
     # Path("") is ".": `--runtime-dir "$DIR"` with DIR unset bound the agent's sockets in its
     # working directory, where no client looks.
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (leave the flag out for the default)")
-    return Path(text)
+    return Path(text).expanduser()
+
+
+_path = path_arg
 
 
 def _provider_name(text: str) -> str:

@@ -76,7 +76,7 @@ class SimulatorCommand:
         parser.add_argument("--port", type=_port, default=0, help="port (default: a free one)")
         parser.add_argument(
             "--ready-file",
-            type=Path,
+            type=_file_path,
             metavar="PATH",
             help="once listening, write the URL to PATH (removed again on exit)",
         )
@@ -174,6 +174,14 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0-65535 (0: a free one), got {port}")
     return port
+
+
+def _file_path(text: str) -> Path:
+    # `--ready-file=~/sim.url` reaches us unexpanded: the URL went to ./~/sim.url while the
+    # script waited for ~/sim.url. `~` is the home directory, as in every path of forewarn.
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    return Path(text).expanduser()
 
 
 def _fault(text: str) -> dict[str, Any]:

@@ -224,3 +224,16 @@ def test_an_invalid_choice_without_a_near_one_lists_the_choices(
     assert main(["agent", "--provider", "amazon"]) == 2
     err = capsys.readouterr().err
     assert "invalid choice 'amazon' (choose from auto, local, aws, gcp" in err
+
+
+def test_path_flags_read_tilde_as_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--dir=~/drill`, `-o ~/x` quoted: a directory named `~` in the working directory.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    drill = build_parser("drill").parse_args(["drill", "local", "--dir=~/drill"])
+    assert drill.dir == tmp_path / "drill"
+    get = build_parser("checkpoint").parse_args(["checkpoint", "get", "/ckpt", "~/out"])
+    assert get.destination == tmp_path / "out"
+    render = build_parser("render").parse_args(
+        ["render", "cloud-init", "--source", "https://example.invalid/f.whl", "-o", "~/u.yaml"]
+    )
+    assert render.output == tmp_path / "u.yaml"

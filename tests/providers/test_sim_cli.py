@@ -228,3 +228,13 @@ def test_notice_and_fault_flags_take_kinds_in_any_case(provider: str) -> None:
             assert raised[provider] in str(sim.state()), sim.state()
     finally:
         sim.cancel_scripts()
+
+
+def test_ready_file_reads_tilde_as_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `--ready-file=~/sim.url` (no shell expands a `~` after `=`) wrote ./~/sim.url, and the
+    # script waiting for ~/sim.url waited for good.
+    from forewarn.agent.cli import build_parser
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = build_parser("simulate").parse_args(["simulate", "gcp", "--ready-file=~/sim.url"])
+    assert args.ready_file == tmp_path / "sim.url"
