@@ -87,7 +87,8 @@ class SimulatorCommand:
             type=_fault,
             metavar="KIND[,KEY=VALUE...]",
             help="a fault from start (repeatable), e.g. status,status=503,count=3 or "
-            "hang,path=/x,seconds=30 or throttle,rate=5 (see the docs' fault table)",
+            "hang,path=/x,seconds=30 or throttle,rate=5; after=S starts it S later "
+            "(see the docs' fault table)",
         )
         parser.add_argument(
             "--notice",

@@ -195,12 +195,14 @@ class Simulator:
         except FaultError as error:
             raise SimError(f"{self.name}: fault: {error}") from None
 
-    def add_fault(self, kind: str, **fields: Any) -> str:
-        """Make the endpoint misbehave (see `sim_faults`); returns the fault's id."""
+    def add_fault(self, kind: str, *, after: float | None = None, **fields: Any) -> str:
+        """Make the endpoint misbehave (see `sim_faults`), `after` seconds from now when
+        given; returns the fault's id. SimError for a bad field, before anything starts."""
         fault = self.check_fault({"kind": kind, **fields})
-        with self.changed:
-            self._faults[fault.id] = fault
-            self.changed.notify_all()
+        if after is not None:
+            self.later(check_after(after), lambda: self._install(fault))
+        else:
+            self._install(fault)
         return fault.id
 
     def remove_fault(self, fault_id: str) -> bool:

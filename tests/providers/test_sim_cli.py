@@ -238,3 +238,22 @@ def test_ready_file_reads_tilde_as_home(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("HOME", str(tmp_path))
     args = build_parser("simulate").parse_args(["simulate", "gcp", "--ready-file=~/sim.url"])
     assert args.ready_file == tmp_path / "sim.url"
+
+
+@pytest.mark.parametrize("provider", sorted(ENDPOINTS))
+def test_a_fault_flag_takes_after_as_the_control_api_does(provider: str) -> None:
+    # `--fault status,after=30s` exited 2 ("unknown field(s) after") although POST
+    # /_sim/faults takes "after" and the flag's parser reads it as a duration.
+    import importlib
+
+    from forewarn.agent.cli import build_parser
+
+    command = importlib.import_module(f"forewarn.providers.{provider}.simulate").COMMAND
+    argv = ["simulate", provider, *EXTRA.get(provider, []), "--fault", "status,after=0.2s"]
+    sim = command.start(build_parser("simulate").parse_args(argv))
+    try:
+        assert sim.faults() == []
+        eventually(lambda: [fault["kind"] for fault in sim.faults()] == ["status"])
+    finally:
+        sim.cancel_scripts()
+    assert _exit_code(["simulate", provider, "--fault", "status,after=99999999d"]) == 2
