@@ -70,15 +70,20 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{where + ': ' if where else ''}{message}; see '{self.prog} --help'")
 
 
-def _duration(flag: str, *, positive: bool = False) -> Callable[[str], float]:
+def _duration(
+    flag: str, *, positive: bool = False, default: float | None = None
+) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
             seconds = parse_duration(text)
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
         if positive and seconds <= 0:
+            # A flag with a default has a limit without it too: `status --timeout 0` was
+            # told to leave it out "for no limit", which waits 30 s.
+            instead = "no limit" if default is None else f"the default {default:g}s"
             raise argparse.ArgumentTypeError(
-                f"must be more than 0, got {text!r} (leave {flag} out for no limit)"
+                f"must be more than 0, got {text!r} (leave {flag} out for {instead})"
             )
         return seconds
 
@@ -145,7 +150,7 @@ def _add_agent_timeout(parser: argparse.ArgumentParser) -> None:
 def _add_control_timeout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout",
-        type=_duration("--timeout", positive=True),
+        type=_duration("--timeout", positive=True, default=CONTROL_TIMEOUT),
         default=CONTROL_TIMEOUT,
         help=f"wait this long for the agent's answer (default {CONTROL_TIMEOUT:g}s)",
     )

@@ -120,6 +120,10 @@ CASES = [
     (["wait", "--timeout", "-1s"], {}, "wait: --timeout: not a duration"),
     (["wait", "--timeout", "0"], {}, "wait: --timeout: must be more than 0"),
     (["watch", "--timeout", "0s"], {}, "watch: --timeout: must be more than 0"),
+    (["watch", "--timeout", "0s"], {}, "(leave --timeout out for no limit)"),
+    # Their --timeout has a default: leaving it out is not "no limit".
+    (["status", "--timeout", "0"], {}, "(leave --timeout out for the default 30s)"),
+    (["notify", "drain", "--timeout", "0s"], {}, "(leave --timeout out for the default 30s)"),
     (["drill", "local", "--steps", "-1"], {}, "drill local: --steps: must be 1 or more"),
     (["drill", "local", "--lead", "-3"], {}, "drill local: --lead: not a duration"),
     (["drill", "local", "--dir", "{file}/work"], {}, "drill local: --dir: cannot use"),
