@@ -24,6 +24,7 @@ from .inputs import (
     DEFAULT_EXIT_MARGIN_SECONDS,
     DRAIN_LEAD_SECONDS,
     NOTICE_ACTIONS,
+    SPOT_LEAD_SECONDS,
     PlanError,
     Prices,
     Timing,
@@ -279,7 +280,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "waits billed for the reclaim: AWS, GCP and Azure spot) or drain (save and train on "
         "until the agent sends the terminate at the exit margin before the deadline: "
         "DigitalOcean's reclaim mail, GCP host maintenance); default: drain for a --notice-lead "
-        f"over {DRAIN_LEAD_SECONDS / 60:g} min, else terminate",
+        f"over {DRAIN_LEAD_SECONDS / 60:g} min (Azure's scale-set Terminate, up to 15 min, is a "
+        "terminate), else terminate",
     )
     job.add_argument(
         "--exit-margin",
@@ -747,8 +749,19 @@ def _notice_action(args: argparse.Namespace, lead: float | None, sources: dict[s
         sources["notice_action"] = "flag"
         action = str(args.notice_action)
     elif sources.get("notice_lead_seconds") == "flag" and lead and lead > DRAIN_LEAD_SECONDS:
-        sources["notice_action"] = f"default (a lead over {DRAIN_LEAD_SECONDS / 60:g} min)"
+        sources["notice_action"] = (
+            f"default: a lead over {DRAIN_LEAD_SECONDS / 60:g} min; give --notice-action "
+            "terminate for one published as terminate"
+        )
         action = "drain"
+    elif sources.get("notice_lead_seconds") == "flag" and lead and lead > SPOT_LEAD_SECONDS:
+        # Between the spot reclaims and the drains, the lead alone does not tell: Azure's
+        # scale-set Terminate (5-15 min) is a terminate, its Reboot and Redeploy are drains.
+        sources["notice_action"] = (
+            f"default: a lead up to {DRAIN_LEAD_SECONDS / 60:g} min, as Azure's scale-set "
+            "Terminate; give --notice-action drain for a drain (Azure Reboot or Redeploy)"
+        )
+        action = "terminate"
     else:
         sources["notice_action"] = "default"
         action = "terminate"

@@ -142,6 +142,14 @@ def render(plan: dict[str, Any]) -> str:
         "Notice",
         f"  {'usable' if seen['usable'] else 'not usable'}: {seen['why']}",
         *([f"  taken {seen['assumed']}"] if seen["assumed"] else []),
+        # Which way a lead is taken is a guess unless --notice-action said: show the guess.
+        *(
+            [f"  ({how['source']})"]
+            if seen["assumed"]
+            and (how := plan["inputs"].get("notice_action"))
+            and how["source"].startswith("default:")
+            else []
+        ),
         f"  interruptions that lose work: {_percent(seen['effective_no_notice_share'])}",
     ]
     seconds = plan["intervals"]["seconds"]

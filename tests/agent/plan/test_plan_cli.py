@@ -963,6 +963,26 @@ def test_a_long_notice_lead_is_taken_as_a_drain_and_says_so(
     )
 
 
+def test_a_ten_minute_lead_is_taken_as_azure_scale_set_terminate_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--notice-lead 10m` (an Azure scale set with notBeforeTimeout PT10M) was planned as a
+    drain trained through, where the agent publishes Azure's Terminate as terminate: the job
+    exits at once and the machine waits ten billed minutes."""
+    job = ["--checkpoint", "60s", "--interruptions-per-day", "1"]
+    for lead in ("10m", "15m"):
+        plan = plan_json(capsys, *job, "--notice-lead", lead)
+        assert plan["notice"]["action"] == "terminate"
+        assert "Azure's scale-set Terminate" in plan["inputs"]["notice_action"]["source"]
+    assert plan_cli.main([*job, "--notice-lead", "10m"]) == 0
+    assert "give --notice-action drain for a drain" in capsys.readouterr().out
+    assert plan_json(capsys, *job, "--notice-lead", "16m")["notice"]["action"] == "drain"
+    assert plan_json(capsys, *job, "--notice-lead", "4m")["inputs"]["notice_action"] == {
+        "value": "terminate",
+        "source": "default",
+    }
+
+
 @pytest.mark.parametrize(
     ("rate", "flag"),
     [(("--mtbi", "1h"), "--notice-lead"), (("--interruptions-per-day", "30"), "--notice-lead")],
