@@ -369,11 +369,18 @@ class NoticeBoard:
     # Internals.
 
     def _ends(self, entry: Entry) -> datetime | None:
-        """When the notice is retired: its deadline (or its re-raise, if later) plus the
-        grace; for a local notice without a deadline, its lifetime after it was raised."""
+        """When the notice is retired: its deadline (or its re-raise, or the end of the
+        provider's window, if later) plus the grace; for a local notice without a deadline,
+        its lifetime after it was raised."""
         deadline = entry.report.deadline
         if deadline is not None:
-            return _plus(max(deadline, entry.raised_at), self.grace)
+            # Inside the provider's window the action can still come at any moment: a notice
+            # retired there came back at the next poll, a clear and a terminate every grace.
+            until = entry.report.until
+            ends = (
+                max(deadline, entry.raised_at, until) if until else max(deadline, entry.raised_at)
+            )
+            return _plus(ends, self.grace)
         if entry.report.provider == "local":
             return _plus(entry.raised_at, self.manual_lifetime)
         if entry.restored and entry.restored_at is not None:
@@ -391,7 +398,13 @@ class NoticeBoard:
     def _expiry_detail(self, entry: Entry, ends: datetime) -> dict[str, Any]:
         deadline = entry.report.deadline
         grace = self.grace.total_seconds()
-        if deadline is not None:
+        if (
+            deadline is not None
+            and entry.report.until is not None
+            and entry.report.until > deadline
+        ):
+            why = f"past the end of its window plus a grace of {grace:g}s"
+        elif deadline is not None:
             why = f"past its deadline plus a grace of {grace:g}s"
         elif entry.restored and entry.report.provider != "local":
             why = f"not reported again by its provider within {grace:g}s of an agent restart"

@@ -36,6 +36,11 @@ class Report(BaseModel):
     deadline: Timestamp | None = None
     noticed_at: Timestamp = Field(default_factory=utcnow)
     detail: dict[str, Any] = Field(default_factory=dict)
+    # The end of the window in which the action may come, when the provider gives one (AWS
+    # scheduled maintenance: NotAfter). The agent keeps the notice active until then plus its
+    # grace, rather than retiring it after the deadline and raising it again while the
+    # provider still lists it. Not sent to clients.
+    until: Timestamp | None = None
 
 
 __all__ = ["Report", "Timestamp"]

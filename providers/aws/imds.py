@@ -7,6 +7,7 @@ Every parser takes a response body (bytes or text) and returns a list of reports
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from datetime import datetime
@@ -236,19 +237,26 @@ def _scheduled_event(event: dict[str, Any]) -> tuple[Report, str | None]:
     if finished:
         report = _report(id=notice_id, action="clear", reason="scheduled-maintenance", detail=event)
         return report, None
-    # Unknown states count as active: a drain is the safe side of a contract change. Only
-    # NotBefore is used (NotAfter and NotBeforeDeadline are kept in detail, unread).
+    # Unknown states count as active: a drain is the safe side of a contract change.
+    # NotBefore is the deadline; NotAfter ends the window in which the event may still come,
+    # which keeps the notice active that long (NotBeforeDeadline stays in detail, unread).
     problem: str | None = None
     not_before: datetime | None
     try:
         not_before = _time_field(event, "NotBefore", SCHEDULED_PATH, aws_format=True)
     except ParseError as error:
         not_before, problem = None, str(error).removeprefix(f"{SCHEDULED_PATH}: ")
+    not_after: datetime | None = None
+    # Unread, the notice is retired past NotBefore plus the grace, as without a NotAfter.
+    with contextlib.suppress(ParseError):
+        if not_before is not None and event.get("NotAfter") is not None:
+            not_after = _time_field(event, "NotAfter", SCHEDULED_PATH, aws_format=True)
     report = _report(
         id=notice_id,
         action="drain",
         reason="scheduled-maintenance",
         deadline=not_before,
+        until=not_after,
         detail=event,
     )
     return report, problem

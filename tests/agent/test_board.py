@@ -144,6 +144,22 @@ def test_a_notice_past_deadline_and_grace_is_retired_and_raised_again_if_reporte
     assert b.next_due() == T0 + timedelta(minutes=6)
 
 
+def test_a_notice_with_a_window_is_retired_past_its_end_not_past_its_deadline() -> None:
+    """AWS scheduled maintenance may come at any moment until NotAfter: retired at NotBefore
+    plus the grace, it was raised again at the next poll, once per grace for the window."""
+    b, clock = board(margin=30)
+    b.grace = timedelta(seconds=300)
+    nb, na = T0 + timedelta(minutes=10), T0 + timedelta(hours=2)
+    b.report(report(reason="scheduled-maintenance", deadline=nb, until=na))
+    clock.now = nb + timedelta(minutes=30)
+    (escalated,), expired = b.due()
+    assert escalated.action == "terminate" and expired == []
+    assert b.next_due() == na + timedelta(minutes=5)
+    clock.now = na + timedelta(minutes=5)
+    _, (cleared,) = b.due()
+    assert "end of its window" in cleared.detail["expired"]
+
+
 def test_a_local_notice_without_deadline_ends_after_its_lifetime() -> None:
     b, clock = board()
     b.manual_lifetime = timedelta(hours=1)

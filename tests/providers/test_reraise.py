@@ -163,3 +163,43 @@ def test_a_job_that_kept_training_under_an_acted_on_terminate_is_not_stopped_by_
             assert not guard.should_exit and not guard.due(1), caplog.text
         finally:
             guard.close()
+
+
+def test_an_aws_scheduled_event_inside_its_window_stays_one_terminate_until_not_after(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer]
+) -> None:
+    """A scheduled reboot may come at any moment from NotBefore to NotAfter (hours). It was
+    retired at NotBefore plus the grace and raised again at the next poll, so for the whole
+    window every grace (5 min by default) sent a clear and the same terminate again: a clear
+    in the middle of the window, and a webhook and a log line per round. It now stays one
+    terminate until NotAfter plus the grace."""
+    sim = ImdsSimulator()
+    server = serve(sim)
+    now = time.time()
+    sim.raise_notice(
+        "scheduled", {"event_id": "instance-event-0a", "not_before": 2, "not_after": 3600}
+    )
+    sim.raise_notice(
+        "scheduled", {"event_id": "instance-event-0b", "not_before": 2, "not_after": 5}
+    )
+    fast = {"FOREWARN_AWS_SCHEDULED_INTERVAL": "0.2", "FOREWARN_AWS_ASG_INTERVAL": "0"}
+    with (
+        _agent(tmp_path, "aws", server.url, **fast) as agent,
+        agent.subscriber() as sub,
+    ):
+        long_id, short_id = "aws/scheduled/instance-event-0a", "aws/scheduled/instance-event-0b"
+        _next(sub, lambda n: n["id"] == long_id and n["action"] == "terminate", 15)
+        # The short window ends (NotAfter plus the 1 s grace): retired, and raised again.
+        cleared = _next(sub, lambda n: n["id"] == short_id and n["action"] == "clear", 15)
+        assert "end of its window" in cleared["detail"]["expired"]
+        _next(sub, lambda n: n["id"] == short_id and n["action"] == "terminate", 10)
+        assert time.time() - now > 2 + 1 + 2  # well past the long one's NotBefore + grace
+        seen = []
+        while True:
+            try:
+                seen.append(sub.notice(timeout=0.5))
+            except TimeoutError:
+                break
+        assert [n for n in seen if n["id"] == long_id and n["action"] == "clear"] == []
+        active = agent.control({"op": "status"})["active"]
+        assert any(n["id"] == long_id and n["action"] == "terminate" for n in active), active

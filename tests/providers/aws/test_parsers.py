@@ -69,6 +69,8 @@ def test_a_scheduled_event_drains_with_not_before_as_deadline() -> None:
     assert report.deadline == datetime(2019, 1, 21, 9, 0, 43, tzinfo=timezone.utc)
     assert report.id == "aws/scheduled/instance-event-0d59937288b749b32"
     assert report.detail == AWS_EXAMPLE[0]
+    # The end of the window the agent keeps it active through.
+    assert report.until == datetime(2019, 1, 21, 9, 17, 23, tzinfo=timezone.utc)
 
 
 @pytest.mark.parametrize("state", ["canceled", "completed", "Cancelled"])
@@ -106,6 +108,7 @@ def test_an_unreadable_not_after_is_no_problem() -> None:
     event = dict(AWS_EXAMPLE[0], NotAfter="some day", NotBeforeDeadline="")
     (report,) = parse_scheduled(json.dumps([event]))
     assert report.deadline == datetime(2019, 1, 21, 9, 0, 43, tzinfo=timezone.utc)
+    assert report.until is None
 
 
 @pytest.mark.parametrize("body", [b"[]", b"", b"  \n", "[]"])
