@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import re
 import secrets
@@ -21,6 +22,15 @@ from .hashing import Buffer
 from .manifest import COMMIT
 
 _TMP_MARK = ".tmp-"
+
+log = logging.getLogger("forewarn.checkpoint")
+
+# Azure's temporary (resource) disk, mounted at /mnt (or /mnt/resource) on Linux VMs that have
+# one, is erased by a Redeploy, a Spot eviction (Preempt), a scale-set Terminate and any
+# stop-deallocate: a checkpoint saved there for the notice is gone when the job comes back.
+# The Azure Linux agent and Azure images write this file at its root; udev links the disk here.
+AZURE_DATALOSS_MARKER = "DATALOSS_WARNING_README.txt"
+AZURE_RESOURCE_DISK_LINKS = ("/dev/disk/azure/resource-part1", "/dev/disk/azure/resource")
 
 
 def _is_temp(name: str) -> bool:
@@ -149,10 +159,49 @@ class LocalWriter(ObjectWriter):
         self._temp.unlink(missing_ok=True)
 
 
+def azure_temporary_disk(path: Path) -> Path | None:
+    """The mount point of Azure's temporary resource disk when `path` (or the nearest
+    directory of it that exists) is on it, else None. Never raises."""
+    try:
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        device = existing.stat().st_dev
+        for link in AZURE_RESOURCE_DISK_LINKS:
+            with contextlib.suppress(OSError):
+                if os.stat(link).st_rdev == device:
+                    return _mount_point(existing)
+        directory = existing if existing.is_dir() else existing.parent
+        while True:
+            if (directory / AZURE_DATALOSS_MARKER).is_file():
+                return directory
+            if os.path.ismount(directory) or directory == directory.parent:
+                return None
+            directory = directory.parent
+    except OSError:
+        return None
+
+
+def _mount_point(path: Path) -> Path:
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
 class LocalBackend(Backend):
     def __init__(self, root: str | os.PathLike[str], *, durable: bool = True) -> None:
         self.root = Path(root).expanduser().absolute()
         self.url = f"file://{self.root}"
+        disk = azure_temporary_disk(self.root)
+        if disk is not None:
+            log.warning(
+                "forewarn: the checkpoint store %s is on Azure's temporary disk (%s): a "
+                "Redeploy, a Spot eviction, a scale-set Terminate or a stop-deallocate erases "
+                "it, so a checkpoint saved there for the notice is gone when the job comes "
+                "back; put the store on a managed data disk, Azure Files or object storage (s3://)",
+                self.root,
+                disk,
+            )
         # Without fsync a crash of the machine (not of the process) may lose a commit.
         self.durable = durable
         self._root_synced = False

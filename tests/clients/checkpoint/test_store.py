@@ -545,3 +545,23 @@ def test_a_local_file_is_written_back_while_it_is_written(
         assert started == [0, 1 << 20, 2 << 20]
     assert started == [0, 1 << 20, 2 << 20, 0]  # and the whole file once written
     assert store.get(1, verify="checksums").read_bytes("model.bin") == data
+
+
+def test_a_store_on_azure_temporary_disk_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store under /mnt on an Azure VM (the resource disk, with the Azure agent's
+    DATALOSS_WARNING_README.txt at its root) opened and saved silently, though a Redeploy, a
+    Spot eviction or a scale-set Terminate erases that disk: the checkpoint saved for the
+    notice was gone when the job came back."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    (mnt / "DATALOSS_WARNING_README.txt").write_text("WARNING: THIS IS A TEMPORARY DISK.\n")
+    caplog.set_level("WARNING", logger="forewarn.checkpoint")
+    CheckpointStore(mnt / "ckpt" / "run-1")  # not created yet: its nearest existing parent
+    (warning,) = [r for r in caplog.records if "temporary disk" in r.getMessage()]
+    assert str(mnt / "ckpt" / "run-1") in warning.getMessage()
+    assert f"({mnt})" in warning.getMessage()
+    caplog.clear()
+    CheckpointStore(tmp_path / "data" / "ckpt")  # elsewhere: nothing said
+    assert not [r for r in caplog.records if "temporary disk" in r.getMessage()]
