@@ -21,7 +21,10 @@ from statistics import median
 
 from .overhead import (
     DEFAULT_DETECTION_SECONDS,
+    DEFAULT_EXIT_MARGIN_SECONDS,
     DEFAULT_NO_NOTICE_SHARE,
+    DRAIN_LEAD_SECONDS,
+    NOTICE_ACTIONS,
     Scenario,
     best_interval,
 )
@@ -115,6 +118,8 @@ class AdaptiveInterval:
         notice_lead_seconds: float = 0.0,
         detection_seconds: float = DEFAULT_DETECTION_SECONDS,
         no_notice_share: float = DEFAULT_NO_NOTICE_SHARE,
+        notice_action: str | None = None,
+        exit_margin_seconds: float = DEFAULT_EXIT_MARGIN_SECONDS,
         formula: str = "exact",
         window: int = 32,
         clip: float = DEFAULT_CLIP,
@@ -128,6 +133,16 @@ class AdaptiveInterval:
             if interruptions_per_day is not None
             else _positive("mtbi_seconds", mtbi_seconds)  # type: ignore[arg-type]
         )
+        if notice_action is None:
+            # As `forewarn plan` takes a lead it is given: no provider publishes a terminate
+            # that far ahead.
+            notice_action = "drain" if notice_lead_seconds > DRAIN_LEAD_SECONDS else "terminate"
+        if notice_action not in NOTICE_ACTIONS:
+            raise ValueError(
+                f"notice_action must be 'drain' or 'terminate' (got {notice_action!r})"
+            )
+        self.notice_action = notice_action
+        self.exit_margin_seconds = _not_negative("exit_margin_seconds", exit_margin_seconds)
         if formula not in ("exact", "daly", "young"):
             raise ValueError(f"formula must be 'exact', 'daly' or 'young' (got {formula!r})")
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -181,9 +196,17 @@ class AdaptiveInterval:
         cost = self.flush_seconds
         if cost is None:
             return None
-        return replace(
-            self._base, checkpoint_seconds=cost, flush_p95_seconds=self.flush_p95_seconds
-        )
+        p95 = self.flush_p95_seconds
+        scenario = replace(self._base, checkpoint_seconds=cost, flush_p95_seconds=p95)
+        lead = scenario.notice_lead_seconds
+        if self.notice_action != "drain" or lead <= 0:
+            return scenario
+        # A drain is saved on and trained through: what the job waits out is the terminate
+        # the agent sends at the exit margin before the deadline, not the whole lead (a
+        # 2-hour lead was counted as 2 billed hours a reclaim, where the plan counts the
+        # margin). The margin is the agent's: the larger of its floor and twice the flush.
+        margin = max(self.exit_margin_seconds, 2.0 * max(p95 or 0.0, cost))
+        return replace(scenario, notice_lead_seconds=min(lead, margin), drain_first=lead > margin)
 
     @property
     def steps_per_second(self) -> float | None:

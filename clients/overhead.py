@@ -40,6 +40,19 @@ from dataclasses import dataclass, field
 # tax; a smaller one risks long rework).
 DEFAULT_NO_NOTICE_SHARE = 0.1
 DEFAULT_DETECTION_SECONDS = 5.0
+# The agent's floor of the margin before a deadline at which a drain is sent as terminate
+# (`exit_margin`); the margin is the larger of it and twice the slowest flush.
+DEFAULT_EXIT_MARGIN_SECONDS = 30.0
+# A notice lead over this is taken as a drain with a deadline (DigitalOcean's reclaim mail,
+# about 2 h; GCP's host maintenance, 60 min; AWS scheduled maintenance, days). It is the
+# longest lead a provider publishes as terminate: Azure's scale-set Terminate, whose
+# notBeforeTimeout is PT5M to PT15M (a 10-minute lead was planned as a drain, where the job
+# in fact exits at once and the machine waits 10 billed minutes). Azure's Reboot and Redeploy
+# (10-15 min) come as drains too, but within it: `notice_action="drain"` says so.
+DRAIN_LEAD_SECONDS = 900.0
+# The longest spot reclaim lead (AWS 2 min; GCP and Azure 30 s): up to it a terminate for sure.
+SPOT_LEAD_SECONDS = 300.0
+NOTICE_ACTIONS = ("drain", "terminate")
 
 
 def _check(name: str, value: float, *, positive: bool = False) -> float:
@@ -327,7 +340,11 @@ def best_interval(
 
 __all__ = [
     "DEFAULT_DETECTION_SECONDS",
+    "DEFAULT_EXIT_MARGIN_SECONDS",
     "DEFAULT_NO_NOTICE_SHARE",
+    "DRAIN_LEAD_SECONDS",
+    "NOTICE_ACTIONS",
+    "SPOT_LEAD_SECONDS",
     "Breakdown",
     "Scenario",
     "best_interval",

@@ -13,25 +13,16 @@ from dataclasses import dataclass
 from forewarn.clients.adaptive import SECONDS_PER_DAY, mtbi_from_rate
 from forewarn.clients.overhead import (
     DEFAULT_DETECTION_SECONDS,
+    DEFAULT_EXIT_MARGIN_SECONDS,
     DEFAULT_NO_NOTICE_SHARE,
+    DRAIN_LEAD_SECONDS,
+    NOTICE_ACTIONS,
+    SPOT_LEAD_SECONDS,
     Scenario,
 )
 from forewarn.protocol.errors import UsageError
 
 HOURS_PER_MONTH = 730.0
-# The agent's floor of the margin before a deadline at which a drain is sent as terminate
-# (`exit_margin`); the margin is the larger of it and twice the slowest flush.
-DEFAULT_EXIT_MARGIN_SECONDS = 30.0
-# A notice lead over this is taken as a drain with a deadline (DigitalOcean's reclaim mail,
-# about 2 h; GCP's host maintenance, 60 min; AWS scheduled maintenance, days). It is the
-# longest lead a provider publishes as terminate: Azure's scale-set Terminate, whose
-# notBeforeTimeout is PT5M to PT15M (a 10-minute lead was planned as a drain, where the job
-# in fact exits at once and the machine waits 10 billed minutes). Azure's Reboot and Redeploy
-# (10-15 min) come as drains too, but within it: `--notice-action drain` says so.
-DRAIN_LEAD_SECONDS = 900.0
-# The longest spot reclaim lead (AWS 2 min; GCP and Azure 30 s): up to it a terminate for sure.
-SPOT_LEAD_SECONDS = 300.0
-NOTICE_ACTIONS = ("drain", "terminate")
 
 
 class PlanError(UsageError):
