@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -146,6 +146,15 @@ class NoticeBoard:
             for entry in self.entries.values()
             if not entry.manual
         ]
+
+    def windows(self) -> dict[str, datetime]:
+        """The end of the window of each provider notice that has one (`Report.until`),
+        saved beside the notices: the notice does not carry it."""
+        return {
+            notice_id: entry.report.until
+            for notice_id, entry in self.entries.items()
+            if not entry.manual and entry.report.until is not None
+        }
 
     def restored_from(self) -> set[str]:
         """Providers with restored notices their watcher has not reported again yet."""
@@ -325,6 +334,7 @@ class NoticeBoard:
         saved: Iterable[str] = (),
         provider: Iterable[Notice] = (),
         escalated: Iterable[str] = (),
+        windows: Mapping[str, datetime] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -333,7 +343,9 @@ class NoticeBoard:
         The other ids in `saved` are provider notices some client saved for: when their
         provider reports them again they are still saved for, so a job started after the
         restart knows that an earlier job acted on them. A drain in `escalated` was sent as
-        terminate, and stays terminate while its deadline stands (as within one run)."""
+        terminate, and stays terminate while its deadline stands (as within one run).
+        `windows` are the ends of the provider notices' windows (`windows()`): without them
+        a notice restored inside its window was retired at once and raised again."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         for notice, manual in [*((n, True) for n in notices), *((n, False) for n in provider)]:
@@ -345,6 +357,7 @@ class NoticeBoard:
                 deadline=notice.deadline,
                 noticed_at=notice.noticed_at,
                 detail=notice.detail,
+                until=None if manual else (windows or {}).get(notice.id),
             )
             if notice.id in self.entries:
                 continue  # saved twice (a hand-edited file): the first stands

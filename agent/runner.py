@@ -249,7 +249,7 @@ class Agent:
                 self.state_path,
             )
             provider = []
-        self.board.restore(state.manual, state.acked, provider, state.escalated)
+        self.board.restore(state.manual, state.acked, provider, state.escalated, state.windows)
         # Drains whose deadline came within the exit margin while the agent was down: they go
         # out as terminate now, an escalation to count, log and record like any other (as a
         # plain restore, `forewarn plan` and the metrics missed the interruption).
@@ -917,6 +917,7 @@ class Agent:
                 list(self.board.flushes),
                 self.board.escalated_ids(),
                 self.boot_id,
+                self.board.windows(),
             )
         )
 

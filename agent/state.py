@@ -13,8 +13,10 @@ import os
 import shutil
 import stat
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
+from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.persist import write_atomically
 from pydantic import ValidationError
 
@@ -46,6 +48,9 @@ class AgentState:
     escalated: list[str] = field(default_factory=list)
     # The kernel's boot id when saved: provider notices from before a reboot are not restored.
     boot_id: str | None = None
+    # The end of each provider notice's window (AWS scheduled maintenance's NotAfter), by id:
+    # a restarted agent that forgot it retired such a notice at once inside its window.
+    windows: dict[str, datetime] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -94,6 +99,15 @@ def load_state(path: Path) -> AgentState:
         log.error("state file %s: seq %r is not a count; ignored", path, seq)
         seq = 0
     boot_id = raw.get("boot_id")
+    windows_raw = raw.get("windows", {})
+    windows = {}
+    for notice_id, end in (windows_raw if isinstance(windows_raw, dict) else {}).items():
+        try:
+            windows[notice_id] = parse_time(end if isinstance(end, str) else repr(end))
+        except ValueError:
+            log.error(
+                "state file %s: window end %r of %s is not a time; ignored", path, end, notice_id
+            )
     return AgentState(
         seq=seq,
         manual=manual,
@@ -102,6 +116,7 @@ def load_state(path: Path) -> AgentState:
         flushes=flushes,
         escalated=escalated,
         boot_id=boot_id if isinstance(boot_id, str) else None,
+        windows=windows,
     )
 
 
@@ -181,6 +196,7 @@ def encode_state(state: AgentState) -> bytes:
         "flushes": list(state.flushes),
         "escalated": list(state.escalated),
         "boot_id": state.boot_id,
+        "windows": {notice_id: format_time(end) for notice_id, end in state.windows.items()},
     }
     return json.dumps(payload, indent=1).encode()
 

@@ -206,6 +206,32 @@ def test_a_drain_still_shown_across_an_agent_restart_is_not_cleared_nor_flushed_
         agent.stop()
 
 
+def test_a_scheduled_event_inside_its_window_is_not_cleared_by_an_agent_restart(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """An AWS scheduled event stays one terminate until NotAfter, but the end of its window
+    was not in the state file: an agent restarted inside the window retired it at once (a
+    clear) and raised it again at the watcher's first poll."""
+    sim, server = imds
+    sim.raise_notice(
+        "scheduled", {"event_id": "instance-event-0c", "not_before": 2, "not_after": 3600}
+    )
+    args = ("--exit-margin", "1s", "--set", "notice_grace=1")
+    notice_id = "aws/scheduled/instance-event-0c"
+    path = "GET /latest/meta-data/events/maintenance/scheduled"
+    with aws_agent(tmp_path, server, *args) as agent, agent.subscriber() as sub:
+        next_notice(sub, 15, id=notice_id, action="terminate")
+        # Past NotBefore plus the grace while it is still listed.
+        polls = sim.requests[path]
+        eventually(lambda: sim.requests[path] >= polls + 10, 15, "more polls")
+    with aws_agent(tmp_path, server, *args) as again:
+        polls = sim.requests[path]
+        eventually(lambda: sim.requests[path] >= polls + 5, 15, "the new agent's polls")
+        active = again.control({"op": "status"})["active"]
+        assert [(n["id"], n["action"]) for n in active] == [(notice_id, "terminate")]
+        assert f"clear {notice_id}" not in again.output(), again.output()
+
+
 def test_a_notice_past_deadline_and_grace_is_retired_with_a_clear(tmp_path: Path) -> None:
     args = ("--exit-margin", "1s", "--set", "notice_grace=1")
     env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")

@@ -274,8 +274,10 @@ _json = st.recursive(
 @settings(max_examples=150, deadline=None)
 @given(
     st.dictionaries(
-        st.sampled_from(["seq", "manual", "acked", "provider", "flushes", "escalated", "boot_id"]),
-        _json,
+        st.sampled_from(
+            ["seq", "manual", "acked", "provider", "flushes", "escalated", "boot_id", "windows"]
+        ),
+        _json | st.dictionaries(st.text(max_size=8), st.just("2026-11-30T03:00:00Z") | _json),
     )
 )
 def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: Any) -> None:
@@ -292,6 +294,10 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
     assert all(isinstance(n, Notice) for n in [*state.manual, *state.provider])
     assert isinstance(state.seq, int) and state.seq >= 0
     assert state.boot_id is None or isinstance(state.boot_id, str)
+    assert all(
+        isinstance(i, str) and isinstance(end, datetime) and end.tzinfo is not None
+        for i, end in state.windows.items()
+    )
 
 
 def _agent_publishing_to_a_recorder(tmp_path: Path) -> tuple[Agent, Recorder]:
