@@ -5,16 +5,27 @@
  * Run:    ./forewarn_sub [ENDPOINT] [--count N]
  *
  * ENDPOINT defaults to $FOREWARN_EVENTS, else ipc://$FOREWARN_RUNTIME_DIR/events, else
- * ipc:///run/forewarn/events. Each message has two frames: the topic ("notice") and the
- * notice as UTF-8 JSON (see clients/schema/protocol-v1.json). Parse the JSON with the library
- * of your choice; "action" is drain, terminate or clear.
+ * ipc:///run/forewarn/events. Each message has two frames: the topic ("notice" or "heartbeat")
+ * and UTF-8 JSON (see clients/schema/protocol-v1.json). Parse the JSON with the library of your
+ * choice; "action" is drain, terminate or clear. Replays are printed too: a notice whose id,
+ * action, reason, deadline and detail match one already printed is the same notice sent again
+ * (to every subscriber whenever one joins), so act once per id and action.
+ *
+ * Heartbeats are read, not printed: a notice the agent's heartbeats list that never arrived
+ * here was dropped on the way (a reader that stopped reading filled the high-water marks), and
+ * subscribing to "notice" again makes the agent send every active notice again.
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
+
+#define MAX_IDS 256       /* notices tracked at once; the agent allows 64 manual ones */
+#define MAX_ID_BYTES 416  /* an id is at most 200 characters, each escaped at worst to 2 */
+#define REPLAY_ASK_EVERY 10.0
 
 static volatile sig_atomic_t stopping = 0;
 
@@ -32,6 +43,203 @@ static void default_endpoint(char *out, size_t size) {
         snprintf(out, size, "ipc://%s/events", runtime);
     else
         snprintf(out, size, "ipc:///run/forewarn/events");
+}
+
+static double monotonic(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+/* A set of ids, each the raw text between the quotes of a JSON string (not unescaped: the
+ * agent writes an id the same way in a notice and in a heartbeat). */
+typedef struct {
+    size_t count;
+    char ids[MAX_IDS][MAX_ID_BYTES];
+} id_set;
+
+static int set_find(const id_set *set, const char *id, size_t len) {
+    for (size_t i = 0; i < set->count; i++)
+        if (strlen(set->ids[i]) == len && memcmp(set->ids[i], id, len) == 0)
+            return (int)i;
+    return -1;
+}
+
+static void set_add(id_set *set, const char *id, size_t len) {
+    if (len >= MAX_ID_BYTES || set->count >= MAX_IDS || set_find(set, id, len) >= 0)
+        return;
+    memcpy(set->ids[set->count], id, len);
+    set->ids[set->count][len] = '\0';
+    set->count++;
+}
+
+static void set_remove(id_set *set, const char *id, size_t len) {
+    int at = set_find(set, id, len);
+    if (at < 0)
+        return;
+    set->count--;
+    if ((size_t)at != set->count)
+        memcpy(set->ids[at], set->ids[set->count], MAX_ID_BYTES);
+}
+
+/* A minimal JSON scanner, enough to find a top-level member of an object; it never reads past
+ * end and returns NULL on anything it does not understand. */
+static const char *skip_space(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+static const char *skip_string(const char *p, const char *end) { /* p at the opening quote */
+    for (p++; p < end; p++) {
+        if (*p == '\\') {
+            if (++p >= end)
+                return NULL;
+        } else if (*p == '"') {
+            return p + 1;
+        }
+    }
+    return NULL;
+}
+
+static const char *skip_value(const char *p, const char *end) {
+    int depth = 0;
+    p = skip_space(p, end);
+    do {
+        if (p >= end)
+            return NULL;
+        if (*p == '"') {
+            if (!(p = skip_string(p, end)))
+                return NULL;
+            continue;
+        }
+        if (*p == '{' || *p == '[') {
+            if (++depth > 64)
+                return NULL;
+        } else if (*p == '}' || *p == ']') {
+            if (--depth < 0)
+                return NULL;
+        } else if (depth == 0) { /* a number, true, false or null */
+            while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\n')
+                p++;
+            return p;
+        }
+        p++;
+    } while (depth > 0);
+    return p;
+}
+
+/* The value of member `key` of the object in [p, end): its span, or NULL. */
+static const char *member(const char *p, const char *end, const char *key, const char **stop) {
+    size_t key_len = strlen(key);
+    p = skip_space(p, end);
+    if (p >= end || *p != '{')
+        return NULL;
+    p = skip_space(p + 1, end);
+    while (p < end && *p == '"') {
+        const char *name = p + 1, *after = skip_string(p, end);
+        if (!after)
+            return NULL;
+        p = skip_space(after, end);
+        if (p >= end || *p != ':')
+            return NULL;
+        const char *value = skip_space(p + 1, end), *value_end = skip_value(value, end);
+        if (!value_end)
+            return NULL;
+        if ((size_t)(after - 1 - name) == key_len && memcmp(name, key, key_len) == 0) {
+            *stop = value_end;
+            return value;
+        }
+        p = skip_space(value_end, end);
+        if (p < end && *p == ',')
+            p = skip_space(p + 1, end);
+    }
+    return NULL;
+}
+
+/* The raw text of a string value at p (without its quotes), or NULL. */
+static const char *string_at(const char *p, const char *end, size_t *len) {
+    const char *after;
+    if (!p || p >= end || *p != '"' || !(after = skip_string(p, end)))
+        return NULL;
+    *len = (size_t)(after - 1 - (p + 1));
+    return p + 1;
+}
+
+typedef struct {
+    id_set received;   /* active notices received here */
+    id_set unreceived; /* listed by the last heartbeat, never received */
+    double replay_asked;
+} tracker;
+
+static void on_notice(tracker *t, const char *body, size_t size) {
+    const char *end = body + size, *stop;
+    size_t id_len, action_len;
+    const char *id = string_at(member(body, end, "id", &stop), end, &id_len);
+    const char *action = string_at(member(body, end, "action", &stop), end, &action_len);
+    if (!id || !action)
+        return;
+    if (action_len == 5 && memcmp(action, "clear", 5) == 0)
+        set_remove(&t->received, id, id_len);
+    else
+        set_add(&t->received, id, id_len);
+}
+
+/* Returns 1 when the agent should be asked to send its active notices again. */
+static int on_heartbeat(tracker *t, const char *body, size_t size) {
+    const char *end = body + size, *stop;
+    const char *p = member(body, end, "active", &stop);
+    static id_set listed, unreceived; /* large: not on the stack */
+    const char *missed = NULL;
+    listed.count = unreceived.count = 0;
+    if (!p || *p != '[')
+        return 0;
+    p = skip_space(p + 1, stop);
+    while (p < stop && *p == '"') {
+        size_t len;
+        const char *id = string_at(p, stop, &len);
+        if (!id)
+            return 0;
+        set_add(&listed, id, len);
+        p = skip_space(id + len + 1, stop);
+        if (p < stop && *p == ',')
+            p = skip_space(p + 1, stop);
+    }
+    /* Withdrawn while we were not connected (no clear will come): forget it. */
+    for (size_t i = t->received.count; i-- > 0;)
+        if (set_find(&listed, t->received.ids[i], strlen(t->received.ids[i])) < 0)
+            set_remove(&t->received, t->received.ids[i], strlen(t->received.ids[i]));
+    for (size_t i = 0; i < listed.count; i++) {
+        const char *id = listed.ids[i];
+        if (set_find(&t->received, id, strlen(id)) >= 0)
+            continue;
+        set_add(&unreceived, id, strlen(id));
+        /* Two heartbeats in a row: a new subscriber's replay may come just after the first. */
+        if (!missed && set_find(&t->unreceived, id, strlen(id)) >= 0)
+            missed = id;
+    }
+    t->unreceived = unreceived;
+    if (!missed || monotonic() - t->replay_asked < REPLAY_ASK_EVERY)
+        return 0;
+    t->replay_asked = monotonic();
+    fprintf(stderr, "forewarn_sub: the agent lists %s, never received here; asking it to send "
+            "the active notices again\n", missed);
+    return 1;
+}
+
+static int topic_is(zmq_msg_t *msg, const char *topic) {
+    size_t len = strlen(topic);
+    return zmq_msg_size(msg) == len && memcmp(zmq_msg_data(msg), topic, len) == 0;
+}
+
+/* One line of JSON: no control characters (the agent escapes them), so no broken lines. */
+static int printable(const char *body, size_t size) {
+    if (size == 0)
+        return 0;
+    for (size_t i = 0; i < size; i++)
+        if ((unsigned char)body[i] < 0x20 || body[i] == 0x7f)
+            return 0;
+    return 1;
 }
 
 int main(int argc, char **argv) {
@@ -63,12 +271,15 @@ int main(int argc, char **argv) {
     zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
     /* Subscribing to "notice" makes the agent replay every active notice to us at once. */
     zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "notice", 6);
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "heartbeat", 9);
     if (zmq_connect(sub, endpoint) != 0) {
         fprintf(stderr, "forewarn_sub: cannot connect to %s: %s\n", endpoint, zmq_strerror(errno));
         return 2;
     }
     fprintf(stderr, "forewarn_sub: listening on %s\n", endpoint);
 
+    static tracker seen_ids; /* large: not on the stack */
+    seen_ids.replay_asked = -REPLAY_ASK_EVERY;
     long seen = 0;
     while (!stopping && (count < 0 || seen < count)) {
         zmq_msg_t topic, body;
@@ -80,17 +291,34 @@ int main(int argc, char **argv) {
             fprintf(stderr, "forewarn_sub: receive failed: %s\n", zmq_strerror(errno));
             break;
         }
-        int more = zmq_msg_more(&topic);
-        zmq_msg_close(&topic);
-        if (!more)
-            continue; /* not a forewarn message: it always has two frames */
+        /* Read the whole message, whatever its frame count: a forewarn message has two. */
+        int frames = 1, more = zmq_msg_more(&topic);
         zmq_msg_init(&body);
-        if (zmq_msg_recv(&body, sub, 0) >= 0) {
-            fwrite(zmq_msg_data(&body), 1, zmq_msg_size(&body), stdout);
+        while (more) {
+            zmq_msg_t part;
+            zmq_msg_init(&part);
+            if (zmq_msg_recv(&part, sub, 0) < 0) { /* cannot happen: a message comes whole */
+                zmq_msg_close(&part);
+                break;
+            }
+            more = zmq_msg_more(&part);
+            if (++frames == 2)
+                zmq_msg_move(&body, &part);
+            zmq_msg_close(&part);
+        }
+        const char *data = zmq_msg_data(&body);
+        size_t size = zmq_msg_size(&body);
+        if (frames == 2 && topic_is(&topic, "notice") && printable(data, size)) {
+            on_notice(&seen_ids, data, size);
+            fwrite(data, 1, size, stdout);
             fputc('\n', stdout);
             fflush(stdout);
             seen++;
+        } else if (frames == 2 && topic_is(&topic, "heartbeat")) {
+            if (on_heartbeat(&seen_ids, data, size))
+                zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "notice", 6);
         }
+        zmq_msg_close(&topic);
         zmq_msg_close(&body);
     }
     zmq_close(sub);

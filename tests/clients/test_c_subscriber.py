@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, forewarn_cmd
+from support import AgentProcess, eventually, forewarn_cmd
 
 SOURCE = Path(__file__).resolve().parents[2] / "clients" / "c"
 
@@ -122,8 +122,26 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
                 break
         assert joined, "the C subscriber never received a message"
 
-        frame = st.binary(max_size=64)
-        topic = st.one_of(st.just(b"notice"), st.binary(max_size=8).map(lambda b: b"notice" + b))
+        # What it parses (a notice's id and action, a heartbeat's active list), cut and
+        # spliced anywhere, nested deeply, or with thousands of ids.
+        well_formed = st.sampled_from(
+            [
+                b'{"v":1,"id":"local/a","action":"drain","detail":{"id":["x",{"a":"\\""}]}}',
+                b'{"v": 1, "agent": "a", "active": ["local/a", "local/\\"b", 7, null]}',
+                b'{"active":' + b"[" * 200 + b"]" * 200 + b"}",
+                b'{"active":[' + b",".join(b'"local/%d"' % i for i in range(3000)) + b"]}",
+                b'{"active":["' + b"x" * 5000 + b'"]}',
+            ]
+        )
+        mangled = st.tuples(well_formed, st.integers(0, 100_000), st.integers(0, 100_000)).map(
+            lambda t: t[0][: t[1]] + t[0][t[2] :]
+        )
+        frame = st.one_of(st.binary(max_size=64), well_formed, mangled)
+        topic = st.one_of(
+            st.just(b"notice"),
+            st.just(b"heartbeat"),
+            st.binary(max_size=8).map(lambda b: b"notice" + b),
+        )
 
         @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
         @given(st.tuples(topic, st.lists(frame, max_size=3)))
@@ -140,4 +158,75 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
         sub.terminate()
         sub.wait(10)
         pub.close()
+        context.term()
+
+
+def test_c_subscriber_asks_again_for_a_notice_the_heartbeats_list_but_it_never_got(
+    tmp_path: Path, binary: Path
+) -> None:
+    """A notice dropped on the way (a reader that stopped reading filled the high-water marks)
+    is listed by the heartbeats: after two of them in a row the C subscriber subscribes to
+    `notice` again, which makes the agent replay, and prints the notice then. One it received
+    (and one cleared since) never makes it ask."""
+    import zmq
+
+    endpoint = f"ipc://{tmp_path}/events"
+    context = zmq.Context()
+    xpub = context.socket(zmq.XPUB)
+    xpub.setsockopt(zmq.LINGER, 0)
+    xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+    xpub.bind(endpoint)
+    sub = subprocess.Popen(
+        [str(binary), endpoint, "--count", "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    subscriptions: list[bytes] = []
+
+    def subscribed(topic: bytes) -> int:
+        while xpub.poll(0):
+            subscriptions.append(xpub.recv())
+        return subscriptions.count(b"\x01" + topic)
+
+    def notice(notice_id: str, action: str) -> bytes:
+        body = {"v": 1, "id": notice_id, "seq": 1, "action": action, "reason": "manual"}
+        return json.dumps({**body, "provider": "local", "deadline": None, "detail": {}}).encode()
+
+    def beat(*active: str) -> None:
+        body = {"v": 1, "seq": 2, "agent": "host/1/a", "active": list(active), "acked": []}
+        xpub.send_multipart([b"heartbeat", json.dumps(body).encode()])
+
+    try:
+        eventually(lambda: subscribed(b"notice") == 1 and subscribed(b"heartbeat") == 1)
+        xpub.send_multipart([b"notice", notice("local/got", "drain")])
+        xpub.send_multipart([b"notice", notice("local/gone", "drain")])
+        xpub.send_multipart([b"notice", notice("local/gone", "clear")])
+        for _ in range(3):
+            beat("local/got")
+        beat("local/got", "local/lost")
+        assert subscribed(b"notice") == 1, "asked again after one heartbeat"
+
+        def asked_again() -> bool:
+            beat("local/got", "local/lost")
+            return subscribed(b"notice") == 2
+
+        eventually(asked_again, what="a second subscription to notice", interval=0.2)
+        xpub.send_multipart([b"notice", notice("local/lost", "terminate")])
+        out, err = sub.communicate(timeout=15)
+        assert sub.returncode == 0, err
+        printed = [json.loads(line) for line in out.splitlines()]
+        assert [(n["id"], n["action"]) for n in printed] == [
+            ("local/got", "drain"),
+            ("local/gone", "drain"),
+            ("local/gone", "clear"),
+            ("local/lost", "terminate"),
+        ]
+        asked = [line for line in err.splitlines() if "never received here" in line]
+        assert len(asked) == 1 and "local/lost" in asked[0], err
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait(10)
+        xpub.close()
         context.term()
