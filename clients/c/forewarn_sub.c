@@ -4,9 +4,13 @@
  * Build:  cc -O2 -Wall -o forewarn_sub forewarn_sub.c $(pkg-config --cflags --libs libzmq)
  * Run:    ./forewarn_sub [ENDPOINT] [--count N]
  *
- * ENDPOINT defaults to $FOREWARN_EVENTS, else ipc://$FOREWARN_RUNTIME_DIR/events, else
- * ipc:///run/forewarn/events. Each message has two frames: the topic ("notice" or "heartbeat")
- * and UTF-8 JSON (see clients/schema/protocol-v1.json). Parse the JSON with the library of your
+ * ENDPOINT defaults to $FOREWARN_EVENTS, else ipc://$FOREWARN_RUNTIME_DIR/events, else the
+ * agent's default runtime directory: /run/forewarn when writable (or an agent runs there),
+ * else $XDG_RUNTIME_DIR/forewarn, else /tmp/forewarn-<uid>. The agent's config file is not
+ * read: with runtime_dir or events set there, set FOREWARN_RUNTIME_DIR or FOREWARN_EVENTS.
+ *
+ * Each message has two frames: the topic ("notice" or "heartbeat") and UTF-8 JSON (see
+ * clients/schema/protocol-v1.json). Parse the JSON with the library of your
  * choice; "action" is drain, terminate or clear. Replays are printed too: a notice whose id,
  * action, reason, deadline and detail match one already printed is the same notice sent again
  * (to every subscriber whenever one joins), so act once per id and action.
@@ -20,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #define MAX_IDS 256       /* notices tracked at once; the agent allows 64 manual ones */
@@ -34,15 +40,59 @@ static void on_signal(int signum) {
     stopping = 1;
 }
 
+#ifndef FOREWARN_SYSTEM_RUNTIME_DIR
+#define FOREWARN_SYSTEM_RUNTIME_DIR "/run/forewarn"
+#endif
+
+/* Whether this process may create files in `dir` (or create `dir` in its parent). */
+static int writable(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+        return access(dir, W_OK | X_OK) == 0;
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        return 0;
+    *(slash == parent ? slash + 1 : slash) = '\0';
+    return stat(parent, &st) == 0 && S_ISDIR(st.st_mode) && access(parent, W_OK | X_OK) == 0;
+}
+
+/* Whether this process can enter `dir` and an agent has used it (its lock or control socket). */
+static int agent_runs_in(const char *dir) {
+    char path[4096];
+    struct stat st;
+    if (access(dir, X_OK) != 0)
+        return 0;
+    snprintf(path, sizeof path, "%s/agent.lock", dir);
+    if (lstat(path, &st) == 0)
+        return 1;
+    snprintf(path, sizeof path, "%s/control", dir);
+    return lstat(path, &st) == 0;
+}
+
+/* The runtime directory as the agent and the Python client choose it (but for the config
+ * file, which is not read here: an agent set up there alone needs FOREWARN_RUNTIME_DIR or
+ * FOREWARN_EVENTS): an agent started by a user without root listens in $XDG_RUNTIME_DIR or
+ * /tmp, not /run. */
 static void default_endpoint(char *out, size_t size) {
     const char *events = getenv("FOREWARN_EVENTS");
     const char *runtime = getenv("FOREWARN_RUNTIME_DIR");
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    const char *home = getenv("HOME");
     if (events && *events)
         snprintf(out, size, "%s", events);
-    else if (runtime && *runtime)
-        snprintf(out, size, "ipc://%s/events", runtime);
+    else if (runtime && runtime[strspn(runtime, " \t\n")]) {
+        if (runtime[0] == '~' && (runtime[1] == '/' || !runtime[1]) && home)
+            snprintf(out, size, "ipc://%s%s/events", home, runtime + 1);
+        else
+            snprintf(out, size, "ipc://%s/events", runtime);
+    } else if (writable(FOREWARN_SYSTEM_RUNTIME_DIR) || agent_runs_in(FOREWARN_SYSTEM_RUNTIME_DIR))
+        snprintf(out, size, "ipc://%s/events", FOREWARN_SYSTEM_RUNTIME_DIR);
+    else if (xdg && *xdg && writable(xdg))
+        snprintf(out, size, "ipc://%s/forewarn/events", xdg);
     else
-        snprintf(out, size, "ipc:///run/forewarn/events");
+        snprintf(out, size, "ipc:///tmp/forewarn-%lu/events", (unsigned long)getuid());
 }
 
 static double monotonic(void) {

@@ -230,3 +230,53 @@ def test_c_subscriber_asks_again_for_a_notice_the_heartbeats_list_but_it_never_g
             sub.wait(10)
         xpub.close()
         context.term()
+
+
+@pytest.mark.parametrize(
+    "case", ["xdg", "tmp", "system", "runtime-home", "runtime-blank", "events"]
+)
+def test_c_subscriber_connects_where_the_python_client_does(
+    case: str, tmp_path: Path, binary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without FOREWARN_RUNTIME_DIR the agent of a user without root listens in
+    $XDG_RUNTIME_DIR/forewarn or /tmp/forewarn-<uid>; the C subscriber went to
+    /run/forewarn/events and waited there in silence. Its default is the Python client's."""
+    from forewarn.protocol import wire
+
+    system = tmp_path / ("run" if case in ("system", "runtime-blank") else "missing") / "forewarn"
+    if case in ("system", "runtime-blank"):
+        system.parent.mkdir()
+    build = tmp_path / "build"
+    build.mkdir()
+    for name in ("forewarn_sub.c", "Makefile"):
+        shutil.copy(SOURCE / name, build / name)
+    flags = f'-O2 -Wall -Wextra -Werror -DFOREWARN_SYSTEM_RUNTIME_DIR=\\"{system}\\"'
+    done = subprocess.run(["make", "-C", str(build), f"CFLAGS={flags}"], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "xdg").mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    env |= {
+        "xdg": {"XDG_RUNTIME_DIR": str(tmp_path / "xdg")},
+        "tmp": {},
+        "system": {"XDG_RUNTIME_DIR": str(tmp_path / "xdg")},
+        "runtime-home": {"FOREWARN_RUNTIME_DIR": "~/rt"},
+        "runtime-blank": {"FOREWARN_RUNTIME_DIR": "  "},
+        "events": {"FOREWARN_EVENTS": "tcp://127.0.0.1:1"},
+    }[case]
+    for name in ("FOREWARN_RUNTIME_DIR", "FOREWARN_EVENTS", "FOREWARN_CONFIG", "XDG_RUNTIME_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(wire, "SYSTEM_RUNTIME_DIR", system)
+    monkeypatch.setattr(wire, "DEFAULT_CONFIG_FILE", tmp_path / "no-config.toml")
+    expected = wire.default_endpoints()[0]
+
+    sub = subprocess.Popen(
+        [str(build / "forewarn_sub")], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert sub.stderr is not None
+        assert sub.stderr.readline() == f"forewarn_sub: listening on {expected}\n"
+    finally:
+        sub.terminate()
+        sub.wait(10)
