@@ -15,9 +15,11 @@
  * action, reason, deadline and detail match one already printed is the same notice sent again
  * (to every subscriber whenever one joins), so act once per id and action.
  *
- * Heartbeats are read, not printed: a notice the agent's heartbeats list that never arrived
- * here was dropped on the way (a reader that stopped reading filled the high-water marks), and
- * subscribing to "notice" again makes the agent send every active notice again.
+ * Heartbeats are read, not printed. Without any for 5 s at start, or for 3 s from an agent
+ * heard before, a line on stderr says so (and another when one is heard again). A notice the
+ * agent's heartbeats list that never arrived here was dropped on the way (a reader that stopped
+ * reading filled the high-water marks), and subscribing to "notice" again makes the agent send
+ * every active notice again.
  */
 #include <errno.h>
 #include <signal.h>
@@ -32,6 +34,8 @@
 #define MAX_IDS 256       /* notices tracked at once; the agent allows 64 manual ones */
 #define MAX_ID_BYTES 416  /* an id is at most 200 characters, each escaped at worst to 2 */
 #define REPLAY_ASK_EVERY 10.0
+#define SILENT_AT_START 5.0 /* as `forewarn watch`: no agent heard at all */
+#define SILENT_LOST 3.0     /* as the Python client: an agent heard before is gone */
 
 static volatile sig_atomic_t stopping = 0;
 
@@ -277,11 +281,6 @@ static int on_heartbeat(tracker *t, const char *body, size_t size) {
     return 1;
 }
 
-static int topic_is(zmq_msg_t *msg, const char *topic) {
-    size_t len = strlen(topic);
-    return zmq_msg_size(msg) == len && memcmp(zmq_msg_data(msg), topic, len) == 0;
-}
-
 /* One line of JSON: no control characters (the agent escapes them), so no broken lines. */
 static int printable(const char *body, size_t size) {
     if (size == 0)
@@ -290,6 +289,53 @@ static int printable(const char *body, size_t size) {
         if ((unsigned char)body[i] < 0x20 || body[i] == 0x7f)
             return 0;
     return 1;
+}
+
+/* Heartbeats tell a quiet agent from none at all: a wrong endpoint, or an agent not running,
+ * is said on stderr instead of a silent wait. Listening goes on: ZeroMQ reconnects. */
+typedef struct {
+    char agent[256]; /* the last heartbeat's agent, "" before the first */
+    double started, last_beat;
+    int said_silent;
+} liveness;
+
+static void heard(liveness *l, const char *endpoint, const char *body, size_t size) {
+    const char *end = body + size, *stop;
+    char name[sizeof l->agent] = "?";
+    size_t len;
+    const char *agent = string_at(member(body, end, "agent", &stop), end, &len);
+    if (agent && len < sizeof name && printable(agent, len)) {
+        memcpy(name, agent, len);
+        name[len] = '\0';
+    }
+    if (l->said_silent)
+        fprintf(stderr, "forewarn_sub: agent %s heard on %s\n", name, endpoint);
+    else if (l->agent[0] && strcmp(l->agent, name) != 0)
+        fprintf(stderr, "forewarn_sub: the agent on %s restarted (was %s, now %s)\n", endpoint,
+                l->agent, name);
+    memcpy(l->agent, name, sizeof name);
+    l->last_beat = monotonic();
+    l->said_silent = 0;
+}
+
+static void check_silence(liveness *l, const char *endpoint) {
+    double now = monotonic();
+    if (l->said_silent)
+        return;
+    if (!l->agent[0] && now - l->started >= SILENT_AT_START) {
+        fprintf(stderr, "forewarn_sub: no heartbeat on %s within %gs (is `forewarn agent` "
+                "running?); still listening\n", endpoint, SILENT_AT_START);
+        l->said_silent = 1;
+    } else if (l->agent[0] && now - l->last_beat >= SILENT_LOST) {
+        fprintf(stderr, "forewarn_sub: no heartbeat from agent %s on %s for %gs (stopped or "
+                "restarting?); still listening\n", l->agent, endpoint, SILENT_LOST);
+        l->said_silent = 1;
+    }
+}
+
+static int topic_is(zmq_msg_t *msg, const char *topic) {
+    size_t len = strlen(topic);
+    return zmq_msg_size(msg) == len && memcmp(zmq_msg_data(msg), topic, len) == 0;
 }
 
 int main(int argc, char **argv) {
@@ -330,8 +376,10 @@ int main(int argc, char **argv) {
 
     static tracker seen_ids; /* large: not on the stack */
     seen_ids.replay_asked = -REPLAY_ASK_EVERY;
+    liveness agent = {.started = monotonic()};
     long seen = 0;
     while (!stopping && (count < 0 || seen < count)) {
+        check_silence(&agent, endpoint);
         zmq_msg_t topic, body;
         zmq_msg_init(&topic);
         if (zmq_msg_recv(&topic, sub, 0) < 0) {
@@ -365,6 +413,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
             seen++;
         } else if (frames == 2 && topic_is(&topic, "heartbeat")) {
+            heard(&agent, endpoint, data, size);
             if (on_heartbeat(&seen_ids, data, size))
                 zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "notice", 6);
         }

@@ -280,3 +280,45 @@ def test_c_subscriber_connects_where_the_python_client_does(
     finally:
         sub.terminate()
         sub.wait(10)
+
+
+def test_c_subscriber_says_when_no_agent_is_heard_and_when_one_is(
+    tmp_path: Path, binary: Path
+) -> None:
+    """With no agent at its endpoint (a wrong one, or none started yet) the C subscriber
+    waited in silence; now stderr says so after 5 s, says when an agent is heard, and says
+    when that agent's heartbeats stop."""
+    import queue
+    import threading
+
+    agent = AgentProcess(tmp_path)
+    sub = subprocess.Popen(
+        [str(binary)], env=agent.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert sub.stderr is not None
+        for line in sub.stderr:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+
+    def next_line(containing: str, timeout: float = 20) -> str:
+        ends = time.monotonic() + timeout
+        while True:
+            line = lines.get(timeout=max(0.0, ends - time.monotonic()))
+            if containing in line:
+                return line
+
+    try:
+        assert "listening" in next_line("")
+        assert "(is `forewarn agent` running?)" in next_line("no heartbeat on")
+        with agent:
+            name = agent.control({"op": "status"})["agent"]["agent"]
+            assert name in next_line(" heard on ")
+        assert name in next_line("no heartbeat from agent")
+        assert sub.poll() is None
+    finally:
+        sub.terminate()
+        sub.wait(10)
