@@ -2,7 +2,7 @@
  * forewarn_sub: subscribe to a forewarn agent from C and print each notice, one JSON per line.
  *
  * Build:  cc -O2 -Wall -o forewarn_sub forewarn_sub.c $(pkg-config --cflags --libs libzmq)
- * Run:    ./forewarn_sub [ENDPOINT] [--count N]
+ * Run:    ./forewarn_sub [ENDPOINT] [--count N] [--replays]
  *
  * ENDPOINT defaults to $FOREWARN_EVENTS, else ipc://$FOREWARN_RUNTIME_DIR/events, else the
  * agent's default runtime directory: /run/forewarn when writable (or an agent runs there),
@@ -10,10 +10,12 @@
  * read: with runtime_dir or events set there, set FOREWARN_RUNTIME_DIR or FOREWARN_EVENTS.
  *
  * Each message has two frames: the topic ("notice" or "heartbeat") and UTF-8 JSON (see
- * clients/schema/protocol-v1.json). Parse the JSON with the library of your
- * choice; "action" is drain, terminate or clear. Replays are printed too: a notice whose id,
- * action, reason, deadline and detail match one already printed is the same notice sent again
- * (to every subscriber whenever one joins), so act once per id and action.
+ * clients/schema/protocol-v1.json). Parse the JSON with the library of your choice; "action" is
+ * drain, terminate or clear. Each notice is printed once: the agent sends every active notice
+ * again to every subscriber whenever one joins, and such a replay (the same id, action,
+ * reason, deadline and detail as one printed already; only seq, sent_at and noticed_at may
+ * differ) is not printed again, unless --replays. A notice that comes back after its clear (or
+ * after the heartbeats stopped listing it) is printed again. --count counts printed notices.
  *
  * Heartbeats are read, not printed. Without any for 5 s at start, or for 3 s from an agent
  * heard before, a line on stderr says so (and another when one is heard again). A notice the
@@ -110,6 +112,7 @@ static double monotonic(void) {
 typedef struct {
     size_t count;
     char ids[MAX_IDS][MAX_ID_BYTES];
+    unsigned long long seen[MAX_IDS]; /* what was printed for it: see fingerprint() */
 } id_set;
 
 static int set_find(const id_set *set, const char *id, size_t len) {
@@ -119,12 +122,15 @@ static int set_find(const id_set *set, const char *id, size_t len) {
     return -1;
 }
 
-static void set_add(id_set *set, const char *id, size_t len) {
-    if (len >= MAX_ID_BYTES || set->count >= MAX_IDS || set_find(set, id, len) >= 0)
-        return;
+/* The entry of `id`, added if new; -1 when it cannot be kept. */
+static int set_add(id_set *set, const char *id, size_t len) {
+    int at = set_find(set, id, len);
+    if (at >= 0 || len >= MAX_ID_BYTES || set->count >= MAX_IDS)
+        return at;
     memcpy(set->ids[set->count], id, len);
     set->ids[set->count][len] = '\0';
-    set->count++;
+    set->seen[set->count] = 0;
+    return (int)set->count++;
 }
 
 static void set_remove(id_set *set, const char *id, size_t len) {
@@ -132,8 +138,10 @@ static void set_remove(id_set *set, const char *id, size_t len) {
     if (at < 0)
         return;
     set->count--;
-    if ((size_t)at != set->count)
+    if ((size_t)at != set->count) {
         memcpy(set->ids[at], set->ids[set->count], MAX_ID_BYTES);
+        set->seen[at] = set->seen[set->count];
+    }
 }
 
 /* A minimal JSON scanner, enough to find a top-level member of an object; it never reads past
@@ -224,19 +232,43 @@ typedef struct {
     id_set received;   /* active notices received here */
     id_set unreceived; /* listed by the last heartbeat, never received */
     double replay_asked;
+    int replays; /* --replays: print them too */
 } tracker;
 
-static void on_notice(tracker *t, const char *body, size_t size) {
+/* What makes a notice the same one sent again: its action, reason, deadline and detail (a
+ * replay differs in seq and sent_at, and in noticed_at after an agent restart). FNV-1a. */
+static unsigned long long fingerprint(const char *body, const char *end) {
+    static const char *const keys[] = {"action", "reason", "deadline", "detail"};
+    unsigned long long hash = 14695981039346656037ULL;
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        const char *stop = NULL, *value = member(body, end, keys[k], &stop);
+        for (const char *p = value; p && p < stop; p++)
+            hash = (hash ^ (unsigned char)*p) * 1099511628211ULL;
+        hash = (hash ^ 0xff) * 1099511628211ULL; /* a separator no JSON text holds */
+    }
+    return hash ? hash : 1;
+}
+
+/* Whether to print this notice: not when it is a replay of one printed already. */
+static int on_notice(tracker *t, const char *body, size_t size) {
     const char *end = body + size, *stop;
     size_t id_len, action_len;
     const char *id = string_at(member(body, end, "id", &stop), end, &id_len);
     const char *action = string_at(member(body, end, "action", &stop), end, &action_len);
     if (!id || !action)
-        return;
-    if (action_len == 5 && memcmp(action, "clear", 5) == 0)
+        return 1;
+    if (action_len == 5 && memcmp(action, "clear", 5) == 0) {
         set_remove(&t->received, id, id_len);
-    else
-        set_add(&t->received, id, id_len);
+        return 1;
+    }
+    unsigned long long seen = fingerprint(body, end);
+    int at = set_add(&t->received, id, id_len);
+    if (at < 0)
+        return 1;
+    if (t->received.seen[at] == seen && !t->replays)
+        return 0;
+    t->received.seen[at] = seen;
+    return 1;
 }
 
 /* Returns 1 when the agent should be asked to send its active notices again. */
@@ -341,6 +373,7 @@ static int topic_is(zmq_msg_t *msg, const char *topic) {
 int main(int argc, char **argv) {
     char endpoint[4096];
     long count = -1;
+    int replays = 0;
     default_endpoint(endpoint, sizeof endpoint);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
@@ -350,8 +383,10 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "forewarn_sub: --count needs a positive number, got %s\n", argv[i]);
                 return 2;
             }
+        } else if (strcmp(argv[i], "--replays") == 0) {
+            replays = 1;
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: forewarn_sub [ENDPOINT] [--count N]\n");
+            fprintf(stderr, "usage: forewarn_sub [ENDPOINT] [--count N] [--replays]\n");
             return 2;
         } else {
             snprintf(endpoint, sizeof endpoint, "%s", argv[i]);
@@ -376,6 +411,7 @@ int main(int argc, char **argv) {
 
     static tracker seen_ids; /* large: not on the stack */
     seen_ids.replay_asked = -REPLAY_ASK_EVERY;
+    seen_ids.replays = replays;
     liveness agent = {.started = monotonic()};
     long seen = 0;
     while (!stopping && (count < 0 || seen < count)) {
@@ -406,8 +442,8 @@ int main(int argc, char **argv) {
         }
         const char *data = zmq_msg_data(&body);
         size_t size = zmq_msg_size(&body);
-        if (frames == 2 && topic_is(&topic, "notice") && printable(data, size)) {
-            on_notice(&seen_ids, data, size);
+        if (frames == 2 && topic_is(&topic, "notice") && printable(data, size) &&
+            on_notice(&seen_ids, data, size)) {
             fwrite(data, 1, size, stdout);
             fputc('\n', stdout);
             fflush(stdout);

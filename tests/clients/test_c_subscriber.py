@@ -322,3 +322,39 @@ def test_c_subscriber_says_when_no_agent_is_heard_and_when_one_is(
     finally:
         sub.terminate()
         sub.wait(10)
+
+
+@pytest.mark.parametrize("replays", [False, True])
+def test_c_subscriber_prints_a_replay_only_with_replays(
+    replays: bool, tmp_path: Path, binary: Path
+) -> None:
+    """The agent sends every active notice again to every subscriber when one joins: the C
+    subscriber printed each such replay, so a handler reading its lines flushed again
+    whenever another job (or `forewarn watch`) started. A new action on the same id, and its
+    clear, are printed."""
+    with AgentProcess(tmp_path) as agent:
+        argv = [str(binary), "--count", "4" if replays else "3"]
+        sub = subprocess.Popen(
+            [*argv, *(["--replays"] if replays else [])],
+            env=agent.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert sub.stdout is not None
+        agent.control({"op": "notify", "action": "drain", "id": "local/a"})
+        assert json.loads(sub.stdout.readline())["action"] == "drain"
+        with agent.subscriber():  # the agent has replayed local/a to every subscriber
+            pass
+        agent.control({"op": "notify", "action": "terminate", "id": "local/a"})
+        if not replays:
+            with agent.subscriber():
+                pass
+        agent.control({"op": "clear", "id": "local/a"})
+        out, err = sub.communicate(timeout=15)
+        assert sub.returncode == 0, err
+        actions = [json.loads(line)["action"] for line in out.splitlines()]
+        if replays:
+            assert actions == ["drain", "terminate", "clear"]
+        else:
+            assert actions == ["terminate", "clear"]
