@@ -17,6 +17,11 @@
  * differ) is not printed again, unless --replays. A notice that comes back after its clear (or
  * after the heartbeats stopped listing it) is printed again. --count counts printed notices.
  *
+ * A notice withdrawn while no agent was connected (across an agent restart) never gets a
+ * clear from the agent: once the heartbeats stop listing it (counted 5 s after a restart),
+ * a clear is printed for it, its detail {"withdrawn": "no longer listed by the agent's
+ * heartbeat"}, as the Python client does.
+ *
  * Heartbeats are read, not printed. Without any for 5 s at start, or for 3 s from an agent
  * heard before, a line on stderr says so (and another when one is heard again). A notice the
  * agent's heartbeats list that never arrived here was dropped on the way (a reader that stopped
@@ -38,6 +43,7 @@
 #define REPLAY_ASK_EVERY 10.0
 #define SILENT_AT_START 5.0 /* as `forewarn watch`: no agent heard at all */
 #define SILENT_LOST 3.0     /* as the Python client: an agent heard before is gone */
+#define RESTART_SETTLE 5.0  /* as the Python client */
 
 static volatile sig_atomic_t stopping = 0;
 
@@ -113,6 +119,7 @@ typedef struct {
     size_t count;
     char ids[MAX_IDS][MAX_ID_BYTES];
     unsigned long long seen[MAX_IDS]; /* what was printed for it: see fingerprint() */
+    char *bodies[MAX_IDS];            /* the notice printed last for it (malloc), or NULL */
 } id_set;
 
 static int set_find(const id_set *set, const char *id, size_t len) {
@@ -130,6 +137,7 @@ static int set_add(id_set *set, const char *id, size_t len) {
     memcpy(set->ids[set->count], id, len);
     set->ids[set->count][len] = '\0';
     set->seen[set->count] = 0;
+    set->bodies[set->count] = NULL;
     return (int)set->count++;
 }
 
@@ -137,10 +145,12 @@ static void set_remove(id_set *set, const char *id, size_t len) {
     int at = set_find(set, id, len);
     if (at < 0)
         return;
+    free(set->bodies[at]);
     set->count--;
     if ((size_t)at != set->count) {
         memcpy(set->ids[at], set->ids[set->count], MAX_ID_BYTES);
         set->seen[at] = set->seen[set->count];
+        set->bodies[at] = set->bodies[set->count];
     }
 }
 
@@ -232,7 +242,8 @@ typedef struct {
     id_set received;   /* active notices received here */
     id_set unreceived; /* listed by the last heartbeat, never received */
     double replay_asked;
-    int replays; /* --replays: print them too */
+    double settle_until; /* a restarted agent's heartbeats count from then */
+    int replays;         /* --replays: print them too */
 } tracker;
 
 /* What makes a notice the same one sent again: its action, reason, deadline and detail (a
@@ -268,11 +279,43 @@ static int on_notice(tracker *t, const char *body, size_t size) {
     if (t->received.seen[at] == seen && !t->replays)
         return 0;
     t->received.seen[at] = seen;
+    free(t->received.bodies[at]);
+    if ((t->received.bodies[at] = malloc(size + 1))) {
+        memcpy(t->received.bodies[at], body, size);
+        t->received.bodies[at][size] = '\0';
+    }
     return 1;
 }
 
-/* Returns 1 when the agent should be asked to send its active notices again. */
-static int on_heartbeat(tracker *t, const char *body, size_t size) {
+/* The clear no agent will send for a notice withdrawn while we were not connected (across an
+ * agent restart), as the Python client makes it: the notice printed last with action "clear",
+ * noticed_at and sent_at now, and detail.withdrawn saying why. Returns 1 when printed. */
+static int print_withdrawn(const char *notice) {
+    const char *end = notice + strlen(notice), *ends[6], *at[6];
+    static const char *const keys[] = {"id", "seq", "reason", "provider", "deadline", "v"};
+    for (int k = 0; k < 6; k++)
+        if (!(at[k] = member(notice, end, keys[k], &ends[k])))
+            return 0;
+    struct timespec now;
+    struct tm utc;
+    char stamp[40];
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &utc);
+    size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &utc);
+    snprintf(stamp + n, sizeof stamp - n, ".%03ldZ", now.tv_nsec / 1000000);
+    printf("{\"v\":%.*s,\"id\":%.*s,\"seq\":%.*s,\"action\":\"clear\",\"reason\":%.*s,"
+           "\"provider\":%.*s,\"deadline\":%.*s,\"noticed_at\":\"%s\",\"sent_at\":\"%s\","
+           "\"detail\":{\"withdrawn\":\"no longer listed by the agent's heartbeat\"}}\n",
+           (int)(ends[5] - at[5]), at[5], (int)(ends[0] - at[0]), at[0], (int)(ends[1] - at[1]),
+           at[1], (int)(ends[2] - at[2]), at[2], (int)(ends[3] - at[3]), at[3],
+           (int)(ends[4] - at[4]), at[4], stamp, stamp);
+    fflush(stdout);
+    return 1;
+}
+
+/* Returns 1 when the agent should be asked to send its active notices again; `*printed`
+ * counts the clears printed, at most `budget` (none when negative). */
+static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, long *printed) {
     const char *end = body + size, *stop;
     const char *p = member(body, end, "active", &stop);
     static id_set listed, unreceived; /* large: not on the stack */
@@ -291,10 +334,21 @@ static int on_heartbeat(tracker *t, const char *body, size_t size) {
         if (p < stop && *p == ',')
             p = skip_space(p + 1, stop);
     }
-    /* Withdrawn while we were not connected (no clear will come): forget it. */
-    for (size_t i = t->received.count; i-- > 0;)
-        if (set_find(&listed, t->received.ids[i], strlen(t->received.ids[i])) < 0)
-            set_remove(&t->received, t->received.ids[i], strlen(t->received.ids[i]));
+    /* A restarted agent lists the notices of its state file, but one published the instant
+     * before it was killed may not be there yet: its heartbeats count after RESTART_SETTLE. */
+    if (monotonic() < t->settle_until)
+        return 0;
+    /* Withdrawn while we were not connected: no clear will come, so print one. */
+    for (size_t i = t->received.count; i-- > 0;) {
+        const char *id = t->received.ids[i];
+        if (set_find(&listed, id, strlen(id)) >= 0)
+            continue;
+        if (t->received.bodies[i] && budget != 0 && print_withdrawn(t->received.bodies[i])) {
+            ++*printed;
+            --budget;
+        }
+        set_remove(&t->received, id, strlen(id));
+    }
     for (size_t i = 0; i < listed.count; i++) {
         const char *id = listed.ids[i];
         if (set_find(&t->received, id, strlen(id)) >= 0)
@@ -331,7 +385,8 @@ typedef struct {
     int said_silent;
 } liveness;
 
-static void heard(liveness *l, const char *endpoint, const char *body, size_t size) {
+/* Returns 1 when the agent is another one than the last heard: it restarted. */
+static int heard(liveness *l, const char *endpoint, const char *body, size_t size) {
     const char *end = body + size, *stop;
     char name[sizeof l->agent] = "?";
     size_t len;
@@ -340,14 +395,16 @@ static void heard(liveness *l, const char *endpoint, const char *body, size_t si
         memcpy(name, agent, len);
         name[len] = '\0';
     }
+    int restarted = l->agent[0] && strcmp(l->agent, name) != 0;
     if (l->said_silent)
         fprintf(stderr, "forewarn_sub: agent %s heard on %s\n", name, endpoint);
-    else if (l->agent[0] && strcmp(l->agent, name) != 0)
+    else if (restarted)
         fprintf(stderr, "forewarn_sub: the agent on %s restarted (was %s, now %s)\n", endpoint,
                 l->agent, name);
     memcpy(l->agent, name, sizeof name);
     l->last_beat = monotonic();
     l->said_silent = 0;
+    return restarted;
 }
 
 static void check_silence(liveness *l, const char *endpoint) {
@@ -449,8 +506,9 @@ int main(int argc, char **argv) {
             fflush(stdout);
             seen++;
         } else if (frames == 2 && topic_is(&topic, "heartbeat")) {
-            heard(&agent, endpoint, data, size);
-            if (on_heartbeat(&seen_ids, data, size))
+            if (heard(&agent, endpoint, data, size))
+                seen_ids.settle_until = monotonic() + RESTART_SETTLE;
+            if (on_heartbeat(&seen_ids, data, size, count < 0 ? -1 : count - seen, &seen))
                 zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "notice", 6);
         }
         zmq_msg_close(&topic);

@@ -358,3 +358,46 @@ def test_c_subscriber_prints_a_replay_only_with_replays(
             assert actions == ["drain", "terminate", "clear"]
         else:
             assert actions == ["terminate", "clear"]
+
+
+def test_c_subscriber_prints_a_clear_for_a_notice_withdrawn_while_the_agent_was_down(
+    tmp_path: Path, binary: Path
+) -> None:
+    """A notice withdrawn while no agent ran never gets a clear from the agent (here the
+    restarted agent has lost its state; a provider's notice gone by then is the same): the
+    C subscriber printed nothing, so a handler kept the drain forever. Once the restarted
+    agent's heartbeats (after 5 s) no longer list it, it prints the clear the Python client
+    makes, valid under the schema."""
+    import jsonschema  # installed with kubernetes-validate, a test extra
+
+    first = AgentProcess(tmp_path).start()
+    sub = subprocess.Popen(
+        [str(binary), "--count", "2"],
+        env=first.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert sub.stdout is not None
+    try:
+        first.control({"op": "notify", "action": "drain", "id": "local/a"})
+        drain = json.loads(sub.stdout.readline())
+        first.stop()
+        second_env = {**first.env, "FOREWARN_STATE_DIR": str(tmp_path / "other-state")}
+        with AgentProcess(tmp_path, env=second_env):
+            restarted = time.monotonic()
+            out, err = sub.communicate(timeout=30)
+        assert time.monotonic() - restarted > 3, "withdrawn before the restart settled"
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait(10)
+    assert sub.returncode == 0, err
+    clear = json.loads(out)
+    assert clear["action"] == "clear"
+    assert clear["detail"] == {"withdrawn": "no longer listed by the agent's heartbeat"}
+    assert {k: clear[k] for k in ("id", "seq", "reason", "provider", "deadline")} == {
+        k: drain[k] for k in ("id", "seq", "reason", "provider", "deadline")
+    }
+    schema = json.loads((SOURCE.parent / "schema" / "protocol-v1.json").read_text())
+    jsonschema.validate(clear, schema, format_checker=jsonschema.FormatChecker())
