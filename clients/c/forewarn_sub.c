@@ -28,6 +28,7 @@
  * reading filled the high-water marks), and subscribing to "notice" again makes the agent send
  * every active notice again.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, gmtime_r, lstat under -std=c99 too */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>

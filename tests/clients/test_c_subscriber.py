@@ -401,3 +401,18 @@ def test_c_subscriber_prints_a_clear_for_a_notice_withdrawn_while_the_agent_was_
     }
     schema = json.loads((SOURCE.parent / "schema" / "protocol-v1.json").read_text())
     jsonschema.validate(clear, schema, format_checker=jsonschema.FormatChecker())
+
+
+@pytest.mark.parametrize("std", ["c99", "c11"])
+def test_c_subscriber_builds_under_a_strict_c_standard(
+    std: str, tmp_path: Path, binary: Path
+) -> None:
+    """Built with -std=c99 (as some build systems do) it needs the POSIX declarations of
+    clock_gettime, gmtime_r and lstat, which a strict standard hides."""
+    for name in ("forewarn_sub.c", "Makefile"):
+        shutil.copy(SOURCE / name, tmp_path / name)
+    flags = f"-std={std} -pedantic -O2 -Wall -Wextra -Werror"
+    done = subprocess.run(
+        ["make", "-C", str(tmp_path), f"CFLAGS={flags}"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
