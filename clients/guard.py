@@ -328,7 +328,8 @@ class CheckpointGuard:
         exit 0 marks a Kubernetes Job complete and makes torchrun report success, so the run
         never resumes; 143 is what a SIGTERM'd process would have exited with, which
         Kubernetes (a podFailurePolicy can match it), systemd and torchrun treat as a failure
-        to restart."""
+        to restart. 1 when an exit's save raised (see `_save_failed`): the state is not
+        saved, which 143 would claim."""
         return self._exit_code
 
     def saved(
@@ -461,14 +462,57 @@ class CheckpointGuard:
             where = self.store.url if self.store is not None else None
             return self.saved(step, 0.0, where=f"{where} (already there)" if where else None)
         if self.store is not None:
-            flushed = self.store.flush(step, write, timeout=self._final_timeout())
+            try:
+                flushed = self.store.flush(step, write, timeout=self._final_timeout())
+            except BaseException as error:
+                self._save_failed(step, error)
+                raise
             where = f"{self.store.url}/{flushed.generation.name}"
             result = self.saved(step, flushed.seconds, where=where)
             result = replace(result, generation=flushed.generation)
             return result
         started = time.monotonic()
-        write(step)
+        try:
+            write(step)
+        except BaseException as error:
+            self._save_failed(step, error)
+            raise
         return self.saved(step, time.monotonic() - started)
+
+    def _save_failed(self, step: int, error: BaseException, owed: tuple[str, ...] = ()) -> None:
+        """A synchronous save raised (storage that stopped answering, a full disk, the
+        caller's own write): the notices it answered, and any `owed` from a background save it
+        replaced, are acked `failed`, and an exit says in one ERROR line that it leaves without
+        its state. The error then propagates; nothing is recorded as saved and the notices stay
+        pending, so a loop that catches it and calls `due()` again saves again."""
+        if isinstance(error, (KeyboardInterrupt, SystemExit)) and not self._exit:
+            return  # the user stopping the process, not a save that failed
+        with self._lock:
+            notice_ids: list[str | None] = [*sorted(self._notice_ids | set(owed))]
+            events = [self._events[i] for i in notice_ids if i in self._events]
+            reasons = dict(self._pending)
+            exit_now = self._exit
+            if exit_now:
+                # Python's own code for the uncaught error: not 143, which says the state was
+                # saved and the job is to resume from it.
+                self._exit_code = 1
+        message = f"{type(error).__name__}: {error}"
+        if self.notices is not None:
+            for notice_id in notice_ids or [None]:
+                self.notices.ack(notice_id, step=step, outcome="failed", note=message[:500])
+        if not exit_now:
+            return
+        durable = self.durable_step
+        last = f"step {durable}" if durable is not None else "none"
+        cause = exit_line(step, reasons, events, None).partition(";")[0]
+        log.error(
+            "forewarn: %s; the checkpoint of step %d was NOT saved (%s); the last durable "
+            "checkpoint is %s (the job resumes from there); the process exits with 1",
+            cause,
+            step,
+            message,
+            last,
+        )
 
     def save_state(
         self, step: int, state: Mapping[str, Any], *, metadata: Mapping[str, Any] | None = None
@@ -508,9 +552,13 @@ class CheckpointGuard:
                 finally:
                     stable.clear()
 
-            flushed = self.store.flush(
-                step, write, metadata=metadata, timeout=self._final_timeout()
-            )
+            try:
+                flushed = self.store.flush(
+                    step, write, metadata=metadata, timeout=self._final_timeout()
+                )
+            except BaseException as error:
+                self._save_failed(step, error)
+                raise
             result = self.saved(
                 step, flushed.seconds, where=f"{self.store.url}/{flushed.generation.name}"
             )
@@ -587,7 +635,13 @@ class CheckpointGuard:
         metadata: Mapping[str, Any] | None,
     ) -> SaveResult:
         seconds_left = self._seconds_left()
-        final = saver.final(step, state, seconds_left, metadata=metadata)
+        try:
+            final = saver.final(step, state, seconds_left, metadata=metadata)
+        except BaseException as error:
+            with self._lock:
+                owed_ids = tuple(n for ids in self._awaiting.values() for n in ids)
+            self._save_failed(step, error, owed_ids)
+            raise
         with self._lock:
             self._failure = None  # an older save's failure is superseded by this one
             owed = sorted({notice for ids in self._awaiting.values() for notice in ids})

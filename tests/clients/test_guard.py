@@ -11,10 +11,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from forewarn.clients import CheckpointGuard
 from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 from forewarn.testing import RunningAgent
-from support import AgentProcess, eventually
+from support import AgentProcess, eventually, requires
 
 # The demo's exit after a terminate's or SIGTERM's save: CheckpointGuard.exit_code.
 EXIT_RECLAIMED = 128 + signal.SIGTERM
@@ -290,3 +291,79 @@ def test_the_exit_code_says_a_terminate_stopped_the_job_and_a_drain_did_not(
         assert guard.exit_code == 143
     finally:
         guard.close()
+
+
+# A job whose exit save fails: torch state, and a save that raises as a real one does (the
+# caller's own write on a full disk; storage that stops answering, given up at the deadline).
+FAILING_EXIT_SAVE = """
+import errno, sys, time
+import torch
+from forewarn.clients import CheckpointGuard
+from forewarn.clients.checkpoint import CheckpointStore, background
+from forewarn.clients.checkpoint.local import LocalBackend
+from forewarn.clients.demo import slow_link
+
+directory, mode = sys.argv[1], sys.argv[2]
+background.FINAL_SAVE_GRACE_SECONDS = 0.0
+hung = slow_link(LocalBackend(directory), 3600.0)  # every write hangs
+store = CheckpointStore(backend=hung) if mode != "own-write" else CheckpointStore(directory)
+model = torch.nn.Linear(4, 4)
+guard = CheckpointGuard(store=store, background=mode == "background")
+
+def full_disk(gen):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+step = 0
+with guard:
+    while True:
+        time.sleep(0.01)
+        step += 1
+        print(step, flush=True)
+        if guard.due(step):
+            if mode == "own-write":
+                result = guard.save(step, full_disk)
+            else:
+                result = guard.save_state(step, {"model": model.state_dict()})
+            print("claimed a save", result, flush=True)
+            if result.exit:
+                break
+sys.exit(guard.exit_code)
+"""
+
+
+@requires("torch")
+@pytest.mark.parametrize("mode", ["own-write", "sync", "background"])
+def test_a_failed_exit_save_is_acked_failed_logged_and_exits_1_not_143(
+    tmp_path: Path, mode: str
+) -> None:
+    """A terminate's save that raised (CommitTimeout from storage that stopped answering, a
+    full disk) went out of the loop with no ack: the agent, its metrics and `forewarn status`
+    never learnt that the job left without its state."""
+    with AgentProcess(tmp_path) as agent:
+        job = subprocess.Popen(
+            [sys.executable, "-c", FAILING_EXIT_SAVE, str(tmp_path / "ckpt"), mode],
+            env=agent.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert job.stdout is not None
+        while job.stdout.readline().strip() != "20":
+            assert job.poll() is None, job.communicate()
+        deadline = format_time(utcnow() + timedelta(seconds=1))
+        reply = agent.control({"op": "notify", "action": "terminate", "deadline": deadline})
+        out, err = job.communicate(timeout=60)
+        notice = reply["notice"]["id"]
+        eventually(
+            lambda: f"ack {notice} from" in agent.output() and "outcome=failed" in agent.output(),
+            10,
+            "the failed ack",
+        )
+    assert job.returncode == 1, err
+    assert "claimed a save" not in out
+    said = [line for line in err.splitlines() if "was NOT saved" in line]
+    assert len(said) == 1, err
+    assert f"on terminate {notice} from local" in said[0]
+    assert "the last durable checkpoint is none" in said[0]
+    cause = "No space left on device" if mode == "own-write" else "CommitTimeout"
+    assert cause in said[0], said[0]
