@@ -89,6 +89,7 @@ EXPORTS = {
         "Generation",
         "GenerationExistsError",
         "GenerationNotFoundError",
+        "GenerationRemovedError",
         "GenerationWriter",
         "InvalidNameError",
         "Manifest",

@@ -20,6 +20,7 @@ from .errors import (
     CorruptGenerationError,
     GenerationExistsError,
     GenerationNotFoundError,
+    GenerationRemovedError,
     InvalidNameError,
     StoreConfigError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "Generation",
     "GenerationExistsError",
     "GenerationNotFoundError",
+    "GenerationRemovedError",
     "GenerationWriter",
     "InvalidNameError",
     "Manifest",

@@ -25,6 +25,11 @@ class GenerationNotFoundError(CheckpointError, LookupError):
     """No committed generation holds this step."""
 
 
+class GenerationRemovedError(GenerationNotFoundError, FileNotFoundError):
+    """A `Generation` held by a reader was deleted since (retention, after another process
+    committed a newer one): call `store.latest()` again."""
+
+
 class CorruptGenerationError(CheckpointError):
     """A generation's marker, manifest or files do not verify."""
 

@@ -20,9 +20,10 @@ from .errors import (
     CommitError,
     CorruptGenerationError,
     GenerationNotFoundError,
+    GenerationRemovedError,
 )
 from .hashing import READ_CHUNK, Buffer, digest_data, digest_stream
-from .manifest import FileEntry, Manifest, Part, check_file_name, generation_name
+from .manifest import COMMIT, FileEntry, Manifest, Part, check_file_name, generation_name
 from .ranks import Ranks
 
 
@@ -94,7 +95,25 @@ class Generation:
     def open(self, name: str) -> IO[bytes]:
         """A binary stream of one file (not re-verified; see `read_bytes` and `verify`)."""
         self._entry(name)
-        return self.backend.open_read(f"{self.name}/{name}")
+        try:
+            return self.backend.open_read(f"{self.name}/{name}")
+        except FileNotFoundError as exc:
+            self._check_present(exc)
+            raise
+
+    def _check_present(self, error: BaseException) -> None:
+        """A file of this generation could not be read: when the generation itself is gone
+        (its marker deleted), say so. With keep=N, another process committing a newer
+        generation deletes this one under a reader that holds it: the reader got a bare
+        FileNotFoundError naming a path. Reading the newer one in its place instead would
+        hand back another step's bytes under this object's `step`, so this one raises."""
+        if self.backend.get_small(f"{self.name}/{COMMIT}") is not None:
+            return
+        raise GenerationRemovedError(
+            f"{self.name} was removed from {self.backend.url} after it was read as committed "
+            "(retention deletes older generations once a newer one commits: another process "
+            "saved since); call store.latest() again for the newest generation"
+        ) from error
 
     def read_bytes(self, name: str) -> bytes:
         """One file's bytes, checked against the manifest's checksum."""
@@ -130,6 +149,8 @@ class Generation:
             raise CheckpointError(
                 f"{self.backend.url} is not on local disk: use open() or get_file() for {name!r}"
             )
+        if not path.exists():
+            self._check_present(FileNotFoundError(str(path)))
         return path
 
     def get_file(
@@ -156,7 +177,13 @@ class Generation:
                 progress(done, entry.size)
 
         try:
-            checksum = self.backend.download(f"{self.name}/{name}", temp, entry.checksum, arrived)
+            try:
+                checksum = self.backend.download(
+                    f"{self.name}/{name}", temp, entry.checksum, arrived
+                )
+            except Exception as exc:  # S3 says a missing object its own way
+                self._check_present(exc)
+                raise
             size = temp.stat().st_size
             if size != entry.size or checksum != entry.checksum:
                 raise CorruptGenerationError(

@@ -22,6 +22,7 @@ from forewarn.clients.checkpoint import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import requires
 
 
 def payload(step: int, size: int = 1000) -> bytes:
@@ -565,3 +566,50 @@ def test_a_store_on_azure_temporary_disk_is_warned_about(
     caplog.clear()
     CheckpointStore(tmp_path / "data" / "ckpt")  # elsewhere: nothing said
     assert not [r for r in caplog.records if "temporary disk" in r.getMessage()]
+
+
+# Another job's process committing a newer generation into the same store (keep=1).
+COMMIT_NEWER = """
+import sys
+import torch
+from forewarn.clients.checkpoint import CheckpointStore
+
+with CheckpointStore(sys.argv[1], keep=1) as store:
+    with store.save(int(sys.argv[2])) as gen, gen.open("state.pt") as stream:
+        torch.save({"w": torch.full((8,), float(sys.argv[2]))}, stream)
+"""
+
+
+@requires("torch")
+def test_a_generation_retention_removed_under_its_reader_says_so(
+    make_store: Any, store_url: str, tmp_path: Path
+) -> None:
+    """A reader holding `latest()` while another process commits a newer generation (keep=1)
+    got a bare FileNotFoundError naming a file path."""
+    import subprocess
+    import sys
+
+    from forewarn.clients.checkpoint import GenerationRemovedError, load_state
+
+    def commit(step: int) -> None:
+        subprocess.run([sys.executable, "-c", COMMIT_NEWER, store_url, str(step)], check=True)
+
+    commit(1)
+    store = make_store(keep=1)
+    held = store.latest()
+    assert held is not None and load_state(held)["w"][0] == 1.0
+    commit(2)
+    reads = [
+        lambda: load_state(held),
+        lambda: held.read_bytes("state.pt"),
+        lambda: held.get_file("state.pt", tmp_path / "copy.pt"),
+    ]
+    if store.backend.local_path("") is not None:
+        reads.append(lambda: held.path("state.pt"))
+    for read in reads:
+        with pytest.raises(GenerationRemovedError, match=r"call store.latest\(\) again") as info:
+            read()
+        assert "step-000000000001 was removed" in str(info.value)
+        assert isinstance(info.value, FileNotFoundError)  # what the callers caught before
+    again = store.latest()
+    assert again is not None and again.step == 2 and load_state(again)["w"][0] == 2.0
