@@ -133,7 +133,10 @@ class CommitProtocol:
         """Give up this rank's part; the other ranks learn why (and raise)."""
         ranks = request.ranks
         if ranks.world_size == 1:
-            self._discard(request.name)
+            try:
+                self._discard(request.name)
+            except Exception as cleanup:  # the reason for the abort is the error to see
+                log.warning("forewarn: could not remove %s: %s", request.name, cleanup)
             return
         if ranks.dist is not None:
             # The other ranks are waiting in the same collectives: take part, then fail.

@@ -7,6 +7,7 @@ import errno
 import fcntl
 import logging
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -111,6 +112,43 @@ def _temp_pattern(name: str) -> re.Pattern[str]:
 
 def _unclaimed() -> None:
     return None
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _owner(path: Path) -> str:
+    try:
+        found = path.stat()
+    except OSError:
+        return "its owner is unknown"
+    return f"it belongs to {_user(found.st_uid)}, mode {found.st_mode & 0o7777:04o}"
+
+
+def denied_hint(directory: Path) -> str:
+    """Why this process may not change `directory`'s entries, when another user owns it: a
+    save made under umask 022 leaves directories only their owner can write, which another
+    user of a shared store then can neither remove nor write into."""
+    try:
+        found = directory.stat()
+    except OSError:
+        return f"{directory} is not writable by this user"
+    mode = found.st_mode & 0o7777
+    hint = (
+        f"{directory} belongs to {_user(found.st_uid)} with mode {mode:04o} and this process "
+        f"runs as {_user(os.geteuid())}"
+    )
+    if found.st_uid != os.geteuid():
+        hint += (
+            "; remove it as its owner or root, and have every user of a shared store save "
+            "with umask 002 into a directory of a group they share (a umask of 022 makes a "
+            "save's directories writable by their owner only)"
+        )
+    return hint
 
 
 class LocalWriter(ObjectWriter):
@@ -242,11 +280,23 @@ class LocalBackend(Backend):
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
             except PermissionError as exc:
-                what = f"its lock file {path}" if path.exists() else f"the directory {self.root}"
-                raise CommitError(
-                    f"cannot save {prefix} in {self.url}: {what} is not writable by this user "
-                    f"({exc.strerror})"
-                ) from exc
+                if path.exists():
+                    what = (
+                        f"its lock file {path} (left by a writer that was killed, or in use) "
+                        f"is not writable by this user ({exc.strerror}): it belongs to "
+                        f"{_user(path.stat().st_uid)}"
+                    )
+                else:
+                    what = (
+                        f"the directory {self.root} is not writable by this user "
+                        f"({exc.strerror}; {_owner(self.root)})"
+                    )
+                raise CommitError(f"cannot save {prefix} in {self.url}: {what}") from exc
+            # Not 0644 under a umask of 022: a writer of another user of a shared store must
+            # open it to lock it, also once this process is killed and leaves it behind.
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_uid == os.geteuid():
+                    os.fchmod(fd, 0o666)
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -343,11 +393,28 @@ class LocalBackend(Backend):
             return
         # The marker goes first, durably, so a half-deleted generation never counts.
         marker = path / COMMIT
-        if marker.exists():
-            marker.unlink()
-            if self.durable:
-                fsync_dir(path)
-        shutil.rmtree(path, ignore_errors=True)
+        try:
+            if marker.exists():
+                marker.unlink()
+                if self.durable:
+                    fsync_dir(path)
+            denied: list[str] = []
+
+            def failed(_function: Any, name: str, info: Any) -> None:
+                # Anything else is left as before (an NFS .nfs file of a reader's open file).
+                if isinstance(info[1], PermissionError):
+                    denied.append(name)
+
+            shutil.rmtree(path, onerror=failed)
+            if denied:
+                raise PermissionError(errno.EACCES, "Permission denied", denied[0])
+        except PermissionError as exc:
+            # Left silently, another user's leftover made the next save of its step fail
+            # with a PermissionError naming a temp file, and retention failed at every save.
+            where = Path(exc.filename).parent if exc.filename else path
+            raise CommitError(
+                f"cannot remove {prefix} from {self.url}: {denied_hint(where)}"
+            ) from exc
 
     def make_durable(self, prefix: str) -> None:
         if not self.durable:

@@ -104,6 +104,8 @@ class CheckpointStore:
         # immutable): each is read back once, not at every save.
         self._hashed: set[int] = set()
         self._swept = False
+        # Generations retention failed to delete (see `_prune`), said once each.
+        self._undeletable: set[int] = set()
         # What each single-rank writer of this store holds (see `Backend.claim`), by writer.
         self._claims: dict[int, Callable[[], None]] = {}
 
@@ -217,7 +219,13 @@ class CheckpointStore:
         if ranks.world_size == 1:
             # Whatever is there is a dead writer's leftover.
             if present:
-                self._backend.delete_tree(name)
+                try:
+                    self._backend.delete_tree(name)
+                except CommitError as exc:
+                    raise CommitError(
+                        f"cannot save {name} in {self.url}: the unfinished save of it that a "
+                        f"writer left there cannot be removed: {exc}"
+                    ) from exc
         elif part_name(ranks.rank) in present:
             self._backend.delete(f"{name}/{part_name(ranks.rank)}")
         if ranks.rank == 0 and not self._swept:
@@ -518,7 +526,8 @@ class CheckpointStore:
         """Apply `keep`: once `keep` newer generations verify (by the store's `verify` policy),
         delete every older one except the one LATEST names and any this process is still
         writing. Returns the steps
-        deleted (with `dry_run`, the steps it would delete, deleting nothing)."""
+        deleted (with `dry_run`, the steps it would delete, deleting nothing); one it cannot
+        delete does not stop it: the first such failure is raised once the rest are gone."""
         return self._prune(fresh=None, dry_run=dry_run)
 
     def _prune(self, fresh: int | None, dry_run: bool = False) -> list[int]:
@@ -553,10 +562,36 @@ class CheckpointStore:
         if doomed:
             hinted = self.latest_hint()
             doomed = [s for s in doomed if s != hinted]
-        if not dry_run:
-            for step in doomed:
+        if dry_run:
+            return doomed
+        deleted = []
+        first: Exception | None = None
+        for step in doomed:
+            try:
                 self.delete(step)
-        return doomed
+            except Exception as exc:
+                # One generation another user of a shared store made (its directory theirs
+                # alone) stopped retention at every save, and this job's own older ones
+                # behind it were never deleted. Said once per generation per process; a
+                # prune() by hand raises the first failure once it has deleted the rest.
+                first = first or exc
+                if fresh is None:
+                    continue
+                if step not in self._undeletable:
+                    self._undeletable.add(step)
+                    log.warning(
+                        "forewarn: checkpoint retention cannot delete %s in %s, and goes on "
+                        "without it: %s",
+                        generation_name(step),
+                        self.url,
+                        exc,
+                    )
+                continue
+            self._undeletable.discard(step)
+            deleted.append(step)
+        if first is not None and fresh is None:
+            raise first
+        return deleted
 
 
 def _out_of_space(exc: BaseException) -> bool:

@@ -143,3 +143,63 @@ def test_a_store_on_a_filesystem_without_locks_still_saves(
     save_here(store, seed=5)
     assert store.verify(100, checksums=True).ok
     assert not [p for p in os.listdir(tmp_path / "store") if p.endswith(".lock")]
+
+
+def test_a_second_user_of_a_shared_store_is_told_whose_files_block_it(tmp_path: Path) -> None:
+    """Two users saving under umask 022 into one shared directory: the second user's retention
+    failed at the first user's generation at every save (and so never deleted its own older
+    ones), and its save of a step the first user was killed in failed with a PermissionError
+    naming a temp file."""
+    import logging
+    import tempfile
+
+    from other_user import call_as, other_user
+
+    first = other_user()
+    second = (first[0] + 4321, first[1] + 4321)  # a uid of nobody else's files
+    shared = Path(tempfile.mkdtemp(prefix="forewarn-shared-", dir="/tmp"))
+    os.chmod(shared, 0o777)
+    url = str(shared / "store")
+    os.mkdir(url)
+    os.chmod(url, 0o777)
+
+    def save(*steps: int, killed_in: int | None = None) -> dict[str, object]:
+        os.umask(0o022)
+        said: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+        logging.getLogger("forewarn.checkpoint").addHandler(handler)
+        store = CheckpointStore(url, keep=1)
+        error = None
+        for step in steps:
+            try:
+                with store.save(step) as gen:
+                    with gen.open("model.pt") as stream:
+                        torch.save(torch.nn.Linear(8, 8).state_dict(), stream)
+                    if step == killed_in:
+                        os._exit(9)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        return {"steps": store.steps(), "said": said, "error": error}
+
+    # The children cannot read the interpreter's files (a pyenv under /root): what a save
+    # imports lazily is loaded here first.
+    with CheckpointStore(tmp_path / "warm", keep=1).save(1) as gen, gen.open("m.pt") as stream:
+        torch.save(torch.nn.Linear(8, 8).state_dict(), stream)
+    try:
+        made = call_as(*first, lambda: save(1))
+        assert made["steps"] == [1], made
+        with pytest.raises(RuntimeError, match="no answer"):
+            call_as(*first, lambda: save(5, killed_in=5))
+        answer = call_as(*second, lambda: save(2, 3))
+        assert answer["error"] is None, answer
+        assert answer["steps"] == [1, 3, 5], "retention goes on past the other user's one"
+        said = [line for line in answer["said"] if "retention cannot delete" in line]
+        assert len(said) == 1, answer["said"]
+        assert "step-000000000001" in said[0] and "belongs to forewarn-test" in said[0]
+        assert "mode 0755" in said[0] and "umask 002" in said[0]
+        error = call_as(*second, lambda: save(5))["error"]
+        assert error is not None and error.startswith("CommitError: cannot save step-000000000005")
+        assert f"{shared}/store/step-000000000005 belongs to forewarn-test" in error, error
+    finally:
+        shutil.rmtree(shared)
