@@ -841,6 +841,9 @@ class Agent:
             background = f" stall={_secs(req.stall_seconds)} durable={_secs(req.durable_seconds)}"
         if req.choice is not None:
             background += f" final save: {req.choice} ({req.note or ''})"
+        elif req.outcome == "failed" and req.note:
+            # Why the job left without its state (a client's exit save that raised).
+            background += f" ({req.note})"
         if req.outcome == "resumed":
             # What an operator reads a resume for: it has no flush, and names no notice when
             # the job restarted on a new machine.

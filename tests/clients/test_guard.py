@@ -367,3 +367,5 @@ def test_a_failed_exit_save_is_acked_failed_logged_and_exits_1_not_143(
     assert "the last durable checkpoint is none" in said[0]
     cause = "No space left on device" if mode == "own-write" else "CommitTimeout"
     assert cause in said[0], said[0]
+    acked = [line for line in agent.output().splitlines() if "outcome=failed" in line]
+    assert len(acked) == 1 and cause in acked[0], acked  # the agent's log says why
