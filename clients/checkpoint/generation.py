@@ -107,8 +107,11 @@ class Generation:
         generation deletes this one under a reader that holds it: the reader got a bare
         FileNotFoundError naming a path. Reading the newer one in its place instead would
         hand back another step's bytes under this object's `step`, so this one raises."""
-        if self.backend.get_small(f"{self.name}/{COMMIT}") is not None:
-            return
+        try:
+            if self.backend.get_small(f"{self.name}/{COMMIT}") is not None:
+                return
+        except Exception:
+            return  # storage unreachable: the read's own error says more
         raise GenerationRemovedError(
             f"{self.name} was removed from {self.backend.url} after it was read as committed "
             "(retention deletes older generations once a newer one commits: another process "
