@@ -328,7 +328,7 @@ class CheckpointGuard:
         exit 0 marks a Kubernetes Job complete and makes torchrun report success, so the run
         never resumes; 143 is what a SIGTERM'd process would have exited with, which
         Kubernetes (a podFailurePolicy can match it), systemd and torchrun treat as a failure
-        to restart. 1 when an exit's save raised (see `_save_failed`): the state is not
+        to restart. 1 when an exit's save raised (see `save_failed`): the state is not
         saved, which 143 would claim."""
         return self._exit_code
 
@@ -465,7 +465,7 @@ class CheckpointGuard:
             try:
                 flushed = self.store.flush(step, write, timeout=self._final_timeout())
             except BaseException as error:
-                self._save_failed(step, error)
+                self.save_failed(step, error)
                 raise
             where = f"{self.store.url}/{flushed.generation.name}"
             result = self.saved(step, flushed.seconds, where=where)
@@ -475,16 +475,18 @@ class CheckpointGuard:
         try:
             write(step)
         except BaseException as error:
-            self._save_failed(step, error)
+            self.save_failed(step, error)
             raise
         return self.saved(step, time.monotonic() - started)
 
-    def _save_failed(self, step: int, error: BaseException, owed: tuple[str, ...] = ()) -> None:
-        """A synchronous save raised (storage that stopped answering, a full disk, the
-        caller's own write): the notices it answered, and any `owed` from a background save it
-        replaced, are acked `failed`, and an exit says in one ERROR line that it leaves without
-        its state. The error then propagates; nothing is recorded as saved and the notices stay
-        pending, so a loop that catches it and calls `due()` again saves again."""
+    def save_failed(self, step: int, error: BaseException, owed: tuple[str, ...] = ()) -> None:
+        """Report a save that raised (storage that stopped answering, a full disk, the
+        caller's own write), in place of `saved`; `save` and `save_state` call it themselves,
+        a caller that saves by itself calls it before letting the error propagate. The notices
+        the save answered, and any `owed` from a background save it replaced, are acked
+        `failed`; an exit's save says in one ERROR line that the job leaves without its state,
+        and `exit_code` becomes 1. Nothing is recorded as saved and the notices stay pending,
+        so a loop that catches the error and calls `due()` again saves again."""
         if isinstance(error, (KeyboardInterrupt, SystemExit)) and not self._exit:
             return  # the user stopping the process, not a save that failed
         with self._lock:
@@ -557,7 +559,7 @@ class CheckpointGuard:
                     step, write, metadata=metadata, timeout=self._final_timeout()
                 )
             except BaseException as error:
-                self._save_failed(step, error)
+                self.save_failed(step, error)
                 raise
             result = self.saved(
                 step, flushed.seconds, where=f"{self.store.url}/{flushed.generation.name}"
@@ -640,7 +642,7 @@ class CheckpointGuard:
         except BaseException as error:
             with self._lock:
                 owed_ids = tuple(n for ids in self._awaiting.values() for n in ids)
-            self._save_failed(step, error, owed_ids)
+            self.save_failed(step, error, owed_ids)
             raise
         with self._lock:
             self._failure = None  # an older save's failure is superseded by this one

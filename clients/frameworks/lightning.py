@@ -171,6 +171,15 @@ class ForewarnCallback(GuardHolder, pl.Callback):
 
     def _save(self, trainer: pl.Trainer) -> None:
         step = trainer.global_step
+        try:
+            self._write(trainer, step)
+        except BaseException as error:
+            # Raised out of fit() unreported, the agent never learnt the job left without
+            # its state, and exit_code said 0 (or the 143 of a save made).
+            self.guard.save_failed(step, error)
+            raise
+
+    def _write(self, trainer: pl.Trainer, step: int) -> None:
         started = time.monotonic()
         if self.dcp:
             from ..checkpoint.dcp import save_dcp

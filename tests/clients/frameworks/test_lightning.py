@@ -286,3 +286,40 @@ def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) 
 
     assert fit(25, None) == ["step-00000020.ckpt"]
     assert fit(50, tmp_path / "ckpt" / "step-00000020.ckpt") == ["step-00000040.ckpt"]
+
+
+def test_a_terminate_whose_save_fails_is_acked_failed_and_exit_code_is_1(tmp_path: Path) -> None:
+    """The checkpoint of a terminate failing (a full disk) raised out of fit() with no ack:
+    the agent never learnt that the job left without its state, and `exit_code` was 0."""
+    with AgentProcess(tmp_path) as agent:
+        callback = lit.ForewarnCallback(
+            tmp_path / "ckpt",
+            events=agent.events,
+            control=agent.control_endpoint,
+            handle_signals=False,
+            flag_file=None,
+        )
+        data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
+        trainer = models.trainer(callback, max_steps=10_000)
+
+        def full_disk(*_args: Any, **_options: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        trainer.save_checkpoint = full_disk  # type: ignore[method-assign]
+
+        def operator() -> None:
+            eventually(lambda: trainer.global_step >= 20)
+            agent.control({"op": "notify", "action": "terminate", "id": "local/l-full"})
+
+        thread = threading.Thread(target=operator, daemon=True)
+        thread.start()
+        with pytest.raises(OSError, match="No space left on device"):
+            trainer.fit(models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
+        thread.join(timeout=5)
+        assert callback.saved_paths == []
+        assert callback.exit_code == 1
+        eventually(
+            lambda: "ack local/l-full" in agent.output() and "outcome=failed" in agent.output(),
+            10,
+            "the failed ack",
+        )
