@@ -28,7 +28,7 @@ from forewarn.clients.checkpoint.manifest import generation_name
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_time
 
-from .cli import path_arg
+from .argtypes import path_arg
 from .progressbar import ProgressBar
 
 EXIT_CORRUPT = 1

@@ -34,6 +34,7 @@ from forewarn.protocol.wire import (
     unreachable,
 )
 
+from .argtypes import path_arg
 from .eventlines import ReplayTracker, describe
 from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH
 from .throttle import WarningThrottle
@@ -88,16 +89,6 @@ def _duration(
         return seconds
 
     return parse
-
-
-def path_arg(text: str) -> Path:
-    """An argparse `type=` for a path flag: `~` is the home directory, as in the config file
-    (`--dir=~/drill` and `"~/out"` reach us unexpanded; they made a directory named `~`)."""
-    # Path("") is ".": `--runtime-dir "$DIR"` with DIR unset bound the agent's sockets in its
-    # working directory, where no client looks.
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (leave the flag out for the default)")
-    return Path(text).expanduser()
 
 
 _path = path_arg

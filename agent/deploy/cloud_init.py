@@ -317,7 +317,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--training-unit", default="training.service", help="its unit name (training.service)"
     )
-    from ..cli import path_arg
+    from ..argtypes import path_arg
 
     p.add_argument("-o", "--output", type=path_arg, help="write here instead of standard output")
 
