@@ -736,6 +736,41 @@ def test_a_mail_naming_thousands_of_droplets_is_judged_without_holding_the_loop_
     assert result.report is not None and not result.replaces, result.why
 
 
+@pytest.mark.parametrize("unit", ["14:30 UTC ", "at 14:30 UTC on 12/01/2026, "])
+def test_a_mail_of_thousands_of_times_is_judged_without_holding_the_loop_for_seconds(
+    unit: str,
+) -> None:
+    # Each time without a date scanned its whole line and every dated time: this 40-110 KiB
+    # mail took 30 s, a 256 KiB one minutes, on the agent's event loop.
+    raw = reclaim_mail("gpu-spot-1: 2026-12-01 14:30 UTC\n" + unit * 4000)
+    started = time.monotonic()
+    result = verdict(raw)
+    assert time.monotonic() - started < 5.0
+    assert result.report is not None and result.report.deadline == _at(14, 30), result.why
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(st.booleans(), st.integers(13, 23), st.integers(1, 30)), min_size=1, max_size=8
+    )
+)
+def test_a_time_without_a_date_counts_only_on_a_line_about_the_reclaim(
+    lines: list[tuple[bool, int, int]],
+) -> None:
+    # Several times per line, on lines about the reclaim or not (a footer's hours).
+    text = "Droplet gpu-spot-1\n" + "\n".join(
+        ("Reclaim window: " if about else "Support hours: ") + f"{hour}:00 UTC, " * count
+        for about, hour, count in lines
+    )
+    found = find_deadline(text, SENT)
+    reclaim_hours = [hour for about, hour, _ in lines if about]
+    if not reclaim_hours:
+        assert found is None
+    else:
+        assert found is not None and found[0] == _at(reclaim_hours[0], 0), found
+
+
 def test_a_notice_that_mentions_cancelling_is_still_a_notice() -> None:
     result = verdict(
         reclaim_mail("Droplet gpu-spot-1 will be reclaimed. This cannot be cancelled.")
