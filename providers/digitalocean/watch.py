@@ -10,13 +10,16 @@ restart never raises the same mail again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import hashlib
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import httpx
 from forewarn.protocol.errors import ForewarnError
@@ -34,6 +37,7 @@ log = logging.getLogger("forewarn.providers.digitalocean")
 
 DETECT_TIMEOUT = 1.0
 METADATA_TIMEOUT = 2.0
+T = TypeVar("T")
 
 
 class MetadataUnavailable(ForewarnError):
@@ -243,7 +247,11 @@ class DigitalOceanWatcher:
                     log.info("digitalocean: mail UID %d was gone when fetched; passed over", uid)
                     seen.handled(uid)
                     continue
-                self._handle(uid, raw, rules, seen, emit)
+                # Judged in a thread: a 256 KiB mail takes a second or more, during which
+                # the loop sent no heartbeat and no other watcher's notice. The verdict is
+                # applied here, on the loop, one mail after the other, as before.
+                verdict = await _off_loop(self._judge, uid, raw, rules, seen)
+                self._handle(uid, verdict, seen, emit)
             self.health.success()
             self.answered = True
             # After the success, so that files still unwritten show in the health.
@@ -255,8 +263,7 @@ class DigitalOceanWatcher:
             else:
                 await asyncio.sleep(s.poll_interval)
 
-    def _handle(self, uid: int, raw: bytes, rules: MatchRules, seen: SeenMail, emit: Emit) -> None:
-        verdict = self._judge(uid, raw, rules, seen)
+    def _handle(self, uid: int, verdict: Verdict, seen: SeenMail, emit: Emit) -> None:
         report = verdict.report
         if verdict.replaces:
             applied = report.id if report is not None else verdict.cancel_id
@@ -319,6 +326,30 @@ class DigitalOceanWatcher:
     async def aclose(self) -> None:
         self._end_session()
         await self.client.aclose()
+
+
+async def _off_loop(work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)` in a daemon thread of its own. Not `asyncio.to_thread`: the agent's
+    stop waits for the default executor's threads, and a judgement cannot be interrupted."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not done.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            result = work(*args)
+        except BaseException as error:  # handed to the awaiting task
+            outcome = functools.partial(done.set_exception, error)
+        else:
+            outcome = functools.partial(done.set_result, result)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+            loop.call_soon_threadsafe(settle, outcome)
+
+    threading.Thread(target=run, name="forewarn-digitalocean-judge", daemon=True).start()
+    return await done
 
 
 def build(settings: Settings, context: WatcherContext) -> DigitalOceanWatcher:

@@ -3,6 +3,7 @@ and `forewarn drill digitalocean` against a real Dovecot."""
 
 from __future__ import annotations
 
+import itertools
 import select
 import signal
 import socket
@@ -191,3 +192,47 @@ def test_sigterm_stops_the_agent_while_the_imap_server_has_not_greeted_yet(
         assert code == 0, agent.output()
         assert "stopped" in agent.output()
         assert took < 1.0, f"exit {took:.1f}s after SIGTERM"  # README: within a second
+
+
+def test_heartbeats_keep_their_pace_while_a_large_mail_is_judged(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # A digest of the largest size read (256 KiB), full of times: judging it takes a second
+    # or more. On the event loop, no heartbeat went out meanwhile (clients call an agent dead
+    # after 3 s without one), and no control reply nor another watcher's notice.
+    line = "Droplet gpu-spot-{} will be reclaimed at 14:30 UTC on 12/01/2026, in about 2 hours.\n"
+    body = "".join(line.format(n) for n in range(3000))[: 250 * 1024]
+    deadline = (utcnow() + timedelta(hours=1)).replace(microsecond=0)
+    env = {
+        **do_env(tmp_path, dovecot, mail_user, mail_user.password),
+        "FOREWARN_HEARTBEAT_INTERVAL": "0.2",
+    }
+    with (
+        AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as events,
+    ):
+        eventually(
+            lambda: agent.control({"op": "status"})["agent"].get("providers"),
+            timeout=15,
+            what="the agent's status",
+        )
+        dovecot.append(
+            mail_user,
+            reclaim_mail(f"at {deadline:%Y-%m-%dT%H:%M:%SZ}.\n{body}"),
+        )
+        beats: list[float] = []
+        notice = None
+        until = time.monotonic() + 60
+        while notice is None and time.monotonic() < until:
+            topic, message = events.recv(timeout=30)
+            if topic == "heartbeat":
+                beats.append(time.monotonic())
+            elif message["provider"] == "digitalocean":
+                notice = message
+        # A few beats after the notice too: the judging ended before it was sent.
+        for _ in range(2):
+            if events.recv(timeout=5)[0] == "heartbeat":
+                beats.append(time.monotonic())
+    assert notice is not None and parse_time(notice["deadline"]) == deadline
+    gaps = [later - earlier for earlier, later in itertools.pairwise(beats)]
+    assert max(gaps) < 0.8, f"heartbeat gaps {[round(g, 2) for g in gaps]}"
