@@ -630,13 +630,18 @@ _NOT_A_DROPLET = re.compile(
 )
 _SENTENCE_END = re.compile(r"\n|[.!?;](?=\s)")
 # Another droplet named without a digit ("trainer", "web"): by the place of a name, after
-# "Droplet" or "the reclaim of", or as a lower-case label starting a line of a digest. Seen
-# as no droplet, "The reclaim of trainer has been cancelled" was taken to be about the
-# droplet named before it, ours, and withdrew our reclaim.
+# "Droplet" or "the reclaim of", as a label starting a line of a digest, or as the owner of
+# a reclaim ("trainer's reclaim"). Seen as no droplet, "The reclaim of trainer has been
+# cancelled" was taken to be about the droplet named before it, ours, and withdrew our
+# reclaim; so were "Trainer: the reclaim has been cancelled" (a label with a capital) and
+# "trainer's reclaim has been cancelled". A label that is no droplet ("Note:") and is not
+# in _NOT_A_NAME keeps our reclaim: a needless drain costs a checkpoint, a lost one work.
 _NAME_SLOT = re.compile(
     r"(?i:\b(?:reclaims?\s+of(?:\s+(?:the\s+)?droplets?)?|droplets?)\s*:?\s+"
     r"(?:(?:named|called)\s+)?)[\"'\u201c\u2018`]?(?P<name>[A-Za-z0-9](?:[\w.-]*\w)?)"
-    r"|(?m:^[ \t]*(?:[-*\u2022][ \t]*)?(?P<label>[a-z](?:[a-z0-9.-]*[a-z0-9])?)[ \t]*:(?![\d/]))"
+    r"|(?m:^[ \t]*(?:[-*\u2022][ \t]*)?(?P<label>[A-Za-z](?:[\w.-]*[A-Za-z0-9])?)[ \t]*:(?![\d/]))"
+    r"|(?<![\w.-])(?P<owner>[A-Za-z0-9](?:[\w.-]*\w)?)['\u2019]s\s+(?i:(?:[a-z-]+\s+){0,2}"
+    r"(?:reclaim|reclamation|interruption|termination|preemption|shutdown))"
 )
 _NOT_A_NAME = frozenset(
     re.findall(
@@ -650,6 +655,10 @@ _NOT_A_NAME = frozenset(
         now still also already soon today tomorrow notice update status note reason time date
         when deadline window region size name important details action subject info summary
         cancelled canceled rescheduled postponed moved new old previous original
+        hello hi dear good news update updates warning attention reminder fyi ps re fw fwd
+        sent cc bcc reply hostname location zone tags state result here there message
+        description comment comments notes explanation text content type event notification
+        alert account project team customer thanks regards greetings
         """,
     )
 )
@@ -671,7 +680,7 @@ def _droplet_mentions(text: str, rules: MatchRules) -> list[tuple[int, int, bool
         found.append((start, end, False))
     overlaps_found = _overlap_test(sorted((start, end) for start, end, _ in found))
     for match in _NAME_SLOT.finditer(text):
-        group = "name" if match.group("name") is not None else "label"
+        group = next(g for g in ("name", "label", "owner") if match.group(g) is not None)
         start, end = match.span(group)
         name = match.group(group)
         if name.lower() in _NOT_A_NAME or _NOT_A_DROPLET.fullmatch(name):

@@ -648,6 +648,8 @@ _CANCEL_LINES_ALL = st.sampled_from(
         *_CANCEL_FORMS,
         "The reclaim of Droplet {} has been withdrawn.",
         "- {}: the reclaim has been cancelled",
+        "{}'s reclaim has been cancelled.",
+        "Update: {}\u2019s Spot reclaim has been cancelled.",
     ]
 )
 
@@ -660,6 +662,10 @@ _CANCEL_LINES_ALL = st.sampled_from(
         "web: the reclaim has been cancelled",
         "Droplet Jupyter will no longer be reclaimed.",
         "The reclaim of the Droplet named 'trainer' has been called off.",
+        "Trainer: the reclaim has been cancelled",
+        "- Web: the reclaim has been cancelled",
+        "trainer's reclaim has been cancelled.",
+        "Trainer's scheduled reclaim has been cancelled.",
     ],
 )
 def test_a_cancellation_of_a_droplet_named_without_a_digit_keeps_ours(cancel: str) -> None:
@@ -668,23 +674,41 @@ def test_a_cancellation_of_a_droplet_named_without_a_digit_keeps_ours(cancel: st
     assert result.report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Droplet: gpu-spot-1\nRegion: nyc2\nMessage: The reclaim has been cancelled.",
+        "Droplet ID: 424242424\nDescription: the reclaim has been cancelled.",
+        "Droplet gpu-spot-1\nUpdate: The reclaim has been cancelled.",
+        "Droplet gpu-spot-1\nPlease note: the reclaim has been cancelled.",
+    ],
+)
+def test_a_label_that_names_no_droplet_leaves_our_cancellation_ours(body: str) -> None:
+    result = verdict(reclaim_mail(body))
+    assert result.report is None and result.replaces, result.why
+
+
 @given(
     ours=st.sampled_from(["trainer", "web", "gpu-spot-1"]),
     other=st.sampled_from(["trainer", "web", "db", "gpu-spot-7"]),
     line=_CANCEL_LINES_ALL,
     other_first=st.booleans(),
+    capital=st.booleans(),
 )
 def test_a_droplet_s_own_name_decides_which_reclaim_a_cancellation_withdraws(
-    ours: str, other: str, line: str, other_first: bool
+    ours: str, other: str, line: str, other_first: bool, capital: bool
 ) -> None:
     assume(ours != other)
+    # As a person writes them at the start of a sentence or line: "Trainer: ...".
+    if capital:
+        ours, other = ours.capitalize(), other.capitalize()
     listed = [f"{other}: 2026-12-01 13:00 UTC", line.format(ours)]
     body = "\n".join(listed if other_first else listed[::-1])
-    mine = verdict(reclaim_mail(body), droplet_name=ours, droplet_id=None)
+    mine = verdict(reclaim_mail(body), droplet_name=ours.lower(), droplet_id=None)
     assert mine.report is None and mine.replaces, mine.why
     listed = [f"{ours}: 2026-12-01 14:30 UTC", line.format(other)]
     body = "\n".join(listed if other_first else listed[::-1])
-    theirs = verdict(reclaim_mail(body), droplet_name=ours, droplet_id=None)
+    theirs = verdict(reclaim_mail(body), droplet_name=ours.lower(), droplet_id=None)
     assert theirs.report is not None and not theirs.replaces, theirs.why
     assert theirs.report.deadline == datetime(2026, 12, 1, 14, 30, tzinfo=timezone.utc)
 
