@@ -269,7 +269,10 @@ _DATES = {
     # "12/01/2026", "01.12.2026", "1-12-2026": day or month first, which cannot be told
     # apart; each reading is tried, the earliest first. Skipped before, so the time was
     # read without its date or Date + lead stood in, which could be later than the reclaim.
-    "numeric": r"(?<![\d./-])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)(?P<y>\d{4})(?!\d)",
+    # A two-digit year ("12/01/26", as US mail and Excel write it) is of this century: not
+    # read as a date, its time was taken for today's or Date + lead stood in.
+    "numeric": r"(?<![\d./-])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)"
+    r"(?P<y>\d{4}|\d{2})(?![\d./-]?\d)",
     "mdy": _MONTH + r"\s+" + _DAY + r",?\s+(?P<y>\d{4})",
     "dmy": _DAY + r"\s+" + _MONTH + r",?\s+(?P<y>\d{4})",
 }
@@ -370,19 +373,24 @@ def _hour(hour: int, ampm: str) -> int | None:
 
 
 def _written_time(
-    match: re.Match[str], sent: datetime | None = None, *, day_first: bool = False
+    match: re.Match[str], sent: datetime | None = None, *, order: str = "mdy"
 ) -> tuple[datetime, datetime] | None:
     """The time written, and for a window its end (else the time again), in UTC. A time
     without a date is its first occurrence whose end is not before `sent` (less the slack).
-    A numeric date ("12/01/2026") is read month first, or with `day_first` day first."""
+    A numeric date ("12/01/2026") is read in `order`: month first ("mdy"), day first
+    ("dmy"), or, with a two-digit year, year first ("ymd": "26/12/01")."""
     parts = match.groupdict()
     dated = parts.get("y") is not None
     if not dated and sent is None:
         return None
-    month = day = 0
+    month = day = year = 0
+    if dated:
+        year = int(parts["y"]) + (2000 if len(parts["y"]) == 2 else 0)
     if dated and parts.get("a") is not None:
         first, second = int(parts["a"]), int(parts["b"])
-        month, day = (second, first) if day_first else (first, second)
+        month, day = (second, first) if order == "dmy" else (first, second)
+        if order == "ymd":
+            year, month, day = 2000 + first, second, int(parts["y"])
     elif dated:
         month = int(parts["m"]) if parts.get("m") else _MONTHS[parts["mon"].lower()]
         day = int(parts["d"])
@@ -414,7 +422,7 @@ def _written_time(
             offset = timedelta(hours=int(hours), minutes=int(minutes or 0))
             tz = timezone(offset if zone[0] == "+" else -offset)
         if dated:
-            moment = datetime(int(parts["y"]), month, day, start_hour, minute, second, 0, tz)
+            moment = datetime(year, month, day, start_hour, minute, second, 0, tz)
         else:
             assert sent is not None
             moment = sent.astimezone(tz).replace(
@@ -447,12 +455,14 @@ def _candidates(
     for pattern in _WRITTEN_TIMES:
         for match in pattern.finditer(text):
             dated.append(match.span())
-            numeric = match.groupdict().get("a") is not None
+            orders: tuple[str, ...] = ("mdy",)
+            if match.groupdict().get("a") is not None:
+                orders = ("mdy", "dmy", "ymd") if len(match.group("y")) == 2 else ("mdy", "dmy")
             readings = sorted(
                 {
                     written
-                    for day_first in ((False, True) if numeric else (False,))
-                    if (written := _written_time(match, day_first=day_first)) is not None
+                    for order in orders
+                    if (written := _written_time(match, order=order)) is not None
                 }
             )
             for written in readings:
@@ -514,7 +524,8 @@ def find_deadline(
     deadline:
     RFC 3339 (`2026-12-01T14:30:00Z`), RFC 2822 (`Tue, 01 Dec 2026 14:30:00 +0000`),
     `2026-12-01 14:30 UTC`, `at 14:30 UTC on 2026-12-01`, `on 2026-12-01 at 14:30 UTC`,
-    `December 1, 2026 at 2:30 PM UTC`, `1 Dec 2026 14:30 GMT`, `12/01/2026 14:30 UTC` (day
+    `December 1, 2026 at 2:30 PM UTC`, `1 Dec 2026 14:30 GMT`,
+    `12/01/2026 14:30 UTC` or `12/01/26 14:30 UTC` (day
     or month first: the earliest reading that can be the deadline), and, relative to the mail's
     Date, `in about 2 hours` / `within the next 90 minutes` / `30 minutes from now` /
     `in 1 hour and 30 minutes` and a

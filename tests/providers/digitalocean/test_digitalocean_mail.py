@@ -795,6 +795,41 @@ def test_a_time_without_a_date_counts_only_on_a_line_about_the_reclaim(
         assert found is not None and found[0] == _at(reclaim_hours[0], 0), found
 
 
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ("12/02/26 14:30 UTC", datetime(2026, 12, 2, 14, 30, tzinfo=timezone.utc)),
+        ("02.12.26 14:30 UTC", datetime(2026, 12, 2, 14, 30, tzinfo=timezone.utc)),
+        ("at 9:00 AM UTC on 12/03/26", datetime(2026, 12, 3, 9, 0, tzinfo=timezone.utc)),
+        ("26/12/02 14:30 UTC", datetime(2026, 12, 2, 14, 30, tzinfo=timezone.utc)),
+    ],
+)
+def test_a_date_with_a_two_digit_year_is_read(written: str, expected: datetime) -> None:
+    # Not read as a date, its time was taken for the day the mail was sent: a day early.
+    result = verdict(reclaim_mail(f"Droplet gpu-spot-1 will be reclaimed {written}."))
+    assert result.report is not None and result.report.deadline == expected, result.why
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
+    layout=st.sampled_from(["%m/%d/%y", "%d/%m/%y", "%d.%m.%y", "%m-%d-%y", "%y/%m/%d"]),
+)
+def test_a_two_digit_year_never_puts_the_deadline_later_than_written(
+    sent: datetime, ahead: int, layout: str
+) -> None:
+    deadline = sent + timedelta(minutes=ahead)
+    assume(2000 <= deadline.year < 2100)
+    text = f"Droplet gpu-spot-1 will be reclaimed {deadline:{layout}} {deadline:%H:%M} UTC."
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    # Every reading of the date that can be the deadline is tried, the earliest taken.
+    assert sent - timedelta(minutes=10) <= found[0] <= deadline.replace(second=0), (text, found)
+    if deadline.day > 12 and not layout.startswith("%y"):  # one reading only
+        assert found[0] == deadline.replace(second=0), (text, found)
+
+
 def test_a_notice_that_mentions_cancelling_is_still_a_notice() -> None:
     result = verdict(
         reclaim_mail("Droplet gpu-spot-1 will be reclaimed. This cannot be cancelled.")
