@@ -8,6 +8,7 @@ import email
 import email.policy
 import html
 import quopri
+import re
 import time
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
@@ -19,7 +20,9 @@ from forewarn.providers.base import ParseError
 from forewarn.providers.digitalocean.mail import (
     MatchRules,
     Verdict,
+    _without_blockquotes,
     find_deadline,
+    read_mail,
     reclaim_verdict,
 )
 from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
@@ -828,6 +831,39 @@ def test_a_two_digit_year_never_puts_the_deadline_later_than_written(
     assert sent - timedelta(minutes=10) <= found[0] <= deadline.replace(second=0), (text, found)
     if deadline.day > 12 and not layout.startswith("%y"):  # one reading only
         assert found[0] == deadline.replace(second=0), (text, found)
+
+
+def test_a_mail_of_thousands_of_nested_blockquotes_is_read_in_a_pass() -> None:
+    # The innermost quote was removed again and again: 6 s for this 256 KiB mail.
+    nested = "<blockquote>" * 5000 + "gpu-spot-2 at 13:00 UTC" + "</blockquote>" * 5000
+    raw = reclaim_mail(
+        "See the HTML part.", html=f"<p>gpu-spot-1 reclaimed at 14:30 UTC.</p>{nested}"
+    )
+    started = time.monotonic()
+    result = verdict(raw)
+    assert time.monotonic() - started < 2.0
+    assert result.report is not None and result.report.deadline == _at(14, 30), result.why
+    assert "gpu-spot-2" not in read_mail(raw).text
+
+
+_QUOTE_PIECES = st.sampled_from(
+    [
+        *("<blockquote>", "</blockquote>", "<BLOCKQUOTE type=cite>", "</blockquote >"),
+        *("<blockquotes>", "gpu-spot-1 ", "at 14:30 UTC", "\n", "<p>", "x"),
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(_QUOTE_PIECES, max_size=16))
+def test_quoted_html_goes_as_when_the_innermost_quote_was_removed_again_and_again(
+    pieces: list[str],
+) -> None:
+    innermost = re.compile(r"(?is)<blockquote\b[^>]*>(?:(?!<blockquote\b).)*?</blockquote\s*>")
+    expected = "".join(pieces)
+    while innermost.search(expected):
+        expected = innermost.sub(" ", expected)
+    assert _without_blockquotes("".join(pieces)) == expected
 
 
 def test_a_notice_that_mentions_cancelling_is_still_a_notice() -> None:
