@@ -22,17 +22,23 @@ forewarn_clients = LazyModule("forewarn.clients")
 models = LazyModule("lightning_models")
 
 
+def _listening_fit(agent: AgentProcess, folder: Path) -> tuple[Any, Any, Any]:
+    """A callback that hears `agent` (no signal handlers, no flag file), 40,000 samples and a
+    trainer long enough for a notice to come mid-fit."""
+    callback = lit.ForewarnCallback(
+        folder,
+        events=agent.events,
+        control=agent.control_endpoint,
+        handle_signals=False,
+        flag_file=None,
+    )
+    data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
+    return callback, data, models.trainer(callback, max_steps=10_000)
+
+
 def test_drain_saves_and_training_goes_on_terminate_saves_and_stops(tmp_path: Path) -> None:
     with AgentProcess(tmp_path) as agent:
-        callback = lit.ForewarnCallback(
-            tmp_path / "ckpt",
-            events=agent.events,
-            control=agent.control_endpoint,
-            handle_signals=False,
-            flag_file=None,
-        )
-        data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
-        trainer = models.trainer(callback, max_steps=10_000)
+        callback, data, trainer = _listening_fit(agent, tmp_path / "ckpt")
         steps: dict[str, int] = {}
 
         def operator() -> None:
@@ -292,15 +298,7 @@ def test_a_terminate_whose_save_fails_is_acked_failed_and_exit_code_is_1(tmp_pat
     """The checkpoint of a terminate failing (a full disk) raised out of fit() with no ack:
     the agent never learnt that the job left without its state, and `exit_code` was 0."""
     with AgentProcess(tmp_path) as agent:
-        callback = lit.ForewarnCallback(
-            tmp_path / "ckpt",
-            events=agent.events,
-            control=agent.control_endpoint,
-            handle_signals=False,
-            flag_file=None,
-        )
-        data = torch.utils.data.TensorDataset(torch.randn(40_000, 4), torch.randn(40_000, 1))
-        trainer = models.trainer(callback, max_steps=10_000)
+        callback, data, trainer = _listening_fit(agent, tmp_path / "ckpt")
 
         def full_disk(*_args: Any, **_options: Any) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
