@@ -115,7 +115,9 @@ def check_url(url: str) -> None:
     # at the first delivery), which stopped the webhook task for good while the agent ran on.
     try:
         port = parts.port
-        httpx.URL(url)
+        # `.host` decodes the name: a malformed punycode label (`xn--`) passed the parse and
+        # then raised at start, so the webhook never ran and no notice was delivered.
+        httpx.URL(url).host  # noqa: B018
     except (ValueError, httpx.InvalidURL):
         port = 0
     if port == 0 or any(char.isspace() or not char.isprintable() for char in url):

@@ -268,6 +268,8 @@ def test_url_from_a_file_keeps_the_secret_out_of_config(tmp_path: Path):
         ({"FOREWARN_WEBHOOK_URL": "http://127.0.0.1:99999/s3cr3t"}, "webhook.url"),
         ({"FOREWARN_WEBHOOK_URL": "http://127.0.0.1:s3cr3t/x"}, "webhook.url"),
         ({"FOREWARN_WEBHOOK_URL": "http://127.0.0 .1/s3cr3t"}, "webhook.url"),
+        # A host httpx cannot decode (a malformed punycode label) stopped the webhook at start.
+        ({"FOREWARN_WEBHOOK_URL": "https://xn--.example.org/s3cr3t"}, "webhook.url"),
         ({"FOREWARN_WEBHOOK_URL_FILE": "/nonexistent/url"}, "/nonexistent/url"),
         ({"FOREWARN_WEBHOOK_FORMAT": "teams"}, "webhook.format"),
         ({"FOREWARN_WEBHOOK_TIMEOUT": "0"}, "webhook.timeout"),
