@@ -12,6 +12,7 @@ import logging
 import math
 import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from forewarn.protocol.timefmt import format_time, utcnow
@@ -207,7 +208,7 @@ class WebhookObserver(Observer):
         except (asyncio.TimeoutError, httpx.TimeoutException):
             return True, f"{self.target} did not answer within {self.settings.timeout:g}s", 0.0
         except httpx.HTTPError as error:
-            return True, f"{self.target}: {type(error).__name__}", 0.0
+            return True, f"{self.target}: {self._why(error)}", 0.0
         if 200 <= status < 300:
             return None
         why = f"{self.target} answered {status}"
@@ -220,6 +221,19 @@ class WebhookObserver(Observer):
                 "webhook.url to the address it points to"
             )
         return status in RETRY_STATUSES, why, retry_after
+
+    def _why(self, error: httpx.HTTPError) -> str:
+        """The error's type and message, which tell a certificate not trusted from a
+        connection refused ("ConnectError" alone did not), without the URL's path, query or
+        password: they may be the secret."""
+        text = " ".join(str(error).split())
+        parts = urlsplit(self._url)
+        secrets = [self._url, parts.path, parts.query, parts.password or "", parts.username or ""]
+        for secret in sorted(secrets, key=len, reverse=True):
+            if len(secret) > 1:
+                text = text.replace(secret, "...")
+        text = text[:300]
+        return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
     def _origin(self, location: str | None) -> str:
         """` to <scheme://host:port>` of a redirect's Location (relative to the URL), or ""

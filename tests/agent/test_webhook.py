@@ -10,13 +10,25 @@ from pathlib import Path
 import httpx
 import pytest
 from forewarn.agent.config import load_settings
-from forewarn.agent.notifications.settings import check_url
-from forewarn.agent.notifications.webhook import RETRY_AFTER_CAP, retry_after, slack_text
+from forewarn.agent.notifications.settings import WebhookSettings, check_url
+from forewarn.agent.notifications.webhook import (
+    RETRY_AFTER_CAP,
+    WebhookObserver,
+    retry_after,
+    slack_text,
+)
 from forewarn.agent.protocol import Notice
 from forewarn.protocol import parse_time
 from hypothesis import given
 from hypothesis import strategies as st
-from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
+from support import (
+    AgentProcess,
+    Subscriber,
+    agent_env,
+    eventually,
+    run_forewarn,
+    self_signed_ca,
+)
 from webhook_receiver import receiver
 
 SECRET_PATH = "/hooks/T000/B000/s3cr3t-token"
@@ -146,6 +158,28 @@ def test_a_redirect_is_logged_with_where_it_points(
     where = shown or hook.url
     assert f"answered 308, a redirect to {where}, which is not followed: set webhook.url" in log
     assert "s3cr3t" not in log
+
+
+def test_a_receiver_whose_certificate_is_not_trusted_is_named_as_such(tmp_path: Path):
+    """An https receiver with a certificate of a private CA: the log said only
+    "ConnectError", the same as for a receiver that is down."""
+    with (
+        receiver(tls=self_signed_ca(tmp_path, "private-ca")) as hook,
+        agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_RETRIES="0") as agent,
+    ):
+        agent.control({"op": "notify", "action": "drain"})
+        eventually(lambda: "gave up on drain" in agent.output(), timeout=10)
+    log = agent.output()
+    assert f"{hook.url}: ConnectError: [SSL: CERTIFICATE_VERIFY_FAILED]" in log, log
+    assert "s3cr3t" not in log
+
+
+def test_an_error_that_quotes_the_url_is_logged_without_its_secret():
+    url = "https://bot:pa55w0rd@hooks.example.org" + SECRET_PATH + "?key=k3y"
+    observer = WebhookObserver(WebhookSettings(url=url), url)
+    why = observer._why(httpx.ConnectError(f"cannot reach {url} (or {SECRET_PATH}, key=k3y)"))
+    assert why.startswith("ConnectError: cannot reach ")
+    assert not any(secret in why for secret in ("s3cr3t", "pa55w0rd", "k3y", "bot:")), why
 
 
 def test_a_hung_receiver_delays_no_subscriber(tmp_path: Path):

@@ -4,12 +4,14 @@ from a script (status codes, or a hang)."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 Answer = int | float | str | tuple[int, str]
@@ -46,7 +48,10 @@ class Receiver:
 
 
 @contextmanager
-def receiver(script: list[Answer] | None = None) -> Iterator[Receiver]:
+def receiver(
+    script: list[Answer] | None = None, tls: tuple[Path, Path] | None = None
+) -> Iterator[Receiver]:
+    """`tls`: a certificate and its key (PEM files) to serve https with."""
     state = Receiver(url="", script=list(script or []))
     release = threading.Event()
 
@@ -99,7 +104,12 @@ def receiver(script: list[Answer] | None = None) -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    scheme = "https" if tls is not None else "http"
+    state.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -15,7 +15,7 @@ from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
 from hypothesis import given
 from hypothesis import strategies as st
 from k8s_support import NODE, TOKEN, Cluster, Running
-from support import refused_port
+from support import refused_port, self_signed_ca
 
 CORDON = f"kubernetes/{NODE}/cordon"
 SHUTDOWN = f"kubernetes/{NODE}/shutdown"
@@ -558,47 +558,6 @@ def test_keepalive_options_take_on_a_real_socket() -> None:
             assert sock.getsockopt(tcp, socket.TCP_USER_TIMEOUT) == 60_000
 
 
-def _self_signed_ca(directory: Path, name: str) -> tuple[Path, Path]:
-    """A CA certificate that is also the server's, for 127.0.0.1 (as a cluster CA signs the
-    API server's), and its key: PEM files."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 async def test_a_rotated_cluster_ca_is_read_again(tmp_path: Path, start_watcher: Any) -> None:
     """The cluster CA rotates: kube-root-ca.crt (the ca.crt file) gets the new CA, then the
     API server serves a certificate of the new CA. The watcher kept the CA it read at start
@@ -608,8 +567,8 @@ async def test_a_rotated_cluster_ca_is_read_again(tmp_path: Path, start_watcher:
     from forewarn.providers.kubernetes.simulate import KubernetesSimulator
     from forewarn.providers.simulator import SimServer
 
-    old_cert, old_key = _self_signed_ca(tmp_path, "old-ca")
-    new_cert, new_key = _self_signed_ca(tmp_path, "new-ca")
+    old_cert, old_key = self_signed_ca(tmp_path, "old-ca")
+    new_cert, new_key = self_signed_ca(tmp_path, "new-ca")
 
     def serving(cert: Path, key: Path) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
