@@ -23,7 +23,7 @@ import httpx
 from forewarn.protocol.errors import ConfigError
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.fetch import fetch
-from forewarn.providers.kubernetes.api import cordon_request
+from forewarn.providers.kubernetes.api import cordon_request, status_message
 from forewarn.providers.kubernetes.config import Cluster, node_name, resolve
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
 
@@ -249,7 +249,10 @@ class KubernetesNotifier(Observer):
             else:
                 if response.status_code < 300:
                     return True
-                why = f"{response.status_code}"
+                # With the API server's own message: "404" alone did not say which node it
+                # does not know, nor "422" what it found wrong with an Event.
+                message = " ".join(status_message(response.content).split())[:300]
+                why = f"{response.status_code} {message}"
                 if response.status_code == 401:
                     # The token, not the permission: it may have rotated on disk after the
                     # server stopped taking the old one. The next attempt reads it again.

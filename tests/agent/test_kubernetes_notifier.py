@@ -152,6 +152,22 @@ def test_a_refusal_names_the_missing_permission_and_the_agent_goes_on(tmp_path: 
     assert log.count("refused the event") == 1
 
 
+def test_a_cordon_of_a_node_that_is_gone_says_so(tmp_path: Path):
+    """The node was deleted (or node_name names another): the log said only "cordon failed:
+    404", not which node the API server does not know."""
+    with (
+        cluster(None) as server,
+        agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true") as running,
+    ):
+        gone = httpx.post(
+            f"{server.url}/_sim/notices", json={"kind": "delete"}, trust_env=False, timeout=5
+        )
+        assert gone.status_code < 300, gone.text
+        running.control({"op": "notify", "action": "terminate"})
+        eventually(lambda: "cordon failed" in running.output(), timeout=15)
+    assert f'cordon failed: 404 nodes "{NODE}" not found' in running.output()
+
+
 def local_notice(seq: int, action: str) -> Notice:
     now = utcnow()
     return Notice.model_validate(
