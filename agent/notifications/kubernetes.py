@@ -108,7 +108,8 @@ class KubernetesNotifier(Observer):
         self.pod_uid = env.get("POD_UID", "").strip()
         self.instance = f"forewarn-{socket.gethostname()}"
         self._transport = transport
-        self._queue: collections.deque[Notice] = collections.deque(maxlen=1000)
+        # Each notice with whether to create its Events (a restored one only cordons).
+        self._queue: collections.deque[tuple[Notice, bool]] = collections.deque(maxlen=1000)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._refused: set[str] = set()
@@ -132,15 +133,25 @@ class KubernetesNotifier(Observer):
         log.info("kubernetes: %s for node %s", " and ".join(wanted), self.node)
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        self._enqueue(notice, events=True)
+
+    def on_restored(self, notice: Notice) -> None:
+        # A terminate back from the state file is no new publication, but the agent may have
+        # stopped before its cordon went through (the API server slow or down): cordon again,
+        # which changes nothing on a node cordoned already. Its Events were the first run's.
+        if self.settings.cordon and notice.action == "terminate":
+            self._enqueue(notice, events=False)
+
+    def _enqueue(self, notice: Notice, *, events: bool) -> None:
         if len(self._queue) == self._queue.maxlen:
             # The deque would drop the oldest without a word; say so, as the webhook does.
             self.dropped += 1
             log.warning(
                 "kubernetes: %d notices wait for the API server; dropping the Event of %s",
                 len(self._queue),
-                self._queue[0].id,
+                self._queue[0][0].id,
             )
-        self._queue.append(notice)
+        self._queue.append((notice, events))
         if self._wake is not None:
             self._wake.set()
 
@@ -172,14 +183,14 @@ class KubernetesNotifier(Observer):
                 while not self._queue:
                     self._wake.clear()
                     await self._wake.wait()
-                notice = self._queue.popleft()
+                notice, events = self._queue.popleft()
                 try:
-                    await self._tell(client, notice)
+                    await self._tell(client, notice, events)
                 except Exception:
                     # One bad notice must not end the notifier.
                     log.exception("kubernetes: could not report %s", notice.id)
 
-    async def _tell(self, client: httpx.AsyncClient, notice: Notice) -> None:
+    async def _tell(self, client: httpx.AsyncClient, notice: Notice, events: bool) -> None:
         if self.settings.cordon and notice.action == "terminate" and not self._cordoned:
             request = cordon_request(self.cluster, self.node, True)
             if await self._send(
@@ -192,7 +203,7 @@ class KubernetesNotifier(Observer):
             ):
                 self._cordoned = True
                 log.info("kubernetes: cordoned node %s for %s", self.node, notice.id)
-        if not self.settings.events:
+        if not (self.settings.events and events):
             return
         # `kubectl describe` finds an object's Events by its uid too (a field selector on
         # involvedObject.uid): without one, none of these showed there. For a Node it also

@@ -120,6 +120,30 @@ def test_terminate_cordons_the_node_once_when_asked(tmp_path: Path):
     assert running.output().count("cordoned node") == 1
 
 
+def test_a_terminate_restored_after_a_restart_mid_cordon_still_cordons(tmp_path: Path):
+    """The agent is restarted while the API server holds its cordon: the terminate comes back
+    from the state file, but only a new publication cordoned, so the node stayed schedulable
+    for the rest of its life."""
+    with cluster(WATCH | {"patch:nodes"}) as server:
+        hold = {"kind": "hang", "path": f"/api/v1/nodes/{NODE}", "method": "PATCH", "count": 1}
+        httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
+
+        def faults() -> list[Any]:
+            answer = httpx.get(f"{server.url}/_sim/faults", trust_env=False, timeout=5)
+            return list(answer.json()["faults"])
+
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true") as first:
+            first.control({"op": "notify", "action": "terminate"})
+            eventually(lambda: faults() == [], timeout=15, what="the cordon held")
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true") as second:
+            eventually(
+                lambda: sim_state(server)["node"]["spec"].get("unschedulable") is True,
+                timeout=10,
+                what="the cordon after the restart",
+            )
+    assert "restored" in second.output() and "cordoned node gpu-node-7" in second.output()
+
+
 def test_no_cordon_unless_asked(tmp_path: Path):
     with (
         cluster(None) as server,
