@@ -29,6 +29,7 @@ from forewarn.providers.kubernetes.settings import Settings as KubernetesSetting
 
 from ..observer import Observer
 from ..protocol import Notice
+from .pending import named
 
 log = logging.getLogger("forewarn.kubernetes")
 
@@ -112,6 +113,7 @@ class KubernetesNotifier(Observer):
         self._queue: collections.deque[tuple[Notice, bool]] = collections.deque(maxlen=1000)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._reporting: Notice | None = None  # taken off the queue, not yet done
         self._refused: set[str] = set()
         self._cordoned = False
         self.request_timeout = REQUEST_TIMEOUT
@@ -158,6 +160,16 @@ class KubernetesNotifier(Observer):
     def on_stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        # Stopping ends the request in progress and those waiting: say which, as the
+        # webhook does, rather than lose a terminate's Event (or its cordon) in silence.
+        current = [self._reporting] if self._reporting is not None else []
+        left = current + [notice for notice, _ in self._queue]
+        if left:
+            log.warning(
+                "kubernetes: stopping with %d notice(s) not reported to the API server: %s",
+                len(left),
+                named(left),
+            )
 
     def parts(self) -> dict[str, bool]:
         return {} if self._task is None else {"kubernetes-notifier": not self._task.done()}
@@ -184,11 +196,13 @@ class KubernetesNotifier(Observer):
                     self._wake.clear()
                     await self._wake.wait()
                 notice, events = self._queue.popleft()
+                self._reporting = notice
                 try:
                     await self._tell(client, notice, events)
                 except Exception:
                     # One bad notice must not end the notifier.
                     log.exception("kubernetes: could not report %s", notice.id)
+                self._reporting = None
 
     async def _tell(self, client: httpx.AsyncClient, notice: Notice, events: bool) -> None:
         if self.settings.cordon and notice.action == "terminate" and not self._cordoned:

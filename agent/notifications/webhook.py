@@ -21,6 +21,7 @@ from forewarn.providers.httpdate import parse_http_date
 
 from ..observer import Observer
 from ..protocol import Notice
+from .pending import named
 from .settings import WebhookSettings
 
 log = logging.getLogger("forewarn.webhook")
@@ -138,8 +139,7 @@ class WebhookObserver(Observer):
                 "webhook: stopping with %d notice(s) not delivered to %s: %s",
                 len(left),
                 self.target,
-                ", ".join(f"{notice.action} {notice.id}" for notice in left[:10])
-                + (", ..." if len(left) > 10 else ""),
+                named(left),
             )
 
     def parts(self) -> dict[str, bool]:

@@ -36,6 +36,12 @@ def sim_state(server: SimServer) -> dict[str, Any]:
     return dict(httpx.get(f"{server.url}/_sim/state", trust_env=False, timeout=5).json())
 
 
+def sim_faults(server: SimServer) -> list[dict[str, Any]]:
+    """The faults still in force (a `count` fault is gone once its requests met it)."""
+    answer = httpx.get(f"{server.url}/_sim/faults", trust_env=False, timeout=5)
+    return list(answer.json()["faults"])
+
+
 def agent(tmp_path: Path, server: SimServer, **settings: str) -> AgentProcess:
     token = tmp_path / "token"
     token.write_text("t1")
@@ -128,13 +134,9 @@ def test_a_terminate_restored_after_a_restart_mid_cordon_still_cordons(tmp_path:
         hold = {"kind": "hang", "path": f"/api/v1/nodes/{NODE}", "method": "PATCH", "count": 1}
         httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
 
-        def faults() -> list[Any]:
-            answer = httpx.get(f"{server.url}/_sim/faults", trust_env=False, timeout=5)
-            return list(answer.json()["faults"])
-
         with agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true") as first:
             first.control({"op": "notify", "action": "terminate"})
-            eventually(lambda: faults() == [], timeout=15, what="the cordon held")
+            eventually(lambda: sim_faults(server) == [], timeout=15, what="the cordon held")
         with agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true") as second:
             eventually(
                 lambda: sim_state(server)["node"]["spec"].get("unschedulable") is True,
@@ -142,6 +144,22 @@ def test_a_terminate_restored_after_a_restart_mid_cordon_still_cordons(tmp_path:
                 what="the cordon after the restart",
             )
     assert "restored" in second.output() and "cordoned node gpu-node-7" in second.output()
+
+
+def test_events_not_reported_at_stop_are_named(tmp_path: Path):
+    """The agent stops while the API server holds an Event and another notice waits: both
+    are logged as not reported (the webhook's are), not dropped without a word."""
+    with cluster(None) as server:
+        hold = {"kind": "hang", "path": "/apis/", "method": "POST", "count": 1}
+        httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as running:
+            running.control({"op": "notify", "action": "drain", "note": "held"})
+            eventually(lambda: sim_faults(server) == [], timeout=15, what="the held Event")
+            running.control({"op": "notify", "action": "terminate", "deadline": None})
+            assert running.stop() == 0
+    log = running.output()
+    assert "stopping with 2 notice(s) not reported to the API server" in log, log
+    assert "drain local/manual/" in log and "terminate local/manual/" in log
 
 
 def test_no_cordon_unless_asked(tmp_path: Path):
