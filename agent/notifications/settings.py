@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import ssl
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -26,6 +27,12 @@ class WebhookSettings(BaseModel):
         default=None,
         description="A file holding the URL (read at start), so the secret stays out of "
         "the configuration; used when `url` is unset.",
+    )
+    ca_file: Path | None = Field(
+        default=None,
+        description="PEM file of the CA certificates to trust for an https receiver signed by "
+        "a private CA (read at start); unset, the public CAs httpx ships (certifi), not the "
+        "system store nor SSL_CERT_FILE.",
     )
     format: Literal["json", "slack"] = Field(
         default="json",
@@ -94,6 +101,18 @@ class WebhookSettings(BaseModel):
             read_url_file(value)
         return value
 
+    @field_validator("ca_file")
+    @classmethod
+    def _ca_file(cls, value: Path | None) -> Path | None:
+        # Read now, so a missing or bad file stops the agent at start (exit 2).
+        if value is not None:
+            tls_context(value)
+        return value
+
+    def verify(self) -> ssl.SSLContext | bool:
+        """What the client checks the receiver's certificate against."""
+        return True if self.ca_file is None else tls_context(self.ca_file)
+
     def resolved_url(self) -> str | None:
         """The URL to post to, or None when webhooks are off."""
         if self.url is not None:
@@ -127,6 +146,16 @@ def check_url(url: str) -> None:
         )
 
 
+def tls_context(ca_file: Path) -> ssl.SSLContext:
+    """A client context trusting the CA certificates of `ca_file`; ValueError saying why not."""
+    try:
+        return ssl.create_default_context(cafile=str(ca_file))
+    except ssl.SSLError:
+        raise ValueError(f"no certificate in {ca_file} (expected PEM)") from None
+    except OSError as error:
+        raise ValueError(f"cannot read {ca_file}: {error.strerror or error}") from None
+
+
 def read_url_file(path: Path) -> str:
     try:
         text = path.read_text(encoding="utf-8").strip()
@@ -141,4 +170,4 @@ def read_url_file(path: Path) -> str:
     return text
 
 
-__all__ = ["WebhookSettings", "check_url", "read_url_file"]
+__all__ = ["WebhookSettings", "check_url", "read_url_file", "tls_context"]

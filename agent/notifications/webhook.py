@@ -154,6 +154,7 @@ class WebhookObserver(Observer):
         async with httpx.AsyncClient(
             timeout=self.settings.timeout,
             trust_env=False,
+            verify=self.settings.verify(),
             transport=self._transport,
             headers={"User-Agent": USER_AGENT, "Content-Type": "application/json"},
         ) as client:

@@ -6,6 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import certifi
 import pytest
 from forewarn.agent import configdoc
 from forewarn.agent.config import ConfigError, load_settings, settings_model
@@ -15,13 +16,14 @@ from pydantic.fields import FieldInfo
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 # Keys whose value has a required shape; the others get a value from their type.
-# The webhook URL file is read when the configuration loads, so it must exist.
+# The webhook URL and CA files are read when the configuration loads, so they must exist.
 WEBHOOK_URL_FILE = Path(tempfile.mkdtemp(prefix="forewarn-configdoc-")) / "webhook-url"
 WEBHOOK_URL_FILE.write_text("https://hooks.example.org/forewarn\n")
 
 SHAPED = {
     "providers": "local,aws",
     "webhook.url_file": str(WEBHOOK_URL_FILE),
+    "webhook.ca_file": certifi.where(),
     "events": "tcp://127.0.0.1:5999",
     "control": "tcp://127.0.0.1:5998",
     "metrics_address": "127.0.0.1:5997",

@@ -174,6 +174,19 @@ def test_a_receiver_whose_certificate_is_not_trusted_is_named_as_such(tmp_path: 
     assert "s3cr3t" not in log
 
 
+def test_a_receiver_with_a_private_ca_is_trusted_through_ca_file(tmp_path: Path):
+    """An internal https receiver signed by the company's CA could not be used at all: the
+    agent trusted only certifi's CAs, and neither the system store nor SSL_CERT_FILE."""
+    cert, key = self_signed_ca(tmp_path, "private-ca")
+    with (
+        receiver(tls=(cert, key)) as hook,
+        agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_CA_FILE=str(cert)) as agent,
+    ):
+        agent.control({"op": "notify", "action": "drain"})
+        (delivery,) = hook.wait_for(1)
+    assert delivery.body["action"] == "drain"
+
+
 def test_an_error_that_quotes_the_url_is_logged_without_its_secret():
     url = "https://bot:pa55w0rd@hooks.example.org" + SECRET_PATH + "?key=k3y"
     observer = WebhookObserver(WebhookSettings(url=url), url)
@@ -305,6 +318,8 @@ def test_url_from_a_file_keeps_the_secret_out_of_config(tmp_path: Path):
         # A host httpx cannot decode (a malformed punycode label) stopped the webhook at start.
         ({"FOREWARN_WEBHOOK_URL": "https://xn--.example.org/s3cr3t"}, "webhook.url"),
         ({"FOREWARN_WEBHOOK_URL_FILE": "/nonexistent/url"}, "/nonexistent/url"),
+        ({"FOREWARN_WEBHOOK_CA_FILE": "/nonexistent/ca.pem"}, "webhook.ca_file"),
+        ({"FOREWARN_WEBHOOK_CA_FILE": __file__}, "webhook.ca_file: no certificate in"),
         ({"FOREWARN_WEBHOOK_FORMAT": "teams"}, "webhook.format"),
         ({"FOREWARN_WEBHOOK_TIMEOUT": "0"}, "webhook.timeout"),
     ],
