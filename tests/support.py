@@ -175,6 +175,25 @@ def self_signed_ca(directory: Path, name: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+def local_notice(seq: int, action: str) -> Any:
+    """A manual notice `local/<seq>` sent now, for an observer fed directly (not started)."""
+    from forewarn.agent.protocol import Notice
+    from forewarn.protocol.timefmt import utcnow
+
+    now = utcnow()
+    return Notice.model_validate(
+        {
+            "id": f"local/{seq}",
+            "seq": seq,
+            "action": action,
+            "reason": "manual",
+            "provider": "local",
+            "noticed_at": now,
+            "sent_at": now,
+        }
+    )
+
+
 def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment for an agent or client under test: its own runtime and state
     directories, no proxies, Google's metadata variables on a dead loopback port, and every

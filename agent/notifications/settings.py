@@ -58,7 +58,8 @@ class WebhookSettings(BaseModel):
         default=1000,
         ge=1,
         le=100_000,
-        description="Notices held for delivery; past it the oldest is dropped (and logged).",
+        description="Notices held for delivery; past it the oldest is dropped (and logged "
+        "by action and id).",
     )
 
     @field_validator("*", mode="before")

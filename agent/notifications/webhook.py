@@ -119,10 +119,15 @@ class WebhookObserver(Observer):
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         if len(self._queue) == self._queue.maxlen:
             self.dropped += 1
+            oldest = self._queue[0]
+            # Named: "dropping the oldest" alone left no way to tell which notice the
+            # receiver never got.
             log.warning(
-                "webhook: %d notices wait for %s; dropping the oldest",
+                "webhook: %d notices wait for %s; dropping the oldest, %s %s",
                 len(self._queue),
                 self.target,
+                oldest.action,
+                oldest.id,
             )
         self._queue.append(notice)
         if self._wake is not None:

@@ -11,15 +11,20 @@ from typing import Any
 import httpx
 import pytest
 from forewarn.agent.notifications.kubernetes import KubernetesNotifier, camel, event_body
-from forewarn.agent.protocol import Notice
-from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.kubernetes.settings import Settings
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator, event_problems
 from forewarn.providers.simulator import SimServer
 from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from support import AgentProcess, agent_env, eventually, eventually_async, run_forewarn
+from support import (
+    AgentProcess,
+    agent_env,
+    eventually,
+    eventually_async,
+    local_notice,
+    run_forewarn,
+)
 
 NODE = "gpu-node-7"
 WATCH = frozenset({"get:nodes", "list:nodes", "watch:nodes"})
@@ -208,21 +213,6 @@ def test_a_cordon_of_a_node_that_is_gone_says_so(tmp_path: Path):
         running.control({"op": "notify", "action": "terminate"})
         eventually(lambda: "cordon failed" in running.output(), timeout=15)
     assert f'cordon failed: 404 nodes "{NODE}" not found' in running.output()
-
-
-def local_notice(seq: int, action: str) -> Notice:
-    now = utcnow()
-    return Notice.model_validate(
-        {
-            "id": f"local/{seq}",
-            "seq": seq,
-            "action": action,
-            "reason": "manual",
-            "provider": "local",
-            "noticed_at": now,
-            "sent_at": now,
-        }
-    )
 
 
 def _events_notifier(tmp_path: Path, url: str) -> tuple[Path, KubernetesNotifier]:

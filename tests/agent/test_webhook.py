@@ -26,6 +26,7 @@ from support import (
     Subscriber,
     agent_env,
     eventually,
+    local_notice,
     run_forewarn,
     self_signed_ca,
 )
@@ -193,6 +194,19 @@ def test_an_error_that_quotes_the_url_is_logged_without_its_secret():
     why = observer._why(httpx.ConnectError(f"cannot reach {url} (or {SECRET_PATH}, key=k3y)"))
     assert why.startswith("ConnectError: cannot reach ")
     assert not any(secret in why for secret in ("s3cr3t", "pa55w0rd", "k3y", "bot:")), why
+
+
+def test_a_full_queue_names_the_notice_it_drops(caplog: pytest.LogCaptureFixture):
+    """Past `queue`, the oldest notice is dropped: the log said how many wait, not which
+    notice the receiver will never get."""
+    url = "https://hooks.example.org" + SECRET_PATH
+    observer = WebhookObserver(WebhookSettings(url=url, queue=2), url)  # not started
+    for seq in (1, 2, 3):
+        observer.on_notice(local_notice(seq, "drain"), escalated=False)
+    dropped = [r.getMessage() for r in caplog.records if "dropping" in r.getMessage()]
+    assert dropped == [
+        "webhook: 2 notices wait for https://hooks.example.org; dropping the oldest, drain local/1"
+    ]
 
 
 def test_a_hung_receiver_delays_no_subscriber(tmp_path: Path):
