@@ -440,9 +440,27 @@ def load_settings(
     except ValidationError as error:
         raise ConfigError(describe_error(error, model)) from None
     except SettingsError as error:
-        raise ConfigError(f"environment: {error}") from None
+        raise ConfigError(_environment_error(error, model)) from None
     finally:
         _CONFIG_FILE["path"] = None
+
+
+def _environment_error(error: SettingsError, model: type[Settings]) -> str:
+    """pydantic-settings' complaint about a variable, made plain where it can be: a section
+    set as one variable (`FOREWARN_WEBHOOK=<url>`) got 'error parsing value for field
+    "webhook" from source "EnvSettingsSource"', naming neither the fix nor the variable."""
+    found = re.search(r'field "([^"]+)"', str(error))
+    field = model.model_fields.get(found.group(1)) if found else None
+    section = field.annotation if field is not None else None
+    if found and isinstance(section, type) and issubclass(section, BaseModel):
+        key = found.group(1)
+        variable = f"FOREWARN_{key.upper()}"
+        example = f"{variable}_{next(iter(section.model_fields)).upper()}"
+        return (
+            f"environment {variable}: {key} is a section, not a value: set its keys "
+            f"({variable}_<KEY>, such as {example})"
+        )
+    return f"environment: {error}"
 
 
 # FOREWARN_* variables that are not settings of the agent: read by `load_settings` itself, by

@@ -797,6 +797,31 @@ def test_a_value_where_a_section_belongs_says_it_is_a_section(
     assert "instance of" not in text
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("FOREWARN_WEBHOOK", "https://hooks.example.org/s3cr3t"),
+        ("FOREWARN_AWS", "http://[::1]:1338"),
+    ],
+)
+def test_a_variable_where_a_section_belongs_says_it_is_a_section(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """`FOREWARN_WEBHOOK=<url>` got 'error parsing value for field "webhook" from source
+    "EnvSettingsSource"', which says neither that it is a section nor which variable to set."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    key = variable.removeprefix("FOREWARN_").lower()
+    section = settings_model().model_fields[key].annotation
+    first = next(iter(section.model_fields)).upper()  # type: ignore[union-attr]
+    assert str(caught.value) == (
+        f"environment {variable}: {key} is a section, not a value: set its keys "
+        f"({variable}_<KEY>, such as {variable}_{first})"
+    )
+    assert "s3cr3t" not in str(caught.value)
+
+
 def test_a_file_key_a_variable_or_flag_overrides_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
