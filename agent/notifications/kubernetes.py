@@ -116,6 +116,9 @@ class KubernetesNotifier(Observer):
         self._reporting: Notice | None = None  # taken off the queue, not yet done
         self._refused: set[str] = set()
         self._cordoned = False
+        # The terminates in force: once none is, the operator may uncordon (as the docs say
+        # to after a withdrawn one), and the next terminate must cordon again.
+        self._terminating: set[str] = set()
         self.request_timeout = REQUEST_TIMEOUT
         self.created = 0
         self.failed = 0
@@ -205,6 +208,12 @@ class KubernetesNotifier(Observer):
                 self._reporting = None
 
     async def _tell(self, client: httpx.AsyncClient, notice: Notice, events: bool) -> None:
+        if notice.action == "terminate":
+            self._terminating.add(notice.id)
+        else:  # cleared, or a drain again
+            self._terminating.discard(notice.id)
+            if not self._terminating:
+                self._cordoned = False
         if self.settings.cordon and notice.action == "terminate" and not self._cordoned:
             request = cordon_request(self.cluster, self.node, True)
             if await self._send(

@@ -131,6 +131,36 @@ def test_terminate_cordons_the_node_once_when_asked(tmp_path: Path):
     assert running.output().count("cordoned node") == 1
 
 
+def test_a_terminate_after_the_operator_uncordoned_cordons_again(tmp_path: Path):
+    """A drill's terminate cordons; it is cleared and the operator uncordons, as the docs
+    say to. The next terminate, the real reclaim, left the node schedulable: the agent
+    cordoned once in its life."""
+
+    def cordoned() -> bool:
+        return sim_state(server)["node"]["spec"].get("unschedulable") is True
+
+    with (
+        cluster(WATCH | {"patch:nodes"}) as server,
+        agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true") as running,
+    ):
+        drill = running.control({"op": "notify", "action": "terminate"})["notice"]
+        eventually(cordoned, timeout=15, what="the drill's cordon")
+        running.control({"op": "clear", "id": drill["id"]})
+        uncordon = httpx.patch(
+            f"{server.url}/api/v1/nodes/{NODE}",
+            json={"spec": {"unschedulable": False}},
+            headers={
+                "Content-Type": "application/merge-patch+json",
+                "Authorization": "Bearer t1",
+            },
+            trust_env=False,
+            timeout=5,
+        )
+        assert uncordon.status_code == 200 and not cordoned()
+        running.control({"op": "notify", "action": "terminate", "note": "the real one"})
+        eventually(cordoned, timeout=10, what="the cordon of the next terminate")
+
+
 def test_a_terminate_restored_after_a_restart_mid_cordon_still_cordons(tmp_path: Path):
     """The agent is restarted while the API server holds its cordon: the terminate comes back
     from the state file, but only a new publication cordoned, so the node stayed schedulable
