@@ -27,8 +27,10 @@ from .settings import WebhookSettings
 log = logging.getLogger("forewarn.webhook")
 
 USER_AGENT = "forewarn-webhook/1"
-# Answers worth another try: the receiver is busy or broken, not refusing this message.
-RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+# Answers worth another try besides every 5xx: the receiver is busy, not refusing this
+# message. Every 5xx, as the docs say: a receiver behind Cloudflare answers 520-524 while it
+# is down or slow, and such a notice was dropped at the first answer.
+RETRY_STATUSES = frozenset({408, 425, 429})
 # A receiver's Retry-After is honoured up to this, so one notice cannot hold the queue for
 # as long as a receiver likes.
 RETRY_AFTER_CAP = 60.0
@@ -226,7 +228,7 @@ class WebhookObserver(Observer):
                 f", a redirect{self._origin(location)}, which is not followed: set "
                 "webhook.url to the address it points to"
             )
-        return status in RETRY_STATUSES, why, retry_after
+        return status in RETRY_STATUSES or 500 <= status < 600, why, retry_after
 
     def _why(self, error: httpx.HTTPError) -> str:
         """The error's type and message, which tell a certificate not trusted from a

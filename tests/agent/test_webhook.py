@@ -30,7 +30,7 @@ from support import (
     run_forewarn,
     self_signed_ca,
 )
-from webhook_receiver import receiver
+from webhook_receiver import Answer, receiver
 
 SECRET_PATH = "/hooks/T000/B000/s3cr3t-token"
 
@@ -70,6 +70,17 @@ def test_failures_are_retried_through_three_500s(tmp_path: Path):
         (delivery,) = hook.wait_for(1, timeout=20)
         assert hook.attempts == 4
         assert delivery.body["action"] == "drain"
+
+
+def test_every_5xx_is_retried_as_documented(tmp_path: Path):
+    """Cloudflare's 520-524 (the receiver behind it down or slow) and a 507 are 5xx, which
+    the docs say are retried: the notice was dropped at the first."""
+    script: list[Answer] = [524, 520, 507]
+    with receiver(script=script) as hook, agent_with_webhook(tmp_path, hook.url) as agent:
+        agent.control({"op": "notify", "action": "terminate"})
+        (delivery,) = hook.wait_for(1, timeout=20)
+        assert hook.attempts == 4
+    assert delivery.body["action"] == "terminate"
 
 
 def peak_rss_mb(pid: int) -> float:
