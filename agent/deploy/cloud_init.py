@@ -50,15 +50,21 @@ _QUOTE_FOR_SYSTEMD = re.compile(r"[\s\"'\\;]")
 _SHELL_OPERATORS = frozenset({";", "&&", "||", "|", "&", ">", ">>", "<", "2>", "2>&1"})
 
 
-# `install -d -o USER` hands an existing directory to USER: a training directory of `/`,
-# `/home` or `/opt/forewarn` gave the training user the root file system, every home, or the
-# programs root runs (`forewarn` itself).
+# `install -d -o USER` hands an existing directory to USER (mode 0755, through a symlink too):
+# a training directory of `/`, `/home` or `/opt/forewarn` gave the training user the root file
+# system, every home, or the programs root runs (`forewarn` itself); `/var/tmp` lost its
+# sticky bit, `/var/lib` and `/var/log` went to the job's user; `/var/run` is `/run`.
 _SYSTEM_TOP = re.compile(
-    r"^/(bin|boot|dev|etc|home|lib\w*|media|mnt|opt|proc|root|run|sbin|snap|srv|sys|tmp|usr|var)?\Z"
+    r"^/(bin|boot|dev|etc|home|lib\w*|media|mnt|opt|proc|root|run|sbin|snap|srv|sys|tmp|usr"
+    r"|var(/[^/]+)?)?\Z"
 )
 _SYSTEM_TREE = re.compile(
-    r"^/(bin|boot|dev|etc|lib\w*|proc|root|run|sbin|sys|usr|opt/forewarn|var/lib/forewarn)/"
+    r"^/(bin|boot|dev|etc|lib\w*|proc|root|run|sbin|sys|usr|opt/forewarn|var/lib/forewarn"
+    r"|var/run|var/lock)/"
 )
+# A home directory: another user's, handed to the training user, locked its owner out of ssh
+# (sshd refuses keys in a home its owner does not own).
+_HOME = re.compile(r"^/home/(?P<user>[^/]+)\Z")
 
 
 def _system_dir(path: str) -> bool:
@@ -206,6 +212,13 @@ def render(
             f"--training-dir {training_dir!r}: a directory of the system or of forewarn; the "
             "machine would give it to the training user (install -d -o): name one of its own, "
             "such as /srv/training"
+        )
+    home = _HOME.match(training_dir)
+    if home and home.group("user") != training_user:
+        raise RenderError(
+            f"--training-dir {training_dir!r}: the home of user {home.group('user')!r}; the "
+            f"machine would give it to {training_user!r} (install -d -o): name a directory "
+            f"inside it, or /home/{training_user}"
         )
     try:
         argv = shlex.split(training_command)
