@@ -244,6 +244,15 @@ def render(
         if not spec.strip():
             raise RenderError(f"--package {spec!r}: not a requirement")
         one_line(spec, f"--package {spec!r}")
+        words = spec.split()
+        if len(words) > 1 and any(word.startswith("-") for word in words):
+            # One word of pip's command line: `torch --index-url URL` is no requirement, and
+            # pip refused the whole install with it, forewarn's own included.
+            raise RenderError(
+                f"--package {spec!r}: pip reads each --package as one requirement (or one "
+                "option written as a single word, --extra-index-url=URL); give the option as "
+                "a --package of its own"
+            )
 
     # pip needs git itself for a git URL, and Debian's cloud images come without it.
     system_packages = ["python3-venv"]

@@ -266,6 +266,13 @@ def test_a_shell_operator_in_the_training_command_is_refused(operator: str):
         (("--training-unit=-x.service",), "--training-unit '-x.service'"),
         (("--training-unit", "x" * 248 + ".service"), "--training-unit 'xxx"),
         (("--package", " "), "--package ' '"),
+        # One word of pip's command line: pip refused it as a requirement, and with it the
+        # whole install, forewarn's included (the machine came up with no agent).
+        (
+            ("--package", "torch --index-url https://download.pytorch.org/whl/cu121"),
+            "--package 'torch --index-url https://download.pytorch.org/whl/cu121': pip reads",
+        ),
+        (("--package", "--pre torch"), "--package '--pre torch': pip reads"),
         (("--source", "forewarn"), "--source 'forewarn': the new machine cannot install"),
         (("--source", "./dist/forewarn.whl"), "--source './dist/forewarn.whl'"),
         (("--source", "file:///tmp/f.whl"), "--source 'file:///tmp/f.whl'"),
@@ -368,6 +375,16 @@ def test_every_installable_source_becomes_one_pip_requirement(source: str, tmp_p
     # pip runs git for a git URL; Debian's cloud images have none until it is installed.
     packages = yaml.safe_load(result.stdout)["packages"]
     assert packages == (["python3-venv", "git"] if "git+" in source else ["python3-venv"])
+
+
+@pytest.mark.parametrize(
+    "package", ["torch >= 2.1; python_version >= '3.10'", "--extra-index-url=https://h.example/x"]
+)
+def test_a_requirement_with_spaces_or_an_option_in_one_word_reaches_pip_whole(package: str):
+    result = run_render(f"--package={package}")
+    assert result.returncode == 0, result.stderr
+    pip = next(cmd for cmd in yaml.safe_load(result.stdout)["runcmd"] if cmd[0].endswith("/pip"))
+    assert pip[-1] == package
 
 
 EXAMPLE_UNIT = (SYSTEMD / "example-training.service").read_text()
