@@ -131,6 +131,17 @@ def test_user_data_installs_writes_and_starts_everything(rendered: Path):
     assert install < runcmd.index(starts[0])
 
 
+def test_a_training_user_the_image_already_has_joins_forewarn_before_the_job_starts(
+    rendered: Path,
+):
+    """cloud-init skips a user that exists ("User ml already exists, skipping"), groups and
+    all: on an image with the training user built in, the job ran outside `forewarn` and
+    could not open the agent's sockets. runcmd adds the membership itself."""
+    runcmd = yaml.safe_load(rendered.read_text())["runcmd"]
+    join = runcmd.index(["usermod", "-aG", "forewarn", "ml"])
+    assert join < runcmd.index(["systemctl", "enable", "--now", "training.service"])
+
+
 def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Path, tool: Tool):
     analyze = tool("systemd-analyze")
     stand_in = tmp_path / "program"
