@@ -468,16 +468,19 @@ def _environment_error(error: SettingsError, model: type[Settings]) -> str:
 _NOT_SETTINGS = ("CONFIG", "CHECKPOINT_", "IMAP_")
 
 
-def _check_environment_names(model: type[Settings]) -> None:
-    """A FOREWARN_ variable one typo away from a setting is an error naming the setting it
-    resembles: pydantic-settings ignores an unknown one, so `FOREWARN_EXIT_MARGN=5` left the
-    margin at its default in silence (a section's unknown key is refused already), and so
-    did a typo in a section's name: `FOREWARN_DIGITAL_OCEAN_IMAP_HOST` left the mailbox
-    unwatched, `FOREWARN_KUBERNETS_EVENTS=true` the Events off."""
-    keys = [name.upper() for name in model.model_fields]
+def variable_problem(variable: str, model: type[Settings], *, strict: bool = False) -> str | None:
+    """Why the FOREWARN_ variable `variable` is no setting of `model`, or None (also for a
+    variable without the prefix). Not `strict` (the agent's own environment): only a name one
+    typo away from a setting, since pydantic-settings ignores an unknown one and names a
+    section's unknown key itself. `strict` (`forewarn render cloud-init --env`, a file that
+    holds the agent's settings only): any name that is no setting."""
+    name = variable.upper().removeprefix("FOREWARN_")
+    keys = [key.upper() for key in model.model_fields]
+    if name == variable.upper() or name in keys or name.startswith(_NOT_SETTINGS):
+        return None
     sections: dict[str, type[BaseModel]] = {
-        name.upper(): field.annotation
-        for name, field in model.model_fields.items()
+        key.upper(): field.annotation
+        for key, field in model.model_fields.items()
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
     }
     section_keys = [
@@ -485,17 +488,26 @@ def _check_environment_names(model: type[Settings]) -> None:
         for section, section_model in sections.items()
         for key in section_model.model_fields
     ]
+    if name in section_keys or (
+        not strict and any(name.startswith(section + "_") for section in sections)
+    ):
+        return None
+    near = difflib.get_close_matches(name, keys + section_keys, n=1, cutoff=0.8)
+    if near:
+        return f"not a setting (did you mean FOREWARN_{near[0]}?)"
+    return "not a setting" if strict else None
+
+
+def _check_environment_names(model: type[Settings]) -> None:
+    """A FOREWARN_ variable one typo away from a setting is an error naming the setting it
+    resembles: pydantic-settings ignores an unknown one, so `FOREWARN_EXIT_MARGN=5` left the
+    margin at its default in silence (a section's unknown key is refused already), and so
+    did a typo in a section's name: `FOREWARN_DIGITAL_OCEAN_IMAP_HOST` left the mailbox
+    unwatched, `FOREWARN_KUBERNETS_EVENTS=true` the Events off."""
     for variable in sorted(os.environ):
-        name = variable.upper().removeprefix("FOREWARN_")
-        if name == variable.upper() or name in keys or name.startswith(_NOT_SETTINGS):
-            continue
-        if any(name.startswith(section + "_") for section in sections):
-            continue  # pydantic names a section's unknown key itself
-        near = difflib.get_close_matches(name, keys + section_keys, n=1, cutoff=0.8)
-        if near:
-            raise ConfigError(
-                f"environment {variable}: not a setting (did you mean FOREWARN_{near[0]}?)"
-            )
+        problem = variable_problem(variable, model)
+        if problem:
+            raise ConfigError(f"environment {variable}: {problem}")
 
 
 def _once_in_any_case(keys: dict[str, Any], source: str) -> None:
@@ -544,4 +556,5 @@ __all__ = [
     "load_settings",
     "parse_listen_address",
     "settings_model",
+    "variable_problem",
 ]

@@ -132,6 +132,21 @@ def env_file(pairs: Sequence[str], option: str) -> str:
     return "\n".join(lines) + "\n" if lines else "# (no settings)\n"
 
 
+def agent_variables(pairs: Sequence[str]) -> None:
+    """RenderError for a FOREWARN_ variable of --env that is no setting of the agent: on the
+    machine the agent exits 2 at each start on a near typo (`FOREWARN_PROVIDER`) and ignores
+    any other, so the machine came up without the agent or without what was asked of it.
+    Only names: a value may name a file (`webhook.url_file`) that exists there, not here."""
+    from ..config import settings_model, variable_problem
+
+    model = settings_model()
+    for pair in pairs:
+        key = pair.partition("=")[0]
+        problem = variable_problem(key, model, strict=True)
+        if problem:
+            raise RenderError(f"--env {key}: {problem}")
+
+
 def set_keys(unit: str, values: dict[str, str]) -> str:
     """Replace the value of each `Key=` line of a unit (the first occurrence)."""
     for key, value in values.items():
@@ -265,6 +280,7 @@ def render(
         "agent_unit": (SYSTEMD / "forewarn-agent.service").read_text(),
         "training_unit": training_unit(training_user, training_dir, argv),
     }
+    agent_variables(agent_env)
     # JSON strings are valid YAML scalars: quoting never depends on what a value holds.
     values = {
         "package": ", ".join(json.dumps(spec.strip()) for spec in packages),

@@ -304,6 +304,36 @@ def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], complaint: s
     assert complaint in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("variable", "complaint"),
+    [
+        # The agent exits 2 at each start on the first (a typo of FOREWARN_PROVIDERS) and
+        # ignores the second: either way the machine came up without what was asked for.
+        (
+            "FOREWARN_PROVIDER=aws",
+            "--env FOREWARN_PROVIDER: not a setting (did you mean FOREWARN_PROVIDERS?)",
+        ),
+        ("forewarn_poll=5s", "--env forewarn_poll: not a setting"),
+        ("FOREWARN_AWS_SPOT_INTERVALL=5s", "(did you mean FOREWARN_AWS_SPOT_INTERVAL?)"),
+    ],
+)
+def test_an_agent_variable_that_is_no_setting_exits_2(variable: str, complaint: str):
+    result = run_render("--env", variable)
+    assert result.returncode == 2, result.stderr
+    assert complaint in result.stderr
+
+
+def test_agent_settings_and_other_variables_are_written_as_given():
+    env = ["FOREWARN_PROVIDERS=aws", "FOREWARN_AWS_SPOT_INTERVAL=5s", "forewarn_exit_margin=60"]
+    env += ["FOREWARN_CONFIG=/etc/forewarn/site.toml", "HTTPS_PROXY=http://proxy:3128"]
+    result = run_render(*(arg for pair in env for arg in ("--env", pair)))
+    assert result.returncode == 0, result.stderr
+    written = files(yaml.safe_load(result.stdout))["/etc/forewarn/forewarn.env"]
+    assert [line.split("=", 1)[0] for line in written.splitlines()] == [
+        pair.split("=", 1)[0] for pair in env
+    ]
+
+
 def test_runcmd_is_a_valid_shell_script_that_passes_every_word_whole(tool: Tool):
     """cloud-init turns runcmd into a /bin/sh script (its own shellify); with quotes, `$`,
     backquotes and spaces in the values, that script parses and each command gets exactly
