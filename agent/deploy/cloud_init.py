@@ -213,6 +213,12 @@ def render(
 ) -> str:
     if not _USER.match(training_user) or training_user in ("root", "forewarn"):
         raise RenderError(f"--training-user {training_user!r}: not a usable user name")
+    if training_user == "default":
+        raise RenderError(
+            "--training-user 'default': cloud-init reads it as the image's default user, and "
+            "the unit would name a user `default` that does not exist; give that user's name "
+            "(ubuntu, admin, ...)"
+        )
     one_line(training_dir, "--training-dir")
     one_line(training_command, "--training-command")
     if not training_dir.startswith("/") or any(c.isspace() for c in training_dir):

@@ -252,6 +252,9 @@ def test_a_shell_operator_in_the_training_command_is_refused(operator: str):
         (("--training-dir", "/srv/a\x01b"), "--training-dir: a value cannot span lines"),
         (("--package", "torch\x85"), "a value cannot span lines"),
         (("--training-user", "root"), "--training-user 'root'"),
+        # cloud-init reads a user named `default` as the image's default user (ubuntu): the
+        # unit's User=default and `install -o default` named a user that never existed.
+        (("--training-user", "default"), "--training-user 'default': cloud-init reads it as"),
         (("--training-dir", "relative"), "--training-dir 'relative'"),
         # `install -d -o ml` would give these to the training user: the root file system,
         # every home, forewarn's own programs (run by root), /etc by way of `..`.
