@@ -123,6 +123,34 @@ def test_agent_sends_ready_watchdog_and_stopping(notify_socket: NotifySocket, tm
     notify_socket.messages("STOPPING=1")
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_under_the_units_watchdog_the_agent_pings_each_second_as_documented(tmp_path: Path):
+    """The docs said every 15 s (half of WatchdogSec=30s); the agent pings each second, at
+    most half of WATCHDOG_USEC apart, so a stall is seen within seconds, not half a minute."""
+    notify_socket = NotifySocket(abstract=False)
+    env = agent_env(tmp_path, NOTIFY_SOCKET=notify_socket.env_value, WATCHDOG_USEC="30000000")
+    agent = AgentProcess(tmp_path, providers=("local",), env=env).start()
+    try:
+        notify_socket.messages("READY=1")
+        notify_socket.messages("WATCHDOG=1")
+        started = time.monotonic()
+        notify_socket.messages("WATCHDOG=1", timeout=5.0)
+        assert time.monotonic() - started < 5.0
+    finally:
+        agent.stop()
+        notify_socket.close()
+    row = next(
+        line
+        for line in (ROOT / "docs" / "operations.md").read_text().splitlines()
+        if line.startswith("| `WatchdogSec=30s`")
+    )
+    assert "every second" in row and "15 s" not in row, row
+    unit = (ROOT / "packaging" / "systemd" / "forewarn-agent.service").read_text()
+    assert "WatchdogSec/2" not in unit
+
+
 def test_a_gone_socket_is_logged_once_a_minute_not_at_every_ping(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
