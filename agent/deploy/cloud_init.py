@@ -36,8 +36,9 @@ _USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}\Z")
 _UNIT = re.compile(r"^(?!-)[A-Za-z0-9:_.-]+(@[A-Za-z0-9:_.-]+)?\.service\Z")
 
 
-# What pip on a fresh machine can fetch: an archive over HTTP(S), or a git repository.
-_ARCHIVE_URL = re.compile(r"^https?://[^\s/]+/\S*\.(whl|tar\.gz|zip)(#\S*)?\Z")
+# What pip on a fresh machine can fetch: an archive over HTTP(S), or a git repository. pip
+# fetches the URL whole, query string (`?job=build`) included, and names the file by its path.
+_ARCHIVE_URL = re.compile(r"^https?://[^\s/?#]+/[^\s?#]*\.(whl|tar\.gz|zip)(\?[^\s#]*)?(#\S*)?\Z")
 _GIT_URL = re.compile(r"^git\+(https|ssh|http)://\S+\Z")
 # pip takes an archive's name from the last part of the URL's path and refuses a wheel whose
 # name is not NAME-VERSION(-BUILD)-PY-ABI-PLATFORM.whl, or whose NAME is not forewarn's.

@@ -298,6 +298,7 @@ def test_a_shell_operator_in_the_training_command_is_refused(operator: str):
             "pip cannot install 'other-0.1.0-py3-none-any.whl'",
         ),
         (("--source", "https://h.example.org/forewarn.tar.gz"), "pip cannot install"),
+        (("--source", "https://h.example.org/dl?f=forewarn-0.1.0.tar.gz"), "cannot install"),
     ],
 )
 def test_bad_input_exits_2_naming_the_option(args: tuple[str, ...], complaint: str):
@@ -406,6 +407,10 @@ def test_the_metrics_extra_the_agent_unit_needs_is_always_installed(extras: tupl
     [
         "https://example.org/dist/forewarn-0.1.0.tar.gz",
         "https://example.org/releases/download/v0.1.0/forewarn-0.1.0-py3-none-any.whl#sha256=00",
+        # pip takes the file name from the path and fetches the URL whole; refused, as one
+        # the machine "cannot install from".
+        "https://gitlab.example.org/g/fw/-/jobs/artifacts/main/raw/dist/"
+        "forewarn-0.1.0-py3-none-any.whl?job=build",
         "git+https://github.com/example/forewarn.git@v0.1.0",
         "git+ssh://git@example.org/forewarn.git",
     ],
