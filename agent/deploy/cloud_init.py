@@ -18,6 +18,7 @@ import shlex
 import sys
 import unicodedata
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from string import Template
 from urllib.parse import unquote, urlsplit
@@ -96,6 +97,15 @@ def one_line(value: str, what: str) -> str:
     return value
 
 
+def _extras() -> set[str] | None:
+    """The extras this forewarn declares (normalized), or None when it is not installed."""
+    try:
+        declared = metadata.metadata("forewarn").get_all("Provides-Extra") or []
+    except metadata.PackageNotFoundError:
+        return None
+    return {re.sub(r"[-_.]+", "-", name.lower()) for name in declared}
+
+
 def requirement(source: str, extras: Sequence[str]) -> str:
     """The pip requirement for forewarn from `source` with `extras`, or RenderError."""
     source = one_line(source.strip(), "--source")
@@ -113,9 +123,16 @@ def requirement(source: str, extras: Sequence[str]) -> str:
                 "the name `python -m build` gave it (forewarn-VERSION-py3-none-any.whl or "
                 "forewarn-VERSION.tar.gz)"
             )
+    known = _extras()
     for extra in extras:
         if not _EXTRA.match(extra):
             raise RenderError(f"--extra {extra!r}: not an extra name")
+        # pip installs without an extra the project lacks, saying so only in its log.
+        if known is not None and re.sub(r"[-_.]+", "-", extra.lower()) not in known:
+            raise RenderError(
+                f"--extra {extra!r}: forewarn has no such extra (its extras: "
+                f"{', '.join(sorted(known))})"
+            )
     named = f"forewarn[{','.join(extras)}]" if extras else "forewarn"
     return f"{named} @ {source}"
 

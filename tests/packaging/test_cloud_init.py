@@ -291,6 +291,9 @@ def test_a_shell_operator_in_the_training_command_is_refused(operator: str):
         (("--source", "./dist/forewarn.whl"), "--source './dist/forewarn.whl'"),
         (("--source", "file:///tmp/f.whl"), "--source 'file:///tmp/f.whl'"),
         (("--extra", "me trics"), "--extra 'me trics'"),
+        # pip installs without an extra the project lacks, with a warning in a log no one
+        # reads: `kubernetes` (the provider's name, the extra is k8s) left the drill's client out.
+        (("--extra", "kubernetes"), "--extra 'kubernetes': forewarn has no such extra (its"),
         # pip refuses these: not a wheel's file name, and another project's wheel.
         (("--source", "https://h.example.org/forewarn.whl"), "pip cannot install 'forewarn.whl'"),
         (
