@@ -65,8 +65,9 @@ _SYSTEM_TREE = re.compile(
     r"|var/run|var/lock)/"
 )
 # A home directory: another user's, handed to the training user, locked its owner out of ssh
-# (sshd refuses keys in a home its owner does not own).
-_HOME = re.compile(r"^/home/(?P<user>[^/]+)\Z")
+# (sshd refuses keys in a home its owner does not own); a directory inside one the job could
+# not enter where homes are 0750 (Ubuntu's): it failed at once (200/CHDIR).
+_HOME = re.compile(r"^/home/(?P<user>[^/]+)(?P<inside>/.*)?\Z")
 
 
 def _system_dir(path: str) -> bool:
@@ -254,10 +255,18 @@ def render(
         )
     home = _HOME.match(training_dir)
     if home and home.group("user") != training_user:
+        owner = home.group("user")
+        why = (
+            f"inside the home of user {owner!r}, which {training_user!r} cannot enter where "
+            "homes are 0750 (Ubuntu's)"
+            if home.group("inside")
+            else f"the home of user {owner!r}; the machine would give it to {training_user!r} "
+            "(install -d -o)"
+        )
         raise RenderError(
-            f"--training-dir {training_dir!r}: the home of user {home.group('user')!r}; the "
-            f"machine would give it to {training_user!r} (install -d -o): name a directory "
-            f"inside it, or /home/{training_user}"
+            f"--training-dir {training_dir!r}: {why}: name a directory of the job's own, such "
+            f"as /srv/training or /home/{training_user}/..., or run the job as {owner!r} "
+            f"(--training-user {owner})"
         )
     try:
         argv = shlex.split(training_command)

@@ -270,6 +270,8 @@ def test_a_shell_operator_in_the_training_command_is_refused(operator: str):
         (("--training-dir", "/var/run/x"), "--training-dir '/var/run/x': a directory of the"),
         (("--training-dir", "/var/lock"), "--training-dir '/var/lock': a directory of the"),
         (("--training-dir", "/home/ubuntu"), "--training-dir '/home/ubuntu': the home of"),
+        # Ubuntu's homes are 0750: the job could not enter its directory (200/CHDIR).
+        (("--training-dir", "/home/ubuntu/run"), "'/home/ubuntu/run': inside the home of"),
         (("--training-command", "python train.py"), "--training-command: must start"),
         (("--training-command", "/bin/x 'unclosed"), "--training-command:"),
         (("--training-unit", "training"), "--training-unit 'training'"),
