@@ -67,7 +67,7 @@ _SYSTEM_TREE = re.compile(
 # A home directory: another user's, handed to the training user, locked its owner out of ssh
 # (sshd refuses keys in a home its owner does not own); a directory inside one the job could
 # not enter where homes are 0750 (Ubuntu's): it failed at once (200/CHDIR).
-_HOME = re.compile(r"^/home/(?P<user>[^/]+)(?P<inside>/.*)?\Z")
+_HOME = re.compile(r"^/home/(?P<user>[^/]+)(?P<inside>/.*)?\Z|^/(?P<root>root)/")
 
 
 def _system_dir(path: str) -> bool:
@@ -274,6 +274,17 @@ def render(
         raise RenderError(f"--training-command: {error}") from None
     if not argv or not argv[0].startswith("/"):
         raise RenderError("--training-command: must start with an absolute program path")
+    program_home = _HOME.match(posixpath.normpath(argv[0]))
+    if program_home and program_home.group("user") != training_user:
+        owner = program_home.group("user") or "root"
+        instead = (
+            "" if owner == "root" else f", or run the job as {owner!r} (--training-user {owner})"
+        )
+        raise RenderError(
+            f"--training-command: {argv[0]} is inside the home of user {owner!r}, which "
+            f"{training_user!r} cannot enter (/root is 0700, Ubuntu's homes 0750): install "
+            f"the program elsewhere (/opt, /srv){instead}"
+        )
     operators = sorted(set(argv) & _SHELL_OPERATORS)
     if operators:
         raise RenderError(

@@ -273,6 +273,12 @@ def test_a_shell_operator_in_the_training_command_is_refused(operator: str):
         # Ubuntu's homes are 0750: the job could not enter its directory (200/CHDIR).
         (("--training-dir", "/home/ubuntu/run"), "'/home/ubuntu/run': inside the home of"),
         (("--training-command", "python train.py"), "--training-command: must start"),
+        # As for the directory: the job could not run a program in a 0750 home (203/EXEC).
+        (
+            ("--training-command", "/home/ubuntu/venv/bin/python train.py"),
+            "--training-command: /home/ubuntu/venv/bin/python is inside the home of user",
+        ),
+        (("--training-command", "/root/venv/bin/python"), "is inside the home of user 'root'"),
         (("--training-command", "/bin/x 'unclosed"), "--training-command:"),
         (("--training-unit", "training"), "--training-unit 'training'"),
         # No name before `@` (it broke the YAML too), a template without an instance (cannot be
