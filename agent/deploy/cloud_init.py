@@ -393,8 +393,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--training-command",
-        default="/opt/forewarn/venv/bin/python /srv/training/train.py",
-        help="its ExecStart= command line, starting with an absolute path",
+        # train.py of the working directory, whichever --training-dir names.
+        default="/opt/forewarn/venv/bin/python train.py",
+        help="its ExecStart= command line, starting with an absolute path; it runs in "
+        "--training-dir (default: /opt/forewarn/venv/bin/python train.py)",
     )
     p.add_argument(
         "--training-unit", default="training.service", help="its unit name (training.service)"

@@ -161,6 +161,16 @@ def test_rendered_units_pass_systemd_analyze_verify(rendered: Path, tmp_path: Pa
     assert str(tmp_path) not in result.stdout + result.stderr
 
 
+def test_the_default_command_runs_the_script_of_the_training_dir_given():
+    """The default command named /srv/training/train.py: with --training-dir /srv/run7 alone
+    the job ran a script in a directory nothing had created, not the one in its own."""
+    result = run_render("--training-dir", "/srv/run7")
+    assert result.returncode == 0, result.stderr
+    unit = files(yaml.safe_load(result.stdout))["/etc/systemd/system/training.service"]
+    assert "\nWorkingDirectory=/srv/run7\n" in unit
+    assert "\nExecStart=/opt/forewarn/venv/bin/python train.py\n" in unit
+
+
 def test_a_percent_sign_reaches_the_job_as_written(tmp_path: Path, tool: Tool):
     """systemd reads `%` in ExecStart= and WorkingDirectory= as a specifier: unescaped, `%z`
     failed the unit and `%a`, `%Y`, `%m` or `%d` were silently replaced."""
