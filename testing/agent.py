@@ -20,6 +20,7 @@ from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import format_time, parse_deadline
 from forewarn.protocol.wire import ENV_CONTROL, ENV_EVENTS, ENV_RUNTIME_DIR, request
 
+from . import _lifeline
 from .dovecot import Dovecot
 from .events import EventRecorder
 from .providers import (
@@ -143,6 +144,7 @@ class RunningAgent:
         self._extra_env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._lifeline: int | None = None
         self._recorder: EventRecorder | None = None
         self._saved_environ: dict[str, str | None] = {}
 
@@ -178,10 +180,7 @@ class RunningAgent:
         self.env.update(self._extra_env)
         # The agent and the simulator start side by side: the watcher retries until it answers.
         self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            self.argv, env=self.env, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
+        self.proc, self._lifeline = _lifeline.spawn(self.argv, self.env, self._log)
         self._recorder = EventRecorder(self.events_endpoint).start()
         while not self._recorder.first_heartbeat.wait(0.02):
             self._check_alive()
@@ -232,6 +231,8 @@ class RunningAgent:
                     self.proc.kill()
                     self.proc.wait()
             code = self.proc.returncode
+        _lifeline.cut(self._lifeline)
+        self._lifeline = None
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None

@@ -16,6 +16,8 @@ from typing import IO, Any
 
 from forewarn.protocol.errors import ForewarnError
 
+from . import _lifeline
+
 # No proxy for loopback, whatever the environment says.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -85,12 +87,11 @@ class SimulatorProcess:
         self.argv = [*argv, "--host", "127.0.0.1", "--port", str(port), *args]
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        self._lifeline: int | None = None
 
     def start(self, env: dict[str, str]) -> SimulatorProcess:
         self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            self.argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        self.proc, self._lifeline = _lifeline.spawn(self.argv, env, self._log)
         return self
 
     def wait_ready(self, deadline: float) -> None:
@@ -119,8 +120,11 @@ class SimulatorProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        _lifeline.cut(self._lifeline)
+        self._lifeline = None
         if self._log is not None:
             self._log.close()
+            self._log = None
 
 
 __all__ = ["SimControl", "SimControlError", "SimulatorProcess"]

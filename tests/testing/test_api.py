@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +118,33 @@ def test_the_agent_ignores_the_nodes_config_file(tmp_path: Path) -> None:
     own.write_text('exit_margin = "soon"\n')
     with pytest.raises(AgentDied, match=r"exited with code 2(.|\n)*exit_margin"):
         RunningAgent(args=("--config", str(own))).start()
+
+
+def test_the_agent_and_simulator_end_with_a_test_process_killed_outright() -> None:
+    """They run in sessions of their own: a pytest ended by SIGKILL, or by a CI timeout's
+    SIGTERM to its process group, left them (and a simulator's port) running for ever."""
+    import signal
+
+    from support import eventually, processes_mentioning
+
+    code = (
+        "import sys; from forewarn.testing import RunningAgent\n"
+        "agent = RunningAgent('aws').start()\n"
+        "print(agent.root, agent.pid, agent.simulator.proc.pid, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    test = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert test.stdout is not None
+    root, *pids = test.stdout.readline().split()
+    try:
+        test.kill()
+        test.wait()
+        eventually(lambda: not processes_mentioning(root), 20, "the agent and simulator to end")
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        test.stdin.close()  # type: ignore[union-attr]
+        shutil.rmtree(root, ignore_errors=True)

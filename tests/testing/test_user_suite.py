@@ -12,27 +12,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from support import processes_mentioning
 
 SUITE = Path(__file__).with_name("user_suite")
-
-
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes whose command line, environment, working directory or
-    open files hold `text` (Dovecot's children name nothing but hold its log open)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            environ = (entry / "environ").read_bytes()
-            places = [os.readlink(entry / "cwd")]
-            places += [os.readlink(fd) for fd in (entry / "fd").iterdir()]
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-        if text.encode() in cmdline + environ or any(text in place for place in places):
-            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
-    return found
 
 
 # Eight agents, six simulators and a Dovecot one after another, in a pytest of its own.
