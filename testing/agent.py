@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,11 @@ FLAG_NAME = "checkpoint-now"
 
 # sizeof(sockaddr_un.sun_path) - 1 on Linux.
 IPC_PATH_MAX = 107
+
+# The running agents that set the environment, oldest first: the newest one's endpoints are
+# in it. Each keeps what it found there, for whichever restores it.
+_env_holders: list[RunningAgent] = []
+_env_lock = threading.Lock()
 
 
 class AgentDied(ForewarnError, RuntimeError):
@@ -195,9 +201,11 @@ class RunningAgent:
                     raise AgentDied(self._died(f"the {self.provider} watcher never polled"))
                 time.sleep(0.02)
         if self.set_env:
-            for key in (ENV_RUNTIME_DIR, ENV_EVENTS, ENV_CONTROL):
-                self._saved_environ[key] = os.environ.get(key)
-                os.environ[key] = self.env[key]
+            with _env_lock:
+                for key in (ENV_RUNTIME_DIR, ENV_EVENTS, ENV_CONTROL):
+                    self._saved_environ[key] = os.environ.get(key)
+                    os.environ[key] = self.env[key]
+                _env_holders.append(self)
 
     def _check_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
@@ -215,12 +223,7 @@ class RunningAgent:
     def stop(self) -> int | None:
         """Stop the agent and the simulator, restore the environment, remove the directory.
         Safe to call twice; returns the agent's exit code."""
-        for key, value in self._saved_environ.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved_environ.clear()
+        self._restore_environ()
         code = None
         if self.proc is not None:
             if self.proc.poll() is None:
@@ -246,6 +249,24 @@ class RunningAgent:
         if self._own_root and not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
         return code
+
+    def _restore_environ(self) -> None:
+        with _env_lock:
+            if self not in _env_holders:
+                return
+            index = _env_holders.index(self)
+            del _env_holders[index]
+            if index < len(_env_holders):
+                # Stopped out of order: a newer agent holds the environment, and restores
+                # what this one found there when it stops in turn.
+                _env_holders[index]._saved_environ = self._saved_environ
+            else:
+                for key, value in self._saved_environ.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+            self._saved_environ = {}
 
     def __enter__(self) -> RunningAgent:
         return self.start()

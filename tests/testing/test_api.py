@@ -148,3 +148,21 @@ def test_the_agent_and_simulator_end_with_a_test_process_killed_outright() -> No
                 os.kill(int(pid), signal.SIGKILL)
         test.stdin.close()  # type: ignore[union-attr]
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_agents_stopped_in_any_order_leave_the_environment_as_it_was() -> None:
+    """Stopped first to last (a test asking for `forewarn_agents` before `forewarn_agent`
+    tears them down so), the last one restored the first one's endpoints: every later test
+    of the session found FOREWARN_RUNTIME_DIR naming a directory already removed."""
+    keys = ("FOREWARN_RUNTIME_DIR", "FOREWARN_EVENTS", "FOREWARN_CONTROL")
+    before = {key: os.environ.get(key) for key in keys}
+    first, second, third = (RunningAgent().start() for _ in range(3))
+    try:
+        second.stop()  # the middle one: the newest still holds the environment
+        assert os.environ["FOREWARN_RUNTIME_DIR"] == str(third.runtime_dir)
+        third.stop()  # back to the newest still running
+        assert os.environ["FOREWARN_RUNTIME_DIR"] == str(first.runtime_dir)
+    finally:
+        for agent in (first, second, third):
+            agent.stop()
+    assert {key: os.environ.get(key) for key in keys} == before
