@@ -152,6 +152,11 @@ class RunningAgent:
         self._log: IO[bytes] | None = None
         self._lifeline: int | None = None
         self._recorder: EventRecorder | None = None
+        # What it saw, kept by stop() before the directory goes: readable after the agent.
+        self._stopped = False
+        self._kept_events: list[dict[str, Any]] = []
+        self._kept_acks: list[dict[str, Any]] | None = None
+        self._kept_log: str | None = None
         self._saved_environ: dict[str, str | None] = {}
 
     # Life cycle.
@@ -208,6 +213,8 @@ class RunningAgent:
                 _env_holders.append(self)
 
     def _check_alive(self) -> None:
+        if self._stopped:
+            raise AgentDied("the agent was stopped (stop(), or the end of its with block)")
         if self.proc is not None and self.proc.poll() is not None:
             raise AgentDied(self._died(f"the agent exited with code {self.proc.returncode}"))
         sim = self.simulator
@@ -238,7 +245,11 @@ class RunningAgent:
         self._lifeline = None
         if self._recorder is not None:
             self._recorder.close()
+            self._kept_events = self.events
             self._recorder = None
+        if not self._stopped:
+            self._kept_acks, self._kept_log = self.acks, self.log()
+            self._stopped = True
         if self.simulator is not None:
             self.simulator.stop()
         if self.dovecot is not None:
@@ -283,6 +294,8 @@ class RunningAgent:
         return None if self.proc is None else self.proc.pid
 
     def log(self) -> str:
+        if self._kept_log is not None:
+            return self._kept_log
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def log_tail(self, lines: int = 30) -> str:
@@ -391,15 +404,21 @@ class RunningAgent:
     @property
     def events(self) -> list[dict[str, Any]]:
         """Every notice the agent published since it started, in order."""
-        assert self._recorder is not None, "the agent is not running"
+        if self._recorder is None:
+            return list(self._kept_events)
         with self._recorder.changed:
             return list(self._recorder.notices)
 
     def wait_for_event(self, timeout: float = 10.0, **match: Any) -> dict[str, Any]:
         """The first notice published (since the start) whose fields equal `match`, e.g.
         `wait_for_event(action="terminate", provider="aws")`."""
-        assert self._recorder is not None, "the agent is not running"
-        found = self._recorder.wait(match, 0, timeout)
+        if self._recorder is None:
+            matching = (
+                n for n in self._kept_events if all(n.get(k) == v for k, v in match.items())
+            )
+            found = next(matching, None)
+        else:
+            found = self._recorder.wait(match, 0, timeout)
         if found is None:
             self._check_alive()
             seen = [(n.get("action"), n.get("id")) for n in self.events]
@@ -410,6 +429,8 @@ class RunningAgent:
     def acks(self) -> list[dict[str, Any]]:
         """Every flush a client reported (`notice_id`, `client`, `step`, `flush_seconds`,
         `outcome`), read from the agent's telemetry."""
+        if self._kept_acks is not None:
+            return list(self._kept_acks)
         path = self.state_dir / "telemetry.jsonl"
         if not path.exists():
             return []
@@ -425,10 +446,10 @@ class RunningAgent:
         """The first ack for `notice_id` (or for anything, periodic saves included)."""
 
         def found() -> dict[str, Any] | None:
-            self._check_alive()
             for ack in self.acks:
                 if notice_id is None or ack.get("notice_id") == notice_id:
                     return ack
+            self._check_alive()
             return None
 
         what = f"an ack of {notice_id}" if notice_id else "an ack"

@@ -12,7 +12,13 @@ from pathlib import Path
 import forewarn.testing
 import forewarn.testing.dovecot
 import pytest
-from forewarn.testing import AgentDied, DovecotNotInstalled, RunningAgent, start_agent
+from forewarn.testing import (
+    AgentDied,
+    DovecotNotInstalled,
+    RunningAgent,
+    eventually,
+    start_agent,
+)
 
 
 def test_importing_it_needs_only_the_standard_library_and_pyzmq() -> None:
@@ -166,3 +172,30 @@ def test_agents_stopped_in_any_order_leave_the_environment_as_it_was() -> None:
         for agent in (first, second, third):
             agent.stop()
     assert {key: os.environ.get(key) for key in keys} == before
+
+
+def test_what_the_agent_saw_stays_readable_after_it_stopped() -> None:
+    """After `with start_agent() as agent:` the acks read from its removed directory were []
+    (a user's `assert agent.acks` failed with nothing to say why), `agent.events` raised and
+    the log was empty, also in the report of a fixture whose agent never started."""
+    from forewarn.clients import CheckpointGuard
+
+    with start_agent() as agent:
+        guard = CheckpointGuard(handle_signals=False)
+        notice = agent.notify("drain")
+        step = eventually(lambda: guard.due(1) and 1, 10, "the drain to reach the guard")
+        guard.saved(step, 0.01)
+        agent.wait_for_ack(notice)
+        guard.close()
+    assert [ack["notice_id"] for ack in agent.acks] == [notice]
+    assert [event["id"] for event in agent.events] == [notice]
+    assert agent.wait_for_event(id=notice)["action"] == "drain"
+    assert agent.wait_for_ack(notice)["step"] == 1
+    assert notice in agent.log()
+    with pytest.raises(AgentDied, match="the agent was stopped"):
+        agent.notify("drain")
+
+    failed = RunningAgent(exit_margin="soon")
+    with pytest.raises(AgentDied):
+        failed.start()
+    assert "exit-margin" in failed.log_tail()
