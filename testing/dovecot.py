@@ -12,6 +12,7 @@ Dovecot is not a Python package: install it from the system's packages
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import imaplib
@@ -61,6 +62,12 @@ def _die_with_parent() -> None:
     # A test run killed outright must not leave a Dovecot behind (Linux: PR_SET_PDEATHSIG).
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+
+
+# The parent-death signal comes when the *thread* that started the server ends, not the
+# process: every server is started from this one thread, which lasts as long as the process
+# (a server started on a pool's or asyncio.to_thread's thread went with that thread).
+_launcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forewarn-dovecot")
 
 
 def _open_to_others(path: Path) -> bool:
@@ -199,12 +206,13 @@ service anvil {{
         os.chown(mail, self.mail_uid, self.mail_gid)
         conf = self.root / "dovecot.conf"
         conf.write_text(self._config())
-        self.proc = subprocess.Popen(
+        self.proc = _launcher.submit(
+            subprocess.Popen,
             [self.binary, "-F", "-c", str(conf)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             preexec_fn=_die_with_parent,
-        )
+        ).result()
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:

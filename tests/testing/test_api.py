@@ -199,3 +199,28 @@ def test_what_the_agent_saw_stays_readable_after_it_stopped() -> None:
     with pytest.raises(AgentDied):
         failed.start()
     assert "exit-margin" in failed.log_tail()
+
+
+def test_a_dovecot_started_on_a_thread_that_has_ended_keeps_serving() -> None:
+    """Dovecot's parent-death signal is tied to the thread that started it: a DigitalOcean
+    agent started on a thread (a pool, `asyncio.to_thread`) lost its mail server as soon as
+    that thread ended, and `reclaim()` failed with ECONNRESET."""
+    import threading
+    import time
+
+    if forewarn.testing.dovecot_binary() is None:
+        pytest.skip("dovecot is not installed (apt-get install dovecot-imapd)")
+    started: list[forewarn.testing.Dovecot] = []
+    starter = threading.Thread(target=lambda: started.append(forewarn.testing.Dovecot().start()))
+    starter.start()
+    starter.join()
+    server = started[0]
+    try:
+        user = server.add_user()
+        # Not a wait: the server must keep answering for a while after that thread is gone.
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            server.append(user, b"Subject: still there\r\n\r\nhello\r\n")
+        assert server.proc is not None and server.proc.poll() is None
+    finally:
+        server.stop()
