@@ -112,6 +112,12 @@ class RunningAgent:
                 root = tempfile.mkdtemp(prefix="forewarn-test-", dir="/tmp")
         else:
             root = str(directory)
+            socket = f"{root}/run/control"
+            if len(socket.encode()) > IPC_PATH_MAX:
+                raise ValueError(
+                    f"directory: the agent's socket {socket} is {len(socket.encode())} bytes; "
+                    f"Linux allows at most {IPC_PATH_MAX} (give a shorter directory)"
+                )
         self.root = Path(root)
         self.runtime_dir = self.root / "run"
         self.state_dir = self.root / "state"

@@ -82,6 +82,17 @@ def test_a_deep_temporary_directory_still_gives_a_working_agent(
     assert not agent.root.exists()
 
 
+def test_a_directory_too_deep_for_the_sockets_is_named_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    """`directory=` too deep for a socket path started the agent, which exited 2, and the
+    event recorder's thread died with a traceback of its own beside the error."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    with pytest.raises(ValueError, match=r"directory: .*run/control is \d+ bytes.*107"):
+        RunningAgent(directory=deep)
+    assert not deep.exists()
+
+
 def test_a_digitalocean_agent_without_dovecot_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
