@@ -204,7 +204,10 @@ class RunningAgent:
             if time.monotonic() > deadline:
                 raise AgentDied(self._died(f"no heartbeat within {self.ready_timeout:g}s"))
         if self.simulator is not None:
-            self.simulator.wait_ready(deadline)
+            try:
+                self.simulator.wait_ready(deadline)
+            except RuntimeError as error:  # it exited, or never answered: as the agent's own
+                raise AgentDied(str(error)) from None
             # Ready means the watcher has read its endpoint once, not merely that it exists.
             while not self.simulator.control.requests():
                 self._check_alive()

@@ -93,6 +93,32 @@ def test_a_directory_too_deep_for_the_sockets_is_named_before_anything_starts(
     assert not deep.exists()
 
 
+def test_a_simulator_that_cannot_start_is_an_agent_died_whenever_it_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A simulator that could not listen raised AgentDied when it exited before the agent's
+    first heartbeat, but a bare RuntimeError when it exited after it: a test catching
+    AgentDied (to retry on a port taken meanwhile) missed it. Here its port is taken and it
+    is slow to start (a sitecustomize), so it exits after the heartbeat."""
+    import socket
+
+    import forewarn.testing.agent
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys, time\nif 'simulate' in sys.orig_argv:\n    time.sleep(2)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+        monkeypatch.setattr(forewarn.testing.agent, "free_port", lambda: taken.getsockname()[1])
+        agent = RunningAgent("aws")
+        with pytest.raises(AgentDied, match="cannot listen"):
+            agent.start()
+    assert not agent.alive and not agent.root.exists()
+
+
 def test_a_digitalocean_agent_without_dovecot_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
