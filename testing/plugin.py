@@ -62,11 +62,14 @@ def forewarn_agent(request: pytest.FixtureRequest) -> Iterator[RunningAgent]:
     agent.stop()
 
 
-@pytest.hookimpl(wrapper=True)
+# The old-style wrapper: pytest 7 may run with pluggy 1.0, which knows no `wrapper=True`, and
+# this plugin is loaded by every pytest run where forewarn is installed.
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
+) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
     agents = item.stash.get(_AGENTS, [])
     if report.failed and agents:
         for agent in agents:
@@ -78,7 +81,6 @@ def pytest_runtest_makereport(
                     f"log tail:\n{agent.log_tail()}",
                 )
             )
-    return report
 
 
 __all__ = ["forewarn_agent", "forewarn_agents"]

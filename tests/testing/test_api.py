@@ -261,3 +261,44 @@ def test_a_dovecot_started_on_a_thread_that_has_ended_keeps_serving() -> None:
         assert server.proc is not None and server.proc.poll() is None
     finally:
         server.stop()
+
+
+def test_the_plugin_loads_under_pytest_7_with_pluggy_1_0() -> None:
+    """pytest 7 runs with pluggy 1.0, whose `hookimpl` knows `hookwrapper=` but not
+    `wrapper=`: the plugin, loaded by every pytest run where forewarn is installed, raised
+    TypeError on import and no pytest at all could start there. pluggy 1.0's signature is
+    put in place of today's here."""
+    code = (
+        "import pytest\n"
+        "real = pytest.hookimpl\n"
+        "def pluggy_1_0(function=None, hookwrapper=False, optionalhook=False, tryfirst=False,\n"
+        "               trylast=False, specname=None):\n"
+        "    return real(function, hookwrapper=hookwrapper, optionalhook=optionalhook,\n"
+        "                tryfirst=tryfirst, trylast=trylast, specname=specname)\n"
+        "pytest.hookimpl = pluggy_1_0\n"
+        "import forewarn.testing.plugin\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_failed_test_reports_each_agent_with_its_log(tmp_path: Path) -> None:
+    (tmp_path / "test_fails.py").write_text(
+        "import os, signal\n"
+        "def test_fails(forewarn_agent):\n"
+        "    forewarn_agent.notify('drain', id='local/the-notice')\n"
+        "    os.kill(forewarn_agent.pid, signal.SIGKILL)\n"
+        "    forewarn_agent.proc.wait()\n"
+        "    assert False\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
+            "-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path),
+        ],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "forewarn agent (local, pid " in done.stdout
+    assert "DIED with exit code -9" in done.stdout
+    assert "notice drain local/the-notice" in done.stdout.split("DIED with exit code -9")[1]
