@@ -164,6 +164,8 @@ class RunningAgent:
         self._kept_acks: list[dict[str, Any]] | None = None
         self._kept_log: str | None = None
         self._saved_environ: dict[str, str | None] = {}
+        # Each manual notice as notify() raised it (action, reason, note), for move_deadline.
+        self._raised: dict[str, tuple[str, str | None, str | None]] = {}
 
     # Life cycle.
 
@@ -386,14 +388,21 @@ class RunningAgent:
         for key, value in (("reason", reason), ("note", note), ("id", id)):
             if value is not None:
                 payload[key] = value
-        return str(self.control(payload)["notice"]["id"])
+        notice_id = str(self.control(payload)["notice"]["id"])
+        self._raised[notice_id] = (action, reason, note)
+        return notice_id
 
     def move_deadline(self, notice_id: str, deadline: str) -> None:
         """Give a manual notice a new deadline (same id; it may escalate or step back)."""
         current = next((n for n in self.status()["active"] if n["id"] == notice_id), None)
         if current is None:
             raise AssertionError(f"no active notice {notice_id!r}")
-        self.notify(current["action"], deadline, reason=current["reason"], id=notice_id)
+        # As raised, not as the status shows it: an escalated drain reads as a terminate.
+        note = (current.get("detail") or {}).get("note")
+        action, reason, note = self._raised.get(
+            notice_id, (current["action"], current["reason"], note)
+        )
+        self.notify(action, deadline, reason=reason, note=note, id=notice_id)
 
     def clear(self, notice_id: str | None = None) -> list[str]:
         """Withdraw one manual notice, or all; the ids cleared."""

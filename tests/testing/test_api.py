@@ -302,3 +302,16 @@ def test_a_failed_test_reports_each_agent_with_its_log(tmp_path: Path) -> None:
     assert "forewarn agent (local, pid " in done.stdout
     assert "DIED with exit code -9" in done.stdout
     assert "notice drain local/the-notice" in done.stdout.split("DIED with exit code -9")[1]
+
+
+def test_a_moved_deadline_keeps_the_notice_as_it_was_raised() -> None:
+    """move_deadline re-raised the notice with the action the status showed, so a drain the
+    agent had escalated (its deadline within the exit margin) stayed a terminate when moved
+    out again, and its note was dropped."""
+    with start_agent() as agent:
+        notice = agent.notify("drain", "1h", note="planned")
+        agent.move_deadline(notice, "30s")  # within the exit margin: sent as a terminate
+        assert agent.wait_for_event(id=notice, action="terminate")["detail"] == {"note": "planned"}
+        agent.move_deadline(notice, "1h")  # out of it again: the drain it was raised as
+        [active] = agent.status()["active"]
+        assert (active["action"], active["detail"]) == ("drain", {"note": "planned"})
