@@ -66,6 +66,15 @@ class SaveResult:
     choice_reason: str | None = None
 
 
+def _a_duration(seconds: object) -> bool:
+    return (
+        isinstance(seconds, (int, float))
+        and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+        and seconds >= 0
+    )
+
+
 class CheckpointGuard:
     def __init__(
         self,
@@ -338,6 +347,17 @@ class CheckpointGuard:
         """Record a save at `step` (taking `seconds`, else the time since `due` said so), ack
         the agent (from a background thread: this never waits for the agent), and say whether
         to exit. `where` names the checkpoint (a path or URL) in the exit log line."""
+        if seconds is not None and not _a_duration(seconds):
+            # A save timed on a wall clock that stepped back, or NaN: taken as is, the adaptive
+            # interval raised after the save had counted (the loop left with no ack and its
+            # exit unanswered) and the agent refused the ack.
+            log.warning(
+                "forewarn: saved(%s, seconds=%r): not a number of seconds, zero or more; "
+                "the time since due() said so is used instead",
+                step,
+                seconds,
+            )
+            seconds = None
         if seconds is None and self._due_since is not None:
             seconds = time.monotonic() - self._due_since
         result, reasons, events = self._record(step, seconds)

@@ -293,6 +293,28 @@ def test_the_exit_code_says_a_terminate_stopped_the_job_and_a_drain_did_not(
         guard.close()
 
 
+@pytest.mark.parametrize("auto", [False, True], ids=["every_steps", "every_auto"])
+@pytest.mark.parametrize("seconds", [-0.25, float("nan")], ids=["clock_stepped_back", "nan"])
+def test_a_save_timed_as_negative_or_nan_still_exits_and_is_acked(
+    forewarn_agent: RunningAgent, auto: bool, seconds: float
+) -> None:
+    """`saved(step, seconds)` with seconds the loop timed on a wall clock that stepped back (or
+    NaN): `every="auto"` raised from `saved` after the save had counted, so the loop left with
+    a traceback, no ack and the exit unanswered; otherwise the agent refused the ack (flush
+    seconds must be zero or more) and never heard that the job saved for the terminate."""
+    options: dict[str, Any] = {"every": "auto", "mtbi_seconds": 3600} if auto else {}
+    guard = CheckpointGuard(handle_signals=False, flag_file=None, **options)
+    try:
+        notice = forewarn_agent.notify("terminate", deadline="2m")
+        eventually(lambda: guard.due(1) and guard.should_exit, 10, "the terminate")
+        assert guard.saved(1, seconds).exit
+        assert guard.exit_code == 143
+        ack = forewarn_agent.wait_for_ack(notice)
+        assert ack["step"] == 1 and ack["flush_seconds"] >= 0, ack
+    finally:
+        guard.close()
+
+
 # A job whose exit save fails: torch state, and a save that raises as a real one does (the
 # caller's own write on a full disk; storage that stops answering, given up at the deadline).
 FAILING_EXIT_SAVE = """
