@@ -133,6 +133,14 @@ class AdaptiveInterval:
             if interruptions_per_day is not None
             else _positive("mtbi_seconds", mtbi_seconds)  # type: ignore[arg-type]
         )
+        if isinstance(notice_lead_seconds, bool) or not isinstance(
+            notice_lead_seconds, (int, float)
+        ):
+            # Compared below before Scenario checks it: a string from an environment variable
+            # raised a TypeError that named no parameter.
+            raise ValueError(
+                f"notice_lead_seconds must be a number of seconds (got {notice_lead_seconds!r})"
+            )
         if notice_action is None:
             # As `forewarn plan` takes a lead it is given: no provider publishes a terminate
             # that far ahead.

@@ -107,6 +107,9 @@ def test_the_interval_is_clamped() -> None:
         ({"interruptions_per_day": 1, "clip": 0.5}, "clip"),
         ({"interruptions_per_day": 1, "no_notice_share": 1.5}, "no_notice_share"),
         ({"interruptions_per_day": 1, "notice_lead_seconds": -1}, "notice_lead_seconds"),
+        # From an environment variable, not converted: a TypeError that named no parameter.
+        ({"interruptions_per_day": 1, "notice_lead_seconds": "600"}, "notice_lead_seconds"),
+        ({"interruptions_per_day": 1, "notice_lead_seconds": None}, "notice_lead_seconds"),
         ({"interruptions_per_day": 1, "restart_seconds": float("nan")}, "restart_seconds"),
         ({"interruptions_per_day": 1, "min_seconds": 600, "max_seconds": 60}, "max_seconds"),
     ],
