@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import io
 import json
+import math
 import pickle
 import sys
 import threading
@@ -131,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.upload_delay < 0:
         parser.error("--upload-delay must not be negative")
+    if not 0 <= args.exit_margin < math.inf:
+        parser.error("--exit-margin must be a number of seconds, zero or more")
     store = CheckpointStore(args.dir, keep=3)
     if args.upload_delay:
         store = CheckpointStore(backend=slow_link(store.backend, args.upload_delay), keep=3)

@@ -146,7 +146,14 @@ class CheckpointGuard:
         # The step whose state is already durable (a save, or the resume point): a save asked
         # for at that step again has nothing new to write.
         self.durable_step: int | None = None
-        self.exit_margin = exit_margin
+        if not _a_duration(exit_margin):
+            # NaN never came within the margin of an inherited terminate's deadline (the job
+            # trained into the kill unsaved), a negative one saved after it, and a string
+            # raised on the notices thread.
+            raise ValueError(
+                f"exit_margin must be a number of seconds, zero or more, got {exit_margin!r}"
+            )
+        self.exit_margin = float(exit_margin)
         self._slowest_flush = 0.0
         self._events: dict[str, Event] = {}  # the notices that asked for the pending save
         # Terminates in force before this job started: id -> deadline (monotonic), or None.

@@ -60,6 +60,10 @@ def test_auto_interval_follows_the_measured_flush() -> None:
         ({"every": "sometimes"}, "every must be"),
         ({"every_steps": 0}, "every_steps"),
         ({"every_seconds": -1}, "every_seconds"),
+        # NaN never came within the margin of an inherited terminate's deadline: no save.
+        ({"exit_margin": float("nan")}, "exit_margin"),
+        ({"exit_margin": -5}, "exit_margin"),
+        ({"exit_margin": "30"}, "exit_margin"),
     ],
 )
 def test_bad_options_say_which(options: dict[str, object], message: str) -> None:
