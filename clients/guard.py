@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import numbers
 import os
 import signal
 import threading
@@ -75,6 +76,14 @@ def _a_duration(seconds: object) -> bool:
     )
 
 
+def _positive(value: object) -> bool:
+    """A finite number above 0 (numpy's included; not a bool, not a string)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    number = float(value)
+    return math.isfinite(number) and number > 0
+
+
 class CheckpointGuard:
     def __init__(
         self,
@@ -97,10 +106,15 @@ class CheckpointGuard:
         exit_margin: float = INHERITED_EXIT_MARGIN,
         background: bool | BackgroundSaver = False,
     ) -> None:
-        if every_steps is not None and every_steps <= 0:
-            raise ValueError(f"every_steps must be a positive number of steps, got {every_steps}")
-        if every_seconds is not None and every_seconds <= 0:
-            raise ValueError(f"every_seconds must be positive, got {every_seconds}")
+        # Checked here, not where they are used: a string from an environment variable raised
+        # a TypeError naming no option, NaN was taken and no periodic save ever came, and
+        # agree_every was checked only when torch.distributed had 2+ ranks.
+        if every_steps is not None and not _positive(every_steps):
+            raise ValueError(f"every_steps must be a positive number of steps, got {every_steps!r}")
+        if every_seconds is not None and not _positive(every_seconds):
+            raise ValueError(f"every_seconds must be positive, got {every_seconds!r}")
+        if not (_positive(agree_every) and int(agree_every) == agree_every):
+            raise ValueError(f"agree_every must be a positive number of steps, got {agree_every!r}")
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self.store = store
@@ -207,7 +221,7 @@ class CheckpointGuard:
         elif agree is False:
             self.agreement = None
         else:
-            self.agreement = RankAgreement.detect(agree_every)
+            self.agreement = RankAgreement.detect(int(agree_every))
             if agree and self.agreement is None:
                 raise ValueError("agree=True needs torch.distributed initialised with 2+ ranks")
         if self.agreement is not None:

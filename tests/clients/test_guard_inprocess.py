@@ -60,6 +60,14 @@ def test_auto_interval_follows_the_measured_flush() -> None:
         ({"every": "sometimes"}, "every must be"),
         ({"every_steps": 0}, "every_steps"),
         ({"every_seconds": -1}, "every_seconds"),
+        # A string from an environment variable raised a TypeError naming no option; NaN was
+        # taken and no periodic save ever came; agree_every was checked only under torchrun.
+        ({"every_steps": "600"}, "every_steps"),
+        ({"every_steps": float("nan")}, "every_steps"),
+        ({"every_seconds": "60"}, "every_seconds"),
+        ({"every_seconds": float("nan")}, "every_seconds"),
+        ({"agree_every": 0}, "agree_every"),
+        ({"agree_every": "8"}, "agree_every"),
         # NaN never came within the margin of an inherited terminate's deadline: no save.
         ({"exit_margin": float("nan")}, "exit_margin"),
         ({"exit_margin": -5}, "exit_margin"),
