@@ -105,6 +105,17 @@ class Notices:
         heartbeat_timeout: float = 3.0,
         start: bool = True,
     ) -> None:
+        if (
+            isinstance(heartbeat_timeout, bool)
+            or not isinstance(heartbeat_timeout, (int, float))
+            or not 0 < heartbeat_timeout < math.inf
+        ):
+            # 0 or less: the agent was never `alive` (the guard took the flag file its local
+            # provider takes too); NaN: a guard without an agent never took it; a string ended
+            # the thread that reads the notices.
+            raise ValueError(
+                f"heartbeat_timeout must be a positive number of seconds, got {heartbeat_timeout!r}"
+            )
         default_events, default_control = default_endpoints()
         self.events = events or default_events
         self.control = control or default_control

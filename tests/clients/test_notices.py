@@ -295,6 +295,17 @@ JSON = st.recursive(
 )
 
 
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), "3"])
+def test_a_heartbeat_timeout_that_is_not_a_positive_number_is_refused(timeout: object) -> None:
+    """0 or less: the agent was never `alive`, so the guard took the flag file the agent's
+    local provider also takes (two saves); NaN: nobody ever took it without an agent; a
+    string: a TypeError on the notices thread, and no notice reached the job again."""
+    with pytest.raises(ValueError, match="heartbeat_timeout"):
+        Notices("ipc:///nonexistent/events", heartbeat_timeout=timeout, start=False)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="heartbeat_timeout"):
+        CheckpointGuard(heartbeat_timeout=timeout, handle_signals=False, flag_file=None)  # type: ignore[arg-type]
+
+
 @given(
     st.dictionaries(st.sampled_from(sorted(BEAT)), JSON, max_size=3),
     st.sets(st.sampled_from(sorted(BEAT)), max_size=2),
