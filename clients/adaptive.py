@@ -34,9 +34,9 @@ SECONDS_PER_DAY = 86400.0
 DEFAULT_CLIP = 20.0
 
 
-def _positive(name: str, value: float) -> float:
+def _positive(name: str, value: float, unit: str = "seconds") -> float:
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds (got {value!r})")
+        raise ValueError(f"{name} must be a positive number ({unit}; got {value!r})")
     return float(value)
 
 
@@ -73,7 +73,9 @@ def interval_for_tax(checkpoint_seconds: float, tax: float) -> float:
 
 def mtbi_from_rate(interruptions_per_day: float) -> float:
     """Mean seconds between interruptions for a rate per day."""
-    return SECONDS_PER_DAY / _positive("interruptions_per_day", interruptions_per_day)
+    return SECONDS_PER_DAY / _positive(
+        "interruptions_per_day", interruptions_per_day, "interruptions a day"
+    )
 
 
 def robust_mean(values: Sequence[float], clip: float = DEFAULT_CLIP) -> float:
@@ -248,7 +250,7 @@ class AdaptiveInterval:
         rate = steps_per_second if steps_per_second is not None else self.steps_per_second
         if rate is None:
             return None
-        return max(1, round(self.seconds * _positive("steps_per_second", rate)))
+        return max(1, round(self.seconds * _positive("steps_per_second", rate, "steps a second")))
 
 
 __all__ = [

@@ -119,6 +119,16 @@ def test_bad_configuration_names_the_parameter(kwargs: dict[str, object], named:
         AdaptiveInterval(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("rate", [0, -2, "3", float("nan")])
+def test_a_bad_rate_or_speed_is_refused_in_its_own_unit(rate: object) -> None:
+    """Both were said to need "a positive number of seconds": a rate a day, a speed in steps
+    a second."""
+    with pytest.raises(ValueError, match=r"interruptions_per_day must be a positive number \("):
+        AdaptiveInterval(interruptions_per_day=rate)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"steps_per_second must be a positive number \("):
+        AdaptiveInterval(interruptions_per_day=1).steps(rate)  # type: ignore[arg-type]
+
+
 def test_a_negative_flush_is_refused() -> None:
     with pytest.raises(ValueError, match="flush seconds"):
         AdaptiveInterval(interruptions_per_day=1).record_flush(-1)
