@@ -126,6 +126,13 @@ class CheckpointGuard:
                 raise ValueError(
                     "every='auto' chooses the interval: drop every_steps/every_seconds"
                 )
+            if adaptive is not None and (
+                interruptions_per_day is not None or mtbi_seconds is not None
+            ):
+                raise ValueError(
+                    "give the interruption rate to the guard or to adaptive=AdaptiveInterval(...)"
+                    ", not both"
+                )
             if adaptive is None:
                 if interruptions_per_day is None and mtbi_seconds is None:
                     raise ValueError(
@@ -139,6 +146,13 @@ class CheckpointGuard:
             self.every_seconds = adaptive.seconds
         elif every is not None:
             raise ValueError(f"every must be 'auto' or left out, got {every!r}")
+        elif adaptive is not None or interruptions_per_day is not None or mtbi_seconds is not None:
+            # Read by every="auto" only: without it they were dropped, and a guard given only
+            # them made no periodic save at all.
+            raise ValueError(
+                "adaptive=, interruptions_per_day= and mtbi_seconds= set the interval of "
+                "every='auto': add every='auto'"
+            )
         # Read by `due` on every step: keep these two plain attributes.
         self._wake = False
         self._next_step: float = every_steps if every_steps else math.inf

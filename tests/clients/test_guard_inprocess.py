@@ -58,6 +58,15 @@ def test_auto_interval_follows_the_measured_flush() -> None:
         ({"every": "auto"}, "interruption rate"),
         ({"every": "auto", "every_steps": 5, "mtbi_seconds": 60}, "drop every_steps"),
         ({"every": "sometimes"}, "every must be"),
+        # Read by every="auto" only: without it no periodic save ever came, and with the
+        # guard's own rate as well as an AdaptiveInterval the guard's was dropped.
+        ({"adaptive": AdaptiveInterval(mtbi_seconds=3600)}, "every='auto'"),
+        ({"every_steps": 600, "interruptions_per_day": 2}, "every='auto'"),
+        ({"mtbi_seconds": 3600}, "every='auto'"),
+        (
+            {"every": "auto", "adaptive": AdaptiveInterval(mtbi_seconds=3600), "mtbi_seconds": 60},
+            "not both",
+        ),
         ({"every_steps": 0}, "every_steps"),
         ({"every_seconds": -1}, "every_seconds"),
         # A string from an environment variable raised a TypeError naming no option; NaN was
