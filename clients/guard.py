@@ -68,12 +68,11 @@ class SaveResult:
 
 
 def _a_duration(seconds: object) -> bool:
-    return (
-        isinstance(seconds, (int, float))
-        and not isinstance(seconds, bool)
-        and math.isfinite(seconds)
-        and seconds >= 0
-    )
+    """A finite number, zero or more (numpy's included; not a bool, not a string)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+        return False
+    number = float(seconds)
+    return math.isfinite(number) and number >= 0
 
 
 def _positive(value: object) -> bool:
@@ -393,6 +392,8 @@ class CheckpointGuard:
                 seconds,
             )
             seconds = None
+        elif seconds is not None:
+            seconds = float(seconds)  # a numpy float: the ack is JSON
         if seconds is None and self._due_since is not None:
             seconds = time.monotonic() - self._due_since
         result, reasons, events = self._record(step, seconds)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import operator
 import os
 import queue
 import socket
@@ -212,7 +213,7 @@ class Notices:
             ("note", note),
         ):
             if value is not None:
-                payload[key] = value
+                payload[key] = _plain(value)
         if not wait:
             self._queue_ack(payload, timeout)
             return True
@@ -454,6 +455,19 @@ class Notices:
                 listener(event)
             except Exception:
                 log.exception("forewarn: a notice listener failed")
+
+
+def _plain(value: Any) -> Any:
+    """A number as JSON takes it: a step read back from a checkpoint as a numpy or torch
+    integer (or a flush timed into a numpy float) could not be encoded, and the ack was
+    dropped on the sender thread."""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if hasattr(value, "__index__"):
+        return operator.index(value)
+    if hasattr(value, "__float__"):
+        return float(value)
+    return value
 
 
 def _as_sent(event: Event) -> tuple[Any, ...]:

@@ -315,6 +315,24 @@ def test_a_save_timed_as_negative_or_nan_still_exits_and_is_acked(
         guard.close()
 
 
+def test_a_save_numbered_and_timed_with_numpy_scalars_is_acked(
+    forewarn_agent: RunningAgent,
+) -> None:
+    """A step read back from a checkpoint as a numpy integer (or timed into a numpy float):
+    the ack could not be encoded as JSON and was dropped on the sender thread, so the agent
+    never heard that the job saved for its terminate."""
+    numpy = pytest.importorskip("numpy")
+    guard = CheckpointGuard(handle_signals=False, flag_file=None)
+    try:
+        notice = forewarn_agent.notify("terminate", deadline="2m")
+        eventually(lambda: guard.due(numpy.int64(7)) and guard.should_exit, 10, "the terminate")
+        assert guard.saved(numpy.int64(7), numpy.float32(0.25)).exit
+        ack = forewarn_agent.wait_for_ack(notice)
+        assert ack["step"] == 7 and ack["flush_seconds"] == 0.25, ack
+    finally:
+        guard.close()
+
+
 # A job whose exit save fails: torch state, and a save that raises as a real one does (the
 # caller's own write on a full disk; storage that stops answering, given up at the deadline).
 FAILING_EXIT_SAVE = """
