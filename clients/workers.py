@@ -169,6 +169,17 @@ def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int
     calls `then(worker_id)` (your own init, e.g. seeding) when given. A fork server started
     from here on keeps SIGTERM blocked, and so do its workers until their init (see
     `forewarn.clients._forkserver`)."""
+    if isinstance(then, int):
+        # A worker calls its init with its id: this factory was given to the DataLoader
+        # uncalled, and the worker went unprotected without a word.
+        raise TypeError(
+            f"worker_init_fn was called with a worker id ({then!r}): give the DataLoader "
+            "worker_init_fn=worker_init_fn(), called, or worker_init_fn(your_init)"
+        )
+    if then is not None and not callable(then):
+        raise TypeError(
+            f"worker_init_fn(then): then must be callable (your own init) or None, got {then!r}"
+        )
     _preload_in_fork_server()
     return _Chained(then)
 
@@ -181,7 +192,10 @@ def protect_loader(loader: Any) -> None:
     while getattr(loader, "base_dataloader", None) is not None:
         loader = loader.base_dataloader
     if getattr(loader, "num_workers", 0) and not isinstance(loader.worker_init_fn, _Chained):
-        loader.worker_init_fn = worker_init_fn(loader.worker_init_fn)
+        # This module's own factory, given uncalled, is replaced: chained, it would refuse the
+        # worker id it is called with.
+        then = None if loader.worker_init_fn is worker_init_fn else loader.worker_init_fn
+        loader.worker_init_fn = worker_init_fn(then)
 
 
 FORK_SERVER_PRELOAD = "forewarn.clients._forkserver"

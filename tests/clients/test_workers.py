@@ -198,6 +198,16 @@ def test_worker_init_fn_pickles_outside_a_process_start() -> None:
     assert init.lifeline is None
 
 
+def test_worker_init_fn_given_without_calling_it_is_a_clear_error() -> None:
+    """`DataLoader(worker_init_fn=worker_init_fn)`, the parentheses forgotten: each worker
+    called it with its id, which it took for the user's own init, and returned without
+    protecting the worker; a job-wide SIGTERM then ended the workers before the save."""
+    with pytest.raises(TypeError, match=r"worker_init_fn=worker_init_fn\(\)"):
+        worker_init_fn(0)  # type: ignore[arg-type]  # what such a worker does
+    with pytest.raises(TypeError, match="callable"):
+        worker_init_fn("seed")  # type: ignore[arg-type]
+
+
 def test_plain_workers_die_of_the_sigterm_and_take_the_loop_down() -> None:
     proc = start("plain", 10_000)
     _, _, err = sigterm_from_outside(proc)
