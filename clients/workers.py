@@ -48,6 +48,14 @@ def ignore_job_signals(worker_id: int | None = None) -> None:
     where that is not available SIGTERM is ignored outright. Give `worker_init_fn()` instead
     under spawn and forkserver: only it also ends the worker when the main process exits,
     which matters when a thread the worker had before this call takes that SIGTERM."""
+    if multiprocessing.parent_process() is None:
+        # Not a worker: `worker_init_fn=ignore_job_signals()`, called where it should be
+        # given. The training process itself ignored SIGINT and exited 0 on its parent's
+        # SIGTERM (torchrun's, systemd's), without a save.
+        raise RuntimeError(
+            "ignore_job_signals() runs in a DataLoader worker, not in the training process: "
+            "give worker_init_fn=ignore_job_signals (uncalled), or worker_init_fn=worker_init_fn()"
+        )
     _protect(lifeline=None)
 
 

@@ -208,6 +208,20 @@ def test_worker_init_fn_given_without_calling_it_is_a_clear_error() -> None:
         worker_init_fn("seed")  # type: ignore[arg-type]
 
 
+def test_ignore_job_signals_called_in_the_main_process_is_a_clear_error() -> None:
+    """`DataLoader(worker_init_fn=ignore_job_signals())`, called where it should be given: it
+    ran in the training process itself, which then ignored SIGINT and exited 0 on its parent's
+    SIGTERM (torchrun's, systemd's) without a save: a reclaimed job counted as complete."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "from forewarn.clients.workers import *; ignore_job_signals()"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "worker_init_fn=ignore_job_signals" in proc.stderr.splitlines()[-1], proc.stderr
+
+
 def test_plain_workers_die_of_the_sigterm_and_take_the_loop_down() -> None:
     proc = start("plain", 10_000)
     _, _, err = sigterm_from_outside(proc)
