@@ -24,10 +24,14 @@ from typing import Any
 
 from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import (
+    ENV_EVENTS,
     TOPIC_CLIENT_PREFIX,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
+    EndpointError,
+    check_endpoint,
     default_endpoints,
+    load_client_config,
     request,
 )
 
@@ -65,6 +69,28 @@ RESTART_SETTLE = 5.0
 # asked for again by subscribing to `notice` once more, which makes the agent replay; at most
 # this often.
 REPLAY_ASK_EVERY = 10.0
+
+
+def _events_endpoint(given: str | None, default: str) -> str:
+    """The events endpoint, checked: one zmq cannot connect (the scheme left out) ended the
+    thread that reads the notices at its first line, and the job trained on without ever
+    hearing a terminate. Given here or in `FOREWARN_EVENTS`, it is a ValueError naming it; the
+    config file's is one warning and the default place, as for any key of a file the library
+    cannot use (that never stops a training job)."""
+    try:
+        return check_endpoint(given or default, allow_remote=True, what="events")
+    except EndpointError as error:
+        config = load_client_config()
+        if given or os.environ.get(ENV_EVENTS) or not config.events:
+            raise
+        said = f"config file {config.path}: config key events: {error}"
+        if said not in _CONFIG_WARNED:
+            _CONFIG_WARNED.add(said)
+            log.warning("%s; looking for the agent in the default places", said)
+        return default_endpoints(config=replace(config, events=None))[0]
+
+
+_CONFIG_WARNED: set[str] = set()
 
 
 def _client_id() -> str:
@@ -118,7 +144,7 @@ class Notices:
                 f"heartbeat_timeout must be a positive number of seconds, got {heartbeat_timeout!r}"
             )
         default_events, default_control = default_endpoints()
-        self.events = events or default_events
+        self.events = _events_endpoint(events, default_events)
         self.control = control or default_control
         self.client_id = client_id or _client_id()
         self.heartbeat_timeout = heartbeat_timeout

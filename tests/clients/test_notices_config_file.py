@@ -61,7 +61,11 @@ def test_the_guard_hears_and_acks_an_agent_set_up_in_its_config_file_alone(
         agent.stop()
 
 
-@pytest.mark.parametrize("text", ["runtime_dir = [", "events = 5", b"\xff\xfe = 1", None], ids=str)
+@pytest.mark.parametrize(
+    "text",
+    ["runtime_dir = [", "events = 5", 'events = "localhost:5555"', b"\xff\xfe = 1", None],
+    ids=str,
+)
 def test_a_config_file_the_job_cannot_use_is_one_warning_and_the_defaults(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
