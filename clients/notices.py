@@ -8,6 +8,7 @@ picks the agent up (with its replay of active notices) whenever it comes.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import math
@@ -18,6 +19,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -261,6 +263,7 @@ class Notices:
                 target=self._send_acks, name="forewarn-acks", daemon=True
             )
             self._sender.start()
+            _SENDING.add(self)
 
     def _send_acks(self) -> None:
         while True:
@@ -494,6 +497,22 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "__float__"):
         return float(value)
     return value
+
+
+# Notices whose sender thread may hold acks. A daemon: the interpreter dropped it at exit, and
+# a job that left with `sys.exit(guard.exit_code)` right after its terminate's save (the
+# README's loop, no close()) lost the ack; the agent never heard the job had saved.
+_SENDING: weakref.WeakSet[Notices] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    for notices in list(_SENDING):
+        notices.close()
+
+
+# A forked child (a DataLoader worker, a forked rank) has none of their threads.
+os.register_at_fork(after_in_child=_SENDING.clear)
 
 
 def _as_sent(event: Event) -> tuple[Any, ...]:

@@ -333,6 +333,47 @@ def test_a_save_numbered_and_timed_with_numpy_scalars_is_acked(
         guard.close()
 
 
+# The README's loop as it stands: no close() before sys.exit.
+README_LOOP = """
+import sys, time
+from forewarn.clients import CheckpointGuard
+
+guard = CheckpointGuard(every_steps=600)
+step = 0
+guard.resumed(step)
+while step < 100_000:
+    time.sleep(0.01)
+    step += 1
+    if step == 5:
+        print("training", flush=True)
+    if guard.due(step):
+        if guard.saved(step, 0.01).exit:
+            break
+sys.exit(guard.exit_code)
+"""
+
+
+def test_the_readme_loop_acks_its_terminate_before_it_exits(tmp_path: Path) -> None:
+    """`sys.exit(guard.exit_code)` right after the terminate's save, with no `close()` (the
+    README's loop): the ack was still queued for the sender thread, a daemon the interpreter
+    dropped at exit, so the agent never heard the job saved, and the next job on the node
+    took the terminate for one nobody had acted on."""
+    with AgentProcess(tmp_path) as agent:
+        job = subprocess.Popen(
+            [sys.executable, "-c", README_LOOP],
+            env=agent.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert job.stdout is not None
+        assert job.stdout.readline().strip() == "training", job.communicate()
+        notice = agent.control({"op": "notify", "action": "terminate"})["notice"]["id"]
+        _, err = job.communicate(timeout=60)
+        assert job.returncode == EXIT_RECLAIMED, err
+        eventually(lambda: f"ack {notice} from" in agent.output(), 10, "the terminate's ack")
+
+
 # A job whose exit save fails: torch state, and a save that raises as a real one does (the
 # caller's own write on a full disk; storage that stops answering, given up at the deadline).
 FAILING_EXIT_SAVE = """
