@@ -239,6 +239,12 @@ class CheckpointGuard:
                 raise ValueError("agree=True needs torch.distributed initialised with 2+ ranks")
         if self.agreement is not None:
             self.due = self._due_ranked  # type: ignore[method-assign]
+        elif agree is None:
+            # torch.distributed may be initialised after the guard is made (set-up at the top
+            # of the script): found once, at construction, a guard made first never agreed with
+            # the other ranks. Looked for again at the first check.
+            self._agree_every = int(agree_every)
+            self.due = self._due_first  # type: ignore[method-assign]
 
         # Background saves (save_state): the loop waits for a snapshot in host memory only.
         self.saver: BackgroundSaver | None = None
@@ -271,6 +277,19 @@ class CheckpointGuard:
                 self._due_since = time.monotonic()
             return True
         return False
+
+    def _due_first(self, step: int) -> bool:
+        """The first `due`: with torch.distributed initialised by now, every later check goes
+        through the ranks' agreement; otherwise through the plain `due`."""
+        self._late_agreement()
+        return self.due(step)
+
+    def _late_agreement(self) -> None:
+        if self.__dict__.pop("due", None) is None:
+            return  # looked for already
+        self.agreement = RankAgreement.detect(self._agree_every)
+        if self.agreement is not None:
+            self.due = self._due_ranked  # type: ignore[method-assign]
 
     def _due_ranked(self, step: int) -> bool:
         """`due` across ranks: periodic steps are due on every rank by themselves (same step
@@ -332,6 +351,8 @@ class CheckpointGuard:
         every rank must make the same number of calls (a DistributedSampler pads every rank to
         the same number of batches); the ranks agree every `agree_every` calls. A loop that
         runs on one rank only reads `should_exit` instead, which involves no other rank."""
+        if self.__dict__.get("due") == self._due_first:
+            self._late_agreement()  # an evaluation before the first training step
         if self.agreement is None:
             if self._exit:
                 if self._due_since is None:

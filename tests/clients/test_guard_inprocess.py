@@ -224,6 +224,32 @@ def test_with_ranks_a_save_answers_the_exit_the_ranks_agreed_on() -> None:
     guard.close()
 
 
+def test_ranks_initialised_after_the_guard_was_made_still_agree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A guard made before `init_process_group` (at the top of the script, the usual place for
+    set-up) looked for torch.distributed once, found none, and never agreed with the other
+    ranks: a notice on one node saved its ranks alone, a terminate ended them alone and left
+    the others hanging in their next collective, unsaved. It looks again at the first `due`."""
+    guard = quiet_guard()
+    assert guard.agreement is None  # torch.distributed not initialised yet
+    agreement = PeerAgreement(every=8)
+    monkeypatch.setattr(RankAgreement, "detect", classmethod(lambda cls, every: agreement))
+    assert not guard.due(1)  # the first check after init_process_group agrees
+    assert guard.agreement is agreement and agreement.decisions == [(False, False)]
+    guard.request("terminate", exit=True)
+    assert guard.due(2)  # the second check agrees too
+    assert agreement.decisions[-1] == (True, True)
+    guard.close()
+
+
+def test_a_guard_told_not_to_agree_never_looks_for_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    guard = quiet_guard(agree=False)
+    monkeypatch.setattr(RankAgreement, "detect", classmethod(lambda cls, every: PeerAgreement(8)))
+    assert not guard.due(1) and guard.agreement is None
+    guard.close()
+
+
 def test_a_flag_file_it_cannot_remove_counts_once_and_never_raises(tmp_path: Path) -> None:
     """A training user in the agent's group enters its 0750 runtime directory but cannot
     remove a flag file there (root dropped it; the agent runs without the local provider, so
