@@ -188,8 +188,12 @@ class Notices:
     def wait(
         self, actions: tuple[str, ...] = ("drain", "terminate"), timeout: float | None = None
     ) -> Event | None:
-        """Block until an active notice has one of `actions`; None on timeout."""
-        end = None if timeout is None else time.monotonic() + timeout
+        """Block until an active notice has one of `actions`; None on timeout (None or
+        infinite: no end)."""
+        if timeout is not None and math.isnan(timeout):
+            raise ValueError("wait(timeout=nan): give seconds, or None to wait without end")
+        # An infinite end raised OverflowError in the condition's wait, at once.
+        end = None if timeout is None or timeout == math.inf else time.monotonic() + timeout
         with self._changed:
             while True:
                 for event in self.active.values():

@@ -210,6 +210,26 @@ class FakeAgent:
         self.pub.close(linger=0)
 
 
+def test_wait_without_end_takes_the_terminate_and_a_nan_timeout_is_refused(
+    tmp_path: Path,
+) -> None:
+    """`wait(timeout=float("inf"))` (no end, read from a setting) raised OverflowError at
+    once instead of waiting for the terminate; `timeout=nan` waited forever."""
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control)
+    try:
+        with pytest.raises(ValueError, match="timeout"):
+            notices.wait(timeout=float("nan"))
+        agent.subscribed()
+        agent.beat()
+        agent.notice("aws/i-1/spot", "terminate")
+        event = notices.wait(timeout=float("inf"))
+        assert event is not None and event.id == "aws/i-1/spot"
+    finally:
+        notices.close(ack_timeout=0.5)
+        agent.close()
+
+
 def warnings_about(caplog: Any, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
