@@ -496,11 +496,12 @@ def _plain(value: Any) -> Any:
     dropped on the sender thread."""
     if isinstance(value, (str, bool, int, float)):
         return value
-    if hasattr(value, "__index__"):
+    # A float array scalar (numpy's, a torch tensor) has an __index__ that raises TypeError.
+    with contextlib.suppress(TypeError):
         return operator.index(value)
-    if hasattr(value, "__float__"):
+    with contextlib.suppress(TypeError, ValueError):
         return float(value)
-    return value
+    return value  # not a number: the sender says it could not send it
 
 
 # Notices whose sender thread may hold acks. A daemon: the interpreter dropped it at exit, and

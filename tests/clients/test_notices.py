@@ -230,6 +230,22 @@ def test_wait_without_end_takes_the_terminate_and_a_nan_timeout_is_refused(
         agent.close()
 
 
+def test_an_ack_of_array_scalars_is_sent(tmp_path: Path) -> None:
+    """A 0-d array (numpy's, or a torch tensor: the float one has an `__index__` that raises)
+    as a flush's seconds made `ack` raise TypeError in the training thread."""
+    numpy = pytest.importorskip("numpy")
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control)
+    try:
+        agent.subscribed()
+        agent.beat()
+        assert eventually(lambda: notices.alive, timeout=5)
+        assert notices.ack(None, step=numpy.array(3), flush_seconds=numpy.array(0.25), wait=True)
+    finally:
+        notices.close(ack_timeout=0.5)
+        agent.close()
+
+
 def warnings_about(caplog: Any, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
