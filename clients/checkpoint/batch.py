@@ -70,6 +70,9 @@ class BatchProgress:
                 )
                 self._first_step = max(self._first_step, step + 1)
                 continue
+            # Above a flush passed over the steps run ahead of the items done (14 items in
+            # generation 15): counted from the items, the next flush took a committed step.
+            self._first_step = max(self._first_step, step + 1)
             return generation
         return None
 
@@ -132,13 +135,15 @@ class BatchProgress:
         step = max(len(self._done) + len(self._pending), self._first_step)
         shard = f"{OUTPUTS}/{generation_name(step)}.jsonl"
         backend = self.store.backend
-        with backend.writer(shard) as stream:
-            stream.write("".join(line + "\n" for line in self._pending.values()).encode())
-        backend.make_durable(OUTPUTS)
         done = dict(self._done)
         done.update(dict.fromkeys(self._pending, shard))
         body = json.dumps({"format": FORMAT, "items": done}, separators=(",", ":")).encode()
+        # The shard only once the save has started: a step that is taken is refused there,
+        # before its committed shard (the outputs of the items it holds) is rewritten.
         with self.store.save(step, metadata={"items_done": len(done)}) as gen:
+            with backend.writer(shard) as stream:
+                stream.write("".join(line + "\n" for line in self._pending.values()).encode())
+            backend.make_durable(OUTPUTS)
             gen.write_bytes(DONE, body)
         self._done = done
         self._pending = {}

@@ -100,3 +100,30 @@ def test_a_corrupt_done_manifest_falls_back_to_the_flush_before_it(
     final = BatchProgress(make_store())
     assert final.resumed_from is not None and final.resumed_from.step > 14
     assert dict(final.outputs()) == {item: infer(item) for item in ITEMS}
+
+
+def test_a_job_resumed_above_a_passed_over_flush_keeps_its_outputs(make_store: Any) -> None:
+    """After a fallback the flushes commit one step above the items done (14 items in
+    generation 15); the next job resumed from there flushed its first item at step 15 again:
+    it rewrote that generation's output shard (the outputs of 7 committed items gone), then
+    failed with GenerationExistsError."""
+    first = BatchProgress(make_store(), flush_every=7)
+    for item in ITEMS[:14]:
+        first.add(item, infer(item))  # commits steps 7 and 14
+    store = make_store()
+    newest = store.get(14)
+    raw = bytearray(newest.open("done.json").read())
+    raw[len(raw) // 2] ^= 0x01
+    with store.backend.writer(f"{newest.name}/done.json") as stream:
+        stream.write(bytes(raw))
+    second = BatchProgress(make_store(), flush_every=7)
+    for item in second.remaining(ITEMS[:14]):
+        second.add(item, infer(item))  # the 7 items of the lost flush, committed as step 15
+
+    third = BatchProgress(make_store(), flush_every=7)
+    assert third.resumed_from is not None and third.resumed_from.step == 15
+    third.add(ITEMS[14], infer(ITEMS[14]))
+    committed = third.flush()
+    assert committed is not None and committed.step > 15
+    final = BatchProgress(make_store())
+    assert dict(final.outputs()) == {item: infer(item) for item in ITEMS[:15]}
