@@ -140,7 +140,10 @@ class BatchProgress:
         body = json.dumps({"format": FORMAT, "items": done}, separators=(",", ":")).encode()
         # The shard only once the save has started: a step that is taken is refused there,
         # before its committed shard (the outputs of the items it holds) is rewritten.
-        with self.store.save(step, metadata={"items_done": len(done)}) as gen:
+        # This process's save alone, whatever RANK and WORLD_SIZE say (torchrun sets them):
+        # each rank keeps its own store, and a multi-rank save there waits for ranks that
+        # never write into it.
+        with self.store.save(step, metadata={"items_done": len(done)}, rank=0, world_size=1) as gen:
             with backend.writer(shard) as stream:
                 stream.write("".join(line + "\n" for line in self._pending.values()).encode())
             backend.make_durable(OUTPUTS)

@@ -127,3 +127,19 @@ def test_a_job_resumed_above_a_passed_over_flush_keeps_its_outputs(make_store: A
     assert committed is not None and committed.step > 15
     final = BatchProgress(make_store())
     assert dict(final.outputs()) == {item: infer(item) for item in ITEMS[:15]}
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_each_rank_of_a_torchrun_job_flushes_into_its_own_store(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch, rank: str
+) -> None:
+    """torchrun sets RANK and WORLD_SIZE: a flush took them for a multi-rank save, and in a
+    store of one rank's own (as the docs say) rank 1 waited for a commit of rank 0 that never
+    came, rank 0 for a part of rank 1 that never came, both until `commit_timeout`."""
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    progress = BatchProgress(make_store(commit_timeout=5), flush_every=2)
+    for item in ITEMS[:4]:
+        progress.add(item, infer(item))
+    assert progress.pending == 0
+    assert len(BatchProgress(make_store())) == 4
