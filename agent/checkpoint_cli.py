@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -325,18 +326,36 @@ def run_get(args: argparse.Namespace, store: CheckpointStore) -> int:
     generation = _chosen(store, args.step)
     prefix = args.prefix.strip("/")
     names = [n for n in generation.files if not prefix or n.startswith(prefix + "/")]
+    if not names:
+        raise _Usage(f"{generation.name} has no files under {args.prefix!r}")
+    destination = Path(args.destination)
+    if destination.exists() and not destination.is_dir():
+        raise _Usage(f"{destination} is not a directory (get copies the files into one)")
     total = sum(generation.files[name].size for name in names)
     bar = ProgressBar(f"copying {generation.name}", total)
     try:
         copied = generation.get_dir(
-            prefix, args.destination, progress=lambda done, _total: bar.update(done)
+            prefix, destination, progress=lambda done, _total: bar.update(done)
         )
-    except FileNotFoundError as error:
-        raise _Usage(str(error)) from None
+    except GenerationNotFoundError:
+        raise  # removed meanwhile by another job's retention
+    except OSError as error:
+        if _in_store(store, error):
+            raise  # the store's own file: "cannot read", exit 3
+        # Said as "cannot read <store>", exit 3, it sent people to a store that was fine.
+        raise _Usage(f"cannot write to {destination}: {error}") from None
     finally:
         bar.close()
     print(f"copied {len(copied)} files ({_size(total)}) of {generation.name} to {args.destination}")
     return 0
+
+
+def _in_store(store: CheckpointStore, error: OSError) -> bool:
+    """Whether `error` is about a file of the (local) store rather than of a destination."""
+    root = getattr(store.backend, "root", None)
+    if not isinstance(root, Path) or not error.filename:
+        return False
+    return Path(os.fsdecode(error.filename)).absolute().is_relative_to(root)
 
 
 def run_prune(args: argparse.Namespace, store: CheckpointStore) -> int:

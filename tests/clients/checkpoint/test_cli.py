@@ -207,3 +207,25 @@ def test_an_s3_endpoint_is_refused_at_once_or_is_http(url: str) -> None:
         assert "S3 endpoint" in str(error)
         return
     assert client.meta.endpoint_url.startswith(("http://", "https://"))
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "a directory at a file's name"])
+def test_get_names_a_destination_it_cannot_write(
+    make_store: Any, store_url: str, tmp_path: Path, where: str
+) -> None:
+    """Each was 'cannot read <store>: ...' with exit 3 (the store could not be read), though
+    the store was fine and the destination was the problem."""
+    fill(make_store())
+    occupied = tmp_path / "occupied"
+    occupied.write_text("not a directory")
+    destination = {
+        "a file": occupied,
+        "under a file": occupied / "out",
+        "a directory at a file's name": tmp_path / "out",
+    }[where]
+    (tmp_path / "out" / "model.bin").mkdir(parents=True)
+    result = forewarn("get", store_url, str(destination))
+    assert result.returncode == 2, result.stderr
+    assert "cannot read" not in result.stderr and str(destination) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert occupied.read_text() == "not a directory"
