@@ -138,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
     except CorruptGenerationError as error:
         print(f"forewarn: checkpoint: {error}", file=sys.stderr)
         return EXIT_CORRUPT
+    except BrokenPipeError:
+        # The reader went away (`forewarn checkpoint ls URL | head -1`): the command line's
+        # own quiet exit, not 'cannot read <store>: Broken pipe'.
+        raise
     except (CheckpointError, OSError) as error:
         print(f"forewarn: checkpoint: cannot read {args.url}: {error}", file=sys.stderr)
         return EXIT_UNREADABLE

@@ -229,3 +229,24 @@ def test_get_names_a_destination_it_cannot_write(
     assert "cannot read" not in result.stderr and str(destination) in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert occupied.read_text() == "not a directory"
+
+
+def test_a_reader_that_goes_away_is_no_store_error(tmp_path: Path) -> None:
+    """`forewarn checkpoint ls URL | head -1`: the pipe closed under the listing was reported
+    as 'cannot read <store>: [Errno 32] Broken pipe', exit 3."""
+    url = str(tmp_path / "store")
+    CheckpointStore(url).flush(1, lambda gen: gen.write_bytes("m", b"1"))
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    try:
+        process = subprocess.run(
+            [sys.executable, "-m", "forewarn.agent.cli", "checkpoint", "ls", url],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert process.returncode != 3
+    assert process.stderr == ""
