@@ -50,6 +50,18 @@ def open_backend(
     # URL schemes are case-insensitive: `S3://bucket/prefix` was refused as an unknown scheme.
     head, sep, _rest = text.partition("://")
     scheme = head.lower() if sep else ""
+    if not sep:
+        # A slash short, read as a relative path: `s3:/bucket/run` saved every checkpoint
+        # into `./s3:/bucket/run` on the machine's own disk, gone with the machine.
+        word, colon, after = text.partition(":")
+        if colon and word.lower() == "s3":
+            raise StoreConfigError(
+                f"store URL {text!r} is not an S3 URL: did you mean 's3://{after.lstrip('/')}'?"
+            )
+        if colon and word.lower() == "file":
+            if not after.startswith("/"):
+                raise StoreConfigError(f"file URL {text!r} names no absolute path")
+            text, scheme = f"file://{after}", "file"  # RFC 8089's `file:/path`
     if scheme == "s3":
         from .s3 import S3Backend
 

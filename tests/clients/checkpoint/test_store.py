@@ -613,3 +613,18 @@ def test_a_generation_retention_removed_under_its_reader_says_so(
         assert isinstance(info.value, FileNotFoundError)  # what the callers caught before
     again = store.latest()
     assert again is not None and again.step == 2 and load_state(again)["w"][0] == 2.0
+
+
+def test_a_scheme_with_one_slash_is_read_as_a_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`s3:/bucket/run` (a slash short) opened a local store in `./s3:/bucket/run`: the
+    checkpoints went to the machine's disk and were gone with it. `file:/path` is a file URL
+    (RFC 8089) and named a local directory `file:` just the same."""
+    monkeypatch.chdir(tmp_path)
+    for typo in ("s3:/bucket/run", "S3:bucket/run"):
+        with pytest.raises(StoreConfigError, match="s3://bucket/run"):
+            CheckpointStore(typo)
+    save_step(CheckpointStore(f"file:{tmp_path}/a"), 1)
+    assert CheckpointStore(tmp_path / "a").get(1, verify="checksums").step == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a"]
