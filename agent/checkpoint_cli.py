@@ -24,8 +24,8 @@ from forewarn.clients.checkpoint import (
     S3Options,
     StoreConfigError,
 )
-from forewarn.clients.checkpoint.generation import read_generation
-from forewarn.clients.checkpoint.manifest import generation_name
+from forewarn.clients.checkpoint.generation import Generation, Verification, read_generation
+from forewarn.clients.checkpoint.manifest import COMMIT, generation_name
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_time
 
@@ -211,11 +211,9 @@ def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
             row.update(size=None, files=None, world_size=None, created_at=None)
             row.update(state=state, problems=[] if state == "partial" else problems)
         else:
-            bar = ProgressBar(f"verifying {generation.name}", generation.size)
-            try:
-                check = store.verify(step, checksums=checksums, progress=bar.update)
-            finally:
-                bar.close()
+            check = _verified(store, generation, checksums)
+            if check is None:
+                continue  # removed since it was listed
             row.update(
                 size=generation.size,
                 files=len(generation.files),
@@ -226,6 +224,31 @@ def _rows(store: CheckpointStore, checksums: bool) -> list[dict[str, Any]]:
             )
         rows.append(row)
     return rows
+
+
+def _verified(
+    store: CheckpointStore, generation: Generation, checksums: bool
+) -> Verification | None:
+    """`store.verify` with a progress bar; None when the generation was removed meanwhile:
+    a job with `keep=N` deletes its oldest generation (marker first) once it commits a newer
+    one, and the commands check the oldest first, so that one read as 'CORRUPT: not
+    committed' (exit 1) or, deleted while hashed, as 'cannot read <store>' (exit 3)."""
+    bar = ProgressBar(f"verifying {generation.name}", generation.size)
+    try:
+        check = store.verify(generation.step, checksums=checksums, progress=bar.update)
+    except FileNotFoundError:
+        if _committed(store, generation):
+            raise
+        return None
+    finally:
+        bar.close()
+    if check.problems and not _committed(store, generation):
+        return None
+    return check
+
+
+def _committed(store: CheckpointStore, generation: Generation) -> bool:
+    return store.backend.get_small(f"{generation.name}/{COMMIT}") is not None
 
 
 def run_ls(args: argparse.Namespace, store: CheckpointStore) -> int:
@@ -305,14 +328,13 @@ def run_verify(args: argparse.Namespace, store: CheckpointStore) -> int:
                     f"no committed generation for step {step} in {store.url}"
                 )
             continue  # a save in progress or a dead writer's leftover: not a generation
-        checked += 1
         if generation is not None:
-            bar = ProgressBar(f"verifying {generation.name}", generation.size)
-            try:
-                check = store.verify(step, checksums=not args.sizes_only, progress=bar.update)
-            finally:
-                bar.close()
+            check = _verified(store, generation, not args.sizes_only)
+            if check is None:
+                print(f"{generation_name(step)}: removed while it was checked")
+                continue
             problems = list(check.problems)
+        checked += 1
         if problems:
             failed += 1
             print(f"{generation_name(step)}: CORRUPT: {'; '.join(problems)}")

@@ -250,3 +250,39 @@ def test_a_reader_that_goes_away_is_no_store_error(tmp_path: Path) -> None:
         os.close(write)
     assert process.returncode != 3
     assert process.stderr == ""
+
+
+@pytest.mark.parametrize("action", ["verify", "ls"])
+def test_a_generation_retention_removes_while_it_is_checked_is_not_corrupt(
+    make_store: Any,
+    store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    action: str,
+) -> None:
+    """A job with keep=N deletes its oldest generation once it commits a newer one, and the
+    command checks the oldest first: the one deleted between its listing and its check was
+    reported 'CORRUPT: not committed' (exit 1, a monitoring gate failing on a sound store),
+    or, deleted while hashed, 'cannot read <store>' (exit 3)."""
+    import argparse
+
+    from forewarn.agent import checkpoint_cli
+
+    fill(make_store())
+    check = CheckpointStore.verify
+
+    def retention_meanwhile(self: CheckpointStore, generation: Any, **options: Any) -> Any:
+        if generation == 10:
+            self.delete(10)  # another process's retention, between the listing and the check
+        return check(self, generation, **options)
+
+    monkeypatch.setattr(CheckpointStore, "verify", retention_meanwhile)
+    parser = argparse.ArgumentParser()
+    checkpoint_cli.add_arguments(parser)
+    code = checkpoint_cli.run(parser.parse_args([action, store_url]))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "corrupt" not in out.lower() and "not committed" not in out
+    if action == "verify":
+        assert "step-000000000010: removed while it was checked" in out
+        assert "2 of 2 generations verify (checksums)" in out
