@@ -10,7 +10,8 @@ terminate or SIGTERM it stops training (`train()` returns normally: end the proc
 `sys.exit(callback.exit_code)`, 143 then, so the platform restarts the job). Resume with
 `trainer.train(resume_from_checkpoint=last_checkpoint(args.output_dir))`, which passes over
 a checkpoint directory a killed save left half-written. An exit pending at the end of a step
-skips the evaluation due at that step, so the save comes first. During an evaluation it asks
+skips the evaluation due at that step, so the save comes first, and the epoch an exit's save
+cut short ends with no evaluation or save of the Trainer's own. During an evaluation it asks
 `guard.due_in_eval` after each prediction step (`on_prediction_step`): the Trainer cannot be
 interrupted mid-evaluation from a callback, so the save is scheduled for the moment that
 evaluation returns, and the notice is not left for the next training step; training stops
@@ -76,6 +77,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         self.dcp = dcp
         self._requested_at: float | None = None
         self._dcp_pending = False  # an exit asked for in evaluation, saved once it returns
+        self._stopped = False  # the exit's save is made: training is stopping
         self.saved_steps: list[int] = []
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
 
@@ -123,6 +125,8 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
     def on_prediction_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
+        if self._stopped:
+            return control  # the exit's save is made; an evaluation after it asks no other
         if self.dcp:
             if not self._dcp_pending and self.guard.due_in_eval(state.global_step):
                 self._dcp_pending = True  # saved by on_evaluate, once the pass returns
@@ -158,6 +162,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         if result.exit:
             control.should_training_stop = True
             control.should_evaluate = False
+            self._stopped = True
 
     def on_save(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -175,6 +180,19 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         self.saved_steps.append(state.global_step)
         if result.exit:
             control.should_training_stop = True
+            self._stopped = True
+        return control
+
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        if self._stopped:
+            # The Trainer ends the epoch the exit cut short like any other: with
+            # eval_strategy/save_strategy "epoch" it evaluated, then wrote the checkpoint just
+            # saved and acked a second time, in place, in the notice's last seconds (a kill
+            # then left it half-rewritten, with the trainer_state.json of the first save).
+            control.should_evaluate = False
+            control.should_save = False
         return control
 
     def on_train_end(

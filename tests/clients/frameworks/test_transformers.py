@@ -269,3 +269,35 @@ def test_resume_passes_over_a_checkpoint_the_trainer_never_finished(
     )
     trainer.train(resume_from_checkpoint=fw.last_checkpoint(out))
     assert trainer.state.global_step == 30 and len(batches) == 5, "resumed at step 25"
+
+
+def test_the_end_of_the_epoch_a_terminate_cut_short_adds_no_evaluation_or_second_save(
+    tmp_path: Path,
+) -> None:
+    """With eval_strategy and save_strategy 'epoch', the Trainer ends the epoch the exit save
+    stopped with an evaluation, in which the callback asked for the same save again: the
+    checkpoint just saved and acked was written a second time in place during the notice's
+    last seconds (a kill then left it half-rewritten, its trainer_state.json still there for
+    last_checkpoint to take)."""
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    spy = models.AsksToExitAt(callback, at=7)
+    args = models.arguments(
+        tmp_path,
+        max_steps=-1,
+        num_train_epochs=3,
+        gradient_accumulation_steps=2,
+        eval_strategy="epoch",
+        save_strategy="epoch",
+        per_device_eval_batch_size=4,
+    )
+    trainer = hf.Trainer(
+        model=models.Tiny(),
+        args=args,
+        train_dataset=models.Points(),  # 5,000 steps an epoch: the exit comes mid-epoch
+        eval_dataset=models.FewPoints(),
+        callbacks=[callback, spy],
+    )
+    trainer.train()
+    assert callback.saved_steps == [8]
+    assert spy.events == [("save", 8)]
+    assert callback.exit_code == 143

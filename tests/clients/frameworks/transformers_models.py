@@ -136,3 +136,23 @@ def arguments(tmp_path: Path, **options: Any) -> TrainingArguments:
 
 # An evaluation pass of FewPoints every 25 steps.
 EVALUATE_EVERY_25 = {"per_device_eval_batch_size": 4, "eval_strategy": "steps", "eval_steps": 25}
+
+
+class AsksToExitAt(TrainerCallback):  # type: ignore[misc]
+    """Asks the forewarn callback's guard to exit at step `at`; records every save and every
+    evaluation the Trainer makes, with its step."""
+
+    def __init__(self, forewarn: ForewarnTrainerCallback, at: int) -> None:
+        self.forewarn = forewarn
+        self.at = at
+        self.events: list[tuple[str, int]] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.at:
+            self.forewarn.guard.request("signal", exit=True)
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.events.append(("save", state.global_step))
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.events.append(("evaluate", state.global_step))
