@@ -112,7 +112,9 @@ class CheckpointStore:
     @classmethod
     def from_env(cls, **overrides: Any) -> CheckpointStore:
         """A store from FOREWARN_CHECKPOINT_URL, _KEEP and _VERIFY; arguments win."""
-        url = overrides.pop("url", None) or os.environ.get("FOREWARN_CHECKPOINT_URL")
+        # Stripped: a ConfigMap or Secret written as a YAML block (`url: |`) ends the value
+        # with a newline, and the store then saved into a local directory named "...\n".
+        url = overrides.pop("url", None) or os.environ.get("FOREWARN_CHECKPOINT_URL", "").strip()
         if not url:
             raise StoreConfigError(
                 "FOREWARN_CHECKPOINT_URL is not set (a path or s3://bucket/prefix)"
@@ -126,7 +128,7 @@ class CheckpointStore:
                     f"FOREWARN_CHECKPOINT_KEEP={raw!r} is not an integer"
                 ) from None
         if "verify" not in overrides and os.environ.get("FOREWARN_CHECKPOINT_VERIFY"):
-            overrides["verify"] = os.environ["FOREWARN_CHECKPOINT_VERIFY"]
+            overrides["verify"] = os.environ["FOREWARN_CHECKPOINT_VERIFY"].strip()
         return cls(url, **overrides)
 
     @property

@@ -347,6 +347,20 @@ def test_file_urls_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         CheckpointStore.from_env()
 
 
+def test_environment_values_from_a_configmap_lose_their_trailing_newline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ConfigMap or Secret written as a YAML block (`url: |`) ends its value with a newline:
+    the store saved into a new local directory named "a\\n", on the machine's own disk."""
+    save_step(CheckpointStore(tmp_path / "a"), 1)
+    monkeypatch.setenv("FOREWARN_CHECKPOINT_URL", f"{tmp_path / 'a'}\n")
+    monkeypatch.setenv("FOREWARN_CHECKPOINT_VERIFY", "checksums\n")
+    from_env = CheckpointStore.from_env()
+    assert from_env.verify_policy == "checksums"
+    assert from_env.latest().path("model.bin").read_bytes() == payload(1)  # type: ignore[union-attr]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]
+
+
 def test_url_schemes_are_case_insensitive(bucket: str, tmp_path: Path) -> None:
     """`S3://bucket/prefix`, as people write it, is the same store as `s3://`."""
     save_step(CheckpointStore(f"S3://{bucket}/Run"), 1)
