@@ -75,18 +75,23 @@ def test_batch_progress_rules(tmp_path: Path) -> None:
     assert BatchProgress(CheckpointStore(tmp_path)).output(5) == [1, 2]
 
 
-def test_a_corrupt_done_manifest_falls_back_to_the_flush_before_it(
-    make_store: Any, caplog: pytest.LogCaptureFixture
-) -> None:
+def _flush_twice_and_corrupt_the_second(make_store: Any) -> None:
+    """14 items flushed as steps 7 and 14, then one bit of step 14's done.json flipped."""
     first = BatchProgress(make_store(), flush_every=7)
     for item in ITEMS[:14]:
-        first.add(item, infer(item))  # commits steps 7 and 14
+        first.add(item, infer(item))
     store = make_store()
     newest = store.get(14)
     raw = bytearray(newest.open("done.json").read())
     raw[len(raw) // 2] ^= 0x01  # same size: only the checksum tells
     with store.backend.writer(f"{newest.name}/done.json") as stream:
         stream.write(bytes(raw))
+
+
+def test_a_corrupt_done_manifest_falls_back_to_the_flush_before_it(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _flush_twice_and_corrupt_the_second(make_store)
 
     with caplog.at_level("WARNING", logger="forewarn.checkpoint"):
         resumed = BatchProgress(make_store(), flush_every=7)
@@ -107,15 +112,7 @@ def test_a_job_resumed_above_a_passed_over_flush_keeps_its_outputs(make_store: A
     generation 15); the next job resumed from there flushed its first item at step 15 again:
     it rewrote that generation's output shard (the outputs of 7 committed items gone), then
     failed with GenerationExistsError."""
-    first = BatchProgress(make_store(), flush_every=7)
-    for item in ITEMS[:14]:
-        first.add(item, infer(item))  # commits steps 7 and 14
-    store = make_store()
-    newest = store.get(14)
-    raw = bytearray(newest.open("done.json").read())
-    raw[len(raw) // 2] ^= 0x01
-    with store.backend.writer(f"{newest.name}/done.json") as stream:
-        stream.write(bytes(raw))
+    _flush_twice_and_corrupt_the_second(make_store)
     second = BatchProgress(make_store(), flush_every=7)
     for item in second.remaining(ITEMS[:14]):
         second.add(item, infer(item))  # the 7 items of the lost flush, committed as step 15
