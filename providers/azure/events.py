@@ -23,6 +23,8 @@ from .settings import EVENT_TYPES
 
 PROVIDER = "azure"
 ID_PREFIX = "azure/"
+# The key of `Report.detail` beside the event's own fields.
+INCARNATION = "DocumentIncarnation"
 
 # What each event type means for a training process, and why:
 # - Preempt: a Spot eviction, 30 s or more ahead. Flush and exit.
@@ -228,7 +230,7 @@ def report_for(
         deadline = previous_deadline
     detail = dict(event.raw)
     if incarnation is not None:
-        detail["DocumentIncarnation"] = incarnation
+        detail[INCARNATION] = incarnation
     return Report(
         id=event.notice_id,
         action=action,
@@ -261,11 +263,23 @@ def reports_for(
             freeze=freeze,
             previous_deadline=before.deadline if before else None,
             now=now,
-            incarnation=document.incarnation,
+            incarnation=_incarnation(event, before, document.incarnation),
         )
         if report is not None:
             current[report.id] = report
     return current
+
+
+def _incarnation(event: ScheduledEvent, before: Report | None, incarnation: int) -> int:
+    """The DocumentIncarnation an event's report carries: the one it was last reported with
+    while the event itself is unchanged. Every event of the availability set (a neighbour's
+    too) bumps the document's; carried along, it re-sent each of this VM's notices, and the
+    agent's webhook, Kubernetes Events and escalation count with it."""
+    if before is None:
+        return incarnation
+    kept = before.detail.get(INCARNATION)
+    rest = {key: value for key, value in before.detail.items() if key != INCARNATION}
+    return kept if isinstance(kept, int) and rest == event.raw else incarnation
 
 
 def cleared(

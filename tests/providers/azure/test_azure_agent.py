@@ -231,3 +231,29 @@ def test_not_before_in_iso_8601_gives_a_deadline(
         assert (notice["id"], notice["action"]) == (f"azure/{event_id}", action)
         assert notice["deadline"] is not None
         assert abs(parse_time(notice["deadline"]).timestamp() - (time.time() + lead)) < 15
+
+
+def test_a_neighbours_events_do_not_republish_this_vms_notice(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    # Events go to the whole availability set: each neighbour's event bumps the document's
+    # DocumentIncarnation. Before, every bump re-sent this VM's escalated Reboot (a webhook
+    # call, a Kubernetes Event and an escalation counted each time) though it had not changed.
+    sim, server = imds
+    with (
+        azure_agent(
+            tmp_path, server, FOREWARN_AZURE_APPROVE="off", FOREWARN_EXIT_MARGIN="60"
+        ) as agent,
+        agent.subscriber() as sub,
+    ):
+        event_id = sim.raise_notice("Reboot", {"not_before_seconds": 50})
+        first = sub.notice(timeout=10)
+        assert (first["id"], first["action"]) == (f"azure/{event_id}", "terminate")
+        for neighbour in ("gpu-1", "gpu-2", "gpu-3"):
+            sim.raise_notice("Preempt", {"resources": [neighbour]})
+        wait_polls(sim, 4)
+        assert sub.drain(0.3) == []
+        # A change of the event itself is still sent.
+        sim.change_notice(event_id, {"resources": ["gpu-0", "gpu-1"]})
+        again = sub.notice(timeout=10)
+        assert again["id"] == first["id"] and again["detail"]["Resources"] == ["gpu-0", "gpu-1"]

@@ -238,6 +238,27 @@ class TestMapping:
         assert report.deadline == datetime(2026, 11, 30, 3, 0, 30, tzinfo=timezone.utc)
         assert report.detail["EventStatus"] == "Started"
 
+    def test_another_events_change_leaves_the_report_as_it_was(self) -> None:
+        # A neighbour's event bumps DocumentIncarnation: this VM's unchanged event keeps the
+        # incarnation it was reported with, so the agent has nothing new to send.
+        mine = event("Reboot")
+        first = reports_for(doc(mine), {"gpu-0"}, freeze=False, previous={}, now=NOW)
+        neighbour = event("Preempt", EventId="other", Resources=["gpu-1"])
+        later = NOW + timedelta(seconds=5)
+        second = reports_for(
+            doc(mine, neighbour, incarnation=2), {"gpu-0"}, freeze=False, previous=first, now=later
+        )
+        assert second[next(iter(first))].detail == next(iter(first.values())).detail
+        changed = reports_for(
+            doc({**mine, "Resources": ["gpu-0", "gpu-1"]}, incarnation=3),
+            {"gpu-0"},
+            freeze=False,
+            previous=second,
+            now=later,
+        )
+        (report,) = changed.values()
+        assert report.detail["DocumentIncarnation"] == 3
+
     def test_unknown_type_drains_without_deadline(self) -> None:
         (parsed,) = doc(event("LiveMigration")).events
         report = report_for(parsed, freeze=False, previous_deadline=None, now=NOW)
