@@ -110,10 +110,8 @@ def _decode(body: bytes | str) -> Any:
         raise ParseError(f"not JSON ({error}): {preview!r}") from None
 
 
-def _string(event: Mapping[str, Any], key: str, index: int, *, required: bool = True) -> str:
+def _string(event: Mapping[str, Any], key: str, index: int) -> str:
     value = event.get(key)
-    if value is None and not required:
-        return ""
     if not isinstance(value, str):
         raise ParseError(f"Events[{index}].{key} must be a string, got {value!r}")
     return value
@@ -130,9 +128,11 @@ def parse_event(event: Any, index: int = 0) -> ScheduledEvent:
     resources = event.get("Resources", [])
     if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
         raise ParseError(f"Events[{index}].Resources must be a list of names, got {resources!r}")
-    text = _string(event, "NotBefore", index, required=False)
+    text = event.get("NotBefore")
     try:
-        not_before, problem = parse_not_before(text), None
+        if text is not None and not isinstance(text, str):
+            raise ParseError(f"NotBefore is not a string: {text!r}")
+        not_before, problem = parse_not_before(text or ""), None
     except ParseError as error:
         not_before, problem = None, str(error)
     return ScheduledEvent(

@@ -367,13 +367,16 @@ class TestBadAnswers:
         with pytest.raises(ParseError, match="EventStatus"):
             doc(event(EventStatus=None))
 
-    def test_an_odd_not_before_spoils_only_its_own_deadline(self) -> None:
+    # Before, a NotBefore that was not a string at all (a Unix time, an object) was a
+    # ParseError of the whole document: the Preempt beside it was never published.
+    @pytest.mark.parametrize("odd_value", ["tomorrow-ish", 1764471630, {"at": "soon"}])
+    def test_an_odd_not_before_spoils_only_its_own_deadline(self, odd_value: object) -> None:
         document = doc(
-            event("Reboot", EventId="odd", NotBefore="tomorrow-ish"),
+            event("Reboot", EventId="odd", NotBefore=odd_value),
             event("Preempt", EventId="fine"),
         )
         odd, fine = document.events
-        assert odd.not_before is None and "tomorrow-ish" in (odd.not_before_error or "")
+        assert odd.not_before is None and str(odd_value) in (odd.not_before_error or "")
         reports = reports_for(document, {"gpu-0"}, freeze=False, previous={}, now=NOW)
         assert reports["azure/odd"].deadline is None  # unknown, not "now"
         assert reports["azure/fine"].deadline == fine.not_before
