@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from urllib.parse import quote
 
 import httpx
+from forewarn.protocol.timefmt import duration_arg
 
 ARM_URL = "https://management.azure.com"
 SCOPE = "https://management.azure.com/.default"
@@ -38,8 +39,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_API_VERSION,
         help=f"Microsoft.Compute api-version (default {DEFAULT_API_VERSION})",
     )
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds (default 30)")
+    parser.add_argument(
+        "--timeout",
+        type=_timeout,
+        default=30.0,
+        metavar="S",
+        help="seconds or a duration to wait for Azure's answer (default 30s)",
+    )
     parser.add_argument("--yes", action="store_true", help="really send it (default: print only)")
+
+
+def _timeout(text: str) -> float:
+    seconds = duration_arg(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text!r}")
+    return seconds
 
 
 def eviction_url(

@@ -134,6 +134,7 @@ CASES = [
     # the instance-metadata lookups are off, see _no_cloud_credentials).
     (["drill", "aws", *AWS_DRILL, "--yes"], {}, "drill aws: no AWS credentials found"),
     (["drill", "azure", *AZURE_DRILL, "--yes"], {}, "drill azure: no Azure credentials"),
+    (["drill", "azure", *AZURE_DRILL, "--timeout", "0"], {}, "drill azure: --timeout: must be"),
     # Every simulator face: `forewarn: simulate NAME: ...`.
     (["simulate", "aws", "--port", "99999"], {}, "simulate aws: --port: a port is 0-65535"),
     (["simulate", "aws", "--spot-after", "soon"], {}, "simulate aws: --spot-after: not a"),

@@ -131,6 +131,20 @@ def test_argument_errors(capsys: pytest.CaptureFixture[str]) -> None:
         parse(*base, "--vm", "a", "--vmss", "b")
 
 
+def test_timeout_is_a_duration_like_every_other_drills(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Before: a float, so `--timeout 2m` was refused while the GCP drill takes it, and
+    # `--timeout -1` or `nan` was taken and, with --yes, ended in "unexpected ValueError"
+    # from httpx once the token had been fetched.
+    assert parse(*VM_ARGS, "--timeout", "2m").timeout == 120
+    assert parse(*VM_ARGS).timeout == 30
+    for bad in ("0", "-1", "nan", "soon"):
+        with pytest.raises(SystemExit):
+            parse(*VM_ARGS, "--timeout", bad)
+        assert "--timeout" in capsys.readouterr().err
+
+
 def test_names_are_quoted_in_the_url() -> None:
     url = drill.eviction_url("s", "my rg", vm="a/b")
     assert "/resourceGroups/my%20rg/" in url and "/virtualMachines/a%2Fb/" in url
