@@ -300,6 +300,14 @@ class AzureSimulator(Simulator):
             event = self.events.get(notice_id)
             if event is None:
                 raise SimError(f"no event {notice_id!r}", 404)
+            rescheduled = "not_before_seconds" in fields or fields.get("status") == "Scheduled"
+            if event["EventStatus"] == "Started" and rescheduled:
+                # Azure never schedules a Started event again: it only removes it.
+                raise SimError(
+                    f"event {notice_id} has Started: it cannot be Scheduled again or get a "
+                    "NotBefore (withdraw it and raise a new one)",
+                    409,
+                )
             lead = self._apply(event, fields)
             self._bump()
         self._schedule_start(notice_id, event, lead)

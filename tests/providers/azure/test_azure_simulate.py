@@ -167,6 +167,18 @@ class TestControlApi:
         assert client.delete(f"/_sim/notices/{event_id}").status_code == 200
         assert client.delete(f"/_sim/notices/{event_id}").status_code == 404
 
+    @pytest.mark.parametrize("change", [{"not_before_seconds": 60}, {"status": "Scheduled"}])
+    def test_a_started_event_is_not_scheduled_again(
+        self, served: tuple[AzureSimulator, httpx.Client], change: dict[str, object]
+    ) -> None:
+        # Azure never takes a Started event back to Scheduled. Before, the PATCH answered
+        # {"changed": ...} and left the event Started, NotBefore "", due for removal.
+        sim, client = served
+        event_id = sim.raise_notice("Reboot", {"status": "Started"})
+        answer = client.patch(f"/_sim/notices/{event_id}", json=change)
+        assert answer.status_code == 409
+        assert "Started" in answer.json()["error"] and event_id in answer.json()["error"]
+
     @pytest.mark.parametrize(
         "body",
         [
