@@ -83,6 +83,15 @@ class Settings(EndpointSettings):
             raise ValueError(f"azure.url must start with http:// or https://, got {value!r}")
         return value
 
+    @field_validator("vm_name", mode="before")
+    @classmethod
+    def _strip_name(cls, value: Any) -> Any:
+        # A ConfigMap block (`vm_name: |`) leaves a newline: kept, the name matched no
+        # event's Resources and every notice was ignored. Blank is unset (read from IMDS).
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
     @field_validator("approve_types", mode="before")
     @classmethod
     def _split_types(cls, value: Any) -> Any:

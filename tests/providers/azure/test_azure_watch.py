@@ -75,6 +75,19 @@ async def test_configured_vm_name_wins_over_instance_metadata() -> None:
         assert h.sim.requests["GET /metadata/instance/compute"] == 0
 
 
+@pytest.mark.parametrize("written", ["gpu-0\n", " gpu-0 "])
+async def test_a_configured_name_keeps_no_surrounding_space(written: str) -> None:
+    # A ConfigMap block (`vm_name: |`) ends the value with a newline. Before, the name was
+    # taken with it and matched no event's Resources: every notice was silently ignored.
+    settings = Settings(vm_name=written)
+    assert settings.vm_name == "gpu-0"
+    async with running(AzureSimulator(vm_name="gpu-0", rate_limit=10), vm_name=written) as h:
+        mine = h.sim.raise_notice("Preempt", {})
+        (report,) = await eventually_async(lambda: h.reports, what="the preempt")
+        assert report.id == f"azure/{mine}"
+    assert Settings(vm_name="  ").vm_name is None  # blank: read from IMDS, as when unset
+
+
 async def test_scheduled_started_removed_keeps_the_deadline_then_clears() -> None:
     sim = AzureSimulator(vm_name="gpu-0", removal_after=0.6, rate_limit=10)
     async with running(sim) as h:
