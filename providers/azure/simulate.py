@@ -32,7 +32,7 @@ from typing import Any
 from forewarn.protocol.timefmt import duration_arg
 
 from ..sim_cli import Scripted, SimulatorCommand
-from ..simulator import SimError, SimRequest, SimResponse, Simulator
+from ..simulator import MAX_AFTER, SimError, SimRequest, SimResponse, Simulator
 from .events import EVENT_TYPES, format_not_before
 
 EVENTS_PATH = "/metadata/scheduledevents"
@@ -308,7 +308,10 @@ class AzureSimulator(Simulator):
                     "NotBefore (withdraw it and raise a new one)",
                     409,
                 )
-            lead = self._apply(event, fields)
+            # On a copy: a field refused after others were applied leaves the event as it was.
+            changed = dict(event)
+            lead = self._apply(changed, fields)
+            event.update(changed)
             self._bump()
         self._schedule_start(notice_id, event, lead)
 
@@ -335,8 +338,16 @@ class AzureSimulator(Simulator):
             event["NotBefore"] = ""
         elif "not_before_seconds" in fields:
             seconds = fields["not_before_seconds"]
-            if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
-                raise SimError('"not_before_seconds" must be a number of seconds >= 0')
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, (int, float))
+                or not 0 <= seconds <= MAX_AFTER
+            ):
+                # Larger (or Infinity, NaN) overflowed the NotBefore date or the start timer.
+                raise SimError(
+                    f'"not_before_seconds" must be a number of seconds from 0 to {MAX_AFTER:g}, '
+                    f"got {seconds!r}"
+                )
             lead = float(seconds)
             event["EventStatus"] = "Scheduled"
             moment = _utc_after(lead)

@@ -184,17 +184,34 @@ class TestControlApi:
         [
             {"kind": "LiveMigration"},
             {"kind": "Preempt", "not_before_seconds": -1},
+            # Before: a 500 and a traceback (timedelta or the NotBefore date overflowed).
+            {"kind": "Preempt", "not_before_seconds": 1e12},
+            '{"kind": "Preempt", "not_before_seconds": Infinity}',
+            '{"kind": "Preempt", "not_before_seconds": NaN}',
             {"kind": "Preempt", "resources": "gpu-0"},
             {"kind": "Preempt", "colour": "red"},
             {"kind": "Preempt", "status": "Completed"},
         ],
     )
     def test_bad_control_requests_are_refused(
-        self, served: tuple[AzureSimulator, httpx.Client], body: dict[str, object]
+        self, served: tuple[AzureSimulator, httpx.Client], body: dict[str, object] | str
     ) -> None:
         _, client = served
-        answer = client.post("/_sim/notices", json=body)
+        # A string is sent as written: Python's json module reads NaN and Infinity.
+        sent = {"content": body} if isinstance(body, str) else {"json": body}
+        answer = client.post("/_sim/notices", **sent)  # type: ignore[arg-type]
         assert answer.status_code == 400 and answer.json()["error"]
+
+    def test_a_refused_change_changes_nothing(
+        self, served: tuple[AzureSimulator, httpx.Client]
+    ) -> None:
+        sim, client = served
+        event_id = sim.raise_notice("Reboot", {})
+        before, incarnation = dict(sim.events[event_id]), sim.incarnation
+        change = {"resources": ["gpu-0", "gpu-1"], "not_before_seconds": 1e12}
+        answer = client.patch(f"/_sim/notices/{event_id}", json=change)
+        assert answer.status_code == 400 and "not_before_seconds" in answer.json()["error"]
+        assert (sim.events[event_id], sim.incarnation) == (before, incarnation)
 
     def test_faults(self, served: tuple[AzureSimulator, httpx.Client]) -> None:
         _, client = served
