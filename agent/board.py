@@ -238,9 +238,16 @@ class NoticeBoard:
             return notice
         entry.restored = False
         # A drain sent as terminate stays terminate while its deadline stands, even when the
-        # margin has shrunk since (faster flushes): its clients may be exiting already.
-        held = entry.notice.action == "terminate" and entry.report.action == report.action
-        if (action == entry.notice.action or held) and not self._changed(entry.report, report):
+        # margin has shrunk since (faster flushes): its clients may be exiting already. Also
+        # when it is re-sent for its reason or detail alone (an Azure event's Resources).
+        held = (
+            entry.notice.action == "terminate"
+            and entry.report.action == report.action
+            and not _deadline_moved(entry.report, report)
+        )
+        if held:
+            action = "terminate"
+        if action == entry.notice.action and not self._changed(entry.report, report):
             entry.report = report
             return None
         entry.report = report
@@ -445,15 +452,7 @@ class NoticeBoard:
     def _changed(before: Report, report: Report) -> bool:
         """Whether the reason, the deadline or the provider's own detail changed enough to
         tell clients again."""
-        if report.reason != before.reason:
-            return True
-        if (report.deadline is None) != (before.deadline is None):
-            return True
-        if (
-            report.deadline is not None
-            and before.deadline is not None
-            and abs(report.deadline - before.deadline) >= DEADLINE_TOLERANCE
-        ):
+        if report.reason != before.reason or _deadline_moved(before, report):
             return True
         return _detail_changed(before.detail, report.detail)
 
@@ -469,6 +468,13 @@ class NoticeBoard:
             sent_at=self.now(),
             detail=report.detail,
         )
+
+
+def _deadline_moved(before: Report, report: Report) -> bool:
+    """Whether the deadline came, went, or moved by the tolerance or more."""
+    if before.deadline is None or report.deadline is None:
+        return (before.deadline is None) != (report.deadline is None)
+    return abs(report.deadline - before.deadline) >= DEADLINE_TOLERANCE
 
 
 def _detail_changed(before: dict[str, Any], after: dict[str, Any]) -> bool:

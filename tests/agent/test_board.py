@@ -203,6 +203,25 @@ def test_an_escalated_drain_reported_again_stays_terminate_when_the_margin_shrin
     assert moved is not None and moved.action == "drain"
 
 
+def test_an_escalated_drain_changed_in_its_detail_alone_stays_terminate() -> None:
+    """The same, for a report whose detail changed but not its deadline (an Azure Reboot
+    whose Resources or Description changed): it was re-sent as a drain, so clients that were
+    exiting for it saved and trained on into the reboot at the unchanged deadline."""
+    b, clock = board(margin=30)
+    deadline = T0 + timedelta(minutes=5)
+    b.report(report(deadline=deadline, detail={"Resources": ["gpu-0"]}))
+    b.record_ack(None, "c", 200.0)  # margin 400 s: escalated
+    (escalated,), _ = b.due()
+    assert escalated.action == "terminate"
+    for _ in range(20):
+        b.record_ack(None, "c", 0.1)  # margin 30 s again
+    clock.now = T0 + timedelta(seconds=10)
+    resent = b.report(report(deadline=deadline, detail={"Resources": ["gpu-0", "gpu-1"]}))
+    assert resent is not None and resent.action == "terminate"
+    assert resent.detail == {"Resources": ["gpu-0", "gpu-1"]}
+    assert b.escalated("aws/spot-itn/1")
+
+
 def test_a_notice_raised_again_after_expiry_is_the_same_occurrence() -> None:
     """A re-raise after expiry came with the time of the poll that re-raised it and without the
     save a client had made for it: a job that rightly kept training under that acted-on
