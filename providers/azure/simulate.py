@@ -108,6 +108,15 @@ class AzureSimulator(Simulator):
                 f"got {not_before_format!r}"
             )
         self.not_before_format = not_before_format
+        for flag, value in (
+            ("--vm-name", vm_name),
+            ("--vmss-name", vmss_name),
+            ("--instance-id", instance_id),
+        ):
+            if value is not None and not value.strip():
+                # An unset shell variable: a VM named " " (or, for the scale set, a plain
+                # VM) that no agent configured the same way could ever match.
+                raise SimError(f"{flag} is empty: give a name, or leave the flag out")
         if (vmss_name is None) != (instance_id is None):
             raise SimError(
                 "a scale-set instance needs both vmss_name and instance_id "
@@ -498,8 +507,11 @@ def _positive_int(text: str) -> int:
 
 def _event_fields(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    if args.resources:
+    if args.resources is not None:
         fields["resources"] = [name.strip() for name in args.resources.split(",") if name.strip()]
+        if not fields["resources"]:
+            # Events that name no VM concern no agent: they were raised and never reported.
+            raise SimError(f"--resources names no VM: {args.resources!r}")
     if args.not_before is not None:
         fields["not_before_seconds"] = args.not_before
     return fields

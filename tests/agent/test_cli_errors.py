@@ -140,6 +140,11 @@ CASES = [
     (["simulate", "aws", "--spot-after", "soon"], {}, "simulate aws: --spot-after: not a"),
     (["simulate", "gcp", "--host", "10.0.0.1"], {}, "simulate gcp: --host: 10.0.0.1 is not"),
     (["simulate", "azure", "--fault", "nope"], {}, "simulate azure: --fault:"),
+    # Before: served a VM named " " (or a plain VM for an empty --vmss-name), and scripted
+    # events naming no VM at all, which no agent ever reports.
+    (["simulate", "azure", "--vm-name", " "], {}, "simulate azure: --vm-name is empty"),
+    (["simulate", "azure", "--vmss-name", "", "--instance-id", "1"], {}, "--vmss-name is empty"),
+    (["simulate", "azure", "--resources", " , ", "--preempt-after", "0"], {}, "--resources names"),
     (["simulate", "kubernetes", "--notice", "bogus"], {}, "simulate kubernetes: --notice 'bog"),
     (
         ["simulate", "digitalocean", "--ready-file", "{file}/ready"],
