@@ -300,6 +300,11 @@ class AzureWatcher:
         if self.approvals.done(event_id):
             return
         event = self.events.get(event_id)
+        if event is None and not self.answered:
+            # A restarted agent's clients can ack a restored notice before the first answer:
+            # asked again after each good poll, once the events are known.
+            self.approvals.retry[event_id] = why
+            return
         if event is None:
             self.approvals.skip(event_id, "it is no longer listed")
             return

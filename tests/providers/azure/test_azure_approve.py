@@ -131,6 +131,19 @@ async def test_a_failed_approval_is_retried_on_later_polls() -> None:
         assert [a["EventId"] for a in h.sim.approvals] == [event_id]
 
 
+async def test_a_flush_before_the_first_answer_is_approved_after_it() -> None:
+    # An agent restarted while its clients flushed a Preempt: their acks (and flushed()) can
+    # come before the watcher's first answer. Before, the approval was skipped for good as
+    # "no longer listed", and the eviction waited for its NotBefore.
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10, first_call_delay=1.0)
+    event_id = sim.raise_notice("Preempt", {})
+    async with running(sim) as h:
+        h.watcher.flushed(f"azure/{event_id}")
+        assert not h.watcher.answered
+        await eventually_async(lambda: h.sim.approvals, what="the approval")
+        assert [a["EventId"] for a in h.sim.approvals] == [event_id]
+
+
 async def test_flushed_from_another_thread_is_handled_on_the_loop() -> None:
     async with running(removal_after=30) as h:
         event_id = h.sim.raise_notice("Terminate", {})
