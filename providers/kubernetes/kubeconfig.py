@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
+import types
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,8 +58,62 @@ class _Collect(logging.Handler):
             self.messages.append(record.getMessage())
 
 
+# Seconds an exec plugin has to print its credential. The library waits on it for ever (as
+# kubectl does, where a person can press Ctrl-C): a plugin that hung (`aws eks get-token` with
+# no route to STS, a login waiting for a browser) held the watcher without an error, and the
+# agent at start when `kubernetes.events` or `cordon` is on. A cloud CLI answers in seconds.
+EXEC_TIMEOUT = 60.0
+
+
+class _BoundedPopen(subprocess.Popen[str]):
+    """The library's plugin process, stopped when it has not answered in EXEC_TIMEOUT."""
+
+    def __init__(self, args: Any, **kwargs: Any) -> None:
+        # Not interactive (no terminal to share): in a session of its own, so that stopping
+        # it stops what it started too, whose open pipe would otherwise hold the read.
+        self._group = kwargs.get("stdin") is None
+        self._command = str(args[0] if isinstance(args, list) and args else args)
+        super().__init__(args, start_new_session=self._group, **kwargs)
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> Any:
+        limit = EXEC_TIMEOUT if timeout is None else timeout
+        try:
+            return super().communicate(input, limit)
+        except subprocess.TimeoutExpired:
+            self._stop()
+            from kubernetes.config.config_exception import ConfigException
+
+            raise ConfigException(
+                f"exec: {self._command} did not answer within {limit:g}s; it was stopped"
+            ) from None
+
+    def _stop(self) -> None:
+        try:
+            if self._group:
+                os.killpg(self.pid, signal.SIGKILL)
+            else:
+                self.kill()
+        except ProcessLookupError:
+            pass
+        for pipe in (self.stdout, self.stderr):
+            if pipe is not None:
+                pipe.close()
+        self.wait()
+
+
+def _bound_exec_plugins() -> None:
+    """Have the library start exec plugins as _BoundedPopen (its module alone)."""
+    from kubernetes.config import exec_provider
+
+    if getattr(exec_provider.subprocess, "Popen", None) is not _BoundedPopen:
+        shim = types.SimpleNamespace(**vars(subprocess))
+        shim.Popen = _BoundedPopen
+        exec_provider.subprocess = shim
+
+
 @contextmanager
 def _library_errors() -> Iterator[_Collect]:
+    _bound_exec_plugins()
     collect = _Collect()
     root = logging.getLogger()
     root.addHandler(collect)

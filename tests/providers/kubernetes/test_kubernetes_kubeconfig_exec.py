@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from forewarn.agent.notifications.kubernetes import KubernetesNotifier
+from forewarn.protocol.errors import ConfigError
+from forewarn.providers.kubernetes import kubeconfig
+from forewarn.providers.kubernetes.settings import Settings
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, agent_env, eventually, run_forewarn
@@ -46,17 +51,23 @@ def server() -> Iterator[SimServer]:
 
 
 def write_kubeconfig(
-    directory: Path, server: str, token: str, expires: str = "2099-01-01T00:00:00Z"
+    directory: Path,
+    server: str,
+    token: str,
+    expires: str = "2099-01-01T00:00:00Z",
+    command: list[str] | None = None,
 ) -> Path:
-    """A YAML kubeconfig whose user runs `plugin.py` (through this Python) for a token."""
+    """A YAML kubeconfig whose user runs `plugin.py` (through this Python), or `command`,
+    for a token."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "plugin.py").write_text(PLUGIN % (EXEC_API, expires))
     (directory / "token").write_text(token)
+    command = command or [sys.executable, str(directory / "plugin.py")]
     user = {
         "exec": {
             "apiVersion": EXEC_API,
-            "command": sys.executable,
-            "args": [str(directory / "plugin.py")],
+            "command": command[0],
+            "args": command[1:],
             "interactiveMode": "Never",
         }
     }
@@ -193,3 +204,49 @@ def test_drill_with_a_failing_plugin_says_so(tmp_path: Path, server: SimServer) 
     assert done.returncode == 2, done.stdout + done.stderr
     assert "exec: process returned 1" in done.stderr
     assert not unschedulable(server)
+
+
+def hanging_kubeconfig(directory: Path, server: str) -> Path:
+    """A kubeconfig whose plugin never answers, as `aws eks get-token` with no route to STS
+    does: a shell that starts a child and waits for it. Their pids go to `pids`."""
+    script = f"sleep 3600 & echo $$ $! > {directory / 'pids'}; wait"
+    return write_kubeconfig(directory, server, "exec-token-1", command=["/bin/sh", "-c", script])
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def test_a_plugin_that_never_answers_is_stopped_and_named(
+    tmp_path: Path,
+    server: SimServer,
+    start_watcher: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The watcher waited on such a plugin forever: no error in `status` (the provider stayed
+    `waiting`), the plugin and its children left running, and the agent unable to stop."""
+    monkeypatch.setattr(kubeconfig, "EXEC_TIMEOUT", 1.0)
+    kube = tmp_path / "kube"
+    config = hanging_kubeconfig(kube, server.url)
+    running = await start_watcher(kubeconfig=config, node_name=NODE)
+    await running.until(lambda: running.health.last_error == "config", timeout=15)
+    assert "/bin/sh did not answer within 1s" in caplog.text
+    pids = [int(pid) for pid in (kube / "pids").read_text().split()]
+    await running.until(lambda: not any(alive(pid) for pid in pids), what="the plugin ended")
+
+
+def test_the_notifier_does_not_wait_forever_on_a_plugin_at_start(
+    tmp_path: Path, server: SimServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `kubernetes.events` on, the notifier runs the plugin while the agent starts: a
+    plugin that never answered kept the agent from ever serving (no notice of any provider)."""
+    monkeypatch.setattr(kubeconfig, "EXEC_TIMEOUT", 1.0)
+    config = hanging_kubeconfig(tmp_path / "kube", server.url)
+    settings = Settings(kubeconfig=config, node_name=NODE, events=True)
+    with pytest.raises(ConfigError, match="did not answer within 1s"):
+        KubernetesNotifier(settings, env={})
