@@ -23,7 +23,7 @@ import httpx
 from forewarn.protocol.errors import ConfigError
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.fetch import fetch
-from forewarn.providers.kubernetes.api import cordon_request, status_message
+from forewarn.providers.kubernetes.api import cordon_request, retry_after, status_message
 from forewarn.providers.kubernetes.config import Cluster, node_name, resolve
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
 
@@ -38,6 +38,9 @@ REQUEST_TIMEOUT = 10.0
 # The answer to an Event or a cordon is the object, a few kilobytes; nothing needs more.
 MAX_ANSWER = 1 << 20
 ATTEMPTS = 4
+# The API server's Retry-After (a 429 of API Priority and Fairness, a 503) is waited for up to
+# this, the backoff's own ceiling, so that one notice holds the ones behind it only so long.
+RETRY_AFTER_MAX = 10.0
 # What to grant, by request, when the API server refuses it.
 GRANTS = {
     "event": "create on events.k8s.io events (packaging/kubernetes/components/notifications)",
@@ -258,9 +261,10 @@ class KubernetesNotifier(Observer):
         content_type: str = "application/json",
     ) -> bool:
         """One request with retries on errors worth retrying; True when it succeeded."""
-        backoff = Backoff(0.5, 10.0)
+        backoff = Backoff(0.5, RETRY_AFTER_MAX)
         why = ""
         for attempt in range(ATTEMPTS):
+            asked: float | None = None
             try:
                 # An overall deadline and a cap: httpx's timeout is per read, so an answer
                 # trickled a byte at a time held the queue (and every later notice) for
@@ -287,6 +291,7 @@ class KubernetesNotifier(Observer):
                 # does not know, nor "422" what it found wrong with an Event.
                 message = " ".join(status_message(response.content).split())[:300]
                 why = f"{response.status_code} {message}"
+                asked = retry_after(response.headers.get("Retry-After"))
                 if response.status_code == 401:
                     # The token, not the permission: it may have rotated on disk after the
                     # server stopped taking the old one. The next attempt reads it again.
@@ -307,7 +312,11 @@ class KubernetesNotifier(Observer):
                     break
             if attempt + 1 < ATTEMPTS:
                 self.retries += 1
-                await asyncio.sleep(backoff.next())
+                wait = backoff.next()
+                if asked is not None:
+                    # Sooner than asked, a shedding API server only sheds the retry too.
+                    wait = max(wait, min(asked, RETRY_AFTER_MAX))
+                await asyncio.sleep(wait)
         self.failed += 1
         log.warning("kubernetes: %s failed: %s", what, why)
         return False

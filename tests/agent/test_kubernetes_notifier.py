@@ -315,6 +315,32 @@ async def test_a_token_missing_for_a_moment_is_retried(tmp_path: Path):
             notifier.on_stop()
 
 
+async def test_a_429_waits_as_long_as_the_api_server_asks(tmp_path: Path):
+    """API Priority and Fairness sheds load with 429 and `Retry-After`: the retries came
+    0.5, 1 and 2 s apart whatever it asked, all inside the window, and the Event was lost."""
+    with cluster(None) as server:
+        shed = {
+            "kind": "status",
+            "status": 429,
+            "retry_after": 3,
+            "path": "/apis/",
+            "method": "POST",
+            "duration": 4.5,
+        }
+        httpx.post(f"{server.url}/_sim/faults", json=shed, trust_env=False, timeout=5)
+        _token, notifier = _events_notifier(tmp_path, server.url)
+        notifier.on_start(["local"])
+        try:
+            notifier.on_notice(local_notice(1, "terminate"), escalated=False)
+            await eventually_async(
+                lambda: notifier.created + notifier.failed >= 1, timeout=20, what="an outcome"
+            )
+            assert (notifier.created, notifier.failed) == (1, 0)
+            assert [e["action"] for e in sim_state(server)["events"]] == ["Terminate"]
+        finally:
+            notifier.on_stop()
+
+
 def test_a_full_queue_says_what_it_drops(tmp_path: Path, caplog: pytest.LogCaptureFixture):
     token = tmp_path / "token"
     token.write_text("t1")
