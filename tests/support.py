@@ -175,6 +175,40 @@ def self_signed_ca(directory: Path, name: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+class RotatingTls:
+    """A simulator served over TLS with a certificate (`self_signed_ca`) that can be replaced,
+    as an API server restarted with one of a rotated CA: `rotate` serves the new one and
+    cuts every open connection."""
+
+    def __init__(self, server: Any, cert: Path, key: Path) -> None:
+        self.context = self._serving(cert, key)
+        self.accepted: list[socket.socket] = []
+        self.url = f"https://127.0.0.1:{server.port}"
+        accept = server.httpd.socket.accept
+
+        def get_request() -> tuple[socket.socket, Any]:
+            raw, address = accept()
+            wrapped = self.context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+            self.accepted.append(wrapped)
+            return wrapped, address
+
+        server.httpd.get_request = get_request
+
+    @staticmethod
+    def _serving(cert: Path, key: Path) -> Any:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        return context
+
+    def rotate(self, cert: Path, key: Path) -> None:
+        self.context = self._serving(cert, key)
+        for connection in self.accepted:
+            with suppress(OSError):  # closed already
+                connection.shutdown(socket.SHUT_RDWR)
+
+
 def local_notice(seq: int, action: str) -> Any:
     """A manual notice `local/<seq>` sent now, for an observer fed directly (not started)."""
     from forewarn.agent.protocol import Notice

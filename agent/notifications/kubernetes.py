@@ -26,6 +26,7 @@ from forewarn.providers.fetch import fetch
 from forewarn.providers.kubernetes.api import cordon_request, retry_after, status_message
 from forewarn.providers.kubernetes.config import Cluster, node_name, resolve
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
+from forewarn.providers.kubernetes.watch import certificate_refused
 
 from ..observer import Observer
 from ..protocol import Notice
@@ -105,6 +106,7 @@ class KubernetesNotifier(Observer):
     ) -> None:
         env = os.environ if env is None else env
         self.settings = settings
+        self.env = env
         self.cluster: Cluster = resolve(settings, env)
         self.node = node_name(settings, env)
         pod, pod_namespace = env.get("POD_NAME", "").strip(), env.get("POD_NAMESPACE", "").strip()
@@ -112,6 +114,7 @@ class KubernetesNotifier(Observer):
         self.pod_uid = env.get("POD_UID", "").strip()
         self.instance = f"forewarn-{socket.gethostname()}"
         self._transport = transport
+        self._client: httpx.AsyncClient | None = None
         # Each notice with whether to create its Events (a restored one only cordons).
         self._queue: collections.deque[tuple[Notice, bool]] = collections.deque(maxlen=1000)
         self._wake: asyncio.Event | None = None
@@ -189,14 +192,32 @@ class KubernetesNotifier(Observer):
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
-    async def _run(self) -> None:
-        assert self._wake is not None
-        async with httpx.AsyncClient(
+    def _new_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
             verify=self.cluster.verify,
             trust_env=False,
             timeout=REQUEST_TIMEOUT,
             transport=self._transport,
-        ) as client:
+        )
+
+    async def _reconnect(self) -> None:
+        """Resolve the cluster again, as the watcher does after a certificate failed
+        verification: the cluster CA may have rotated (ca.crt, the kubeconfig's CA), and the
+        CA is read when resolving. Kept as it was if it cannot be resolved now."""
+        try:
+            cluster = await asyncio.to_thread(resolve, self.settings, self.env)
+        except ConfigError as error:
+            log.warning("kubernetes: cannot read the cluster's CA again: %s", error)
+            return
+        self.cluster = cluster
+        if self._client is not None:
+            await self._client.aclose()
+        self._client = self._new_client()
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        self._client = self._new_client()
+        try:
             while True:
                 while not self._queue:
                     self._wake.clear()
@@ -204,13 +225,15 @@ class KubernetesNotifier(Observer):
                 notice, events = self._queue.popleft()
                 self._reporting = notice
                 try:
-                    await self._tell(client, notice, events)
+                    await self._tell(notice, events)
                 except Exception:
                     # One bad notice must not end the notifier.
                     log.exception("kubernetes: could not report %s", notice.id)
                 self._reporting = None
+        finally:
+            await self._client.aclose()
 
-    async def _tell(self, client: httpx.AsyncClient, notice: Notice, events: bool) -> None:
+    async def _tell(self, notice: Notice, events: bool) -> None:
         if notice.action == "terminate":
             self._terminating.add(notice.id)
         else:  # cleared, or a drain again
@@ -220,7 +243,6 @@ class KubernetesNotifier(Observer):
         if self.settings.cordon and notice.action == "terminate" and not self._cordoned:
             request = cordon_request(self.cluster, self.node, True)
             if await self._send(
-                client,
                 "cordon",
                 request["method"],
                 request["url"],
@@ -248,12 +270,11 @@ class KubernetesNotifier(Observer):
                 f"{quote(namespace, safe='')}/events"
             )
             body = event_body(notice, regarding, namespace, self.instance)
-            if await self._send(client, "event", "POST", url, body):
+            if await self._send("event", "POST", url, body):
                 self.created += 1
 
     async def _send(
         self,
-        client: httpx.AsyncClient,
         what: str,
         method: str,
         url: str,
@@ -269,8 +290,9 @@ class KubernetesNotifier(Observer):
                 # An overall deadline and a cap: httpx's timeout is per read, so an answer
                 # trickled a byte at a time held the queue (and every later notice) for
                 # minutes, and an endless one was read whole into memory.
+                assert self._client is not None
                 response = await fetch(
-                    client,
+                    self._client,
                     method,
                     url,
                     deadline=self.request_timeout,
@@ -280,6 +302,8 @@ class KubernetesNotifier(Observer):
                 )
             except httpx.HTTPError as error:
                 why = f"{type(error).__name__}: {error}"
+                if certificate_refused(error):
+                    await self._reconnect()
             except ConfigError as error:
                 # No token now (an exec plugin that failed, a token file being replaced):
                 # worth another attempt, as a transport error is, not the end of the notice.

@@ -19,11 +19,13 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from support import (
     AgentProcess,
+    RotatingTls,
     agent_env,
     eventually,
     eventually_async,
     local_notice,
     run_forewarn,
+    self_signed_ca,
 )
 
 NODE = "gpu-node-7"
@@ -337,6 +339,37 @@ async def test_a_429_waits_as_long_as_the_api_server_asks(tmp_path: Path):
             )
             assert (notifier.created, notifier.failed) == (1, 0)
             assert [e["action"] for e in sim_state(server)["events"]] == ["Terminate"]
+        finally:
+            notifier.on_stop()
+
+
+async def test_a_rotated_cluster_ca_is_read_again(tmp_path: Path):
+    """The cluster CA rotates (ca.crt gets the new one, then the API server serves a
+    certificate of it): the notifier kept the CA it read at start, so every later Event and
+    the cordon of a terminate failed verification until the agent restarted."""
+    old_cert, old_key = self_signed_ca(tmp_path, "old-ca")
+    new_cert, new_key = self_signed_ca(tmp_path, "new-ca")
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(old_cert.read_bytes())
+    token = tmp_path / "token"
+    token.write_text("t1")
+    with cluster(None) as server:
+        tls = RotatingTls(server, old_cert, old_key)
+        settings = Settings(
+            url=tls.url, node_name=NODE, token_file=token, ca_file=ca_file, events=True
+        )
+        notifier = KubernetesNotifier(settings, env={})
+        notifier.on_start(["local"])
+        try:
+            notifier.on_notice(local_notice(1, "drain"), escalated=False)
+            await eventually_async(lambda: notifier.created >= 1, timeout=10, what="an Event")
+            ca_file.write_bytes(new_cert.read_bytes())
+            tls.rotate(new_cert, new_key)
+            notifier.on_notice(local_notice(2, "terminate"), escalated=False)
+            await eventually_async(
+                lambda: notifier.created + notifier.failed >= 2, timeout=20, what="an outcome"
+            )
+            assert (notifier.created, notifier.failed) == (2, 0)
         finally:
             notifier.on_stop()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import sys
 import time
@@ -15,7 +14,7 @@ from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
 from hypothesis import given
 from hypothesis import strategies as st
 from k8s_support import NODE, TOKEN, Cluster, Running
-from support import refused_port, self_signed_ca
+from support import RotatingTls, refused_port, self_signed_ca
 
 CORDON = f"kubernetes/{NODE}/cordon"
 SHUTDOWN = f"kubernetes/{NODE}/shutdown"
@@ -562,48 +561,24 @@ async def test_a_rotated_cluster_ca_is_read_again(tmp_path: Path, start_watcher:
     """The cluster CA rotates: kube-root-ca.crt (the ca.crt file) gets the new CA, then the
     API server serves a certificate of the new CA. The watcher kept the CA it read at start
     and failed every TLS handshake from then on, hearing of no cordon until it restarted."""
-    import ssl
-
     from forewarn.providers.kubernetes.simulate import KubernetesSimulator
     from forewarn.providers.simulator import SimServer
 
     old_cert, old_key = self_signed_ca(tmp_path, "old-ca")
     new_cert, new_key = self_signed_ca(tmp_path, "new-ca")
-
-    def serving(cert: Path, key: Path) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        return context
-
-    tls = {"context": serving(old_cert, old_key)}
-    accepted: list[socket.socket] = []
     ca_file = tmp_path / "ca.crt"
     ca_file.write_bytes(old_cert.read_bytes())
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     sim = KubernetesSimulator(node=NODE, token=TOKEN, max_watch_seconds=30, bookmark_interval=30)
     with SimServer(sim) as server:
-        accept = server.httpd.socket.accept
-
-        def get_request() -> tuple[socket.socket, Any]:
-            raw, address = accept()
-            wrapped = tls["context"].wrap_socket(
-                raw, server_side=True, do_handshake_on_connect=False
-            )
-            accepted.append(wrapped)
-            return wrapped, address
-
-        server.httpd.get_request = get_request  # type: ignore[method-assign]
-        url = f"https://127.0.0.1:{server.port}"
+        tls = RotatingTls(server, old_cert, old_key)
         running: Running = await start_watcher(
-            url=url, node_name=NODE, token_file=token_file, ca_file=ca_file
+            url=tls.url, node_name=NODE, token_file=token_file, ca_file=ca_file
         )
         await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
         ca_file.write_bytes(new_cert.read_bytes())
-        tls["context"] = serving(new_cert, new_key)
-        for connection in accepted:  # the API server restarts with its new certificate
-            with contextlib.suppress(OSError):  # closed already
-                connection.shutdown(socket.SHUT_RDWR)
+        tls.rotate(new_cert, new_key)  # the API server restarts with its new certificate
         await running.until(
             lambda: running.health.errors_by_kind.get("transport", 0) >= 1,
             what="a failed reconnection",
