@@ -134,9 +134,9 @@ async def eventually_async(
         await asyncio.sleep(interval)
 
 
-def self_signed_ca(directory: Path, name: str) -> tuple[Path, Path]:
-    """A CA certificate that is also the server's, for 127.0.0.1 (as a cluster CA signs the
-    API server's), and its key: PEM files."""
+def self_signed_ca(directory: Path, name: str, dns: str | None = None) -> tuple[Path, Path]:
+    """A CA certificate that is also the server's, for 127.0.0.1 (or for the host name `dns`
+    alone), as a cluster CA signs the API server's, and its key: PEM files."""
     import datetime
     import ipaddress
 
@@ -158,7 +158,9 @@ def self_signed_ca(directory: Path, name: str) -> tuple[Path, Path]:
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [x509.DNSName(dns)] if dns else [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
             critical=False,
         )
         .sign(key, hashes.SHA256())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -177,9 +178,59 @@ def in_cluster(settings: Settings, env: Mapping[str, str]) -> Cluster:
     return Cluster(server, token_source, verify, "in-cluster")
 
 
-def _context(cafile: str | None = None, cadata: str | None = None, *, what: str) -> ssl.SSLContext:
+class _ServerName(ssl.SSLContext):
+    """Verifies the certificate against `server_name` (and sends it as SNI), whatever host
+    the URL names: a kubeconfig's `tls-server-name`, as kubectl honours it (a server reached
+    through a tunnel, a bastion's port, an IP address its certificate does not list)."""
+
+    server_name: str | None = None
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        return super().wrap_bio(incoming, outgoing, server_side, self.server_name, session)
+
+    def wrap_socket(
+        self,
+        sock: socket.socket,
+        server_side: bool = False,
+        do_handshake_on_connect: bool = True,
+        suppress_ragged_eofs: bool = True,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLSocket:
+        return super().wrap_socket(
+            sock,
+            server_side,
+            do_handshake_on_connect,
+            suppress_ragged_eofs,
+            self.server_name,
+            session,
+        )
+
+
+def _context(
+    cafile: str | None = None,
+    cadata: str | None = None,
+    *,
+    what: str,
+    server_name: str | None = None,
+) -> ssl.SSLContext:
     try:
-        return ssl.create_default_context(cafile=cafile, cadata=cadata)
+        if not server_name:
+            return ssl.create_default_context(cafile=cafile, cadata=cadata)
+        context = _ServerName(ssl.PROTOCOL_TLS_CLIENT)
+        context.server_name = server_name
+        if cafile or cadata:
+            context.load_verify_locations(cafile=cafile, cadata=cadata)
+        else:
+            context.load_default_certs()
+        return context
     except (OSError, ssl.SSLError, ValueError) as error:
         raise ConfigError(f"cannot load {what}: {error}") from None
 
@@ -196,7 +247,11 @@ def from_kubeconfig(path: Path | str, context: str | None, url: str | None) -> C
     verify: ssl.SSLContext | bool = True
     if server.startswith("https://"):
         if configuration.verify_ssl:
-            verify = _context(cafile=configuration.ssl_ca_cert or None, what=f"{source} CA")
+            verify = _context(
+                cafile=configuration.ssl_ca_cert or None,
+                what=f"{source} CA",
+                server_name=configuration.tls_server_name or None,
+            )
         else:
             # insecure-skip-tls-verify: as kubectl, accept the server's certificate unchecked
             # (left at True, a token-only kubeconfig failed verification on every request).

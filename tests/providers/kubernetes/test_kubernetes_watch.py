@@ -585,3 +585,42 @@ async def test_a_rotated_cluster_ca_is_read_again(tmp_path: Path, start_watcher:
         )
         sim.raise_notice("cordon", {})
         await running.report("drain", CORDON, timeout=15)
+
+
+async def test_a_kubeconfig_tls_server_name_is_the_name_verified(
+    tmp_path: Path, start_watcher: Any
+) -> None:
+    """A kubeconfig reaching the API server by another address than its certificate's name
+    (an SSH tunnel, a bastion's port) says which name to verify with `tls-server-name`, as
+    kubectl honours: the watcher checked the address instead and never connected."""
+    import json
+
+    from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+    from forewarn.providers.simulator import SimServer
+
+    cert, key = self_signed_ca(tmp_path, "cluster-ca", dns="kubernetes.default.svc")
+    sim = KubernetesSimulator(node=NODE, token=TOKEN, max_watch_seconds=30, bookmark_interval=30)
+    with SimServer(sim) as server:
+        tls = RotatingTls(server, cert, key)
+        cluster = {
+            "server": tls.url,
+            "certificate-authority": str(cert),
+            "tls-server-name": "kubernetes.default.svc",
+        }
+        config = tmp_path / "kubeconfig"
+        config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "tunnel",
+                    "contexts": [{"name": "tunnel", "context": {"cluster": "c", "user": "u"}}],
+                    "clusters": [{"name": "c", "cluster": cluster}],
+                    "users": [{"name": "u", "user": {"token": TOKEN}}],
+                }
+            )
+        )
+        running: Running = await start_watcher(kubeconfig=config, node_name=NODE)
+        await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+        sim.raise_notice("cordon", {})
+        await running.report("drain", CORDON, timeout=15)
