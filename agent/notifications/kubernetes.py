@@ -25,6 +25,7 @@ from forewarn.providers.backoff import Backoff
 from forewarn.providers.fetch import fetch
 from forewarn.providers.kubernetes.api import cordon_request, retry_after, status_message
 from forewarn.providers.kubernetes.config import Cluster, node_name, resolve
+from forewarn.providers.kubernetes.kubeconfig import off_loop
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
 from forewarn.providers.kubernetes.watch import certificate_refused
 
@@ -187,7 +188,7 @@ class KubernetesNotifier(Observer):
         headers = {"Content-Type": content_type, "Accept": "application/json"}
         # Read every time: the file rotates. In a thread: a kubeconfig's exec plugin whose
         # token expired runs again here, and must not stall the agent's event loop.
-        token = await asyncio.to_thread(self.cluster.token)
+        token = await off_loop(self.cluster.token)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         return headers
@@ -205,7 +206,7 @@ class KubernetesNotifier(Observer):
         verification: the cluster CA may have rotated (ca.crt, the kubeconfig's CA), and the
         CA is read when resolving. Kept as it was if it cannot be resolved now."""
         try:
-            cluster = await asyncio.to_thread(resolve, self.settings, self.env)
+            cluster = await off_loop(lambda: resolve(self.settings, self.env))
         except ConfigError as error:
             log.warning("kubernetes: cannot read the cluster's CA again: %s", error)
             return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import socket
@@ -18,6 +17,7 @@ from forewarn.protocol.timefmt import utcnow
 from ..fetch import fetch, lines
 from ..httpdate import parse_http_date
 from .config import Cluster
+from .kubeconfig import off_loop
 from .nodes import NodeList, WatchEvent, parse_event, parse_list
 
 USER_AGENT = "forewarn-agent"
@@ -172,7 +172,7 @@ class NodeApi:
     async def _headers(self) -> dict[str, str]:
         # Read every time: the file rotates. In a thread: a kubeconfig's exec plugin whose
         # token expired runs again here, and must not stall the other watchers.
-        token = await asyncio.to_thread(self.cluster.token)
+        token = await off_loop(self.cluster.token)
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     @property

@@ -9,15 +9,17 @@ nor PyYAML.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
 import subprocess
+import threading
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from forewarn.protocol.errors import ConfigError
 
@@ -65,6 +67,11 @@ class _Collect(logging.Handler):
 EXEC_TIMEOUT = 60.0
 
 
+class _Cancelled(BaseException):
+    """A plugin stopped because its caller was cancelled: past the library's `except
+    Exception`, which would log it as an ERROR of a stopping agent."""
+
+
 class _BoundedPopen(subprocess.Popen[str]):
     """The library's plugin process, stopped when it has not answered in EXEC_TIMEOUT."""
 
@@ -73,21 +80,31 @@ class _BoundedPopen(subprocess.Popen[str]):
         # it stops what it started too, whose open pipe would otherwise hold the read.
         self._group = kwargs.get("stdin") is None
         self._command = str(args[0] if isinstance(args, list) and args else args)
+        self.cancelled = False
         super().__init__(args, start_new_session=self._group, **kwargs)
+        owner: _Owner | None = getattr(_current, "owner", None)
+        if owner is not None:
+            owner.add(self)
 
     def communicate(self, input: Any = None, timeout: float | None = None) -> Any:
         limit = EXEC_TIMEOUT if timeout is None else timeout
         try:
-            return super().communicate(input, limit)
+            answer = super().communicate(input, limit)
         except subprocess.TimeoutExpired:
             self._stop()
+            if self.cancelled:
+                raise _Cancelled from None
             from kubernetes.config.config_exception import ConfigException
 
             raise ConfigException(
                 f"exec: {self._command} did not answer within {limit:g}s; it was stopped"
             ) from None
+        if self.cancelled:
+            raise _Cancelled
+        return answer
 
-    def _stop(self) -> None:
+    def kill_all(self) -> None:
+        """Kill it, and what it started when it has a session of its own."""
         try:
             if self._group:
                 os.killpg(self.pid, signal.SIGKILL)
@@ -95,10 +112,64 @@ class _BoundedPopen(subprocess.Popen[str]):
                 self.kill()
         except ProcessLookupError:
             pass
+
+    def _stop(self) -> None:
+        self.kill_all()
         for pipe in (self.stdout, self.stderr):
             if pipe is not None:
                 pipe.close()
         self.wait()
+
+
+class _Owner:
+    """The plugins one `off_loop` call started, to stop when that call is cancelled."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.processes: list[_BoundedPopen] = []
+        self.cancelled = False
+
+    def add(self, process: _BoundedPopen) -> None:
+        with self.lock:
+            self.processes.append(process)
+            cancelled = self.cancelled
+        if cancelled:
+            process.cancelled = True
+            process.kill_all()
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled = True
+            processes = list(self.processes)
+        for process in processes:
+            if process.poll() is None:
+                process.cancelled = True
+                process.kill_all()
+
+
+_current = threading.local()
+T = TypeVar("T")
+
+
+async def off_loop(function: Callable[[], T]) -> T:
+    """`function()` in a thread, off the event loop: it may run an exec plugin (a cloud CLI,
+    seconds). When the caller is cancelled (the agent stopping), the plugin is stopped too:
+    asyncio waits for its threads on exit, so one left running held a stopped agent for up
+    to EXEC_TIMEOUT."""
+    owner = _Owner()
+
+    def run() -> T:
+        _current.owner = owner
+        try:
+            return function()
+        finally:
+            _current.owner = None
+
+    try:
+        return await asyncio.to_thread(run)
+    except asyncio.CancelledError:
+        owner.cancel()
+        raise
 
 
 def _bound_exec_plugins() -> None:
@@ -187,4 +258,4 @@ def bearer(configuration: Configuration) -> str | None:
     return token.strip() or None
 
 
-__all__ = ["DEFAULT_KUBECONFIG", "bearer", "default_paths", "install_hint", "load"]
+__all__ = ["DEFAULT_KUBECONFIG", "bearer", "default_paths", "install_hint", "load", "off_loop"]

@@ -31,6 +31,7 @@ from ..base import Emit, ParseError, WatcherContext
 from ..fetch import within
 from .api import ApiError, Gone, NodeApi, read_margin
 from .config import ConfigError, host_boot, node_name, resolve
+from .kubeconfig import off_loop
 from .nodes import (
     HostBoot,
     WatchEvent,
@@ -103,7 +104,7 @@ class KubernetesWatcher:
             name = node_name(self.settings, self.env)
             self.host = host_boot(self.settings, self.env)
             # In a thread: a kubeconfig's exec plugin runs here (a cloud CLI, seconds).
-            cluster = await asyncio.to_thread(resolve, self.settings, self.env)
+            cluster = await off_loop(lambda: resolve(self.settings, self.env))
             self.node_name = name
             self.api = NodeApi(cluster, name)
             log.info("watching node %s via %s at %s", name, cluster.source, cluster.server)
