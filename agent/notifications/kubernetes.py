@@ -202,13 +202,14 @@ class KubernetesNotifier(Observer):
         )
 
     async def _reconnect(self) -> None:
-        """Resolve the cluster again, as the watcher does after a certificate failed
-        verification: the cluster CA may have rotated (ca.crt, the kubeconfig's CA), and the
-        CA is read when resolving. Kept as it was if it cannot be resolved now."""
+        """Resolve the cluster again, as the watcher does after a 401 or a certificate that
+        failed verification: the kubeconfig is read again (a `tokenFile` rotated, a client
+        certificate renewed, the plugin run again) and so is the cluster CA (ca.crt, the
+        kubeconfig's CA: it rotates). Kept as it was if it cannot be resolved now."""
         try:
             cluster = await off_loop(lambda: resolve(self.settings, self.env))
         except ConfigError as error:
-            log.warning("kubernetes: cannot read the cluster's CA again: %s", error)
+            log.warning("kubernetes: cannot read the cluster's credentials again: %s", error)
             return
         self.cluster = cluster
         if self._client is not None:
@@ -319,8 +320,10 @@ class KubernetesNotifier(Observer):
                 asked = retry_after(response.headers.get("Retry-After"))
                 if response.status_code == 401:
                     # The token, not the permission: it may have rotated on disk after the
-                    # server stopped taking the old one. The next attempt reads it again.
+                    # server stopped taking the old one. The next attempt reads it again, and
+                    # a kubeconfig's credentials too (read once when it is loaded).
                     why = "401: the API server refused the token"
+                    await self._reconnect()
                 elif response.status_code == 403:
                     if what not in self._refused:
                         self._refused.add(what)

@@ -3,6 +3,7 @@ simulator served on loopback, with RBAC-like grants."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -296,6 +297,44 @@ async def test_a_token_refused_while_it_rotates_is_read_again(tmp_path: Path):
                 lambda: notifier.created >= 1, timeout=10, what="the Event after the rotation"
             )
             assert [e["action"] for e in sim_state(server)["events"]] == ["Terminate"]
+        finally:
+            notifier.on_stop()
+
+
+async def test_a_kubeconfig_token_file_rotated_is_read_again(tmp_path: Path):
+    """A kubeconfig whose user has a `tokenFile` (a projected token kept fresh on disk): the
+    library reads it when the kubeconfig is loaded, and the notifier loaded it once, so once
+    the token rotated every Event and cordon was refused (401) until the agent restarted."""
+    token = tmp_path / "token"
+    token.write_text("t1")
+    config = tmp_path / "kubeconfig"
+    with cluster(None) as server:
+        config.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "c",
+                    "contexts": [{"name": "c", "context": {"cluster": "s", "user": "u"}}],
+                    "clusters": [{"name": "s", "cluster": {"server": server.url}}],
+                    "users": [{"name": "u", "user": {"tokenFile": str(token)}}],
+                }
+            )
+        )
+        settings = Settings(kubeconfig=config, node_name=NODE, events=True)
+        notifier = KubernetesNotifier(settings, env={})
+        notifier.on_start(["local"])
+        try:
+            notifier.on_notice(local_notice(1, "drain"), escalated=False)
+            await eventually_async(lambda: notifier.created >= 1, timeout=10, what="an Event")
+            token.write_text("t2")
+            control = {"kind": "rotate-token", "token": "t2"}
+            httpx.post(f"{server.url}/_sim/notices", json=control, trust_env=False, timeout=5)
+            notifier.on_notice(local_notice(2, "terminate"), escalated=False)
+            await eventually_async(
+                lambda: notifier.created + notifier.failed >= 2, timeout=20, what="an outcome"
+            )
+            assert (notifier.created, notifier.failed) == (2, 0)
         finally:
             notifier.on_stop()
 
