@@ -694,14 +694,14 @@ def _options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-watch-seconds",
-        type=duration_arg,
+        type=_positive_duration,
         default=60.0,
         metavar="S",
         help="end every watch after this long, like the API server's own limit (default 60)",
     )
     parser.add_argument(
         "--bookmark-interval",
-        type=duration_arg,
+        type=_positive_duration,
         default=5.0,
         metavar="S",
         help="seconds between BOOKMARK events on watches that allow them (default 5)",
@@ -721,6 +721,15 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help="answer like RBAC: allow only these (repeatable; e.g. list:nodes, watch:nodes, "
         "get:nodes, patch:nodes, create:events); others get 403 (default: allow all)",
     )
+
+
+def _positive_duration(text: str) -> float:
+    # 0 sent bookmarks without a pause (tens of thousands a second) or ended every watch as
+    # it began.
+    seconds = duration_arg(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text!r}")
+    return seconds
 
 
 def _grant(text: str) -> str:

@@ -17,7 +17,7 @@ from forewarn.providers.kubernetes.simulate import (
     merge_patch,
 )
 from forewarn.providers.simulator import SimServer
-from support import agent_env, forewarn_cmd
+from support import agent_env, forewarn_cmd, run_forewarn
 
 NODE = "sim-node"
 AUTH = {"Authorization": "Bearer secret"}
@@ -192,3 +192,13 @@ def test_cli_serves_the_node(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(10)
     assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("option", ["--bookmark-interval", "--max-watch-seconds"])
+def test_cli_refuses_a_zero_interval(tmp_path: Path, option: str) -> None:
+    """`--bookmark-interval 0` (meant as "no bookmarks") sent bookmarks without a pause:
+    tens of thousands a second to every watch; a watch of 0 s ended as it began, for ever."""
+    done = run_forewarn("simulate", "kubernetes", option, "0", env=agent_env(tmp_path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{option}: must be more than 0" in done.stderr
+    assert "Traceback" not in done.stderr
