@@ -417,7 +417,12 @@ class GenerationWriter:
         """
         self._check_writable()
         if self._open:
-            raise CommitError(f"{self.name}: files still open: {', '.join(sorted(self._open))}")
+            # Aborted, not just refused: the other ranks then learn why at once instead of
+            # waiting for this rank's part until commit_timeout, and a single rank's files
+            # and its claim on the step do not stay behind.
+            reason = f"files still open: {', '.join(sorted(self._open))}"
+            self.abort(f"CommitError: {reason}")
+            raise CommitError(f"{self.name}: {reason}")
         self._done = True
         try:
             manifest = self._protocol.commit(self._request(None))

@@ -90,12 +90,16 @@ def rank_thread(
     gate: threading.Event | None = None,
     fail: bool = False,
     timeout: float = 30.0,
+    leave_open: bool = False,
 ) -> threading.Thread:
     def run() -> None:
         store = CheckpointStore(url, commit_timeout=timeout, poll_interval=0.02)
 
         def write(gen: GenerationWriter) -> None:
-            gen.write_bytes(f"rank-{rank}.bin", bytes([rank]) * 10)
+            if leave_open:
+                gen.open(f"rank-{rank}.bin").write(bytes([rank]) * 10)  # never closed
+            else:
+                gen.write_bytes(f"rank-{rank}.bin", bytes([rank]) * 10)
             if gate is not None:
                 assert gate.wait(30)
             if fail:
@@ -143,6 +147,44 @@ def test_a_failed_rank_stops_the_commit(tmp_path: Path) -> None:
     assert isinstance(results[0], CommitError) and "rank 1 broke" in str(results[0])
     assert isinstance(results[1], RuntimeError)
     assert CheckpointStore(url).latest() is None
+
+
+@pytest.mark.parametrize("careless", [0, 1])
+def test_a_rank_that_leaves_a_file_open_stops_the_commit_at_once(
+    tmp_path: Path, careless: int
+) -> None:
+    # `torch.save(state, gen.open(name))` never closes its file: that rank's commit raised
+    # "files still open" without handing in its part, and the other rank waited for it
+    # until commit_timeout (600 s by default), past any notice deadline.
+    url = str(tmp_path / "store")
+    results: dict[int, Any] = {}
+    started = time.monotonic()
+    threads = [
+        rank_thread(url, rank, 5, results, timeout=60, leave_open=rank == careless)
+        for rank in (0, 1)
+    ]
+    for thread in threads:
+        thread.join(60)
+    assert time.monotonic() - started < 30
+    for rank in (0, 1):
+        assert isinstance(results[rank], CommitError), results[rank]
+        assert not isinstance(results[rank], CommitTimeout), results[rank]
+        assert f"files still open: rank-{careless}.bin" in str(results[rank])
+    assert CheckpointStore(url).latest() is None
+
+
+def test_a_single_rank_save_that_leaves_a_file_open_leaves_nothing_behind(
+    tmp_path: Path,
+) -> None:
+    store = CheckpointStore(tmp_path / "store")
+    with pytest.raises(CommitError, match=r"files still open: model\.pt"), store.save(5) as gen:
+        gen.open("model.pt").write(b"weights")
+    # Its files and its lock are gone: another process may save the step at once.
+    assert store.steps() == []
+    assert sorted(os.listdir(tmp_path / "store")) == []
+    with store.save(5) as gen:
+        gen.write_bytes("model.pt", b"weights")
+    assert store.latest() is not None
 
 
 def test_a_missing_rank_times_out(tmp_path: Path) -> None:
