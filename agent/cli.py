@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 import traceback
 import uuid
@@ -691,6 +692,13 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
         except OSError as error:
             why = error.strerror
             raise UsageError(f"drill local: --dir: cannot use {args.dir}: {why}") from None
+        # One that exists but is not this user's to write into (another user's, a read-only
+        # mount) failed once the drill had started, as an unexpected error (exit 1).
+        try:
+            tempfile.TemporaryFile(dir=args.dir).close()
+        except OSError as error:
+            why = error.strerror
+            raise UsageError(f"drill local: --dir: cannot write into {args.dir}: {why}") from None
 
     # A SIGTERM (a CI timeout, `kill`, a closed terminal's SIGHUP) ended the drill at once and
     # left its agent, its demo and a reclaim drill's torchrun job running: as an interrupt,

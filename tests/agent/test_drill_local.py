@@ -81,6 +81,20 @@ def test_a_dir_with_someone_elses_checkpoints_is_refused_not_emptied(
     assert precious.read_bytes() == b"weights"
 
 
+def test_a_dir_this_user_cannot_write_into_is_refused_naming_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An existing --dir the drill cannot write into (another user's directory, a read-only
+    mount; /proc for every user, root too) failed as 'unexpected PermissionError ... please
+    report it', exit 1, after the drill had started."""
+    from forewarn.agent.cli import main
+
+    assert main(["drill", "local", "--dir", "/proc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("forewarn: drill local: --dir: cannot write into /proc: "), err
+    assert "unexpected" not in err
+
+
 @pytest.mark.slow(11)
 def test_a_terminate_during_a_background_upload_is_durable_before_its_deadline(
     tmp_path: Path, env: dict[str, str]
