@@ -169,6 +169,14 @@ def _combine(digests: list[bytes]) -> str:
     return f"{BLOCKS}:{hashlib.sha256(b''.join(digests)).hexdigest()}"
 
 
+def check_scheme(checksum: str) -> str:
+    """`checksum`, when it names a scheme this verifier computes (the block scheme or a
+    hashlib algorithm); else ValueError naming the algorithm."""
+    if checksum.split(":", 1)[0] != BLOCKS:
+        new_hash(checksum)
+    return checksum
+
+
 def new_hash(checksum: str) -> Any:
     """A fresh hash object for the plain algorithm a stored checksum names."""
     algorithm = checksum.split(":", 1)[0]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidNameError
-from .hashing import ALGORITHM, digest_bytes
+from .hashing import ALGORITHM, check_scheme, digest_bytes
 
 FORMAT = "forewarn-checkpoint/1"
 MANIFEST = "MANIFEST.json"
@@ -86,6 +86,9 @@ class FileEntry:
         rank = data.get("rank", 0)
         if not isinstance(name, str) or not isinstance(checksum, str):
             raise ValueError(f"file entry lacks a name or checksum: {data!r}")
+        # One this version cannot check (a store a newer one wrote, a flipped byte) raised
+        # ValueError out of latest() when it was hashed: the generation does not verify.
+        check_scheme(checksum)
         if not isinstance(size, int) or size < 0 or not isinstance(rank, int):
             raise ValueError(f"file entry has a bad size or rank: {data!r}")
         return cls(name=name, size=size, checksum=checksum, rank=rank)
@@ -158,6 +161,7 @@ class CommitMarker:
         checksum = data.get("manifest_checksum")
         if not isinstance(checksum, str) or ":" not in checksum:
             raise ValueError("commit marker names no manifest checksum")
+        check_scheme(checksum)
         return cls(step=_int_field(data, "step"), manifest_checksum=checksum)
 
 

@@ -45,6 +45,17 @@ def rewrite(store: CheckpointStore, key: str, change: Any) -> None:
     backend.put_small(key, change(data))
 
 
+def recommit(store: CheckpointStore, step: int, change: Any) -> None:
+    """Rewrite a generation's manifest behind the store's back, with a marker naming it: a
+    whole manifest, as another writer (a newer version) could make one."""
+    from forewarn.clients.checkpoint.manifest import CommitMarker, generation_name
+
+    name = generation_name(step)
+    raw = change(store.backend.get_small(f"{name}/MANIFEST.json") or b"")
+    store.backend.put_small(f"{name}/MANIFEST.json", raw)
+    store.backend.put_small(f"{name}/COMMIT", CommitMarker.for_manifest(step, raw).encode())
+
+
 def test_commit_and_resume(make_store: Any) -> None:
     store = make_store()
     assert store.latest() is None
@@ -136,6 +147,28 @@ def test_a_tampered_manifest_or_marker_is_detected(make_store: Any) -> None:
     assert "manifest does not match" in store.verify(3).problems[0]
     assert "commit marker" in store.verify(2).problems[0]
     assert store.latest().step == 1  # type: ignore[union-attr]
+    assert [g.step for g in store.generations()] == [1]
+
+
+def test_a_checksum_scheme_this_version_does_not_know_is_skipped_not_raised(
+    make_store: Any,
+) -> None:
+    """A marker or manifest naming an algorithm hashlib lacks (a flipped byte in the marker, a
+    store a newer forewarn wrote) made latest() raise ValueError: a job crashed at every
+    restart instead of resuming from the older generation that verifies."""
+    store = make_store()
+    for step in (1, 2, 3):
+        save_step(store, step)
+    rewrite(store, "step-000000000003/COMMIT", lambda data: data.replace(b"sha256:", b"sha257:"))
+    # A manifest that is whole (its marker names its checksum), with a file of another scheme.
+    recommit(store, 2, lambda data: data.replace(b'"checksum": "sha256:', b'"checksum": "blake3:'))
+    for policy in ("sizes", "checksums"):
+        latest = store.latest(verify=policy)
+        assert latest is not None and latest.step == 1
+    assert "unknown checksum algorithm 'sha257'" in store.verify(3).problems[0]
+    assert "unknown checksum algorithm 'blake3'" in store.verify(2).problems[0]
+    with pytest.raises(CorruptGenerationError, match="unknown checksum algorithm"):
+        store.get(2)
     assert [g.step for g in store.generations()] == [1]
 
 
