@@ -89,6 +89,9 @@ class FileEntry:
         # One this version cannot check (a store a newer one wrote, a flipped byte) raised
         # ValueError out of latest() when it was hashed: the generation does not verify.
         check_scheme(checksum)
+        # Checked when written, but an S3 key may hold `..` or start with `/`: a manifest
+        # naming one verified, and get_dir wrote the file outside its destination.
+        check_file_name(name)
         if not isinstance(size, int) or size < 0 or not isinstance(rank, int):
             raise ValueError(f"file entry has a bad size or rank: {data!r}")
         return cls(name=name, size=size, checksum=checksum, rank=rank)

@@ -20,6 +20,7 @@ from forewarn.clients.checkpoint import (
     S3Options,
     StoreConfigError,
 )
+from forewarn.clients.checkpoint.hashing import digest_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import requires
@@ -170,6 +171,36 @@ def test_a_checksum_scheme_this_version_does_not_know_is_skipped_not_raised(
     with pytest.raises(CorruptGenerationError, match="unknown checksum algorithm"):
         store.get(2)
     assert [g.step for g in store.generations()] == [1]
+
+
+@pytest.mark.parametrize("outside", ["relative", "absolute"])
+def test_a_manifest_naming_a_file_outside_its_generation_does_not_verify(
+    make_store: Any, tmp_path: Path, outside: str
+) -> None:
+    """Names are checked when written, not when a manifest is read: on S3 an object key may
+    hold `..` or start with `/`, so a manifest naming one verified, and `get_dir`
+    (`forewarn checkpoint get`) wrote that file outside its destination."""
+    destination = tmp_path / "get" / "to" / "here"
+    escaped = tmp_path / "get" / "escape.txt"
+    name = "../../escape.txt" if outside == "relative" else str(escaped)
+    store = make_store()
+    save_step(store, 1)
+    data = b"not yours\n"
+    store.backend.put_small(f"step-000000000001/{name}", data)
+    entry = {"name": name, "size": len(data), "rank": 0, "checksum": digest_bytes(data)}
+
+    def add_entry(raw: bytes) -> bytes:
+        manifest = json.loads(raw)
+        manifest["files"].append(entry)
+        return (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
+
+    recommit(store, 1, add_entry)
+    problems = store.verify(1).problems
+    assert len(problems) == 1 and problems[0].startswith(f"manifest: file name {name!r}")
+    assert store.latest(verify="checksums") is None
+    with pytest.raises(CorruptGenerationError):
+        store.get(1).get_dir("", destination)
+    assert not escaped.exists()
 
 
 def test_an_uncommitted_generation_is_never_returned(make_store: Any) -> None:
