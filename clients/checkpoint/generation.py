@@ -406,7 +406,10 @@ class GenerationWriter:
         tb: TracebackType | None,
     ) -> None:
         if exc_type is None:
-            self.commit()
+            # Committed (or aborted) inside the block already: raising "already committed"
+            # here reported a durable generation as a failed save.
+            if not self._done:
+                self.commit()
         else:
             self.abort(f"{exc_type.__name__}: {exc}")
 

@@ -16,6 +16,7 @@ from forewarn.clients.checkpoint import (
     CorruptGenerationError,
     GenerationExistsError,
     GenerationNotFoundError,
+    GenerationWriter,
     InvalidNameError,
     S3Options,
     StoreConfigError,
@@ -249,6 +250,29 @@ def test_generations_are_immutable(make_store: Any) -> None:
         gen.write_bytes("a", b"1")
         with pytest.raises(CommitError, match="already written"):
             gen.open("a")
+
+
+def test_a_save_committed_or_aborted_inside_its_block_ends_the_block_quietly(
+    make_store: Any,
+) -> None:
+    """`gen.commit()` inside the block committed, then leaving the block raised CommitError
+    ('already committed or aborted'): a durable generation reported as a failed save (through
+    `store.flush`, what CheckpointGuard saves with, too)."""
+    store = make_store()
+    with store.save(5) as gen:
+        gen.write_bytes("model.bin", b"weights")
+        committed = gen.commit()
+    assert gen.committed is committed and store.latest().step == 5  # type: ignore[union-attr]
+
+    def write(gen: GenerationWriter) -> None:
+        gen.write_bytes("model.bin", b"weights")
+        gen.commit()
+
+    assert store.flush(6, write).generation.step == 6
+    with store.save(7) as gen:
+        gen.write_bytes("model.bin", b"weights")
+        gen.abort()
+    assert store.verify(7).problems == ("not committed",)
 
 
 def test_a_job_resumed_below_a_broken_generation_saves_its_step_again(make_store: Any) -> None:
