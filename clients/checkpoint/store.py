@@ -119,6 +119,8 @@ class CheckpointStore:
             raise StoreConfigError(
                 "FOREWARN_CHECKPOINT_URL is not set (a path or s3://bucket/prefix)"
             )
+        # A bad value is named by its variable: the store's own errors name the arguments
+        # (`keep`, `verify`), which nobody passed in a pod whose manifest sets the variable.
         if "keep" not in overrides and os.environ.get("FOREWARN_CHECKPOINT_KEEP"):
             raw = os.environ["FOREWARN_CHECKPOINT_KEEP"]
             try:
@@ -127,8 +129,18 @@ class CheckpointStore:
                 raise StoreConfigError(
                     f"FOREWARN_CHECKPOINT_KEEP={raw!r} is not an integer"
                 ) from None
+            if overrides["keep"] < 1:
+                raise StoreConfigError(
+                    f"FOREWARN_CHECKPOINT_KEEP={raw!r} is not a positive integer (unset, every "
+                    "generation is kept)"
+                )
         if "verify" not in overrides and os.environ.get("FOREWARN_CHECKPOINT_VERIFY"):
-            overrides["verify"] = os.environ["FOREWARN_CHECKPOINT_VERIFY"].strip()
+            raw = os.environ["FOREWARN_CHECKPOINT_VERIFY"]
+            if raw.strip() not in _POLICIES:
+                raise StoreConfigError(
+                    f"FOREWARN_CHECKPOINT_VERIFY={raw!r} is neither 'sizes' nor 'checksums'"
+                )
+            overrides["verify"] = raw.strip()
         return cls(url, **overrides)
 
     @property

@@ -435,6 +435,22 @@ def test_file_urls_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         CheckpointStore.from_env()
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("KEEP", "0"), ("KEEP", "-1"), ("VERIFY", "checksum"), ("VERIFY", "md5")],
+)
+def test_a_bad_environment_value_is_named_by_its_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """`FOREWARN_CHECKPOINT_KEEP=0` said 'keep must be a positive integer or None, got 0' and
+    `FOREWARN_CHECKPOINT_VERIFY=checksum` 'verify must be ...': an argument nobody passed, in
+    a pod whose manifest sets the variable."""
+    monkeypatch.setenv("FOREWARN_CHECKPOINT_URL", str(tmp_path / "a"))
+    monkeypatch.setenv(f"FOREWARN_CHECKPOINT_{variable}", value)
+    with pytest.raises(StoreConfigError, match=f"^FOREWARN_CHECKPOINT_{variable}='{value}' "):
+        CheckpointStore.from_env()
+
+
 def test_environment_values_from_a_configmap_lose_their_trailing_newline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
