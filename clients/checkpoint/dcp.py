@@ -307,6 +307,14 @@ def load_dcp(
     from torch.distributed.checkpoint import FileSystemReader
 
     generation = to_load(generation, "load_dcp")
+    if not any(name.startswith(PREFIX + "/") for name in generation.files):
+        # Saved another way (a job that moved to DCP, save_training_state into the same
+        # store): DCP's reader said `AssertionError: metadata is None` on local disk.
+        raise FileNotFoundError(
+            f"{generation.name} holds no DCP save (no files under {PREFIX}/; it has "
+            f"{', '.join(sorted(generation.files)) or 'no files'}): it was saved without "
+            "save_dcp; load it the way it was saved (load_training_state, load_state)"
+        )
     no_dist = not (dist.is_available() and dist.is_initialized())
     local = generation.backend.local_path(f"{generation.name}/{PREFIX}")
     if local is not None:

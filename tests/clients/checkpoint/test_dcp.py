@@ -235,6 +235,22 @@ def test_a_flipped_byte_in_a_local_dcp_shard_is_refused_not_loaded(tmp_path: Pat
     assert torch.equal(restored["weight"], torch.zeros(4096))
 
 
+def test_loading_a_generation_saved_without_dcp_says_so(store_url: str) -> None:
+    """The newest generation of a store DCP saves into was written another way (a job that
+    moved to DCP, a save through save_training_state): on local disk load_dcp raised torch's
+    `AssertionError: metadata is None; global metadata read failed: ...`."""
+    import torch
+    from forewarn.clients.checkpoint import save_training_state
+    from forewarn.clients.checkpoint.dcp import load_dcp
+
+    store = CheckpointStore(store_url)
+    model = torch.nn.Linear(2, 2)
+    with store.save(1) as gen:
+        save_training_state(gen, model=model, rng=False)
+    with pytest.raises(FileNotFoundError, match=r"step-000000000001 holds no DCP save .*\.pt"):
+        load_dcp(store.latest(), {"model": model.state_dict()})  # type: ignore[arg-type]
+
+
 @pytest.mark.timeout(900)
 def test_ranks_loading_a_local_generation_share_its_checksums(
     tmp_path: Path, rank_launcher: RankLauncher
