@@ -686,6 +686,10 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     if args.background and (args.upload_delay <= 0 or args.deadline <= 0):
         flag = "--upload-delay" if args.upload_delay <= 0 else "--deadline"
         raise UsageError(f"drill local: {flag}: must be more than 0 seconds")
+    # A lead of 0 s sent every notice with its deadline already past: the agent refused each,
+    # and the drill ran its cells on without one.
+    if args.scenario != "quick" and args.lead <= 0:
+        raise UsageError("drill local: --lead: must be more than 0 seconds")
     if args.dir is not None:
         try:
             args.dir.mkdir(parents=True, exist_ok=True)

@@ -130,6 +130,8 @@ CASES = [
     (["drill", "local", "--background", "--provider", "aws"], {}, "drill local: --background"),
     (["drill", "local", "--background", "--upload-delay", "0"], {}, "--upload-delay: must be"),
     (["drill", "local", "--background", "--deadline", "0s"], {}, "drill local: --deadline: must"),
+    # A lead of 0 s: every notice was refused (its deadline in the past) and the drill ran on.
+    (["drill", "local", "--scenario", "cloud", "--lead", "0s"], {}, "drill local: --lead: must"),
     # No credentials: one line saying how to get them, not the SDK's dump (never the network:
     # the instance-metadata lookups are off, see _no_cloud_credentials).
     (["drill", "aws", *AWS_DRILL, "--yes"], {}, "drill aws: no AWS credentials found"),
