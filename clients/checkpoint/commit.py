@@ -196,12 +196,15 @@ class CommitProtocol:
         # failure once their own parts carry the token.
         self.backend.put_small(key, replace(own, error=None).encode())
         try:
-            others = poll(
-                lambda: self._collect_parts(request, own.token),
-                timeout=self.timeout,
-                interval=self.poll_interval,
-                what=f"every rank's part of {request.name}",
-            )
+            try:
+                others = poll(
+                    lambda: self._collect_parts(request, own.token),
+                    timeout=self.timeout,
+                    interval=self.poll_interval,
+                    what=f"every rank's part of {request.name}",
+                )
+            except CommitTimeout as exc:
+                raise CommitTimeout(f"{exc}: {self._missing(request, own.token)}") from None
             return self._finish(request, [own, *others])
         except Exception as exc:
             self.backend.put_small(key, replace(own, error=str(exc)).encode())
@@ -305,6 +308,22 @@ class CommitProtocol:
             if part.error is not None:
                 raise CommitError(f"rank {rank} failed to write {request.name}: {part.error}")
         return parts
+
+    def _missing(self, request: CommitRequest, token: str | None) -> str:
+        """Which ranks' parts a timed-out commit lacks, and the usual reason: a save on rank 0
+        only, in a job whose RANK and WORLD_SIZE (torchrun's) make it a multi-rank save."""
+        world = request.ranks.world_size
+        missing = []
+        for rank in range(1, world):
+            part = self._read_part(request, rank)
+            if part is None or part.token != token:
+                missing.append(str(rank))
+        return (
+            f"no part from rank{'s' if len(missing) > 1 else ''} {', '.join(missing)} of "
+            f"{world} (every rank calls "
+            f"store.save({request.step}); a save by one process alone takes rank=0, "
+            "world_size=1)"
+        )
 
     def _read_part(self, request: CommitRequest, rank: int) -> Part | None:
         raw = self.backend.get_small(f"{request.name}/{part_name(rank)}")

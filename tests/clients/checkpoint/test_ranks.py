@@ -193,6 +193,10 @@ def test_a_missing_rank_times_out(tmp_path: Path) -> None:
     rank_thread(url, 0, 5, results, timeout=0.5).join(30)
     assert isinstance(results[0], CommitTimeout)
     assert "every rank's part of step-000000000005" in str(results[0])
+    # Which rank, and the usual cause: a save on rank 0 only, under torchrun's RANK and
+    # WORLD_SIZE, waited 10 minutes for a part no rank would write, without saying so.
+    assert "no part from rank 1 of 2" in str(results[0])
+    assert "rank=0, world_size=1" in str(results[0])
     rank_thread(url, 1, 6, results, timeout=0.5).join(30)
     assert isinstance(results[1], CommitTimeout)
     assert CheckpointStore(url).latest() is None
