@@ -82,6 +82,8 @@ class CheckpointStore:
             raise StoreConfigError(f"verify must be 'sizes' or 'checksums', got {verify!r}")
         if commit_timeout <= 0:
             raise StoreConfigError(f"commit_timeout must be positive, got {commit_timeout!r}")
+        if poll_interval <= 0:
+            raise StoreConfigError(f"poll_interval must be positive, got {poll_interval!r}")
         if s3 is not None and not isinstance(s3, S3Options):
             raise StoreConfigError(f"s3 must be an S3Options, got {type(s3).__name__}")
         self.keep = keep

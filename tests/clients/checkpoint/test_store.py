@@ -405,6 +405,11 @@ def test_bad_configuration_names_what_is_wrong(tmp_path: Path) -> None:
         CheckpointStore(tmp_path, keep=0)
     with pytest.raises(StoreConfigError, match="verify"):
         CheckpointStore(tmp_path, verify="md5")  # type: ignore[arg-type]
+    # Negative: a ValueError from time.sleep once a multi-rank save's files were written;
+    # 0: rank 0 and the others polled the store in a tight loop for up to commit_timeout.
+    for interval in (-1, 0):
+        with pytest.raises(StoreConfigError, match="poll_interval must be positive"):
+            CheckpointStore(tmp_path, poll_interval=interval)
     with pytest.raises(StoreConfigError, match="'gs' is not supported"):
         CheckpointStore("gs://bucket/x")
     with pytest.raises(StoreConfigError, match="endpoint_url apply to s3"):
