@@ -274,8 +274,9 @@ class _TomlSource(TomlConfigSettingsSource):
         super().__init__(settings_cls, toml_file=toml_file)
 
     def _read_file(self, file_path: Any) -> dict[str, Any]:
-        document: dict[str, Any] = super()._read_file(file_path)
-        return _relative_to(Path(file_path), document, self._model)
+        # `read_toml`, as `load_settings` read it: the base class's own reading took a
+        # byte order mark for a key.
+        return _relative_to(Path(file_path), read_toml(Path(file_path)), self._model)
 
 
 def _relative_to(

@@ -111,10 +111,13 @@ def config_file(given: Path | None = None) -> Path | None:
     return path.expanduser() if path is not None else None
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """The TOML document at `path`, for the agent and the clients alike; ConfigFileError
     naming the file and what is wrong with it (missing, a directory, unreadable, not UTF-8,
-    not TOML)."""
+    not TOML). A leading UTF-8 byte order mark is ignored."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -125,13 +128,16 @@ def read_toml(path: Path) -> dict[str, Any]:
         if not path.is_file():
             what = "not a regular file" if path.exists() else "not found"
             raise ConfigFileError(f"config file {path}: {what}")
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        data = path.read_bytes()
+        # Notepad and PowerShell start UTF-8 with a byte order mark, which tomllib takes for
+        # a key: "Invalid statement (at line 1, column 1)", nothing the author could see.
+        mark = len(_BOM) if data.startswith(_BOM) else 0
+        return tomllib.loads(data[mark:].decode())
     except tomllib.TOMLDecodeError as error:
         raise ConfigFileError(f"config file {path}: not valid TOML: {error}") from None
     except UnicodeDecodeError as error:
         raise ConfigFileError(
-            f"config file {path}: not UTF-8 text (byte {error.start}), as TOML must be"
+            f"config file {path}: not UTF-8 text (byte {error.start + mark}), as TOML must be"
         ) from None
     except OSError as error:
         # A file (or a directory above it) this user cannot read.

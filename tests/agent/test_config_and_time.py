@@ -24,6 +24,7 @@ from forewarn.protocol.wire import (
     EndpointError,
     check_endpoint,
     default_endpoints,
+    read_client_config,
     resolve_endpoints,
     runtime_dir,
 )
@@ -81,6 +82,24 @@ def test_a_config_path_that_is_a_directory_or_not_utf8_says_so(tmp_path: Path) -
     latin = tmp_path / "latin.toml"
     latin.write_bytes(b"# caf\xe9\nexit_margin = 30\n")
     with pytest.raises(ConfigError, match=r"latin.toml: not UTF-8 text \(byte 5\)"):
+        load_settings(latin)
+
+
+def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    """Notepad and PowerShell's `Out-File -Encoding utf8` start the file with a UTF-8 BOM: it
+    was 'not valid TOML: Invalid statement (at line 1, column 1)', naming nothing wrong that
+    the file's author could see, for the agent and for the clients that read the same file."""
+    config = tmp_path / "bom.toml"
+    config.write_bytes(b"\xef\xbb\xbfexit_margin = 12\r\n[aws]\r\nurl = 'http://127.0.0.1:9'\r\n")
+    settings = load_settings(config)
+    assert settings.exit_margin == 12 and settings.aws.url == "http://127.0.0.1:9"
+    client = tmp_path / "client.toml"
+    client.write_bytes(b"\xef\xbb\xbfruntime_dir = 'run'\n")
+    assert read_client_config(client).runtime_dir == tmp_path / "run"
+    # A bad byte after the mark is still named by its place in the file.
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b"\xef\xbb\xbf# caf\xe9\nexit_margin = 30\n")
+    with pytest.raises(ConfigError, match=r"latin.toml: not UTF-8 text \(byte 8\)"):
         load_settings(latin)
 
 
