@@ -35,12 +35,23 @@ def check_private_dir(path: Path, what: str) -> None:
         )
 
 
-class AgentLock:
-    """An exclusive lock on a file in the runtime directory, held while the agent runs. The
-    kernel drops it when the process dies, so a SIGKILLed agent never blocks the next one."""
+class LockHeld(RunDirError):
+    """Another agent holds the lock; the text names its pid and the directory."""
 
-    def __init__(self, path: Path) -> None:
+
+class AgentLock:
+    """An exclusive lock on a file in the runtime directory (and one in the state directory),
+    held while the agent runs. The kernel drops it when the process dies, so a SIGKILLed agent
+    never blocks the next one."""
+
+    def __init__(
+        self, path: Path, held: str = "runs on {dir}", option: str = "--runtime-dir"
+    ) -> None:
+        """`held` says what the other agent does with the lock's directory, `option` how to
+        give this one its own."""
         self.path = path
+        self.held = held
+        self.option = option
         self.fd: int | None = None
 
     def acquire(self) -> AgentLock:
@@ -54,9 +65,10 @@ class AgentLock:
         except BlockingIOError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
             os.close(fd)
-            raise RunDirError(
-                f"another agent (pid {holder}) runs on {self.path.parent}: stop it, or give "
-                "this one its own --runtime-dir"
+            held = self.held.format(dir=self.path.parent)
+            raise LockHeld(
+                f"another agent (pid {holder}) {held}: stop it, or give this one its own "
+                f"{self.option}"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
@@ -70,4 +82,4 @@ class AgentLock:
             self.fd = None
 
 
-__all__ = ["AgentLock", "RunDirError", "check_private_dir"]
+__all__ = ["AgentLock", "LockHeld", "RunDirError", "check_private_dir"]

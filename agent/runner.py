@@ -49,7 +49,7 @@ from .protocol import (
     StatusReply,
 )
 from .publisher import BindError, Publisher
-from .rundir import AgentLock, RunDirError, check_private_dir
+from .rundir import AgentLock, LockHeld, RunDirError, check_private_dir
 from .selfprobe import ControlProbe
 from .state import AgentState, boot_id, encode_state, load_seq_mark, load_state, save_seq_mark
 from .statewriter import StateWriter
@@ -64,6 +64,8 @@ except Exception:  # running from a source tree that is not installed
     VERSION = "0.0.0"
 
 DETECT_TIMEOUT = 1.5
+# Held in the state directory while the agent runs, as `agent.lock` in the runtime directory.
+STATE_LOCK = "state.lock"
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 STOP_GRACE = 0.5
@@ -224,7 +226,10 @@ class Agent:
             # Others must not be able to replace the sockets or plant a flag file.
             check_private_dir(self.runtime_dir, "runtime directory")
             self.lock = AgentLock(self.runtime_dir / AGENT_LOCK).acquire()
+            if not os.path.samefile(self.state_dir, self.runtime_dir):
+                self._lock_state_dir()
         except RunDirError as error:
+            self._release_lock()
             raise ConfigError(str(error)) from None
         self._check_no_other_agent()
         state = load_state(self.state_path)
@@ -357,6 +362,25 @@ class Agent:
         self._release_lock()
         log.info("stopped")
         return self._exit_code
+
+    def _lock_state_dir(self) -> None:
+        """Two agents on one state directory (a `state_dir` in the machine's config file,
+        FOREWARN_STATE_DIR left set) saved over each other's state, and one restarted restored
+        the other's notices: a terminate for jobs it was never raised for. LockHeld when
+        another agent uses it; a lock that cannot be made (a full disk) stops nothing, as a
+        state file that cannot be written does not."""
+        lock = AgentLock(self.state_dir / STATE_LOCK, "keeps its state in {dir}", "--state-dir")
+        try:
+            self.state_lock = lock.acquire()
+        except LockHeld:
+            raise
+        except RunDirError as error:
+            log.warning(
+                "cannot lock the state directory %s (%s); a second agent there would not be "
+                "refused",
+                self.state_dir,
+                error,
+            )
 
     async def _keep_running(self, name: str, part: Callable[[], Awaitable[None]]) -> None:
         """Run one of the agent's own loops forever: a crash is logged and the loop restarted
@@ -890,9 +914,10 @@ class Agent:
         return AckReply()
 
     def _release_lock(self) -> None:
-        lock = getattr(self, "lock", None)
-        if lock is not None:
-            lock.release()
+        for name in ("lock", "state_lock"):
+            lock = getattr(self, name, None)
+            if lock is not None:
+                lock.release()
 
     def _reserve_seq(self, mark: int) -> None:
         """Persist a high-water mark of `seq` before any number up to it is used: a restart,

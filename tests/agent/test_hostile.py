@@ -459,6 +459,41 @@ def test_a_second_agent_on_a_runtime_dir_refuses_and_never_removes_the_firsts_so
         assert first.control({"op": "status"})["ok"]
 
 
+def test_a_second_agent_on_a_state_dir_refuses_and_restores_no_notice_of_the_first(
+    tmp_path: Path,
+) -> None:
+    """Two runtime directories with one state directory (`state_dir` in the machine's config
+    file, or FOREWARN_STATE_DIR left set): both agents ran, each saving over the other's state,
+    and a restart of one restored the other's notices: its jobs got a terminate nobody
+    raised for them. The second agent refuses, naming the directory; so does a second agent
+    whose state directory is its runtime directory."""
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    with AgentProcess(first_dir, env=agent_env(first_dir, FOREWARN_STATE_DIR=str(shared))):
+        env = agent_env(second_dir, FOREWARN_STATE_DIR=str(shared))
+        try:
+            done = run_forewarn("agent", "--provider", "local", env=env, timeout=20)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"a second agent ran on {shared}") from None
+        assert done.returncode == 2, done.stderr
+        assert "another agent (pid " in done.stderr and str(shared) in done.stderr, done.stderr
+        assert "--state-dir" in done.stderr, done.stderr
+    same = agent_env(first_dir, FOREWARN_STATE_DIR=str(first_dir / "run"))
+    with AgentProcess(first_dir, env=same) as alone:
+        assert alone.control({"op": "status"})["ok"]
+    # A state directory where the lock cannot be made (a directory in its place stands in
+    # for a full disk) stops no agent: its state writes fail and are retried, as they always
+    # were.
+    (shared / "state.lock").rename(shared / "state.lock.old")
+    (shared / "state.lock").mkdir()
+    with AgentProcess(first_dir, env=agent_env(first_dir, FOREWARN_STATE_DIR=str(shared))) as ro:
+        assert ro.control({"op": "status"})["ok"]
+        assert f"cannot lock the state directory {shared}" in ro.output()
+
+
 @pytest.mark.parametrize("shared", ["events", "control"])
 def test_an_agent_with_its_own_runtime_dir_never_takes_a_socket_file_another_listens_on(
     tmp_path: Path, shared: str
