@@ -14,7 +14,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeGuard
 
 from forewarn.protocol.errors import ConfigError
 from forewarn.protocol.wire import (
@@ -39,6 +39,7 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
@@ -218,7 +219,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml_file = _CONFIG_FILE.get("path")
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _EnvSource(settings_cls)]
         if toml_file is not None:
             sources.append(_TomlSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
@@ -262,6 +263,42 @@ class Settings(BaseSettings):
             )
         except EndpointError as error:
             raise ConfigError(str(error)) from None
+
+
+class _EnvSource(EnvSettingsSource):
+    """The FOREWARN_ variables, a blank one for a path or an endpoint being unset, as the
+    clients read it: `FOREWARN_RUNTIME_DIR=` or `FOREWARN_EVENTS=` (a compose file's `${VAR}`
+    left unset) beside a config file that sets the key made the agent serve at the default
+    place while every client used the file's value."""
+
+    def __call__(self) -> dict[str, Any]:
+        return _without_blank(super().__call__(), self.settings_cls)
+
+
+def _without_blank(
+    values: dict[str, Any], model: type[BaseModel], top: bool = True
+) -> dict[str, Any]:
+    """`values` (of `model`, a section unless `top`) without its blank paths and endpoints."""
+    fields = {name.lower(): field for name, field in model.model_fields.items()}
+    kept: dict[str, Any] = {}
+    for key, value in values.items():
+        field = fields.get(str(key).lower())
+        annotation = field.annotation if field is not None else None
+        if isinstance(value, str) and _blank_is_unset(annotation, str(key), top, value):
+            continue
+        if _is_section(annotation) and isinstance(value, dict):
+            value = _without_blank(value, annotation, top=False)
+        kept[key] = value
+    return kept
+
+
+def _is_section(annotation: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _blank_is_unset(annotation: Any, key: str, top: bool, value: str) -> bool:
+    """Whether a variable's `value` for `key` is no value at all: a blank path or endpoint."""
+    return not value.strip() and (_holds_path(annotation) or (top and key.lower() in _ENDPOINTS))
 
 
 class _TomlSource(TomlConfigSettingsSource):
@@ -436,7 +473,7 @@ def load_settings(
     _check_environment_names(model)
     try:
         settings = model(**given)
-        settings._overridden = _overridden(document, given, path)
+        settings._overridden = _overridden(document, given, path, model)
         return settings
     except ValidationError as error:
         raise ConfigError(describe_error(error, model)) from None
@@ -522,12 +559,28 @@ def _once_in_any_case(keys: dict[str, Any], source: str) -> None:
             raise ConfigError(f"config key {key}: set twice in {source}, as {first} and {key}")
 
 
-def _overridden(document: dict[str, Any], given: dict[str, Any], path: Path | None) -> list[str]:
+def _annotation(model: type[BaseModel], dotted: str) -> Any:
+    """The type of the key `dotted` (`aws.url`) of `model`, or None when it has none."""
+    annotation: Any = model
+    for part in dotted.lower().split("."):
+        fields = _is_section(annotation) and {
+            name.lower(): field for name, field in annotation.model_fields.items()
+        }
+        field = fields.get(part) if fields else None
+        if field is None:
+            return None
+        annotation = field.annotation
+    return annotation
+
+
+def _overridden(
+    document: dict[str, Any], given: dict[str, Any], path: Path | None, model: type[BaseModel]
+) -> list[str]:
     """A line for each key `document` (the config file at `path`) sets that a flag or a
     FOREWARN_ variable sets too. The systemd unit and the container image set some variables
     themselves (FOREWARN_STATE_DIR, FOREWARN_METRICS_ADDRESS, ...), so the same key edited in
     the file was ignored without a word. Values are not shown: one may be a secret."""
-    variables = {name.upper() for name in os.environ}
+    variables = {name.upper(): value for name, value in os.environ.items()}
     flags = {str(key).lower(): value for key, value in given.items()}
     notes = []
     for key, value in document.items():
@@ -542,7 +595,9 @@ def _overridden(document: dict[str, Any], given: dict[str, Any], path: Path | No
             variable = "FOREWARN_" + dotted.replace(".", "_").upper()
             if by_flag:
                 by = "a command-line option"
-            elif variable in variables:
+            elif variable in variables and not _blank_is_unset(
+                _annotation(model, dotted), dotted, "." not in dotted, variables[variable]
+            ):
                 by = f"the environment variable {variable}"
             else:
                 continue

@@ -237,6 +237,12 @@ def runtime_dir(*, for_agent: bool = False, config: ClientConfig | None = None) 
     return Path(f"/tmp/forewarn-{os.getuid()}")
 
 
+def _set(variable: str) -> str | None:
+    """The variable's value; None when it is unset or blank, as the agent reads it."""
+    value = os.environ.get(variable, "")
+    return value if value.strip() else None
+
+
 def default_endpoints(
     runtime: Path | None = None, *, config: ClientConfig | None = None
 ) -> tuple[str, str]:
@@ -246,8 +252,8 @@ def default_endpoints(
     if runtime is None and config is None:
         config = load_client_config()
     base = runtime if runtime is not None else runtime_dir(config=config)
-    events = os.environ.get(ENV_EVENTS) or (config and config.events) or f"ipc://{base}/events"
-    control = os.environ.get(ENV_CONTROL) or (config and config.control) or f"ipc://{base}/control"
+    events = _set(ENV_EVENTS) or (config and config.events) or f"ipc://{base}/events"
+    control = _set(ENV_CONTROL) or (config and config.control) or f"ipc://{base}/control"
     return events, control
 
 

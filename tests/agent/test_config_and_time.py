@@ -766,6 +766,32 @@ def test_the_agent_and_its_clients_agree_on_the_runtime_directory(value: str) ->
         assert load_settings().resolved_runtime_dir() == runtime_dir()
 
 
+@pytest.mark.parametrize("blank", ["", " "])
+@pytest.mark.parametrize("key", ["runtime_dir", "events", "control", "state_dir"])
+def test_a_blank_variable_leaves_the_config_files_value_as_the_clients_read_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, blank: str
+) -> None:
+    """`FOREWARN_RUNTIME_DIR=` or `FOREWARN_EVENTS=` (a compose file's `${VAR}` left unset,
+    an env file's empty line) beside a config file that sets the key: the clients read the
+    blank variable as unset and used the file's value, the agent took it for the default and
+    served in /run/forewarn, or on `<runtime>/events`, where no client looked: a drain
+    published that no job heard. The state directory went back to the default too."""
+    runtime = tmp_path / "from-file"
+    config = tmp_path / "forewarn.toml"
+    config.write_text(
+        f'runtime_dir = "{runtime}"\nstate_dir = "{tmp_path / "state"}"\n'
+        f'events = "ipc://{runtime}/ev"\ncontrol = "ipc://{runtime}/ctl"\n'
+    )
+    monkeypatch.setenv("FOREWARN_CONFIG", str(config))
+    monkeypatch.setenv(f"FOREWARN_{key.upper()}", blank)
+    settings = load_settings()
+    assert settings.resolved_runtime_dir() == runtime_dir() == runtime
+    endpoints = (f"ipc://{runtime}/ev", f"ipc://{runtime}/ctl")
+    assert settings.resolved_endpoints() == default_endpoints() == endpoints
+    assert settings.resolved_state_dir() == tmp_path / "state"
+    assert settings.overridden == []
+
+
 def test_a_path_key_starting_with_a_tilde_is_in_the_home_directory(tmp_path: Path) -> None:
     config = tmp_path / "f.toml"
     config.write_text('state_dir = "~/forewarn-state"\n[local]\nflag_file = "~/flag"\n')
