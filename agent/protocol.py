@@ -103,6 +103,43 @@ class Notice(_Message):
     sent_at: Timestamp
     detail: dict[str, Any] = Field(default_factory=dict)
 
+    # JSON may escape half of a UTF-16 pair ("\ud83d", an emoji cut short): Python reads it as
+    # a string no UTF-8 holds, and the publish (and the state file's save) raised. From a
+    # provider's body or a state file, a notice with one was never sent, or stopped the agent.
+    @field_validator("id", "provider")
+    @classmethod
+    def _utf8_text(cls, value: str) -> str:
+        if not _encodable(value):
+            raise ValueError("not UTF-8 text (a lone UTF-16 surrogate)")
+        return value
+
+    @field_validator("detail")
+    @classmethod
+    def _utf8_detail(cls, value: dict[str, Any]) -> dict[str, Any]:
+        replaced: dict[str, Any] = _replace_surrogates(value)
+        return replaced
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _replace_surrogates(value: Any) -> Any:
+    """`value` with each lone UTF-16 surrogate in its strings (keys too) made U+FFFD."""
+    if isinstance(value, str):
+        if _encodable(value):
+            return value
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, dict):
+        return {_replace_surrogates(key): _replace_surrogates(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_replace_surrogates(item) for item in value)
+    return value
+
 
 class Heartbeat(_Message):
     """Sent every second on the `heartbeat` topic, so silence can be told from death."""

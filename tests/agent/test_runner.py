@@ -300,6 +300,41 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
     )
 
 
+def test_a_lone_surrogate_in_a_saved_or_reported_notice_is_replaced_not_fatal(
+    tmp_path: Path,
+) -> None:
+    """JSON may escape half of a UTF-16 pair (`"\\ud83d"`, an emoji cut short), which Python
+    reads as a string no UTF-8 can hold. In a state file's notice, every start of the agent
+    failed ('unexpected PydanticSerializationError', exit 1) as it published the restored
+    notice; in a provider's detail (Azure's event as the metadata service sent it), the
+    publish raised in the watcher's emit: the notice was never sent, and each replay of it
+    crashed the subscriptions. Such a character becomes U+FFFD in a detail; a notice whose
+    provider holds one is dropped from the state file like any that does not validate."""
+    path = tmp_path / "state.json"
+    notice = (
+        '{"id": "%s", "seq": 4, "action": "drain", "reason": "manual", "provider": "%s", '
+        '"noticed_at": "2026-12-02T14:00:00Z", "sent_at": "2026-12-02T14:00:00Z", '
+        '"detail": {"note": "caf\\ud83d", "\\udc80": ["\\ud800x"]}}'
+    )
+    good, bad = notice % ("local/manual/x", "local"), notice % ("local/manual/y", "lo\\ud800")
+    path.write_text(f'{{"seq": 5, "manual": [{good}, {bad}]}}')
+    state = load_state(path)
+    assert [saved.id for saved in state.manual] == ["local/manual/x"]
+    assert state.manual[0].detail == {"note": "caf\ufffd", "\ufffd": ["\ufffdx"]}
+    assert b"caf\\ufffd" in state_module.encode_state(state)
+    reported = NoticeBoard(Sequencer(), 30.0).report(
+        Report(
+            id="azure/event-1",
+            action="drain",
+            reason="host-maintenance",
+            provider="azure",
+            detail={"Description": "Host update \udc80"},
+        )
+    )
+    assert reported is not None
+    assert json.loads(reported.model_dump_json())["detail"] == {"Description": "Host update \ufffd"}
+
+
 def _agent_publishing_to_a_recorder(tmp_path: Path) -> tuple[Agent, Recorder]:
     """An agent whose board and publisher are set up as `run` would, without its sockets."""
     settings = load_settings(
