@@ -59,8 +59,9 @@ MAX_STATE_BYTES = 4 * 1024 * 1024
 
 def load_state(path: Path) -> AgentState:
     """The saved state, or an empty one. Nothing in it stops a start: a file that cannot be
-    read or parsed is set aside (renamed `.broken`) and reported; a notice that does not
-    validate is dropped and reported, and the others are kept."""
+    read or parsed, or is not a state file of this version, is set aside (renamed `.broken`)
+    and reported; a notice that does not validate is dropped and reported, and the others
+    are kept."""
     try:
         data = _read_small(path)
     except FileNotFoundError:
@@ -73,6 +74,13 @@ def load_state(path: Path) -> AgentState:
         return _set_aside(path, f"not JSON: {error}")
     if not isinstance(raw, dict):
         return _set_aside(path, "not a JSON object")
+    version = raw.get("version")
+    if type(version) is not int or version != STATE_VERSION:
+        # Another program's file in the directory given as state_dir (or one of another
+        # version of the format) loaded as an empty state, and the next save replaced it.
+        return _set_aside(
+            path, f"is not a forewarn state file of version {STATE_VERSION} (version {version!r})"
+        )
     manual = _notices(raw, "manual", path)
     provider = _notices(raw, "provider", path)
     acked_raw = raw.get("acked", [])

@@ -284,9 +284,11 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
     """Whatever a state file holds, a start never fails on it, and what the board gets is of
     the right types: flush times finite and in range (they size the exit margin)."""
     path = tmp_path_factory.mktemp("state") / "state.json"
-    path.write_text(json.dumps(raw, allow_nan=True))
+    path.write_text(json.dumps({"version": 1, **raw}, allow_nan=True))
     # Hypothesis rarely draws these on its own.
-    path.with_name("big.json").write_text('{"flushes": [1e999, -0.0, 10' + "0" * 400 + ", 5]}")
+    path.with_name("big.json").write_text(
+        '{"version": 1, "flushes": [1e999, -0.0, 10' + "0" * 400 + ", 5]}"
+    )
     assert load_state(path.with_name("big.json")).flushes == [-0.0, 5.0]
     state = load_state(path)
     assert all(isinstance(f, float) and math.isfinite(f) and 0 <= f <= 3600 for f in state.flushes)
@@ -298,6 +300,25 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
         isinstance(i, str) and isinstance(end, datetime) and end.tzinfo is not None
         for i, end in state.windows.items()
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"epoch": 12, "best": 0.93}', '{"version": 2, "seq": 9}', '{"version": true, "seq": 9}'],
+    ids=["another-program", "another-version", "not-a-version"],
+)
+def test_a_state_file_that_is_not_forewarns_is_set_aside_not_overwritten(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: str
+) -> None:
+    """A `state.json` that some other program keeps in the directory given as `state_dir`
+    (or one of another version of the format) loaded as an empty state without a word, and
+    the agent's next save replaced it: the other program's data was gone. Every state file
+    the agent writes says `"version": 1`; one that does not is set aside as a broken one is."""
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    assert load_state(path) == state_module.AgentState()
+    assert not path.exists() and path.with_name("state.json.broken").read_text() == text
+    assert "not a forewarn state file of version 1" in caplog.text
 
 
 def test_a_lone_surrogate_in_a_saved_or_reported_notice_is_replaced_not_fatal(
@@ -317,7 +338,7 @@ def test_a_lone_surrogate_in_a_saved_or_reported_notice_is_replaced_not_fatal(
         '"detail": {"note": "caf\\ud83d", "\\udc80": ["\\ud800x"]}}'
     )
     good, bad = notice % ("local/manual/x", "local"), notice % ("local/manual/y", "lo\\ud800")
-    path.write_text(f'{{"seq": 5, "manual": [{good}, {bad}]}}')
+    path.write_text(f'{{"version": 1, "seq": 5, "manual": [{good}, {bad}]}}')
     state = load_state(path)
     assert [saved.id for saved in state.manual] == ["local/manual/x"]
     assert state.manual[0].detail == {"note": "caf\ufffd", "\ufffd": ["\ufffdx"]}
