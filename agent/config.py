@@ -13,6 +13,7 @@ import hashlib
 import ipaddress
 import os
 import re
+import string
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeGuard
 
@@ -169,6 +170,13 @@ class Settings(BaseSettings):
         # Every seconds key also takes a duration (`30s`), in TOML, environment and --set.
         return read_value(cls.model_fields.get(info.field_name or ""), value)
 
+    @field_validator("events", "control", mode="before")
+    @classmethod
+    def _endpoint_text(cls, value: Any) -> Any:
+        # Without the space around it, as the clients read it: a ConfigMap's YAML block ends
+        # the value with a newline, and the socket file was `events\n`, where no client looked.
+        return value.strip(string.whitespace) if isinstance(value, str) else value
+
     @field_validator("providers", mode="before")
     @classmethod
     def _split_providers(cls, value: Any) -> Any:
@@ -298,7 +306,9 @@ def _is_section(annotation: Any) -> TypeGuard[type[BaseModel]]:
 
 def _blank_is_unset(annotation: Any, key: str, top: bool, value: str) -> bool:
     """Whether a variable's `value` for `key` is no value at all: a blank path or endpoint."""
-    return not value.strip() and (_holds_path(annotation) or (top and key.lower() in _ENDPOINTS))
+    return not value.strip(string.whitespace) and (
+        _holds_path(annotation) or (top and key.lower() in _ENDPOINTS)
+    )
 
 
 class _TomlSource(TomlConfigSettingsSource):
@@ -326,10 +336,11 @@ def _relative_to(
         if field is None:
             continue
         annotation = field.annotation
-        if isinstance(value, str) and value.strip() and _holds_path(annotation):
-            resolved[key] = str(resolve_config_path(value, config))
-        elif isinstance(value, str) and top and str(key).lower() in _ENDPOINTS:
-            resolved[key] = resolve_config_endpoint(value, config)
+        text = value.strip(string.whitespace) if isinstance(value, str) else None
+        if text and _holds_path(annotation):
+            resolved[key] = str(resolve_config_path(text, config))
+        elif text is not None and top and str(key).lower() in _ENDPOINTS:
+            resolved[key] = resolve_config_endpoint(text, config)
         elif (
             isinstance(value, dict)
             and isinstance(annotation, type)

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import string
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,11 +164,11 @@ def read_client_config(path: Path) -> ClientConfig:
             raise ConfigFileError(
                 f"config file {path}: config key {key}: expected a string, got {value!r}"
             )
-        found[name] = value
+        found[name] = value.strip(string.whitespace)  # as the agent reads them
     runtime = found.get("runtime_dir", "")
     return ClientConfig(
         path=path,
-        runtime_dir=resolve_config_path(runtime, path) if runtime.strip() else None,
+        runtime_dir=resolve_config_path(runtime, path) if runtime else None,
         events=resolve_config_endpoint(found["events"], path) if found.get("events") else None,
         control=resolve_config_endpoint(found["control"], path) if found.get("control") else None,
     )
@@ -209,13 +210,19 @@ def load_client_config(given: Path | None = None, *, strict: bool = False) -> Cl
         return ClientConfig(path=path)
 
 
+def _set(variable: str) -> str | None:
+    """The variable's value without the space around it (a ConfigMap's YAML block ends it
+    with a newline); None when it is unset or blank, as the agent reads it."""
+    return os.environ.get(variable, "").strip(string.whitespace) or None
+
+
 def runtime_dir(*, for_agent: bool = False, config: ClientConfig | None = None) -> Path:
     """`$FOREWARN_RUNTIME_DIR`, else (for a client) the config file's `runtime_dir` (`config`,
     else `load_client_config()`), else /run/forewarn when writable (for a client, also when it
     can enter it and an agent runs there), else `$XDG_RUNTIME_DIR/forewarn`, else
     /tmp/forewarn-<uid>. The agent reads its config file itself."""
-    explicit = os.environ.get(ENV_RUNTIME_DIR)
-    if explicit and explicit.strip():
+    explicit = _set(ENV_RUNTIME_DIR)
+    if explicit is not None:
         # As the agent's configuration reads it: blank is unset, `~` is a home directory.
         return Path(os.path.expanduser(explicit))
     if not for_agent:
@@ -235,12 +242,6 @@ def runtime_dir(*, for_agent: bool = False, config: ClientConfig | None = None) 
     if xdg and _writable(Path(xdg)):
         return Path(xdg) / "forewarn"
     return Path(f"/tmp/forewarn-{os.getuid()}")
-
-
-def _set(variable: str) -> str | None:
-    """The variable's value; None when it is unset or blank, as the agent reads it."""
-    value = os.environ.get(variable, "")
-    return value if value.strip() else None
 
 
 def default_endpoints(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import string
 import types
 from pathlib import PurePath
 from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
@@ -87,18 +88,20 @@ def _holds_path(annotation: Any) -> bool:
 def read_value(field: FieldInfo | None, value: Any) -> Any:
     """`value` as a key of `field` reads it, whatever the source: an empty path is the key's
     default (`FOREWARN_STATE_DIR=` was Path("."), the working directory, while the clients
-    read an empty FOREWARN_RUNTIME_DIR as unset), a path starting `~` is in a home
-    directory (in a flag's Path too), as `wire.runtime_dir` reads it too; seconds as
-    `as_seconds` reads them."""
+    read an empty FOREWARN_RUNTIME_DIR as unset), a path loses the space around it and one
+    starting `~` is in a home directory (in a flag's Path too), as `wire.runtime_dir` reads
+    it too; seconds as `as_seconds` reads them."""
     if field is not None and isinstance(value, PurePath) and _holds_path(field.annotation):
         # A flag's value: `--state-dir=~/fw` reaches here unexpanded, as no shell expands a
         # `~` after `=`, and made a directory named `~` while the clients looked in home.
         value = str(value)
     if field is not None and isinstance(value, str) and _holds_path(field.annotation):
-        if not value.strip():
+        if not value.strip(string.whitespace):
             return field.get_default(call_default_factory=True)
-        # `state_dir = "~/forewarn"` made a directory named `~` in the working directory.
-        return os.path.expanduser(value)
+        # `state_dir = "~/forewarn"` made a directory named `~` in the working directory; a
+        # ConfigMap's YAML block (`FOREWARN_RUNTIME_DIR: |`) ends the value with a newline,
+        # which made `/run/forewarn\n` beside the shared volume.
+        return os.path.expanduser(value.strip(string.whitespace))
     return as_seconds(field, value)
 
 

@@ -88,14 +88,32 @@ static int agent_runs_in(const char *dir) {
  * file, which is not read here: an agent set up there alone needs FOREWARN_RUNTIME_DIR or
  * FOREWARN_EVENTS): an agent started by a user without root listens in $XDG_RUNTIME_DIR or
  * /tmp, not /run. */
+/* The variable's value without the ASCII space around it (a ConfigMap's YAML block ends it
+ * with a newline), in `buf`; NULL when it is unset or blank. As the agent reads it. */
+static const char *trimmed(const char *name, char *buf, size_t size) {
+    static const char space[] = " \t\n\r\f\v";
+    const char *value = getenv(name);
+    if (!value)
+        return NULL;
+    value += strspn(value, space);
+    size_t length = strlen(value);
+    while (length > 0 && strchr(space, value[length - 1]))
+        length--;
+    if (length == 0)
+        return NULL;
+    snprintf(buf, size, "%.*s", (int)length, value);
+    return buf;
+}
+
 static void default_endpoint(char *out, size_t size) {
-    const char *events = getenv("FOREWARN_EVENTS");
-    const char *runtime = getenv("FOREWARN_RUNTIME_DIR");
+    char events_buf[4096], runtime_buf[4096];
+    const char *events = trimmed("FOREWARN_EVENTS", events_buf, sizeof events_buf);
+    const char *runtime = trimmed("FOREWARN_RUNTIME_DIR", runtime_buf, sizeof runtime_buf);
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     const char *home = getenv("HOME");
-    if (events && *events)
+    if (events)
         snprintf(out, size, "%s", events);
-    else if (runtime && runtime[strspn(runtime, " \t\n")]) {
+    else if (runtime) {
         if (runtime[0] == '~' && (runtime[1] == '/' || !runtime[1]) && home)
             snprintf(out, size, "ipc://%s%s/events", home, runtime + 1);
         else

@@ -5,6 +5,7 @@ import functools
 import math
 import os
 import re
+import string
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -792,6 +793,27 @@ def test_a_blank_variable_leaves_the_config_files_value_as_the_clients_read_it(
     assert settings.overridden == []
 
 
+@pytest.mark.parametrize("around", ["\n", "\r\n", " "])
+def test_a_path_or_endpoint_loses_the_newline_a_configmap_block_leaves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, around: str
+) -> None:
+    """A ConfigMap written as a YAML block (`FOREWARN_RUNTIME_DIR: |`, or a key made with
+    `--from-file`) ends its value with a newline: the agent and the clients took it as part of
+    the path, and in a pod each made `/run/forewarn\\n` in its own container instead of using
+    the shared volume at /run/forewarn: the job never heard the agent. The state went to a
+    directory of the container's own, lost with it at a restart."""
+    runtime, state = tmp_path / "run", tmp_path / "state"
+    monkeypatch.setenv("FOREWARN_RUNTIME_DIR", f"{runtime}{around}")
+    monkeypatch.setenv("FOREWARN_STATE_DIR", f"{state}{around}")
+    settings = load_settings()
+    assert settings.resolved_runtime_dir() == runtime_dir() == runtime
+    assert settings.resolved_state_dir() == state
+    for key in ("events", "control"):
+        monkeypatch.setenv(f"FOREWARN_{key.upper()}", f"ipc://{runtime}/{key}-x{around}")
+    endpoints = (f"ipc://{runtime}/events-x", f"ipc://{runtime}/control-x")
+    assert load_settings().resolved_endpoints() == default_endpoints() == endpoints
+
+
 def test_a_path_key_starting_with_a_tilde_is_in_the_home_directory(tmp_path: Path) -> None:
     config = tmp_path / "f.toml"
     config.write_text('state_dir = "~/forewarn-state"\n[local]\nflag_file = "~/flag"\n')
@@ -803,7 +825,10 @@ def test_a_path_key_starting_with_a_tilde_is_in_the_home_directory(tmp_path: Pat
 @settings(max_examples=60, deadline=None)
 @given(
     key=st.sampled_from(["runtime_dir", "state_dir"]),
-    tail=st.text(st.characters(codec="utf-8", exclude_characters="\x00/"), min_size=1, max_size=12),
+    # A path loses the space around it (a ConfigMap's newline): the tail has none.
+    tail=st.text(st.characters(codec="utf-8", exclude_characters="\x00/"), min_size=1, max_size=12)
+    .map(lambda text: text.strip(string.whitespace))
+    .filter(bool),
 )
 def test_a_path_flag_starting_with_a_tilde_is_in_the_home_directory(key: str, tail: str) -> None:
     """No shell expands the `~` of `--state-dir=~/fw`: the flag's Path reached the agent as

@@ -233,7 +233,19 @@ def test_c_subscriber_asks_again_for_a_notice_the_heartbeats_list_but_it_never_g
 
 
 @pytest.mark.parametrize(
-    "case", ["xdg", "tmp", "system", "runtime-home", "runtime-blank", "events"]
+    "case",
+    [
+        "xdg",
+        "tmp",
+        "system",
+        "runtime-home",
+        "runtime-blank",
+        "events",
+        # A ConfigMap's YAML block ends a value with a newline; the agent drops it.
+        "runtime-newline",
+        "events-newline",
+        "events-blank",
+    ],
 )
 def test_c_subscriber_connects_where_the_python_client_does(
     case: str, tmp_path: Path, binary: Path, monkeypatch: pytest.MonkeyPatch
@@ -262,6 +274,9 @@ def test_c_subscriber_connects_where_the_python_client_does(
         "runtime-home": {"FOREWARN_RUNTIME_DIR": "~/rt"},
         "runtime-blank": {"FOREWARN_RUNTIME_DIR": "  "},
         "events": {"FOREWARN_EVENTS": "tcp://127.0.0.1:1"},
+        "runtime-newline": {"FOREWARN_RUNTIME_DIR": "~/rt\r\n"},
+        "events-newline": {"FOREWARN_EVENTS": " tcp://127.0.0.1:1\n"},
+        "events-blank": {"FOREWARN_EVENTS": " \n", "FOREWARN_RUNTIME_DIR": "~/rt"},
     }[case]
     for name in ("FOREWARN_RUNTIME_DIR", "FOREWARN_EVENTS", "FOREWARN_CONFIG", "XDG_RUNTIME_DIR"):
         monkeypatch.delenv(name, raising=False)
