@@ -163,6 +163,8 @@ class GcpSimulator(Simulator):
         self.zone = zone
         self.instance_name = instance
         self.generations: dict[str, int] = {}
+        # Bumped by every change of the maintenance event (see `_set_maintenance`).
+        self._maintenance_serial = 0
         self.upcoming: dict[str, Any] | None = None
         self.upcoming_none = upcoming_none
         self.tokens_issued = 0
@@ -216,10 +218,10 @@ class GcpSimulator(Simulator):
             return "preempted"
         if kind == "maintenance":
             value = self._maintenance_value(fields.get("type", "TERMINATE"))
-            self.set_value("instance/maintenance-event", value)
             duration = fields.get("duration")
-            if duration is not None:
-                self.schedule(_number(duration, "duration"), "maintenance", {"type": "NONE"})
+            self._set_maintenance(
+                value, None if duration is None else _number(duration, "duration")
+            )
             return "maintenance-event"
         if kind == "upcoming":
             self._set_upcoming(self._upcoming_document(fields))
@@ -260,6 +262,24 @@ class GcpSimulator(Simulator):
             "tokens_issued": self.tokens_issued,
             "id_tokens_issued": self.id_tokens_issued,
         }
+
+    def _set_maintenance(self, value: str, duration: float | None) -> None:
+        """`instance/maintenance-event` = `value`, back to NONE `duration` seconds later. Each
+        change replaces the return to NONE an earlier event had scheduled: that one ends its
+        own event, never a later one."""
+        with self.changed:
+            self._maintenance_serial += 1
+            serial = self._maintenance_serial
+            self.set_value("instance/maintenance-event", value)
+        if duration is None:
+            return
+
+        def end() -> None:
+            with self.changed:
+                if self._maintenance_serial == serial:
+                    self.set_value("instance/maintenance-event", "NONE")
+
+        self.later(duration, end)
 
     @staticmethod
     def _maintenance_value(kind: Any) -> str:

@@ -13,7 +13,7 @@ import pytest
 from forewarn.providers.gcp import simulate
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
-from support import forewarn_cmd
+from support import SimControl, forewarn_cmd
 
 FLAVOR = {"Metadata-Flavor": "Google"}
 
@@ -201,6 +201,23 @@ def test_maintenance_returns_to_none_after_its_duration(
     while client.get("instance/maintenance-event").text != "NONE":
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def _next_maintenance_value(client: httpx.Client, timeout_sec: int) -> str:
+    """`instance/maintenance-event` once it changes, or as it is after `timeout_sec`."""
+    etag = client.get("instance/maintenance-event").headers["ETag"]
+    params = {"wait_for_change": "true", "last_etag": etag, "timeout_sec": str(timeout_sec)}
+    return client.get("instance/maintenance-event", params=params).text
+
+
+def test_a_new_maintenance_event_is_not_ended_by_the_last_ones_duration(
+    server: SimServer, client: httpx.Client
+) -> None:
+    # The MIGRATE's return to NONE, due 0.2 s later, ended the TERMINATE raised after it.
+    control = SimControl(server.url)
+    control.raise_("maintenance", type="MIGRATE", duration=0.2)
+    control.raise_("maintenance", type="TERMINATE")
+    assert _next_maintenance_value(client, 2) == "TERMINATE_ON_HOST_MAINTENANCE"
 
 
 def test_faults(server: SimServer, client: httpx.Client) -> None:
