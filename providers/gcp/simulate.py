@@ -165,6 +165,7 @@ class GcpSimulator(Simulator):
         self.generations: dict[str, int] = {}
         # Bumped by every change of the maintenance event (see `_set_maintenance`).
         self._maintenance_serial = 0
+        self._maintenance_ends: float | None = None  # time.monotonic() of that return
         self.upcoming: dict[str, Any] | None = None
         self.upcoming_none = upcoming_none
         self.tokens_issued = 0
@@ -230,7 +231,7 @@ class GcpSimulator(Simulator):
 
     def change_notice(self, notice_id: str, fields: dict[str, Any]) -> None:
         if notice_id == "maintenance-event":
-            self.raise_notice("maintenance", fields)
+            self._change_maintenance(fields)
         elif notice_id == "upcoming-maintenance":
             self.raise_notice("upcoming", fields)
         else:
@@ -263,6 +264,25 @@ class GcpSimulator(Simulator):
             "id_tokens_issued": self.id_tokens_issued,
         }
 
+    def _change_maintenance(self, fields: dict[str, Any]) -> None:
+        """PATCH: the fields given change, the others stay (the type, and the return to NONE
+        the event has coming); on NONE it raises an event, as POST does."""
+        with self.changed:
+            current = str(self.value("instance/maintenance-event"))
+            if current == "NONE":
+                self.raise_notice("maintenance", fields)
+                return
+            value = self._maintenance_value(fields.get("type", current))
+            if "duration" in fields:
+                duration = (
+                    None if fields["duration"] is None else _number(fields["duration"], "duration")
+                )
+            elif self._maintenance_ends is not None:
+                duration = max(0.0, self._maintenance_ends - time.monotonic())
+            else:
+                duration = None
+            self._set_maintenance(value, duration)
+
     def _set_maintenance(self, value: str, duration: float | None) -> None:
         """`instance/maintenance-event` = `value`, back to NONE `duration` seconds later. Each
         change replaces the return to NONE an earlier event had scheduled: that one ends its
@@ -271,12 +291,14 @@ class GcpSimulator(Simulator):
             self._maintenance_serial += 1
             serial = self._maintenance_serial
             self.set_value("instance/maintenance-event", value)
+            self._maintenance_ends = None if duration is None else time.monotonic() + duration
         if duration is None:
             return
 
         def end() -> None:
             with self.changed:
                 if self._maintenance_serial == serial:
+                    self._maintenance_ends = None
                     self.set_value("instance/maintenance-event", "NONE")
 
         self.later(duration, end)

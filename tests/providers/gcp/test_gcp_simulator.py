@@ -220,6 +220,22 @@ def test_a_new_maintenance_event_is_not_ended_by_the_last_ones_duration(
     assert _next_maintenance_value(client, 2) == "TERMINATE_ON_HOST_MAINTENANCE"
 
 
+def test_a_patch_changes_only_the_maintenance_fields_it_names(
+    server: SimServer, client: httpx.Client
+) -> None:
+    # PATCH {"duration": S} turned a MIGRATE into a TERMINATE (the type's default).
+    control = SimControl(server.url)
+    control.raise_("maintenance", type="MIGRATE")
+    control.change("maintenance-event", duration=0.2)
+    assert client.get("instance/maintenance-event").text == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert _next_maintenance_value(client, 5) == "NONE"
+    # And a new type keeps the end the event had.
+    control.raise_("maintenance", type="MIGRATE", duration=0.2)
+    control.change("maintenance-event", type="TERMINATE")
+    assert client.get("instance/maintenance-event").text == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert _next_maintenance_value(client, 5) == "NONE"
+
+
 def test_faults(server: SimServer, client: httpx.Client) -> None:
     control = server.url + "/_sim/faults"
 
