@@ -120,6 +120,10 @@ class Simulator:
     def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
         raise SimError(f"{self.name}: unknown notice kind {kind!r}")
 
+    def check_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        """SimError for `fields` that `raise_notice(kind, fields)` would refuse, raising
+        nothing: a notice for later is checked when it is asked for, not when it fires."""
+
     def change_notice(self, notice_id: str, fields: dict[str, Any]) -> None:
         raise SimError(f"{self.name}: notices cannot be changed", 405)
 
@@ -166,6 +170,7 @@ class Simulator:
         """Raise a notice `after` seconds from now (scripted notices); SimError for an
         `after` out of range."""
         after = check_after(after)
+        self.check_notice(kind, dict(fields))
 
         def fire() -> None:
             try:

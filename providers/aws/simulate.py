@@ -139,6 +139,13 @@ def _number(fields: dict[str, Any], key: str, default: float) -> float:
     return float(value)
 
 
+def _asg_state(fields: dict[str, Any]) -> str:
+    state = fields.get("state", "Terminated")
+    if state not in LIFECYCLE_STATES:
+        raise SimError(f"state: one of {', '.join(LIFECYCLE_STATES)}, got {state!r}")
+    return str(state)
+
+
 @dataclass
 class _Timed:
     """A spot action or rebalance time: fixed, or recomputed per request (`drift`)."""
@@ -359,9 +366,7 @@ class ImdsSimulator(Simulator):
         if kind == "scheduled":
             return self._raise_scheduled(fields)
         if kind == "asg":
-            state = fields.get("state", "Terminated")
-            if state not in LIFECYCLE_STATES:
-                raise SimError(f"state: one of {', '.join(LIFECYCLE_STATES)}, got {state!r}")
+            state = _asg_state(fields)
             with self.lock:
                 self.asg_state = state
             return "asg"
@@ -379,17 +384,36 @@ class ImdsSimulator(Simulator):
             return _Timed(_time_value(fields[time_key], time_key), lead)
         return _Timed(_now() + timedelta(seconds=lead), lead)
 
-    def _raise_spot(self, fields: dict[str, Any]) -> str:
+    def check_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        if kind == "spot":
+            self._spot(fields)
+        elif kind == "rebalance":
+            self._timed(fields, "noticeTime", 0.0)
+        elif kind == "scheduled":
+            self._scheduled_event(fields)
+        elif kind == "asg":
+            _asg_state(fields)
+
+    def _spot(self, fields: dict[str, Any]) -> tuple[str, _Timed]:
         action = fields.get("action", "terminate")
         if action not in SPOT_ACTIONS:
             raise SimError(f"action: one of {', '.join(SPOT_ACTIONS)}, got {action!r}")
         # Hibernation starts at once: AWS gives no two-minute lead for it.
-        timed = self._timed(fields, "time", 0.0 if action == "hibernate" else SPOT_LEAD)
+        return action, self._timed(fields, "time", 0.0 if action == "hibernate" else SPOT_LEAD)
+
+    def _raise_spot(self, fields: dict[str, Any]) -> str:
+        spot = self._spot(fields)
         with self.lock:
-            self.spot = (action, timed)
+            self.spot = spot
         return "spot"
 
     def _raise_scheduled(self, fields: dict[str, Any]) -> str:
+        event = self._scheduled_event(fields)
+        with self.lock:
+            self.scheduled[event["EventId"]] = event
+        return str(event["EventId"])
+
+    def _scheduled_event(self, fields: dict[str, Any]) -> dict[str, Any]:
         code = fields.get("code", "system-reboot")
         if code not in SCHEDULED_CODES:
             raise SimError(f"code: one of {', '.join(SCHEDULED_CODES)}, got {code!r}")
@@ -416,9 +440,7 @@ class ImdsSimulator(Simulator):
             "NotBeforeDeadline": format_aws_date(deadline),
             "State": fields.get("state", "active"),
         }
-        with self.lock:
-            self.scheduled[event_id] = event
-        return event_id
+        return event
 
     def change_notice(self, notice_id: str, fields: dict[str, Any]) -> None:
         with self.lock:

@@ -229,6 +229,14 @@ class GcpSimulator(Simulator):
             return "upcoming-maintenance"
         raise SimError(f"gcp: unknown notice kind {kind!r}; use {', '.join(self.notice_kinds)}")
 
+    def check_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        if kind == "maintenance":
+            self._maintenance_value(fields.get("type", "TERMINATE"))
+            if fields.get("duration") is not None:
+                _number(fields["duration"], "duration")
+        elif kind == "upcoming":
+            self._upcoming_document(fields)
+
     def change_notice(self, notice_id: str, fields: dict[str, Any]) -> None:
         if notice_id == "maintenance-event":
             self._change_maintenance(fields)

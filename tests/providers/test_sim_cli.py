@@ -257,3 +257,35 @@ def test_a_fault_flag_takes_after_as_the_control_api_does(provider: str) -> None
     finally:
         sim.cancel_scripts()
     assert _exit_code(["simulate", provider, "--fault", "status,after=99999999d"]) == 2
+
+
+# provider -> a notice with a bad field, and the bad value the refusal names
+BAD_LATER = {
+    "aws": ({"kind": "spot", "action": "explode"}, "explode"),
+    "gcp": ({"kind": "maintenance", "type": "REBOOT"}, "REBOOT"),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(BAD_LATER))
+def test_a_notice_for_later_is_checked_now(provider: str) -> None:
+    # `--notice spot,action=explode,after=5` started, and 5 s later only logged that the
+    # notice failed; POST /_sim/notices with "after" answered 202 for it. A script waiting
+    # for the notice waited for good.
+    import importlib
+
+    from forewarn.agent.cli import build_parser
+    from forewarn.protocol.errors import UsageError
+    from forewarn.providers.simulator import SimServer
+
+    command = importlib.import_module(f"forewarn.providers.{provider}.simulate").COMMAND
+    notice, named = BAD_LATER[provider]
+    flag = ",".join([notice["kind"], *(f"{k}={v}" for k, v in notice.items() if k != "kind")])
+    argv = ["simulate", provider, "--notice", f"{flag},after=1"]
+    with pytest.raises(UsageError, match=named):
+        command.start(build_parser("simulate").parse_args(argv)).cancel_scripts()
+    sim = command.start(build_parser("simulate").parse_args(["simulate", provider]))
+    with SimServer(sim) as server:
+        answer = httpx.post(
+            server.url + "/_sim/notices", json={**notice, "after": 1}, trust_env=False
+        )
+    assert answer.status_code == 400 and named in answer.json()["error"], answer.text
