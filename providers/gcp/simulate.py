@@ -29,11 +29,12 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from http import HTTPStatus
 from typing import Any
 
-from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
+from forewarn.protocol.timefmt import duration_arg, format_time, parse_time, utcnow
 
 from ..sim_cli import Scripted, SimulatorCommand
 from ..simulator import SimError, SimRequest, SimResponse, Simulator
@@ -241,7 +242,7 @@ class GcpSimulator(Simulator):
         if notice_id == "maintenance-event":
             self._change_maintenance(fields)
         elif notice_id == "upcoming-maintenance":
-            self.raise_notice("upcoming", fields)
+            self._change_upcoming(fields)
         else:
             raise SimError(f"notice {notice_id!r} cannot be changed", 405)
 
@@ -329,7 +330,7 @@ class GcpSimulator(Simulator):
         start: datetime = utcnow() + timedelta(
             seconds=_number(fields.get("start_in", 7 * 86400), "start_in")
         )
-        window = _number(fields.get("window", 4 * 3600), "window")
+        window = _number(fields.get("window", DEFAULT_WINDOW), "window")
         end = start + timedelta(seconds=window)
         return {
             "can_reschedule": bool(fields.get("can_reschedule", True)),
@@ -340,6 +341,37 @@ class GcpSimulator(Simulator):
             "window_end_time": format_time(end),
             "window_start_time": format_time(start),
         }
+
+    def _change_upcoming(self, fields: dict[str, Any]) -> None:
+        """PATCH: the fields given change, the rest of the window stays; `start_in` moves the
+        window, keeping its length unless `window` is given too. Without a window (or with a
+        whole `document`) it raises one, as POST does."""
+        with self.changed:
+            if self.upcoming is None or "document" in fields:
+                self.raise_notice("upcoming", fields)
+                return
+            unknown = sorted(set(fields) - set(_UPCOMING_FIELDS))
+            if unknown:
+                raise SimError(
+                    f"upcoming has no field {', '.join(map(repr, unknown))}; use "
+                    f"{', '.join(_UPCOMING_FIELDS)}"
+                )
+            document = dict(self.upcoming)
+            start = _document_time(document, "window_start_time")
+            end = _document_time(document, "window_end_time")
+            length = end - start if start and end else timedelta(seconds=DEFAULT_WINDOW)
+            if "start_in" in fields:
+                start = utcnow() + timedelta(seconds=_number(fields["start_in"], "start_in"))
+                document["window_start_time"] = format_time(start)
+                document["latest_window_start_time"] = format_time(start + timedelta(days=7))
+            if "window" in fields:
+                length = timedelta(seconds=_number(fields["window"], "window"))
+            if start is not None and ("start_in" in fields or "window" in fields):
+                document["window_end_time"] = format_time(start + length)
+            for key, convert in _UPCOMING_PLAIN.items():
+                if key in fields:
+                    document[key] = convert(fields[key])
+            self._set_upcoming(document)
 
     def _set_upcoming(self, document: dict[str, Any] | None) -> None:
         with self.changed:
@@ -514,6 +546,24 @@ class GcpSimulator(Simulator):
             error = {"error": "no notifications have been received yet, try again later"}
             return SimResponse(200, json.dumps(error), JSON, headers)
         return SimResponse(200, "{}", JSON, headers)
+
+
+DEFAULT_WINDOW = 4 * 3600.0
+# Fields of an `upcoming` notice copied into its document, and how.
+_UPCOMING_PLAIN: dict[str, Callable[[Any], Any]] = {
+    "can_reschedule": bool,
+    "maintenance_reasons": list,
+    "maintenance_status": str,
+    "type": str,
+}
+_UPCOMING_FIELDS = ("start_in", "window", *_UPCOMING_PLAIN, "document")
+
+
+def _document_time(document: dict[str, Any], key: str) -> datetime | None:
+    try:
+        return parse_time(str(document[key]))
+    except (KeyError, ValueError):
+        return None
 
 
 def _is_account_leaf(path: str, leaf: str) -> bool:

@@ -7,9 +7,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import httpx
 import pytest
+from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.gcp import simulate
 from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.simulator import SimServer
@@ -234,6 +236,33 @@ def test_a_patch_changes_only_the_maintenance_fields_it_names(
     control.change("maintenance-event", type="TERMINATE")
     assert client.get("instance/maintenance-event").text == "TERMINATE_ON_HOST_MAINTENANCE"
     assert _next_maintenance_value(client, 5) == "NONE"
+
+
+def test_a_patch_changes_only_the_window_fields_it_names(
+    server: SimServer, client: httpx.Client
+) -> None:
+    # PATCH {"maintenance_status": "ONGOING"} put the window at 7 days from now, PENDING
+    # status and reasons back to their defaults: every field not named was rebuilt.
+    control = SimControl(server.url)
+    control.raise_("upcoming", start_in=3600, window=600, maintenance_reasons=["FAILURE_GPU"])
+    before = client.get("instance/upcoming-maintenance", params={"alt": "json"}).json()
+    control.change("upcoming-maintenance", maintenance_status="ONGOING")
+    after = client.get("instance/upcoming-maintenance", params={"alt": "json"}).json()
+    assert after == {**before, "maintenance_status": "ONGOING"}
+    control.change("upcoming-maintenance", window=1200)
+    moved = client.get("instance/upcoming-maintenance", params={"alt": "json"}).json()
+    start = parse_time(moved["window_start_time"])
+    assert moved["window_start_time"] == before["window_start_time"]
+    assert parse_time(moved["window_end_time"]) - start == timedelta(seconds=1200)
+    assert moved["maintenance_status"] == "ONGOING"
+    control.change("upcoming-maintenance", start_in=60)
+    soon = client.get("instance/upcoming-maintenance", params={"alt": "json"}).json()
+    start = parse_time(soon["window_start_time"])
+    assert abs((start - utcnow()).total_seconds() - 60) < 30
+    assert parse_time(soon["window_end_time"]) - start == timedelta(seconds=1200)
+    assert soon["maintenance_reasons"] == ["FAILURE_GPU"]
+    bad = httpx.patch(server.url + "/_sim/notices/upcoming-maintenance", json={"strat_in": 5})
+    assert bad.status_code == 400 and "strat_in" in bad.json()["error"]
 
 
 def test_faults(server: SimServer, client: httpx.Client) -> None:
