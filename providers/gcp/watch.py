@@ -70,6 +70,8 @@ _MAINTENANCE_WORD = re.compile(r"^[A-Z][A-Z0-9_]{0,99}\Z")
 UPCOMING_503_ATTEMPTS = 3
 # Reads of `instance/machine-type` before the VM is taken for one without GPUs.
 GPU_READ_ATTEMPTS = 3
+# Reads of `instance/scheduling/` before the policy and notice duration count as unknown.
+SCHEDULING_READ_ATTEMPTS = 3
 
 
 def metadata_root(url: str | None, environ: Mapping[str, str] | None = None) -> str:
@@ -486,7 +488,17 @@ class GcpWatcher:
                 log.info("gcp: %s retired; raised again while the server still shows it", notice_id)
 
     async def _watch_preempted(self, emit: Emit) -> None:
-        await self._read_scheduling()
+        first_try = asyncio.Event()
+        reading = asyncio.create_task(self._read_scheduling(first_try))
+        try:
+            # The first try only: more (after a 503 at boot) must not hold back a preemption,
+            # which until the duration is known has the plain notice, the safe side.
+            await first_try.wait()
+            await self._watch_preemption(emit)
+        finally:
+            reading.cancel()
+
+    async def _watch_preemption(self, emit: Emit) -> None:
         track = self.tracks["preempted"]
 
         def on_answer(answer: _Answer) -> Report | None:
@@ -520,23 +532,37 @@ class GcpWatcher:
 
         await self._long_poll(MAINTENANCE_KEY, on_answer, emit)
 
-    async def _read_scheduling(self) -> None:
+    async def _read_scheduling(self, first_try: asyncio.Event) -> None:
         """Best effort, once: the VM's preemption notice duration, if the server reports it,
-        and its host maintenance policy."""
+        and its host maintenance policy (three attempts: a 503 at boot must not leave a VM
+        that live-migrates with a deadline at every maintenance window). `first_try` is set
+        once the first attempt is over."""
         try:
-            response = await fetch(
-                self.client,
-                "GET",
-                self.url(SCHEDULING_DIR),
-                params={"recursive": "true", "alt": "json"},
-                deadline=2.0,
-            )
-            if response.status_code == 200:
-                self.on_host_maintenance = parse_on_host_maintenance(response.text)
-                self.reported_notice_duration = parse_notice_duration(response.text)
-        except (httpx.HTTPError, ParseError) as error:
-            self.health.error("scheduling", f"{SCHEDULING_DIR}: {error}")
+            for attempt in range(1, SCHEDULING_READ_ATTEMPTS + 1):
+                try:
+                    response = await fetch(
+                        self.client,
+                        "GET",
+                        self.url(SCHEDULING_DIR),
+                        params={"recursive": "true", "alt": "json"},
+                        deadline=2.0,
+                    )
+                    if response.status_code == 200:
+                        self.on_host_maintenance = parse_on_host_maintenance(response.text)
+                        self.reported_notice_duration = parse_notice_duration(response.text)
+                        return
+                    problem = f"HTTP {response.status_code}"
+                except httpx.HTTPError as error:
+                    problem = f"{type(error).__name__}: {error}"
+                except ParseError as error:
+                    self.health.error("scheduling", f"{SCHEDULING_DIR}: {error}")
+                    return
+                self.health.error("scheduling", f"{SCHEDULING_DIR}: {problem}")
+                first_try.set()
+                if attempt < SCHEDULING_READ_ATTEMPTS:
+                    await asyncio.sleep(self.settings.retry_delay)
         finally:
+            first_try.set()
             self._scheduling_read.set()
 
     async def _read_gpus(self) -> None:

@@ -341,6 +341,34 @@ async def test_an_upcoming_window_of_a_live_migrating_vm_has_no_deadline() -> No
     assert drain.detail["window_start_time"] == sim.upcoming["window_start_time"]  # type: ignore[index]
 
 
+async def test_the_scheduling_unavailable_at_start_is_read_again() -> None:
+    # One 503 (the server's answer for under a second during host maintenance) at start
+    # left the policy unknown for the agent's life: every window on this live-migrating VM
+    # got a deadline and ended the run at its start. The 503 was not even counted.
+    sim = GcpSimulator(on_host_maintenance="MIGRATE", preemption_notice_duration=120)
+    sim.add_fault("status", path="/computeMetadata/v1/instance/scheduling/", status=503, count=2)
+    with SimServer(sim) as server:
+        async with watching(server.url, retry_delay=0.05) as run:
+            await run.until_polling()
+            sim.raise_notice("upcoming", {"start_in": 7200, "window": 3600})
+            [drain] = await run.count(1)
+    assert (drain.action, drain.deadline) == ("drain", None)
+    assert run.watcher.preemption_notice_seconds() == 120
+    assert run.watcher.health.errors >= 2
+
+
+async def test_a_preemption_is_not_held_back_by_the_scheduling_read_tries() -> None:
+    # The tries after a failed first read (retry_delay apart) must not delay the preemption
+    # long-poll: a VM preempted as the agent starts has 30 s at most.
+    sim = GcpSimulator(preemptible=True)
+    sim.add_fault("status", path="/computeMetadata/v1/instance/scheduling/", status=503, count=2)
+    sim.raise_notice("preempt", {})
+    with SimServer(sim) as server:
+        async with watching(server.url, retry_delay=30) as run:
+            [terminate] = await run.count(1, timeout=10)
+    assert (terminate.action, terminate.reason) == ("terminate", "preemption")
+
+
 async def test_a_moved_window_keeps_its_id(server: SimServer, sim: GcpSimulator) -> None:
     async with watching(server.url) as run:
         await run.until_polling()
