@@ -670,10 +670,13 @@ class GcpWatcher:
                 self.health.error("transport", f"{UPCOMING_KEY}: {type(error).__name__}: {error}")
                 return False, None, {}
             if response.status_code == 503:
-                self.health.error("unavailable", f"{UPCOMING_KEY}: HTTP 503")
+                # Not an error: some VMs answer 503 when nothing is scheduled (counted, the
+                # provider would show degraded for good and the log flap at every read).
+                log.debug("gcp: %s: HTTP 503 (try %d)", UPCOMING_KEY, attempt)
                 if attempt < UPCOMING_503_ATTEMPTS:
                     await asyncio.sleep(self.settings.retry_delay)
                     continue
+                self.health.success()
                 return True, None, {"status": 503}
             if response.status_code == 404:
                 self.health.success()

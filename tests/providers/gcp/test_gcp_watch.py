@@ -396,6 +396,20 @@ async def test_every_nothing_scheduled_answer_clears_a_window(form: str) -> None
     assert (clear.action, clear.id) == ("clear", drain.id)
 
 
+async def test_a_vm_that_answers_503_for_nothing_scheduled_is_not_degraded() -> None:
+    # 503 is one of the answers of a VM with nothing scheduled: each read counted three
+    # errors, `forewarn status` showed gcp degraded for good, and the log said the error
+    # and "polling recovered" (the long-polls' next answer) at every read.
+    sim = GcpSimulator(upcoming_none="503")
+    with SimServer(sim) as server:
+        async with watching(server.url, retry_delay=0.01, upcoming_interval=0.05) as run:
+            key = "GET /computeMetadata/v1/instance/upcoming-maintenance"
+            await run.until(lambda: sim.requests[key] >= 9, 10, "three upcoming reads")
+            health = run.watcher.health
+            assert (health.errors, health.last_error) == (0, None), health.errors_by_kind
+    assert run.reports == []
+
+
 async def test_a_single_503_does_not_clear_a_window(server: SimServer, sim: GcpSimulator) -> None:
     async with watching(server.url, retry_delay=0.3, upcoming_interval=0.1) as run:
         await run.until_polling()
