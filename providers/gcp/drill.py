@@ -10,6 +10,7 @@ it is DONE, printing each status change. google-auth is imported here and nowher
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import uuid
 from typing import Any
@@ -167,13 +168,16 @@ def run(args: argparse.Namespace) -> int:
             _say("simulateMaintenanceEvent accepted")
             return follow(client, args, response.json())
     except DrillError as error:
-        print(f"forewarn: drill gcp: {error}")
+        print(f"forewarn: drill gcp: {error}", file=sys.stderr)
         return 1
     except httpx.HTTPError as error:
-        print(f"forewarn: drill gcp: {type(error).__name__}: {error}")
+        print(f"forewarn: drill gcp: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     except ValueError as error:  # an answer that is not JSON
-        print(f"forewarn: drill gcp: unreadable answer from the Compute Engine API: {error}")
+        print(
+            f"forewarn: drill gcp: unreadable answer from the Compute Engine API: {error}",
+            file=sys.stderr,
+        )
         return 1
 
 

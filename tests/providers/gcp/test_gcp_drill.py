@@ -127,7 +127,11 @@ def test_refusal_and_operation_errors_exit_1(
         )
     )
     assert drill.run(_args("--yes")) == 1
-    assert "Required 'compute.instances.x'" in capsys.readouterr().out
+    # The error line goes to stderr, as every `forewarn:` line does: on stdout, a drill run
+    # with its output sent to a log ended with exit 1 and nothing said on the terminal.
+    out, err = capsys.readouterr()
+    assert err.startswith("forewarn: drill gcp: ") and "Required 'compute.instances.x'" in err
+    assert "forewarn:" not in out
     failed = {"code": "UNSUPPORTED", "message": "not supported on this VM"}
     route.mock(
         return_value=httpx.Response(
