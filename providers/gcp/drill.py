@@ -36,14 +36,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--poll-interval",
-        type=duration_arg,
+        type=_above_zero,
         default=2.0,
         metavar="S",
         help="seconds between reads of the operation (default 2s)",
     )
     parser.add_argument(
         "--timeout",
-        type=duration_arg,
+        type=_above_zero,
         default=600.0,
         metavar="S",
         help="give up following the operation after this long (default 10m)",
@@ -53,6 +53,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=COMPUTE_API,
         help=f"Compute Engine API root (default {COMPUTE_API})",
     )
+
+
+def _above_zero(text: str) -> float:
+    """A duration of more than 0 seconds (0 would read the operation in a tight loop)."""
+    seconds = duration_arg(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text!r}")
+    return seconds
 
 
 def instance_path(project: str, zone: str, instance: str) -> str:

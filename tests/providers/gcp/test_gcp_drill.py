@@ -88,7 +88,7 @@ def test_with_yes_it_posts_and_follows_the_operation(
             200, json={"name": "operation-1", "status": next(statuses)}
         )
     )
-    assert drill.run(_args("--yes", "--poll-interval", "0")) == 0
+    assert drill.run(_args("--yes", "--poll-interval", "0.01")) == 0
     sent = post.calls.last.request
     assert sent.headers["Authorization"] == "Bearer fake-token"
     assert sent.url.params["requestId"]
@@ -150,6 +150,24 @@ def test_forewarn_drill_gcp_command_prints_without_yes(env: dict[str, str]) -> N
     assert "/projects/p/zones/z/instances/vm/simulateMaintenanceEvent" in done.stdout
     missing = run_forewarn("drill", "gcp", "--zone", "z", "--instance", "vm", env=env)
     assert missing.returncode == 2 and "--project" in missing.stderr
+
+
+@pytest.mark.parametrize("flag", ["--poll-interval", "--timeout"])
+def test_a_zero_poll_interval_or_timeout_exits_2(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --poll-interval 0 read the operation in a tight loop against the Compute Engine API
+    # (rate-limited per project) once sent; drill aws refuses --poll 0.
+    from forewarn.agent.cli import main
+
+    argv = ["drill", "gcp", "--project", "p", "--zone", "z", "--instance", "vm", flag, "0"]
+    try:
+        code = main(argv)
+    except SystemExit as done:
+        code = int(done.code or 0)
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "", out
+    assert err.startswith("forewarn: ") and flag in err and len(err.splitlines()) == 1, err
 
 
 def test_google_auth_is_imported_only_by_the_drill() -> None:
