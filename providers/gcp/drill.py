@@ -139,9 +139,17 @@ def follow(client: httpx.Client, args: argparse.Namespace, operation: dict[str, 
             _say(f"operation {name}: {status}{shown}")
             last_status = status
         if status == "DONE":
-            errors = (operation.get("error") or {}).get("errors") or []
-            for error in errors:
-                _say(f"error {error.get('code')}: {error.get('message')}")
+            error = operation.get("error") or {}
+            errors = error.get("errors") if isinstance(error, dict) else None
+            if not isinstance(errors, list):
+                if error:
+                    raise DrillError(f"operation {name} failed: {str(error)[:300]}")
+                errors = []
+            for item in errors:
+                if isinstance(item, dict):
+                    _say(f"error {item.get('code')}: {item.get('message')}")
+                else:
+                    _say(f"error: {str(item)[:300]}")
             return 1 if errors else 0
         if time.monotonic() >= deadline:
             raise DrillError(f"operation {name} not DONE after {args.timeout:g}s")
@@ -149,7 +157,19 @@ def follow(client: httpx.Client, args: argparse.Namespace, operation: dict[str, 
         response = client.get(url)
         if response.status_code != 200:
             raise DrillError(f"reading operation {name}: {_api_error(response)}")
-        operation = response.json()
+        operation = _operation(response)
+
+
+def _operation(response: httpx.Response) -> dict[str, Any]:
+    """The Operation object an answer holds; DrillError for JSON of another shape (ValueError
+    for an answer that is not JSON)."""
+    payload = response.json()
+    if not isinstance(payload, dict):
+        raise DrillError(
+            "unreadable answer from the Compute Engine API: expected an Operation object, "
+            f"got {str(payload)[:200]!r}"
+        )
+    return payload
 
 
 def run(args: argparse.Namespace) -> int:
@@ -174,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
             if response.status_code != 200:
                 raise DrillError(f"simulateMaintenanceEvent refused: {_api_error(response)}")
             _say("simulateMaintenanceEvent accepted")
-            return follow(client, args, response.json())
+            return follow(client, args, _operation(response))
     except DrillError as error:
         print(f"forewarn: drill gcp: {error}", file=sys.stderr)
         return 1

@@ -142,6 +142,25 @@ def test_refusal_and_operation_errors_exit_1(
     assert "not supported on this VM" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [[], "DONE", {"name": "op-4", "status": "DONE", "error": "quota"}],
+    ids=["array", "string", "error-string"],
+)
+def test_an_answer_that_is_no_operation_exits_1_without_a_traceback(
+    answer: Any, credentials: FakeCredentials, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # JSON that is not an Operation object (an --api root that is not Compute Engine's, a
+    # proxy) ended the drill with AttributeError and a traceback.
+    with respx.mock(assert_all_mocked=True) as respx_mock:
+        respx_mock.post(f"{INSTANCE}/simulateMaintenanceEvent").mock(
+            return_value=httpx.Response(200, json=answer)
+        )
+        assert drill.run(_args("--yes", "--poll-interval", "0.01")) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("forewarn: drill gcp: ") and len(err.splitlines()) == 1, err
+
+
 def test_forewarn_drill_gcp_command_prints_without_yes(env: dict[str, str]) -> None:
     done = run_forewarn(
         "drill", "gcp", "--project", "p", "--zone", "z", "--instance", "vm", env=env
