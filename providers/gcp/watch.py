@@ -421,6 +421,8 @@ class GcpWatcher:
         self.has_gpus: bool | None = None
         self._scheduling_read = asyncio.Event()
         self._unknown_values: set[str] = set()  # maintenance-event values logged as unknown
+        self._failing: set[str] = set()  # keys whose last answer was an error (see `_good`)
+        self._no_etag: set[str] = set()  # long-polled keys whose last answer had no ETag
         self._client: httpx.AsyncClient | None = None
 
     @property
@@ -611,19 +613,30 @@ class GcpWatcher:
             try:
                 report = on_answer(answer)
             except ParseError as error:
-                self.health.error("parse", str(error))
+                self._bad(key, "parse", str(error))
                 await asyncio.sleep(self.settings.retry_delay)
                 continue
-            self.health.success()
+            self._good(key)
             if report is not None:
                 emit(report)
             # After the emit: a state directory that cannot be written loses no notice.
             self.active.save()
             if answer.etag:
                 etag = answer.etag
+                self._no_etag.discard(key)
+                if not self._no_etag:
+                    self.health.condition("no-etag", None)
             else:
                 # Without an ETag every wait would answer at once: poll instead of spinning.
-                self.health.error("no-etag", f"{key}: answer without an ETag")
+                # A standing condition, not an error at every answer (the answer is good).
+                if not self._no_etag:
+                    message = (
+                        f"{key}: answers without an ETag; each key is read every "
+                        f"{self.settings.retry_delay:g}s instead of long-polled"
+                    )
+                    log.warning("gcp: %s", message)
+                    self.health.condition("no-etag", message)
+                self._no_etag.add(key)
                 await asyncio.sleep(self.settings.retry_delay)
 
     async def _get(self, key: str, params: dict[str, str]) -> _Answer | None:
@@ -634,14 +647,14 @@ class GcpWatcher:
         try:
             response = await fetch(self.client, "GET", self.url(key), params=params, deadline=limit)
         except httpx.TimeoutException:
-            self.health.error("timeout", f"{key}: no complete answer within {limit:g}s")
+            self._bad(key, "timeout", f"{key}: no complete answer within {limit:g}s")
             return None
         except httpx.HTTPError as error:
-            self.health.error("transport", f"{key}: {type(error).__name__}: {error}")
+            self._bad(key, "transport", f"{key}: {type(error).__name__}: {error}")
             return None
         if response.status_code != 200:
             kind = "unavailable" if response.status_code == 503 else f"http-{response.status_code}"
-            self.health.error(kind, f"{key}: HTTP {response.status_code}")
+            self._bad(key, kind, f"{key}: HTTP {response.status_code}")
             return None
         return _Answer(response.text, response.headers.get("ETag"))
 
@@ -667,7 +680,9 @@ class GcpWatcher:
                     self.client, "GET", self.url(UPCOMING_KEY), params={"alt": "json"}, deadline=5.0
                 )
             except httpx.HTTPError as error:
-                self.health.error("transport", f"{UPCOMING_KEY}: {type(error).__name__}: {error}")
+                self._bad(
+                    UPCOMING_KEY, "transport", f"{UPCOMING_KEY}: {type(error).__name__}: {error}"
+                )
                 return False, None, {}
             if response.status_code == 503:
                 # Not an error: some VMs answer 503 when nothing is scheduled (counted, the
@@ -676,27 +691,42 @@ class GcpWatcher:
                 if attempt < UPCOMING_503_ATTEMPTS:
                     await asyncio.sleep(self.settings.retry_delay)
                     continue
-                self.health.success()
+                self._good(UPCOMING_KEY)
                 return True, None, {"status": 503}
             if response.status_code == 404:
-                self.health.success()
+                self._good(UPCOMING_KEY)
                 return True, None, {"status": 404}
             if response.status_code != 200:
                 # Only a parseable 200 (or the 404 of a VM without the key) says what is
                 # scheduled: a 500 or 403 clearing a window would drop a drain and re-raise
                 # it under a new id at the next read.
-                self.health.error(
-                    f"http-{response.status_code}", f"{UPCOMING_KEY}: HTTP {response.status_code}"
+                self._bad(
+                    UPCOMING_KEY,
+                    f"http-{response.status_code}",
+                    f"{UPCOMING_KEY}: HTTP {response.status_code}",
                 )
                 return False, None, {}
             try:
                 window = parse_upcoming(response.text)
             except ParseError as error:
-                self.health.error("parse", str(error))
+                self._bad(UPCOMING_KEY, "parse", str(error))
                 return False, None, {}
-            self.health.success()
+            self._good(UPCOMING_KEY)
             return True, window, {} if window is None else window.document
         return True, None, {"status": 503}
+
+    def _good(self, key: str) -> None:
+        """A good answer of `key`, reported as a success only while no other key is failing:
+        one key's standing fault (an upcoming-maintenance that answers 500) is one warning,
+        not a warning and a "recovered" at every answer of the others."""
+        self._failing.discard(key)
+        # The first good answer counts whatever else fails: it makes the provider ready.
+        if not self._failing or self.health.last_success is None:
+            self.health.success()
+
+    def _bad(self, key: str, kind: str, message: str) -> None:
+        self._failing.add(key)
+        self.health.error(kind, message)
 
 
 def build(settings: Settings, context: WatcherContext) -> GcpWatcher:

@@ -50,7 +50,10 @@ async def test_burst_of_503(server: SimServer, sim: GcpSimulator) -> None:
         ends = time.monotonic() + 2.0
         await _errors(run, "unavailable", 3)
         assert await _recovers(run, sim, ends) < RECOVERY
-    assert run.watcher.health.last_error is None  # recovered
+        # Recovered once each long-poll has answered again (the other one may still be in
+        # the wait it began as the fault ended).
+        health = run.watcher.health
+        await run.until(lambda: health.last_error is None, 5, "recovered")
 
 
 async def test_long_poll_hanging_past_timeout_sec(server: SimServer, sim: GcpSimulator) -> None:
@@ -142,6 +145,58 @@ async def test_transport_errors_are_counted_and_retried(respx_mock: respx.MockRo
     kinds = watcher.health.errors_by_kind
     assert kinds["transport"] == 2 and kinds["timeout"] == 1
     assert kinds["unavailable"] == 1 and kinds["parse"] == 1
+
+
+@respx.mock(assert_all_mocked=True)
+async def test_a_server_without_etags_is_one_warning_not_a_flood(
+    respx_mock: respx.MockRouter, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each answer without an ETag counted a success (logged "polling recovered", which
+    # forgets what was logged) and then the error (logged again): two lines a key at every
+    # retry_delay, four a second by default, for as long as the server runs.
+    keys = {"preempted": "FALSE", "maintenance-event": "NONE"}
+    routes = [
+        respx_mock.get(f"{ROOT}/instance/{key}").mock(return_value=httpx.Response(200, text=value))
+        for key, value in keys.items()
+    ]
+    for key in ("scheduling/", "machine-type"):
+        respx_mock.get(f"{ROOT}/instance/{key}").mock(return_value=httpx.Response(200, text="{}"))
+    respx_mock.get(f"{ROOT}/instance/upcoming-maintenance").mock(return_value=httpx.Response(404))
+    settings = Settings(url="http://metadata.test", retry_delay=0.01, upcoming_interval=0.01)
+    watcher = GcpWatcher(settings, environ={})
+    run = WatchRun(watcher)
+    caplog.set_level("INFO", logger="forewarn.providers")
+    run.task = asyncio.create_task(watcher.watch(run.emit))
+    try:
+        await run.until(lambda: all(route.call_count >= 10 for route in routes), 10, "answers")
+    finally:
+        run.task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run.task
+        await watcher.aclose()
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("forewarn.providers")]
+    assert not [line for line in said if "recovered" in line], said
+    assert len([line for line in said if "ETag" in line]) == 1, said
+    health = watcher.health
+    assert (health.errors, health.last_error) == (0, None) and "no-etag" in health.conditions
+
+
+async def test_a_key_that_keeps_failing_beside_good_ones_does_not_flap(
+    server: SimServer, sim: GcpSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    # upcoming-maintenance answering 500 at each read, the long-polls fine: the log said the
+    # error and "polling recovered" at every read. The provider is still ready (it answered).
+    sim.add_fault("status", path="/computeMetadata/v1/instance/upcoming-maintenance", status=500)
+    caplog.set_level("INFO", logger="forewarn.providers")
+    async with watching(server.url, timeout_sec=1, upcoming_interval=0.05) as run:
+        await _errors(run, "http-500", 5)
+        key = "GET /computeMetadata/v1/instance/preempted"
+        answered = sim.requests[key]
+        await run.until(lambda: sim.requests[key] >= answered + 2, 10, "long-polls")
+    said = [r.getMessage() for r in caplog.records if r.name == "forewarn.providers"]
+    assert len([line for line in said if "recovered" in line]) <= 1, said
+    assert len([line for line in said if "http-500" in line]) == 1, said
+    assert run.watcher.health.last_success is not None
 
 
 async def test_the_read_timeout_is_above_timeout_sec() -> None:
