@@ -46,7 +46,8 @@ class Scripted:
     kind: str
     help: str
     fields: Callable[[argparse.Namespace], dict[str, Any]] = _no_fields
-    # Notice fields copied from options (field -> option dest), left out when unset.
+    # Notice fields copied from options (field -> option dest), left out when unset. Such
+    # options default to None: one given without `--<flag>-after` is a usage error.
     options: Mapping[str, str] = field(default_factory=dict)
 
     def notice(self, args: argparse.Namespace) -> dict[str, Any]:
@@ -132,6 +133,14 @@ class SimulatorCommand:
         notices = [dict(fields) for fields in args.notice]
         for script in self.scripted:
             after = getattr(args, f"{script.flag.replace('-', '_')}_after", None)
+            given = [dest for dest in script.options.values() if getattr(args, dest) is not None]
+            if after is None and given:
+                # Options that shape a notice only --<flag>-after raises: without it they
+                # would do nothing, silently.
+                raise UsageError(
+                    f"--{given[0].replace('_', '-')} shapes the notice of "
+                    f"--{script.flag}-after S, which is not given"
+                )
             if after is not None:
                 try:
                     check_after(after)

@@ -524,13 +524,15 @@ def _options(parser: argparse.ArgumentParser) -> None:
         "--imdsv1", action="store_true", help="also answer tokenless (IMDSv1) requests"
     )
     parser.add_argument(
-        "--action", choices=SPOT_ACTIONS, default="terminate", help="its action (terminate)"
+        "--action",
+        choices=SPOT_ACTIONS,
+        help="the action of the --spot-after interruption (default terminate)",
     )
     parser.add_argument(
         "--spot-lead",
         type=duration_arg,
         metavar="S",
-        help="seconds from the notice to the action (default 120; hibernate 0)",
+        help="seconds from the --spot-after notice to the action (default 120; hibernate 0)",
     )
     parser.add_argument(
         "--scheduled",

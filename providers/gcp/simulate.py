@@ -665,21 +665,19 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--maintenance-kind",
         choices=("TERMINATE", "MIGRATE"),
-        default="TERMINATE",
-        help="the maintenance event: TERMINATE_ or MIGRATE_ON_HOST_MAINTENANCE",
+        help="the --maintenance-after event: TERMINATE_ (default) or MIGRATE_ON_HOST_MAINTENANCE",
     )
     parser.add_argument(
         "--maintenance-duration",
         type=duration_arg,
         metavar="S",
-        help="maintenance-event returns to NONE S after it changed",
+        help="the --maintenance-after event returns to NONE S after it began",
     )
     parser.add_argument(
         "--upcoming-in",
         type=duration_arg,
-        default=7 * 86400.0,
         metavar="S",
-        help="how far ahead that window starts (default 7d)",
+        help="how far ahead the --upcoming-after window starts (default 7d)",
     )
     parser.add_argument(
         "--upcoming-none",
@@ -721,7 +719,7 @@ COMMAND = SimulatorCommand(
             "upcoming",
             "upcoming",
             "upcoming-maintenance schedules a window after S",
-            lambda args: {"start_in": args.upcoming_in},
+            options={"start_in": "upcoming_in"},
         ),
     ),
     hints=lambda sim, url, args: [

@@ -289,3 +289,33 @@ def test_a_notice_for_later_is_checked_now(provider: str) -> None:
             server.url + "/_sim/notices", json={**notice, "after": 1}, trust_env=False
         )
     assert answer.status_code == 400 and named in answer.json()["error"], answer.text
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["aws", "--action", "stop"], "--spot-after"),
+        (["aws", "--spot-lead", "30s"], "--spot-after"),
+        (["gcp", "--maintenance-kind", "MIGRATE"], "--maintenance-after"),
+        (["gcp", "--maintenance-duration", "60"], "--maintenance-after"),
+        (["gcp", "--upcoming-in", "1h"], "--upcoming-after"),
+    ],
+)
+def test_an_option_of_a_scripted_notice_without_its_after_is_refused(
+    argv: list[str], named: str
+) -> None:
+    # `forewarn simulate gcp --maintenance-kind MIGRATE --maintenance-duration 60` (the
+    # --maintenance-after forgotten) served NONE for good: the options shape a notice that
+    # only --maintenance-after raises, and nothing said so.
+    import importlib
+
+    from forewarn.agent.cli import build_parser
+    from forewarn.protocol.errors import UsageError
+
+    command = importlib.import_module(f"forewarn.providers.{argv[0]}.simulate").COMMAND
+    with pytest.raises(UsageError, match=named):
+        command.start(build_parser("simulate").parse_args(["simulate", *argv])).cancel_scripts()
+    # With it, the same options are taken.
+    after = [named, "0"]
+    sim = command.start(build_parser("simulate").parse_args(["simulate", *argv, *after]))
+    sim.cancel_scripts()
