@@ -30,7 +30,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -350,6 +350,17 @@ class Simulator:
 
 # The longest delay before a scheduled notice or fault: as long as a fault may last.
 MAX_AFTER = 30 * 86400.0
+
+
+def refuse_unknown_fields(kind: str, fields: Mapping[str, Any], known: Sequence[str]) -> None:
+    """SimError naming the fields a notice of `kind` does not have: a typo (`typ`, `acton`)
+    must not quietly become the default of the field meant."""
+    unknown = sorted(set(fields) - set(known))
+    if unknown:
+        raise SimError(
+            f"{kind} has no field {', '.join(map(repr, unknown))}; "
+            f"its fields: {', '.join(known) or '(none)'}"
+        )
 
 
 def check_after(after: Any) -> float:

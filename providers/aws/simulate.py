@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from forewarn.protocol.timefmt import duration_arg, format_time, parse_duration, parse_time
 
 from ..sim_cli import Scripted, SimulatorCommand
-from ..simulator import SimError, SimRequest, SimResponse, Simulator
+from ..simulator import SimError, SimRequest, SimResponse, Simulator, refuse_unknown_fields
 from .imds import (
     LIFECYCLE_STATES,
     SCHEDULED_CODES,
@@ -62,6 +62,18 @@ PRIVATE_IP = "10.0.0.10"
 THROTTLE_RATE = 256.0
 # IMDS's own answers say who they are with this header.
 SERVER = "EC2ws"
+
+# The fields of each notice kind (the control API's and --notice's).
+NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
+    "spot": ("action", "time", "lead", "drift"),
+    "rebalance": ("noticeTime", "lead", "drift"),
+    "scheduled": (
+        *("code", "not_before", "not_after", "not_before_deadline"),
+        *("state", "description", "event_id"),
+    ),
+    "asg": ("state",),
+    "revoke-tokens": (),
+}
 
 DATE_FIELDS = {
     "not_before": "NotBefore",
@@ -356,6 +368,8 @@ class ImdsSimulator(Simulator):
     # Control API.
 
     def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
+        if kind in NOTICE_FIELDS:
+            refuse_unknown_fields(kind, fields, NOTICE_FIELDS[kind])
         if kind == "spot":
             return self._raise_spot(fields)
         if kind == "rebalance":
@@ -385,6 +399,8 @@ class ImdsSimulator(Simulator):
         return _Timed(_now() + timedelta(seconds=lead), lead)
 
     def check_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        if kind in NOTICE_FIELDS:
+            refuse_unknown_fields(kind, fields, NOTICE_FIELDS[kind])
         if kind == "spot":
             self._spot(fields)
         elif kind == "rebalance":

@@ -37,7 +37,7 @@ from typing import Any
 from forewarn.protocol.timefmt import duration_arg, format_time, parse_time, utcnow
 
 from ..sim_cli import Scripted, SimulatorCommand
-from ..simulator import SimError, SimRequest, SimResponse, Simulator
+from ..simulator import SimError, SimRequest, SimResponse, Simulator, refuse_unknown_fields
 
 METADATA_PREFIX = "/computeMetadata/v1"
 FLAVOR_HEADER = "Metadata-Flavor"
@@ -215,6 +215,8 @@ class GcpSimulator(Simulator):
     # Control API.
 
     def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
+        if kind in NOTICE_FIELDS:
+            refuse_unknown_fields(kind, fields, NOTICE_FIELDS[kind])
         if kind == "preempt":
             self.set_value("instance/preempted", "TRUE")
             return "preempted"
@@ -231,6 +233,8 @@ class GcpSimulator(Simulator):
         raise SimError(f"gcp: unknown notice kind {kind!r}; use {', '.join(self.notice_kinds)}")
 
     def check_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        if kind in NOTICE_FIELDS:
+            refuse_unknown_fields(kind, fields, NOTICE_FIELDS[kind])
         if kind == "maintenance":
             self._maintenance_value(fields.get("type", "TERMINATE"))
             if fields.get("duration") is not None:
@@ -276,6 +280,7 @@ class GcpSimulator(Simulator):
     def _change_maintenance(self, fields: dict[str, Any]) -> None:
         """PATCH: the fields given change, the others stay (the type, and the return to NONE
         the event has coming); on NONE it raises an event, as POST does."""
+        refuse_unknown_fields("maintenance", fields, NOTICE_FIELDS["maintenance"])
         with self.changed:
             current = str(self.value("instance/maintenance-event"))
             if current == "NONE":
@@ -350,12 +355,7 @@ class GcpSimulator(Simulator):
             if self.upcoming is None or "document" in fields:
                 self.raise_notice("upcoming", fields)
                 return
-            unknown = sorted(set(fields) - set(_UPCOMING_FIELDS))
-            if unknown:
-                raise SimError(
-                    f"upcoming has no field {', '.join(map(repr, unknown))}; use "
-                    f"{', '.join(_UPCOMING_FIELDS)}"
-                )
+            refuse_unknown_fields("upcoming", fields, _UPCOMING_FIELDS)
             document = dict(self.upcoming)
             start = _document_time(document, "window_start_time")
             end = _document_time(document, "window_end_time")
@@ -557,6 +557,12 @@ _UPCOMING_PLAIN: dict[str, Callable[[Any], Any]] = {
     "type": str,
 }
 _UPCOMING_FIELDS = ("start_in", "window", *_UPCOMING_PLAIN, "document")
+# The fields of each notice kind (the control API's and --notice's).
+NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
+    "preempt": (),
+    "maintenance": ("type", "duration"),
+    "upcoming": _UPCOMING_FIELDS,
+}
 
 
 def _document_time(document: dict[str, Any], key: str) -> datetime | None:

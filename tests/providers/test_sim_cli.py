@@ -319,3 +319,35 @@ def test_an_option_of_a_scripted_notice_without_its_after_is_refused(
     after = [named, "0"]
     sim = command.start(build_parser("simulate").parse_args(["simulate", *argv, *after]))
     sim.cancel_scripts()
+
+
+@pytest.mark.parametrize(
+    ("provider", "notice", "named"),
+    [
+        ("aws", {"kind": "spot", "acton": "stop"}, "acton"),
+        ("aws", {"kind": "scheduled", "not_befor": "10m"}, "not_befor"),
+        ("gcp", {"kind": "maintenance", "typ": "MIGRATE"}, "typ"),
+        ("gcp", {"kind": "upcoming", "start": 60}, "start"),
+    ],
+)
+def test_a_notice_field_the_kind_does_not_have_is_refused(
+    provider: str, notice: dict[str, object], named: str
+) -> None:
+    # {"kind": "maintenance", "typ": "MIGRATE"} raised a TERMINATE_ON_HOST_MAINTENANCE (the
+    # type's default), {"kind": "spot", "acton": "stop"} a terminate: a typo became another
+    # notice than the one asked for, and nothing said so.
+    import importlib
+
+    from forewarn.agent.cli import build_parser
+    from forewarn.providers.simulator import SimServer
+
+    command = importlib.import_module(f"forewarn.providers.{provider}.simulate").COMMAND
+    sim = command.start(build_parser("simulate").parse_args(["simulate", provider]))
+    with SimServer(sim) as server:
+        for body in (notice, {**notice, "after": 60}):
+            answer = httpx.post(server.url + "/_sim/notices", json=body, trust_env=False)
+            assert answer.status_code == 400 and named in answer.json()["error"], answer.text
+        state = httpx.get(server.url + "/_sim/state", trust_env=False).json()
+    sim.cancel_scripts()
+    assert state.get("spot") is None and state.get("maintenance-event") in (None, "NONE")
+    assert not state.get("scheduled") and state.get("upcoming-maintenance") is None
