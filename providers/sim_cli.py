@@ -209,7 +209,12 @@ def _notice(text: str) -> dict[str, Any]:
     after = fields.get("after")
     if after is not None and after < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: after must be >= 0")
-    return fields
+    # `drift=false` is a false, not the text "false" (which any check takes for true).
+    yes_no = {"true": True, "false": False}
+    return {
+        key: yes_no.get(value.lower(), value) if isinstance(value, str) and key != "kind" else value
+        for key, value in fields.items()
+    }
 
 
 def _check_host(host: str) -> None:

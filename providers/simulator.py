@@ -363,6 +363,14 @@ def refuse_unknown_fields(kind: str, fields: Mapping[str, Any], known: Sequence[
         )
 
 
+def yes_or_no(value: Any, name: str) -> bool:
+    """A true/false notice field: a JSON boolean (`--notice` reads `true` and `false` as
+    one); SimError for anything else, as the text "false" would be taken for true."""
+    if not isinstance(value, bool):
+        raise SimError(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
 def check_after(after: Any) -> float:
     """`after` as seconds, or SimError: a number from 0 to MAX_AFTER. A larger one (or
     Infinity) reached threading.Timer, whose thread died with OverflowError: the 202 came

@@ -36,7 +36,14 @@ from typing import Any, ClassVar
 from forewarn.protocol.timefmt import duration_arg, format_time, parse_duration, parse_time
 
 from ..sim_cli import Scripted, SimulatorCommand
-from ..simulator import SimError, SimRequest, SimResponse, Simulator, refuse_unknown_fields
+from ..simulator import (
+    SimError,
+    SimRequest,
+    SimResponse,
+    Simulator,
+    refuse_unknown_fields,
+    yes_or_no,
+)
 from .imds import (
     LIFECYCLE_STATES,
     SCHEDULED_CODES,
@@ -392,7 +399,7 @@ class ImdsSimulator(Simulator):
 
     def _timed(self, fields: dict[str, Any], time_key: str, default_lead: float) -> _Timed:
         lead = _number(fields, "lead", default_lead)
-        if fields.get("drift"):
+        if yes_or_no(fields.get("drift", False), "drift"):
             return _Timed(None, lead)
         if time_key in fields:
             return _Timed(_time_value(fields[time_key], time_key), lead)

@@ -37,7 +37,14 @@ from typing import Any
 from forewarn.protocol.timefmt import duration_arg, format_time, parse_time, utcnow
 
 from ..sim_cli import Scripted, SimulatorCommand
-from ..simulator import SimError, SimRequest, SimResponse, Simulator, refuse_unknown_fields
+from ..simulator import (
+    SimError,
+    SimRequest,
+    SimResponse,
+    Simulator,
+    refuse_unknown_fields,
+    yes_or_no,
+)
 
 METADATA_PREFIX = "/computeMetadata/v1"
 FLAVOR_HEADER = "Metadata-Flavor"
@@ -338,7 +345,7 @@ class GcpSimulator(Simulator):
         window = _number(fields.get("window", DEFAULT_WINDOW), "window")
         end = start + timedelta(seconds=window)
         return {
-            "can_reschedule": bool(fields.get("can_reschedule", True)),
+            "can_reschedule": yes_or_no(fields.get("can_reschedule", True), "can_reschedule"),
             "latest_window_start_time": format_time(start + timedelta(days=7)),
             "maintenance_reasons": list(fields.get("maintenance_reasons", ["PLANNED_UPDATE"])),
             "maintenance_status": str(fields.get("maintenance_status", "PENDING")),
@@ -551,7 +558,7 @@ class GcpSimulator(Simulator):
 DEFAULT_WINDOW = 4 * 3600.0
 # Fields of an `upcoming` notice copied into its document, and how.
 _UPCOMING_PLAIN: dict[str, Callable[[Any], Any]] = {
-    "can_reschedule": bool,
+    "can_reschedule": lambda value: yes_or_no(value, "can_reschedule"),
     "maintenance_reasons": list,
     "maintenance_status": str,
     "type": str,

@@ -351,3 +351,26 @@ def test_a_notice_field_the_kind_does_not_have_is_refused(
     sim.cancel_scripts()
     assert state.get("spot") is None and state.get("maintenance-event") in (None, "NONE")
     assert not state.get("scheduled") and state.get("upcoming-maintenance") is None
+
+
+def test_a_yes_or_no_notice_field_is_read_as_one() -> None:
+    # `--notice spot,drift=false` turned drift ON (the text "false" is true), and so did
+    # {"drift": "no"}; `--notice upcoming,can_reschedule=false` said the window could be
+    # rescheduled.
+    from forewarn.agent.cli import build_parser
+    from forewarn.protocol.errors import UsageError
+    from forewarn.providers.aws.simulate import COMMAND as AWS
+    from forewarn.providers.gcp.simulate import COMMAND as GCP
+    from forewarn.providers.simulator import SimError
+
+    parser = build_parser("simulate")
+    aws = AWS.start(parser.parse_args(["simulate", "aws", "--notice", "spot,drift=false"]))
+    assert aws.spot is not None and aws.spot[1].fixed is not None  # a fixed time: no drift
+    for bad in ("no", 1, None):
+        with pytest.raises(SimError, match="drift"):
+            aws.raise_notice("spot", {"drift": bad})
+    argv = ["simulate", "gcp", "--notice", "upcoming,can_reschedule=False"]
+    gcp = GCP.start(parser.parse_args(argv))
+    assert gcp.upcoming is not None and gcp.upcoming["can_reschedule"] is False
+    with pytest.raises(UsageError, match="can_reschedule"):
+        GCP.start(parser.parse_args(["simulate", "gcp", "--notice", "upcoming,can_reschedule=0"]))
