@@ -347,7 +347,7 @@ class GcpSimulator(Simulator):
         return {
             "can_reschedule": yes_or_no(fields.get("can_reschedule", True), "can_reschedule"),
             "latest_window_start_time": format_time(start + timedelta(days=7)),
-            "maintenance_reasons": list(fields.get("maintenance_reasons", ["PLANNED_UPDATE"])),
+            "maintenance_reasons": _reasons(fields.get("maintenance_reasons", ["PLANNED_UPDATE"])),
             "maintenance_status": str(fields.get("maintenance_status", "PENDING")),
             "type": str(fields.get("type", "SCHEDULED")),
             "window_end_time": format_time(end),
@@ -559,7 +559,7 @@ DEFAULT_WINDOW = 4 * 3600.0
 # Fields of an `upcoming` notice copied into its document, and how.
 _UPCOMING_PLAIN: dict[str, Callable[[Any], Any]] = {
     "can_reschedule": lambda value: yes_or_no(value, "can_reschedule"),
-    "maintenance_reasons": list,
+    "maintenance_reasons": lambda value: _reasons(value),
     "maintenance_status": str,
     "type": str,
 }
@@ -570,6 +570,15 @@ NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
     "maintenance": ("type", "duration"),
     "upcoming": _UPCOMING_FIELDS,
 }
+
+
+def _reasons(value: Any) -> list[str]:
+    """`maintenance_reasons`: a list of reasons, or one reason (as `--notice` can give it)."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise SimError(f"maintenance_reasons: expected a reason or a list of them, got {value!r}")
+    return list(value)
 
 
 def _document_time(document: dict[str, Any], key: str) -> datetime | None:

@@ -386,3 +386,20 @@ def test_the_machine_type_is_a_flag() -> None:
     for bad in ("", "n2 standard", "projects/1/machineTypes/n2-standard-8"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--machine-type", bad])
+
+
+def test_one_maintenance_reason_is_a_list_of_one() -> None:
+    # `--notice upcoming,maintenance_reasons=FAILURE_GPU` published the reasons
+    # ["F", "A", "I", "L", ...]: list() of the text.
+    from forewarn.agent.cli import build_parser
+    from forewarn.providers.simulator import SimError
+
+    argv = ["simulate", "gcp", "--notice", "upcoming,maintenance_reasons=FAILURE_GPU"]
+    sim = simulate.COMMAND.start(build_parser("simulate").parse_args(argv))
+    assert sim.upcoming is not None and sim.upcoming["maintenance_reasons"] == ["FAILURE_GPU"]
+    sim.raise_notice("upcoming", {"maintenance_reasons": ["PLANNED_UPDATE", "FAILURE_GPU"]})
+    assert sim.upcoming["maintenance_reasons"] == ["PLANNED_UPDATE", "FAILURE_GPU"]
+    sim.change_notice("upcoming-maintenance", {"maintenance_reasons": "PLANNED_NETWORK_UPDATE"})
+    assert sim.upcoming["maintenance_reasons"] == ["PLANNED_NETWORK_UPDATE"]
+    with pytest.raises(SimError, match="maintenance_reasons"):
+        sim.raise_notice("upcoming", {"maintenance_reasons": [1, 2]})
