@@ -11,6 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 from forewarn.agent.cli import main
+from forewarn.protocol.errors import UsageError
+from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.simulator import SimError, SimServer, Simulator
 from support import SimControl, agent_env, eventually, forewarn_cmd, run_forewarn
 
 # provider -> (a path the endpoint answers 200, its headers, a notice kind it raises)
@@ -259,6 +263,16 @@ def test_a_fault_flag_takes_after_as_the_control_api_does(provider: str) -> None
     assert _exit_code(["simulate", provider, "--fault", "status,after=99999999d"]) == 2
 
 
+def _start(provider: str, *args: str) -> Simulator:
+    """`forewarn simulate PROVIDER ARGS...` as the command starts it, not yet serving."""
+    import importlib
+
+    from forewarn.agent.cli import build_parser
+
+    command = importlib.import_module(f"forewarn.providers.{provider}.simulate").COMMAND
+    return command.start(build_parser("simulate").parse_args(["simulate", provider, *args]))
+
+
 # provider -> a notice with a bad field, and the bad value the refusal names
 BAD_LATER = {
     "aws": ({"kind": "spot", "action": "explode"}, "explode"),
@@ -271,20 +285,11 @@ def test_a_notice_for_later_is_checked_now(provider: str) -> None:
     # `--notice spot,action=explode,after=5` started, and 5 s later only logged that the
     # notice failed; POST /_sim/notices with "after" answered 202 for it. A script waiting
     # for the notice waited for good.
-    import importlib
-
-    from forewarn.agent.cli import build_parser
-    from forewarn.protocol.errors import UsageError
-    from forewarn.providers.simulator import SimServer
-
-    command = importlib.import_module(f"forewarn.providers.{provider}.simulate").COMMAND
     notice, named = BAD_LATER[provider]
     flag = ",".join([notice["kind"], *(f"{k}={v}" for k, v in notice.items() if k != "kind")])
-    argv = ["simulate", provider, "--notice", f"{flag},after=1"]
     with pytest.raises(UsageError, match=named):
-        command.start(build_parser("simulate").parse_args(argv)).cancel_scripts()
-    sim = command.start(build_parser("simulate").parse_args(["simulate", provider]))
-    with SimServer(sim) as server:
+        _start(provider, "--notice", f"{flag},after=1").cancel_scripts()
+    with SimServer(_start(provider)) as server:
         answer = httpx.post(
             server.url + "/_sim/notices", json={**notice, "after": 1}, trust_env=False
         )
@@ -307,18 +312,9 @@ def test_an_option_of_a_scripted_notice_without_its_after_is_refused(
     # `forewarn simulate gcp --maintenance-kind MIGRATE --maintenance-duration 60` (the
     # --maintenance-after forgotten) served NONE for good: the options shape a notice that
     # only --maintenance-after raises, and nothing said so.
-    import importlib
-
-    from forewarn.agent.cli import build_parser
-    from forewarn.protocol.errors import UsageError
-
-    command = importlib.import_module(f"forewarn.providers.{argv[0]}.simulate").COMMAND
     with pytest.raises(UsageError, match=named):
-        command.start(build_parser("simulate").parse_args(["simulate", *argv])).cancel_scripts()
-    # With it, the same options are taken.
-    after = [named, "0"]
-    sim = command.start(build_parser("simulate").parse_args(["simulate", *argv, *after]))
-    sim.cancel_scripts()
+        _start(*argv).cancel_scripts()
+    _start(*argv, named, "0").cancel_scripts()  # with it, the same options are taken
 
 
 @pytest.mark.parametrize(
@@ -336,13 +332,7 @@ def test_a_notice_field_the_kind_does_not_have_is_refused(
     # {"kind": "maintenance", "typ": "MIGRATE"} raised a TERMINATE_ON_HOST_MAINTENANCE (the
     # type's default), {"kind": "spot", "acton": "stop"} a terminate: a typo became another
     # notice than the one asked for, and nothing said so.
-    import importlib
-
-    from forewarn.agent.cli import build_parser
-    from forewarn.providers.simulator import SimServer
-
-    command = importlib.import_module(f"forewarn.providers.{provider}.simulate").COMMAND
-    sim = command.start(build_parser("simulate").parse_args(["simulate", provider]))
+    sim = _start(provider)
     with SimServer(sim) as server:
         for body in (notice, {**notice, "after": 60}):
             answer = httpx.post(server.url + "/_sim/notices", json=body, trust_env=False)
@@ -357,20 +347,14 @@ def test_a_yes_or_no_notice_field_is_read_as_one() -> None:
     # `--notice spot,drift=false` turned drift ON (the text "false" is true), and so did
     # {"drift": "no"}; `--notice upcoming,can_reschedule=false` said the window could be
     # rescheduled.
-    from forewarn.agent.cli import build_parser
-    from forewarn.protocol.errors import UsageError
-    from forewarn.providers.aws.simulate import COMMAND as AWS
-    from forewarn.providers.gcp.simulate import COMMAND as GCP
-    from forewarn.providers.simulator import SimError
-
-    parser = build_parser("simulate")
-    aws = AWS.start(parser.parse_args(["simulate", "aws", "--notice", "spot,drift=false"]))
-    assert aws.spot is not None and aws.spot[1].fixed is not None  # a fixed time: no drift
+    aws = _start("aws", "--notice", "spot,drift=false")
+    assert isinstance(aws, ImdsSimulator) and aws.spot is not None
+    assert aws.spot[1].fixed is not None  # a fixed time: no drift
     for bad in ("no", 1, None):
         with pytest.raises(SimError, match="drift"):
             aws.raise_notice("spot", {"drift": bad})
-    argv = ["simulate", "gcp", "--notice", "upcoming,can_reschedule=False"]
-    gcp = GCP.start(parser.parse_args(argv))
-    assert gcp.upcoming is not None and gcp.upcoming["can_reschedule"] is False
+    gcp = _start("gcp", "--notice", "upcoming,can_reschedule=False")
+    assert isinstance(gcp, GcpSimulator) and gcp.upcoming is not None
+    assert gcp.upcoming["can_reschedule"] is False
     with pytest.raises(UsageError, match="can_reschedule"):
-        GCP.start(parser.parse_args(["simulate", "gcp", "--notice", "upcoming,can_reschedule=0"]))
+        _start("gcp", "--notice", "upcoming,can_reschedule=0")
