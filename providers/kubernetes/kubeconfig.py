@@ -67,9 +67,11 @@ class _Collect(logging.Handler):
 EXEC_TIMEOUT = 60.0
 
 
-class _Cancelled(BaseException):
-    """A plugin stopped because its caller was cancelled: past the library's `except
-    Exception`, which would log it as an ERROR of a stopping agent."""
+def _cancelled() -> asyncio.CancelledError:
+    """A plugin stopped because its caller was cancelled: a CancelledError (a BaseException,
+    so no new class outside the ForewarnError root) passes the library's `except Exception`,
+    which would log it as an ERROR of a stopping agent."""
+    return asyncio.CancelledError("the exec plugin's caller was cancelled")
 
 
 class _BoundedPopen(subprocess.Popen[str]):
@@ -93,14 +95,14 @@ class _BoundedPopen(subprocess.Popen[str]):
         except subprocess.TimeoutExpired:
             self._stop()
             if self.cancelled:
-                raise _Cancelled from None
+                raise _cancelled() from None
             from kubernetes.config.config_exception import ConfigException
 
             raise ConfigException(
                 f"exec: {self._command} did not answer within {limit:g}s; it was stopped"
             ) from None
         if self.cancelled:
-            raise _Cancelled
+            raise _cancelled()
         return answer
 
     def kill_all(self) -> None:
