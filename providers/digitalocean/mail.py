@@ -648,8 +648,15 @@ _CANCELLED_BODY = re.compile(
     r"|\bwill (?:no longer|not) be reclaimed\b|\bis no longer scheduled\b",
     re.I,
 )
+# "has been moved" and also "was moved", "has moved", "is now moved", "brought forward",
+# "pushed back": read as a further notice, "was moved from 16:00 UTC to 13:30 UTC" kept the
+# old time (the one after "from"), and the reclaim came two and a half hours before it. An
+# active "has changed" is not one: "as demand has changed, ... will be reclaimed".
 _RESCHEDULED = re.compile(
-    r"\b(?:reschedul\w*|postponed|(?:has|have) been (?:moved|changed|delayed))\b", re.I
+    r"\b(?:reschedul\w*|postponed|brought\s+forward|pushed\s+(?:back|out)"
+    r"|(?:(?:has|have|had)\s+been|was|were|is|are)\s+(?:now\s+)?(?:moved|changed|delayed)"
+    r"|(?:has|have)\s+(?:now\s+)?moved)\b",
+    re.I,
 )
 
 

@@ -959,6 +959,23 @@ def test_a_new_time_is_judged_per_droplet_and_its_new_time_counts(
     assert result.report.deadline == deadline
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Read as a further notice, these kept the old time: the one after "from".
+        "The reclaim of gpu-spot-1 was moved from 2026-12-01 16:00 UTC to 2026-12-01 13:30 UTC.",
+        "The reclaim of gpu-spot-1 has moved from 16:00 UTC to 13:30 UTC.",
+        "The reclaim of gpu-spot-1 has been brought forward from 16:00 UTC to 13:30 UTC.",
+        "The reclaim of gpu-spot-1 is now moved from 16:00 UTC to 13:30 UTC.",
+        "Droplet gpu-spot-1: the reclaim was changed from 16:00 UTC to 13:30 UTC.",
+    ],
+)
+def test_a_new_time_in_any_tense_takes_the_new_time_not_the_old(body: str) -> None:
+    result = verdict(reclaim_mail(body, subject="Spot Droplet reclaim update"))
+    assert result.report is not None and result.replaces, result.why
+    assert result.report.deadline == _at(13, 30)
+
+
 _NEW_TIME_LINES = st.sampled_from(
     [
         "The reclaim of {n} has been rescheduled from {old} to {new}.",
