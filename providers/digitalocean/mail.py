@@ -645,6 +645,9 @@ def _dkim_passes(mail: Mail) -> bool:
 _CANCELLED_SUBJECT = re.compile(r"\b(?:cancel+(?:ed|ation)|withdrawn|rescinded|called off)\b", re.I)
 _CANCELLED_BODY = re.compile(
     r"\b(?:has|have) been (?:cancel+ed|withdrawn|rescinded|called off)\b"
+    # The active voice, "We have cancelled the reclaim of ...": not seen as a cancellation,
+    # the mail was read as a further notice and raised a reclaim of its own.
+    r"|\bwe(?:\s+have|['\u2019]ve)?\s+(?:now\s+)?(?:cancel+ed|withdrawn|rescinded|called off)\b"
     r"|\bwill (?:no longer|not) be reclaimed\b|\bis no longer scheduled\b",
     re.I,
 )

@@ -590,6 +590,11 @@ def test_any_digest_gives_this_droplet_s_row(
         ("Spot Droplet reclaim cancelled", "Droplet gpu-spot-1 is no longer affected."),
         ("Spot Droplet reclaim update", "The reclaim of gpu-spot-1 has been cancelled."),
         ("Spot Droplet update", "Droplet gpu-spot-1 will no longer be reclaimed."),
+        # In the active voice, these raised a reclaim of their own (Date + lead).
+        ("Update on your Spot Droplet reclaim", "We have cancelled the reclaim of gpu-spot-1."),
+        ("Update on your Spot Droplet reclaim", "We've canceled the reclaim of gpu-spot-1."),
+        ("Spot Droplet reclaim update", "We\u2019ve withdrawn the reclaim notice for gpu-spot-1."),
+        ("Spot Droplet reclaim update", "Good news: we cancelled the reclaim of gpu-spot-1."),
     ],
 )
 def test_a_cancellation_replaces_the_notice_and_raises_nothing(subject: str, body: str) -> None:
@@ -878,6 +883,7 @@ _ASIDES = st.sampled_from(
     [
         "This cannot be cancelled.",
         "If the reclaim is cancelled, we will email you.",
+        "If we cancel the reclaim, we will email you.",
         "Cancel any running jobs now.",
         "A cancelled reclaim is announced by email.",
         "Save your work.",
