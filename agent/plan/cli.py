@@ -642,7 +642,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         mtbi = pick("mtbi_seconds", args.mtbi, summary.mtbi_seconds if summary else None)
     if mtbi is not None and mtbi <= 0:
         raise PlanError("--mtbi", "must be positive (a zero mean time between interruptions)")
-    evaluates = args.interval is not None or args.interval_steps is not None or args.tax
+    evaluates = args.interval is not None or args.interval_steps is not None or args.tax is not None
     if mtbi is None and (not evaluates or _priced(args)):
         raise PlanError(
             "--interruptions-per-day",

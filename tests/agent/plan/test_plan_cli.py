@@ -422,6 +422,9 @@ def test_options_with_what_they_refine_change_the_plan(capsys: pytest.CaptureFix
         ),
         (["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-share", "50"], "write 50% or 0.5"),
         (["--checkpoint", "10s", "--tax", "3"], "--tax: '3' is not a share: write 3% or 0.03"),
+        # A zero tax was taken for no --tax, and the rate was asked for instead.
+        (["--checkpoint", "10s", "--tax", "0"], "--tax: tax must be a fraction between 0 and 1"),
+        (["--checkpoint", "10s", "--tax", "0%"], "--tax: tax must be a fraction between 0 and 1"),
         (
             ["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-per-day", "2"],
             "--no-notice-per-day",
