@@ -382,7 +382,10 @@ _RELATIVE = re.compile(
     + _AMOUNT
     + r"|"
     + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>2>", _AMOUNT)
-    + r"\s+from\s+now\b)",
+    + r"\s+from\s+now\b"
+    # "within the hour", "in the next hour": with no figure, Date + lead (2 h) stood in, an
+    # hour after the reclaim.
+    r"|\b(?:in|within)\s+the\s+(?:next\s+)?(?P<the_hour>hour)\b)",
     re.IGNORECASE,
 )
 
@@ -524,11 +527,14 @@ def _candidates(
                 yield match.start(), -len(match.group(0)), *written, match.group(0)
         for match in _RELATIVE.finditer(text):
             parts = {k.rstrip("2"): v for k, v in match.groupdict().items() if v is not None}
-            amount = parts["n"].lower()
-            number = _WORD_NUMBERS.get(" ".join(amount.split()))
-            value = float(amount) if number is None else number
-            hours = value if "unit" in parts else value / 60
-            hours += int(parts.get("mins", 0)) / 60 + (0.5 if "half" in parts else 0.0)
+            if "the_hour" in parts:
+                hours = 1.0
+            else:
+                amount = parts["n"].lower()
+                number = _WORD_NUMBERS.get(" ".join(amount.split()))
+                value = float(amount) if number is None else number
+                hours = value if "unit" in parts else value / 60
+                hours += int(parts.get("mins", 0)) / 60 + (0.5 if "half" in parts else 0.0)
             try:
                 moment = sent + timedelta(hours=hours)
             except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too

@@ -144,6 +144,11 @@ def test_a_time_in_the_mail_is_the_deadline() -> None:
         # "14h30": skipped before, Date + lead stood in.
         ("reclaimed at 14h30 UTC.", "2026-12-01T14:30:00+00:00"),
         ("reclaimed on 1 Dec 2026 at 14h30 CET.", "2026-12-01T13:30:00+00:00"),
+        # An hour without a figure: Date + lead (2 h) stood in, an hour after the reclaim.
+        ("reclaimed within the hour.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed in the next hour.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed within the next hour.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed sometime in the next hour.", "2026-12-01T13:30:00+00:00"),
     ],
 )
 def test_deadline_forms(text: str, expected: str) -> None:
