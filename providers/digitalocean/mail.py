@@ -373,7 +373,8 @@ _AMOUNT = (
     # Hours, then minutes ("1 hour and 30 minutes", "1h30m", "2 hours and a half"): read as
     # the hours alone, the deadline was early by the minutes; "1h30m" was not read at all.
     r"(?:\s*,?\s*(?:and\s+)?(?P<mins>\d{1,2})\s*(?:minutes?|mins?|m)|\s+and\s+(?P<half>a\s+half))?"
-    r"|(?P<unit_m>minutes?|mins?))\b"
+    # "90m": minutes as "1h30m" writes them; Date + lead (2 h) stood in for it.
+    r"|(?P<unit_m>minutes?|mins?|m))\b"
 )
 _RELATIVE = re.compile(
     r"\b(?:(?:in|within)\s+(?:the\s+next\s+)?"

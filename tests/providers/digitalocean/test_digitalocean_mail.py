@@ -149,6 +149,9 @@ def test_a_time_in_the_mail_is_the_deadline() -> None:
         ("reclaimed in the next hour.", "2026-12-01T13:30:00+00:00"),
         ("reclaimed within the next hour.", "2026-12-01T13:30:00+00:00"),
         ("reclaimed sometime in the next hour.", "2026-12-01T13:30:00+00:00"),
+        # Minutes as "m" alone ("90m", as "1h30m" writes them): Date + lead stood in.
+        ("reclaimed in 90m.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed in ~45m.", "2026-12-01T13:15:00+00:00"),
     ],
 )
 def test_deadline_forms(text: str, expected: str) -> None:
