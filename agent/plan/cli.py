@@ -275,6 +275,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     job.add_argument(
         "--notice-action",
+        # Any case, as people write them: Drain, BF16, AdamW.
+        type=str.lower,
         choices=NOTICE_ACTIONS,
         help="how the notice reaches the job: terminate (save and exit at once, the machine "
         "waits billed for the reclaim: AWS, GCP and Azure spot) or drain (save and train on "
@@ -370,11 +372,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     size.add_argument(
         "--precision",
+        type=str.lower,
         choices=sorted(PRECISIONS),
         help="weights as trained, for --params (default bf16)",
     )
     size.add_argument(
         "--optimizer",
+        type=str.lower,
         choices=sorted(OPTIMIZERS),
         help="optimizer state saved with the weights, for --params (default adamw)",
     )

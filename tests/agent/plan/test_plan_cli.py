@@ -222,6 +222,18 @@ def test_sizes_people_have(capsys: pytest.CaptureFixture[str]) -> None:
     assert "7B parameters x (2 B bf16 weights" in out and "at 1000 MB/s: 98 s" in out
 
 
+def test_choices_are_taken_as_people_write_them(capsys: pytest.CaptureFixture[str]) -> None:
+    # "BF16", "AdamW": refused before ("invalid choice 'AdamW' (did you mean 'adamw'?)").
+    written = ["--params", "7B", "--bandwidth", "1GB/s", "--tax", "3%", "--interruptions-per-day"]
+    plan = plan_json(
+        capsys, *written, "1", "--precision", "BF16", "--optimizer", "AdamW", "--notice-action",
+        "Drain", "--notice-lead", "2h",
+    )  # fmt: skip
+    assert plan["checkpoint_size"]["precision"] == "bf16"
+    assert plan["checkpoint_size"]["optimizer"] == "adamw"
+    assert plan["notice"]["action"] == "drain"
+
+
 def test_only_what_the_output_needs_is_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
     # The tax alone: no interruption rate, no spot price.
     plan = plan_json(capsys, "--checkpoint-gb", "2.4", "--bandwidth", "240MB/s", "--tax", "3%")
