@@ -245,7 +245,9 @@ service anvil {{
         conn = imaplib.IMAP4_SSL(
             "127.0.0.1", self.imaps_port, ssl_context=self.tls_context(), timeout=10
         )
-        conn.login(user.name, user.password)
+        # SASL PLAIN, which carries UTF-8: LOGIN takes only ASCII passwords.
+        plain = b"\0".join([b"", user.name.encode(), user.password.encode()])
+        conn.authenticate("PLAIN", lambda _: plain)
         return conn
 
     def append(

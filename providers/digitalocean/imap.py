@@ -369,10 +369,20 @@ class MailboxSession:
         conn = self.conn
         if "LOGINDISABLED" in conn.capabilities:
             raise LoginRefused(f"IMAP server {where} refuses LOGIN on this connection")
+        ascii_only = credentials.user.isascii() and credentials.password.isascii()
         try:
-            conn.login(_quoted(credentials.user), credentials.password)
+            if ascii_only or "AUTH=PLAIN" not in conn.capabilities:
+                conn.login(_quoted(credentials.user), credentials.password)
+            else:
+                # LOGIN takes only ASCII; SASL PLAIN carries UTF-8 (RFC 4616). Without it a
+                # password such as "Pässwort" could not log in at all.
+                plain = b"\0".join([b"", credentials.user.encode(), credentials.password.encode()])
+                conn.authenticate("PLAIN", lambda _: plain)
         except UnicodeEncodeError:
-            raise CredentialsError("IMAP user or password is not ASCII") from None
+            raise CredentialsError(
+                "IMAP user or password is not ASCII, and the server offers no AUTH=PLAIN "
+                "to send it as UTF-8"
+            ) from None
         except imaplib.IMAP4.abort as error:
             raise ServerFailure(f"IMAP server {where} dropped the login: {error}") from None
         except imaplib.IMAP4.error as error:

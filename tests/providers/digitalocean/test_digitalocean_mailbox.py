@@ -682,6 +682,19 @@ async def test_a_credentials_file_saved_by_notepad_logs_in(
         assert run.health.errors == 0, run.health.last_error
 
 
+async def test_a_password_with_letters_beyond_ascii_logs_in(
+    dovecot: Dovecot, tmp_path: Path
+) -> None:
+    # LOGIN takes only ASCII: "IMAP user or password is not ASCII" was the end of it, though
+    # the server offered AUTH=PLAIN, which carries UTF-8.
+    user = dovecot.add_user(password="Pässwört-ß")
+    async with running(settings_for(dovecot, user, tmp_path), tmp_path / "state") as run:
+        await run.idling()
+        await asyncio.to_thread(dovecot.append, user, reclaim())
+        await run.until(lambda: len(run.reports) == 1)
+        assert run.health.errors == 0, run.health.last_error
+
+
 @given(
     encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16", "utf-16-le-bom", "utf-16-be-bom"]),
     newline=st.sampled_from(["\n", "\r\n"]),
