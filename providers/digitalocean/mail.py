@@ -308,9 +308,10 @@ _NAMED_ZONES = {
 }
 # Minutes may be left out with AM/PM ("at 1 PM UTC"): such a time was skipped, and Date +
 # lead stood in, an hour or more after it.
-# "14h30" is how much of Europe writes 14:30: it was skipped, and Date + lead stood in.
+# "14h30" is how much of Europe writes 14:30, and "14.30" how British mail does: each was
+# skipped, and Date + lead stood in, later than the reclaim when less notice was given.
 _CLOCK = (
-    r"(?P<H{n}>\d{{1,2}})(?:(?::|h)(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?)?"
+    r"(?P<H{n}>\d{{1,2}})(?:(?::|h|\.)(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?)?"
     r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z]))?"
 )
 # A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after

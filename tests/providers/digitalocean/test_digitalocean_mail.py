@@ -152,6 +152,11 @@ def test_a_time_in_the_mail_is_the_deadline() -> None:
         # Minutes as "m" alone ("90m", as "1h30m" writes them): Date + lead stood in.
         ("reclaimed in 90m.", "2026-12-01T14:00:00+00:00"),
         ("reclaimed in ~45m.", "2026-12-01T13:15:00+00:00"),
+        # "14.30", as British and much of European mail writes it: Date + lead stood in.
+        ("reclaimed at 14.30 UTC.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 1.30 pm UTC.", "2026-12-01T13:30:00+00:00"),
+        ("reclaimed on 1 December 2026 at 14.30 GMT.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed between 13.45 and 15.00 UTC.", "2026-12-01T13:45:00+00:00"),
     ],
 )
 def test_deadline_forms(text: str, expected: str) -> None:
