@@ -113,11 +113,17 @@ def costs(timing: Timing, prices: Prices, interval_seconds: float) -> Costs:
             f"{best.name} at {best.per_useful_hour:.4g}; {slower}"
         )
     else:
-        extra = spot.per_useful_hour / best.per_useful_hour - 1 if best.per_useful_hour else 0
+        # Against a price of 0 (reserved hardware already paid for) no share is true: it
+        # said "0% more".
+        extra = (
+            f"{spot.per_useful_hour / best.per_useful_hour - 1:.0%} more"
+            if best.per_useful_hour
+            else f"{spot.per_useful_hour - best.per_useful_hour:.4g} more per useful hour"
+        )
         verdict = best.name
         summary = (
             f"{best.name}: {best.per_useful_hour:.4g} per useful hour; spot costs "
-            f"{spot.per_useful_hour:.4g}, {extra:.0%} more, once its overhead of "
+            f"{spot.per_useful_hour:.4g}, {extra}, once its overhead of "
             f"{cost.total:.1%} is paid"
         )
     return Costs(spot=spot, alternatives=alternatives, verdict=verdict, summary=summary)

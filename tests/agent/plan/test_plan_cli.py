@@ -93,6 +93,17 @@ def test_the_table_shows_the_numbers_and_the_verdict(capsys: pytest.CaptureFixtu
     assert "wall-clock hours per useful hour" in out
 
 
+def test_a_verdict_against_a_free_alternative_names_no_percentage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Reserved hardware already paid for: the verdict said spot cost "0% more".
+    plan = plan_json(capsys, *FIGURES, "--spot-price", "1.20", "--reserved-price", "0")
+    assert plan["verdict"] == "reserved"
+    assert "0% more" not in plan["summary"]
+    assert plan["summary"].startswith("reserved: 0 per useful hour; spot costs 1.2")
+    assert "more per useful hour" in plan["summary"]
+
+
 def test_without_prices_the_plan_says_how_to_get_a_verdict(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
