@@ -306,6 +306,15 @@ _NAMED_ZONES = {
     **{"AKST": -9, "AKDT": -8, "HST": -10, "WET": 0, "WEST": 1, "BST": 1, "CET": 1, "CEST": 2},
     **{"EET": 2, "EEST": 3, "SGT": 8, "JST": 9, "KST": 9, "AEST": 10, "AEDT": 11},
 }
+# US zones written without standard or daylight ("9:30 AM ET"), as US mail writes them:
+# read by the zone's rules on that day. Skipped before, so Date + lead stood in, later than
+# the reclaim whenever less notice was given.
+_US_ZONES = {
+    "ET": "America/New_York",
+    "CT": "America/Chicago",
+    "MT": "America/Denver",
+    "PT": "America/Los_Angeles",
+}
 # Minutes may be left out with AM/PM ("at 1 PM UTC"): such a time was skipped, and Date +
 # lead stood in, an hour or more after it.
 # "14h30" is how much of Europe writes 14:30, and "14.30" how British mail does: each was
@@ -330,6 +339,10 @@ _TIME = (
     # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.
     r"|"
     + "|".join(sorted(_NAMED_ZONES, key=len, reverse=True))
+    # "ET", "PT": in capitals only, so that French "10h30 et 12h00" is no zone.
+    + r"|(?-i:"
+    + "|".join(_US_ZONES)
+    + r")"
     + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
     r")(?![\w:])\)?"
 )
@@ -439,6 +452,8 @@ def _written_time(
     try:
         if "/" in written_zone:
             tz = ZoneInfo(written_zone)
+        elif written_zone in _US_ZONES:
+            tz = ZoneInfo(_US_ZONES[written_zone])
         elif zone in _NAMED_ZONES:
             tz = timezone(timedelta(hours=_NAMED_ZONES[zone]))
         elif zone in ("", "Z"):

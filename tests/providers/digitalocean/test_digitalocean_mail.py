@@ -157,6 +157,12 @@ def test_a_time_in_the_mail_is_the_deadline() -> None:
         ("reclaimed at 1.30 pm UTC.", "2026-12-01T13:30:00+00:00"),
         ("reclaimed on 1 December 2026 at 14.30 GMT.", "2026-12-01T14:30:00+00:00"),
         ("reclaimed between 13.45 and 15.00 UTC.", "2026-12-01T13:45:00+00:00"),
+        # US zones without standard or daylight ("ET", "PT"), as US mail writes them: read
+        # by the zone's rules of that day; skipped before, Date + lead stood in.
+        ("reclaimed at 9:30 AM ET.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 6:30 AM PT on December 1, 2026.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 8:30 AM CT.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 7:30 AM MT.", "2026-12-01T14:30:00+00:00"),
     ],
 )
 def test_deadline_forms(text: str, expected: str) -> None:
