@@ -320,7 +320,9 @@ _US_ZONES = {
 # "14h30" is how much of Europe writes 14:30, and "14.30" how British mail does: each was
 # skipped, and Date + lead stood in, later than the reclaim when less notice was given.
 _CLOCK = (
-    r"(?P<H{n}>\d{{1,2}})(?:(?::|h|\.)(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?)?"
+    r"(?P<H{n}>\d{{1,2}})(?:(?::|h|\.)(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?"
+    # "14:30 hrs UTC", as British and military mail writes it: skipped before.
+    r"(?:\s*hrs\.?)?)?"
     r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z]))?"
 )
 # A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after

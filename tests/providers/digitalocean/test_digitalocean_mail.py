@@ -163,6 +163,9 @@ def test_a_time_in_the_mail_is_the_deadline() -> None:
         ("reclaimed at 6:30 AM PT on December 1, 2026.", "2026-12-01T14:30:00+00:00"),
         ("reclaimed at 8:30 AM CT.", "2026-12-01T14:30:00+00:00"),
         ("reclaimed at 7:30 AM MT.", "2026-12-01T14:30:00+00:00"),
+        # "hrs" after the clock, as British and military mail writes it: Date + lead stood in.
+        ("reclaimed at 14:30 hrs UTC.", "2026-12-01T14:30:00+00:00"),
+        ("reclaimed at 14.30hrs GMT on 1 December 2026.", "2026-12-01T14:30:00+00:00"),
     ],
 )
 def test_deadline_forms(text: str, expected: str) -> None:
