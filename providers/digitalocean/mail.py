@@ -11,6 +11,7 @@ it is the mail's Date plus the configured lead.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import email
 import email.policy
 import html
@@ -104,6 +105,9 @@ class Verdict:
     # mail read again (a rebuilt folder, another mailbox key) withdraws nothing the second
     # time, such as a reclaim announced after it.
     cancel_id: str | None = None
+    # A new time given only as a shift of the old one ("brought forward by 1 hour"): the
+    # watcher applies it to the earliest reclaim standing for this droplet.
+    shift: timedelta | None = None
 
 
 def read_mail(raw: bytes) -> Mail:
@@ -407,6 +411,24 @@ _RELATIVE = re.compile(
 )
 
 
+# A new time given as a shift of the old one: "postponed by 2 hours", "brought forward by
+# 30 minutes". Without a time in it, Date + lead stood in: for a reclaim brought forward,
+# after the reclaim, and the earlier notice, at the right old time, was withdrawn.
+_SHIFT = re.compile(
+    r"\bby\s+(?:(?:about|approximately|roughly|around)\s+|~\s*)?" + _AMOUNT, re.IGNORECASE
+)
+_EARLIER = re.compile(r"\b(?:brought\s+forward|earlier|moved\s+up|advanced|sooner)\b", re.I)
+
+
+def _amount_hours(parts: dict[str, str]) -> float:
+    """The hours of an `_AMOUNT` match's groups."""
+    amount = parts["n"].lower()
+    number = _WORD_NUMBERS.get(" ".join(amount.split()))
+    value = float(amount) if number is None else number
+    hours = value if "unit" in parts else value / 60
+    return hours + int(parts.get("mins", 0)) / 60 + (0.5 if "half" in parts else 0.0)
+
+
 def _hour(hour: int, ampm: str) -> int | None:
     if not ampm:
         return hour
@@ -546,14 +568,7 @@ def _candidates(
                 yield match.start(), -len(match.group(0)), *written, match.group(0)
         for match in _RELATIVE.finditer(text):
             parts = {k.rstrip("2"): v for k, v in match.groupdict().items() if v is not None}
-            if "the_hour" in parts:
-                hours = 1.0
-            else:
-                amount = parts["n"].lower()
-                number = _WORD_NUMBERS.get(" ".join(amount.split()))
-                value = float(amount) if number is None else number
-                hours = value if "unit" in parts else value / 60
-                hours += int(parts.get("mins", 0)) / 60 + (0.5 if "half" in parts else 0.0)
+            hours = 1.0 if "the_hour" in parts else _amount_hours(parts)
             try:
                 moment = sent + timedelta(hours=hours)
             except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too
@@ -866,6 +881,7 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         ends = [m.end() for m in _SENTENCE_END.finditer(text, others[-1], at)]
         begin = ends[-1] if ends else at
     found = None
+    shift: timedelta | None = None
     if rescheduled:
         # The new time is the first from its sentence on (a new time in the subject: from
         # this droplet's line on) that is not the one it replaces, before the next droplet
@@ -880,7 +896,14 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         )
         block = text[begin:stop]
         found = find_deadline(block, sent, new_only=True) or find_deadline(block, sent)
-    found = found or find_deadline(text[begin:], sent) or find_deadline(text, sent)
+        by = _SHIFT.search(block) if found is None else None
+        if by is not None:
+            parts = {k: v for k, v in by.groupdict().items() if v is not None}
+            sign = -1 if _EARLIER.search(block) else 1
+            with contextlib.suppress(OverflowError):
+                shift = timedelta(hours=sign * _amount_hours(parts))
+    if shift is None:
+        found = found or find_deadline(text[begin:], sent) or find_deadline(text, sent)
     if found is not None:
         deadline, words = found
         source = f"text: {words.strip()}"
@@ -900,6 +923,8 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     }
     if rescheduled:
         detail["rescheduled"] = rescheduled.group(0)
+    if shift is not None:
+        detail["shift_seconds"] = shift.total_seconds()
     if sent is not None:
         # The mail's Date is when DigitalOcean gave notice: the agent's detection delay
         # (metrics) is measured from it.
@@ -917,7 +942,7 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     why = f"{what} naming this droplet's {named}"
     if AMBIGUOUS in source:
         why += f"; deadline from {source.removeprefix('text: ')}"
-    return Verdict(report, why, replaces=bool(rescheduled))
+    return Verdict(report, why, replaces=bool(rescheduled), shift=shift)
 
 
 def _forwarded_by(mail: Mail, inner: Verdict) -> Verdict:
@@ -925,7 +950,8 @@ def _forwarded_by(mail: Mail, inner: Verdict) -> Verdict:
     if inner.report is None:
         return Verdict(None, why, replaces=inner.replaces, cancel_id=inner.cancel_id)
     detail = {**inner.report.detail, "forwarded_by": mail.sender}
-    return Verdict(inner.report.model_copy(update={"detail": detail}), why, inner.replaces)
+    report = inner.report.model_copy(update={"detail": detail})
+    return Verdict(report, why, inner.replaces, shift=inner.shift)
 
 
 def reclaim_verdict(

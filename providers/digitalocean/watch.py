@@ -273,13 +273,19 @@ class DigitalOceanWatcher:
                 log.info("digitalocean: mail UID %d was applied before as %s", uid, applied)
                 seen.handled(uid)
                 return
+            earlier = [
+                r for r in self.active.current(utcnow()) if report is None or r.id != report.id
+            ]
+            deadlines = [r.deadline for r in earlier if r.deadline is not None]
+            if report is not None and verdict.shift is not None and deadlines:
+                # "Brought forward by 1 hour": from the reclaim it moves (the earliest).
+                detail = {**report.detail, "deadline_source": "earlier deadline + shift"}
+                moved = min(deadlines) + verdict.shift
+                report = report.model_copy(update={"deadline": moved, "detail": detail})
             # Emitted before the earlier ones are withdrawn: a client never sees no reclaim
             # in between when the time only moved.
             if report is not None:
                 self._raise(uid, verdict, report, emit)
-            earlier = [
-                r for r in self.active.current(utcnow()) if report is None or r.id != report.id
-            ]
             for old in earlier:
                 log.info("digitalocean: mail UID %d %s: %s withdrawn", uid, verdict.why, old.id)
                 emit(

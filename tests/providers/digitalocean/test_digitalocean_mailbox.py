@@ -320,6 +320,31 @@ async def test_a_cancellation_clears_the_reclaim_and_a_new_time_moves_it(
         assert again.reports == []
 
 
+async def test_a_new_time_given_as_a_shift_moves_the_reclaim_by_it(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # "Brought forward by 1 hour" has no time: Date + lead stood in, after the reclaim, and
+    # the notice at the right old time was withdrawn.
+    sent = utcnow().replace(microsecond=0)
+    first = (sent + timedelta(minutes=150)).replace(second=0)
+    dovecot.append(
+        mail_user, reclaim(f"Droplet gpu-spot-1 will be reclaimed at {first:%Y-%m-%d %H:%M} UTC.")
+    )
+    async with running(settings_for(dovecot, mail_user, tmp_path), tmp_path / "state") as run:
+        (notice,) = await run.count(1)
+        for text, delta in [
+            ("The reclaim of gpu-spot-1 has been brought forward by 1 hour.", -60),
+            ("The reclaim of gpu-spot-1 has been postponed by 30 minutes.", -30),
+        ]:
+            await asyncio.to_thread(
+                dovecot.append, mail_user, reclaim(text, subject="Spot Droplet reclaim update")
+            )
+            moved, cleared = (await run.count(len(run.reports) + 2))[-2:]
+            assert (moved.action, moved.deadline) == ("drain", first + timedelta(minutes=delta))
+            assert (cleared.action, cleared.id) == ("clear", notice.id)
+            notice = moved
+
+
 async def test_a_new_time_for_another_droplet_leaves_this_droplet_s_reclaim_standing(
     dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
 ) -> None:
