@@ -11,7 +11,9 @@ process starts to exit or dies, the main process's own SIGTERM ends it (a spawn 
 worker's threads from before its init, OpenBLAS's for one, may take that SIGTERM and ignore
 it), and the platform's SIGKILL ends it. A fork server started after `worker_init_fn()`
 keeps SIGTERM blocked as well (its forkserver workers end with it), and its workers start with
-it blocked, so that a SIGTERM sent while they import the main module cannot end them. A spawn
+it blocked, so that a SIGTERM sent while they import the main module cannot end them. A fork
+worker is forked with SIGTERM and SIGINT blocked too (torch's worker loop first sets a SIGTERM
+handler of its own, one that ends the worker on anyone's SIGTERM, and seeds). A spawn
 worker is open to it until its `worker_init_fn` runs: an exec'd process inherits nothing this
 module could set up for it without changing how multiprocessing starts it.
 
@@ -25,6 +27,7 @@ import atexit
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from multiprocessing import context, reduction
@@ -141,6 +144,51 @@ def _forget_inherited_lifeline() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_inherited_lifeline)
+
+# The signal mask of a thread forking a protected fork worker, to put back in the main process.
+_forking = threading.local()
+
+
+def _before_fork() -> None:
+    # A fork worker runs torch's worker loop, which sets a SIGTERM handler that ends it on
+    # anyone's SIGTERM, and seeds, before its worker_init_fn: a job-wide SIGTERM then ended it.
+    # Forked with SIGTERM and SIGINT blocked, it keeps them pending until _protect.
+    if _forking_protected_worker():
+        _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
+
+
+def _after_fork_in_parent() -> None:
+    mask = _forking.__dict__.pop("mask", None)
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _forking_protected_worker() -> bool:
+    """Whether this fork starts a DataLoader worker given `worker_init_fn()`: multiprocessing's
+    fork start (popen_fork's `_launch`) with such an init among the process's arguments."""
+    try:
+        from multiprocessing import popen_fork
+    except ImportError:  # no fork on this platform
+        return False
+    launch = popen_fork.Popen._launch.__code__  # type: ignore[attr-defined]
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not launch:
+        frame = frame.f_back  # type: ignore[assignment]
+    if frame is None:
+        return False
+    args = getattr(frame.f_locals.get("process_obj"), "_args", ())
+    return any(isinstance(arg, _Chained) or arg is ignore_job_signals for arg in args)
+
+
+def _after_fork_in_child() -> None:
+    # The worker keeps them blocked: its _protect takes a pending SIGTERM (and ends if its main
+    # process sent it), then ignores both.
+    _forking.__dict__.pop("mask", None)
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 
 class _Chained:

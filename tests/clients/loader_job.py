@@ -7,8 +7,9 @@ Two workers started the default way unless told. A SIGTERM to the process itself
 it (the guard's handler would let it save first). With `keep` the loop's iterator is still
 referenced when the job exits (as a module-level loader or an exception's traceback keeps it),
 so multiprocessing's exit handler stops the workers, not the DataLoader. With LOADER_JOB_HOLD=PATH
-a spawn or forkserver worker creates PATH while it starts (before its worker_init_fn) and waits
-there until PATH is removed."""
+a worker creates PATH while it starts (before its worker_init_fn) and waits there until PATH is
+removed: a spawn or forkserver worker as it unpickles the dataset, a fork worker once torch's
+worker loop has set its signal handlers (then seeds: the last of its start)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import time
 import torch
 from forewarn.clients import worker_init_fn
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data._utils import signal_handling
 
 
 class Slow(Dataset[int]):
@@ -41,14 +43,26 @@ def unpickled_in_worker() -> Slow:
     a thread there, as libraries do on import (OpenBLAS, CUDA). Like theirs, its signal mask is
     the one the worker started with."""
     threading.Thread(target=threading.Event().wait, name="library", daemon=True).start()
+    hold_while_starting()  # as while it imports the main module
+    return Slow()
+
+
+def hold_while_starting() -> None:
+    """Still starting: wait there until the test says."""
     hold = os.environ.get("LOADER_JOB_HOLD")
     if hold:
-        # Still starting, as while it imports the main module: wait until the test says.
         with open(hold, "x"):
             pass
         while os.path.exists(hold):
             time.sleep(0.01)
-    return Slow()
+
+
+def torch_worker_signal_handlers_then_hold() -> None:
+    TORCH_WORKER_SIGNAL_HANDLERS()
+    hold_while_starting()
+
+
+TORCH_WORKER_SIGNAL_HANDLERS = signal_handling._set_worker_signal_handlers
 
 
 KEPT: list[object] = []
@@ -62,6 +76,9 @@ def main() -> int:
     stop_at = int(sys.argv[2])
     start_method = sys.argv[3] if len(sys.argv) > 3 else None
     workers = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+    if start_method == "fork":
+        # A fork worker unpickles nothing: it holds where torch's worker loop goes on to seed.
+        signal_handling._set_worker_signal_handlers = torch_worker_signal_handlers_then_hold
     loader = DataLoader(
         Slow(),
         batch_size=None,

@@ -137,6 +137,29 @@ def test_a_sigterm_to_the_whole_group_while_a_forkserver_worker_starts_does_not_
     assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
 
 
+@pytest.mark.slow(10)
+def test_a_sigterm_to_the_whole_group_while_a_fork_worker_starts_does_not_end_it(
+    tmp_path: Path,
+) -> None:
+    """A fork worker runs torch's worker loop, which sets a SIGTERM handler of its own (one that
+    ends the worker on anyone's SIGTERM) and seeds before it calls the worker_init_fn: a job-wide
+    SIGTERM in that time (a DataLoader without persistent workers starts its workers again at
+    every pass: every evaluation) ended it, and the loop raised `DataLoader worker ... exited
+    unexpectedly` before the save."""
+    hold = tmp_path / "starting"
+    proc = start("guarded", 20, "fork", "1", session=True, LOADER_JOB_HOLD=str(hold))
+    try:
+        eventually(hold.exists, timeout=120, what="the worker to be starting")
+        os.killpg(proc.pid, signal.SIGTERM)
+        hold.unlink()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
+
+
 def test_other_forkserver_processes_still_end_on_terminate() -> None:
     """The fork server's children start with SIGTERM blocked; any process but a protected
     DataLoader worker gets it back when it starts to run."""
