@@ -226,6 +226,17 @@ class CheckpointGuard:
                 # None: a handler installed outside Python, which Python cannot put back;
                 # handing None to signal.signal() raises, so the default stands in for it.
                 self._previous_handlers[signum] = signal.SIG_DFL if previous is None else previous
+        elif handle_signals:
+            # Only the main thread may install signal handlers: a guard made in a thread of its
+            # own (a loop run in a thread, as Ray Train runs it) installed none and said
+            # nothing, and a SIGTERM ended the job without a save.
+            log.warning(
+                "forewarn: the guard was made in thread %r, not the main thread: it installs no "
+                "SIGTERM or SIGINT handler, and a SIGTERM ends the job without a save. Make "
+                "the guard on the main thread, or have a handler there call "
+                "guard.request('signal', exit=True) (handle_signals=False says this is meant)",
+                threading.current_thread().name,
+            )
 
         # With torch.distributed initialised (agree=None means: whenever it is), decisions go
         # through an all-reduce every `agree_every` steps so all ranks save at the same step.

@@ -153,3 +153,31 @@ def test_a_handler_that_calls_the_guards_is_not_reported(
         assert g.should_exit
     finally:
         g.close()
+
+
+def test_a_guard_made_off_the_main_thread_says_it_does_not_see_signals(
+    handlers: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only the main thread may install signal handlers: a guard made in a thread of its own (a
+    training loop run in a thread, as Ray Train runs it) installed none and said nothing, and a
+    SIGTERM ended the job without a save, while the README promises save and exit."""
+    import threading
+
+    made: list[CheckpointGuard] = []
+    with caplog.at_level("WARNING", logger="forewarn.clients"):
+        thread = threading.Thread(target=lambda: made.append(guard()))
+        thread.start()
+        thread.join()
+        made[0].close()
+        quiet = threading.Thread(
+            target=lambda: CheckpointGuard(
+                notices=False, flag_file=None, handle_signals=False
+            ).close()
+        )
+        quiet.start()
+        quiet.join()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "not the main thread" in warnings[0]
+    assert "SIGTERM" in warnings[0]
+    assert "request('signal', exit=True)" in warnings[0]
