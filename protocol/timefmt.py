@@ -14,11 +14,18 @@ def utcnow() -> datetime:
 
 
 def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with a `Z`, milliseconds only when they are not zero."""
+    """RFC 3339 in UTC with a `Z`, milliseconds only when they are not zero.
+
+    Written out, not with strftime: glibc's `%Y` gives year 1 as `1`, not `0001`, and a
+    provider's zero time (Go's 0001-01-01T00:00:00Z) went out as a time no client parses."""
     moment = moment.astimezone(timezone.utc)
+    text = (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+        f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"
+    )
     if moment.microsecond:
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"{text}.{moment.microsecond // 1000:03d}Z"
+    return f"{text}Z"
 
 
 _RFC3339 = re.compile(

@@ -74,6 +74,27 @@ def test_a_notice_round_trips_from_agent_to_client() -> None:
             assert getattr(event, name) == getattr(notice, name), name
 
 
+def test_a_deadline_before_year_1000_reaches_the_client() -> None:
+    # Go's zero time, which an IMDS stand-in or a provider's bug can send as the action time:
+    # published as "1-01-01T00:00:00Z", every client dropped the terminate as malformed.
+    zero = protocol.parse_time("0001-01-01T00:00:00Z")
+    notice = Notice(
+        id="aws/spot-itn/1",
+        seq=3,
+        action="terminate",
+        reason="spot-interruption",
+        provider="aws",
+        deadline=zero,
+        noticed_at=zero,
+        sent_at=protocol.parse_time("0999-12-31T23:59:59.5Z"),
+    )
+    payload = json.loads(notice.model_dump_json())
+    assert payload["deadline"] == "0001-01-01T00:00:00Z"
+    assert payload["sent_at"] == "0999-12-31T23:59:59.500Z"
+    event = Event.from_json(notice.model_dump_json())
+    assert event.deadline == zero
+
+
 def test_importing_the_protocol_loads_no_third_party_module() -> None:
     code = (
         "import sys, forewarn.protocol\n"

@@ -256,14 +256,10 @@ def test_durations_and_deadlines() -> None:
         parse_deadline("soonish", now)
 
 
-@given(
-    st.datetimes(
-        min_value=datetime(1970, 1, 2),
-        max_value=datetime(9999, 1, 1),
-        timezones=st.just(timezone.utc),
-    )
-)
+@given(st.datetimes(timezones=st.just(timezone.utc)))
 def test_format_parse_roundtrip_to_the_millisecond(moment: datetime) -> None:
+    # Years 1 to 999 too: a provider's zero time (Go's is 0001-01-01T00:00:00Z) was sent as
+    # "1-01-01T00:00:00Z", which no client parses, and the notice was dropped.
     moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
     assert parse_time(format_time(moment)) == moment
 
