@@ -5,8 +5,9 @@ per topic: each new subscriber to `notice` triggers a replay of the active notic
 unsubscription reaches it only when no connected peer holds the topic any more, which is
 exactly when the acking client of a `client/<id>` subscription is gone.
 
-Both sockets face anyone who can reach the endpoint, so every input is bounded: ZeroMQ drops
-(and disconnects) a peer whose frame is larger than MAX_SUBSCRIPTION_BYTES or
+Both sockets face anyone who can reach the endpoint, so every input the agent can bound is
+bounded (libzmq keeps every distinct subscription a peer holds: see the README's Bounds): ZeroMQ
+drops (and disconnects) a peer whose frame is larger than MAX_SUBSCRIPTION_BYTES or
 MAX_CONTROL_FRAME_BYTES, and a request over MAX_CONTROL_BYTES gets an error; the control loop
 takes a request as exactly one frame after the REQ envelope and answers anything else with an
 error or not at all, never dying on it; the subscription loop yields to the event loop, coalesces
