@@ -176,10 +176,10 @@ class Publisher:
         return (found.st_dev, found.st_ino) == self._bound.get(path)
 
     def publish(self, notice: Notice) -> None:
-        self._send(TOPIC_NOTICE, notice.model_dump_json().encode())
+        self._send(TOPIC_NOTICE, _escape_delete(notice.model_dump_json().encode()))
 
     def heartbeat(self, beat: Heartbeat) -> None:
-        self._send(TOPIC_HEARTBEAT, beat.model_dump_json().encode())
+        self._send(TOPIC_HEARTBEAT, _escape_delete(beat.model_dump_json().encode()))
 
     def _send(self, topic: str, payload: bytes) -> None:
         # XPUB never blocks: a subscriber past its high-water mark loses messages, the agent
@@ -426,6 +426,14 @@ def _envelope(frames: list[bytes]) -> tuple[list[bytes], list[bytes]] | None:
         if frames[index] == b"":
             return frames[:index], frames[index + 1 :]
     return None
+
+
+def _escape_delete(payload: bytes) -> bytes:
+    """`payload` (JSON) with each U+007F escaped, as every other control character already is.
+    JSON need not escape it, but a reader that takes a raw control character for a broken
+    message (the C subscriber) dropped a notice whose detail held one, and its every replay.
+    The byte occurs in JSON text only inside a string, and in UTF-8 only as that character."""
+    return payload.replace(b"\x7f", b"\\u007f")
 
 
 def _log_send_failure(future: asyncio.Future[Any]) -> None:

@@ -66,6 +66,25 @@ def test_c_subscriber_gets_the_replay_when_it_joins_late(tmp_path: Path, binary:
         assert json.loads(out)["id"] == "local/early"
 
 
+def test_c_subscriber_prints_a_notice_whose_detail_holds_a_delete_character(
+    tmp_path: Path, binary: Path
+) -> None:
+    """U+007F is a control character JSON need not escape: sent raw, the C subscriber (which
+    takes a raw control character for a broken message) dropped the notice, and each replay
+    it asked for again."""
+    with AgentProcess(tmp_path) as agent:
+        note = "typed at a terminal\x7f"
+        reply = agent.control({"op": "notify", "action": "drain", "id": "local/d", "note": note})
+        assert reply["ok"], reply
+        done = subprocess.run(
+            [str(binary), "--count", "1"], env=agent.env, capture_output=True, timeout=15
+        )
+        assert done.returncode == 0, done.stderr
+        assert b"\x7f" not in done.stdout
+        notice = json.loads(done.stdout)
+        assert notice["id"] == "local/d" and notice["detail"]["note"] == note
+
+
 def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
     tmp_path: Path, binary: Path
 ) -> None:
