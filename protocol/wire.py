@@ -319,7 +319,10 @@ def check_endpoint(endpoint: str, *, allow_remote: bool = False, what: str = "en
     if endpoint.startswith("tcp://"):
         rest = endpoint[len("tcp://") :]
         host, sep, port = rest.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        # ASCII digits only: isdigit() takes '²', which int() refuses, and '٣', which int()
+        # reads as 3 but zmq's bind refuses.
+        digits = port.isascii() and port.isdigit()
+        if not sep or not host or not digits or not 0 < int(port) < 65536:
             raise EndpointError(f"{what} {endpoint!r}: expected tcp://HOST:PORT")
         if not _is_loopback(host) and not allow_remote:
             raise EndpointError(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from forewarn.agent.config import ConfigError, load_settings
 from forewarn.agent.state import load_seq_mark
+from forewarn.protocol.wire import EndpointError, check_endpoint
 from forewarn.providers.azure.events import parse_document
 from forewarn.providers.base import ParseError
 
@@ -33,3 +34,14 @@ def test_a_seq_mark_in_odd_digits_reads_as_none(tmp_path: Path, digits: str) -> 
 def test_a_metrics_port_in_odd_digits_is_refused_naming_it(digits: str) -> None:
     with pytest.raises(ConfigError, match="metrics_address"):
         load_settings(metrics_address=f"127.0.0.1:{digits}")
+
+
+@pytest.mark.parametrize("digits", ODD_DIGITS)
+def test_a_tcp_port_in_odd_digits_is_refused_naming_the_endpoint(digits: str) -> None:
+    # isdigit() took them: '²' was "unexpected ValueError" from int(), and '٣', which int()
+    # reads as 3, reached zmq's bind as "unexpected ZMQError: Invalid argument".
+    endpoint = f"tcp://127.0.0.1:{digits * 4}"
+    with pytest.raises(
+        EndpointError, match=r"control 'tcp://127\.0\.0\.1:.*expected tcp://HOST:PORT"
+    ):
+        check_endpoint(endpoint, what="control")
