@@ -164,6 +164,8 @@ def read_client_config(path: Path) -> ClientConfig:
             raise ConfigFileError(
                 f"config file {path}: config key {key}: expected a string, got {value!r}"
             )
+        if "\x00" in value:  # "\u0000" in TOML: no path or endpoint holds one
+            raise ConfigFileError(f"config file {path}: config key {key}: holds a NUL character")
         found[name] = value.strip(string.whitespace)  # as the agent reads them
     runtime = found.get("runtime_dir", "")
     return ClientConfig(
@@ -304,6 +306,10 @@ def _is_loopback(host: str) -> bool:
 def check_endpoint(endpoint: str, *, allow_remote: bool = False, what: str = "endpoint") -> str:
     """Accept `ipc://PATH` and `tcp://` on loopback; refuse anything else unless
     `allow_remote`. The error names the endpoint and why."""
+    if "\x00" in endpoint:
+        # From a config file ("\u0000" in TOML): zmq cuts the text there, and the path
+        # functions raise ValueError.
+        raise EndpointError(f"{what} {endpoint!r}: it holds a NUL character")
     if endpoint.startswith("ipc://"):
         path = endpoint[len("ipc://") :]
         if not path or path == "@":

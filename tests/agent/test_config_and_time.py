@@ -159,6 +159,16 @@ def test_other_endpoints_are_refused(endpoint: str) -> None:
         check_endpoint(endpoint)
 
 
+@pytest.mark.parametrize(
+    "endpoint", ["ipc:///tmp/fw/ev\x00x", "ipc://@fw\x00x", "tcp://127.0.0.1\x00x:5555"]
+)
+def test_an_endpoint_with_a_nul_is_refused_naming_it(endpoint: str) -> None:
+    # A config file can hold one ("\u0000" in TOML): the agent stopped with "unexpected
+    # ValueError: embedded null byte", and zmq connected a client to the path cut at the NUL.
+    with pytest.raises(EndpointError, match=r"^events '.*': it holds a NUL character"):
+        check_endpoint(endpoint, what="events")
+
+
 _ENDPOINT_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=130)
 
 

@@ -63,7 +63,11 @@ def test_the_guard_hears_and_acks_an_agent_set_up_in_its_config_file_alone(
 
 @pytest.mark.parametrize(
     "text",
-    ["runtime_dir = [", "events = 5", 'events = "localhost:5555"', b"\xff\xfe = 1", None],
+    [
+        *("runtime_dir = [", "events = 5", 'events = "localhost:5555"', b"\xff\xfe = 1", None),
+        # A NUL, which TOML can write: no path holds one.
+        *('runtime_dir = "/tmp/fw\\u0000x"', 'events = "ipc:///tmp/fw\\u0000x"'),
+    ],
     ids=str,
 )
 def test_a_config_file_the_job_cannot_use_is_one_warning_and_the_defaults(
