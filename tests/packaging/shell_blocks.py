@@ -23,15 +23,21 @@ class ShellBlock:
     skip_reason: str | None
 
 
+def doc_section(path: Path, section: str) -> str:
+    """The text of `path`'s `## section`, up to the next `## ` heading."""
+    text = path.read_text()
+    start = text.index(f"\n## {section}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
 def shell_blocks(path: Path, section: str | None = None) -> list[ShellBlock]:
     """Every ```sh block of `path`, or of its `## section` only."""
     text = path.read_text()
     offset = 0
     if section is not None:
-        start = text.index(f"\n## {section}\n")
-        end = text.find("\n## ", start + 1)
-        offset = text.count("\n", 0, start)
-        text = text[start : end if end != -1 else len(text)]
+        offset = text.count("\n", 0, text.index(f"\n## {section}\n"))
+        text = doc_section(path, section)
     blocks = []
     for match in _BLOCK.finditer(text):
         skip = _SKIP.match(match.group("before").strip())
@@ -47,7 +53,7 @@ def shell_blocks(path: Path, section: str | None = None) -> list[ShellBlock]:
     return blocks
 
 
-__all__ = ["ShellBlock", "shell_blocks"]
+__all__ = ["ShellBlock", "doc_section", "shell_blocks"]
 
 
 def run_script(

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
-from shell_blocks import run_script, shell_blocks
+from shell_blocks import doc_section, run_script, shell_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -97,6 +99,23 @@ def test_every_block_is_run_or_says_why_not():
     skipped = {block.source: block.skip_reason for block in blocks if block.skip_reason}
     # Only what needs a running systemd or a Docker daemon is left out.
     assert all("systemd" in why or "Docker" in why for why in skipped.values()), skipped
+
+
+def test_every_install_path_names_the_python_it_needs():
+    """pip refuses forewarn under an older Python (requires-python): a user who pastes the
+    commands on such a machine, or a cloud-init machine whose image has one (its python3
+    makes the venv), must have been told which Python it takes."""
+    requires = metadata.metadata("forewarn")["Requires-Python"]
+    floor = re.fullmatch(r">=\s*(\d+\.\d+)", requires)
+    assert floor, requires
+    needed = f"Python {floor.group(1)} or newer"
+    for path, section in (
+        (README, "Try it on a fresh machine"),
+        (README, "Running it where users run it"),
+        (OPERATIONS, "Install: a release built from this repository"),
+        (OPERATIONS, "cloud-init"),
+    ):
+        assert needed in doc_section(path, section), f"{path.name} ## {section}: {needed}"
 
 
 @pytest.fixture
