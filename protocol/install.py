@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from importlib import metadata
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 
@@ -39,6 +40,22 @@ def install_command(extra: str, direct_url: str | None) -> str:
     return f"pip install 'forewarn[{extra}] @ {url}'"
 
 
+def _gone(direct_url: str) -> str | None:
+    """The recorded `file://` source (a wheel, an sdist, a directory) when it no longer
+    exists, else None: the container image installs its wheel from /dist, then deletes it."""
+    try:
+        found = json.loads(direct_url)
+    except ValueError:
+        return None
+    url = found.get("url") if isinstance(found, dict) else None
+    if not isinstance(url, str) or "vcs_info" in found:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme != "file" or Path(unquote(parts.path)).exists():
+        return None
+    return url
+
+
 def extra_hint(extra: str) -> str:
     """`install_command` for the forewarn this code was loaded from."""
     # The first that pip installed: a checkout's own forewarn.egg-info (on sys.path when
@@ -46,6 +63,12 @@ def extra_hint(extra: str) -> str:
     for found in metadata.distributions(name="forewarn"):
         direct_url = found.read_text("direct_url.json")
         if direct_url:
+            gone = _gone(direct_url)
+            if gone is not None:
+                return (
+                    f"{install_command(extra, None)} (this forewarn was installed from "
+                    f"{gone}, which is no longer there)"
+                )
             return install_command(extra, direct_url)
     return install_command(extra, None)
 

@@ -114,3 +114,26 @@ def test_this_checkout_s_hint_names_its_own_install():
     hint = extra_hint("k8s")
     assert not BARE_NAME.search(hint), hint
     assert hint.startswith("pip install ") and "[k8s]" in hint
+
+
+class _Installed:
+    """A forewarn distribution as importlib.metadata finds it, with this direct_url.json."""
+
+    def __init__(self, direct_url: dict[str, object]) -> None:
+        self.direct_url = json.dumps(direct_url)
+
+    def read_text(self, name: str) -> str | None:
+        return self.direct_url if name == "direct_url.json" else None
+
+
+def test_a_hint_never_names_a_wheel_that_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The container image installs the wheel from /dist and then deletes /dist: a hint to
+    `pip install 'forewarn[k8s] @ file:///dist/...whl'` there failed on a missing file."""
+    wheel = tmp_path / "forewarn-0.1.0-py3-none-any.whl"
+    found = [_Installed({"url": wheel.as_uri(), "archive_info": {}})]
+    monkeypatch.setattr("forewarn.protocol.install.metadata.distributions", lambda name: found)
+    hint = extra_hint("k8s")
+    assert hint.startswith(install_command("k8s", None)), hint
+    assert f"installed from {wheel.as_uri()}, which is no longer there" in hint, hint
+    wheel.write_bytes(b"")  # while the wheel is there, the hint installs from it
+    assert extra_hint("k8s") == f"pip install 'forewarn[k8s] @ {wheel.as_uri()}'"
