@@ -7,7 +7,10 @@
 # with the training container through a volume that is the agent's whoever mounts it first:
 #   docker volume create --driver local --opt type=tmpfs --opt device=tmpfs \
 #     --opt o=uid=10001,gid=10001,mode=0750,size=1m forewarn-run
-#   docker run -d --network host -v forewarn-run:/run/forewarn forewarn:0.1.0 --provider aws
+#   docker run -d --restart unless-stopped --network host -v forewarn-run:/run/forewarn \
+#     forewarn:0.1.0 --provider aws
+# (--restart: Docker starts it again after a crash and when the machine boots; without it a
+# stopped agent stays stopped and the training container hears nothing.)
 # (a training container mounts it with `-v forewarn-run:/run/forewarn:nocopy`; one that is not
 # root needs group 10001, `--group-add 10001`, for its sockets: docs/operations.md).
 # Settings are FOREWARN_* variables (docs/operations.md); metrics and health listen on

@@ -338,6 +338,28 @@ def documented_docker_commands() -> list[list[str]]:
     return commands
 
 
+def documented_agent_runs() -> list[list[str]]:
+    """The `docker run` of the agent's image in docs/operations.md and in the Dockerfile's
+    header (its comment lines, joined where they continue)."""
+    runs = [c for c in documented_docker_commands() if c[:2] == ["docker", "run"]]
+    header = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text().split("\nARG")[0]
+    header = "\n".join(line.removeprefix("#").strip() for line in header.splitlines())
+    lines = header.replace("\\\n", " ").splitlines()
+    runs += [shlex.split(line) for line in lines if line.startswith("docker run ")]
+    return [c for c in runs if any(arg.startswith("forewarn:") for arg in c)]
+
+
+def test_the_documented_agent_container_comes_back_after_a_crash_or_a_reboot():
+    """Docker leaves a container without a restart policy dead when its process exits and
+    does not start it again when the machine boots: an agent that crashed, or a spot VM
+    rebooted for maintenance, left the training container with no notice at all (systemd's
+    unit and Kubernetes restart theirs). The container's state, in its own layer, survives."""
+    runs = documented_agent_runs()
+    assert len(runs) == 2, runs
+    for run in runs:
+        assert dict(itertools.pairwise(run)).get("--restart") == "unless-stopped", run
+
+
 def volume_options(command: list[str]) -> dict[str, str]:
     options = {}
     for flag, value in itertools.pairwise(command):
