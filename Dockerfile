@@ -12,7 +12,8 @@
 # (--restart: Docker starts it again after a crash and when the machine boots; without it a
 # stopped agent stays stopped and the training container hears nothing.)
 # (a training container mounts it with `-v forewarn-run:/run/forewarn:nocopy`; one that is not
-# root needs group 10001, `--group-add 10001`, for its sockets: docs/operations.md).
+# root needs group 10001, `--group-add 10001`, for its sockets, and every one a
+# `--stop-timeout` longer than its reclaim save, 10 s by default: docs/operations.md).
 # Settings are FOREWARN_* variables (docs/operations.md); metrics and health listen on
 # 127.0.0.1:9464 inside the container (FOREWARN_METRICS_ADDRESS).
 

@@ -360,6 +360,16 @@ def test_the_documented_agent_container_comes_back_after_a_crash_or_a_reboot():
         assert dict(itertools.pairwise(run)).get("--restart") == "unless-stopped", run
 
 
+def test_the_documented_training_container_has_time_to_save_when_stopped():
+    """`docker stop` (and dockerd at a shutdown) sends SIGTERM, then SIGKILL after the
+    container's stop timeout, 10 s unless set: the guard's reclaim save after a SIGTERM was
+    killed mid-flush. The documented training container is given the sidecar Job's grace."""
+    runs = [c for c in documented_docker_commands() if c[:2] == ["docker", "run"]]
+    training_run = next(c for c in runs if not any(a.startswith("forewarn:") for a in c))
+    timeout = dict(itertools.pairwise(training_run)).get("--stop-timeout")
+    assert timeout is not None and int(timeout) >= 120, training_run
+
+
 def volume_options(command: list[str]) -> dict[str, str]:
     options = {}
     for flag, value in itertools.pairwise(command):
