@@ -18,6 +18,7 @@ from typing import Any
 from forewarn.clients.overhead import DEFAULT_NO_NOTICE_SHARE, Breakdown
 from forewarn.protocol.timefmt import parse_duration
 
+from ..argtypes import path_arg
 from ..telemetry import FILE_NAME, TelemetryFormatError, read_records, telemetry_path
 from .costs import Costs, costs
 from .inputs import (
@@ -217,7 +218,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("source")
     source.add_argument(
         "--telemetry",
-        type=Path,
+        type=path_arg,
         action="append",
         metavar="PATH",
         help="telemetry file to measure from, or a directory searched for telemetry.jsonl "
@@ -449,7 +450,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     out.add_argument(
         "--plot",
-        type=Path,
+        type=path_arg,
         metavar="FILE.png",
         help="also draw the overhead against the interval (needs the `plot` extra: matplotlib)",
     )

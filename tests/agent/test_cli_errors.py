@@ -249,3 +249,9 @@ def test_path_flags_read_tilde_as_home(tmp_path: Path, monkeypatch: pytest.Monke
         ["render", "cloud-init", "--source", "https://example.invalid/f.whl", "-o", "~/u.yaml"]
     )
     assert render.output == tmp_path / "u.yaml"
+    # `forewarn plan --telemetry=~/drill` said "no such file or directory: ~/drill".
+    plan = build_parser("plan").parse_args(
+        ["plan", "--telemetry=~/drill", "--plot", "~/overhead.png"]
+    )
+    assert plan.telemetry == [tmp_path / "drill"]
+    assert plan.plot == tmp_path / "overhead.png"
