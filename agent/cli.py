@@ -306,9 +306,14 @@ def cmd_notify(args: argparse.Namespace) -> int:
     if args.action == "clear":
         if args.deadline is not None:
             raise UsageError("--deadline: a clear has no deadline")
+        # A clear carries only ids: `clear --note "false alarm"` dropped the note silently.
+        if args.reason is not None:
+            raise UsageError("--reason: a clear has no reason (it withdraws the notice)")
+        if args.note is not None:
+            raise UsageError("--note: a clear carries no note (it withdraws the notice)")
         payload: dict[str, Any] = {"op": "clear", "id": args.id}
     else:
-        payload = {"op": "notify", "action": args.action, "reason": args.reason}
+        payload = {"op": "notify", "action": args.action, "reason": args.reason or "manual"}
         if args.deadline is not None:
             if args.deadline.startswith("-"):
                 raise UsageError(
@@ -825,7 +830,7 @@ def build_parser(
     notify.add_argument("--deadline", help="RFC 3339 time or a duration such as 90s, 15m, 2h")
     notify.add_argument(
         "--reason",
-        default="manual",
+        help="why (default manual; drain and terminate only)",
         choices=(
             "manual",
             "drill",
@@ -835,7 +840,9 @@ def build_parser(
             "node-drain",
         ),
     )
-    notify.add_argument("--note", help="free text carried in detail.note")
+    notify.add_argument(
+        "--note", help="free text carried in detail.note (drain and terminate only)"
+    )
     notify.add_argument("--id", help="notice id (default: a new one; for clear: all manual)")
     notify.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
     _add_control_timeout(notify)

@@ -116,6 +116,9 @@ CASES = [
     # flap, and `forewarn wait` exit 3 beside a healthy agent.
     (["agent", "--heartbeat-interval", "8s"], {}, "heartbeat_interval: Input should be less"),
     (["notify", "clear", "--deadline", "5m"], {}, "--deadline: a clear has no deadline"),
+    # Sent as a plain clear, the note and reason dropped without a word.
+    (["notify", "clear", "--note", "false alarm"], {}, "--note: a clear carries no note"),
+    (["notify", "clear", "--reason", "drill"], {}, "--reason: a clear has no reason"),
     (["watch", "--agent-timeout", "-1"], {}, "watch: --agent-timeout: not a duration"),
     (["wait", "--timeout", "-1s"], {}, "wait: --timeout: not a duration"),
     (["wait", "--timeout", "0"], {}, "wait: --timeout: must be more than 0"),
