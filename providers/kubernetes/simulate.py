@@ -688,7 +688,9 @@ def make_simulator(**options: Any) -> KubernetesSimulator:
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--node", default=DEFAULT_NODE, help=f"node name (default {DEFAULT_NODE})")
+    parser.add_argument(
+        "--node", type=_node_name, default=DEFAULT_NODE, help=f"node name (default {DEFAULT_NODE})"
+    )
     parser.add_argument(
         "--token", default=None, help="bearer token to require (default: accept any request)"
     )
@@ -721,6 +723,14 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help="answer like RBAC: allow only these (repeatable; e.g. list:nodes, watch:nodes, "
         "get:nodes, patch:nodes, create:events); others get 403 (default: allow all)",
     )
+
+
+def _node_name(text: str) -> str:
+    # `--node "$NODE_NAME"` with the variable unset served a node named "", which no agent
+    # can be pointed at (its hint said FOREWARN_KUBERNETES_NODE_NAME= and nothing more).
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give a name, or leave --node out")
+    return text
 
 
 def _positive_duration(text: str) -> float:

@@ -151,6 +151,7 @@ CASES = [
     (["simulate", "azure", "--vmss-name", "", "--instance-id", "1"], {}, "--vmss-name is empty"),
     (["simulate", "azure", "--resources", " , ", "--preempt-after", "0"], {}, "--resources names"),
     (["simulate", "kubernetes", "--notice", "bogus"], {}, "simulate kubernetes: --notice 'bog"),
+    (["simulate", "kubernetes", "--node", " "], {}, "simulate kubernetes: --node: empty"),
     (
         ["simulate", "digitalocean", "--ready-file", "{file}/ready"],
         {},
