@@ -564,8 +564,16 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help="a scheduled event at once, e.g. system-reboot@2h or "
         "instance-stop@2026-12-01T09:00:00Z (repeatable; NOTBEFORE defaults to 1h)",
     )
-    parser.add_argument("--instance-id", default=DEFAULT_INSTANCE_ID)
-    parser.add_argument("--region", default=DEFAULT_REGION)
+    parser.add_argument(
+        "--instance-id",
+        default=DEFAULT_INSTANCE_ID,
+        help=f"meta-data/instance-id and the identity document's (default {DEFAULT_INSTANCE_ID})",
+    )
+    parser.add_argument(
+        "--region",
+        default=DEFAULT_REGION,
+        help=f"placement/region; the availability zone is it + 'a' (default {DEFAULT_REGION})",
+    )
 
 
 COMMAND = SimulatorCommand(
