@@ -815,8 +815,14 @@ def build_parser(
         metavar="HOST:PORT",
         help="serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9464 (default: off)",
     )
-    agent.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    agent.add_argument("--log-format", choices=("text", "json"))
+    agent.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), help="(default info)"
+    )
+    agent.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="json: one JSON object per line (default text)",
+    )
     agent.add_argument(
         "--set",
         action="append",
@@ -879,7 +885,7 @@ def build_parser(
     wait.set_defaults(func=cmd_wait)
 
     status = commands.add_parser("status", help="show the agent and its active notices")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
     _add_control_timeout(status)
     _add_endpoint_flags(status)
     status.set_defaults(func=cmd_status)

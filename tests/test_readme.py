@@ -39,6 +39,24 @@ def test_every_command_and_option_is_documented() -> None:
     assert not missing, f"undocumented: {missing}"
 
 
+def test_every_option_has_a_help_line() -> None:
+    """`forewarn agent --help` listed --log-level and --log-format, `status --help` --json,
+    with no word on what they do or their default."""
+    parser = build_parser()
+    bare = []
+    for path, option in _walk(parser):
+        if option is None:
+            continue
+        sub = parser
+        for name in path:
+            (choices,) = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+            sub = choices.choices[name]
+        (action,) = [a for a in sub._actions if option in a.option_strings]
+        if not action.help and option != "--version":
+            bare.append(f"{' '.join(path)} {option}")
+    assert not bare, f"no help line: {bare}"
+
+
 def test_the_readme_names_every_command_as_typed() -> None:
     """Every command and subcommand is in the README as it is typed, alone or in an
     alternation (`forewarn drill aws|gcp`): the check above let `forewarn drill digitalocean`
