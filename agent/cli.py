@@ -259,12 +259,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
         "log_level": args.log_level,
         "log_format": args.log_format,
     }
+    flags = {key: value for key, value in overrides.items() if value is not None}
     apply_sets(overrides, args.set or [])
     try:
         settings = load_settings(args.config, registry=args.registry, **overrides)
         settings.resolved_endpoints()
     except ConfigError as error:
-        raise UsageError(str(error)) from None
+        raise UsageError(_name_flags(str(error), flags, overrides)) from None
     setup_logging(settings.log_level, settings.log_format)
     for note in settings.overridden:
         logging.getLogger("forewarn.agent").warning("%s", note)
@@ -272,6 +273,16 @@ def cmd_agent(args: argparse.Namespace) -> int:
         return run_agent(settings, exit_process=True)
     except ConfigError as error:
         raise UsageError(str(error)) from None
+
+
+def _name_flags(message: str, flags: dict[str, Any], overrides: dict[str, Any]) -> str:
+    """Name the flag a bad value came from: `--heartbeat-interval 8s` was refused as
+    "config key heartbeat_interval: ...", a key the user never typed."""
+    for key, value in flags.items():
+        if overrides.get(key) is value:  # not replaced by a --set of the same key
+            flag = "--provider" if key == "providers" else "--" + key.replace("_", "-")
+            message = message.replace(f"config key {key}:", f"{flag}: config key {key}:")
+    return message
 
 
 def apply_sets(overrides: dict[str, Any], items: Sequence[str]) -> None:

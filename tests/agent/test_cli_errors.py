@@ -115,6 +115,9 @@ CASES = [
     # Clients call an agent dead after 3 s without a heartbeat: a longer interval made them
     # flap, and `forewarn wait` exit 3 beside a healthy agent.
     (["agent", "--heartbeat-interval", "8s"], {}, "heartbeat_interval: Input should be less"),
+    # Named by the flag typed, not only by the config key it sets.
+    (["agent", "--heartbeat-interval", "8s"], {}, "--heartbeat-interval: config key heartbeat"),
+    (["agent", "--metrics-address", "foo"], {}, "--metrics-address: config key metrics_addr"),
     (["notify", "clear", "--deadline", "5m"], {}, "--deadline: a clear has no deadline"),
     # Sent as a plain clear, the note and reason dropped without a word.
     (["notify", "clear", "--note", "false alarm"], {}, "--note: a clear carries no note"),
