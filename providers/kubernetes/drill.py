@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from forewarn.protocol.errors import ConfigError, DrillError, UsageError
 
+from ..settings import check_url
 from . import kubeconfig
 from .api import error_for, status_message
 from .config import in_cluster
@@ -73,6 +74,14 @@ def credentials(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Confi
     except ImportError:
         raise UsageError(f"drill kubernetes: {install_hint()}") from None
     url = args.url or env.get("FOREWARN_KUBERNETES_URL") or None
+    if url is not None:
+        # `--url ftp://x` (or `--url host:6443`) ended in "unexpected ValidationError" and
+        # pydantic's dump, exit 1; with a kubeconfig it was taken as the server unchecked.
+        try:
+            url = check_url(url, ("http", "https"), bare_host=False)
+        except ValueError as error:
+            flag = "--url" if args.url else "FOREWARN_KUBERNETES_URL"
+            raise UsageError(f"drill kubernetes: {flag}: {error}") from None
     context = args.context or env.get("FOREWARN_KUBERNETES_CONTEXT") or None
     explicit = args.kubeconfig or env.get("FOREWARN_KUBERNETES_KUBECONFIG") or None
     paths = str(explicit) if explicit else kubeconfig.default_paths(env)

@@ -100,3 +100,21 @@ def test_node_is_required(tmp_path: Path, server: SimServer) -> None:
     done = run_forewarn("drill", "kubernetes", env=environment, timeout=DRILL_TIMEOUT)
     assert done.returncode == 2
     assert done.stderr.startswith("forewarn: drill kubernetes: --node:"), done.stderr
+
+
+def test_a_bad_url_is_named(tmp_path: Path, server: SimServer) -> None:
+    # Was exit 1: "unexpected ValidationError: 1 validation error for Settings" and its dump.
+    environment = env(tmp_path, server)
+    done = run_forewarn(
+        "drill",
+        "kubernetes",
+        "--node",
+        NODE,
+        "--url",
+        "ftp://x",
+        env=environment,
+        timeout=DRILL_TIMEOUT,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("forewarn: drill kubernetes: --url: must start with http")
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
