@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forewarn.protocol.errors import UsageError
+from forewarn.protocol.timefmt import duration_arg
 
 ROLE_NAME = "forewarn-fis-spot-interruption"
 ACTION_ID = "aws:ec2:send-spot-instance-interruptions"
@@ -299,7 +300,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "interruption notice comes at once)",
     )
     parser.add_argument(
-        "--poll", type=float, default=5.0, help="seconds between state checks (default 5)"
+        # A duration, as every other flag takes (`--poll 5s` was "invalid float value").
+        "--poll",
+        type=duration_arg,
+        default=5.0,
+        help="seconds or a duration between state checks (default 5s)",
     )
     parser.add_argument("--yes", action="store_true", help="act; without it, only print the plan")
 

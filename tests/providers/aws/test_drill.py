@@ -260,6 +260,12 @@ def test_bad_input_exits_2_naming_the_flag(
     assert fragment in capsys.readouterr().err
 
 
+def test_poll_takes_a_duration_as_every_other_flag() -> None:
+    # `--poll 5s` was refused: "invalid float value: '5s'".
+    assert parse("--instance-id", INSTANCE, "--poll", "5s").poll == 5.0
+    assert parse("--instance-id", INSTANCE, "--poll", "1m").poll == 60.0
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("PT2M", 120), ("PT600S", 600), ("PT2M30S", 150)])
 def test_durations(text: str, seconds: int) -> None:
     assert drill.duration_seconds(text) == seconds
