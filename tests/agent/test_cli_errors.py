@@ -54,6 +54,7 @@ AWS_DRILL = (
     "--role-arn",
     "arn:aws:iam::123456789012:role/fis",
 )
+GCP_DRILL = ["--project", "p", "--zone", "us-central1-a", "--instance", "vm"]
 AZURE_DRILL = (
     "--subscription",
     "00000000-0000-0000-0000-000000000000",
@@ -143,6 +144,9 @@ CASES = [
     (["drill", "aws", *AWS_DRILL, "--yes"], {}, "drill aws: no AWS credentials found"),
     (["drill", "azure", *AZURE_DRILL, "--yes"], {}, "drill azure: no Azure credentials"),
     (["drill", "azure", *AZURE_DRILL, "--timeout", "0"], {}, "drill azure: --timeout: must be"),
+    # Refused before any credential is fetched (an unset $PROJECT; httpx's UnsupportedProtocol).
+    (["drill", "gcp", *GCP_DRILL, "--project", ""], {}, "drill gcp: --project: empty"),
+    (["drill", "gcp", *GCP_DRILL, "--api", "ftp://x"], {}, "drill gcp: --api: must start with"),
     # Every simulator face: `forewarn: simulate NAME: ...`.
     (["simulate", "aws", "--port", "99999"], {}, "simulate aws: --port: a port is 0-65535"),
     (["simulate", "aws", "--spot-after", "soon"], {}, "simulate aws: --spot-after: not a"),
