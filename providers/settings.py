@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import string
@@ -128,6 +129,14 @@ def check_url(value: str, schemes: tuple[str, ...], bare_host: bool) -> str:
     return value.strip()
 
 
+def name_arg(text: str) -> str:
+    """An argparse `type=` for a name a drill puts in a request: not empty (`--project
+    "$PROJECT"` with the variable unset made a request to projects//...)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty")
+    return text
+
+
 class ProviderSettings(BaseModel):
     """The base of every `[<provider>]` section: unknown keys are errors, and every seconds
     setting (`float`, or `WholeSeconds`) also accepts a duration (`30s`, `15m`, `2h`)."""
@@ -166,6 +175,7 @@ __all__ = [
     "as_seconds",
     "check_url",
     "is_seconds",
+    "name_arg",
     "read_value",
     "seconds",
     "whole_seconds",

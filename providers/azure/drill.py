@@ -16,6 +16,8 @@ from urllib.parse import quote
 import httpx
 from forewarn.protocol.timefmt import duration_arg
 
+from ..settings import name_arg
+
 ARM_URL = "https://management.azure.com"
 SCOPE = "https://management.azure.com/.default"
 DEFAULT_API_VERSION = "2024-07-01"
@@ -28,14 +30,23 @@ class TokenCredential(Protocol):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--subscription", required=True, help="subscription id")
-    parser.add_argument("--resource-group", required=True, help="resource group of the VM")
+    # Each part of the request URL is refused empty (an unset shell variable): it made a
+    # request to subscriptions//... or .../virtualMachines//simulateEviction.
+    parser.add_argument("--subscription", required=True, type=name_arg, help="subscription id")
+    parser.add_argument(
+        "--resource-group", required=True, type=name_arg, help="resource group of the VM"
+    )
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--vm", help="name of the Spot VM to evict")
-    target.add_argument("--vmss", help="name of the Spot scale set (with --instance-id)")
-    parser.add_argument("--instance-id", help="scale-set instance id to evict (with --vmss)")
+    target.add_argument("--vm", type=name_arg, help="name of the Spot VM to evict")
+    target.add_argument(
+        "--vmss", type=name_arg, help="name of the Spot scale set (with --instance-id)"
+    )
+    parser.add_argument(
+        "--instance-id", type=name_arg, help="scale-set instance id to evict (with --vmss)"
+    )
     parser.add_argument(
         "--api-version",
+        type=name_arg,
         default=DEFAULT_API_VERSION,
         help=f"Microsoft.Compute api-version (default {DEFAULT_API_VERSION})",
     )

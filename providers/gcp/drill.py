@@ -20,18 +20,18 @@ import httpx
 from forewarn.protocol.errors import DrillError
 from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 
-from ..settings import check_url
+from ..settings import check_url, name_arg
 
 COMPUTE_API = "https://compute.googleapis.com"
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", required=True, type=_name, help="project id of the VM")
+    parser.add_argument("--project", required=True, type=name_arg, help="project id of the VM")
     parser.add_argument(
-        "--zone", required=True, type=_name, help="zone of the VM, e.g. us-central1-a"
+        "--zone", required=True, type=name_arg, help="zone of the VM, e.g. us-central1-a"
     )
-    parser.add_argument("--instance", required=True, type=_name, help="name of the VM")
+    parser.add_argument("--instance", required=True, type=name_arg, help="name of the VM")
     parser.add_argument("--yes", action="store_true", help="send the request (else only print it)")
     parser.add_argument(
         "--with-extended-notifications",
@@ -63,12 +63,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # Checked before any credential is fetched: `--project "$PROJECT"` with the variable unset
 # printed a request to projects//zones/..., and `--api ftp://x` failed only after --yes had
 # fetched a token, with httpx's UnsupportedProtocol (exit 1).
-def _name(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty")
-    return text
-
-
 def _api_root(text: str) -> str:
     try:
         return check_url(text, ("http", "https"), bare_host=False)

@@ -147,6 +147,8 @@ CASES = [
     # Refused before any credential is fetched (an unset $PROJECT; httpx's UnsupportedProtocol).
     (["drill", "gcp", *GCP_DRILL, "--project", ""], {}, "drill gcp: --project: empty"),
     (["drill", "gcp", *GCP_DRILL, "--api", "ftp://x"], {}, "drill gcp: --api: must start with"),
+    (["drill", "azure", *AZURE_DRILL, "--subscription", " "], {}, "--subscription: empty"),
+    (["drill", "azure", *AZURE_DRILL, "--resource-group", ""], {}, "--resource-group: empty"),
     # Every simulator face: `forewarn: simulate NAME: ...`.
     (["simulate", "aws", "--port", "99999"], {}, "simulate aws: --port: a port is 0-65535"),
     (["simulate", "aws", "--spot-after", "soon"], {}, "simulate aws: --spot-after: not a"),
