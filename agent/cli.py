@@ -1018,6 +1018,15 @@ def _provider_words(words: list[str], registry: Registry | None) -> list[str]:
     return words
 
 
+def _innermost(parser: argparse.ArgumentParser, words: list[str]) -> argparse.ArgumentParser:
+    """The parser of the subcommand `words` name (`drill gcp`), else `parser`."""
+    for word in words:
+        commands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if commands and word in commands[0].choices:
+            parser = commands[0].choices[word]
+    return parser
+
+
 def main(argv: Sequence[str] | None = None, registry: Registry | None = None) -> int:
     """Run one command; every error ends as one `forewarn: ...` line on stderr and an exit
     code (2 for bad input), with the traceback only under `--debug`."""
@@ -1031,7 +1040,11 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None) ->
         if not words:
             parser.print_help()
             return 0
-        args = parser.parse_args(words)
+        args, extra = parser.parse_known_args(words)
+        if extra:
+            # Said by the top parser ("see 'forewarn --help'"), whose help lists none of the
+            # options of `drill gcp` in `forewarn drill gcp --zone us central1-a`.
+            _innermost(parser, words).error(f"unrecognized arguments: {' '.join(extra)}")
         if registry is None and command in ("agent", "drill"):
             from forewarn.providers.registry import REGISTRY
 

@@ -148,6 +148,12 @@ CASES = [
     (["drill", "gcp", *GCP_DRILL, "--project", ""], {}, "drill gcp: --project: empty"),
     (["drill", "gcp", *GCP_DRILL, "--api", "ftp://x"], {}, "drill gcp: --api: must start with"),
     (["drill", "azure", *AZURE_DRILL, "--subscription", " "], {}, "--subscription: empty"),
+    # Was "forewarn: unrecognized arguments: central1-a; see 'forewarn --help'".
+    (
+        ["drill", "gcp", *GCP_DRILL, "--zone", "us", "central1-a"],
+        {},
+        "drill gcp: unrecognized arguments: central1-a; see 'forewarn drill gcp --help'",
+    ),
     (["drill", "azure", *AZURE_DRILL, "--resource-group", ""], {}, "--resource-group: empty"),
     # Every simulator face: `forewarn: simulate NAME: ...`.
     (["simulate", "aws", "--port", "99999"], {}, "simulate aws: --port: a port is 0-65535"),
