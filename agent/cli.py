@@ -1040,6 +1040,12 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None) ->
         if not words:
             parser.print_help()
             return 0
+        top = ("-h", "--help", "--version")
+        if command is None and not any(option.startswith(words[0]) for option in top):
+            # `forewarn --verison` said "the following arguments are required: COMMAND".
+            near = difflib.get_close_matches(words[0], top[1:], n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else " before a COMMAND"
+            raise UsageError(f"unrecognized argument {words[0]!r}{hint}; see 'forewarn --help'")
         args, extra = parser.parse_known_args(words)
         if extra:
             # Said by the top parser ("see 'forewarn --help'"), whose help lists none of the

@@ -148,6 +148,8 @@ CASES = [
     (["drill", "gcp", *GCP_DRILL, "--project", ""], {}, "drill gcp: --project: empty"),
     (["drill", "gcp", *GCP_DRILL, "--api", "ftp://x"], {}, "drill gcp: --api: must start with"),
     (["drill", "azure", *AZURE_DRILL, "--subscription", " "], {}, "--subscription: empty"),
+    # Was "the following arguments are required: COMMAND".
+    (["--verison"], {}, "unrecognized argument '--verison' (did you mean '--version'?)"),
     # Was "forewarn: unrecognized arguments: central1-a; see 'forewarn --help'".
     (
         ["drill", "gcp", *GCP_DRILL, "--zone", "us", "central1-a"],
