@@ -37,7 +37,7 @@ from forewarn.protocol.wire import (
 
 from .argtypes import path_arg
 from .eventlines import ReplayTracker, describe
-from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH
+from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH, deadline_problem
 from .throttle import WarningThrottle
 
 if TYPE_CHECKING:
@@ -337,6 +337,10 @@ def cmd_notify(args: argparse.Namespace) -> int:
                 raise UsageError(f"--deadline: {error}") from None
             if deadline <= utcnow():
                 raise UsageError(f"--deadline: {args.deadline!r} is in the past")
+            # Was the agent's "the agent refused: deadline: ... more than 366 days ahead".
+            problem = deadline_problem(deadline, utcnow())
+            if problem is not None:
+                raise UsageError(f"--deadline: {args.deadline!r}: {problem}")
             payload["deadline"] = format_time(deadline)
         if args.note:
             payload["note"] = args.note

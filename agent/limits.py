@@ -4,6 +4,9 @@ notices may be active at once."""
 from __future__ import annotations
 
 import re
+from datetime import datetime, timedelta
+
+from forewarn.protocol.timefmt import format_time
 
 # Manual notices are few in practice; the cap keeps `notify`, the state file and every
 # heartbeat small whatever a client does.
@@ -28,4 +31,26 @@ def id_problem(notice_id: str, provider: str) -> str | None:
     return None
 
 
-__all__ = ["MAX_ID_LENGTH", "MAX_MANUAL", "MAX_NOTE_LENGTH", "id_problem"]
+# Deadlines a person may ask for: not in the past (that is no notice at all) and not absurdly
+# far ahead (a typo in the year). `forewarn notify` checks them before it sends, the agent
+# again when it receives.
+MAX_DEADLINE_AHEAD = timedelta(days=366)
+
+
+def deadline_problem(deadline: datetime, now: datetime) -> str | None:
+    """Why a requested deadline cannot be used, or None when it can."""
+    if deadline <= now:
+        return f"{format_time(deadline)} is in the past (now is {format_time(now)})"
+    if deadline - now > MAX_DEADLINE_AHEAD:
+        return f"{format_time(deadline)} is more than {MAX_DEADLINE_AHEAD.days} days ahead"
+    return None
+
+
+__all__ = [
+    "MAX_DEADLINE_AHEAD",
+    "MAX_ID_LENGTH",
+    "MAX_MANUAL",
+    "MAX_NOTE_LENGTH",
+    "deadline_problem",
+    "id_problem",
+]

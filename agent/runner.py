@@ -16,11 +16,11 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import AGENT_LOCK, TOKEN_FILE, ipc_path, needs_token, request
 from forewarn.providers import Closable, FlushAware, PollHealth, Watcher, WatcherContext
 from forewarn.providers.backoff import Backoff
@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from .board import EXPIRED_KEY, NoticeBoard, Sequencer
 from .config import ConfigError, Settings
 from .controltoken import remove_token, write_token
-from .limits import MAX_MANUAL, id_problem
+from .limits import MAX_MANUAL, deadline_problem, id_problem
 from .observers import Observers, build_observers
 from .protocol import (
     CONTROL_REQUEST,
@@ -979,20 +979,6 @@ class Agent:
             self._reserve_seq(self.sequencer.reserved)
         if "state" in self._unsaved:
             self._save()
-
-
-# Deadlines a person may ask for: not in the past (that is no notice at all) and not absurdly
-# far ahead (a typo in the year).
-MAX_DEADLINE_AHEAD = timedelta(days=366)
-
-
-def deadline_problem(deadline: datetime, now: datetime) -> str | None:
-    """Why a requested deadline cannot be used, or None when it can."""
-    if deadline <= now:
-        return f"{format_time(deadline)} is in the past (now is {format_time(now)})"
-    if deadline - now > MAX_DEADLINE_AHEAD:
-        return f"{format_time(deadline)} is more than {MAX_DEADLINE_AHEAD.days} days ahead"
-    return None
 
 
 def _secs(value: float | None) -> str:

@@ -97,6 +97,9 @@ CASES = [
     (["notify", "drain", "--note", "n" * 70_000], {}, "--note: at most 2000 characters"),
     (["notify", "clear", "--id", "local/" + "i" * 70_000], {}, "--id: at most 200 characters"),
     (["notify", "drain", "--id", ""], {}, "--id: empty; leave --id out"),
+    # Checked before it is sent, as --note and --id are: was the agent's refusal, or with no
+    # agent "no agent runs" (exit 1).
+    (["notify", "drain", "--deadline", "400d"], {}, "--deadline: '400d': 20"),
     (["watch", "--count", "-3"], {}, "--count: must be 1 or more, got -3"),
     (["watch", "--count", "two"], {}, "--count: not a whole number"),
     (["watch", "--timeout", "5x"], {}, "--timeout: not a duration"),
