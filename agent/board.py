@@ -190,6 +190,16 @@ class NoticeBoard:
         kept = [notice_id for notice_id, (_, saved) in self.remembered.items() if saved]
         return self.saved() + kept
 
+    def acked_by(self, notice_id: str | None = None) -> dict[str, set[str]]:
+        """The clients that acked each active notice (or only `notice_id`), saved so that a
+        restarted agent still counts them: a notice acked by one client before a restart and
+        by the other after is then flushed by every client."""
+        return {
+            entry.notice.id: set(entry.acked)
+            for entry in self.entries.values()
+            if entry.acked and notice_id in (None, entry.notice.id)
+        }
+
     def escalated(self, notice_id: str) -> bool:
         """Whether the notice goes out as terminate for a drain its provider reported (its
         deadline is within the exit margin): an escalation even when it is the first send."""
@@ -342,6 +352,7 @@ class NoticeBoard:
         provider: Iterable[Notice] = (),
         escalated: Iterable[str] = (),
         windows: Mapping[str, datetime] | None = None,
+        acked_by: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -352,7 +363,8 @@ class NoticeBoard:
         restart knows that an earlier job acted on them. A drain in `escalated` was sent as
         terminate, and stays terminate while its deadline stands (as within one run).
         `windows` are the ends of the provider notices' windows (`windows()`): without them
-        a notice restored inside its window was retired at once and raised again."""
+        a notice restored inside its window was retired at once and raised again. `acked_by`
+        are the clients that acked each notice (`acked_by()`): they need not ack it again."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         for notice, manual in [*((n, True) for n in notices), *((n, False) for n in provider)]:
@@ -376,6 +388,7 @@ class NoticeBoard:
             entry.restored_at = None if manual else self.now()
             if notice.id in saved_ids:
                 entry.saved = True
+            entry.acked.update((acked_by or {}).get(notice.id, ()))
             if (
                 notice.id in escalated_ids
                 and entry.notice.action == "drain"

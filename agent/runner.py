@@ -254,7 +254,9 @@ class Agent:
                 self.state_path,
             )
             provider = []
-        self.board.restore(state.manual, state.acked, provider, state.escalated, state.windows)
+        self.board.restore(
+            state.manual, state.acked, provider, state.escalated, state.windows, state.acked_by
+        )
         # Drains whose deadline came within the exit margin while the agent was down: they go
         # out as terminate now, an escalation to count, log and record like any other (as a
         # plain restore, `forewarn plan` and the metrics missed the interruption).
@@ -850,14 +852,17 @@ class Agent:
         notice = self.board.get(req.notice_id) if req.notice_id else None
         if req.outcome == "saved":
             first = req.notice_id is not None and req.notice_id not in self.board.saved()
+            before = self.board.acked_by(req.notice_id) if req.notice_id else {}
             margin = self.board.exit_margin
             if self.board.record_ack(req.notice_id, req.client, req.flush_seconds):
                 assert req.notice_id is not None
                 self._flushed(req.notice_id)
-            if (first and notice is not None) or self.board.exit_margin != margin:
+            acked_anew = bool(req.notice_id) and self.board.acked_by(req.notice_id) != before
+            if (first and notice is not None) or acked_anew or self.board.exit_margin != margin:
                 # A restarted agent still knows this notice was acted on, a provider's too
                 # (a job started after the restart must not take it for one nobody acted on),
-                # and escalates with the margin its clients' flushes set.
+                # and by which clients (they need not ack it again), and escalates with the
+                # margin its clients' flushes set.
                 self._save()
             self._wake.set()  # a slower flush widens the exit margin
         background = ""
@@ -946,6 +951,10 @@ class Agent:
                 self.board.escalated_ids(),
                 self.boot_id,
                 self.board.windows(),
+                {
+                    notice_id: sorted(clients)
+                    for notice_id, clients in self.board.acked_by().items()
+                },
             )
         )
 

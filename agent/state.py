@@ -20,7 +20,7 @@ from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.persist import write_atomically
 from pydantic import ValidationError
 
-from .protocol import MAX_FLUSH_SECONDS, Notice
+from .protocol import MAX_FLUSH_SECONDS, Notice, client_id_problem
 
 log = logging.getLogger("forewarn.agent")
 
@@ -51,10 +51,17 @@ class AgentState:
     # The end of each provider notice's window (AWS scheduled maintenance's NotAfter), by id:
     # a restarted agent that forgot it retired such a notice at once inside its window.
     windows: dict[str, datetime] = field(default_factory=dict)
+    # Which clients acked each active notice, by id: a restarted agent that forgot them never
+    # counted a notice acked by one client before the restart and another after as flushed by
+    # every client (the flag file stayed; Azure's early approval waited for NotBefore).
+    acked_by: dict[str, list[str]] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
 MAX_STATE_BYTES = 4 * 1024 * 1024
+# The acking clients saved per notice (ids of up to 200 characters): a notice acked by more
+# keeps these, and counts as flushed after a restart once the others ack it again.
+MAX_ACKED_SAVED = 64
 
 
 def load_state(path: Path) -> AgentState:
@@ -118,6 +125,7 @@ def load_state(path: Path) -> AgentState:
             )
     return AgentState(
         seq=seq,
+        acked_by=_acked_by(raw.get("acked_by", {})),
         manual=manual,
         acked=acked,
         provider=provider,
@@ -126,6 +134,17 @@ def load_state(path: Path) -> AgentState:
         boot_id=boot_id if isinstance(boot_id, str) else None,
         windows=windows,
     )
+
+
+def _acked_by(raw: object) -> dict[str, list[str]]:
+    """The saved acking clients, by notice id: a file from before they were saved has none,
+    and ids no ack could name are left out."""
+    acked_by = {}
+    for notice_id, clients in (raw if isinstance(raw, dict) else {}).items():
+        if isinstance(clients, list):
+            named = [c for c in clients if isinstance(c, str) and client_id_problem(c) is None]
+            acked_by[notice_id] = named[:MAX_ACKED_SAVED]
+    return acked_by
 
 
 def _notices(raw: dict[str, object], key: str, path: Path) -> list[Notice]:
@@ -205,6 +224,10 @@ def encode_state(state: AgentState) -> bytes:
         "escalated": list(state.escalated),
         "boot_id": state.boot_id,
         "windows": {notice_id: format_time(end) for notice_id, end in state.windows.items()},
+        "acked_by": {
+            notice_id: sorted(clients)[:MAX_ACKED_SAVED]
+            for notice_id, clients in state.acked_by.items()
+        },
     }
     return json.dumps(payload, indent=1).encode()
 

@@ -320,6 +320,40 @@ def test_a_socket_that_subscribed_its_client_topic_twice_is_gone_once_it_closes(
         assert not flag.exists()
 
 
+def test_acks_from_before_an_agent_restart_still_count_after_it(tmp_path: Path) -> None:
+    """Client `a` acked the flag's drain, the agent restarted under both clients, client `b`
+    acked: which clients had acked was not saved, so the drain never counted as flushed by
+    every client while both stayed connected (the flag stayed; Azure's early approval waited
+    for NotBefore)."""
+    first = AgentProcess(tmp_path).start()
+    flag = Path(first.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    with (
+        Subscriber(first.events, ("notice", "client/a")).ready() as a,
+        Subscriber(first.events, ("notice", "client/b")).ready() as b,
+    ):
+        try:
+            flag.write_text("")
+            drain = a.notice(timeout=3)
+            assert first.control({"op": "ack", "notice_id": drain["id"], "client": "a"})["ok"]
+        finally:
+            first.stop()
+        # Both clients stay connected: their sockets reconnect to the restarted agent.
+        with AgentProcess(tmp_path, env=first.env) as agent:
+            # A socket takes up its reconnection when its own thread next uses it.
+            a.ready()
+            assert b.ready().notice(timeout=3)["id"] == drain["id"]
+            eventually(
+                lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 2,
+                timeout=10,
+                what="both clients to reconnect",
+                interval=0.05,
+            )
+            assert flag.exists(), "removed before client b flushed"
+            assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "b"})["ok"]
+            eventually(lambda: not flag.exists(), timeout=5, what="the flag to be removed")
+            assert f"notice {drain['id']} flushed by every client (2)" in agent.output()
+
+
 def test_a_flag_file_written_again_replaces_its_notice_and_removal_clears_it(
     tmp_path: Path,
 ) -> None:

@@ -275,7 +275,17 @@ _json = st.recursive(
 @given(
     st.dictionaries(
         st.sampled_from(
-            ["seq", "manual", "acked", "provider", "flushes", "escalated", "boot_id", "windows"]
+            [
+                "seq",
+                "manual",
+                "acked",
+                "provider",
+                "flushes",
+                "escalated",
+                "boot_id",
+                "windows",
+                "acked_by",
+            ]
         ),
         _json | st.dictionaries(st.text(max_size=8), st.just("2026-11-30T03:00:00Z") | _json),
     )
@@ -300,6 +310,34 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
         isinstance(i, str) and isinstance(end, datetime) and end.tzinfo is not None
         for i, end in state.windows.items()
     )
+    assert all(
+        isinstance(i, str) and all(isinstance(c, str) for c in clients)
+        for i, clients in state.acked_by.items()
+    )
+
+
+def test_the_acking_clients_are_saved_bounded_and_an_older_file_loads_without_them(
+    tmp_path: Path,
+) -> None:
+    """Which clients acked each notice is saved (a restarted agent counts them), at most
+    MAX_ACKED_SAVED per notice, ids no ack could name left out; a state file written before
+    they were saved loads with none."""
+    path = tmp_path / "state.json"
+    path.write_text('{"version": 1, "seq": 7, "acked": ["local/manual/x"]}')
+    older = load_state(path)
+    assert older.acked == ["local/manual/x"] and older.acked_by == {}
+    many = [f"rank-{n:03}" for n in range(state_module.MAX_ACKED_SAVED + 10)]
+    state_module.save_state(
+        path, state_module.AgentState(seq=7, acked_by={"local/manual/x": many, "x/y": ["a"]})
+    )
+    assert load_state(path).acked_by == {
+        "local/manual/x": many[: state_module.MAX_ACKED_SAVED],
+        "x/y": ["a"],
+    }
+    path.write_text(
+        '{"version": 1, "acked_by": {"a/b": ["ok", 3, "two\\nlines", ""], "c/d": "ok", "e/f": []}}'
+    )
+    assert load_state(path).acked_by == {"a/b": ["ok"], "e/f": []}
 
 
 @pytest.mark.parametrize(
