@@ -16,11 +16,13 @@ import logging
 import os
 import socket
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 from forewarn.protocol.errors import ConfigError
+from forewarn.protocol.timefmt import format_time
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.fetch import fetch
 from forewarn.providers.kubernetes.api import cordon_request, retry_after, status_message
@@ -64,6 +66,13 @@ def _clip(text: str, limit: int) -> str:
     return text.encode()[: max(0, limit)].decode(errors="ignore")
 
 
+def _micro_time(moment: datetime) -> str:
+    """A MicroTime: RFC 3339 in UTC with exactly six fraction digits (the API server parses
+    it so). From the shared formatter: strftime's `%Y` wrote year 1 as `1`."""
+    whole = format_time(moment.replace(microsecond=0))
+    return f"{whole[:-1]}.{moment.microsecond:06d}Z"
+
+
 def event_body(
     notice: Notice,
     regarding: dict[str, str],
@@ -73,7 +82,7 @@ def event_body(
     """An events.k8s.io/v1 Event about `regarding` for one notice."""
     note = f"forewarn: {notice.action} ({notice.reason} from {notice.provider})"
     if notice.deadline is not None and notice.action != "clear":
-        note += f", deadline {notice.deadline.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        note += f", deadline {format_time(notice.deadline)}"
     user_note = notice.detail.get("note")
     if isinstance(user_note, str) and user_note:
         note += f": {user_note}"
@@ -85,8 +94,7 @@ def event_body(
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {"generateName": "forewarn-", "namespace": namespace},
-        # MicroTime: RFC 3339 with microseconds.
-        "eventTime": notice.sent_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "eventTime": _micro_time(notice.sent_at),
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": instance[:128],
         "action": notice.action.capitalize(),

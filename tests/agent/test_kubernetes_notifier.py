@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -482,3 +483,18 @@ def test_the_simulator_refuses_a_node_event_outside_default_and_kube_system():
 )
 def test_event_reasons_are_camel_case(reason: str, expected: str):
     assert camel(reason) == expected
+
+
+def test_event_times_keep_four_year_digits_and_microseconds():
+    """strftime('%Y') writes year 1 (a provider's zero time, Go's 0001-01-01T00:00:00Z) as
+    `1`: the note said `deadline 1-01-01T00:00:00Z`. The times are written by the shared
+    formatter; eventTime is a MicroTime, RFC 3339 with exactly six fraction digits."""
+    zero = datetime(1, 1, 1, tzinfo=timezone.utc)
+    notice = local_notice(7, "drain").model_copy(update={"deadline": zero, "sent_at": zero})
+    body = event_body(notice, {"kind": "Node", "name": NODE}, "default", "forewarn-test")
+    assert "deadline 0001-01-01T00:00:00Z" in body["note"]
+    assert body["eventTime"] == "0001-01-01T00:00:00.000000Z"
+    later = datetime(2026, 12, 2, 15, 4, 5, 120, tzinfo=timezone.utc)
+    notice = notice.model_copy(update={"sent_at": later})
+    body = event_body(notice, {"kind": "Node", "name": NODE}, "default", "forewarn-test")
+    assert body["eventTime"] == "2026-12-02T15:04:05.000120Z"
