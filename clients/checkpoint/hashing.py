@@ -69,6 +69,24 @@ def hash_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def submit(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+    """`pool.submit(fn, *args)`, or `fn` run on the calling thread once the interpreter is
+    shutting down: concurrent.futures then refuses new work ("cannot schedule new futures
+    after shutdown") before the exit waits for a background save still being written (see
+    background._finish_at_exit), and that save, the last state of the run, failed there."""
+    try:
+        return pool.submit(fn, *args)
+    except RuntimeError as refused:
+        if "shutdown" not in str(refused):
+            raise
+    future: Future[Any] = Future()
+    try:
+        future.set_result(fn(*args))
+    except BaseException as error:
+        future.set_exception(error)
+    return future
+
+
 class _PyBuffer(ctypes.Structure):
     # CPython's Py_buffer (part of the stable ABI since 3.11); only `buf` is read.
     _fields_ = [
@@ -347,7 +365,7 @@ class StreamHasher:
             oldest.result()
             self._pending_bytes -= size
         block = _Block(pieces)
-        hash_pool().submit(block.run)
+        submit(hash_pool(), block.run)
         self._blocks.append(block)
         if pinned:
             self._pending.append((block, pinned))

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from .backend import Backend, ObjectWriter, OnDone, Progress
 from .errors import CheckpointError, StoreConfigError
-from .hashing import Buffer, digest_stream
+from .hashing import Buffer, digest_stream, submit
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
 
 log = logging.getLogger("forewarn.checkpoint")
@@ -118,7 +118,7 @@ class S3Writer(ObjectWriter):
             self._pool = ThreadPoolExecutor(
                 max_workers=backend.concurrency, thread_name_prefix="forewarn-s3"
             )
-        self._parts.append(self._pool.submit(self._upload_part, number, body))
+        self._parts.append(submit(self._pool, self._upload_part, number, body))
 
     def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
         checksum = dict(self._checksum)
