@@ -826,6 +826,10 @@ class CheckpointGuard:
                 # is durable (the agent releases a drain only on a "saved" ack).
                 self._notice_ids.update(owed)
                 self._wake = True
+                if self._exit and self._exit_code:
+                    # This save answered the exit (the loop left, close() waited for it): the
+                    # state of the exit is not saved, which 143 would claim (see exit_code).
+                    self._exit_code = 1
             else:
                 self.durable_step = max(self.durable_step or 0, timing.step)
                 if timing.durable_seconds is not None:

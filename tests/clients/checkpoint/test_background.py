@@ -553,6 +553,36 @@ def test_an_exit_asked_for_while_a_save_waits_for_the_upload_names_its_checkpoin
         guard.close()
 
 
+def test_an_exit_answered_by_a_background_save_that_then_fails_exits_with_1(
+    tmp_path: Path,
+) -> None:
+    """A terminate that came while save_state waited for the upload in flight is answered by
+    that background save (the loop leaves; close() waits for its commit). When that save
+    failed, close() logged it but exit_code stayed 143, "saved for a reclaim": the state of
+    the exit was not saved."""
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    release = backend.hold(10)
+    assert guard.due(10)
+    guard.save_state(10, state(10))
+    assert backend.stuck.acquire(timeout=60)
+    assert guard.due(20)
+    saving, answers = _in_thread(lambda: guard.save_state(20, state(20)))
+    eventually(lambda: 20 in guard._unrecorded, what="save_state waiting for step 10")
+    guard.request("signal", exit=True)
+    backend.hold(20)
+    release.set()
+    saving.join(60)
+    assert answers[0].exit and guard.exit_code == 143
+    assert backend.stuck.acquire(timeout=60)  # step 20 is being written
+    backend.fail = True
+    backend.held[f"step-{20:012d}/"].set()
+    guard.close()
+    assert store.latest_hint() == 10
+    assert guard.exit_code == 1
+
+
 def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
     tmp_path: Any,
 ) -> None:
