@@ -492,6 +492,10 @@ class BackgroundSaver:
 
     def _place(self, path: str, value: Any, copies: list[tuple[Any, Any]]) -> Any:
         torch = _torch()
+        if torch is not None and isinstance(value, torch.Tensor) and value.layout != torch.strided:
+            # A sparse (or other non-strided) tensor cannot be copied into a dense buffer
+            # ("copy_() between dense and sparse Tensors is not implemented"): copied anew.
+            return value.detach().to("cpu", copy=True)
         if torch is not None and isinstance(value, torch.Tensor):
             buffer = self._buffers.get(path)
             if (

@@ -128,6 +128,23 @@ def test_a_failing_upload_is_reported_at_the_next_save(make_store: Any) -> None:
     assert store.latest().step == 3  # type: ignore[union-attr]
 
 
+def test_a_sparse_tensor_in_the_state_is_saved_in_the_background(make_store: Any) -> None:
+    """A sparse tensor was copied into a dense host buffer: save() raised torch's "copy_()
+    between dense and sparse Tensors is not implemented", and the state could not be saved
+    in the background at all."""
+    store = make_store()
+    saver = BackgroundSaver(store)
+    sparse = torch.eye(4).to_sparse()
+    saver.save(1, {"embedding": sparse, **state(1)})
+    saver.close()
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == 1
+    loaded = load_state(latest)
+    assert loaded["embedding"].is_sparse
+    assert torch.equal(loaded["embedding"].to_dense(), torch.eye(4))
+    assert torch.equal(loaded["model"]["w"], state(1)["model"]["w"])
+
+
 def test_a_background_save_under_several_torch_distributed_ranks_is_refused_at_once(
     make_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
