@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.protocol.fields import stable_id
-from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 from forewarn.providers.report import Report
 from pydantic import ValidationError
 
@@ -31,6 +31,8 @@ SCHEDULED_PATH = "/latest/meta-data/events/maintenance/scheduled"
 HISTORY_PATH = "/latest/meta-data/events/maintenance/history"
 ASG_PATH = "/latest/meta-data/autoscaling/target-lifecycle-state"
 IDENTITY_PATH = "/latest/dynamic/instance-identity/document"
+# Where a report states the provider's own notice time (docs/operations.md, detection delay).
+NOTICE_TIME = "notice_time"
 
 TOKEN_HEADER = "X-aws-ec2-metadata-token"
 TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
@@ -171,11 +173,11 @@ def parse_rebalance(body: bytes | str) -> list[Report]:
     """`events/recommendations/rebalance` (200): a drain; `noticeTime` is when it was sent,
     not a deadline."""
     payload = _object(body, REBALANCE_PATH)
-    _time_field(payload, "noticeTime", REBALANCE_PATH)
+    sent = _time_field(payload, "noticeTime", REBALANCE_PATH)
     notice_id = stable_id(PROVIDER, "rebalance", {"noticeTime": payload["noticeTime"]})
-    return [
-        _report(id=notice_id, action="drain", reason="rebalance-recommendation", detail=payload)
-    ]
+    # The provider's own notice time, where the detection-delay metric reads it.
+    detail = {**payload, NOTICE_TIME: format_time(sent)}
+    return [_report(id=notice_id, action="drain", reason="rebalance-recommendation", detail=detail)]
 
 
 class PartialParse(ParseError):

@@ -33,6 +33,7 @@ from .client import Answer, ImdsClient, ImdsError
 from .imds import (
     ASG_PATH,
     IDENTITY_PATH,
+    NOTICE_TIME,
     PROVIDER,
     REBALANCE_PATH,
     SCHEDULED_PATH,
@@ -88,7 +89,9 @@ def watched_paths(settings: Settings, clock: Callable[[], float]) -> list[Watche
             REBALANCE_PATH,
             settings.rebalance_interval,
             parse_rebalance,
-            PathTracker(single=True, volatile=("noticeTime",), jitter=jitter, clock=clock),
+            PathTracker(
+                single=True, volatile=("noticeTime", NOTICE_TIME), jitter=jitter, clock=clock
+            ),
         ),
         WatchedPath(
             "scheduled",

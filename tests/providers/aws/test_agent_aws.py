@@ -41,7 +41,10 @@ def test_every_aws_notice_reaches_a_subscriber(agent: AgentProcess, sim: ImdsSim
         rebalance = next_notice(sub, action="drain")
         assert rebalance["reason"] == "rebalance-recommendation" and rebalance["provider"] == "aws"
         assert rebalance["deadline"] is None
-        assert rebalance["detail"] == {"noticeTime": "2026-11-30T03:00:00Z"}
+        assert rebalance["detail"] == {
+            "noticeTime": "2026-11-30T03:00:00Z",
+            "notice_time": "2026-11-30T03:00:00Z",
+        }
 
         event_id = sim.raise_notice(
             "scheduled", {"code": "system-maintenance", "not_before": "2030-01-02T03:04:05Z"}

@@ -8,6 +8,7 @@ import locale
 from datetime import datetime, timezone
 
 import pytest
+from forewarn.agent.metrics import notice_time
 from forewarn.providers.aws import imds
 from forewarn.providers.aws.imds import (
     PartialParse,
@@ -60,7 +61,18 @@ def test_the_same_payload_gives_the_same_id() -> None:
 def test_a_rebalance_is_a_drain_without_deadline() -> None:
     (report,) = parse_rebalance(b'{"noticeTime": "2020-10-27T08:22:00Z"}')
     assert report.action == "drain" and report.reason == "rebalance-recommendation"
-    assert report.deadline is None and report.detail == {"noticeTime": "2020-10-27T08:22:00Z"}
+    assert report.deadline is None and report.detail["noticeTime"] == "2020-10-27T08:22:00Z"
+
+
+def test_a_rebalance_states_its_notice_time_for_the_detection_delay_metric() -> None:
+    """docs/operations.md: AWS's rebalance `noticeTime` is copied as `detail["notice_time"]`,
+    which `forewarn_detection_delay_seconds` reads; without it the metric never moved for AWS."""
+    (report,) = parse_rebalance(b'{"noticeTime": "2020-10-27T08:22:00Z"}')
+    assert report.detail == {
+        "noticeTime": "2020-10-27T08:22:00Z",
+        "notice_time": "2020-10-27T08:22:00Z",
+    }
+    assert notice_time(report.detail) == datetime(2020, 10, 27, 8, 22, tzinfo=timezone.utc)
 
 
 def test_a_scheduled_event_drains_with_not_before_as_deadline() -> None:

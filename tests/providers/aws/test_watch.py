@@ -49,7 +49,7 @@ async def test_a_rebalance_is_a_drain_and_clears_when_gone(
         sim.raise_notice("rebalance", {})
         drain, _ = await run.report_at(action="drain")
         assert drain.reason == "rebalance-recommendation" and drain.deadline is None
-        assert set(drain.detail) == {"noticeTime"}
+        assert set(drain.detail) == {"noticeTime", "notice_time"}
         sim.withdraw("rebalance")
         clear, _ = await run.report_at(action="clear")
         assert clear.id == drain.id
@@ -128,12 +128,17 @@ async def test_an_asg_target_of_terminated_is_a_terminate(
         assert report.detail == {"target-lifecycle-state": "Terminated"}
 
 
+@pytest.mark.parametrize(
+    ("kind", "action", "interval"),
+    [("spot", "terminate", "spot_interval"), ("rebalance", "drain", "rebalance_interval")],
+)
 async def test_a_drifting_time_keeps_one_id_and_is_sent_once(
-    sim: ImdsSimulator, server: SimServer
+    sim: ImdsSimulator, server: SimServer, kind: str, action: str, interval: str
 ) -> None:
-    async with watching(server.url, spot_interval=0.1) as run:
-        sim.raise_notice("spot", {"drift": True})
-        await run.report_at(action="terminate")
+    # The rebalance also carries its drifting noticeTime as detail.notice_time.
+    async with watching(server.url, **{interval: 0.1}) as run:
+        sim.raise_notice(kind, {"drift": True})
+        await run.report_at(action=action)
         polls = run.health.polls
         await run.until(lambda: run.health.polls >= polls + 20)  # over 1 s of moving times
         assert len(run.reports) == 1
