@@ -159,6 +159,49 @@ def test_the_training_loop_exits_143_after_a_terminate_save(monkeypatch) -> None
     assert exited.value.code == 143
 
 
+def test_the_training_loop_exits_at_once_on_an_exit_pending_at_resume(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The same loop, with an exit asked for (a terminate or SIGTERM) while the job restored
+    its state: the resume point is durable, so it exits with 143 before training a step and
+    writes nothing, as "A notice during the first step" says. The pasted lines had no
+    `due(step)` after `resumed(step)`: they trained the first step (compile, warm-up) and saved
+    again at 1235, so a lead shorter than that step plus a flush lost the save mid-write."""
+    import forewarn.clients
+    from forewarn.clients import CheckpointGuard
+
+    section = README.split("## Add it to a training loop", 1)[1]
+    code = re.search(r"```python\n(.+?)```", section, re.S)
+    assert code
+    made: list[CheckpointGuard] = []
+
+    class Quiet(CheckpointGuard):
+        def __init__(self, *args: object, **options: object) -> None:
+            options.update(notices=False, flag_file=None, handle_signals=False)
+            super().__init__(*args, **options)  # type: ignore[arg-type]
+            made.append(self)
+
+    def resume() -> int:
+        made[0].request("terminate", exit=True)
+        return 1234
+
+    monkeypatch.setattr(forewarn.clients, "CheckpointGuard", Quiet)
+    saves: list[int] = []
+    trained: list[None] = []
+    loop: dict[str, Any] = {
+        "resume": resume,
+        "train_one_step": lambda: trained.append(None),
+        "save": lambda step: saves.append(step) or 0.01,
+        "total_steps": 2500,
+    }
+    try:
+        with pytest.raises(SystemExit) as exited:
+            exec(code.group(1), loop)
+    finally:
+        for guard in made:
+            guard.close()
+    assert (len(trained), saves) == (0, [])
+    assert exited.value.code == 143
+
+
 def _documented_api() -> dict[str, Any]:
     """What the docs call `name(...)` in their text, as the code has it. The framework
     callbacks are left out: importing them imports Lightning and transformers."""
