@@ -373,21 +373,47 @@ def test_the_store_loop_runs_as_pasted_and_resumes_on_the_grid(
     assert saved == [1200, 1800, 2400]  # keep=3
 
 
+def _python_blocks() -> list[tuple[str, str]]:
+    """Each Python block of the README and docs/*.md, with its page's name."""
+    pages = {"README.md": README} | {
+        page.name: page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))
+    }
+    return [
+        (page, block)
+        for page, text in pages.items()
+        for block in re.findall(r"```python\n(.+?)```", text, re.S)
+    ]
+
+
 def test_every_loop_with_a_periodic_guard_reports_its_resume() -> None:
     """A Python block of the README or docs/*.md whose loop starts from a resumed step and
     checkpoints every N steps tells the guard where it resumed: without `guard.resumed(step)`
     periodic saves count from 0, so the first step after a restart saves again (the README's
     store loop and docs/checkpoint.md's background loop both did)."""
-    pages = {"README.md": README} | {
-        page.name: page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))
-    }
     checked, missing = 0, []
-    for page, text in pages.items():
-        for block in re.findall(r"```python\n(.+?)```", text, re.S):
-            if "CheckpointGuard(every_steps=" not in block or "while step <" not in block:
-                continue
-            checked += 1
-            if "guard.resumed(step)" not in block.split("while step <", 1)[0]:
-                missing.append(f"{page}: {block.splitlines()[0]}")
+    for page, block in _python_blocks():
+        if "CheckpointGuard(every_steps=" not in block or "while step <" not in block:
+            continue
+        checked += 1
+        if "guard.resumed(step)" not in block.split("while step <", 1)[0]:
+            missing.append(f"{page}: {block.splitlines()[0]}")
+    assert checked >= 3, checked
+    assert not missing, missing
+
+
+def test_every_loop_with_a_guard_checks_due_right_after_its_resume() -> None:
+    """A Python block of the README or docs/*.md that reports its resume calls `due(step)`
+    right after, as "A notice during the first step" says: a terminate or SIGTERM that came
+    while the job restored its state is then answered before a first step that may outlast
+    the lead, with nothing written. The store loop and docs/checkpoint.md's background loop
+    trained that step first and saved again."""
+    checked, missing = 0, []
+    for page, block in _python_blocks():
+        if "guard.resumed(step)" not in block or "while step <" not in block:
+            continue
+        checked += 1
+        after = block.split("guard.resumed(step)", 1)[1].split("while step <", 1)[0]
+        if "guard.due(step)" not in after:
+            missing.append(f"{page}: {block.splitlines()[0]}")
     assert checked >= 3, checked
     assert not missing, missing
