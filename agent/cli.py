@@ -492,6 +492,13 @@ def _poll_ms(deadline: float | None, silence: _AgentSilence) -> int:
     return max(1, int(left * 1000))
 
 
+def _print_notice(args: argparse.Namespace, notice: dict[str, Any], *, replay: bool) -> None:
+    if args.json:
+        print(json.dumps({"topic": TOPIC_NOTICE, "replay": replay, **notice}), flush=True)
+    else:
+        print(describe(notice, replay=replay), flush=True)
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     events, _ = _endpoints(args)
     sock = _subscribe(events)
@@ -514,7 +521,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
             topic, message = read
             silence.alive(message["agent"] if topic == TOPIC_HEARTBEAT else None)
             if topic == TOPIC_HEARTBEAT:
-                replays.heartbeat(message)
+                for clear in replays.heartbeat(message):
+                    _print_notice(args, clear, replay=False)
+                    seen += 1
+                    if args.count is not None and seen >= args.count:
+                        return 0
                 if not args.heartbeats:
                     continue
                 if args.json:
@@ -526,11 +537,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                         flush=True,
                     )
                 continue
-            replay = replays.is_replay(message)
-            if args.json:
-                print(json.dumps({"topic": TOPIC_NOTICE, "replay": replay, **message}), flush=True)
-            else:
-                print(describe(message, replay=replay), flush=True)
+            _print_notice(args, message, replay=replays.is_replay(message))
             seen += 1
     except KeyboardInterrupt:
         return 130

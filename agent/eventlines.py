@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 
 # A note is free text from whoever ran `forewarn notify`: show all of it, on one line, with
 # nothing a terminal would act on.
@@ -42,6 +42,9 @@ def describe(notice: dict[str, Any], *, replay: bool = False) -> str:
     expired = detail.get("expired")
     if notice["action"] == "clear" and isinstance(expired, str):
         line += f"  expired: {_visible(expired)}"
+    withdrawn = detail.get("withdrawn")
+    if notice["action"] == "clear" and isinstance(withdrawn, str):
+        line += f"  withdrawn: {_visible(withdrawn)}"
     note = detail.get("note")
     if isinstance(note, str) and note:
         line += f"  note {_visible(note)}"
@@ -65,22 +68,48 @@ class ReplayTracker:
 
     def __init__(self) -> None:
         self._shown: dict[str, tuple[Any, ...]] = {}
+        self._notices: dict[str, dict[str, Any]] = {}  # the last shown of each, by id
         self._active: set[str] = set()
 
-    def heartbeat(self, beat: dict[str, Any]) -> None:
+    def heartbeat(self, beat: dict[str, Any]) -> list[dict[str, Any]]:
+        """Note the active ids; returns the `clear` of each shown notice the heartbeat no
+        longer lists. One withdrawn while the agent restarted never gets a clear of its own
+        (the new agent sent it before this watcher had reconnected), and the watcher went on
+        showing it as in force: it gets the clear the client library gives it."""
         active = beat.get("active")
-        if isinstance(active, list):
-            self._active = {item for item in active if isinstance(item, str)}
+        if not isinstance(active, list):
+            return []
+        self._active = {item for item in active if isinstance(item, str)}
+        # Imported here: the client library loads zmq, which `status` and `notify` do not need.
+        from forewarn.clients.notices import WITHDRAWN
+
+        withdrawn = []
+        for notice_id in [i for i in self._notices if i not in self._active]:
+            notice = self._notices.pop(notice_id)
+            self._shown.pop(notice_id, None)
+            now = format_time(utcnow())
+            withdrawn.append(
+                {
+                    **notice,
+                    "action": "clear",
+                    "noticed_at": now,
+                    "sent_at": now,
+                    "detail": dict(WITHDRAWN),
+                }
+            )
+        return withdrawn
 
     def is_replay(self, notice: dict[str, Any]) -> bool:
         notice_id = notice["id"]
         if notice["action"] == "clear":
             self._shown.pop(notice_id, None)
+            self._notices.pop(notice_id, None)
             self._active.discard(notice_id)
             return False
         key = (notice["action"], notice.get("reason"), notice.get("deadline"))
         known = self._shown.get(notice_id)
         self._shown[notice_id] = key
+        self._notices[notice_id] = notice
         if known is None:
             return notice_id in self._active
         return known == key

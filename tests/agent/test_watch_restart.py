@@ -27,16 +27,26 @@ NOTICE = {
 }
 
 
-def _beat(agent: str, seq: int) -> list[bytes]:
-    beat = {"v": 1, "seq": seq, "agent": agent, "version": "0", "providers": [], "active": []}
-    return [b"heartbeat", json.dumps({**beat, "sent_at": NOW}).encode()]
+def _beat(agent: str, seq: int, active: tuple[str, ...] = ()) -> list[bytes]:
+    beat = {"v": 1, "seq": seq, "agent": agent, "version": "0", "providers": []}
+    return [b"heartbeat", json.dumps({**beat, "active": list(active), "sent_at": NOW}).encode()]
+
+
+RESTART_THEN_TERMINATE = (
+    _beat("vm/100/aaaaaa", 1),
+    _beat("vm/100/aaaaaa", 2),
+    _beat("vm/200/bbbbbb", 3),
+    _beat("vm/200/bbbbbb", 4),
+    [b"notice", json.dumps(NOTICE).encode()],
+)
 
 
 class RestartingAgent:
-    """An XPUB that, once a subscriber has joined, sends heartbeats of one agent, then of
-    another (a restart), then a terminate."""
+    """An XPUB that, once a subscriber has joined, sends `messages`: by default heartbeats of
+    one agent, then of another (a restart), then a terminate."""
 
-    def __init__(self) -> None:
+    def __init__(self, messages: tuple[list[bytes], ...] = RESTART_THEN_TERMINATE) -> None:
+        self.messages = messages
         self.endpoint = f"tcp://127.0.0.1:{free_port()}"
         self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.XPUB)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -48,13 +58,7 @@ class RestartingAgent:
         wanted = {b"\x01notice", b"\x01heartbeat"}
         while wanted and self._sock.poll(10_000):
             wanted.discard(self._sock.recv())
-        for message in (
-            _beat("vm/100/aaaaaa", 1),
-            _beat("vm/100/aaaaaa", 2),
-            _beat("vm/200/bbbbbb", 3),
-            _beat("vm/200/bbbbbb", 4),
-            [b"notice", json.dumps(NOTICE).encode()],
-        ):
+        for message in self.messages:
             self._sock.send_multipart(message)
 
     def close(self) -> None:
@@ -81,3 +85,40 @@ def test_a_restarted_agent_is_followed_and_named(
     assert code == 0 and "terminate" in out and "local/manual/1" in out
     assert err.count("\n") == 1, err
     assert f"the agent on {agent.endpoint} restarted (was vm/100/aaaaaa, now vm/200/bbbbbb)" in err
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]], ids=["text", "json"])
+def test_a_notice_withdrawn_while_the_agent_restarted_is_shown_cleared(
+    output: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The restarted agent sent the notice's clear before watch had reconnected: watch went on
+    showing it as in force. Its heartbeat no longer lists it, and watch says it is cleared."""
+    monkeypatch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
+    notice_id = NOTICE["id"]
+    agent = RestartingAgent(
+        (
+            _beat("vm/100/aaaaaa", 1, (notice_id,)),
+            [b"notice", json.dumps(NOTICE).encode()],
+            _beat("vm/100/aaaaaa", 2, (notice_id,)),
+            _beat("vm/200/bbbbbb", 3),
+        )
+    )
+    try:
+        code = main(
+            ["watch", "--count", "2", "--timeout", "20", "--events", agent.endpoint, *output]
+        )
+    finally:
+        agent.close()
+    out, _ = capsys.readouterr()
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 2, out
+    if output:
+        cleared = json.loads(lines[1])
+        assert cleared["action"] == "clear" and cleared["id"] == notice_id
+        assert cleared["replay"] is False and "withdrawn" in cleared["detail"]
+    else:
+        assert lines[1].split()[1:3] == ["clear", notice_id], lines[1]
+        assert "withdrawn: " in lines[1]
