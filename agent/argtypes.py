@@ -4,9 +4,10 @@ module so that the commands it loads need not import it back."""
 from __future__ import annotations
 
 import argparse
+import string
 from pathlib import Path
 
-__all__ = ["path_arg"]
+__all__ = ["choice_as_written", "path_arg"]
 
 
 def path_arg(text: str) -> Path:
@@ -17,3 +18,11 @@ def path_arg(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (leave the flag out for the default)")
     return Path(text).expanduser()
+
+
+def choice_as_written(value: str) -> str:
+    """A log level or format as people write it: `INFO`, `Warning`, `WARN` (Python's own
+    alias), `json` with a ConfigMap block's newline. `FOREWARN_LOG_LEVEL=INFO` stopped the
+    agent with exit 2 at every start, for its case alone."""
+    value = value.strip(string.whitespace).lower()
+    return "warning" if value == "warn" else value

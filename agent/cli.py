@@ -35,7 +35,7 @@ from forewarn.protocol.wire import (
     unreachable,
 )
 
-from .argtypes import path_arg
+from .argtypes import choice_as_written, path_arg
 from .eventlines import ReplayTracker, describe
 from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH, deadline_problem
 from .throttle import WarningThrottle
@@ -838,10 +838,14 @@ def build_parser(
         help="serve /metrics, /healthz and /readyz here, e.g. 127.0.0.1:9464 (default: off)",
     )
     agent.add_argument(
-        "--log-level", choices=("debug", "info", "warning", "error"), help="(default info)"
+        "--log-level",
+        type=choice_as_written,
+        choices=("debug", "info", "warning", "error"),
+        help="(default info; any case, warn is warning)",
     )
     agent.add_argument(
         "--log-format",
+        type=choice_as_written,
         choices=("text", "json"),
         help="json: one JSON object per line (default text)",
     )

@@ -48,6 +48,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from .argtypes import choice_as_written
 from .notifications.settings import WebhookSettings
 
 DEFAULT_CONFIG_FILE = Path("/etc/forewarn/forewarn.toml")
@@ -142,7 +143,9 @@ class Settings(BaseSettings):
         description="Size at which `telemetry.jsonl` is rotated (three older files are kept).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
-        default="info", description="Least severe level logged: debug, info, warning or error."
+        default="info",
+        description="Least severe level logged: debug, info, warning or error (any case; warn "
+        "is warning).",
     )
     log_format: Literal["text", "json"] = Field(
         default="text",
@@ -176,6 +179,11 @@ class Settings(BaseSettings):
         # Without the space around it, as the clients read it: a ConfigMap's YAML block ends
         # the value with a newline, and the socket file was `events\n`, where no client looked.
         return value.strip(string.whitespace) if isinstance(value, str) else value
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _choice_any_case(cls, value: Any) -> Any:
+        return choice_as_written(value) if isinstance(value, str) else value
 
     @field_validator("providers", mode="before")
     @classmethod

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import os
 import re
@@ -16,7 +17,7 @@ import annotated_types
 import pytest
 import zmq
 from annotated_types import Ge, Gt, Le
-from forewarn.agent.cli import apply_sets
+from forewarn.agent.cli import apply_sets, build_parser
 from forewarn.agent.config import ConfigError, Settings, load_settings, settings_model
 from forewarn.agent.configdoc import settings_keys
 from forewarn.protocol.errors import UsageError
@@ -989,3 +990,24 @@ def test_a_top_level_key_or_section_in_another_case_is_read(tmp_path: Path) -> N
     config.write_text("Exit_Margin = 5\n[AWS]\ntimeout = 3\n")
     settings = load_settings(config)
     assert settings.exit_margin == 5 and settings.aws.timeout == 3
+
+
+@pytest.mark.parametrize(
+    ("written", "level"),
+    [("INFO", "info"), ("Warning", "warning"), ("WARN", "warning"), ("debug\n", "debug")],
+)
+def test_a_log_level_is_read_as_people_write_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, written: str, level: str
+) -> None:
+    """`FOREWARN_LOG_LEVEL=INFO` (and `--log-level INFO`, `log_level = "WARN"`) stopped the
+    agent with exit 2 at every start, for its case alone, while `providers` took any case."""
+    monkeypatch.setenv("FOREWARN_LOG_LEVEL", written)
+    monkeypatch.setenv("FOREWARN_LOG_FORMAT", written.replace(written.strip(), "JSON"))
+    settings = load_settings()
+    assert (settings.log_level, settings.log_format) == (level, "json")
+    monkeypatch.delenv("FOREWARN_LOG_LEVEL")
+    config = tmp_path / "forewarn.toml"
+    config.write_text(f"log_level = {json.dumps(written)}\n")  # a TOML basic string
+    assert load_settings(config).log_level == level
+    args = build_parser("agent").parse_args(["agent", "--log-level", written.strip()])
+    assert args.log_level == level
