@@ -81,82 +81,73 @@ def test_the_two_setup_commands_are_there_and_ci_runs_the_test_one() -> None:
     assert "test-command" in (ROOT / ".ci" / "run").read_text()
 
 
-def test_the_training_loop_lines_run_as_pasted(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The loop of "Add it to a training loop", run as written after a resume at step 1234:
-    periodic saves count from the resume point. Without `guard.resumed(step)` the first step
-    after every restart saved again (1235), and the saves after it left the every-600 grid."""
+def _run_training_loop(monkeypatch, made: list[Any], loop: dict[str, Any]) -> Any:  # type: ignore[no-untyped-def]
+    """Run the loop of "Add it to a training loop" as written, in the namespace `loop` (resume,
+    train_one_step, save, total_steps; the loop's own names land there too), with the README's
+    guard without an agent, a flag file or signal handlers; each guard made goes into `made`.
+    Returns the loop's exit code."""
     import forewarn.clients
     from forewarn.clients import CheckpointGuard
 
     section = README.split("## Add it to a training loop", 1)[1]
     code = re.search(r"```python\n(.+?)```", section, re.S)
     assert code
-    made: list[CheckpointGuard] = []
 
     class Quiet(CheckpointGuard):
-        """The README's guard, without an agent, a flag file or signal handlers."""
-
         def __init__(self, *args: object, **options: object) -> None:
             options.update(notices=False, flag_file=None, handle_signals=False)
             super().__init__(*args, **options)  # type: ignore[arg-type]
             made.append(self)
 
     monkeypatch.setattr(forewarn.clients, "CheckpointGuard", Quiet)
-    saves: list[int] = []
-    loop = {
-        "resume": lambda: 1234,
-        "train_one_step": lambda: None,
-        "save": lambda step: saves.append(step) or 0.01,
-        "total_steps": 2500,
-    }
     try:
         with pytest.raises(SystemExit) as exited:
             exec(code.group(1), loop)
     finally:
         for guard in made:
             guard.close()
+    return exited.value.code
+
+
+def test_the_training_loop_lines_run_as_pasted(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The loop of "Add it to a training loop", run as written after a resume at step 1234:
+    periodic saves count from the resume point. Without `guard.resumed(step)` the first step
+    after every restart saved again (1235), and the saves after it left the every-600 grid."""
+    saves: list[int] = []
+    code = _run_training_loop(
+        monkeypatch,
+        [],
+        {
+            "resume": lambda: 1234,
+            "train_one_step": lambda: None,
+            "save": lambda step: saves.append(step) or 0.01,
+            "total_steps": 2500,
+        },
+    )
     assert saves == [1834, 2434]
-    assert exited.value.code == 0, "training finished"
+    assert code == 0, "training finished"
 
 
 def test_the_training_loop_exits_143_after_a_terminate_save(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The same loop, with an exit asked for (as a terminate or SIGTERM does) at step 1300:
     it saves, leaves the loop and ends the process with 143. It ended with 0 (the loop only
     broke out), which marks a reclaimed Kubernetes Job complete: it never resumed."""
-    import forewarn.clients
-    from forewarn.clients import CheckpointGuard
-
-    section = README.split("## Add it to a training loop", 1)[1]
-    code = re.search(r"```python\n(.+?)```", section, re.S)
-    assert code
-    made: list[CheckpointGuard] = []
-
-    class Quiet(CheckpointGuard):
-        def __init__(self, *args: object, **options: object) -> None:
-            options.update(notices=False, flag_file=None, handle_signals=False)
-            super().__init__(*args, **options)  # type: ignore[arg-type]
-            made.append(self)
+    made: list[Any] = []
+    saves: list[int] = []
 
     def train_one_step() -> None:
         if loop["step"] == 1299:
             made[0].request("terminate", exit=True)
 
-    monkeypatch.setattr(forewarn.clients, "CheckpointGuard", Quiet)
-    saves: list[int] = []
     loop: dict[str, Any] = {
         "resume": lambda: 1234,
         "train_one_step": train_one_step,
         "save": lambda step: saves.append(step) or 0.01,
         "total_steps": 2500,
     }
-    try:
-        with pytest.raises(SystemExit) as exited:
-            exec(code.group(1), loop)
-    finally:
-        for guard in made:
-            guard.close()
+    code = _run_training_loop(monkeypatch, made, loop)
     assert saves == [1300]
-    assert exited.value.code == 143
+    assert code == 143
 
 
 def test_the_training_loop_exits_at_once_on_an_exit_pending_at_resume(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -165,41 +156,26 @@ def test_the_training_loop_exits_at_once_on_an_exit_pending_at_resume(monkeypatc
     writes nothing, as "A notice during the first step" says. The pasted lines had no
     `due(step)` after `resumed(step)`: they trained the first step (compile, warm-up) and saved
     again at 1235, so a lead shorter than that step plus a flush lost the save mid-write."""
-    import forewarn.clients
-    from forewarn.clients import CheckpointGuard
-
-    section = README.split("## Add it to a training loop", 1)[1]
-    code = re.search(r"```python\n(.+?)```", section, re.S)
-    assert code
-    made: list[CheckpointGuard] = []
-
-    class Quiet(CheckpointGuard):
-        def __init__(self, *args: object, **options: object) -> None:
-            options.update(notices=False, flag_file=None, handle_signals=False)
-            super().__init__(*args, **options)  # type: ignore[arg-type]
-            made.append(self)
+    made: list[Any] = []
+    saves: list[int] = []
+    trained: list[None] = []
 
     def resume() -> int:
         made[0].request("terminate", exit=True)
         return 1234
 
-    monkeypatch.setattr(forewarn.clients, "CheckpointGuard", Quiet)
-    saves: list[int] = []
-    trained: list[None] = []
-    loop: dict[str, Any] = {
-        "resume": resume,
-        "train_one_step": lambda: trained.append(None),
-        "save": lambda step: saves.append(step) or 0.01,
-        "total_steps": 2500,
-    }
-    try:
-        with pytest.raises(SystemExit) as exited:
-            exec(code.group(1), loop)
-    finally:
-        for guard in made:
-            guard.close()
+    code = _run_training_loop(
+        monkeypatch,
+        made,
+        {
+            "resume": resume,
+            "train_one_step": lambda: trained.append(None),
+            "save": lambda step: saves.append(step) or 0.01,
+            "total_steps": 2500,
+        },
+    )
     assert (len(trained), saves) == (0, [])
-    assert exited.value.code == 143
+    assert code == 143
 
 
 def _documented_api() -> dict[str, Any]:
