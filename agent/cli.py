@@ -687,9 +687,10 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
 
     from forewarn.providers.registry import REGISTRY
 
-    from .drill_local import run_local_drill
+    from .drill_local import check_steps, minimum_steps, run_local_drill
     from .drill_reclaim import run_reclaim_drill
 
+    steps_given = getattr(args, "steps", None) is not None
     _drill_local_options(args)
 
     # Only a simulator with a drill script can stand in for the control socket: DigitalOcean's
@@ -713,6 +714,13 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     if args.background and (args.upload_delay <= 0 or args.deadline <= 0):
         flag = "--upload-delay" if args.upload_delay <= 0 else "--deadline"
         raise UsageError(f"drill local: {flag}: must be more than 0 seconds")
+    if args.scenario == "quick":
+        if not steps_given:
+            # A slow --upload-delay spaces the periodic saves out past the default run: the
+            # default grows to fit rather than be refused as if the user had asked for 400.
+            least = minimum_steps(args.step_time, args.background, args.upload_delay)
+            args.steps = max(args.steps, least)
+        check_steps(args.steps, args.step_time, args.background, args.upload_delay)
     # A lead of 0 s sent every notice with its deadline already past: the agent refused each,
     # and the drill ran its cells on without one.
     if args.scenario != "quick" and args.lead <= 0:
@@ -942,7 +950,10 @@ def build_parser(
         "(aws, gcp, azure, kubernetes)",
     )
     local.add_argument(
-        "--steps", type=_positive_int, default=None, help="steps of the demo run (default 400)"
+        "--steps",
+        type=_positive_int,
+        default=None,
+        help="steps of the demo run (default 400; at least 100, more with --background)",
     )
     local.add_argument(
         "--step-time",

@@ -38,6 +38,50 @@ READY_TIMEOUT = 60.0  # a loaded machine starts Python slowly; a live agent answ
 PHASE_TIMEOUT = 30.0
 # The demo's exit after its terminate save: 128 + SIGTERM, as `CheckpointGuard.exit_code`.
 RECLAIMED_EXIT = 143
+# The drain goes out a fifth into the run (step 20 at the least), the terminate AFTER_DRAIN
+# steps after the drain's save. A run shorter than MIN_STEPS finished before one of them
+# (`--steps 10`): the drill started an agent and a demo only to fail, exit 1, late.
+AFTER_DRAIN = 20
+MIN_STEPS = 100
+# What MIN_STEPS leaves after the terminate is due: notice latency on a loaded machine.
+_MARGIN = MIN_STEPS - MIN_STEPS // 5 - AFTER_DRAIN
+
+
+def periodic_every(step_time: float, upload_delay: float) -> int:
+    """The --background demo's periodic save interval, in steps: about two uploads' time, so
+    that uploads overlap training but never each other."""
+    return max(20, int(2 * upload_delay / max(step_time, 0.001)))
+
+
+def minimum_steps(step_time: float, background: bool, upload_delay: float) -> int:
+    """The least --steps the quick drill runs in. With --background the terminate waits, after
+    the drain's save and AFTER_DRAIN steps, for the next periodic save: up to a whole interval
+    more, which the run must leave room for, with MIN_STEPS' margin after it."""
+    if not background:
+        return MIN_STEPS
+    # The least n with n - n // 5 (all but the fifth before the drain) >= needed.
+    needed = AFTER_DRAIN + periodic_every(step_time, upload_delay) + _MARGIN
+    return max(MIN_STEPS, 5 * (needed - 1) // 4 + 1)
+
+
+def check_steps(steps: int, step_time: float, background: bool, upload_delay: float) -> None:
+    """Refuse, before anything starts, a --steps too few for the drill to send its notices."""
+    least = minimum_steps(step_time, background, upload_delay)
+    if steps >= least:
+        return
+    if background:
+        every = periodic_every(step_time, upload_delay)
+        shape = (
+            f"a drain at step {least // 5}, and a terminate during the first periodic save "
+            f"(every {every} steps) from {AFTER_DRAIN} steps after the drain's save"
+        )
+    else:
+        shape = (
+            f"a drain at step {MIN_STEPS // 5} and a terminate {AFTER_DRAIN} steps after that save"
+        )
+    raise UsageError(
+        f"drill local: --steps: at least {least} for this drill ({shape}), got {steps}"
+    )
 
 
 # What runs the reclaim scenarios: (args, work directory, base environment) -> exit code.
@@ -383,8 +427,7 @@ def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) 
     ]
     background = bool(getattr(args, "background", False))
     if background:
-        # A periodic save every ~2 uploads' time: uploads overlap training, never each other.
-        every = max(20, int(2 * args.upload_delay / max(args.step_time, 0.001)))
+        every = periodic_every(args.step_time, args.upload_delay)
         demo_argv += ["--background", "--upload-delay", str(args.upload_delay)]
         demo_argv += ["--every-steps", str(every)]
     try:
@@ -412,8 +455,9 @@ def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) 
         timeline.add(demo.step, f"drain sent ({notice})")
         demo.waiting = _unanswered("drain", demo.step, too_short)
         drained = _until_saved_for(demo, timeline, "drain")
-        demo.waiting = f"step {drained['step'] + 20}, 20 steps after the drain's save: {too_short}"
-        while demo.step < drained["step"] + 20:
+        after = drained["step"] + AFTER_DRAIN
+        demo.waiting = f"step {after}, {AFTER_DRAIN} steps after the drain's save: {too_short}"
+        while demo.step < after:
             demo.next()
         timeline.add(demo.step, "training went on after the drain flush")
 
@@ -499,4 +543,12 @@ def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) 
             shutil.rmtree(work, ignore_errors=True)
 
 
-__all__ = ["ReclaimDrill", "run_local_drill"]
+__all__ = [
+    "AFTER_DRAIN",
+    "MIN_STEPS",
+    "ReclaimDrill",
+    "check_steps",
+    "minimum_steps",
+    "periodic_every",
+    "run_local_drill",
+]

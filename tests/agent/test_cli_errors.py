@@ -135,6 +135,8 @@ CASES = [
     (["status", "--timeout", "0"], {}, "(leave --timeout out for the default 30s)"),
     (["notify", "drain", "--timeout", "0s"], {}, "(leave --timeout out for the default 30s)"),
     (["drill", "local", "--steps", "-1"], {}, "drill local: --steps: must be 1 or more"),
+    (["drill", "local", "--steps", "1"], {}, "drill local: --steps: at least 100"),
+    (["drill", "local", "--background", "--steps", "150"], {}, "--steps: at least 287"),
     (["drill", "local", "--lead", "-3"], {}, "drill local: --lead: not a duration"),
     (["drill", "local", "--dir", "{file}/work"], {}, "drill local: --dir: cannot use"),
     (["drill", "local", "--background", "--provider", "aws"], {}, "drill local: --background"),

@@ -339,24 +339,68 @@ def test_an_interrupt_while_the_agent_starts_stops_that_agent(
     assert started and started[0].poll() is not None
 
 
-def test_a_run_too_short_for_the_drill_is_said_at_once(tmp_path: Path, env: dict[str, str]) -> None:
-    """`--steps 10`: the demo finished before the drain was due; the drill waited 30 s for
-    it and failed with "the demo said nothing for 30s"."""
-    started = time.monotonic()
-    done = subprocess.run(
-        forewarn_cmd("drill", "local", "--steps", "10", "--dir", str(tmp_path / "drill")),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 1
-    assert "said nothing" not in done.stderr
-    assert (
-        "the demo finished its run (step 10) before step 20, where the drill sends its drain: "
-        "give it more steps (--steps)" in done.stderr
-    )
-    assert time.monotonic() - started < drill_local.PHASE_TIMEOUT
+def test_a_run_too_short_for_the_drill_is_refused_before_anything_starts(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`--steps 10` (and `--steps 1`): the drill started the agent and the demo, which
+    finished before the drain was due, and failed with exit 1 (earlier still it waited 30 s,
+    "the demo said nothing for 30s"). A run too short for the drill is refused, exit 2,
+    with the least --steps it runs in, and no agent is started."""
+    work = tmp_path / "drill"
+    for steps in ("1", "10", str(drill_local.MIN_STEPS - 1)):
+        done = subprocess.run(
+            forewarn_cmd("drill", "local", "--steps", steps, "--dir", str(work)),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+        assert (
+            f"drill local: --steps: at least {drill_local.MIN_STEPS} for this drill "
+            f"(a drain at step 20 and a terminate 20 steps after that save), got {steps}"
+        ) in done.stderr
+        assert "agent started" not in done.stdout
+        assert not (work / "machine-1").exists()
+
+
+def test_the_least_steps_of_a_background_drill_leave_room_for_a_periodic_save() -> None:
+    """With --background the terminate waits for the first periodic save after the drain:
+    the least --steps leaves a whole interval after the drain's point (a fifth into the run)
+    and the 20 steps after its save, with MIN_STEPS' margin."""
+    for step_time, upload_delay in ((0.02, 1.5), (0.001, 0.01), (0.5, 30.0)):
+        every = drill_local.periodic_every(step_time, upload_delay)
+        least = drill_local.minimum_steps(step_time, True, upload_delay)
+        assert least >= drill_local.MIN_STEPS
+        latest_terminate = least // 5 + drill_local.AFTER_DRAIN + every
+        assert least - latest_terminate >= 40, (step_time, upload_delay, least)
+    assert drill_local.minimum_steps(0.02, False, 1.5) == drill_local.MIN_STEPS
+
+
+def test_the_default_steps_of_a_background_drill_grow_to_the_least_it_runs_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A slow --upload-delay spaces the periodic saves beyond the default 400 steps: left
+    out, --steps grows to the drill's least rather than being refused as a given 400 is."""
+    from forewarn.agent.cli import main
+
+    ran: list[int] = []
+
+    def fake_drill(args: argparse.Namespace, reclaim: object = None) -> int:
+        ran.append(args.steps)
+        return 0
+
+    monkeypatch.setattr(drill_local, "run_local_drill", fake_drill)
+    work = str(tmp_path / "drill")
+    least = drill_local.minimum_steps(0.02, True, 3.0)
+    assert least > 400
+    assert main(["drill", "local", "--background", "--upload-delay", "3", "--dir", work]) == 0
+    assert ran == [least]
+    given = ["--steps", "400", "--dir", work]
+    assert main(["drill", "local", "--background", "--upload-delay", "3", *given]) == 2
+    assert f"--steps: at least {least} for this drill" in capsys.readouterr().err
+    assert main(["drill", "local", "--dir", work]) == 0
+    assert ran == [least, 400]
 
 
 def test_a_reclaim_scenario_without_torch_names_the_extra(
