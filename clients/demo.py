@@ -182,37 +182,49 @@ def main(argv: Sequence[str] | None = None) -> int:
                 deadline=event.deadline.timestamp() if event.deadline else None,
             )
         )
+
+    def save(step: int) -> bool:
+        """Save `step` as the guard asked; true when the demo is to exit."""
+        if args.background:
+            in_flight = guard.saver.in_flight if guard.saver is not None else None
+            result = guard.save_state(step, {"step": step, "state": state})
+        else:
+            in_flight = None
+            result = guard.save(step, writer(step, state))
+        say(
+            "saved",
+            step=step,
+            reasons=list(result.reasons),
+            exit=result.exit,
+            state=state[:12],
+            seconds=result.flush_seconds,
+            background=args.background and not result.exit,
+            in_flight=in_flight,
+            choice=result.choice,
+            choice_reason=result.choice_reason,
+        )
+        if result.exit:
+            say("exit", step=step)
+        return result.exit
+
     if step:
+        # Not on a fresh start: the agent would log a resume from step 0 (as the Lightning
+        # and transformers callbacks, which report one only from a checkpoint).
         guard.resumed(step, restore_seconds=restore_seconds)
     try:
+        # As the README's loop: a terminate or SIGTERM that came during the restore is
+        # answered at the resume point (nothing new written), not after one more step
+        # trained inside the lead.
+        if guard.due(step) and save(step):
+            return guard.exit_code
         while step < args.steps:
             time.sleep(args.step_time)
             state = advance(state, step)
             step += 1
             say("step", step=step)
-            if guard.due(step):
-                if args.background:
-                    in_flight = guard.saver.in_flight if guard.saver is not None else None
-                    result = guard.save_state(step, {"step": step, "state": state})
-                else:
-                    in_flight = None
-                    result = guard.save(step, writer(step, state))
-                say(
-                    "saved",
-                    step=step,
-                    reasons=list(result.reasons),
-                    exit=result.exit,
-                    state=state[:12],
-                    seconds=result.flush_seconds,
-                    background=args.background and not result.exit,
-                    in_flight=in_flight,
-                    choice=result.choice,
-                    choice_reason=result.choice_reason,
-                )
-                if result.exit:
-                    say("exit", step=step)
-                    # As the README's loop: 143, not 0, so the platform restarts the job.
-                    return guard.exit_code
+            # As the README's loop: 143, not 0, so the platform restarts the job.
+            if guard.due(step) and save(step):
+                return guard.exit_code
         if guard.saver is not None:
             guard.saver.wait()  # the last background save, if one is in flight
         if step not in store.steps():

@@ -167,6 +167,48 @@ def test_resume_continues_from_the_saved_step(tmp_path: Path, env: dict[str, str
     assert again.finish()[0] == 0
 
 
+# The demo with a SIGTERM that arrives while it restores: sent in `resumed`, before any step.
+SIGTERM_DURING_THE_RESTORE = """
+import os, signal, sys
+from forewarn.clients import demo
+
+class Restoring(demo.CheckpointGuard):
+    def resumed(self, step, **kwargs):
+        super().resumed(step, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+demo.CheckpointGuard = Restoring
+sys.exit(demo.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("mode", [[], ["--background"]])
+def test_a_sigterm_during_the_restore_is_answered_at_the_resume_point(
+    tmp_path: Path, env: dict[str, str], mode: list[str]
+) -> None:
+    """The demo, the model of a user's loop, did not call `due(step)` after `resumed(step)`
+    as README's loop does: a SIGTERM (or terminate) that came during the restore was answered
+    only after one more step, trained inside the lead, and saved as a new generation. It is
+    answered at the resume point, which is durable: nothing is written, no step trained."""
+    store = tmp_path / "ckpt"
+    first = Training(env, store, "--steps", "30", "--step-time", "0", *mode)
+    assert first.finish(timeout=60)[0] == 0
+    command = [sys.executable, "-c", SIGTERM_DURING_THE_RESTORE, "--dir", str(store), *mode]
+    again = subprocess.run(
+        [*command, "--steps", "100000", "--step-time", "0.5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    events = [json.loads(line) for line in again.stdout.splitlines() if line.strip()]
+    assert again.returncode == EXIT_RECLAIMED, again.stderr
+    assert [e["event"] for e in events] == ["resumed", "saved", "exit"], events
+    assert events[0]["step"] == 30
+    assert events[1]["step"] == 30 and events[1]["exit"] and events[1]["reasons"] == ["signal"]
+    assert sorted(p.name for p in store.iterdir() if p.name.startswith("step-"))[-1].endswith("30")
+
+
 def test_two_sigterms_at_once_still_give_one_save_then_exit_143(tmp_path: Path) -> None:
     """systemd's control-group kill and torchrun's forwarding each send a SIGTERM: the
     second must not kill the process before its save."""
