@@ -34,6 +34,8 @@ from forewarn.protocol.errors import DrillError, UsageError
 from forewarn.protocol.timefmt import format_time
 from forewarn.protocol.wire import request
 
+from .tethered import tethered
+
 READY_TIMEOUT = 60.0  # a loaded machine starts Python slowly; a live agent answers long before
 PHASE_TIMEOUT = 30.0
 # The demo's exit after its terminate save: 128 + SIGTERM, as `CheckpointGuard.exit_code`.
@@ -109,8 +111,9 @@ class Demo:
     """The demo training loop as a subprocess, its JSON lines read on a thread."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        # Tethered: a drill killed outright (kill -9) left the demo training on.
         self.proc = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            tethered(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.step = 0
@@ -317,8 +320,10 @@ class Machine:
             argv += ["--provider", provider]
         self.log_path = work / name / "agent.log"
         self.log = self.log_path.open("w")
+        # Tethered: a drill killed outright (kill -9) left its agent holding the runtime
+        # directory and ports.
         self.agent = subprocess.Popen(
-            argv, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, text=True
+            tethered(argv), env=self.env, stdout=self.log, stderr=subprocess.STDOUT, text=True
         )
         try:
             _wait_for_agent(self.control, self.agent)

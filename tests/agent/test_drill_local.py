@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import signal
@@ -293,6 +294,29 @@ def test_a_drill_stopped_by_a_signal_leaves_no_process_behind(
             drill.kill()
             drill.wait()
     eventually(lambda: not processes_of(work), timeout=10, what="no process of the drill left")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_drill_killed_outright_takes_its_agent_and_demo_with_it(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`kill -9` of the drill runs none of its cleanup: its agent and demo went on running,
+    orphans holding the ports and the run directory. They get SIGTERM when the drill dies."""
+    work = tmp_path / "drill"
+    drill = _training_drill(work, env)
+    try:
+        running = " ".join(processes_of(work)).replace("\\x00", " ")
+        assert "-m forewarn.clients.demo" in running and "forewarn.agent.cli agent" in running
+        drill.kill()
+        drill.wait()
+        eventually(lambda: not processes_of(work), timeout=10, what="no process of the drill left")
+    finally:
+        if drill.poll() is None:
+            drill.kill()
+            drill.wait()
+        for line in processes_of(work):  # this test's orphans, if the drill's did not go
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.partition(":")[0]), signal.SIGKILL)
 
 
 def test_a_second_drill_in_the_same_dir_is_refused_while_the_first_runs(
