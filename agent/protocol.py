@@ -59,6 +59,16 @@ def _wire_time(value: Any) -> Any:
 
 WireTime = Annotated[Timestamp, BeforeValidator(_wire_time)]
 
+
+def _exact_version(value: Any) -> Any:
+    """Lax `Literal[1]` takes `true` and `1.0` (both equal 1 in Python) for protocol v1."""
+    if type(value) is not int:
+        raise ValueError(f"must be the integer {PROTOCOL_VERSION}, not a {type(value).__name__}")
+    return value
+
+
+Version = Annotated[Literal[1], BeforeValidator(_exact_version)]
+
 # Fields of a request that the agent writes into its log lines: no control characters, so a
 # request cannot forge a log line with a newline or send a terminal escape to whoever reads
 # the log.
@@ -92,7 +102,7 @@ class _Message(BaseModel):
 class Notice(_Message):
     """A normalized notice as published on the `notice` topic."""
 
-    v: Literal[1] = 1
+    v: Version = 1
     id: str
     seq: int = Field(ge=0)
     action: Action
@@ -144,7 +154,7 @@ def _replace_surrogates(value: Any) -> Any:
 class Heartbeat(_Message):
     """Sent every second on the `heartbeat` topic, so silence can be told from death."""
 
-    v: Literal[1] = 1
+    v: Version = 1
     seq: int = Field(ge=0)
     agent: str
     version: str

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.protocol.wire import PROTOCOL_VERSION
 
 
 def load_json(payload: bytes | str, what: str) -> Any:
@@ -43,8 +44,9 @@ class Event:
         """Parse one notice. Whatever the payload, a malformed one raises ValueError naming
         what is wrong and nothing else: the subscriber drops it and goes on listening."""
         raw = load_json(payload, "notice")
-        if not isinstance(raw, dict) or raw.get("v") != 1:
-            raise ValueError("not a protocol v1 notice")
+        if not isinstance(raw, dict):
+            raise ValueError("not a protocol v1 notice: not a JSON object")
+        _check_version(raw)
         seq = _field(raw, "seq")
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise ValueError(f"notice field 'seq' is not an integer: {type(seq).__name__}")
@@ -70,6 +72,18 @@ class Event:
         if self.deadline is None:
             return None
         return (self.deadline - utcnow()).total_seconds()
+
+
+def _check_version(raw: dict[str, Any]) -> None:
+    """ValueError naming field 'v' unless it is the integer 1. `true == 1` and `1.0 == 1` in
+    Python, so comparing alone took either for protocol v1."""
+    version = raw.get("v")
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        shown = "missing" if "v" not in raw else f"{version!r:.40} ({type(version).__name__})"
+        raise ValueError(
+            f"not a protocol v1 notice: field 'v' must be the integer {PROTOCOL_VERSION}, "
+            f"got {shown}"
+        )
 
 
 def _field(raw: dict[str, Any], name: str) -> Any:

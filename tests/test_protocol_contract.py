@@ -9,12 +9,16 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import forewarn.protocol as protocol
+import pytest
 from forewarn.agent.protocol import Heartbeat, Notice, NotifyRequest
 from forewarn.clients.event import Event
 from forewarn.providers.report import Report
+from hypothesis import example, given
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 SCHEMA = Path(__file__).resolve().parent.parent / "clients" / "schema" / "protocol-v1.json"
 
@@ -93,6 +97,69 @@ def test_a_deadline_before_year_1000_reaches_the_client() -> None:
     assert payload["sent_at"] == "0999-12-31T23:59:59.500Z"
     event = Event.from_json(notice.model_dump_json())
     assert event.deadline == zero
+
+
+NOTICE: dict[str, Any] = {
+    "v": 1,
+    "id": "aws/spot-itn/1",
+    "seq": 3,
+    "action": "terminate",
+    "reason": "spot-interruption",
+    "provider": "aws",
+    "deadline": None,
+    "noticed_at": "2026-11-30T03:10:00.120Z",
+    "sent_at": "2026-11-30T03:10:00.121Z",
+    "detail": {},
+}
+HEARTBEAT: dict[str, Any] = {
+    "v": 1,
+    "seq": 3,
+    "agent": "node-1",
+    "version": "0.0.0",
+    "providers": ["aws"],
+    "active": [],
+    "sent_at": "2026-11-30T03:10:00.121Z",
+}
+# Anything JSON holds but the integer 1: the values equal to 1 in Python (true, 1.0) most of all.
+NOT_ONE = st.one_of(
+    st.just(True),
+    st.just(1.0),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=1),
+).filter(lambda value: not (type(value) is int and value == 1))
+
+
+def _refused_naming_v(model: Any, payload: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        model.model_validate_json(payload)
+    assert [error["loc"] for error in raised.value.errors()] == [("v",)]
+
+
+@given(NOT_ONE)
+@example(True)
+@example(1.0)
+def test_a_version_other_than_the_integer_1_is_refused_naming_v(version: Any) -> None:
+    notice = json.dumps({**NOTICE, "v": version})
+    with pytest.raises(ValueError, match="field 'v' must be the integer 1"):
+        Event.from_json(notice)
+    _refused_naming_v(Notice, notice)
+    _refused_naming_v(Heartbeat, json.dumps({**HEARTBEAT, "v": version}))
+    # A state file's notices are read as Python objects, not JSON.
+    with pytest.raises(ValidationError):
+        Notice.model_validate({**NOTICE, "v": version})
+
+
+def test_the_integer_1_is_protocol_v1_on_both_sides() -> None:
+    assert Event.from_json(json.dumps(NOTICE)).id == NOTICE["id"]
+    assert Notice.model_validate_json(json.dumps(NOTICE)).v == 1
+    assert Heartbeat.model_validate_json(json.dumps(HEARTBEAT)).v == 1
+    with pytest.raises(ValueError, match="field 'v' must be the integer 1, got missing"):
+        Event.from_json(json.dumps({name: NOTICE[name] for name in NOTICE if name != "v"}))
 
 
 def test_importing_the_protocol_loads_no_third_party_module() -> None:
