@@ -8,7 +8,7 @@ import os
 import string
 import types
 from pathlib import PurePath
-from typing import Annotated, Any, ClassVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
 
 from forewarn.protocol.timefmt import parse_duration
@@ -86,12 +86,21 @@ def _holds_path(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, PurePath)
 
 
+def _is_word(annotation: Any) -> bool:
+    """Whether a key holds a boolean or one of a few words (`Literal["drain", "ignore"]`)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return len(args) == 1 and _is_word(args[0])
+    return annotation is bool or get_origin(annotation) is Literal
+
+
 def read_value(field: FieldInfo | None, value: Any) -> Any:
     """`value` as a key of `field` reads it, whatever the source: an empty path is the key's
     default (`FOREWARN_STATE_DIR=` was Path("."), the working directory, while the clients
     read an empty FOREWARN_RUNTIME_DIR as unset), a path loses the space around it and one
     starting `~` is in a home directory (in a flag's Path too), as `wire.runtime_dir` reads
-    it too; seconds as `as_seconds` reads them."""
+    it too; a boolean or a word loses the space around it; seconds as `as_seconds` reads
+    them."""
     if field is not None and isinstance(value, PurePath) and _holds_path(field.annotation):
         # A flag's value: `--state-dir=~/fw` reaches here unexpanded, as no shell expands a
         # `~` after `=`, and made a directory named `~` while the clients looked in home.
@@ -103,6 +112,11 @@ def read_value(field: FieldInfo | None, value: Any) -> Any:
         # ConfigMap's YAML block (`FOREWARN_RUNTIME_DIR: |`) ends the value with a newline,
         # which made `/run/forewarn\n` beside the shared volume.
         return os.path.expanduser(value.strip(string.whitespace))
+    if field is not None and isinstance(value, str) and _is_word(field.annotation):
+        # A ConfigMap's YAML block (`FOREWARN_KUBERNETES_CORDON: |`) or a file made with
+        # `--from-file` ends `true` with a newline: pydantic refused `true\n`, and the agent
+        # stopped with exit 2 at every start. Numbers and durations were read stripped already.
+        return value.strip(string.whitespace)
     return as_seconds(field, value)
 
 
