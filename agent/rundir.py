@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import stat
 from pathlib import Path
 
-from forewarn.protocol.errors import ForewarnError
+from forewarn.protocol.errors import ConfigError, ForewarnError
+from forewarn.protocol.wire import AGENT_LOCK
+
+log = logging.getLogger("forewarn.agent")
+
+# Held in the state directory while the agent runs, as `agent.lock` in the runtime directory.
+STATE_LOCK = "state.lock"
 
 
 class RunDirError(ForewarnError, RuntimeError):
@@ -82,4 +89,66 @@ class AgentLock:
             self.fd = None
 
 
-__all__ = ["AgentLock", "LockHeld", "RunDirError", "check_private_dir"]
+class AgentDirs:
+    """The runtime and state directories as one agent holds them: made, checked and locked."""
+
+    def __init__(self, runtime_dir: Path, state_dir: Path) -> None:
+        self.runtime_dir = runtime_dir
+        self.state_dir = state_dir
+        self.lock: AgentLock | None = None
+        self.state_lock: AgentLock | None = None
+
+    def hold(self) -> AgentDirs:
+        """Make the directories and take their locks; ConfigError naming the directory (and,
+        when another agent holds it, that agent's pid) when this agent cannot have them.
+        Taken before the agent binds anything: a second agent with the same metrics_address
+        reported the port in use, not the agent that holds the directory."""
+        _prepare_dir(self.runtime_dir, "runtime directory", 0o750)
+        _prepare_dir(self.state_dir, "state directory", 0o750)
+        try:
+            # Others must not be able to replace the sockets or plant a flag file.
+            check_private_dir(self.runtime_dir, "runtime directory")
+            self.lock = AgentLock(self.runtime_dir / AGENT_LOCK).acquire()
+            if not os.path.samefile(self.state_dir, self.runtime_dir):
+                self._lock_state_dir()
+        except RunDirError as error:
+            self.release()
+            raise ConfigError(str(error)) from None
+        return self
+
+    def _lock_state_dir(self) -> None:
+        """Two agents on one state directory (a `state_dir` in the machine's config file,
+        FOREWARN_STATE_DIR left set) saved over each other's state, and one restarted restored
+        the other's notices: a terminate for jobs it was never raised for. LockHeld when
+        another agent uses it; a lock that cannot be made (a full disk) stops nothing, as a
+        state file that cannot be written does not."""
+        lock = AgentLock(self.state_dir / STATE_LOCK, "keeps its state in {dir}", "--state-dir")
+        try:
+            self.state_lock = lock.acquire()
+        except LockHeld:
+            raise
+        except RunDirError as error:
+            log.warning(
+                "cannot lock the state directory %s (%s); a second agent there would not be "
+                "refused",
+                self.state_dir,
+                error,
+            )
+
+    def release(self) -> None:
+        for lock in (self.lock, self.state_lock):
+            if lock is not None:
+                lock.release()
+        self.lock = self.state_lock = None
+
+
+def _prepare_dir(path: Path, what: str, mode: int) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=mode)
+    except OSError as error:
+        raise ConfigError(f"{what} {path}: cannot create it ({error.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {path}: not writable by uid {os.getuid()}")
+
+
+__all__ = ["STATE_LOCK", "AgentDirs", "AgentLock", "LockHeld", "RunDirError", "check_private_dir"]

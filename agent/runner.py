@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forewarn.protocol.timefmt import utcnow
-from forewarn.protocol.wire import AGENT_LOCK, TOKEN_FILE, ipc_path, needs_token, request
+from forewarn.protocol.wire import TOKEN_FILE, ipc_path, needs_token, request
 from forewarn.providers import Closable, FlushAware, PollHealth, Watcher, WatcherContext
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.health import WATCHER_FAILED
@@ -49,7 +49,7 @@ from .protocol import (
     StatusReply,
 )
 from .publisher import BindError, Publisher
-from .rundir import AgentLock, LockHeld, RunDirError, check_private_dir
+from .rundir import AgentDirs
 from .selfprobe import ControlProbe
 from .state import AgentState, boot_id, encode_state, load_seq_mark, load_state, save_seq_mark
 from .statewriter import StateWriter
@@ -64,8 +64,6 @@ except Exception:  # running from a source tree that is not installed
     VERSION = "0.0.0"
 
 DETECT_TIMEOUT = 1.5
-# Held in the state directory while the agent runs, as `agent.lock` in the runtime directory.
-STATE_LOCK = "state.lock"
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 STOP_GRACE = 0.5
@@ -91,15 +89,6 @@ CLOCK_RECHECK = 1.0
 ACKS_REMEMBERED = 256
 
 
-def _prepare_dir(path: Path, what: str, mode: int) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=mode)
-    except OSError as error:
-        raise ConfigError(f"{what} {path}: cannot create it ({error.strerror})") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"{what} {path}: not writable by uid {os.getuid()}")
-
-
 # The most descriptors the agent asks for when its hard limit is unlimited.
 FD_LIMIT_CAP = 1 << 20
 
@@ -123,13 +112,16 @@ def raise_fd_limit() -> tuple[int, int]:
 
 
 class Agent:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, dirs: AgentDirs | None = None) -> None:
+        """`dirs`: the directories, already held (`run_agent` takes them before the metrics
+        server binds); without them, `run` takes them."""
         self.settings = settings
         # SIGTERM or SIGINT that came before `run` put the loop's handlers in (`run_agent`
         # notes them): each is a stop as soon as `run` is going.
         self.stops_asked: list[int] = []
         self.runtime_dir = settings.resolved_runtime_dir()
         self.state_dir = settings.resolved_state_dir()
+        self.dirs = dirs if dirs is not None else AgentDirs(self.runtime_dir, self.state_dir)
         self.state_path = self.state_dir / "state.json"
         self.state_writer = StateWriter(self.state_path, self._state_written)
         self.seq_path = self.state_dir / "seq"
@@ -220,17 +212,8 @@ class Agent:
         before, after = raise_fd_limit()
         if after != before:
             log.debug("open-file limit raised from %d to %d", before, after)
-        _prepare_dir(self.runtime_dir, "runtime directory", 0o750)
-        _prepare_dir(self.state_dir, "state directory", 0o750)
-        try:
-            # Others must not be able to replace the sockets or plant a flag file.
-            check_private_dir(self.runtime_dir, "runtime directory")
-            self.lock = AgentLock(self.runtime_dir / AGENT_LOCK).acquire()
-            if not os.path.samefile(self.state_dir, self.runtime_dir):
-                self._lock_state_dir()
-        except RunDirError as error:
-            self._release_lock()
-            raise ConfigError(str(error)) from None
+        if self.dirs.lock is None:
+            self.dirs.hold()
         self._check_no_other_agent()
         state = load_state(self.state_path)
         self.sequencer = Sequencer(
@@ -364,25 +347,6 @@ class Agent:
         self._release_lock()
         log.info("stopped")
         return self._exit_code
-
-    def _lock_state_dir(self) -> None:
-        """Two agents on one state directory (a `state_dir` in the machine's config file,
-        FOREWARN_STATE_DIR left set) saved over each other's state, and one restarted restored
-        the other's notices: a terminate for jobs it was never raised for. LockHeld when
-        another agent uses it; a lock that cannot be made (a full disk) stops nothing, as a
-        state file that cannot be written does not."""
-        lock = AgentLock(self.state_dir / STATE_LOCK, "keeps its state in {dir}", "--state-dir")
-        try:
-            self.state_lock = lock.acquire()
-        except LockHeld:
-            raise
-        except RunDirError as error:
-            log.warning(
-                "cannot lock the state directory %s (%s); a second agent there would not be "
-                "refused",
-                self.state_dir,
-                error,
-            )
 
     async def _keep_running(self, name: str, part: Callable[[], Awaitable[None]]) -> None:
         """Run one of the agent's own loops forever: a crash is logged and the loop restarted
@@ -919,10 +883,7 @@ class Agent:
         return AckReply()
 
     def _release_lock(self) -> None:
-        for name in ("lock", "state_lock"):
-            lock = getattr(self, name, None)
-            if lock is not None:
-                lock.release()
+        self.dirs.release()
 
     def _reserve_seq(self, mark: int) -> None:
         """Persist a high-water mark of `seq` before any number up to it is used: a restart,
@@ -1070,7 +1031,15 @@ def run_agent(settings: Settings, *, exit_process: bool = False) -> int:
         for stop in (signal.SIGTERM, signal.SIGINT):
             previous[stop] = signal.signal(stop, lambda number, _frame: asked.append(number))
     try:
-        agent = Agent(settings)
+        # Held before the agent binds anything (the metrics server binds in `Agent`): a second
+        # agent on the same directories and metrics_address said "cannot listen (Address
+        # already in use)", not that another agent, with its pid, holds the directories.
+        dirs = AgentDirs(settings.resolved_runtime_dir(), settings.resolved_state_dir()).hold()
+        try:
+            agent = Agent(settings, dirs)
+        except BaseException:
+            dirs.release()
+            raise
         agent.stops_asked = asked
         code = asyncio.run(agent.run())
     finally:

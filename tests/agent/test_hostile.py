@@ -34,6 +34,7 @@ from support import (
     agent_env,
     control,
     forewarn_cmd,
+    free_port,
     run_forewarn,
     wait_until,
 )
@@ -457,6 +458,39 @@ def test_a_second_agent_on_a_runtime_dir_refuses_and_never_removes_the_firsts_so
         assert done.returncode == 2 and "another agent" in done.stderr, done.stderr
         assert (tmp_path / "run" / "control").exists() and (tmp_path / "run" / "events").exists()
         assert first.control({"op": "status"})["ok"]
+
+
+@pytest.mark.parametrize("shared", ["runtime", "state"])
+def test_a_second_agent_on_the_same_metrics_address_names_the_agent_holding_the_lock(
+    tmp_path: Path, shared: str
+) -> None:
+    """A second agent on the same directories and metrics_address (a unit started twice, a
+    copy of the first's environment): it bound the metrics port before it took the lock,
+    and said "metrics_address ...: cannot listen (Address already in use)", nothing about
+    the agent that runs there. The lock comes first, and the message names its holder."""
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    metrics = f"127.0.0.1:{free_port()}"
+    env = agent_env(first_dir, FOREWARN_METRICS_ADDRESS=metrics)
+    if shared == "runtime":
+        second_env = dict(env)
+    else:  # a runtime directory of its own, the first's state directory
+        second_env = agent_env(
+            second_dir,
+            FOREWARN_METRICS_ADDRESS=metrics,
+            FOREWARN_STATE_DIR=env["FOREWARN_STATE_DIR"],
+        )
+    with AgentProcess(first_dir, env=env) as first:
+        assert first.proc is not None
+        done = run_forewarn("agent", "--provider", "local", env=second_env, timeout=30)
+        assert done.returncode == 2, done.stderr
+        assert f"another agent (pid {first.proc.pid})" in done.stderr, done.stderr
+        held = env["FOREWARN_RUNTIME_DIR" if shared == "runtime" else "FOREWARN_STATE_DIR"]
+        assert held in done.stderr and "cannot listen" not in done.stderr, done.stderr
+        assert first.control({"op": "status"})["ok"]
+        with urllib.request.urlopen(f"http://{metrics}/healthz", timeout=5) as answer:
+            assert answer.status == 200
 
 
 def test_a_second_agent_on_a_state_dir_refuses_and_restores_no_notice_of_the_first(
