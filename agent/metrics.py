@@ -186,6 +186,12 @@ class MetricsObserver(Observer):
         self.subscribers = Gauge(
             "forewarn_subscribers", "Clients that listen and ack.", registry=registry
         )
+        self.clients_refused = Counter(
+            "forewarn_clients_refused",
+            "Acking clients refused (not tracked, so not waited for): as many as the agent "
+            "tracks were tracked already.",
+            registry=registry,
+        )
         self.flush = Histogram(
             "forewarn_flush_seconds",
             "Checkpoint flush time reported in acks, by what triggered it "
@@ -334,6 +340,9 @@ class MetricsObserver(Observer):
 
     def on_subscribers(self, count: int) -> None:
         self.subscribers.set(count)
+
+    def on_client_refused(self) -> None:
+        self.clients_refused.inc()
 
     def on_stopping(self) -> None:
         with self._lock:

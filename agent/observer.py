@@ -38,6 +38,9 @@ class Observer:
     def on_subscribers(self, count: int) -> None:
         """The number of acking clients changed."""
 
+    def on_client_refused(self) -> None:
+        """An acking client was refused: as many as the agent tracks are tracked already."""
+
     def on_stopping(self) -> None:
         """The agent began to shut down (its parts are being stopped); on_stop follows once
         they have, its state is saved and its watchers are closed."""

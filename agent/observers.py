@@ -60,6 +60,9 @@ class Observers(Observer):
     def on_subscribers(self, count: int) -> None:
         self._each("on_subscribers", count)
 
+    def on_client_refused(self) -> None:
+        self._each("on_client_refused")
+
     def on_stopping(self) -> None:
         self._each("on_stopping")
 

@@ -58,14 +58,17 @@ MAX_CONTROL_BYTES = MAX_REQUEST_BYTES
 MAX_CONTROL_FRAME_BYTES = 1024 * 1024
 # A subscription frame is one byte and a topic: `notice`, `heartbeat` or `client/<id>`.
 MAX_SUBSCRIPTION_BYTES = 1024
+# Acking clients tracked at most: one past it is refused (not waited for), counted and logged
+# at most once per REFUSAL_LOG_INTERVAL.
 MAX_CLIENTS = 4096
 # How many subscription frames are read before the loop lets other tasks run.
 SUBSCRIPTION_BATCH = 64
 # Rebinding control: tries, and the pause before each (times the try number) and after.
 REBIND_ATTEMPTS = 5
 REBIND_PAUSE = 0.1
-# Requests refused for a missing or wrong token are logged at most this often (with a count),
-# so that a peer retrying in a loop cannot flood the journal.
+# Requests refused for a missing or wrong token, and acking clients past MAX_CLIENTS, are
+# logged at most this often (with a count), so that a peer retrying in a loop cannot flood the
+# journal.
 REFUSAL_LOG_INTERVAL = 60.0
 
 
@@ -75,9 +78,15 @@ class BindError(ForewarnError, RuntimeError):
 
 class Publisher:
     def __init__(
-        self, events: str, control: str, token: str | None = None, token_file: Path | None = None
+        self,
+        events: str,
+        control: str,
+        token: str | None = None,
+        token_file: Path | None = None,
+        on_client_refused: Callable[[], None] | None = None,
     ) -> None:
-        """`token`: when given, every control request must carry it (see controltoken)."""
+        """`token`: when given, every control request must carry it (see controltoken).
+        `on_client_refused`: called for each acking client refused past MAX_CLIENTS."""
         self.events_endpoint = events
         self.control_endpoint = control
         self.token = token
@@ -106,6 +115,9 @@ class Publisher:
         self.requests_refused = 0
         self._refusals = WarningThrottle(REFUSAL_LOG_INTERVAL)
         self._bad_clients = WarningThrottle(REFUSAL_LOG_INTERVAL)
+        self.clients_refused = 0
+        self._on_client_refused = on_client_refused
+        self._over_cap = WarningThrottle(REFUSAL_LOG_INTERVAL)
 
     def _control_socket(self) -> zmq.asyncio.Socket:
         router = self.context.socket(zmq.ROUTER)
@@ -234,7 +246,7 @@ class Publisher:
                 if client in self.clients:
                     return  # the same socket again, or another with the same id
                 if len(self.clients) >= MAX_CLIENTS:
-                    log.warning("more than %d acking clients; %r not tracked", MAX_CLIENTS, client)
+                    self._refuse_client(client)
                     return
                 self.clients.add(client)
                 on_client(client, True)
@@ -243,6 +255,22 @@ class Publisher:
                 on_client(client, False)
         elif subscribed and TOPIC_NOTICE.startswith(topic):
             self._replay_due = True
+
+    def _refuse_client(self, client: str) -> None:
+        # A line for each, as it was, let one local peer subscribing to new ids in a loop
+        # write the journal full at the rate it could send them.
+        self.clients_refused += 1
+        if self._on_client_refused is not None:
+            self._on_client_refused()
+        held = self._over_cap.due()
+        if held is not None:
+            log.warning(
+                "%d acking client(s) refused since this was last logged: %d are tracked, the "
+                "most there may be (a refused one is not waited for); the last: %r",
+                held,
+                MAX_CLIENTS,
+                client[:60],
+            )
 
     def _untracked(self, client: str, problem: str) -> None:
         held = self._bad_clients.due()

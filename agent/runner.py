@@ -255,7 +255,11 @@ class Agent:
                     f"cannot write the control token in {self.runtime_dir}: {error.strerror}"
                 ) from None
         self.publisher = Publisher(
-            self.events, self.control, self.control_token, self.runtime_dir / TOKEN_FILE
+            self.events,
+            self.control,
+            self.control_token,
+            self.runtime_dir / TOKEN_FILE,
+            on_client_refused=self.observers.on_client_refused,
         )
         try:
             self.publisher.bind()

@@ -33,6 +33,7 @@ from support import (
     Subscriber,
     agent_env,
     control,
+    eventually,
     forewarn_cmd,
     free_port,
     run_forewarn,
@@ -458,6 +459,52 @@ def test_a_second_agent_on_a_runtime_dir_refuses_and_never_removes_the_firsts_so
         assert done.returncode == 2 and "another agent" in done.stderr, done.stderr
         assert (tmp_path / "run" / "control").exists() and (tmp_path / "run" / "events").exists()
         assert first.control({"op": "status"})["ok"]
+
+
+def _metric(url: str, name: str) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    return None
+
+
+def test_acking_clients_past_the_cap_are_counted_and_logged_once(tmp_path: Path) -> None:
+    """One local peer of the events socket subscribing to `client/<id>` for ever new ids:
+    past the 4,096 acking clients tracked, the agent logged a line for each one refused. Now
+    each is counted in forewarn_clients_refused_total, and one line says how many."""
+    from forewarn.agent.publisher import MAX_CLIENTS
+
+    extra = 300
+    port = free_port()
+    env = agent_env(tmp_path, FOREWARN_METRICS_ADDRESS=f"127.0.0.1:{port}")
+    url = f"http://127.0.0.1:{port}/metrics"
+    with AgentProcess(tmp_path, env=env) as agent:
+        assert _metric(url, "forewarn_clients_refused_total") == 0
+        sub = zmq.Context.instance().socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        # Unbounded: past its send high-water mark (1,000) a SUB drops subscriptions unsent.
+        sub.setsockopt(zmq.SNDHWM, 0)
+        sub.connect(agent.events)
+        try:
+            for n in range(MAX_CLIENTS + extra):
+                sub.setsockopt(zmq.SUBSCRIBE, f"client/flood-{n}".encode())
+            eventually(
+                lambda: _metric(url, "forewarn_clients_refused_total") == extra,
+                timeout=30,
+                what=f"{extra} clients refused",
+            )
+            assert _metric(url, "forewarn_subscribers") == MAX_CLIENTS
+        finally:
+            sub.close()
+        lines = [line for line in agent.output().splitlines() if "acking client(s) refused" in line]
+        assert len(lines) == 1 and "1 acking client(s) refused" in lines[0], lines[:3]
+        assert "'flood-4096'" in lines[0], lines[0]
+        assert agent.control({"op": "status"})["ok"]
 
 
 @pytest.mark.parametrize("shared", ["runtime", "state"])

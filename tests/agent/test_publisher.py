@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import logging
 import os
 import stat
 import threading
@@ -18,6 +20,7 @@ import zmq
 import zmq.asyncio
 from forewarn.agent import publisher
 from forewarn.agent.publisher import Publisher
+from forewarn.agent.throttle import WarningThrottle
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -236,3 +239,70 @@ def test_forewarns_request_over_the_limit_gets_the_error_at_once(serving: str, s
     assert "over the limit of 65536 bytes (64 KiB); not sent" in reply["error"]
     # The agent is not affected and still answers this socket's next request.
     assert request(serving, {"op": "status"}, timeout=5)["ok"]
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    # Seconds between one refused client and the next: floods, pauses, and minutes between.
+    gaps=st.lists(st.floats(0, 150, allow_nan=False) | st.just(0.0), min_size=1, max_size=400),
+)
+def test_clients_past_the_cap_are_counted_each_and_logged_at_most_once_a_minute(
+    gaps: list[float],
+) -> None:
+    """Each acking client past MAX_CLIENTS logged a line of its own: one local peer
+    subscribing to new `client/<id>` topics in a loop wrote the journal full at the rate it
+    sent them. Now a line at most once a minute says how many were refused since the last,
+    and each one is counted (the `forewarn_clients_refused_total` metric)."""
+    now = [0.0]
+    counted: list[None] = []
+    sockets = Publisher(
+        "ipc:///nonexistent/events",
+        "ipc:///nonexistent/control",
+        on_client_refused=lambda: counted.append(None),
+    )
+    sockets._over_cap = WarningThrottle(publisher.REFUSAL_LOG_INTERVAL, clock=lambda: now[0])
+    sockets.clients = {f"job-{n}" for n in range(publisher.MAX_CLIENTS)}
+    records = _Records()
+    logger = logging.getLogger("forewarn.agent")
+    logger.addHandler(records)
+    logged: list[tuple[float, int, int]] = []  # (when, how many the line says, at which)
+    try:
+        for n, gap in enumerate(gaps):
+            now[0] += gap
+            before = len(records.messages)
+            sockets._subscription(f"\x01client/late-{n}".encode(), lambda c, joined: None)
+            for message in records.messages[before:]:
+                assert "refused since this was last logged" in message, message
+                logged.append((now[0], int(message.split()[0]), n))
+    finally:
+        logger.removeHandler(records)
+        sockets.close()
+    assert sockets.clients_refused == len(counted) == len(gaps)
+    assert len(sockets.clients) == publisher.MAX_CLIENTS
+    assert logged[0] == (gaps[0], 1, 0)
+    for (earlier, _, _), (later, _, _) in itertools.pairwise(logged):
+        assert later - earlier >= publisher.REFUSAL_LOG_INTERVAL
+    # Every refusal is in one line's count but those after the last line, held for the next.
+    since_last = len(gaps) - 1 - logged[-1][2]
+    assert sum(count for _, count, _ in logged) + since_last == len(gaps)
+    # And none is held back longer than the interval when another comes after it.
+    times = list(itertools.accumulate(gaps))
+    assert times[-1] - logged[-1][0] < publisher.REFUSAL_LOG_INTERVAL or since_last == 0
+
+
+def test_the_documented_client_cap_is_the_codes() -> None:
+    root = Path(__file__).resolve().parents[2]
+    cap = f"{publisher.MAX_CLIENTS:,}"
+    assert f"At most {cap} acking clients" in " ".join((root / "README.md").read_text().split())
+    row = "`forewarn_clients_refused_total` | counter | | acking clients refused because"
+    operations = (root / "docs" / "operations.md").read_text()
+    assert f"{row} {cap} are tracked already" in operations
