@@ -196,6 +196,21 @@ def _library_errors() -> Iterator[_Collect]:
         root.removeHandler(collect)
 
 
+def _proxy_refused(loader: Any, paths: str, name: str) -> ConfigError | None:
+    """kubectl sends every request of a cluster with `proxy-url` through that proxy; the
+    client library ignores the key and forewarn has no proxy support, so such a kubeconfig
+    would be used by connecting to the server directly: past the proxy its user relies on
+    (the server often not reachable otherwise, or reachable but not meant to be)."""
+    if "proxy-url" not in loader._cluster:
+        return None
+    cluster = loader._current_context["context"]["cluster"]
+    return ConfigError(
+        f"kubeconfig {paths} (context {name}): cluster {cluster!r} has proxy-url, which "
+        "forewarn does not support (it connects to the API server directly, never through "
+        "a proxy); use a kubeconfig or context whose cluster is reached without one"
+    )
+
+
 def load(paths: str, context: str | None) -> tuple[Configuration, str]:
     """A client `Configuration` for `context` (default: the current one) of the kubeconfig
     file(s) `paths` (`os.pathsep`-separated), and the context's name. Raises ConfigError
@@ -213,15 +228,20 @@ def load(paths: str, context: str | None) -> tuple[Configuration, str]:
         raise ConfigError(f"kubeconfig {paths}: no such file")
     joined = os.pathsep.join(existing)
     configuration = Configuration()
+    refused: ConfigError | None = None
+    name = context or ""
     try:
         with _library_errors() as errors:
-            kube_config.load_kube_config(
-                config_file=joined,
-                context=context,
-                client_configuration=configuration,
-                persist_config=False,
+            # What `load_kube_config` does, in its steps (private, hence the pinned versions
+            # of the `k8s` extra), so that the proxy is refused before a plugin runs.
+            loader = kube_config._get_kube_config_loader(
+                filename=joined, active_context=context, persist_config=False
             )
-        _, current = kube_config.list_kube_config_contexts(joined)
+            current = loader.current_context
+            name = context or str(current.get("name") if isinstance(current, dict) else "")
+            refused = _proxy_refused(loader, paths, name)
+            if refused is None:
+                loader.load_and_set(configuration)
     except ConfigException as error:
         raise ConfigError(f"kubeconfig {paths}: {error}") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError, YAMLError) as error:
@@ -231,7 +251,8 @@ def load(paths: str, context: str | None) -> tuple[Configuration, str]:
         raise ConfigError(
             f"kubeconfig {paths}: its credentials failed: {type(error).__name__}: {error}"
         ) from None
-    name = context or str(current.get("name") if isinstance(current, dict) else "")
+    if refused is not None:
+        raise refused
     if errors.messages:
         raise ConfigError(
             f"kubeconfig {paths} (context {name}): {'; '.join(errors.messages)}"

@@ -59,7 +59,8 @@ class Settings(EndpointSettings):
         default=None,
         description="A kubeconfig file to use instead of the in-cluster service account, read "
         "as kubectl reads it (exec credential plugins included; needs the `k8s` extra). "
-        "Outside a pod, with no `url`: `$KUBECONFIG`, else `~/.kube/config`.",
+        "Outside a pod, with no `url`: `$KUBECONFIG`, else `~/.kube/config`. Proxies are "
+        "not supported: a cluster with `proxy-url` is refused.",
     )
     context: str | None = Field(
         default=None, description="The kubeconfig context; default its `current-context`."
