@@ -42,6 +42,10 @@ REQUEST_TIMEOUT = 10.0
 # The answer to an Event or a cordon is the object, a few kilobytes; nothing needs more.
 MAX_ANSWER = 1 << 20
 ATTEMPTS = 4
+# Fetching a kubeconfig's credentials (its exec plugin: a cloud CLI not logged in yet, a token
+# service out of reach) is retried from 1 s, doubling, up to once a minute.
+CREDENTIALS_FIRST = 1.0
+CREDENTIALS_MAX = 60.0
 # The API server's Retry-After (a 429 of API Priority and Fairness, a 503) is waited for up to
 # this, the backoff's own ceiling, so that one notice holds the ones behind it only so long.
 RETRY_AFTER_MAX = 10.0
@@ -116,7 +120,12 @@ class KubernetesNotifier(Observer):
         env = os.environ if env is None else env
         self.settings = settings
         self.env = env
-        self.cluster: Cluster = resolve(settings, env)
+        # Only what is cheap is checked at start (the files, the context, the server, its CA):
+        # an exec plugin run here held the agent's start for as long as it took, and one that
+        # failed (a cloud CLI not logged in) stopped the agent, notices of every provider
+        # with it. The credentials are fetched in the notifier's task.
+        self.cluster: Cluster = resolve(settings, env, credentials=False)
+        self.credential_failures = 0
         self.node = node_name(settings, env)
         pod, pod_namespace = env.get("POD_NAME", "").strip(), env.get("POD_NAMESPACE", "").strip()
         self.pod = (pod, pod_namespace) if pod and pod_namespace else None
@@ -224,10 +233,31 @@ class KubernetesNotifier(Observer):
             await self._client.aclose()
         self._client = self._new_client()
 
+    async def _credentials(self) -> None:
+        """Resolve the cluster with its credentials, with backoff until that succeeds;
+        notices queue meanwhile."""
+        backoff = Backoff(CREDENTIALS_FIRST, CREDENTIALS_MAX)
+        while True:
+            try:
+                self.cluster = await off_loop(lambda: resolve(self.settings, self.env))
+                return
+            except ConfigError as error:
+                self.credential_failures += 1
+                wait = backoff.next()
+                log.warning(
+                    "kubernetes: cannot get the credentials for the API server: %s; "
+                    "trying again in %.0fs (%d notice(s) waiting)",
+                    error,
+                    wait,
+                    len(self._queue),
+                )
+                await asyncio.sleep(wait)
+
     async def _run(self) -> None:
         assert self._wake is not None
-        self._client = self._new_client()
         try:
+            await self._credentials()
+            self._client = self._new_client()
             while True:
                 while not self._queue:
                     self._wake.clear()
@@ -241,7 +271,8 @@ class KubernetesNotifier(Observer):
                     log.exception("kubernetes: could not report %s", notice.id)
                 self._reporting = None
         finally:
-            await self._client.aclose()
+            if self._client is not None:
+                await self._client.aclose()
 
     async def _tell(self, notice: Notice, events: bool) -> None:
         if notice.action == "terminate":

@@ -134,15 +134,22 @@ def host_boot(settings: Settings, env: Mapping[str, str]) -> HostBoot | None:
     return None if booted_at is None else HostBoot(boot_id, booted_at)
 
 
-def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Cluster:
+def resolve(
+    settings: Settings, env: Mapping[str, str] | None = None, *, credentials: bool = True
+) -> Cluster:
+    """The API server and how to authenticate. With `credentials` false a kubeconfig's exec
+    plugin or auth provider is not run (see `kubeconfig.load`): a check, at start, of all
+    that can be checked without it; the Cluster then has no token from them."""
     env = os.environ if env is None else env
     if settings.kubeconfig is not None:
-        return from_kubeconfig(settings.kubeconfig, settings.context, settings.url)
+        return from_kubeconfig(
+            settings.kubeconfig, settings.context, settings.url, credentials=credentials
+        )
     if settings.url is None and not env.get("KUBERNETES_SERVICE_HOST", "").strip():
         # Outside a pod, as kubectl does: $KUBECONFIG, else ~/.kube/config.
         paths = kubeconfig.default_paths(env)
         if paths is not None:
-            return from_kubeconfig(paths, settings.context, None)
+            return from_kubeconfig(paths, settings.context, None, credentials=credentials)
     return in_cluster(settings, env)
 
 
@@ -235,11 +242,13 @@ def _context(
         raise ConfigError(f"cannot load {what}: {error}") from None
 
 
-def from_kubeconfig(path: Path | str, context: str | None, url: str | None) -> Cluster:
+def from_kubeconfig(
+    path: Path | str, context: str | None, url: str | None, *, credentials: bool = True
+) -> Cluster:
     """The context's server and credentials, as the Kubernetes client library reads them
     (exec plugins, several files in one `os.pathsep`-separated `path`); `url` overrides
     the server."""
-    configuration, name = kubeconfig.load(str(path), context)
+    configuration, name = kubeconfig.load(str(path), context, credentials=credentials)
     source = f"kubeconfig {path} (context {name})"
     server = (url or configuration.host or "").rstrip("/")
     if not server:

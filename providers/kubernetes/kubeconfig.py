@@ -196,6 +196,14 @@ def _library_errors() -> Iterator[_Collect]:
         root.removeHandler(collect)
 
 
+def _runs_something(loader: Any) -> bool:
+    """Whether the context's user gets its credentials by running something: an exec plugin
+    (a cloud CLI, seconds, failing while it is not logged in) or an auth provider (OIDC or
+    Google, a request to a token endpoint). Tokens, token files and certificates are read."""
+    user = loader._user
+    return user is not None and ("exec" in user or "auth-provider" in user)
+
+
 def _proxy_refused(loader: Any, paths: str, name: str) -> ConfigError | None:
     """kubectl sends every request of a cluster with `proxy-url` through that proxy; the
     client library ignores the key and forewarn has no proxy support, so such a kubeconfig
@@ -211,10 +219,14 @@ def _proxy_refused(loader: Any, paths: str, name: str) -> ConfigError | None:
     )
 
 
-def load(paths: str, context: str | None) -> tuple[Configuration, str]:
+def load(paths: str, context: str | None, *, credentials: bool = True) -> tuple[Configuration, str]:
     """A client `Configuration` for `context` (default: the current one) of the kubeconfig
     file(s) `paths` (`os.pathsep`-separated), and the context's name. Raises ConfigError
-    with the file and what was wrong."""
+    with the file and what was wrong.
+
+    With `credentials` false, what can be checked cheaply is (the files, the context, the
+    server, its CA, client certificates, a token or token file) but an exec plugin or an
+    auth provider is not run: the configuration then has no credentials from them."""
     try:
         from kubernetes.client import Configuration
         from kubernetes.config import kube_config
@@ -233,7 +245,8 @@ def load(paths: str, context: str | None) -> tuple[Configuration, str]:
     try:
         with _library_errors() as errors:
             # What `load_kube_config` does, in its steps (private, hence the pinned versions
-            # of the `k8s` extra), so that the proxy is refused before a plugin runs.
+            # of the `k8s` extra), so that the proxy is refused before a plugin runs and the
+            # plugin can be left for later.
             loader = kube_config._get_kube_config_loader(
                 filename=joined, active_context=context, persist_config=False
             )
@@ -241,7 +254,11 @@ def load(paths: str, context: str | None) -> tuple[Configuration, str]:
             name = context or str(current.get("name") if isinstance(current, dict) else "")
             refused = _proxy_refused(loader, paths, name)
             if refused is None:
-                loader.load_and_set(configuration)
+                if credentials or not _runs_something(loader):
+                    loader.load_and_set(configuration)
+                else:
+                    loader._load_cluster_info()
+                    loader._set_config(configuration)
     except ConfigException as error:
         raise ConfigError(f"kubeconfig {paths}: {error}") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError, YAMLError) as error:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -20,7 +21,6 @@ from typing import Any
 import httpx
 import pytest
 from forewarn.agent.notifications.kubernetes import KubernetesNotifier
-from forewarn.protocol.errors import ConfigError
 from forewarn.providers.kubernetes import kubeconfig
 from forewarn.providers.kubernetes.settings import Settings
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
@@ -243,16 +243,85 @@ async def test_a_plugin_that_never_answers_is_stopped_and_named(
     await running.until(lambda: not any(alive(pid) for pid in pids), what="the plugin ended")
 
 
-def test_the_notifier_does_not_wait_forever_on_a_plugin_at_start(
+def test_the_notifier_does_not_run_the_plugin_at_start(
     tmp_path: Path, server: SimServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With `kubernetes.events` on, the notifier runs the plugin while the agent starts: a
-    plugin that never answered kept the agent from ever serving (no notice of any provider)."""
+    """With `kubernetes.events` on, the notifier ran the plugin while the agent started: one
+    that hung held the start for EXEC_TIMEOUT, one that failed stopped the agent (exit 2)."""
     monkeypatch.setattr(kubeconfig, "EXEC_TIMEOUT", 1.0)
-    config = hanging_kubeconfig(tmp_path / "kube", server.url)
+    kube = tmp_path / "kube"
+    config = hanging_kubeconfig(kube, server.url)
     settings = Settings(kubeconfig=config, node_name=NODE, events=True)
-    with pytest.raises(ConfigError, match="did not answer within 1s"):
-        KubernetesNotifier(settings, env={})
+    notifier = KubernetesNotifier(settings, env={})
+    assert notifier.cluster.server == server.url
+    assert not (kube / "pids").exists()
+
+
+def failing_plugin_env(tmp_path: Path, server: SimServer) -> tuple[Path, dict[str, str]]:
+    """An agent with Events on whose kubeconfig's plugin fails until `token` is written, as a
+    cloud CLI does until someone logs in."""
+    kube = tmp_path / "kube"
+    config = write_kubeconfig(kube, server.url, "exec-token-1")
+    (kube / "token").unlink()
+    env = agent_env(
+        tmp_path,
+        HOME=str(tmp_path),
+        KUBECONFIG=str(config),
+        FOREWARN_KUBERNETES_EVENTS="true",
+        FOREWARN_KUBERNETES_NODE_NAME=NODE,
+    )
+    return kube, env
+
+
+def events_of(server: SimServer) -> list[dict[str, Any]]:
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    with sim.lock:
+        return list(sim.events)
+
+
+def test_a_failing_plugin_does_not_stop_the_agent_and_is_retried_with_backoff(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """The notifier's plugin failed at start and the agent exited 2: no notice of any
+    provider was published until someone logged the cloud CLI in and restarted it."""
+    kube, env = failing_plugin_env(tmp_path, server)
+    with (
+        AgentProcess(tmp_path, providers=("local",), env=env) as agent,
+        agent.subscriber() as sub,
+    ):
+        notice = agent.control({"op": "notify", "action": "drain"})["notice"]
+        assert sub.notice(timeout=15)["id"] == notice["id"]
+        failed = "kubernetes: cannot get the credentials for the API server"
+        eventually(lambda: agent.output().count(failed) >= 2, timeout=20, what="two failures")
+        waits = re.findall(r"; trying again in (\d+)s \(", agent.output())
+        assert waits[:2] == ["1", "2"], agent.output()
+        assert "exec: process returned 1" in agent.output()
+        assert events_of(server) == []
+
+        (kube / "token").write_text("exec-token-1")  # logged in
+        eventually(lambda: events_of(server), timeout=30, what="the queued notice's Event")
+        assert notice["id"] in events_of(server)[0]["note"]
+        assert agent.proc is not None and agent.proc.poll() is None
+
+
+def test_a_kubeconfig_that_cannot_work_still_exits_2_at_start_without_the_plugin(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """What is cheap to check still is, before the plugin would run: here a CA file that is
+    not there."""
+    kube, env = failing_plugin_env(tmp_path, server)
+    config = kube / "config"
+    text = config.read_text().replace(
+        f"server: {json.dumps(server.url)}",
+        'server: "https://127.0.0.1:6443"\n    certificate-authority: missing-ca.crt',
+    )
+    config.write_text(text)
+    (kube / "token").write_text("exec-token-1")
+    done = run_forewarn("agent", "--provider", "local", env=env, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"kubeconfig {config}" in done.stderr and "missing-ca.crt" in done.stderr
+    assert runs(kube) == 0
 
 
 def test_the_agent_stops_at_once_while_a_plugin_hangs(tmp_path: Path, server: SimServer) -> None:

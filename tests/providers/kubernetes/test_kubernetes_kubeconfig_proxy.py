@@ -131,12 +131,13 @@ def test_another_context_without_a_proxy_is_used(tmp_path: Path, server: SimServ
 @given(
     cluster=st.text(st.characters(exclude_categories=("Cc", "Cs", "Cn")), min_size=1, max_size=30),
     secret=st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=8, max_size=20),
+    credentials=st.booleans(),
 )
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 def test_any_proxy_url_is_refused_naming_the_cluster_and_not_the_url(
-    tmp_path: Path, cluster: str, secret: str
+    tmp_path: Path, cluster: str, secret: str, credentials: bool
 ) -> None:
     """The proxy's address may carry a password: the message names the key, not the value."""
     path = write(
@@ -146,7 +147,7 @@ def test_any_proxy_url_is_refused_naming_the_cluster_and_not_the_url(
         cluster,
     )
     with pytest.raises(ConfigError) as refused:
-        kubeconfig.load(str(path), None)
+        kubeconfig.load(str(path), None, credentials=credentials)
     message = str(refused.value)
     assert f"cluster {cluster!r} has proxy-url" in message
     assert secret not in message.replace(str(path), "").replace(repr(cluster), "")
