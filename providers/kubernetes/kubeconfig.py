@@ -10,10 +10,13 @@ nor PyYAML.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import functools
 import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import types
 from collections.abc import Callable, Iterator, Mapping
@@ -74,8 +77,47 @@ def _cancelled() -> asyncio.CancelledError:
     return asyncio.CancelledError("the exec plugin's caller was cancelled")
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up in the parent: the child must not load anything between fork
+    and exec. None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
+def _killed_with(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` that has the kernel SIGKILL the plugin when the agent dies: a SIGKILLed
+    agent (the OOM killer, a pod's grace period ended) cannot stop it, and it was left running
+    (a login waiting for a browser, for ever). The signal follows the thread that forked, not
+    the process: that thread is the one waiting for the plugin in communicate() (a worker of
+    off_loop, the drill's main thread), so it ends only after the plugin, or with the process.
+    Only the plugin is covered, not what it starts itself. Between fork and exec it makes
+    system calls only, taking no lock another thread could have held at the fork (what makes
+    a preexec_fn unsafe in a process with threads)."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    kill = ctypes.c_ulong(signal.SIGKILL)  # made here: the child only makes the call
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # the agent died before the prctl: nothing would signal
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
 class _BoundedPopen(subprocess.Popen[str]):
-    """The library's plugin process, stopped when it has not answered in EXEC_TIMEOUT."""
+    """The library's plugin process, stopped when it has not answered in EXEC_TIMEOUT, and
+    killed when the agent dies."""
 
     def __init__(self, args: Any, **kwargs: Any) -> None:
         # Not interactive (no terminal to share): in a session of its own, so that stopping
@@ -83,7 +125,8 @@ class _BoundedPopen(subprocess.Popen[str]):
         self._group = kwargs.get("stdin") is None
         self._command = str(args[0] if isinstance(args, list) and args else args)
         self.cancelled = False
-        super().__init__(args, start_new_session=self._group, **kwargs)
+        preexec = _killed_with(os.getpid())
+        super().__init__(args, start_new_session=self._group, preexec_fn=preexec, **kwargs)
         owner: _Owner | None = getattr(_current, "owner", None)
         if owner is not None:
             owner.add(self)

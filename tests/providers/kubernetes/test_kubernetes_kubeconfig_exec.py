@@ -324,6 +324,38 @@ def test_a_kubeconfig_that_cannot_work_still_exits_2_at_start_without_the_plugin
     assert runs(kube) == 0
 
 
+def test_a_plugin_dies_with_a_sigkilled_agent(tmp_path: Path, server: SimServer) -> None:
+    """A SIGKILLed agent (the OOM killer, a grace period ended) cannot stop its plugin: the
+    kernel does (PR_SET_PDEATHSIG). The plugin was left running, orphaned, for ever."""
+    kube = tmp_path / "kube"
+    kube.mkdir()
+    plugin = kube / "slow_plugin.py"
+    plugin.write_text(
+        "import os, pathlib, time\n"
+        "here = pathlib.Path(__file__).parent\n"
+        "(here / 'pid.new').write_text(str(os.getpid()))\n"
+        "(here / 'pid.new').replace(here / 'pid')\n"
+        "time.sleep(3600)\n"
+    )
+    config = write_kubeconfig(
+        kube, server.url, "exec-token-1", command=[sys.executable, str(plugin)]
+    )
+    env = agent_env(tmp_path, HOME=str(tmp_path), KUBECONFIG=str(config), NODE_NAME=NODE)
+    started = kube / "pid"
+    agent = AgentProcess(tmp_path, providers=("kubernetes", "local"), env=env).start()
+    try:
+        eventually(started.exists, timeout=15, what="the plugin started")
+        pid = int(started.read_text())
+        assert alive(pid)
+        agent.kill()
+        eventually(lambda: not alive(pid), timeout=15, what="the plugin killed with the agent")
+    finally:
+        agent.stop()
+        if started.exists() and alive(int(started.read_text())):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(started.read_text()), signal.SIGKILL)
+
+
 def test_the_agent_stops_at_once_while_a_plugin_hangs(tmp_path: Path, server: SimServer) -> None:
     """Stopping waited for the plugin (asyncio waits for the thread running it): the agent
     said "stopped", then stayed for up to a minute, past a pod's grace period."""
