@@ -46,11 +46,17 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _raise(error: OSError) -> None:
+    raise error
+
+
 def fsync_tree(path: Path) -> None:
     """Make a file, or a directory and every file under it, durable, then the directory that
     holds it (for checkpoints written by someone else: a framework's own save)."""
     if path.is_dir():
-        for directory, _dirs, files in os.walk(path):
+        # os.walk passes over a directory it cannot list: an EIO there acked a checkpoint
+        # whose files were never fsynced.
+        for directory, _dirs, files in os.walk(path, onerror=_raise):
             for name in files:
                 fd = os.open(os.path.join(directory, name), os.O_RDONLY)
                 try:

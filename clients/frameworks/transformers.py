@@ -78,6 +78,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         self._requested_at: float | None = None
         self._dcp_pending = False  # an exit asked for in evaluation, saved once it returns
         self._stopped = False  # the exit's save is made: training is stopping
+        self._wrapped: Trainer | None = None  # whose _save_checkpoint reports our save's failure
         self.saved_steps: list[int] = []
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
 
@@ -118,6 +119,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         if self.guard.due(state.global_step):
             control.should_save = True
             self._requested_at = time.monotonic()
+            self._report_failure_of(_calling_trainer())
             if self.guard.should_exit:
                 control.should_evaluate = False  # save first: the machine is going away
         return control
@@ -136,6 +138,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
             # withdrawn before the save (the guard then saves and continues) stopped the job.
             control.should_save = True
             self._requested_at = time.monotonic()
+            self._report_failure_of(_calling_trainer())
         return control
 
     def on_evaluate(
@@ -154,7 +157,11 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         saved: dict[str, Any] = {"model": hooks["model"].state_dict(), "global_step": step}
         if hooks.get("optimizer") is not None:
             saved["optimizer"] = hooks["optimizer"].state_dict()
-        generation = save_dcp(self.store, step, saved)
+        try:
+            generation = save_dcp(self.store, step, saved)
+        except BaseException as error:
+            self._save_failed(step, error)
+            raise
         self.saved_generations.append(generation)
         self.saved_steps.append(step)
         where = f"{self.store.url}/{generation.name}"
@@ -170,10 +177,14 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         if self._requested_at is None:
             return control  # the Trainer's own periodic save: nothing of ours is pending
         where = f"{args.output_dir}/checkpoint-{state.global_step}"
-        if os.path.isdir(where):  # on the ranks that wrote it
-            # The Trainer leaves the bytes in the page cache: acked without this, a machine
-            # powered off after the terminate could come back without the checkpoint.
-            fsync_tree(Path(where))
+        try:
+            if os.path.isdir(where):  # on the ranks that wrote it
+                # The Trainer leaves the bytes in the page cache: acked without this, a machine
+                # powered off after the terminate could come back without the checkpoint.
+                fsync_tree(Path(where))
+        except BaseException as error:
+            self._save_failed(state.global_step, error)
+            raise
         seconds = time.monotonic() - self._requested_at
         self._requested_at = None
         result = self.guard.saved(state.global_step, seconds, where=where)
@@ -182,6 +193,37 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
             control.should_training_stop = True
             self._stopped = True
         return control
+
+    def _report_failure_of(self, trainer: Trainer | None) -> None:
+        """Wrap `trainer._save_checkpoint` for the save just asked for: raised out of train()
+        unreported, the agent never learnt that the job left without its state, and
+        exit_code said 0 (a completed Kubernetes Job, never resumed) where 1 is owed."""
+        if trainer is None or getattr(trainer._save_checkpoint, "_forewarn_reports", False):
+            return
+        own = vars(trainer).get("_save_checkpoint")  # an instance attribute put back after
+        save = trainer._save_checkpoint
+
+        def reported(*args: Any, **kwargs: Any) -> Any:
+            _put_back(trainer, own)  # for this one save only
+            self._wrapped = None
+            try:
+                return save(*args, **kwargs)
+            except BaseException as error:
+                if self._requested_at is not None:
+                    self._save_failed(trainer.state.global_step, error)
+                raise
+
+        reported._forewarn_reports = True  # type: ignore[attr-defined]
+        reported._forewarn_own = own  # type: ignore[attr-defined]
+        trainer._save_checkpoint = reported  # type: ignore[method-assign]
+        self._wrapped = trainer
+
+    def _save_failed(self, step: int, error: BaseException) -> None:
+        """Our save raised, and takes train() down with it: ack it failed (exit_code 1 for an
+        exit's save) and close the guard, as train() does not come back to on_train_end."""
+        self._requested_at = None
+        self.guard.save_failed(step, error)
+        self._close_guard()
 
     def on_epoch_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -198,8 +240,21 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
+        trainer, self._wrapped = self._wrapped, None
+        if trainer is not None:
+            # A save asked for that the Trainer never made: its method as it was.
+            wrapper = vars(trainer).get("_save_checkpoint")
+            if getattr(wrapper, "_forewarn_reports", False):
+                _put_back(trainer, wrapper._forewarn_own)  # type: ignore[union-attr]
         self._close_guard()
         return control
+
+
+def _put_back(trainer: Trainer, own: Any) -> None:
+    if own is None:
+        vars(trainer).pop("_save_checkpoint", None)
+    else:
+        trainer._save_checkpoint = own  # type: ignore[method-assign]
 
 
 _LOADER_BUILDERS = ("get_eval_dataloader", "get_test_dataloader")

@@ -301,3 +301,142 @@ def test_the_end_of_the_epoch_a_terminate_cut_short_adds_no_evaluation_or_second
     assert callback.saved_steps == [8]
     assert spy.events == [("save", 8)]
     assert callback.exit_code == 143
+
+
+def _train_until_a_save_fails(
+    tmp_path: Path, action: str, break_the_save: Any
+) -> tuple[Any, BaseException, list[str]]:
+    """Train with an agent that sends `action` at step 10; `break_the_save(trainer)` makes the
+    save that answers it fail. Returns the callback, what train() raised, and the agent's log
+    lines for the notice's acks."""
+    import signal
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with AgentProcess(tmp_path) as agent:
+            callback = fw.ForewarnTrainerCallback(
+                events=agent.events, control=agent.control_endpoint, flag_file=None
+            )
+            args = models.arguments(tmp_path, max_steps=10_000)
+            trainer = hf.Trainer(
+                model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
+            )
+            break_the_save(trainer)
+            sent: list[str] = []
+
+            def operator() -> None:
+                eventually(lambda: trainer.state.global_step >= 10)
+                sent.append(agent.control({"op": "notify", "action": action})["notice"]["id"])
+
+            thread = threading.Thread(target=operator, daemon=True)
+            thread.start()
+            with pytest.raises(OSError) as raised:
+                trainer.train()
+            thread.join(timeout=5)
+            assert sent, "the notice was sent"
+            eventually(lambda: f"ack {sent[0]} from" in agent.output(), 10, "the ack")
+            acks = [line for line in agent.output().splitlines() if f"ack {sent[0]} from" in line]
+        # The guard was closed on the way out: the handlers it replaced are back.
+        assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    return callback, raised.value, acks
+
+
+@pytest.mark.parametrize("action", ["drain", "terminate"])
+def test_a_trainer_save_that_fails_is_acked_failed_and_a_terminate_exits_1(
+    tmp_path: Path, action: str
+) -> None:
+    """The Trainer's own save raising inside `_save_checkpoint` (a full disk, EIO, a
+    permission error) left train() with no ack at all: the agent never learnt that the job
+    had not saved, and exit_code said 0, which marks a reclaimed Kubernetes Job complete."""
+    import errno
+
+    def full_disk(trainer: Any) -> None:
+        def save_model(*args: Any, **kwargs: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        trainer.save_model = save_model
+
+    callback, raised, acks = _train_until_a_save_fails(tmp_path, action, full_disk)
+    assert raised.errno == errno.ENOSPC  # type: ignore[attr-defined]
+    assert len(acks) == 1 and "outcome=failed" in acks[0], acks
+    assert "No space left on device" in acks[0]
+    assert callback.saved_steps == []
+    assert callback.exit_code == (1 if action == "terminate" else 0)
+
+
+@pytest.mark.parametrize("failing", ["fsync", "listing"])
+def test_a_checkpoint_that_cannot_be_made_durable_is_a_failed_save(
+    tmp_path: Path, monkeypatch: Any, failing: str
+) -> None:
+    """on_save fsyncs the Trainer's checkpoint before the ack: an EIO there (the directory's
+    fsync, or listing it to find its files) is a save that failed, acked so, and the
+    terminate's exit code is 1, not 143, which says the state is saved."""
+    import errno
+    import os
+    import re
+
+    def a_checkpoint(path: Any) -> bool:
+        return re.fullmatch(r"checkpoint-\d+", Path(path).name) is not None
+
+    def broken_disk(trainer: Any) -> None:
+        if failing == "fsync":
+            real_fsync = os.fsync
+
+            def fsync(fd: int) -> None:
+                if a_checkpoint(os.readlink(f"/proc/self/fd/{fd}")):
+                    raise OSError(errno.EIO, "Input/output error")
+                real_fsync(fd)
+
+            monkeypatch.setattr(os, "fsync", fsync)
+        else:
+            real_scandir = os.scandir
+
+            def scandir(path: Any = ".") -> Any:
+                if a_checkpoint(path):
+                    raise OSError(errno.EIO, "Input/output error", str(path))
+                return real_scandir(path)
+
+            monkeypatch.setattr(os, "scandir", scandir)
+
+    callback, raised, acks = _train_until_a_save_fails(tmp_path, "terminate", broken_disk)
+    assert raised.errno == errno.EIO  # type: ignore[attr-defined]
+    assert len(acks) == 1 and "outcome=failed" in acks[0], acks
+    assert "Input/output error" in acks[0]
+    assert callback.saved_steps == []
+    assert callback.exit_code == 1
+
+
+def test_a_dcp_save_that_fails_on_an_exit_is_reported_and_exits_1(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """dcp=True saves in the callback itself: a save_dcp that raised left train() unreported,
+    with exit_code 0."""
+    import errno
+
+    from forewarn.clients.checkpoint import CheckpointStore, dcp
+
+    def full_disk(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(dcp, "save_dcp", full_disk)
+    callback = fw.ForewarnTrainerCallback(
+        store=CheckpointStore(str(tmp_path / "store")),
+        dcp=True,
+        notices=False,
+        handle_signals=False,
+        flag_file=None,
+    )
+    trainer = hf.Trainer(
+        model=models.Tiny(),
+        args=models.arguments(tmp_path),
+        train_dataset=models.Points(),
+        callbacks=[models.AsksToExitAt(callback, at=5), callback],
+    )
+    with pytest.raises(OSError, match="No space left"):
+        trainer.train()
+    assert trainer.state.global_step == 5
+    assert callback.saved_steps == []
+    assert callback.exit_code == 1, "the exit's state is not saved: not 143, nor 0"
