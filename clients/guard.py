@@ -47,6 +47,9 @@ TICK_SECONDS = 0.25
 # A terminate that was in force before this job started (see `_on_event`) makes it save and exit
 # this long before the notice's deadline, or twice the slowest flush seen if that is longer.
 INHERITED_EXIT_MARGIN = 30.0
+# An exit's save still running says so this often: after a SIGTERM, or without a store, nothing
+# bounds it, and a hung one (a stalled network filesystem) said nothing until the SIGKILL.
+EXIT_SAVE_WARN_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,12 @@ class CheckpointGuard:
         # `_withdraw_exit`) no longer ends the job when nothing else asks for the exit.
         self._exit_by: set[str] = set()
         self._exit_code = 0  # see `exit_code`
-        self._due_since: float | None = None
+        self._due_since: float | None = None  # when `due` said to save, until it is saved
+        self._due_step = 0  # the step it said so at
+        # The `_due_since` of a save that raised (nothing runs any more), and of an exit's save
+        # with the number of EXIT_SAVE_WARN_SECONDS it was said to be running for.
+        self._due_failed: float | None = None
+        self._told_running: tuple[float, int] = (0.0, 0)
         self._last_save = time.monotonic()
         self._started = self._last_save
         self._started_wall = process_started()
@@ -284,10 +292,16 @@ class CheckpointGuard:
                 # With an exit pending the final save comes first (it supersedes the failed
                 # one): raising here could end the job without it.
                 self._raise_failure()
-            if self._due_since is None:
-                self._due_since = time.monotonic()
+            self._mark_due(step)
             return True
         return False
+
+    def _mark_due(self, step: int) -> None:
+        if self._due_since is None or self._due_failed is not None:
+            # A save asked for again after one that raised is timed (and said) from here.
+            self._due_since = time.monotonic()
+            self._due_step = step
+            self._due_failed = None
 
     def _due_first(self, step: int) -> bool:
         """The first `due`: with torch.distributed initialised by now, every later check goes
@@ -312,8 +326,7 @@ class CheckpointGuard:
             # An exit every rank agreed on (in an evaluation loop that was left without saving)
             # and not saved yet: each rank knows it, so this check answers it without waiting
             # up to `agree_every` steps more for the next agreement.
-            if self._due_since is None:
-                self._due_since = time.monotonic()
+            self._mark_due(step)
             return True
         if step >= self._next_step:
             # Every rank saves here: one rank exiting alone would leave the others in their
@@ -325,8 +338,7 @@ class CheckpointGuard:
                     self._exit_by.add("peer")
                     self._exit = True
                 self._agree_on(step, exit_now)
-            if self._due_since is None:
-                self._due_since = time.monotonic()
+            self._mark_due(step)
             return True
         self._due_calls += 1
         # The first two checks (right after the resume and after the first step) always
@@ -345,8 +357,7 @@ class CheckpointGuard:
                 self._exit = True
             self._wake = True
             self._agree_on(step, exit_now)
-        if self._due_since is None:
-            self._due_since = time.monotonic()
+        self._mark_due(step)
         return True
 
     def _agree_on(self, step: int, exit_now: bool) -> None:
@@ -366,8 +377,7 @@ class CheckpointGuard:
             self._late_agreement()  # an evaluation before the first training step
         if self.agreement is None:
             if self._exit:
-                if self._due_since is None:
-                    self._due_since = time.monotonic()
+                self._mark_due(step)
                 return True
             return False
         self._eval_calls += 1
@@ -383,8 +393,7 @@ class CheckpointGuard:
             self._exit = True
             self._wake = True
             self._agree_on(step, True)
-        if self._due_since is None:
-            self._due_since = time.monotonic()
+        self._mark_due(step)
         return True
 
     @property
@@ -582,6 +591,7 @@ class CheckpointGuard:
             events = [self._events[i] for i in notice_ids if i in self._events]
             reasons = dict(self._pending)
             exit_now = self._exit
+            self._due_failed = self._due_since  # not running any more: not said to be
             if exit_now:
                 # Python's own code for the uncaught error: not 143, which says the state was
                 # saved and the job is to resume from it.
@@ -1153,6 +1163,44 @@ class CheckpointGuard:
             self._check_flag()
             self._check_inherited()
             self._check_handlers()
+            self._check_exit_save()
+
+    def _check_exit_save(self) -> None:
+        """An exit's save (due said so with an exit pending, and nothing recorded it yet)
+        running for another EXIT_SAVE_WARN_SECONDS: said, with the time to the deadline."""
+        since = self._due_since
+        if since is None or not self._exit or since == self._due_failed:
+            return
+        told = int((time.monotonic() - since) // EXIT_SAVE_WARN_SECONDS)
+        last_since, last_told = self._told_running
+        if told < 1 or (since == last_since and told <= last_told):
+            return
+        self._told_running = (since, told)
+        with self._lock:
+            reasons = dict(self._pending)
+            events = [self._events[i] for i in sorted(self._notice_ids) if i in self._events]
+        left = [
+            e.seconds_left for e in events if e.action == "terminate" and e.deadline is not None
+        ]
+        known = [value for value in left if value is not None]
+        if not known:
+            deadline = "no deadline is known: it runs until it ends or the platform kills the job"
+        elif min(known) >= 0:
+            deadline = f"the terminate's deadline is in {min(known):.0f}s"
+        else:
+            deadline = (
+                f"the terminate's deadline passed {-min(known):.0f}s ago: the platform may kill "
+                "the job before it ends"
+            )
+        # "exiting at step N on <causes>; checkpoint ...": the causes.
+        cause = exit_line(self._due_step, reasons, events, None).split(";")[0].split(" on ", 1)[1]
+        log.warning(
+            "forewarn: the exit's save of step %d (on %s) is still running after %gs; %s",
+            self._due_step,
+            cause,
+            told * EXIT_SAVE_WARN_SECONDS,
+            deadline,
+        )
 
     def _check_handlers(self) -> None:
         # A library that installs its own SIGTERM handler after the guard (a trainer, a

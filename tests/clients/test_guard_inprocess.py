@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -354,4 +355,66 @@ def test_an_exit_save_past_the_notice_deadline_still_commits(tmp_path: Path) -> 
     assert result.exit and result.generation is not None
     latest = store.latest(verify="checksums")
     assert latest is not None and latest.step == 3 and latest.read_bytes("w") == b"state at 3"
+    guard.close()
+
+
+@pytest.mark.parametrize("deadline", [None, 600.0, -5.0])
+def test_an_exit_save_still_running_is_said_every_interval(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, deadline: float | None
+) -> None:
+    """An exit's save has no time limit after a SIGTERM (nor without a store): one that hung
+    (a stalled network filesystem) said nothing while the job sat there until the SIGKILL."""
+    import signal
+    import threading
+    from datetime import datetime, timedelta, timezone
+
+    from forewarn.clients import guard as guard_module
+    from forewarn.clients.event import Event
+
+    monkeypatch.setattr(guard_module, "EXIT_SAVE_WARN_SECONDS", 0.3)
+    guard = quiet_guard()
+    if deadline is None:
+        guard._on_signal(signal.SIGTERM, None)
+    else:
+        now = datetime.now(timezone.utc)
+        guard._on_event(
+            Event(
+                id="aws/spot-itn/slow",
+                seq=1,
+                action="terminate",
+                reason="spot-interruption",
+                provider="aws",
+                deadline=now + timedelta(seconds=deadline),
+                noticed_at=now,
+                sent_at=now,
+            )
+        )
+    assert guard.due(7) and guard.should_exit
+    release = threading.Event()
+    results: list[Any] = []
+    saving = threading.Thread(
+        target=lambda: results.append(guard.save(7, lambda step: release.wait(30))), daemon=True
+    )
+    saving.start()
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "is still running" in r.getMessage()]
+
+    eventually(lambda: len(said()) >= 2, 10, "two warnings")
+    release.set()
+    saving.join(timeout=10)
+    assert results and results[0].exit
+    first = said()[0]
+    assert "the exit's save of step 7" in first
+    # One line each 0.3 s the save runs, with that time (a tick late on a busy machine skips one).
+    times = [float(re.findall(r"after ([0-9.]+)s", line)[0]) for line in said()]
+    assert times == sorted(set(times)), times
+    assert all(round(seconds / 0.3, 6).is_integer() for seconds in times), times
+    if deadline is None:
+        assert "on SIGTERM" in first and "no deadline" in first
+    elif deadline > 0:
+        assert "on terminate aws/spot-itn/slow" in first
+        assert re.search(r"the terminate's deadline is in (599|600)s", first), first
+    else:
+        assert re.search(r"the terminate's deadline passed [56]s ago", first), first
     guard.close()

@@ -440,3 +440,45 @@ def test_a_dcp_save_that_fails_on_an_exit_is_reported_and_exits_1(
     assert trainer.state.global_step == 5
     assert callback.saved_steps == []
     assert callback.exit_code == 1, "the exit's state is not saved: not 143, nor 0"
+
+
+def test_an_exit_save_of_the_trainer_that_runs_long_is_said_while_it_runs(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """A SIGTERM's save has no time limit: a Trainer's save that hung (a stalled network
+    filesystem) said nothing until the platform's SIGKILL."""
+    from forewarn.clients import guard as guard_module
+
+    monkeypatch.setattr(guard_module, "EXIT_SAVE_WARN_SECONDS", 0.3)
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    trainer = hf.Trainer(
+        model=models.Tiny(),
+        args=models.arguments(tmp_path),
+        train_dataset=models.Points(),
+        callbacks=[models.AsksToExitAt(callback, at=5), callback],
+    )
+    release = threading.Event()
+    save_model = trainer.save_model
+
+    def stalled_save_model(*args: Any, **kwargs: Any) -> Any:
+        release.wait(30)
+        return save_model(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "save_model", stalled_save_model)
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "is still running" in r.getMessage()]
+
+    def operator() -> None:
+        eventually(lambda: len(said()) >= 2, 20, "two warnings")
+        release.set()
+
+    thread = threading.Thread(target=operator, daemon=True)
+    thread.start()
+    trainer.train()
+    thread.join(timeout=5)
+    assert release.is_set(), "said while the save ran"
+    assert said()[0].startswith("forewarn: the exit's save of step 5 (on signal) is still")
+    assert "no deadline is known" in said()[0]
+    assert callback.saved_steps == [5]
+    assert callback.exit_code == 143
