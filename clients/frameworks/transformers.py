@@ -9,7 +9,10 @@ Once that save is done (`on_save`) it acks the agent with the measured seconds, 
 terminate or SIGTERM it stops training (`train()` returns normally: end the process with
 `sys.exit(callback.exit_code)`, 143 then, so the platform restarts the job). Resume with
 `trainer.train(resume_from_checkpoint=last_checkpoint(args.output_dir))`, which passes over
-a checkpoint directory a killed save left half-written. An exit pending at the end of a step
+a checkpoint directory a killed save left half-written. A save it asked for that raises (in
+the Trainer's `_save_checkpoint`, which it wraps for that save, in the fsync before the ack,
+or in `save_dcp`) is acked failed (`guard.save_failed`: `exit_code` 1 for an exit's save) and
+propagates out of `train()`. An exit pending at the end of a step
 skips the evaluation due at that step, so the save comes first, and the epoch an exit's save
 cut short ends with no evaluation or save of the Trainer's own. During an evaluation it asks
 `guard.due_in_eval` after each prediction step (`on_prediction_step`): the Trainer cannot be
