@@ -108,7 +108,9 @@ def build_notifiers(settings: Settings) -> list[Observer]:
     if url is not None:
         from .notifications.webhook import WebhookObserver
 
-        notifiers.append(WebhookObserver(settings.webhook, url))
+        notifiers.append(
+            WebhookObserver(settings.webhook, url, state_dir=settings.resolved_state_dir())
+        )
     if "kubernetes" not in settings.registry:
         return notifiers
     kubernetes = settings.provider_settings("kubernetes")

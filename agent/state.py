@@ -70,7 +70,7 @@ def load_state(path: Path) -> AgentState:
     and reported; a notice that does not validate is dropped and reported, and the others
     are kept."""
     try:
-        data = _read_small(path)
+        data = read_small(path)
     except FileNotFoundError:
         return AgentState()
     except OSError as error:
@@ -159,28 +159,36 @@ def _notices(raw: dict[str, object], key: str, path: Path) -> list[Notice]:
     return notices
 
 
-def _read_small(path: Path) -> bytes:
+def read_small(path: Path, limit: int = MAX_STATE_BYTES) -> bytes:
+    """The content of the regular file `path` (not through a link), at most `limit` bytes:
+    OSError for a larger file or anything else."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode):
             raise OSError(0, "not a regular file")
-        if found.st_size > MAX_STATE_BYTES:
-            raise OSError(0, f"larger than {MAX_STATE_BYTES} bytes")
-        return os.read(fd, MAX_STATE_BYTES + 1)
+        if found.st_size > limit:
+            raise OSError(0, f"larger than {limit} bytes")
+        return os.read(fd, limit + 1)
     finally:
         os.close(fd)
 
 
-def _set_aside(path: Path, why: str) -> AgentState:
+def set_aside(path: Path, what: str, why: str) -> None:
+    """Move the unreadable file `path` to `<path>.broken` (one kept), saying so: the next
+    write would otherwise replace what someone may want to look at."""
     broken = path.with_name(path.name + ".broken")
     try:
         if broken.is_dir() and not broken.is_symlink():
             shutil.rmtree(broken)
         os.replace(path, broken)
-        log.error("state file %s %s; moved to %s", path, why, broken)
+        log.error("%s %s %s; moved to %s", what, path, why, broken)
     except OSError as error:
-        log.error("state file %s %s, and cannot be moved aside (%s)", path, why, error)
+        log.error("%s %s %s, and cannot be moved aside (%s)", what, path, why, error)
+
+
+def _set_aside(path: Path, why: str) -> AgentState:
+    set_aside(path, "state file", why)
     return AgentState()
 
 
@@ -198,7 +206,7 @@ def boot_id(path: Path = BOOT_ID_PATH) -> str | None:
 def load_seq_mark(path: Path) -> int:
     """The reserved high-water mark of `seq` (0 when there is none or it is unreadable)."""
     try:
-        text = _read_small(path).decode().strip()
+        text = read_small(path).decode().strip()
         return int(text) if text.isascii() and text.isdigit() else 0
     except (OSError, UnicodeDecodeError):
         return 0
@@ -238,7 +246,9 @@ __all__ = [
     "encode_state",
     "load_seq_mark",
     "load_state",
+    "read_small",
     "save_seq_mark",
     "save_state",
+    "set_aside",
     "write_atomic",
 ]

@@ -1,8 +1,33 @@
-"""How a notifier names, at stop, the notices it has not passed on yet."""
+"""The notices a notifier has not passed on yet: how it names them at stop, and the file that
+keeps them across a restart of the agent.
+
+A webhook receiver that is down while the agent stops (a SIGTERM from systemd, a crash) held
+notices that were lost with the process: the operator was never told of them. `PendingFile`
+keeps them in the state directory, written atomically after each change, off the event loop;
+the restarted agent delivers them first. Delivery is at least once: a notice delivered just
+before the process dies, before the file is written again, is delivered again after the
+restart.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import ValidationError
+
 from ..protocol import Notice
+from ..state import read_small, set_aside, write_atomic
+
+log = logging.getLogger("forewarn.webhook")
+
+PENDING_VERSION = 1
+# Larger files are not ours: the queue holds 100,000 notices at most, of a few hundred bytes.
+MAX_PENDING_BYTES = 256 * 1024 * 1024
 
 
 def named(notices: list[Notice], limit: int = 10) -> str:
@@ -11,4 +36,104 @@ def named(notices: list[Notice], limit: int = 10) -> str:
     return shown + (", ..." if len(notices) > limit else "")
 
 
-__all__ = ["named"]
+def encode_pending(notices: list[Notice]) -> bytes:
+    notices_json = ",\n".join(notice.model_dump_json() for notice in notices)
+    return f'{{"version": {PENDING_VERSION}, "notices": [\n{notices_json}\n]}}\n'.encode()
+
+
+def decode_pending(data: bytes) -> tuple[list[Notice], list[str]]:
+    """The notices in a pending file's bytes, and what was wrong with those left out.
+    ValueError when the bytes are not a pending file at all."""
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"is not JSON ({error})") from None
+    if not isinstance(raw, dict) or raw.get("version") != PENDING_VERSION:
+        raise ValueError(f"is not a pending file of version {PENDING_VERSION}")
+    items = raw.get("notices")
+    if not isinstance(items, list):
+        raise ValueError("has no list of notices")
+    notices, problems = [], []
+    for index, item in enumerate(items):
+        try:
+            notices.append(Notice.model_validate(item))
+        except ValidationError as error:
+            problems.append(f"notice {index}: {error.errors()[0]['msg']}")
+    return notices, problems
+
+
+class PendingFile:
+    """`path`, holding what `snapshot()` returns: written after each `changed()` in a
+    thread, or at once by `write_now`; a write never replaces a newer one."""
+
+    def __init__(self, path: Path, snapshot: Callable[[], list[Notice]]) -> None:
+        self.path = path
+        self._snapshot = snapshot
+        self._lock = threading.Lock()  # held while the file is written
+        self._generation = 0  # of the newest snapshot taken
+        self._written = 0  # of the newest snapshot written (or whose write failed)
+        self._dirty = False
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+
+    def load(self) -> list[Notice]:
+        """The notices the last agent left undelivered; none when there is no file. A file
+        that cannot be read is moved aside and reported, never a reason not to start."""
+        try:
+            data = read_small(self.path, MAX_PENDING_BYTES)
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            set_aside(self.path, "webhook pending file", f"cannot be read: {error}")
+            return []
+        try:
+            notices, problems = decode_pending(data)
+        except ValueError as error:
+            set_aside(self.path, "webhook pending file", str(error))
+            return []
+        for problem in problems:
+            log.error("webhook pending file %s: %s; left out", self.path, problem)
+        return notices
+
+    def changed(self) -> None:
+        """What `snapshot()` returns changed: have it written soon (an event loop runs)."""
+        self._dirty = True
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._drain())
+
+    def write_now(self) -> None:
+        """Write the current snapshot before returning (after the write in progress)."""
+        self._dirty = False
+        self._generation += 1
+        self._write(self._generation, list(self._snapshot()))
+
+    async def _drain(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            self._generation += 1
+            # Encoded in the thread too: a long queue costs the event loop only a list copy.
+            await asyncio.to_thread(self._write, self._generation, list(self._snapshot()))
+
+    def _write(self, generation: int, notices: list[Notice]) -> None:
+        with self._lock:
+            if generation <= self._written:
+                return
+            self._written = generation
+            try:
+                write_atomic(self.path, encode_pending(notices))
+            except OSError as error:
+                if not self._failing:
+                    log.error(
+                        "webhook: cannot save the notices not delivered yet to %s: %s; they "
+                        "are lost if the agent stops before a later write succeeds",
+                        self.path,
+                        error,
+                    )
+                self._failing = True
+                return
+            if self._failing:
+                log.warning("webhook: saved the notices not delivered yet to %s again", self.path)
+            self._failing = False
+
+
+__all__ = ["PendingFile", "decode_pending", "encode_pending", "named"]

@@ -1,7 +1,9 @@
 """Deliver each published notice to an HTTP webhook (JSON or a Slack-compatible message).
 
 `on_notice` only appends to a bounded queue: delivery runs in its own task with its own
-timeout and retries, so a slow or hung receiver never delays the event socket.
+timeout and retries, so a slow or hung receiver never delays the event socket. With a state
+directory, the notices not delivered yet are kept in `webhook-pending.json` there
+(`pending.py`), and a restarted agent delivers them first.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import collections
 import logging
 import math
 import socket
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,7 +24,7 @@ from forewarn.providers.httpdate import parse_http_date
 
 from ..observer import Observer
 from ..protocol import Notice
-from .pending import named
+from .pending import PendingFile, named
 from .settings import WebhookSettings
 
 log = logging.getLogger("forewarn.webhook")
@@ -34,6 +37,8 @@ RETRY_STATUSES = frozenset({408, 425, 429})
 # A receiver's Retry-After is honoured up to this, so one notice cannot hold the queue for
 # as long as a receiver likes.
 RETRY_AFTER_CAP = 60.0
+# In the state directory: the notices not delivered yet, delivered first after a restart.
+PENDING_FILE = "webhook-pending.json"
 
 
 def slack_text(notice: Notice, host: str) -> str:
@@ -93,7 +98,10 @@ class WebhookObserver(Observer):
         url: str,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        state_dir: Path | None = None,
     ) -> None:
+        """`state_dir`: where the notices not delivered yet are kept across a restart;
+        None keeps them in memory only."""
         self.settings = settings
         self._url = url
         self._transport = transport
@@ -105,6 +113,9 @@ class WebhookObserver(Observer):
         self.delivered = 0
         self.failed = 0
         self.dropped = 0
+        self._pending = (
+            None if state_dir is None else PendingFile(state_dir / PENDING_FILE, self._left)
+        )
 
     @property
     def target(self) -> str:
@@ -113,6 +124,18 @@ class WebhookObserver(Observer):
         return f"{parts.scheme}://{parts.host}{':' + str(parts.port) if parts.port else ''}"
 
     def on_start(self, providers: list[str]) -> None:
+        if self._pending is not None:
+            # Read at start, not at construction: the agent holds its state directory's lock
+            # by now, so this is not another agent's file.
+            kept = self._pending.load()[-self.settings.queue :]
+            if kept:
+                log.info(
+                    "webhook: %d notice(s) not delivered before the agent stopped are "
+                    "delivered first: %s",
+                    len(kept),
+                    named(kept),
+                )
+            self._queue.extendleft(reversed(kept))
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._deliver_all(), name="webhook")
         self._task.add_done_callback(self._died)
@@ -132,6 +155,7 @@ class WebhookObserver(Observer):
                 oldest.id,
             )
         self._queue.append(notice)
+        self._changed()
         if self._wake is not None:
             self._wake.set()
 
@@ -140,14 +164,28 @@ class WebhookObserver(Observer):
             self._task.cancel()
         # Stopping ends deliveries in progress or waiting (a node being reclaimed stops its
         # agent while the terminate's delivery may still be retrying): say which.
-        left = ([self._delivering] if self._delivering is not None else []) + list(self._queue)
+        left = self._left()
+        if self._pending is not None:
+            # A delivery in progress counts as not delivered: the receiver may have it, and
+            # gets it again after the restart (at least once, never lost).
+            self._pending.write_now()
         if left:
+            kept = "" if self._pending is None else f"; kept in {self._pending.path}"
             log.warning(
-                "webhook: stopping with %d notice(s) not delivered to %s: %s",
+                "webhook: stopping with %d notice(s) not delivered to %s: %s%s",
                 len(left),
                 self.target,
                 named(left),
+                kept,
             )
+
+    def _left(self) -> list[Notice]:
+        """The notices not delivered yet, the one being delivered first."""
+        return ([self._delivering] if self._delivering is not None else []) + list(self._queue)
+
+    def _changed(self) -> None:
+        if self._pending is not None:
+            self._pending.changed()
 
     def parts(self) -> dict[str, bool]:
         return {} if self._task is None else {"webhook": not self._task.done()}
@@ -172,6 +210,7 @@ class WebhookObserver(Observer):
                 notice = self._delivering = self._queue.popleft()
                 await self._deliver(client, notice)
                 self._delivering = None
+                self._changed()  # delivered or given up: not pending any more
 
     async def _deliver(self, client: httpx.AsyncClient, notice: Notice) -> None:
         payload = body(notice, self.settings.format, self._host)

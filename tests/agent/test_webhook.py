@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 from forewarn.agent.config import load_settings
+from forewarn.agent.notifications.pending import PendingFile, decode_pending, encode_pending
 from forewarn.agent.notifications.settings import WebhookSettings, check_url
 from forewarn.agent.notifications.webhook import (
     RETRY_AFTER_CAP,
@@ -379,3 +381,80 @@ def test_a_webhook_url_passes_only_if_httpx_can_post_to_it(host: str, port: str,
     parsed = httpx.URL(url)
     assert parsed.port is None or 1 <= parsed.port <= 65535
     assert not any(char.isspace() for char in url)
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+def test_a_notice_not_delivered_before_a_restart_is_delivered_after_it(tmp_path: Path, stop: str):
+    """The receiver was down (retrying) when the agent stopped: the notice was lost with the
+    process. It is kept in the state directory and delivered by the restarted agent, once;
+    delivered, it leaves the file."""
+    pending = tmp_path / "state" / "webhook-pending.json"
+    with receiver(script=[503] * 1000) as hook:
+        first = agent_with_webhook(tmp_path, hook.url).start()
+        try:
+            notice = first.control({"op": "notify", "action": "drain", "note": "kept"})["notice"]
+            eventually(lambda: hook.attempts >= 1, timeout=15, what="the first attempt")
+            eventually(lambda: notice["id"] in pending_ids(pending), what="the pending file")
+        finally:
+            first.stop(signal.Signals[stop])
+        assert pending_ids(pending) == [notice["id"]]
+        with hook.lock:
+            hook.script.clear()  # the receiver is back
+        with AgentProcess(tmp_path, env=first.env) as agent:
+            (delivery,) = hook.wait_for(1, timeout=15)
+            assert delivery.body == notice
+            eventually(lambda: pending_ids(pending) == [], what="the delivered notice removed")
+            agent.control({"op": "notify", "action": "terminate", "deadline": None})
+            hook.wait_for(2, timeout=15)
+            # Delivered in order: a drain sent twice would have come before the terminate.
+            assert [r.body["action"] for r in hook.received] == ["drain", "terminate"]
+        assert "1 notice(s) not delivered before the agent stopped" in agent.output()
+
+
+def pending_ids(path: Path) -> list[str]:
+    try:
+        return [notice["id"] for notice in json.loads(path.read_text())["notices"]]
+    except (OSError, ValueError):
+        return []
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+@given(
+    st.binary(max_size=64)
+    | _json.map(lambda value: json.dumps(value).encode())
+    | st.lists(_json | st.just(local_notice(3, "drain").model_dump(mode="json")), max_size=3).map(
+        lambda items: json.dumps({"version": 1, "notices": items}).encode()
+    )
+)
+def test_any_pending_file_reads_as_notices_or_a_value_error(data: bytes):
+    try:
+        notices, problems = decode_pending(data)
+    except ValueError as error:
+        assert str(error)
+        return
+    assert all(isinstance(notice, Notice) for notice in notices)
+    assert all(isinstance(problem, str) and problem for problem in problems)
+
+
+def test_pending_notices_read_back_and_a_broken_file_is_set_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    kept = [local_notice(1, "drain"), local_notice(2, "terminate")]
+    path = tmp_path / "webhook-pending.json"
+    path.write_bytes(encode_pending(kept))
+    # As sent: times at the wire's millisecond precision.
+    read = [notice.model_dump_json() for notice in PendingFile(path, list).load()]
+    assert read == [notice.model_dump_json() for notice in kept]
+    path.write_text('{"version": 1, "notices": [{"id": "bad"}]}')
+    assert PendingFile(path, list).load() == []
+    assert "notice 0: " in caplog.text and path.exists()
+    path.write_text("not json")
+    assert PendingFile(path, list).load() == []
+    assert not path.exists() and path.with_name(path.name + ".broken").exists()
+    assert "webhook pending file" in caplog.text and "moved to" in caplog.text
