@@ -200,6 +200,14 @@ class NoticeBoard:
             if entry.acked and notice_id in (None, entry.notice.id)
         }
 
+    def expected_by(self) -> dict[str, set[str]]:
+        """The acking clients each acked notice was sent to (for a flushed one, those it was
+        flushed by), saved so that a restarted agent knows which notices every client had
+        flushed: it does not wait for their acks again, nor call them flushed a second time."""
+        return {
+            entry.notice.id: set(entry.expected) for entry in self.entries.values() if entry.acked
+        }
+
     def escalated(self, notice_id: str) -> bool:
         """Whether the notice goes out as terminate for a drain its provider reported (its
         deadline is within the exit margin): an escalation even when it is the first send."""
@@ -262,7 +270,10 @@ class NoticeBoard:
             return None
         entry.report = report
         entry.notice = self._stamp(report, action)
-        entry.expected |= self.clients
+        if not entry.flushed:
+            # Once flushed, the set it was flushed by stays as it was: it is saved, and a
+            # restarted agent counts the notice flushed when every one of them had acked.
+            entry.expected |= self.clients
         return entry.notice
 
     def clear(self, notice_id: str, detail: dict[str, Any] | None = None) -> Notice | None:
@@ -314,7 +325,8 @@ class NoticeBoard:
         """An acking client subscribed: it receives every active notice by replay."""
         self.clients.add(client)
         for entry in self.entries.values():
-            entry.expected.add(client)
+            if not entry.flushed:
+                entry.expected.add(client)
 
     def client_left(self, client: str) -> list[str]:
         """An acking client went away; returns notices that are now flushed by everyone left."""
@@ -353,6 +365,7 @@ class NoticeBoard:
         escalated: Iterable[str] = (),
         windows: Mapping[str, datetime] | None = None,
         acked_by: Mapping[str, Iterable[str]] | None = None,
+        expected_by: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -364,7 +377,9 @@ class NoticeBoard:
         terminate, and stays terminate while its deadline stands (as within one run).
         `windows` are the ends of the provider notices' windows (`windows()`): without them
         a notice restored inside its window was retired at once and raised again. `acked_by`
-        are the clients that acked each notice (`acked_by()`): they need not ack it again."""
+        are the clients that acked each notice (`acked_by()`): they need not ack it again.
+        `expected_by` are the clients each was sent to (`expected_by()`): a notice all of
+        them had acked is flushed, as it was before the restart."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         for notice, manual in [*((n, True) for n in notices), *((n, False) for n in provider)]:
@@ -389,6 +404,10 @@ class NoticeBoard:
             if notice.id in saved_ids:
                 entry.saved = True
             entry.acked.update((acked_by or {}).get(notice.id, ()))
+            expected = (expected_by or {}).get(notice.id)
+            if expected is not None and entry.acked and set(expected) <= entry.acked:
+                entry.expected = set(expected)
+                entry.flushed = True
             if (
                 notice.id in escalated_ids
                 and entry.notice.action == "drain"

@@ -238,7 +238,13 @@ class Agent:
             )
             provider = []
         self.board.restore(
-            state.manual, state.acked, provider, state.escalated, state.windows, state.acked_by
+            state.manual,
+            state.acked,
+            provider,
+            state.escalated,
+            state.windows,
+            state.acked_by,
+            state.expected_by,
         )
         # Drains whose deadline came within the exit margin while the agent was down: they go
         # out as terminate now, an escalation to count, log and record like any other (as a
@@ -584,8 +590,11 @@ class Agent:
         if joined:
             self.board.client_joined(client)
         else:
-            for notice_id in self.board.client_left(client):
+            done = self.board.client_left(client)
+            for notice_id in done:
                 self._flushed(notice_id)
+            if done:
+                self._save()  # flushed by the clients left: a restart must not undo it
         self.observers.on_subscribers(len(self.board.clients))
 
     def _flushed(self, notice_id: str) -> None:
@@ -919,6 +928,10 @@ class Agent:
                 {
                     notice_id: sorted(clients)
                     for notice_id, clients in self.board.acked_by().items()
+                },
+                {
+                    notice_id: sorted(clients)
+                    for notice_id, clients in self.board.expected_by().items()
                 },
             )
         )

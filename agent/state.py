@@ -55,6 +55,10 @@ class AgentState:
     # counted a notice acked by one client before the restart and another after as flushed by
     # every client (the flag file stayed; Azure's early approval waited for NotBefore).
     acked_by: dict[str, list[str]] = field(default_factory=dict)
+    # The acking clients each acked notice was sent to (at most MAX_EXPECTED_SAVED): a
+    # restarted agent that forgot them took a notice every client had flushed for one still
+    # waiting for acks, and called it flushed again when a client left or a new one acked.
+    expected_by: dict[str, list[str]] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -62,6 +66,10 @@ MAX_STATE_BYTES = 4 * 1024 * 1024
 # The acking clients saved per notice (ids of up to 200 characters): a notice acked by more
 # keeps these, and counts as flushed after a restart once the others ack it again.
 MAX_ACKED_SAVED = 64
+# The receiving clients saved per notice: a notice sent to more is not saved as such, so a
+# restarted agent does not know whether every client flushed it, and waits for the acks of
+# those that subscribe again (as an agent did before they were saved).
+MAX_EXPECTED_SAVED = 64
 
 
 def load_state(path: Path) -> AgentState:
@@ -126,6 +134,7 @@ def load_state(path: Path) -> AgentState:
     return AgentState(
         seq=seq,
         acked_by=_acked_by(raw.get("acked_by", {})),
+        expected_by=_expected_by(raw.get("expected_by", {})),
         manual=manual,
         acked=acked,
         provider=provider,
@@ -145,6 +154,21 @@ def _acked_by(raw: object) -> dict[str, list[str]]:
             named = [c for c in clients if isinstance(c, str) and client_id_problem(c) is None]
             acked_by[notice_id] = named[:MAX_ACKED_SAVED]
     return acked_by
+
+
+def _expected_by(raw: object) -> dict[str, list[str]]:
+    """The saved receiving clients, by notice id. Unlike the acks, a list that is not whole
+    (too long, or with ids no client could have) is left out: a part of it could make a notice
+    count as flushed by every client when it was not."""
+    expected_by = {}
+    for notice_id, clients in (raw if isinstance(raw, dict) else {}).items():
+        if (
+            isinstance(clients, list)
+            and len(clients) <= MAX_EXPECTED_SAVED
+            and all(isinstance(c, str) and client_id_problem(c) is None for c in clients)
+        ):
+            expected_by[notice_id] = list(clients)
+    return expected_by
 
 
 def _notices(raw: dict[str, object], key: str, path: Path) -> list[Notice]:
@@ -235,6 +259,11 @@ def encode_state(state: AgentState) -> bytes:
         "acked_by": {
             notice_id: sorted(clients)[:MAX_ACKED_SAVED]
             for notice_id, clients in state.acked_by.items()
+        },
+        "expected_by": {
+            notice_id: sorted(clients)
+            for notice_id, clients in state.expected_by.items()
+            if len(clients) <= MAX_EXPECTED_SAVED
         },
     }
     return json.dumps(payload, indent=1).encode()

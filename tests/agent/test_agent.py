@@ -354,6 +354,50 @@ def test_acks_from_before_an_agent_restart_still_count_after_it(tmp_path: Path) 
             assert f"notice {drain['id']} flushed by every client (2)" in agent.output()
 
 
+def test_a_notice_flushed_by_every_client_before_a_restart_stays_flushed_after_it(
+    tmp_path: Path,
+) -> None:
+    """Clients `a` and `b` both acked a drain, so it was flushed by every client; the agent
+    restarted under them. The restarted agent took the drain for one still waiting for acks:
+    when `b` left, and again when a new client `c` acked it, it was "flushed by every client"
+    a second time (the `acked` step logged again, the provider's `flushed` hook called again:
+    Azure's approval sent again for a still-Scheduled event)."""
+    first = AgentProcess(tmp_path).start()
+    with (
+        Subscriber(first.events, ("notice", "client/a")).ready() as a,
+        Subscriber(first.events, ("notice", "client/b")).ready() as b,
+    ):
+        try:
+            eventually(
+                lambda: first.control({"op": "status"})["agent"]["subscribers"] == 2,
+                what="both clients",
+                interval=0.05,
+            )
+            drain = first.control({"op": "notify", "action": "drain", "note": "once"})["notice"]
+            for client in ("a", "b"):
+                ack = {"op": "ack", "notice_id": drain["id"], "client": client}
+                assert first.control(ack)["ok"]
+            assert f"notice {drain['id']} flushed by every client (2)" in first.output()
+        finally:
+            first.stop()
+        with AgentProcess(tmp_path, env=first.env) as agent:
+            a.ready()
+            b.ready()
+
+            def subscribers() -> int:
+                return int(agent.control({"op": "status"})["agent"]["subscribers"])
+
+            eventually(lambda: subscribers() == 2, timeout=10, what="both clients back")
+            b.close()
+            eventually(lambda: subscribers() == 1, timeout=10, what="client b gone")
+            with Subscriber(agent.events, ("notice", "client/c")).ready() as c:
+                assert c.notice(timeout=3)["id"] == drain["id"]
+                eventually(lambda: subscribers() == 2, timeout=10, what="client c")
+                ack = {"op": "ack", "notice_id": drain["id"], "client": "c"}
+                assert agent.control(ack)["ok"]
+            assert "flushed by every client" not in agent.output()
+
+
 def test_a_flag_file_written_again_replaces_its_notice_and_removal_clears_it(
     tmp_path: Path,
 ) -> None:

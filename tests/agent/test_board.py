@@ -310,3 +310,55 @@ def test_a_restored_notice_without_deadline_its_provider_never_confirms_expires(
     again = restarted.report(report())
     assert again is not None and again.action == "drain"
     assert restarted.saved() == ["aws/spot-itn/1"]
+
+
+def restarted_after_acks(acks: list[str]) -> tuple[NoticeBoard, NoticeBoard]:
+    """A board whose notice went to clients a and b and was acked by `acks`, and a board
+    restored from what the first one saves."""
+    b, _ = board()
+    b.client_joined("a")
+    b.client_joined("b")
+    b.report(report(deadline=T0 + timedelta(hours=2)))
+    for client in acks:
+        b.record_ack("aws/spot-itn/1", client, 1.0)
+    restarted, _ = board()
+    restarted.restore(
+        [],
+        saved=b.saved(),
+        provider=b.provider_notices(),
+        acked_by=b.acked_by(),
+        expected_by=b.expected_by(),
+    )
+    return b, restarted
+
+
+def test_a_notice_every_client_flushed_is_still_flushed_after_a_restore() -> None:
+    """Flushed by a and b before the restart: a client leaving or a new one acking after it
+    does not make it flushed a second time (the `acked` step and the provider's `flushed`
+    hook, Azure's approval, once per notice)."""
+    before, restarted = restarted_after_acks(["a", "b"])
+    assert before.expected_by() == {"aws/spot-itn/1": {"a", "b"}}
+    for client in ("a", "b", "c"):
+        restarted.client_joined(client)
+    assert restarted.client_left("b") == []
+    assert restarted.record_ack("aws/spot-itn/1", "c", 1.0) is False
+    # Clients that join after the flush are not among those it was flushed by.
+    assert restarted.expected_by() == {"aws/spot-itn/1": {"a"}}
+
+
+def test_a_notice_not_every_client_flushed_still_waits_after_a_restore() -> None:
+    _, restarted = restarted_after_acks(["a"])
+    restarted.client_joined("a")
+    restarted.client_joined("b")
+    assert restarted.record_ack("aws/spot-itn/1", "b", 1.0) is True
+
+
+def test_without_its_receiving_clients_a_restored_notice_waits_for_acks_as_before() -> None:
+    """A notice sent to more clients than the state keeps (or a state file from before they
+    were kept): not known to be flushed, it waits for the acks of the clients that come back."""
+    before, _ = restarted_after_acks(["a", "b"])
+    restarted, _ = board()
+    restarted.restore([], provider=before.provider_notices(), acked_by={"aws/spot-itn/1": ["a"]})
+    restarted.client_joined("a")
+    restarted.client_joined("b")
+    assert restarted.record_ack("aws/spot-itn/1", "b", 1.0) is True

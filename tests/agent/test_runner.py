@@ -285,6 +285,7 @@ _json = st.recursive(
                 "boot_id",
                 "windows",
                 "acked_by",
+                "expected_by",
             ]
         ),
         _json | st.dictionaries(st.text(max_size=8), st.just("2026-11-30T03:00:00Z") | _json),
@@ -314,6 +315,12 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
         isinstance(i, str) and all(isinstance(c, str) for c in clients)
         for i, clients in state.acked_by.items()
     )
+    assert all(
+        isinstance(i, str)
+        and len(clients) <= state_module.MAX_EXPECTED_SAVED
+        and all(isinstance(c, str) for c in clients)
+        for i, clients in state.expected_by.items()
+    )
 
 
 def test_the_acking_clients_are_saved_bounded_and_an_older_file_loads_without_them(
@@ -338,6 +345,25 @@ def test_the_acking_clients_are_saved_bounded_and_an_older_file_loads_without_th
         '{"version": 1, "acked_by": {"a/b": ["ok", 3, "two\\nlines", ""], "c/d": "ok", "e/f": []}}'
     )
     assert load_state(path).acked_by == {"a/b": ["ok"], "e/f": []}
+
+
+def test_the_receiving_clients_are_saved_whole_or_not_at_all(tmp_path: Path) -> None:
+    """Which clients each acked notice was sent to is saved, so a restarted agent knows which
+    notices every client had flushed; a list over MAX_EXPECTED_SAVED, or with an id no client
+    could have, is left out rather than cut (a part could make a notice count as flushed by
+    every client when it was not)."""
+    path = tmp_path / "state.json"
+    bound = state_module.MAX_EXPECTED_SAVED
+    many = [f"rank-{n:03}" for n in range(bound + 1)]
+    state_module.save_state(
+        path,
+        state_module.AgentState(
+            expected_by={"x/many": many, "x/bound": many[:bound], "x/none": []}
+        ),
+    )
+    assert load_state(path).expected_by == {"x/bound": many[:bound], "x/none": []}
+    path.write_text('{"version": 1, "expected_by": {"a/b": ["ok", "two\nlines"], "c/d": 3}}')
+    assert load_state(path).expected_by == {}
 
 
 @pytest.mark.parametrize(
