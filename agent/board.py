@@ -160,6 +160,15 @@ class NoticeBoard:
         """Providers with restored notices their watcher has not reported again yet."""
         return {entry.report.provider for entry in self.entries.values() if entry.restored}
 
+    def restored_reports(self, provider: str) -> list[Report]:
+        """The restored notices of `provider` not reported again yet, as reported: what its
+        watcher would remember had it run before the restart (`RestoreAware`)."""
+        return [
+            entry.report
+            for entry in self.entries.values()
+            if entry.restored and entry.report.provider == provider
+        ]
+
     def withdraw_restored(self, provider: str, why: str) -> list[Notice]:
         """Clear the restored notices of `provider` that its watcher, having answered, did not
         report again: the provider withdrew them while the agent was down."""

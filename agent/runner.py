@@ -22,7 +22,14 @@ from typing import Any, Literal
 
 from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import TOKEN_FILE, ipc_path, needs_token, request
-from forewarn.providers import Closable, FlushAware, PollHealth, Watcher, WatcherContext
+from forewarn.providers import (
+    Closable,
+    FlushAware,
+    PollHealth,
+    RestoreAware,
+    Watcher,
+    WatcherContext,
+)
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.health import WATCHER_FAILED
 from pydantic import ValidationError
@@ -511,7 +518,7 @@ class Agent:
         while True:
             started = loop.time()
             try:
-                watcher = self.watchers.get(name) or self._build(name, health)
+                watcher = self.watchers.get(name) or self._restore(self._build(name, health))
                 self.watchers[name] = watcher
                 await watcher.watch(self._emit)
                 problem = "watch() returned"
@@ -529,6 +536,18 @@ class Agent:
             delay = backoff.next()
             health.error(WATCHER_FAILED, f"{problem}; restarting in {delay:.1f}s")
             await asyncio.sleep(delay)
+
+    def _restore(self, watcher: Watcher) -> Watcher:
+        """Hand a new watcher that remembers what it reported (`RestoreAware`) the notices
+        of its provider restored after a restart: it must not take them for new ones."""
+        if isinstance(watcher, RestoreAware):
+            reports = self.board.restored_reports(watcher.name)
+            try:
+                if reports:
+                    watcher.restored(reports)
+            except Exception:  # its memory only: the board still dedups what it reports
+                log.exception("%s: restored() failed", watcher.name)
+        return watcher
 
     def _emit(self, report: Report) -> None:
         problem = id_problem(report.id, report.provider)

@@ -18,6 +18,7 @@ from .base import (
     FlushAware,
     ParseError,
     PollHealth,
+    RestoreAware,
     Watcher,
     WatcherContext,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "ProviderSettings",
     "ProviderSpec",
     "Registry",
+    "RestoreAware",
     "SimulateFace",
     "UnknownProvider",
     "Watcher",

@@ -58,6 +58,17 @@ class FlushAware(Protocol):
 
 
 @runtime_checkable
+class RestoreAware(Protocol):
+    """Optional: a watcher that keeps its own memory of what it reported. The agent hands a
+    watcher it builds the notices of its provider restored from the state file after a restart
+    (as reported, and not reported again yet), so that it does not take an unchanged notice
+    for a new one because it forgot it (Azure recomputed a Started event's deadline, and took
+    up the document's newer DocumentIncarnation, and the notice went out again as changed)."""
+
+    def restored(self, reports: list[Report]) -> None: ...
+
+
+@runtime_checkable
 class Closable(Protocol):
     """Optional: a watcher holding resources (an HTTP client) to release at shutdown."""
 
@@ -70,6 +81,7 @@ __all__ = [
     "FlushAware",
     "ParseError",
     "PollHealth",
+    "RestoreAware",
     "Watcher",
     "WatcherContext",
 ]

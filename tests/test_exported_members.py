@@ -66,6 +66,7 @@ EXPORTS = {
         "ProviderSpec",
         "REGISTRY",
         "Registry",
+        "RestoreAware",
         "SimulateFace",
         "UnknownProvider",
         "Watcher",

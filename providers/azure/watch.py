@@ -75,6 +75,10 @@ class AzureWatcher:
         self._raw_events: list[dict[str, object]] | None = None
         self.answered = False  # Scheduled Events has answered once (the slow first call is over)
         self.reports: dict[str, Report] = {}  # published, by notice id
+        # Reports of this VM's events restored by the agent after a restart (`restored`): what
+        # the first document is compared with, as if this watcher had reported them. Not in
+        # `reports`, so one no longer listed is withdrawn by the agent (`detail.withdrawn`).
+        self._restored: dict[str, Report] = {}
         self.events: dict[str, ScheduledEvent] = {}  # this VM's published events, by EventId
         self._emit: Emit | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -237,8 +241,13 @@ class AzureWatcher:
         assert self.names is not None
         now = utcnow()
         current = reports_for(
-            document, self.names, freeze=self.settings.freeze, previous=self.reports, now=now
+            document,
+            self.names,
+            freeze=self.settings.freeze,
+            previous={**self._restored, **self.reports},
+            now=now,
         )
+        self._restored = {}
         self.incarnation = document.incarnation
         self.events = {
             event.event_id: event for event in document.events if event.notice_id in current
@@ -265,6 +274,13 @@ class AzureWatcher:
             self._emit(report)
         except Exception:  # the agent's problem, not a reason to stop watching
             log.exception("azure: emit(%s) failed", report.id)
+
+    def restored(self, reports: list[Report]) -> None:
+        """The agent's notices of this provider restored after a restart. Without them, an
+        unchanged event went out again as changed: a Started event's deadline (NotBefore is
+        empty then) became the first poll's moment, and an event whose report kept an older
+        DocumentIncarnation (neighbours' events bump it) took up the document's."""
+        self._restored = {report.id: report for report in reports if report.provider == self.name}
 
     # Approval.
 

@@ -9,13 +9,15 @@ from datetime import timedelta
 import httpx
 import pytest
 import respx
-from azure_harness import EXPECTED_MAPPING, running
+from azure_harness import EXPECTED_MAPPING, Harness, running
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.azure.settings import Settings
 from forewarn.providers.azure.simulate import EVENTS_PATH, AzureSimulator
 from forewarn.providers.azure.watch import AzureWatcher
 from forewarn.providers.base import PollHealth
-from support import eventually_async, free_port
+from forewarn.providers.report import Report
+from forewarn.providers.simulator import SimServer
+from support import eventually_async, free_port, running_watcher
 
 
 @pytest.mark.parametrize(
@@ -319,3 +321,46 @@ def test_interval_is_validated() -> None:
         Settings(interval=0.2)  # five a second would hit IMDS's limit
     with pytest.raises(ValidationError, match="approve"):
         Settings(approve="sometimes")  # type: ignore[arg-type]
+
+
+async def test_restored_reports_stand_for_what_a_watcher_before_the_restart_reported() -> None:
+    """A Started event (NotBefore empty) restored with its deadline is reported with that
+    deadline, not the first poll's moment; one that kept an older DocumentIncarnation keeps it;
+    one no longer listed gets no clear from the watcher (the agent withdraws it, saying why)."""
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=60, rate_limit=10)
+    started = sim.raise_notice("Preempt", {"status": "Started"})
+    kept = sim.raise_notice("Preempt", {"not_before_seconds": 600})
+    sim.raise_notice("Preempt", {"resources": ["gpu-1"]})  # bumps the incarnation
+    document = sim.document()
+    events = {event["EventId"]: event for event in document["Events"]}
+    earlier = utcnow() - timedelta(seconds=20)
+
+    def restored(event_id: str, deadline: object, incarnation: int) -> Report:
+        return Report.model_validate(
+            {
+                "id": f"azure/{event_id}",
+                "action": "terminate",
+                "reason": "eviction",
+                "provider": "azure",
+                "deadline": deadline,
+                "noticed_at": earlier,
+                "detail": {**events.get(event_id, {}), "DocumentIncarnation": incarnation},
+            }
+        )
+
+    with SimServer(sim) as server:
+        watcher = AzureWatcher(Settings(url=server.url, interval=0.25), PollHealth("azure"))
+        watcher.restored(
+            [
+                restored(started, earlier, document["DocumentIncarnation"]),
+                restored(kept, None, 1),
+                restored("GONE-1", earlier, 1),
+            ]
+        )
+        async with running_watcher(Harness(watcher, sim, server)) as h:
+            await h.until(lambda: len(h.reports) >= 2, what="the two listed events")
+            await h.more_polls(2)
+        by_id = {report.id: report for report in h.reports}
+        assert sorted(by_id) == sorted([f"azure/{started}", f"azure/{kept}"])
+        assert by_id[f"azure/{started}"].deadline == earlier
+        assert by_id[f"azure/{kept}"].detail["DocumentIncarnation"] == 1

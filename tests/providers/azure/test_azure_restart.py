@@ -1,0 +1,77 @@
+"""An agent restarted on the same state directory, through the real agent subprocess and the
+simulator: an Azure event it had published and that did not change is not sent again as new."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, agent_env, eventually
+
+
+@pytest.fixture
+def imds() -> Iterator[tuple[AzureSimulator, SimServer]]:
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=60, rate_limit=10)
+    with SimServer(sim) as server:
+        yield sim, server
+
+
+def polls(sim: AzureSimulator) -> int:
+    return sim.requests["GET /metadata/scheduledevents"]
+
+
+def wait_polls(sim: AzureSimulator, count: int) -> None:
+    target = polls(sim) + count
+    eventually(lambda: polls(sim) >= target, what=f"{count} more polls")
+
+
+def published(output: str, notice_id: str) -> list[str]:
+    """The agent's log lines of each send of `notice_id` (new, changed, escalated, cleared),
+    not its restore."""
+    return re.findall(rf"notice \w+ {re.escape(notice_id)} .*seq=\d+", output)
+
+
+@pytest.mark.parametrize("story", ["unchanged", "neighbour-events", "started"])
+def test_an_unchanged_event_is_not_sent_again_after_an_agent_restart(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer], story: str
+) -> None:
+    """`neighbour-events`: other VMs' events bumped DocumentIncarnation, which the watcher
+    keeps out of this VM's notice while its event is unchanged; the restarted watcher, with no
+    memory, put the new incarnation in, and the notice went out again as changed. `started`:
+    the event has Started (NotBefore is then empty): the restarted watcher took its deadline
+    to be the moment of its first poll, and the notice went out again with a new deadline."""
+    sim, server = imds
+    env = agent_env(
+        tmp_path,
+        FOREWARN_AZURE_URL=server.url,
+        FOREWARN_AZURE_VM_NAME="gpu-0",
+        FOREWARN_AZURE_INTERVAL="0.25",
+        FOREWARN_AZURE_APPROVE="off",
+    )
+    first = AgentProcess(tmp_path, providers=("azure",), env=env).start()
+    try:
+        event_id = sim.raise_notice("Preempt", {"not_before_seconds": 600})
+        notice_id = f"azure/{event_id}"
+        eventually(lambda: published(first.output(), notice_id), what="the notice")
+        if story == "neighbour-events":
+            sim.raise_notice("Preempt", {"resources": ["gpu-1"]})
+            sim.raise_notice("Reboot", {"resources": ["gpu-2"]})
+        elif story == "started":
+            sim.change_notice(event_id, {"status": "Started"})
+            eventually(
+                lambda: len(published(first.output(), notice_id)) == 2, what="the Started event"
+            )
+        wait_polls(sim, 4)
+        sent = published(first.output(), notice_id)
+    finally:
+        assert first.stop() == 0
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
+        wait_polls(sim, 4)
+        eventually(lambda: "restored from" in agent.output() and polls(sim) > 0, what="the restore")
+        active = agent.control({"op": "status"})["active"]
+        assert [notice["id"] for notice in active] == [notice_id]
+        assert published(agent.output(), notice_id) == [], (sent, agent.output())
