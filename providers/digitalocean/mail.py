@@ -290,6 +290,12 @@ _MONTHS = {
 }
 _MONTH = r"(?P<mon>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
 _DAY = r"(?P<d>\d{1,2})(?:st|nd|rd|th)?"
+# No year after a date without one. Four digits after a date are a year when they can be
+# one (19xx, 20xx: "December 4, 2026", the form with a year), else a clock ("December 4,
+# 1600 UTC"), and always with hrs or Z ("December 4 2000Z").
+_YEAR_AFTER_DATE = r",?\s*(?:19|20)\d{2}(?!\s*(?:hrs|hours|z)\b)"
+_NO_YEAR = r"(?!" + _YEAR_AFTER_DATE + ")"
+_DAY_NO_YEAR = r"(?P<d>\d{1,2})(?!\d)(?:st|nd|rd|th)?(?![a-z])" + _NO_YEAR
 _DATES = {
     # "2026-12-01", "2026/12/1", "2026.12.01".
     "iso": r"(?<![\d./-])(?P<y>\d{4})(?P<sep>[-/.])(?P<m>\d{1,2})(?P=sep)(?P<d>\d{1,2})(?!\d)",
@@ -301,7 +307,13 @@ _DATES = {
     "numeric": r"(?<![\d./-])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)"
     r"(?P<y>\d{4}|\d{2})(?![\d./-]?\d)",
     "mdy": _MONTH + r"\s+" + _DAY + r",?\s+(?P<y>\d{4})",
-    "dmy": _DAY + r"\s+" + _MONTH + r",?\s+(?P<y>\d{4})",
+    "dmy": _DAY + r"\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<y>\d{4})",
+    # "December 4", "Dec. 4th", "4 December", "4th of December": no year, as DigitalOcean's
+    # templates and people write them; the next such date not before the mail's Date (less
+    # the slack). Not read before: its time was taken for the day of the mail, a day or more
+    # before the reclaim. Never followed by a year: that is the form above.
+    "md": r"\b" + _MONTH + r"\s+" + _DAY_NO_YEAR,
+    "dm": r"(?<![\w./:-])" + _DAY_NO_YEAR + r"\s+(?:of\s+)?" + _MONTH + r"(?![a-z])" + _NO_YEAR,
 }
 _NAMED_ZONES = {
     # US (Central is US Central, not China), Europe, Asia-Pacific; ambiguous ones such as
@@ -323,11 +335,18 @@ _US_ZONES = {
 # lead stood in, an hour or more after it.
 # "14h30" is how much of Europe writes 14:30, and "14.30" how British mail does: each was
 # skipped, and Date + lead stood in, later than the reclaim when less notice was given.
+# "1600 UTC", "1600Z", "1600 hrs UTC": four digits without a colon, as military and
+# operations mail writes them; skipped before, so Date + lead stood in.
+# "noon", "12 noon", "midnight": 12:00 and 00:00. Midnight is the start of the day written
+# ("midnight UTC on December 4" is 00:00 on the 4th), the earlier of its two readings: a
+# deadline read late loses work, one read early does not.
 _CLOCK = (
-    r"(?P<H{n}>\d{{1,2}})(?:(?::|h|\.)(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?"
+    r"(?:\b(?:12\s*)?(?P<word{n}>noon|midday|midnight)\b"
+    r"|(?<![\d:.])(?P<H{n}>\d{{1,2}})"
+    r"(?:(?::|h|\.|(?<=\d\d))(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?"
     # "14:30 hrs UTC", as British and military mail writes it: skipped before.
-    r"(?:\s*hrs\.?)?)?"
-    r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z]))?"
+    r"(?:\s*(?:hrs|hours)\.?)?)?"
+    r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z]))?)"
 )
 # A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after
 # its end; its start is the deadline. Without this, "-16:00" was read as a UTC offset.
@@ -335,9 +354,10 @@ _TIME = (
     _CLOCK.format(n="")
     + r"(?:\s*(?:-|\u2013|\u2014|to|and|until)\s*"
     + _CLOCK.format(n="2")
-    + r"(?(M2)|(?(ampm2)|(?!))))?"
-    # A clock without minutes needs AM/PM, its own or, in a window, the end's.
-    + r"(?(M)|(?(ampm)|(?(ampm2)|(?!))))"
+    + r"(?(M2)|(?(word2)|(?(ampm2)|(?!)))))?"
+    # A clock without minutes needs AM/PM, its own or, in a window, the end's (or the end
+    # is noon or midnight: "between 10 and noon").
+    + r"(?(M)|(?(word)|(?(ampm)|(?(ampm2)|(?(word2)|(?!))))))"
     # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour or
     # more off.
     r"\s*\(?(?P<zone>(?:UTC|GMT)\s*[+-]\s*\d{1,2}(?::?\d{2})?|UTC|GMT|Z|[+-]\d{2}:?\d{2}"
@@ -366,6 +386,25 @@ _ABOUT_RECLAIM = re.compile(
     r"reclaim|interrupt|preempt|terminat|shut\s*down|stop|power|window|deadline|schedul", re.I
 )
 _TIME_ONLY = re.compile(r"(?<![\d:.])" + _TIME, re.IGNORECASE)
+# The year of a date written without a time ("December 4, 2026 UTC") is no clock (20:26).
+_ANY_MONTH = _MONTH.replace("(?P<mon>", "(?:")
+_DATE_BEFORE = re.compile(
+    r"(?:\b" + _ANY_MONTH + r"(?:\s+\d{1,2}(?:st|nd|rd|th)?)?"
+    r"|\b\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?" + _ANY_MONTH + r")\Z",
+    re.IGNORECASE,
+)
+_YEAR_AFTER = re.compile(_YEAR_AFTER_DATE, re.IGNORECASE)
+
+
+def _is_year_of_a_date(text: str, match: re.Match[str]) -> bool:
+    if _YEAR_AFTER.match(text, match.start()) is None:
+        return False
+    end = match.start()
+    while end > 0 and text[end - 1] in ", \t\n":
+        end -= 1
+    return _DATE_BEFORE.search(text, max(0, end - 40), end) is not None
+
+
 # "in the next 30 minutes", "in less than 2 hours", "in two hours", "30 minutes from now",
 # "in 2-3 hours" (its first figure): missed before, they left Date + lead (2 h) as the
 # deadline, later than the reclaim.
@@ -441,11 +480,13 @@ def _written_time(
     match: re.Match[str], sent: datetime | None = None, *, order: str = "mdy"
 ) -> tuple[datetime, datetime] | None:
     """The time written, and for a window its end (else the time again), in UTC. A time
-    without a date is its first occurrence whose end is not before `sent` (less the slack).
-    A numeric date ("12/01/2026") is read in `order`: month first ("mdy"), day first
-    ("dmy"), or, with a two-digit year, year first ("ymd": "26/12/01")."""
+    without a date is its first occurrence whose end is not before `sent` (less the slack),
+    and a date without a year ("December 4") the first such date. A numeric date
+    ("12/01/2026") is read in `order`: month first ("mdy"), day first ("dmy"), or, with a
+    two-digit year, year first ("ymd": "26/12/01")."""
     parts = match.groupdict()
     dated = parts.get("y") is not None
+    yearless = not dated and parts.get("mon") is not None
     if not dated and sent is None:
         return None
     month = day = year = 0
@@ -456,18 +497,24 @@ def _written_time(
         month, day = (second, first) if order == "dmy" else (first, second)
         if order == "ymd":
             year, month, day = 2000 + first, second, int(parts["y"])
-    elif dated:
+    elif dated or yearless:
         month = int(parts["m"]) if parts.get("m") else _MONTHS[parts["mon"].lower()]
         day = int(parts["d"])
-    hour, minute, second = int(parts["H"]), int(parts["M"] or 0), int(parts["S"] or 0)
-    ampm = (parts["ampm"] or "").lower().replace(".", "")
-    ampm2 = (parts["ampm2"] or "").lower().replace(".", "")
-    if parts["H2"] is not None and ampm2 and not ampm:
+    start = _clock(parts, "")
+    end = _clock(parts, "2") if parts["H2"] is not None or parts["word2"] else None
+    ampm, ampm2 = start[3], end[3] if end else ""
+    clock_to_clock = end is not None and parts["H2"] is not None and parts["H"] is not None
+    if clock_to_clock and ampm2 and not ampm:
         # "1:30-3:30 PM": the start takes the end's half of the day, or the other half when
         # it would come after the end ("11:00 - 1:00 PM").
-        later = int(parts["H"]) % 12 <= int(parts["H2"]) % 12
+        assert end is not None
+        later = start[0] % 12 <= end[0] % 12
         ampm = ampm2 if later else ("am" if ampm2 == "pm" else "pm")
-    start_hour = _hour(hour, ampm)
+    word2 = (parts["word2"] or "").lower()
+    if word2 and parts["H"] is not None and not (parts["M"] or ampm) and start[0] <= 12:
+        # "between 10 and noon" is the morning, "between 10 and midnight" the evening.
+        ampm = "pm" if word2 == "midnight" else "am"
+    start_hour = _hour(start[0], ampm)
     if start_hour is None:
         return None
     written_zone = parts["zone"]
@@ -488,23 +535,25 @@ def _written_time(
                 hours, minutes = hours[:-2], hours[-2:]
             offset = timedelta(hours=int(hours), minutes=int(minutes or 0))
             tz = timezone(offset if zone[0] == "+" else -offset)
+        end_clock: tuple[int, int, int] | None = None
+        if end is not None:
+            # Noon and midnight take no half of the day from the start.
+            end_hour = _hour(end[0], ampm2 or ("" if word2 else ampm))
+            if end_hour is None:
+                return None
+            end_clock = (end_hour, end[1], end[2])
+        clock = (start_hour, start[1], start[2])
+        if yearless:
+            assert sent is not None
+            return _next_date(month, day, clock, end_clock, tz, sent)
         if dated:
-            moment = datetime(year, month, day, start_hour, minute, second, 0, tz)
+            moment = datetime(year, month, day, *clock, 0, tz)
         else:
             assert sent is not None
             moment = sent.astimezone(tz).replace(
-                hour=start_hour, minute=minute, second=second, microsecond=0
+                hour=clock[0], minute=clock[1], second=clock[2], microsecond=0
             )
-        until = moment
-        if parts["H2"] is not None:
-            end_hour = _hour(int(parts["H2"]), ampm2 or ampm)
-            if end_hour is None:
-                return None
-            until = moment.replace(
-                hour=end_hour, minute=int(parts["M2"] or 0), second=int(parts["S2"] or 0)
-            )
-            if until < moment:  # "between 23:00 and 01:00": the window ends the next day
-                until += timedelta(days=1)
+        until = _window_end(moment, end_clock)
         if not dated and sent is not None and until < sent - _PAST_SLACK:
             moment, until = moment + timedelta(days=1), until + timedelta(days=1)
         return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
@@ -512,6 +561,49 @@ def _written_time(
     # before the year 1 or after 9999.
     except (ValueError, OverflowError, ZoneInfoNotFoundError):
         return None
+
+
+def _clock(parts: dict[str, str | None], n: str) -> tuple[int, int, int, str]:
+    """Hour, minute, second and am/pm of the clock `n` of a `_TIME` match."""
+    word = parts[f"word{n}"]
+    if word is not None:
+        return (0 if word.lower() == "midnight" else 12), 0, 0, ""
+    hour, minute, second = (parts[f"{key}{n}"] for key in "HMS")
+    assert hour is not None
+    ampm = (parts[f"ampm{n}"] or "").lower().replace(".", "")
+    return int(hour), int(minute or 0), int(second or 0), ampm
+
+
+def _window_end(moment: datetime, end: tuple[int, int, int] | None) -> datetime:
+    if end is None:
+        return moment
+    until = moment.replace(hour=end[0], minute=end[1], second=end[2])
+    if until < moment:  # "between 23:00 and 01:00": the window ends the next day
+        until += timedelta(days=1)
+    return until
+
+
+def _next_date(
+    month: int,
+    day: int,
+    clock: tuple[int, int, int],
+    end: tuple[int, int, int] | None,
+    tz: tzinfo,
+    sent: datetime,
+) -> tuple[datetime, datetime] | None:
+    """The first `month`/`day` at `clock` whose window has not ended before `sent` less
+    the slack: of the year before the mail's (a mail sent just after New Year about a
+    window that began on 31 December), its own, or a later one (29 February)."""
+    base = sent.astimezone(tz).year
+    for year in range(base - 1, base + 9):
+        try:
+            moment = datetime(year, month, day, *clock, 0, tz)
+            until = _window_end(moment, end)
+            if until >= sent - _PAST_SLACK:
+                return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
+        except (ValueError, OverflowError):  # no 29 February that year; year 0 or 10000
+            continue
+    return None
 
 
 def _candidates(
@@ -529,7 +621,7 @@ def _candidates(
                 {
                     written
                     for order in orders
-                    if (written := _written_time(match, order=order)) is not None
+                    if (written := _written_time(match, sent, order=order)) is not None
                 }
             )
             for written in readings:
@@ -551,6 +643,8 @@ def _candidates(
         for match in _TIME_ONLY.finditer(text):
             # The time of a dated form, read again without its date, is not another time.
             if within_dated(match.start(), match.start() + 1):
+                continue
+            if _is_year_of_a_date(text, match):
                 continue
             # Without a date, only a time on a line about the reclaim, or on the first line
             # (`judge` starts the text at the line naming the droplet): support hours in a
@@ -591,11 +685,13 @@ def find_deadline(
     `12/01/2026 14:30 UTC` or `12/01/26 14:30 UTC` (day
     or month first: the earliest reading that can be the deadline), and, relative to the mail's
     Date, `in about 2 hours` / `within the next 90 minutes` / `30 minutes from now` /
-    `in 1 hour and 30 minutes` and a
-    time without a date (`at 13:30 UTC`, its next occurrence). A time more than 10 minutes
-    before the mail was sent, or more than 30 days after, is not the deadline and is passed
-    over. With `new_only`, so is a time written as the one a new time replaces (`from`,
-    `was`, `previously`, `instead of`, `old time:`).
+    `in 1 hour and 30 minutes`, a date without a year (`December 4 at 16:00 UTC`,
+    `at 16:00 UTC on Friday, 4th of December`: the next such date) and a
+    time without a date (`at 13:30 UTC`, its next occurrence). A clock may be four digits
+    (`1600 UTC`, `1600Z`, `1600 hrs UTC`), `noon` or `midnight` (the start of its day).
+    A time more than 10 minutes before the mail was sent, or more than 30 days after, is not
+    the deadline and is passed over. With `new_only`, so is a time written as the one a new
+    time replaces (`from`, `was`, `previously`, `instead of`, `old time:`).
     """
     earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None
     latest = _shifted(sent, _FUTURE_LIMIT) if sent is not None else None

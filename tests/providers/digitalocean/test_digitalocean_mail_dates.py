@@ -1,0 +1,376 @@
+"""Deadlines written as people and DigitalOcean's templates write them: a date without a
+year ("December 4 at 16:00 UTC"), four-digit clocks ("1600Z", "1600 hrs UTC"), noon and
+midnight, and windows of them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from email.message import EmailMessage
+from email.utils import format_datetime
+
+import pytest
+from forewarn.providers.base import ParseError
+from forewarn.providers.digitalocean.mail import MatchRules, find_deadline, reclaim_verdict
+from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
+SLACK = timedelta(minutes=10)
+_SENT_NEAR = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
+).map(lambda moment: moment.replace(microsecond=0))
+_RULES = MatchRules.build(
+    sender=DEFAULT_SENDER,
+    subject=DEFAULT_SUBJECT,
+    droplet_id="424242424",
+    droplet_name="gpu-spot-1",
+    lead=7200.0,
+    max_age=86400.0,
+)
+
+
+def _utc(*fields: int) -> datetime:
+    return datetime(*fields, tzinfo=timezone.utc)  # type: ignore[misc]
+
+
+def _mail(body: str, date: datetime | None = SENT) -> bytes:
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Spot Droplet reclaim notice"
+    if date is not None:
+        message["Date"] = format_datetime(date)
+    message["Message-ID"] = "<reclaim-dates@digitalocean.com>"
+    message.set_content(body)
+    return bytes(message)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Read before as the time alone, on the day of the mail: three days early.
+        ("reclaimed on December 4 at 16:00 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed December 4th, 16:00 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on Dec. 4 at 4 PM UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on Friday, 4 December at 16:00 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on the 4th of December at 16:00 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed at 16:00 UTC on Friday, December 4.", _utc(2026, 12, 4, 16)),
+        ("reclaimed at 16:00 UTC, December 4.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on December 4 between 14:00 and 16:00 UTC.", _utc(2026, 12, 4, 14)),
+        ("reclaimed between 14:00 and 16:00 UTC on December 4.", _utc(2026, 12, 4, 14)),
+        ("reclaimed on December 4 at 09:30 America/New_York.", _utc(2026, 12, 4, 14, 30)),
+        # Within the 10 minutes of slack before the Date, and a window already begun.
+        ("reclaimed on December 1 at 12:25 UTC.", _utc(2026, 12, 1, 12, 25)),
+        ("reclaimed between 12:00 and 14:00 UTC on December 1.", _utc(2026, 12, 1, 12)),
+        # The next such date: the year after the mail's (within the 30 days).
+        ("reclaimed on January 2 at 00:30 UTC.", None),
+    ],
+)
+def test_a_date_without_a_year_is_its_next_occurrence(text: str, expected: datetime | None) -> None:
+    found = find_deadline(text, SENT)
+    assert (found and found[0]) == expected, found
+    new_year = find_deadline(text, _utc(2026, 12, 31, 18))
+    if "January" in text:
+        assert new_year is not None and new_year[0] == _utc(2027, 1, 2, 0, 30)
+
+
+def test_a_date_without_a_year_sent_after_new_year_can_be_last_year_s() -> None:
+    # A window that began on 31 December, told of just after midnight.
+    found = find_deadline("reclaimed December 31 at 23:55 UTC.", _utc(2027, 1, 1, 0, 3))
+    assert found is not None and found[0] == _utc(2026, 12, 31, 23, 55)
+
+
+def test_29_february_without_a_year_is_the_next_leap_day() -> None:
+    found = find_deadline("reclaimed on February 29 at 10:00 UTC.", _utc(2028, 2, 20))
+    assert found is not None and found[0] == _utc(2028, 2, 29, 10)
+    # Four years on is past the 30 days a deadline may be ahead.
+    assert find_deadline("reclaimed on February 29 at 10:00 UTC.", _utc(2027, 2, 20)) is None
+
+
+def test_a_date_with_a_year_is_never_read_again_without_it() -> None:
+    # A year in the past is something else; read without its year it became this year's.
+    for text in (
+        "reclaimed on December 4, 2025 at 16:00 UTC.",
+        "reclaimed at 16:00 UTC on December 12, 2025.",
+        "reclaimed on 4 December 2025, 16:00 UTC.",
+        "reclaimed at 16:00 UTC on December 12th 2025.",
+        "reclaimed at 16:00 UTC on 4th December 2025.",
+    ):
+        assert find_deadline(text, SENT) is None, text
+
+
+def test_a_reclaim_mail_with_a_date_without_a_year_has_that_deadline() -> None:
+    raw = _mail("Your Spot GPU Droplet gpu-spot-1 will be reclaimed on December 2 at 18:00 UTC.")
+    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    assert report is not None
+    assert report.deadline == _utc(2026, 12, 2, 18)
+    assert report.detail["deadline_source"] == "text: December 2 at 18:00 UTC"
+    # A date that has passed is no deadline (next year's is beyond 30 days): Date + lead.
+    raw = _mail("Your Spot GPU Droplet gpu-spot-1 will be reclaimed on November 30 at 18:00 UTC.")
+    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    assert report is not None and report.detail["deadline_source"] == "date+lead"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Each skipped before: Date + lead stood in.
+        ("reclaimed at 1600 UTC.", _utc(2026, 12, 1, 16)),
+        ("reclaimed at 1600Z.", _utc(2026, 12, 1, 16)),
+        ("reclaimed at 1600 hrs UTC.", _utc(2026, 12, 1, 16)),
+        ("reclaimed at 1600hrs GMT.", _utc(2026, 12, 1, 16)),
+        ("reclaimed at 1600 hours UTC.", _utc(2026, 12, 1, 16)),
+        ("reclaimed at 0930 EST.", _utc(2026, 12, 1, 14, 30)),
+        ("reclaimed on 2026-12-04 at 1600Z.", _utc(2026, 12, 4, 16)),
+        ("reclaimed at 2026-12-04T1600Z.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on December 4 1600Z.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on December 4, 1600 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on 4 Dec 2026 1600 hrs UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed between 1400 and 1600 UTC.", _utc(2026, 12, 1, 14)),
+        ("reclaimed between 1400Z and 1600Z.", _utc(2026, 12, 1, 14)),
+        ("reclaimed 1400-1600 UTC on December 4.", _utc(2026, 12, 4, 14)),
+    ],
+)
+def test_a_clock_of_four_digits_is_the_deadline(text: str, expected: datetime) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == expected, found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # The year of a date written without a time is no clock (20:26).
+        "reclaimed on December 4, 2026 UTC.",
+        "reclaimed on 4 December 2026 GMT.",
+        "reclaimed in December 2026 UTC.",
+        # Digits inside a longer number are no clock.
+        "reclaimed: ID 12341200 UTC.",
+        "reclaimed at 16000 UTC.",
+        "reclaimed at 2460 UTC.",
+    ],
+)
+def test_four_digits_that_are_no_clock_are_passed_over(text: str) -> None:
+    assert find_deadline(text, SENT) is None, text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("reclaimed at noon UTC.", _utc(2026, 12, 2, 12)),
+        ("reclaimed at 12 noon UTC.", _utc(2026, 12, 2, 12)),
+        ("reclaimed at midday GMT.", _utc(2026, 12, 2, 12)),
+        ("reclaimed at midnight UTC.", _utc(2026, 12, 2)),
+        ("reclaimed at 12 midnight UTC.", _utc(2026, 12, 2)),
+        ("reclaimed at noon ET.", _utc(2026, 12, 1, 17)),
+        ("reclaimed on December 4 at noon UTC.", _utc(2026, 12, 4, 12)),
+        ("reclaimed at noon UTC on 2026-12-04.", _utc(2026, 12, 4, 12)),
+        # Midnight on a day is its start: the earlier reading.
+        ("reclaimed at midnight UTC on December 4.", _utc(2026, 12, 4)),
+        ("reclaimed on 2026-12-04 at midnight UTC.", _utc(2026, 12, 4)),
+        # In a window. Before, "between noon and 14:00 UTC" gave 14:00, two hours late.
+        ("reclaimed between noon and 14:00 UTC.", _utc(2026, 12, 1, 12)),
+        ("reclaimed between noon and 2 PM UTC on December 4.", _utc(2026, 12, 4, 12)),
+        ("reclaimed between 10 and noon UTC on December 4.", _utc(2026, 12, 4, 10)),
+        ("reclaimed between 10:00 and noon UTC on December 4.", _utc(2026, 12, 4, 10)),
+        ("reclaimed between 10 and midnight UTC.", _utc(2026, 12, 1, 22)),
+        ("reclaimed between 22:00 and midnight UTC.", _utc(2026, 12, 1, 22)),
+        ("reclaimed between 9 AM and noon UTC on December 4.", _utc(2026, 12, 4, 9)),
+    ],
+)
+def test_noon_and_midnight_are_the_deadline(text: str, expected: datetime) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == expected, found
+
+
+def test_noon_inside_a_word_is_no_time() -> None:
+    assert find_deadline("reclaimed this afternoon UTC.", SENT) is None
+    assert find_deadline("reclaimed at forenoon GMT.", SENT) is None
+
+
+def _month_day(moment: datetime, form: str) -> str:
+    return form.format(
+        month=f"{moment:%B}",
+        mon=f"{moment:%b}",
+        day=moment.day,
+        th="th"
+        if 11 <= moment.day <= 13
+        else {1: "st", 2: "nd", 3: "rd"}.get(moment.day % 10, "th"),
+        weekday=f"{moment:%A}",
+    )
+
+
+_DATE_FORMS = st.sampled_from(
+    [
+        "{month} {day}",
+        "{mon} {day}",
+        "{mon}. {day}",
+        "{month} {day}{th}",
+        "{day} {month}",
+        "{day}{th} of {month}",
+        "{weekday}, {month} {day}",
+        "{weekday} {day} {mon}",
+    ]
+)
+_ORDERS = st.sampled_from(
+    ["on {date} at {time}", "{date}, {time}", "{date} {time}", "at {time} on {date}"]
+)
+
+
+def _clock(moment: datetime, form: str) -> str:
+    return form.format(hh=f"{moment:%H}", mm=f"{moment:%M}", h=moment.hour)
+
+
+_CLOCK_FORMS = st.sampled_from(
+    ["{hh}:{mm} UTC", "{hh}{mm} UTC", "{hh}{mm}Z", "{hh}{mm} hrs UTC", "{hh}:{mm} GMT"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=-10, max_value=29 * 24 * 60),
+    date_form=_DATE_FORMS,
+    clock_form=_CLOCK_FORMS,
+    order=_ORDERS,
+)
+def test_any_date_without_a_year_is_read_as_its_next_occurrence(
+    sent: datetime, ahead: int, date_form: str, clock_form: str, order: str
+) -> None:
+    moment = (sent + timedelta(minutes=ahead)).replace(second=0)
+    assume(moment >= sent - SLACK)
+    # Right after a date, four digits that can be a year are its year ("December 4, 2026").
+    year_like = clock_form == "{hh}{mm} UTC" and moment.hour in (19, 20)
+    assume(not (year_like and order in ("{date}, {time}", "{date} {time}")))
+    text = "Droplet gpu-spot-1 will be reclaimed " + order.format(
+        date=_month_day(moment, date_form), time=_clock(moment, clock_form)
+    )
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == moment, (text, found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ago=st.integers(min_value=11, max_value=330 * 24 * 60),
+    date_form=_DATE_FORMS,
+    order=_ORDERS,
+)
+def test_a_date_without_a_year_that_has_passed_is_never_the_deadline(
+    sent: datetime, ago: int, date_form: str, order: str
+) -> None:
+    moment = (sent - timedelta(minutes=ago)).replace(second=0)
+    text = "Droplet gpu-spot-1 will be reclaimed " + order.format(
+        date=_month_day(moment, date_form), time=f"{moment:%H:%M} UTC"
+    )
+    # Its next occurrence is a year on, past the 30 days a deadline may be ahead.
+    assert find_deadline(text, sent) is None, text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    clock=st.tuples(st.integers(0, 23), st.integers(0, 59)),
+    suffix=st.sampled_from([" UTC", "Z", "z", " hrs UTC", "hrs GMT", " hours UTC", " (UTC)"]),
+    where=st.sampled_from(["at {t}", "on {d} at {t}", "at {t} on {d}", "{d}T{t}"]),
+)
+def test_a_clock_of_four_digits_reads_as_with_a_colon(
+    sent: datetime, clock: tuple[int, int], suffix: str, where: str
+) -> None:
+    hour, minute = clock
+    if where == "{d}T{t}":
+        suffix = "Z"
+    day = f"{sent:%Y-%m-%d}"
+    four = find_deadline(
+        "reclaimed " + where.format(d=day, t=f"{hour:02d}{minute:02d}{suffix}"), sent
+    )
+    colon = find_deadline("reclaimed " + where.format(d=day, t=f"{hour:02d}:{minute:02d}Z"), sent)
+    assert (four and four[0]) == (colon and colon[0])
+    if "{d}" not in where:
+        assert four is not None
+
+
+_WINDOW_ENDS = st.one_of(
+    st.tuples(st.integers(0, 23), st.integers(0, 59)).map(
+        lambda c: (c, "{:02d}:{:02d}".format(*c))
+    ),
+    st.tuples(st.integers(0, 23), st.integers(0, 59)).map(lambda c: (c, "{:02d}{:02d}".format(*c))),
+    st.sampled_from([((12, 0), "noon"), ((0, 0), "midnight"), ((12, 0), "12 noon")]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=1, max_value=20),
+    start=_WINDOW_ENDS,
+    end=_WINDOW_ENDS,
+    form=st.sampled_from(
+        [
+            "between {s} and {e} UTC on {date}",
+            "on {date} between {s} and {e} UTC",
+            "{date} {s}-{e} UTC",
+            "on {date} from {s} to {e} UTC",
+            "{date}, {s} \u2013 {e} GMT",
+        ]
+    ),
+)
+def test_any_window_gives_its_start_however_its_clocks_are_written(
+    sent: datetime,
+    ahead: int,
+    start: tuple[tuple[int, int], str],
+    end: tuple[tuple[int, int], str],
+    form: str,
+) -> None:
+    (hour, minute), written = start
+    # Right after a date, four digits that can be a year are its year ("December 4, 2026").
+    assume(not (written.isdigit() and hour in (19, 20) and not form.startswith(("b", "on"))))
+    day = (sent + timedelta(days=ahead)).replace(hour=hour, minute=minute, second=0)
+    text = "Droplet gpu-spot-1 will be reclaimed " + form.format(
+        s=written, e=end[1], date=_month_day(day, "{month} {day}")
+    )
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == day, (text, found)
+
+
+# Pieces of the forms above, put together at random: garbage that looks like them.
+_PIECES = st.sampled_from(
+    [
+        "December", "Dec.", "Feb", "February", "may", "4", "29", "31", "0", "00", "99", "1600",
+        "2026", "2460", "9999", "0000", "12", "noon", "midnight", "midday", "hrs", "hours",
+        "Z", "UTC", "GMT", "GMT+14", "UTC-99:99", "+25:00", "ET", "Mars/Olympus", "between",
+        "and", "to", "-", "\u2013", "on", "at", "of", "th", "st", "Friday,", "PM", "a.m.",
+        ":", ".", ",", "T", "in", "hours", "by", "from", "was", "(", ")", "\n",
+    ]
+)  # fmt: skip
+_GARBAGE = st.lists(st.tuples(_PIECES, st.sampled_from(["", " ", ", ", "  "])), max_size=14).map(
+    lambda pieces: "".join(piece + gap for piece, gap in pieces)
+)
+_ANY_SENT = st.none() | st.datetimes(timezones=st.just(timezone.utc))
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=_GARBAGE, sent=_ANY_SENT)
+def test_garbage_of_these_forms_gives_a_deadline_in_bounds_or_none(
+    text: str, sent: datetime | None
+) -> None:
+    found = find_deadline(f"Droplet 424242424 will be reclaimed {text}", sent)
+    if found is not None and sent is not None:
+        assert found[0].tzinfo is not None
+        assert sent - SLACK <= found[0] <= sent + timedelta(days=30), (text, found)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_GARBAGE, sent=_ANY_SENT)
+def test_garbage_of_these_forms_raises_nothing_but_parse_error(
+    text: str, sent: datetime | None
+) -> None:
+    raw = _mail(f"Droplet 424242424 will be reclaimed {text}", date=sent)
+    try:
+        result = reclaim_verdict(raw, _RULES, "key", SENT)
+    except ParseError:
+        return
+    assert result.report is None or result.report.deadline is not None
