@@ -38,6 +38,14 @@ FETCH_LIMIT = 262144
 _MAXLINE = 1_000_000
 # IMAP dates use English month names whatever the locale.
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+# A NAT or firewall that forgets an idle connection drops it without a word: the watcher
+# sat in IDLE on a connection no mail could come through until the next renewal (25 min)
+# found it dead. TCP keepalive probes it after 60 s of silence, every 15 s, and after 4
+# unanswered probes the kernel ends it with an error (about 2 minutes): the watcher then
+# reconnects. Probing every 60 s also keeps most NAT mappings from expiring at all.
+KEEPALIVE_IDLE = 60
+KEEPALIVE_INTERVAL = 15
+KEEPALIVE_PROBES = 4
 
 
 class MailboxError(ForewarnError):
@@ -131,6 +139,22 @@ def _warn_if_readable_by_others(path: Path) -> None:
         log.warning("digitalocean: credentials_file %s is readable by others; chmod 600 it", path)
 
 
+def keep_alive(sock: socket.socket) -> None:
+    """Turn on TCP keepalive with the timings above, where the platform has the options
+    (Linux and Windows name the idle time TCP_KEEPIDLE, macOS TCP_KEEPALIVE)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)
+    for option, value in (
+        (idle, KEEPALIVE_IDLE),
+        (getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL),
+        (getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_PROBES),
+    ):
+        if option is not None:
+            # An option the running kernel refuses leaves its default: keepalive is on.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 class _Buffered:
     """Overrides imaplib's documented `read`/`readline` to read through a buffer this
     module can inspect: `waiting(timeout)` must know whether a line is already buffered
@@ -191,6 +215,7 @@ class _Dialing(_Buffered):
             sock = socket.socket(family, kind, proto)
             try:
                 self._watch(sock)
+                keep_alive(sock)
                 sock.settimeout(timeout)
                 sock.connect(address)
                 return sock
@@ -612,6 +637,7 @@ __all__ = [
     "MailboxSession",
     "ServerFailure",
     "TlsFailure",
+    "keep_alive",
     "load_credentials",
     "mailbox_name",
     "message_of",

@@ -25,6 +25,7 @@ from forewarn.providers.digitalocean import watch
 from forewarn.providers.digitalocean.imap import (
     Credentials,
     MailboxSession,
+    TlsMode,
     load_credentials,
     mailbox_name,
     message_of,
@@ -860,3 +861,28 @@ def test_any_untagged_answer_is_taken_in_without_error(
     answer = _Untagged(dict(untagged))
     assert isinstance(session._count(answer), bool)  # type: ignore[arg-type]
     assert session.exists >= 0 and answer.untagged_responses == {}
+
+
+@pytest.mark.parametrize("tls", ["tls", "starttls", "none"])
+def test_the_imap_connection_has_tcp_keepalive(
+    dovecot: Dovecot, mail_user: MailUser, tls: TlsMode
+) -> None:
+    # A NAT that drops an idle connection silently left IDLE waiting on a dead connection
+    # until the next renewal: keepalive probes end it in about 2 minutes instead.
+    port = dovecot.imaps_port if tls == "tls" else dovecot.imap_port
+    session = MailboxSession("127.0.0.1", port, tls, ca_file=dovecot.cert, timeout=10)
+    session.open(Credentials(mail_user.name, mail_user.password))
+    try:
+        sock = session._require().sock
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) != 0
+        idle = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)
+        expected = {
+            idle: 60,
+            getattr(socket, "TCP_KEEPINTVL", None): 15,
+            getattr(socket, "TCP_KEEPCNT", None): 4,
+        }
+        for option, value in expected.items():
+            if option is not None:
+                assert sock.getsockopt(socket.IPPROTO_TCP, option) == value, option
+    finally:
+        session.close()
