@@ -394,6 +394,13 @@ _DATE_BEFORE = re.compile(
     re.IGNORECASE,
 )
 _YEAR_AFTER = re.compile(_YEAR_AFTER_DATE, re.IGNORECASE)
+# "tomorrow" next to a time without a date: read as the time's next occurrence, the
+# deadline was a day early whenever that time of day was still to come on the Date's day.
+_TOMORROW_BEFORE = re.compile(
+    r"\btomorrow[^\S\n]*,?[^\S\n]+(?:(?:at|between|from|by|around|until)[^\S\n]+)?\Z",
+    re.IGNORECASE,
+)
+_TOMORROW_AFTER = re.compile(r"[^\S\n]*,?[^\S\n]*tomorrow\b", re.IGNORECASE)
 
 
 def _is_year_of_a_date(text: str, match: re.Match[str]) -> bool:
@@ -477,11 +484,16 @@ def _hour(hour: int, ampm: str) -> int | None:
 
 
 def _written_time(
-    match: re.Match[str], sent: datetime | None = None, *, order: str = "mdy"
+    match: re.Match[str],
+    sent: datetime | None = None,
+    *,
+    order: str = "mdy",
+    tomorrow: bool = False,
 ) -> tuple[datetime, datetime] | None:
     """The time written, and for a window its end (else the time again), in UTC. A time
     without a date is its first occurrence whose end is not before `sent` (less the slack),
-    and a date without a year ("December 4") the first such date. A numeric date
+    or with `tomorrow` the one on the day after `sent`'s (in the time's zone), and a date
+    without a year ("December 4") the first such date. A numeric date
     ("12/01/2026") is read in `order`: month first ("mdy"), day first ("dmy"), or, with a
     two-digit year, year first ("ymd": "26/12/01")."""
     parts = match.groupdict()
@@ -553,8 +565,10 @@ def _written_time(
             moment = sent.astimezone(tz).replace(
                 hour=clock[0], minute=clock[1], second=clock[2], microsecond=0
             )
+            if tomorrow:
+                moment += timedelta(days=1)
         until = _window_end(moment, end_clock)
-        if not dated and sent is not None and until < sent - _PAST_SLACK:
+        if not dated and not tomorrow and sent is not None and until < sent - _PAST_SLACK:
             moment, until = moment + timedelta(days=1), until + timedelta(days=1)
         return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
     # 31 February, 25:00, an offset of +99:00, no such zone; OverflowError: in UTC it falls
@@ -657,9 +671,15 @@ def _candidates(
                 about_reclaim[begin, end] = _ABOUT_RECLAIM.search(text, begin, end) is not None
             if begin > 0 and not about_reclaim[begin, end]:
                 continue
-            written = _written_time(match, sent)
+            # "tomorrow at 16:00 UTC", "at 16:00 UTC tomorrow": the day after the Date's.
+            start, stop = match.span()
+            ahead = _TOMORROW_BEFORE.search(text, max(0, start - 40), start)
+            behind = None if ahead else _TOMORROW_AFTER.match(text, stop)
+            tomorrow = ahead is not None or behind is not None
+            words = text[ahead.start() if ahead else start : behind.end() if behind else stop]
+            written = _written_time(match, sent, tomorrow=tomorrow)
             if written is not None:
-                yield match.start(), -len(match.group(0)), *written, match.group(0)
+                yield start, -len(match.group(0)), *written, words
         for match in _RELATIVE.finditer(text):
             parts = {k.rstrip("2"): v for k, v in match.groupdict().items() if v is not None}
             hours = 1.0 if "the_hour" in parts else _amount_hours(parts)
@@ -687,7 +707,8 @@ def find_deadline(
     Date, `in about 2 hours` / `within the next 90 minutes` / `30 minutes from now` /
     `in 1 hour and 30 minutes`, a date without a year (`December 4 at 16:00 UTC`,
     `at 16:00 UTC on Friday, 4th of December`: the next such date) and a
-    time without a date (`at 13:30 UTC`, its next occurrence). A clock may be four digits
+    time without a date (`at 13:30 UTC`, its next occurrence; `tomorrow at 13:30 UTC`, on
+    the day after the Date's). A clock may be four digits
     (`1600 UTC`, `1600Z`, `1600 hrs UTC`), `noon` or `midnight` (the start of its day).
     A time more than 10 minutes before the mail was sent, or more than 30 days after, is not
     the deadline and is passed over. With `new_only`, so is a time written as the one a new

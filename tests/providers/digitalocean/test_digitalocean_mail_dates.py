@@ -343,7 +343,7 @@ _PIECES = st.sampled_from(
         "2026", "2460", "9999", "0000", "12", "noon", "midnight", "midday", "hrs", "hours",
         "Z", "UTC", "GMT", "GMT+14", "UTC-99:99", "+25:00", "ET", "Mars/Olympus", "between",
         "and", "to", "-", "\u2013", "on", "at", "of", "th", "st", "Friday,", "PM", "a.m.",
-        ":", ".", ",", "T", "in", "hours", "by", "from", "was", "(", ")", "\n",
+        ":", ".", ",", "T", "in", "hours", "by", "from", "was", "(", ")", "\n", "tomorrow",
     ]
 )  # fmt: skip
 _GARBAGE = st.lists(st.tuples(_PIECES, st.sampled_from(["", " ", ", ", "  "])), max_size=14).map(
@@ -374,3 +374,43 @@ def test_garbage_of_these_forms_raises_nothing_but_parse_error(
     except ParseError:
         return
     assert result.report is None or result.report.deadline is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Read before as the time's next occurrence: 16:00 on the Date's day, a day early.
+        ("reclaimed tomorrow at 16:00 UTC.", _utc(2026, 12, 2, 16)),
+        ("reclaimed at 16:00 UTC tomorrow.", _utc(2026, 12, 2, 16)),
+        ("reclaimed tomorrow, 1600Z.", _utc(2026, 12, 2, 16)),
+        ("reclaimed tomorrow between 14:00 and 16:00 UTC.", _utc(2026, 12, 2, 14)),
+        ("reclaimed tomorrow at noon ET.", _utc(2026, 12, 2, 17)),
+        ("reclaimed at 00:30 UTC tomorrow.", _utc(2026, 12, 2, 0, 30)),
+        # Not next to the time: the time's next occurrence, as before.
+        ("reclaimed at 16:00 UTC, not tomorrow.", _utc(2026, 12, 1, 16)),
+        ("reclaimed tomorrow or later;\nwindow: 16:00 UTC", _utc(2026, 12, 1, 16)),
+    ],
+)
+def test_a_time_tomorrow_is_on_the_day_after_the_date(text: str, expected: datetime) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == expected, found
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    clock=st.tuples(st.integers(0, 23), st.integers(0, 59)),
+    form=st.sampled_from(
+        ["tomorrow at {t}", "at {t} tomorrow", "tomorrow, {t}", "tomorrow between {t} and 23:59Z"]
+    ),
+)
+def test_any_time_tomorrow_is_on_the_day_after_the_date(
+    sent: datetime, clock: tuple[int, int], form: str
+) -> None:
+    text = "Droplet gpu-spot-1 will be reclaimed " + form.format(t="{:02d}:{:02d}Z".format(*clock))
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    day = sent.date() + timedelta(days=1)
+    assert found[0] == datetime(day.year, day.month, day.day, *clock, tzinfo=timezone.utc)
+    assert "tomorrow" in found[1]
