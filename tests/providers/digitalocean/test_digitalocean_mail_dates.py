@@ -340,7 +340,8 @@ def test_any_window_gives_its_start_however_its_clocks_are_written(
 _PIECES = st.sampled_from(
     [
         "December", "Dec.", "Feb", "February", "may", "4", "29", "31", "0", "00", "99", "1600",
-        "2026", "2460", "9999", "0000", "12", "noon", "midnight", "midday", "hrs", "hours",
+        "2026", "2460", "9999", "0000", "12", "\u0661\u0666\u0660\u0660", "\u00b2", "noon",
+        "midnight", "midday", "hrs", "hours",
         "Z", "UTC", "GMT", "GMT+14", "UTC-99:99", "+25:00", "ET", "Mars/Olympus", "between",
         "and", "to", "-", "\u2013", "on", "at", "of", "th", "st", "Friday,", "PM", "a.m.",
         ":", ".", ",", "T", "in", "hours", "by", "from", "was", "(", ")", "\n", "tomorrow",
