@@ -16,6 +16,8 @@
 # `--stop-timeout` longer than its reclaim save, 10 s by default: docs/operations.md).
 # Settings are FOREWARN_* variables (docs/operations.md); metrics and health listen on
 # 127.0.0.1:9464 inside the container (FOREWARN_METRICS_ADDRESS).
+# Extras other than `metrics` (k8s for a kubeconfig, aws for drills): --build-arg
+# FOREWARN_EXTRAS=metrics,k8s (keep metrics while FOREWARN_METRICS_ADDRESS is set).
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
@@ -32,9 +34,11 @@ COPY testing ./testing
 COPY packaging ./packaging
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
-# Stage 2: the runtime. Only the `metrics` extra: the agent needs httpx, pydantic and pyzmq,
-# and prometheus-client for /metrics and the health check; the cloud SDKs serve drills only.
+# Stage 2: the runtime. By default only the `metrics` extra: the agent needs httpx, pydantic
+# and pyzmq, and prometheus-client for /metrics; the cloud SDKs serve drills only.
 FROM ${PYTHON_IMAGE}
+# Comma-separated extras of the installed wheel; empty installs none.
+ARG FOREWARN_EXTRAS=metrics
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -52,7 +56,7 @@ RUN groupadd --system --gid 10001 forewarn \
 COPY --from=build /dist /dist
 RUN python -m venv /opt/forewarn \
     && wheel="$(find /dist -name 'forewarn-*.whl')" \
-    && /opt/forewarn/bin/pip install --no-cache-dir "${wheel}[metrics]" \
+    && /opt/forewarn/bin/pip install --no-cache-dir "${wheel}${FOREWARN_EXTRAS:+[${FOREWARN_EXTRAS}]}" \
     && rm -rf /dist
 
 USER 10001:10001
@@ -60,6 +64,9 @@ WORKDIR /var/lib/forewarn
 # Metrics inside the container; publish it only with FOREWARN_METRICS_ADDRESS=0.0.0.0:9464
 # and FOREWARN_ALLOW_REMOTE=true.
 EXPOSE 9464
-HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://' + os.environ.get('FOREWARN_METRICS_ADDRESS', '127.0.0.1:9464').replace('0.0.0.0', '127.0.0.1') + '/healthz', timeout=4)"]
+# `forewarn status` finds the agent as the agent itself is configured (FOREWARN_* variables,
+# FOREWARN_CONFIG or /etc/forewarn/forewarn.toml), metrics on or off; its --timeout stays
+# below the check's own, so a hung agent gets status's one-line answer, not a killed check.
+HEALTHCHECK --interval=30s --timeout=10s --start-period=30s --retries=3 \
+    CMD ["forewarn", "status", "--timeout", "5s"]
 ENTRYPOINT ["forewarn", "agent"]

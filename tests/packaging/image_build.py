@@ -70,6 +70,19 @@ def pip_steps(parsed: Dockerfile) -> list[Instruction]:
     return [i for i in parsed.of("RUN") if "pip " in i.args]
 
 
+def build_args(
+    parsed: Dockerfile, stage: int, given: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The ARGs a stage declares, with their defaults or the `--build-arg` values `given`:
+    what its RUN steps see as environment variables."""
+    found: dict[str, str] = {}
+    for arg in parsed.of("ARG"):
+        if arg.stage == stage:
+            name, _, default = arg.args.partition("=")
+            found[name] = (given or {}).get(name, default)
+    return found
+
+
 def base_image_env(scratch: Path) -> dict[str, str]:
     """This environment with `python` on PATH standing for the base image's interpreter."""
     bin_dir = scratch / "bin"
@@ -113,7 +126,7 @@ def replay_build_stage(image: Path, scratch: Path, pip_env: dict[str, str]) -> N
     final = final_stage(parsed)
     for step in pip_steps(parsed):
         if step.stage < final:
-            run_step(step, image, env)
+            run_step(step, image, {**env, **build_args(parsed, step.stage)})
     shutil.rmtree(image / "src")
 
 
@@ -132,6 +145,7 @@ __all__ = [
     "Dockerfile",
     "Instruction",
     "base_image_env",
+    "build_args",
     "copy_from_build_stage",
     "final_stage",
     "parse_dockerfile",

@@ -22,13 +22,15 @@ from image_build import (
     DOCKERFILE,
     Dockerfile,
     base_image_env,
+    build_args,
     copy_from_build_stage,
     final_stage,
     parse_dockerfile,
     pip_steps,
     run_step,
 )
-from support import agent_env, free_port
+from status_probe import run_check, silent_agent, status_timeout
+from support import AgentProcess, agent_env, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 Tool = Callable[[str], str]
@@ -59,16 +61,22 @@ def test_image_shape():
     assert user and user[-1].split(":")[0] not in ("0", "root")
     assert json.loads(parsed.of("ENTRYPOINT")[-1].args) == ["forewarn", "agent"]
     assert "slim" in parsed.of("ARG")[0].args
-    installs = " ".join(i.args for i in parsed.of("RUN") if "pip install" in i.args)
-    assert "[metrics]" in installs and "[all]" not in installs
+    # Only the runtime extra unless the build asks for more.
+    assert build_args(parsed, final)["FOREWARN_EXTRAS"] == "metrics"
 
 
 def healthcheck_command(parsed: Dockerfile) -> list[str]:
     args = parsed.of("HEALTHCHECK")[-1].args
     _, _, command = args.partition("CMD ")
     argv = json.loads(command)
-    assert argv[0] == "python"
+    assert argv[0] == "forewarn"
     return argv
+
+
+def healthcheck_timeout(parsed: Dockerfile) -> float:
+    """Seconds Docker gives the check before it kills it (`--timeout`, 30 s unless set)."""
+    found = re.search(r"--timeout=(\d+)s\b", parsed.of("HEALTHCHECK")[-1].args.partition("CMD ")[0])
+    return float(found.group(1)) if found else 30.0
 
 
 def image_environment(parsed: Dockerfile) -> dict[str, str]:
@@ -80,6 +88,90 @@ def image_environment(parsed: Dockerfile) -> dict[str, str]:
                 key, _, value = pair.partition("=")
                 found[key] = value
     return found
+
+
+def image_settings(parsed: Dockerfile) -> dict[str, str]:
+    """The image's FOREWARN_* settings but its directories, which each test gives its own."""
+    settings = {k: v for k, v in image_environment(parsed).items() if k.startswith("FOREWARN_")}
+    del settings["FOREWARN_RUNTIME_DIR"], settings["FOREWARN_STATE_DIR"]
+    return settings
+
+
+@pytest.mark.parametrize("configured_by", ["metrics off", "config file"])
+def test_the_health_check_follows_the_agents_own_configuration(configured_by: str, tmp_path: Path):
+    """The check once GET /healthz at FOREWARN_METRICS_ADDRESS (else 127.0.0.1:9464) alone: an
+    agent with metrics turned off, or set up by its config file (its runtime_dir and
+    metrics_address there), ran and answered while Docker called it unhealthy."""
+    parsed = parse_dockerfile(DOCKERFILE)
+    check, limit = healthcheck_command(parsed), healthcheck_timeout(parsed)
+    settings = image_settings(parsed)
+    runtime = tmp_path / "run"
+    if configured_by == "metrics off":
+        settings["FOREWARN_METRICS_ADDRESS"] = "off"
+        env = agent_env(tmp_path, **settings)
+    else:
+        del settings["FOREWARN_METRICS_ADDRESS"]
+        runtime = tmp_path / "elsewhere"
+        config = tmp_path / "forewarn.toml"
+        config.write_text(
+            f'runtime_dir = "{runtime}"\nmetrics_address = "127.0.0.1:{free_port()}"\n'
+        )
+        env = agent_env(tmp_path, **settings, FOREWARN_CONFIG=str(config))
+        del env["FOREWARN_RUNTIME_DIR"]
+    assert run_check(check, env, limit).returncode != 0  # no agent yet
+    with AgentProcess(tmp_path, env=env, runtime=runtime):
+        result = run_check(check, env, limit)
+        assert result.returncode == 0, result.stderr
+
+
+def test_the_health_check_answers_before_docker_kills_it(tmp_path: Path):
+    """`forewarn status` waits 30 s by default, the check's own limit is shorter: against a
+    hung agent Docker killed the check, and its log said only that. Now status gives up first,
+    saying why."""
+    parsed = parse_dockerfile(DOCKERFILE)
+    check, limit = healthcheck_command(parsed), healthcheck_timeout(parsed)
+    assert status_timeout(check) < limit
+    env = agent_env(tmp_path, **image_settings(parsed))
+    with silent_agent(tmp_path / "run"):
+        result = run_check(check, env, limit)
+    assert result.returncode == 1
+    assert "has not answered within" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "extras"),
+    [(None, "[metrics]"), ("metrics,k8s", "[metrics,k8s]"), ("", "")],
+    ids=["default", "metrics,k8s", "none"],
+)
+def test_the_extras_build_argument_picks_what_pip_installs(
+    given: str | None, extras: str, tmp_path: Path
+):
+    """`--build-arg FOREWARN_EXTRAS=...` reaches the install step's pip; without it the image
+    has the `metrics` extra as before; empty, the bare wheel (`wheel[]` is no requirement)."""
+    parsed = parse_dockerfile(DOCKERFILE)
+    final = final_stage(parsed)
+    (install,) = [s for s in pip_steps(parsed) if s.stage == final]
+    image = tmp_path / "image"
+    wheel = image / "dist" / "forewarn-0.1.0-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True)
+    wheel.touch()
+    # The base image's python stood in for: its `-m venv DIR` leaves a DIR/bin/pip that
+    # records its arguments, one a line.
+    record = tmp_path / "pip-arguments"
+    pip = tmp_path / "pip"
+    pip.write_text(f'#!/bin/sh\nfor word; do printf "%s\\n" "$word"; done > "{record}"\n')
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(
+        f'#!/bin/sh\n[ "$1 $2" = "-m venv" ] || exit 1\nmkdir -p "$3/bin"\n'
+        f'cp "{pip}" "$3/bin/pip" && chmod +x "$3/bin/pip"\n'
+    )
+    (bin_dir / "python").chmod(0o755)
+    args = build_args(parsed, final, None if given is None else {"FOREWARN_EXTRAS": given})
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **args}
+    run_step(install, image, env)
+    requirements = [word for word in record.read_text().splitlines() if ".whl" in word]
+    assert requirements == [f"{wheel}{extras}"]
 
 
 # It installs a wheel with its dependencies: a minute on a loaded machine.
@@ -104,7 +196,7 @@ def test_install_steps_give_a_working_agent_and_health_check(
     env = {**base_image_env(tmp_path), **pip_from_wheelhouse}
     for step in steps:
         if step.stage == final:
-            run_step(step, image, env)
+            run_step(step, image, {**env, **build_args(parsed, step.stage)})
 
     venv = image / "opt" / "forewarn"
     python = venv / "bin" / "python"
@@ -116,9 +208,7 @@ def test_install_steps_give_a_working_agent_and_health_check(
 
     port = free_port()
     # The image's own FOREWARN_* settings, with this test's directories and port.
-    image_env = {k: v for k, v in image_environment(parsed).items() if k.startswith("FOREWARN_")}
-    image_env.pop("FOREWARN_RUNTIME_DIR")
-    image_env.pop("FOREWARN_STATE_DIR")
+    image_env = image_settings(parsed)
     image_env["FOREWARN_METRICS_ADDRESS"] = f"127.0.0.1:{port}"
     agent_environment = agent_env(tmp_path, **image_env)
     agent_environment["PATH"] = f"{venv / 'bin'}:{agent_environment['PATH']}"
