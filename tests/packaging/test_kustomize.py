@@ -18,6 +18,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from kustomize_render import COMPONENTS, KUSTOMIZE, OVERLAYS, containers, kubectl, render
+from status_probe import run_check, runs_status, silent_agent, status_timeout
+from support import agent_env
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES_VERSION = "1.32.0"
@@ -426,3 +428,29 @@ def test_the_sidecar_training_container_has_a_writable_home_for_caches(tmp_path:
         assert any(path.startswith(mount.rstrip("/") + "/") for mount in writable), (
             f"{library} writes {path}, on the read-only root (writable: {writable})"
         )
+
+
+PROBES = ("startupProbe", "livenessProbe", "readinessProbe")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_status_probes_answer_before_the_kubelet_kills_them(overlay: str, tmp_path: Path):
+    """`forewarn status` waits 30 s by default and the probes time out after 10: against a
+    hung agent the kubelet killed the probe, and its events said only that. Each probe that
+    runs status gives it a --timeout below the probe's own, and it answers within it."""
+    checks = [
+        (container["name"], probe["exec"]["command"], float(probe.get("timeoutSeconds", 1)))
+        for resource in render(overlay)
+        for _, container in containers(resource)
+        for probe in (container.get(kind) for kind in PROBES)
+        if probe and "exec" in probe and runs_status(probe["exec"]["command"])
+    ]
+    assert checks, f"{overlay}: no probe runs forewarn status"
+    for name, command, limit in checks:
+        assert status_timeout(command) < limit, f"{overlay}/{name}: {command}"
+    env = agent_env(tmp_path)
+    for command, limit in {(tuple(c), limit) for _, c, limit in checks}:
+        with silent_agent(Path(env["FOREWARN_RUNTIME_DIR"])):
+            result = run_check(list(command), env, limit)
+        assert result.returncode == 1
+        assert "has not answered within" in result.stderr, result.stderr
