@@ -61,8 +61,8 @@ RUN python -m venv /opt/forewarn \
 
 USER 10001:10001
 WORKDIR /var/lib/forewarn
-# Metrics inside the container; publish it only with FOREWARN_METRICS_ADDRESS=0.0.0.0:9464
-# and FOREWARN_ALLOW_REMOTE=true.
+# Metrics inside the container; publish it only with FOREWARN_METRICS_ADDRESS=[::]:9464
+# (every address, IPv6 and IPv4) and FOREWARN_ALLOW_REMOTE=true.
 EXPOSE 9464
 # `forewarn status` finds the agent as the agent itself is configured (FOREWARN_* variables,
 # FOREWARN_CONFIG or /etc/forewarn/forewarn.toml), metrics on or off; its --timeout stays

@@ -8,6 +8,7 @@ runs on its own daemon threads and reads shared state under a lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import math
@@ -464,7 +465,29 @@ class MetricsServer(ThreadingHTTPServer):
         self._open_lock = threading.Lock()
         self.refused = 0
         self._refusals = WarningThrottle(REFUSAL_LOG_INTERVAL)
-        super().__init__((host, port), _Handler)
+        try:
+            super().__init__((host, port), _Handler)
+        except OSError as error:
+            # `[::]` means every address; on a kernel booted without IPv6 (ipv6.disable=1)
+            # those are IPv4's, and the manifests' default must still start there.
+            if host != "::" or error.errno != errno.EAFNOSUPPORT:
+                raise
+            log.warning(
+                "metrics_address [::]:%d: this kernel has no IPv6 (%s); listening on "
+                "0.0.0.0:%d instead",
+                port,
+                error.strerror or error,
+                port,
+            )
+            self.address_family = socket.AF_INET
+            super().__init__(("0.0.0.0", port), _Handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6 and self.server_address[0] == "::":
+            # Dual-stack: IPv4 clients too, whatever net.ipv6.bindv6only says (1 on some
+            # hardened hosts would leave an IPv4-only or dual-stack cluster's scrapes out).
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
         with self._open_lock:
@@ -529,8 +552,10 @@ class MetricsService(MetricsObserver):
         try:
             self.server = MetricsServer(host, port, self)
         except OSError as error:
+            # As it is written: `:::9464` reads as no address at all.
+            shown = f"[{host}]" if ":" in host else host
             raise MetricsError(
-                f"metrics_address {host}:{port}: cannot listen ({error.strerror or error})"
+                f"metrics_address {shown}:{port}: cannot listen ({error.strerror or error})"
             ) from None
         self.thread = threading.Thread(
             target=self._serve,

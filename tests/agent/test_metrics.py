@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import math
 import re
@@ -24,6 +25,7 @@ from forewarn.agent.config import ConfigError, load_settings
 from forewarn.agent.metrics import (
     MAX_CONNECTIONS,
     REQUEST_SECONDS,
+    MetricsError,
     MetricsObserver,
     MetricsService,
     notice_time,
@@ -337,6 +339,52 @@ def test_healthz_says_dead_when_the_loop_stops_reporting():
         }
         service.on_liveness({"control": True, "heartbeats": True})
         assert get(service.url + "/healthz")[0] == 200
+    finally:
+        service.close()
+
+
+def test_the_ipv6_wildcard_serves_ipv4_clients_too():
+    """`[::]:PORT`, the manifests' address, must reach Prometheus on IPv6-only, dual-stack and
+    IPv4-only clusters: one socket, dual-stack whatever net.ipv6.bindv6only says."""
+    if not socket.has_ipv6:
+        pytest.skip("this Python has no IPv6")
+    try:
+        service = MetricsService("::", 0)
+    except MetricsError as error:
+        pytest.skip(f"no IPv6 here: {error}")
+    try:
+        server = service.server.socket
+        assert server.family == socket.AF_INET6
+        assert server.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) == 0
+        port = service.server.server_port
+        assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+    finally:
+        service.close()
+
+
+def test_the_ipv6_wildcard_falls_back_to_ipv4_on_a_kernel_without_ipv6(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """A kernel booted with ipv6.disable=1 refuses every IPv6 socket (EAFNOSUPPORT): `[::]`
+    (every address) is then every IPv4 address, with a warning, not an agent that exits."""
+    real = socket.socket
+
+    class NoIPv6(real):  # type: ignore[misc, valid-type]
+        def __init__(self, family: int = -1, *args: Any, **kwargs: Any) -> None:
+            if family == socket.AF_INET6:
+                raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
+            super().__init__(family, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(socket, "socket", NoIPv6)
+        service = MetricsService("::", 0)
+        # Any other IPv6 address is not "every address": it still fails, naming it.
+        with pytest.raises(MetricsError, match=r"metrics_address \[::1\]:\d+: cannot listen"):
+            MetricsService("::1", 0)
+    try:
+        assert service.server.server_address[0] == "0.0.0.0"
+        assert get(f"http://127.0.0.1:{service.server.server_port}/healthz")[0] == 200
+        assert "this kernel has no IPv6" in caplog.text
     finally:
         service.close()
 

@@ -17,6 +17,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from forewarn.agent.config import load_settings
 from kustomize_render import COMPONENTS, KUSTOMIZE, OVERLAYS, containers, kubectl, render
 from status_probe import run_check, runs_status, silent_agent, status_timeout
 from support import agent_env
@@ -346,8 +347,14 @@ def test_metrics_are_off_by_default_and_reach_prometheus_when_enabled(overlay: s
     resources = render(overlay, ("metrics",), tmp_path)
     settings = config(resources)
     host, _, port = settings["FOREWARN_METRICS_ADDRESS"].rpartition(":")
-    # On the pod's address, which the agent serves only with allow_remote.
-    assert host == "0.0.0.0" and settings["FOREWARN_ALLOW_REMOTE"] == "true"
+    # On every pod address, IPv6 ones too (0.0.0.0 left an IPv6-only cluster's Prometheus
+    # nothing to scrape), which the agent serves only with allow_remote.
+    assert host == "[::]" and settings["FOREWARN_ALLOW_REMOTE"] == "true"
+    agent = load_settings(
+        metrics_address=settings["FOREWARN_METRICS_ADDRESS"],
+        allow_remote=settings["FOREWARN_ALLOW_REMOTE"] == "true",
+    )
+    assert agent.metrics_listen() == ("::", int(port))
     service = next(r for r in resources if r["kind"] == "Service")
     monitor = next(r for r in resources if r["kind"] == "ServiceMonitor")
     workload = next(r for r in resources if r["kind"] in ("DaemonSet", "Job"))
