@@ -163,10 +163,13 @@ def in_cluster(settings: Settings, env: Mapping[str, str]) -> Cluster:
         host = env.get("KUBERNETES_SERVICE_HOST", "").strip()
         port = env.get("KUBERNETES_SERVICE_PORT", "").strip() or "443"
         if not host:
+            home = env.get("HOME", "").strip()
+            default = Path(home) / kubeconfig.DEFAULT_KUBECONFIG
+            hint = kubeconfig.protect_home_hint([default], env) if home else ""
             raise ConfigError(
                 "not in a pod: KUBERNETES_SERVICE_HOST is not set, and neither $KUBECONFIG "
                 "nor ~/.kube/config names a kubeconfig; set kubernetes.kubeconfig or "
-                "kubernetes.url"
+                f"kubernetes.url{hint}"
             )
         server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     server = server.rstrip("/")

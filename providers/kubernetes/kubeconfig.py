@@ -38,6 +38,38 @@ def install_hint() -> str:
 
 DEFAULT_KUBECONFIG = Path(".kube") / "config"
 
+# What systemd's ProtectHome= hides from a service (forewarn-agent.service sets
+# ProtectHome=yes): a kubeconfig there is missing to the agent alone, while the same command
+# in a shell finds it.
+PROTECTED_HOMES = (Path("/home"), Path("/root"), Path("/run/user"))
+
+
+def protect_home_hint(paths: list[Path], env: Mapping[str, str]) -> str:
+    """Why a kubeconfig in a home directory may be unseen: the agent runs as a systemd
+    service (systemd sets INVOCATION_ID), whose ProtectHome= hides home directories. Empty
+    when neither holds."""
+    if not env.get("INVOCATION_ID"):
+        return ""
+    hidden = [path for path in paths if any(path.is_relative_to(home) for home in PROTECTED_HOMES)]
+    if not hidden:
+        return ""
+    return (
+        f"; {hidden[0]} may be hidden, not missing: the agent runs as a systemd service, and "
+        "a unit's ProtectHome= (forewarn-agent.service sets ProtectHome=yes) hides /home, "
+        "/root and /run/user from it. Copy the kubeconfig to /etc/forewarn/kubeconfig, "
+        "readable by group forewarn (mode 0640), and set kubernetes.kubeconfig "
+        "(FOREWARN_KUBERNETES_KUBECONFIG) to that path"
+    )
+
+
+def _visible(path: Path) -> bool | None:
+    """Whether `path` is a file; None when this user may not look (a directory on the way
+    that it cannot enter, as ProtectHome=yes leaves /home)."""
+    try:
+        return path.is_file()
+    except PermissionError:
+        return None
+
 
 def default_paths(env: Mapping[str, str]) -> str | None:
     """What kubectl reads when given no file: every file of `$KUBECONFIG` (merged), else
@@ -46,7 +78,7 @@ def default_paths(env: Mapping[str, str]) -> str | None:
     if listed:
         return listed
     home = env.get("HOME", "").strip()
-    if home and (Path(home) / DEFAULT_KUBECONFIG).is_file():
+    if home and _visible(Path(home) / DEFAULT_KUBECONFIG):
         return str(Path(home) / DEFAULT_KUBECONFIG)
     return None
 
@@ -278,9 +310,15 @@ def load(paths: str, context: str | None, *, credentials: bool = True) -> tuple[
     except ImportError:
         raise ConfigError(f"kubeconfig {paths}: to read it, {install_hint()}") from None
     files = [part for part in paths.split(os.pathsep) if part]
-    existing = [part for part in files if Path(part).expanduser().is_file()]
+    seen = {part: _visible(Path(part).expanduser()) for part in files}
+    existing = [part for part, visible in seen.items() if visible]
     if not existing:
-        raise ConfigError(f"kubeconfig {paths}: no such file")
+        expanded = [Path(part).expanduser().absolute() for part in files]
+        # `~` is the agent's user's home, not the operator's: say which file was looked for.
+        shown = os.pathsep.join(map(str, expanded))
+        where = paths if shown == paths else f"{paths} ({shown})"
+        why = "permission denied" if None in seen.values() else "no such file"
+        raise ConfigError(f"kubeconfig {where}: {why}{protect_home_hint(expanded, os.environ)}")
     joined = os.pathsep.join(existing)
     configuration = Configuration()
     refused: ConfigError | None = None
@@ -341,4 +379,13 @@ def bearer(configuration: Configuration) -> str | None:
     return token.strip() or None
 
 
-__all__ = ["DEFAULT_KUBECONFIG", "bearer", "default_paths", "install_hint", "load", "off_loop"]
+__all__ = [
+    "DEFAULT_KUBECONFIG",
+    "PROTECTED_HOMES",
+    "bearer",
+    "default_paths",
+    "install_hint",
+    "load",
+    "off_loop",
+    "protect_home_hint",
+]

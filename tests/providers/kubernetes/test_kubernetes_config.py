@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import shutil
 import ssl
 import sys
 from pathlib import Path
@@ -272,6 +273,81 @@ def test_kubeconfig_without_the_client_library_says_what_to_install(
 def test_missing_kubeconfig(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"kubeconfig .*absent: no such file"):
         from_kubeconfig(tmp_path / "absent", None, None)
+
+
+def test_a_kubeconfig_in_a_home_under_systemd_names_protect_home(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """forewarn-agent.service's ProtectHome=yes hides /home, /root and /run/user: a kubeconfig
+    there worked from a shell and was "no such file" under the unit alone. Under systemd
+    (INVOCATION_ID) the error says so, and what to do instead."""
+    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
+    monkeypatch.setenv("HOME", "/home/forewarn-absent")
+    for written in ("/home/forewarn-absent/.kube/config", "/root/forewarn-absent/config"):
+        with pytest.raises(ConfigError) as raised:
+            from_kubeconfig(written, None, None)
+        message = str(raised.value)
+        assert f"kubeconfig {written}: no such file; {written} may be hidden" in message
+        assert "ProtectHome=" in message and "/etc/forewarn/kubeconfig" in message
+    # `~` is the agent's user's home under the unit: the error says which file it looked for.
+    with pytest.raises(ConfigError, match=r"~/.kube/config \(/home/forewarn-absent/.kube/config\)"):
+        from_kubeconfig("~/.kube/config", None, None)
+    # The default ~/.kube/config outside a pod, unseen for the same reason.
+    with pytest.raises(ConfigError, match=r"not in a pod: .*ProtectHome="):
+        resolve(Settings(), {"INVOCATION_ID": "1", "HOME": "/home/forewarn-absent"})
+
+
+def test_a_kubeconfig_elsewhere_or_outside_systemd_does_not_blame_protect_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("INVOCATION_ID", raising=False)
+    with pytest.raises(ConfigError) as raised:
+        from_kubeconfig("/home/forewarn-absent/.kube/config", None, None)
+    assert "ProtectHome" not in str(raised.value)
+    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
+    with pytest.raises(ConfigError) as raised:
+        from_kubeconfig(tmp_path / "absent", None, None)
+    assert "ProtectHome" not in str(raised.value)
+    with pytest.raises(ConfigError) as raised:
+        in_cluster(sa_dir(tmp_path), {"INVOCATION_ID": "1", "HOME": str(tmp_path)})
+    assert "ProtectHome" not in str(raised.value)
+
+
+def test_a_kubeconfig_behind_a_directory_the_agent_cannot_enter_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ProtectHome=yes leaves /home a directory of mode 000: looking for a kubeconfig there
+    as the agent's user raised PermissionError from the file check, not the ConfigError
+    naming the file and ProtectHome."""
+    pytest.importorskip("kubernetes")
+    import kubernetes.config.kube_config  # noqa: F401  (loaded before the uid drops)
+    import yaml  # noqa: F401
+    from forewarn.providers.kubernetes import kubeconfig
+    from other_user import call_as, other_user, shared_tmp
+
+    uid, gid = other_user()
+    base = shared_tmp(uid, gid)
+    path = base / "home" / "ml" / ".kube" / "config"
+    try:
+        path.parent.mkdir(parents=True)
+        path.write_text("apiVersion: v1\n")
+        (base / "home").chmod(0o000)  # as ProtectHome=yes leaves /home
+        monkeypatch.setattr(kubeconfig, "PROTECTED_HOMES", (base / "home",))
+        monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
+
+        def attempt() -> str:
+            try:
+                kubeconfig.load(str(path), None)
+            except ConfigError as error:
+                return str(error)
+            return "loaded"
+
+        message = call_as(uid, gid, attempt)
+    finally:
+        (base / "home").chmod(0o700)
+        shutil.rmtree(base)
+    assert message.startswith(f"kubeconfig {path}: permission denied; {path} may be hidden")
+    assert "ProtectHome=" in message
 
 
 def test_taints_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
