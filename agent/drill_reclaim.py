@@ -48,6 +48,7 @@ from forewarn.protocol.wire import request
 from .drill_local import Machine
 from .plan import ReclaimLoss, Timing, reclaim_loss
 from .reclaim_procs import JobTree, become_subreaper
+from .tethered import tethered
 
 PLATFORMS = ("systemd", "kubernetes", "cloud", "torchrun")
 MOMENTS = ("mid-step", "mid-eval", "first-step")
@@ -254,7 +255,8 @@ def _free_port() -> int:
 
 class Job:
     """One torchrun job: its own session (a platform signals it, not the terminal), rank 0's
-    JSON lines read on a thread."""
+    JSON lines read on a thread. Start it on the main thread: the kernel's signal to a
+    tethered child comes when the thread that started it ends."""
 
     STEP_TIME = 0.05
     EVAL_EVERY = 20
@@ -304,8 +306,12 @@ class Job:
             argv += ["--every-steps", str(every_steps)]
         job_env = dict(env, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         self.log = log.open("w")
+        # Tethered, as the drill's agents are: a drill killed outright (kill -9) left the job
+        # training until rank 0's next line broke its pipe, which a rank still importing torch
+        # or in a long first step does not write for a while. torchrun, its leader, now gets
+        # SIGTERM and ends its ranks. Its own session is made by the launcher, before the exec.
         self.proc = subprocess.Popen(
-            argv,
+            tethered(argv),
             env=job_env,
             stdout=subprocess.PIPE,
             stderr=self.log,
