@@ -106,6 +106,12 @@ class Publisher:
         self._xpub_sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.xpub.underlying)
         self.clients: set[str] = set()  # ids some connected peer subscribes `client/<id>` to
         self._bound: dict[Path, tuple[int, int]] = {}  # ipc path -> (device, inode) we made
+        # The events socket file as a string and its (device, inode) once bound: the watchdog
+        # checks it each second, so that check is one lstat and a compare, not a parse of the
+        # endpoint, a Path and its hash each time (42 calls a check, 2 now).
+        events_path = ipc_path(events)
+        self._events_path = None if events_path is None else str(events_path)
+        self._events_identity: tuple[int, int] | None = None
         self._replay_due = False
         self.subscriptions_seen = 0
         self.requests_served = 0
@@ -130,10 +136,11 @@ class Publisher:
     def bind(self) -> None:
         for endpoint in (self.events_endpoint, self.control_endpoint):
             _refuse_a_live_socket_file(endpoint)
-        self._bind(self.xpub, self.events_endpoint)
+        self._events_identity = self._bind(self.xpub, self.events_endpoint)
         self._bind(self.router, self.control_endpoint)
 
-    def _bind(self, sock: zmq.asyncio.Socket, endpoint: str) -> None:
+    def _bind(self, sock: zmq.asyncio.Socket, endpoint: str) -> tuple[int, int] | None:
+        """Bind; the socket file's (device, inode), None for an endpoint without a file."""
         # The socket file is made with the process umask's mode (0777 under umask 0) and only
         # then chmod'ed: another uid that connected in between would keep its connection.
         # Nobody but the owner and group may open it from its first instant.
@@ -146,8 +153,10 @@ class Publisher:
         finally:
             os.umask(previous)
         path = ipc_path(endpoint)
-        if path is not None:
-            self._bound[path] = _share_socket_file(path, endpoint)
+        if path is None:
+            return None
+        identity = self._bound[path] = _share_socket_file(path, endpoint)
+        return identity
 
     async def rebind_control(self) -> None:
         """Replace the control socket with a new one on the same endpoint: what a control
@@ -177,8 +186,13 @@ class Publisher:
         """Whether the events socket file is still the one this agent bound (always true for
         an endpoint without a file). Removed or replaced (a /tmp cleaner), it takes no new
         subscriber, while those connected before go on receiving."""
-        path = ipc_path(self.events_endpoint)
-        return path is None or self._is_ours(path)
+        if self._events_path is None:
+            return True
+        try:
+            found = os.lstat(self._events_path)
+        except OSError:
+            return False
+        return (found.st_dev, found.st_ino) == self._events_identity
 
     def _is_ours(self, path: Path) -> bool:
         try:
@@ -368,6 +382,7 @@ class Publisher:
                 if (found.st_dev, found.st_ino) == identity:
                     path.unlink()
         self._bound.clear()
+        self._events_identity = None
 
 
 def _share_socket_file(path: Path, endpoint: str) -> tuple[int, int]:

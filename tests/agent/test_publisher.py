@@ -104,6 +104,34 @@ def test_without_proc_the_bind_is_refused_with_a_reason(
         sockets.close()
 
 
+def test_the_events_file_check_sees_it_removed_or_replaced_and_only_that(tmp_path: Path) -> None:
+    """The watchdog's check each second: the events socket file bound, and nothing else at its
+    path (a /tmp cleaner removed it, or a file took its place), counts."""
+    path = tmp_path / "events"
+    sockets = Publisher(f"ipc://{path}", f"ipc://{tmp_path}/control")
+    try:
+        assert not sockets.events_file_ours()  # not bound yet
+        sockets.bind()
+        assert sockets.events_file_ours() and sockets.events_file_ours()
+        moved = path.with_name("events.moved")
+        path.rename(moved)
+        assert not sockets.events_file_ours()  # removed
+        path.write_text("")
+        assert not sockets.events_file_ours()  # another file at its path
+        path.unlink()
+        moved.rename(path)
+        assert sockets.events_file_ours()  # the very file, back (same device and inode)
+    finally:
+        sockets.close()
+    assert not path.exists() and not sockets.events_file_ours()
+    tcp = Publisher("tcp://127.0.0.1:0", f"ipc://{tmp_path}/control2")
+    try:
+        tcp.bind()
+        assert tcp.events_file_ours()  # no file to lose
+    finally:
+        tcp.close()
+
+
 @pytest.fixture(scope="module")
 def sockets() -> Iterator[Publisher]:
     unbound = Publisher("ipc:///nonexistent/events", "ipc:///nonexistent/control")
