@@ -39,13 +39,47 @@ RETRY_STATUSES = frozenset({408, 425, 429})
 RETRY_AFTER_CAP = 60.0
 # In the state directory: the notices not delivered yet, delivered first after a restart.
 PENDING_FILE = "webhook-pending.json"
+# A notice kept across a restart whose deadline passed more than this before its delivery is
+# delivered marked late: a drain whose deadline passed hours ago showed "0 s left" in Slack,
+# as if it were happening now. Delivered, not dropped: the machine it speaks of may be gone
+# (reclaimed, logs and all) and the channel is then the only record that it was warned. A
+# minute covers the restart itself and the retries' backoff, when "0 s left" is still news.
+LATE_AFTER = 60.0
 
 
-def slack_text(notice: Notice, host: str) -> str:
-    """One line a person reads in a channel."""
+def late_by(notice: Notice) -> float | None:
+    """Seconds since `notice`'s deadline when it passed more than LATE_AFTER ago, else None."""
+    if notice.action == "clear" or notice.deadline is None:
+        return None
+    past = (utcnow() - notice.deadline).total_seconds()
+    return past if past > LATE_AFTER else None
+
+
+def span(seconds: float) -> str:
+    """`seconds` (a minute or more) as a person reads an age: `5 min`, `3 h 12 min`, `2 d 4 h`."""
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    return f"{hours // 24} d {hours % 24} h"
+
+
+def slack_text(notice: Notice, host: str, *, kept: bool = False) -> str:
+    """One line a person reads in a channel. `kept`: the notice was kept across a restart of
+    the agent; once its deadline is more than LATE_AFTER past, the line says it is late."""
     what = {"drain": "checkpoint and continue", "terminate": "checkpoint and exit now"}
+    late = late_by(notice) if kept else None
     if notice.action == "clear":
         head = f"forewarn on {host}: clear ({notice.reason} from {notice.provider})"
+    elif late is not None and notice.deadline is not None:
+        # No "checkpoint and exit now": whatever it asked for was due long ago.
+        head = (
+            f"forewarn on {host}: LATE, expired while the agent was down: "
+            f"{notice.action.upper()} ({notice.reason} from {notice.provider}); deadline "
+            f"{format_time(notice.deadline)}, {span(late)} ago"
+        )
     else:
         head = (
             f"forewarn on {host}: {notice.action.upper()} ({notice.reason} from "
@@ -66,11 +100,12 @@ def slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def body(notice: Notice, format: str, host: str) -> bytes:
+def body(notice: Notice, format: str, host: str, *, kept: bool = False) -> bytes:
+    """The POST's body; `json` is the notice as published (protocol v1), late or not."""
     if format == "slack":
         import json
 
-        return json.dumps({"text": slack_text(notice, host)}).encode()
+        return json.dumps({"text": slack_text(notice, host, kept=kept)}).encode()
     return notice.model_dump_json().encode()
 
 
@@ -110,6 +145,7 @@ class WebhookObserver(Observer):
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._delivering: Notice | None = None  # taken off the queue, not yet done
+        self._kept: set[tuple[str, int]] = set()  # (id, seq) of notices kept across a restart
         self.delivered = 0
         self.failed = 0
         self.dropped = 0
@@ -136,6 +172,7 @@ class WebhookObserver(Observer):
                     named(kept),
                 )
             self._queue.extendleft(reversed(kept))
+            self._kept = {(notice.id, notice.seq) for notice in kept}
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._deliver_all(), name="webhook")
         self._task.add_done_callback(self._died)
@@ -209,11 +246,26 @@ class WebhookObserver(Observer):
                     await self._wake.wait()
                 notice = self._delivering = self._queue.popleft()
                 await self._deliver(client, notice)
+                self._kept.discard((notice.id, notice.seq))
                 self._delivering = None
                 self._changed()  # delivered or given up: not pending any more
 
     async def _deliver(self, client: httpx.AsyncClient, notice: Notice) -> None:
-        payload = body(notice, self.settings.format, self._host)
+        kept = (notice.id, notice.seq) in self._kept
+        late = late_by(notice) if kept else None
+        if late is not None:
+            # Said whatever the format: a JSON receiver gets the notice as published, and
+            # can tell only from its deadline.
+            log.warning(
+                "webhook: %s %s was kept while the agent was down and its deadline passed %s "
+                "ago: delivered%s late",
+                notice.action,
+                notice.id,
+                span(late),
+                " marked" if self.settings.format == "slack" else "",
+                extra={"notice_id": notice.id, "action": notice.action},
+            )
+        payload = body(notice, self.settings.format, self._host, kept=kept)
         backoff = Backoff(0.5, 30.0)
         for attempt in range(self.settings.retries + 1):
             outcome = await self._attempt(client, payload)
@@ -316,4 +368,13 @@ class WebhookObserver(Observer):
         }
 
 
-__all__ = ["WebhookObserver", "body", "retry_after", "slack_escape", "slack_text"]
+__all__ = [
+    "LATE_AFTER",
+    "WebhookObserver",
+    "body",
+    "late_by",
+    "retry_after",
+    "slack_escape",
+    "slack_text",
+    "span",
+]

@@ -14,10 +14,12 @@ from forewarn.agent.config import load_settings
 from forewarn.agent.notifications.pending import PendingFile, decode_pending, encode_pending
 from forewarn.agent.notifications.settings import WebhookSettings, check_url
 from forewarn.agent.notifications.webhook import (
+    LATE_AFTER,
     RETRY_AFTER_CAP,
     WebhookObserver,
     retry_after,
     slack_text,
+    span,
 )
 from forewarn.agent.protocol import Notice
 from forewarn.protocol import parse_time
@@ -409,6 +411,54 @@ def test_a_notice_not_delivered_before_a_restart_is_delivered_after_it(tmp_path:
             # Delivered in order: a drain sent twice would have come before the terminate.
             assert [r.body["action"] for r in hook.received] == ["drain", "terminate"]
         assert "1 notice(s) not delivered before the agent stopped" in agent.output()
+
+
+def kept_notice(seq: int, action: str, deadline_in: float) -> Notice:
+    """A notice as a pending file keeps it, its deadline `deadline_in` seconds from now
+    (negative: past)."""
+    deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + deadline_in))
+    return local_notice(seq, action).model_copy(update={"deadline": parse_time(deadline)})
+
+
+def test_a_kept_notice_long_expired_is_delivered_marked_late(tmp_path: Path):
+    """A drain kept in the pending file while the agent was down for hours was delivered as if
+    current: "deadline ... (0 s left)" in Slack. It is delivered, marked late; one whose
+    deadline is still ahead reads as before."""
+    expired = kept_notice(1, "drain", -3 * 3600 - 120)
+    current = kept_notice(2, "terminate", 600)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "webhook-pending.json").write_bytes(encode_pending([expired, current]))
+    with (
+        receiver() as hook,
+        agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_FORMAT="slack") as agent,
+    ):
+        late, fresh = (delivery.body["text"] for delivery in hook.wait_for(2, timeout=15))
+    assert "LATE, expired while the agent was down: DRAIN (manual from local)" in late, late
+    assert "3 h 2 min ago" in late and "left" not in late and "checkpoint" not in late
+    assert late.endswith("[local/1]")
+    assert "TERMINATE" in fresh and "checkpoint and exit now" in fresh and "LATE" not in fresh
+    left = re.search(r"\((\d+) s left\)", fresh)
+    assert left is not None and 500 < int(left.group(1)) <= 600, fresh
+    logged = (
+        "drain local/1 was kept while the agent was down and its deadline passed 3 h 2 min ago: "
+        "delivered marked late"
+    )
+    assert logged in agent.output()
+
+
+def test_only_a_kept_notice_past_the_bound_reads_late():
+    """A notice delivered live (retried past its deadline), or kept but expired less than
+    LATE_AFTER ago (the restart itself), reads as it always did."""
+    long_ago = kept_notice(1, "terminate", -2 * LATE_AFTER)
+    just_now = kept_notice(2, "terminate", -LATE_AFTER / 2)
+    assert "LATE" not in slack_text(long_ago, "gpu-1")
+    assert "(0 s left)" in slack_text(long_ago, "gpu-1")
+    assert "(0 s left)" in slack_text(just_now, "gpu-1", kept=True)
+    assert "LATE" in slack_text(long_ago, "gpu-1", kept=True)
+    cleared = local_notice(3, "clear")
+    assert slack_text(cleared, "gpu-1", kept=True) == slack_text(cleared, "gpu-1")
+    spans = [span(s) for s in (61, 3599, 3600, 3 * 3600 + 150, 47 * 3600, 50 * 3600)]
+    assert spans == ["1 min", "59 min", "1 h 0 min", "3 h 2 min", "47 h 0 min", "2 d 2 h"]
 
 
 def pending_ids(path: Path) -> list[str]:
