@@ -46,7 +46,7 @@ class Event:
         raw = load_json(payload, "notice")
         if not isinstance(raw, dict):
             raise ValueError("not a protocol v1 notice: not a JSON object")
-        _check_version(raw)
+        check_version(raw, "notice")
         seq = _field(raw, "seq")
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise ValueError(f"notice field 'seq' is not an integer: {type(seq).__name__}")
@@ -74,14 +74,15 @@ class Event:
         return (self.deadline - utcnow()).total_seconds()
 
 
-def _check_version(raw: dict[str, Any]) -> None:
+def check_version(raw: dict[str, Any], what: str) -> None:
     """ValueError naming field 'v' unless it is the integer 1. `true == 1` and `1.0 == 1` in
-    Python, so comparing alone took either for protocol v1."""
+    Python, so comparing alone took either for protocol v1. `what` (`notice`, `heartbeat`)
+    names the message in the error."""
     version = raw.get("v")
     if type(version) is not int or version != PROTOCOL_VERSION:
         shown = "missing" if "v" not in raw else f"{version!r:.40} ({type(version).__name__})"
         raise ValueError(
-            f"not a protocol v1 notice: field 'v' must be the integer {PROTOCOL_VERSION}, "
+            f"not a protocol v1 {what}: field 'v' must be the integer {PROTOCOL_VERSION}, "
             f"got {shown}"
         )
 

@@ -37,7 +37,7 @@ from forewarn.protocol.wire import (
     request,
 )
 
-from .event import Event, load_json
+from .event import Event, check_version, load_json
 
 log = logging.getLogger("forewarn.clients")
 
@@ -102,10 +102,14 @@ def _client_id() -> str:
 def parse_heartbeat(payload: bytes) -> dict[str, Any]:
     """A heartbeat as a dict whose `active`, and `acked` and `providers` when present, are
     lists of strings: the guard reads them on its ticker thread, which a `None` there would
-    end. ValueError naming what is wrong otherwise, and nothing else."""
+    end, and whose `v` is the integer 1. ValueError naming what is wrong otherwise, and
+    nothing else."""
     beat = load_json(payload, "heartbeat")
     if not isinstance(beat, dict):
         raise ValueError("heartbeat is not a JSON object")
+    # As for a notice: a heartbeat of another protocol version says nothing this client can
+    # read (its `active` may mean something else), so it is dropped, not taken at its word.
+    check_version(beat, "heartbeat")
     if "active" not in beat:
         raise ValueError("heartbeat has no 'active'")
     for name in ("active", "acked", "providers"):

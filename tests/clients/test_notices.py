@@ -14,7 +14,7 @@ import pytest
 from forewarn.clients import CheckpointGuard, Notices
 from forewarn.clients.notices import parse_heartbeat
 from forewarn.protocol.timefmt import format_time, utcnow
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from support import AgentProcess, eventually
 
@@ -378,6 +378,66 @@ def test_a_heartbeat_parses_to_lists_of_strings_or_value_error(
 def test_any_heartbeat_payload_gives_a_heartbeat_or_value_error(payload: bytes) -> None:
     with contextlib.suppress(ValueError):
         parse_heartbeat(payload)
+
+
+# Anything but the integer 1: `true` and `1.0` equal 1 in Python, and were read as v1.
+NOT_ONE = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=5)
+    | st.lists(st.integers(), max_size=2)
+).filter(lambda version: not (type(version) is int and version == 1))
+
+
+@given(st.one_of(NOT_ONE.map(lambda version: {"v": version}), st.just({})))
+@example({"v": True})
+@example({"v": 1.0})
+@example({"v": "1"})
+@example({"v": 2})
+def test_a_heartbeat_whose_v_is_not_the_integer_1_is_refused_naming_v(
+    version: dict[str, Any],
+) -> None:
+    """parse_heartbeat did not look at `v`: a heartbeat of another protocol version was taken
+    at its word, and its `active` withdrew the notices this client held."""
+    fields = {name: value for name, value in BEAT.items() if name != "v"}
+    with pytest.raises(ValueError, match="heartbeat: field 'v' must be the integer 1, got "):
+        parse_heartbeat(json.dumps({**fields, **version}).encode())
+    assert parse_heartbeat(json.dumps(BEAT).encode())["v"] == 1
+
+
+def test_a_heartbeat_of_another_version_is_dropped_and_the_guard_listens_on(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """A `v: 2` heartbeat listing nothing withdrew the drain in force (a clear of its own
+    making); refused, the drain stays, one warning names `v`, and the terminate that follows
+    is still acted on."""
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=3.0)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False)
+    try:
+        agent.subscribed()
+        agent.beat(active=["aws/drain"])
+        agent.notice("aws/drain", "drain")
+        assert eventually(lambda: "aws/drain" in notices.active, timeout=5, what="the drain")
+        for version in (2, "1", True, 1.0, None):
+            agent.beat(v=version, active=[])
+        agent.raw(b"heartbeat", json.dumps({"seq": 99, "agent": "fake", "active": []}).encode())
+        assert eventually(
+            lambda: warnings_about(caplog, "field 'v' must be the integer 1"),
+            timeout=5,
+            what="the refused heartbeat said",
+        )
+        agent.beat(active=["aws/drain"])
+        agent.notice("aws/real", "terminate")
+        assert eventually(lambda: guard.should_exit, timeout=5, what="the terminate acted on")
+        assert set(notices.active) == {"aws/drain", "aws/real"}
+        assert notices.agent is not None and notices.agent["v"] == 1
+    finally:
+        guard.close()
+        notices.close()
+        agent.close()
 
 
 NOTICE_VERSIONS = st.fixed_dictionaries(
