@@ -22,6 +22,10 @@
  * a clear is printed for it, its detail {"withdrawn": "no longer listed by the agent's
  * heartbeat"}, as the Python client does.
  *
+ * A notice or a heartbeat whose "v" is not the integer 1 (2, "1", 1.0, true, or none at all)
+ * is of a protocol this program cannot read: it is dropped, with a line on stderr (at most one
+ * a minute, counting the others), as the Python client drops it.
+ *
  * Heartbeats are read, not printed. Without any for 5 s at start, or for 3 s from an agent
  * heard before, a line on stderr says so (and another when one is heard again). A notice the
  * agent's heartbeats list that never arrived here was dropped on the way (a reader that stopped
@@ -255,6 +259,49 @@ static const char *string_at(const char *p, const char *end, size_t *len) {
         return NULL;
     *len = (size_t)(after - 1 - (p + 1));
     return p + 1;
+}
+
+/* Whether the message's "v" is the JSON integer 1, exactly as the Python client takes it:
+ * `1.0`, `1e0`, `true` and `"1"` are other types there. Otherwise `*shown` and `*shown_len`
+ * say what it was, for the line on stderr. */
+static int version_1(const char *body, size_t size, const char **shown, int *shown_len) {
+    const char *end = body + size, *stop = NULL;
+    const char *v = member(body, end, "v", &stop);
+    if (!v) {
+        *shown = "missing";
+        *shown_len = 7;
+        return 0;
+    }
+    while (stop > v && stop[-1] && strchr(" \t\r\n", stop[-1])) /* not the NUL strchr finds */
+        stop--;
+    if (stop - v == 1 && *v == '1')
+        return 1;
+    *shown = v;
+    *shown_len = stop - v > 40 ? 40 : (int)(stop - v);
+    return 0;
+}
+
+/* One line on stderr for a dropped message, at most one a minute: a stream of them (an agent
+ * of another protocol version sends every notice and a heartbeat a second) would bury the rest. */
+#define DROPPED_SAY_EVERY 60.0
+static void say_dropped(const char *topic, const char *shown, int shown_len) {
+    static double quiet_until = -1.0;
+    static long unsaid = 0;
+    double now = monotonic();
+    if (quiet_until >= 0 && now < quiet_until) {
+        unsaid++;
+        return;
+    }
+    char more[64] = "";
+    if (unsaid > 0)
+        snprintf(more, sizeof more, " (%ld more since the last)", unsaid);
+    /* `shown` is raw message text: a control character in it would break the line. */
+    fprintf(stderr, "forewarn_sub: dropped a %s whose \"v\" is not the integer 1, got ", topic);
+    for (int i = 0; i < shown_len; i++)
+        fputc((unsigned char)shown[i] < 0x20 || shown[i] == 0x7f ? '?' : shown[i], stderr);
+    fprintf(stderr, "%s\n", more);
+    unsaid = 0;
+    quiet_until = now + DROPPED_SAY_EVERY;
 }
 
 typedef struct {
@@ -518,13 +565,20 @@ int main(int argc, char **argv) {
         }
         const char *data = zmq_msg_data(&body);
         size_t size = zmq_msg_size(&body);
-        if (frames == 2 && topic_is(&topic, "notice") && printable(data, size) &&
-            on_notice(&seen_ids, data, size)) {
+        const char *shown = NULL;
+        int shown_len = 0;
+        int is_notice = frames == 2 && topic_is(&topic, "notice");
+        int is_heartbeat = frames == 2 && topic_is(&topic, "heartbeat");
+        /* Not the integer 1: a notice of another protocol was printed as a v1 one, and its
+         * heartbeat's "active" printed clears for every notice held here. */
+        if ((is_notice || is_heartbeat) && !version_1(data, size, &shown, &shown_len)) {
+            say_dropped(is_notice ? "notice" : "heartbeat", shown, shown_len);
+        } else if (is_notice && printable(data, size) && on_notice(&seen_ids, data, size)) {
             fwrite(data, 1, size, stdout);
             fputc('\n', stdout);
             fflush(stdout);
             seen++;
-        } else if (frames == 2 && topic_is(&topic, "heartbeat")) {
+        } else if (is_heartbeat) {
             if (heard(&agent, endpoint, data, size))
                 seen_ids.settle_until = monotonic() + RESTART_SETTLE;
             if (on_heartbeat(&seen_ids, data, size, count < 0 ? -1 : count - seen, &seen))

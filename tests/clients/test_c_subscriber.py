@@ -8,8 +8,10 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 from support import AgentProcess, eventually, forewarn_cmd
 
 SOURCE = Path(__file__).resolve().parents[2] / "clients" / "c"
@@ -111,7 +113,7 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
     def next_marker_line(mark: int, timeout: float) -> bool:
         """Read lines until the marker's own line; False when it did not come in time."""
         assert sub.stdout is not None
-        wanted = json.dumps({"marker": mark}).encode()
+        wanted = json.dumps({"v": 1, "marker": mark}).encode()
         ends = time.monotonic() + timeout
         while True:
             while b"\n" in pending:
@@ -128,7 +130,7 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
             pending.extend(chunk)
 
     def send_marker(mark: int) -> None:
-        pub.send_multipart([b"notice", json.dumps({"marker": mark}).encode()])
+        pub.send_multipart([b"notice", json.dumps({"v": 1, "marker": mark}).encode()])
 
     try:
         # Until the subscription has reached the publisher, messages are dropped.
@@ -248,6 +250,154 @@ def test_c_subscriber_asks_again_for_a_notice_the_heartbeats_list_but_it_never_g
             sub.kill()
             sub.wait(10)
         xpub.close()
+        context.term()
+
+
+def _notice(notice_id: str, action: str, **fields: Any) -> bytes:
+    body = {"v": 1, "id": notice_id, "seq": 1, "action": action, "reason": "manual"}
+    body |= {"provider": "local", "deadline": None, "detail": {}}
+    return json.dumps({**body, **fields}).encode()
+
+
+def test_c_subscriber_drops_a_notice_or_heartbeat_whose_v_is_not_the_integer_1(
+    tmp_path: Path, binary: Path
+) -> None:
+    """The C subscriber never looked at "v": a notice of another protocol version (or `"v":
+    "1"`, `1.0`, `true`, none) was printed as a v1 one, and such a heartbeat listing nothing
+    printed a clear for the drain in force. Both are dropped now, with one line on stderr
+    (one a minute, counting the others)."""
+    import zmq
+
+    endpoint = f"ipc://{tmp_path}/events"
+    context = zmq.Context()
+    xpub = context.socket(zmq.XPUB)
+    xpub.setsockopt(zmq.LINGER, 0)
+    xpub.bind(endpoint)
+    sub = subprocess.Popen(
+        [str(binary), endpoint, "--count", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        eventually(lambda: xpub.poll(0) and xpub.recv() == b"\x01heartbeat", what="subscribed")
+        xpub.send_multipart([b"notice", _notice("local/keep", "drain")])
+        for version in (2, "1", 1.0, True, None, 10):
+            xpub.send_multipart([b"notice", _notice("local/other", "terminate", v=version)])
+            beat = {"v": version, "seq": 2, "agent": "host/1/a", "active": [], "acked": []}
+            xpub.send_multipart([b"heartbeat", json.dumps(beat).encode()])
+        xpub.send_multipart([b"notice", b'{"id": "local/none", "action": "terminate"}'])
+        xpub.send_multipart([b"notice", b'{"v": 1e0, "id": "local/e", "action": "terminate"}'])
+        xpub.send_multipart([b"notice", _notice("local/last", "terminate")])
+        out, err = sub.communicate(timeout=15)
+        assert sub.returncode == 0, err
+        printed = [(n["id"], n["action"]) for n in map(json.loads, out.splitlines())]
+        assert printed == [("local/keep", "drain"), ("local/last", "terminate")], err
+        dropped = [line for line in err.splitlines() if "dropped a" in line]
+        assert dropped == [
+            'forewarn_sub: dropped a notice whose "v" is not the integer 1, got 2'
+        ], err
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait(10)
+        xpub.close()
+        context.term()
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner),
+    max_leaves=4,
+)
+
+
+def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
+    tmp_path: Path, binary: Path
+) -> None:
+    """Any "v" (any JSON value, written with any spacing, or none): the C subscriber prints
+    the notice exactly when the Python client reads it as protocol v1."""
+    import select
+
+    import zmq
+    from forewarn.clients.event import Event
+    from hypothesis import HealthCheck, given, settings
+
+    endpoint = f"ipc://{tmp_path}/events"
+    context = zmq.Context()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(endpoint)
+    sub = subprocess.Popen(
+        [str(binary), endpoint], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert sub.stdout is not None
+    marks = iter(range(1_000_000))
+    pending = bytearray()
+
+    def lines_until_marker(mark: int, timeout: float) -> list[bytes] | None:
+        """The lines printed before the marker's own, or None when it did not come in time."""
+        assert sub.stdout is not None
+        before: list[bytes] = []
+        ends = time.monotonic() + timeout
+        while True:
+            while b"\n" in pending:
+                line, _, rest = bytes(pending).partition(b"\n")
+                pending[:] = rest
+                if json.loads(line).get("id") == f"local/marker-{mark}":
+                    return before
+                before.append(line)
+            left = ends - time.monotonic()
+            if left <= 0 or not select.select([sub.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(sub.stdout.fileno(), 65536)
+            if not chunk:
+                return None
+            pending.extend(chunk)
+
+    def marker() -> int:
+        mark = next(marks)
+        pub.send_multipart([b"notice", _notice(f"local/marker-{mark}", "drain")])
+        return mark
+
+    try:
+        joined = False
+        for _ in range(100):
+            if lines_until_marker(marker(), 0.1) is not None:
+                joined = True
+                break
+        assert joined, "the C subscriber never received a message"
+
+        # Spaces only: a raw control character, which the agent never sends, is a broken
+        # message to the C subscriber whatever its "v".
+        spacing = st.sampled_from(["", " ", "   "])
+
+        @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @given(st.none() | JSON_VALUES, spacing, spacing)
+        def prints_only_v1(version: Any, before: str, after: str) -> None:
+            notice_id = f"local/v-{next(marks)}"
+            body = json.loads(_notice(notice_id, "drain"))
+            del body["v"]
+            text = json.dumps(body)
+            if version is not None or before:
+                # "v" first, with the space a hand-written JSON text may have around it.
+                text = '{"v":' + before + json.dumps(version) + after + "," + text[1:]
+            try:
+                Event.from_json(text)
+                v1 = True
+            except ValueError:
+                v1 = False
+            pub.send_multipart([b"notice", text.encode()])
+            printed = lines_until_marker(marker(), 10)
+            assert printed is not None, f"no marker after {text!r}"
+            assert (printed == [text.encode()]) == v1, (text, printed)
+            assert sub.poll() is None
+
+        prints_only_v1()
+    finally:
+        sub.terminate()
+        sub.wait(10)
+        pub.close()
         context.term()
 
 
