@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,6 +66,14 @@ def _no_credentials() -> UsageError:
     )
 
 
+def _given(value: str | None) -> str | None:
+    """A flag's or a variable's text without the space around it, None when blank: as the
+    agent reads the same setting (`NODE_NAME` from a ConfigMap block ends with a newline, and
+    the drill patched `nodes/drill-node%0A`, which does not exist)."""
+    text = (value or "").strip(string.whitespace)
+    return text or None
+
+
 def credentials(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Configuration, str]:
     """The client configuration and where it came from, in kubectl's order: --kubeconfig,
     $FOREWARN_KUBERNETES_KUBECONFIG, $KUBECONFIG, ~/.kube/config, then the pod's service
@@ -73,7 +82,7 @@ def credentials(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Confi
         from kubernetes.client import Configuration
     except ImportError:
         raise UsageError(f"drill kubernetes: {install_hint()}") from None
-    url = args.url or env.get("FOREWARN_KUBERNETES_URL") or None
+    url = _given(args.url) or _given(env.get("FOREWARN_KUBERNETES_URL"))
     if url is not None:
         # `--url ftp://x` (or `--url host:6443`) ended in "unexpected ValidationError" and
         # pydantic's dump, exit 1; with a kubeconfig it was taken as the server unchecked.
@@ -82,8 +91,8 @@ def credentials(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Confi
         except ValueError as error:
             flag = "--url" if args.url else "FOREWARN_KUBERNETES_URL"
             raise UsageError(f"drill kubernetes: {flag}: {error}") from None
-    context = args.context or env.get("FOREWARN_KUBERNETES_CONTEXT") or None
-    explicit = args.kubeconfig or env.get("FOREWARN_KUBERNETES_KUBECONFIG") or None
+    context = _given(args.context) or _given(env.get("FOREWARN_KUBERNETES_CONTEXT"))
+    explicit = args.kubeconfig or _given(env.get("FOREWARN_KUBERNETES_KUBECONFIG"))
     paths = str(explicit) if explicit else kubeconfig.default_paths(env)
     if paths is not None:
         try:
@@ -152,7 +161,7 @@ def _patch(configuration: Configuration, source: str, node: str, unschedulable: 
 
 
 def run(args: argparse.Namespace) -> int:
-    node = args.node or os.environ.get("NODE_NAME") or ""
+    node = _given(args.node) or _given(os.environ.get("NODE_NAME"))
     if not node:
         raise UsageError("drill kubernetes: --node: name the node to cordon (or set NODE_NAME)")
     configuration, source = credentials(args, os.environ)

@@ -102,6 +102,21 @@ def test_node_is_required(tmp_path: Path, server: SimServer) -> None:
     assert done.stderr.startswith("forewarn: drill kubernetes: --node:"), done.stderr
 
 
+def test_a_node_name_and_url_lose_the_space_around_them(tmp_path: Path, server: SimServer) -> None:
+    """NODE_NAME and FOREWARN_KUBERNETES_URL from a ConfigMap block end with a newline, as the
+    agent reads them without: the drill kept it and would patch `nodes/drill-node%0A`."""
+    environment = env(tmp_path, server)
+    environment["NODE_NAME"] = f" {NODE}\n"
+    environment["FOREWARN_KUBERNETES_URL"] = f"{server.url}\n"
+    done = run_forewarn("drill", "kubernetes", env=environment, timeout=DRILL_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"  PATCH {server.url}/api/v1/nodes/{NODE}\n" in done.stdout
+    environment["NODE_NAME"] = " \n"
+    done = run_forewarn("drill", "kubernetes", env=environment, timeout=DRILL_TIMEOUT)
+    assert done.returncode == 2
+    assert done.stderr.startswith("forewarn: drill kubernetes: --node:"), done.stderr
+
+
 def test_a_bad_url_is_named(tmp_path: Path, server: SimServer) -> None:
     # Was exit 1: "unexpected ValidationError: 1 validation error for Settings" and its dump.
     environment = env(tmp_path, server)
