@@ -179,7 +179,8 @@ class Settings(BaseSettings):
     def _endpoint_text(cls, value: Any) -> Any:
         # Without the space around it, as the clients read it: a ConfigMap's YAML block ends
         # the value with a newline, and the socket file was `events\n`, where no client looked.
-        return value.strip(string.whitespace) if isinstance(value, str) else value
+        # Blank is unset (the default endpoint), as a blank variable is.
+        return value.strip(string.whitespace) or None if isinstance(value, str) else value
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod

@@ -94,13 +94,43 @@ def _is_word(annotation: Any) -> bool:
     return annotation is bool or get_origin(annotation) is Literal
 
 
+def _is_text(annotation: Any) -> bool:
+    """Whether a key holds one piece of text: `str`, or `str | None`."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return args == [str]
+    return annotation is str
+
+
+def _is_text_list(annotation: Any) -> bool:
+    return get_origin(annotation) is list and get_args(annotation) == (str,)
+
+
 def read_value(field: FieldInfo | None, value: Any) -> Any:
     """`value` as a key of `field` reads it, whatever the source: an empty path is the key's
     default (`FOREWARN_STATE_DIR=` was Path("."), the working directory, while the clients
     read an empty FOREWARN_RUNTIME_DIR as unset), a path loses the space around it and one
     starting `~` is in a home directory (in a flag's Path too), as `wire.runtime_dir` reads
-    it too; a boolean or a word loses the space around it; seconds as `as_seconds` reads
-    them."""
+    it too; a boolean, a word or any text (a name, a host, an address, a URL, a pattern, and
+    each text of a list) loses the space around it, and a `str` key left empty by that is a
+    ValueError (a `str | None` key's own validator says what empty means); seconds as
+    `as_seconds` reads them."""
+    if field is not None and isinstance(value, str) and _is_text(field.annotation):
+        # A ConfigMap's YAML block (`FOREWARN_DIGITALOCEAN_IMAP_HOST: |`) or a key made with
+        # `kubectl create configmap --from-file` ends the value with a newline: kept, the host
+        # `imap.example.com\n` did not resolve and the sender pattern `...\.com$\n` matched
+        # no mail. No text key holds a secret that a space could belong to: the one secret
+        # among them, `webhook.url`, is a URL, which holds no space. Secrets kept in files
+        # have their own rules: a token (service account, control) is read without the space
+        # around it, as none holds any; a password in `credentials_file` is read as systemd
+        # reads an EnvironmentFile (quoted, exactly as written).
+        text = value.strip(string.whitespace)
+        if not text and field.annotation is str:
+            raise ValueError("must not be empty")
+        return text
+    if field is not None and isinstance(value, list) and _is_text_list(field.annotation):
+        # `taints = ["karpenter.sh/disrupted\n"]`, as for one text.
+        return [item.strip(string.whitespace) if isinstance(item, str) else item for item in value]
     if field is not None and isinstance(value, PurePath) and _holds_path(field.annotation):
         # A flag's value: `--state-dir=~/fw` reaches here unexpanded, as no shell expands a
         # `~` after `=`, and made a directory named `~` while the clients looked in home.
@@ -145,10 +175,11 @@ def check_url(value: str, schemes: tuple[str, ...], bare_host: bool) -> str:
 
 def name_arg(text: str) -> str:
     """An argparse `type=` for a name a drill puts in a request: not empty (`--project
-    "$PROJECT"` with the variable unset made a request to projects//...)."""
+    "$PROJECT"` with the variable unset made a request to projects//...), and without the
+    space around it (`--vm "$VM"` read from a file kept its newline, a name no VM has)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("empty")
-    return text
+    return text.strip()
 
 
 class ProviderSettings(BaseModel):

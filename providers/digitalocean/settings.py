@@ -137,6 +137,23 @@ class Settings(EndpointSettings):
             raise ValueError(f"not a regular expression: {error}") from None
         return value
 
+    @field_validator("droplet_name")
+    @classmethod
+    def _blank_name_is_unset(cls, value: str | None) -> str | None:
+        # Blank (`FOREWARN_DIGITALOCEAN_DROPLET_NAME=` from a compose file's unset `${VAR}`)
+        # is unset, as azure.vm_name and kubernetes.node_name: read from droplet metadata. Kept
+        # as "", the name was taken as known and nothing was read.
+        return value or None
+
+    @field_validator("imap_host")
+    @classmethod
+    def _host_not_blank(cls, value: str | None) -> str | None:
+        # No host is named "": refused at start, not run with the mailbox unwatched (said
+        # only in the watcher's health).
+        if value == "":
+            raise ValueError("empty: leave it unset when no mailbox is to be watched")
+        return value
+
     @field_validator("droplet_id")
     @classmethod
     def _numeric_id(cls, value: str | None) -> str | None:

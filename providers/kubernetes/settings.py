@@ -152,7 +152,7 @@ class Settings(EndpointSettings):
     @field_validator("taints", "extra_taints")
     @classmethod
     def _taint_keys(cls, value: list[str]) -> list[str]:
-        # A key that cannot exist (kubectl's `key=value:Effect` form, a stray space) would
+        # A key that cannot exist (kubectl's `key=value:Effect` form, a space inside) would
         # never match a taint, and that reclaim would be missed without a word.
         for key in value:
             problem = taint_key_problem(key)
@@ -165,9 +165,10 @@ class Settings(EndpointSettings):
         """Every taint key that raises a drain: `taints` and `extra_taints`."""
         return frozenset(self.taints) | frozenset(self.extra_taints)
 
-    @field_validator("node_name")
+    @field_validator("node_name", "context")
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
+        # Blank is unset: NODE_NAME, the kubeconfig's current-context.
         return value.strip() or None if value is not None else None
 
 

@@ -115,6 +115,18 @@ CASES = [
     (["status", "--control", "ipc:///" + "a" * 120], {}, "Linux allows at most 107"),
     (["agent", "--events", "ipc:///tmp/" + "b" * 110], {}, "Linux allows at most 107"),
     (["agent", "--set", "exit_margin=5x"], {}, "config key exit_margin: not a duration"),
+    # Blank once the space a ConfigMap block leaves is gone: an empty pattern matched every
+    # mail's From, an empty host ran the agent with the mailbox unwatched.
+    (
+        ["agent"],
+        {"FOREWARN_DIGITALOCEAN_SENDER": " \n"},
+        "config key digitalocean.sender: must not be empty",
+    ),
+    (
+        ["agent", "--set", "digitalocean.imap_host=\t"],
+        {},
+        "config key digitalocean.imap_host: empty: leave it unset",
+    ),
     (["agent", "--heartbeat-interval", "0"], {}, "heartbeat_interval"),
     # Clients call an agent dead after 3 s without a heartbeat: a longer interval made them
     # flap, and `forewarn wait` exit 3 beside a healthy agent.

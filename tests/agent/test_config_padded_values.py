@@ -4,6 +4,7 @@ reads the value alone, in the environment, the config file and `--set`."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import string
@@ -12,9 +13,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 from unittest import mock
 
+import pytest
 from forewarn.agent.cli import apply_sets
-from forewarn.agent.config import load_settings, settings_model
+from forewarn.agent.config import ConfigError, load_settings, settings_model
 from forewarn.providers.registry import REGISTRY
+from forewarn.providers.settings import name_arg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -115,3 +118,152 @@ def test_numbers_and_durations_with_space_around_them_read_as_alone() -> None:
         for padded in (f"{text}\n", f" {text} ", f"\t{text}\r\n"):
             assert _from_environment(key, padded) == _from_environment(key, text)
             assert _from_file(key, padded) == _from_file(key, text)
+
+
+def _text_keys(model: type[BaseModel], prefix: str = "") -> dict[str, Any]:
+    """Every key that holds text (`str`, `str | None`) or a list of texts, with its type."""
+    found: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found |= _text_keys(annotation, f"{prefix}{name}.")
+        elif annotation in (str, str | None, list[str]):
+            found[prefix + name] = annotation
+    return found
+
+
+TEXT_KEYS = _text_keys(MODEL)
+LIST_KEYS = sorted(key for key, annotation in TEXT_KEYS.items() if annotation == list[str])
+
+
+# A value each text key takes, as the environment writes it (a list comma-separated).
+TEXT_SAMPLES = {
+    "providers": "local,aws",
+    "events": "tcp://127.0.0.1:5555",
+    "control": "tcp://127.0.0.1:5556",
+    "metrics_address": "127.0.0.1:9464",
+    "webhook.url": "https://hooks.example.com/services/T0/B0/secret",
+    "aws.url": "http://127.0.0.1:1338",
+    "gcp.url": "127.0.0.1:1339",
+    "azure.url": "http://127.0.0.1:1340",
+    "azure.api_version": "2020-07-01",
+    "azure.vm_name": "vmss_3",
+    "azure.approve_types": "Preempt,Terminate",
+    "digitalocean.url": "http://127.0.0.1:1341",
+    "digitalocean.droplet_id": "3164444",
+    "digitalocean.droplet_name": "gpu-spot-1",
+    "digitalocean.imap_host": "imap.example.com",
+    "digitalocean.imap_mailbox": "Reclaims/DigitalOcean",
+    "digitalocean.sender": r"@example\.com$",
+    "digitalocean.subject": "reclaim|spot",
+    "kubernetes.url": "https://127.0.0.1:6443",
+    "kubernetes.node_name": "node-1",
+    "kubernetes.context": "prod-admin",
+    "kubernetes.taints": "karpenter.sh/disrupted,node.kubernetes.io/out-of-service",
+    "kubernetes.extra_taints": "example.com/reclaim",
+}
+# Keys a blank value (space alone, or nothing) is refused for, naming the key: no host, no
+# URL, no mailbox, no pattern (an empty one matches every mail) is ever meant. Blank is
+# unset for the others: their default, or what they are read from when unset (NODE_NAME,
+# droplet metadata, the kubeconfig's current context).
+BLANK_REFUSED = {
+    "aws.url",
+    "gcp.url",
+    "azure.url",
+    "azure.api_version",
+    "digitalocean.url",
+    "digitalocean.droplet_id",
+    "digitalocean.imap_host",
+    "digitalocean.imap_mailbox",
+    "digitalocean.sender",
+    "digitalocean.subject",
+    "kubernetes.url",
+}
+SOURCES = [_from_environment, _from_file, _from_set]
+
+
+def test_every_text_key_has_a_sample_here() -> None:
+    # A text key added later is in the properties below only with a sample here.
+    assert sorted(TEXT_KEYS) == sorted(TEXT_SAMPLES)
+    assert set(LIST_KEYS) == {
+        "providers",
+        "azure.approve_types",
+        "kubernetes.taints",
+        "kubernetes.extra_taints",
+    }
+
+
+def _from_file_list(key: str, items: list[str]) -> Any:
+    section, leaf = key.split(".") if "." in key else ("", key)
+    header = f"[{section}]\n" if section else ""
+    with tempfile.TemporaryDirectory() as directory:
+        config = Path(directory) / "forewarn.toml"
+        config.write_text(f"{header}{leaf} = {json.dumps(items)}\n")
+        with mock.patch.dict(os.environ, _clean_environment(), clear=True):
+            return _value(key, load_settings(config))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    key=st.sampled_from(sorted(TEXT_SAMPLES)),
+    before=SPACE,
+    after=SPACE.filter(bool),
+    source=st.sampled_from(SOURCES),
+)
+def test_a_text_with_space_around_it_reads_as_the_text_alone(
+    key: str, before: str, after: str, source: Any
+) -> None:
+    """`FOREWARN_DIGITALOCEAN_IMAP_HOST` from a ConfigMap block is `imap.example.com\\n`: kept,
+    the host never resolved; a sender pattern ending `$\\n` matched no mail, and a context or
+    droplet name with its newline named none. Names, hosts, URLs and patterns lose the space
+    around them, in the environment, the config file and `--set` alike."""
+    text = TEXT_SAMPLES[key]
+    assert source(key, before + text + after) == source(key, text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key=st.sampled_from(LIST_KEYS),
+    spaces=st.lists(st.tuples(SPACE, SPACE), min_size=3, max_size=3),
+    source=st.sampled_from([*SOURCES, _from_file_list]),
+)
+def test_each_text_of_a_list_loses_the_space_around_it(
+    key: str, spaces: list[tuple[str, str]], source: Any
+) -> None:
+    """`taints = ["karpenter.sh/disrupted\\n"]` was refused as no taint key; a comma-separated
+    variable was read stripped already."""
+    items = TEXT_SAMPLES[key].split(",")
+    padded = [before + item + after for item, (before, after) in zip(items, spaces, strict=False)]
+    if source is _from_file_list:
+        assert source(key, padded) == source(key, items)
+    else:
+        assert source(key, ",".join(padded)) == source(key, ",".join(items))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    key=st.sampled_from(sorted(set(TEXT_SAMPLES) - set(LIST_KEYS))),
+    blank=SPACE,
+    source=st.sampled_from(SOURCES),
+)
+def test_a_blank_text_is_unset_or_refused_naming_its_key(key: str, blank: str, source: Any) -> None:
+    """Stripped to nothing, a text is either unset (as a blank path is) or, where no empty
+    value is meant, refused naming the key: `sender = ""` matched every mail's From, and a
+    blank `imap_host` ran the agent with the mailbox unwatched."""
+    if key in BLANK_REFUSED:
+        with pytest.raises(ConfigError) as refused:
+            source(key, blank)
+        assert str(refused.value).startswith(f"config key {key}: "), refused.value
+    else:
+        assert source(key, blank) is None
+
+
+@given(
+    name=st.text(string.ascii_letters + string.digits + "-_", min_size=1), before=SPACE, after=SPACE
+)
+def test_a_drill_name_loses_the_space_around_it(name: str, before: str, after: str) -> None:
+    """`--vm "$(cat vm-name)"` keeps no newline, but `--vm "$VM"` from a ConfigMap block did:
+    the drill asked to evict a VM named `spot-1\\n`."""
+    assert name_arg(before + name + after) == name
+    with pytest.raises(argparse.ArgumentTypeError):
+        name_arg(before + after)

@@ -691,6 +691,18 @@ def test_credentials_file_forms_and_secrecy(
         load_credentials(path)
 
 
+def test_a_password_keeps_the_space_around_it_only_when_quoted(tmp_path: Path) -> None:
+    """As systemd reads an EnvironmentFile (the form the docs give): the newline ending a line
+    is never part of a value, an unquoted value loses the space around it (a slip: `pw ` was
+    a password nobody typed), and a quoted one is kept exactly, for a password that starts
+    or ends with a space."""
+    path = tmp_path / "imap.env"
+    path.write_text("FOREWARN_IMAP_USER= ops@example.com \r\nFOREWARN_IMAP_PASSWORD=\tp w \n")
+    assert load_credentials(path) == Credentials("ops@example.com", "p w")
+    path.write_text('FOREWARN_IMAP_USER=ops\nFOREWARN_IMAP_PASSWORD=" p w\t"  \n')
+    assert load_credentials(path) == Credentials("ops", " p w\t")
+
+
 async def test_a_credentials_file_saved_by_notepad_logs_in(
     dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
 ) -> None:

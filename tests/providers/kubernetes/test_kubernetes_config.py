@@ -381,7 +381,8 @@ def test_extra_taints_from_the_environment_add_to_the_defaults(
     [
         ("ToBeDeletedByClusterAutoscaler:NoSchedule", "without =value or :effect"),
         ("karpenter.sh/disruption=disrupting:NoSchedule", "without =value or :effect"),
-        ('["karpenter.sh/disrupted "]', "letters, digits"),
+        # A space inside a key; the space around one is dropped, as in the comma form.
+        ('["karpenter.sh/dis rupted"]', "letters, digits"),
         ("Karpenter.sh/disrupted", "not a DNS subdomain"),
     ],
 )
