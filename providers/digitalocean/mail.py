@@ -30,6 +30,7 @@ from forewarn.protocol.timefmt import format_time
 from forewarn.providers.report import Report
 
 from ..base import ParseError
+from .cancel import CANCELLED_BODY, CANCELLED_SUBJECT, counts
 
 PROVIDER = "digitalocean"
 DRILL_HEADER = "X-Forewarn-Drill"
@@ -797,17 +798,6 @@ def _dkim_passes(mail: Mail) -> bool:
     return False
 
 
-# A cancellation: these words in the subject, or a finished statement in the body (a notice
-# saying "this cannot be cancelled" is not one).
-_CANCELLED_SUBJECT = re.compile(r"\b(?:cancel+(?:ed|ation)|withdrawn|rescinded|called off)\b", re.I)
-_CANCELLED_BODY = re.compile(
-    r"\b(?:has|have) been (?:cancel+ed|withdrawn|rescinded|called off)\b"
-    # The active voice, "We have cancelled the reclaim of ...": not seen as a cancellation,
-    # the mail was read as a further notice and raised a reclaim of its own.
-    r"|\bwe(?:\s+have|['\u2019]ve)?\s+(?:now\s+)?(?:cancel+ed|withdrawn|rescinded|called off)\b"
-    r"|\bwill (?:no longer|not) be reclaimed\b|\bis no longer scheduled\b",
-    re.I,
-)
 # "has been moved" and also "was moved", "has moved", "is now moved", "brought forward",
 # "pushed back": read as a further notice, "was moved from 16:00 UTC to 13:30 UTC" kept the
 # old time (the one after "from"), and the reclaim came two and a half hours before it. An
@@ -911,6 +901,7 @@ def _about_this_droplet(
     mentions: list[tuple[int, int, bool]],
     in_subject: re.Pattern[str],
     in_body: re.Pattern[str],
+    kept: Callable[[re.Match[str]], bool] = lambda statement: True,
 ) -> re.Match[str] | None:
     """The statement in `text` (the subject, a line break, the body from `body_at`) that is
     about this droplet: a cancellation, or a new time. A digest cancels (or moves) one
@@ -923,7 +914,7 @@ def _about_this_droplet(
     subject = in_subject.search(text, 0, body_at)
     if subject:
         statements.append(subject)
-    statements.extend(in_body.finditer(text, body_at + 1))
+    statements.extend(m for m in in_body.finditer(text, body_at + 1) if kept(m))
     # Found by bisection (mentions do not overlap, so they are sorted by end too): a mail of
     # thousands of statements took seconds on the event loop when each scanned the text.
     ends = [m.end() for m in _SENTENCE_END.finditer(text)]
@@ -979,7 +970,15 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         return Verdict(None, f"dated {format_time(sent)}, older than max_age")
     mentions = _droplet_mentions(text, rules)
     body_at = len(mail.subject)
-    cancelled = _about_this_droplet(text, body_at, mentions, _CANCELLED_SUBJECT, _CANCELLED_BODY)
+    is_mention = _overlap_test([(start, end) for start, end, _ in mentions])
+    cancelled = _about_this_droplet(
+        text,
+        body_at,
+        mentions,
+        CANCELLED_SUBJECT,
+        CANCELLED_BODY,
+        lambda statement: counts(text, statement, is_mention),
+    )
     if cancelled:
         return Verdict(
             None,

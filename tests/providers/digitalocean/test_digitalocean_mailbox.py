@@ -321,6 +321,39 @@ async def test_a_cancellation_clears_the_reclaim_and_a_new_time_moves_it(
         assert again.reports == []
 
 
+async def test_a_passive_cancellation_withdraws_the_reclaim_and_alone_raises_nothing(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # "The scheduled reclaim of ... is cancelled" under a neutral subject raised a reclaim
+    # of its own (Date + lead): a needless drain, and the reclaim it cancelled stood.
+    sent = utcnow().replace(microsecond=0)
+    first = (sent + timedelta(minutes=90)).replace(second=0)
+    cancel = "The scheduled reclaim of droplet gpu-spot-1 is cancelled."
+    dovecot.append(mail_user, reclaim(cancel, subject="Spot Droplet reclaim update"))
+    settings = settings_for(dovecot, mail_user, tmp_path)
+    async with running(settings, tmp_path / "state") as run:
+        await run.idling()
+        assert run.reports == []
+        await asyncio.to_thread(
+            dovecot.append,
+            mail_user,
+            reclaim(f"Droplet gpu-spot-1 will be reclaimed at {first:%Y-%m-%d %H:%M} UTC."),
+        )
+        (notice,) = await run.count(1)
+        await asyncio.to_thread(
+            dovecot.append,
+            mail_user,
+            reclaim(
+                "The reclaim of gpu-spot-1 will no longer take place.",
+                subject="Spot Droplet reclaim update",
+            ),
+        )
+        withdrawn = (await run.count(2))[1]
+        assert (withdrawn.action, withdrawn.id) == ("clear", notice.id)
+        await run.idling()
+        assert len(run.reports) == 2
+
+
 async def test_a_new_time_given_as_a_shift_moves_the_reclaim_by_it(
     dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
 ) -> None:

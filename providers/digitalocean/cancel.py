@@ -1,0 +1,132 @@
+"""Which statements in a DigitalOcean mail cancel a reclaim: pure functions.
+
+A passive "is cancelled" or "was canceled" is as much a cancellation as "has been
+cancelled", but the same words end sentences that cancel something else ("your scheduled
+backups were cancelled", "pending jobs are cancelled") in a notice whose reclaim stands.
+So a passive one counts only when what is cancelled is the reclaim: the words before it,
+back to a reclaim noun, are only those of a noun phrase naming it ("The scheduled reclaim
+of Droplet gpu-spot-1 (ID 424242424) at 14:30 UTC"). Nor does one count under a condition
+("If the reclaim is cancelled, ..."). A statement missed costs a needless drain, one
+misread costs the work since the last checkpoint: anything not recognised keeps the reclaim.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_VERB = r"(?:cancel+ed|withdrawn|rescinded|revoked|called\s+off)"
+# The reclaim's own words, as the head of what is cancelled.
+_RECLAIM_HEADS = frozenset(
+    re.findall(
+        r"\w+",
+        "reclaim reclaims reclamation reclamations preemption interruption termination shutdown",
+    )
+)
+# The droplet as the head of "will no longer be reclaimed": one droplet, not a class of
+# them ("Droplets with reserved capacity will not be reclaimed" is an aside).
+_DROPLET_HEADS = frozenset(re.findall(r"\w+", "droplet it instance server"))
+
+CANCELLED_SUBJECT = re.compile(
+    r"\b(?:cancel+(?:ed|ation)|withdrawn|rescinded|called off)\b", re.IGNORECASE
+)
+CANCELLED_BODY = re.compile(
+    # Active: "We have cancelled the reclaim of ...", not "we have cancelled its snapshots".
+    r"\bwe(?:\s+have|['\u2019]ve)?\s+(?:now\s+)?" + _VERB + r"\s+"
+    r"(?:(?:the|this|that|your|its|our)\s+)?"
+    r"(?:(?:scheduled|planned|upcoming|pending|announced|earlier|previous|spot|droplet|gpu)\s+){0,3}"
+    r"(?:reclaims?|reclamations?|preemption|interruption|termination|shutdown)\b"
+    # Passive, the reclaim its subject: checked by `counts`.
+    r"|(?P<reclaim>(?:(?:has|have)\s+been|is|are|was|were)\s+(?:now\s+)?"
+    + _VERB
+    + r"|will\s+no\s+longer\s+(?:take\s+place|go\s+ahead|happen|proceed)"
+    r"|(?:will\s+not|won['\u2019]t)\s+(?:take\s+place|go\s+ahead|happen|proceed)"
+    r"|is\s+no\s+longer\s+(?:going\s+ahead|happening|taking\s+place))\b"
+    # Passive, the droplet its subject.
+    r"|(?P<droplet>will\s+(?:no\s+longer|not)\s+be\s+reclaimed|is\s+no\s+longer\s+scheduled)\b",
+    re.IGNORECASE,
+)
+
+# Words of the noun phrase between the reclaim and its verb: determiners, prepositions,
+# "Droplet", "scheduled", and those of a time ("at 2:30 PM UTC on Friday, December 4").
+_PHRASE_WORDS = frozenset(
+    re.findall(
+        r"\w+",
+        """
+    the a an this that these those your our its their of for on at in to by from and
+    droplet droplets spot gpu cpu id named called scheduled planned upcoming pending
+    announced earlier previous previously original originally notice notices today tomorrow
+    tonight utc gmt z am pm noon midnight midday between until
+    jan january feb february mar march apr april may jun june jul july aug august sep sept
+    september oct october nov november dec december mon monday tue tues tuesday wed
+    wednesday thu thur thurs thursday fri friday sat saturday sun sunday
+    est edt cst cdt mst mdt pst pdt akst akdt hst wet west bst cet cest eet eest sgt jst kst
+    aest aedt et ct mt pt
+    """,
+    )
+)
+_CONDITIONS = re.compile(
+    r"\b(?:if|unless|whether|when|whenever|once|until|should|in\s+case|provided|otherwise)\b",
+    re.IGNORECASE,
+)
+# Right after the verb, on its line or the next (a wrapped line): "... if you migrate".
+_CONDITION_AFTER = re.compile(
+    r"[^\S\n]*,?(?:[^\S\n]*\n)?[^\S\n]*(?:only\s+)?(?:if|unless|provided|should|in\s+case)\b",
+    re.IGNORECASE,
+)
+# Where a clause cannot reach across: a sentence's end, a blank line, or a line break
+# before a line that does not carry on the one before (a wrapped line starts lowercase).
+_CLAUSE_START = re.compile(r"[.!?;](?=\s)|\n[^\S\n]*\n|\n(?=[^\S\n]*[^a-z\s])")
+_TOKEN = re.compile(r"\d(?:[\w:./-]*\w)?|[^\W\d_](?:[\w.'\u2019-]*\w)?|[^\w\s]")
+# Punctuation inside a noun phrase: "gpu-spot-1 (ID 424242424)", "'trainer'", commas.
+_PHRASE_MARKS = frozenset("()[]'\"\u2018\u2019\u201c\u201d`,-")
+_REACH = 300  # characters back from the verb: a noun phrase is never longer
+
+
+def counts(text: str, statement: re.Match[str], is_mention: Callable[[int, int], bool]) -> bool:
+    """Whether `statement` (a CANCELLED_BODY match in `text`) cancels the reclaim, not
+    something else, and not under a condition. `is_mention` tells whether a span of `text`
+    names a droplet."""
+    if _CONDITION_AFTER.match(text, statement.end()):
+        return False
+    kind = (
+        "reclaim"
+        if statement.group("reclaim")
+        else "droplet"
+        if statement.group("droplet")
+        else None
+    )
+    head = statement.start()
+    if kind is not None:
+        found = _head(text, statement.start(), kind, is_mention)
+        if found is None:
+            return False
+        head = found
+    window = max(0, head - _REACH)
+    starts = [m.end() for m in _CLAUSE_START.finditer(text, window, head)]
+    return _CONDITIONS.search(text, starts[-1] if starts else window, head) is None
+
+
+def _head(text: str, verb: int, kind: str, is_mention: Callable[[int, int], bool]) -> int | None:
+    """Where the subject of the passive verb at `verb` starts, when it is the reclaim (or,
+    for `kind` "droplet", this or that droplet); None when it is something else."""
+    window = max(0, verb - _REACH)
+    starts = [m.end() for m in _CLAUSE_START.finditer(text, window, verb)]
+    begin = starts[-1] if starts else window
+    for token in reversed(list(_TOKEN.finditer(text, begin, verb))):
+        word = token.group(0)
+        lower = word.lower()
+        mention = is_mention(token.start(), token.end())
+        if kind == "droplet" and (mention or lower in _DROPLET_HEADS):
+            return token.start()
+        if lower in _RECLAIM_HEADS:
+            return token.start()
+        if mention or lower in _PHRASE_WORDS or word in _PHRASE_MARKS or word[0].isdigit():
+            continue
+        if any(ch.isdigit() for ch in word):  # H100, nyc2, gpu-h100x1-80gb
+            continue
+        return None
+    return None
+
+
+__all__ = ["CANCELLED_BODY", "CANCELLED_SUBJECT", "counts"]
