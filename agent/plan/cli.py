@@ -369,7 +369,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--params",
         type=_parsed(parse_count),
         metavar="N",
-        help="estimate the size from the parameter count: 7B, 350M, 1.3e9",
+        help="estimate the size from the parameter count: 7B, 350M, 1.3e9 (a bare number "
+        "below 100000 is refused: 7 is not 7B)",
     )
     size.add_argument(
         "--precision",

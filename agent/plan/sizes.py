@@ -94,12 +94,26 @@ def parse_bandwidth(text: str) -> float:
     return _finite(float(match.group(1)) * unit[0], text, "a bandwidth")
 
 
+# Fewer parameters than any model whose checkpoint is worth planning: a bare number below
+# this is a count written without its suffix (`--params 7` meant 7B, and planned a 112 B
+# checkpoint).
+_SMALLEST_MODEL = 1e5
+
+
 def parse_count(text: str) -> float:
-    """A parameter count: `7B`, `350M`, `1.3e9`, `70b`."""
+    """A parameter count: `7B`, `350M`, `1.3e9`, `70b`; a bare number below 100,000 (`7`) is
+    refused, as a count missing its suffix."""
     match = _COUNT.match(text.strip().lower())
     if not match:
         raise ValueError(f"not a parameter count such as 7B or 350M (got {text!r})")
-    return _finite(float(match.group(1)) * _COUNT_SUFFIX[match.group(2)], text, "a count")
+    count = _finite(float(match.group(1)) * _COUNT_SUFFIX[match.group(2)], text, "a count")
+    if not match.group(2) and count < _SMALLEST_MODEL:
+        written = text.strip()
+        raise ValueError(
+            f"a bare {written} is {written} parameters, too few for a model: write {written}B "
+            f"for {written} billion or {written}M for {written} million (got {text!r})"
+        )
+    return count
 
 
 @dataclass(frozen=True)

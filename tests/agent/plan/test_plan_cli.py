@@ -435,6 +435,10 @@ def test_options_with_what_they_refine_change_the_plan(capsys: pytest.CaptureFix
         (["--bandwidth", "1GB/s", "--tax", "3%", "--checkpoint", "1s"], "--bandwidth"),
         (["--params", "7B", "--bandwidth", "1GB", "--tax", "3%"], "--bandwidth"),
         (["--params", "seven", "--bandwidth", "1GB/s", "--tax", "3%"], "--params"),
+        # Read as 7 parameters, a 112 B checkpoint, where 7B was meant.
+        (["--params", "7", "--bandwidth", "1GB/s", "--tax", "3%"], "--params: a bare 7 is 7"),
+        (["--params", "7", "--bandwidth", "1GB/s", "--tax", "3%"], "write 7B for 7 billion"),
+        (["--params", "1.3", "--bandwidth", "1GB/s", "--tax", "3%"], "write 1.3B"),
         (["--params", "7B", "--optimizer", "adam", "--bandwidth", "1GB/s"], "--optimizer"),
         (["--checkpoint-gb", "2", "--params", "7B"], "not allowed with"),
         (["--checkpoint", "10s", "--mtbi", "1d", "--no-notice-share", "150%"], "--no-notice-share"),

@@ -513,6 +513,39 @@ def test_sizes_bandwidths_and_counts() -> None:
         parse_size("0GB")
 
 
+@given(
+    st.one_of(
+        st.integers(min_value=1, max_value=99_999).map(str),
+        st.floats(min_value=0.001, max_value=99_999, allow_nan=False).map(repr),
+    ),
+    st.sampled_from(["", " "]),
+)
+def test_a_bare_count_too_small_for_a_model_is_refused_with_its_suffixed_form(
+    number: str, padding: str
+) -> None:
+    # `--params 7` was read as 7 parameters (a 112 B checkpoint) where 7B was meant.
+    with pytest.raises(ValueError, match="too few for a model") as refused:
+        parse_count(f"{padding}{number}{padding}")
+    assert f"write {number}B for {number} billion" in str(refused.value)
+
+
+@given(
+    st.floats(min_value=0.001, max_value=1e4, allow_nan=False),
+    st.sampled_from(["k", "K", "m", "M", "b", "B", "t", "T"]),
+    st.sampled_from(["", " "]),
+)
+def test_a_count_with_a_suffix_is_read_whatever_its_size(
+    number: float, suffix: str, space: str
+) -> None:
+    scale = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}[suffix.lower()]
+    assert parse_count(f"{number!r}{space}{suffix}") == pytest.approx(number * scale)
+
+
+def test_a_bare_count_as_large_as_a_model_is_read() -> None:
+    assert parse_count("7e9") == 7e9 and parse_count("100000") == 1e5
+    assert parse_count("1300000000") == 1.3e9
+
+
 def test_a_capital_b_is_a_byte_and_a_small_b_a_bit() -> None:
     # Azure quotes disk throughput in MBps (bytes): 750MBps was read as 750 Mbit/s, 93.75 MB/s,
     # and 10Gb/s (bits) as 10 GB/s: a flush 8x too long or too short.
