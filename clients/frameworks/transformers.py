@@ -12,7 +12,9 @@ terminate or SIGTERM it stops training (`train()` returns normally: end the proc
 a checkpoint directory a killed save left half-written. A save it asked for that raises (in
 the Trainer's `_save_checkpoint`, which it wraps for that save, in the fsync before the ack,
 or in `save_dcp`) is acked failed (`guard.save_failed`: `exit_code` 1 for an exit's save) and
-propagates out of `train()`. An exit pending at the end of a step
+propagates out of `train()`. When `train()` raises otherwise (the Trainer's own scheduled
+save, a CUDA error) nothing is acked, but the guard is closed and its signal handlers put
+back (it wraps `train()` of the Trainer it is given to). An exit pending at the end of a step
 skips the evaluation due at that step, so the save comes first, and the epoch an exit's save
 cut short ends with no evaluation or save of the Trainer's own. During an evaluation it asks
 `guard.due_in_eval` after each prediction step (`on_prediction_step`): the Trainer cannot be
@@ -38,6 +40,7 @@ Resume a run from the Trainer's own checkpoints (`last_checkpoint` below).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -88,10 +91,34 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
     def on_init_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
+        trainer = _calling_trainer()
         # Also here: with persistent workers the Trainer keeps the first evaluation DataLoader
         # it builds, and an evaluate() before train() would build it unprotected.
-        _protect_evaluation_loaders(_calling_trainer())
+        _protect_evaluation_loaders(trainer)
+        self._close_when_train_raises(trainer)
         return control
+
+    def _close_when_train_raises(self, trainer: Trainer | None) -> None:
+        """Close the guard when `trainer.train()` raises: the Trainer's own scheduled save
+        failing (a full disk), a CUDA error, anything. train() then never reaches
+        on_train_end, and the guard's SIGTERM handler stayed installed: the process, still
+        cleaning up or handling the error, only noted the platform's SIGTERM and ran on until
+        the SIGKILL. Nothing is acked for a save forewarn did not ask for: no notice waits
+        on it (one that did is acked failed by `_save_failed`)."""
+        if trainer is None or getattr(trainer.train, "_forewarn_closes", False):
+            return
+        train = trainer.train
+
+        @functools.wraps(train)
+        def closing(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return train(*args, **kwargs)
+            except BaseException:
+                self._finish()
+                raise
+
+        closing._forewarn_closes = True  # type: ignore[attr-defined]
+        trainer.train = closing  # type: ignore[method-assign]
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -243,14 +270,20 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
+        self._finish()
+        return control
+
+    def _finish(self) -> None:
+        """train() is over, returned or raised: the Trainer's methods and the signal
+        handlers as they were."""
         trainer, self._wrapped = self._wrapped, None
         if trainer is not None:
             # A save asked for that the Trainer never made: its method as it was.
             wrapper = vars(trainer).get("_save_checkpoint")
             if getattr(wrapper, "_forewarn_reports", False):
                 _put_back(trainer, wrapper._forewarn_own)  # type: ignore[union-attr]
+        self._requested_at = None
         self._close_guard()
-        return control
 
 
 def _put_back(trainer: Trainer, own: Any) -> None:

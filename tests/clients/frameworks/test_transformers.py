@@ -482,3 +482,74 @@ def test_an_exit_save_of_the_trainer_that_runs_long_is_said_while_it_runs(
     assert "no deadline is known" in said()[0]
     assert callback.saved_steps == [5]
     assert callback.exit_code == 143
+
+
+def _breaks(trainer: Any, failing: str) -> None:
+    """The Trainer's own save (save_steps=5, not one forewarn asked for) finds a full disk."""
+    import errno
+
+    if failing == "save":
+
+        def full_disk(*args: Any, **kwargs: Any) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        trainer.save_model = full_disk
+
+
+@pytest.mark.parametrize("failing", ["save", "forward"])
+def test_train_raising_outside_a_save_of_ours_closes_the_guard_and_acks_nothing(
+    tmp_path: Path, failing: str
+) -> None:
+    """train() raising where no save of forewarn's was asked for (the Trainer's own scheduled
+    save, the model's forward) never reached on_train_end: the guard stayed open, its SIGTERM
+    handler installed, and the job went on, deaf to the platform's SIGTERM."""
+    import re
+    import signal
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with AgentProcess(tmp_path) as agent:
+            callback = fw.ForewarnTrainerCallback(
+                events=agent.events, control=agent.control_endpoint, flag_file=None
+            )
+            args = models.arguments(tmp_path, save_strategy="steps", save_steps=5)
+            model = models.FailsAt(7) if failing == "forward" else models.Tiny()
+            trainer = hf.Trainer(
+                model=model, args=args, train_dataset=models.Points(), callbacks=[callback]
+            )
+            _breaks(trainer, failing)
+            assert callback.guard.notices is not None  # made now: its handlers installed
+            assert {signum: signal.getsignal(signum) for signum in handlers} != handlers
+            with pytest.raises(OSError if failing == "save" else RuntimeError):
+                trainer.train()
+            assert trainer.state.global_step == (5 if failing == "save" else 6)
+            # Closed: the handlers it replaced are back, and no ack reached the agent.
+            assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+            assert callback.exit_code == 0
+            assert "_save_checkpoint" not in vars(trainer)
+            assert not re.search(r"\back\b", agent.output()), agent.output()
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+@pytest.mark.parametrize("failing", ["save", "forward"])
+def test_a_job_whose_train_raised_ends_on_the_platforms_sigterm(
+    tmp_path: Path, failing: str
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = Path(__file__).with_name("trainer_raises_job.py")
+    done = subprocess.run(
+        [sys.executable, str(script), failing, str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    expected = "OSError" if failing == "save" else "RuntimeError"
+    assert done.stdout.splitlines() == [f"raised {expected}"], (done.stdout, done.stderr)
+    assert done.returncode == -signal.SIGTERM, done.stderr

@@ -156,3 +156,18 @@ class AsksToExitAt(TrainerCallback):  # type: ignore[misc]
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.events.append(("evaluate", state.global_step))
+
+
+class FailsAt(Tiny):
+    """Its forward raises at call `at`, as a CUDA error does."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        self.calls += 1
+        if self.calls == self.at:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return super().forward(x, labels)
