@@ -5,6 +5,12 @@ IMDS gives a spot interruption and a rebalance recommendation no id, and a mock 
 amazon-ec2-metadata-mock recomputes their times on every request. So a path that holds one
 notice at a time keeps the id of the first sighting for as long as the notice stays, and a
 time that stays put or slides along with the clock (within `jitter` seconds) is no change.
+
+A notice whose deadline had already passed when it was first seen (the agent started after
+it, or the node's clock is ahead) is stale from the start: with `once_if_past`, the agent
+retiring it (`forget`) does not make the next poll that still shows it unchanged raise it
+again, which would be a clear and the same terminate at every grace while IMDS keeps it. A
+real change of it after that is a new notice, with its own id.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.report import Report
 
 from .imds import parse_aws_date
@@ -25,6 +32,8 @@ class _Seen:
     report: Report  # the last one sent
     moments: dict[str, datetime | None]  # the volatile times of the last one sent
     sent_at: float  # monotonic time the last one was sent
+    past: bool = False  # its deadline had passed when it was first seen
+    retired: bool = False  # the agent retired it; kept only to recognise it (`once_if_past`)
 
 
 @dataclass
@@ -34,7 +43,9 @@ class PathTracker:
     `single`: the path holds at most one notice (spot, rebalance, ASG state), so whatever it
     shows is the same notice until it goes away. `volatile`: detail keys holding a time that
     may move between polls without the notice changing. `clear_on_absence`: a notice that
-    disappears is withdrawn (a `clear` is sent); otherwise it is kept.
+    disappears is withdrawn (a `clear` is sent); otherwise it is kept. `once_if_past`: a
+    notice first seen with its deadline already passed is not reported again after `forget`
+    while it shows unchanged. `wall` is the wall clock deadlines are compared with.
     """
 
     single: bool
@@ -42,7 +53,11 @@ class PathTracker:
     clear_on_absence: bool = True
     jitter: float = 5.0
     clock: Callable[[], float] = time.monotonic
+    once_if_past: bool = False
+    wall: Callable[[], datetime] = utcnow
     seen: dict[str, _Seen] = field(default_factory=dict)
+    # Ids the agent retired and this path reported again since (not stale when first seen).
+    raised_again: set[str] = field(default_factory=set)
 
     def update(self, reports: list[Report]) -> list[Report]:
         """The reports to send after a successful poll that showed `reports`."""
@@ -59,8 +74,12 @@ class PathTracker:
                 continue
             present.add(slot)
             moments = {key: _moment(report.detail.get(key)) for key in self.volatile}
+            if seen is not None and seen.retired:
+                if not self._changed(seen, report, moments, now):
+                    continue
+                seen = None  # changed since it was retired: a new notice, its own id
             if seen is None:
-                self.seen[slot] = _Seen(report, moments, now)
+                self.seen[slot] = _Seen(report, moments, now, past=self._past(report))
                 out.append(report)
                 continue
             report = report.model_copy(update={"id": seen.report.id})
@@ -75,10 +94,30 @@ class PathTracker:
     def forget(self, notice_id: str) -> bool:
         """Drop the memory of a notice the agent retired (past its deadline plus a grace), so
         that the next poll still showing it reports it again. True if it was known here."""
-        slots = [slot for slot, seen in self.seen.items() if seen.report.id == notice_id]
+        slots = [
+            slot
+            for slot, seen in self.seen.items()
+            if seen.report.id == notice_id and not seen.retired
+        ]
         for slot in slots:
-            del self.seen[slot]
+            if self.once_if_past and self.seen[slot].past:
+                self.seen[slot].retired = True
+            else:
+                del self.seen[slot]
+                self.raised_again.add(notice_id)
         return bool(slots)
+
+    def stale(self, notice_id: str) -> bool:
+        """`notice_id` is kept retired: shown unchanged, it is not reported again."""
+        return any(seen.retired and seen.report.id == notice_id for seen in self.seen.values())
+
+    def _past(self, report: Report) -> bool:
+        # One raised again after its retirement has a past deadline by then, but was not
+        # stale when first seen: it is raised again at every grace as before.
+        if not self.once_if_past or report.id in self.raised_again:
+            return False
+        deadline = report.deadline
+        return isinstance(deadline, datetime) and deadline <= self.wall()
 
     def _changed(
         self, seen: _Seen, report: Report, moments: dict[str, datetime | None], now: float

@@ -11,7 +11,9 @@ AWS never withdraws a spot interruption or a rebalance recommendation. When one 
 anyway (a stop and start, a simulator), the rebalance drain is cleared, but the interruption
 is kept: a terminate is final, and a vanished interruption is likelier a glitch than a reprieve.
 A notice the agent retired past its deadline plus a grace is forgotten (`forget`): a path
-that still shows it raises it again on its next poll.
+that still shows it raises it again on its next poll. Not a spot interruption whose time had
+already passed when it was first seen (the agent started late, the clock is ahead): that one
+is raised once, and raised again only if it changes (then as a new notice).
 """
 
 from __future__ import annotations
@@ -81,7 +83,12 @@ def watched_paths(settings: Settings, clock: Callable[[], float]) -> list[Watche
             settings.spot_interval,
             spot,
             PathTracker(
-                single=True, volatile=("time",), clear_on_absence=False, jitter=jitter, clock=clock
+                single=True,
+                volatile=("time",),
+                clear_on_absence=False,
+                jitter=jitter,
+                clock=clock,
+                once_if_past=True,
             ),
         ),
         WatchedPath(
@@ -260,7 +267,15 @@ class AwsWatcher:
         """The agent retired `notice_id` (past its deadline plus a grace): IMDS still showing
         it on the next poll raises it again, as AWS keeps an interruption until the end."""
         for path in self.paths:
-            if path.tracker.forget(notice_id):
+            if not path.tracker.forget(notice_id):
+                continue
+            if path.tracker.stale(notice_id):
+                log.info(
+                    "aws: %s retired; its time was already past when first seen; not raised "
+                    "again while IMDS shows it unchanged",
+                    notice_id,
+                )
+            else:
                 log.info("aws: %s retired; raised again while IMDS still shows it", notice_id)
 
     def _describe(self, error: ImdsError) -> str:

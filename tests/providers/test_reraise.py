@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import pytest
 from forewarn.clients import CheckpointGuard
+from forewarn.protocol.timefmt import parse_time
+from forewarn.providers.aws.imds import SPOT_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.gcp.simulate import GcpSimulator
@@ -73,13 +76,14 @@ def test_aws_spot_interruption_still_shown_after_expiry_is_raised_again(
 ) -> None:
     sim = ImdsSimulator()
     server = serve(sim)
-    # A fixed time one second ahead: IMDS keeps showing it past the deadline.
-    sim.raise_notice("spot", {"time": 1})
     fast = {"FOREWARN_AWS_SPOT_INTERVAL": "0.2", "FOREWARN_AWS_ASG_INTERVAL": "0"}
     with (
         _agent(tmp_path, "aws", server.url, **fast) as agent,
         agent.subscriber() as sub,
     ):
+        # A fixed time ahead, seen before it passes: IMDS keeps showing it past the deadline.
+        # (One already past when first seen is raised once: the test below.)
+        sim.raise_notice("spot", {"time": 2})
         _raised_retired_raised(sub, "aws", "terminate", timeout=8)
         assert "retired; raised again while IMDS still shows it" in agent.output()
 
@@ -132,12 +136,12 @@ def test_a_job_that_kept_training_under_an_acted_on_terminate_is_not_stopped_by_
     the earlier job's save, so that job was made to save and exit at every re-raise."""
     sim = ImdsSimulator()
     server = serve(sim)
-    sim.raise_notice("spot", {"time": 1})
     fast = {"FOREWARN_AWS_SPOT_INTERVAL": "0.2", "FOREWARN_AWS_ASG_INTERVAL": "0"}
     with (
         _agent(tmp_path, "aws", server.url, **fast) as agent,
         agent.subscriber() as sub,
     ):
+        sim.raise_notice("spot", {"time": 2})  # seen before its time, so raised again
         first = _next(sub, lambda n: n["action"] == "terminate", 15)
         ack = {"op": "ack", "notice_id": first["id"], "client": "job-1", "flush_seconds": 0.1}
         assert agent.control(ack)["ok"]  # the earlier job saved for it
@@ -203,3 +207,39 @@ def test_an_aws_scheduled_event_inside_its_window_stays_one_terminate_until_not_
         assert [n for n in seen if n["id"] == long_id and n["action"] == "clear"] == []
         active = agent.control({"op": "status"})["active"]
         assert any(n["id"] == long_id and n["action"] == "terminate" for n in active), active
+
+
+def test_an_aws_spot_interruption_already_past_when_first_seen_is_raised_once(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer]
+) -> None:
+    """The agent started after the interruption time (or the node's clock is ahead): IMDS
+    shows a time ten minutes gone. It is one terminate with that past deadline, retired after
+    the grace, and not raised again while IMDS shows it unchanged: it was raised again at every
+    grace, a clear and a terminate each round, and every job started in between was stopped."""
+    sim = ImdsSimulator()
+    server = serve(sim)
+    sim.raise_notice("spot", {"time": -600})
+    fast = {"FOREWARN_AWS_SPOT_INTERVAL": "0.2", "FOREWARN_AWS_ASG_INTERVAL": "0"}
+    with (
+        _agent(tmp_path, "aws", server.url, **fast) as agent,
+        agent.subscriber() as sub,
+    ):
+        first = _next(sub, lambda n: n["provider"] == "aws" and n["action"] == "terminate", 15)
+        assert parse_time(first["deadline"]) < parse_time(first["noticed_at"])
+        cleared = _next(sub, lambda n: n["id"] == first["id"] and n["action"] == "clear", 10)
+        assert "grace" in cleared["detail"]["expired"]
+        polls = sim.requests[f"GET {SPOT_PATH}"]
+        # Several grace periods of polls that still show it.
+        eventually(lambda: sim.requests[f"GET {SPOT_PATH}"] >= polls + 20, 15, "20 more polls")
+        seen = []
+        with suppress(AssertionError):
+            seen.append(_next(sub, lambda n: True, 1.5))
+        assert seen == []
+        assert agent.control({"op": "status"})["active"] == []
+        assert "already past when first seen; not raised again" in agent.output()
+        # A real change is a new interruption, raised at once.
+        sim.raise_notice("spot", {"time": 120})
+        again = _next(sub, lambda n: n["action"] == "terminate", 10)
+        assert again["id"] != first["id"] and parse_time(again["deadline"]) > parse_time(
+            again["noticed_at"]
+        )

@@ -135,3 +135,58 @@ def test_a_scheduled_event_that_leaves_the_list_is_cleared() -> None:
 def test_a_canceled_event_never_seen_active_sends_nothing() -> None:
     tracker = PathTracker(single=False)
     assert tracker.update(parse_scheduled(json.dumps([event("completed")]))) == []
+
+
+def past_aware(clock: Clock, wall: datetime) -> PathTracker:
+    return PathTracker(
+        single=True,
+        volatile=("time",),
+        clear_on_absence=False,
+        clock=clock,
+        once_if_past=True,
+        wall=lambda: wall,
+    )
+
+
+def test_one_already_past_when_first_seen_is_not_reported_again_after_its_retirement() -> None:
+    clock = Clock()
+    tracker = past_aware(clock, wall=T0)
+    (first,) = tracker.update(spot(T0 - timedelta(minutes=10)))
+    assert tracker.forget(first.id) and tracker.stale(first.id)
+    for _ in range(50):
+        clock.now += 0.5
+        assert tracker.update(spot(T0 - timedelta(minutes=10))) == []
+    assert not tracker.forget(first.id)  # already retired: nothing to drop
+
+
+def test_one_already_past_that_changes_after_its_retirement_is_a_new_notice() -> None:
+    clock = Clock()
+    tracker = past_aware(clock, wall=T0)
+    (first,) = tracker.update(spot(T0 - timedelta(minutes=10)))
+    tracker.forget(first.id)
+    clock.now += 0.5
+    (new,) = tracker.update(spot(T0 + timedelta(minutes=2)))
+    assert new.id != first.id and new.action == "terminate"
+    assert new.deadline == T0 + timedelta(minutes=2)
+    assert not tracker.stale(new.id)
+
+
+def test_one_seen_before_its_time_is_reported_again_after_each_retirement() -> None:
+    clock = Clock()
+    wall = [T0]
+    tracker = PathTracker(
+        single=True,
+        volatile=("time",),
+        clear_on_absence=False,
+        clock=clock,
+        once_if_past=True,
+        wall=lambda: wall[0],
+    )
+    at = T0 + timedelta(minutes=2)
+    (first,) = tracker.update(spot(at))
+    for _ in range(3):  # past its deadline by now, still raised again: the agent's grace
+        wall[0] += timedelta(minutes=10)
+        assert tracker.forget(first.id) and not tracker.stale(first.id)
+        clock.now += 0.5
+        (again,) = tracker.update(spot(at))
+        assert again.id == first.id
