@@ -71,9 +71,25 @@ class ScheduledEvent:
 
 
 @dataclass(frozen=True)
+class Malformed:
+    """An event of the document that could not be read: skipped, the others are read."""
+
+    index: int
+    event_id: str | None  # its EventId when that much is readable
+    problem: str
+    raw: Any = field(compare=False, hash=False)
+
+    @property
+    def name(self) -> str:
+        return f"event {self.event_id}" if self.event_id else f"Events[{self.index}]"
+
+
+@dataclass(frozen=True)
 class EventsDocument:
     incarnation: int
     events: tuple[ScheduledEvent, ...]
+    # Events skipped as unreadable: one bad event must not hide a Preempt beside it.
+    malformed: tuple[Malformed, ...] = ()
 
 
 def parse_not_before(text: str) -> datetime | None:
@@ -158,9 +174,24 @@ def parse_events(payload: Any) -> EventsDocument:
     events = payload.get("Events")
     if not isinstance(events, list):
         raise ParseError(f"Events must be a list, got {events!r}")
-    return EventsDocument(
-        incarnation, tuple(parse_event(event, index) for index, event in enumerate(events))
-    )
+    good: list[ScheduledEvent] = []
+    bad: list[Malformed] = []
+    for index, event in enumerate(events):
+        try:
+            good.append(parse_event(event, index))
+        except ParseError as error:
+            bad.append(Malformed(index, _readable_id(event), str(error), event))
+    return EventsDocument(incarnation, tuple(good), tuple(bad))
+
+
+def _readable_id(event: Any) -> str | None:
+    """The EventId of an event that is otherwise unreadable, if it has a usable one."""
+    if not isinstance(event, dict):
+        return None
+    value = event.get("EventId")
+    if not isinstance(value, str) or not value.strip() or len(value.strip()) > 190:
+        return None
+    return value.strip()
 
 
 def parse_document(body: bytes | str) -> EventsDocument:
@@ -302,6 +333,7 @@ __all__ = [
     "ID_PREFIX",
     "MAPPING",
     "EventsDocument",
+    "Malformed",
     "ScheduledEvent",
     "cleared",
     "concerns",

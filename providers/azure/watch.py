@@ -4,6 +4,10 @@ It polls `GET /metadata/scheduledevents` (header `Metadata: true`, no proxies) o
 default, reacts only when `DocumentIncarnation` changes, keeps the events that name this VM,
 and reports them; an event that disappears is cleared. It approves events (`StartRequests`)
 after every client flushed, immediately, or never, as configured.
+
+An event that cannot be read (a field of the wrong type, no EventId) is skipped and logged,
+named by its EventId when it has one; every other event of the document is read. One of this
+VM's events already reported that turns unreadable is kept as it was, not cleared.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ..base import Emit, ParseError, PollHealth, WatcherContext
 from ..fetch import Answer, fetch
 from .approve import Approver
 from .events import (
+    ID_PREFIX,
     EventsDocument,
     ScheduledEvent,
     cleared,
@@ -47,6 +52,8 @@ CONNECT_TIMEOUT = 2.0
 # two intervals. A 429's Retry-After is honoured up to RETRY_AFTER_CAP.
 BACKOFF_STRETCH = 1.25
 RETRY_AFTER_CAP = 5.0
+# Unreadable events remembered as logged, so a document is not re-logged at every change.
+MALFORMED_LOGGED = 256
 
 
 class AzureWatcher:
@@ -86,6 +93,7 @@ class AzureWatcher:
         self._retry_after = 0.0
         self._backoff = Backoff(settings.interval, settings.interval * BACKOFF_STRETCH, jitter=0.1)
         self._odd: set[str] = set()  # events whose odd NotBefore was logged
+        self._malformed: set[tuple[str, str]] = set()  # unreadable events logged, and why
         self._detect_started = 0.0
 
     # Detection.
@@ -207,6 +215,7 @@ class AzureWatcher:
         self.answered = True
         self.health.success()
         raw_events = [event.raw for event in document.events]
+        raw_events += [bad.raw for bad in document.malformed]
         if document.incarnation != self.incarnation or raw_events != self._raw_events:
             self._raw_events = raw_events
             self._process(document)
@@ -240,14 +249,17 @@ class AzureWatcher:
     def _process(self, document: EventsDocument) -> None:
         assert self.names is not None
         now = utcnow()
+        previous = {**self._restored, **self.reports}
         current = reports_for(
-            document,
-            self.names,
-            freeze=self.settings.freeze,
-            previous={**self._restored, **self.reports},
-            now=now,
+            document, self.names, freeze=self.settings.freeze, previous=previous, now=now
         )
         self._restored = {}
+        self._note_malformed(document)
+        for bad in document.malformed:
+            # Unreadable now, but listed: cleared, it would tell clients the event is over.
+            kept = previous.get(ID_PREFIX + bad.event_id) if bad.event_id else None
+            if kept is not None and kept.id not in current:
+                current[kept.id] = kept
         self.incarnation = document.incarnation
         self.events = {
             event.event_id: event for event in document.events if event.notice_id in current
@@ -266,6 +278,21 @@ class AzureWatcher:
         if self.settings.approve == "immediately":
             for event in self.events.values():
                 self.request_approval(event.event_id, "immediately")
+
+    def _note_malformed(self, document: EventsDocument) -> None:
+        problems = [f"{bad.name}: {bad.problem}" for bad in document.malformed]
+        self.health.condition("bad-event", "; ".join(problems) + " (skipped)" if problems else None)
+        for bad in document.malformed:
+            key = (bad.name, bad.problem)
+            if key not in self._malformed:
+                if len(self._malformed) >= MALFORMED_LOGGED:
+                    self._malformed.clear()  # bounded; a problem logged again is no harm
+                self._malformed.add(key)
+                log.warning(
+                    "azure: %s cannot be read, skipped (the document's other events are read): %s",
+                    bad.name,
+                    bad.problem,
+                )
 
     def _send(self, report: Report) -> None:
         if self._emit is None:

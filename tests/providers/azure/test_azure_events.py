@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -353,19 +354,51 @@ class TestBadAnswers:
             ('{"Events": []}', "DocumentIncarnation"),
             ('{"DocumentIncarnation": true, "Events": []}', "DocumentIncarnation"),
             ('{"DocumentIncarnation": 1}', "Events must be a list"),
-            ('{"DocumentIncarnation": 1, "Events": [1]}', "Events\\[0\\]"),
-            ('{"DocumentIncarnation": 1, "Events": [{"EventType": "Reboot"}]}', "EventId"),
         ],
     )
     def test_parse_error_names_the_problem(self, body: str, match: str) -> None:
         with pytest.raises(ParseError, match=match):
             parse_document(body)
 
-    def test_bad_event_fields(self) -> None:
-        with pytest.raises(ParseError, match="Resources"):
-            doc(event(Resources="gpu-0"))
-        with pytest.raises(ParseError, match="EventStatus"):
-            doc(event(EventStatus=None))
+    @pytest.mark.parametrize(
+        ("body", "name", "match"),
+        [
+            ('{"DocumentIncarnation": 1, "Events": [1]}', "Events[0]", "Events\\[0\\]"),
+            (
+                '{"DocumentIncarnation": 1, "Events": [{"EventType": "Reboot"}]}',
+                "Events[0]",
+                "EventId",
+            ),
+        ],
+    )
+    def test_an_unreadable_event_is_skipped_and_named(
+        self, body: str, name: str, match: str
+    ) -> None:
+        document = parse_document(body)
+        assert document.events == ()
+        (bad,) = document.malformed
+        assert bad.name == name and re.search(match, bad.problem)
+
+    # Before, one such event was a ParseError of the whole document: the Preempt beside it
+    # was never seen, and the work it would have saved was lost.
+    def test_bad_event_fields_skip_that_event_only(self) -> None:
+        document = doc(
+            event("Reboot", EventId="bad-resources", Resources="gpu-0"),
+            event("Redeploy", EventId="bad-status", EventStatus=None),
+            event("Preempt", EventId="fine"),
+        )
+        assert [e.event_id for e in document.events] == ["fine"]
+        problems = {bad.event_id: bad.problem for bad in document.malformed}
+        assert set(problems) == {"bad-resources", "bad-status"}
+        assert "Resources" in problems["bad-resources"]
+        assert "EventStatus" in problems["bad-status"]
+        assert [bad.name for bad in document.malformed] == [
+            "event bad-resources",
+            "event bad-status",
+        ]
+        reports = reports_for(document, {"gpu-0"}, freeze=False, previous={}, now=NOW)
+        assert list(reports) == ["azure/fine"]
+        assert reports["azure/fine"].action == "terminate"
 
     # Before, a NotBefore that was not a string at all (a Unix time, an object) was a
     # ParseError of the whole document: the Preempt beside it was never published.
@@ -489,3 +522,59 @@ def test_only_this_vms_events_are_reported(events: list[dict[str, object]], free
     assert set(reports) == mine
     for report in reports.values():
         assert report.deadline is None or report.deadline >= NOW
+
+
+def _spoiled(good: dict[str, object], how: str) -> object:
+    """`good` made unreadable in one way (with its EventId kept where the way allows)."""
+    if how == "not-an-object":
+        return [good]
+    spoilt = dict(good)
+    if how == "no-id":
+        del spoilt["EventId"]
+    elif how == "id-not-a-string":
+        spoilt["EventId"] = 7
+    elif how == "blank-id":
+        spoilt["EventId"] = "  "
+    elif how == "resources":
+        spoilt["Resources"] = "me"
+    elif how == "resources-item":
+        spoilt["Resources"] = ["me", 3]
+    elif how == "type":
+        spoilt["EventType"] = None
+    else:
+        spoilt["EventStatus"] = ["Scheduled"]
+    return spoilt
+
+
+NAMED_SPOILS = ("resources", "resources-item", "type", "status")
+spoils = st.sampled_from(("not-an-object", "no-id", "id-not-a-string", "blank-id", *NAMED_SPOILS))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(valid_events, st.none() | spoils),
+        max_size=6,
+        unique_by=lambda pair: pair[0]["EventId"],
+    )
+)
+def test_mixed_good_and_bad_events_every_good_one_is_read(
+    pairs: list[tuple[dict[str, object], str | None]],
+) -> None:
+    """However many events of a document are unreadable, and however they are, every other
+    one is read and reported, and each bad one is listed, by its EventId when it has one."""
+    body = [good if how is None else _spoiled(good, how) for good, how in pairs]
+    parsed = parse_document(json.dumps({"DocumentIncarnation": 3, "Events": body}))
+    good = [e for e, how in pairs if how is None]
+    bad = [(e, how) for e, how in pairs if how is not None]
+    assert [e.event_id for e in parsed.events] == [e["EventId"] for e in good]
+    assert len(parsed.malformed) == len(bad)
+    for found, (spoilt, how) in zip(parsed.malformed, bad, strict=True):
+        assert found.event_id == (spoilt["EventId"] if how in NAMED_SPOILS else None)
+        assert found.problem
+        assert found.name == (
+            f"event {spoilt['EventId']}" if how in NAMED_SPOILS else f"Events[{found.index}]"
+        )
+    reports = reports_for(parsed, {"me"}, freeze=True, previous={}, now=NOW)
+    mine = {f"azure/{e['EventId']}" for e in good if "me" in e["Resources"]}  # type: ignore[operator]
+    assert set(reports) == mine

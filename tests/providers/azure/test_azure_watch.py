@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ import pytest
 import respx
 from azure_harness import EXPECTED_MAPPING, Harness, running
 from forewarn.protocol.timefmt import utcnow
+from forewarn.providers.azure.events import format_not_before
 from forewarn.providers.azure.settings import Settings
 from forewarn.providers.azure.simulate import EVENTS_PATH, AzureSimulator
 from forewarn.providers.azure.watch import AzureWatcher
@@ -364,3 +366,44 @@ async def test_restored_reports_stand_for_what_a_watcher_before_the_restart_repo
         assert sorted(by_id) == sorted([f"azure/{started}", f"azure/{kept}"])
         assert by_id[f"azure/{started}"].deadline == earlier
         assert by_id[f"azure/{kept}"].detail["DocumentIncarnation"] == 1
+
+
+async def test_a_malformed_event_beside_a_preempt_hides_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One event of the document cannot be read (Resources a string): it used to make the
+    whole document unreadable, a `bad-answer` at every poll, and the Preempt beside it was
+    never published. Now the Preempt is, and the bad event is skipped and logged by its
+    EventId; one already reported that turns unreadable is kept, not cleared."""
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=10)
+    async with running(sim) as h:
+        reboot = sim.raise_notice("Reboot", {"event_id": "reboot-1", "not_before_seconds": 600})
+        await h.report_at(id=f"azure/{reboot}", action="drain")
+        # The next documents as IMDS would send them with the Reboot spoilt: the Preempt is
+        # only ever in them, so it is seen through the bad event or not at all.
+        document = sim.document()
+        (item,) = document["Events"]
+        item["Resources"] = "gpu-0"  # not a list
+        preempt = {
+            **item,
+            "EventId": "preempt-1",
+            "EventType": "Preempt",
+            "Resources": ["gpu-0"],
+            "NotBefore": format_not_before(utcnow() + timedelta(seconds=30)),
+        }
+        document["Events"].append(preempt)
+        document["DocumentIncarnation"] += 1
+        sim.add_fault("status", status=200, body=json.dumps(document), path=EVENTS_PATH)
+        report, _ = await h.report_at(id="azure/preempt-1")
+        assert report.action == "terminate" and report.reason == "eviction"
+        await h.more_polls(3)
+        assert h.ids("clear") == []  # the unreadable Reboot is still listed: kept
+        assert "bad-answer" not in h.health.errors_by_kind
+        condition = h.health.conditions["bad-event"]
+        assert "event reboot-1" in condition and "Resources" in condition
+        logged = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+        assert len(logged) == 1 and "event reboot-1" in logged[0], logged
+        sim.clear_faults()  # the real document again: the Reboot readable, no Preempt
+        await h.report_at(id="azure/preempt-1", action="clear")
+        await h.more_polls(3)
+        assert h.ids("clear") == ["azure/preempt-1"] and "bad-event" not in h.health.conditions
