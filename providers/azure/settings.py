@@ -13,6 +13,10 @@ DEFAULT_URL = "http://169.254.169.254"
 # IMDS answers about five requests a second per VM and rejects the rest with 429; four a
 # second leaves room for the instance-metadata lookup and the StartRequests POSTs.
 MIN_INTERVAL = 0.25
+# A Preempt (Spot eviction) is announced only 30 s ahead, best effort. A poll every 30 s or
+# more can miss it entirely; at most half of it keeps at least 15 s for the flush.
+PREEMPT_NOTICE = 30.0
+MAX_INTERVAL = PREEMPT_NOTICE / 2
 
 ApproveMode = Literal["off", "after-ack", "immediately"]
 EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
@@ -25,9 +29,9 @@ class Settings(EndpointSettings):
     interval: float = Field(
         default=1.0,
         ge=MIN_INTERVAL,
-        le=60,
         description="Seconds between polls of Scheduled Events (Microsoft recommends 1; "
-        "at least 0.25, so never more than four requests a second).",
+        "at least 0.25, so never more than four requests a second; at most 15, half of a "
+        "Preempt's 30 s notice).",
     )
     api_version: str = Field(
         default="2020-07-01",
@@ -83,6 +87,21 @@ class Settings(EndpointSettings):
             raise ValueError(f"azure.url must start with http:// or https://, got {value!r}")
         return value
 
+    @field_validator("interval")
+    @classmethod
+    def _sees_a_preempt(cls, value: float) -> float:
+        if value > MAX_INTERVAL:
+            raise ValueError(
+                f"at most {MAX_INTERVAL:g} s: a Preempt (Spot eviction) is "
+                f"announced only {PREEMPT_NOTICE:g} s ahead, and a poll every {value:g} s could "
+                + (
+                    "miss it entirely"
+                    if value >= PREEMPT_NOTICE
+                    else f"see it with {PREEMPT_NOTICE - value:g} s left for the flush"
+                )
+            )
+        return value
+
     @field_validator("vm_name", mode="before")
     @classmethod
     def _strip_name(cls, value: Any) -> Any:
@@ -121,7 +140,9 @@ class Settings(EndpointSettings):
 __all__ = [
     "DEFAULT_APPROVE_TYPES",
     "DEFAULT_URL",
+    "MAX_INTERVAL",
     "MIN_INTERVAL",
+    "PREEMPT_NOTICE",
     "ApproveMode",
     "Settings",
 ]

@@ -6,6 +6,7 @@ import asyncio
 import json
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from forewarn.providers.azure.watch import AzureWatcher
 from forewarn.providers.base import PollHealth
 from forewarn.providers.report import Report
 from forewarn.providers.simulator import SimServer
-from support import eventually_async, free_port, running_watcher
+from support import agent_env, eventually_async, free_port, run_forewarn, running_watcher
 
 
 @pytest.mark.parametrize(
@@ -323,6 +324,24 @@ def test_interval_is_validated() -> None:
         Settings(interval=0.2)  # five a second would hit IMDS's limit
     with pytest.raises(ValidationError, match="approve"):
         Settings(approve="sometimes")  # type: ignore[arg-type]
+    assert Settings(interval=15).interval == 15
+
+
+@pytest.mark.parametrize(
+    ("value", "why"), [("15.5", "14.5 s left"), ("30s", "miss it entirely"), ("2m", "miss it")]
+)
+def test_an_interval_that_would_miss_a_preempt_is_refused_at_start(
+    tmp_path: Path, value: str, why: str
+) -> None:
+    """A Preempt comes only 30 s ahead: polled every 60 s (allowed before), it could come and
+    go between two polls, and the job lost everything since its last checkpoint."""
+    result = run_forewarn(
+        "agent", "--provider", "azure", "--set", f"azure.interval={value}", env=agent_env(tmp_path)
+    )
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("forewarn: config key azure.interval: at most 15 s")
+    assert "announced only 30 s ahead" in line and why in line
 
 
 async def test_restored_reports_stand_for_what_a_watcher_before_the_restart_reported() -> None:
