@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import parse_time
-from forewarn.providers.health import WATCHER_FAILED
+from forewarn.providers.health import APPROVAL_OUTCOMES, WATCHER_FAILED
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -204,6 +204,14 @@ class MetricsObserver(Observer):
         self.failed_flushes = Counter(
             "forewarn_failed_flushes", "Acks that report a failed flush.", registry=registry
         )
+        self.approvals = Counter(
+            "forewarn_approvals",
+            "Events a watcher approved with its provider (Azure StartRequests answered 200: "
+            "sent), failed to approve, or did not approve (skipped: started, gone, shared, or "
+            "a type not to approve).",
+            ["provider", "outcome"],
+            registry=registry,
+        )
         registry.register(_NoticeGauges(self))
         ready = Gauge(
             "forewarn_ready",
@@ -243,6 +251,9 @@ class MetricsObserver(Observer):
                 self.lead_time.labels(name, reason)
             self.detection_delay.labels(name)
             self.poll_errors.labels(name, WATCHER_FAILED)
+            if name in self.specs and self.specs[name].approves:
+                for outcome in APPROVAL_OUTCOMES:
+                    self.approvals.labels(name, outcome)
         for trigger in FLUSH_TRIGGERS:
             self.flush.labels(trigger)
         for kind in AGENT_ERROR_KINDS:
@@ -329,6 +340,9 @@ class MetricsObserver(Observer):
                 self._polled_ok[provider] = True
         else:
             self.poll_errors.labels(provider, error_kind or "unknown").inc()
+
+    def on_approval(self, provider: str, outcome: str) -> None:
+        self.approvals.labels(provider, outcome).inc()
 
     def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
         if ack.outcome == "failed":

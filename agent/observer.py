@@ -32,6 +32,10 @@ class Observer:
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         """A watcher finished one poll of its endpoint."""
 
+    def on_approval(self, provider: str, outcome: str) -> None:
+        """A watcher approved an event with its provider (Azure's StartRequests), failed to,
+        or decided not to: `outcome` is `sent`, `failed` or `skipped`."""
+
     def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
         """A client reported a flush (or a resume); `notice` is the one it names, if active."""
 

@@ -54,6 +54,9 @@ class Observers(Observer):
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         self._each("on_poll", provider, ok, error_kind)
 
+    def on_approval(self, provider: str, outcome: str) -> None:
+        self._each("on_approval", provider, outcome)
+
     def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
         self._each("on_ack", ack, notice)
 

@@ -304,6 +304,7 @@ class Agent:
         for name in self.providers:
             health = PollHealth(name)
             health.listeners.append(self.observers.on_poll)
+            health.approval_listeners.append(self.observers.on_approval)
             self.health[name] = health
             task = asyncio.create_task(self._supervise(name, health), name=f"watcher/{name}")
             tasks.append(task)

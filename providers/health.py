@@ -14,6 +14,10 @@ log = logging.getLogger("forewarn.providers")
 # The error kind the agent counts when a watcher crashed and is restarted: no poll of its
 # endpoint, though counted among its errors.
 WATCHER_FAILED = "watcher-failed"
+# What became of an approval a watcher was asked for (Azure's StartRequests): sent (the
+# provider answered 200), failed (a transport error or another status), or skipped (not sent:
+# the event started, is gone, is shared, or its type is not to be approved).
+APPROVAL_OUTCOMES = ("sent", "failed", "skipped")
 
 
 @dataclass
@@ -38,6 +42,9 @@ class PollHealth:
     conditions: dict[str, str] = field(default_factory=dict)
     # Why `detect()` last answered false, for `--provider auto` to say.
     not_detected: str | None = None
+    # Approvals by outcome (APPROVAL_OUTCOMES), and who hears of each: the agent's metrics.
+    approvals: dict[str, int] = field(default_factory=dict)
+    approval_listeners: list[Callable[[str, str], None]] = field(default_factory=list, repr=False)
 
     def success(self) -> None:
         self.polls += 1
@@ -67,6 +74,14 @@ class PollHealth:
         for listener in self.listeners:
             listener(self.provider, False, kind)
 
+    def approval(self, outcome: str) -> None:
+        """Count one approval by its outcome (one of APPROVAL_OUTCOMES)."""
+        if outcome not in APPROVAL_OUTCOMES:
+            raise ValueError(f"approval outcome {outcome!r} is not one of {APPROVAL_OUTCOMES}")
+        self.approvals[outcome] = self.approvals.get(outcome, 0) + 1
+        for listener in self.approval_listeners:
+            listener(self.provider, outcome)
+
     def condition(self, kind: str, message: str | None) -> None:
         """Set a standing problem of this watcher, or clear it with None."""
         if message is None:
@@ -79,4 +94,4 @@ class PollHealth:
         return self.last_success is not None
 
 
-__all__ = ["WATCHER_FAILED", "PollHealth"]
+__all__ = ["APPROVAL_OUTCOMES", "WATCHER_FAILED", "PollHealth"]

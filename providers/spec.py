@@ -64,7 +64,10 @@ class ProviderSpec(Generic[S]):
     - `detect`: whether `--provider auto` probes it (`local` always runs instead);
     - `reasons`: every reason its watcher puts on a notice. The metrics start each
       (provider, reason) series at 0, since `increase()` misses an event whose series is
-      created by it, and a spot VM's first terminate is mostly its only one.
+      created by it, and a spot VM's first terminate is mostly its only one;
+    - `approves`: its watcher asks the provider to go ahead with an event (Azure's
+      StartRequests) and counts each outcome with `PollHealth.approval`; the metrics start
+      its `forewarn_approvals_total` series at 0.
     """
 
     name: str
@@ -75,6 +78,7 @@ class ProviderSpec(Generic[S]):
     drill: Callable[[], CommandFace] | None = None
     detect: bool = True
     reasons: tuple[Reason, ...] = ()
+    approves: bool = False
 
     @classmethod
     def of_package(
@@ -88,6 +92,7 @@ class ProviderSpec(Generic[S]):
         drill: bool = True,
         detect: bool = True,
         reasons: tuple[Reason, ...] = (),
+        approves: bool = False,
     ) -> ProviderSpec[S]:
         """The spec of a provider package laid out as docs/contributing.md says: `watch.py`
         with `build(settings, context)`, and `simulate.py` / `drill.py` when it has them.
@@ -114,6 +119,7 @@ class ProviderSpec(Generic[S]):
             drill=face("drill") if drill else None,
             detect=detect,
             reasons=reasons,
+            approves=approves,
         )
 
     @property

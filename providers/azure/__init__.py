@@ -49,6 +49,7 @@ SPEC = ProviderSpec.of_package(
     summary="Azure Scheduled Events (IMDS): Preempt, Terminate, Reboot, Redeploy, Freeze",
     settings=Settings,
     reasons=("eviction", "host-maintenance"),
+    approves=True,
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -25,7 +26,9 @@ MAX_ATTEMPTS = 3
 
 @dataclass
 class ApprovalStats:
-    """Counters the metrics helper reads (`watcher.approvals.stats`)."""
+    """The approvals of this watcher so far (`watcher.approvals.stats`); each is also told to
+    the agent (`on_outcome`, the watcher's `PollHealth.approval`), which exports them as
+    `forewarn_approvals_total`."""
 
     sent: int = 0  # POSTs that IMDS answered with 200
     failed: int = 0  # POSTs that failed (transport error or another status)
@@ -35,9 +38,15 @@ class ApprovalStats:
 
 class Approver:
     def __init__(
-        self, client: httpx.AsyncClient, url: str, api_version: str, timeout: float
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        api_version: str,
+        timeout: float,
+        on_outcome: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
+        self.on_outcome = on_outcome
         self.url = url
         self.api_version = api_version
         self.timeout = timeout
@@ -58,6 +67,7 @@ class Approver:
             return
         self.skipped[event_id] = why
         self.stats.skipped += 1
+        self._tell("skipped")
         log.info("azure: not approving event %s: %s", event_id, why)
 
     async def approve(self, event_id: str, why: str) -> bool:
@@ -96,9 +106,11 @@ class Approver:
             self.retry.pop(event_id, None)
             self.stats.sent += 1
             self.stats.by_reason[why] = self.stats.by_reason.get(why, 0) + 1
+            self._tell("sent")
             log.info("azure: approved event %s (%s) in %.0f ms", event_id, why, elapsed)
             return True
         self.stats.failed += 1
+        self._tell("failed")
         if attempt < MAX_ATTEMPTS:
             self.retry[event_id] = why
         else:
@@ -111,6 +123,14 @@ class Approver:
             problem,
         )
         return False
+
+    def _tell(self, outcome: str) -> None:
+        if self.on_outcome is None:
+            return
+        try:
+            self.on_outcome(outcome)
+        except Exception:  # the metrics' problem: the approval itself stands
+            log.exception("azure: counting an approval (%s) failed", outcome)
 
 
 __all__ = ["MAX_ATTEMPTS", "ApprovalStats", "Approver"]

@@ -70,7 +70,11 @@ class AzureWatcher:
             follow_redirects=False,
         )
         self.approvals = Approver(
-            self.client, self.base_url + EVENTS_PATH, settings.api_version, settings.request_timeout
+            self.client,
+            self.base_url + EVENTS_PATH,
+            settings.api_version,
+            settings.request_timeout,
+            on_outcome=self.health.approval,
         )
         self.names: frozenset[str] | None = (
             frozenset({settings.vm_name.lower()}) if settings.vm_name else None
@@ -320,7 +324,8 @@ class AzureWatcher:
             log.info("azure: %s retired; raised again while it is still listed", notice_id)
 
     def approval_counts(self) -> dict[str, int]:
-        """Approvals sent (200), failed and skipped so far, for metrics."""
+        """Approvals sent (200), failed and skipped so far by this watcher (the agent's
+        `forewarn_approvals_total` counts them across watcher restarts)."""
         stats = self.approvals.stats
         return {"sent": stats.sent, "failed": stats.failed, "skipped": stats.skipped}
 

@@ -1042,3 +1042,17 @@ async def test_a_watcher_crash_counts_as_an_error_but_no_poll(tmp_path: Path):
         == crashes
     )
     assert value(found, "forewarn_polls_total", provider="crashing") == 0
+
+
+def test_approvals_start_at_0_only_for_a_provider_that_approves():
+    observer = MetricsObserver()
+    observer.on_start(["aws", "azure"])
+    observer.on_approval("azure", "sent")
+    observer.on_approval("azure", "failed")
+    observer.on_approval("azure", "failed")
+    found = scrape(observer)
+    name = "forewarn_approvals_total"
+    assert value(found, name, provider="azure", outcome="sent") == 1
+    assert value(found, name, provider="azure", outcome="failed") == 2
+    assert value(found, name, provider="azure", outcome="skipped") == 0
+    assert {dict(labels)["provider"] for (n, labels) in found if n == name} == {"azure"}

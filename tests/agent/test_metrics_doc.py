@@ -65,6 +65,7 @@ def exercised_observer() -> MetricsObserver:
     ack = AckRequest(op="ack", notice_id=notice.id, client="c", step=1, flush_seconds=1.0)
     observer.on_ack(ack, notice)
     observer.on_ack(ack.model_copy(update={"outcome": "failed"}), notice)
+    observer.on_approval("azure", "sent")
     return observer
 
 

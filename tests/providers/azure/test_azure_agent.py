@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd
+from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd, requires
 
 
 @pytest.fixture
@@ -257,3 +259,58 @@ def test_a_neighbours_events_do_not_republish_this_vms_notice(
         sim.change_notice(event_id, {"resources": ["gpu-0", "gpu-1"]})
         again = sub.notice(timeout=10)
         assert again["id"] == first["id"] and again["detail"]["Resources"] == ["gpu-0", "gpu-1"]
+
+
+def _approvals(agent: AgentProcess) -> dict[str, float]:
+    """forewarn_approvals_total of provider azure by outcome, scraped from the agent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = eventually(
+        lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output()),
+        what="the metrics address in the log",
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(found.group(1) + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "forewarn_approvals_total":
+                assert sample.labels["provider"] == "azure", sample
+                counts[sample.labels["outcome"]] = sample.value
+    return counts
+
+
+@requires("prometheus_client")
+def test_approvals_are_exported_as_a_counter_by_outcome(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """docs/azure.md said the approval counts were "for metrics", but no metric had them:
+    an operator could not see that approvals failed, or were never sent."""
+    sim, server = imds
+    agent = azure_agent(tmp_path, server, FOREWARN_METRICS_ADDRESS="127.0.0.1:0")
+    with agent, Subscriber(agent.events, ("notice", "client/trainer-0")) as sub:
+        # At 0 from the start, so increase() sees the first approval.
+        zero = {"sent": 0, "failed": 0, "skipped": 0}
+        eventually(lambda: _approvals(agent) == zero, what="the series at 0")
+        eventually(
+            lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 1, what="client"
+        )
+        mine = sim.raise_notice("Terminate", {"not_before_seconds": 600})
+        notice = sub.notice(timeout=10)
+        assert notice["id"] == f"azure/{mine}"
+        ack(agent, notice["id"], "trainer-0")
+        eventually(lambda: sim.approvals, what="the approval")
+        eventually(lambda: _approvals(agent)["sent"] == 1, what="the approval counted")
+        # Shared with another VM: not approved by default, and counted as skipped.
+        shared = sim.raise_notice("Preempt", {"resources": ["gpu-0", "gpu-1"]})
+        notice = eventually(lambda: _next_about(sub, f"azure/{shared}"), what="the Preempt")
+        ack(agent, notice["id"], "trainer-0")
+        eventually(lambda: _approvals(agent)["skipped"] == 1, what="the skip counted")
+        assert _approvals(agent) == {"sent": 1, "failed": 0, "skipped": 1}
+        assert len(sim.approvals) == 1
+
+
+def _next_about(sub: Subscriber, notice_id: str) -> dict[str, object] | None:
+    notice = sub.notice(timeout=10)
+    return notice if notice["id"] == notice_id else None
