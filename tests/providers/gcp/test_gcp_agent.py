@@ -157,3 +157,40 @@ def test_an_escalated_window_moved_out_is_a_drain_again(
         again = sub.notice(10)
         assert (again["action"], again["id"]) == ("drain", first["id"])
         assert parse_time(again["deadline"]) > _now() + timedelta(days=6)
+
+
+def test_the_documented_run_duration_notice_works_under_the_gcp_watcher_alone(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """docs/gcp.md: a run-duration limit has no metadata signal, so a boot script raises
+    `forewarn notify drain --deadline <end> --id local/gcp-max-run-duration`. Under an agent
+    running gcp only, that is one drain now, the terminate (same id) at deadline - exit margin,
+    and the same line at the next boot moves it rather than adding a second notice."""
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **FAST_ENV)
+    line = ("notify", "drain", "--reason", "reclaim", "--id", "local/gcp-max-run-duration")
+    with (
+        AgentProcess(tmp_path, providers=("gcp",), args=("--exit-margin", "1s"), env=env) as agent,
+        _subscribed(agent) as sub,
+    ):
+        first = subprocess.run(
+            forewarn_cmd(*line, "--deadline", "1h"), env=env, capture_output=True, text=True
+        )
+        assert first.returncode == 0, first.stderr
+        drain = sub.notice(10)
+        assert (drain["id"], drain["action"], drain["reason"]) == (
+            "local/gcp-max-run-duration",
+            "drain",
+            "reclaim",
+        )
+        # The next boot: a new planned end, the same notice.
+        moved = subprocess.run(
+            forewarn_cmd(*line, "--deadline", "3s"), env=env, capture_output=True, text=True
+        )
+        assert moved.returncode == 0, moved.stderr
+        changed = sub.notice(10)
+        assert (changed["id"], changed["action"]) == (drain["id"], "drain")
+        assert parse_time(changed["deadline"]) < parse_time(drain["deadline"])
+        escalated = sub.notice(10)
+        assert (escalated["id"], escalated["action"]) == (drain["id"], "terminate")
+        active = agent.control({"op": "status"})["active"]
+        assert [n["id"] for n in active] == [drain["id"]]
