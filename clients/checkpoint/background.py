@@ -36,9 +36,10 @@ from typing import Any
 
 from forewarn.protocol.errors import ForewarnError
 
-from .errors import CheckpointError, CommitTimeout
+from .errors import CheckpointError, CommitTimeout, InvalidNameError
 from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
+from .manifest import check_file_name
 from .ranks import initialised_dist
 from .store import CheckpointStore
 
@@ -253,7 +254,7 @@ class BackgroundSaver:
         overlap: bool = False,
     ) -> None:
         self.store = store
-        self.file_name = file_name
+        self.file_name = _check_file_name(file_name)
         self.on_done = on_done
         # Whether the write starts while the snapshot is still being copied (see the module).
         self.overlap = overlap
@@ -640,6 +641,20 @@ def _hook_exit(saver: BackgroundSaver) -> None:
             # Run at exit while the daemon threads still run (after non-daemon threads end).
             atexit.register(_finish_at_exit)
             _exit_hooked = True
+
+
+def _check_file_name(file_name: object) -> str:
+    """The saver's file name, checked when the saver is made: checked only by the first
+    save's write, a bad one failed mid-run, at worst at a terminate's final save."""
+    if not isinstance(file_name, str):
+        raise InvalidNameError(
+            f"BackgroundSaver(file_name={file_name!r}): file_name must be a str (a name inside "
+            f"the generation, '/'-separated), got {type(file_name).__name__}"
+        )
+    try:
+        return check_file_name(file_name)
+    except InvalidNameError as exc:
+        raise InvalidNameError(f"BackgroundSaver(file_name={file_name!r}): {exc}") from None
 
 
 def _refuse_ranks(step: int) -> None:

@@ -980,3 +980,25 @@ def test_final_reports_an_in_flight_save_that_committed_during_the_cancel_as_com
     assert final.choice == "waited", final.reason
     assert "committed before the cancel reached it" in final.reason
     assert final.generation.step == 11
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "/abs/state.pt", "a/../b.pt", "COMMIT", "parts/x.pt", ".state.pt.tmp-1"]
+)
+def test_a_bad_file_name_is_refused_when_the_saver_is_made(make_store: Any, bad: str) -> None:
+    """The name was checked only by the first save's write: a typo failed mid-run, at worst
+    at a terminate's final save, and that step's work was lost."""
+    from forewarn.clients.checkpoint import InvalidNameError
+
+    store = make_store()
+    with pytest.raises(InvalidNameError, match=r"BackgroundSaver\(file_name=.*\)"):
+        BackgroundSaver(store, file_name=bad)
+    with pytest.raises(InvalidNameError, match=r"file_name must be a str"):
+        BackgroundSaver(store, file_name=Path("state.pt"))  # type: ignore[arg-type]
+    assert store.steps() == []
+    saver = BackgroundSaver(store, file_name="nested/model state.pt")
+    saver.save(1, state(1))
+    saver.close()
+    restored = load_state(store.get(1), file_name="nested/model state.pt")
+    assert torch.equal(restored["model"]["w"], state(1)["model"]["w"])
+
