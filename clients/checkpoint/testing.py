@@ -127,3 +127,8 @@ class DelegatingBackend(Backend):
 
     def claim(self, prefix: str) -> Callable[[], None]:
         return self.inner.claim(prefix)
+
+    def close(self) -> None:
+        # The store closes the backend it was given: the wrapped one holds the threads and
+        # connections.
+        self.inner.close()

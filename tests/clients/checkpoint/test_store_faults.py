@@ -354,3 +354,27 @@ def test_a_kill_while_latest_is_written_leaves_no_temp_file_for_good(tmp_path: P
     assert (root / "LATEST.tmp-1-0123abcd").exists() and (root / "notes.txt").exists()
     assert store.latest_hint() == 2
     assert [generation.step for generation in store.generations()] == [1, 2]
+
+
+def test_delegating_backend_forwards_close_and_every_other_backend_call(tmp_path: Path) -> None:
+    """close() was not forwarded: a store over a wrapped backend never released the wrapped
+    one's threads and connections."""
+    from forewarn.clients.checkpoint import Backend
+    from forewarn.clients.checkpoint.local import LocalBackend
+
+    class Closing(LocalBackend):
+        closed = 0
+
+        def close(self) -> None:
+            self.closed += 1
+
+    inner = Closing(tmp_path / "store")
+    with CheckpointStore(backend=DelegatingBackend(inner)) as store:
+        store.flush(1, lambda gen: gen.write_bytes("model.bin", b"1"))
+    assert inner.closed == 1
+    public = {
+        name
+        for name, value in vars(Backend).items()
+        if callable(value) and not name.startswith("_")
+    }
+    assert public - set(vars(DelegatingBackend)) == set()
