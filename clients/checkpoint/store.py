@@ -14,6 +14,8 @@ import json
 import logging
 import os
 import threading
+import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -53,6 +55,57 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 VerifyPolicy = Literal["sizes", "checksums"]
 _POLICIES = ("sizes", "checksums")
+
+
+class _Writing:
+    """The generations this process is writing, by (store URL, generation, rank), for every
+    store object of the process: a second writer of one of them (a background save and an
+    exit save of the same step, a save given up by its timeout and its retry) deleted the
+    first's finished files as a dead writer's leftovers, or renamed its own over them, and
+    the local lock does not tell two writers of one process apart (POSIX locks are the
+    process's). Ranks of one save run as threads of one process in tests: each is its own."""
+
+    def __init__(self) -> None:
+        # Reentrant: a dropped writer's hold is let go by the garbage collector, which may run
+        # on a thread that is inside `enter` already.
+        self._lock = threading.RLock()
+        self._held: dict[tuple[str, str, int], tuple[str, float]] = {}
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        # A forked child writes none of its parent's saves (and no other thread holds the lock).
+        self._lock = threading.RLock()
+        self._held = {}
+
+    def enter(self, url: str, name: str, rank: int) -> Callable[[], None]:
+        """Hold (url, name, rank) until the returned function is called (once is enough);
+        `CommitError` naming the holder when this process already holds it."""
+        key = (url, name, rank)
+        with self._lock:
+            holder = self._held.get(key)
+            if holder is not None:
+                thread, since = holder
+                raise CommitError(
+                    f"{name} is already being saved in {url} by this process (rank {rank}, "
+                    f"thread {thread!r}, for {time.monotonic() - since:.1f} s); a second save "
+                    "of it would delete or overwrite that one's files: wait for it to commit "
+                    "or fail (BackgroundSaver.wait(), DcpAsyncSave.commit(); a save given up "
+                    "by its timeout may still commit)"
+                )
+            token = (threading.current_thread().name, time.monotonic())
+            self._held[key] = token
+        table = self._held
+
+        def leave() -> None:
+            with self._lock:
+                # This writer's hold only (not a later writer's, nor a forked child's table).
+                if self._held is table and self._held.get(key) is token:
+                    del self._held[key]
+
+        return leave
+
+
+_WRITING = _Writing()
 
 
 class CheckpointStore:
@@ -108,8 +161,10 @@ class CheckpointStore:
         self._swept = False
         # Generations retention failed to delete (see `_prune`), said once each.
         self._undeletable: set[int] = set()
-        # What each single-rank writer of this store holds (see `Backend.claim`), by writer.
-        self._claims: dict[int, Callable[[], None]] = {}
+        # What each writer of this store holds (`_WRITING`; single-rank: `Backend.claim`).
+        self._claims: weakref.WeakKeyDictionary[GenerationWriter, Callable[[], None]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CheckpointStore:
@@ -196,13 +251,19 @@ class CheckpointStore:
         ranks = resolve(rank, world_size, group)
         if attempt is None:
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-        release = self._backend.claim(name) if ranks.world_size == 1 else None
+        releases = [_WRITING.enter(self.url, name, ranks.rank)]
         try:
-            return self._start(step, name, meta, ranks, attempt, release)
+            if ranks.world_size == 1:
+                releases.append(self._backend.claim(name))
+            writer = self._start(step, name, meta, ranks, attempt)
         except BaseException:
-            if release is not None:
-                release()
+            _release_all(releases)
             raise
+        self._claims[writer] = release = _once(lambda: _release_all(releases))
+        # A writer dropped without commit() or abort() holds its step no longer once it is gone
+        # (not at interpreter exit: a background save may still be committing then).
+        weakref.finalize(writer, release).atexit = False
+        return writer
 
     def _start(
         self,
@@ -211,7 +272,6 @@ class CheckpointStore:
         meta: dict[str, Any],
         ranks: Ranks,
         attempt: str | None,
-        release: Callable[[], None] | None,
     ) -> GenerationWriter:
         present = self._backend.list_sizes(name)
         if COMMIT in present:
@@ -273,16 +333,13 @@ class CheckpointStore:
                     exc,
                 )
         self._writing.add(step)
-        writer = GenerationWriter(
+        return GenerationWriter(
             self._backend, self._protocol, step, meta, ranks, attempt, self._writer_ended
         )
-        if release is not None:
-            self._claims[id(writer)] = release
-        return writer
 
     def _writer_ended(self, writer: GenerationWriter, committed: bool) -> None:
         self._writing.discard(writer.step)
-        release = self._claims.pop(id(writer), None)
+        release = self._claims.pop(writer, None)
         if release is not None:
             release()
         if committed and writer.rank == 0:
@@ -608,6 +665,21 @@ class CheckpointStore:
         if first is not None and fresh is None:
             raise first
         return deleted
+
+
+def _release_all(releases: list[Callable[[], None]]) -> None:
+    for release in reversed(releases):
+        release()
+
+
+def _once(action: Callable[[], None]) -> Callable[[], None]:
+    done = threading.Lock()
+
+    def run() -> None:
+        if done.acquire(blocking=False):
+            action()
+
+    return run
 
 
 def _out_of_space(exc: BaseException) -> bool:

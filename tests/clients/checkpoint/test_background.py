@@ -1002,3 +1002,38 @@ def test_a_bad_file_name_is_refused_when_the_saver_is_made(make_store: Any, bad:
     restored = load_state(store.get(1), file_name="nested/model state.pt")
     assert torch.equal(restored["model"]["w"], state(1)["model"]["w"])
 
+
+def test_an_exit_save_of_the_step_still_uploading_is_refused_not_mixed_into_it(
+    make_store: Any,
+) -> None:
+    """A synchronous save of the step a background save is still writing (a terminate's exit
+    save of the periodic step, made with store.flush) deleted or overwrote the files of the
+    one in flight, which then committed another save's bytes or failed on missing files."""
+    from forewarn.clients.checkpoint import CommitError
+
+    backend = Gated(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    held = backend.hold(7)
+    saver.save(7, state(7))
+    assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+
+    def exit_save(gen: Any) -> None:
+        # Not state.pt: the backend holds every write of that name in step 7.
+        with gen.open("exit.pt") as stream:
+            torch.save(state(70), stream)
+
+    for writer in (store, make_store()):  # the same store, or another one on the same URL
+        with pytest.raises(CommitError, match=r"step-000000000007 is already being saved .* by"):
+            writer.flush(7, exit_save)
+    held.set()
+    assert saver.wait() is not None
+    saver.check()
+    generation = store.latest(verify="checksums")
+    assert generation is not None and generation.step == 7
+    assert torch.equal(load_state(generation)["model"]["w"], state(7)["model"]["w"])
+    # Once that save ended the step is free again: a save of it now is told it is committed.
+    from forewarn.clients.checkpoint import GenerationExistsError
+
+    with pytest.raises(GenerationExistsError):
+        store.flush(7, exit_save)

@@ -3,6 +3,7 @@ fall back past broken generations, retention, and the errors users meet."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from pathlib import Path
@@ -244,7 +245,10 @@ def test_a_dead_writers_leftover_is_replaced(make_store: Any) -> None:
     store = make_store()
     leftover = store.save(3)
     leftover.write_bytes("stale.bin", b"stale")
-    # The writer dies here; a restarted job saves the same step again.
+    # The writer dies here (in this process: its writer object goes, and with it its hold on
+    # the step); a restarted job saves the same step again.
+    del leftover
+    gc.collect()
     save_step(make_store(), 3)
     latest = store.latest(verify="checksums")
     assert latest is not None and set(latest.files) == {"model.bin", "shards/optimizer.bin"}

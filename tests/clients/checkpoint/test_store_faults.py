@@ -261,26 +261,65 @@ def test_a_file_that_cannot_be_created_raises_only_its_own_error(
     assert latest is not None and latest.step == 1
 
 
+class NoLocks(DelegatingBackend):
+    """A filesystem without POSIX locks (NFS mounted nolock), like S3: nothing tells the
+    writers of one step in two processes apart."""
+
+    def claim(self, prefix: str) -> Any:
+        return lambda: None
+
+
+def _stale_job(url: str, size: int, ready: Any, go: Any, outcomes: Any) -> None:
+    """The job that was reclaimed, still saving steps 7 and 8 (in a process of its own)."""
+    from forewarn.clients.checkpoint import GenerationExistsError
+
+    store = CheckpointStore(backend=NoLocks(CheckpointStore(url).backend))
+    for step in (7, 8):
+        stale = store.save(step)
+        stale.write_bytes("model.bin", b"s" * size)
+        ready.put(step)
+        go.get(timeout=60)
+        if step == 7:
+            try:
+                stale.commit()
+                outcomes.put("committed")
+            except GenerationExistsError as exc:
+                outcomes.put(str(exc))
+        else:
+            # A stale save that fails instead (its with block raised) must not remove it either.
+            stale.abort("the stale job's write failed")
+            outcomes.put("aborted")
+
+
 @pytest.mark.parametrize("stale_size", [1000, 999], ids=["same-size", "other-size"])
 def test_a_stale_writer_of_the_same_step_never_overwrites_or_deletes_the_commit(
-    make_store: Any, stale_size: int
+    make_store: Any, store_url: str, stale_size: int
 ) -> None:
     """The job that was reclaimed is still saving (a pod in its grace period) while its
     replacement, resumed from the same checkpoint, saves the same steps into the same store."""
-    from forewarn.clients.checkpoint import GenerationExistsError
-
     fresh = b"f" * 1000
-    new_job, stale_job = make_store(), make_store()
-    stale = stale_job.save(7)
-    stale.write_bytes("model.bin", b"s" * stale_size)
-    new_job.flush(7, lambda gen: gen.write_bytes("model.bin", fresh))
-    with pytest.raises(GenerationExistsError, match="committed by another writer"):
-        stale.commit()
-    # A stale save that fails instead (its with block raised) must not remove it either.
-    stale = stale_job.save(8)
-    stale.write_bytes("model.bin", b"s" * stale_size)
-    new_job.flush(8, lambda gen: gen.write_bytes("model.bin", fresh))
-    stale.abort("the stale job's write failed")
+    context = multiprocessing.get_context("fork")
+    ready, go, outcomes = context.Queue(), context.Queue(), context.Queue()
+    stale_job = context.Process(
+        target=_stale_job, args=(store_url, stale_size, ready, go, outcomes)
+    )
+    stale_job.start()
+    new_job = CheckpointStore(backend=NoLocks(make_store().backend))
+    try:
+        assert ready.get(timeout=60) == 7
+        new_job.flush(7, lambda gen: gen.write_bytes("model.bin", fresh))
+        go.put(None)
+        assert "committed by another writer" in outcomes.get(timeout=60)
+        assert ready.get(timeout=60) == 8
+        new_job.flush(8, lambda gen: gen.write_bytes("model.bin", fresh))
+        go.put(None)
+        assert outcomes.get(timeout=60) == "aborted"
+    finally:
+        stale_job.join(60)
+        if stale_job.is_alive():
+            stale_job.kill()
+            stale_job.join()
+    assert stale_job.exitcode == 0
     for step in (7, 8):
         generation = make_store().get(step, verify="checksums")
         assert generation.read_bytes("model.bin") == fresh
@@ -354,6 +393,43 @@ def test_a_kill_while_latest_is_written_leaves_no_temp_file_for_good(tmp_path: P
     assert (root / "LATEST.tmp-1-0123abcd").exists() and (root / "notes.txt").exists()
     assert store.latest_hint() == 2
     assert [generation.step for generation in store.generations()] == [1, 2]
+
+
+def test_a_second_writer_of_a_step_this_process_is_saving_is_refused(make_store: Any) -> None:
+    """Two writers of one step in one process (a background save and an exit save, a save
+    given up by its timeout and its retry): the second deleted the first's finished files as
+    a dead writer's leftovers (the local lock is the process's, so it let the second in),
+    and the first then failed on missing files or committed the second's."""
+    from forewarn.clients.checkpoint import CommitError
+
+    store = make_store()
+    first = store.save(5, metadata={"writer": "first"})
+    first.write_bytes("model.bin", b"m" * 1000)
+    still_open = first.open("optimizer.bin")
+    still_open.write(b"o" * 100)
+    for other in (store, make_store()):
+        with pytest.raises(
+            CommitError,
+            match=r"step-000000000005 is already being saved in .* by this process \(rank 0, "
+            r"thread .*\)",
+        ):
+            other.save(5)
+    # Another step, or another rank of the same step (ranks run as threads), is no conflict.
+    store.flush(4, lambda gen: gen.write_bytes("model.bin", b"4"))
+    still_open.close()
+    first.commit()
+    generation = make_store().get(5, verify="checksums")
+    assert generation.metadata == {"writer": "first"}
+    assert generation.read_bytes("model.bin") == b"m" * 1000
+    # A writer dropped without commit or abort holds the step no longer once it is gone.
+    dropped = store.save(6)
+    dropped.write_bytes("model.bin", b"dropped")
+    del dropped
+    import gc
+
+    gc.collect()
+    store.flush(6, lambda gen: gen.write_bytes("model.bin", b"6"))
+    assert make_store().get(6, verify="checksums").read_bytes("model.bin") == b"6"
 
 
 def test_delegating_backend_forwards_close_and_every_other_backend_call(tmp_path: Path) -> None:
