@@ -22,6 +22,7 @@ from typing import Any, Literal
 from .backend import Backend
 from .commit import CommitProtocol, read_latest_hint
 from .errors import (
+    CheckpointError,
     CommitError,
     CommitTimeout,
     CorruptGenerationError,
@@ -37,9 +38,9 @@ from .generation import (
     check_generation,
     read_generation,
 )
-from .manifest import COMMIT, generation_name, parse_generation_name, part_name
+from .manifest import COMMIT, Manifest, generation_name, parse_generation_name, part_name
 from .options import S3Options, open_backend
-from .ranks import Ranks, resolve
+from .ranks import Ranks, initialised_dist, resolve
 
 log = logging.getLogger("forewarn.checkpoint")
 
@@ -530,9 +531,55 @@ class CheckpointStore:
         """The step the LATEST hint names (a hint: `latest()` does not trust it)."""
         return read_latest_hint(self._backend)
 
-    def latest(self, *, verify: VerifyPolicy | None = None) -> Generation | None:
-        """The newest generation that verifies, or None; broken ones are logged and skipped."""
+    def latest(
+        self,
+        *,
+        verify: VerifyPolicy | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        group: Any = None,
+    ) -> Generation | None:
+        """The newest generation that verifies, or None; broken ones are logged and skipped.
+
+        With torch.distributed initialised and several ranks (of `group`), a collective that
+        every rank calls: rank 0 picks the generation and every rank returns that one (see
+        `_agree`); `rank=0, world_size=1` reads alone."""
         policy = self._policy(verify)
+        ranks = resolve(rank, world_size, group) if initialised_dist() is not None else None
+        if ranks is not None and ranks.dist is not None:
+            return self._agree(ranks, policy)
+        return self._newest(policy)
+
+    def _agree(self, ranks: Ranks, policy: VerifyPolicy) -> Generation | None:
+        """Rank 0's newest generation, on every rank. Each rank looking on its own resumed
+        the ranks from different steps when a generation committed between their calls (a
+        straggler of the job before still committing into the same store) or one rank saw a
+        stale listing. The others take rank 0's manifest and do not read the store: rank 0
+        verified it, and generations are immutable."""
+        if ranks.rank == 0:
+            try:
+                generation = self._newest(policy)
+            except Exception as exc:
+                ranks.broadcast_from_zero(("failed", f"{type(exc).__name__}: {exc}"))
+                raise
+            picked = None
+            if generation is not None:
+                picked = (generation.manifest.encode(), generation.checksummed)
+            ranks.broadcast_from_zero(("picked", picked))
+            return generation
+        outcome, value = ranks.broadcast_from_zero(None)
+        if outcome == "failed":
+            raise CheckpointError(
+                f"rank 0 could not pick the generation to resume from in {self.url}: {value}"
+            )
+        if value is None:
+            return None
+        raw, checksummed = value
+        generation = Generation(self._backend, Manifest.decode(raw))
+        generation.checksummed = checksummed
+        return generation
+
+    def _newest(self, policy: VerifyPolicy) -> Generation | None:
         for step in reversed(self.steps()):
             generation, problems = self._check(step, checksums=policy == "checksums")
             if generation is not None and not problems:

@@ -379,3 +379,44 @@ def test_a_failed_rank_whose_peers_are_gone_raises_its_own_error(
         gen.ranks = Ranks(0, 2, GoneBefore(0, []))
         raise OSError(28, "No space left on device")
     assert "step-000000000015 aborted; the other ranks could not be told" in caplog.text
+
+
+RESUME_WORKER = Path(__file__).with_name("resume_worker.py")
+
+
+@requires("torch")  # found without importing it: only the ranks import torch
+@pytest.mark.timeout(300)
+def test_ranks_resume_from_the_generation_rank_0_picked(
+    store_url: str, tmp_path: Path, rank_launcher: RankLauncher
+) -> None:
+    """Each rank called latest() on its own: a generation committed between two ranks' calls
+    (a straggler of the job before still committing its final save, or a listing that one
+    rank saw stale) resumed the ranks from different steps, silently."""
+    store = CheckpointStore(store_url)
+    store.flush(10, lambda gen: gen.write_bytes("model.bin", b"step 10"))
+    listed, go = tmp_path / "listed", tmp_path / "go"
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env.update(GLOO_SOCKET_IFNAME="lo")
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    argv = [store_url, str(listed), str(go)]
+    ranks = [rank_launcher.start(RESUME_WORKER, [str(rank), "2", *argv], env) for rank in (0, 1)]
+    try:
+        eventually(lambda: listed.exists() or ranks[0].poll() is not None, timeout=120)
+        # Rank 0 has picked; rank 1 has not looked yet: a newer generation commits now.
+        store.flush(20, lambda gen: gen.write_bytes("model.bin", b"step 20"))
+        go.touch()
+        said = []
+        for process in ranks:
+            out, err = process.communicate(timeout=120)
+            assert process.returncode == 0, err[-3000:]
+            said.append([json.loads(line) for line in out.splitlines() if line.startswith("{")])
+    finally:
+        for process in ranks:
+            process.kill()
+    for rank, lines in enumerate(said):
+        assert lines[0] == {"rank": rank, "step": 10, "checksummed": True, "weights": "step 10"}
+        assert lines[-1]["rank"] == rank
+        assert "PermissionError" in lines[-1]["error"] and "Access Denied" in lines[-1]["error"]
+    assert said[0][1] == {"rank": 0, "alone": 20}
+    assert "rank 0 could not" in said[1][-1]["error"]
