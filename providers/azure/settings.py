@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 from pydantic_settings import NoDecode
 
 from ..settings import EndpointSettings
@@ -29,6 +29,7 @@ class Settings(EndpointSettings):
     interval: float = Field(
         default=1.0,
         ge=MIN_INTERVAL,
+        le=MAX_INTERVAL,
         description="Seconds between polls of Scheduled Events (Microsoft recommends 1; "
         "at least 0.25, so never more than four requests a second; at most 15, half of a "
         "Preempt's 30 s notice).",
@@ -87,20 +88,29 @@ class Settings(EndpointSettings):
             raise ValueError(f"azure.url must start with http:// or https://, got {value!r}")
         return value
 
-    @field_validator("interval")
+    @field_validator("interval", mode="wrap")
     @classmethod
-    def _sees_a_preempt(cls, value: float) -> float:
-        if value > MAX_INTERVAL:
+    def _sees_a_preempt(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> float:
+        # The bound is `le=` on the field, so the configuration's tests and docs see it like
+        # every other bound; this only says why, in place of pydantic's bare "less than".
+        try:
+            seconds: float = handler(value)
+        except ValidationError as error:
+            # The input of a bound's error is the value already read as seconds ("2m": 120).
+            over = [item["input"] for item in error.errors() if item["type"] == "less_than_equal"]
+            if not over:
+                raise
+            seconds = float(over[0])
             raise ValueError(
                 f"at most {MAX_INTERVAL:g} s: a Preempt (Spot eviction) is "
-                f"announced only {PREEMPT_NOTICE:g} s ahead, and a poll every {value:g} s could "
+                f"announced only {PREEMPT_NOTICE:g} s ahead, and a poll every {seconds:g} s "
                 + (
-                    "miss it entirely"
-                    if value >= PREEMPT_NOTICE
-                    else f"see it with {PREEMPT_NOTICE - value:g} s left for the flush"
+                    "could miss it entirely"
+                    if seconds >= PREEMPT_NOTICE
+                    else f"could see it with {PREEMPT_NOTICE - seconds:g} s left for the flush"
                 )
-            )
-        return value
+            ) from None
+        return seconds
 
     @field_validator("vm_name", mode="before")
     @classmethod
