@@ -4,7 +4,10 @@ by a raw ZeroMQ subscriber; and `forewarn drill local --provider gcp`."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -159,21 +162,47 @@ def test_an_escalated_window_moved_out_is_a_drain_again(
         assert parse_time(again["deadline"]) > _now() + timedelta(days=6)
 
 
+GCP_DOC = Path(__file__).resolve().parents[3] / "docs" / "gcp.md"
+
+
+def _run_duration_block() -> str:
+    """The docs/gcp.md block that raises the run-duration notice, as a user pastes it."""
+    blocks = re.findall(r"```sh\n(.*?)\n```", GCP_DOC.read_text(), re.DOTALL)
+    (block,) = [block for block in blocks if "gcp-max-run-duration" in block]
+    return block
+
+
 def test_the_documented_run_duration_notice_works_under_the_gcp_watcher_alone(
     tmp_path: Path, server: SimServer
 ) -> None:
     """docs/gcp.md: a run-duration limit has no metadata signal, so a boot script raises
-    `forewarn notify drain --deadline <end> --id local/gcp-max-run-duration`. Under an agent
-    running gcp only, that is one drain now, the terminate (same id) at deadline - exit margin,
-    and the same line at the next boot moves it rather than adding a second notice."""
+    `forewarn notify drain --deadline <end> --id local/gcp-max-run-duration`. The block runs
+    as written under an agent running gcp only: one drain, due 8 h after boot; the same line
+    at the next boot moves it rather than adding a second notice, and the terminate (same
+    id) comes at deadline - exit margin."""
     env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **FAST_ENV)
     line = ("notify", "drain", "--reason", "reclaim", "--id", "local/gcp-max-run-duration")
     with (
         AgentProcess(tmp_path, providers=("gcp",), args=("--exit-margin", "1s"), env=env) as agent,
         _subscribed(agent) as sub,
     ):
+        # `forewarn` on PATH, as the docs' venv has it.
+        path = env.get("PATH", os.defpath)
+        shell_env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{path}"}
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        hours = 8
+        block = _run_duration_block()
+        if uptime > 7 * 3600:
+            # A machine up longer than the documented limit: the same line with a limit
+            # still ahead, or the deadline would be past.
+            hours = int(uptime // 3600) + 2
+            block = block.replace("8 * 3600", f"{hours} * 3600")
+        assert f"{hours} * 3600" in block
         first = subprocess.run(
-            forewarn_cmd(*line, "--deadline", "1h"), env=env, capture_output=True, text=True
+            ["bash", "-e", "-c", block],
+            env=shell_env,
+            capture_output=True,
+            text=True,
         )
         assert first.returncode == 0, first.stderr
         drain = sub.notice(10)
@@ -181,6 +210,10 @@ def test_the_documented_run_duration_notice_works_under_the_gcp_watcher_alone(
             "local/gcp-max-run-duration",
             "drain",
             "reclaim",
+        )
+        boot = datetime.now(timezone.utc) - timedelta(seconds=uptime)
+        assert abs(parse_time(drain["deadline"]) - (boot + timedelta(hours=hours))) < timedelta(
+            seconds=5
         )
         # The next boot: a new planned end, the same notice.
         moved = subprocess.run(
