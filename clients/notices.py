@@ -359,9 +359,11 @@ class Notices:
             while not self._stop.is_set():
                 if sock.poll(POLL_MS):
                     frames = sock.recv_multipart()
-                    if frames[0] in agent_topics:
-                        last_beat = time.monotonic()  # a notice is a sign of life too
-                        self._message(frames)
+                    # Only a message read as v1 is a sign of life (a notice too): one refused
+                    # (another "v", malformed) kept `alive` true while no agent this client
+                    # can read was there, unlike `forewarn watch` and the C subscriber.
+                    if frames[0] in agent_topics and self._message(frames):
+                        last_beat = time.monotonic()
                     if self._replay_wanted:
                         self._replay_wanted = False
                         sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
@@ -390,10 +392,10 @@ class Notices:
                 self.alive = False
                 log.error("forewarn: stopped listening to the agent on %s", self.events)
 
-    def _message(self, frames: list[bytes]) -> None:
-        """One message from the agent. Whatever it holds, a malformed one is dropped and this
-        thread goes on: if it ended, no notice would reach the job again while `alive` stayed
-        true."""
+    def _message(self, frames: list[bytes]) -> bool:
+        """One message from the agent; False when it was refused. Whatever it holds, a
+        malformed one is dropped and this thread goes on: if it ended, no notice would reach
+        the job again while `alive` stayed true."""
         topic = frames[0].decode()
         try:
             if len(frames) != 2:
@@ -404,6 +406,8 @@ class Notices:
                 self._notice(frames[1])
         except Exception as error:
             self._malformed(topic, error)
+            return False
+        return True
 
     def _malformed(self, topic: str, error: Exception) -> None:
         now = time.monotonic()

@@ -440,6 +440,33 @@ def test_a_heartbeat_of_another_version_is_dropped_and_the_guard_listens_on(
         agent.close()
 
 
+def test_refused_heartbeats_are_no_sign_of_life(tmp_path: Path, caplog: Any) -> None:
+    """Every message on the agent's topics kept `alive` true, refused or not: an agent of
+    another protocol version (or a broken publisher) beating every 0.2 s hid that no agent
+    this client can read was there, which `forewarn watch` and the C subscriber say. Refused,
+    they are dropped and said like a malformed notice, and the agent is lost."""
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=1.0)
+    try:
+        agent.subscribed()
+        agent.beat()
+        assert eventually(lambda: notices.alive, timeout=5, what="the first heartbeat")
+        end = time.monotonic() + 10
+        while notices.alive and time.monotonic() < end:
+            agent.beat(v=2)
+            agent.raw(b"heartbeat", b"not JSON")
+            agent.raw(b"notice", b'{"v": 1, "id": "aws/bad"}')
+            time.sleep(0.2)  # the cadence of an agent beating, not a wait for a result
+        assert not notices.alive, "refused messages kept the agent alive"
+        assert warnings_about(caplog, "dropped a malformed heartbeat")
+        assert warnings_about(caplog, "lost the agent")
+        agent.beat()
+        assert eventually(lambda: notices.alive, timeout=5, what="a v1 heartbeat heard again")
+    finally:
+        notices.close()
+        agent.close()
+
+
 NOTICE_VERSIONS = st.fixed_dictionaries(
     {
         "action": st.sampled_from(["drain", "terminate", "clear"]),
