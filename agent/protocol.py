@@ -7,11 +7,13 @@ This module must stay importable without httpx or zmq: the in-process client use
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from forewarn.protocol import jsontext
 from forewarn.protocol.fields import ACTIONS, REASONS, Action, Reason, stable_id
 from forewarn.protocol.timefmt import (
     format_time,
@@ -310,11 +312,21 @@ def encode(message: BaseModel) -> bytes:
     return message.model_dump_json().encode()
 
 
+def _refuse_duplicated_keys(payload: bytes) -> None:
+    """DuplicateKeyError (a ValueError) naming a key an object of `payload` names twice:
+    pydantic keeps the last of them, the C subscriber read the first. JSON that does not
+    parse is left to pydantic, whose ValidationError says where."""
+    with contextlib.suppress(RecursionError, UnicodeDecodeError, json.JSONDecodeError):
+        jsontext.loads(payload)
+
+
 def decode_notice(payload: bytes) -> Notice:
+    _refuse_duplicated_keys(payload)
     return Notice.model_validate_json(payload)
 
 
 def decode_heartbeat(payload: bytes) -> Heartbeat:
+    _refuse_duplicated_keys(payload)
     return Heartbeat.model_validate_json(payload)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
+from forewarn.protocol import jsontext
 from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.wire import (
     MAX_REQUEST_BYTES,
@@ -337,9 +338,13 @@ class Publisher:
                 f"{error.start} ({error.reason}); a request is one UTF-8 JSON object",
             }
         try:
-            request = json.loads(text)
+            request = jsontext.loads(text)
         except RecursionError:
             return {"ok": False, "error": "request is not JSON: nested too deeply"}
+        except jsontext.DuplicateKeyError as error:
+            # Which of the two counts is the reader's guess: an ack's or a notify's meaning
+            # must not depend on the language that sent it.
+            return {"ok": False, "error": f"request refused: {error}"}
         except ValueError as error:
             return {"ok": False, "error": f"request is not JSON: {error}"}
         if not isinstance(request, dict):

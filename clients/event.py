@@ -7,22 +7,25 @@ fields to `forewarn.protocol.NOTICE_FIELDS`, the agent's models and the JSON Sch
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from forewarn.protocol import jsontext
 from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.protocol.wire import PROTOCOL_VERSION
 
 
 def load_json(payload: bytes | str, what: str) -> Any:
     """`payload` decoded, or ValueError naming `what` and the problem: never the
-    RecursionError that deeply nested JSON raises, which would end a subscriber's thread."""
+    RecursionError that deeply nested JSON raises, which would end a subscriber's thread. An
+    object with a duplicated key is refused, naming it: readers differ on which one counts."""
     try:
-        return json.loads(payload)
+        return jsontext.loads(payload)
     except RecursionError:
         raise ValueError(f"{what} is JSON nested too deeply") from None
+    except jsontext.DuplicateKeyError as error:
+        raise ValueError(f"{what} refused: {error}") from None
     except ValueError as error:  # not UTF-8, or not JSON
         raise ValueError(f"{what} is not JSON: {error}") from None
 

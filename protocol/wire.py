@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import jsontext
 from .errors import ForewarnError, UsageError
 
 PROTOCOL_VERSION = 1
@@ -462,7 +463,9 @@ def request(
     finally:
         sock.close()
     try:
-        reply = json.loads(data)
+        reply = jsontext.loads(data)
+    except jsontext.DuplicateKeyError as error:
+        raise ReplyError(f"the agent on {endpoint} sent a reply refused here: {error}") from None
     except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested too deeply
         reply = None
     if not isinstance(reply, dict):

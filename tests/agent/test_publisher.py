@@ -21,6 +21,7 @@ import zmq.asyncio
 from forewarn.agent import publisher
 from forewarn.agent.publisher import Publisher
 from forewarn.agent.throttle import WarningThrottle
+from forewarn.protocol import jsontext
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -148,6 +149,7 @@ async def _echo(request: dict[str, Any]) -> dict[str, Any]:
 @example(frame='{"op": "status"}'.encode("utf-16"))
 @example(frame=b'{"op": "status", "x": "\xe9"}')
 @example(frame=b'\xef\xbb\xbf{"op": "status"}')
+@example(frame=b'{"op": "status", "op": "ack"}')
 def test_a_request_frame_is_utf8_json_or_a_clear_error(sockets: Publisher, frame: bytes) -> None:
     """Any bytes as a request's frame get a reply: the request as decoded, or an error that
     says what is wrong; bytes that are not UTF-8 are named so, with the first bad byte."""
@@ -160,7 +162,10 @@ def test_a_request_frame_is_utf8_json_or_a_clear_error(sockets: Publisher, frame
         assert f"0x{frame[error.start]:02x} at offset {error.start}" in reply["error"]
         return
     try:
-        expected = json.loads(text)
+        expected = jsontext.loads(text)
+    except jsontext.DuplicateKeyError:
+        assert reply["ok"] is False and reply["error"].startswith("request refused: the key ")
+        return
     except (ValueError, RecursionError):
         assert reply["ok"] is False and reply["error"].startswith("request is not JSON"), reply
         return
