@@ -24,7 +24,9 @@
  *
  * A notice or a heartbeat whose "v" is not the integer 1 (2, "1", 1.0, true, or none at all)
  * is of a protocol this program cannot read: it is dropped, with a line on stderr (at most one
- * a minute, counting the others), as the Python client drops it.
+ * a minute, counting the others), as the Python client drops it. So is one with an object that
+ * names a key twice (at any depth; "\u0061" and "a" are one key): JSON leaves it to each
+ * reader which one counts, and this one and Python's differ.
  *
  * Heartbeats are read, not printed. Without any for 5 s at start, or for 3 s from an agent
  * heard before, a line on stderr says so (and another when one is heard again). A notice the
@@ -261,6 +263,158 @@ static const char *string_at(const char *p, const char *end, size_t *len) {
     return p + 1;
 }
 
+/* The next character of a JSON string's raw text [*p, end), as JSON reads it: an escape
+ * (\u with a surrogate pair joined) or a UTF-8 sequence as written, as one code point; -1 on
+ * what it does not understand. */
+static long next_char(const char **p, const char *end) {
+    const unsigned char *s = (const unsigned char *)*p;
+    long c;
+    if ((const char *)s >= end)
+        return -1;
+    if (*s != '\\') {
+        int more = *s < 0x80 ? 0 : *s >= 0xf0 ? 3 : *s >= 0xe0 ? 2 : *s >= 0xc0 ? 1 : -1;
+        if (more < 0 || (const char *)s + more >= end)
+            return -1;
+        c = more == 0 ? *s : *s & (0x3f >> more);
+        for (int i = 1; i <= more; i++)
+            c = (c << 6) | (s[i] & 0x3f);
+        *p += more + 1;
+        return c;
+    }
+    if ((const char *)s + 1 >= end)
+        return -1;
+    static const char plain[] = "\"\\/bfnrt", meant[] = "\"\\/\b\f\n\r\t";
+    const char *at = s[1] ? strchr(plain, s[1]) : NULL;
+    if (at) {
+        *p += 2;
+        return meant[at - plain];
+    }
+    if (s[1] != 'u' || (const char *)s + 6 > end)
+        return -1;
+    char hex[5] = {0};
+    memcpy(hex, s + 2, 4);
+    if (strspn(hex, "0123456789abcdefABCDEF") != 4)
+        return -1;
+    c = strtol(hex, NULL, 16);
+    *p += 6;
+    /* A high surrogate followed by an escaped low one is one character, as in Python. */
+    if (c >= 0xd800 && c < 0xdc00 && *p + 6 <= end && (*p)[0] == '\\' && (*p)[1] == 'u') {
+        const char *next = *p;
+        long low = next_char(&next, end);
+        if (low >= 0xdc00 && low < 0xe000) {
+            *p = next;
+            c = 0x10000 + ((c - 0xd800) << 10) + (low - 0xdc00);
+        }
+    }
+    return c;
+}
+
+/* As next_char, but a byte it does not understand stands for itself (past every code point):
+ * the scan always moves on. */
+static long key_char(const char **p, const char *end) {
+    long c = next_char(p, end);
+    return c >= 0 ? c : 0x110000 + (unsigned char)*(*p)++;
+}
+
+/* A key of an object: the raw text between its quotes, and a hash of what JSON reads there. */
+typedef struct {
+    unsigned long long hash;
+    const char *name;
+    size_t len;
+} key_span;
+
+static int same_key(const key_span *a, const key_span *b) {
+    const char *p = a->name, *q = b->name;
+    const char *p_end = a->name + a->len, *q_end = b->name + b->len;
+    while (p < p_end && q < q_end)
+        if (key_char(&p, p_end) != key_char(&q, q_end))
+            return 0;
+    return p == p_end && q == q_end;
+}
+
+static int by_hash(const void *a, const void *b) {
+    unsigned long long x = ((const key_span *)a)->hash, y = ((const key_span *)b)->hash;
+    return x < y ? -1 : x > y;
+}
+
+/* The end of the JSON value at p, having looked into every object in it for a key named
+ * twice: JSON leaves it undefined which one counts (this scanner reads the first, Python's json
+ * the last), so such a message is refused by every reader. NULL when a key is named twice
+ * (`*dup`, `*dup_len`: its raw text), or on what it does not understand (`*dup` NULL). */
+static const char *unique_keys(const char *p, const char *end, int depth, const char **dup,
+                               size_t *dup_len) {
+    p = skip_space(p, end);
+    if (p >= end || depth > 64)
+        return NULL;
+    if (*p == '[') {
+        p = skip_space(p + 1, end);
+        while (p < end && *p != ']') {
+            if (!(p = unique_keys(p, end, depth + 1, dup, dup_len)))
+                return NULL;
+            p = skip_space(p, end);
+            if (p < end && *p == ',')
+                p = skip_space(p + 1, end);
+        }
+        return p < end ? p + 1 : NULL;
+    }
+    if (*p != '{')
+        return skip_value(p, end);
+    key_span *keys = NULL;
+    size_t count = 0, room = 0;
+    p = skip_space(p + 1, end);
+    while (p && p < end && *p == '"') {
+        const char *after = skip_string(p, end);
+        if (!after)
+            break;
+        if (count == room) {
+            key_span *grown = realloc(keys, (room = room ? 2 * room : 16) * sizeof *keys);
+            if (!grown)
+                break;
+            keys = grown;
+        }
+        key_span *key = &keys[count++];
+        key->name = p + 1;
+        key->len = (size_t)(after - 1 - key->name);
+        key->hash = 14695981039346656037ULL;
+        for (const char *c = key->name; c < after - 1;)
+            key->hash = (key->hash ^ (unsigned long long)key_char(&c, after - 1)) * 1099511628211ULL;
+        p = skip_space(after, end);
+        if (p >= end || *p != ':')
+            break;
+        if (!(p = unique_keys(p + 1, end, depth + 1, dup, dup_len)))
+            break;
+        p = skip_space(p, end);
+        if (p < end && *p == ',')
+            p = skip_space(p + 1, end);
+    }
+    if (!*dup && count > 1) {
+        qsort(keys, count, sizeof *keys, by_hash);
+        for (size_t i = 0; i < count && !*dup; i++)
+            for (size_t j = i + 1; j < count && keys[j].hash == keys[i].hash; j++)
+                if (same_key(&keys[i], &keys[j])) {
+                    *dup = keys[i].name;
+                    *dup_len = keys[i].len;
+                    break;
+                }
+    }
+    free(keys);
+    if (*dup || !p || p >= end || *p != '}')
+        return NULL;
+    return p + 1;
+}
+
+/* Whether the message names a key twice in one of its objects; `*shown` is that key. */
+static int duplicated_key(const char *body, size_t size, const char **shown, int *shown_len) {
+    const char *dup = NULL;
+    size_t len = 0;
+    unique_keys(body, body + size, 0, &dup, &len);
+    if (!dup)
+        return 0;
+    *shown = dup;
+    *shown_len = len > 40 ? 40 : (int)len;
+    return 1;
+}
+
 /* Whether the message's "v" is the JSON integer 1, exactly as the Python client takes it:
  * `1.0`, `1e0`, `true` and `"1"` are other types there. Otherwise `*shown` and `*shown_len`
  * say what it was, for the line on stderr. */
@@ -284,7 +438,8 @@ static int version_1(const char *body, size_t size, const char **shown, int *sho
 /* One line on stderr for a dropped message, at most one a minute: a stream of them (an agent
  * of another protocol version sends every notice and a heartbeat a second) would bury the rest. */
 #define DROPPED_SAY_EVERY 60.0
-static void say_dropped(const char *topic, const char *shown, int shown_len) {
+static void say_dropped(const char *topic, const char *why, const char *shown, int shown_len,
+                        const char *then) {
     static double quiet_until = -1.0;
     static long unsaid = 0;
     double now = monotonic();
@@ -296,10 +451,10 @@ static void say_dropped(const char *topic, const char *shown, int shown_len) {
     if (unsaid > 0)
         snprintf(more, sizeof more, " (%ld more since the last)", unsaid);
     /* `shown` is raw message text: a control character in it would break the line. */
-    fprintf(stderr, "forewarn_sub: dropped a %s whose \"v\" is not the integer 1, got ", topic);
+    fprintf(stderr, "forewarn_sub: dropped a %s %s", topic, why);
     for (int i = 0; i < shown_len; i++)
         fputc((unsigned char)shown[i] < 0x20 || shown[i] == 0x7f ? '?' : shown[i], stderr);
-    fprintf(stderr, "%s\n", more);
+    fprintf(stderr, "%s%s\n", then, more);
     unsaid = 0;
     quiet_until = now + DROPPED_SAY_EVERY;
 }
@@ -571,8 +726,13 @@ int main(int argc, char **argv) {
         int is_heartbeat = frames == 2 && topic_is(&topic, "heartbeat");
         /* Not the integer 1: a notice of another protocol was printed as a v1 one, and its
          * heartbeat's "active" printed clears for every notice held here. */
-        if ((is_notice || is_heartbeat) && !version_1(data, size, &shown, &shown_len)) {
-            say_dropped(is_notice ? "notice" : "heartbeat", shown, shown_len);
+        /* Checked first: with "v" named twice, which one is the version is the question. */
+        if ((is_notice || is_heartbeat) && duplicated_key(data, size, &shown, &shown_len)) {
+            say_dropped(is_notice ? "notice" : "heartbeat", "that names the key \"", shown,
+                        shown_len, "\" twice");
+        } else if ((is_notice || is_heartbeat) && !version_1(data, size, &shown, &shown_len)) {
+            say_dropped(is_notice ? "notice" : "heartbeat", "whose \"v\" is not the integer 1, got ",
+                        shown, shown_len, "");
         } else if (is_notice && printable(data, size) && on_notice(&seen_ids, data, size)) {
             fwrite(data, 1, size, stdout);
             fputc('\n', stdout);

@@ -308,11 +308,177 @@ def test_c_subscriber_drops_a_notice_or_heartbeat_whose_v_is_not_the_integer_1(
         context.term()
 
 
+def test_c_subscriber_drops_a_notice_or_heartbeat_that_names_a_key_twice(
+    tmp_path: Path, binary: Path
+) -> None:
+    """The C subscriber read the first of two keys of one name, Python's json the last: a
+    notice `"action": "clear", ..., "action": "terminate"` was a clear here and a terminate to
+    the Python client. Both now drop it (at any depth, the key written escaped or not), and
+    one line on stderr names the key."""
+    import zmq
+
+    endpoint = f"ipc://{tmp_path}/events"
+    context = zmq.Context()
+    xpub = context.socket(zmq.XPUB)
+    xpub.setsockopt(zmq.LINGER, 0)
+    xpub.bind(endpoint)
+    sub = subprocess.Popen(
+        [str(binary), endpoint, "--count", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        eventually(lambda: xpub.poll(0) and xpub.recv() == b"\x01heartbeat", what="subscribed")
+        xpub.send_multipart([b"notice", _notice("local/keep", "drain")])
+        twice = _notice("local/two", "clear")[:-1] + b', "action": "terminate"}'
+        escaped = _notice("local/esc", "terminate")[:-1] + b', "\\u0061ction": "clear"}'
+        nested = _notice("local/nest", "terminate").replace(
+            b'"detail": {}', b'"detail": {"a": [{"k": 1, "k": 2}]}'
+        )
+        version = b'{"v": 1, "v": 2, ' + _notice("local/v", "terminate")[len(b'{"v": 1, ') :]
+        beat = b'{"v": 1, "agent": "a", "active": [], "active": ["local/keep"]}'
+        for body in (twice, escaped, nested, version):
+            xpub.send_multipart([b"notice", body])
+        xpub.send_multipart([b"heartbeat", beat])  # its first "active" printed a clear
+        xpub.send_multipart([b"notice", _notice("local/last", "terminate")])
+        out, err = sub.communicate(timeout=15)
+        assert sub.returncode == 0, err
+        printed = [(n["id"], n["action"]) for n in map(json.loads, out.splitlines())]
+        assert printed == [("local/keep", "drain"), ("local/last", "terminate")], err
+        dropped = [line for line in err.splitlines() if "dropped a" in line]
+        assert dropped == ['forewarn_sub: dropped a notice that names the key "action" twice'], err
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait(10)
+        xpub.close()
+        context.term()
+
+
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
     lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner),
     max_leaves=4,
 )
+
+
+def _spelled(key: str, ascii_only: bool) -> str:
+    return json.dumps(key, ensure_ascii=ascii_only)
+
+
+def _object(pairs: list[tuple[str, Any]], ascii_only: list[bool]) -> str:
+    """`pairs` as one JSON object, each key written escaped (\\uXXXX) or as UTF-8."""
+    members = [
+        f"{_spelled(key, ascii)}: {json.dumps(value, ensure_ascii=False)}"
+        for (key, value), ascii in zip(pairs, ascii_only[: len(pairs)], strict=True)
+    ]
+    return "{" + ", ".join(members) + "}"
+
+
+def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
+    tmp_path: Path, binary: Path
+) -> None:
+    """Any notice with or without a key named twice (at the top or in its detail, written
+    escaped or as UTF-8, non-BMP characters included): the C subscriber prints it exactly when
+    `Event.from_json` takes it, so no message means one thing to one and another to the
+    other."""
+    import select
+
+    import zmq
+    from forewarn.clients.event import Event
+    from hypothesis import HealthCheck, given, settings
+
+    endpoint = f"ipc://{tmp_path}/events"
+    context = zmq.Context()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.bind(endpoint)
+    sub = subprocess.Popen(
+        [str(binary), endpoint], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert sub.stdout is not None
+    marks = iter(range(1_000_000))
+    pending = bytearray()
+
+    def lines_until_marker(mark: int, timeout: float) -> list[bytes] | None:
+        assert sub.stdout is not None
+        before: list[bytes] = []
+        ends = time.monotonic() + timeout
+        while True:
+            while b"\n" in pending:
+                line, _, rest = bytes(pending).partition(b"\n")
+                pending[:] = rest
+                if json.loads(line).get("id") == f"local/marker-{mark}":
+                    return before
+                before.append(line)
+            left = ends - time.monotonic()
+            if left <= 0 or not select.select([sub.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(sub.stdout.fileno(), 65536)
+            if not chunk:
+                return None
+            pending.extend(chunk)
+
+    def marker() -> int:
+        mark = next(marks)
+        pub.send_multipart([b"notice", _notice(f"local/marker-{mark}", "drain")])
+        return mark
+
+    keys = st.text(st.characters(codec="utf-8", exclude_categories=["Cc", "Cs"]), max_size=3)
+    try:
+        joined = False
+        for _ in range(100):
+            if lines_until_marker(marker(), 0.1) is not None:
+                joined = True
+                break
+        assert joined, "the C subscriber never received a message"
+
+        @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
+        @given(
+            detail=st.dictionaries(keys, JSON_VALUES, max_size=3),
+            where=st.sampled_from(["none", "top", "detail"]),
+            pick=st.integers(0, 20),
+            at=st.integers(0, 20),
+            value=JSON_VALUES,
+            ascii_only=st.lists(st.booleans(), min_size=16, max_size=16),
+        )
+        def agrees_with_python(
+            detail: dict[str, Any],
+            where: str,
+            pick: int,
+            at: int,
+            value: Any,
+            ascii_only: list[bool],
+        ) -> None:
+            body = json.loads(_notice(f"local/d-{next(marks)}", "drain"))
+            inner = list(detail.items())
+            if where == "detail" and inner:
+                inner.insert(at % (len(inner) + 1), (inner[pick % len(inner)][0], value))
+            body["detail"] = None
+            top = list(body.items())
+            if where == "top":
+                top.insert(at % (len(top) + 1), (top[pick % len(top)][0], value))
+            text = _object(top, ascii_only).replace(
+                '"detail": null', '"detail": ' + _object(inner, ascii_only[8:])
+            )
+            try:
+                Event.from_json(text)
+                taken = True
+            except ValueError:
+                taken = False
+            pub.send_multipart([b"notice", text.encode()])
+            printed = lines_until_marker(marker(), 10)
+            assert printed is not None, f"no marker after {text!r}"
+            assert (printed == [text.encode()]) == taken, (text, printed)
+            assert sub.poll() is None
+
+        agrees_with_python()
+    finally:
+        sub.terminate()
+        sub.wait(10)
+        pub.close()
+        context.term()
 
 
 def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
