@@ -70,6 +70,13 @@ def _exact_version(value: Any) -> Any:
 
 
 Version = Annotated[Literal[1], BeforeValidator(_exact_version)]
+# JSON Schema cannot refuse `1.0` here: its data model has one number 1, of which `1.0` is a
+# spelling, and "integer" is any number without a fraction. The readers can, and do.
+VERSION_DESCRIPTION = (
+    "The protocol version: the JSON integer 1, written `1`. forewarn's readers (the Python "
+    "client, forewarn watch, the C subscriber) drop a message whose v is anything else, "
+    "`1.0` included, which JSON Schema validators take for the same number as `1`."
+)
 
 # Fields of a request that the agent writes into its log lines: no control characters, so a
 # request cannot forge a log line with a newline or send a terminal escape to whoever reads
@@ -362,6 +369,12 @@ def json_schema() -> dict[str, Any]:
                 "maxLength": MAX_TOKEN_BYTES,
             }
         definitions[name] = schema
+    for name in ("Notice", "Heartbeat"):
+        # After the loop: the replies' own $defs hold a Notice too, which replaced this one.
+        # The agent always sends `v` and every forewarn reader drops a message without it
+        # (its default is for the state file): published optional, it said otherwise.
+        definitions[name]["required"].insert(0, "v")
+        definitions[name]["properties"]["v"]["description"] = VERSION_DESCRIPTION
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://forewarn.dev/schema/protocol-v1.json",

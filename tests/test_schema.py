@@ -147,3 +147,65 @@ def test_the_agent_takes_an_acks_number_exactly_when_the_schema_does(
         taken = False
         assert [problem["loc"] for problem in error.errors()] == [("ack", field)]
     assert taken == ack.is_valid(request), (field, value)
+
+
+NOTICE: dict[str, Any] = {
+    "v": 1,
+    "id": "aws/spot-itn/1",
+    "seq": 17,
+    "action": "terminate",
+    "reason": "spot-interruption",
+    "provider": "aws",
+    "deadline": None,
+    "noticed_at": "2026-11-30T03:10:00.120Z",
+    "sent_at": "2026-11-30T03:10:00.121Z",
+    "detail": {},
+}
+HEARTBEAT: dict[str, Any] = {
+    "v": 1,
+    "seq": 18,
+    "agent": "host/1/a",
+    "version": "0.1.0",
+    "providers": ["aws"],
+    "active": [],
+    "sent_at": "2026-11-30T03:10:00Z",
+}
+MISSING = object()
+
+
+@given(version=st.just(MISSING) | JSON_VALUES)
+@example(version=MISSING)  # valid to the schema while every reader dropped it
+@example(version=True)
+@example(version="1")
+@example(version=1)
+@example(version=1.0)
+def test_the_schema_takes_a_version_exactly_when_the_readers_do_but_for_1_0(
+    version: Any,
+) -> None:
+    """`v` is required and the integer 1, for the schema as for the readers. JSON Schema has
+    one number 1, of which `1.0` is a spelling, so the schema cannot refuse `1.0`; its
+    description says that forewarn's readers do."""
+    import jsonschema  # installed with kubernetes-validate, a test extra
+    from forewarn.clients.event import Event
+    from forewarn.clients.notices import parse_heartbeat
+
+    schema = json.loads(SCHEMA.read_text())
+    for kind, message in (("Notice", NOTICE), ("Heartbeat", HEARTBEAT)):
+        assert schema["$defs"][kind]["properties"]["v"]["type"] == "integer"
+        assert schema["$defs"][kind]["properties"]["v"]["const"] == 1
+        assert "`1.0` included" in schema["$defs"][kind]["properties"]["v"]["description"]
+        one = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{kind}"})
+        sent = {name: value for name, value in message.items() if name != "v"}
+        if version is not MISSING:
+            sent["v"] = version
+        text = json.dumps(sent)
+        try:
+            if kind == "Notice":
+                Event.from_json(text)
+            else:
+                parse_heartbeat(text.encode())
+            read = True
+        except ValueError:
+            read = False
+        spelled_1_0 = type(version) is float and version == 1
+        assert one.is_valid(json.loads(text)) == (read or spelled_1_0), (kind, text)
