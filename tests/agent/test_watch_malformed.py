@@ -137,3 +137,17 @@ def test_whatever_a_publisher_sends_the_next_good_notice_still_arrives(
     # `frames` may itself be a good notice (another id): then that one is printed.
     assert code == 0 and out, err
     assert CRASH not in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_a_notice_naming_a_key_twice_is_dropped_naming_the_key(
+    runtime: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Python's json kept the last of two `action`s, the C subscriber the first: this notice
+    was a terminate to `forewarn wait` and a clear to the C subscriber."""
+    twice = json.dumps({**NOTICE, "id": "local/twice", "action": "clear"})
+    frames = [b"notice", (twice[:-1] + ', "action": "terminate"}').encode()]
+    code, out, err = _run(command, frames, capsys)
+    assert code == 0, err
+    assert "local/manual/1" in out and "local/twice" not in out, out
+    assert "the key 'action' appears twice in one object" in err, err
