@@ -28,7 +28,13 @@ from forewarn.protocol.wire import (
     runtime_dir,
 )
 from forewarn.providers.registry import REGISTRY, Registry
-from forewarn.providers.settings import ProviderSettings, _holds_path, read_value
+from forewarn.providers.settings import (
+    ProviderSettings,
+    _holds_path,
+    _is_text_list,
+    read_value,
+    split_list,
+)
 from pydantic import (
     BaseModel,
     Field,
@@ -189,9 +195,9 @@ class Settings(BaseSettings):
 
     @field_validator("providers", mode="before")
     @classmethod
-    def _split_providers(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part for part in value.split(",") if part.strip()]
+    def _split_providers(cls, value: Any, info: ValidationInfo) -> Any:
+        # Blank is the default, `auto`.
+        value = split_list(value, cls.model_fields.get(info.field_name or ""))
         if isinstance(value, list):
             # Any case (`AWS`, `GCP`), as on the command line.
             return [part.strip().lower() if isinstance(part, str) else part for part in value]
@@ -315,9 +321,11 @@ def _is_section(annotation: Any) -> TypeGuard[type[BaseModel]]:
 
 
 def _blank_is_unset(annotation: Any, key: str, top: bool, value: str) -> bool:
-    """Whether a variable's `value` for `key` is no value at all: a blank path or endpoint."""
+    """Whether a variable's `value` for `key` is no value at all: a blank path, endpoint or
+    list (`FOREWARN_KUBERNETES_TAINTS=` beside a file's `taints` replaced them with the
+    defaults)."""
     return not value.strip(string.whitespace) and (
-        _holds_path(annotation) or (top and key.lower() in _ENDPOINTS)
+        _holds_path(annotation) or _is_text_list(annotation) or (top and key.lower() in _ENDPOINTS)
     )
 
 

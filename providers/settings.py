@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import string
@@ -150,6 +151,29 @@ def read_value(field: FieldInfo | None, value: Any) -> Any:
     return as_seconds(field, value)
 
 
+def split_list(value: Any, field: FieldInfo | None, *, json_list: bool = False) -> Any:
+    """A list key's `value` as the environment, the config file and `--set` write it: its
+    items comma-separated (or, with `json_list`, a JSON list), each without the space around
+    it. Blank, it is the key's default, as a blank text or path is: `FOREWARN_KUBERNETES_TAINTS=`
+    (an empty value in a Helm or Kustomize env list) was an empty list and turned off every
+    default drain taint without a word. Commas alone (`,`) name nothing, and are refused."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip(string.whitespace)
+    if not text:
+        return field.get_default(call_default_factory=True) if field is not None else value
+    if json_list and text.startswith("["):
+        try:
+            return json.loads(text)
+        except ValueError as error:
+            raise ValueError(f"not a JSON list ({error})") from None
+    items = [part.strip(string.whitespace) for part in text.split(",")]
+    if not any(items):
+        none = " or [] for none" if json_list else ""
+        raise ValueError(f"{value!r} names nothing; leave it unset for the default{none}")
+    return [item for item in items if item]
+
+
 def check_url(value: str, schemes: tuple[str, ...], bare_host: bool) -> str:
     """`value` as a base URL: a scheme among `schemes` (or, when `bare_host`, none: then it
     is `HOST[:PORT]` over http), a host, a valid port, no query or fragment."""
@@ -223,5 +247,6 @@ __all__ = [
     "name_arg",
     "read_value",
     "seconds",
+    "split_list",
     "whole_seconds",
 ]

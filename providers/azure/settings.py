@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
 from pydantic_settings import NoDecode
 
-from ..settings import EndpointSettings
+from ..settings import EndpointSettings, split_list
 
 DEFAULT_URL = "http://169.254.169.254"
 # IMDS answers about five requests a second per VM and rejects the rest with 429; four a
@@ -123,10 +129,9 @@ class Settings(EndpointSettings):
 
     @field_validator("approve_types", mode="before")
     @classmethod
-    def _split_types(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+    def _split_types(cls, value: Any, info: ValidationInfo) -> Any:
+        # Blank is the defaults (`approve = "off"` approves nothing).
+        return split_list(value, cls.model_fields.get(info.field_name or ""))
 
     @field_validator("approve_types")
     @classmethod

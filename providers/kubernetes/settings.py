@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import NoDecode
 
-from ..settings import EndpointSettings, WholeSeconds
+from ..settings import EndpointSettings, WholeSeconds, split_list
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -94,15 +93,16 @@ class Settings(EndpointSettings):
     # NoDecode: the environment gives a comma-separated list, not JSON.
     taints: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_DRAIN_TAINTS),
-        description="Taint keys that raise a drain (comma-separated in the environment). "
-        "Setting it replaces the defaults; to add keys to them, use `extra_taints`.",
+        description="Taint keys that raise a drain (comma-separated or a JSON list in the "
+        "environment). Setting it replaces the defaults; to add keys to them, use "
+        "`extra_taints`. Blank is unset (the defaults); `[]` is no taint key at all.",
     )
     # Users who set `taints` to add their own key dropped every default with it (the Cluster
     # Autoscaler's and Karpenter's deletions then went unnoticed): adding has its own key.
     extra_taints: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="More taint keys that raise a drain, added to `taints` (comma-separated "
-        "in the environment).",
+        "or a JSON list in the environment).",
     )
     watch_timeout: WholeSeconds = Field(
         default=300,
@@ -139,15 +139,9 @@ class Settings(EndpointSettings):
 
     @field_validator("taints", "extra_taints", mode="before")
     @classmethod
-    def _split_taints(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            if value.lstrip().startswith("["):
-                try:
-                    return json.loads(value)
-                except ValueError as error:
-                    raise ValueError(f"not a JSON list ({error})") from None
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+    def _split_taints(cls, value: Any, info: ValidationInfo) -> Any:
+        # Blank is the defaults; no taint at all is the JSON list `[]`.
+        return split_list(value, cls.model_fields.get(info.field_name or ""), json_list=True)
 
     @field_validator("taints", "extra_taints")
     @classmethod

@@ -267,3 +267,47 @@ def test_a_drill_name_loses_the_space_around_it(name: str, before: str, after: s
     assert name_arg(before + name + after) == name
     with pytest.raises(argparse.ArgumentTypeError):
         name_arg(before + after)
+
+
+def _default(key: str) -> Any:
+    with mock.patch.dict(os.environ, _clean_environment(), clear=True):
+        return _value(key, load_settings())
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.sampled_from(LIST_KEYS), blank=SPACE, source=st.sampled_from(SOURCES))
+def test_a_blank_list_is_unset(key: str, blank: str, source: Any) -> None:
+    """`FOREWARN_KUBERNETES_TAINTS=` (an empty value in a Helm or Kustomize env list) was an
+    empty list: every default drain taint was off, and Karpenter's and the Cluster
+    Autoscaler's deletions went unnoticed. A blank list is unset, as a blank text is."""
+    assert source(key, blank) == _default(key)
+
+
+@pytest.mark.parametrize("key", LIST_KEYS)
+def test_a_blank_list_variable_leaves_the_files_list_standing(key: str) -> None:
+    # As a blank path variable does: the file's value is used, and no note says otherwise.
+    section, leaf = key.split(".") if "." in key else ("", key)
+    items = TEXT_SAMPLES[key].split(",")[:1]  # one item: no key's default
+    with tempfile.TemporaryDirectory() as directory:
+        config = Path(directory) / "forewarn.toml"
+        config.write_text((f"[{section}]\n" if section else "") + f"{leaf} = {json.dumps(items)}\n")
+        environment = {**_clean_environment(), _variable(key): "\n"}
+        with mock.patch.dict(os.environ, environment, clear=True):
+            loaded = load_settings(config)
+    assert _value(key, loaded) == _from_file_list(key, items) != _default(key)
+    assert loaded.overridden == []
+
+
+@pytest.mark.parametrize("key", LIST_KEYS)
+@pytest.mark.parametrize("source", SOURCES)
+def test_a_list_of_commas_alone_is_refused_naming_its_key(key: str, source: Any) -> None:
+    # `,` names no item: neither the default nor an empty list is clearly meant.
+    with pytest.raises(ConfigError, match=rf"^config key {key}: ' ?, ,?' names nothing"):
+        source(key, " , ,")
+
+
+@pytest.mark.parametrize("source", [_from_environment, _from_set])
+def test_no_drain_taint_at_all_is_an_empty_json_list(source: Any) -> None:
+    # The one way to have no taint key: blank is the defaults.
+    assert source("kubernetes.taints", "[]") == []
+    assert _from_file_list("kubernetes.taints", []) == []
