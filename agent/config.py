@@ -608,7 +608,9 @@ def _overridden(
     """A line for each key `document` (the config file at `path`) sets that a flag or a
     FOREWARN_ variable sets too. The systemd unit and the container image set some variables
     themselves (FOREWARN_STATE_DIR, FOREWARN_METRICS_ADDRESS, ...), so the same key edited in
-    the file was ignored without a word. Values are not shown: one may be a secret."""
+    the file was ignored without a word. A variable that gives the file's own value changes
+    nothing and gets no line: the Kubernetes manifests set FOREWARN_RUNTIME_DIR, _STATE_DIR and
+    _LOG_FORMAT as the image's config file does. Values are not shown: one may be a secret."""
     variables = {name.upper(): value for name, value in os.environ.items()}
     flags = {str(key).lower(): value for key, value in given.items()}
     notes = []
@@ -616,22 +618,37 @@ def _overridden(
         if isinstance(value, dict):
             section = flags.get(key.lower())
             keys = [
-                (f"{key}.{leaf}", isinstance(section, dict) and leaf in section) for leaf in value
+                (f"{key}.{leaf}", isinstance(section, dict) and leaf in section, inner)
+                for leaf, inner in value.items()
             ]
         else:
-            keys = [(key, key.lower() in flags)]
-        for dotted, by_flag in keys:
+            keys = [(key, key.lower() in flags, value)]
+        for dotted, by_flag, written in keys:
             variable = "FOREWARN_" + dotted.replace(".", "_").upper()
             if by_flag:
                 by = "a command-line option"
-            elif variable in variables and not _blank_is_unset(
-                _annotation(model, dotted), dotted, "." not in dotted, variables[variable]
+            elif (
+                variable in variables
+                and not _blank_is_unset(
+                    _annotation(model, dotted), dotted, "." not in dotted, variables[variable]
+                )
+                and not _same_text(written, variables[variable])
             ):
                 by = f"the environment variable {variable}"
             else:
                 continue
             notes.append(f"config key {dotted}: {by} overrides its value in {path}")
     return notes
+
+
+def _same_text(written: Any, variable: str) -> bool:
+    """Whether a variable's text is the config file's value `written` as written (a TOML
+    boolean as `true`/`false`); anything else counts as different, so a note is never lost."""
+    if isinstance(written, bool):
+        written = "true" if written else "false"
+    if not isinstance(written, (str, int, float)):
+        return False
+    return variable.strip(string.whitespace) == str(written).strip(string.whitespace)
 
 
 __all__ = [

@@ -927,6 +927,33 @@ def test_a_file_key_a_variable_or_flag_overrides_is_named(
     assert load_settings(config).overridden == []
 
 
+def test_a_variable_that_gives_the_files_own_value_is_not_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Kubernetes manifests set FOREWARN_RUNTIME_DIR, _STATE_DIR and _LOG_FORMAT to what
+    the image's config file says: a warning that each overrides the file at every start,
+    where nothing changed. A different value is still named."""
+    config = tmp_path / "f.toml"
+    config.write_text(
+        f'runtime_dir = "{tmp_path}"\nlog_format = "json"\nallow_remote = true\n'
+        "exit_margin = 20\n[aws]\ntimeout = 3\n"
+    )
+    for variable, value in [
+        ("FOREWARN_RUNTIME_DIR", f"{tmp_path}\n"),
+        ("FOREWARN_LOG_FORMAT", "json"),
+        ("FOREWARN_ALLOW_REMOTE", "true"),
+        ("FOREWARN_EXIT_MARGIN", "20"),
+        ("FOREWARN_AWS_TIMEOUT", "3"),
+    ]:
+        monkeypatch.setenv(variable, value)
+    assert load_settings(config).overridden == []
+    monkeypatch.setenv("FOREWARN_LOG_FORMAT", "text")
+    assert load_settings(config).overridden == [
+        f"config key log_format: the environment variable FOREWARN_LOG_FORMAT overrides its "
+        f"value in {config}"
+    ]
+
+
 def _other_case(draw: st.DrawFn, key: str) -> str:
     flips = draw(st.lists(st.booleans(), min_size=len(key), max_size=len(key)))
     mangled = "".join(c.swapcase() if flip else c for c, flip in zip(key, flips, strict=True))
