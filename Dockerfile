@@ -14,10 +14,12 @@
 # (a training container mounts it with `-v forewarn-run:/run/forewarn:nocopy`; one that is not
 # root needs group 10001, `--group-add 10001`, for its sockets, and every one a
 # `--stop-timeout` longer than its reclaim save, 10 s by default: docs/operations.md).
-# Settings are FOREWARN_* variables (docs/operations.md); metrics and health listen on
-# 127.0.0.1:9464 inside the container (FOREWARN_METRICS_ADDRESS).
+# The image's settings are its config file, /etc/forewarn/forewarn.toml
+# (packaging/container/forewarn.toml): metrics and health on 127.0.0.1:9464 inside the
+# container, JSON logs. Mount a forewarn.toml of yours there (it replaces the image's whole)
+# or set FOREWARN_* variables, which override any file (docs/operations.md).
 # Extras other than `metrics` (k8s for a kubeconfig, aws for drills): --build-arg
-# FOREWARN_EXTRAS=metrics,k8s (keep metrics while FOREWARN_METRICS_ADDRESS is set).
+# FOREWARN_EXTRAS=metrics,k8s (keep metrics while metrics_address is set).
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
@@ -42,17 +44,16 @@ ARG FOREWARN_EXTRAS=metrics
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PATH=/opt/forewarn/bin:$PATH \
-    FOREWARN_RUNTIME_DIR=/run/forewarn \
-    FOREWARN_STATE_DIR=/var/lib/forewarn \
-    FOREWARN_METRICS_ADDRESS=127.0.0.1:9464 \
-    FOREWARN_LOG_FORMAT=json
+    PATH=/opt/forewarn/bin:$PATH
 
 RUN groupadd --system --gid 10001 forewarn \
     && useradd --system --uid 10001 --gid forewarn --no-create-home \
         --home-dir /var/lib/forewarn --shell /usr/sbin/nologin forewarn \
     && install -d -o forewarn -g forewarn -m 0750 /run/forewarn /var/lib/forewarn
 
+# Settings in a file, not ENV: a variable beats any config file, so a forewarn.toml mounted
+# here had its metrics_address, runtime_dir, state_dir and log_format ignored in silence.
+COPY packaging/container/forewarn.toml /etc/forewarn/forewarn.toml
 COPY --from=build /dist /dist
 RUN python -m venv /opt/forewarn \
     && wheel="$(find /dist -name 'forewarn-*.whl')" \
@@ -61,8 +62,8 @@ RUN python -m venv /opt/forewarn \
 
 USER 10001:10001
 WORKDIR /var/lib/forewarn
-# Metrics inside the container; publish it only with FOREWARN_METRICS_ADDRESS=[::]:9464
-# (every address, IPv6 and IPv4) and FOREWARN_ALLOW_REMOTE=true.
+# Metrics inside the container; publish it only with metrics_address [::]:9464 (every
+# address, IPv6 and IPv4) and allow_remote true, in a mounted file or FOREWARN_* variables.
 EXPOSE 9464
 # `forewarn status` finds the agent as the agent itself is configured (FOREWARN_* variables,
 # FOREWARN_CONFIG or /etc/forewarn/forewarn.toml), metrics on or off; its --timeout stays

@@ -111,8 +111,10 @@ def replay_build_stage(image: Path, scratch: Path, pip_env: dict[str, str]) -> N
     /src is removed afterwards: the final stage receives only what it copies `--from` the
     build stage."""
     parsed = parse_dockerfile(DOCKERFILE)
+    final = final_stage(parsed)
     for copy in parsed.of("COPY"):
-        if copy.args.startswith("--from"):
+        # The final stage's own COPY (its config file) goes to the image, not to /src.
+        if copy.args.startswith("--from") or copy.stage == final:
             continue
         *sources, _ = copy.args.split()
         for source in sources:
@@ -123,7 +125,6 @@ def replay_build_stage(image: Path, scratch: Path, pip_env: dict[str, str]) -> N
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(ROOT / source, target)
     env = {**base_image_env(scratch), **pip_env}
-    final = final_stage(parsed)
     for step in pip_steps(parsed):
         if step.stage < final:
             run_step(step, image, {**env, **build_args(parsed, step.stage)})

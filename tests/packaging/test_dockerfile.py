@@ -14,10 +14,14 @@ import re
 import shlex
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from forewarn.agent.config import DEFAULT_CONFIG_FILE, load_settings, settings_model
+from forewarn.protocol.wire import DEFAULT_CONFIG_FILE as WIRE_CONFIG_FILE
 from image_build import (
     DOCKERFILE,
     Dockerfile,
@@ -29,8 +33,9 @@ from image_build import (
     pip_steps,
     run_step,
 )
+from pydantic import BaseModel
 from status_probe import run_check, silent_agent, status_timeout
-from support import AgentProcess, agent_env, free_port
+from support import AgentProcess, agent_env, eventually, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 Tool = Callable[[str], str]
@@ -90,11 +95,79 @@ def image_environment(parsed: Dockerfile) -> dict[str, str]:
     return found
 
 
+def image_config(parsed: Dockerfile) -> Path:
+    """The file of this tree the final stage copies to where the agent looks for its config."""
+    final = final_stage(parsed)
+    found = [
+        ROOT / source
+        for copy in parsed.of("COPY")
+        if copy.stage == final and not copy.args.startswith("--from")
+        for *sources, destination in [copy.args.split()]
+        if Path(destination) == DEFAULT_CONFIG_FILE
+        for source in sources
+    ]
+    assert len(found) == 1, f"expected one COPY to {DEFAULT_CONFIG_FILE}, found {found}"
+    return found[0]
+
+
 def image_settings(parsed: Dockerfile) -> dict[str, str]:
-    """The image's FOREWARN_* settings but its directories, which each test gives its own."""
+    """The image's FOREWARN_* variables and its config file, which FOREWARN_CONFIG names here
+    in place of /etc/forewarn/forewarn.toml; each test's own directories, set by `agent_env`
+    as variables, override the file's."""
     settings = {k: v for k, v in image_environment(parsed).items() if k.startswith("FOREWARN_")}
-    del settings["FOREWARN_RUNTIME_DIR"], settings["FOREWARN_STATE_DIR"]
-    return settings
+    return {**settings, "FOREWARN_CONFIG": str(image_config(parsed))}
+
+
+def test_the_image_sets_no_setting_in_its_environment():
+    """A variable beats any config file: with FOREWARN_METRICS_ADDRESS, _RUNTIME_DIR,
+    _STATE_DIR and _LOG_FORMAT in the image's ENV, a forewarn.toml mounted at
+    /etc/forewarn/forewarn.toml had those keys ignored in silence."""
+    model = settings_model()
+    variables = [f"FOREWARN_{key.upper()}" for key in model.model_fields]
+    variables += [
+        f"FOREWARN_{section.upper()}_{key.upper()}"
+        for section, field in model.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+        for key in field.annotation.model_fields
+    ]
+    assert not set(image_environment(parse_dockerfile(DOCKERFILE))) & set(variables)
+
+
+def test_the_images_config_file_holds_its_settings(monkeypatch: pytest.MonkeyPatch):
+    parsed = parse_dockerfile(DOCKERFILE)
+    assert DEFAULT_CONFIG_FILE == WIRE_CONFIG_FILE  # the clients' (HEALTHCHECK) look there too
+    for variable in [name for name in os.environ if name.startswith("FOREWARN_")]:
+        monkeypatch.delenv(variable)
+    settings = load_settings(image_config(parsed))
+    assert settings.runtime_dir == Path("/run/forewarn")
+    assert settings.state_dir == Path("/var/lib/forewarn")
+    assert settings.metrics_address == "127.0.0.1:9464"
+    assert settings.log_format == "json"
+
+
+def test_a_mounted_config_files_metrics_address_wins(tmp_path: Path):
+    """A forewarn.toml mounted over the image's (or named by FOREWARN_CONFIG) is the agent's
+    configuration, under the image's whole environment: its metrics address is the one
+    served, and no warning says a variable overrides it."""
+    parsed = parse_dockerfile(DOCKERFILE)
+    port = free_port()
+    mounted = tmp_path / "forewarn.toml"
+    mounted.write_text(f'metrics_address = "127.0.0.1:{port}"\n')
+    env = agent_env(tmp_path, **image_environment(parsed), FOREWARN_CONFIG=str(mounted))
+    with AgentProcess(tmp_path, env=env) as agent:
+        eventually(lambda: _healthz(port) == 200, timeout=20, what=f"/healthz on {port}")
+    assert "overrides its value" not in agent.output(), agent.output()
+
+
+def _healthz(port: int) -> int:
+    """The status of GET /healthz on loopback `port`, 0 while nothing answers there."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return 0
 
 
 @pytest.mark.parametrize("configured_by", ["metrics off", "config file"])
@@ -110,13 +183,13 @@ def test_the_health_check_follows_the_agents_own_configuration(configured_by: st
         settings["FOREWARN_METRICS_ADDRESS"] = "off"
         env = agent_env(tmp_path, **settings)
     else:
-        del settings["FOREWARN_METRICS_ADDRESS"]
+        # The operator's file, mounted over the image's.
         runtime = tmp_path / "elsewhere"
         config = tmp_path / "forewarn.toml"
         config.write_text(
             f'runtime_dir = "{runtime}"\nmetrics_address = "127.0.0.1:{free_port()}"\n'
         )
-        env = agent_env(tmp_path, **settings, FOREWARN_CONFIG=str(config))
+        env = agent_env(tmp_path, **{**settings, "FOREWARN_CONFIG": str(config)})
         del env["FOREWARN_RUNTIME_DIR"]
     assert run_check(check, env, limit).returncode != 0  # no agent yet
     with AgentProcess(tmp_path, env=env, runtime=runtime):
@@ -257,7 +330,10 @@ def test_dockerignore_admits_everything_the_build_copies():
             continue
         *sources, _ = copy.args.split()
         for source in sources:
-            assert source.rstrip("/") in admitted, f"COPY {source}: .dockerignore leaves it out"
+            # `!packaging/` lets in what is under it too (packaging/container/forewarn.toml).
+            parts = Path(source.rstrip("/")).parts
+            prefixes = {"/".join(parts[:depth]) for depth in range(1, len(parts) + 1)}
+            assert prefixes & admitted, f"COPY {source}: .dockerignore leaves it out"
     # Every code folder of the package (setup.py's FOLDERS) is copied.
     folders = ast.literal_eval(
         re.search(r"^FOLDERS = (\(.*?\))$", (ROOT / "setup.py").read_text(), re.M).group(1)  # type: ignore[union-attr]
