@@ -143,13 +143,23 @@ def resolve(
     env = os.environ if env is None else env
     if settings.kubeconfig is not None:
         return from_kubeconfig(
-            settings.kubeconfig, settings.context, settings.url, credentials=credentials
+            settings.kubeconfig,
+            settings.context,
+            settings.url,
+            credentials=credentials,
+            exec_timeout=settings.exec_timeout,
         )
     if settings.url is None and not env.get("KUBERNETES_SERVICE_HOST", "").strip():
         # Outside a pod, as kubectl does: $KUBECONFIG, else ~/.kube/config.
         paths = kubeconfig.default_paths(env)
         if paths is not None:
-            return from_kubeconfig(paths, settings.context, None, credentials=credentials)
+            return from_kubeconfig(
+                paths,
+                settings.context,
+                None,
+                credentials=credentials,
+                exec_timeout=settings.exec_timeout,
+            )
     return in_cluster(settings, env)
 
 
@@ -246,12 +256,18 @@ def _context(
 
 
 def from_kubeconfig(
-    path: Path | str, context: str | None, url: str | None, *, credentials: bool = True
+    path: Path | str,
+    context: str | None,
+    url: str | None,
+    *,
+    credentials: bool = True,
+    exec_timeout: float | None = None,
 ) -> Cluster:
     """The context's server and credentials, as the Kubernetes client library reads them
-    (exec plugins, several files in one `os.pathsep`-separated `path`); `url` overrides
-    the server."""
-    configuration, name = kubeconfig.load(str(path), context, credentials=credentials)
+    (exec plugins, given `exec_timeout` seconds to answer, else kubeconfig.EXEC_TIMEOUT;
+    several files in one `os.pathsep`-separated `path`); `url` overrides the server."""
+    with kubeconfig.exec_limit(exec_timeout):
+        configuration, name = kubeconfig.load(str(path), context, credentials=credentials)
     source = f"kubeconfig {path} (context {name})"
     server = (url or configuration.host or "").rstrip("/")
     if not server:
@@ -280,7 +296,9 @@ def from_kubeconfig(
                 raise ConfigError(f"{source}: client certificate: {error}") from None
 
     def token() -> str | None:
-        return kubeconfig.bearer(configuration)
+        # In the thread that runs it (off_loop's), where the plugin is started.
+        with kubeconfig.exec_limit(exec_timeout):
+            return kubeconfig.bearer(configuration)
 
     token()  # fail now, naming the kubeconfig, if the credentials cannot be had
     return Cluster(server, token, verify, source)

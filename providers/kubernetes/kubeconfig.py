@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from forewarn.protocol.errors import ConfigError
 
+from .settings import DEFAULT_EXEC_TIMEOUT
+
 if TYPE_CHECKING:
     from kubernetes.client import Configuration
 
@@ -99,7 +101,20 @@ class _Collect(logging.Handler):
 # kubectl does, where a person can press Ctrl-C): a plugin that hung (`aws eks get-token` with
 # no route to STS, a login waiting for a browser) held the watcher without an error, and the
 # agent at start when `kubernetes.events` or `cordon` is on. A cloud CLI answers in seconds.
-EXEC_TIMEOUT = 60.0
+# The agent's own calls use `kubernetes.exec_timeout` (`exec_limit`); this is for the rest.
+EXEC_TIMEOUT = DEFAULT_EXEC_TIMEOUT
+
+
+@contextmanager
+def exec_limit(seconds: float | None) -> Iterator[None]:
+    """Exec plugins this thread starts meanwhile have `seconds` to answer (None: EXEC_TIMEOUT).
+    Per thread: the library starts the plugin in the thread that asks for the credential."""
+    previous = getattr(_current, "limit", None)
+    _current.limit = seconds
+    try:
+        yield
+    finally:
+        _current.limit = previous
 
 
 def _cancelled() -> asyncio.CancelledError:
@@ -164,7 +179,8 @@ class _BoundedPopen(subprocess.Popen[str]):
             owner.add(self)
 
     def communicate(self, input: Any = None, timeout: float | None = None) -> Any:
-        limit = EXEC_TIMEOUT if timeout is None else timeout
+        limit = timeout if timeout is not None else getattr(_current, "limit", None)
+        limit = EXEC_TIMEOUT if limit is None else limit
         try:
             answer = super().communicate(input, limit)
         except subprocess.TimeoutExpired:
@@ -384,6 +400,7 @@ __all__ = [
     "PROTECTED_HOMES",
     "bearer",
     "default_paths",
+    "exec_limit",
     "install_hint",
     "load",
     "off_loop",

@@ -12,6 +12,8 @@ from pydantic_settings import NoDecode
 from ..settings import EndpointSettings, WholeSeconds, split_list
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+# Seconds a kubeconfig's exec plugin has to print its credential (kubeconfig.EXEC_TIMEOUT).
+DEFAULT_EXEC_TIMEOUT = 60.0
 
 # Taints that mean "this node is being taken away". `DeletionCandidateOfClusterAutoscaler`
 # is deliberately absent: it marks a candidate only, and most candidates are never removed.
@@ -104,6 +106,16 @@ class Settings(EndpointSettings):
         description="More taint keys that raise a drain, added to `taints` (comma-separated "
         "or a JSON list in the environment).",
     )
+    # Bounded: the watcher waits on the plugin before each (re)connect; past ten minutes a
+    # hung one would hold it, silent, for longer than any reclaim notice lasts.
+    exec_timeout: float = Field(
+        default=DEFAULT_EXEC_TIMEOUT,
+        gt=0,
+        le=600,
+        description="Seconds a kubeconfig's exec credential plugin (`aws eks get-token`, "
+        "`gke-gcloud-auth-plugin`, `kubelogin`) has to print its credential; one that has "
+        "not is stopped and reported as a `config` error, then run again at the next retry.",
+    )
     watch_timeout: WholeSeconds = Field(
         default=300,
         ge=1,
@@ -166,4 +178,10 @@ class Settings(EndpointSettings):
         return value.strip() or None if value is not None else None
 
 
-__all__ = ["DEFAULT_DRAIN_TAINTS", "SERVICE_ACCOUNT_DIR", "Settings", "taint_key_problem"]
+__all__ = [
+    "DEFAULT_DRAIN_TAINTS",
+    "DEFAULT_EXEC_TIMEOUT",
+    "SERVICE_ACCOUNT_DIR",
+    "Settings",
+    "taint_key_problem",
+]

@@ -228,15 +228,14 @@ async def test_a_plugin_that_never_answers_is_stopped_and_named(
     tmp_path: Path,
     server: SimServer,
     start_watcher: Callable[..., Any],
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The watcher waited on such a plugin forever: no error in `status` (the provider stayed
-    `waiting`), the plugin and its children left running, and the agent unable to stop."""
-    monkeypatch.setattr(kubeconfig, "EXEC_TIMEOUT", 1.0)
+    `waiting`), the plugin and its children left running, and the agent unable to stop. The
+    limit is `kubernetes.exec_timeout` (a duration, as every seconds key takes)."""
     kube = tmp_path / "kube"
     config = hanging_kubeconfig(kube, server.url)
-    running = await start_watcher(kubeconfig=config, node_name=NODE)
+    running = await start_watcher(kubeconfig=config, node_name=NODE, exec_timeout="1s")
     await running.until(lambda: running.health.last_error == "config", timeout=15)
     assert "/bin/sh did not answer within 1s" in caplog.text
     pids = [int(pid) for pid in (kube / "pids").read_text().split()]
@@ -251,10 +250,17 @@ def test_the_notifier_does_not_run_the_plugin_at_start(
     monkeypatch.setattr(kubeconfig, "EXEC_TIMEOUT", 1.0)
     kube = tmp_path / "kube"
     config = hanging_kubeconfig(kube, server.url)
-    settings = Settings(kubeconfig=config, node_name=NODE, events=True)
+    settings = Settings(kubeconfig=config, node_name=NODE, events=True, exec_timeout=1)
     notifier = KubernetesNotifier(settings, env={})
     assert notifier.cluster.server == server.url
     assert not (kube / "pids").exists()
+
+
+@pytest.mark.parametrize("given", ["0", "-1", "601", "11m", "nan"])
+def test_the_exec_timeout_is_bounded_and_named(given: str) -> None:
+    # Above ten minutes a hung plugin would hold the watcher, silent, past any notice.
+    with pytest.raises(ValueError, match="exec_timeout"):
+        Settings(exec_timeout=given)
 
 
 def failing_plugin_env(tmp_path: Path, server: SimServer) -> tuple[Path, dict[str, str]]:
