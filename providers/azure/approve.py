@@ -3,25 +3,38 @@
 An approval tells Azure the workload is ready, so the event may start before NotBefore. It
 releases the event for every VM listed in its Resources. The watcher decides *when*; this
 module only makes sure each event is approved at most once and keeps the books.
+
+The events approved are kept in the state directory (`azure-approved.json`): Azure may wait
+for other tenants and list an approved event as Scheduled until it starts, and a restarted
+agent that forgot its approval sent it again (`immediately`, at its first document).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 
 from ..fetch import fetch
+from ..health import PollHealth
+from ..persist import write_or_report
 
 log = logging.getLogger("forewarn.providers.azure")
 
 # A failed POST is tried again on later polls, but not forever: the event starts at NotBefore
 # anyway, and an endpoint that keeps refusing is logged rather than hammered.
 MAX_ATTEMPTS = 3
+APPROVED_FILE = "azure-approved.json"
+# Approvals kept in the file: events are few and leave the list within a day; the oldest go
+# first should a document ever list more.
+KEEP_APPROVED = 256
 
 
 @dataclass
@@ -44,8 +57,12 @@ class Approver:
         api_version: str,
         timeout: float,
         on_outcome: Callable[[str], None] | None = None,
+        path: Path | None = None,
+        health: PollHealth | None = None,
     ) -> None:
         self.client = client
+        self.path = path
+        self.health = health
         self.on_outcome = on_outcome
         self.url = url
         self.api_version = api_version
@@ -56,6 +73,10 @@ class Approver:
         self.retry: dict[str, str] = {}  # EventId -> why, for approvals that failed
         self.skipped: dict[str, str] = {}  # EventId -> why it was not approved
         self._in_flight: set[str] = set()
+        self.approved.update(load_approved(path) if path is not None else {})
+        # Loaded from the file, not yet asked for again by this watcher (logged when asked).
+        self.restored: set[str] = set(self.approved)
+        self._unsaved = False
 
     def done(self, event_id: str) -> bool:
         return event_id in self.approved or event_id in self._in_flight
@@ -103,6 +124,7 @@ class Approver:
         elapsed = (time.perf_counter() - started) * 1000
         if problem is None:
             self.approved[event_id] = time.time()
+            self._save()
             self.retry.pop(event_id, None)
             self.stats.sent += 1
             self.stats.by_reason[why] = self.stats.by_reason.get(why, 0) + 1
@@ -124,6 +146,24 @@ class Approver:
         )
         return False
 
+    def keep_only(self, listed: Iterable[str]) -> None:
+        """Forget the approvals of events no longer listed (EventIds are not reused); a write
+        that failed before is tried again here."""
+        listed = set(listed)
+        gone = [event_id for event_id in self.approved if event_id not in listed]
+        for event_id in gone:
+            del self.approved[event_id]
+            self.restored.discard(event_id)
+        if gone or self._unsaved:
+            self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        newest = sorted(self.approved.items(), key=lambda item: item[1])[-KEEP_APPROVED:]
+        text = json.dumps({"approved": dict(newest)}, indent=1) + "\n"
+        self._unsaved = not write_or_report(self.path, text, self.health)
+
     def _tell(self, outcome: str) -> None:
         if self.on_outcome is None:
             return
@@ -133,4 +173,29 @@ class Approver:
             log.exception("azure: counting an approval (%s) failed", outcome)
 
 
-__all__ = ["MAX_ATTEMPTS", "ApprovalStats", "Approver"]
+def load_approved(path: Path) -> dict[str, float]:
+    """The approvals saved in `path`, by EventId; none from a missing or unreadable file (an
+    approval sent again is the harm, and a smaller one than refusing to start)."""
+    try:
+        payload = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        log.warning("azure: ignoring unreadable %s (%s)", path, error)
+        return {}
+    approved = payload.get("approved") if isinstance(payload, dict) else None
+    if not isinstance(approved, dict):
+        log.warning("azure: ignoring %s: no approved object", path)
+        return {}
+    return {
+        event_id: float(at)
+        for event_id, at in approved.items()
+        # A time, not a bool; an int past a float's range first (float() would raise).
+        if isinstance(at, (int, float))
+        and not isinstance(at, bool)
+        and abs(at) < 1e15
+        and math.isfinite(at)
+    }
+
+
+__all__ = ["APPROVED_FILE", "MAX_ATTEMPTS", "ApprovalStats", "Approver", "load_approved"]

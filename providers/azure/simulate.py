@@ -3,7 +3,8 @@
 What it copies from the real service: `GET`/`POST /metadata/scheduledevents` with the
 `Metadata: true` header and a supported `api-version` (400 otherwise, also for an
 `X-Forwarded-For` header or a repeated query parameter), 429 above five requests a second,
-`DocumentIncarnation` bumped on every change, Scheduled → Started on approval or at NotBefore
+`DocumentIncarnation` bumped on every change, Scheduled → Started on approval (or
+`approval_start_after` seconds later, as Azure may wait for other tenants) or at NotBefore
 (NotBefore then becomes ""), removal some seconds after Started, events that name several
 Resources, and `/metadata/instance[/compute]` for the VM's name. The first call can be made
 slow, as it is on a VM that has not used Scheduled Events for a day.
@@ -20,6 +21,7 @@ JSON error bodies; e.g. `{"kind": "status", "status": 500, "path":
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 import uuid
@@ -100,6 +102,7 @@ class AzureSimulator(Simulator):
         rate_limit: int = 5,
         first_call_delay: float = 0.0,
         not_before_format: str = "rfc1123",
+        approval_start_after: float = 0.0,
     ) -> None:
         super().__init__()
         if not_before_format not in NOT_BEFORE_FORMATS:
@@ -128,6 +131,9 @@ class AzureSimulator(Simulator):
             vm_name = f"{vmss_name}_{instance_id}" if vmss_name else DEFAULT_VM_NAME
         self.vm_name = vm_name
         self.removal_after = removal_after
+        # Seconds an approved event stays Scheduled: approval lets Azure start it early, but
+        # it may still wait for other tenants, listed as Scheduled until it starts.
+        self.approval_start_after = approval_start_after
         self.rate_limit = rate_limit
         self.first_call_delay = first_call_delay
         self.incarnation = 1
@@ -206,6 +212,10 @@ class AzureSimulator(Simulator):
                 self.approvals.append(
                     {"EventId": event_id, "at": time.time(), "monotonic": arrived}
                 )
+        for event_id in ids:
+            if self.approval_start_after > 0:
+                self._later(self.approval_start_after, functools.partial(self._start, event_id))
+            else:
                 self._start(event_id)
         return SimResponse(200, "", "application/json")
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from pathlib import Path
 from typing import ClassVar
 
 import httpx
@@ -25,7 +26,7 @@ from forewarn.providers.report import Report
 from ..backoff import Backoff
 from ..base import Emit, ParseError, PollHealth, WatcherContext
 from ..fetch import Answer, fetch
-from .approve import Approver
+from .approve import APPROVED_FILE, Approver
 from .events import (
     ID_PREFIX,
     EventsDocument,
@@ -59,7 +60,12 @@ MALFORMED_LOGGED = 256
 class AzureWatcher:
     name: ClassVar[str] = "azure"
 
-    def __init__(self, settings: Settings, health: PollHealth | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        health: PollHealth | None = None,
+        state_dir: Path | None = None,
+    ) -> None:
         self.settings = settings
         self.health = health or PollHealth(self.name)
         self.base_url = settings.base_url
@@ -75,6 +81,8 @@ class AzureWatcher:
             settings.api_version,
             settings.request_timeout,
             on_outcome=self.health.approval,
+            path=state_dir / APPROVED_FILE if state_dir is not None else None,
+            health=self.health,
         )
         self.names: frozenset[str] | None = (
             frozenset({settings.vm_name.lower()}) if settings.vm_name else None
@@ -259,6 +267,10 @@ class AzureWatcher:
         )
         self._restored = {}
         self._note_malformed(document)
+        self.approvals.keep_only(
+            [event.event_id for event in document.events]
+            + [bad.event_id for bad in document.malformed if bad.event_id]
+        )
         for bad in document.malformed:
             # Unreadable now, but listed: cleared, it would tell clients the event is over.
             kept = previous.get(ID_PREFIX + bad.event_id) if bad.event_id else None
@@ -346,6 +358,9 @@ class AzureWatcher:
     def request_approval(self, event_id: str, why: str) -> None:
         """Approve one of this VM's events now, on the watcher's loop, unless it may not be."""
         if self.approvals.done(event_id):
+            if event_id in self.approvals.restored:
+                self.approvals.restored.discard(event_id)
+                log.info("azure: event %s was approved before the agent restarted", event_id)
             return
         event = self.events.get(event_id)
         if event is None and not self.answered:
@@ -415,7 +430,7 @@ def _retry_after(response: Answer) -> float:
 
 
 def build(settings: Settings, context: WatcherContext) -> AzureWatcher:
-    return AzureWatcher(settings, context.health)
+    return AzureWatcher(settings, context.health, Path(context.state_dir))
 
 
 __all__ = ["EVENTS_PATH", "INSTANCE_API_VERSION", "AzureWatcher", "build"]

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import math
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
 import respx
 from azure_harness import running
-from forewarn.providers.azure.approve import MAX_ATTEMPTS, Approver
+from forewarn.providers.azure.approve import MAX_ATTEMPTS, Approver, load_approved
 from forewarn.providers.azure.simulate import AzureSimulator
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support import eventually_async
 
 
@@ -215,3 +220,70 @@ def test_approve_types_names_a_type_that_does_not_exist() -> None:
     ]
     with pytest.raises(ValidationError, match="'LiveMigration' is not an EventType"):
         Settings(approve_types="Preempt,LiveMigration")
+
+
+URL = "http://127.0.0.1:1/metadata/scheduledevents"
+
+
+@respx.mock
+async def test_an_approval_is_kept_in_the_state_file_until_its_event_leaves_the_list(
+    tmp_path: Path,
+) -> None:
+    respx.post(URL).mock(return_value=httpx.Response(200))
+    path = tmp_path / "azure-approved.json"
+    async with httpx.AsyncClient(trust_env=False) as client:
+        assert await Approver(client, URL, "2020-07-01", 1, path=path).approve("E1", "immediately")
+        assert set(load_approved(path)) == {"E1"}
+        # A restarted watcher's approver: E1 is approved, and not POSTed again.
+        again = Approver(client, URL, "2020-07-01", 1, path=path)
+        assert again.done("E1") and again.restored == {"E1"}
+        assert not await again.approve("E1", "immediately")
+        again.keep_only(["E2"])  # E1 is no longer listed
+    assert load_approved(path) == {}
+    assert respx.calls.call_count == 1
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        b"not json",
+        b"[]",
+        b'{"approved": []}',
+        b'{"approved": {"E1": "x", "E2": true}}',
+        b'{"approved": {"E1": 1' + b"0" * 400 + b"}}",
+    ],
+)
+def test_an_unreadable_approvals_file_is_no_approval(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "azure-approved.json"
+    path.write_bytes(content)
+    assert load_approved(path) == {}
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=10**300)
+    | st.floats()
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    payload=st.one_of(
+        st.binary(max_size=64).map(lambda b: b.decode("latin-1")),
+        JSON.map(lambda value: json.dumps(value)),
+        st.dictionaries(st.text(max_size=8), JSON).map(lambda a: json.dumps({"approved": a})),
+    )
+)
+def test_load_approved_never_raises_and_gives_event_ids_with_times(
+    tmp_path: Path, payload: str
+) -> None:
+    path = tmp_path / "azure-approved.json"
+    path.write_text(payload, encoding="utf-8", errors="surrogatepass")
+    for event_id, at in load_approved(path).items():
+        assert isinstance(event_id, str) and isinstance(at, float) and math.isfinite(at)

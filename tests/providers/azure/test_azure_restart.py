@@ -75,3 +75,32 @@ def test_an_unchanged_event_is_not_sent_again_after_an_agent_restart(
         active = agent.control({"op": "status"})["active"]
         assert [notice["id"] for notice in active] == [notice_id]
         assert published(agent.output(), notice_id) == [], (sent, agent.output())
+
+
+def test_an_event_approved_before_an_agent_restart_is_not_approved_again(tmp_path: Path) -> None:
+    """Approval lets Azure start an event early, but it may wait for other tenants and list
+    the event as Scheduled until then. The restarted agent (approve = "immediately") had
+    forgotten its approval and POSTed it again at its first document, counted as a second
+    approval of the same event. (`after-ack` did not: the restored acks make the restored
+    notice flushed already, and a client's ack again is not a new flush.)"""
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=60, rate_limit=10, approval_start_after=600)
+    with SimServer(sim) as server:
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AZURE_URL=server.url,
+            FOREWARN_AZURE_VM_NAME="gpu-0",
+            FOREWARN_AZURE_INTERVAL="0.25",
+            FOREWARN_AZURE_APPROVE="immediately",
+        )
+        event_id = sim.raise_notice("Terminate", {"not_before_seconds": 600})
+        notice_id = f"azure/{event_id}"
+        with AgentProcess(tmp_path, providers=("azure",), env=env) as first:
+            eventually(lambda: published(first.output(), notice_id), what="the notice")
+            eventually(lambda: sim.approvals, what="the approval")
+            eventually(lambda: "approved event" in first.output(), what="its 200 to be read")
+        assert sim.events[event_id]["EventStatus"] == "Scheduled"
+        with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
+            eventually(lambda: "restored from" in agent.output(), what="the restore")
+            wait_polls(sim, 4)
+            assert [a["EventId"] for a in sim.approvals] == [event_id], agent.output()
+            assert "approved before" in agent.output()
