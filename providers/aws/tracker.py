@@ -10,7 +10,9 @@ A notice whose deadline had already passed when it was first seen (the agent sta
 it, or the node's clock is ahead) is stale from the start: with `once_if_past`, the agent
 retiring it (`forget`) does not make the next poll that still shows it unchanged raise it
 again, which would be a clear and the same terminate at every grace while IMDS keeps it. A
-real change of it after that is a new notice, with its own id.
+real change of it after that is a new notice, with its own id. The ids of those retired
+before an agent restart are handed in (`retired_before`): a first sighting of one, still
+past, is taken as retired at once.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class PathTracker:
     seen: dict[str, _Seen] = field(default_factory=dict)
     # Ids the agent retired and this path reported again since (not stale when first seen).
     raised_again: set[str] = field(default_factory=set)
+    # Ids of stale notices retired before the agent restarted (`once_if_past`), and those of
+    # them this tracker has since seen and kept retired (for the watcher to log).
+    retired_before: set[str] = field(default_factory=set)
+    recognised: list[str] = field(default_factory=list)
 
     def update(self, reports: list[Report]) -> list[Report]:
         """The reports to send after a successful poll that showed `reports`."""
@@ -79,8 +85,13 @@ class PathTracker:
                     continue
                 seen = None  # changed since it was retired: a new notice, its own id
             if seen is None:
-                self.seen[slot] = _Seen(report, moments, now, past=self._past(report))
-                out.append(report)
+                past = self._past(report)
+                retired = past and report.id in self.retired_before
+                self.seen[slot] = _Seen(report, moments, now, past=past, retired=retired)
+                if retired:
+                    self.recognised.append(report.id)
+                else:
+                    out.append(report)
                 continue
             report = report.model_copy(update={"id": seen.report.id})
             if self._changed(seen, report, moments, now):

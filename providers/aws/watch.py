@@ -13,7 +13,8 @@ is kept: a terminate is final, and a vanished interruption is likelier a glitch 
 A notice the agent retired past its deadline plus a grace is forgotten (`forget`): a path
 that still shows it raises it again on its next poll. Not a spot interruption whose time had
 already passed when it was first seen (the agent started late, the clock is ahead): that one
-is raised once, and raised again only if it changes (then as a new notice).
+is raised once, and raised again only if it changes (then as a new notice), also after an
+agent restart (`aws-retired.json` in the state directory keeps it retired).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import ClassVar
 
 import httpx
@@ -47,6 +49,7 @@ from .imds import (
     parse_rebalance,
     parse_scheduled,
 )
+from .retired import KEEP_RETIRED, RETIRED_FILE, load_retired, save_retired
 from .settings import DEFAULT_URL, Settings
 from .tracker import PathTracker
 
@@ -130,6 +133,7 @@ class AwsWatcher:
         *,
         clock: Callable[[], float] = time.monotonic,
         transport: httpx.AsyncBaseTransport | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self.settings = settings
         self.health = health
@@ -147,6 +151,12 @@ class AwsWatcher:
         # Spot polls go to `heightened_interval` while a warning is active (see `heightened`).
         self.spot = next((path for path in self.paths if path.name == "spot"), None)
         self._warnings = [path for path in self.paths if path.name in ("rebalance", "scheduled")]
+        # Stale spot interruptions retired, kept across restarts (see `forget`).
+        self._retired_path = state_dir / RETIRED_FILE if state_dir is not None else None
+        self._retired = load_retired(self._retired_path) if self._retired_path else []
+        self._retired_unsaved = False
+        if self.spot is not None:
+            self.spot.tracker.retired_before = set(self._retired)
 
     async def detect(self) -> bool:
         """True when an EC2 instance identity document can be read within one second."""
@@ -255,6 +265,7 @@ class AwsWatcher:
         for report in path.tracker.update(reports):
             _log_report(report)
             emit(report)
+        self._note_recognised(path)
         path.failing = False
         path.answered = True
         # Success is only reported when no path is failing, so that one broken path among
@@ -275,8 +286,29 @@ class AwsWatcher:
                     "again while IMDS shows it unchanged",
                     notice_id,
                 )
+                self._remember_retired(notice_id)
             else:
                 log.info("aws: %s retired; raised again while IMDS still shows it", notice_id)
+
+    def _remember_retired(self, notice_id: str | None = None) -> None:
+        """Save the stale interruptions retired (with `notice_id`), so that a restarted
+        agent keeps them retired; a failed write is tried again at the next poll."""
+        if notice_id is not None and notice_id not in self._retired:
+            self._retired = [*self._retired, notice_id][-KEEP_RETIRED:]
+        if self._retired_path is not None:
+            saved = save_retired(self._retired_path, self._retired, self.health)
+            self._retired_unsaved = not saved
+
+    def _note_recognised(self, path: WatchedPath) -> None:
+        for notice_id in path.tracker.recognised:
+            log.info(
+                "aws: %s was retired before the agent restarted (its time already past when "
+                "first seen); not raised again while IMDS shows it unchanged",
+                notice_id,
+            )
+        path.tracker.recognised.clear()
+        if self._retired_unsaved:
+            self._remember_retired()
 
     def _describe(self, error: ImdsError) -> str:
         """The cause and fix the first time an error kind has one; a reminder afterwards."""
@@ -321,7 +353,7 @@ def _log_report(report: Report) -> None:
 
 
 def build(settings: Settings, context: WatcherContext) -> AwsWatcher:
-    return AwsWatcher(settings, context.health)
+    return AwsWatcher(settings, context.health, state_dir=Path(context.state_dir))
 
 
 __all__ = ["AwsWatcher", "WatchedPath", "build", "imds_url", "watched_paths"]

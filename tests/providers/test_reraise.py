@@ -243,3 +243,37 @@ def test_an_aws_spot_interruption_already_past_when_first_seen_is_raised_once(
         assert again["id"] != first["id"] and parse_time(again["deadline"]) > parse_time(
             again["noticed_at"]
         )
+
+
+def test_an_aws_spot_interruption_already_past_stays_retired_across_an_agent_restart(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer]
+) -> None:
+    """The stale interruption of the test above, retired once: a restarted agent had
+    forgotten that and raised it again, a terminate that stopped every job started since."""
+    sim = ImdsSimulator()
+    server = serve(sim)
+    sim.raise_notice("spot", {"time": -600})
+    fast = {"FOREWARN_AWS_SPOT_INTERVAL": "0.2", "FOREWARN_AWS_ASG_INTERVAL": "0"}
+    with (
+        _agent(tmp_path, "aws", server.url, **fast) as agent,
+        agent.subscriber() as sub,
+    ):
+        first = _next(sub, lambda n: n["provider"] == "aws" and n["action"] == "terminate", 15)
+        _next(sub, lambda n: n["id"] == first["id"] and n["action"] == "clear", 10)
+        eventually(lambda: "not raised again" in agent.output(), what="its retirement")
+    with (
+        _agent(tmp_path, "aws", server.url, **fast) as agent,
+        agent.subscriber() as sub,
+    ):
+        polls = sim.requests[f"GET {SPOT_PATH}"]
+        eventually(lambda: sim.requests[f"GET {SPOT_PATH}"] >= polls + 20, 15, "20 more polls")
+        seen = []
+        with suppress(AssertionError):
+            seen.append(_next(sub, lambda n: True, 1.5))
+        assert seen == [], agent.output()
+        assert agent.control({"op": "status"})["active"] == []
+        assert "retired before the agent restarted" in agent.output()
+        # A real change is still a new interruption, raised at once.
+        sim.raise_notice("spot", {"time": 120})
+        again = _next(sub, lambda n: n["action"] == "terminate", 10)
+        assert again["id"] != first["id"]

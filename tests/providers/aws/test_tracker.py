@@ -190,3 +190,28 @@ def test_one_seen_before_its_time_is_reported_again_after_each_retirement() -> N
         clock.now += 0.5
         (again,) = tracker.update(spot(at))
         assert again.id == first.id
+
+
+def test_one_retired_before_a_restart_is_kept_retired_at_its_first_sighting() -> None:
+    clock = Clock()
+    stale_at = T0 - timedelta(minutes=10)
+    (retired,) = past_aware(clock, wall=T0).update(spot(stale_at))
+    tracker = past_aware(clock, wall=T0)
+    tracker.retired_before = {retired.id}
+    for _ in range(5):
+        clock.now += 0.5
+        assert tracker.update(spot(stale_at)) == []
+    assert tracker.recognised == [retired.id] and tracker.stale(retired.id)
+    # A change is a new interruption, raised.
+    (new,) = tracker.update(spot(T0 + timedelta(minutes=2)))
+    assert new.id != retired.id
+
+
+def test_an_id_retired_before_whose_time_is_not_past_is_raised() -> None:
+    # The node's clock was ahead before the restart and is right now: its time is ahead.
+    at = T0 + timedelta(minutes=2)
+    (report,) = past_aware(Clock(), wall=T0).update(spot(at))
+    tracker = past_aware(Clock(), wall=T0)
+    tracker.retired_before = {report.id}
+    assert [r.id for r in tracker.update(spot(at))] == [report.id]
+    assert tracker.recognised == []
