@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,6 +139,67 @@ def test_a_deleted_node_stays_terminated_across_an_agent_restart(
         assert active == {deleted: "terminate"}
         withdraw(server, "node")  # created again: the node is back
         expect(sub, "clear", deleted)
+    assert "Traceback" not in agent.output()
+
+
+def published(output: str, notice_id: str) -> list[str]:
+    """The agent's log lines of each send of `notice_id`, not its restore."""
+    return re.findall(rf"notice \w+ {re.escape(notice_id)} .*seq=\d+", output)
+
+
+def settled(agent: AgentProcess, sub: Subscriber) -> None:
+    """Restored notices are settled just before each heartbeat: two beats sent after now
+    mean the agent has settled them with the watcher's answers so far in hand."""
+    now, beats = utcnow(), 0
+    while beats < 2:
+        topic, message = sub.recv(timeout=10)
+        if topic == "heartbeat" and parse_time(message["sent_at"]) > now:
+            beats += 1
+
+
+def test_node_notices_across_an_agent_restart_are_neither_repeated_nor_lost(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """The watcher keeps no memory of the watch events it acted on: a restarted agent lists
+    the node again. What it lists unchanged matches the restored notices (not sent again);
+    what changed while it was down is sent (a new taint) or cleared (a lifted cordon)."""
+    env = _kubernetes_env(tmp_path, server)
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    cordon, shutdown = f"kubernetes/{NODE}/cordon", f"kubernetes/{NODE}/shutdown"
+    taint = f"kubernetes/{NODE}/taint/karpenter.sh/disrupted"
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        control(server, "cordon")
+        control(server, "shutdown")
+        eventually(
+            lambda: published(agent.output(), cordon) and published(agent.output(), shutdown),
+            what="the drain and the terminate",
+        )
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: f"kubernetes: terminate {shutdown}" in agent.output(),
+            what="the restarted watcher's list",
+        )
+        settled(agent, sub)
+        assert published(agent.output(), cordon) == [], agent.output()
+        assert published(agent.output(), shutdown) == [], agent.output()
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {cordon: "drain", shutdown: "terminate"}
+    withdraw(server, "cordon")
+    control(server, "taint", key="karpenter.sh/disrupted")
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        eventually(
+            lambda: published(agent.output(), taint) and published(agent.output(), cordon),
+            what="the new taint's drain and the lifted cordon's clear",
+        )
+        assert "notice clear " + cordon in agent.output()
+        assert published(agent.output(), shutdown) == [], agent.output()
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {shutdown: "terminate", taint: "drain"}
     assert "Traceback" not in agent.output()
 
 
