@@ -1,16 +1,22 @@
-"""The spot interruptions retired as stale (their time already past when first seen), kept in
-the state directory across agent restarts (`aws-retired.json`).
+"""What the spot tracker must remember of interruptions across agent restarts, kept in the
+state directory (`aws-spot.json`):
 
-A restarted agent that forgot them saw such an interruption for the first time again and
-raised it once more: a terminate, past its deadline, that stopped every job started since.
-The ids hash the interruption's action and time, so one that changes is a new id and is
-raised; the newest few are kept, a list IMDS never needs more of (it shows one at a time).
+- `retired`: those retired as stale (their time already past when first seen). A restarted
+  agent that forgot them saw one for the first time again and raised it once more: a
+  terminate, past its deadline, that stopped every job started since.
+- `in_time`: those first seen before their time. A restarted agent seeing one first with its
+  time past took it for stale and let it go after one retirement, where without the restart
+  it is raised again at each grace while IMDS shows it.
+
+The ids hash the interruption's action and time, so one that changes is a new id; the newest
+few of each are kept, more than IMDS (one interruption at a time) ever needs.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..health import PollHealth
@@ -18,39 +24,56 @@ from ..persist import write_or_report
 
 log = logging.getLogger("forewarn.providers.aws")
 
-RETIRED_FILE = "aws-retired.json"
-KEEP_RETIRED = 32
-# Larger is not ours: KEEP_RETIRED ids of a few dozen characters fit in a few kilobytes.
-MAX_RETIRED_BYTES = 64 * 1024
+SPOT_FILE = "aws-spot.json"
+KEEP_IDS = 32
+# Larger is not ours: 2 x KEEP_IDS ids of a few dozen characters fit in a few kilobytes.
+MAX_SPOT_BYTES = 64 * 1024
 
 
-def load_retired(path: Path) -> list[str]:
-    """The ids saved in `path`, oldest first; none from a missing or unreadable file (a stale
-    interruption raised once more is the harm, a smaller one than refusing to start)."""
+@dataclass
+class SpotMemory:
+    retired: list[str] = field(default_factory=list)
+    in_time: list[str] = field(default_factory=list)
+
+    def add(self, key: str, notice_id: str) -> bool:
+        """Remember `notice_id` under `key` (`retired` or `in_time`); True if it is new."""
+        ids: list[str] = getattr(self, key)
+        if notice_id in ids:
+            return False
+        setattr(self, key, [*ids, notice_id][-KEEP_IDS:])
+        return True
+
+
+def load_spot_memory(path: Path) -> SpotMemory:
+    """What `path` holds; nothing from a missing or unreadable file (an interruption raised
+    once more or once less is the harm, a smaller one than refusing to start)."""
     try:
         with path.open("rb") as handle:
-            data = handle.read(MAX_RETIRED_BYTES + 1)
-        if len(data) > MAX_RETIRED_BYTES:
-            raise ValueError(f"larger than {MAX_RETIRED_BYTES} bytes")
+            data = handle.read(MAX_SPOT_BYTES + 1)
+        if len(data) > MAX_SPOT_BYTES:
+            raise ValueError(f"larger than {MAX_SPOT_BYTES} bytes")
         payload = json.loads(data)
     except FileNotFoundError:
-        return []
+        return SpotMemory()
     except (OSError, ValueError, RecursionError) as error:
         log.warning("aws: ignoring unreadable %s (%s)", path, error)
-        return []
-    retired = payload.get("retired") if isinstance(payload, dict) else None
-    if not isinstance(retired, list):
-        log.warning("aws: ignoring %s: no retired list", path)
-        return []
-    ids = [item for item in retired if isinstance(item, str)]
-    return list(dict.fromkeys(ids))[-KEEP_RETIRED:]
+        return SpotMemory()
+    if not isinstance(payload, dict):
+        log.warning("aws: ignoring %s: not a JSON object", path)
+        return SpotMemory()
+    return SpotMemory(_ids(payload.get("retired")), _ids(payload.get("in_time")))
 
 
-def save_retired(path: Path, ids: list[str], health: PollHealth | None) -> bool:
-    """Write the newest `KEEP_RETIRED` of `ids`; True when written (a failure is reported in
-    `health`, and the caller tries again)."""
-    text = json.dumps({"retired": ids[-KEEP_RETIRED:]}, indent=1) + "\n"
-    return write_or_report(path, text, health)
+def _ids(raw: object) -> list[str]:
+    ids = [item for item in raw if isinstance(item, str)] if isinstance(raw, list) else []
+    return list(dict.fromkeys(ids))[-KEEP_IDS:]
 
 
-__all__ = ["KEEP_RETIRED", "RETIRED_FILE", "load_retired", "save_retired"]
+def save_spot_memory(path: Path, memory: SpotMemory, health: PollHealth | None) -> bool:
+    """Write `memory`; True when written (a failure is reported in `health`, and the caller
+    tries again)."""
+    payload = {"retired": memory.retired[-KEEP_IDS:], "in_time": memory.in_time[-KEEP_IDS:]}
+    return write_or_report(path, json.dumps(payload, indent=1) + "\n", health)
+
+
+__all__ = ["KEEP_IDS", "SPOT_FILE", "SpotMemory", "load_spot_memory", "save_spot_memory"]

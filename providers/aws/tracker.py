@@ -12,7 +12,8 @@ retiring it (`forget`) does not make the next poll that still shows it unchanged
 again, which would be a clear and the same terminate at every grace while IMDS keeps it. A
 real change of it after that is a new notice, with its own id. The ids of those retired
 before an agent restart are handed in (`retired_before`): a first sighting of one, still
-past, is taken as retired at once.
+past, is taken as retired at once; and those first seen in time (`seen_in_time`): a first
+sighting of one past its time is not stale.
 """
 
 from __future__ import annotations
@@ -58,12 +59,16 @@ class PathTracker:
     once_if_past: bool = False
     wall: Callable[[], datetime] = utcnow
     seen: dict[str, _Seen] = field(default_factory=dict)
-    # Ids the agent retired and this path reported again since (not stale when first seen).
+    # Ids not stale when first seen: retired and reported again since, or seen in time by
+    # the agent before a restart (`seen_in_time`).
     raised_again: set[str] = field(default_factory=set)
     # Ids of stale notices retired before the agent restarted (`once_if_past`), and those of
     # them this tracker has since seen and kept retired (for the watcher to log).
     retired_before: set[str] = field(default_factory=set)
     recognised: list[str] = field(default_factory=list)
+    # Ids first seen before their deadline (`once_if_past`), for the watcher to remember
+    # across a restart (`seen_in_time`).
+    in_time: list[str] = field(default_factory=list)
 
     def update(self, reports: list[Report]) -> list[Report]:
         """The reports to send after a successful poll that showed `reports`."""
@@ -92,6 +97,8 @@ class PathTracker:
                     self.recognised.append(report.id)
                 else:
                     out.append(report)
+                if self.once_if_past and not past and isinstance(report.deadline, datetime):
+                    self.in_time.append(report.id)
                 continue
             report = report.model_copy(update={"id": seen.report.id})
             if self._changed(seen, report, moments, now):
@@ -117,6 +124,11 @@ class PathTracker:
                 del self.seen[slot]
                 self.raised_again.add(notice_id)
         return bool(slots)
+
+    def seen_in_time(self, notice_id: str) -> None:
+        """`notice_id` was first seen before its deadline (by the agent before a restart,
+        `in_time`): a past deadline at this tracker's first sighting does not make it stale."""
+        self.raised_again.add(notice_id)
 
     def stale(self, notice_id: str) -> bool:
         """`notice_id` is kept retired: shown unchanged, it is not reported again."""

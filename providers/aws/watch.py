@@ -14,7 +14,8 @@ A notice the agent retired past its deadline plus a grace is forgotten (`forget`
 that still shows it raises it again on its next poll. Not a spot interruption whose time had
 already passed when it was first seen (the agent started late, the clock is ahead): that one
 is raised once, and raised again only if it changes (then as a new notice), also after an
-agent restart (`aws-retired.json` in the state directory keeps it retired).
+agent restart; and one first seen in time is raised again after a restart past its time as
+without one (`aws-spot.json` in the state directory remembers which is which).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from .imds import (
     parse_rebalance,
     parse_scheduled,
 )
-from .retired import KEEP_RETIRED, RETIRED_FILE, load_retired, save_retired
+from .retired import SPOT_FILE, load_spot_memory, save_spot_memory
 from .settings import DEFAULT_URL, Settings
 from .tracker import PathTracker
 
@@ -151,12 +152,15 @@ class AwsWatcher:
         # Spot polls go to `heightened_interval` while a warning is active (see `heightened`).
         self.spot = next((path for path in self.paths if path.name == "spot"), None)
         self._warnings = [path for path in self.paths if path.name in ("rebalance", "scheduled")]
-        # Stale spot interruptions retired, kept across restarts (see `forget`).
-        self._retired_path = state_dir / RETIRED_FILE if state_dir is not None else None
-        self._retired = load_retired(self._retired_path) if self._retired_path else []
-        self._retired_unsaved = False
-        if self.spot is not None:
-            self.spot.tracker.retired_before = set(self._retired)
+        # Which spot interruptions were stale or in time when first seen, kept across
+        # restarts (see `forget` and `retired.py`).
+        self._spot_path = state_dir / SPOT_FILE if state_dir is not None else None
+        self._spot_memory = load_spot_memory(self._spot_path) if self._spot_path else None
+        self._spot_unsaved = False
+        if self.spot is not None and self._spot_memory is not None:
+            self.spot.tracker.retired_before = set(self._spot_memory.retired)
+            for notice_id in self._spot_memory.in_time:
+                self.spot.tracker.seen_in_time(notice_id)
 
     async def detect(self) -> bool:
         """True when an EC2 instance identity document can be read within one second."""
@@ -265,7 +269,7 @@ class AwsWatcher:
         for report in path.tracker.update(reports):
             _log_report(report)
             emit(report)
-        self._note_recognised(path)
+        self._note_first_sightings(path)
         path.failing = False
         path.answered = True
         # Success is only reported when no path is failing, so that one broken path among
@@ -286,20 +290,23 @@ class AwsWatcher:
                     "again while IMDS shows it unchanged",
                     notice_id,
                 )
-                self._remember_retired(notice_id)
+                self._remember_spot("retired", notice_id)
             else:
                 log.info("aws: %s retired; raised again while IMDS still shows it", notice_id)
 
-    def _remember_retired(self, notice_id: str | None = None) -> None:
-        """Save the stale interruptions retired (with `notice_id`), so that a restarted
-        agent keeps them retired; a failed write is tried again at the next poll."""
-        if notice_id is not None and notice_id not in self._retired:
-            self._retired = [*self._retired, notice_id][-KEEP_RETIRED:]
-        if self._retired_path is not None:
-            saved = save_retired(self._retired_path, self._retired, self.health)
-            self._retired_unsaved = not saved
+    def _remember_spot(self, key: str | None = None, notice_id: str = "") -> None:
+        """Save `notice_id` as `retired` or `in_time` for a restarted agent; a failed write
+        is tried again at the next poll."""
+        memory, path = self._spot_memory, self._spot_path
+        if memory is None or path is None:
+            return
+        if (key is not None and memory.add(key, notice_id)) or self._spot_unsaved:
+            self._spot_unsaved = not save_spot_memory(path, memory, self.health)
 
-    def _note_recognised(self, path: WatchedPath) -> None:
+    def _note_first_sightings(self, path: WatchedPath) -> None:
+        for notice_id in path.tracker.in_time:
+            self._remember_spot("in_time", notice_id)
+        path.tracker.in_time.clear()
         for notice_id in path.tracker.recognised:
             log.info(
                 "aws: %s was retired before the agent restarted (its time already past when "
@@ -307,8 +314,7 @@ class AwsWatcher:
                 notice_id,
             )
         path.tracker.recognised.clear()
-        if self._retired_unsaved:
-            self._remember_retired()
+        self._remember_spot()
 
     def _describe(self, error: ImdsError) -> str:
         """The cause and fix the first time an error kind has one; a reminder afterwards."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from forewarn.clients import CheckpointGuard
-from forewarn.protocol.timefmt import parse_time
+from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.aws.imds import SPOT_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.azure.simulate import AzureSimulator
@@ -277,3 +277,36 @@ def test_an_aws_spot_interruption_already_past_stays_retired_across_an_agent_res
         sim.raise_notice("spot", {"time": 120})
         again = _next(sub, lambda n: n["action"] == "terminate", 10)
         assert again["id"] != first["id"]
+
+
+def test_an_aws_spot_interruption_seen_before_its_time_is_raised_again_after_a_restart(
+    tmp_path: Path, serve: Callable[[Simulator], SimServer]
+) -> None:
+    """Seen before its time, then the agent restarted after it: the restarted watcher saw it
+    first with a past time and took it for a stale one, so once retired it was not raised
+    again, unlike the same interruption without a restart (the first test here)."""
+    sim = ImdsSimulator()
+    server = serve(sim)
+    fast = {"FOREWARN_AWS_SPOT_INTERVAL": "0.2", "FOREWARN_AWS_ASG_INTERVAL": "0"}
+    with (
+        _agent(tmp_path, "aws", server.url, **fast) as agent,
+        agent.subscriber() as sub,
+    ):
+        polls = sim.requests[f"GET {SPOT_PATH}"]
+        eventually(lambda: sim.requests[f"GET {SPOT_PATH}"] > polls, what="the agent's polls")
+        sim.raise_notice("spot", {"time": 4})  # seen in time even on a loaded machine
+        first = _next(sub, lambda n: n["provider"] == "aws" and n["action"] == "terminate", 15)
+        assert parse_time(first["deadline"]) > parse_time(first["noticed_at"])
+    eventually(
+        lambda: parse_time(first["deadline"]) < utcnow(),
+        what="its time to pass while the agent is down",
+    )
+    with (
+        _agent(tmp_path, "aws", server.url, **fast) as agent,
+        agent.subscriber() as sub,
+    ):
+        try:
+            _raised_retired_raised(sub, "aws", "terminate", timeout=8)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{agent.output()}") from None
+        assert "retired; raised again while IMDS still shows it" in agent.output()

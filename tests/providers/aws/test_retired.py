@@ -1,4 +1,4 @@
-"""The stale spot interruptions retired, kept in the state directory across restarts."""
+"""What the spot tracker remembers of interruptions across restarts, in the state directory."""
 
 from __future__ import annotations
 
@@ -6,35 +6,46 @@ import json
 from pathlib import Path
 
 import pytest
-from forewarn.providers.aws.retired import KEEP_RETIRED, load_retired, save_retired
+from forewarn.providers.aws.retired import (
+    KEEP_IDS,
+    SpotMemory,
+    load_spot_memory,
+    save_spot_memory,
+)
 from forewarn.providers.health import PollHealth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 
 def test_saved_ids_load_back_newest_kept(tmp_path: Path) -> None:
-    path = tmp_path / "aws-retired.json"
-    ids = [f"aws/spot-itn/{n:012x}" for n in range(KEEP_RETIRED + 5)]
-    assert save_retired(path, ids, PollHealth("aws"))
-    assert load_retired(path) == ids[-KEEP_RETIRED:]
-    assert load_retired(tmp_path / "missing.json") == []
+    path = tmp_path / "aws-spot.json"
+    ids = [f"aws/spot-itn/{n:012x}" for n in range(KEEP_IDS + 5)]
+    memory = SpotMemory()
+    for notice_id in ids:
+        assert memory.add("retired", notice_id)
+    assert not memory.add("retired", ids[-1])
+    assert memory.add("in_time", ids[0])
+    assert save_spot_memory(path, memory, PollHealth("aws"))
+    assert load_spot_memory(path) == SpotMemory(ids[-KEEP_IDS:], [ids[0]])
+    assert load_spot_memory(tmp_path / "missing.json") == SpotMemory()
 
 
 @pytest.mark.parametrize(
     "content",
     [b"", b"\xff\xfe", b"not json", b"[]", b'{"retired": {}}', b"[" * 100_000, b" " * 70_000],
 )
-def test_an_unreadable_file_is_no_retired_id(tmp_path: Path, content: bytes) -> None:
-    path = tmp_path / "aws-retired.json"
+def test_an_unreadable_file_remembers_nothing(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "aws-spot.json"
     path.write_bytes(content)
-    assert load_retired(path) == []
+    assert load_spot_memory(path) == SpotMemory()
 
 
 def test_a_state_directory_that_cannot_be_written_is_reported(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     health = PollHealth("aws")
-    assert not save_retired(tmp_path / "file" / "aws-retired.json", ["aws/spot-itn/1"], health)
-    assert "state aws-retired.json" in health.conditions
+    memory = SpotMemory(["aws/spot-itn/1"])
+    assert not save_spot_memory(tmp_path / "file" / "aws-spot.json", memory, health)
+    assert "state aws-spot.json" in health.conditions
 
 
 JSON = st.recursive(
@@ -49,12 +60,15 @@ JSON = st.recursive(
     content=st.one_of(
         st.binary(max_size=64),
         JSON.map(lambda value: json.dumps(value).encode()),
-        JSON.map(lambda value: json.dumps({"retired": value}).encode()),
+        st.tuples(JSON, JSON).map(
+            lambda pair: json.dumps({"retired": pair[0], "in_time": pair[1]}).encode()
+        ),
     )
 )
-def test_load_retired_never_raises_and_gives_distinct_ids(tmp_path: Path, content: bytes) -> None:
-    path = tmp_path / "aws-retired.json"
+def test_load_never_raises_and_gives_distinct_ids(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "aws-spot.json"
     path.write_bytes(content)
-    ids = load_retired(path)
-    assert all(isinstance(item, str) for item in ids)
-    assert len(ids) == len(set(ids)) <= KEEP_RETIRED
+    memory = load_spot_memory(path)
+    for ids in (memory.retired, memory.in_time):
+        assert all(isinstance(item, str) for item in ids)
+        assert len(ids) == len(set(ids)) <= KEEP_IDS

@@ -215,3 +215,22 @@ def test_an_id_retired_before_whose_time_is_not_past_is_raised() -> None:
     tracker.retired_before = {report.id}
     assert [r.id for r in tracker.update(spot(at))] == [report.id]
     assert tracker.recognised == []
+
+
+def test_one_seen_in_time_before_a_restart_is_not_stale_at_its_first_sighting() -> None:
+    tracker = past_aware(Clock(), wall=T0)
+    at = T0 - timedelta(minutes=1)  # past now; the agent saw it before it passed
+    (report,) = spot(at)
+    tracker.seen_in_time(report.id)
+    assert [r.id for r in tracker.update(spot(at))] == [report.id]
+    assert tracker.forget(report.id) and not tracker.stale(report.id)
+
+
+def test_the_ids_first_seen_in_time_are_told_to_the_watcher() -> None:
+    clock = Clock()
+    tracker = past_aware(clock, wall=T0)
+    (in_time,) = tracker.update(spot(T0 + timedelta(minutes=2)))
+    assert tracker.in_time == [in_time.id]
+    stale = past_aware(clock, wall=T0)
+    stale.update(spot(T0 - timedelta(minutes=2)))
+    assert stale.in_time == []
