@@ -3,6 +3,8 @@ own checkpointing.
 
     trainer = Trainer(..., callbacks=[ForewarnTrainerCallback()])
 
+(or `trainer.add_callback(ForewarnTrainerCallback())`: making the callback wraps
+`Trainer.add_callback`, so one added later wraps its Trainer as one passed at init does.)
 At the end of each step it asks the guard; when a save is due it sets `control.should_save`, so
 the Trainer writes its usual `checkpoint-<step>` (model, optimizer, scheduler, RNG states).
 Once that save is done (`on_save`) it acks the agent with the measured seconds, and on
@@ -78,6 +80,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
     ) -> None:
         if dcp and store is None:
             raise ValueError("dcp=True saves into a CheckpointStore: pass store=")
+        _attach_when_added()
         self._hold_guard(guard, guard_options)
         self.store = store
         self.dcp = dcp
@@ -91,21 +94,28 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
     def on_init_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
-        trainer = _calling_trainer()
+        self._attach(_calling_trainer())
+        return control
+
+    def _attach(self, trainer: Trainer | None) -> None:
+        """What this callback wraps in the Trainer it is given to: on_init_end for
+        `callbacks=[...]`, `Trainer.add_callback` for one added later (never told
+        on_init_end, its Trainer's train() raising left the guard open)."""
+        if trainer is None:
+            return
         # Also here: with persistent workers the Trainer keeps the first evaluation DataLoader
         # it builds, and an evaluate() before train() would build it unprotected.
         _protect_evaluation_loaders(trainer)
         self._close_when_train_raises(trainer)
-        return control
 
-    def _close_when_train_raises(self, trainer: Trainer | None) -> None:
+    def _close_when_train_raises(self, trainer: Trainer) -> None:
         """Close the guard when `trainer.train()` raises: the Trainer's own scheduled save
         failing (a full disk), a CUDA error, anything. train() then never reaches
         on_train_end, and the guard's SIGTERM handler stayed installed: the process, still
         cleaning up or handling the error, only noted the platform's SIGTERM and ran on until
         the SIGKILL. Nothing is acked for a save forewarn did not ask for: no notice waits
         on it (one that did is acked failed by `_save_failed`)."""
-        if trainer is None or getattr(trainer.train, "_forewarn_closes", False):
+        if getattr(trainer.train, "_forewarn_closes", False):
             return
         train = trainer.train
 
@@ -284,6 +294,26 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
                 _put_back(trainer, wrapper._forewarn_own)  # type: ignore[union-attr]
         self._requested_at = None
         self._close_guard()
+
+
+def _attach_when_added() -> None:
+    """Wrap `Trainer.add_callback` (once per process, for every Trainer): a callback added
+    after the Trainer is made is not told on_init_end, so the first train() it ran in
+    was left unwrapped and raised with the guard open (its SIGTERM handler installed, a
+    notice pending unanswered). Only this module's callbacks are touched."""
+    if getattr(Trainer.add_callback, "_forewarn_attaches", False):
+        return
+    add_callback = Trainer.add_callback
+
+    @functools.wraps(add_callback)
+    def attaching(self: Trainer, callback: Any) -> None:
+        add_callback(self, callback)
+        for added in self.callback_handler.callbacks:  # a class given is made by the handler
+            if isinstance(added, ForewarnTrainerCallback):
+                added._attach(self)
+
+    attaching._forewarn_attaches = True  # type: ignore[attr-defined]
+    Trainer.add_callback = attaching  # type: ignore[method-assign]
 
 
 def _put_back(trainer: Trainer, own: Any) -> None:

@@ -303,8 +303,21 @@ def test_the_end_of_the_epoch_a_terminate_cut_short_adds_no_evaluation_or_second
     assert callback.exit_code == 143
 
 
+def _given(trainer_args: dict[str, Any], callback: Any, attach: str) -> Any:
+    """A Trainer given `callback` as `attach` says: `callbacks=[...]`, or `add_callback` once
+    it is made (its on_init_end then never runs)."""
+    if attach == "callbacks":
+        return hf.Trainer(**trainer_args, callbacks=[callback])
+    trainer = hf.Trainer(**trainer_args)
+    trainer.add_callback(callback)
+    return trainer
+
+
+ATTACH = pytest.mark.parametrize("attach", ["callbacks", "add_callback"])
+
+
 def _train_until_a_save_fails(
-    tmp_path: Path, action: str, break_the_save: Any
+    tmp_path: Path, action: str, break_the_save: Any, attach: str = "callbacks"
 ) -> tuple[Any, BaseException, list[str]]:
     """Train with an agent that sends `action` at step 10; `break_the_save(trainer)` makes the
     save that answers it fail. Returns the callback, what train() raised, and the agent's log
@@ -318,9 +331,8 @@ def _train_until_a_save_fails(
                 events=agent.events, control=agent.control_endpoint, flag_file=None
             )
             args = models.arguments(tmp_path, max_steps=10_000)
-            trainer = hf.Trainer(
-                model=models.Tiny(), args=args, train_dataset=models.Points(), callbacks=[callback]
-            )
+            given = {"model": models.Tiny(), "args": args, "train_dataset": models.Points()}
+            trainer = _given(given, callback, attach)
             break_the_save(trainer)
             sent: list[str] = []
 
@@ -344,9 +356,10 @@ def _train_until_a_save_fails(
     return callback, raised.value, acks
 
 
+@ATTACH
 @pytest.mark.parametrize("action", ["drain", "terminate"])
 def test_a_trainer_save_that_fails_is_acked_failed_and_a_terminate_exits_1(
-    tmp_path: Path, action: str
+    tmp_path: Path, action: str, attach: str
 ) -> None:
     """The Trainer's own save raising inside `_save_checkpoint` (a full disk, EIO, a
     permission error) left train() with no ack at all: the agent never learnt that the job
@@ -359,7 +372,7 @@ def test_a_trainer_save_that_fails_is_acked_failed_and_a_terminate_exits_1(
 
         trainer.save_model = save_model
 
-    callback, raised, acks = _train_until_a_save_fails(tmp_path, action, full_disk)
+    callback, raised, acks = _train_until_a_save_fails(tmp_path, action, full_disk, attach)
     assert raised.errno == errno.ENOSPC  # type: ignore[attr-defined]
     assert len(acks) == 1 and "outcome=failed" in acks[0], acks
     assert "No space left on device" in acks[0]
@@ -496,9 +509,10 @@ def _breaks(trainer: Any, failing: str) -> None:
         trainer.save_model = full_disk
 
 
+@ATTACH
 @pytest.mark.parametrize("failing", ["save", "forward"])
 def test_train_raising_outside_a_save_of_ours_closes_the_guard_and_acks_nothing(
-    tmp_path: Path, failing: str
+    tmp_path: Path, failing: str, attach: str
 ) -> None:
     """train() raising where no save of forewarn's was asked for (the Trainer's own scheduled
     save, the model's forward) never reached on_train_end: the guard stayed open, its SIGTERM
@@ -514,9 +528,8 @@ def test_train_raising_outside_a_save_of_ours_closes_the_guard_and_acks_nothing(
             )
             args = models.arguments(tmp_path, save_strategy="steps", save_steps=5)
             model = models.FailsAt(7) if failing == "forward" else models.Tiny()
-            trainer = hf.Trainer(
-                model=model, args=args, train_dataset=models.Points(), callbacks=[callback]
-            )
+            given = {"model": model, "args": args, "train_dataset": models.Points()}
+            trainer = _given(given, callback, attach)
             _breaks(trainer, failing)
             assert callback.guard.notices is not None  # made now: its handlers installed
             assert {signum: signal.getsignal(signum) for signum in handlers} != handlers
