@@ -614,6 +614,19 @@ class CheckpointGuard:
             last,
         )
 
+    def loop_failed(self, step: int, error: BaseException) -> bool:
+        """Report a training loop that raised `error` (not in a save: that is `save_failed`)
+        while a save was owed that it never asked for: a notice that came after its last
+        `due`, an exit not answered yet. Those get the `save_failed` answer (acked `failed`,
+        and `exit_code` 1 for an exit), as no save will come for them; the agent waited on an
+        ack that never came, and a terminate's job exited 0 when it caught the error. With
+        nothing owed nothing is acked. Returns whether something was."""
+        with self._lock:
+            owed = bool(self._notice_ids) or (self._exit and bool(self._exit_by))
+        if owed:
+            self.save_failed(step, error)
+        return owed
+
     def save_state(
         self, step: int, state: Mapping[str, Any], *, metadata: Mapping[str, Any] | None = None
     ) -> SaveResult:

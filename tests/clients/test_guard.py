@@ -492,3 +492,24 @@ def test_a_failed_exit_save_is_acked_failed_logged_and_exits_1_not_143(
     assert cause in said[0], said[0]
     acked = [line for line in agent.output().splitlines() if "outcome=failed" in line]
     assert len(acked) == 1 and cause in acked[0], acked  # the agent's log says why
+
+
+def test_loop_failed_answers_only_a_save_still_owed(caplog: Any) -> None:
+    """`loop_failed` (a loop that raised outside a save) fails what waits on a save, nothing
+    else: an answered exit keeps its 143, and with nothing owed no ERROR says a save failed."""
+    error = RuntimeError("CUDA error: an illegal memory access was encountered")
+    with CheckpointGuard(notices=False, handle_signals=False, flag_file=None) as guard:
+        assert guard.loop_failed(3, error) is False
+        assert guard.exit_code == 0
+        guard.request("signal", exit=True)
+        assert guard.due(4)
+        assert guard.saved(4, 0.1).exit
+        assert guard.loop_failed(5, error) is False, "the exit was answered"
+        assert guard.exit_code == 143
+    assert "NOT saved" not in caplog.text
+    with CheckpointGuard(notices=False, handle_signals=False, flag_file=None) as guard:
+        guard.request("signal", exit=True)  # after the loop's last due
+        assert guard.loop_failed(6, error) is True
+        assert guard.exit_code == 1
+    said = [r.getMessage() for r in caplog.records if "NOT saved" in r.getMessage()]
+    assert len(said) == 1 and "CUDA error" in said[0], said
