@@ -15,8 +15,10 @@ a checkpoint directory a killed save left half-written. A save it asked for that
 the Trainer's `_save_checkpoint`, which it wraps for that save, in the fsync before the ack,
 or in `save_dcp`) is acked failed (`guard.save_failed`: `exit_code` 1 for an exit's save) and
 propagates out of `train()`. When `train()` raises otherwise (the Trainer's own scheduled
-save, a CUDA error) nothing is acked, but the guard is closed and its signal handlers put
-back (it wraps `train()` of the Trainer it is given to). An exit pending at the end of a step
+save, a CUDA error) the guard is closed and its signal handlers put back (it wraps `train()`
+of the Trainer it is given to); only a notice that came since the last step's check, or an
+exit not saved yet, is acked failed (`guard.loop_failed`: `exit_code` 1 for an exit), as
+no save will answer it. An exit pending at the end of a step
 skips the evaluation due at that step, so the save comes first, and the epoch an exit's save
 cut short ends with no evaluation or save of the Trainer's own. During an evaluation it asks
 `guard.due_in_eval` after each prediction step (`on_prediction_step`): the Trainer cannot be
@@ -113,8 +115,10 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         failing (a full disk), a CUDA error, anything. train() then never reaches
         on_train_end, and the guard's SIGTERM handler stayed installed: the process, still
         cleaning up or handling the error, only noted the platform's SIGTERM and ran on until
-        the SIGKILL. Nothing is acked for a save forewarn did not ask for: no notice waits
-        on it (one that did is acked failed by `_save_failed`)."""
+        the SIGKILL. A notice that came since the last step's check (during the Trainer's
+        own save, say) or an exit not saved yet is acked failed (`loop_failed`): no save will
+        answer it. Nothing is acked when nothing waited on a save (a save of ours that
+        raised was acked failed by `_save_failed`, which closed the guard)."""
         if getattr(trainer.train, "_forewarn_closes", False):
             return
         train = trainer.train
@@ -123,7 +127,9 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         def closing(*args: Any, **kwargs: Any) -> Any:
             try:
                 return train(*args, **kwargs)
-            except BaseException:
+            except BaseException as error:
+                if self._guard is not None:  # not the property: it would make a guard
+                    self._guard.loop_failed(trainer.state.global_step, error)
                 self._finish()
                 raise
 

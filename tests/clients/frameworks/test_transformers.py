@@ -546,6 +546,52 @@ def test_train_raising_outside_a_save_of_ours_closes_the_guard_and_acks_nothing(
             signal.signal(signum, handler)
 
 
+@ATTACH
+@pytest.mark.parametrize("action", ["drain", "terminate"])
+def test_a_notice_that_comes_during_the_trainers_own_failing_save_is_acked_failed(
+    tmp_path: Path, action: str, attach: str
+) -> None:
+    """A notice that arrives after on_step_end asked the guard, while the Trainer makes its
+    own scheduled save, and that save raises: train() left with the notice never answered
+    (the agent waited on an ack that never came), and a terminate's exit_code said 0."""
+    import errno
+    import signal
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with AgentProcess(tmp_path) as agent:
+            callback = fw.ForewarnTrainerCallback(
+                events=agent.events, control=agent.control_endpoint, flag_file=None
+            )
+            args = models.arguments(tmp_path, save_strategy="steps", save_steps=5)
+            given = {"model": models.Tiny(), "args": args, "train_dataset": models.Points()}
+            trainer = _given(given, callback, attach)
+            sent: list[str] = []
+            heard: list[str] = []
+            # Called after the guard's own listener: the guard has the notice by then.
+            callback.guard.notices.add_listener(lambda event: heard.append(event.id))
+
+            def full_disk_once_the_notice_is_in(*args: Any, **kwargs: Any) -> None:
+                notice = agent.control({"op": "notify", "action": action})["notice"]["id"]
+                sent.append(notice)
+                eventually(lambda: notice in heard, 10, "the notice")
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            trainer.save_model = full_disk_once_the_notice_is_in
+            with pytest.raises(OSError, match="No space left"):
+                trainer.train()
+            assert trainer.state.global_step == 5
+            eventually(lambda: f"ack {sent[0]} from" in agent.output(), 10, "the ack")
+            acks = [line for line in agent.output().splitlines() if f"ack {sent[0]} from" in line]
+            assert len(acks) == 1 and "outcome=failed" in acks[0], acks
+            assert "No space left on device" in acks[0]
+            assert callback.exit_code == (1 if action == "terminate" else 0)
+            assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
 @pytest.mark.parametrize("failing", ["save", "forward"])
 def test_a_job_whose_train_raised_ends_on_the_platforms_sigterm(
     tmp_path: Path, failing: str
