@@ -16,7 +16,11 @@ after a validation pass that may outlast the deadline. Lightning finishes the pa
 and then stops; the checkpoint is already durable. After an exit's save no further validation
 pass runs (Lightning would run one when `should_stop` is set). `fit()` then returns normally:
 end the process with `sys.exit(callback.exit_code)` (143 after an exit's save) so the
-platform restarts the job.
+platform restarts the job. A save of its own that raises is acked failed (`save_failed`:
+`exit_code` 1 for an exit's) and raised out of `fit()`. `fit()` raising runs no teardown hook:
+the callback closes its guard in `on_exception` instead, and acks failed a notice that came
+since the last batch's check, or an exit not saved yet (`guard.loop_failed`), as no save will
+answer it.
 
 With `store=CheckpointStore(...)` and `dcp=True` it saves through torch.distributed.checkpoint
 into the store instead (`save_dcp`: every rank writes its shards, the generation commits once
@@ -175,8 +179,10 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             self._write(trainer, step)
         except BaseException as error:
             # Raised out of fit() unreported, the agent never learnt the job left without
-            # its state, and exit_code said 0 (or the 143 of a save made).
+            # its state, and exit_code said 0 (or the 143 of a save made). Closed here, so
+            # on_exception, which comes next, acks nothing a second time.
             self.guard.save_failed(step, error)
+            self._close_guard()
             raise
 
     def _write(self, trainer: pl.Trainer, step: int) -> None:
@@ -210,7 +216,20 @@ class ForewarnCallback(GuardHolder, pl.Callback):
                 self._limit_val_batches = trainer.limit_val_batches
                 trainer.limit_val_batches = 0
 
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        # fit() (validate, test, predict) raising runs no teardown hook: the guard stayed open,
+        # its subscriber and ticker running, and a notice that came since the last batch's
+        # check was never answered (a terminate's exit_code 0). No save will answer it now.
+        if self._guard is not None:  # not the property: it would make a guard
+            self._guard.loop_failed(trainer.global_step, exception)
+        self._finish(trainer)
+
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._finish(trainer)
+
+    def _finish(self, trainer: pl.Trainer) -> None:
         if self._limit_val_batches is not None:
             trainer.limit_val_batches = self._limit_val_batches
             self._limit_val_batches = None

@@ -141,3 +141,23 @@ class SigtermAtStart(Tiny):
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
         if self.where == "sanity" and self.trainer.sanity_checking and idx == 0:
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class RaisesAt(Tiny):
+    """Its training_step raises at step `at`, as a CUDA error does, once `before_raising()`
+    (a notice arriving in that step) has run; `guard` is the callback's, made inside fit."""
+
+    def __init__(self, callback: ForewarnCallback, at: int, before_raising: Any = None) -> None:
+        super().__init__()
+        self.callback = callback
+        self.at = at
+        self.before_raising = before_raising
+        self.guard: Any = None
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        self.guard = self.callback.guard
+        if self.global_step == self.at:
+            if self.before_raising is not None:
+                self.before_raising()
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return super().training_step(batch, idx)

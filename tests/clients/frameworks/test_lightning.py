@@ -294,9 +294,13 @@ def test_periodic_saves_count_from_the_step_training_resumed_at(tmp_path: Path) 
     assert fit(50, tmp_path / "ckpt" / "step-00000020.ckpt") == ["step-00000040.ckpt"]
 
 
-def test_a_terminate_whose_save_fails_is_acked_failed_and_exit_code_is_1(tmp_path: Path) -> None:
-    """The checkpoint of a terminate failing (a full disk) raised out of fit() with no ack:
-    the agent never learnt that the job left without its state, and `exit_code` was 0."""
+@pytest.mark.parametrize("action", ["drain", "terminate"])
+def test_a_save_that_fails_is_acked_failed_a_terminate_exits_1_and_the_guard_closes(
+    tmp_path: Path, action: str
+) -> None:
+    """The checkpoint of a notice failing (a full disk) raised out of fit() with no ack:
+    the agent never learnt that the job left without its state, and `exit_code` was 0. fit()
+    raising runs no teardown hook: the guard stayed open too."""
     with AgentProcess(tmp_path) as agent:
         callback, data, trainer = _listening_fit(agent, tmp_path / "ckpt")
 
@@ -304,10 +308,11 @@ def test_a_terminate_whose_save_fails_is_acked_failed_and_exit_code_is_1(tmp_pat
             raise OSError(errno.ENOSPC, "No space left on device")
 
         trainer.save_checkpoint = full_disk  # type: ignore[method-assign]
+        sent: list[str] = []
 
         def operator() -> None:
             eventually(lambda: trainer.global_step >= 20)
-            agent.control({"op": "notify", "action": "terminate", "id": "local/l-full"})
+            sent.append(agent.control({"op": "notify", "action": action})["notice"]["id"])
 
         thread = threading.Thread(target=operator, daemon=True)
         thread.start()
@@ -315,9 +320,63 @@ def test_a_terminate_whose_save_fails_is_acked_failed_and_exit_code_is_1(tmp_pat
             trainer.fit(models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4))
         thread.join(timeout=5)
         assert callback.saved_paths == []
-        assert callback.exit_code == 1
-        eventually(
-            lambda: "ack local/l-full" in agent.output() and "outcome=failed" in agent.output(),
-            10,
-            "the failed ack",
-        )
+        assert callback._guard is None, "closed"
+        assert callback.exit_code == (1 if action == "terminate" else 0)
+        eventually(lambda: f"ack {sent[0]} from" in agent.output(), 10, "the ack")
+        acks = [line for line in agent.output().splitlines() if f"ack {sent[0]} from" in line]
+        assert len(acks) == 1 and "outcome=failed" in acks[0], acks
+        assert "No space left on device" in acks[0]
+
+
+@pytest.mark.parametrize("notice", [None, "drain", "terminate"])
+def test_fit_raising_outside_a_save_closes_the_guard_and_acks_only_a_notice_left_owed(
+    tmp_path: Path, notice: str | None
+) -> None:
+    """fit() raising in training_step (a CUDA error) runs no teardown hook: the guard stayed
+    open (its subscriber and ticker running, its exit_code read live), and a notice that came
+    during that step was never answered, a terminate's exit_code 0."""
+    import re
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with AgentProcess(tmp_path) as agent:
+            callback = lit.ForewarnCallback(
+                tmp_path / "ckpt",
+                events=agent.events,
+                control=agent.control_endpoint,
+                flag_file=None,
+            )
+            sent: list[str] = []
+            heard: list[str] = []
+
+            def a_notice_arrives() -> None:
+                if notice is None:
+                    return
+                notices = callback.guard.notices
+                eventually(lambda: notices.alive, 10, "the agent")
+                # Called after the guard's own listener: the guard has the notice by then.
+                notices.add_listener(lambda event: heard.append(event.id))
+                sent.append(agent.control({"op": "notify", "action": notice})["notice"]["id"])
+                eventually(lambda: sent[0] in heard, 10, "the notice")
+
+            model = models.RaisesAt(callback, at=6, before_raising=a_notice_arrives)
+            data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
+            with pytest.raises(RuntimeError, match="CUDA error"):
+                models.trainer(callback).fit(model, torch.utils.data.DataLoader(data, batch_size=4))
+            assert model.guard is not None
+            assert callback._guard is None, "closed"
+            assert model.guard.notices._thread is None, "its subscriber closed"
+            assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+            assert callback.saved_paths == []
+            if notice is None:
+                assert not re.search(r"\back\b", agent.output()), agent.output()
+                assert callback.exit_code == 0
+            else:
+                eventually(lambda: f"ack {sent[0]} from" in agent.output(), 10, "the ack")
+                acks = [line for line in agent.output().splitlines() if f"ack {sent[0]}" in line]
+                assert len(acks) == 1 and "outcome=failed" in acks[0], acks
+                assert "CUDA error" in acks[0]
+                assert callback.exit_code == (1 if notice == "terminate" else 0)
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
