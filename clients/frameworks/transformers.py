@@ -3,7 +3,7 @@ own checkpointing.
 
     trainer = Trainer(..., callbacks=[ForewarnTrainerCallback()])
 
-(or `trainer.add_callback(ForewarnTrainerCallback())`: making the callback wraps
+(or `trainer.add_callback(ForewarnTrainerCallback())`: importing this module wraps
 `Trainer.add_callback`, so one added later wraps its Trainer as one passed at init does.)
 At the end of each step it asks the guard; when a save is due it sets `control.should_save`, so
 the Trainer writes its usual `checkpoint-<step>` (model, optimizer, scheduler, RNG states).
@@ -82,7 +82,6 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
     ) -> None:
         if dcp and store is None:
             raise ValueError("dcp=True saves into a CheckpointStore: pass store=")
-        _attach_when_added()
         self._hold_guard(guard, guard_options)
         self.store = store
         self.dcp = dcp
@@ -306,7 +305,8 @@ def _attach_when_added() -> None:
     """Wrap `Trainer.add_callback` (once per process, for every Trainer): a callback added
     after the Trainer is made is not told on_init_end, so the first train() it ran in
     was left unwrapped and raised with the guard open (its SIGTERM handler installed, a
-    notice pending unanswered). Only this module's callbacks are touched."""
+    notice pending unanswered). Only this module's callbacks are touched. Done on import,
+    not when a callback is made: `add_callback(ForewarnTrainerCallback)` makes it inside."""
     if getattr(Trainer.add_callback, "_forewarn_attaches", False):
         return
     add_callback = Trainer.add_callback
@@ -320,6 +320,9 @@ def _attach_when_added() -> None:
 
     attaching._forewarn_attaches = True  # type: ignore[attr-defined]
     Trainer.add_callback = attaching  # type: ignore[method-assign]
+
+
+_attach_when_added()
 
 
 def _put_back(trainer: Trainer, own: Any) -> None:
