@@ -124,6 +124,12 @@ class Backend(ABC):
 
     url: str
 
+    @property
+    def identity(self) -> str:
+        """What tells this store from another in one process: two backends with the same
+        identity are the same storage, however their URLs were spelled."""
+        return self.url
+
     @abstractmethod
     def writer(self, key: str, on_done: OnDone | None = None) -> ObjectWriter: ...
 

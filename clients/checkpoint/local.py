@@ -250,6 +250,12 @@ class LocalBackend(Backend):
         self.durable = durable
         self._root_synced = False
 
+    @property
+    def identity(self) -> str:
+        # Resolved at each call: a store opened through a symlink (or `..`) is the same
+        # directory, and a second writer of one of its steps must be told so.
+        return f"file://{os.path.realpath(self.root)}"
+
     def _path(self, key: str) -> Path:
         return self.root / key if key else self.root
 

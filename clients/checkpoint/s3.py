@@ -269,6 +269,11 @@ class S3Backend(Backend):
         self._lock = threading.Lock()
 
     @property
+    def identity(self) -> str:
+        # `s3://bucket/prefix/` and `s3://bucket//prefix` are the same objects.
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    @property
     def client(self) -> Any:
         if self._client is None:
             with self._lock:

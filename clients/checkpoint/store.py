@@ -252,7 +252,7 @@ class CheckpointStore:
         ranks = resolve(rank, world_size, group)
         if attempt is None:
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-        releases = [_WRITING.enter(self.url, name, ranks.rank)]
+        releases = [_WRITING.enter(self._backend.identity, name, ranks.rank)]
         try:
             if ranks.world_size == 1:
                 releases.append(self._backend.claim(name))

@@ -82,6 +82,10 @@ class DelegatingBackend(Backend):
         self.inner = inner
         self.url = inner.url
 
+    @property
+    def identity(self) -> str:
+        return self.inner.identity
+
     def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
         return self.inner.writer(key, on_done)
 

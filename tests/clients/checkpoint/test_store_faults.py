@@ -432,6 +432,39 @@ def test_a_second_writer_of_a_step_this_process_is_saving_is_refused(make_store:
     assert make_store().get(6, verify="checksums").read_bytes("model.bin") == b"6"
 
 
+@pytest.mark.parametrize("spelling", ["symlink", "dotdot", "file-url", "s3-slashes"])
+def test_a_store_opened_through_another_path_is_the_same_store_to_its_writers(
+    tmp_path: Path, spelling: str, request: pytest.FixtureRequest
+) -> None:
+    """A store opened through a symlink to its directory (or a path with `..`) counted as
+    another store: a second save of a step this process was writing was let in, deleted the
+    first's files as a dead writer's leftovers, and the first then failed or committed the
+    second's bytes."""
+    from forewarn.clients.checkpoint import CommitError
+
+    real: str | Path = tmp_path / "disks" / "store"
+    Path(real).mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "disks")
+    if spelling == "s3-slashes":
+        real = f"s3://{request.getfixturevalue('bucket')}/runs/job-1"
+        other: str | Path = real.replace("/runs/", "//runs/") + "/"
+    else:
+        other = {
+            "symlink": tmp_path / "link" / "store",
+            "dotdot": tmp_path / "disks" / ".." / "disks" / "store",
+            "file-url": f"file://{tmp_path / 'link' / 'store'}",
+        }[spelling]
+    first_store, second_store = CheckpointStore(real), CheckpointStore(other)
+    first = first_store.save(5, metadata={"writer": "first"})
+    first.write_bytes("model.bin", b"m" * 1000)
+    with pytest.raises(CommitError, match=r"step-000000000005 is already being saved in "):
+        second_store.save(5)
+    first.commit()
+    generation = second_store.get(5, verify="checksums")
+    assert generation.metadata == {"writer": "first"}
+    assert generation.read_bytes("model.bin") == b"m" * 1000
+
+
 def test_delegating_backend_forwards_close_and_every_other_backend_call(tmp_path: Path) -> None:
     """close() was not forwarded: a store over a wrapped backend never released the wrapped
     one's threads and connections."""
