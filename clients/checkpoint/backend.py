@@ -195,8 +195,13 @@ class Backend(ABC):
     def claim(self, prefix: str) -> Callable[[], None]:
         """Claim `prefix` for this process's single writer until the returned function is
         called; raises `CommitError` naming the holder when another live process holds it.
-        Nothing to claim where writers cannot be told apart (object stores)."""
+        Nothing to claim where writers cannot be told apart."""
         return _nothing
+
+    def remove_stale_claims(self) -> int:
+        """Remove the claims (see `claim`) killed writers left on steps nobody saved again;
+        returns how many. Nothing to do where there are none."""
+        return 0
 
     def remove_stale_temps(self, key: str, *, older_than: float) -> int:
         """Remove the temp files a killed `put_small(key, ...)` left beside `key`, older than

@@ -416,6 +416,12 @@ class CommitProtocol:
                 self.backend.url,
                 exc,
             )
+        try:
+            # Each writer killed in a single-rank save leaves its claim on that step; the
+            # step is often never saved again (a final save at an off-schedule step).
+            self.backend.remove_stale_claims()
+        except Exception as exc:
+            log.warning("forewarn: could not remove stale claims in %s: %s", self.backend.url, exc)
 
 
 def _now() -> str:

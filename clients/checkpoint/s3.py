@@ -15,9 +15,9 @@ import os
 import threading
 import zlib
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
@@ -26,6 +26,8 @@ from .backend import Backend, ObjectWriter, OnDone, Progress
 from .errors import CheckpointError, StoreConfigError
 from .hashing import Buffer, digest_stream, submit
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
+from .s3claim import S3Claim, claim_name, remove_stale
+from .s3claim import service_time as _service_time
 
 log = logging.getLogger("forewarn.checkpoint")
 
@@ -266,6 +268,7 @@ class S3Backend(Backend):
         self._client: Any = None
         self._completer: Any = None
         self._batch_delete = True  # DeleteObjects, until the service says it has none
+        self._conditional_writes = True  # claims (`s3claim`), until the service refuses one
         self._lock = threading.Lock()
 
     @property
@@ -372,6 +375,19 @@ class S3Backend(Backend):
                 exc,
             )
 
+    def claim(self, prefix: str) -> Callable[[], None]:
+        if not self._conditional_writes:
+            return _unclaimed
+        claim = S3Claim(self.client, self.bucket, self._key(claim_name(prefix)), self.url, prefix)
+        if claim.take():
+            return claim.release
+        # Said once: the service refused the conditional write (see `S3Claim.take`).
+        self._conditional_writes = False
+        return _unclaimed
+
+    def remove_stale_claims(self) -> int:
+        return remove_stale(self.client, self.bucket, self._dir(""))
+
     def _delete_keys(self, keys: list[str], prefix: str) -> None:
         failed: list[str] = []
         for start in range(0, len(keys), 1000):
@@ -455,18 +471,6 @@ class S3Backend(Backend):
                     )
                     aborted += 1
         return aborted
-
-
-def _service_time(reply: dict[str, Any]) -> datetime:
-    """The time the service answered, from its Date header: uploads are aged by the service's
-    clock, as it stamped them, so a skewed clock on this machine cannot make a live one old."""
-    date = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
-    if date:
-        with contextlib.suppress(TypeError, ValueError):
-            parsed = parsedate_to_datetime(date)
-            if parsed.tzinfo is not None:
-                return parsed
-    return datetime.now(timezone.utc)
 
 
 def resolve_upload_checksums(endpoint_url: str | None) -> bool:
@@ -587,3 +591,7 @@ def make_client(
         raise StoreConfigError(
             f"S3 endpoint ({given}) is not an http(s)://host[:port] URL: {exc}"
         ) from None
+
+
+def _unclaimed() -> None:
+    return None

@@ -132,6 +132,9 @@ class DelegatingBackend(Backend):
     def claim(self, prefix: str) -> Callable[[], None]:
         return self.inner.claim(prefix)
 
+    def remove_stale_claims(self) -> int:
+        return self.inner.remove_stale_claims()
+
     def close(self) -> None:
         # The store closes the backend it was given: the wrapped one holds the threads and
         # connections.

@@ -1,0 +1,310 @@
+"""One writer of a step at a time on S3, across processes and machines.
+
+A single-rank save claims its step with a small object `.<generation>.claim` in the store's
+root, created by a conditional write (`If-None-Match: *`): the service creates it for one
+writer and answers every other 412 PreconditionFailed (409 ConditionalRequestConflict while
+two race). Without it a second job saving the step (a replacement started while the old one
+still flushes) deleted the first's files as a dead writer's leftovers, or renamed its own
+over them.
+
+A killed writer cannot let go of its claim, so a claim is a lease: its holder rewrites it
+every `LEASE / 6` seconds (`If-Match` its own ETag, so a claim taken over is never taken
+back) and deletes it (`If-Match` again) when its save ends. A claim not rewritten for `LEASE`
+seconds, by the service's clock (its LastModified against the Date of the reply), is a dead
+writer's: the next writer takes it over by a write conditional on the ETag it read, so of
+two writers taking one over only one wins. Claims that nobody takes over are removed by a
+later commit (`remove_stale`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import CommitError
+from .manifest import parse_generation_name
+
+log = logging.getLogger("forewarn.checkpoint")
+
+# How long a claim outlives its last renewal. It is what a killed writer's step is blocked
+# for; a live holder renews six times in it, so it loses its claim only when S3 refused or
+# failed every one of those writes (and then its own save is failing too).
+LEASE = 120.0
+SUFFIX = ".claim"
+# Someone else holds the key, or is writing it at this moment.
+_CONTESTED = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
+# Services without conditional writes that refuse the header rather than ignore it.
+_UNSUPPORTED = ("NotImplemented", "InvalidArgument", "InvalidRequest", "501")
+_ATTEMPTS = 3
+_CLAIM_NAME = re.compile(r"\.(?P<generation>[^/]+)" + re.escape(SUFFIX))
+
+
+def claim_name(prefix: str) -> str:
+    """The key (relative to the store's root) of the claim on generation `prefix`."""
+    return f".{prefix}{SUFFIX}"
+
+
+def error_code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code or str(status or "")
+
+
+def _missing(exc: BaseException) -> bool:
+    return error_code(exc) in ("NoSuchKey", "404", "NotFound")
+
+
+def service_time(reply: dict[str, Any]) -> datetime:
+    """The time the service answered (its Date header), else this machine's."""
+    from email.utils import parsedate_to_datetime
+
+    date = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+    if date:
+        with contextlib.suppress(TypeError, ValueError):
+            parsed = parsedate_to_datetime(date)
+            if parsed.tzinfo is not None:
+                return parsed
+    return datetime.now(timezone.utc)
+
+
+class S3Claim:
+    """The claim of one single-rank save on its generation; `take` it, then `release` it."""
+
+    def __init__(self, client: Any, bucket: str, key: str, url: str, prefix: str) -> None:
+        self._client = client
+        self._bucket = bucket
+        self._key = key
+        self._url = url
+        self._prefix = prefix
+        self._body = json.dumps(
+            {
+                "holder": f"pid {os.getpid()} on {os.uname().nodename}",
+                "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "lease": LEASE,
+                # Makes this writer's body, hence its ETag, its own: a takeover changes it.
+                "token": uuid.uuid4().hex,
+            }
+        ).encode()
+        self._etag: str | None = None
+        self._pid = os.getpid()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def take(self) -> bool:
+        """Claim the generation; False when the service has no conditional writes (nothing
+        is claimed then). `CommitError` naming the holder when a live writer holds it."""
+        if not takes(self._client, "PutObject", "IfNoneMatch", "IfMatch"):
+            # boto3 1.28 (what the aws extra allows) predates them: refusing the parameter,
+            # it failed every save.
+            log.warning(
+                "forewarn: this botocore (%s) cannot make conditional writes: saves of one "
+                "step by two processes are not kept apart in %s (upgrade boto3)",
+                _botocore_version(),
+                self._url,
+            )
+            return False
+        for _attempt in range(_ATTEMPTS):
+            try:
+                reply = self._put(IfNoneMatch="*")
+            except Exception as exc:
+                code = error_code(exc)
+                if code in _UNSUPPORTED:
+                    log.warning(
+                        "forewarn: %s refuses conditional writes (%s): saves of one step by "
+                        "two processes are not kept apart there",
+                        self._url,
+                        code,
+                    )
+                    return False
+                if code not in _CONTESTED:
+                    raise
+                if not self._take_over():
+                    continue  # released or taken meanwhile: try again
+                return True
+            self._held(reply)
+            return True
+        raise CommitError(
+            f"cannot save {self._prefix} in {self._url}: other writers kept claiming it "
+            f"({self._key}); this save left it alone"
+        )
+
+    def _take_over(self) -> bool:
+        try:
+            reply = self._client.get_object(Bucket=self._bucket, Key=self._key)
+            raw = reply["Body"].read()
+        except Exception as exc:
+            if _missing(exc):
+                return False
+            raise
+        age = (service_time(reply) - reply["LastModified"]).total_seconds()
+        holder = _holder(raw)
+        if age < LEASE:
+            raise CommitError(
+                f"another process ({holder}) is saving {self._prefix} in {self._url}: its "
+                f"claim {self._key} was last written {max(age, 0.0):.0f} s ago; this save left it "
+                f"alone (a claim not renewed for {LEASE:.0f} s is a killed writer's, and the "
+                "next save of the step takes it over)"
+            )
+        try:
+            taken = self._put(IfMatch=reply["ETag"])
+        except Exception as exc:
+            if error_code(exc) in _CONTESTED or _missing(exc):
+                return False
+            raise
+        log.warning(
+            "forewarn: took over the claim on %s in %s from %s, not renewed for %.0f s "
+            "(a writer that was killed)",
+            self._prefix,
+            self._url,
+            holder,
+            age,
+        )
+        self._held(taken)
+        return True
+
+    def _put(self, **condition: str) -> Any:
+        return self._client.put_object(
+            Bucket=self._bucket, Key=self._key, Body=self._body, **condition
+        )
+
+    def _held(self, reply: dict[str, Any]) -> None:
+        self._etag = reply["ETag"]
+        self._renewer = threading.Thread(
+            target=self._renew, name=f"forewarn-claim-{self._prefix}", daemon=True
+        )
+        self._renewer.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(LEASE / 6):
+            try:
+                reply = self._put(IfMatch=str(self._etag))
+            except Exception as exc:
+                if error_code(exc) in _CONTESTED or _missing(exc):
+                    if not self._stop.is_set():
+                        log.warning(
+                            "forewarn: the claim on %s in %s was taken over by another "
+                            "writer (it was not renewed for %.0f s): that writer's save of "
+                            "the step may spoil this one's",
+                            self._prefix,
+                            self._url,
+                            LEASE,
+                        )
+                    return
+                log.warning(
+                    "forewarn: could not renew the claim on %s in %s: %s",
+                    self._prefix,
+                    self._url,
+                    exc,
+                )
+                continue
+            self._etag = reply["ETag"]
+
+    def release(self) -> None:
+        """Let go of the claim (this writer's only); never raises."""
+        if os.getpid() != self._pid:
+            return  # a forked child's copy: the claim is its parent's
+        self._stop.set()
+        renewer = self._renewer
+        if renewer is not None and renewer is not threading.current_thread():
+            # A renewal in flight may change the ETag (SSE-KMS gives every write its own).
+            renewer.join(timeout=5.0)
+        if self._etag is None:
+            return
+        if not takes(self._client, "DeleteObject", "IfMatch"):
+            self._delete_if_ours()
+            return
+        try:
+            self._client.delete_object(Bucket=self._bucket, Key=self._key, IfMatch=self._etag)
+        except Exception as exc:
+            code = error_code(exc)
+            if code in _CONTESTED or _missing(exc):
+                return  # taken over: it is not this writer's to delete
+            if code in _UNSUPPORTED:
+                self._delete_if_ours()
+                return
+            log.warning(
+                "forewarn: could not remove the claim %s in %s (it expires %.0f s after its "
+                "last renewal): %s",
+                self._key,
+                self._url,
+                LEASE,
+                exc,
+            )
+
+    def _delete_if_ours(self) -> None:
+        # Without conditional deletes: read, then delete (a takeover in between is lost,
+        # which needs this live writer's claim to have gone unrenewed for LEASE seconds).
+        with contextlib.suppress(Exception):
+            head = self._client.head_object(Bucket=self._bucket, Key=self._key)
+            if head.get("ETag") == self._etag:
+                self._client.delete_object(Bucket=self._bucket, Key=self._key)
+
+
+def takes(client: Any, operation: str, *parameters: str) -> bool:
+    """Whether this botocore knows `parameters` of `operation` (it refuses unknown ones)."""
+    try:
+        members = client.meta.service_model.operation_model(operation).input_shape.members
+    except Exception:
+        return False
+    return all(name in members for name in parameters)
+
+
+def _botocore_version() -> str:
+    try:
+        import botocore
+
+        return str(botocore.__version__)
+    except ImportError:
+        return "unknown version"
+
+
+def _holder(raw: bytes) -> str:
+    try:
+        holder = json.loads(raw).get("holder")
+    except (ValueError, AttributeError):
+        holder = None
+    return holder if isinstance(holder, str) and holder else "unknown"
+
+
+def remove_stale(client: Any, bucket: str, root: str) -> int:
+    """Delete the claims under `root` (the store's root, ending in '/' or empty) not renewed
+    for `LEASE` seconds: killed writers' of steps nobody saved again. Returns how many."""
+    if not takes(client, "DeleteObject", "IfMatch"):
+        return 0  # a claim taken over since the listing would be deleted: left to its step
+    removed = 0
+    paginator = client.get_paginator("list_objects_v2")
+    for page in paginator.paginate(Bucket=bucket, Prefix=root, Delimiter="/"):
+        now = service_time(page)
+        for item in page.get("Contents", []):
+            found = _CLAIM_NAME.fullmatch(item["Key"][len(root) :])
+            if found is None or parse_generation_name(found.group("generation")) is None:
+                continue
+            modified = item.get("LastModified")
+            if not isinstance(modified, datetime):
+                continue
+            if (now - modified).total_seconds() < LEASE:
+                continue
+            try:
+                # Conditional: a claim taken over since the listing is a live writer's.
+                client.delete_object(Bucket=bucket, Key=item["Key"], IfMatch=item["ETag"])
+            except Exception as exc:
+                code = error_code(exc)
+                if code in _UNSUPPORTED:
+                    # A takeover since the listing needs a claim this old: left to the
+                    # next save of its step.
+                    return removed
+                if code in _CONTESTED or _missing(exc):
+                    continue
+                raise
+            removed += 1
+    return removed
