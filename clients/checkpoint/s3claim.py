@@ -12,8 +12,10 @@ every `LEASE / 6` seconds (`If-Match` its own ETag, so a claim taken over is nev
 back) and deletes it (`If-Match` again) when its save ends. A claim not rewritten for `LEASE`
 seconds, by the service's clock (its LastModified against the Date of the reply), is a dead
 writer's: the next writer takes it over by a write conditional on the ETag it read, so of
-two writers taking one over only one wins. Claims that nobody takes over are removed by a
-later commit (`remove_stale`).
+two writers taking one over only one wins. So is at once one whose holder ran on this
+machine, in this boot and PID namespace, and is gone (a job restarted on the machine its
+writer was killed on). Claims that nobody takes over are removed by a later commit
+(`remove_stale`).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from .manifest import parse_generation_name
 
 log = logging.getLogger("forewarn.checkpoint")
 
-# How long a claim outlives its last renewal. It is what a killed writer's step is blocked
-# for; a live holder renews six times in it, so it loses its claim only when S3 refused or
-# failed every one of those writes (and then its own save is failing too).
-LEASE = 120.0
+# How long a claim outlives its last renewal: what a killed writer's step is blocked for
+# when its holder ran elsewhere (another machine, container or boot). A live holder renews
+# six times in it, so it loses its claim only when S3 refused or failed every one of those
+# writes (and then its own save is failing too).
+LEASE = 60.0
 SUFFIX = ".claim"
 # Someone else holds the key, or is writing it at this moment.
 _CONTESTED = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
@@ -90,6 +93,7 @@ class S3Claim:
             {
                 "holder": f"pid {os.getpid()} on {os.uname().nodename}",
                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                **_this_process(),
                 "lease": LEASE,
                 # Makes this writer's body, hence its ETag, its own: a takeover changes it.
                 "token": uuid.uuid4().hex,
@@ -128,11 +132,13 @@ class S3Claim:
                     return False
                 if code not in _CONTESTED:
                     raise
-                if not self._take_over():
-                    continue  # released or taken meanwhile: try again
+            else:
+                self._held(reply)
                 return True
-            self._held(reply)
-            return True
+            # Outside the handler: a refusal is about the holder, not the 412 before it.
+            if self._take_over():
+                return True
+            # Released or taken over meanwhile: try again.
         raise CommitError(
             f"cannot save {self._prefix} in {self._url}: other writers kept claiming it "
             f"({self._key}); this save left it alone"
@@ -148,7 +154,8 @@ class S3Claim:
             raise
         age = (service_time(reply) - reply["LastModified"]).total_seconds()
         holder = _holder(raw)
-        if age < LEASE:
+        gone = _gone_from_here(raw)
+        if age < LEASE and not gone:
             raise CommitError(
                 f"another process ({holder}) is saving {self._prefix} in {self._url}: its "
                 f"claim {self._key} was last written {max(age, 0.0):.0f} s ago; this save left it "
@@ -162,12 +169,11 @@ class S3Claim:
                 return False
             raise
         log.warning(
-            "forewarn: took over the claim on %s in %s from %s, not renewed for %.0f s "
-            "(a writer that was killed)",
+            "forewarn: took over the claim on %s in %s from %s, %s (a writer that was killed)",
             self._prefix,
             self._url,
             holder,
-            age,
+            "whose process is gone" if gone else f"not renewed for {age:.0f} s",
         )
         self._held(taken)
         return True
@@ -266,6 +272,52 @@ def _botocore_version() -> str:
         return str(botocore.__version__)
     except ImportError:
         return "unknown version"
+
+
+def _this_process(pid: int | None = None) -> dict[str, Any]:
+    """What tells a process apart on Linux: its pid, when it started (a pid is reused), and
+    the boot and PID namespace that pid means something in; {} elsewhere."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            boot = handle.read().strip()
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return {}
+    started = _started(pid)
+    if started is None:
+        return {}
+    return {"pid": pid, "pid_started": started, "boot": boot, "pid_namespace": namespace}
+
+
+def _started(pid: int) -> int | None:
+    """When process `pid` started (clock ticks after boot), or None when there is none (or
+    only its zombie, killed and not yet reaped: it writes nothing any more)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        # The name in parentheses may hold spaces and parentheses: count from the last one.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] in (b"Z", b"X"):
+            return None
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _gone_from_here(raw: bytes) -> bool:
+    """Whether the claim's holder ran in this boot and PID namespace and is gone: the pid it
+    names is no process, or one started at another time."""
+    try:
+        found = json.loads(raw)
+        pid, started = int(found["pid"]), int(found["pid_started"])
+        boot, namespace = found["boot"], found["pid_namespace"]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+    here = _this_process()
+    if not here or (here["boot"], here["pid_namespace"]) != (boot, namespace):
+        return False
+    return _started(pid) != started
 
 
 def _holder(raw: bytes) -> str:

@@ -1,11 +1,13 @@
 """Two processes saving the same step into one S3 store (a job restarted while the old one
 still flushes its final save, two jobs given one prefix), against moto in server mode: the
 second is refused while the first's claim is alive and touches nothing of its save; a killed
-writer's claim is taken over once its lease ran out, and removed by a later commit when
-nobody saves its step again. The lease is cut to seconds here, in both processes."""
+writer's claim is taken over at once when it ran on this machine, else once its lease ran
+out, and removed by a later commit when nobody saves its step again. The lease is cut to
+seconds here, in both processes."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -18,7 +20,7 @@ from forewarn.clients.checkpoint import CheckpointStore, CommitError, S3Options,
 from s3_proxy import XML, Reply, Request, S3Proxy
 from support import eventually
 
-LEASE = 3.0
+LEASE = 4.0
 CLAIM = ".step-000000000100.claim"
 
 # Writes a.bin, says so, waits for the go file, writes b.bin and commits (or is killed first).
@@ -115,23 +117,59 @@ def test_a_second_writer_of_a_step_another_process_is_saving_is_refused(
     assert CLAIM not in root_keys(store), "the writer let go of its claim"
 
 
-def test_a_step_whose_writer_was_killed_is_saved_once_its_claim_expires(
-    tmp_path: Path, url: str
+def test_a_step_whose_writer_was_killed_on_this_machine_is_saved_at_once(
+    tmp_path: Path, url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Its claim names a process of this boot and PID namespace that is gone: the job
+    restarted there (`test_kill.py` restarts one after every kill) need not wait out the lease."""
     child, _go = start_writer(tmp_path, url)
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
     store = CheckpointStore(url)
     assert CLAIM in root_keys(store), "a killed writer cannot let go of its claim"
+    save_here(store)
+    assert f"from pid {child.pid} on " in caplog.text and "whose process is gone" in caplog.text
+    generation = store.get(100, verify="checksums")
+    assert generation.read_bytes("a.bin") == b"second" * 1000
+    assert CLAIM not in root_keys(store)
+
+
+def claim_from_elsewhere(store: CheckpointStore) -> None:
+    """The claim a writer killed on another machine (or in another container) left."""
+    import boto3
+
+    bucket, prefix = store.url[len("s3://") :].split("/", 1)
+    body = {
+        "holder": "pid 4242 on another-node",
+        "started": "2026-12-03T06:00:00+00:00",
+        "lease": LEASE,
+        "token": "0" * 32,
+        "pid": 4242,
+        "pid_started": 1,
+        "boot": "another-boot",
+        "pid_namespace": 1,
+    }
+    boto3.client("s3").put_object(
+        Bucket=bucket, Key=f"{prefix}/{CLAIM}", Body=json.dumps(body).encode()
+    )
+
+
+def test_a_step_whose_writer_was_killed_elsewhere_is_saved_once_its_claim_expires(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CheckpointStore(url)
+    claim_from_elsewhere(store)
     # Within its lease the claim may be a live writer's that stopped answering for a moment.
-    with pytest.raises(CommitError, match=rf"pid {child.pid} on "):
+    monkeypatch.setattr(s3claim, "LEASE", 600.0)
+    with pytest.raises(CommitError, match=r"another process \(pid 4242 on another-node\)"):
         save_here(store)
+    monkeypatch.setattr(s3claim, "LEASE", LEASE)
 
     def saved() -> bool:
         try:
             save_here(store)
         except CommitError as exc:
-            assert "another process" in str(exc), exc
+            assert "pid 4242 on another-node" in str(exc), exc
             return False
         return True
 
@@ -142,15 +180,15 @@ def test_a_step_whose_writer_was_killed_is_saved_once_its_claim_expires(
 
 
 def test_a_killed_writers_claim_on_a_step_never_saved_again_is_removed_by_a_commit(
-    tmp_path: Path, url: str
+    url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    child, _go = start_writer(tmp_path, url)
-    child.send_signal(signal.SIGKILL)
-    child.wait(timeout=30)
     store = CheckpointStore(url)
+    claim_from_elsewhere(store)
     # A commit within the lease leaves it: it may be a live writer's.
+    monkeypatch.setattr(s3claim, "LEASE", 600.0)
     save_here(store, step=101)
     assert CLAIM in root_keys(store)
+    monkeypatch.setattr(s3claim, "LEASE", LEASE)
 
     def swept() -> bool:
         step = max(store.steps()) + 1
