@@ -12,6 +12,7 @@ import re
 import secrets
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,9 +21,32 @@ from typing import IO, Any
 from .backend import Backend, ObjectWriter, OnDone
 from .errors import CommitError
 from .hashing import Buffer
-from .manifest import COMMIT
+from .manifest import COMMIT, parse_generation_name
 
 _TMP_MARK = ".tmp-"
+_LOCK_NAME = re.compile(r"\.(?P<generation>[^/]+)\.lock")
+
+
+class _HeldLocks:
+    """The lock files this process holds a claim on, by (device, inode), whoever opened them.
+
+    `remove_stale_claims` must never open one of them: closing any descriptor of a file
+    drops every POSIX lock the process holds on it. Claims and the sweep take `mutex`, so no
+    claim is made between the sweep's look and its open. Reentrant: a dropped writer's claim
+    is let go by the garbage collector, which may run on a thread that holds it already."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.RLock()
+        self.files: set[tuple[int, int]] = set()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        # A forked child holds none of its parent's locks (and no other thread holds mutex).
+        self.mutex = threading.RLock()
+        self.files = set()
+
+
+_HELD = _HeldLocks()
 
 log = logging.getLogger("forewarn.checkpoint")
 
@@ -118,6 +142,46 @@ def _temp_pattern(name: str) -> re.Pattern[str]:
 
 def _unclaimed() -> None:
     return None
+
+
+# A lock found held is looked at again this many times, this far apart, before its holder is
+# taken to be alive: a sweep holds a dead writer's lock file only while it removes it.
+_BUSY_TRIES = 3
+_BUSY_WAIT = 0.01
+
+
+def _is_at(path: Path, fd: int) -> bool:
+    """Whether `fd` is the file at `path` now (not one removed from there)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _remove_if_dead(path: Path) -> int:
+    """Remove the lock file at `path` when no process holds its lock (1), else leave it (0);
+    called with `_HELD.mutex` held."""
+    try:
+        found = os.stat(path, follow_symlinks=False)
+        if (found.st_dev, found.st_ino) in _HELD.files:
+            return 0  # this process's own: opening it would drop the lock on close
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return 0  # gone already, or another user's that this one may not open
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0  # a live writer's (or no locks here: nothing is known of it)
+        if not _is_at(path, fd):
+            return 0
+        try:
+            path.unlink()
+        except OSError:
+            return 0
+        return 1
+    finally:
+        os.close(fd)
 
 
 def _user(uid: int) -> str:
@@ -288,6 +352,11 @@ class LocalBackend(Backend):
         # (SIGKILL too), and forked children (DataLoader workers) do not inherit it.
         path = self.root / f".{prefix}.lock"
         self.root.mkdir(parents=True, exist_ok=True)
+        with _HELD.mutex:
+            return self._claim(prefix, path)
+
+    def _claim(self, prefix: str, path: Path) -> Callable[[], None]:
+        busy = 0
         while True:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -319,6 +388,13 @@ class LocalBackend(Backend):
                     with contextlib.suppress(OSError):
                         path.unlink()
                     return _unclaimed
+                if not _is_at(path, fd) or busy < _BUSY_TRIES:
+                    # Its holder let go and removed it meanwhile, or a commit's sweep of a
+                    # dead writer's lock file holds it for the moment it takes to remove it.
+                    os.close(fd)
+                    busy += 1
+                    time.sleep(_BUSY_WAIT)
+                    continue
                 holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
                 os.close(fd)
                 raise CommitError(
@@ -327,22 +403,43 @@ class LocalBackend(Backend):
                 ) from exc
             # The holder before removes the file as it lets go: a lock on the file it removed
             # claims nothing, so lock the one now at the path.
-            try:
-                current = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                current = False
-            if current:
+            if _is_at(path, fd):
                 break
             os.close(fd)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode(), 0)
+        found = os.fstat(fd)
+        held = (found.st_dev, found.st_ino)
+        _HELD.files.add(held)
+        owner = os.getpid()
 
         def release() -> None:
-            with contextlib.suppress(OSError):
-                path.unlink()
-            os.close(fd)
+            if os.getpid() != owner:
+                return  # a forked child's copy: the lock and its file are its parent's
+            with _HELD.mutex:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                os.close(fd)
+                _HELD.files.discard(held)
 
         return release
+
+    def remove_stale_claims(self) -> int:
+        # A writer killed in its save leaves its lock file; the next save of that step reuses
+        # and removes it, but a step saved only once (a final save at an off-schedule step)
+        # is never saved again, and one file was left behind per killed writer.
+        try:
+            entries = list(os.scandir(self.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        removed = 0
+        for entry in entries:
+            found = _LOCK_NAME.fullmatch(entry.name)
+            if found is None or parse_generation_name(found.group("generation")) is None:
+                continue
+            with _HELD.mutex:
+                removed += _remove_if_dead(Path(entry.path))
+        return removed
 
     def remove_stale_temps(self, key: str, *, older_than: float) -> int:
         path = self._path(key)

@@ -487,3 +487,66 @@ def test_delegating_backend_forwards_close_and_every_other_backend_call(tmp_path
         if callable(value) and not name.startswith("_")
     }
     assert public - set(vars(DelegatingBackend)) == set()
+
+
+def _killed_in_save(url: str) -> None:
+    writer = CheckpointStore(url).save(7)
+    writer.write_bytes("model.bin", b"killed")
+    os._exit(9)
+
+
+def _saving(url: str, step: int, ready: Any, go: Any, outcomes: Any) -> None:
+    from forewarn.clients.checkpoint import CommitError
+
+    try:
+        writer = CheckpointStore(url).save(step)
+    except CommitError as exc:
+        outcomes.put(str(exc))
+        return
+    writer.write_bytes("model.bin", b"other")
+    ready.put(step)
+    go.get(timeout=60)
+    writer.commit()
+    outcomes.put("committed")
+
+
+def test_a_commit_removes_the_lock_files_of_killed_writers_only(tmp_path: Path) -> None:
+    """Each writer killed in a save left its `.step-N.lock`; only a later save of that very
+    step removed it, and a step saved once (a final save at an off-schedule step) is never
+    saved again: one file piled up per killed writer."""
+    url = str(tmp_path / "store")
+    context = multiprocessing.get_context("fork")
+    killed = context.Process(target=_killed_in_save, args=(url,))
+    killed.start()
+    killed.join(60)
+    assert killed.exitcode == 9
+    ready, go, outcomes = context.Queue(), context.Queue(), context.Queue()
+    live = context.Process(target=_saving, args=(url, 9, ready, go, outcomes))
+    live.start()
+    try:
+        assert ready.get(timeout=60) == 9
+        store = CheckpointStore(url)
+        own = store.save(10)  # this process's, open across the commit below
+        own.write_bytes("model.bin", b"own")
+        locks = {".step-000000000007.lock", ".step-000000000009.lock", ".step-000000000010.lock"}
+        assert locks <= set(os.listdir(url))
+        store.flush(8, lambda gen: gen.write_bytes("model.bin", b"8"))
+        left = {name for name in os.listdir(url) if name.endswith(".lock")}
+        assert left == locks - {".step-000000000007.lock"}
+        # This process's lock still holds after the sweep looked at it (closing any
+        # descriptor of a locked file drops the process's lock on it).
+        other = context.Process(target=_saving, args=(url, 10, ready, go, outcomes))
+        other.start()
+        other.join(60)
+        assert "another process" in outcomes.get(timeout=60)
+        go.put(None)
+        assert outcomes.get(timeout=60) == "committed"
+    finally:
+        go.put(None)  # spare the live writer its wait when the test failed before
+        live.join(60)
+        if live.is_alive():
+            live.kill()
+            live.join()
+    own.commit()
+    assert [name for name in os.listdir(url) if name.endswith(".lock")] == []
+    assert [generation.step for generation in store.generations()] == [8, 9, 10]
