@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .errors import ForewarnError
 
-class DuplicateKeyError(ValueError):
+
+class DuplicateKeyError(ForewarnError, ValueError):
     """A JSON object names one key twice; the text names the key."""
 
 
