@@ -27,10 +27,7 @@ _RECLAIM_HEADS = frozenset(
 # them ("Droplets with reserved capacity will not be reclaimed" is an aside).
 _DROPLET_HEADS = frozenset(re.findall(r"\w+", "droplet it instance server"))
 
-CANCELLED_SUBJECT = re.compile(
-    r"\b(?:cancel+(?:ed|ation)|withdrawn|rescinded|called off)\b", re.IGNORECASE
-)
-CANCELLED_BODY = re.compile(
+_BODY_STATEMENTS = (
     # Active: "We have cancelled the reclaim of ...", not "we have cancelled its snapshots".
     r"\bwe(?:\s+have|['\u2019]ve)?\s+(?:now\s+)?" + _VERB + r"\s+"
     r"(?:(?:the|this|that|your|its|our)\s+)?"
@@ -43,7 +40,16 @@ CANCELLED_BODY = re.compile(
     r"|(?:will\s+not|won['\u2019]t)\s+(?:take\s+place|go\s+ahead|happen|proceed)"
     r"|is\s+no\s+longer\s+(?:going\s+ahead|happening|taking\s+place))\b"
     # Passive, the droplet its subject.
-    r"|(?P<droplet>will\s+(?:no\s+longer|not)\s+be\s+reclaimed|is\s+no\s+longer\s+scheduled)\b",
+    r"|(?P<droplet>will\s+(?:no\s+longer|not)\s+be\s+reclaimed|is\s+no\s+longer\s+scheduled)\b"
+)
+CANCELLED_BODY = re.compile(_BODY_STATEMENTS, re.IGNORECASE)
+# A subject says what the body says, or says it in brief: "Spot Droplet reclaim cancelled",
+# "Cancelled: reclaim of gpu-spot-1". Any of these words in it was a cancellation before, so
+# "Re: cancelled backups - your Droplet will be reclaimed" withdrew the reclaim it announced;
+# `counts_in_subject` now asks the bare word for the reclaim as what is cancelled.
+CANCELLED_SUBJECT = re.compile(
+    _BODY_STATEMENTS
+    + r"|(?P<bare>\b(?:cancel+(?:ed|ation)|withdrawn|rescinded|revoked|called\s+off)\b)",
     re.IGNORECASE,
 )
 
@@ -80,6 +86,7 @@ _CLAUSE_START = re.compile(r"[.!?;](?=\s)|\n[^\S\n]*\n|\n(?=[^\S\n]*[^a-z\s])")
 _TOKEN = re.compile(r"\d(?:[\w:./-]*\w)?|[^\W\d_](?:[\w.'\u2019-]*\w)?|[^\w\s]")
 # Punctuation inside a noun phrase: "gpu-spot-1 (ID 424242424)", "'trainer'", commas.
 _PHRASE_MARKS = frozenset("()[]'\"\u2018\u2019\u201c\u201d`,-")
+_TAG_MARKS = frozenset("()[]:")  # "[Cancelled] Spot reclaim", "Cancelled: reclaim of ..."
 _REACH = 300  # characters back from the verb: a noun phrase is never longer
 
 
@@ -107,6 +114,81 @@ def counts(text: str, statement: re.Match[str], is_mention: Callable[[int, int],
     return _CONDITIONS.search(text, starts[-1] if starts else window, head) is None
 
 
+def counts_in_subject(
+    subject: str, statement: re.Match[str], is_mention: Callable[[int, int], bool]
+) -> bool:
+    """Whether `statement` (a CANCELLED_SUBJECT match in `subject`) cancels the reclaim: one
+    of the body's statements by the body's rule; a bare "cancelled" or "cancellation" when
+    what it says is cancelled is the reclaim, named before it ("Spot Droplet reclaim
+    cancelled", "Spot Droplet reclaim: Cancelled") or, with nothing before it but a tag,
+    after it ("Cancelled: reclaim of gpu-spot-1", "Re: [Cancelled] Spot reclaim notice")."""
+    if statement.group("bare") is None:
+        return counts(subject, statement, is_mention)
+    if _CONDITIONS.search(subject, 0, statement.start()) or _CONDITION_AFTER.match(
+        subject, statement.end()
+    ):
+        return False
+    after = list(_TOKEN.finditer(subject, statement.end()))
+    named_after = _reclaim_after(after, is_mention)
+    if after and after[0].group(0)[0].isalnum() and named_after is not None:
+        # Said of the words right after it: "cancelled backups", "Cancellation of backups",
+        # "cancelled pending jobs".
+        return named_after
+    before = list(_TOKEN.finditer(subject, 0, statement.start()))
+    named_before = _reclaim_before(before, is_mention)
+    if named_before is not None:
+        return named_before
+    return bool(named_after)
+
+
+def _reclaim_before(
+    before: list[re.Match[str]], is_mention: Callable[[int, int], bool]
+) -> bool | None:
+    """Whether the words before a bare "cancelled" say it of the reclaim (True) or of
+    something else (False); None when there is nothing before it but tags."""
+    for at in range(len(before) - 1, -1, -1):
+        token = before[at]
+        if token.group(0).lower() in _RECLAIM_HEADS:
+            return True
+        if token.group(0) in _PHRASE_MARKS or not _other_word(token, is_mention):
+            continue
+        # A tag ("Re:", "[DigitalOcean]") ends what the bare word can be said of; any other
+        # word is what is cancelled: "backups cancelled".
+        if at + 1 < len(before) and before[at + 1].group(0) in (":", "]"):
+            return None
+        return False
+    return None
+
+
+def _reclaim_after(
+    after: list[re.Match[str]], is_mention: Callable[[int, int], bool]
+) -> bool | None:
+    """Whether the words after a bare "cancelled" name the reclaim (True) or something else
+    (False); None when they, or the phrase they start, end first."""
+    for token in after:
+        word = token.group(0)
+        if word.lower() in _RECLAIM_HEADS:
+            return True
+        if word in _TAG_MARKS:
+            continue
+        # Not across a separator: "Backups: cancelled - Spot Droplet reclaim".
+        if not word[0].isalnum():
+            return None
+        if _other_word(token, is_mention):
+            return False
+    return None
+
+
+def _other_word(token: re.Match[str], is_mention: Callable[[int, int], bool]) -> bool:
+    """Whether `token` is a word of something other than the reclaim's noun phrase."""
+    word = token.group(0)
+    if word in _PHRASE_MARKS or word.lower() in _PHRASE_WORDS or word.lower() in _RECLAIM_HEADS:
+        return False
+    if is_mention(token.start(), token.end()) or any(ch.isdigit() for ch in word):
+        return False
+    return bool(re.match(r"\w", word))
+
+
 def _head(text: str, verb: int, kind: str, is_mention: Callable[[int, int], bool]) -> int | None:
     """Where the subject of the passive verb at `verb` starts, when it is the reclaim (or,
     for `kind` "droplet", this or that droplet); None when it is something else."""
@@ -129,4 +211,4 @@ def _head(text: str, verb: int, kind: str, is_mention: Callable[[int, int], bool
     return None
 
 
-__all__ = ["CANCELLED_BODY", "CANCELLED_SUBJECT", "counts"]
+__all__ = ["CANCELLED_BODY", "CANCELLED_SUBJECT", "counts", "counts_in_subject"]

@@ -30,7 +30,7 @@ from forewarn.protocol.timefmt import format_time
 from forewarn.providers.report import Report
 
 from ..base import ParseError
-from .cancel import CANCELLED_BODY, CANCELLED_SUBJECT, counts
+from .cancel import CANCELLED_BODY, CANCELLED_SUBJECT, counts, counts_in_subject
 
 PROVIDER = "digitalocean"
 DRILL_HEADER = "X-Forewarn-Drill"
@@ -902,6 +902,7 @@ def _about_this_droplet(
     in_subject: re.Pattern[str],
     in_body: re.Pattern[str],
     kept: Callable[[re.Match[str]], bool] = lambda statement: True,
+    kept_in_subject: Callable[[re.Match[str]], bool] = lambda statement: True,
 ) -> re.Match[str] | None:
     """The statement in `text` (the subject, a line break, the body from `body_at`) that is
     about this droplet: a cancellation, or a new time. A digest cancels (or moves) one
@@ -911,7 +912,7 @@ def _about_this_droplet(
     (else the first after it), and counts only when that is this one.
     """
     statements: list[re.Match[str]] = []
-    subject = in_subject.search(text, 0, body_at)
+    subject = next((m for m in in_subject.finditer(text, 0, body_at) if kept_in_subject(m)), None)
     if subject:
         statements.append(subject)
     statements.extend(m for m in in_body.finditer(text, body_at + 1) if kept(m))
@@ -978,6 +979,7 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         CANCELLED_SUBJECT,
         CANCELLED_BODY,
         lambda statement: counts(text, statement, is_mention),
+        lambda statement: counts_in_subject(mail.subject, statement, is_mention),
     )
     if cancelled:
         return Verdict(

@@ -1020,6 +1020,117 @@ def test_talk_of_cancelling_wrapped_over_lines_never_withdraws_a_notice(
     assert result.report.deadline == _at(14, minute)
 
 
+# A subject follows the body's rule: it cancels the reclaim only when the reclaim is what is
+# cancelled. "cancelled" anywhere in it withdrew the reclaim the body announced.
+_SUBJECT_RECLAIMS = st.sampled_from(
+    [
+        "Spot Droplet reclaim",
+        "Reclaim of gpu-spot-1",
+        "Spot reclaim notice",
+        "Scheduled reclaim for Droplet gpu-spot-1",
+        "The reclaim of gpu-spot-1 at 14:30 UTC",
+    ]
+)
+_SUBJECT_PREFIXES = st.sampled_from(["", "Re: ", "Fwd: ", "Update: ", "[DigitalOcean] "])
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "Re: cancelled backups - your Droplet will be reclaimed",
+        "Cancelled backups: Spot Droplet reclaim notice",
+        "Spot Droplet reclaim notice (cancelled snapshots)",
+        "Reclaim notice: cancelled backups",
+        "Spot reclaim notice - backups cancelled",
+        "Cancellation of your backups - Spot Droplet reclaim",
+        "If the reclaim is cancelled we will email you - Spot Droplet reclaim",
+    ],
+)
+def test_a_subject_cancelling_something_else_keeps_the_reclaim(subject: str) -> None:
+    body = "Your Spot GPU Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:30 UTC."
+    result = verdict(reclaim_mail(body, subject=subject))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == _at(14, 30)
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "Spot Droplet reclaim cancelled",
+        "Re: Spot Droplet reclaim cancelled",
+        "Cancelled: Spot Droplet reclaim for gpu-spot-1",
+        "[Cancelled] Spot reclaim notice",
+        "Spot Droplet reclaim: Cancelled",
+        "Cancellation of the reclaim of gpu-spot-1",
+        "Spot Droplet reclaim cancellation",
+        "Spot Droplet reclaim withdrawn",
+        "The reclaim of gpu-spot-1 has been cancelled",
+        "Spot Droplet gpu-spot-1 will no longer be reclaimed",
+    ],
+)
+def test_a_subject_cancelling_the_reclaim_withdraws_it(subject: str) -> None:
+    result = verdict(reclaim_mail("Droplet gpu-spot-1 is no longer affected.", subject=subject))
+    assert result.report is None and result.replaces, result.why
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    prefix=_SUBJECT_PREFIXES,
+    thing=st.sampled_from(["backups", "snapshots", "pending jobs", "billing alerts"]),
+    says=st.sampled_from(
+        ["cancelled {}", "{} cancelled", "Cancellation of {}", "{} were cancelled", "{} withdrawn"]
+    ),
+    joint=st.sampled_from([" - ", ": ", " | ", ", ", " / "]),
+    reclaim=st.sampled_from(
+        ["your Droplet will be reclaimed", "Spot Droplet reclaim notice", "reclaim at 14:30 UTC"]
+    ),
+    reclaim_first=st.booleans(),
+)
+def test_a_subject_cancelling_something_else_never_withdraws_the_reclaim(
+    prefix: str, thing: str, says: str, joint: str, reclaim: str, reclaim_first: bool
+) -> None:
+    parts = [says.format(thing), reclaim]
+    if reclaim_first:
+        parts.reverse()
+    subject = prefix + joint.join(parts)
+    body = "Your Spot GPU Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:30 UTC."
+    result = verdict(reclaim_mail(body, subject=subject))
+    assert result.report is not None and not result.replaces, (subject, result.why)
+    assert result.report.deadline == _at(14, 30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    prefix=_SUBJECT_PREFIXES,
+    reclaim=_SUBJECT_RECLAIMS,
+    form=st.sampled_from(
+        [
+            "{} cancelled",
+            "Cancelled: {}",
+            "[Cancelled] {}",
+            "{}: cancelled",
+            "{} - Cancelled",
+            "Cancellation of {}",
+            "{} has been cancelled",
+            "{} was withdrawn",
+            "{} called off",
+        ]
+    ),
+)
+def test_a_subject_cancelling_the_reclaim_of_this_droplet_withdraws_it(
+    prefix: str, reclaim: str, form: str
+) -> None:
+    subject = prefix + form.format(reclaim if form[0] == "{" else reclaim[0].lower() + reclaim[1:])
+    result = verdict(reclaim_mail("Droplet gpu-spot-1 is no longer affected.", subject=subject))
+    assert result.report is None and result.replaces, (subject, result.why)
+    # The same subject about another droplet leaves this one's reclaim standing.
+    other = subject.replace("gpu-spot-1", "gpu-spot-7")
+    if other != subject:
+        body = "Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:30 UTC."
+        result = verdict(reclaim_mail(body, subject=other))
+        assert result.report is not None and not result.replaces, (other, result.why)
+
+
 def test_a_new_time_replaces_the_earlier_notice() -> None:
     result = verdict(
         reclaim_mail(
