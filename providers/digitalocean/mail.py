@@ -397,11 +397,14 @@ _DATE_BEFORE = re.compile(
 _YEAR_AFTER = re.compile(_YEAR_AFTER_DATE, re.IGNORECASE)
 # "tomorrow" next to a time without a date: read as the time's next occurrence, the
 # deadline was a day early whenever that time of day was still to come on the Date's day.
-_TOMORROW_BEFORE = re.compile(
-    r"\btomorrow[^\S\n]*,?[^\S\n]+(?:(?:at|between|from|by|around|until)[^\S\n]+)?\Z",
+# "today": read so, a time already past was tomorrow's, a day after the reclaim; it is the
+# Date's day, past or not (a past deadline asks clients to act at once).
+_DAY_BEFORE = re.compile(
+    r"\b(?P<day>today|tomorrow)[^\S\n]*,?[^\S\n]+"
+    r"(?:(?:at|between|from|by|around|until)[^\S\n]+)?\Z",
     re.IGNORECASE,
 )
-_TOMORROW_AFTER = re.compile(r"[^\S\n]*,?[^\S\n]*tomorrow\b", re.IGNORECASE)
+_DAY_AFTER = re.compile(r"[^\S\n]*,?[^\S\n]*(?P<day>today|tomorrow)\b", re.IGNORECASE)
 
 
 def _is_year_of_a_date(text: str, match: re.Match[str]) -> bool:
@@ -489,11 +492,12 @@ def _written_time(
     sent: datetime | None = None,
     *,
     order: str = "mdy",
-    tomorrow: bool = False,
+    relative_day: str = "",
 ) -> tuple[datetime, datetime] | None:
     """The time written, and for a window its end (else the time again), in UTC. A time
     without a date is its first occurrence whose end is not before `sent` (less the slack),
-    or with `tomorrow` the one on the day after `sent`'s (in the time's zone), and a date
+    or with `relative_day` "today" the one on `sent`'s day, with "tomorrow" the one on the day
+    after (each in the time's zone), and a date
     without a year ("December 4") the first such date. A numeric date
     ("12/01/2026") is read in `order`: month first ("mdy"), day first ("dmy"), or, with a
     two-digit year, year first ("ymd": "26/12/01")."""
@@ -566,10 +570,10 @@ def _written_time(
             moment = sent.astimezone(tz).replace(
                 hour=clock[0], minute=clock[1], second=clock[2], microsecond=0
             )
-            if tomorrow:
+            if relative_day == "tomorrow":
                 moment += timedelta(days=1)
         until = _window_end(moment, end_clock)
-        if not dated and not tomorrow and sent is not None and until < sent - _PAST_SLACK:
+        if not dated and not relative_day and sent is not None and until < sent - _PAST_SLACK:
             moment, until = moment + timedelta(days=1), until + timedelta(days=1)
         return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
     # 31 February, 25:00, an offset of +99:00, no such zone; OverflowError: in UTC it falls
@@ -623,8 +627,9 @@ def _next_date(
 
 def _candidates(
     text: str, sent: datetime | None
-) -> Iterator[tuple[int, int, datetime, datetime, str]]:
-    """(position, -length, time, end of its window, words) of each time in `text`."""
+) -> Iterator[tuple[int, int, datetime, datetime, str, bool]]:
+    """(position, -length, time, end of its window, words, whether it may be past) of each
+    time in `text`."""
     dated: list[tuple[int, int]] = []
     for pattern in _WRITTEN_TIMES:
         for match in pattern.finditer(text):
@@ -647,7 +652,7 @@ def _candidates(
                     dates = " or ".join(f"{start:%Y-%m-%d}" for start, _ in readings)
                     words += f" ({AMBIGUOUS} {dates}, read as {written[0]:%Y-%m-%d}, the earliest"
                     words += " that can be the deadline)"
-                yield match.start(), -len(match.group(0)), *written, words
+                yield match.start(), -len(match.group(0)), *written, words, False
     if sent is not None:
         # Both tests in log or constant time per time found: scanning every dated span and
         # the whole line for each time held the agent's event loop for 2 s on a 10 KiB mail
@@ -672,15 +677,20 @@ def _candidates(
                 about_reclaim[begin, end] = _ABOUT_RECLAIM.search(text, begin, end) is not None
             if begin > 0 and not about_reclaim[begin, end]:
                 continue
-            # "tomorrow at 16:00 UTC", "at 16:00 UTC tomorrow": the day after the Date's.
+            # "tomorrow at 16:00 UTC", "at 16:00 UTC tomorrow": the day after the Date's;
+            # "today at 11:00 UTC": the Date's day.
             start, stop = match.span()
-            ahead = _TOMORROW_BEFORE.search(text, max(0, start - 40), start)
-            behind = None if ahead else _TOMORROW_AFTER.match(text, stop)
-            tomorrow = ahead is not None or behind is not None
-            words = text[ahead.start() if ahead else start : behind.end() if behind else stop]
-            written = _written_time(match, sent, tomorrow=tomorrow)
+            ahead = _DAY_BEFORE.search(text, max(0, start - 40), start)
+            behind = None if ahead else _DAY_AFTER.match(text, stop)
+            said = ahead or behind
+            day = said.group("day").lower() if said else ""
+            # From "today" on, so that "previously scheduled for today at 16:00 UTC" is the
+            # time a new time replaces (`_is_old_time`).
+            first = ahead.start() if ahead else start
+            words = text[first : behind.end() if behind else stop]
+            written = _written_time(match, sent, relative_day=day)
             if written is not None:
-                yield start, -len(match.group(0)), *written, words
+                yield first, -len(match.group(0)), *written, words, day == "today"
         for match in _RELATIVE.finditer(text):
             parts = {k.rstrip("2"): v for k, v in match.groupdict().items() if v is not None}
             hours = 1.0 if "the_hour" in parts else _amount_hours(parts)
@@ -688,7 +698,7 @@ def _candidates(
                 moment = sent + timedelta(hours=hours)
             except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too
                 continue
-            yield match.start(), -len(match.group(0)), moment, moment, match.group(0)
+            yield match.start(), -len(match.group(0)), moment, moment, match.group(0), False
 
 
 def find_deadline(
@@ -709,20 +719,22 @@ def find_deadline(
     `in 1 hour and 30 minutes`, a date without a year (`December 4 at 16:00 UTC`,
     `at 16:00 UTC on Friday, 4th of December`: the next such date) and a
     time without a date (`at 13:30 UTC`, its next occurrence; `tomorrow at 13:30 UTC`, on
-    the day after the Date's). A clock may be four digits
-    (`1600 UTC`, `1600Z`, `1600 hrs UTC`), `noon` or `midnight` (the start of its day).
-    A time more than 10 minutes before the mail was sent, or more than 30 days after, is not
-    the deadline and is passed over. With `new_only`, so is a time written as the one a new
-    time replaces (`from`, `was`, `previously`, `instead of`, `old time:`).
+    the day after the Date's; `today at 13:30 UTC`, on the Date's day). A clock may be four
+    digits (`1600 UTC`, `1600Z`, `1600 hrs UTC`), `noon` or `midnight` (the start of its day).
+    A time more than 10 minutes before the mail was sent (but for a window already open or
+    a time today), or more than 30 days after, is not the deadline and is passed over.
+    With `new_only`, so is a time written as the one a new time replaces (`from`, `was`,
+    `previously`, `instead of`, `old time:`).
     """
     earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None
     latest = _shifted(sent, _FUTURE_LIMIT) if sent is not None else None
-    for start, _length, moment, until, words in sorted(
+    for start, _length, moment, until, words, today in sorted(
         _candidates(text, sent), key=lambda c: c[:2]
     ):
         # A window that had begun when the mail was sent still counts: its start is the
-        # deadline, already past.
-        if (earliest is not None and until < earliest) or (latest is not None and moment > latest):
+        # deadline, already past; so does a time today, past or not.
+        past = earliest is not None and until < earliest and not today
+        if past or (latest is not None and moment > latest):
             continue
         if new_only and _is_old_time(text, start, words):
             continue

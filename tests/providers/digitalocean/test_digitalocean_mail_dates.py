@@ -345,6 +345,7 @@ _PIECES = st.sampled_from(
         "Z", "UTC", "GMT", "GMT+14", "UTC-99:99", "+25:00", "ET", "Mars/Olympus", "between",
         "and", "to", "-", "\u2013", "on", "at", "of", "th", "st", "Friday,", "PM", "a.m.",
         ":", ".", ",", "T", "in", "hours", "by", "from", "was", "(", ")", "\n", "tomorrow",
+        "today",
     ]
 )  # fmt: skip
 _GARBAGE = st.lists(st.tuples(_PIECES, st.sampled_from(["", " ", ", ", "  "])), max_size=14).map(
@@ -361,7 +362,9 @@ def test_garbage_of_these_forms_gives_a_deadline_in_bounds_or_none(
     found = find_deadline(f"Droplet 424242424 will be reclaimed {text}", sent)
     if found is not None and sent is not None:
         assert found[0].tzinfo is not None
-        assert sent - SLACK <= found[0] <= sent + timedelta(days=30), (text, found)
+        # A time today may be past: no earlier than the start of the Date's day in its zone.
+        earliest = sent - (timedelta(days=1) if "today" in found[1] else SLACK)
+        assert earliest <= found[0] <= sent + timedelta(days=30), (text, found)
 
 
 @settings(max_examples=300, deadline=None)
@@ -415,3 +418,66 @@ def test_any_time_tomorrow_is_on_the_day_after_the_date(
     day = sent.date() + timedelta(days=1)
     assert found[0] == datetime(day.year, day.month, day.day, *clock, tzinfo=timezone.utc)
     assert "tomorrow" in found[1]
+
+
+@pytest.mark.parametrize(
+    ("text", "sent", "expected"),
+    [
+        # Read before as the time's next occurrence: tomorrow, a day after the reclaim.
+        ("reclaimed today at 11:00 UTC.", SENT, _utc(2026, 12, 1, 11)),
+        ("reclaimed at 11:00 UTC today.", SENT, _utc(2026, 12, 1, 11)),
+        ("reclaimed today, 1100Z.", SENT, _utc(2026, 12, 1, 11)),
+        ("reclaimed today between 09:00 and 11:00 UTC.", SENT, _utc(2026, 12, 1, 9)),
+        ("reclaimed today at 2 AM UTC.", SENT, _utc(2026, 12, 1, 2)),
+        # Today in the time's zone: 1 December in New York when it is 2 December in UTC.
+        ("reclaimed today at 7 PM EST.", _utc(2026, 12, 2, 1), _utc(2026, 12, 2, 0)),
+        # Still to come: as before.
+        ("reclaimed today at 16:00 UTC.", SENT, _utc(2026, 12, 1, 16)),
+        ("reclaimed today between 12:00 and 14:00 UTC.", SENT, _utc(2026, 12, 1, 12)),
+    ],
+)
+def test_a_time_today_is_on_the_day_of_the_date_even_when_past(
+    text: str, sent: datetime, expected: datetime
+) -> None:
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == expected, found
+    assert "today" in found[1]
+
+
+def test_a_reclaim_mail_for_a_time_today_already_past_asks_to_act_now() -> None:
+    # Sent at 12:30 for 11:00 today: the reclaim is due, not a day away.
+    raw = _mail("Your Spot GPU Droplet gpu-spot-1 will be reclaimed today at 11:00 UTC.")
+    report = reclaim_verdict(raw, _RULES, "key", SENT + timedelta(minutes=1)).report
+    assert report is not None
+    assert report.deadline == _utc(2026, 12, 1, 11)
+    assert report.detail["deadline_source"] == "text: today at 11:00 UTC"
+
+
+def test_an_old_time_today_is_not_a_new_time() -> None:
+    raw = _mail(
+        "The reclaim of gpu-spot-1, previously scheduled for today at 16:00 UTC, "
+        "has been moved to 14:00 UTC."
+    )
+    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    assert report is not None
+    assert report.deadline == _utc(2026, 12, 1, 14)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    clock=st.tuples(st.integers(0, 23), st.integers(0, 59)),
+    form=st.sampled_from(
+        ["today at {t}", "at {t} today", "today, {t}", "today between {t} and 23:59Z"]
+    ),
+)
+def test_any_time_today_is_on_the_day_of_the_date(
+    sent: datetime, clock: tuple[int, int], form: str
+) -> None:
+    text = "Droplet gpu-spot-1 will be reclaimed " + form.format(t="{:02d}:{:02d}Z".format(*clock))
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    day = sent.date()
+    assert found[0] == datetime(day.year, day.month, day.day, *clock, tzinfo=timezone.utc)
+    assert "today" in found[1]
