@@ -351,7 +351,7 @@ _CLOCK = (
 )
 # A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after
 # its end; its start is the deadline. Without this, "-16:00" was read as a UTC offset.
-_TIME = (
+_WINDOW = (
     _CLOCK.format(n="")
     + r"(?:\s*(?:-|\u2013|\u2014|to|and|until)\s*"
     + _CLOCK.format(n="2")
@@ -359,26 +359,44 @@ _TIME = (
     # A clock without minutes needs AM/PM, its own or, in a window, the end's (or the end
     # is noon or midnight: "between 10 and noon").
     + r"(?(M)|(?(word)|(?(ampm)|(?(ampm2)|(?(word2)|(?!))))))"
-    # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour or
-    # more off.
-    r"\s*\(?(?P<zone>(?:UTC|GMT)\s*[+-]\s*\d{1,2}(?::?\d{2})?|UTC|GMT|Z|[+-]\d{2}:?\d{2}"
-    # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
-    # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.
-    r"|"
-    + "|".join(sorted(_NAMED_ZONES, key=len, reverse=True))
-    # "ET", "PT": in capitals only, so that French "10h30 et 12h00" is no zone.
-    + r"|(?-i:"
-    + "|".join(_US_ZONES)
-    + r")"
-    + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
-    r")(?![\w:])\)?"
 )
+
+
+def _zone(name: str) -> str:
+    """A zone written after a time (or a date), as the group `name`."""
+    return (
+        # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour
+        # or more off.
+        rf"\s*\(?(?P<{name}>(?:UTC|GMT)\s*[+-]\s*\d{{1,2}}(?::?\d{{2}})?|UTC|GMT|Z|[+-]\d{{2}}:?\d{{2}}"
+        # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
+        # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.
+        r"|"
+        + "|".join(sorted(_NAMED_ZONES, key=len, reverse=True))
+        # "ET", "PT": in capitals only, so that French "10h30 et 12h00" is no zone.
+        + r"|(?-i:"
+        + "|".join(_US_ZONES)
+        + r")"
+        + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
+        r")(?![\w:])\)?"
+    )
+
+
+_TIME = _WINDOW + _zone("zone")
 _DATE_THEN_TIME = r"(?:T|,?\s+(?:(?:at|between|from)\s+)?)"
 _TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:[a-z]+day,?\s+)?"
+# The zone may follow the date instead of the time: "at 16:00 on December 4, 2026 UTC",
+# "December 4, 2026 (UTC) at 16:00". The year then stood before the only zone, so it was
+# rightly no clock (20:26), and the time without a zone was not read: Date + lead stood in.
+_DATE_ZONE = f"(?:{_zone('dzone')})?"
+_TIME_ZONE = f"(?:{_zone('zone')})?"
+_SOME_ZONE = r"(?(zone)|(?(dzone)|(?!)))"  # both may be written: the time's is used
 _WRITTEN_TIMES = [
     re.compile(pattern, re.IGNORECASE)
     for date in _DATES.values()
-    for pattern in (date + _DATE_THEN_TIME + _TIME, _TIME + _TIME_THEN_DATE + date)
+    for pattern in (
+        date + _DATE_ZONE + _DATE_THEN_TIME + _WINDOW + _TIME_ZONE + _SOME_ZONE,
+        _WINDOW + _TIME_ZONE + _TIME_THEN_DATE + date + _DATE_ZONE + _SOME_ZONE,
+    )
 ]
 # A time with its zone and no date ("at 14:30 UTC", "today between 14:00 and 16:00 UTC"):
 # its next occurrence from the mail's Date. Read as Date + lead it was late by up to a
@@ -534,7 +552,9 @@ def _written_time(
     start_hour = _hour(start[0], ampm)
     if start_hour is None:
         return None
-    written_zone = parts["zone"]
+    written_zone = parts["zone"] or parts.get("dzone")
+    if written_zone is None:
+        return None
     zone = re.sub(r"^(?:UTC|GMT)|\s", "", written_zone.upper())
     tz: tzinfo
     try:
@@ -707,7 +727,7 @@ def find_deadline(
     """The first time written in `text` that can be the deadline, with the words it came from.
 
     Understood forms (case-insensitive; each needs UTC, GMT, Z, a numeric offset or one
-    after UTC or GMT such as `UTC+1`), and a
+    after UTC or GMT such as `UTC+1`, after the time or after its date), and a
     window of them (`between 14:00 and 16:00 UTC`, `14:00-16:00 UTC`) whose start is the
     deadline:
     RFC 3339 (`2026-12-01T14:30:00Z`), RFC 2822 (`Tue, 01 Dec 2026 14:30:00 +0000`),

@@ -481,3 +481,76 @@ def test_any_time_today_is_on_the_day_of_the_date(
     day = sent.date()
     assert found[0] == datetime(day.year, day.month, day.day, *clock, tzinfo=timezone.utc)
     assert "today" in found[1]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The zone after the date's year: "2026 UTC" was rightly not read as 20:26, and the
+        # time was then read without a zone, so not at all: Date + lead stood in.
+        ("reclaimed at 16:00 on December 4, 2026 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed at 4 PM on Friday, December 4, 2026 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed at 16:00 on 4 December 2026 GMT.", _utc(2026, 12, 4, 16)),
+        ("reclaimed between 14:00 and 16:00 on December 4, 2026 UTC.", _utc(2026, 12, 4, 14)),
+        ("reclaimed on December 4, 2026 UTC at 16:00.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on December 4, 2026 (UTC) at 16:00.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on December 4, 2026 UTC, 1600.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on 2026-12-04 UTC at 16:00.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on December 4 UTC at 16:00.", _utc(2026, 12, 4, 16)),
+        ("reclaimed at 16:00 on December 4, 2026 EST.", _utc(2026, 12, 4, 21)),
+        # Read right before: the year with its date, the time with its zone.
+        ("reclaimed on December 4, 2026 16:00 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on 2026-12-04 16:00 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on December 4 2026, 1600 UTC.", _utc(2026, 12, 4, 16)),
+        ("reclaimed on December 4, 2026 at 16:00 UTC.", _utc(2026, 12, 4, 16)),
+        # A date and zone without a time: no deadline; nor a time of another year.
+        ("reclaimed on December 4, 2026 UTC.", None),
+        ("created on December 4, 2025 UTC at 16:00.", None),
+    ],
+)
+def test_a_zone_after_the_date_s_year_places_the_time(text: str, expected: datetime | None) -> None:
+    found = find_deadline(text, SENT)
+    assert (found and found[0]) == expected, (text, found)
+
+
+def test_a_reclaim_mail_with_the_zone_after_the_year_has_that_deadline() -> None:
+    raw = _mail("Your Spot Droplet gpu-spot-1 will be reclaimed at 16:00 on December 2, 2026 UTC.")
+    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    assert report is not None
+    assert report.deadline == _utc(2026, 12, 2, 16)
+    assert report.detail["deadline_source"] == "text: 16:00 on December 2, 2026 UTC"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=1, max_value=20),
+    clock=st.tuples(st.integers(0, 23), st.integers(0, 59)),
+    four_digits=st.booleans(),
+    date=st.sampled_from(
+        ["{month} {day}, {year}", "{weekday}, {month} {day}, {year}", "{day} {mon} {year}", "{iso}"]
+    ),
+    zone=st.sampled_from(["UTC", "GMT", "(UTC)", "Z", "+00:00"]),
+    form=st.sampled_from(
+        ["at {t} on {d} {z}", "{t} on {d} {z}", "on {d} {z} at {t}", "{d} {z}, {t}", "{d} {z} {t}"]
+    ),
+)
+def test_any_time_with_its_zone_after_the_date_is_that_moment(
+    sent: datetime,
+    ahead: int,
+    clock: tuple[int, int],
+    four_digits: bool,
+    date: str,
+    zone: str,
+    form: str,
+) -> None:
+    moment = (sent + timedelta(days=ahead)).replace(hour=clock[0], minute=clock[1], second=0)
+    # Right after a date, four digits that can be a year are its year ("December 4, 2026").
+    assume(not (four_digits and clock[0] in (19, 20) and form.startswith("{d}")))
+    written = ("{:02d}{:02d}" if four_digits else "{:02d}:{:02d}").format(*clock)
+    date = date.replace("{year}", str(moment.year)).replace("{iso}", f"{moment:%Y-%m-%d}")
+    day = _month_day(moment, date)
+    text = "Droplet gpu-spot-1 will be reclaimed " + form.format(t=written, d=day, z=zone)
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == moment, (text, found)
