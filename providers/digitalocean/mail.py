@@ -267,7 +267,10 @@ def _without_blockquotes(text: str) -> str:
 
 
 # Times in the text. Every form needs a zone (UTC, GMT, Z or an offset): a time without one
-# cannot be placed and is skipped.
+# cannot be placed and is skipped. Their figures are ASCII digits ([0-9]): `\d` took digits of
+# any script, which int() reads, so "December 4, 2026 UTC" in Arabic-Indic digits was the
+# clock 20:26. A digit of any script still bounds one ((?<!\d), (?!\d)), and the year
+# before a zone is still told from a clock whatever its digits (_DATE_BEFORE).
 _MONTHS = {
     name: number
     for number, names in enumerate(
@@ -290,25 +293,26 @@ _MONTHS = {
     for name in names
 }
 _MONTH = r"(?P<mon>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
-_DAY = r"(?P<d>\d{1,2})(?:st|nd|rd|th)?"
+_DAY = r"(?P<d>[0-9]{1,2})(?:st|nd|rd|th)?"
 # No year after a date without one. Four digits after a date are a year when they can be
 # one (19xx, 20xx: "December 4, 2026", the form with a year), else a clock ("December 4,
 # 1600 UTC"), and always with hrs or Z ("December 4 2000Z").
-_YEAR_AFTER_DATE = r",?\s*(?:19|20)\d{2}(?!\s*(?:hrs|hours|z)\b)"
+_YEAR_AFTER_DATE = r",?\s*(?:19|20)[0-9]{2}(?!\s*(?:hrs|hours|z)\b)"
 _NO_YEAR = r"(?!" + _YEAR_AFTER_DATE + ")"
-_DAY_NO_YEAR = r"(?P<d>\d{1,2})(?!\d)(?:st|nd|rd|th)?(?![a-z])" + _NO_YEAR
+_DAY_NO_YEAR = r"(?P<d>[0-9]{1,2})(?!\d)(?:st|nd|rd|th)?(?![a-z])" + _NO_YEAR
 _DATES = {
     # "2026-12-01", "2026/12/1", "2026.12.01".
-    "iso": r"(?<![\d./-])(?P<y>\d{4})(?P<sep>[-/.])(?P<m>\d{1,2})(?P=sep)(?P<d>\d{1,2})(?!\d)",
+    "iso": r"(?<![\d./-])(?P<y>[0-9]{4})(?P<sep>[-/.])(?P<m>[0-9]{1,2})(?P=sep)(?P<d>[0-9]{1,2})"
+    r"(?!\d)",
     # "12/01/2026", "01.12.2026", "1-12-2026": day or month first, which cannot be told
     # apart; each reading is tried, the earliest first. Skipped before, so the time was
     # read without its date or Date + lead stood in, which could be later than the reclaim.
     # A two-digit year ("12/01/26", as US mail and Excel write it) is of this century: not
     # read as a date, its time was taken for today's or Date + lead stood in.
-    "numeric": r"(?<![\d./-])(?P<a>\d{1,2})(?P<sep>[-/.])(?P<b>\d{1,2})(?P=sep)"
-    r"(?P<y>\d{4}|\d{2})(?![\d./-]?\d)",
-    "mdy": _MONTH + r"\s+" + _DAY + r",?\s+(?P<y>\d{4})",
-    "dmy": _DAY + r"\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<y>\d{4})",
+    "numeric": r"(?<![\d./-])(?P<a>[0-9]{1,2})(?P<sep>[-/.])(?P<b>[0-9]{1,2})(?P=sep)"
+    r"(?P<y>[0-9]{4}|[0-9]{2})(?![\d./-]?\d)",
+    "mdy": _MONTH + r"\s+" + _DAY + r",?\s+(?P<y>[0-9]{4})",
+    "dmy": _DAY + r"\s+(?:of\s+)?" + _MONTH + r",?\s+(?P<y>[0-9]{4})",
     # "December 4", "Dec. 4th", "4 December", "4th of December": no year, as DigitalOcean's
     # templates and people write them; the next such date not before the mail's Date (less
     # the slack). Not read before: its time was taken for the day of the mail, a day or more
@@ -343,8 +347,8 @@ _US_ZONES = {
 # deadline read late loses work, one read early does not.
 _CLOCK = (
     r"(?:\b(?:12\s*)?(?P<word{n}>noon|midday|midnight)\b"
-    r"|(?<![\d:.])(?P<H{n}>\d{{1,2}})"
-    r"(?:(?::|h|\.|(?<=\d\d))(?P<M{n}>\d{{2}})(?::(?P<S{n}>\d{{2}})(?:\.\d+)?)?"
+    r"|(?<![\d:.])(?P<H{n}>[0-9]{{1,2}})"
+    r"(?:(?::|h|\.|(?<=[0-9]{{2}}))(?P<M{n}>[0-9]{{2}})(?::(?P<S{n}>[0-9]{{2}})(?:\.[0-9]+)?)?"
     # "14:30 hrs UTC", as British and military mail writes it: skipped before.
     r"(?:\s*(?:hrs|hours)\.?)?)?"
     r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z]))?)"
@@ -367,7 +371,8 @@ def _zone(name: str) -> str:
     return (
         # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour
         # or more off.
-        rf"\s*\(?(?P<{name}>(?:UTC|GMT)\s*[+-]\s*\d{{1,2}}(?::?\d{{2}})?|UTC|GMT|Z|[+-]\d{{2}}:?\d{{2}}"
+        rf"\s*\(?(?P<{name}>(?:UTC|GMT)\s*[+-]\s*[0-9]{{1,2}}(?::?[0-9]{{2}})?|UTC|GMT|Z"
+        rf"|[+-][0-9]{{2}}:?[0-9]{{2}}"
         # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
         # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.
         r"|"
@@ -455,12 +460,12 @@ _WORD_NUMBERS = {
     "ninety": 90.0,
 }
 _AMOUNT = (
-    r"(?P<n>\d+(?:\.\d+)?|"
+    r"(?P<n>[0-9]+(?:\.[0-9]+)?|"
     + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)).replace(" ", r"\s+")
-    + r")(?:\s*(?:-|\u2013|to|or)\s*\d+(?:\.\d+)?)?\s*(?:(?P<unit>hours?|hrs?|h)"
+    + r")(?:\s*(?:-|\u2013|to|or)\s*[0-9]+(?:\.[0-9]+)?)?\s*(?:(?P<unit>hours?|hrs?|h)"
     # Hours, then minutes ("1 hour and 30 minutes", "1h30m", "2 hours and a half"): read as
     # the hours alone, the deadline was early by the minutes; "1h30m" was not read at all.
-    r"(?:\s*,?\s*(?:and\s+)?(?P<mins>\d{1,2})\s*(?:minutes?|mins?|m)|\s+and\s+(?P<half>a\s+half))?"
+    r"(?:\s*,?\s*(?:and\s+)?(?P<mins>[0-9]{1,2})\s*(?:minutes?|mins?|m)|\s+and\s+(?P<half>a\s+half))?"
     # "90m": minutes as "1h30m" writes them; Date + lead (2 h) stood in for it.
     r"|(?P<unit_m>minutes?|mins?|m))\b"
 )

@@ -554,3 +554,77 @@ def test_any_time_with_its_zone_after_the_date_is_that_moment(
     found = find_deadline(text, sent)
     assert found is not None, text
     assert found[0] == moment, (text, found)
+
+
+# Decimal digits of other scripts: Arabic-Indic, Extended Arabic-Indic, Devanagari, Bengali,
+# Thai, fullwidth. `\d` matched them and int() read them, so a year in them before "UTC" was
+# the clock 20:26 and "16:00 UTC" in them a deadline: dates and times are read in ASCII digits.
+_DIGIT_SETS = st.sampled_from([0x0660, 0x06F0, 0x0966, 0x09E6, 0x0E50, 0xFF10])
+
+
+def _in_digits(text: str, zero: int, which: list[bool] | None = None) -> str:
+    out, index = [], 0
+    for ch in text:
+        if ch.isdigit():
+            swap = which[index % len(which)] if which else True
+            index += 1
+            out.append(chr(zero + int(ch)) if swap else ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "reclaimed on December 4, \u0662\u0660\u0662\u0666 UTC.",
+        "reclaimed at \u0661\u0666:\u0660\u0660 UTC.",
+        "reclaimed at \u0967\u096c\u0966\u0966Z.",
+        "reclaimed in \u0662 hours.",
+        "reclaimed at \uff11\uff16:\uff10\uff10 UTC.",
+    ],
+)
+def test_digits_of_other_scripts_are_no_date_or_time(text: str) -> None:
+    assert find_deadline(text, SENT) is None
+
+
+def test_a_reclaim_mail_with_a_year_in_other_digits_takes_date_plus_lead() -> None:
+    raw = _mail("Droplet gpu-spot-1 will be reclaimed on December 1, \u0662\u0660\u0662\u0666 UTC.")
+    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    assert report is not None
+    # Not 20:26 that day: the year read as a clock.
+    assert report.detail["deadline_source"] == "date+lead"
+    assert report.deadline == SENT + timedelta(hours=2)
+
+
+_ASCII_FORMS = st.sampled_from(
+    [
+        "December 4, 2026 at 16:00 UTC",
+        "at 16:00 UTC on 2026-12-04",
+        "on 12/04/2026 1600Z",
+        "at 16:00 UTC",
+        "between 14:00 and 16:00 UTC",
+        "at 4 PM on December 4, 2026 UTC",
+        "in 2 hours",
+        "December 4 at 1600 UTC",
+        "on December 4, 2026 UTC",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    form=_ASCII_FORMS,
+    zero=_DIGIT_SETS,
+    which=st.lists(st.booleans(), min_size=1, max_size=12),
+    sent=_SENT_NEAR,
+)
+def test_a_deadline_is_read_from_ascii_digits_only(
+    form: str, zero: int, which: list[bool], sent: datetime
+) -> None:
+    text = "Droplet gpu-spot-1 will be reclaimed " + _in_digits(form, zero, which)
+    found = find_deadline(text, sent)
+    if found is not None:
+        assert all(ch in "0123456789" for ch in found[1] if ch.isdigit()), (text, found)
+    if all(which):
+        assert found is None, (text, found)
