@@ -356,8 +356,12 @@ _CLOCK = (
 # A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after
 # its end; its start is the deadline. Without this, "-16:00" was read as a UTC offset.
 _WINDOW = (
-    _CLOCK.format(n="")
-    + r"(?:\s*(?:-|\u2013|\u2014|to|and|until)\s*"
+    r"(?:(?<=between\s)(?P<between>))?"
+    + _CLOCK.format(n="")
+    # The zone may be written on the start instead ("between 14:00 UTC and midnight"): the
+    # end was not read, so a window open when the mail was sent was taken for one closed,
+    # and its start was read on the next day.
+    + r"(?:(?:{start_zone})?\s*(?:-|\u2013|\u2014|to|and|until)\s*"
     + _CLOCK.format(n="2")
     + r"(?(M2)|(?(word2)|(?(ampm2)|(?!)))))?"
     # A clock without minutes needs AM/PM, its own or, in a window, the end's (or the end
@@ -366,12 +370,13 @@ _WINDOW = (
 )
 
 
-def _zone(name: str) -> str:
-    """A zone written after a time (or a date), as the group `name`."""
+def _zone(name: str | None) -> str:
+    """A zone written after a time (or a date), as the group `name` (None: no group)."""
+    group = f"?P<{name}>" if name else "?:"
     return (
         # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour
         # or more off.
-        rf"\s*\(?(?P<{name}>(?:UTC|GMT)\s*[+-]\s*[0-9]{{1,2}}(?::?[0-9]{{2}})?|UTC|GMT|Z"
+        rf"\s*\(?({group}(?:UTC|GMT)\s*[+-]\s*[0-9]{{1,2}}(?::?[0-9]{{2}})?|UTC|GMT|Z"
         rf"|[+-][0-9]{{2}}:?[0-9]{{2}}"
         # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
         # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.
@@ -386,15 +391,23 @@ def _zone(name: str) -> str:
     )
 
 
-_TIME = _WINDOW + _zone("zone")
+# Followed by a space: "10:30 UTC-0130" is an offset from UTC, not a window to 01:30.
+_WINDOW = _WINDOW.replace("{start_zone}", _zone("szone") + r"(?=\s)")
+# A zone on the window's start stands for the whole window. With a zone on its end too, it
+# is a window only after "between": "moved from 16:00 UTC to 13:30 UTC" is two times, the
+# old and the new.
+_TIME_ZONE = f"(?:{_zone('zone')})?" + (
+    # Nor is an end that starts a date: "from 16:00 UTC to 2026-12-01 13:30 UTC".
+    r"(?(szone)(?(zone)(?(between)|(?!))|(?!" + _zone(None) + r"|[-/.]\d))|)"
+)
+_TIME = _WINDOW + _TIME_ZONE + r"(?(zone)|(?(szone)|(?!)))"
 _DATE_THEN_TIME = r"(?:T|,?\s+(?:(?:at|between|from)\s+)?)"
 _TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:[a-z]+day,?\s+)?"
 # The zone may follow the date instead of the time: "at 16:00 on December 4, 2026 UTC",
 # "December 4, 2026 (UTC) at 16:00". The year then stood before the only zone, so it was
 # rightly no clock (20:26), and the time without a zone was not read: Date + lead stood in.
 _DATE_ZONE = f"(?:{_zone('dzone')})?"
-_TIME_ZONE = f"(?:{_zone('zone')})?"
-_SOME_ZONE = r"(?(zone)|(?(dzone)|(?!)))"  # both may be written: the time's is used
+_SOME_ZONE = r"(?(zone)|(?(szone)|(?(dzone)|(?!))))"  # with two, the time's is used
 _WRITTEN_TIMES = [
     re.compile(pattern, re.IGNORECASE)
     for date in _DATES.values()
@@ -557,7 +570,7 @@ def _written_time(
     start_hour = _hour(start[0], ampm)
     if start_hour is None:
         return None
-    written_zone = parts["zone"] or parts.get("dzone")
+    written_zone = parts["szone"] or parts["zone"] or parts.get("dzone")
     if written_zone is None:
         return None
     zone = re.sub(r"^(?:UTC|GMT)|\s", "", written_zone.upper())
@@ -615,6 +628,8 @@ def _clock(parts: dict[str, str | None], n: str) -> tuple[int, int, int, str]:
     hour, minute, second = (parts[f"{key}{n}"] for key in "HMS")
     assert hour is not None
     ampm = (parts[f"ampm{n}"] or "").lower().replace(".", "")
+    if n and int(hour) == 24 and not int(minute or 0) and not int(second or 0) and not ampm:
+        return 0, 0, 0, ""  # "until 24:00": the end of the day, as midnight ends a window
     return int(hour), int(minute or 0), int(second or 0), ampm
 
 
@@ -622,7 +637,9 @@ def _window_end(moment: datetime, end: tuple[int, int, int] | None) -> datetime:
     if end is None:
         return moment
     until = moment.replace(hour=end[0], minute=end[1], second=end[2])
-    if until < moment:  # "between 23:00 and 01:00": the window ends the next day
+    # "between 23:00 and 01:00": the window ends the next day; "between 00:00 and midnight"
+    # is the whole day.
+    if until <= moment:
         until += timedelta(days=1)
     return until
 

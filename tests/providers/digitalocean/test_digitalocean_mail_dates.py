@@ -628,3 +628,74 @@ def test_a_deadline_is_read_from_ascii_digits_only(
         assert all(ch in "0123456789" for ch in found[1] if ch.isdigit()), (text, found)
     if all(which):
         assert found is None, (text, found)
+
+
+@pytest.mark.parametrize(
+    ("text", "sent", "expected"),
+    [
+        # The window's start is its earliest moment: read so already.
+        ("reclaimed between 14:00 and midnight UTC.", _utc(2026, 12, 1, 15), _utc(2026, 12, 1, 14)),
+        # The zone on the start: the end was not read, so a window already open was taken
+        # for one closed, and its start moved to the next day.
+        ("reclaimed between 14:00 UTC and midnight.", _utc(2026, 12, 1, 15), _utc(2026, 12, 1, 14)),
+        (
+            "reclaimed between 14:00 UTC and midnight UTC.",
+            _utc(2026, 12, 1, 15),
+            _utc(2026, 12, 1, 14),
+        ),
+        ("reclaimed from 14:00 GMT until 23:00.", _utc(2026, 12, 1, 15), _utc(2026, 12, 1, 14)),
+        ("reclaimed between 2 PM UTC and midnight.", _utc(2026, 12, 1, 15), _utc(2026, 12, 1, 14)),
+        ("reclaimed between 14:00 UTC and midnight.", _utc(2026, 12, 1, 10), _utc(2026, 12, 1, 14)),
+        (
+            "reclaimed on December 1 between 14:00 UTC and midnight.",
+            _utc(2026, 12, 1, 15),
+            _utc(2026, 12, 1, 14),
+        ),
+        # 24:00 ends the day as midnight does: the window was not read at all.
+        ("reclaimed between 14:00 and 24:00 UTC.", _utc(2026, 12, 1, 15), _utc(2026, 12, 1, 14)),
+        ("reclaimed on 2026-12-01 from 14:00 to 24:00 UTC.", SENT, _utc(2026, 12, 1, 14)),
+        # A window that has ended is tomorrow's, as before.
+        (
+            "reclaimed between 14:00 UTC and midnight.",
+            _utc(2026, 12, 2, 0, 30),
+            _utc(2026, 12, 2, 14),
+        ),
+    ],
+)
+def test_a_window_to_midnight_is_read_from_its_start(
+    text: str, sent: datetime, expected: datetime
+) -> None:
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == expected, (text, found)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    day=_SENT_NEAR,
+    start=st.tuples(st.integers(0, 22), st.integers(0, 59)),
+    into=st.floats(0.0, 0.99),
+    end=st.sampled_from(["midnight", "24:00", "12 midnight"]),
+    form=st.sampled_from(
+        [
+            "between {s} and {e} UTC",
+            "between {s} UTC and {e}",
+            "between {s} UTC and {e} UTC",
+            "from {s} GMT until {e}",
+            "from {s} to {e} UTC",
+            "{s}-{e} UTC",
+        ]
+    ),
+)
+def test_any_window_to_the_end_of_the_day_open_when_sent_gives_its_start(
+    day: datetime, start: tuple[int, int], into: float, end: str, form: str
+) -> None:
+    begins = day.replace(hour=start[0], minute=start[1], second=0)
+    ends = begins.replace(hour=0, minute=0) + timedelta(days=1)
+    sent = begins + (ends - begins) * into
+    text = "Droplet gpu-spot-1 will be reclaimed " + form.format(
+        s="{:02d}:{:02d}".format(*start), e=end
+    )
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == begins, (text, sent, found)
