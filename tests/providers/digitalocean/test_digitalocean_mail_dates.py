@@ -9,6 +9,7 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 
 import pytest
+from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.providers.base import ParseError
 from forewarn.providers.digitalocean.mail import MatchRules, find_deadline, reclaim_verdict
 from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
@@ -452,6 +453,9 @@ def test_a_reclaim_mail_for_a_time_today_already_past_asks_to_act_now() -> None:
     assert report is not None
     assert report.deadline == _utc(2026, 12, 1, 11)
     assert report.detail["deadline_source"] == "text: today at 11:00 UTC"
+    # As any notice already past its deadline: sent as terminate at once.
+    notice = NoticeBoard(Sequencer(0), 30.0, now=lambda: SENT + timedelta(minutes=1)).report(report)
+    assert notice is not None and notice.action == "terminate"
 
 
 def test_an_old_time_today_is_not_a_new_time() -> None:
