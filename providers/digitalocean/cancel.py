@@ -86,7 +86,12 @@ _CLAUSE_START = re.compile(r"[.!?;](?=\s)|\n[^\S\n]*\n|\n(?=[^\S\n]*[^a-z\s])")
 _TOKEN = re.compile(r"\d(?:[\w:./-]*\w)?|[^\W\d_](?:[\w.'\u2019-]*\w)?|[^\w\s]")
 # Punctuation inside a noun phrase: "gpu-spot-1 (ID 424242424)", "'trainer'", commas.
 _PHRASE_MARKS = frozenset("()[]'\"\u2018\u2019\u201c\u201d`,-")
-_TAG_MARKS = frozenset("()[]:")  # "[Cancelled] Spot reclaim", "Cancelled: reclaim of ..."
+_PREPOSITIONS = frozenset(re.findall(r"\w+", "of for on at in to by from"))
+_TAG_MARKS = frozenset("()[]:")
+_SEPARATOR = re.compile(r"(?<=\s)[-|/\u2013\u2014](?=\s)|:(?=\s)")
+_BRACKETS = frozenset(
+    "()[]'\"`\u2018\u2019\u201c\u201d"
+)  # "[Cancelled] Spot reclaim", "Cancelled: reclaim of ..."
 _REACH = 300  # characters back from the verb: a noun phrase is never longer
 
 
@@ -123,13 +128,17 @@ def counts_in_subject(
     cancelled", "Spot Droplet reclaim: Cancelled") or, with nothing before it but a tag,
     after it ("Cancelled: reclaim of gpu-spot-1", "Re: [Cancelled] Spot reclaim notice")."""
     if statement.group("bare") is None:
-        return counts(subject, statement, is_mention)
+        # " - ", " | " and ": " part a subject as sentences part a body ("Spot Droplet
+        # reclaim notice - backups were cancelled"); the same length, so spans still hold.
+        return counts(_SEPARATOR.sub(".", subject), statement, is_mention)
     if _CONDITIONS.search(subject, 0, statement.start()) or _CONDITION_AFTER.match(
         subject, statement.end()
     ):
         return False
     after = list(_TOKEN.finditer(subject, statement.end()))
     named_after = _reclaim_after(after, is_mention)
+    if after and after[0].group(0).lower() == "of":
+        return named_after is True  # "Cancellation of Droplet": of what follows, or nothing
     if after and after[0].group(0)[0].isalnum() and named_after is not None:
         # Said of the words right after it: "cancelled backups", "Cancellation of backups",
         # "cancelled pending jobs".
@@ -145,19 +154,27 @@ def _reclaim_before(
     before: list[re.Match[str]], is_mention: Callable[[int, int], bool]
 ) -> bool | None:
     """Whether the words before a bare "cancelled" say it of the reclaim (True) or of
-    something else (False); None when there is nothing before it but tags."""
+    something else (False: "backups cancelled", "Droplet cancelled"); None when there is
+    nothing before it but tags ("Re:", "[DigitalOcean]")."""
+    seen = False
     for at in range(len(before) - 1, -1, -1):
         token = before[at]
-        if token.group(0).lower() in _RECLAIM_HEADS:
+        word = token.group(0)
+        if word.lower() in _RECLAIM_HEADS:
             return True
-        if token.group(0) in _PHRASE_MARKS or not _other_word(token, is_mention):
+        if not word[0].isalnum():
+            # A separator after words of its own: "Spot reclaim notice - Droplet cancelled"
+            # is said of the words after it.
+            if seen and word not in _BRACKETS:
+                return False
             continue
-        # A tag ("Re:", "[DigitalOcean]") ends what the bare word can be said of; any other
-        # word is what is cancelled: "backups cancelled".
-        if at + 1 < len(before) and before[at + 1].group(0) in (":", "]"):
-            return None
-        return False
-    return None
+        other = _other_word(token, is_mention)
+        if other and not seen and at + 1 < len(before) and before[at + 1].group(0) in ":]":
+            return None  # a tag ends what the bare word can be said of
+        if other:
+            return False
+        seen = True
+    return False if seen else None
 
 
 def _reclaim_after(
@@ -165,18 +182,24 @@ def _reclaim_after(
 ) -> bool | None:
     """Whether the words after a bare "cancelled" name the reclaim (True) or something else
     (False); None when they, or the phrase they start, end first."""
+    # "your cancelled Droplet": the droplet, before any preposition, is what is cancelled.
+    droplet = preposition = False
     for token in after:
         word = token.group(0)
-        if word.lower() in _RECLAIM_HEADS:
+        lower = word.lower()
+        if lower in _RECLAIM_HEADS:
             return True
-        if word in _TAG_MARKS:
-            continue
-        # Not across a separator: "Backups: cancelled - Spot Droplet reclaim".
+        # Past the tag's own marks ("[Cancelled] ...", "Cancelled: ..."), not across a
+        # separator: "Backups: cancelled - Spot Droplet reclaim", "cancelled Droplet: ...".
         if not word[0].isalnum():
-            return None
+            if word in _TAG_MARKS and token is after[0]:
+                continue
+            break
         if _other_word(token, is_mention):
             return False
-    return None
+        preposition = preposition or lower in _PREPOSITIONS
+        droplet = droplet or (lower in _DROPLET_HEADS and not preposition)
+    return False if droplet else None
 
 
 def _other_word(token: re.Match[str], is_mention: Callable[[int, int], bool]) -> bool:
