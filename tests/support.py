@@ -211,6 +211,37 @@ class RotatingTls:
                 connection.shutdown(socket.SHUT_RDWR)
 
 
+def wire_notice(**changes: Any) -> dict[str, Any]:
+    """A valid v1 notice as it travels on the wire (a terminate, no deadline), with `changes`."""
+    notice: dict[str, Any] = {
+        "v": 1,
+        "id": "aws/spot-itn/1",
+        "seq": 17,
+        "action": "terminate",
+        "reason": "spot-interruption",
+        "provider": "aws",
+        "deadline": None,
+        "noticed_at": "2026-11-30T03:10:00.120Z",
+        "sent_at": "2026-11-30T03:10:00.121Z",
+        "detail": {},
+    }
+    return {**notice, **changes}
+
+
+def wire_heartbeat(**changes: Any) -> dict[str, Any]:
+    """A valid v1 heartbeat as it travels on the wire (nothing active), with `changes`."""
+    heartbeat: dict[str, Any] = {
+        "v": 1,
+        "seq": 18,
+        "agent": "host/1/a",
+        "version": "0.1.0",
+        "providers": ["aws"],
+        "active": [],
+        "sent_at": "2026-11-30T03:10:00Z",
+    }
+    return {**heartbeat, **changes}
+
+
 def local_notice(seq: int, action: str) -> Any:
     """A manual notice `local/<seq>` sent now, for an observer fed directly (not started)."""
     from forewarn.agent.protocol import Notice

@@ -22,28 +22,10 @@ from forewarn.protocol import jsontext
 from forewarn.protocol.wire import ReplyError, request
 from hypothesis import example, given
 from hypothesis import strategies as st
+from support import wire_heartbeat, wire_notice
 
-NOTICE: dict[str, Any] = {
-    "v": 1,
-    "id": "aws/spot-itn/1",
-    "seq": 17,
-    "action": "clear",
-    "reason": "spot-interruption",
-    "provider": "aws",
-    "deadline": None,
-    "noticed_at": "2026-11-30T03:10:00.120Z",
-    "sent_at": "2026-11-30T03:10:00.121Z",
-    "detail": {"action": "terminate"},
-}
-HEARTBEAT: dict[str, Any] = {
-    "v": 1,
-    "seq": 18,
-    "agent": "host/1/a",
-    "version": "0.1.0",
-    "providers": ["aws"],
-    "active": ["aws/spot-itn/1"],
-    "sent_at": "2026-11-30T03:10:00Z",
-}
+NOTICE = wire_notice(action="clear", detail={"action": "terminate"})
+HEARTBEAT = wire_heartbeat(active=["aws/spot-itn/1"])
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=4),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),

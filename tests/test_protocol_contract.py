@@ -19,6 +19,7 @@ from forewarn.providers.report import Report
 from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from support import wire_heartbeat, wire_notice
 
 SCHEMA = Path(__file__).resolve().parent.parent / "clients" / "schema" / "protocol-v1.json"
 
@@ -99,27 +100,10 @@ def test_a_deadline_before_year_1000_reaches_the_client() -> None:
     assert event.deadline == zero
 
 
-NOTICE: dict[str, Any] = {
-    "v": 1,
-    "id": "aws/spot-itn/1",
-    "seq": 3,
-    "action": "terminate",
-    "reason": "spot-interruption",
-    "provider": "aws",
-    "deadline": None,
-    "noticed_at": "2026-11-30T03:10:00.120Z",
-    "sent_at": "2026-11-30T03:10:00.121Z",
-    "detail": {},
-}
-HEARTBEAT: dict[str, Any] = {
-    "v": 1,
-    "seq": 3,
-    "agent": "node-1",
-    "version": "0.0.0",
-    "providers": ["aws"],
-    "active": [],
-    "sent_at": "2026-11-30T03:10:00.121Z",
-}
+NOTICE = wire_notice(seq=3)
+HEARTBEAT = wire_heartbeat(
+    seq=3, agent="node-1", version="0.0.0", sent_at="2026-11-30T03:10:00.121Z"
+)
 # Anything JSON holds but the integer 1: the values equal to 1 in Python (true, 1.0) most of all.
 NOT_ONE = st.one_of(
     st.just(True),

@@ -12,6 +12,7 @@ import pytest
 from forewarn.agent.protocol import schema_text
 from hypothesis import example, given
 from hypothesis import strategies as st
+from support import wire_heartbeat, wire_notice
 
 SCHEMA = Path(__file__).resolve().parent.parent / "clients" / "schema" / "protocol-v1.json"
 
@@ -149,27 +150,8 @@ def test_the_agent_takes_an_acks_number_exactly_when_the_schema_does(
     assert taken == ack.is_valid(request), (field, value)
 
 
-NOTICE: dict[str, Any] = {
-    "v": 1,
-    "id": "aws/spot-itn/1",
-    "seq": 17,
-    "action": "terminate",
-    "reason": "spot-interruption",
-    "provider": "aws",
-    "deadline": None,
-    "noticed_at": "2026-11-30T03:10:00.120Z",
-    "sent_at": "2026-11-30T03:10:00.121Z",
-    "detail": {},
-}
-HEARTBEAT: dict[str, Any] = {
-    "v": 1,
-    "seq": 18,
-    "agent": "host/1/a",
-    "version": "0.1.0",
-    "providers": ["aws"],
-    "active": [],
-    "sent_at": "2026-11-30T03:10:00Z",
-}
+NOTICE = wire_notice()
+HEARTBEAT = wire_heartbeat()
 MISSING = object()
 
 

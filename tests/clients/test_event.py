@@ -10,19 +10,9 @@ import pytest
 from forewarn.clients.event import Event
 from hypothesis import given
 from hypothesis import strategies as st
+from support import wire_notice
 
-VALID: dict[str, Any] = {
-    "v": 1,
-    "id": "aws/spot-itn/1",
-    "seq": 17,
-    "action": "terminate",
-    "reason": "spot-interruption",
-    "provider": "aws",
-    "deadline": "2026-11-30T03:12:00Z",
-    "noticed_at": "2026-11-30T03:10:00.120Z",
-    "sent_at": "2026-11-30T03:10:00.121Z",
-    "detail": {"action": "terminate"},
-}
+VALID = wire_notice(deadline="2026-11-30T03:12:00Z", detail={"action": "terminate"})
 
 # Any JSON value, NaN and the infinities included (Python's json writes and reads them).
 JSON = st.recursive(
