@@ -376,6 +376,69 @@ def _object(pairs: list[tuple[str, Any]], ascii_only: list[bool]) -> str:
     return "{" + ", ".join(members) + "}"
 
 
+class _MarkedSubscriber:
+    """The C subscriber on a PUB socket of the test's, read up to a marker notice: whatever
+    it printed before the marker is what it made of the messages sent before it."""
+
+    def __init__(self, tmp_path: Path, binary: Path) -> None:
+        import zmq
+
+        endpoint = f"ipc://{tmp_path}/events"
+        self._context = zmq.Context()
+        self.pub = self._context.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.bind(endpoint)
+        self.sub = subprocess.Popen(
+            [str(binary), endpoint], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
+        self._marks = iter(range(1_000_000))
+        self._pending = bytearray()
+
+    def __enter__(self) -> _MarkedSubscriber:
+        # A PUB socket drops what it sends before the subscriber has joined: wait for a marker.
+        joined = any(self.lines_until_marker(self.marker(), 0.1) is not None for _ in range(100))
+        if not joined:
+            self.__exit__()
+        assert joined, "the C subscriber never received a message"
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.sub.terminate()
+        self.sub.wait(10)
+        self.pub.close()
+        self._context.term()
+
+    def next_mark(self) -> int:
+        return next(self._marks)
+
+    def marker(self) -> int:
+        mark = self.next_mark()
+        self.pub.send_multipart([b"notice", _notice(f"local/marker-{mark}", "drain")])
+        return mark
+
+    def lines_until_marker(self, mark: int, timeout: float) -> list[bytes] | None:
+        """The lines printed before the marker's own, or None when it did not come in time."""
+        import select
+
+        assert self.sub.stdout is not None
+        before: list[bytes] = []
+        ends = time.monotonic() + timeout
+        while True:
+            while b"\n" in self._pending:
+                line, _, rest = bytes(self._pending).partition(b"\n")
+                self._pending[:] = rest
+                if json.loads(line).get("id") == f"local/marker-{mark}":
+                    return before
+                before.append(line)
+            left = ends - time.monotonic()
+            if left <= 0 or not select.select([self.sub.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(self.sub.stdout.fileno(), 65536)
+            if not chunk:
+                return None
+            self._pending.extend(chunk)
+
+
 def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
     tmp_path: Path, binary: Path
 ) -> None:
@@ -383,56 +446,11 @@ def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
     escaped or as UTF-8, non-BMP characters included): the C subscriber prints it exactly when
     `Event.from_json` takes it, so no message means one thing to one and another to the
     other."""
-    import select
-
-    import zmq
     from forewarn.clients.event import Event
     from hypothesis import HealthCheck, given, settings
 
-    endpoint = f"ipc://{tmp_path}/events"
-    context = zmq.Context()
-    pub = context.socket(zmq.PUB)
-    pub.setsockopt(zmq.LINGER, 0)
-    pub.bind(endpoint)
-    sub = subprocess.Popen(
-        [str(binary), endpoint], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    assert sub.stdout is not None
-    marks = iter(range(1_000_000))
-    pending = bytearray()
-
-    def lines_until_marker(mark: int, timeout: float) -> list[bytes] | None:
-        assert sub.stdout is not None
-        before: list[bytes] = []
-        ends = time.monotonic() + timeout
-        while True:
-            while b"\n" in pending:
-                line, _, rest = bytes(pending).partition(b"\n")
-                pending[:] = rest
-                if json.loads(line).get("id") == f"local/marker-{mark}":
-                    return before
-                before.append(line)
-            left = ends - time.monotonic()
-            if left <= 0 or not select.select([sub.stdout], [], [], left)[0]:
-                return None
-            chunk = os.read(sub.stdout.fileno(), 65536)
-            if not chunk:
-                return None
-            pending.extend(chunk)
-
-    def marker() -> int:
-        mark = next(marks)
-        pub.send_multipart([b"notice", _notice(f"local/marker-{mark}", "drain")])
-        return mark
-
     keys = st.text(st.characters(codec="utf-8", exclude_categories=["Cc", "Cs"]), max_size=3)
-    try:
-        joined = False
-        for _ in range(100):
-            if lines_until_marker(marker(), 0.1) is not None:
-                joined = True
-                break
-        assert joined, "the C subscriber never received a message"
+    with _MarkedSubscriber(tmp_path, binary) as marked:
 
         @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
         @given(
@@ -451,7 +469,7 @@ def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
             value: Any,
             ascii_only: list[bool],
         ) -> None:
-            body = json.loads(_notice(f"local/d-{next(marks)}", "drain"))
+            body = json.loads(_notice(f"local/d-{marked.next_mark()}", "drain"))
             inner = list(detail.items())
             if where == "detail" and inner:
                 inner.insert(at % (len(inner) + 1), (inner[pick % len(inner)][0], value))
@@ -467,18 +485,13 @@ def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
                 taken = True
             except ValueError:
                 taken = False
-            pub.send_multipart([b"notice", text.encode()])
-            printed = lines_until_marker(marker(), 10)
+            marked.pub.send_multipart([b"notice", text.encode()])
+            printed = marked.lines_until_marker(marked.marker(), 10)
             assert printed is not None, f"no marker after {text!r}"
             assert (printed == [text.encode()]) == taken, (text, printed)
-            assert sub.poll() is None
+            assert marked.sub.poll() is None
 
         agrees_with_python()
-    finally:
-        sub.terminate()
-        sub.wait(10)
-        pub.close()
-        context.term()
 
 
 def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
@@ -486,57 +499,10 @@ def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
 ) -> None:
     """Any "v" (any JSON value, written with any spacing, or none): the C subscriber prints
     the notice exactly when the Python client reads it as protocol v1."""
-    import select
-
-    import zmq
     from forewarn.clients.event import Event
     from hypothesis import HealthCheck, example, given, settings
 
-    endpoint = f"ipc://{tmp_path}/events"
-    context = zmq.Context()
-    pub = context.socket(zmq.PUB)
-    pub.setsockopt(zmq.LINGER, 0)
-    pub.bind(endpoint)
-    sub = subprocess.Popen(
-        [str(binary), endpoint], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    assert sub.stdout is not None
-    marks = iter(range(1_000_000))
-    pending = bytearray()
-
-    def lines_until_marker(mark: int, timeout: float) -> list[bytes] | None:
-        """The lines printed before the marker's own, or None when it did not come in time."""
-        assert sub.stdout is not None
-        before: list[bytes] = []
-        ends = time.monotonic() + timeout
-        while True:
-            while b"\n" in pending:
-                line, _, rest = bytes(pending).partition(b"\n")
-                pending[:] = rest
-                if json.loads(line).get("id") == f"local/marker-{mark}":
-                    return before
-                before.append(line)
-            left = ends - time.monotonic()
-            if left <= 0 or not select.select([sub.stdout], [], [], left)[0]:
-                return None
-            chunk = os.read(sub.stdout.fileno(), 65536)
-            if not chunk:
-                return None
-            pending.extend(chunk)
-
-    def marker() -> int:
-        mark = next(marks)
-        pub.send_multipart([b"notice", _notice(f"local/marker-{mark}", "drain")])
-        return mark
-
-    try:
-        joined = False
-        for _ in range(100):
-            if lines_until_marker(marker(), 0.1) is not None:
-                joined = True
-                break
-        assert joined, "the C subscriber never received a message"
-
+    with _MarkedSubscriber(tmp_path, binary) as marked:
         # Spaces only: a raw control character, which the agent never sends, is a broken
         # message to the C subscriber whatever its "v".
         spacing = st.sampled_from(["", " ", "   "])
@@ -545,7 +511,7 @@ def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
         @given(st.none() | JSON_VALUES, spacing, spacing)
         @example(1, "", "")
         def prints_only_v1(version: Any, before: str, after: str) -> None:
-            notice_id = f"local/v-{next(marks)}"
+            notice_id = f"local/v-{marked.next_mark()}"
             body = json.loads(_notice(notice_id, "drain"))
             del body["v"]
             text = json.dumps(body)
@@ -557,18 +523,13 @@ def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
                 v1 = True
             except ValueError:
                 v1 = False
-            pub.send_multipart([b"notice", text.encode()])
-            printed = lines_until_marker(marker(), 10)
+            marked.pub.send_multipart([b"notice", text.encode()])
+            printed = marked.lines_until_marker(marked.marker(), 10)
             assert printed is not None, f"no marker after {text!r}"
             assert (printed == [text.encode()]) == v1, (text, printed)
-            assert sub.poll() is None
+            assert marked.sub.poll() is None
 
         prints_only_v1()
-    finally:
-        sub.terminate()
-        sub.wait(10)
-        pub.close()
-        context.term()
 
 
 @pytest.mark.parametrize(
