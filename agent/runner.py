@@ -153,6 +153,8 @@ class Agent:
         self._unsaved: dict[str, str] = {}
         self._recent_acks: dict[str, None] = {}  # acks as received, oldest first
         self._escalated_at_restore: set[str] = set()
+        # The restored provider notices, by provider, for the first watcher of each (`_restore`).
+        self._restored_at_start: dict[str, list[Report]] = {}
         self._events_ours = True
 
     # Setting up.
@@ -253,6 +255,12 @@ class Agent:
             state.acked_by,
             state.expected_by,
         )
+        # Taken before the start-up retirement below: a notice past its end while the agent was
+        # down leaves the board before any watcher is built, and a watcher without it took its
+        # event, still listed, for a new one (an Azure Started event got a new deadline).
+        self._restored_at_start = {
+            name: self.board.restored_reports(name) for name in self.board.restored_from()
+        }
         # Drains whose deadline came within the exit margin while the agent was down: they go
         # out as terminate now, an escalation to count, log and record like any other (as a
         # plain restore, `forewarn plan` and the metrics missed the interruption).
@@ -540,9 +548,12 @@ class Agent:
 
     def _restore(self, watcher: Watcher) -> Watcher:
         """Hand a new watcher that remembers what it reported (`RestoreAware`) the notices
-        of its provider restored after a restart: it must not take them for new ones."""
+        of its provider restored after a restart: it must not take them for new ones. The
+        first watcher of a provider gets them all, those retired at start-up too; one built
+        again after a crash, those the board still holds as restored."""
+        first = self._restored_at_start.pop(watcher.name, None)
         if isinstance(watcher, RestoreAware):
-            reports = self.board.restored_reports(watcher.name)
+            reports = self.board.restored_reports(watcher.name) if first is None else first
             try:
                 if reports:
                     watcher.restored(reports)

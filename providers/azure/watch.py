@@ -322,7 +322,9 @@ class AzureWatcher:
         """The agent's notices of this provider restored after a restart. Without them, an
         unchanged event went out again as changed: a Started event's deadline (NotBefore is
         empty then) became the first poll's moment, and an event whose report kept an older
-        DocumentIncarnation (neighbours' events bump it) took up the document's."""
+        DocumentIncarnation (neighbours' events bump it) took up the document's. Those retired
+        at the agent's start-up are among them: an event still listed is raised again with the
+        deadline it had, as after `forget`."""
         self._restored = {report.id: report for report in reports if report.provider == self.name}
 
     # Approval.

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, agent_env, eventually
@@ -104,3 +106,39 @@ def test_an_event_approved_before_an_agent_restart_is_not_approved_again(tmp_pat
             wait_polls(sim, 4)
             assert [a["EventId"] for a in sim.approvals] == [event_id], agent.output()
             assert "approved before" in agent.output()
+
+
+def test_an_event_retired_at_the_restart_is_raised_again_as_it_was(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """The Preempt has Started (NotBefore empty) and is still listed when the agent restarts
+    past its deadline plus the grace: the restored notice is retired at start-up, before the
+    watcher is built, and the watcher then raises the event again. Without the retired notice
+    handed to it, it took the moment of its first poll for the deadline and the document's
+    newer DocumentIncarnation (neighbours' events bumped it), where an agent that never
+    stopped raises it again as it was."""
+    sim, server = imds
+    env = agent_env(
+        tmp_path,
+        FOREWARN_AZURE_URL=server.url,
+        FOREWARN_AZURE_VM_NAME="gpu-0",
+        FOREWARN_AZURE_INTERVAL="0.25",
+        FOREWARN_AZURE_APPROVE="off",
+        FOREWARN_NOTICE_GRACE="5s",
+    )
+    event_id = sim.raise_notice("Preempt", {"status": "Started"})
+    notice_id = f"azure/{event_id}"
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as first:
+        eventually(lambda: published(first.output(), notice_id), what="the notice")
+        (before,) = first.control({"op": "status"})["active"]
+    deadline = parse_time(before["deadline"])
+    sim.raise_notice("Preempt", {"resources": ["gpu-1"]})  # bumps the incarnation
+    past = deadline + timedelta(seconds=6)
+    eventually(lambda: utcnow() > past, what="the grace to pass", interval=0.1)
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
+        eventually(lambda: "expired" in agent.output(), what="the retirement at start-up")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the event raised again")
+        (after,) = agent.control({"op": "status"})["active"]
+        assert after["id"] == notice_id and after["action"] == "terminate"
+        assert parse_time(after["deadline"]) == deadline, agent.output()
+        assert after["detail"]["DocumentIncarnation"] == before["detail"]["DocumentIncarnation"]
