@@ -309,4 +309,6 @@ def test_an_aws_spot_interruption_seen_before_its_time_is_raised_again_after_a_r
             _raised_retired_raised(sub, "aws", "terminate", timeout=8)
         except AssertionError as error:
             raise AssertionError(f"{error}\n{agent.output()}") from None
-        assert "retired; raised again while IMDS still shows it" in agent.output()
+        # No log line is asked for: the agent may retire the restored notice before the
+        # watcher's first poll (then the watcher raises it as first seen, in time) or after
+        # it (then the watcher's forget() raises it again); both give the sequence above.
