@@ -1,6 +1,7 @@
 """The agent's configuration: one model read from flags, `FOREWARN_*` variables and a TOML file.
 
-Precedence, highest first: command-line flags, environment, TOML file, defaults.
+Precedence, highest first: command-line flags, environment, TOML file, defaults; a blank
+flag or variable sets nothing (`_without_blank`).
 Environment names are `FOREWARN_<KEY>` for top-level keys and `FOREWARN_<SECTION>_<KEY>`
 for a provider section (`FOREWARN_AWS_URL`, `FOREWARN_LOCAL_FLAG_FILE`).
 """
@@ -31,7 +32,6 @@ from forewarn.providers.registry import REGISTRY, Registry
 from forewarn.providers.settings import (
     ProviderSettings,
     _holds_path,
-    _is_text_list,
     read_value,
     split_list,
 )
@@ -290,28 +290,29 @@ class Settings(BaseSettings):
 
 
 class _EnvSource(EnvSettingsSource):
-    """The FOREWARN_ variables, a blank one for a path or an endpoint being unset, as the
-    clients read it: `FOREWARN_RUNTIME_DIR=` or `FOREWARN_EVENTS=` (a compose file's `${VAR}`
-    left unset) beside a config file that sets the key made the agent serve at the default
-    place while every client used the file's value."""
+    """The FOREWARN_ variables, a blank one being no value at all (`_without_blank`)."""
 
     def __call__(self) -> dict[str, Any]:
         return _without_blank(super().__call__(), self.settings_cls)
 
 
-def _without_blank(
-    values: dict[str, Any], model: type[BaseModel], top: bool = True
-) -> dict[str, Any]:
-    """`values` (of `model`, a section unless `top`) without its blank paths and endpoints."""
+def _without_blank(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """`values` (of `model`) without the keys set blank, so that the config file's value (else
+    the default) stands, for every key alike: a variable left blank by a compose file's
+    `${VAR}` or a Helm or Kustomize env list, or a `--set KEY=` with its shell variable
+    unset, sets nothing. Blank paths, endpoints and lists were dropped alone: a blank
+    `FOREWARN_KUBERNETES_CONTEXT` beside the file's `context` unset it (with a warning that
+    it overrode the file), and a blank number, boolean or word stopped the agent with exit 2.
+    Unknown keys stay, to be refused by name; so does a section set blank as one value."""
     fields = {name.lower(): field for name, field in model.model_fields.items()}
     kept: dict[str, Any] = {}
     for key, value in values.items():
         field = fields.get(str(key).lower())
         annotation = field.annotation if field is not None else None
-        if isinstance(value, str) and _blank_is_unset(annotation, str(key), top, value):
+        if field is not None and not _is_section(annotation) and _is_blank(value):
             continue
         if _is_section(annotation) and isinstance(value, dict):
-            value = _without_blank(value, annotation, top=False)
+            value = _without_blank(value, annotation)
         kept[key] = value
     return kept
 
@@ -320,13 +321,8 @@ def _is_section(annotation: Any) -> TypeGuard[type[BaseModel]]:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
-def _blank_is_unset(annotation: Any, key: str, top: bool, value: str) -> bool:
-    """Whether a variable's `value` for `key` is no value at all: a blank path, endpoint or
-    list (`FOREWARN_KUBERNETES_TAINTS=` beside a file's `taints` replaced them with the
-    defaults)."""
-    return not value.strip(string.whitespace) and (
-        _holds_path(annotation) or _is_text_list(annotation) or (top and key.lower() in _ENDPOINTS)
-    )
+def _is_blank(value: Any) -> bool:
+    return isinstance(value, str) and not value.strip(string.whitespace)
 
 
 class _TomlSource(TomlConfigSettingsSource):
@@ -494,7 +490,10 @@ def load_settings(
             document = read_toml(path)
         except ConfigFileError as error:
             raise ConfigError(str(error)) from None
-    given = {key: value for key, value in overrides.items() if value is not None}
+    given = _without_blank(
+        {key: value for key, value in overrides.items() if value is not None},
+        settings_model(registry),
+    )
     _once_in_any_case(document, f"config file {path}")
     _once_in_any_case(given, "the command line")
     _CONFIG_FILE["path"] = path
@@ -588,20 +587,6 @@ def _once_in_any_case(keys: dict[str, Any], source: str) -> None:
             raise ConfigError(f"config key {key}: set twice in {source}, as {first} and {key}")
 
 
-def _annotation(model: type[BaseModel], dotted: str) -> Any:
-    """The type of the key `dotted` (`aws.url`) of `model`, or None when it has none."""
-    annotation: Any = model
-    for part in dotted.lower().split("."):
-        fields = _is_section(annotation) and {
-            name.lower(): field for name, field in annotation.model_fields.items()
-        }
-        field = fields.get(part) if fields else None
-        if field is None:
-            return None
-        annotation = field.annotation
-    return annotation
-
-
 def _overridden(
     document: dict[str, Any], given: dict[str, Any], path: Path | None, model: type[BaseModel]
 ) -> list[str]:
@@ -629,9 +614,7 @@ def _overridden(
                 by = "a command-line option"
             elif (
                 variable in variables
-                and not _blank_is_unset(
-                    _annotation(model, dotted), dotted, "." not in dotted, variables[variable]
-                )
+                and not _is_blank(variables[variable])
                 and not _same_text(written, variables[variable])
             ):
                 by = f"the environment variable {variable}"

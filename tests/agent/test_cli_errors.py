@@ -117,16 +117,6 @@ CASES = [
     (["agent", "--set", "exit_margin=5x"], {}, "config key exit_margin: not a duration"),
     # Blank once the space a ConfigMap block leaves is gone: an empty pattern matched every
     # mail's From, an empty host ran the agent with the mailbox unwatched.
-    (
-        ["agent"],
-        {"FOREWARN_DIGITALOCEAN_SENDER": " \n"},
-        "config key digitalocean.sender: must not be empty",
-    ),
-    (
-        ["agent", "--set", "digitalocean.imap_host=\t"],
-        {},
-        "config key digitalocean.imap_host: empty: leave it unset",
-    ),
     (["agent", "--heartbeat-interval", "0"], {}, "heartbeat_interval"),
     # Clients call an agent dead after 3 s without a heartbeat: a longer interval made them
     # flap, and `forewarn wait` exit 3 beside a healthy agent.
@@ -232,6 +222,27 @@ def test_bad_input_is_one_line_and_exit_2(
     assert "Traceback" not in result.stderr and "hunter2" not in result.stderr
     # Refused before anything was bound.
     assert not list((tmp_path / "run").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("written", "text"),
+    [
+        ('sender = " \\n"', "config key digitalocean.sender: must not be empty"),
+        ('imap_host = "\\t"', "config key digitalocean.imap_host: empty: leave it unset"),
+    ],
+)
+def test_a_blank_text_in_the_file_is_one_line_and_exit_2(
+    written: str, text: str, tmp_path: Path
+) -> None:
+    # Written blank in the file, where no empty value is meant; a blank variable or `--set`
+    # sets nothing instead (test_config_blank_values.py).
+    config = tmp_path / "forewarn.toml"
+    config.write_text(f'providers = ["local"]\n[digitalocean]\n{written}\n')
+    env = _no_cloud_credentials(agent_env(tmp_path), tmp_path)
+    result = run_forewarn("agent", "--config", str(config), env=env)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and text in lines[0], result.stderr
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
