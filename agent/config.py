@@ -135,8 +135,9 @@ class Settings(BaseSettings):
     metrics_address: str | None = Field(
         default=None,
         description="HOST:PORT of the Prometheus metrics, /healthz and /readyz server (needs "
-        "the `metrics` extra), e.g. 127.0.0.1:9464, or [IPv6]:PORT; unset, empty or `off` "
-        "serves none. Addresses other than loopback need allow_remote; `[::]:9464` listens "
+        "the `metrics` extra), e.g. 127.0.0.1:9464, or [IPv6]:PORT; unset, `off`, or empty "
+        "in the file serves none (a blank variable or flag sets nothing: use `off`). "
+        "Addresses other than loopback need allow_remote; `[::]:9464` listens "
         "on every IPv6 and IPv4 address (dual-stack; IPv4 alone on a kernel without IPv6).",
     )
     telemetry: bool = Field(
