@@ -881,6 +881,8 @@ _SENTENCE_END = re.compile(r"\n|[.!?;](?=\s)")
 # reclaim; so were "Trainer: the reclaim has been cancelled" (a label with a capital) and
 # "trainer's reclaim has been cancelled". A label that is no droplet ("Note:") and is not
 # in _NOT_A_NAME keeps our reclaim: a needless drain costs a checkpoint, a lost one work.
+# The reclaim's other nouns are no names either: "Spot Droplet interruption cancelled" read
+# "interruption" as another droplet, so the cancellation of ours kept the reclaim.
 _NAME_SLOT = re.compile(
     r"(?i:\b(?:reclaims?\s+of(?:\s+(?:the\s+)?droplets?)?|droplets?)\s*:?\s+"
     r"(?:(?:named|called)\s+)?)[\"'\u201c\u2018`]?(?P<name>[A-Za-z0-9](?:[\w.-]*\w)?)"
@@ -904,6 +906,8 @@ _NOT_A_NAME = frozenset(
         sent cc bcc reply hostname location zone tags state result here there message
         description comment comments notes explanation text content type event notification
         alert account project team customer thanks regards greetings
+        interruption interruptions preemption preemptions termination terminations shutdown
+        shutdowns reclamations eviction evictions notices maintenance
         """,
     )
 )

@@ -689,6 +689,38 @@ def test_a_passive_cancellation_of_this_droplet_s_reclaim_withdraws_it(
     assert result.report.deadline == _at(14, 30)
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    noun=st.sampled_from(
+        ["interruption", "preemption", "termination", "shutdown", "reclamation", "reclaim"]
+    ),
+    verb=st.sampled_from(_CANCELLED_VERBS),
+    form=st.sampled_from(
+        [
+            "Droplet gpu-spot-1 (ID 424242424):\nThe Spot Droplet {noun} {verb}.",
+            "Your Droplet gpu-spot-1. The Droplet {noun} {verb}.",
+            "The Spot Droplet {noun} of gpu-spot-1 {verb}.",
+            "The Droplet {noun} for Droplet gpu-spot-1 at 14:30 UTC {verb}.",
+        ]
+    ),
+)
+def test_a_cancellation_of_the_droplet_s_interruption_withdraws_it(
+    noun: str, verb: str, form: str
+) -> None:
+    # The reclaim's nouns after "Droplet" are no droplet's name: read as one, the sentence
+    # was about another droplet and ours kept its reclaim.
+    body = form.format(noun=noun, verb=verb)
+    result = verdict(reclaim_mail(body, subject="Spot Droplet update"))
+    assert result.report is None and result.replaces, (body, result.why)
+    # The same words about another droplet leave this one's reclaim standing.
+    body = "gpu-spot-1: 2026-12-01 14:30 UTC\n" + form.format(noun=noun, verb=verb).replace(
+        "gpu-spot-1", "gpu-spot-7"
+    ).replace("424242424", "777777777")
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, (body, result.why)
+    assert result.report.deadline == _at(14, 30)
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -717,6 +749,12 @@ def test_a_cancellation_of_another_droplet_keeps_this_droplet_s_reclaim(body: st
         "Droplet: gpu-spot-1\nSize: gpu-h100x1-80gb\nRegion: nyc2\n\n"
         "The reclaim of your H100 Droplet has been cancelled.",
         "gpu-spot-7: 2026-12-01 13:00 UTC\nThe reclaim of Droplet gpu-spot-1\nhas been cancelled.",
+        # The noun after "Droplet" was taken for another droplet's name, so the sentence
+        # was about that droplet and ours kept its reclaim.
+        "Your Droplet gpu-spot-1 (ID 424242424).\n"
+        "The Spot Droplet interruption has been cancelled.",
+        "Droplet gpu-spot-1: the Droplet preemption was withdrawn.",
+        "Droplet gpu-spot-1\nThe Droplet termination scheduled for 14:30 UTC is cancelled.",
     ],
 )
 def test_a_cancellation_about_this_droplet_withdraws_its_reclaim(body: str) -> None:
@@ -1029,6 +1067,10 @@ _SUBJECT_RECLAIMS = st.sampled_from(
         "Spot reclaim notice",
         "Scheduled reclaim for Droplet gpu-spot-1",
         "The reclaim of gpu-spot-1 at 14:30 UTC",
+        "Spot Droplet interruption",
+        "Spot Droplet preemption for gpu-spot-1",
+        "Spot Droplet termination",
+        "Spot Droplet shutdown",
     ]
 )
 _SUBJECT_PREFIXES = st.sampled_from(["", "Re: ", "Fwd: ", "Update: ", "[DigitalOcean] "])
@@ -1067,6 +1109,11 @@ def test_a_subject_cancelling_something_else_keeps_the_reclaim(subject: str) -> 
         "Spot Droplet reclaim withdrawn",
         "The reclaim of gpu-spot-1 has been cancelled",
         "Spot Droplet gpu-spot-1 will no longer be reclaimed",
+        # "interruption" after "Droplet" was read as another droplet's name.
+        "Notice: Spot Droplet interruption cancelled",
+        "Spot Droplet preemption cancelled",
+        "Re: Spot Droplet termination: Cancelled",
+        "Spot Droplet shutdown withdrawn",
     ],
 )
 def test_a_subject_cancelling_the_reclaim_withdraws_it(subject: str) -> None:
