@@ -374,6 +374,10 @@ def _zone(name: str | None) -> str:
     """A zone written after a time (or a date), as the group `name` (None: no group)."""
     group = f"?P<{name}>" if name else "?:"
     return (
+        # After a comma too, when named ("between 14:00 and midnight, UTC"): such a time
+        # was skipped, and Date + lead stood in. Not an offset or "Z": those after a comma
+        # are more likely something else than the zone of the time before it.
+        r"(?:,(?=\s*\(?[A-Za-z]{2}))?"
         # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour
         # or more off.
         rf"\s*\(?({group}(?:UTC|GMT)\s*[+-]\s*[0-9]{{1,2}}(?::?[0-9]{{2}})?|UTC|GMT|Z"

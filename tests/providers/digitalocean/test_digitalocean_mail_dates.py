@@ -315,6 +315,8 @@ _WINDOW_ENDS = st.one_of(
             "{date} {s}-{e} UTC",
             "on {date} from {s} to {e} UTC",
             "{date}, {s} \u2013 {e} GMT",
+            "on {date} between {s} and {e}, UTC",
+            "between {s} and {e}, GMT, on {date}",
         ]
     ),
 )
@@ -674,6 +676,35 @@ def test_a_window_to_midnight_is_read_from_its_start(
     assert found[0] == expected, (text, found)
 
 
+@pytest.mark.parametrize(
+    ("text", "sent", "expected"),
+    [
+        (
+            "reclaimed between 14:00 and midnight, UTC.",
+            _utc(2026, 12, 1, 15),
+            _utc(2026, 12, 1, 14),
+        ),
+        ("reclaimed between 14:00 and 16:00, UTC.", SENT, _utc(2026, 12, 1, 14)),
+        ("reclaimed at 14:00, GMT.", SENT, _utc(2026, 12, 1, 14)),
+        ("reclaimed between 9 and 11 AM, EST.", SENT, _utc(2026, 12, 1, 14)),
+        ("reclaimed between 14:00 and 16:00, (UTC) on December 2.", SENT, _utc(2026, 12, 2, 14)),
+    ],
+)
+def test_a_zone_after_a_comma_places_the_time(
+    text: str, sent: datetime, expected: datetime
+) -> None:
+    # Not read, so Date + lead stood in, later than the reclaim when less notice was given.
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == expected, (text, found)
+
+
+def test_an_offset_or_z_after_a_comma_is_not_the_time_s_zone() -> None:
+    # More likely something else than the zone of the time before it.
+    assert find_deadline("reclaimed at 14:00, +0100 ...", SENT) is None
+    assert find_deadline("reclaimed at 14:00, Z", SENT) is None
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     day=_SENT_NEAR,
@@ -688,6 +719,9 @@ def test_a_window_to_midnight_is_read_from_its_start(
             "from {s} GMT until {e}",
             "from {s} to {e} UTC",
             "{s}-{e} UTC",
+            "between {s} and {e}, UTC",
+            "from {s} to {e}, GMT",
+            "{s}-{e}, UTC",
         ]
     ),
 )
