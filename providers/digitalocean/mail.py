@@ -3,8 +3,8 @@
 A mail is a reclaim notice for this droplet when its From address matches the sender
 pattern, its Subject matches the subject pattern, and its subject or body names this
 droplet's id or name. Its deadline is the first time written in the mail (see
-`find_deadline` for the forms understood), from the line naming this droplet on, that is
-not before the mail was sent; without one
+`find_deadline` for the forms understood and which of several on a line), from the line
+naming this droplet on, that is not before the mail was sent; without one
 it is the mail's Date plus the configured lead.
 """
 
@@ -14,10 +14,11 @@ import bisect
 import contextlib
 import email
 import email.policy
+import functools
 import html
 import itertools
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from email.message import EmailMessage
@@ -748,9 +749,13 @@ def _candidates(
 
 
 def find_deadline(
-    text: str, sent: datetime | None, *, new_only: bool = False
+    text: str,
+    sent: datetime | None,
+    *,
+    new_only: bool = False,
+    others: Sequence[int] = (),
 ) -> tuple[datetime, str] | None:
-    """The first time written in `text` that can be the deadline, with the words it came from.
+    """The time written in `text` that can be the deadline, with the words it came from.
 
     Understood forms (case-insensitive; each needs UTC, GMT, Z, a numeric offset or one
     after UTC or GMT such as `UTC+1`, after the time or after its date), and a
@@ -769,23 +774,150 @@ def find_deadline(
     digits (`1600 UTC`, `1600Z`, `1600 hrs UTC`), `noon` or `midnight` (the start of its day).
     A time more than 10 minutes before the mail was sent (but for a window already open or
     a time today), or more than 30 days after, is not the deadline and is passed over.
-    With `new_only`, so is a time written as the one a new time replaces (`from`, `was`,
-    `previously`, `instead of`, `old time:`).
+
+    Of the times left, the first is taken, but for the other times on its line (and the
+    lines a sentence wrapped onto), before the next droplet named (`others`: where each
+    other droplet is named): a time written right after the reclaim's own words ("will be
+    reclaimed today at 16:00 UTC", "reclaim is scheduled for ...") comes first, the earliest
+    of them not past; else the earliest not past. A time today already past that is not
+    the reclaim's ("created today at 09:00 UTC") gives way to any other time.
+
+    With `new_only`, a time written as the one a new time replaces (`from`, `was`,
+    `previously`, `instead of`, `old time:`) is passed over too, and the first time left
+    is the new one.
     """
     earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None
     latest = _shifted(sent, _FUTURE_LIMIT) if sent is not None else None
-    for start, _length, moment, until, words, today in sorted(
-        _candidates(text, sent), key=lambda c: c[:2]
-    ):
+    found = sorted(_candidates(text, sent), key=lambda c: c[:2])
+    starts = sorted({candidate[0] for candidate in found})
+    usable: list[_Usable] = []
+    for start, _length, moment, until, words, today in found:
+        if usable and usable[-1].start == start:
+            continue  # one reading of a place: the first that can be (the earliest)
         # A window that had begun when the mail was sent still counts: its start is the
         # deadline, already past; so does a time today, past or not.
-        past = earliest is not None and until < earliest and not today
-        if past or (latest is not None and moment > latest):
+        past = earliest is not None and until < earliest
+        if (past and not today) or (latest is not None and moment > latest):
             continue
         if new_only and _is_old_time(text, start, words):
             continue
-        return moment, words
+        usable.append(_Usable(start, moment, words, past))
+    if not usable:
+        return None
+    if new_only:
+        return usable[0].moment, usable[0].words
+    bound = min((at for at in others if at > usable[0].start), default=len(text))
+
+    @functools.cache
+    def attached(at: int) -> bool:
+        # Asked only of the times that may be taken: a mail of thousands of times is judged
+        # on the agent's event loop.
+        return _attached(text, at, starts)
+
+    # Another time of the reclaim, past or not, stands before a time today already past
+    # that is not the reclaim's (when the droplet was created, when the mail was written):
+    # taken first, it asked clients to stop at once hours before the reclaim.
+    if any(c.start < bound and (not c.past or attached(c.start)) for c in usable):
+        usable = [c for c in usable if not c.past or attached(c.start)]
+    first = usable[0]
+    end = min(_line_end(text, first.start), bound)
+    near = [c for c in usable if c.start < end]
+    not_past = [c for c in near if not c.past]
+    for group, earliest_first in (
+        # The earliest: a deadline read late loses work, one read early does not.
+        ([c for c in not_past if attached(c.start)], True),
+        ([c for c in near if attached(c.start)], False),
+        (not_past, True),
+        (near, False),
+    ):
+        if group:
+            chosen = min(group, key=lambda c: c.moment) if earliest_first else group[0]
+            return chosen.moment, chosen.words
     return None
+
+
+@dataclass(frozen=True)
+class _Usable:
+    """A time that can be the deadline, where it is written, and how."""
+
+    start: int
+    moment: datetime
+    words: str
+    past: bool  # a time today before the mail's Date (less the slack)
+
+
+# The reclaim's own words, to which its time is attached: "Your Droplet gpu-spot-1, created
+# today at 09:00 UTC, will be reclaimed today at 16:00 UTC" was read as 09:00, the first
+# time on the line, and clients were asked to stop at once, hours before the reclaim.
+_RECLAIM_WORD = re.compile(
+    r"\b(?:reclaim\w*|reclamation\w*|interrupt\w*|pre-?empt\w*|terminat\w*|evict\w*"
+    r"|shut(?:s|ting)?[\s-]*down|shutdown\w*|stop(?:s|ped|ping)?|power(?:s|ed|ing)?[\s-]+off"
+    r"|deadline)\b",
+    re.IGNORECASE,
+)
+# The words that may stand between them and the time: the droplet, its id, the verb, a
+# preposition ("The reclaim of Droplet gpu-spot-1 (ID 424242424) is scheduled for ...").
+# Any other word ("reclaim notice was sent at", "reclaimed as demand changes (last update
+# ...") says the time is something else's.
+_LINK_WORDS = frozenset(
+    re.findall(
+        r"\w+",
+        """
+        the a an this that your its our their of for droplet droplets spot gpu id it
+        is are was were will would be been being now currently then scheduled planned set
+        expected due estimated anticipated to take takes place happen happens occur occurs
+        begin begins start starts starting beginning process window period time date
+        at on by around about approximately approx roughly between from after before no not
+        later earlier than today tomorrow tonight in within next as early soon shortly utc gmt
+        mon monday tue tues tuesday wed wednesday thu thur thurs thursday fri friday
+        sat saturday sun sunday
+        """,
+    )
+)
+_GAP_TOKEN = re.compile(r"[\w'\u2019-]+|[^\w\s]")
+_GAP_MARKS = frozenset("()[],:-\u2013\u2014'\"\u2018\u2019\u201c\u201d")
+# Where a time's sentence starts: a sentence's end, a blank line, or a line break before a
+# line that does not carry on the one before (a wrapped line starts lowercase).
+_CLAUSE_START = re.compile(r"[.!?;](?=\s)|\n[^\S\n]*\n|\n(?=[^\S\n]*[^a-z\s])")
+_REACH = 200  # characters back from a time to the reclaim's word
+
+
+def _attached(text: str, start: int, starts: list[int]) -> bool:
+    """Whether the time at `start` is written right after the reclaim's own words, with
+    no other time (`starts`: where each time is written) between them."""
+    begin = max(0, start - _REACH)
+    clauses = [m.end() for m in _CLAUSE_START.finditer(text, begin, start)]
+    words = list(_RECLAIM_WORD.finditer(text, clauses[-1] if clauses else begin, start))
+    if not words:
+        return False
+    after = words[-1].end()
+    if bisect.bisect_left(starts, after) < bisect.bisect_left(starts, start):
+        return False
+    for token in _GAP_TOKEN.findall(text, after, start):
+        word = re.sub(r"['\u2019]s$", "", token.lower())
+        if word in _LINK_WORDS or token in _GAP_MARKS or any(ch.isdigit() for ch in word):
+            continue
+        if "-" in word.strip("-"):  # a droplet's name: jupyter-box
+            continue
+        return False
+    return True
+
+
+def _line_end(text: str, at: int) -> int:
+    """The end of the line at `at`, or of the lines a sentence on it wraps onto: a line
+    ending in a lowercase word or a comma, before one starting in lowercase or a digit."""
+    end = text.find("\n", at)
+    while end >= 0:
+        last = end
+        while last > at and text[last - 1] in " \t\r":
+            last -= 1
+        following = text[end + 1 : end + 81].lstrip(" \t")
+        if not (last > at and (text[last - 1].islower() or text[last - 1] == ",")):
+            break
+        if not (following and (following[0].islower() or following[0] in "0123456789")):
+            break
+        end = text.find("\n", end + 1)
+    return len(text) if end < 0 else end
 
 
 # The time a new time replaces: "moved from 16:00 UTC to 13:30 UTC", "(was 14:00 UTC)",
@@ -1051,6 +1183,8 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             cancel_id=stable_id(PROVIDER, "cancel", mail.message_id or key),
         )
     rescheduled = _about_this_droplet(text, body_at, mentions, _RESCHEDULED, _RESCHEDULED)
+    # Where other droplets are named: a time after one is not this droplet's.
+    other_starts = [start for start, _, ours in mentions if not ours]
     # A digest lists several droplets, each with its time (a table row, a line, a block):
     # the time for this droplet is the first one from the line naming it on, or, when the
     # line names another droplet before it, from the sentence naming it. Only when none
@@ -1075,7 +1209,9 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             (start for start, _, ours in mentions if not ours and start >= after), default=None
         )
         block = text[begin:stop]
-        found = find_deadline(block, sent, new_only=True) or find_deadline(block, sent)
+        found = find_deadline(block, sent, new_only=True) or find_deadline(
+            block, sent, others=[at - begin for at in other_starts if at >= begin]
+        )
         by = _SHIFT.search(block) if found is None else None
         if by is not None:
             parts = {k: v for k, v in by.groupdict().items() if v is not None}
@@ -1083,7 +1219,11 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             with contextlib.suppress(OverflowError):
                 shift = timedelta(hours=sign * _amount_hours(parts))
     if shift is None:
-        found = found or find_deadline(text[begin:], sent) or find_deadline(text, sent)
+        found = (
+            found
+            or find_deadline(text[begin:], sent, others=[at - begin for at in other_starts])
+            or find_deadline(text, sent, others=other_starts)
+        )
     if found is not None:
         deadline, words = found
         source = f"text: {words.strip()}"

@@ -1,0 +1,193 @@
+"""Which of several times on the reclaim's line is the deadline: the one written right after
+the reclaim's own words, else the earliest not past, never a time today already past that
+is something else's (when the droplet was created, when the mail was written)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from email.message import EmailMessage
+from email.utils import format_datetime
+
+import pytest
+from forewarn.providers.digitalocean.mail import MatchRules, find_deadline, reclaim_verdict
+from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
+_SENT_NEAR = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
+).map(lambda moment: moment.replace(microsecond=0))
+_RULES = MatchRules.build(
+    sender=DEFAULT_SENDER,
+    subject=DEFAULT_SUBJECT,
+    droplet_id="424242424",
+    droplet_name="gpu-spot-1",
+    lead=7200.0,
+    max_age=86400.0,
+)
+
+
+def _at(hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 12, 1, hour, minute, tzinfo=timezone.utc)
+
+
+def _mail(body: str) -> bytes:
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Spot Droplet reclaim notice"
+    message["Date"] = format_datetime(SENT)
+    message["Message-ID"] = "<reclaim-times@digitalocean.com>"
+    message.set_content(body)
+    return bytes(message)
+
+
+def _clock(moment: datetime) -> str:
+    return f"{moment:%H:%M} UTC"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # The first time on the line was taken: 09:00, so a terminate at once (before the
+        # 'today' rule: 09:00 tomorrow, a day late).
+        (
+            "Your Droplet gpu-spot-1, created today at 09:00 UTC, will be reclaimed today at "
+            "16:00 UTC.",
+            _at(16),
+        ),
+        (
+            "We sent this today at 12:00 UTC. Your Droplet gpu-spot-1 will be reclaimed at "
+            "16:00 UTC.",
+            _at(16),
+        ),
+        # Within the 10 minutes of slack, so not past: the reclaim's own time still wins.
+        (
+            "We sent this today at 12:25 UTC. Your Droplet gpu-spot-1 will be reclaimed at "
+            "16:00 UTC.",
+            _at(16),
+        ),
+        # A sentence wrapped over lines, as plain-text mail is.
+        (
+            "Your Droplet gpu-spot-1, created today at 09:00 UTC,\nwill be reclaimed today at "
+            "16:00 UTC.",
+            _at(16),
+        ),
+        (
+            "Your Droplet gpu-spot-1 (created today at 12:25 UTC) is scheduled to be\n"
+            "interrupted between 15:00 and 16:00 UTC.",
+            _at(15),
+        ),
+        (
+            "The reclaim of Droplet gpu-spot-1 (ID 424242424) is scheduled for 16:00 UTC; it "
+            "was started at 12:25 UTC.",
+            _at(16),
+        ),
+        # Advice is not the reclaim: the agent keeps its own margin before the deadline.
+        (
+            "Please save your work before 15:00 UTC. Droplet gpu-spot-1 will be reclaimed at "
+            "16:00 UTC.",
+            _at(16),
+        ),
+        # Unsure which is the reclaim's: the earliest not past.
+        ("Droplet gpu-spot-1: 16:00 UTC (window opens 14:00 UTC).", _at(14)),
+        ("Droplet gpu-spot-1: reclaim due, see 17:00 UTC or 15:00 UTC.", _at(15)),
+        # The reclaim's own time today, already past: still the deadline.
+        (
+            "Your Droplet gpu-spot-1 was to be reclaimed today at 11:00 UTC; we sent this at "
+            "12:25 UTC.",
+            _at(11),
+        ),
+        ("Your Droplet gpu-spot-1 will be reclaimed today at 11:00 UTC.", _at(11)),
+        # Alone, a time today already past is still taken (clients act at once).
+        ("Droplet gpu-spot-1: today at 11:00 UTC.", _at(11)),
+        # Another droplet's time on the same line is not ours, earlier or not.
+        ("Droplets: gpu-spot-1 at 16:00 UTC, gpu-spot-7 at 14:00 UTC.", _at(16)),
+        ("gpu-spot-1: 16:00 UTC\ngpu-spot-7: 14:00 UTC", _at(16)),
+    ],
+)
+def test_the_reclaim_s_own_time_on_its_line_is_the_deadline(body: str, expected: datetime) -> None:
+    report = reclaim_verdict(_mail(body), _RULES, "key", SENT).report
+    assert report is not None
+    assert report.deadline == expected, report.detail["deadline_source"]
+
+
+_OTHER_TIMES = st.sampled_from(
+    [
+        "created today at {}",
+        "we sent this today at {}",
+        "started today at {}",
+        "last updated today at {}",
+        "booted at {} today",
+    ]
+)
+_RECLAIM_TIMES = st.sampled_from(
+    [
+        "will be reclaimed {day}at {}",
+        "will be reclaimed {day}between {} and 23:59 UTC",
+        "is scheduled to be reclaimed {day}at {}",
+        "will be interrupted {day}at {}",
+        "will be stopped {day}at {}",
+        "has a reclaim scheduled for {day}{}",
+    ]
+)
+_LAYOUTS = st.sampled_from(
+    [
+        "Your Droplet gpu-spot-1, {other}, {reclaim}.",
+        "Your Droplet gpu-spot-1, {other},\n{reclaim}.",
+        "{Other}. Your Droplet gpu-spot-1 {reclaim}.",
+        "{Other}; Droplet gpu-spot-1 (ID 424242424) {reclaim}.",
+        "Your Droplet gpu-spot-1 {reclaim} ({other}).",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=11, max_value=20 * 60),
+    other=st.tuples(st.integers(0, 23), st.integers(0, 59)),
+    other_form=_OTHER_TIMES,
+    reclaim_form=_RECLAIM_TIMES,
+    layout=_LAYOUTS,
+)
+def test_any_other_time_on_the_reclaim_s_line_leaves_the_reclaim_s_time(
+    sent: datetime,
+    ahead: int,
+    other: tuple[int, int],
+    other_form: str,
+    reclaim_form: str,
+    layout: str,
+) -> None:
+    reclaim = (sent + timedelta(minutes=ahead)).replace(second=0)
+    # "today" only when it is; else the time's next occurrence, the day after.
+    day = "today " if reclaim.date() == sent.date() else ""
+    assume(not (day == "" and "between" in reclaim_form))  # a window to 23:59 is today's
+    said = other_form.format("{:02d}:{:02d} UTC".format(*other))
+    body = layout.format(
+        other=said,
+        Other=said[0].upper() + said[1:],
+        reclaim=reclaim_form.format(_clock(reclaim), day=day),
+    )
+    found = find_deadline(body, sent)
+    assert found is not None, body
+    assert found[0] == reclaim, (body, sent, found)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    first=st.integers(min_value=11, max_value=23 * 60),
+    second=st.integers(min_value=11, max_value=23 * 60),
+    joint=st.sampled_from([" or ", ", ", " (see also ", "; window opens "]),
+)
+def test_of_times_on_the_droplet_s_line_none_the_reclaim_s_the_earliest_is_taken(
+    sent: datetime, first: int, second: int, joint: str
+) -> None:
+    # Never later than a time that may be the reclaim's: a deadline read late loses work,
+    # one read early only stops early.
+    times = [(sent + timedelta(minutes=m)).replace(second=0) for m in (first, second)]
+    body = f"Droplet gpu-spot-1: {_clock(times[0])}{joint}{_clock(times[1])}"
+    found = find_deadline(body, sent)
+    assert found is not None, body
+    assert found[0] == min(times), (body, sent, found)
