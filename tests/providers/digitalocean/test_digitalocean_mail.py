@@ -885,9 +885,9 @@ def test_a_mail_naming_thousands_of_droplets_is_judged_without_holding_the_loop_
         "gpu-spot-1: 2026-12-01 14:30 UTC\n" + f"{other}: the reclaim has been cancelled\n" * 5000
     )
     raw = reclaim_mail(body)
-    started = time.monotonic()
+    started = time.thread_time()
     result = verdict(raw)
-    assert time.monotonic() - started < 5.0
+    assert time.thread_time() - started < 5.0  # CPU, not wall: a loaded machine is no fault
     assert result.report is not None and not result.replaces, result.why
 
 
@@ -898,9 +898,9 @@ def test_a_mail_of_thousands_of_times_is_judged_without_holding_the_loop_for_sec
     # Each time without a date scanned its whole line and every dated time: this 40-110 KiB
     # mail took 30 s, a 256 KiB one minutes, on the agent's event loop.
     raw = reclaim_mail("gpu-spot-1: 2026-12-01 14:30 UTC\n" + unit * 4000)
-    started = time.monotonic()
+    started = time.thread_time()
     result = verdict(raw)
-    assert time.monotonic() - started < 5.0
+    assert time.thread_time() - started < 5.0  # CPU, not wall: a loaded machine is no fault
     assert result.report is not None and result.report.deadline == _at(14, 30), result.why
 
 
@@ -967,9 +967,9 @@ def test_a_mail_of_thousands_of_nested_blockquotes_is_read_in_a_pass() -> None:
     raw = reclaim_mail(
         "See the HTML part.", html=f"<p>gpu-spot-1 reclaimed at 14:30 UTC.</p>{nested}"
     )
-    started = time.monotonic()
+    started = time.thread_time()
     result = verdict(raw)
-    assert time.monotonic() - started < 2.0
+    assert time.thread_time() - started < 2.0  # CPU, not wall: a loaded machine is no fault
     assert result.report is not None and result.report.deadline == _at(14, 30), result.why
     assert "gpu-spot-2" not in read_mail(raw).text
 
