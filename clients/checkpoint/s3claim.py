@@ -152,10 +152,16 @@ class S3Claim:
             if _missing(exc):
                 return False
             raise
+        if raw == self._body:
+            # This claim's own write, whose answer was lost (a reset connection): botocore
+            # retried it and the service answered the retry 412.
+            self._held(reply)
+            return True
         age = (service_time(reply) - reply["LastModified"]).total_seconds()
         holder = _holder(raw)
         gone = _gone_from_here(raw)
-        if age < LEASE and not gone:
+        left = _left_by_this_process(raw)
+        if age < LEASE and not gone and not left:
             raise CommitError(
                 f"another process ({holder}) is saving {self._prefix} in {self._url}: its "
                 f"claim {self._key} was last written {max(age, 0.0):.0f} s ago; this save left it "
@@ -173,7 +179,11 @@ class S3Claim:
             self._prefix,
             self._url,
             holder,
-            "whose process is gone" if gone else f"not renewed for {age:.0f} s",
+            "whose process is gone"
+            if gone
+            else "left by an earlier failed save of this process"
+            if left
+            else f"not renewed for {age:.0f} s",
         )
         self._held(taken)
         return True
@@ -318,6 +328,19 @@ def _gone_from_here(raw: bytes) -> bool:
     if not here or (here["boot"], here["pid_namespace"]) != (boot, namespace):
         return False
     return _started(pid) != started
+
+
+def _left_by_this_process(raw: bytes) -> bool:
+    """Whether the claim names this very process: an earlier save of the step here failed
+    after its claim was written (every answer to that write lost). No save of this process
+    holds it now: the store lets one writer of a step at a time in per process."""
+    try:
+        found = json.loads(raw)
+        named = {key: found[key] for key in ("pid", "pid_started", "boot", "pid_namespace")}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+    here = _this_process()
+    return bool(here) and named == here
 
 
 def _holder(raw: bytes) -> str:
