@@ -358,7 +358,9 @@ def remove_stale(client: Any, bucket: str, root: str) -> int:
         return 0  # a claim taken over since the listing would be deleted: left to its step
     removed = 0
     paginator = client.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=bucket, Prefix=root, Delimiter="/"):
+    # Claims only (`.step-….claim`): listing the whole root, each commit paged through every
+    # generation the store keeps (a prefix each; thousands with retention off).
+    for page in paginator.paginate(Bucket=bucket, Prefix=f"{root}.", Delimiter="/"):
         now = service_time(page)
         for item in page.get("Contents", []):
             found = _CLAIM_NAME.fullmatch(item["Key"][len(root) :])

@@ -130,3 +130,30 @@ def test_a_claim_of_this_process_is_told_apart_from_one_of_its_parent() -> None:
     assert s3claim._left_by_this_process(json.dumps(here).encode())
     parent = s3claim._this_process(os.getppid())
     assert parent and not s3claim._left_by_this_process(json.dumps(parent).encode())
+
+
+def test_a_commit_lists_the_claims_in_the_root_not_every_generation(bucket: str) -> None:
+    """The sweep of killed writers' claims listed the whole root at every commit: one
+    prefix per generation kept, thousands with retention off."""
+    store = CheckpointStore(f"s3://{bucket}/run")
+    for step in (1, 2, 3):
+        store.flush(step, lambda gen: gen.write_bytes("model.bin", b"m"))
+    client = store.backend.client
+    listed: list[dict[str, object]] = []
+    real = client.get_paginator
+
+    def paginator(name: str) -> object:
+        inner = real(name)
+
+        class Spy:
+            def paginate(self, **kwargs: object) -> object:
+                pages = list(inner.paginate(**kwargs))
+                listed.extend(pages)
+                return pages
+
+        return Spy()
+
+    client.get_paginator = paginator
+    store.flush(4, lambda gen: gen.write_bytes("model.bin", b"m"))
+    assert listed, "the commit looked for stale claims"
+    assert all(not page.get("CommonPrefixes") for page in listed), listed
