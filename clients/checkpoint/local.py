@@ -11,6 +11,7 @@ import pwd
 import re
 import secrets
 import shutil
+import struct
 import sys
 import threading
 import time
@@ -144,10 +145,40 @@ def _unclaimed() -> None:
     return None
 
 
-# A lock found held is looked at again this many times, this far apart, before its holder is
-# taken to be alive: a sweep holds a dead writer's lock file only while it removes it.
+# A lock found held by another process than the writer its file names (a commit's sweep
+# removing a killed writer's lock file, or a writer that has locked it and not yet written its
+# name) is looked at again, this often, until that changes: a fixed three looks 10 ms apart
+# refused the save naming the killed writer whenever the sweep was descheduled meanwhile (a
+# busy machine). At most `_SETTLE` seconds, so that a holder seen from another PID namespace
+# (whose name is a pid of its own namespace) is still refused. Where the lock's holder cannot
+# be asked, it is looked at `_BUSY_TRIES` times.
+_SETTLE = 5.0
 _BUSY_TRIES = 3
 _BUSY_WAIT = 0.01
+# Linux's struct flock on 64-bit machines: l_type, l_whence, l_start, l_len, l_pid.
+_FLOCK = "hhqqi4x"
+_WRITER_PID = re.compile(r"pid ([0-9]+) on ")
+
+
+def _lock_holder(fd: int) -> int | None:
+    """The pid of the process holding a lock on `fd`'s file, as this process's PID namespace
+    sees it; None when none does or this system cannot say."""
+    if not sys.platform.startswith("linux") or struct.calcsize("P") != 8:
+        return None
+    try:
+        query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        kind, _whence, _start, _length, pid = struct.unpack(
+            _FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, query)
+        )
+    except (OSError, struct.error):
+        return None
+    return pid if kind != fcntl.F_UNLCK and pid > 0 else None
+
+
+def _named_writer(holder: str) -> int | None:
+    """The pid a lock file names (`pid N on HOST`), or None."""
+    found = _WRITER_PID.match(holder)
+    return int(found.group(1)) if found else None
 
 
 def _is_at(path: Path, fd: int) -> bool:
@@ -357,6 +388,7 @@ class LocalBackend(Backend):
 
     def _claim(self, prefix: str, path: Path) -> Callable[[], None]:
         busy = 0
+        deadline = time.monotonic() + _SETTLE
         while True:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -388,14 +420,20 @@ class LocalBackend(Backend):
                     with contextlib.suppress(OSError):
                         path.unlink()
                     return _unclaimed
-                if not _is_at(path, fd) or busy < _BUSY_TRIES:
-                    # Its holder let go and removed it meanwhile, or a commit's sweep of a
-                    # dead writer's lock file holds it for the moment it takes to remove it.
+                if not _is_at(path, fd):
+                    os.close(fd)  # its holder let go and removed it meanwhile
+                    continue
+                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+                locker = _lock_holder(fd)
+                if locker is None:
+                    settling = busy < _BUSY_TRIES
+                else:
+                    settling = locker != _named_writer(holder) and time.monotonic() < deadline
+                if settling:
                     os.close(fd)
                     busy += 1
                     time.sleep(_BUSY_WAIT)
                     continue
-                holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
                 os.close(fd)
                 raise CommitError(
                     f"another process ({holder}) is saving {prefix} in {self.url}; "

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore, CorruptGenerationError, S3Options
 from forewarn.clients.checkpoint.testing import DelegatingBackend
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import requires
 
 
@@ -550,3 +552,80 @@ def test_a_commit_removes_the_lock_files_of_killed_writers_only(tmp_path: Path) 
     own.commit()
     assert [name for name in os.listdir(url) if name.endswith(".lock")] == []
     assert [generation.step for generation in store.generations()] == [8, 9, 10]
+
+
+def _sweeping(path: str, locked: Any, done: Any) -> None:
+    """Another process's commit sweeping a killed writer's lock file: it holds the lock
+    until told, as a sweep descheduled between its lock and its unlink does."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    os.pwrite(fd, b"pid 4194304 on a-killed-writer", 0)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    locked.set()
+    done.wait(60)
+    os.unlink(path)
+    os._exit(0)
+
+
+def test_a_save_waits_out_a_sweep_that_holds_a_killed_writers_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim finding the lock held looked again three times 10 ms apart, then refused the
+    save naming the killed writer: another process's sweep held that writer's lock file
+    longer than that whenever it was descheduled (a busy machine)."""
+    import threading
+    import types
+
+    from forewarn.clients.checkpoint import local
+    from support import eventually
+
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    context = multiprocessing.get_context("fork")
+    locked, done = context.Event(), context.Event()
+    sweep = context.Process(
+        target=_sweeping, args=(str(store_dir / ".step-000000000007.lock"), locked, done)
+    )
+    sweep.start()
+    waits = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    clock = types.SimpleNamespace(time=time.time, monotonic=time.monotonic, sleep=sleep)
+    monkeypatch.setattr(local, "time", clock)
+    outcome: list[object] = []
+
+    def save() -> None:
+        try:
+            outcome.append(CheckpointStore(str(store_dir)).flush(7, lambda gen: None))
+        except Exception as exc:
+            outcome.append(exc)
+
+    try:
+        assert locked.wait(60)
+        saver = threading.Thread(target=save)
+        saver.start()
+        # Held well past three looks: the save must still be waiting, not refused.
+        eventually(lambda: len(waits) >= 10 or outcome, timeout=60, what="the save to look")
+        done.set()
+        saver.join(60)
+    finally:
+        done.set()
+        sweep.join(60)
+    assert outcome and not isinstance(outcome[0], Exception), outcome
+    assert [generation.step for generation in CheckpointStore(str(store_dir)).generations()] == [7]
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=200), pid=st.integers(min_value=1, max_value=2**22))
+def test_a_lock_file_names_its_writer_or_nobody(text: str, pid: int) -> None:
+    """A lock file is read back from a shared directory: whatever it holds names one pid
+    (as its writer wrote it) or none, and reading it never raises."""
+    from forewarn.clients.checkpoint import local
+
+    named = local._named_writer(text)
+    assert named is None or (isinstance(named, int) and text.startswith(f"pid {named} on "))
+    assert local._named_writer(f"pid {pid} on {text}") == pid
