@@ -715,8 +715,15 @@ class CheckpointStore:
 
 
 def _release_all(releases: list[Callable[[], None]]) -> None:
-    for release in reversed(releases):
-        release()
+    # Each one whatever the others raise: Ctrl-C landing in the S3 claim's release (it waits
+    # for a renewal in flight, then deletes its object) left the step held in this process,
+    # and every later save of it was refused as a second writer of this process.
+    if not releases:
+        return
+    try:
+        releases[-1]()
+    finally:
+        _release_all(releases[:-1])
 
 
 def _once(action: Callable[[], None]) -> Callable[[], None]:

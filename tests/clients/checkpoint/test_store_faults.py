@@ -629,3 +629,29 @@ def test_a_lock_file_names_its_writer_or_nobody(text: str, pid: int) -> None:
     named = local._named_writer(text)
     assert named is None or (isinstance(named, int) and text.startswith(f"pid {named} on "))
     assert local._named_writer(f"pid {pid} on {text}") == pid
+
+
+def test_a_save_whose_claim_release_was_interrupted_lets_go_of_the_step(tmp_path: Path) -> None:
+    """Ctrl-C landing in the release of a step's claim (the S3 claim waits for its renewal
+    and deletes its object there) skipped the rest: the step stayed held in this process, and
+    every later save of it raised 'already being saved in ... by this process'."""
+    from forewarn.clients.checkpoint.local import LocalBackend
+
+    class InterruptedRelease(DelegatingBackend):
+        def claim(self, prefix: str) -> Any:
+            release = self.inner.claim(prefix)
+
+            def interrupted() -> None:
+                release()
+                raise KeyboardInterrupt
+
+            return interrupted
+
+    store = CheckpointStore(backend=InterruptedRelease(LocalBackend(str(tmp_path / "store"))))
+    writer = store.save(5)
+    writer.write_bytes("model.bin", b"first")
+    with pytest.raises(KeyboardInterrupt):
+        writer.abort()
+    store = CheckpointStore(str(tmp_path / "store"))
+    store.flush(5, lambda gen: gen.write_bytes("model.bin", b"again"))
+    assert store.get(5).read_bytes("model.bin") == b"again"
