@@ -5,6 +5,7 @@ torn file, and a failed write leaves no temporary file behind."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import tempfile
@@ -62,4 +63,30 @@ def write_or_report(path: Path, data: bytes | str, health: PollHealth | None) ->
     return True
 
 
-__all__ = ["write_atomically", "write_or_report"]
+# A watcher's own file holds a few dozen ids or notices: anything larger is not one of ours.
+MAX_STATE_BYTES = 64 * 1024
+
+
+def read_state_object(path: Path, provider: str) -> dict[str, object] | None:
+    """The JSON object a watcher saved in `path`; None when there is none. A file that cannot
+    be read, is larger than MAX_STATE_BYTES, is not JSON or not an object is logged and
+    taken as none: a notice raised once more or once less is a smaller harm than a watcher
+    that cannot start."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_STATE_BYTES + 1)
+        if len(data) > MAX_STATE_BYTES:
+            raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
+        payload = json.loads(data)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as error:
+        log.warning("%s: ignoring unreadable %s (%s)", provider, path, error)
+        return None
+    if not isinstance(payload, dict):
+        log.warning("%s: ignoring %s: not a JSON object", provider, path)
+        return None
+    return payload
+
+
+__all__ = ["MAX_STATE_BYTES", "read_state_object", "write_atomically", "write_or_report"]

@@ -15,19 +15,14 @@ few of each are kept, more than IMDS (one interruption at a time) ever needs.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..health import PollHealth
-from ..persist import write_or_report
-
-log = logging.getLogger("forewarn.providers.aws")
+from ..persist import read_state_object, write_or_report
 
 SPOT_FILE = "aws-spot.json"
 KEEP_IDS = 32
-# Larger is not ours: 2 x KEEP_IDS ids of a few dozen characters fit in a few kilobytes.
-MAX_SPOT_BYTES = 64 * 1024
 
 
 @dataclass
@@ -47,19 +42,8 @@ class SpotMemory:
 def load_spot_memory(path: Path) -> SpotMemory:
     """What `path` holds; nothing from a missing or unreadable file (an interruption raised
     once more or once less is the harm, a smaller one than refusing to start)."""
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_SPOT_BYTES + 1)
-        if len(data) > MAX_SPOT_BYTES:
-            raise ValueError(f"larger than {MAX_SPOT_BYTES} bytes")
-        payload = json.loads(data)
-    except FileNotFoundError:
-        return SpotMemory()
-    except (OSError, ValueError, RecursionError) as error:
-        log.warning("aws: ignoring unreadable %s (%s)", path, error)
-        return SpotMemory()
-    if not isinstance(payload, dict):
-        log.warning("aws: ignoring %s: not a JSON object", path)
+    payload = read_state_object(path, "aws")
+    if payload is None:
         return SpotMemory()
     return SpotMemory(_ids(payload.get("retired")), _ids(payload.get("in_time")))
 

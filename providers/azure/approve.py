@@ -24,7 +24,7 @@ import httpx
 
 from ..fetch import fetch
 from ..health import PollHealth
-from ..persist import write_or_report
+from ..persist import read_state_object, write_or_report
 
 log = logging.getLogger("forewarn.providers.azure")
 
@@ -176,14 +176,10 @@ class Approver:
 def load_approved(path: Path) -> dict[str, float]:
     """The approvals saved in `path`, by EventId; none from a missing or unreadable file (an
     approval sent again is the harm, and a smaller one than refusing to start)."""
-    try:
-        payload = json.loads(path.read_text())
-    except FileNotFoundError:
+    payload = read_state_object(path, "azure")
+    if payload is None:
         return {}
-    except (OSError, ValueError) as error:
-        log.warning("azure: ignoring unreadable %s (%s)", path, error)
-        return {}
-    approved = payload.get("approved") if isinstance(payload, dict) else None
+    approved = payload.get("approved")
     if not isinstance(approved, dict):
         log.warning("azure: ignoring %s: no approved object", path)
         return {}
