@@ -588,13 +588,43 @@ static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, 
     return 1;
 }
 
-/* One line of JSON: no control characters (the agent escapes them), so no broken lines. */
+/* Text for one line of stderr: no control characters. */
 static int printable(const char *body, size_t size) {
     if (size == 0)
         return 0;
     for (size_t i = 0; i < size; i++)
         if ((unsigned char)body[i] < 0x20 || body[i] == 0x7f)
             return 0;
+    return 1;
+}
+
+/* A message made one line of JSON, in place. Tab, newline and carriage return between tokens
+ * are JSON's whitespace: spaces here, the same JSON on one line. A raw control character in a
+ * string, or any other, is not JSON (the Python client refuses it too): 0. DEL is a character
+ * like any other to JSON; refused here, a notice Python took was dropped. */
+static int one_line(char *body, size_t size) {
+    int in_string = 0, escaped = 0;
+    if (size == 0)
+        return 0;
+    for (size_t i = 0; i < size; i++) {
+        unsigned char c = (unsigned char)body[i];
+        if (in_string) {
+            if (c < 0x20)
+                return 0;
+            if (escaped)
+                escaped = 0;
+            else if (c == '\\')
+                escaped = 1;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '\t' || c == '\n' || c == '\r') {
+            body[i] = ' ';
+        } else if (c < 0x20) {
+            return 0;
+        }
+    }
     return 1;
 }
 
@@ -718,7 +748,7 @@ int main(int argc, char **argv) {
                 zmq_msg_move(&body, &part);
             zmq_msg_close(&part);
         }
-        const char *data = zmq_msg_data(&body);
+        char *data = zmq_msg_data(&body);
         size_t size = zmq_msg_size(&body);
         const char *shown = NULL;
         int shown_len = 0;
@@ -726,14 +756,19 @@ int main(int argc, char **argv) {
         int is_heartbeat = frames == 2 && topic_is(&topic, "heartbeat");
         /* Not the integer 1: a notice of another protocol was printed as a v1 one, and its
          * heartbeat's "active" printed clears for every notice held here. */
+        if ((is_notice || is_heartbeat) && !one_line(data, size)) {
+            /* Said, not dropped in silence: the Python client names it too. */
+            say_dropped(is_notice ? "notice" : "heartbeat",
+                        size ? "that is not JSON: it holds a raw control character" : "that is empty",
+                        NULL, 0, "");
         /* Checked first: with "v" named twice, which one is the version is the question. */
-        if ((is_notice || is_heartbeat) && duplicated_key(data, size, &shown, &shown_len)) {
+        } else if ((is_notice || is_heartbeat) && duplicated_key(data, size, &shown, &shown_len)) {
             say_dropped(is_notice ? "notice" : "heartbeat", "that names the key \"", shown,
                         shown_len, "\" twice");
         } else if ((is_notice || is_heartbeat) && !version_1(data, size, &shown, &shown_len)) {
             say_dropped(is_notice ? "notice" : "heartbeat", "whose \"v\" is not the integer 1, got ",
                         shown, shown_len, "");
-        } else if (is_notice && printable(data, size) && on_notice(&seen_ids, data, size)) {
+        } else if (is_notice && on_notice(&seen_ids, data, size)) {
             fwrite(data, 1, size, stdout);
             fputc('\n', stdout);
             fflush(stdout);

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -262,13 +264,11 @@ def _notice(notice_id: str, action: str, **fields: Any) -> bytes:
     return json.dumps({**body, **fields}).encode()
 
 
-def test_c_subscriber_drops_a_notice_or_heartbeat_whose_v_is_not_the_integer_1(
-    tmp_path: Path, binary: Path
-) -> None:
-    """The C subscriber never looked at "v": a notice of another protocol version (or `"v":
-    "1"`, `1.0`, `true`, none) was printed as a v1 one, and such a heartbeat listing nothing
-    printed a clear for the drain in force. Both are dropped now, with one line on stderr
-    (one a minute, counting the others)."""
+@contextlib.contextmanager
+def _published_to(
+    tmp_path: Path, binary: Path, count: int
+) -> Iterator[tuple[Any, subprocess.Popen[str]]]:
+    """An XPUB socket of the test's, and the C subscriber on it (`--count count`), subscribed."""
     import zmq
 
     endpoint = f"ipc://{tmp_path}/events"
@@ -277,13 +277,30 @@ def test_c_subscriber_drops_a_notice_or_heartbeat_whose_v_is_not_the_integer_1(
     xpub.setsockopt(zmq.LINGER, 0)
     xpub.bind(endpoint)
     sub = subprocess.Popen(
-        [str(binary), endpoint, "--count", "2"],
+        [str(binary), endpoint, "--count", str(count)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
         eventually(lambda: xpub.poll(0) and xpub.recv() == b"\x01heartbeat", what="subscribed")
+        yield xpub, sub
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait(10)
+        xpub.close()
+        context.term()
+
+
+def test_c_subscriber_drops_a_notice_or_heartbeat_whose_v_is_not_the_integer_1(
+    tmp_path: Path, binary: Path
+) -> None:
+    """The C subscriber never looked at "v": a notice of another protocol version (or `"v":
+    "1"`, `1.0`, `true`, none) was printed as a v1 one, and such a heartbeat listing nothing
+    printed a clear for the drain in force. Both are dropped now, with one line on stderr
+    (one a minute, counting the others)."""
+    with _published_to(tmp_path, binary, 2) as (xpub, sub):
         xpub.send_multipart([b"notice", _notice("local/keep", "drain")])
         for version in (2, "1", 1.0, True, None, 10):
             xpub.send_multipart([b"notice", _notice("local/other", "terminate", v=version)])
@@ -300,12 +317,43 @@ def test_c_subscriber_drops_a_notice_or_heartbeat_whose_v_is_not_the_integer_1(
         assert dropped == [
             'forewarn_sub: dropped a notice whose "v" is not the integer 1, got 2'
         ], err
-    finally:
-        if sub.poll() is None:
-            sub.kill()
-            sub.wait(10)
-        xpub.close()
-        context.term()
+
+
+def test_c_subscriber_prints_a_notice_the_python_client_takes_whatever_its_spacing(
+    tmp_path: Path, binary: Path
+) -> None:
+    """JSON allows tab, newline and carriage return between tokens, and a raw DEL in a string:
+    the Python client took such a notice and the C subscriber dropped it in silence (the agent
+    sends neither, another publisher may). It prints it now, on one line; a raw control
+    character in a string, which is not JSON, is dropped by both, and said on stderr."""
+    from forewarn.clients.event import Event
+
+    spaced = _notice("local/spaced", "drain").replace(b", ", b",\n\t").replace(b": ", b":\r\n ")
+    deleted = _notice("local/del", "drain", detail={"note": "typed\x7f"}).replace(
+        b"\\u007f", b"\x7f"
+    )
+    broken = _notice("local/raw", "terminate", detail={"note": "a\x01b"}).replace(
+        b"\\u0001", b"\x01"
+    )
+    for body, taken in ((spaced, True), (deleted, True), (broken, False)):
+        try:
+            Event.from_json(body)
+            assert taken, body
+        except ValueError:
+            assert not taken, body
+    with _published_to(tmp_path, binary, 3) as (xpub, sub):
+        for body in (spaced, deleted, broken, _notice("local/last", "terminate")):
+            xpub.send_multipart([b"notice", body])
+        out, err = sub.communicate(timeout=15)
+        assert sub.returncode == 0, err
+    lines = out.splitlines()
+    assert [json.loads(line)["id"] for line in lines] == ["local/spaced", "local/del", "local/last"]
+    assert json.loads(lines[0]) == json.loads(spaced)
+    assert json.loads(lines[1])["detail"]["note"] == "typed\x7f"
+    dropped = [line for line in err.splitlines() if "dropped a" in line]
+    assert dropped == [
+        "forewarn_sub: dropped a notice that is not JSON: it holds a raw control character"
+    ], err
 
 
 def test_c_subscriber_drops_a_notice_or_heartbeat_that_names_a_key_twice(
@@ -315,21 +363,7 @@ def test_c_subscriber_drops_a_notice_or_heartbeat_that_names_a_key_twice(
     notice `"action": "clear", ..., "action": "terminate"` was a clear here and a terminate to
     the Python client. Both now drop it (at any depth, the key written escaped or not), and
     one line on stderr names the key."""
-    import zmq
-
-    endpoint = f"ipc://{tmp_path}/events"
-    context = zmq.Context()
-    xpub = context.socket(zmq.XPUB)
-    xpub.setsockopt(zmq.LINGER, 0)
-    xpub.bind(endpoint)
-    sub = subprocess.Popen(
-        [str(binary), endpoint, "--count", "2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        eventually(lambda: xpub.poll(0) and xpub.recv() == b"\x01heartbeat", what="subscribed")
+    with _published_to(tmp_path, binary, 2) as (xpub, sub):
         xpub.send_multipart([b"notice", _notice("local/keep", "drain")])
         twice = _notice("local/two", "clear")[:-1] + b', "action": "terminate"}'
         escaped = _notice("local/esc", "terminate")[:-1] + b', "\\u0061ction": "clear"}'
@@ -348,12 +382,6 @@ def test_c_subscriber_drops_a_notice_or_heartbeat_that_names_a_key_twice(
         assert printed == [("local/keep", "drain"), ("local/last", "terminate")], err
         dropped = [line for line in err.splitlines() if "dropped a" in line]
         assert dropped == ['forewarn_sub: dropped a notice that names the key "action" twice'], err
-    finally:
-        if sub.poll() is None:
-            sub.kill()
-            sub.wait(10)
-        xpub.close()
-        context.term()
 
 
 JSON_VALUES = st.recursive(
@@ -374,6 +402,12 @@ def _object(pairs: list[tuple[str, Any]], ascii_only: list[bool]) -> str:
         for (key, value), ascii in zip(pairs, ascii_only[: len(pairs)], strict=True)
     ]
     return "{" + ", ".join(members) + "}"
+
+
+def _one_line(text: str) -> bytes:
+    """What the C subscriber prints of `text`: JSON's whitespace between tokens as spaces (in
+    these texts no string holds a raw one)."""
+    return text.translate({ord("\t"): " ", ord("\n"): " ", ord("\r"): " "}).encode()
 
 
 class _MarkedSubscriber:
@@ -460,6 +494,7 @@ def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
             at=st.integers(0, 20),
             value=JSON_VALUES,
             ascii_only=st.lists(st.booleans(), min_size=16, max_size=16),
+            spacing=st.sampled_from([" ", "", "\n", "\t ", "\r\n"]),
         )
         def agrees_with_python(
             detail: dict[str, Any],
@@ -468,6 +503,7 @@ def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
             at: int,
             value: Any,
             ascii_only: list[bool],
+            spacing: str,
         ) -> None:
             body = json.loads(_notice(f"local/d-{marked.next_mark()}", "drain"))
             inner = list(detail.items())
@@ -480,6 +516,7 @@ def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
             text = _object(top, ascii_only).replace(
                 '"detail": null', '"detail": ' + _object(inner, ascii_only[8:])
             )
+            text = text.replace(', "', "," + spacing + '"')  # a quote in a string is escaped
             try:
                 Event.from_json(text)
                 taken = True
@@ -488,7 +525,7 @@ def test_c_subscriber_prints_a_notice_only_when_the_python_client_reads_it_too(
             marked.pub.send_multipart([b"notice", text.encode()])
             printed = marked.lines_until_marker(marked.marker(), 10)
             assert printed is not None, f"no marker after {text!r}"
-            assert (printed == [text.encode()]) == taken, (text, printed)
+            assert (printed == [_one_line(text)]) == taken, (text, printed)
             assert marked.sub.poll() is None
 
         agrees_with_python()
@@ -503,9 +540,8 @@ def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
     from hypothesis import HealthCheck, example, given, settings
 
     with _MarkedSubscriber(tmp_path, binary) as marked:
-        # Spaces only: a raw control character, which the agent never sends, is a broken
-        # message to the C subscriber whatever its "v".
-        spacing = st.sampled_from(["", " ", "   "])
+        # JSON's whitespace: printed as spaces, one line.
+        spacing = st.sampled_from(["", " ", "   ", "\n", "\t", "\r\n "])
 
         @settings(max_examples=80, suppress_health_check=[HealthCheck.function_scoped_fixture])
         @given(st.none() | JSON_VALUES, spacing, spacing)
@@ -526,7 +562,7 @@ def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
             marked.pub.send_multipart([b"notice", text.encode()])
             printed = marked.lines_until_marker(marked.marker(), 10)
             assert printed is not None, f"no marker after {text!r}"
-            assert (printed == [text.encode()]) == v1, (text, printed)
+            assert (printed == [_one_line(text)]) == v1, (text, printed)
             assert marked.sub.poll() is None
 
         prints_only_v1()
