@@ -50,8 +50,9 @@ ACK_BACKLOG = 64
 # this long after it was queued; later acks wait behind it, in order.
 ACK_RETRY_EVERY = 0.5
 ACK_RETRY_SECONDS = 30.0
-# How long close() lets queued acks go out, retries included: long enough for systemd to
-# restart a crashed agent (RestartSec=2s and its start); an agent that answers is not waited for.
+# How long close() lets queued acks of a notice go out, retries included: long enough for
+# systemd to restart a crashed agent (RestartSec=2s and its start); an agent that answers is
+# not waited for. An ack of no notice (a periodic or SIGTERM save) gets one try on close.
 ACK_CLOSE_SECONDS = 10.0
 # A malformed message on the events socket is dropped; at most one warning this often says so
 # (with how many more were dropped since), so a broken publisher cannot flood the job's log.
@@ -281,6 +282,12 @@ class Notices:
             payload, timeout, queued = item
             try:
                 while self._send_ack(payload, timeout) is None:
+                    # An ack of no notice is telemetry: on the way out it gets this one try,
+                    # not the window kept for a restarting agent. A job whose agent stopped
+                    # with it (the node shutting down, a killed drill) lingered 10 s after
+                    # its final save.
+                    if self._stop.is_set() and "notice_id" not in payload:
+                        break
                     if time.monotonic() - queued > ACK_RETRY_SECONDS:
                         log.warning(
                             "forewarn: no agent on %s took the ack of %s within %gs; dropped",
@@ -317,9 +324,10 @@ class Notices:
         return True
 
     def close(self, ack_timeout: float = ACK_CLOSE_SECONDS) -> None:
-        """Stop the threads; acks still queued get up to `ack_timeout` seconds to go out,
-        retries included (a job that exits right after its final save still tells the agent,
-        one restarting too). An agent that answers is not waited for."""
+        """Stop the threads; acks of a notice still queued get up to `ack_timeout` seconds to
+        go out, retries included (a job that exits right after its final save still tells the
+        agent, one restarting too); an ack of no notice gets one try. An agent that answers
+        is not waited for."""
         self._close_by = time.monotonic() + ack_timeout
         self._stop.set()
         if self._sender is not None:

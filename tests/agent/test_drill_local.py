@@ -17,7 +17,7 @@ import pytest
 from forewarn.agent import drill_local
 from forewarn.agent.drill_local import DrillFailed, Machine, NoticeSource
 from forewarn.protocol.wire import request
-from support import eventually, forewarn_cmd
+from support import Subscriber, eventually, forewarn_cmd
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -301,15 +301,25 @@ def test_a_drill_killed_outright_takes_its_agent_and_demo_with_it(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     """`kill -9` of the drill runs none of its cleanup: its agent and demo went on running,
-    orphans holding the ports and the run directory. They get SIGTERM when the drill dies."""
+    orphans holding the ports and the run directory. They get SIGTERM when the drill dies.
+    Then the demo, having heard the agent, lingered 10 s retrying its SIGTERM save's ack to the
+    agent that had stopped with it."""
     work = tmp_path / "drill"
     drill = _training_drill(work, env)
     try:
         running = " ".join(processes_of(work)).replace("\\x00", " ")
         assert "-m forewarn.clients.demo" in running and "forewarn.agent.cli agent" in running
+        # The agent beats at once for a new subscriber; a second, periodic beat here is one
+        # the demo, subscribed before it trained, has heard too.
+        with Subscriber(f"ipc://{work}/machine-1/run/events", ("heartbeat",)) as beats:
+            beats.ready().recv()
+            beats.recv(timeout=30)
         drill.kill()
         drill.wait()
-        eventually(lambda: not processes_of(work), timeout=10, what="no process of the drill left")
+        try:
+            eventually(lambda: not processes_of(work), timeout=8, what="no process left")
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {processes_of(work)}") from None
     finally:
         if drill.poll() is None:
             drill.kill()

@@ -114,6 +114,31 @@ def test_saved_never_waits_for_a_control_socket_that_does_not_answer(tmp_path: P
         agent.close()
 
 
+def test_close_gives_an_ack_of_no_notice_one_try_not_the_restart_window(tmp_path: Path) -> None:
+    """A job's final save on SIGTERM is acked with no notice (telemetry). When the agent had
+    stopped with it (the node shutting down, `kill -9` of `drill local`), close() retried that
+    ack for 10 s, and the job lingered after its save holding the GPU. An ack of a notice
+    still gets the window (test_an_ack_sent_while_the_agent_restarts_...)."""
+    from forewarn.clients import CheckpointGuard
+
+    agent = SilentControlAgent(tmp_path)
+    notices = Notices(agent.events, agent.control, heartbeat_timeout=2)
+    guard = CheckpointGuard(notices=notices, handle_signals=False, flag_file=None)
+    try:
+        assert eventually(lambda: notices.alive)
+        guard.request("sigterm", exit=True)
+        assert guard.due(1)
+        assert guard.saved(1, 0.01).exit
+        assert notices._sender is not None
+    finally:
+        guard.close()
+        started = time.monotonic()
+        notices.close()
+        took = time.monotonic() - started
+        agent.close()
+    assert took < 3, f"close() waited {took:.1f}s for an agent that was gone"
+
+
 def test_no_agent_is_logged_once_and_a_late_agent_is_picked_up_with_its_replay(
     tmp_path: Path, caplog
 ) -> None:  # type: ignore[no-untyped-def]
