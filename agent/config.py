@@ -595,8 +595,8 @@ def _overridden(
     FOREWARN_ variable sets too. The systemd unit and the container image set some variables
     themselves (FOREWARN_STATE_DIR, FOREWARN_METRICS_ADDRESS, ...), so the same key edited in
     the file was ignored without a word. A variable that gives the file's own value changes
-    nothing and gets no line: the Kubernetes manifests set FOREWARN_RUNTIME_DIR, _STATE_DIR and
-    _LOG_FORMAT as the image's config file does. Values are not shown: one may be a secret."""
+    nothing and gets no line: a site may set a variable to what its file says. Values are not
+    shown: one may be a secret."""
     variables = {name.upper(): value for name, value in os.environ.items()}
     flags = {str(key).lower(): value for key, value in given.items()}
     notes = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shutil
 import signal
@@ -461,3 +462,59 @@ def test_status_probes_answer_before_the_kubelet_kills_them(overlay: str, tmp_pa
             result = run_check(list(command), env, limit)
         assert result.returncode == 1
         assert "has not answered within" in result.stderr, result.stderr
+
+
+def _agent_sees(resources: list[Any]) -> list[tuple[dict[str, str], Path | None]]:
+    """For every agent container: its FOREWARN_ variables (the ConfigMaps it reads by
+    envFrom, then its literal env) and the config file it reads, as the pod gives them: the
+    image's own /etc/forewarn/forewarn.toml (packaging/container/forewarn.toml) unless a
+    volume is mounted over it."""
+    config_maps = {
+        r["metadata"]["name"]: r.get("data", {}) for r in resources if r["kind"] == "ConfigMap"
+    }
+    found = []
+    for resource in resources:
+        for pod, container in containers(resource):
+            if container["name"] != "forewarn":
+                continue
+            env: dict[str, str] = {}
+            for source in container.get("envFrom", []):
+                env.update(config_maps[source["configMapRef"]["name"]])
+            env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+            file: Path | None = ROOT / "packaging" / "container" / "forewarn.toml"
+            for mount in container.get("volumeMounts", []):
+                if mount["mountPath"] in ("/etc/forewarn", "/etc/forewarn/forewarn.toml"):
+                    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+                    assert set(volume) == {"name", "emptyDir"}, volume
+                    assert mount.get("readOnly") is True, mount
+                    file = None
+            found.append(({k: v for k, v in env.items() if k.startswith("FOREWARN_")}, file))
+    assert found
+    return found
+
+
+@pytest.mark.parametrize(
+    ("overlay", "components"),
+    [(o, c) for o in OVERLAYS for c in ((), ("metrics",), COMPONENTS)],
+    ids=lambda value: "+".join(value) if isinstance(value, tuple) else value,
+)
+def test_the_configmap_is_the_agents_one_configuration(
+    overlay: str, components: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The agent in a pod takes its settings from the ConfigMap's FOREWARN_ variables alone:
+    the image's config file (metrics on 127.0.0.1) once stayed in play under them, so the
+    metrics component's [::]:9464 and the sidecar's runtime directory each logged "overrides
+    its value in /etc/forewarn/forewarn.toml" at every start of the documented setup, and a
+    key taken out of the ConfigMap fell back to the image's file, not to its default."""
+    resources = render(overlay, components, tmp_path) if components else render(overlay)
+    monkeypatch.setattr("forewarn.agent.config.DEFAULT_CONFIG_FILE", tmp_path / "absent.toml")
+    for env, file in _agent_sees(resources):
+        for variable in [name for name in os.environ if name.startswith("FOREWARN_")]:
+            monkeypatch.delenv(variable)
+        for variable, value in env.items():
+            monkeypatch.setenv(variable, value)
+        settings = load_settings(file)
+        assert settings.overridden == [], settings.overridden
+        assert file is None, f"the image's {file} is read beside the ConfigMap"
+        if "metrics" in components:
+            assert settings.metrics_listen() == ("::", 9464)
