@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import re
+import string
 import sys
 import tempfile
 import time
@@ -111,12 +112,42 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _unset_if_blank(text: str) -> str | None:
+    # The agent's rule for its text flags, on the clients' too: a blank value sets nothing.
+    # `--note "$NOTE"` with NOTE unset sent no note, but one of spaces went out as the note.
+    return text if text.strip(string.whitespace) else None
+
+
+def _endpoint(text: str) -> str | None:
+    # Read as the agent reads its own --events and --control: without the space around
+    # them, and blank is unset. `--events "$EP"` with EP unset fell back to the default, but
+    # one of spaces (or a YAML block's newline) was refused as an endpoint.
+    return text.strip(string.whitespace) or None
+
+
+def _notice_id(text: str) -> str:
+    if not text.strip(string.whitespace):
+        # `--id "$ID"` with ID unset: a drain went out under a new id, silently.
+        raise argparse.ArgumentTypeError(
+            "empty; leave --id out for a new id (for clear: to clear all)"
+        )
+    return text
+
+
 # Endpoints for the commands that talk to a running agent.
 
 
 def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--events", help="events endpoint (default: ipc://<runtime>/events)")
-    parser.add_argument("--control", help="control endpoint (default: ipc://<runtime>/control)")
+    parser.add_argument(
+        "--events",
+        type=_endpoint,
+        help="events endpoint (default: ipc://<runtime>/events)",
+    )
+    parser.add_argument(
+        "--control",
+        type=_endpoint,
+        help="control endpoint (default: ipc://<runtime>/control)",
+    )
     parser.add_argument("--runtime-dir", type=_path, help="runtime directory of the agent")
     parser.add_argument(
         "--config",
@@ -351,9 +382,6 @@ def cmd_notify(args: argparse.Namespace) -> int:
     # unanswered, which read as 'no agent answers' (exit 1); the flag is the better name.
     if args.note is not None and len(args.note) > MAX_NOTE_LENGTH:
         raise UsageError(f"--note: at most {MAX_NOTE_LENGTH} characters, got {len(args.note)}")
-    if args.id == "":
-        # `--id "$ID"` with ID unset: a drain went out under a new id, silently.
-        raise UsageError("--id: empty; leave --id out for a new id (for clear: to clear all)")
     if args.id is not None and len(args.id) > MAX_ID_LENGTH:
         raise UsageError(f"--id: at most {MAX_ID_LENGTH} characters, got {len(args.id)}")
     if args.action == "clear":
@@ -881,9 +909,13 @@ def build_parser(
         ),
     )
     notify.add_argument(
-        "--note", help="free text carried in detail.note (drain and terminate only)"
+        "--note",
+        type=_unset_if_blank,
+        help="free text carried in detail.note (drain and terminate only)",
     )
-    notify.add_argument("--id", help="notice id (default: a new one; for clear: all manual)")
+    notify.add_argument(
+        "--id", type=_notice_id, help="notice id (default: a new one; for clear: all manual)"
+    )
     notify.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
     _add_control_timeout(notify)
     _add_endpoint_flags(notify)

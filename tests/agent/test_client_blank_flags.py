@@ -1,0 +1,139 @@
+"""A blank value (nothing, or whitespace alone) given to an option of a client command
+(`notify`, `watch`, `wait`, `status`) follows the agent's rule for its own flags: it sets
+nothing, as if the option were left out, or it is refused with exit 2 naming the option.
+`--events "$EP"` with EP unset once fell back to the default while `--events " "` was refused
+as an endpoint, `--id " "` went to the agent as an id while `--id ""` was refused, and
+`--note " "` went out as the note."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.agent import cli
+from forewarn.agent.cli import build_parser, main
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+# Each client command as a user starts it, before the option under test.
+COMMANDS = (("watch",), ("wait",), ("status",), ("notify", "drain"), ("notify", "clear"))
+BLANKS = st.text(alphabet=" \t\n\r\f\v", max_size=4)
+
+
+class _Reached(BaseException):
+    """Raised where the command would reach the agent, with what it would send there;
+    a BaseException, so that `main` lets it through as it would not an error."""
+
+    def __init__(self, what: dict[str, Any]) -> None:
+        super().__init__()
+        self.what = what
+
+
+def _value_options(command: tuple[str, ...]) -> list[str]:
+    """The options of `command` that take a value (not --help, not the on/off ones)."""
+    parser = build_parser(command[0], None)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sorted(
+        action.option_strings[-1]
+        for action in sub.choices[command[0]]._actions
+        if action.option_strings and action.nargs != 0
+    )
+
+
+def _outcome(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> tuple[Any, ...]:
+    """("reached", what the command would send and how) or ("exit", code, stderr)."""
+    seen: dict[str, Any] = {}
+    endpoints = cli._endpoints
+
+    def recorded_endpoints(args: argparse.Namespace) -> tuple[str, str]:
+        chosen = endpoints(args)
+        seen["args"] = {k: v for k, v in vars(args).items() if k not in ("func", "registry")}
+        seen["endpoints"] = chosen
+        return chosen
+
+    def ask(control: str, payload: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        sent = dict(payload)
+        if str(sent.get("id", "")).startswith("local/manual/"):
+            sent["id"] = "<new>"  # a new random id each run
+        raise _Reached({**seen, "payload": sent})
+
+    def subscribe(events: str) -> Any:
+        raise _Reached({**seen, "subscribed": events})
+
+    monkeypatch.setattr(cli, "_endpoints", recorded_endpoints)
+    monkeypatch.setattr(cli, "_ask", ask)
+    monkeypatch.setattr(cli, "_subscribe", subscribe)
+    try:
+        code = main(argv)
+    except _Reached as reached:
+        return ("reached", reached.what)
+    return ("exit", code, capsys.readouterr().err)
+
+
+def test_every_client_command_has_options_to_try() -> None:
+    found = {command: _value_options(command) for command in COMMANDS}
+    assert {"--events", "--control", "--runtime-dir", "--config"} <= set(found[("status",)])
+    assert {"--deadline", "--note", "--id", "--reason"} <= set(found[("notify", "drain")])
+    assert {"--timeout", "--count", "--agent-timeout"} <= set(found[("watch",)])
+    assert {"--timeout", "--for", "--agent-timeout"} <= set(found[("wait",)])
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [(command, option) for command in COMMANDS for option in _value_options(command)],
+    ids=lambda value: " ".join(value) if isinstance(value, tuple) else value,
+)
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(blank=BLANKS)
+def test_a_blank_option_is_left_out_or_refused_naming_it(
+    command: tuple[str, ...],
+    option: str,
+    blank: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
+    for variable in ("FOREWARN_RUNTIME_DIR", "FOREWARN_EVENTS", "FOREWARN_CONTROL"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr("forewarn.protocol.wire.DEFAULT_CONFIG_FILE", tmp_path / "absent.toml")
+    capsys.readouterr()
+    base = [*command, "--runtime-dir", str(tmp_path)]
+    left_out = _outcome(base, monkeypatch, capsys)
+    assert left_out[0] == "reached", left_out
+    given_blank = _outcome([*base, f"{option}={blank}"], monkeypatch, capsys)
+    if given_blank[0] == "exit":
+        _, code, stderr = given_blank
+        assert code == 2 and option in stderr, (code, stderr)
+        assert len(stderr.strip().splitlines()) == 1, stderr
+    else:
+        assert given_blank == left_out
+
+
+def test_padded_endpoints_are_read_as_the_agent_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("forewarn.protocol.wire.DEFAULT_CONFIG_FILE", tmp_path / "absent.toml")
+    events, control = f"ipc://{tmp_path}/e", f"ipc://{tmp_path}/c"
+    reached = _outcome(
+        ["status", f"--events= {events}\n", f"--control=\t{control} "], monkeypatch, capsys
+    )
+    assert reached[0] == "reached", reached
+    assert reached[1]["endpoints"] == (events, control)
+
+
+def test_a_note_keeps_its_own_spaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("forewarn.protocol.wire.DEFAULT_CONFIG_FILE", tmp_path / "absent.toml")
+    reached = _outcome(
+        ["notify", "drain", "--runtime-dir", str(tmp_path), "--note", "  two spaces"],
+        monkeypatch,
+        capsys,
+    )
+    assert reached[0] == "reached", reached
+    assert reached[1]["payload"]["note"] == "  two spaces"
