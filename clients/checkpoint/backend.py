@@ -196,7 +196,7 @@ class Backend(ABC):
         """Claim `prefix` for this process's single writer until the returned function is
         called; raises `CommitError` naming the holder when another live process holds it.
         Nothing to claim where writers cannot be told apart."""
-        return _nothing
+        return NO_CLAIM
 
     def remove_stale_claims(self) -> int:
         """Remove the claims (see `claim`) killed writers left on steps nobody saved again;
@@ -214,3 +214,7 @@ class Backend(ABC):
 
 def _nothing() -> None:
     return None
+
+
+# What `claim` returns when nothing was claimed (the store then has no claim to let go of).
+NO_CLAIM: Callable[[], None] = _nothing

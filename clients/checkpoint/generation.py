@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -318,6 +319,12 @@ class GenerationWriter:
         self._entries: dict[str, FileEntry] = {}
         self._open: dict[str, ObjectWriter] = {}
         self._done = False
+        # What ended it, for the error of a later write or commit.
+        self._ended = ""
+        # Commit and abort may race (a store closed, or the interpreter exiting, while a
+        # thread commits): exactly one of them ends the save, so an abort never releases
+        # the claim of a commit still writing the manifest and marker.
+        self._ending = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<GenerationWriter {self.name} rank {self.rank}/{self.world_size}>"
@@ -394,7 +401,16 @@ class GenerationWriter:
 
     def _check_writable(self) -> None:
         if self._done:
-            raise CommitError(f"{self.name} was already committed or aborted")
+            raise CommitError(f"{self.name} was already {self._ended or 'committed or aborted'}")
+
+    def _end(self, how: str) -> bool:
+        """Mark the save ended; False when something else ended it first."""
+        with self._ending:
+            if self._done:
+                return False
+            self._done = True
+            self._ended = how
+            return True
 
     def __enter__(self) -> GenerationWriter:
         return self
@@ -426,7 +442,8 @@ class GenerationWriter:
             reason = f"files still open: {', '.join(sorted(self._open))}"
             self.abort(f"CommitError: {reason}")
             raise CommitError(f"{self.name}: {reason}")
-        self._done = True
+        if not self._end("committed"):
+            self._check_writable()
         try:
             manifest = self._protocol.commit(self._request(None))
             # Timed before retention runs: that is clean-up, not the save.
@@ -438,9 +455,8 @@ class GenerationWriter:
 
     def abort(self, reason: str = "aborted") -> None:
         """Give up this save: nothing is committed, and the other ranks learn why."""
-        if self._done:
+        if not self._end(f"aborted ({reason})"):
             return
-        self._done = True
         for writer in list(self._open.values()):
             writer.abort()
         self._open.clear()

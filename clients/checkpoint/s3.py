@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-from .backend import Backend, ObjectWriter, OnDone, Progress
+from .backend import NO_CLAIM, Backend, ObjectWriter, OnDone, Progress
 from .errors import CheckpointError, StoreConfigError
 from .hashing import Buffer, digest_stream, submit
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
@@ -377,13 +377,13 @@ class S3Backend(Backend):
 
     def claim(self, prefix: str) -> Callable[[], None]:
         if not self._conditional_writes:
-            return _unclaimed
+            return NO_CLAIM
         claim = S3Claim(self.client, self.bucket, self._key(claim_name(prefix)), self.url, prefix)
         if claim.take():
             return claim.release
         # Said once: the service refused the conditional write (see `S3Claim.take`).
         self._conditional_writes = False
-        return _unclaimed
+        return NO_CLAIM
 
     def remove_stale_claims(self) -> int:
         return remove_stale(self.client, self.bucket, self._dir(""))
@@ -591,7 +591,3 @@ def make_client(
         raise StoreConfigError(
             f"S3 endpoint ({given}) is not an http(s)://host[:port] URL: {exc}"
         ) from None
-
-
-def _unclaimed() -> None:
-    return None

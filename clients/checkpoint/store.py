@@ -9,6 +9,7 @@ the backends (`local.py`, `s3.py`).
 
 from __future__ import annotations
 
+import atexit
 import errno
 import json
 import logging
@@ -19,7 +20,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from .backend import Backend
+from .backend import NO_CLAIM, Backend
 from .commit import CommitProtocol, read_latest_hint
 from .errors import (
     CheckpointError,
@@ -107,6 +108,17 @@ class _Writing:
 
 
 _WRITING = _Writing()
+
+# How long `close()` and the interpreter's exit wait for the saves they end to let go of
+# their claims: against an endpoint that stopped answering, each request may take the
+# client's connect timeout for each of its retries, and an exit must not hang on that.
+RELEASE_WITHIN = 10.0
+
+# The single-rank saves of this process that hold a claim on their step (`Backend.claim`),
+# of every store: what `close()` and the interpreter's exit end.
+_CLAIMED: weakref.WeakSet[GenerationWriter] = weakref.WeakSet()
+# A forked child's copies are its parent's saves: ending them would delete the parent's files.
+os.register_at_fork(after_in_child=_CLAIMED.clear)
 
 
 class CheckpointStore:
@@ -214,7 +226,15 @@ class CheckpointStore:
         return f"CheckpointStore({self.url!r}, keep={self.keep}, verify={self.verify_policy!r})"
 
     def close(self) -> None:
-        self._backend.close()
+        """Abort the single-rank saves of this store that hold a claim and are not being
+        committed, letting go of their claims (best effort, waiting at most `RELEASE_WITHIN`
+        seconds; never raises for them), then release the backend's threads and connections.
+        A save being committed keeps its claim until its commit ends."""
+        try:
+            mine = [writer for writer in list(self._claims.keys()) if writer in _CLAIMED]
+            _end_claimed(mine, "the store was closed")
+        finally:
+            self._backend.close()
 
     def __enter__(self) -> CheckpointStore:
         return self
@@ -253,13 +273,19 @@ class CheckpointStore:
         if attempt is None:
             attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
         releases = [_WRITING.enter(self._backend.identity, name, ranks.rank)]
+        claimed = False
         try:
             if ranks.world_size == 1:
                 releases.append(self._backend.claim(name))
+                claimed = releases[-1] is not NO_CLAIM
             writer = self._start(step, name, meta, ranks, attempt)
         except BaseException:
             _release_all(releases)
             raise
+        if claimed:
+            # Else its claim outlived a closed store, or the process, renewed by its timer
+            # (or, after the exit, left for a whole lease to block the step elsewhere).
+            _CLAIMED.add(writer)
         self._claims[writer] = release = _once(lambda: _release_all(releases))
         # A writer dropped without commit() or abort() holds its step no longer once it is gone
         # (not at interpreter exit: a background save may still be committing then).
@@ -712,6 +738,47 @@ class CheckpointStore:
         if first is not None and fresh is None:
             raise first
         return deleted
+
+
+def _end_claimed(writers: list[GenerationWriter], reason: str) -> None:
+    """Abort `writers` (which lets go of their claims), on a thread waited on for at most
+    `RELEASE_WITHIN` seconds; a writer being committed is left to its commit. Never raises."""
+    if not writers:
+        return
+
+    def run() -> None:
+        for writer in writers:
+            try:
+                writer.abort(reason)
+            except Exception as exc:
+                log.warning(
+                    "forewarn: could not abort %s in %s (%s): %s",
+                    writer.name,
+                    writer.backend.url,
+                    reason,
+                    exc,
+                )
+
+    thread = threading.Thread(target=run, name="forewarn-end-claims", daemon=True)
+    thread.start()
+    thread.join(RELEASE_WITHIN)
+    if thread.is_alive():
+        log.warning(
+            "forewarn: %s, but the storage did not let go of the claims on %s within %.0f s: "
+            "they expire once not renewed for their lease",
+            reason,
+            ", ".join(sorted(writer.name for writer in writers)),
+            RELEASE_WITHIN,
+        )
+
+
+def _end_claimed_at_exit() -> None:
+    # Registered when this module is imported, so it runs after the exit hooks registered
+    # later (LIFO): a BackgroundSaver's, which waits for its save in flight to commit.
+    _end_claimed(list(_CLAIMED), "the interpreter exited")
+
+
+atexit.register(_end_claimed_at_exit)
 
 
 def _release_all(releases: list[Callable[[], None]]) -> None:
