@@ -148,3 +148,33 @@ def test_a_forked_child_leaves_its_parents_claims_alone(url: str) -> None:
     gen.commit()
     assert CLAIM not in root_keys(store)
     store.close()
+
+
+def test_commits_look_for_stale_claims_once_per_lease(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every commit listed the store's claims (~25 ms against moto); a claim goes stale only
+    a lease after its last renewal, so once per lease per store finds the same ones."""
+    from forewarn.clients.checkpoint import s3 as s3_backend
+    from forewarn.clients.checkpoint import s3claim
+
+    swept: list[str] = []
+    real = s3_backend.remove_stale
+
+    def counted(client: object, bucket: str, root: str) -> int:
+        swept.append(root)
+        return real(client, bucket, root)
+
+    monkeypatch.setattr(s3_backend, "remove_stale", counted)
+    store = CheckpointStore(url)
+    for step in (1, 2, 3):
+        save_here(store, step=step)
+    assert len(swept) == 1, "the first commit looks, the next ones within the lease do not"
+    monkeypatch.setattr(s3claim, "LEASE", 1.0)
+    steps = iter(range(4, 1000))
+    eventually(
+        lambda: save_here(store, step=next(steps)) or len(swept) == 2,
+        timeout=30,
+        what="a commit a lease later to look again",
+    )
+    store.close()
