@@ -25,6 +25,10 @@ cut short ends with no evaluation or save of the Trainer's own. During an evalua
 interrupted mid-evaluation from a callback, so the save is scheduled for the moment that
 evaluation returns, and the notice is not left for the next training step; training stops
 once that save is made, unless the exit was withdrawn meanwhile (as the guard decides).
+`evaluate()` and `predict()` outside `train()` (before it, or after it returned) ask nothing
+and make no guard: nothing is trained to save there, and nothing would close it after them.
+A notice that comes then is replayed to the guard `train()` makes, which saves at its first
+steps; a SIGTERM then is left to the process's own handler.
 
 The Trainer builds its training DataLoader with its own `worker_init_fn`; before its workers
 start (`on_train_begin`) the callback chains forewarn's `worker_init_fn()` into it, and it has
@@ -88,6 +92,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         self._requested_at: float | None = None
         self._dcp_pending = False  # an exit asked for in evaluation, saved once it returns
         self._stopped = False  # the exit's save is made: training is stopping
+        self._training = False  # between on_train_begin and the end of that train()
         self._wrapped: Trainer | None = None  # whose _save_checkpoint reports our save's failure
         self.saved_steps: list[int] = []
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
@@ -147,6 +152,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         # event between building and iterating: a job-wide SIGTERM during an evaluation killed
         # their workers and the Trainer raised before the save.
         _protect_evaluation_loaders(_calling_trainer())
+        self._training = True
         if state.global_step:
             # Resumed from a checkpoint: periodic saves count from there (from step 0 the
             # first step after every resume saved again).
@@ -174,6 +180,11 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
     ) -> TrainerControl:
         if self._stopped:
             return control  # the exit's save is made; an evaluation after it asks no other
+        if not self._training:
+            # evaluate() or predict() outside train(): nothing is trained to save, and no
+            # on_train_end would close a guard made here (its SIGTERM handler, subscriber and
+            # ticker outlived the call). A notice now is replayed to the guard train() makes.
+            return control
         if self.dcp:
             if not self._dcp_pending and self.guard.due_in_eval(state.global_step):
                 self._dcp_pending = True  # saved by on_evaluate, once the pass returns
@@ -298,6 +309,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
             if getattr(wrapper, "_forewarn_reports", False):
                 _put_back(trainer, wrapper._forewarn_own)  # type: ignore[union-attr]
         self._requested_at = None
+        self._training = False
         self._close_guard()
 
 

@@ -98,6 +98,74 @@ def test_a_terminate_withdrawn_during_evaluation_saves_and_training_goes_on(
     assert trainer.state.global_step == 50, "the withdrawn terminate did not stop training"
 
 
+@pytest.mark.parametrize("trained_first", [False, True])
+def test_evaluate_and_predict_outside_train_leave_no_guard_behind(
+    tmp_path: Path, trained_first: bool
+) -> None:
+    """evaluate() and predict() made the guard at their first prediction step, before train()
+    or after it had closed its own, and no on_train_end came to close it: its SIGTERM handler
+    stayed installed (a job done with its evaluation ran on through the platform's SIGTERM)
+    and its ticker kept running."""
+    import signal
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        callback = fw.ForewarnTrainerCallback(notices=False, flag_file=None)
+        args = models.arguments(tmp_path, max_steps=5, per_device_eval_batch_size=4)
+        trainer = hf.Trainer(
+            model=models.Tiny(),
+            args=args,
+            train_dataset=models.Points(),
+            eval_dataset=models.FewPoints(),
+            callbacks=[callback],
+        )
+        if trained_first:
+            trainer.train()
+            assert callback._guard is None, "train() closed its guard"
+        threads = set(threading.enumerate())
+        trainer.evaluate()
+        trainer.predict(models.FewPoints())
+        assert callback._guard is None
+        assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+        assert set(threading.enumerate()) <= threads
+        assert callback.exit_code == 0
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def test_a_terminate_during_an_evaluate_before_train_is_saved_once_training_starts(
+    tmp_path: Path,
+) -> None:
+    """evaluate() outside train() has nothing trained to save: the terminate that came during
+    it is replayed to the guard train() makes, which saves at the first steps and stops."""
+    with AgentProcess(tmp_path) as agent:
+        callback = fw.ForewarnTrainerCallback(
+            events=agent.events,
+            control=agent.control_endpoint,
+            handle_signals=False,
+            flag_file=None,
+        )
+        model = models.TerminatedInEvaluation(agent)
+        args = models.arguments(tmp_path, max_steps=10_000, per_device_eval_batch_size=4)
+        trainer = hf.Trainer(
+            model=model,
+            args=args,
+            train_dataset=models.Points(),
+            eval_dataset=models.FewPoints(),
+            callbacks=[callback],
+        )
+        trainer.evaluate()
+        assert model.eval_calls == 16 and callback._guard is None
+        trainer.train()
+        assert len(callback.saved_steps) == 1, callback.saved_steps
+        step = callback.saved_steps[0]
+        assert trainer.state.global_step == step < 10_000
+        assert (tmp_path / "out" / f"checkpoint-{step}").is_dir()
+        assert callback.exit_code == 143
+        eventually(lambda: "ack local/t from" in agent.output(), 10, "the ack")
+
+
 def test_the_trainers_dataloader_workers_outlive_a_job_wide_sigterm(tmp_path: Path) -> None:
     """The Trainer builds its DataLoader itself, with its own worker_init_fn, so its users
     cannot give it forewarn's: with workers, a SIGTERM to the whole job killed them and the

@@ -71,6 +71,22 @@ class TerminateWithdrawnInEvaluation(Tiny):
         return super().forward(x, labels)
 
 
+class TerminatedInEvaluation(Tiny):
+    """An agent sends a terminate during the third batch of an evaluation."""
+
+    def __init__(self, agent: Any) -> None:
+        super().__init__()
+        self.agent = agent
+        self.eval_calls = 0
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        if not torch.is_grad_enabled():
+            self.eval_calls += 1
+            if self.eval_calls == 3:
+                self.agent.control({"op": "notify", "action": "terminate", "id": "local/t"})
+        return super().forward(x, labels)
+
+
 class FewPoints(Points):
     def __len__(self) -> int:
         return 64
