@@ -3,8 +3,9 @@ own checkpointing.
 
     trainer = Trainer(..., callbacks=[ForewarnTrainerCallback()])
 
-(or `trainer.add_callback(ForewarnTrainerCallback())`: importing this module wraps
-`Trainer.add_callback`, so one added later wraps its Trainer as one passed at init does.)
+(or `trainer.add_callback(ForewarnTrainerCallback())`, a Trainer subclass's own add_callback,
+or a callback handler a subclass builds itself: importing this module wraps
+`CallbackHandler.add_callback`, so each wraps its Trainer as one passed at init does.)
 At the end of each step it asks the guard; when a save is due it sets `control.should_save`, so
 the Trainer writes its usual `checkpoint-<step>` (model, optimizer, scheduler, RNG states).
 Once that save is done (`on_save`) it acks the agent with the measured seconds, and on
@@ -66,6 +67,7 @@ from transformers import (
     TrainerState,
     TrainingArguments,
 )
+from transformers.trainer_callback import CallbackHandler
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
@@ -103,10 +105,16 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         self._attach(_calling_trainer())
         return control
 
+    def _forewarn_attach(self, trainer: Trainer | None) -> None:
+        # What the wrapped CallbackHandler.add_callback calls: looked up by name, not by
+        # class, so a callback of this module reloaded (a new class) is attached as well.
+        self._attach(trainer)
+
     def _attach(self, trainer: Trainer | None) -> None:
-        """What this callback wraps in the Trainer it is given to: on_init_end for
-        `callbacks=[...]`, `Trainer.add_callback` for one added later (never told
-        on_init_end, its Trainer's train() raising left the guard open)."""
+        """What this callback wraps in the Trainer it is given to, as it is added to one of
+        its callback handlers (`_attach_when_added`); again at on_init_end and on_train_begin,
+        for a callback put in a handler's list by hand (those cover only later calls of
+        train(): on_train_begin runs inside one)."""
         if trainer is None:
             return
         # Also here: with persistent workers the Trainer keeps the first evaluation DataLoader
@@ -151,7 +159,7 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         # The evaluation DataLoaders are built per pass, with no worker_init_fn and no callback
         # event between building and iterating: a job-wide SIGTERM during an evaluation killed
         # their workers and the Trainer raised before the save.
-        _protect_evaluation_loaders(_calling_trainer())
+        self._attach(_calling_trainer())
         self._training = True
         if state.global_step:
             # Resumed from a checkpoint: periodic saves count from there (from step 0 the
@@ -314,24 +322,35 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
 
 
 def _attach_when_added() -> None:
-    """Wrap `Trainer.add_callback` (once per process, for every Trainer): a callback added
-    after the Trainer is made is not told on_init_end, so the first train() it ran in
-    was left unwrapped and raised with the guard open (its SIGTERM handler installed, a
-    notice pending unanswered). Only this module's callbacks are touched. Done on import,
-    not when a callback is made: `add_callback(ForewarnTrainerCallback)` makes it inside."""
-    if getattr(Trainer.add_callback, "_forewarn_attaches", False):
+    """Wrap `CallbackHandler.add_callback` (once per process, for every Trainer) so that a
+    callback of this module is attached to its Trainer however it gets there. Transformers
+    tells a callback neither that it was added nor that train() raised, and on_train_begin
+    runs inside the train() call, too late to wrap it: a callback added after the Trainer was
+    made (never told on_init_end) left the first train() it ran in unwrapped, and that raised
+    with the guard open (its SIGTERM handler installed, a notice pending unanswered). The
+    handler's add_callback is the one step every way in passes through: `callbacks=[...]`
+    (the handler's __init__ adds each), `trainer.add_callback`, a Trainer subclass's own
+    add_callback that skips the Trainer's, a handler a subclass builds in place of the
+    Trainer's. Only callbacks with `_forewarn_attach` are touched; the Trainer is found up the
+    stack. Done on import, not when a callback is made: `add_callback(ForewarnTrainerCallback)`
+    makes it inside. A reload finds the wrapper in place and keeps it."""
+    if getattr(CallbackHandler.add_callback, "_forewarn_attaches", False):
         return
-    add_callback = Trainer.add_callback
+    add_callback = CallbackHandler.add_callback
 
     @functools.wraps(add_callback)
-    def attaching(self: Trainer, callback: Any) -> None:
-        add_callback(self, callback)
-        for added in self.callback_handler.callbacks:  # a class given is made by the handler
-            if isinstance(added, ForewarnTrainerCallback):
-                added._attach(self)
+    def attaching(self: CallbackHandler, callback: Any) -> Any:
+        held = {id(known) for known in self.callbacks}
+        result = add_callback(self, callback)
+        for added in self.callbacks:  # a class given is made by the handler
+            # Looked up on the class: a callback answering every attribute (a mock) is not ours.
+            attach = getattr(type(added), "_forewarn_attach", None)
+            if id(added) not in held and attach is not None:
+                attach(added, _calling_trainer())
+        return result
 
     attaching._forewarn_attaches = True  # type: ignore[attr-defined]
-    Trainer.add_callback = attaching  # type: ignore[method-assign]
+    CallbackHandler.add_callback = attaching  # type: ignore[method-assign]
 
 
 _attach_when_added()

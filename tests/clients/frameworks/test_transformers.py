@@ -372,13 +372,74 @@ def test_the_end_of_the_epoch_a_terminate_cut_short_adds_no_evaluation_or_second
 
 
 def _given(trainer_args: dict[str, Any], callback: Any, attach: str) -> Any:
-    """A Trainer given `callback` as `attach` says: `callbacks=[...]`, or `add_callback` once
-    it is made (its on_init_end then never runs)."""
+    """A Trainer given `callback` as `attach` says: `callbacks=[...]`, `add_callback` once it
+    is made (its on_init_end then never runs), that of a subclass which skips the Trainer's,
+    or a callback handler a subclass builds in place of the Trainer's."""
     if attach == "callbacks":
         return hf.Trainer(**trainer_args, callbacks=[callback])
-    trainer = hf.Trainer(**trainer_args)
+    if attach == "own_handler":
+        return models.OwnCallbackHandler(**trainer_args, callbacks=[callback])
+    trainer = (models.OwnAddCallback if attach == "own_add_callback" else hf.Trainer)(
+        **trainer_args
+    )
     trainer.add_callback(callback)
     return trainer
+
+
+@pytest.mark.parametrize(
+    "attach", ["callbacks", "add_callback", "own_add_callback", "own_handler", "reloaded"]
+)
+def test_train_raising_closes_the_guard_however_the_callback_was_given(
+    tmp_path: Path, attach: str
+) -> None:
+    """The callback wrapped its Trainer's train() from on_init_end and from a wrapped
+    `Trainer.add_callback`: given through a subclass's own add_callback, or in a handler a
+    subclass built itself, it wrapped nothing, and a train() that raised left the guard open,
+    its SIGTERM handler installed."""
+    import importlib
+    import signal
+    import sys
+
+    if attach == "reloaded":  # a notebook re-running its imports: a new callback class
+        importlib.reload(sys.modules["forewarn.clients.frameworks.transformers"])
+        attach = "add_callback"
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        callback = fw.ForewarnTrainerCallback(notices=False, flag_file=None)
+        args = models.arguments(tmp_path)
+        given = {"model": models.FailsAt(4), "args": args, "train_dataset": models.Points()}
+        trainer = _given(given, callback, attach)
+        assert [c for c in trainer.callback_handler.callbacks if c is callback] == [callback]
+        with pytest.raises(RuntimeError, match="CUDA error"):
+            trainer.train()
+        assert trainer.state.global_step == 3
+        assert callback._guard is None
+        assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def test_the_wrapped_add_callback_is_wrapped_once_and_adds_as_before() -> None:
+    """The handler's add_callback is wrapped on import: a reload must not wrap the wrapper,
+    and what the handler holds (a class given made into one, other callbacks as given) is
+    as it was."""
+    import importlib
+    import sys
+
+    from transformers.trainer_callback import CallbackHandler, PrinterCallback
+
+    module = sys.modules["forewarn.clients.frameworks.transformers"]
+    wrapper = CallbackHandler.add_callback
+    importlib.reload(module)
+    assert CallbackHandler.add_callback is wrapper
+    assert not getattr(wrapper.__wrapped__, "_forewarn_attaches", False)
+    other = hf.TrainerCallback()
+    handler = CallbackHandler([other, PrinterCallback], None, None, None, None)
+    assert handler.add_callback(module.ForewarnTrainerCallback) is None
+    held = handler.callbacks
+    assert held[0] is other and type(held[1]) is PrinterCallback
+    assert type(held[2]) is module.ForewarnTrainerCallback and len(held) == 3
 
 
 ATTACH = pytest.mark.parametrize("attach", ["callbacks", "add_callback"])

@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from forewarn.clients.frameworks.transformers import ForewarnTrainerCallback
 from torch.utils.data import Dataset
-from transformers import TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_callback import CallbackHandler
 
 
 class Tiny(torch.nn.Module):
@@ -187,3 +188,25 @@ class FailsAt(Tiny):
         if self.calls == self.at:
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return super().forward(x, labels)
+
+
+class OwnAddCallback(Trainer):  # type: ignore[misc]
+    """A Trainer subclass whose add_callback goes to the handler without the Trainer's."""
+
+    def add_callback(self, callback: Any) -> None:
+        self.callback_handler.add_callback(callback)
+
+
+class OwnCallbackHandler(Trainer):  # type: ignore[misc]
+    """A Trainer subclass that replaces the callback handler the Trainer made with its own,
+    holding the callbacks it is given (which are never told on_init_end)."""
+
+    def __init__(self, *args: Any, callbacks: list[Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.callback_handler = CallbackHandler(
+            [*self.callback_handler.callbacks, *callbacks],
+            self.model,
+            self.processing_class,
+            self.optimizer,
+            self.lr_scheduler,
+        )
