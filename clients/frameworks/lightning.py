@@ -14,7 +14,10 @@ After each validation, test and predict batch it asks `guard.due_in_eval`: an ex
 mid-validation is saved there and then (the state of the last training step), instead of
 after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
 and then stops; the checkpoint is already durable. After an exit's save no further validation
-pass runs (Lightning would run one when `should_stop` is set). `fit()` then returns normally:
+pass runs (Lightning would run one when `should_stop` is set). A `validate()`, `test()` or
+`predict()` outside `fit()` runs the guard too: an exit is saved mid-pass in the same way (the
+module's state, step 0 when no fit ran), the pass runs to its end, and its teardown closes
+the guard. `fit()` then returns normally:
 end the process with `sys.exit(callback.exit_code)` (143 after an exit's save) so the
 platform restarts the job. A save of its own that raises is acked failed (`save_failed`:
 `exit_code` 1 for an exit's) and raised out of `fit()`. `fit()` raising runs no teardown hook:

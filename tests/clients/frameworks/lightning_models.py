@@ -161,3 +161,32 @@ class RaisesAt(Tiny):
                 self.before_raising()
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return super().training_step(batch, idx)
+
+
+class TerminatedInEvaluation(Tiny):
+    """An agent sends a terminate during the fourth batch of a validation, test or predict
+    pass, which waits until the callback's guard has it."""
+
+    def __init__(self, agent: Any, callback: ForewarnCallback) -> None:
+        super().__init__()
+        self.agent = agent
+        self.callback = callback
+        self.batches = 0
+
+    def _evaluate(self, idx: int) -> None:
+        from support import eventually
+
+        self.batches += 1
+        if idx == 3:
+            self.agent.control({"op": "notify", "action": "terminate", "id": "local/t"})
+            eventually(lambda: self.callback.guard.should_exit, 10, "the terminate")
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        self._evaluate(idx)
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        self._evaluate(idx)
+
+    def predict_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        self._evaluate(idx)
+        return self.layer(batch[0])

@@ -380,3 +380,56 @@ def test_fit_raising_outside_a_save_closes_the_guard_and_acks_only_a_notice_left
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+
+
+@pytest.mark.parametrize("run", ["validate", "test", "predict"])
+def test_a_terminate_during_an_evaluation_outside_fit_is_saved_and_the_guard_closed(
+    tmp_path: Path, run: str
+) -> None:
+    """`trainer.validate()`, `test()` and `predict()` run the callback's guard too: a
+    terminate that comes mid-pass is saved there (the module's state at step 0, as no fit
+    ran), acked, and `exit_code` says 143; Lightning finishes the pass, and its teardown
+    closes the guard (its signal handler and threads gone once the call returns)."""
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with AgentProcess(tmp_path) as agent:
+            callback = lit.ForewarnCallback(
+                tmp_path / "ckpt", events=agent.events, control=agent.control_endpoint
+            )
+            model = models.TerminatedInEvaluation(agent, callback)
+            data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+            trainer = models.trainer(callback)
+            threads = set(threading.enumerate())
+            getattr(trainer, run)(model, torch.utils.data.DataLoader(data, batch_size=4))
+            assert model.batches == 10, "Lightning finished the pass"
+            assert [path.name for path in callback.saved_paths] == ["step-00000000.ckpt"]
+            assert callback.exit_code == 143
+            assert callback._guard is None
+            assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+            eventually(lambda: set(threading.enumerate()) <= threads, 10, "the guard's threads")
+            eventually(lambda: "ack local/t from" in agent.output(), 10, "the ack")
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def test_a_terminate_during_the_validation_inside_fit_saves_that_step_and_stops(
+    tmp_path: Path,
+) -> None:
+    """The agent's terminate mid-validation (not a request of the test's own) is saved from
+    the validation hook with the last training step's state, acked, and fit stops there."""
+    with AgentProcess(tmp_path) as agent:
+        callback, data, _ = _listening_fit(agent, tmp_path / "ckpt")
+        trainer = models.trainer(callback, val_check_interval=30, num_sanity_val_steps=0)
+        model = models.TerminatedInEvaluation(agent, callback)
+        trainer.fit(
+            model,
+            torch.utils.data.DataLoader(data, batch_size=4),
+            torch.utils.data.DataLoader(torch.utils.data.Subset(data, range(40)), batch_size=4),
+        )
+        assert [path.name for path in callback.saved_paths] == ["step-00000030.ckpt"]
+        assert trainer.global_step == 30
+        saved = torch.load(callback.saved_paths[0], weights_only=False)
+        assert saved["global_step"] == 30
+        assert callback.exit_code == 143
+        eventually(lambda: "ack local/t from" in agent.output(), 10, "the ack")
