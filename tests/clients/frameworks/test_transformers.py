@@ -420,6 +420,33 @@ def test_train_raising_closes_the_guard_however_the_callback_was_given(
             signal.signal(signum, handler)
 
 
+@pytest.mark.parametrize("attach", ["callbacks", "add_callback", "own_add_callback", "own_handler"])
+def test_an_exit_saves_and_stops_however_the_callback_was_given(
+    tmp_path: Path, attach: str
+) -> None:
+    """The same lifecycle whichever way the callback reached its Trainer: the exit's save
+    through the Trainer's checkpoint, training stopped there, the guard closed after."""
+    import signal
+
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        callback = fw.ForewarnTrainerCallback(notices=False, flag_file=None)
+        args = models.arguments(tmp_path)
+        given = {"model": models.Tiny(), "args": args, "train_dataset": models.Points()}
+        trainer = _given(given, callback, attach)
+        # Asked after the callback's own check at step 5: saved at the end of step 6.
+        trainer.add_callback(models.AsksToExitAt(callback, at=5))
+        trainer.train()
+        assert callback.saved_steps == [6] and trainer.state.global_step == 6
+        assert (tmp_path / "out" / "checkpoint-6").is_dir()
+        assert callback.exit_code == 143
+        assert callback._guard is None
+        assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
 def test_the_wrapped_add_callback_is_wrapped_once_and_adds_as_before() -> None:
     """The handler's add_callback is wrapped on import: a reload must not wrap the wrapper,
     and what the handler holds (a class given made into one, other callbacks as given) is
