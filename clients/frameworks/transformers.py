@@ -161,6 +161,10 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         # their workers and the Trainer raised before the save.
         self._attach(_calling_trainer())
         self._training = True
+        # A new train() (the same callback training on after an exit's save): what stopped
+        # the last one would skip every evaluation and save of the Trainer's own in this one.
+        self._stopped = False
+        self._dcp_pending = False
         if state.global_step:
             # Resumed from a checkpoint: periodic saves count from there (from step 0 the
             # first step after every resume saved again).

@@ -371,6 +371,41 @@ def test_the_end_of_the_epoch_a_terminate_cut_short_adds_no_evaluation_or_second
     assert callback.exit_code == 143
 
 
+def test_a_train_after_one_an_exit_stopped_keeps_its_evaluations_and_saves(
+    tmp_path: Path,
+) -> None:
+    """After an exit's save the callback skips the rest of that train()'s evaluations and
+    saves (the epoch it cut short); that was never undone, so a later train() with the same
+    callback (a notebook training on once the machine stayed) lost every epoch's
+    checkpoint and evaluation of the Trainer's own."""
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    spy = models.AsksToExitAt(callback, at=5)
+    args = models.arguments(
+        tmp_path,
+        max_steps=-1,
+        num_train_epochs=2,
+        eval_strategy="epoch",
+        save_strategy="epoch",
+        per_device_eval_batch_size=4,
+    )
+    trainer = hf.Trainer(
+        model=models.Tiny(),
+        args=args,
+        train_dataset=models.FewPoints(),  # 16 steps an epoch
+        eval_dataset=models.FewPoints(),
+        callbacks=[callback, spy],
+    )
+    trainer.train()
+    assert callback.saved_steps == [6] and callback.exit_code == 143
+    spy.at = -1  # asks for no exit this time
+    spy.events.clear()
+    trainer.train()
+    assert trainer.state.global_step == 32
+    assert spy.events == [("evaluate", 16), ("save", 16), ("evaluate", 32), ("save", 32)]
+    assert callback.saved_steps == [6]
+    assert callback.exit_code == 0
+
+
 def _given(trainer_args: dict[str, Any], callback: Any, attach: str) -> Any:
     """A Trainer given `callback` as `attach` says: `callbacks=[...]`, `add_callback` once it
     is made (its on_init_end then never runs), that of a subclass which skips the Trainer's,
