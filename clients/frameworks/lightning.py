@@ -233,6 +233,9 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         self._finish(trainer)
 
     def _finish(self, trainer: pl.Trainer) -> None:
+        # The exit's save ended this run only: a later fit() with this callback (training on
+        # once the machine stayed) saved nothing, its own terminate unanswered.
+        self._exiting = False
         if self._limit_val_batches is not None:
             trainer.limit_val_batches = self._limit_val_batches
             self._limit_val_batches = None

@@ -433,3 +433,23 @@ def test_a_terminate_during_the_validation_inside_fit_saves_that_step_and_stops(
         assert saved["global_step"] == 30
         assert callback.exit_code == 143
         eventually(lambda: "ack local/t from" in agent.output(), 10, "the ack")
+
+
+def test_a_fit_after_one_an_exit_stopped_saves_its_own_exit(tmp_path: Path) -> None:
+    """After an exit's save the callback saves nothing more in that fit (the rest of the
+    pass); that was never undone, so a later fit() with the same callback (a notebook
+    training on once the machine stayed) answered its own terminate with no save at all."""
+    callback = lit.ForewarnCallback(
+        tmp_path / "ckpt", notices=False, handle_signals=False, flag_file=None
+    )
+    data = torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randn(400, 1))
+    for exit_at in (10, 5):
+        trainer = models.trainer(callback, max_steps=50, num_sanity_val_steps=0)
+        trainer.fit(
+            models.ExitsInTraining(callback, exit_at=exit_at),
+            torch.utils.data.DataLoader(data, batch_size=4),
+        )
+        assert trainer.global_step == exit_at + 1
+    names = [path.name for path in callback.saved_paths]
+    assert names == ["step-00000011.ckpt", "step-00000006.ckpt"]
+    assert callback.exit_code == 143
