@@ -392,7 +392,11 @@ def _zone(name: str | None) -> str:
         + "|".join(_US_ZONES)
         + r")"
         + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
-        r")(?![\w:])\)?"
+        # A colon may end the sentence's first part ("at 16:00 UTC: please save your
+        # work"): refused, such a time was not read and Date + lead stood in, later than
+        # the reclaim. Not a colon touching more ("GMT-05:00" is one offset) or before a
+        # figure ("UTC: 2026-12-01"): the zone labels what follows, not the time before.
+        r")(?!\w|:\S|:\s*\d)\)?"
     )
 
 

@@ -191,3 +191,67 @@ def test_of_times_on_the_droplet_s_line_none_the_reclaim_s_the_earliest_is_taken
     found = find_deadline(body, sent)
     assert found is not None, body
     assert found[0] == min(times), (body, sent, found)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A colon after the zone was refused, so the time was not read and Date + lead stood
+        # in: a mail sent 15:30 for a 16:00 reclaim was read as 17:30, after it.
+        ("Droplet gpu-spot-1 will be reclaimed at 16:00 UTC: please save your work", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed at 16:00 Z: save your work", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed at 17:00 CET: save your work", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed at 16:00 UTC+1: save your work", _at(15)),
+        ("Droplet gpu-spot-1 will be reclaimed at 11:00 GMT-05:00: save", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed at 17:00 Europe/Berlin: save", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed between 14:00 and 16:00 UTC: save", _at(14)),
+        ("Droplet gpu-spot-1 will be reclaimed on December 4 at 16:00 UTC: save", None),
+        ("Droplet gpu-spot-1 will be reclaimed at 16:00 UTC:", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed at 16:00 UTC; please save", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed at 16:00 UTC!", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed (16:00 UTC).", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed at 16:00 (UTC): save", _at(16)),
+    ],
+)
+def test_a_zone_ending_a_clause_places_the_time(text: str, expected: datetime | None) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == (expected or datetime(2026, 12, 4, 16, tzinfo=timezone.utc)), found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # "UTC:" before a figure labels what follows: it is not the zone of the time before.
+        "Droplet gpu-spot-1 will be reclaimed at 16:00 UTC: 2026-12-01",
+        "Droplet gpu-spot-1 will be reclaimed at 17:00\nUTC: 16:00",
+        "Droplet gpu-spot-1 will be reclaimed at 16:00 UTC:\n2026-12-01",
+        "Droplet gpu-spot-1 will be reclaimed at 16:00 UTC:00",
+    ],
+)
+def test_a_zone_labelling_the_figures_after_it_places_no_time_before_it(text: str) -> None:
+    assert find_deadline(text, SENT) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=0, max_value=20 * 60),
+    zone=st.sampled_from(
+        [
+            *[("UTC", 0), ("GMT", 0), ("Z", 0), ("+01:00", 1), ("UTC-5", -5), ("(UTC)", 0)],
+            *[("CEST", 2), ("JST", 9), ("Asia/Tokyo", 9), ("Etc/GMT+3", -3)],  # Etc: sign flipped
+        ]
+    ),
+    mark=st.sampled_from([":", ";", "!", ".", ",", ")", " -", "?", ":\n"]),
+    rest=st.sampled_from(["", " please save your work", " Save your work.", "\nThanks"]),
+)
+def test_any_zone_ending_a_clause_places_the_time(
+    sent: datetime, ahead: int, zone: tuple[str, int], mark: str, rest: str
+) -> None:
+    moment = (sent + timedelta(minutes=ahead)).replace(second=0)
+    local = moment + timedelta(hours=zone[1])
+    text = f"Droplet gpu-spot-1 will be reclaimed at {local:%H:%M} {zone[0]}{mark}{rest}"
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == moment, (text, sent, found)
