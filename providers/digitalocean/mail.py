@@ -444,9 +444,12 @@ _YEAR_AFTER = re.compile(_YEAR_AFTER_DATE, re.IGNORECASE)
 # deadline was a day early whenever that time of day was still to come on the Date's day.
 # "today": read so, a time already past was tomorrow's, a day after the reclaim; it is the
 # Date's day, past or not (a past deadline asks clients to act at once).
+# Across a line break too, where the sentence wraps ("reclaimed tomorrow at" then
+# "16:00 UTC."): a time starts with a digit or in lowercase, after a lowercase word or a
+# comma (`_carries_on`).
 _DAY_BEFORE = re.compile(
-    r"\b(?P<day>today|tomorrow)[^\S\n]*,?[^\S\n]+"
-    r"(?:(?:at|between|from|by|around|until)[^\S\n]+)?\Z",
+    r"\b(?P<day>today|tomorrow)[^\S\n]*,?(?:[^\S\n]+|[^\S\n]*\n[^\S\n]*)"
+    r"(?:(?:at|between|from|by|around|until)(?:[^\S\n]+|[^\S\n]*\n[^\S\n]*))?\Z",
     re.IGNORECASE,
 )
 _DAY_AFTER = re.compile(r"[^\S\n]*,?[^\S\n]*(?P<day>today|tomorrow)\b", re.IGNORECASE)
@@ -678,9 +681,9 @@ def _next_date(
 
 def _candidates(
     text: str, sent: datetime | None
-) -> Iterator[tuple[int, int, datetime, datetime, str, bool]]:
-    """(position, -length, time, end of its window, words, whether it may be past) of each
-    time in `text`."""
+) -> Iterator[tuple[int, int, datetime, datetime, str, bool, int]]:
+    """(position, -length, time, end of its window, words, whether it may be past, where
+    its words end) of each time in `text`."""
     dated: list[tuple[int, int]] = []
     for pattern in _WRITTEN_TIMES:
         for match in pattern.finditer(text):
@@ -703,14 +706,18 @@ def _candidates(
                     dates = " or ".join(f"{start:%Y-%m-%d}" for start, _ in readings)
                     words += f" ({AMBIGUOUS} {dates}, read as {written[0]:%Y-%m-%d}, the earliest"
                     words += " that can be the deadline)"
-                yield match.start(), -len(match.group(0)), *written, words, False
+                yield match.start(), -len(match.group(0)), *written, words, False, match.end()
     if sent is not None:
         # Both tests in log or constant time per time found: scanning every dated span and
         # the whole line for each time held the agent's event loop for 2 s on a 10 KiB mail
         # of "14:30 UTC " repeated, and for minutes on a 256 KiB one.
         within_dated = _overlap_test(sorted(dated))
-        about_reclaim: dict[tuple[int, int], bool] = {}
+        # Per start of a line (with the lines wrapping onto it): how far it was searched
+        # for the reclaim's words, and whether they were found. Searched on from there, not
+        # from its start again: a mail of thousands of wrapped lines of times was quadratic.
+        about_reclaim: dict[int, tuple[int, bool]] = {}
         line_starts = [0, *(m.end() for m in re.finditer("\n", text))]
+        sentence_starts: dict[int, int] = {}  # line: where the sentence it wraps from starts
         for match in _TIME_ONLY.finditer(text):
             # The time of a dated form, read again without its date, is not another time.
             if within_dated(match.start(), match.start() + 1):
@@ -720,14 +727,27 @@ def _candidates(
             # Without a date, only a time on a line about the reclaim, or on the first line
             # (`judge` starts the text at the line naming the droplet): support hours in a
             # footer ("09:00-17:00 UTC") would otherwise be read as tomorrow's deadline.
-            begin = line_starts[bisect.bisect_right(line_starts, match.start()) - 1]
+            # A line a sentence wrapped onto is read with the lines before it ("will be
+            # reclaimed at" then "16:00 UTC."): alone, such a time was skipped and Date + lead
+            # stood in, later than the reclaim.
+            begin = _sentence_start(
+                text,
+                line_starts,
+                bisect.bisect_right(line_starts, match.start()) - 1,
+                sentence_starts,
+            )
             # To the end of the line where the time ends (`\s` in a time spans lines).
             after = bisect.bisect_right(line_starts, match.end())
             end = line_starts[after] - 1 if after < len(line_starts) else len(text)
-            if begin > 0 and (begin, end) not in about_reclaim:
-                about_reclaim[begin, end] = _ABOUT_RECLAIM.search(text, begin, end) is not None
-            if begin > 0 and not about_reclaim[begin, end]:
-                continue
+            if begin > 0:
+                searched, about = about_reclaim.get(begin, (begin, False))
+                if not about and end > searched:
+                    # Back a little: words may straddle where the last search stopped.
+                    again = max(begin, searched - 32)
+                    about = _ABOUT_RECLAIM.search(text, again, end) is not None
+                    about_reclaim[begin] = (end, about)
+                if not about:
+                    continue
             # "tomorrow at 16:00 UTC", "at 16:00 UTC tomorrow": the day after the Date's;
             # "today at 11:00 UTC": the Date's day.
             start, stop = match.span()
@@ -741,7 +761,14 @@ def _candidates(
             words = text[first : behind.end() if behind else stop]
             written = _written_time(match, sent, relative_day=day)
             if written is not None:
-                yield first, -len(match.group(0)), *written, words, day == "today"
+                yield (
+                    first,
+                    -len(match.group(0)),
+                    *written,
+                    words,
+                    day == "today",
+                    behind.end() if behind else stop,
+                )
         for match in _RELATIVE.finditer(text):
             parts = {k.rstrip("2"): v for k, v in match.groupdict().items() if v is not None}
             hours = 1.0 if "the_hour" in parts else _amount_hours(parts)
@@ -749,7 +776,29 @@ def _candidates(
                 moment = sent + timedelta(hours=hours)
             except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too
                 continue
-            yield match.start(), -len(match.group(0)), moment, moment, match.group(0), False
+            yield (
+                match.start(),
+                -len(match.group(0)),
+                moment,
+                moment,
+                match.group(0),
+                False,
+                match.end(),
+            )
+
+
+def _sentence_start(text: str, line_starts: list[int], line: int, known: dict[int, int]) -> int:
+    """Where the line `line` starts, or the first of the lines whose sentence wraps onto it
+    (`_carries_on`); `known` keeps the answers, so that a mail of many wrapped lines is
+    walked back once."""
+    walked = []
+    while line > 0 and line not in known and _carries_on(text, line_starts[line] - 1):
+        walked.append(line)
+        line -= 1
+    begin = known.get(line, line_starts[line])
+    for each in (*walked, line):
+        known[each] = begin
+    return begin
 
 
 def find_deadline(
@@ -795,7 +844,7 @@ def find_deadline(
     found = sorted(_candidates(text, sent), key=lambda c: c[:2])
     starts = sorted({candidate[0] for candidate in found})
     usable: list[_Usable] = []
-    for start, _length, moment, until, words, today in found:
+    for start, _length, moment, until, words, today, stop in found:
         if usable and usable[-1].start == start:
             continue  # one reading of a place: the first that can be (the earliest)
         # A window that had begun when the mail was sent still counts: its start is the
@@ -805,7 +854,7 @@ def find_deadline(
             continue
         if new_only and _is_old_time(text, start, words):
             continue
-        usable.append(_Usable(start, moment, words, past))
+        usable.append(_Usable(start, moment, words, past, stop))
     if not usable:
         return None
     if new_only:
@@ -824,7 +873,8 @@ def find_deadline(
     if any(c.start < bound and (not c.past or attached(c.start)) for c in usable):
         usable = [c for c in usable if not c.past or attached(c.start)]
     first = usable[0]
-    end = min(_line_end(text, first.start), bound)
+    # From where its words end: a time may itself be wrapped ("at 16:00" then "UTC. ...").
+    end = min(_line_end(text, first.stop), bound)
     near = [c for c in usable if c.start < end]
     not_past = [c for c in near if not c.past]
     for group, earliest_first in (
@@ -848,6 +898,7 @@ class _Usable:
     moment: datetime
     words: str
     past: bool  # a time today before the mail's Date (less the slack)
+    stop: int  # where its words end
 
 
 # The reclaim's own words, to which its time is attached: "Your Droplet gpu-spot-1, created
@@ -890,7 +941,11 @@ def _attached(text: str, start: int, starts: list[int]) -> bool:
     """Whether the time at `start` is written right after the reclaim's own words, with
     no other time (`starts`: where each time is written) between them."""
     begin = max(0, start - _REACH)
-    clauses = [m.end() for m in _CLAUSE_START.finditer(text, begin, start)]
+    clauses = [
+        m.end()
+        for m in _CLAUSE_START.finditer(text, begin, start)
+        if m.group(0) != "\n" or not _carries_on(text, m.start())
+    ]
     words = list(_RECLAIM_WORD.finditer(text, clauses[-1] if clauses else begin, start))
     if not words:
         return False
@@ -908,20 +963,25 @@ def _attached(text: str, start: int, starts: list[int]) -> bool:
 
 
 def _line_end(text: str, at: int) -> int:
-    """The end of the line at `at`, or of the lines a sentence on it wraps onto: a line
-    ending in a lowercase word or a comma, before one starting in lowercase or a digit."""
+    """The end of the line at `at`, or of the lines a sentence on it wraps onto."""
     end = text.find("\n", at)
-    while end >= 0:
-        last = end
-        while last > at and text[last - 1] in " \t\r":
-            last -= 1
-        following = text[end + 1 : end + 81].lstrip(" \t")
-        if not (last > at and (text[last - 1].islower() or text[last - 1] == ",")):
-            break
-        if not (following and (following[0].islower() or following[0] in "0123456789")):
-            break
+    while end >= 0 and _carries_on(text, end, at):
         end = text.find("\n", end + 1)
     return len(text) if end < 0 else end
+
+
+def _carries_on(text: str, newline: int, after: int = 0) -> bool:
+    """Whether the line break at `newline` only wraps a sentence: the line before it ends
+    (after `after`) in a lowercase word or a comma, and the line after it starts in
+    lowercase or a digit ("will be reclaimed at" then "16:00 UTC.", as plain-text mail
+    wraps at 72-78 columns)."""
+    last = newline
+    while last > after and text[last - 1] in " \t\r":
+        last -= 1
+    if not (last > after and (text[last - 1].islower() or text[last - 1] == ",")):
+        return False
+    following = text[newline + 1 : newline + 81].lstrip(" \t")
+    return bool(following) and (following[0].islower() or following[0] in "0123456789")
 
 
 # The time a new time replaces: "moved from 16:00 UTC to 13:30 UTC", "(was 14:00 UTC)",

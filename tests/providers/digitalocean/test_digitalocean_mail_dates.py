@@ -349,7 +349,7 @@ _PIECES = st.sampled_from(
         "Z", "UTC", "GMT", "GMT+14", "UTC-99:99", "+25:00", "ET", "Mars/Olympus", "between",
         "and", "to", "-", "\u2013", "on", "at", "of", "th", "st", "Friday,", "PM", "a.m.",
         ":", ".", ",", "T", "in", "hours", "by", "from", "was", "(", ")", "\n", "tomorrow",
-        "today",
+        "today", "UTC:", "Z:", ";", "!", "at\n", "reclaimed", ":\n",
     ]
 )  # fmt: skip
 _GARBAGE = st.lists(st.tuples(_PIECES, st.sampled_from(["", " ", ", ", "  "])), max_size=14).map(

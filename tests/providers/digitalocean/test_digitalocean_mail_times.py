@@ -255,3 +255,76 @@ def test_any_zone_ending_a_clause_places_the_time(
     found = find_deadline(text, sent)
     assert found is not None, text
     assert found[0] == moment, (text, sent, found)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # A time wrapped alone onto the next line was skipped (that line says nothing of the
+        # reclaim), and Date + lead stood in, later than the reclaim.
+        ("Droplet gpu-spot-1 will be reclaimed at\n16:00 UTC.", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed at\n  16:00 UTC: save your work.", _at(16)),
+        ("Hello,\n\nYour Droplet gpu-spot-1 will be reclaimed\nat 16:00 UTC.", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed today,\n16:00 UTC.", _at(16)),
+        ("Droplet gpu-spot-1 will be reclaimed tomorrow at\n16:00 UTC.", _at(16) + timedelta(1)),
+        ("Droplet gpu-spot-1 will be reclaimed at\n16:00 UTC tomorrow.", _at(16) + timedelta(1)),
+        # The reclaim's own time, wrapped, still wins over another time on its line.
+        ("Droplet gpu-spot-1, created at 12:25 UTC, will be reclaimed at\n16:00 UTC.", _at(16)),
+        (
+            "Droplet gpu-spot-1, created today at 09:00 UTC, will be reclaimed at\n16:00 UTC.",
+            _at(16),
+        ),
+    ],
+)
+def test_a_time_wrapped_onto_the_next_line_is_the_reclaim_s(body: str, expected: datetime) -> None:
+    report = reclaim_verdict(_mail(f"Notice.\n\n{body}"), _RULES, "key", SENT).report
+    assert report is not None
+    assert report.deadline == expected, report.detail["deadline_source"]
+    found = find_deadline(f"Notice.\n\n{body}", SENT)
+    assert found is not None and found[0] == expected, found
+
+
+def test_a_line_that_does_not_carry_on_the_reclaim_s_keeps_its_times_to_itself() -> None:
+    # Support hours on a line of their own are no deadline, whatever line is before them.
+    body = "Notice.\nDroplet gpu-spot-1 will be reclaimed.\n09:00-17:00 UTC: support hours"
+    assert find_deadline(body, SENT) is None
+    assert find_deadline("Notice.\nSupport is open,\n09:00-17:00 UTC.", SENT) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=11, max_value=20 * 60),
+    other=st.tuples(st.integers(0, 23), st.integers(0, 59)),
+    other_form=_OTHER_TIMES,
+    reclaim_form=_RECLAIM_TIMES,
+    layout=_LAYOUTS,
+    wraps=st.lists(st.booleans(), min_size=32, max_size=32),
+)
+def test_the_reclaim_s_sentence_wrapped_at_any_space_keeps_its_time(
+    sent: datetime,
+    ahead: int,
+    other: tuple[int, int],
+    other_form: str,
+    reclaim_form: str,
+    layout: str,
+    wraps: list[bool],
+) -> None:
+    # Plain-text mail wraps at 72-78 columns, at any space: the lines a sentence wraps onto
+    # are read as its line.
+    reclaim = (sent + timedelta(minutes=ahead)).replace(second=0)
+    day = "today " if reclaim.date() == sent.date() else ""
+    assume(not (day == "" and "between" in reclaim_form))
+    said = other_form.format("{:02d}:{:02d} UTC".format(*other))
+    body = layout.format(
+        other=said,
+        Other=said[0].upper() + said[1:],
+        reclaim=reclaim_form.format(_clock(reclaim), day=day),
+    )
+    words = body.split(" ")
+    wrapped = words[0] + "".join(
+        ("\n" if wrap else " ") + word for word, wrap in zip(words[1:], wraps * 2, strict=False)
+    )
+    found = find_deadline(f"Notice.\n\n{wrapped}", sent)
+    assert found is not None, wrapped
+    assert found[0] == reclaim, (wrapped, sent, found)
