@@ -54,14 +54,17 @@ CANCELLED_SUBJECT = re.compile(
 )
 
 # Words of the noun phrase between the reclaim and its verb: determiners, prepositions,
-# "Droplet", "scheduled", and those of a time ("at 2:30 PM UTC on Friday, December 4").
+# "Droplet", "scheduled", its notice ("reclaim notice", "reclaim notification": the
+# latter, not among them, kept a reclaim withdrawn) and those of a time ("at 2:30 PM UTC
+# on Friday, December 4"). Never a head: "the backup notice was cancelled" is not ours.
 _PHRASE_WORDS = frozenset(
     re.findall(
         r"\w+",
         """
     the a an this that these those your our its their of for on at in to by from and
     droplet droplets spot gpu cpu id named called scheduled planned upcoming pending
-    announced earlier previous previously original originally notice notices today tomorrow
+    announced earlier previous previously original originally notice notices notification
+    notifications today tomorrow
     tonight utc gmt z am pm noon midnight midday between until
     jan january feb february mar march apr april may jun june jul july aug august sep sept
     september oct october nov november dec december mon monday tue tues tuesday wed

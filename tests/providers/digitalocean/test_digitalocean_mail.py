@@ -722,6 +722,87 @@ def test_a_cancellation_of_the_droplet_s_interruption_withdraws_it(
 
 
 @pytest.mark.parametrize(
+    ("subject", "body"),
+    [
+        # "notice" is the head of what is cancelled: the reclaim's notice is the reclaim's.
+        (
+            "Spot Droplet update",
+            "Droplet gpu-spot-1: your Spot Droplet reclaim notice has been cancelled.",
+        ),
+        ("Spot Droplet update", "The reclaim notice for gpu-spot-1 was withdrawn."),
+        (
+            "Spot Droplet update",
+            "The reclaim notices for Droplet gpu-spot-1 (ID 424242424) are cancelled.",
+        ),
+        (
+            "Spot Droplet update",
+            "Droplet gpu-spot-1: your Spot Droplet reclaim\nnotice has been cancelled.",
+        ),
+        ("Spot Droplet update", "Droplet gpu-spot-1: the notice of reclaim was cancelled."),
+        ("Spot Droplet update", "The reclaim notification for gpu-spot-1 was cancelled."),
+        ("Spot Droplet reclaim notification cancelled", "Droplet gpu-spot-1 keeps running."),
+        (
+            "Your Spot Droplet reclaim notice has been cancelled",
+            "Droplet gpu-spot-1 keeps running.",
+        ),
+        ("Spot Droplet reclaim notice cancelled", "Droplet gpu-spot-1 keeps running."),
+        ("Re: Spot Droplet reclaim notice: Cancelled", "Droplet gpu-spot-1 keeps running."),
+    ],
+)
+def test_a_cancelled_reclaim_notice_withdraws_the_reclaim(subject: str, body: str) -> None:
+    result = verdict(reclaim_mail(body, subject=subject))
+    assert result.report is None and result.replaces, result.why
+
+
+@pytest.mark.parametrize(
+    ("subject", "body"),
+    [
+        # Another notice cancelled: the reclaim stands (withdrawn, it lost the work).
+        ("Spot Droplet reclaim notice", "Droplet gpu-spot-1: the backup notice was cancelled."),
+        ("Spot Droplet reclaim notice", "The notice of backups for gpu-spot-1 was cancelled."),
+        ("Spot Droplet reclaim notice", "Droplet gpu-spot-1. The notice was cancelled."),
+        (
+            "Spot Droplet reclaim notice",
+            "Droplet gpu-spot-1. Your billing\nnotice has been cancelled.",
+        ),
+        ("Spot Droplet reclaim notice - backup notice cancelled", "Droplet gpu-spot-1."),
+        ("Spot Droplet reclaim notice", "gpu-spot-1: the backup notification was cancelled."),
+        ("Spot Droplet reclaim notice - the backup notice was cancelled", "Droplet gpu-spot-1."),
+    ],
+)
+def test_another_cancelled_notice_keeps_the_reclaim(subject: str, body: str) -> None:
+    result = verdict(reclaim_mail(body, subject=subject))
+    assert result.report is not None and not result.replaces, result.why
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    owner=st.sampled_from(["The", "Your", "Droplet gpu-spot-1: the", "Droplet gpu-spot-1: your"]),
+    reclaim=st.sampled_from(
+        ["reclaim", "Spot Droplet reclaim", "scheduled reclaim", "interruption", "preemption"]
+    ),
+    other=st.sampled_from(["backup", "billing", "maintenance", "snapshot", "Droplet"]),
+    notice=st.sampled_from(["notice", "notices", "notification"]),
+    of=st.sampled_from(["", " for gpu-spot-1", " for Droplet gpu-spot-1 (ID 424242424)"]),
+    verb=st.sampled_from(_CANCELLED_VERBS),
+    wrap=st.sampled_from([" ", "\n"]),
+)
+def test_a_notice_cancelled_withdraws_the_reclaim_only_when_it_is_the_reclaim_s(
+    owner: str, reclaim: str, other: str, notice: str, of: str, verb: str, wrap: str
+) -> None:
+    assume("gpu-spot-1" in owner + of)
+    body = f"{owner} {reclaim}{wrap}{notice}{of} {verb}."
+    result = verdict(reclaim_mail(body, subject="Spot Droplet update"))
+    assert result.report is None and result.replaces, (body, result.why)
+    # Another notice cancelled leaves the reclaim its notice announced.
+    body = f"Droplet gpu-spot-1 will be reclaimed at 14:30 UTC. {owner} {other}{wrap}{notice}"
+    body += f"{of} {verb}."
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, (body, result.why)
+    assert result.report.deadline == _at(14, 30)
+
+
+@pytest.mark.parametrize(
     "body",
     [
         "These Spot Droplets:\ngpu-spot-1: 2026-12-01 14:30 UTC\n"
