@@ -153,7 +153,8 @@ class Agent:
         self._unsaved: dict[str, str] = {}
         self._recent_acks: dict[str, None] = {}  # acks as received, oldest first
         self._escalated_at_restore: set[str] = set()
-        # The restored provider notices, by provider, for the first watcher of each (`_restore`).
+        # The restored provider notices, by provider, for each watcher built before one of its
+        # provider has answered (`_restore`).
         self._restored_at_start: dict[str, list[Report]] = {}
         self._events_ours = True
 
@@ -537,6 +538,10 @@ class Agent:
                 problem = f"{type(error).__name__}: {error}"
                 # A watcher that crashed still holds its HTTP client or IMAP session: a
                 # watcher that fails for weeks would otherwise leak one per restart.
+                if self._answered(name):
+                    # What it answered superseded them: the restored notices it did not
+                    # report again are withdrawn, the retired ones are events no longer seen.
+                    self._restored_at_start.pop(name, None)
                 crashed = self.watchers.pop(name, None)
                 if crashed is not None:
                     await self._close(crashed)
@@ -548,12 +553,13 @@ class Agent:
 
     def _restore(self, watcher: Watcher) -> Watcher:
         """Hand a new watcher that remembers what it reported (`RestoreAware`) the notices
-        of its provider restored after a restart: it must not take them for new ones. The
-        first watcher of a provider gets them all, those retired at start-up too; one built
-        again after a crash, those the board still holds as restored."""
-        first = self._restored_at_start.pop(watcher.name, None)
+        of its provider restored after a restart: it must not take them for new ones. Until a
+        watcher of the provider has answered, each one built gets them all, those retired at
+        start-up too (a first watcher that crashed before its first poll took the retired ones
+        with it); after that, those the board still holds as restored."""
+        at_start = self._restored_at_start.get(watcher.name)
         if isinstance(watcher, RestoreAware):
-            reports = self.board.restored_reports(watcher.name) if first is None else first
+            reports = self.board.restored_reports(watcher.name) if at_start is None else at_start
             try:
                 if reports:
                     watcher.restored(reports)

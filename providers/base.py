@@ -64,8 +64,9 @@ class RestoreAware(Protocol):
     (as reported, and not reported again yet), so that it does not take an unchanged notice
     for a new one because it forgot it (Azure recomputed a Started event's deadline, and took
     up the document's newer DocumentIncarnation, and the notice went out again as changed).
-    The first watcher of a provider also gets those the agent retired at start-up (past their
-    end while it was down): one still listed is raised again as it was, as within one run."""
+    Until a watcher of the provider has answered, each one built (after a crash too) also gets
+    those the agent retired at start-up (past their end while it was down): one still listed
+    is raised again as it was, as within one run."""
 
     def restored(self, reports: list[Report]) -> None: ...
 

@@ -3,6 +3,7 @@ simulator: an Azure event it had published and that did not change is not sent a
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from datetime import timedelta
@@ -137,6 +138,68 @@ def test_an_event_retired_at_the_restart_is_raised_again_as_it_was(
     eventually(lambda: utcnow() > past, what="the grace to pass", interval=0.1)
     with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
         eventually(lambda: "expired" in agent.output(), what="the retirement at start-up")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the event raised again")
+        (after,) = agent.control({"op": "status"})["active"]
+        assert after["id"] == notice_id and after["action"] == "terminate"
+        assert parse_time(after["deadline"]) == deadline, agent.output()
+        assert after["detail"]["DocumentIncarnation"] == before["detail"]["DocumentIncarnation"]
+
+
+# The agent's first Azure watcher crashes before its first poll (supervision builds another).
+CRASH_FIRST_WATCHER = """\
+import forewarn.providers.azure.watch as watch
+
+_watch = watch.AzureWatcher.watch
+_built = []
+
+
+async def _crash_once(self, emit):
+    _built.append(self)
+    if len(_built) == 1:
+        raise RuntimeError("the first watcher crashed before its first poll")
+    await _watch(self, emit)
+
+
+watch.AzureWatcher.watch = _crash_once
+"""
+
+
+def test_a_notice_retired_at_the_restart_survives_a_watcher_crash_before_its_first_poll(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """As above, but the restarted agent's first watcher crashes before it read a document.
+    The notices retired at start-up went to that first watcher only; the one built after the
+    crash got those the board still held, not the retired one, and raised the Started event
+    again with the moment of its first poll as deadline and the document's newer
+    DocumentIncarnation."""
+    sim, server = imds
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(CRASH_FIRST_WATCHER)
+    env = agent_env(
+        tmp_path,
+        FOREWARN_AZURE_URL=server.url,
+        FOREWARN_AZURE_VM_NAME="gpu-0",
+        FOREWARN_AZURE_INTERVAL="0.25",
+        FOREWARN_AZURE_APPROVE="off",
+        FOREWARN_NOTICE_GRACE="5s",
+    )
+    event_id = sim.raise_notice("Preempt", {"status": "Started"})
+    notice_id = f"azure/{event_id}"
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as first:
+        eventually(lambda: published(first.output(), notice_id), what="the notice")
+        (before,) = first.control({"op": "status"})["active"]
+    deadline = parse_time(before["deadline"])
+    sim.raise_notice("Preempt", {"resources": ["gpu-1"]})  # bumps the incarnation
+    past = deadline + timedelta(seconds=6)
+    eventually(lambda: utcnow() > past, what="the grace to pass", interval=0.1)
+    crashing = {
+        **env,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")])),
+    }
+    with AgentProcess(tmp_path, providers=("azure",), env=crashing) as agent:
+        eventually(lambda: "expired" in agent.output(), what="the retirement at start-up")
+        eventually(lambda: "crashed before its first poll" in agent.output(), what="the crash")
         eventually(lambda: agent.control({"op": "status"})["active"], what="the event raised again")
         (after,) = agent.control({"op": "status"})["active"]
         assert after["id"] == notice_id and after["action"] == "terminate"
