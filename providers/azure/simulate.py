@@ -130,6 +130,16 @@ class AzureSimulator(Simulator):
         if vm_name is None:
             vm_name = f"{vmss_name}_{instance_id}" if vmss_name else DEFAULT_VM_NAME
         self.vm_name = vm_name
+        for flag, delay in (
+            ("--removal-after", removal_after),
+            ("--approval-start-after", approval_start_after),
+        ):
+            # Beyond it, threading.Timer's thread died with OverflowError: the event was
+            # never removed, or an approved one never started.
+            if not 0 <= delay <= MAX_AFTER:
+                raise SimError(
+                    f"{flag} must be from 0 to {MAX_AFTER / 86400:g} days, got {delay:g} s"
+                )
         self.removal_after = removal_after
         # Seconds an approved event stays Scheduled: approval lets Azure start it early, but
         # it may still wait for other tenants, listed as Scheduled until it starts.
@@ -490,6 +500,14 @@ def _options(parser: argparse.ArgumentParser) -> None:
         help="seconds an event stays Started before it disappears (default 5)",
     )
     parser.add_argument(
+        "--approval-start-after",
+        type=duration_arg,
+        default=0.0,
+        metavar="S",
+        help="seconds an approved event stays Scheduled before it starts (default 0: at "
+        "once; Azure may wait for other tenants)",
+    )
+    parser.add_argument(
         "--first-call-delay",
         type=duration_arg,
         default=0.0,
@@ -541,6 +559,7 @@ COMMAND = SimulatorCommand(
     passes=(
         *("vm_name", "vmss_name", "instance_id"),
         *("removal_after", "rate_limit", "first_call_delay", "not_before_format"),
+        "approval_start_after",
     ),
     options=_options,
     scripted=tuple(

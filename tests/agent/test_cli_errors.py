@@ -174,6 +174,13 @@ CASES = [
     (["simulate", "azure", "--vm-name", " "], {}, "simulate azure: --vm-name is empty"),
     (["simulate", "azure", "--vmss-name", "", "--instance-id", "1"], {}, "--vmss-name is empty"),
     (["simulate", "azure", "--resources", " , ", "--preempt-after", "0"], {}, "--resources names"),
+    # Past what a timer takes, its thread died: an approved event never started.
+    (
+        ["simulate", "azure", "--approval-start-after", "99999999999999"],
+        {},
+        "simulate azure: --approval-start-after must be from 0 to 30 days, got 1e+14 s",
+    ),
+    (["simulate", "azure", "--removal-after", "400d"], {}, "simulate azure: --removal-after must"),
     (["simulate", "kubernetes", "--notice", "bogus"], {}, "simulate kubernetes: --notice 'bog"),
     (["simulate", "kubernetes", "--node", " "], {}, "simulate kubernetes: --node: empty"),
     (

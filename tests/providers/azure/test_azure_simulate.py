@@ -8,13 +8,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from forewarn.providers.azure.events import parse_document, parse_not_before
 from forewarn.providers.azure.simulate import AzureSimulator, drill_script
 from forewarn.providers.simulator import SimError, SimServer
-from support import eventually
+from support import eventually, forewarn_cmd
 
 EVENTS = "/metadata/scheduledevents"
 V = {"api-version": "2020-07-01"}
@@ -245,6 +247,41 @@ def test_cli_serves_scripted_events(tmp_path: object) -> None:
             (event,) = client.get(EVENTS, params=V, headers=META).json()["Events"]
             assert event["EventType"] == "Preempt"
             assert event["Resources"] == ["gpuset_2", "gpuset_3"]
+    finally:
+        proc.terminate()
+        proc.wait(5)
+    assert proc.returncode == 0
+
+
+def test_cli_approval_start_after_keeps_an_approved_event_scheduled(tmp_path: Path) -> None:
+    """`approval_start_after` (Azure waiting for other tenants after an approval) had no flag:
+    from the command line an approved event always started at once, so the restart paths
+    that need an approved event still Scheduled could not be tried by hand."""
+    ready = tmp_path / "sim.url"
+    proc = subprocess.Popen(
+        forewarn_cmd("simulate", "azure", "--port", "0", "--ready-file", str(ready),
+                     "--vm-name", "gpu-0", "--terminate-after", "0", "--rate-limit", "1000",
+                     "--approval-start-after", "1h"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        eventually(lambda: ready.is_file() and ready.read_text().strip(), what="the ready file")
+        with httpx.Client(base_url=ready.read_text().strip(), trust_env=False) as client:
+
+            def events() -> list[dict[str, Any]]:
+                answer: list[dict[str, Any]] = client.get(EVENTS, params=V, headers=META).json()[
+                    "Events"
+                ]
+                return answer
+
+            eventually(events, what="the scripted Terminate")
+            (event,) = events()
+            body = {"StartRequests": [{"EventId": event["EventId"]}]}
+            assert client.post(EVENTS, params=V, headers=META, json=body).status_code == 200
+            state = client.get("/_sim/state").json()
+            assert [a["EventId"] for a in state["approvals"]] == [event["EventId"]]
+            (after,) = events()
+            assert after["EventStatus"] == "Scheduled" and after["NotBefore"], after
     finally:
         proc.terminate()
         proc.wait(5)
