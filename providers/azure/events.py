@@ -121,7 +121,9 @@ def format_not_before(moment: datetime) -> str:
 def _decode(body: bytes | str) -> Any:
     try:
         return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as error:
+    # RecursionError: an answer nested deeper than json recurses (1 MiB of `[` is far past it)
+    # escaped every caller, and the watcher crashed at each poll.
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:
         preview = body[:80] if isinstance(body, str) else body[:80].decode("utf-8", "replace")
         raise ParseError(f"not JSON ({error}): {preview!r}") from None
 

@@ -127,7 +127,7 @@ class AzureWatcher:
             payload = json.loads(response.content)
         except (httpx.HTTPError, asyncio.TimeoutError) as error:
             return await self._not_detected(f"no answer from {INSTANCE_PATH} ({error})")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested too deep
             return await self._not_detected(f"{INSTANCE_PATH} did not answer JSON")
         if not isinstance(payload, dict) or not isinstance(payload.get("compute"), dict):
             return await self._not_detected(f"{INSTANCE_PATH} answered without a compute object")

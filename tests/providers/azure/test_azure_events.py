@@ -491,6 +491,25 @@ def test_any_bytes_parse_or_raise_parse_error(body: bytes) -> None:
         parse_document(body)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(min_value=2_000, max_value=200_000),
+    st.sampled_from(["[", '{"a":', '{"Events":[', '{"compute":']),
+    st.booleans(),
+)
+def test_json_nested_past_the_parsers_depth_is_a_parse_error(
+    depth: int, opening: str, closed: bool
+) -> None:
+    """An answer nested deeper than json.loads recurses (well within the 1 MiB cap) raised
+    RecursionError, which no caller catches: the watcher crashed at every poll."""
+    closing = {"[": "]", '{"a":': "}", '{"Events":[': "]}", '{"compute":': "}"}[opening]
+    body = opening * depth + ("0" + closing * depth if closed else "")
+    with pytest.raises(ParseError, match="not JSON"):
+        parse_document(body)
+    with pytest.raises(ParseError, match="not JSON"):
+        parse_compute(body.encode())
+
+
 valid_events = st.builds(
     lambda kind, status, names, mine, seconds: event(
         kind,

@@ -167,6 +167,8 @@ async def test_slow_first_call_is_not_an_error() -> None:
         (500, '{"error": "Internal Server Error"}', "http-500"),
         (200, "<html>garbage</html>", "bad-answer"),
         (200, '{"DocumentIncarnation": 1, "Events": "nope"}', "bad-answer"),
+        # Nested past json's recursion: RecursionError escaped and the watcher crashed.
+        (200, '{"Events":' + "[" * 100_000, "bad-answer"),
     ],
 )
 async def test_faults_are_counted_and_recovered(status: int, body: str, kind: str) -> None:
@@ -308,10 +310,11 @@ class TestDetect:
                 httpx.Response(404, text="not here"),
                 httpx.Response(200, text="<html>captive portal</html>"),
                 httpx.Response(200, json={"no": "compute"}),
+                httpx.Response(200, text="[" * 100_000),  # raised RecursionError
             ]
         )
         watcher = AzureWatcher(Settings(url="http://127.0.0.1:1"))
-        assert [await watcher.detect() for _ in range(3)] == [False, False, False]
+        assert [await watcher.detect() for _ in range(4)] == [False, False, False, False]
         await watcher.aclose()
 
 
