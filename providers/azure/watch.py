@@ -348,13 +348,6 @@ class AzureWatcher:
         event_id = event_id_of(notice_id)
         if event_id is None or self.settings.approve != "after-ack":
             return
-        report = self.reports.get(notice_id)
-        if report is not None and report.action != "terminate":
-            # A drain's flush is not the last: its clients keep training until the board
-            # re-sends it as terminate before NotBefore. Approved now, Azure would start the
-            # reboot under them; unapproved, it starts at NotBefore, after they have exited.
-            self.approvals.skip(event_id, "it is a drain: its clients flushed and kept working")
-            return
         self.request_approval(event_id, "after-ack")
 
     def request_approval(self, event_id: str, why: str) -> None:
@@ -375,6 +368,15 @@ class AzureWatcher:
             return
         if not event.scheduled:
             self.approvals.skip(event_id, f"its status is {event.status}")
+            return
+        report = self.reports.get(event.notice_id)
+        if why == "after-ack" and (report is None or report.action != "terminate"):
+            # A drain's flush is not the last: its clients keep training until the board
+            # re-sends it as terminate before NotBefore. Approved now, Azure would start the
+            # reboot under them; unapproved, it starts at NotBefore, after they have exited.
+            # Judged here, on the event as listed: a flush before the first answer (a
+            # restarted agent's clients) is asked again after it, when the report is known.
+            self.approvals.skip(event_id, "it is a drain: its clients flushed and kept working")
             return
         if event.event_type not in self.settings.approve_types:
             # An approved Reboot starts within seconds, under clients that flushed a drain

@@ -149,6 +149,24 @@ async def test_a_flush_before_the_first_answer_is_approved_after_it() -> None:
         assert [a["EventId"] for a in h.sim.approvals] == [event_id]
 
 
+@pytest.mark.parametrize("kind", ["Reboot", "Redeploy"])
+async def test_a_drain_flushed_before_the_first_answer_is_not_approved_after_it(kind: str) -> None:
+    """`after-ack` never approves a drain: its clients flushed and keep training until the
+    terminate near NotBefore. A restarted agent's clients acking a restored drain before the
+    watcher's first answer went past that check (the watcher had no report of it yet), and the
+    approval asked again after the first poll was sent: Azure started the reboot under them."""
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10, first_call_delay=1.0)
+    event_id = sim.raise_notice(kind, {"not_before_seconds": 900})
+    async with running(sim, approve_types="reboot,redeploy,preempt,terminate") as h:
+        h.watcher.flushed(f"azure/{event_id}")
+        assert not h.watcher.answered
+        await eventually_async(lambda: h.reports, what="the drain")
+        await h.more_polls(3)
+        assert h.sim.approvals == []
+        assert h.sim.events[event_id]["EventStatus"] == "Scheduled"
+        assert "drain" in h.watcher.approvals.skipped[event_id]
+
+
 async def test_flushed_from_another_thread_is_handled_on_the_loop() -> None:
     async with running(removal_after=30) as h:
         event_id = h.sim.raise_notice("Terminate", {})
