@@ -185,6 +185,14 @@ class NoticeBoard:
                 cleared.append(notice)
         return cleared
 
+    def flushed_ids(self, provider: str) -> list[str]:
+        """The active notices of `provider` every client has flushed (restored ones too)."""
+        return [
+            notice_id
+            for notice_id, entry in self.entries.items()
+            if entry.flushed and not entry.manual and entry.report.provider == provider
+        ]
+
     def get(self, notice_id: str) -> Notice | None:
         entry = self.entries.get(notice_id)
         return entry.notice if entry else None

@@ -565,6 +565,15 @@ class Agent:
                     watcher.restored(reports)
             except Exception:  # its memory only: the board still dedups what it reports
                 log.exception("%s: restored() failed", watcher.name)
+        if isinstance(watcher, FlushAware):
+            # The flushes it would have been told of had it run then: before a restart (a
+            # flushed notice is not flushed again) or while a crashed watcher was rebuilt.
+            # Without them an Azure approval that had not gone out was never sent.
+            for notice_id in self.board.flushed_ids(watcher.name):
+                try:
+                    watcher.flushed(notice_id)
+                except Exception:
+                    log.exception("%s: flushed(%s) failed", watcher.name, notice_id)
         return watcher
 
     def _emit(self, report: Report) -> None:

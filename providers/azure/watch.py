@@ -355,7 +355,7 @@ class AzureWatcher:
         if self.approvals.done(event_id):
             if event_id in self.approvals.restored:
                 self.approvals.restored.discard(event_id)
-                log.info("azure: event %s was approved before the agent restarted", event_id)
+                log.info("azure: event %s was approved before this watcher started", event_id)
             return
         event = self.events.get(event_id)
         if event is None and not self.answered:

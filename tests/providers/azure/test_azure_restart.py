@@ -13,7 +13,7 @@ import pytest
 from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, agent_env, eventually
+from support import AgentProcess, Subscriber, agent_env, eventually
 
 
 @pytest.fixture
@@ -205,3 +205,45 @@ def test_a_notice_retired_at_the_restart_survives_a_watcher_crash_before_its_fir
         assert after["id"] == notice_id and after["action"] == "terminate"
         assert parse_time(after["deadline"]) == deadline, agent.output()
         assert after["detail"]["DocumentIncarnation"] == before["detail"]["DocumentIncarnation"]
+
+
+def test_a_flush_whose_approval_did_not_go_out_is_approved_after_an_agent_restart(
+    tmp_path: Path,
+) -> None:
+    """Under `after-ack`, every client flushed the Terminate, but the approval did not go out
+    before the agent stopped (IMDS refused the POST). The restarted agent knows the notice is
+    flushed (its clients need not ack again) but only a new flush told the watcher: the
+    approval was never sent, and the eviction waited for its NotBefore. Once sent, a further
+    restart does not send it again (Azure keeps the approved event Scheduled here)."""
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=60, rate_limit=10, approval_start_after=600)
+    with SimServer(sim) as server:
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AZURE_URL=server.url,
+            FOREWARN_AZURE_VM_NAME="gpu-0",
+            FOREWARN_AZURE_INTERVAL="0.25",
+            FOREWARN_AZURE_APPROVE="after-ack",
+        )
+        refused = sim.add_fault(
+            "status", status=500, method="POST", path="/metadata/scheduledevents"
+        )
+        event_id = sim.raise_notice("Terminate", {"not_before_seconds": 600})
+        notice_id = f"azure/{event_id}"
+        with (
+            AgentProcess(tmp_path, providers=("azure",), env=env) as first,
+            Subscriber(first.events, ("notice", "client/trainer-0")) as client,
+        ):
+            assert client.notice(timeout=15)["id"] == notice_id
+            ack = {"op": "ack", "notice_id": notice_id, "client": "trainer-0", "flush_seconds": 0.1}
+            assert first.control(ack)["ok"]
+            eventually(lambda: "flushed by every client" in first.output(), what="the flush")
+            eventually(lambda: "approving event" in first.output(), what="the refused approval")
+        assert sim.approvals == []
+        sim.remove_fault(refused)
+        with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
+            eventually(lambda: sim.approvals, what="the approval after the restart")
+            eventually(lambda: "approved event" in agent.output(), what="its 200 to be read")
+        with AgentProcess(tmp_path, providers=("azure",), env=env) as again:
+            eventually(lambda: "approved before" in again.output(), what="the approval remembered")
+            wait_polls(sim, 4)
+            assert [a["EventId"] for a in sim.approvals] == [event_id], again.output()
