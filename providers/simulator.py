@@ -394,7 +394,8 @@ def _after(fields: dict[str, Any]) -> float | None:
 def _json_object(body: bytes) -> dict[str, Any]:
     try:
         payload = json.loads(body or b"{}")
-    except ValueError as error:
+    # RecursionError: JSON nested past json's recursion was a 500 and a traceback.
+    except (ValueError, RecursionError) as error:
         raise SimError(f"body is not JSON: {error}") from None
     if not isinstance(payload, dict):
         raise SimError("body must be a JSON object")

@@ -212,7 +212,8 @@ class AzureSimulator(Simulator):
             ids = [item["EventId"] for item in requests]
             if not requests or not all(isinstance(i, str) for i in ids):
                 raise TypeError
-        except (ValueError, KeyError, TypeError):
+        # RecursionError: JSON nested past json's recursion was a 500 and a traceback.
+        except (ValueError, KeyError, TypeError, RecursionError):
             return _bad_request('Bad request. Expected {"StartRequests": [{"EventId": ...}]}')
         with self.lock:
             unknown = [event_id for event_id in ids if event_id not in self.events]

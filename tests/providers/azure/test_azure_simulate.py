@@ -16,6 +16,8 @@ import pytest
 from forewarn.providers.azure.events import parse_document, parse_not_before
 from forewarn.providers.azure.simulate import AzureSimulator, drill_script
 from forewarn.providers.simulator import SimError, SimServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import eventually, forewarn_cmd
 
 EVENTS = "/metadata/scheduledevents"
@@ -224,6 +226,21 @@ class TestControlApi:
         assert answers[0].json() == {"error": "Internal Server Error"}
         refused = client.post("/_sim/faults", json={"kind": "status", "status": 99})
         assert refused.status_code == 400 and "status" in refused.json()["error"]
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(min_value=5_000, max_value=100_000), st.sampled_from(["[", '{"a":']))
+def test_a_body_nested_past_json_recursion_is_a_400(depth: int, opening: str) -> None:
+    """Both POST faces answered 500 ('simulator error: maximum recursion depth exceeded')
+    with a traceback, where every other unreadable body is a 400 naming what was wrong."""
+    sim = AzureSimulator(vm_name="gpu-0", rate_limit=1000)
+    body = (opening * depth).encode()
+    with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as client:
+        approval = client.post(EVENTS, params=V, headers=META, content=body)
+        assert approval.status_code == 400 and "StartRequests" in approval.json()["error"]
+        notice = client.post("/_sim/notices", content=body)
+        assert notice.status_code == 400 and "not JSON" in notice.json()["error"]
+    assert sim.approvals == [] and sim.events == {}
 
 
 def test_cli_serves_scripted_events(tmp_path: object) -> None:
