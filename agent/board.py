@@ -169,6 +169,15 @@ class NoticeBoard:
             if entry.restored and entry.report.provider == provider
         ]
 
+    def provider_reports(self, provider: str) -> list[Report]:
+        """The active notices of `provider`, restored or not, as reported: what a watcher
+        built again after a crash would remember had it not crashed (`RestoreAware`)."""
+        return [
+            entry.report
+            for entry in self.entries.values()
+            if not entry.manual and entry.report.provider == provider
+        ]
+
     def withdraw_restored(self, provider: str, why: str) -> list[Notice]:
         """Clear the restored notices of `provider` that its watcher, having answered, did not
         report again: the provider withdrew them while the agent was down."""

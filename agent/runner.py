@@ -556,10 +556,12 @@ class Agent:
         of its provider restored after a restart: it must not take them for new ones. Until a
         watcher of the provider has answered, each one built gets them all, those retired at
         start-up too (a first watcher that crashed before its first poll took the retired ones
-        with it); after that, those the board still holds as restored."""
+        with it); after that, one built again after a crash gets every active notice of its
+        provider (its predecessor's reports: without them an Azure Started event got a new
+        deadline and went out again as changed)."""
         at_start = self._restored_at_start.get(watcher.name)
         if isinstance(watcher, RestoreAware):
-            reports = self.board.restored_reports(watcher.name) if at_start is None else at_start
+            reports = self.board.provider_reports(watcher.name) if at_start is None else at_start
             try:
                 if reports:
                     watcher.restored(reports)

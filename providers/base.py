@@ -66,7 +66,8 @@ class RestoreAware(Protocol):
     up the document's newer DocumentIncarnation, and the notice went out again as changed).
     Until a watcher of the provider has answered, each one built (after a crash too) also gets
     those the agent retired at start-up (past their end while it was down): one still listed
-    is raised again as it was, as within one run."""
+    is raised again as it was, as within one run. After that, one built again after a crash
+    gets every active notice of its provider, as its predecessor reported them."""
 
     def restored(self, reports: list[Report]) -> None: ...
 

@@ -247,3 +247,56 @@ def test_a_flush_whose_approval_did_not_go_out_is_approved_after_an_agent_restar
             eventually(lambda: "approved before" in again.output(), what="the approval remembered")
             wait_polls(sim, 4)
             assert [a["EventId"] for a in sim.approvals] == [event_id], again.output()
+
+
+# The agent's first Azure watcher crashes at its first poll after it published a Started event.
+CRASH_AFTER_STARTED = """\
+import forewarn.providers.azure.watch as watch
+
+_poll = watch.AzureWatcher.poll
+_crashed = []
+
+
+async def _poll_then_crash(self):
+    started = [r for r in self.reports.values() if r.detail.get("EventStatus") == "Started"]
+    if started and not _crashed:
+        _crashed.append(self)
+        raise RuntimeError("the watcher crashed after it published the Started event")
+    return await _poll(self)
+
+
+watch.AzureWatcher.poll = _poll_then_crash
+"""
+
+
+def test_a_started_event_keeps_its_deadline_across_a_watcher_crash(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """The watcher built again after a crash knew nothing of what its predecessor reported: a
+    Started event (NotBefore empty) got the new watcher's first poll as its deadline, and the
+    document's newer DocumentIncarnation, and went out again as changed."""
+    sim, server = imds
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(CRASH_AFTER_STARTED)
+    env = agent_env(
+        tmp_path,
+        FOREWARN_AZURE_URL=server.url,
+        FOREWARN_AZURE_VM_NAME="gpu-0",
+        FOREWARN_AZURE_INTERVAL="0.25",
+        FOREWARN_AZURE_APPROVE="off",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+    )
+    event_id = sim.raise_notice("Preempt", {"status": "Started"})
+    notice_id = f"azure/{event_id}"
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
+        eventually(lambda: published(agent.output(), notice_id), what="the notice")
+        (before,) = agent.control({"op": "status"})["active"]
+        sim.raise_notice("Preempt", {"resources": ["gpu-1"]})  # bumps the incarnation
+        eventually(lambda: "crashed after it published" in agent.output(), what="the crash")
+        eventually(lambda: "polling recovered" in agent.output(), what="the new watcher")
+        wait_polls(sim, 4)
+        (after,) = agent.control({"op": "status"})["active"]
+        assert parse_time(after["deadline"]) == parse_time(before["deadline"]), agent.output()
+        assert after["detail"]["DocumentIncarnation"] == before["detail"]["DocumentIncarnation"]
+        assert len(published(agent.output(), notice_id)) == 1, agent.output()
