@@ -165,7 +165,8 @@ def split_list(value: Any, field: FieldInfo | None, *, json_list: bool = False) 
     if json_list and text.startswith("["):
         try:
             return json.loads(text)
-        except ValueError as error:
+        # RecursionError: nested a few thousand deep, a traceback instead of exit 2.
+        except (ValueError, RecursionError) as error:
             raise ValueError(f"not a JSON list ({error})") from None
     items = [part.strip(string.whitespace) for part in text.split(",")]
     if not any(items):

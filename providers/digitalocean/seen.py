@@ -47,7 +47,8 @@ class SeenMail:
             payload = json.loads(path.read_text())
         except FileNotFoundError:
             return state
-        except (OSError, ValueError) as error:
+        # RecursionError: nested a few thousand deep; escaping, it crashed every start.
+        except (OSError, ValueError, RecursionError) as error:
             log.warning("digitalocean: ignoring unreadable %s (%s); starting afresh", path, error)
             return state
         if not isinstance(payload, dict):
@@ -117,7 +118,7 @@ class ActiveReclaims:
             reports = [Report.model_validate(item) for item in payload]
         except FileNotFoundError:
             return []
-        except (OSError, ValueError, TypeError) as error:
+        except (OSError, ValueError, TypeError, RecursionError) as error:  # as SeenMail.load
             log.warning("digitalocean: ignoring unreadable %s (%s)", self.path, error)
             return []
         return [r for r in reports if r.deadline is None or r.deadline > now]

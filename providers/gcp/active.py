@@ -42,7 +42,8 @@ class ActiveNotices:
             return {str(kind): Report.model_validate(item) for kind, item in payload.items()}
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, TypeError, AttributeError) as error:
+        # RecursionError: nested a few thousand deep; escaping, it crashed every start.
+        except (OSError, ValueError, TypeError, AttributeError, RecursionError) as error:
             log.warning("gcp: ignoring unreadable %s (%s)", self.path, error)
             return {}
 

@@ -140,7 +140,9 @@ def parse_upcoming(text: str) -> UpcomingWindow | None:
         return None
     try:
         document = json.loads(body)
-    except ValueError:
+    # RecursionError: a body nested a few thousand deep, which escaped and crashed the
+    # watcher at every poll.
+    except (ValueError, RecursionError):
         raise ParseError(f"{UPCOMING_KEY}: not JSON: {body[:80]!r}") from None
     if document is None or document == {}:
         return None
@@ -172,7 +174,7 @@ def _scheduling_value(text: str, keys: tuple[str, ...]) -> Any:
     document, or None when none is there."""
     try:
         document = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deep: as parse_upcoming
         raise ParseError(f"{SCHEDULING_DIR}: not JSON: {text.strip()[:80]!r}") from None
     if not isinstance(document, dict):
         raise ParseError(f"{SCHEDULING_DIR}: expected a JSON object, got {text.strip()[:80]!r}")

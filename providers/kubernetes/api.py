@@ -116,7 +116,7 @@ def status_message(body: bytes) -> str:
         payload = json.loads(body)
         if isinstance(payload, dict) and isinstance(payload.get("message"), str):
             return str(payload["message"])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested a few thousand deep
         pass
     return body[:200].decode(errors="replace") or "(empty body)"
 
@@ -202,7 +202,7 @@ class NodeApi:
             )
         try:
             payload = json.loads(response.content)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested a few thousand deep
             raise ApiError("parse", f"list: body is not JSON: {response.text[:200]!r}") from None
         return parse_list(payload)
 

@@ -335,7 +335,8 @@ def parse_event(line: str | bytes) -> WatchEvent:
     """One line of a watch stream: `{"type": ..., "object": {...}}`."""
     try:
         payload = json.loads(line)
-    except ValueError as error:
+    # RecursionError: a line nested a few thousand deep, which escaped as a crash.
+    except (ValueError, RecursionError) as error:
         text = line if isinstance(line, str) else line.decode(errors="replace")
         raise ParseError(f"watch line is not JSON ({error}): {text[:200]!r}") from None
     payload = _object(payload, "watch event")

@@ -472,7 +472,7 @@ class KubernetesSimulator(Simulator):
             )
         try:
             event = json.loads(request.body or b"null")
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # nested too deep: a 400, not a 500
             return SimResponse.json(_status(400, "BadRequest", f"event: {error}"), 400)
         problems = event_problems(event, namespace)
         if problems:
@@ -529,7 +529,7 @@ class KubernetesSimulator(Simulator):
             return SimResponse.json(_status(415, "UnsupportedMediaType", message), 415)
         try:
             patch = json.loads(request.body or b"null")
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # nested too deep: a 400, not a 500
             return SimResponse.json(_status(400, "BadRequest", f"patch: {error}"), 400)
         if not isinstance(patch, dict):
             return SimResponse.json(_status(400, "BadRequest", "patch must be an object"), 400)

@@ -314,3 +314,11 @@ def test_no_drain_taint_at_all_is_an_empty_json_list(source: Any) -> None:
     # The one way to have no taint key: blank is the defaults.
     assert source("kubernetes.taints", "[]") == []
     assert _from_file_list("kubernetes.taints", []) == []
+
+
+@pytest.mark.parametrize("source", [_from_environment, _from_set])
+def test_a_json_list_nested_past_json_recursion_is_refused_naming_its_key(source: Any) -> None:
+    # json.loads raises RecursionError, not ValueError, past a few thousand levels: the agent
+    # ended in a traceback instead of exit 2 naming the key.
+    with pytest.raises(ConfigError, match=r"^config key kubernetes.taints: .*not a JSON list"):
+        source("kubernetes.taints", "[" * 50_000 + "]" * 50_000)

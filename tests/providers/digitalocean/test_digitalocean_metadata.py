@@ -128,3 +128,18 @@ def test_seen_mail_state_survives_and_resets_when_it_must(tmp_path: Path) -> Non
     path.write_text("{not json")
     assert SeenMail.load(path, "box-b").begin(8) == 0
     assert json.loads(path.read_text())["uidvalidity"] == 8
+
+
+def test_a_state_file_nested_past_json_recursion_is_ignored_not_raised(tmp_path: Path) -> None:
+    """json.loads raises RecursionError, not ValueError, for JSON nested a few thousand deep:
+    a seen or active file of that shape crashed the watcher at every start."""
+    from datetime import datetime, timezone
+
+    from forewarn.providers.digitalocean.seen import ActiveReclaims
+
+    nested = "[" * 100_000 + "]" * 100_000
+    seen, active = tmp_path / "seen.json", tmp_path / "active.json"
+    seen.write_text(nested)
+    active.write_text(nested)
+    assert SeenMail.load(seen, "box-a").begin(7) == 0
+    assert ActiveReclaims(active).load(datetime.now(timezone.utc)) == []

@@ -376,3 +376,18 @@ def test_on_host_maintenance_never_raises_but_parse_error(text: str) -> None:
     with contextlib.suppress(ParseError):
         policy = parse_on_host_maintenance(text)
         assert policy is None or (policy and policy == policy.upper())
+
+
+_NESTED = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "parse", [parse_upcoming, parse_notice_duration, parse_on_host_maintenance]
+)
+def test_a_document_nested_past_json_recursion_is_a_parse_error(parse: Any) -> None:
+    """json.loads raises RecursionError, not ValueError, for a body nested a few thousand
+    deep: it escaped the parser, and the watcher crashed at every poll of that answer."""
+    with pytest.raises(ParseError, match="not JSON"):
+        parse(_NESTED)
+    with pytest.raises(ParseError, match="not JSON"):
+        parse('{"a": ' + _NESTED + "}")

@@ -265,10 +265,13 @@ async def test_a_notice_changed_while_the_agent_was_down_keeps_its_id(
     assert terminate.detail == {"maintenance-event": TERMINATE} and terminate.deadline is not None
 
 
+# Nested a few thousand deep: json.loads raises RecursionError, not ValueError, and the
+# watcher crashed at every start.
+@pytest.mark.parametrize("unreadable", ["{not json", "[" * 100_000 + "]" * 100_000])
 async def test_an_unreadable_notice_file_is_ignored(
-    server: SimServer, sim: GcpSimulator, tmp_path: Path
+    server: SimServer, sim: GcpSimulator, tmp_path: Path, unreadable: str
 ) -> None:
-    (tmp_path / ACTIVE_FILE).write_text("{not json")
+    (tmp_path / ACTIVE_FILE).write_text(unreadable)
     drain = await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
     assert drain.action == "drain"
     assert json.loads((tmp_path / ACTIVE_FILE).read_text())["maintenance-event"]["id"] == drain.id

@@ -413,3 +413,40 @@ def test_garbage_lines_raise_only_parse_errors(line: bytes | str) -> None:
 def test_garbage_nodes_raise_only_parse_errors(payload: Any) -> None:
     with contextlib.suppress(ParseError):
         node_reports(payload, NODE, TAINTS)
+
+
+_NESTED = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_a_watch_line_nested_past_json_recursion_is_a_parse_error() -> None:
+    """json.loads raises RecursionError, not ValueError, for a line nested a few thousand
+    deep: it escaped parse_event, and the watch ended in a crash, not a named bad line."""
+    with pytest.raises(ParseError, match="not JSON"):
+        parse_event(_NESTED)
+    with pytest.raises(ParseError, match="not JSON"):
+        parse_event(b'{"type": "ADDED", "object": ' + _NESTED + b"}")
+
+
+def test_a_status_or_list_body_nested_past_json_recursion_is_a_named_error() -> None:
+    """The same for a Status body (an error answer's message) and a node list."""
+    import asyncio
+
+    import httpx
+    from forewarn.providers.kubernetes.api import ApiError, NodeApi, status_message
+    from forewarn.providers.kubernetes.config import Cluster
+
+    assert status_message(_NESTED).startswith("[[[")
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=_NESTED, headers={"Content-Type": "application/json"})
+
+    async def list_it() -> None:
+        client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+        api = NodeApi(Cluster("http://127.0.0.1:9", lambda: None, False, "test"), "n", client)
+        try:
+            with pytest.raises(ApiError, match="not JSON"):
+                await api.list_node()
+        finally:
+            await client.aclose()
+
+    asyncio.run(list_it())

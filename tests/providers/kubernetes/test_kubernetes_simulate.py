@@ -127,6 +127,23 @@ def test_patch_cordons_like_kubectl(api: httpx.Client) -> None:
     assert missing.status_code == 404
 
 
+@pytest.mark.parametrize("opening", ["[", '{"a":'])
+def test_a_patch_or_event_nested_past_json_recursion_is_a_400(
+    api: httpx.Client, opening: str
+) -> None:
+    """The node PATCH and the Event POST answered 500 with a traceback for a body nested a few
+    thousand deep (RecursionError, not ValueError), where any other unreadable body is a 400."""
+    body = opening * 100_000
+    headers = {**AUTH, "Content-Type": "application/strategic-merge-patch+json"}
+    patch = api.patch(f"/api/v1/nodes/{NODE}", content=body, headers=headers)
+    assert patch.status_code == 400 and "patch" in patch.json()["message"]
+    headers = {**AUTH, "Content-Type": "application/json"}
+    event = api.post(
+        "/apis/events.k8s.io/v1/namespaces/default/events", content=body, headers=headers
+    )
+    assert event.status_code == 400 and "event" in event.json()["message"]
+
+
 def test_control_errors(api: httpx.Client) -> None:
     assert api.post("/_sim/notices", json={"kind": "flood"}).status_code == 400
     assert api.post("/_sim/notices", json={"kind": "taint"}).status_code == 400
