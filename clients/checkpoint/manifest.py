@@ -228,7 +228,7 @@ def decode_latest(raw: bytes) -> int | None:
     try:
         data = json.loads(raw)
         step = data.get("step") if isinstance(data, dict) else None
-    except ValueError:
+    except (ValueError, RecursionError):  # as _load_object
         return None
     return step if isinstance(step, int) and step >= 0 else None
 
@@ -236,7 +236,9 @@ def decode_latest(raw: bytes) -> int | None:
 def _load_object(raw: bytes, what: str) -> dict[str, Any]:
     try:
         data = json.loads(raw)
-    except ValueError as exc:
+    # RecursionError: nested a few thousand deep; escaping, it made latest() raise instead of
+    # passing over the generation.
+    except (ValueError, RecursionError) as exc:
         raise ValueError(f"{what} is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what} is not a JSON object")

@@ -322,7 +322,9 @@ def _gone_from_here(raw: bytes) -> bool:
         found = json.loads(raw)
         pid, started = int(found["pid"]), int(found["pid_started"])
         boot, namespace = found["boot"], found["pid_namespace"]
-    except (ValueError, KeyError, TypeError, AttributeError):
+    # RecursionError: an object nested a few thousand deep (json.loads raises it, not
+    # ValueError); the save meeting it failed with it.
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return False
     here = _this_process()
     if not here or (here["boot"], here["pid_namespace"]) != (boot, namespace):
@@ -337,7 +339,7 @@ def _left_by_this_process(raw: bytes) -> bool:
     try:
         found = json.loads(raw)
         named = {key: found[key] for key in ("pid", "pid_started", "boot", "pid_namespace")}
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return False
     here = _this_process()
     return bool(here) and named == here
@@ -346,7 +348,7 @@ def _left_by_this_process(raw: bytes) -> bool:
 def _holder(raw: bytes) -> str:
     try:
         holder = json.loads(raw).get("holder")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         holder = None
     return holder if isinstance(holder, str) and holder else "unknown"
 

@@ -429,7 +429,8 @@ def last_checkpoint(output_dir: str | os.PathLike[str]) -> str | None:
                 state = json.load(handle)
             if not isinstance(state, dict) or state.get("global_step") != step:
                 raise ValueError(f"its {_TRAINER_STATE} is not for step {step}")
-        except (OSError, ValueError) as exc:
+        # RecursionError: a state nested a few thousand deep; escaping, it failed every restart.
+        except (OSError, ValueError, RecursionError) as exc:
             log.warning("forewarn: %s is incomplete, trying an older checkpoint: %s", folder, exc)
             continue
         return folder

@@ -153,6 +153,24 @@ def test_a_tampered_manifest_or_marker_is_detected(make_store: Any) -> None:
     assert [g.step for g in store.generations()] == [1]
 
 
+def test_a_marker_manifest_or_latest_nested_past_json_recursion_is_skipped_not_raised(
+    make_store: Any,
+) -> None:
+    """json.loads raises RecursionError, not ValueError, for JSON nested a few thousand deep:
+    a COMMIT, MANIFEST.json (committed to match) or LATEST of that shape made latest() raise,
+    so a job crashed at every restart instead of resuming from the generation that verifies."""
+    nested = b"[" * 100_000 + b"]" * 100_000
+    store = make_store()
+    for step in (1, 2, 3):
+        save_step(store, step)
+    rewrite(store, "step-000000000003/COMMIT", lambda data: nested)
+    recommit(store, 2, lambda data: nested)
+    rewrite(store, "LATEST", lambda data: nested)
+    assert "commit marker" in store.verify(3).problems[0]
+    assert "manifest" in store.verify(2).problems[0]
+    assert store.latest().step == 1  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize(("marker", "manifest"), [("sha257", "blake3"), ("shake_128", "shake_256")])
 def test_a_checksum_scheme_this_version_does_not_know_is_skipped_not_raised(
     make_store: Any, marker: str, manifest: str

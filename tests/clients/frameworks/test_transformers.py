@@ -305,6 +305,17 @@ def test_the_checkpoint_is_fsynced_before_the_agent_is_told(
     assert written | {str(folder), str(folder.parent)} <= acked[0]
 
 
+def test_resume_passes_over_a_trainer_state_nested_past_json_recursion(tmp_path: Path) -> None:
+    """json.load raises RecursionError, not ValueError, for JSON nested a few thousand deep: a
+    trainer_state.json of that shape escaped last_checkpoint, and the job crashed at every
+    restart instead of resuming from the older checkpoint."""
+    for step, state in ((25, b'{"global_step": 25}'), (50, b"[" * 100_000 + b"]" * 100_000)):
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        (folder / "trainer_state.json").write_bytes(state)
+    assert fw.last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-25")
+
+
 def test_resume_passes_over_a_checkpoint_the_trainer_never_finished(
     tmp_path: Path, caplog: Any
 ) -> None:
