@@ -109,42 +109,6 @@ def test_an_event_approved_before_an_agent_restart_is_not_approved_again(tmp_pat
             assert "approved before" in agent.output()
 
 
-def test_an_event_retired_at_the_restart_is_raised_again_as_it_was(
-    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
-) -> None:
-    """The Preempt has Started (NotBefore empty) and is still listed when the agent restarts
-    past its deadline plus the grace: the restored notice is retired at start-up, before the
-    watcher is built, and the watcher then raises the event again. Without the retired notice
-    handed to it, it took the moment of its first poll for the deadline and the document's
-    newer DocumentIncarnation (neighbours' events bumped it), where an agent that never
-    stopped raises it again as it was."""
-    sim, server = imds
-    env = agent_env(
-        tmp_path,
-        FOREWARN_AZURE_URL=server.url,
-        FOREWARN_AZURE_VM_NAME="gpu-0",
-        FOREWARN_AZURE_INTERVAL="0.25",
-        FOREWARN_AZURE_APPROVE="off",
-        FOREWARN_NOTICE_GRACE="5s",
-    )
-    event_id = sim.raise_notice("Preempt", {"status": "Started"})
-    notice_id = f"azure/{event_id}"
-    with AgentProcess(tmp_path, providers=("azure",), env=env) as first:
-        eventually(lambda: published(first.output(), notice_id), what="the notice")
-        (before,) = first.control({"op": "status"})["active"]
-    deadline = parse_time(before["deadline"])
-    sim.raise_notice("Preempt", {"resources": ["gpu-1"]})  # bumps the incarnation
-    past = deadline + timedelta(seconds=6)
-    eventually(lambda: utcnow() > past, what="the grace to pass", interval=0.1)
-    with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
-        eventually(lambda: "expired" in agent.output(), what="the retirement at start-up")
-        eventually(lambda: agent.control({"op": "status"})["active"], what="the event raised again")
-        (after,) = agent.control({"op": "status"})["active"]
-        assert after["id"] == notice_id and after["action"] == "terminate"
-        assert parse_time(after["deadline"]) == deadline, agent.output()
-        assert after["detail"]["DocumentIncarnation"] == before["detail"]["DocumentIncarnation"]
-
-
 # The agent's first Azure watcher crashes before its first poll (supervision builds another).
 CRASH_FIRST_WATCHER = """\
 import forewarn.providers.azure.watch as watch
@@ -164,18 +128,19 @@ watch.AzureWatcher.watch = _crash_once
 """
 
 
-def test_a_notice_retired_at_the_restart_survives_a_watcher_crash_before_its_first_poll(
-    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+@pytest.mark.parametrize("crash", [False, True], ids=["watcher-runs", "first-watcher-crashes"])
+def test_an_event_retired_at_the_restart_is_raised_again_as_it_was(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer], crash: bool
 ) -> None:
-    """As above, but the restarted agent's first watcher crashes before it read a document.
-    The notices retired at start-up went to that first watcher only; the one built after the
-    crash got those the board still held, not the retired one, and raised the Started event
-    again with the moment of its first poll as deadline and the document's newer
-    DocumentIncarnation."""
+    """The Preempt has Started (NotBefore empty) and is still listed when the agent restarts
+    past its deadline plus the grace: the restored notice is retired at start-up, before the
+    watcher is built, and the watcher then raises the event again. Without the retired notice
+    handed to it, it took the moment of its first poll for the deadline and the document's
+    newer DocumentIncarnation (neighbours' events bumped it), where an agent that never
+    stopped raises it again as it was. With `crash`, the restarted agent's first watcher
+    crashes before it read a document: the retired notices went to that first watcher only,
+    and the one built after the crash raised the event again as new."""
     sim, server = imds
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(CRASH_FIRST_WATCHER)
     env = agent_env(
         tmp_path,
         FOREWARN_AZURE_URL=server.url,
@@ -193,13 +158,16 @@ def test_a_notice_retired_at_the_restart_survives_a_watcher_crash_before_its_fir
     sim.raise_notice("Preempt", {"resources": ["gpu-1"]})  # bumps the incarnation
     past = deadline + timedelta(seconds=6)
     eventually(lambda: utcnow() > past, what="the grace to pass", interval=0.1)
-    crashing = {
-        **env,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")])),
-    }
-    with AgentProcess(tmp_path, providers=("azure",), env=crashing) as agent:
+    if crash:
+        site = tmp_path / "site"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(CRASH_FIRST_WATCHER)
+        path = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+        env = {**env, "PYTHONPATH": path}
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
         eventually(lambda: "expired" in agent.output(), what="the retirement at start-up")
-        eventually(lambda: "crashed before its first poll" in agent.output(), what="the crash")
+        if crash:
+            eventually(lambda: "crashed before its first poll" in agent.output(), what="a crash")
         eventually(lambda: agent.control({"op": "status"})["active"], what="the event raised again")
         (after,) = agent.control({"op": "status"})["active"]
         assert after["id"] == notice_id and after["action"] == "terminate"
