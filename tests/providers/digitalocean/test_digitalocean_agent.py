@@ -216,10 +216,8 @@ def test_heartbeats_keep_their_pace_while_a_large_mail_is_judged(
             timeout=15,
             what="the agent's status",
         )
-        dovecot.append(
-            mail_user,
-            reclaim_mail(f"at {deadline:%Y-%m-%dT%H:%M:%SZ}.\n{body}"),
-        )
+        raw = reclaim_mail(f"at {deadline:%Y-%m-%dT%H:%M:%SZ}.\n{body}")
+        dovecot.append(mail_user, raw)
         beats: list[float] = []
         notice = None
         until = time.monotonic() + 60
@@ -235,4 +233,31 @@ def test_heartbeats_keep_their_pace_while_a_large_mail_is_judged(
                 beats.append(time.monotonic())
     assert notice is not None and parse_time(notice["deadline"]) == deadline
     gaps = [later - earlier for earlier, later in itertools.pairwise(beats)]
-    assert max(gaps) < 0.8, f"heartbeat gaps {[round(g, 2) for g in gaps]}"
+    # On the loop, a beat waited for the whole judging; off it, for the longest single regex
+    # call (about 0.15 s of the 1 s here), which CPU starvation stretches too: in a clean-clone
+    # run of eight workers on two cores, gaps of 0.98 s. The bound scales with the judging as
+    # timed here, under the same load: half of it, and at least 0.8 s.
+    judging = _judging_seconds(raw)
+    bound = max(0.8, judging / 2)
+    assert max(gaps) < bound, (
+        f"heartbeat gaps {[round(g, 2) for g in gaps]}, judging {judging:.2f}s"
+    )
+
+
+def _judging_seconds(raw: bytes) -> float:
+    """The wall time the agent's judging of `raw` takes in this process, now."""
+    from forewarn.providers.digitalocean.mail import MatchRules, reclaim_verdict
+    from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
+
+    rules = MatchRules.build(
+        sender=DEFAULT_SENDER,
+        subject=DEFAULT_SUBJECT,
+        droplet_id=DROPLET_ID,
+        droplet_name=None,
+        lead=7200.0,
+        max_age=86400.0,
+    )
+    started = time.monotonic()
+    verdict = reclaim_verdict(raw, rules, "key", utcnow())
+    assert verdict.report is not None, verdict.why
+    return time.monotonic() - started
