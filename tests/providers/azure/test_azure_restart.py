@@ -32,6 +32,18 @@ def wait_polls(sim: AzureSimulator, count: int) -> None:
     eventually(lambda: polls(sim) >= target, what=f"{count} more polls")
 
 
+def _azure_env(tmp_path: Path, server: SimServer, approve: str, **extra: str) -> dict[str, str]:
+    """An agent of the Azure provider alone on `server`, VM gpu-0, polling every 0.25 s."""
+    return agent_env(
+        tmp_path,
+        FOREWARN_AZURE_URL=server.url,
+        FOREWARN_AZURE_VM_NAME="gpu-0",
+        FOREWARN_AZURE_INTERVAL="0.25",
+        FOREWARN_AZURE_APPROVE=approve,
+        **extra,
+    )
+
+
 def published(output: str, notice_id: str) -> list[str]:
     """The agent's log lines of each send of `notice_id` (new, changed, escalated, cleared),
     not its restore."""
@@ -48,13 +60,7 @@ def test_an_unchanged_event_is_not_sent_again_after_an_agent_restart(
     the event has Started (NotBefore is then empty): the restarted watcher took its deadline
     to be the moment of its first poll, and the notice went out again with a new deadline."""
     sim, server = imds
-    env = agent_env(
-        tmp_path,
-        FOREWARN_AZURE_URL=server.url,
-        FOREWARN_AZURE_VM_NAME="gpu-0",
-        FOREWARN_AZURE_INTERVAL="0.25",
-        FOREWARN_AZURE_APPROVE="off",
-    )
+    env = _azure_env(tmp_path, server, "off")
     first = AgentProcess(tmp_path, providers=("azure",), env=env).start()
     try:
         event_id = sim.raise_notice("Preempt", {"not_before_seconds": 600})
@@ -88,13 +94,7 @@ def test_an_event_approved_before_an_agent_restart_is_not_approved_again(tmp_pat
     notice flushed already, and a client's ack again is not a new flush.)"""
     sim = AzureSimulator(vm_name="gpu-0", removal_after=60, rate_limit=10, approval_start_after=600)
     with SimServer(sim) as server:
-        env = agent_env(
-            tmp_path,
-            FOREWARN_AZURE_URL=server.url,
-            FOREWARN_AZURE_VM_NAME="gpu-0",
-            FOREWARN_AZURE_INTERVAL="0.25",
-            FOREWARN_AZURE_APPROVE="immediately",
-        )
+        env = _azure_env(tmp_path, server, "immediately")
         event_id = sim.raise_notice("Terminate", {"not_before_seconds": 600})
         notice_id = f"azure/{event_id}"
         with AgentProcess(tmp_path, providers=("azure",), env=env) as first:
@@ -141,12 +141,10 @@ def test_an_event_retired_at_the_restart_is_raised_again_as_it_was(
     crashes before it read a document: the retired notices went to that first watcher only,
     and the one built after the crash raised the event again as new."""
     sim, server = imds
-    env = agent_env(
+    env = _azure_env(
         tmp_path,
-        FOREWARN_AZURE_URL=server.url,
-        FOREWARN_AZURE_VM_NAME="gpu-0",
-        FOREWARN_AZURE_INTERVAL="0.25",
-        FOREWARN_AZURE_APPROVE="off",
+        server,
+        "off",
         FOREWARN_NOTICE_GRACE="5s",
     )
     event_id = sim.raise_notice("Preempt", {"status": "Started"})
@@ -185,13 +183,7 @@ def test_a_flush_whose_approval_did_not_go_out_is_approved_after_an_agent_restar
     restart does not send it again (Azure keeps the approved event Scheduled here)."""
     sim = AzureSimulator(vm_name="gpu-0", removal_after=60, rate_limit=10, approval_start_after=600)
     with SimServer(sim) as server:
-        env = agent_env(
-            tmp_path,
-            FOREWARN_AZURE_URL=server.url,
-            FOREWARN_AZURE_VM_NAME="gpu-0",
-            FOREWARN_AZURE_INTERVAL="0.25",
-            FOREWARN_AZURE_APPROVE="after-ack",
-        )
+        env = _azure_env(tmp_path, server, "after-ack")
         refused = sim.add_fault(
             "status", status=500, method="POST", path="/metadata/scheduledevents"
         )
@@ -247,12 +239,10 @@ def test_a_started_event_keeps_its_deadline_across_a_watcher_crash(
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(CRASH_AFTER_STARTED)
-    env = agent_env(
+    env = _azure_env(
         tmp_path,
-        FOREWARN_AZURE_URL=server.url,
-        FOREWARN_AZURE_VM_NAME="gpu-0",
-        FOREWARN_AZURE_INTERVAL="0.25",
-        FOREWARN_AZURE_APPROVE="off",
+        server,
+        "off",
         PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
     )
     event_id = sim.raise_notice("Preempt", {"status": "Started"})

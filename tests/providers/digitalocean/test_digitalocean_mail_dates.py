@@ -10,10 +10,10 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 
 import pytest
+from do_support import RULES
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.providers.base import ParseError
-from forewarn.providers.digitalocean.mail import MatchRules, find_deadline, reclaim_verdict
-from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
+from forewarn.providers.digitalocean.mail import find_deadline, reclaim_verdict
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -22,14 +22,6 @@ SLACK = timedelta(minutes=10)
 _SENT_NEAR = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
 ).map(lambda moment: moment.replace(microsecond=0))
-_RULES = MatchRules.build(
-    sender=DEFAULT_SENDER,
-    subject=DEFAULT_SUBJECT,
-    droplet_id="424242424",
-    droplet_name="gpu-spot-1",
-    lead=7200.0,
-    max_age=86400.0,
-)
 
 
 def _utc(*fields: int) -> datetime:
@@ -103,13 +95,13 @@ def test_a_date_with_a_year_is_never_read_again_without_it() -> None:
 
 def test_a_reclaim_mail_with_a_date_without_a_year_has_that_deadline() -> None:
     raw = _mail("Your Spot GPU Droplet gpu-spot-1 will be reclaimed on December 2 at 18:00 UTC.")
-    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    report = reclaim_verdict(raw, RULES, "key", SENT).report
     assert report is not None
     assert report.deadline == _utc(2026, 12, 2, 18)
     assert report.detail["deadline_source"] == "text: December 2 at 18:00 UTC"
     # A date that has passed is no deadline (next year's is beyond 30 days): Date + lead.
     raw = _mail("Your Spot GPU Droplet gpu-spot-1 will be reclaimed on November 30 at 18:00 UTC.")
-    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    report = reclaim_verdict(raw, RULES, "key", SENT).report
     assert report is not None and report.detail["deadline_source"] == "date+lead"
 
 
@@ -383,7 +375,7 @@ def test_garbage_of_these_forms_raises_nothing_but_parse_error(
 ) -> None:
     raw = _mail(f"Droplet 424242424 will be reclaimed {text}", date=sent)
     try:
-        result = reclaim_verdict(raw, _RULES, "key", SENT)
+        result = reclaim_verdict(raw, RULES, "key", SENT)
     except ParseError:
         return
     assert result.report is None or result.report.deadline is not None
@@ -457,7 +449,7 @@ def test_a_time_today_is_on_the_day_of_the_date_even_when_past(
 def test_a_reclaim_mail_for_a_time_today_already_past_asks_to_act_now() -> None:
     # Sent at 12:30 for 11:00 today: the reclaim is due, not a day away.
     raw = _mail("Your Spot GPU Droplet gpu-spot-1 will be reclaimed today at 11:00 UTC.")
-    report = reclaim_verdict(raw, _RULES, "key", SENT + timedelta(minutes=1)).report
+    report = reclaim_verdict(raw, RULES, "key", SENT + timedelta(minutes=1)).report
     assert report is not None
     assert report.deadline == _utc(2026, 12, 1, 11)
     assert report.detail["deadline_source"] == "text: today at 11:00 UTC"
@@ -471,7 +463,7 @@ def test_an_old_time_today_is_not_a_new_time() -> None:
         "The reclaim of gpu-spot-1, previously scheduled for today at 16:00 UTC, "
         "has been moved to 14:00 UTC."
     )
-    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    report = reclaim_verdict(raw, RULES, "key", SENT).report
     assert report is not None
     assert report.deadline == _utc(2026, 12, 1, 14)
 
@@ -527,7 +519,7 @@ def test_a_zone_after_the_date_s_year_places_the_time(text: str, expected: datet
 
 def test_a_reclaim_mail_with_the_zone_after_the_year_has_that_deadline() -> None:
     raw = _mail("Your Spot Droplet gpu-spot-1 will be reclaimed at 16:00 on December 2, 2026 UTC.")
-    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    report = reclaim_verdict(raw, RULES, "key", SENT).report
     assert report is not None
     assert report.deadline == _utc(2026, 12, 2, 16)
     assert report.detail["deadline_source"] == "text: 16:00 on December 2, 2026 UTC"
@@ -602,7 +594,7 @@ def test_digits_of_other_scripts_are_no_date_or_time(text: str) -> None:
 
 def test_a_reclaim_mail_with_a_year_in_other_digits_takes_date_plus_lead() -> None:
     raw = _mail("Droplet gpu-spot-1 will be reclaimed on December 1, \u0662\u0660\u0662\u0666 UTC.")
-    report = reclaim_verdict(raw, _RULES, "key", SENT).report
+    report = reclaim_verdict(raw, RULES, "key", SENT).report
     assert report is not None
     # Not 20:26 that day: the year read as a clock.
     assert report.detail["deadline_source"] == "date+lead"

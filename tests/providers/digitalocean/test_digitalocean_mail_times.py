@@ -9,8 +9,8 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 
 import pytest
-from forewarn.providers.digitalocean.mail import MatchRules, find_deadline, reclaim_verdict
-from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
+from do_support import RULES
+from forewarn.providers.digitalocean.mail import find_deadline, reclaim_verdict
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -18,14 +18,6 @@ SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
 _SENT_NEAR = st.datetimes(
     min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
 ).map(lambda moment: moment.replace(microsecond=0))
-_RULES = MatchRules.build(
-    sender=DEFAULT_SENDER,
-    subject=DEFAULT_SUBJECT,
-    droplet_id="424242424",
-    droplet_name="gpu-spot-1",
-    lead=7200.0,
-    max_age=86400.0,
-)
 
 
 def _at(hour: int, minute: int = 0) -> datetime:
@@ -107,7 +99,7 @@ def _clock(moment: datetime) -> str:
     ],
 )
 def test_the_reclaim_s_own_time_on_its_line_is_the_deadline(body: str, expected: datetime) -> None:
-    report = reclaim_verdict(_mail(body), _RULES, "key", SENT).report
+    report = reclaim_verdict(_mail(body), RULES, "key", SENT).report
     assert report is not None
     assert report.deadline == expected, report.detail["deadline_source"]
 
@@ -277,7 +269,7 @@ def test_any_zone_ending_a_clause_places_the_time(
     ],
 )
 def test_a_time_wrapped_onto_the_next_line_is_the_reclaim_s(body: str, expected: datetime) -> None:
-    report = reclaim_verdict(_mail(f"Notice.\n\n{body}"), _RULES, "key", SENT).report
+    report = reclaim_verdict(_mail(f"Notice.\n\n{body}"), RULES, "key", SENT).report
     assert report is not None
     assert report.deadline == expected, report.detail["deadline_source"]
     found = find_deadline(f"Notice.\n\n{body}", SENT)
