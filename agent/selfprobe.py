@@ -62,11 +62,11 @@ class ControlProbe:
             if not await sock.poll(int(timeout * 1000)):  # POLLIN by default
                 self.close()
                 return False
-            reply = json.loads(await sock.recv())
-        except (zmq.ZMQError, ValueError):
+            raw = await sock.recv()
+        except zmq.ZMQError:
             self.close()
             return False
-        if isinstance(reply, dict) and reply.get("ok") is True:
+        if answered_ok(raw):
             return True
         self.close()
         return False
@@ -93,8 +93,19 @@ class ControlProbe:
         self._identity = None
 
 
+def answered_ok(raw: bytes) -> bool:
+    """Whether a control reply is an ok answer. Whatever else the socket carries is no
+    answer, never an exception: JSON nested past the parser's recursion limit raises
+    RecursionError, not ValueError, and would otherwise end the health task."""
+    try:
+        reply = json.loads(raw)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(reply, dict) and reply.get("ok") is True
+
+
 def _with_token(token: str) -> bytes:
     return json.dumps({"op": "status", "token": token}).encode()
 
 
-__all__ = ["PROBE_REQUEST", "ControlProbe"]
+__all__ = ["PROBE_REQUEST", "ControlProbe", "answered_ok"]

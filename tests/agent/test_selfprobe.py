@@ -12,7 +12,9 @@ from pathlib import Path
 
 import zmq
 import zmq.asyncio
-from forewarn.agent.selfprobe import ControlProbe
+from forewarn.agent.selfprobe import ControlProbe, answered_ok
+from hypothesis import example, given
+from hypothesis import strategies as st
 from support import free_port
 
 TIMEOUT = 0.3
@@ -116,3 +118,46 @@ async def test_a_tcp_endpoint_is_probed_with_its_token() -> None:
     context.term()
     assert probe.connects == 1
     assert seen == [{"op": "status", "token": "t0k"}] * 2
+
+
+NESTED = b"[" * 100_000 + b"]" * 100_000  # json.loads raises RecursionError, not ValueError
+
+
+@given(st.binary(max_size=64))
+@example(NESTED)
+@example(b'{"ok": true}')
+@example(b'{"ok": 1}')
+@example(b"\xff\xfe")
+def test_a_reply_is_an_answer_only_as_an_ok_object(raw: bytes) -> None:
+    try:
+        reply = json.loads(raw)
+    except (ValueError, RecursionError):
+        reply = None
+    assert answered_ok(raw) is (isinstance(reply, dict) and reply.get("ok") is True)
+
+
+async def test_a_reply_nested_past_the_parser_fails_the_probe_without_raising(
+    tmp_path: Path,
+) -> None:
+    context = zmq.asyncio.Context()
+    endpoint = f"ipc://{tmp_path}/nested"
+    sock = context.socket(zmq.REP)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+
+    async def serve() -> None:
+        while True:
+            await sock.recv()
+            await sock.send(NESTED)
+
+    task = asyncio.create_task(serve())
+    probe = ControlProbe(context, endpoint)
+    try:
+        assert not await probe.answers(TIMEOUT)
+        assert not await probe.answers(TIMEOUT)
+        assert probe.connects == 2  # the connection that carried it is dropped
+    finally:
+        task.cancel()
+        probe.close()
+        sock.close(linger=0)
+        context.term()
