@@ -115,8 +115,9 @@ _WRITING = _Writing()
 RELEASE_WITHIN = 10.0
 
 # The single-rank saves of this process that hold a claim on their step (`Backend.claim`),
-# of every store: what `close()` and the interpreter's exit end.
-_CLAIMED: weakref.WeakSet[GenerationWriter] = weakref.WeakSet()
+# of every store: what `close()` and the interpreter's exit end. Each one's event is set once
+# its claim is let go of: the exit waits on it for a save whose commit is under way.
+_CLAIMED: weakref.WeakKeyDictionary[GenerationWriter, threading.Event] = weakref.WeakKeyDictionary()
 # A forked child's copies are its parent's saves: ending them would delete the parent's files.
 os.register_at_fork(after_in_child=_CLAIMED.clear)
 
@@ -285,7 +286,7 @@ class CheckpointStore:
         if claimed:
             # Else its claim outlived a closed store, or the process, renewed by its timer
             # (or, after the exit, left for a whole lease to block the step elsewhere).
-            _CLAIMED.add(writer)
+            _CLAIMED[writer] = threading.Event()
         self._claims[writer] = release = _once(lambda: _release_all(releases))
         # A writer dropped without commit() or abort() holds its step no longer once it is gone
         # (not at interpreter exit: a background save may still be committing then).
@@ -367,8 +368,13 @@ class CheckpointStore:
     def _writer_ended(self, writer: GenerationWriter, committed: bool) -> None:
         self._writing.discard(writer.step)
         release = self._claims.pop(writer, None)
-        if release is not None:
-            release()
+        try:
+            if release is not None:
+                release()
+        finally:
+            released = _CLAIMED.get(writer)
+            if released is not None:
+                released.set()
         if committed and writer.rank == 0:
             try:
                 self._prune(fresh=writer.step)
@@ -740,11 +746,16 @@ class CheckpointStore:
         return deleted
 
 
-def _end_claimed(writers: list[GenerationWriter], reason: str) -> None:
+def _end_claimed(
+    writers: list[GenerationWriter], reason: str, *, wait_for_commits: bool = False
+) -> None:
     """Abort `writers` (which lets go of their claims), on a thread waited on for at most
-    `RELEASE_WITHIN` seconds; a writer being committed is left to its commit. Never raises."""
+    `RELEASE_WITHIN` seconds; a writer being committed is left to its commit, and with
+    `wait_for_commits` waited for (within the same bound) until it lets go of its claim.
+    Never raises."""
     if not writers:
         return
+    deadline = time.monotonic() + RELEASE_WITHIN
 
     def run() -> None:
         for writer in writers:
@@ -758,10 +769,28 @@ def _end_claimed(writers: list[GenerationWriter], reason: str) -> None:
                     reason,
                     exc,
                 )
+        if not wait_for_commits:
+            return
+        # At exit a commit's thread is a daemon that dies with the process: mid-commit, it
+        # left the step uncommitted and claimed for a whole lease, and the job restarted at
+        # once in another container was refused the step it had been saving.
+        for writer in writers:
+            released = _CLAIMED.get(writer)
+            if released is None or released.is_set():
+                continue
+            log.warning(
+                "forewarn: %s, but %s in %s is being committed: waiting up to %.0f s for its "
+                "commit to end and let go of its claim",
+                reason,
+                writer.name,
+                writer.backend.url,
+                max(deadline - time.monotonic(), 0.0),
+            )
+            released.wait(max(deadline - time.monotonic(), 0.0))
 
     thread = threading.Thread(target=run, name="forewarn-end-claims", daemon=True)
     thread.start()
-    thread.join(RELEASE_WITHIN)
+    thread.join(max(deadline - time.monotonic(), 0.0))
     if thread.is_alive():
         log.warning(
             "forewarn: %s, but the storage did not let go of the claims on %s within %.0f s: "
@@ -775,7 +804,7 @@ def _end_claimed(writers: list[GenerationWriter], reason: str) -> None:
 def _end_claimed_at_exit() -> None:
     # Registered when this module is imported, so it runs after the exit hooks registered
     # later (LIFO): a BackgroundSaver's, which waits for its save in flight to commit.
-    _end_claimed(list(_CLAIMED), "the interpreter exited")
+    _end_claimed(list(_CLAIMED.keys()), "the interpreter exited", wait_for_commits=True)
 
 
 atexit.register(_end_claimed_at_exit)
