@@ -110,8 +110,12 @@ class _Writing:
 _WRITING = _Writing()
 
 # How long `close()` and the interpreter's exit wait for the saves they end to let go of
-# their claims: against an endpoint that stopped answering, each request may take the
-# client's connect timeout for each of its retries, and an exit must not hang on that.
+# their claims (the exit: for a commit under way, too): against an endpoint that stopped
+# answering, each request may take the client's connect timeout for each of its retries, and
+# an exit must not hang on that. Not an option: what a commit has left is a handful of small
+# requests (a listing, the manifest, the marker, LATEST), a release one delete, and a claim
+# not let go of in time only blocks its step for the lease: no job needs another bound, and
+# a long one would hold a reclaimed job's exit.
 RELEASE_WITHIN = 10.0
 
 # The single-rank saves of this process that hold a claim on their step (`Backend.claim`),
