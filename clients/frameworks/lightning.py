@@ -5,19 +5,22 @@
 After each training batch it asks the guard; when a save is due it calls
 `trainer.save_checkpoint` (Lightning's collective save, every rank at the same step thanks to
 the guard's rank agreement), acks the agent, and stops the trainer on terminate or SIGTERM.
-Its guard is made when the sanity check, training or an evaluation starts, so its SIGTERM
+Its guard is made when the sanity check, training or fit's validation starts, so its SIGTERM
 handler replaces Lightning's from then on (Lightning's own ends `fit` with `SIGTERMException`,
 a SystemExit of code 0, without a checkpoint). With `accumulate_grad_batches` it asks only
 after a batch that made the optimizer step: the save comes at the end of the step (a step
 cannot be interrupted), not inside it.
-After each validation, test and predict batch it asks `guard.due_in_eval`: an exit that arrives
+After each validation batch of `fit()` it asks `guard.due_in_eval`: an exit that arrives
 mid-validation is saved there and then (the state of the last training step), instead of
 after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
 and then stops; the checkpoint is already durable. After an exit's save no further validation
 pass runs (Lightning would run one when `should_stop` is set). A `validate()`, `test()` or
-`predict()` outside `fit()` runs the guard too: an exit is saved mid-pass in the same way (the
-module's state, step 0 when no fit ran), the pass runs to its end, and its teardown closes
-the guard. `fit()` then returns normally:
+`predict()` outside `fit()` asks nothing, makes no guard and leaves a guard given (`guard=`)
+open: it trains nothing worth saving, and a save there (`step-{global_step}`, step 0 with no
+fit, or a loaded module's step) wrote over the training checkpoint of that name in `dirpath`.
+A notice that comes then is replayed to the guard the next `fit()` makes (or waits in the
+guard given), which saves at its first step; a SIGTERM then is Lightning's, as without the
+callback (it ends the pass with `SIGTERMException`). `fit()` returns normally:
 end the process with `sys.exit(callback.exit_code)` (143 after an exit's save) so the
 platform restarts the job. A save of its own that raises is acked failed (`save_failed`:
 `exit_code` 1 for an exit's) and raised out of `fit()`. `fit()` raising runs no teardown hook:
@@ -94,13 +97,8 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         self._install()
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._install()
-
-    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._install()
-
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._install()
+        if _fitting(trainer):
+            self._install()
 
     def _install(self) -> None:
         # The guard's signal handlers replace Lightning's, which it installs just before these
@@ -150,29 +148,11 @@ class ForewarnCallback(GuardHolder, pl.Callback):
     ) -> None:
         self._in_eval(trainer)
 
-    def on_test_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._in_eval(trainer)
-
-    def on_predict_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._in_eval(trainer)
-
     def _in_eval(self, trainer: pl.Trainer) -> None:
+        if not _fitting(trainer):
+            # validate(), test() or predict() on their own: no training state worth a save,
+            # and its name could be a training checkpoint's. A notice waits for the next fit.
+            return
         if not self._exiting and self.guard.due_in_eval(trainer.global_step):
             self._save(trainer)
 
@@ -225,12 +205,16 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         # fit() (validate, test, predict) raising runs no teardown hook: the guard stayed open,
         # its subscriber and ticker running, and a notice that came since the last batch's
         # check was never answered (a terminate's exit_code 0). No save will answer it now.
+        if not _fitting(trainer):
+            return  # the guard is no part of a validate(), test() or predict() on its own
         if self._guard is not None:  # not the property: it would make a guard
             self._guard.loop_failed(trainer.global_step, exception)
         self._finish(trainer)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._finish(trainer)
+        if _fitting(trainer):
+            # Not after a validate() on its own: it would close a guard given before fit.
+            self._finish(trainer)
 
     def _finish(self, trainer: pl.Trainer) -> None:
         # The exit's save ended this run only: a later fit() with this callback (training on
@@ -257,6 +241,12 @@ def _temporary_files_in(folder: Path) -> Iterator[None]:
         yield
     finally:
         tempfile.tempdir = previous
+
+
+def _fitting(trainer: pl.Trainer) -> bool:
+    """Whether `trainer` runs `fit()` (its sanity check and validation included), not a
+    `validate()`, `test()` or `predict()` of its own."""
+    return bool(trainer.state.fn == "fit")
 
 
 def _accumulating(trainer: pl.Trainer) -> bool:

@@ -165,12 +165,14 @@ class RaisesAt(Tiny):
 
 class TerminatedInEvaluation(Tiny):
     """An agent sends a terminate during the fourth batch of a validation, test or predict
-    pass, which waits until the callback's guard has it."""
+    pass, which waits until the callback's guard has it (`wait`; not asking the callback for
+    a guard, which would make one, when not)."""
 
-    def __init__(self, agent: Any, callback: ForewarnCallback) -> None:
+    def __init__(self, agent: Any, callback: ForewarnCallback, wait: bool = True) -> None:
         super().__init__()
         self.agent = agent
         self.callback = callback
+        self.wait = wait
         self.batches = 0
 
     def _evaluate(self, idx: int) -> None:
@@ -179,7 +181,8 @@ class TerminatedInEvaluation(Tiny):
         self.batches += 1
         if idx == 3:
             self.agent.control({"op": "notify", "action": "terminate", "id": "local/t"})
-            eventually(lambda: self.callback.guard.should_exit, 10, "the terminate")
+            if self.wait:
+                eventually(lambda: self.callback.guard.should_exit, 10, "the terminate")
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
         self._evaluate(idx)
@@ -190,3 +193,31 @@ class TerminatedInEvaluation(Tiny):
     def predict_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
         self._evaluate(idx)
         return self.layer(batch[0])
+
+
+class SigtermInEvaluation(Tiny):
+    """Sends itself a SIGTERM in the fourth batch of a validation, test or predict pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches = 0
+
+    def _evaluate(self, idx: int) -> None:
+        self.batches += 1
+        if idx == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        self._evaluate(idx)
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        self._evaluate(idx)
+
+    def predict_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        self._evaluate(idx)
+        return self.layer(batch[0])
+
+
+class Validates(Tiny):
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
+        pass

@@ -383,34 +383,95 @@ def test_fit_raising_outside_a_save_closes_the_guard_and_acks_only_a_notice_left
 
 
 @pytest.mark.parametrize("run", ["validate", "test", "predict"])
-def test_a_terminate_during_an_evaluation_outside_fit_is_saved_and_the_guard_closed(
+def test_a_terminate_during_an_evaluation_outside_fit_is_saved_by_the_next_fit(
     tmp_path: Path, run: str
 ) -> None:
-    """`trainer.validate()`, `test()` and `predict()` run the callback's guard too: a
-    terminate that comes mid-pass is saved there (the module's state at step 0, as no fit
-    ran), acked, and `exit_code` says 143; Lightning finishes the pass, and its teardown
-    closes the guard (its signal handler and threads gone once the call returns)."""
+    """`trainer.validate()`, `test()` and `predict()` on their own made the callback's guard
+    and saved a terminate mid-pass as `step-{global_step}`: the untrained module over the
+    run's real `step-00000000.ckpt` (or a loaded module over a later step's). They make no
+    guard now: the terminate is replayed to the guard of the next fit(), saved at its first
+    step, and the training checkpoint already in `dirpath` is left as it was."""
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "step-00000000.ckpt").write_bytes(b"the run's own step 0")
     try:
         with AgentProcess(tmp_path) as agent:
             callback = lit.ForewarnCallback(
-                tmp_path / "ckpt", events=agent.events, control=agent.control_endpoint
+                folder, events=agent.events, control=agent.control_endpoint, flag_file=None
             )
-            model = models.TerminatedInEvaluation(agent, callback)
+            model = models.TerminatedInEvaluation(agent, callback, wait=False)
             data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
-            trainer = models.trainer(callback)
+            loader = torch.utils.data.DataLoader(data, batch_size=4)
             threads = set(threading.enumerate())
-            getattr(trainer, run)(model, torch.utils.data.DataLoader(data, batch_size=4))
+            getattr(models.trainer(callback), run)(model, loader)
             assert model.batches == 10, "Lightning finished the pass"
-            assert [path.name for path in callback.saved_paths] == ["step-00000000.ckpt"]
-            assert callback.exit_code == 143
-            assert callback._guard is None
+            assert callback.saved_paths == []
+            assert callback._guard is None and callback.exit_code == 0
             assert {signum: signal.getsignal(signum) for signum in handlers} == handlers
-            eventually(lambda: set(threading.enumerate()) <= threads, 10, "the guard's threads")
+            eventually(lambda: set(threading.enumerate()) <= threads, 10, "no guard's threads")
+            assert "ack local/t from" not in agent.output()
+
+            models.trainer(callback, max_steps=10_000).fit(model, loader)
+            assert [path.name for path in callback.saved_paths] == ["step-00000001.ckpt"]
+            assert callback.exit_code == 143
             eventually(lambda: "ack local/t from" in agent.output(), 10, "the ack")
+        assert (folder / "step-00000000.ckpt").read_bytes() == b"the run's own step 0"
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+
+
+@pytest.mark.parametrize("run", ["validate", "test", "predict"])
+def test_a_sigterm_during_an_evaluation_outside_fit_is_lightnings_and_saves_nothing(
+    tmp_path: Path, run: str
+) -> None:
+    """On their own, validate(), test() and predict() leave SIGTERM to Lightning, as without
+    the callback (validate and test raise `SIGTERMException` at the next batch, predict notes
+    it and runs to its end); the guard's handler, put in place of Lightning's, saved the
+    module as `step-00000000.ckpt` over the run's own."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "step-00000000.ckpt").write_bytes(b"the run's own step 0")
+    callback = lit.ForewarnCallback(folder, notices=False, flag_file=None)
+    data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    model = models.SigtermInEvaluation()
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        trainer = models.trainer(callback)
+        if run == "predict":
+            trainer.predict(model, torch.utils.data.DataLoader(data, batch_size=4))
+            assert model.batches == 10
+        else:
+            with pytest.raises(SIGTERMException):
+                getattr(trainer, run)(model, torch.utils.data.DataLoader(data, batch_size=4))
+            assert model.batches == 4
+        assert trainer.received_sigterm
+        assert signal.getsignal(signal.SIGTERM) is before
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert callback.saved_paths == [] and callback._guard is None
+    assert callback.exit_code == 0
+    assert (folder / "step-00000000.ckpt").read_bytes() == b"the run's own step 0"
+
+
+def test_a_guard_given_outlives_a_validate_before_fit_and_saves_its_notice(
+    tmp_path: Path,
+) -> None:
+    """A guard made before fit (`guard=`) was closed by the teardown of a validate() run
+    first, and fit() then made a new one of the callback's own options."""
+    guard = forewarn_clients.CheckpointGuard(notices=False, handle_signals=False, flag_file=None)
+    callback = lit.ForewarnCallback(tmp_path / "ckpt", guard=guard)
+    data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    models.trainer(callback).validate(models.Validates(), loader)
+    assert callback._guard is guard
+    guard.request("signal", exit=True)
+    models.trainer(callback, max_steps=50).fit(models.Tiny(), loader)
+    assert [path.name for path in callback.saved_paths] == ["step-00000001.ckpt"]
+    assert callback.exit_code == 143
 
 
 def test_a_terminate_during_the_validation_inside_fit_saves_that_step_and_stops(
