@@ -26,10 +26,15 @@ cut short ends with no evaluation or save of the Trainer's own. During an evalua
 interrupted mid-evaluation from a callback, so the save is scheduled for the moment that
 evaluation returns, and the notice is not left for the next training step; training stops
 once that save is made, unless the exit was withdrawn meanwhile (as the guard decides).
+The evaluation of `eval_on_start` comes before the first step, and the Trainer saves only
+after a step: an exit asked for there is written as `checkpoint-1`, holding that step, so
+a resume from it repeats and skips nothing (with `dcp=True` the callback saves step 0 as the
+evaluation returns, and the Trainer still trains its first step before it stops).
 `evaluate()` and `predict()` outside `train()` (before it, or after it returned) ask nothing
 and make no guard: nothing is trained to save there, and nothing would close it after them.
 A notice that comes then is replayed to the guard `train()` makes, which saves at its first
-steps; a SIGTERM then is left to the process's own handler.
+steps; a SIGTERM then is left to the process's own handler (Python's default ends the
+process, as it would without the callback), as there is nothing to save.
 
 The Trainer builds its training DataLoader with its own `worker_init_fn`; before its workers
 start (`on_train_begin`) the callback chains forewarn's `worker_init_fn()` into it, and it has

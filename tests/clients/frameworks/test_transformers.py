@@ -166,6 +166,103 @@ def test_a_terminate_during_an_evaluate_before_train_is_saved_once_training_star
         eventually(lambda: "ack local/t from" in agent.output(), 10, "the ack")
 
 
+def test_a_sigterm_during_an_evaluate_before_train_is_the_processs_own(tmp_path: Path) -> None:
+    """evaluate() outside train() makes no guard, so a SIGTERM then reaches the handler the
+    process has (here the test's; by default Python's, which ends the process): no save of a
+    model nothing trained, no exit_code 143, and the train() after it is not stopped by it."""
+    import signal
+
+    received: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        callback = fw.ForewarnTrainerCallback(notices=False, flag_file=None)
+        args = models.arguments(tmp_path, max_steps=5, per_device_eval_batch_size=4)
+        trainer = hf.Trainer(
+            model=models.SigtermInEvaluation(),
+            args=args,
+            train_dataset=models.Points(),
+            eval_dataset=models.FewPoints(),
+            callbacks=[callback],
+        )
+        trainer.evaluate()
+        assert received == [signal.SIGTERM]
+        assert callback._guard is None and callback.saved_steps == []
+        assert callback.exit_code == 0
+        trainer.train()
+        assert trainer.state.global_step == 5 and callback.saved_steps == []
+        assert callback.exit_code == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_an_exit_during_eval_on_start_is_saved_after_the_first_step_and_resumes_exactly(
+    tmp_path: Path,
+) -> None:
+    """`eval_on_start` evaluates before the first step, and the Trainer saves only after a
+    step: the exit asked for then is written as checkpoint-1, after one step. That checkpoint
+    holds that step (not step 0's weights under step 1's name, which would skip a step on
+    resume): resumed, the run ends with the weights of a run never interrupted."""
+
+    def train(folder: Path, exit_in_eval: bool, resume: str | None = None) -> Any:
+        callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+        torch.manual_seed(0)
+        model = models.AsksToExitInEvaluation()
+        if exit_in_eval:
+            model.callback = callback
+        args = models.arguments(
+            folder, max_steps=6, eval_on_start=True, per_device_eval_batch_size=4
+        )
+        trainer = hf.Trainer(
+            model=model,
+            args=args,
+            train_dataset=models.SeededPoints(),
+            eval_dataset=models.FewPoints(),
+            callbacks=[callback],
+        )
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer, callback
+
+    uninterrupted, _ = train(tmp_path / "a", exit_in_eval=False)
+    stopped, callback = train(tmp_path / "b", exit_in_eval=True)
+    assert callback.saved_steps == [1] and callback.exit_code == 143
+    assert stopped.state.global_step == 1
+    checkpoint = fw.last_checkpoint(tmp_path / "b" / "out")
+    assert checkpoint == str(tmp_path / "b" / "out" / "checkpoint-1")
+    resumed, _ = train(tmp_path / "b", exit_in_eval=False, resume=checkpoint)
+    assert resumed.state.global_step == 6
+    expected = uninterrupted.model.state_dict()
+    for name, tensor in resumed.model.state_dict().items():
+        assert torch.equal(tensor, expected[name]), name
+
+
+def test_an_exit_during_eval_on_start_with_dcp_saves_step_0(tmp_path: Path) -> None:
+    """With dcp=True the callback saves itself, as the evaluation returns: step 0, before any
+    step; the Trainer cannot stop before its first step, which it trains and then stops."""
+    from forewarn.clients.checkpoint import CheckpointStore
+
+    callback = fw.ForewarnTrainerCallback(
+        store=CheckpointStore(str(tmp_path / "store")),
+        dcp=True,
+        notices=False,
+        handle_signals=False,
+        flag_file=None,
+    )
+    model = models.AsksToExitInEvaluation()
+    model.callback = callback
+    args = models.arguments(tmp_path, max_steps=6, eval_on_start=True, per_device_eval_batch_size=4)
+    trainer = hf.Trainer(
+        model=model,
+        args=args,
+        train_dataset=models.Points(),
+        eval_dataset=models.FewPoints(),
+        callbacks=[callback],
+    )
+    trainer.train()
+    assert callback.saved_steps == [0] and callback.exit_code == 143
+    assert [generation.name for generation in callback.saved_generations] == ["step-000000000000"]
+    assert trainer.state.global_step == 1
+
+
 def test_the_trainers_dataloader_workers_outlive_a_job_wide_sigterm(tmp_path: Path) -> None:
     """The Trainer builds its DataLoader itself, with its own worker_init_fn, so its users
     cannot give it forewarn's: with workers, a SIGTERM to the whole job killed them and the

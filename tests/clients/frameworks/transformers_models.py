@@ -4,6 +4,8 @@ the tests does not import transformers."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -91,6 +93,36 @@ class TerminatedInEvaluation(Tiny):
 class FewPoints(Points):
     def __len__(self) -> int:
         return 64
+
+
+class SeededPoints(Dataset):  # type: ignore[type-arg]
+    """256 fixed samples: two runs over them train the same weights (Points draws anew)."""
+
+    def __init__(self) -> None:
+        generator = torch.Generator().manual_seed(3)
+        self.x = torch.randn(256, 4, generator=generator)
+        self.labels = torch.randn(256, 1, generator=generator)
+
+    def __len__(self) -> int:
+        return 256
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"x": self.x[index], "labels": self.labels[index]}
+
+
+class SigtermInEvaluation(Tiny):
+    """Sends itself a SIGTERM at the third batch of its first evaluation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eval_calls = 0
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        if not torch.is_grad_enabled():
+            self.eval_calls += 1
+            if self.eval_calls == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return super().forward(x, labels)
 
 
 class SigtermsTheWorkers(TrainerCallback):  # type: ignore[misc]
