@@ -807,6 +807,7 @@ def find_deadline(
     *,
     new_only: bool = False,
     others: Sequence[int] = (),
+    ours: Sequence[int] = (),
 ) -> tuple[datetime, str] | None:
     """The time written in `text` that can be the deadline, with the words it came from.
 
@@ -832,8 +833,11 @@ def find_deadline(
     lines a sentence wrapped onto), before the next droplet named (`others`: where each
     other droplet is named): a time written right after the reclaim's own words ("will be
     reclaimed today at 16:00 UTC", "reclaim is scheduled for ...") comes first, the earliest
-    of them not past; else the earliest not past. A time today already past that is not
-    the reclaim's ("created today at 09:00 UTC") gives way to any other time.
+    of them not past; else the earliest not past. Of the times written right after such
+    words, those whose sentence is the reclaim's (`_of_the_reclaim`: "Billing stops today
+    at 13:00 UTC" is not) come first. A time today already past that is not the reclaim's
+    ("created today at 09:00 UTC") gives way to any other time, and one whose sentence is
+    not the reclaim's is never the deadline. `ours`: where this droplet is named.
 
     With `new_only`, a time written as the one a new time replaces (`from`, `was`,
     `previously`, `instead of`, `old time:`) is passed over too, and the first time left
@@ -844,6 +848,7 @@ def find_deadline(
     found = sorted(_candidates(text, sent), key=lambda c: c[:2])
     starts = sorted({candidate[0] for candidate in found})
     usable: list[_Usable] = []
+    of_the_reclaim = _ReclaimSentences(text, ours)
     for start, _length, moment, until, words, today, stop in found:
         if usable and usable[-1].start == start:
             continue  # one reading of a place: the first that can be (the earliest)
@@ -851,6 +856,12 @@ def find_deadline(
         # deadline, already past; so does a time today, past or not.
         past = earliest is not None and until < earliest
         if (past and not today) or (latest is not None and moment > latest):
+            continue
+        # A time today already past in a sentence about something else ("Your maintenance
+        # window starts today at 09:00 UTC. Droplet gpu-1 will be reclaimed soon.") was the
+        # deadline when no other time was written: a terminate at once, hours before the
+        # reclaim. Date + lead stands in instead.
+        if past and not of_the_reclaim(start, stop):
             continue
         if new_only and _is_old_time(text, start, words):
             continue
@@ -877,9 +888,18 @@ def find_deadline(
     end = min(_line_end(text, first.stop), bound)
     near = [c for c in usable if c.start < end]
     not_past = [c for c in near if not c.past]
+
+    def own(c: _Usable) -> bool:
+        return attached(c.start) and of_the_reclaim(c.start, c.stop)
+
     for group, earliest_first in (
-        # The earliest: a deadline read late loses work, one read early does not.
+        # The earliest: a deadline read late loses work, one read early does not. A time
+        # after a word of the reclaim ("stops") in a sentence about something else
+        # ("Billing stops today at 13:00 UTC.") comes after the reclaim's own: taken as the
+        # earliest of them, it was the deadline wherever it stood on the reclaim's line.
+        ([c for c in not_past if own(c)], True),
         ([c for c in not_past if attached(c.start)], True),
+        ([c for c in near if own(c)], False),
         ([c for c in near if attached(c.start)], False),
         (not_past, True),
         (near, False),
@@ -960,6 +980,54 @@ def _attached(text: str, start: int, starts: list[int]) -> bool:
             continue
         return False
     return True
+
+
+# Words that make a sentence the reclaim's: its own nouns and verbs, the droplet, or "it"
+# starting the sentence (the droplet named before it: "...; it will be shut down at 15:00
+# UTC"). "stop", "shut down" and "power off" are not among them: "Billing stops" is not.
+_OF_THE_RECLAIM = re.compile(
+    r"\b(?:reclaim\w*|reclamation\w*|interrupt\w*|pre-?empt\w*|terminat\w*|evict\w*"
+    r"|deadline|droplets?)\b",
+    re.IGNORECASE,
+)
+_IT_FIRST = re.compile(r"[\W_]*(?:it|they)\b", re.IGNORECASE)
+
+
+class _ReclaimSentences:
+    """Whether the sentence of a time speaks of the reclaim or names this droplet (`ours`:
+    where it is named). Sentences end as in `_attached`. The boundaries are found once, and
+    each sentence searched once: a mail of thousands of times is judged on the event loop."""
+
+    def __init__(self, text: str, ours: Sequence[int]) -> None:
+        self._text = text
+        self._ours = sorted(ours)
+        self._bounds: list[int] | None = None
+        self._known: dict[tuple[int, int], bool] = {}
+
+    def __call__(self, start: int, stop: int) -> bool:
+        text = self._text
+        if self._bounds is None:
+            self._bounds = [
+                m.end()
+                for m in _CLAUSE_START.finditer(text)
+                if m.group(0) != "\n" or not _carries_on(text, m.start())
+            ]
+        bounds = self._bounds
+        before = bisect.bisect_right(bounds, start)
+        begin = bounds[before - 1] if before else 0
+        # From where the time's words end: "2 a.m. UTC" holds a mark that ends a sentence.
+        after = bisect.bisect_left(bounds, stop)
+        end = bounds[after] if after < len(bounds) else len(text)
+        known = self._known.get((begin, end))
+        if known is None:
+            first = bisect.bisect_left(self._ours, begin)
+            known = (
+                (first < len(self._ours) and self._ours[first] < end)
+                or _OF_THE_RECLAIM.search(text, begin, end) is not None
+                or _IT_FIRST.match(text, begin, end) is not None
+            )
+            self._known[(begin, end)] = known
+        return known
 
 
 def _line_end(text: str, at: int) -> int:
@@ -1249,6 +1317,7 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     rescheduled = _about_this_droplet(text, body_at, mentions, _RESCHEDULED, _RESCHEDULED)
     # Where other droplets are named: a time after one is not this droplet's.
     other_starts = [start for start, _, ours in mentions if not ours]
+    our_starts = [start for start, _, ours in mentions if ours]
     # A digest lists several droplets, each with its time (a table row, a line, a block):
     # the time for this droplet is the first one from the line naming it on, or, when the
     # line names another droplet before it, from the sentence naming it. Only when none
@@ -1285,8 +1354,13 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     if shift is None:
         found = (
             found
-            or find_deadline(text[begin:], sent, others=[at - begin for at in other_starts])
-            or find_deadline(text, sent, others=other_starts)
+            or find_deadline(
+                text[begin:],
+                sent,
+                others=[at - begin for at in other_starts],
+                ours=[at - begin for at in our_starts if at >= begin],
+            )
+            or find_deadline(text, sent, others=other_starts, ours=our_starts)
         )
     if found is not None:
         deadline, words = found

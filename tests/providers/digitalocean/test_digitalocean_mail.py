@@ -976,7 +976,15 @@ def test_a_mail_naming_thousands_of_droplets_is_judged_without_holding_the_loop_
 # sentence for the reclaim's words again, minutes for 256 KiB.
 @pytest.mark.parametrize(
     "unit",
-    ["14:30 UTC ", "at 14:30 UTC on 12/01/2026, ", "today at\n14:30 UTC ", "at\n14:30 UTC,\n"],
+    [
+        "14:30 UTC ",
+        "at 14:30 UTC on 12/01/2026, ",
+        "today at\n14:30 UTC ",
+        "at\n14:30 UTC,\n",
+        # Times today already past: each asks whether its sentence is the reclaim's.
+        "Billing stops today at 01:00 UTC. ",
+        "reclaim window today at 01:00 UTC, ",
+    ],
 )
 def test_a_mail_of_thousands_of_times_is_judged_without_holding_the_loop_for_seconds(
     unit: str,

@@ -24,11 +24,11 @@ def _at(hour: int, minute: int = 0) -> datetime:
     return datetime(2026, 12, 1, hour, minute, tzinfo=timezone.utc)
 
 
-def _mail(body: str) -> bytes:
+def _mail(body: str, sent: datetime = SENT) -> bytes:
     message = EmailMessage()
     message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
     message["Subject"] = "Spot Droplet reclaim notice"
-    message["Date"] = format_datetime(SENT)
+    message["Date"] = format_datetime(sent)
     message["Message-ID"] = "<reclaim-times@digitalocean.com>"
     message.set_content(body)
     return bytes(message)
@@ -320,3 +320,167 @@ def test_the_reclaim_s_sentence_wrapped_at_any_space_keeps_its_time(
     found = find_deadline(f"Notice.\n\n{wrapped}", sent)
     assert found is not None, wrapped
     assert found[0] == reclaim, (wrapped, sent, found)
+
+
+# Sent at 12:00 UTC, as in the notes of the mails these came from.
+_NOON = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # "stops" is a word of the reclaim, but billing's here: 13:00 was taken as the
+        # earliest time after such words, wherever its sentence stood on the line.
+        "Billing stops today at 13:00 UTC. Droplet gpu-1 will be reclaimed at 16:00 UTC.",
+        "Droplet gpu-1 will be reclaimed at 16:00 UTC. Billing stops today at 13:00 UTC.",
+        "Droplet gpu-1 will be reclaimed at 16:00 UTC. Billing stops today at 23:59 UTC.",
+        "Backups stop at 13:00 UTC; Droplet gpu-1 will be reclaimed at 16:00 UTC.",
+        "Log shipping is shut down at 13:00 UTC. Your Droplet will be reclaimed at 16:00 UTC.",
+        "Billing stops today at\n13:00 UTC. Droplet gpu-1 will be reclaimed at 16:00 UTC.",
+    ],
+)
+def test_a_time_after_a_reclaim_word_in_another_sentence_leaves_the_reclaim_s(text: str) -> None:
+    found = find_deadline(text, _NOON)
+    assert found is not None and found[0] == _at(16), found
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Of the reclaim's own sentences, or the droplet's, the earliest still wins.
+        ("The Droplet stops at 15:00 UTC. Droplet gpu-1 will be reclaimed at 16:00 UTC.", 15),
+        ("Droplet gpu-1 will be reclaimed at 16:00 UTC; it will be shut down at 15:00 UTC.", 15),
+        ("Droplet gpu-1 will be shut down at 15:00 UTC and reclaimed at 16:00 UTC.", 15),
+        # A time after "stops" alone is still taken.
+        ("Droplet gpu-1. Billing stops today at 13:00 UTC.", 13),
+    ],
+)
+def test_the_reclaim_s_and_the_droplet_s_sentences_keep_the_earliest(
+    text: str, expected: int
+) -> None:
+    found = find_deadline(text, _NOON)
+    assert found is not None and found[0] == _at(expected), found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A time today already past, in a sentence that says nothing of the reclaim: taken
+        # when the reclaim's sentence had no time, so a terminate at once.
+        "Your maintenance window starts today at 09:00 UTC. Droplet gpu-1 will be reclaimed soon.",
+        "Droplet gpu-1 will be reclaimed soon. Your maintenance window starts today at 09:00 UTC.",
+        "Billing stopped today at 09:00 UTC. Droplet gpu-1 will be reclaimed soon.",
+        "We sent this today at 09:00 UTC; Droplet gpu-1 will be reclaimed soon.",
+    ],
+)
+def test_a_past_time_in_another_sentence_is_no_deadline(text: str) -> None:
+    assert find_deadline(text, _NOON) is None
+
+
+def test_a_mail_whose_only_time_is_another_sentence_s_past_one_takes_date_plus_lead() -> None:
+    body = (
+        "Your maintenance window starts today at 09:00 UTC. Droplet gpu-spot-1 will be "
+        "reclaimed soon."
+    )
+    report = reclaim_verdict(_mail(body), RULES, "key", SENT).report
+    assert report is not None
+    assert report.detail["deadline_source"] == "date+lead"
+    assert report.deadline == SENT + timedelta(hours=2)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # The droplet named by its name alone, or the reclaim's own words: still at once.
+        "gpu-spot-1: today at 11:00 UTC.",
+        "Droplet gpu-spot-1: today at 11:00 UTC.",
+        "Your Droplet gpu-spot-1 will be reclaimed\ntoday at 11:00 UTC.",
+        "Notice for gpu-spot-1.\nReclaim: today at 11:00 UTC.",
+    ],
+)
+def test_a_past_time_today_in_the_reclaim_s_sentence_is_still_the_deadline(body: str) -> None:
+    report = reclaim_verdict(_mail(body), RULES, "key", SENT).report
+    assert report is not None
+    assert report.deadline == _at(11), report.detail["deadline_source"]
+
+
+_UNRELATED = st.sampled_from(
+    [
+        "Billing stops {day}at {}",
+        "Your maintenance window starts {day}at {}",
+        "Backups stop {day}at {}",
+        "Log shipping was shut down {day}at {}",
+        "We sent this {day}at {}",
+    ]
+)
+_RECLAIM_SENTENCES = st.sampled_from(
+    [
+        "Droplet gpu-spot-1 will be reclaimed {day}at {}",
+        "Your Droplet gpu-spot-1 will be stopped {day}at {}",
+        "The reclaim of Droplet gpu-spot-1 is scheduled for {day}{}",
+        "Droplet gpu-spot-1 will be interrupted {day}between {} and 23:59 UTC",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=11, max_value=20 * 60),
+    other=st.integers(min_value=-12 * 60, max_value=20 * 60),
+    unrelated=_UNRELATED,
+    reclaim_form=_RECLAIM_SENTENCES,
+    after=st.booleans(),
+    joint=st.sampled_from([". ", "; ", ".\n", ". \n\n", "! "]),
+)
+def test_another_sentence_s_time_never_replaces_the_reclaim_s(
+    sent: datetime,
+    ahead: int,
+    other: int,
+    unrelated: str,
+    reclaim_form: str,
+    after: bool,
+    joint: str,
+) -> None:
+    reclaim = (sent + timedelta(minutes=ahead)).replace(second=0)
+    day = "today " if reclaim.date() == sent.date() else ""
+    assume(not (day == "" and "between" in reclaim_form))
+    moment = (sent + timedelta(minutes=other)).replace(second=0)
+    # "today" only when it is; otherwise the other time may be any day's.
+    other_day = "today " if moment.date() == sent.date() else ""
+    sentences = [
+        reclaim_form.format(_clock(reclaim), day=day),
+        unrelated.format(_clock(moment), day=other_day),
+    ]
+    body = joint.join(sentences if not after else sentences[::-1]) + "."
+    report = reclaim_verdict(_mail(body, sent), RULES, "key", sent).report
+    assert report is not None
+    assert report.deadline == reclaim, (body, sent, report.detail["deadline_source"])
+    if "\n" not in joint or not after:
+        # Alone, the text is read from its first time's line: the mail, from the droplet's.
+        found = find_deadline(body, sent)
+        assert found is not None, body
+        assert found[0] == reclaim, (body, sent, found)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    other=st.integers(min_value=-12 * 60, max_value=-11),
+    unrelated=_UNRELATED,
+    after=st.booleans(),
+    joint=st.sampled_from([". ", "; ", ".\n", "! "]),
+)
+def test_another_sentence_s_past_time_never_stands_in_for_the_reclaim_s(
+    sent: datetime, other: int, unrelated: str, after: bool, joint: str
+) -> None:
+    moment = (sent + timedelta(minutes=other)).replace(second=0)
+    assume(moment.date() == sent.date())  # a time "today", already past
+    sentences = [
+        "Droplet gpu-spot-1 will be reclaimed soon",
+        unrelated.format(_clock(moment), day="today "),
+    ]
+    body = joint.join(sentences if not after else sentences[::-1]) + "."
+    assert find_deadline(body, sent) is None, body
+    report = reclaim_verdict(_mail(body, sent), RULES, "key", sent).report
+    assert report is not None and report.detail["deadline_source"] == "date+lead", body
