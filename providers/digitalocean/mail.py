@@ -380,8 +380,12 @@ def _zone(name: str | None) -> str:
         # are more likely something else than the zone of the time before it.
         r"(?:,(?=\s*\(?[A-Za-z]{2}))?"
         # "UTC+1" and "GMT-05:00" are offsets from UTC: read as plain UTC they were an hour
-        # or more off.
-        rf"\s*\(?({group}(?:UTC|GMT)\s*[+-]\s*[0-9]{{1,2}}(?::?[0-9]{{2}})?|UTC|GMT|Z"
+        # or more off. So was "GMT-05: 00", a space after its colon: a plain UTC or GMT is
+        # not one with an offset touching it, and such an offset is read when its minutes
+        # are those of real offsets (00, 30, 45).
+        rf"\s*\(?({group}(?:UTC|GMT)\s*[+-]\s*"
+        r"(?:[0-9]{2}:[^\S\n](?:00|30|45)(?![0-9])|[0-9]{1,2}(?::?[0-9]{2})?)"
+        rf"|(?:UTC|GMT)(?![+-][0-9])|Z"
         rf"|[+-][0-9]{{2}}:?[0-9]{{2}}"
         # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
         # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.

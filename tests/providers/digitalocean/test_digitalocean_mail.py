@@ -313,6 +313,10 @@ def test_any_window_gives_its_start(
         ("2026-12-01 20:00 UTC+5:30", "2026-12-01T14:30:00+00:00"),
         ("2026-12-01 14:30 UTC+0", "2026-12-01T14:30:00+00:00"),
         ("at 3:30 PM UTC + 1 on December 1, 2026", "2026-12-01T14:30:00+00:00"),
+        # A space after the offset's colon: read as plain GMT, 5 hours off.
+        ("2026-12-01 09:30 GMT-05: 00", "2026-12-01T14:30:00+00:00"),
+        ("2026-12-01 20:00 UTC+05: 30", "2026-12-01T14:30:00+00:00"),
+        ("09:30 GMT-05: 00", "2026-12-01T14:30:00+00:00"),
     ],
 )
 def test_an_offset_after_utc_or_gmt_counts(text: str, expected: str) -> None:
@@ -321,20 +325,41 @@ def test_an_offset_after_utc_or_gmt_counts(text: str, expected: str) -> None:
     assert found[0].isoformat() == expected
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # An offset touching UTC or GMT that cannot be read: the time is not plain UTC.
+        "reclaimed at 16:00 GMT-05: 10.",
+        "reclaimed at 16:00 UTC+1: 2026-12-01",
+        "reclaimed at 2026-12-01 16:00 GMT-05: 7.",
+    ],
+)
+def test_a_utc_touching_an_offset_it_cannot_read_is_not_plain_utc(text: str) -> None:
+    found = find_deadline(text, SENT)
+    assert found is None or found[0] != datetime(2026, 12, 1, 16, tzinfo=timezone.utc), found
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     hours=st.integers(min_value=-14, max_value=14),
     minutes=st.sampled_from([0, 30, 45]),
     name=st.sampled_from(["UTC", "GMT"]),
-    colon=st.booleans(),
+    colon=st.sampled_from(["", ":", ": "]),
+    dated=st.booleans(),
 )
-def test_any_utc_offset_is_applied(hours: int, minutes: int, name: str, colon: bool) -> None:
+def test_any_utc_offset_is_applied(
+    hours: int, minutes: int, name: str, colon: str, dated: bool
+) -> None:
     offset = timedelta(hours=abs(hours), minutes=minutes) * (-1 if hours < 0 else 1)
     local = datetime(2026, 12, 1, 12, 0) + offset
-    written = f"{abs(hours):02d}{':' if colon else ''}{minutes:02d}" if minutes else str(abs(hours))
+    written = f"{abs(hours):02d}{colon}{minutes:02d}"
+    if not minutes and colon != ": ":
+        written = str(abs(hours))
     sign = "-" if hours < 0 else "+"
-    text = f"reclaimed at {local:%Y-%m-%d %H:%M} {name}{sign}{written}."
-    found = find_deadline(text, None)
+    # Without its date, the time's next occurrence after the mail's Date.
+    text = f"reclaimed at {local:{'%Y-%m-%d ' if dated else ''}%H:%M} {name}{sign}{written}."
+    sent = datetime(2026, 12, 1, 11, 0, tzinfo=timezone.utc)
+    found = find_deadline(text, sent if not dated else None)
     assert found is not None, text
     assert found[0] == datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc), text
 
