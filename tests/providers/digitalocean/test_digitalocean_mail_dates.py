@@ -601,6 +601,43 @@ def test_a_reclaim_mail_with_a_year_in_other_digits_takes_date_plus_lead() -> No
     assert report.deadline == SENT + timedelta(hours=2)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Droplet gpu-spot-1 will be reclaimed on 2026-12-0\u0663 at 16:00 UTC.",
+        "Droplet gpu-spot-1 will be reclaimed at 16:00 UTC on 12/0\u0663/2026.",
+        "Droplet gpu-spot-1 will be reclaimed on December \u0663 at 16:00 UTC.",
+    ],
+)
+def test_a_date_in_other_digits_leaves_its_time_on_the_day_of_the_mail(text: str) -> None:
+    # Documented, not fixed: the date is not read, so its time is a time without a date;
+    # the 3rd at 16:00 is read as the 1st at 16:00, early, never later than written.
+    found = find_deadline(text, SENT)
+    assert found is not None and found[0] == datetime(2026, 12, 1, 16, tzinfo=timezone.utc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
+    form=st.sampled_from(
+        ["on {d} at {t} UTC", "{d} {t} UTC", "at {t} UTC on {d}", "on {d}, at {t} UTC"]
+    ),
+    date=st.sampled_from(["%Y-%m-%d", "%m/%d/%Y", "%B %d"]),
+    zero=_DIGIT_SETS,
+    which=st.lists(st.booleans(), min_size=1, max_size=8).filter(any),
+)
+def test_a_date_in_other_digits_never_puts_the_deadline_later_than_written(
+    sent: datetime, ahead: int, form: str, date: str, zero: int, which: list[bool]
+) -> None:
+    moment = (sent + timedelta(minutes=ahead)).replace(second=0)
+    day = _in_digits(f"{moment:{date}}", zero, which)
+    assume(not day.isascii())
+    text = "Droplet gpu-spot-1 will be reclaimed " + form.format(d=day, t=f"{moment:%H:%M}")
+    found = find_deadline(text, sent)
+    assert found is None or found[0] <= moment, (text, sent, found)
+
+
 _ASCII_FORMS = st.sampled_from(
     [
         "December 4, 2026 at 16:00 UTC",
