@@ -995,6 +995,21 @@ _OF_THE_RECLAIM = re.compile(
     re.IGNORECASE,
 )
 _IT_FIRST = re.compile(r"[\W_]*(?:it|they)\b", re.IGNORECASE)
+# A sentence of nothing but a time and such words ("Time: today at 11:00 UTC.") says nothing
+# of anything else: it goes on with the reclaim's. Zones are in capitals (CET, ET).
+_WORD = re.compile(r"[^\W\d_]+")
+_BARE_WORDS = _LINK_WORDS | {
+    "when",
+    "am",
+    "pm",
+    "m",
+    "p",
+    "hrs",
+    "hours",
+    "noon",
+    "midday",
+    "midnight",
+}
 
 
 class _ReclaimSentences:
@@ -1029,6 +1044,10 @@ class _ReclaimSentences:
                 (first < len(self._ours) and self._ours[first] < end)
                 or _OF_THE_RECLAIM.search(text, begin, end) is not None
                 or _IT_FIRST.match(text, begin, end) is not None
+                or all(
+                    word.isupper() or word.lower() in _BARE_WORDS
+                    for word in _WORD.findall(text, begin, end)
+                )
             )
             self._known[(begin, end)] = known
         return known

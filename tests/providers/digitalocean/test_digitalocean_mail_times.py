@@ -396,6 +396,10 @@ def test_a_mail_whose_only_time_is_another_sentence_s_past_one_takes_date_plus_l
         "Droplet gpu-spot-1: today at 11:00 UTC.",
         "Your Droplet gpu-spot-1 will be reclaimed\ntoday at 11:00 UTC.",
         "Notice for gpu-spot-1.\nReclaim: today at 11:00 UTC.",
+        # A sentence of only the time says nothing of anything else: the reclaim's.
+        "Droplet gpu-spot-1 will be reclaimed. Time: today at 11:00 UTC.",
+        "Droplet gpu-spot-1 will be reclaimed soon. Scheduled for: today at 11:00 UTC.",
+        "Droplet gpu-spot-1 will be reclaimed soon. When: today at 11 a.m. UTC.",
     ],
 )
 def test_a_past_time_today_in_the_reclaim_s_sentence_is_still_the_deadline(body: str) -> None:
