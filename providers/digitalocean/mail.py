@@ -383,9 +383,20 @@ def _zone(name: str | None) -> str:
         # or more off. So was "GMT-05: 00", a space after its colon: a plain UTC or GMT is
         # not one with an offset touching it, and such an offset is read when its minutes
         # are those of real offsets (00, 30, 45).
-        rf"\s*\(?({group}(?:UTC|GMT)\s*[+-]\s*"
-        r"(?:[0-9]{2}:[^\S\n](?:00|30|45)(?![0-9])|[0-9]{1,2}(?::?[0-9]{2})?)"
-        rf"|(?:UTC|GMT)(?![+-][0-9])|Z"
+        # A minus sign touches its hours: "14:00 UTC - 16:00 UTC" is a window written with a
+        # zone on each end, and its "- 16:00" read as an offset put the deadline 16 hours
+        # late; "UTC + 1" stays an offset (a plus starts no window). Hours beyond those of
+        # real zones (UTC-12 to UTC+14) are no offset, nor is one followed by a zone of its
+        # own: "14:00 UTC-16:00 UTC" and "10:00 UTC-12:00 UTC" are windows, read 16 and 12
+        # hours late before.
+        rf"\s*\(?({group}(?:UTC|GMT)\s*(?:-(?=(?:1[0-2]|0?[0-9])(?:[0-9]{{2}})?(?![0-9]))|\+\s*)"
+        r"(?:[0-9]{2}:[^\S\n](?:00|30|45)(?![0-9])|(?:1[0-4]|0?[0-9])(?::?[0-9]{2})?)"
+        r"(?![0-9]|\s*\(?(?:UTC|GMT)\b)"
+        # UTC stays plain before a window's end that has a zone of its own, and before a
+        # dash that no real offset follows ("13:00 UTC-14:00").
+        r"|(?:UTC|GMT)(?=-[0-9]{1,2}:?[0-9]{2}\s*\(?(?:UTC|GMT)\b"
+        r"|-(?!(?:1[0-2]|0?[0-9])(?::?[0-9]{2}|:[^\S\n](?:00|30|45))?(?![0-9]))"
+        r"|(?![+-][0-9]))|Z"
         rf"|[+-][0-9]{{2}}:?[0-9]{{2}}"
         # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
         # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.

@@ -339,9 +339,59 @@ def test_a_utc_touching_an_offset_it_cannot_read_is_not_plain_utc(text: str) -> 
     assert found is None or found[0] != datetime(2026, 12, 1, 16, tzinfo=timezone.utc), found
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A window with a zone on each end: its "-16:00" was read as an offset from UTC,
+        # 16 hours after the window's start.
+        "reclaimed at 14:00 UTC - 16:00 UTC.",
+        "reclaimed at 14:00 UTC-16:00 UTC.",
+        "reclaimed at 14:00 GMT - 16:00 GMT.",
+        "reclaimed at 14:00 UTC-16:00 GMT.",
+        "reclaimed at 14:00 UTC - 16:00.",
+    ],
+)
+def test_a_window_with_a_zone_on_each_end_is_read_from_its_start(text: str) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == datetime(2026, 12, 1, 14, tzinfo=timezone.utc), (text, found)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
-    hours=st.integers(min_value=-14, max_value=14),
+    start=st.integers(min_value=13, max_value=22),
+    hours=st.integers(min_value=1, max_value=12),
+    names=st.tuples(st.sampled_from(["UTC", "GMT"]), st.sampled_from(["UTC", "GMT", ""])),
+    dash=st.sampled_from(["-", " - ", "\u2013", " \u2013 ", " to "]),
+)
+def test_a_window_after_a_zone_never_reads_later_than_its_start(
+    start: int, hours: int, names: tuple[str, str], dash: str
+) -> None:
+    # Touching its zone with no zone of its own, "13:00 UTC-05:00" is an offset, as written.
+    end = (start + hours) % 24
+    assume(not (dash == "-" and not names[1] and end <= 12))
+    zone_end = f" {names[1]}" if names[1] else ""
+    text = f"reclaimed at {start:02d}:00 {names[0]}{dash}{end:02d}:00{zone_end}."
+    found = find_deadline(text, SENT)
+    # Early is safe (a drain before it was needed); late loses the work since the last save.
+    assert found is not None and found[0] <= datetime(2026, 12, 1, start, tzinfo=timezone.utc), (
+        text,
+        found,
+    )
+
+
+def test_an_offset_beyond_any_zone_is_not_applied() -> None:
+    # No zone is ahead of UTC+14: unread, not read as plain UTC (eight hours late).
+    assert find_deadline("reclaimed at 14:00 UTC+16:00.", SENT) is None
+    # Nor behind UTC-12: a dash there starts the window's end, and the time is its start.
+    for text in ("reclaimed at 14:00 GMT-15.", "at 14:00 UTC-13:00.", "at 14:00 UTC-1400."):
+        found = find_deadline(text, SENT)
+        assert found is not None and found[0] == datetime(2026, 12, 1, 14, tzinfo=timezone.utc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hours=st.integers(min_value=-12, max_value=14),  # the zones there are
     minutes=st.sampled_from([0, 30, 45]),
     name=st.sampled_from(["UTC", "GMT"]),
     colon=st.sampled_from(["", ":", ": "]),
