@@ -533,6 +533,29 @@ _SHIFT = re.compile(
 _EARLIER = re.compile(r"\b(?:brought\s+forward|earlier|moved\s+up|advanced|sooner)\b", re.I)
 
 
+# A time given with a tolerance: "at 14:00 UTC +/- 30 minutes", "16:00 UTC (± 2h)". Read as
+# the time written, the reclaim could come up to the tolerance before it: late by that much.
+_TOLERANCE = re.compile(
+    r"\s*[(\[]?\s*(?:\u00b1|\+\s*/\s*[-\u2212]|\+-|plus\s+or\s+minus|give\s+or\s+take)\s*"
+    r"(?:(?:about|approximately|roughly|around|up\s+to)\s+|~\s*)?" + _AMOUNT + r"\)?\]?",
+    re.IGNORECASE,
+)
+
+
+def _less_tolerance(
+    text: str, end: int, written: tuple[datetime, datetime]
+) -> tuple[tuple[datetime, datetime], int]:
+    """`written` moved earlier by a tolerance written at `end`, and where its words end."""
+    found = _TOLERANCE.match(text, end)
+    if found is None:
+        return written, end
+    parts = {k: v for k, v in found.groupdict().items() if v is not None}
+    try:
+        return (written[0] - timedelta(hours=_amount_hours(parts)), written[1]), found.end()
+    except OverflowError:  # a tolerance past what a datetime holds: not one
+        return written, end
+
+
 def _amount_hours(parts: dict[str, str]) -> float:
     """The hours of an `_AMOUNT` match's groups."""
     amount = parts["n"].lower()
@@ -713,15 +736,16 @@ def _candidates(
                     if (written := _written_time(match, sent, order=order)) is not None
                 }
             )
-            for written in readings:
-                words = match.group(0)
+            for reading in readings:
+                written, words_end = _less_tolerance(text, match.end(), reading)
+                words = text[match.start() : words_end]
                 if len(readings) > 1:
                     # find_deadline takes the first reading that can be the deadline, so
                     # the earliest: a deadline read late loses work, one read early does not.
                     dates = " or ".join(f"{start:%Y-%m-%d}" for start, _ in readings)
-                    words += f" ({AMBIGUOUS} {dates}, read as {written[0]:%Y-%m-%d}, the earliest"
+                    words += f" ({AMBIGUOUS} {dates}, read as {reading[0]:%Y-%m-%d}, the earliest"
                     words += " that can be the deadline)"
-                yield match.start(), -len(match.group(0)), *written, words, False, match.end()
+                yield match.start(), -len(match.group(0)), *written, words, False, words_end
     if sent is not None:
         # Both tests in log or constant time per time found: scanning every dated span and
         # the whole line for each time held the agent's event loop for 2 s on a 10 KiB mail
@@ -773,16 +797,18 @@ def _candidates(
             # From "today" on, so that "previously scheduled for today at 16:00 UTC" is the
             # time a new time replaces (`_is_old_time`).
             first = ahead.start() if ahead else start
-            words = text[first : behind.end() if behind else stop]
-            written = _written_time(match, sent, relative_day=day)
-            if written is not None:
+            as_written = _written_time(match, sent, relative_day=day)
+            if as_written is not None:
+                written, words_end = _less_tolerance(
+                    text, behind.end() if behind else stop, as_written
+                )
                 yield (
                     first,
                     -len(match.group(0)),
                     *written,
-                    words,
+                    text[first:words_end],
                     day == "today",
-                    behind.end() if behind else stop,
+                    words_end,
                 )
         for match in _RELATIVE.finditer(text):
             parts = {k.rstrip("2"): v for k, v in match.groupdict().items() if v is not None}

@@ -380,6 +380,52 @@ def test_a_window_after_a_zone_never_reads_later_than_its_start(
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A tolerance: the reclaim may come that much before the time written, which was
+        # read as the deadline, late by the tolerance.
+        ("reclaimed at 14:00 UTC +/- 30 minutes.", datetime(2026, 12, 1, 13, 30)),
+        ("reclaimed at 14:00 UTC \u00b1 30 min.", datetime(2026, 12, 1, 13, 30)),
+        ("reclaimed at approximately 14:00 UTC (\u00b12h).", datetime(2026, 12, 1, 12)),
+        (
+            "reclaimed on December 1, 2026 at 14:00 UTC (plus or minus 1 hour).",
+            datetime(2026, 12, 1, 13),
+        ),
+        ("reclaimed at 14:00 UTC today give or take 15 minutes", datetime(2026, 12, 1, 13, 45)),
+        # Moved into the past by it: the window is open, a terminate at once.
+        ("reclaimed at 14:00 UTC \u00b1 2 hours.", datetime(2026, 12, 1, 12)),
+        # None: the time as written.
+        ("reclaimed at 14:00 UTC, 30 minutes of notice.", datetime(2026, 12, 1, 14)),
+    ],
+)
+def test_a_tolerance_after_a_time_moves_the_deadline_to_its_earliest(
+    text: str, expected: datetime
+) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == expected.replace(tzinfo=timezone.utc), (text, found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    minutes=st.integers(min_value=1, max_value=600),
+    form=st.sampled_from(
+        ["\u00b1 {m} minutes", "+/- {m} min", "(\u00b1{m}m)", "plus or minus {m} minutes"]
+    ),
+    dated=st.booleans(),
+)
+def test_a_time_with_a_tolerance_is_never_read_later_than_its_earliest(
+    minutes: int, form: str, dated: bool
+) -> None:
+    written = datetime(2026, 12, 1, 23, 0, tzinfo=timezone.utc)
+    text = (
+        f"reclaimed at {written:{'%Y-%m-%d ' if dated else ''}%H:%M} UTC {form.format(m=minutes)}."
+    )
+    found = find_deadline(text, SENT)
+    assert found is not None and found[0] == written - timedelta(minutes=minutes), (text, found)
+
+
 def test_an_offset_beyond_any_zone_is_not_applied() -> None:
     # No zone is ahead of UTC+14: unread, not read as plain UTC (eight hours late).
     assert find_deadline("reclaimed at 14:00 UTC+16:00.", SENT) is None
