@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from azure_harness import approvals_metric
 from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
@@ -261,26 +260,6 @@ def test_a_neighbours_events_do_not_republish_this_vms_notice(
         assert again["id"] == first["id"] and again["detail"]["Resources"] == ["gpu-0", "gpu-1"]
 
 
-def _approvals(agent: AgentProcess) -> dict[str, float]:
-    """forewarn_approvals_total of provider azure by outcome, scraped from the agent."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    found = eventually(
-        lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output()),
-        what="the metrics address in the log",
-    )
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(found.group(1) + "/metrics", timeout=5) as response:
-        text = response.read().decode()
-    counts: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "forewarn_approvals_total":
-                assert sample.labels["provider"] == "azure", sample
-                counts[sample.labels["outcome"]] = sample.value
-    return counts
-
-
 @requires("prometheus_client")
 def test_approvals_are_exported_as_a_counter_by_outcome(
     tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
@@ -292,7 +271,7 @@ def test_approvals_are_exported_as_a_counter_by_outcome(
     with agent, Subscriber(agent.events, ("notice", "client/trainer-0")) as sub:
         # At 0 from the start, so increase() sees the first approval.
         zero = {"sent": 0, "failed": 0, "skipped": 0}
-        eventually(lambda: _approvals(agent) == zero, what="the series at 0")
+        eventually(lambda: approvals_metric(agent) == zero, what="the series at 0")
         eventually(
             lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 1, what="client"
         )
@@ -301,13 +280,13 @@ def test_approvals_are_exported_as_a_counter_by_outcome(
         assert notice["id"] == f"azure/{mine}"
         ack(agent, notice["id"], "trainer-0")
         eventually(lambda: sim.approvals, what="the approval")
-        eventually(lambda: _approvals(agent)["sent"] == 1, what="the approval counted")
+        eventually(lambda: approvals_metric(agent)["sent"] == 1, what="the approval counted")
         # Shared with another VM: not approved by default, and counted as skipped.
         shared = sim.raise_notice("Preempt", {"resources": ["gpu-0", "gpu-1"]})
         notice = eventually(lambda: _next_about(sub, f"azure/{shared}"), what="the Preempt")
         ack(agent, notice["id"], "trainer-0")
-        eventually(lambda: _approvals(agent)["skipped"] == 1, what="the skip counted")
-        assert _approvals(agent) == {"sent": 1, "failed": 0, "skipped": 1}
+        eventually(lambda: approvals_metric(agent)["skipped"] == 1, what="the skip counted")
+        assert approvals_metric(agent) == {"sent": 1, "failed": 0, "skipped": 1}
         assert len(sim.approvals) == 1
 
 
