@@ -93,9 +93,11 @@ class Entry:
     acked: set[str] = field(default_factory=set)
     flushed: bool = False
     saved: bool = False  # some client reported a saved flush for it
-    # Restored from the state file after a restart, and not reported again by its provider yet.
+    # Restored from the state file after a restart, or held while its provider's watcher was
+    # built again after a crash, and not reported again by its provider yet.
     restored: bool = False
     restored_at: datetime | None = None
+    restored_after: str = "the agent restarted"  # what it awaits a report after, for the clear
 
 
 class NoticeBoard:
@@ -178,9 +180,22 @@ class NoticeBoard:
             if not entry.manual and entry.report.provider == provider
         ]
 
-    def withdraw_restored(self, provider: str, why: str) -> list[Notice]:
+    def await_reports(self, provider: str, after: str) -> None:
+        """Hold the active notices of `provider` as restored: its watcher crashed, and the one
+        built next may never see one withdrawn meanwhile (it learns of withdrawals by what
+        leaves its provider's list). As after a restart, those it does not report again once
+        it has answered are withdrawn (`withdraw_restored`). `after` says what happened."""
+        now = self.now()
+        for entry in self.entries.values():
+            if entry.manual or entry.report.provider != provider or entry.restored:
+                continue
+            entry.restored, entry.restored_at, entry.restored_after = True, now, after
+
+    def withdraw_restored(self, provider: str, why: str | None = None) -> list[Notice]:
         """Clear the restored notices of `provider` that its watcher, having answered, did not
-        report again: the provider withdrew them while the agent was down."""
+        report again: the provider withdrew them while the agent was down, or while no watcher
+        of it ran. `why` (else "not reported by <provider> since <what happened>") goes in
+        `detail.withdrawn`."""
         ids = [
             notice_id
             for notice_id, entry in self.entries.items()
@@ -188,7 +203,9 @@ class NoticeBoard:
         ]
         cleared = []
         for notice_id in ids:
-            detail = {**self.entries[notice_id].report.detail, "withdrawn": why}
+            entry = self.entries[notice_id]
+            withdrawn = why or f"not reported by {provider} since {entry.restored_after}"
+            detail = {**entry.report.detail, "withdrawn": withdrawn}
             notice = self.clear(notice_id, detail=detail)
             if notice is not None:
                 cleared.append(notice)
@@ -485,7 +502,9 @@ class NoticeBoard:
         elif deadline is not None:
             why = f"past its deadline plus a grace of {grace:g}s"
         elif entry.restored and entry.report.provider != "local":
-            why = f"not reported again by its provider within {grace:g}s of an agent restart"
+            why = (
+                f"not reported again by its provider within {grace:g}s after {entry.restored_after}"
+            )
         else:
             why = f"no deadline and older than {self.manual_lifetime.total_seconds():g}s"
         return {**entry.report.detail, EXPIRED_KEY: why}

@@ -542,6 +542,9 @@ class Agent:
                     # What it answered superseded them: the restored notices it did not
                     # report again are withdrawn, the retired ones are events no longer seen.
                     self._restored_at_start.pop(name, None)
+                # What its provider withdraws until the next watcher answers, that one never
+                # sees leave: held as after a restart, and withdrawn unless reported again.
+                self.board.await_reports(name, "its watcher crashed")
                 crashed = self.watchers.pop(name, None)
                 if crashed is not None:
                     await self._close(crashed)
@@ -558,7 +561,8 @@ class Agent:
         start-up too (a first watcher that crashed before its first poll took the retired ones
         with it); after that, one built again after a crash gets every active notice of its
         provider (its predecessor's reports: without them an Azure Started event got a new
-        deadline and went out again as changed)."""
+        deadline and went out again as changed). Those the board holds since the crash
+        (`await_reports`) are withdrawn, as restored ones are, unless it reports them again."""
         at_start = self._restored_at_start.get(watcher.name)
         if isinstance(watcher, RestoreAware):
             reports = self.board.provider_reports(watcher.name) if at_start is None else at_start
@@ -687,8 +691,9 @@ class Agent:
         )
 
     def _settle_restored(self) -> None:
-        """Withdraw the provider notices restored after a restart that their watcher, now that
-        it has answered, did not report again. Until then they stay active: a first answer can
+        """Withdraw the provider notices restored after a restart (or held while a crashed
+        watcher was built again) that their watcher, now that it has answered, did not report
+        again. Until then they stay active: a first answer can
         take long (an IMAP login and search, a Kubernetes list, a slow IMDS), and clients that
         took the agent's silence meanwhile for a withdrawal flushed again for every drain."""
         cleared = []
@@ -696,7 +701,7 @@ class Agent:
             if provider in self.providers and not self._answered(provider):
                 continue
             why = (
-                f"not reported by {provider} since the agent restarted"
+                None
                 if provider in self.providers
                 else f"{provider} is no longer watched by this agent"
             )

@@ -67,7 +67,9 @@ class RestoreAware(Protocol):
     Until a watcher of the provider has answered, each one built (after a crash too) also gets
     those the agent retired at start-up (past their end while it was down): one still listed
     is raised again as it was, as within one run. After that, one built again after a crash
-    gets every active notice of its provider, as its predecessor reported them."""
+    gets every active notice of its provider, as its predecessor reported them. It need not
+    clear those its provider no longer shows: the agent withdraws each notice handed to it
+    that it does not report again once it has answered."""
 
     def restored(self, reports: list[Report]) -> None: ...
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from forewarn.agent import metrics as metrics_module
+from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.agent.config import ConfigError, load_settings
 from forewarn.agent.metrics import (
     MAX_CONNECTIONS,
@@ -1023,6 +1024,7 @@ async def test_a_watcher_crash_counts_as_an_error_but_no_poll(tmp_path: Path):
             providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
         )
     )
+    agent.board = NoticeBoard(Sequencer(), 30.0)  # a crash holds its provider's notices there
     agent.watchers = {"crashing": Crashing()}  # type: ignore[dict-item]
     agent._build = lambda name, health: Crashing()  # type: ignore[method-assign,assignment,return-value]
     observer = MetricsObserver()

@@ -59,6 +59,7 @@ async def test_a_crashing_watcher_is_retried_with_backoff_and_others_keep_going(
         providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
     )
     agent = Agent(settings)
+    agent.board = NoticeBoard(Sequencer(), 30.0)  # a crash holds its provider's notices there
     reports: list[Report] = []
     agent._emit = reports.append  # type: ignore[method-assign]
     agent.watchers = {"crashing": Crashing(), "steady": Steady()}  # type: ignore[dict-item]
@@ -166,6 +167,7 @@ async def test_a_crashed_watcher_is_closed_before_it_is_rebuilt(tmp_path: Path) 
         providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
     )
     agent = Agent(settings)
+    agent.board = NoticeBoard(Sequencer(), 30.0)  # a crash holds its provider's notices there
     built = [CrashingWithClient()]
     agent.watchers = {"holding": built[0]}  # type: ignore[dict-item]
 

@@ -1,0 +1,133 @@
+"""What changes while no Azure watcher runs (between a watcher's crash and the one supervision
+builds next), through the real agent subprocess and the simulator: the rebuilt watcher must
+end up where one that never crashed would be."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, Subscriber, agent_env, eventually
+
+CRASHED = "the watcher crashed on the test's trigger"
+# Crashes every Azure watcher the agent builds, at its first poll, while the trigger file
+# exists: what the test does meanwhile happens while no watcher runs.
+CRASH_ON_TRIGGER = """\
+import pathlib
+
+import forewarn.providers.azure.watch as watch
+
+_poll = watch.AzureWatcher.poll
+_trigger = pathlib.Path({trigger!r})
+
+
+async def _poll_or_crash(self):
+    if _trigger.exists():
+        raise RuntimeError({crashed!r})
+    return await _poll(self)
+
+
+watch.AzureWatcher.poll = _poll_or_crash
+"""
+
+
+class Crasher:
+    """An Azure agent environment whose watchers crash while `crashing()` holds."""
+
+    def __init__(self, tmp_path: Path, server: SimServer, **extra: str) -> None:
+        site = tmp_path / "site"
+        site.mkdir()
+        self.trigger = tmp_path / "crash-trigger"
+        (site / "sitecustomize.py").write_text(
+            CRASH_ON_TRIGGER.format(trigger=str(self.trigger), crashed=CRASHED)
+        )
+        self.env = agent_env(
+            tmp_path,
+            FOREWARN_AZURE_URL=server.url,
+            FOREWARN_AZURE_VM_NAME="gpu-0",
+            FOREWARN_AZURE_INTERVAL="0.25",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+            **extra,
+        )
+
+    @contextlib.contextmanager
+    def crashing(self, agent: AgentProcess) -> Iterator[None]:
+        """From the first crash until the body is done, no watcher runs; then wait for the one
+        built next to answer."""
+        recovered = agent.output().count("polling recovered")
+        crashes = agent.output().count(CRASHED)
+        self.trigger.touch()
+        eventually(lambda: agent.output().count(CRASHED) > crashes, what="a crash")
+        try:
+            yield
+        finally:
+            self.trigger.unlink()
+        eventually(
+            lambda: agent.output().count("polling recovered") > recovered,
+            what="the rebuilt watcher's answer",
+            timeout=40,
+        )
+
+
+@pytest.fixture
+def imds() -> Iterator[tuple[AzureSimulator, SimServer]]:
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=60, rate_limit=10)
+    with SimServer(sim) as server:
+        yield sim, server
+
+
+def wait_polls(sim: AzureSimulator, count: int) -> None:
+    target = sim.requests["GET /metadata/scheduledevents"] + count
+    eventually(
+        lambda: sim.requests["GET /metadata/scheduledevents"] >= target, what=f"{count} polls"
+    )
+
+
+def published(output: str, notice_id: str) -> list[str]:
+    """The agent's log lines of each send of `notice_id` (new, changed, escalated, cleared)."""
+    return re.findall(rf"notice \w+ {re.escape(notice_id)} .*seq=\d+", output)
+
+
+@pytest.mark.parametrize("gap", ["watcher-crash", "agent-restart"])
+def test_an_event_withdrawn_while_no_watcher_runs_is_cleared(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer], gap: str
+) -> None:
+    """A Reboot (a drain with NotBefore as deadline) is cancelled while no watcher runs. The
+    watcher built again after a crash was handed the notice as its predecessor reported it,
+    but took it for restored and left the clear to the agent, which withdrew only notices
+    restored after a restart: the cancelled drain stayed active, escalated to terminate before
+    NotBefore and stopped the job. After a restart it was withdrawn; both are now one path."""
+    sim, server = imds
+    crasher = Crasher(tmp_path, server, FOREWARN_AZURE_APPROVE="off")
+    event_id = sim.raise_notice("Reboot", {"not_before_seconds": 600})
+    notice_id = f"azure/{event_id}"
+    with AgentProcess(tmp_path, providers=("azure",), env=crasher.env) as agent:
+        eventually(lambda: published(agent.output(), notice_id), what="the notice")
+        if gap == "watcher-crash":
+            with Subscriber(agent.events, ("notice",)) as sub:
+                assert sub.notice(timeout=10)["id"] == notice_id  # the replay
+                with crasher.crashing(agent):
+                    assert sim.withdraw(event_id)
+                cleared = sub.notice(timeout=10)
+            assert (cleared["id"], cleared["action"]) == (notice_id, "clear"), agent.output()
+            assert "crashed" in cleared["detail"]["withdrawn"]
+            assert agent.control({"op": "status"})["active"] == []
+            return
+    assert sim.withdraw(event_id)
+    crasher.trigger.touch()  # the restarted agent's watchers wait for the subscriber
+    with (
+        AgentProcess(tmp_path, providers=("azure",), env=crasher.env) as agent,
+        Subscriber(agent.events, ("notice",)) as sub,
+    ):
+        assert sub.notice(timeout=10)["id"] == notice_id  # the restored notice, replayed
+        crasher.trigger.unlink()
+        cleared = sub.notice(timeout=20)
+        assert (cleared["id"], cleared["action"]) == (notice_id, "clear"), agent.output()
+        assert "since the agent restarted" in cleared["detail"]["withdrawn"]
+        assert agent.control({"op": "status"})["active"] == []
