@@ -123,6 +123,11 @@ class NoticeBoard:
         # Provider notices some client saved for before an agent restart come back the same way
         # (without their first `noticed_at`, which the state file does not keep).
         self.remembered: dict[str, tuple[datetime | None, bool]] = {}
+        # Provider notices retired while still reported, as last reported, until their provider
+        # reports them again or withdraws them: what a watcher built after a crash is handed
+        # (`provider_reports`), as its predecessor kept them. Without them an Azure Started event
+        # retired while no watcher ran was raised again with a new deadline.
+        self.retired: dict[str, Report] = {}
         self.flushes: deque[float] = deque(maxlen=FLUSH_WINDOW)
         self.clients: set[str] = set()
 
@@ -172,13 +177,15 @@ class NoticeBoard:
         ]
 
     def provider_reports(self, provider: str) -> list[Report]:
-        """The active notices of `provider`, restored or not, as reported: what a watcher
-        built again after a crash would remember had it not crashed (`RestoreAware`)."""
-        return [
+        """The active notices of `provider`, restored or not, and those retired while still
+        reported, as reported: what a watcher built again after a crash would remember had it
+        not crashed (`RestoreAware`)."""
+        active = [
             entry.report
             for entry in self.entries.values()
             if not entry.manual and entry.report.provider == provider
         ]
+        return active + [r for r in self.retired.values() if r.provider == provider]
 
     def await_reports(self, provider: str, after: str) -> None:
         """Hold the active notices of `provider` as restored: its watcher crashed, and the one
@@ -283,6 +290,7 @@ class NoticeBoard:
         if entry is None:
             saved = False
             remembered = self.remembered.pop(report.id, None)
+            self.retired.pop(report.id, None)
             if remembered is not None:
                 first_noticed, saved = remembered
                 if first_noticed is not None:
@@ -321,6 +329,7 @@ class NoticeBoard:
 
     def clear(self, notice_id: str, detail: dict[str, Any] | None = None) -> Notice | None:
         self.remembered.pop(notice_id, None)
+        self.retired.pop(notice_id, None)
         entry = self.entries.pop(notice_id, None)
         if entry is None:
             return None
@@ -342,6 +351,9 @@ class NoticeBoard:
                     expired.append(notice)
                 if not entry.manual:
                     self._remember(entry.notice.id, entry.notice.noticed_at, entry.saved)
+                    self.retired[notice_id] = entry.report
+                    while len(self.retired) > REMEMBERED:
+                        del self.retired[next(iter(self.retired))]
         escalated = []
         for entry in self.entries.values():
             if entry.notice.action == "drain" and self._action_for(entry.report) == "terminate":

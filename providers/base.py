@@ -67,7 +67,8 @@ class RestoreAware(Protocol):
     Until a watcher of the provider has answered, each one built (after a crash too) also gets
     those the agent retired at start-up (past their end while it was down): one still listed
     is raised again as it was, as within one run. After that, one built again after a crash
-    gets every active notice of its provider, as its predecessor reported them. It need not
+    gets every active notice of its provider, and those retired while still reported (until
+    reported again or withdrawn), as its predecessor reported them. It need not
     clear those its provider no longer shows: the agent withdraws each notice handed to it
     that it does not report again once it has answered."""
 

@@ -362,3 +362,25 @@ def test_without_its_receiving_clients_a_restored_notice_waits_for_acks_as_befor
     restarted.client_joined("a")
     restarted.client_joined("b")
     assert restarted.record_ack("aws/spot-itn/1", "b", 1.0) is True
+
+
+def test_retired_provider_notices_are_handed_to_a_rebuilt_watcher_until_cleared() -> None:
+    """What a watcher built again after a crash is handed: its predecessor kept the notices
+    retired while still reported, and raised one still listed again as it was; without them
+    the new watcher took an Azure Started event for new, with a new deadline."""
+    b, clock = board()
+    b.grace = timedelta(seconds=60)
+    kept = report(id="azure/E1", provider="azure", action="terminate", deadline=T0)
+    b.report(kept)
+    b.report(report(id="azure/E2", provider="azure", action="terminate", deadline=T0))
+    b.report(report(deadline=T0))  # another provider's
+    clock.now = T0 + timedelta(seconds=61)
+    _, expired = b.due()
+    assert len(expired) == 3 and b.active() == []
+    assert sorted(r.id for r in b.provider_reports("azure")) == ["azure/E1", "azure/E2"]
+    assert b.provider_reports("azure")[0].deadline == T0
+    b.report(kept)  # raised again
+    b.clear("azure/E2")  # withdrawn by its provider
+    assert [r.id for r in b.provider_reports("azure")] == ["azure/E1"]  # active, not retired
+    b.clear("azure/E1")
+    assert b.provider_reports("azure") == []
