@@ -18,6 +18,8 @@ WATCHER_FAILED = "watcher-failed"
 # provider answered 200), failed (a transport error or another status), or skipped (not sent:
 # the event started, is gone, is shared, or its type is not to be approved).
 APPROVAL_OUTCOMES = ("sent", "failed", "skipped")
+# Approvals remembered as counted once: events are few, and leave the list within a day.
+COUNTED_ONCE = 256
 
 
 @dataclass
@@ -45,6 +47,8 @@ class PollHealth:
     # Approvals by outcome (APPROVAL_OUTCOMES), and who hears of each: the agent's metrics.
     approvals: dict[str, int] = field(default_factory=dict)
     approval_listeners: list[Callable[[str, str], None]] = field(default_factory=list, repr=False)
+    # The approvals counted `once` (see `approval`), oldest first, bounded.
+    _counted_once: dict[str, None] = field(default_factory=dict, repr=False)
 
     def success(self) -> None:
         self.polls += 1
@@ -74,13 +78,24 @@ class PollHealth:
         for listener in self.listeners:
             listener(self.provider, False, kind)
 
-    def approval(self, outcome: str) -> None:
-        """Count one approval by its outcome (one of APPROVAL_OUTCOMES)."""
+    def approval(self, outcome: str, once: str | None = None) -> bool:
+        """Count one approval by its outcome (one of APPROVAL_OUTCOMES); whether it counted.
+        With `once` (an event and the cause of a skip), an outcome already counted with it is
+        not counted again: this health outlives the watcher, and each one built after a crash
+        is told of the flushed notices again and skipped their approvals anew."""
         if outcome not in APPROVAL_OUTCOMES:
             raise ValueError(f"approval outcome {outcome!r} is not one of {APPROVAL_OUTCOMES}")
+        if once is not None:
+            key = f"{outcome}\0{once}"
+            if key in self._counted_once:
+                return False
+            self._counted_once[key] = None
+            while len(self._counted_once) > COUNTED_ONCE:
+                del self._counted_once[next(iter(self._counted_once))]
         self.approvals[outcome] = self.approvals.get(outcome, 0) + 1
         for listener in self.approval_listeners:
             listener(self.provider, outcome)
+        return True
 
     def condition(self, kind: str, message: str | None) -> None:
         """Set a standing problem of this watcher, or clear it with None."""

@@ -56,7 +56,7 @@ class Approver:
         url: str,
         api_version: str,
         timeout: float,
-        on_outcome: Callable[[str], None] | None = None,
+        on_outcome: Callable[[str, str | None], bool] | None = None,
         path: Path | None = None,
         health: PollHealth | None = None,
     ) -> None:
@@ -88,8 +88,9 @@ class Approver:
             return
         self.skipped[event_id] = why
         self.stats.skipped += 1
-        self._tell("skipped")
-        log.info("azure: not approving event %s: %s", event_id, why)
+        if self._tell("skipped", once=f"{event_id}: {why}"):
+            # Else a watcher before this one (it crashed) skipped it already, and said so.
+            log.info("azure: not approving event %s: %s", event_id, why)
 
     async def approve(self, event_id: str, why: str) -> bool:
         """POST StartRequests for one event unless it was approved (or is being) already."""
@@ -164,13 +165,15 @@ class Approver:
         text = json.dumps({"approved": dict(newest)}, indent=1) + "\n"
         self._unsaved = not write_or_report(self.path, text, self.health)
 
-    def _tell(self, outcome: str) -> None:
+    def _tell(self, outcome: str, once: str | None = None) -> bool:
+        """Count the outcome (`PollHealth.approval`); false when `once` was counted before."""
         if self.on_outcome is None:
-            return
+            return True
         try:
-            self.on_outcome(outcome)
+            return self.on_outcome(outcome, once)
         except Exception:  # the metrics' problem: the approval itself stands
             log.exception("azure: counting an approval (%s) failed", outcome)
+            return True
 
 
 def load_approved(path: Path) -> dict[str, float]:

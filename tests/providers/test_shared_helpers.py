@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from forewarn.providers import persist
 from forewarn.providers.backoff import Backoff
+from forewarn.providers.health import PollHealth
 from forewarn.providers.httpdate import format_http_date, format_short_http_date, parse_http_date
 from forewarn.providers.persist import write_atomically
 from hypothesis import given, settings
@@ -162,3 +163,17 @@ class TestAtomicWrite:
         monkeypatch.undo()
         assert target.read_text() == "old"
         assert os.listdir(tmp_path) == ["f"]
+
+
+def test_an_approval_counted_once_is_not_counted_again_by_a_later_watcher() -> None:
+    """The health outlives its watchers: each one built after a crash skipped the approvals of
+    the flushed notices anew, and each skip was counted again."""
+    health = PollHealth("azure")
+    heard: list[str] = []
+    health.approval_listeners.append(lambda provider, outcome: heard.append(outcome))
+    assert health.approval("skipped", once="E1: it is a drain")
+    assert not health.approval("skipped", once="E1: it is a drain")
+    assert health.approval("skipped", once="E1: its status is Started")  # another cause
+    assert health.approval("sent") and health.approval("sent")  # each POST counts
+    assert health.approvals == {"skipped": 2, "sent": 2}
+    assert heard == ["skipped", "skipped", "sent", "sent"]

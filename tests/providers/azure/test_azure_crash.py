@@ -11,10 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from azure_harness import approvals_metric
 from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, Subscriber, agent_env, eventually
+from support import AgentProcess, Subscriber, agent_env, eventually, requires
 
 CRASHED = "the watcher crashed on the test's trigger"
 # Crashes every Azure watcher the agent builds, at its first poll, while the trigger file
@@ -157,3 +158,32 @@ def test_an_event_retired_while_listed_is_raised_again_as_it_was_after_a_crash(
         assert after["id"] == notice_id
         assert parse_time(after["deadline"]) == parse_time(before["deadline"]), agent.output()
         assert after["detail"]["DocumentIncarnation"] == before["detail"]["DocumentIncarnation"]
+
+
+@requires("prometheus_client")
+def test_a_skipped_approval_counts_once_across_watcher_crashes(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """Under `after-ack`, the flushed Reboot is a drain, not approved: one skip. Each watcher
+    built again after a crash is told of the flushed notices of its provider and skipped the
+    approval anew, so forewarn_approvals_total{outcome="skipped"} grew with every crash."""
+    sim, server = imds
+    crasher = Crasher(
+        tmp_path, server, FOREWARN_AZURE_APPROVE="after-ack", FOREWARN_METRICS_ADDRESS="127.0.0.1:0"
+    )
+    event_id = sim.raise_notice("Reboot", {"not_before_seconds": 600})
+    notice_id = f"azure/{event_id}"
+    with (
+        AgentProcess(tmp_path, providers=("azure",), env=crasher.env) as agent,
+        Subscriber(agent.events, ("notice", "client/trainer-0")) as client,
+    ):
+        assert client.notice(timeout=10)["id"] == notice_id
+        ack = {"op": "ack", "notice_id": notice_id, "client": "trainer-0", "flush_seconds": 0.1}
+        assert agent.control(ack)["ok"]
+        eventually(lambda: approvals_metric(agent)["skipped"] == 1, what="the skip counted")
+        for _ in range(2):
+            with crasher.crashing(agent):
+                pass
+        wait_polls(sim, 4)
+        assert approvals_metric(agent) == {"sent": 0, "failed": 0, "skipped": 1}, agent.output()
+        assert sim.approvals == []
