@@ -156,6 +156,9 @@ class Agent:
         # The restored provider notices, by provider, for each watcher built before one of its
         # provider has answered (`_restore`).
         self._restored_at_start: dict[str, list[Report]] = {}
+        # Its provider's good answers when each watcher was built by supervision: a watcher
+        # without `answered` has answered once its provider has had one since.
+        self._successes_at_build: dict[str, int] = {}
         self._events_ours = True
 
     # Setting up.
@@ -528,7 +531,10 @@ class Agent:
         while True:
             started = loop.time()
             try:
-                watcher = self.watchers.get(name) or self._restore(self._build(name, health))
+                watcher = self.watchers.get(name)
+                if watcher is None:
+                    self._successes_at_build[name] = health.successes
+                    watcher = self._restore(self._build(name, health))
                 self.watchers[name] = watcher
                 await watcher.watch(self._emit)
                 problem = "watch() returned"
@@ -716,8 +722,15 @@ class Agent:
         answered = getattr(watcher, "answered", None)
         if isinstance(answered, bool):
             return answered
+        # Not `health.ready`: the provider's health outlives a crash, and the predecessor's
+        # answer made a watcher just built answered before it looked, so the notices held at
+        # the crash were withdrawn at the next beat though nothing had withdrawn them.
         health = self.health.get(provider)
-        return watcher is not None and health is not None and health.ready
+        return (
+            watcher is not None
+            and health is not None
+            and health.successes > self._successes_at_build.get(provider, 0)
+        )
 
     async def _heartbeats(self) -> None:
         while True:

@@ -30,6 +30,7 @@ class PollHealth:
     provider: str
     repeat_log_seconds: float = 60.0
     polls: int = 0
+    successes: int = 0  # good answers; `polls` counts failed ones too
     errors: int = 0
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     last_success: float | None = None  # time.time() of the last good answer
@@ -52,6 +53,7 @@ class PollHealth:
 
     def success(self) -> None:
         self.polls += 1
+        self.successes += 1
         self.last_success = time.time()
         if self.last_error is not None:
             log.info("%s: polling recovered after %s", self.provider, self.last_error)

@@ -578,3 +578,80 @@ async def test_an_ack_sent_again_counts_once(tmp_path: Path) -> None:
     assert list(agent.board.flushes) == [2.0, 2.0]
     await agent.state_writer.settled()
     agent.state_writer.close()
+
+
+class ReportsThenCrashes:
+    """A watcher without `answered` (as the local one): reports a drain, answers, crashes."""
+
+    name: ClassVar[str] = "local"
+
+    def __init__(self, health: PollHealth) -> None:
+        self.health = health
+
+    async def detect(self) -> bool:
+        return True
+
+    async def watch(self, emit: Emit) -> None:
+        emit(Report(id="local/flag", action="drain", reason="manual", provider="local"))
+        self.health.success()
+        raise RuntimeError("crashed after its report")
+
+
+class NeverAnswers:
+    """The watcher built next: it has not answered yet (a slow first look)."""
+
+    name: ClassVar[str] = "local"
+
+    async def detect(self) -> bool:
+        return True
+
+    async def watch(self, emit: Emit) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_a_rebuilt_watcher_is_not_taken_as_answered_for_its_predecessors_answer(
+    tmp_path: Path,
+) -> None:
+    """The notices held at a crash are withdrawn once the watcher built next has answered.
+    A watcher without `answered` was judged by its provider's health, which outlives the
+    crash: the predecessor's success made the new watcher answered before it looked, and
+    its provider's notices were cleared at the next beat though nothing had withdrawn them."""
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    agent.board = NoticeBoard(Sequencer(), 30.0)
+    agent.providers = ["local"]
+    sent = Recorder()
+    agent._send = lambda notice, escalated: sent.publish(notice)  # type: ignore[method-assign,assignment,misc]
+    agent._save_now = lambda: None  # type: ignore[method-assign]
+    health = PollHealth("local")
+    agent.health = {"local": health}
+    agent._emit = lambda report: agent.board.report(report)  # type: ignore[method-assign,assignment,return-value]
+    agent.watchers = {"local": ReportsThenCrashes(health)}  # type: ignore[dict-item]
+    built: list[NeverAnswers] = []
+
+    def build(name: str, health: PollHealth) -> NeverAnswers:
+        built.append(NeverAnswers())
+        return built[-1]
+
+    agent._build = build  # type: ignore[method-assign,assignment]
+    task = asyncio.create_task(agent._supervise("local", health))
+    try:
+        await eventually_async(
+            lambda: built and agent.watchers.get("local") is built[0], what="the rebuild"
+        )
+        agent._settle_restored()
+        assert [notice.action for notice in sent.sent] == [], (
+            "cleared before the new watcher looked"
+        )
+        assert [notice.id for notice in agent.board.active()] == ["local/flag"]
+        health.error("http", "a failed first look")  # a poll, but no answer
+        agent._settle_restored()
+        assert sent.sent == []
+        health.success()  # the new watcher's own answer
+        agent._settle_restored()
+        assert [(notice.id, notice.action) for notice in sent.sent] == [("local/flag", "clear")]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
