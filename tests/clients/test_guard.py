@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 from forewarn.clients import CheckpointGuard
 from forewarn.protocol.timefmt import format_time, parse_time, utcnow
+from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.simulator import SimServer
 from forewarn.testing import RunningAgent
-from support import AgentProcess, eventually, requires
+from support import AgentProcess, agent_env, eventually, requires
 
 # The demo's exit after a terminate's or SIGTERM's save: CheckpointGuard.exit_code.
 EXIT_RECLAIMED = 128 + signal.SIGTERM
@@ -310,6 +312,48 @@ def test_an_inherited_terminate_with_a_deadline_exits_a_margin_before_it(tmp_pat
     # start late, so the exit is measured from the deadline, not from the first step).
     assert saved["t"] >= due.timestamp() - 55 - 0.3, (saved, due)
     assert saved["step"] > first["step"], (saved, first)
+    said = [line for line in err.splitlines() if "already in force" in line]
+    assert len(said) == 1 and "an earlier client acted on it" in said[0], err
+
+
+def test_an_inherited_spot_terminate_moved_earlier_exits_for_the_new_deadline(
+    tmp_path: Path,
+) -> None:
+    """An earlier job saved for a spot interruption 2 min out; this job inherits it and plans
+    its exit 30 s before that. AWS then moves the `time` to 40 s out: the job exits for the
+    new deadline (by 10 s after the move), not at the exit planned for the old one."""
+    sim = ImdsSimulator()
+    with SimServer(sim) as server:
+        env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_AWS_SPOT_INTERVAL="0.2")
+        with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+            sim.raise_notice("spot", {"lead": 120})
+            (notice,) = eventually(lambda: agent.control({"op": "status"})["active"], 10)
+            ack = {"op": "ack", "notice_id": notice["id"], "client": "earlier-job"}
+            assert agent.control({**ack, "outcome": "saved", "step": 7, "flush_seconds": 0.1})
+            noticed = parse_time(notice["noticed_at"]).timestamp()
+            eventually(lambda: time.time() > noticed + 0.05, what="the notice to be 50 ms old")
+            run = Training(
+                agent.env,
+                tmp_path / "ckpt",
+                *("--steps", "100000", "--step-time", "0.01", "--exit-margin", "30"),
+            )
+            try:
+                # Inherited: it trains on past the heartbeat timeout (3 s) by which it
+                # decided; a save and exit would have ended the run before this step.
+                run.until("step", step=400, timeout=30)
+                sim.change_notice("spot", {"lead": 40})
+                moved_at = time.time()
+                saved = run.until("saved", timeout=30)
+                code, err = run.finish()
+            finally:
+                if run.proc.poll() is None:
+                    run.proc.kill()
+                    run.proc.communicate()
+    assert code == EXIT_RECLAIMED, err
+    assert saved["exit"] and saved["reasons"] == ["terminate"], saved
+    # At the latest the new deadline minus the margin: 10 s after the move, where the old
+    # deadline's exit was over a minute away.
+    assert saved["t"] <= moved_at + 40 - 30 + 1, (saved, moved_at)
     said = [line for line in err.splitlines() if "already in force" in line]
     assert len(said) == 1 and "an earlier client acted on it" in said[0], err
 
