@@ -975,6 +975,18 @@ class CheckpointGuard:
         if event.action == "drain":
             # A terminate sent as a drain again: its deadline moved out of the exit margin.
             self._withdraw_exit(event.id, "is a drain again")
+            with self._lock:
+                # An inherited terminate's exit was planned for the deadline it had then; as a
+                # drain again it no longer asks for one, and the job exited for it all the same.
+                planned = self._inherited.pop(event.id, False) is not False
+                self._undecided.pop(event.id, None)
+            if planned:
+                log.warning(
+                    "forewarn: terminate %s is a drain again (deadline %s): the exit planned "
+                    "for it is dropped; the job saves and continues",
+                    event.id,
+                    event.deadline.isoformat() if event.deadline else "unknown",
+                )
             if event.id in self._handled:
                 return
             with self._lock:

@@ -358,6 +358,53 @@ def test_an_inherited_spot_terminate_moved_earlier_exits_for_the_new_deadline(
     assert len(said) == 1 and "an earlier client acted on it" in said[0], err
 
 
+def test_an_inherited_terminate_sent_as_a_drain_again_no_longer_ends_the_job(
+    tmp_path: Path,
+) -> None:
+    """A scheduled reboot 50 s out is sent as terminate (inside the agent's 60 s margin); an
+    earlier job saved for it, and this job inherits it, planning its exit 35 s before the
+    deadline. AWS moves the reboot a day out: the same id is a drain again (DESIGN, "a
+    notice's life"). The job flushes for the drain and trains on past the exit it had planned
+    for the old deadline, which it took, ending a run the machine was not taking away."""
+    sim = ImdsSimulator()
+    with SimServer(sim) as server:
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AWS_URL=server.url,
+            FOREWARN_AWS_SCHEDULED_INTERVAL="0.2",
+            FOREWARN_EXIT_MARGIN="60",
+        )
+        with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+            event_id = sim.raise_notice("scheduled", {"code": "system-reboot", "not_before": 50})
+            (notice,) = eventually(lambda: agent.control({"op": "status"})["active"], 10)
+            assert notice["action"] == "terminate", notice
+            planned_exit = parse_time(notice["deadline"]).timestamp() - 35
+            ack = {"op": "ack", "notice_id": notice["id"], "client": "earlier-job"}
+            assert agent.control({**ack, "outcome": "saved", "step": 7, "flush_seconds": 0.1})
+            noticed = parse_time(notice["noticed_at"]).timestamp()
+            eventually(lambda: time.time() > noticed + 0.05, what="the notice to be 50 ms old")
+            run = Training(
+                agent.env,
+                tmp_path / "ckpt",
+                *("--steps", "100000", "--step-time", "0.01", "--exit-margin", "35"),
+            )
+            try:
+                # Inherited: it trains on past the heartbeat timeout (3 s) by which it
+                # decided; a save and exit would have ended the run before this step.
+                run.until("step", step=400, timeout=30)
+                sim.change_notice(event_id, {"not_before": 86400})
+                drained = run.until("saved", timeout=15)
+                assert not drained["exit"] and drained["reasons"] == ["drain"], drained
+                while run.events[-1]["t"] < planned_exit + 2:
+                    event = run.until("step", timeout=planned_exit + 10 - time.time())
+                    assert event["t"] - drained["t"] < 60, "the job trains on"
+                saves = [e for e in run.events if e["event"] in ("saved", "exit")]
+                assert saves == [drained], saves
+            finally:
+                run.proc.kill()
+                run.proc.communicate()
+
+
 def test_the_exit_code_says_a_terminate_stopped_the_job_and_a_drain_did_not(
     forewarn_agent: RunningAgent,
 ) -> None:
