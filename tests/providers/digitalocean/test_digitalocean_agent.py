@@ -261,3 +261,40 @@ def _judging_seconds(raw: bytes) -> float:
     verdict = reclaim_verdict(raw, rules, "key", utcnow())
     assert verdict.report is not None, verdict.why
     return time.monotonic() - started
+
+
+def test_a_reclaim_brought_forward_escalates_on_the_new_time(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    """A reclaim an hour out, then a mail bringing it forward to 12 s out: the new time is
+    sent as a drain before the old one is cleared (a client never sees no reclaim between),
+    and its terminate comes 4 s (the exit margin) before the new time, not the old one."""
+    old = (utcnow() + timedelta(hours=1)).replace(microsecond=0)
+    dovecot.append(mail_user, reclaim_mail(f"at {old:%Y-%m-%dT%H:%M:%SZ}"))
+    env = do_env(tmp_path, dovecot, mail_user, mail_user.password)
+    with (
+        AgentProcess(tmp_path, ("digitalocean",), ("--exit-margin", "4s"), env=env) as agent,
+        agent.subscriber() as events,
+    ):
+        first = events.notice(timeout=15)
+        assert (first["action"], parse_time(first["deadline"])) == ("drain", old)
+        new = (utcnow() + timedelta(seconds=12)).replace(microsecond=0)
+        message = EmailMessage()
+        message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+        message["Subject"] = "Spot Droplet reclaim rescheduled"
+        message["Date"] = format_datetime(utcnow())
+        message["Message-ID"] = make_msgid(domain="digitalocean.com")
+        message.set_content(
+            f"The reclaim of droplet {DROPLET_ID} has been moved from "
+            f"{old:%Y-%m-%dT%H:%M:%SZ} to {new:%Y-%m-%dT%H:%M:%SZ}."
+        )
+        dovecot.append(mail_user, bytes(message))
+        moved = events.notice(timeout=15)
+        assert (moved["action"], parse_time(moved["deadline"])) == ("drain", new), moved
+        cleared = events.notice(timeout=5)
+        assert (cleared["action"], cleared["id"]) == ("clear", first["id"]), cleared
+        terminate = events.notice(timeout=20)
+        assert (terminate["action"], terminate["id"]) == ("terminate", moved["id"]), terminate
+        sent = parse_time(terminate["sent_at"])
+        assert sent >= new - timedelta(seconds=4.5), (sent, new)
+        assert sent < new, (sent, new)
