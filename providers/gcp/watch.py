@@ -294,20 +294,32 @@ def maintenance_report(
 def upcoming_report(
     window: UpcomingWindow | None, now: datetime, *, live_migrates: bool = False
 ) -> Report | None:
-    """A scheduled window → drain with its start as the deadline; on a VM that live-migrates
-    (host maintenance policy MIGRATE), a drain without deadline: the VM keeps running through
-    the window, and a deadline would make the board end the run at its start."""
+    """A scheduled window → drain with its start as the deadline, or now if it is already
+    ONGOING before its start; on a VM that live-migrates (host maintenance policy MIGRATE), a
+    drain without deadline: the VM keeps running through the window, and a deadline would
+    make the board end the run at its start."""
     if window is None:
         return None
+    deadline = window.start
+    if _ongoing(window.document):
+        # Begun before its window (Google, or the user's `perform-maintenance`): started
+        # means now, and a drain toward the old start kept the job training into the stop.
+        # Only a change of the answer is re-sent, so this `now` stays put while it shows.
+        deadline = min(deadline, now)
     return Report(
         id=_PENDING_ID,
         action="drain",
         reason="scheduled-maintenance",
         provider=PROVIDER,
-        deadline=None if live_migrates else window.start,
+        deadline=None if live_migrates else deadline,
         noticed_at=now,
         detail=window.document,
     )
+
+
+def _ongoing(document: dict[str, Any]) -> bool:
+    status = document.get("maintenance_status", document.get("maintenanceStatus"))
+    return isinstance(status, str) and status.strip().upper() == "ONGOING"
 
 
 class NoticeTrack:

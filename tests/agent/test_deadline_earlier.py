@@ -225,3 +225,20 @@ def test_a_spot_time_moved_earlier_is_resent_and_the_guard_s_exit_save_follows_i
         finally:
             guard.close()
             notices.close()
+
+
+def test_a_gcp_window_ongoing_before_its_start_is_a_terminate_now(tmp_path: Path) -> None:
+    """The metadata server says a window an hour out is ONGOING (maintenance began early): it
+    has started, so the same id is re-sent as terminate with the deadline now, not a drain
+    until an hour minus the margin."""
+    gcp = PROVIDERS[1]
+    with running(tmp_path, gcp) as (sim, agent), agent.subscriber() as sub:
+        gcp.raise_drain(sim, FAR)
+        drain = sub.notice(timeout=15)
+        assert drain["action"] == "drain", drain
+        sim.change_notice("upcoming-maintenance", {"maintenance_status": "ONGOING"})
+        told_at = utcnow()
+        started = next_change(sub, drain)
+        assert started["action"] == "terminate", started
+        assert parse_time(started["deadline"]) <= utcnow(), started
+        assert near(started["deadline"], told_at), (started, told_at)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from forewarn.agent.protocol import Report
-from forewarn.protocol.timefmt import format_time
+from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.base import ParseError
 from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.watch import (
@@ -270,6 +270,38 @@ def test_upcoming_window_drains_until_its_start() -> None:
     assert (report.action, report.reason) == ("drain", "scheduled-maintenance")
     assert report.deadline == datetime(2026, 12, 7, 2, tzinfo=timezone.utc)
     assert report.detail == WINDOW
+
+
+@given(
+    start=st.datetimes(
+        min_value=datetime(2000, 1, 1),
+        max_value=datetime(2100, 1, 1),
+        timezones=st.just(timezone.utc),
+    ),
+    now=st.datetimes(
+        min_value=datetime(2000, 1, 1),
+        max_value=datetime(2100, 1, 1),
+        timezones=st.just(timezone.utc),
+    ),
+    status=st.sampled_from(["ONGOING", "ongoing", " Ongoing ", "PENDING", "", None, 1]),
+    key=st.sampled_from(["maintenance_status", "maintenanceStatus"]),
+    live_migrates=st.booleans(),
+)
+def test_an_upcoming_window_ongoing_before_its_start_is_due_now(
+    start: datetime, now: datetime, status: Any, key: str, live_migrates: bool
+) -> None:
+    """Maintenance that began before its window (ONGOING, the start still ahead: Google, or
+    the user's `perform-maintenance`, started it early) has started, and started means now;
+    a drain toward the old start kept the job training into the stop. Otherwise the window's
+    start stands; a live-migrating VM has no deadline either way."""
+    document: dict[str, Any] = {"window_start_time": format_time(start), key: status}
+    window = parse_upcoming(json.dumps(document))
+    report = upcoming_report(window, now, live_migrates=live_migrates)
+    assert report is not None and report.action == "drain"
+    ongoing = isinstance(status, str) and status.strip().upper() == "ONGOING"
+    parsed = parse_time(format_time(start))
+    expected = min(parsed, now) if ongoing else parsed
+    assert report.deadline == (None if live_migrates else expected)
 
 
 # NoticeTrack: ids
