@@ -432,6 +432,13 @@ _TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:[a-z]+day,?\s+)?"
 # rightly no clock (20:26), and the time without a zone was not read: Date + lead stood in.
 _DATE_ZONE = f"(?:{_zone('dzone')})?"
 _SOME_ZONE = r"(?(zone)|(?(szone)|(?(dzone)|(?!))))"  # with two, the time's is used
+# The year after the clock, as C's ctime() and `date` write it ("Tue Dec 1 14:00:00 2026
+# UTC"): not read as one, "2026 UTC" was the clock 20:26, six hours late.
+_CTIME_YEAR = r"\s+(?P<y>(?:19|20)[0-9]{2})(?!\d)" + _TIME_ZONE + r"(?(zone)|(?!))"
+_CTIMES = (
+    r"\b" + _MONTH + r"\s+" + _DAY + r"\s+" + _WINDOW + _CTIME_YEAR,
+    r"(?<![\w./:-])" + _DAY + r"\s+" + _MONTH + r"\s+" + _WINDOW + _CTIME_YEAR,
+)
 _WRITTEN_TIMES = [
     re.compile(pattern, re.IGNORECASE)
     for date in _DATES.values()
@@ -439,7 +446,7 @@ _WRITTEN_TIMES = [
         date + _DATE_ZONE + _DATE_THEN_TIME + _WINDOW + _TIME_ZONE + _SOME_ZONE,
         _WINDOW + _TIME_ZONE + _TIME_THEN_DATE + date + _DATE_ZONE + _SOME_ZONE,
     )
-]
+] + [re.compile(pattern, re.IGNORECASE) for pattern in _CTIMES]
 # A time with its zone and no date ("at 14:30 UTC", "today between 14:00 and 16:00 UTC"):
 # its next occurrence from the mail's Date. Read as Date + lead it was late by up to a
 # day whenever DigitalOcean gave less notice than the lead.
@@ -470,9 +477,15 @@ _DAY_BEFORE = re.compile(
 _DAY_AFTER = re.compile(r"[^\S\n]*,?[^\S\n]*(?P<day>today|tomorrow)\b", re.IGNORECASE)
 
 
+# A year after a clock ("14:00:00 2026 UTC", ctime's order) is no clock either.
+_CLOCK_BEFORE = re.compile(r"[0-9]:[0-9]{2}(?::[0-9]{2})?(?:\s*[ap]\.?m\.?)?\s+\Z", re.I)
+
+
 def _is_year_of_a_date(text: str, match: re.Match[str]) -> bool:
     if _YEAR_AFTER.match(text, match.start()) is None:
         return False
+    if _CLOCK_BEFORE.search(text, max(0, match.start() - 20), match.start()) is not None:
+        return True
     end = match.start()
     while end > 0 and text[end - 1] in ", \t\n":
         end -= 1

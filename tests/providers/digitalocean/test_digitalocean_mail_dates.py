@@ -772,3 +772,40 @@ def test_any_window_to_the_end_of_the_day_open_when_sent_gives_its_start(
     found = find_deadline(text, sent)
     assert found is not None, text
     assert found[0] == begins, (text, sent, found)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # ctime() and `date` put the year after the clock: "2026 UTC" was the clock 20:26.
+        ("reclaimed at Tue Dec 1 14:00:00 2026 UTC.", _utc(2026, 12, 1, 14)),
+        ("reclaimed at Tue Dec  1 14:00:00 UTC 2026.", _utc(2026, 12, 1, 14)),
+        ("reclaimed at Tue 1 Dec 14:00:00 2026 UTC.", _utc(2026, 12, 1, 14)),
+        ("reclaimed on Dec 2 2:00 PM 2026 UTC.", _utc(2026, 12, 2, 14)),
+        ("reclaimed on Dec 2 14:00-16:00 2026 GMT.", _utc(2026, 12, 2, 14)),
+        # A year after a clock is never a clock itself, even when its date cannot be read.
+        ("reclaimed at 14:00:00 2026 UTC.", None),
+        ("reclaimed at 2026-12-01 14:00 2026 UTC.", None),
+    ],
+)
+def test_a_year_after_the_clock_is_the_date_s_year(text: str, expected: datetime | None) -> None:
+    found = find_deadline(text, SENT)
+    assert (found and found[0]) == expected, (text, found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
+    form=st.sampled_from(["%a %b %d %H:%M:%S %Y", "%a %b %e %H:%M:%S %Y", "%d %b %H:%M %Y"]),
+    zone=st.sampled_from(["UTC", "GMT", "Z", "+00:00", "(UTC)"]),
+)
+def test_any_time_with_its_year_after_the_clock_is_that_moment(
+    sent: datetime, ahead: int, form: str, zone: str
+) -> None:
+    moment = (sent + timedelta(minutes=ahead)).replace(second=0)
+    assume(moment.year < 2100)  # a year is 19xx or 20xx
+    text = f"Droplet gpu-spot-1 will be reclaimed at {moment:{form}} {zone}."
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == moment, (text, found)
