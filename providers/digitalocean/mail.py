@@ -548,18 +548,29 @@ _EARLIER = re.compile(r"\b(?:brought\s+forward|earlier|moved\s+up|advanced|soone
 
 # A time given with a tolerance: "at 14:00 UTC +/- 30 minutes", "16:00 UTC (± 2h)". Read as
 # the time written, the reclaim could come up to the tolerance before it: late by that much.
-_TOLERANCE = re.compile(
-    r"\s*[(\[]?\s*(?:\u00b1|\+\s*/\s*[-\u2212]|\+-|plus\s+or\s+minus|give\s+or\s+take)\s*"
-    r"(?:(?:about|approximately|roughly|around|up\s+to)\s+|~\s*)?" + _AMOUNT + r"\)?\]?",
-    re.IGNORECASE,
-)
+# After a comma too ("14:00 UTC, give or take half an hour"), and said as how much earlier
+# it may come ("14:00 UTC, or up to 30 minutes earlier"): read as 14:00, late by that much.
+_TOLERANCES = [
+    re.compile(
+        r"\s*(?:,\s*)?(?:[(\[]\s*)?(?:\u00b1|\+\s*/\s*[-\u2212]|\+-|plus\s+or\s+minus|give\s+or\s+take)\s*"
+        r"(?:(?:about|approximately|roughly|around|up\s+to)\s+|~\s*)?" + _AMOUNT + r"\)?\]?",
+        re.IGNORECASE,
+    ),
+    re.compile(
+        r"\s*(?:,\s*)?(?:[(\[]\s*)?(?:(?:or|and|but|possibly|perhaps|maybe|though)\s+)*"
+        r"(?:up\s+to|as\s+much\s+as|at\s+most|no\s+more\s+than)\s+"
+        + _AMOUNT
+        + r"\s+(?:earlier|before|sooner|early|ahead)\b\)?\]?",
+        re.IGNORECASE,
+    ),
+]
 
 
 def _less_tolerance(
     text: str, end: int, written: tuple[datetime, datetime]
 ) -> tuple[tuple[datetime, datetime], int]:
     """`written` moved earlier by a tolerance written at `end`, and where its words end."""
-    found = _TOLERANCE.match(text, end)
+    found = next((m for t in _TOLERANCES if (m := t.match(text, end)) is not None), None)
     if found is None:
         return written, end
     parts = {k: v for k, v in found.groupdict().items() if v is not None}

@@ -395,8 +395,15 @@ def test_a_window_after_a_zone_never_reads_later_than_its_start(
         ("reclaimed at 14:00 UTC today give or take 15 minutes", datetime(2026, 12, 1, 13, 45)),
         # Moved into the past by it: the window is open, a terminate at once.
         ("reclaimed at 14:00 UTC \u00b1 2 hours.", datetime(2026, 12, 1, 12)),
+        # After a comma, and said as how much earlier it may come: read as 14:00 before.
+        ("reclaimed at 14:00 UTC, give or take half an hour.", datetime(2026, 12, 1, 13, 30)),
+        ("reclaimed at 14:00 UTC, or up to 30 minutes earlier.", datetime(2026, 12, 1, 13, 30)),
+        ("reclaimed at 14:00 UTC (possibly up to 1 hour earlier).", datetime(2026, 12, 1, 13)),
+        ("reclaimed at 14:00 UTC, as much as 45 minutes before.", datetime(2026, 12, 1, 13, 15)),
+        ("reclaimed on 2026-12-01 at 14:00 UTC, up to 90m sooner.", datetime(2026, 12, 1, 12, 30)),
         # None: the time as written.
         ("reclaimed at 14:00 UTC, 30 minutes of notice.", datetime(2026, 12, 1, 14)),
+        ("reclaimed at 14:00 UTC, up to 30 minutes later.", datetime(2026, 12, 1, 14)),
     ],
 )
 def test_a_tolerance_after_a_time_moves_the_deadline_to_its_earliest(
@@ -411,7 +418,15 @@ def test_a_tolerance_after_a_time_moves_the_deadline_to_its_earliest(
 @given(
     minutes=st.integers(min_value=1, max_value=600),
     form=st.sampled_from(
-        ["\u00b1 {m} minutes", "+/- {m} min", "(\u00b1{m}m)", "plus or minus {m} minutes"]
+        [
+            "\u00b1 {m} minutes",
+            "+/- {m} min",
+            "(\u00b1{m}m)",
+            "plus or minus {m} minutes",
+            ", give or take {m} minutes",
+            ", or up to {m} minutes earlier",
+            "(up to {m} min before)",
+        ]
     ),
     dated=st.booleans(),
 )
