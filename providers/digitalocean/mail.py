@@ -911,7 +911,6 @@ def find_deadline(
     earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None
     latest = _shifted(sent, _FUTURE_LIMIT) if sent is not None else None
     found = sorted(_candidates(text, sent), key=lambda c: c[:2])
-    starts = sorted({candidate[0] for candidate in found})
     usable: list[_Usable] = []
     of_the_reclaim = _ReclaimSentences(text, ours)
     for start, _length, moment, until, words, today, stop in found:
@@ -941,7 +940,7 @@ def find_deadline(
     def attached(at: int) -> bool:
         # Asked only of the times that may be taken: a mail of thousands of times is judged
         # on the agent's event loop.
-        return _attached(text, at, starts)
+        return _attached(text, at)
 
     # Another time of the reclaim, past or not, stands before a time today already past
     # that is not the reclaim's (when the droplet was created, when the mail was written):
@@ -1011,6 +1010,7 @@ _LINK_WORDS = frozenset(
         later earlier than today tomorrow tonight in within next as early soon shortly utc gmt
         mon monday tue tues tuesday wed wednesday thu thur thurs thursday fri friday
         sat saturday sun sunday
+        possibly perhaps maybe may might could can even but and or latest earliest least
         """,
     )
 )
@@ -1022,9 +1022,10 @@ _CLAUSE_START = re.compile(r"[.!?;](?=\s)|\n[^\S\n]*\n|\n(?=[^\S\n]*[^a-z\s])")
 _REACH = 200  # characters back from a time to the reclaim's word
 
 
-def _attached(text: str, start: int, starts: list[int]) -> bool:
-    """Whether the time at `start` is written right after the reclaim's own words, with
-    no other time (`starts`: where each time is written) between them."""
+def _attached(text: str, start: int) -> bool:
+    """Whether the time at `start` is written right after the reclaim's own words. Another
+    time may stand between them ("reclaimed no later than 16:00 UTC, possibly as early as
+    14:00 UTC"): refused, only the later one was the reclaim's, two hours late."""
     begin = max(0, start - _REACH)
     clauses = [
         m.end()
@@ -1035,8 +1036,6 @@ def _attached(text: str, start: int, starts: list[int]) -> bool:
     if not words:
         return False
     after = words[-1].end()
-    if bisect.bisect_left(starts, after) < bisect.bisect_left(starts, start):
-        return False
     for token in _GAP_TOKEN.findall(text, after, start):
         word = re.sub(r"['\u2019]s$", "", token.lower())
         if word in _LINK_WORDS or token in _GAP_MARKS or any(ch.isdigit() for ch in word):
@@ -1126,14 +1125,19 @@ def _carries_on(text: str, newline: int, after: int = 0) -> bool:
     """Whether the line break at `newline` only wraps a sentence: the line before it ends
     (after `after`) in a lowercase word or a comma, and the line after it starts in
     lowercase or a digit ("will be reclaimed at" then "16:00 UTC.", as plain-text mail
-    wraps at 72-78 columns)."""
+    wraps at 72-78 columns). A line ending in a zone ("at 16:00 UTC") carries on onto one
+    starting with a joining word ("or even 13:30 UTC."): a time wrapped so was not read
+    as the reclaim's, and an earlier one was lost."""
     last = newline
     while last > after and text[last - 1] in " \t\r":
         last -= 1
-    if not (last > after and (text[last - 1].islower() or text[last - 1] == ",")):
-        return False
     following = text[newline + 1 : newline + 81].lstrip(" \t")
+    if not (last > after and (text[last - 1].islower() or text[last - 1] == ",")):
+        return last > 0 and text[last - 1].isalnum() and _JOINING.match(following) is not None
     return bool(following) and (following[0].islower() or following[0] in "0123456789")
+
+
+_JOINING = re.compile(r"(?:or|and|but|possibly|perhaps|maybe)\b")
 
 
 # The time a new time replaces: "moved from 16:00 UTC to 13:30 UTC", "(was 14:00 UTC)",

@@ -488,3 +488,59 @@ def test_another_sentence_s_past_time_never_stands_in_for_the_reclaim_s(
     assert find_deadline(body, sent) is None, body
     report = reclaim_verdict(_mail(body, sent), RULES, "key", sent).report
     assert report is not None and report.detail["deadline_source"] == "date+lead", body
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # Only the first time counted as the reclaim's: another time stood between the
+        # second and the reclaim's words, so 16:00, two hours late.
+        (
+            "Your Droplet gpu-spot-1 will be reclaimed no later than 16:00 UTC, possibly as "
+            "early as 14:00 UTC.",
+            _at(14),
+        ),
+        ("Droplet gpu-spot-1 will be reclaimed at 16:00 UTC or even 13:30 UTC.", _at(13, 30)),
+        (
+            "Droplet gpu-spot-1 is expected to be reclaimed at 15:00 UTC, but maybe as early "
+            "as 13:45 UTC.",
+            _at(13, 45),
+        ),
+        ("The reclaim of gpu-spot-1 is due by 16:00 UTC and may start at 14:30 UTC.", _at(14, 30)),
+        # Still the reclaim's own time first: "created" is not the reclaim's.
+        (
+            "Droplet gpu-spot-1 will be reclaimed at 16:00 UTC, created today at 09:00 UTC.",
+            _at(16),
+        ),
+    ],
+)
+def test_every_time_after_the_reclaim_s_words_is_the_reclaim_s(
+    body: str, expected: datetime
+) -> None:
+    found = find_deadline(body, SENT)
+    assert found is not None and found[0] == expected, (body, found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    first=st.integers(min_value=11, max_value=23 * 60),
+    second=st.integers(min_value=11, max_value=23 * 60),
+    lead_in=st.sampled_from(["at", "no later than", "by", "around", "at the latest"]),
+    joint=st.sampled_from(
+        [", possibly as early as ", " or even ", ", but maybe at ", " and may start at ", " or "]
+    ),
+    wrapped=st.booleans(),
+)
+def test_of_times_after_the_reclaim_s_words_the_earliest_is_taken(
+    sent: datetime, first: int, second: int, lead_in: str, joint: str, wrapped: bool
+) -> None:
+    times = [(sent + timedelta(minutes=m)).replace(second=0) for m in (first, second)]
+    joint = joint.replace(" ", "\n", 1) if wrapped and joint.startswith(" ") else joint
+    body = (
+        f"Your Droplet gpu-spot-1 will be reclaimed {lead_in} {_clock(times[0])}{joint}"
+        f"{_clock(times[1])}."
+    )
+    found = find_deadline(body, sent)
+    assert found is not None, body
+    assert found[0] == min(times), (body, sent, found)
