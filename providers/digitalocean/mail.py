@@ -16,7 +16,6 @@ import email
 import email.policy
 import functools
 import html
-import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -511,6 +510,20 @@ _WORD_NUMBERS = {
     "thirty": 30.0,
     "forty-five": 45.0,
     "ninety": 90.0,
+    # Read as no amount, Date + lead (2 h) stood in: "in seven minutes", "in one and a half
+    # hours", "in a couple of hours". Not "a few" nor "several": a shift "brought forward by
+    # a few hours" read as one hour would be late.
+    "seven": 7.0,
+    "eight": 8.0,
+    "nine": 9.0,
+    "eleven": 11.0,
+    "twelve": 12.0,
+    "forty": 40.0,
+    "fifty": 50.0,
+    "sixty": 60.0,
+    "one and a half": 1.5,
+    "a couple of": 2.0,
+    "a couple": 2.0,
 }
 _AMOUNT = (
     r"(?P<n>[0-9]+(?:\.[0-9]+)?|"
@@ -520,16 +533,19 @@ _AMOUNT = (
     # the hours alone, the deadline was early by the minutes; "1h30m" was not read at all.
     r"(?:\s*,?\s*(?:and\s+)?(?P<mins>[0-9]{1,2})\s*(?:minutes?|mins?|m)|\s+and\s+(?P<half>a\s+half))?"
     # "90m": minutes as "1h30m" writes them; Date + lead (2 h) stood in for it.
-    r"|(?P<unit_m>minutes?|mins?|m))\b"
+    r"|(?P<unit_m>minutes?|mins?|m)|(?P<unit_s>seconds?|secs?))\b"
 )
 _RELATIVE = re.compile(
-    r"\b(?:(?:in|within)\s+(?:the\s+next\s+)?"
+    # "You have 30 minutes to save your work": Date + lead (2 h) stood in.
+    r"\b(?:(?:(?:in|within)\s+(?:the\s+next\s+)?|you\s+have\s+(?:only\s+|just\s+)?)"
     r"(?:(?:about|approximately|roughly|around|less\s+than|under|as\s+little\s+as"
     r"|no\s+more\s+than|at\s+most|up\s+to)\s+|~\s*)?"
     + _AMOUNT
     + r"|"
     + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>2>", _AMOUNT)
-    + r"\s+from\s+now\b"
+    # "1 hour from the time of this email", "30 minutes after this notice": as "from now".
+    + r"\s+(?:from\s+now|(?:from\s+(?:the\s+(?:time|date|sending)\s+of\s+)?|after\s+)"
+    r"this\s+(?:e-?mail|message|notice|notification|mail))\b"
     # "within the hour", "in the next hour": with no figure, Date + lead (2 h) stood in, an
     # hour after the reclaim.
     r"|\b(?:in|within)\s+the\s+(?:next\s+)?(?P<the_hour>hour)\b)",
@@ -585,7 +601,7 @@ def _amount_hours(parts: dict[str, str]) -> float:
     amount = parts["n"].lower()
     number = _WORD_NUMBERS.get(" ".join(amount.split()))
     value = float(amount) if number is None else number
-    hours = value if "unit" in parts else value / 60
+    hours = value if "unit" in parts else value / (3600 if "unit_s" in parts else 60)
     return hours + int(parts.get("mins", 0)) / 60 + (0.5 if "half" in parts else 0.0)
 
 

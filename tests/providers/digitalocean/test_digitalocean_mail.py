@@ -219,6 +219,10 @@ def test_an_hour_without_minutes_or_am_pm_is_not_a_time() -> None:
             "in under {} mins",
             "{} minutes from now",
             "in {}-900 minutes",
+            "{} minutes from the time of this email",
+            "{} minutes after this notice",
+            "- you have {} minutes to save your work",
+            "- you have only {} mins",
         ]
     ),
 )
@@ -227,6 +231,31 @@ def test_a_lead_time_written_in_words_is_the_deadline(minutes: int, phrase: str)
     found = find_deadline(text, SENT)
     assert found is not None, text
     assert found[0] == SENT + timedelta(minutes=minutes)
+
+
+@pytest.mark.parametrize(
+    ("phrase", "after"),
+    [
+        # Not read: Date + lead (2 h) stood in, later than each.
+        ("in seven minutes", timedelta(minutes=7)),
+        ("in twelve minutes", timedelta(minutes=12)),
+        ("in fifty minutes", timedelta(minutes=50)),
+        ("in one and a half hours", timedelta(minutes=90)),
+        ("in a couple of hours", timedelta(hours=2)),
+        ("in about a couple hours", timedelta(hours=2)),
+        ("in 45 seconds", timedelta(seconds=45)),
+        ("within 90 secs", timedelta(seconds=90)),
+        ("1 hour from the time of this email", timedelta(hours=1)),
+        ("30 minutes after this notice was sent", timedelta(minutes=30)),
+        ("- you have 30 minutes to save your work", timedelta(minutes=30)),
+        ("- you have approximately 45 minutes", timedelta(minutes=45)),
+    ],
+)
+def test_more_lead_times_in_words_are_the_deadline(phrase: str, after: timedelta) -> None:
+    raw = reclaim_mail(f"Your Droplet gpu-spot-1 will be reclaimed {phrase}.")
+    report = verdict(raw).report
+    assert report is not None
+    assert report.deadline == SENT + after, report.detail["deadline_source"]
 
 
 @given(
