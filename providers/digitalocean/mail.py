@@ -16,6 +16,7 @@ import email
 import email.policy
 import functools
 import html
+import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -927,6 +928,10 @@ def find_deadline(
     earliest = _shifted(sent, -_PAST_SLACK) if sent is not None else None
     latest = _shifted(sent, _FUTURE_LIMIT) if sent is not None else None
     found = sorted(_candidates(text, sent), key=lambda c: c[:2])
+    # How far the words of the times written so far reach: a time starting inside another's
+    # words ("2000 Z" of "20:01 on January 2, 2000 Z") is part of it, not one after it.
+    starts = [candidate[0] for candidate in found]
+    reach = list(itertools.accumulate((candidate[6] for candidate in found), max))
     usable: list[_Usable] = []
     of_the_reclaim = _ReclaimSentences(text, ours)
     for start, _length, moment, until, words, today, stop in found:
@@ -956,7 +961,8 @@ def find_deadline(
     def attached(at: int) -> bool:
         # Asked only of the times that may be taken: a mail of thousands of times is judged
         # on the agent's event loop.
-        return _attached(text, at)
+        before = bisect.bisect_left(starts, at)
+        return not (before and reach[before - 1] > at) and _attached(text, at)
 
     # Another time of the reclaim, past or not, stands before a time today already past
     # that is not the reclaim's (when the droplet was created, when the mail was written):

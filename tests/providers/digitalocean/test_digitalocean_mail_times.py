@@ -544,3 +544,11 @@ def test_of_times_after_the_reclaim_s_words_the_earliest_is_taken(
     found = find_deadline(body, sent)
     assert found is not None, body
     assert found[0] == min(times), (body, sent, found)
+
+
+def test_a_time_inside_another_time_s_words_is_not_the_reclaim_s_too() -> None:
+    # "2000 Z" is the year of "20:01 on January 2, 2000 Z", not a second time (20:00).
+    sent = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    text = "Droplet gpu-spot-1 will be reclaimed at 20:01 on January 2, 2000 Z"
+    found = find_deadline(text, sent)
+    assert found is not None and found[0] == datetime(2000, 1, 2, 20, 1, tzinfo=timezone.utc)
