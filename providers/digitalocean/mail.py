@@ -425,8 +425,17 @@ _TIME_ZONE = f"(?:{_zone('zone')})?" + (
     r"(?(szone)(?(zone)(?(between)|(?!))|(?!" + _zone(None) + r"|[-/.]\d))|)"
 )
 _TIME = _WINDOW + _TIME_ZONE + r"(?(zone)|(?(szone)|(?!)))"
-_DATE_THEN_TIME = r"(?:T|,?\s+(?:(?:at|between|from)\s+)?)"
-_TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:[a-z]+day,?\s+)?"
+# A date and its time may be parted by "@", "|" or a dash ("2026-12-01 @ 14:00 UTC"), or a
+# weekday in parentheses ("2026-12-01 (Tue) 14:00 UTC"), and a weekday may be short ("14:00
+# UTC, Tue 1 Dec"): unread, such a time was skipped off a line not about the reclaim
+# ("When: ..."), and Date + lead stood in, later than the reclaim.
+_DATE_THEN_TIME = (
+    r"(?:T|,?\s+(?:(?:at|between|from)\s+)?"
+    r"|[^\S\n]*(?:[@|\u2013\u2014]|(?<=\s)-|,)[^\S\n]*(?:(?:at|between|from)\s+)?"
+    r"|\s+\([a-z]{2,9}\.?\)\s+)"
+)
+_WEEKDAY = r"(?:[a-z]+day|mon|tues?|wed|thu(?:rs?)?|fri|sat|sun)\.?"
+_TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:" + _WEEKDAY + r",?\s+)?"
 # The zone may follow the date instead of the time: "at 16:00 on December 4, 2026 UTC",
 # "December 4, 2026 (UTC) at 16:00". The year then stood before the only zone, so it was
 # rightly no clock (20:26), and the time without a zone was not read: Date + lead stood in.

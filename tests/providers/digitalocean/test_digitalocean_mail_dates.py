@@ -809,3 +809,42 @@ def test_any_time_with_its_year_after_the_clock_is_that_moment(
     found = find_deadline(text, sent)
     assert found is not None, text
     assert found[0] == moment, (text, found)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Unread, on a line not about the reclaim: Date + lead stood in, after the reclaim.
+        ("When: 2026-12-01 @ 14:00 UTC", _utc(2026, 12, 1, 14)),
+        ("When: Dec 1 @ 2pm UTC", _utc(2026, 12, 1, 14)),
+        ("When: 2026-12-01 - 14:00 UTC", _utc(2026, 12, 1, 14)),
+        ("When: 2026-12-01 \u2013 14:00\u201316:00 UTC", _utc(2026, 12, 1, 14)),
+        ("When: 2026-12-01 | 14:00 UTC", _utc(2026, 12, 1, 14)),
+        ("When: 2026-12-01 (Tue) 14:00 UTC", _utc(2026, 12, 1, 14)),
+        ("When: 14:00 UTC, Tue 1 Dec", _utc(2026, 12, 1, 14)),
+        ("When: 14:00 UTC on Thu. 3 December 2026", _utc(2026, 12, 3, 14)),
+    ],
+)
+def test_a_date_and_its_time_parted_by_a_mark_are_read_together(
+    text: str, expected: datetime
+) -> None:
+    found = find_deadline(f"Droplet gpu-spot-1 will be reclaimed.\n{text}", SENT)
+    assert found is not None and found[0] == expected, (text, found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=0, max_value=29 * 24 * 60),
+    date=st.sampled_from(["%Y-%m-%d", "%b %d, %Y", "%d %B %Y", "%B %d"]),
+    mark=st.sampled_from([" @ ", " | ", " - ", " \u2013 ", ", ", " (%a) ", "@"]),
+)
+def test_any_date_and_time_parted_by_a_mark_is_that_moment(
+    sent: datetime, ahead: int, date: str, mark: str
+) -> None:
+    moment = (sent + timedelta(minutes=ahead)).replace(second=0)
+    assume(moment.year < 2100)
+    text = f"Droplet gpu-spot-1 will be reclaimed.\nWhen: {moment:{date}{mark}%H:%M} UTC"
+    found = find_deadline(text, sent)
+    assert found is not None, text
+    assert found[0] == moment, (text, found)
