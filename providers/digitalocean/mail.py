@@ -337,6 +337,15 @@ _US_ZONES = {
     "MT": "America/Denver",
     "PT": "America/Los_Angeles",
 }
+# In words: by the zone's rules on that day, but "Daylight" at its fixed offset, the earlier
+# reading when it is written in winter (a deadline read late loses work). "Standard" by the
+# rules too: in summer they give daylight time, again the earlier reading.
+_WORD_ZONES = {
+    "eastern": "ET",
+    "central": "CT",
+    "mountain": "MT",
+    "pacific": "PT",
+}
 # Minutes may be left out with AM/PM ("at 1 PM UTC"): such a time was skipped, and Date +
 # lead stood in, an hour or more after it.
 # "14h30" is how much of Europe writes 14:30, and "14.30" how British mail does: each was
@@ -405,6 +414,10 @@ def _zone(name: str | None) -> str:
         # "ET", "PT": in capitals only, so that French "10h30 et 12h00" is no zone.
         + r"|(?-i:"
         + "|".join(_US_ZONES)
+        # Zones in words, as people write them ("9am Eastern", "14:00 Coordinated
+        # Universal Time"): skipped before, so Date + lead stood in.
+        + r"|(?:Eastern|Central|Mountain|Pacific)(?:\s+(?:Standard|Daylight))?(?:\s+Time)?"
+        + r"|(?:Coordinated\s+)?Universal\s+Time|Greenwich\s+Mean\s+Time"
         + r")"
         + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
         # A colon may end the sentence's first part ("at 16:00 UTC: please save your
@@ -674,14 +687,21 @@ def _written_time(
     if written_zone is None:
         return None
     zone = re.sub(r"^(?:UTC|GMT)|\s", "", written_zone.upper())
+    words = written_zone.lower().split()
+    if words[-1] == "time" and words[0] in ("coordinated", "universal", "greenwich"):
+        zone = ""
+    elif words[0] in _WORD_ZONES:
+        written_zone = _WORD_ZONES[words[0]]
+        if "daylight" in words:
+            zone = written_zone[0] + "DT"
     tz: tzinfo
     try:
         if "/" in written_zone:
             tz = ZoneInfo(written_zone)
-        elif written_zone in _US_ZONES:
-            tz = ZoneInfo(_US_ZONES[written_zone])
         elif zone in _NAMED_ZONES:
             tz = timezone(timedelta(hours=_NAMED_ZONES[zone]))
+        elif written_zone in _US_ZONES:
+            tz = ZoneInfo(_US_ZONES[written_zone])
         elif zone in ("", "Z"):
             tz = timezone.utc
         else:

@@ -586,6 +586,52 @@ def test_any_iana_zone_gives_back_the_moment(moment: datetime, zone: str) -> Non
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Zones in words were skipped: Date + lead stood in, later when less notice was given.
+        ("reclaimed at 9am Eastern.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed at 6:00 AM Pacific Time.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed at 8 AM Central Standard Time.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed at 7:00 Mountain Time.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed at 14:00 Coordinated Universal Time.", "2026-12-01T14:00:00+00:00"),
+        ("reclaimed at 14:00 Greenwich Mean Time.", "2026-12-01T14:00:00+00:00"),
+        # Daylight written in winter: its fixed offset, an hour before the day's rules.
+        ("reclaimed at 7:00 AM Pacific Daylight Time.", "2026-12-01T14:00:00+00:00"),
+        # In lowercase it is a word, not a zone.
+        ("reclaimed at 14:00 central.", None),
+    ],
+)
+def test_a_zone_in_words_counts(text: str, expected: str | None) -> None:
+    found = find_deadline(text, SENT)
+    assert (found and found[0].isoformat()) == expected, (text, found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    moment=_SENT_NEAR.map(lambda m: m.replace(second=0)),
+    zone=st.sampled_from(
+        [
+            ("Eastern", "America/New_York"),
+            ("Central Time", "America/Chicago"),
+            ("Mountain Standard Time", "America/Denver"),
+            ("Pacific", "America/Los_Angeles"),
+            ("Coordinated Universal Time", "UTC"),
+        ]
+    ),
+)
+def test_any_zone_in_words_gives_back_the_moment(moment: datetime, zone: tuple[str, str]) -> None:
+    local = moment.astimezone(ZoneInfo(zone[1]))
+    assume(local.replace(fold=1 - local.fold).astimezone(timezone.utc) == moment)
+    found = find_deadline(f"reclaimed at {local:%Y-%m-%d %H:%M} {zone[0]}.", None)
+    assert found is not None
+    assert found[0] == moment
+    # "Daylight" is never read later than the day's rules would have it.
+    if zone[0] == "Pacific":
+        daylight = find_deadline(f"reclaimed at {local:%Y-%m-%d %H:%M} Pacific Daylight.", None)
+        assert daylight is not None and daylight[0] <= moment
+
+
+@pytest.mark.parametrize(
     ("body", "expected", "ambiguous"),
     [
         ("Droplet: gpu-spot-1\nWhen: 12/01/2026 13:30 UTC\n", _at(13, 30), True),
