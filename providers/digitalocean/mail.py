@@ -472,8 +472,13 @@ _WRITTEN_TIMES = [
 # A time with its zone and no date ("at 14:30 UTC", "today between 14:00 and 16:00 UTC"):
 # its next occurrence from the mail's Date. Read as Date + lead it was late by up to a
 # day whenever DigitalOcean gave less notice than the lead.
+# Also a label of a new or old time ("Old: 16:00 UTC" then "New: 13:15 UTC", under a
+# notice that the reclaim was rescheduled): such times were skipped, and Date + lead stood
+# in for the new one, later than it.
 _ABOUT_RECLAIM = re.compile(
-    r"reclaim|interrupt|preempt|terminat|shut\s*down|stop|power|window|deadline|schedul", re.I
+    r"reclaim|interrupt|preempt|terminat|shut\s*down|stop|power|window|deadline|schedul"
+    r"|\b(?:new|old|previous|original|updated|revised)(?:\s+(?:time|date))?\s*:",
+    re.I,
 )
 _TIME_ONLY = re.compile(r"(?<![\d:.])" + _TIME, re.IGNORECASE)
 # The year of a date written without a time ("December 4, 2026 UTC") is no clock (20:26).
@@ -1197,7 +1202,8 @@ _JOINING = re.compile(r"(?:or|and|but|possibly|perhaps|maybe)\b")
 _OLD_TIME = re.compile(
     r"(?:\b(?:from|was|were|previously|originally|formerly|instead\s+of)"
     r"(?:\s+(?:scheduled|planned|set|due))?(?:\s+(?:for|at|on))?"
-    r"|\b(?:old|previous|original|former|earlier)\s+(?:time|deadline|date|window|schedule)\s*:?)"
+    r"|\b(?:old|previous|original|former|earlier)"
+    r"(?:\s+(?:time|deadline|date|window|schedule)\s*:?|\s*:))"
     r"[\s(]*$",
     re.I,
 )
@@ -1308,7 +1314,7 @@ _NOT_A_NAME = frozenset(
         scheduled reclaim reclaims reclaimed reclamation droplet droplets spot gpu cpu instance
         now still also already soon today tomorrow notice update status note reason time date
         when deadline window region size name important details action subject info summary
-        cancelled canceled rescheduled postponed moved new old previous original
+        cancelled canceled rescheduled postponed moved new old previous original updated revised
         hello hi dear good news update updates warning attention reminder fyi ps re fw fwd
         sent cc bcc reply hostname location zone tags state result here there message
         description comment comments notes explanation text content type event notification

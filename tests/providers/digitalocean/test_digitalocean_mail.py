@@ -1625,6 +1625,32 @@ def test_only_a_new_time_for_this_droplet_moves_its_deadline_earlier_or_later(
     )
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    old=st.tuples(st.integers(13, 23), st.integers(0, 59)),
+    new=st.tuples(st.integers(13, 23), st.integers(0, 59)),
+    labels=st.sampled_from(
+        [("Old", "New"), ("Previous", "New"), ("Original", "Updated"), ("Old time", "New time")]
+    ),
+    new_first=st.booleans(),
+)
+def test_a_new_time_on_a_labelled_line_without_a_date_is_the_deadline(
+    old: tuple[int, int], new: tuple[int, int], labels: tuple[str, str], new_first: bool
+) -> None:
+    # "Old: 16:00 UTC" / "New: 13:15 UTC": lines not about the reclaim, so both times were
+    # skipped and Date + lead stood in, later than a new time brought forward.
+    lines = [
+        f"{labels[0]}: {old[0]:02d}:{old[1]:02d} UTC",
+        f"{labels[1]}: {new[0]:02d}:{new[1]:02d} UTC",
+    ]
+    if new_first:
+        lines.reverse()
+    body = "The reclaim of gpu-spot-1 has been rescheduled.\n" + "\n".join(lines) + "\n"
+    result = verdict(reclaim_mail(body, subject="Spot Droplet reclaim update"))
+    assert result.report is not None and result.replaces, result.why
+    assert result.report.deadline == _at(*new), (body, result.report.detail)
+
+
 OLD_NOTICE = "Droplet gpu-spot-1 (ID 424242424) will be reclaimed at 2026-11-30 14:30 UTC."
 
 
