@@ -398,7 +398,8 @@ def _zone(name: str | None) -> str:
         # real zones (UTC-12 to UTC+14) are no offset, nor is one followed by a zone of its
         # own: "14:00 UTC-16:00 UTC" and "10:00 UTC-12:00 UTC" are windows, read 16 and 12
         # hours late before.
-        rf"\s*\(?({group}(?:UTC|GMT)\s*(?:-(?=(?:1[0-2]|0?[0-9])(?:[0-9]{{2}})?(?![0-9]))|\+\s*)"
+        # In brackets too ("13:10 [UTC]"), as some templates write it: skipped before.
+        rf"\s*[(\[]?({group}(?:UTC|GMT)\s*(?:-(?=(?:1[0-2]|0?[0-9])(?:[0-9]{{2}})?(?![0-9]))|\+\s*)"
         r"(?:[0-9]{2}:[^\S\n](?:00|30|45)(?![0-9])|(?:1[0-4]|0?[0-9])(?::?[0-9]{2})?)"
         r"(?![0-9]|\s*\(?(?:UTC|GMT)\b)"
         # UTC stays plain before a window's end that has a zone of its own, and before a
@@ -424,7 +425,7 @@ def _zone(name: str | None) -> str:
         # work"): refused, such a time was not read and Date + lead stood in, later than
         # the reclaim. Not a colon touching more ("GMT-05:00" is one offset) or before a
         # figure ("UTC: 2026-12-01"): the zone labels what follows, not the time before.
-        r")(?!\w|:\S|:\s*\d)\)?"
+        r")(?!\w|:\S|:\s*\d)[)\]]?"
     )
 
 

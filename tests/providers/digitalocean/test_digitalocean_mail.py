@@ -631,6 +631,25 @@ def test_any_zone_in_words_gives_back_the_moment(moment: datetime, zone: tuple[s
         assert daylight is not None and daylight[0] <= moment
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    moment=_SENT_NEAR.map(lambda m: m.replace(second=0)),
+    zone=st.sampled_from(["UTC", "GMT", "UTC+1", "GMT-05:00", "CET", "EST", "Europe/Berlin"]),
+    dated=st.booleans(),
+)
+def test_a_zone_in_square_brackets_reads_as_in_parentheses(
+    moment: datetime, zone: str, dated: bool
+) -> None:
+    # "13:10 [UTC]" was skipped, so Date + lead stood in, later when less notice was given.
+    clock = f"{moment:{'%Y-%m-%d ' if dated else ''}%H:%M}"
+    sent = moment - timedelta(minutes=30)
+    square = find_deadline(f"reclaimed at {clock} [{zone}].", sent)
+    round_ = find_deadline(f"reclaimed at {clock} ({zone}).", sent)
+    assert (square and square[0]) == (round_ and round_[0]), (clock, zone, square, round_)
+    if zone == "UTC":
+        assert square is not None and square[0] == moment
+
+
 @pytest.mark.parametrize(
     ("body", "expected", "ambiguous"),
     [
