@@ -553,11 +553,23 @@ _WORD_NUMBERS = {
     "one and a half": 1.5,
     "a couple of": 2.0,
     "a couple": 2.0,
+    "a half": 0.5,
+    "a quarter of an": 0.25,
+    "three quarters of an": 0.75,
+    # "thirty-five", "forty five": Date + lead (2 h) stood in.
+    **{
+        f"{tens}{joint}{unit}": float(tens_value + unit_value)
+        for tens, tens_value in (("twenty", 20), ("thirty", 30), ("forty", 40), ("fifty", 50))
+        for unit_value, unit in enumerate(
+            ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine"), start=1
+        )
+        for joint in ("-", " ")
+    },
 }
 _AMOUNT = (
     r"(?P<n>[0-9]+(?:\.[0-9]+)?|"
     + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)).replace(" ", r"\s+")
-    + r")(?:\s*(?:-|\u2013|to|or)\s*[0-9]+(?:\.[0-9]+)?)?\s*(?:(?P<unit>hours?|hrs?|h)"
+    + r")(?:\s*(?:-|\u2013|to|or|and)\s*[0-9]+(?:\.[0-9]+)?)?\s*(?:(?P<unit>hours?|hrs?|h)"
     # Hours, then minutes ("1 hour and 30 minutes", "1h30m", "2 hours and a half"): read as
     # the hours alone, the deadline was early by the minutes; "1h30m" was not read at all.
     r"(?:\s*,?\s*(?:and\s+)?(?P<mins>[0-9]{1,2})\s*(?:minutes?|mins?|m)|\s+and\s+(?P<half>a\s+half))?"
@@ -566,9 +578,12 @@ _AMOUNT = (
 )
 _RELATIVE = re.compile(
     # "You have 30 minutes to save your work": Date + lead (2 h) stood in.
-    r"\b(?:(?:(?:in|within)\s+(?:the\s+next\s+)?|you\s+have\s+(?:only\s+|just\s+)?)"
-    r"(?:(?:about|approximately|roughly|around|less\s+than|under|as\s+little\s+as"
-    r"|no\s+more\s+than|at\s+most|up\s+to)\s+|~\s*)?"
+    r"\b(?:(?:(?:in|within)\s+(?:the\s+(?:next|coming)\s+)?|(?:over|during)\s+the\s+next\s+"
+    r"|you\s+have\s+)"
+    # "in approx. 45 minutes", "in just 45 minutes", "in \u224845 minutes": Date + lead stood in.
+    r"(?:(?:about|approximately|approx\.?|roughly|around|less\s+than|fewer\s+than|under"
+    r"|as\s+little\s+as|no\s+more\s+than|no\s+less\s+than|at\s+most|up\s+to|just|only"
+    r"|between)\s+|[~\u2248]\s*)?"
     + _AMOUNT
     + r"|"
     + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>2>", _AMOUNT)

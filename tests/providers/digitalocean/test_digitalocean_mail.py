@@ -223,6 +223,13 @@ def test_an_hour_without_minutes_or_am_pm_is_not_a_time() -> None:
             "{} minutes after this notice",
             "- you have {} minutes to save your work",
             "- you have only {} mins",
+            "in approx. {} minutes",
+            "in just {} minutes",
+            "over the next {} minutes",
+            "during the next {} min",
+            "in the coming {} minutes",
+            "in between {} and 900 minutes",
+            "in \u2248{} minutes",
         ]
     ),
 )
@@ -231,6 +238,18 @@ def test_a_lead_time_written_in_words_is_the_deadline(minutes: int, phrase: str)
     found = find_deadline(text, SENT)
     assert found is not None, text
     assert found[0] == SENT + timedelta(minutes=minutes)
+
+
+_TENS = {20: "twenty", 30: "thirty", 40: "forty", 50: "fifty"}
+_UNITS = ["", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+
+
+@given(minutes=st.integers(min_value=21, max_value=59), joint=st.sampled_from(["-", " "]))
+def test_any_number_of_minutes_in_words_is_the_deadline(minutes: int, joint: str) -> None:
+    assume(minutes % 10)
+    words = f"{_TENS[minutes // 10 * 10]}{joint}{_UNITS[minutes % 10]}"
+    found = find_deadline(f"Droplet gpu-spot-1 will be reclaimed in {words} minutes.", SENT)
+    assert found is not None and found[0] == SENT + timedelta(minutes=minutes), (words, found)
 
 
 @pytest.mark.parametrize(
@@ -249,6 +268,9 @@ def test_a_lead_time_written_in_words_is_the_deadline(minutes: int, phrase: str)
         ("30 minutes after this notice was sent", timedelta(minutes=30)),
         ("- you have 30 minutes to save your work", timedelta(minutes=30)),
         ("- you have approximately 45 minutes", timedelta(minutes=45)),
+        ("in a quarter of an hour", timedelta(minutes=15)),
+        ("in three quarters of an hour", timedelta(minutes=45)),
+        ("in a half hour", timedelta(minutes=30)),
     ],
 )
 def test_more_lead_times_in_words_are_the_deadline(phrase: str, after: timedelta) -> None:
