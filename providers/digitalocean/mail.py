@@ -809,10 +809,11 @@ def _next_date(
 
 
 def _candidates(
-    text: str, sent: datetime | None
+    text: str, sent: datetime | None, *, anywhere: bool = False
 ) -> Iterator[tuple[int, int, datetime, datetime, str, bool, int]]:
     """(position, -length, time, end of its window, words, whether it may be past, where
-    its words end) of each time in `text`."""
+    its words end) of each time in `text`; with `anywhere`, times without a date on lines
+    not about the reclaim too."""
     dated: list[tuple[int, int]] = []
     for pattern in _WRITTEN_TIMES:
         for match in pattern.finditer(text):
@@ -869,7 +870,7 @@ def _candidates(
             # To the end of the line where the time ends (`\s` in a time spans lines).
             after = bisect.bisect_right(line_starts, match.end())
             end = line_starts[after] - 1 if after < len(line_starts) else len(text)
-            if begin > 0:
+            if begin > 0 and not anywhere:
                 searched, about = about_reclaim.get(begin, (begin, False))
                 if not about and end > searched:
                     # Back a little: words may straddle where the last search stopped.
@@ -1523,6 +1524,8 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             )
             or find_deadline(text, sent, others=other_starts, ours=our_starts)
         )
+    if found is None and shift is None and sent is not None:
+        found = _sooner_than_lead(text, sent, rules.lead)
     if found is not None:
         deadline, words = found
         source = f"text: {words.strip()}"
@@ -1562,6 +1565,22 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     if AMBIGUOUS in source:
         why += f"; deadline from {source.removeprefix('text: ')}"
     return Verdict(report, why, replaces=bool(rescheduled), shift=shift)
+
+
+def _sooner_than_lead(text: str, sent: datetime, lead: timedelta) -> tuple[datetime, str] | None:
+    """The earliest time without a date on a line not about the reclaim ("Droplet gpu-1
+    will be reclaimed." then "ETA: 13:10 UTC", "It will happen at 13:10 UTC.") that is
+    before Date + lead, for a mail that names no other time. Such times were skipped, so
+    Date + lead stood in, later than the reclaim. Only as the last resort, and only before
+    Date + lead, so the deadline is never later than without it: taken first, a footer's
+    "updates at 13:30 UTC" would beat the reclaim's own earlier time."""
+    until = _shifted(sent, lead)
+    soon = [
+        (moment, words)
+        for _, _, moment, _, words, _, _ in _candidates(text, sent, anywhere=True)
+        if sent - _PAST_SLACK <= moment and (until is None or moment < until)
+    ]
+    return min(soon, default=None)
 
 
 def _forwarded_by(mail: Mail, inner: Verdict) -> Verdict:

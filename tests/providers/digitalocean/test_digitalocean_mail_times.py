@@ -552,3 +552,61 @@ def test_a_time_inside_another_time_s_words_is_not_the_reclaim_s_too() -> None:
     text = "Droplet gpu-spot-1 will be reclaimed at 20:01 on January 2, 2000 Z"
     found = find_deadline(text, sent)
     assert found is not None and found[0] == datetime(2000, 1, 2, 20, 1, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Lines not about the reclaim: their times were skipped, and Date + lead (14:30)
+        # stood in, 80 minutes late.
+        "ETA: 13:10 UTC",
+        "Time: 13:10 UTC",
+        "Expected at: 13:10 UTC",
+        "Earliest: 13:10 UTC\nLatest: 15:00 UTC",
+        "Latest: 15:00 UTC\nEarliest: 13:10 UTC",
+        "Not before: 13:10 UTC\nNot after: 15:00 UTC",
+        "\nThis will happen at 13:10 UTC.",
+        "\nPlease save your work before 13:10 UTC.",
+        "\nYou have until 13:10 UTC.",
+        "\nWe need the capacity back at 13:10 UTC.",
+    ],
+)
+def test_a_time_sooner_than_date_plus_lead_stands_in_for_it(line: str) -> None:
+    report = reclaim_verdict(
+        _mail(f"Droplet gpu-spot-1 will be reclaimed.\n{line}"), RULES, "key", SENT
+    ).report
+    assert report is not None
+    assert report.deadline == _at(13, 10), report.detail["deadline_source"]
+
+
+def test_a_time_later_than_date_plus_lead_off_the_reclaim_s_lines_is_passed_over() -> None:
+    report = reclaim_verdict(
+        _mail("Droplet gpu-spot-1 will be reclaimed.\nOur next newsletter: 16:00 UTC"),
+        RULES,
+        "key",
+        SENT,
+    ).report
+    assert report is not None and report.detail["deadline_source"] == "date+lead"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sent=_SENT_NEAR,
+    clocks=st.lists(st.tuples(st.integers(0, 23), st.integers(0, 59)), max_size=3),
+    reclaim=st.none() | st.integers(min_value=11, max_value=20 * 60),
+    label=st.sampled_from(["ETA: ", "Support hours: ", "Updates at ", "\nIt happens at "]),
+)
+def test_a_time_off_the_reclaim_s_lines_never_makes_the_deadline_later(
+    sent: datetime, clocks: list[tuple[int, int]], reclaim: int | None, label: str
+) -> None:
+    said = "" if reclaim is None else f" at {_clock(sent + timedelta(minutes=reclaim))}"
+    first = f"Droplet gpu-spot-1 will be reclaimed{said}."
+    extra = "".join(f"\n{label}{h:02d}:{m:02d} UTC" for h, m in clocks)
+    without = reclaim_verdict(_mail(first, sent), RULES, "key", sent + timedelta(minutes=1))
+    with_them = reclaim_verdict(
+        _mail(first + extra, sent), RULES, "key", sent + timedelta(minutes=1)
+    )
+    assert without.report is not None and with_them.report is not None
+    assert with_them.report.deadline <= without.report.deadline, (first + extra, sent)
+    if reclaim is None:  # Date + lead (2 h) at the latest
+        assert with_them.report.deadline <= sent + timedelta(hours=2)
