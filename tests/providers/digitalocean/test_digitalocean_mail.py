@@ -1250,6 +1250,19 @@ def test_a_mail_of_thousands_of_times_is_judged_without_holding_the_loop_for_sec
     assert result.report is not None and result.report.deadline == _at(14, 30), result.why
 
 
+@pytest.mark.parametrize("blank", [" ", "\t", " ,"])
+def test_a_long_run_of_blanks_after_a_time_is_judged_without_holding_the_loop(
+    blank: str,
+) -> None:
+    # Two runs of blanks side by side (before and after a comma) were tried in every split
+    # of the run after each time: 40 KiB of spaces took over 10 s of CPU.
+    raw = reclaim_mail("gpu-spot-1 will be reclaimed at 14:30 UTC" + blank * 40_000 + "x")
+    started = time.thread_time()
+    result = verdict(raw)
+    assert time.thread_time() - started < 5.0  # CPU, not wall: a loaded machine is no fault
+    assert result.report is not None and result.report.deadline == _at(14, 30), result.why
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     lines=st.lists(
