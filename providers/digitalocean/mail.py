@@ -642,6 +642,31 @@ def _less_tolerance(
         return written, end
 
 
+# A time given as an amount before or after a time: "30 minutes before 14:00 UTC" was read as
+# 14:00, late by the amount; "2 hours after 12:00 UTC", in a mail sent at 12:30, as 12:00
+# tomorrow (past, so its next occurrence), 22 hours late.
+_SHIFTED_FROM = re.compile(
+    _AMOUNT + r"\s+(?P<way>before|prior\s+to|ahead\s+of|earlier\s+than|after|later\s+than|past)"
+    r"\s+(?:the\s+)?$",
+    re.IGNORECASE,
+)
+
+
+def _shift_before(text: str, start: int) -> tuple[timedelta, int]:
+    """The shift an amount written right before the time at `start` says, and where its words
+    start (no shift: zero and `start`)."""
+    found = _SHIFTED_FROM.search(text, max(0, start - 80), start)
+    if found is None:
+        return timedelta(0), start
+    parts = {k: v for k, v in found.groupdict().items() if v is not None}
+    try:
+        amount = timedelta(hours=_amount_hours(parts))
+    except OverflowError:  # past what a datetime holds: no shift of a real notice
+        return timedelta(0), start
+    later = found.group("way").lower() in ("after", "later than", "past")
+    return (amount if later else -amount), found.start()
+
+
 def _amount_hours(parts: dict[str, str]) -> float:
     """The hours of an `_AMOUNT` match's groups."""
     amount = parts["n"].lower()
@@ -665,6 +690,7 @@ def _written_time(
     *,
     order: str = "mdy",
     relative_day: str = "",
+    shift: timedelta = timedelta(0),
 ) -> tuple[datetime, datetime] | None:
     """The time written, and for a window its end (else the time again), in UTC. A time
     without a date is its first occurrence whose end is not before `sent` (less the slack),
@@ -743,7 +769,8 @@ def _written_time(
         clock = (start_hour, start[1], start[2])
         if yearless:
             assert sent is not None
-            return _next_date(month, day, clock, end_clock, tz, sent)
+            found = _next_date(month, day, clock, end_clock, tz, sent)
+            return None if found is None else (found[0] + shift, found[1] + shift)
         if dated:
             moment = datetime(year, month, day, *clock, 0, tz)
         else:
@@ -754,6 +781,9 @@ def _written_time(
             if relative_day == "tomorrow":
                 moment += timedelta(days=1)
         until = _window_end(moment, end_clock)
+        # Before the next occurrence is chosen: "2 hours after 12:00 UTC" in a mail sent at
+        # 12:30 is 14:00 today, not tomorrow.
+        moment, until = moment + shift, until + shift
         if not dated and not relative_day and sent is not None and until < sent - _PAST_SLACK:
             moment, until = moment + timedelta(days=1), until + timedelta(days=1)
         return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
@@ -823,16 +853,17 @@ def _candidates(
             orders: tuple[str, ...] = ("mdy",)
             if match.groupdict().get("a") is not None:
                 orders = ("mdy", "dmy", "ymd") if len(match.group("y")) == 2 else ("mdy", "dmy")
+            shift, first = _shift_before(text, match.start())
             readings = sorted(
                 {
                     written
                     for order in orders
-                    if (written := _written_time(match, sent, order=order)) is not None
+                    if (written := _written_time(match, sent, order=order, shift=shift)) is not None
                 }
             )
             for reading in readings:
                 written, words_end = _less_tolerance(text, match.end(), reading)
-                words = text[match.start() : words_end]
+                words = text[first:words_end]
                 if len(readings) > 1:
                     # find_deadline takes the first reading that can be the deadline, so
                     # the earliest: a deadline read late loses work, one read early does not.
@@ -891,7 +922,9 @@ def _candidates(
             # From "today" on, so that "previously scheduled for today at 16:00 UTC" is the
             # time a new time replaces (`_is_old_time`).
             first = ahead.start() if ahead else start
-            as_written = _written_time(match, sent, relative_day=day)
+            shift, shifted_from = _shift_before(text, first)
+            first = min(first, shifted_from)
+            as_written = _written_time(match, sent, relative_day=day, shift=shift)
             if as_written is not None:
                 written, words_end = _less_tolerance(
                     text, behind.end() if behind else stop, as_written

@@ -492,6 +492,48 @@ def test_a_time_with_a_tolerance_is_never_read_later_than_its_earliest(
     assert found is not None and found[0] == written - timedelta(minutes=minutes), (text, found)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # An amount before a time: read as the time alone, late by the amount.
+        ("reclaimed 30 minutes before 14:00 UTC.", datetime(2026, 12, 1, 13, 30)),
+        ("reclaimed one hour prior to 16:00 UTC on December 1, 2026.", datetime(2026, 12, 1, 15)),
+        ("reclaimed 90 minutes before 2026-12-01 16:00 UTC.", datetime(2026, 12, 1, 14, 30)),
+        # After a time already past when the mail was sent (12:30): read as tomorrow's 12:00.
+        ("reclaimed 2 hours after 12:00 UTC.", datetime(2026, 12, 1, 14)),
+        ("reclaimed 1 hour after the 13:00 UTC backup.", datetime(2026, 12, 1, 14)),
+    ],
+)
+def test_an_amount_before_or_after_a_time_shifts_it(text: str, expected: datetime) -> None:
+    found = find_deadline(text, SENT)
+    assert found is not None, text
+    assert found[0] == expected.replace(tzinfo=timezone.utc), (text, found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    minutes=st.integers(min_value=1, max_value=600),
+    way=st.sampled_from(["before", "prior to", "ahead of", "after", "later than"]),
+    hour=st.integers(min_value=0, max_value=23),
+    dated=st.booleans(),
+)
+def test_a_time_shifted_by_an_amount_is_read_shifted(
+    minutes: int, way: str, hour: int, dated: bool
+) -> None:
+    base = datetime(2026, 12, 2, hour, 0, tzinfo=timezone.utc)
+    shift = timedelta(minutes=minutes) * (1 if way in ("after", "later than") else -1)
+    text = f"reclaimed {minutes} minutes {way} {base:{'%Y-%m-%d ' if dated else ''}%H:%M} UTC."
+    # Without a date, the shifted time's next occurrence after the mail (sent at 12:30).
+    sent = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
+    expected = base + shift
+    if not dated:
+        expected = sent.replace(hour=hour, minute=0) + shift
+        if expected < sent - timedelta(minutes=10):
+            expected += timedelta(days=1)
+    found = find_deadline(text, sent)
+    assert found is not None and found[0] == expected, (text, found)
+
+
 def test_an_offset_beyond_any_zone_is_not_applied() -> None:
     # No zone is ahead of UTC+14: unread, not read as plain UTC (eight hours late).
     assert find_deadline("reclaimed at 14:00 UTC+16:00.", SENT) is None
