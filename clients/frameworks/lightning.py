@@ -19,8 +19,9 @@ pass runs (Lightning would run one when `should_stop` is set). A `validate()`, `
 open: it trains nothing worth saving, and a save there (`step-{global_step}`, step 0 with no
 fit, or a loaded module's step) wrote over the training checkpoint of that name in `dirpath`.
 A notice that comes then is replayed to the guard the next `fit()` makes (or waits in the
-guard given), which saves at its first step; a SIGTERM then is Lightning's, as without the
-callback (it ends the pass with `SIGTERMException`). `fit()` returns normally:
+guard given), which saves at the first step after the agent's replay reaches it; a SIGTERM
+then is Lightning's, as without the callback (it ends the pass with `SIGTERMException`).
+`fit()` returns normally:
 end the process with `sys.exit(callback.exit_code)` (143 after an exit's save) so the
 platform restarts the job. A save of its own that raises is acked failed (`save_failed`:
 `exit_code` 1 for an exit's) and raised out of `fit()`. `fit()` raising runs no teardown hook:
