@@ -652,9 +652,19 @@ _SHIFTED_FROM = re.compile(
 )
 
 
+_SHIFT_WAY = re.compile(
+    r"(?:before|prior\s+to|ahead\s+of|earlier\s+than|after|later\s+than|past)\s+(?:the\s+)?$",
+    re.IGNORECASE,
+)
+
+
 def _shift_before(text: str, start: int) -> tuple[timedelta, int]:
     """The shift an amount written right before the time at `start` says, and where its words
     start (no shift: zero and `start`)."""
+    # The direction word first, in a few characters: the amount's pattern, searched at every
+    # time of a 256 KiB mail of times, doubled the time the mail took to read.
+    if _SHIFT_WAY.search(text, max(0, start - 24), start) is None:
+        return timedelta(0), start
     found = _SHIFTED_FROM.search(text, max(0, start - 80), start)
     if found is None:
         return timedelta(0), start
