@@ -23,8 +23,11 @@ def format_time(moment: datetime) -> str:
         f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
         f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}"
     )
-    if moment.microsecond:
-        return f"{text}.{moment.microsecond // 1000:03d}Z"
+    # The whole milliseconds decide, not the microseconds: 40.000345 went out as ".000Z" and,
+    # read back from the agent's state after a restart, as "Z", so the same notice's body
+    # differed before and after.
+    if millis := moment.microsecond // 1000:
+        return f"{text}.{millis:03d}Z"
     return f"{text}Z"
 
 

@@ -32,7 +32,7 @@ from forewarn.protocol.wire import (
 )
 from forewarn.providers.registry import REGISTRY
 from forewarn.providers.settings import as_seconds, is_seconds
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from other_user import call_as, other_user
 from pydantic import BaseModel
@@ -273,6 +273,16 @@ def test_format_parse_roundtrip_to_the_millisecond(moment: datetime) -> None:
     # "1-01-01T00:00:00Z", which no client parses, and the notice was dropped.
     moment = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
     assert parse_time(format_time(moment)) == moment
+
+
+@given(st.datetimes(timezones=st.just(timezone.utc)))
+@example(datetime(2026, 12, 3, 13, 57, 40, 345, tzinfo=timezone.utc))
+def test_a_time_is_written_the_same_after_a_round_trip(moment: datetime) -> None:
+    """A time with microseconds but no whole millisecond went out as "...:40.000Z" and,
+    read back from the agent's state after a restart, as "...:40Z": the same notice's body
+    differed before and after (a webhook redelivery failed its equality, clean-clone run 31)."""
+    written = format_time(moment)
+    assert format_time(parse_time(written)) == written
 
 
 @given(st.text(max_size=40))
