@@ -285,24 +285,30 @@ def test_a_terminate_nobody_acted_on_stops_a_job_that_starts_under_it(tmp_path: 
     assert all("no client has acted on it" in line for line in said), said
 
 
+def inherit(agent: AgentProcess, notice: dict[str, Any], folder: Path, margin: int) -> Training:
+    """An earlier job saved for `notice`; a training job with `margin` starts after it.
+
+    A job tells a notice in force before it started from its own by its start time, which
+    /proc gives to within 10 ms: started a few ms after the notice, it once took the notice
+    for its own and exited at step 1. A next job starts later than that."""
+    ack = {"op": "ack", "notice_id": notice["id"], "client": "earlier-job"}
+    assert agent.control({**ack, "outcome": "saved", "step": 7, "flush_seconds": 0.1})["ok"]
+    noticed = parse_time(notice["noticed_at"]).timestamp()
+    eventually(lambda: time.time() > noticed + 0.05, what="the notice to be 50 ms old")
+    return Training(
+        agent.env,
+        folder,
+        *("--steps", "100000", "--step-time", "0.01", "--exit-margin", str(margin)),
+    )
+
+
 def test_an_inherited_terminate_with_a_deadline_exits_a_margin_before_it(tmp_path: Path) -> None:
     with AgentProcess(tmp_path) as agent:
         due = utcnow() + timedelta(seconds=60)
         deadline = format_time(due)
         reply = agent.control({"op": "notify", "action": "terminate", "deadline": deadline})
         assert reply["ok"], reply
-        ack = {"op": "ack", "notice_id": reply["notice"]["id"], "client": "earlier-job"}
-        assert agent.control({**ack, "outcome": "saved", "step": 7, "flush_seconds": 0.1})["ok"]
-        # A job tells a notice in force before it started from its own by its start time,
-        # which /proc gives to within 10 ms: started a few ms after the notice, it once took
-        # the notice for its own and exited at step 1. A next job starts later than that.
-        noticed = parse_time(reply["notice"]["noticed_at"]).timestamp()
-        eventually(lambda: time.time() > noticed + 0.05, what="the notice to be 50 ms old")
-        run = Training(
-            agent.env,
-            tmp_path / "ckpt",
-            *("--steps", "100000", "--step-time", "0.01", "--exit-margin", "55"),
-        )
+        run = inherit(agent, reply["notice"], tmp_path / "ckpt", 55)
         first = run.until("step", step=1)
         saved = run.until("saved", timeout=20)
         code, err = run.finish()
@@ -328,15 +334,7 @@ def test_an_inherited_spot_terminate_moved_earlier_exits_for_the_new_deadline(
         with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
             sim.raise_notice("spot", {"lead": 120})
             (notice,) = eventually(lambda: agent.control({"op": "status"})["active"], 10)
-            ack = {"op": "ack", "notice_id": notice["id"], "client": "earlier-job"}
-            assert agent.control({**ack, "outcome": "saved", "step": 7, "flush_seconds": 0.1})
-            noticed = parse_time(notice["noticed_at"]).timestamp()
-            eventually(lambda: time.time() > noticed + 0.05, what="the notice to be 50 ms old")
-            run = Training(
-                agent.env,
-                tmp_path / "ckpt",
-                *("--steps", "100000", "--step-time", "0.01", "--exit-margin", "30"),
-            )
+            run = inherit(agent, notice, tmp_path / "ckpt", 30)
             try:
                 # Inherited: it trains on past the heartbeat timeout (3 s) by which it
                 # decided; a save and exit would have ended the run before this step.
@@ -379,15 +377,7 @@ def test_an_inherited_terminate_sent_as_a_drain_again_no_longer_ends_the_job(
             (notice,) = eventually(lambda: agent.control({"op": "status"})["active"], 10)
             assert notice["action"] == "terminate", notice
             planned_exit = parse_time(notice["deadline"]).timestamp() - 35
-            ack = {"op": "ack", "notice_id": notice["id"], "client": "earlier-job"}
-            assert agent.control({**ack, "outcome": "saved", "step": 7, "flush_seconds": 0.1})
-            noticed = parse_time(notice["noticed_at"]).timestamp()
-            eventually(lambda: time.time() > noticed + 0.05, what="the notice to be 50 ms old")
-            run = Training(
-                agent.env,
-                tmp_path / "ckpt",
-                *("--steps", "100000", "--step-time", "0.01", "--exit-margin", "35"),
-            )
+            run = inherit(agent, notice, tmp_path / "ckpt", 35)
             try:
                 # Inherited: it trains on past the heartbeat timeout (3 s) by which it
                 # decided; a save and exit would have ended the run before this step.
