@@ -541,10 +541,9 @@ def test_train_raising_closes_the_guard_however_the_callback_was_given(
     its SIGTERM handler installed."""
     import importlib
     import signal
-    import sys
 
     if attach == "reloaded":  # a notebook re-running its imports: a new callback class
-        importlib.reload(sys.modules["forewarn.clients.frameworks.transformers"])
+        importlib.reload(importlib.import_module("forewarn.clients.frameworks.transformers"))
         attach = "add_callback"
     handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -595,11 +594,11 @@ def test_the_wrapped_add_callback_is_wrapped_once_and_adds_as_before() -> None:
     and what the handler holds (a class given made into one, other callbacks as given) is
     as it was."""
     import importlib
-    import sys
 
     from transformers.trainer_callback import CallbackHandler, PrinterCallback
 
-    module = sys.modules["forewarn.clients.frameworks.transformers"]
+    # Imported here: under xdist this test may be the first of its worker to touch the module.
+    module = importlib.import_module("forewarn.clients.frameworks.transformers")
     wrapper = CallbackHandler.add_callback
     importlib.reload(module)
     assert CallbackHandler.add_callback is wrapper
