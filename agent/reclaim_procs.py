@@ -67,11 +67,16 @@ def tree(root: int, children: dict[int, list[int]] | None = None) -> list[int]:
 
 class JobTree:
     """Every process a job ever had, as the platform sees it: the job's top process and its
-    descendants, plus orphans re-parented to the drill that are not the drill's own helpers."""
+    descendants, plus orphans re-parented to the drill that are not the drill's own helpers
+    (`exclude`) or children it had before the job started."""
 
     def __init__(self, top: int, exclude: set[int]) -> None:
         self.top = top
         self.exclude = exclude  # the drill's own children that are not the job (agents)
+        # Children the drill had before the job started cannot be the job's orphans: counted
+        # as such, a process's other servers (a test's session-wide S3 and IMAP servers) were
+        # SIGKILLed with the job.
+        self.before = set(children_map().get(os.getpid(), [])) - {top}
         self.seen: set[int] = {top}
 
     def live(self) -> list[int]:
@@ -79,7 +84,7 @@ class JobTree:
         children = children_map()
         pids = set(tree(self.top, children))
         for pid in children.get(os.getpid(), []):
-            if pid not in self.exclude and pid != self.top:
+            if pid not in self.exclude and pid not in self.before and pid != self.top:
                 pids.update(tree(pid, children))
         for pid in list(self.exclude):
             pids.difference_update(tree(pid, children))

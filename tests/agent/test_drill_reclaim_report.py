@@ -182,6 +182,26 @@ def test_what_outlives_the_jobs_main_process_is_killed_at_the_deadline(
             os.kill(int(child.read_text()), signal.SIGKILL)
 
 
+def test_the_drills_own_children_from_before_the_job_are_not_the_jobs(tmp_path: Path) -> None:
+    """The job's tree counted every child of the drill's process as an orphan of the job: in a
+    test process, the session's moto and Dovecot servers were SIGKILLed with a stand-in job,
+    and the tests after it on that worker were refused a connection."""
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    top = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    try:
+        tree = JobTree(top.pid, set())
+        assert bystander.pid not in tree.live()
+        tree.kill_all()
+        assert top.wait(timeout=10) == -signal.SIGKILL
+        assert bystander.poll() is None, "a child of the drill from before the job was killed"
+    finally:
+        for proc in (top, bystander):
+            proc.kill()
+            proc.wait()
+
+
 def _gone(pid: int) -> bool:
     state = _stat(pid)
     return state is None or state[0] == "Z"
