@@ -312,6 +312,9 @@ class GenerationWriter:
         self.attempt = attempt
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.committed: Generation | None = None
+        # Why its commit failed: for whoever waits for a commit it did not run itself
+        # (`CheckpointStore.close()`, the exit), to report.
+        self.error: BaseException | None = None
         self.seconds: float | None = None
         self.started = time.monotonic()
         self._protocol = protocol
@@ -328,6 +331,11 @@ class GenerationWriter:
 
     def __repr__(self) -> str:
         return f"<GenerationWriter {self.name} rank {self.rank}/{self.world_size}>"
+
+    @property
+    def commit_begun(self) -> bool:
+        """Whether its commit has begun (it may have ended since: see `committed`, `error`)."""
+        return self._done and self._ended == "committed"
 
     @property
     def files(self) -> dict[str, FileEntry]:
@@ -449,6 +457,9 @@ class GenerationWriter:
             # Timed before retention runs: that is clean-up, not the save.
             self.seconds = time.monotonic() - self.started
             self.committed = Generation(self.backend, manifest)
+        except BaseException as exc:
+            self.error = exc
+            raise
         finally:
             self._on_end(self, self.committed is not None)
         return self.committed

@@ -110,7 +110,7 @@ class _Writing:
 _WRITING = _Writing()
 
 # How long `close()` and the interpreter's exit wait for the saves they end to let go of
-# their claims (the exit: for a commit under way, too): against an endpoint that stopped
+# their claims, and for a commit under way to end: against an endpoint that stopped
 # answering, each request may take the client's connect timeout for each of its retries, and
 # an exit must not hang on that. Not an option: what a commit has left is a handful of small
 # requests (a listing, the manifest, the marker, LATEST), a release one delete, and a claim
@@ -183,6 +183,11 @@ class CheckpointStore:
         self._claims: weakref.WeakKeyDictionary[GenerationWriter, Callable[[], None]] = (
             weakref.WeakKeyDictionary()
         )
+        # Each writer of this store until it ends, with an event set once its end is done
+        # (claim let go of, retention run): what `close()` waits on for a commit under way.
+        self._ends: weakref.WeakKeyDictionary[GenerationWriter, threading.Event] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CheckpointStore:
@@ -232,12 +237,17 @@ class CheckpointStore:
 
     def close(self) -> None:
         """Abort the single-rank saves of this store that hold a claim and are not being
-        committed, letting go of their claims (best effort, waiting at most `RELEASE_WITHIN`
-        seconds; never raises for them), then release the backend's threads and connections.
-        A save being committed keeps its claim until its commit ends."""
+        committed, letting go of their claims, and wait for the saves being committed to end
+        (their failure logged as an ERROR), all within `RELEASE_WITHIN` seconds (never raises
+        for them); then release the backend's threads and connections."""
         try:
-            mine = [writer for writer in list(self._claims.keys()) if writer in _CLAIMED]
-            _end_claimed(mine, "the store was closed")
+            ends = list(self._ends.items())
+            mine = [writer for writer, _ended in ends if writer in _CLAIMED]
+            # A commit on another thread (a background save, one `flush(timeout=)` gave up
+            # on) went on after close() returned: a script that closed the store and then
+            # ended by os._exit, or started the next job, lost the step or found it claimed,
+            # and a commit that failed was said to nobody.
+            _end_claimed(mine, "the store was closed", waits=ends)
         finally:
             self._backend.close()
 
@@ -292,6 +302,7 @@ class CheckpointStore:
             # (or, after the exit, left for a whole lease to block the step elsewhere).
             _CLAIMED[writer] = threading.Event()
         self._claims[writer] = release = _once(lambda: _release_all(releases))
+        self._ends[writer] = threading.Event()
         # A writer dropped without commit() or abort() holds its step no longer once it is gone
         # (not at interpreter exit: a background save may still be committing then).
         weakref.finalize(writer, release).atexit = False
@@ -370,20 +381,25 @@ class CheckpointStore:
         )
 
     def _writer_ended(self, writer: GenerationWriter, committed: bool) -> None:
-        self._writing.discard(writer.step)
-        release = self._claims.pop(writer, None)
         try:
-            if release is not None:
-                release()
-        finally:
-            released = _CLAIMED.get(writer)
-            if released is not None:
-                released.set()
-        if committed and writer.rank == 0:
+            self._writing.discard(writer.step)
+            release = self._claims.pop(writer, None)
             try:
-                self._prune(fresh=writer.step)
-            except Exception as exc:  # a failed clean-up must not undo a good commit
-                log.warning("forewarn: checkpoint retention failed in %s: %s", self.url, exc)
+                if release is not None:
+                    release()
+            finally:
+                released = _CLAIMED.get(writer)
+                if released is not None:
+                    released.set()
+            if committed and writer.rank == 0:
+                try:
+                    self._prune(fresh=writer.step)
+                except Exception as exc:  # a failed clean-up must not undo a good commit
+                    log.warning("forewarn: checkpoint retention failed in %s: %s", self.url, exc)
+        finally:
+            ended = self._ends.pop(writer, None)
+            if ended is not None:
+                ended.set()
 
     def flush(
         self,
@@ -751,15 +767,20 @@ class CheckpointStore:
 
 
 def _end_claimed(
-    writers: list[GenerationWriter], reason: str, *, wait_for_commits: bool = False
+    writers: list[GenerationWriter],
+    reason: str,
+    *,
+    waits: list[tuple[GenerationWriter, threading.Event]] | None = None,
 ) -> None:
-    """Abort `writers` (which lets go of their claims), on a thread waited on for at most
-    `RELEASE_WITHIN` seconds; a writer being committed is left to its commit, and with
-    `wait_for_commits` waited for (within the same bound) until it lets go of its claim.
+    """Abort `writers` (which lets go of their claims), then wait for each writer of `waits`
+    whose commit is under way until its event is set, all on a thread waited on for at most
+    `RELEASE_WITHIN` seconds; a commit waited for that failed is logged as an ERROR.
     Never raises."""
-    if not writers:
+    waits = waits or []
+    if not writers and not waits:
         return
     deadline = time.monotonic() + RELEASE_WITHIN
+    waited: list[tuple[GenerationWriter, threading.Event]] = []
 
     def run() -> None:
         for writer in writers:
@@ -773,18 +794,17 @@ def _end_claimed(
                     reason,
                     exc,
                 )
-        if not wait_for_commits:
-            return
         # At exit a commit's thread is a daemon that dies with the process: mid-commit, it
         # left the step uncommitted and claimed for a whole lease, and the job restarted at
-        # once in another container was refused the step it had been saving.
-        for writer in writers:
-            released = _CLAIMED.get(writer)
-            if released is None or released.is_set():
+        # once in another container was refused the step it had been saving. After close()
+        # the process may end as abruptly (os._exit), or the next job start.
+        for writer, released in waits:
+            if released.is_set() or not writer.commit_begun:
                 continue
+            waited.append((writer, released))
             log.warning(
                 "forewarn: %s, but %s in %s is being committed: waiting up to %.0f s for its "
-                "commit to end and let go of its claim",
+                "commit to end",
                 reason,
                 writer.name,
                 writer.backend.url,
@@ -795,7 +815,7 @@ def _end_claimed(
     thread = threading.Thread(target=run, name="forewarn-end-claims", daemon=True)
     thread.start()
     thread.join(max(deadline - time.monotonic(), 0.0))
-    if thread.is_alive():
+    if thread.is_alive() and writers:
         log.warning(
             "forewarn: %s, but the storage did not let go of the claims on %s within %.0f s: "
             "they expire once not renewed for their lease",
@@ -803,12 +823,33 @@ def _end_claimed(
             ", ".join(sorted(writer.name for writer in writers)),
             RELEASE_WITHIN,
         )
+    for writer, released in list(waited):
+        if not released.is_set():
+            log.warning(
+                "forewarn: %s, but %s in %s was still being committed after %.0f s: it is "
+                "not durable yet (the last durable generation is an older one)",
+                reason,
+                writer.name,
+                writer.backend.url,
+                RELEASE_WITHIN,
+            )
+        elif writer.error is not None:
+            log.error(
+                "forewarn: %s while %s in %s was being committed, and that commit failed: it "
+                "is not saved (%s: %s)",
+                reason,
+                writer.name,
+                writer.backend.url,
+                type(writer.error).__name__,
+                writer.error,
+            )
 
 
 def _end_claimed_at_exit() -> None:
     # Registered when this module is imported, so it runs after the exit hooks registered
     # later (LIFO): a BackgroundSaver's, which waits for its save in flight to commit.
-    _end_claimed(list(_CLAIMED.keys()), "the interpreter exited", wait_for_commits=True)
+    claimed = list(_CLAIMED.items())
+    _end_claimed([writer for writer, _released in claimed], "the interpreter exited", waits=claimed)
 
 
 atexit.register(_end_claimed_at_exit)

@@ -5,6 +5,7 @@ elsewhere for a lease and no renewal timer outlives the store. Against moto in s
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
@@ -47,10 +48,12 @@ def test_closing_the_store_lets_go_of_the_claim_of_a_save_in_flight(url: str) ->
 
 
 def test_closing_the_store_leaves_a_save_being_committed_its_claim(
-    url: str, monkeypatch: pytest.MonkeyPatch
+    url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A commit already under way cannot be stopped: its claim is what keeps another writer
-    from deleting its files under it, and the commit lets go of it when it ends."""
+    from deleting its files under it, and the commit lets go of it when it ends. close()
+    waits for that (see test_close_committing.py)."""
+    caplog.set_level(logging.WARNING, logger="forewarn.checkpoint")
     store = CheckpointStore(url)
     gen = store.save(100)
     gen.write_bytes("a.bin", b"first" * 1000)
@@ -67,12 +70,20 @@ def test_closing_the_store_leaves_a_save_being_committed_its_claim(
     committing = threading.Thread(target=gen.commit)
     committing.start()
     assert inside.wait(30)
-    store.close()
+    closing = threading.Thread(target=store.close)
+    closing.start()
+    eventually(
+        lambda: "is being committed: waiting" in caplog.text,
+        timeout=30,
+        what="close() to wait for the commit under way",
+    )
     assert CLAIM in root_keys(store), "a commit in progress keeps its claim"
     go.set()
-    committing.join(30)
+    closing.join(30)
+    assert not closing.is_alive()
     assert gen.committed is not None
     assert CLAIM not in root_keys(store)
+    committing.join(30)
     assert store.get(100, verify="checksums").read_bytes("a.bin") == b"first" * 1000
 
 
