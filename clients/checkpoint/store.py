@@ -188,6 +188,7 @@ class CheckpointStore:
         self._ends: weakref.WeakKeyDictionary[GenerationWriter, threading.Event] = (
             weakref.WeakKeyDictionary()
         )
+        self._closed = False
 
     @classmethod
     def from_env(cls, **overrides: Any) -> CheckpointStore:
@@ -239,7 +240,10 @@ class CheckpointStore:
         """Abort the single-rank saves of this store that hold a claim and are not being
         committed, letting go of their claims, and wait for the saves being committed to end
         (their failure logged as an ERROR), all within `RELEASE_WITHIN` seconds (never raises
-        for them); then release the backend's threads and connections."""
+        for them); then release the backend's threads and connections. A save started after
+        this raises `CheckpointError`."""
+        # First: a save starting on another thread meanwhile is then refused (see `save`).
+        self._closed = True
         try:
             ends = list(self._ends.items())
             mine = [writer for writer, _ended in ends if writer in _CLAIMED]
@@ -279,6 +283,7 @@ class CheckpointStore:
         TORCHELASTIC_RESTART_COUNT).
         """
         name = generation_name(step)
+        self._check_open(name)
         meta = dict(metadata or {})
         try:
             json.dumps(meta)
@@ -306,7 +311,18 @@ class CheckpointStore:
         # A writer dropped without commit() or abort() holds its step no longer once it is gone
         # (not at interpreter exit: a background save may still be committing then).
         weakref.finalize(writer, release).atexit = False
+        if self._closed:
+            # close() ran on another thread while this save started: it may not have seen it.
+            writer.abort("the store was closed")
+            self._check_open(name)
         return writer
+
+    def _check_open(self, name: str) -> None:
+        if self._closed:
+            raise CheckpointError(
+                f"cannot save {name} in {self.url}: this CheckpointStore was closed (close(), "
+                "or the end of its with block); open a new one to save again"
+            )
 
     def _start(
         self,

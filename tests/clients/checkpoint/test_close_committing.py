@@ -1,8 +1,8 @@
 """`CheckpointStore.close()` (and the end of its `with` block) while a save of the store is
 being committed on another thread (a background save, one `flush(timeout=)` gave up on):
-close() waits for that commit to end, at most `RELEASE_WITHIN`, and says when it failed. On
-local disk and on moto in server mode; the commit is held at its manifest by an event in a
-wrapping backend."""
+close() waits for that commit to end, at most `RELEASE_WITHIN`, and says when it failed; a
+save started after close() is refused, naming the closed store. On local disk and on moto in
+server mode; the commit is held at its manifest by an event in a wrapping backend."""
 
 from __future__ import annotations
 
@@ -13,7 +13,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from forewarn.clients.checkpoint import CheckpointStore, GenerationExistsError
+from forewarn.clients.checkpoint import (
+    CheckpointError,
+    CheckpointStore,
+    GenerationExistsError,
+)
 from forewarn.clients.checkpoint import store as store_module
 from forewarn.clients.checkpoint.manifest import MANIFEST, generation_name
 from forewarn.clients.checkpoint.options import open_backend
@@ -182,4 +186,71 @@ def test_close_waits_for_a_commit_at_most_release_within(
     latest = reader.latest()
     assert latest is not None and latest.step == 100
     assert claims(store_url, reader) == []
+    reader.close()
+
+
+@pytest.mark.parametrize("how", ["save", "flush", "with"])
+def test_a_save_after_close_is_refused_naming_the_closed_store(store_url: str, how: str) -> None:
+    """Before, a closed store went on saving (its backend's close() releases nothing yet):
+    a save after close() was neither refused nor, from then on, ended by a close()."""
+    store = CheckpointStore(store_url)
+    if how == "with":
+        with store:
+            pass
+    else:
+        store.close()
+    expected = rf"cannot save step-000000000007 in {store.url}: this CheckpointStore was closed"
+    with pytest.raises(CheckpointError, match=expected):
+        if how == "flush":
+            store.flush(7, lambda gen: gen.write_bytes("a.bin", DATA))
+        else:
+            store.save(7)
+    reader = CheckpointStore(store_url)
+    assert reader.steps() == []
+    assert claims(store_url, reader) == []
+    reader.close()
+
+
+class HeldClaim(DelegatingBackend):
+    """Holds `claim` (a save starting) until `go` is set."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(open_backend(url))
+        self.arrived = threading.Event()
+        self.go = threading.Event()
+
+    def claim(self, prefix: str) -> Callable[[], None]:
+        self.arrived.set()
+        assert self.go.wait(60)
+        return super().claim(prefix)
+
+
+def test_a_save_starting_while_the_store_closes_is_refused_and_lets_go(store_url: str) -> None:
+    """A save that had passed the check when close() ran on another thread, and that
+    close() did not see yet, ends too: it holds nothing once refused."""
+    backend = HeldClaim(store_url)
+    store = CheckpointStore(backend=backend)
+    errors: list[BaseException] = []
+
+    def save() -> None:
+        try:
+            store.save(100)
+        except BaseException as exc:
+            errors.append(exc)
+
+    saving = threading.Thread(target=save)
+    saving.start()
+    try:
+        assert backend.arrived.wait(30)
+        store.close()
+    finally:
+        backend.go.set()
+    saving.join(30)
+    assert len(errors) == 1 and isinstance(errors[0], CheckpointError), errors
+    assert "this CheckpointStore was closed" in str(errors[0])
+    reader = CheckpointStore(store_url)
+    assert claims(store_url, reader) == []
+    # Nothing of this process holds the step either: another save of it goes ahead.
+    with reader.save(100) as gen:
+        gen.write_bytes("a.bin", DATA)
     reader.close()
