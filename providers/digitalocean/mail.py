@@ -558,6 +558,14 @@ _WORD_NUMBERS = {
     "a half": 0.5,
     "a quarter of an": 0.25,
     "three quarters of an": 0.75,
+    # "in 1/2 hour", "in \u00bd hour", "in half hour": Date + lead (2 h) stood in.
+    "1/2": 0.5,
+    "\u00bd": 0.5,
+    "half": 0.5,
+    "1/4": 0.25,
+    "\u00bc": 0.25,
+    "3/4": 0.75,
+    "\u00be": 0.75,
     # "thirty-five", "forty five": Date + lead (2 h) stood in.
     **{
         f"{tens}{joint}{unit}": float(tens_value + unit_value)
@@ -569,7 +577,8 @@ _WORD_NUMBERS = {
     },
 }
 _AMOUNT = (
-    r"(?P<n>[0-9]+(?:\.[0-9]+)?|"
+    # "1 1/2 hours", "1\u00bd hours": read as no amount, Date + lead (2 h) stood in.
+    r"(?P<n>[0-9]+(?:\.[0-9]+)?(?:[^\S\n]*(?:1/2|\u00bd)(?![0-9]))?|"
     + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)).replace(" ", r"\s+")
     + r")(?:\s*(?:-|\u2013|to|or|and)\s*[0-9]+(?:\.[0-9]+)?)?\s*(?:(?P<unit>hours?|hrs?|h)"
     # Hours, then minutes ("1 hour and 30 minutes", "1h30m", "2 hours and a half"): read as
@@ -581,7 +590,9 @@ _AMOUNT = (
 _RELATIVE = re.compile(
     # "You have 30 minutes to save your work": Date + lead (2 h) stood in.
     r"\b(?:(?:(?:in|within)\s+(?:the\s+(?:next|coming)\s+)?|(?:over|during)\s+the\s+next\s+"
-    r"|you\s+have\s+)"
+    r"|you\s+have\s+"
+    # "in T-30 minutes", "T minus 30 minutes", as launch countdowns write it.
+    r"|(?-i:T)[^\S\n]*(?:[-\u2212][^\S\n]*(?:minus\s+)?|minus\s+))"
     # "in approx. 45 minutes", "in just 45 minutes", "in \u224845 minutes": Date + lead stood in.
     r"(?:(?:about|approximately|approx\.?|roughly|around|less\s+than|fewer\s+than|under"
     r"|as\s+little\s+as|no\s+more\s+than|no\s+less\s+than|at\s+most|up\s+to|just|only"
@@ -594,7 +605,20 @@ _RELATIVE = re.compile(
     r"this\s+(?:e-?mail|message|notice|notification|mail))\b"
     # "within the hour", "in the next hour": with no figure, Date + lead (2 h) stood in, an
     # hour after the reclaim.
-    r"|\b(?:in|within)\s+the\s+(?:next\s+)?(?P<the_hour>hour)\b)",
+    r"|\b(?:in|within)\s+the\s+(?:next\s+)?(?P<the_hour>hour)\b"
+    # "with 30 minutes' notice", "with only 45 minutes of notice": Date + lead stood in.
+    r"|\bwith\s+(?:(?:only|just|about|approximately|roughly|around|less\s+than)\s+)?"
+    + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>3>", _AMOUNT)
+    + r"['\u2019]?s?\s+(?:of\s+)?(?:advance\s+|prior\s+)?notice\b"
+    # Said to be at once, with no amount ("in a few minutes", "reclaimed immediately",
+    # "now being reclaimed"): Date + lead (2 h) stood in. Read as the Date: a terminate at
+    # once, the only reading that is never late.
+    r"|\b(?P<at_once>(?:in|within|over)\s+(?:the\s+(?:next|coming)\s+)?(?:(?:a\s+few|few|several)"
+    r"\s+(?:seconds|minutes|moments)|a\s+moment|moments|seconds|minutes)\b"
+    r"|(?:reclaim|terminat|interrupt|pre-?empt|evict)\w*\s+(?:now|immediately|right\s+(?:now"
+    r"|away)|at\s+once|momentarily|imminently|any\s+(?:minute|moment))\b"
+    r"|now\s+being\s+(?:reclaimed|terminated|interrupted|pre-?empted|evicted)\b"
+    r"|(?:reclaim|termination|interruption|pre-?emption|eviction)\w*\s+is\s+imminent\b))",
     re.IGNORECASE,
 )
 
@@ -681,6 +705,9 @@ def _amount_hours(parts: dict[str, str]) -> float:
     """The hours of an `_AMOUNT` match's groups."""
     amount = parts["n"].lower()
     number = _WORD_NUMBERS.get(" ".join(amount.split()))
+    halves = re.fullmatch(r"([0-9.]+)\s*(?:1/2|\u00bd)", amount)
+    if number is None and halves is not None:
+        number = float(halves.group(1)) + 0.5
     value = float(amount) if number is None else number
     hours = value if "unit" in parts else value / (3600 if "unit_s" in parts else 60)
     return hours + int(parts.get("mins", 0)) / 60 + (0.5 if "half" in parts else 0.0)
@@ -948,8 +975,10 @@ def _candidates(
                     words_end,
                 )
         for match in _RELATIVE.finditer(text):
-            parts = {k.rstrip("2"): v for k, v in match.groupdict().items() if v is not None}
-            hours = 1.0 if "the_hour" in parts else _amount_hours(parts)
+            parts = {k.rstrip("23"): v for k, v in match.groupdict().items() if v is not None}
+            hours = 1.0 if "the_hour" in parts else 0.0 if "at_once" in parts else None
+            if hours is None:
+                hours = _amount_hours(parts)
             try:
                 moment = sent + timedelta(hours=hours)
             except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too

@@ -230,6 +230,10 @@ def test_an_hour_without_minutes_or_am_pm_is_not_a_time() -> None:
             "in the coming {} minutes",
             "in between {} and 900 minutes",
             "in \u2248{} minutes",
+            "with {} minutes' notice",
+            "with only {} minutes of notice",
+            "in T-{} minutes",
+            "T minus {} minutes",
         ]
     ),
 )
@@ -271,6 +275,16 @@ def test_any_number_of_minutes_in_words_is_the_deadline(minutes: int, joint: str
         ("in a quarter of an hour", timedelta(minutes=15)),
         ("in three quarters of an hour", timedelta(minutes=45)),
         ("in a half hour", timedelta(minutes=30)),
+        ("in about 1/2 hour", timedelta(minutes=30)),
+        ("in \u00bd hour", timedelta(minutes=30)),
+        ("in half hour", timedelta(minutes=30)),
+        ("in 1 1/2 hours", timedelta(minutes=90)),
+        ("in 1\u00bd hours", timedelta(minutes=90)),
+        ("in 3/4 hour", timedelta(minutes=45)),
+        ("with 30 minutes' notice", timedelta(minutes=30)),
+        ("with 1 hour\u2019s notice", timedelta(hours=1)),
+        ("in T-30 minutes", timedelta(minutes=30)),
+        ("in T-minus 30 minutes", timedelta(minutes=30)),
     ],
 )
 def test_more_lead_times_in_words_are_the_deadline(phrase: str, after: timedelta) -> None:
@@ -278,6 +292,39 @@ def test_more_lead_times_in_words_are_the_deadline(phrase: str, after: timedelta
     report = verdict(raw).report
     assert report is not None
     assert report.deadline == SENT + after, report.detail["deadline_source"]
+
+
+@pytest.mark.parametrize(
+    "phrase",
+    [
+        "will be reclaimed in a few minutes",
+        "will be reclaimed within the next few minutes",
+        "will be reclaimed in several minutes",
+        "will be reclaimed in a moment",
+        "will be reclaimed immediately",
+        "is being reclaimed now",
+        "is now being reclaimed",
+        "will be reclaimed right away",
+        "will be reclaimed momentarily",
+        "- its reclaim is imminent",
+    ],
+)
+def test_a_reclaim_said_to_be_at_once_is_due_at_the_mail_s_date(phrase: str) -> None:
+    # No amount to read, so Date + lead (2 h) stood in: the machine was taken while the job
+    # trained. The Date itself is the one reading never late.
+    report = verdict(reclaim_mail(f"Your Droplet gpu-spot-1 {phrase}.")).report
+    assert report is not None
+    assert report.deadline == SENT, report.detail["deadline_source"]
+
+
+@pytest.mark.parametrize(
+    "phrase",
+    ["will be reclaimed in a few hours", "will be reclaimed soon", "will now be reclaimed"],
+)
+def test_a_reclaim_not_said_to_be_at_once_keeps_date_plus_lead(phrase: str) -> None:
+    report = verdict(reclaim_mail(f"Your Droplet gpu-spot-1 {phrase}.")).report
+    assert report is not None
+    assert report.detail["deadline_source"] == "date+lead"
 
 
 @given(
