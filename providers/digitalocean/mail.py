@@ -361,7 +361,8 @@ _CLOCK = (
     r"(?:(?::|h|\.|(?<=[0-9]{{2}}))(?P<M{n}>[0-9]{{2}})(?::(?P<S{n}>[0-9]{{2}})(?:\.[0-9]+)?)?"
     # "14:30 hrs UTC", as British and military mail writes it: skipped before.
     r"(?:\s*(?:hrs|hours)\.?)?)?"
-    r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z]))?)"
+    # "1:10 in the afternoon UTC": skipped, and Date + lead stood in.
+    r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z])|in\s+the\s+(?:morning|afternoon|evening)\b)?)"
 )
 # A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after
 # its end; its start is the deadline. Without this, "-16:00" was read as a UTC offset.
@@ -407,6 +408,8 @@ def _zone(name: str | None) -> str:
         r"|(?:UTC|GMT)(?=-[0-9]{1,2}:?[0-9]{2}\s*\(?(?:UTC|GMT)\b"
         r"|-(?!(?:1[0-2]|0?[0-9])(?::?[0-9]{2}|:[^\S\n](?:00|30|45))?(?![0-9]))"
         r"|(?![+-][0-9]))|Z"
+        # "13:10 U.T.C.": skipped, and Date + lead stood in.
+        r"|(?:U\.T\.C|G\.M\.T)\.?"
         rf"|[+-][0-9]{{2}}:?[0-9]{{2}}"
         # A named zone: a common abbreviation (fixed offset, as written), or an IANA name
         # (its daylight-saving rules apply). Skipped before, so Date + lead stood in for it.
@@ -438,7 +441,13 @@ _TIME_ZONE = f"(?:{_zone('zone')})?" + (
     # Nor is an end that starts a date: "from 16:00 UTC to 2026-12-01 13:30 UTC".
     r"(?(szone)(?(zone)(?(between)|(?!))|(?!" + _zone(None) + r"|[-/.]\d))|)"
 )
-_TIME = _WINDOW + _TIME_ZONE + r"(?(zone)|(?(szone)|(?!)))"
+# The zone may come first ("UTC 13:10", "GMT 1:10 PM"), before a clock with its minutes or
+# AM/PM (not "UTC 2026-12-01", a year): such a time was skipped, and Date + lead stood in.
+_ZONE_FIRST = (
+    r"(?:(?<![\w.])(?P<pzone>UTC|GMT)[^\S\n]+"
+    r"(?=[0-9]{1,2}(?:[:.h][0-9]{2}(?![0-9]|\.[0-9])|[^\S\n]*[ap]\.?m\b)))?"
+)
+_TIME = _ZONE_FIRST + _WINDOW + _TIME_ZONE + r"(?(zone)|(?(szone)|(?(pzone)|(?!))))"
 # A date and its time may be parted by "@", "|" or a dash ("2026-12-01 @ 14:00 UTC"), or a
 # weekday in parentheses ("2026-12-01 (Tue) 14:00 UTC"), and a weekday may be short ("14:00
 # UTC, Tue 1 Dec"): unread, such a time was skipped off a line not about the reclaim
@@ -454,7 +463,10 @@ _TIME_THEN_DATE = r",?\s+(?:on\s+)?(?:" + _WEEKDAY + r",?\s+)?"
 # "December 4, 2026 (UTC) at 16:00". The year then stood before the only zone, so it was
 # rightly no clock (20:26), and the time without a zone was not read: Date + lead stood in.
 _DATE_ZONE = f"(?:{_zone('dzone')})?"
-_SOME_ZONE = r"(?(zone)|(?(szone)|(?(dzone)|(?!))))"  # with two, the time's is used
+# Or come before the date ("UTC 2026-12-01 13:10"), as before a time.
+_ZONE_BEFORE_DATE = r"(?:(?<![\w.])(?P<pzone>UTC|GMT)[^\S\n]+)?"
+# With two, the time's is used.
+_SOME_ZONE = r"(?(zone)|(?(szone)|(?(dzone)|(?(pzone)|(?!)))))"
 # The year after the clock, as C's ctime() and `date` write it ("Tue Dec 1 14:00:00 2026
 # UTC"): not read as one, "2026 UTC" was the clock 20:26, six hours late.
 _CTIME_YEAR = r"\s+(?P<y>(?:19|20)[0-9]{2})(?!\d)" + _TIME_ZONE + r"(?(zone)|(?!))"
@@ -466,8 +478,8 @@ _WRITTEN_TIMES = [
     re.compile(pattern, re.IGNORECASE)
     for date in _DATES.values()
     for pattern in (
-        date + _DATE_ZONE + _DATE_THEN_TIME + _WINDOW + _TIME_ZONE + _SOME_ZONE,
-        _WINDOW + _TIME_ZONE + _TIME_THEN_DATE + date + _DATE_ZONE + _SOME_ZONE,
+        _ZONE_BEFORE_DATE + date + _DATE_ZONE + _DATE_THEN_TIME + _WINDOW + _TIME_ZONE + _SOME_ZONE,
+        _ZONE_FIRST + _WINDOW + _TIME_ZONE + _TIME_THEN_DATE + date + _DATE_ZONE + _SOME_ZONE,
     )
 ] + [re.compile(pattern, re.IGNORECASE) for pattern in _CTIMES]
 # A time with its zone and no date ("at 14:30 UTC", "today between 14:00 and 16:00 UTC"):
@@ -769,10 +781,10 @@ def _written_time(
     start_hour = _hour(start[0], ampm)
     if start_hour is None:
         return None
-    written_zone = parts["szone"] or parts["zone"] or parts.get("dzone")
+    written_zone = parts["szone"] or parts["zone"] or parts.get("dzone") or parts.get("pzone")
     if written_zone is None:
         return None
-    zone = re.sub(r"^(?:UTC|GMT)|\s", "", written_zone.upper())
+    zone = re.sub(r"^(?:UTC|GMT)|\s", "", written_zone.upper().replace(".", ""))
     words = written_zone.lower().split()
     if words[-1] == "time" and words[0] in ("coordinated", "universal", "greenwich"):
         zone = ""
@@ -838,6 +850,8 @@ def _clock(parts: dict[str, str | None], n: str) -> tuple[int, int, int, str]:
     hour, minute, second = (parts[f"{key}{n}"] for key in "HMS")
     assert hour is not None
     ampm = (parts[f"ampm{n}"] or "").lower().replace(".", "")
+    if ampm.startswith("in"):  # "in the morning", "in the afternoon", "in the evening"
+        ampm = "am" if ampm.endswith("morning") else "pm"
     if n and int(hour) == 24 and not int(minute or 0) and not int(second or 0) and not ampm:
         return 0, 0, 0, ""  # "until 24:00": the end of the day, as midnight ends a window
     return int(hour), int(minute or 0), int(second or 0), ampm

@@ -341,7 +341,8 @@ _PIECES = st.sampled_from(
         "Z", "UTC", "GMT", "GMT+14", "UTC-99:99", "+25:00", "ET", "Mars/Olympus", "between",
         "and", "to", "-", "\u2013", "on", "at", "of", "th", "st", "Friday,", "PM", "a.m.",
         ":", ".", ",", "T", "in", "hours", "by", "from", "was", "(", ")", "\n", "tomorrow",
-        "today", "UTC:", "Z:", ";", "!", "at\n", "reclaimed", ":\n",
+        "today", "UTC:", "Z:", ";", "!", "at\n", "reclaimed", ":\n", "U.T.C.",
+        "in the afternoon", "in the morning", "UTC 13:10", "GMT 1:10",
     ]
 )  # fmt: skip
 _GARBAGE = st.lists(st.tuples(_PIECES, st.sampled_from(["", " ", ", ", "  "])), max_size=14).map(

@@ -1,0 +1,77 @@
+"""Deadlines that were read late or not at all (Date + lead stood in, later than the time
+written): forms found in a second hunt, each with the reading that is never late."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from forewarn.providers.digitalocean.mail import find_deadline
+from hypothesis import given
+from hypothesis import strategies as st
+
+SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
+
+
+def _utc(hour: int, minute: int = 0, day: int = 1) -> datetime:
+    return datetime(2026, 12, day, hour, minute, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("reclaimed at UTC 13:10.", _utc(13, 10)),
+        ("reclaimed at GMT 1:10 PM.", _utc(13, 10)),
+        ("reclaimed today at GMT 1:10 p.m.", _utc(13, 10)),
+        ("reclaimed between UTC 13:10 and 15:00.", _utc(13, 10)),
+        ("reclaimed at UTC 13:10 on December 4.", _utc(13, 10, 4)),
+        ("reclaimed at UTC 2026-12-04 13:10.", _utc(13, 10, 4)),
+        ("reclaimed at UTC Dec 4, 2026 13:10.", _utc(13, 10, 4)),
+        ("reclaimed at 13:10 U.T.C.", _utc(13, 10)),
+        ("reclaimed at 13:10 (U.T.C.).", _utc(13, 10)),
+        ("reclaimed at 13:10 G.M.T. Please save your work.", _utc(13, 10)),
+        ("reclaimed at 1:10 in the afternoon UTC.", _utc(13, 10)),
+        ("reclaimed at 1:10 in the afternoon (UTC).", _utc(13, 10)),
+        ("reclaimed at 8 in the evening CET.", _utc(19)),
+        ("reclaimed at 10 in the morning EST.", _utc(15)),
+        # Already read; kept.
+        ("reclaimed at 13h10 UTC.", _utc(13, 10)),
+        ("reclaimed at 13.10 UTC.", _utc(13, 10)),
+    ],
+)
+def test_a_zone_before_the_time_or_in_other_words_places_it(text: str, expected: datetime) -> None:
+    found = find_deadline(f"Droplet gpu-spot-1 will be {text}", SENT)
+    assert found is not None and found[0] == expected, found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A year, a date, a bare hour: no clock after the zone.
+        "reclaimed. Times are in UTC 2026 style.",
+        "reclaimed. Zone: UTC 12 regions.",
+        "reclaimed. UTC 01.12.2026 is the date.",
+    ],
+)
+def test_a_zone_before_what_is_no_clock_places_no_time(text: str) -> None:
+    assert find_deadline(f"Droplet gpu-spot-1 will be {text}", SENT) is None
+
+
+@given(
+    hour=st.integers(min_value=0, max_value=23),
+    minute=st.integers(min_value=0, max_value=59),
+    zone=st.sampled_from(["UTC", "GMT", "utc"]),
+    separator=st.sampled_from([":", "h", "."]),
+    twelve=st.booleans(),
+)
+def test_a_zone_before_any_time_reads_as_after_it(
+    hour: int, minute: int, zone: str, separator: str, twelve: bool
+) -> None:
+    clock = f"{hour}{separator}{minute:02d}"
+    if twelve:
+        clock = f"{hour % 12 or 12}:{minute:02d} {'PM' if hour >= 12 else 'AM'}"
+    before = find_deadline(f"Droplet gpu-spot-1 will be reclaimed at {zone} {clock}.", SENT)
+    after = find_deadline(f"Droplet gpu-spot-1 will be reclaimed at {clock} {zone}.", SENT)
+    assert after is not None
+    assert before is not None and before[0] == after[0], (clock, before, after)
+    assert SENT - timedelta(minutes=10) <= before[0] <= SENT + timedelta(days=1)
