@@ -219,6 +219,9 @@ def _body_text(message: EmailMessage) -> str:
         text = content if isinstance(content, str) else content.decode("utf-8", "replace")
         if kind == "html":
             text = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", text)
+            # <time datetime="2026-12-01T13:10:00Z">: its words may have no zone ("1:10 PM")
+            # or no time ("soon"), so Date + lead stood in; the machine-readable time is read.
+            text = _TIME_TAG.sub(lambda m: f" {m.group('when')} ", text)
             text = _without_blockquotes(text)
             # A line break in the source is a space once rendered (outside <pre>): Outlook
             # writes "<br>" and a newline, and Word wraps text, which split the header lines
@@ -235,6 +238,12 @@ def _body_text(message: EmailMessage) -> str:
             text = html.unescape(re.sub(r"<[^>]+>", " ", text))
         texts.append(_QUOTED_LINE.sub("", text))
     return "\n".join(texts)
+
+
+# Up to the next "<" or ">": a mail of thousands of "<time" without an end is read in linear time.
+_TIME_TAG = re.compile(
+    r"(?i)<time\b[^<>]*?\bdatetime\s*=\s*[\"']?(?P<when>[^\"'<>\s]+)[\"']?[^<>]*>"
+)
 
 
 # A reply quotes the mail it answers: an older notice, whose droplet and time are not this
@@ -635,6 +644,16 @@ _RELATIVE = re.compile(
 )
 
 
+# A Unix time ("at 1796220600", "epoch 1796220600", "@1796220600"), as scripts and monitoring
+# write it: Date + lead stood in. Ten digits, after a word that says it is a time; the 30 days
+# a deadline may be ahead keep a phone number or an id out.
+_EPOCH = re.compile(
+    r"(?:\b(?:(?:unix\s+)?(?:epoch|time(?:stamp)?)|at)[^\S\n]*[:=]?[^\S\n]*|(?<![\w@])@)"
+    r"(?P<epoch>[0-9]{10})(?:\.[0-9]+)?(?![0-9])",
+    re.IGNORECASE,
+)
+
+
 # A new time given as a shift of the old one: "postponed by 2 hours", "brought forward by
 # 30 minutes". Without a time in it, Date + lead stood in: for a reclaim brought forward,
 # after the reclaim, and the earlier notice, at the right old time, was withdrawn.
@@ -988,6 +1007,20 @@ def _candidates(
                     day == "today",
                     words_end,
                 )
+        for match in _EPOCH.finditer(text):
+            try:
+                moment = datetime.fromtimestamp(int(match.group("epoch")), timezone.utc)
+            except (OverflowError, ValueError, OSError):
+                continue
+            yield (
+                match.start(),
+                -len(match.group(0)),
+                moment,
+                moment,
+                match.group(0),
+                False,
+                match.end(),
+            )
         for match in _RELATIVE.finditer(text):
             parts = {k.rstrip("23"): v for k, v in match.groupdict().items() if v is not None}
             hours = 1.0 if "the_hour" in parts else 0.0 if "at_once" in parts else None

@@ -342,7 +342,8 @@ _PIECES = st.sampled_from(
         "and", "to", "-", "\u2013", "on", "at", "of", "th", "st", "Friday,", "PM", "a.m.",
         ":", ".", ",", "T", "in", "hours", "by", "from", "was", "(", ")", "\n", "tomorrow",
         "today", "UTC:", "Z:", ";", "!", "at\n", "reclaimed", ":\n", "U.T.C.",
-        "in the afternoon", "in the morning", "UTC 13:10", "GMT 1:10",
+        "in the afternoon", "in the morning", "UTC 13:10", "GMT 1:10", "epoch", "1796130600",
+        "@1796130600",
     ]
 )  # fmt: skip
 _GARBAGE = st.lists(st.tuples(_PIECES, st.sampled_from(["", " ", ", ", "  "])), max_size=14).map(

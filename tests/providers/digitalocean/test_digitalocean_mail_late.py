@@ -4,9 +4,12 @@ written): forms found in a second hunt, each with the reading that is never late
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from email.message import EmailMessage
+from email.utils import format_datetime
 
 import pytest
-from forewarn.providers.digitalocean.mail import find_deadline
+from do_support import RULES
+from forewarn.providers.digitalocean.mail import Verdict, find_deadline, reclaim_verdict
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,6 +18,16 @@ SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
 
 def _utc(hour: int, minute: int = 0, day: int = 1) -> datetime:
     return datetime(2026, 12, day, hour, minute, tzinfo=timezone.utc)
+
+
+def _verdict(body: str, subtype: str = "plain") -> Verdict:
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Spot Droplet reclaim notice"
+    message["Date"] = format_datetime(SENT)
+    message["Message-ID"] = "<reclaim-late@digitalocean.com>"
+    message.set_content(body, subtype=subtype)
+    return reclaim_verdict(bytes(message), RULES, "key", SENT)
 
 
 @pytest.mark.parametrize(
@@ -75,3 +88,56 @@ def test_a_zone_before_any_time_reads_as_after_it(
     assert after is not None
     assert before is not None and before[0] == after[0], (clock, before, after)
     assert SENT - timedelta(minutes=10) <= before[0] <= SENT + timedelta(days=1)
+
+
+_EPOCH_1310 = 1796130600  # 2026-12-01T13:10:00Z
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"reclaimed at {_EPOCH_1310}.",
+        f"reclaimed at epoch {_EPOCH_1310}.",
+        f"reclaimed at Unix time {_EPOCH_1310}.",
+        f"reclaimed (timestamp: {_EPOCH_1310}).",
+        f"reclaimed at @{_EPOCH_1310}.",
+        f"reclaimed at {_EPOCH_1310}.250.",
+    ],
+)
+def test_a_unix_time_is_the_deadline(text: str) -> None:
+    found = find_deadline(f"Droplet gpu-spot-1 will be {text}", SENT)
+    assert found is not None and found[0] == _utc(13, 10), found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # No word that says it is a time, more digits, or beyond the 30 days.
+        f"reclaimed. Ticket {_EPOCH_1310}.",
+        f"reclaimed at {_EPOCH_1310}000.",
+        "reclaimed. Call us at 1800555012.",
+    ],
+)
+def test_ten_digits_that_are_no_unix_time_are_passed_over(text: str) -> None:
+    assert find_deadline(f"Droplet gpu-spot-1 will be {text}", SENT) is None
+
+
+@given(
+    seconds=st.integers(min_value=-600, max_value=30 * 86400),
+    lead_in=st.sampled_from(["at ", "at epoch ", "at unix time ", "(epoch: ", "@"]),
+)
+def test_any_unix_time_near_the_mail_is_that_moment(seconds: int, lead_in: str) -> None:
+    moment = SENT + timedelta(seconds=seconds)
+    text = f"Droplet gpu-spot-1 will be reclaimed {lead_in}{int(moment.timestamp())}."
+    found = find_deadline(text, SENT)
+    assert found is not None and found[0] == moment, (text, found)
+
+
+@pytest.mark.parametrize("words", ["1:10 PM", "soon", "Tuesday afternoon"])
+def test_the_time_of_an_html_time_tag_is_the_deadline(words: str) -> None:
+    html = (
+        "<html><body><p>Your Spot Droplet gpu-spot-1 will be reclaimed at "
+        f'<time datetime="2026-12-01T13:10:00Z">{words}</time>.</p></body></html>'
+    )
+    report = _verdict(html, "html").report
+    assert report is not None and report.deadline == _utc(13, 10), report.detail
