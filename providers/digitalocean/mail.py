@@ -236,8 +236,51 @@ def _body_text(message: EmailMessage) -> str:
             # Rows, paragraphs and breaks end lines: a table of droplets stays one per line.
             text = re.sub(r"(?i)<br\b[^>]*>|</(?:tr|p|div|li|h[1-6]|table)\s*>", "\n", text)
             text = html.unescape(re.sub(r"<[^>]+>", " ", text))
-        texts.append(_QUOTED_LINE.sub("", text))
+        texts.append(_zoned_under_heading(_QUOTED_LINE.sub("", text)))
     return "\n".join(texts)
+
+
+# A heading that gives the zone of the times under it ("Reclaim times (UTC):", a table's
+# "Reclaim time (UTC)" column, "All times are in UTC"): the bare times of the lines after it,
+# up to a blank line, were skipped, and Date + lead stood in.
+_ZONE_HEADING = re.compile(r"[(\[](?P<z>UTC|GMT)[)\]]|\b(?:in|are)\s+(?P<z2>UTC|GMT)\b", re.I)
+_DIGIT = re.compile(r"[0-9]")
+_BLANK_LINE = re.compile(r"\n[^\S\n]*(?:\n|\Z)")
+_EMPTY_LINE = re.compile(r"\n[^\S\n]*(?=\n)")
+_BARE_CLOCK = re.compile(
+    r"(?<![\d:.])(?:[01]?[0-9]|2[0-4]):[0-5][0-9](?::[0-5][0-9])?(?:[^\S\n]*[aApP]\.?[mM]\.?)?"
+    r"(?![0-9]|[^\S\n]*[(\[]?(?:UTC|GMT|Z\b|[+-][0-9]|[A-Z]{2,5}\b|[A-Z][a-z]+/))"
+)
+
+
+def _zoned_under_heading(text: str) -> str:
+    """`text` with the zone of a heading written after each bare time under it. In linear
+    time: each line is checked once, and each block of lines under a heading read once."""
+    kept: list[str] = []
+    at = 0  # where the text not yet copied starts
+    checked = -1  # the start of the last line checked for being a heading
+    for heading in _ZONE_HEADING.finditer(text):
+        if heading.start() < at:
+            continue
+        begin = text.rfind("\n", 0, heading.start()) + 1
+        if begin == checked:
+            continue
+        checked = begin
+        end = text.find("\n", heading.end())
+        if end < 0 or _DIGIT.search(text, begin, end) is not None:
+            continue  # a line with figures is a time's own line, no heading
+        # Blank lines right after it first ("All times are in UTC." then a blank line).
+        first = end
+        while (empty := _EMPTY_LINE.match(text, first)) is not None:
+            first = empty.end()
+        blank = _BLANK_LINE.search(text, first)
+        stop = blank.start() if blank else len(text)
+        zone = (heading.group("z") or heading.group("z2")).upper()
+        kept.append(text[at:end])
+        kept.append(_BARE_CLOCK.sub(rf"\g<0> {zone}", text[end:stop]))
+        at = stop
+    kept.append(text[at:])
+    return "".join(kept)
 
 
 # Up to the next "<" or ">": a mail of thousands of "<time" without an end is read in linear time.
@@ -475,7 +518,8 @@ _DATE_ZONE = f"(?:{_zone('dzone')})?"
 # Or come before the date ("UTC 2026-12-01 13:10"), as before a time.
 _ZONE_BEFORE_DATE = r"(?:(?<![\w.])(?P<pzone>UTC|GMT)[^\S\n]+)?"
 # With two, the time's is used.
-_SOME_ZONE = r"(?(zone)|(?(szone)|(?(dzone)|(?(pzone)|(?!)))))"
+_SOME_ZONE = r"(?(zone)|(?(szone)|(?(dzone)|(?!))))"
+_SOME_ZONE_OR_FIRST = r"(?(zone)|(?(szone)|(?(dzone)|(?(pzone)|(?!)))))"
 # The year after the clock, as C's ctime() and `date` write it ("Tue Dec 1 14:00:00 2026
 # UTC"): not read as one, "2026 UTC" was the clock 20:26, six hours late.
 _CTIME_YEAR = r"\s+(?P<y>(?:19|20)[0-9]{2})(?!\d)" + _TIME_ZONE + r"(?(zone)|(?!))"
@@ -487,8 +531,14 @@ _WRITTEN_TIMES = [
     re.compile(pattern, re.IGNORECASE)
     for date in _DATES.values()
     for pattern in (
-        _ZONE_BEFORE_DATE + date + _DATE_ZONE + _DATE_THEN_TIME + _WINDOW + _TIME_ZONE + _SOME_ZONE,
-        _ZONE_FIRST + _WINDOW + _TIME_ZONE + _TIME_THEN_DATE + date + _DATE_ZONE + _SOME_ZONE,
+        _ZONE_BEFORE_DATE
+        + date
+        + _DATE_ZONE
+        + _DATE_THEN_TIME
+        + _WINDOW
+        + _TIME_ZONE
+        + _SOME_ZONE_OR_FIRST,
+        _WINDOW + _TIME_ZONE + _TIME_THEN_DATE + date + _DATE_ZONE + _SOME_ZONE,
     )
 ] + [re.compile(pattern, re.IGNORECASE) for pattern in _CTIMES]
 # A time with its zone and no date ("at 14:30 UTC", "today between 14:00 and 16:00 UTC"):
