@@ -1214,6 +1214,18 @@ def find_deadline(
     ):
         if group:
             chosen = min(group, key=lambda c: c.moment) if earliest_first else group[0]
+            # The reclaim's own time said again, earlier, before the next droplet named ("at
+            # 15:00 UTC." then "Correction: the reclaim time is 13:00 UTC"): the earliest.
+            # Taken from the first line alone, the reclaim came two hours before its deadline.
+            # Only those earlier are asked whether they are the reclaim's own: a mail of
+            # thousands of times is judged on the event loop.
+            sooner = [
+                c
+                for c in usable
+                if c.start < bound and not c.past and c.moment < chosen.moment and own(c)
+            ]
+            if sooner:
+                chosen = min(sooner, key=lambda c: c.moment)
             return chosen.moment, chosen.words
     return None
 
@@ -1509,6 +1521,7 @@ _NOT_A_NAME = frozenset(
         alert account project team customer thanks regards greetings
         interruption interruptions preemption preemptions termination terminations shutdown
         shutdowns reclamations eviction evictions notices maintenance
+        correction corrections corrected clarification amendment erratum
         """,
     )
 )

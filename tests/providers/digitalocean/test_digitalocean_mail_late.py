@@ -226,3 +226,53 @@ def test_a_mail_of_thousands_of_headings_is_read_without_holding_the_loop(unit: 
     report = _verdict("Droplet gpu-spot-1 will be reclaimed.\n" + unit * 4000).report
     assert time.thread_time() - started < 5.0  # CPU, not wall: a loaded machine is no fault
     assert report is not None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Droplet gpu-spot-1 will be reclaimed at 15:00 UTC.\n"
+        "Correction: the reclaim time is 13:00 UTC, not 15:00 UTC as stated earlier.",
+        "Droplet gpu-spot-1 will be reclaimed at 15:00 UTC.\n\n"
+        "Droplet gpu-spot-1 will be reclaimed at 13:00 UTC.",
+        "Your Droplet gpu-spot-1 will be reclaimed at 15:00 UTC.\n\n"
+        "Details:\nThe reclaim of gpu-spot-1 is scheduled for 13:00 UTC.",
+    ],
+)
+def test_of_the_reclaim_s_times_said_again_the_earliest_is_the_deadline(body: str) -> None:
+    report = _verdict(body).report
+    assert report is not None and report.deadline == _utc(13), report.detail
+
+
+def test_another_droplet_s_earlier_time_after_it_is_named_stays_its_own() -> None:
+    body = (
+        "Droplet gpu-spot-1 will be reclaimed at 15:00 UTC.\n"
+        "Droplet gpu-spot-7 will be reclaimed at 13:00 UTC."
+    )
+    report = _verdict(body).report
+    assert report is not None and report.deadline == _utc(15), report.detail
+
+
+@given(
+    first=st.integers(min_value=13 * 60, max_value=23 * 60),
+    second=st.integers(min_value=13 * 60, max_value=23 * 60),
+    gap=st.sampled_from([" ", "\n", "\n\n", "\nCorrection: "]),
+    again=st.sampled_from(
+        [
+            "the reclaim time is {}",
+            "Droplet gpu-spot-1 will be reclaimed at {}",
+            "it will be reclaimed at {}",
+        ]
+    ),
+)
+def test_the_reclaim_s_time_said_twice_gives_the_earlier(
+    first: int, second: int, gap: str, again: str
+) -> None:
+    def clock(minutes: int) -> str:
+        return f"{minutes // 60:02d}:{minutes % 60:02d} UTC"
+
+    said_again = again.format(clock(second))
+    body = f"Droplet gpu-spot-1 will be reclaimed at {clock(first)}.{gap}{said_again}."
+    report = _verdict(body).report
+    assert report is not None
+    assert report.deadline == SENT.replace(hour=0, minute=0) + timedelta(minutes=min(first, second))
