@@ -1436,7 +1436,10 @@ def _droplet_patterns(rules: MatchRules) -> list[tuple[str, re.Pattern[str]]]:
     if name:
         # Droplet names may hold dots: "web-1.example.com" is another droplet than "web-1",
         # while "web-1." ends a sentence.
-        found.append(("name", re.compile(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.[\w-])", re.I)))
+        # A plain-text mail wrapped at 72 columns may break the name at a hyphen ("gpu-spot-"
+        # then "1"): not found, the notice was not this droplet's and nothing was raised.
+        escaped = re.escape(name).replace(r"\-", r"-(?:[^\S\n]*\n[^\S\n]*)?")
+        found.append(("name", re.compile(rf"(?<![\w.-]){escaped}(?![\w-]|\.[\w-])", re.I)))
     return found
 
 

@@ -3,6 +3,7 @@ written): forms found in a second hunt, each with the reading that is never late
 
 from __future__ import annotations
 
+import textwrap
 import time
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
@@ -276,3 +277,39 @@ def test_the_reclaim_s_time_said_twice_gives_the_earlier(
     report = _verdict(body).report
     assert report is not None
     assert report.deadline == SENT.replace(hour=0, minute=0) + timedelta(minutes=min(first, second))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Hello,\n\nWe need to reclaim capacity. Your Spot GPU Droplet gpu-spot-\n"
+        "1 will be reclaimed at 13:10 UTC. Please save your work.",
+        "Your Spot GPU Droplet gpu-\nspot-1 will be reclaimed at 13:10 UTC.",
+        "Your Spot GPU Droplet gpu-spot-  \n  1 will be reclaimed at 13:10 UTC.",
+    ],
+)
+def test_a_name_wrapped_at_a_hyphen_is_still_this_droplet(body: str) -> None:
+    report = _verdict(body).report
+    assert report is not None and report.deadline == _utc(13, 10), report
+    assert report.detail["matched"] == "name"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Your Spot GPU Droplet gpu-spot-\n10 will be reclaimed at 13:10 UTC.",
+        "Your Spot GPU Droplet gpu-spot-\n\n1 will be reclaimed at 13:10 UTC.",
+    ],
+)
+def test_another_name_wrapped_at_a_hyphen_is_not_this_droplet(body: str) -> None:
+    assert _verdict(body).report is None
+
+
+@given(indent=st.integers(min_value=0, max_value=90), width=st.integers(min_value=20, max_value=78))
+def test_the_notice_wrapped_anywhere_names_this_droplet_and_its_time(
+    indent: int, width: int
+) -> None:
+    sentence = "x" * indent + " Your Spot GPU Droplet gpu-spot-1 will be reclaimed at 13:10 UTC."
+    body = textwrap.fill(sentence, width=width, break_on_hyphens=True)
+    report = _verdict(body).report
+    assert report is not None and report.deadline == _utc(13, 10), (body, report)
