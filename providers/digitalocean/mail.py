@@ -733,6 +733,52 @@ _TOLERANCES = [
 ]
 
 
+# Written as the compact "14:00 UTC (-30/+0 min)": read as 14:00, late by the 30 minutes.
+_TOLERANCES.append(
+    re.compile(
+        r"[^\S\n]*[(\[][^\S\n]*(?:\+[^\S\n]*[0-9]+(?:\.[0-9]+)?[^\S\n]*[a-z]*[^\S\n]*/[^\S\n]*)?"
+        r"[-\u2212][^\S\n]*(?P<n>[0-9]+(?:\.[0-9]+)?)[^\S\n]*(?:(?P<uh1>h|hrs?|hours?)|m|mins?|minutes?)?"
+        r"(?:[^\S\n]*/[^\S\n]*\+[^\S\n]*[0-9]+(?:\.[0-9]+)?)?[^\S\n]*"
+        r"(?:(?P<uh2>h|hrs?|hours?)|m|mins?|minutes?)?[^\S\n]*[)\]]",
+        re.IGNORECASE,
+    )
+)
+# The same said in a sentence of its own: "Droplet gpu-1 will be reclaimed at 14:00 UTC. It may
+# be reclaimed up to 50 minutes early." The deadline was 14:00, late by the 50 minutes.
+_EARLY_BY = re.compile(
+    r"\b(?:up\s+to|as\s+much\s+as|at\s+most|no\s+more\s+than)\s+"
+    + _AMOUNT
+    + r"\s+(?:earlier|early|sooner|ahead\s+of\s+(?:schedule|time)"
+    r"|before\s+(?:that|then|this(?:\s+time)?|the\s+(?:scheduled|stated|announced)\s+time))\b",
+    re.IGNORECASE,
+)
+
+
+def _early_by(text: str, begin: int, stop: int, words: str) -> tuple[timedelta, str] | None:
+    """The most that a sentence of the reclaim between `begin` and `stop` says it may come
+    early, unless the deadline's own `words` already said so."""
+    most: tuple[timedelta, str] | None = None
+    for match in _EARLY_BY.finditer(text, begin, stop):
+        if match.group(0) in words:
+            continue
+        back = max(begin, match.start() - 120)
+        ends = [m.end() for m in _SENTENCE_END.finditer(text, back, match.start())]
+        start = ends[-1] if ends else back
+        if not (
+            _RECLAIM_WORD.search(text, start, match.start())
+            or _IT_FIRST.match(text, start, match.start())
+        ):
+            continue
+        parts = {k: v for k, v in match.groupdict().items() if v is not None}
+        try:
+            amount = timedelta(hours=_amount_hours(parts))
+        except OverflowError:
+            continue
+        if most is None or amount > most[0]:
+            most = amount, match.group(0)
+    return most
+
+
 def _less_tolerance(
     text: str, end: int, written: tuple[datetime, datetime]
 ) -> tuple[tuple[datetime, datetime], int]:
@@ -741,6 +787,8 @@ def _less_tolerance(
     if found is None:
         return written, end
     parts = {k: v for k, v in found.groupdict().items() if v is not None}
+    if "uh1" in parts or "uh2" in parts:  # "(-1/+0 h)": the unit of either figure
+        parts["unit"] = "h"
     try:
         return (written[0] - timedelta(hours=_amount_hours(parts)), written[1]), found.end()
     except OverflowError:  # a tolerance past what a datetime holds: not one
@@ -1226,8 +1274,40 @@ def find_deadline(
             ]
             if sooner:
                 chosen = min(sooner, key=lambda c: c.moment)
+            # A window's end written above its start ("Window end: 16:00 UTC" then "Window
+            # start: 14:00 UTC"): the start, before the next droplet named. The end was the
+            # deadline, two hours late.
+            if _labelled(text, chosen.start, _END_LABEL):
+                starts_after = [
+                    c
+                    for c in usable
+                    if c.start < bound
+                    and c.moment < chosen.moment
+                    and _labelled(text, c.start, _START_LABEL)
+                ]
+                if starts_after:
+                    chosen = min(starts_after, key=lambda c: c.moment)
             return chosen.moment, chosen.words
     return None
+
+
+_END_LABEL = re.compile(
+    r"\b(?:ends?|ending|close[sd]?|closing|until|finish(?:es)?|latest)(?:\s+(?:time|at|by))?"
+    r"[^\S\n]*:?[^\S\n]*\Z",
+    re.IGNORECASE,
+)
+_START_LABEL = re.compile(
+    r"\b(?:starts?|starting|begins?|beginning|opens?|opening|earliest|from)(?:\s+(?:time|at))?"
+    r"[^\S\n]*:?[^\S\n]*\Z",
+    re.IGNORECASE,
+)
+
+
+def _labelled(text: str, start: int, label: re.Pattern[str]) -> bool:
+    """Whether the words just before `start`, on its line, are `label`'s: a few characters
+    only, so that a long line of times is not searched again for each."""
+    line = text.rfind("\n", max(0, start - 40), start) + 1
+    return label.search(text, max(line, start - 40), start) is not None
 
 
 @dataclass(frozen=True)
@@ -1722,6 +1802,13 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             raise ParseError(f"Date {format_time(sent or now)} plus lead is after the year 9999")
         deadline = after_lead
         source = "date+lead" if sent is not None else "received+lead"
+    if shift is None:
+        stop = min((start for start in other_starts if start > begin), default=len(text))
+        early = _early_by(text, begin, stop, source)
+        if early is not None:
+            with contextlib.suppress(OverflowError):
+                deadline -= early[0]
+                source += f"; {early[1]}"
     detail: dict[str, Any] = {
         "from": mail.sender,
         "subject": mail.subject,

@@ -313,3 +313,89 @@ def test_the_notice_wrapped_anywhere_names_this_droplet_and_its_time(
     body = textwrap.fill(sentence, width=width, break_on_hyphens=True)
     report = _verdict(body).report
     assert report is not None and report.deadline == _utc(13, 10), (body, report)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("reclaimed at 14:00 UTC. It may be reclaimed up to 50 minutes early.", _utc(13, 10)),
+        ("reclaimed at 14:00 UTC. The reclaim may come as much as 1 hour earlier.", _utc(13)),
+        ("reclaimed at 14:00 UTC (-30/+0 min).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC (+0/-30 min).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC [-1/+0 h].", _utc(13)),
+        ("reclaimed at 14:00 UTC (-30/+30).", _utc(13, 30)),
+        # Not the reclaim's: kept.
+        ("reclaimed at 14:00 UTC. Backups may run up to 50 minutes early.", _utc(14)),
+        ("reclaimed at 14:00 UTC. Support may take up to 50 minutes longer.", _utc(14)),
+    ],
+)
+def test_a_reclaim_that_may_come_early_is_due_at_its_earliest(
+    body: str, expected: datetime
+) -> None:
+    report = _verdict(f"Droplet gpu-spot-1 will be {body}").report
+    assert report is not None and report.deadline == expected, report.detail
+
+
+def test_a_mail_without_a_time_that_may_come_early_is_due_that_much_before_date_plus_lead() -> None:
+    body = "Droplet gpu-spot-1 will be reclaimed soon. It may be reclaimed up to 30 minutes early."
+    report = _verdict(body).report
+    assert report is not None and report.deadline == SENT + timedelta(minutes=90), report.detail
+
+
+@given(
+    minutes=st.integers(min_value=1, max_value=600),
+    form=st.sampled_from(
+        [
+            "at 14:00 UTC. It may be reclaimed up to {} minutes early.",
+            "at 14:00 UTC. It may be reclaimed up to {} minutes before the scheduled time.",
+            "at 14:00 UTC (-{}/+0 min).",
+            "at 14:00 UTC [+0/-{} minutes].",
+        ]
+    ),
+)
+def test_any_early_margin_moves_the_deadline_back_by_it(minutes: int, form: str) -> None:
+    report = _verdict(f"Droplet gpu-spot-1 will be reclaimed {form.format(minutes)}").report
+    assert report is not None
+    assert report.deadline == _utc(14) - timedelta(minutes=minutes), report.detail
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("Window end: 16:00 UTC\nWindow start: 14:00 UTC\n", _utc(14)),
+        ("Ends: 16:00 UTC\nStarts: 14:00 UTC\n", _utc(14)),
+        ("End time: 2026-12-04 16:00 UTC\nStart time: 2026-12-04 14:00 UTC\n", _utc(14, day=4)),
+        # The start of another droplet's window is not ours.
+        ("Window end: 16:00 UTC\nDroplet gpu-spot-7\nWindow start: 14:00 UTC\n", _utc(16)),
+    ],
+)
+def test_a_window_s_end_written_above_its_start_gives_the_start(
+    body: str, expected: datetime
+) -> None:
+    report = _verdict(f"Droplet gpu-spot-1 will be reclaimed.\n{body}").report
+    assert report is not None and report.deadline == expected, report.detail
+
+
+@given(
+    start=st.integers(min_value=13 * 60, max_value=22 * 60),
+    length=st.integers(min_value=1, max_value=120),
+    labels=st.sampled_from([("Window end", "Window start"), ("End", "Start"), ("Until", "From")]),
+)
+def test_any_window_end_above_its_start_gives_the_start(
+    start: int, length: int, labels: tuple[str, str]
+) -> None:
+    def clock(minutes: int) -> str:
+        return f"{minutes // 60:02d}:{minutes % 60:02d} UTC"
+
+    body = (
+        "Droplet gpu-spot-1 will be reclaimed in this window.\n"
+        f"{labels[0]}: {clock(start + length)}\n{labels[1]}: {clock(start)}\n"
+    )
+    report = _verdict(body).report
+    assert report is not None
+    written = SENT.replace(hour=0, minute=0) + timedelta(minutes=start)
+    # Lines labelled "End:" and "Start:" alone are not about the reclaim: Date + lead, when
+    # sooner, stands in (never later than the start).
+    assert report.deadline <= written, body
+    if labels[0].startswith("Window"):
+        assert report.deadline == written, body
