@@ -473,7 +473,9 @@ def _zone(name: str | None) -> str:
         # Zones in words, as people write them ("9am Eastern", "14:00 Coordinated
         # Universal Time"): skipped before, so Date + lead stood in.
         + r"|(?:Eastern|Central|Mountain|Pacific)(?:\s+(?:Standard|Daylight))?(?:\s+Time)?"
-        + r"|(?:Coordinated\s+)?Universal\s+Time|Greenwich\s+Mean\s+Time"
+        + r"|(?:Coordinated\s+)?Universal\s+(?:Coordinated\s+)?Time|Greenwich\s+Mean\s+Time"
+        # "13:10 Zulu", as aviation and military mail writes UTC: Date + lead stood in.
+        + r"|Zulu"
         + r")"
         + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
         # A colon may end the sentence's first part ("at 16:00 UTC: please save your
@@ -631,7 +633,9 @@ _WORD_NUMBERS = {
     "three quarters of an": 0.75,
     # "in 1/2 hour", "in \u00bd hour", "in half hour": Date + lead (2 h) stood in.
     "1/2": 0.5,
+    "1/2 an": 0.5,
     "\u00bd": 0.5,
+    "\u00bd an": 0.5,
     "half": 0.5,
     "1/4": 0.25,
     "\u00bc": 0.25,
@@ -748,8 +752,9 @@ _TOLERANCES.append(
 _EARLY_BY = re.compile(
     r"\b(?:up\s+to|as\s+much\s+as|at\s+most|no\s+more\s+than)\s+"
     + _AMOUNT
-    + r"\s+(?:earlier|early|sooner|ahead\s+of\s+(?:schedule|time)"
-    r"|before\s+(?:that|then|this(?:\s+time)?|the\s+(?:scheduled|stated|announced)\s+time))\b",
+    + r"\s+(?:earlier|early|sooner"
+    r"|(?:ahead\s+of|before)\s+(?:that|then|this(?:\s+time)?|schedule|time"
+    r"|the\s+(?:scheduled|stated|announced|planned)\s+(?:time|deadline)))\b",
     re.IGNORECASE,
 )
 
@@ -903,7 +908,8 @@ def _written_time(
         return None
     zone = re.sub(r"^(?:UTC|GMT)|\s", "", written_zone.upper().replace(".", ""))
     words = written_zone.lower().split()
-    if words[-1] == "time" and words[0] in ("coordinated", "universal", "greenwich"):
+    spelt_utc = words[-1] == "time" and words[0] in ("coordinated", "universal", "greenwich")
+    if spelt_utc or words == ["zulu"]:
         zone = ""
     elif words[0] in _WORD_ZONES:
         written_zone = _WORD_ZONES[words[0]]

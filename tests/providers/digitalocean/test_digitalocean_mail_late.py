@@ -51,6 +51,10 @@ def _verdict(body: str, subtype: str = "plain") -> Verdict:
         ("reclaimed at 1:10 in the afternoon (UTC).", _utc(13, 10)),
         ("reclaimed at 8 in the evening CET.", _utc(19)),
         ("reclaimed at 10 in the morning EST.", _utc(15)),
+        ("reclaimed at 13:10 Zulu.", _utc(13, 10)),
+        ("reclaimed at 13:10 (Zulu).", _utc(13, 10)),
+        ("reclaimed at 13:10 Universal Coordinated Time.", _utc(13, 10)),
+        ("reclaimed in under 1/2 an hour.", _utc(13)),
         # Already read; kept.
         ("reclaimed at 13h10 UTC.", _utc(13, 10)),
         ("reclaimed at 13.10 UTC.", _utc(13, 10)),
@@ -321,6 +325,11 @@ def test_the_notice_wrapped_anywhere_names_this_droplet_and_its_time(
         ("reclaimed at 14:00 UTC. It may be reclaimed up to 50 minutes early.", _utc(13, 10)),
         ("reclaimed at 14:00 UTC. The reclaim may come as much as 1 hour earlier.", _utc(13)),
         ("reclaimed at 14:00 UTC (-30/+0 min).", _utc(13, 30)),
+        (
+            "reclaimed at 14:00 UTC. Note: reclaims can occur up to 30 min ahead of the "
+            "announced time.",
+            _utc(13, 30),
+        ),
         ("reclaimed at 14:00 UTC (+0/-30 min).", _utc(13, 30)),
         ("reclaimed at 14:00 UTC [-1/+0 h].", _utc(13)),
         ("reclaimed at 14:00 UTC (-30/+30).", _utc(13, 30)),
