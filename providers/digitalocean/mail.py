@@ -667,7 +667,7 @@ _RELATIVE = re.compile(
     r"\b(?:(?:(?:in|within)\s+(?:the\s+(?:next|coming)\s+)?|(?:over|during)\s+the\s+next\s+"
     r"|you\s+have\s+"
     # "in T-30 minutes", "T minus 30 minutes", as launch countdowns write it.
-    r"|(?-i:T)[^\S\n]*(?:[-\u2212][^\S\n]*(?:minus\s+)?|minus\s+))"
+    r"|(?-i:T)[^\S\n]*(?:[-\u2212\u2013][^\S\n]*(?:minus\s+)?|minus\s+))"
     # "in approx. 45 minutes", "in just 45 minutes", "in \u224845 minutes": Date + lead stood in.
     r"(?:(?:about|approximately|approx\.?|roughly|around|less\s+than|fewer\s+than|under"
     r"|as\s+little\s+as|no\s+more\s+than|no\s+less\s+than|at\s+most|up\s+to|just|only"
@@ -693,7 +693,8 @@ _RELATIVE = re.compile(
     r"|(?:reclaim|terminat|interrupt|pre-?empt|evict)\w*\s+(?:now|immediately|right\s+(?:now"
     r"|away)|at\s+once|momentarily|imminently|any\s+(?:minute|moment))\b"
     r"|now\s+being\s+(?:reclaimed|terminated|interrupted|pre-?empted|evicted)\b"
-    r"|(?:reclaim|termination|interruption|pre-?emption|eviction)\w*\s+is\s+imminent\b))",
+    r"|(?:reclaim|termination|interruption|pre-?emption|eviction)\w*\s+is\s+imminent\b"
+    r"|immediate\s+(?:reclaim|reclamation|termination|interruption|pre-?emption|eviction)\b))",
     re.IGNORECASE,
 )
 

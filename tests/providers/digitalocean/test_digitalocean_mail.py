@@ -285,6 +285,7 @@ def test_any_number_of_minutes_in_words_is_the_deadline(minutes: int, joint: str
         ("with 1 hour\u2019s notice", timedelta(hours=1)),
         ("in T-30 minutes", timedelta(minutes=30)),
         ("in T-minus 30 minutes", timedelta(minutes=30)),
+        ("in T\u201330 min", timedelta(minutes=30)),
     ],
 )
 def test_more_lead_times_in_words_are_the_deadline(phrase: str, after: timedelta) -> None:
@@ -307,6 +308,8 @@ def test_more_lead_times_in_words_are_the_deadline(phrase: str, after: timedelta
         "will be reclaimed right away",
         "will be reclaimed momentarily",
         "- its reclaim is imminent",
+        "is scheduled for immediate reclamation",
+        "- immediate reclaim",
     ],
 )
 def test_a_reclaim_said_to_be_at_once_is_due_at_the_mail_s_date(phrase: str) -> None:

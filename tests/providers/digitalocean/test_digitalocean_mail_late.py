@@ -222,7 +222,7 @@ def test_any_bare_time_under_a_zone_heading_reads_as_written_with_it(
     [
         "Reclaim times (UTC):\ngpu-spot-1  13:10\n",
         "(UTC)(UTC)(UTC)",
-        "(UTC)\n" + "13:10 " * 3,
+        "(UTC)\n13:10 ",
         "<time<time ",
         '<time datetime="2026-12-01T13:10:00Z">x</time> ',
         "It may be reclaimed up to 50 minutes early. ",
