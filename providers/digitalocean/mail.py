@@ -410,7 +410,11 @@ _WORD_ZONES = {
 _CLOCK = (
     r"(?:\b(?:12\s*)?(?P<word{n}>noon|midday|midnight)\b"
     r"|(?<![\d:.])(?P<H{n}>[0-9]{{1,2}})"
-    r"(?:(?::|h|\.|(?<=[0-9]{{2}}))(?P<M{n}>[0-9]{{2}})(?::(?P<S{n}>[0-9]{{2}})(?:\.[0-9]+)?)?"
+    # "1 10 PM" and "110 PM": its hour, a blank or nothing, its minutes, then AM/PM. The
+    # "10 PM" alone was read, nine hours late; "110 PM" was skipped.
+    r"(?:(?::|h|\.|(?<=[0-9]{{2}})|[^\S\n]?(?=[0-9]{{2}}[^\S\n]*[ap]\.?m\.?(?![a-z])))"
+    # "131000" of "20261201T131000Z": seconds without a colon after four figures.
+    r"(?P<M{n}>[0-9]{{2}})(?:(?::|(?<=[0-9]{{4}}))(?P<S{n}>[0-9]{{2}})(?:\.[0-9]+)?)?"
     # "14:30 hrs UTC", as British and military mail writes it: skipped before.
     r"(?:\s*(?:hrs|hours)\.?)?)?"
     # "1:10 in the afternoon UTC": skipped, and Date + lead stood in.
@@ -543,6 +547,16 @@ _WRITTEN_TIMES = [
         _WINDOW + _TIME_ZONE + _TIME_THEN_DATE + date + _DATE_ZONE + _SOME_ZONE,
     )
 ] + [re.compile(pattern, re.IGNORECASE) for pattern in _CTIMES]
+# ISO 8601's basic form, "20261204T131000Z": its time alone was read, on the mail's day.
+_WRITTEN_TIMES.append(
+    re.compile(
+        r"(?<![0-9])(?P<y>(?:19|20)[0-9]{2})(?P<m>[01][0-9])(?P<d>[0-3][0-9])T"
+        + _WINDOW
+        + _TIME_ZONE
+        + r"(?(zone)|(?(szone)|(?!)))",
+        re.IGNORECASE,
+    )
+)
 # A time with its zone and no date ("at 14:30 UTC", "today between 14:00 and 16:00 UTC"):
 # its next occurrence from the mail's Date. Read as Date + lead it was late by up to a
 # day whenever DigitalOcean gave less notice than the lead.

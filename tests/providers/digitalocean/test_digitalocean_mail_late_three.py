@@ -1,0 +1,79 @@
+"""Deadlines that were read late or not at all (Date + lead stood in, later than the time
+written): forms reported by the last hunt and found in this one, each with the reading
+that is never late."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from email.message import EmailMessage
+from email.utils import format_datetime
+
+import pytest
+from do_support import RULES
+from forewarn.providers.digitalocean.mail import Verdict, find_deadline, reclaim_verdict
+from hypothesis import given
+from hypothesis import strategies as st
+
+SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
+
+
+def _utc(hour: int, minute: int = 0, day: int = 1) -> datetime:
+    return datetime(2026, 12, day, hour, minute, tzinfo=timezone.utc)
+
+
+def _verdict(body: str) -> Verdict:
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Spot Droplet reclaim notice"
+    message["Date"] = format_datetime(SENT)
+    message["Message-ID"] = "<reclaim-late-three@digitalocean.com>"
+    message.set_content(body)
+    return reclaim_verdict(bytes(message), RULES, "key", SENT)
+
+
+def _deadline(text: str) -> datetime | None:
+    found = find_deadline(f"Droplet gpu-spot-1 will be {text}", SENT)
+    return None if found is None else found[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # "10 PM" alone was read: nine hours late.
+        ("reclaimed at 1 10 PM UTC.", _utc(13, 10)),
+        ("reclaimed at 1 10PM UTC.", _utc(13, 10)),
+        ("reclaimed at 1 10 p.m. UTC.", _utc(13, 10)),
+        # Skipped: Date + lead stood in.
+        ("reclaimed at 110 PM UTC.", _utc(13, 10)),
+        ("reclaimed at 930 AM EST tomorrow.", _utc(14, 30, 2)),
+        ("reclaimed at 20261201T131000Z.", _utc(13, 10)),
+        # Its time alone was read, on the mail's day: days early.
+        ("reclaimed at 20261204T131000Z.", _utc(13, 10, 4)),
+        ("reclaimed at 20261204T1310Z.", _utc(13, 10, 4)),
+        # Already read; kept.
+        ("reclaimed at 1.10 pm UTC.", _utc(13, 10)),
+        ("reclaimed at 1:10pm UTC.", _utc(13, 10)),
+        ("reclaimed at 10 PM UTC.", _utc(22)),
+        ("reclaimed on December 4 10 PM UTC.", _utc(22, 0, 4)),
+        ("reclaimed on 4 December 10 PM UTC.", _utc(22, 0, 4)),
+        ("reclaimed at 1600 UTC.", _utc(16)),
+    ],
+)
+def test_a_clock_with_its_minutes_after_a_blank_or_none_is_read_whole(
+    text: str, expected: datetime
+) -> None:
+    assert _deadline(text) == expected
+
+
+@given(
+    hour=st.integers(min_value=1, max_value=12),
+    minute=st.integers(min_value=0, max_value=59),
+    blank=st.sampled_from(["", " "]),
+    half=st.sampled_from(["AM", "PM", "a.m.", "pm"]),
+)
+def test_any_clock_with_am_or_pm_reads_the_same_without_its_colon(
+    hour: int, minute: int, blank: str, half: str
+) -> None:
+    spaced = _deadline(f"reclaimed at {hour}{blank}{minute:02d} {half} UTC.")
+    colon = _deadline(f"reclaimed at {hour}:{minute:02d} {half} UTC.")
+    assert spaced is not None and spaced == colon
