@@ -669,12 +669,16 @@ _AMOUNT = (
     # "1 1/2 hours", "1\u00bd hours": read as no amount, Date + lead (2 h) stood in.
     r"(?P<n>[0-9]+(?:\.[0-9]+)?(?:[^\S\n]*(?:1/2|\u00bd)(?![0-9]))?|"
     + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)).replace(" ", r"\s+")
-    + r")(?:\s*(?:-|\u2013|to|or|and)\s*[0-9]+(?:\.[0-9]+)?)?\s*(?:(?P<unit>hours?|hrs?|h)"
+    # "a 30-minute notice": a hyphen before the unit. "in 40'": a prime for minutes. Each
+    # was read as no amount, and Date + lead stood in.
+    + r")(?:\s*(?:-|\u2013|to|or|and)\s*[0-9]+(?:\.[0-9]+)?)?(?:\s*|-)(?:(?P<unit>hours?|hrs?|h)"
     # Hours, then minutes ("1 hour and 30 minutes", "1h30m", "2 hours and a half"): read as
     # the hours alone, the deadline was early by the minutes; "1h30m" was not read at all.
     r"(?:\s*,?\s*(?:and\s+)?(?P<mins>[0-9]{1,2})\s*(?:minutes?|mins?|m)|\s+and\s+(?P<half>a\s+half))?"
     # "90m": minutes as "1h30m" writes them; Date + lead (2 h) stood in for it.
-    r"|(?P<unit_m>minutes?|mins?|m)|(?P<unit_s>seconds?|secs?))\b"
+    r"|(?P<unit_m>minutes?|mins?|m|(?<=[0-9])['\u2032](?=[^\w'\u2032]|\Z))"
+    r"|(?P<unit_s>seconds?|secs?))"
+    r"(?:(?<=['\u2032])|\b)"
 )
 _RELATIVE = re.compile(
     # "You have 30 minutes to save your work": Date + lead (2 h) stood in.
@@ -696,9 +700,18 @@ _RELATIVE = re.compile(
     # hour after the reclaim.
     r"|\b(?:in|within)\s+the\s+(?:next\s+)?(?P<the_hour>hour)\b"
     # "with 30 minutes' notice", "with only 45 minutes of notice": Date + lead stood in.
-    r"|\bwith\s+(?:(?:only|just|about|approximately|roughly|around|less\s+than)\s+)?"
+    r"|\bwith\s+(?:a\s+)?(?:(?:only|just|about|approximately|roughly|around|less\s+than)\s+)?"
     + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>3>", _AMOUNT)
     + r"['\u2019]?s?\s+(?:of\s+)?(?:advance\s+|prior\s+)?notice\b"
+    # "after a 30-minute grace period": Date + lead stood in.
+    r"|\bafter\s+(?:a\s+|the\s+)?"
+    + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>4>", _AMOUNT)
+    + r"\s+(?:grace\s+period|delay|waiting\s+period|notice\s+period)\b"
+    # A countdown as a clock ("in 0:40", "in 00:40:00"): Date + lead stood in. Not a time of
+    # day: no zone or AM/PM after it, and under ten hours.
+    r"|\bin\s+(?P<count_h>0?[0-9]):(?P<count_m>[0-5][0-9])(?::[0-5][0-9])?"
+    r"(?![0-9:]|[^\S\n]*(?:[ap]\.?m\.?(?![a-z])|[(\[]?(?:UTC|GMT|Z)\b|[+-][0-9]"
+    r"|(?-i:[A-Z]{2,5})\b|in\s+the\b))"
     # Said to be at once, with no amount ("in a few minutes", "reclaimed immediately",
     # "now being reclaimed"): Date + lead (2 h) stood in. Read as the Date: a terminate at
     # once, the only reading that is never late.
@@ -1141,8 +1154,10 @@ def _candidates(
                 match.end(),
             )
         for match in _RELATIVE.finditer(text):
-            parts = {k.rstrip("23"): v for k, v in match.groupdict().items() if v is not None}
+            parts = {k.rstrip("234"): v for k, v in match.groupdict().items() if v is not None}
             hours = 1.0 if "the_hour" in parts else 0.0 if "at_once" in parts else None
+            if "count_h" in parts:
+                hours = int(parts["count_h"]) + int(parts["count_m"]) / 60
             if hours is None:
                 hours = _amount_hours(parts)
             try:

@@ -4,7 +4,7 @@ that is never late."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
 from email.utils import format_datetime
 
@@ -77,3 +77,51 @@ def test_any_clock_with_am_or_pm_reads_the_same_without_its_colon(
     spaced = _deadline(f"reclaimed at {hour}{blank}{minute:02d} {half} UTC.")
     colon = _deadline(f"reclaimed at {hour}:{minute:02d} {half} UTC.")
     assert spaced is not None and spaced == colon
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("reclaimed in 0:40.", _utc(13, 10)),
+        ("reclaimed in 00:40:00.", _utc(13, 10)),
+        ("reclaimed in 1:05 hours.", _utc(13, 35)),
+        ("reclaimed in 40'.", _utc(13, 10)),
+        ("reclaimed in 40\u2032.", _utc(13, 10)),
+        ("reclaimed with a 30-minute notice.", _utc(13)),
+        ("reclaimed with 30-minute notice.", _utc(13)),
+        ("reclaimed after a 30-minute grace period.", _utc(13)),
+        ("reclaimed after a 1-hour delay.", _utc(13, 30)),
+    ],
+)
+def test_a_countdown_written_otherwise_is_read(text: str, expected: datetime) -> None:
+    assert _deadline(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A time of day, not a countdown: with no zone it cannot be placed.
+        "reclaimed in 1:10 PM.",
+        "reclaimed in 12:00.",
+        # After an event T that the mail does not place: no time (Date + lead).
+        "reclaimed at T+40m.",
+        # Feet and inches, not minutes.
+        "reclaimed. Rack height 6'2\".",
+    ],
+)
+def test_what_is_no_countdown_is_not_read_as_one(text: str) -> None:
+    assert _deadline(text) is None
+
+
+@given(
+    hours=st.integers(min_value=0, max_value=9),
+    minutes=st.integers(min_value=0, max_value=59),
+    padded=st.booleans(),
+    seconds=st.booleans(),
+)
+def test_any_countdown_clock_is_that_long_after_the_date(
+    hours: int, minutes: int, padded: bool, seconds: bool
+) -> None:
+    clock = f"{hours:02d}" if padded else str(hours)
+    clock += f":{minutes:02d}" + (":00" if seconds else "")
+    assert _deadline(f"reclaimed in {clock}.") == SENT + timedelta(hours=hours, minutes=minutes)
