@@ -437,6 +437,9 @@ _WINDOW = (
 )
 
 
+_UNIT_AFTER = r"[^\S\n]*(?:minutes?|mins?|m|hours?|hrs?|h)\b"
+
+
 def _zone(name: str | None) -> str:
     """A zone written after a time (or a date), as the group `name` (None: no group)."""
     group = f"?P<{name}>" if name else "?:"
@@ -456,13 +459,17 @@ def _zone(name: str | None) -> str:
         # own: "14:00 UTC-16:00 UTC" and "10:00 UTC-12:00 UTC" are windows, read 16 and 12
         # hours late before.
         # In brackets too ("13:10 [UTC]"), as some templates write it: skipped before.
-        rf"\s*[(\[]?({group}(?:UTC|GMT)\s*(?:-(?=(?:1[0-2]|0?[0-9])(?:[0-9]{{2}})?(?![0-9]))|\+\s*)"
+        # Nor is a minus before an amount: "14:00 UTC-1 min" is a margin, read as UTC-1 it
+        # was an hour late.
+        rf"\s*[(\[]?({group}(?:UTC|GMT)\s*"
+        rf"(?:-(?=(?:1[0-2]|0?[0-9])(?:[0-9]{{2}})?(?![0-9]|{_UNIT_AFTER}))|\+\s*)"
         r"(?:[0-9]{2}:[^\S\n](?:00|30|45)(?![0-9])|(?:1[0-4]|0?[0-9])(?::?[0-9]{2})?)"
         r"(?![0-9]|\s*\(?(?:UTC|GMT)\b)"
         # UTC stays plain before a window's end that has a zone of its own, and before a
         # dash that no real offset follows ("13:00 UTC-14:00").
         r"|(?:UTC|GMT)(?=-[0-9]{1,2}:?[0-9]{2}\s*\(?(?:UTC|GMT)\b"
-        r"|-(?!(?:1[0-2]|0?[0-9])(?::?[0-9]{2}|:[^\S\n](?:00|30|45))?(?![0-9]))"
+        rf"|-(?!(?:1[0-2]|0?[0-9])(?::?[0-9]{{2}}|:[^\S\n](?:00|30|45))?"
+        rf"(?![0-9]|{_UNIT_AFTER}))"
         r"|(?![+-][0-9]))|Z"
         # "13:10 U.T.C.": skipped, and Date + lead stood in.
         r"|(?:U\.T\.C|G\.M\.T)\.?"
@@ -775,6 +782,9 @@ _TOLERANCES.append(
         re.IGNORECASE,
     )
 )
+# Or as a margin without brackets: "14:00 UTC -30min" was read as 14:00. A unit is needed:
+# "14:00 UTC-3" is an offset, read with the time, and "14:00 UTC - 16:00 UTC" a window.
+_TOLERANCES.append(re.compile(r"[^\S\n]*[-\u2212\u2013][^\S\n]*(?=[0-9])" + _AMOUNT, re.IGNORECASE))
 # The same said in a sentence of its own: "Droplet gpu-1 will be reclaimed at 14:00 UTC. It may
 # be reclaimed up to 50 minutes early." The deadline was 14:00, late by the 50 minutes.
 _EARLY_BY = re.compile(

@@ -125,3 +125,35 @@ def test_any_countdown_clock_is_that_long_after_the_date(
     clock = f"{hours:02d}" if padded else str(hours)
     clock += f":{minutes:02d}" + (":00" if seconds else "")
     assert _deadline(f"reclaimed in {clock}.") == SENT + timedelta(hours=hours, minutes=minutes)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Read as 14:00: late by the margin.
+        ("reclaimed at 14:00 UTC -30min.", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC-30min.", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC \u2013 30 minutes.", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC -1h.", _utc(13)),
+        # Read as the offset UTC-1: an hour late.
+        ("reclaimed at 14:00 UTC-1 min.", _utc(13, 59)),
+        ("reclaimed at 14:00 UTC -5 hours.", _utc(9)),
+        # Offsets and windows, not margins: kept.
+        ("reclaimed at 14:00 UTC-3.", _utc(17)),
+        ("reclaimed at 14:00 UTC -3.", _utc(17)),
+        ("reclaimed at 14:00 UTC-0300.", _utc(17)),
+        ("reclaimed at 14:00 UTC - 16:00 UTC.", _utc(14)),
+        ("reclaimed at 14:00 UTC-16:00 UTC.", _utc(14)),
+    ],
+)
+def test_a_margin_without_brackets_moves_the_deadline_back(text: str, expected: datetime) -> None:
+    assert _deadline(text) == expected
+
+
+@given(
+    minutes=st.integers(min_value=1, max_value=600),
+    form=st.sampled_from(["{} -{}min", "{}-{} min", "{} - {} minutes", "{} \u2013{}m"]),
+)
+def test_any_margin_without_brackets_moves_the_deadline_back_by_it(minutes: int, form: str) -> None:
+    text = "reclaimed at " + form.format("14:00 UTC", minutes) + "."
+    assert _deadline(text) == _utc(14) - timedelta(minutes=minutes)
