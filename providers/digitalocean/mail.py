@@ -236,7 +236,7 @@ def _body_text(message: EmailMessage) -> str:
             # Rows, paragraphs and breaks end lines: a table of droplets stays one per line.
             text = re.sub(r"(?i)<br\b[^>]*>|</(?:tr|p|div|li|h[1-6]|table)\s*>", "\n", text)
             text = html.unescape(re.sub(r"<[^>]+>", " ", text))
-        texts.append(_zoned_under_heading(_QUOTED_LINE.sub("", text)))
+        texts.append(_zoned_under_heading(_zoned_on_line(_QUOTED_LINE.sub("", text))))
     return "\n".join(texts)
 
 
@@ -279,6 +279,37 @@ def _zoned_under_heading(text: str) -> str:
         kept.append(text[at:end])
         kept.append(_BARE_CLOCK.sub(rf"\g<0> {zone}", text[end:stop]))
         at = stop
+    kept.append(text[at:])
+    return "".join(kept)
+
+
+# A note on a time's own line that gives its zone ("13:10 (all times UTC)", "13:10. All
+# times are UTC.", "13:10 (time zone: UTC)", "Time (UTC): 13:10"): its bare times were
+# skipped, and Date + lead stood in. Only such notes: "at 9:00 (14:00 in UTC)" is no note.
+_ZONE_NOTE = re.compile(
+    r"\ball\s+times\s+(?:are\s+)?(?:(?:shown|given|listed|stated|quoted)\s+)?(?:in\s+)?"
+    r"(?P<z>UTC|GMT)\b"
+    r"|\btime[\s-]*zone\s*(?:is\s+)?[:=]?\s*(?P<z2>UTC|GMT)\b"
+    r"|\b(?:times?|date|when|deadline)\s*[(\[](?P<z3>UTC|GMT)[)\]]\s*:",
+    re.I,
+)
+
+
+def _zoned_on_line(text: str) -> str:
+    """`text` with the zone of a note written after each bare time on the note's line.
+    Each line is rewritten once, however many notes it holds."""
+    kept: list[str] = []
+    at = 0
+    for note in _ZONE_NOTE.finditer(text):
+        if note.start() < at:
+            continue  # a second note on a line already rewritten
+        begin = text.rfind("\n", 0, note.start()) + 1
+        end = text.find("\n", note.end())
+        end = len(text) if end < 0 else end
+        zone = (note.group("z") or note.group("z2") or note.group("z3")).upper()
+        kept.append(text[at:begin])
+        kept.append(_BARE_CLOCK.sub(rf"\g<0> {zone}", text[begin:end]))
+        at = end
     kept.append(text[at:])
     return "".join(kept)
 

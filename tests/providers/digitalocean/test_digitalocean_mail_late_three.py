@@ -157,3 +157,43 @@ def test_a_margin_without_brackets_moves_the_deadline_back(text: str, expected: 
 def test_any_margin_without_brackets_moves_the_deadline_back_by_it(minutes: int, form: str) -> None:
     text = "reclaimed at " + form.format("14:00 UTC", minutes) + "."
     assert _deadline(text) == _utc(14) - timedelta(minutes=minutes)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Droplet gpu-spot-1 will be reclaimed at 13:10 (all times UTC).",
+        "Droplet gpu-spot-1 will be reclaimed at 13:10. All times are UTC.",
+        "Droplet gpu-spot-1 will be reclaimed at 1:10 PM. All times are shown in GMT.",
+        "Droplet gpu-spot-1 will be reclaimed at 13:10 (time zone: UTC).",
+        "Droplet gpu-spot-1 will be reclaimed.\nTime (UTC): 13:10",
+        "Droplet gpu-spot-1 will be reclaimed.\nDeadline [GMT]: 2026-12-01 13:10",
+    ],
+)
+def test_a_zone_noted_on_the_time_s_line_places_it(body: str) -> None:
+    report = _verdict(body).report
+    assert report is not None and report.deadline == _utc(13, 10), report.detail
+
+
+def test_a_time_converted_to_utc_on_its_line_is_no_note_for_the_other() -> None:
+    # "in UTC" here is the zone of 14:00 alone: 9:00 read in UTC was tomorrow's, 18 h late.
+    report = _verdict("Droplet gpu-spot-1 will be reclaimed at 9:00 ET (14:00 in UTC).").report
+    assert report is not None and report.deadline == _utc(14), report.detail
+
+
+@given(
+    hour=st.integers(min_value=0, max_value=23),
+    minute=st.integers(min_value=0, max_value=59),
+    note=st.sampled_from(
+        ["at {} (all times UTC).", "at {}. All times are in UTC.", "at {} (time zone: GMT)."]
+    ),
+)
+def test_any_time_with_a_zone_note_reads_as_written_with_the_zone(
+    hour: int, minute: int, note: str
+) -> None:
+    clock = f"{hour:02d}:{minute:02d}"
+    zone = "GMT" if "GMT" in note else "UTC"
+    noted = _verdict(f"Droplet gpu-spot-1 will be reclaimed {note.format(clock)}").report
+    written = _verdict(f"Droplet gpu-spot-1 will be reclaimed at {clock} {zone}.").report
+    assert noted is not None and written is not None
+    assert noted.deadline == written.deadline, (noted.detail, written.detail)
