@@ -4,6 +4,7 @@ that is never late."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
 from email.utils import format_datetime
@@ -197,3 +198,27 @@ def test_any_time_with_a_zone_note_reads_as_written_with_the_zone(
     written = _verdict(f"Droplet gpu-spot-1 will be reclaimed at {clock} {zone}.").report
     assert noted is not None and written is not None
     assert noted.deadline == written.deadline, (noted.detail, written.detail)
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "1 10 PM UTC ",
+        "110 PM UTC ",
+        "20261201T131000Z ",
+        "in 0:40 ",
+        "in 40' ",
+        "with a 30-minute notice ",
+        "after a 30-minute grace period ",
+        "14:00 UTC -30min ",
+        "13:10 (all times UTC) ",
+        "13:10. All times are UTC.\n",
+        "Time (UTC): 13:10\n",
+    ],
+)
+def test_a_mail_of_thousands_of_these_forms_is_read_without_holding_the_loop(unit: str) -> None:
+    body = "Droplet gpu-spot-1 will be reclaimed.\n" + unit * 4000
+    started = time.thread_time()
+    report = _verdict(body).report
+    assert time.thread_time() - started < 5.0  # CPU, not wall: a loaded machine is no fault
+    assert report is not None
