@@ -441,9 +441,9 @@ _WORD_ZONES = {
 _CLOCK = (
     r"(?:\b(?:12\s*)?(?P<word{n}>noon|midday|midnight)\b"
     r"|(?<![\d:.])(?P<H{n}>[0-9]{{1,2}})"
-    # "1 10 PM" and "110 PM": its hour, a blank or nothing, its minutes, then AM/PM. The
-    # "10 PM" alone was read, nine hours late; "110 PM" was skipped.
-    r"(?:(?::|h|\.|(?<=[0-9]{{2}})|[^\S\n]?(?=[0-9]{{2}}[^\S\n]*[ap]\.?m\.?(?![a-z])))"
+    # "1 10 PM", "1,10 PM" and "110 PM": its hour, a blank, a comma or nothing, its minutes,
+    # then AM/PM. The "10 PM" alone was read, nine hours late; "110 PM" was skipped.
+    r"(?:(?::|h|\.|(?<=[0-9]{{2}})|(?:,|[^\S\n])?(?=[0-9]{{2}}[^\S\n]*[ap]\.?m\.?(?![a-z])))"
     # "131000" of "20261201T131000Z": seconds without a colon after four figures.
     r"(?P<M{n}>[0-9]{{2}})(?:(?::|(?<=[0-9]{{4}}))(?P<S{n}>[0-9]{{2}})(?:\.[0-9]+)?)?"
     # "14:30 hrs UTC", as British and military mail writes it: skipped before.

@@ -44,6 +44,7 @@ def _deadline(text: str) -> datetime | None:
         ("reclaimed at 1 10 PM UTC.", _utc(13, 10)),
         ("reclaimed at 1 10PM UTC.", _utc(13, 10)),
         ("reclaimed at 1 10 p.m. UTC.", _utc(13, 10)),
+        ("reclaimed at 1,10 PM UTC.", _utc(13, 10)),
         # Skipped: Date + lead stood in.
         ("reclaimed at 110 PM UTC.", _utc(13, 10)),
         ("reclaimed at 930 AM EST tomorrow.", _utc(14, 30, 2)),
@@ -57,6 +58,7 @@ def _deadline(text: str) -> datetime | None:
         ("reclaimed at 10 PM UTC.", _utc(22)),
         ("reclaimed on December 4 10 PM UTC.", _utc(22, 0, 4)),
         ("reclaimed on 4 December 10 PM UTC.", _utc(22, 0, 4)),
+        ("reclaimed on Dec 4, 10 PM UTC.", _utc(22, 0, 4)),
         ("reclaimed at 1600 UTC.", _utc(16)),
     ],
 )
@@ -69,7 +71,7 @@ def test_a_clock_with_its_minutes_after_a_blank_or_none_is_read_whole(
 @given(
     hour=st.integers(min_value=1, max_value=12),
     minute=st.integers(min_value=0, max_value=59),
-    blank=st.sampled_from(["", " "]),
+    blank=st.sampled_from(["", " ", ","]),
     half=st.sampled_from(["AM", "PM", "a.m.", "pm"]),
 )
 def test_any_clock_with_am_or_pm_reads_the_same_without_its_colon(
