@@ -707,14 +707,15 @@ _AMOUNT = (
     # "1 1/2 hours", "1\u00bd hours": read as no amount, Date + lead (2 h) stood in.
     r"(?P<n>[0-9]+(?:\.[0-9]+)?(?:[^\S\n]*(?:1/2|\u00bd)(?![0-9]))?|"
     + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)).replace(" ", r"\s+")
-    # "a 30-minute notice": a hyphen before the unit. "in 40'": a prime for minutes. Each
-    # was read as no amount, and Date + lead stood in.
-    + r")(?:\s*(?:-|\u2013|to|or|and)\s*[0-9]+(?:\.[0-9]+)?)?(?:\s*|-)(?:(?P<unit>hours?|hrs?|h)"
+    # "a 30-minute notice": a hyphen before the unit. "in 40'": a prime for minutes. "in 40+
+    # minutes", "in 40 mn": at least that, the French unit. Each was read as no amount, and
+    # Date + lead stood in.
+    + r")(?:\s*(?:-|\u2013|to|or|and)\s*[0-9]+(?:\.[0-9]+)?)?\+?(?:\s*|-)(?:(?P<unit>hours?|hrs?|h)"
     # Hours, then minutes ("1 hour and 30 minutes", "1h30m", "2 hours and a half"): read as
     # the hours alone, the deadline was early by the minutes; "1h30m" was not read at all.
     r"(?:\s*,?\s*(?:and\s+)?(?P<mins>[0-9]{1,2})\s*(?:minutes?|mins?|m)|\s+and\s+(?P<half>a\s+half))?"
     # "90m": minutes as "1h30m" writes them; Date + lead (2 h) stood in for it.
-    r"|(?P<unit_m>minutes?|mins?|m|(?<=[0-9])['\u2032](?=[^\w'\u2032]|\Z))"
+    r"|(?P<unit_m>minutes?|mins?|mn|m|(?<=[0-9])['\u2032](?=[^\w'\u2032]|\Z))"
     r"|(?P<unit_s>seconds?|secs?))"
     r"(?:(?<=['\u2032])|\b)"
 )
@@ -727,12 +728,15 @@ _RELATIVE = re.compile(
     # "in approx. 45 minutes", "in just 45 minutes", "in \u224845 minutes": Date + lead stood in.
     r"(?:(?:about|approximately|approx\.?|roughly|around|less\s+than|fewer\s+than|under"
     r"|as\s+little\s+as|no\s+more\s+than|no\s+less\s+than|at\s+most|up\s+to|just|only"
+    # "in no later than 40 minutes": Date + lead stood in.
+    r"|(?:no|not)\s+later\s+than"
     r"|between)\s+|[~\u2248]\s*)?"
     + _AMOUNT
     + r"|"
     + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>2>", _AMOUNT)
     # "1 hour from the time of this email", "30 minutes after this notice": as "from now".
-    + r"\s+(?:from\s+now|(?:from\s+(?:the\s+(?:time|date|sending)\s+of\s+)?|after\s+)"
+    # "40 minutes from receipt of this email" too: Date + lead stood in.
+    + r"\s+(?:from\s+now|(?:from\s+(?:(?:the\s+)?(?:time|date|sending|receipt)\s+of\s+)?|after\s+)"
     r"this\s+(?:e-?mail|message|notice|notification|mail))\b"
     # "within the hour", "in the next hour": with no figure, Date + lead (2 h) stood in, an
     # hour after the reclaim.

@@ -94,6 +94,11 @@ def test_any_clock_with_am_or_pm_reads_the_same_without_its_colon(
         ("reclaimed with 30-minute notice.", _utc(13)),
         ("reclaimed after a 30-minute grace period.", _utc(13)),
         ("reclaimed after a 1-hour delay.", _utc(13, 30)),
+        # Found in the hunt: Date + lead stood in.
+        ("reclaimed in 40 mn.", _utc(13, 10)),
+        ("reclaimed in 40+ minutes.", _utc(13, 10)),
+        ("reclaimed in no later than 40 minutes.", _utc(13, 10)),
+        ("reclaimed 40 minutes from receipt of this email.", _utc(13, 10)),
     ],
 )
 def test_a_countdown_written_otherwise_is_read(text: str, expected: datetime) -> None:
