@@ -819,7 +819,16 @@ _TOLERANCES.append(
 )
 # Or as a margin without brackets: "14:00 UTC -30min" was read as 14:00. A unit is needed:
 # "14:00 UTC-3" is an offset, read with the time, and "14:00 UTC - 16:00 UTC" a window.
-_TOLERANCES.append(re.compile(r"[^\S\n]*[-\u2212\u2013][^\S\n]*(?=[0-9])" + _AMOUNT, re.IGNORECASE))
+# Also in words, after a comma or in brackets: "14:00 UTC minus 30 minutes", "14:00 UTC, -30
+# min", "14:00 UTC (minus 30 minutes)"; found in the hunt, each was read as 14:00.
+_TOLERANCES.append(
+    re.compile(
+        r"[^\S\n]*(?:,[^\S\n]*)?(?:[(\[][^\S\n]*)?(?:[-\u2212\u2013]|minus\s)[^\S\n]*(?=[0-9])"
+        + _AMOUNT
+        + r"[^\S\n]*[)\]]?",
+        re.IGNORECASE,
+    )
+)
 # The same said in a sentence of its own: "Droplet gpu-1 will be reclaimed at 14:00 UTC. It may
 # be reclaimed up to 50 minutes early." The deadline was 14:00, late by the 50 minutes.
 _EARLY_BY = re.compile(

@@ -146,6 +146,10 @@ def test_any_countdown_clock_is_that_long_after_the_date(
         # Read as the offset UTC-1: an hour late.
         ("reclaimed at 14:00 UTC-1 min.", _utc(13, 59)),
         ("reclaimed at 14:00 UTC -5 hours.", _utc(9)),
+        # Found in the hunt, each read as 14:00.
+        ("reclaimed at 14:00 UTC minus 30 minutes.", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC (minus 30 minutes).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC, -30 min.", _utc(13, 30)),
         # Offsets and windows, not margins: kept.
         ("reclaimed at 14:00 UTC-3.", _utc(17)),
         ("reclaimed at 14:00 UTC -3.", _utc(17)),
@@ -160,7 +164,17 @@ def test_a_margin_without_brackets_moves_the_deadline_back(text: str, expected: 
 
 @given(
     minutes=st.integers(min_value=1, max_value=600),
-    form=st.sampled_from(["{} -{}min", "{}-{} min", "{} - {} minutes", "{} \u2013{}m"]),
+    form=st.sampled_from(
+        [
+            "{} -{}min",
+            "{}-{} min",
+            "{} - {} minutes",
+            "{} \u2013{}m",
+            "{} minus {} minutes",
+            "{}, -{} min",
+            "{} (minus {} min)",
+        ]
+    ),
 )
 def test_any_margin_without_brackets_moves_the_deadline_back_by_it(minutes: int, form: str) -> None:
     text = "reclaimed at " + form.format("14:00 UTC", minutes) + "."
