@@ -287,9 +287,11 @@ def _zoned_under_heading(text: str) -> str:
 # times are UTC.", "13:10 (time zone: UTC)", "Time (UTC): 13:10"): its bare times were
 # skipped, and Date + lead stood in. Only such notes: "at 9:00 (14:00 in UTC)" is no note.
 _ZONE_NOTE = re.compile(
-    r"\ball\s+times\s+(?:are\s+)?(?:(?:shown|given|listed|stated|quoted)\s+)?(?:in\s+)?"
-    r"(?P<z>UTC|GMT)\b"
-    r"|\btime[\s-]*zone\s*(?:is\s+)?[:=]?\s*(?P<z2>UTC|GMT)\b"
+    # Also "(times in UTC)", "(tz: UTC)", "(in UTC)", found in the hunt.
+    r"\b(?:all\s+times\s+(?:are\s+)?(?:(?:shown|given|listed|stated|quoted)\s+)?(?:in\s+)?"
+    r"|times\s+(?:are\s+)?(?:(?:shown|given|listed|stated|quoted)\s+)?in\s+)(?P<z>UTC|GMT)\b"
+    r"|\b(?:time[\s-]*zone\s*(?:is\s+)?[:=]?|tz\s*[:=])\s*(?P<z2>UTC|GMT)\b"
+    r"|[(\[]in\s+(?P<z4>UTC|GMT)[)\]]"
     r"|\b(?:times?|date|when|deadline)\s*[(\[](?P<z3>UTC|GMT)[)\]]\s*:",
     re.I,
 )
@@ -306,7 +308,7 @@ def _zoned_on_line(text: str) -> str:
         begin = text.rfind("\n", 0, note.start()) + 1
         end = text.find("\n", note.end())
         end = len(text) if end < 0 else end
-        zone = (note.group("z") or note.group("z2") or note.group("z3")).upper()
+        zone = next(z for z in note.group("z", "z2", "z3", "z4") if z).upper()
         kept.append(text[at:begin])
         kept.append(_BARE_CLOCK.sub(rf"\g<0> {zone}", text[begin:end]))
         at = end

@@ -190,6 +190,10 @@ def test_any_margin_without_brackets_moves_the_deadline_back_by_it(minutes: int,
         "Droplet gpu-spot-1 will be reclaimed at 13:10 (time zone: UTC).",
         "Droplet gpu-spot-1 will be reclaimed.\nTime (UTC): 13:10",
         "Droplet gpu-spot-1 will be reclaimed.\nDeadline [GMT]: 2026-12-01 13:10",
+        # Found in the hunt.
+        "Droplet gpu-spot-1 will be reclaimed at 13:10 (times in UTC).",
+        "Droplet gpu-spot-1 will be reclaimed at 13:10 (tz: UTC).",
+        "Droplet gpu-spot-1 will be reclaimed at 13:10 (in UTC).",
     ],
 )
 def test_a_zone_noted_on_the_time_s_line_places_it(body: str) -> None:
@@ -207,7 +211,13 @@ def test_a_time_converted_to_utc_on_its_line_is_no_note_for_the_other() -> None:
     hour=st.integers(min_value=0, max_value=23),
     minute=st.integers(min_value=0, max_value=59),
     note=st.sampled_from(
-        ["at {} (all times UTC).", "at {}. All times are in UTC.", "at {} (time zone: GMT)."]
+        [
+            "at {} (all times UTC).",
+            "at {}. All times are in UTC.",
+            "at {} (time zone: GMT).",
+            "at {} (in UTC).",
+            "at {} (tz: GMT).",
+        ]
     ),
 )
 def test_any_time_with_a_zone_note_reads_as_written_with_the_zone(
