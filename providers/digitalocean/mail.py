@@ -247,10 +247,16 @@ _ZONE_HEADING = re.compile(r"[(\[](?P<z>UTC|GMT)[)\]]|\b(?:in|are)\s+(?P<z2>UTC|
 _DIGIT = re.compile(r"[0-9]")
 _BLANK_LINE = re.compile(r"\n[^\S\n]*(?:\n|\Z)")
 _EMPTY_LINE = re.compile(r"\n[^\S\n]*(?=\n)")
-_BARE_CLOCK = re.compile(
+_CLOCK_NO_ZONE = (
     r"(?<![\d:.])(?:[01]?[0-9]|2[0-4]):[0-5][0-9](?::[0-5][0-9])?(?:[^\S\n]*[aApP]\.?[mM]\.?)?"
-    r"(?![0-9]|[^\S\n]*[(\[]?(?:UTC|GMT|Z\b|[+-][0-9]|[A-Z]{2,5}\b|[A-Z][a-z]+/))"
+    r"(?![0-9]|[^\S\n]*[(\[]?(?:UTC|GMT|Z\b|[+-][0-9]|[A-Z]{2,5}\b|[A-Z][a-z]+/)"
 )
+# A time marked local is in a zone the mail has not named: a note of the mail's zone ("all
+# times UTC except where noted") is not its zone. "8:10 local time" read as 8:10 UTC was
+# tomorrow's, later than Date + lead; only a note of the local zone places it.
+_BARE_CLOCK = re.compile(_CLOCK_NO_ZONE + r"|[^\S\n]*local\b)")
+_BARE_OR_LOCAL_CLOCK = re.compile(_CLOCK_NO_ZONE + ")")
+_OF_LOCAL_TIME = re.compile(r"\blocal[^\S\n]*\Z", re.I)
 
 
 def _zoned_under_heading(text: str) -> str:
@@ -309,8 +315,11 @@ def _zoned_on_line(text: str) -> str:
         end = text.find("\n", note.end())
         end = len(text) if end < 0 else end
         zone = next(z for z in note.group("z", "z2", "z3", "z4") if z).upper()
+        # "Local time zone: UTC" names the zone of local times too.
+        local = _OF_LOCAL_TIME.search(text, max(begin, note.start() - 12), note.start())
+        clock = _BARE_CLOCK if local is None else _BARE_OR_LOCAL_CLOCK
         kept.append(text[at:begin])
-        kept.append(_BARE_CLOCK.sub(rf"\g<0> {zone}", text[begin:end]))
+        kept.append(clock.sub(rf"\g<0> {zone}", text[begin:end]))
         at = end
     kept.append(text[at:])
     return "".join(kept)
@@ -443,9 +452,10 @@ _WORD_ZONES = {
 _CLOCK = (
     r"(?:\b(?:12\s*)?(?P<word{n}>noon|midday|midnight)\b"
     r"|(?<![\d:.])(?P<H{n}>[0-9]{{1,2}})"
-    # "1 10 PM", "1,10 PM" and "110 PM": its hour, a blank, a comma or nothing, its minutes,
-    # then AM/PM. The "10 PM" alone was read, nine hours late; "110 PM" was skipped.
-    r"(?:(?::|h|\.|(?<=[0-9]{{2}})|(?:,|[^\S\n])?(?=[0-9]{{2}}[^\S\n]*[ap]\.?m\.?(?![a-z])))"
+    # "1 10 PM", "1,10 PM", "1, 10 PM" and "110 PM": its hour, a blank, a comma (and a blank)
+    # or nothing, its minutes, then AM/PM. The "10 PM" alone was read, nine hours late;
+    # "110 PM" was skipped.
+    r"(?:(?::|h|\.|(?<=[0-9]{{2}})|(?:,[^\S\n]?|[^\S\n])?(?=[0-9]{{2}}[^\S\n]*[ap]\.?m\.?(?![a-z])))"
     # "131000" of "20261201T131000Z": seconds without a colon after four figures.
     r"(?P<M{n}>[0-9]{{2}})(?:(?::|(?<=[0-9]{{4}}))(?P<S{n}>[0-9]{{2}})(?:\.[0-9]+)?)?"
     # "14:30 hrs UTC", as British and military mail writes it: skipped before.
@@ -539,11 +549,13 @@ _TIME_ZONE = f"(?:{_zone('zone')})?" + (
     # Nor is an end that starts a date: "from 16:00 UTC to 2026-12-01 13:30 UTC".
     r"(?(szone)(?(zone)(?(between)|(?!))|(?!" + _zone(None) + r"|[-/.]\d))|)"
 )
-# The zone may come first ("UTC 13:10", "GMT 1:10 PM"), before a clock with its minutes or
-# AM/PM (not "UTC 2026-12-01", a year): such a time was skipped, and Date + lead stood in.
+# The zone may come first ("UTC 13:10", "GMT 1:10 PM", "UTC 1 10 PM"), before a clock with
+# its minutes or AM/PM (not "UTC 2026-12-01", a year): such a time was skipped, and Date +
+# lead stood in.
 _ZONE_FIRST = (
     r"(?:(?<![\w.])(?P<pzone>UTC|GMT)[^\S\n]+"
-    r"(?=[0-9]{1,2}(?:[:.h][0-9]{2}(?![0-9]|\.[0-9])|[^\S\n]*[ap]\.?m\b)))?"
+    r"(?=[0-9]{1,2}(?:[:.h][0-9]{2}(?![0-9]|\.[0-9])"
+    r"|(?:,?[^\S\n]?[0-9]{2})?[^\S\n]*[ap]\.?m\b)))?"
 )
 _TIME = _ZONE_FIRST + _WINDOW + _TIME_ZONE + r"(?(zone)|(?(szone)|(?(pzone)|(?!))))"
 # A date and its time may be parted by "@", "|" or a dash ("2026-12-01 @ 14:00 UTC"), or a

@@ -1,0 +1,123 @@
+"""Deadlines that were read late or not at all (Date + lead stood in, later than the time
+written), round four: forms the last hunt left, each with the reading that is never late."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from email.message import EmailMessage
+from email.utils import format_datetime
+
+import pytest
+from do_support import RULES
+from forewarn.providers.digitalocean.mail import Verdict, find_deadline, reclaim_verdict
+from hypothesis import given
+from hypothesis import strategies as st
+
+SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
+LEAD = RULES.lead
+
+
+def _utc(hour: int, minute: int = 0, day: int = 1) -> datetime:
+    return datetime(2026, 12, day, hour, minute, tzinfo=timezone.utc)
+
+
+def _verdict(body: str) -> Verdict:
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Spot Droplet reclaim notice"
+    message["Date"] = format_datetime(SENT)
+    message["Message-ID"] = "<reclaim-late-four@digitalocean.com>"
+    message.set_content(body)
+    return reclaim_verdict(bytes(message), RULES, "key", SENT)
+
+
+def _deadline(text: str) -> datetime | None:
+    found = find_deadline(f"Droplet gpu-spot-1 will be {text}", SENT)
+    return None if found is None else found[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # "10 PM" alone was read: nine hours late.
+        ("reclaimed at 1, 10 PM UTC.", _utc(13, 10)),
+        ("reclaimed at 1, 10PM UTC.", _utc(13, 10)),
+        # Skipped: Date + lead stood in.
+        ("reclaimed at UTC 1 10 PM.", _utc(13, 10)),
+        ("reclaimed at UTC 1,10 PM.", _utc(13, 10)),
+        ("reclaimed at GMT 110 PM.", _utc(13, 10)),
+        # A date before the time: kept.
+        ("reclaimed on Dec 4, 10 PM UTC.", _utc(22, 0, 4)),
+        ("reclaimed on December 4, 10 PM UTC.", _utc(22, 0, 4)),
+    ],
+)
+def test_a_clock_with_a_comma_and_a_blank_before_its_minutes_is_read_whole(
+    text: str, expected: datetime
+) -> None:
+    assert _deadline(text) == expected
+
+
+@given(
+    hour=st.integers(min_value=1, max_value=12),
+    minute=st.integers(min_value=0, max_value=59),
+    blank=st.sampled_from(["", " ", ",", ", "]),
+    half=st.sampled_from(["AM", "PM", "a.m.", "pm"]),
+    zone_first=st.booleans(),
+)
+def test_any_clock_with_am_or_pm_reads_the_same_however_its_minutes_are_parted(
+    hour: int, minute: int, blank: str, half: str, zone_first: bool
+) -> None:
+    def written(clock: str) -> datetime | None:
+        return _deadline(
+            f"reclaimed at UTC {clock}." if zone_first else f"reclaimed at {clock} UTC."
+        )
+
+    spaced = written(f"{hour}{blank}{minute:02d} {half}")
+    colon = written(f"{hour}:{minute:02d} {half}")
+    assert spaced is not None and spaced == colon
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # Read as 08:10 UTC, tomorrow's: later than Date + lead.
+        (
+            "Droplet gpu-spot-1 will be reclaimed at 8:10 local time (all times UTC except where"
+            " noted).",
+            SENT + LEAD,
+        ),
+        (
+            "Reclaim times (UTC):\n\nDroplet gpu-spot-1 will be reclaimed at 8:10 local time.",
+            SENT + LEAD,
+        ),
+        # The local zone named: kept.
+        (
+            "Droplet gpu-spot-1 will be reclaimed at 13:10 local time. Local time zone: UTC",
+            _utc(13, 10),
+        ),
+        ("Droplet gpu-spot-1 will be reclaimed at 13:10 (all times UTC).", _utc(13, 10)),
+    ],
+)
+def test_a_time_marked_local_takes_no_zone_but_the_local_one(body: str, expected: datetime) -> None:
+    report = _verdict(body).report
+    assert report is not None and report.deadline == expected, report.detail
+
+
+@given(
+    hour=st.integers(min_value=0, max_value=23),
+    minute=st.integers(min_value=0, max_value=59),
+    note=st.sampled_from(
+        [
+            "at {} local time (all times UTC except where noted).",
+            "at {} local time. All times are in UTC.",
+            "at {} local (time zone: GMT).",
+            "at {} local time (in UTC).",
+        ]
+    ),
+)
+def test_a_local_time_in_no_known_zone_is_never_read_after_date_plus_lead(
+    hour: int, minute: int, note: str
+) -> None:
+    clock = f"{hour:02d}:{minute:02d}"
+    report = _verdict(f"Droplet gpu-spot-1 will be reclaimed {note.format(clock)}").report
+    assert report is not None and report.deadline <= SENT + LEAD, report.detail
