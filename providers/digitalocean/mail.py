@@ -454,14 +454,20 @@ _CLOCK = (
     r"|(?<![\d:.])(?P<H{n}>[0-9]{{1,2}})"
     # "1 10 PM", "1,10 PM", "1, 10 PM" and "110 PM": its hour, a blank, a comma (and a blank)
     # or nothing, its minutes, then AM/PM. The "10 PM" alone was read, nine hours late;
-    # "110 PM" was skipped.
-    r"(?:(?::|h|\.|(?<=[0-9]{{2}})|(?:,[^\S\n]?|[^\S\n])?(?=[0-9]{{2}}[^\S\n]*[ap]\.?m\.?(?![a-z])))"
+    # "110 PM" was skipped. "13 h 10 UTC", and "13 10 UTC" with the zone in letters right
+    # after: skipped, Date + lead stood in.
+    r"(?:(?::|[^\S\n]?h[^\S\n]?|\.|(?<=[0-9]{{2}})"
+    r"|(?:,[^\S\n]?|[^\S\n])?(?=[0-9]{{2}}[^\S\n]*[ap]\.?[^\S\n]?m\.?(?![a-z]))"
+    r"|[^\S\n](?=[0-5][0-9][^\S\n]*(?:UTC|GMT)\b))"
     # "131000" of "20261201T131000Z": seconds without a colon after four figures.
     r"(?P<M{n}>[0-9]{{2}})(?:(?::|(?<=[0-9]{{4}}))(?P<S{n}>[0-9]{{2}})(?:\.[0-9]+)?)?"
-    # "14:30 hrs UTC", as British and military mail writes it: skipped before.
-    r"(?:\s*(?:hrs|hours)\.?)?)?"
-    # "1:10 in the afternoon UTC": skipped, and Date + lead stood in.
-    r"\s*(?P<ampm{n}>[ap]\.?m\.?(?![a-z])|in\s+the\s+(?:morning|afternoon|evening)\b)?)"
+    # "14:30 hrs UTC", as British and military mail writes it: skipped before; so were
+    # "13:10h UTC" and "13.10h UTC".
+    r"(?:\s*(?:hrs|hours|h(?![a-z]))\.?)?"
+    # "13h UTC": the hour alone, as French mail writes it; skipped before.
+    r"|(?P<hh{n}>[^\S\n]?h(?![a-z0-9])))?"
+    # "1:10 in the afternoon UTC": skipped, and Date + lead stood in. So was "1:10 P M UTC".
+    r"\s*(?P<ampm{n}>[ap]\.?[^\S\n]?m\.?(?![a-z])|in\s+the\s+(?:morning|afternoon|evening)\b)?)"
 )
 # A window ("between 14:00 and 16:00 UTC", "14:00-16:00 UTC") shares the zone written after
 # its end; its start is the deadline. Without this, "-16:00" was read as a UTC offset.
@@ -476,7 +482,7 @@ _WINDOW = (
     + r"(?(M2)|(?(word2)|(?(ampm2)|(?!)))))?"
     # A clock without minutes needs AM/PM, its own or, in a window, the end's (or the end
     # is noon or midnight: "between 10 and noon").
-    + r"(?(M)|(?(word)|(?(ampm)|(?(ampm2)|(?(word2)|(?!))))))"
+    + r"(?(M)|(?(word)|(?(ampm)|(?(hh)|(?(ampm2)|(?(word2)|(?!)))))))"
 )
 
 
@@ -748,12 +754,20 @@ _AMOUNT = (
     r"|(?P<unit_s>seconds?|secs?))"
     r"(?:(?<=['\u2032])|\b)"
 )
+_COUNTDOWN_LABEL = (
+    r"(?:time\s+(?:remaining|left)|remaining\s+time|count\s*down|eta|grace\s+period)"
+    r"[^\S\n]*[:=][^\S\n]*"
+)
 _RELATIVE = re.compile(
     # "You have 30 minutes to save your work": Date + lead (2 h) stood in.
     r"\b(?:(?:(?:in|within)\s+(?:the\s+(?:next|coming)\s+)?|(?:over|during)\s+the\s+next\s+"
     r"|you\s+have\s+"
+    # A countdown's label ("Time remaining: 40 minutes", "ETA: 40 min", "Grace period: 30
+    # minutes"): Date + lead stood in.
+    r"|"
+    + _COUNTDOWN_LABEL
     # "in T-30 minutes", "T minus 30 minutes", as launch countdowns write it.
-    r"|(?-i:T)[^\S\n]*(?:[-\u2212\u2013][^\S\n]*(?:minus\s+)?|minus\s+))"
+    + r"|(?-i:T)[^\S\n]*(?:[-\u2212\u2013][^\S\n]*(?:minus\s+)?|minus\s+))"
     # "in approx. 45 minutes", "in just 45 minutes", "in \u224845 minutes": Date + lead stood in.
     r"(?:(?:about|approximately|approx\.?|roughly|around|less\s+than|fewer\s+than|under"
     r"|as\s+little\s+as|no\s+more\s+than|no\s+less\s+than|at\s+most|up\s+to|just|only"
@@ -774,13 +788,16 @@ _RELATIVE = re.compile(
     r"|\bwith\s+(?:a\s+)?(?:(?:only|just|about|approximately|roughly|around|less\s+than)\s+)?"
     + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>3>", _AMOUNT)
     + r"['\u2019]?s?\s+(?:of\s+)?(?:advance\s+|prior\s+)?notice\b"
-    # "after a 30-minute grace period": Date + lead stood in.
-    r"|\bafter\s+(?:a\s+|the\s+)?"
+    # "after a 30-minute grace period": Date + lead stood in. So did "following ...", "at
+    # the end of ..." and "you have a 30-minute grace period".
+    r"|\b(?:after|following|at\s+the\s+end\s+of|you\s+have)\s+(?:a\s+|the\s+)?"
     + re.sub(r"\(\?P<(\w+)>", r"(?P<\g<1>4>", _AMOUNT)
     + r"\s+(?:grace\s+period|delay|waiting\s+period|notice\s+period)\b"
     # A countdown as a clock ("in 0:40", "in 00:40:00"): Date + lead stood in. Not a time of
-    # day: no zone or AM/PM after it, and under ten hours.
-    r"|\bin\s+(?P<count_h>0?[0-9]):(?P<count_m>[0-5][0-9])(?::[0-5][0-9])?"
+    # day: no zone or AM/PM after it, and under ten hours. Also "in 0h40", and after a
+    # countdown's label ("Time left: 0:40", "Countdown: 00:40:00").
+    r"|\b(?:in\s+|" + _COUNTDOWN_LABEL + r")"
+    r"(?P<count_h>0?[0-9])(?::|h)(?P<count_m>[0-5][0-9])(?::[0-5][0-9])?"
     r"(?![0-9:]|[^\S\n]*(?:[ap]\.?m\.?(?![a-z])|[(\[]?(?:UTC|GMT|Z)\b|[+-][0-9]"
     r"|(?-i:[A-Z]{2,5})\b|in\s+the\b))"
     # Said to be at once, with no amount ("in a few minutes", "reclaimed immediately",
@@ -1086,6 +1103,7 @@ def _clock(parts: dict[str, str | None], n: str) -> tuple[int, int, int, str]:
     ampm = (parts[f"ampm{n}"] or "").lower().replace(".", "")
     if ampm.startswith("in"):  # "in the morning", "in the afternoon", "in the evening"
         ampm = "am" if ampm.endswith("morning") else "pm"
+    ampm = "".join(ampm.split())  # "P M"
     if n and int(hour) == 24 and not int(minute or 0) and not int(second or 0) and not ampm:
         return 0, 0, 0, ""  # "until 24:00": the end of the day, as midnight ends a window
     return int(hour), int(minute or 0), int(second or 0), ampm

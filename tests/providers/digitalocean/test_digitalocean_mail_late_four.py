@@ -3,7 +3,7 @@ written), round four: forms the last hunt left, each with the reading that is ne
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
 from email.utils import format_datetime
 
@@ -121,3 +121,81 @@ def test_a_local_time_in_no_known_zone_is_never_read_after_date_plus_lead(
     clock = f"{hour:02d}:{minute:02d}"
     report = _verdict(f"Droplet gpu-spot-1 will be reclaimed {note.format(clock)}").report
     assert report is not None and report.deadline <= SENT + LEAD, report.detail
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Skipped: Date + lead stood in.
+        ("reclaimed at 13 10 UTC.", _utc(13, 10)),
+        ("reclaimed at 13h UTC.", _utc(13)),
+        ("reclaimed at 13.10h UTC.", _utc(13, 10)),
+        ("reclaimed at 13:10h UTC.", _utc(13, 10)),
+        ("reclaimed at 13 h 10 UTC.", _utc(13, 10)),
+        ("reclaimed at 1:10 P M UTC.", _utc(13, 10)),
+        ("reclaimed at 1:10 p. m. UTC.", _utc(13, 10)),
+        # Already read; kept.
+        ("reclaimed at 13h10 UTC.", _utc(13, 10)),
+        ("reclaimed at 14:30 hrs UTC.", _utc(14, 30)),
+        ("reclaimed at 1:10 PM UTC.", _utc(13, 10)),
+        ("reclaimed in 2h.", _utc(14, 30)),
+    ],
+)
+def test_a_clock_with_h_blanks_or_a_spaced_pm_is_read(text: str, expected: datetime) -> None:
+    assert _deadline(text) == expected
+
+
+@given(
+    hour=st.integers(min_value=0, max_value=23),
+    minute=st.integers(min_value=0, max_value=59),
+    form=st.sampled_from(
+        ["{h} {m:02d} UTC", "{h}:{m:02d}h UTC", "{h}.{m:02d}h UTC", "{h} h {m:02d} UTC"]
+    ),
+)
+def test_any_clock_written_with_h_or_a_blank_reads_as_with_a_colon(
+    hour: int, minute: int, form: str
+) -> None:
+    written = _deadline("reclaimed at " + form.format(h=hour, m=minute) + ".")
+    colon = _deadline(f"reclaimed at {hour:02d}:{minute:02d} UTC.")
+    assert written is not None and written == colon
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Each left Date + lead.
+        ("reclaimed in 0h40.", _utc(13, 10)),
+        ("reclaimed. Time remaining: 40 minutes.", _utc(13, 10)),
+        ("reclaimed. Time left: 0:40.", _utc(13, 10)),
+        ("reclaimed. Countdown: 00:40:00.", _utc(13, 10)),
+        ("reclaimed. ETA: 40 min.", _utc(13, 10)),
+        ("reclaimed following a 30-minute grace period.", _utc(13)),
+        ("reclaimed at the end of a 30-minute grace period.", _utc(13)),
+        ("reclaimed. You have a 30-minute grace period.", _utc(13)),
+        ("reclaimed.\nGrace period: 30 minutes", _utc(13)),
+        # A time of day after the label, not a countdown: kept.
+        ("reclaimed. ETA: 13:10 UTC.", _utc(13, 10)),
+        ("reclaimed. Time left: 1:10 PM UTC.", _utc(13, 10)),
+    ],
+)
+def test_a_countdown_s_label_or_a_grace_period_is_read(text: str, expected: datetime) -> None:
+    assert _deadline(text) == expected
+
+
+@given(
+    minutes=st.integers(min_value=1, max_value=599),
+    form=st.sampled_from(
+        [
+            "Time remaining: {n} minutes",
+            "ETA: {n} min",
+            "Grace period: {n} minutes",
+            "following a {n}-minute grace period",
+            "You have a {n}-minute grace period",
+            "Time left: {h}:{m:02d}",
+            "Countdown: {h:02d}:{m:02d}:00",
+        ]
+    ),
+)
+def test_any_countdown_is_that_long_after_the_date(minutes: int, form: str) -> None:
+    text = form.format(n=minutes, h=minutes // 60, m=minutes % 60)
+    assert _deadline(f"reclaimed. {text}.") == SENT + timedelta(minutes=minutes)
