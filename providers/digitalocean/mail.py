@@ -298,7 +298,9 @@ _ZONE_NOTE = re.compile(
     r"|times\s+(?:are\s+)?(?:(?:shown|given|listed|stated|quoted)\s+)?in\s+)(?P<z>UTC|GMT)\b"
     r"|\b(?:time[\s-]*zone\s*(?:is\s+)?[:=]?|tz\s*[:=])\s*(?P<z2>UTC|GMT)\b"
     r"|[(\[]in\s+(?P<z4>UTC|GMT)[)\]]"
-    r"|\b(?:times?|date|when|deadline)\s*[(\[](?P<z3>UTC|GMT)[)\]]\s*:",
+    r"|\b(?:times?|date|when|deadline)\s*[(\[](?P<z3>UTC|GMT)[)\]]\s*:"
+    # "13:10 server time (UTC)": Date + lead stood in.
+    r"|\b(?:server|system)\s+time\s*[(\[](?P<z5>UTC|GMT)[)\]]",
     re.I,
 )
 
@@ -314,7 +316,12 @@ def _zoned_on_line(text: str) -> str:
         begin = text.rfind("\n", 0, note.start()) + 1
         end = text.find("\n", note.end())
         end = len(text) if end < 0 else end
-        zone = next(z for z in note.group("z", "z2", "z3", "z4") if z).upper()
+        # A note on a line of its own is of the line above too ("... at 13:10." then "All
+        # times are UTC."): Date + lead stood in.
+        if begin > 0 and _DIGIT.search(text, begin, end) is None:
+            above = text.rfind("\n", 0, begin - 1) + 1
+            begin = above if above >= at else begin
+        zone = next(z for z in note.group("z", "z2", "z3", "z4", "z5") if z).upper()
         # "Local time zone: UTC" names the zone of local times too.
         local = _OF_LOCAL_TIME.search(text, max(begin, note.start() - 12), note.start())
         clock = _BARE_CLOCK if local is None else _BARE_OR_LOCAL_CLOCK
@@ -848,6 +855,13 @@ _TOLERANCES = [
         r"(?:up\s+to|as\s+much\s+as|at\s+most|no\s+more\s+than)\s+"
         + _AMOUNT
         + r"\s+(?:earlier|before|sooner|early|ahead)\b\)?\]?",
+        re.IGNORECASE,
+    ),
+    # "14:00 UTC, 30 minutes earlier at the latest": read as 14:00, late by the 30 minutes.
+    re.compile(
+        r"[^\S\n]*,[^\S\n]*(?:(?:or|possibly|perhaps|maybe)\s+)*"
+        + _AMOUNT
+        + r"\s+(?:earlier|sooner)\b(?:\s+at\s+the\s+(?:latest|most))?",
         re.IGNORECASE,
     ),
 ]

@@ -199,3 +199,58 @@ def test_a_countdown_s_label_or_a_grace_period_is_read(text: str, expected: date
 def test_any_countdown_is_that_long_after_the_date(minutes: int, form: str) -> None:
     text = form.format(n=minutes, h=minutes // 60, m=minutes % 60)
     assert _deadline(f"reclaimed. {text}.") == SENT + timedelta(minutes=minutes)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Read as 14:00: late by the 30 minutes.
+        ("reclaimed at 14:00 UTC, 30 minutes earlier at the latest.", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC, possibly 1 hour earlier.", _utc(13)),
+        # Later, not earlier: no tolerance.
+        ("reclaimed at 14:00 UTC, 30 minutes later at the latest.", _utc(14)),
+    ],
+)
+def test_how_much_earlier_after_a_comma_moves_the_deadline_back(
+    text: str, expected: datetime
+) -> None:
+    assert _deadline(text) == expected
+
+
+@given(minutes=st.integers(min_value=1, max_value=600), latest=st.booleans())
+def test_any_amount_earlier_after_a_comma_moves_the_deadline_back_by_it(
+    minutes: int, latest: bool
+) -> None:
+    text = f"reclaimed at 14:00 UTC, {minutes} minutes earlier" + (" at the latest" * latest)
+    assert _deadline(text + ".") == _utc(14) - timedelta(minutes=minutes)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Each left Date + lead.
+        "Droplet gpu-spot-1 will be reclaimed at 13:10 server time (UTC).",
+        "Droplet gpu-spot-1 will be reclaimed at 13:10 system time [GMT].",
+        "Droplet gpu-spot-1 will be reclaimed at 13:10.\nAll times are UTC.",
+        "Droplet gpu-spot-1 will be reclaimed at 1:10 PM.\n(all times UTC)",
+    ],
+)
+def test_a_zone_noted_as_server_time_or_on_the_next_line_places_the_time(body: str) -> None:
+    report = _verdict(body).report
+    assert report is not None and report.deadline == _utc(13, 10), report.detail
+
+
+@given(
+    hour=st.integers(min_value=0, max_value=23),
+    minute=st.integers(min_value=0, max_value=59),
+    note=st.sampled_from(["All times are UTC.", "(all times GMT)", "Time zone: UTC"]),
+)
+def test_any_time_with_a_zone_note_on_the_next_line_reads_as_written_with_the_zone(
+    hour: int, minute: int, note: str
+) -> None:
+    clock = f"{hour:02d}:{minute:02d}"
+    zone = "GMT" if "GMT" in note else "UTC"
+    noted = _verdict(f"Droplet gpu-spot-1 will be reclaimed at {clock}.\n{note}").report
+    written = _verdict(f"Droplet gpu-spot-1 will be reclaimed at {clock} {zone}.").report
+    assert noted is not None and written is not None
+    assert noted.deadline == written.deadline, (noted.detail, written.detail)
