@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from forewarn.providers.digitalocean.mail import MatchRules
+from datetime import datetime, timezone
+from email.message import EmailMessage
+from email.utils import format_datetime
+
+from forewarn.providers.digitalocean.mail import MatchRules, Verdict, find_deadline, reclaim_verdict
 from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
 
 # The default sender and subject rules for droplet 424242424 (gpu-spot-1): a 2 h lead, mail
@@ -15,3 +19,28 @@ RULES = MatchRules.build(
     lead=7200.0,
     max_age=86400.0,
 )
+
+# When the mails of the late-reading hunts (test_digitalocean_mail_late*.py) were sent.
+SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
+
+
+def utc(hour: int, minute: int = 0, day: int = 1) -> datetime:
+    """A moment of December 2026, UTC."""
+    return datetime(2026, 12, day, hour, minute, tzinfo=timezone.utc)
+
+
+def verdict(body: str, subtype: str = "plain") -> Verdict:
+    """The verdict on a reclaim mail of `body` sent at SENT, under RULES."""
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Spot Droplet reclaim notice"
+    message["Date"] = format_datetime(SENT)
+    message["Message-ID"] = "<reclaim-late@digitalocean.com>"
+    message.set_content(body, subtype=subtype)
+    return reclaim_verdict(bytes(message), RULES, "key", SENT)
+
+
+def deadline(text: str) -> datetime | None:
+    """The deadline read from "Droplet gpu-spot-1 will be `text`", sent at SENT."""
+    found = find_deadline(f"Droplet gpu-spot-1 will be {text}", SENT)
+    return None if found is None else found[0]

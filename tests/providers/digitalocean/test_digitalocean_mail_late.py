@@ -5,31 +5,15 @@ from __future__ import annotations
 
 import textwrap
 import time
-from datetime import datetime, timedelta, timezone
-from email.message import EmailMessage
-from email.utils import format_datetime
+from datetime import datetime, timedelta
 
 import pytest
-from do_support import RULES
-from forewarn.providers.digitalocean.mail import Verdict, find_deadline, reclaim_verdict
+from do_support import SENT
+from do_support import utc as _utc
+from do_support import verdict as _verdict
+from forewarn.providers.digitalocean.mail import find_deadline
 from hypothesis import given
 from hypothesis import strategies as st
-
-SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
-
-
-def _utc(hour: int, minute: int = 0, day: int = 1) -> datetime:
-    return datetime(2026, 12, day, hour, minute, tzinfo=timezone.utc)
-
-
-def _verdict(body: str, subtype: str = "plain") -> Verdict:
-    message = EmailMessage()
-    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
-    message["Subject"] = "Spot Droplet reclaim notice"
-    message["Date"] = format_datetime(SENT)
-    message["Message-ID"] = "<reclaim-late@digitalocean.com>"
-    message.set_content(body, subtype=subtype)
-    return reclaim_verdict(bytes(message), RULES, "key", SENT)
 
 
 @pytest.mark.parametrize(
