@@ -51,11 +51,13 @@ class PollHealth:
     # The approvals counted `once` (see `approval`), oldest first, bounded.
     _counted_once: dict[str, None] = field(default_factory=dict, repr=False)
 
-    def success(self) -> None:
+    def success(self, *, recovered: bool = True) -> None:
+        """Count a good answer. With `recovered` false (another of the watcher's endpoints
+        still fails) it is no recovery: nothing is logged, and that error stays said once."""
         self.polls += 1
         self.successes += 1
         self.last_success = time.time()
-        if self.last_error is not None:
+        if recovered and self.last_error is not None:
             log.info("%s: polling recovered after %s", self.provider, self.last_error)
             self.last_error = None
             self._logged.clear()

@@ -734,9 +734,10 @@ class GcpWatcher:
         one key's standing fault (an upcoming-maintenance that answers 500) is one warning,
         not a warning and a "recovered" at every answer of the others."""
         self._failing.discard(key)
-        # The first good answer counts whatever else fails: it makes the provider ready.
+        # The first good answer counts whatever else fails: it makes the provider ready. It is
+        # no recovery of a key still failing (a 500 before any long-poll answered, under load).
         if not self._failing or self.health.last_success is None:
-            self.health.success()
+            self.health.success(recovered=not self._failing)
 
     def _bad(self, key: str, kind: str, message: str) -> None:
         self._failing.add(key)

@@ -11,7 +11,7 @@ import pytest
 import respx
 from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.simulate import GcpSimulator
-from forewarn.providers.gcp.watch import GcpWatcher
+from forewarn.providers.gcp.watch import PREEMPTED_KEY, UPCOMING_KEY, GcpWatcher
 from forewarn.providers.simulator import SimServer
 from gcp_support import WatchRun, watching
 from support import free_port
@@ -197,6 +197,29 @@ async def test_a_key_that_keeps_failing_beside_good_ones_does_not_flap(
     assert len([line for line in said if "recovered" in line]) <= 1, said
     assert len([line for line in said if "http-500" in line]) == 1, said
     assert run.watcher.health.last_success is not None
+
+
+async def test_a_key_failing_before_the_first_good_answer_is_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # upcoming-maintenance answered 500 before any long-poll answered (a loaded machine): the
+    # first good answer, which makes the provider ready, said "polling recovered" though the
+    # key still failed, and its next 500 was warned about again.
+    watcher = GcpWatcher(Settings(url="http://metadata.test"), environ={})
+    caplog.set_level("INFO", logger="forewarn.providers")
+    try:
+        watcher._bad(UPCOMING_KEY, "http-500", f"{UPCOMING_KEY}: HTTP 500")
+        watcher._good(PREEMPTED_KEY)
+        assert watcher.health.ready
+        watcher._bad(UPCOMING_KEY, "http-500", f"{UPCOMING_KEY}: HTTP 500")
+        watcher._good(PREEMPTED_KEY)
+        said = [r.getMessage() for r in caplog.records if r.name == "forewarn.providers"]
+        assert said == [f"gcp: http-500: {UPCOMING_KEY}: HTTP 500 (seen 1 times)"], said
+        watcher._good(UPCOMING_KEY)  # the key itself answers: that is a recovery
+        said = [r.getMessage() for r in caplog.records if r.name == "forewarn.providers"]
+        assert said[-1] == "gcp: polling recovered after http-500", said
+    finally:
+        await watcher.aclose()
 
 
 async def test_the_read_timeout_is_above_timeout_sec() -> None:
