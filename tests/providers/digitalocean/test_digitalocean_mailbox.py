@@ -871,7 +871,8 @@ def test_stopping_does_not_wait_for_a_dns_lookup_of_imap_host(
         took = time.monotonic() - started
     finally:
         release.set()
-    assert took < 2.0, f"the stop waited {took:.1f}s for the DNS lookup of imap_host"
+    # The fault waits for the lookup, held 10 s here; a loaded CI machine stretches the rest.
+    assert took < 5.0, f"the stop waited {took:.1f}s for the DNS lookup of imap_host"
 
 
 class _Untagged:
