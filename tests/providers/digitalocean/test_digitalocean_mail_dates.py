@@ -355,6 +355,7 @@ _ANY_SENT = st.none() | st.datetimes(timezones=st.just(timezone.utc))
 @settings(max_examples=500, deadline=None)
 @given(text=_GARBAGE, sent=_ANY_SENT)
 @example(text="0000and0000Z", sent=datetime(2000, 1, 1, 1, 0, tzinfo=timezone.utc))
+@example(text="midnight to1600Z", sent=datetime(2000, 1, 1, 0, 10, 0, 1, tzinfo=timezone.utc))
 def test_garbage_of_these_forms_gives_a_deadline_in_bounds_or_none(
     text: str, sent: datetime | None
 ) -> None:
@@ -363,8 +364,9 @@ def test_garbage_of_these_forms_gives_a_deadline_in_bounds_or_none(
         assert found[0].tzinfo is not None
         # A time today may be past: no earlier than the start of the Date's day in its zone.
         # So may a window open when the mail was sent ("0000 and 0000Z", the whole day, sent
-        # at 01:00): its start, up to a day before the end that is not past.
-        window = re.search(r"(?:-|\u2013|\u2014|\bto\b|and|until)", found[1], re.IGNORECASE)
+        # at 01:00): its start, up to a day before the end that is not past. "to" joined to
+        # the end's digits is a window too ("midnight to1600Z"), "today" is not.
+        window = re.search(r"(?:-|\u2013|\u2014|\bto(?![a-z])|and|until)", found[1], re.IGNORECASE)
         back = timedelta(days=1) + (SLACK if window else timedelta(0))
         earliest = sent - (back if "today" in found[1] or window else SLACK)
         assert earliest <= found[0] <= sent + timedelta(days=30), (text, found)
