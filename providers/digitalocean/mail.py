@@ -1072,7 +1072,10 @@ def _written_time(
             if not minutes and len(hours) > 2:  # +0130
                 hours, minutes = hours[:-2], hours[-2:]
             offset = timedelta(hours=int(hours), minutes=int(minutes or 0))
-            tz = timezone(offset if zone[0] == "+" else -offset)
+            # No zone lies between UTC-1 and UTC: "14:00 UTC-0:30" is an early margin, read
+            # as 13:30. As the offset it is not, it was 14:30, half an hour late.
+            early_margin = timedelta(0) < offset < timedelta(hours=1)
+            tz = timezone(offset if zone[0] == "+" or early_margin else -offset)
         end_clock: tuple[int, int, int] | None = None
         if end is not None:
             # Noon and midnight take no half of the day from the start.

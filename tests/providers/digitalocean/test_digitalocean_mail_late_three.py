@@ -129,8 +129,14 @@ def test_any_countdown_clock_is_that_long_after_the_date(
         ("reclaimed at 14:00 UTC minus 30 minutes.", _utc(13, 30)),
         ("reclaimed at 14:00 UTC (minus 30 minutes).", _utc(13, 30)),
         ("reclaimed at 14:00 UTC, -30 min.", _utc(13, 30)),
+        # Read as the offset UTC-0:30, which no zone has: half an hour late.
+        ("reclaimed at 14:00 UTC-0:30.", _utc(13, 30)),
+        ("reclaimed at 14:00 GMT-00:30.", _utc(13, 30)),
+        ("reclaimed at 14:00 -0030.", _utc(13, 30)),
         # Offsets and windows, not margins: kept.
         ("reclaimed at 14:00 UTC-3.", _utc(17)),
+        ("reclaimed at 14:00 UTC-3:30.", _utc(17, 30)),
+        ("reclaimed at 14:00 UTC-00:00.", _utc(14)),
         ("reclaimed at 14:00 UTC -3.", _utc(17)),
         ("reclaimed at 14:00 UTC-0300.", _utc(17)),
         ("reclaimed at 14:00 UTC - 16:00 UTC.", _utc(14)),
