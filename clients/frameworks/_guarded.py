@@ -40,6 +40,10 @@ class GuardHolder:
 
     def _close_guard(self) -> None:
         if self._guard is not None:
-            self._exit_code = self._guard.exit_code
-            self._guard.close()
-            self._guard = None
+            # After close(): it waits for a background save in flight, whose failure turns an
+            # exit's 143 into 1 (the state of the exit is not saved). Read before, 143 was kept.
+            try:
+                self._guard.close()
+            finally:
+                self._exit_code = self._guard.exit_code
+                self._guard = None
