@@ -554,7 +554,14 @@ def _zone(name: str | None) -> str:
 
 
 # Followed by a space: "10:30 UTC-0130" is an offset from UTC, not a window to 01:30.
-_WINDOW = _WINDOW.replace("{start_zone}", _zone("szone") + r"(?=\s)")
+# Not before a dash and "0:30": "14:00 UTC -0:30" is an early margin, as "14:00 UTC-0:30" is
+# (13:30; _TOLERANCES); read as a window to 00:30, its start was half an hour late.
+_WINDOW = _WINDOW.replace(
+    "{start_zone}",
+    _zone("szone")
+    + r"(?=\s)(?![^\S\n]*[-\u2212\u2013][^\S\n]*0:[0-5][0-9]"
+    + r"(?![0-9:]|[^\S\n]*[(\[]?(?:[ap]\.?m\b|UTC\b|GMT\b|Z\b)))",
+)
 # A zone on the window's start stands for the whole window. With a zone on its end too, it
 # is a window only after "between": "moved from 16:00 UTC to 13:30 UTC" is two times, the
 # old and the new.
@@ -886,6 +893,14 @@ _TOLERANCES.append(
         r"[^\S\n]*(?:,[^\S\n]*)?(?:[(\[][^\S\n]*)?(?:[-\u2212\u2013]|minus\s)[^\S\n]*(?=[0-9])"
         + _AMOUNT
         + r"[^\S\n]*[)\]]?",
+        re.IGNORECASE,
+    )
+)
+# Or as a clock of no hours: "14:00 UTC - 0:30" was read as 14:00 (a window to 00:30, before).
+_TOLERANCES.append(
+    re.compile(
+        r"[^\S\n]*[-\u2212\u2013][^\S\n]*0:(?P<n>[0-5][0-9])"
+        r"(?![0-9:]|[^\S\n]*[(\[]?(?:[ap]\.?m\b|UTC\b|GMT\b|Z\b))",
         re.IGNORECASE,
     )
 )

@@ -208,13 +208,24 @@ def test_any_amount_earlier_after_a_comma_moves_the_deadline_back_by_it(
 @given(
     minutes=st.integers(min_value=1, max_value=59),
     form=st.sampled_from(
-        ["UTC-0:{:02d}", "UTC-00:{:02d}", "GMT-00{:02d}", "-00:{:02d}", "-00{:02d}"]
+        [
+            "UTC-0:{:02d}",
+            "UTC-00:{:02d}",
+            "GMT-00{:02d}",
+            "-00:{:02d}",
+            "-00{:02d}",
+            # Read as a window to 00:MM before.
+            "UTC -0:{:02d}",
+            "UTC - 0:{:02d}",
+            "GMT \u2013 0:{:02d}",
+        ]
     ),
 )
 def test_any_offset_between_utc_minus_one_and_utc_is_an_early_margin(
     minutes: int, form: str
 ) -> None:
-    # No zone has such an offset; read as one, the deadline was that much late.
+    # No zone has such an offset, nor is "0:MM" after a dash the end of a window: read as
+    # either, the deadline was late.
     text = f"reclaimed at 14:00 {form.format(minutes)} on December 1."
     assert _deadline(text) == _utc(14) - timedelta(minutes=minutes), text
 

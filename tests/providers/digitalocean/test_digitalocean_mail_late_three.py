@@ -133,7 +133,14 @@ def test_any_countdown_clock_is_that_long_after_the_date(
         ("reclaimed at 14:00 UTC-0:30.", _utc(13, 30)),
         ("reclaimed at 14:00 GMT-00:30.", _utc(13, 30)),
         ("reclaimed at 14:00 -0030.", _utc(13, 30)),
+        # Read as a window to 00:30: half an hour late.
+        ("reclaimed at 14:00 UTC -0:30.", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC - 0:30.", _utc(13, 30)),
+        ("reclaimed at 14:00 GMT \u2013 0:45.", _utc(13, 15)),
+        ("reclaimed on December 3, 2026 14:00 UTC - 0:30.", _utc(13, 30, 3)),
         # Offsets and windows, not margins: kept.
+        ("reclaimed at 22:00 UTC - 00:30.", _utc(22)),
+        ("reclaimed at 22:00 UTC - 0:30 UTC.", _utc(22)),
         ("reclaimed at 14:00 UTC-3.", _utc(17)),
         ("reclaimed at 14:00 UTC-3:30.", _utc(17, 30)),
         ("reclaimed at 14:00 UTC-00:00.", _utc(14)),
