@@ -617,33 +617,47 @@ _NEEDS: dict[str, re.Pattern[str] | None] = {
     "md": _MONTH_NAME,
     "dm": _MONTH_NAME,
 }
-_WRITTEN_TIMES: list[tuple[re.Pattern[str] | None, re.Pattern[str]]] = [
-    (_NEEDS[name], re.compile(pattern, re.IGNORECASE))
-    for name, date in _DATES.items()
-    for pattern in (
-        _ZONE_BEFORE_DATE
-        + date
-        + _DATE_ZONE
-        + _DATE_THEN_TIME
-        + _WINDOW
-        + _TIME_ZONE
-        + _SOME_ZONE_OR_FIRST,
-        _WINDOW + _TIME_ZONE + _TIME_THEN_DATE + date + _DATE_ZONE + _SOME_ZONE,
-    )
-] + [(_MONTH_NAME, re.compile(pattern, re.IGNORECASE)) for pattern in _CTIMES]
-# ISO 8601's basic form, "20261204T131000Z": its time alone was read, on the mail's day.
-_WRITTEN_TIMES.append(
-    (
-        None,
-        re.compile(
-            r"(?<![0-9])(?P<y>(?:19|20)[0-9]{2})(?P<m>[01][0-9])(?P<d>[0-3][0-9])T"
+
+
+def _written_time_patterns(margin: str) -> list[tuple[re.Pattern[str] | None, re.Pattern[str]]]:
+    """The patterns of a time with its date, each with the pattern a text must hold for it to
+    be tried; `margin`, a tolerance that may stand between a time and the date after it."""
+    patterns: list[tuple[re.Pattern[str] | None, re.Pattern[str]]] = [
+        (_NEEDS[name], re.compile(pattern, re.IGNORECASE))
+        for name, date in _DATES.items()
+        for pattern in (
+            _ZONE_BEFORE_DATE
+            + date
+            + _DATE_ZONE
+            + _DATE_THEN_TIME
             + _WINDOW
             + _TIME_ZONE
-            + r"(?(zone)|(?(szone)|(?!)))",
-            re.IGNORECASE,
-        ),
+            + _SOME_ZONE_OR_FIRST,
+            _WINDOW
+            + _TIME_ZONE
+            + f"(?P<margin>{margin})?"
+            + _TIME_THEN_DATE
+            + date
+            + _DATE_ZONE
+            + _SOME_ZONE,
+        )
+    ] + [(_MONTH_NAME, re.compile(pattern, re.IGNORECASE)) for pattern in _CTIMES]
+    # ISO 8601's basic form, "20261204T131000Z": its time alone was read, on the mail's day.
+    patterns.append(
+        (
+            None,
+            re.compile(
+                r"(?<![0-9])(?P<y>(?:19|20)[0-9]{2})(?P<m>[01][0-9])(?P<d>[0-3][0-9])T"
+                + _WINDOW
+                + _TIME_ZONE
+                + r"(?(zone)|(?(szone)|(?!)))",
+                re.IGNORECASE,
+            ),
+        )
     )
-)
+    return patterns
+
+
 # A time with its zone and no date ("at 14:30 UTC", "today between 14:00 and 16:00 UTC"):
 # its next occurrence from the mail's Date. Read as Date + lead it was late by up to a
 # day whenever DigitalOcean gave less notice than the lead.
@@ -903,6 +917,11 @@ _TOLERANCES.append(
         r"(?![0-9:]|[^\S\n]*[(\[]?(?:[ap]\.?m\b|UTC\b|GMT\b|Z\b))",
         re.IGNORECASE,
     )
+)
+# A tolerance between a time and its date ("14:00 UTC (± 30 min) on December 3", "14:00 UTC
+# -30min on December 3"): the date was lost, and the time read on the mail's day, days early.
+_WRITTEN_TIMES = _written_time_patterns(
+    "|".join(re.sub(r"\(\?P<\w+>", "(?:", tolerance.pattern) for tolerance in _TOLERANCES)
 )
 # The same said in a sentence of its own: "Droplet gpu-1 will be reclaimed at 14:00 UTC. It may
 # be reclaimed up to 50 minutes early." The deadline was 14:00, late by the 50 minutes.
@@ -1202,8 +1221,13 @@ def _candidates(
                     if (written := _written_time(match, sent, order=order, shift=shift)) is not None
                 }
             )
+            margin = match.groupdict().get("margin")
             for reading in readings:
-                written, words_end = _less_tolerance(text, match.end(), reading)
+                if margin is None:
+                    written, words_end = _less_tolerance(text, match.end(), reading)
+                else:  # between the time and its date
+                    written = _less_tolerance(text, match.start("margin"), reading)[0]
+                    words_end = match.end()
                 words = text[first:words_end]
                 if len(readings) > 1:
                     # find_deadline takes the first reading that can be the deadline, so

@@ -1328,6 +1328,9 @@ def test_a_mail_naming_thousands_of_droplets_is_judged_without_holding_the_loop_
         # Times today already past: each asks whether its sentence is the reclaim's.
         "Billing stops today at 01:00 UTC. ",
         "reclaim window today at 01:00 UTC, ",
+        # Margins, and a margin between a time and its date.
+        "at 16:30 UTC - 0:30 ",
+        "at 16:30 UTC (\u00b1 30 min) on December 3, ",
     ],
 )
 def test_a_mail_of_thousands_of_times_is_judged_without_holding_the_loop_for_seconds(

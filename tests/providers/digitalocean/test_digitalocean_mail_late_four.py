@@ -259,3 +259,37 @@ def test_any_time_with_a_zone_note_on_the_next_line_reads_as_written_with_the_zo
     written = _verdict(f"Droplet gpu-spot-1 will be reclaimed at {clock} {zone}.").report
     assert noted is not None and written is not None
     assert noted.deadline == written.deadline, (noted.detail, written.detail)
+
+
+_MARGINS_BEFORE_A_DATE = [
+    "\u00b1 {} min",
+    "(\u00b1 {} min)",
+    "+/- {} minutes",
+    "(give or take {} minutes)",
+    "(up to {} minutes earlier)",
+    ", {} minutes earlier at the latest,",
+    "(-{}/+0 min)",
+    "-{}min",
+    "minus {} minutes",
+]
+
+
+@pytest.mark.parametrize("margin", [*_MARGINS_BEFORE_A_DATE, "- 0:{}"])
+def test_a_margin_between_a_time_and_its_date_keeps_the_date(margin: str) -> None:
+    # The date was lost: the time was read on the mail's day, two days early here.
+    text = f"reclaimed at 14:00 UTC {margin.format(30)} on December 3, 2026."
+    assert _deadline(text) == _utc(13, 30, 3), text
+
+
+@given(
+    minutes=st.integers(min_value=1, max_value=600),
+    day=st.integers(min_value=2, max_value=28),
+    margin=st.sampled_from(_MARGINS_BEFORE_A_DATE),
+    weekday=st.booleans(),
+)
+def test_any_margin_before_a_date_moves_that_date_s_time_back_by_it(
+    minutes: int, day: int, margin: str, weekday: bool
+) -> None:
+    date = f"{_utc(0, 0, day):%A}, December {day}" if weekday else f"December {day}, 2026"
+    text = f"reclaimed at 14:00 UTC {margin.format(minutes)} on {date}."
+    assert _deadline(text) == _utc(14, 0, day) - timedelta(minutes=minutes), text
