@@ -38,7 +38,13 @@ from forewarn.protocol.wire import (
 
 from .argtypes import choice_as_written, path_arg
 from .eventlines import ReplayTracker, describe
-from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH, deadline_problem
+from .limits import (
+    MAX_ACK_NOTE_LENGTH,
+    MAX_FLUSH_SECONDS,
+    MAX_ID_LENGTH,
+    MAX_NOTE_LENGTH,
+    deadline_problem,
+)
 from .throttle import WarningThrottle
 
 if TYPE_CHECKING:
@@ -109,6 +115,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _step(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"must be 0 or more (at most 2**63-1), got {value}")
     return value
 
 
@@ -398,6 +414,56 @@ def cmd_notify(args: argparse.Namespace) -> int:
         print("cleared: " + _readable(control, lambda: ", ".join(reply["cleared"]) or "nothing"))
     else:
         print(_readable(control, lambda: describe(reply["notice"])))
+    return 0
+
+
+def cmd_ack(args: argparse.Namespace) -> int:
+    """Tell the agent a checkpoint was saved: what a client library sends after its flush, for
+    a job that is no such client (a shell script that `forewarn wait`ed, then saved)."""
+    _, control = _endpoints(args)
+    if args.notice_id is not None and len(args.notice_id) > MAX_ID_LENGTH:
+        raise UsageError(
+            f"NOTICE_ID: at most {MAX_ID_LENGTH} characters, got {len(args.notice_id)}"
+        )
+    if args.note is not None and len(args.note) > MAX_ACK_NOTE_LENGTH:
+        raise UsageError(f"--note: at most {MAX_ACK_NOTE_LENGTH} characters, got {len(args.note)}")
+    if args.flush_seconds is not None and args.flush_seconds > MAX_FLUSH_SECONDS:
+        raise UsageError(
+            f"--flush-seconds: at most {MAX_FLUSH_SECONDS:g}s, got {args.flush_seconds:g}s"
+        )
+    if args.notice_id is not None:
+        # An id no notice has (mistyped, or cleared since the job read it) would be taken and
+        # change nothing: the script that meant to release the notice is told instead.
+        status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
+        active = _readable(control, lambda: [str(notice["id"]) for notice in status["active"]])
+        if args.notice_id not in active:
+            listed = ", ".join(active) or "none"
+            print(
+                f"forewarn: no active notice {args.notice_id!r} (active: {listed}); nothing acked",
+                file=sys.stderr,
+            )
+            return 1
+    payload: dict[str, Any] = {"op": "ack", "outcome": args.outcome}
+    for key, value in (
+        ("notice_id", args.notice_id),
+        ("step", args.step),
+        ("flush_seconds", args.flush_seconds),
+        ("note", args.note),
+    ):
+        if value is not None:
+            payload[key] = value
+    reply = _ask(control, payload, args.runtime_dir, args.timeout)
+    if args.json:
+        print(json.dumps(reply))
+        return 0
+    figures = [
+        f"step {args.step}" if args.step is not None else "",
+        f"flush {args.flush_seconds:g}s" if args.flush_seconds is not None else "",
+    ]
+    said = ", ".join(figure for figure in figures if figure)
+    print(
+        f"acked {args.notice_id or '(no notice)'}: {args.outcome}" + (f" ({said})" if said else "")
+    )
     return 0
 
 
@@ -955,6 +1021,37 @@ def build_parser(
     _add_control_timeout(status)
     _add_endpoint_flags(status)
     status.set_defaults(func=cmd_status)
+
+    ack = commands.add_parser("ack", help="tell the agent a checkpoint was saved (for a notice)")
+    ack.add_argument(
+        "notice_id",
+        nargs="?",
+        type=_notice_id,
+        metavar="NOTICE_ID",
+        help="the active notice the save was for (default: none; the save counts only for the "
+        "flush times)",
+    )
+    ack.add_argument("--step", type=_step, help="the step saved")
+    ack.add_argument(
+        "--flush-seconds",
+        type=_duration("--flush-seconds"),
+        help="how long the save took (90, 90s, 1m30s); the slowest sizes the exit margin",
+    )
+    ack.add_argument(
+        "--outcome",
+        choices=("saved", "failed"),
+        default="saved",
+        help="saved (default), or failed: the save did not complete",
+    )
+    ack.add_argument(
+        "--note",
+        type=_unset_if_blank,
+        help="one line on the save, kept in telemetry (and logged for a failed one)",
+    )
+    ack.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
+    _add_control_timeout(ack)
+    _add_endpoint_flags(ack)
+    ack.set_defaults(func=cmd_ack)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of protocol v1")
     schema.set_defaults(func=cmd_schema)

@@ -14,6 +14,10 @@ MAX_MANUAL = 64
 MAX_ID_LENGTH = 200
 # The longest `--note` of a manual notice; the note travels in every replay of the notice.
 MAX_NOTE_LENGTH = 2000
+# The longest note of an ack (a client's word on its save, one line in the agent's log).
+MAX_ACK_NOTE_LENGTH = 500
+# An hour: far beyond any checkpoint flush worth doing before a reclaim.
+MAX_FLUSH_SECONDS = 3600.0
 # `<provider>/<rest>`: printable ASCII without spaces, so that an id never breaks a log line
 # or a metric label, and never passes for another provider's. `\Z`, not `$`: `$` also
 # matches before a final newline, which let "local/a\n" through.

@@ -43,7 +43,7 @@ from pydantic import (
     field_validator,
 )
 
-from .limits import MAX_ID_LENGTH, MAX_NOTE_LENGTH
+from .limits import MAX_ACK_NOTE_LENGTH, MAX_FLUSH_SECONDS, MAX_ID_LENGTH, MAX_NOTE_LENGTH
 
 
 def _wire_time(value: Any) -> Any:
@@ -96,12 +96,11 @@ OneLine = Annotated[
     str, StringConstraints(max_length=200), AfterValidator(_one_line), _ONE_LINE_SCHEMA
 ]
 OneLineNote = Annotated[
-    str, StringConstraints(max_length=500), AfterValidator(_one_line), _ONE_LINE_SCHEMA
+    str,
+    StringConstraints(max_length=MAX_ACK_NOTE_LENGTH),
+    AfterValidator(_one_line),
+    _ONE_LINE_SCHEMA,
 ]
-
-
-# An hour: far beyond any checkpoint flush worth doing before a reclaim.
-MAX_FLUSH_SECONDS = 3600.0
 
 
 class _Message(BaseModel):

@@ -1,5 +1,5 @@
 """A blank value (nothing, or whitespace alone) given to an option of a client command
-(`notify`, `watch`, `wait`, `status`) follows the agent's rule for its own flags: it sets
+(`notify`, `watch`, `wait`, `status`, `ack`) follows the agent's rule for its own flags: it sets
 nothing, as if the option were left out, or it is refused with exit 2 naming the option.
 `--events "$EP"` with EP unset once fell back to the default while `--events " "` was refused
 as an endpoint, `--id " "` went to the agent as an id while `--id ""` was refused, and
@@ -14,11 +14,19 @@ from typing import Any
 import pytest
 from forewarn.agent import cli
 from forewarn.agent.cli import build_parser, main
+from forewarn.protocol.timefmt import parse_duration
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 # Each client command as a user starts it, before the option under test.
-COMMANDS = (("watch",), ("wait",), ("status",), ("notify", "drain"), ("notify", "clear"))
+COMMANDS = (
+    ("watch",),
+    ("wait",),
+    ("status",),
+    ("notify", "drain"),
+    ("notify", "clear"),
+    ("ack",),
+)
 BLANKS = st.text(alphabet=" \t\n\r\f\v", max_size=4)
 
 
@@ -137,3 +145,34 @@ def test_a_note_keeps_its_own_spaces(
     )
     assert reached[0] == "reached", reached
     assert reached[1]["payload"]["note"] == "  two spaces"
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    step=st.text(max_size=8) | st.integers(min_value=-(2**64), max_value=2**64).map(str),
+    flush=st.text(max_size=8)
+    | st.floats(allow_nan=True, allow_infinity=True).map(str)
+    | st.sampled_from(["90", "90s", "1m30s", "2h", "250ms", "-1", "3600", "3600.1"]),
+)
+def test_any_step_and_flush_given_to_ack_is_sent_as_read_or_refused_naming_it(
+    step: str,
+    flush: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
+    monkeypatch.setattr("forewarn.protocol.wire.DEFAULT_CONFIG_FILE", tmp_path / "absent.toml")
+    capsys.readouterr()
+    argv = ["ack", "--runtime-dir", str(tmp_path), f"--step={step}", f"--flush-seconds={flush}"]
+    outcome = _outcome(argv, monkeypatch, capsys)
+    if outcome[0] == "exit":
+        _, code, stderr = outcome
+        assert code == 2 and ("--step" in stderr or "--flush-seconds" in stderr), stderr
+        assert len(stderr.strip().splitlines()) == 1, stderr
+        return
+    payload = outcome[1]["payload"]
+    assert payload["step"] == int(step) and 0 <= payload["step"] < 2**63
+    assert payload["flush_seconds"] == parse_duration(flush) <= 3600

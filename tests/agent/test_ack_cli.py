@@ -1,0 +1,146 @@
+"""`forewarn ack`: a job that is no client library (a shell script that waited with `forewarn
+wait`, then saved) tells the agent it saved, as the clients' ack does. Without it such a job
+could not release the flag file's drain, let Azure's `after-ack` approve, or give its flush
+time to the exit margin and `forewarn plan`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd
+
+
+def _ack(agent: AgentProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        forewarn_cmd("ack", *args), env=agent.env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_an_ack_from_the_shell_releases_the_flag_files_drain(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("")
+        drain = sub.notice(timeout=5)
+        assert drain["action"] == "drain" and drain["id"].startswith("local/flag/")
+        assert agent.control({"op": "status"})["ok"]
+        assert flag.exists(), "removed before anything was saved"
+        done = _ack(agent, drain["id"], "--step", "120", "--flush-seconds", "2.5s")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"acked {drain['id']}: saved (step 120, flush 2.5s)"
+        cleared = sub.notice(timeout=5)
+        assert (cleared["action"], cleared["id"]) == ("clear", drain["id"])
+        assert not flag.exists()
+    log = agent.output()
+    assert f"ack {drain['id']} from ?: step=120 flush=2.5s outcome=saved" in log, log
+
+
+def test_an_ack_of_a_notice_a_client_holds_does_not_release_it_for_that_client(
+    tmp_path: Path,
+) -> None:
+    """Anonymous, the shell's ack completes only a notice nobody else holds: a library client
+    subscribed as `client/<id>` still has to save before the flag goes."""
+    with AgentProcess(tmp_path) as agent:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        with Subscriber(agent.events, ("notice", "client/trainer")).ready() as sub:
+            flag.write_text("")
+            drain = sub.notice(timeout=5)
+            assert _ack(agent, drain["id"]).returncode == 0
+            assert agent.control({"op": "status"})["ok"]
+            assert flag.exists(), "released while the trainer had not saved"
+            ack = {"op": "ack", "notice_id": drain["id"], "client": "trainer"}
+            assert agent.control(ack)["ok"]
+            assert sub.notice(timeout=5)["action"] == "clear"
+        assert not flag.exists()
+
+
+def test_an_ack_from_the_shell_lets_azure_approve_after_ack(tmp_path: Path) -> None:
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=60, rate_limit=10, approval_start_after=600)
+    with SimServer(sim) as server:
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AZURE_URL=server.url,
+            FOREWARN_AZURE_VM_NAME="gpu-0",
+            FOREWARN_AZURE_INTERVAL="0.25",
+            FOREWARN_AZURE_APPROVE="after-ack",
+        )
+        event_id = sim.raise_notice("Preempt", {"not_before_seconds": 600})
+        with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
+            eventually(
+                lambda: agent.control({"op": "status"})["active"], timeout=15, what="the Preempt"
+            )
+            assert sim.approvals == []
+            done = _ack(agent, f"azure/{event_id}", "--flush-seconds", "4")
+            assert done.returncode == 0, done.stderr
+            eventually(lambda: sim.approvals, timeout=15, what="the approval")
+            assert [a["EventId"] for a in sim.approvals] == [event_id]
+
+
+def test_an_ack_of_no_active_notice_says_so_and_sends_nothing(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        agent.control({"op": "notify", "action": "drain", "id": "local/real"})
+        done = _ack(agent, "local/typo", "--step", "3")
+        assert done.returncode == 1
+        assert done.stderr.strip() == (
+            "forewarn: no active notice 'local/typo' (active: local/real); nothing acked"
+        )
+        assert agent.control({"op": "status"})["ok"]
+    assert "ack local/typo" not in agent.output()
+
+
+def test_an_ack_of_no_notice_counts_the_flush_only(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        done = _ack(agent, "--flush-seconds", "1m30s", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"ok": True}
+        line = "ack (periodic) from ?: step=None flush=90.0s outcome=saved"
+        eventually(lambda: line in agent.output(), what="the ack's log line")
+    # What `forewarn plan` reads the flush time from.
+    telemetry = Path(agent.env["FOREWARN_STATE_DIR"]) / "telemetry.jsonl"
+    records = [json.loads(text) for text in telemetry.read_text().splitlines()]
+    acks = [record for record in records if record["kind"] == "ack"]
+    assert [a["flush_seconds"] for a in acks] == [90.0], records
+
+
+def test_a_failed_save_acked_from_the_shell_keeps_the_flag_and_says_why(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("")
+        drain = sub.notice(timeout=5)
+        done = _ack(agent, drain["id"], "--outcome", "failed", "--note", "disk full")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"acked {drain['id']}: failed"
+        line = f"ack {drain['id']} from ?: step=None flush=none outcome=failed (disk full)"
+        eventually(lambda: line in agent.output(), what="the ack's log line")
+        assert flag.exists(), "a failed save released the drain"
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--step", "-1"), "--step"),
+        (("--step", "1.5"), "--step"),
+        (("--flush-seconds", "soon"), "--flush-seconds"),
+        (("--flush-seconds", "2h"), "--flush-seconds"),
+        (("--outcome", "resumed"), "--outcome"),
+        (("--note", "x" * 501), "--note"),
+        (("",), "NOTICE_ID"),
+        (("local/" + "x" * 200,), "NOTICE_ID"),
+    ],
+)
+def test_a_bad_ack_exits_2_naming_what_is_wrong(
+    tmp_path: Path, args: tuple[str, ...], named: str
+) -> None:
+    done = subprocess.run(
+        forewarn_cmd("ack", *args, "--runtime-dir", str(tmp_path)),
+        env=agent_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert named in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
