@@ -290,11 +290,23 @@ async def test_the_client_ignores_proxy_settings(monkeypatch: pytest.MonkeyPatch
 
 
 class TestDetect:
-    async def test_true_on_imds_within_a_second(self) -> None:
+    async def test_true_on_imds(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        # The simulator answers on loopback in milliseconds, but a clean-clone run (eight
+        # workers on two cores) once took longer than detection's 0.9 s budget, and detect()
+        # rightly said no. The budget is the product's (a real IMDS answers in milliseconds;
+        # the hang test below holds it); here it is what answers that counts.
+        monkeypatch.setattr("forewarn.providers.azure.watch.DETECT_TIMEOUT", 30.0)
         async with running() as h:
-            started = time.monotonic()
             assert await h.watcher.detect() is True
-            assert time.monotonic() - started < 1.0
+
+    async def test_false_within_its_budget_when_imds_hangs(self) -> None:
+        async with running() as h:
+            h.sim.add_fault("hang", path="/metadata/instance", seconds=60)
+            started = time.monotonic()
+            assert await h.watcher.detect() is False
+            # The budget is 0.9 s; the bound is far under the 60 s hang, so a loaded machine
+            # does not fail it and a detection that waits for the answer does.
+            assert time.monotonic() - started < 10.0
 
     async def test_false_quickly_when_nothing_listens(self) -> None:
         watcher = AzureWatcher(Settings(url=f"http://127.0.0.1:{free_port()}"))
