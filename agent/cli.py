@@ -150,6 +150,14 @@ def _notice_id(text: str) -> str:
     return text
 
 
+def _acked_notice_id(text: str) -> str:
+    if not text.strip(string.whitespace):
+        # `forewarn ack "$ID"` with ID unset: an ack of no notice would go out, releasing
+        # nothing, while the script meant to release one.
+        raise argparse.ArgumentTypeError("empty; leave NOTICE_ID out for an ack of no notice")
+    return text
+
+
 # Endpoints for the commands that talk to a running agent.
 
 
@@ -1026,7 +1034,7 @@ def build_parser(
     ack.add_argument(
         "notice_id",
         nargs="?",
-        type=_notice_id,
+        type=_acked_notice_id,
         metavar="NOTICE_ID",
         help="the active notice the save was for (default: none; the save counts only for the "
         "flush times)",

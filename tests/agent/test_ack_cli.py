@@ -119,6 +119,18 @@ def test_a_failed_save_acked_from_the_shell_keeps_the_flag_and_says_why(tmp_path
         assert flag.exists(), "a failed save released the drain"
 
 
+def test_a_blank_notice_id_is_refused_not_sent_as_no_notice(tmp_path: Path) -> None:
+    done = subprocess.run(
+        forewarn_cmd("ack", " ", "--runtime-dir", str(tmp_path)),
+        env=agent_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "NOTICE_ID: empty; leave NOTICE_ID out for an ack of no notice" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [
