@@ -469,6 +469,11 @@ class _Handler(BaseHTTPRequestHandler):
 
 class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's listen backlog is 5: a burst of connections (several scrapers and probes
+    # at once, or a flood) waited on the kernel's SYN retransmits, 96 connects took 15 s, and
+    # the cap below was never reached, so a flood was served slowly rather than refused. A
+    # queued connection holds no descriptor of ours until it is accepted.
+    request_queue_size = 128
 
     def __init__(self, host: str, port: int, observer: MetricsObserver) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
