@@ -12,13 +12,11 @@ from pathlib import Path
 import pytest
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, Subscriber, agent_env, eventually, forewarn_cmd
+from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 
 
 def _ack(agent: AgentProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        forewarn_cmd("ack", *args), env=agent.env, capture_output=True, text=True, timeout=60
-    )
+    return run_forewarn("ack", *args, env=agent.env, timeout=60)
 
 
 def test_an_ack_from_the_shell_releases_the_flag_files_drain(tmp_path: Path) -> None:
@@ -120,13 +118,7 @@ def test_a_failed_save_acked_from_the_shell_keeps_the_flag_and_says_why(tmp_path
 
 
 def test_a_blank_notice_id_is_refused_not_sent_as_no_notice(tmp_path: Path) -> None:
-    done = subprocess.run(
-        forewarn_cmd("ack", " ", "--runtime-dir", str(tmp_path)),
-        env=agent_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_forewarn("ack", " ", "--runtime-dir", str(tmp_path), env=agent_env(tmp_path))
     assert done.returncode == 2
     assert "NOTICE_ID: empty; leave NOTICE_ID out for an ack of no notice" in done.stderr
 
@@ -147,12 +139,6 @@ def test_a_blank_notice_id_is_refused_not_sent_as_no_notice(tmp_path: Path) -> N
 def test_a_bad_ack_exits_2_naming_what_is_wrong(
     tmp_path: Path, args: tuple[str, ...], named: str
 ) -> None:
-    done = subprocess.run(
-        forewarn_cmd("ack", *args, "--runtime-dir", str(tmp_path)),
-        env=agent_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_forewarn("ack", *args, "--runtime-dir", str(tmp_path), env=agent_env(tmp_path))
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert named in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
