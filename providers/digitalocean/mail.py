@@ -861,6 +861,13 @@ _SHIFT = re.compile(
 _EARLIER = re.compile(r"\b(?:brought\s+forward|earlier|moved\s+up|advanced|sooner)\b", re.I)
 
 
+# A margin written as a clock ("14:00 UTC (± 0:30)", "(up to 1:15 earlier)"): each such form
+# was read as 14:00, late by the margin. Not a time of day after it.
+_CLOCK_AMOUNT = (
+    r"(?P<ch>[0-9]{1,2}):(?P<cm>[0-5][0-9])"
+    r"(?![0-9:]|[^\S\n]*[(\[]?(?:[ap]\.?m\b|UTC\b|GMT\b|Z\b))"
+)
+_SOME_AMOUNT = "(?:" + _AMOUNT + "|" + _CLOCK_AMOUNT + ")"
 # A time given with a tolerance: "at 14:00 UTC +/- 30 minutes", "16:00 UTC (± 2h)". Read as
 # the time written, the reclaim could come up to the tolerance before it: late by that much.
 # After a comma too ("14:00 UTC, give or take half an hour"), and said as how much earlier
@@ -868,21 +875,22 @@ _EARLIER = re.compile(r"\b(?:brought\s+forward|earlier|moved\s+up|advanced|soone
 _TOLERANCES = [
     re.compile(
         r"\s*(?:,\s*)?(?:[(\[]\s*)?(?:\u00b1|\+\s*/\s*[-\u2212]|\+-|plus\s+or\s+minus|give\s+or\s+take)\s*"
-        r"(?:(?:about|approximately|roughly|around|up\s+to)\s+|~\s*)?" + _AMOUNT + r"\)?\]?",
+        r"(?:(?:about|approximately|roughly|around|up\s+to)\s+|~\s*)?" + _SOME_AMOUNT + r"\)?\]?",
         re.IGNORECASE,
     ),
     re.compile(
         r"\s*(?:,\s*)?(?:[(\[]\s*)?(?:(?:or|and|but|possibly|perhaps|maybe|though)\s+)*"
         r"(?:up\s+to|as\s+much\s+as|at\s+most|no\s+more\s+than)\s+"
-        + _AMOUNT
+        + _SOME_AMOUNT
         + r"\s+(?:earlier|before|sooner|early|ahead)\b\)?\]?",
         re.IGNORECASE,
     ),
-    # "14:00 UTC, 30 minutes earlier at the latest": read as 14:00, late by the 30 minutes.
+    # "14:00 UTC, 30 minutes earlier at the latest": read as 14:00, late by the 30 minutes. In
+    # brackets too ("14:00 UTC (or 30 minutes earlier)"): read as 14:00.
     re.compile(
-        r"[^\S\n]*,[^\S\n]*(?:(?:or|possibly|perhaps|maybe)\s+)*"
-        + _AMOUNT
-        + r"\s+(?:earlier|sooner)\b(?:\s+at\s+the\s+(?:latest|most))?",
+        r"[^\S\n]*(?:,|[(\[])[^\S\n]*(?:(?:or|possibly|perhaps|maybe)\s+)*"
+        + _SOME_AMOUNT
+        + r"\s+(?:earlier|sooner)\b(?:\s+at\s+the\s+(?:latest|most))?[^\S\n]*[)\]]?",
         re.IGNORECASE,
     ),
 ]
@@ -917,6 +925,11 @@ _TOLERANCES.append(
         r"(?![0-9:]|[^\S\n]*[(\[]?(?:[ap]\.?m\b|UTC\b|GMT\b|Z\b))",
         re.IGNORECASE,
     )
+)
+# In brackets: "14:00 UTC (-0:30)", "(- 00:30)" was read as 14:00. Only of no hours: "09:00
+# EST (-05:00)" restates the zone's offset, and no zone is between UTC-1 and UTC.
+_TOLERANCES.append(
+    re.compile(r"[^\S\n]*[(\[][^\S\n]*[-\u2212\u2013][^\S\n]*0?0:(?P<n>[0-5][0-9])[^\S\n]*[)\]]")
 )
 # A tolerance between a time and its date ("14:00 UTC (± 30 min) on December 3", "14:00 UTC
 # -30min on December 3"): the date was lost, and the time read on the mail's day, days early.
@@ -1012,7 +1025,9 @@ def _shift_before(text: str, start: int) -> tuple[timedelta, int]:
 
 
 def _amount_hours(parts: dict[str, str]) -> float:
-    """The hours of an `_AMOUNT` match's groups."""
+    """The hours of an `_AMOUNT` or `_CLOCK_AMOUNT` match's groups."""
+    if "cm" in parts:
+        return int(parts["ch"]) + int(parts["cm"]) / 60
     amount = parts["n"].lower()
     number = _WORD_NUMBERS.get(" ".join(amount.split()))
     halves = re.fullmatch(r"([0-9.]+)\s*(?:1/2|\u00bd)", amount)

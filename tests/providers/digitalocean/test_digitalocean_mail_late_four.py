@@ -293,3 +293,77 @@ def test_any_margin_before_a_date_moves_that_date_s_time_back_by_it(
     date = f"{_utc(0, 0, day):%A}, December {day}" if weekday else f"December {day}, 2026"
     text = f"reclaimed at 14:00 UTC {margin.format(minutes)} on {date}."
     assert _deadline(text) == _utc(14, 0, day) - timedelta(minutes=minutes), text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Each was read as 14:00: late by the margin written as a clock.
+        ("reclaimed at 14:00 UTC (-0:30).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC (- 0:30).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC (-00:30).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC [\u22120:30].", _utc(13, 30)),
+        ("reclaimed at 14:00 Z (-0:30).", _utc(13, 30)),
+        ("reclaimed at 2:00 PM UTC (-0:45).", _utc(13, 15)),
+        ("reclaimed at 14:00 UTC (\u00b10:30).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC \u00b1 1:00.", _utc(13)),
+        ("reclaimed at 14:00 UTC (+/- 1:30).", _utc(12, 30)),
+        ("reclaimed at 14:00 UTC, give or take 0:45.", _utc(13, 15)),
+        ("reclaimed at 14:00 UTC (0:30 earlier).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC (up to 0:30 earlier).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC, or up to 1:15 earlier.", _utc(12, 45)),
+        ("reclaimed at 14:00 UTC, 0:30 earlier at the latest.", _utc(13, 30)),
+        # The same with an amount in brackets: read as 14:00 too.
+        ("reclaimed at 14:00 UTC (30 minutes earlier).", _utc(13, 30)),
+        ("reclaimed at 14:00 UTC [or 1 hour earlier].", _utc(13)),
+        # Between the time and its date: the date was kept, the margin lost.
+        ("reclaimed at 14:00 UTC (-0:30) on December 3, 2026.", _utc(13, 30, 3)),
+        ("reclaimed at 14:00 UTC (\u00b1 0:30) on December 3, 2026.", _utc(13, 30, 3)),
+        # An offset in brackets after a time with no zone, and a window: kept.
+        ("reclaimed at 09:00 (-05:00).", _utc(14)),
+        ("reclaimed at 22:00 UTC - 00:30.", _utc(22)),
+        # A bracketed minus of an hour or more may restate a zone's offset ("14:00 EST
+        # (-05:00)"): not read as a margin.
+        ("reclaimed at 09:00 EST (-05:00).", _utc(14)),
+    ],
+)
+def test_a_margin_written_as_a_clock_moves_the_deadline_back(text: str, expected: datetime) -> None:
+    assert _deadline(text) == expected, text
+
+
+@given(
+    hours=st.integers(min_value=0, max_value=9),
+    minutes=st.integers(min_value=0, max_value=59),
+    form=st.sampled_from(
+        [
+            "(\u00b1{}:{:02d})",
+            "\u00b1 {}:{:02d}",
+            "+/- {}:{:02d}",
+            "(give or take {}:{:02d})",
+            "(up to {}:{:02d} earlier)",
+            ", {}:{:02d} earlier at the latest,",
+            "({}:{:02d} earlier)",
+        ]
+    ),
+    day=st.sampled_from([None, 3]),
+)
+def test_any_margin_written_as_a_clock_moves_the_deadline_back_by_it(
+    hours: int, minutes: int, form: str, day: int | None
+) -> None:
+    on = "" if day is None else f" on December {day}, 2026"
+    text = f"reclaimed at 14:00 UTC {form.format(hours, minutes)}{on}."
+    margin = timedelta(hours=hours, minutes=minutes)
+    assert _deadline(text) == _utc(14, 0, day or 1) - margin, text
+
+
+@given(
+    minutes=st.integers(min_value=0, max_value=59),
+    form=st.sampled_from(["(-0:{:02d})", "(- 00:{:02d})", "[\u22120:{:02d}]", "(\u2013 0:{:02d})"]),
+    day=st.sampled_from([None, 3]),
+)
+def test_any_bracketed_minus_of_no_hours_is_an_early_margin(
+    minutes: int, form: str, day: int | None
+) -> None:
+    on = "" if day is None else f" on December {day}, 2026"
+    text = f"reclaimed at 14:00 UTC {form.format(minutes)}{on}."
+    assert _deadline(text) == _utc(14, 0, day or 1) - timedelta(minutes=minutes), text
