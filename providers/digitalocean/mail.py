@@ -973,11 +973,16 @@ def _early_by(text: str, begin: int, stop: int, words: str) -> tuple[timedelta, 
     return most
 
 
+def _tolerance_at(text: str, end: int) -> re.Match[str] | None:
+    """The tolerance written at `end`, if one is."""
+    return next((m for t in _TOLERANCES if (m := t.match(text, end)) is not None), None)
+
+
 def _less_tolerance(
     text: str, end: int, written: tuple[datetime, datetime]
 ) -> tuple[tuple[datetime, datetime], int]:
     """`written` moved earlier by a tolerance written at `end`, and where its words end."""
-    found = next((m for t in _TOLERANCES if (m := t.match(text, end)) is not None), None)
+    found = _tolerance_at(text, end)
     if found is None:
         return written, end
     parts = {k: v for k, v in found.groupdict().items() if v is not None}
@@ -1297,6 +1302,11 @@ def _candidates(
             start, stop = match.span()
             ahead = _DAY_BEFORE.search(text, max(0, start - 40), start)
             behind = None if ahead else _DAY_AFTER.match(text, stop)
+            # "at 16:00 UTC (± 30 min) tomorrow": the day after the margin was lost, and the
+            # time read on the mail's day, a day early.
+            margin = None if ahead or behind else _tolerance_at(text, stop)
+            if margin is not None:
+                behind = _DAY_AFTER.match(text, margin.end())
             said = ahead or behind
             day = said.group("day").lower() if said else ""
             # From "today" on, so that "previously scheduled for today at 16:00 UTC" is the
@@ -1306,9 +1316,12 @@ def _candidates(
             first = min(first, shifted_from)
             as_written = _written_time(match, sent, relative_day=day, shift=shift)
             if as_written is not None:
-                written, words_end = _less_tolerance(
-                    text, behind.end() if behind else stop, as_written
-                )
+                if margin is not None and behind is not None:  # between the time and its day
+                    written, words_end = _less_tolerance(text, stop, as_written)[0], behind.end()
+                else:
+                    written, words_end = _less_tolerance(
+                        text, behind.end() if behind else stop, as_written
+                    )
                 yield (
                     first,
                     -len(match.group(0)),

@@ -367,3 +367,33 @@ def test_any_bracketed_minus_of_no_hours_is_an_early_margin(
     on = "" if day is None else f" on December {day}, 2026"
     text = f"reclaimed at 14:00 UTC {form.format(minutes)}{on}."
     assert _deadline(text) == _utc(14, 0, day or 1) - timedelta(minutes=minutes), text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The day after the margin was lost: the time was read on the mail's day, a day early.
+        ("reclaimed at 14:00 UTC (\u00b1 30 min) tomorrow.", _utc(13, 30, 2)),
+        ("reclaimed at 14:00 UTC -30min tomorrow.", _utc(13, 30, 2)),
+        ("reclaimed at 14:00 UTC (-0:30), tomorrow.", _utc(13, 30, 2)),
+        ("reclaimed at 14:00 UTC, give or take 30 minutes, tomorrow.", _utc(13, 30, 2)),
+        ("reclaimed at 14:00 UTC (up to 1 hour earlier) tomorrow.", _utc(13, 0, 2)),
+        ("reclaimed at 14:00 UTC (\u00b1 30 min) today.", _utc(13, 30)),
+        # Already read: kept.
+        ("reclaimed at 14:00 UTC tomorrow (\u00b1 30 min).", _utc(13, 30, 2)),
+        ("reclaimed tomorrow at 14:00 UTC (\u00b1 30 min).", _utc(13, 30, 2)),
+    ],
+)
+def test_a_margin_between_a_time_and_its_day_keeps_the_day(text: str, expected: datetime) -> None:
+    assert _deadline(text) == expected, text
+
+
+@given(
+    minutes=st.integers(min_value=1, max_value=600),
+    margin=st.sampled_from(_MARGINS_BEFORE_A_DATE),
+)
+def test_any_margin_before_tomorrow_moves_tomorrow_s_time_back_by_it(
+    minutes: int, margin: str
+) -> None:
+    text = f"reclaimed at 14:00 UTC {margin.format(minutes)} tomorrow."
+    assert _deadline(text) == _utc(14, 0, 2) - timedelta(minutes=minutes), text
