@@ -15,6 +15,7 @@ import functools
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -250,7 +251,18 @@ class DigitalOceanWatcher:
                 # Judged in a thread: a 256 KiB mail takes a second or more, during which
                 # the loop sent no heartbeat and no other watcher's notice. The verdict is
                 # applied here, on the loop, one mail after the other, as before.
+                started = time.monotonic()
                 verdict = await _off_loop(self._judge, uid, raw, rules, seen)
+                took = time.monotonic() - started
+                # A mail slow to judge (a large digest, or one written to be slow) delays
+                # the mails after it: worth the operator's eye.
+                log.log(
+                    logging.INFO if took >= _SLOW_JUDGING else logging.DEBUG,
+                    "digitalocean: mail UID %d (%d bytes) judged in %.2f s",
+                    uid,
+                    len(raw),
+                    took,
+                )
                 self._handle(uid, verdict, seen, emit)
             self.health.success()
             self.answered = True
@@ -332,6 +344,9 @@ class DigitalOceanWatcher:
     async def aclose(self) -> None:
         self._end_session()
         await self.client.aclose()
+
+
+_SLOW_JUDGING = 1.0  # seconds; a reclaim mail of a few KiB takes milliseconds
 
 
 async def _off_loop(work: Callable[..., T], *args: Any) -> T:
