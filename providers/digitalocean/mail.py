@@ -702,14 +702,55 @@ _YEAR_AFTER = re.compile(_YEAR_AFTER_DATE, re.IGNORECASE)
 # Across a line break too, where the sentence wraps ("reclaimed tomorrow at" then
 # "16:00 UTC."): a time starts with a digit or in lowercase, after a lowercase word or a
 # comma (`_carries_on`).
+# A weekday, or "the day after tomorrow", next to such a time: read as its next occurrence,
+# the time was days early ("at 14:00 UTC on Thursday" in a mail of Tuesday was Tuesday's
+# 14:00), and the mail's own weekday with a time already past a day late. A weekday is its
+# next date from the mail's (the mail's own day included), in the time's zone; a short one
+# ("Thu") only after "on".
+_WEEKDAYS = {
+    name: number
+    for number, names in enumerate(
+        [
+            ("monday", "mon"),
+            ("tuesday", "tue", "tues"),
+            ("wednesday", "wed"),
+            ("thursday", "thu", "thur", "thurs"),
+            ("friday", "fri"),
+            ("saturday", "sat"),
+            ("sunday", "sun"),
+        ]
+    )
+    for name in names
+}
+_FULL_WEEKDAYS = [name for name in _WEEKDAYS if name.endswith("day")]  # Monday first
+_DAY_WORD = (
+    r"today|tomorrow|(?:the\s+)?day\s+after\s+tomorrow"
+    r"|(?:(?:on|this)\s+)?(?:" + "|".join(_FULL_WEEKDAYS) + r")"
+    r"|on\s+(?:"
+    + "|".join(sorted(set(_WEEKDAYS) - set(_FULL_WEEKDAYS), key=len, reverse=True))
+    + r")\b\.?"
+)
+
+
+def _relative_day(words: str) -> str:
+    """The day `words` matched by `_DAY_WORD` say: "today", "tomorrow", "day after tomorrow",
+    or a weekday's full name."""
+    said = words.lower().rstrip(".").split()
+    if said[-1] in _WEEKDAYS:
+        return _FULL_WEEKDAYS[_WEEKDAYS[said[-1]]]
+    return "day after tomorrow" if "after" in said else said[-1]
+
+
 _DAY_BEFORE = re.compile(
-    r"\b(?P<day>today|tomorrow)[^\S\n]*,?(?:[^\S\n]+|[^\S\n]*\n[^\S\n]*)"
+    r"\b(?P<day>" + _DAY_WORD + r")[^\S\n]*,?(?:[^\S\n]+|[^\S\n]*\n[^\S\n]*)"
     r"(?:(?:at|between|from|by|around|until)(?:[^\S\n]+|[^\S\n]*\n[^\S\n]*))?\Z",
     re.IGNORECASE,
 )
 # One run of blanks, then an optional comma: two runs side by side are tried in every split
 # of a long run of spaces after a time (seconds for 20,000 spaces, minutes for 256 KiB).
-_DAY_AFTER = re.compile(r"[^\S\n]*(?:,[^\S\n]*)?(?P<day>today|tomorrow)\b", re.IGNORECASE)
+_DAY_AFTER = re.compile(
+    r"[^\S\n]*(?:,[^\S\n]*)?(?P<day>" + _DAY_WORD + r")(?:(?<=\.)|\b)", re.IGNORECASE
+)
 
 
 # A year after a clock ("14:00:00 2026 UTC", ctime's order) is no clock either.
@@ -1079,7 +1120,8 @@ def _written_time(
     """The time written, and for a window its end (else the time again), in UTC. A time
     without a date is its first occurrence whose end is not before `sent` (less the slack),
     or with `relative_day` "today" the one on `sent`'s day, with "tomorrow" the one on the day
-    after (each in the time's zone), and a date
+    after, "day after tomorrow" two days after, a weekday's name the next such day from
+    `sent`'s (each in the time's zone), and a date
     without a year ("December 4") the first such date. A numeric date
     ("12/01/2026") is read in `order`: month first ("mdy"), day first ("dmy"), or, with a
     two-digit year, year first ("ymd": "26/12/01")."""
@@ -1168,6 +1210,10 @@ def _written_time(
             )
             if relative_day == "tomorrow":
                 moment += timedelta(days=1)
+            elif relative_day == "day after tomorrow":
+                moment += timedelta(days=2)
+            elif relative_day in _WEEKDAYS:
+                moment += timedelta(days=(_WEEKDAYS[relative_day] - moment.weekday()) % 7)
         until = _window_end(moment, end_clock)
         # Before the next occurrence is chosen: "2 hours after 12:00 UTC" in a mail sent at
         # 12:30 is 14:00 today, not tomorrow.
@@ -1325,7 +1371,7 @@ def _candidates(
             if margin is not None:
                 behind = _DAY_AFTER.match(text, margin.end())
             said = ahead or behind
-            day = said.group("day").lower() if said else ""
+            day = _relative_day(said.group("day")) if said else ""
             # From "today" on, so that "previously scheduled for today at 16:00 UTC" is the
             # time a new time replaces (`_is_old_time`).
             first = ahead.start() if ahead else start
@@ -1344,7 +1390,7 @@ def _candidates(
                     -len(match.group(0)),
                     *written,
                     text[first:words_end],
-                    day == "today",
+                    day == "today" or day in _WEEKDAYS,  # may be past: the mail's day
                     words_end,
                 )
         for match in _EPOCH.finditer(text):

@@ -397,3 +397,61 @@ def test_any_margin_before_tomorrow_moves_tomorrow_s_time_back_by_it(
 ) -> None:
     text = f"reclaimed at 14:00 UTC {margin.format(minutes)} tomorrow."
     assert _deadline(text) == _utc(14, 0, 2) - timedelta(minutes=minutes), text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Each was read as 14:00 on the mail's day (Tuesday, December 1): days early, so a
+        # terminate stopped the job long before the reclaim.
+        ("reclaimed at 14:00 UTC on Thursday.", _utc(14, 0, 3)),
+        ("reclaimed on Thursday at 14:00 UTC.", _utc(14, 0, 3)),
+        ("reclaimed Thursday 14:00 UTC.", _utc(14, 0, 3)),
+        ("reclaimed at 14:00 UTC, Thursday.", _utc(14, 0, 3)),
+        ("reclaimed at 14:00 UTC on Thu.", _utc(14, 0, 3)),
+        ("reclaimed on Thurs. at 2 PM UTC.", _utc(14, 0, 3)),
+        ("reclaimed this Saturday at noon UTC.", _utc(12, 0, 5)),
+        ("reclaimed at 14:00 UTC (\u00b1 30 min) on Thursday.", _utc(13, 30, 3)),
+        ("reclaimed at 14:00 UTC the day after tomorrow.", _utc(14, 0, 3)),
+        ("reclaimed the day after tomorrow at 14:00 UTC.", _utc(14, 0, 3)),
+        # The mail's own weekday is its day, as "today" is, even when the time is past (a
+        # past deadline: clients act at once), not a week later.
+        ("reclaimed on Tuesday at 14:00 UTC.", _utc(14)),
+        ("reclaimed on Tuesday at 11:00 UTC.", _utc(11)),
+        # In the time's zone: 21:00 EST on Wednesday is 02:00 UTC on Thursday.
+        ("reclaimed at 9 PM EST on Wednesday.", _utc(2, 0, 3)),
+        # Not a day of this time: kept.
+        ("reclaimed at 14:00 UTC. On Thursday we will send a report.", _utc(14)),
+        ("reclaimed at 14:00 UTC on Thursday, December 3.", _utc(14, 0, 3)),
+    ],
+)
+def test_a_weekday_or_the_day_after_tomorrow_is_the_time_s_day(
+    text: str, expected: datetime
+) -> None:
+    assert _deadline(text) == expected, text
+
+
+_WEEKDAY_NAMES = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+
+
+@given(
+    weekday=st.integers(min_value=0, max_value=6),
+    hour=st.integers(min_value=0, max_value=23),
+    form=st.sampled_from(
+        [
+            "at {clock} UTC on {day}",
+            "on {day} at {clock} UTC",
+            "{day} {clock} UTC",
+            "at {clock} UTC, {day}",
+        ]
+    ),
+    short=st.booleans(),
+)
+def test_any_weekday_is_its_next_date_from_the_mail_s(
+    weekday: int, hour: int, form: str, short: bool
+) -> None:
+    name = _WEEKDAY_NAMES[weekday]
+    day = f"on {name[:3]}" if short and "on {day}" not in form else name
+    text = "reclaimed " + form.format(clock=f"{hour:02d}:00", day=day) + "."
+    ahead = (weekday - SENT.weekday()) % 7
+    assert _deadline(text) == _utc(hour, 0, 1 + ahead), text

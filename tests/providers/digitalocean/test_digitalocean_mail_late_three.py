@@ -237,6 +237,7 @@ def test_any_time_with_a_zone_note_reads_as_written_with_the_zone(
         "14:00 UTC (\u00b1 0:30) ",
         "14:00 UTC (-0:30) on December 3, ",
         "14:00 UTC (or 30 minutes earlier) ",
+        "on Thursday at 14:00 UTC ",
         "13:10 (all times UTC) ",
         "13:10. All times are UTC.\n",
         "Time (UTC): 13:10\n",
