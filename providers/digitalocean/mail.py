@@ -723,22 +723,43 @@ _WEEKDAYS = {
     for name in names
 }
 _FULL_WEEKDAYS = [name for name in _WEEKDAYS if name.endswith("day")]  # Monday first
+_SHORT_WEEKDAYS = sorted(set(_WEEKDAYS) - set(_FULL_WEEKDAYS), key=len, reverse=True)
+# "next Saturday" said on a Tuesday may mean either Saturday ahead: the first, never late,
+# and never the mail's own day. "on the 3rd": the next such day of a month. "tmrw": as
+# "tomorrow". Each was read as the time's next occurrence, days early.
 _DAY_WORD = (
-    r"today|tomorrow|(?:the\s+)?day\s+after\s+tomorrow"
+    r"today|tomorrow|tmrw|(?:the\s+)?day\s+after\s+tomorrow"
+    r"|next\s+(?:" + "|".join(_FULL_WEEKDAYS + _SHORT_WEEKDAYS) + r")\b\.?"
     r"|(?:(?:on|this)\s+)?(?:" + "|".join(_FULL_WEEKDAYS) + r")"
-    r"|on\s+(?:"
-    + "|".join(sorted(set(_WEEKDAYS) - set(_FULL_WEEKDAYS), key=len, reverse=True))
-    + r")\b\.?"
+    r"|on\s+(?:" + "|".join(_SHORT_WEEKDAYS) + r")\b\.?"
+    r"|(?:on\s+)?the\s+(?:3[01]|[12][0-9]|0?[1-9])(?:st|nd|rd|th)\b"
 )
 
 
 def _relative_day(words: str) -> str:
     """The day `words` matched by `_DAY_WORD` say: "today", "tomorrow", "day after tomorrow",
-    or a weekday's full name."""
+    a weekday's full name, "next " and one, or "the " and a day of the month."""
     said = words.lower().rstrip(".").split()
     if said[-1] in _WEEKDAYS:
-        return _FULL_WEEKDAYS[_WEEKDAYS[said[-1]]]
+        full = _FULL_WEEKDAYS[_WEEKDAYS[said[-1]]]
+        return f"next {full}" if said[0] == "next" else full
+    if said[-1][0].isdigit():
+        return "the " + said[-1][:-2]  # "3rd": "the 3"
+    if said[-1] == "tmrw":
+        return "tomorrow"
     return "day after tomorrow" if "after" in said else said[-1]
+
+
+def _next_day_of_month(moment: datetime, day: int) -> datetime | None:
+    """`moment` moved to the first date on `day` of a month not before its own date (within a
+    year), or None if no month has that day."""
+    year, month = moment.year, moment.month
+    for _ in range(13):
+        if day >= (moment.day if (year, month) == (moment.year, moment.month) else 1):
+            with contextlib.suppress(ValueError):  # no such day in this month
+                return moment.replace(year=year, month=month, day=day)
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    return None
 
 
 _DAY_BEFORE = re.compile(
@@ -1121,7 +1142,8 @@ def _written_time(
     without a date is its first occurrence whose end is not before `sent` (less the slack),
     or with `relative_day` "today" the one on `sent`'s day, with "tomorrow" the one on the day
     after, "day after tomorrow" two days after, a weekday's name the next such day from
-    `sent`'s (each in the time's zone), and a date
+    `sent`'s ("next " and one: after `sent`'s), "the " and a day of the month the next such
+    date (each in the time's zone), and a date
     without a year ("December 4") the first such date. A numeric date
     ("12/01/2026") is read in `order`: month first ("mdy"), day first ("dmy"), or, with a
     two-digit year, year first ("ymd": "26/12/01")."""
@@ -1214,6 +1236,14 @@ def _written_time(
                 moment += timedelta(days=2)
             elif relative_day in _WEEKDAYS:
                 moment += timedelta(days=(_WEEKDAYS[relative_day] - moment.weekday()) % 7)
+            elif relative_day.startswith("next "):
+                ahead = (_WEEKDAYS[relative_day[5:]] - moment.weekday()) % 7
+                moment += timedelta(days=ahead or 7)
+            elif relative_day.startswith("the "):
+                on_the_day = _next_day_of_month(moment, int(relative_day[4:]))
+                if on_the_day is None:
+                    return None
+                moment = on_the_day
         until = _window_end(moment, end_clock)
         # Before the next occurrence is chosen: "2 hours after 12:00 UTC" in a mail sent at
         # 12:30 is 14:00 today, not tomorrow.
@@ -1390,7 +1420,8 @@ def _candidates(
                     -len(match.group(0)),
                     *written,
                     text[first:words_end],
-                    day == "today" or day in _WEEKDAYS,  # may be past: the mail's day
+                    # May be past: the mail's own day.
+                    day == "today" or day in _WEEKDAYS or day.startswith("the "),
                     words_end,
                 )
         for match in _EPOCH.finditer(text):

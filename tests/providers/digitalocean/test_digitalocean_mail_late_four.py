@@ -3,13 +3,14 @@ written), round four: forms the last hunt left, each with the reading that is ne
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from do_support import RULES, SENT
 from do_support import deadline as _deadline
 from do_support import utc as _utc
 from do_support import verdict as _verdict
+from forewarn.providers.digitalocean.mail import find_deadline
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -455,3 +456,50 @@ def test_any_weekday_is_its_next_date_from_the_mail_s(
     text = "reclaimed " + form.format(clock=f"{hour:02d}:00", day=day) + "."
     ahead = (weekday - SENT.weekday()) % 7
     assert _deadline(text) == _utc(hour, 0, 1 + ahead), text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Each was read as 14:00 on the mail's day (Tuesday, December 1): days early.
+        # "Next Saturday" said on a Tuesday may mean either Saturday ahead: the first, which
+        # is never late; never the mail's own day.
+        ("reclaimed at 14:00 UTC next Saturday.", _utc(14, 0, 5)),
+        ("reclaimed next Saturday at 14:00 UTC.", _utc(14, 0, 5)),
+        ("reclaimed next Tuesday at 09:00 UTC.", _utc(9, 0, 8)),
+        ("reclaimed at 14:00 UTC on the 3rd.", _utc(14, 0, 3)),
+        ("reclaimed on the 3rd at 14:00 UTC.", _utc(14, 0, 3)),
+        ("reclaimed at 14:00 UTC on the 1st.", _utc(14)),
+        ("reclaimed on the 1st at 11:00 UTC.", _utc(11)),
+        ("reclaimed at 14:00 UTC tmrw.", _utc(14, 0, 2)),
+        ("reclaimed at 14:00 UTC on the 30th.", _utc(14, 0, 30)),
+        # No month has a 45th: the time alone, as before.
+        ("reclaimed at 14:00 UTC on the 45th.", _utc(14)),
+    ],
+)
+def test_next_weekday_a_day_of_the_month_or_tmrw_is_the_time_s_day(
+    text: str, expected: datetime
+) -> None:
+    assert _deadline(text) == expected, text
+
+
+def test_a_day_of_the_month_already_past_is_next_month_s() -> None:
+    found = find_deadline(
+        "Droplet gpu-spot-1 will be reclaimed at 14:00 UTC on the 1st.", _utc(9, 0, 20)
+    )
+    assert found is not None and found[0] == datetime(2027, 1, 1, 14, tzinfo=timezone.utc)
+
+
+@given(
+    day=st.integers(min_value=1, max_value=30),  # within the 30 days a deadline may be ahead
+    hour=st.integers(min_value=0, max_value=23),
+    before=st.booleans(),
+)
+def test_any_day_of_the_month_is_its_next_date_from_the_mail_s(
+    day: int, hour: int, before: bool
+) -> None:
+    suffix = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}.get(day, "th")
+    on = f"on the {day}{suffix}"
+    clock = f"{hour:02d}:00 UTC"
+    text = f"reclaimed {on} at {clock}." if before else f"reclaimed at {clock} {on}."
+    assert _deadline(text) == _utc(hour, 0, day), text
