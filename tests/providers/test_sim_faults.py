@@ -82,15 +82,6 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
 NOTICING = sorted(name for name, probe in PROBES.items() if probe.build().notice_kinds)
 
 
-@pytest.fixture(params=NOTICING)
-def noticing(request: pytest.FixtureRequest) -> Iterator[Served]:
-    served = Served(PROBES[request.param])
-    try:
-        yield served
-    finally:
-        served.close()
-
-
 def test_the_probe_is_a_200_without_faults(served: Served) -> None:
     assert served.get().status_code == 200
 
@@ -258,10 +249,11 @@ def test_after_is_a_bounded_number_of_seconds_or_a_sim_error(after: Any) -> None
     assert 0 <= seconds <= MAX_AFTER
 
 
-def test_a_notice_scheduled_too_far_ahead_is_a_400(noticing: Served) -> None:
-    kind = noticing.sim.notice_kinds[0]
+@pytest.mark.parametrize("served", NOTICING, indirect=True)
+def test_a_notice_scheduled_too_far_ahead_is_a_400(served: Served) -> None:
+    kind = served.sim.notice_kinds[0]
     for after in (1e300, 10**12, -1):
-        answer = noticing.http.post("/_sim/notices", json={"kind": kind, "after": after})
+        answer = served.http.post("/_sim/notices", json={"kind": kind, "after": after})
         assert answer.status_code == 400 and "after" in answer.json()["error"], answer.text
 
 
