@@ -695,18 +695,11 @@ _DATE_BEFORE = re.compile(
     re.IGNORECASE,
 )
 _YEAR_AFTER = re.compile(_YEAR_AFTER_DATE, re.IGNORECASE)
-# "tomorrow" next to a time without a date: read as the time's next occurrence, the
-# deadline was a day early whenever that time of day was still to come on the Date's day.
-# "today": read so, a time already past was tomorrow's, a day after the reclaim; it is the
-# Date's day, past or not (a past deadline asks clients to act at once).
-# Across a line break too, where the sentence wraps ("reclaimed tomorrow at" then
-# "16:00 UTC."): a time starts with a digit or in lowercase, after a lowercase word or a
-# comma (`_carries_on`).
-# A weekday, or "the day after tomorrow", next to such a time: read as its next occurrence,
-# the time was days early ("at 14:00 UTC on Thursday" in a mail of Tuesday was Tuesday's
-# 14:00), and the mail's own weekday with a time already past a day late. A weekday is its
-# next date from the mail's (the mail's own day included), in the time's zone; a short one
-# ("Thu") only after "on".
+# A weekday, or "the day after tomorrow", next to a time without a date: read as the time's
+# next occurrence, it was days early ("at 14:00 UTC on Thursday" in a mail of Tuesday was
+# Tuesday's 14:00), and the mail's own weekday with a time already past a day late. A
+# weekday is its next date from the mail's (the mail's own day included), in the time's
+# zone; a short one ("Thu") only after "on".
 _WEEKDAYS = {
     name: number
     for number, names in enumerate(
@@ -750,6 +743,23 @@ def _relative_day(words: str) -> str:
     return "day after tomorrow" if "after" in said else said[-1]
 
 
+def _on_relative_day(moment: datetime, relative_day: str) -> datetime | None:
+    """`moment`, a time on the mail's day, on the day `relative_day` (`_relative_day`) says;
+    None if no month has that day."""
+    if relative_day == "tomorrow":
+        return moment + timedelta(days=1)
+    if relative_day == "day after tomorrow":
+        return moment + timedelta(days=2)
+    if relative_day in _WEEKDAYS:
+        return moment + timedelta(days=(_WEEKDAYS[relative_day] - moment.weekday()) % 7)
+    if relative_day.startswith("next "):
+        ahead = (_WEEKDAYS[relative_day[5:]] - moment.weekday()) % 7
+        return moment + timedelta(days=ahead or 7)
+    if relative_day.startswith("the "):
+        return _next_day_of_month(moment, int(relative_day[4:]))
+    return moment  # today, or no day said
+
+
 def _next_day_of_month(moment: datetime, day: int) -> datetime | None:
     """`moment` moved to the first date on `day` of a month not before its own date (within a
     year), or None if no month has that day."""
@@ -762,6 +772,13 @@ def _next_day_of_month(moment: datetime, day: int) -> datetime | None:
     return None
 
 
+# "tomorrow" next to a time without a date: read as the time's next occurrence, the
+# deadline was a day early whenever that time of day was still to come on the Date's day.
+# "today": read so, a time already past was tomorrow's, a day after the reclaim; it is the
+# Date's day, past or not (a past deadline asks clients to act at once).
+# Across a line break too, where the sentence wraps ("reclaimed tomorrow at" then
+# "16:00 UTC."): a time starts with a digit or in lowercase, after a lowercase word or a
+# comma (`_carries_on`).
 _DAY_BEFORE = re.compile(
     r"\b(?P<day>" + _DAY_WORD + r")[^\S\n]*,?(?:[^\S\n]+|[^\S\n]*\n[^\S\n]*)"
     r"(?:(?:at|between|from|by|around|until)(?:[^\S\n]+|[^\S\n]*\n[^\S\n]*))?\Z",
@@ -1058,10 +1075,10 @@ def _tolerance_at(text: str, end: int) -> re.Match[str] | None:
 
 
 def _less_tolerance(
-    text: str, end: int, written: tuple[datetime, datetime]
+    found: re.Match[str] | None, end: int, written: tuple[datetime, datetime]
 ) -> tuple[tuple[datetime, datetime], int]:
-    """`written` moved earlier by a tolerance written at `end`, and where its words end."""
-    found = _tolerance_at(text, end)
+    """`written` moved earlier by the tolerance `found` (`_tolerance_at` at `end`), and where
+    its words end."""
     if found is None:
         return written, end
     parts = {k: v for k, v in found.groupdict().items() if v is not None}
@@ -1230,20 +1247,10 @@ def _written_time(
             moment = sent.astimezone(tz).replace(
                 hour=clock[0], minute=clock[1], second=clock[2], microsecond=0
             )
-            if relative_day == "tomorrow":
-                moment += timedelta(days=1)
-            elif relative_day == "day after tomorrow":
-                moment += timedelta(days=2)
-            elif relative_day in _WEEKDAYS:
-                moment += timedelta(days=(_WEEKDAYS[relative_day] - moment.weekday()) % 7)
-            elif relative_day.startswith("next "):
-                ahead = (_WEEKDAYS[relative_day[5:]] - moment.weekday()) % 7
-                moment += timedelta(days=ahead or 7)
-            elif relative_day.startswith("the "):
-                on_the_day = _next_day_of_month(moment, int(relative_day[4:]))
-                if on_the_day is None:
-                    return None
-                moment = on_the_day
+            on_the_day = _on_relative_day(moment, relative_day)
+            if on_the_day is None:
+                return None
+            moment = on_the_day
         until = _window_end(moment, end_clock)
         # Before the next occurrence is chosen: "2 hours after 12:00 UTC" in a mail sent at
         # 12:30 is 14:00 today, not tomorrow.
@@ -1334,12 +1341,13 @@ def _candidates(
                     if (written := _written_time(match, sent, order=order, shift=shift)) is not None
                 }
             )
+            # After the date, or between the time and its date.
             margin = match.groupdict().get("margin")
+            at = match.end() if margin is None else match.start("margin")
+            tolerance = _tolerance_at(text, at)
             for reading in readings:
-                if margin is None:
-                    written, words_end = _less_tolerance(text, match.end(), reading)
-                else:  # between the time and its date
-                    written = _less_tolerance(text, match.start("margin"), reading)[0]
+                written, words_end = _less_tolerance(tolerance, at, reading)
+                if margin is not None:
                     words_end = match.end()
                 words = text[first:words_end]
                 if len(readings) > 1:
@@ -1395,12 +1403,14 @@ def _candidates(
             start, stop = match.span()
             ahead = _DAY_BEFORE.search(text, max(0, start - 40), start)
             behind = None if ahead else _DAY_AFTER.match(text, stop)
+            at = behind.end() if behind else stop
+            tolerance = _tolerance_at(text, at)
             # "at 16:00 UTC (± 30 min) tomorrow": the day after the margin was lost, and the
             # time read on the mail's day, a day early.
-            margin = None if ahead or behind else _tolerance_at(text, stop)
-            if margin is not None:
-                behind = _DAY_AFTER.match(text, margin.end())
-            said = ahead or behind
+            after_margin = None
+            if tolerance is not None and not ahead and not behind:
+                after_margin = _DAY_AFTER.match(text, tolerance.end())
+            said = ahead or behind or after_margin
             day = _relative_day(said.group("day")) if said else ""
             # From "today" on, so that "previously scheduled for today at 16:00 UTC" is the
             # time a new time replaces (`_is_old_time`).
@@ -1409,12 +1419,9 @@ def _candidates(
             first = min(first, shifted_from)
             as_written = _written_time(match, sent, relative_day=day, shift=shift)
             if as_written is not None:
-                if margin is not None and behind is not None:  # between the time and its day
-                    written, words_end = _less_tolerance(text, stop, as_written)[0], behind.end()
-                else:
-                    written, words_end = _less_tolerance(
-                        text, behind.end() if behind else stop, as_written
-                    )
+                written, words_end = _less_tolerance(tolerance, at, as_written)
+                if after_margin is not None:
+                    words_end = after_margin.end()
                 yield (
                     first,
                     -len(match.group(0)),
