@@ -40,3 +40,21 @@ def test_the_lazy_exports_still_resolve() -> None:
 
     assert callable(aws.parse_instance_action) and callable(azure.parse_document)
     assert callable(digitalocean.reclaim_verdict)
+
+
+def test_building_every_drill_s_arguments_loads_no_mail_parser() -> None:
+    # Each drill's arguments are on the parser of every `forewarn drill ...` and of `--help`;
+    # the mail module compiles hundreds of patterns (about 0.3 s) that only the digitalocean
+    # drill and watcher use.
+    code = (
+        "import json, sys\n"
+        "from forewarn.agent.cli import build_parser\n"
+        "from forewarn.providers.registry import REGISTRY\n"
+        "build_parser('drill', REGISTRY).parse_args(['drill', 'digitalocean', '--yes'])\n"
+        "build_parser(None, REGISTRY)\n"
+        "print(json.dumps([m for m in ('forewarn.providers.digitalocean.mail',"
+        " 'forewarn.providers.digitalocean.watch') if m in sys.modules]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
