@@ -98,10 +98,16 @@ _BRACKETS = frozenset(
 _REACH = 300  # characters back from the verb: a noun phrase is never longer
 
 
-def counts(text: str, statement: re.Match[str], is_mention: Callable[[int, int], bool]) -> bool:
+def counts(
+    text: str,
+    statement: re.Match[str],
+    is_mention: Callable[[int, int], bool],
+    begin: int = 0,
+) -> bool:
     """Whether `statement` (a CANCELLED_BODY match in `text`) cancels the reclaim, not
     something else, and not under a condition. `is_mention` tells whether a span of `text`
-    names a droplet."""
+    names a droplet; nothing before `begin` (a subject above the body) is read as the
+    statement's own words."""
     if _CONDITION_AFTER.match(text, statement.end()):
         return False
     kind = (
@@ -113,13 +119,20 @@ def counts(text: str, statement: re.Match[str], is_mention: Callable[[int, int],
     )
     head = statement.start()
     if kind is not None:
-        found = _head(text, statement.start(), kind, is_mention)
+        found = _head(text, statement.start(), kind, is_mention, begin)
         if found is None:
             return False
         head = found
-    window = max(0, head - _REACH)
-    starts = [m.end() for m in _CLAUSE_START.finditer(text, window, head)]
-    return _CONDITIONS.search(text, starts[-1] if starts else window, head) is None
+    return _CONDITIONS.search(text, _clause(text, head, begin), head) is None
+
+
+def _clause(text: str, at: int, begin: int) -> int:
+    """Where the clause holding `at` starts, within `_REACH` and not before `begin`."""
+    window = max(begin, at - _REACH)
+    # Searched one character past `at`: a search ending at `at` cannot look at the line the
+    # break before it starts, and "reclaim notice\nWAS WITHDRAWN" read as one clause.
+    starts = [m.end() for m in _CLAUSE_START.finditer(text, window, at + 1) if m.end() <= at]
+    return starts[-1] if starts else window
 
 
 def counts_in_subject(
@@ -215,13 +228,12 @@ def _other_word(token: re.Match[str], is_mention: Callable[[int, int], bool]) ->
     return bool(re.match(r"\w", word))
 
 
-def _head(text: str, verb: int, kind: str, is_mention: Callable[[int, int], bool]) -> int | None:
+def _head(
+    text: str, verb: int, kind: str, is_mention: Callable[[int, int], bool], begin: int
+) -> int | None:
     """Where the subject of the passive verb at `verb` starts, when it is the reclaim (or,
     for `kind` "droplet", this or that droplet); None when it is something else."""
-    window = max(0, verb - _REACH)
-    starts = [m.end() for m in _CLAUSE_START.finditer(text, window, verb)]
-    begin = starts[-1] if starts else window
-    for token in reversed(list(_TOKEN.finditer(text, begin, verb))):
+    for token in reversed(list(_TOKEN.finditer(text, _clause(text, verb, begin), verb))):
         word = token.group(0)
         lower = word.lower()
         mention = is_mention(token.start(), token.end())

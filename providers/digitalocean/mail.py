@@ -2061,7 +2061,9 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         mentions,
         CANCELLED_SUBJECT,
         CANCELLED_BODY,
-        lambda statement: counts(text, statement, is_mention),
+        # The body's first line does not go on with the subject: "Spot Droplet reclaim
+        # notice" above "was withdrawn" withdrew the reclaim the part beside it announced.
+        lambda statement: counts(text, statement, is_mention, body_at + 1),
         lambda statement: counts_in_subject(mail.subject, statement, is_mention),
     )
     if cancelled:

@@ -26,7 +26,7 @@ from forewarn.providers.digitalocean.mail import (
     reclaim_verdict,
 )
 from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 SENT = datetime(2026, 12, 1, 12, 30, tzinfo=timezone.utc)
@@ -877,6 +877,10 @@ def test_the_html_part_is_read_when_the_text_part_says_nothing() -> None:
     placeholder=st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=60),
     in_html=st.booleans(),
 )
+# A fresh draw: the first line of the body read as going on with the subject ("Spot Droplet
+# reclaim notice / WAS WITHDRAWN"), so the reclaim was withdrawn.
+@example(placeholder="WAS WITHDRAWN", in_html=True)
+@example(placeholder="was withdrawn.", in_html=True)
 def test_the_notice_is_found_in_either_part(placeholder: str, in_html: bool) -> None:
     notice = "Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC."
     plain, markup = (placeholder, f"<p>{notice}</p>") if in_html else (notice, placeholder)
@@ -1117,6 +1121,27 @@ def test_a_cancelled_reclaim_notice_withdraws_the_reclaim(subject: str, body: st
 def test_another_cancelled_notice_keeps_the_reclaim(subject: str, body: str) -> None:
     result = verdict(reclaim_mail(body, subject=subject))
     assert result.report is not None and not result.replaces, result.why
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # The body's first line does not go on with the subject: what it says was withdrawn
+        # is not named, so the reclaim stands (misread, it would lose the work).
+        "was withdrawn.\n\nDroplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC.",
+        "Has been cancelled.\n\nDroplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC.",
+        "will no longer be reclaimed.\n\nDroplet gpu-spot-1 will be reclaimed at 14:10 UTC "
+        "on 2026-12-01.",
+        # A line that does not carry on the one before (it starts with a capital) starts a
+        # clause of its own, as a sentence's end does.
+        "Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. Spot reclaim\n"
+        "WAS WITHDRAWN FOR BACKUPS: see the console.",
+    ],
+)
+def test_a_cancellation_with_its_subject_in_the_line_before_keeps_the_reclaim(body: str) -> None:
+    result = verdict(reclaim_mail(body, subject="Spot Droplet reclaim notice for gpu-spot-1"))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == _at(14, 10)
 
 
 @settings(max_examples=150, deadline=None)
