@@ -488,9 +488,14 @@ async def test_state_saves_after_a_notice_or_an_ack_do_not_hold_the_event_loop(
             deadline=deadline,
         )
     )
-    published = time.monotonic() - started
+    published = time.monotonic()
     assert [notice.id for notice in publisher.sent] == ["aws/rebalance/1", "aws/spot/1"]
-    assert published < 0.5, f"the terminate went out {published:.2f} s after the drain"
+    # Held against the disk, not a fixed figure: a publish that waited for a save went out
+    # after the write ended; a loaded machine took 0.72 s without any wait.
+    assert not began or published < began[0] + 1.0, (
+        f"the terminate went out {published - started:.2f} s after the drain, after the "
+        f"state write that began at {began[0] - started:.2f} s had ended"
+    )
     # Each ack is answered once its state is on disk (an accepted ack survives a crash); the
     # saves asked for while one was being written were written as one.
     assert [(await ack)["ok"] for ack in acks] == [True] * 4
