@@ -8,6 +8,11 @@ back to a reclaim noun, are only those of a noun phrase naming it ("The schedule
 of Droplet gpu-spot-1 (ID 424242424) at 14:30 UTC"). Nor does one count under a condition
 ("If the reclaim is cancelled, ..."). A statement missed costs a needless drain, one
 misread costs the work since the last checkpoint: anything not recognised keeps the reclaim.
+
+A new time ("rescheduled", "has been moved") is refused on the same grounds when the words
+before it name something else ("Your backups have been moved to 18:00 UTC"): read as the
+reclaim's, it put the deadline hours late. Refused, the mail is a further notice, raised
+beside the earlier ones, and the earliest deadline still stands.
 """
 
 from __future__ import annotations
@@ -135,6 +140,70 @@ def _clause(text: str, at: int, begin: int) -> int:
     return starts[-1] if starts else window
 
 
+# Words between a new time's verb and what it moved that say nothing of what that is.
+_AUXILIARIES = frozenset(re.findall(r"\w+", "has have had been was were is are be being will now"))
+# Who moved it, in the active voice ("We have rescheduled the reclaim"): what moved follows.
+_ACTORS = frozenset(("we", "we've", "we\u2019ve", "they", "digitalocean"))
+# A reclaim's time as what moved: "the reclaim time has been moved".
+_TIME_WORDS = frozenset(re.findall(r"\w+", "time times date deadline schedule window"))
+
+
+def moves(
+    text: str,
+    statement: re.Match[str],
+    is_mention: Callable[[int, int], bool],
+    begin: int = 0,
+) -> bool:
+    """Whether `statement` (a new time: "rescheduled", "postponed", "has been moved") in
+    `text` is said of the reclaim or a droplet: False only when words of something else
+    say what moved ("Billing has been postponed", "We have rescheduled your backups"), so
+    a bare "Rescheduled to 16:00 UTC" still counts. Nothing before `begin` is read."""
+    verb = statement.start()
+    for token in reversed(list(_TOKEN.finditer(text, _clause(text, verb, begin), verb))):
+        lower = token.group(0).lower()
+        if lower in _AUXILIARIES or token.group(0) == ":":  # "gpu-spot-1: rescheduled"
+            continue
+        if lower in _ACTORS:
+            return _moved_after(text, statement.end(), is_mention) is not False
+        named = _names_the_reclaim(token, is_mention)
+        if named is not None:
+            return named
+    return True
+
+
+def moves_in_subject(
+    subject: str, statement: re.Match[str], is_mention: Callable[[int, int], bool]
+) -> bool:
+    """`moves` for a statement in the subject, whose " - ", " | " and ": " part statements
+    as a sentence's end does in the body ("Spot Droplet reclaim - backups rescheduled")."""
+    return moves(_SEPARATOR.sub(".", subject), statement, is_mention)
+
+
+def _moved_after(text: str, end: int, is_mention: Callable[[int, int], bool]) -> bool | None:
+    """Whether the words after an active verb name the reclaim (True) or something else
+    (False); None when its clause ends first."""
+    for token in _TOKEN.finditer(text, end, min(len(text), end + _REACH)):
+        if token.group(0) in ".!?;":
+            return None
+        named = _names_the_reclaim(token, is_mention)
+        if named is not None:
+            return named
+    return None
+
+
+def _names_the_reclaim(token: re.Match[str], is_mention: Callable[[int, int], bool]) -> bool | None:
+    """Whether `token` names the reclaim or a droplet (True) or something else (False);
+    None for a word of their noun phrase or of a time."""
+    lower = token.group(0).lower()
+    if lower in _RECLAIM_HEADS or lower in _DROPLET_HEADS:
+        return True
+    if is_mention(token.start(), token.end()):
+        return True
+    if lower in _TIME_WORDS or not _other_word(token, is_mention):
+        return None
+    return False
+
+
 def counts_in_subject(
     subject: str, statement: re.Match[str], is_mention: Callable[[int, int], bool]
 ) -> bool:
@@ -249,4 +318,11 @@ def _head(
     return None
 
 
-__all__ = ["CANCELLED_BODY", "CANCELLED_SUBJECT", "counts", "counts_in_subject"]
+__all__ = [
+    "CANCELLED_BODY",
+    "CANCELLED_SUBJECT",
+    "counts",
+    "counts_in_subject",
+    "moves",
+    "moves_in_subject",
+]

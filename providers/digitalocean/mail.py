@@ -31,7 +31,14 @@ from forewarn.protocol.timefmt import format_time
 from forewarn.providers.report import Report
 
 from ..base import ParseError
-from .cancel import CANCELLED_BODY, CANCELLED_SUBJECT, counts, counts_in_subject
+from .cancel import (
+    CANCELLED_BODY,
+    CANCELLED_SUBJECT,
+    counts,
+    counts_in_subject,
+    moves,
+    moves_in_subject,
+)
 
 PROVIDER = "digitalocean"
 DRILL_HEADER = "X-Forewarn-Drill"
@@ -2073,7 +2080,15 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             replaces=True,
             cancel_id=stable_id(PROVIDER, "cancel", mail.message_id or key),
         )
-    rescheduled = _about_this_droplet(text, body_at, mentions, _RESCHEDULED, _RESCHEDULED)
+    rescheduled = _about_this_droplet(
+        text,
+        body_at,
+        mentions,
+        _RESCHEDULED,
+        _RESCHEDULED,
+        lambda statement: moves(text, statement, is_mention, body_at + 1),
+        lambda statement: moves_in_subject(mail.subject, statement, is_mention),
+    )
     # Where other droplets are named: a time after one is not this droplet's.
     other_starts = [start for start, _, ours in mentions if not ours]
     our_starts = [start for start, _, ours in mentions if ours]

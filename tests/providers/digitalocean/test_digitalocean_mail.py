@@ -1748,6 +1748,102 @@ def test_a_new_time_in_any_tense_takes_the_new_time_not_the_old(body: str) -> No
     assert result.report.deadline == _at(13, 30)
 
 
+@pytest.mark.parametrize(
+    "aside",
+    [
+        # Something else moved: read as the reclaim's new time, each put the deadline hours
+        # late (and a later mail's would withdraw the earlier reclaims).
+        "Your backups have been moved to 18:00 UTC.",
+        "The maintenance window was postponed to 18:00 UTC.",
+        "Billing has been postponed by 2 hours.",
+        "We have rescheduled your backups to 18:00 UTC.",
+        "DigitalOcean has rescheduled the maintenance of nyc2 to 18:00 UTC.",
+        "Spot pricing was changed at 18:00 UTC.",
+        "Our office has moved.",
+    ],
+)
+def test_something_else_moved_is_no_new_time_for_the_reclaim(aside: str) -> None:
+    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.shift is None and "rescheduled" not in result.report.detail
+    assert result.report.deadline == _at(14, 10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    owner=st.sampled_from(["Your", "The", "Our", "All", ""]),
+    thing=st.sampled_from(
+        [
+            "backups",
+            "maintenance window",
+            "billing",
+            "snapshots",
+            "invoice",
+            "office",
+            "pricing",
+            "support hours",
+            "webinar",
+            "scheduled backup",
+        ]
+    ),
+    verb=st.sampled_from(
+        [
+            "has been moved",
+            "have been moved",
+            "was postponed",
+            "were rescheduled",
+            "is now delayed",
+            "has been changed",
+            "has moved",
+            "was brought forward",
+            "were pushed back",
+            "rescheduled",
+        ]
+    ),
+    when=st.sampled_from([" to 18:00 UTC", " by 2 hours", " to 2026-12-01 20:00 UTC", ""]),
+    active=st.booleans(),
+    minute=st.integers(0, 59),
+)
+def test_no_new_time_of_something_else_moves_the_reclaim(
+    owner: str, thing: str, verb: str, when: str, active: bool, minute: int
+) -> None:
+    named = f"{owner} {thing}".strip()
+    aside = f"We have rescheduled {named.lower()}{when}." if active else f"{named} {verb}{when}."
+    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:{minute:02d} UTC. {aside}"
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, (body, result.why)
+    assert result.shift is None and result.report.deadline == _at(14, minute), body
+
+
+@pytest.mark.parametrize(
+    ("subject", "body"),
+    [
+        (
+            "Spot Droplet update",
+            "Droplet gpu-spot-1 was to be reclaimed at 2026-12-01 14:10 UTC; it has been "
+            "postponed to 2026-12-01 16:00 UTC.",
+        ),
+        (
+            "Spot Droplet update",
+            "We have rescheduled the reclaim of gpu-spot-1 to 2026-12-01 16:00 UTC.",
+        ),
+        (
+            "Spot Droplet update",
+            "Droplet gpu-spot-1: the reclaim time has been moved to 2026-12-01 16:00 UTC.",
+        ),
+        ("Rescheduled: Spot Droplet reclaim", "Droplet gpu-spot-1: 2026-12-01 16:00 UTC."),
+        ("Spot Droplet reclaim notice", "Droplet gpu-spot-1: rescheduled to 2026-12-01 16:00 UTC."),
+    ],
+)
+def test_a_new_time_said_of_the_reclaim_or_the_droplet_replaces_the_notice(
+    subject: str, body: str
+) -> None:
+    result = verdict(reclaim_mail(body, subject=subject))
+    assert result.report is not None and result.replaces, result.why
+    assert result.report.deadline == _at(16, 0)
+
+
 _NEW_TIME_LINES = st.sampled_from(
     [
         "The reclaim of {n} has been rescheduled from {old} to {new}.",
