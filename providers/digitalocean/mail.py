@@ -1495,6 +1495,7 @@ def find_deadline(
     new_only: bool = False,
     others: Sequence[int] = (),
     ours: Sequence[int] = (),
+    elsewhere_until: datetime | None = None,
 ) -> tuple[datetime, str] | None:
     """The time written in `text` that can be the deadline, with the words it came from.
 
@@ -1524,7 +1525,9 @@ def find_deadline(
     words, those whose sentence is the reclaim's (`_of_the_reclaim`: "Billing stops today
     at 13:00 UTC" is not) come first. A time today already past that is not the reclaim's
     ("created today at 09:00 UTC") gives way to any other time, and one whose sentence is
-    not the reclaim's is never the deadline. `ours`: where this droplet is named.
+    not the reclaim's is never the deadline; nor is one later than `elsewhere_until` (the
+    mail's Date + lead) whose sentence is not the reclaim's. `ours`: where this droplet is
+    named.
 
     With `new_only`, a time written as the one a new time replaces (`from`, `was`,
     `previously`, `instead of`, `old time:`) is passed over too, and the first time left
@@ -1552,6 +1555,11 @@ def find_deadline(
         # deadline when no other time was written: a terminate at once, hours before the
         # reclaim. Date + lead stands in instead.
         if past and not of_the_reclaim(start, stop):
+            continue
+        # Nor is a later one ("... will be reclaimed. Backups run daily at 18:00 UTC."): the
+        # deadline was hours after Date + lead, and the work since the drain was lost.
+        later = elsewhere_until is not None and moment > elsewhere_until
+        if later and not of_the_reclaim(start, stop):
             continue
         if new_only and _is_old_time(text, start, words):
             continue
@@ -1730,6 +1738,19 @@ _IT_FIRST = re.compile(r"[\W_]*(?:it|they)\b", re.IGNORECASE)
 # of anything else: it goes on with the reclaim's. Zones are in capitals (CET, ET).
 _WORD = re.compile(r"[^\W\d_]+")
 _BARE_WORDS = _LINK_WORDS | {
+    "end",  # "Window end: 16:00 UTC", a window's own label as "start" is
+    "ends",
+    "ending",
+    "until",
+    # A new time's labels ("New time: 16:00 UTC", "Old:", "Revised:").
+    "new",
+    "old",
+    "previous",
+    "previously",
+    "original",
+    "originally",
+    "updated",
+    "revised",
     "when",
     "am",
     "pm",
@@ -2103,6 +2124,8 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         begin = ends[-1] if ends else at
     found = None
     shift: timedelta | None = None
+    # A time later than this is the deadline only when its sentence is the reclaim's.
+    until = _shifted(sent or now, rules.lead)
     if rescheduled:
         # The new time is the first from its sentence on (a new time in the subject: from
         # this droplet's line on) that is not the one it replaces, before the next droplet
@@ -2116,8 +2139,18 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             (start for start, _, ours in mentions if not ours and start >= after), default=None
         )
         block = text[begin:stop]
-        found = find_deadline(block, sent, new_only=True) or find_deadline(
-            block, sent, others=[at - begin for at in other_starts if at >= begin]
+        # The sentence of the new time is the reclaim's ("gpu-spot-1: rescheduled to 16:00
+        # UTC"), as is any naming this droplet.
+        ours = [at - begin for at in our_starts if begin <= at < len(block) + begin]
+        ours += [rescheduled.start() - begin] if rescheduled.start() >= begin else []
+        found = find_deadline(
+            block, sent, new_only=True, ours=ours, elsewhere_until=until
+        ) or find_deadline(
+            block,
+            sent,
+            others=[at - begin for at in other_starts if at >= begin],
+            ours=ours,
+            elsewhere_until=until,
         )
         by = _SHIFT.search(block) if found is None else None
         if by is not None:
@@ -2133,8 +2166,11 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
                 sent,
                 others=[at - begin for at in other_starts],
                 ours=[at - begin for at in our_starts if at >= begin],
+                elsewhere_until=until,
             )
-            or find_deadline(text, sent, others=other_starts, ours=our_starts)
+            or find_deadline(
+                text, sent, others=other_starts, ours=our_starts, elsewhere_until=until
+            )
         )
     if found is None and shift is None and sent is not None:
         found = _sooner_than_lead(text, sent, rules.lead)

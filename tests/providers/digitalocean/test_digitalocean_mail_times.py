@@ -391,6 +391,84 @@ def test_a_mail_whose_only_time_is_another_sentence_s_past_one_takes_date_plus_l
 @pytest.mark.parametrize(
     "body",
     [
+        # The reclaim's sentence has no time, another sentence on its line a later one: it
+        # was the deadline, hours after Date + lead, and the work since the drain was lost.
+        "Your Spot GPU Droplet gpu-spot-1 (ID 424242424) will be reclaimed. Backups run daily "
+        "at 18:00 UTC.",
+        "Your Spot GPU Droplet gpu-spot-1 will be reclaimed. Our support team is available "
+        "until 22:00 UTC.",
+        "Your Spot GPU Droplet gpu-spot-1 will be reclaimed soon. A snapshot scheduled for "
+        "23:00 UTC will not run.",
+        "Your Spot Droplet gpu-spot-1 will be reclaimed. Billing stops at 18:00 UTC.",
+        "Backups run daily at 18:00 UTC. Your Spot GPU Droplet gpu-spot-1 will be reclaimed.",
+        # A new time without its time: the later one was the new deadline.
+        "The reclaim of gpu-spot-1 has been rescheduled. Backups run daily at 18:00 UTC.",
+        "Your Spot Droplet gpu-spot-1 will be reclaimed.\nSupport: 13:00-22:00 UTC, then "
+        "from 2026-12-02 08:00 UTC.",
+    ],
+)
+def test_another_sentence_s_later_time_never_puts_the_deadline_past_date_plus_lead(
+    body: str,
+) -> None:
+    report = reclaim_verdict(_mail(body), RULES, "key", SENT).report
+    assert report is not None
+    assert report.deadline <= SENT + timedelta(hours=2), report.detail["deadline_source"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    thing=st.sampled_from(
+        [
+            "Backups run daily",
+            "Our support team is available until",
+            "Billing stops",
+            "A snapshot is scheduled for",
+            "Maintenance of nyc2 starts",
+            "The invoice is sent",
+            "Your backups have been moved to",
+        ]
+    ),
+    hour=st.integers(15, 23),
+    minute=st.integers(0, 59),
+    dated=st.booleans(),
+    before=st.booleans(),
+    wrap=st.sampled_from([" ", "\n"]),
+)
+def test_no_later_time_of_something_else_is_the_deadline(
+    thing: str, hour: int, minute: int, dated: bool, before: bool, wrap: str
+) -> None:
+    when = f"{'2026-12-01 ' if dated else ''}{hour:02d}:{minute:02d} UTC"
+    aside = f"{thing} {'at ' if not thing.endswith(('until', 'for', 'to')) else ''}{when}."
+    notice = "Your Spot Droplet gpu-spot-1 will be reclaimed."
+    body = f"{aside}{wrap}{notice}" if before else f"{notice}{wrap}{aside}"
+    report = reclaim_verdict(_mail(body), RULES, "key", SENT).report
+    assert report is not None
+    assert report.deadline <= SENT + timedelta(hours=2), (body, report.detail)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # The reclaim's own time, or a sentence of nothing but a time, is the deadline however
+        # far after Date + lead.
+        "Droplet gpu-spot-1 will be reclaimed at 18:00 UTC.",
+        "Droplet gpu-spot-1 will be reclaimed. Time: 18:00 UTC.",
+        "gpu-spot-1: 18:00 UTC",
+        "Your Droplet gpu-spot-1 will be reclaimed soon. It will be powered off at 18:00 UTC.",
+        "Backups run daily at 13:00 UTC. Droplet gpu-spot-1 will be reclaimed at 18:00 UTC.",
+        "gpu-spot-1: rescheduled to 18:00 UTC, previously scheduled for 13:00 UTC.",
+        "Droplet gpu-spot-1: rescheduled\nOld time: 13:00 UTC\nNew time: 18:00 UTC",
+    ],
+)
+def test_the_reclaim_s_own_later_time_is_still_the_deadline(body: str) -> None:
+    report = reclaim_verdict(_mail(body), RULES, "key", SENT).report
+    assert report is not None
+    assert report.deadline == _at(18), report.detail["deadline_source"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
         # The droplet named by its name alone, or the reclaim's own words: still at once.
         "gpu-spot-1: today at 11:00 UTC.",
         "Droplet gpu-spot-1: today at 11:00 UTC.",
