@@ -79,15 +79,30 @@ _PHRASE_WORDS = frozenset(
     """,
     )
 )
+# Before the reclaim, in its clause: a condition, or how often it happens ("In rare cases
+# the reclaim is cancelled"), which says how cancelling works, not that it was.
 _CONDITIONS = re.compile(
-    r"\b(?:if|unless|whether|when|whenever|once|until|should|in\s+case|provided|otherwise)\b",
+    r"\b(?:if|unless|whether|when|whenever|once|until|should|in\s+case|provided|otherwise"
+    r"|sometimes|occasionally|usually|generally|typically|normally|rarely|often"
+    r"|in\s+(?:rare|some|most|many|few)\s+cases)\b",
     re.IGNORECASE,
 )
-# Right after the verb, on its line or the next (a wrapped line): "... if you migrate".
+# Right after the verb, on its line or the next (a wrapped line): "... if you migrate",
+# "... automatically if you delete it", "... only when capacity frees up", or for whom
+# ("... for droplets with reserved capacity").
 _CONDITION_AFTER = re.compile(
-    r"[^\S\n]*,?(?:[^\S\n]*\n)?[^\S\n]*(?:only\s+)?(?:if|unless|provided|should|in\s+case)\b",
+    r"[^\S\n]*,?(?:[^\S\n]*\n)?[^\S\n]*(?:[a-z]+ly\s+)?"
+    r"(?:(?:only\s+)?(?:if|unless|provided|should|in\s+case)|only\s+(?:when|once|after)"
+    r"|for\s+(?:(?:all|any|some|every)\s+)?(?:spot\s+)?(?:droplets|instances|customers|users)"
+    r")\b",
     re.IGNORECASE,
 )
+# Before the verb, a relative pronoun ("any reclaim that is cancelled"), or before the
+# reclaim an article of any reclaim ("a reclaim is withdrawn"): said of reclaims in
+# general, not of this one.
+_RELATIVES = frozenset(("that", "which"))
+_ANY_ONE = frozenset(("a", "an", "any", "every", "each", "all", "some"))
+_BEFORE_HEAD = frozenset(re.findall(r"\w+", "spot droplet gpu scheduled planned upcoming pending"))
 # Where a clause cannot reach across: a sentence's end, a blank line, or a line break
 # before a line that does not carry on the one before (a wrapped line starts lowercase).
 _CLAUSE_START = re.compile(r"[.!?;](?=\s)|\n[^\S\n]*\n|\n(?=[^\S\n]*[^a-z\s])")
@@ -125,10 +140,23 @@ def counts(
     head = statement.start()
     if kind is not None:
         found = _head(text, statement.start(), kind, is_mention, begin)
-        if found is None:
+        if found is None or _in_general(text, found, statement.start()):
             return False
         head = found
     return _CONDITIONS.search(text, _clause(text, head, begin), head) is None
+
+
+def _in_general(text: str, head: int, verb: int) -> bool:
+    """Whether the passive verb at `verb`, its subject starting at `head`, is said of
+    reclaims in general: after a relative pronoun, or of "a"/"any" reclaim."""
+    before_verb = list(_TOKEN.finditer(text, head, verb))
+    if before_verb and before_verb[-1].group(0).lower() in _RELATIVES:
+        return True
+    for token in reversed(list(_TOKEN.finditer(text, max(0, head - 40), head))):
+        lower = token.group(0).lower()
+        if lower not in _BEFORE_HEAD:
+            return lower in _ANY_ONE
+    return False
 
 
 def _clause(text: str, at: int, begin: int) -> int:

@@ -1482,6 +1482,27 @@ def test_a_notice_that_mentions_cancelling_is_still_a_notice() -> None:
     assert not result.replaces
 
 
+# How a cancellation works, said in a notice: each withdrew the reclaim it came with.
+_HOW_CANCELLING_WORKS = [
+    "Any reclaim that is cancelled will be announced by email.",
+    "Reclaims that are cancelled are announced separately.",
+    "The reclaim is cancelled automatically if you delete the droplet.",
+    "The reclaim is cancelled only when capacity frees up.",
+    "In rare cases the reclaim is cancelled; we will email you if so.",
+    "Note that the reclaim is cancelled for droplets with reserved capacity.",
+    "Sometimes a reclaim is withdrawn.",
+    "A reclaim which has been cancelled is listed in the console.",
+]
+
+
+@pytest.mark.parametrize("aside", _HOW_CANCELLING_WORKS)
+def test_talk_of_how_a_cancellation_works_never_withdraws_a_notice(aside: str) -> None:
+    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == _at(14, 10)
+
+
 _ASIDES = st.sampled_from(
     [
         "This cannot be cancelled.",
@@ -1503,6 +1524,7 @@ _ASIDES = st.sampled_from(
         "Droplets with reserved capacity will not be reclaimed.",
         "It will no longer be reclaimed if you move it to another region.",
         "Whether the reclaim is withdrawn depends on demand.",
+        *_HOW_CANCELLING_WORKS,
     ]
 )
 
