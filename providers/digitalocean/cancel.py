@@ -172,6 +172,10 @@ def _clause(text: str, at: int, begin: int) -> int:
 _AUXILIARIES = frozenset(re.findall(r"\w+", "has have had been was were is are be being will now"))
 # Who moved it, in the active voice ("We have rescheduled the reclaim"): what moved follows.
 _ACTORS = frozenset(("we", "we've", "we\u2019ve", "they", "digitalocean"))
+# Before a new time's verb, it says what may happen, not what did.
+_MODALS = frozenset(
+    ("may", "might", "can", "could", "cannot", "can't", "can\u2019t", "would", "should", "must")
+)
 # A reclaim's time as what moved: "the reclaim time has been moved".
 _TIME_WORDS = frozenset(re.findall(r"\w+", "time times date deadline schedule window"))
 
@@ -186,14 +190,25 @@ def moves(
     `text` is said of the reclaim or a droplet: False only when words of something else
     say what moved ("Billing has been postponed", "We have rescheduled your backups"), so
     a bare "Rescheduled to 16:00 UTC" still counts. Nothing before `begin` is read."""
+    if _CONDITION_AFTER.match(text, statement.end()):
+        return False  # "... is postponed automatically if capacity frees up"
     verb = statement.start()
-    for token in reversed(list(_TOKEN.finditer(text, _clause(text, verb, begin), verb))):
+    clause = _clause(text, verb, begin)
+    for token in reversed(list(_TOKEN.finditer(text, clause, verb))):
         lower = token.group(0).lower()
         if lower in _AUXILIARIES or token.group(0) == ":":  # "gpu-spot-1: rescheduled"
             continue
+        if lower in _MODALS:
+            return False  # "A reclaim may be rescheduled": it was not
         if lower in _ACTORS:
-            return _moved_after(text, statement.end(), is_mention) is not False
+            moved = _moved_after(text, statement.end(), is_mention) is not False
+            return moved and _CONDITIONS.search(text, clause, verb) is None
         named = _names_the_reclaim(token, is_mention)
+        if named and (
+            _in_general(text, token.start(), verb)
+            or _CONDITIONS.search(text, clause, token.start())
+        ):
+            return False  # "Any reclaim that is rescheduled", "If the reclaim is moved"
         if named is not None:
             return named
     return True

@@ -1792,6 +1792,27 @@ def test_something_else_moved_is_no_new_time_for_the_reclaim(aside: str) -> None
     assert result.report.deadline == _at(14, 10)
 
 
+@pytest.mark.parametrize(
+    "aside",
+    [
+        # How a new time works, said in a reminder: each withdrew the earlier reclaims (an
+        # earlier time among them) for the time this mail gives.
+        "If the reclaim is rescheduled, we will email you.",
+        "A reclaim may be rescheduled.",
+        "Any reclaim that is rescheduled will be announced by email.",
+        "The reclaim is postponed automatically if capacity frees up.",
+        "In rare cases the reclaim is moved to a later time.",
+        "We may reschedule the reclaim.",
+        "Sometimes the reclaim is postponed.",
+    ],
+)
+def test_talk_of_how_a_new_time_works_is_no_new_time(aside: str) -> None:
+    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == _at(14, 10)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     owner=st.sampled_from(["Your", "The", "Our", "All", ""]),
