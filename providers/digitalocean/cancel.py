@@ -152,6 +152,7 @@ def _in_general(text: str, head: int, verb: int) -> bool:
     before_verb = list(_TOKEN.finditer(text, head, verb))
     if before_verb and before_verb[-1].group(0).lower() in _RELATIVES:
         return True
+    # The few words before the reclaim: "a", "any", past "Spot", "scheduled", "Droplet".
     for token in reversed(list(_TOKEN.finditer(text, max(0, head - 40), head))):
         lower = token.group(0).lower()
         if lower not in _BEFORE_HEAD:
@@ -187,9 +188,11 @@ def moves(
     begin: int = 0,
 ) -> bool:
     """Whether `statement` (a new time: "rescheduled", "postponed", "has been moved") in
-    `text` is said of the reclaim or a droplet: False only when words of something else
-    say what moved ("Billing has been postponed", "We have rescheduled your backups"), so
-    a bare "Rescheduled to 16:00 UTC" still counts. Nothing before `begin` is read."""
+    `text` moved the reclaim: False when words of something else say what moved ("Billing
+    has been postponed", "We have rescheduled your backups"), and, as for a cancellation,
+    under a condition, of reclaims in general or after a modal ("A reclaim may be
+    rescheduled"); a bare "Rescheduled to 16:00 UTC" still counts. Nothing before `begin`
+    is read."""
     if _CONDITION_AFTER.match(text, statement.end()):
         return False  # "... is postponed automatically if capacity frees up"
     verb = statement.start()
