@@ -20,11 +20,11 @@ from forewarn.providers.base import ParseError
 from forewarn.providers.digitalocean.mail import (
     MatchRules,
     Verdict,
-    _without_blockquotes,
     find_deadline,
     read_mail,
     reclaim_verdict,
 )
+from forewarn.providers.digitalocean.message import _without_blockquotes
 from forewarn.providers.digitalocean.settings import DEFAULT_SENDER, DEFAULT_SUBJECT
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st

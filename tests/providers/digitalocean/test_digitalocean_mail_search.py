@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import re
 
-from forewarn.providers.digitalocean import mail
+from forewarn.providers.digitalocean import written
 from hypothesis import given
 from hypothesis import strategies as st
 
 _LOOKS = sorted(
     {
-        mail._CLOCK_FIRST,
-        *mail._DATE_FIRST.values(),
-        f"(?={mail._MONTH_FIRST})",
-        f"(?={mail._MONTH_FIRST}|[0-9])",
-        mail._TIME_FIRST,
+        written._CLOCK_FIRST,
+        *written._DATE_FIRST.values(),
+        f"(?={written._MONTH_FIRST})",
+        f"(?={written._MONTH_FIRST}|[0-9])",
+        written._TIME_FIRST,
     },
     key=len,
     reverse=True,
@@ -30,9 +30,9 @@ def _without_look(pattern: re.Pattern[str]) -> re.Pattern[str]:
 _LOOKED = [
     pattern
     for pattern in (
-        mail._MONTH_NAME,
-        mail._TIME_ONLY,
-        *(written for _, written in mail._WRITTEN_TIMES),
+        written._MONTH_NAME,
+        written.TIME_ONLY,
+        *(pattern for _, pattern in written.WRITTEN_TIMES),
     )
     if pattern.pattern.startswith("(?=")
 ]
@@ -71,7 +71,7 @@ _PHRASE = st.one_of(
 def test_every_pattern_with_a_look_is_checked() -> None:
     # All of the dated forms but the basic ISO one (its first figure needs no look), the
     # time alone and the month's name.
-    assert len(_LOOKED) == len(mail._WRITTEN_TIMES) - 1 + 2
+    assert len(_LOOKED) == len(written.WRITTEN_TIMES) - 1 + 2
 
 
 @given(st.lists(_PHRASE, min_size=1, max_size=4), st.sampled_from([" ", ". ", "\n", ""]))
