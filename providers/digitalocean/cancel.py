@@ -177,6 +177,12 @@ _ACTORS = frozenset(("we", "we've", "we\u2019ve", "they", "digitalocean"))
 _MODALS = frozenset(
     ("may", "might", "can", "could", "cannot", "can't", "can\u2019t", "would", "should", "must")
 )
+# Rescheduling as a noun says what happened only when nothing denies it: "Rescheduling is
+# not possible" withdrew the earlier reclaims (an earlier time among them) for the mail's.
+_NOUNS = frozenset(("rescheduling", "reschedule", "reschedules"))
+_DENIALS = frozenset(
+    ("not", "no", "never", "cannot", "unable", "impossible", "unavailable", "unsupported")
+)
 # A reclaim's time as what moved: "the reclaim time has been moved".
 _TIME_WORDS = frozenset(re.findall(r"\w+", "time times date deadline schedule window"))
 
@@ -191,12 +197,13 @@ def moves(
     `text` moved the reclaim: False when words of something else say what moved ("Billing
     has been postponed", "We have rescheduled your backups"), and, as for a cancellation,
     under a condition, of reclaims in general or after a modal ("A reclaim may be
-    rescheduled"); a bare "Rescheduled to 16:00 UTC" still counts. Nothing before `begin`
-    is read."""
+    rescheduled"), or as a noun its clause denies ("Rescheduling is not possible"); a bare
+    "Rescheduled to 16:00 UTC" still counts. Nothing before `begin` is read."""
     if _CONDITION_AFTER.match(text, statement.end()):
         return False  # "... is postponed automatically if capacity frees up"
     verb = statement.start()
     clause = _clause(text, verb, begin)
+    denied = statement.group(0).lower() in _NOUNS and _denied_after(text, statement.end())
     for token in reversed(list(_TOKEN.finditer(text, clause, verb))):
         lower = token.group(0).lower()
         if lower in _AUXILIARIES or token.group(0) == ":":  # "gpu-spot-1: rescheduled"
@@ -213,8 +220,19 @@ def moves(
         ):
             return False  # "Any reclaim that is rescheduled", "If the reclaim is moved"
         if named is not None:
-            return named
-    return True
+            return named and not denied
+    return not denied
+
+
+def _denied_after(text: str, end: int) -> bool:
+    """Whether the clause going on after `end` denies what it is about ("... is not
+    possible", "... cannot be accepted", "... isn't offered")."""
+    stop = _CLAUSE_START.search(text, end)
+    for token in _TOKEN.finditer(text, end, stop.start() if stop else len(text)):
+        lower = token.group(0).lower()
+        if lower in _DENIALS or lower.endswith(("n't", "n\u2019t")):
+            return True
+    return False
 
 
 def moves_in_subject(

@@ -1813,6 +1813,41 @@ def test_talk_of_how_a_new_time_works_is_no_new_time(aside: str) -> None:
     assert result.report.deadline == _at(14, 10)
 
 
+@pytest.mark.parametrize(
+    "aside",
+    [
+        # Rescheduling as a noun, denied: each withdrew the earlier reclaims (an earlier time
+        # among them) for the time this mail gives.
+        "Rescheduling is not possible.",
+        "Rescheduling this reclaim is not possible.",
+        "Reclaim rescheduling is unavailable for Spot Droplets.",
+        "Reschedule requests cannot be accepted.",
+        "Rescheduling isn't offered.",
+        "Rescheduling: not available.",
+        "Rescheduling is never possible for Spot Droplets.",
+    ],
+)
+def test_rescheduling_denied_is_no_new_time(aside: str) -> None:
+    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == _at(14, 10)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "Rescheduling: the reclaim of gpu-spot-1 is now at 2026-12-01 16:00 UTC.",
+        "We are rescheduling the reclaim of gpu-spot-1 to 2026-12-01 16:00 UTC, not later.",
+        "The reclaim of gpu-spot-1 was rescheduled to 2026-12-01 16:00 UTC, not cancelled.",
+    ],
+)
+def test_a_new_time_beside_a_denial_is_still_one(statement: str) -> None:
+    result = verdict(reclaim_mail(statement))
+    assert result.report is not None and result.replaces, result.why
+    assert result.report.deadline == _at(16, 0)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     owner=st.sampled_from(["Your", "The", "Our", "All", ""]),
