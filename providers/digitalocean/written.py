@@ -119,7 +119,12 @@ _CLOCK = (
     # "13:10h UTC" and "13.10h UTC".
     r"(?:\s*(?:hrs|hours|h(?![a-z]))\.?)?"
     # "13h UTC": the hour alone, as French mail writes it; skipped before.
-    r"|(?P<hh{n}>[^\S\n]?h(?![a-z0-9])))?"
+    r"|(?P<hh{n}>[^\S\n]?h(?![a-z0-9]))"
+    # "at 13 UTC": a bare 24-hour hour, after "at" or "by" and before UTC or GMT; skipped
+    # before, so Date + lead stood in. Not without them: "13 UTC-synced regions".
+    r"|(?P<bare{n}>(?:(?<=\bat[^\S\n][0-9])|(?<=\bby[^\S\n][0-9])"
+    r"|(?<=\bat[^\S\n][0-9]{{2}})|(?<=\bby[^\S\n][0-9]{{2}}))"
+    r"(?=[^\S\n]*[(\[]?(?:UTC|GMT)\b)))?"
     # "1:10 in the afternoon UTC": skipped, and Date + lead stood in. So was "1:10 P M UTC".
     r"\s*(?P<ampm{n}>[ap]\.?[^\S\n]?m\.?(?![a-z])|in\s+the\s+(?:morning|afternoon|evening)\b)?)"
 )
@@ -136,7 +141,7 @@ _WINDOW = (
     + r"(?(M2)|(?(word2)|(?(ampm2)|(?!)))))?"
     # A clock without minutes needs AM/PM, its own or, in a window, the end's (or the end
     # is noon or midnight: "between 10 and noon").
-    + r"(?(M)|(?(word)|(?(ampm)|(?(hh)|(?(ampm2)|(?(word2)|(?!)))))))"
+    + r"(?(M)|(?(word)|(?(ampm)|(?(hh)|(?(bare)|(?(ampm2)|(?(word2)|(?!))))))))"
 )
 
 

@@ -503,3 +503,29 @@ def test_any_day_of_the_month_is_its_next_date_from_the_mail_s(
     clock = f"{hour:02d}:00 UTC"
     text = f"reclaimed {on} at {clock}." if before else f"reclaimed at {clock} {on}."
     assert _deadline(text) == _utc(hour, 0, day), text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A bare 24-hour hour after "at" or "by", before UTC or GMT: skipped, Date + lead
+        # stood in, an hour and a half late.
+        ("reclaimed at 13 UTC.", _utc(13)),
+        ("reclaimed at 13 GMT.", _utc(13)),
+        ("reclaimed by 13 UTC.", _utc(13)),
+        ("reclaimed today at 13 (UTC).", _utc(13)),
+        ("reclaimed on December 4 at 16 UTC.", _utc(16, 0, 4)),
+        ("reclaimed at 13 UTC on December 4.", _utc(13, 0, 4)),
+        # A number that is no hour: one after no "at", and 25.
+        ("reclaimed soon; we run 13 UTC-synced regions.", None),
+        ("reclaimed at 25 UTC.", None),
+    ],
+)
+def test_a_bare_hour_after_at_and_before_utc_is_read(text: str, expected: datetime | None) -> None:
+    assert _deadline(text) == expected
+
+
+@given(hour=st.integers(min_value=0, max_value=23), word=st.sampled_from(["at", "by"]))
+def test_any_bare_hour_reads_as_its_full_clock(hour: int, word: str) -> None:
+    bare = _deadline(f"reclaimed {word} {hour} UTC.")
+    assert bare == _deadline(f"reclaimed {word} {hour:02d}:00 UTC.")
