@@ -85,6 +85,22 @@ _US_ZONES = {
     "MT": "America/Denver",
     "PT": "America/Los_Angeles",
 }
+# A city's time ("14:00 Amsterdam time"), for the cities of DigitalOcean's regions, by its
+# zone's rules: skipped before, so Date + lead stood in, for Singapore seven and a half hours
+# after the time written. Only with "time" after the city: "13:15 London" says no zone.
+_CITY_ZONES = {
+    "new york": "America/New_York",
+    "atlanta": "America/New_York",
+    "toronto": "America/Toronto",
+    "san francisco": "America/Los_Angeles",
+    "london": "Europe/London",
+    "amsterdam": "Europe/Amsterdam",
+    "frankfurt": "Europe/Berlin",
+    "bangalore": "Asia/Kolkata",
+    "bengaluru": "Asia/Kolkata",
+    "singapore": "Asia/Singapore",
+    "sydney": "Australia/Sydney",
+}
 # In words: by the zone's rules on that day, but "Daylight" at its fixed offset, the earlier
 # reading when it is written in winter (a deadline read late loses work). "Standard" by the
 # rules too: in summer they give daylight time, again the earlier reading.
@@ -193,10 +209,14 @@ def _zone(name: str | None) -> str:
         # Universal Time"): skipped before, so Date + lead stood in.
         + r"|(?:Eastern|Central|Mountain|Pacific)(?:\s+(?:Standard|Daylight))?(?:\s+Time)?"
         + r"|(?:Coordinated\s+)?Universal\s+(?:Coordinated\s+)?Time|Greenwich\s+Mean\s+Time"
-        # "13:10 Zulu", as aviation and military mail writes UTC: Date + lead stood in.
-        + r"|Zulu"
+        # "13:10 Zulu", as aviation and military mail writes UTC: Date + lead stood in. In
+        # any case ("13:10 ZULU"): only its capitalised form was read.
+        + r"|(?i:zulu)"
         + r")"
         + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
+        + r"|(?:"
+        + "|".join(city.replace(" ", r"\s+") for city in _CITY_ZONES)
+        + r")\s+time"
         # A colon may end the sentence's first part ("at 16:00 UTC: please save your
         # work"): refused, such a time was not read and Date + lead stood in, later than
         # the reclaim. Not a colon touching more ("GMT-05:00" is one offset) or before a
@@ -822,6 +842,8 @@ def written_time(
     spelt_utc = words[-1] == "time" and words[0] in ("coordinated", "universal", "greenwich")
     if spelt_utc or words == ["zulu"]:
         zone = ""
+    elif words[-1] == "time" and " ".join(words[:-1]) in _CITY_ZONES:
+        written_zone = _CITY_ZONES[" ".join(words[:-1])]
     elif words[0] in _WORD_ZONES:
         written_zone = _WORD_ZONES[words[0]]
         if "daylight" in words:

@@ -37,6 +37,10 @@ from hypothesis import strategies as st
         ("reclaimed at 10 in the morning EST.", _utc(15)),
         ("reclaimed at 13:10 Zulu.", _utc(13, 10)),
         ("reclaimed at 13:10 (Zulu).", _utc(13, 10)),
+        # In capitals or lowercase, as radio and military mail writes it: skipped.
+        ("reclaimed at 13:10 ZULU.", _utc(13, 10)),
+        ("reclaimed at 1310 ZULU.", _utc(13, 10)),
+        ("reclaimed at 13:10 zulu.", _utc(13, 10)),
         ("reclaimed at 13:10 Universal Coordinated Time.", _utc(13, 10)),
         ("reclaimed in under 1/2 an hour.", _utc(13)),
         # Already read; kept.
@@ -399,3 +403,28 @@ def test_any_window_end_above_its_start_gives_the_start(
     assert report.deadline <= written, body
     if labels[0].startswith("Window"):
         assert report.deadline == written, body
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A city's time, for the cities of DigitalOcean's regions: skipped, so Date + lead
+        # stood in (for Singapore seven and a half hours after the time written).
+        ("reclaimed at 13:15 London time.", _utc(13, 15)),
+        ("reclaimed at 14:00 Amsterdam time.", _utc(13)),
+        ("reclaimed at 14:00 (Frankfurt time).", _utc(13)),
+        ("reclaimed at 21:00 Singapore time.", _utc(13)),
+        ("reclaimed at 8:00 AM New York time.", _utc(13)),
+        ("reclaimed at 8:00 Toronto time.", _utc(13)),
+        ("reclaimed at 8:00 Atlanta time.", _utc(13)),
+        ("reclaimed at 5 AM San Francisco time.", _utc(13)),
+        ("reclaimed at 18:30 Bangalore time.", _utc(13)),
+        ("reclaimed at 18:30 Bengaluru time.", _utc(13)),
+        ("reclaimed at 13:00 SYDNEY TIME on December 2.", _utc(2, 0, 2)),
+        # A city without "time" names no zone: still skipped.
+        ("reclaimed at 13:15 London.", None),
+    ],
+)
+def test_a_city_s_time_is_read_in_its_zone(text: str, expected: datetime | None) -> None:
+    found = find_deadline(f"Droplet gpu-spot-1 will be {text}", SENT)
+    assert (found and found[0]) == expected, found
