@@ -524,6 +524,16 @@ _WORD_NUMBERS = {
     "\u00bc": 0.25,
     "3/4": 0.75,
     "\u00be": 0.75,
+    # "in 3/4 of an hour", "in three-quarters of an hour", "in a quarter hour": Date + lead
+    # (2 h) stood in.
+    "1/2 of an": 0.5,
+    "\u00bd of an": 0.5,
+    "1/4 of an": 0.25,
+    "\u00bc of an": 0.25,
+    "3/4 of an": 0.75,
+    "\u00be of an": 0.75,
+    "three-quarters of an": 0.75,
+    "a quarter": 0.25,
     # "thirty-five", "forty five": Date + lead (2 h) stood in.
     **{
         f"{tens}{joint}{unit}": float(tens_value + unit_value)

@@ -281,6 +281,13 @@ def test_any_number_of_minutes_in_words_is_the_deadline(minutes: int, joint: str
         ("in 1 1/2 hours", timedelta(minutes=90)),
         ("in 1\u00bd hours", timedelta(minutes=90)),
         ("in 3/4 hour", timedelta(minutes=45)),
+        # A fraction "of an hour", as figures or hyphenated: Date + lead stood in.
+        ("in 3/4 of an hour", timedelta(minutes=45)),
+        ("in \u00be of an hour", timedelta(minutes=45)),
+        ("in 1/4 of an hour", timedelta(minutes=15)),
+        ("in 1/2 of an hour", timedelta(minutes=30)),
+        ("in three-quarters of an hour", timedelta(minutes=45)),
+        ("in a quarter hour", timedelta(minutes=15)),
         ("with 30 minutes' notice", timedelta(minutes=30)),
         ("with 1 hour\u2019s notice", timedelta(hours=1)),
         ("in T-30 minutes", timedelta(minutes=30)),
