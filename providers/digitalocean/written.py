@@ -709,6 +709,16 @@ _TOLERANCES.append(
 _TOLERANCES.append(
     re.compile(r"[^\S\n]*[(\[][^\S\n]*[-\u2212\u2013][^\S\n]*0?0:(?P<n>[0-5][0-9])[^\S\n]*[)\]]")
 )
+# Of hours too after UTC, GMT or Z, whose offset is none, so the bracket restates nothing:
+# "14:00 UTC (-1:00)" was read as 14:00, an hour late.
+_TOLERANCES.append(
+    re.compile(
+        r"(?:(?<=UTC|GMT)|(?<=[^a-z]Z)|(?<=[(\[]UTC[)\]])|(?<=[(\[]GMT[)\]]))"
+        r"[^\S\n]*[(\[][^\S\n]*[-\u2212\u2013][^\S\n]*(?P<ch>1[0-2]|0?[0-9]):(?P<cm>[0-5][0-9])"
+        r"[^\S\n]*[)\]]",
+        re.IGNORECASE,
+    )
+)
 # A tolerance between a time and its date ("14:00 UTC (± 30 min) on December 3", "14:00 UTC
 # -30min on December 3"): the date was lost, and the time read on the mail's day, days early.
 WRITTEN_TIMES = _written_time_patterns(

@@ -326,6 +326,13 @@ def test_any_margin_before_a_date_moves_that_date_s_time_back_by_it(
         # A bracketed minus of an hour or more may restate a zone's offset ("14:00 EST
         # (-05:00)"): not read as a margin.
         ("reclaimed at 09:00 EST (-05:00).", _utc(14)),
+        # After UTC, GMT or Z it restates no offset (theirs is none): a margin of hours,
+        # read as 14:00 before, an hour or more late.
+        ("reclaimed at 14:00 UTC (-1:00).", _utc(13)),
+        ("reclaimed at 14:00 GMT (-1:30).", _utc(12, 30)),
+        ("reclaimed at 14:00 Z [-01:00].", _utc(13)),
+        ("reclaimed at 14:00 UTC (- 2:00) on December 3, 2026.", _utc(12, 0, 3)),
+        ("reclaimed at 14:00 (UTC) (-1:00).", _utc(13)),
     ],
 )
 def test_a_margin_written_as_a_clock_moves_the_deadline_back(text: str, expected: datetime) -> None:
