@@ -17,6 +17,7 @@ from email.utils import getaddresses, parsedate_to_datetime
 from typing import Any
 
 from ..base import ParseError
+from .written import CITY_ZONES
 
 DRILL_HEADER = "X-Forewarn-Drill"
 
@@ -172,9 +173,16 @@ _ZONE_HEADING = re.compile(r"[(\[](?P<z>UTC|GMT)[)\]]|\b(?:in|are)\s+(?P<z2>UTC|
 _DIGIT = re.compile(r"[0-9]")
 _BLANK_LINE = re.compile(r"\n[^\S\n]*(?:\n|\Z)")
 _EMPTY_LINE = re.compile(r"\n[^\S\n]*(?=\n)")
+# Nor a city's time ("14:10 Amsterdam time"): given the heading's zone, it was read an hour or
+# more late. AM or PM is a word of its own: the "Am" of "14:10 Amsterdam" was taken for it,
+# and the zone written into the word ("14:10 Am UTCsterdam").
 _CLOCK_NO_ZONE = (
-    r"(?<![\d:.])(?:[01]?[0-9]|2[0-4]):[0-5][0-9](?::[0-5][0-9])?(?:[^\S\n]*[aApP]\.?[mM]\.?)?"
-    r"(?![0-9]|[^\S\n]*[(\[]?(?:UTC|GMT|Z\b|[+-][0-9]|[A-Z]{2,5}\b|[A-Z][a-z]+/)"
+    r"(?<![\d:.])(?:[01]?[0-9]|2[0-4]):[0-5][0-9](?::[0-5][0-9])?"
+    r"(?:[^\S\n]*[aApP]\.?[mM]\.?(?![A-Za-z]))?"
+    r"(?![0-9]|[^\S\n]*[(\[]?(?:UTC|GMT|Z\b|[+-][0-9]|[A-Z]{2,5}\b|[A-Z][a-z]+/"
+    + r"|(?i:(?:"
+    + "|".join(city.replace(" ", r"\s+") for city in CITY_ZONES)
+    + r")\s+time\b))"
 )
 # A time marked local is in a zone the mail has not named: a note of the mail's zone ("all
 # times UTC except where noted") is not its zone. "8:10 local time" read as 8:10 UTC was

@@ -88,7 +88,7 @@ _US_ZONES = {
 # A city's time ("14:00 Amsterdam time"), for the cities of DigitalOcean's regions, by its
 # zone's rules: skipped before, so Date + lead stood in, for Singapore seven and a half hours
 # after the time written. Only with "time" after the city: "13:15 London" says no zone.
-_CITY_ZONES = {
+CITY_ZONES = {
     "new york": "America/New_York",
     "atlanta": "America/New_York",
     "toronto": "America/Toronto",
@@ -215,7 +215,7 @@ def _zone(name: str | None) -> str:
         + r")"
         + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
         + r"|(?:"
-        + "|".join(city.replace(" ", r"\s+") for city in _CITY_ZONES)
+        + "|".join(city.replace(" ", r"\s+") for city in CITY_ZONES)
         + r")\s+time"
         # A colon may end the sentence's first part ("at 16:00 UTC: please save your
         # work"): refused, such a time was not read and Date + lead stood in, later than
@@ -862,8 +862,8 @@ def written_time(
     spelt_utc = words[-1] == "time" and words[0] in ("coordinated", "universal", "greenwich")
     if spelt_utc or words == ["zulu"]:
         zone = ""
-    elif words[-1] == "time" and " ".join(words[:-1]) in _CITY_ZONES:
-        written_zone = _CITY_ZONES[" ".join(words[:-1])]
+    elif words[-1] == "time" and " ".join(words[:-1]) in CITY_ZONES:
+        written_zone = CITY_ZONES[" ".join(words[:-1])]
     elif words[0] in _WORD_ZONES:
         written_zone = _WORD_ZONES[words[0]]
         if "daylight" in words:
@@ -976,6 +976,7 @@ def _next_date(
 __all__ = [
     "ABOUT_RECLAIM",
     "AMOUNT",
+    "CITY_ZONES",
     "DAY_AFTER",
     "DAY_BEFORE",
     "EARLIER",

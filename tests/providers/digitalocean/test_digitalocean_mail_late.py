@@ -155,6 +155,12 @@ def test_the_time_of_an_html_time_tag_is_the_deadline(words: str) -> None:
             "plain",
         ),
         ("Spot Droplets will be reclaimed. All times are in UTC.\n\ngpu-spot-1: 13:10\n", "plain"),
+        # A word after the time starting with "am" or "pm" is no AM or PM: "13:10 Am UTCsterdam".
+        (
+            "Droplet gpu-spot-1 will be reclaimed.\n\nReclaim times (UTC):\n"
+            "gpu-spot-1: 13:10 Amsterdam region\n",
+            "plain",
+        ),
         (
             "<p>The following Droplets will be reclaimed:</p><table><tr><th>Droplet</th>"
             "<th>Reclaim time (UTC)</th></tr><tr><td>gpu-spot-7</td><td>15:00</td></tr>"
@@ -171,6 +177,22 @@ def test_the_time_of_an_html_time_tag_is_the_deadline(words: str) -> None:
 def test_bare_times_under_a_heading_with_a_zone_are_in_that_zone(body: str, subtype: str) -> None:
     report = _verdict(body, subtype).report
     assert report is not None and report.deadline == _utc(13, 10), report.detail
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # A city's time is in the city's zone: given the heading's, it was read as 14:10 and
+        # 21:10 UTC, one and eight hours late.
+        "gpu-spot-1: 14:10 Amsterdam time",
+        "gpu-spot-1: 21:10 Singapore time",
+        "gpu-spot-1: 14:10 (Frankfurt time)",
+        "gpu-spot-1: 8:10 AM New York time",
+    ],
+)
+def test_a_city_s_time_under_a_heading_with_a_zone_keeps_its_own(line: str) -> None:
+    report = _verdict(f"Droplet gpu-spot-1 will be reclaimed.\n\nReclaim times (UTC):\n{line}\n")
+    assert report.report is not None and report.report.deadline == _utc(13, 10), report.why
 
 
 @pytest.mark.parametrize(
