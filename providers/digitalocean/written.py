@@ -185,7 +185,8 @@ def _zone(name: str | None) -> str:
         # In brackets too ("13:10 [UTC]"), as some templates write it: skipped before.
         # Nor is a minus before an amount: "14:00 UTC-1 min" is a margin, read as UTC-1 it
         # was an hour late.
-        rf"\s*[(\[]?({group}(?:UTC|GMT)\s*"
+        # After "in" too ("at 13:10 in UTC"): skipped before, and Date + lead stood in.
+        rf"\s*[(\[]?(?:in[^\S\n]+(?=UTC|GMT))?({group}(?:UTC|GMT)\s*"
         rf"(?:-(?=(?:1[0-2]|0?[0-9])(?:[0-9]{{2}})?(?![0-9]|{_UNIT_AFTER}))|\+\s*)"
         r"(?:[0-9]{2}:[^\S\n](?:00|30|45)(?![0-9])|(?:1[0-4]|0?[0-9])(?::?[0-9]{2})?)"
         r"(?![0-9]|\s*\(?(?:UTC|GMT)\b)"
@@ -548,10 +549,13 @@ AMOUNT = (
     # "1 1/2 hours", "1\u00bd hours": read as no amount, Date + lead (2 h) stood in.
     r"(?P<n>[0-9]+(?:\.[0-9]+)?(?:[^\S\n]*(?:1/2|\u00bd)(?![0-9]))?|"
     + "|".join(sorted(_WORD_NUMBERS, key=len, reverse=True)).replace(" ", r"\s+")
+    # "forty (40) minutes": the words restated in figures, as formal notices write them;
+    # read as no amount, Date + lead stood in. The words are read.
+    + r")(?:[^\S\n]*\([0-9]+(?:\.[0-9]+)?\))?"
     # "a 30-minute notice": a hyphen before the unit. "in 40'": a prime for minutes. "in 40+
     # minutes", "in 40 mn": at least that, the French unit. Each was read as no amount, and
     # Date + lead stood in.
-    + r")(?:\s*(?:-|\u2013|to|or|and)\s*[0-9]+(?:\.[0-9]+)?)?\+?(?:\s*|-)(?:(?P<unit>hours?|hrs?|h)"
+    + r"(?:\s*(?:-|\u2013|to|or|and)\s*[0-9]+(?:\.[0-9]+)?)?\+?(?:\s*|-)(?:(?P<unit>hours?|hrs?|h)"
     # Hours, then minutes ("1 hour and 30 minutes", "1h30m", "2 hours and a half"): read as
     # the hours alone, the deadline was early by the minutes; "1h30m" was not read at all.
     r"(?:\s*,?\s*(?:and\s+)?(?P<mins>[0-9]{1,2})\s*(?:minutes?|mins?|m)|\s+and\s+(?P<half>a\s+half))?"

@@ -288,6 +288,10 @@ def test_any_number_of_minutes_in_words_is_the_deadline(minutes: int, joint: str
         ("in 1/2 of an hour", timedelta(minutes=30)),
         ("in three-quarters of an hour", timedelta(minutes=45)),
         ("in a quarter hour", timedelta(minutes=15)),
+        # A number in words restated in figures, as formal notices write it: no amount.
+        ("in forty (40) minutes", timedelta(minutes=40)),
+        ("within thirty (30) minutes", timedelta(minutes=30)),
+        ("in one (1) hour", timedelta(hours=1)),
         ("with 30 minutes' notice", timedelta(minutes=30)),
         ("with 1 hour\u2019s notice", timedelta(hours=1)),
         ("in T-30 minutes", timedelta(minutes=30)),

@@ -41,6 +41,11 @@ from hypothesis import strategies as st
         ("reclaimed at 13:10 ZULU.", _utc(13, 10)),
         ("reclaimed at 1310 ZULU.", _utc(13, 10)),
         ("reclaimed at 13:10 zulu.", _utc(13, 10)),
+        # After "in": skipped.
+        ("reclaimed at 13:10 in UTC.", _utc(13, 10)),
+        ("reclaimed at 1:10 PM in GMT.", _utc(13, 10)),
+        ("reclaimed at 14:10 in UTC+1.", _utc(13, 10)),
+        ("reclaimed on December 1, 2026 at 13:10 in UTC.", _utc(13, 10)),
         ("reclaimed at 13:10 Universal Coordinated Time.", _utc(13, 10)),
         ("reclaimed in under 1/2 an hour.", _utc(13)),
         # Already read; kept.
