@@ -6,8 +6,9 @@ backups were cancelled", "pending jobs are cancelled") in a notice whose reclaim
 So a passive one counts only when what is cancelled is the reclaim: the words before it,
 back to a reclaim noun, are only those of a noun phrase naming it ("The scheduled reclaim
 of Droplet gpu-spot-1 (ID 424242424) at 14:30 UTC"). Nor does one count under a condition
-("If the reclaim is cancelled, ..."). A statement missed costs a needless drain, one
-misread costs the work since the last checkpoint: anything not recognised keeps the reclaim.
+("If the reclaim is cancelled, ..."), reported ("we said the reclaim was cancelled") or
+undone ("... cancelled by mistake"). A statement missed costs a needless drain, one misread
+costs the work since the last checkpoint: anything not recognised keeps the reclaim.
 
 A new time ("rescheduled", "has been moved") is refused on the same grounds when the words
 before it name something else ("Your backups have been moved to 18:00 UTC"): read as the
@@ -81,10 +82,15 @@ _PHRASE_WORDS = frozenset(
 )
 # Before the reclaim, in its clause: a condition, or how often it happens ("In rare cases
 # the reclaim is cancelled"), which says how cancelling works, not that it was.
+# Or what was said before ("Earlier we said the reclaim was cancelled; that was a mistake",
+# "You may have heard that ..."): reported, not told now. Past forms only: "We are writing to
+# tell you that the reclaim has been cancelled" is a cancellation.
 _CONDITIONS = re.compile(
     r"\b(?:if|unless|whether|when|whenever|once|until|should|in\s+case|provided|otherwise"
     r"|sometimes|occasionally|usually|generally|typically|normally|rarely|often"
-    r"|in\s+(?:rare|some|most|many|few)\s+cases)\b",
+    r"|in\s+(?:rare|some|most|many|few)\s+cases"
+    r"|said|told|heard|reported|stated|mentioned|claimed|wrote|written|suggested|indicated"
+    r"|thought|believed|assumed|rumou?red)\b",
     re.IGNORECASE,
 )
 # Right after the verb, on its line or the next (a wrapped line): "... if you migrate",
@@ -95,6 +101,17 @@ _CONDITION_AFTER = re.compile(
     r"(?:(?:only\s+)?(?:if|unless|provided|should|in\s+case)|only\s+(?:when|once|after)"
     r"|for\s+(?:(?:all|any|some|every)\s+)?(?:spot\s+)?(?:droplets|instances|customers|users)"
     r")\b",
+    re.IGNORECASE,
+)
+# Right after a cancellation's verb, what undoes it: "... by mistake and is now back on",
+# "... in error", "..., then rescheduled to 14:10 UTC", "... and replaced by this one". Each
+# withdrew the reclaim the same mail announced.
+_UNDONE_AFTER = re.compile(
+    r"[^\S\n]*,?(?:[^\S\n]*\n)?[^\S\n]*"
+    r"(?:by\s+(?:mistake|accident|error)|in\s+error|erroneously|mistakenly|wrongly"
+    r"|accidentally|incorrectly"
+    r"|(?:and\s+|then\s+|but\s+)+(?:then\s+|later\s+|has\s+been\s+|was\s+)?"
+    r"(?:reschedul\w*|postponed|moved|replaced|reinstated|restored|reissued))\b",
     re.IGNORECASE,
 )
 # Before the verb, a relative pronoun ("any reclaim that is cancelled"), or before the
@@ -128,7 +145,7 @@ def counts(
     something else, and not under a condition. `is_mention` tells whether a span of `text`
     names a droplet; nothing before `begin` (a subject above the body) is read as the
     statement's own words."""
-    if _CONDITION_AFTER.match(text, statement.end()):
+    if _CONDITION_AFTER.match(text, statement.end()) or _UNDONE_AFTER.match(text, statement.end()):
         return False
     kind = (
         "reclaim"
@@ -280,8 +297,10 @@ def counts_in_subject(
         # " - ", " | " and ": " part a subject as sentences part a body ("Spot Droplet
         # reclaim notice - backups were cancelled"); the same length, so spans still hold.
         return counts(_SEPARATOR.sub(".", subject), statement, is_mention)
-    if _CONDITIONS.search(subject, 0, statement.start()) or _CONDITION_AFTER.match(
-        subject, statement.end()
+    if (
+        _CONDITIONS.search(subject, 0, statement.start())
+        or _CONDITION_AFTER.match(subject, statement.end())
+        or _UNDONE_AFTER.match(subject, statement.end())
     ):
         return False
     after = list(_TOKEN.finditer(subject, statement.end()))

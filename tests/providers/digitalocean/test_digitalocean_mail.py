@@ -1514,6 +1514,43 @@ def test_talk_of_how_a_cancellation_works_never_withdraws_a_notice(aside: str) -
     assert result.report.deadline == _at(14, 10)
 
 
+# A cancellation reported, or undone in its own clause, said in a notice: each withdrew the
+# reclaim it came with.
+_CANCELLING_SAID_OR_UNDONE = [
+    "Earlier we said the reclaim was cancelled; that was a mistake.",
+    "We previously told you the reclaim was cancelled, but it is going ahead.",
+    "You may have heard that the reclaim was cancelled. It was not.",
+    "Some reports stated the reclaim had been withdrawn.",
+    "The reclaim was cancelled by mistake and is now back on.",
+    "The reclaim was cancelled in error.",
+    "The reclaim was erroneously withdrawn and has been reinstated.",
+    "The reclaim was cancelled, then rescheduled to 14:10 UTC.",
+    "The reclaim was cancelled and replaced by this one.",
+]
+
+
+@pytest.mark.parametrize("aside", _CANCELLING_SAID_OR_UNDONE)
+def test_a_cancellation_reported_or_undone_never_withdraws_a_notice(aside: str) -> None:
+    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == _at(14, 10)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "We are writing to let you know that the reclaim of gpu-spot-1 has been cancelled.",
+        "This is to inform you that the reclaim of gpu-spot-1 has been cancelled.",
+        "We're happy to tell you the reclaim of gpu-spot-1 was cancelled.",
+        "As announced, the reclaim of gpu-spot-1 has been withdrawn.",
+    ],
+)
+def test_a_cancellation_told_in_this_mail_still_withdraws_the_reclaim(body: str) -> None:
+    result = verdict(reclaim_mail(body))
+    assert result.report is None and result.replaces, result.why
+
+
 _ASIDES = st.sampled_from(
     [
         "This cannot be cancelled.",
@@ -1536,6 +1573,7 @@ _ASIDES = st.sampled_from(
         "It will no longer be reclaimed if you move it to another region.",
         "Whether the reclaim is withdrawn depends on demand.",
         *_HOW_CANCELLING_WORKS,
+        *_CANCELLING_SAID_OR_UNDONE,
     ]
 )
 
