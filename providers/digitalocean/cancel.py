@@ -120,6 +120,8 @@ _UNDONE_AFTER = re.compile(
 _RELATIVES = frozenset(("that", "which"))
 _ANY_ONE = frozenset(("a", "an", "any", "every", "each", "all", "some"))
 _BEFORE_HEAD = frozenset(re.findall(r"\w+", "spot droplet gpu scheduled planned upcoming pending"))
+_PLURAL_HEAD = re.compile(r"(?:reclaims|reclamations|interruptions|terminations)\b", re.IGNORECASE)
+_THIS_ONE = frozenset(re.findall(r"\w+", "the your these those our its their both my this"))
 # Where a clause cannot reach across: a sentence's end, a blank line, or a line break
 # before a line that does not carry on the one before (a wrapped line starts lowercase).
 _CLAUSE_START = re.compile(r"[.!?;](?=\s)|\n[^\S\n]*\n|\n(?=[^\S\n]*[^a-z\s])")
@@ -170,10 +172,15 @@ def _in_general(text: str, head: int, verb: int) -> bool:
     if before_verb and before_verb[-1].group(0).lower() in _RELATIVES:
         return True
     # The few words before the reclaim: "a", "any", past "Spot", "scheduled", "Droplet".
+    # Of reclaims, any other word: "Previous reclaims were postponed", "Other reclaims ...",
+    # not "Your reclaims" nor "The reclaims of gpu-spot-1 and gpu-spot-7".
+    plural = _PLURAL_HEAD.match(text, head) is not None
     for token in reversed(list(_TOKEN.finditer(text, max(0, head - 40), head))):
         lower = token.group(0).lower()
         if lower not in _BEFORE_HEAD:
-            return lower in _ANY_ONE
+            if lower in _ANY_ONE:
+                return True
+            return plural and lower[0].isalpha() and lower not in _THIS_ONE
     return False
 
 
@@ -200,6 +207,24 @@ _NOUNS = frozenset(("rescheduling", "reschedule", "reschedules"))
 _DENIALS = frozenset(
     ("not", "no", "never", "cannot", "unable", "impossible", "unavailable", "unsupported")
 )
+# After a new time's verb, in its clause, a time long past: "The reclaim was postponed last
+# week", "... has been postponed before", "... two weeks ago". Not "previously": "(previously
+# 14:10 UTC)" names the time replaced.
+_LONG_PAST = re.compile(
+    r"\b(?:last\s+(?:week|month|year|time|night|\w+day)|yesterday|\w+\s+ago|in\s+the\s+past"
+    r"|earlier\s+this\s+(?:week|month|year)|before\s*$|on\s+(?:previous|other)\s+occasions)\b",
+    re.IGNORECASE,
+)
+# What says a droplet moved somewhere ("moved", "changed"), not that its reclaim did, unless a
+# time follows: a figure, a time's word, a weekday or a month.
+_PLACED = re.compile(r"\b(?:moved|changed)\b", re.IGNORECASE)
+_WHEN = re.compile(
+    r"(?<![a-z])[0-9]|\b(?:noon|midnight|midday|today|tomorrow|tonight|later|earlier|sooner"
+    r"|hours?|minutes?|time|date|(?:mon|tues|wednes|thurs|fri|satur|sun)day|jan(?:uary)?"
+    r"|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?"
+    r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\b",
+    re.IGNORECASE,
+)
 # A reclaim's time as what moved: "the reclaim time has been moved".
 _TIME_WORDS = frozenset(re.findall(r"\w+", "time times date deadline schedule window"))
 
@@ -214,13 +239,22 @@ def moves(
     `text` moved the reclaim: False when words of something else say what moved ("Billing
     has been postponed", "We have rescheduled your backups"), and, as for a cancellation,
     under a condition, of reclaims in general or after a modal ("A reclaim may be
-    rescheduled"), or as a noun its clause denies ("Rescheduling is not possible"); a bare
-    "Rescheduled to 16:00 UTC" still counts. Nothing before `begin` is read."""
+    rescheduled"), as a noun its clause denies ("Rescheduling is not possible"), long past
+    ("... postponed last week"), or of the droplet moved with no time after it ("Droplet
+    gpu-spot-1 has been moved to nyc3"); a bare "Rescheduled to 16:00 UTC" still counts.
+    Nothing before `begin` is read."""
     if _CONDITION_AFTER.match(text, statement.end()):
         return False  # "... is postponed automatically if capacity frees up"
+    stop = _CLAUSE_START.search(text, statement.end())
+    rest = text[statement.end() : stop.start() if stop else len(text)]
+    if _LONG_PAST.search(rest):
+        return False  # "The reclaim was postponed last week": not this time
     verb = statement.start()
     clause = _clause(text, verb, begin)
-    denied = statement.group(0).lower() in _NOUNS and _denied_after(text, statement.end())
+    denied = statement.group(0).lower() in _NOUNS and _denied(rest)
+    # "Droplet gpu-spot-1 has been moved to nyc3": the droplet went somewhere, its reclaim
+    # did not move, unless a time follows.
+    placed = _PLACED.search(statement.group(0)) is not None and _WHEN.search(rest) is None
     for token in reversed(list(_TOKEN.finditer(text, clause, verb))):
         lower = token.group(0).lower()
         if lower in _AUXILIARIES or token.group(0) == ":":  # "gpu-spot-1: rescheduled"
@@ -237,15 +271,17 @@ def moves(
         ):
             return False  # "Any reclaim that is rescheduled", "If the reclaim is moved"
         if named is not None:
-            return named and not denied
+            droplet = token.group(0).lower() in _DROPLET_HEADS or is_mention(
+                token.start(), token.end()
+            )
+            return named and not denied and not (droplet and placed)
     return not denied
 
 
-def _denied_after(text: str, end: int) -> bool:
-    """Whether the clause going on after `end` denies what it is about ("... is not
-    possible", "... cannot be accepted", "... isn't offered")."""
-    stop = _CLAUSE_START.search(text, end)
-    for token in _TOKEN.finditer(text, end, stop.start() if stop else len(text)):
+def _denied(rest: str) -> bool:
+    """Whether `rest`, the clause going on after a statement, denies what it is about
+    ("... is not possible", "... cannot be accepted", "... isn't offered")."""
+    for token in _TOKEN.finditer(rest):
         lower = token.group(0).lower()
         if lower in _DENIALS or lower.endswith(("n't", "n\u2019t")):
             return True

@@ -1865,6 +1865,49 @@ def test_talk_of_how_a_new_time_works_is_no_new_time(aside: str) -> None:
 @pytest.mark.parametrize(
     "aside",
     [
+        # A new time long past, of reclaims in general, or the droplet moved somewhere:
+        # each withdrew the earlier reclaims (an earlier time among them) for this mail's.
+        "The reclaim was postponed last week, but this one is final.",
+        "The reclaim has been postponed before.",
+        "The reclaim was moved two weeks ago.",
+        "Previous reclaims were postponed; this one will not be.",
+        "Other reclaims have been rescheduled.",
+        "Your droplet has been moved to the reclaim queue.",
+        "Droplet gpu-spot-1 has been moved to nyc3.",
+        "Its IP address has been changed.",
+    ],
+)
+def test_a_move_long_past_in_general_or_of_the_droplet_is_no_new_time(aside: str) -> None:
+    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None and not result.replaces, result.why
+    assert result.report.deadline == _at(14, 10)
+
+
+@pytest.mark.parametrize(
+    ("statement", "new"),
+    [
+        ("Droplet gpu-spot-1 has been moved to 2026-12-01 16:00 UTC.", _at(16, 0)),
+        ("Droplet gpu-spot-1 has been moved to a later time: 2026-12-01 16:00 UTC.", _at(16, 0)),
+        ("Your reclaims have been postponed to 2026-12-01 16:00 UTC (gpu-spot-1).", _at(16, 0)),
+        (
+            "The reclaim of gpu-spot-1 has been postponed to 2026-12-01 16:00 UTC "
+            "(previously 14:10 UTC).",
+            _at(16, 0),
+        ),
+    ],
+)
+def test_a_move_of_this_droplet_s_reclaim_is_still_a_new_time(
+    statement: str, new: datetime
+) -> None:
+    result = verdict(reclaim_mail(statement))
+    assert result.report is not None and result.replaces, result.why
+    assert result.report.deadline == new
+
+
+@pytest.mark.parametrize(
+    "aside",
+    [
         # Rescheduling as a noun, denied: each withdrew the earlier reclaims (an earlier time
         # among them) for the time this mail gives.
         "Rescheduling is not possible.",
