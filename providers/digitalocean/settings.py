@@ -13,7 +13,7 @@ from ..settings import EndpointSettings
 
 METADATA_URL = "http://169.254.169.254"
 DEFAULT_SENDER = r"(?i)@([a-z0-9-]+\.)*digitalocean\.com$"
-DEFAULT_SUBJECT = r"(?i)reclaim|spot|interrupt|preempt"
+DEFAULT_SUBJECT = r"(?i)reclaim|reclamation|spot|interrupt|preempt"
 IMAP_PORTS = {"tls": 993, "starttls": 143, "none": 143}
 
 

@@ -2482,3 +2482,22 @@ def test_nothing_but_parse_error_escapes_the_mail_parser(
     except ParseError:
         return
     assert result.report is None or result.report.deadline is not None
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        # "reclamation" is no "reclaim": a notice under either subject was passed over, and
+        # its reclaim came unannounced.
+        "Droplet reclamation notice",
+        "Upcoming reclamation of your GPU Droplet",
+    ],
+)
+def test_the_default_subject_takes_a_reclamation_notice(subject: str) -> None:
+    result = verdict(reclaim_mail(subject=subject))
+    assert result.report is not None, result.why
+
+
+def test_the_default_subject_still_refuses_other_mail() -> None:
+    result = verdict(reclaim_mail(subject="Your monthly invoice"))
+    assert result.report is None and "subject" in result.why
