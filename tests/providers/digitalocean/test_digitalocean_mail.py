@@ -1506,12 +1506,19 @@ _HOW_CANCELLING_WORKS = [
 ]
 
 
-@pytest.mark.parametrize("aside", _HOW_CANCELLING_WORKS)
-def test_talk_of_how_a_cancellation_works_never_withdraws_a_notice(aside: str) -> None:
+def _keeps_the_reclaim_beside(aside: str) -> Verdict:
+    """The verdict on a notice of a reclaim at 14:10 with `aside` after it, checked to raise
+    that reclaim as a further notice: neither withdrawn nor a new time."""
     body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
     result = verdict(reclaim_mail(body))
     assert result.report is not None and not result.replaces, result.why
     assert result.report.deadline == _at(14, 10)
+    return result
+
+
+@pytest.mark.parametrize("aside", _HOW_CANCELLING_WORKS)
+def test_talk_of_how_a_cancellation_works_never_withdraws_a_notice(aside: str) -> None:
+    _keeps_the_reclaim_beside(aside)
 
 
 # A cancellation reported, or undone in its own clause, said in a notice: each withdrew the
@@ -1531,10 +1538,7 @@ _CANCELLING_SAID_OR_UNDONE = [
 
 @pytest.mark.parametrize("aside", _CANCELLING_SAID_OR_UNDONE)
 def test_a_cancellation_reported_or_undone_never_withdraws_a_notice(aside: str) -> None:
-    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
-    result = verdict(reclaim_mail(body))
-    assert result.report is not None and not result.replaces, result.why
-    assert result.report.deadline == _at(14, 10)
+    _keeps_the_reclaim_beside(aside)
 
 
 @pytest.mark.parametrize(
@@ -1834,11 +1838,8 @@ def test_a_new_time_in_any_tense_takes_the_new_time_not_the_old(body: str) -> No
     ],
 )
 def test_something_else_moved_is_no_new_time_for_the_reclaim(aside: str) -> None:
-    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
-    result = verdict(reclaim_mail(body))
-    assert result.report is not None and not result.replaces, result.why
+    result = _keeps_the_reclaim_beside(aside)
     assert result.shift is None and "rescheduled" not in result.report.detail
-    assert result.report.deadline == _at(14, 10)
 
 
 @pytest.mark.parametrize(
@@ -1856,10 +1857,7 @@ def test_something_else_moved_is_no_new_time_for_the_reclaim(aside: str) -> None
     ],
 )
 def test_talk_of_how_a_new_time_works_is_no_new_time(aside: str) -> None:
-    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
-    result = verdict(reclaim_mail(body))
-    assert result.report is not None and not result.replaces, result.why
-    assert result.report.deadline == _at(14, 10)
+    _keeps_the_reclaim_beside(aside)
 
 
 @pytest.mark.parametrize(
@@ -1878,10 +1876,7 @@ def test_talk_of_how_a_new_time_works_is_no_new_time(aside: str) -> None:
     ],
 )
 def test_a_move_long_past_in_general_or_of_the_droplet_is_no_new_time(aside: str) -> None:
-    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
-    result = verdict(reclaim_mail(body))
-    assert result.report is not None and not result.replaces, result.why
-    assert result.report.deadline == _at(14, 10)
+    _keeps_the_reclaim_beside(aside)
 
 
 @pytest.mark.parametrize(
@@ -1920,10 +1915,7 @@ def test_a_move_of_this_droplet_s_reclaim_is_still_a_new_time(
     ],
 )
 def test_rescheduling_denied_is_no_new_time(aside: str) -> None:
-    body = f"Droplet gpu-spot-1 will be reclaimed at 2026-12-01 14:10 UTC. {aside}"
-    result = verdict(reclaim_mail(body))
-    assert result.report is not None and not result.replaces, result.why
-    assert result.report.deadline == _at(14, 10)
+    _keeps_the_reclaim_beside(aside)
 
 
 @pytest.mark.parametrize(
