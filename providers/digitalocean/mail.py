@@ -195,7 +195,7 @@ _NOT_A_NAME = frozenset(
         hello hi dear good news update updates warning attention reminder fyi ps re fw fwd
         sent cc bcc reply hostname location zone tags state result here there message
         description comment comments notes explanation text content type event notification
-        alert account project team customer thanks regards greetings
+        alert account project team customer thanks regards greetings what where who why how
         interruption interruptions preemption preemptions termination terminations shutdown
         shutdowns reclamations eviction evictions notices maintenance
         correction corrections corrected clarification amendment erratum
@@ -384,19 +384,27 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             with contextlib.suppress(OverflowError):
                 shift = timedelta(hours=sign * amount_hours(parts))
     if shift is None:
-        found = (
-            found
-            or find_deadline(
-                text[begin:],
-                sent,
-                others=[at - begin for at in other_starts],
-                ours=[at - begin for at in our_starts if at >= begin],
-                elsewhere_until=until,
-            )
-            or find_deadline(
-                text, sent, others=other_starts, ours=our_starts, elsewhere_until=until
-            )
+        found = found or find_deadline(
+            text[begin:],
+            sent,
+            others=[at - begin for at in other_starts],
+            ours=[at - begin for at in our_starts if at >= begin],
+            elsewhere_until=until,
         )
+        if found is None:
+            # A time before this droplet's line: one above every droplet named (a heading
+            # for all of them), or one in this droplet's block. A time after another droplet
+            # and before this one was that droplet's: "Droplet: gpu-spot-7" then "Reclaim:
+            # 16:00 UTC" then "Droplet: gpu-spot-1", with no time of its own, was 16:00.
+            first_other = min((start for start in other_starts if start < begin), default=None)
+            heading = text if first_other is None else text[:first_other]
+            found = _earlier(
+                find_deadline(
+                    heading, sent, others=other_starts, ours=our_starts, elsewhere_until=until
+                ),
+                _above_in_block(text, begin, mentions, sent, until),
+                until,
+            )
     if found is None and shift is None and sent is not None:
         found = sooner_than_lead(text, sent, rules.lead)
     if found is not None:
@@ -445,6 +453,42 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     if AMBIGUOUS in source:
         why += f"; deadline from {source.removeprefix('text: ')}"
     return Verdict(report, why, replaces=bool(rescheduled), shift=shift)
+
+
+def _above_in_block(
+    text: str,
+    begin: int,
+    mentions: list[tuple[int, int, bool]],
+    sent: datetime | None,
+    until: datetime | None,
+) -> tuple[datetime, str] | None:
+    """The time written in this droplet's block above its line `begin`, after the line of
+    the other droplet named last before it: a digest of blocks that give the time above the
+    droplet ("Reclaim: 13:10 UTC" then "Droplet: gpu-spot-1"), whose first time, another
+    droplet's, was taken for this one's, hours late."""
+    before = [stop for start, stop, ours in mentions if not ours and start < begin]
+    if not before:
+        return None
+    after_other = text.find("\n", before[-1])
+    if after_other < 0 or after_other >= begin:
+        return None
+    return find_deadline(text[after_other:begin], sent, elsewhere_until=until)
+
+
+def _earlier(
+    found: tuple[datetime, str] | None,
+    above: tuple[datetime, str] | None,
+    until: datetime | None,
+) -> tuple[datetime, str] | None:
+    """Of the mail's first time (`found`) and the one above this droplet in its block, the
+    earlier; the latter never later than Date + lead (`until`) when it stands alone, so it
+    can only bring the deadline forward: a block with no time of its own would otherwise
+    take the one of the block above."""
+    if above is None:
+        return found
+    if found is None:
+        return above if until is not None and above[0] <= until else None
+    return min(found, above, key=lambda time: time[0])
 
 
 def _forwarded_by(mail: Mail, inner: Verdict) -> Verdict:

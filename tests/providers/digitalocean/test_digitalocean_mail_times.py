@@ -688,3 +688,43 @@ def test_a_time_off_the_reclaim_s_lines_never_makes_the_deadline_later(
     assert with_them.report.deadline <= without.report.deadline, (first + extra, sent)
     if reclaim is None:  # Date + lead (2 h) at the latest
         assert with_them.report.deadline <= sent + timedelta(hours=2)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # A digest whose blocks give the time above the droplet: the first block's time,
+        # another droplet's, was taken, two hours fifty late.
+        "Reclaim: 16:00 UTC\nDroplet: gpu-spot-7\n\nReclaim: 13:10 UTC\nDroplet: gpu-spot-1\n",
+        "Reclaim: 16:00 UTC\nDroplet: gpu-spot-7\nReclaim: 13:10 UTC\nDroplet: gpu-spot-1\n",
+        "When: 2026-12-01 16:00 UTC\nWhat: reclaim of gpu-spot-7\n\n"
+        "When: 2026-12-01 13:10 UTC\nWhat: reclaim of gpu-spot-1\n",
+    ],
+)
+def test_a_digest_s_block_giving_its_time_above_its_droplet_is_read_as_written(body: str) -> None:
+    report = reclaim_verdict(_mail(body), RULES, "key", SENT).report
+    assert report is not None and report.deadline == _at(13, 10), report
+
+
+@given(
+    ours=st.sampled_from(["", "Reclaim: 13:10 UTC\n", "Reclaim: 17:00 UTC\n"]),
+    blank=st.sampled_from(["", "\n"]),
+    order=st.booleans(),
+)
+def test_a_time_above_this_droplet_never_makes_the_deadline_later(
+    ours: str, blank: str, order: bool
+) -> None:
+    # The other droplet's block, its time above or below its name, then this droplet's.
+    other = (
+        "Reclaim: 16:00 UTC\nDroplet: gpu-spot-7\n"
+        if order
+        else "Droplet: gpu-spot-7\nReclaim: 16:00 UTC\n"
+    )
+    body = f"{other}{blank}{ours}Droplet: gpu-spot-1\n"
+    report = reclaim_verdict(_mail(body), RULES, "key", SENT).report
+    assert report is not None
+    # With no time of its own, Date + lead, or a time above every droplet (a heading for
+    # all of them); never the time of the block above it.
+    none_of_its_own = _at(16) if order else SENT + RULES.lead
+    written = {"": none_of_its_own, "Reclaim: 13:10 UTC\n": _at(13, 10)}
+    assert report.deadline <= written.get(ours, _at(17)), (body, report.detail)
