@@ -130,6 +130,30 @@ def _names_droplet(text: str, rules: MatchRules) -> tuple[str, int] | None:
     return found[0][0], min(at for _, at in found)
 
 
+# An id written right after a droplet's name: "gpu-spot-1 (ID 111111111)", ", ID #111111111",
+# or on the next line ("Droplet: gpu-spot-1" then "ID: 111111111").
+_ID_AFTER_NAME = re.compile(
+    r"[^\S\n]*[(\[,]?[^\S\n]*(?:\n[^\S\n]*)?(?:droplet[^\S\n]+)?id\b[^\S\n]*[:#=]?[^\S\n]*"
+    r"(?P<id>[0-9]{6,})(?![0-9])",
+    re.IGNORECASE,
+)
+
+
+def _another_id(text: str, rules: MatchRules) -> str | None:
+    """The id written with this droplet's name when every mention of the name has one and it
+    is not this droplet's: another droplet of the same name. DigitalOcean lets droplets share
+    a name, and a replacement is often named as the droplet reclaimed: on its first start it
+    reads that droplet's reclaim mail (within max_age) and, without this, stopped at once."""
+    if not rules.droplet_id or not rules.droplet_name:
+        return None
+    name = dict(_droplet_patterns(rules))["name"]
+    # Called only when this droplet's id is written nowhere in the mail.
+    ids = [_ID_AFTER_NAME.match(text, match.end()) for match in name.finditer(text)]
+    if not ids or any(found is None for found in ids):
+        return None
+    return min(found.group("id") for found in ids if found is not None)
+
+
 _DKIM_PASS = re.compile(r"\bdkim=pass\b[^;]*?\bheader\.[di]=@?(?P<domain>[a-z0-9.-]+)", re.I)
 
 
@@ -302,6 +326,9 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     if naming is None:
         return Verdict(None, "names neither this droplet's id nor its name")
     named, at = naming
+    other_id = _another_id(text, rules) if named == "name" else None
+    if other_id is not None:
+        return Verdict(None, f"names this droplet's name with another droplet's id ({other_id})")
     sent = mail.date
     if sent is not None and now - sent > rules.max_age:
         return Verdict(None, f"dated {format_time(sent)}, older than max_age")

@@ -2493,3 +2493,62 @@ def test_the_default_subject_takes_a_reclamation_notice(subject: str) -> None:
 def test_the_default_subject_still_refuses_other_mail() -> None:
     result = verdict(reclaim_mail(subject="Your monthly invoice"))
     assert result.report is None and "subject" in result.why
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # This droplet's name with another droplet's id: another droplet of the same name (a
+        # replacement named as the reclaimed one, reading its mail within max_age, or one of
+        # several named alike). Each stopped this droplet, at once when the time had passed.
+        "Your Spot Droplet gpu-spot-1 (ID 111111111) will be reclaimed at 13:10 UTC.",
+        "Your Spot Droplet gpu-spot-1 (ID: 111111111) will be reclaimed at 13:10 UTC.",
+        "Droplet gpu-spot-1, ID #111111111, will be reclaimed at 13:10 UTC.",
+        "Droplet: gpu-spot-1\nID: 111111111\nReclaim: 13:10 UTC\n",
+        "Droplet: gpu-spot-1\nDroplet ID: 111111111\nReclaim: 13:10 UTC\n",
+    ],
+)
+def test_this_droplet_s_name_with_another_id_is_another_droplet(body: str) -> None:
+    result = verdict(reclaim_mail(body))
+    assert result.report is None and not result.replaces, result.why
+    assert "111111111" in result.why
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Ours: its own id, no id, an id of no droplet, or its id anywhere in the mail.
+        "Your Spot Droplet gpu-spot-1 (ID 424242424) will be reclaimed at 13:10 UTC.",
+        "Your Spot Droplet gpu-spot-1 will be reclaimed at 13:10 UTC (ticket ID 111111111).",
+        "Your Spot Droplet gpu-spot-1 will be reclaimed at 13:10 UTC.",
+        "Droplet gpu-spot-1 (ID 111111111) and droplet 424242424 will be reclaimed at 13:10 UTC.",
+        "Droplet: gpu-spot-1\nRegion: ams3\nReclaim: 13:10 UTC\nID: 111111111 (your request)\n",
+    ],
+)
+def test_this_droplet_s_name_without_another_id_is_still_this_droplet(body: str) -> None:
+    result = verdict(reclaim_mail(body))
+    assert result.report is not None, result.why
+
+
+def test_another_id_is_read_only_when_this_droplet_s_id_is_known() -> None:
+    body = "Your Spot Droplet gpu-spot-1 (ID 111111111) will be reclaimed at 13:10 UTC."
+    assert verdict(reclaim_mail(body), droplet_id="").report is not None
+
+
+@given(
+    droplet_id=st.one_of(
+        st.just("424242424"), st.integers(min_value=100_000, max_value=10**12 - 1).map(str)
+    ),
+    form=st.sampled_from(
+        [
+            "Your Spot Droplet gpu-spot-1 (ID {}) will be reclaimed at 13:10 UTC.",
+            "Droplet gpu-spot-1, id: {}, will be reclaimed in 40 minutes.",
+            "Droplet: gpu-spot-1\nDroplet ID: {}\nReclaim: 13:10 UTC\n",
+        ]
+    ),
+)
+def test_a_reclaim_of_this_name_is_this_droplet_s_exactly_when_its_id_is(
+    droplet_id: str, form: str
+) -> None:
+    result = verdict(reclaim_mail(form.format(droplet_id)))
+    assert (result.report is not None) == (droplet_id == "424242424"), result.why
