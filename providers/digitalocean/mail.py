@@ -59,6 +59,9 @@ class MatchRules:
     lead: timedelta
     max_age: timedelta
     require_dkim: bool = False
+    # When this machine started: a reclaim due before then was of another machine (one of
+    # the same name reclaimed, whose replacement this is) or did not happen.
+    booted: datetime | None = None
 
     @classmethod
     def build(
@@ -71,6 +74,7 @@ class MatchRules:
         lead: float,
         max_age: float,
         require_dkim: bool = False,
+        booted: datetime | None = None,
     ) -> MatchRules:
         if not droplet_id and not droplet_name:
             raise ValueError("a droplet id or name is needed to recognise its reclaim emails")
@@ -82,6 +86,7 @@ class MatchRules:
             lead=timedelta(seconds=lead),
             max_age=timedelta(seconds=max_age),
             require_dkim=require_dkim,
+            booted=booted,
         )
 
 
@@ -450,6 +455,12 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             with contextlib.suppress(OverflowError):
                 deadline -= early[0]
                 source += f"; {early[1]}"
+    if rules.booted is not None and deadline < rules.booted:
+        return Verdict(
+            None,
+            f"its deadline {format_time(deadline)} came before this machine started "
+            f"({format_time(rules.booted)}): another machine's, or it did not happen",
+        )
     detail: dict[str, Any] = {
         "from": mail.sender,
         "subject": mail.subject,

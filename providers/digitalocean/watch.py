@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -39,6 +39,16 @@ log = logging.getLogger("forewarn.providers.digitalocean")
 DETECT_TIMEOUT = 1.0
 METADATA_TIMEOUT = 2.0
 T = TypeVar("T")
+
+
+def machine_started() -> datetime | None:
+    """When this machine started (the kernel's boot time, which a container shares), or None
+    where the clock since boot cannot be read."""
+    try:
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # not Linux
+        return None
+    return utcnow() - timedelta(seconds=since_boot)
 
 
 class MetadataUnavailable(ForewarnError):
@@ -150,6 +160,7 @@ class DigitalOceanWatcher:
             droplet_name=droplet.name,
             lead=s.lead,
             max_age=s.max_age,
+            booted=machine_started(),
             require_dkim=s.require_dkim,
         )
 
@@ -383,6 +394,7 @@ __all__ = [
     "MetadataUnavailable",
     "build",
     "identify",
+    "machine_started",
     "parse_droplet_id",
     "parse_hostname",
 ]

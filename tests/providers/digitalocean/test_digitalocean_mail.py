@@ -2552,3 +2552,26 @@ def test_a_reclaim_of_this_name_is_this_droplet_s_exactly_when_its_id_is(
 ) -> None:
     result = verdict(reclaim_mail(form.format(droplet_id)))
     assert (result.report is not None) == (droplet_id == "424242424"), result.why
+
+
+def test_a_reclaim_whose_deadline_came_before_this_machine_started_is_not_this_machine_s() -> None:
+    # A replacement named as the droplet reclaimed starts minutes after the reclaim and
+    # reads its mail (no id in it): within the board's grace after that deadline it was a
+    # terminate at once, stopping the replacement's job as it started.
+    body = "Your Spot Droplet gpu-spot-1 will be reclaimed at 2026-12-01 13:10 UTC."
+    booted = datetime(2026, 12, 1, 13, 12, tzinfo=timezone.utc)
+    later = reclaim_verdict(reclaim_mail(body), rules(booted=booted), "key", booted)
+    assert later.report is None and not later.replaces, later.why
+    assert "before this machine started" in later.why
+    # Started before the deadline, it is this machine's; so is any without a known start.
+    before = booted - timedelta(minutes=5)
+    assert reclaim_verdict(reclaim_mail(body), rules(booted=before), "key", NOW).report
+    assert reclaim_verdict(reclaim_mail(body), rules(), "key", NOW).report
+
+
+def test_the_watcher_s_rules_know_when_this_machine_started() -> None:
+    from forewarn.providers.digitalocean.watch import machine_started
+
+    started = machine_started()
+    assert started is not None
+    assert timedelta(0) < datetime.now(timezone.utc) - started < timedelta(days=3650)
