@@ -147,7 +147,7 @@ def counts(
     something else, and not under a condition. `is_mention` tells whether a span of `text`
     names a droplet; nothing before `begin` (a subject above the body) is read as the
     statement's own words."""
-    if _CONDITION_AFTER.match(text, statement.end()) or _UNDONE_AFTER.match(text, statement.end()):
+    if _condition_or_undone_after(text, statement.end()):
         return False
     kind = (
         "reclaim"
@@ -163,6 +163,12 @@ def counts(
             return False
         head = found
     return _CONDITIONS.search(text, _clause(text, head, begin), head) is None
+
+
+def _condition_or_undone_after(text: str, end: int) -> bool:
+    """Whether a cancellation's verb ending at `end` is followed by a condition ("... if you
+    migrate") or by what undoes it ("... by mistake")."""
+    return bool(_CONDITION_AFTER.match(text, end) or _UNDONE_AFTER.match(text, end))
 
 
 def _in_general(text: str, head: int, verb: int) -> bool:
@@ -333,10 +339,8 @@ def counts_in_subject(
         # " - ", " | " and ": " part a subject as sentences part a body ("Spot Droplet
         # reclaim notice - backups were cancelled"); the same length, so spans still hold.
         return counts(_SEPARATOR.sub(".", subject), statement, is_mention)
-    if (
-        _CONDITIONS.search(subject, 0, statement.start())
-        or _CONDITION_AFTER.match(subject, statement.end())
-        or _UNDONE_AFTER.match(subject, statement.end())
+    if _CONDITIONS.search(subject, 0, statement.start()) or _condition_or_undone_after(
+        subject, statement.end()
     ):
         return False
     after = list(_TOKEN.finditer(subject, statement.end()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -108,11 +109,18 @@ class Verdict:
     shift: timedelta | None = None
 
 
-def _droplet_patterns(rules: MatchRules) -> list[tuple[str, re.Pattern[str]]]:
+def _droplet_patterns(rules: MatchRules) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    return _patterns_naming(rules.droplet_id, rules.droplet_name)
+
+
+# Built once per droplet, not for each of the three searches of every mail.
+@functools.lru_cache(maxsize=8)
+def _patterns_naming(
+    droplet_id: str | None, name: str | None
+) -> tuple[tuple[str, re.Pattern[str]], ...]:
     found: list[tuple[str, re.Pattern[str]]] = []
-    if rules.droplet_id:
-        found.append(("id", re.compile(rf"(?<!\d){re.escape(rules.droplet_id)}(?!\d)")))
-    name = rules.droplet_name
+    if droplet_id:
+        found.append(("id", re.compile(rf"(?<!\d){re.escape(droplet_id)}(?!\d)")))
     if name:
         # Droplet names may hold dots: "web-1.example.com" is another droplet than "web-1",
         # while "web-1." ends a sentence.
@@ -120,7 +128,7 @@ def _droplet_patterns(rules: MatchRules) -> list[tuple[str, re.Pattern[str]]]:
         # then "1"): not found, the notice was not this droplet's and nothing was raised.
         escaped = re.escape(name).replace(r"\-", r"-(?:[^\S\n]*\n[^\S\n]*)?")
         found.append(("name", re.compile(rf"(?<![\w.-]){escaped}(?![\w-]|\.[\w-])", re.I)))
-    return found
+    return tuple(found)
 
 
 def _names_droplet(text: str, rules: MatchRules) -> tuple[str, int] | None:

@@ -17,7 +17,7 @@ from email.utils import getaddresses, parsedate_to_datetime
 from typing import Any
 
 from ..base import ParseError
-from .written import CITY_ZONES
+from .written import CITY_TIME
 
 DRILL_HEADER = "X-Forewarn-Drill"
 
@@ -180,9 +180,9 @@ _CLOCK_NO_ZONE = (
     r"(?<![\d:.])(?:[01]?[0-9]|2[0-4]):[0-5][0-9](?::[0-5][0-9])?"
     r"(?:[^\S\n]*[aApP]\.?[mM]\.?(?![A-Za-z]))?"
     r"(?![0-9]|[^\S\n]*[(\[]?(?:UTC|GMT|Z\b|[+-][0-9]|[A-Z]{2,5}\b|[A-Z][a-z]+/"
-    + r"|(?i:(?:"
-    + "|".join(city.replace(" ", r"\s+") for city in CITY_ZONES)
-    + r")\s+time\b))"
+    + r"|"
+    + CITY_TIME
+    + r"\b)"
 )
 # A time marked local is in a zone the mail has not named: a note of the mail's zone ("all
 # times UTC except where noted") is not its zone. "8:10 local time" read as 8:10 UTC was

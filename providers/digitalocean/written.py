@@ -88,7 +88,7 @@ _US_ZONES = {
 # A city's time ("14:00 Amsterdam time"), for the cities of DigitalOcean's regions, by its
 # zone's rules: skipped before, so Date + lead stood in, for Singapore seven and a half hours
 # after the time written. Only with "time" after the city: "13:15 London" says no zone.
-CITY_ZONES = {
+_CITY_ZONES = {
     "new york": "America/New_York",
     "atlanta": "America/New_York",
     "toronto": "America/Toronto",
@@ -101,6 +101,8 @@ CITY_ZONES = {
     "singapore": "Asia/Singapore",
     "sydney": "Australia/Sydney",
 }
+# Case-insensitive wherever it stands: "21:00 SINGAPORE TIME".
+CITY_TIME = r"(?i:(?:" + "|".join(city.replace(" ", r"\s+") for city in _CITY_ZONES) + r")\s+time)"
 # In words: by the zone's rules on that day, but "Daylight" at its fixed offset, the earlier
 # reading when it is written in winter (a deadline read late loses work). "Standard" by the
 # rules too: in summer they give daylight time, again the earlier reading.
@@ -215,14 +217,13 @@ def _zone(name: str | None) -> str:
         + r"|(?i:zulu)"
         + r")"
         + r"|[A-Z][A-Za-z_]+/[A-Za-z0-9_/+-]+"
-        + r"|(?:"
-        + "|".join(city.replace(" ", r"\s+") for city in CITY_ZONES)
-        + r")\s+time"
+        + r"|"
+        + CITY_TIME
         # A colon may end the sentence's first part ("at 16:00 UTC: please save your
         # work"): refused, such a time was not read and Date + lead stood in, later than
         # the reclaim. Not a colon touching more ("GMT-05:00" is one offset) or before a
         # figure ("UTC: 2026-12-01"): the zone labels what follows, not the time before.
-        r")(?!\w|:\S|:\s*\d)[)\]]?"
+        + r")(?!\w|:\S|:\s*\d)[)\]]?"
     )
 
 
@@ -866,8 +867,8 @@ def written_time(
     spelt_utc = words[-1] == "time" and words[0] in ("coordinated", "universal", "greenwich")
     if spelt_utc or words == ["zulu"]:
         zone = ""
-    elif words[-1] == "time" and " ".join(words[:-1]) in CITY_ZONES:
-        written_zone = CITY_ZONES[" ".join(words[:-1])]
+    elif words[-1] == "time" and (city := " ".join(words[:-1])) in _CITY_ZONES:
+        written_zone = _CITY_ZONES[city]
     elif words[0] in _WORD_ZONES:
         written_zone = _WORD_ZONES[words[0]]
         if "daylight" in words:
@@ -980,7 +981,7 @@ def _next_date(
 __all__ = [
     "ABOUT_RECLAIM",
     "AMOUNT",
-    "CITY_ZONES",
+    "CITY_TIME",
     "DAY_AFTER",
     "DAY_BEFORE",
     "EARLIER",
