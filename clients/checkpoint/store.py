@@ -119,11 +119,16 @@ _WRITING = _Writing()
 RELEASE_WITHIN = 10.0
 
 # The single-rank saves of this process that hold a claim on their step (`Backend.claim`),
-# of every store: what `close()` and the interpreter's exit end. Each one's event is set once
-# its claim is let go of: the exit waits on it for a save whose commit is under way.
-_CLAIMED: weakref.WeakKeyDictionary[GenerationWriter, threading.Event] = weakref.WeakKeyDictionary()
+# of every store: what `close()` and the interpreter's exit end.
+_CLAIMED: weakref.WeakSet[GenerationWriter] = weakref.WeakSet()
+# Every save of this process, of every store, with an event set once it has ended and let go
+# of its claim if it held one: the interpreter's exit waits on it for a save whose commit is
+# under way, claimed or not (a save holds none on a service without conditional writes, or
+# of several ranks).
+_RUNNING: weakref.WeakKeyDictionary[GenerationWriter, threading.Event] = weakref.WeakKeyDictionary()
 # A forked child's copies are its parent's saves: ending them would delete the parent's files.
 os.register_at_fork(after_in_child=_CLAIMED.clear)
+os.register_at_fork(after_in_child=_RUNNING.clear)
 
 
 class CheckpointStore:
@@ -305,7 +310,8 @@ class CheckpointStore:
         if claimed:
             # Else its claim outlived a closed store, or the process, renewed by its timer
             # (or, after the exit, left for a whole lease to block the step elsewhere).
-            _CLAIMED[writer] = threading.Event()
+            _CLAIMED.add(writer)
+        _RUNNING[writer] = threading.Event()
         self._claims[writer] = release = _once(lambda: _release_all(releases))
         self._ends[writer] = threading.Event()
         # A writer dropped without commit() or abort() holds its step no longer once it is gone
@@ -404,7 +410,7 @@ class CheckpointStore:
                 if release is not None:
                     release()
             finally:
-                released = _CLAIMED.get(writer)
+                released = _RUNNING.get(writer)
                 if released is not None:
                     released.set()
             if committed and writer.rank == 0:
@@ -864,8 +870,7 @@ def _end_claimed(
 def _end_claimed_at_exit() -> None:
     # Registered when this module is imported, so it runs after the exit hooks registered
     # later (LIFO): a BackgroundSaver's, which waits for its save in flight to commit.
-    claimed = list(_CLAIMED.items())
-    _end_claimed([writer for writer, _released in claimed], "the interpreter exited", waits=claimed)
+    _end_claimed(list(_CLAIMED), "the interpreter exited", waits=list(_RUNNING.items()))
 
 
 atexit.register(_end_claimed_at_exit)

@@ -1,7 +1,8 @@
 """A single-rank S3 save whose commit is still running on a daemon thread when the
 interpreter exits: the exit waits (at most `RELEASE_WITHIN`) for that commit to end and let
 go of its claim, rather than the thread dying mid-commit and leaving the step claimed for a
-whole lease. Against moto in server mode, behind a proxy that holds the commit's manifest."""
+whole lease, or, on a service without conditional writes (no claim), uncommitted. Against
+moto in server mode, behind a proxy that holds the commit's manifest."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from forewarn.clients.checkpoint import CheckpointStore, GenerationExistsError
 from s3_proxy import Reply, Request, S3Proxy
 from support import eventually
-from test_s3_two_writers import CLAIM, root_keys
+from test_s3_two_writers import CLAIM, NoConditionalWrites, root_keys
 
 # Saves step 100 on a daemon thread (as a `flush(timeout=)` given up, or a caller's own
 # thread, does) and exits once the proxy holds that save's manifest: its commit is under way.
@@ -63,6 +64,17 @@ class HoldingProxy(S3Proxy):
         return None
 
 
+class UnclaimedHoldingProxy(HoldingProxy):
+    """`HoldingProxy` before a service without conditional writes: the save holds no claim."""
+
+    def __init__(self, upstream: str, holding: Path) -> None:
+        super().__init__(upstream, holding)
+        self.refusing = NoConditionalWrites(upstream)
+
+    def answer(self, request: Request) -> Reply | None:
+        return self.refusing.answer(request) or super().answer(request)
+
+
 @pytest.fixture
 def proxy(moto_endpoint: str, tmp_path: Path) -> Iterator[HoldingProxy]:
     with HoldingProxy(moto_endpoint, tmp_path / "holding") as server:
@@ -72,13 +84,9 @@ def proxy(moto_endpoint: str, tmp_path: Path) -> Iterator[HoldingProxy]:
             server.go.set()
 
 
-def test_an_exit_waits_for_a_commit_in_flight_to_end_and_let_go_of_its_claim(
-    proxy: HoldingProxy, bucket: str
-) -> None:
-    """Before, the exit left a committing save to its daemon thread, which died with the
-    process mid-commit: the step stayed uncommitted and claimed for the lease (60 s), so the
-    job restarted at once in a new container was refused the step it had been saving."""
-    url = f"s3://{bucket}/runs/job-1"
+def exit_while_committing(proxy: HoldingProxy, url: str) -> str:
+    """Runs `COMMITTING` against `proxy`, lets the manifest through once the exit is seen
+    waiting for it (or the process is gone), checks the exit code; returns the child's stderr."""
     child = subprocess.Popen(
         [sys.executable, "-c", COMMITTING, url, proxy.url, str(proxy.holding)],
         stdout=subprocess.PIPE,
@@ -91,7 +99,6 @@ def test_an_exit_waits_for_a_commit_in_flight_to_end_and_let_go_of_its_claim(
     reader.start()
     try:
         assert child.stdout.readline().strip() == "exiting", "".join(errors)
-        # The commit is held until the exit is seen waiting for it (or the process is gone).
         eventually(
             lambda: child.poll() is not None or "waiting" in "".join(errors),
             timeout=60,
@@ -109,12 +116,42 @@ def test_an_exit_waits_for_a_commit_in_flight_to_end_and_let_go_of_its_claim(
     assert re.search(
         r"step-000000000100 in s3://\S+ is being committed: waiting up to \d+ s", log
     ), log
-    store = CheckpointStore(url)
-    assert CLAIM not in root_keys(store), log
+    return log
+
+
+def assert_step_100_committed(store: CheckpointStore, log: str) -> None:
     latest = store.latest(verify="checksums")
     assert latest is not None and latest.step == 100, log
     assert latest.read_bytes("a.bin") == b"first" * 1000
     # Refused as committed (generations are immutable), not as claimed by another writer.
     with pytest.raises(GenerationExistsError):
         store.save(100)
+
+
+def test_an_exit_waits_for_a_commit_in_flight_to_end_and_let_go_of_its_claim(
+    proxy: HoldingProxy, bucket: str
+) -> None:
+    """Before, the exit left a committing save to its daemon thread, which died with the
+    process mid-commit: the step stayed uncommitted and claimed for the lease (60 s), so the
+    job restarted at once in a new container was refused the step it had been saving."""
+    url = f"s3://{bucket}/runs/job-1"
+    log = exit_while_committing(proxy, url)
+    store = CheckpointStore(url)
+    assert CLAIM not in root_keys(store), log
+    assert_step_100_committed(store, log)
+    store.close()
+
+
+def test_an_exit_waits_for_an_unclaimed_commit_in_flight_to_end(
+    moto_endpoint: str, bucket: str, tmp_path: Path
+) -> None:
+    """On a service without conditional writes a save holds no claim, and the exit waited
+    only for claimed saves: this one's thread died with the process mid-commit, and the step
+    it was saving (a reclaim's last, after `flush(timeout=)` gave up) was lost."""
+    url = f"s3://{bucket}/runs/job-1"
+    with UnclaimedHoldingProxy(moto_endpoint, tmp_path / "holding") as proxy:
+        log = exit_while_committing(proxy, url)
+    assert proxy.refusing.refused == 1, log
+    store = CheckpointStore(url)
+    assert_step_100_committed(store, log)
     store.close()
