@@ -67,7 +67,7 @@ _exit_hooked = False
 
 def _finish_at_exit() -> None:
     for saver in list(_savers):
-        saver._finish_at_exit()
+        saver.finish_in_flight("the process is exiting", "call close() before exiting")
 
 
 class BackgroundSaveError(CheckpointError):
@@ -268,6 +268,7 @@ class BackgroundSaver:
         self._cancel = threading.Event()
         self._durable_estimate: float | None = None
         self._moved = 0.0  # when the save in flight last started or wrote (monotonic)
+        store.finish_on_close(self)
 
     # -- the training thread's side -------------------------------------------------------
 
@@ -452,17 +453,20 @@ class BackgroundSaver:
         self.wait()
         self.check()
 
-    def _finish_at_exit(self) -> None:
-        """At interpreter exit, wait for the save in flight (not one `final()` cancelled):
-        its thread is a daemon, and a loop that ended without `close()` (or by an exception)
-        lost the last periodic save of a finished run, a partial generation left behind."""
+    def finish_in_flight(self, closing: str, advice: str) -> None:
+        """At interpreter exit, or when the store is closed, wait for the save in flight (not
+        one `final()` cancelled): its thread is a daemon, and a loop that ended without
+        `close()` (or by an exception) lost the last periodic save of a finished run, a
+        partial generation left behind; `closing` and `advice` go into the WARNING."""
         step = self.in_flight
-        if step is None or self._cancel.is_set():
-            return
+        if step is None or self._cancel.is_set() or self._thread is threading.current_thread():
+            return  # (the last: the store closed from `on_done`, on the save's own thread)
         _log.warning(
-            "forewarn: the process is exiting while the background save of step %d is still "
-            "being written: waiting for its commit (call close() before exiting)",
+            "forewarn: %s while the background save of step %d is still being written: "
+            "waiting for its commit (%s)",
+            closing,
             step,
+            advice,
         )
         # Bounded by progress, not time: a large save on a slow link is waited for, but one
         # stuck in a write on a hung mount (or a service that stopped answering) held the

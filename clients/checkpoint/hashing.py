@@ -73,7 +73,8 @@ def submit(pool: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any) -> Futu
     """`pool.submit(fn, *args)`, or `fn` run on the calling thread once the interpreter is
     shutting down: concurrent.futures then refuses new work ("cannot schedule new futures
     after shutdown") before the exit waits for a background save still being written (see
-    background._finish_at_exit), and that save, the last state of the run, failed there."""
+    `BackgroundSaver.finish_in_flight`), and that save, the last state of the run, failed
+    there."""
     try:
         return pool.submit(fn, *args)
     except RuntimeError as refused:

@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from .backend import NO_CLAIM, Backend
 from .commit import CommitProtocol, read_latest_hint
@@ -131,6 +131,15 @@ os.register_at_fork(after_in_child=_CLAIMED.clear)
 os.register_at_fork(after_in_child=_RUNNING.clear)
 
 
+class FinishesOnClose(Protocol):
+    """What `CheckpointStore.finish_on_close` takes: something that saves into the store on
+    a thread of its own (a `BackgroundSaver`)."""
+
+    def finish_in_flight(self, closing: str, advice: str) -> None:
+        """Wait for the save in flight to commit, saying `closing` (what is happening) and
+        `advice` (how to avoid the wait) once when there is one."""
+
+
 class CheckpointStore:
     """Immutable, verified checkpoint generations on local disk or S3-compatible storage.
 
@@ -193,6 +202,8 @@ class CheckpointStore:
         self._ends: weakref.WeakKeyDictionary[GenerationWriter, threading.Event] = (
             weakref.WeakKeyDictionary()
         )
+        # What `close()` finishes first (`finish_on_close`), held weakly.
+        self._finishing: weakref.WeakSet[FinishesOnClose] = weakref.WeakSet()
         self._closed = False
 
     @classmethod
@@ -242,12 +253,20 @@ class CheckpointStore:
         return f"CheckpointStore({self.url!r}, keep={self.keep}, verify={self.verify_policy!r})"
 
     def close(self) -> None:
-        """Abort the single-rank saves of this store that hold a claim and are not being
+        """Wait for the save in flight of each `BackgroundSaver` of this store to commit
+        (bounded by its progress, as at the interpreter's exit; see `finish_on_close`). Then
+        abort the single-rank saves of this store that hold a claim and are not being
         committed, letting go of their claims, and wait for the saves being committed to end
         (their failure logged as an ERROR), all within `RELEASE_WITHIN` seconds (never raises
         for them); then release the backend's threads and connections. A save started after
         this raises `CheckpointError`."""
-        # First: a save starting on another thread meanwhile is then refused (see `save`).
+        # A saver's save in flight is finished, not aborted: leaving the store's `with` block
+        # while the last background save was uploading lost the run's last checkpoint.
+        for saver in list(self._finishing):
+            saver.finish_in_flight(
+                "the store is being closed", "close the saver, or the guard, before the store"
+            )
+        # Then: a save starting on another thread meanwhile is refused (see `save`).
         self._closed = True
         try:
             ends = list(self._ends.items())
@@ -259,6 +278,10 @@ class CheckpointStore:
             _end_claimed(mine, "the store was closed", waits=ends)
         finally:
             self._backend.close()
+
+    def finish_on_close(self, saver: FinishesOnClose) -> None:
+        """Have `close()` first wait for `saver`'s save in flight to commit (held weakly)."""
+        self._finishing.add(saver)
 
     def __enter__(self) -> CheckpointStore:
         return self

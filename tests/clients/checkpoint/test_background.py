@@ -109,6 +109,36 @@ def test_the_loop_waits_for_the_snapshot_only(make_store: Any) -> None:
     assert store.latest().step == 2  # type: ignore[union-attr]
 
 
+def test_closing_the_store_with_a_background_save_in_flight_waits_for_its_commit(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Leaving the store's `with` block while the saver's last save was still being written
+    aborted that save: the run's last checkpoint was lost, said only as `ValueError: write to
+    'step-.../state.pt' after it was closed` at the exit."""
+    backend = Gated(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    release = backend.hold(1)
+    saver.save(1, state(1))
+    closing = threading.Thread(target=store.close)
+    try:
+        assert backend.stuck.acquire(timeout=60)  # the upload is under way, held
+        closing.start()
+        eventually(
+            lambda: "the store is being closed while the background save of step 1" in caplog.text,
+            what="close() to say it waits for the save in flight",
+        )
+        assert closing.is_alive()
+    finally:
+        release.set()
+    closing.join(60)
+    assert not closing.is_alive()
+    saver.close()  # the save committed: no failure to raise
+    latest = make_store().latest(verify="checksums")
+    assert latest is not None and latest.step == 1
+    assert torch.equal(load_state(latest)["model"]["w"], state(1)["model"]["w"])
+
+
 def test_a_failing_upload_is_reported_at_the_next_save(make_store: Any) -> None:
     backend = Gated(make_store().backend)
     store = CheckpointStore(backend=backend)
