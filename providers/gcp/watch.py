@@ -123,9 +123,13 @@ class UpcomingWindow:
 
     start: datetime
     document: dict[str, Any]
+    # `window_end_time`: the maintenance may begin at any moment until then. None when the
+    # document has none, or one that does not parse or is not after the start.
+    end: datetime | None = None
 
 
 _WINDOW_START_KEYS = ("window_start_time", "windowStartTime")
+_WINDOW_END_KEYS = ("window_end_time", "windowEndTime")
 
 
 def parse_upcoming(text: str) -> UpcomingWindow | None:
@@ -159,7 +163,20 @@ def parse_upcoming(text: str) -> UpcomingWindow | None:
         start = parse_time(start_text)
     except ValueError as error:
         raise ParseError(f"{UPCOMING_KEY}: window_start_time: {error}") from None
-    return UpcomingWindow(start, document)
+    return UpcomingWindow(start, document, _window_end(document, start))
+
+
+def _window_end(document: dict[str, Any], start: datetime) -> datetime | None:
+    """The window's end, read tolerantly: an end that cannot be read only loses the window
+    (the notice is then retired past its start plus the grace, and raised again while shown)."""
+    end_text = next((document[k] for k in _WINDOW_END_KEYS if k in document), None)
+    if not isinstance(end_text, str):
+        return None
+    try:
+        end = parse_time(end_text)
+    except (ValueError, OverflowError):
+        return None
+    return end if end > start else None
 
 
 _NOTICE_DURATION_KEYS = (
@@ -297,7 +314,12 @@ def upcoming_report(
     """A scheduled window → drain with its start as the deadline, or now if it is already
     ONGOING before its start; on a VM that live-migrates (host maintenance policy MIGRATE), a
     drain without deadline: the VM keeps running through the window, and a deadline would
-    make the board end the run at its start."""
+    make the board end the run at its start.
+
+    The window's end is the report's `until`: the maintenance may begin at any moment until
+    then, so the agent keeps the notice (a terminate once the start is near) through the
+    window instead of retiring it past its start plus the grace and raising it again at the
+    next read, a clear in the middle of the window at every grace."""
     if window is None:
         return None
     deadline = window.start
@@ -314,6 +336,7 @@ def upcoming_report(
         deadline=None if live_migrates else deadline,
         noticed_at=now,
         detail=window.document,
+        until=None if live_migrates else window.end,
     )
 
 

@@ -227,3 +227,35 @@ def test_the_documented_run_duration_notice_works_under_the_gcp_watcher_alone(
         assert (escalated["id"], escalated["action"]) == (drain["id"], "terminate")
         active = agent.control({"op": "status"})["active"]
         assert [n["id"] for n in active] == [drain["id"]]
+
+
+def test_an_upcoming_window_open_stays_one_terminate_until_its_end(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> None:
+    """Inside its window the maintenance can begin at any moment until `window_end_time`
+    (hours). The notice was retired at the window's start plus the grace and raised again at
+    the next read, so every grace sent a clear in the middle of the window (a job started
+    then had no notice until the re-raise). It now stays one terminate until the end."""
+    key = "GET /computeMetadata/v1/instance/upcoming-maintenance"
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **FAST_ENV)
+    args = ("--set", "notice_grace=1", "--exit-margin", "1s")
+    with (
+        AgentProcess(tmp_path, providers=("gcp",), args=args, env=env) as agent,
+        _subscribed(agent) as sub,
+    ):
+        sim.raise_notice("upcoming", {"start_in": 1, "window": 3600})
+        raised = _now()
+        first = sub.notice(10)
+        assert first["reason"] == "scheduled-maintenance"
+        # Past the window's start plus the grace (where it was retired), with several reads
+        # of the window since then (each of which raised it again).
+        reads = sim.requests[key]
+        eventually(
+            lambda: _now() - raised > timedelta(seconds=4) and sim.requests[key] >= reads + 5,
+            20,
+            "reads of the window past its start plus the grace",
+        )
+        seen = [(n["action"], n["id"]) for n in sub.drain(0.5)]
+        assert ("clear", first["id"]) not in seen, seen
+        active = agent.control({"op": "status"})["active"]
+        assert [(n["id"], n["action"]) for n in active] == [(first["id"], "terminate")], active

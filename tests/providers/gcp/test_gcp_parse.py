@@ -423,3 +423,47 @@ def test_a_document_nested_past_json_recursion_is_a_parse_error(parse: Any) -> N
         parse(_NESTED)
     with pytest.raises(ParseError, match="not JSON"):
         parse('{"a": ' + _NESTED + "}")
+
+
+def test_an_upcoming_window_keeps_its_notice_until_its_end() -> None:
+    window = parse_upcoming(json.dumps(WINDOW))
+    report = upcoming_report(window, NOW)
+    assert report is not None
+    assert report.until == datetime(2026, 12, 7, 6, tzinfo=timezone.utc)
+    # A VM that live-migrates has no deadline, so no window to keep it by either.
+    migrating = upcoming_report(window, NOW, live_migrates=True)
+    assert migrating is not None and migrating.until is None
+
+
+@given(
+    start=st.datetimes(
+        min_value=datetime(2000, 1, 1),
+        max_value=datetime(2100, 1, 1),
+        timezones=st.just(timezone.utc),
+    ),
+    end=st.one_of(
+        st.datetimes(
+            min_value=datetime(1990, 1, 1),
+            max_value=datetime(2110, 1, 1),
+            timezones=st.just(timezone.utc),
+        ).map(format_time),
+        st.text(max_size=40),
+        st.integers(),
+        st.none(),
+    ),
+    key=st.sampled_from(["window_end_time", "windowEndTime"]),
+)
+def test_an_upcoming_window_end_is_after_its_start_or_none(
+    start: datetime, end: Any, key: str
+) -> None:
+    """Whatever `window_end_time` holds, the window parses (an odd end never hides the
+    window), and its end is read only when it is a time after the start."""
+    document = {"window_start_time": format_time(start), key: end}
+    window = parse_upcoming(json.dumps(document))
+    assert window is not None
+    if window.end is not None:
+        assert window.end > window.start
+        assert isinstance(end, str) and abs(parse_time(end) - window.end) < timedelta(seconds=1)
+    elif isinstance(end, str):
+        with contextlib.suppress(ValueError, OverflowError):
+            assert parse_time(end) <= window.start  # a time given, so not after the start
