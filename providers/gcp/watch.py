@@ -637,15 +637,19 @@ class GcpWatcher:
         etag = "0"
         params = {"wait_for_change": "true", "timeout_sec": str(self.settings.timeout_sec)}
         loop = asyncio.get_running_loop()
+        last_text: str | None = None  # the value of the last answer read well
         while True:
             asked = loop.time()
             answer = await self._get(key, {**params, "last_etag": etag})
             if answer is None:
                 await asyncio.sleep(self.settings.retry_delay)
                 continue
-            if answer.etag == etag and loop.time() - asked < self.settings.timeout_sec / 2:
-                # Unchanged, and well before timeout_sec: this server ignores the wait. Pace
-                # the requests instead of hammering it.
+            # (An answer without an ETag is paced below, once.)
+            unchanged = answer.etag == etag or (bool(answer.etag) and answer.text == last_text)
+            if unchanged and loop.time() - asked < self.settings.timeout_sec / 2:
+                # Unchanged, and well before timeout_sec: this server ignores the wait, or
+                # gives the same value a new ETag at every answer (which made every request
+                # return at once, a tight loop). Pace the requests instead of hammering it.
                 await asyncio.sleep(self.settings.retry_delay)
             try:
                 report = on_answer(answer)
@@ -654,6 +658,7 @@ class GcpWatcher:
                 await asyncio.sleep(self.settings.retry_delay)
                 continue
             self._good(key)
+            last_text = answer.text
             if report is not None:
                 emit(report)
             # After the emit: a state directory that cannot be written loses no notice.

@@ -4,7 +4,11 @@ refused. Each is counted in PollHealth and the watcher recovers within one retry
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -230,3 +234,57 @@ async def test_the_read_timeout_is_above_timeout_sec() -> None:
         assert watcher.client.headers["Metadata-Flavor"] == "Google"
     finally:
         await watcher.aclose()
+
+
+class _FreshEtags(BaseHTTPRequestHandler):
+    """A metadata server that answers every request at once with the same value and a new
+    ETag (a proxy or emulator hashing more than the value): each `last_etag` differs, so no
+    long-poll ever waits."""
+
+    protocol_version = "HTTP/1.1"
+    served: ClassVar[list[float]] = []
+    counter: ClassVar[itertools.count[int]] = itertools.count()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        values = {"/computeMetadata/v1/instance/preempted": b"FALSE"}
+        body = values.get(path, b"NONE" if path.endswith("maintenance-event") else None)
+        if body is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if path.endswith("preempted"):
+            type(self).served.append(time.monotonic())
+        self.send_response(200)
+        self.send_header("Metadata-Flavor", "Google")
+        self.send_header("ETag", f"etag-{next(self.counter)}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+async def test_a_server_with_a_new_etag_at_every_answer_is_paced_not_hammered() -> None:
+    # Each answer came back at once with a new ETag and the same value; the watcher took the
+    # new ETag for a change and asked again at once: a tight loop of requests (and a core)
+    # for as long as the server did so. An unchanged value answered well before timeout_sec
+    # is now paced at retry_delay, as an unchanged ETag was.
+    _FreshEtags.served = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FreshEtags)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        async with watching(url, timeout_sec=5, retry_delay=0.2, upcoming_interval=0) as run:
+            await run.until(lambda: len(_FreshEtags.served) >= 6, 15, "six long-polls")
+            assert run.reports == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    served = _FreshEtags.served[:6]
+    # The first two are asked at once (last_etag=0, then its ETag); each answer from the
+    # second on is held retry_delay before the next request.
+    assert served[-1] - served[0] >= 4 * 0.2 * 0.9, [b - a for a, b in itertools.pairwise(served)]
