@@ -97,6 +97,14 @@ class ImdsClient:
         transport failures and on token trouble; any status is returned to the caller."""
         token = await self.token(timeout)
         answer = await self._get(path, token, timeout)
+        if answer.status == 401 and token is None and self._v1_until:
+            # IMDSv1 stood in for a failed token PUT, and this IMDS requires tokens: every
+            # tokenless GET until the PUT's next try (a minute) would be a 401, a notice
+            # raised meanwhile seen that late. Try the PUT again now.
+            self._v1_until = 0.0
+            token = await self.token(timeout)
+            if token is not None:
+                answer = await self._get(path, token, timeout)
         if answer.status == 401 and token is not None:
             self._token = None
             token = await self.token(timeout)

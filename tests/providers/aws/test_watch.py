@@ -199,6 +199,22 @@ async def test_with_imdsv1_a_failing_token_put_falls_back(
     assert sim.requests["PUT " + TOKEN_PATH] == 1
 
 
+async def test_with_imdsv1_an_imds_requiring_tokens_gets_one_again_at_once(
+    server: SimServer, sim: ImdsSimulator
+) -> None:
+    # imdsv1 = true on an instance that requires IMDSv2: one token PUT that failed (a 503
+    # under load) put the watcher on tokenless GETs for 60 s, and every one of them was a
+    # 401. An interruption notice raised then was seen up to a minute late, half of its two
+    # minutes. A 401 to a tokenless GET says tokens are required: the PUT is tried again
+    # at once.
+    sim.add_fault("status", path=TOKEN_PATH, status=503, count=1)
+    async with watching(server.url, imdsv1=True, scheduled_interval=0, asg_interval=0) as run:
+        await run.until(lambda: sim.requests["PUT " + TOKEN_PATH] >= 1, 10, "a token PUT")
+        sim.raise_notice("spot", {})
+        await run.report_at(timeout=10, action="terminate")
+    assert run.watcher.client.tokens_fetched == 1
+
+
 async def test_detect_is_true_against_imds(server: SimServer) -> None:
     watcher = AwsWatcher(Settings(url=server.url), PollHealth("aws"))
     started = time.monotonic()
