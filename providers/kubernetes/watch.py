@@ -87,6 +87,10 @@ class KubernetesWatcher:
         self.node_missing = False  # listed and not there: not healthy until it appears
         self.api: NodeApi | None = None
         self.delivered = False  # the current stream has delivered an event
+        # This provider's notices the agent had before a restart (or a crash of the watcher
+        # before this one): they say which Node object it had seen, so that a first list
+        # without the node is that node's deletion, not a node that does not exist yet.
+        self._restored: dict[str, Report] = {}
         # Counters for tests, benchmarks and the docs' claims.
         self.lists = 0
         self.watches = 0
@@ -176,10 +180,13 @@ class KubernetesWatcher:
         self.lists += 1
         self.resource_version = listed.resource_version
         self.node_missing = False
+        restored, self._restored = self._restored, {}
         if listed.node is not None:
             self._node(listed.node, api.node_name, emit)
         elif self.seen_node:
             self._apply([*self.active.values(), deleted_report(api.node_name, self.node_uid)], emit)
+        elif mine := [r for r in restored.values() if r.detail.get("node") == api.node_name]:
+            self._deleted_while_away(mine, api.node_name, emit)
         else:
             self.node_missing = True
         self._success()
@@ -188,6 +195,27 @@ class KubernetesWatcher:
                 "node-not-found",
                 f"node {api.node_name!r} does not exist (yet); is NODE_NAME right? watching",
             )
+
+    def _deleted_while_away(self, restored: list[Report], name: str, emit: Emit) -> None:
+        """The node this agent had raised notices for is not listed: it was deleted (before a
+        restart, or while the agent or this watcher was down). Its notices are reported again
+        with its deletion's terminate, as a watcher that never stopped keeps them. Left to
+        the agent, they were retired `notice_grace` after the restart (a clear of the deleted
+        node's terminate), and a deletion while the agent was down raised no terminate."""
+        uids = [r.detail.get("uid") for r in restored]
+        uid = next((u for u in uids if isinstance(u, str) and u), None)
+        current = {report.id: report for report in restored}
+        deleted = deleted_report(name, uid)
+        current.setdefault(deleted.id, deleted)
+        self.seen_node = True
+        self.node_uid = uid
+        self._apply(list(current.values()), emit)
+
+    def restored(self, reports: list[Report]) -> None:
+        """The agent's notices of this provider from before a restart (or a crash of the watcher
+        before this one), as reported (`RestoreAware`). Used only when the first list does not
+        show the node; when it does, what it shows supersedes them."""
+        self._restored = {report.id: report for report in reports if report.provider == self.name}
 
     async def _watch_once(self, api: NodeApi, emit: Emit) -> bool:
         """One watch request until the server ends it; True if it did useful work. The

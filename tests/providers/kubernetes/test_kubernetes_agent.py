@@ -6,7 +6,9 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -118,12 +120,12 @@ def test_a_deleted_node_stays_terminated_across_an_agent_restart(
     lists = sim.counts["lists"]
     second = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
     with second as agent, agent.subscriber(topics=("notice", "heartbeat")) as sub:
-
-        def listed_no_node() -> bool:
-            health = agent.control({"op": "status"})["health"]
-            return any(h["last_error"] == "node-not-found" for h in health)
-
-        eventually(listed_no_node, what="the restarted agent's list, without the node")
+        # The list without the node: the restored notices name it, so it is that node's
+        # deletion (their terminate reported again), not a node that does not exist yet.
+        eventually(
+            lambda: f"kubernetes: terminate {deleted}" in agent.output(),
+            what="the restarted agent's list, without the node",
+        )
         assert sim.counts["lists"] > lists
         # Restored notices are settled just before each heartbeat: two beats sent after the
         # list was answered mean the agent has settled them with that answer in hand.
@@ -285,4 +287,70 @@ def test_the_watch_connection_has_tcp_keepalive(tmp_path: Path, server: SimServe
             eventually(keepalive, timeout=10, what="a keepalive timer on the watch connection")
         except AssertionError as error:
             raise AssertionError(f"{error}; (state, timer) seen: {seen[0]}") from None
+    assert "Traceback" not in agent.output()
+
+
+def beats_past(sub: Subscriber, moment: datetime, seconds: float) -> list[dict[str, Any]]:
+    """The notices received until a heartbeat sent more than `seconds` after `moment`."""
+    notices = []
+    while True:
+        topic, message = sub.recv(timeout=10)
+        if topic != "heartbeat":
+            notices.append(message)
+        elif (parse_time(message["sent_at"]) - moment).total_seconds() > seconds:
+            return notices
+
+
+def test_a_deleted_nodes_terminate_outlasts_the_grace_after_an_agent_restart(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """Restored notices the watcher does not report again are retired after `notice_grace`;
+    the list that shows the node still gone reports the terminate again, so it stands."""
+    env = {**_kubernetes_env(tmp_path, server), "FOREWARN_NOTICE_GRACE": "2s"}
+    deleted = f"kubernetes/{NODE}/deleted"
+    first = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+    with first as agent, agent.subscriber() as sub:
+        wait_for_watch(server)
+        control(server, "delete")
+        expect(sub, "terminate", deleted)
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        wait_for_watch(server)
+        started = utcnow()
+        notices = beats_past(sub, started, 4.0)  # twice the grace
+        assert [n for n in notices if n["action"] == "clear"] == [], notices
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {deleted: "terminate"}
+        assert published(agent.output(), deleted) == [], agent.output()
+    assert "Traceback" not in agent.output()
+
+
+def test_a_node_deleted_while_the_agent_was_down_is_a_terminate(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """The notices restored after a restart say which node the agent had seen: a list that
+    no longer shows it is that node's deletion, as a watcher that never stopped would have
+    seen it, not a node that does not exist yet."""
+    env = _kubernetes_env(tmp_path, server)
+    cordon, deleted = f"kubernetes/{NODE}/cordon", f"kubernetes/{NODE}/deleted"
+    first = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+    with first as agent, agent.subscriber() as sub:
+        wait_for_watch(server)
+        control(server, "cordon")
+        expect(sub, "drain", cordon)
+    control(server, "delete")
+    second = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+    with second as agent, agent.subscriber() as sub:
+        seen = [sub.notice(timeout=10)]  # the restored drain's replay comes first
+        while (seen[-1]["action"], seen[-1]["id"]) != ("terminate", deleted):
+            assert seen[-1]["action"] != "clear", seen
+            seen.append(sub.notice(timeout=10))
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {cordon: "drain", deleted: "terminate"}
+        withdraw(server, "node")  # created again: another node
+        cleared = [sub.notice(timeout=10) for _ in range(2)]
+        assert {(n["action"], n["id"]) for n in cleared} == {("clear", cordon), ("clear", deleted)}
+    assert "notice drain " + cordon not in agent.output()  # restored, not sent again
     assert "Traceback" not in agent.output()

@@ -490,6 +490,29 @@ async def test_wrong_node_name_says_so(cluster: Cluster, start_watcher: Any) -> 
     assert not running.health.ready  # a watch on a node that is not there is no success
 
 
+async def test_restored_notices_of_another_node_do_not_make_a_deletion(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Notices restored for another node (NODE_NAME changed across the restart) say nothing
+    of this one: a list without it is a node that does not exist (yet), not a deletion."""
+    from forewarn.providers.base import PollHealth, WatcherContext
+    from forewarn.providers.kubernetes.nodes import deleted_report
+    from forewarn.providers.kubernetes.settings import Settings
+    from forewarn.providers.kubernetes.watch import KubernetesWatcher
+    from support import running_watcher
+
+    settings = Settings(
+        url=cluster.url, node_name="not-this-one", token_file=cluster.token_file, retry_max=0.3
+    )
+    watcher = KubernetesWatcher(settings, WatcherContext(tmp_path, tmp_path, PollHealth("k")))
+    watcher.restored([deleted_report(NODE, "some-uid")])
+    async with running_watcher(Running(watcher)) as running:
+        await running.until(lambda: running.watcher.watches >= 1)
+        assert running.reports == []
+        assert running.health.errors_by_kind == {"node-not-found": 1}
+        assert not running.watcher.answered
+
+
 async def test_detect(tmp_path: Path) -> None:
     from forewarn.providers.base import PollHealth, WatcherContext
     from forewarn.providers.kubernetes.settings import Settings
