@@ -27,6 +27,7 @@ from ..backoff import Backoff
 from ..base import Emit, ParseError, PollHealth, WatcherContext
 from ..fetch import Answer, fetch
 from .approve import APPROVED_FILE, Approver
+from .boots import BOOT_FILE, BootRecord, read_boot_id
 from .events import (
     ID_PREFIX,
     EventsDocument,
@@ -83,6 +84,13 @@ class AzureWatcher:
             on_outcome=self.health.approval,
             path=state_dir / APPROVED_FILE if state_dir is not None else None,
             health=self.health,
+        )
+        # The boot-ending events published in this boot, and those that ended the one before
+        # (Azure lists a Started event for minutes after the reboot it caused).
+        self.boots = BootRecord(
+            state_dir / BOOT_FILE if state_dir is not None else None,
+            read_boot_id(),
+            self.health,
         )
         self.names: frozenset[str] | None = (
             frozenset({settings.vm_name.lower()}) if settings.vm_name else None
@@ -262,8 +270,16 @@ class AzureWatcher:
         assert self.names is not None
         now = utcnow()
         previous = {**self._restored, **self.reports}
+        ended = self.boots.held_back(document.events)
+        if ended:
+            # Started before this boot began: its reboot (or move) is what ended the last one.
+            # Published, it told the job resumed since to stop, for as long as it is listed.
+            rest = tuple(event for event in document.events if event.event_id not in ended)
+            shown = EventsDocument(document.incarnation, rest, document.malformed)
+        else:
+            shown = document
         current = reports_for(
-            document, self.names, freeze=self.settings.freeze, previous=previous, now=now
+            shown, self.names, freeze=self.settings.freeze, previous=previous, now=now
         )
         self._restored = {}
         self._note_malformed(document)
@@ -278,8 +294,9 @@ class AzureWatcher:
                 current[kept.id] = kept
         self.incarnation = document.incarnation
         self.events = {
-            event.event_id: event for event in document.events if event.notice_id in current
+            event.event_id: event for event in shown.events if event.notice_id in current
         }
+        self.boots.published(self.events.values())
         for event in self.events.values():
             if event.not_before_error and event.event_id not in self._odd:
                 self._odd.add(event.event_id)

@@ -3,6 +3,7 @@ simulator: an Azure event it had published and that did not change is not sent a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -258,3 +259,62 @@ def test_a_started_event_keeps_its_deadline_across_a_watcher_crash(
         assert parse_time(after["deadline"]) == parse_time(before["deadline"]), agent.output()
         assert after["detail"]["DocumentIncarnation"] == before["detail"]["DocumentIncarnation"]
         assert len(published(agent.output(), notice_id)) == 1, agent.output()
+
+
+def _as_if_rebooted(tmp_path: Path) -> None:
+    """The state files as a machine that stopped and started again finds them: written in a
+    boot that is not this one."""
+    for name in ("state.json", "azure-boot.json"):
+        path = tmp_path / "state" / name
+        if not path.exists():
+            continue
+        saved = json.loads(path.read_text())
+        path.write_text(json.dumps({**saved, "boot_id": "the-boot-before"}))
+
+
+@pytest.mark.parametrize(("kind", "status"), [("Reboot", "Started"), ("Redeploy", "Scheduled")])
+def test_the_event_that_ended_the_last_boot_is_not_published_after_it(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer], kind: str, status: str
+) -> None:
+    """Azure lists a Started event for about ten minutes after it started, and a Reboot takes
+    the VM down for a minute or two: after the reboot it caused, it is still listed, Started.
+    The agent read it as an event started at its first poll and sent a terminate (deadline
+    now), and the job resumed after the reboot exited, at each restart, until Azure removed it.
+    One still Scheduled after the reboot (the VM restarted for another cause) is this boot's."""
+    sim, server = imds
+    env = _azure_env(tmp_path, server, "off")
+    event_id = sim.raise_notice(kind, {"not_before_seconds": 600})
+    notice_id = f"azure/{event_id}"
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as first:
+        # The watcher records the event in its file before it publishes it.
+        eventually(lambda: published(first.output(), notice_id), what="the drain")
+    if status == "Started":
+        sim.change_notice(event_id, {"status": "Started"})  # it started: the VM rebooted
+    _as_if_rebooted(tmp_path)
+    with (
+        AgentProcess(tmp_path, providers=("azure",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        wait_polls(sim, 4)
+        now, beats, notices = utcnow(), 0, []
+        while beats < 2:  # heartbeats sent after those polls: the agent has acted on them
+            topic, message = sub.recv(timeout=10)
+            if topic == "notice":
+                notices.append(message)
+            elif parse_time(message["sent_at"]) > now:
+                beats += 1
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        if status == "Scheduled":
+            assert active == {notice_id: "drain"}
+            return
+        assert notices == [] and active == {}, (notices, agent.output())
+        assert f"event {event_id} ({kind}) was Started before this boot began" in agent.output()
+        preempt = f"azure/{sim.raise_notice('Preempt', {})}"  # the watcher still reads the rest
+        assert (sub.notice(timeout=10)["id"]) == preempt
+    # Restarted again in this boot: the event stays held back while it is listed.
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
+        wait_polls(sim, 4)
+        eventually(lambda: "restored from" in agent.output(), what="the restore")
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {preempt: "terminate"}
+        assert published(agent.output(), notice_id) == [], agent.output()

@@ -1,0 +1,129 @@
+"""Which of this VM's events ended the machine's previous boot (`azure-boot.json`).
+
+Azure lists an event as `Started` for about ten minutes after it started, while its impact
+lasts seconds: a `Reboot` or `Redeploy` that restarted the VM is still listed, Started, when
+the VM is back. Read afresh after the reboot, it was a new event started *now*: the job resumed
+after the reboot got a terminate and exited, again at each restart until Azure removed it.
+
+So the watcher keeps, in the state directory, the boot it runs in and the events that end a
+boot (`BOOT_ENDING`) that it published in it. In the first document after the machine
+booted again, such an event of the boot before that is `Started` is the one that ended that
+boot: it is not published while it stays listed. One that is still `Scheduled` is this boot's
+event (the VM restarted for another cause) and is published as usual, as is every event the
+watcher had not published before the reboot. Without a readable boot id, or a state
+directory, nothing is held back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..health import PollHealth
+from ..persist import read_state_object, write_or_report
+from .events import ScheduledEvent
+
+log = logging.getLogger("forewarn.providers.azure")
+
+BOOT_FILE = "azure-boot.json"
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+# Events whose impact ends the boot: a Freeze pauses the VM and keeps it running.
+BOOT_ENDING = frozenset({"Reboot", "Redeploy", "Preempt", "Terminate"})
+# A document lists a handful of events; anything past this is not a list of ours.
+MAX_IDS = 256
+
+
+def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
+    """This boot of the machine (Linux), or None where the kernel does not say."""
+    try:
+        return path.read_text().strip().lower() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _ids(value: object) -> set[str]:
+    if not isinstance(value, list):
+        return set()
+    return {item for item in value[:MAX_IDS] if isinstance(item, str) and item}
+
+
+class BootRecord:
+    """The boot-ending events published in this boot, and those that ended the boot before."""
+
+    def __init__(
+        self, path: Path | None, boot_id: str | None, health: PollHealth | None = None
+    ) -> None:
+        self.path = path if boot_id is not None else None
+        self.boot_id = boot_id
+        self.health = health
+        self.seen: set[str] = set()  # published in this boot
+        self.ended: set[str] = set()  # Started before this boot: held back while listed
+        # Published in the boot before this one, until the first document of this boot says
+        # whether each one ended it (Started) or is still to come (Scheduled).
+        self.before: set[str] = set()
+        self._unsaved = False
+        payload = read_state_object(self.path, "azure") if self.path is not None else None
+        if payload is None:
+            return
+        saved = _ids(payload.get("seen"))
+        ended = _ids(payload.get("ended"))
+        if payload.get("boot_id") == boot_id:
+            self.seen, self.ended = saved, ended
+        else:
+            self.before = saved | ended
+
+    def held_back(self, events: Iterable[ScheduledEvent]) -> set[str]:
+        """The EventIds of `events` (a document's) that ended an earlier boot. The first
+        document after a reboot decides which those are; later ones only drop the ones no
+        longer listed Started."""
+        listed = {event.event_id: event for event in events}
+        before, self.before = self.before, set()
+        for event_id in before:
+            event = listed.get(event_id)
+            if event is not None and event.status == "Started":
+                self.ended.add(event_id)
+                log.warning(
+                    "azure: event %s (%s) was Started before this boot began: it is what ended "
+                    "the last one, not published while it stays listed",
+                    event_id,
+                    event.event_type,
+                )
+        still = {
+            event_id
+            for event_id in self.ended
+            if event_id in listed and listed[event_id].status == "Started"
+        }
+        changed = still != self.ended or bool(before)
+        self.ended = still
+        if changed:
+            self._unsaved = True
+        return set(self.ended)
+
+    def published(self, events: Iterable[ScheduledEvent]) -> None:
+        """This VM's events published from the current document: the boot-ending ones are
+        what the next boot checks."""
+        seen = {event.event_id for event in events if event.event_type in BOOT_ENDING}
+        if seen != self.seen:
+            self.seen = seen
+            self._unsaved = True
+        if self._unsaved:
+            self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            self._unsaved = False
+            return
+        text = json.dumps(
+            {
+                "boot_id": self.boot_id,
+                "seen": sorted(self.seen)[:MAX_IDS],
+                "ended": sorted(self.ended)[:MAX_IDS],
+            },
+            indent=1,
+        )
+        self._unsaved = not write_or_report(self.path, text + "\n", self.health)
+
+
+__all__ = ["BOOT_ENDING", "BOOT_FILE", "BootRecord", "read_boot_id"]

@@ -1,0 +1,77 @@
+"""The record of which events ended the machine's previous boot (`azure-boot.json`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from forewarn.providers.azure.boots import BOOT_FILE, BootRecord
+from forewarn.providers.azure.events import parse_event
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+ids = st.sampled_from(["A", "B", "C"])
+files = st.fixed_dictionaries(
+    {
+        "boot_id": st.sampled_from(["this-boot", "the-boot-before"]) | json_values,
+        "seen": st.lists(ids | json_values, max_size=4) | json_values,
+        "ended": st.lists(ids | json_values, max_size=4) | json_values,
+    }
+)
+events = st.lists(
+    st.builds(
+        lambda event_id, kind, status: parse_event(
+            {"EventId": event_id, "EventType": kind, "EventStatus": status, "Resources": ["vm"]}
+        ),
+        ids,
+        st.sampled_from(["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"]),
+        st.sampled_from(["Scheduled", "Started"]),
+    ),
+    max_size=3,
+    unique_by=lambda event: event.event_id,
+)
+
+
+def record(tmp_path: Path, payload: Any) -> BootRecord:
+    path = tmp_path / BOOT_FILE
+    path.write_text(payload if isinstance(payload, str) else json.dumps(payload))
+    return BootRecord(path, "this-boot")
+
+
+@settings(max_examples=200, deadline=None)
+@given(payload=files | json_values | st.text(max_size=20), first=events, then=events)
+def test_any_file_gives_a_record_that_holds_back_only_listed_started_events(
+    tmp_path_factory: Any, payload: Any, first: list[Any], then: list[Any]
+) -> None:
+    tmp_path = tmp_path_factory.mktemp("boots")
+    boots = record(tmp_path, payload)
+    for document in (first, then):
+        held = boots.held_back(document)
+        started = {event.event_id for event in document if event.status == "Started"}
+        assert held <= started
+        boots.published([event for event in document if event.event_id not in held])
+    # What it wrote is read back as the same record, by this boot.
+    again = BootRecord(tmp_path / BOOT_FILE, "this-boot")
+    assert (again.seen, again.ended, again.before) == (boots.seen, boots.ended, set())
+
+
+def test_only_the_first_document_after_a_reboot_decides(tmp_path: Path) -> None:
+    started = parse_event(
+        {"EventId": "A", "EventType": "Reboot", "EventStatus": "Started", "Resources": ["vm"]}
+    )
+    boots = record(tmp_path, {"boot_id": "the-boot-before", "seen": ["A"], "ended": []})
+    assert boots.held_back([]) == set()  # not listed at the first document of this boot
+    assert boots.held_back([started]) == set()  # then listed Started: it started in this boot
+    boots = record(tmp_path, {"boot_id": "the-boot-before", "seen": ["A"], "ended": []})
+    assert boots.held_back([started]) == {"A"}
+    assert boots.held_back([started]) == {"A"}
+    assert boots.held_back([]) == set()  # gone: nothing to hold back any more
+    assert BootRecord(None, "this-boot").held_back([started]) == set()
