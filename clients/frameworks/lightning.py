@@ -7,9 +7,10 @@ After each training batch it asks the guard; when a save is due it calls
 the guard's rank agreement), acks the agent, and stops the trainer on terminate or SIGTERM.
 Its guard is made when the sanity check, training or fit's validation starts, so its SIGTERM
 handler replaces Lightning's from then on (Lightning's own ends `fit` with `SIGTERMException`,
-a SystemExit of code 0, without a checkpoint). With `accumulate_grad_batches` it asks only
-after a batch that made the optimizer step: the save comes at the end of the step (a step
-cannot be interrupted), not inside it.
+a SystemExit of code 0, without a checkpoint); a SIGTERM Lightning's handler took before then
+(while fit sets up its data: a resumed fit runs no sanity check) is handed to the guard.
+With `accumulate_grad_batches` it asks only after a batch that made the optimizer step: the
+save comes at the end of the step (a step cannot be interrupted), not inside it.
 After each validation batch of `fit()` it asks `guard.due_in_eval`: an exit that arrives
 mid-validation is saved there and then (the state of the last training step), instead of
 after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
@@ -95,13 +96,13 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         }
 
     def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._install()
+        self._install(trainer)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if _fitting(trainer):
-            self._install()
+            self._install(trainer)
 
-    def _install(self) -> None:
+    def _install(self, trainer: pl.Trainer) -> None:
         # The guard's signal handlers replace Lightning's, which it installs just before these
         # hooks. Made only at the first batch's end, the guard left a SIGTERM during the sanity
         # check or the first training step to Lightning alone: fit() raised SIGTERMException
@@ -117,9 +118,21 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             and threading.current_thread() is threading.main_thread()
         ):
             signal.signal(signal.SIGTERM, guard._on_signal)
+        # A SIGTERM between Lightning's handler and this one (while fit sets up its training
+        # data and starts its workers, waits for the other ranks, or, in a resumed fit, which
+        # runs no sanity check, everything before the first step) set Lightning's flag alone:
+        # the first batch raised SIGTERMException, a SystemExit of code 0, without a save (with
+        # a guard given, after its save), and the job counted as done. Now the guard's.
+        connector: Any = getattr(trainer, "_signal_connector", None)
+        if (
+            getattr(connector, "received_sigterm", False) is True
+            and signal.getsignal(signal.SIGTERM) == guard._on_signal
+        ):
+            connector.received_sigterm = False
+            guard._on_signal(signal.SIGTERM, None)  # a guard that saw it already ignores this
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._install()
+        self._install(trainer)
         if trainer.global_step:
             # Resumed from a checkpoint (ckpt_path=): periodic saves count from there (from step
             # 0 the first step after every resume saved again).

@@ -143,6 +143,18 @@ class SigtermAtStart(Tiny):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class SigtermInDataSetup(Tiny):
+    """Sends itself a SIGTERM while fit() sets up its training data (`train_dataloader`, with
+    its worker processes started right after), after Lightning installed its SIGTERM handler
+    and before the training's first hook: a resumed fit runs no sanity check, so that is
+    where a SIGTERM during a restarted job's start-up lands."""
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader[Any]:
+        os.kill(os.getpid(), signal.SIGTERM)
+        data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+        return torch.utils.data.DataLoader(data, batch_size=4)
+
+
 class RaisesAt(Tiny):
     """Its training_step raises at step `at`, as a CUDA error does, once `before_raising()`
     (a notice arriving in that step) has run; `guard` is the callback's, made inside fit."""

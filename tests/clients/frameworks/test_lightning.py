@@ -240,6 +240,31 @@ def test_a_sigterm_before_the_first_batch_ends_is_saved_and_exits_143(
     assert callback.exit_code == 143
 
 
+@pytest.mark.parametrize("made_before_fit", [False, True])
+def test_a_sigterm_while_fit_sets_up_its_data_is_saved_and_exits_143(
+    tmp_path: Path, made_before_fit: bool
+) -> None:
+    """A SIGTERM after Lightning installed its handler and before the callback's guard took
+    over (the training data set up, a resumed fit's start without a sanity check) set
+    Lightning's `received_sigterm`, which nothing cleared: the first batch raised
+    SIGTERMException, a SystemExit of code 0, out of fit(). The guard the callback makes had
+    not seen the signal and nothing was saved; a guard given saved (wrapped by Lightning's
+    handler, it saw the signal) and the process still exited 0: the job counted as done."""
+    if made_before_fit:
+        guard = forewarn_clients.CheckpointGuard(notices=False, flag_file=None)
+        callback = lit.ForewarnCallback(tmp_path / "ckpt", guard=guard)
+    else:
+        callback = lit.ForewarnCallback(tmp_path / "ckpt", notices=False, flag_file=None)
+    trainer = models.trainer(callback, max_steps=5, num_sanity_val_steps=0)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        trainer.fit(models.SigtermInDataSetup())
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert [path.name for path in callback.saved_paths] == ["step-00000001.ckpt"]
+    assert callback.exit_code == 143
+
+
 class Killed(BaseException):
     """The platform's SIGKILL, arriving while a file is copied."""
 
