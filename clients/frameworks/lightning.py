@@ -15,10 +15,12 @@ After each validation batch of `fit()` it asks `guard.due_in_eval`: an exit that
 mid-validation is saved there and then (the state of the last training step), instead of
 after a validation pass that may outlast the deadline. Lightning finishes the pass it is in
 and then stops; the checkpoint is already durable. After an exit's save no further validation
-pass runs (Lightning would run one when `should_stop` is set). A `validate()`, `test()` or
-`predict()` outside `fit()` asks nothing, makes no guard and leaves a guard given (`guard=`)
-open: it trains nothing worth saving, and a save there (`step-{global_step}`, step 0 with no
-fit, or a loaded module's step) wrote over the training checkpoint of that name in `dirpath`.
+pass runs (Lightning would run one when `should_stop` is set), and fit() stops before the
+trainer's `min_steps` or `min_epochs` (Lightning would train on to them). A `validate()`,
+`test()` or `predict()` outside `fit()` asks nothing, makes no guard and leaves a guard given
+(`guard=`) open: it trains nothing worth saving, and a save there (`step-{global_step}`, step 0
+with no fit, or a loaded module's step) wrote over the training checkpoint of that name in
+`dirpath`.
 A notice that comes then is replayed to the guard the next `fit()` makes (or waits in the
 guard given), which saves at the first step after the agent's replay reaches it; a SIGTERM
 then is Lightning's, as without the callback (it ends the pass with `SIGTERMException`).
@@ -86,6 +88,8 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
         self._exiting = False
         self._limit_val_batches: int | float | None = None  # the trainer's, while exiting
+        # The trainer's (min_epochs, min_steps), lifted while exiting: see `_write`.
+        self._minimums: tuple[Any, Any] | None = None
 
     @staticmethod
     def dcp_state(module: Any, optimizers: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
@@ -212,6 +216,14 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             if self._limit_val_batches is None:
                 self._limit_val_batches = trainer.limit_val_batches
                 trainer.limit_val_batches = 0
+            # Lightning ignores should_stop until min_steps and min_epochs are met ("Training
+            # will continue..."): the job trained on after the exit's save, saving nothing
+            # more, into the platform's SIGKILL. Put back in teardown, for a later fit().
+            fit_loop = trainer.fit_loop
+            if self._minimums is None:
+                self._minimums = (fit_loop.min_epochs, fit_loop.epoch_loop.min_steps)
+                fit_loop.min_epochs = 0
+                fit_loop.epoch_loop.min_steps = None
 
     def on_exception(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
@@ -237,6 +249,9 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         if self._limit_val_batches is not None:
             trainer.limit_val_batches = self._limit_val_batches
             self._limit_val_batches = None
+        if self._minimums is not None:
+            trainer.fit_loop.min_epochs, trainer.fit_loop.epoch_loop.min_steps = self._minimums
+            self._minimums = None
         self._close_guard()
 
 

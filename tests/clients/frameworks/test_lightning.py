@@ -210,6 +210,28 @@ def test_after_fit_sigterm_is_handled_as_before_fit(tmp_path: Path) -> None:
         signal.signal(signal.SIGTERM, before)
 
 
+@pytest.mark.parametrize("minimum", [{"min_steps": 20}, {"min_epochs": 3}])
+def test_an_exit_stops_fit_before_its_min_steps_or_min_epochs(
+    tmp_path: Path, minimum: dict[str, int]
+) -> None:
+    """Lightning ignores `should_stop` until `min_steps` and `min_epochs` are met ("Training
+    will continue..."): after the exit's save at step 3 the job trained on to step 20 (30 with
+    3 epochs of 10 batches) with no save, through the platform's SIGKILL, and every step after
+    the save was lost. The minimums are the trainer's again for a later fit()."""
+    callback = lit.ForewarnCallback(tmp_path / "ckpt", notices=False, flag_file=None)
+    data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    trainer = models.trainer(callback, max_steps=40, num_sanity_val_steps=0, **minimum)
+    loader = torch.utils.data.DataLoader(data, batch_size=4)
+    trainer.fit(models.ExitsAtBatch(callback, exit_at=2), loader)
+    assert [path.name for path in callback.saved_paths] == ["step-00000003.ckpt"]
+    assert trainer.global_step == 3
+    assert callback.exit_code == 143
+    assert (trainer.min_steps, trainer.min_epochs) == (
+        minimum.get("min_steps"),
+        minimum.get("min_epochs", 1),
+    )
+
+
 @pytest.mark.parametrize(
     ("where", "step", "made_before_fit"),
     [("sanity", 0, False), ("first step", 1, False), ("first step", 1, True)],
