@@ -21,7 +21,8 @@ of the Trainer it is given to); only a notice that came since the last step's ch
 exit not saved yet, is acked failed (`guard.loop_failed`: `exit_code` 1 for an exit), as
 no save will answer it. An exit pending at the end of a step
 skips the evaluation due at that step, so the save comes first, and the epoch an exit's save
-cut short ends with no evaluation or save of the Trainer's own. During an evaluation it asks
+cut short ends with no evaluation or save of the Trainer's own; nor does `train()` end by
+deleting that checkpoint (`save_total_limit=1` keeps the best alone). During an evaluation it asks
 `guard.due_in_eval` after each prediction step (`on_prediction_step`): the Trainer cannot be
 interrupted mid-evaluation from a callback, so the save is scheduled for the moment that
 evaluation returns, and the notice is not left for the next training step; training stops
@@ -101,6 +102,8 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         self._stopped = False  # the exit's save is made: training is stopping
         self._training = False  # between on_train_begin and the end of that train()
         self._wrapped: Trainer | None = None  # whose _save_checkpoint reports our save's failure
+        # The TrainingArguments whose save_total_limit of 1 is lifted while exiting (see on_save).
+        self._limited: TrainingArguments | None = None
         self.saved_steps: list[int] = []
         self.saved_generations: list[Any] = []  # with dcp=True: the committed generations
 
@@ -265,6 +268,13 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
         if result.exit:
             control.should_training_stop = True
             self._stopped = True
+            if args.save_total_limit == 1 and self._limited is None:
+                # train() ends by deleting every checkpoint but the best with a limit of 1
+                # (load_best_model_at_end): it deleted the exit's own, fsynced and acked, and
+                # the job resumed from the best one, up to an evaluation interval back.
+                # Put back in `_finish`, once train() is past that clean-up.
+                self._limited = args
+                args.save_total_limit = None
         return control
 
     def _report_failure_of(self, trainer: Trainer | None) -> None:
@@ -327,6 +337,9 @@ class ForewarnTrainerCallback(GuardHolder, TrainerCallback):
                 _put_back(trainer, wrapper._forewarn_own)  # type: ignore[union-attr]
         self._requested_at = None
         self._training = False
+        limited, self._limited = self._limited, None
+        if limited is not None:
+            limited.save_total_limit = 1
         self._close_guard()
 
 

@@ -479,6 +479,38 @@ def test_the_end_of_the_epoch_a_terminate_cut_short_adds_no_evaluation_or_second
     assert callback.exit_code == 143
 
 
+def test_the_exits_checkpoint_outlives_the_end_of_train_with_save_total_limit_1(
+    tmp_path: Path,
+) -> None:
+    """With save_total_limit=1 and load_best_model_at_end, train() ends by deleting every
+    checkpoint but the best one: it deleted the exit's checkpoint-31, fsynced and acked, and
+    the job resumed from checkpoint-25, six steps back. The limit is the Trainer's again once
+    train() has returned."""
+    callback = fw.ForewarnTrainerCallback(notices=False, handle_signals=False, flag_file=None)
+    spy = models.AsksToExitAt(callback, at=30)
+    args = models.arguments(
+        tmp_path,
+        save_strategy="steps",
+        save_steps=25,
+        save_total_limit=1,
+        load_best_model_at_end=True,
+        **models.EVALUATE_EVERY_25,
+    )
+    trainer = hf.Trainer(
+        model=models.Tiny(),
+        args=args,
+        train_dataset=models.Points(),
+        eval_dataset=models.FewPoints(),
+        callbacks=[callback, spy],
+    )
+    trainer.train()
+    assert callback.saved_steps == [31]
+    assert callback.exit_code == 143
+    output = Path(args.output_dir)
+    assert fw.last_checkpoint(output) == str(output / "checkpoint-31")
+    assert args.save_total_limit == 1
+
+
 def test_a_train_after_one_an_exit_stopped_keeps_its_evaluations_and_saves(
     tmp_path: Path,
 ) -> None:
