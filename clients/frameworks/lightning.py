@@ -40,7 +40,8 @@ with `load_dcp(store.latest(), {"model": module.state_dict()})` before `fit`. Th
 Lightning resume: `fit` makes new optimizers (`configure_optimizers`), so optimizer state loaded
 before it is dropped, and it counts steps from 0 again (measured: after a save at step 21, a
 `fit(max_steps=40)` ran 40 steps and saved steps 10, 20, 30 and 40). Resume a run
-with Lightning's own checkpoints (`dirpath`, then `trainer.fit(model, ckpt_path=...)`).
+with Lightning's own checkpoints (`dirpath`, then `trainer.fit(model, ckpt_path=...)`); an exit
+asked for during that restore is answered by the checkpoint resumed from, before any step.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ except ImportError:  # the older package name
     import pytorch_lightning as pl  # type: ignore[no-redef]
 
 from ..checkpoint.local import fsync_tree
-from ..guard import CheckpointGuard
+from ..guard import CheckpointGuard, SaveResult
 from ._guarded import GuardHolder
 
 
@@ -140,7 +141,15 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         if trainer.global_step:
             # Resumed from a checkpoint (ckpt_path=): periodic saves count from there (from step
             # 0 the first step after every resume saved again).
-            self.guard.resumed(trainer.global_step)
+            step = trainer.global_step
+            self.guard.resumed(step)
+            # An exit asked for while fit restored (a terminate, a SIGTERM) waited for the
+            # first step, which a compile can make outlast the notice's lead, and for a full
+            # save of it. The checkpoint fit resumed from holds this step: it answers the exit
+            # now, with nothing written. Asked on every rank: with rank agreement, a collective.
+            if self.guard.due(step):
+                where = f"{trainer.ckpt_path} (already there)" if trainer.ckpt_path else None
+                self._answered(trainer, self.guard.saved(step, 0.0, where=where))
 
     def on_train_batch_end(
         self,
@@ -207,7 +216,9 @@ class ForewarnCallback(GuardHolder, pl.Callback):
                 fsync_tree(path)
             self.saved_paths.append(path)
             where = str(path)
-        result = self.guard.saved(step, time.monotonic() - started, where=where)
+        self._answered(trainer, self.guard.saved(step, time.monotonic() - started, where=where))
+
+    def _answered(self, trainer: pl.Trainer, result: SaveResult) -> None:
         if result.exit:
             self._exiting = True  # saved once; the rest of this pass must not save again
             trainer.should_stop = True

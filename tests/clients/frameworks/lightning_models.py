@@ -155,6 +155,18 @@ class SigtermInDataSetup(Tiny):
         return torch.utils.data.DataLoader(data, batch_size=4)
 
 
+class CountsSteps(Tiny):
+    """Counts the training steps it runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = 0
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        self.steps += 1
+        return super().training_step(batch, idx)
+
+
 class RaisesAt(Tiny):
     """Its training_step raises at step `at`, as a CUDA error does, once `before_raising()`
     (a notice arriving in that step) has run; `guard` is the callback's, made inside fit."""

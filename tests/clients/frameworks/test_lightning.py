@@ -287,6 +287,33 @@ def test_a_sigterm_while_fit_sets_up_its_data_is_saved_and_exits_143(
     assert callback.exit_code == 143
 
 
+def test_an_exit_pending_when_a_resumed_fit_starts_is_answered_by_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A terminate or SIGTERM that came while a resumed fit restored its checkpoint waited
+    for the first step (a compile can outlast the notice's lead) and a full save of it; the
+    checkpoint fit() resumed from holds that step already, as `guard.resumed` says: the exit
+    is answered at once, with nothing written and no step trained."""
+    data = torch.utils.data.TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    first = lit.ForewarnCallback(tmp_path / "ckpt", every_steps=5, notices=False, flag_file=None)
+    models.trainer(first, max_steps=5).fit(
+        models.Tiny(), torch.utils.data.DataLoader(data, batch_size=4)
+    )
+    assert [path.name for path in first.saved_paths] == ["step-00000005.ckpt"]
+    guard = forewarn_clients.CheckpointGuard(notices=False, handle_signals=False, flag_file=None)
+    guard.request("signal", exit=True)  # arrived during the restore
+    callback = lit.ForewarnCallback(tmp_path / "ckpt", guard=guard)
+    trainer = models.trainer(callback, max_steps=50, num_sanity_val_steps=0)
+    model = models.CountsSteps()
+    trainer.fit(
+        model, torch.utils.data.DataLoader(data, batch_size=4), ckpt_path=first.saved_paths[0]
+    )
+    assert model.steps == 0
+    assert trainer.global_step == 5
+    assert callback.saved_paths == []
+    assert callback.exit_code == 143
+
+
 class Killed(BaseException):
     """The platform's SIGKILL, arriving while a file is copied."""
 
