@@ -374,6 +374,16 @@ class BackgroundSaver:
                 reason = f"the save in flight is of step {step} itself; waited for its commit"
                 return FinalSave("waited", reason, durable, seconds, seconds)
             in_flight = None  # it failed: write it again, synchronously
+        committed = self.last_durable
+        if in_flight is None and committed is not None and committed.step == step:
+            # The background save of this very step committed a moment ago (the periodic save
+            # at the step the terminate is handled at): saving it again raised
+            # GenerationExistsError, and the exit path crashed with its state durable, where
+            # the same call while that save was still uploading returned "waited".
+            self._error = None
+            seconds = time.monotonic() - started
+            reason = f"step {step} is already durable: its background save committed"
+            return FinalSave("nothing in flight", reason, committed, seconds, seconds)
         if in_flight is None:
             choice, reason = "nothing in flight", "no background save was running"
         elif seconds_left is None:

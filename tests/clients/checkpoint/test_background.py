@@ -1067,3 +1067,21 @@ def test_an_exit_save_of_the_step_still_uploading_is_refused_not_mixed_into_it(
 
     with pytest.raises(GenerationExistsError):
         store.flush(7, exit_save)
+
+
+def test_final_at_the_step_whose_background_save_just_committed_reports_it_durable(
+    make_store: Any,
+) -> None:
+    """A terminate handled at the step the periodic background save was made at: while that
+    save was still uploading, final() waited for it ("waited"); once it had committed (a
+    small or fast save), final() saved the step again and raised GenerationExistsError, so the
+    exit path of a script using the saver crashed (exit 1) with its state durable."""
+    store = make_store()
+    saver = BackgroundSaver(store)
+    saver.save(5, state(5))
+    assert saver.wait() is not None and saver.last_durable is not None
+    final = saver.final(5, state(5), seconds_left=30.0)
+    assert final.generation.step == 5 and final.choice == "nothing in flight"
+    assert "already durable" in final.reason
+    assert store.latest().step == 5  # type: ignore[union-attr]
+    assert load_state(store.get(5))["step"] == 5
