@@ -12,12 +12,13 @@ import contextlib
 import hashlib
 import logging
 import os
+import queue
 import threading
 import time
 import zlib
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -26,7 +27,7 @@ from urllib.parse import urlsplit
 from . import s3claim
 from .backend import NO_CLAIM, Backend, ObjectWriter, OnDone, Progress
 from .errors import CheckpointError, StoreConfigError
-from .hashing import Buffer, digest_stream, submit
+from .hashing import Buffer, digest_stream
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
 from .s3claim import S3Claim, claim_name, remove_stale
 from .s3claim import service_time as _service_time
@@ -56,6 +57,69 @@ RETRIES = 5
 COMPLETE_READ_TIMEOUT = 900.0
 
 
+class _PartThreads:
+    """Up to `workers` threads running one file's part uploads, as a ThreadPoolExecutor
+    would, but daemon threads: at the interpreter's exit concurrent.futures joins every
+    executor's threads before any atexit hook runs, so parts stuck on stalled connections
+    (60 s per attempt, 6 attempts each) held the exit for as long as they hung, past the
+    bound the exit puts on a background save that stopped moving (EXIT_STALL_SECONDS), and
+    a process whose final save had failed by its timeout hung on its way out."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._workers = workers
+        self._name = name
+        self._work: queue.SimpleQueue[
+            tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None
+        ] = queue.SimpleQueue()
+        self._started = 0
+        self._idle = threading.Semaphore(0)  # released by a thread each time it waits for work
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Run `fn(*args)` on one of the threads; called by the file's writer only."""
+        future: Future[Any] = Future()
+        self._work.put((future, fn, args))
+        if not self._idle.acquire(blocking=False) and self._started < self._workers:
+            thread = threading.Thread(
+                target=self._run, name=f"{self._name}_{self._started + 1}", daemon=True
+            )
+            try:
+                thread.start()
+            except RuntimeError:
+                # Python 3.12 and newer start no thread once the interpreter is exiting (the
+                # exit hooks wait for a background save still being written): the threads
+                # there are take the part, else this one sends it, as before.
+                if self._started == 0:
+                    while True:
+                        try:
+                            queued = self._work.get_nowait()
+                        except queue.Empty:
+                            break
+                        if queued is not None:
+                            self._one(*queued)
+                return future
+            self._started += 1
+        return future
+
+    def _run(self) -> None:
+        while (item := self._work.get()) is not None:
+            self._one(*item)
+            item = None  # the part's bytes go once it is sent, not when the next one comes
+            self._idle.release()
+
+    @staticmethod
+    def _one(future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        if future.set_running_or_notify_cancel():  # else cancelled: the file was discarded
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:
+                future.set_exception(error)
+
+    def shutdown(self) -> None:
+        """Let the threads end once the work queued before this is done."""
+        for _ in range(self._started):
+            self._work.put(None)
+
+
 class S3Writer(ObjectWriter):
     def __init__(self, backend: S3Backend, key: str, name: str, on_done: OnDone | None) -> None:
         super().__init__(name, on_done)
@@ -68,7 +132,7 @@ class S3Writer(ObjectWriter):
         # The file's own upload threads, not the backend's: a save left behind with its parts
         # stuck on stalled connections (a cancelled background save) held every thread of a
         # shared pool, and the final save's parts queued behind them until they timed out.
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _PartThreads | None = None
         self._etags: list[dict[str, Any]] = []
         self._sent = 0
         # Every part carries a CRC32 the upload declared up front, as boto3's transfer manager
@@ -119,10 +183,8 @@ class S3Writer(ObjectWriter):
             self._collect_oldest()
         number = len(self._etags) + len(self._parts) + 1
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(
-                max_workers=backend.concurrency, thread_name_prefix="forewarn-s3"
-            )
-        self._parts.append(submit(self._pool, self._upload_part, number, body))
+            self._pool = _PartThreads(backend.concurrency, "forewarn-s3")
+        self._parts.append(self._pool.submit(self._upload_part, number, body))
 
     def _upload_part(self, number: int, body: bytes) -> dict[str, Any]:
         checksum = dict(self._checksum)
@@ -193,7 +255,7 @@ class S3Writer(ObjectWriter):
 
     def _stop_pool(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=False)  # every part was collected or cancelled
+            self._pool.shutdown()  # every part was collected or cancelled
             self._pool = None
 
     def _discard(self) -> None:

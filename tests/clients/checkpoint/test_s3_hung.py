@@ -89,3 +89,98 @@ def test_the_final_background_save_to_a_silent_endpoint_fails_at_the_deadline(
     assert isinstance(failure, CommitTimeout), failure
     assert time.monotonic() - started < 20
     assert "step-000000000005 was not committed" in str(failure)
+
+
+# A run that ends while its background save's parts hang on stalled connections (a front-end
+# host of the service gone silent): the part uploads never return.
+_EXIT_WITH_PARTS_STALLED = """
+import sys, threading
+import torch
+from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, background, s3
+
+stalled = threading.Event()
+
+def upload_part(self, number, body):
+    stalled.set()
+    threading.Event().wait()  # a request on a stalled connection
+
+s3.S3Writer._upload_part = upload_part
+background.EXIT_STALL_SECONDS = 1.0
+store = CheckpointStore(sys.argv[1], s3=S3Options(part_size=5 << 20))
+saver = BackgroundSaver(store)
+saver.save(7, {"w": torch.zeros(4 << 20)})  # 16 MiB: parts go to the upload threads
+assert stalled.wait(60), "no part upload started"
+print("stalled:", saver.in_flight, flush=True)
+"""
+
+
+@requires("torch")
+def test_the_exit_is_not_held_by_part_uploads_stuck_on_stalled_connections(bucket: str) -> None:
+    """concurrent.futures joins its executors' threads at the interpreter's exit, before any
+    atexit hook: a background save's part uploads stuck on stalled connections held the exit
+    for as long as their requests hung (60 s per attempt, 6 attempts, each part), past the
+    bound the exit puts on a save that stopped moving (EXIT_STALL_SECONDS), and a process whose
+    final save had failed by its CommitTimeout hung on its way out the same way."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WITH_PARTS_STALLED, f"s3://{bucket}/run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "stalled: 7" in done.stdout
+    assert "background save of step 7 wrote nothing for 1 s" in done.stderr
+
+
+_EXIT_AFTER_A_FINAL_SAVE_TIMED_OUT = """
+import sys, threading
+from forewarn.clients.checkpoint import CheckpointStore, CommitTimeout, S3Options, s3
+
+def upload_part(self, number, body):
+    threading.Event().wait()  # a request on a stalled connection
+
+s3.S3Writer._upload_part = upload_part
+store = CheckpointStore(sys.argv[1], s3=S3Options(part_size=5 << 20))
+try:
+    store.flush(3, lambda gen: gen.write_bytes("model.bin", bytes(16 << 20)), timeout=1.0)
+except CommitTimeout as error:
+    print("timed out:", error, flush=True)
+sys.exit(1)  # the guard's exit code when the exit's save was not saved
+"""
+
+
+def test_a_process_whose_final_save_timed_out_on_stalled_parts_exits_at_once(
+    bucket: str,
+) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_AFTER_A_FINAL_SAVE_TIMED_OUT, f"s3://{bucket}/run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "timed out: step-000000000003 was not committed" in done.stdout
+
+
+def test_parts_are_sent_where_no_thread_may_start_as_at_exit_on_python_3_12(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Python 3.12 starts no thread from an exit hook, where a background save still being
+    written is waited for: its parts are then sent on the writer's own thread."""
+    import threading
+
+    from forewarn.clients.checkpoint import s3 as s3_backend
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    threads = s3_backend._PartThreads(4, "forewarn-s3")
+    assert threads.submit(lambda n: n * 2, 21).result(timeout=0) == 42
+    threads.shutdown()
