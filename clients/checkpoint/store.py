@@ -106,6 +106,13 @@ class _Writing:
 
         return leave
 
+    def steps(self, url: str) -> set[int]:
+        """The steps this process is saving into the store at `url`, by any store object."""
+        with self._lock:
+            names = [name for held_url, name, _rank in self._held if held_url == url]
+        found = (parse_generation_name(name) for name in names)
+        return {step for step in found if step is not None}
+
 
 _WRITING = _Writing()
 
@@ -562,11 +569,12 @@ class CheckpointStore:
         if self.keep is None:
             return []
         steps = self.steps()
+        writing = self._in_process()
         checksums = self.verify_policy == "checksums"
         survivors = max(self.keep - 1, 1)
         kept: list[int] = []
         for candidate in reversed(steps):
-            if candidate == step or candidate in self._writing:
+            if candidate == step or candidate in writing:
                 continue
             if candidate not in self._hashed:
                 generation, problems = self._check(candidate, checksums=checksums)
@@ -586,7 +594,7 @@ class CheckpointStore:
             s
             for s in steps
             if s < floor
-            and s not in self._writing
+            and s not in writing
             and s not in (step, hinted)
             and self._backend.get_small(f"{generation_name(s)}/{COMMIT}") is not None
         ]
@@ -734,6 +742,12 @@ class CheckpointStore:
 
     # -- retention -----------------------------------------------------------------------
 
+    def _in_process(self) -> set[int]:
+        """The steps this process is writing into this store: through this store object, or
+        another one on the same path (retention of one deleted the other's save in flight,
+        and that save failed with its files missing)."""
+        return self._writing | _WRITING.steps(self._backend.identity)
+
     def delete(self, step: int) -> None:
         """Remove one generation (its marker first)."""
         self._hashed.discard(step)
@@ -752,6 +766,7 @@ class CheckpointStore:
         if self.keep is None:
             return []
         steps = self.steps()
+        writing = self._in_process()
         # By the policy `latest()` resumes by: with "checksums", a newer generation that only
         # has the right sizes must not push out the one resume would fall back to.
         checksums = self.verify_policy == "checksums"
@@ -759,7 +774,7 @@ class CheckpointStore:
             self._hashed.add(fresh)  # hashed as it was written
         kept: list[int] = []
         for step in reversed(steps):
-            if step in self._writing:
+            if step in writing:
                 continue
             if step != fresh and step not in self._hashed:
                 generation, problems = self._check(step, checksums=checksums)
@@ -775,7 +790,7 @@ class CheckpointStore:
         floor = min(kept)
         # `fresh` can be older than `floor` when a job restarted from an older checkpoint:
         # it is still the generation that job just made durable and will resume from.
-        doomed = [s for s in steps if s < floor and s not in self._writing and s != fresh]
+        doomed = [s for s in steps if s < floor and s not in writing and s != fresh]
         if doomed:
             hinted = self.latest_hint()
             doomed = [s for s in doomed if s != hinted]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -383,18 +385,43 @@ def test_retention_counts_by_the_verify_policy(make_store: Any) -> None:
     assert store.steps() == [3]
 
 
-def test_commit_refuses_a_generation_whose_files_are_gone(make_store: Any) -> None:
-    first, second = make_store(keep=1), make_store()
-    save_step(first, 100)
+def test_commit_refuses_a_generation_whose_files_are_gone(make_store: Any, store_url: str) -> None:
+    second = make_store()
     gen = second.save(50)  # a second job on the same store, behind the first
     gen.write_bytes("model.bin", payload(50))
     # The first job's retention deletes the unfinished, older generation under it.
-    save_step(first, 500)
-    assert first.steps() == [500]
+    first_job = (
+        "import sys\n"
+        "from forewarn.clients.checkpoint import CheckpointStore\n"
+        "store = CheckpointStore(sys.argv[1], keep=1)\n"
+        "for step in (100, 500):\n"
+        "    with store.save(step) as gen:\n"
+        "        gen.write_bytes('model.bin', b'w')\n"
+    )
+    subprocess.run([sys.executable, "-c", first_job, store_url], check=True, timeout=120)
+    assert second.steps() == [500]
     with pytest.raises(CommitError, match=r"step-000000000050.*model.bin is missing"):
         gen.commit()
     assert gen.committed is None
     assert 50 not in [generation.step for generation in second.generations()]
+
+
+def test_retention_spares_a_save_another_store_object_of_this_process_is_writing(
+    make_store: Any,
+) -> None:
+    """Retention spares "any generation this process is still writing", but knew only its
+    own store object's saves: a second CheckpointStore on the same path (a BackgroundSaver's
+    store beside the loop's, a framework callback's beside the script's) had its save in
+    flight deleted under it, and that save failed (`model.bin is missing`), raised by a
+    background saver at the loop's next save."""
+    first, second = make_store(keep=1), make_store()
+    save_step(first, 100)
+    gen = second.save(50)
+    gen.write_bytes("model.bin", payload(50))
+    save_step(first, 500)
+    assert first.steps() == [50, 500]
+    assert gen.commit().step == 50
+    assert second.get(50).read_bytes("model.bin") == payload(50)
 
 
 def test_retention_never_deletes_the_hinted_generation(make_store: Any) -> None:
