@@ -966,8 +966,14 @@ class CheckpointGuard:
     def __enter__(self) -> CheckpointGuard:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        code = self._exit_code
         self.close()
+        # sys.exit(guard.exit_code) inside the block took the code before close() waited for
+        # the background save answering the exit: when that save failed, exit_code became 1
+        # (not saved) but the process exited 143 and the job restarted as if it were saved.
+        if isinstance(exc, SystemExit) and exc.code == code and self._exit_code != code:
+            exc.code = self._exit_code
 
     # The other threads' side.
 

@@ -1085,3 +1085,65 @@ def test_final_at_the_step_whose_background_save_just_committed_reports_it_durab
     assert "already durable" in final.reason
     assert store.latest().step == 5  # type: ignore[union-attr]
     assert load_state(store.get(5))["step"] == 5
+
+
+# The docs' loop written inside `with CheckpointGuard(...)`, ending by sys.exit(guard.exit_code)
+# in the block; a terminate comes while save_state(20) waits for the upload of step 10, so
+# the background save of step 20 answers it, and that save then fails.
+_EXIT_INSIDE_THE_GUARDS_WITH = """
+import sys, threading, time
+import torch
+from forewarn.clients import CheckpointGuard
+from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint.testing import DelegatingBackend
+
+held = threading.Event()
+
+class Backend(DelegatingBackend):
+    def writer(self, key, on_done=None):
+        inner = self.inner.writer(key, on_done)
+        original = inner.write
+        def write(data):
+            if key.startswith("step-000000000010/"):
+                held.wait()
+            if key.startswith("step-000000000020/"):
+                raise OSError(28, "No space left on device")
+            return original(data)
+        inner.write = write
+        return inner
+
+store = CheckpointStore(backend=Backend(CheckpointStore(sys.argv[1]).backend))
+with CheckpointGuard(
+    every_steps=10, store=store, background=True, notices=False, flag_file=None
+) as guard:
+    def terminate():
+        while 20 not in guard._unrecorded:  # save_state(20) waits for step 10's upload
+            time.sleep(0.01)
+        guard.request("terminate", exit=True)
+        held.set()
+    threading.Thread(target=terminate, daemon=True).start()
+    for step in (10, 20):
+        assert guard.due(step)
+        if guard.save_state(step, {"w": torch.full((1000,), float(step))}).exit:
+            print("exit asked at", step, "code", guard.exit_code, flush=True)
+            sys.exit(guard.exit_code)
+"""
+
+
+def test_sys_exit_inside_the_guards_with_block_exits_1_when_the_exit_save_then_fails(
+    tmp_path: Path,
+) -> None:
+    """sys.exit(guard.exit_code) inside the guard's `with` block took the code (143: saved
+    for a reclaim) before the block's close() waited for the background save answering the
+    exit; when that save failed, exit_code became 1 but the process exited 143, and the job
+    was restarted as if its state were saved."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_INSIDE_THE_GUARDS_WITH, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "exit asked at 20 code 143" in done.stdout, done.stderr
+    assert "background checkpoint of step 20 failed" in done.stderr
+    assert done.returncode == 1, done.stderr
+    assert CheckpointStore(str(tmp_path / "store")).latest().step == 10  # type: ignore[union-attr]
