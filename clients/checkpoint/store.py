@@ -55,6 +55,10 @@ STALE_UPLOAD_AGE = 3600.0
 # A save that fails with one of these may succeed once older generations make room.
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
+# How many times `latest()` walks the store when a generation it passed over was being saved
+# or removed meanwhile (see `_newest`); a walk after the first skips those found broken.
+LATEST_WALKS = 3
+
 VerifyPolicy = Literal["sizes", "checksums"]
 _POLICIES = ("sizes", "checksums")
 
@@ -685,18 +689,44 @@ class CheckpointStore:
         return generation
 
     def _newest(self, policy: VerifyPolicy) -> Generation | None:
-        for step in reversed(self.steps()):
-            generation, problems = self._check(step, checksums=policy == "checksums")
-            if generation is not None and not problems:
-                return generation
-            if problems and problems != ["not committed"]:
-                log.warning(
-                    "forewarn: checkpoint %s in %s does not verify, trying an older one: %s",
-                    generation_name(step),
-                    self.url,
-                    "; ".join(problems),
-                )
+        # A walk that found nothing looks again when a generation it passed over may have
+        # changed meanwhile: a job restarted while the old one still committed its final save
+        # (keep=1) listed the store, saw that save uncommitted (or not at all), and while it
+        # checked the step before, the commit landed and its retention removed that step:
+        # latest() said None and the job trained again from step 0.
+        broken: set[int] = set()
+        for _walk in range(LATEST_WALKS):
+            changing = False
+            for step in reversed(self.steps()):
+                if step in broken:
+                    continue
+                try:
+                    generation, problems = self._check(step, checksums=policy == "checksums")
+                except Exception:
+                    # A file gone under the hashing of verify="checksums" raised out of here.
+                    if self._committed(step):
+                        raise
+                    changing = True
+                    continue
+                if generation is not None and not problems:
+                    return generation
+                if problems == ["not committed"] or (problems and not self._committed(step)):
+                    changing = True  # being saved, or removed while checked (marker first)
+                    continue
+                if problems:
+                    broken.add(step)
+                    log.warning(
+                        "forewarn: checkpoint %s in %s does not verify, trying an older one: %s",
+                        generation_name(step),
+                        self.url,
+                        "; ".join(problems),
+                    )
+            if not changing:
+                return None
         return None
+
+    def _committed(self, step: int) -> bool:
+        return self._backend.get_small(f"{generation_name(step)}/{COMMIT}") is not None
 
     def get(self, step: int, *, verify: VerifyPolicy | None = None) -> Generation:
         """The committed generation for `step`, verified by policy; raises when it does not."""

@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from forewarn.clients.checkpoint import (
@@ -422,6 +422,57 @@ def test_retention_spares_a_save_another_store_object_of_this_process_is_writing
     assert first.steps() == [50, 500]
     assert gen.commit().step == 50
     assert second.get(50).read_bytes("model.bin") == payload(50)
+
+
+@pytest.mark.parametrize("newer", ["in flight when listed", "not listed yet"])
+@pytest.mark.parametrize("verify", ["sizes", "checksums"])
+def test_latest_finds_the_generation_committed_while_it_checked_the_one_retention_removed(
+    make_store: Any, newer: str, verify: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job restarted while the old one still commits its final save (keep=1): latest()
+    listed the store, and while it checked step 1 the old job committed step 2 and its
+    retention removed step 1. latest() warned that step 1 "does not verify" and returned None,
+    and the job trained again from step 0 with step 2 in the store."""
+    import logging
+
+    from forewarn.clients.checkpoint.testing import DelegatingBackend
+
+    old_job = make_store(keep=1)
+    save_step(old_job, 1)
+    final = None
+    if newer == "in flight when listed":
+        final = old_job.save(2)
+        final.write_bytes("model.bin", payload(2))
+
+    class CommitsDuringTheCheck(DelegatingBackend):
+        """The old job commits step 2 when the check of step 1 reads its marker (sizes), or
+        when it starts hashing its bytes (checksums)."""
+
+        fired = False
+
+        def commit_now(self) -> None:
+            self.fired = True
+            if final is not None:
+                final.commit()
+            else:
+                save_step(old_job, 2)
+            assert old_job.steps() == [2]
+
+        def get_small(self, key: str) -> bytes | None:
+            if verify == "sizes" and key.startswith("step-000000000001/") and not self.fired:
+                self.commit_now()
+            return self.inner.get_small(key)
+
+        def open_read(self, key: str) -> IO[bytes]:
+            if key.startswith("step-000000000001/") and not self.fired:
+                self.commit_now()
+            return self.inner.open_read(key)
+
+    reader = CheckpointStore(backend=CommitsDuringTheCheck(make_store().backend), verify=verify)
+    caplog.set_level(logging.WARNING, logger="forewarn.checkpoint")
+    found = reader.latest()
+    assert found is not None and found.step == 2
+    assert not [r for r in caplog.records if "does not verify" in r.getMessage()]
 
 
 def test_retention_never_deletes_the_hinted_generation(make_store: Any) -> None:
