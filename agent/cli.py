@@ -342,7 +342,11 @@ def _name_flags(message: str, flags: dict[str, Any], overrides: dict[str, Any]) 
 
 def apply_sets(overrides: dict[str, Any], items: Sequence[str]) -> None:
     """Put each `--set KEY=VALUE` into `overrides` (a dotted KEY into its section's dict);
-    a KEY that uses a value as a section, or a section as a value, is a UsageError."""
+    a KEY that uses a value as a section, or a section as a value, is a UsageError, and so
+    is a KEY a flag or an earlier `--set` gives already: one of the two was dropped in
+    silence (`--provider local --set providers=aws` watched AWS alone), while the same pair
+    written in another case was refused (`load_settings`)."""
+    flags = {key for key, value in overrides.items() if value is not None}
     for item in items:
         key, sep, value = item.partition("=")
         parts = key.split(".")
@@ -364,6 +368,22 @@ def apply_sets(overrides: dict[str, Any], items: Sequence[str]) -> None:
             target = inner
         if isinstance(target.get(leaf), dict):
             raise UsageError(f"--set {item!r}: {key} is a section; set {key}.KEY=VALUE")
+        given = target.get(leaf)
+        if not value.strip(string.whitespace):
+            # Blank sets nothing (README), here as in `load_settings`: not a second value.
+            target.setdefault(leaf, value)
+            continue
+        if given is not None and not (
+            isinstance(given, str) and not given.strip(string.whitespace)
+        ):
+            by = ""
+            if not sections and leaf in flags:
+                by = (
+                    " (by --provider too)"
+                    if leaf == "providers"
+                    else f" (by --{leaf.replace('_', '-')} too)"
+                )
+            raise UsageError(f"--set {item!r}: {key} is given twice on the command line{by}")
         target[leaf] = value
 
 

@@ -80,6 +80,21 @@ CASES = [
     (["agent", "--set", "aws.url=x", "--set", "aws=3"], {}, "aws is a section"),
     (["agent", "--set", "aws.=3"], {}, "--set 'aws.=3': expected KEY=VALUE"),
     (["agent", "--set", "aws.url=https://127.0.0.1:1338"], {}, "config key aws.url"),
+    # A flag and a --set of the same key: the --set won in silence (`--provider local --set
+    # providers=aws` watched AWS), while the same pair in another case was refused already.
+    (
+        ["agent", "--exit-margin", "10s", "--set", "exit_margin=20s"],
+        {},
+        "--set 'exit_margin=20s': exit_margin is given twice on the command line (by "
+        "--exit-margin too)",
+    ),
+    (["agent", "--provider", "local", "--set", "providers=aws"], {}, "(by --provider too)"),
+    (["agent", "--set", "allow_remote=false", "--allow-remote"], {}, "(by --allow-remote too)"),
+    (
+        ["agent", "--set", "aws.url=http://127.0.0.1:1", "--set", "aws.url=http://127.0.0.1:2"],
+        {},
+        "--set 'aws.url=http://127.0.0.1:2': aws.url is given twice on the command line",
+    ),
     (["agent", "--provider", "amazon"], {}, "--provider: invalid choice 'amazon'"),
     (["agent"], {"FOREWARN_EXIT_MARGIN": "5x"}, "config key exit_margin: not a duration"),
     (["agent", "--config", "{toml}"], {}, "config key provider: unknown key (did you mean"),

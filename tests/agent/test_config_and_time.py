@@ -531,6 +531,44 @@ def test_any_set_flags_load_or_name_what_is_wrong(items: list[str], flag: float 
         assert str(error)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    items=st.lists(
+        st.tuples(
+            st.sampled_from(["exit_margin", "providers", "aws.url", "local.flag_interval"]),
+            st.sampled_from(["", " ", "5", "30s", "local", "http://127.0.0.1:9"]),
+        ),
+        max_size=4,
+    ),
+    margin=st.sampled_from([None, 5.0]),
+    providers=st.sampled_from([None, ["local"]]),
+)
+def test_no_value_on_the_command_line_is_dropped_in_silence(
+    items: list[tuple[str, str]], margin: float | None, providers: list[str] | None
+) -> None:
+    """Every value a flag or a `--set` gives (blank sets nothing) is the one the key gets,
+    or the line is refused: `--exit-margin 10s --set exit_margin=20s` took 20 s without a
+    word, and `--set exit_margin=` after the flag dropped the flag's 10 s for the default."""
+    overrides: dict[str, Any] = {"exit_margin": margin, "providers": providers}
+    given: dict[str, list[Any]] = {"exit_margin": [margin], "providers": [providers]}
+    for key, value in items:
+        given.setdefault(key, []).append(value)
+    try:
+        apply_sets(overrides, [f"{key}={value}" for key, value in items])
+    except UsageError as error:
+        assert "given twice on the command line" in str(error)
+        return
+    for key, values in given.items():
+        meant = [value for value in values if value is not None and str(value).strip()]
+        assert len(meant) <= 1, (key, values)
+        *section, leaf = key.split(".")
+        got = (overrides[section[0]] if section else overrides).get(leaf)
+        if meant:
+            assert got == meant[0], (key, values, got)
+        else:
+            assert got is None or not str(got).strip(), (key, values, got)
+
+
 def _number_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
     """Every key of the configuration that holds a number (seconds, a count, a size)."""
     for name, field in model.model_fields.items():

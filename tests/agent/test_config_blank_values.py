@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from support import self_signed_ca
+from support import AgentProcess, self_signed_ca
 
 MODEL = settings_model(REGISTRY)
 KINDS = ("str", "optional str", "int", "float", "duration", "bool", "choice", "list", "path", "url")
@@ -249,3 +249,15 @@ def test_any_whitespace_alone_sets_nothing(
         loaded = _load(tmp_path, key, written, {_variable(key): blank}, [])
     assert _value(key, loaded) == _value(key, alone)
     assert loaded.overridden == []
+
+
+def test_a_blank_set_leaves_the_flags_value_standing(tmp_path: Path) -> None:
+    """`forewarn agent --runtime-dir DIR --set runtime_dir="$DIR"` with DIR unset: the blank
+    `--set` replaced the flag's value and was then dropped as blank, so the agent bound its
+    sockets in the default place (here FOREWARN_RUNTIME_DIR), not where the flag said."""
+    flagged = tmp_path / "flagged-runtime"
+    flagged.mkdir(mode=0o700)
+    args = ("--runtime-dir", str(flagged), "--set", "runtime_dir=")
+    with AgentProcess(tmp_path, args=args, runtime=flagged) as agent:
+        status = agent.control({"op": "status"})
+    assert status["agent"]["control"] == f"ipc://{flagged}/control"
