@@ -14,6 +14,7 @@ import os
 import socket
 import string
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -427,6 +428,22 @@ def unreachable(endpoint: str, timeout: float = 1.0) -> str | None:
     return None
 
 
+# zmq's poll takes its wait as a C int of milliseconds: past 24.8 days (`--timeout 25d`) it
+# raised OverflowError, so a longer wait is made of waits of a day at most.
+_POLL_SLICE = 86_400.0
+
+
+def _poll(sock: Any, timeout: float) -> bool:
+    """Whether `sock` has a message within `timeout` seconds, however long that is."""
+    end = time.monotonic() + timeout
+    while True:
+        left = min(end - time.monotonic(), _POLL_SLICE)
+        if sock.poll(max(0, int(left * 1000))):
+            return True
+        if left < _POLL_SLICE:
+            return False
+
+
 def request(
     endpoint: str,
     payload: dict[str, Any],
@@ -452,7 +469,7 @@ def request(
     try:
         sock.connect(endpoint)
         sock.send(body)
-        if not sock.poll(int(timeout * 1000)):
+        if not _poll(sock, timeout):
             # A REQ cannot tell no agent from a busy one, which may still carry the request out
             # (an agent answers a notify or an ack only once its state is on disk).
             raise TimeoutError(

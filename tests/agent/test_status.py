@@ -97,3 +97,16 @@ def test_a_watcher_crash_is_an_error_in_status_but_no_poll() -> None:
     health.error(WATCHER_FAILED, "RuntimeError: boom; restarting in 1.0s")
     shown = provider_health("aws", health)
     assert (shown.polls, shown.errors, shown.last_error) == (2, 2, WATCHER_FAILED)
+
+
+def test_a_control_timeout_of_weeks_waits_as_long_as_needed(tmp_path: Path) -> None:
+    """`--timeout 25d` (or more) was "unexpected OverflowError" and exit 1 from `status`,
+    `notify` and `ack`: zmq's poll takes its wait as a C int of milliseconds (24.8 days)."""
+    env = agent_env(tmp_path)
+    with AgentProcess(tmp_path, env=env):
+        for command in (("status",), ("notify", "drain"), ("ack", "--step", "3")):
+            result = run_forewarn(*command, "--timeout", "25d", env=env)
+            assert result.returncode == 0, (command, result.stderr)
+            assert "OverflowError" not in result.stderr
+        huge = run_forewarn("status", "--timeout", "99999999999d", env=env)
+        assert huge.returncode == 0, huge.stderr
