@@ -155,7 +155,7 @@ def agent_variables(pairs: Sequence[str]) -> None:
     """RenderError for a FOREWARN_ variable of --env that is no setting of the agent: on the
     machine the agent exits 2 at each start on a near typo (`FOREWARN_PROVIDER`) and ignores
     any other, so the machine came up without the agent or without what was asked of it.
-    Only names: a value may name a file (`webhook.url_file`) that exists there, not here."""
+    Names only: `agent_values` checks the values."""
     from ..config import settings_model, variable_problem
 
     model = settings_model()
@@ -164,6 +164,69 @@ def agent_variables(pairs: Sequence[str]) -> None:
         problem = variable_problem(key, model, strict=True)
         if problem:
             raise RenderError(f"--env {key}: {problem}")
+
+
+# Keys whose file the agent reads as it loads its settings: the file is on the machine, so
+# their values are not checked here.
+_READ_AT_LOAD = ("FOREWARN_WEBHOOK_URL_FILE", "FOREWARN_WEBHOOK_CA_FILE")
+# The specifiers of the agent unit's Environment= lines, as systemd gives them to a system unit.
+_SPECIFIERS = {"%t": "/run", "%S": "/var/lib"}
+
+
+def agent_values(pairs: Sequence[str]) -> None:
+    """RenderError naming the --env variable whose value the machine's agent would refuse:
+    `FOREWARN_EXIT_MARGIN=30S` rendered without a word, and on the machine the agent exited 2
+    at each start, so the job trained with no agent to warn it. Read as the agent reads them
+    there: after the unit's own Environment= lines, a later pair winning, as systemd reads an
+    EnvironmentFile. A FOREWARN_CONFIG is a file only the machine has, which may set the keys
+    a value depends on (allow_remote): then only the machine can tell."""
+    import tempfile
+
+    named = [
+        (key, value)
+        for key, _, value in (pair.partition("=") for pair in pairs)
+        if key.upper().startswith("FOREWARN_") and key.upper() not in _READ_AT_LOAD
+    ]
+    if any(key.upper() == "FOREWARN_CONFIG" for key, _ in named):
+        return
+    unit: dict[str, str] = {}
+    for line in (SYSTEMD / "forewarn-agent.service").read_text().splitlines():
+        key, _, value = line.removeprefix("Environment=").partition("=")
+        if line.startswith("Environment=") and key.startswith("FOREWARN_"):
+            for specifier, meaning in _SPECIFIERS.items():
+                value = value.replace(specifier, meaning)
+            unit[key] = value
+    with tempfile.TemporaryDirectory() as directory:
+        # An empty file, so that this machine's own /etc/forewarn/forewarn.toml is not read.
+        empty = Path(directory) / "forewarn.toml"
+        empty.write_text("")
+        if _agent_refuses(empty, unit, named) is None:
+            return
+        # The first pair with which the agent refuses them names the variable at fault (a
+        # value refused only until a later pair, allow_remote, passed the check above).
+        for count in range(1, len(named) + 1):
+            error = _agent_refuses(empty, unit, named[:count])
+            if error is not None:
+                raise RenderError(f"--env {named[count - 1][0]}: {error}")
+
+
+def _agent_refuses(config: Path, unit: dict[str, str], named: list[tuple[str, str]]) -> str | None:
+    """The agent's error for these variables after the unit's own, or None."""
+    import os
+
+    from ..config import ConfigError, load_settings
+
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update({"PATH": saved.get("PATH", ""), **unit, **dict(named)})
+    try:
+        load_settings(config)
+    except ConfigError as error:
+        return str(error)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return None
 
 
 def set_keys(unit: str, values: dict[str, str]) -> str:
@@ -325,6 +388,7 @@ def render(
         "training_unit": training_unit(training_user, training_dir, argv),
     }
     agent_variables(agent_env)
+    agent_values(agent_env)
     # JSON strings are valid YAML scalars: quoting never depends on what a value holds.
     values = {
         "package": ", ".join(json.dumps(spec.strip()) for spec in packages),

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
+from forewarn.agent.config import ConfigError, load_settings
 from forewarn.agent.deploy.cloud_init import RenderError, render
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +50,7 @@ ARGS = (
     "--env",
     "FOREWARN_PROVIDERS=aws",
     "--env",
-    'FOREWARN_LOG_FORMAT=json "quoted" \\ value',
+    'FOREWARN_DIGITALOCEAN_SUBJECT=json "quoted" \\ value',
     "--training-env",
     "CHECKPOINT_URL=s3://bucket/run-7",
     "--training-user",
@@ -101,7 +105,7 @@ def test_user_data_installs_writes_and_starts_everything(rendered: Path):
         == (SYSTEMD / "forewarn-agent.service").read_text()
     )
     assert written["/etc/forewarn/forewarn.env"] == (
-        'FOREWARN_PROVIDERS="aws"\nFOREWARN_LOG_FORMAT="json \\"quoted\\" \\\\ value"\n'
+        'FOREWARN_PROVIDERS="aws"\nFOREWARN_DIGITALOCEAN_SUBJECT="json \\"quoted\\" \\\\ value"\n'
     )
     assert written["/etc/forewarn/training.env"] == 'CHECKPOINT_URL="s3://bucket/run-7"\n'
     training = written["/etc/systemd/system/training.service"]
@@ -346,6 +350,105 @@ def test_an_agent_variable_that_is_no_setting_exits_2(variable: str, complaint: 
     result = run_render("--env", variable)
     assert result.returncode == 2, result.stderr
     assert complaint in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variables", "complaint"),
+    [
+        # Rendered without a word, and on the machine the agent exited 2 at each start: the
+        # job ran with no agent to warn it.
+        (
+            ("FOREWARN_EXIT_MARGIN=30S",),
+            "--env FOREWARN_EXIT_MARGIN: config key exit_margin: not a duration: unknown unit",
+        ),
+        (("FOREWARN_PROVIDERS=amazon",), "--env FOREWARN_PROVIDERS: config key providers"),
+        (("FOREWARN_TELEMETRY=maybe",), "--env FOREWARN_TELEMETRY: config key telemetry"),
+        (("FOREWARN_AWS_TOKEN_TTL=1.5s",), "--env FOREWARN_AWS_TOKEN_TTL: config key aws.token"),
+        (
+            ("FOREWARN_ALLOW_REMOTE=false", "FOREWARN_METRICS_ADDRESS=0.0.0.0:9464"),
+            "--env FOREWARN_METRICS_ADDRESS: config key metrics_address: 0.0.0.0 is not",
+        ),
+    ],
+)
+def test_an_agent_value_the_agent_would_refuse_exits_2(
+    variables: tuple[str, ...], complaint: str
+) -> None:
+    result = run_render(*(arg for pair in variables for arg in ("--env", pair)))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and complaint in lines[0], result.stderr
+
+
+def test_values_the_agent_takes_are_rendered() -> None:
+    """Checked as the machine's agent reads them: after the unit's own Environment= lines
+    (metrics on 127.0.0.1:9464), a later pair winning, a blank one setting nothing; a file a
+    key reads at start (webhook.url_file, webhook.ca_file) is there, not here; a variable
+    checked with others (allow_remote beside a non-loopback metrics address)."""
+    variables = [
+        "FOREWARN_EXIT_MARGIN=30S",
+        "FOREWARN_EXIT_MARGIN=1h 30m",
+        "FOREWARN_HEARTBEAT_INTERVAL=",
+        "forewarn_providers=aws,local",
+        "FOREWARN_WEBHOOK_URL_FILE=/etc/forewarn/webhook-url",
+        "FOREWARN_WEBHOOK_CA_FILE=/etc/forewarn/ca.pem",
+        "FOREWARN_METRICS_ADDRESS=[::]:9464",
+        "FOREWARN_ALLOW_REMOTE=true",
+    ]
+    result = run_render(*(arg for pair in variables for arg in ("--env", pair)))
+    assert result.returncode == 0, result.stderr
+
+
+def test_with_a_config_file_only_the_machine_can_tell_the_values() -> None:
+    # The file, there and not here, may set the key a value needs (allow_remote).
+    variables = ["FOREWARN_CONFIG=/etc/forewarn/site.toml", "FOREWARN_METRICS_ADDRESS=[::]:9464"]
+    result = run_render(*(arg for pair in variables for arg in ("--env", pair)))
+    assert result.returncode == 0, result.stderr
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    key=st.sampled_from(
+        ["EXIT_MARGIN", "PROVIDERS", "TELEMETRY", "AWS_TOKEN_TTL", "LOG_LEVEL", "ALLOW_REMOTE"]
+    ),
+    value=st.sampled_from(["30s", "30S", "1h 30m", "5", "1.5", "", " ", "aws", "on", "Debug"])
+    | st.text(max_size=6),
+)
+def test_render_refuses_a_value_exactly_when_the_agent_would(key: str, value: str) -> None:
+    """What the machine's agent reads, after the unit's Environment= lines: refused there
+    (it exits 2 at each start) is refused here, naming the variable; taken there, rendered."""
+    variable = f"FOREWARN_{key}"
+    if not value.isprintable():
+        return  # a line break or a control character: refused by every value's own check
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        mock.patch.dict(
+            os.environ,
+            {"PATH": os.environ.get("PATH", ""), "FOREWARN_METRICS_ADDRESS": "127.0.0.1:9464"},
+            clear=True,
+        ),
+    ):
+        os.environ[variable] = value
+        try:
+            (Path(directory) / "forewarn.toml").write_text("")
+            load_settings(Path(directory) / "forewarn.toml")
+            refused = False
+        except ConfigError:
+            refused = True
+    try:
+        render(
+            packages=[f"forewarn @ {WHEEL_URL}"],
+            agent_env=[f"{variable}={value}"],
+            training_env=[],
+            training_user="ml",
+            training_dir="/srv/run7",
+            training_command="/opt/forewarn/venv/bin/python train.py",
+            training_unit_name="training.service",
+        )
+    except RenderError as error:
+        assert refused, str(error)
+        assert str(error).startswith(f"--env {variable}: config key "), str(error)
+        return
+    assert not refused
 
 
 def test_agent_settings_and_other_variables_are_written_as_given():
