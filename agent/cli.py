@@ -23,12 +23,14 @@ from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duratio
 from forewarn.protocol.wire import (
     DEFAULT_CONFIG_FILE,
     DENIED,
+    ENV_CONFIG,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
     ClientConfig,
     ConfigFileError,
     EndpointError,
     ReplyError,
+    environment,
     load_client_config,
     request,
     resolve_endpoints,
@@ -210,7 +212,7 @@ def _client_config(given: Path | None) -> ClientConfig:
     try:
         return load_client_config(given, strict=True)
     except ConfigFileError as error:
-        by_default = given is None and not os.environ.get("FOREWARN_CONFIG")
+        by_default = given is None and not environment(ENV_CONFIG)
         if by_default and not os.access(DEFAULT_CONFIG_FILE, os.R_OK):
             print(f"forewarn: warning: {error}; using the defaults", file=sys.stderr)
             return ClientConfig(path=DEFAULT_CONFIG_FILE)

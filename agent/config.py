@@ -20,8 +20,10 @@ from typing import Annotated, Any, ClassVar, Literal, TypeGuard
 
 from forewarn.protocol.errors import ConfigError
 from forewarn.protocol.wire import (
+    ENV_CONFIG,
     ConfigFileError,
     EndpointError,
+    environment,
     read_toml,
     resolve_config_endpoint,
     resolve_config_path,
@@ -476,9 +478,9 @@ def load_settings(
     when it exists). `overrides` are flag values; None means "not given". `registry` says
     which provider sections exist.
     """
-    path = config_file or (
-        Path(os.environ["FOREWARN_CONFIG"]) if os.environ.get("FOREWARN_CONFIG") else None
-    )
+    # In any case, as every FOREWARN_ variable is read: `forewarn_config` was ignored.
+    named = environment(ENV_CONFIG)
+    path = config_file or (Path(named) if named else None)
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     if path is not None:
@@ -571,10 +573,22 @@ def _check_environment_names(model: type[Settings]) -> None:
     margin at its default in silence (a section's unknown key is refused already), and so
     did a typo in a section's name: `FOREWARN_DIGITAL_OCEAN_IMAP_HOST` left the mailbox
     unwatched, `FOREWARN_KUBERNETS_EVENTS=true` the Events off."""
+    spellings: dict[str, list[str]] = {}
     for variable in sorted(os.environ):
         problem = variable_problem(variable, model)
         if problem:
             raise ConfigError(f"environment {variable}: {problem}")
+        spellings.setdefault(variable.upper(), []).append(variable)
+    for upper, names in spellings.items():
+        # Names are read in any case: of `FOREWARN_EXIT_MARGIN` and `forewarn_exit_margin`,
+        # the agent took whichever came last in its environment, in silence.
+        # The store's FOREWARN_CHECKPOINT_* and the mailbox's FOREWARN_IMAP_* are not ours.
+        others = ("CHECKPOINT_", "IMAP_")
+        ours = upper.startswith("FOREWARN_") and not upper[9:].startswith(others)
+        if len(names) > 1 and ours and variable_problem(upper, model, strict=True) is None:
+            raise ConfigError(
+                f"environment {' and '.join(names)}: one variable set twice, in different case"
+            )
 
 
 def _once_in_any_case(keys: dict[str, Any], source: str) -> None:

@@ -400,7 +400,11 @@ def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = Non
 
 def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) -> int:
     checkpoints = work / "checkpoints"
-    base_env = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
+    # In any case, as the agent reads every FOREWARN_ name: `forewarn_exit_margin` reached the
+    # drill's agents.
+    base_env = {
+        key: value for key, value in os.environ.items() if not key.upper().startswith("FOREWARN_")
+    }
     base_env["PYTHONUNBUFFERED"] = "1"
     if getattr(args, "scenario", "quick") != "quick":
         if reclaim is None:

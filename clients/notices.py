@@ -33,6 +33,7 @@ from forewarn.protocol.wire import (
     EndpointError,
     check_endpoint,
     default_endpoints,
+    environment,
     load_client_config,
     request,
 )
@@ -84,7 +85,7 @@ def _events_endpoint(given: str | None, default: str) -> str:
         return check_endpoint(given or default, allow_remote=True, what="events")
     except EndpointError as error:
         config = load_client_config()
-        if given or os.environ.get(ENV_EVENTS) or not config.events:
+        if given or environment(ENV_EVENTS) or not config.events:
             raise
         said = f"config file {config.path}: config key events: {error}"
         if said not in _CONFIG_WARNED:

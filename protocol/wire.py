@@ -35,6 +35,19 @@ ENV_EVENTS = "FOREWARN_EVENTS"
 ENV_CONTROL = "FOREWARN_CONTROL"
 ENV_CONFIG = "FOREWARN_CONFIG"
 DEFAULT_CONFIG_FILE = Path("/etc/forewarn/forewarn.toml")
+
+
+def environment(name: str) -> str | None:
+    """The variable `name` in any case, as the agent's settings read every FOREWARN_ name
+    (pydantic-settings): the agent took `forewarn_runtime_dir` while its clients, looking
+    for `FOREWARN_RUNTIME_DIR` alone, went to the default place. The exact spelling first;
+    the agent refuses one variable in two spellings."""
+    if name in os.environ:
+        return os.environ[name]
+    wanted = name.upper()
+    return next((value for key, value in os.environ.items() if key.upper() == wanted), None)
+
+
 SYSTEM_RUNTIME_DIR = Path("/run/forewarn")
 # The file an agent holds locked in its runtime directory while it runs (left there after).
 AGENT_LOCK = "agent.lock"
@@ -107,8 +120,8 @@ def config_file(given: Path | None = None) -> Path | None:
     """The agent's TOML file, found as the agent finds it: `given` (`--config`), else
     `$FOREWARN_CONFIG`, else /etc/forewarn/forewarn.toml when it exists; None when none."""
     path = given
-    if path is None and os.environ.get(ENV_CONFIG):
-        path = Path(os.environ[ENV_CONFIG])
+    if path is None and environment(ENV_CONFIG):
+        path = Path(environment(ENV_CONFIG) or "")
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     return path.expanduser() if path is not None else None
@@ -217,7 +230,7 @@ def load_client_config(given: Path | None = None, *, strict: bool = False) -> Cl
 def _set(variable: str) -> str | None:
     """The variable's value without the space around it (a ConfigMap's YAML block ends it
     with a newline); None when it is unset or blank, as the agent reads it."""
-    return os.environ.get(variable, "").strip(string.whitespace) or None
+    return (environment(variable) or "").strip(string.whitespace) or None
 
 
 def runtime_dir(*, for_agent: bool = False, config: ClientConfig | None = None) -> Path:
@@ -507,6 +520,7 @@ __all__ = [
     "ReplyError",
     "check_endpoint",
     "default_endpoints",
+    "environment",
     "ipc_path",
     "load_client_config",
     "needs_token",

@@ -63,7 +63,7 @@ def _clean_environ() -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith("FOREWARN_")
+        if not key.upper().startswith("FOREWARN_")
         and key.lower() not in ("http_proxy", "https_proxy", "all_proxy")
         and not key.startswith("KUBERNETES_SERVICE")
     }
