@@ -447,7 +447,18 @@ def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
             # match of `URL` is `url` to difflib.
             known = {name.lower(): name for name in _known_keys(model, loc)}
             near = difflib.get_close_matches(str(loc[-1]).lower(), list(known), n=1)
-            if near:
+            top = {name.lower(): name for name in model.model_fields}
+            leaf = str(loc[-1])
+            section = model.model_fields.get(str(loc[0])) if len(loc) == 2 else None
+            if section is not None and leaf.lower() in top and leaf.lower() not in known:
+                # TOML puts every key after a header in that section: a key appended at the
+                # end of the file was refused with no word of why.
+                text += (
+                    f" ({top[leaf.lower()]} is a top-level key, not one of [{loc[0]}]: in "
+                    "TOML every key after a [section] header is in that section; write it "
+                    "above the first one)"
+                )
+            elif near:
                 text += f" (did you mean {'.'.join([*map(str, loc[:-1]), known[near[0]]])}?)"
             problems.append(text)
             continue

@@ -326,3 +326,21 @@ def test_path_flags_read_tilde_as_home(tmp_path: Path, monkeypatch: pytest.Monke
     )
     assert plan.telemetry == [tmp_path / "drill"]
     assert plan.plot == tmp_path / "overhead.png"
+
+
+def test_a_top_level_key_written_under_a_section_says_where_it_belongs(tmp_path: Path) -> None:
+    # TOML puts every key after `[aws]` in that section: the margin appended at the end of
+    # the file was "config key aws.exit_margin: unknown key", with no word of why.
+    config = tmp_path / "forewarn.toml"
+    config.write_text(
+        'providers = ["local"]\n[aws]\nurl = "http://127.0.0.1:9"\nexit_margin = 60\n'
+    )
+    result = run_forewarn("agent", "--config", str(config), env=agent_env(tmp_path))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, lines
+    assert (
+        "config key aws.exit_margin: unknown key (exit_margin is a top-level key, not one of "
+        "[aws]: in TOML every key after a [section] header is in that section; write it above "
+        "the first one)"
+    ) in lines[0]
