@@ -11,6 +11,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import socket
 import string
 import sys
@@ -130,6 +131,26 @@ def config_file(given: Path | None = None) -> Path | None:
 _BOM = b"\xef\xbb\xbf"
 
 
+# `key = value` where the value is no TOML value but text written bare: `30s`, `debug`,
+# `127.0.0.1:9464` (not a quote, list, table, number alone, boolean or date).
+_BARE_TEXT = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*=\s*([^\s\"'\[{#][^#]*?)\s*(?:#.*)?$")
+_ERROR_LINE = re.compile(r"\(at line (\d+), column \d+\)")
+
+
+def _quote_hint(text: str, error: str) -> str:
+    """Why tomllib refused the line it names, when that line gives a text unquoted: its own
+    words ("Expected newline or end of document after a statement") did not say that a
+    duration (`exit_margin = 30s`) or an address is a string in TOML."""
+    found = _ERROR_LINE.search(error)
+    lines = text.splitlines()
+    if not found or not 1 <= int(found.group(1)) <= len(lines):
+        return ""
+    bare = _BARE_TEXT.match(lines[int(found.group(1)) - 1])
+    if not bare:
+        return ""
+    return f' (a text is quoted in TOML: {bare.group(1)} = "{bare.group(2)}")'
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     """The TOML document at `path`, for the agent and the clients alike; ConfigFileError
     naming the file and what is wrong with it (missing, a directory, unreadable, not UTF-8,
@@ -150,7 +171,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         mark = len(_BOM) if data.startswith(_BOM) else 0
         return tomllib.loads(data[mark:].decode())
     except tomllib.TOMLDecodeError as error:
-        raise ConfigFileError(f"config file {path}: not valid TOML: {error}") from None
+        hint = _quote_hint(data[mark:].decode(errors="replace"), str(error))
+        raise ConfigFileError(f"config file {path}: not valid TOML: {error}{hint}") from None
     except UnicodeDecodeError as error:
         raise ConfigFileError(
             f"config file {path}: not UTF-8 text (byte {error.start + mark}), as TOML must be"

@@ -23,10 +23,12 @@ from forewarn.agent.configdoc import settings_keys
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, parse_time
 from forewarn.protocol.wire import (
+    ConfigFileError,
     EndpointError,
     check_endpoint,
     default_endpoints,
     read_client_config,
+    read_toml,
     resolve_endpoints,
     runtime_dir,
 )
@@ -103,6 +105,30 @@ def test_a_config_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path) -> N
     latin.write_bytes(b"\xef\xbb\xbf# caf\xe9\nexit_margin = 30\n")
     with pytest.raises(ConfigError, match=r"latin.toml: not UTF-8 text \(byte 8\)"):
         load_settings(latin)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.from_regex(r"\A[a-z_]{1,12}\Z"),
+    value=st.from_regex(r"\A[0-9a-z.:]{0,6}[a-z:][0-9a-z.:]{0,6}\Z"),
+    before=st.sampled_from(["", 'providers = ["local"]\n', "[aws]\n"]),
+    text=st.text(max_size=30),
+)
+def test_a_bare_text_in_the_file_is_named_with_its_quoted_form(
+    key: str, value: str, before: str, text: str
+) -> None:
+    """`exit_margin = 30s` was tomllib's "Expected newline or end of document" alone. Any
+    document is a dict or a ConfigFileError (the hint never raises), and one refused for a
+    bare text on a line says how to quote it."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "f.toml"
+        for document in (f"{before}{key} = {value}\n", text):
+            path.write_text(document)
+            try:
+                read_toml(path)
+            except ConfigFileError as error:
+                if document != text:
+                    assert f'(a text is quoted in TOML: {key} = "{value}")' in str(error)
 
 
 def test_a_config_file_it_cannot_read_is_one_error_naming_it() -> None:
