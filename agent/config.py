@@ -409,7 +409,7 @@ def parse_listen_address(text: str) -> tuple[str, int]:
         if not host.endswith("]"):
             raise ValueError(f"{text!r}: unbalanced brackets around the IPv6 address")
         host = host[1:-1]
-    if host == "localhost":
+    if host.lower() == "localhost":  # in any case, as a host name is read: LOCALHOST too
         host = "127.0.0.1"
     try:
         ipaddress.ip_address(host)

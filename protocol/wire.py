@@ -332,7 +332,9 @@ def _same_endpoint(first: str, second: str) -> bool:
 
 def _is_loopback(host: str) -> bool:
     host = host.strip("[]")
-    if host == "localhost":
+    # In any case, as every host name is read (RFC 4343): `tcp://LOCALHOST:5555` was "not a
+    # loopback address; notices would leave this machine".
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback

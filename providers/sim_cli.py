@@ -218,7 +218,8 @@ def _notice(text: str) -> dict[str, Any]:
 
 
 def _check_host(host: str) -> None:
-    if host in LOOPBACK_NAMES:
+    # In any case, as every host name is read: `--host LOCALHOST` was "not an IP address".
+    if host.lower() in LOOPBACK_NAMES:
         return
     try:
         loopback = ipaddress.ip_address(host).is_loopback

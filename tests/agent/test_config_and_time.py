@@ -177,6 +177,17 @@ def test_loopback_endpoints_pass(endpoint: str) -> None:
     assert check_endpoint(endpoint) == endpoint
 
 
+@settings(max_examples=100, deadline=None)
+@given(upper=st.lists(st.booleans(), min_size=9, max_size=9))
+def test_localhost_in_any_case_is_loopback(upper: list[bool]) -> None:
+    """A host name is read in any case (RFC 4343): `tcp://LOCALHOST:5555` was refused as "not
+    a loopback address; notices would leave this machine" and `LOCALHOST:9464` as a metrics
+    address (`simulate --host LOCALHOST`: test_sim_cli.py)."""
+    host = "".join(c.upper() if up else c for c, up in zip("localhost", upper, strict=True))
+    assert check_endpoint(f"tcp://{host}:5555") == f"tcp://{host}:5555"
+    assert load_settings(metrics_address=f"{host}:9464").metrics_address == f"{host}:9464"
+
+
 @pytest.mark.parametrize(
     "endpoint",
     ["tcp://10.0.0.1:5555", "tcp://*:5555", "tcp://0.0.0.0:1", "udp://127.0.0.1:1", "ipc://"],

@@ -32,6 +32,29 @@ ENDPOINTS = {
 EXTRA = {"aws": ["--imdsv1"], "azure": ["--rate-limit", "1000"]}
 
 
+def test_localhost_in_capitals_is_a_loopback_host(tmp_path: Path) -> None:
+    # A host name is read in any case: `--host LOCALHOST` was "not an IP address", exit 2.
+    proc = subprocess.Popen(
+        forewarn_cmd("simulate", "gcp", "--host", "LOCALHOST", "--port", "0"),
+        env=agent_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), (url, proc.stderr and proc.stderr.read())
+        with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
+            assert http.get("/_sim/state").status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("provider", sorted(ENDPOINTS))
 def test_ready_file_url_fault_and_sigterm(provider: str, tmp_path: Path) -> None:
     path, headers, kind = ENDPOINTS[provider]
