@@ -186,10 +186,27 @@ def _add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The longest heartbeat interval an agent takes (its `heartbeat_interval` is at most 1.5 s).
+_LONGEST_HEARTBEAT = 1.5
+
+
+def _agent_timeout(text: str) -> float:
+    seconds = _duration("--agent-timeout")(text)
+    if 0 < seconds <= _LONGEST_HEARTBEAT:
+        # `--agent-timeout 1s` beside an agent beating every second: each late beat was "no
+        # heartbeat within 1s" and exit 3, from a `wait` a script took for a dead agent.
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is within the agent's heartbeat interval (1s by default, at most "
+            f"{_LONGEST_HEARTBEAT:g}s), so a live agent would count as gone: give 3s or more "
+            "(0 waits forever)"
+        )
+    return seconds
+
+
 def _add_agent_timeout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--agent-timeout",
-        type=_duration("--agent-timeout"),
+        type=_agent_timeout,
         default=AGENT_TIMEOUT,
         help=f"exit {NO_AGENT_EXIT} when no heartbeat arrives for this long "
         f"(default {AGENT_TIMEOUT:g}s; 0 waits forever)",

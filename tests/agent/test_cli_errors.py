@@ -145,6 +145,10 @@ CASES = [
     (["notify", "clear", "--reason", "drill"], {}, "--reason: a clear has no reason"),
     (["watch", "--agent-timeout", "-1"], {}, "watch: --agent-timeout: not a duration"),
     (["wait", "--timeout", "-1s"], {}, "wait: --timeout: not a duration"),
+    # Within the agent's heartbeat interval: exit 3, "no heartbeat within 1s", beside a live
+    # agent at each late beat.
+    (["wait", "--agent-timeout", "1s"], {}, "wait: --agent-timeout: '1s' is within the agent's"),
+    (["watch", "--agent-timeout", "1.5"], {}, "so a live agent would count as gone: give 3s"),
     (["wait", "--timeout", "0"], {}, "wait: --timeout: must be more than 0"),
     (["watch", "--timeout", "0s"], {}, "watch: --timeout: must be more than 0"),
     (["watch", "--timeout", "0s"], {}, "(leave --timeout out for no limit)"),

@@ -1123,3 +1123,25 @@ def test_a_log_level_is_read_as_people_write_it(
     assert load_settings(config).log_level == level
     args = build_parser("agent").parse_args(["agent", "--log-level", written.strip()])
     assert args.log_level == level
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seconds=st.floats(min_value=0, max_value=10, allow_nan=False).map(lambda s: f"{s:.3f}"),
+    unit=st.sampled_from(["", "s", "ms"]),
+    command=st.sampled_from(["wait", "watch"]),
+)
+def test_an_agent_timeout_is_forever_or_longer_than_a_heartbeat(
+    seconds: str, unit: str, command: str
+) -> None:
+    """`--agent-timeout` within the agent's heartbeat interval (at most 1.5 s) called a live
+    agent gone at each late beat: it is refused; 0 waits forever; any longer one is taken."""
+    text = seconds + unit
+    wanted = parse_duration(text)
+    try:
+        args = build_parser().parse_args([command, "--agent-timeout", text])
+    except UsageError as error:
+        assert 0 < wanted <= 1.5, (text, str(error))
+        assert "--agent-timeout" in str(error)
+        return
+    assert args.agent_timeout == wanted and (wanted == 0 or wanted > 1.5)
