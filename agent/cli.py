@@ -368,7 +368,10 @@ def apply_sets(overrides: dict[str, Any], items: Sequence[str]) -> None:
     flags = {key for key, value in overrides.items() if value is not None}
     for item in items:
         key, sep, value = item.partition("=")
-        parts = key.split(".")
+        # Without the space around each part, as TOML writes a key (`exit_margin = 30`): the
+        # key `exit_margin ` was "unknown key (did you mean exit_margin?)".
+        parts = [part.strip(string.whitespace) for part in key.split(".")]
+        key = ".".join(parts)
         if not sep or not all(parts):
             raise UsageError(
                 f"--set {item!r}: expected KEY=VALUE, e.g. aws.url=http://127.0.0.1:1338"

@@ -130,6 +130,10 @@ CASES = [
     (["status", "--control", "ipc:///" + "a" * 120], {}, "Linux allows at most 107"),
     (["agent", "--events", "ipc:///tmp/" + "b" * 110], {}, "Linux allows at most 107"),
     (["agent", "--set", "exit_margin=5x"], {}, "config key exit_margin: not a duration"),
+    # Written as in TOML: the key was `exit_margin ` and the error "config key exit_margin :
+    # unknown key (did you mean exit_margin?)".
+    (["agent", "--set", "exit_margin = 5x"], {}, "config key exit_margin: not a duration"),
+    (["agent", "--set", " aws . spot_interval = 5x"], {}, "config key aws.spot_interval: not a"),
     # Blank once the space a ConfigMap block leaves is gone: an empty pattern matched every
     # mail's From, an empty host ran the agent with the mailbox unwatched.
     (["agent", "--heartbeat-interval", "0"], {}, "heartbeat_interval"),

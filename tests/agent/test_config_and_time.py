@@ -1145,3 +1145,24 @@ def test_an_agent_timeout_is_forever_or_longer_than_a_heartbeat(
         assert "--agent-timeout" in str(error)
         return
     assert args.agent_timeout == wanted and (wanted == 0 or wanted > 1.5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    key=st.sampled_from(["exit_margin", "aws.url", "local.flag_interval"]),
+    pads=st.lists(st.text(st.sampled_from(" \t"), max_size=2), min_size=4, max_size=4),
+)
+def test_a_set_key_reads_the_same_with_space_around_its_parts(key: str, pads: list[str]) -> None:
+    """`--set "exit_margin = 30"`, as TOML writes a key, set the key `exit_margin `."""
+    parts = key.split(".")
+    padded = ".".join(
+        f"{pads[2 * i % 4]}{part}{pads[(2 * i + 1) % 4]}" for i, part in enumerate(parts)
+    )
+    plain: dict[str, Any] = {"exit_margin": None}
+    spaced: dict[str, Any] = {"exit_margin": None}
+    apply_sets(plain, [f"{key}=30"])
+    apply_sets(spaced, [f"{padded}= 30"])
+    assert spaced.keys() == plain.keys()
+    section = spaced[parts[0]] if len(parts) == 2 else spaced
+    assert section.keys() == (plain[parts[0]] if len(parts) == 2 else plain).keys()
+    assert section[parts[-1]].strip() == "30"
