@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -32,10 +34,12 @@ ENDPOINTS = {
 EXTRA = {"aws": ["--imdsv1"], "azure": ["--rate-limit", "1000"]}
 
 
-def test_localhost_in_capitals_is_a_loopback_host(tmp_path: Path) -> None:
-    # A host name is read in any case: `--host LOCALHOST` was "not an IP address", exit 2.
+@contextmanager
+def simulator(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`forewarn simulate ARGS` as a process, with the URL it prints once listening; killed
+    on the way out if the test did not end it."""
     proc = subprocess.Popen(
-        forewarn_cmd("simulate", "gcp", "--host", "LOCALHOST", "--port", "0"),
+        forewarn_cmd("simulate", *args),
         env=agent_env(tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -43,16 +47,21 @@ def test_localhost_in_capitals_is_a_loopback_host(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
+        yield proc, proc.stdout.readline().strip()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_localhost_in_capitals_is_a_loopback_host(tmp_path: Path) -> None:
+    # A host name is read in any case: `--host LOCALHOST` was "not an IP address", exit 2.
+    with simulator(tmp_path, "gcp", "--host", "LOCALHOST", "--port", "0") as (proc, url):
         assert url.startswith("http://127.0.0.1:"), (url, proc.stderr and proc.stderr.read())
         with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
             assert http.get("/_sim/state").status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.parametrize("provider", sorted(ENDPOINTS))
@@ -61,20 +70,11 @@ def test_ready_file_url_fault_and_sigterm(provider: str, tmp_path: Path) -> None
     ready = tmp_path / "sim" / "ready"
     ready.parent.mkdir()
     ready.write_text("http://stale.invalid\n")  # a previous run's file never says "ready"
-    args = ["simulate", provider, "--ready-file", str(ready), *EXTRA.get(provider, [])]
+    args = [provider, "--ready-file", str(ready), *EXTRA.get(provider, [])]
     args += ["--fault", "status,status=503,count=1"]
     if kind is not None:
         args += ["--notice", f"{kind},after=0.2"]
-    proc = subprocess.Popen(
-        forewarn_cmd(*args),
-        env=agent_env(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
+    with simulator(tmp_path, *args) as (proc, url):
         assert url.startswith("http://127.0.0.1:"), url
         eventually(lambda: ready.exists() and ready.read_text() == url + "\n", what="ready file")
         with httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
@@ -90,10 +90,6 @@ def test_ready_file_url_fault_and_sigterm(provider: str, tmp_path: Path) -> None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
         assert not ready.exists()  # removed on exit
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def _blocked_signals(pid: int) -> dict[str, set[int]]:

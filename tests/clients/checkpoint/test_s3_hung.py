@@ -5,6 +5,8 @@ a deadline (a terminate's final save) fails there, saying so, instead of running
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -114,6 +116,13 @@ print("stalled:", saver.in_flight, flush=True)
 """
 
 
+def run_script(script: str, url: str) -> subprocess.CompletedProcess[str]:
+    """`script` in a fresh interpreter with the store's URL as its argument; a minute at most."""
+    return subprocess.run(
+        [sys.executable, "-c", script, url], capture_output=True, text=True, timeout=60
+    )
+
+
 @requires("torch")
 def test_the_exit_is_not_held_by_part_uploads_stuck_on_stalled_connections(bucket: str) -> None:
     """concurrent.futures joins its executors' threads at the interpreter's exit, before any
@@ -121,15 +130,7 @@ def test_the_exit_is_not_held_by_part_uploads_stuck_on_stalled_connections(bucke
     for as long as their requests hung (60 s per attempt, 6 attempts, each part), past the
     bound the exit puts on a save that stopped moving (EXIT_STALL_SECONDS), and a process whose
     final save had failed by its CommitTimeout hung on its way out the same way."""
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-c", _EXIT_WITH_PARTS_STALLED, f"s3://{bucket}/run"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_script(_EXIT_WITH_PARTS_STALLED, f"s3://{bucket}/run")
     assert done.returncode == 0, done.stderr
     assert "stalled: 7" in done.stdout
     assert "background save of step 7 wrote nothing for 1 s" in done.stderr
@@ -155,15 +156,7 @@ sys.exit(1)  # the guard's exit code when the exit's save was not saved
 def test_a_process_whose_final_save_timed_out_on_stalled_parts_exits_at_once(
     bucket: str,
 ) -> None:
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-c", _EXIT_AFTER_A_FINAL_SAVE_TIMED_OUT, f"s3://{bucket}/run"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_script(_EXIT_AFTER_A_FINAL_SAVE_TIMED_OUT, f"s3://{bucket}/run")
     assert done.returncode == 1, done.stderr
     assert "timed out: step-000000000003 was not committed" in done.stdout
 
