@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +52,8 @@
 #define SILENT_AT_START 5.0 /* as `forewarn watch`: no agent heard at all */
 #define SILENT_LOST 3.0     /* as the Python client: an agent heard before is gone */
 #define RESTART_SETTLE 5.0  /* as the Python client */
+
+extern char **environ; /* POSIX declares it nowhere without _GNU_SOURCE */
 
 static volatile sig_atomic_t stopping = 0;
 
@@ -96,9 +99,21 @@ static int agent_runs_in(const char *dir) {
  * /tmp, not /run. */
 /* The variable's value without the ASCII space around it (a ConfigMap's YAML block ends it
  * with a newline), in `buf`; NULL when it is unset or blank. As the agent reads it. */
+/* The variable `name` in any case, the exact spelling first: the agent and the Python client
+ * read FOREWARN_* names in any case, and with `forewarn_runtime_dir` set this went to the
+ * default place, where no agent listened. */
+static const char *getenv_any_case(const char *name) {
+    const char *value = getenv(name);
+    size_t length = strlen(name);
+    for (char **entry = environ; !value && entry && *entry; entry++)
+        if (strncasecmp(*entry, name, length) == 0 && (*entry)[length] == '=')
+            value = *entry + length + 1;
+    return value;
+}
+
 static const char *trimmed(const char *name, char *buf, size_t size) {
     static const char space[] = " \t\n\r\f\v";
-    const char *value = getenv(name);
+    const char *value = getenv_any_case(name);
     if (!value)
         return NULL;
     value += strspn(value, space);

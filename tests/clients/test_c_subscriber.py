@@ -581,6 +581,9 @@ def test_c_subscriber_prints_a_notice_only_when_its_v_is_the_integer_1(
         "runtime-newline",
         "events-newline",
         "events-blank",
+        # The agent and the Python client read FOREWARN_* names in any case.
+        "runtime-lower",
+        "events-lower",
     ],
 )
 def test_c_subscriber_connects_where_the_python_client_does(
@@ -613,9 +616,13 @@ def test_c_subscriber_connects_where_the_python_client_does(
         "runtime-newline": {"FOREWARN_RUNTIME_DIR": "~/rt\r\n"},
         "events-newline": {"FOREWARN_EVENTS": " tcp://127.0.0.1:1\n"},
         "events-blank": {"FOREWARN_EVENTS": " \n", "FOREWARN_RUNTIME_DIR": "~/rt"},
+        "runtime-lower": {"forewarn_runtime_dir": "~/rt"},
+        "events-lower": {"Forewarn_Events": "tcp://127.0.0.1:1"},
     }[case]
-    for name in ("FOREWARN_RUNTIME_DIR", "FOREWARN_EVENTS", "FOREWARN_CONFIG", "XDG_RUNTIME_DIR"):
-        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.upper() in ("FOREWARN_RUNTIME_DIR", "FOREWARN_EVENTS", "FOREWARN_CONFIG"):
+            monkeypatch.delenv(name)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(wire, "SYSTEM_RUNTIME_DIR", system)
