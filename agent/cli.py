@@ -197,8 +197,8 @@ def _agent_timeout(text: str) -> float:
         # heartbeat within 1s" and exit 3, from a `wait` a script took for a dead agent.
         raise argparse.ArgumentTypeError(
             f"{text!r} is within the agent's heartbeat interval (1s by default, at most "
-            f"{_LONGEST_HEARTBEAT:g}s), so a live agent would count as gone: give 3s or more "
-            "(0 waits forever)"
+            f"{_LONGEST_HEARTBEAT:g}s), so a live agent would count as gone: give more than "
+            f"{_LONGEST_HEARTBEAT:g}s (3s or more leaves room for a late beat; 0 waits forever)"
         )
     return seconds
 

@@ -152,7 +152,11 @@ CASES = [
     # Within the agent's heartbeat interval: exit 3, "no heartbeat within 1s", beside a live
     # agent at each late beat.
     (["wait", "--agent-timeout", "1s"], {}, "wait: --agent-timeout: '1s' is within the agent's"),
-    (["watch", "--agent-timeout", "1.5"], {}, "so a live agent would count as gone: give 3s"),
+    (
+        ["watch", "--agent-timeout", "1.5"],
+        {},
+        "so a live agent would count as gone: give more than 1.5s",
+    ),
     (["wait", "--timeout", "0"], {}, "wait: --timeout: must be more than 0"),
     (["watch", "--timeout", "0s"], {}, "watch: --timeout: must be more than 0"),
     (["watch", "--timeout", "0s"], {}, "(leave --timeout out for no limit)"),
