@@ -121,8 +121,9 @@ def config_file(given: Path | None = None) -> Path | None:
     """The agent's TOML file, found as the agent finds it: `given` (`--config`), else
     `$FOREWARN_CONFIG`, else /etc/forewarn/forewarn.toml when it exists; None when none."""
     path = given
-    if path is None and environment(ENV_CONFIG):
-        path = Path(environment(ENV_CONFIG) or "")
+    named = environment(ENV_CONFIG)
+    if path is None and named:
+        path = Path(named)
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE
     return path.expanduser() if path is not None else None

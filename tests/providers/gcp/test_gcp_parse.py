@@ -32,6 +32,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 NOW = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
+# Aware UTC times of this century and the next: window starts and clocks for the properties.
+UTC_TIMES = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)
+)
 
 
 # instance/preempted
@@ -273,16 +277,8 @@ def test_upcoming_window_drains_until_its_start() -> None:
 
 
 @given(
-    start=st.datetimes(
-        min_value=datetime(2000, 1, 1),
-        max_value=datetime(2100, 1, 1),
-        timezones=st.just(timezone.utc),
-    ),
-    now=st.datetimes(
-        min_value=datetime(2000, 1, 1),
-        max_value=datetime(2100, 1, 1),
-        timezones=st.just(timezone.utc),
-    ),
+    start=UTC_TIMES,
+    now=UTC_TIMES,
     status=st.sampled_from(["ONGOING", "ongoing", " Ongoing ", "PENDING", "", None, 1]),
     key=st.sampled_from(["maintenance_status", "maintenanceStatus"]),
     live_migrates=st.booleans(),
@@ -436,11 +432,7 @@ def test_an_upcoming_window_keeps_its_notice_until_its_end() -> None:
 
 
 @given(
-    start=st.datetimes(
-        min_value=datetime(2000, 1, 1),
-        max_value=datetime(2100, 1, 1),
-        timezones=st.just(timezone.utc),
-    ),
+    start=UTC_TIMES,
     end=st.one_of(
         st.datetimes(
             min_value=datetime(1990, 1, 1),
