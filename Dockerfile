@@ -11,9 +11,11 @@
 #     forewarn:0.1.0 --provider aws
 # (--restart: Docker starts it again after a crash and when the machine boots; without it a
 # stopped agent stays stopped and the training container hears nothing.)
-# (a training container mounts it with `-v forewarn-run:/run/forewarn:nocopy`; one that is not
-# root needs group 10001, `--group-add 10001`, for its sockets, and every one a
-# `--stop-timeout` longer than its reclaim save, 10 s by default: docs/operations.md).
+# (a training container mounts it with `-v forewarn-run:/run/forewarn:nocopy` and names it,
+# `-e FOREWARN_RUNTIME_DIR=/run/forewarn`, or a client made before the agent runs looks
+# elsewhere for good; one that is not root needs group 10001, `--group-add 10001`, for its
+# sockets, and every one a `--stop-timeout` longer than its reclaim save, 10 s by default:
+# docs/operations.md).
 # The image's settings are its config file, /etc/forewarn/forewarn.toml
 # (packaging/container/forewarn.toml): metrics and health on 127.0.0.1:9464 inside the
 # container, JSON logs. Mount a forewarn.toml of yours there (it replaces the image's whole)

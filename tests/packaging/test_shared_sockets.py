@@ -435,3 +435,83 @@ def test_the_documented_docker_volume_is_the_agents_whichever_container_comes_fi
             assert reached == {"status": True, "heartbeat": "heartbeat"}, running.output()
     finally:
         subprocess.run(["umount", str(volume)], check=False)
+
+
+def endpoints_of_a_client(env: dict[str, str]) -> dict[str, str]:
+    """The endpoints a training process's client picks with `env` as its FOREWARN_*
+    settings: Notices (and the CheckpointGuard on it) picks them once, when it is made."""
+    from forewarn.clients.notices import Notices
+
+    os.environ.update(env)
+    notices = Notices(start=False)
+    return {"events": notices.events, "control": notices.control}
+
+
+def reach(events: str, control: str, timeout: float) -> dict[str, Any]:
+    """A control request and a subscription at the endpoints a client picked."""
+    try:
+        ok = request(control, {"op": "status"}, timeout=timeout).get("ok")
+    except TimeoutError:
+        ok = None
+    context = zmq.Context()
+    try:
+        sub = context.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"heartbeat")
+        sub.connect(events)
+        topic = sub.recv_multipart()[0].decode() if sub.poll(int(timeout * 1000)) else None
+        return {"status": ok, "heartbeat": topic}
+    finally:
+        context.destroy(linger=0)
+
+
+def test_the_documented_training_container_finds_an_agent_that_starts_after_it(
+    host: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Docker starts containers with a restart policy side by side when the machine boots,
+    and the tmpfs volume comes up empty: a training container whose guard is made before the
+    agent has bound its sockets found /run/forewarn not writable (0750, the agent's) and no
+    agent there yet, so its client took /tmp/forewarn-<uid> for good and never heard the
+    agent that started a moment later. The documented line names the directory, as the
+    systemd unit and the sidecar Job do. (A directory of this test's own stands in for the
+    container's /run/forewarn, as the volume's mount options leave it.)"""
+    from forewarn.protocol import wire
+
+    runs = [c for c in documented_docker_commands() if c[:2] == ["docker", "run"]]
+    training_run = next(c for c in runs if not any(a.startswith("forewarn:") for a in c))
+    groups = tuple(int(v) for f, v in itertools.pairwise(training_run) if f == "--group-add")
+    mount = next(m[1] for m in mounted(training_run).values() if m[1] == "/run/forewarn")
+    volume = host / "volume"  # uid=10001,gid=10001,mode=0750 (docker volume create)
+    volume.mkdir()
+    os.chown(volume, 10001, 10001)
+    volume.chmod(0o750)
+    env = {}
+    for flag, value in itertools.pairwise(training_run):
+        if flag in ("-e", "--env"):
+            key, _, setting = value.partition("=")
+            if setting == mount or setting.startswith(mount + "/"):
+                setting = str(volume) + setting[len(mount) :]
+            env[key] = setting
+    monkeypatch.setattr(wire, "SYSTEM_RUNTIME_DIR", volume)
+    monkeypatch.setattr(wire, "DEFAULT_CONFIG_FILE", host / "no-config.toml")
+    for name in list(os.environ):
+        if name.upper().startswith("FOREWARN_") or name == "XDG_RUNTIME_DIR":
+            monkeypatch.delenv(name)
+
+    import forewarn.clients.notices  # noqa: F401  (its imports, while the files can be read)
+
+    load_settings()
+    # The training container first: its client picks where to look before the agent runs.
+    picked = call_as(TRAINER, TRAINER, lambda: endpoints_of_a_client(env), groups=groups)
+    agent = {"securityContext": {"runAsUser": 10001, "runAsGroup": 10001}}
+    with agent_as(agent, volume, host) as running:
+        reached = call_as(
+            TRAINER,
+            TRAINER,
+            lambda: reach(picked["events"], picked["control"], 10.0),
+            timeout=30.0,
+            groups=groups,
+        )
+        assert reached == {"status": True, "heartbeat": "heartbeat"}, (
+            picked,
+            running.output(),
+        )
