@@ -151,6 +151,29 @@ def env_file(pairs: Sequence[str], option: str) -> str:
     return "\n".join(lines) + "\n" if lines else "# (no settings)\n"
 
 
+# The agent's settings that say where it listens, which its clients read too (in any case).
+_WHERE_IT_LISTENS = (
+    "FOREWARN_RUNTIME_DIR",
+    "FOREWARN_EVENTS",
+    "FOREWARN_CONTROL",
+    "FOREWARN_CONFIG",
+)
+
+
+def listening_pairs(agent_env: Sequence[str], training_env: Sequence[str]) -> list[str]:
+    """The --env pairs that move the agent's sockets, for training.env too, unless
+    --training-env sets that variable: they moved the agent alone, and the training unit's
+    client (FOREWARN_RUNTIME_DIR=/run/forewarn) looked where no agent listened. Written in
+    upper case, the last of each winning, as systemd and the agent read them."""
+    given = {pair.partition("=")[0].upper() for pair in training_env}
+    chosen: dict[str, str] = {}
+    for pair in agent_env:
+        key, _, value = pair.partition("=")
+        if key.upper() in _WHERE_IT_LISTENS and key.upper() not in given:
+            chosen[key.upper()] = value
+    return [f"{key}={value}" for key, value in chosen.items()]
+
+
 def agent_variables(pairs: Sequence[str]) -> None:
     """RenderError for a FOREWARN_ variable of --env that is no setting of the agent: on the
     machine the agent exits 2 at each start on a near typo (`FOREWARN_PROVIDER`) and ignores
@@ -383,7 +406,9 @@ def render(
     blocks = {
         "system_packages": "\n".join(f"- {name}" for name in system_packages),
         "agent_env": env_file(agent_env, "--env"),
-        "training_env": env_file(training_env, "--training-env"),
+        "training_env": env_file(
+            [*training_env, *listening_pairs(agent_env, training_env)], "--training-env"
+        ),
         "agent_unit": (SYSTEMD / "forewarn-agent.service").read_text(),
         "training_unit": training_unit(training_user, training_dir, argv),
     }

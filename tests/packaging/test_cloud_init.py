@@ -629,3 +629,56 @@ def test_no_value_breaks_the_document_or_adds_a_line(command: str, directory: st
     training_env = written["/etc/forewarn/training.env"].split("\n")
     assert agent_env[1:] == [""] and training_env[1:] == [""]
     assert env_value(agent_env[0], "A") == value and env_value(training_env[0], "B") == value
+
+
+def systemd_environment(unit: str, env_file: str) -> dict[str, str]:
+    """A unit's environment as systemd gives it: its Environment= lines (a system unit's
+    specifiers), then its EnvironmentFile (the rendered `KEY="value"` lines), which wins."""
+    found: dict[str, str] = {}
+    for line in unit.splitlines():
+        if line.startswith("Environment="):
+            key, _, value = line.removeprefix("Environment=").partition("=")
+            found[key] = value.replace("%t", "/run").replace("%S", "/var/lib")
+    for line in env_file.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            assert value.startswith('"') and value.endswith('"'), line
+            found[key] = re.sub(r"\\(.)", r"\1", value[1:-1])
+    return found
+
+
+@pytest.mark.parametrize(
+    "agent_env",
+    [
+        ("FOREWARN_RUNTIME_DIR=/run/forewarn/agent",),
+        ("FOREWARN_EVENTS=tcp://127.0.0.1:5556", "FOREWARN_CONTROL=tcp://127.0.0.1:5557"),
+        ("forewarn_events=ipc:///run/forewarn/ev", "FOREWARN_PROVIDERS=aws"),
+    ],
+)
+def test_the_training_job_looks_where_the_rendered_agent_listens(
+    agent_env: tuple[str, ...], tmp_path: Path
+) -> None:
+    """An --env that moves the agent's sockets (its runtime directory, an endpoint) moved
+    only the agent: the training unit kept FOREWARN_RUNTIME_DIR=/run/forewarn and its client
+    the default endpoints, so the job trained on the machine without hearing any notice."""
+    from forewarn.protocol.wire import default_endpoints
+
+    result = run_render(*(arg for pair in agent_env for arg in ("--env", pair)))
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    written = files(config)
+    agent = systemd_environment(
+        written["/etc/systemd/system/forewarn-agent.service"],
+        written["/etc/forewarn/forewarn.env"],
+    )
+    job = systemd_environment(
+        written["/etc/systemd/system/training.service"], written["/etc/forewarn/training.env"]
+    )
+    empty = tmp_path / "forewarn.toml"
+    empty.write_text("")
+    path = {"PATH": os.environ.get("PATH", "")}
+    with mock.patch.dict(os.environ, {**path, **agent}, clear=True):
+        listens = load_settings(empty).resolved_endpoints()
+    with mock.patch.dict(os.environ, {**path, **job, "FOREWARN_CONFIG": str(empty)}, clear=True):
+        looks = default_endpoints()
+    assert looks == listens, (agent, job)
