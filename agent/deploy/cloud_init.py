@@ -416,18 +416,27 @@ def render(
     agent_values(agent_env)
     # JSON strings are valid YAML scalars: quoting never depends on what a value holds.
     values = {
-        "package": ", ".join(json.dumps(spec.strip()) for spec in packages),
-        "training_user": json.dumps(training_user),
-        "training_dir": json.dumps(training_dir),
+        "package": ", ".join(_scalar(spec.strip()) for spec in packages),
+        "training_user": _scalar(training_user),
+        "training_dir": _scalar(training_dir),
         # Quoted too: a plain scalar cannot start with `@` or hold `: `.
-        "training_unit": json.dumps(training_unit_name),
-        "training_unit_path": json.dumps(f"/etc/systemd/system/{training_unit_name}"),
+        "training_unit": _scalar(training_unit_name),
+        "training_unit_path": _scalar(f"/etc/systemd/system/{training_unit_name}"),
     }
     template = "".join(
         line for line in TEMPLATE.read_text().splitlines(keepends=True) if not line.startswith("##")
     )
     text = Template(template).substitute(values)
     return fill_blocks(text, blocks)
+
+
+def _scalar(value: str) -> str:
+    """`value` as a double-quoted YAML scalar: a JSON string with every character but `"`,
+    `\\` and the control characters (refused before, by `one_line`) written as itself. With
+    json's default ASCII escapes a character beyond U+FFFF became a surrogate pair, which YAML
+    reads as two lone surrogates: the value came back changed, and cloud-init could not write
+    its runcmd script as UTF-8."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -516,7 +525,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     try:
-        args.output.write_text(text)
+        args.output.write_text(text, encoding="utf-8")  # what cloud-init reads
     except OSError as error:
         why = error.strerror or str(error)
         print(

@@ -682,3 +682,34 @@ def test_the_training_job_looks_where_the_rendered_agent_listens(
     with mock.patch.dict(os.environ, {**path, **job, "FOREWARN_CONFIG": str(empty)}, clear=True):
         looks = default_endpoints()
     assert looks == listens, (agent, job)
+
+
+@pytest.mark.parametrize("text", ["run-😀", "données-\U0001d465", "実験-𠮷", "plain"])
+def test_every_runcmd_value_reads_back_as_written(text: str) -> None:
+    """The runcmd values were JSON strings, which escape a character beyond U+FFFF as a
+    surrogate pair (`\\ud83d\\ude00`); YAML reads each `\\u` escape alone, so cloud-init got
+    two lone surrogates: a training directory or a requirement with such a character (an
+    emoji, a math letter, a rare CJK one) came back other than written, and the script made
+    of runcmd could not even be written as UTF-8."""
+    directory = f"/srv/{text}"
+    package = f"mylib @ https://h.example.org/{text}/mylib-1.0-py3-none-any.whl"
+    config = yaml.safe_load(
+        render(
+            packages=[f"forewarn @ {WHEEL_URL}", package],
+            agent_env=[],
+            training_env=[],
+            training_user="ml",
+            training_dir=directory,
+            training_command="/opt/forewarn/venv/bin/python train.py",
+            training_unit_name="training.service",
+        )
+    )
+    commands = config["runcmd"]
+    assert ["install", "-d", "-o", "ml", "-g", "ml", directory] in commands
+    pip = next(c for c in commands if c[0].endswith("/pip"))
+    assert pip[-1] == package
+    for command in commands:
+        for word in command:
+            str(word).encode("utf-8")  # no lone surrogate
+    unit = files(config)["/etc/systemd/system/training.service"]
+    assert f"WorkingDirectory={directory}\n" in unit
