@@ -224,6 +224,7 @@ def agent_values(pairs: Sequence[str]) -> None:
         empty = Path(directory) / "forewarn.toml"
         empty.write_text("")
         if _agent_refuses(empty, unit, named) is None:
+            _writable_by_the_unit(empty, unit, named)
             return
         # The first pair with which the agent refuses them names the variable at fault (a
         # value refused only until a later pair, allow_remote, passed the check above).
@@ -231,6 +232,57 @@ def agent_values(pairs: Sequence[str]) -> None:
             error = _agent_refuses(empty, unit, named[:count])
             if error is not None:
                 raise RenderError(f"--env {named[count - 1][0]}: {error}")
+
+
+# What the agent unit may write under ProtectSystem=strict: its RuntimeDirectory= and
+# StateDirectory= (its /tmp and /var/tmp are its own, PrivateTmp=, which no job sees).
+_UNIT_WRITES = ("/run/forewarn", "/var/lib/forewarn")
+# The settings naming a place the agent writes (its directories, its sockets' files).
+_WRITTEN = {
+    "runtime_dir": "FOREWARN_RUNTIME_DIR",
+    "state_dir": "FOREWARN_STATE_DIR",
+    "events": "FOREWARN_EVENTS",
+    "control": "FOREWARN_CONTROL",
+}
+
+
+def _writable_by_the_unit(config: Path, unit: dict[str, str], named: list[tuple[str, str]]) -> None:
+    """RenderError naming the --env variable that puts a directory or socket of the agent
+    where its unit cannot write: `FOREWARN_STATE_DIR=/mnt/data/forewarn` rendered, and on
+    the machine the agent exited 2 at each start (read-only file system) until systemd gave
+    up, with the job training on and no agent."""
+    import os
+
+    from forewarn.protocol.wire import ipc_path
+
+    from ..config import load_settings
+
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update({"PATH": saved.get("PATH", ""), **unit, **dict(named)})
+    try:
+        settings = load_settings(config)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    for field, variable in _WRITTEN.items():
+        value = getattr(settings, field)
+        if value is None:
+            continue  # the default, in the runtime or state directory
+        path = ipc_path(value) if field in ("events", "control") else Path(value)
+        if path is None:
+            continue  # tcp://, or an abstract socket: no file
+        place = posixpath.normpath(str(path))
+        if path.is_absolute() and any(
+            place == root or place.startswith(root + "/") for root in _UNIT_WRITES
+        ):
+            continue
+        key = next((k for k, _ in reversed(named) if k.upper() == variable), variable)
+        raise RenderError(
+            f"--env {key}: {path}: the agent unit writes only in {' and '.join(_UNIT_WRITES)} "
+            "(ProtectSystem=strict; its /tmp is its own, PrivateTmp=): on the machine the "
+            "agent would exit 2 at each start; name a place under one of them"
+        )
 
 
 def _agent_refuses(config: Path, unit: dict[str, str], named: list[tuple[str, str]]) -> str | None:

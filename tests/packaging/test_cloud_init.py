@@ -713,3 +713,43 @@ def test_every_runcmd_value_reads_back_as_written(text: str) -> None:
             str(word).encode("utf-8")  # no lone surrogate
     unit = files(config)["/etc/systemd/system/training.service"]
     assert f"WorkingDirectory={directory}\n" in unit
+
+
+@pytest.mark.parametrize(
+    ("pair", "complaint"),
+    [
+        ("FOREWARN_STATE_DIR=/mnt/data/forewarn", "/mnt/data/forewarn"),
+        ("FOREWARN_RUNTIME_DIR=/run/other", "/run/other"),
+        ("FOREWARN_STATE_DIR=/var/lib/forewarn-state", "/var/lib/forewarn-state"),
+        ("forewarn_control=ipc://control", "control"),
+        ("FOREWARN_RUNTIME_DIR=/tmp/forewarn", "/tmp/forewarn"),
+        ("FOREWARN_EVENTS=ipc:///srv/forewarn/events", "/srv/forewarn/events"),
+    ],
+)
+def test_a_directory_the_agent_unit_cannot_write_is_refused(pair: str, complaint: str) -> None:
+    """The agent unit runs under ProtectSystem=strict: it writes only its RuntimeDirectory
+    (/run/forewarn) and StateDirectory (/var/lib/forewarn), and its /tmp is its own
+    (PrivateTmp=). A runtime or state directory (or socket) elsewhere rendered without a word;
+    on the machine the agent exited 2 at each start ("cannot create it (Read-only file
+    system)") until systemd gave up, and the job trained with no agent."""
+    result = run_render("--env", pair)
+    assert result.returncode == 2, result.stdout[-300:]
+    key = pair.partition("=")[0]
+    assert result.stderr.startswith(f"forewarn: render cloud-init: --env {key}: "), result.stderr
+    assert complaint in result.stderr and "ProtectSystem=strict" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        "FOREWARN_RUNTIME_DIR=/run/forewarn/agent",
+        "FOREWARN_STATE_DIR=/var/lib/forewarn/node-a",
+        "FOREWARN_STATE_DIR=/run/forewarn",
+        "FOREWARN_EVENTS=tcp://127.0.0.1:5556",
+        "FOREWARN_CONTROL=ipc:///run/forewarn/ctl",
+        "FOREWARN_EVENTS=ipc://@forewarn-events",
+    ],
+)
+def test_directories_the_agent_unit_writes_are_rendered(pair: str) -> None:
+    result = run_render("--env", pair)
+    assert result.returncode == 0, result.stderr
