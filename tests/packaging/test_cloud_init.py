@@ -618,7 +618,9 @@ def test_no_value_breaks_the_document_or_adds_a_line(command: str, directory: st
         )
     except RenderError:
         return
-    written = files(yaml.safe_load(text))
+    config = yaml.safe_load(text)
+    assert ["install", "-d", "-o", "ml", "-g", "ml", directory] in config["runcmd"]
+    written = files(config)
     unit = written["/etc/systemd/system/training.service"].split("\n")
     assert len(unit) == len(EXAMPLE_UNIT.split("\n"))
     assert [line for line in unit if line.startswith("User=")] == ["User=ml"]
