@@ -265,9 +265,12 @@ class WebhookObserver(Observer):
                 " marked" if self.settings.format == "slack" else "",
                 extra={"notice_id": notice.id, "action": notice.action},
             )
-        payload = body(notice, self.settings.format, self._host, kept=kept)
         backoff = Backoff(0.5, 30.0)
         for attempt in range(self.settings.retries + 1):
+            # Written for each attempt: a Slack line says how many seconds are left, and one
+            # written before the retries (up to minutes of them) told a terminate's receiver
+            # there was still the time there had been at the first attempt.
+            payload = body(notice, self.settings.format, self._host, kept=kept)
             outcome = await self._attempt(client, payload)
             if outcome is None:
                 self.delivered += 1

@@ -508,3 +508,22 @@ def test_pending_notices_read_back_and_a_broken_file_is_set_aside(
     assert PendingFile(path, list).load() == []
     assert not path.exists() and path.with_name(path.name + ".broken").exists()
     assert "webhook pending file" in caplog.text and "moved to" in caplog.text
+
+
+def test_a_retried_slack_line_says_the_time_left_when_it_is_sent(tmp_path: Path):
+    """A Slack line was written once, before the first attempt: after a 503 with Retry-After
+    the receiver got "(100 s left)" although only about 95 s were left, and behind a few
+    minutes of retries a terminate read as if there were still time."""
+    with (
+        receiver(script=[(503, "5")]) as hook,
+        agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_FORMAT="slack") as agent,
+    ):
+        deadline = int(time.time()) + 100
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(deadline))
+        agent.control({"op": "notify", "action": "terminate", "deadline": when})
+        (delivery,) = hook.wait_for(1, timeout=20)
+    assert hook.attempts == 2
+    left = re.search(r"\((\d+) s left\)", delivery.body["text"])
+    assert left is not None, delivery.body["text"]
+    # The body was written just before it was read: at most a second or so earlier.
+    assert int(left.group(1)) <= deadline - delivery.at + 1.5, (left.group(1), delivery.at)
