@@ -34,6 +34,7 @@ from forewarn.providers.kubernetes.watch import certificate_refused
 from ..observer import Observer
 from ..protocol import Notice
 from .pending import named
+from .webhook import cleared_why
 
 log = logging.getLogger("forewarn.kubernetes")
 
@@ -85,6 +86,8 @@ def event_body(
 ) -> dict[str, Any]:
     """An events.k8s.io/v1 Event about `regarding` for one notice."""
     note = f"forewarn: {notice.action} ({notice.reason} from {notice.provider})"
+    if notice.action == "clear":
+        note += cleared_why(notice)
     if notice.deadline is not None and notice.action != "clear":
         note += f", deadline {format_time(notice.deadline)}"
     user_note = notice.detail.get("note")

@@ -22,6 +22,7 @@ from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.httpdate import parse_http_date
 
+from ..board import EXPIRED_KEY
 from ..observer import Observer
 from ..protocol import Notice
 from .pending import PendingFile, named
@@ -73,6 +74,7 @@ def slack_text(notice: Notice, host: str, *, kept: bool = False) -> str:
     late = late_by(notice) if kept else None
     if notice.action == "clear":
         head = f"forewarn on {host}: clear ({notice.reason} from {notice.provider})"
+        head += cleared_why(notice)
     elif late is not None and notice.deadline is not None:
         # No "checkpoint and exit now": whatever it asked for was due long ago.
         head = (
@@ -92,6 +94,17 @@ def slack_text(notice: Notice, host: str, *, kept: bool = False) -> str:
     if isinstance(note, str) and note:
         head += f"; note: {note[:200]}"
     return slack_escape(f"{head} [{notice.id}]")
+
+
+def cleared_why(notice: Notice) -> str:
+    """`, expired: why` (or `, withdrawn: why`) when the agent, not the provider, cleared
+    `notice`, as `forewarn watch` shows it; else "". A bare "clear" read as the provider's
+    all-clear where the agent had only stopped waiting past the deadline and its grace."""
+    for key in (EXPIRED_KEY, "withdrawn"):
+        why = notice.detail.get(key)
+        if isinstance(why, str) and why:
+            return f", {key}: {why[:200]}"
+    return ""
 
 
 def slack_escape(text: str) -> str:
@@ -375,6 +388,7 @@ __all__ = [
     "LATE_AFTER",
     "WebhookObserver",
     "body",
+    "cleared_why",
     "late_by",
     "retry_after",
     "slack_escape",

@@ -501,3 +501,14 @@ def test_event_times_keep_four_year_digits_and_microseconds():
     notice = notice.model_copy(update={"sent_at": later})
     body = event_body(notice, {"kind": "Node", "name": NODE}, "default", "forewarn-test")
     assert body["eventTime"] == "2026-12-02T15:04:05.000120Z"
+
+
+def test_the_event_of_an_expired_notice_says_it_expired():
+    """A notice retired past its deadline plus the grace made an Event "forewarn: clear
+    (...)", as if the provider had withdrawn it; `kubectl describe` now says it expired."""
+    why = "past its deadline plus a grace of 300s"
+    expired = local_notice(7, "clear").model_copy(update={"detail": {"expired": why}})
+    body = event_body(expired, {"kind": "Node", "name": NODE}, "default", "forewarn-test")
+    assert body["note"].startswith(f"forewarn: clear (manual from local), expired: {why}")
+    plain = event_body(local_notice(8, "clear"), {"kind": "Node", "name": NODE}, "default", "x")
+    assert "expired" not in plain["note"]

@@ -527,3 +527,27 @@ def test_a_retried_slack_line_says_the_time_left_when_it_is_sent(tmp_path: Path)
     assert left is not None, delivery.body["text"]
     # The body was written just before it was read: at most a second or so earlier.
     assert int(left.group(1)) <= deadline - delivery.at + 1.5, (left.group(1), delivery.at)
+
+
+def test_a_slack_line_says_when_a_clear_is_an_expiry(tmp_path: Path):
+    """A notice retired past its deadline plus the grace went to Slack as a bare "clear", as
+    if the provider had withdrawn it: the channel read "all clear" where the agent had only
+    stopped waiting. The line says it expired and why, as `forewarn watch` does."""
+    with (
+        receiver() as hook,
+        agent_with_webhook(
+            tmp_path, hook.url, FOREWARN_WEBHOOK_FORMAT="slack", FOREWARN_NOTICE_GRACE="1s"
+        ) as agent,
+    ):
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
+        agent.control({"op": "notify", "action": "terminate", "deadline": when})
+        eventually(
+            lambda: any("clear" in r.body["text"] for r in hook.wait_for(1)),
+            timeout=15,
+            what="the expiry's clear",
+        )
+    texts = [r.body["text"] for r in hook.received]
+    (cleared,) = [text for text in texts if ": clear (" in text]
+    assert "expired: past its deadline plus a grace of 1s" in cleared, cleared
+    withdrawn = local_notice(3, "clear")
+    assert "expired" not in slack_text(withdrawn, "gpu-1")
