@@ -324,6 +324,12 @@ class WebhookObserver(Observer):
             return True, f"{self.target} did not answer within {self.settings.timeout:g}s", 0.0
         except httpx.HTTPError as error:
             return True, f"{self.target}: {self._why(error)}", 0.0
+        except ValueError as error:
+            # httpx reads a redirect's Location before it hands back the answer, and one it
+            # cannot decode (a malformed punycode host, `http://xn--/`) raised IDNAError, a
+            # ValueError: it ended the webhook's task, and no later notice was delivered. A
+            # redirect is not followed nor retried anyway.
+            return False, f"{self.target}: an answer that cannot be read: {self._why(error)}", 0.0
         if 200 <= status < 300:
             return None
         why = f"{self.target} answered {status}"
@@ -337,7 +343,7 @@ class WebhookObserver(Observer):
             )
         return status in RETRY_STATUSES or 500 <= status < 600, why, retry_after
 
-    def _why(self, error: httpx.HTTPError) -> str:
+    def _why(self, error: Exception) -> str:
         """The error's type and message, which tell a certificate not trusted from a
         connection refused ("ConnectError" alone did not), without the URL's path, query or
         password: they may be the secret."""

@@ -551,3 +551,19 @@ def test_a_slack_line_says_when_a_clear_is_an_expiry(tmp_path: Path):
     assert "expired: past its deadline plus a grace of 1s" in cleared, cleared
     withdrawn = local_notice(3, "clear")
     assert "expired" not in slack_text(withdrawn, "gpu-1")
+
+
+def test_a_redirect_to_a_malformed_host_ends_no_later_delivery(tmp_path: Path):
+    """A 308 whose Location names a host that cannot be decoded (`xn--`, a malformed
+    punycode label): httpx raised IDNAError reading it, the webhook's task died, and no later
+    notice was ever delivered while the agent ran on (its /healthz said 503)."""
+    with (
+        receiver(script=[(308, "http://xn--/moved")]) as hook,
+        agent_with_webhook(tmp_path, hook.url) as agent,
+    ):
+        agent.control({"op": "notify", "action": "drain", "note": "redirected"})
+        eventually(lambda: "gave up on drain" in agent.output(), timeout=10)
+        agent.control({"op": "notify", "action": "terminate", "deadline": None})
+        (delivery,) = hook.wait_for(1, timeout=15)
+    assert delivery.body["action"] == "terminate"
+    assert "an answer that cannot be read: IDNAError" in agent.output()
