@@ -56,6 +56,16 @@ def late_by(notice: Notice) -> float | None:
     return past if past > LATE_AFTER else None
 
 
+def old_by(notice: Notice) -> float | None:
+    """Seconds since `notice` was sent when it has no deadline and was sent more than
+    LATE_AFTER ago, else None: without a deadline, only its age tells a kept notice from
+    news."""
+    if notice.action == "clear" or notice.deadline is not None:
+        return None
+    age = (utcnow() - notice.sent_at).total_seconds()
+    return age if age > LATE_AFTER else None
+
+
 def span(seconds: float) -> str:
     """`seconds` (a minute or more) as a person reads an age: `5 min`, `3 h 12 min`, `2 d 4 h`."""
     minutes = int(seconds // 60)
@@ -69,9 +79,11 @@ def span(seconds: float) -> str:
 
 def slack_text(notice: Notice, host: str, *, kept: bool = False) -> str:
     """One line a person reads in a channel. `kept`: the notice was kept across a restart of
-    the agent; once its deadline is more than LATE_AFTER past, the line says it is late."""
+    the agent; once its deadline is more than LATE_AFTER past, the line says it is late, and
+    one without a deadline sent more than LATE_AFTER ago says it is old."""
     what = {"drain": "checkpoint and continue", "terminate": "checkpoint and exit now"}
     late = late_by(notice) if kept else None
+    old = old_by(notice) if kept else None
     if notice.action == "clear":
         head = f"forewarn on {host}: clear ({notice.reason} from {notice.provider})"
         head += cleared_why(notice)
@@ -81,6 +93,14 @@ def slack_text(notice: Notice, host: str, *, kept: bool = False) -> str:
             f"forewarn on {host}: LATE, expired while the agent was down: "
             f"{notice.action.upper()} ({notice.reason} from {notice.provider}); deadline "
             f"{format_time(notice.deadline)}, {span(late)} ago"
+        )
+    elif old is not None:
+        # A drain without a deadline kept for days (a rebalance recommendation, a cordon)
+        # read as news: "checkpoint and continue", nothing to tell it was old.
+        head = (
+            f"forewarn on {host}: OLD, kept while the agent was down: "
+            f"{notice.action.upper()} ({notice.reason} from {notice.provider}); sent "
+            f"{format_time(notice.sent_at)}, {span(old)} ago"
         )
     else:
         head = (
@@ -278,6 +298,17 @@ class WebhookObserver(Observer):
                 " marked" if self.settings.format == "slack" else "",
                 extra={"notice_id": notice.id, "action": notice.action},
             )
+        old = old_by(notice) if kept else None
+        if old is not None:
+            log.warning(
+                "webhook: %s %s was kept while the agent was down and was sent %s ago: "
+                "delivered%s old",
+                notice.action,
+                notice.id,
+                span(old),
+                " marked" if self.settings.format == "slack" else "",
+                extra={"notice_id": notice.id, "action": notice.action},
+            )
         backoff = Backoff(0.5, 30.0)
         for attempt in range(self.settings.retries + 1):
             # Written for each attempt: a Slack line says how many seconds are left, and one
@@ -396,6 +427,7 @@ __all__ = [
     "body",
     "cleared_why",
     "late_by",
+    "old_by",
     "retry_after",
     "slack_escape",
     "slack_text",

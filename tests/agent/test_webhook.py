@@ -567,3 +567,24 @@ def test_a_redirect_to_a_malformed_host_ends_no_later_delivery(tmp_path: Path):
         (delivery,) = hook.wait_for(1, timeout=15)
     assert delivery.body["action"] == "terminate"
     assert "an answer that cannot be read: IDNAError" in agent.output()
+
+
+def test_a_kept_notice_without_a_deadline_says_how_old_it_is(tmp_path: Path):
+    """A drain without a deadline (a rebalance recommendation, a cordon) kept in the pending
+    file while the agent was down for days was delivered as "DRAIN (...): checkpoint and
+    continue", as if it were news: only a deadline could make a line read late. Its line says
+    when it was sent and that it was kept; a kept one sent just now reads as before."""
+    old = local_notice(1, "drain")
+    old = old.model_copy(update={"sent_at": parse_time("2026-01-01T00:00:00Z")})
+    fresh = local_notice(2, "drain")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "webhook-pending.json").write_bytes(encode_pending([old, fresh]))
+    with (
+        receiver() as hook,
+        agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_FORMAT="slack") as agent,
+    ):
+        kept, current = (delivery.body["text"] for delivery in hook.wait_for(2, timeout=15))
+    assert "OLD, kept while the agent was down: DRAIN (manual from local)" in kept, kept
+    assert "sent 2026-01-01T00:00:00Z" in kept and "checkpoint" not in kept
+    assert "OLD" not in current and "checkpoint and continue" in current
+    assert "drain local/1 was kept while the agent was down and was sent" in agent.output()
