@@ -159,6 +159,13 @@ def retry_after(value: str | None) -> float:
     return min(RETRY_AFTER_CAP, max(0.0, seconds))
 
 
+def origin(url: httpx.URL) -> str:
+    """`scheme://host[:port]` of `url`, an IPv6 address in brackets as a URL writes it
+    ("http://fd00::7:8080" left the reader to guess where the port began)."""
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{url.scheme}://{host}{':' + str(url.port) if url.port else ''}"
+
+
 class WebhookObserver(Observer):
     def __init__(
         self,
@@ -189,8 +196,7 @@ class WebhookObserver(Observer):
     @property
     def target(self) -> str:
         """The receiver as logs may name it: scheme and host, never the path (a secret)."""
-        parts = httpx.URL(self._url)
-        return f"{parts.scheme}://{parts.host}{':' + str(parts.port) if parts.port else ''}"
+        return origin(httpx.URL(self._url))
 
     def on_start(self, providers: list[str]) -> None:
         if self._pending is not None:
@@ -393,11 +399,9 @@ class WebhookObserver(Observer):
         if not location:
             return ""
         try:
-            target = httpx.URL(self._url).join(location)
-        except (httpx.InvalidURL, ValueError):
+            return f" to {origin(httpx.URL(self._url).join(location))}"
+        except (httpx.InvalidURL, ValueError):  # `.host` decodes the name, and may raise
             return ""
-        port = f":{target.port}" if target.port else ""
-        return f" to {target.scheme}://{target.host}{port}"
 
     async def _post(
         self, client: httpx.AsyncClient, payload: bytes
@@ -428,6 +432,7 @@ __all__ = [
     "cleared_why",
     "late_by",
     "old_by",
+    "origin",
     "retry_after",
     "slack_escape",
     "slack_text",

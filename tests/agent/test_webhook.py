@@ -156,7 +156,12 @@ def test_a_refusal_is_not_retried(tmp_path: Path):
 
 @pytest.mark.parametrize(
     ("location", "shown"),
-    [("https://hooks.example:8443/new/s3cr3t-moved", "https://hooks.example:8443"), ("/v2", None)],
+    [
+        ("https://hooks.example:8443/new/s3cr3t-moved", "https://hooks.example:8443"),
+        ("/v2", None),
+        # Written as a URL is: "http://fd00::7:8443" read as a host fd00 with a port of 0.
+        ("http://[fd00::7]:8443/new/s3cr3t-moved", "http://[fd00::7]:8443"),
+    ],
 )
 def test_a_redirect_is_logged_with_where_it_points(
     tmp_path: Path, location: str, shown: str | None
@@ -588,3 +593,12 @@ def test_a_kept_notice_without_a_deadline_says_how_old_it_is(tmp_path: Path):
     assert "sent 2026-01-01T00:00:00Z" in kept and "checkpoint" not in kept
     assert "OLD" not in current and "checkpoint and continue" in current
     assert "drain local/1 was kept while the agent was down and was sent" in agent.output()
+
+
+def test_a_receiver_at_an_ipv6_address_is_logged_in_brackets():
+    """The log named `http://[fd00::7]:8080/hook` as "http://fd00::7:8080": neither a URL
+    nor clear about where the port begins."""
+    url = "http://[fd00::7]:8080" + SECRET_PATH
+    assert WebhookObserver(WebhookSettings(url=url), url).target == "http://[fd00::7]:8080"
+    url = "https://bot:pa55w0rd@[fd00::7]" + SECRET_PATH
+    assert WebhookObserver(WebhookSettings(url=url), url).target == "https://[fd00::7]"
