@@ -202,7 +202,21 @@ class WebhookObserver(Observer):
         if self._pending is not None:
             # Read at start, not at construction: the agent holds its state directory's lock
             # by now, so this is not another agent's file.
-            kept = self._pending.load()[-self.settings.queue :]
+            loaded = self._pending.load()
+            kept = loaded[-self.settings.queue :]
+            # The file holds the notice that was being delivered besides a full queue (or
+            # `queue` was lowered since): what does not fit is dropped as on_notice drops,
+            # by name, not in silence.
+            over = loaded[: len(loaded) - len(kept)]
+            if over:
+                self.dropped += len(over)
+                log.warning(
+                    "webhook: %d notice(s) kept while the agent was down are more than "
+                    "webhook.queue (%d); dropping the oldest: %s",
+                    len(loaded),
+                    self.settings.queue,
+                    named(over),
+                )
             if kept:
                 log.info(
                     "webhook: %d notice(s) not delivered before the agent stopped are "

@@ -602,3 +602,18 @@ def test_a_receiver_at_an_ipv6_address_is_logged_in_brackets():
     assert WebhookObserver(WebhookSettings(url=url), url).target == "http://[fd00::7]:8080"
     url = "https://bot:pa55w0rd@[fd00::7]" + SECRET_PATH
     assert WebhookObserver(WebhookSettings(url=url), url).target == "https://[fd00::7]"
+
+
+def test_kept_notices_past_the_queue_are_named_as_dropped(tmp_path: Path):
+    """The pending file holds the notice being delivered besides a full queue: read back
+    into a queue of the same size, its oldest was dropped without a word."""
+    kept = [local_notice(seq, "drain") for seq in (1, 2, 3)]
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "webhook-pending.json").write_bytes(encode_pending(kept))
+    with (
+        receiver() as hook,
+        agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_QUEUE="2") as agent,
+    ):
+        delivered = hook.wait_for(2, timeout=15)
+    assert [delivery.body["id"] for delivery in delivered] == ["local/2", "local/3"]
+    assert "more than webhook.queue (2); dropping the oldest: drain local/1" in agent.output()
