@@ -159,7 +159,9 @@ def tls_context(ca_file: Path) -> ssl.SSLContext:
 
 def read_url_file(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        # utf-8-sig: a file saved by Windows PowerShell or Notepad begins with a byte order
+        # mark, which is no space to strip, and the URL behind it read as no URL at all.
+        text = path.read_text(encoding="utf-8-sig").strip()
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
     if not text or "\n" in text:

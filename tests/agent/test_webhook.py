@@ -617,3 +617,13 @@ def test_kept_notices_past_the_queue_are_named_as_dropped(tmp_path: Path):
         delivered = hook.wait_for(2, timeout=15)
     assert [delivery.body["id"] for delivery in delivered] == ["local/2", "local/3"]
     assert "more than webhook.queue (2); dropping the oldest: drain local/1" in agent.output()
+
+
+def test_a_url_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path):
+    """A URL file written by Windows PowerShell (`Set-Content -Encoding UTF8`) or Notepad
+    begins with a byte order mark: the agent refused it (exit 2) saying the file held no
+    http(s) URL, though it showed one."""
+    secret = tmp_path / "webhook-url"
+    secret.write_bytes(b"\xef\xbb\xbfhttps://hooks.example.org" + SECRET_PATH.encode() + b"\r\n")
+    settings = WebhookSettings(url_file=secret)
+    assert settings.resolved_url() == "https://hooks.example.org" + SECRET_PATH
