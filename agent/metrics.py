@@ -118,7 +118,10 @@ class MetricsObserver(Observer):
         self._expired: dict[str, None] = {}
         self._polled_ok: dict[str, bool] = {}
         self._parts: dict[str, bool] = {}
-        self._parts_at: float | None = None  # time.monotonic() of the last liveness report
+        # time.monotonic() of the last liveness report; until the first, of the construction:
+        # /healthz is served from then on, and a start that hung before the loop's first
+        # report (a state directory on a hung filesystem) was 200 for as long as it hung.
+        self._parts_at = time.monotonic()
         self.loop_silence = LOOP_SILENCE
         self._started = False
         self._stopping = False  # not ready from here: stopping can take STOP_GRACE and more
@@ -313,8 +316,7 @@ class MetricsObserver(Observer):
         with self._lock:
             parts = dict(self._parts)
             reported = self._parts_at
-        if reported is not None:
-            parts["event-loop"] = time.monotonic() - reported < self.loop_silence
+        parts["event-loop"] = time.monotonic() - reported < self.loop_silence
         return all(parts.values()) and not self._stopped, parts
 
     def on_expired(self, notice: Notice) -> None:

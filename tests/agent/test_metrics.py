@@ -344,6 +344,26 @@ def test_healthz_says_dead_when_the_loop_stops_reporting():
         service.close()
 
 
+def test_healthz_says_dead_when_the_loop_never_reports():
+    """The metrics server answers from the agent's construction on; a start that hung before
+    the loop's first report (a state directory on a hung filesystem) was answered 200,
+    `{"alive": true, "parts": {}}`, for as long as it hung: the silence counts from the
+    server's start too."""
+    service = MetricsService("127.0.0.1", 0)
+    service.loop_silence = 0.3
+    try:
+        _status, body = eventually(
+            lambda: (answer := get(service.url + "/healthz"))[0] == 503 and answer,
+            5,
+            "healthz 503 while the loop has never reported",
+        )
+        assert json.loads(body) == {"alive": False, "parts": {"event-loop": False}}
+        service.on_liveness({"control": True})
+        assert get(service.url + "/healthz")[0] == 200
+    finally:
+        service.close()
+
+
 def test_the_ipv6_wildcard_serves_ipv4_clients_too():
     """`[::]:PORT`, the manifests' address, must reach Prometheus on IPv6-only, dual-stack and
     IPv4-only clusters: one socket, dual-stack whatever net.ipv6.bindv6only says."""
@@ -393,7 +413,10 @@ def test_the_ipv6_wildcard_falls_back_to_ipv4_on_a_kernel_without_ipv6(
 def test_service_serves_metrics_health_and_readiness():
     service = MetricsService("127.0.0.1", 0)
     try:
-        assert get(service.url + "/healthz") == (200, '{"alive": true, "parts": {}}\n')
+        assert get(service.url + "/healthz") == (
+            200,
+            '{"alive": true, "parts": {"event-loop": true}}\n',
+        )
         service.on_liveness({"control": False, "heartbeats": True})
         assert get(service.url + "/healthz") == (
             503,
