@@ -112,8 +112,20 @@ def slack_text(notice: Notice, host: str, *, kept: bool = False) -> str:
             head += f"; deadline {format_time(notice.deadline)} ({max(0.0, left):.0f} s left)"
     note = notice.detail.get("note")
     if isinstance(note, str) and note:
-        head += f"; note: {note[:200]}"
+        head += f"; note: {visible(note[:200])}"
     return slack_escape(f"{head} [{notice.id}]")
+
+
+def visible(text: str) -> str:
+    """`text` with each character that is not printable (a line break, a tab) as `\\uXXXX`,
+    as `forewarn watch` shows a note: a note's line break split the Slack message, and its
+    second line read as a message of its own."""
+    return "".join(char if char.isprintable() else _escaped(char) for char in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def cleared_why(notice: Notice) -> str:
@@ -451,4 +463,5 @@ __all__ = [
     "slack_escape",
     "slack_text",
     "span",
+    "visible",
 ]

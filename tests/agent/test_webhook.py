@@ -20,6 +20,7 @@ from forewarn.agent.notifications.webhook import (
     retry_after,
     slack_text,
     span,
+    visible,
 )
 from forewarn.agent.protocol import Notice
 from forewarn.protocol import parse_time
@@ -325,7 +326,8 @@ def test_slack_text_escapes_its_markup_and_reads_back_as_the_note(note: str, not
     assert "<" not in text and ">" not in text
     assert re.sub(r"&(?!amp;|lt;|gt;)", "", text) == text  # every & starts an escape
     plain = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
-    assert f"; note: {note} [{notice_id}]" in plain
+    # As typed, but for the characters that are not printable (a line break): escaped.
+    assert f"; note: {visible(note)} [{notice_id}]" in plain
 
 
 def test_url_from_a_file_keeps_the_secret_out_of_config(tmp_path: Path):
@@ -627,3 +629,21 @@ def test_a_url_file_saved_with_a_byte_order_mark_is_read(tmp_path: Path):
     secret.write_bytes(b"\xef\xbb\xbfhttps://hooks.example.org" + SECRET_PATH.encode() + b"\r\n")
     settings = WebhookSettings(url_file=secret)
     assert settings.resolved_url() == "https://hooks.example.org" + SECRET_PATH
+
+
+def test_a_note_with_line_breaks_stays_on_the_slack_line(tmp_path: Path):
+    """A note is any text of `notify --note`: one with a line break split the Slack message,
+    and its second line read as a message of its own (another notice, a clear)."""
+    note = "disk full\nforewarn on gpu-7: clear (manual from local)\r\tend"
+    with (
+        receiver() as hook,
+        agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_FORMAT="slack") as agent,
+    ):
+        agent.control({"op": "notify", "action": "drain", "note": note})
+        (delivery,) = hook.wait_for(1)
+    text = delivery.body["text"]
+    assert text.isprintable(), text
+    assert (
+        "note: disk full\\u000aforewarn on gpu-7: clear (manual from local)\\u000d\\u0009end"
+        in text
+    )
