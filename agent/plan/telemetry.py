@@ -101,6 +101,11 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
             if kind in ("notice", "escalation") and record.get("action") == "terminate":
                 key = (index, str(record.get("id")))
                 if key in terminated:
+                    # Sent again with the deadline its provider moved (a maintenance
+                    # postponed): a save before the new one was in time. With the first
+                    # deadline only, it counted as a notice come too late to save on.
+                    if record.get("deadline"):
+                        deadlines[key] = parse_time(str(record["deadline"])).timestamp()
                     continue
                 sent = parse_time(str(record.get("sent_at") or record["at"])).timestamp()
                 terminated[key] = sent

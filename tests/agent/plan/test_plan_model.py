@@ -655,3 +655,36 @@ def test_a_long_drain_is_trained_through_not_waited_out() -> None:
     said = notice(drain)
     assert said.usable and said.assumed is not None and "drain" in said.assumed
     assert "120 s before the deadline" in said.assumed
+
+
+def test_a_terminate_whose_deadline_moved_is_late_only_past_its_last_deadline() -> None:
+    """A provider moved a terminate's deadline later (a maintenance postponed): the agent
+    sent it again with the new deadline, and the job saved before that one. The plan took
+    the first deadline only and counted the notice as come too late to save on."""
+    records = [
+        record("10:00:00", "start"),
+        record(
+            "10:00:00",
+            "notice",
+            id="t1",
+            action="terminate",
+            reason="scheduled-maintenance",
+            deadline="2026-11-30T10:02:00Z",
+            sent_at="2026-11-30T10:00:00Z",
+        ),
+        record(
+            "10:01:00",
+            "notice",
+            id="t1",
+            action="terminate",
+            reason="scheduled-maintenance",
+            deadline="2026-11-30T10:30:00Z",
+            sent_at="2026-11-30T10:01:00Z",
+        ),
+        record("10:05:00", "ack", notice_id="t1", flush_seconds=60.0, outcome="saved"),
+        record("11:00:00", "stop"),
+    ]
+    summary = summarize_telemetry(records)
+    assert summary.terminate_notices == 1
+    assert summary.late_notices == 0 and summary.drained is True
+    assert summary.notice_lead_seconds == 120.0  # the lead it gave when first sent
