@@ -7,6 +7,7 @@ a failing observer is logged and never stops the agent.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from forewarn.protocol.errors import ConfigError
@@ -109,10 +110,18 @@ def build_notifiers(settings: Settings) -> list[Observer]:
     notifiers: list[Observer] = []
     url = settings.webhook.resolved_url()
     if url is not None:
+        from .notifications.proxy import ProxyError, webhook_proxy
         from .notifications.webhook import WebhookObserver
 
+        try:
+            proxy = webhook_proxy(settings.webhook.proxy, url, os.environ)
+        except ProxyError as error:
+            # At start (exit 2), not as a failure of every delivery.
+            raise ConfigError(str(error)) from None
         notifiers.append(
-            WebhookObserver(settings.webhook, url, state_dir=settings.resolved_state_dir())
+            WebhookObserver(
+                settings.webhook, url, state_dir=settings.resolved_state_dir(), proxy=proxy
+            )
         )
     if "kubernetes" not in settings.registry:
         return notifiers

@@ -38,6 +38,9 @@ _URL_KEYS = (
     "FOREWARN_AZURE_URL",
     "FOREWARN_DIGITALOCEAN_URL",
     "FOREWARN_KUBERNETES_URL",
+    # The webhook's proxy: a test's webhook goes through a proxy on loopback or none.
+    "FOREWARN_WEBHOOK_PROXY",
+    *(f"{scheme}_{case}" for scheme in ("http", "https", "all") for case in ("proxy", "PROXY")),
 )
 
 
@@ -288,7 +291,7 @@ def agent_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         key: value
         for key, value in os.environ.items()
         if not key.startswith("FOREWARN_")
-        and key.lower() not in ("http_proxy", "https_proxy")
+        and key.lower() not in ("http_proxy", "https_proxy", "all_proxy")
         # Inside a pod, `auto` would otherwise find the real API server.
         and not key.startswith("KUBERNETES_SERVICE")
     }

@@ -34,6 +34,13 @@ class WebhookSettings(BaseModel):
         "a private CA (read at start); unset, the public CAs httpx ships (certifi), not the "
         "system store nor SSL_CERT_FILE.",
     )
+    proxy: str | None = Field(
+        default=None,
+        description="The HTTP proxy to post through (`http://host:port`, with "
+        "`user:password@` if it asks for one). Unset: `https_proxy` for an https receiver "
+        "(`http_proxy` for http), else `all_proxy`, in the agent's environment in either "
+        "case, unless `no_proxy` names the receiver's host.",
+    )
     format: Literal["json", "slack"] = Field(
         default="json",
         description="`json`: the notice exactly as on the event socket (protocol v1); "
@@ -75,6 +82,16 @@ class WebhookSettings(BaseModel):
         value = value.strip()
         check_url(value)
         return value
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        from .proxy import proxy_url
+
+        # The message never holds the value: a proxy URL may hold a password.
+        return proxy_url(value.strip())
 
     @field_validator("timeout", mode="before")
     @classmethod

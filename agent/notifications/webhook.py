@@ -26,6 +26,7 @@ from ..board import EXPIRED_KEY
 from ..observer import Observer
 from ..protocol import Notice
 from .pending import PendingFile, named
+from .proxy import Proxy
 from .settings import WebhookSettings
 
 log = logging.getLogger("forewarn.webhook")
@@ -186,11 +187,13 @@ class WebhookObserver(Observer):
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         state_dir: Path | None = None,
+        proxy: Proxy | None = None,
     ) -> None:
         """`state_dir`: where the notices not delivered yet are kept across a restart;
-        None keeps them in memory only."""
+        None keeps them in memory only. `proxy`: the HTTP proxy to post through."""
         self.settings = settings
         self._url = url
+        self._proxy = proxy
         self._transport = transport
         self._host = socket.gethostname()
         self._queue: collections.deque[Notice] = collections.deque(maxlen=settings.queue)
@@ -241,7 +244,14 @@ class WebhookObserver(Observer):
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._deliver_all(), name="webhook")
         self._task.add_done_callback(self._died)
-        log.info("webhook: delivering notices to %s (%s)", self.target, self.settings.format)
+        log.info(
+            "webhook: delivering notices to %s (%s)%s",
+            self.target,
+            self.settings.format,
+            ""
+            if self._proxy is None
+            else f" through the proxy {self._proxy.shown} (from {self._proxy.source})",
+        )
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         if len(self._queue) == self._queue.maxlen:
@@ -300,7 +310,9 @@ class WebhookObserver(Observer):
         assert self._wake is not None
         async with httpx.AsyncClient(
             timeout=self.settings.timeout,
+            # The proxy is chosen in proxy.py: trust_env would also take SSL_CERT_FILE.
             trust_env=False,
+            proxy=None if self._proxy is None else self._proxy.url,
             verify=self.settings.verify(),
             transport=self._transport,
             headers={"User-Agent": USER_AGENT, "Content-Type": "application/json"},
