@@ -4,6 +4,7 @@ times, the terminate notices over the observed span, and how many came too late 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from statistics import median
@@ -11,6 +12,8 @@ from typing import Any
 
 from forewarn.clients.adaptive import quantile, robust_mean
 from forewarn.protocol.timefmt import parse_time
+
+from ..board import DEFAULT_GRACE
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,17 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
     count = 0
     span = 0.0
     terminated: dict[tuple[int, str], float] = {}  # (source, id) -> when the terminate was sent
+    # One reclaim per group of terminate notices: a notice sent while another of the same
+    # run is still in force (as the agent's board keeps it: until its clear, or its deadline
+    # plus the grace) is the same reclaim reported again, as the overhead model takes further
+    # notices in a lead window. Two providers on one machine (GCP's preemption and the
+    # kubelet's node shutdown on a GKE spot node) report each reclaim twice: it was counted
+    # as two interruptions, the one not saved on as too late.
+    reclaims: list[list[tuple[int, str]]] = []  # the (source, id) of each reclaim's notices
+    # The run's terminates in force: their reclaim, and until when at the latest.
+    in_force: dict[tuple[int, str], tuple[int, float]] = {}
     deadlines: dict[tuple[int, str], float] = {}
     reasons: dict[str, int] = {}
-    leads: list[float] = []
     saved_at: dict[tuple[int, str], list[float]] = {}  # when saved acks for a notice arrived
     stalls: list[float] = []
     durables: list[float] = []
@@ -90,6 +101,8 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
             count += 1
             at = parse_time(str(record["at"])).timestamp()
             kind = record["kind"]
+            if kind == "start":
+                in_force.clear()  # a new run: the machine of the last one is gone
             if kind == "start" and first is not None and last is not None:
                 # A state directory on a disk that outlives the machine (a GCP spot VM
                 # stopped on preemption, an Azure one deallocated) holds several runs; the
@@ -109,14 +122,20 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                     continue
                 sent = parse_time(str(record.get("sent_at") or record["at"])).timestamp()
                 terminated[key] = sent
-                reason = str(record.get("reason"))
-                reasons[reason] = reasons.get(reason, 0) + 1
                 if record.get("deadline"):
-                    deadline = parse_time(str(record["deadline"])).timestamp()
-                    deadlines[key] = deadline
-                    # Published past its deadline (the agent saw it late): it gave no lead,
-                    # not a negative one.
-                    leads.append(max(deadline - sent, 0.0))
+                    deadlines[key] = parse_time(str(record["deadline"])).timestamp()
+                current = [reclaim for reclaim, until in in_force.values() if until >= sent]
+                if current:
+                    reclaim = current[0]
+                else:
+                    reclaim = len(reclaims)
+                    reclaims.append([])
+                    reason = str(record.get("reason"))
+                    reasons[reason] = reasons.get(reason, 0) + 1
+                reclaims[reclaim].append(key)
+                in_force[key] = (reclaim, deadlines.get(key, math.inf) + DEFAULT_GRACE)
+            elif kind == "notice" and record.get("action") == "clear":
+                in_force.pop((index, str(record.get("id"))), None)
             elif kind == "ack" and record.get("outcome") == "saved":
                 flush = _number(record, "flush_seconds")
                 stall = _number(record, "stall_seconds")
@@ -135,23 +154,33 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                     restores.append(float(record["restore_seconds"]))
                 if record.get("steps_lost") is not None:
                     lost_steps.append(float(record["steps_lost"]))
+        in_force.clear()
         if first is not None and last is not None:
             span += last - first
     # Only a save at or after the terminate protects the work; a drain's earlier ack does not.
-    responses: dict[tuple[int, str], float] = {}
+    # A reclaim is saved on by a save for any of its notices, timed from its first notice,
+    # before the earliest deadline among them.
+    response_times: list[float] = []
+    leads: list[float] = []
     late = 0
-    for key, sent in terminated.items():
-        after = [moment for moment in saved_at.get(key, []) if moment >= sent]
+    for keys in reclaims:
+        sent = min(terminated[key] for key in keys)
+        after = [
+            moment for key in keys for moment in saved_at.get(key, []) if moment >= terminated[key]
+        ]
         if after:
-            responses[key] = min(after) - sent
-        due = deadlines.get(key)
+            response_times.append(min(after) - sent)
+        due = min((deadlines[key] for key in keys if key in deadlines), default=None)
+        if due is not None:
+            # Published past its deadline (the agent saw it late): it gave no lead, not a
+            # negative one.
+            leads.append(max(due - sent, 0.0))
         if not after or (due is not None and min(after) > due):
             late += 1
-    response_times = list(responses.values())
     return TelemetrySummary(
         records=count,
         span_seconds=span,
-        terminate_notices=len(terminated),
+        terminate_notices=len(reclaims),
         flush_seconds=robust_mean(stalls) if stalls else None,
         flushes=len(stalls),
         restore_seconds=_median(restores),
@@ -159,7 +188,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         steps_lost=_median(lost_steps),
         notice_lead_seconds=_median(leads),
         response_seconds=quantile(response_times, 0.95) if response_times else None,
-        drained=len(responses) == len(terminated) if terminated else None,
+        drained=len(response_times) == len(reclaims) if reclaims else None,
         reasons=reasons,
         flush_median_seconds=_median(stalls),
         flush_p95_seconds=quantile(durables, 0.95) if durables else None,

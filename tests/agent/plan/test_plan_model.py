@@ -456,6 +456,66 @@ def test_the_days_between_runs_on_one_state_directory_are_not_running_time() -> 
     assert summary.mtbi_seconds == 12 * HOUR
 
 
+def test_one_reclaim_two_providers_report_is_one_interruption_saved_on() -> None:
+    """A GKE spot node watched by the gcp and kubernetes providers: one preemption is GCP's
+    terminate and, a second later, the kubelet's node shutdown (another id, no deadline).
+    The job saves on the first and exits. Each reclaim was counted twice, the second notice
+    as too late to save on: twice the rate, and the share without a usable notice raised
+    from 10 % to 50 %."""
+
+    def at(number: int, clock: str) -> str:
+        return f"2026-11-{number:02d}T{clock}Z"
+
+    def terminate(number: int, clock: str, id: str, deadline: str | None) -> dict[str, object]:
+        return {
+            "v": 1,
+            "at": at(number, clock),
+            "kind": "notice",
+            "id": id,
+            "action": "terminate",
+            "reason": "preemption",
+            "sent_at": at(number, clock),
+            "deadline": deadline and at(number, deadline),
+        }
+
+    def saved(number: int, clock: str, id: str) -> dict[str, object]:
+        return {
+            "v": 1,
+            "at": at(number, clock),
+            "kind": "ack",
+            "notice_id": id,
+            "outcome": "saved",
+            "flush_seconds": 10.0,
+        }
+
+    runs: list[dict[str, object]] = []
+    for number in (1, 2, 3, 4):
+        runs += [{"v": 1, "at": at(number, "00:00:00"), "kind": "start"}]
+        gcp = terminate(number, "12:00:00", f"gcp/p{number}", "12:00:30")
+        kubelet = terminate(number, "12:00:01", f"kubernetes/node-{number}/shutdown", None)
+        # The order of the two varies with the polls; the job saves on the first it gets.
+        first, second = (gcp, kubelet) if number % 2 else (kubelet, gcp)
+        first["at"] = first["sent_at"] = at(number, "12:00:00")
+        second["at"] = second["sent_at"] = at(number, "12:00:01")
+        runs += [first, second, saved(number, "12:00:12", str(first["id"]))]
+    summary = summarize_telemetry(runs)
+    assert summary.span_seconds == 4 * 12 * HOUR + 4 * 12
+    assert summary.terminate_notices == 4
+    assert summary.late_notices == 0 and summary.drained is True
+    assert summary.response_seconds == pytest.approx(12.0)
+    assert summary.notice_lead_seconds == pytest.approx(30.0, abs=1.0)
+    # A terminate withdrawn (a clear) before another comes is not the same reclaim.
+    withdrawn = [
+        {"v": 1, "at": at(1, "00:00:00"), "kind": "start"},
+        terminate(1, "01:00:00", "azure/e1", "01:05:00"),
+        saved(1, "01:00:10", "azure/e1"),
+        {"v": 1, "at": at(1, "01:01:00"), "kind": "notice", "id": "azure/e1", "action": "clear"},
+        terminate(1, "09:00:00", "azure/e2", "09:05:00"),
+        saved(1, "09:00:10", "azure/e2"),
+    ]
+    assert summarize_telemetry(withdrawn).terminate_notices == 2
+
+
 def _acks(flushes: list[dict[str, float]]) -> list[dict[str, object]]:
     return [
         record(f"00:{index // 60:02d}:{index % 60:02d}", "ack", outcome="saved", **fields)
