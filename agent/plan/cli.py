@@ -854,7 +854,9 @@ def _steps(seconds: float | None, timing: Timing) -> int | None:
             f"{timing.steps_per_second:g} steps a second make {seconds:g} s more steps than "
             "can be counted",
         )
-    return round(steps)
+    # A checkpoint comes at a step boundary: at least one step, as AdaptiveInterval.steps()
+    # (slow steps, one every 5 hours, were told to checkpoint every 0 steps).
+    return max(1, round(steps))
 
 
 SHORT_SPAN = 86400.0

@@ -158,7 +158,11 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
         )
     axis.axvline(chosen, color="black", linewidth=1.2)
     axis.plot([chosen], [chosen_total], "o", color="black", markersize=8)
-    steps = f", {chosen * timing.steps_per_second:,.0f} steps" if timing.steps_per_second else ""
+    steps = ""
+    if timing.steps_per_second:
+        # At least one step, as the table says: a checkpoint comes at a step boundary.
+        count = max(1, round(chosen * timing.steps_per_second))
+        steps = f", {count:,} step{'' if count == 1 else 's'}"
     # The label goes on the side of the marker with more room.
     right_half = math.log(chosen / grid[0]) > 0.55 * math.log(grid[-1] / grid[0])
     axis.annotate(

@@ -37,7 +37,9 @@ def _rows(title: str, rows: list[tuple[str, str, str]]) -> list[str]:
 
 def _steps(plan: dict[str, Any], key: str) -> str:
     steps = plan["intervals"]["steps"][key]
-    return f"{steps:,} steps" if steps is not None else ""
+    if steps is None:
+        return ""
+    return f"{steps:,} step{'' if steps == 1 else 's'}"
 
 
 def render(plan: dict[str, Any]) -> str:

@@ -328,6 +328,36 @@ def test_late_notices_in_the_telemetry_count_as_without(
     assert plan["inputs"]["notice_lead_seconds"] == {"value": 120.0, "source": "telemetry"}
 
 
+def test_an_interval_in_steps_is_at_least_one_step(capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint comes at a step boundary, as AdaptiveInterval.steps() says (at least 1):
+    a job of slow steps (one every 5 hours) was told to checkpoint every 0 steps."""
+    plan = plan_json(
+        capsys,
+        "--checkpoint",
+        "10s",
+        "--interruptions-per-day",
+        "1",
+        "--steps-per-second",
+        "5.5e-5",
+    )
+    steps = plan["intervals"]["steps"]
+    assert {key: value for key, value in steps.items() if value is not None} == {
+        "young": 1,
+        "daly": 1,
+        "recommended": 1,
+        "chosen": 1,
+    }
+    assert (
+        plan_cli.main(
+            ["--checkpoint", "10s", "--interruptions-per-day", "1", "--steps-per-second", "5.5e-5"]
+        )
+        == 0
+    )
+    table = capsys.readouterr().out
+    assert "0 steps" not in table and "1 steps" not in table
+    assert "least overhead (recommended)   1308 s (21.8 min)  1 step" in table
+
+
 def test_durations_take_compounds_and_unit_words(capsys: pytest.CaptureFixture[str]) -> None:
     """`--mtbi 1h30m` and `--checkpoint 90 s` were refused as not durations."""
     plan = plan_json(capsys, "--checkpoint", "1m30s", "--mtbi", "1h30m", "--restore", "2 min")
