@@ -718,7 +718,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
             raise PlanError("--interruptions-per-day", str(error).split(": ", 1)[1]) from None
         raise
     prices = None
-    given = [name for name in PRICE_FLAGS if getattr(args, name) not in (None, 0.0)]
+    given = _given_prices(args)
     if given:
         if args.spot_price is None:
             given_flag = "--" + given[0].replace("_", "-")
@@ -804,8 +804,23 @@ def _lead_within_mtbi(
         )
 
 
+# The price flags whose parser default is 0 (none given); the others default to None.
+_ZERO_DEFAULT = ("storage_price", "io_price", "fallback_share")
+
+
+def _given_prices(args: argparse.Namespace) -> list[str]:
+    """The price flags given. A compute price of 0 is given (hardware already paid for):
+    `--spot-price 0` alone was answered 'give --spot-price', and `--on-demand-price 0`
+    without a spot price was ignored in silence."""
+    return [
+        name
+        for name in PRICE_FLAGS
+        if getattr(args, name) not in ((None, 0.0) if name in _ZERO_DEFAULT else (None,))
+    ]
+
+
 def _priced(args: argparse.Namespace) -> bool:
-    return any(getattr(args, name) not in (None, 0.0) for name in PRICE_FLAGS)
+    return bool(_given_prices(args))
 
 
 def _no_notice_share(

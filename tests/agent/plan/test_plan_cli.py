@@ -445,6 +445,11 @@ def test_options_with_what_they_refine_change_the_plan(capsys: pytest.CaptureFix
         (["--checkpoint", "10s", "--mtbi", "0s"], "--mtbi"),
         (["--checkpoint", "10s", "--mtbi", "1d", "--spot-price", "1"], "--on-demand-price"),
         (["--checkpoint", "10s", "--mtbi", "1d", "--on-demand-price", "3"], "--spot-price"),
+        # A price of 0 is a price given: each was ignored in silence, and a spot price of 0
+        # alone was answered 'give --spot-price'.
+        (["--checkpoint", "10s", "--mtbi", "1d", "--spot-price", "0"], "--on-demand-price"),
+        (["--checkpoint", "10s", "--mtbi", "1d", "--on-demand-price", "0"], "--spot-price"),
+        (["--checkpoint", "10s", "--mtbi", "1d", "--reserved-price", "0"], "--spot-price"),
         (
             ["--checkpoint", "10s", "--mtbi", "1d", *PRICES, "--storage-price", "0.02"],
             "--checkpoint-gb",
