@@ -222,8 +222,9 @@ def read_records(
     A line that is not a JSON object, holds Infinity or NaN, or has a time that is not RFC 3339
     or a figure (seconds, steps lost) that is not a number zero or more raises
     TelemetryFormatError naming file, line and field. An unfinished line (a write cut short by
-    a full disk or a killed writer: it does not end its object), and an unreadable last line,
-    are skipped: each is named in `skipped`, else logged as a warning.
+    a full disk or a killed writer: it does not end its object; or the NUL bytes a machine
+    lost mid-append leaves), and an unreadable last line, are skipped: each is named in
+    `skipped`, else logged as a warning.
     """
     for file in rotated_paths(path, keep):
         if not file.is_file():
@@ -249,8 +250,12 @@ def _file_records(
             ) from None
         except ValueError:
             # The writer's lines are whole objects: one that begins but does not end
-            # is what a write cut short leaves.
-            torn = raw.lstrip().startswith(b"{") and not raw.rstrip().endswith(b"}")
+            # is what a write cut short leaves. So are NUL bytes, which JSON text never
+            # holds: a machine lost mid-append can leave the file's new size without its
+            # data (XFS, ext4 with delayed allocation), and the next agent writes after them.
+            torn = (raw.lstrip().startswith(b"{") and not raw.rstrip().endswith(b"}")) or (
+                b"\0" in raw
+            )
             if last or torn:
                 why = f"{file}:{number}: an unfinished line (a write cut short) was skipped"
                 if skipped is None:

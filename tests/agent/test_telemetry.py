@@ -200,6 +200,31 @@ def test_a_write_cut_short_costs_its_own_line_only(
     assert f"telemetry {skipped[0]}" in plan["warnings"]
 
 
+def test_the_zeros_a_crash_leaves_cost_their_own_line_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A machine lost mid-append (a reclaim, a power cut) can leave the file's new size on
+    # disk without its data: the tail reads as NUL bytes (XFS, ext4 with delayed allocation).
+    # The next agent appends after them on a fresh line, and `plan` refused the whole file
+    # at "telemetry.jsonl:2: not a JSON line".
+    from forewarn.agent.plan.cli import main as plan_main
+
+    writer = TelemetryWriter(tmp_path / FILE_NAME, max_bytes=1 << 20)
+    writer.write("start", {"pid": 1})
+    with writer.path.open("ab") as handle:
+        handle.write(b"\0" * 300)
+    writer.write("start", {"pid": 2})
+    writer.write("ack", {"notice_id": None, "flush_seconds": 3.0, "outcome": "saved"})
+    skipped: list[str] = []
+    records = list(read_records(writer.path, skipped=skipped))
+    assert [r["kind"] for r in records] == ["start", "start", "ack"]
+    assert skipped == [f"{writer.path}:2: an unfinished line (a write cut short) was skipped"]
+    assert plan_main(["--telemetry", str(writer.path), "--tax", "3%", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["inputs"]["checkpoint_seconds"] == {"value": 3.0, "source": "telemetry"}
+    assert f"telemetry {skipped[0]}" in plan["warnings"]
+
+
 def test_plan_reads_a_telemetry_file_in_less_memory_than_its_size(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
