@@ -72,7 +72,8 @@ _PRICE_FIELDS = {"spot": "spot", "on-demand": "on_demand", "reserved": "reserved
 
 
 def _check_finite(option: Option) -> None:
-    for line, value in option.lines.items():
+    # The total too: lines each finite can add up past what a float holds.
+    for line, value in [*option.lines.items(), ("total", option.per_useful_hour)]:
         if not math.isfinite(value):
             raise PlanError(
                 _LINE_FIELDS.get(line, _PRICE_FIELDS[option.name]),
@@ -114,10 +115,11 @@ def costs(timing: Timing, prices: Prices, interval_seconds: float) -> Costs:
         )
     else:
         # Against a price of 0 (reserved hardware already paid for) no share is true: it
-        # said "0% more".
+        # said "0% more"; against a price near it, the share overflowed: "inf% more".
+        share = spot.per_useful_hour / best.per_useful_hour if best.per_useful_hour else math.inf
         extra = (
-            f"{spot.per_useful_hour / best.per_useful_hour - 1:.0%} more"
-            if best.per_useful_hour
+            f"{share - 1:.0%} more"
+            if math.isfinite((share - 1) * 100)
             else f"{spot.per_useful_hour - best.per_useful_hour:.4g} more per useful hour"
         )
         verdict = best.name

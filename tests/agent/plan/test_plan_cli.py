@@ -945,6 +945,12 @@ RESERVED_TINY = ["--reserved-utilization", "1e-300"]
             [*FIGURES, "--spot-price", "1", "--reserved-price", "1e300", *RESERVED_TINY],
             "--reserved-price: too large: the reserved compute per useful hour",
         ),
+        # Each line finite, their sum not: the table's total and the verdict read "inf", the
+        # JSON "Infinity".
+        (
+            [*FIGURES, "--spot-price", "1.79e308", "--on-demand-price", "1"],
+            "--spot-price: too large: the spot total per useful hour",
+        ),
     ],
 )
 def test_values_that_overflow_are_refused_naming_their_flag(
@@ -955,6 +961,21 @@ def test_values_that_overflow_are_refused_naming_their_flag(
     err = fails(capsys, *argv)
     # argparse's own refusal reads "argument --keep: too large ..."
     assert f" {named}" in err and "unexpected" not in err, err
+
+
+def test_a_verdict_against_a_nearly_free_alternative_names_no_infinite_share(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Spot at 1 against on-demand at 1e-310 said 'inf% more' (the share overflows): the
+    verdict says how much more per useful hour instead, as against a price of 0."""
+    for prices in (["1", "1e-310"], ["1e308", "1"]):
+        assert (
+            plan_cli.main([*FIGURES, "--spot-price", prices[0], "--on-demand-price", prices[1]])
+            == 0
+        )
+        out = capsys.readouterr().out
+        assert "inf" not in out and "nan" not in out, out
+        assert "more per useful hour" in out.splitlines()[-1]
 
 
 @given(
