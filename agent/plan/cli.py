@@ -537,6 +537,11 @@ def _load_telemetry(
         return files, summarize_telemetry(*(read_records(file, skipped=skipped) for file in files))
     except TelemetryFormatError as error:
         raise PlanError("--telemetry", str(error)) from None
+    except OSError as error:
+        # The agent's file is 0640, its owner's (or the disk fails): this was 'unexpected
+        # PermissionError', exit 1, naming no flag.
+        where = error.filename or ", ".join(map(str, files))
+        raise PlanError("--telemetry", f"cannot read {where}: {error.strerror or error}") from None
     except (KeyError, ValueError) as error:
         raise PlanError("--telemetry", f"unreadable record ({error})") from None
 

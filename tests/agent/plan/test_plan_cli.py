@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -511,6 +512,25 @@ def test_a_corrupt_telemetry_line_is_named(
     path.write_text('{"v":1,"at":"2026-11-30T00:00:00Z","kind":"start"}\nnot json\n{}\n')
     err = fails(capsys, "--telemetry", str(path))
     assert "--telemetry" in err and "telemetry.jsonl:2" in err
+
+
+def test_a_telemetry_file_that_cannot_be_read_is_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The agent's file is 0640 root's: read by another user, the plan ended in 'forewarn:
+    unexpected PermissionError ... please report it', exit 1, naming no flag."""
+    unreadable = tmp_path / "telemetry.jsonl"
+    unreadable.write_text('{"v":1,"at":"2026-11-30T00:00:00Z","kind":"start"}\n')
+    unreadable.chmod(0)
+    # Root reads past the mode; a file that fails to read for anyone stands in for it.
+    cases = [unreadable] if os.geteuid() != 0 else []
+    if Path("/proc/self/mem").is_file():
+        cases.append(Path("/proc/self/mem"))  # EIO at offset 0
+    assert cases
+    for path in cases:
+        err = fails(capsys, "--telemetry", str(path), "--checkpoint", "10s", "--tax", "3%")
+        assert err.startswith(f"forewarn: plan: --telemetry: cannot read {path}: "), err
+        assert err.count("\n") == 1, err
 
 
 def test_a_notice_published_past_its_deadline_gave_no_lead(
