@@ -173,6 +173,16 @@ def choose_interval(
     if timing.mtbi_seconds is not None:
         young = young_interval(timing.checkpoint_seconds, timing.mtbi_seconds)
         daly = daly_interval(timing.checkpoint_seconds, timing.mtbi_seconds)
+        # M finite, 2CM not (1e-300 interruptions a day): the table read "inf d", the JSON
+        # "Infinity".
+        if not (math.isfinite(young) and math.isfinite(daly)):
+            raise PlanError(
+                "mtbi_seconds",
+                f"{timing.mtbi_seconds:g} s between interruptions "
+                f"({timing.interruptions_per_day:g} a day) is too long: Young's interval "
+                f"sqrt(2CM) for a {timing.checkpoint_seconds:g} s checkpoint is not a finite "
+                "number",
+            )
         if timing.checkpoint_seconds > 0:
             recommended = recommended_interval(timing)
     for_tax = None

@@ -939,6 +939,13 @@ RESERVED_TINY = ["--reserved-utilization", "1e-300"]
             "--interruptions-per-day: 9.99989e-321 a day is too small",
         ),
         (["--checkpoint", "10s", "--tax", "1e-320"], "--tax: 9.99989e-321 is so small"),
+        # A rate whose M is finite, but not 2CM: Young's and Daly's intervals read "inf d",
+        # the JSON "Infinity".
+        (
+            ["--checkpoint", "1h30m", "--interruptions-per-day", "1e-300"],
+            "--interruptions-per-day: 8.64e+304 s between interruptions (1e-300 a day) is too long",
+        ),
+        (["--checkpoint", "1h30m", "--mtbi", "9" * 306 + "s"], "--mtbi: "),
         (
             ["--checkpoint", "10s", "--mtbi", "1d", "--steps-per-second", "1e308"],
             "--steps-per-second: 1e+308 steps a second make",
