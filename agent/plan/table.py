@@ -42,6 +42,16 @@ def _steps(plan: dict[str, Any], key: str) -> str:
     return f"{steps:,} step{'' if steps == 1 else 's'}"
 
 
+def _p95_source(given: dict[str, Any], used: float) -> str:
+    """Where the p95 the notice must cover came from. One below the mean is not used (the
+    mean is): '10 s (flag)' was shown for --checkpoint-p95 5s, as if the flag had said 10 s."""
+    if given["value"] is None:
+        return "(the mean)"
+    if given["value"] < used:
+        return f"(the mean: above the p95 {seconds_text(given['value'])}, {given['source']})"
+    return f"({given['source']})"
+
+
 def render(plan: dict[str, Any]) -> str:
     inputs = plan["inputs"]
     out: list[str] = []
@@ -72,9 +82,7 @@ def render(plan: dict[str, Any]) -> str:
         (
             "flush p95 (must fit the notice)",
             seconds_text(plan["flush"]["p95_seconds"]),
-            source("checkpoint_p95_seconds")
-            if inputs["checkpoint_p95_seconds"]["value"] is not None
-            else "(the mean)",
+            _p95_source(inputs["checkpoint_p95_seconds"], plan["flush"]["p95_seconds"]),
         ),
     ]
     if inputs["mtbi_seconds"]["value"] is not None:

@@ -359,6 +359,15 @@ def test_an_interval_in_steps_is_at_least_one_step(capsys: pytest.CaptureFixture
     assert "least overhead (recommended)   1308 s (21.8 min)  1 step" in table
 
 
+def test_a_p95_below_the_mean_says_the_mean_is_used(capsys: pytest.CaptureFixture[str]) -> None:
+    """--checkpoint 10s --checkpoint-p95 5s planned on 10 s (the larger), and the table
+    showed 'flush p95 ... 10 s (flag)', as if the flag had said 10 s."""
+    assert plan_cli.main(["--checkpoint", "10s", "--checkpoint-p95", "5s", "--tax", "3%"]) == 0
+    out = capsys.readouterr().out
+    assert "flush p95 (must fit the notice)     10 s  (the mean: above the p95 5 s, flag)" in out
+    assert "(flag)" in out.splitlines()[3]  # the mean itself is the flag's
+
+
 def test_durations_take_compounds_and_unit_words(capsys: pytest.CaptureFixture[str]) -> None:
     """`--mtbi 1h30m` and `--checkpoint 90 s` were refused as not durations."""
     plan = plan_json(capsys, "--checkpoint", "1m30s", "--mtbi", "1h30m", "--restore", "2 min")
