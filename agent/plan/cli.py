@@ -757,6 +757,12 @@ def _notice_action(args: argparse.Namespace, lead: float | None, sources: dict[s
     """The flag, else a drain for a lead given longer than any provider's terminate. A lead
     the telemetry measured is a terminate's (an escalated drain's is its exit margin)."""
     if args.notice_action is not None:
+        if lead is None:
+            # No notice to take either way: it changed nothing, in silence.
+            raise PlanError(
+                "--notice-action",
+                "only used with a notice lead (--notice-lead, or the telemetry's)",
+            )
         sources["notice_action"] = "flag"
         action = str(args.notice_action)
     elif sources.get("notice_lead_seconds") == "flag" and lead and lead > DRAIN_LEAD_SECONDS:

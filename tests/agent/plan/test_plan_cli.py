@@ -414,6 +414,19 @@ def test_an_option_without_the_one_it_refines_is_refused(
     assert err.startswith(f"forewarn: plan: {says}") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "given",
+    [["--notice-action", "drain"], ["--notice-action", "drain", "--exit-margin", "1m"]],
+)
+def test_a_notice_action_without_a_notice_lead_is_refused(
+    capsys: pytest.CaptureFixture[str], given: list[str]
+) -> None:
+    """With no lead (no --notice-lead, no telemetry) there is no notice to take either way:
+    --notice-action drain (and its --exit-margin) changed nothing, in silence."""
+    err = fails(capsys, "--checkpoint", "10s", "--interruptions-per-day", "1", *given)
+    assert err.startswith("forewarn: plan: --notice-action: only used with a notice lead"), err
+
+
 def test_options_with_what_they_refine_change_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
     base = [*FIGURES, *PRICES, "--reserved-price", "2", "--checkpoint-gb", "100"]
     plain = plan_json(capsys, *base, "--storage-price", "0.02")
