@@ -897,6 +897,43 @@ def test_every_option_is_documented() -> None:
     assert not missing, missing
 
 
+def test_each_documented_default_is_the_code_s(capsys: pytest.CaptureFixture[str]) -> None:
+    """The default column of docs/plan.md's option table, read with the flag's own parser,
+    against what the plan takes when the flag is left out."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "plan.md").read_text()
+    cells = {
+        row.split("|")[1].strip().split()[0].strip("`"): row.split("|")[2].strip()
+        for row in doc.splitlines()
+        if row.startswith("| `--")
+    }
+    plan = plan_json(capsys, "--checkpoint", "10s", "--interruptions-per-day", "1")
+    inputs = {name: value["value"] for name, value in plan["inputs"].items()}
+    parser = argparse.ArgumentParser()
+    plan_cli.add_arguments(parser)
+    defaults = vars(parser.parse_args([]))
+    companions = {flag: default for flag, (_, _, _, default) in plan_cli._COMPANIONS.items()}
+    code = {
+        "--restart": (plan_cli._duration, inputs["restart_seconds"]),
+        "--reacquire": (plan_cli._duration, inputs["reacquire_seconds"]),
+        "--detection": (plan_cli._duration, inputs["detection_seconds"]),
+        "--exit-margin": (plan_cli._duration, inputs["exit_margin_seconds"]),
+        "--max-interval": (plan_cli._duration, inputs["max_interval_seconds"]),
+        "--no-notice-share": (plan_cli._fraction, inputs["no_notice_share"]),
+        "--warn-tax": (plan_cli._fraction, plan["warn_tax"]),
+        "--reserved-utilization": (plan_cli._fraction, companions["--reserved-utilization"]),
+        "--fallback-share": (plan_cli._fraction, defaults["fallback_share"]),
+        "--storage-price": (plan_cli._amount, defaults["storage_price"]),
+        "--io-price": (plan_cli._amount, defaults["io_price"]),
+        "--keep": (int, companions["--keep"]),
+        "--precision": (lambda text: text.strip("`"), companions["--precision"]),
+        "--optimizer": (lambda text: text.strip("`"), companions["--optimizer"]),
+    }
+    for flag, (parse, value) in code.items():
+        # "10 %, or the telemetry's share ...": the literal before any comma.
+        documented = cells[flag].split(",")[0].replace(" %", "%")
+        assert parse(documented) == value, (flag, cells[flag], value)
+
+
 def test_an_interval_no_work_survives_without_notice_is_valid_json(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
