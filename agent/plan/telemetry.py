@@ -133,7 +133,8 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                     reason = str(record.get("reason"))
                     reasons[reason] = reasons.get(reason, 0) + 1
                 reclaims[reclaim].append(key)
-                in_force[key] = (reclaim, deadlines.get(key, math.inf) + DEFAULT_GRACE)
+                # Published past its deadline (the agent was down), from when it came.
+                in_force[key] = (reclaim, max(deadlines.get(key, math.inf), sent) + DEFAULT_GRACE)
             elif kind == "notice" and record.get("action") == "clear":
                 in_force.pop((index, str(record.get("id"))), None)
             elif kind == "ack" and record.get("outcome") == "saved":

@@ -514,6 +514,13 @@ def test_one_reclaim_two_providers_report_is_one_interruption_saved_on() -> None
         saved(1, "09:00:10", "azure/e2"),
     ]
     assert summarize_telemetry(withdrawn).terminate_notices == 2
+    # Published past its deadline (the agent was down), it is in force from when it came.
+    late = [
+        {"v": 1, "at": at(1, "00:00:00"), "kind": "start"},
+        terminate(1, "01:10:00", "gcp/p1", "01:00:30"),
+        terminate(1, "01:10:01", "kubernetes/node-1/shutdown", None),
+    ]
+    assert summarize_telemetry(late).terminate_notices == 1
 
 
 def _acks(flushes: list[dict[str, float]]) -> list[dict[str, object]]:
