@@ -260,6 +260,15 @@ def test_an_overhead_beyond_the_useful_time_is_a_warning() -> None:
     long = Timing(checkpoint_seconds=HOUR, mtbi_seconds=HOUR)
     (found,) = warnings(long, choose_interval(long, interval=DAY))
     assert "most of it is work lost (8.64e+04 s of work and a 3600 s checkpoint" in found
+    # A 14-minute terminate against 15 minutes between interruptions: the billed wait after
+    # each save is 86 % of the useful time, the restart 13 %. It said "most of it is
+    # restart and reload".
+    waiting = Timing(
+        checkpoint_seconds=10, mtbi_seconds=900, notice_lead_seconds=840, restart_seconds=60
+    )
+    (found,) = warnings(waiting, choose_interval(waiting))
+    assert "most of it is the billed wait for the reclaim after each notice's save" in found
+    assert "(a notice lead of 840 s against 900 s between interruptions)" in found
     # A plan with an overhead under the useful time, or one the tax explains, adds none.
     calm = Timing(checkpoint_seconds=10, mtbi_seconds=DAY, restart_seconds=HOUR)
     assert warnings(calm, choose_interval(calm)) == []
