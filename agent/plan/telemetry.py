@@ -86,7 +86,8 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
     reclaims: list[list[tuple[int, str]]] = []  # the (source, id) of each reclaim's notices
     # The run's terminates in force: their reclaim, and until when at the latest.
     in_force: dict[tuple[int, str], tuple[int, float]] = {}
-    deadlines: dict[tuple[int, str], float] = {}
+    deadlines: dict[tuple[int, str], float] = {}  # the last each terminate was sent with
+    first_deadlines: dict[tuple[int, str], float] = {}  # the lead it gave when first sent
     reasons: dict[str, int] = {}
     saved_at: dict[tuple[int, str], list[float]] = {}  # when saved acks for a notice arrived
     stalls: list[float] = []
@@ -119,11 +120,17 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                     # deadline only, it counted as a notice come too late to save on.
                     if record.get("deadline"):
                         deadlines[key] = parse_time(str(record["deadline"])).timestamp()
+                        if key in in_force:
+                            # In force until the new deadline: another provider's notice
+                            # meanwhile is this reclaim reported again, not a second one.
+                            reclaim, until = in_force[key]
+                            in_force[key] = (reclaim, max(deadlines[key] + DEFAULT_GRACE, until))
                     continue
                 sent = parse_time(str(record.get("sent_at") or record["at"])).timestamp()
                 terminated[key] = sent
                 if record.get("deadline"):
                     deadlines[key] = parse_time(str(record["deadline"])).timestamp()
+                    first_deadlines[key] = deadlines[key]
                 current = [reclaim for reclaim, until in in_force.values() if until >= sent]
                 if current:
                     reclaim = current[0]
@@ -172,10 +179,13 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         if after:
             response_times.append(min(after) - sent)
         due = min((deadlines[key] for key in keys if key in deadlines), default=None)
-        if due is not None:
+        first_due = min(
+            (first_deadlines[key] for key in keys if key in first_deadlines), default=None
+        )
+        if first_due is not None:
             # Published past its deadline (the agent saw it late): it gave no lead, not a
-            # negative one.
-            leads.append(max(due - sent, 0.0))
+            # negative one. A deadline moved later since gave the job no more lead then.
+            leads.append(max(first_due - sent, 0.0))
         if not after or (due is not None and min(after) > due):
             late += 1
     return TelemetrySummary(

@@ -530,6 +530,19 @@ def test_one_reclaim_two_providers_report_is_one_interruption_saved_on() -> None
         terminate(1, "01:10:01", "kubernetes/node-1/shutdown", None),
     ]
     assert summarize_telemetry(late).terminate_notices == 1
+    # A terminate whose deadline its provider moved later (sent again with the new one) is in
+    # force until the new deadline: a second provider's notice meanwhile is the same reclaim.
+    moved = terminate(1, "01:00:05", "gcp/p1", "02:00:00")
+    postponed = [
+        {"v": 1, "at": at(1, "00:00:00"), "kind": "start"},
+        terminate(1, "01:00:00", "gcp/p1", "01:00:30"),
+        moved,
+        saved(1, "01:00:10", "gcp/p1"),
+        terminate(1, "01:30:00", "kubernetes/node-1/shutdown", None),
+    ]
+    summary = summarize_telemetry(postponed)
+    assert summary.terminate_notices == 1
+    assert summary.late_notices == 0
 
 
 def _acks(flushes: list[dict[str, float]]) -> list[dict[str, object]]:
