@@ -9,6 +9,8 @@ it too. Nothing on the wire says "replay"; a watcher knows from what it has alre
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 from forewarn.protocol.timefmt import format_time, parse_time, utcnow
@@ -70,19 +72,31 @@ class ReplayTracker:
         self._shown: dict[str, tuple[Any, ...]] = {}
         self._notices: dict[str, dict[str, Any]] = {}  # the last shown of each, by id
         self._active: set[str] = set()
+        self._agent: object = None  # the last heartbeat's `agent`
+        self._settle_until = -math.inf
 
     def heartbeat(self, beat: dict[str, Any]) -> list[dict[str, Any]]:
         """Note the active ids; returns the `clear` of each shown notice the heartbeat no
         longer lists. One withdrawn while the agent restarted never gets a clear of its own
         (the new agent sent it before this watcher had reconnected), and the watcher went on
-        showing it as in force: it gets the clear the client library gives it."""
+        showing it as in force: it gets the clear the client library gives it, and, as
+        there, only once a restarted agent's RESTART_SETTLE has passed."""
         active = beat.get("active")
         if not isinstance(active, list):
             return []
         self._active = {item for item in active if isinstance(item, str)}
         # Imported here: the client library loads zmq, which `status` and `notify` do not need.
-        from forewarn.clients.notices import WITHDRAWN
+        from forewarn.clients import notices
 
+        agent = beat.get("agent")
+        if self._agent is not None and agent != self._agent:
+            # A notice published the instant before the agent was killed is not in its state
+            # file yet, and the restarted agent lists it only once its watcher reports it
+            # again: a clear printed meanwhile withdrew a notice nobody had withdrawn.
+            self._settle_until = time.monotonic() + notices.RESTART_SETTLE
+        self._agent = agent
+        if time.monotonic() < self._settle_until:
+            return []
         withdrawn = []
         for notice_id in [i for i in self._notices if i not in self._active]:
             notice = self._notices.pop(notice_id)
@@ -94,7 +108,7 @@ class ReplayTracker:
                     "action": "clear",
                     "noticed_at": now,
                     "sent_at": now,
-                    "detail": dict(WITHDRAWN),
+                    "detail": dict(notices.WITHDRAWN),
                 }
             )
         return withdrawn

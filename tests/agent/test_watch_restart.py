@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import zmq
 from forewarn.agent.cli import main
+from forewarn.clients import notices
 from support import free_port
 
 NOW = "2026-12-01T00:00:00Z"
@@ -43,11 +44,17 @@ RESTART_THEN_TERMINATE = (
 
 class RestartingAgent:
     """An XPUB that, once a subscriber has joined, sends `messages`: by default heartbeats of
-    one agent, then of another (a restart), then a terminate."""
+    one agent, then of another (a restart), then a terminate. With `beating`, it then goes on
+    sending the last message each tenth of a second, as an agent sends its heartbeat, until
+    closed."""
 
-    def __init__(self, messages: tuple[list[bytes], ...] = RESTART_THEN_TERMINATE) -> None:
+    def __init__(
+        self, messages: tuple[list[bytes], ...] = RESTART_THEN_TERMINATE, *, beating: bool = False
+    ) -> None:
         self.messages = messages
+        self.beating = beating
         self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+        self._stop = threading.Event()
         self._sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.XPUB)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.bind(self.endpoint)
@@ -60,8 +67,11 @@ class RestartingAgent:
             wanted.discard(self._sock.recv())
         for message in self.messages:
             self._sock.send_multipart(message)
+        while self.beating and not self._stop.wait(0.1):
+            self._sock.send_multipart(self.messages[-1])
 
     def close(self) -> None:
+        self._stop.set()
         self._thread.join(timeout=5)
         self._sock.close()
 
@@ -97,6 +107,8 @@ def test_a_notice_withdrawn_while_the_agent_restarted_is_shown_cleared(
     """The restarted agent sent the notice's clear before watch had reconnected: watch went on
     showing it as in force. Its heartbeat no longer lists it, and watch says it is cleared."""
     monkeypatch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
+    # The restarted agent's heartbeats count once its own settle has passed, as in the client.
+    monkeypatch.setattr(notices, "RESTART_SETTLE", 0.5)
     notice_id = NOTICE["id"]
     agent = RestartingAgent(
         (
@@ -104,7 +116,8 @@ def test_a_notice_withdrawn_while_the_agent_restarted_is_shown_cleared(
             [b"notice", json.dumps(NOTICE).encode()],
             _beat("vm/100/aaaaaa", 2, (notice_id,)),
             _beat("vm/200/bbbbbb", 3),
-        )
+        ),
+        beating=True,
     )
     try:
         code = main(
@@ -122,3 +135,40 @@ def test_a_notice_withdrawn_while_the_agent_restarted_is_shown_cleared(
     else:
         assert lines[1].split()[1:3] == ["clear", notice_id], lines[1]
         assert "withdrawn: " in lines[1]
+
+
+def test_a_notice_published_just_before_the_agent_was_killed_is_not_shown_cleared(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The agent published a drain and was SIGKILLed before its state file had it (the publish
+    does not wait for the disk; a full disk never saves it): the restarted agent's first
+    heartbeats do not list it until its watcher reports it again. Watch took them at their word
+    and printed a clear for a notice nobody withdrew, then the drain again as news, where the
+    client library and the C subscriber wait RESTART_SETTLE before a restarted agent's
+    heartbeats withdraw anything."""
+    monkeypatch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
+    notice_id = NOTICE["id"]
+    drain = {**NOTICE, "action": "drain", "deadline": "2126-12-01T00:00:00Z"}
+    agent = RestartingAgent(
+        (
+            _beat("vm/100/aaaaaa", 1, (notice_id,)),
+            [b"notice", json.dumps(drain).encode()],
+            _beat("vm/100/aaaaaa", 2, (notice_id,)),
+            _beat("vm/200/bbbbbb", 3),  # its first answer is not in yet
+            [b"notice", json.dumps({**drain, "seq": 5}).encode()],
+            _beat("vm/200/bbbbbb", 6, (notice_id,)),
+        )
+    )
+    try:
+        code = main(
+            ["watch", "--count", "2", "--timeout", "20", "--events", agent.endpoint, "--json"]
+        )
+    finally:
+        agent.close()
+    out, _ = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(lines) == 2, out
+    assert [line["action"] for line in lines] == ["drain", "drain"], out
+    assert lines[1]["replay"] is True, out
