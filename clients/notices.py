@@ -177,6 +177,7 @@ class Notices:
         self._replay_wanted = False
         self._replay_asked = -math.inf
         self._replay_said: set[str] = set()
+        self._last_seq: int | None = None  # of the last message read from the agent
         if start:
             self.start()
 
@@ -452,6 +453,11 @@ class Notices:
             # their word, they cleared every provider notice, and the guard flushed again
             # for each drain and ended a job that rightly trained under an acted-on terminate.
             self._settle_until = time.monotonic() + RESTART_SETTLE
+        elif previous is not None:
+            self._check_gap(beat.get("seq"))
+        seq = beat.get("seq")
+        if type(seq) is int:
+            self._last_seq = seq
         if time.monotonic() < self._settle_until:
             return
         unreceived = active - self.active.keys()
@@ -479,8 +485,32 @@ class Notices:
                 replace(event, action="clear", noticed_at=now, sent_at=now, detail=dict(WITHDRAWN))
             )
 
+    def _check_gap(self, seq: object) -> None:
+        """Ask for a replay when messages of the same agent went missing. The agent numbers
+        every message it sends, heartbeats and notices alike, one after the other; past the
+        high-water marks (a job stopped for hours) the later ones are dropped. A new notice
+        lost there is caught by the heartbeats' `active`, but a change of one this client
+        has (a drain escalated to terminate) is not: the heartbeats list the same id."""
+        last = self._last_seq
+        if type(seq) is not int or last is None or seq <= last + 1:
+            return
+        if time.monotonic() - self._replay_asked < REPLAY_ASK_EVERY:
+            return
+        self._replay_asked = time.monotonic()
+        self._replay_wanted = True
+        log.warning(
+            "forewarn: %d message(s) from the agent on %s never arrived here (seq %d to %d); "
+            "asking it to send the active notices again",
+            seq - last - 1,
+            self.events,
+            last + 1,
+            seq - 1,
+        )
+
     def _notice(self, payload: bytes) -> None:
-        self._event(Event.from_json(payload))
+        event = Event.from_json(payload)
+        self._last_seq = event.seq
+        self._event(event)
 
     def _event(self, event: Event) -> None:
         known = self.active.get(event.id)

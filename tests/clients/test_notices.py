@@ -842,3 +842,74 @@ def test_an_ack_sent_while_the_agent_restarts_reaches_the_restarted_agent(
         if not closing.is_alive() and closing.ident is None:
             guard.close()
         notices.close()
+
+
+FOLLOWER = """
+import sys, time
+from forewarn.clients.notices import Notices
+notices = Notices(sys.argv[1], sys.argv[2])
+shown = None
+while True:
+    event = notices.active.get(sys.argv[3])
+    if event is not None and event.action != shown:
+        shown = event.action
+        print(shown, flush=True)
+    time.sleep(0.02)
+"""
+
+
+def test_a_change_dropped_while_the_job_was_stopped_reaches_it_when_it_resumes(
+    tmp_path: Path,
+) -> None:
+    """A job stopped (SIGSTOP, a scheduler's suspend) while the agent sends more than its
+    high-water mark holds loses what comes after, and a drain escalated to terminate then is a
+    change of a notice it has, not a new one: the heartbeats went on listing its id, the job
+    never asked for a replay, and it trained on under a drain the agent sent as terminate. The
+    gap in the agent's `seq` (it counts every message) says something was lost."""
+    import os
+    import select
+    import signal
+    import subprocess
+
+    import zmq
+
+    agent = AgentProcess(tmp_path).start()
+    later = format_time(utcnow() + timedelta(hours=2))
+    follower: subprocess.Popen[str] | None = None
+    sub = zmq.Context.instance().socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    try:
+        agent.control({"op": "notify", "action": "drain", "id": "local/slow", "deadline": later})
+        follower = subprocess.Popen(
+            [sys.executable, "-c", FOLLOWER, agent.events, agent.control_endpoint, "local/slow"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert follower.stdout is not None
+        assert select.select([follower.stdout], [], [], 20)[0], "the job never saw the drain"
+        assert follower.stdout.readline().strip() == "drain"
+        os.kill(follower.pid, signal.SIGSTOP)
+        # Past the high-water mark of 10,000 messages, in replays of 64 notices of 2 kB each.
+        for number in range(63):
+            request = {"op": "notify", "action": "drain", "id": f"local/n{number}"}
+            agent.control({**request, "note": "x" * 1900, "deadline": later})
+        sub.setsockopt(zmq.SUBSCRIBE, b"notice")
+        sub.connect(agent.events)
+        for _ in range(200):
+            received = 0
+            while received < 64:
+                assert sub.poll(10_000), "no replay"
+                received += sub.recv_multipart()[0] == b"notice"
+            sub.setsockopt(zmq.SUBSCRIBE, b"notice")  # again: a replay to every subscriber
+        sub.close()
+        terminate = {"op": "notify", "action": "terminate", "id": "local/slow", "deadline": later}
+        assert agent.control(terminate)["notice"]["action"] == "terminate"
+        os.kill(follower.pid, signal.SIGCONT)
+        assert select.select([follower.stdout], [], [], 20)[0], "the terminate never reached it"
+        assert follower.stdout.readline().strip() == "terminate"
+    finally:
+        sub.close()
+        if follower is not None:
+            follower.kill()
+            follower.wait()
+        agent.stop()
