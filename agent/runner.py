@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from forewarn.protocol.timefmt import utcnow
-from forewarn.protocol.wire import TOKEN_FILE, ipc_path, needs_token, request
+from forewarn.protocol.wire import TOKEN_FILE, ReplyError, ipc_path, needs_token, request
 from forewarn.providers import (
     Closable,
     FlushAware,
@@ -171,8 +171,23 @@ class Agent:
             reply = request(self.control, {"op": "status"}, timeout=0.3)
         except (TimeoutError, OSError):
             return
-        other = reply.get("agent", {}).get("agent", "?")
-        raise ConfigError(f"another agent ({other}) already serves {self.control}")
+        except ReplyError:
+            reply = None
+        # Whatever answers is refused alike: another program's socket on the port answered
+        # with JSON of its own shape, and the start ended in an AttributeError ("please
+        # report it").
+        info = reply.get("agent") if reply is not None else None
+        other = info.get("agent") if isinstance(info, dict) else None
+        if isinstance(other, str) and other.isprintable():
+            who = f"another agent ({other[:100]})"
+        elif reply is not None and reply.get("ok") is False:
+            who = "another agent (it refused this one's status request)"
+        else:
+            who = "another program (not a forewarn agent)"
+        raise ConfigError(
+            f"{who} already answers on {self.control}: stop it, or give this agent its own "
+            "--control"
+        )
 
     async def _choose_providers(self) -> list[str]:
         wanted = self.settings.providers

@@ -714,3 +714,41 @@ def test_a_control_socket_that_cannot_be_rebound_stops_the_agent(tmp_path: Path)
     finally:
         if agent.proc is not None and agent.proc.poll() is None:
             agent.kill()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b'{"agent": "x"}', b'{"agent": {"agent": 7}}', b"[]", b"hello"],
+    ids=["agent-text", "agent-number", "array", "not-json"],
+)
+def test_a_control_endpoint_something_else_answers_on_is_refused_in_one_line(
+    tmp_path: Path, answer: bytes
+) -> None:
+    """Before binding, the agent asks the control endpoint for a status, in case another
+    agent serves it. Something else answering there (another program's REP on the port) with
+    JSON of another shape ended the start with "unexpected AttributeError ... please report
+    it", and with something not JSON in exit 1: it is a refusal like any other, exit 2."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    rep = zmq.Context.instance().socket(zmq.REP)
+    rep.setsockopt(zmq.LINGER, 0)
+    rep.bind(endpoint)
+    second = subprocess.Popen(
+        forewarn_cmd("agent", "--provider", "local", "--control", endpoint),
+        env=agent_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert rep.poll(20_000), "the agent asked nothing"
+        rep.recv()
+        rep.send(answer)
+        _, stderr = second.communicate(timeout=20)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.communicate()
+        rep.close()
+    assert second.returncode == 2, stderr
+    assert "unexpected" not in stderr and len(stderr.splitlines()) == 1, stderr
+    assert f"already answers on {endpoint}" in stderr, stderr
