@@ -24,10 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import runtime_dir
 
 from .adaptive import AdaptiveInterval
@@ -191,8 +193,10 @@ class CheckpointGuard:
         self.exit_margin = float(exit_margin)
         self._slowest_flush = 0.0
         self._events: dict[str, Event] = {}  # the notices that asked for the pending save
-        # Terminates in force before this job started: id -> deadline (monotonic), or None.
-        self._inherited: dict[str, float | None] = {}
+        # Terminates in force before this job started: id -> deadline, or None. A wall-clock
+        # time, as the agent's: a step of the system clock (NTP, a resume) moves the exit
+        # planned for it as it moves the agent's escalation.
+        self._inherited: dict[str, datetime | None] = {}
         # Those still waiting for a heartbeat to say whether an earlier client acted on them.
         self._undecided: dict[str, tuple[Event, float]] = {}
         self._eval_calls = 0
@@ -1112,7 +1116,7 @@ class CheckpointGuard:
             return
         left = event.seconds_left
         if left is not None and left > 0:
-            self._inherited[event.id] = time.monotonic() + left
+            self._inherited[event.id] = event.deadline
             plan = (
                 f"this job saves and exits {self.exit_margin:g}s before its deadline "
                 f"({left:.0f}s away)"
@@ -1138,9 +1142,9 @@ class CheckpointGuard:
         if not self._inherited or self._exit:
             return
         margin = max(self.exit_margin, 2 * self._slowest_flush)
-        now = time.monotonic()
+        now = utcnow()
         for notice_id, deadline in list(self._inherited.items()):
-            if deadline is not None and deadline - now <= margin:
+            if deadline is not None and (deadline - now).total_seconds() <= margin:
                 with self._lock:
                     self._inherited.pop(notice_id, None)
                     self._pending["terminate"] = notice_id

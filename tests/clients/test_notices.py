@@ -913,3 +913,36 @@ def test_a_change_dropped_while_the_job_was_stopped_reaches_it_when_it_resumes(
             follower.kill()
             follower.wait()
         agent.stop()
+
+
+def test_an_inherited_terminate_follows_a_step_of_the_wall_clock(
+    tmp_path: Path, caplog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deadlines are wall-clock times, and the agent's escalation follows a step of the
+    system clock (NTP, a resume). A job that inherited an acted-on terminate planned its exit
+    on the monotonic clock from the seconds left when it inherited it: after the wall clock
+    stepped forward by most of an hour, the agent's deadline was 2 s away while the job
+    meant to train for most of an hour more. Nothing new comes from the agent (the notice is
+    a terminate already): the job must see the step itself."""
+    from forewarn.clients import guard as guard_module
+
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=1.0)
+    guard = CheckpointGuard(notices=notices, flag_file=None, handle_signals=False, exit_margin=3)
+    try:
+        agent.subscribed()
+        deadline = utcnow() + timedelta(hours=1)
+        agent.beat(active=["aws/t"], acked=["aws/t"])
+        earlier = format_time(utcnow() - timedelta(hours=1))
+        agent.notice("aws/t", "terminate", noticed_at=earlier, deadline=format_time(deadline))
+        assert eventually(
+            lambda: warnings_about(caplog, "an earlier client acted on it"), timeout=5
+        )
+        assert not guard.should_exit
+        stepped = deadline - timedelta(seconds=2)
+        monkeypatch.setattr(guard_module, "utcnow", lambda: stepped)
+        assert eventually(lambda: guard.should_exit, timeout=5, what="the exit after the step")
+    finally:
+        guard.close()
+        notices.close()
+        agent.close()
