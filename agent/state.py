@@ -232,7 +232,8 @@ def load_seq_mark(path: Path) -> int:
     try:
         text = read_small(path).decode().strip()
         return int(text) if text.isascii() and text.isdigit() else 0
-    except (OSError, UnicodeDecodeError):
+    # ValueError: more digits than int() converts (4,300), which stopped every start.
+    except (OSError, UnicodeDecodeError, ValueError):
         return 0
 
 

@@ -666,6 +666,20 @@ def test_seq_rises_across_20_sigkills_including_after_a_replay_storm(tmp_path: P
             assert agent.kill() == -signal.SIGKILL
 
 
+def test_a_seq_mark_of_thousands_of_digits_does_not_stop_the_start(tmp_path: Path) -> None:
+    """A mark that is digits alone is read with int(), which refuses more than 4,300 of them
+    (Python's limit on converting text to integers): the agent died at every start with
+    "unexpected ValueError ... please report it", and served no notice. It reads as no mark,
+    as any unreadable one does, and the next reservation writes a good one."""
+    env = agent_env(tmp_path)
+    mark = Path(env["FOREWARN_STATE_DIR"]) / "seq"
+    mark.write_text("9" * 5000 + "\n")
+    with AgentProcess(tmp_path, env=env) as agent:
+        reply = agent.control({"op": "notify", "action": "drain", "id": "local/after"})
+        assert reply["ok"] and reply["notice"]["seq"] > int(time.time() * 1000) - 60_000
+        assert int(mark.read_text()) > reply["notice"]["seq"]
+
+
 def _metrics_url(agent: AgentProcess) -> str:
     found = wait_until(
         lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output()), 10
