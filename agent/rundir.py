@@ -62,11 +62,16 @@ class AgentLock:
         self.fd: int | None = None
 
     def acquire(self) -> AgentLock:
-        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             fd = os.open(self.path, flags, 0o640)
         except OSError as error:
             raise RunDirError(f"cannot open the lock {self.path}: {error.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            # A FIFO opens read-write and takes the lock, and then the pid cannot be written:
+            # the start ended in "unexpected OSError: Invalid argument".
+            os.close(fd)
+            raise RunDirError(f"the lock {self.path} is not a regular file: remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -77,8 +82,11 @@ class AgentLock:
                 f"another agent (pid {holder}) {held}: stop it, or give this one its own "
                 f"{self.option}"
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        # The pid only names this agent in the refusal of another: a lock whose pid cannot be
+        # written (a full disk) is held all the same.
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
         return self
 

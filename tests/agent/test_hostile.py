@@ -680,6 +680,30 @@ def test_a_seq_mark_of_thousands_of_digits_does_not_stop_the_start(tmp_path: Pat
         assert int(mark.read_text()) > reply["notice"]["seq"]
 
 
+@pytest.mark.parametrize("which", ["runtime", "state"])
+def test_a_lock_file_that_is_a_fifo_is_refused_or_passed_over_not_a_crash(
+    tmp_path: Path, which: str
+) -> None:
+    """A FIFO where a lock file goes opens (read-write never waits for a peer) and takes the
+    lock, and then the pid could not be written into it: the start ended in "unexpected
+    OSError: [Errno 22] Invalid argument ... please report it". In the runtime directory it
+    is a refusal naming the file (exit 2); in the state directory a lock that cannot be made
+    stops no agent, as documented (a warning)."""
+    env = agent_env(tmp_path)
+    directory = Path(env["FOREWARN_RUNTIME_DIR" if which == "runtime" else "FOREWARN_STATE_DIR"])
+    lock = directory / ("agent.lock" if which == "runtime" else "state.lock")
+    os.mkfifo(lock)
+    if which == "runtime":
+        done = run_forewarn("agent", "--provider", "local", env=env, timeout=20)
+        assert done.returncode == 2, done.stderr
+        assert "unexpected" not in done.stderr, done.stderr
+        assert f"the lock {lock} is not a regular file" in done.stderr, done.stderr
+        return
+    with AgentProcess(tmp_path, env=env) as agent:
+        assert agent.control({"op": "status"})["ok"]
+        assert f"cannot lock the state directory {directory}" in agent.output()
+
+
 def _metrics_url(agent: AgentProcess) -> str:
     found = wait_until(
         lambda: re.search(r"serving metrics on (http://\S+)/metrics", agent.output()), 10
