@@ -64,6 +64,12 @@ MAX_SUBSCRIPTION_BYTES = 1024
 MAX_CLIENTS = 4096
 # How many subscription frames are read before the loop lets other tasks run.
 SUBSCRIPTION_BATCH = 64
+# Frames of one control message kept: a REQ's envelope, its delimiter and its one request
+# frame, with room for the envelopes of a few proxies. ZeroMQ bounds a frame's size but not
+# how many one message has; those past this are read and dropped, CONTROL_FRAME_BATCH at a
+# time between the agent's other work.
+MAX_CONTROL_FRAMES = 64
+CONTROL_FRAME_BATCH = 4096
 # Rebinding control: tries, and the pause before each (times the try number) and after.
 REBIND_ATTEMPTS = 5
 REBIND_PAUSE = 0.1
@@ -303,15 +309,17 @@ class Publisher:
         self, handle: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
     ) -> None:
         """Answer control requests forever, one at a time, in the REQ envelope they came in."""
+        # The same socket without asyncio, to read the rest of a message already received.
+        router_sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.router.underlying)
         while True:
-            frames = await self.router.recv_multipart()
+            frames, dropped = await self._receive(router_sync)
             split = _envelope(frames)
             if split is None:
                 continue  # no REQ envelope (a raw DEALER): there is nobody to answer
             envelope, body = split
             self.handling_since = time.monotonic()
             try:
-                reply = await self._answer(body, handle)
+                reply = await self._answer(body, handle, dropped)
             finally:
                 self.handling_since = None
             self.requests_served += 1
@@ -320,11 +328,31 @@ class Publisher:
             except zmq.ZMQError as error:
                 log.debug("control reply not sent: %s", error)
 
+    async def _receive(self, router_sync: zmq.Socket[bytes]) -> tuple[list[bytes], int]:
+        """The next control message: its first MAX_CONTROL_FRAMES frames, and how many more
+        it had. recv_multipart read two million empty frames in one call, which held the event
+        loop for seconds (no heartbeat, no escalation); the rest of a message has arrived with
+        its first frame, and is read here with pauses for the other tasks."""
+        frames = [await self.router.recv()]
+        dropped = 0
+        while router_sync.getsockopt(zmq.RCVMORE):
+            frame = router_sync.recv(zmq.NOBLOCK)
+            if len(frames) < MAX_CONTROL_FRAMES:
+                frames.append(frame)
+            else:
+                dropped += 1
+                if dropped % CONTROL_FRAME_BATCH == 0:
+                    await asyncio.sleep(0)
+        return frames, dropped
+
     async def _answer(
-        self, body: list[bytes], handle: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+        self,
+        body: list[bytes],
+        handle: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+        dropped: int = 0,
     ) -> dict[str, Any]:
-        if len(body) != 1:
-            return {"ok": False, "error": f"a request is one frame, got {len(body)}"}
+        if len(body) + dropped != 1:
+            return {"ok": False, "error": f"a request is one frame, got {len(body) + dropped}"}
         if len(body[0]) > MAX_CONTROL_BYTES:
             return {"ok": False, "error": request_too_large(len(body[0]))}
         try:
