@@ -155,6 +155,22 @@ def keep_alive(sock: socket.socket) -> None:
                 sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
+def tls_context(ca_file: Path | None) -> ssl.SSLContext:
+    """A client context trusting `ca_file` (else the system store); TlsFailure naming the file
+    when it cannot be read. The OSError alone said "cannot connect to IMAP server ...: [Errno
+    2] No such file or directory", naming neither the key nor the file."""
+    try:
+        context = ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None)
+    except ssl.SSLError:
+        raise TlsFailure(f"imap_ca_file {ca_file}: no certificate in it (expected PEM)") from None
+    except OSError as error:
+        raise TlsFailure(
+            f"imap_ca_file {ca_file}: cannot read it ({error.strerror or error})"
+        ) from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 class _Buffered:
     """Overrides imaplib's documented `read`/`readline` to read through a buffer this
     module can inspect: `waiting(timeout)` must know whether a line is already buffered
@@ -366,24 +382,19 @@ class MailboxSession:
     def idle(self) -> bool:
         return "IDLE" in self.capabilities
 
-    def _context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(
-            cafile=str(self.ca_file) if self.ca_file is not None else None
-        )
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        return context
-
     def open(self, credentials: Credentials, mailbox: str = "INBOX") -> None:
         where = f"{self.host}:{self.port}"
+        # Before connecting: a CA file that cannot be read is said as such.
+        context = tls_context(self.ca_file) if self.tls != "none" else None
         try:
-            if self.tls == "tls":
-                self.conn = _Tls(self.host, self.port, self._context(), self.timeout, self)
+            if context is not None and self.tls == "tls":
+                self.conn = _Tls(self.host, self.port, context, self.timeout, self)
             else:
                 self.conn = _Plain(self.host, self.port, self.timeout, self)
-                if self.tls == "starttls":
+                if context is not None:
                     if "STARTTLS" not in self.conn.capabilities:
                         raise TlsFailure(f"IMAP server {where} does not offer STARTTLS")
-                    self.conn.starttls(ssl_context=self._context())
+                    self.conn.starttls(ssl_context=context)
         except ssl.SSLError as error:
             raise TlsFailure(f"TLS with IMAP server {where} failed: {error}") from None
         except (OSError, imaplib.IMAP4.error) as error:
@@ -641,4 +652,5 @@ __all__ = [
     "load_credentials",
     "mailbox_name",
     "message_of",
+    "tls_context",
 ]

@@ -137,6 +137,21 @@ class Settings(EndpointSettings):
             raise ValueError(f"not a regular expression: {error}") from None
         return value
 
+    @field_validator("imap_ca_file")
+    @classmethod
+    def _readable_ca_file(cls, value: Path | None) -> Path | None:
+        # Read now, so a missing or bad file stops the agent at start (exit 2), as the
+        # webhook's ca_file: read only when connecting, a mistyped path left the mailbox
+        # unwatched while the agent ran on. A file gone later is a `tls` error naming it.
+        if value is not None:
+            from .imap import MailboxError, tls_context
+
+            try:
+                tls_context(value)
+            except MailboxError as error:
+                raise ValueError(str(error)) from None
+        return value
+
     @field_validator("droplet_name")
     @classmethod
     def _blank_name_is_unset(cls, value: str | None) -> str | None:

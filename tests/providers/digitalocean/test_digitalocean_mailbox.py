@@ -932,3 +932,32 @@ def test_the_imap_connection_has_tcp_keepalive(
                 assert sock.getsockopt(socket.IPPROTO_TCP, option) == value, option
     finally:
         session.close()
+
+
+def test_an_imap_ca_file_that_cannot_be_read_is_refused_at_start(tmp_path: Path) -> None:
+    # Read only at each connection, a mistyped path was "cannot connect to IMAP server
+    # imap.example.com:993: [Errno 2] No such file or directory", an "imap" error naming
+    # neither the file nor the key, and the mailbox went unwatched while the agent ran on.
+    not_pem = tmp_path / "ca.der"
+    not_pem.write_bytes(b"\x30\x82\x01\x0a not a PEM certificate")
+    cases = {
+        tmp_path / "missing.pem": "No such file or directory",
+        tmp_path: "Is a directory",
+        not_pem: r"no certificate in it \(expected PEM\)",
+    }
+    for path, why in cases.items():
+        with pytest.raises(ValueError, match=rf"imap_ca_file[\s\S]*{why}") as error:
+            Settings(imap_host="imap.example.com", imap_ca_file=path)
+        assert str(path) in str(error.value)
+
+
+def test_an_imap_ca_file_gone_after_the_start_is_a_tls_error_naming_it(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(dovecot.cert.read_bytes())
+    session = MailboxSession("127.0.0.1", dovecot.imaps_port, "tls", ca_file=ca, timeout=10)
+    ca.unlink()
+    with pytest.raises(Exception, match=rf"imap_ca_file {ca}: cannot read it") as error:
+        session.open(Credentials(mail_user.name, mail_user.password))
+    assert error.value.kind == "tls"  # type: ignore[attr-defined]
