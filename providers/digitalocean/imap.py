@@ -523,7 +523,8 @@ class MailboxSession:
 
     def wait(self, timeout: float, stop: threading.Event) -> bool:
         """Wait for new mail with IDLE, at most `timeout` seconds or until `stop` is set.
-        True when the server announced mail. Without IDLE it only waits."""
+        True when the server announced mail, or ended IDLE itself (it then announces nothing
+        until asked: search now). Without IDLE it only waits."""
         if not self.idle:
             stop.wait(timeout)
             return False
@@ -539,7 +540,8 @@ class MailboxSession:
             if not line.startswith(b"+"):
                 raise ServerFailure(f"IDLE refused: {line.decode('utf-8', 'replace').strip()}")
             self.idling = True
-            until = time.monotonic() + timeout
+            began = time.monotonic()
+            until = began + timeout
             while not stop.is_set() and time.monotonic() < until:
                 if not conn.waiting(min(0.25, max(0.0, until - time.monotonic()))):
                     continue
@@ -551,6 +553,18 @@ class MailboxSession:
                     raise ServerFailure(
                         f"the IMAP server said {line.decode('utf-8', 'replace').strip()}"
                     )
+                if line.startswith(tag + b" "):
+                    # The server ended IDLE itself (an IDLE timeout, RFC 2177): it announces
+                    # nothing more until the next command. Read as one more line, the watcher
+                    # waited on until idle_renew and read mail delivered meanwhile that late.
+                    if not line[len(tag) + 1 :].upper().startswith(b"OK"):
+                        raise ServerFailure(
+                            f"IDLE ended with {line.decode('utf-8', 'replace').strip()}"
+                        )
+                    log.debug("digitalocean: the IMAP server ended IDLE: %r", line.strip())
+                    # One that ends every IDLE at once is not searched more than once a second.
+                    stop.wait(max(0.0, began + 1.0 - time.monotonic()))
+                    return True
                 if _EXISTS.match(line):
                     arrived = True
                     break

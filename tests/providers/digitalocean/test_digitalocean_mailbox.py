@@ -961,3 +961,134 @@ def test_an_imap_ca_file_gone_after_the_start_is_a_tls_error_naming_it(
     with pytest.raises(Exception, match=rf"imap_ca_file {ca}: cannot read it") as error:
         session.open(Credentials(mail_user.name, mail_user.password))
     assert error.value.kind == "tls"  # type: ignore[attr-defined]
+
+
+class _ScriptedServer:
+    """An IMAP server on loopback with one mailbox, enough of RFC 3501 and 2177 for the
+    watcher, whose faults a test sets: `end_idle_after` (the server ends each IDLE itself
+    with a tagged OK after so many seconds, as RFC 2177 lets a server with an IDLE timeout
+    do)."""
+
+    def __init__(self, *, end_idle_after: float | None = None) -> None:
+        self.end_idle_after = end_idle_after
+        self.mails: dict[int, bytes] = {}
+        self.idles_ended = 0  # IDLEs the server ended itself
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def deliver(self, message: bytes) -> int:
+        uid = max(self.mails, default=0) + 1
+        self.mails[uid] = message
+        return uid
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        buffer = bytearray()
+
+        def line(timeout: float | None = None) -> bytes | None:
+            conn.settimeout(timeout)
+            while b"\n" not in buffer:
+                try:
+                    chunk = conn.recv(4096)
+                except TimeoutError:
+                    return None
+                if not chunk:
+                    raise OSError("closed")
+                buffer.extend(chunk)
+            end = buffer.index(b"\n") + 1
+            found = bytes(buffer[:end])
+            del buffer[:end]
+            return found
+
+        with contextlib.suppress(OSError), conn:
+            conn.sendall(b"* OK [CAPABILITY IMAP4rev1 IDLE] ready\r\n")
+            while True:
+                received = line()
+                assert received is not None
+                tag, _, command = received.decode().strip().partition(" ")
+                verb = command.upper()
+                if verb.startswith("CAPABILITY"):
+                    conn.sendall(b"* CAPABILITY IMAP4rev1 IDLE\r\n")
+                elif verb.startswith(("EXAMINE", "SELECT")):
+                    conn.sendall(
+                        f"* {len(self.mails)} EXISTS\r\n* OK [UIDVALIDITY 3] ok\r\n".encode()
+                    )
+                elif verb.startswith("UID SEARCH"):
+                    first = int(re.search(r"UID (\d+):\*", command).group(1))  # type: ignore[union-attr]
+                    found = [uid for uid in sorted(self.mails) if uid >= first]
+                    conn.sendall(("* SEARCH " + " ".join(map(str, found)) + "\r\n").encode())
+                elif verb.startswith("UID FETCH"):
+                    uid = int(command.split()[2])
+                    message = self.mails[uid]
+                    head = f"* {uid} FETCH (UID {uid} BODY[]<0> {{{len(message)}}}\r\n".encode()
+                    conn.sendall(head + message + b")\r\n")
+                elif verb.startswith("IDLE"):
+                    conn.sendall(b"+ idling\r\n")
+                    done = line(self.end_idle_after)
+                    if done is None:  # the server's own IDLE timeout
+                        self.idles_ended += 1
+                        conn.sendall(f"{tag} OK IDLE terminated (timeout)\r\n".encode())
+                        continue
+                elif tag == "DONE":
+                    conn.sendall(b"DONE BAD Error in IMAP command: Unknown command\r\n")
+                    continue
+                elif verb.startswith("LOGOUT"):
+                    conn.sendall(f"* BYE\r\n{tag} OK bye\r\n".encode())
+                    return
+                conn.sendall(f"{tag} OK done\r\n".encode())
+
+    def settings(self, tmp_path: Path, **changes: Any) -> Settings:
+        credentials = tmp_path / "imap.env"
+        credentials.write_text("FOREWARN_IMAP_USER=u\nFOREWARN_IMAP_PASSWORD=p\n")
+        credentials.chmod(0o600)
+        options: dict[str, Any] = {
+            "url": "http://127.0.0.1:9",
+            "droplet_id": DROPLET_ID,
+            "imap_host": "127.0.0.1",
+            "imap_port": self.port,
+            "imap_tls": "none",
+            "credentials_file": credentials,
+            "retry_max": 1.0,
+        }
+        return Settings(**{**options, **changes})
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+async def test_an_idle_the_server_ends_itself_is_issued_again_at_once(tmp_path: Path) -> None:
+    # A server with an IDLE timeout may end IDLE with its tagged OK (RFC 2177). Taken for
+    # one more line, the watcher sat on a connection no longer idling until idle_renew
+    # (25 min): mail delivered meanwhile was announced to nobody and read that late.
+    server = _ScriptedServer(end_idle_after=0.2)
+    try:
+        async with running(server.settings(tmp_path, idle_renew=600), tmp_path / "s") as run:
+            await run.until(lambda: server.idles_ended >= 1, what="the server ended an IDLE")
+            server.deliver(reclaim())
+            await run.until(lambda: len(run.reports) == 1)
+            assert run.health.errors == 0, run.health.last_error
+    finally:
+        server.close()
+
+
+async def test_a_server_that_ends_every_idle_at_once_is_not_searched_in_a_loop(
+    tmp_path: Path,
+) -> None:
+    server = _ScriptedServer(end_idle_after=0.001)
+    try:
+        async with running(server.settings(tmp_path, idle_renew=600), tmp_path / "s") as run:
+            await run.until(lambda: server.idles_ended >= 1, what="the server ended an IDLE")
+            server.deliver(reclaim())
+            await run.until(lambda: len(run.reports) == 1)
+            started, ended = time.monotonic(), server.idles_ended
+            await run.until(lambda: server.idles_ended >= ended + 3, what="3 more IDLEs")
+            # At most one search and IDLE a second, not as fast as the server answers.
+            assert time.monotonic() - started >= 1.9
+    finally:
+        server.close()
