@@ -70,6 +70,11 @@ class ServerFailure(MailboxError):
     kind = "imap"
 
 
+class FetchRefused(ServerFailure):
+    """The server answered the FETCH of one mail with an error (NO, BAD, BYE), not with the
+    mail: Dovecot does so for a mail file it cannot read, every time it is asked."""
+
+
 @dataclass(frozen=True)
 class Credentials:
     user: str
@@ -321,6 +326,11 @@ def _reason(data: object) -> str:
     return text
 
 
+def _said(error: imaplib.IMAP4.error) -> str:
+    """What the server said, without the command imaplib puts before it."""
+    return re.sub(r"^command: \S+ => ", "", str(error))
+
+
 def message_of(data: list[Any], uid: int) -> bytes | None:
     """The message in a UID FETCH answer as imaplib splits it: `(b'1 (UID 5 BODY[]<0>
     {n}', message)`, and then the rest of the line. The UID may come after the message
@@ -480,13 +490,23 @@ class MailboxSession:
         """The message (its first FETCH_LIMIT bytes), left unread (BODY.PEEK); None when
         it was expunged meanwhile."""
         conn = self._require()
+        refused = f"the IMAP server refused to send mail UID {uid}"
         try:
             kind, data = conn.uid("FETCH", str(uid), f"(UID BODY.PEEK[]<0.{FETCH_LIMIT}>)")
             if kind != "OK":
-                raise ServerFailure(f"UID FETCH {uid} failed: {_reason(data)}")
+                raise FetchRefused(f"{refused}: {_reason(data)}")
             self.announced |= self._count(conn)
-        except (OSError, imaplib.IMAP4.error) as error:
+        except OSError as error:
             raise ServerFailure(f"reading mail UID {uid} failed: {error}") from None
+        except imaplib.IMAP4.abort as error:
+            # Dovecot answers the FETCH of a mail file it cannot read with BYE ("FETCH
+            # failed: Internal error occurred"); a connection that ended without a word is
+            # no refusal.
+            if conn.untagged_responses.get("BYE"):
+                raise FetchRefused(f"{refused}: {_said(error)}") from None
+            raise ServerFailure(f"reading mail UID {uid} failed: {error}") from None
+        except imaplib.IMAP4.error as error:  # imaplib's word for a tagged BAD
+            raise FetchRefused(f"{refused}: {_said(error)}") from None
         return message_of(data, uid)
 
     def _count(self, conn: _Connection) -> bool:
@@ -657,6 +677,7 @@ class MailboxSession:
 __all__ = [
     "Credentials",
     "CredentialsError",
+    "FetchRefused",
     "LoginRefused",
     "MailboxError",
     "MailboxSession",

@@ -29,7 +29,7 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext
-from .imap import MailboxError, MailboxSession, load_credentials
+from .imap import FetchRefused, MailboxError, MailboxSession, load_credentials
 from .mail import MatchRules, Verdict, reclaim_verdict
 from .seen import ACTIVE_FILE, STATE_FILE, ActiveReclaims, SeenMail
 from .settings import Settings
@@ -129,6 +129,9 @@ class DigitalOceanWatcher:
         self.answered = False
         self._session: MailboxSession | None = None
         self._stop = threading.Event()
+        # How many connections in a row the server refused to send a mail on, by
+        # (UIDVALIDITY, UID): see FETCH_REFUSALS.
+        self._refused: dict[tuple[int, int], int] = {}
 
     # Detection and identity: droplet metadata.
 
@@ -254,7 +257,14 @@ class DigitalOceanWatcher:
             # start on a large mailbox reads only the last days).
             since = (utcnow() - timedelta(seconds=s.max_age)).date() - timedelta(days=1)
             for uid in await asyncio.to_thread(session.new_uids, seen.last_uid, since):
-                raw = await asyncio.to_thread(session.fetch, uid)
+                try:
+                    raw = await asyncio.to_thread(session.fetch, uid)
+                except FetchRefused as error:
+                    if not self._refused_again(session.uidvalidity, uid, error):
+                        raise  # tried again on the next connection
+                    seen.handled(uid)
+                    continue
+                self._refused.pop((session.uidvalidity, uid), None)
                 if raw is None:  # expunged since the search
                     log.info("digitalocean: mail UID %d was gone when fetched; passed over", uid)
                     seen.handled(uid)
@@ -285,6 +295,25 @@ class DigitalOceanWatcher:
                 await asyncio.to_thread(session.wait, s.idle_renew, stop)
             else:
                 await asyncio.sleep(s.poll_interval)
+
+    def _refused_again(self, uidvalidity: int, uid: int, error: FetchRefused) -> bool:
+        """Count one more refusal of this mail; True when it is to be passed over. A mail
+        the server refuses on every connection (Dovecot, for a mail file it cannot read) was
+        fetched again forever, and no mail after it was read: one the server refused on
+        FETCH_REFUSALS connections is passed over, as a mail that cannot be judged."""
+        key = (uidvalidity, uid)
+        refusals = self._refused[key] = self._refused.get(key, 0) + 1
+        if refusals < FETCH_REFUSALS:
+            return False
+        del self._refused[key]
+        log.error(
+            "digitalocean: %s, on %d connections in a row; mail UID %d is passed over, "
+            "so that the mail after it is read",
+            error,
+            refusals,
+            uid,
+        )
+        return True
 
     def _handle(self, uid: int, verdict: Verdict, seen: SeenMail, emit: Emit) -> None:
         report = verdict.report
@@ -358,6 +387,9 @@ class DigitalOceanWatcher:
 
 
 _SLOW_JUDGING = 1.0  # seconds; a reclaim mail of a few KiB takes milliseconds
+# Connections in a row on which the server refused to send a mail before it is passed over:
+# a refusal on one connection may be the server's passing trouble.
+FETCH_REFUSALS = 3
 
 
 async def _off_loop(work: Callable[..., T], *args: Any) -> T:

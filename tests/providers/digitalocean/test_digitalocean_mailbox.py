@@ -967,10 +967,13 @@ class _ScriptedServer:
     """An IMAP server on loopback with one mailbox, enough of RFC 3501 and 2177 for the
     watcher, whose faults a test sets: `end_idle_after` (the server ends each IDLE itself
     with a tagged OK after so many seconds, as RFC 2177 lets a server with an IDLE timeout
-    do)."""
+    do), `refused` (UIDs whose FETCH it answers NO), `drops` (how many more times it ends
+    the connection without a word at the FETCH of a UID)."""
 
     def __init__(self, *, end_idle_after: float | None = None) -> None:
         self.end_idle_after = end_idle_after
+        self.refused: set[int] = set()
+        self.drops: dict[int, int] = {}
         self.mails: dict[int, bytes] = {}
         self.idles_ended = 0  # IDLEs the server ended itself
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -1025,6 +1028,12 @@ class _ScriptedServer:
                     conn.sendall(("* SEARCH " + " ".join(map(str, found)) + "\r\n").encode())
                 elif verb.startswith("UID FETCH"):
                     uid = int(command.split()[2])
+                    if self.drops.get(uid, 0) > 0:
+                        self.drops[uid] -= 1
+                        return
+                    if uid in self.refused:
+                        conn.sendall(f"{tag} NO Message unavailable\r\n".encode())
+                        continue
                     message = self.mails[uid]
                     head = f"* {uid} FETCH (UID {uid} BODY[]<0> {{{len(message)}}}\r\n".encode()
                     conn.sendall(head + message + b")\r\n")
@@ -1050,6 +1059,7 @@ class _ScriptedServer:
         options: dict[str, Any] = {
             "url": "http://127.0.0.1:9",
             "droplet_id": DROPLET_ID,
+            "droplet_name": "gpu-spot-1",
             "imap_host": "127.0.0.1",
             "imap_port": self.port,
             "imap_tls": "none",
@@ -1090,5 +1100,48 @@ async def test_a_server_that_ends_every_idle_at_once_is_not_searched_in_a_loop(
             await run.until(lambda: server.idles_ended >= ended + 3, what="3 more IDLEs")
             # At most one search and IDLE a second, not as fast as the server answers.
             assert time.monotonic() - started >= 1.9
+    finally:
+        server.close()
+
+
+async def test_a_mail_the_server_cannot_send_does_not_hold_up_the_mail_after_it(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Dovecot answers the FETCH of a mail file it cannot read (a permission, a broken file)
+    # with "NO Internal error occurred", every time. The watcher reconnected and fetched it
+    # again, forever: no mail after it was read, a reclaim among them never raised.
+    caplog.set_level(logging.INFO, logger="forewarn")
+    dovecot.append(mail_user, reclaim(subject="Weekly newsletter"))
+    dovecot.append(mail_user, reclaim())
+    mails = Path(dovecot.root, "mail", mail_user.name)
+    files = [*mails.glob("new/*"), *mails.glob("cur/*")]
+    (unreadable,) = [path for path in files if b"reclaim notice" in path.read_bytes()]
+    unreadable.chmod(0)
+    dovecot.append(mail_user, reclaim("Droplet gpu-spot-1 will be reclaimed in 90 minutes."))
+    async with running(settings_for(dovecot, mail_user, tmp_path), tmp_path / "state") as run:
+        await run.until(lambda: len(run.reports) == 1, timeout=20)
+        await run.idling()
+        assert run.health.errors_by_kind.get("imap", 0) >= 1
+    passed_over = [r for r in caplog.records if "UID 2" in r.getMessage()]
+    assert passed_over and passed_over[-1].levelno == logging.ERROR
+    assert "passed over" in passed_over[-1].getMessage()
+
+
+async def test_a_mail_refused_with_no_is_passed_over_and_one_cut_off_is_read_again(
+    tmp_path: Path,
+) -> None:
+    server = _ScriptedServer()
+    server.refused.add(server.deliver(reclaim()))
+    cut_off = server.deliver(reclaim("Droplet gpu-spot-1 will be reclaimed in 90 minutes."))
+    # A connection that ends at the FETCH without a word is no refusal, however often:
+    # that mail is read once the connection holds.
+    server.drops[cut_off] = 5
+    try:
+        async with running(server.settings(tmp_path), tmp_path / "s") as run:
+            await run.until(lambda: len(run.reports) == 1, timeout=20)
+            await run.idling()
+            # Refused on two connections, passed over on the third; cut off five times.
+            assert run.health.errors_by_kind["imap"] == 2 + 5
+            assert len(run.reports) == 1
     finally:
         server.close()
