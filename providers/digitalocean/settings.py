@@ -6,6 +6,7 @@ import ipaddress
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
@@ -24,6 +25,15 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _is_address(host: str) -> bool:
+    """An IP address (IPv6 with a zone too): its colons are no port."""
+    try:
+        ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return False
+    return True
 
 
 def _seconds(value: Any) -> Any:
@@ -167,6 +177,28 @@ class Settings(EndpointSettings):
         # only in the watcher's health).
         if value == "":
             raise ValueError("empty: leave it unset when no mailbox is to be watched")
+        if value is None or _is_address(value):
+            return value
+        # A mail client's server URL (`imaps://imap.example.com`) or a host with its port
+        # (`imap.example.com:993`) did not resolve as a host name: the agent ran on with the
+        # mailbox unwatched. Refused at start, saying what to write instead.
+        scheme, _, rest = value.rpartition("://")
+        written = urlsplit(f"//{rest}")
+        try:
+            port = written.port
+        except ValueError:
+            port = None
+        if written.hostname and (scheme or port is not None or written.path not in ("", "/")):
+            keys = f'imap_host = "{written.hostname}"'
+            if port is not None:
+                keys += f", imap_port = {port}"
+            tls = {"imaps": "tls", "imap": "starttls"}.get(scheme.lower())
+            if tls:
+                keys += f', imap_tls = "{tls}"'
+            raise ValueError(f"a host name, not a URL nor host:port: write {keys}")
+        # An address in brackets, as a URL writes it (`[::1]`), is the address.
+        if value.startswith("[") and value.endswith("]"):
+            return value[1:-1]
         return value
 
     @field_validator("droplet_id")

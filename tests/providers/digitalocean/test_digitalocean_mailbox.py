@@ -1145,3 +1145,31 @@ async def test_a_mail_refused_with_no_is_passed_over_and_one_cut_off_is_read_aga
             assert len(run.reports) == 1
     finally:
         server.close()
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("imaps://imap.example.com", 'imap_host = "imap.example.com".*imap_tls = "tls"'),
+        (
+            "imap://imap.example.com:143/",
+            'imap_host = "imap.example.com", imap_port = 143.*imap_tls = "starttls"',
+        ),
+        ("imap.example.com:993", 'imap_host = "imap.example.com", imap_port = 993'),
+        ("[2001:db8::1]:993", 'imap_host = "2001:db8::1", imap_port = 993'),
+    ],
+)
+def test_an_imap_host_written_as_a_url_or_with_its_port_is_refused_at_start(
+    written: str, said: str
+) -> None:
+    # Taken as a host name, `imaps://imap.example.com` or `imap.example.com:993` did not
+    # resolve: the agent ran on, the mailbox unwatched, an "imap" error in its health.
+    with pytest.raises(ValueError, match=f"imap_host\\n.*{said}"):
+        Settings(imap_host=written)
+
+
+def test_an_imap_host_in_brackets_is_its_address() -> None:
+    # `[::1]` (an address as written in a URL) passed as loopback, then did not resolve.
+    assert Settings(imap_host="[::1]", imap_tls="none").imap_host == "::1"
+    for address in ("2001:db8::1", "2001:db8::993", "fe80::1%eth0", "::1", "1::"):
+        assert Settings(imap_host=address).imap_host == address
