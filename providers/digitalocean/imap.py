@@ -229,6 +229,7 @@ class _Dialing(_Buffered):
 
     _watch: Callable[[socket.socket], None]
     _resolve: Callable[[str | None, int], list[Any]]
+    _connected: Callable[[], None]
 
     def _dial(self, host: str, port: int, timeout: float | None) -> socket.socket:
         failure: OSError | None = None
@@ -239,6 +240,7 @@ class _Dialing(_Buffered):
                 keep_alive(sock)
                 sock.settimeout(timeout)
                 sock.connect(address)
+                self._connected()
                 return sock
             except OSError as error:
                 sock.close()
@@ -251,6 +253,7 @@ class _Plain(_Dialing, imaplib.IMAP4):
         self._rbuf = bytearray()
         self._watch = session._watch
         self._resolve = session._resolve
+        self._connected = session._connected
         super().__init__(host, port, timeout=timeout)
 
     def _create_socket(self, timeout: float | None = None) -> socket.socket:
@@ -269,6 +272,7 @@ class _Tls(_Dialing, imaplib.IMAP4_SSL):
         self._rbuf = bytearray()
         self._watch = session._watch
         self._resolve = session._resolve
+        self._connected = session._connected
         super().__init__(host, port, ssl_context=context, timeout=timeout)
 
     def _create_socket(self, timeout: float | None = None) -> ssl.SSLSocket:
@@ -384,6 +388,7 @@ class MailboxSession:
         self._lookup_over: threading.Event | None = None
         self._lock = threading.Lock()
         self._tags = 0
+        self._reached = False  # the connection in progress got past its TCP connect
 
     def __repr__(self) -> str:
         return f"MailboxSession({self.host}:{self.port}, tls={self.tls})"
@@ -396,6 +401,7 @@ class MailboxSession:
         where = f"{self.host}:{self.port}"
         # Before connecting: a CA file that cannot be read is said as such.
         context = tls_context(self.ca_file) if self.tls != "none" else None
+        self._reached = False
         try:
             if context is not None and self.tls == "tls":
                 self.conn = _Tls(self.host, self.port, context, self.timeout, self)
@@ -406,9 +412,13 @@ class MailboxSession:
                         raise TlsFailure(f"IMAP server {where} does not offer STARTTLS")
                     self.conn.starttls(ssl_context=context)
         except ssl.SSLError as error:
-            raise TlsFailure(f"TLS with IMAP server {where} failed: {error}") from None
+            raise TlsFailure(
+                f"TLS with IMAP server {where} failed: {error}{self._mode_hint(error)}"
+            ) from None
         except (OSError, imaplib.IMAP4.error) as error:
-            raise ServerFailure(f"cannot connect to IMAP server {where}: {error}") from None
+            raise ServerFailure(
+                f"cannot connect to IMAP server {where}: {error}{self._mode_hint(error)}"
+            ) from None
         if self._aborted:  # `abort` came while connecting: drop the fresh connection
             self.abort()
             raise ServerFailure(f"connection to {where} aborted")
@@ -454,6 +464,26 @@ class MailboxSession:
             conn.untagged_responses.clear()
         except (OSError, imaplib.IMAP4.error, ValueError) as error:
             raise ServerFailure(f"IMAP server {where}: {error}") from None
+
+    def _mode_hint(self, error: Exception) -> str:
+        """What to set when the port is one of the other TLS mode (IMAPS is 993, STARTTLS
+        143): mixed up, the error was only "wrong version number" or "timed out"."""
+        if self.tls == "tls" and getattr(error, "reason", None) == "WRONG_VERSION_NUMBER":
+            return (
+                f"; the server answered without TLS: port {self.port} is one for STARTTLS "
+                'or plain IMAP (143): set imap_tls = "starttls", or imap_port to the '
+                "server's IMAPS port (993)"
+            )
+        if self.tls != "tls" and self._reached and isinstance(error, TimeoutError):
+            return (
+                f"; connected, but no greeting came within {self.timeout:g} s, as on a port "
+                f"for IMAPS (993), where the server waits for TLS first: if {self.port} is "
+                'one, set imap_tls = "tls"'
+            )
+        return ""
+
+    def _connected(self) -> None:
+        self._reached = True
 
     def _require(self) -> _Connection:
         if self.conn is None:

@@ -1173,3 +1173,17 @@ def test_an_imap_host_in_brackets_is_its_address() -> None:
     assert Settings(imap_host="[::1]", imap_tls="none").imap_host == "::1"
     for address in ("2001:db8::1", "2001:db8::993", "fe80::1%eth0", "::1", "1::"):
         assert Settings(imap_host=address).imap_host == address
+
+
+@pytest.mark.parametrize("tls", ["tls", "starttls", "none"])
+def test_a_port_of_the_other_tls_mode_is_said_as_such(
+    dovecot: Dovecot, mail_user: MailUser, tls: TlsMode
+) -> None:
+    # IMAPS on 993, STARTTLS on 143, mixed up: "[SSL: WRONG_VERSION_NUMBER] wrong version
+    # number", or "timed out" (the server waits for TLS, the client for a greeting).
+    port = dovecot.imap_port if tls == "tls" else dovecot.imaps_port
+    session = MailboxSession("127.0.0.1", port, tls, ca_file=dovecot.cert, timeout=1)
+    other = "starttls" if tls == "tls" else "tls"
+    with pytest.raises(Exception, match=f'set imap_tls = "{other}"'):
+        session.open(Credentials(mail_user.name, mail_user.password))
+    session.abort()
