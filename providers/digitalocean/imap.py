@@ -586,12 +586,24 @@ class MailboxSession:
         arrived = False
         try:
             conn.send(tag + b" IDLE\r\n")
-            line = conn.readline()
-            if not line.startswith(b"+"):
-                raise ServerFailure(f"IDLE refused: {line.decode('utf-8', 'replace').strip()}")
+            # Untagged answers may come before the "+" (mail announced as IDLE begins): read
+            # as IDLE refused, they cost an error and a reconnection.
+            while not (line := conn.readline()).startswith(b"+"):
+                if not line:
+                    raise ServerFailure("the IMAP server closed the connection at IDLE")
+                if line.startswith(tag + b" "):
+                    raise ServerFailure(f"IDLE refused: {line.decode('utf-8', 'replace').strip()}")
+                if line.upper().startswith(b"* BYE"):
+                    raise ServerFailure(
+                        f"the IMAP server said {line.decode('utf-8', 'replace').strip()}"
+                    )
+                known = self.exists
+                self._told(line)
+                arrived |= self.exists > known
             self.idling = True
             began = time.monotonic()
-            until = began + timeout
+            # Mail announced already: end IDLE at once, and search.
+            until = began if arrived else began + timeout
             while not stop.is_set() and time.monotonic() < until:
                 if not conn.waiting(min(0.25, max(0.0, until - time.monotonic()))):
                     continue

@@ -968,10 +968,13 @@ class _ScriptedServer:
     watcher, whose faults a test sets: `end_idle_after` (the server ends each IDLE itself
     with a tagged OK after so many seconds, as RFC 2177 lets a server with an IDLE timeout
     do), `refused` (UIDs whose FETCH it answers NO), `drops` (how many more times it ends
-    the connection without a word at the FETCH of a UID)."""
+    the connection without a word at the FETCH of a UID), `before_idling` (untagged lines
+    sent before IDLE's continuation)."""
 
     def __init__(self, *, end_idle_after: float | None = None) -> None:
         self.end_idle_after = end_idle_after
+        self.before_idling: list[bytes] = []
+        self.connections = 0
         self.refused: set[int] = set()
         self.drops: dict[int, int] = {}
         self.mails: dict[int, bytes] = {}
@@ -989,6 +992,7 @@ class _ScriptedServer:
         with contextlib.suppress(OSError):
             while True:
                 conn, _ = self.listener.accept()
+                self.connections += 1
                 threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -1038,7 +1042,7 @@ class _ScriptedServer:
                     head = f"* {uid} FETCH (UID {uid} BODY[]<0> {{{len(message)}}}\r\n".encode()
                     conn.sendall(head + message + b")\r\n")
                 elif verb.startswith("IDLE"):
-                    conn.sendall(b"+ idling\r\n")
+                    conn.sendall(b"".join(self.before_idling) + b"+ idling\r\n")
                     done = line(self.end_idle_after)
                     if done is None:  # the server's own IDLE timeout
                         self.idles_ended += 1
@@ -1187,3 +1191,20 @@ def test_a_port_of_the_other_tls_mode_is_said_as_such(
     with pytest.raises(Exception, match=f'set imap_tls = "{other}"'):
         session.open(Credentials(mail_user.name, mail_user.password))
     session.abort()
+
+
+async def test_untagged_answers_before_idle_s_continuation_are_taken_in(tmp_path: Path) -> None:
+    # A server may announce mail (and say anything untagged) before its "+" to IDLE: that
+    # was "IDLE refused: * 1 EXISTS", an error and a reconnection, for a mail that came.
+    server = _ScriptedServer(end_idle_after=0.2)
+    server.before_idling = [b"* OK Still here\r\n", b"* 1 EXISTS\r\n"]
+    try:
+        async with running(server.settings(tmp_path), tmp_path / "s") as run:
+            await run.idling()
+            server.deliver(reclaim())
+            await run.until(lambda: len(run.reports) == 1)
+            await run.idling()
+            assert run.health.errors == 0, run.health.last_error
+            assert server.connections == 1
+    finally:
+        server.close()
