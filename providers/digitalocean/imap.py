@@ -592,7 +592,15 @@ class MailboxSession:
                 if not line:
                     raise ServerFailure("the IMAP server closed the connection at IDLE")
                 if line.startswith(tag + b" "):
-                    raise ServerFailure(f"IDLE refused: {line.decode('utf-8', 'replace').strip()}")
+                    # Offered, yet refused (a proxy in front of the server): the watcher
+                    # reconnected every second to be refused again. It polls instead.
+                    self.capabilities -= {"IDLE"}
+                    log.warning(
+                        "digitalocean: the IMAP server offers IDLE but answered %r; polling "
+                        "every poll_interval instead",
+                        line.decode("utf-8", "replace").strip(),
+                    )
+                    return False
                 if line.upper().startswith(b"* BYE"):
                     raise ServerFailure(
                         f"the IMAP server said {line.decode('utf-8', 'replace').strip()}"

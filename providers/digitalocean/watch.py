@@ -293,6 +293,7 @@ class DigitalOceanWatcher:
             self.active.save(utcnow())
             if session.idle:
                 await asyncio.to_thread(session.wait, s.idle_renew, stop)
+                self.idle_supported = session.idle  # False once the server refused IDLE
             else:
                 await asyncio.sleep(s.poll_interval)
 

@@ -968,11 +968,12 @@ class _ScriptedServer:
     watcher, whose faults a test sets: `end_idle_after` (the server ends each IDLE itself
     with a tagged OK after so many seconds, as RFC 2177 lets a server with an IDLE timeout
     do), `refused` (UIDs whose FETCH it answers NO), `drops` (how many more times it ends
-    the connection without a word at the FETCH of a UID), `before_idling` (untagged lines
-    sent before IDLE's continuation)."""
+    the connection without a word at the FETCH of a UID), `idle_refused` (IDLE offered, and
+    refused with BAD), `before_idling` (untagged lines sent before IDLE's continuation)."""
 
     def __init__(self, *, end_idle_after: float | None = None) -> None:
         self.end_idle_after = end_idle_after
+        self.idle_refused = False
         self.before_idling: list[bytes] = []
         self.connections = 0
         self.refused: set[int] = set()
@@ -1042,6 +1043,9 @@ class _ScriptedServer:
                     head = f"* {uid} FETCH (UID {uid} BODY[]<0> {{{len(message)}}}\r\n".encode()
                     conn.sendall(head + message + b")\r\n")
                 elif verb.startswith("IDLE"):
+                    if self.idle_refused:
+                        conn.sendall(f"{tag} BAD Unknown command\r\n".encode())
+                        continue
                     conn.sendall(b"".join(self.before_idling) + b"+ idling\r\n")
                     done = line(self.end_idle_after)
                     if done is None:  # the server's own IDLE timeout
@@ -1206,5 +1210,22 @@ async def test_untagged_answers_before_idle_s_continuation_are_taken_in(tmp_path
             await run.idling()
             assert run.health.errors == 0, run.health.last_error
             assert server.connections == 1
+    finally:
+        server.close()
+
+
+async def test_a_server_that_offers_idle_and_refuses_it_is_polled(tmp_path: Path) -> None:
+    # IDLE in the capabilities, BAD to the command (a proxy in front of the server): the
+    # watcher reconnected every second, an error each time, and never polled.
+    server = _ScriptedServer()
+    server.idle_refused = True
+    try:
+        async with running(server.settings(tmp_path, poll_interval=0.2), tmp_path / "s") as run:
+            await run.polls(3)
+            server.deliver(reclaim())
+            await run.until(lambda: len(run.reports) == 1)
+            assert run.health.errors == 0, run.health.last_error
+            assert server.connections == 1
+            assert run.watcher.idle_supported is False
     finally:
         server.close()
