@@ -374,6 +374,7 @@ class MailboxSession:
         )
         self.conn: _Connection | None = None
         self.uidvalidity = 0
+        self.uidnext: int | None = None  # the UID the server will give the next mail
         self.capabilities: frozenset[str] = frozenset()
         self.idling = False  # in IDLE, with everything before it read
         # The server announced mail (EXISTS) along with a SEARCH or FETCH answer: it will
@@ -459,6 +460,9 @@ class MailboxSession:
             if not validity or validity[0] is None:
                 raise ServerFailure(f"mailbox {mailbox!r}: the server sent no UIDVALIDITY")
             self.uidvalidity = int(validity[0])
+            _, following = conn.response("UIDNEXT")
+            with contextlib.suppress(ValueError, TypeError, IndexError):
+                self.uidnext = int(following[0])
             with contextlib.suppress(ValueError, TypeError, IndexError):
                 self.exists = int(_reason(data))
             conn.untagged_responses.clear()

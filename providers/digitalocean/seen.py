@@ -63,8 +63,21 @@ class SeenMail:
                 state.uidvalidity, state.last_uid = validity, last
         return state
 
-    def begin(self, uidvalidity: int) -> int:
-        """Start reading a mailbox with this UIDVALIDITY; returns the last UID handled."""
+    def begin(self, uidvalidity: int, uidnext: int | None = None) -> int:
+        """Start reading a mailbox with this UIDVALIDITY (and, when the server said it, the
+        UID of its next mail); returns the last UID handled."""
+        if uidvalidity == self.uidvalidity and uidnext is not None and uidnext <= self.last_uid:
+            # A mailbox restored from a backup, or a UID list rebuilt keeping UIDVALIDITY:
+            # new mail got UIDs at or below the last handled, and was skipped without a word.
+            # The notice ids kept stop what was raised from being raised again.
+            log.warning(
+                "digitalocean: the mailbox's UIDs went back (next UID %d, last handled %d) "
+                "without a new UIDVALIDITY; reading it afresh",
+                uidnext,
+                self.last_uid,
+            )
+            self.last_uid = 0
+            self.save()
         if uidvalidity != self.uidvalidity:
             if self.uidvalidity is not None:
                 log.info(

@@ -250,7 +250,7 @@ class DigitalOceanWatcher:
         if self._seen is None or self._seen.mailbox != key:
             self._seen = SeenMail.load(self.state_path, key, self.health)
         seen = self._seen
-        seen.begin(session.uidvalidity)
+        seen.begin(session.uidvalidity, session.uidnext)
         backoff.reset()
         while True:
             # Mail delivered before max_age raises nothing: no need to read it (a first

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import re
 import socket
@@ -1229,3 +1230,23 @@ async def test_a_server_that_offers_idle_and_refuses_it_is_polled(tmp_path: Path
             assert run.watcher.idle_supported is False
     finally:
         server.close()
+
+
+async def test_uids_that_went_back_without_a_new_uidvalidity_are_read_afresh(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A mailbox restored from a backup (or a server whose UID list was rebuilt keeping its
+    # UIDVALIDITY) gives new mail UIDs at or below the last one handled: every new mail,
+    # a reclaim among them, was skipped without a word until the UIDs passed it again.
+    settings = settings_for(dovecot, mail_user, tmp_path)
+    state = tmp_path / "state"
+    async with running(settings, state) as run:
+        await run.idling()
+    path = state / STATE_FILE
+    kept = json.loads(path.read_text())
+    path.write_text(json.dumps({**kept, "last_uid": 1000}))
+    caplog.set_level(logging.INFO, logger="forewarn")
+    dovecot.append(mail_user, reclaim())
+    async with running(settings, state) as run:
+        await run.until(lambda: len(run.reports) == 1)
+    assert "UIDs went back" in caplog.text
