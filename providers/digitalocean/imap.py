@@ -288,6 +288,7 @@ _Connection = _Plain | _Tls
 _EXISTS = re.compile(rb"^\* \d+ (EXISTS|RECENT)\b", re.IGNORECASE)
 _COUNT = re.compile(rb"^\* (\d+) (EXISTS|EXPUNGE)\b", re.IGNORECASE)
 _UID = re.compile(rb"\bUID (\d+)", re.IGNORECASE)
+_TROUBLE = re.compile(rb"^\* (NO|BAD)\b", re.IGNORECASE)
 
 
 def _quoted(text: str) -> str:
@@ -328,6 +329,15 @@ def _reason(data: object) -> str:
     if len(text) > 3 and text[:2] in ("b'", 'b"') and text[-1] == text[1]:
         text = text[2:-1]
     return text
+
+
+def _trouble(said: str) -> ServerFailure:
+    """An untagged NO or BAD: the session is in trouble. Dovecot says only "* NO Internal
+    error occurred" to a session whose folder was deleted, and then answers its searches
+    with nothing: taken for a warning, the watcher polled the deleted folder, healthy, and
+    never read the mail of the folder made again under its name. A new connection opens the
+    folder as it is now."""
+    return ServerFailure(f"the IMAP server said {said!r}; opening the mailbox again")
 
 
 def _said(error: imaplib.IMAP4.error) -> str:
@@ -547,6 +557,11 @@ class MailboxSession:
         """Take in the untagged answers of the last command: True when they announce more
         mail than the server told of before (some servers repeat EXISTS unchanged)."""
         untagged = conn.untagged_responses
+        for word in ("NO", "BAD"):
+            if untagged.get(word):
+                said = f"* {word} {_reason(untagged[word])}"
+                untagged.clear()
+                raise _trouble(said)
         known = self.exists - len(untagged.get("EXPUNGE", []))
         grew = False
         with contextlib.suppress(ValueError, TypeError, IndexError):
@@ -609,6 +624,8 @@ class MailboxSession:
                     raise ServerFailure(
                         f"the IMAP server said {line.decode('utf-8', 'replace').strip()}"
                     )
+                if _TROUBLE.match(line):
+                    raise _trouble(line.decode("utf-8", "replace").strip())
                 known = self.exists
                 self._told(line)
                 arrived |= self.exists > known
@@ -627,6 +644,8 @@ class MailboxSession:
                     raise ServerFailure(
                         f"the IMAP server said {line.decode('utf-8', 'replace').strip()}"
                     )
+                if _TROUBLE.match(line):
+                    raise _trouble(line.decode("utf-8", "replace").strip())
                 if line.startswith(tag + b" "):
                     # The server ended IDLE itself (an IDLE timeout, RFC 2177): it announces
                     # nothing more until the next command. Read as one more line, the watcher

@@ -1250,3 +1250,26 @@ async def test_uids_that_went_back_without_a_new_uidvalidity_are_read_afresh(
     async with running(settings, state) as run:
         await run.until(lambda: len(run.reports) == 1)
     assert "UIDs went back" in caplog.text
+
+
+@pytest.mark.parametrize("idle", [True, False])
+async def test_a_watched_folder_deleted_and_made_again_is_opened_again(
+    dovecot: Dovecot, dovecot_without_idle: Dovecot, tmp_path: Path, idle: bool
+) -> None:
+    # Dovecot tells a session whose folder was deleted only "* NO Internal error occurred"
+    # (in IDLE, and at each NOOP), then answers its searches with nothing: the watcher
+    # went on polling the deleted folder, healthy, and never read the mail of the new one.
+    server = dovecot if idle else dovecot_without_idle
+    user = server.add_user()
+    admin = server.connect(user)
+    try:
+        admin.create("Alerts")
+        settings = settings_for(server, user, tmp_path, imap_mailbox="Alerts", poll_interval=0.2)
+        async with running(settings, tmp_path / "state") as run:
+            await (run.idling() if idle else run.polls(1))
+            await asyncio.to_thread(admin.delete, "Alerts")
+            await asyncio.to_thread(admin.create, "Alerts")
+            await asyncio.to_thread(server.append, user, reclaim(), "Alerts")
+            await run.until(lambda: len(run.reports) == 1)
+    finally:
+        admin.logout()
