@@ -539,7 +539,12 @@ class MailboxSession:
             kind, data = conn.uid("FETCH", str(uid), f"(UID BODY.PEEK[]<0.{FETCH_LIMIT}>)")
             if kind != "OK":
                 raise FetchRefused(f"{refused}: {_reason(data)}")
-            self.announced |= self._count(conn)
+            try:
+                self.announced |= self._count(conn)
+            except ServerFailure as error:
+                # An untagged NO or BAD with the mail is about it, as a tagged one: not
+                # counted so, the mail was fetched again on every connection, forever.
+                raise FetchRefused(f"{refused}: {error}") from None
         except OSError as error:
             raise ServerFailure(f"reading mail UID {uid} failed: {error}") from None
         except imaplib.IMAP4.abort as error:

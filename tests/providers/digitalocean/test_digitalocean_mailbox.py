@@ -970,7 +970,8 @@ class _ScriptedServer:
     with a tagged OK after so many seconds, as RFC 2177 lets a server with an IDLE timeout
     do), `refused` (UIDs whose FETCH it answers NO), `drops` (how many more times it ends
     the connection without a word at the FETCH of a UID), `idle_refused` (IDLE offered, and
-    refused with BAD), `before_idling` (untagged lines sent before IDLE's continuation)."""
+    refused with BAD), `before_idling` (untagged lines sent before IDLE's continuation),
+    `warned` (UIDs whose FETCH answer carries an untagged NO)."""
 
     def __init__(self, *, end_idle_after: float | None = None) -> None:
         self.end_idle_after = end_idle_after
@@ -979,6 +980,7 @@ class _ScriptedServer:
         self.connections = 0
         self.refused: set[int] = set()
         self.drops: dict[int, int] = {}
+        self.warned: set[int] = set()
         self.mails: dict[int, bytes] = {}
         self.idles_ended = 0  # IDLEs the server ended itself
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -1041,6 +1043,8 @@ class _ScriptedServer:
                         conn.sendall(f"{tag} NO Message unavailable\r\n".encode())
                         continue
                     message = self.mails[uid]
+                    if uid in self.warned:
+                        conn.sendall(b"* NO Mail file is corrupted\r\n")
                     head = f"* {uid} FETCH (UID {uid} BODY[]<0> {{{len(message)}}}\r\n".encode()
                     conn.sendall(head + message + b")\r\n")
                 elif verb.startswith("IDLE"):
@@ -1141,6 +1145,8 @@ async def test_a_mail_refused_with_no_is_passed_over_and_one_cut_off_is_read_aga
 ) -> None:
     server = _ScriptedServer()
     server.refused.add(server.deliver(reclaim()))
+    # One sent with an untagged NO counts as refused too.
+    server.warned.add(server.deliver(reclaim()))
     cut_off = server.deliver(reclaim("Droplet gpu-spot-1 will be reclaimed in 90 minutes."))
     # A connection that ends at the FETCH without a word is no refusal, however often:
     # that mail is read once the connection holds.
@@ -1149,8 +1155,8 @@ async def test_a_mail_refused_with_no_is_passed_over_and_one_cut_off_is_read_aga
         async with running(server.settings(tmp_path), tmp_path / "s") as run:
             await run.until(lambda: len(run.reports) == 1, timeout=20)
             await run.idling()
-            # Refused on two connections, passed over on the third; cut off five times.
-            assert run.health.errors_by_kind["imap"] == 2 + 5
+            # Each refused on two connections, passed over on the third; cut off five times.
+            assert run.health.errors_by_kind["imap"] == 2 + 2 + 5
             assert len(run.reports) == 1
     finally:
         server.close()
