@@ -288,7 +288,8 @@ _Connection = _Plain | _Tls
 _EXISTS = re.compile(rb"^\* \d+ (EXISTS|RECENT)\b", re.IGNORECASE)
 _COUNT = re.compile(rb"^\* (\d+) (EXISTS|EXPUNGE)\b", re.IGNORECASE)
 _UID = re.compile(rb"\bUID (\d+)", re.IGNORECASE)
-_TROUBLE = re.compile(rb"^\* (NO|BAD)\b", re.IGNORECASE)
+# An untagged NO or BAD without a response code: `* NO [ALERT] ...` is a warning for the user.
+_TROUBLE = re.compile(rb"^\* (NO|BAD) (?!\[)", re.IGNORECASE)
 
 
 def _quoted(text: str) -> str:
@@ -399,6 +400,9 @@ class MailboxSession:
         self._lookup_over: threading.Event | None = None
         self._lock = threading.Lock()
         self._tags = 0
+        # A search completed on this connection: an untagged NO from then on may mean the
+        # folder changed under it (see `_trouble`); before, the folder was just opened.
+        self._settled = False
         self._reached = False  # the connection in progress got past its TCP connect
 
     def __repr__(self) -> str:
@@ -523,6 +527,7 @@ class MailboxSession:
             # Mail that came after the NOOP: Dovecot searches its previous view and then
             # announces it, and IDLE did not announce it again (found 25 min late).
             self.announced = self._count(conn)
+            self._settled = True
             # `n:*` always names the highest UID, even one below n.
             return sorted(
                 uid for uid in {int(word) for word in _reason(data).split()} if uid > after_uid
@@ -562,11 +567,11 @@ class MailboxSession:
         """Take in the untagged answers of the last command: True when they announce more
         mail than the server told of before (some servers repeat EXISTS unchanged)."""
         untagged = conn.untagged_responses
-        for word in ("NO", "BAD"):
-            if untagged.get(word):
-                said = f"* {word} {_reason(untagged[word])}"
-                untagged.clear()
-                raise _trouble(said)
+        for word in ("NO", "BAD") if self._settled else ():
+            for text in map(_reason, untagged.get(word) or []):
+                if not text.startswith("["):  # `[ALERT] ...`: a warning for the user
+                    untagged.clear()
+                    raise _trouble(f"* {word} {text}")
         known = self.exists - len(untagged.get("EXPUNGE", []))
         grew = False
         with contextlib.suppress(ValueError, TypeError, IndexError):

@@ -971,7 +971,8 @@ class _ScriptedServer:
     do), `refused` (UIDs whose FETCH it answers NO), `drops` (how many more times it ends
     the connection without a word at the FETCH of a UID), `idle_refused` (IDLE offered, and
     refused with BAD), `before_idling` (untagged lines sent before IDLE's continuation),
-    `warned` (UIDs whose FETCH answer carries an untagged NO)."""
+    `warned` (UIDs whose FETCH answer carries an untagged NO), `noop_warning` (an untagged
+    line sent with every NOOP)."""
 
     def __init__(self, *, end_idle_after: float | None = None) -> None:
         self.end_idle_after = end_idle_after
@@ -981,6 +982,7 @@ class _ScriptedServer:
         self.refused: set[int] = set()
         self.drops: dict[int, int] = {}
         self.warned: set[int] = set()
+        self.noop_warning = b""
         self.mails: dict[int, bytes] = {}
         self.idles_ended = 0  # IDLEs the server ended itself
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -1030,6 +1032,8 @@ class _ScriptedServer:
                     conn.sendall(
                         f"* {len(self.mails)} EXISTS\r\n* OK [UIDVALIDITY 3] ok\r\n".encode()
                     )
+                elif verb.startswith("NOOP"):
+                    conn.sendall(self.noop_warning)
                 elif verb.startswith("UID SEARCH"):
                     first = int(re.search(r"UID (\d+):\*", command).group(1))  # type: ignore[union-attr]
                     found = [uid for uid in sorted(self.mails) if uid >= first]
@@ -1279,3 +1283,25 @@ async def test_a_watched_folder_deleted_and_made_again_is_opened_again(
             await run.until(lambda: len(run.reports) == 1)
     finally:
         admin.logout()
+
+
+@pytest.mark.parametrize(
+    "warning", [b"* NO [ALERT] Mailbox is at 95% of its quota\r\n", b"* NO Quota warning\r\n"]
+)
+async def test_a_warning_at_every_noop_does_not_keep_the_mail_from_being_read(
+    tmp_path: Path, warning: bytes
+) -> None:
+    # An untagged NO ends a session whose folder may have changed under it, but not one
+    # just opened (its folder is the current one), and never a warning with a response
+    # code: a server warning at every NOOP would otherwise never be searched at all.
+    server = _ScriptedServer(end_idle_after=0.2)
+    server.noop_warning = warning
+    try:
+        async with running(server.settings(tmp_path), tmp_path / "s") as run:
+            await run.idling()
+            server.deliver(reclaim())
+            await run.until(lambda: len(run.reports) == 1)
+            if b"[ALERT]" in warning:
+                assert run.health.errors == 0, run.health.last_error
+    finally:
+        server.close()
