@@ -129,9 +129,9 @@ class DigitalOceanWatcher:
         self.answered = False
         self._session: MailboxSession | None = None
         self._stop = threading.Event()
-        # How many connections in a row the server refused to send a mail on, by
-        # (UIDVALIDITY, UID): see FETCH_REFUSALS.
-        self._refused: dict[tuple[int, int], int] = {}
+        # How many connections in a row the server refused to send a mail on, and when it
+        # first did (time.monotonic()), by (UIDVALIDITY, UID): see FETCH_REFUSALS.
+        self._refused: dict[tuple[int, int], tuple[int, float]] = {}
 
     # Detection and identity: droplet metadata.
 
@@ -303,15 +303,22 @@ class DigitalOceanWatcher:
         fetched again forever, and no mail after it was read: one the server refused on
         FETCH_REFUSALS connections is passed over, as a mail that cannot be judged."""
         key = (uidvalidity, uid)
-        refusals = self._refused[key] = self._refused.get(key, 0) + 1
-        if refusals < FETCH_REFUSALS:
+        refusals, first = self._refused.get(key, (0, time.monotonic()))
+        refusals += 1
+        self._refused[key] = (refusals, first)
+        # Both a count and a time: reconnections come a second or two apart, and a passing
+        # trouble of the server (an index locked, a restart) outlasting three of them passed
+        # over a reclaim mail for good. The mail after it waits that long once, of a lead of
+        # hours.
+        if refusals < FETCH_REFUSALS or time.monotonic() - first < FETCH_REFUSED_FOR:
             return False
         del self._refused[key]
         log.error(
-            "digitalocean: %s, on %d connections in a row; mail UID %d is passed over, "
-            "so that the mail after it is read",
+            "digitalocean: %s, on %d connections in a row over %.0f s; mail UID %d is passed "
+            "over, so that the mail after it is read",
             error,
             refusals,
+            time.monotonic() - first,
             uid,
         )
         return True
@@ -388,9 +395,10 @@ class DigitalOceanWatcher:
 
 
 _SLOW_JUDGING = 1.0  # seconds; a reclaim mail of a few KiB takes milliseconds
-# Connections in a row on which the server refused to send a mail before it is passed over:
-# a refusal on one connection may be the server's passing trouble.
+# Connections in a row on which the server refused to send a mail, and for how long (seconds
+# since the first), before it is passed over: a refusal may be the server's passing trouble.
 FETCH_REFUSALS = 3
+FETCH_REFUSED_FOR = 60.0
 
 
 async def _off_loop(work: Callable[..., T], *args: Any) -> T:

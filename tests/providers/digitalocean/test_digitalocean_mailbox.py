@@ -972,7 +972,8 @@ class _ScriptedServer:
     the connection without a word at the FETCH of a UID), `idle_refused` (IDLE offered, and
     refused with BAD), `before_idling` (untagged lines sent before IDLE's continuation),
     `warned` (UIDs whose FETCH answer carries an untagged NO), `noop_warning` (an untagged
-    line sent with every NOOP)."""
+    line sent with every NOOP), `refusing` (how many more times it answers a UID's FETCH NO,
+    a passing trouble)."""
 
     def __init__(self, *, end_idle_after: float | None = None) -> None:
         self.end_idle_after = end_idle_after
@@ -980,6 +981,7 @@ class _ScriptedServer:
         self.before_idling: list[bytes] = []
         self.connections = 0
         self.refused: set[int] = set()
+        self.refusing: dict[int, int] = {}
         self.drops: dict[int, int] = {}
         self.warned: set[int] = set()
         self.noop_warning = b""
@@ -1043,7 +1045,8 @@ class _ScriptedServer:
                     if self.drops.get(uid, 0) > 0:
                         self.drops[uid] -= 1
                         return
-                    if uid in self.refused:
+                    if uid in self.refused or self.refusing.get(uid, 0) > 0:
+                        self.refusing[uid] = self.refusing.get(uid, 0) - 1
                         conn.sendall(f"{tag} NO Message unavailable\r\n".encode())
                         continue
                     message = self.mails[uid]
@@ -1122,11 +1125,16 @@ async def test_a_server_that_ends_every_idle_at_once_is_not_searched_in_a_loop(
 
 
 async def test_a_mail_the_server_cannot_send_does_not_hold_up_the_mail_after_it(
-    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    dovecot: Dovecot,
+    mail_user: MailUser,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Dovecot answers the FETCH of a mail file it cannot read (a permission, a broken file)
     # with "NO Internal error occurred", every time. The watcher reconnected and fetched it
     # again, forever: no mail after it was read, a reclaim among them never raised.
+    monkeypatch.setattr(watch, "FETCH_REFUSED_FOR", 1.0)  # not a minute, in a test
     caplog.set_level(logging.INFO, logger="forewarn")
     dovecot.append(mail_user, reclaim(subject="Weekly newsletter"))
     dovecot.append(mail_user, reclaim())
@@ -1145,8 +1153,9 @@ async def test_a_mail_the_server_cannot_send_does_not_hold_up_the_mail_after_it(
 
 
 async def test_a_mail_refused_with_no_is_passed_over_and_one_cut_off_is_read_again(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(watch, "FETCH_REFUSED_FOR", 0.0)  # three refusals will do
     server = _ScriptedServer()
     server.refused.add(server.deliver(reclaim()))
     # One sent with an untagged NO counts as refused too.
@@ -1162,6 +1171,22 @@ async def test_a_mail_refused_with_no_is_passed_over_and_one_cut_off_is_read_aga
             # Each refused on two connections, passed over on the third; cut off five times.
             assert run.health.errors_by_kind["imap"] == 2 + 2 + 5
             assert len(run.reports) == 1
+    finally:
+        server.close()
+
+
+async def test_a_reclaim_mail_refused_for_a_moment_is_read_once_the_server_sends_it(
+    tmp_path: Path,
+) -> None:
+    # A passing trouble of the server (an index locked, a restart) that outlasted three
+    # reconnections, a second or two apart: the reclaim mail was passed over for good.
+    server = _ScriptedServer()
+    uid = server.deliver(reclaim())
+    server.refusing[uid] = 4
+    try:
+        async with running(server.settings(tmp_path), tmp_path / "s") as run:
+            await run.until(lambda: len(run.reports) == 1, timeout=30)
+            assert run.health.errors_by_kind["imap"] == 4
     finally:
         server.close()
 
