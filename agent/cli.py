@@ -30,6 +30,7 @@ from forewarn.protocol.wire import (
     ConfigFileError,
     EndpointError,
     ReplyError,
+    allow_ipv6,
     environment,
     load_client_config,
     request,
@@ -531,6 +532,7 @@ def _subscribe(events: str) -> Any:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SUBSCRIBE, TOPIC_HEARTBEAT.encode())
     sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
+    allow_ipv6(sock, events)
     sock.connect(events)
     return sock
 

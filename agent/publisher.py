@@ -35,6 +35,7 @@ from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.wire import (
     MAX_REQUEST_BYTES,
     TOKEN_FIELD,
+    allow_ipv6,
     ipc_path,
     request_too_large,
 )
@@ -154,6 +155,7 @@ class Publisher:
         previous = os.umask(0o777)
         os.umask(previous | 0o007)
         try:
+            allow_ipv6(sock, endpoint)
             sock.bind(endpoint)
         except zmq.ZMQError as error:
             raise BindError(f"cannot bind {endpoint}: {error}") from None

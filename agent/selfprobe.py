@@ -10,6 +10,7 @@ import os
 
 import zmq
 import zmq.asyncio
+from forewarn.protocol.wire import allow_ipv6
 
 PROBE_REQUEST = json.dumps({"op": "status"}).encode()
 
@@ -78,6 +79,7 @@ class ControlProbe:
             # Before connecting: a file replaced after this look is caught by the next probe.
             self._identity = _identity(self._file)
         try:
+            allow_ipv6(sock, self.endpoint)
             sock.connect(self.endpoint)
         except zmq.ZMQError:
             sock.close(linger=0)

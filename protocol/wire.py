@@ -379,6 +379,29 @@ def check_endpoint(endpoint: str, *, allow_remote: bool = False, what: str = "en
     raise EndpointError(f"{what} {endpoint!r}: use ipc://PATH or tcp://127.0.0.1:PORT")
 
 
+def ipv6_address(endpoint: str) -> bool:
+    """Whether `endpoint` is `tcp://` to an IPv6 address (`tcp://[::1]:5555`)."""
+    if not endpoint.startswith("tcp://"):
+        return False
+    host = endpoint[len("tcp://") :].rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).version == 6
+    except ValueError:
+        return False
+
+
+def allow_ipv6(sock: Any, endpoint: str) -> None:
+    """Set ZMQ_IPV6 on the zmq socket `sock` when `endpoint` is an IPv6 address, before its
+    bind or connect: without it ZeroMQ refuses one ("No such device"), so an agent given the
+    loopback `tcp://[::1]:PORT`, which the endpoint check accepts, exited at start. Only
+    then: set for `tcp://localhost`, a connect could pick ::1 while the agent listens on
+    127.0.0.1."""
+    if ipv6_address(endpoint):
+        import zmq
+
+        sock.setsockopt(zmq.IPV6, 1)
+
+
 def ipc_path(endpoint: str) -> Path | None:
     """The file of an `ipc://` endpoint; None for other transports and for Linux abstract
     sockets (`ipc://@name`), which have no file (and so no file permissions)."""
@@ -505,6 +528,7 @@ def request(
     sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REQ)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        allow_ipv6(sock, endpoint)
         sock.connect(endpoint)
         sock.send(body)
         if not _poll(sock, timeout):
@@ -543,10 +567,12 @@ __all__ = [
     "ConfigFileError",
     "EndpointError",
     "ReplyError",
+    "allow_ipv6",
     "check_endpoint",
     "default_endpoints",
     "environment",
     "ipc_path",
+    "ipv6_address",
     "load_client_config",
     "needs_token",
     "read_client_config",

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import zmq
-from forewarn.protocol.wire import TOPIC_HEARTBEAT, TOPIC_NOTICE
+from forewarn.protocol.wire import TOPIC_HEARTBEAT, TOPIC_NOTICE, allow_ipv6
 
 
 class EventRecorder:
@@ -42,6 +42,7 @@ class EventRecorder:
         try:
             # Inside the try: a connect that fails (an ipc path too long) must still close
             # the socket, or the context's term() in close() waits for it for ever.
+            allow_ipv6(sock, self.endpoint)
             sock.connect(self.endpoint)
             while not self._stop.is_set():
                 if not sock.poll(50):

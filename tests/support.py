@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import zmq
-from forewarn.protocol.wire import with_token
+from forewarn.protocol.wire import allow_ipv6, with_token
 
 # The toolkit forewarn.testing ships to users is the tests' own: one free_port, one eventually.
 from forewarn.testing.waiting import eventually, free_port
@@ -347,6 +347,7 @@ def control(
     sock.setsockopt(zmq.RCVTIMEO, int(timeout * 1000))
     sock.setsockopt(zmq.SNDTIMEO, int(timeout * 1000))
     try:
+        allow_ipv6(sock, endpoint)
         sock.connect(endpoint)
         sock.send(json.dumps(request).encode())
         try:
@@ -366,6 +367,7 @@ class Subscriber:
         self.sock.setsockopt(zmq.LINGER, 0)
         for topic in topics:
             self.sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        allow_ipv6(self.sock, endpoint)
         self.sock.connect(endpoint)
         self._early: list[tuple[str, dict[str, Any]]] = []
 

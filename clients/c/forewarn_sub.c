@@ -688,6 +688,16 @@ static void check_silence(liveness *l, const char *endpoint) {
     }
 }
 
+/* Whether `endpoint` is tcp:// to an IPv6 address (tcp://[::1]:5555): ZeroMQ connects to one
+ * only with ZMQ_IPV6 set, and without it waited there in silence. Only then: set for
+ * tcp://localhost, a connect could pick ::1 while the agent listens on 127.0.0.1. */
+static int ipv6_endpoint(const char *endpoint) {
+    if (strncmp(endpoint, "tcp://", 6) != 0)
+        return 0;
+    const char *host = endpoint + 6, *port = strrchr(host, ':');
+    return port && (host[0] == '[' || memchr(host, ':', (size_t)(port - host)) != NULL);
+}
+
 static int topic_is(zmq_msg_t *msg, const char *topic) {
     size_t len = strlen(topic);
     return zmq_msg_size(msg) == len && memcmp(zmq_msg_data(msg), topic, len) == 0;
@@ -723,6 +733,10 @@ int main(int argc, char **argv) {
     int linger = 0, timeout_ms = 500;
     zmq_setsockopt(sub, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sub, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    if (ipv6_endpoint(endpoint)) {
+        int on = 1;
+        zmq_setsockopt(sub, ZMQ_IPV6, &on, sizeof on);
+    }
     /* Subscribing to "notice" makes the agent replay every active notice to us at once. */
     zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "notice", 6);
     zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "heartbeat", 9);

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import stat
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from forewarn.agent.throttle import WarningThrottle
 from forewarn.protocol import jsontext
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from support import forewarn_cmd
 
 
 def test_a_socket_file_is_never_open_to_others_even_before_its_chmod(
@@ -339,3 +341,55 @@ def test_the_documented_client_cap_is_the_codes() -> None:
     row = "`forewarn_clients_refused_total` | counter | | acking clients refused because"
     operations = (root / "docs" / "operations.md").read_text()
     assert f"{row} {cap} are tracked already" in operations
+
+
+def _ipv6_loopback_port() -> int:
+    """A free TCP port on ::1; the test is skipped on a kernel without IPv6."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+            return int(probe.getsockname()[1])
+    except OSError as error:
+        pytest.skip(f"no IPv6 loopback here: {error}")
+
+
+def test_an_agent_on_ipv6_loopback_serves_events_and_control(tmp_path: Path) -> None:
+    """`tcp://[::1]:PORT` passes the endpoint check (loopback) but ZeroMQ binds or connects an
+    IPv6 address only on a socket with ZMQ_IPV6 set: the agent exited 2, `cannot bind
+    tcp://[::1]:...: No such device`, and neither the CLI nor a raw subscriber could reach it."""
+    from support import AgentProcess, agent_env, run_forewarn
+
+    events = f"tcp://[::1]:{_ipv6_loopback_port()}"
+    control = f"tcp://[::1]:{_ipv6_loopback_port()}"
+    env = agent_env(tmp_path, FOREWARN_EVENTS=events, FOREWARN_CONTROL=control)
+    with AgentProcess(tmp_path, env=env):
+        watch = subprocess.Popen(
+            [*forewarn_cmd("watch", "--json", "--count", "1"), "--timeout", "30"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        raw = zmq.Context.instance().socket(zmq.SUB)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.setsockopt(zmq.IPV6, 1)  # what a client in any language sets for an IPv6 address
+        raw.setsockopt(zmq.SUBSCRIBE, b"notice")
+        raw.connect(events)
+        try:
+            notify = run_forewarn("notify", "drain", "--id", "local/v6", env=env)
+            assert notify.returncode == 0, notify.stderr
+            assert raw.poll(10_000), "no notice on the IPv6 events socket"
+            topic, body = raw.recv_multipart()
+            assert topic == b"notice" and json.loads(body)["id"] == "local/v6"
+            out, err = watch.communicate(timeout=30)
+            assert watch.returncode == 0, err
+            assert json.loads(out)["id"] == "local/v6"
+            status = run_forewarn("status", "--json", env=env)
+            assert status.returncode == 0, status.stderr
+        finally:
+            raw.close()
+            if watch.poll() is None:
+                watch.kill()
+                watch.wait()

@@ -807,3 +807,34 @@ def test_c_subscriber_builds_under_a_strict_c_standard(
         ["make", "-C", str(tmp_path), f"CFLAGS={flags}"], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_c_subscriber_prints_a_notice_from_an_agent_on_ipv6_loopback(
+    tmp_path: Path, binary: Path
+) -> None:
+    """`tcp://[::1]:PORT` is a loopback endpoint the agent takes; ZeroMQ connects to an IPv6
+    address only with ZMQ_IPV6 set, so the C subscriber waited on it in silence."""
+    import socket
+
+    from support import agent_env
+
+    ports = []
+    for _ in range(2):
+        try:
+            with socket.socket(socket.AF_INET6) as probe:
+                probe.bind(("::1", 0))
+                ports.append(probe.getsockname()[1])
+        except OSError as error:
+            pytest.skip(f"no IPv6 loopback here: {error}")
+    env = agent_env(
+        tmp_path,
+        FOREWARN_EVENTS=f"tcp://[::1]:{ports[0]}",
+        FOREWARN_CONTROL=f"tcp://[::1]:{ports[1]}",
+    )
+    with AgentProcess(tmp_path, env=env) as agent:
+        agent.control({"op": "notify", "action": "drain", "id": "local/v6"})
+        done = subprocess.run(
+            [str(binary), "--count", "1"], env=env, capture_output=True, text=True, timeout=15
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["id"] == "local/v6"
