@@ -252,16 +252,19 @@ class Publisher:
         subscribed, topic = frame[0] == 1, frame[1:].decode(errors="replace")
         if topic.startswith(TOPIC_CLIENT_PREFIX):
             client = topic[len(TOPIC_CLIENT_PREFIX) :]
+            try:
+                frame.decode()
+            except UnicodeDecodeError:
+                # Never tracked, and its unsubscription is not the tracked client it reads as
+                # with U+FFFD (`job\xff` as `job\ufffd`): that removed a connected client.
+                if subscribed:
+                    self._untracked(client, "not UTF-8")
+                return
             if subscribed and client not in self.clients:
-                # An id no ack can name (empty, not UTF-8, too long, several lines) held every
-                # notice unflushed for as long as that client stayed connected: its acks were
+                # An id no ack can name (empty, too long, several lines) held every notice
+                # unflushed for as long as that client stayed connected: its acks were
                 # refused, or taken as anonymous, and never completed the set.
-                try:
-                    frame.decode()
-                except UnicodeDecodeError:
-                    problem: str | None = "not UTF-8"
-                else:
-                    problem = client_id_problem(client)
+                problem = client_id_problem(client)
                 if problem is not None:
                     self._untracked(client, problem)
                     return

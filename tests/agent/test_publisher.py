@@ -393,3 +393,49 @@ def test_an_agent_on_ipv6_loopback_serves_events_and_control(tmp_path: Path) -> 
             if watch.poll() is None:
                 watch.kill()
                 watch.wait()
+
+
+def test_a_peer_leaving_a_client_topic_that_is_not_utf8_leaves_the_tracked_client_alone(
+    tmp_path: Path,
+) -> None:
+    """The agent reads a subscription's topic with each byte that is not UTF-8 made U+FFFD.
+    A peer of `client/job\\xff` is not counted (no ack can name it), but when it left, its
+    unsubscription read as `client/job\\ufffd` removed the tracked client of that name, still
+    connected: the notices it had not acked counted as flushed by every client."""
+    from support import AgentProcess, eventually
+
+    with AgentProcess(tmp_path) as agent:
+
+        def subscribers() -> int:
+            return int(agent.control({"op": "status"})["agent"]["subscribers"])
+
+        context = zmq.Context.instance()
+        tracked = context.socket(zmq.SUB)
+        stranger = context.socket(zmq.SUB)
+        try:
+            for sock, topic in (
+                (tracked, "client/job\ufffd".encode()),
+                (stranger, b"client/job\xff"),
+            ):
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.SUBSCRIBE, topic)
+                sock.setsockopt(zmq.SUBSCRIBE, b"heartbeat")
+                sock.connect(agent.events)
+                assert sock.poll(10_000), "no heartbeat"  # its subscriptions are in place
+            eventually(lambda: subscribers() == 1, 10, "the one tracked client counted")
+            stranger.close()
+            # The stranger's unsubscription is read before this request is answered only if
+            # it came first; a subscription read after it shows that it has.
+            marker = context.socket(zmq.SUB)
+            marker.setsockopt(zmq.LINGER, 0)
+            marker.setsockopt(zmq.SUBSCRIBE, b"client/marker")
+            marker.connect(agent.events)
+            try:
+                eventually(lambda: subscribers() == 2, 10, "the marker client counted")
+            finally:
+                marker.close()
+            eventually(lambda: subscribers() == 1, 10, "the marker client gone")
+            assert subscribers() == 1
+        finally:
+            tracked.close()
+            stranger.close()
