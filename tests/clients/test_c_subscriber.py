@@ -461,7 +461,10 @@ class _MarkedSubscriber:
             while b"\n" in self._pending:
                 line, _, rest = bytes(self._pending).partition(b"\n")
                 self._pending[:] = rest
-                if json.loads(line).get("id") == f"local/marker-{mark}":
+                if (
+                    line.startswith(b'{"v": 1, "id": "local/marker-')
+                    and json.loads(line).get("id") == f"local/marker-{mark}"
+                ):
                     return before
                 before.append(line)
             left = ends - time.monotonic()
@@ -838,3 +841,70 @@ def test_c_subscriber_prints_a_notice_from_an_agent_on_ipv6_loopback(
         )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["id"] == "local/v6"
+
+
+@pytest.fixture(scope="module")
+def sanitized_binary(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The C subscriber built with AddressSanitizer and UndefinedBehaviorSanitizer, every
+    finding fatal; skipped where the compiler cannot link them."""
+    build = tmp_path_factory.mktemp("c-sanitized")
+    for name in ("forewarn_sub.c", "Makefile"):
+        shutil.copy(SOURCE / name, build / name)
+    flags = (
+        "-g -O1 -Wall -Wextra -Werror -fno-omit-frame-pointer "
+        "-fsanitize=address,undefined -fno-sanitize-recover=all"
+    )
+    done = subprocess.run(["make", "-C", str(build), f"CFLAGS={flags}"], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot build with sanitizers: {done.stderr.decode()[-300:]}")
+    return build / "forewarn_sub"
+
+
+def _hostile_messages() -> list[list[bytes]]:
+    """What no agent sends but a broken or hostile publisher can: huge, deeply nested, many
+    keys, escapes cut short, surrogates, ids past what it tracks, frame counts other than 2,
+    and the heartbeats that make it print clears and ask for replays."""
+
+    def beat(active: list[str], agent: str = "host/1/a") -> bytes:
+        return json.dumps({"v": 1, "seq": 1, "agent": agent, "active": active}).encode()
+
+    head = b'{"v":1,"id":"local/h","action":"drain","detail":'
+    messages = [
+        [b"notice", b'{"v":1,"id":"' + b"x" * 100_000 + b'","action":"drain"}'],
+        [b"notice", head + b'{"a":' * 5000 + b"1" + b"}" * 5001],
+        [b"notice", head + b"[" * 100_000 + b"]" * 100_000 + b"}"],
+        [b"notice", head + b"{" + b",".join(b'"k%d":1' % i for i in range(50_000)) + b"}}"],
+        [b"notice", head + b'{"a\\u0000":1,"a\\u0000":2,"\\ud800":3,"\\ud800\\udc00":4}}'],
+        [b"notice", head + b'{"\\u00":1,"\xff\xfe":2,"\xf0":3,"\\'],
+        [b"notice", b'{"v":1'],
+        [b"notice", b'{"v"'],
+        [b"notice"],
+        [b"notice", b"", b"", b""],
+        [b"heartbeat", beat(["x" * 1000] * 2000)],
+        [b"heartbeat", beat([str(i) for i in range(20_000)])],
+        [b"heartbeat", beat([], agent="a" * 100_000)],
+        [b"heartbeat", b'{"v":1,"agent":"b","active":["\\'],
+        [b"heartbeat", b'{"v":1,"agent":"b","active":["a\\"]'],
+    ]
+    # More notices than it tracks, with long escaped ids, then heartbeats that withdraw them.
+    for i in range(300):
+        notice_id = "local/" + '"' * 200 + str(i)
+        messages.append([b"notice", _notice(notice_id, "drain", detail={"x": "é😀" * i})])
+    messages.append([b"heartbeat", beat([f"local/{i}" for i in range(300)])])
+    messages.append([b"heartbeat", beat([])])
+    return messages
+
+
+def test_c_subscriber_built_with_sanitizers_survives_hostile_messages(
+    tmp_path: Path, sanitized_binary: Path
+) -> None:
+    """Under ASan and UBSan no message is a memory error or undefined behaviour: each batch is
+    followed by a marker it prints, and it exits 0 on SIGTERM, without a leak."""
+    with _MarkedSubscriber(tmp_path, sanitized_binary) as marked:
+        for message in _hostile_messages():
+            marked.pub.send_multipart(message)
+            mark = marked.marker()
+            assert marked.lines_until_marker(mark, 30) is not None, (
+                f"no marker after {message!r:.200}"
+            )
+    assert marked.sub.returncode == 0
