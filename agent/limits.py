@@ -22,6 +22,9 @@ MAX_FLUSH_SECONDS = 3600.0
 # or a metric label, and never passes for another provider's. `\Z`, not `$`: `$` also
 # matches before a final newline, which let "local/a\n" through.
 _ID = re.compile(r"^[a-z0-9-]+/[\x21-\x7e]+\Z")
+# A manual notice's id (`notify --id`) as the JSON Schema gives it, in ECMA-262's syntax (its
+# `$` is the end of the text): `id_problem(id, "local")` in a pattern.
+MANUAL_ID_PATTERN = "^local/[!-~]+$"
 
 
 def id_problem(notice_id: str, provider: str) -> str | None:
@@ -51,6 +54,7 @@ def deadline_problem(deadline: datetime, now: datetime) -> str | None:
 
 
 __all__ = [
+    "MANUAL_ID_PATTERN",
     "MAX_DEADLINE_AHEAD",
     "MAX_ID_LENGTH",
     "MAX_MANUAL",

@@ -43,7 +43,13 @@ from pydantic import (
     field_validator,
 )
 
-from .limits import MAX_ACK_NOTE_LENGTH, MAX_FLUSH_SECONDS, MAX_ID_LENGTH, MAX_NOTE_LENGTH
+from .limits import (
+    MANUAL_ID_PATTERN,
+    MAX_ACK_NOTE_LENGTH,
+    MAX_FLUSH_SECONDS,
+    MAX_ID_LENGTH,
+    MAX_NOTE_LENGTH,
+)
 
 
 def _wire_time(value: Any) -> Any:
@@ -187,7 +193,11 @@ class NotifyRequest(_Message):
     reason: Reason = "manual"
     deadline: WireTime | None = None
     note: str | None = Field(default=None, max_length=MAX_NOTE_LENGTH)
-    id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_LENGTH)
+    # The pattern is for the schema: the agent refuses any other id naming the rule it breaks
+    # (`id_problem`); without it the schema took "drill-1", which the agent refuses.
+    id: Annotated[str, Field(json_schema_extra={"pattern": MANUAL_ID_PATTERN})] | None = Field(
+        default=None, min_length=1, max_length=MAX_ID_LENGTH
+    )
 
 
 class ClearRequest(_Message):

@@ -191,3 +191,32 @@ def test_the_schema_takes_a_version_exactly_when_the_readers_do_but_for_1_0(
             read = False
         spelled_1_0 = type(version) is float and version == 1
         assert one.is_valid(json.loads(text)) == (read or spelled_1_0), (kind, text)
+
+
+@given(
+    notice_id=st.text(max_size=12)
+    | st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7F), max_size=210).map(
+        lambda rest: "local/" + rest
+    )
+    | st.sampled_from(["aws/spot-itn/1f3c9a", "drill-1", "..."])
+)
+@example(notice_id="...")  # the README's placeholder: valid to the schema, refused
+@example(notice_id="local/drill")
+@example(notice_id="local/a b")
+@example(notice_id="aws/x")
+@example(notice_id="local/" + "x" * 194)
+@example(notice_id="local/" + "x" * 195)
+def test_the_schema_takes_a_notify_id_exactly_when_the_agent_does(notice_id: str) -> None:
+    """The schema said any id of 1 to 200 characters; the agent takes `local/` and printable
+    ASCII without spaces alone, so a request the schema passed was refused."""
+    import jsonschema  # installed with kubernetes-validate, a test extra
+    from forewarn.agent.limits import id_problem
+
+    schema = json.loads(SCHEMA.read_text())
+    notify = jsonschema.Draft202012Validator({**schema, "$ref": "#/$defs/NotifyRequest"})
+    # JSON Schema's patterns are ECMA-262's, whose `$` is the end of the text; Python's `re`,
+    # which this validator uses, also matches `$` before a final newline.
+    if notice_id.endswith("\n"):
+        return
+    request = {"op": "notify", "action": "drain", "id": notice_id}
+    assert notify.is_valid(request) == (id_problem(notice_id, "local") is None), notice_id
