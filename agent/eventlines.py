@@ -62,10 +62,10 @@ def _left(seconds: float) -> str:
 class ReplayTracker:
     """Marks each notice a watcher receives as news or replay.
 
-    A notice is a replay when this watcher already showed it with the same action, reason and
-    deadline, or when it was active before the watcher first saw it (listed by the heartbeat
-    that precedes every replay). A changed notice (an escalation, a moved deadline) is news,
-    and so is one raised again after its clear.
+    A notice is a replay when this watcher already showed it with the same action, reason,
+    deadline and detail, or when it was active before the watcher first saw it (listed by the
+    heartbeat that precedes every replay). A changed notice (an escalation, a moved deadline,
+    a new note) is news, and so is one raised again after its clear.
     """
 
     def __init__(self) -> None:
@@ -120,7 +120,9 @@ class ReplayTracker:
             self._notices.pop(notice_id, None)
             self._active.discard(notice_id)
             return False
-        key = (notice["action"], notice.get("reason"), notice.get("deadline"))
+        # The detail too, as the client library and the C subscriber compare: a notice sent
+        # again for its detail alone (a new note, AWS's spot action turned `stop`) is news.
+        key = (notice["action"], notice.get("reason"), notice.get("deadline"), notice.get("detail"))
         known = self._shown.get(notice_id)
         self._shown[notice_id] = key
         self._notices[notice_id] = notice

@@ -138,3 +138,35 @@ def test_any_note_stays_on_one_printable_line(note: str, expired: str) -> None:
     for action in ("drain", "clear"):
         line = describe(_notice(action, detail={"note": note, "expired": expired}), replay=True)
         assert line.isprintable() and line.endswith("[replay]")
+
+
+def test_watch_shows_a_notice_sent_again_with_another_detail_as_news(tmp_path: Path) -> None:
+    """A replay is the same id, action, reason, deadline and detail (README). `watch` left
+    the detail out: a notice the agent sent again for its detail alone (a new `--note`, AWS's
+    spot action `terminate` turned `stop`) came out `[replay]`, `"replay": true` in --json,
+    where the client library and the C subscriber take it for news."""
+    with AgentProcess(tmp_path) as agent:
+        watch = _watch(agent, "--json", "--heartbeats", "--count", "3")
+        assert watch.stdout is not None
+        seen = Lines(watch.stdout)
+
+        def notice() -> dict[str, object]:
+            while True:
+                message: dict[str, object] = json.loads(seen.next())
+                if message["topic"] == "notice":
+                    return message
+
+        # Its first heartbeat: from then on its subscription is in place.
+        assert json.loads(seen.next())["topic"] == "heartbeat"
+        first = agent.control({"op": "notify", "action": "drain", "id": "local/n", "note": "a"})
+        assert first["ok"], first
+        assert notice()["replay"] is False
+        again = agent.control({"op": "notify", "action": "drain", "id": "local/n", "note": "b"})
+        assert again["ok"], again
+        changed = notice()
+        assert changed["detail"] == {"note": "b"}
+        assert changed["replay"] is False
+        # Sent again unchanged (a subscriber joined): a replay.
+        with Subscriber(agent.events).ready():
+            assert notice()["replay"] is True
+        assert watch.wait(15) == 0
