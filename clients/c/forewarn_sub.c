@@ -26,7 +26,8 @@
  * is of a protocol this program cannot read: it is dropped, with a line on stderr (at most one
  * a minute, counting the others), as the Python client drops it. So is one with an object that
  * names a key twice (at any depth; "\u0061" and "a" are one key): JSON leaves it to each
- * reader which one counts, and this one and Python's differ.
+ * reader which one counts, and this one and Python's differ. And one nested deeper than 1000
+ * levels of arrays and objects, which Python's json does not read.
  *
  * Heartbeats are read, not printed. Without any for 5 s at start, or for 3 s from an agent
  * heard before, a line on stderr says so (and another when one is heard again). A notice the
@@ -52,6 +53,11 @@
 #define SILENT_AT_START 5.0 /* as `forewarn watch`: no agent heard at all */
 #define SILENT_LOST 3.0     /* as the Python client: an agent heard before is gone */
 #define RESTART_SETTLE 5.0  /* as the Python client */
+/* Levels of arrays and objects read at most: Python's json reads some 980 (its recursion
+ * limit), so the Python client drops a message nested deeper, as this program does. */
+#define MAX_DEPTH 1000
+#define TEXT_OF(number) #number
+#define TEXT(number) TEXT_OF(number)
 
 extern char **environ; /* POSIX declares it nowhere without _GNU_SOURCE */
 
@@ -226,7 +232,7 @@ static const char *skip_value(const char *p, const char *end) {
             continue;
         }
         if (*p == '{' || *p == '[') {
-            if (++depth > 64)
+            if (++depth > MAX_DEPTH)
                 return NULL;
         } else if (*p == '}' || *p == ']') {
             if (--depth < 0)
@@ -352,15 +358,25 @@ static int by_hash(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* What unique_keys sets `*dup` to for a value nested deeper than MAX_DEPTH. */
+static const char too_deep[] = "";
+
 /* The end of the JSON value at p, having looked into every object in it for a key named
  * twice: JSON leaves it undefined which one counts (this scanner reads the first, Python's json
  * the last), so such a message is refused by every reader. NULL when a key is named twice
- * (`*dup`, `*dup_len`: its raw text), or on what it does not understand (`*dup` NULL). */
+ * (`*dup`, `*dup_len`: its raw text), when it is nested deeper than MAX_DEPTH (`*dup` is
+ * too_deep: looking 64 levels deep only, a key named twice deeper went unseen), or on what it
+ * does not understand (`*dup` NULL). */
 static const char *unique_keys(const char *p, const char *end, int depth, const char **dup,
                                size_t *dup_len) {
     p = skip_space(p, end);
-    if (p >= end || depth > 64)
+    if (p >= end)
         return NULL;
+    if (depth > MAX_DEPTH) {
+        *dup = too_deep;
+        *dup_len = 0;
+        return NULL;
+    }
     if (*p == '[') {
         p = skip_space(p + 1, end);
         while (p < end && *p != ']') {
@@ -418,13 +434,16 @@ static const char *unique_keys(const char *p, const char *end, int depth, const 
     return p + 1;
 }
 
-/* Whether the message names a key twice in one of its objects; `*shown` is that key. */
-static int duplicated_key(const char *body, size_t size, const char **shown, int *shown_len) {
+/* 1 when the message names a key twice in one of its objects (`*shown` is that key), 2 when
+ * it is nested deeper than MAX_DEPTH, else 0. */
+static int key_problem(const char *body, size_t size, const char **shown, int *shown_len) {
     const char *dup = NULL;
     size_t len = 0;
     unique_keys(body, body + size, 0, &dup, &len);
     if (!dup)
         return 0;
+    if (dup == too_deep)
+        return 2;
     *shown = dup;
     *shown_len = len > 40 ? 40 : (int)len;
     return 1;
@@ -780,7 +799,7 @@ int main(int argc, char **argv) {
         char *data = zmq_msg_data(&body);
         size_t size = zmq_msg_size(&body);
         const char *shown = NULL;
-        int shown_len = 0;
+        int shown_len = 0, problem = 0;
         int is_notice = frames == 2 && topic_is(&topic, "notice");
         int is_heartbeat = frames == 2 && topic_is(&topic, "heartbeat");
         /* Not the integer 1: a notice of another protocol was printed as a v1 one, and its
@@ -791,9 +810,14 @@ int main(int argc, char **argv) {
                         size ? "that is not JSON: it holds a raw control character" : "that is empty",
                         NULL, 0, "");
         /* Checked first: with "v" named twice, which one is the version is the question. */
-        } else if ((is_notice || is_heartbeat) && duplicated_key(data, size, &shown, &shown_len)) {
-            say_dropped(is_notice ? "notice" : "heartbeat", "that names the key \"", shown,
-                        shown_len, "\" twice");
+        } else if ((is_notice || is_heartbeat) &&
+                   (problem = key_problem(data, size, &shown, &shown_len)) != 0) {
+            if (problem == 2)
+                say_dropped(is_notice ? "notice" : "heartbeat",
+                            "nested too deeply (over " TEXT(MAX_DEPTH) " levels)", NULL, 0, "");
+            else
+                say_dropped(is_notice ? "notice" : "heartbeat", "that names the key \"", shown,
+                            shown_len, "\" twice");
         } else if ((is_notice || is_heartbeat) && !version_1(data, size, &shown, &shown_len)) {
             say_dropped(is_notice ? "notice" : "heartbeat", "whose \"v\" is not the integer 1, got ",
                         shown, shown_len, "");

@@ -908,3 +908,34 @@ def test_c_subscriber_built_with_sanitizers_survives_hostile_messages(
                 f"no marker after {message!r:.200}"
             )
     assert marked.sub.returncode == 0
+
+
+def test_c_subscriber_prints_a_deeply_nested_notice_only_when_the_python_client_reads_it(
+    tmp_path: Path, binary: Path
+) -> None:
+    """The C subscriber looked for a key named twice 64 levels deep and no deeper: a notice
+    with one deeper in its detail was printed, where the Python client (and the README: "at
+    any depth") refuses it. Nested past what Python's json reads (some 980 levels), the
+    Python client drops a notice as nested too deeply; the C subscriber printed it."""
+    from forewarn.clients.event import Event
+
+    def nested(depth: int, twice: bool, mark: int) -> bytes:
+        inner = '{"a": 1, "a": 2}' if twice else '{"a": 1}'
+        detail = '{"x": ' * depth + inner + "}" * depth
+        return _notice(f"local/deep-{mark}", "drain").replace(
+            b'"detail": {}', b'"detail": ' + detail.encode()
+        )
+
+    with _MarkedSubscriber(tmp_path, binary) as marked:
+        for depth in (10, 62, 63, 64, 70, 200, 900, 1200, 5000, 100_000):
+            for twice in (False, True):
+                body = nested(depth, twice, marked.next_mark())
+                try:
+                    Event.from_json(body)
+                    taken = True
+                except ValueError:
+                    taken = False
+                marked.pub.send_multipart([b"notice", body])
+                printed = marked.lines_until_marker(marked.marker(), 10)
+                assert printed is not None, f"no marker after depth {depth}"
+                assert (printed == [body]) == taken, (depth, twice, taken)
