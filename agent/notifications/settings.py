@@ -176,9 +176,12 @@ def tls_context(ca_file: Path) -> ssl.SSLContext:
 
 def read_url_file(path: Path) -> str:
     try:
-        # utf-8-sig: a file saved by Windows PowerShell or Notepad begins with a byte order
-        # mark, which is no space to strip, and the URL behind it read as no URL at all.
-        text = path.read_text(encoding="utf-8-sig").strip()
+        # A file saved by Windows PowerShell or Notepad begins with a byte order mark, which
+        # is no space to strip, and the URL behind it read as no URL at all. Removed here
+        # rather than by the `utf-8-sig` codec: a codec is imported on first use, and an
+        # agent whose Python files it can no longer read (a unit that drops to its user)
+        # failed with "unknown encoding".
+        text = path.read_text(encoding="utf-8").removeprefix("\ufeff").strip()
     except OSError as error:
         raise ValueError(f"cannot read {path}: {error.strerror or error}") from None
     if not text or "\n" in text:

@@ -35,6 +35,7 @@ SAMPLES: dict[str, Any] = {
     "control": "tcp://127.0.0.1:5556",
     "metrics_address": "127.0.0.1:9464",
     "webhook.url": "https://hooks.example.com/services/T0/B0/secret",
+    "webhook.proxy": "http://proxy.example.com:3128",
     "aws.url": "http://127.0.0.1:1338",
     "gcp.url": "127.0.0.1:1339",
     "azure.url": "http://127.0.0.1:1340",
