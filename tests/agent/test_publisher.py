@@ -432,3 +432,51 @@ def test_a_peer_leaving_a_client_topic_that_is_not_utf8_leaves_the_tracked_clien
         finally:
             tracked.close()
             stranger.close()
+
+
+def test_a_control_message_of_many_frames_is_read_between_the_loops_other_work(
+    tmp_path: Path,
+) -> None:
+    """ZeroMQ caps a frame's size, not how many frames one message has: read in one call
+    (recv_multipart), two million empty frames held the event loop for seconds, no heartbeat
+    nor escalation meanwhile. Read a batch at a time, the loop's other tasks run in between:
+    counted here as the ticks of a task beside the read, not timed."""
+    frames = 20 * publisher.CONTROL_FRAME_BATCH
+
+    async def read() -> tuple[list[bytes], int, int]:
+        sockets = Publisher(f"ipc://{tmp_path}/events", f"ipc://{tmp_path}/control")
+        dealer = zmq.Context.instance().socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        ticks = 0
+        reading = True
+
+        async def beside() -> None:
+            nonlocal ticks
+            while reading:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        try:
+            sockets.bind()
+            dealer.connect(sockets.control_endpoint)
+            dealer.send_multipart([b"", *([b"x"] * frames)])
+            first = await sockets.router.poll(10_000)  # the whole message is there
+            assert first
+            ticker = asyncio.get_running_loop().create_task(beside())
+            await asyncio.sleep(0)  # the ticker starts
+            before = ticks
+            sync = zmq.Socket.shadow(sockets.router.underlying)
+            kept, dropped = await sockets._receive(sync)
+            during = ticks - before
+            reading = False
+            await ticker
+            return kept, dropped, during
+        finally:
+            dealer.close()
+            sockets.close()
+
+    kept, dropped, during = asyncio.run(read())
+    assert len(kept) == publisher.MAX_CONTROL_FRAMES
+    assert len(kept) + dropped == frames + 2  # the routing id, the empty frame, the rest
+    # A pause per batch of frames dropped, 19 here (a read in one call gave the ticker none).
+    assert during >= 10, (during, dropped)
