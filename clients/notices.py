@@ -73,6 +73,11 @@ RESTART_SETTLE = 5.0
 # asked for again by subscribing to `notice` once more, which makes the agent replay; at most
 # this often.
 REPLAY_ASK_EVERY = 10.0
+# A client whose endpoints were chosen by default (none given, nor set in FOREWARN_EVENTS,
+# FOREWARN_CONTROL or the config file) works out the default place again this often while it
+# hears no agent: a job started before the system agent (at boot, or while an upgrade restarts
+# it with /run/forewarn removed) found no agent there and took a place of its own for good.
+LOOK_AGAIN_EVERY = 1.0
 
 
 def _events_endpoint(given: str | None, default: str) -> str:
@@ -154,6 +159,8 @@ class Notices:
         default_events, default_control = default_endpoints()
         self.events = _events_endpoint(events, default_events)
         self.control = control or default_control
+        # Endpoints given here stay; the default place may change (see LOOK_AGAIN_EVERY).
+        self._by_default = events is None and control is None
         self.client_id = client_id or _client_id()
         self.heartbeat_timeout = heartbeat_timeout
         self.active: dict[str, Event] = {}
@@ -364,6 +371,7 @@ class Notices:
         started = time.monotonic()
         last_beat: float | None = None
         warned = False
+        look_again = started + LOOK_AGAIN_EVERY
         agent_topics = (TOPIC_HEARTBEAT.encode(), TOPIC_NOTICE.encode())
         try:
             while not self._stop.is_set():
@@ -387,6 +395,14 @@ class Notices:
                         log.warning("forewarn: lost the agent on %s", self.events)
                     with self._changed:
                         self._changed.notify_all()
+                if not alive and self._by_default and now >= look_again:
+                    look_again = now + LOOK_AGAIN_EVERY
+                    previous = self.events
+                    if self._look_again():
+                        with contextlib.suppress(zmq.ZMQError):
+                            sock.disconnect(previous)
+                        sock.connect(self.events)
+                        started, warned = now, False
                 if not alive and not warned and now - started >= self.heartbeat_timeout:
                     warned = True
                     if last_beat is None:
@@ -401,6 +417,20 @@ class Notices:
                 # Not closed: an error ended the thread. Stop claiming an agent it cannot hear.
                 self.alive = False
                 log.error("forewarn: stopped listening to the agent on %s", self.events)
+
+    def _look_again(self) -> bool:
+        """Work out the default endpoints again; True when they moved (the agent's runtime
+        directory appeared, or went away, since they were chosen), and they are taken."""
+        try:
+            events, control = default_endpoints()
+            events = _events_endpoint(None, events)
+        except Exception:  # an environment changed under the job: keep what works
+            return False
+        if (events, control) == (self.events, self.control):
+            return False
+        log.info("forewarn: no agent on %s; looking for it on %s", self.events, events)
+        self.events, self.control = events, control
+        return True
 
     def _message(self, frames: list[bytes]) -> bool:
         """One message from the agent; False when it was refused. Whatever it holds, a
