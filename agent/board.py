@@ -130,6 +130,8 @@ class NoticeBoard:
         self.retired: dict[str, Report] = {}
         self.flushes: deque[float] = deque(maxlen=FLUSH_WINDOW)
         self.clients: set[str] = set()
+        # Until then no notice counts as flushed by every client (`hold_flushes`).
+        self.flushes_held_until: datetime | None = None
 
     # What is active.
 
@@ -393,6 +395,20 @@ class NoticeBoard:
                 done.append(notice_id)
         return done
 
+    def hold_flushes(self, until: datetime) -> None:
+        """Count no notice flushed by every client before `until`: a restarted agent knows
+        only the clients whose sockets have reconnected, and one ack sent again at once (its
+        client's retry) completed a notice other clients, still reconnecting, had not flushed.
+        `release_flushes` says which are flushed once the time has come."""
+        self.flushes_held_until = until
+
+    def release_flushes(self) -> list[str]:
+        """Once the hold has passed: the notices flushed by every client while it lasted."""
+        if self.flushes_held_until is None or self.now() < self.flushes_held_until:
+            return []
+        self.flushes_held_until = None
+        return [notice_id for notice_id, e in self.entries.items() if self._newly_flushed(e)]
+
     def record_ack(
         self, notice_id: str | None, client: str | None, flush_seconds: float | None
     ) -> bool:
@@ -523,6 +539,8 @@ class NoticeBoard:
 
     def _newly_flushed(self, entry: Entry) -> bool:
         if entry.flushed or not entry.acked:
+            return False
+        if self.flushes_held_until is not None and self.now() < self.flushes_held_until:
             return False
         if entry.expected - entry.acked:
             return False

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -94,6 +94,11 @@ CLOCK_RECHECK = 1.0
 # unanswered (its reply waited for a slow disk past the client's timeout, or control was
 # rebound) sends the very same ack again, and it must count once.
 ACKS_REMEMBERED = 256
+# After a restart with notices to restore, how long no notice counts as flushed by every
+# client: the acking clients come back as their sockets reconnect (Notices backs off up to 1 s,
+# a ZeroMQ socket left at its defaults retries every 0.1 s), and an ack that came first (a
+# client's retry) completed notices those still reconnecting had not flushed.
+CLIENTS_RECONNECT_SECONDS = 3.0
 
 
 # The most descriptors the agent asks for when its hard limit is unlimited.
@@ -306,6 +311,10 @@ class Agent:
         except BindError as error:
             self.publisher.close()
             raise ConfigError(str(error)) from None
+        if self.board.entries:
+            # The clients of the agent before this one, held by notices restored here, come
+            # back as their sockets reconnect (ZeroMQ backs off: up to a second for Notices).
+            self.board.hold_flushes(self.board.now() + timedelta(seconds=CLIENTS_RECONNECT_SECONDS))
 
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -732,6 +741,14 @@ class Agent:
         for notice in cleared:
             self._send(notice, escalated=False)
 
+    def _release_flushes(self) -> None:
+        """The notices flushed by every client while the restart's hold lasted."""
+        done = self.board.release_flushes()
+        for notice_id in done:
+            self._flushed(notice_id)
+        if done:
+            self._save()
+
     def _answered(self, provider: str) -> bool:
         watcher = self.watchers.get(provider)
         answered = getattr(watcher, "answered", None)
@@ -750,6 +767,7 @@ class Agent:
     async def _heartbeats(self) -> None:
         while True:
             self._settle_restored()
+            self._release_flushes()
             self._beat()
             self._retry_unsaved()
             await asyncio.sleep(self.settings.heartbeat_interval)

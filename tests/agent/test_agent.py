@@ -350,8 +350,52 @@ def test_acks_from_before_an_agent_restart_still_count_after_it(tmp_path: Path) 
             )
             assert flag.exists(), "removed before client b flushed"
             assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "b"})["ok"]
-            eventually(lambda: not flag.exists(), timeout=5, what="the flag to be removed")
+            # Taken once the restart's hold on flushes has passed (CLIENTS_RECONNECT_SECONDS).
+            eventually(lambda: not flag.exists(), timeout=10, what="the flag to be removed")
             assert f"notice {drain['id']} flushed by every client (2)" in agent.output()
+
+
+def test_an_ack_just_after_an_agent_restart_does_not_flush_for_clients_still_reconnecting(
+    tmp_path: Path,
+) -> None:
+    """Clients `a` and `b` both held the flag's drain, neither had acked, and the agent
+    restarted under them. The restarted agent knew of no client until each one's socket
+    reconnected (ZeroMQ backs off up to a second, `Notices` too), so `a`'s ack, sent again at
+    once, made the drain "flushed by every client" before `b` was back: the flag was removed,
+    and Azure's `after-ack` approved the event while `b` was still saving."""
+    first = AgentProcess(tmp_path).start()
+    flag = Path(first.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    a = Subscriber(first.events, ("notice", "client/a")).ready()
+    b = Subscriber(first.events, ("notice", "client/b"))
+    # `b` reconnects late: its backoff had grown while the agent was down.
+    b.sock.setsockopt(zmq.RECONNECT_IVL, 60_000)
+    b.ready()
+    try:
+        eventually(
+            lambda: first.control({"op": "status"})["agent"]["subscribers"] == 2,
+            what="both clients",
+            interval=0.05,
+        )
+        flag.write_text("")
+        drain = a.notice(timeout=3)
+        assert b.notice(timeout=3)["id"] == drain["id"]
+        first.stop()
+        with AgentProcess(tmp_path, env=first.env) as agent:
+            a.ready()
+            assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "a"})["ok"]
+            assert "flushed by every client" not in agent.output()
+            assert flag.exists(), "removed before client b flushed"
+            b.close()  # `b` back at last, on a socket of its own
+            b = Subscriber(agent.events, ("notice", "client/b")).ready()
+            assert b.notice(timeout=3)["id"] == drain["id"]
+            assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "b"})["ok"]
+            # Taken once the restart's hold on flushes has passed (CLIENTS_RECONNECT_SECONDS).
+            eventually(lambda: not flag.exists(), timeout=10, what="the flag to be removed")
+            assert f"notice {drain['id']} flushed by every client (2)" in agent.output()
+    finally:
+        a.close()
+        b.close()
+        first.stop()
 
 
 def test_a_notice_flushed_by_every_client_before_a_restart_stays_flushed_after_it(
