@@ -165,6 +165,10 @@ class CheckpointGuard:
         self._pending: dict[str, str | None] = {}  # reason -> notice id
         self._notice_ids: set[str] = set()
         self._handled: set[str] = set()  # drains already flushed for
+        # Notices this job received as a drain (until cleared): sent as terminate later (the
+        # agent escalates a drain whose deadline came within its margin), it is a terminate
+        # raised after the start, whatever its `noticed_at`, and acts at once.
+        self._drains_seen: set[str] = set()
         self._exit = False
         # What asks for the pending exit: "notice:<id>" per terminate, else the reason (signal,
         # peer, request:<reason>). A terminate withdrawn before the save is answered (see
@@ -983,6 +987,7 @@ class CheckpointGuard:
 
     def _on_event(self, event: Event) -> None:
         if event.action == "drain":
+            self._drains_seen.add(event.id)
             # A terminate sent as a drain again: its deadline moved out of the exit margin.
             self._withdraw_exit(event.id, "is a drain again")
             with self._lock:
@@ -1008,6 +1013,7 @@ class CheckpointGuard:
             # A notice that comes back after a clear (same id: AWS keeps a rebalance's
             # noticeTime) is a new occurrence and is flushed for again.
             self._handled.discard(event.id)
+            self._drains_seen.discard(event.id)
             with self._lock:
                 self._inherited.pop(event.id, None)
                 self._undecided.pop(event.id, None)
@@ -1015,7 +1021,11 @@ class CheckpointGuard:
         elif event.action == "terminate":
             if self._still_inherited(event):
                 return
-            if event.noticed_at.timestamp() < self._started_wall:
+            # Its noticed_at is the drain's when the agent escalated one this job received:
+            # taken for a terminate in force before the start (and acted on: this job saved
+            # for the drain), the job trained until its own margin, past the agent's.
+            inherited = event.noticed_at.timestamp() < self._started_wall
+            if inherited and event.id not in self._drains_seen:
                 if event.id not in self._inherited:
                     with self._lock:
                         self._undecided[event.id] = (event, time.monotonic())

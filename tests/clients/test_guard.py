@@ -395,6 +395,37 @@ def test_an_inherited_terminate_sent_as_a_drain_again_no_longer_ends_the_job(
                 run.proc.communicate()
 
 
+def test_a_drain_escalated_after_the_job_started_ends_it_at_once(tmp_path: Path) -> None:
+    """A drain raised before the job started (a rank torchrun restarted, a second job on the
+    node): the job flushed for it and trained on. The agent then sent it as terminate, its
+    deadline inside the agent's 60 s margin. The terminate kept the drain's `noticed_at`, so
+    the job took it for one in force before it started that a client (itself) had acted on,
+    and trained on until its own 30 s margin before the deadline: 30 s past the agent's, the
+    time the operator set for a flush to finish."""
+    env = agent_env(tmp_path, FOREWARN_EXIT_MARGIN="60")
+    with AgentProcess(tmp_path, env=env) as agent:
+        due = utcnow() + timedelta(seconds=66)
+        reply = agent.control({"op": "notify", "action": "drain", "deadline": format_time(due)})
+        assert reply["ok"] and reply["notice"]["action"] == "drain", reply
+        noticed = parse_time(reply["notice"]["noticed_at"]).timestamp()
+        eventually(lambda: time.time() > noticed + 0.05, what="the notice to be 50 ms old")
+        run = Training(agent.env, tmp_path / "ckpt", "--steps", "100000", "--step-time", "0.01")
+        try:
+            drained = run.until("saved", timeout=10)
+            assert not drained["exit"] and drained["reasons"] == ["drain"], drained
+            saved = run.until("saved", timeout=40)
+            code, err = run.finish()
+        finally:
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.communicate()
+    assert code == EXIT_RECLAIMED, err
+    assert saved["exit"] and saved["reasons"] == ["terminate"], saved
+    # Escalated at the deadline minus 60 s; the job saves within a few seconds of that.
+    assert saved["t"] <= due.timestamp() - 60 + 5, (saved["t"], due.timestamp())
+    assert "already in force" not in err, err
+
+
 def test_the_exit_code_says_a_terminate_stopped_the_job_and_a_drain_did_not(
     forewarn_agent: RunningAgent,
 ) -> None:
