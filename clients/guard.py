@@ -445,10 +445,22 @@ class CheckpointGuard:
             seconds = float(seconds)  # a numpy float: the ack is JSON
         if seconds is None and self._due_since is not None:
             seconds = time.monotonic() - self._due_since
-        result, reasons, events = self._record(step, seconds)
+        return self._saved(step, seconds, where)
+
+    def _saved(
+        self, step: int, seconds: float | None, where: str | None, *, wrote: bool = True
+    ) -> SaveResult:
+        """`saved`, its `seconds` checked. `wrote` False: the step was durable already and
+        nothing was written, so no flush was measured: the ack carries none, nor do the slowest
+        flush and the adaptive interval take one. Ranks restarted under a notice each acked a
+        flush of 0 s for their resume point, and enough of them pushed the job's real flush out
+        of the agent's window: its exit margin fell back to the floor."""
+        result, reasons, events = self._record(step, seconds if wrote else None)
+        if not wrote:
+            result = replace(result, flush_seconds=seconds)
         if self.notices is not None:
             for notice_id in result.notices or (None,):
-                self.notices.ack(notice_id, step=step, flush_seconds=seconds)
+                self.notices.ack(notice_id, step=step, flush_seconds=seconds if wrote else None)
         self._log_saved(result, reasons, events, where)
         return result
 
@@ -565,7 +577,8 @@ class CheckpointGuard:
             # Already durable (the resume point, or a save a moment ago): nothing new to write.
             # This is the answer to an exit asked for before the first step ended.
             where = self.store.url if self.store is not None else None
-            return self.saved(step, 0.0, where=f"{where} (already there)" if where else None)
+            already = f"{where} (already there)" if where else None
+            return self._saved(step, 0.0, already, wrote=False)
         if self.store is not None:
             try:
                 flushed = self.store.flush(step, write, timeout=self._final_timeout())
@@ -657,7 +670,7 @@ class CheckpointGuard:
         in_flight = saver.in_flight if saver is not None else None
         if step == self.durable_step and in_flight is None:
             where = f"{self.store.url} (already there)"
-            return self.saved(step, 0.0, where=where)
+            return self._saved(step, 0.0, where, wrote=False)
         if saver is None:
             from .checkpoint.background import STATE_FILE, live_tensors
 
@@ -740,7 +753,8 @@ class CheckpointGuard:
                 self._notice_ids.update(result.notices)
         if self.notices is not None:
             for notice_id in late:
-                self.notices.ack(notice_id, step=step, flush_seconds=0.0)
+                # That save's own flush was acked with it; this one measured none.
+                self.notices.ack(notice_id, step=step)
         log.info(
             "forewarn: step %d is already being saved in the background; the %s save is that one",
             step,

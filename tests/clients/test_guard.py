@@ -426,6 +426,39 @@ def test_a_drain_escalated_after_the_job_started_ends_it_at_once(tmp_path: Path)
     assert "already in force" not in err, err
 
 
+def test_saves_that_write_nothing_do_not_narrow_the_agents_exit_margin(tmp_path: Path) -> None:
+    """A job whose checkpoint takes 20 s saved for a drain: the agent's exit margin became
+    40 s. Ranks restarted under the drain (torchrun --max-restarts, 8 ranks a node) each
+    answered it at their resume point, writing nothing, and acked a flush of 0 s: 20 of them
+    pushed the 20 s flush out of the agent's window, its margin fell back to the floor, and
+    the next drain 30 s out was sent as a drain, too late for a 20 s save."""
+    env = agent_env(tmp_path, FOREWARN_EXIT_MARGIN="5")
+    with AgentProcess(tmp_path, env=env) as agent:
+        endpoints = {"events": agent.events, "control": agent.control_endpoint}
+        drain = agent.control({"op": "notify", "action": "drain", "id": "local/first"})
+        assert drain["ok"], drain
+
+        def job(resume: bool) -> CheckpointGuard:
+            guard = CheckpointGuard(handle_signals=False, flag_file=None, agree=False, **endpoints)
+            if resume:
+                guard.resumed(7)
+            eventually(lambda: guard.due(7), what="the drain")
+            return guard
+
+        first = job(resume=False)
+        assert first.saved(7, 20.0).notices == ("local/first",)
+        first.close()
+        for _ in range(20):  # each rank restarted, resumed from step 7 and saved for the drain
+            rank = job(resume=True)
+            result = rank.save(7, lambda step: pytest.fail("the resume point is written again"))
+            assert result.notices == ("local/first",) and result.flush_seconds == 0.0
+            rank.close()
+        eventually(lambda: agent.output().count("ack local/first") == 21, what="the acks")
+        due = format_time(utcnow() + timedelta(seconds=30))
+        reply = agent.control({"op": "notify", "action": "drain", "deadline": due})
+    assert reply["notice"]["action"] == "terminate", reply
+
+
 def test_the_exit_code_says_a_terminate_stopped_the_job_and_a_drain_did_not(
     forewarn_agent: RunningAgent,
 ) -> None:
