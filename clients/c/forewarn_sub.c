@@ -6,7 +6,8 @@
  *
  * ENDPOINT defaults to $FOREWARN_EVENTS, else ipc://$FOREWARN_RUNTIME_DIR/events, else the
  * agent's default runtime directory: /run/forewarn when writable (or an agent runs there),
- * else $XDG_RUNTIME_DIR/forewarn, else /tmp/forewarn-<uid>. The agent's config file is not
+ * else $XDG_RUNTIME_DIR/forewarn, else /tmp/forewarn-<uid>; without an ENDPOINT, that default
+ * is worked out again every second while no agent is heard. The agent's config file is not
  * read: with runtime_dir or events set there, set FOREWARN_RUNTIME_DIR or FOREWARN_EVENTS.
  *
  * Each message has two frames: the topic ("notice" or "heartbeat") and UTF-8 JSON (see
@@ -58,6 +59,11 @@
 #define MAX_DEPTH 1000
 #define TEXT_OF(number) #number
 #define TEXT(number) TEXT_OF(number)
+/* As the Python client: with the default endpoint (none given), while no agent is heard, the
+ * default is worked out again this often. A subscriber started before the system agent (at
+ * boot, or while an upgrade restarts it with /run/forewarn removed) took a place of its own
+ * and never heard the agent that started in /run/forewarn a moment later. */
+#define LOOK_AGAIN_EVERY 1.0
 
 extern char **environ; /* POSIX declares it nowhere without _GNU_SOURCE */
 
@@ -726,6 +732,7 @@ int main(int argc, char **argv) {
     char endpoint[4096];
     long count = -1;
     int replays = 0;
+    int by_default = 1;
     default_endpoint(endpoint, sizeof endpoint);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
@@ -742,6 +749,7 @@ int main(int argc, char **argv) {
             return 2;
         } else {
             snprintf(endpoint, sizeof endpoint, "%s", argv[i]);
+            by_default = 0;
         }
     }
     signal(SIGINT, on_signal);
@@ -770,8 +778,24 @@ int main(int argc, char **argv) {
     seen_ids.replays = replays;
     liveness agent = {.started = monotonic()};
     long seen = 0;
+    double look_again = agent.started + LOOK_AGAIN_EVERY;
     while (!stopping && (count < 0 || seen < count)) {
         check_silence(&agent, endpoint);
+        double now = monotonic();
+        double quiet_since = agent.agent[0] ? agent.last_beat : agent.started;
+        if (by_default && now >= look_again && now - quiet_since >= LOOK_AGAIN_EVERY) {
+            char moved[sizeof endpoint];
+            look_again = now + LOOK_AGAIN_EVERY;
+            default_endpoint(moved, sizeof moved);
+            if (strcmp(moved, endpoint) != 0 && zmq_connect(sub, moved) == 0) {
+                zmq_disconnect(sub, endpoint);
+                fprintf(stderr, "forewarn_sub: no agent on %s; listening on %s\n", endpoint,
+                        moved);
+                snprintf(endpoint, sizeof endpoint, "%s", moved);
+                agent.started = now;
+                agent.said_silent = 0;
+            }
+        }
         zmq_msg_t topic, body;
         zmq_msg_init(&topic);
         if (zmq_msg_recv(&topic, sub, 0) < 0) {

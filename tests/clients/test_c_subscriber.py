@@ -643,6 +643,58 @@ def test_c_subscriber_connects_where_the_python_client_does(
         sub.wait(10)
 
 
+def test_c_subscriber_started_before_the_system_agent_hears_it_when_it_starts(
+    tmp_path: Path, binary: Path
+) -> None:
+    """Started before the agent (at boot, or while an upgrade restarts it with /run/forewarn
+    removed), the C subscriber took $XDG_RUNTIME_DIR/forewarn for good and waited there while
+    the agent started in /run/forewarn (here a directory of the test's: its parent is made
+    only when the agent starts). It now works its default out again while it hears none."""
+    import queue
+    import threading
+
+    system = tmp_path / "run" / "forewarn"
+    build = tmp_path / "build"
+    build.mkdir()
+    for name in ("forewarn_sub.c", "Makefile"):
+        shutil.copy(SOURCE / name, build / name)
+    flags = f'-O2 -Wall -Wextra -Werror -DFOREWARN_SYSTEM_RUNTIME_DIR=\\"{system}\\"'
+    done = subprocess.run(["make", "-C", str(build), f"CFLAGS={flags}"], capture_output=True)
+    assert done.returncode == 0, done.stderr
+    xdg = tmp_path / "xdg"
+    xdg.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(xdg)}
+    sub = subprocess.Popen(
+        [str(build / "forewarn_sub")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    said: queue.Queue[str] = queue.Queue()
+    printed: queue.Queue[str] = queue.Queue()
+    for stream, into in ((sub.stderr, said), (sub.stdout, printed)):
+        threading.Thread(target=lambda s=stream, q=into: [q.put(x) for x in s], daemon=True).start()
+    try:
+        assert said.get(timeout=10) == f"forewarn_sub: listening on ipc://{xdg}/forewarn/events\n"
+        system.mkdir(parents=True, mode=0o750)
+        env = {**AgentProcess(tmp_path).env, "FOREWARN_RUNTIME_DIR": str(system)}
+        with AgentProcess(tmp_path, env=env) as agent:
+            agent.control({"op": "notify", "action": "drain", "id": "local/boot"})
+            try:
+                notice = json.loads(printed.get(timeout=15))
+            except queue.Empty:
+                pytest.fail("the subscriber never heard the agent's drain")
+        assert notice["id"] == "local/boot"
+    finally:
+        sub.terminate()
+        sub.wait(10)
+    lines = []
+    while not said.empty():
+        lines.append(said.get())
+    assert f"listening on ipc://{system}/events\n" in "".join(lines), lines
+
+
 def test_c_subscriber_says_when_no_agent_is_heard_and_when_one_is(
     tmp_path: Path, binary: Path
 ) -> None:
