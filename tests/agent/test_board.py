@@ -100,6 +100,24 @@ def test_a_client_leaving_completes_the_set() -> None:
     assert b.client_left("b") == ["aws/spot-itn/1"]
 
 
+def test_no_notice_counts_as_flushed_while_flushes_are_held() -> None:
+    """After a restart the clients come back one by one: an ack or a leave before the hold
+    ends completes nothing; the release says what is flushed then."""
+    b, clock = board()
+    b.report(report())
+    b.report(report(id="aws/spot-itn/2"))
+    b.hold_flushes(T0 + timedelta(seconds=3))
+    b.client_joined("a")
+    assert not b.record_ack("aws/spot-itn/1", "a", 1.0)
+    b.client_joined("b")
+    assert b.client_left("b") == []
+    assert b.release_flushes() == []  # not yet
+    clock.now = T0 + timedelta(seconds=3)
+    assert b.release_flushes() == ["aws/spot-itn/1"]
+    assert b.release_flushes() == []  # once
+    assert b.record_ack("aws/spot-itn/2", "a", 1.0)  # no hold any more
+
+
 def test_sequence_keeps_rising_across_restarts() -> None:
     first = Sequencer(0)
     last = [first.next() for _ in range(5)][-1]
