@@ -31,7 +31,9 @@ from forewarn.protocol.wire import (
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
     EndpointError,
+    allow_ipv6,
     check_endpoint,
+    client_id_problem,
     default_endpoints,
     environment,
     load_client_config,
@@ -161,6 +163,12 @@ class Notices:
         self.control = control or default_control
         # Endpoints given here stay; the default place may change (see LOOK_AGAIN_EVERY).
         self._by_default = events is None and control is None
+        problem = None if client_id is None else client_id_problem(client_id)
+        if client_id is not None and problem is not None:
+            # Taken, a client_id past 200 characters had every ack refused, and one past a
+            # KiB a subscription ZeroMQ drops with the connection: the client reconnected in
+            # a loop and never heard a notice ("no agent on ...").
+            raise ValueError(f"client_id {client_id[:60]!r}: {problem}")
         self.client_id = client_id or _client_id()
         self.heartbeat_timeout = heartbeat_timeout
         self.active: dict[str, Event] = {}
@@ -367,6 +375,9 @@ class Notices:
         # Reconnect quickly after an agent restart: notices are time-critical.
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        # An agent on tcp://[::1] is reached only with ZMQ_IPV6 set: this thread connected
+        # and waited there in silence.
+        allow_ipv6(sock, self.events)
         sock.connect(self.events)
         started = time.monotonic()
         last_beat: float | None = None
@@ -401,6 +412,7 @@ class Notices:
                     if self._look_again():
                         with contextlib.suppress(zmq.ZMQError):
                             sock.disconnect(previous)
+                        allow_ipv6(sock, self.events)
                         sock.connect(self.events)
                         started, warned = now, False
                 if not alive and not warned and now - started >= self.heartbeat_timeout:

@@ -505,6 +505,28 @@ def _poll(sock: Any, timeout: float) -> bool:
             return False
 
 
+# What an ack's `client` may be, and so a `client/<id>` topic's id: as every one-line field of
+# a control request (the agent's models: at most 200 characters, no control characters).
+MAX_CLIENT_ID_LENGTH = 200
+
+
+def client_id_problem(client: str) -> str | None:
+    """Why the agent could never take `client` as a client's id, or None. The agent's own
+    check (agent.protocol.client_id_problem, from its models) is pinned to this one by a test:
+    a client cannot import the agent."""
+    if not client:
+        return "empty"
+    if len(client) > MAX_CLIENT_ID_LENGTH:
+        return f"longer than {MAX_CLIENT_ID_LENGTH} characters ({len(client)})"
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in client):
+        return "must be one line of text, without control characters"
+    try:
+        client.encode()
+    except UnicodeEncodeError:
+        return "not encodable as UTF-8 (a lone surrogate)"
+    return None
+
+
 def request(
     endpoint: str,
     payload: dict[str, Any],
@@ -556,6 +578,7 @@ def request(
 
 __all__ = [
     "DENIED",
+    "MAX_CLIENT_ID_LENGTH",
     "MAX_REQUEST_BYTES",
     "PROTOCOL_VERSION",
     "TOKEN_FIELD",
@@ -569,6 +592,7 @@ __all__ = [
     "ReplyError",
     "allow_ipv6",
     "check_endpoint",
+    "client_id_problem",
     "default_endpoints",
     "environment",
     "ipc_path",

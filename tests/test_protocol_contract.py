@@ -161,3 +161,26 @@ def test_public_api_is_pinned() -> None:
     exported = {name for name in dir(protocol) if not name.startswith("_")}
     modules = {module.name for module in pkgutil.iter_modules(protocol.__path__)}
     assert exported - modules == set(protocol.__all__)
+
+
+@given(st.text(max_size=260))
+@example("")
+@example("x" * 200)
+@example("x" * 201)
+@example("job\x7f")
+@example("job\ud800")
+@example("host/4242/ab12cd")
+def test_a_client_id_is_taken_by_the_client_exactly_when_the_agent_takes_it(client: str) -> None:
+    """A client cannot import the agent, so it checks its `client_id` with the contract's
+    rule; the agent checks an ack's `client` with its models. Apart, a client took an id the
+    agent refused (every ack) or a subscription ZeroMQ drops (the client reconnected in a loop).
+    A lone surrogate the agent's model would take, but the client cannot send it."""
+    from forewarn.agent.protocol import client_id_problem as agent_problem
+    from forewarn.protocol.wire import client_id_problem as wire_problem
+
+    taken = wire_problem(client) is None
+    if taken:
+        assert agent_problem(client) is None, client
+        assert len(b"\x01client/" + client.encode()) <= 1024  # the agent's subscription cap
+    elif agent_problem(client) is None:
+        assert "surrogate" in str(wire_problem(client)), client

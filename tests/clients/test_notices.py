@@ -16,7 +16,7 @@ from forewarn.clients.notices import parse_heartbeat
 from forewarn.protocol.timefmt import format_time, utcnow
 from hypothesis import example, given
 from hypothesis import strategies as st
-from support import AgentProcess, eventually
+from support import AgentProcess, agent_env, eventually
 
 
 def test_late_join_reconnect_and_dead_agent(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -946,3 +946,34 @@ def test_an_inherited_terminate_follows_a_step_of_the_wall_clock(
         guard.close()
         notices.close()
         agent.close()
+
+
+@pytest.mark.parametrize("client_id", ["", "j" * 1100, "job\nfake", "x" * 201])
+def test_a_client_id_the_agent_could_never_take_is_refused_at_once(client_id: str) -> None:
+    """Taken, `Notices(client_id="j" * 1100)` subscribed `client/jjj...`, a frame over the
+    agent's KiB: ZeroMQ dropped the connection, the client reconnected in a loop saying "no
+    agent", and never heard the active notice; an id past 200 characters had every ack
+    refused."""
+    with pytest.raises(ValueError, match="client_id"):
+        Notices("ipc:///nonexistent/events", "ipc:///nonexistent/control", client_id=client_id)
+
+
+def test_notices_hear_an_agent_on_ipv6_loopback(tmp_path: Path) -> None:
+    """ZeroMQ connects to an IPv6 address only with ZMQ_IPV6 set: Notices (and so the guard)
+    connected to an agent on tcp://[::1] and waited there in silence."""
+    import socket
+
+    ports = []
+    for _ in range(2):
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+            ports.append(probe.getsockname()[1])
+    events, control = (f"tcp://[::1]:{port}" for port in ports)
+    env = agent_env(tmp_path, FOREWARN_EVENTS=events, FOREWARN_CONTROL=control)
+    with AgentProcess(tmp_path, env=env) as agent:
+        agent.control({"op": "notify", "action": "drain", "id": "local/v6"})
+        notices = Notices(events, control)
+        try:
+            assert eventually(lambda: "local/v6" in notices.active, timeout=20), notices.alive
+        finally:
+            notices.close()
