@@ -37,20 +37,33 @@ MAX_FLAG_BYTES = 4096
 # are remembered so that each is warned about once.
 SHOWN_CHARS = 200
 WARNED_KEPT = 64
+NOT_REGULAR = "is not a regular file (a FIFO, device or directory)"
 
 
 class FlagError(ForewarnError, OSError):
     """The flag path is there but is not a flag file the agent will read."""
 
 
-def read_flag(path: Path) -> tuple[int, str] | None:
+def read_flag(path: Path) -> tuple[int, str | None] | None:
     """(mtime_ns, content) of the flag file, or None when there is none. The runtime directory
     may be shared (a Kubernetes emptyDir), so the file is opened without following a link and
-    without blocking on a FIFO, must be a regular file, and at most MAX_FLAG_BYTES are read."""
+    without blocking on a FIFO, must be a regular file, and at most MAX_FLAG_BYTES are read.
+    The content is None when the file is there but its mode keeps the agent from reading it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except PermissionError:
+        # Its appearance is the request, its content optional: `sudo touch` under root's
+        # umask 027 made a 0640 root:root flag the `forewarn` user could not open, and no
+        # drain was raised at all. lstat needs no read permission.
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(found.st_mode):
+            raise FlagError(errno.EINVAL, NOT_REGULAR) from None
+        return found.st_mtime_ns, None
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise FlagError(error.errno, "is a symbolic link; not followed") from None
@@ -58,7 +71,7 @@ def read_flag(path: Path) -> tuple[int, str] | None:
     try:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode):
-            raise FlagError(errno.EINVAL, "is not a regular file (a FIFO, device or directory)")
+            raise FlagError(errno.EINVAL, NOT_REGULAR)
         content = os.read(fd, MAX_FLAG_BYTES)
     finally:
         os.close(fd)
@@ -130,7 +143,7 @@ class LocalWatcher:
             await self.poll(emit)
             await asyncio.sleep(self.interval)
 
-    async def _look(self) -> tuple[int, str] | None:
+    async def _look(self) -> tuple[int, str | None] | None:
         # Mostly there is no flag, and one lstat on the loop says so: a thread hop for every
         # look cost the idle agent 0.25 % of a core at four looks a second (half its idle
         # CPU), and the runtime directory is local (a tmpfs or an emptyDir). Opening and
@@ -163,9 +176,16 @@ class LocalWatcher:
                 # Written again: a new request replaces the one in force, which nothing would
                 # clear later (a flush, a retirement and the file's removal name the new id).
                 emit(self.current.model_copy(update={"action": "clear"}))
-            self.current = flag_report(self.flag_file, content, mtime_ns)
+            self.current = flag_report(self.flag_file, content or "", mtime_ns)
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
-            if self.current.deadline is None:
+            if content is None:
+                # Once per request (a new mtime): a deadline written there is not seen.
+                log.warning(
+                    "flag file %s: cannot read it (permission denied): the drain has no "
+                    "deadline or note from it; make it readable by the agent's user",
+                    self.flag_file,
+                )
+            elif self.current.deadline is None:
                 self._warn_unread(content, mtime_ns)
             emit(self.current)
         self.context.health.success()

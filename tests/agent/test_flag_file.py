@@ -1,0 +1,46 @@
+"""The flag file as people write it, against a real agent: the ways a shell or an operator
+drops `checkpoint-now` into the runtime directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from support import AgentProcess, eventually
+
+
+def _agent_that_obeys_file_modes(tmp_path: Path) -> AgentProcess:
+    """An agent that, like one run as the `forewarn` user, cannot read a file its mode keeps
+    from it. Root reads any file (CAP_DAC_OVERRIDE): under root the agent runs without the
+    two capabilities that bypass file modes."""
+    agent = AgentProcess(tmp_path)
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("root without setpriv cannot run an agent that obeys file modes")
+        agent.argv = [setpriv, "--bounding-set=-dac_override,-dac_read_search", *agent.argv]
+    return agent
+
+
+def test_a_flag_file_the_agent_may_not_read_still_raises_its_drain(tmp_path: Path) -> None:
+    # `sudo touch /run/forewarn/checkpoint-now` under root's umask 027 (CIS-hardened hosts)
+    # made a 0640 root:root file the `forewarn` user could not open: no drain, only the local
+    # provider "degraded (last error: stat)", while the operator took the checkpoint as asked.
+    with _agent_that_obeys_file_modes(tmp_path) as agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        os.close(os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o000))
+        drain = sub.notice(timeout=5)
+        assert drain["action"] == "drain" and drain["id"].startswith("local/flag/")
+        assert drain["deadline"] is None
+        warning = f"flag file {flag}: cannot read it"
+        eventually(lambda: warning in agent.output(), what="the warning")
+        health = agent.control({"op": "status"})["health"]
+        assert [h["state"] for h in health if h["name"] == "local"] == ["healthy"], health
+        # Handled as any flag: the ack removes it (the directory is the agent's) and clears.
+        assert agent.control({"op": "ack", "notice_id": drain["id"]})["ok"]
+        cleared = sub.notice(timeout=5)
+        assert (cleared["action"], cleared["id"]) == ("clear", drain["id"])
+        assert not flag.exists()
+    assert agent.output().count(warning) == 1
