@@ -216,18 +216,32 @@ class LocalWatcher:
         if self.current is not None and notice_id == self.current.id:
             self.current = None
 
+    def _written_again(self) -> bool:
+        """The file has another mtime than the drain in force: written since the last look."""
+        try:
+            mtime_ns = os.lstat(self.flag_file).st_mtime_ns
+        except OSError:
+            return False
+        return self.current is not None and self.current.id != f"local/flag/{mtime_ns:x}"
+
     def flushed(self, notice_id: str) -> None:
         """Every client flushed for the flag's notice: the flag is handled, remove it."""
         if self.current is None or notice_id != self.current.id:
             return
-        try:
-            self.flag_file.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            log.error("cannot remove flag file %s: %s", self.flag_file, error)
-            return
-        log.info("flag file %s handled and removed", self.flag_file)
+        if self._written_again():
+            # A new request the flush did not answer (its save began before the file was
+            # written again): removed here, a script waiting for the file to go took that
+            # save for its own. The next look raises it.
+            log.info("flag file %s written again since its drain; kept", self.flag_file)
+        else:
+            try:
+                self.flag_file.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                log.error("cannot remove flag file %s: %s", self.flag_file, error)
+                return
+            log.info("flag file %s handled and removed", self.flag_file)
         if self._emit is not None:
             self._emit(self.current.model_copy(update={"action": "clear"}))
         self.current = None

@@ -44,3 +44,28 @@ def test_a_flag_file_the_agent_may_not_read_still_raises_its_drain(tmp_path: Pat
         assert (cleared["action"], cleared["id"]) == ("clear", drain["id"])
         assert not flag.exists()
     assert agent.output().count(warning) == 1
+
+
+def test_a_flag_written_again_just_before_the_flush_is_kept_as_a_new_request(
+    tmp_path: Path,
+) -> None:
+    # The flush of the first request removed the file the operator had just written again:
+    # a script waiting for the file to go took a checkpoint started before its own request
+    # for one taken after it. Between two looks (here a minute apart) the agent cannot see
+    # the new mtime, so it looks before it removes.
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    flag = runtime / "checkpoint-now"
+    flag.write_text("")
+    agent = AgentProcess(tmp_path, args=("--set", "local.flag_interval=60"))
+    with agent, agent.subscriber() as sub:
+        first = sub.notice(timeout=5)
+        assert first["action"] == "drain"
+        written = flag.stat()
+        os.utime(flag, ns=(written.st_atime_ns, written.st_mtime_ns + 1_000_000_000))
+        assert agent.control({"op": "ack", "notice_id": first["id"]})["ok"]
+        cleared = sub.notice(timeout=5)
+        assert (cleared["action"], cleared["id"]) == ("clear", first["id"])
+        assert agent.control({"op": "status"})["ok"]
+        assert flag.exists(), "the second request was removed by the first one's flush"
+        assert "handled and removed" not in agent.output()
