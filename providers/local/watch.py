@@ -112,6 +112,10 @@ def flag_report(path: Path, content: str, mtime_ns: int) -> Report:
     detail: dict[str, object] = {"path": str(path), "notice_time": format_time(created)}
     if text:
         detail["content"] = text[:500]
+        if deadline is None:
+            # Kept as its note, as `forewarn notify --note` keeps one: `watch` and `status`
+            # show a note, and showed nothing of a `terminate 10m` the drain did not read.
+            detail["note"] = text[:500]
     return Report(
         id=f"local/flag/{mtime_ns:x}",
         action="drain",

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, eventually
+from support import AgentProcess, eventually, run_forewarn
 
 
 def _agent_that_obeys_file_modes(tmp_path: Path) -> AgentProcess:
@@ -69,3 +69,26 @@ def test_a_flag_written_again_just_before_the_flush_is_kept_as_a_new_request(
         assert agent.control({"op": "status"})["ok"]
         assert flag.exists(), "the second request was removed by the first one's flush"
         assert "handled and removed" not in agent.output()
+
+
+def test_a_flag_text_that_is_no_deadline_is_shown_as_its_note(tmp_path: Path) -> None:
+    # The README says the text is kept as the drain's note, but it went to `detail.content`
+    # alone: `watch` and `status`, which show a note, showed nothing of `terminate 10m`.
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("terminate 10m\r\n")
+        drain = sub.notice(timeout=5)
+        assert drain["deadline"] is None
+        assert drain["detail"]["note"] == "terminate 10m"
+        status = run_forewarn("status", env=agent.env)
+        assert status.returncode == 0, status.stderr
+        assert 'note "terminate 10m"' in status.stdout, status.stdout
+        watch = run_forewarn("watch", "--count", "1", "--timeout", "20s", env=agent.env)
+        assert watch.returncode == 0, watch.stderr
+        assert 'note "terminate 10m"  [replay]' in watch.stdout, watch.stdout
+        # A deadline it reads is no note (the watch's replay may come first).
+        flag.write_text("15m\n")
+        read = sub.notice(timeout=5)
+        while read["id"] == drain["id"]:
+            read = sub.notice(timeout=5)
+        assert read["deadline"] is not None and "note" not in read["detail"]
