@@ -685,10 +685,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 continue
             _print_notice(args, message, replay=replays.is_replay(message))
             seen += 1
-    except KeyboardInterrupt:
-        return 130
     finally:
-        sock.close()
+        sock.close()  # a Ctrl-C goes on to main, which ends by it (`_end_by_sigint`)
     return 0
 
 
@@ -722,10 +720,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
             if notice.get("action") in accepted:
                 print(json.dumps(notice) if args.json else describe(notice), flush=True)
                 return 0
-    except KeyboardInterrupt:
-        return 130
     finally:
-        sock.close()
+        sock.close()  # a Ctrl-C goes on to main, which ends by it (`_end_by_sigint`)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -1234,6 +1230,22 @@ def _innermost(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Ar
     return parser
 
 
+# The commands a script blocks in. Stopped by Ctrl-C, they end by the SIGINT itself, as Python
+# does on a KeyboardInterrupt it does not catch: bash goes on with a script whose command
+# exited 130 (it takes that for a command that dealt with Ctrl-C itself), and stops one whose
+# command the SIGINT killed. `id=$(forewarn wait --for drain --json | jq -r .id)` went on to
+# the job's save and an ack of an empty id. The shell's `$?` is 130 either way.
+ENDED_BY_SIGINT = ("wait", "watch")
+
+
+def _end_by_sigint() -> None:
+    import signal
+
+    # Every line went out flushed: nothing is lost by ending without Python's exit.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 def main(argv: Sequence[str] | None = None, registry: Registry | None = None) -> int:
     """Run one command; every error ends as one `forewarn: ...` line on stderr and an exit
     code (2 for bad input), with the traceback only under `--debug`."""
@@ -1266,6 +1278,8 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None) ->
         result: int = args.func(args)
         return result
     except KeyboardInterrupt:
+        if command in ENDED_BY_SIGINT:
+            _end_by_sigint()
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`forewarn watch | head -3`): nothing to say, and nobody to
