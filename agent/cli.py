@@ -1278,7 +1278,7 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None) ->
         result: int = args.func(args)
         return result
     except KeyboardInterrupt:
-        if command in ENDED_BY_SIGINT:
+        if command in ENDED_BY_SIGINT and argv is None:  # the program, not a call in a process
             _end_by_sigint()
         return EXIT_INTERRUPTED
     except BrokenPipeError:
