@@ -6,6 +6,7 @@ import argparse
 import difflib
 import importlib
 import json
+import math
 import os
 import re
 import string
@@ -631,6 +632,54 @@ class _Messages:
         )
 
 
+class _Unreceived:
+    """Notices the heartbeats list that never arrived here, asked for again as the client
+    library and the C subscriber ask: a script stopped for hours (SIGSTOP, a scheduler's
+    suspend) fills the high-water marks with heartbeats, and a notice sent then is dropped.
+    `forewarn wait --for terminate && kill "$JOB"`, resumed, read heartbeats listing the
+    terminate and waited on. Listed by two heartbeats in a row (a new subscriber's replay
+    comes after the first), a second subscription to `notice` makes the agent replay."""
+
+    def __init__(self, command: str, events: str) -> None:
+        self.command = command
+        self.events = events
+        self.received: set[str] = set()
+        self._unreceived: set[str] = set()
+        self._asked = -math.inf
+        self._said: set[str] = set()
+
+    def notice(self, notice: dict[str, Any]) -> None:
+        if notice["action"] == "clear":
+            self.received.discard(notice["id"])
+        else:
+            self.received.add(notice["id"])
+
+    def heartbeat(self, beat: dict[str, Any], sock: Any) -> set[str]:
+        """Asks for a replay when due; returns the ids asked for (empty when none)."""
+        import zmq
+        from forewarn.clients.notices import REPLAY_ASK_EVERY
+
+        active = set(beat["active"])
+        self.received &= active  # gone: one raised again under its id is new again
+        unreceived = active - self.received
+        missed = unreceived & self._unreceived
+        self._unreceived = unreceived
+        if not missed or time.monotonic() - self._asked < REPLAY_ASK_EVERY:
+            return set()
+        self._asked = time.monotonic()
+        sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
+        if missed - self._said:
+            print(
+                f"forewarn: {self.command}: the agent on {self.events} lists "
+                f"{', '.join(sorted(missed)[:5])}, never received here; asking it to send the "
+                "active notices again",
+                file=sys.stderr,
+                flush=True,
+            )
+        self._said = missed
+        return missed
+
+
 def _poll_ms(deadline: float | None, silence: _AgentSilence) -> int:
     left = min(1.0, max(0.0, silence.left()))
     if deadline is not None:
@@ -652,6 +701,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout if args.timeout else None
     replays = ReplayTracker()
     messages = _Messages("watch", events)
+    unreceived = _Unreceived("watch", events)
     seen = 0
     try:
         while args.count is None or seen < args.count:
@@ -672,6 +722,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                     seen += 1
                     if args.count is not None and seen >= args.count:
                         return 0
+                replays.missed(unreceived.heartbeat(message, sock))
                 if not args.heartbeats:
                     continue
                 if args.json:
@@ -683,6 +734,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                         flush=True,
                     )
                 continue
+            unreceived.notice(message)
             _print_notice(args, message, replay=replays.is_replay(message))
             seen += 1
     finally:
@@ -697,6 +749,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     sock = _subscribe(events)
     silence = _AgentSilence("wait", events, args.agent_timeout)
     messages = _Messages("wait", events)
+    unreceived = _Unreceived("wait", events)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     try:
         while True:
@@ -716,7 +769,9 @@ def cmd_wait(args: argparse.Namespace) -> int:
             topic, notice = read
             silence.alive(notice["agent"] if topic == TOPIC_HEARTBEAT else None)
             if topic != TOPIC_NOTICE:
+                unreceived.heartbeat(notice, sock)
                 continue
+            unreceived.notice(notice)
             if notice.get("action") in accepted:
                 print(json.dumps(notice) if args.json else describe(notice), flush=True)
                 return 0

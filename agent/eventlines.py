@@ -64,8 +64,9 @@ class ReplayTracker:
 
     A notice is a replay when this watcher already showed it with the same action, reason,
     deadline and detail, or when it was active before the watcher first saw it (listed by the
-    heartbeat that precedes every replay). A changed notice (an escalation, a moved deadline,
-    a new note) is news, and so is one raised again after its clear.
+    heartbeat that precedes every replay), unless the heartbeats listed it while this watcher
+    listened and it never arrived (`missed`). A changed notice (an escalation, a moved
+    deadline, a new note) is news, and so is one raised again after its clear.
     """
 
     def __init__(self) -> None:
@@ -74,6 +75,7 @@ class ReplayTracker:
         self._active: set[str] = set()
         self._agent: object = None  # the last heartbeat's `agent`
         self._settle_until = -math.inf
+        self._missed: set[str] = set()  # listed, never received, asked for again
 
     def heartbeat(self, beat: dict[str, Any]) -> list[dict[str, Any]]:
         """Note the active ids; returns the `clear` of each shown notice the heartbeat no
@@ -84,7 +86,9 @@ class ReplayTracker:
         active = beat.get("active")
         if not isinstance(active, list):
             return []
-        self._active = {item for item in active if isinstance(item, str)}
+        listed = {item for item in active if isinstance(item, str)}
+        self._missed &= listed
+        self._active = listed - self._missed
         # Imported here: the client library loads zmq, which `status` and `notify` do not need.
         from forewarn.clients import notices
 
@@ -113,8 +117,15 @@ class ReplayTracker:
             )
         return withdrawn
 
+    def missed(self, ids: set[str]) -> None:
+        """Notices the heartbeats listed while this watcher listened and that never reached
+        it (dropped on the way): when they come, asked for again, they are news."""
+        self._missed |= ids
+        self._active -= ids
+
     def is_replay(self, notice: dict[str, Any]) -> bool:
         notice_id = notice["id"]
+        self._missed.discard(notice_id)
         if notice["action"] == "clear":
             self._shown.pop(notice_id, None)
             self._notices.pop(notice_id, None)

@@ -1,0 +1,111 @@
+"""A notice dropped on the way to `forewarn wait` or `forewarn watch` (a script stopped for hours
+by SIGSTOP or a scheduler's suspend fills the high-water marks with heartbeats) is listed by
+the heartbeats that follow: after two of them in a row the command subscribes to `notice`
+again, which makes the agent replay, as the client library and the C subscriber do."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import eventually, forewarn_cmd
+
+
+def _notice(notice_id: str, action: str) -> bytes:
+    body = {"v": 1, "id": notice_id, "seq": 1, "action": action, "reason": "manual"}
+    body |= {"provider": "local", "deadline": None, "detail": {}}
+    body |= {"noticed_at": "2026-11-30T03:10:00Z", "sent_at": "2026-11-30T03:10:00Z"}
+    return json.dumps(body).encode()
+
+
+class _Agent:
+    """An XPUB as the agent binds it (verbose: every subscription reaches it)."""
+
+    def __init__(self, endpoint: str) -> None:
+        import zmq
+
+        self.context = zmq.Context()
+        self.xpub = self.context.socket(zmq.XPUB)
+        self.xpub.setsockopt(zmq.LINGER, 0)
+        self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.xpub.bind(endpoint)
+        self.subscriptions: list[bytes] = []
+
+    def subscribed(self, topic: bytes) -> int:
+        while self.xpub.poll(0):
+            self.subscriptions.append(self.xpub.recv())
+        return self.subscriptions.count(b"\x01" + topic)
+
+    def beat(self, *active: str) -> None:
+        body = {"v": 1, "seq": 2, "agent": "host/1/a", "active": list(active), "acked": []}
+        body["sent_at"] = "2026-11-30T03:10:00Z"
+        self.xpub.send_multipart([b"heartbeat", json.dumps(body).encode()])
+
+    def send(self, notice_id: str, action: str) -> None:
+        self.xpub.send_multipart([b"notice", _notice(notice_id, action)])
+
+    def close(self) -> None:
+        self.xpub.close()
+        self.context.term()
+
+
+@contextmanager
+def _command(tmp_path: Path, *args: str) -> Iterator[tuple[_Agent, subprocess.Popen[str]]]:
+    endpoint = f"ipc://{tmp_path}/events"
+    agent = _Agent(endpoint)
+    cmd = subprocess.Popen(
+        forewarn_cmd(*args, "--events", endpoint, "--agent-timeout", "0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "FOREWARN_RUNTIME_DIR": str(tmp_path)},
+    )
+    try:
+        eventually(lambda: agent.subscribed(b"notice") == 1, what="subscribed", timeout=30)
+        yield agent, cmd
+    finally:
+        if cmd.poll() is None:
+            cmd.kill()
+            cmd.wait(10)
+        agent.close()
+
+
+@pytest.mark.parametrize(
+    "args", [("wait", "--for", "terminate", "--json"), ("watch", "--json", "--count", "3")]
+)
+def test_a_notice_the_heartbeats_list_but_that_never_arrived_is_asked_for_again(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    # `forewarn wait --for terminate && kill "$JOB"` in a job resumed after a long suspend
+    # read heartbeats listing the terminate and waited on: the job was never stopped.
+    with _command(tmp_path, *args) as (agent, cmd):
+        agent.send("local/got", "drain")
+        agent.beat("local/got")
+        agent.beat("local/got", "local/lost")
+        assert agent.subscribed(b"notice") == 1, "asked again after one heartbeat"
+
+        def asked_again() -> bool:
+            agent.beat("local/got", "local/lost")
+            return agent.subscribed(b"notice") == 2
+
+        eventually(asked_again, what="a second subscription to notice", interval=0.2)
+        agent.send("local/got", "drain")  # the replay: every active notice
+        agent.send("local/lost", "terminate")
+        out, err = cmd.communicate(timeout=15)
+    assert cmd.returncode == 0, err
+    printed: list[dict[str, Any]] = [json.loads(line) for line in out.splitlines()]
+    assert printed[-1]["id"] == "local/lost" and printed[-1]["action"] == "terminate"
+    if args[0] == "watch":
+        # Missed here while it listened: news, not a replay.
+        assert [(n["id"], n["replay"]) for n in printed] == [
+            ("local/got", False),
+            ("local/got", True),
+            ("local/lost", False),
+        ]
+    asked = [line for line in err.splitlines() if "never received here" in line]
+    assert len(asked) == 1 and "local/lost" in asked[0], err
