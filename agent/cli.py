@@ -632,19 +632,26 @@ class _Messages:
         )
 
 
+# How long heartbeats list a notice that has not arrived before it counts as dropped: more
+# than the replay that follows a new subscription takes, less than the agent's 1 s beat.
+MISSED_AFTER = 0.5
+
+
 class _Unreceived:
     """Notices the heartbeats list that never arrived here, asked for again as the client
     library and the C subscriber ask: a script stopped for hours (SIGSTOP, a scheduler's
     suspend) fills the high-water marks with heartbeats, and a notice sent then is dropped.
     `forewarn wait --for terminate && kill "$JOB"`, resumed, read heartbeats listing the
-    terminate and waited on. Listed by two heartbeats in a row (a new subscriber's replay
-    comes after the first), a second subscription to `notice` makes the agent replay."""
+    terminate and waited on. Listed by heartbeats for MISSED_AFTER without arriving, a
+    second subscription to `notice` makes the agent replay. Not by two heartbeats alone: a
+    regular one can come just before a new subscriber's replay, and the replay's own then
+    listed the notice twice before it came (`watch --count 2` counted the extra replay)."""
 
     def __init__(self, command: str, events: str) -> None:
         self.command = command
         self.events = events
         self.received: set[str] = set()
-        self._unreceived: set[str] = set()
+        self._unreceived: dict[str, float] = {}  # listed, not received: since when
         self._asked = -math.inf
         self._said: set[str] = set()
 
@@ -661,10 +668,12 @@ class _Unreceived:
 
         active = set(beat["active"])
         self.received &= active  # gone: one raised again under its id is new again
-        unreceived = active - self.received
-        missed = unreceived & self._unreceived
-        self._unreceived = unreceived
-        if not missed or time.monotonic() - self._asked < REPLAY_ASK_EVERY:
+        now = time.monotonic()
+        self._unreceived = {
+            notice_id: self._unreceived.get(notice_id, now) for notice_id in active - self.received
+        }
+        missed = {i for i, since in self._unreceived.items() if now - since >= MISSED_AFTER}
+        if not missed or now - self._asked < REPLAY_ASK_EVERY:
             return set()
         self._asked = time.monotonic()
         sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())

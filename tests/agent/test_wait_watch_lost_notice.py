@@ -109,3 +109,31 @@ def test_a_notice_the_heartbeats_list_but_that_never_arrived_is_asked_for_again(
         ]
     asked = [line for line in err.splitlines() if "never received here" in line]
     assert len(asked) == 1 and "local/lost" in asked[0], err
+
+
+def test_a_regular_heartbeat_just_before_a_replay_is_no_loss(tmp_path: Path) -> None:
+    # A heartbeat can go out between a new subscription's arrival and its replay, whose own
+    # heartbeat then lists the active notice a second time before the notice comes: taken
+    # for a loss, it asked for a second replay, said so, and `--count` counted that replay.
+    with _command(tmp_path, "watch", "--json", "--count", "2") as (agent, cmd):
+        agent.beat("local/active")
+        agent.beat("local/active")  # the replay's heartbeat, then the replay
+        agent.send("local/active", "drain")
+        ticks = [0]
+
+        def beaten_for_a_while() -> bool:
+            agent.beat("local/active")
+            ticks[0] += 1
+            return ticks[0] >= 8
+
+        eventually(beaten_for_a_while, what="heartbeats for over a second", interval=0.2)
+        agent.send("local/new", "terminate")
+        out, err = cmd.communicate(timeout=15)
+        assert agent.subscribed(b"notice") == 1, "asked for a replay it had"
+    assert cmd.returncode == 0, err
+    printed = [json.loads(line) for line in out.splitlines()]
+    assert [(n["id"], n["replay"]) for n in printed] == [
+        ("local/active", True),
+        ("local/new", False),
+    ]
+    assert "never received here" not in err, err
