@@ -654,12 +654,27 @@ class _Unreceived:
         self._unreceived: dict[str, float] = {}  # listed, not received: since when
         self._asked = -math.inf
         self._said: set[str] = set()
+        self._agent: object = None  # the last heartbeat's `agent`
+        self._seq: int | None = None  # of the last message read from that agent
+        self._gap: tuple[int, int] | None = None  # seqs never arrived, not yet asked for
 
     def notice(self, notice: dict[str, Any]) -> None:
         if notice["action"] == "clear":
             self.received.discard(notice["id"])
         else:
             self.received.add(notice["id"])
+        self._numbered(notice.get("seq"))
+
+    def _numbered(self, seq: object) -> None:
+        """Note a message's `seq`. The agent numbers every message it sends one after the
+        other: a change of a notice received already (a drain escalated to terminate) dropped
+        past the high-water marks leaves the heartbeats' `active` as it was, and only the gap
+        in the numbers tells."""
+        if type(seq) is not int:
+            return
+        if self._seq is not None and seq > self._seq + 1:
+            self._gap = (self._seq + 1, seq - 1)
+        self._seq = seq
 
     def heartbeat(self, beat: dict[str, Any], sock: Any) -> set[str]:
         """Asks for a replay when due; returns the ids asked for (empty when none)."""
@@ -668,15 +683,29 @@ class _Unreceived:
 
         active = set(beat["active"])
         self.received &= active  # gone: one raised again under its id is new again
+        if beat.get("agent") != self._agent:
+            # A restarted agent numbers on from its reserved mark: no gap.
+            self._agent, self._seq, self._gap = beat.get("agent"), None, None
+        self._numbered(beat.get("seq"))
         now = time.monotonic()
         self._unreceived = {
             notice_id: self._unreceived.get(notice_id, now) for notice_id in active - self.received
         }
         missed = {i for i, since in self._unreceived.items() if now - since >= MISSED_AFTER}
-        if not missed or now - self._asked < REPLAY_ASK_EVERY:
+        if not (missed or self._gap) or now - self._asked < REPLAY_ASK_EVERY:
             return set()
         self._asked = time.monotonic()
         sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
+        if self._gap is not None:
+            first, last = self._gap
+            self._gap = None
+            print(
+                f"forewarn: {self.command}: {last - first + 1} message(s) from the agent on "
+                f"{self.events} never arrived here (seq {first} to {last}); asking it to send "
+                "the active notices again",
+                file=sys.stderr,
+                flush=True,
+            )
         if missed - self._said:
             print(
                 f"forewarn: {self.command}: the agent on {self.events} lists "

@@ -34,10 +34,12 @@
  * heard before, a line on stderr says so (and another when one is heard again). A notice the
  * agent's heartbeats list that never arrived here was dropped on the way (a reader that stopped
  * reading filled the high-water marks), and subscribing to "notice" again makes the agent send
- * every active notice again.
+ * every active notice again. So does a gap in the agent's "seq", which numbers every message
+ * it sends: a change of a notice received already (a drain escalated to terminate) dropped so.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, gmtime_r, lstat under -std=c99 too */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -505,7 +507,30 @@ typedef struct {
     double replay_asked;
     double settle_until; /* a restarted agent's heartbeats count from then */
     int replays;         /* --replays: print them too */
+    long long last_seq;  /* of the last message of this agent, or -1 */
+    long long gap_first, gap_last; /* seqs that never arrived, not yet asked for; or -1 */
 } tracker;
+
+/* Note the message's "seq". The agent numbers every message it sends one after the other: a
+ * change of a notice received already (a drain escalated to terminate) dropped past the
+ * high-water marks leaves the heartbeats' "active" as it was, and only the gap tells. */
+static void note_seq(tracker *t, const char *body, size_t size) {
+    const char *end = body + size, *stop = NULL;
+    const char *at = member(body, end, "seq", &stop);
+    long long seq = 0;
+    if (!at || at >= stop || *at < '0' || *at > '9')
+        return;
+    for (; at < stop && *at >= '0' && *at <= '9'; at++) {
+        if (seq > (LLONG_MAX - 9) / 10)
+            return; /* not a seq this agent sends */
+        seq = seq * 10 + (*at - '0');
+    }
+    if (t->last_seq >= 0 && seq > t->last_seq + 1) {
+        t->gap_first = t->last_seq + 1;
+        t->gap_last = seq - 1;
+    }
+    t->last_seq = seq;
+}
 
 /* What makes a notice the same one sent again: its action, reason, deadline and detail (a
  * replay differs in seq and sent_at, and in noticed_at after an agent restart). FNV-1a. */
@@ -775,6 +800,7 @@ int main(int argc, char **argv) {
 
     static tracker seen_ids; /* large: not on the stack */
     seen_ids.replay_asked = -REPLAY_ASK_EVERY;
+    seen_ids.last_seq = seen_ids.gap_first = seen_ids.gap_last = -1;
     seen_ids.replays = replays;
     liveness agent = {.started = monotonic()};
     long seen = 0;
@@ -845,16 +871,35 @@ int main(int argc, char **argv) {
         } else if ((is_notice || is_heartbeat) && !version_1(data, size, &shown, &shown_len)) {
             say_dropped(is_notice ? "notice" : "heartbeat", "whose \"v\" is not the integer 1, got ",
                         shown, shown_len, "");
-        } else if (is_notice && on_notice(&seen_ids, data, size)) {
-            fwrite(data, 1, size, stdout);
-            fputc('\n', stdout);
-            fflush(stdout);
-            seen++;
+        } else if (is_notice) {
+            note_seq(&seen_ids, data, size);
+            if (on_notice(&seen_ids, data, size)) {
+                fwrite(data, 1, size, stdout);
+                fputc('\n', stdout);
+                fflush(stdout);
+                seen++;
+            }
         } else if (is_heartbeat) {
-            if (heard(&agent, endpoint, data, size))
+            if (heard(&agent, endpoint, data, size)) {
                 seen_ids.settle_until = monotonic() + RESTART_SETTLE;
-            if (on_heartbeat(&seen_ids, data, size, count < 0 ? -1 : count - seen, &seen))
+                /* A restarted agent numbers on from its reserved mark: no gap. */
+                seen_ids.last_seq = seen_ids.gap_first = seen_ids.gap_last = -1;
+            }
+            note_seq(&seen_ids, data, size);
+            int ask = on_heartbeat(&seen_ids, data, size, count < 0 ? -1 : count - seen, &seen);
+            if (!ask && seen_ids.gap_last >= 0 &&
+                monotonic() - seen_ids.replay_asked >= REPLAY_ASK_EVERY) {
+                fprintf(stderr, "forewarn_sub: %lld message(s) from the agent never arrived "
+                        "here (seq %lld to %lld); asking it to send the active notices again\n",
+                        seen_ids.gap_last - seen_ids.gap_first + 1, seen_ids.gap_first,
+                        seen_ids.gap_last);
+                seen_ids.replay_asked = monotonic();
+                ask = 1;
+            }
+            if (ask) {
+                seen_ids.gap_first = seen_ids.gap_last = -1;
                 zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "notice", 6);
+            }
         }
         zmq_msg_close(&topic);
         zmq_msg_close(&body);

@@ -1,7 +1,9 @@
 """A notice dropped on the way to `forewarn wait` or `forewarn watch` (a script stopped for hours
 by SIGSTOP or a scheduler's suspend fills the high-water marks with heartbeats) is listed by
-the heartbeats that follow: after two of them in a row the command subscribes to `notice`
-again, which makes the agent replay, as the client library and the C subscriber do."""
+the heartbeats that follow: listed for half a second, the command subscribes to `notice`
+again, which makes the agent replay, as the client library and the C subscriber do. A change
+of a notice it has (a drain escalated to terminate) dropped so shows as a gap in the agent's
+`seq`, which numbers every message, and is asked for again too."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ import pytest
 from support import eventually, forewarn_cmd
 
 
-def _notice(notice_id: str, action: str) -> bytes:
-    body = {"v": 1, "id": notice_id, "seq": 1, "action": action, "reason": "manual"}
+def _notice(notice_id: str, action: str, seq: int = 1) -> bytes:
+    body = {"v": 1, "id": notice_id, "seq": seq, "action": action, "reason": "manual"}
     body |= {"provider": "local", "deadline": None, "detail": {}}
     body |= {"noticed_at": "2026-11-30T03:10:00Z", "sent_at": "2026-11-30T03:10:00Z"}
     return json.dumps(body).encode()
@@ -41,13 +43,13 @@ class _Agent:
             self.subscriptions.append(self.xpub.recv())
         return self.subscriptions.count(b"\x01" + topic)
 
-    def beat(self, *active: str) -> None:
-        body = {"v": 1, "seq": 2, "agent": "host/1/a", "active": list(active), "acked": []}
+    def beat(self, *active: str, seq: int = 2, agent: str = "host/1/a") -> None:
+        body = {"v": 1, "seq": seq, "agent": agent, "active": list(active), "acked": []}
         body["sent_at"] = "2026-11-30T03:10:00Z"
         self.xpub.send_multipart([b"heartbeat", json.dumps(body).encode()])
 
-    def send(self, notice_id: str, action: str) -> None:
-        self.xpub.send_multipart([b"notice", _notice(notice_id, action)])
+    def send(self, notice_id: str, action: str, seq: int = 1) -> None:
+        self.xpub.send_multipart([b"notice", _notice(notice_id, action, seq)])
 
     def close(self) -> None:
         self.xpub.close()
@@ -137,3 +139,45 @@ def test_a_regular_heartbeat_just_before_a_replay_is_no_loss(tmp_path: Path) -> 
         ("local/new", False),
     ]
     assert "never received here" not in err, err
+
+
+@pytest.mark.parametrize(
+    "args", [("wait", "--for", "terminate", "--json"), ("watch", "--json", "--count", "2")]
+)
+def test_a_change_dropped_on_the_way_shows_as_a_gap_in_seq_and_is_asked_for_again(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    # `forewarn wait --for terminate && kill "$JOB"` suspended past the high-water marks: the
+    # drain it had was escalated to terminate meanwhile, and that was dropped. The heartbeats
+    # list the same id, received (as a drain): nothing was missing, and it waited on while the
+    # agent sent terminate.
+    with _command(tmp_path, *args) as (agent, cmd):
+        agent.beat("local/slow", seq=10)
+        agent.send("local/slow", "drain", seq=11)
+        agent.beat("local/slow", seq=12)
+        agent.beat("local/slow", seq=13)
+        assert agent.subscribed(b"notice") == 1, "a replay asked for with no gap"
+        agent.beat("local/slow", seq=20)  # 14 to 19 never arrived
+        eventually(lambda: agent.subscribed(b"notice") == 2, what="a second subscription")
+        agent.send("local/slow", "terminate", seq=21)  # the replay
+        out, err = cmd.communicate(timeout=15)
+    assert cmd.returncode == 0, err
+    printed = [json.loads(line) for line in out.splitlines()]
+    assert printed[-1]["action"] == "terminate"
+    gap = [line for line in err.splitlines() if "never arrived" in line]
+    assert len(gap) == 1 and "seq 14 to 19" in gap[0], err
+
+
+def test_a_restarted_agent_s_first_seq_is_no_gap(tmp_path: Path) -> None:
+    """A restarted agent's numbers go on from its reserved mark, past the last one sent."""
+    with _command(tmp_path, "watch", "--json", "--count", "2") as (agent, cmd):
+        agent.beat(seq=10)
+        agent.send("local/a", "drain", seq=11)
+        agent.beat("local/a", seq=500, agent="host/2/b")
+        agent.beat("local/a", seq=501, agent="host/2/b")
+        agent.send("local/b", "drain", seq=502)
+        out, err = cmd.communicate(timeout=15)
+        assert agent.subscribed(b"notice") == 1, "asked for a replay after a restart"
+    assert cmd.returncode == 0, err
+    assert [json.loads(line)["id"] for line in out.splitlines()] == ["local/a", "local/b"]
+    assert "never arrived" not in err, err

@@ -991,3 +991,65 @@ def test_c_subscriber_prints_a_deeply_nested_notice_only_when_the_python_client_
                 printed = marked.lines_until_marker(marked.marker(), 10)
                 assert printed is not None, f"no marker after depth {depth}"
                 assert (printed == [body]) == taken, (depth, twice, taken)
+
+
+def test_c_subscriber_asks_again_when_the_agent_s_seq_skips_numbers(
+    tmp_path: Path, binary: Path
+) -> None:
+    """A change of a notice it has (a drain escalated to terminate) dropped past the
+    high-water marks leaves the heartbeats' `active` as it was: only the gap in `seq`, which
+    the agent gives every message one after the other, tells. A restarted agent (another
+    `agent`) numbers on from its reserved mark: no gap."""
+    import zmq
+
+    endpoint = f"ipc://{tmp_path}/events"
+    context = zmq.Context()
+    xpub = context.socket(zmq.XPUB)
+    xpub.setsockopt(zmq.LINGER, 0)
+    xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+    xpub.bind(endpoint)
+    sub = subprocess.Popen(
+        [str(binary), endpoint, "--count", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    subscriptions: list[bytes] = []
+
+    def subscribed(topic: bytes) -> int:
+        while xpub.poll(0):
+            subscriptions.append(xpub.recv())
+        return subscriptions.count(b"\x01" + topic)
+
+    def beat(seq: int, agent: str = "host/1/a") -> None:
+        body = {"v": 1, "seq": seq, "agent": agent, "active": ["local/slow"], "acked": []}
+        xpub.send_multipart([b"heartbeat", json.dumps(body).encode()])
+
+    try:
+        eventually(lambda: subscribed(b"notice") == 1 and subscribed(b"heartbeat") == 1)
+        beat(10)
+        xpub.send_multipart([b"notice", _notice("local/slow", "drain", seq=11)])
+        beat(12)
+        beat(900, agent="host/2/b")  # restarted
+        beat(901, agent="host/2/b")
+        assert subscribed(b"notice") == 1, "a replay asked for with no gap"
+        beat(950, agent="host/2/b")  # 902 to 949 never arrived
+        eventually(lambda: subscribed(b"notice") == 2, what="a second subscription to notice")
+        xpub.send_multipart([b"notice", _notice("local/slow", "terminate", seq=951)])
+        xpub.send_multipart([b"notice", _notice("local/next", "drain", seq=952)])
+        out, err = sub.communicate(timeout=15)
+        assert sub.returncode == 0, err
+        printed = [(n["id"], n["action"]) for n in map(json.loads, out.splitlines())]
+        assert printed == [
+            ("local/slow", "drain"),
+            ("local/slow", "terminate"),
+            ("local/next", "drain"),
+        ]
+        gap = [line for line in err.splitlines() if "never arrived" in line]
+        assert len(gap) == 1 and "seq 902 to 949" in gap[0], err
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait(10)
+        xpub.close()
+        context.term()
