@@ -327,32 +327,27 @@ class WebhookObserver(Observer):
                 self._delivering = None
                 self._changed()  # delivered or given up: not pending any more
 
+    def _say_kept(self, notice: Notice, when: str, marked: str) -> None:
+        log.warning(
+            "webhook: %s %s was kept while the agent was down and %s: delivered%s %s",
+            notice.action,
+            notice.id,
+            when,
+            " marked" if self.settings.format == "slack" else "",
+            marked,
+            extra={"notice_id": notice.id, "action": notice.action},
+        )
+
     async def _deliver(self, client: httpx.AsyncClient, notice: Notice) -> None:
         kept = (notice.id, notice.seq) in self._kept
-        late = late_by(notice) if kept else None
-        if late is not None:
+        if kept:
             # Said whatever the format: a JSON receiver gets the notice as published, and
-            # can tell only from its deadline.
-            log.warning(
-                "webhook: %s %s was kept while the agent was down and its deadline passed %s "
-                "ago: delivered%s late",
-                notice.action,
-                notice.id,
-                span(late),
-                " marked" if self.settings.format == "slack" else "",
-                extra={"notice_id": notice.id, "action": notice.action},
-            )
-        old = old_by(notice) if kept else None
-        if old is not None:
-            log.warning(
-                "webhook: %s %s was kept while the agent was down and was sent %s ago: "
-                "delivered%s old",
-                notice.action,
-                notice.id,
-                span(old),
-                " marked" if self.settings.format == "slack" else "",
-                extra={"notice_id": notice.id, "action": notice.action},
-            )
+            # can tell only from its deadline (or its sent_at).
+            late, old = late_by(notice), old_by(notice)
+            if late is not None:
+                self._say_kept(notice, f"its deadline passed {span(late)} ago", "late")
+            elif old is not None:
+                self._say_kept(notice, f"was sent {span(old)} ago", "old")
         backoff = Backoff(0.5, 30.0)
         for attempt in range(self.settings.retries + 1):
             # Written for each attempt: a Slack line says how many seconds are left, and one

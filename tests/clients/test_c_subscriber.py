@@ -184,6 +184,40 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
         context.term()
 
 
+class _Verbose:
+    """An XPUB of the test's that sees every subscription (as the agent's does), with the C
+    subscriber on it: `subscribed(topic)` counts the subscriptions to `topic` so far."""
+
+    def __init__(self, tmp_path: Path, binary: Path, count: int) -> None:
+        import zmq
+
+        endpoint = f"ipc://{tmp_path}/events"
+        self.context = zmq.Context()
+        self.xpub = self.context.socket(zmq.XPUB)
+        self.xpub.setsockopt(zmq.LINGER, 0)
+        self.xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.xpub.bind(endpoint)
+        self.sub = subprocess.Popen(
+            [str(binary), endpoint, "--count", str(count)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.subscriptions: list[bytes] = []
+
+    def subscribed(self, topic: bytes) -> int:
+        while self.xpub.poll(0):
+            self.subscriptions.append(self.xpub.recv())
+        return self.subscriptions.count(b"\x01" + topic)
+
+    def close(self) -> None:
+        if self.sub.poll() is None:
+            self.sub.kill()
+            self.sub.wait(10)
+        self.xpub.close()
+        self.context.term()
+
+
 def test_c_subscriber_asks_again_for_a_notice_the_heartbeats_list_but_it_never_got(
     tmp_path: Path, binary: Path
 ) -> None:
@@ -191,26 +225,8 @@ def test_c_subscriber_asks_again_for_a_notice_the_heartbeats_list_but_it_never_g
     is listed by the heartbeats: after two of them in a row the C subscriber subscribes to
     `notice` again, which makes the agent replay, and prints the notice then. One it received
     (and one cleared since) never makes it ask."""
-    import zmq
-
-    endpoint = f"ipc://{tmp_path}/events"
-    context = zmq.Context()
-    xpub = context.socket(zmq.XPUB)
-    xpub.setsockopt(zmq.LINGER, 0)
-    xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
-    xpub.bind(endpoint)
-    sub = subprocess.Popen(
-        [str(binary), endpoint, "--count", "4"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    subscriptions: list[bytes] = []
-
-    def subscribed(topic: bytes) -> int:
-        while xpub.poll(0):
-            subscriptions.append(xpub.recv())
-        return subscriptions.count(b"\x01" + topic)
+    agent = _Verbose(tmp_path, binary, count=4)
+    xpub, sub, subscribed = agent.xpub, agent.sub, agent.subscribed
 
     def notice(notice_id: str, action: str) -> bytes:
         body = {"v": 1, "id": notice_id, "seq": 1, "action": action, "reason": "manual"}
@@ -248,11 +264,7 @@ def test_c_subscriber_asks_again_for_a_notice_the_heartbeats_list_but_it_never_g
         asked = [line for line in err.splitlines() if "never received here" in line]
         assert len(asked) == 1 and "local/lost" in asked[0], err
     finally:
-        if sub.poll() is None:
-            sub.kill()
-            sub.wait(10)
-        xpub.close()
-        context.term()
+        agent.close()
 
 
 def _notice(notice_id: str, action: str, **fields: Any) -> bytes:
@@ -1000,26 +1012,8 @@ def test_c_subscriber_asks_again_when_the_agent_s_seq_skips_numbers(
     high-water marks leaves the heartbeats' `active` as it was: only the gap in `seq`, which
     the agent gives every message one after the other, tells. A restarted agent (another
     `agent`) numbers on from its reserved mark: no gap."""
-    import zmq
-
-    endpoint = f"ipc://{tmp_path}/events"
-    context = zmq.Context()
-    xpub = context.socket(zmq.XPUB)
-    xpub.setsockopt(zmq.LINGER, 0)
-    xpub.setsockopt(zmq.XPUB_VERBOSE, 1)
-    xpub.bind(endpoint)
-    sub = subprocess.Popen(
-        [str(binary), endpoint, "--count", "3"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    subscriptions: list[bytes] = []
-
-    def subscribed(topic: bytes) -> int:
-        while xpub.poll(0):
-            subscriptions.append(xpub.recv())
-        return subscriptions.count(b"\x01" + topic)
+    agent_process = _Verbose(tmp_path, binary, count=3)
+    xpub, sub, subscribed = agent_process.xpub, agent_process.sub, agent_process.subscribed
 
     def beat(seq: int, agent: str = "host/1/a") -> None:
         body = {"v": 1, "seq": seq, "agent": agent, "active": ["local/slow"], "acked": []}
@@ -1048,8 +1042,4 @@ def test_c_subscriber_asks_again_when_the_agent_s_seq_skips_numbers(
         gap = [line for line in err.splitlines() if "never arrived" in line]
         assert len(gap) == 1 and "seq 902 to 949" in gap[0], err
     finally:
-        if sub.poll() is None:
-            sub.kill()
-            sub.wait(10)
-        xpub.close()
-        context.term()
+        agent_process.close()
