@@ -76,6 +76,13 @@ def open_backend(
         parts = urlsplit(text)
         if parts.netloc not in ("", "localhost"):
             raise StoreConfigError(f"file URL {text!r} names a host; use file:///absolute/path")
+        if "#" in text or "?" in text:
+            # The parser drops a fragment or query: `file:///ckpt/run#1` and `.../run#2`
+            # both opened /ckpt/run, and the second run resumed from the first's checkpoints.
+            raise StoreConfigError(
+                f"file URL {text!r} has a '#' or '?', which a URL ends the path at: write "
+                "them as %23 and %3F, or give the path itself"
+            )
         return LocalBackend(unquote(parts.path), durable=durable)
     if sep:
         raise StoreConfigError(

@@ -861,3 +861,20 @@ def test_a_scheme_with_one_slash_is_read_as_a_url(
     save_step(CheckpointStore(f"file:{tmp_path}/a"), 1)
     assert CheckpointStore(tmp_path / "a").get(1, verify="checksums").step == 1
     assert sorted(path.name for path in tmp_path.iterdir()) == ["a"]
+
+
+@pytest.mark.parametrize("tail", ["run#2", "run?seed=2"])
+def test_a_file_url_with_a_fragment_or_query_names_no_other_directory(
+    tmp_path: Path, tail: str
+) -> None:
+    """`file:///ckpt/run#2` and `file:///ckpt/run#1` both opened `/ckpt/run`: the URL parser
+    took `#2` for a fragment (`?seed=2` for a query) and dropped it, so two runs shared one
+    store and the second resumed from the first's checkpoints."""
+    (tmp_path / tail).mkdir()
+    save_step(CheckpointStore(tmp_path / tail), 1)  # the path itself is a fine store
+    for url in (f"file://{tmp_path}/{tail}", f"file:{tmp_path}/{tail}"):
+        with pytest.raises(StoreConfigError, match="%23" if "#" in tail else "%3F"):
+            CheckpointStore(url)
+    quoted = tail.replace("#", "%23").replace("?", "%3F")
+    assert CheckpointStore(f"file://{tmp_path}/{quoted}").get(1).step == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == [tail]
