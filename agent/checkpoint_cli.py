@@ -3,7 +3,8 @@
 URL is a store URL as `CheckpointStore` takes it (a path, `file://`, `s3://bucket/prefix`).
 S3 stores read the endpoint, region and credentials from the same environment as the store
 (AWS_ENDPOINT_URL, AWS_PROFILE, ...) or from the flags. Exit codes: 0 fine, 1 a generation
-does not verify, 2 bad input (one `forewarn checkpoint:` line), 3 the store could not be read.
+does not verify, 2 bad input (one `forewarn checkpoint:` line), 3 the store could not be read
+(or `prune` could not delete a generation: one line each).
 """
 
 from __future__ import annotations
@@ -385,10 +386,28 @@ def _in_store(store: CheckpointStore, error: OSError) -> bool:
 
 
 def run_prune(args: argparse.Namespace, store: CheckpointStore) -> int:
-    doomed = store.prune(dry_run=args.dry_run)
-    verb = "would delete" if args.dry_run else "deleted"
-    names = ", ".join(generation_name(step) for step in doomed) or "nothing"
-    print(f"{verb} {names}")
-    if args.abort_uploads and not args.dry_run:
+    doomed = store.prune(dry_run=True)
+    if args.dry_run:
+        names = ", ".join(generation_name(step) for step in doomed) or "nothing"
+        print(f"would delete {names}")
+        return 0
+    # One by one here, not through store.prune(): that raises the first generation it could
+    # not delete once the rest are gone, and the command then said only 'cannot read
+    # <store>' (a store it had read) and not which generations it had deleted.
+    deleted: list[int] = []
+    failures: list[str] = []
+    for step in doomed:
+        try:
+            store.delete(step)
+        except CheckpointError as error:
+            failures.append(str(error))  # names the generation and the store
+        except Exception as error:
+            failures.append(f"cannot remove {generation_name(step)} from {store.url}: {error}")
+        else:
+            deleted.append(step)
+    print(f"deleted {', '.join(generation_name(step) for step in deleted) or 'nothing'}")
+    for failure in failures:
+        print(f"forewarn: checkpoint: {failure}", file=sys.stderr)
+    if args.abort_uploads:
         print(f"aborted {store.abort_stale_uploads()} unfinished uploads")
-    return 0
+    return EXIT_UNREADABLE if failures else 0

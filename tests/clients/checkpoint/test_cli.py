@@ -286,3 +286,44 @@ def test_a_generation_retention_removes_while_it_is_checked_is_not_corrupt(
     if action == "verify":
         assert "step-000000000010: removed while it was checked" in out
         assert "2 of 2 generations verify (checksums)" in out
+
+
+def test_prune_names_what_it_deleted_and_what_it_could_not(tmp_path: Path) -> None:
+    """Another user's generation in a shared store stopped `prune`: it said only 'cannot read
+    <store>: cannot remove step-…10 …' (the store was read fine), and not that it had deleted
+    step-…20 meanwhile, so the one running it could not tell what was left."""
+    import argparse
+    import contextlib
+    import io
+    import shutil
+    import tempfile
+
+    from forewarn.agent import checkpoint_cli
+    from other_user import call_as, other_user
+
+    uid, gid = other_user()
+    shared = Path(tempfile.mkdtemp(prefix="forewarn-prune-", dir="/tmp"))
+    try:
+        url = str(shared / "store")
+        fill(CheckpointStore(url))  # this user's, under umask 022 here: 0755 directories
+        os.chmod(shared, 0o755)
+        os.chmod(url, 0o777)
+        for directory, _dirs, _files in os.walk(os.path.join(url, "step-000000000020")):
+            os.chmod(directory, 0o777)  # a generation the other user may delete
+
+        def prune() -> tuple[int, str, str]:
+            parser = argparse.ArgumentParser()
+            checkpoint_cli.add_arguments(parser)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = checkpoint_cli.run(parser.parse_args(["prune", url, "--keep", "1"]))
+            return code, out.getvalue(), err.getvalue()
+
+        code, out, err = call_as(uid, gid, prune)
+        assert CheckpointStore(url).steps() == [10, 30, 40]
+        assert out.strip() == "deleted step-000000000020", (out, err)
+        assert code == 3, (out, err)
+        assert "cannot read" not in err and "cannot remove step-000000000010" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    finally:
+        shutil.rmtree(shared)
