@@ -75,6 +75,14 @@ def _raise(error: OSError) -> None:
     raise error
 
 
+def _raise_unless_gone(error: OSError) -> None:
+    # ESTALE: NFS's word for a directory another client removed.
+    if not isinstance(error, (FileNotFoundError, NotADirectoryError)) and (
+        error.errno != errno.ESTALE
+    ):
+        raise error
+
+
 def fsync_tree(path: Path) -> None:
     """Make a file, or a directory and every file under it, durable, then the directory that
     holds it (for checkpoints written by someone else: a framework's own save)."""
@@ -519,7 +527,11 @@ class LocalBackend(Backend):
     def list_sizes(self, prefix: str) -> dict[str, int]:
         base = self._path(prefix)
         sizes: dict[str, int] = {}
-        for directory, _dirs, files in os.walk(base):
+        # os.walk passes over a directory it cannot list: its files read as missing, so a
+        # sound generation did not verify (EACCES, EIO), latest() resumed from an older one,
+        # and the job's save of that step deleted it as broken. Only a directory gone (a
+        # generation not there, or removed meanwhile) is no error.
+        for directory, _dirs, files in os.walk(base, onerror=_raise_unless_gone):
             relative = os.path.relpath(directory, base)
             for name in files:
                 if _is_temp(name):

@@ -327,3 +327,47 @@ def test_prune_names_what_it_deleted_and_what_it_could_not(tmp_path: Path) -> No
         assert len(err.strip().splitlines()) == 1, err
     finally:
         shutil.rmtree(shared)
+
+
+def test_a_directory_of_a_generation_it_cannot_list_is_not_called_missing(tmp_path: Path) -> None:
+    """A generation's subdirectory this user may not list (or one whose listing fails: EIO)
+    made its files 'missing': `verify` said CORRUPT (exit 1) of a sound generation, and
+    `latest()` passed over it to resume from an older one (whose job then deleted the sound one
+    as broken when it saved that step again)."""
+    import argparse
+    import contextlib
+    import io
+    import shutil
+    import tempfile
+
+    from forewarn.agent import checkpoint_cli
+    from other_user import call_as, other_user
+
+    uid, gid = other_user()
+    shared = Path(tempfile.mkdtemp(prefix="forewarn-unlisted-", dir="/tmp"))
+    try:
+        os.chmod(shared, 0o755)
+        url = str(shared / "store")
+        fill(CheckpointStore(url))
+        hidden = os.path.join(url, "step-000000000030", "opt")
+        os.chmod(hidden, 0o700)  # this user's; the other user may not list it
+
+        def look() -> tuple[int, str, str, str]:
+            parser = argparse.ArgumentParser()
+            checkpoint_cli.add_arguments(parser)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = checkpoint_cli.run(parser.parse_args(["verify", url, "--step", "30"]))
+            try:
+                resumed = f"step {CheckpointStore(url).latest().step}"  # type: ignore[union-attr]
+            except PermissionError as exc:
+                resumed = f"PermissionError: {exc}"
+            return code, out.getvalue(), err.getvalue(), resumed
+
+        code, out, err, resumed = call_as(uid, gid, look)
+        assert "missing" not in out, out
+        assert code == 3 and "Permission denied" in err and hidden in err, (code, out, err)
+        assert resumed.startswith("PermissionError") and hidden in resumed, resumed
+        assert CheckpointStore(url).verify(30, checksums=True).ok
+    finally:
+        shutil.rmtree(shared)
