@@ -396,7 +396,13 @@ class CommitProtocol:
         # retry of the same step raise GenerationExistsError. The next commit moves it.
         try:
             hinted = read_latest_hint(self.backend)
-            if hinted is None or hinted <= step:
+            # Back to an older step only when the hinted generation is gone (deleted to roll
+            # a run back): the hint otherwise named it until the job saved past its step.
+            if (
+                hinted is None
+                or hinted <= step
+                or self.backend.get_small(f"{generation_name(hinted)}/{COMMIT}") is None
+            ):
                 self.backend.put_small(LATEST, encode_latest(step))
         except Exception as exc:
             log.warning(

@@ -878,3 +878,18 @@ def test_a_file_url_with_a_fragment_or_query_names_no_other_directory(
     quoted = tail.replace("#", "%23").replace("?", "%3F")
     assert CheckpointStore(f"file://{tmp_path}/{quoted}").get(1).step == 1
     assert sorted(path.name for path in tmp_path.iterdir()) == [tail]
+
+
+def test_the_hint_moves_back_once_the_generation_it_named_is_deleted(make_store: Any) -> None:
+    """A run rolled back by deleting its newest generations (`store.delete(30)`, or by hand)
+    kept LATEST naming step 30 until it saved past 30 again: a commit never moves the hint
+    back, so `forewarn checkpoint ls` marked no generation LATEST and tools that follow the
+    hint opened one that was gone."""
+    store = make_store()
+    for step in (10, 20, 30):
+        save_step(store, step)
+    store.delete(30)
+    save_step(store, 25)
+    assert store.latest_hint() == 25
+    save_step(store, 22)  # an older step while the hinted one stands: the hint stays
+    assert store.latest_hint() == 25
