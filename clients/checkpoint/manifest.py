@@ -32,7 +32,9 @@ OUTPUTS = "outputs"  # beside the generations: BatchProgress's shards
 PREFIX = "step-"
 # Twelve digits keep names sorting by step up to a trillion steps; larger steps still parse.
 _DIGITS = 12
-_NAME = re.compile(r"^step-(\d{12,})\Z")
+# Exactly the names generation_name() gives: a thirteenth digit only without a leading zero,
+# ASCII digits only (`\d` takes any script's), so no second directory parses as the same step.
+_NAME = re.compile(r"^step-([0-9]{12}|[1-9][0-9]{12,})\Z")
 _RESERVED = {MANIFEST, COMMIT, PARTS}
 
 

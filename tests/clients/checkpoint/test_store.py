@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -893,3 +894,21 @@ def test_the_hint_moves_back_once_the_generation_it_named_is_deleted(make_store:
     assert store.latest_hint() == 25
     save_step(store, 22)  # an older step while the hinted one stands: the hint stays
     assert store.latest_hint() == 25
+
+
+def test_only_the_name_a_step_is_saved_under_is_that_steps_generation(tmp_path: Path) -> None:
+    """`step-0000000000030` (a thirteenth digit, a copy made by hand) and `step-` with
+    non-ASCII digits parsed as step 30 too: `ls` and `verify` listed step 30 twice, the
+    store read both through `step-000000000030`, and retention never removed the copy."""
+    from forewarn.clients.checkpoint.manifest import generation_name, parse_generation_name
+
+    for step in (0, 30, 10**12 - 1, 10**12, 10**15 + 7):
+        assert parse_generation_name(generation_name(step)) == step
+    for alias in ("step-0000000000030", "step-" + "\u0660" * 10 + "\u0663\u0660"):
+        assert parse_generation_name(alias) is None, alias
+    store = CheckpointStore(tmp_path / "store")
+    save_step(store, 30)
+    shutil.copytree(
+        tmp_path / "store" / "step-000000000030", tmp_path / "store" / "step-0000000000030"
+    )
+    assert store.steps() == [30]
