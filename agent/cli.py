@@ -25,6 +25,7 @@ from forewarn.protocol.wire import (
     DEFAULT_CONFIG_FILE,
     DENIED,
     ENV_CONFIG,
+    IPC_PATH_MAX,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
     ClientConfig,
@@ -922,7 +923,13 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
 
     from forewarn.providers.registry import REGISTRY
 
-    from .drill_local import check_steps, minimum_steps, run_local_drill
+    from .drill_local import (
+        check_steps,
+        longest_socket,
+        machines_for,
+        minimum_steps,
+        run_local_drill,
+    )
     from .drill_reclaim import run_reclaim_drill
 
     steps_given = getattr(args, "steps", None) is not None
@@ -961,6 +968,13 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     if args.scenario != "quick" and args.lead <= 0:
         raise UsageError("drill local: --lead: must be more than 0 seconds")
     if args.dir is not None:
+        too_long = longest_socket(args.dir, machines_for(args))
+        if too_long is not None:
+            raise UsageError(
+                f"drill local: --dir: {args.dir} is too deep for the agents' sockets: "
+                f"{too_long} is {len(os.fsencode(too_long))} bytes, Linux allows at most "
+                f"{IPC_PATH_MAX} (give a shorter directory)"
+            )
         try:
             args.dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:

@@ -491,3 +491,44 @@ def test_a_resume_that_is_not_the_save_is_not_reported_as_nothing_lost(
         r"one saved at step \d+",
         out,
     )
+
+
+def test_a_dir_too_deep_for_the_agents_socket_is_refused_and_a_deep_tmpdir_is_not_used(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A socket path has at most 107 bytes. A --dir deep enough that
+    DIR/machine-1/run/control is longer failed after the drill had started, as "unexpected
+    ZMQError: File name too long ... please report it", exit 1; so did the plain `forewarn
+    drill local` under a deep TMPDIR, which the user never chose. A --dir too deep is bad
+    input (exit 2, naming the socket), and the default work directory falls back to /tmp."""
+    deep = Path("/tmp") / f"forewarn-test-deep-{os.getpid()}-{'d' * 80}"
+    try:
+        done = subprocess.run(
+            forewarn_cmd("drill", "local", "--dir", str(deep)),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("forewarn: drill local: --dir: "), lines
+        assert "at most 107" in lines[0] and "unexpected" not in lines[0]
+        assert "agent started" not in done.stdout
+
+        deep.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            forewarn_cmd("drill", "local", "--steps", "100"),
+            env={**env, "TMPDIR": str(deep)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "steps lost: 0" in done.stdout
+        assert not list(deep.iterdir())  # nothing made, nothing left there
+    finally:
+        with contextlib.suppress(OSError):
+            for path in sorted(deep.rglob("*"), reverse=True):
+                path.rmdir() if path.is_dir() else path.unlink()
+            deep.rmdir()
