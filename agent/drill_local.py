@@ -350,7 +350,9 @@ class Machine:
 
 # Written into a --dir the quick drill uses: what it finds there next time is its own.
 DRILL_MARK = ".forewarn-drill"
-_DRILL_FILES = ("checkpoints", "machine-1", "machine-2")
+# What drills make in their --dir: the checkpoint store, one directory per machine (a
+# --scenario drill has one per cell), and a --scenario drill's job logs.
+_DRILL_FILES = ("checkpoints", "machine-*", "job-*.log")
 
 
 def _clear_previous_run(work: Path) -> bool:
@@ -358,7 +360,7 @@ def _clear_previous_run(work: Path) -> bool:
     checkpoint, with its terminate still in the old state, it hung ("said nothing for 30s").
     Only files a drill made are removed, and only where its mark is; anything else that
     looks like them is refused rather than deleted."""
-    found = [work / name for name in _DRILL_FILES if (work / name).exists()]
+    found = sorted({path for pattern in _DRILL_FILES for path in work.glob(pattern)})
     mark = work / DRILL_MARK
     if found and not mark.exists():
         raise UsageError(
@@ -366,7 +368,10 @@ def _clear_previous_run(work: Path) -> bool:
             "give an empty or new directory"
         )
     for path in found:
-        shutil.rmtree(path)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     mark.write_text("a forewarn drill's work directory: the next drill here replaces it\n")
     return bool(found)
 
@@ -437,9 +442,14 @@ def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) 
         key: value for key, value in os.environ.items() if not key.upper().startswith("FOREWARN_")
     }
     base_env["PYTHONUNBUFFERED"] = "1"
+    # Every drill, a --scenario one too: its torch job used someone's DIR/checkpoints as its
+    # store (resumed from it, pruned it to 4 generations), or an earlier drill's.
+    reused = _clear_previous_run(work) if args.dir else False
     if getattr(args, "scenario", "quick") != "quick":
         if reclaim is None:
             raise DrillFailed(f"scenario {args.scenario!r} needs the reclaim drill")
+        if reused:
+            print("(the previous drill's checkpoints and machines in this directory were removed)")
         try:
             return reclaim(args, work, base_env)
         except DrillFailed as error:
@@ -448,7 +458,6 @@ def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) 
         finally:
             if not args.dir and not args.keep:
                 shutil.rmtree(work, ignore_errors=True)
-    reused = _clear_previous_run(work) if args.dir else False
     print(f"forewarn drill local (notice source: {args.source}; work directory {work})")
     if reused:
         print("  (the previous drill's checkpoints and machines in it were removed)")

@@ -532,3 +532,37 @@ def test_a_dir_too_deep_for_the_agents_socket_is_refused_and_a_deep_tmpdir_is_no
             for path in sorted(deep.rglob("*"), reverse=True):
                 path.rmdir() if path.is_dir() else path.unlink()
             deep.rmdir()
+
+
+def test_a_scenario_drill_starts_its_dir_afresh_and_refuses_one_no_drill_made(
+    tmp_path: Path,
+) -> None:
+    """A --scenario drill skipped what the quick drill does with its --dir: a directory
+    holding someone's `checkpoints/` was used as the torch job's store (which resumes from it
+    and prunes it to 4 generations), and one an earlier drill used was run on with that
+    drill's checkpoints (the first cell resumed from the old run) and its machines' agent
+    state (machine-1's agent restarted on the old run's notices)."""
+    seen: list[list[str]] = []
+
+    def reclaim(args: argparse.Namespace, work: Path, base_env: dict[str, str]) -> int:
+        seen.append(sorted(path.name for path in work.iterdir()))
+        (work / "checkpoints" / "step-000000000010").mkdir(parents=True)
+        for n in range(1, 5):
+            (work / f"machine-{n}" / "state").mkdir(parents=True)
+        (work / "job-1.log").write_text("a job's log\n")
+        return 0
+
+    def args(work: Path) -> argparse.Namespace:
+        return argparse.Namespace(dir=work, keep=False, scenario="systemd", lead=8.0)
+
+    precious = tmp_path / "project" / "checkpoints" / "model.pt"
+    precious.parent.mkdir(parents=True)
+    precious.write_bytes(b"weights")
+    with pytest.raises(drill_local.UsageError, match=r"--dir: .* already holds checkpoints"):
+        drill_local.run_local_drill(args(tmp_path / "project"), reclaim=reclaim)
+    assert precious.read_bytes() == b"weights" and not seen
+
+    work = tmp_path / "drill"
+    assert drill_local.run_local_drill(args(work), reclaim=reclaim) == 0
+    assert drill_local.run_local_drill(args(work), reclaim=reclaim) == 0
+    assert seen == [[drill_local.DRILL_MARK], [drill_local.DRILL_MARK]]
