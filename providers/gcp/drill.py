@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-from forewarn.protocol.errors import DrillError
+from forewarn.protocol.errors import DrillError, UsageError
 from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 
 from ..settings import check_url, name_arg
@@ -112,11 +112,15 @@ def access_token() -> tuple[str, str]:
     except ImportError:
         from forewarn.protocol.install import extra_hint
 
-        raise DrillError(f"google-auth is missing: {extra_hint('gcp')}") from None
+        # Bad input, exit 2, as the other clouds' drills say a missing library or credentials.
+        raise UsageError(f"google-auth is missing: {extra_hint('gcp')}") from None
     try:
         credentials, _ = google.auth.default(scopes=[SCOPE])
         credentials.refresh(google.auth.transport.requests.Request())
+    except google.auth.exceptions.DefaultCredentialsError as error:
+        raise UsageError(f"no usable Google credentials: {error}") from None
     except google.auth.exceptions.GoogleAuthError as error:
+        # Credentials found but refused or not refreshed (a revoked key, no network): exit 1.
         raise DrillError(f"no usable Google credentials: {error}") from None
     token = getattr(credentials, "token", None)
     if not token:
@@ -210,6 +214,9 @@ def run(args: argparse.Namespace) -> int:
                 raise DrillError(f"simulateMaintenanceEvent refused: {_api_error(response)}")
             _say("simulateMaintenanceEvent accepted")
             return follow(client, args, _operation(response))
+    except UsageError as error:  # before ValueError, which it is
+        print(f"forewarn: drill gcp: {error}", file=sys.stderr)
+        return 2
     except DrillError as error:
         print(f"forewarn: drill gcp: {error}", file=sys.stderr)
         return 1

@@ -198,3 +198,31 @@ def test_google_auth_is_imported_only_by_the_drill() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_no_google_credentials_or_google_auth_exits_2_as_the_other_clouds_drills(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README: missing cloud credentials for a drill are bad input, exit 2, as `drill
+    aws`, `azure` and `kubernetes` do. `drill gcp --yes` without Application Default
+    Credentials (or without google-auth) exited 1, as a refused request does, so a script
+    could not tell 'set up credentials' from 'Google said no'."""
+    import google.auth.exceptions
+
+    def no_credentials(scopes: Any = None, **_: Any) -> Any:
+        raise google.auth.exceptions.DefaultCredentialsError(
+            "Your default credentials were not found"
+        )
+
+    monkeypatch.setattr(google.auth, "default", no_credentials)
+    with respx.mock(assert_all_mocked=True):  # nothing may be sent
+        assert drill.run(_args("--yes")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("forewarn: drill gcp: no usable Google credentials: ")
+    assert len(err.splitlines()) == 1, err
+
+    monkeypatch.setitem(sys.modules, "google.auth", None)
+    with respx.mock(assert_all_mocked=True):
+        assert drill.run(_args("--yes")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("forewarn: drill gcp: google-auth is missing: "), err
