@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from forewarn.protocol.errors import ConfigError
     from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
 
-    from .imap import MailboxError, MailboxSession, load_credentials
+    from .imap import CredentialsError, MailboxError, MailboxSession, load_credentials
     from .mail import DRILL_HEADER, MatchRules, judge, read_mail
     from .watch import MetadataUnavailable
 
@@ -122,6 +122,13 @@ def run(args: argparse.Namespace) -> int:
             "no mailbox configured: set digitalocean.imap_host and digitalocean.credentials_file "
             "(FOREWARN_DIGITALOCEAN_IMAP_HOST, FOREWARN_DIGITALOCEAN_CREDENTIALS_FILE)"
         )
+    try:
+        # Read now (a local file; nothing is sent): missing, it failed only after the plan
+        # was printed, exit 1, and the dry run said all was set. Missing credentials are
+        # bad input (2), as for the other clouds' drills.
+        credentials = load_credentials(settings.credentials_file)
+    except CredentialsError as error:
+        return _fail(str(error))
     now = utcnow().replace(microsecond=0)
     try:
         deadline = parse_deadline(args.deadline, now).replace(microsecond=0)
@@ -169,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
         timeout=settings.imap_timeout,
     )
     try:
-        session.open(load_credentials(settings.credentials_file), settings.imap_mailbox)
+        session.open(credentials, settings.imap_mailbox)
         session.append(raw, settings.imap_mailbox)
     except MailboxError as error:
         return _fail(str(error), 1)

@@ -154,6 +154,28 @@ def test_drill_refuses_a_mail_the_agent_would_ignore(
     assert result.returncode == 2 and "no mailbox configured" in result.stderr
 
 
+def test_drill_without_a_readable_credentials_file_exits_2_even_in_its_dry_run(
+    tmp_path: Path,
+) -> None:
+    """The README: missing cloud credentials for a drill are bad input, exit 2. `drill
+    digitalocean --yes` with digitalocean.credentials_file missing exited 1 after printing its
+    plan, and its dry run printed "user from <that file>" and exited 0: the rehearsal of the
+    rehearsal said all was set. The file is read (a local file, nothing sent) before either."""
+    env = agent_env(
+        tmp_path,
+        FOREWARN_DIGITALOCEAN_URL=f"http://{DEAD_LOOPBACK}",
+        FOREWARN_DIGITALOCEAN_DROPLET_ID=DROPLET_ID,
+        FOREWARN_DIGITALOCEAN_IMAP_HOST="127.0.0.1",
+        FOREWARN_DIGITALOCEAN_IMAP_PORT="9",
+        FOREWARN_DIGITALOCEAN_CREDENTIALS_FILE=str(tmp_path / "imap.env"),
+    )
+    for argv in (("drill", "digitalocean"), ("drill", "digitalocean", "--yes")):
+        result = run_forewarn(*argv, env=env)
+        assert result.returncode == 2, (argv, result.stdout, result.stderr)
+        assert f"credentials_file {tmp_path / 'imap.env'}: not found" in result.stderr
+        assert "dry run" not in result.stdout and "mailbox:" not in result.stdout
+
+
 def test_sigterm_stops_the_agent_while_the_imap_server_has_not_greeted_yet(
     tmp_path: Path,
 ) -> None:
