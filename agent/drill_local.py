@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -352,7 +353,7 @@ class Machine:
 DRILL_MARK = ".forewarn-drill"
 # What drills make in their --dir: the checkpoint store, one directory per machine (a
 # --scenario drill has one per cell), and a --scenario drill's job logs.
-_DRILL_FILES = ("checkpoints", "machine-*", "job-*.log")
+_DRILL_FILES = re.compile(r"checkpoints|machine-\d+|job-\d+\.log")
 
 
 def _clear_previous_run(work: Path) -> bool:
@@ -360,7 +361,7 @@ def _clear_previous_run(work: Path) -> bool:
     checkpoint, with its terminate still in the old state, it hung ("said nothing for 30s").
     Only files a drill made are removed, and only where its mark is; anything else that
     looks like them is refused rather than deleted."""
-    found = sorted({path for pattern in _DRILL_FILES for path in work.glob(pattern)})
+    found = sorted(path for path in work.iterdir() if _DRILL_FILES.fullmatch(path.name))
     mark = work / DRILL_MARK
     if found and not mark.exists():
         raise UsageError(
