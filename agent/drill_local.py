@@ -39,6 +39,7 @@ from .tethered import tethered
 
 READY_TIMEOUT = 60.0  # a loaded machine starts Python slowly; a live agent answers long before
 PHASE_TIMEOUT = 30.0
+QUIET_TIMEOUT = 30.0  # how long the demo may say nothing, beyond what the drill asks of it
 # The demo's exit after its terminate save: 128 + SIGTERM, as `CheckpointGuard.exit_code`.
 RECLAIMED_EXIT = 143
 # The drain goes out a fifth into the run (step 20 at the least), the terminate AFTER_DRAIN
@@ -111,7 +112,10 @@ class Timeline:
 class Demo:
     """The demo training loop as a subprocess, its JSON lines read on a thread."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], quiet: float = 0.0) -> None:
+        # Seconds the demo may be silent beyond QUIET_TIMEOUT: a step, or a final save that
+        # waits for an upload in flight and then makes its own.
+        self.quiet = quiet
         # Tethered: a drill killed outright (kill -9) left the demo training on.
         self.proc = subprocess.Popen(
             tethered(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -138,7 +142,9 @@ class Demo:
         for line in self.proc.stderr:
             self.stderr.append(line.rstrip())
 
-    def next(self, timeout: float = PHASE_TIMEOUT, *, done_ok: bool = False) -> dict[str, Any]:
+    def next(self, timeout: float | None = None, *, done_ok: bool = False) -> dict[str, Any]:
+        if timeout is None:
+            timeout = QUIET_TIMEOUT + self.quiet
         try:
             event = self.events.get(timeout=timeout)
         except queue.Empty:
@@ -476,6 +482,9 @@ def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) 
         str(args.step_time),
     ]
     background = bool(getattr(args, "background", False))
+    # `--upload-delay 45s` (a real checkpoint's upload, rehearsed) left the demo silent for
+    # 90 s in its final save, and the drill failed as "the demo said nothing for 30s".
+    quiet = args.step_time + (2 * args.upload_delay if background else 0.0)
     if background:
         every = periodic_every(args.step_time, args.upload_delay)
         demo_argv += ["--background", "--upload-delay", str(args.upload_delay)]
@@ -485,7 +494,7 @@ def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) 
         if machine.source.server is not None:
             timeline.add(None, f"{args.source} simulator serving on {machine.source.server.url}")
         timeline.add(None, f"agent started (providers: {', '.join(machine.providers)})")
-        demo = Demo([*demo_argv, "--steps", str(args.steps)], machine.env)
+        demo = Demo([*demo_argv, "--steps", str(args.steps)], machine.env, quiet)
         first = demo.next()
         timeline.add(
             first["step"],
@@ -556,7 +565,7 @@ def _run_in(work: Path, args: argparse.Namespace, reclaim: ReclaimDrill | None) 
         timeline.add(None, "machine reclaimed; a replacement starts with a fresh agent")
 
         machine = Machine(work, args.source, base_env, "machine-2")
-        demo = Demo([*demo_argv, "--steps", str(last_step + 20)], machine.env)
+        demo = Demo([*demo_argv, "--steps", str(last_step + 20)], machine.env, quiet)
         resumed = demo.next()
         resumed_step = resumed["step"] if resumed["event"] == "resumed" else 0
         verified = resumed.get("state") == final.get("state") and bool(resumed.get("verified"))

@@ -566,3 +566,31 @@ def test_a_scenario_drill_starts_its_dir_afresh_and_refuses_one_no_drill_made(
     assert drill_local.run_local_drill(args(work), reclaim=reclaim) == 0
     assert drill_local.run_local_drill(args(work), reclaim=reclaim) == 0
     assert seen == [[drill_local.DRILL_MARK], [drill_local.DRILL_MARK]]
+
+
+@pytest.mark.slow(16)
+def test_an_upload_slower_than_the_drills_patience_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo says nothing while its final save waits for an upload: `--background
+    --upload-delay 45s --deadline 3m` (a real checkpoint's upload time, rehearsed) failed as
+    "the demo said nothing for 30s" with the final checkpoint on its way. The drill's patience
+    with a quiet demo grows by what it asked of it (uploads, steps). Here with a patience of
+    1 s and 2.5 s uploads, the same shape in seconds."""
+    monkeypatch.setattr(drill_local, "QUIET_TIMEOUT", 1.0)
+    args = argparse.Namespace(
+        dir=tmp_path / "drill",
+        keep=False,
+        scenario="quick",
+        source="local",
+        step_time=0.02,
+        background=True,
+        upload_delay=2.5,
+        deadline=30.0,
+    )
+    args.steps = drill_local.minimum_steps(args.step_time, True, args.upload_delay)
+    code = drill_local.run_local_drill(args)
+    out, err = capsys.readouterr()
+    assert "said nothing" not in err, err
+    assert code == 0, out + err
+    assert "final save: waited for the upload in flight" in out and "steps lost: 0" in out
