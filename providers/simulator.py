@@ -348,6 +348,9 @@ class Simulator:
             self.changed.notify_all()
 
 
+# The largest request body read: control bodies are a few hundred bytes.
+MAX_BODY = 1024 * 1024
+
 # The longest delay before a scheduled notice or fault: as long as a fault may last.
 MAX_AFTER = 30 * 86400.0
 
@@ -459,8 +462,13 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             parts = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
+            try:
+                body = self._body()
+            except SimError as error:
+                # Where the next request starts is unknown: answer, then hang up.
+                self.close_connection = True
+                self._send(SimResponse.json({"error": str(error)}, error.status))
+                return
             request = SimRequest(
                 method=self.command,
                 path=parts.path,
@@ -485,6 +493,42 @@ def _make_handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 log.exception("%s: handler failed", sim.name)
                 response = SimResponse.json({"error": f"simulator error: {error}"}, 500)
             self._send(response)
+
+        def _body(self) -> bytes:
+            """The request's body, by Content-Length or chunked; SimError for a length that
+            is not one (it escaped as ValueError and the client got no answer) or above
+            MAX_BODY (read whole into memory)."""
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                return self._chunked()
+            text = self.headers.get("Content-Length")
+            if text is None:
+                return b""
+            if not text.strip().isdigit():
+                raise SimError(f"Content-Length: not a number of bytes: {text!r}")
+            length = int(text)
+            if length > MAX_BODY:
+                raise SimError(f"a body of {length} bytes; at most {MAX_BODY} are read", 413)
+            return self.rfile.read(length)
+
+        def _chunked(self) -> bytes:
+            """A chunked body (what clients that stream one send): it was ignored, and its
+            chunks were then parsed as the next request."""
+            body = b""
+            while True:
+                line = self.rfile.readline(1024).split(b";", 1)[0].strip()
+                try:
+                    size = int(line, 16)
+                except ValueError:
+                    raise SimError(f"chunked body: bad chunk size {line[:40]!r}") from None
+                if size < 0 or len(body) + size > MAX_BODY:
+                    raise SimError(f"a body of over {MAX_BODY} bytes", 413)
+                if size == 0:
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline(1024)  # the CRLF after the chunk
+            while self.rfile.readline(1024).strip():  # trailers, up to the blank line
+                pass
+            return body
 
         def _endpoint(self, request: SimRequest) -> SimResponse | None:
             """The provider's answer, through whatever fault is in force (None: no answer)."""
