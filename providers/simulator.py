@@ -110,6 +110,8 @@ class Simulator:
         self.requests: Counter[str] = Counter()
         self._timers: list[threading.Timer] = []
         self._faults: dict[str, Fault] = {}
+        # Faults given with `after`, not started yet: ending one (or all) cancels its timer.
+        self._pending: dict[str, threading.Timer] = {}
         self.started_at = time.time()
 
     # Provider hooks.
@@ -158,13 +160,14 @@ class Simulator:
         with self.changed:
             self.changed.notify_all()
 
-    def later(self, after: float, action: Callable[[], None]) -> None:
+    def later(self, after: float, action: Callable[[], None]) -> threading.Timer:
         """Run `action` `after` seconds from now on a timer the server cancels on stop."""
         timer = threading.Timer(max(0.0, after), action)
         timer.daemon = True
-        timer.start()
         with self.lock:
             self._timers.append(timer)
+            timer.start()
+        return timer
 
     def schedule(self, after: float, kind: str, fields: dict[str, Any]) -> None:
         """Raise a notice `after` seconds from now (scripted notices); SimError for an
@@ -205,13 +208,17 @@ class Simulator:
         given; returns the fault's id. SimError for a bad field, before anything starts."""
         fault = self.check_fault({"kind": kind, **fields})
         if after is not None:
-            self.later(check_after(after), lambda: self._install(fault))
+            self._install_later(check_after(after), fault)
         else:
             self._install(fault)
         return fault.id
 
     def remove_fault(self, fault_id: str) -> bool:
         with self.changed:
+            timer = self._pending.pop(fault_id, None)
+            if timer is not None:
+                timer.cancel()
+                return True
             fault = self._faults.pop(fault_id, None)
             if fault is None:
                 return False
@@ -221,7 +228,7 @@ class Simulator:
 
     def clear_faults(self) -> int:
         with self.lock:
-            ids = list(self._faults)
+            ids = [*self._pending, *self._faults]
         return sum(self.remove_fault(fault_id) for fault_id in ids)
 
     def faults(self) -> list[dict[str, Any]]:
@@ -330,7 +337,7 @@ class Simulator:
                 after = _after(fields)
                 fault = self.check_fault(fields)  # a bad fault is a 400 now, not in a timer
                 if after is not None:
-                    self.later(after, lambda: self._install(fault))
+                    self._install_later(after, fault)
                     return SimResponse.json({"id": fault.id, "after": after}, 202)
                 self._install(fault)
                 return SimResponse.json({"id": fault.id}, 201)
@@ -341,11 +348,17 @@ class Simulator:
             return SimResponse.json({"removed": fault_id})
         raise SimError(f"no control route {request.method} {request.path}", 404)
 
-    def _install(self, fault: Fault) -> None:
-        fault.created = time.monotonic()
+    def _install(self, fault: Fault, *, pending: bool = False) -> None:
         with self.changed:
+            if pending and self._pending.pop(fault.id, None) is None:
+                return  # ended before it started (the timer fired as it was cancelled)
+            fault.created = time.monotonic()
             self._faults[fault.id] = fault
             self.changed.notify_all()
+
+    def _install_later(self, after: float, fault: Fault) -> None:
+        with self.lock:
+            self._pending[fault.id] = self.later(after, lambda: self._install(fault, pending=True))
 
 
 # The largest request body read: control bodies are a few hundred bytes.

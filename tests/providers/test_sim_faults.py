@@ -19,6 +19,7 @@ from forewarn.providers.gcp.simulate import GcpSimulator
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.sim_faults import FAULT_KINDS, FaultError, make_fault, parse_fault_flag
 from forewarn.providers.simulator import SimServer, Simulator
+from forewarn.testing import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -409,3 +410,24 @@ def test_a_chunked_control_body_is_read(served: Served) -> None:
     )
     assert got == 201 and json.loads(body)["id"].startswith("fault-"), body
     assert served.get().status_code == 503
+
+
+def test_a_fault_ended_before_its_after_never_starts(served: Served) -> None:
+    # The 202 of a fault with "after" gives its id, but DELETE of that id was a 404 and
+    # DELETE /_sim/faults ended nothing: the fault started later anyway, in a test that had
+    # cleaned up.
+    def later(status: int) -> str:
+        answer = served.http.post(
+            "/_sim/faults", json={"kind": "status", "status": status, "after": 0.3}
+        )
+        assert answer.status_code == 202, answer.text
+        return str(answer.json()["id"])
+
+    ended = later(502)
+    assert served.http.delete(f"/_sim/faults/{ended}").status_code == 200
+    later(504)
+    assert served.http.delete("/_sim/faults").json() == {"removed": 1}
+    kept = later(503)  # fires after the two ended ones would have
+    eventually(lambda: served.get().status_code == 503, timeout=10, what="the kept fault")
+    faults = served.http.get("/_sim/faults").json()["faults"]
+    assert [fault["id"] for fault in faults] == [kept]
