@@ -47,7 +47,14 @@ from typing import Any
 from forewarn.protocol.timefmt import duration_arg
 
 from ..sim_cli import SimulatorCommand
-from ..simulator import SimError, SimRequest, SimResponse, Simulator
+from ..simulator import (
+    SimError,
+    SimRequest,
+    SimResponse,
+    Simulator,
+    refuse_unknown_fields,
+    yes_or_no,
+)
 from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
 
 DEFAULT_NODE = "forewarn-sim-node"
@@ -91,6 +98,20 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = merge_patch(result.get(key), value)
     return result
+
+
+# Each notice kind's fields (POST /_sim/notices): any other is refused, as a typo (`efect`)
+# quietly became the default of the field meant.
+NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
+    "cordon": ("taint",),
+    "taint": ("key", "value", "effect"),
+    "shutdown": ("reason", "message"),
+    "unreachable": (),
+    "delete": (),
+    "compact": ("as", "expire_watches"),
+    "timeout": (),
+    "rotate-token": ("token",),
+}
 
 
 class KubernetesSimulator(Simulator):
@@ -257,7 +278,40 @@ class KubernetesSimulator(Simulator):
 
     # Control API hooks.
 
+    def check_notice(self, kind: str, fields: dict[str, Any]) -> None:
+        if kind not in NOTICE_FIELDS:
+            return  # raise_notice names the kinds
+        refuse_unknown_fields(kind, fields, NOTICE_FIELDS[kind])
+        if kind == "cordon":
+            yes_or_no(fields.get("taint", True), "taint")
+        elif kind == "taint":
+            key = fields.get("key")
+            if not isinstance(key, str) or not key:
+                raise SimError('a taint needs "key", a non-empty string')
+            self._check_taint(fields, fields.get("effect", "NoSchedule"))
+        elif kind == "shutdown":
+            for name in ("reason", "message"):
+                if not isinstance(fields.get(name, ""), str):
+                    raise SimError(f'"{name}" must be a string')
+        elif kind == "compact":
+            if fields.get("as", self.gone_as) not in ("stream", "status"):
+                raise SimError('"as" must be "stream" (an ERROR event) or "status" (HTTP 410)')
+            yes_or_no(fields.get("expire_watches", False), "expire_watches")
+        elif kind == "rotate-token":
+            token = fields.get("token")
+            if not isinstance(token, str) or not token:
+                raise SimError('"token" must be a non-empty string')
+
+    @staticmethod
+    def _check_taint(fields: dict[str, Any], effect: Any) -> None:
+        if effect not in EFFECTS:
+            raise SimError(f'"effect" must be one of {", ".join(EFFECTS)}')
+        value = fields.get("value")
+        if value is not None and not isinstance(value, str):
+            raise SimError('"value" must be a string')
+
     def raise_notice(self, kind: str, fields: dict[str, Any]) -> str:
+        self.check_notice(kind, fields)
         with self.lock:
             if kind == "cordon":
                 node = self._edit()
@@ -267,15 +321,9 @@ class KubernetesSimulator(Simulator):
                 self._commit("MODIFIED", node)
                 return "cordon"
             if kind == "taint":
-                key = fields.get("key")
-                if not isinstance(key, str) or not key:
-                    raise SimError('a taint needs "key", a non-empty string')
+                key = fields["key"]
                 effect = fields.get("effect", "NoSchedule")
-                if effect not in EFFECTS:
-                    raise SimError(f'"effect" must be one of {", ".join(EFFECTS)}')
                 value = fields.get("value")
-                if value is not None and not isinstance(value, str):
-                    raise SimError('"value" must be a string')
                 node = self._edit()
                 self._set_taint(node, key, value, effect)
                 self._commit("MODIFIED", node)
@@ -376,9 +424,9 @@ class KubernetesSimulator(Simulator):
             current = [t for t in node["spec"].get("taints", []) if t.get("key") == key]
             if not current:
                 raise SimError(f"no taint {key!r}", 404)
+            refuse_unknown_fields(notice_id, fields, ("value", "effect"))
             effect = fields.get("effect", current[0].get("effect", "NoSchedule"))
-            if effect not in EFFECTS:
-                raise SimError(f'"effect" must be one of {", ".join(EFFECTS)}')
+            self._check_taint(fields, effect)
             self._set_taint(node, key, fields.get("value", current[0].get("value")), effect)
             self._commit("MODIFIED", node)
 

@@ -219,3 +219,35 @@ def test_cli_refuses_a_zero_interval(tmp_path: Path, option: str) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"{option}: must be more than 0" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"kind": "taint", "key": "k", "efect": "NoExecute"}, "efect"),
+        ({"kind": "cordon", "tiant": False}, "tiant"),
+        ({"kind": "cordon", "taint": "false"}, "taint"),
+        ({"kind": "shutdown", "mesage": "x"}, "mesage"),
+        ({"kind": "shutdown", "reason": 5}, "reason"),
+        ({"kind": "delete", "now": True}, "now"),
+        ({"kind": "compact", "expire_watches": "yes"}, "expire_watches"),
+        ({"kind": "taint", "key": "k", "after": 60, "efect": "NoExecute"}, "efect"),
+    ],
+)
+def test_a_notice_field_it_does_not_have_is_a_400_naming_it(
+    api: httpx.Client, body: dict[str, object], named: str
+) -> None:
+    # The other simulators refuse unknown fields; this one took a typo quietly: `efect`
+    # raised a NoSchedule taint, `taint: "false"` a cordon taint, and a handler's test of
+    # the notice meant passed or failed against another one. A notice for later was not
+    # checked at all (a 202, then nothing).
+    answer = api.post("/_sim/notices", json=body)
+    assert answer.status_code == 400 and named in answer.json()["error"], answer.text
+    assert api.get("/_sim/state").json()["node"]["spec"].get("taints") is None
+
+
+def test_a_taint_change_names_a_field_it_does_not_have(api: httpx.Client) -> None:
+    notice = api.post("/_sim/notices", json={"kind": "taint", "key": "k"}).json()["id"]
+    for fields, named in (({"efect": "NoExecute"}, "efect"), ({"value": 5}, "value")):
+        answer = api.patch(f"/_sim/notices/{notice}", json=fields)
+        assert answer.status_code == 400 and named in answer.json()["error"], answer.text
