@@ -158,6 +158,22 @@ def _number(fields: dict[str, Any], key: str, default: float) -> float:
     return float(value)
 
 
+# A scheduled event's State as IMDS lists it (history entries are canceled or completed).
+SCHEDULED_STATES = ("active", "completed", "canceled")
+
+
+def _scheduled_text(key: str, value: Any) -> str:
+    """A scheduled event's `state`, `code` or `description`, checked: a State or Code IMDS
+    never sends (`"cancelled"`, a misspelt code) was served as given, and a handler's test
+    ran against an event AWS never lists."""
+    allowed = {"state": SCHEDULED_STATES, "code": SCHEDULED_CODES}.get(key)
+    if allowed is not None and value not in allowed:
+        raise SimError(f"{key}: one of {', '.join(allowed)}, got {value!r}")
+    if not isinstance(value, str):
+        raise SimError(f"{key}: expected a string, got {value!r}")
+    return value
+
+
 def _asg_state(fields: dict[str, Any]) -> str:
     state = fields.get("state", "Terminated")
     if state not in LIFECYCLE_STATES:
@@ -437,9 +453,7 @@ class ImdsSimulator(Simulator):
         return str(event["EventId"])
 
     def _scheduled_event(self, fields: dict[str, Any]) -> dict[str, Any]:
-        code = fields.get("code", "system-reboot")
-        if code not in SCHEDULED_CODES:
-            raise SimError(f"code: one of {', '.join(SCHEDULED_CODES)}, got {code!r}")
+        code = _scheduled_text("code", fields.get("code", "system-reboot"))
         not_before = _time_value(fields.get("not_before", 3600), "not_before")
         not_after = (
             _time_value(fields["not_after"], "not_after")
@@ -457,11 +471,13 @@ class ImdsSimulator(Simulator):
         event = {
             "NotBefore": format_aws_date(not_before),
             "Code": code,
-            "Description": fields.get("description", _DESCRIPTIONS[code]),
+            "Description": _scheduled_text(
+                "description", fields.get("description", _DESCRIPTIONS[code])
+            ),
             "EventId": event_id,
             "NotAfter": format_aws_date(not_after),
             "NotBeforeDeadline": format_aws_date(deadline),
-            "State": fields.get("state", "active"),
+            "State": _scheduled_text("state", fields.get("state", "active")),
         }
         return event
 
@@ -470,13 +486,15 @@ class ImdsSimulator(Simulator):
             if notice_id in self.scheduled:
                 event = self.scheduled[notice_id]
                 keys = {"state": "State", "code": "Code", "description": "Description"}
+                changed = dict(event)  # all checked before any is applied
                 for key, value in fields.items():
                     if key in keys:
-                        event[keys[key]] = value
+                        changed[keys[key]] = _scheduled_text(key, value)
                     elif key in DATE_FIELDS:
-                        event[DATE_FIELDS[key]] = format_aws_date(_time_value(value, key))
+                        changed[DATE_FIELDS[key]] = format_aws_date(_time_value(value, key))
                     else:
                         raise SimError(f"scheduled events have no field {key!r}")
+                event.update(changed)
                 return
             if notice_id in ("spot", "rebalance", "asg") and self._present(notice_id):
                 if notice_id == "spot" and self.spot is not None:

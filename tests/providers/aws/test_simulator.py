@@ -250,3 +250,31 @@ def test_bad_scripted_flags_exit_2(tmp_path) -> None:  # type: ignore[no-untyped
         timeout=30,
     )
     assert result.returncode == 2 and "volcano" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("method", "fields", "named"),
+    [
+        ("POST", {"state": "cancelled"}, "state"),
+        ("POST", {"state": "Active"}, "state"),
+        ("POST", {"description": 5}, "description"),
+        ("PATCH", {"state": "cancelled"}, "state"),
+        ("PATCH", {"code": "system-rebot"}, "code"),
+        ("PATCH", {"code": 5}, "code"),
+        ("PATCH", {"description": ["x"]}, "description"),
+    ],
+)
+def test_a_scheduled_event_state_or_code_imds_never_sends_is_a_400(
+    http: httpx.Client, method: str, fields: dict[str, object], named: str
+) -> None:
+    # IMDS's State is active, completed or canceled, and Code one of five: `"cancelled"` (the
+    # British spelling) or a misspelt code was served as given, so a handler's test ran
+    # against an event AWS never lists. POST checked the code, PATCH nothing.
+    event_id = http.post("/_sim/notices", json={"kind": "scheduled"}).json()["id"]
+    if method == "POST":
+        answer = http.post("/_sim/notices", json={"kind": "scheduled", **fields})
+    else:
+        answer = http.patch(f"/_sim/notices/{event_id}", json=fields)
+    assert answer.status_code == 400 and named in answer.json()["error"], answer.text
+    (event,) = json.loads(get(http, SCHEDULED_PATH).text)
+    assert event["State"] == "active" and event["Code"] == "system-reboot"
