@@ -47,8 +47,10 @@ class SimControl:
         return json.loads(raw) if raw.strip() else None
 
     def raise_notice(self, kind: str, **fields: Any) -> str:
-        """Raise a notice of `kind` with the provider's fields; the simulator's id for it."""
-        return str(self.request("POST", "/notices", {"kind": kind, **fields})["id"])
+        """Raise a notice of `kind` with the provider's fields; the simulator's id for it, or
+        "" for one raised later (`after=S`), which gets its id only when it is raised."""
+        reply = self.request("POST", "/notices", {"kind": kind, **fields})
+        return str(reply.get("id", "")) if isinstance(reply, dict) else ""
 
     def change(self, notice_id: str, **fields: Any) -> None:
         self.request("PATCH", f"/notices/{notice_id}", fields)
