@@ -364,6 +364,10 @@ class Simulator:
 # The largest request body read: control bodies are a few hundred bytes.
 MAX_BODY = 1024 * 1024
 
+# The furthest a notice's time may be from now, in seconds (ten years): beyond what
+# datetime and timers can hold, a number was a 500 or a dead timer thread.
+MAX_LEAD = 10 * 365 * 86400.0
+
 # The longest delay before a scheduled notice or fault: as long as a fault may last.
 MAX_AFTER = 30 * 86400.0
 

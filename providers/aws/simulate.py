@@ -37,6 +37,7 @@ from forewarn.protocol.timefmt import duration_arg, format_time, parse_duration,
 
 from ..sim_cli import Scripted, SimulatorCommand
 from ..simulator import (
+    MAX_LEAD,
     SimError,
     SimRequest,
     SimResponse,
@@ -134,7 +135,7 @@ def _time_value(value: Any, what: str) -> datetime:
     if isinstance(value, bool):
         raise SimError(f"{what}: expected a time or a number of seconds, got {value!r}")
     if isinstance(value, (int, float)):
-        return _now() + timedelta(seconds=float(value))
+        return _now() + timedelta(seconds=_within_lead(float(value), what))
     if isinstance(value, str):
         try:
             return parse_time(value)
@@ -145,16 +146,24 @@ def _time_value(value: Any, what: str) -> datetime:
         except ValueError:
             pass
         try:
-            return _now() + timedelta(seconds=parse_duration(value))
+            seconds = parse_duration(value)
         except ValueError:
             pass
+        else:
+            return _now() + timedelta(seconds=_within_lead(seconds, what))
     raise SimError(f"{what}: not a time, a duration or seconds from now: {value!r}")
+
+
+def _within_lead(seconds: float, what: str) -> float:
+    if not abs(seconds) <= MAX_LEAD:
+        raise SimError(f"{what}: at most {MAX_LEAD:g} seconds from now, got {seconds!r}")
+    return seconds
 
 
 def _number(fields: dict[str, Any], key: str, default: float) -> float:
     value = fields.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise SimError(f"{key}: expected a number of seconds >= 0, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LEAD:
+        raise SimError(f"{key}: expected a number of seconds from 0 to {MAX_LEAD:g}, got {value!r}")
     return float(value)
 
 

@@ -38,6 +38,7 @@ from forewarn.protocol.timefmt import duration_arg, format_time, parse_time, utc
 
 from ..sim_cli import Scripted, SimulatorCommand
 from ..simulator import (
+    MAX_LEAD,
     SimError,
     SimRequest,
     SimResponse,
@@ -642,8 +643,10 @@ def _not_found(request: SimRequest) -> SimResponse:
 
 
 def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise SimError(f'"{name}" must be a number of seconds >= 0, got {value!r}')
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LEAD:
+        raise SimError(
+            f'"{name}" must be a number of seconds from 0 to {MAX_LEAD:g}, got {value!r}'
+        )
     return float(value)
 
 

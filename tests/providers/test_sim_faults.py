@@ -431,3 +431,31 @@ def test_a_fault_ended_before_its_after_never_starts(served: Served) -> None:
     eventually(lambda: served.get().status_code == 503, timeout=10, what="the kept fault")
     faults = served.http.get("/_sim/faults").json()["faults"]
     assert [fault["id"] for fault in faults] == [kept]
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "named"),
+    [
+        ("aws", {"kind": "spot", "lead": 1e308}, "lead"),
+        ("aws", {"kind": "spot", "lead": 1e12}, "lead"),
+        ("aws", {"kind": "spot", "time": 1e300}, "time"),
+        ("aws", {"kind": "rebalance", "lead": 1e300}, "lead"),
+        ("aws", {"kind": "scheduled", "not_before": 1e20}, "not_before"),
+        ("aws", {"kind": "scheduled", "not_before": "99999999999h"}, "not_before"),
+        ("gcp", {"kind": "upcoming", "start_in": 1e308}, "start_in"),
+        ("gcp", {"kind": "upcoming", "window": 1e308}, "window"),
+        ("gcp", {"kind": "maintenance", "duration": 1e308}, "duration"),
+    ],
+)
+def test_a_number_of_seconds_too_large_for_a_date_is_a_400(
+    name: str, body: dict[str, Any], named: str
+) -> None:
+    # These reached timedelta or a timer unchecked: a 500 "simulator error: Python int too
+    # large to convert to C int", or (GCP's maintenance duration) a 201 and a timer thread
+    # that died with OverflowError.
+    served = Served(PROBES[name])
+    try:
+        answer = served.http.post("/_sim/notices", json=body)
+        assert answer.status_code == 400 and named in answer.json()["error"], answer.text
+    finally:
+        served.close()
