@@ -456,13 +456,17 @@ def _oversize(response: SimResponse, size: int) -> SimResponse:
 
 
 def _write_paced(wfile: IO[bytes] | io.BufferedIOBase, payload: bytes, fault: Fault) -> None:
-    """Write at `fault.rate` bytes a second; the rest at once when the fault is withdrawn."""
+    """Write at `fault.rate` bytes a second; the rest at once when the fault is withdrawn or
+    its `duration` ends (as a `hang` lets its requests go: the body trickled on for hours)."""
     step = max(1, int(fault.rate / 10))
     interval = step / fault.rate
     for offset in range(0, len(payload), step):
         wfile.write(payload[offset : offset + step])
         wfile.flush()
-        if fault.released.wait(interval):
+        wait = interval
+        if fault.duration is not None:
+            wait = min(wait, max(0.0, fault.created + fault.duration - time.monotonic()))
+        if fault.released.wait(wait) or wait < interval:
             wfile.write(payload[offset + step :])
             return
 

@@ -459,3 +459,13 @@ def test_a_number_of_seconds_too_large_for_a_date_is_a_400(
         assert answer.status_code == 400 and named in answer.json()["error"], answer.text
     finally:
         served.close()
+
+
+def test_a_slow_body_speeds_up_when_the_fault_s_duration_ends(served: Served) -> None:
+    # A `hang` lets its held requests go when `duration` ends; a `slow` body kept trickling
+    # at its rate (a byte a second: hours for a page) long after the fault was over.
+    normal = served.get().content
+    served.fault(kind="slow", rate=1, duration=0.5)
+    started = time.monotonic()
+    assert served.get(timeout=10).content == normal
+    assert time.monotonic() - started < 5
