@@ -923,14 +923,8 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
 
     from forewarn.providers.registry import REGISTRY
 
-    from .drill_local import (
-        check_steps,
-        longest_socket,
-        machines_for,
-        minimum_steps,
-        run_local_drill,
-    )
-    from .drill_reclaim import run_reclaim_drill
+    from .drill_local import check_steps, longest_socket, minimum_steps, run_local_drill
+    from .drill_reclaim import machines_for, run_reclaim_drill
 
     steps_given = getattr(args, "steps", None) is not None
     _drill_local_options(args)
@@ -1003,7 +997,7 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
 
     previous = {signum: signal.signal(signum, interrupt) for signum in stops}
     try:
-        return run_local_drill(args, reclaim=run_reclaim_drill)
+        return run_local_drill(args, reclaim=run_reclaim_drill, machines=machines_for(args))
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -398,17 +398,6 @@ def _lock_dir(work: Path) -> int:
     return fd
 
 
-def machines_for(args: argparse.Namespace) -> int:
-    """How many machines the drill starts: the quick drill two, a scenario one per cell and
-    one for the final resume."""
-    scenario = getattr(args, "scenario", "quick")
-    if scenario == "quick":
-        return 2
-    from .drill_reclaim import matrix
-
-    return len(matrix(scenario, args.lead)) + 1
-
-
 def longest_socket(work: Path, machines: int) -> str | None:
     """The longest agent socket path the drill makes under `work` when it is longer than a
     socket path can be (107 bytes on Linux), else None. zmq refused it only once the drill
@@ -417,22 +406,25 @@ def longest_socket(work: Path, machines: int) -> str | None:
     return path if len(os.fsencode(path)) > IPC_PATH_MAX else None
 
 
-def _work_directory(args: argparse.Namespace) -> Path:
+def _work_directory(args: argparse.Namespace, machines: int) -> Path:
     if args.dir:
         return Path(args.dir)
     work = Path(tempfile.mkdtemp(prefix="forewarn-drill-"))
     # A deep TMPDIR (a CI runner's, pytest's basetemp) leaves no room for the agent's socket
     # path, which the user did not choose: /tmp does.
-    if longest_socket(work, machines_for(args)) is not None:
+    if longest_socket(work, machines) is not None:
         work.rmdir()
         work = Path(tempfile.mkdtemp(prefix="forewarn-drill-", dir="/tmp"))
     return work
 
 
-def run_local_drill(args: argparse.Namespace, reclaim: ReclaimDrill | None = None) -> int:
+def run_local_drill(
+    args: argparse.Namespace, reclaim: ReclaimDrill | None = None, machines: int = 2
+) -> int:
     """The quick drill, or with `args.scenario` another one run by `reclaim` (the command
-    line passes `drill_reclaim.run_reclaim_drill`, which builds on this module's Machine)."""
-    work = _work_directory(args)
+    line passes `drill_reclaim.run_reclaim_drill`, which builds on this module's Machine, and
+    `machines`, how many machines it starts: `drill_reclaim.machines_for`)."""
+    work = _work_directory(args, machines)
     work.mkdir(parents=True, exist_ok=True)
     lock = _lock_dir(work)
     try:
@@ -608,7 +600,6 @@ __all__ = [
     "ReclaimDrill",
     "check_steps",
     "longest_socket",
-    "machines_for",
     "minimum_steps",
     "periodic_every",
     "run_local_drill",

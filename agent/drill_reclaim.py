@@ -247,6 +247,16 @@ def matrix(scenario: str, lead: float) -> list[Cell]:
     raise ValueError(f"unknown scenario {scenario!r}")
 
 
+def machines_for(args: argparse.Namespace) -> int:
+    """How many machines a drill starts: the quick drill two, a scenario one per cell and one
+    for the final resume. Here, beside `matrix`: drill_local, which this module builds on,
+    cannot import it back."""
+    scenario = getattr(args, "scenario", "quick")
+    if scenario == "quick":
+        return 2
+    return len(matrix(scenario, args.lead)) + 1
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -735,6 +745,7 @@ __all__ = [
     "CellResult",
     "Reclaim",
     "add_arguments",
+    "machines_for",
     "matrix",
     "report",
     "run_reclaim_drill",

@@ -420,7 +420,7 @@ def test_the_default_steps_of_a_background_drill_grow_to_the_least_it_runs_in(
 
     ran: list[int] = []
 
-    def fake_drill(args: argparse.Namespace, reclaim: object = None) -> int:
+    def fake_drill(args: argparse.Namespace, reclaim: object = None, machines: int = 2) -> int:
         ran.append(args.steps)
         return 0
 
