@@ -95,6 +95,25 @@ def _is_word(annotation: Any) -> bool:
     return annotation is bool or get_origin(annotation) is Literal
 
 
+def _choices(annotation: Any) -> tuple[Any, ...]:
+    """The words a choice key takes (`("drain", "ignore")`); none for a boolean."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        return tuple(
+            word for arg in get_args(annotation) if arg is not type(None) for word in _choices(arg)
+        )
+    return get_args(annotation) if get_origin(annotation) is Literal else ()
+
+
+def _choice_as_written(annotation: Any, text: str) -> str:
+    """`text` as the choice it names in any case: `FOREWARN_GCP_MIGRATE=DRAIN` and
+    `approve = "After-Ack"` stopped the agent with exit 2 at every start, for their case
+    alone, while `log_level` took `INFO`. Every choice is one lower-case word."""
+    folded = text.casefold()
+    return next(
+        (word for word in _choices(annotation) if isinstance(word, str) and word == folded), text
+    )
+
+
 def _is_text(annotation: Any) -> bool:
     """Whether a key holds one piece of text: `str`, or `str | None`."""
     if get_origin(annotation) in (Union, types.UnionType):
@@ -147,7 +166,7 @@ def read_value(field: FieldInfo | None, value: Any) -> Any:
         # A ConfigMap's YAML block (`FOREWARN_KUBERNETES_CORDON: |`) or a file made with
         # `--from-file` ends `true` with a newline: pydantic refused `true\n`, and the agent
         # stopped with exit 2 at every start. Numbers and durations were read stripped already.
-        return value.strip(string.whitespace)
+        return _choice_as_written(field.annotation, value.strip(string.whitespace))
     return as_seconds(field, value)
 
 

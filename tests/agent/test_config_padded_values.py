@@ -323,3 +323,21 @@ def test_a_json_list_nested_past_json_recursion_is_refused_naming_its_key(source
     # ended in a traceback instead of exit 2 naming the key.
     with pytest.raises(ConfigError, match=r"^config key kubernetes.taints: .*not a JSON list"):
         source("kubernetes.taints", "[" * 50_000 + "]" * 50_000)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    chosen=st.sampled_from(
+        [(key, words) for key, words in WORD_KEYS if not set(words) & set(BOOLEANS)]
+    ).flatmap(lambda item: st.tuples(st.just(item[0]), st.sampled_from(item[1]))),
+    upper=st.lists(st.booleans(), min_size=20, max_size=20),
+    source=st.sampled_from([_from_environment, _from_file, _from_set]),
+)
+def test_a_choice_in_any_case_reads_as_the_word(
+    chosen: tuple[str, str], upper: list[bool], source: Any
+) -> None:
+    """`FOREWARN_GCP_MIGRATE=DRAIN` and `azure.approve = "After-Ack"` stopped the agent
+    with exit 2 at every start, for their case alone, while `log_level` took any case."""
+    key, word = chosen
+    written = "".join(char.upper() if up else char for char, up in zip(word, upper, strict=False))
+    assert source(key, written) == source(key, word) == word
