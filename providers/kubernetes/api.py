@@ -110,6 +110,38 @@ class Gone(ApiError):
         super().__init__("gone", message, 410)
 
 
+class TooLarge(ApiError):
+    """504 "Too large resource version": the resourceVersion is newer than the server's, as
+    after an etcd restore (or from an API server whose watch cache lags); list again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("resource-version-too-large", message, 504)
+
+
+def too_large(status: object) -> bool:
+    """Whether a Status says the resourceVersion asked for is ahead of the server's: code 504
+    with the cause `ResourceVersionTooLarge` (storage's `NewTooLargeResourceVersionError`),
+    or, from a server that leaves the cause out, its message."""
+    if not isinstance(status, dict) or status.get("code") != 504:
+        return False
+    details = status.get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if isinstance(causes, list) and any(
+        isinstance(cause, dict) and cause.get("reason") == "ResourceVersionTooLarge"
+        for cause in causes
+    ):
+        return True
+    message = status.get("message")
+    return isinstance(message, str) and "too large resource version" in message.lower()
+
+
+def _status_object(body: bytes) -> object:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):  # RecursionError: nested a few thousand deep
+        return None
+
+
 def status_message(body: bytes) -> str:
     """The `message` of a Kubernetes Status body, else the start of the body."""
     try:
@@ -131,6 +163,8 @@ def error_for(
     message = status_message(body)
     if status == 410:
         return Gone(f"{what}: {message}")
+    if status == 504 and too_large(_status_object(body)):
+        return TooLarge(f"{what}: {message}")
     if status == 401:
         return ApiError(
             "unauthorized",
@@ -242,6 +276,8 @@ class NodeApi:
             if event.type == "ERROR":
                 if event.status_code == 410:
                     raise Gone(f"watch: {event.message}")
+                if too_large(event.object):
+                    raise TooLarge(f"watch: {event.message}")
                 code = event.status_code
                 raise ApiError(f"watch-error-{code or 'status'}", f"watch: {event.message}", code)
             yield event
@@ -274,9 +310,11 @@ __all__ = [
     "ApiError",
     "Gone",
     "NodeApi",
+    "TooLarge",
     "cordon_request",
     "error_for",
     "keepalive_options",
     "retry_after",
     "status_message",
+    "too_large",
 ]

@@ -7,6 +7,10 @@
   the simulator's own `max_watch_seconds`, whichever is first.
 - A resourceVersion older than the last compaction gets 410 Gone: by default as the real
   server does it (HTTP 200, then an ERROR event with a Status of code 410), or as an HTTP 410.
+- A resourceVersion newer than the server's (a client that watched before an etcd restore)
+  waits, as kube-apiserver's watch cache does, up to 3 s for the server to reach it, then
+  gets an ERROR event: a 504 Timeout "Too large resource version" whose cause is
+  `ResourceVersionTooLarge`.
 - `GET`/`PATCH /api/v1/nodes/<node>` (merge or strategic-merge patch; what `kubectl cordon`
   and `forewarn drill kubernetes` send). Cordoning adds the `node.kubernetes.io/unschedulable`
   taint, as the node lifecycle controller does.
@@ -25,6 +29,7 @@ Control API kinds (`POST /_sim/notices {"kind": ...}`), with the id each returns
 | `shutdown` | `message`, `reason` | Ready=False, "node is shutting down" | `shutdown` |
 | `delete` | | deletes the Node | `node` |
 | `compact` | `as` (stream/status), `expire_watches` | every rv so far is too old | |
+| `restore` | `back` (default 100) | an etcd restore: the rv goes back, watches end | |
 | `timeout` | | ends every open watch now (server-side timeout) | |
 | `rotate-token` | `token` | only this token is accepted from now on | |
 
@@ -61,6 +66,9 @@ DEFAULT_NODE = "forewarn-sim-node"
 DRILL_TOKEN = "forewarn-drill-token"
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 HISTORY = 1000
+# kube-apiserver's watch cache waits this long for a resourceVersion it has not reached yet
+# (`blockTimeout`) before it answers "Too large resource version".
+TOO_LARGE_WAIT = 3.0
 # The simulator's server closes the connection after a stream; say so, or a client would
 # try to reuse it and see "server disconnected".
 STREAM_HEADERS = {"Connection": "close"}
@@ -81,6 +89,17 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
         "reason": reason,
         "code": code,
     }
+
+
+def _too_large(asked: int, current: int) -> dict[str, Any]:
+    """kube-apiserver's answer to a resourceVersion it has not reached (storage's
+    `NewTooLargeResourceVersionError`): a 504 Timeout with a cause and a retry hint."""
+    status = _status(504, "Timeout", f"Too large resource version: {asked}, current: {current}")
+    status["details"] = {
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1,
+    }
+    return status
 
 
 def _line(kind: str, obj: dict[str, Any]) -> bytes:
@@ -109,6 +128,7 @@ NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
     "unreachable": (),
     "delete": (),
     "compact": ("as", "expire_watches"),
+    "restore": ("back",),
     "timeout": (),
     "rotate-token": ("token",),
 }
@@ -123,6 +143,7 @@ class KubernetesSimulator(Simulator):
         "unreachable",
         "delete",
         "compact",
+        "restore",
         "timeout",
         "rotate-token",
     )
@@ -138,6 +159,7 @@ class KubernetesSimulator(Simulator):
         bookmark_interval: float = 5.0,
         gone_as: str = "stream",
         grants: frozenset[str] | None = None,
+        too_large_wait: float = TOO_LARGE_WAIT,
     ) -> None:
         super().__init__()
         # RBAC, as far as the agent meets it: None grants everything; otherwise only the
@@ -152,6 +174,7 @@ class KubernetesSimulator(Simulator):
         self.max_watch_seconds = max_watch_seconds
         self.bookmark_interval = bookmark_interval
         self.gone_as = gone_as
+        self.too_large_wait = too_large_wait
         self.rv = 1000
         self.history: list[tuple[int, str, dict[str, Any]]] = []
         self.compacted_rv = 0  # a watch from an rv below this is too old
@@ -165,6 +188,7 @@ class KubernetesSimulator(Simulator):
             "watches": 0,
             "unauthorized": 0,
             "gone": 0,
+            "too_large": 0,
             "bookmarks": 0,
             "forbidden": 0,
         }
@@ -297,6 +321,10 @@ class KubernetesSimulator(Simulator):
             if fields.get("as", self.gone_as) not in ("stream", "status"):
                 raise SimError('"as" must be "stream" (an ERROR event) or "status" (HTTP 410)')
             yes_or_no(fields.get("expire_watches", False), "expire_watches")
+        elif kind == "restore":
+            back = fields.get("back", 100)
+            if isinstance(back, bool) or not isinstance(back, int) or not 1 <= back < self.rv:
+                raise SimError(f'"back" must be a whole number of versions, 1 to {self.rv - 1}')
         elif kind == "rotate-token":
             token = fields.get("token")
             if not isinstance(token, str) or not token:
@@ -354,6 +382,8 @@ class KubernetesSimulator(Simulator):
                 return "node"
             if kind == "compact":
                 return self._compact(fields)
+            if kind == "restore":
+                return self._restore(int(fields.get("back", 100)))
             if kind == "timeout":
                 self.timeout_generation += 1
                 self.notify_change()
@@ -366,7 +396,7 @@ class KubernetesSimulator(Simulator):
                 return "token"
         raise SimError(
             f"unknown kind {kind!r}; use cordon, taint, shutdown, unreachable, delete, compact, "
-            "timeout or rotate-token"
+            "restore, timeout or rotate-token"
         )
 
     def _compact(self, fields: dict[str, Any]) -> str:
@@ -383,6 +413,22 @@ class KubernetesSimulator(Simulator):
             self.expire_generation += 1
         self.notify_change()
         return "compact"
+
+    def _restore(self, back: int) -> str:
+        """An etcd snapshot restored: the store's revision goes `back` versions, the node
+        keeps its content (the snapshot's) under that older version, and the API server
+        restarts, ending every open watch. A client that watched before it now holds a
+        resourceVersion the server has not reached."""
+        self.rv -= back
+        self.history = [item for item in self.history if item[0] <= self.rv]
+        # The snapshot's own history: versions up to it are served (or compacted) as before.
+        self.compacted_rv = min(self.compacted_rv, self.rv)
+        self.dropped_upto = min(self.dropped_upto, self.rv)
+        if self.node is not None:
+            self.node["metadata"]["resourceVersion"] = str(self.rv)
+        self.timeout_generation += 1
+        self.notify_change()
+        return "restore"
 
     def withdraw(self, notice_id: str) -> bool:
         with self.lock:
@@ -614,7 +660,9 @@ class KubernetesSimulator(Simulator):
                     start = int(asked)
                 except ValueError:
                     raise SimError(f"invalid resourceVersion {asked!r}", 400) from None
-                if start < self.compacted_rv:
+                if start > self.rv:
+                    entry["outcome"] = "ahead"
+                elif start < self.compacted_rv:
                     self.counts["gone"] += 1
                     entry["outcome"] = f"gone-{self.gone_as}"
                     message = f"too old resource version: {start} ({self.compacted_rv})"
@@ -644,9 +692,17 @@ class KubernetesSimulator(Simulator):
         try:
             deadline = time.monotonic() + timeout
             sent = start
-            with self.lock:
+            with self.changed:
                 timeout_generation = self.timeout_generation
                 expire_generation = self.expire_generation
+                caught_up = self.changed.wait_for(
+                    lambda: self.rv >= start or self.closed, self.too_large_wait
+                )
+                if not caught_up:
+                    self.counts["too_large"] += 1
+            if not caught_up:
+                yield _line("ERROR", _too_large(start, self.rv))
+                return
             for kind, node in initial:
                 if node is not None:
                     yield _line(kind, node)

@@ -1,7 +1,8 @@
 """Watch this node's Node object: list, then watch from the list's resourceVersion.
 
 - A 410 Gone (as an HTTP status or an in-stream ERROR) means the resourceVersion fell out of
-  the server's history: list again and watch from the new one.
+  the server's history: list again and watch from the new one. So does a 504 "Too large
+  resource version" (ahead of the server, as after an etcd restore).
 - The server ends every watch (`timeoutSeconds`, or its own randomized limit): resume from
   the last resourceVersion seen, bookmarks included.
 - The token is read from its file for every request, so a rotated token is picked up on the
@@ -29,7 +30,7 @@ from forewarn.providers.report import Report
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext
 from ..fetch import within
-from .api import ApiError, Gone, NodeApi, read_margin
+from .api import ApiError, Gone, NodeApi, TooLarge, read_margin
 from .config import ConfigError, host_boot, node_name, resolve
 from .kubeconfig import off_loop
 from .nodes import (
@@ -95,6 +96,7 @@ class KubernetesWatcher:
         self.lists = 0
         self.watches = 0
         self.gones = 0
+        self.too_large = 0  # "Too large resource version" answers since the last event
         self.bookmarks = 0
 
     async def detect(self) -> bool:
@@ -151,6 +153,18 @@ class KubernetesWatcher:
                 # One relist is normal; a 410 right after a fresh list is not.
                 if self.gones > 1:
                     await self._pause(backoff)
+            except TooLarge as error:
+                # Ahead of the server: an etcd restored from a snapshot went back to an older
+                # version, and a watch from ours waits for a version the server may not reach
+                # for hours (client-go's reflector retries it, blind). What the node is now
+                # is what the server lists now; the watch follows from there. A watch cache
+                # that only lags behind the list answers so too: the pause then spaces the
+                # lists out.
+                self.too_large += 1
+                log.warning("kubernetes: %s; listing again", error)
+                self.resource_version = None
+                if self.too_large > 1:
+                    await self._pause(backoff, error.retry_after)
             except ConfigError as error:
                 self.health.error("config", str(error))
                 await self._pause(backoff)
@@ -239,6 +253,7 @@ class KubernetesWatcher:
                 events += 1
                 self.delivered = True
                 self.gones = 0
+                self.too_large = 0
                 self._handle(event, api.node_name, emit)
                 self._success()
         return events > 0 or loop.time() - started >= SHORT_STREAM

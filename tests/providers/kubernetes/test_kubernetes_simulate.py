@@ -7,6 +7,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -107,6 +108,26 @@ def test_too_old_version_is_gone(api: httpx.Client) -> None:
     api.post("/_sim/notices", json={"kind": "compact", "as": "status"})
     response = api.get("/api/v1/nodes", params={"watch": "1", "resourceVersion": rv}, headers=AUTH)
     assert response.status_code == 410
+
+
+def test_a_version_ahead_of_a_restored_server_is_too_large() -> None:
+    sim = KubernetesSimulator(node=NODE, token="secret", max_watch_seconds=1, too_large_wait=0.1)
+    with SimServer(sim) as server, httpx.Client(base_url=server.url, trust_env=False) as client:
+        rv = int(client.get("/api/v1/nodes", headers=AUTH).json()["metadata"]["resourceVersion"])
+        client.post("/_sim/notices", json={"kind": "restore", "back": 10})
+        listed = client.get("/api/v1/nodes", headers=AUTH).json()
+        assert int(listed["metadata"]["resourceVersion"]) == rv - 10
+        [event] = watch_lines(client, resourceVersion=str(rv))
+        assert event["type"] == "ERROR"
+        status: Any = event["object"]
+        assert (status["code"], status["reason"]) == (504, "Timeout")
+        assert status["message"] == f"Too large resource version: {rv}, current: {rv - 10}"
+        assert status["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+        # From the restored version, a watch follows the node's changes.
+        client.post("/_sim/notices", json={"kind": "cordon"})
+        events = watch_lines(client, resourceVersion=str(rv - 10))
+        assert events[0]["type"] == "MODIFIED"
+        assert client.get("/_sim/state").json()["too_large"] == 1
 
 
 def test_patch_cordons_like_kubectl(api: httpx.Client) -> None:
@@ -231,6 +252,9 @@ def test_cli_refuses_a_zero_interval(tmp_path: Path, option: str) -> None:
         ({"kind": "shutdown", "reason": 5}, "reason"),
         ({"kind": "delete", "now": True}, "now"),
         ({"kind": "compact", "expire_watches": "yes"}, "expire_watches"),
+        ({"kind": "restore", "back": "5"}, "back"),
+        ({"kind": "restore", "back": 0}, "back"),
+        ({"kind": "restore", "back": 10**9}, "back"),
         ({"kind": "taint", "key": "k", "after": 60, "efect": "NoExecute"}, "efect"),
     ],
 )

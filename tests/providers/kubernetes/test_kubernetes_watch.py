@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import time
@@ -647,3 +648,64 @@ async def test_a_kubeconfig_tls_server_name_is_the_name_verified(
         await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
         sim.raise_notice("cordon", {})
         await running.report("drain", CORDON, timeout=15)
+
+
+async def test_a_watch_ahead_of_a_restored_server_relists(
+    cluster: Cluster, watching: Running
+) -> None:
+    """After an etcd restore the server's resourceVersion is behind the watcher's: the watch
+    cache answers "Too large resource version" (504) at every watch, and the watcher retried
+    from the same position for good, blind to the node (an uncordon here) until the server
+    passed its old version again."""
+    cluster.sim.too_large_wait = 0.2
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    cluster.raise_("restore", back=100)
+    await watching.until(lambda: cluster.state()["too_large"] >= 1, what="a watch ahead")
+    cluster.withdraw("cordon")
+    await watching.report("clear", CORDON)
+    assert watching.watcher.lists == 2
+    cluster.raise_("shutdown")  # the watch from the relist follows the node
+    await watching.report("terminate", SHUTDOWN)
+    assert any(entry["outcome"] == "ahead" for entry in cluster.state()["watch_log"])
+
+
+_CAUSE = {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(
+    code=st.one_of(st.just(504), st.integers(min_value=100, max_value=599)),
+    message=st.text(max_size=60),
+    cause=st.booleans(),
+    extra=st.dictionaries(st.sampled_from(["reason", "status", "kind", "details"]), _JSON),
+    as_status=st.booleans(),
+)
+def test_too_large_is_a_504_with_its_cause_or_message_in_either_form(
+    code: int, message: str, cause: bool, extra: dict[str, Any], as_status: bool
+) -> None:
+    """Whatever else a Status holds: a relist exactly for a 504 that names a version ahead
+    of the server, as an in-stream ERROR or as the HTTP answer; no other Status is taken
+    for one, and no Status raises anything else than an ApiError."""
+    status: dict[str, Any] = {**extra, "kind": "Status", "code": code, "message": message}
+    if cause:
+        status["details"] = {"causes": [_CAUSE]}
+    expected = code == 504 and (cause or "too large resource version" in message.lower())
+    assert api.too_large(status) is expected
+    if as_status:
+        error = api.error_for(code, json.dumps(status).encode(), "watch", "test")
+        assert isinstance(error, api.TooLarge) is expected
+        assert isinstance(error, api.ApiError)
+
+
+@given(st.binary(max_size=200))
+def test_a_504_whose_body_is_not_a_status_is_an_ordinary_error(body: bytes) -> None:
+    error = api.error_for(504, body, "watch", "test")
+    assert isinstance(error, api.ApiError)
+    assert isinstance(error, api.TooLarge) is api.too_large(api._status_object(body))
