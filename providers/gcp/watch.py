@@ -458,6 +458,9 @@ class GcpWatcher:
         self.has_gpus: bool | None = None
         self._scheduling_read = asyncio.Event()
         self._unknown_values: set[str] = set()  # maintenance-event values logged as unknown
+        # `preempted` read TRUE by this run: the VM is going down, whatever is read later.
+        self.preempted_seen = False
+        self._unpreempted_logged = False
         self._failing: set[str] = set()  # keys whose last answer was an error (see `_good`)
         self._no_etag: set[str] = set()  # long-polled keys whose last answer had no ETag
         self._client: httpx.AsyncClient | None = None
@@ -542,6 +545,22 @@ class GcpWatcher:
 
         def on_answer(answer: _Answer) -> Report | None:
             preempted = parse_preempted(answer.text)
+            if preempted:
+                self.preempted_seen = True
+            elif self.preempted_seen:
+                # Compute Engine never withdraws a preemption: a FALSE after TRUE in the same
+                # boot (a metadata server answering from a reset state) was a clear, and
+                # jobs went back to training until the VM stopped under them. A VM stopped by
+                # its preemption and started again runs a new agent, which clears the saved
+                # notice at its first FALSE.
+                if not self._unpreempted_logged:
+                    self._unpreempted_logged = True
+                    log.warning(
+                        "gcp: %s went back to FALSE after TRUE; a preemption is not "
+                        "withdrawn, the terminate stands",
+                        PREEMPTED_KEY,
+                    )
+                return None
             report = preemption_report(preempted, self.preemption_notice_seconds(), utcnow())
             return track.observe(report, {"preempted": answer.text.strip()}, answer.etag)
 

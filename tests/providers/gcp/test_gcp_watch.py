@@ -76,13 +76,40 @@ async def test_a_reported_notice_duration_wins_over_the_configured_one() -> None
     assert _near(report.deadline, utcnow() + timedelta(seconds=30))
 
 
-async def test_preempted_back_to_false_clears(server: SimServer, sim: GcpSimulator) -> None:
+async def test_preempted_back_to_false_while_running_keeps_the_terminate(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    """Compute Engine never withdraws a preemption: once `preempted` is TRUE the VM is going
+    down. A FALSE read after it in the same run (a metadata server answering from a reset
+    state) was a clear: the jobs it reached went back to training and were killed with the
+    VM seconds later, and a job started then saw no notice at all."""
     async with watching(server.url) as run:
         await run.until_polling()
         sim.raise_notice("preempt", {})
-        await run.count(1)
+        [terminate] = await run.count(1)
+        path = "GET /computeMetadata/v1/instance/preempted"
+        await run.settle()  # the next long-poll is waiting
+        asked = sim.requests[path]
         sim.withdraw("preempted")
-        terminate, clear = await run.count(2)
+        # The long-poll that answers FALSE is followed by the next one: FALSE was read.
+        await run.until(lambda: sim.requests[path] > asked, what="FALSE read")
+        await run.settle()
+        assert run.summary() == [("terminate", terminate.id)]
+        assert run.watcher.tracks["preempted"].active == terminate
+
+
+async def test_a_preemption_before_a_stop_is_cleared_when_the_vm_runs_again(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path
+) -> None:
+    """A Spot VM stopped by its preemption and started again answers FALSE: the agent's
+    saved terminate from the last boot is cleared under its id."""
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        sim.raise_notice("preempt", {})
+        [terminate] = await run.count(1)
+    sim.withdraw("preempted")
+    async with watching(server.url, tmp_path) as run:
+        [clear] = await run.count(1)
     assert (clear.action, clear.id, clear.detail) == ("clear", terminate.id, {"preempted": "FALSE"})
 
 
