@@ -121,7 +121,9 @@ def parse_maintenance_event(text: str) -> str:
 class UpcomingWindow:
     """A parsed `instance/upcoming-maintenance` answer that schedules something."""
 
-    start: datetime
+    # `window_start_time`; None when the document names maintenance without a start that
+    # reads as a time (an UNSCHEDULED one begun at once): coming, when unknown.
+    start: datetime | None
     document: dict[str, Any]
     # `window_end_time`: the maintenance may begin at any moment until then. None when the
     # document has none, or one that does not parse or is not after the start.
@@ -130,6 +132,21 @@ class UpcomingWindow:
 
 _WINDOW_START_KEYS = ("window_start_time", "windowStartTime")
 _WINDOW_END_KEYS = ("window_end_time", "windowEndTime")
+# Any of these (contracts 2.5, snake_case and the camelCase of the API) says the document is
+# about maintenance, with or without a start.
+_MAINTENANCE_KEYS = (
+    *_WINDOW_START_KEYS,
+    *_WINDOW_END_KEYS,
+    "can_reschedule",
+    "canReschedule",
+    "latest_window_start_time",
+    "latestWindowStartTime",
+    "maintenance_reasons",
+    "maintenanceReasons",
+    "maintenance_status",
+    "maintenanceStatus",
+    "type",
+)
 
 
 def parse_upcoming(text: str) -> UpcomingWindow | None:
@@ -137,7 +154,9 @@ def parse_upcoming(text: str) -> UpcomingWindow | None:
 
     `{}`, an empty body, `NONE` (bare or JSON-quoted) and an error document
     (`{"error": ...}`) all mean nothing is scheduled. A document naming maintenance without a
-    parseable `window_start_time` is a ParseError.
+    `window_start_time` (absent, null or empty) is a window without a start: dropped as
+    unparseable, an UNSCHEDULED maintenance begun at once raised nothing. A start that does
+    not read as a time, or a document naming none of its keys, is a ParseError.
     """
     body = text.strip()
     if not body or body.upper() == "NONE":
@@ -154,19 +173,30 @@ def parse_upcoming(text: str) -> UpcomingWindow | None:
         return None
     if not isinstance(document, dict):
         raise ParseError(f"{UPCOMING_KEY}: expected a JSON object, got {body[:80]!r}")
-    start_text = next((document[k] for k in _WINDOW_START_KEYS if k in document), None)
-    if start_text is None and "error" in document:
-        return None
-    if not isinstance(start_text, str):
-        raise ParseError(f"{UPCOMING_KEY}: no window_start_time in {body[:120]!r}")
-    try:
-        start = parse_time(start_text)
-    except ValueError as error:
-        raise ParseError(f"{UPCOMING_KEY}: window_start_time: {error}") from None
+    if not any(key in document for key in _MAINTENANCE_KEYS):
+        if "error" in document:
+            return None
+        raise ParseError(f"{UPCOMING_KEY}: the document names no maintenance: {body[:120]!r}")
+    start = _window_start(document)
     return UpcomingWindow(start, document, _window_end(document, start))
 
 
-def _window_end(document: dict[str, Any], start: datetime) -> datetime | None:
+def _window_start(document: dict[str, Any]) -> datetime | None:
+    """The window's start; None when the document gives none (no key, null or empty). One
+    given that does not read as a time is a ParseError: the answer is unknown, and a window
+    reported before keeps its deadline rather than lose it to a garbled answer."""
+    start_text = next((document[k] for k in _WINDOW_START_KEYS if k in document), None)
+    if start_text is None or start_text == "":
+        return None
+    if not isinstance(start_text, str):
+        raise ParseError(f"{UPCOMING_KEY}: window_start_time is not a time: {start_text!r}")
+    try:
+        return parse_time(start_text)
+    except (ValueError, OverflowError) as error:
+        raise ParseError(f"{UPCOMING_KEY}: window_start_time: {error}") from None
+
+
+def _window_end(document: dict[str, Any], start: datetime | None) -> datetime | None:
     """The window's end, read tolerantly: an end that cannot be read only loses the window
     (the notice is then retired past its start plus the grace, and raised again while shown)."""
     end_text = next((document[k] for k in _WINDOW_END_KEYS if k in document), None)
@@ -176,7 +206,7 @@ def _window_end(document: dict[str, Any], start: datetime) -> datetime | None:
         end = parse_time(end_text)
     except (ValueError, OverflowError):
         return None
-    return end if end > start else None
+    return end if start is None or end > start else None
 
 
 _NOTICE_DURATION_KEYS = (
@@ -322,12 +352,14 @@ def upcoming_report(
     next read, a clear in the middle of the window at every grace."""
     if window is None:
         return None
+    # Without a start, maintenance is coming at a time not known: checkpoint and keep going,
+    # never exit on a guess (as for a maintenance-event value not known).
     deadline = window.start
     if _ongoing(window.document):
         # Begun before its window (Google, or the user's `perform-maintenance`): started
         # means now, and a drain toward the old start kept the job training into the stop.
         # Only a change of the answer is re-sent, so this `now` stays put while it shows.
-        deadline = min(deadline, now)
+        deadline = now if deadline is None else min(deadline, now)
     return Report(
         id=_PENDING_ID,
         action="drain",

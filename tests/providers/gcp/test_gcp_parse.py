@@ -143,9 +143,10 @@ def test_upcoming_window_with_offset_and_camel_case() -> None:
     [
         ("<html>oops</html>", "not JSON"),
         ("[1, 2]", "JSON object"),
-        ('{"maintenance_status": "PENDING"}', "no window_start_time"),
         ('{"window_start_time": "next tuesday"}', "window_start_time"),
-        ('{"window_start_time": 12}', "no window_start_time"),
+        ('{"window_start_time": 12, "type": "SCHEDULED"}', "window_start_time is not a time"),
+        ('{"foo": 1}', "names no maintenance"),
+        ('{"status": "PENDING"}', "names no maintenance"),
     ],
 )
 def test_upcoming_rejects_malformed_documents(text: str, why: str) -> None:
@@ -459,3 +460,48 @@ def test_an_upcoming_window_end_is_after_its_start_or_none(
     elif isinstance(end, str):
         with contextlib.suppress(ValueError, OverflowError):
             assert parse_time(end) <= window.start  # a time given, so not after the start
+
+
+# The keys of an upcoming-maintenance document (contracts 2.5), in both spellings.
+_MAINTENANCE_KEYS = [
+    "can_reschedule",
+    "latest_window_start_time",
+    "maintenance_reasons",
+    "maintenance_status",
+    "type",
+    "window_end_time",
+    "window_start_time",
+    "canReschedule",
+    "maintenanceStatus",
+    "windowStartTime",
+]
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=30))
+
+
+@given(
+    document=st.dictionaries(st.sampled_from(_MAINTENANCE_KEYS), _VALUES, min_size=1),
+    ongoing=st.booleans(),
+)
+def test_maintenance_without_a_readable_start_is_a_drain_without_deadline(
+    document: dict[str, Any], ongoing: bool
+) -> None:
+    """An upcoming-maintenance document that names maintenance (an UNSCHEDULED one begun
+    at once, say) but gives no window start was a parse error: nothing published, the
+    provider degraded, and the job trained into the stop. It is maintenance coming at a time
+    not known: a drain without deadline, now when it is ONGOING."""
+    for key in ("window_start_time", "windowStartTime"):
+        if key in document:
+            document[key] = None if document[key] is None else ""
+    if ongoing:
+        document["maintenance_status"] = "ONGOING"
+        document.pop("maintenanceStatus", None)
+    window = parse_upcoming(json.dumps(document))
+    assert window is not None and window.start is None and window.document == document
+    report = upcoming_report(window, NOW)
+    assert report is not None
+    assert (report.action, report.reason, report.detail) == (
+        "drain",
+        "scheduled-maintenance",
+        document,
+    )
+    assert report.deadline == (NOW if ongoing else None)

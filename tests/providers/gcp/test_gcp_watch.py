@@ -354,6 +354,30 @@ async def test_upcoming_window_drains_and_clears(server: SimServer, sim: GcpSimu
     assert (clear.action, clear.id) == ("clear", drain.id)
 
 
+async def test_unscheduled_maintenance_without_a_window_start_drains_at_once(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    """Maintenance begun at once (UNSCHEDULED, ONGOING) with no `window_start_time` was
+    dropped as unparseable: no notice, while the host went down under the job."""
+    document = {
+        "type": "UNSCHEDULED",
+        "maintenance_status": "ONGOING",
+        "maintenance_reasons": ["FAILURE_GPU"],
+        "can_reschedule": False,
+    }
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.raise_notice("upcoming", {"document": document})
+        [drain] = await run.count(1)
+        sim.withdraw("upcoming-maintenance")
+        _, clear = await run.count(2)
+    assert (drain.action, drain.reason) == ("drain", "scheduled-maintenance")
+    assert drain.detail == document
+    assert drain.deadline is not None and _near(drain.deadline, utcnow())
+    assert (clear.action, clear.id) == ("clear", drain.id)
+    assert run.watcher.health.errors == 0
+
+
 async def test_an_upcoming_window_of_a_live_migrating_vm_has_no_deadline() -> None:
     # A VM with host maintenance policy MIGRATE keeps running through the window: with the
     # window's start as deadline, the board would end the run there for nothing.
