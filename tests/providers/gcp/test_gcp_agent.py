@@ -259,3 +259,29 @@ def test_an_upcoming_window_open_stays_one_terminate_until_its_end(
         assert ("clear", first["id"]) not in seen, seen
         active = agent.control({"op": "status"})["active"]
         assert [(n["id"], n["action"]) for n in active] == [(first["id"], "terminate")], active
+
+
+def test_a_job_keeps_its_preemption_and_hears_unscheduled_maintenance(
+    agent: AgentProcess, sim: GcpSimulator
+) -> None:
+    """What a job hears from the real agent: `preempted` back to FALSE is no clear of its
+    terminate (a preemption is not withdrawn), and an ONGOING maintenance whose document has
+    no `window_start_time` reaches it as a notice due now, where it was dropped unread."""
+    document = {"type": "UNSCHEDULED", "maintenance_status": "ONGOING"}
+    with _subscribed(agent) as sub:
+        sim.raise_notice("preempt", {})
+        terminate = sub.notice(10)
+        assert (terminate["action"], terminate["reason"]) == ("terminate", "preemption")
+        sim.withdraw("preempted")
+        sim.raise_notice("upcoming", {"document": document})
+        maintenance = sub.notice(10)
+        assert maintenance["reason"] == "scheduled-maintenance", maintenance
+        assert maintenance["detail"] == document
+        assert parse_time(maintenance["deadline"]) <= _now()
+        eventually(lambda: "went back to FALSE after TRUE" in agent.output(), what="FALSE read")
+        later = sub.drain()
+        status = agent.control({"op": "status"})
+    assert [n for n in later if n["id"] == terminate["id"]] == []
+    active = {notice["id"]: notice["action"] for notice in status["active"]}
+    assert active[terminate["id"]] == "terminate"
+    assert active[maintenance["id"]] in ("drain", "terminate")
