@@ -134,6 +134,13 @@ class PathTracker:
         """`notice_id` is kept retired: shown unchanged, it is not reported again."""
         return any(seen.retired and seen.report.id == notice_id for seen in self.seen.values())
 
+    def hibernation(self, notice_id: str) -> bool:
+        """`notice_id` is a spot interruption whose action is `hibernate`."""
+        return any(
+            seen.report.id == notice_id and seen.report.detail.get("action") == "hibernate"
+            for seen in self.seen.values()
+        )
+
     def _past(self, report: Report) -> bool:
         # One raised again after its retirement has a past deadline by then, but was not
         # stale when first seen: it is raised again at every grace as before.

@@ -286,9 +286,13 @@ class AwsWatcher:
                 continue
             if path.tracker.stale(notice_id):
                 log.info(
-                    "aws: %s retired; its time was already past when first seen; not raised "
-                    "again while IMDS shows it unchanged",
+                    "aws: %s retired; %s; not raised again while IMDS shows it unchanged",
                     notice_id,
+                    # Due the moment seen, as a hibernation has no two-minute lead: no late
+                    # agent or clock ahead to look for.
+                    "a hibernation begins when announced"
+                    if path.tracker.hibernation(notice_id)
+                    else "its time was already past when first seen",
                 )
                 self._remember_spot("retired", notice_id)
             else:
@@ -309,9 +313,12 @@ class AwsWatcher:
         path.tracker.in_time.clear()
         for notice_id in path.tracker.recognised:
             log.info(
-                "aws: %s was retired before the agent restarted (its time already past when "
-                "first seen); not raised again while IMDS shows it unchanged",
+                "aws: %s was retired before the agent restarted (%s); not raised again while "
+                "IMDS shows it unchanged",
                 notice_id,
+                "a hibernation begins when announced"
+                if path.tracker.hibernation(notice_id)
+                else "its time already past when first seen",
             )
         path.tracker.recognised.clear()
         self._remember_spot()

@@ -42,6 +42,22 @@ async def test_hibernate_is_a_terminate_due_now(sim: ImdsSimulator, server: SimS
         assert abs((report.deadline - datetime.now(timezone.utc)).total_seconds()) < 5
 
 
+async def test_a_retired_hibernation_is_not_called_past_when_seen(
+    sim: ImdsSimulator, server: SimServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hibernate notice is due the moment it is seen (no two-minute lead), so it is held
+    retired like one seen late; the log said its time "was already past when first seen",
+    which sent readers looking for a late agent or a clock ahead."""
+    async with watching(server.url) as run:
+        sim.raise_notice("spot", {"action": "hibernate"})
+        report, _ = await run.report_at(action="terminate")
+        with caplog.at_level(logging.INFO, logger="forewarn.providers.aws"):
+            run.watcher.forget(report.id)
+    [line] = [r.getMessage() for r in caplog.records if "retired" in r.getMessage()]
+    assert "already past" not in line
+    assert "a hibernation begins when announced" in line
+
+
 async def test_a_rebalance_is_a_drain_and_clears_when_gone(
     sim: ImdsSimulator, server: SimServer
 ) -> None:
