@@ -161,10 +161,14 @@ class KubernetesWatcher:
                 # that only lags behind the list answers so too: the pause then spaces the
                 # lists out.
                 self.too_large += 1
-                log.warning("kubernetes: %s; listing again", error)
                 self.resource_version = None
                 if self.too_large > 1:
+                    # Again right after a fresh list: the server is not keeping up. Counted,
+                    # so that `forewarn status` shows it rather than a healthy blind watch.
+                    self.health.error(error.kind, f"{error}; listing again")
                     await self._pause(backoff, error.retry_after)
+                else:
+                    log.warning("kubernetes: %s; listing again", error)
             except ConfigError as error:
                 self.health.error("config", str(error))
                 await self._pause(backoff)

@@ -668,6 +668,37 @@ async def test_a_watch_ahead_of_a_restored_server_relists(
     cluster.raise_("shutdown")  # the watch from the relist follows the node
     await watching.report("terminate", SHUTDOWN)
     assert any(entry["outcome"] == "ahead" for entry in cluster.state()["watch_log"])
+    assert watching.health.errors == 0  # one restore: a relist, not a fault
+
+
+async def test_a_watch_cache_that_never_catches_up_is_a_fault(
+    tmp_path: Path, start_watcher: Any
+) -> None:
+    """A server whose watch cache stays behind its lists answers every watch "Too large
+    resource version": the watcher lists again each time, spaced out, and says so in its
+    health instead of looking healthy while it sees nothing."""
+    from forewarn.providers.kubernetes import simulate
+    from forewarn.providers.simulator import SimResponse, SimServer
+
+    class LaggingCache(simulate.KubernetesSimulator):
+        def _watch(self, request: Any, matches: bool) -> Any:
+            # The cache one version behind the list, for good.
+            asked = int(request.param("resourceVersion") or self.rv)
+            status = simulate._too_large(asked, self.rv - 1)
+            line = simulate._line("ERROR", status)
+            headers = dict(simulate.STREAM_HEADERS)
+            return SimResponse(
+                200, content_type="application/json", headers=headers, stream=iter([line])
+            )
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    sim = LaggingCache(node=NODE, token=TOKEN, max_watch_seconds=30)
+    with SimServer(sim) as server:
+        running = await start_watcher(url=server.url, node_name=NODE, token_file=token_file)
+        await running.until(lambda: running.watcher.lists >= 3, what="lists again")
+        kind = "resource-version-too-large"
+        await running.until(lambda: running.health.errors_by_kind.get(kind, 0) >= 1)
 
 
 _CAUSE = {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
