@@ -132,31 +132,26 @@ class UpcomingWindow:
 
 _WINDOW_START_KEYS = ("window_start_time", "windowStartTime")
 _WINDOW_END_KEYS = ("window_end_time", "windowEndTime")
-# Any of these (contracts 2.5, snake_case and the camelCase of the API) says the document is
-# about maintenance, with or without a start.
-_MAINTENANCE_KEYS = (
-    *_WINDOW_START_KEYS,
-    *_WINDOW_END_KEYS,
-    "can_reschedule",
-    "canReschedule",
-    "latest_window_start_time",
-    "latestWindowStartTime",
-    "maintenance_reasons",
-    "maintenanceReasons",
-    "maintenance_status",
-    "maintenanceStatus",
-    "type",
-)
+# What says, without a start, that maintenance is coming (contracts 2.5: the documented
+# values, snake_case and the API's camelCase): a status, a type or a reason. A document of
+# defaults (empty strings, false, an unspecified enum) says nothing, and stays unknown.
+_STATUS_KEYS = ("maintenance_status", "maintenanceStatus")
+_TYPE_KEYS = ("type",)
+_REASON_KEYS = ("maintenance_reasons", "maintenanceReasons")
+_MAINTENANCE_STATUSES = ("PENDING", "ONGOING")
+_MAINTENANCE_TYPES = ("SCHEDULED", "UNSCHEDULED")
 
 
 def parse_upcoming(text: str) -> UpcomingWindow | None:
     """`instance/upcoming-maintenance?alt=json`: a window, or None when nothing is scheduled.
 
     `{}`, an empty body, `NONE` (bare or JSON-quoted) and an error document
-    (`{"error": ...}`) all mean nothing is scheduled. A document naming maintenance without a
-    `window_start_time` (absent, null or empty) is a window without a start: dropped as
-    unparseable, an UNSCHEDULED maintenance begun at once raised nothing. A start that does
-    not read as a time, or a document naming none of its keys, is a ParseError.
+    (`{"error": ...}`) all mean nothing is scheduled. A document without a
+    `window_start_time` (absent, null or empty) whose status (PENDING, ONGOING), type
+    (SCHEDULED, UNSCHEDULED) or reasons say maintenance is coming is a window without a
+    start: dropped as unparseable, an UNSCHEDULED maintenance begun at once raised nothing.
+    A start that does not read as a time, or a document without a start that says nothing
+    of the kind (defaults only), is a ParseError.
     """
     body = text.strip()
     if not body or body.upper() == "NONE":
@@ -173,12 +168,32 @@ def parse_upcoming(text: str) -> UpcomingWindow | None:
         return None
     if not isinstance(document, dict):
         raise ParseError(f"{UPCOMING_KEY}: expected a JSON object, got {body[:80]!r}")
-    if not any(key in document for key in _MAINTENANCE_KEYS):
-        if "error" in document:
-            return None
-        raise ParseError(f"{UPCOMING_KEY}: the document names no maintenance: {body[:120]!r}")
+    start_given = any(key in document for key in _WINDOW_START_KEYS)
+    if not start_given and "error" in document:
+        return None
     start = _window_start(document)
+    if start is None and not _names_maintenance(document):
+        raise ParseError(f"{UPCOMING_KEY}: no window_start_time in {body[:120]!r}")
     return UpcomingWindow(start, document, _window_end(document, start))
+
+
+def _names_maintenance(document: dict[str, Any]) -> bool:
+    """Whether a document without a start still says maintenance is coming."""
+
+    def word(keys: tuple[str, ...]) -> str:
+        value = next((document[k] for k in keys if k in document), None)
+        return value.strip().upper() if isinstance(value, str) else ""
+
+    def a_reason(value: object) -> bool:
+        text = value.strip().upper() if isinstance(value, str) else ""
+        return bool(text) and text != "UNKNOWN" and not text.endswith("UNSPECIFIED")
+
+    reasons = next((document[k] for k in _REASON_KEYS if k in document), None)
+    return (
+        word(_STATUS_KEYS) in _MAINTENANCE_STATUSES
+        or word(_TYPE_KEYS) in _MAINTENANCE_TYPES
+        or any(a_reason(reason) for reason in (reasons if isinstance(reasons, list) else [reasons]))
+    )
 
 
 def _window_start(document: dict[str, Any]) -> datetime | None:

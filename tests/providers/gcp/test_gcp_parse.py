@@ -145,8 +145,10 @@ def test_upcoming_window_with_offset_and_camel_case() -> None:
         ("[1, 2]", "JSON object"),
         ('{"window_start_time": "next tuesday"}', "window_start_time"),
         ('{"window_start_time": 12, "type": "SCHEDULED"}', "window_start_time is not a time"),
-        ('{"foo": 1}', "names no maintenance"),
-        ('{"status": "PENDING"}', "names no maintenance"),
+        ('{"foo": 1}', "no window_start_time"),
+        ('{"status": "PENDING"}', "no window_start_time"),
+        ('{"window_start_time": "", "type": "", "can_reschedule": false}', "no window_start_time"),
+        ('{"maintenance_status": "UNKNOWN", "maintenance_reasons": []}', "no window_start_time"),
     ],
 )
 def test_upcoming_rejects_malformed_documents(text: str, why: str) -> None:
@@ -476,25 +478,46 @@ _MAINTENANCE_KEYS = [
     "windowStartTime",
 ]
 _VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=30))
-
-
-@given(
-    document=st.dictionaries(st.sampled_from(_MAINTENANCE_KEYS), _VALUES, min_size=1),
-    ongoing=st.booleans(),
+# What says maintenance is coming, without a start.
+_NAMING = st.one_of(
+    st.tuples(st.just("maintenance_status"), st.sampled_from(["PENDING", "ONGOING", " ongoing"])),
+    st.tuples(st.just("type"), st.sampled_from(["SCHEDULED", "UNSCHEDULED", "unscheduled\n"])),
+    st.tuples(
+        st.just("maintenance_reasons"),
+        st.lists(st.sampled_from(["PLANNED_UPDATE", "FAILURE_GPU"]), min_size=1),
+    ),
 )
-def test_maintenance_without_a_readable_start_is_a_drain_without_deadline(
-    document: dict[str, Any], ongoing: bool
-) -> None:
-    """An upcoming-maintenance document that names maintenance (an UNSCHEDULED one begun
-    at once, say) but gives no window start was a parse error: nothing published, the
-    provider degraded, and the job trained into the stop. It is maintenance coming at a time
-    not known: a drain without deadline, now when it is ONGOING."""
+_DEFAULTS = st.sampled_from([None, "", False, [], "UNKNOWN", "MAINTENANCE_STATUS_UNSPECIFIED"])
+
+
+def _without_start(document: dict[str, Any]) -> None:
     for key in ("window_start_time", "windowStartTime"):
         if key in document:
             document[key] = None if document[key] is None else ""
+
+
+@given(
+    document=st.dictionaries(st.sampled_from(_MAINTENANCE_KEYS), _VALUES),
+    naming=_NAMING,
+    ongoing=st.booleans(),
+)
+def test_maintenance_without_a_start_is_a_drain_without_deadline(
+    document: dict[str, Any], naming: tuple[str, Any], ongoing: bool
+) -> None:
+    """An upcoming-maintenance document that says maintenance is coming (an UNSCHEDULED
+    one begun at once, say) but gives no window start was a parse error: nothing published,
+    the provider degraded, and the job trained into the stop. It is maintenance coming at a
+    time not known: a drain without deadline, now when it is ONGOING."""
+    _without_start(document)
+    key, value = naming
+    document[key] = value
+    for camel in ("maintenanceStatus", "maintenanceReasons"):
+        document.pop(camel, None)
+    status = document.get("maintenance_status")
     if ongoing:
         document["maintenance_status"] = "ONGOING"
-        document.pop("maintenanceStatus", None)
+    elif isinstance(status, str) and status.strip().upper() == "ONGOING":
+        document["maintenance_status"] = "PENDING"
     window = parse_upcoming(json.dumps(document))
     assert window is not None and window.start is None and window.document == document
     report = upcoming_report(window, NOW)
@@ -505,3 +528,11 @@ def test_maintenance_without_a_readable_start_is_a_drain_without_deadline(
         document,
     )
     assert report.deadline == (NOW if ongoing else None)
+
+
+@given(document=st.dictionaries(st.sampled_from(_MAINTENANCE_KEYS), _DEFAULTS, min_size=1))
+def test_a_document_of_defaults_without_a_start_is_no_notice(document: dict[str, Any]) -> None:
+    """Empty strings, false and unspecified enums (a message marshalled with its defaults)
+    say nothing is coming: never a drain, which would stand on every VM for good."""
+    with pytest.raises(ParseError, match="window_start_time"):
+        parse_upcoming(json.dumps(document))
