@@ -354,3 +354,26 @@ def test_a_node_deleted_while_the_agent_was_down_is_a_terminate(
         assert {(n["action"], n["id"]) for n in cleared} == {("clear", cordon), ("clear", deleted)}
     assert "notice drain " + cordon not in agent.output()  # restored, not sent again
     assert "Traceback" not in agent.output()
+
+
+def test_a_shutdown_after_an_etcd_restore_reaches_the_job(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """After an etcd restore the agent's watch position is ahead of the server's: retried as
+    it was, the watch stayed blind, and a node shutdown then killed the job without a
+    terminate. It lists again and the job hears the shutdown."""
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    sim.too_large_wait = 0.2
+    env = _kubernetes_env(tmp_path, server)
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        with agent.subscriber() as sub:
+            wait_for_watch(server)
+            control(server, "cordon")
+            expect(sub, "drain", f"kubernetes/{NODE}/cordon")
+            control(server, "restore", back=50)
+            eventually(lambda: sim.counts["too_large"] >= 1, what="a watch ahead")
+            control(server, "shutdown")
+            expect(sub, "terminate", f"kubernetes/{NODE}/shutdown")
+        assert sim.counts["lists"] >= 2
+    assert "Too large resource version" in agent.output()
