@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import parse_time
-from forewarn.providers.health import APPROVAL_OUTCOMES, WATCHER_FAILED
+from forewarn.providers.health import AGENT_KINDS, APPROVAL_OUTCOMES
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -253,7 +253,8 @@ class MetricsObserver(Observer):
                 self.expired.labels(name, reason)
                 self.lead_time.labels(name, reason)
             self.detection_delay.labels(name)
-            self.poll_errors.labels(name, WATCHER_FAILED)
+            for kind in AGENT_KINDS:
+                self.poll_errors.labels(name, kind)
             if name in self.specs and self.specs[name].approves:
                 for outcome in APPROVAL_OUTCOMES:
                     self.approvals.labels(name, outcome)
@@ -332,9 +333,9 @@ class MetricsObserver(Observer):
 
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         # The runner reports the agent's own problems (a state write, a crashed part) as
-        # errors of provider `agent`, and a watcher's crash as its error `watcher-failed`:
-        # errors to count, but no poll of any endpoint.
-        if provider != AGENT and error_kind != WATCHER_FAILED:
+        # errors of provider `agent`, and a watcher's crash or hang as its error
+        # `watcher-failed` or `watcher-stalled`: errors to count, but no poll of any endpoint.
+        if provider != AGENT and error_kind not in AGENT_KINDS:
             self.polls.labels(provider).inc()
         if ok:
             self.last_poll.labels(provider).set(self.clock())

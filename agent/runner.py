@@ -20,18 +20,20 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import TOKEN_FILE, ReplyError, ipc_path, needs_token, request
 from forewarn.providers import (
     Closable,
     FlushAware,
     PollHealth,
+    ProgressBounded,
     RestoreAware,
     Watcher,
     WatcherContext,
 )
 from forewarn.providers.backoff import Backoff
-from forewarn.providers.health import WATCHER_FAILED
+from forewarn.providers.health import WATCHER_FAILED, WATCHER_STALLED
 from pydantic import ValidationError
 
 from .board import EXPIRED_KEY, NoticeBoard, Sequencer
@@ -99,6 +101,8 @@ ACKS_REMEMBERED = 256
 # a ZeroMQ socket left at its defaults retries every 0.1 s), and an ack that came first (a
 # client's retry) completed notices those still reconnecting had not flushed.
 CLIENTS_RECONNECT_SECONDS = 3.0
+# How often the runner looks whether a watcher went past its progress bound.
+PROGRESS_CHECK = 0.25
 
 
 # The most descriptors the agent asks for when its hard limit is unlimited.
@@ -165,6 +169,9 @@ class Agent:
         # without `answered` has answered once its provider has had one since.
         self._successes_at_build: dict[str, int] = {}
         self._events_ours = True
+        # The watchers restarted because they went past their progress bound, with when
+        # (time.monotonic()): each is a dead part until its health shows progress again.
+        self._stalled: dict[str, float] = {}
 
     # Setting up.
 
@@ -454,6 +461,12 @@ class Agent:
         """Each long-running part, the observers' too: whether its task is running; control,
         also whether it answered the agent's own requests."""
         parts = {name: not task.done() for name, task in self.parts.items()}
+        for provider, since in list(self._stalled.items()):
+            health = self.health.get(provider)
+            if health is not None and health.last_progress > since:
+                del self._stalled[provider]  # its new watcher answered (or failed) since
+            elif f"watcher/{provider}" in parts:
+                parts[f"watcher/{provider}"] = False
         if "control" in parts:
             parts["control"] = parts["control"] and self.control_answers
         if parts:
@@ -560,12 +573,18 @@ class Agent:
                     self._successes_at_build[name] = health.successes
                     watcher = self._restore(self._build(name, health))
                 self.watchers[name] = watcher
-                await watcher.watch(self._emit)
-                problem = "watch() returned"
+                await self._watch_with_progress(watcher, health)
+                problem, kind = "watch() returned", WATCHER_FAILED
             except asyncio.CancelledError:
                 raise
             except Exception as error:
-                problem = f"{type(error).__name__}: {error}"
+                problem, kind = f"{type(error).__name__}: {error}", WATCHER_FAILED
+                if isinstance(error, WatcherStalled):
+                    kind = WATCHER_STALLED
+                    self._stalled[name] = time.monotonic()
+                    log.error("%s; restarting it", error)
+                    # At once, not at the next watchdog tick, as for control.
+                    self.observers.on_liveness(self.liveness())
                 # A watcher that crashed still holds its HTTP client or IMAP session: a
                 # watcher that fails for weeks would otherwise leak one per restart.
                 if self._answered(name):
@@ -581,8 +600,31 @@ class Agent:
             if loop.time() - started > 60:
                 backoff.reset()
             delay = backoff.next()
-            health.error(WATCHER_FAILED, f"{problem}; restarting in {delay:.1f}s")
+            health.error(kind, f"{problem}; restarting in {delay:.1f}s")
             await asyncio.sleep(delay)
+
+    async def _watch_with_progress(self, watcher: Watcher, health: PollHealth) -> None:
+        """Run `watcher.watch` until it ends; WatcherStalled when it goes past its progress
+        bound without an answer or an error: hung without crashing (a request whose answer
+        never completes, a stream gone silent), it showed healthy with an old last poll while
+        no notice could be heard."""
+        task = asyncio.ensure_future(watcher.watch(self._emit))
+        started = time.monotonic()
+        try:
+            while not task.done():
+                await asyncio.wait([task], timeout=PROGRESS_CHECK)
+                bound = watcher.progress_bound() if isinstance(watcher, ProgressBounded) else None
+                silent = time.monotonic() - max(started, health.last_progress)
+                if not task.done() and bound is not None and silent > bound:
+                    raise WatcherStalled(
+                        f"{watcher.name}: no progress (no answer and no error) for {silent:.1f}s, "
+                        f"past its bound of {bound:g}s"
+                    )
+            task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait([task], timeout=STOP_GRACE)
 
     def _restore(self, watcher: Watcher) -> Watcher:
         """Hand a new watcher that remembers what it reported (`RestoreAware`) the notices
@@ -1065,6 +1107,10 @@ class Agent:
             self._reserve_seq(self.sequencer.reserved)
         if "state" in self._unsaved:
             self._save()
+
+
+class WatcherStalled(ForewarnError, RuntimeError):
+    """A watcher went past its progress bound: restarted as if it had crashed."""
 
 
 def _secs(value: float | None) -> str:

@@ -76,6 +76,25 @@ class RestoreAware(Protocol):
 
 
 @runtime_checkable
+class ProgressBounded(Protocol):
+    """Optional: a watcher that says how long it may go without progress (an answer or an
+    error reported to its health) while it works as it should: its longest wait between
+    polls (a poll interval, a long-poll, an IDLE renewal, a backoff) plus its longest
+    requests, with room to spare. Past it the watcher is hung (a request that never
+    completes, a stream gone silent), and the agent restarts it and shows it dead in
+    `/healthz`. None: no bound for now (it waits on purpose, e.g. for a configuration)."""
+
+    def progress_bound(self) -> float | None: ...
+
+
+def stall_bound(longest_wait: float, longest_request: float) -> float:
+    """A progress bound from a watcher's longest wait between polls and its longest request:
+    twice their sum (a poll may run late by a wait and a request under load), and never under
+    two seconds."""
+    return max(2.0, 2 * (longest_wait + longest_request))
+
+
+@runtime_checkable
 class Closable(Protocol):
     """Optional: a watcher holding resources (an HTTP client) to release at shutdown."""
 
@@ -88,7 +107,9 @@ __all__ = [
     "FlushAware",
     "ParseError",
     "PollHealth",
+    "ProgressBounded",
     "RestoreAware",
     "Watcher",
     "WatcherContext",
+    "stall_bound",
 ]

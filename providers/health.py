@@ -14,6 +14,11 @@ log = logging.getLogger("forewarn.providers")
 # The error kind the agent counts when a watcher crashed and is restarted: no poll of its
 # endpoint, though counted among its errors.
 WATCHER_FAILED = "watcher-failed"
+# The error kind the agent counts when it restarted a watcher that made no progress (no
+# answer and no error) for longer than its bound: hung, not crashed.
+WATCHER_STALLED = "watcher-stalled"
+# The agent's own kinds: counted among the watcher's errors, but no sign that it is working.
+AGENT_KINDS = (WATCHER_FAILED, WATCHER_STALLED)
 # What became of an approval a watcher was asked for (Azure's StartRequests): sent (the
 # provider answered 200), failed (a transport error or another status), or skipped (not sent:
 # the event started, is gone, is shared, or its type is not to be approved).
@@ -35,6 +40,9 @@ class PollHealth:
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     last_success: float | None = None  # time.time() of the last good answer
     last_error: str | None = None
+    # time.monotonic() of the watcher's last answer or error (either says it is working):
+    # the agent restarts a watcher that goes longer than its bound without one.
+    last_progress: float = field(default_factory=time.monotonic)
     _logged: dict[str, float] = field(default_factory=dict, repr=False)
     listeners: list[Callable[[str, bool, str | None], None]] = field(
         default_factory=list, repr=False
@@ -57,6 +65,7 @@ class PollHealth:
         self.polls += 1
         self.successes += 1
         self.last_success = time.time()
+        self.last_progress = time.monotonic()
         if recovered and self.last_error is not None:
             log.info("%s: polling recovered after %s", self.provider, self.last_error)
             self.last_error = None
@@ -66,10 +75,12 @@ class PollHealth:
 
     def error(self, kind: str, message: str) -> None:
         """Count an error; log it the first time, and again only after `repeat_log_seconds`.
-        A crash of the watcher (WATCHER_FAILED) is an error but no poll of its endpoint, as in
-        `forewarn_polls_total`: `status` counted each crash as a poll."""
-        if kind != WATCHER_FAILED:
+        A crash of the watcher (WATCHER_FAILED) or its restart when hung (WATCHER_STALLED) is an
+        error but no poll of its endpoint, as in `forewarn_polls_total` (`status` counted each
+        crash as a poll), and no progress of the watcher."""
+        if kind not in AGENT_KINDS:
             self.polls += 1
+            self.last_progress = time.monotonic()
         self.errors += 1
         self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
         self.last_error = kind
@@ -113,4 +124,4 @@ class PollHealth:
         return self.last_success is not None
 
 
-__all__ = ["APPROVAL_OUTCOMES", "WATCHER_FAILED", "PollHealth"]
+__all__ = ["AGENT_KINDS", "APPROVAL_OUTCOMES", "WATCHER_FAILED", "WATCHER_STALLED", "PollHealth"]

@@ -62,6 +62,7 @@ EXPORTS = {
         "FlushAware",
         "ParseError",
         "PollHealth",
+        "ProgressBounded",
         "ProviderSettings",
         "ProviderSpec",
         "REGISTRY",

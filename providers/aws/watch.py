@@ -33,7 +33,7 @@ import httpx
 from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.report import Report
 
-from ..base import Emit, ParseError, PollHealth, WatcherContext
+from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from .client import Answer, ImdsClient, ImdsError
 from .imds import (
     ASG_PATH,
@@ -161,6 +161,14 @@ class AwsWatcher:
             self.spot.tracker.retired_before = set(self._spot_memory.retired)
             for notice_id in self._spot_memory.in_time:
                 self.spot.tracker.seen_in_time(notice_id)
+
+    def progress_bound(self) -> float | None:
+        """Its longest interval between polls, and a round of polls (each due path after a
+        token, each within `timeout`); none when every path is turned off."""
+        if not self.paths:
+            return None
+        longest = max(self.interval(path) for path in self.paths)
+        return stall_bound(longest, self.settings.timeout * (len(self.paths) + 1))
 
     async def detect(self) -> bool:
         """True when an EC2 instance identity document can be read within one second."""

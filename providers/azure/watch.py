@@ -24,7 +24,7 @@ from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.report import Report
 
 from ..backoff import Backoff
-from ..base import Emit, ParseError, PollHealth, WatcherContext
+from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..fetch import Answer, fetch
 from .approve import APPROVED_FILE, Approver
 from .boots import BOOT_FILE, BootRecord, read_boot_id
@@ -117,6 +117,13 @@ class AzureWatcher:
         self._detect_started = 0.0
 
     # Detection.
+
+    def progress_bound(self) -> float | None:
+        """Its longest wait between polls (the interval stretched by backoff, or a
+        Retry-After) and its longest request (the first, which may take minutes)."""
+        s = self.settings
+        wait = max(s.interval * BACKOFF_STRETCH, RETRY_AFTER_CAP)
+        return stall_bound(wait, max(s.first_call_timeout, s.request_timeout))
 
     async def detect(self) -> bool:
         """True when Azure IMDS answers instance metadata within a second."""

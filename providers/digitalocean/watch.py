@@ -28,7 +28,7 @@ from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.report import Report
 
 from ..backoff import Backoff
-from ..base import Emit, ParseError, WatcherContext
+from ..base import Emit, ParseError, WatcherContext, stall_bound
 from .imap import FetchRefused, MailboxError, MailboxSession, load_credentials
 from .mail import MatchRules, Verdict, reclaim_verdict
 from .seen import ACTIVE_FILE, STATE_FILE, ActiveReclaims, SeenMail
@@ -132,6 +132,16 @@ class DigitalOceanWatcher:
         # How many connections in a row the server refused to send a mail on, and when it
         # first did (time.monotonic()), by (UIDVALIDITY, UID): see FETCH_REFUSALS.
         self._refused: dict[tuple[int, int], tuple[int, float]] = {}
+
+    def progress_bound(self) -> float | None:
+        """Its longest wait (an IDLE renewal, a poll interval, a reconnection backoff) and a
+        mailbox read of a few IMAP answers; none while no mailbox is configured (it then
+        waits for good, having said so)."""
+        s = self.settings
+        if not s.imap_host or s.credentials_file is None:
+            return None
+        wait = max(s.idle_renew if self.idle_supported is not False else 0.0, s.poll_interval)
+        return stall_bound(max(wait, s.retry_max), 4 * s.imap_timeout + METADATA_TIMEOUT)
 
     # Detection and identity: droplet metadata.
 

@@ -30,7 +30,7 @@ from forewarn.protocol.fields import stable_id
 from forewarn.protocol.timefmt import format_time, parse_duration, parse_time, utcnow
 from forewarn.providers.report import Report
 
-from ..base import Emit, ParseError, PollHealth, WatcherContext
+from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..fetch import fetch
 from .active import ACTIVE_FILE, ActiveNotices
 from .settings import Settings
@@ -42,6 +42,8 @@ METADATA_PATH = "/computeMetadata/v1"
 DEFAULT_HOST = "metadata.google.internal"
 FLAVOR_HEADER = "Metadata-Flavor"
 FLAVOR = "Google"
+# Seconds to connect to the metadata server.
+CONNECT_SECONDS = 5.0
 
 PREEMPTED_KEY = "instance/preempted"
 MAINTENANCE_KEY = "instance/maintenance-event"
@@ -518,7 +520,7 @@ class GcpWatcher:
             read = self.settings.timeout_sec + self.settings.read_timeout_margin
             self._client = httpx.AsyncClient(
                 headers={FLAVOR_HEADER: FLAVOR},
-                timeout=httpx.Timeout(5.0, read=read),
+                timeout=httpx.Timeout(CONNECT_SECONDS, read=read),
                 trust_env=False,  # the metadata server is link-local: never through a proxy
             )
         return self._client
@@ -530,6 +532,12 @@ class GcpWatcher:
 
     def url(self, key: str) -> str:
         return f"{self.root}/{key}"
+
+    def progress_bound(self) -> float | None:
+        """A long-poll (`timeout_sec` and its read margin, after a connect) and the retry
+        delay after one that failed: every long-poll answers or fails within that."""
+        s = self.settings
+        return stall_bound(s.retry_delay, s.timeout_sec + s.read_timeout_margin + CONNECT_SECONDS)
 
     async def detect(self) -> bool:
         """True when the root answers with `Metadata-Flavor: Google` within one second."""

@@ -28,9 +28,9 @@ import httpx
 from forewarn.providers.report import Report
 
 from ..backoff import Backoff
-from ..base import Emit, ParseError, WatcherContext
+from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..fetch import within
-from .api import ApiError, Gone, NodeApi, TooLarge, read_margin
+from .api import REQUEST_TIMEOUT, ApiError, Gone, NodeApi, TooLarge, read_margin
 from .config import ConfigError, host_boot, node_name, resolve
 from .kubeconfig import off_loop
 from .nodes import (
@@ -98,6 +98,18 @@ class KubernetesWatcher:
         self.gones = 0
         self.too_large = 0  # "Too large resource version" answers since the last event
         self.bookmarks = 0
+
+    def progress_bound(self) -> float | None:
+        """A whole watch (a good one counts at its start) with its read margin, after a
+        list and a credential plugin, and the longest pause between tries; none while the
+        node does not exist (its watches then count as nothing, rightly)."""
+        if self.node_missing:
+            return None
+        s = self.settings
+        stream = s.watch_timeout + read_margin(s.watch_timeout)
+        return stall_bound(
+            max(CONFIG_RETRY, s.retry_max), stream + REQUEST_TIMEOUT + s.exec_timeout
+        )
 
     async def detect(self) -> bool:
         """In a pod with a readable service-account token; no network needed."""
