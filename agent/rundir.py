@@ -42,6 +42,33 @@ def check_private_dir(path: Path, what: str) -> None:
         )
 
 
+def check_state_dir(path: Path, me: int | None = None) -> None:
+    """Refuse a state directory whose owner or mode lets another user replace the agent's
+    files: its state (what it restores at start: a planted terminate stops every job) and
+    its providers' memory. Owned by another uid than this agent's (`me`) or root: that user
+    can do anything there. Writable by every user without the sticky bit, when this agent
+    owns it: anyone can rename or replace its files, and `chmod o-w` fixes it. A directory
+    of root's writable by all is taken: it is the shape of a Kubernetes emptyDir (mode 0777,
+    the agent not root), which only the containers of the pod that mount it can reach. Group
+    write is a deliberate share (and what a umask of 002 gives), as for the runtime
+    directory. Followed through a symbolic link: a state directory moved to another disk and
+    linked is common, and what counts is the directory the files are in."""
+    found = os.stat(path)
+    me = os.geteuid() if me is None else me
+    if found.st_uid not in (me, 0):
+        raise RunDirError(
+            f"state directory {path}: owned by uid {found.st_uid}, not by this agent's uid {me} "
+            "or root; use a directory of your own (e.g. --state-dir)"
+        )
+    shared = found.st_mode & stat.S_IWOTH and not found.st_mode & stat.S_ISVTX
+    if shared and found.st_uid == me:
+        raise RunDirError(
+            f"state directory {path}: writable by every user (mode "
+            f"{stat.S_IMODE(found.st_mode):04o}), who could replace the state the agent "
+            f"restores; run `chmod o-w {path}`"
+        )
+
+
 class LockHeld(RunDirError):
     """Another agent holds the lock; the text names its pid and the directory."""
 
@@ -116,6 +143,7 @@ class AgentDirs:
         try:
             # Others must not be able to replace the sockets or plant a flag file.
             check_private_dir(self.runtime_dir, "runtime directory")
+            check_state_dir(self.state_dir)
             self.lock = AgentLock(self.runtime_dir / AGENT_LOCK).acquire()
             if not os.path.samefile(self.state_dir, self.runtime_dir):
                 self._lock_state_dir()
@@ -159,4 +187,12 @@ def _prepare_dir(path: Path, what: str, mode: int) -> None:
         raise ConfigError(f"{what} {path}: not writable by uid {os.getuid()}")
 
 
-__all__ = ["STATE_LOCK", "AgentDirs", "AgentLock", "LockHeld", "RunDirError", "check_private_dir"]
+__all__ = [
+    "STATE_LOCK",
+    "AgentDirs",
+    "AgentLock",
+    "LockHeld",
+    "RunDirError",
+    "check_private_dir",
+    "check_state_dir",
+]

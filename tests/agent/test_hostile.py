@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import zmq
+from forewarn.agent.rundir import check_state_dir
 from forewarn.protocol.timefmt import format_time, parse_time
 from other_user import call_as, other_user
 from support import (
@@ -442,6 +443,53 @@ def test_an_unsafe_runtime_directory_is_refused_with_a_clear_error(
     assert expected in done.stderr and str(runtime) in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (runtime / "control").exists()
+
+
+@pytest.mark.parametrize("problem", ["owned by another uid", "writable by every user"])
+def test_an_unsafe_state_directory_is_refused_with_a_clear_error(
+    tmp_path: Path, problem: str
+) -> None:
+    # Whoever can write the state directory can put a terminate into the state the agent
+    # restores at its next start (or delete what it saved); it was used unchecked.
+    env = agent_env(tmp_path)
+    state = Path(env["FOREWARN_STATE_DIR"])
+    state.mkdir(parents=True, exist_ok=True)
+    if problem == "owned by another uid":
+        uid, gid = other_user()
+        os.chown(state, uid, gid)
+        expected = f"owned by uid {uid}"
+    else:
+        os.chmod(state, 0o777)
+        expected = "writable by every user (mode 0777)"
+    done = run_forewarn("agent", "--provider", "local", env=env, timeout=30)
+    assert done.returncode == 2, done
+    assert expected in done.stderr and str(state) in done.stderr, done.stderr
+    assert "state directory" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (state / "state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("owner", "mode"),
+    [
+        ("root", 0o777),  # a Kubernetes emptyDir, the agent not root (the sidecar overlay)
+        ("root", 0o2777),  # the same with fsGroup (setgid)
+        ("me", 0o1777),  # sticky: nobody may rename or remove another's files
+        ("me", 0o770),  # group write is a deliberate share (a umask of 002)
+        ("me", 0o700),
+    ],
+)
+def test_a_state_directory_of_the_documented_shapes_is_taken(
+    tmp_path: Path, owner: str, mode: int
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chmod(state, mode)
+    found = os.stat(state)
+    # Checked as an agent of another uid would be when the directory is root's.
+    me = found.st_uid if owner == "me" else found.st_uid + 1000
+    if owner == "root" and found.st_uid != 0:
+        pytest.skip("needs a directory owned by root")
+    check_state_dir(state, me)
 
 
 def test_a_second_agent_on_a_runtime_dir_refuses_and_never_removes_the_firsts_sockets(
