@@ -4,6 +4,7 @@ decides, answers control requests, and shuts down cleanly on SIGTERM or SIGINT."
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import importlib
 import logging
@@ -76,6 +77,10 @@ DETECT_TIMEOUT = 1.5
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 STOP_GRACE = 0.5
+# The longest the agent waits for a watcher to close (its HTTP client, its IMAP session): one
+# blocked for good (in a thread, on a peer that stopped reading) kept the agent from stopping
+# on SIGTERM, and a crashed watcher from being restarted. Past it, it is left behind.
+CLOSE_TIMEOUT = 2.0
 # A part of the agent that crashes more than this often within the window takes it down.
 CRASH_LIMIT = 5
 CRASH_WINDOW = 60.0
@@ -242,13 +247,25 @@ class Agent:
 
     @staticmethod
     async def _close(watcher: Watcher) -> None:
-        if isinstance(watcher, Closable):
-            with contextlib.suppress(Exception):
-                await watcher.aclose()
+        """Close a watcher that holds resources, waiting CLOSE_TIMEOUT at most."""
+        if not isinstance(watcher, Closable):
+            return
+        closing = asyncio.ensure_future(watcher.aclose())
+        await asyncio.wait([closing], timeout=CLOSE_TIMEOUT)
+        if not closing.done():
+            closing.cancel()
+            log.warning(
+                "%s: its watcher did not close within %gs; left behind", watcher.name, CLOSE_TIMEOUT
+            )
+        elif not closing.cancelled():
+            closing.exception()  # retrieved: a close that failed is no concern of the agent's
 
     # Running.
 
     async def run(self) -> int:
+        # The loop's threads (a watcher's blocking IMAP calls, a close) are not waited for when
+        # it closes: one blocked for good kept the process from ending after a clean stop.
+        asyncio.get_running_loop().set_default_executor(_UnwaitedExecutor())
         before, after = raise_fd_limit()
         if after != before:
             log.debug("open-file limit raised from %d to %d", before, after)
@@ -396,8 +413,8 @@ class Agent:
         for task in running:
             task.cancel()
         await asyncio.wait(running, timeout=STOP_GRACE)
-        for watcher in self.watchers.values():
-            await self._close(watcher)
+        # Side by side: each waits CLOSE_TIMEOUT at most, and the stop no more than that.
+        await asyncio.gather(*(self._close(watcher) for watcher in self.watchers.values()))
         await self.state_writer.settled()
         self._save_now()
         self.state_writer.close()
@@ -1107,6 +1124,16 @@ class Agent:
             self._reserve_seq(self.sequencer.reserved)
         if "state" in self._unsaved:
             self._save()
+
+
+class _UnwaitedExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The event loop's default executor, whose shutdown never waits for its threads: a
+    thread blocked in a read or a close (`asyncio.to_thread`) would otherwise hold the end of
+    `asyncio.run` after a stop for as long as it blocks. The command line ends the process
+    with os._exit then, which does not wait for them either."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=cancel_futures)
 
 
 class WatcherStalled(ForewarnError, RuntimeError):
