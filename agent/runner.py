@@ -35,6 +35,7 @@ from forewarn.providers import (
 )
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.health import WATCHER_FAILED, WATCHER_STALLED
+from forewarn.providers.persist import remove_leftovers
 from pydantic import ValidationError
 
 from .board import EXPIRED_KEY, NoticeBoard, Sequencer
@@ -272,6 +273,15 @@ class Agent:
         if self.dirs.lock is None:
             self.dirs.hold()
         self._check_no_other_agent()
+        # Held now, by this agent alone: a temporary file there is a write killed mid-way.
+        leftovers = remove_leftovers(self.state_dir)
+        if leftovers:
+            log.info(
+                "removed %d temporary file(s) of writes cut short in %s: %s",
+                len(leftovers),
+                self.state_dir,
+                ", ".join(sorted(leftovers)),
+            )
         state = load_state(self.state_path)
         self.sequencer = Sequencer(
             max(state.seq, load_seq_mark(self.seq_path)), reserve=self._reserve_seq

@@ -8,6 +8,8 @@ import contextlib
 import json
 import logging
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
 
@@ -63,6 +65,42 @@ def write_or_report(path: Path, data: bytes | str, health: PollHealth | None) ->
     return True
 
 
+# The names `write_atomically` gives its temporary files: mkstemp's, a dot and the file's name,
+# a dot, 8 characters of mkstemp's alphabet, and the suffix.
+_TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp", re.DOTALL)
+
+
+def is_leftover(name: str) -> bool:
+    """Whether `name` is one `write_atomically` gives its temporary files."""
+    return _TEMPORARY.fullmatch(name) is not None
+
+
+def remove_leftovers(directory: Path) -> list[str]:
+    """Remove the temporary files that writes cut short by a kill (SIGKILL, a power loss
+    between the write and the rename) left in `directory`; the names removed. Only regular
+    files of this uid, never through a link. Call it only while holding the directory (the
+    agent's lock on it): another writer's file would be taken from under it."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError as error:
+        log.warning("cannot list %s for leftover temporary files: %s", directory, error)
+        return removed
+    for entry in entries:
+        if not is_leftover(entry.name):
+            continue
+        try:
+            found = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(found.st_mode) or found.st_uid != os.geteuid():
+                continue
+            os.unlink(entry.path)
+        except OSError as error:
+            log.warning("cannot remove the leftover %s: %s", entry.path, error)
+            continue
+        removed.append(entry.name)
+    return removed
+
+
 # A watcher's own file holds a few dozen ids or notices: anything larger is not one of ours.
 MAX_STATE_BYTES = 64 * 1024
 
@@ -89,4 +127,11 @@ def read_state_object(path: Path, provider: str) -> dict[str, object] | None:
     return payload
 
 
-__all__ = ["MAX_STATE_BYTES", "read_state_object", "write_atomically", "write_or_report"]
+__all__ = [
+    "MAX_STATE_BYTES",
+    "is_leftover",
+    "read_state_object",
+    "remove_leftovers",
+    "write_atomically",
+    "write_or_report",
+]
