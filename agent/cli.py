@@ -467,6 +467,14 @@ def cmd_notify(args: argparse.Namespace) -> int:
         print("cleared: " + _readable(control, lambda: ", ".join(reply["cleared"]) or "nothing"))
     else:
         print(_readable(control, lambda: describe(reply["notice"])))
+    unsaved = reply.get("unsaved")
+    if isinstance(unsaved, str):
+        print(
+            "forewarn: warning: the notice is active but not saved: "
+            + "".join(char if char.isprintable() else "?" for char in unsaved[:500])
+            + "; an agent restart before its state can be written forgets it",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -308,6 +308,9 @@ class StatusReply(_Message):
 class NotifyReply(_Message):
     ok: Literal[True] = True
     notice: Notice
+    # Why the notice could not be saved, when it could not: it is active and published, but
+    # an agent restarted before a later save succeeds (retried at each heartbeat) forgets it.
+    unsaved: str | None = None
 
 
 class ClearReply(_Message):

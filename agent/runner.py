@@ -901,6 +901,11 @@ class Agent:
         if isinstance(req, NotifyRequest):
             reply: Any = self._notify(req)
             await self.state_writer.settled()
+            unsaved = self._unsaved.get("state")
+            if isinstance(reply, NotifyReply) and unsaved is not None:
+                # Its write failed (a full disk, a read-only mount): the requester must not take
+                # the notice for one that outlives a restart of the agent.
+                reply = reply.model_copy(update={"unsaved": unsaved})
         elif isinstance(req, ClearRequest):
             reply = self._clear(req)
         elif isinstance(req, AckRequest):
