@@ -10,6 +10,7 @@ does not verify, 2 bad input (one `forewarn checkpoint:` line), 3 the store coul
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -103,6 +104,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     get.add_argument("destination", type=path_arg, help="a directory (created)")
     get.add_argument("--step", type=_step, help="the step (default: the latest)")
     get.add_argument("--prefix", default="", help="only the files under this prefix")
+    get.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace what DESTINATION holds (default: refuse a directory that is not empty)",
+    )
     get.set_defaults(action_func=run_get)
 
     prune = command("prune", "delete all but the newest N verified generations")
@@ -351,6 +357,37 @@ def run_verify(args: argparse.Namespace, store: CheckpointStore) -> int:
 
 def run_get(args: argparse.Namespace, store: CheckpointStore) -> int:
     generation = _chosen(store, args.step)
+    while True:
+        try:
+            return _copy_out(args, store, generation)
+        except CorruptGenerationError as error:
+            if args.step is not None:
+                raise
+            # latest() checks sizes: a flipped byte shows only as the files are copied, and
+            # the restart script's `get` then failed though the step before was sound.
+            older = _newest_below(store, generation.step)
+            if older is None:
+                raise
+            print(
+                f"forewarn: checkpoint: {error}: copying {older.name}, the newest older "
+                "generation that verifies",
+                file=sys.stderr,
+            )
+            generation = older
+
+
+def _newest_below(store: CheckpointStore, step: int) -> Generation | None:
+    for candidate in reversed([s for s in store.steps() if s < step]):
+        try:
+            return store.get(candidate, verify="sizes")
+        except GenerationNotFoundError:
+            continue  # not committed: a save in progress or a dead writer's leftover
+        except CorruptGenerationError as error:
+            print(f"forewarn: checkpoint: {error}", file=sys.stderr)
+    return None
+
+
+def _copy_out(args: argparse.Namespace, store: CheckpointStore, generation: Generation) -> int:
     prefix = args.prefix.strip("/")
     names = [n for n in generation.files if not prefix or n.startswith(prefix + "/")]
     if not names:
@@ -362,13 +399,24 @@ def run_get(args: argparse.Namespace, store: CheckpointStore) -> int:
     bar = ProgressBar(f"copying {generation.name}", total)
     try:
         copied = generation.get_dir(
-            prefix, destination, progress=lambda done, _total: bar.update(done)
+            prefix,
+            destination,
+            progress=lambda done, _total: bar.update(done),
+            replace=args.replace,
         )
     except GenerationNotFoundError:
         raise  # removed meanwhile by another job's retention
     except OSError as error:
         if _in_store(store, error):
             raise  # the store's own file: "cannot read", exit 3
+        if isinstance(error, FileExistsError) and error.errno == errno.ENOTEMPTY:
+            # Copied beside another step's files, a loader read a mix of the two checkpoints
+            # (a stale model.safetensors beside a sharded layout): get_dir refused, at once.
+            raise _Usage(
+                f"{destination} is not empty: the files of {generation.name} would mix with "
+                "what it holds; give an empty or new directory, or --replace to replace its "
+                "contents"
+            ) from None
         # Said as "cannot read <store>", exit 3, it sent people to a store that was fine.
         raise _Usage(f"cannot write to {destination}: {error}") from None
     finally:

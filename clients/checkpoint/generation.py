@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -199,15 +201,40 @@ class Generation:
         return target
 
     def get_dir(
-        self, prefix: str, destination: str | os.PathLike[str], *, progress: Progress | None = None
+        self,
+        prefix: str,
+        destination: str | os.PathLike[str],
+        *,
+        progress: Progress | None = None,
+        replace: bool = False,
     ) -> list[Path]:
         """Copy every file under `prefix/` ('' for all) into `destination`, keeping the tree;
-        each file verified as in `get_file`. `progress` counts over all the files."""
+        each file verified as in `get_file`. `progress` counts over all the files.
+
+        `destination` must be absent or empty unless `replace`: files copied beside those of
+        another step (a stale `model.safetensors` beside a sharded layout) made a loader read
+        a mix of two checkpoints. The files go to a hidden directory inside `destination`
+        first and are moved into place only once every one verified, so a failed copy leaves
+        `destination` as it was; with `replace`, what it held is removed just before."""
         base = prefix.strip("/")
         target = Path(destination)
         names = [name for name in sorted(self.files) if not base or name.startswith(base + "/")]
         if not names:
             raise FileNotFoundError(f"{self.name} has no files under {prefix!r}")
+        if target.exists() and not target.is_dir():
+            raise NotADirectoryError(
+                errno.ENOTDIR, f"{target} is not a directory (get_dir copies into one)", str(target)
+            )
+        target.mkdir(parents=True, exist_ok=True)
+        held = _entries_besides_stages(target)
+        if held and not replace:
+            raise FileExistsError(
+                errno.ENOTEMPTY,
+                f"{target} is not empty (it holds {', '.join(sorted(held)[:3])}"
+                f"{', ...' if len(held) > 3 else ''}): copying {self.name} in would mix its "
+                "files with those; give an empty directory, or replace=True to replace them",
+                str(target),
+            )
         total = sum(self.files[name].size for name in names)
         finished = 0
 
@@ -215,13 +242,24 @@ class Generation:
             if progress is not None:
                 progress(finished + done, total)
 
-        copied = []
-        for name in names:
-            path = target / (name[len(base) + 1 :] if base else name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            copied.append(self.get_file(name, path, progress=arrived))
-            finished += self.files[name].size
-        return copied
+        stage = target / f"{_STAGE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        stage.mkdir()
+        try:
+            relatives = []
+            for name in names:
+                relative = name[len(base) + 1 :] if base else name
+                path = stage / relative
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.get_file(name, path, progress=arrived)
+                relatives.append(relative)
+                finished += self.files[name].size
+            for entry in _entries_besides_stages(target):
+                _remove(target / entry)
+            for child in sorted(stage.iterdir()):
+                os.replace(child, target / child.name)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        return [target / relative for relative in relatives]
 
     def verify(
         self, *, checksums: bool = True, progress: BytesProgress | None = None
@@ -230,6 +268,41 @@ class Generation:
             self.backend, self.step, checksums=checksums, progress=progress
         )
         return Verification(step=self.step, checksums=checksums, problems=tuple(problems))
+
+
+# A `get_dir` in progress copies into `<destination>/.forewarn-get-<pid>-<hex>`.
+_STAGE_PREFIX = ".forewarn-get-"
+
+
+def _entries_besides_stages(directory: Path) -> list[str]:
+    """What `directory` holds but `get_dir` stages; a stage whose process is gone (a copy
+    killed midway) is removed here, as it would otherwise make the directory non-empty."""
+    held = []
+    for entry in os.listdir(directory):
+        if not entry.startswith(_STAGE_PREFIX):
+            held.append(entry)
+            continue
+        pid = entry[len(_STAGE_PREFIX) :].split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(directory / entry, ignore_errors=True)
+    return held
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def to_load(generation: Generation | None, caller: str) -> Generation:

@@ -371,3 +371,67 @@ def test_a_directory_of_a_generation_it_cannot_list_is_not_called_missing(tmp_pa
         assert CheckpointStore(url).verify(30, checksums=True).ok
     finally:
         shutil.rmtree(shared)
+
+
+def test_get_into_a_directory_holding_files_is_refused_unless_replace(
+    make_store: Any, store_url: str, tmp_path: Path
+) -> None:
+    """`get` into a directory holding another step's files copied the new ones beside them:
+    a stale `model.safetensors` stayed beside a sharded layout, and the loader read a mix.
+    It is refused now (exit 2, nothing touched); `--replace` leaves exactly the generation's
+    files, put in place only once every one verified."""
+    store = make_store()
+    fill(store)
+    out = tmp_path / "out"
+    assert forewarn("get", store_url, str(out), "--step", "10").returncode == 0
+    (out / "model.safetensors").write_bytes(b"stale weights of another layout")
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+
+    refused = forewarn("get", store_url, str(out), "--step", "20")
+    assert refused.returncode == 2, refused.stderr
+    assert str(out) in refused.stderr and "--replace" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    assert (out / "model.bin").read_bytes() == store.get(10).read_bytes("model.bin")
+
+    replaced = forewarn("get", store_url, str(out), "--step", "20", "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == ["model.bin", "opt/state.bin"]
+    assert (out / "model.bin").read_bytes() == store.get(20).read_bytes("model.bin")
+
+    # An empty directory (a volume mounted for it) is fine without --replace.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert forewarn("get", store_url, str(empty)).returncode == 0
+    assert (empty / "model.bin").read_bytes() == store.get(30).read_bytes("model.bin")
+
+
+def test_get_of_the_latest_falls_back_past_one_whose_bytes_do_not_verify(
+    make_store: Any, store_url: str, tmp_path: Path
+) -> None:
+    """A restart script's `forewarn checkpoint get URL DIR` failed (exit 1) when the newest
+    generation's sizes matched but a byte did not: the step before, sound, was never copied
+    and the job could not resume. It copies that one now, saying so on standard error; with
+    `--step` the step asked for is still the only one."""
+    store = make_store()
+    fill(store)
+    flip(store, "step-000000000030/model.bin")
+    out = tmp_path / "out"
+    got = forewarn("get", store_url, str(out))
+    assert got.returncode == 0, got.stderr
+    assert "step-000000000030 does not verify" in got.stderr
+    assert "model.bin does not match its checksum" in got.stderr
+    assert "step-000000000020" in got.stdout
+    assert (out / "model.bin").read_bytes() == store.get(20).read_bytes("model.bin")
+    assert not list(out.rglob(".*"))  # no temp or staging file of the failed copy
+
+    asked = forewarn("get", store_url, str(tmp_path / "asked"), "--step", "30")
+    assert asked.returncode == 1
+    assert not (tmp_path / "asked" / "model.bin").exists()
+
+    for step in (10, 20):
+        flip(store, f"step-{step:012d}/model.bin")
+    none = forewarn("get", store_url, str(tmp_path / "none"))
+    assert none.returncode == 1
+    assert "step-000000000030 does not verify" in none.stderr
