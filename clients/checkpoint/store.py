@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from .backend import NO_CLAIM, Backend
 from .commit import CommitProtocol, read_latest_hint
@@ -44,6 +44,8 @@ from .options import S3Options, open_backend
 from .ranks import Ranks, initialised_dist, resolve
 
 log = logging.getLogger("forewarn.checkpoint")
+
+T = TypeVar("T")
 
 # How old (by the service's clock) another step's unfinished upload must be before a job's first
 # save aborts it. The job before this one on the same prefix may still be writing its final
@@ -659,7 +661,84 @@ class CheckpointStore:
             return self._agree(ranks, policy)
         return self._newest(policy)
 
-    def _agree(self, ranks: Ranks, policy: VerifyPolicy) -> Generation | None:
+    def restore(
+        self,
+        load: Callable[[Generation], T],
+        *,
+        verify: VerifyPolicy | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        group: Any = None,
+    ) -> tuple[Generation, T] | None:
+        """Resume: `load(generation)` on the newest generation that verifies, and on the next
+        older one whenever `load` raises `CorruptGenerationError` (with a WARNING naming the
+        step and why); the generation loaded and what `load` returned, or None when no
+        generation is left (a first run). `latest()` checks sizes by default, so a byte
+        flipped in the newest generation showed only in the loader, which then failed the
+        job at every restart though the step before was sound.
+
+        With torch.distributed initialised and several ranks, a collective like `latest()`:
+        every rank loads the generation rank 0 picked, and when any rank's `load` finds it
+        corrupt, every rank moves on to the next older one together."""
+        policy = self._policy(verify)
+        ranks = resolve(rank, world_size, group) if initialised_dist() is not None else None
+        collective = ranks if ranks is not None and ranks.dist is not None else None
+        below: int | None = None
+        while True:
+            if collective is not None:
+                generation = self._agree(collective, policy, below=below)
+            else:
+                generation = self._newest(policy, below=below)
+            if generation is None:
+                return None
+            if collective is None:
+                try:
+                    return generation, load(generation)
+                except CorruptGenerationError as exc:
+                    failures = [str(exc)]
+            else:
+                value, failures = self._load_on_every_rank(collective, generation, load)
+                if not failures:
+                    return generation, cast(T, value)
+            log.warning(
+                "forewarn: checkpoint %s in %s does not load, resuming from an older one: %s",
+                generation.name,
+                self.url,
+                "; ".join(failures),
+            )
+            below = generation.step
+
+    def _load_on_every_rank(
+        self, ranks: Ranks, generation: Generation, load: Callable[[Generation], T]
+    ) -> tuple[T | None, list[str]]:
+        """`load` on this rank, then every rank's outcome on every rank: (the value, []) when
+        all loaded, (None, what was corrupt) when one found the generation corrupt; another
+        error on any rank is raised on every rank (its own, or one naming it), so no rank
+        waits in a collective the others left."""
+        value: T | None = None
+        outcome: tuple[str, str] | None = None
+        own: BaseException | None = None
+        try:
+            value = load(generation)
+        except CorruptGenerationError as exc:
+            outcome = ("corrupt", str(exc))
+        except Exception as exc:
+            own = exc
+            outcome = ("error", f"{type(exc).__name__}: {exc}")
+        outcomes = ranks.all_gather(outcome)
+        errors = [(index, o[1]) for index, o in enumerate(outcomes) if o and o[0] == "error"]
+        if errors:
+            if own is not None:
+                raise own
+            index, why = errors[0]
+            raise CheckpointError(
+                f"rank {index} could not load {generation.name} from {self.url}: {why}"
+            )
+        return value, [f"rank {index}: {o[1]}" for index, o in enumerate(outcomes) if o]
+
+    def _agree(
+        self, ranks: Ranks, policy: VerifyPolicy, *, below: int | None = None
+    ) -> Generation | None:
         """Rank 0's newest generation, on every rank. Each rank looking on its own resumed
         the ranks from different steps when a generation committed between their calls (a
         straggler of the job before still committing into the same store) or one rank saw a
@@ -667,7 +746,7 @@ class CheckpointStore:
         verified it, and generations are immutable."""
         if ranks.rank == 0:
             try:
-                generation = self._newest(policy)
+                generation = self._newest(policy, below=below)
             except Exception as exc:
                 ranks.broadcast_from_zero(("failed", f"{type(exc).__name__}: {exc}"))
                 raise
@@ -688,7 +767,7 @@ class CheckpointStore:
         generation.checksummed = checksummed
         return generation
 
-    def _newest(self, policy: VerifyPolicy) -> Generation | None:
+    def _newest(self, policy: VerifyPolicy, *, below: int | None = None) -> Generation | None:
         # A walk that found nothing looks again when a generation it passed over may have
         # changed meanwhile: a job restarted while the old one still committed its final save
         # (keep=1) listed the store, saw that save uncommitted (or not at all), and while it
@@ -698,7 +777,7 @@ class CheckpointStore:
         for _walk in range(LATEST_WALKS):
             changing = False
             for step in reversed(self.steps()):
-                if step in broken:
+                if step in broken or (below is not None and step >= below):
                     continue
                 try:
                     generation, problems = self._check(step, checksums=policy == "checksums")

@@ -420,3 +420,38 @@ def test_ranks_resume_from_the_generation_rank_0_picked(
         assert "PermissionError" in lines[-1]["error"] and "Access Denied" in lines[-1]["error"]
     assert said[0][1] == {"rank": 0, "alone": 20}
     assert "rank 0 could not" in said[1][-1]["error"]
+
+
+RESTORE_WORKER = Path(__file__).with_name("restore_worker.py")
+
+
+@requires("torch")  # found without importing it: only the ranks import torch
+@pytest.mark.timeout(300)
+def test_ranks_restore_together_past_a_generation_one_rank_finds_corrupt(
+    store_url: str, rank_launcher: RankLauncher
+) -> None:
+    """Two ranks resuming with `latest()` and `load_training_state`: rank 1's file of the
+    newest generation had a flipped byte (sizes right), so rank 1 raised and rank 0 went on
+    from that step alone (in training, into a collective no other rank enters). `restore`
+    moves every rank to the older generation together, with the model and optimizer of that
+    step."""
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env.update(GLOO_SOCKET_IFNAME="lo")
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    ranks = [
+        rank_launcher.start(RESTORE_WORKER, [str(rank), "2", store_url], env) for rank in (0, 1)
+    ]
+    said = []
+    try:
+        for process in ranks:
+            out, err = process.communicate(timeout=120)
+            assert process.returncode == 0, err[-3000:]
+            said.append([json.loads(line) for line in out.splitlines() if line.startswith("{")])
+            assert "step-000000000020" in err and "does not load" in err, err[-3000:]
+            assert "rank 1: step-000000000020 does not verify" in err, err[-3000:]
+    finally:
+        for process in ranks:
+            process.kill()
+    for rank, lines in enumerate(said):
+        assert lines == [{"rank": rank, "step": 10, "state_step": 10, "weights_match": True}]

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import pytest
-from forewarn.clients.checkpoint import load_training_state, save_training_state
+from forewarn.clients.checkpoint import CheckpointStore, load_training_state, save_training_state
 from support import LazyModule, requires
 
 pytestmark = [requires("torch"), requires("numpy")]
@@ -224,3 +224,50 @@ def test_the_loaders_given_a_fresh_stores_latest_say_so(make_store: Any) -> None
     for name, load in loaders.items():
         with pytest.raises(GenerationNotFoundError, match=rf"{name}\(\) was given None.*first run"):
             load()
+
+
+def test_restore_resumes_from_the_newest_generation_that_loads(
+    make_store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job restarted after a reclaim whose newest checkpoint had a flipped byte (sizes
+    right) failed at every restart: `latest()` (by sizes) returned it and the loader refused
+    it, though step 4 was sound. `restore` loads step 4 instead, with a WARNING."""
+    store = make_store()
+    torch.manual_seed(0)
+    model, optimizer, scheduler = build()
+    saved = {}
+    for step in (2, 4, 6):
+        train(model, optimizer, scheduler, 2)
+        with store.save(step) as gen:
+            save_training_state(gen, model=model, optimizer=optimizer, scheduler=scheduler)
+        saved[step] = [p.detach().clone() for p in model.parameters()]
+    newest = store.get(6)
+    name = "training_state.pt"
+    raw = bytearray(newest.open(name).read())
+    raw[len(raw) // 2] ^= 0xFF
+    with store.backend.writer(f"{newest.name}/{name}") as stream:
+        stream.write(bytes(raw))
+
+    fresh, fresh_optimizer, fresh_scheduler = build()
+
+    def load(generation: Any) -> Any:
+        return load_training_state(
+            generation, model=fresh, optimizer=fresh_optimizer, scheduler=fresh_scheduler
+        )
+
+    with caplog.at_level("WARNING", logger="forewarn.checkpoint"):
+        restored = store.restore(load)
+    assert restored is not None
+    generation, state = restored
+    assert generation.step == 4 and state.step == 4
+    for got, want in zip(fresh.parameters(), saved[4], strict=True):
+        assert torch.equal(got, want)
+    warned = [r.getMessage() for r in caplog.records if "does not load" in r.getMessage()]
+    assert len(warned) == 1 and "step-000000000006" in warned[0]
+    assert "training_state.pt does not match its checksum" in warned[0]
+
+    empty = CheckpointStore(store.url + "-fresh")
+    try:
+        assert empty.restore(load) is None  # a first run
+    finally:
+        empty.close()
