@@ -520,7 +520,9 @@ class LocalBackend(Backend):
     def list_children(self, prefix: str) -> list[str]:
         try:
             with os.scandir(self._path(prefix)) as entries:
-                return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+                # A symlink to a directory counts (a generation moved to another disk and
+                # linked back was invisible: latest() resumed from the step before it).
+                return [entry.name for entry in entries if entry.is_dir()]
         except (FileNotFoundError, NotADirectoryError):
             return []
 
@@ -548,8 +550,21 @@ class LocalBackend(Backend):
 
     def delete_tree(self, prefix: str) -> None:
         path = self._path(prefix)
+        if path.is_symlink():
+            # A generation linked in from elsewhere: its files (marker first), then the link;
+            # rmtree refuses a link, and the generation stayed behind, uncommitted.
+            target = Path(os.path.realpath(path))
+            if target.is_dir():
+                self._delete_directory(prefix, target)
+            path.unlink(missing_ok=True)
+            if self.durable:
+                fsync_dir(path.parent)
+            return
         if not path.exists():
             return
+        self._delete_directory(prefix, path)
+
+    def _delete_directory(self, prefix: str, path: Path) -> None:
         # The marker goes first, durably, so a half-deleted generation never counts.
         marker = path / COMMIT
         try:

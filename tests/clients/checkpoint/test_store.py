@@ -912,3 +912,32 @@ def test_only_the_name_a_step_is_saved_under_is_that_steps_generation(tmp_path: 
         tmp_path / "store" / "step-000000000030", tmp_path / "store" / "step-0000000000030"
     )
     assert store.steps() == [30]
+
+
+def test_a_generation_directory_that_is_a_symlink_counts(tmp_path: Path) -> None:
+    """A generation moved to another disk and linked back (`step-…` a symlink to its
+    directory) was invisible: `latest()` resumed from the step before it, `ls` left it out,
+    and the work since was lost. It is read through the link now; retention deletes it as
+    any other (the files, then the link), and a dangling link is no generation."""
+    store = CheckpointStore(tmp_path / "store", keep=2)
+    for step in (10, 20):
+        store.flush(step, lambda gen, step=step: gen.write_bytes("model.bin", b"w%d" % step))
+    elsewhere = tmp_path / "other-disk" / "step-20"
+    elsewhere.parent.mkdir()
+    (tmp_path / "store" / "step-000000000020").rename(elsewhere)
+    (tmp_path / "store" / "step-000000000020").symlink_to(elsewhere, target_is_directory=True)
+
+    assert store.steps() == [10, 20]
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == 20
+    assert latest.read_bytes("model.bin") == b"w20"
+
+    store.flush(30, lambda gen: gen.write_bytes("model.bin", b"w30"))
+    store.flush(40, lambda gen: gen.write_bytes("model.bin", b"w40"))
+    assert store.steps() == [30, 40]
+    assert not (tmp_path / "store" / "step-000000000020").is_symlink()
+    assert not elsewhere.exists()
+
+    (tmp_path / "store" / "step-000000000050").symlink_to(tmp_path / "gone")
+    assert store.steps() == [30, 40]
+    store.close()
