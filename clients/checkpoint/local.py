@@ -363,7 +363,21 @@ class LocalBackend(Backend):
         return self.root / key if key else self.root
 
     def writer(self, key: str, on_done: OnDone | None = None) -> ObjectWriter:
-        return LocalWriter(self._path(key), key, on_done, self.durable)
+        try:
+            return LocalWriter(self._path(key), key, on_done, self.durable)
+        except OSError as exc:
+            self._raise_if_read_only(key, exc)
+            raise
+
+    def _raise_if_read_only(self, what: str, error: OSError) -> None:
+        """A clear error for a store on a read-only file system: the bare `[Errno 30]
+        Read-only file system` named a hidden lock or temp file, not the store."""
+        if error.errno == errno.EROFS:
+            raise CommitError(
+                f"cannot save {what} in {self.url}: {self.root} is on a read-only file system "
+                "(a volume mounted read-only, a snapshot, a read-only bind mount): a store "
+                "needs a directory it can write; mount it read-write, or give another store URL"
+            ) from error
 
     def put_small(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -390,9 +404,13 @@ class LocalBackend(Backend):
         # tells a live writer from a dead one: the kernel drops it when its process dies
         # (SIGKILL too), and forked children (DataLoader workers) do not inherit it.
         path = self.root / f".{prefix}.lock"
-        self.root.mkdir(parents=True, exist_ok=True)
-        with _HELD.mutex:
-            return self._claim(prefix, path)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with _HELD.mutex:
+                return self._claim(prefix, path)
+        except OSError as exc:
+            self._raise_if_read_only(prefix, exc)
+            raise
 
     def _claim(self, prefix: str, path: Path) -> Callable[[], None]:
         busy = 0

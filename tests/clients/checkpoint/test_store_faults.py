@@ -256,8 +256,12 @@ def test_a_file_that_cannot_be_created_raises_only_its_own_error(
     store = CheckpointStore(tmp_path / "store")
     store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
     monkeypatch.setattr(local, "open", read_only, raising=False)
-    with pytest.raises(OSError, match="Read-only file system"):
+    from forewarn.clients.checkpoint import CommitError
+
+    # The store's own error naming it, the OSError its cause (see the test below).
+    with pytest.raises(CommitError, match="read-only file system") as failed:
         store.flush(2, lambda gen: gen.write_bytes("model.bin", b"weights-2"))
+    assert isinstance(failed.value.__cause__, OSError)
     gc.collect()
     assert [hook.exc_value for hook in unraisable] == []
     monkeypatch.undo()
@@ -657,3 +661,45 @@ def test_a_save_whose_claim_release_was_interrupted_lets_go_of_the_step(tmp_path
     store = CheckpointStore(str(tmp_path / "store"))
     store.flush(5, lambda gen: gen.write_bytes("model.bin", b"again"))
     assert store.get(5).read_bytes("model.bin") == b"again"
+
+
+def test_a_store_on_a_read_only_file_system_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store on a volume mounted read-only raised a bare `OSError: [Errno 30] Read-only
+    file system: '.../.step-000000000002.lock'`, naming a hidden lock file, not the store. It
+    is a CommitError naming the store's directory now (the OSError its cause). The file
+    system is made read-only by failing every change under the store's root with EROFS, as
+    the kernel does (mounting one needs root)."""
+    from forewarn.clients.checkpoint import CommitError
+
+    root = tmp_path / "store"
+    store = CheckpointStore(root)
+    store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights"))
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def read_only(real: Any) -> Any:
+        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+            flags = args[0] if real is real_open and args else 0
+            writes = real is real_mkdir or flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+            if writes and str(path).startswith(str(root)):
+                raise OSError(errno.EROFS, "Read-only file system", str(path))
+            return real(path, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(os, "open", read_only(real_open))
+    monkeypatch.setattr(os, "mkdir", read_only(real_mkdir))
+    for save in (
+        lambda: store.flush(2, lambda gen: gen.write_bytes("model.bin", b"w")),
+        lambda: store.save(3, rank=1, world_size=2).write_bytes("shard-1.bin", b"w"),
+    ):
+        with pytest.raises(CommitError, match="read-only file system") as failed:
+            save()
+        assert f"{root} is on a read-only file system" in str(failed.value)
+        assert isinstance(failed.value.__cause__, OSError)
+        assert failed.value.__cause__.errno == errno.EROFS
+    latest = store.latest()  # reading is fine
+    assert latest is not None and latest.read_bytes("model.bin") == b"weights"
+    monkeypatch.undo()
+    store.close()
