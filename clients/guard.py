@@ -970,8 +970,16 @@ class CheckpointGuard:
         """close(): wait for the save in flight, however long (it is the last state there
         is). A terminate whose deadline passes meanwhile is said once, while the process is
         still there to say it: the platform's SIGKILL is due and that step is not durable."""
+        from .checkpoint import background
+
         told = False
         while (step := saver.in_flight) is not None:
+            # Bounded by progress, as at the interpreter's exit: a save stuck in a write (a
+            # hung mount, a storage service that stopped answering) held close(), and the
+            # process, as long as the mount stayed hung, and the job was never restarted.
+            if saver.stalled_seconds() >= background.EXIT_STALL_SECONDS:
+                self._give_up_on(saver, step)
+                return
             saver.wait(TICK_SECONDS)
             if told or not self._exit or saver.in_flight is None:
                 continue
@@ -984,6 +992,21 @@ class CheckpointGuard:
                     step,
                 )
         saver.wait()
+
+    def _give_up_on(self, saver: BackgroundSaver, step: int) -> None:
+        last = saver.last_durable
+        log.error(
+            "forewarn: close() stops waiting for the background save of step %d: it wrote "
+            "nothing for %.0f s (a hung mount or a storage service that stopped answering?); it "
+            "is not committed, and the last durable generation is %s",
+            step,
+            saver.stalled_seconds(),
+            last.name if last is not None else "none",
+        )
+        with self._lock:
+            if self._exit and self._exit_code:
+                # It answered the exit: that state is not saved, which 143 would claim.
+                self._exit_code = 1
 
     def __enter__(self) -> CheckpointGuard:
         return self

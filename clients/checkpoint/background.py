@@ -458,6 +458,13 @@ class BackgroundSaver:
         self.last = SaveTiming(step, seconds, seconds)
         return FinalSave(choice, reason, generation, seconds, seconds)
 
+    def stalled_seconds(self) -> float:
+        """How long the save in flight has written nothing (since it started or last wrote);
+        0 when none is in flight."""
+        if self.in_flight is None:
+            return 0.0
+        return time.monotonic() - self._moved
+
     def close(self) -> None:
         """Wait for the in-flight save; raise its failure, if any."""
         self.wait()

@@ -1147,3 +1147,40 @@ def test_sys_exit_inside_the_guards_with_block_exits_1_when_the_exit_save_then_f
     assert "background checkpoint of step 20 failed" in done.stderr
     assert done.returncode == 1, done.stderr
     assert CheckpointStore(str(tmp_path / "store")).latest().step == 10  # type: ignore[union-attr]
+
+
+def test_guard_close_stops_waiting_for_a_save_that_writes_nothing(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """guard.close() waited for the background save in flight with no bound: one stuck in a
+    write (a hung mount, a storage service that stopped answering) held the process for as
+    long as the mount stayed hung, so the job was never restarted (the interpreter's exit
+    already gives up after EXIT_STALL_SECONDS without a byte written). close() now gives up
+    the same way, with an ERROR naming the step and the last durable generation."""
+    import logging
+
+    from forewarn.clients.checkpoint import background
+
+    monkeypatch.setattr(background, "EXIT_STALL_SECONDS", 0.5)
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    caplog.set_level(logging.WARNING)
+    guard = background_guard(store, every_steps=10)
+    assert guard.due(10)
+    guard.save_state(10, state(10))
+    guard.saver.wait()
+    held = backend.hold(20)
+    assert guard.due(20)
+    guard.save_state(20, state(20))
+    assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+    closing, _answers = _in_thread(guard.close)
+    try:
+        closing.join(30)
+        assert not closing.is_alive(), "close() still waits for a save that writes nothing"
+    finally:
+        held.set()
+        closing.join()
+    (line,) = [r.getMessage() for r in caplog.records if "wrote nothing" in r.getMessage()]
+    assert "step 20" in line and "step-000000000010" in line
+    assert guard.durable_step == 10
+
