@@ -314,20 +314,26 @@ class BackgroundSaver:
             name=f"forewarn-background-save-{step}",
             daemon=True,
         )
-        self._thread.start()
-        _hook_exit(self)
-        if job.copies is not None:
-            try:
-                self._copy(copies, job.copies)
-            except BaseException:
-                job.copies.fail()  # the writer gives up: nothing is committed
-                self.wait()
-                raise
-        job.stall = time.monotonic() - started
-        timing = SaveTiming(step, job.stall)
-        self.last = timing
         assert job.snapshot_taken is not None
-        job.snapshot_taken.set()
+        try:
+            self._thread.start()
+            _hook_exit(self)
+            if job.copies is not None:
+                try:
+                    self._copy(copies, job.copies)
+                except BaseException:
+                    job.copies.fail()  # the writer gives up: nothing is committed
+                    job.snapshot_taken.set()
+                    self.wait()
+                    raise
+            job.stall = time.monotonic() - started
+            timing = SaveTiming(step, job.stall)
+            self.last = timing
+        finally:
+            # Whatever left this block (Ctrl-C between the writer's start and here): the
+            # writer waits for this event at its end, and waited forever, so the save stayed
+            # in flight and close() and the exit waited for it.
+            job.snapshot_taken.set()
         return timing
 
     def wait(self, timeout: float | None = None) -> Generation | None:

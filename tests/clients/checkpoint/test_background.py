@@ -1184,3 +1184,57 @@ def test_guard_close_stops_waiting_for_a_save_that_writes_nothing(
     assert "step 20" in line and "step-000000000010" in line
     assert guard.durable_step == 10
 
+
+@pytest.mark.parametrize("where", ["the copy", "after the writer started"])
+def test_a_keyboard_interrupt_inside_save_leaves_nothing_in_flight(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Ctrl-C landing inside `save()` just after its writer thread started (past the copy):
+    the writer committed and then waited forever for the snapshot-taken event, so
+    `in_flight` never cleared, and close(), the store's close and the interpreter's exit
+    waited for it (the exit gave up after 120 s of no writes). Now the interrupt is raised
+    at once and nothing stays in flight. One during the overlapped copy (which was handled)
+    is kept to that."""
+    from forewarn.clients.checkpoint import background
+
+    store = make_store()
+    saver = BackgroundSaver(store, overlap=where == "the copy")
+    real_copy = BackgroundSaver._copy
+    real_copy_attribute = BackgroundSaver.__dict__["_copy"]
+    real_hook = background._hook_exit
+
+    def interrupted_copy(copies: Any, done: Any) -> None:
+        if done is not None:
+            raise KeyboardInterrupt
+        real_copy(copies, done)
+
+    def interrupted_hook(saver: Any) -> None:
+        real_hook(saver)
+        raise KeyboardInterrupt
+
+    if where == "the copy":
+        monkeypatch.setattr(BackgroundSaver, "_copy", staticmethod(interrupted_copy))
+    else:
+        monkeypatch.setattr(background, "_hook_exit", interrupted_hook)
+    saving, answers = _in_thread(lambda: _raised(lambda: saver.save(1, state(1))))
+    saving.join(20)
+    assert not saving.is_alive(), "save() hung on the interrupt"
+    assert answers == [KeyboardInterrupt]
+    # Put back by hand: undo() would also drop the S3 fixture's environment.
+    monkeypatch.setattr(BackgroundSaver, "_copy", real_copy_attribute)
+    monkeypatch.setattr(background, "_hook_exit", real_hook)
+    eventually(lambda: saver.in_flight is None, timeout=20, what="nothing left in flight")
+    with contextlib.suppress(CheckpointError):
+        saver.check()  # the interrupted copy's save failed: said once
+    saver.save(2, state(2))
+    durable = saver.wait()
+    saver.check()
+    assert durable is not None and durable.step == 2
+
+
+def _raised(call: Any) -> type[BaseException] | None:
+    try:
+        call()
+    except BaseException as exc:
+        return type(exc)
+    return None
