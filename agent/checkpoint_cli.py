@@ -406,6 +406,8 @@ def _copy_out(args: argparse.Namespace, store: CheckpointStore, generation: Gene
         )
     except GenerationNotFoundError:
         raise  # removed meanwhile by another job's retention
+    except ValueError as error:
+        raise _Usage(str(error)) from None  # a destination that is the store, or holds it
     except OSError as error:
         if _in_store(store, error):
             raise  # the store's own file: "cannot read", exit 3

@@ -225,6 +225,7 @@ class Generation:
             raise NotADirectoryError(
                 errno.ENOTDIR, f"{target} is not a directory (get_dir copies into one)", str(target)
             )
+        self._refuse_the_store(target)
         target.mkdir(parents=True, exist_ok=True)
         held = _entries_besides_stages(target)
         if held and not replace:
@@ -260,6 +261,20 @@ class Generation:
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         return [target / relative for relative in relatives]
+
+    def _refuse_the_store(self, target: Path) -> None:
+        """`ValueError` when `target` is this generation's own (local) store, holds it or is
+        inside it: with `replace`, the store's parent (`get ./ckpt . --replace`) lost every
+        generation of the run."""
+        root = self.backend.local_path("")
+        if root is None:
+            return
+        store, where = Path(os.path.realpath(root)), Path(os.path.realpath(target))
+        if where == store or store.is_relative_to(where) or where.is_relative_to(store):
+            raise ValueError(
+                f"{target} is, holds or is inside the store {self.backend.url}: copy the "
+                "generation to a directory outside it"
+            )
 
     def verify(
         self, *, checksums: bool = True, progress: BytesProgress | None = None

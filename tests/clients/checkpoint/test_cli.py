@@ -435,3 +435,24 @@ def test_get_of_the_latest_falls_back_past_one_whose_bytes_do_not_verify(
     none = forewarn("get", store_url, str(tmp_path / "none"))
     assert none.returncode == 1
     assert "step-000000000030 does not verify" in none.stderr
+
+
+@pytest.mark.parametrize("where", ["the store's parent", "the store", "inside the store"])
+def test_get_replace_never_replaces_the_store_itself(tmp_path: Path, where: str) -> None:
+    """`get --replace` removes what DESTINATION holds: pointed at the directory holding the
+    store (`get ./ckpt . --replace`), at the store or into it, it would delete the store's
+    generations, every checkpoint of the run. It is refused (exit 2) and nothing goes."""
+    root = tmp_path / "work" / "ckpt"
+    store = CheckpointStore(root)
+    fill(store)
+    store.close()
+    destination = {
+        "the store's parent": tmp_path / "work",
+        "the store": root,
+        "inside the store": root / "step-000000000010",
+    }[where]
+    result = forewarn("get", str(root), str(destination), "--step", "20", "--replace")
+    assert result.returncode == 2, result.stderr
+    assert "store" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert CheckpointStore(root).steps() == [10, 20, 30, 40]
+    assert CheckpointStore(root).verify(10).ok
