@@ -233,6 +233,7 @@ class CheckpointGuard:
                 self._on_event(event)
 
         self._previous_handlers: dict[int, Any] = {}
+        self._handlers_closed = False
         # Signals whose handler should still be ours; the ticker says when one is not.
         self._watched: set[int] = set()
         if handle_signals and threading.current_thread() is threading.main_thread():
@@ -962,7 +963,9 @@ class CheckpointGuard:
             # which ignores SIGTERM) left the process deaf to SIGTERM after fit().
             if signal.getsignal(signum) == self._on_signal:
                 signal.signal(signum, handler)
-        self._previous_handlers.clear()
+        # Kept, not cleared: a guard made after this one and closed after it puts this one's
+        # handler back, which then hands each signal on to what it found (see _on_signal).
+        self._handlers_closed = True
         if self.notices is not None and self._own_notices:
             self.notices.close()
 
@@ -1201,6 +1204,11 @@ class CheckpointGuard:
                     self._wake = True
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._handlers_closed:
+            # Guards closed out of order (made A, B; closed A, B): B's close put back A's
+            # handler, and the process was deaf to SIGTERM and Ctrl-C from then on.
+            self._forward(signum, frame)
+            return
         name = signal.Signals(signum).name
         if self._exit and "signal" in self._pending:
             if signum == signal.SIGTERM:
@@ -1218,6 +1226,17 @@ class CheckpointGuard:
         self._exit_by.add("signal")
         self._exit = True
         self._wake = True
+
+    def _forward(self, signum: int, frame: FrameType | None) -> None:
+        previous = self._previous_handlers.get(signum, signal.SIG_DFL)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            # Put back where this closed guard's handler stands, then raised again: the default
+            # action (the process ends, or SIGINT's KeyboardInterrupt handler is not ours).
+            if signal.getsignal(signum) == self._on_signal:
+                signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
     def _flag_is_ours(self) -> bool:
         """The agent's local provider handles the flag file when it runs; otherwise we do.

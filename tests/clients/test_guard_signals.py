@@ -181,3 +181,21 @@ def test_a_guard_made_off_the_main_thread_says_it_does_not_see_signals(
     assert "not the main thread" in warnings[0]
     assert "SIGTERM" in warnings[0]
     assert "request('signal', exit=True)" in warnings[0]
+
+
+def test_guards_closed_out_of_order_leave_the_handler_that_was_there_first(
+    handlers: None,
+) -> None:
+    """Two guards (an outer loop's and an inner phase's) closed first-made first: the second's
+    close put back the first's handler, though the first was closed, and the process stayed
+    deaf to SIGTERM and Ctrl-C for the rest of its life (the closed guard took them and
+    nobody read it). A closed guard's handler now hands the signal on to what it found."""
+    seen: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, _frame: seen.append(signum))
+    first = guard()
+    second = guard()
+    first.close()
+    second.close()
+    signal.raise_signal(signal.SIGINT)
+    assert seen == [signal.SIGINT]
+    assert not first.should_exit and not second.should_exit
