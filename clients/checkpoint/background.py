@@ -268,6 +268,7 @@ class BackgroundSaver:
         self._cancel = threading.Event()
         self._durable_estimate: float | None = None
         self._moved = 0.0  # when the save in flight last started or wrote (monotonic)
+        self._writes_done = False  # the save in flight has made its last write
         store.finish_on_close(self)
 
     # -- the training thread's side -------------------------------------------------------
@@ -308,6 +309,7 @@ class BackgroundSaver:
         self._in_flight = step
         self._started = started
         self._moved = time.monotonic()
+        self._writes_done = False
         self._thread = threading.Thread(
             target=self._run,
             args=(job, snapshot, dict(metadata or {}), self._cancel),
@@ -465,9 +467,11 @@ class BackgroundSaver:
         return FinalSave(choice, reason, generation, seconds, seconds)
 
     def stalled_seconds(self) -> float:
-        """How long the save in flight has written nothing (since it started or last wrote);
-        0 when none is in flight."""
-        if self.in_flight is None:
+        """How long the save in flight, still writing its file, has written nothing (since it
+        started or last wrote); 0 when none is in flight or its last write is made (its file's
+        last fsync or parts and its commit are bounded by the storage's own timeouts: a slow
+        disk's last fsync of gigabytes writes nothing for minutes and is no hung save)."""
+        if self.in_flight is None or self._writes_done:
             return 0.0
         return time.monotonic() - self._moved
 
@@ -623,6 +627,9 @@ class BackgroundSaver:
                     if job.copies is not None:
                         job.copies.wait_all()
                     pickle.dump(snapshot, target)
+                # Its bytes are all handed over: what is left (the file's last fsync or parts,
+                # the commit) is bounded by the storage's own timeouts, not by progress.
+                self._writes_done = True
                 if cancel.is_set():  # after its last write: a left-behind save never commits
                     raise _Cancelled("cancelled for the final checkpoint")
 

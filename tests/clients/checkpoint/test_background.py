@@ -1238,3 +1238,54 @@ def _raised(call: Any) -> type[BaseException] | None:
     except BaseException as exc:
         return type(exc)
     return None
+
+
+class SlowCommit(DelegatingBackend):
+    """Every file of a generation is written; its commit (the directory's fsync, on S3 the
+    listing before the manifest) waits until released, as a slow disk's last fsync or a
+    slow service's CompleteMultipartUpload does."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.committing = threading.Event()
+        self.release = threading.Event()
+
+    def make_durable(self, prefix: str) -> None:
+        self.committing.set()
+        if not self.release.wait(60):
+            raise TimeoutError("the test never released the commit")
+        super().make_durable(prefix)
+
+
+def test_guard_close_waits_for_a_save_whose_file_is_written_and_commit_is_slow(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() gives up on a save that writes nothing for EXIT_STALL_SECONDS; one whose file
+    is all written and whose commit is slow (a last fsync of gigabytes on a slow disk) is not
+    stuck in a write, and its commit is bounded by the storage's own timeouts: close() waits
+    for it, and it commits."""
+    from forewarn.clients.checkpoint import background
+
+    monkeypatch.setattr(background, "EXIT_STALL_SECONDS", 0.01)
+    backend = SlowCommit(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    assert guard.due(10)
+    guard.save_state(10, state(10))
+    assert backend.committing.wait(60), "the save never reached its commit"
+    looks: list[float] = []
+    real_stalled = BackgroundSaver.stalled_seconds
+
+    def counted(self: Any) -> float:
+        looks.append(real_stalled(self))
+        return looks[-1]
+
+    monkeypatch.setattr(BackgroundSaver, "stalled_seconds", counted)
+    closing, _answers = _in_thread(guard.close)
+    try:
+        eventually(lambda: len(looks) >= 3, what="close() looking at the save a few times")
+        assert closing.is_alive(), "close() gave up on a save that is committing"
+    finally:
+        backend.release.set()
+        closing.join(60)
+    assert guard.durable_step == 10 and store.latest_hint() == 10
