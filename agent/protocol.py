@@ -178,6 +178,10 @@ class Heartbeat(_Message):
     # Active notices that some client has acked a saved flush for: a job that starts while
     # a terminate is in force can tell one already acted on from one nobody handled yet.
     acked: list[str] = Field(default_factory=list)
+    # The agent's exit margin in seconds (its floor, or twice the slowest flush reported): a
+    # job that inherits a terminate an earlier client acted on saves and exits at least this
+    # long before its deadline, as the agent escalates drains this long before theirs.
+    exit_margin: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 # Control requests (REQ → REP).

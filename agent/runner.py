@@ -786,6 +786,7 @@ class Agent:
                 active=[notice.id for notice in self.board.active()],
                 sent_at=utcnow(),
                 acked=self.board.saved(),
+                exit_margin=self.board.exit_margin,
             )
         )
 

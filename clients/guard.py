@@ -1168,7 +1168,7 @@ class CheckpointGuard:
         if left is not None and left > 0:
             self._inherited[event.id] = event.deadline
             plan = (
-                f"this job saves and exits {self.exit_margin:g}s before its deadline "
+                f"this job saves and exits {self._inherited_margin():g}s before its deadline "
                 f"({left:.0f}s away)"
             )
         else:
@@ -1187,11 +1187,22 @@ class CheckpointGuard:
             plan,
         )
 
+    def _inherited_margin(self) -> float:
+        """How long before an inherited terminate's deadline the job saves and exits: its own
+        `exit_margin`, twice its slowest flush, or the agent's margin (the heartbeat's
+        `exit_margin`), whichever is largest. The agent's is the operator's floor, or twice the
+        slowest flush any job reported: with the guard's 30 s alone, a job that inherited a
+        terminate inside the agent's 120 s trained into its last 30 s and its save was cut by
+        the kill."""
+        beat = self.notices.agent if self.notices is not None else None
+        agents = beat.get("exit_margin") if beat is not None else None
+        return max(self.exit_margin, 2 * self._slowest_flush, float(agents or 0.0))
+
     def _check_inherited(self) -> None:
         self._decide_inherited()
         if not self._inherited or self._exit:
             return
-        margin = max(self.exit_margin, 2 * self._slowest_flush)
+        margin = self._inherited_margin()
         now = utcnow()
         for notice_id, deadline in list(self._inherited.items()):
             if deadline is not None and (deadline - now).total_seconds() <= margin:

@@ -111,8 +111,9 @@ def _client_id() -> str:
 def parse_heartbeat(payload: bytes) -> dict[str, Any]:
     """A heartbeat as a dict whose `active`, and `acked` and `providers` when present, are
     lists of strings: the guard reads them on its ticker thread, which a `None` there would
-    end, and whose `v` is the integer 1. ValueError naming what is wrong otherwise, and
-    nothing else."""
+    end, whose `exit_margin`, when present and not null, is a finite number of seconds, zero
+    or more (not a bool), and whose `v` is the integer 1. ValueError naming what is wrong
+    otherwise, and nothing else."""
     beat = load_json(payload, "heartbeat")
     if not isinstance(beat, dict):
         raise ValueError("heartbeat is not a JSON object")
@@ -125,6 +126,11 @@ def parse_heartbeat(payload: bytes) -> dict[str, Any]:
         value = beat.get(name, [])
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise ValueError(f"heartbeat field {name!r} is not a list of strings")
+    margin = beat.get("exit_margin")
+    if margin is not None and not (
+        type(margin) in (int, float) and math.isfinite(margin) and margin >= 0
+    ):
+        raise ValueError("heartbeat field 'exit_margin' is not a number of seconds, zero or more")
     return beat
 
 

@@ -49,6 +49,7 @@ HEARTBEAT_FIELDS: tuple[str, ...] = (
     "active",
     "sent_at",
     "acked",
+    "exit_margin",
 )
 
 

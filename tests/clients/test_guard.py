@@ -322,6 +322,33 @@ def test_an_inherited_terminate_with_a_deadline_exits_a_margin_before_it(tmp_pat
     assert len(said) == 1 and "an earlier client acted on it" in said[0], err
 
 
+def test_an_inherited_terminate_inside_the_agents_margin_exits_at_once(tmp_path: Path) -> None:
+    """The agent's exit margin is 120 s (its floor: the operator's time for a flush); a
+    terminate 60 s out was acted on by an earlier job, and this job, with the guard's own
+    30 s margin, inherits it. It planned its exit 30 s before the deadline, 90 s past the time
+    the agent's margin leaves for a flush, and a save slower than 30 s was cut by the kill:
+    every step since the resume lost. It goes by the larger margin, the agent's
+    (its heartbeat's `exit_margin`), and saves and exits now."""
+    env = agent_env(tmp_path, FOREWARN_EXIT_MARGIN="120")
+    with AgentProcess(tmp_path, env=env) as agent:
+        due = utcnow() + timedelta(seconds=60)
+        reply = agent.control({"op": "notify", "action": "terminate", "deadline": format_time(due)})
+        assert reply["ok"], reply
+        run = inherit(agent, reply["notice"], tmp_path / "ckpt", 30)
+        try:
+            saved = run.until("saved", timeout=10)
+            code, err = run.finish()
+        finally:
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.communicate()
+    assert code == EXIT_RECLAIMED, err
+    assert saved["exit"] and saved["reasons"] == ["terminate"], saved
+    said = [line for line in err.splitlines() if "already in force" in line]
+    assert len(said) == 1 and "an earlier client acted on it" in said[0], err
+    assert "120s before its deadline" in said[0], said
+
+
 def test_an_inherited_spot_terminate_moved_earlier_exits_for_the_new_deadline(
     tmp_path: Path,
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 import time
 from datetime import timedelta
@@ -348,6 +349,7 @@ BEAT: dict[str, Any] = {
     "active": ["aws/x"],
     "sent_at": "2026-11-30T03:10:00Z",
     "acked": [],
+    "exit_margin": 30.0,
 }
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
@@ -397,6 +399,26 @@ def test_a_heartbeat_parses_to_lists_of_strings_or_value_error(
     for name in ("active", "acked", "providers"):
         value = beat.get(name, [])
         assert isinstance(value, list) and all(isinstance(item, str) for item in value), name
+    # The guard takes the larger of it and its own margin on its ticker thread: a string, a
+    # bool or NaN there raised or never compared as a number of seconds.
+    margin = beat.get("exit_margin")
+    assert margin is None or (
+        type(margin) in (int, float) and math.isfinite(margin) and margin >= 0
+    ), margin
+
+
+@given(st.one_of(st.booleans(), st.text(max_size=3), st.floats(), st.integers()))
+@example(float("nan"))
+@example(float("inf"))
+@example(-1)
+@example(True)
+def test_a_heartbeats_exit_margin_is_seconds_or_the_heartbeat_is_refused(margin: Any) -> None:
+    payload = json.dumps({**BEAT, "exit_margin": margin}).encode()
+    if type(margin) in (int, float) and math.isfinite(margin) and margin >= 0:
+        assert parse_heartbeat(payload)["exit_margin"] == margin
+    else:
+        with pytest.raises(ValueError, match="exit_margin"):
+            parse_heartbeat(payload)
 
 
 @given(st.binary() | JSON.map(lambda document: json.dumps(document).encode()))
