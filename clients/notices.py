@@ -16,6 +16,7 @@ import operator
 import os
 import queue
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -199,6 +200,7 @@ class Notices:
         self._replay_asked = -math.inf
         self._replay_said: set[str] = set()
         self._last_seq: int | None = None  # of the last message read from the agent
+        self._peers: frozenset[Any] = frozenset()  # see _note_peers
         if start:
             self.start()
 
@@ -384,6 +386,7 @@ class Notices:
         # An agent on tcp://[::1] is reached only with ZMQ_IPV6 set: this thread connected
         # and waited there in silence.
         allow_ipv6(sock, self.events)
+        self._note_peers()
         sock.connect(self.events)
         started = time.monotonic()
         last_beat: float | None = None
@@ -419,6 +422,7 @@ class Notices:
                         with contextlib.suppress(zmq.ZMQError):
                             sock.disconnect(previous)
                         allow_ipv6(sock, self.events)
+                        self._note_peers()
                         sock.connect(self.events)
                         started, warned = now, False
                 if not alive and not warned and now - started >= self.heartbeat_timeout:
@@ -431,10 +435,18 @@ class Notices:
                         )
         finally:
             sock.close(linger=0)
+            _LISTENING.discard(self)
             if not self._stop.is_set():
                 # Not closed: an error ended the thread. Stop claiming an agent it cannot hear.
                 self.alive = False
                 log.error("forewarn: stopped listening to the agent on %s", self.events)
+
+    def _note_peers(self) -> None:
+        """Before connecting: the addresses the agent's sockets answer on, which a forked child
+        lets go of (`_let_go_of_the_agent`). Worked out here, not in the child: a host name
+        resolved there could wait on DNS inside a DataLoader worker's start."""
+        self._peers = _agent_peers(self.events) | _agent_peers(self.control)
+        _LISTENING.add(self)
 
     def _look_again(self) -> bool:
         """Work out the default endpoints again; True when they moved (the agent's runtime
@@ -611,8 +623,77 @@ def _close_at_exit() -> None:
         notices.close()
 
 
-# A forked child (a DataLoader worker, a forked rank) has none of their threads.
-os.register_at_fork(after_in_child=_SENDING.clear)
+# Notices whose thread is connected (or connecting) to the agent.
+_LISTENING: weakref.WeakSet[Notices] = weakref.WeakSet()
+
+
+def _agent_peers(endpoint: str) -> frozenset[Any]:
+    """The peer addresses (as `getpeername` gives them) of a connection to `endpoint`: the
+    path of an ipc socket (its inode too: the agent may have bound it spelt otherwise; the
+    abstract name of `ipc://@name`), each address of a tcp host with its port."""
+    scheme, _, where = endpoint.partition("://")
+    if scheme == "ipc":
+        if where.startswith("@"):
+            return frozenset({b"\0" + where[1:].encode()})
+        peers: set[Any] = {where, os.path.abspath(where)}
+        with contextlib.suppress(OSError):
+            info = os.stat(where)
+            peers.add((info.st_dev, info.st_ino))
+        return frozenset(peers)
+    if scheme != "tcp":
+        return frozenset()
+    host, _, port = where.rpartition(":")
+    host = host.split(";")[-1].strip("[]")  # `tcp://source;host:port`, `[::1]`
+    try:
+        found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError, UnicodeError):
+        return frozenset()
+    return frozenset((address[4][0], address[4][1]) for address in found)
+
+
+def _let_go_of_the_agent() -> None:
+    """In a forked child (a DataLoader's fork worker, a forked rank): close the inherited
+    descriptors of the parent's connections to the agent. Held open, they kept a client the
+    parent closed on the agent's books for as long as the child lived: the agent waited for
+    its acks, and no notice it got then ever counted as flushed by every client. Only the
+    descriptors are closed: the parent's connections stay up, and nothing here touches the
+    parent's ZeroMQ context, whose threads the child does not have."""
+    _SENDING.clear()  # the child has none of their threads
+    peers: set[Any] = set()
+    for notices in list(_LISTENING):
+        peers |= notices._peers
+    _LISTENING.clear()
+    if not peers:
+        return
+    try:
+        descriptors = [int(name) for name in os.listdir("/proc/self/fd")]
+    except (OSError, ValueError):  # not Linux: nothing to go by
+        return
+    for fd in descriptors:
+        with contextlib.suppress(OSError):
+            if stat.S_ISSOCK(os.fstat(fd).st_mode) and _peer_of(fd) in peers:
+                os.close(fd)
+
+
+def _peer_of(fd: int) -> Any:
+    """The peer of socket `fd` in the form `_agent_peers` gives, or None."""
+    sock = socket.socket(fileno=fd)
+    try:
+        peer = sock.getpeername()
+        if sock.family == socket.AF_UNIX:
+            if isinstance(peer, str) and peer:
+                with contextlib.suppress(OSError):
+                    info = os.stat(peer)
+                    return (info.st_dev, info.st_ino)
+            return peer or None
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            return (peer[0], peer[1])
+        return None
+    finally:
+        sock.detach()  # the descriptor is not this object's to close
+
+
+os.register_at_fork(after_in_child=_let_go_of_the_agent)
 
 
 def _as_sent(event: Event) -> tuple[Any, ...]:
