@@ -9,6 +9,8 @@ Its guard is made when the sanity check, training or fit's validation starts, so
 handler replaces Lightning's from then on (Lightning's own ends `fit` with `SIGTERMException`,
 a SystemExit of code 0, without a checkpoint); a SIGTERM Lightning's handler took before then
 (while fit sets up its data: a resumed fit runs no sanity check) is handed to the guard.
+Every DataLoader of fit() gets `worker_init_fn()` (chaining its own) before its workers start,
+so that a job-wide SIGTERM (systemd, torchrun) does not end them before the save.
 With `accumulate_grad_batches` it asks only after a batch that made the optimizer step: the
 save comes at the end of the step (a step cannot be interrupted), not inside it.
 After each validation batch of `fit()` it asks `guard.due_in_eval`: an exit that arrives
@@ -62,6 +64,7 @@ except ImportError:  # the older package name
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard, SaveResult
+from ..workers import protect_loader
 from ._guarded import GuardHolder
 
 
@@ -91,6 +94,9 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         self._limit_val_batches: int | float | None = None  # the trainer's, while exiting
         # The trainer's (min_epochs, min_steps), lifted while exiting: see `_write`.
         self._minimums: tuple[Any, Any] | None = None
+        # The strategy whose process_dataloader fit() goes through is wrapped, and what its
+        # instance held under that name before (see `setup`).
+        self._wrapped: tuple[Any, Any] | None = None
 
     @staticmethod
     def dcp_state(module: Any, optimizers: list[Any] | tuple[Any, ...] = ()) -> dict[str, Any]:
@@ -99,6 +105,37 @@ class ForewarnCallback(GuardHolder, pl.Callback):
             "model": module.state_dict(),
             "optimizers": [optimizer.state_dict() for optimizer in optimizers],
         }
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # systemd's KillMode=control-group and torchrun send the SIGTERM to the DataLoader
+        # workers too: unprotected, they died, and torch's SIGCHLD handler raised "DataLoader
+        # worker (pid ...) is killed by signal: Terminated" out of fit(), inside the exit's save
+        # or at the next batch before it (the process exited 1, the step unsaved). Every
+        # DataLoader of fit() goes through the strategy's process_dataloader after Lightning
+        # has made it (a DistributedSampler added) and before its workers start: there it
+        # gets `worker_init_fn()`, chaining its own, as the transformers callback does.
+        if stage != "fit" or self._wrapped is not None:
+            return
+        strategy = trainer.strategy
+        process = strategy.process_dataloader
+
+        def protected(dataloader: Any) -> Any:
+            dataloader = process(dataloader)
+            protect_loader(dataloader)
+            return dataloader
+
+        self._wrapped = (strategy, strategy.__dict__.get("process_dataloader"))
+        strategy.process_dataloader = protected  # type: ignore[method-assign]
+
+    def _unwrap(self) -> None:
+        if self._wrapped is None:
+            return
+        strategy, before = self._wrapped
+        self._wrapped = None
+        if before is None:
+            strategy.__dict__.pop("process_dataloader", None)
+        else:
+            strategy.process_dataloader = before
 
     def on_sanity_check_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._install(trainer)
@@ -244,6 +281,7 @@ class ForewarnCallback(GuardHolder, pl.Callback):
         # check was never answered (a terminate's exit_code 0). No save will answer it now.
         if not _fitting(trainer):
             return  # the guard is no part of a validate(), test() or predict() on its own
+        self._unwrap()
         if self._guard is not None:  # not the property: it would make a guard
             self._guard.loop_failed(trainer.global_step, exception)
         self._finish(trainer)
@@ -256,6 +294,7 @@ class ForewarnCallback(GuardHolder, pl.Callback):
     def _finish(self, trainer: pl.Trainer) -> None:
         # The exit's save ended this run only: a later fit() with this callback (training on
         # once the machine stayed) saved nothing, its own terminate unanswered.
+        self._unwrap()
         self._exiting = False
         if self._limit_val_batches is not None:
             trainer.limit_val_batches = self._limit_val_batches

@@ -3,8 +3,10 @@ tests does not import lightning."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
+import subprocess
 import time
 from typing import Any
 
@@ -245,3 +247,23 @@ class SigtermInEvaluation(Tiny):
 class Validates(Tiny):
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> None:
         pass
+
+
+class WorkersTerminated(Tiny):
+    """At training step `exit_at`, the job-wide SIGTERM of systemd's `KillMode=control-group`
+    or of torchrun (which signals each rank's whole process group): its DataLoader workers get
+    it from another process (`kill`), and this process's guard asks for the exit as its own
+    SIGTERM handler would."""
+
+    def __init__(self, callback: ForewarnCallback, exit_at: int) -> None:
+        super().__init__()
+        self.callback = callback
+        self.exit_at = exit_at
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], idx: int) -> torch.Tensor:
+        if self.global_step == self.exit_at:
+            workers = [str(child.pid) for child in multiprocessing.active_children()]
+            assert workers, "no DataLoader workers"
+            subprocess.run(["kill", "-TERM", *workers], check=True)
+            self.callback.guard.request("signal", exit=True)
+        return super().training_step(batch, idx)

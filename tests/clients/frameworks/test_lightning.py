@@ -594,3 +594,29 @@ def test_a_fit_after_one_an_exit_stopped_saves_its_own_exit(tmp_path: Path) -> N
     names = [path.name for path in callback.saved_paths]
     assert names == ["step-00000011.ckpt", "step-00000006.ckpt"]
     assert callback.exit_code == 143
+
+
+def test_dataloader_workers_outlive_a_job_wide_sigterm_until_the_save(tmp_path: Path) -> None:
+    """systemd's `KillMode=control-group` and torchrun send the SIGTERM to the DataLoader
+    workers too. The Trainer's DataLoaders had no `worker_init_fn()` (the transformers callback
+    gives its Trainer's one; this callback did not): the workers died, and torch's SIGCHLD
+    handler raised `DataLoader worker (pid …) is killed by signal: Terminated` out of fit(),
+    inside the exit's save or at the next batch before it; the process exited 1. The
+    callback now gives every DataLoader of fit() `worker_init_fn()` (chaining the loader's
+    own) before its workers start."""
+    callback = lit.ForewarnCallback(tmp_path / "ckpt", notices=False, flag_file=None)
+    data = torch.utils.data.TensorDataset(torch.randn(4_000, 4), torch.randn(4_000, 1))
+    seeded: list[int] = []
+    loader = torch.utils.data.DataLoader(
+        data,
+        batch_size=4,
+        num_workers=2,
+        multiprocessing_context="fork",
+        worker_init_fn=seeded.append,  # the user's own, still called (in the worker)
+    )
+    trainer = models.trainer(callback, max_steps=1_000)
+    trainer.fit(models.WorkersTerminated(callback, exit_at=5), loader)
+    assert [path.name for path in callback.saved_paths] == ["step-00000006.ckpt"]
+    assert callback.exit_code == 143
+    assert loader.worker_init_fn is not seeded.append  # chained
+    assert "process_dataloader" not in vars(trainer.strategy)  # put back as fit() ends
