@@ -386,23 +386,29 @@ def test_an_inherited_spot_terminate_moved_earlier_exits_for_the_new_deadline(
 def test_an_inherited_terminate_sent_as_a_drain_again_no_longer_ends_the_job(
     tmp_path: Path,
 ) -> None:
-    """A scheduled reboot 50 s out is sent as terminate (inside the agent's 60 s margin); an
-    earlier job saved for it, and this job inherits it, planning its exit 35 s before the
-    deadline. AWS moves the reboot a day out: the same id is a drain again (DESIGN, "a
-    notice's life"). The job flushes for the drain and trains on past the exit it had planned
-    for the old deadline, which it took, ending a run the machine was not taking away."""
+    """A scheduled reboot 50 s out is sent as terminate (inside the agent's 60 s margin, twice
+    a 30 s flush); faster flushes since bring the margin back to its 30 s floor, which undoes
+    no escalation. An earlier job saved for it, and this job inherits it, planning its exit 35 s
+    before the deadline (its own margin, the larger now). AWS moves the reboot a day out: the
+    same id is a drain again (DESIGN, "a notice's life"). The job flushes for the drain and
+    trains on past the exit it had planned for the old deadline, which it took, ending a run
+    the machine was not taking away."""
     sim = ImdsSimulator()
     with SimServer(sim) as server:
         env = agent_env(
             tmp_path,
             FOREWARN_AWS_URL=server.url,
             FOREWARN_AWS_SCHEDULED_INTERVAL="0.2",
-            FOREWARN_EXIT_MARGIN="60",
+            FOREWARN_EXIT_MARGIN="30",
         )
         with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+            flush = {"op": "ack", "client": "other-job", "outcome": "saved"}
+            assert agent.control({**flush, "step": 0, "flush_seconds": 30})["ok"]  # margin 60 s
             event_id = sim.raise_notice("scheduled", {"code": "system-reboot", "not_before": 50})
             (notice,) = eventually(lambda: agent.control({"op": "status"})["active"], 10)
             assert notice["action"] == "terminate", notice
+            for step in range(1, 21):  # the 30 s flush leaves the window: 30 s again
+                assert agent.control({**flush, "step": step, "flush_seconds": 0.1})["ok"]
             planned_exit = parse_time(notice["deadline"]).timestamp() - 35
             run = inherit(agent, notice, tmp_path / "ckpt", 35)
             try:
