@@ -234,6 +234,7 @@ class CheckpointGuard:
 
         self._previous_handlers: dict[int, Any] = {}
         self._handlers_closed = False
+        self._forwarding: set[int] = set()  # signals a closed guard is handing on
         # Signals whose handler should still be ours; the ticker says when one is not.
         self._watched: set[int] = set()
         if handle_signals and threading.current_thread() is threading.main_thread():
@@ -1217,8 +1218,17 @@ class CheckpointGuard:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._handlers_closed:
             # Guards closed out of order (made A, B; closed A, B): B's close put back A's
-            # handler, and the process was deaf to SIGTERM and Ctrl-C from then on.
-            self._forward(signum, frame)
+            # handler, and the process was deaf to SIGTERM and Ctrl-C from then on. Handed on
+            # only when this handler is the process's own: one that another handler calls as
+            # the one it found (Lightning's, composed over it) is that handler's to act on,
+            # and handing on from there went round Lightning's handler and this one without
+            # end (RecursionError out of the SIGTERM). Never twice in one delivery either.
+            if signal.getsignal(signum) == self._on_signal and signum not in self._forwarding:
+                self._forwarding.add(signum)
+                try:
+                    self._forward(signum, frame)
+                finally:
+                    self._forwarding.discard(signum)
             return
         name = signal.Signals(signum).name
         if self._exit and "signal" in self._pending:

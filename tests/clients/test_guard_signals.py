@@ -199,3 +199,28 @@ def test_guards_closed_out_of_order_leave_the_handler_that_was_there_first(
     signal.raise_signal(signal.SIGINT)
     assert seen == [signal.SIGINT]
     assert not first.should_exit and not second.should_exit
+
+
+def test_a_closed_guard_called_by_a_handler_composed_over_it_hands_nothing_back(
+    handlers: None,
+) -> None:
+    """Lightning composes its SIGTERM handler over the one it finds and calls it; a guard made
+    under that handler found it, so a closed guard handing the signal on called Lightning's,
+    which called the guard's again: RecursionError out of every SIGTERM outside `fit()`. A
+    closed guard hands on only when its handler is the process's own."""
+    calls: list[str] = []
+
+    def composed(signum: int, frame: Any) -> None:
+        calls.append("composed")
+        if callable(inner):
+            inner(signum, frame)
+
+    inner: Any = None
+    signal.signal(signal.SIGINT, composed)
+    made = guard()  # finds `composed`
+    inner = signal.getsignal(signal.SIGINT)  # the guard's own
+    signal.signal(signal.SIGINT, composed)  # composed over the guard's, as Lightning does
+    made.close()
+    signal.raise_signal(signal.SIGINT)
+    assert calls == ["composed"]
+    assert not made.should_exit
