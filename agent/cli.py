@@ -51,6 +51,7 @@ from .limits import (
     deadline_problem,
 )
 from .throttle import WarningThrottle
+from .waitrule import WAIT_EXIT_MARGIN, WaitRule
 
 if TYPE_CHECKING:
     from forewarn.providers.registry import Registry
@@ -727,8 +728,10 @@ class _Unreceived:
         return missed
 
 
-def _poll_ms(deadline: float | None, silence: _AgentSilence) -> int:
+def _poll_ms(deadline: float | None, silence: _AgentSilence, due: float | None = None) -> int:
     left = min(1.0, max(0.0, silence.left()))
+    if due is not None:
+        left = min(left, due)
     if deadline is not None:
         left = min(left, max(0.0, deadline - time.monotonic()))
     return max(1, int(left * 1000))
@@ -790,16 +793,32 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    """Block until a notice asks for `--for`; a terminate also satisfies a wait for drain."""
+    """Block until a notice asks for `--for`; a terminate also satisfies a wait for drain.
+    Notices in force before it began are decided as the client library decides them
+    (`waitrule`)."""
     events, _ = _endpoints(args)
     accepted = {"drain": ("drain", "terminate"), "terminate": ("terminate",)}[args.wait_for]
+    rule = WaitRule(
+        accepted,
+        started=utcnow(),
+        exit_margin=args.exit_margin,
+        say=lambda line: print(f"forewarn: wait: {line}", file=sys.stderr, flush=True),
+    )
     sock = _subscribe(events)
     silence = _AgentSilence("wait", events, args.agent_timeout)
     messages = _Messages("wait", events)
     unreceived = _Unreceived("wait", events)
     deadline = time.monotonic() + args.timeout if args.timeout else None
+
+    def found(notice: dict[str, Any]) -> int:
+        print(json.dumps(notice) if args.json else describe(notice), flush=True)
+        return 0
+
     try:
         while True:
+            ready = rule.due()
+            if ready is not None:
+                return found(ready)
             if deadline is not None and time.monotonic() >= deadline:
                 print(
                     f"forewarn: wait: no {args.wait_for} within {args.timeout:g}s",
@@ -808,7 +827,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
                 return 1
             if silence.gone():
                 return NO_AGENT_EXIT
-            if not sock.poll(_poll_ms(deadline, silence)):
+            if not sock.poll(_poll_ms(deadline, silence, rule.next_due())):
                 continue
             read = messages.read(sock)
             if read is None:
@@ -817,11 +836,12 @@ def cmd_wait(args: argparse.Namespace) -> int:
             silence.alive(notice["agent"] if topic == TOPIC_HEARTBEAT else None)
             if topic != TOPIC_NOTICE:
                 unreceived.heartbeat(notice, sock)
-                continue
-            unreceived.notice(notice)
-            if notice.get("action") in accepted:
-                print(json.dumps(notice) if args.json else describe(notice), flush=True)
-                return 0
+                ready = rule.heartbeat(notice)
+            else:
+                unreceived.notice(notice)
+                ready = rule.notice(notice)
+            if ready is not None:
+                return found(ready)
     finally:
         sock.close()  # a Ctrl-C goes on to main, which ends by it (`_end_by_sigint`)
 
@@ -1169,6 +1189,13 @@ def build_parser(
         help="give up after this long and exit 1 (default: never)",
     )
     wait.add_argument("--json", action="store_true", help="print the notice as JSON")
+    wait.add_argument(
+        "--exit-margin",
+        type=_duration("--exit-margin"),
+        default=WAIT_EXIT_MARGIN,
+        help="a terminate an earlier job acted on ends the wait this long before its deadline "
+        f"(default {WAIT_EXIT_MARGIN:g}s, as the client library)",
+    )
     _add_agent_timeout(wait)
     _add_endpoint_flags(wait)
     wait.set_defaults(func=cmd_wait)

@@ -1,0 +1,184 @@
+"""Which notice `forewarn wait` returns on, and when, for notices in force before it began.
+
+A shell job's `wait` is a new process each time it runs: started while notices are in force,
+it gets them all at once as the agent's replay. It decides about them as the client library's
+`CheckpointGuard` decides for a job started under them, by the heartbeat's `acked` (the active
+notices some client has saved for):
+
+- a drain nobody saved for is returned, like any drain; one some client saved for is passed
+  by. A `wait` → save → `forewarn ack` loop otherwise got back, from its next `wait`, the drain
+  it had just saved for, whenever the drain outlived the ack (a library client still holding
+  it, or any provider's drain), and saved for it forever;
+- a terminate nobody acted on is returned at once; one an earlier client acted on is returned
+  `exit_margin` before its deadline (at once when that is past), and one without a deadline
+  ahead asks nothing of this job. The library lets a job restarted under a terminate train
+  until then; `wait --for terminate && kill "$JOB"` killed the restarted job at once.
+
+A notice raised or changed after the wait began is returned at once, and so is a drain this
+wait saw and passed by that is escalated to terminate (its `noticed_at` is the drain's).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from forewarn.protocol.timefmt import parse_time, utcnow
+
+# The client library's INHERITED_EXIT_MARGIN (tests/agent/test_shell_job_loops.py pins the
+# two together): a terminate an earlier job acted on stops the next one this long before
+# its deadline.
+WAIT_EXIT_MARGIN = 30.0
+# A heartbeat that leaves a replayed notice undecided (it does not list it, or an agent too old
+# to send `acked`) is waited past for this long, the client library's heartbeat timeout. The
+# notice then counts as nobody's yet and is returned, as `wait` always returned it: where the
+# library lets the job train on, a `wait` that cannot tell stops the job early rather than
+# perhaps not at all (an old agent's terminate without a deadline would never end it).
+DECIDE_WITHIN = 3.0
+
+Notice = dict[str, Any]
+
+
+class WaitRule:
+    """Feed it every notice and heartbeat `wait` reads; `notice`, `heartbeat` and `due` return
+    the notice to return on, when one is due. `say` gets one line for each notice passed by or
+    put off, for stderr."""
+
+    def __init__(
+        self,
+        accepted: tuple[str, ...],
+        *,
+        started: datetime,
+        exit_margin: float,
+        say: Callable[[str], None],
+    ) -> None:
+        self.accepted = accepted
+        self.started = started
+        self.exit_margin = exit_margin
+        self.say = say
+        self._beat: dict[str, Any] | None = None
+        self._drains_seen: set[str] = set()
+        self._undecided: dict[str, tuple[Notice, float]] = {}  # and since when (monotonic)
+        self._put_off: dict[str, tuple[Notice, datetime]] = {}  # and when it is due
+        self._passed: dict[str, Notice] = {}
+
+    def notice(self, notice: Notice) -> Notice | None:
+        notice_id, action = notice["id"], notice["action"]
+        if action == "clear":
+            self._forget(notice_id)
+            self._drains_seen.discard(notice_id)
+            return None
+        if action == "drain":
+            known = self._known(notice_id)
+            self._drains_seen.add(notice_id)
+            if known is not None and known["action"] == "drain" and notice_id in self._passed:
+                return None  # saved for already: a changed drain asks for no second save
+            # A terminate sent as a drain again: the exit put off for it is dropped.
+            self._forget(notice_id)
+            if action not in self.accepted:
+                return None
+            return self._in_force_before(notice)
+        if action not in self.accepted:
+            return None
+        known = self._known(notice_id)
+        if known is not None and known["action"] == "terminate":
+            if known.get("deadline") == notice.get("deadline"):
+                return None  # the same terminate sent again (a reason, the provider's detail)
+            self._forget(notice_id)
+            return notice  # a new deadline acts at once, as in the library
+        if notice_id in self._drains_seen:
+            return notice  # a drain escalated while this wait listened
+        return self._in_force_before(notice)
+
+    def heartbeat(self, beat: dict[str, Any]) -> Notice | None:
+        self._beat = beat
+        return self._decide()
+
+    def due(self) -> Notice | None:
+        """An acted-on terminate whose exit margin has come, or a notice decided by time."""
+        decided = self._decide()
+        if decided is not None:
+            return decided
+        now = utcnow()
+        for notice_id, (notice, when) in list(self._put_off.items()):
+            if now >= when:
+                del self._put_off[notice_id]
+                return notice
+        return None
+
+    def next_due(self) -> float | None:
+        """Seconds until the first put-off terminate is due (None when there is none)."""
+        if not self._put_off:
+            return None
+        first = min(when for _, when in self._put_off.values())
+        return max(0.0, (first - utcnow()).total_seconds())
+
+    def _known(self, notice_id: str) -> Notice | None:
+        if notice_id in self._undecided:
+            return self._undecided[notice_id][0]
+        if notice_id in self._put_off:
+            return self._put_off[notice_id][0]
+        return self._passed.get(notice_id)
+
+    def _forget(self, notice_id: str) -> None:
+        self._undecided.pop(notice_id, None)
+        self._put_off.pop(notice_id, None)
+        self._passed.pop(notice_id, None)
+
+    def _in_force_before(self, notice: Notice) -> Notice | None:
+        if parse_time(notice["noticed_at"]) >= self.started:
+            return notice
+        self._undecided[notice["id"]] = (notice, time.monotonic())
+        return self._decide()
+
+    def _decide(self) -> Notice | None:
+        beat = self._beat
+        for notice_id, (notice, since) in list(self._undecided.items()):
+            if beat is not None and notice_id in beat.get("active", ()) and "acked" in beat:
+                acted = notice_id in beat["acked"]
+            elif time.monotonic() - since < DECIDE_WITHIN:
+                continue
+            else:
+                acted = False
+            del self._undecided[notice_id]
+            if not acted:
+                return notice
+            if notice["action"] == "drain":
+                self._passed[notice_id] = notice
+                self.say(
+                    f"drain {notice_id} was in force before this wait began and a client has "
+                    "saved for it (the agent lists it as acked): waiting for another notice"
+                )
+                continue
+            ready = self._put_off_terminate(notice)
+            if ready is not None:
+                return ready
+        return None
+
+    def _put_off_terminate(self, notice: Notice) -> Notice | None:
+        notice_id = notice["id"]
+        deadline = parse_time(notice["deadline"]) if notice.get("deadline") else None
+        why = (
+            f"terminate {notice_id} was in force before this wait began and an earlier client "
+            "acted on it (saved; the agent lists it as acked)"
+        )
+        left = (deadline - utcnow()).total_seconds() if deadline is not None else None
+        if deadline is None or left is None or left <= 0:
+            self._passed[notice_id] = notice
+            state = "past" if left is not None else "unknown"
+            self.say(f"{why}; its deadline is {state}, so it is ignored: waiting for another")
+            return None
+        if left <= self.exit_margin:
+            return notice
+        # Past the margin, so no earlier than now: the difference cannot overflow.
+        self._put_off[notice_id] = (notice, deadline - timedelta(seconds=self.exit_margin))
+        self.say(
+            f"{why}; it does not end this wait at once: it returns {self.exit_margin:g}s before "
+            f"its deadline ({left:.0f}s away)"
+        )
+        return None
+
+
+__all__ = ["DECIDE_WITHIN", "WAIT_EXIT_MARGIN", "WaitRule"]

@@ -1,0 +1,224 @@
+"""Shell jobs as the README's "Shell jobs" section writes them: `forewarn wait` in a loop with a
+save and `forewarn ack`, and `forewarn wait --for terminate && kill "$JOB"` started while a
+terminate is in force. `wait` decides as the client library does which notices in force
+before it started are still this job's to act on: a drain some client has saved for (the
+heartbeat's `acked`) is not returned again, and a terminate an earlier job acted on returns
+`--exit-margin` before its deadline, not at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from forewarn.agent.cli import main
+from forewarn.protocol.timefmt import format_time
+from support import AgentProcess, Subscriber, eventually, forewarn_cmd
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+MARKER = "<!-- run by tests/agent/test_shell_job_loops.py -->"
+
+
+def readme_loop() -> str:
+    """The README.md's wait → save → ack loop, as written: the sh block under MARKER."""
+    text = README.read_text()
+    after = text[text.index(MARKER) + len(MARKER) :].lstrip("\n")
+    assert after.startswith("```sh\n"), after[:40]
+    return after[len("```sh\n") : after.index("\n```")]
+
+
+def _in(seconds: float) -> str:
+    return format_time(datetime.now(timezone.utc) + timedelta(seconds=seconds))
+
+
+def _wait(agent: AgentProcess, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
+    """`forewarn wait` in this process (cheaper than a child) on the agent's own endpoints."""
+    monkeypatch.setenv("FOREWARN_RUNTIME_DIR", agent.env["FOREWARN_RUNTIME_DIR"])
+    return main(["wait", *args])
+
+
+def _job_dir(tmp_path: Path, env: dict[str, str]) -> tuple[Path, dict[str, str]]:
+    """A working directory with the job's `./save-checkpoint.sh` (it notes each save), and
+    an environment with `forewarn` on PATH as an installed console script would be."""
+    job = tmp_path / "job"
+    job.mkdir()
+    save = job / "save-checkpoint.sh"
+    save.write_text('#!/bin/sh\necho saved >> "$SAVES"\n')
+    save.chmod(0o755)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    program = bin_dir / "forewarn"
+    program.write_text(
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m forewarn.agent.cli "$@"\n'
+    )
+    program.chmod(0o755)
+    path = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+    return job, {**env, "PATH": path, "SAVES": str(tmp_path / "saves"), "STEP": "7"}
+
+
+def test_the_readme_wait_save_ack_loop_saves_once_for_a_drain_another_client_holds(
+    tmp_path: Path,
+) -> None:
+    """A library client holds the drain (it has not acked yet), so the loop's anonymous ack
+    does not end it: the loop's next `wait` got the drain again as a replay, and the loop
+    saved for it again and again. Saved for (the heartbeat lists it in `acked`), it is not
+    this job's to save for again; a terminate then is saved for and ends the loop."""
+    with AgentProcess(tmp_path) as agent:
+        job, env = _job_dir(tmp_path, agent.env)
+        saves, stderr = tmp_path / "saves", tmp_path / "loop.err"
+        with Subscriber(agent.events, ("notice", "client/trainer")).ready() as trainer:
+            drain = agent.control({"op": "notify", "action": "drain", "deadline": _in(600)})
+            assert trainer.notice()["id"] == drain["notice"]["id"]
+            with stderr.open("w") as err:
+                loop = subprocess.Popen(
+                    ["bash", "-e", "-c", readme_loop()],
+                    cwd=job,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            try:
+                eventually(
+                    lambda: "saved for" in stderr.read_text() or _count(saves) > 1,
+                    timeout=20,
+                    what="the loop's second wait",
+                )
+                assert _count(saves) == 1, stderr.read_text()
+                agent.control({"op": "notify", "action": "terminate", "deadline": _in(600)})
+                assert loop.wait(20) == 0, stderr.read_text()
+            finally:
+                if loop.poll() is None:
+                    os.killpg(loop.pid, signal.SIGKILL)
+                    loop.wait()
+        assert _count(saves) == 2, stderr.read_text()
+    log = agent.output()
+    assert f"ack {drain['notice']['id']} from ?: step=7" in log, log
+
+
+def _count(saves: Path) -> int:
+    return len(saves.read_text().splitlines()) if saves.exists() else 0
+
+
+def test_a_drain_nobody_saved_for_is_returned_to_a_wait_started_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with AgentProcess(tmp_path) as agent:
+        drain = agent.control({"op": "notify", "action": "drain"})["notice"]
+        code = _wait(agent, monkeypatch, "--for", "drain", "--timeout", "10s")
+        out, _ = capsys.readouterr()
+        assert code == 0 and drain["id"] in out
+
+
+def _acked_terminate(agent: AgentProcess, deadline: str | None) -> str:
+    request = {"op": "notify", "action": "terminate"}
+    if deadline is not None:
+        request["deadline"] = deadline
+    notice_id: str = agent.control(request)["notice"]["id"]
+    assert agent.control({"op": "ack", "notice_id": notice_id, "client": "earlier-job"})["ok"]
+    eventually(
+        lambda: notice_id in _beat(agent)["acked"], timeout=5, what="the ack in the heartbeat"
+    )
+    return notice_id
+
+
+def _beat(agent: AgentProcess) -> dict[str, object]:
+    with Subscriber(agent.events, ("heartbeat",)) as sub:
+        return sub.recv(5)[1]
+
+
+def test_a_terminate_an_earlier_job_acted_on_stops_the_next_one_at_its_exit_margin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The library lets a job started under a terminate an earlier job saved for train until
+    its exit margin before the deadline; `wait --for terminate && kill "$JOB"` killed the new
+    job at once. Both now stop it `exit_margin` before the deadline."""
+    with AgentProcess(tmp_path) as agent:
+        notice_id = _acked_terminate(agent, _in(60))
+        started = time.monotonic()
+        # The deadline is 60 s away: with a 57 s margin the wait returns about 3 s from now.
+        code = _wait(agent, monkeypatch, "--for", "terminate", "--exit-margin", "57s")
+        took = time.monotonic() - started
+        out, err = capsys.readouterr()
+        assert code == 0 and notice_id in out, err
+        assert took >= 1.5, f"returned after {took:.1f}s: at once, not at the exit margin"
+        assert "an earlier client acted on it" in err and "57s before its deadline" in err, err
+
+
+def test_a_terminate_nobody_acted_on_still_returns_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with AgentProcess(tmp_path) as agent:
+        notice_id = agent.control({"op": "notify", "action": "terminate", "deadline": _in(600)})[
+            "notice"
+        ]["id"]
+        started = time.monotonic()
+        code = _wait(agent, monkeypatch, "--timeout", "10s")
+        out, _ = capsys.readouterr()
+        assert code == 0 and notice_id in out
+        assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("deadline", [None, "past"], ids=["no-deadline", "past-deadline"])
+def test_an_acted_on_terminate_without_a_deadline_ahead_asks_nothing_of_a_new_wait(
+    deadline: str | None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with AgentProcess(tmp_path) as agent:
+        if deadline == "past":
+            deadline_at = datetime.now(timezone.utc) + timedelta(seconds=2)
+            notice_id = _acked_terminate(agent, format_time(deadline_at))
+            # The deadline passes; the notice stays active until its grace ends.
+            eventually(
+                lambda: datetime.now(timezone.utc) > deadline_at, timeout=5, what="the deadline"
+            )
+        else:
+            notice_id = _acked_terminate(agent, None)
+        code = _wait(agent, monkeypatch, "--timeout", "2s")
+        out, err = capsys.readouterr()
+        assert code == 1 and out == "", out
+        assert notice_id in err and "ignored" in err, err
+
+
+def test_an_acked_drain_escalated_after_the_wait_began_returns_at_once(tmp_path: Path) -> None:
+    """The drain was saved for before the wait started, so the wait passes it by; escalated
+    to terminate (same id, the drain's `noticed_at`) while it waits, it is this job's exit."""
+    with AgentProcess(tmp_path) as agent:
+        drain = agent.control({"op": "notify", "action": "drain", "deadline": _in(600)})
+        notice_id = drain["notice"]["id"]
+        assert agent.control({"op": "ack", "notice_id": notice_id, "client": "earlier-job"})["ok"]
+        wait = subprocess.Popen(
+            forewarn_cmd("wait", "--for", "drain", "--json", "--timeout", "20s"),
+            env=agent.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert wait.stderr is not None
+            said = wait.stderr.readline()
+            assert notice_id in said and "saved for" in said, said
+            agent.control({"op": "notify", "action": "terminate", "id": notice_id})
+            out, err = wait.communicate(timeout=15)
+        finally:
+            if wait.poll() is None:
+                wait.kill()
+                wait.wait()
+        assert wait.returncode == 0, err
+        assert json.loads(out)["action"] == "terminate" and json.loads(out)["id"] == notice_id
+
+
+def test_the_wait_and_the_library_share_one_exit_margin() -> None:
+    from forewarn.agent.waitrule import WAIT_EXIT_MARGIN
+    from forewarn.clients.guard import INHERITED_EXIT_MARGIN
+
+    assert WAIT_EXIT_MARGIN == INHERITED_EXIT_MARGIN

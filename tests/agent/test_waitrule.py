@@ -1,0 +1,127 @@
+"""`WaitRule`, what `forewarn wait` returns on, from the notices and heartbeats it reads:
+the cases the agent cannot easily be made to send, and any sequence of them."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from forewarn.agent import waitrule
+from forewarn.agent.waitrule import WaitRule
+from forewarn.protocol.timefmt import format_time
+from hypothesis import given
+from hypothesis import strategies as st
+
+STARTED = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
+
+
+def _notice(notice_id: str, action: str, *, before: bool, deadline: str | None) -> dict[str, Any]:
+    noticed = STARTED + timedelta(seconds=-60 if before else 60)
+    return {"id": notice_id, "action": action, "noticed_at": format_time(noticed)} | (
+        {"deadline": deadline}
+    )
+
+
+def _rule(accepted: tuple[str, ...] = ("terminate",)) -> tuple[WaitRule, list[str]]:
+    said: list[str] = []
+    return WaitRule(accepted, started=STARTED, exit_margin=30.0, say=said.append), said
+
+
+def test_a_replayed_notice_no_heartbeat_settles_is_returned_after_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent too old to send `acked`: where the library lets the job train on, `wait`
+    returns, as it always did, once its heartbeats have had time to say."""
+    clock = [100.0]
+    monkeypatch.setattr(waitrule.time, "monotonic", lambda: clock[0])
+    rule, _ = _rule()
+    notice = _notice("n", "terminate", before=True, deadline=None)
+    assert rule.notice(notice) is None
+    assert rule.heartbeat({"active": ["n"]}) is None  # no `acked`: cannot tell yet
+    clock[0] += waitrule.DECIDE_WITHIN
+    assert rule.due() == notice
+
+
+def test_a_notice_raised_after_the_wait_began_is_returned_at_once() -> None:
+    rule, said = _rule(("drain", "terminate"))
+    rule.heartbeat({"active": ["n"], "acked": ["n"]})
+    notice = _notice("n", "drain", before=False, deadline=None)
+    assert rule.notice(notice) == notice and said == []
+
+
+def test_an_acted_on_terminate_sent_again_unchanged_stays_put_off_and_a_new_deadline_acts() -> None:
+    rule, said = _rule()
+    far = format_time(datetime.now(timezone.utc) + timedelta(hours=1))
+    rule.heartbeat({"active": ["n"], "acked": ["n"]})
+    first = _notice("n", "terminate", before=True, deadline=far)
+    assert rule.notice(first) is None and len(said) == 1
+    assert rule.notice({**first, "noticed_at": format_time(STARTED)}) is None  # a new detail
+    moved = {**first, "deadline": format_time(datetime.now(timezone.utc) + timedelta(hours=2))}
+    assert rule.notice(moved) == moved
+
+
+def test_an_acted_on_terminate_sent_as_a_drain_again_is_no_exit_any_more() -> None:
+    rule, _ = _rule()
+    soon = format_time(datetime.now(timezone.utc) + timedelta(minutes=5))
+    rule.heartbeat({"active": ["n"], "acked": ["n"]})
+    assert rule.notice(_notice("n", "terminate", before=True, deadline=soon)) is None
+    assert rule.next_due() is not None
+    assert rule.notice(_notice("n", "drain", before=True, deadline=soon)) is None
+    assert rule.next_due() is None and rule.due() is None
+
+
+ACTIONS = st.sampled_from(["drain", "terminate", "clear"])
+IDS = st.sampled_from(["a", "b", "c"])
+DEADLINES = st.sampled_from([None, -600, 10, 600])
+NOTICES = st.builds(
+    lambda notice_id, action, before, offset: _notice(
+        notice_id,
+        action,
+        before=before,
+        deadline=None
+        if offset is None
+        else format_time(datetime.now(timezone.utc) + timedelta(seconds=offset)),
+    ),
+    IDS,
+    ACTIONS,
+    st.booleans(),
+    DEADLINES,
+)
+BEATS = st.builds(
+    lambda active, acked, with_acked: (
+        {"active": sorted(active)} | ({"acked": sorted(acked)} if with_acked else {})
+    ),
+    st.sets(IDS),
+    st.sets(IDS),
+    st.booleans(),
+)
+
+
+@given(
+    st.sampled_from([("terminate",), ("drain", "terminate")]),
+    st.lists(st.one_of(NOTICES, BEATS), max_size=12),
+)
+def test_any_sequence_returns_only_what_the_wait_is_for(
+    accepted: tuple[str, ...], messages: list[dict[str, Any]]
+) -> None:
+    rule, _ = _rule(accepted)
+    for message in messages:
+        if "action" in message:
+            got = rule.notice(message)
+            if (
+                got is None
+                and message["action"] in accepted
+                and message["noticed_at"] > format_time(STARTED)
+                and message["action"] == "drain"
+            ):
+                # A drain raised after the wait began is returned, unless it is one already
+                # passed by (a changed drain asks for no second save).
+                assert message["id"] in rule._passed
+        else:
+            got = rule.heartbeat(message)
+        if got is not None:
+            assert got["action"] in accepted
+        due = rule.due()
+        assert due is None or due["action"] in accepted
+        assert rule.next_due() is None or rule.next_due() >= 0  # type: ignore[operator]
