@@ -756,6 +756,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
     try:
         while args.count is None or seen < args.count:
             if deadline is not None and time.monotonic() >= deadline:
+                # Exit 1 alone read as a failure nobody named: a script's log showed nothing.
+                shown = f"{seen} notice(s)" + (f" of --count {args.count}" if args.count else "")
+                print(
+                    f"forewarn: watch: --timeout {args.timeout:g}s reached; {shown} printed",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return 1
             if silence.gone():
                 return NO_AGENT_EXIT

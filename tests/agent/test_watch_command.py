@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 from typing import IO
 
+import pytest
+from forewarn.agent.cli import main
 from forewarn.agent.eventlines import ReplayTracker, describe
 from hypothesis import given
 from hypothesis import strategies as st
@@ -170,3 +172,15 @@ def test_watch_shows_a_notice_sent_again_with_another_detail_as_news(tmp_path: P
         with Subscriber(agent.events).ready():
             assert notice()["replay"] is True
         assert watch.wait(15) == 0
+
+
+def test_watch_says_why_it_exits_1_at_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`watch --timeout` exited 1 with nothing on stderr: a script's log named no failure."""
+    with AgentProcess(tmp_path) as agent:
+        monkeypatch.setenv("FOREWARN_RUNTIME_DIR", agent.env["FOREWARN_RUNTIME_DIR"])
+        code = main(["watch", "--count", "2", "--timeout", "1.5s"])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == ""
+    assert err == "forewarn: watch: --timeout 1.5s reached; 0 notice(s) of --count 2 printed\n"
