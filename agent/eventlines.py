@@ -55,6 +55,13 @@ def describe(notice: dict[str, Any], *, replay: bool = False) -> str:
     return line
 
 
+def _after(beat_seq: object, notice_seq: object) -> object:
+    """The heartbeat's `seq` when it is a number past the notice's, else the notice's."""
+    if type(beat_seq) is int and (type(notice_seq) is not int or beat_seq > notice_seq):
+        return beat_seq
+    return notice_seq
+
+
 def _left(seconds: float) -> str:
     return f"in {seconds:.0f}s" if seconds >= 0 else f"{-seconds:.0f}s ago"
 
@@ -102,6 +109,10 @@ class ReplayTracker:
         if time.monotonic() < self._settle_until:
             return []
         withdrawn = []
+        # Numbered as the heartbeat that shows them gone, after every message of the notice: with
+        # its last message's `seq`, a consumer keeping the highest `seq` of each id kept the
+        # notice in force. (Several withdrawn at once share it; none was the agent's message.)
+        seq = beat.get("seq")
         for notice_id in [i for i in self._notices if i not in self._active]:
             notice = self._notices.pop(notice_id)
             self._shown.pop(notice_id, None)
@@ -109,6 +120,7 @@ class ReplayTracker:
             withdrawn.append(
                 {
                     **notice,
+                    "seq": _after(seq, notice.get("seq")),
                     "action": "clear",
                     "noticed_at": now,
                     "sent_at": now,

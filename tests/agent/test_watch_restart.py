@@ -178,3 +178,37 @@ def test_a_notice_published_just_before_the_agent_was_killed_is_not_shown_cleare
     assert code == 0 and len(lines) == 2, out
     assert [line["action"] for line in lines] == ["drain", "drain"], out
     assert lines[1]["replay"] is True, out
+
+
+def test_the_clear_watch_makes_for_a_withdrawn_notice_is_numbered_after_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`watch --json` printed the clear it makes for a notice the heartbeats stopped listing
+    with the `seq` of the notice's last message: a consumer keeping, for each id, the message
+    with the highest `seq` (as the agent's numbering invites) kept the notice in force. It
+    carries the `seq` of the heartbeat that showed it gone, after the notice's own."""
+    monkeypatch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.setattr(notices, "RESTART_SETTLE", 0.5)
+    notice_id = NOTICE["id"]
+    agent = RestartingAgent(
+        (
+            _beat("vm/100/aaaaaa", 8, (notice_id,)),
+            [b"notice", json.dumps(NOTICE).encode()],  # seq 9
+            _beat("vm/100/aaaaaa", 10, (notice_id,)),
+            # The restarted agent numbers on past the old one's reserved mark.
+            _beat("vm/200/bbbbbb", 40),
+        ),
+        beating=True,
+    )
+    try:
+        code = main(
+            ["watch", "--count", "2", "--timeout", "20", "--events", agent.endpoint, "--json"]
+        )
+    finally:
+        agent.close()
+    out, _ = capsys.readouterr()
+    notice, cleared = (json.loads(line) for line in out.splitlines())
+    assert code == 0 and cleared["action"] == "clear", out
+    assert cleared["seq"] == 40 > notice["seq"], out
