@@ -58,6 +58,60 @@ def test_exec_start_stops_the_job_on_a_terminate(tmp_path: Path) -> None:
     assert calls.read_text().split() == ["stop", "--no-block", "batch-job.service"]
 
 
+def unit_environment(files: dict[str, Path]) -> dict[str, str]:
+    """The variables systemd gives ExecStart: Environment= lines, then each EnvironmentFile=
+    (its values override those; a leading "-" lets it be missing), the file read from
+    `files` where it names one of its paths."""
+    values: dict[str, str] = {}
+    lines = [line.strip() for line in UNIT.read_text().splitlines()]
+    for line in lines:
+        if line.startswith("Environment="):
+            for item in shlex.split(line.removeprefix("Environment=")):
+                key, _, value = item.partition("=")
+                values[key] = value
+    for line in lines:
+        if line.startswith("EnvironmentFile="):
+            name = line.removeprefix("EnvironmentFile=")
+            optional = name.startswith("-")
+            path = files.get(name.removeprefix("-"))
+            if path is None or not path.exists():
+                assert optional, f"{name}: systemd would refuse to start the unit without it"
+                continue
+            for entry in path.read_text().splitlines():
+                if entry.strip() and not entry.lstrip().startswith("#"):
+                    key, _, value = entry.partition("=")
+                    values[key.strip()] = value.strip()
+    return values
+
+
+def test_exec_start_finds_an_agent_moved_by_the_agents_env_file(tmp_path: Path) -> None:
+    """The agent's unit reads /etc/forewarn/forewarn.env, where docs/operations.md puts its
+    settings: a FOREWARN_RUNTIME_DIR set there moves the agent's sockets. This unit did not
+    read it and waited on /run/forewarn, where no agent was: `forewarn wait` exited 3 every
+    5 s and the job was never stopped."""
+    path, calls = stand_ins(tmp_path)
+    env = agent_env(tmp_path, PATH=path)
+    env_file = tmp_path / "forewarn.env"
+    env_file.write_text(f"FOREWARN_RUNTIME_DIR={env['FOREWARN_RUNTIME_DIR']}\n")
+    unit_env = {
+        **{k: v for k, v in env.items() if k != "FOREWARN_RUNTIME_DIR"},
+        **unit_environment({"/etc/forewarn/forewarn.env": env_file}),
+        "PATH": path,  # the unit's PATH names /opt/forewarn/venv/bin, absent here
+    }
+    with AgentProcess(tmp_path, env=env) as agent:
+        unit = subprocess.Popen(exec_start(), env=unit_env, stderr=subprocess.PIPE, text=True)
+        try:
+            with agent.subscriber(("heartbeat",)) as sub:
+                sub.recv(10)
+            agent.control({"op": "notify", "action": "terminate"})
+            assert unit.wait(15) == 0, unit.stderr.read() if unit.stderr else ""
+        finally:
+            if unit.poll() is None:
+                unit.kill()
+                unit.wait()
+    assert calls.read_text().split() == ["stop", "--no-block", "batch-job.service"]
+
+
 def test_exec_start_fails_visibly_without_an_agent(tmp_path: Path) -> None:
     path, calls = stand_ins(tmp_path)
     env = agent_env(tmp_path, PATH=path)
