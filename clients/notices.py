@@ -541,8 +541,18 @@ class Notices:
             # Withdrawn while this client was not connected (an agent restart): no clear will
             # come for it, so it gets one here. The listeners must see it like any clear: the
             # guard forgets the notice, and flushes again if it comes back.
+            # Numbered as the heartbeat that shows it gone, after the notice's own messages:
+            # with the notice's `seq`, a listener keeping the highest `seq` of each id kept it.
+            after = seq if type(seq) is int and seq > event.seq else event.seq
             self._event(
-                replace(event, action="clear", noticed_at=now, sent_at=now, detail=dict(WITHDRAWN))
+                replace(
+                    event,
+                    action="clear",
+                    seq=after,
+                    noticed_at=now,
+                    sent_at=now,
+                    detail=dict(WITHDRAWN),
+                )
             )
 
     def _check_gap(self, seq: object) -> None:

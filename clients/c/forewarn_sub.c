@@ -575,13 +575,30 @@ static int on_notice(tracker *t, const char *body, size_t size) {
 
 /* The clear no agent will send for a notice withdrawn while we were not connected (across an
  * agent restart), as the Python client makes it: the notice printed last with action "clear",
- * noticed_at and sent_at now, and detail.withdrawn saying why. Returns 1 when printed. */
-static int print_withdrawn(const char *notice) {
+ * "seq" that of the heartbeat that shows it gone (`beat_seq`, when past the notice's: with the
+ * notice's own, a handler keeping the highest seq of each id kept the notice), noticed_at and
+ * sent_at now, and detail.withdrawn saying why. Returns 1 when printed. */
+static int print_withdrawn(const char *notice, long long beat_seq) {
     const char *end = notice + strlen(notice), *ends[6], *at[6];
     static const char *const keys[] = {"id", "seq", "reason", "provider", "deadline", "v"};
     for (int k = 0; k < 6; k++)
         if (!(at[k] = member(notice, end, keys[k], &ends[k])))
             return 0;
+    long long own = 0;
+    for (const char *d = at[1]; d < ends[1]; d++) {
+        if (*d < '0' || *d > '9' || own > (LLONG_MAX - 9) / 10) {
+            own = LLONG_MAX; /* not a seq this agent sends: keep it as printed */
+            break;
+        }
+        own = own * 10 + (*d - '0');
+    }
+    char seq[24];
+    int seq_len = (int)(ends[1] - at[1]);
+    const char *seq_text = at[1];
+    if (beat_seq > own) {
+        seq_len = snprintf(seq, sizeof seq, "%lld", beat_seq);
+        seq_text = seq;
+    }
     struct timespec now;
     struct tm utc;
     char stamp[40];
@@ -592,8 +609,8 @@ static int print_withdrawn(const char *notice) {
     printf("{\"v\":%.*s,\"id\":%.*s,\"seq\":%.*s,\"action\":\"clear\",\"reason\":%.*s,"
            "\"provider\":%.*s,\"deadline\":%.*s,\"noticed_at\":\"%s\",\"sent_at\":\"%s\","
            "\"detail\":{\"withdrawn\":\"no longer listed by the agent's heartbeat\"}}\n",
-           (int)(ends[5] - at[5]), at[5], (int)(ends[0] - at[0]), at[0], (int)(ends[1] - at[1]),
-           at[1], (int)(ends[2] - at[2]), at[2], (int)(ends[3] - at[3]), at[3],
+           (int)(ends[5] - at[5]), at[5], (int)(ends[0] - at[0]), at[0], seq_len, seq_text,
+           (int)(ends[2] - at[2]), at[2], (int)(ends[3] - at[3]), at[3],
            (int)(ends[4] - at[4]), at[4], stamp, stamp);
     fflush(stdout);
     return 1;
@@ -629,7 +646,7 @@ static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, 
         const char *id = t->received.ids[i];
         if (set_find(&listed, id, strlen(id)) >= 0)
             continue;
-        if (t->received.bodies[i] && budget != 0 && print_withdrawn(t->received.bodies[i])) {
+        if (t->received.bodies[i] && budget != 0 && print_withdrawn(t->received.bodies[i], t->last_seq)) {
             ++*printed;
             --budget;
         }

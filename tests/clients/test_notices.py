@@ -629,11 +629,16 @@ def test_a_drain_withdrawn_during_an_agent_restart_is_flushed_again_when_it_come
         again = AgentProcess(tmp_path, env={**agent.env, "FOREWARN_STATE_DIR": str(state)})
         again.start()
         try:
-            assert eventually(
+            cleared = eventually(
                 lambda: [e for e in seen if e.id == "local/x" and e.action == "clear"],
                 timeout=10,
                 what="a clear for the notice the new agent's heartbeat does not list",
-            )[0].detail == {"withdrawn": "no longer listed by the agent's heartbeat"}
+            )[0]
+            assert cleared.detail == {"withdrawn": "no longer listed by the agent's heartbeat"}
+            # Numbered after the drain (the heartbeat's seq): with the drain's own, a listener
+            # keeping the highest seq of each id kept the drain.
+            drained = [e for e in seen if e.id == "local/x" and e.action == "drain"]
+            assert cleared.seq > max(e.seq for e in drained), seen
             assert "local/x" not in notices.active
             assert notices.latest is not None and notices.latest.action == "clear"
             again.control({"op": "notify", "action": "drain", "id": "local/x"})
