@@ -345,3 +345,18 @@ def test_dockerignore_admits_everything_the_build_copies():
         for source in copy.args.split()[:-1]
     }
     assert {*folders, "packaging"} <= copied, f"not copied: {set(folders) - copied}"
+
+
+def test_the_documented_stop_timeout_survives_a_machine_shutdown():
+    """At a shutdown or reboot systemd bounds what dockerd allows: docker.service sets only
+    TimeoutStartSec=0, so it is stopped within the manager's DefaultTimeoutStopSec (90 s on
+    most distributions), and with the systemd cgroup driver each container's own scope is
+    SIGKILLed after the same 90 s. The documented `--stop-timeout 120` was cut at 90 s; the
+    page raises the default above it (plus the 5 s dockerd adds) and says how."""
+    page = (ROOT / "docs" / "operations.md").read_text()
+    stop = {int(found) for found in re.findall(r"--stop-timeout (\d+)", page)}
+    assert stop, "the page documents no --stop-timeout"
+    default = re.findall(r"DefaultTimeoutStopSec=(\d+)s", page)
+    assert default, "the page does not say how to keep the stop timeout at a shutdown"
+    assert max(stop) + 5 < min(int(value) for value in default), (stop, default)
+    assert "/etc/systemd/system.conf.d/" in page
