@@ -125,3 +125,18 @@ def test_any_sequence_returns_only_what_the_wait_is_for(
         due = rule.due()
         assert due is None or due["action"] in accepted
         assert rule.next_due() is None or rule.next_due() >= 0  # type: ignore[operator]
+
+
+def test_an_acted_on_terminate_returns_by_the_agents_margin_when_it_is_the_larger() -> None:
+    """The heartbeat carries the agent's exit margin, which the client library takes when it is
+    larger than its own: a terminate 100 s away under an agent's 120 s margin was put off to
+    30 s before its deadline, and the job's save was cut by the kill."""
+    rule, _ = _rule()
+    near = format_time(datetime.now(timezone.utc) + timedelta(seconds=100))
+    notice = _notice("n", "terminate", before=True, deadline=near)
+    assert rule.notice(notice) is None
+    assert rule.heartbeat({"active": ["n"], "acked": ["n"], "exit_margin": 120.0}) == notice
+    later, _ = _rule()
+    assert later.notice(notice) is None
+    assert later.heartbeat({"active": ["n"], "acked": ["n"], "exit_margin": 10.0}) is None
+    assert later.next_due() is not None and 60 < later.next_due() <= 70
