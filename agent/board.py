@@ -253,11 +253,15 @@ class NoticeBoard:
         }
 
     def expected_by(self) -> dict[str, set[str]]:
-        """The acking clients each acked notice was sent to (for a flushed one, those it was
-        flushed by), saved so that a restarted agent knows which notices every client had
-        flushed: it does not wait for their acks again, nor call them flushed a second time."""
+        """The acking clients each flushed notice was flushed by, saved so that a restarted
+        agent knows which notices every client had flushed: it does not wait for their acks
+        again, nor call them flushed a second time. Not those of a notice not flushed yet:
+        while flushes are held after a restart its clients are only those reconnected so far,
+        and a second restart then counted it flushed by every client when they had acked."""
         return {
-            entry.notice.id: set(entry.expected) for entry in self.entries.values() if entry.acked
+            entry.notice.id: set(entry.expected)
+            for entry in self.entries.values()
+            if entry.acked and entry.flushed
         }
 
     def escalated(self, notice_id: str) -> bool:

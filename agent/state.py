@@ -55,7 +55,7 @@ class AgentState:
     # counted a notice acked by one client before the restart and another after as flushed by
     # every client (the flag file stayed; Azure's early approval waited for NotBefore).
     acked_by: dict[str, list[str]] = field(default_factory=dict)
-    # The acking clients each acked notice was sent to (at most MAX_EXPECTED_SAVED): a
+    # The acking clients each flushed notice was flushed by (at most MAX_EXPECTED_SAVED): a
     # restarted agent that forgot them took a notice every client had flushed for one still
     # waiting for acks, and called it flushed again when a client left or a new one acked.
     expected_by: dict[str, list[str]] = field(default_factory=dict)

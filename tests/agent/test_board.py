@@ -402,3 +402,34 @@ def test_retired_provider_notices_are_handed_to_a_rebuilt_watcher_until_cleared(
     assert [r.id for r in b.provider_reports("azure")] == ["azure/E1"]  # active, not retired
     b.clear("azure/E1")
     assert b.provider_reports("azure") == []
+
+
+def test_a_notice_acked_while_flushes_are_held_is_not_flushed_by_a_second_restart() -> None:
+    """Restarted again before the first restart's hold ended, a board counted as flushed by
+    every client a notice acked only by the clients that had reconnected by then: the clients
+    still reconnecting were not among those it was `expected_by`. A FlushAware watcher is told
+    of it when built (Azure approves the event: the VM may go before they flushed)."""
+    b, clock = board()
+    b.client_joined("a")
+    b.client_joined("b")
+    b.report(report(deadline=T0 + timedelta(hours=2)))
+    first, clock = board()
+    first.restore([], provider=b.provider_notices())
+    first.hold_flushes(T0 + timedelta(seconds=3))
+    first.client_joined("a")  # b is still reconnecting
+    assert not first.record_ack("aws/spot-itn/1", "a", 1.0)
+    second, clock = board()
+    second.restore(
+        [],
+        saved=first.saved(),
+        provider=first.provider_notices(),
+        acked_by=first.acked_by(),
+        expected_by=first.expected_by(),
+    )
+    assert second.flushed_ids("aws") == []
+    second.hold_flushes(T0 + timedelta(seconds=3))
+    second.client_joined("a")
+    second.client_joined("b")
+    clock.now = T0 + timedelta(seconds=3)
+    assert second.release_flushes() == []
+    assert second.record_ack("aws/spot-itn/1", "b", 1.0)
