@@ -165,6 +165,17 @@ class NoticeBoard:
             if not entry.manual and entry.report.until is not None
         }
 
+    def raised(self) -> dict[str, datetime]:
+        """When each notice was (re)raised, where that is not its `noticed_at` (a provider
+        notice raised again after it was retired, a manual one changed by a second notify):
+        saved beside the notices, whose end it sets, so that a restarted board ends them when
+        this one would have."""
+        return {
+            notice_id: entry.raised_at
+            for notice_id, entry in self.entries.items()
+            if entry.raised_at != entry.notice.noticed_at
+        }
+
     def restored_from(self) -> set[str]:
         """Providers with restored notices their watcher has not reported again yet."""
         return {entry.report.provider for entry in self.entries.values() if entry.restored}
@@ -441,6 +452,7 @@ class NoticeBoard:
         windows: Mapping[str, datetime] | None = None,
         acked_by: Mapping[str, Iterable[str]] | None = None,
         expected_by: Mapping[str, Iterable[str]] | None = None,
+        raised: Mapping[str, datetime] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -454,7 +466,9 @@ class NoticeBoard:
         a notice restored inside its window was retired at once and raised again. `acked_by`
         are the clients that acked each notice (`acked_by()`): they need not ack it again.
         `expected_by` are the clients each was sent to (`expected_by()`): a notice all of
-        them had acked is flushed, as it was before the restart."""
+        them had acked is flushed, as it was before the restart. `raised` are the times the
+        notices were raised where not their `noticed_at` (`raised()`): their ends run from
+        them, as before the restart."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         for notice, manual in [*((n, True) for n in notices), *((n, False) for n in provider)]:
@@ -470,7 +484,8 @@ class NoticeBoard:
             )
             if notice.id in self.entries:
                 continue  # saved twice (a hand-edited file): the first stands
-            self.report(report, manual=manual, raised_at=notice.noticed_at)
+            raised_at = (raised or {}).get(notice.id, notice.noticed_at)
+            self.report(report, manual=manual, raised_at=raised_at)
             entry = self.entries.get(notice.id)
             if entry is None:
                 continue

@@ -312,6 +312,7 @@ class Agent:
             state.windows,
             state.acked_by,
             state.expected_by,
+            state.raised,
         )
         # Taken before the start-up retirement below: a notice past its end while the agent was
         # down leaves the board before any watcher is built, and a watcher without it took its
@@ -1107,6 +1108,7 @@ class Agent:
                     notice_id: sorted(clients)
                     for notice_id, clients in self.board.expected_by().items()
                 },
+                self.board.raised(),
             )
         )
 

@@ -59,6 +59,11 @@ class AgentState:
     # restarted agent that forgot them took a notice every client had flushed for one still
     # waiting for acks, and called it flushed again when a client left or a new one acked.
     expected_by: dict[str, list[str]] = field(default_factory=dict)
+    # When each notice was raised, by id, where that is not its `noticed_at` (raised again
+    # after it was retired; a manual one changed by a second notify): a restarted agent that
+    # forgot it retired a notice raised again at once (a clear, and the same terminate again at
+    # its watcher's next answer), and gave a changed manual notice a longer life.
+    raised: dict[str, datetime] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -122,15 +127,6 @@ def load_state(path: Path) -> AgentState:
         log.error("state file %s: seq %r is not a count; ignored", path, seq)
         seq = 0
     boot_id = raw.get("boot_id")
-    windows_raw = raw.get("windows", {})
-    windows = {}
-    for notice_id, end in (windows_raw if isinstance(windows_raw, dict) else {}).items():
-        try:
-            windows[notice_id] = parse_time(end if isinstance(end, str) else repr(end))
-        except ValueError:
-            log.error(
-                "state file %s: window end %r of %s is not a time; ignored", path, end, notice_id
-            )
     return AgentState(
         seq=seq,
         acked_by=_acked_by(raw.get("acked_by", {})),
@@ -141,8 +137,23 @@ def load_state(path: Path) -> AgentState:
         flushes=flushes,
         escalated=escalated,
         boot_id=boot_id if isinstance(boot_id, str) else None,
-        windows=windows,
+        windows=_times(raw, "windows", "window end", path),
+        raised=_times(raw, "raised", "raise time", path),
     )
+
+
+def _times(raw: dict[str, object], key: str, what: str, path: Path) -> dict[str, datetime]:
+    """The times by notice id under `key`; one that is not a time is left out and reported."""
+    times = {}
+    items = raw.get(key, {})
+    for notice_id, moment in (items if isinstance(items, dict) else {}).items():
+        try:
+            times[notice_id] = parse_time(moment if isinstance(moment, str) else repr(moment))
+        except ValueError:
+            log.error(
+                "state file %s: %s %r of %s is not a time; ignored", path, what, moment, notice_id
+            )
+    return times
 
 
 def _acked_by(raw: object) -> dict[str, list[str]]:
@@ -257,6 +268,7 @@ def encode_state(state: AgentState) -> bytes:
         "escalated": list(state.escalated),
         "boot_id": state.boot_id,
         "windows": {notice_id: format_time(end) for notice_id, end in state.windows.items()},
+        "raised": {notice_id: format_time(when) for notice_id, when in state.raised.items()},
         "acked_by": {
             notice_id: sorted(clients)[:MAX_ACKED_SAVED]
             for notice_id, clients in state.acked_by.items()

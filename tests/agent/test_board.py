@@ -433,3 +433,40 @@ def test_a_notice_acked_while_flushes_are_held_is_not_flushed_by_a_second_restar
     clock.now = T0 + timedelta(seconds=3)
     assert second.release_flushes() == []
     assert second.record_ack("aws/spot-itn/1", "b", 1.0)
+
+
+def test_a_notice_raised_again_after_expiry_keeps_its_fresh_grace_across_a_restart() -> None:
+    """A notice retired past its end and raised again (its provider still shows it) has a
+    fresh grace from the re-raise. A restarted board took its first `noticed_at` for when it
+    was raised: past its end at once, it was cleared at start and raised again at the
+    watcher's next answer, a clear and a terminate its clients had not been sent before."""
+    b, clock = board()
+    b.grace = timedelta(seconds=120)
+    spot = report(action="terminate", deadline=T0, noticed_at=T0)
+    b.report(spot)
+    clock.now = T0 + timedelta(seconds=200)
+    b.due()
+    assert b.report(spot) is not None  # raised again: retired at T0 + 320 s
+    restarted, clock = board()
+    restarted.grace = timedelta(seconds=120)
+    clock.now = T0 + timedelta(seconds=210)
+    restarted.restore([], provider=b.provider_notices(), raised=b.raised())
+    assert restarted.due() == ([], [])
+    assert restarted.next_due() == T0 + timedelta(seconds=320)
+
+
+def test_a_manual_notice_asked_for_again_keeps_its_lifetime_across_a_restart() -> None:
+    """A manual notice changed by a second notify (a drain made a terminate) lives from when it
+    was first raised; a restarted board counted its lifetime from the change."""
+    b, clock = board()
+    b.manual_lifetime = timedelta(minutes=10)
+    local = {"id": "local/manual/1", "provider": "local", "reason": "manual"}
+    b.report(report(**local, noticed_at=T0), manual=True)
+    clock.now = T0 + timedelta(minutes=8)
+    b.report(report(**local, action="terminate", noticed_at=clock.now), manual=True)
+    assert b.next_due() == T0 + timedelta(minutes=10)
+    restarted, clock = board()
+    restarted.manual_lifetime = timedelta(minutes=10)
+    clock.now = T0 + timedelta(minutes=9)
+    restarted.restore(b.manual(), raised=b.raised())
+    assert restarted.next_due() == T0 + timedelta(minutes=10)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from forewarn.clients import CheckpointGuard, Notices
-from forewarn.protocol.timefmt import format_time
+from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
 from other_user import ForkedAgent, other_user, shared_tmp
@@ -324,6 +324,37 @@ def test_a_flag_file_still_there_after_expiry_is_raised_again(tmp_path: Path) ->
         next_notice(sub, timeout=6, action="clear", id=first["id"])
         again = next_notice(sub, timeout=6, action="drain", id=first["id"])
         assert again["seq"] > first["seq"]
+
+
+@pytest.mark.slow(5)
+def test_a_flag_notice_raised_again_after_expiry_is_not_retired_by_an_agent_restart(
+    tmp_path: Path,
+) -> None:
+    """A notice raised again after it expired has a fresh lifetime. A restarted agent counted
+    it from when it was first noticed: it retired it at start (a clear to every client, the
+    drain again at its watcher's next look) although the flag file had not been touched."""
+    lifetime = 3.0
+    args = (
+        *("--set", f"manual_lifetime={lifetime:g}", "--set", "local.flag_interval=0.05"),
+        *("--log-format", "json"),
+    )
+    with AgentProcess(tmp_path, args=args) as agent, agent.subscriber() as sub:
+        (tmp_path / "run" / "checkpoint-now").write_text("")
+        first = next_notice(sub, action="drain")
+        next_notice(sub, timeout=8, action="clear", id=first["id"])
+        again = next_notice(sub, timeout=8, action="drain", id=first["id"])
+    ends = parse_time(again["sent_at"]) + timedelta(seconds=lifetime)
+    with AgentProcess(tmp_path, args=args) as restarted:
+        active = [n["id"] for n in restarted.control({"op": "status"})["active"]]
+        log = restarted.output()
+    expired = [
+        line
+        for line in map(json.loads, filter(None, log.splitlines()))
+        if line.get("lifecycle") == "expired"
+    ]
+    assert all(parse_time(line["ts"]) >= ends for line in expired), (ends, expired)
+    if not expired:
+        assert active == [first["id"]]
 
 
 @pytest.mark.parametrize(

@@ -288,6 +288,7 @@ _json = st.recursive(
                 "windows",
                 "acked_by",
                 "expected_by",
+                "raised",
             ]
         ),
         _json | st.dictionaries(st.text(max_size=8), st.just("2026-11-30T03:00:00Z") | _json),
@@ -311,7 +312,7 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
     assert state.boot_id is None or isinstance(state.boot_id, str)
     assert all(
         isinstance(i, str) and isinstance(end, datetime) and end.tzinfo is not None
-        for i, end in state.windows.items()
+        for i, end in [*state.windows.items(), *state.raised.items()]
     )
     assert all(
         isinstance(i, str) and all(isinstance(c, str) for c in clients)
