@@ -392,8 +392,11 @@ class Agent:
         )
         # Notices restored from the state file go out again for anyone listening. Those
         # that ended while the agent was down are retired first (a clear, logged and counted):
-        # neither this nor a replay to an early subscriber may send one as active again.
-        sent = {notice.id for notice in self._send_due()}
+        # neither this nor a replay to an early subscriber may send one as active again. The
+        # clears and escalations go out after the others, which were numbered at restore:
+        # sent first, they put a `seq` before smaller ones.
+        escalated, expired = self.board.due()
+        sent = {notice.id for notice in [*escalated, *expired]}
         for notice in self.board.active():
             if notice.id in sent:
                 continue
@@ -409,6 +412,7 @@ class Agent:
                 self.state_path,
                 extra=notice_fields(notice, "restored"),
             )
+        self._send_due(escalated, expired)
         if self._escalated_at_restore:
             self._save()  # the escalated ids, as after any escalation
         _sd_notify("READY=1")
@@ -843,10 +847,13 @@ class Agent:
             self._retry_unsaved()
             await asyncio.sleep(self.settings.heartbeat_interval)
 
-    def _send_due(self) -> list[Notice]:
-        """Retire the notices past their end and escalate the drains now inside the margin;
-        what was sent."""
-        escalated, expired = self.board.due()
+    def _send_due(
+        self, escalated: list[Notice] | None = None, expired: list[Notice] | None = None
+    ) -> None:
+        """Retire the notices past their end and escalate the drains now inside the margin
+        (`board.due()`, unless given)."""
+        if escalated is None or expired is None:
+            escalated, expired = self.board.due()
         if expired:
             self._save_now()  # before the clears go out, as for any clear
         for notice in expired:
@@ -863,7 +870,6 @@ class Agent:
             self._send(notice, escalated=True)
         if escalated:
             self._save()  # after: a terminate waits for no disk
-        return [*expired, *escalated]
 
     async def _escalations(self) -> None:
         while True:

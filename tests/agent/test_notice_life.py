@@ -304,6 +304,51 @@ def test_a_manual_notice_that_ended_while_the_agent_was_down_is_retired_not_rese
     assert 'forewarn_notices_expired_total{provider="local",reason="manual"} 1.0' in metrics
 
 
+@pytest.mark.slow(5)
+def test_what_a_restarted_agent_sends_at_start_is_numbered_in_order(tmp_path: Path) -> None:
+    """`seq` strictly increases over every message the agent sends. A restarted agent sent
+    the clear of a notice that ended while it was down, then the notices it restored, which
+    were numbered before that clear: a client that drops what is numbered below what it has
+    seen (a replay it holds already) lost the restored notices."""
+    args = ("--set", "notice_grace=1")
+    first = AgentProcess(tmp_path, args=args).start()
+    try:
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=1)
+        ending = {"op": "notify", "action": "terminate", "deadline": format_time(deadline)}
+        ended_id = first.control(ending)["notice"]["id"]
+        kept_id = first.control({"op": "notify", "action": "drain"})["notice"]["id"]
+    finally:
+        assert first.stop() == 0
+    ended = deadline + timedelta(seconds=1)
+    eventually(lambda: datetime.now(timezone.utc) > ended, 10, "the notice's deadline plus grace")
+    # As above: `auto` held in detection, the client is subscribed before the agent sends
+    # what it restored.
+    with socket.socket() as hanging:
+        hanging.bind(("127.0.0.1", 0))
+        hanging.listen(8)
+        dead = f"http://{DEAD_LOOPBACK}"
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AWS_URL=f"http://127.0.0.1:{hanging.getsockname()[1]}",
+            FOREWARN_GCP_URL=dead,
+            FOREWARN_AZURE_URL=dead,
+            FOREWARN_DIGITALOCEAN_URL=dead,
+            FOREWARN_KUBERNETES_URL=dead,
+        )
+        again = AgentProcess(tmp_path, providers=("auto",), args=args, env=env)
+        with Subscriber(again.events, ("notice", "heartbeat")) as sub, again:
+            seen: list[tuple[str, dict[str, Any]]] = []
+            while not any(topic == "heartbeat" for topic, _ in seen):
+                seen.append(sub.recv(timeout=10))
+    notices = [(body["id"], body["action"]) for topic, body in seen if topic == "notice"]
+    assert notices[:2] in (
+        [(ended_id, "clear"), (kept_id, "drain")],
+        [(kept_id, "drain"), (ended_id, "clear")],
+    ), seen
+    numbers = [body["seq"] for _, body in seen]
+    assert numbers == sorted(set(numbers)), seen
+
+
 def test_a_manual_notice_without_deadline_ends_after_its_lifetime(tmp_path: Path) -> None:
     with (
         AgentProcess(tmp_path, args=("--set", "manual_lifetime=1")) as agent,
