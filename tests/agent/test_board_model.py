@@ -331,17 +331,21 @@ class NoticeLife(RuleBasedStateMachine):
         expected = [notice_id for notice_id in list(self.active) if self._expect_flushed(notice_id)]
         assert sorted(done) == sorted(expected)
 
-    @rule(client=st.sampled_from(CLIENTS), seconds=FLUSHES, data=st.data())
-    def client_acks(self, client: str, seconds: float, data: st.DataObject) -> None:
+    @rule(client=st.sampled_from([*CLIENTS, None]), seconds=FLUSHES, data=st.data())
+    def client_acks(self, client: str | None, seconds: float, data: st.DataObject) -> None:
         """A client reports a saved flush (a wider margin escalates at the next `due`): mostly
-        for an active notice, as clients do."""
+        for an active notice, as clients do. One that does not say who it is completes only
+        a notice no acking client holds."""
         known = sorted(self.active) or [*PROVIDER_IDS, *MANUAL_IDS]
         notice_id = data.draw(st.sampled_from(known) | st.sampled_from(PROVIDER_IDS))
         completes = self.board.record_ack(notice_id, client, seconds)
         self.flushes.append(seconds)
         entry = self.active.get(notice_id)
         if entry is not None:
-            entry.acked.add(client)
+            if client is not None:
+                entry.acked.add(client)
+            elif not self.clients and not entry.flushed:
+                entry.acked.add("(anonymous)")
             self.saved.add(notice_id)
         assert completes == self._expect_flushed(notice_id)
 
