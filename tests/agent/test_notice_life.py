@@ -402,6 +402,55 @@ def test_a_flag_notice_raised_again_after_expiry_is_not_retired_by_an_agent_rest
         assert active == [first["id"]]
 
 
+@pytest.mark.slow(6)
+def test_a_flag_acked_by_one_job_between_two_quick_restarts_waits_for_the_other(
+    tmp_path: Path,
+) -> None:
+    """Two jobs hold the flag's drain. After a restart, while the agent waits for the jobs
+    to reconnect, one acks; the agent restarts again at once. The second restart counted
+    the drain flushed by every job already (the jobs of the first were only the one that had
+    acked), without a word: the flag watcher, told before its first look, let it pass, and
+    when the other job saved nothing was left to complete. The flag file stayed, and a script
+    waiting for it to go waited forever. (Azure's watcher, told so, approves the event
+    before the other job has saved.)"""
+    flag = tmp_path / "run" / "checkpoint-now"
+    args = ("--set", "local.flag_interval=0.05")
+    first = Subscriber(AgentProcess(tmp_path).events, ("notice", "client/job-a"))
+    second = Subscriber(AgentProcess(tmp_path).events, ("notice", "client/job-b"))
+    try:
+        with AgentProcess(tmp_path, args=args) as agent:
+            first.ready()
+            second.ready()
+            eventually(lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 2, 10)
+            flag.write_text("")
+            notice_id = next_notice(first, action="drain")["id"]
+            second.close()  # job-b is still reconnecting when the next agent hears job-a
+        started = time.monotonic()
+        with AgentProcess(tmp_path, args=args) as agent:
+            ack = {"op": "ack", "notice_id": notice_id, "client": "job-a", "flush_seconds": 0.1}
+            assert agent.control(ack)["ok"]
+        # Both within the restart's wait for the jobs to reconnect (3 s): else job-b, not
+        # back by then, was rightly not waited for.
+        assert time.monotonic() - started < 3, "the second agent took too long"
+        second = Subscriber(AgentProcess(tmp_path).events, ("notice", "client/job-b"))
+        # Both jobs come back (new sockets, as a Notices whose agent went away reconnects).
+        first.close()
+        first = Subscriber(AgentProcess(tmp_path).events, ("notice", "client/job-a"))
+        with AgentProcess(tmp_path, args=args) as agent:
+            eventually(lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 2, 10)
+            # The flag watcher was told at its start of the drain flushed (and removed the
+            # file), or has looked at the file since.
+            eventually(lambda: "found: drain" in agent.output() or not flag.exists(), 10)
+            assert flag.exists(), agent.output()
+            assert [n["id"] for n in agent.control({"op": "status"})["active"]] == [notice_id]
+            ack["client"] = "job-b"
+            assert agent.control(ack)["ok"]
+            eventually(lambda: not flag.exists(), 10, "the flag handled once both jobs saved")
+    finally:
+        first.close()
+        second.close()
+
+
 @pytest.mark.parametrize(
     ("deadline", "expected"),
     [
