@@ -82,19 +82,29 @@ _EXAMPLES = "use e.g. 90s, 15m, 2h, 1h30m"
 
 def parse_duration(text: str) -> float:
     """Seconds in `90`, `1.5`, `.5`, `90s`, `15m`, `2h`, `1d`, `250ms`, the unit words
-    (`10sec`, `10 min`, `2 hours`, `1 day`) and compounds of them from the largest unit down
-    (`1h30m`, `2h 30m`, `1m30s`); ValueError naming what is wrong otherwise (a sign, an
-    exponent, `inf` or `nan` included)."""
+    (`10sec`, `10 min`, `2 hours`, `1 day`) in any case (`2 Hours`, `90S`; a capital `M` alone,
+    a month elsewhere, is refused) and compounds of them from the largest unit down (`1h30m`,
+    `2h 30m`, `1m30s`); ValueError naming what is wrong otherwise (a sign, an exponent, `inf`
+    or `nan` included)."""
     parts: list[tuple[float, str]] = []
     position = 0
     while position < len(text) or not parts:
         match = _PART.match(text, position)
         if not match:
             raise ValueError(f"not a duration ({_EXAMPLES}): {text!r}")
-        word = match.group(2)
+        written = word = match.group(2)
+        if word == "M":
+            # A month to systemd and ISO 8601 (P1M), a minute as `m`: not guessed at.
+            raise ValueError(
+                f"not a duration: 'M' in {text!r} is a minute or a month; write m or min "
+                "for minutes (a month is no unit here: use d)"
+            )
+        # In any case, as every other word of the configuration is read: `2 Hours` and
+        # `10 Min` were refused as not a duration.
+        word = word.lower()
         if word and word not in _UNITS:
             units = "ms, s, sec, m, min, h, hr, hour, d, day"
-            raise ValueError(f"not a duration: unknown unit {word!r} in {text!r} (use {units})")
+            raise ValueError(f"not a duration: unknown unit {written!r} in {text!r} (use {units})")
         parts.append((float(match.group(1)), word))
         position = match.end()
     if len(parts) == 1:

@@ -358,7 +358,7 @@ def test_an_agent_variable_that_is_no_setting_exits_2(variable: str, complaint: 
         # Rendered without a word, and on the machine the agent exited 2 at each start: the
         # job ran with no agent to warn it.
         (
-            ("FOREWARN_EXIT_MARGIN=30S",),
+            ("FOREWARN_EXIT_MARGIN=30sek",),
             "--env FOREWARN_EXIT_MARGIN: config key exit_margin: not a duration: unknown unit",
         ),
         (("FOREWARN_PROVIDERS=amazon",), "--env FOREWARN_PROVIDERS: config key providers"),
