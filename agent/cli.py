@@ -114,6 +114,28 @@ def _provider_name(text: str) -> str:
     return text.strip().lower()
 
 
+def _provider_names(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """`--provider`'s value: one name, or several separated by commas or space (`local aws`,
+    `local,aws`), each in any case. `--provider "local aws"` (an `ExecStart=` line, a variable
+    quoted once) and `--provider local,aws`, as FOREWARN_PROVIDERS writes the list, were
+    'invalid choice'."""
+
+    def parse(text: str) -> list[str]:
+        names = [_provider_name(name) for name in re.split(r"[,\s]+", text) if name]
+        if not names:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} names no provider (leave --provider out for auto)"
+            )
+        for name in names:
+            if name not in choices:
+                near = difflib.get_close_matches(name, choices, n=1)
+                hint = f"did you mean {near[0]!r}?" if near else f"choose from {', '.join(choices)}"
+                raise argparse.ArgumentTypeError(f"invalid choice {name!r} ({hint})")
+        return names
+
+    return parse
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -1088,10 +1110,11 @@ def build_parser(
     agent = commands.add_parser("agent", help="run the agent")
     agent.add_argument(
         "--provider",
-        action="append",
-        type=_provider_name,
-        choices=("auto", *names),
-        help="watcher to run; repeat for several (default: auto)",
+        action="extend",
+        type=_provider_names(("auto", *names)),
+        metavar="NAME",
+        help="watcher to run: auto, or one or several of "
+        f"{', '.join(names)} (repeat, or separate by commas or space; default: auto)",
     )
     agent.add_argument(
         "--config",

@@ -78,7 +78,8 @@ class Settings(BaseSettings):
     providers: Annotated[list[str], NoDecode] = Field(
         default=["auto"],
         description="Watchers to run: `auto` (local plus every cloud contract detected), or "
-        "names among local, aws, gcp, azure, digitalocean, kubernetes.",
+        "names among local, aws, gcp, azure, digitalocean, kubernetes (in the environment and "
+        "`--set`, separated by commas or space: `local,aws`, `local aws`).",
     )
     runtime_dir: Path | None = Field(
         default=None, description="Directory of the sockets and the flag file."
@@ -202,8 +203,14 @@ class Settings(BaseSettings):
         # Blank is the default, `auto`.
         value = split_list(value, cls.model_fields.get(info.field_name or ""))
         if isinstance(value, list):
-            # Any case (`AWS`, `GCP`), as on the command line.
-            return [part.strip().lower() if isinstance(part, str) else part for part in value]
+            # Any case (`AWS`, `GCP`), as on the command line; separated by space too, as
+            # `--provider` takes them: FOREWARN_PROVIDERS="local aws" (a systemd
+            # Environment= line) was one unknown provider named 'local aws'.
+            return [
+                name.lower()
+                for part in value
+                for name in (part.split() if isinstance(part, str) else [part])
+            ]
         return value
 
     @field_validator("providers")
