@@ -14,6 +14,7 @@ import errno
 import json
 import logging
 import os
+import string
 import threading
 import time
 import weakref
@@ -231,26 +232,27 @@ class CheckpointStore:
             )
         # A bad value is named by its variable: the store's own errors name the arguments
         # (`keep`, `verify`), which nobody passed in a pod whose manifest sets the variable.
-        if "keep" not in overrides and os.environ.get("FOREWARN_CHECKPOINT_KEEP"):
-            raw = os.environ["FOREWARN_CHECKPOINT_KEEP"]
-            try:
-                overrides["keep"] = int(raw)
-            except ValueError:
-                raise StoreConfigError(
-                    f"FOREWARN_CHECKPOINT_KEEP={raw!r} is not an integer"
-                ) from None
+        # Blank is unset, as for every FOREWARN_* variable the agent reads: a manifest's
+        # `value: " "` stopped the job with "' ' is not an integer".
+        raw = os.environ.get("FOREWARN_CHECKPOINT_KEEP", "")
+        if "keep" not in overrides and raw.strip(string.whitespace):
+            count = raw.strip(string.whitespace)
+            # ASCII digits alone: int() read `1_0` as 10, `+3` as 3 and `٣` as 3.
+            if not (count.isascii() and count.isdigit()):
+                raise StoreConfigError(f"FOREWARN_CHECKPOINT_KEEP={raw!r} is not an integer")
+            overrides["keep"] = int(count)
             if overrides["keep"] < 1:
                 raise StoreConfigError(
                     f"FOREWARN_CHECKPOINT_KEEP={raw!r} is not a positive integer (unset, every "
                     "generation is kept)"
                 )
-        if "verify" not in overrides and os.environ.get("FOREWARN_CHECKPOINT_VERIFY"):
-            raw = os.environ["FOREWARN_CHECKPOINT_VERIFY"]
-            if raw.strip() not in _POLICIES:
+        raw = os.environ.get("FOREWARN_CHECKPOINT_VERIFY", "")
+        if "verify" not in overrides and raw.strip(string.whitespace):
+            if raw.strip(string.whitespace) not in _POLICIES:
                 raise StoreConfigError(
                     f"FOREWARN_CHECKPOINT_VERIFY={raw!r} is neither 'sizes' nor 'checksums'"
                 )
-            overrides["verify"] = raw.strip()
+            overrides["verify"] = raw.strip(string.whitespace)
         return cls(url, **overrides)
 
     @property
