@@ -121,39 +121,107 @@ def _amount(text: str) -> float:
     return _number(text)
 
 
-def _price(text: str) -> float:
-    """A price: `1.20`, or `$1.20` when it was quoted."""
-    text = text.strip()
+# What an unquoted `$` leaves of a price: `$10` is `$1` (empty) and `0`, `$105` is `05`; `$0.35`
+# is the shell's own name (`bash`, `-bash`, a script's path) and `.35`.
+_CUT_AFTER_DOLLAR = re.compile(r"^0\d+\Z")
+_SHELL_NAME_BEFORE = re.compile(r"^(.*[^\d\s.$])\.(\d+)(?:/.*)?\Z")
+
+
+def _shell_traces(text: str) -> str | None:
+    """Why `text` looks like a price the shell expanded, else None."""
     if text.startswith("."):
         # `--spot-price $1.20` unquoted: the shell expands `$1` (empty) and passes `.20`,
         # which was read as 0.20, a sixth of the price meant.
-        raise argparse.ArgumentTypeError(
-            f"{text!r} starts with '.': an unquoted $1.20 reaches forewarn as .20 (the shell "
-            f"expands $1); write the price without '$' (1.20), or 0{text} if that is meant"
+        return (
+            f"{text!r} starts with '.': an unquoted $1{text} reaches forewarn as {text} (the "
+            f"shell expands $1); quote it ('$1{text}') or write the price without '$' "
+            f"(1{text}), or 0{text} if that is meant"
         )
+    number = text.partition("/")[0].strip()
+    if _CUT_AFTER_DOLLAR.match(number):
+        return (
+            f"{text!r}: an unquoted $1{number} reaches forewarn as {number} (the shell expands "
+            f"$1); quote it ('$1{number}') or write the price without '$' (1{number})"
+        )
+    shell = _SHELL_NAME_BEFORE.match(text)
+    if shell and not shell.group(1).startswith("$"):
+        cents = shell.group(2)
+        return (
+            f"{text!r} is not a price: an unquoted $0.{cents} reaches forewarn as the shell's "
+            f"name for $0 ({shell.group(1)!r}) followed by .{cents}; quote it ('$0.{cents}') or "
+            f"write 0.{cents}"
+        )
+    return None
+
+
+def _price(text: str, *, positive: bool = False) -> float:
+    """A price: `1.20`, or `$1.20` when it was quoted. `positive`: a spot or on-demand
+    price, which 0 cannot be."""
+    text = text.strip()
+    trace = _shell_traces(text)
+    if trace is not None:
+        raise argparse.ArgumentTypeError(trace)
     try:
-        return _number(text.removeprefix("$"))
+        value = _number(text.removeprefix("$"))
     except argparse.ArgumentTypeError as error:
         raise argparse.ArgumentTypeError(str(error).replace(repr(text[1:]), repr(text))) from None
+    if positive and value == 0:
+        if text == "0":
+            # `$10` to `$90` unquoted: the shell expands `$1` to `$9` and passes `0`.
+            raise argparse.ArgumentTypeError(
+                "'0': a spot or on-demand price must be more than 0; an unquoted $10 reaches "
+                "forewarn as 0 (the shell expands $1): quote it ('$10') or write the price "
+                "without '$' (10)"
+            )
+        raise argparse.ArgumentTypeError(
+            f"a spot or on-demand price must be more than 0 (got {text!r})"
+        )
+    return value
 
 
-# The units a price may be written with, as people write them ('$2.10/h', '0.023/GB-month'):
-# each was refused as 'not a number'. Any other unit is refused, naming the one meant.
-_PER_HOUR = ("h", "hr", "hrs", "hour", "hours")
-_PER_GB_MONTH = ("gb-month", "gb/month", "gb-mo", "gb/mo", "gbmonth")
-_PER_GB = ("gb",)
+# The units a price may be written with, as people write them ('$2.10/h', '0.023/GB-month'),
+# and what one of them is in the plan's unit: each was refused as 'not a number'. A provider
+# billing per GiB (2^30 bytes) or per TB is converted to per GB (10^9), the plan's unit
+# (`0.02/GiB-month` was refused). Any other unit is refused, naming the one meant.
+_PER_HOUR = dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 1.0)
+_GB = 1e9
+_PER_SIZE = {"gb": _GB / 1e9, "gib": _GB / 2**30, "tb": _GB / 1e12, "tib": _GB / 2**40}
+_PER_GB_MONTH = {
+    f"{size}{sep}{month}": factor
+    for size, factor in _PER_SIZE.items()
+    for sep in ("-", "/", "")
+    for month in ("month", "mo")
+}
+_PER_GB = dict(_PER_SIZE)
 
 
-def _price_per(units: tuple[str, ...], per: str, example: str) -> Any:
-    """`_price`, also with its unit written after a slash: `2.10/h`, `$0.023/GB-month`."""
+def _price_per(units: dict[str, float], per: str, example: str, *, positive: bool = False) -> Any:
+    """`_price`, also with its unit written after a slash: `2.10/h`, `$0.023/GB-month`,
+    converted to the plan's unit (`0.02/GiB-month` is 0.0186 per GB-month)."""
 
     def convert(text: str) -> float:
         number, slash, unit = text.strip().partition("/")
-        if slash and unit.strip().lower().replace(" ", "") not in units:
-            raise argparse.ArgumentTypeError(f"a price per {per}: write {example} (got {text!r})")
-        return _price(number)
+        factor = 1.0
+        if slash:
+            written = unit.strip().lower().replace(" ", "")
+            if written not in units:
+                # The traces of an unquoted `$` first: `bash.35/h` is no unit's fault.
+                trace = _shell_traces(text.strip())
+                if trace is not None:
+                    raise argparse.ArgumentTypeError(trace)
+                raise argparse.ArgumentTypeError(
+                    f"a price per {per}: write {example} (got {text!r})"
+                )
+            factor = units[written]
+        return _price(number, positive=positive) * factor
 
     return convert
+
+
+# A spot or on-demand price per hour: never 0, which prices nothing (and is what `$10`
+# unquoted becomes). A reserved price may be 0: hardware already paid for.
+_hourly = _price_per(_PER_HOUR, "hour", "2.10 or 2.10/h", positive=True)
+_reserved_hourly = _price_per(_PER_HOUR, "hour", "2.10 or 2.10/h")
 
 
 def _positive(text: str) -> float:
@@ -392,17 +460,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "B is a byte, b a bit",
     )
     money = parser.add_argument_group(
-        "prices (per hour unless named otherwise; write 1.20, not $1.20, which the shell "
-        "turns into .20 unless quoted)"
+        "prices (per hour unless named otherwise; write 12.50, not $12.50, which the shell "
+        "turns into 2.50 unless quoted)"
     )
-    hourly = _price_per(_PER_HOUR, "hour", "2.10 or 2.10/h")
-    money.add_argument("--spot-price", type=hourly, metavar="P", help="spot compute per hour")
+    money.add_argument("--spot-price", type=_hourly, metavar="P", help="spot compute per hour")
     money.add_argument(
-        "--on-demand-price", type=hourly, metavar="P", help="on-demand compute per hour"
+        "--on-demand-price", type=_hourly, metavar="P", help="on-demand compute per hour"
     )
     money.add_argument(
         "--reserved-price",
-        type=hourly,
+        type=_reserved_hourly,
         metavar="P",
         help="reserved or committed compute per hour, effective",
     )

@@ -25,7 +25,10 @@ _BITS = {"bit": 1 / 8, "kbit": 10**3 / 8, "mbit": 10**6 / 8, "gbit": 10**9 / 8, 
 _NUMBER = r"(\d+(?:\.\d*)?(?:e[+-]?\d+)?|\.\d+)"
 # Units keep their case: in `Gb` the small b is a bit, in `GB` the capital B a byte.
 _SIZE = re.compile(rf"^{_NUMBER}\s*([a-z]+)\Z", re.IGNORECASE)
-_PER_SECOND = re.compile(r"^(.*?)(?:/s|([bB])ps)\Z", re.IGNORECASE)
+# `/s`, `/sec`, `/second`, `per second`, or `ps` after B or b: `500MB/sec` was not a rate.
+_PER_SECOND = re.compile(
+    r"^(.*?)(?:\s*(?:/|\s+per\s+)\s*(?:s|secs?|seconds?)|([bB])ps)\Z", re.IGNORECASE
+)
 _COUNT = re.compile(rf"^{_NUMBER}\s*([kmbt]?)\Z")
 _COUNT_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
@@ -79,7 +82,8 @@ def parse_size(text: str) -> float:
 
 def parse_bandwidth(text: str) -> float:
     """Bytes per second in `500MB/s`, `750MBps`, `1.2GiB/s`, `10Gbit/s`, `10Gb/s` or
-    `10Gbps`: B is a byte and b a bit, `/s` and `ps` alike (Azure quotes disk throughput in
+    `10Gbps` (`/sec`, `/second` and `per second` as `/s`): B is a byte and b a bit, `/s` and
+    `ps` alike (Azure quotes disk throughput in
     MBps, bytes; networks are quoted in Gbps, bits)."""
     per_second = _PER_SECOND.match(text.strip())
     if not per_second:

@@ -1,0 +1,122 @@
+"""`forewarn plan`'s rates and prices written as people write them: `500MB/sec`,
+`0.02/GiB-month`, and the traces an unquoted `$` leaves in a price."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from forewarn.agent.plan import cli as plan_cli
+from forewarn.agent.plan.sizes import parse_bandwidth
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+GIB_PER_GB = 2**30 / 10**9
+
+
+@given(
+    number=st.floats(min_value=0.001, max_value=1e6, allow_nan=False),
+    unit=st.sampled_from(["MB", "GiB", "Gbit", "Mb", "kB"]),
+    per=st.sampled_from(["/sec", "/secs", "/second", " / sec", "/SEC", " per second", " per sec"]),
+)
+@example(number=500.0, unit="MB", per="/sec")
+def test_a_rate_per_sec_or_per_second_reads_as_per_s(number: float, unit: str, per: str) -> None:
+    """`--bandwidth 500MB/sec` was 'not a rate such as 500MB/s'."""
+    assert parse_bandwidth(f"{number!r}{unit}{per}") == parse_bandwidth(f"{number!r}{unit}/s")
+
+
+def test_a_rate_per_something_else_is_still_refused() -> None:
+    for text in ("500MB/min", "500MB/h", "500MB per hour", "500MB/secx"):
+        with pytest.raises(ValueError, match="not a rate"):
+            parse_bandwidth(text)
+
+
+@given(
+    price=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    unit=st.sampled_from(["GiB-month", "GiB/month", "GiB-mo", "gib/mo", "GiBmonth"]),
+)
+@example(price=0.02, unit="GiB-month")
+def test_a_price_per_gib_month_is_converted_to_gb_month(price: float, unit: str) -> None:
+    """`--storage-price 0.02/GiB-month` (as a provider bills, in binary gigabytes) was refused;
+    the plan works in GB (10^9 bytes), so it is that price over 1.074."""
+    convert = plan_cli._price_per(plan_cli._PER_GB_MONTH, "GB-month", "0.023 or 0.023/GB-month")
+    assert convert(f"{price!r}/{unit}") == pytest.approx(price / GIB_PER_GB, rel=1e-12)
+
+
+@given(
+    price=st.floats(min_value=0, max_value=1e6, allow_nan=False),
+    unit=st.sampled_from(["GiB", "gib", "TB", "TiB"]),
+)
+def test_an_io_price_per_gib_or_tb_is_converted_to_gb(price: float, unit: str) -> None:
+    convert = plan_cli._price_per(plan_cli._PER_GB, "GB", "0.0004 or 0.0004/GB")
+    per_gb = {"gib": 1 / GIB_PER_GB, "tb": 1e-3, "tib": 1e9 / 2**40}[unit.lower()]
+    assert convert(f"{price!r}/{unit}") == pytest.approx(price * per_gb, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("written", "says"),
+    [
+        # `$10` unquoted reaches forewarn as `0`, `$100` as `00`, `$105` as `05`.
+        ("0", "an unquoted $10 reaches forewarn as 0"),
+        ("00", "an unquoted $100 reaches forewarn as 00"),
+        ("05", "an unquoted $105 reaches forewarn as 05"),
+        ("0/h", "an unquoted $10 reaches forewarn as 0"),
+        # `$0.35` unquoted: the shell puts its own name for `$0`.
+        ("bash.35", "the shell's name for $0"),
+        ("/home/me/plan.sh.35", "the shell's name for $0"),
+        ("-bash.35", "the shell's name for $0"),
+    ],
+)
+def test_a_compute_price_with_the_traces_of_an_unquoted_dollar_is_refused(
+    written: str, says: str
+) -> None:
+    hourly = plan_cli._hourly
+    with pytest.raises(argparse.ArgumentTypeError, match="quote it") as caught:
+        hourly(written)
+    assert says in str(caught.value)
+
+
+def test_a_zero_compute_price_quoted_or_written_so_is_refused_too() -> None:
+    """A compute price of 0 prices nothing: whether a shell made it or not, the plan's
+    comparison against it means nothing."""
+    hourly = plan_cli._hourly
+    for text in ("0.0", "$0", "0.00/h"):
+        with pytest.raises(argparse.ArgumentTypeError, match="more than 0"):
+            hourly(text)
+    assert hourly("0.5") == 0.5 and hourly("$10") == 10
+
+
+def test_storage_and_io_prices_may_still_be_zero() -> None:
+    convert = plan_cli._price_per(plan_cli._PER_GB_MONTH, "GB-month", "0.023 or 0.023/GB-month")
+    assert convert("0") == 0
+
+
+@given(st.text(max_size=20))
+def test_an_hourly_price_parser_takes_any_text_and_answers_or_refuses(text: str) -> None:
+    hourly = plan_cli._hourly
+    try:
+        value = hourly(text)
+    except argparse.ArgumentTypeError:
+        return
+    assert value > 0
+
+
+FIGURES = ["--checkpoint", "10s", "--interruptions-per-day", "4"]
+
+
+@pytest.mark.parametrize("flag", ["--spot-price", "--on-demand-price"])
+def test_the_command_refuses_a_spot_or_on_demand_price_of_0(
+    capsys: pytest.CaptureFixture[str], flag: str
+) -> None:
+    """`--spot-price $10` unquoted reaches forewarn as `0`: the plan called spot free."""
+    argv = [*FIGURES, "--spot-price", "1.2", "--on-demand-price", "3.9", flag, "0"]
+    with pytest.raises(SystemExit) as caught:
+        plan_cli.main(argv)
+    assert caught.value.code == 2
+    assert f"{flag}: '0': a spot or on-demand price must be more than 0" in capsys.readouterr().err
+
+
+def test_the_command_takes_a_reserved_price_of_0_hardware_already_paid_for(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert plan_cli.main([*FIGURES, "--spot-price", "1.2", "--reserved-price", "0"]) == 0
