@@ -48,6 +48,7 @@ from .limits import (
     MAX_FLUSH_SECONDS,
     MAX_ID_LENGTH,
     MAX_NOTE_LENGTH,
+    NO_ACTIVE_MANUAL,
     deadline_problem,
 )
 from .throttle import WarningThrottle
@@ -294,9 +295,11 @@ def _ask(
     timeout: float = CONTROL_TIMEOUT,
     *,
     unanswered: str = "",
+    refusals: bool = False,
 ) -> dict[str, Any]:
     """The agent's reply; exit 1 with one line when nothing listens on `control` (at once) or
-    when the agent there does not answer within `timeout` (then `unanswered` is added)."""
+    when the agent there does not answer within `timeout` (then `unanswered` is added). A
+    refusal is a UsageError, or with `refusals` the reply itself, for the caller to read."""
     why = unreachable(control)
     if why is not None:
         if why.startswith(DENIED):
@@ -314,7 +317,7 @@ def _ask(
             file=sys.stderr,
         )
         raise SystemExit(1) from None
-    if reply.get("ok") is not True:
+    if reply.get("ok") is not True and not refusals:
         # A refusal (no control token, a request out of bounds) is for the caller to fix, for
         # `status` as for `notify`: `status` read the missing fields of the refusal as a crash.
         raise UsageError(f"the agent refused: {reply.get('error')}")
@@ -483,7 +486,17 @@ def cmd_notify(args: argparse.Namespace) -> int:
             f"; the notice {payload['id']} may have been raised: see `forewarn status`, and "
             f"retry with --id {payload['id']} so that a retry does not raise a second one"
         )
-    reply = _ask(control, payload, args.runtime_dir, args.timeout, unanswered=unanswered)
+    clear_one = args.action == "clear" and args.id is not None
+    reply = _ask(
+        control, payload, args.runtime_dir, args.timeout, unanswered=unanswered, refusals=clear_one
+    )
+    if reply.get("ok") is not True:
+        refused = str(reply.get("error"))
+        if not refused.startswith(NO_ACTIVE_MANUAL):
+            raise UsageError(f"the agent refused: {refused}")
+        if args.json:
+            print(json.dumps(reply))
+        return _nothing_cleared(control, args)
     if args.json:
         print(json.dumps(reply))
     elif args.action == "clear":
@@ -499,6 +512,33 @@ def cmd_notify(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _nothing_cleared(control: str, args: argparse.Namespace) -> int:
+    """`notify clear --id ID` of an id that is not an active manual notice: nothing was
+    cleared (exit 1), which is no bad input. It was exit 2, 'the agent refused', for a
+    script's cleanup of a notice that had expired, and named nothing for a mistyped id."""
+    status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
+    active = _readable(control, lambda: [str(notice["id"]) for notice in status["active"]])
+    if args.id in active:
+        line = (
+            f"{args.id!r} is not a manual notice: its provider withdraws it (a flag file's "
+            "drain: remove the flag file, or ack it with `forewarn ack`); nothing cleared"
+        )
+    else:
+        # Which of the active ones are manual, the status does not say; a flag file's and a
+        # provider's have ids of their own shape.
+        manual = [
+            notice_id
+            for notice_id in active
+            if notice_id.startswith("local/") and not notice_id.startswith("local/flag/")
+        ]
+        line = (
+            f"no active manual notice {args.id!r} (active manual: {', '.join(manual) or 'none'}"
+            "); nothing cleared"
+        )
+    print(f"forewarn: {line}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def cmd_ack(args: argparse.Namespace) -> int:

@@ -41,7 +41,7 @@ from pydantic import ValidationError
 from .board import EXPIRED_KEY, NoticeBoard, Sequencer
 from .config import ConfigError, Settings
 from .controltoken import remove_token, write_token
-from .limits import MAX_MANUAL, deadline_problem, id_problem
+from .limits import MAX_MANUAL, NO_ACTIVE_MANUAL, deadline_problem, id_problem
 from .observers import Observers, build_observers
 from .protocol import (
     CONTROL_REQUEST,
@@ -983,7 +983,7 @@ class Agent:
     def _clear(self, req: ClearRequest) -> ClearReply | ErrorReply:
         manual = [notice.id for notice in self.board.manual()]
         if req.id is not None and req.id not in manual:
-            return ErrorReply(error=f"no active manual notice with id {req.id!r}")
+            return ErrorReply(error=f"{NO_ACTIVE_MANUAL} {req.id!r}")
         ids = [req.id] if req.id is not None else manual
         cleared = [notice for notice in map(self.board.clear, ids) if notice is not None]
         if cleared:
