@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from forewarn.protocol.errors import UsageError
-from forewarn.protocol.timefmt import duration_arg
+from forewarn.protocol.timefmt import duration_arg, parse_duration
 
 ROLE_NAME = "forewarn-fis-spot-interruption"
 ACTION_ID = "aws:ec2:send-spot-instance-interruptions"
@@ -123,10 +124,30 @@ def duration_seconds(text: str) -> int:
     return hours * 3600 + minutes * 60 + seconds
 
 
+def fis_duration(text: str) -> str:
+    """`--duration` as FIS takes it, ISO 8601: `PT2M` (in any case) as written, or a duration
+    as every other flag takes it (`5m`, `2m30s`, `300`) written so (`PT5M`, `PT2M30S`).
+    `--duration 5m` was refused as 'not an ISO 8601 duration'."""
+    written = text.strip()
+    if _DURATION.match(written.upper()):
+        return written.upper()
+    try:
+        seconds = parse_duration(written)
+    except ValueError:
+        raise UsageError(
+            f"--duration: not a duration such as 5m, 2m30s or PT2M (ISO 8601): {text!r}"
+        ) from None
+    if not math.isfinite(seconds) or seconds != int(seconds):
+        raise UsageError(f"--duration: FIS takes whole seconds, got {text!r}")
+    minutes, rest = divmod(int(seconds), 60)
+    return "PT" + (f"{minutes}M" if minutes else "") + (f"{rest}S" if rest or not minutes else "")
+
+
 def make_plan(args: argparse.Namespace, default_region: Callable[[], str | None]) -> Plan:
     if not _INSTANCE_ID.match(args.instance_id or ""):
         raise UsageError(f"--instance-id: not an EC2 instance id (i-...): {args.instance_id!r}")
-    seconds = duration_seconds(args.duration)
+    duration = fis_duration(args.duration)
+    seconds = duration_seconds(duration)
     if not MIN_SECONDS <= seconds <= MAX_SECONDS:
         raise UsageError(
             f"--duration: FIS allows 2 to 15 minutes (PT2M to PT15M), got {args.duration} "
@@ -152,7 +173,7 @@ def make_plan(args: argparse.Namespace, default_region: Callable[[], str | None]
         raise UsageError(f"--region: not an AWS region: {region!r}")
     if args.poll <= 0:
         raise UsageError(f"--poll: must be more than 0 seconds, got {args.poll}")
-    return Plan(args.instance_id, region, args.duration, args.role_arn, args.poll)
+    return Plan(args.instance_id, region, duration, args.role_arn, args.poll)
 
 
 def describe(plan: Plan, out: Callable[[str], None]) -> None:
@@ -296,8 +317,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--duration",
         default="PT2M",
-        help="durationBeforeInterruption, ISO 8601, PT2M to PT15M (default PT2M: the "
-        "interruption notice comes at once)",
+        help="durationBeforeInterruption, 2 to 15 minutes: a duration (5m, 2m30s) or ISO 8601 "
+        "(PT5M) (default PT2M: the interruption notice comes at once)",
     )
     parser.add_argument(
         # A duration, as every other flag takes (`--poll 5s` was "invalid float value").
@@ -353,6 +374,7 @@ __all__ = [
     "describe",
     "duration_seconds",
     "execute",
+    "fis_duration",
     "make_plan",
     "run",
 ]

@@ -245,7 +245,7 @@ def test_the_command_line_prints_the_plan_and_exits_0(tmp_path: Path) -> None:
         (("--instance-id", INSTANCE + "\n", "--role-arn", ROLE), "--instance-id"),
         (("--instance-id", INSTANCE, "--role-arn", ROLE, "--duration", "PT1M"), "2 to 15 minutes"),
         (("--instance-id", INSTANCE, "--role-arn", ROLE, "--duration", "PT16M"), "2 to 15"),
-        (("--instance-id", INSTANCE, "--role-arn", ROLE, "--duration", "2m"), "ISO 8601"),
+        (("--instance-id", INSTANCE, "--role-arn", ROLE, "--duration", "2 mins ago"), "ISO 8601"),
         (("--instance-id", INSTANCE), "--role-arn"),
         (("--instance-id", INSTANCE, "--role-arn", "fis-role"), "not an IAM role ARN"),
         (("--instance-id", INSTANCE, "--role-arn", ROLE, "--create-role"), "not both"),
