@@ -38,6 +38,7 @@ from typing import IO, Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from forewarn.protocol.errors import ForewarnError
+from forewarn.protocol.timefmt import parse_duration
 
 from .sim_faults import FAULT_KINDS, Fault, FaultError, make_fault
 
@@ -391,10 +392,24 @@ def yes_or_no(value: Any, name: str) -> bool:
     return value
 
 
+def as_seconds(value: Any) -> Any:
+    """A notice field of seconds as a number: text that is a duration (`2m`, `90s`: from
+    `--notice spot,lead=2m` or a JSON body) is its seconds; anything else is returned as is,
+    for the field's own check to refuse. `--notice spot,lead=2m` was 'lead: expected a number
+    of seconds', while `after=2m` beside it was two minutes."""
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ValueError:
+            return value
+    return value
+
+
 def check_after(after: Any) -> float:
     """`after` as seconds, or SimError: a number from 0 to MAX_AFTER. A larger one (or
     Infinity) reached threading.Timer, whose thread died with OverflowError: the 202 came
     back and the notice was never raised."""
+    after = as_seconds(after)
     if (
         isinstance(after, bool)
         or not isinstance(after, (int, float))
@@ -682,4 +697,5 @@ __all__ = [
     "SimResponse",
     "SimServer",
     "Simulator",
+    "as_seconds",
 ]

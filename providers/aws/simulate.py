@@ -42,6 +42,7 @@ from ..simulator import (
     SimRequest,
     SimResponse,
     Simulator,
+    as_seconds,
     refuse_unknown_fields,
     yes_or_no,
 )
@@ -161,7 +162,7 @@ def _within_lead(seconds: float, what: str) -> float:
 
 
 def _number(fields: dict[str, Any], key: str, default: float) -> float:
-    value = fields.get(key, default)
+    value = as_seconds(fields.get(key, default))
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LEAD:
         raise SimError(f"{key}: expected a number of seconds from 0 to {MAX_LEAD:g}, got {value!r}")
     return float(value)

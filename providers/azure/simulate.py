@@ -34,7 +34,7 @@ from typing import Any
 from forewarn.protocol.timefmt import duration_arg
 
 from ..sim_cli import Scripted, SimulatorCommand
-from ..simulator import MAX_AFTER, SimError, SimRequest, SimResponse, Simulator
+from ..simulator import MAX_AFTER, SimError, SimRequest, SimResponse, Simulator, as_seconds
 from .events import EVENT_TYPES, format_not_before
 
 EVENTS_PATH = "/metadata/scheduledevents"
@@ -355,8 +355,10 @@ class AzureSimulator(Simulator):
         if "description" in fields:
             event["Description"] = str(fields["description"])
         if "duration_seconds" in fields:
-            duration = fields["duration_seconds"]
-            if not isinstance(duration, int) or duration < -1:
+            duration = as_seconds(fields["duration_seconds"])
+            if isinstance(duration, float) and duration.is_integer():
+                duration = int(duration)  # `1m` is 60.0
+            if isinstance(duration, bool) or not isinstance(duration, int) or duration < -1:
                 raise SimError('"duration_seconds" must be an integer >= -1')
             event["DurationInSeconds"] = duration
         status = fields.get("status", event["EventStatus"])
@@ -367,7 +369,7 @@ class AzureSimulator(Simulator):
             event["EventStatus"] = "Started"
             event["NotBefore"] = ""
         elif "not_before_seconds" in fields:
-            seconds = fields["not_before_seconds"]
+            seconds = as_seconds(fields["not_before_seconds"])
             if (
                 isinstance(seconds, bool)
                 or not isinstance(seconds, (int, float))
