@@ -24,6 +24,7 @@ from forewarn.protocol.wire import (
     ConfigFileError,
     EndpointError,
     environment,
+    ipc_path,
     read_toml,
     resolve_config_endpoint,
     resolve_config_path,
@@ -190,7 +191,9 @@ class Settings(BaseSettings):
         # Without the space around it, as the clients read it: a ConfigMap's YAML block ends
         # the value with a newline, and the socket file was `events\n`, where no client looked.
         # Blank is unset (the default endpoint), as a blank variable is.
-        return value.strip(string.whitespace) or None if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        return _absolute_ipc(value.strip(string.whitespace)) or None
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
@@ -297,6 +300,30 @@ class Settings(BaseSettings):
             )
         except EndpointError as error:
             raise ConfigError(str(error)) from None
+
+
+def _absolute_ipc(endpoint: str) -> str:
+    """`endpoint` with a `~` at the start of an `ipc://` path read as the home directory, as
+    in every path; a relative path is a ValueError naming the absolute one meant. The config
+    file's relative paths are made absolute from its directory before this (`_TomlSource`);
+    one from a flag, a FOREWARN_* variable or `--set` was bound in the agent's working
+    directory (`/` under systemd), where a job started elsewhere never looked, and
+    `ipc://run/forewarn/events` (the third slash missing) is the usual way to write one."""
+    path = ipc_path(endpoint)
+    if path is None or not str(path):
+        return endpoint
+    written = endpoint[len("ipc://") :]
+    if written.startswith("~"):
+        endpoint = "ipc://" + os.path.expanduser(written)
+        written = endpoint[len("ipc://") :]
+    if written.startswith("/"):
+        return endpoint
+    meant = os.path.normpath(os.path.join(os.getcwd(), written))
+    raise ValueError(
+        f"{endpoint!r} is a relative ipc:// path, read from the working directory, which the "
+        f"agent and its clients do not share: write it absolute, ipc://{meant} (three slashes "
+        "before an absolute path), or leave it out for the runtime directory's"
+    )
 
 
 class _EnvSource(EnvSettingsSource):

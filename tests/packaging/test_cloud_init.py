@@ -723,7 +723,6 @@ def test_every_runcmd_value_reads_back_as_written(text: str) -> None:
         ("FOREWARN_STATE_DIR=/mnt/data/forewarn", "/mnt/data/forewarn"),
         ("FOREWARN_RUNTIME_DIR=/run/other", "/run/other"),
         ("FOREWARN_STATE_DIR=/var/lib/forewarn-state", "/var/lib/forewarn-state"),
-        ("forewarn_control=ipc://control", "control"),
         ("FOREWARN_RUNTIME_DIR=/tmp/forewarn", "/tmp/forewarn"),
         ("FOREWARN_EVENTS=ipc:///srv/forewarn/events", "/srv/forewarn/events"),
     ],
@@ -739,6 +738,16 @@ def test_a_directory_the_agent_unit_cannot_write_is_refused(pair: str, complaint
     key = pair.partition("=")[0]
     assert result.stderr.startswith(f"forewarn: render cloud-init: --env {key}: "), result.stderr
     assert complaint in result.stderr and "ProtectSystem=strict" in result.stderr, result.stderr
+
+
+def test_a_relative_socket_path_is_refused_as_the_agent_refuses_it() -> None:
+    """`FOREWARN_CONTROL=ipc://control` was bound in the unit's working directory, `/`, which
+    ProtectSystem=strict keeps read-only; the agent refuses a relative ipc:// path anywhere
+    now, and render says so as the agent would."""
+    result = run_render("--env", "forewarn_control=ipc://control")
+    assert result.returncode == 2, result.stdout[-300:]
+    assert result.stderr.startswith("forewarn: render cloud-init: --env forewarn_control: ")
+    assert "relative ipc:// path" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize(
