@@ -152,7 +152,8 @@ class Settings(BaseSettings):
     telemetry_max_bytes: int = Field(
         default=10 * 1024 * 1024,
         ge=4096,
-        description="Size at which `telemetry.jsonl` is rotated (three older files are kept).",
+        description="Size at which `telemetry.jsonl` is rotated (three older files are kept): "
+        "bytes, or a size with its unit (`10MB`, `10MiB`).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info",
@@ -194,6 +195,20 @@ class Settings(BaseSettings):
         if not isinstance(value, str):
             return value
         return _absolute_ipc(value.strip(string.whitespace)) or None
+
+    @field_validator("telemetry_max_bytes", mode="before")
+    @classmethod
+    def _size_with_its_unit(cls, value: Any) -> Any:
+        # `10MB`, `10 MiB`, as `forewarn plan --checkpoint-size` takes a size: the key refused
+        # them as 'unable to parse string as an integer'. A bare number is bytes, as before.
+        if not isinstance(value, str) or not any(char.isalpha() for char in value):
+            return value
+        from .plan.sizes import parse_size
+
+        size = parse_size(value)
+        if size != int(size):
+            raise ValueError(f"not a whole number of bytes: {value.strip()!r} is {size:g}")
+        return int(size)
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
