@@ -7,7 +7,7 @@ import argparse
 import string
 from pathlib import Path
 
-__all__ = ["choice_as_written", "path_arg"]
+__all__ = ["choice_as_written", "path_arg", "word_as_written"]
 
 
 def path_arg(text: str) -> Path:
@@ -26,3 +26,10 @@ def choice_as_written(value: str) -> str:
     agent with exit 2 at every start, for its case alone."""
     value = value.strip(string.whitespace).lower()
     return "warning" if value == "warn" else value
+
+
+def word_as_written(value: str) -> str:
+    """A word among a flag's choices in any case, without the space around it (`notify
+    DRAIN`, `wait --for Terminate`, `--scenario CI`), as provider names and log levels are
+    read: each was 'invalid choice'. A word not among them is still refused, named lowered."""
+    return value.strip(string.whitespace).lower()

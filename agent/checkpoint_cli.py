@@ -31,7 +31,7 @@ from forewarn.clients.checkpoint.manifest import COMMIT, generation_name
 from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import parse_time
 
-from .argtypes import path_arg
+from .argtypes import path_arg, word_as_written
 from .progressbar import ProgressBar
 
 EXIT_CORRUPT = 1
@@ -79,7 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         s3.add_argument("--region", help="S3 signing region")
         s3.add_argument("--profile", help="a named AWS profile")
         s3.add_argument(
-            "--addressing-style", choices=("auto", "path", "virtual"), help="S3 addressing style"
+            "--addressing-style",
+            type=word_as_written,
+            choices=("auto", "path", "virtual"),
+            help="S3 addressing style",
         )
         return sub
 

@@ -41,7 +41,7 @@ from forewarn.protocol.wire import (
     unreachable,
 )
 
-from .argtypes import choice_as_written, path_arg
+from .argtypes import choice_as_written, path_arg, word_as_written
 from .eventlines import ReplayTracker, describe
 from .limits import (
     MAX_ACK_NOTE_LENGTH,
@@ -1207,11 +1207,12 @@ def build_parser(
     agent.set_defaults(func=cmd_agent)
 
     notify = commands.add_parser("notify", help="raise or clear a manual notice")
-    notify.add_argument("action", choices=("drain", "terminate", "clear"))
+    notify.add_argument("action", type=word_as_written, choices=("drain", "terminate", "clear"))
     notify.add_argument("--deadline", help="RFC 3339 time or a duration such as 90s, 15m, 2h")
     notify.add_argument(
         "--reason",
         help="why (default manual; drain and terminate only)",
+        type=word_as_written,
         choices=(
             "manual",
             "drill",
@@ -1249,6 +1250,7 @@ def build_parser(
     wait.add_argument(
         "--for",
         dest="wait_for",
+        type=word_as_written,
         choices=("drain", "terminate"),
         default="terminate",
         help="drain also returns on terminate (default: terminate)",
@@ -1293,6 +1295,7 @@ def build_parser(
     )
     ack.add_argument(
         "--outcome",
+        type=word_as_written,
         choices=("saved", "failed"),
         default="saved",
         help="saved (default), or failed: the save did not complete",

@@ -45,6 +45,7 @@ from forewarn.protocol.errors import UsageError
 from forewarn.protocol.timefmt import duration_arg, format_time, utcnow
 from forewarn.protocol.wire import request
 
+from .argtypes import word_as_written
 from .drill_local import Machine
 from .plan import ReclaimLoss, Timing, reclaim_loss
 from .reclaim_procs import JobTree, become_subreaper
@@ -63,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The realistic drill's flags on `forewarn drill local`."""
     parser.add_argument(
         "--scenario",
+        type=word_as_written,
         choices=SCENARIOS,
         default="quick",
         help="quick (default: the demo loop above), a platform (systemd, kubernetes, cloud, "
@@ -78,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed of the random moments")
     parser.add_argument(
         "--handler",
+        type=word_as_written,
         choices=("guard", "plain"),
         default=None,  # guard
         help="the job's handling: forewarn's guard (default), or plain: what Lightning does "
