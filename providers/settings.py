@@ -104,14 +104,16 @@ def _choices(annotation: Any) -> tuple[Any, ...]:
     return get_args(annotation) if get_origin(annotation) is Literal else ()
 
 
-def _choice_as_written(annotation: Any, text: str) -> str:
-    """`text` as the choice it names in any case: `FOREWARN_GCP_MIGRATE=DRAIN` and
-    `approve = "After-Ack"` stopped the agent with exit 2 at every start, for their case
-    alone, while `log_level` took `INFO`. Every choice is one lower-case word."""
-    folded = text.casefold()
-    return next(
-        (word for word in _choices(annotation) if isinstance(word, str) and word == folded), text
-    )
+def _as_word(annotation: Any, text: str) -> str:
+    """`text` as the one of a choice key's words it names in another case
+    (`FOREWARN_GCP_MIGRATE=DRAIN`, `approve = "After-Ack"`, `TLS`: each stopped the agent with
+    exit 2 at every start, while `log_level = "INFO"` was read); anything else as is, for the
+    field to accept or refuse."""
+    words = [word for word in _choices(annotation) if isinstance(word, str)]
+    if text in words:
+        return text
+    named = [word for word in words if word.casefold() == text.casefold()]
+    return named[0] if len(named) == 1 else text
 
 
 def _is_text(annotation: Any) -> bool:
@@ -166,7 +168,7 @@ def read_value(field: FieldInfo | None, value: Any) -> Any:
         # A ConfigMap's YAML block (`FOREWARN_KUBERNETES_CORDON: |`) or a file made with
         # `--from-file` ends `true` with a newline: pydantic refused `true\n`, and the agent
         # stopped with exit 2 at every start. Numbers and durations were read stripped already.
-        return _choice_as_written(field.annotation, value.strip(string.whitespace))
+        return _as_word(field.annotation, value.strip(string.whitespace))
     return as_seconds(field, value)
 
 
