@@ -38,6 +38,7 @@ from forewarn.protocol.wire import (
     request,
     resolve_endpoints,
     runtime_dir,
+    unquoted,
     unreachable,
 )
 
@@ -420,6 +421,9 @@ def apply_sets(overrides: dict[str, Any], items: Sequence[str]) -> None:
         if isinstance(target.get(leaf), dict):
             raise UsageError(f"--set {item!r}: {key} is a section; set {key}.KEY=VALUE")
         given = target.get(leaf)
+        # `--set key="value"` where no shell removed the quotes (an ExecStart= line, a
+        # quoted whole): TOML's string, as in the file.
+        value = unquoted(value)
         if not value.strip(string.whitespace):
             # Blank sets nothing (README), here as in `load_settings`: not a second value.
             target.setdefault(leaf, value)

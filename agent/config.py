@@ -30,6 +30,7 @@ from forewarn.protocol.wire import (
     resolve_config_path,
     resolve_endpoints,
     runtime_dir,
+    unquoted,
 )
 from forewarn.providers.registry import REGISTRY, Registry
 from forewarn.providers.settings import (
@@ -345,7 +346,20 @@ class _EnvSource(EnvSettingsSource):
     """The FOREWARN_ variables, a blank one being no value at all (`_without_blank`)."""
 
     def __call__(self) -> dict[str, Any]:
-        return _without_blank(super().__call__(), self.settings_cls)
+        return _without_blank(_unquoted_values(super().__call__()), self.settings_cls)
+
+
+def _unquoted_values(values: dict[str, Any]) -> dict[str, Any]:
+    """Each variable's value without one pair of quotes around it (`unquoted`), a section's
+    too: a Docker `--env-file` keeps them, as no shell reads that file."""
+    return {
+        key: _unquoted_values(value)
+        if isinstance(value, dict)
+        else unquoted(value)
+        if isinstance(value, str)
+        else value
+        for key, value in values.items()
+    }
 
 
 def _without_blank(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:

@@ -42,11 +42,32 @@ def environment(name: str) -> str | None:
     """The variable `name` in any case, as the agent's settings read every FOREWARN_ name
     (pydantic-settings): the agent took `forewarn_runtime_dir` while its clients, looking
     for `FOREWARN_RUNTIME_DIR` alone, went to the default place. The exact spelling first;
-    the agent refuses one variable in two spellings."""
+    the agent refuses one variable in two spellings. Without one pair of quotes around the
+    value (`unquoted`), as the agent reads it."""
     if name in os.environ:
-        return os.environ[name]
+        return unquoted(os.environ[name])
     wanted = name.upper()
-    return next((value for key, value in os.environ.items() if key.upper() == wanted), None)
+    value = next((value for key, value in os.environ.items() if key.upper() == wanted), None)
+    return None if value is None else unquoted(value)
+
+
+def unquoted(text: str) -> str:
+    """`text` without one pair of matching quotes around the whole of it (after the space
+    around it), as TOML reads a string: `"node-1"` (with `\\` escapes) or `'node-1'`. A
+    Docker `--env-file` line and an `ExecStart=... --set key="v"` keep the quotes, and a node
+    named `"node-1"` was watched, a state directory named `"/x"` made in the working
+    directory. Quotes inside, or unmatched, are left: they are part of the value."""
+    stripped = text.strip(string.whitespace)
+    if len(stripped) < 2 or stripped[0] != stripped[-1] or stripped[0] not in "\"'":
+        return text
+    inner = stripped[1:-1]
+    if stripped[0] == "'":
+        return text if "'" in inner else inner
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return text
+    return value if isinstance(value, str) else text
 
 
 SYSTEM_RUNTIME_DIR = Path("/run/forewarn")
@@ -606,6 +627,7 @@ __all__ = [
     "request_too_large",
     "resolve_endpoints",
     "runtime_dir",
+    "unquoted",
     "unreachable",
     "with_token",
 ]
