@@ -469,9 +469,16 @@ def test_options_with_what_they_refine_change_the_plan(capsys: pytest.CaptureFix
         (["--checkpoint", "10s", "--mtbi", "1d", "--spot-price", "1"], "--on-demand-price"),
         (["--checkpoint", "10s", "--mtbi", "1d", "--on-demand-price", "3"], "--spot-price"),
         # A price of 0 is a price given: each was ignored in silence, and a spot price of 0
-        # alone was answered 'give --spot-price'.
-        (["--checkpoint", "10s", "--mtbi", "1d", "--spot-price", "0"], "--on-demand-price"),
-        (["--checkpoint", "10s", "--mtbi", "1d", "--on-demand-price", "0"], "--spot-price"),
+        # alone was answered 'give --spot-price'. A spot or on-demand price of 0 is refused
+        # itself now (an unquoted $10 reaches forewarn as 0); a reserved one may be 0.
+        (
+            ["--checkpoint", "10s", "--mtbi", "1d", "--spot-price", "0"],
+            "--spot-price: '0': a spot or on-demand price must be more than 0",
+        ),
+        (
+            ["--checkpoint", "10s", "--mtbi", "1d", "--on-demand-price", "0"],
+            "--on-demand-price: '0': a spot or on-demand price must be more than 0",
+        ),
         (["--checkpoint", "10s", "--mtbi", "1d", "--reserved-price", "0"], "--spot-price"),
         (
             ["--checkpoint", "10s", "--mtbi", "1d", *PRICES, "--storage-price", "0.02"],
