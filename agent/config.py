@@ -81,7 +81,7 @@ class Settings(BaseSettings):
         default=["auto"],
         description="Watchers to run: `auto` (local plus every cloud contract detected), or "
         "names among local, aws, gcp, azure, digitalocean, kubernetes (in the environment and "
-        "`--set`, separated by commas or space: `local,aws`, `local aws`).",
+        "`--set`, separated by commas or space, `local,aws`, or a JSON list).",
     )
     runtime_dir: Path | None = Field(
         default=None, description="Directory of the sockets and the flag file."
@@ -220,7 +220,9 @@ class Settings(BaseSettings):
     @classmethod
     def _split_providers(cls, value: Any, info: ValidationInfo) -> Any:
         # Blank is the default, `auto`.
-        value = split_list(value, cls.model_fields.get(info.field_name or ""))
+        # A JSON list too, as the file writes it (`FOREWARN_PROVIDERS=["local","aws"]` was an
+        # unknown provider '["local"'), as FOREWARN_KUBERNETES_TAINTS takes one.
+        value = split_list(value, cls.model_fields.get(info.field_name or ""), json_list=True)
         if isinstance(value, list):
             # Any case (`AWS`, `GCP`), as on the command line; separated by space too, as
             # `--provider` takes them: FOREWARN_PROVIDERS="local aws" (a systemd

@@ -68,3 +68,19 @@ def test_a_bad_name_in_the_list_is_named(text: str, says: str) -> None:
 def test_the_config_names_a_bad_name_in_a_list() -> None:
     with pytest.raises(ConfigError, match="providers: unknown provider 'amazon'"):
         load_settings(providers="local amazon")
+
+
+@pytest.mark.parametrize("written", ['["local","aws"]', '["local", "aws"]', '[ "LOCAL" , "aws" ]'])
+def test_providers_as_a_json_list_in_the_environment_and_set(written: str) -> None:
+    """`FOREWARN_PROVIDERS=["local","aws"]` (the list as the TOML file writes it, as
+    `FOREWARN_KUBERNETES_TAINTS` takes one) was an unknown provider '["local"'."""
+    import os
+    from unittest import mock
+
+    from forewarn.agent.cli import apply_sets
+
+    with mock.patch.dict(os.environ, {"FOREWARN_PROVIDERS": written}):
+        assert load_settings().providers == ["local", "aws"]
+    overrides: dict[str, object] = {}
+    apply_sets(overrides, [f"providers={written}"])
+    assert load_settings(**overrides).providers == ["local", "aws"]
