@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import re
 import string
 import types
 from pathlib import PurePath
@@ -174,10 +175,11 @@ def read_value(field: FieldInfo | None, value: Any) -> Any:
 
 def split_list(value: Any, field: FieldInfo | None, *, json_list: bool = False) -> Any:
     """A list key's `value` as the environment, the config file and `--set` write it: its
-    items comma-separated (or, with `json_list`, a JSON list), each without the space around
-    it. Blank, it is the key's default, as a blank text or path is: `FOREWARN_KUBERNETES_TAINTS=`
-    (an empty value in a Helm or Kustomize env list) was an empty list and turned off every
-    default drain taint without a word. Commas alone (`,`) name nothing, and are refused."""
+    items separated by commas or space (or, with `json_list`, a JSON list), each without the
+    space around it. Blank, it is the key's default, as a blank text or path is:
+    `FOREWARN_KUBERNETES_TAINTS=` (an empty value in a Helm or Kustomize env list) was an empty
+    list and turned off every default drain taint without a word. Commas alone (`,`) name
+    nothing, and are refused."""
     if not isinstance(value, str):
         return value
     text = value.strip(string.whitespace)
@@ -189,7 +191,10 @@ def split_list(value: Any, field: FieldInfo | None, *, json_list: bool = False) 
         # RecursionError: nested a few thousand deep, a traceback instead of exit 2.
         except (ValueError, RecursionError) as error:
             raise ValueError(f"not a JSON list ({error})") from None
-    items = [part.strip(string.whitespace) for part in text.split(",")]
+    # By space as well as commas: no item of a list key (a provider, an EventType, a taint
+    # key) holds one, and `FOREWARN_AZURE_APPROVE_TYPES="Preempt Terminate"` (an
+    # Environment= line) was one EventType named 'Preempt Terminate'.
+    items = [part.strip(string.whitespace) for part in re.split(r"[,\s]+", text)]
     if not any(items):
         none = " or [] for none" if json_list else ""
         raise ValueError(f"{value!r} names nothing; leave it unset for the default{none}")

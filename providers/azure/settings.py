@@ -67,10 +67,10 @@ class Settings(EndpointSettings):
     # NoDecode: the environment gives a comma-separated list, not JSON.
     approve_types: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_APPROVE_TYPES),
-        description="EventTypes that may be approved, in any mode (comma-separated in the "
-        "environment). An approved Reboot or Redeploy starts at once, under clients that "
-        "flushed a drain and kept training; list them only when nothing runs that a reboot "
-        "would cost (`after-ack` never approves a drain anyway).",
+        description="EventTypes that may be approved, in any mode (separated by commas or "
+        "space in the environment). An approved Reboot or Redeploy starts at once, under "
+        "clients that flushed a drain and kept training; list them only when nothing runs that "
+        "a reboot would cost (`after-ack` never approves a drain anyway).",
     )
     freeze: bool = Field(
         default=False,

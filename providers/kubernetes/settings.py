@@ -95,16 +95,16 @@ class Settings(EndpointSettings):
     # NoDecode: the environment gives a comma-separated list, not JSON.
     taints: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_DRAIN_TAINTS),
-        description="Taint keys that raise a drain (comma-separated or a JSON list in the "
-        "environment). Setting it replaces the defaults; to add keys to them, use "
+        description="Taint keys that raise a drain (separated by commas or space, or a JSON "
+        "list, in the environment). Setting it replaces the defaults; to add keys to them, use "
         "`extra_taints`. Blank is unset (the defaults); `[]` is no taint key at all.",
     )
     # Users who set `taints` to add their own key dropped every default with it (the Cluster
     # Autoscaler's and Karpenter's deletions then went unnoticed): adding has its own key.
     extra_taints: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="More taint keys that raise a drain, added to `taints` (comma-separated "
-        "or a JSON list in the environment).",
+        description="More taint keys that raise a drain, added to `taints` (separated by "
+        "commas or space, or a JSON list, in the environment).",
     )
     # Bounded: the watcher waits on the plugin before each (re)connect; past ten minutes a
     # hung one would hold it, silent, for longer than any reclaim notice lasts.
