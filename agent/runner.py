@@ -1151,13 +1151,21 @@ class Agent:
 
 
 class _UnwaitedExecutor(concurrent.futures.ThreadPoolExecutor):
-    """The event loop's default executor, whose shutdown never waits for its threads: a
-    thread blocked in a read or a close (`asyncio.to_thread`) would otherwise hold the end of
-    `asyncio.run` after a stop for as long as it blocks. The command line ends the process
-    with os._exit then, which does not wait for them either."""
+    """The event loop's default executor, whose shutdown waits CLOSE_TIMEOUT at most for its
+    threads: a thread blocked in a read or a close (`asyncio.to_thread`) held the end of
+    `asyncio.run` after a stop for as long as it blocked. The command line ends the process
+    with os._exit then, which does not wait for them either. Not waiting at all cut short
+    the thread that stops what it started: a Kubernetes exec plugin's thread, cancelled
+    between starting the plugin and handing it to the call's owner, never killed the
+    plugin's process group, which outlived the agent."""
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         super().shutdown(wait=False, cancel_futures=cancel_futures)
+        if not wait:
+            return
+        deadline = time.monotonic() + CLOSE_TIMEOUT
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class WatcherStalled(ForewarnError, RuntimeError):

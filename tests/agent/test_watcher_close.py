@@ -52,3 +52,26 @@ def test_a_crashed_watcher_that_cannot_be_closed_is_restarted(tmp_path: Path) ->
         # Each run polls once and fails: a second poll is a second watcher, built after the
         # first could not be closed.
         eventually(lambda: stuck_health()["polls"] >= 2, timeout=15, what="a restart")
+
+
+def test_the_loops_threads_get_a_bounded_while_to_finish_at_the_stop() -> None:
+    """Not waited for at all, a thread cancelled between starting a Kubernetes exec plugin
+    and handing it to its owner never killed the plugin's process group (check 26b: the
+    plugin outlived the agent); waited for without a bound, a thread blocked for good held
+    the stop. A thread that ends soon ends; one that never does is left after CLOSE_TIMEOUT."""
+    import threading
+    import time
+
+    from forewarn.agent import runner
+
+    finished = threading.Event()
+    never = threading.Event()
+    executor = runner._UnwaitedExecutor()
+    executor.submit(lambda: (time.sleep(0.3), finished.set()))
+    executor.submit(never.wait)
+    began = time.monotonic()
+    executor.shutdown(wait=True)
+    took = time.monotonic() - began
+    never.set()
+    assert finished.is_set()
+    assert took < runner.CLOSE_TIMEOUT + 1.0
