@@ -168,8 +168,21 @@ def duration_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def duration_or_as_is(value: object) -> object:
+    """Text that is a duration (`2m`, `90s`) as its seconds; anything else as it is, for the
+    field's own check to refuse with its own words (a pydantic "before" validator, a
+    simulator's notice field)."""
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ValueError:
+            return value
+    return value
+
+
 __all__ = [
     "duration_arg",
+    "duration_or_as_is",
     "format_time",
     "parse_deadline",
     "parse_duration",

@@ -38,7 +38,7 @@ from typing import IO, Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from forewarn.protocol.errors import ForewarnError
-from forewarn.protocol.timefmt import parse_duration
+from forewarn.protocol.timefmt import duration_or_as_is
 
 from .sim_faults import FAULT_KINDS, Fault, FaultError, make_fault
 
@@ -397,12 +397,7 @@ def as_seconds(value: Any) -> Any:
     `--notice spot,lead=2m` or a JSON body) is its seconds; anything else is returned as is,
     for the field's own check to refuse. `--notice spot,lead=2m` was 'lead: expected a number
     of seconds', while `after=2m` beside it was two minutes."""
-    if isinstance(value, str):
-        try:
-            return parse_duration(value)
-        except ValueError:
-            return value
-    return value
+    return duration_or_as_is(value)
 
 
 def check_after(after: Any) -> float:

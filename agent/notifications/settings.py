@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from forewarn.protocol.timefmt import parse_duration
+from forewarn.protocol.timefmt import duration_or_as_is
 from forewarn.providers.settings import read_value
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -97,12 +97,7 @@ class WebhookSettings(BaseModel):
     @classmethod
     def _duration(cls, value: object) -> object:
         # Durations read the same here as on the command line: `5s`, `1m`, or seconds.
-        if isinstance(value, str):
-            try:
-                return parse_duration(value)
-            except ValueError:
-                return value
-        return value
+        return duration_or_as_is(value)
 
     @field_validator("timeout")
     @classmethod
