@@ -137,7 +137,6 @@ def test_no_import_cycles() -> None:
     low: dict[str, int] = {}
     stack: list[str] = []
     cycles: list[list[str]] = []
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 
     def visit(node: str) -> None:  # Tarjan's strongly connected components
         index[node] = low[node] = len(index)
@@ -158,7 +157,27 @@ def test_no_import_cycles() -> None:
             if len(component) > 1:
                 cycles.append(sorted(component))
 
-    for node in internal:
-        if node not in index:
-            visit(node)
+    # Raised for the walk only: left raised, it let Python's json read a notice nested 1,200
+    # deep in every later test of the worker, and the C subscriber test, which compares the C
+    # cap with what the Python client reads at the default limit, failed after this one.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for node in internal:
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)
     assert not cycles
+
+
+def test_the_cycle_walk_leaves_the_recursion_limit_as_it_found_it() -> None:
+    """Left at 10,000, every later test of the worker read JSON nested past the default limit:
+    the C subscriber's nesting test failed whenever it ran after this file (check 26c)."""
+    found = sys.getrecursionlimit()
+    sys.setrecursionlimit(1_000)
+    try:
+        test_no_import_cycles()
+        assert sys.getrecursionlimit() == 1_000
+    finally:
+        sys.setrecursionlimit(found)
