@@ -8,12 +8,12 @@ moto enforces IAM policies once its first few (setup) requests are spent
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from forewarn.clients.checkpoint import CheckpointStore
 from forewarn.clients.checkpoint.testing import loopback_s3_env, moto_server
 
 BUCKET = "ckpt-policy"
@@ -57,57 +57,35 @@ def narrow_keys() -> Iterator[dict[str, str]]:
             yield env
 
 
-# Run in a process of its own: in the suite's workers (checks 26a-26c) the ListObjectsV2 of
-# the first save was refused right after an allowed PutObject, against this module's own
-# server, though it passed alone, under load and beside all of tests/clients; what a worker
-# had left behind from earlier tests was never found. A job is a process of its own too.
-SAVES = """
-import json, logging, sys
-import boto3
-from forewarn.clients.checkpoint import CheckpointStore
-
-bucket = sys.argv[1]
-warned = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        if "unfinished uploads" in record.getMessage():
-            warned.append(record.getMessage())
-logging.getLogger("forewarn.checkpoint").addHandler(Keep(logging.WARNING))
-try:
-    boto3.session.Session().client("s3").list_multipart_uploads(Bucket=bucket)
-    listed = "allowed"
-except Exception as error:
-    listed = str(error)
-url = f"s3://{bucket}/run"
-store = CheckpointStore(url, keep=1)
-# A dead writer's leftover at the step the restarted job saves first.
-store.backend.put_small("step-000000000002/model.bin", b"half")
-def write(step):
-    return lambda gen: gen.write_bytes("model.bin", f"weights-{step}".encode())
-saved = [store.flush(step, write(step)).generation.step for step in (2, 3, 4)]
-steps = store.steps()
-latest = CheckpointStore(url).latest(verify="checksums")
-store.close()
-print(json.dumps({
-    "listed": listed, "saved": saved, "steps": steps, "warned": warned,
-    "latest": latest.read_bytes("model.bin").decode() if latest is not None else None,
-}))
-"""
+@pytest.fixture
+def narrow_env(narrow_keys: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    for key, value in narrow_keys.items():
+        monkeypatch.setenv(key, value)
 
 
+@pytest.mark.usefixtures("narrow_env")
 def test_saves_commit_without_permission_to_list_unfinished_uploads(
-    narrow_keys: dict[str, str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FOREWARN_"))}
-    env.update(narrow_keys)
-    done = subprocess.run(
-        [sys.executable, "-c", SAVES, BUCKET], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    assert "AccessDenied" in result["listed"]  # the credentials are the narrow ones
-    assert result["saved"] == [2, 3, 4]
-    assert result["steps"] == [4]  # retention deleted the older generations
-    assert result["latest"] == "weights-4"
-    warned = result["warned"]
+    import boto3
+
+    with pytest.raises(Exception, match="AccessDenied"):
+        boto3.session.Session().client("s3").list_multipart_uploads(Bucket=BUCKET)
+    url = f"s3://{BUCKET}/run"
+    store = CheckpointStore(url, keep=1)
+    # A dead writer's leftover at the step the restarted job saves first.
+    store.backend.put_small("step-000000000002/model.bin", b"half")
+    caplog.set_level(logging.WARNING, logger="forewarn.checkpoint")
+
+    def write(step: int) -> Any:
+        return lambda gen: gen.write_bytes("model.bin", f"weights-{step}".encode())
+
+    for step in (2, 3, 4):
+        assert store.flush(step, write(step)).generation.step == step
+    assert store.steps() == [4]  # retention deleted the older generations
+    latest = CheckpointStore(url).latest(verify="checksums")
+    assert latest is not None and latest.read_bytes("model.bin") == b"weights-4"
+    warned = [r.getMessage() for r in caplog.records if "unfinished uploads" in r.getMessage()]
     assert warned and all("AccessDenied" in message for message in warned), warned
+    store.close()
