@@ -643,6 +643,11 @@ class Agent:
         task = asyncio.ensure_future(watcher.watch(self._emit))
         started = time.monotonic()
         try:
+            if not isinstance(watcher, ProgressBounded):
+                # No bound to check (the local flag file's watcher): no wake-up four times a
+                # second for nothing (the idle agent's CPU went from 0.20 % to 0.25 %).
+                await task
+                return
             while not task.done():
                 await asyncio.wait([task], timeout=PROGRESS_CHECK)
                 bound = watcher.progress_bound() if isinstance(watcher, ProgressBounded) else None
