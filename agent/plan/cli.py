@@ -749,7 +749,7 @@ def resolve(args: argparse.Namespace) -> Resolved:
         # was long enough, and no longer is assumed (no idle tail).
         lead = response
         sources["notice_lead_seconds"] = "telemetry (every notice saved on)"
-    action = _notice_action(args, lead, sources)
+    action = _notice_action(args, lead, sources, summary)
     _lead_within_mtbi(args, lead, mtbi, sources)
     timing = Timing(
         checkpoint_seconds=checkpoint,
@@ -820,9 +820,15 @@ def resolve(args: argparse.Namespace) -> Resolved:
     )
 
 
-def _notice_action(args: argparse.Namespace, lead: float | None, sources: dict[str, str]) -> str:
-    """The flag, else a drain for a lead given longer than any provider's terminate. A lead
-    the telemetry measured is a terminate's (an escalated drain's is its exit margin)."""
+def _notice_action(
+    args: argparse.Namespace,
+    lead: float | None,
+    sources: dict[str, str],
+    summary: TelemetrySummary | None = None,
+) -> str:
+    """The flag, else a drain for a lead given longer than any provider's terminate, else a
+    drain where most of the telemetry's reclaims began as drains the agent escalated (their
+    lead is the drain's; a terminate's lead is its own)."""
     if args.notice_action is not None:
         if lead is None:
             # No notice to take either way: it changed nothing, in silence.
@@ -846,6 +852,19 @@ def _notice_action(args: argparse.Namespace, lead: float | None, sources: dict[s
             "Terminate; give --notice-action drain for a drain (Azure Reboot or Redeploy)"
         )
         action = "terminate"
+    elif (
+        sources.get("notice_lead_seconds") == "telemetry"
+        and summary is not None
+        and lead
+        and 2 * summary.drained_first > summary.terminate_notices
+    ):
+        # A DigitalOcean reclaim mail or a GCP host maintenance, sent as terminate by the
+        # agent at its exit margin: planned as a terminate it lost the save on the drain.
+        sources["notice_action"] = (
+            f"telemetry: {summary.drained_first} of {summary.terminate_notices} reclaim(s) "
+            "began as a drain the agent sent as terminate at its exit margin"
+        )
+        action = "drain"
     else:
         sources["notice_action"] = "default"
         action = "terminate"

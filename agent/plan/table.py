@@ -157,7 +157,7 @@ def render(plan: dict[str, Any]) -> str:
             [f"  ({how['source']})"]
             if seen["assumed"]
             and (how := plan["inputs"].get("notice_action"))
-            and how["source"].startswith("default:")
+            and how["source"].startswith(("default:", "telemetry:"))
             else []
         ),
         f"  interruptions that lose work: {_percent(seen['effective_no_notice_share'])}",

@@ -39,6 +39,10 @@ class TelemetrySummary:
     # The stall and durable times, where acks carry them separately (background uploads).
     flush_source: str = "flush_seconds"
     coverage_source: str = "flush_seconds"
+    # Reclaims that began as a drain with a deadline (DigitalOcean's reclaim mail, GCP host
+    # maintenance) which the agent sent as terminate at its exit margin: their lead is the
+    # drain's, and the job saved on the drain and trained on.
+    drained_first: int = 0
 
     @property
     def mtbi_seconds(self) -> float | None:
@@ -88,7 +92,12 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
     in_force: dict[tuple[int, str], tuple[int, float]] = {}
     deadlines: dict[tuple[int, str], float] = {}  # the last each terminate was sent with
     first_deadlines: dict[tuple[int, str], float] = {}  # the lead it gave when first sent
+    # A drain with a deadline, as first sent: (sent, deadline). Its escalation has the same id
+    # and the exit margin for a lead; the lead the provider gave is the drain's.
+    drains: dict[tuple[int, str], tuple[float, float]] = {}
+    began_as_drain: set[int] = set()  # reclaims whose first notice was such a drain
     reasons: dict[str, int] = {}
+    drain_leads: dict[int, float] = {}  # the drain's lead, for reclaims that began as one
     saved_at: dict[tuple[int, str], list[float]] = {}  # when saved acks for a notice arrived
     stalls: list[float] = []
     durables: list[float] = []
@@ -112,6 +121,16 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                 first = last = None
             first = at if first is None else min(first, at)
             last = at if last is None else max(last, at)
+            if (
+                kind == "notice"
+                and record.get("action") == "drain"
+                and record.get("deadline")
+                and (index, str(record.get("id"))) not in drains
+            ):
+                drains[(index, str(record.get("id")))] = (
+                    parse_time(str(record.get("sent_at") or record["at"])).timestamp(),
+                    parse_time(str(record["deadline"])).timestamp(),
+                )
             if kind in ("notice", "escalation") and record.get("action") == "terminate":
                 key = (index, str(record.get("id")))
                 if key in terminated:
@@ -139,6 +158,11 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                     reclaims.append([])
                     reason = str(record.get("reason"))
                     reasons[reason] = reasons.get(reason, 0) + 1
+                    if key in drains:
+                        # The drain came first: the provider's lead ran from it, and the
+                        # job saved on it and trained on until this terminate.
+                        began_as_drain.add(reclaim)
+                        drain_leads[reclaim] = max(drains[key][1] - drains[key][0], 0.0)
                 reclaims[reclaim].append(key)
                 # Published past its deadline (the agent was down), from when it came.
                 in_force[key] = (reclaim, max(deadlines.get(key, math.inf), sent) + DEFAULT_GRACE)
@@ -171,7 +195,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
     response_times: list[float] = []
     leads: list[float] = []
     late = 0
-    for keys in reclaims:
+    for number, keys in enumerate(reclaims):
         sent = min(terminated[key] for key in keys)
         after = [
             moment for key in keys for moment in saved_at.get(key, []) if moment >= terminated[key]
@@ -182,7 +206,9 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         first_due = min(
             (first_deadlines[key] for key in keys if key in first_deadlines), default=None
         )
-        if first_due is not None:
+        if number in drain_leads:
+            leads.append(drain_leads[number])
+        elif first_due is not None:
             # Published past its deadline (the agent saw it late): it gave no lead, not a
             # negative one. A deadline moved later since gave the job no more lead then.
             leads.append(max(first_due - sent, 0.0))
@@ -206,6 +232,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         late_notices=late,
         flush_source="stall_seconds" if split else "flush_seconds",
         coverage_source="durable_seconds" if split else "flush_seconds",
+        drained_first=len(began_as_drain),
     )
 
 

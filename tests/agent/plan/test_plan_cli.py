@@ -1254,3 +1254,59 @@ def test_a_price_parser_takes_any_text_and_answers_or_refuses(text: str) -> None
     except argparse.ArgumentTypeError:
         return
     assert math.isfinite(value) and value >= 0
+
+
+def _drain_then_escalation(day: int, *, lead: str = "02:00:00") -> list[str]:
+    """One DigitalOcean reclaim mail (a drain with a deadline `lead` ahead), saved on, then
+    the agent's terminate at the exit margin, saved on again."""
+    hours = int(lead[:2])
+    deadline = f"2026-11-{day:02d}T{10 + hours:02d}:00:00Z"
+    escalated = f"2026-11-{day:02d}T{9 + hours:02d}:59:30Z"
+    notice = (
+        '"id":"do/reclaim/{day}","reason":"reclaim","provider":"digitalocean",'
+        f'"deadline":"{deadline}"'
+    ).replace("{day}", str(day))
+    return [
+        f'{{"v":1,"at":"2026-11-{day:02d}T10:00:00Z","kind":"notice",{notice},'
+        f'"action":"drain","sent_at":"2026-11-{day:02d}T10:00:00Z"}}',
+        f'{{"v":1,"at":"2026-11-{day:02d}T10:00:10Z","kind":"ack","notice_id":"do/reclaim/{day}",'
+        '"flush_seconds":10,"outcome":"saved"}',
+        f'{{"v":1,"at":"{escalated}","kind":"escalation",{notice},"action":"terminate",'
+        f'"sent_at":"{escalated}"}}',
+        f'{{"v":1,"at":"2026-11-{day:02d}T{9 + hours:02d}:59:40Z","kind":"ack",'
+        f'"notice_id":"do/reclaim/{day}","flush_seconds":10,"outcome":"saved"}}',
+    ]
+
+
+def test_a_drain_the_agent_escalated_is_planned_as_the_drain_it_was(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """DigitalOcean's reclaim mail comes as a drain two hours ahead; the agent sends it as
+    terminate at the exit margin. The telemetry's lead was the escalation's 30 s, and the plan
+    took every reclaim as a 30 s terminate: it left out the save on the drain (one more flush
+    per reclaim) and said 'taken as a terminate: the job saves and exits at once'."""
+    lines = ['{"v":1,"at":"2026-11-01T00:00:00Z","kind":"start"}']
+    for day in range(1, 4):
+        lines += _drain_then_escalation(day)
+    lines.append('{"v":1,"at":"2026-11-04T00:00:00Z","kind":"stop"}')
+    path = tmp_path / "telemetry.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    plan = plan_json(capsys, "--telemetry", str(path))
+    assert plan["telemetry"]["late_notices"] == 0
+    assert plan["inputs"]["notice_lead_seconds"] == {"value": 7200.0, "source": "telemetry"}
+    assert plan["notice"]["action"] == "drain"
+    assert plan["inputs"]["notice_action"]["source"].startswith("telemetry")
+    assert plan["notice"]["terminate_lead_seconds"] == 30
+    # Two flushes per noticed reclaim: the drain's and the terminate's.
+    flags = ["--checkpoint", "10s", "--checkpoint-p95", "10s", "--interruptions-per-day", "1"]
+    as_drain = plan_json(
+        capsys, *flags, "--notice-lead", "2h", "--notice-action", "drain", "--interval", "1h"
+    )
+    measured = plan_json(capsys, "--telemetry", str(path), *flags, "--interval", "1h")
+    assert measured["overhead"]["notice_flush"] == pytest.approx(
+        as_drain["overhead"]["notice_flush"]
+    )
+    assert plan_cli.main(["--telemetry", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "taken as a drain: the job saves at once and trains on" in table
+    assert "(telemetry: 3 of 3 reclaim(s) began as a drain the agent sent as terminate" in table
