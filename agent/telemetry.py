@@ -11,7 +11,8 @@ Each line holds `v` (1), `at` (RFC 3339, when the agent wrote it) and `kind`:
   observed span.
 - `notice` / `escalation`: a published notice (`id`, `seq`, `action`, `reason`, `provider`,
   `deadline`, `noticed_at`, `sent_at`); `escalation` is a drain sent as terminate (its
-  deadline within the exit margin).
+  deadline within the exit margin); `clients`, the acking clients subscribed then (0: no
+  job held it, as on a machine between jobs).
 - `ack`: a client flushed (`notice_id`, `client`, `step`, `flush_seconds`, `outcome`; from a
   background save also `stall_seconds` and `durable_seconds`, and for a final save that found
   one in flight `choice` and `note`).
@@ -127,12 +128,20 @@ class TelemetryObserver(Observer):
 
     def __init__(self, writer: TelemetryWriter) -> None:
         self.writer = writer
+        # Acking clients subscribed now: a notice reaching none (a machine between jobs)
+        # is not one a job failed to save on, and `forewarn plan` must tell the two apart.
+        self.clients = 0
 
     def on_start(self, providers: list[str]) -> None:
         self.writer.write("start", {"providers": providers, "pid": os.getpid()})
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
-        self.writer.write("escalation" if escalated else "notice", _notice_fields(notice))
+        fields = _notice_fields(notice)
+        fields["clients"] = self.clients
+        self.writer.write("escalation" if escalated else "notice", fields)
+
+    def on_subscribers(self, count: int) -> None:
+        self.clients = count
 
     def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
         if ack.outcome == "resumed":
@@ -179,7 +188,14 @@ def _refuse_constant(name: str) -> Any:
 
 
 _TIMES = ("at", "sent_at", "noticed_at", "deadline")
-_FIGURES = ("flush_seconds", "stall_seconds", "durable_seconds", "restore_seconds", "steps_lost")
+_FIGURES = (
+    "flush_seconds",
+    "stall_seconds",
+    "durable_seconds",
+    "restore_seconds",
+    "steps_lost",
+    "clients",
+)
 
 
 def _bad_field(record: dict[str, Any]) -> str | None:

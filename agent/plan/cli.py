@@ -993,10 +993,17 @@ def notes(resolved: Resolved) -> list[str]:
         and summary.terminate_notices
         and resolved.sources.get("no_notice_share") == "default"
     ):
+        held = summary.terminate_notices - summary.unattended_notices
         found.append(
-            f"{summary.late_notices} of {summary.terminate_notices} terminate notice(s) in the "
+            f"{summary.late_notices} of {held} terminate notice(s) in the "
             "telemetry came too late to save on; crashes and lost hosts do not show there, so "
             f"the default share without a usable notice ({DEFAULT_NO_NOTICE_SHARE:.0%}) stays"
+        )
+    if summary is not None and summary.unattended_notices:
+        found.append(
+            f"{summary.unattended_notices} of {summary.terminate_notices} terminate notice(s) "
+            "reached no job (no acking client subscribed, no ack): counted in the interruption "
+            "rate, not as too late to save on"
         )
     cap = resolved.timing.max_interval_seconds
     recommended = resolved.intervals.recommended

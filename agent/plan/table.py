@@ -61,8 +61,13 @@ def render(plan: dict[str, Any]) -> str:
         out.append(
             f"  records: {telemetry['records']} over {seconds_text(telemetry['span_seconds'])}; "
             f"terminate notices: {telemetry['terminate_notices']} "
-            f"({telemetry['late_notices']} too late to save on); flushes: "
-            f"{telemetry['flushes']}; resumes: {telemetry['resumes']}"
+            f"({telemetry['late_notices']} too late to save on"
+            + (
+                f", {telemetry['unattended_notices']} reaching no job"
+                if telemetry.get("unattended_notices")
+                else ""
+            )
+            + f"); flushes: {telemetry['flushes']}; resumes: {telemetry['resumes']}"
         )
         out.append("")
     for note in plan["notes"]:

@@ -43,6 +43,9 @@ class TelemetrySummary:
     # maintenance) which the agent sent as terminate at its exit margin: their lead is the
     # drain's, and the job saved on the drain and trained on.
     drained_first: int = 0
+    # Reclaims whose notices reached no acking client and no ack named: no job held them (a
+    # machine between jobs). Interruptions of the capacity, but none too late for a job.
+    unattended_notices: int = 0
 
     @property
     def mtbi_seconds(self) -> float | None:
@@ -52,10 +55,12 @@ class TelemetrySummary:
 
     @property
     def late_share(self) -> float | None:
-        """Share of terminate notices that came too late to save on: without a usable notice."""
-        if not self.terminate_notices:
+        """Share of terminate notices a job held that came too late to save on: without a
+        usable notice. Those no job held are left out of both counts."""
+        held = self.terminate_notices - self.unattended_notices
+        if held <= 0:
             return None
-        return self.late_notices / self.terminate_notices
+        return self.late_notices / held
 
 
 def _median(values: list[float]) -> float | None:
@@ -99,6 +104,10 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
     reasons: dict[str, int] = {}
     drain_leads: dict[int, float] = {}  # the drain's lead, for reclaims that began as one
     saved_at: dict[tuple[int, str], list[float]] = {}  # when saved acks for a notice arrived
+    acked: set[tuple[int, str]] = set()  # notices some ack named, saved or failed
+    # Notices sent with an acking client subscribed, or by an agent that did not say: a job
+    # may have held them.
+    held: set[tuple[int, str]] = set()
     stalls: list[float] = []
     durables: list[float] = []
     split = False
@@ -133,6 +142,9 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                 )
             if kind in ("notice", "escalation") and record.get("action") == "terminate":
                 key = (index, str(record.get("id")))
+                clients = record.get("clients")
+                if not isinstance(clients, (int, float)) or clients > 0:
+                    held.add(key)
                 if key in terminated:
                     # Sent again with the deadline its provider moved (a maintenance
                     # postponed): a save before the new one was in time. With the first
@@ -168,7 +180,9 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                 in_force[key] = (reclaim, max(deadlines.get(key, math.inf), sent) + DEFAULT_GRACE)
             elif kind == "notice" and record.get("action") == "clear":
                 in_force.pop((index, str(record.get("id"))), None)
-            elif kind == "ack" and record.get("outcome") == "saved":
+            if kind == "ack" and record.get("notice_id") is not None:
+                acked.add((index, str(record["notice_id"])))
+            if kind == "ack" and record.get("outcome") == "saved":
                 flush = _number(record, "flush_seconds")
                 stall = _number(record, "stall_seconds")
                 durable = _number(record, "durable_seconds")
@@ -181,7 +195,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                     durables.append(durable)
                 if record.get("notice_id") is not None:
                     saved_at.setdefault((index, str(record["notice_id"])), []).append(at)
-            elif kind == "resume":
+            if kind == "resume":
                 if record.get("restore_seconds") is not None:
                     restores.append(float(record["restore_seconds"]))
                 if record.get("steps_lost") is not None:
@@ -195,6 +209,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
     response_times: list[float] = []
     leads: list[float] = []
     late = 0
+    unattended = 0
     for number, keys in enumerate(reclaims):
         sent = min(terminated[key] for key in keys)
         after = [
@@ -212,7 +227,10 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
             # Published past its deadline (the agent saw it late): it gave no lead, not a
             # negative one. A deadline moved later since gave the job no more lead then.
             leads.append(max(first_due - sent, 0.0))
-        if not after or (due is not None and min(after) > due):
+        if not any(key in held or key in acked for key in keys):
+            # Reached no job, and none saved or failed on it: nothing was at risk.
+            unattended += 1
+        elif not after or (due is not None and min(after) > due):
             late += 1
     return TelemetrySummary(
         records=count,
@@ -225,7 +243,9 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         steps_lost=_median(lost_steps),
         notice_lead_seconds=_median(leads),
         response_seconds=quantile(response_times, 0.95) if response_times else None,
-        drained=len(response_times) == len(reclaims) if reclaims else None,
+        drained=len(response_times) == len(reclaims) - unattended
+        if len(reclaims) > unattended
+        else None,
         reasons=reasons,
         flush_median_seconds=_median(stalls),
         flush_p95_seconds=quantile(durables, 0.95) if durables else None,
@@ -233,6 +253,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         flush_source="stall_seconds" if split else "flush_seconds",
         coverage_source="durable_seconds" if split else "flush_seconds",
         drained_first=len(began_as_drain),
+        unattended_notices=unattended,
     )
 
 

@@ -28,7 +28,7 @@ from forewarn.agent.telemetry import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
-from support import AgentProcess, eventually
+from support import AgentProcess, Subscriber, eventually
 
 NOW = datetime(2026, 11, 30, 3, 10, tzinfo=timezone.utc)
 
@@ -93,6 +93,7 @@ def test_each_event_is_one_json_line_with_its_fields(tmp_path: Path) -> None:
         "deadline": "2026-11-30T03:12:00Z",
         "noticed_at": "2026-11-30T03:10:00Z",
         "sent_at": "2026-11-30T03:10:00Z",
+        "clients": 0,
     }
     assert records[2]["action"] == "terminate"
     assert records[3] | {"at": None} == {
@@ -513,3 +514,18 @@ def test_background_save_acks_reach_telemetry_and_plan_by_the_same_names(
     assert plan["telemetry"]["coverage_source"] == "durable_seconds"
     assert plan["telemetry"]["flush_median_seconds"] == pytest.approx(0.5)
     assert plan["telemetry"]["flush_p95_seconds"] >= 8.0
+
+
+def test_a_notice_records_how_many_acking_clients_it_reached(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A terminate published while no job was subscribed (a machine between jobs) left no
+    trace of that, and `forewarn plan` counted it as a notice come too late to save on."""
+    with AgentProcess(tmp_path, env=env) as agent:
+        alone = agent.control({"op": "notify", "action": "terminate"})["notice"]["id"]
+        with Subscriber(agent.events, ("notice", "client/job-1")).ready():
+            eventually(lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 1)
+            watched = agent.control({"op": "notify", "action": "terminate"})["notice"]["id"]
+    records = list(read_records(Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME))
+    reached = {r["id"]: r.get("clients") for r in records if r["kind"] == "notice"}
+    assert reached == {alone: 0, watched: 1}

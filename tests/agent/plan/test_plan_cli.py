@@ -1310,3 +1310,55 @@ def test_a_drain_the_agent_escalated_is_planned_as_the_drain_it_was(
     table = capsys.readouterr().out
     assert "taken as a drain: the job saves at once and trains on" in table
     assert "(telemetry: 3 of 3 reclaim(s) began as a drain the agent sent as terminate" in table
+
+
+def test_a_terminate_with_no_job_running_is_not_counted_too_late(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A spot machine reclaimed between two jobs: the agent published the terminate to no
+    acking client, and no one saved. The plan counted it as a notice come too late to save
+    on, raised the share without a usable notice to 50 % and moved the interval toward
+    Daly's, for work that was never at risk."""
+
+    def reclaim(hour: int, clients: int | None, saved: bool) -> list[str]:
+        seen = "" if clients is None else f',"clients":{clients}'
+        lines = [
+            f'{{"v":1,"at":"2026-11-30T{hour:02d}:00:00Z","kind":"notice","id":"n{hour}",'
+            f'"action":"terminate","reason":"spot-interruption"{seen},'
+            f'"sent_at":"2026-11-30T{hour:02d}:00:00Z","deadline":"2026-11-30T{hour:02d}:02:00Z"}}'
+        ]
+        if saved:
+            lines.append(
+                f'{{"v":1,"at":"2026-11-30T{hour:02d}:00:20Z","kind":"ack",'
+                f'"notice_id":"n{hour}","flush_seconds":10,"outcome":"saved"}}'
+            )
+        return lines
+
+    def plan_of(*reclaims: list[str]) -> dict[str, Any]:
+        lines = ['{"v":1,"at":"2026-11-30T00:00:00Z","kind":"start"}']
+        for each in reclaims:
+            lines += each
+        lines.append('{"v":1,"at":"2026-11-30T06:00:00Z","kind":"stop"}')
+        path = tmp_path / "telemetry.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        return plan_json(capsys, "--telemetry", str(path))
+
+    idle = plan_of(reclaim(1, 1, True), reclaim(2, 0, False))
+    assert idle["telemetry"]["late_notices"] == 0
+    assert idle["telemetry"]["unattended_notices"] == 1
+    assert idle["inputs"]["no_notice_share"] == {"value": 0.1, "source": "default"}
+    # Still an interruption of the capacity: the rate counts it.
+    assert idle["telemetry"]["terminate_notices"] == 2
+    assert any("no job" in note for note in idle["notes"]), idle["notes"]
+    assert plan_cli.main(["--telemetry", str(tmp_path / "telemetry.jsonl")]) == 0
+    assert "(0 too late to save on, 1 reaching no job)" in capsys.readouterr().out
+    # A job subscribed that did not save, or an agent too old to say (no "clients"), is late.
+    missed = plan_of(reclaim(1, 1, True), reclaim(2, 1, False))
+    assert missed["telemetry"]["late_notices"] == 1
+    assert missed["inputs"]["no_notice_share"] == {"value": 0.5, "source": "telemetry"}
+    older = plan_of(reclaim(1, None, True), reclaim(2, None, False))
+    assert older["telemetry"]["late_notices"] == 1
+    # A job with no acking subscription (a shell job's `forewarn ack`) that saved is on time.
+    shell = plan_of(reclaim(1, 0, True), reclaim(2, 0, True))
+    assert shell["telemetry"]["late_notices"] == 0
+    assert shell["telemetry"]["unattended_notices"] == 0
