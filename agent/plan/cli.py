@@ -37,6 +37,7 @@ from .model import (
     checkpoint_tax,
     choose_interval,
     notice,
+    notice_worth,
     overhead,
     overhead_without_notice,
     recommended_interval,
@@ -1159,6 +1160,7 @@ def build(resolved: Resolved) -> dict[str, Any]:
         "overhead": None,
         "overhead_without_notice": None,
         "overhead_at_recommended": None,
+        "notice_worth": None,
         "costs": None,
         "verdict": None,
         "summary": None,
@@ -1176,6 +1178,9 @@ def build(resolved: Resolved) -> dict[str, Any]:
         plan["overhead_without_notice"] = blind if math.isfinite(blind) else None
         if intervals.recommended is not None:
             plan["overhead_at_recommended"] = overhead(timing, intervals.recommended).total
+        worth = notice_worth(timing)
+        if worth is not None:
+            plan["notice_worth"] = asdict(worth)
     if priced is not None:
         plan["costs"] = {
             option.name: {

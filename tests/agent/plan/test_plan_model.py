@@ -266,9 +266,11 @@ def test_an_overhead_beyond_the_useful_time_is_a_warning() -> None:
     waiting = Timing(
         checkpoint_seconds=10, mtbi_seconds=900, notice_lead_seconds=840, restart_seconds=60
     )
-    (found,) = warnings(waiting, choose_interval(waiting))
+    found, worth = warnings(waiting, choose_interval(waiting))
     assert "most of it is the billed wait for the reclaim after each notice's save" in found
     assert "(a notice lead of 840 s against 900 s between interruptions)" in found
+    # And not acting on such a notice at all would cost less.
+    assert worth.startswith("acting on the notice costs more than it saves")
     # A plan with an overhead under the useful time, or one the tax explains, adds none.
     calm = Timing(checkpoint_seconds=10, mtbi_seconds=DAY, restart_seconds=HOUR)
     assert warnings(calm, choose_interval(calm)) == []
