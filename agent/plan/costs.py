@@ -117,11 +117,13 @@ def costs(timing: Timing, prices: Prices, interval_seconds: float) -> Costs:
         # Against a price of 0 (reserved hardware already paid for) no share is true: it
         # said "0% more"; against a price near it, the share overflowed: "inf% more".
         share = spot.per_useful_hour / best.per_useful_hour if best.per_useful_hour else math.inf
-        extra = (
-            f"{share - 1:.0%} more"
-            if math.isfinite((share - 1) * 100)
-            else f"{spot.per_useful_hour - best.per_useful_hour:.4g} more per useful hour"
-        )
+        if not math.isfinite((share - 1) * 100):
+            extra = f"{spot.per_useful_hour - best.per_useful_hour:.4g} more per useful hour"
+        elif share >= 10:
+            # As a percentage, 1e300 against 3.9 printed 300 digits.
+            extra = f"{share:.3g}x as much"
+        else:
+            extra = f"{share - 1:.0%} more"
         verdict = best.name
         summary = (
             f"{best.name}: {best.per_useful_hour:.4g} per useful hour; spot costs "

@@ -1394,3 +1394,17 @@ def test_a_notice_whose_billed_wait_costs_more_than_it_saves_is_named_with_the_n
     assert aws["notice_worth"]["acted_on"] < aws["notice_worth"]["ignored"]
     # Without a usable notice there is nothing to compare.
     assert plan_json(capsys, *job)["notice_worth"] is None
+
+
+@pytest.mark.parametrize(
+    ("spot", "says"), [("1e300", "2.58e+299x as much"), ("40", "10.3x as much"), ("5", "29% more")]
+)
+def test_a_verdict_against_a_much_cheaper_alternative_says_how_many_times(
+    capsys: pytest.CaptureFixture[str], spot: str, says: str
+) -> None:
+    """Spot at 1e300 against on-demand at 3.9 printed its share as a 300-digit percentage
+    ('spot costs 1.006e+300, 25732309862952016070580...% more')."""
+    assert plan_cli.main([*FIGURES, "--spot-price", spot, "--on-demand-price", "3.9"]) == 0
+    verdict = capsys.readouterr().out.splitlines()[-1]
+    assert says in verdict, verdict
+    assert not re.search(r"\d{7}", verdict), verdict
