@@ -772,6 +772,15 @@ def resolve(args: argparse.Namespace) -> Resolved:
             "exit_margin_seconds", args.exit_margin, None, DEFAULT_EXIT_MARGIN_SECONDS
         ),
     )
+    if timing.max_interval_seconds < timing.checkpoint_seconds:
+        # `--max-interval 1ms` for a 10 s flush recommended a checkpoint every millisecond,
+        # a 1,000,000 % tax, as a plan.
+        raise PlanError(
+            "--max-interval",
+            f"{seconds_text(timing.max_interval_seconds)} is shorter than the "
+            f"{seconds_text(timing.checkpoint_seconds)} flush: every interval it allows "
+            "spends more time saving than training",
+        )
     interval = args.interval
     if args.interval_steps is not None:
         if timing.steps_per_second is None:

@@ -1408,3 +1408,18 @@ def test_a_verdict_against_a_much_cheaper_alternative_says_how_many_times(
     verdict = capsys.readouterr().out.splitlines()[-1]
     assert says in verdict, verdict
     assert not re.search(r"\d{7}", verdict), verdict
+
+
+def test_a_longest_interval_shorter_than_the_flush_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--max-interval 1ms` (meant as a minute, or a unit slip) for a 10 s flush recommended
+    checkpointing every millisecond: a 1,000,000 % tax, exit 0."""
+    job = ["--checkpoint", "10s", "--interruptions-per-day", "1"]
+    err = fails(capsys, *job, "--max-interval", "1ms")
+    assert "--max-interval" in err and "10 s" in err, err
+    assert fails(capsys, *job, "--max-interval", "9s")
+    # As long as the flush or longer, it is a cap like any other.
+    assert plan_json(capsys, *job, "--max-interval", "10s")["intervals"]["seconds"][
+        "recommended"
+    ] == pytest.approx(10)
