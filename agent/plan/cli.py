@@ -772,7 +772,10 @@ def resolve(args: argparse.Namespace) -> Resolved:
             "exit_margin_seconds", args.exit_margin, None, DEFAULT_EXIT_MARGIN_SECONDS
         ),
     )
-    if timing.max_interval_seconds < timing.checkpoint_seconds:
+    if (
+        sources.get("max_interval_seconds") == "flag"
+        and timing.max_interval_seconds < timing.checkpoint_seconds
+    ):
         # `--max-interval 1ms` for a 10 s flush recommended a checkpoint every millisecond,
         # a 1,000,000 % tax, as a plan.
         raise PlanError(
