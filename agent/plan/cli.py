@@ -1012,6 +1012,15 @@ def notes(resolved: Resolved) -> list[str]:
             "telemetry came too late to save on; crashes and lost hosts do not show there, so "
             f"the default share without a usable notice ({DEFAULT_NO_NOTICE_SHARE:.0%}) stays"
         )
+    if summary is not None and summary.drain_saves and summary.span_seconds > 0:
+        per_day = summary.drain_saves * SHORT_SPAN / summary.span_seconds
+        flush = resolved.timing.checkpoint_seconds
+        found.append(
+            f"the telemetry holds {summary.drain_saves} save(s) on drains that did not end in a "
+            "terminate (a rebalance recommendation, a live migration, a maintenance "
+            f"withdrawn): {per_day:.3g} a day, at {seconds_text(flush)} each about "
+            f"{per_day * flush / SHORT_SPAN:.2%} of the time, on top of the overhead below"
+        )
     if summary is not None and summary.unattended_notices:
         found.append(
             f"{summary.unattended_notices} of {summary.terminate_notices} terminate notice(s) "

@@ -46,6 +46,10 @@ class TelemetrySummary:
     # Reclaims whose notices reached no acking client and no ack named: no job held them (a
     # machine between jobs). Interruptions of the capacity, but none too late for a job.
     unattended_notices: int = 0
+    # Drains saved on that never became a terminate (AWS's rebalance recommendation, GCP's
+    # live migration, a maintenance cancelled): each is a save the job made and the overhead
+    # model does not count.
+    drain_saves: int = 0
 
     @property
     def mtbi_seconds(self) -> float | None:
@@ -101,6 +105,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
     # and the exit margin for a lead; the lead the provider gave is the drain's.
     drains: dict[tuple[int, str], tuple[float, float]] = {}
     began_as_drain: set[int] = set()  # reclaims whose first notice was such a drain
+    drain_ids: set[tuple[int, str]] = set()  # every drain, with a deadline or without
     reasons: dict[str, int] = {}
     drain_leads: dict[int, float] = {}  # the drain's lead, for reclaims that began as one
     saved_at: dict[tuple[int, str], list[float]] = {}  # when saved acks for a notice arrived
@@ -130,6 +135,8 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                 first = last = None
             first = at if first is None else min(first, at)
             last = at if last is None else max(last, at)
+            if kind == "notice" and record.get("action") == "drain":
+                drain_ids.add((index, str(record.get("id"))))
             if (
                 kind == "notice"
                 and record.get("action") == "drain"
@@ -253,6 +260,7 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
         flush_source="stall_seconds" if split else "flush_seconds",
         coverage_source="durable_seconds" if split else "flush_seconds",
         drained_first=len(began_as_drain),
+        drain_saves=sum(1 for key in drain_ids if key not in terminated and key in saved_at),
         unattended_notices=unattended,
     )
 

@@ -1423,3 +1423,28 @@ def test_a_longest_interval_shorter_than_the_flush_is_refused(
     assert plan_json(capsys, *job, "--max-interval", "10s")["intervals"]["seconds"][
         "recommended"
     ] == pytest.approx(10)
+
+
+def test_saves_on_drains_that_never_became_a_terminate_are_counted_in_a_note(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """AWS's rebalance recommendation is a drain with no deadline: the job saves on each and
+    trains on, and most never end in a reclaim. The telemetry held six such saves a day of
+    60 s each (0.42 % of the time) and the plan said nothing of them."""
+    lines = ['{"v":1,"at":"2026-11-30T00:00:00Z","kind":"start"}']
+    for hour in range(0, 24, 4):
+        lines += [
+            f'{{"v":1,"at":"2026-11-30T{hour:02d}:00:00Z","kind":"notice","id":"aws/rebalance/{hour}",'
+            '"action":"drain","reason":"rebalance-recommendation","deadline":null,'
+            f'"sent_at":"2026-11-30T{hour:02d}:00:00Z","clients":1}}',
+            f'{{"v":1,"at":"2026-11-30T{hour:02d}:01:00Z","kind":"ack",'
+            f'"notice_id":"aws/rebalance/{hour}","flush_seconds":60,"outcome":"saved"}}',
+        ]
+    lines.append('{"v":1,"at":"2026-12-01T00:00:00Z","kind":"stop"}')
+    path = tmp_path / "telemetry.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    plan = plan_json(capsys, "--telemetry", str(path), "--interruptions-per-day", "1")
+    assert plan["telemetry"]["drain_saves"] == 6
+    (note,) = [note for note in plan["notes"] if "drain" in note and "save" in note]
+    assert "6 save(s) on drains that did not end in a terminate" in note
+    assert "6 a day" in note and "0.42%" in note
