@@ -70,17 +70,26 @@ def notice(timing: Timing) -> Notice:
         why = "notice lead 0 s: no time to save, so every interruption costs lost work"
     elif acted >= needs:
         usable = True
-        why = f"notice lead {lead:g} s covers the {needs:.3g} s to a saved checkpoint ({how})"
+        why = (
+            f"notice lead {_secs(lead)} s covers the {_secs(needs)} s to a saved checkpoint ({how})"
+        )
     else:
         usable = False
         why = (
-            f"notice lead {acted:g} s is shorter than the {needs:.3g} s to a saved checkpoint "
+            f"notice lead {_secs(acted)} s is shorter than the {_secs(needs)} s to a saved "
+            "checkpoint "
             f"({how}): the flush would not finish, so notices count as without"
         )
     share = timing.no_notice_share
     # A notice too short to save on is trained through whichever way it comes.
     assumed = _acted_how(timing) if usable else None
     return Notice(lead, needs, usable, share, share if usable else 1.0, why, assumed)
+
+
+def _secs(seconds: float) -> str:
+    """A lead and what it must cover, alike: four digits (a measured 0.0569999 s beside the
+    0.057 s it covers read as two times), whole seconds from 10,000 on (not 1e+04)."""
+    return f"{seconds:.0f}" if seconds >= 1e4 else f"{seconds:.4g}"
 
 
 def _acted_how(timing: Timing) -> str:

@@ -779,3 +779,18 @@ def test_a_terminate_whose_deadline_moved_is_late_only_past_its_last_deadline() 
     assert summary.terminate_notices == 1
     assert summary.late_notices == 0 and summary.drained is True
     assert summary.notice_lead_seconds == 120.0  # the lead it gave when first sent
+
+
+def test_a_lead_and_what_it_must_cover_are_printed_alike() -> None:
+    """The drill's plan read 'notice lead 0.0569999 s covers the 0.057 s': the same measured
+    time, printed to six digits on one side and three on the other."""
+    measured = 0.0569999
+    timing = Timing(
+        checkpoint_seconds=0.03,
+        mtbi_seconds=DAY,
+        notice_lead_seconds=measured,
+        response_seconds=measured,
+    )
+    assert "notice lead 0.057 s covers the 0.057 s" in notice(timing).why
+    short = Timing(**{**timing.__dict__, "notice_lead_seconds": 0.0312345})
+    assert "notice lead 0.03123 s is shorter than the 0.057 s" in notice(short).why
