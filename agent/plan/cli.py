@@ -184,7 +184,15 @@ def _price(text: str, *, positive: bool = False) -> float:
 # and what one of them is in the plan's unit: each was refused as 'not a number'. A provider
 # billing per GiB (2^30 bytes) or per TB is converted to per GB (10^9), the plan's unit
 # (`0.02/GiB-month` was refused). Any other unit is refused, naming the one meant.
-_PER_HOUR = dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 1.0)
+_PER_HOUR = {
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 1.0),
+    # Billed per second or minute (GCP's and Azure's lists), or per day: converted, so the
+    # plan does not depend on the unit. A month (720, 730 or 744 hours) is refused.
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 3600.0),
+    # Not `/m`: a minute to the durations, a month to many bills.
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("d", "day", "days"), 1 / 24),
+}
 _GB = 1e9
 _PER_SIZE = {"gb": _GB / 1e9, "gib": _GB / 2**30, "tb": _GB / 1e12, "tib": _GB / 2**40}
 _PER_GB_MONTH = {

@@ -120,3 +120,28 @@ def test_the_command_takes_a_reserved_price_of_0_hardware_already_paid_for(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert plan_cli.main([*FIGURES, "--spot-price", "1.2", "--reserved-price", "0"]) == 0
+
+
+@given(
+    per_hour=st.floats(min_value=0.01, max_value=1e4, allow_nan=False),
+    unit=st.sampled_from(["s", "sec", "second", "min", "minute", "minutes", "day", "days", "d"]),
+)
+@example(per_hour=2.10, unit="s")
+def test_a_compute_price_per_second_minute_or_day_is_the_same_per_hour(
+    per_hour: float, unit: str
+) -> None:
+    """Clouds bill per second (Azure and GCP list prices per second or minute, some GPU
+    clouds per day): `--spot-price 0.000583/s` was refused, 'a price per hour: write 2.10 or
+    2.10/h'. It is that price times 3600 an hour; the plan must not depend on the unit."""
+    seconds = {"s": 1, "sec": 1, "second": 1, "min": 60, "minute": 60, "minutes": 60}
+    span = seconds.get(unit, 86400)
+    written = f"{per_hour * span / 3600!r}/{unit}"
+    assert plan_cli._hourly(written) == pytest.approx(per_hour, rel=1e-12)
+    assert plan_cli._reserved_hourly(written) == pytest.approx(per_hour, rel=1e-12)
+
+
+def test_a_compute_price_per_month_is_still_refused_naming_the_hour() -> None:
+    # A month is 720 or 730 or 744 hours to different bills: the plan does not guess.
+    for text in ("1500/month", "1500/mo", "0.035/m"):  # `/m`: a minute, or a month?
+        with pytest.raises(argparse.ArgumentTypeError, match="a price per hour"):
+            plan_cli._hourly(text)
