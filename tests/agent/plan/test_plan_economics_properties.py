@@ -133,6 +133,9 @@ UNIT_SPELLINGS = [
     (["--spot-price", "1.2"], ["--spot-price", "1.2/h"]),
     (["--spot-price", "1.2"], ["--spot-price", "$1.2"]),
     (["--on-demand-price", "3.9"], ["--on-demand-price", "3.9/hour"]),
+    (["--spot-price", "1.2"], ["--spot-price", f"{1.2 / 3600!r}/s"]),
+    (["--on-demand-price", "3.9"], ["--on-demand-price", "0.065/min"]),
+    (["--on-demand-price", "3.9"], ["--on-demand-price", "93.6/day"]),
 ]
 
 
