@@ -351,7 +351,8 @@ def _notice_not_worth_it(timing: Timing) -> list[str]:
         f"{worth.ignored_interval_seconds:.0f} s (Daly's complete model). The wait is the "
         "cost: a job that trains on and saves shortly before the deadline (a drain: "
         "--notice-action drain, where the provider's notice allows it) or a machine released "
-        "once saved does not pay it"
+        "once saved (Azure's approval after the ack, azure.approve = after-ack: give "
+        "--notice-lead as the time to the save) does not pay it"
     ]
 
 

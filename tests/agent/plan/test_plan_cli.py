@@ -1385,6 +1385,9 @@ def test_a_notice_whose_billed_wait_costs_more_than_it_saves_is_named_with_the_n
     )
     assert f"{worth['ignored']:.2%}" in said[0]
     assert f"{worth['ignored_interval_seconds']:.0f} s" in said[0]
+    # Azure approves a Terminate once saved (after-ack, its default): the lead is not waited
+    # out there, and the warning says how to plan that.
+    assert "azure.approve = after-ack: give --notice-lead as the time to the save" in said[0]
     # The table says it too.
     assert plan_cli.main([*job, "--notice-lead", "14m"]) == 0
     assert "costs more than it saves" in capsys.readouterr().out
