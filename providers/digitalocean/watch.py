@@ -37,7 +37,11 @@ from .settings import Settings
 log = logging.getLogger("forewarn.providers.digitalocean")
 
 DETECT_TIMEOUT = 1.0
-METADATA_TIMEOUT = 2.0
+METADATA_TIMEOUT = 2.0  # per read
+# Per request, all reads together: httpx bounds each read only, and an answer trickled a
+# byte a second kept the watcher (reading no mail) until the runner's stall bound, about 54
+# minutes of a 2 h lead. Droplet metadata answers in milliseconds.
+METADATA_DEADLINE = 5.0
 T = TypeVar("T")
 
 
@@ -80,6 +84,16 @@ def parse_hostname(status: int, body: str) -> str:
     return text
 
 
+async def _metadata_get(client: httpx.AsyncClient, url: str) -> httpx.Response:
+    """GET `url` within METADATA_DEADLINE overall; a late answer is an httpx.TimeoutException."""
+    try:
+        return await asyncio.wait_for(client.get(url, timeout=METADATA_TIMEOUT), METADATA_DEADLINE)
+    except asyncio.TimeoutError:
+        raise httpx.TimeoutException(
+            f"{url} did not answer in full within {METADATA_DEADLINE:g}s"
+        ) from None
+
+
 async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
     """This droplet's id and name: configured values first, droplet metadata for the rest."""
     base = settings.metadata_url()
@@ -87,12 +101,10 @@ async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
     if droplet_id is None or name is None:
         try:
             if droplet_id is None:
-                response = await client.get(base + "/metadata/v1/id", timeout=METADATA_TIMEOUT)
+                response = await _metadata_get(client, base + "/metadata/v1/id")
                 droplet_id = parse_droplet_id(response.status_code, response.text)
             if name is None:
-                response = await client.get(
-                    base + "/metadata/v1/hostname", timeout=METADATA_TIMEOUT
-                )
+                response = await _metadata_get(client, base + "/metadata/v1/hostname")
                 name = parse_hostname(response.status_code, response.text)
         except (httpx.HTTPError, ParseError) as error:
             if droplet_id is None and name is None:
@@ -440,6 +452,7 @@ def build(settings: Settings, context: WatcherContext) -> DigitalOceanWatcher:
 
 
 __all__ = [
+    "METADATA_DEADLINE",
     "DigitalOceanWatcher",
     "Droplet",
     "MetadataUnavailable",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import httpx
 import pytest
 import respx
 from forewarn.providers.base import ParseError, PollHealth, WatcherContext
+from forewarn.providers.digitalocean import watch
 from forewarn.providers.digitalocean.seen import SeenMail
 from forewarn.providers.digitalocean.settings import Settings
 from forewarn.providers.digitalocean.simulate import make_simulator
@@ -143,3 +145,54 @@ def test_a_state_file_nested_past_json_recursion_is_ignored_not_raised(tmp_path:
     active.write_text(nested)
     assert SeenMail.load(seen, "box-a").begin(7) == 0
     assert ActiveReclaims(active).load(datetime.now(timezone.utc)) == []
+
+
+class _Trickle:
+    """A droplet metadata endpoint on loopback that answers with headers at once, then one
+    byte of the body every 0.3 s (under the per-read timeout): a proxy or a metadata service
+    in trouble. Each read then keeps within its timeout while the answer takes for ever."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.AbstractServer | None = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            while True:
+                writer.write(b"4")
+                await writer.drain()
+                await asyncio.sleep(0.3)
+        writer.close()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+async def test_a_trickling_metadata_answer_fails_within_seconds_not_at_the_stall_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metadata requests at start-up were bounded per read only: an answer trickled a
+    byte a second held the watcher, reading no mail, until the runner's stall bound (about
+    54 min of a 2 h lead). Each request now has a deadline of its own: the watcher reports
+    `metadata` and retries, or matches on what is configured (its 5 s shortened to 1 s)."""
+    monkeypatch.setattr(watch, "METADATA_DEADLINE", 1.0)
+    async with _Trickle() as url:
+        unknown = watcher(tmp_path, url=url)
+        started = time.monotonic()
+        with pytest.raises(MetadataUnavailable, match=r"digitalocean\.droplet_id"):
+            await asyncio.wait_for(unknown.identify(), 15)
+        assert time.monotonic() - started < 3.0
+        await unknown.aclose()
+        partly = watcher(tmp_path, url=url, droplet_id="424242424")
+        started = time.monotonic()
+        droplet = await asyncio.wait_for(partly.identify(), 15)
+        assert (droplet.id, droplet.name) == ("424242424", None)
+        assert time.monotonic() - started < 3.0
+        await partly.aclose()
