@@ -36,6 +36,10 @@ PASSWORD_KEYS = ("FOREWARN_IMAP_PASSWORD", "IMAP_PASSWORD")
 # attachment could take.
 FETCH_LIMIT = 262144
 _MAXLINE = 1_000_000
+# UIDs searched at once: an answer listing every UID of a mailbox of 100,000 mails is over
+# _MAXLINE (a UID takes up to 11 bytes), and the search failed on every connection, so no
+# mail was read at all. 50,000 UIDs of 11 bytes keep each answer under 600 KB.
+SEARCH_SPAN = 50_000
 # IMAP dates use English month names whatever the locale.
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 # A NAT or firewall that forgets an idle connection drops it without a word: the watcher
@@ -194,12 +198,14 @@ class _Buffered:
     def readline(self) -> bytes:
         while True:
             end = self._rbuf.find(b"\n")
+            # The limit holds for a line that came in one read too (as it does for one of
+            # many), so that it is the same whatever the network's chunks.
+            if end >= _MAXLINE or (end < 0 and len(self._rbuf) > _MAXLINE):
+                raise imaplib.IMAP4.error(f"got more than {_MAXLINE} bytes")
             if end >= 0:
                 line = bytes(self._rbuf[: end + 1])
                 del self._rbuf[: end + 1]
                 return line
-            if len(self._rbuf) > _MAXLINE:
-                raise imaplib.IMAP4.error(f"got more than {_MAXLINE} bytes")
             if not self._fill():
                 line = bytes(self._rbuf)
                 self._rbuf.clear()
@@ -512,26 +518,36 @@ class MailboxSession:
         """UIDs above `after_uid`, in order; with `since`, only mail delivered on or after
         that day (IMAP SINCE: the server's internal date, whole days)."""
         conn = self._require()
-        criteria = f"UID {after_uid + 1}:*"
+        dated = ""
         if since is not None:
-            criteria += f" SINCE {since.day}-{_MONTHS[since.month - 1]}-{since.year}"
+            dated = f" SINCE {since.day}-{_MONTHS[since.month - 1]}-{since.year}"
+        found: set[int] = set()
         try:
             # NOOP first: a server may answer SEARCH from its last view of the mailbox and
             # only take in new mail after it (Dovecot does), which would double the latency
             # of polling.
             conn.noop()
             self._count(conn)
-            kind, data = conn.uid("SEARCH", criteria)
-            if kind != "OK":
-                raise ServerFailure(f"UID SEARCH failed: {_reason(data)}")
-            # Mail that came after the NOOP: Dovecot searches its previous view and then
-            # announces it, and IDLE did not announce it again (found 25 min late).
-            self.announced = self._count(conn)
+            announced = False
+            # Spans of SEARCH_SPAN UIDs up to the UIDNEXT of the SELECT, then the rest (`n:*`).
+            low, top = after_uid + 1, (self.uidnext or 0) - 1
+            while True:
+                high = low + SEARCH_SPAN - 1
+                span = f"{low}:{high}" if high < top else f"{low}:*"
+                kind, data = conn.uid("SEARCH", f"UID {span}{dated}")
+                if kind != "OK":
+                    raise ServerFailure(f"UID SEARCH failed: {_reason(data)}")
+                # Mail that came after the NOOP: Dovecot searches its previous view and then
+                # announces it, and IDLE did not announce it again (found 25 min late).
+                announced |= self._count(conn)
+                found.update(int(word) for word in _reason(data).split())
+                if high >= top:
+                    break
+                low = high + 1
+            self.announced = announced
             self._settled = True
             # `n:*` always names the highest UID, even one below n.
-            return sorted(
-                uid for uid in {int(word) for word in _reason(data).split()} if uid > after_uid
-            )
+            return sorted(uid for uid in found if uid > after_uid)
         except (OSError, imaplib.IMAP4.error, ValueError) as error:
             raise ServerFailure(f"searching the mailbox failed: {error}") from None
 

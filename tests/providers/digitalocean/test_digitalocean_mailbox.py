@@ -1330,3 +1330,28 @@ async def test_a_warning_at_every_noop_does_not_keep_the_mail_from_being_read(
                 assert run.health.errors == 0, run.health.last_error
     finally:
         server.close()
+
+
+async def test_a_search_answer_over_the_line_limit_is_read_in_spans(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The UID SEARCH of a first start listed every mail of the last days on one line: over
+    1 MB (100,000 mails of a busy folder) it failed as `got more than 1000000 bytes` on every
+    connection, and no mail was read at all. It is searched in spans of UIDs: here the limit
+    is shortened to 500 bytes and the span to 50 UIDs, under 160 mails (an answer of 560)."""
+    from forewarn.providers.digitalocean import imap
+
+    monkeypatch.setattr(imap, "_MAXLINE", 500)
+    monkeypatch.setattr(imap, "SEARCH_SPAN", 50)
+    conn = dovecot.connect(mail_user)
+    try:
+        for number in range(160):
+            conn.append("INBOX", None, None, reclaim(subject=f"Weekly newsletter {number}"))
+        conn.append("INBOX", None, None, reclaim())
+    finally:
+        conn.logout()
+    async with running(settings_for(dovecot, mail_user, tmp_path), tmp_path / "state") as run:
+        await run.count(1)
+        await run.until(lambda: run.health.polls >= 1)
+        assert run.reports[0].action == "drain"
+        assert json.loads((tmp_path / "state" / STATE_FILE).read_text())["last_uid"] == 161
