@@ -29,7 +29,13 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
-from .imap import FetchRefused, MailboxError, MailboxSession, load_credentials
+from .imap import (
+    FetchRefused,
+    MailboxError,
+    MailboxSession,
+    ServerFailure,
+    load_credentials,
+)
 from .mail import MatchRules, Verdict, reclaim_verdict
 from .seen import ACTIVE_FILE, STATE_FILE, ActiveReclaims, SeenMail
 from .settings import Settings
@@ -153,7 +159,9 @@ class DigitalOceanWatcher:
         if not s.imap_host or s.credentials_file is None:
             return None
         wait = max(s.idle_renew if self.idle_supported is not False else 0.0, s.poll_interval)
-        return stall_bound(max(wait, s.retry_max), 4 * s.imap_timeout + METADATA_TIMEOUT)
+        return stall_bound(
+            max(wait, s.retry_max), ANSWERS_PER_CALL * s.imap_timeout + METADATA_DEADLINE
+        )
 
     # Detection and identity: droplet metadata.
 
@@ -264,7 +272,7 @@ class DigitalOceanWatcher:
         )
         self._session = session
         self._stop = stop = threading.Event()
-        await asyncio.to_thread(session.open, credentials, s.imap_mailbox)
+        await self._answered_in_time(session, session.open, credentials, s.imap_mailbox)
         self.idle_supported = session.idle
         key = self._mailbox_key(credentials.user)
         # Kept across sessions: when its file cannot be written, a reconnect must not read
@@ -278,9 +286,11 @@ class DigitalOceanWatcher:
             # Mail delivered before max_age raises nothing: no need to read it (a first
             # start on a large mailbox reads only the last days).
             since = (utcnow() - timedelta(seconds=s.max_age)).date() - timedelta(days=1)
-            for uid in await asyncio.to_thread(session.new_uids, seen.last_uid, since):
+            for uid in await self._answered_in_time(
+                session, session.new_uids, seen.last_uid, since
+            ):
                 try:
-                    raw = await asyncio.to_thread(session.fetch, uid)
+                    raw = await self._answered_in_time(session, session.fetch, uid)
                 except FetchRefused as error:
                     if not self._refused_again(session.uidvalidity, uid, error):
                         raise  # tried again on the next connection
@@ -318,6 +328,27 @@ class DigitalOceanWatcher:
                 self.idle_supported = session.idle  # False once the server refused IDLE
             else:
                 await asyncio.sleep(s.poll_interval)
+
+    async def _answered_in_time(
+        self, session: MailboxSession, call: Callable[..., T], *args: Any
+    ) -> T:
+        """`call(*args)` of the session in a thread, within ANSWERS_PER_CALL imap_timeout as
+        a whole. imap_timeout bounds each read only: a server sending a byte every few
+        seconds (a link or proxy in trouble) held the watcher on one answer until the
+        runner's stall bound, about 54 minutes of a 2 h lead, with no error said. Past the
+        deadline the connection is ended (the blocked read then returns) and the watcher
+        reconnects as after any failure."""
+        limit = ANSWERS_PER_CALL * self.settings.imap_timeout
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(call, *args), limit)
+        except asyncio.TimeoutError:
+            session.abort()
+            raise ServerFailure(
+                f"IMAP server {self.settings.imap_host}:{self.settings.port()} sent no "
+                f"complete answer to {call.__name__} within {limit:g}s (imap_timeout "
+                f"{self.settings.imap_timeout:g}s each of {ANSWERS_PER_CALL} answers); "
+                "reconnecting"
+            ) from None
 
     def _refused_again(self, uidvalidity: int, uid: int, error: FetchRefused) -> bool:
         """Count one more refusal of this mail; True when it is to be passed over. A mail
@@ -416,6 +447,9 @@ class DigitalOceanWatcher:
         await self.client.aclose()
 
 
+# IMAP answers a session call may wait for, each up to imap_timeout: connecting takes the
+# most (connect, greeting, TLS, login, CAPABILITY, EXAMINE), and a call is given that many.
+ANSWERS_PER_CALL = 4
 _SLOW_JUDGING = 1.0  # seconds; a reclaim mail of a few KiB takes milliseconds
 # Connections in a row on which the server refused to send a mail, and for how long (seconds
 # since the first), before it is passed over: a refusal may be the server's passing trouble.

@@ -983,6 +983,7 @@ class _ScriptedServer:
         self.refused: set[int] = set()
         self.refusing: dict[int, int] = {}
         self.drops: dict[int, int] = {}
+        self.trickling: dict[int, int] = {}  # UID: FETCHes of it sent a byte every 0.2 s
         self.warned: set[int] = set()
         self.noop_warning = b""
         self.mails: dict[int, bytes] = {}
@@ -1053,6 +1054,12 @@ class _ScriptedServer:
                     if uid in self.warned:
                         conn.sendall(b"* NO Mail file is corrupted\r\n")
                     head = f"* {uid} FETCH (UID {uid} BODY[]<0> {{{len(message)}}}\r\n".encode()
+                    if self.trickling.get(uid, 0) > 0:
+                        self.trickling[uid] -= 1
+                        conn.sendall(head)
+                        for byte in message:
+                            conn.sendall(bytes([byte]))
+                            time.sleep(0.2)
                     conn.sendall(head + message + b")\r\n")
                 elif verb.startswith("IDLE"):
                     if self.idle_refused:
@@ -1355,3 +1362,22 @@ async def test_a_search_answer_over_the_line_limit_is_read_in_spans(
         await run.until(lambda: run.health.polls >= 1)
         assert run.reports[0].action == "drain"
         assert json.loads((tmp_path / "state" / STATE_FILE).read_text())["last_uid"] == 161
+
+
+async def test_a_fetch_trickled_a_byte_at_a_time_is_given_up_and_fetched_again(
+    tmp_path: Path,
+) -> None:
+    """Each read was bounded (imap_timeout), the answer not: a server sending a mail a byte
+    every 0.2 s (a link or proxy in trouble) held the watcher on one FETCH until the runner's
+    stall bound, about 54 minutes of a 2 h lead, with no error shown. An IMAP call now has a
+    deadline of a few imap_timeout as a whole; past it the connection is ended and the mail
+    fetched again on the next one."""
+    server = _ScriptedServer()
+    server.trickling[server.deliver(reclaim())] = 1
+    try:
+        async with running(server.settings(tmp_path, imap_timeout=0.5), tmp_path / "s") as run:
+            await run.count(1, timeout=8)
+            assert run.health.errors_by_kind.get("imap", 0) >= 1
+            assert server.connections >= 2
+    finally:
+        server.close()
