@@ -29,6 +29,7 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
+from ..fetch import Answer, fetch, within
 from .imap import (
     FetchRefused,
     MailboxError,
@@ -90,14 +91,9 @@ def parse_hostname(status: int, body: str) -> str:
     return text
 
 
-async def _metadata_get(client: httpx.AsyncClient, url: str) -> httpx.Response:
-    """GET `url` within METADATA_DEADLINE overall; a late answer is an httpx.TimeoutException."""
-    try:
-        return await asyncio.wait_for(client.get(url, timeout=METADATA_TIMEOUT), METADATA_DEADLINE)
-    except asyncio.TimeoutError:
-        raise httpx.TimeoutException(
-            f"{url} did not answer in full within {METADATA_DEADLINE:g}s"
-        ) from None
+async def _metadata_get(client: httpx.AsyncClient, url: str) -> Answer:
+    """GET `url`, read whole within METADATA_DEADLINE (and a megabyte); else an httpx error."""
+    return await fetch(client, "GET", url, deadline=METADATA_DEADLINE, timeout=METADATA_TIMEOUT)
 
 
 async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
@@ -159,9 +155,9 @@ class DigitalOceanWatcher:
         if not s.imap_host or s.credentials_file is None:
             return None
         wait = max(s.idle_renew if self.idle_supported is not False else 0.0, s.poll_interval)
-        return stall_bound(
-            max(wait, s.retry_max), ANSWERS_PER_CALL * s.imap_timeout + METADATA_DEADLINE
-        )
+        # Until the droplet is known: its two metadata requests come first.
+        metadata = 2 * METADATA_DEADLINE if self.droplet is None else 0.0
+        return stall_bound(max(wait, s.retry_max), ANSWERS_PER_CALL * s.imap_timeout + metadata)
 
     # Detection and identity: droplet metadata.
 
@@ -340,8 +336,8 @@ class DigitalOceanWatcher:
         reconnects as after any failure."""
         limit = ANSWERS_PER_CALL * self.settings.imap_timeout
         try:
-            return await asyncio.wait_for(asyncio.to_thread(call, *args), limit)
-        except asyncio.TimeoutError:
+            return await within(asyncio.to_thread(call, *args), limit)
+        except (asyncio.TimeoutError, TimeoutError):
             session.abort()
             raise ServerFailure(
                 f"IMAP server {self.settings.imap_host}:{self.settings.port()} sent no "

@@ -5,17 +5,19 @@ stops being pinged."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from forewarn.providers.digitalocean.simulate import make_simulator
-from forewarn.providers.simulator import SimServer
 from forewarn.testing.waiting import eventually, free_port
-from support import AgentProcess, SimControl, agent_env, refused_port
+from support import AgentProcess, agent_env
 
 
 def _healthz(url: str) -> tuple[int, dict[str, Any]]:
@@ -31,46 +33,82 @@ def _digitalocean(status: dict[str, Any]) -> dict[str, Any]:
     return health
 
 
+class _StuckInIdle:
+    """An IMAP server on loopback that answers everything at once, until IDLE: then it sends
+    a byte every 0.1 s of a line that never ends. Each read keeps within imap_timeout, and the
+    IDLE wait, bounded by idle_renew and the reads, has no deadline of its own: the watcher
+    waits on with neither an answer nor an error (the line's 1 MB limit is a day away)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.listener.accept()
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn, conn.makefile("rb") as lines:
+            conn.sendall(b"* OK [CAPABILITY IMAP4rev1 IDLE] ready\r\n")
+            for line in lines:
+                tag, _, command = line.decode().strip().partition(" ")
+                verb = command.upper()
+                if verb.startswith("CAPABILITY"):
+                    conn.sendall(b"* CAPABILITY IMAP4rev1 IDLE\r\n")
+                elif verb.startswith("EXAMINE"):
+                    conn.sendall(b"* 0 EXISTS\r\n* OK [UIDVALIDITY 3] ok\r\n")
+                elif verb.startswith("UID SEARCH"):
+                    conn.sendall(b"* SEARCH\r\n")
+                elif verb.startswith("IDLE"):
+                    conn.sendall(b"+ idling\r\n* ")
+                    while True:
+                        conn.sendall(b"x")
+                        time.sleep(0.1)
+                conn.sendall(f"{tag} OK done\r\n".encode())
+
+    def close(self) -> None:
+        self.listener.close()
+
+
 def test_a_watcher_hung_in_a_request_is_restarted_and_shown_dead(tmp_path: Path) -> None:
     pytest.importorskip("prometheus_client")
-    server = SimServer(make_simulator()).start()
+    server = _StuckInIdle()
     try:
-        # Droplet metadata that sends its headers and then a byte every 1.7 s: the watcher's
-        # HTTP client times out single reads (2 s), not the whole answer, so it waits on, with
-        # neither an answer nor an error (a body of 9 bytes takes 15 s, a longer one longer).
-        SimControl(server.url).fault("slow", path="/metadata/v1/", rate=0.6)
         credentials = tmp_path / "imap.env"
         credentials.write_text("FOREWARN_IMAP_USER=u\nFOREWARN_IMAP_PASSWORD=p\n")
         credentials.chmod(0o600)
         metrics = f"127.0.0.1:{free_port()}"
-        with refused_port() as imap_port:
-            env = agent_env(
-                tmp_path,
-                FOREWARN_DIGITALOCEAN_URL=server.url,
-                FOREWARN_DIGITALOCEAN_IMAP_HOST="127.0.0.1",
-                FOREWARN_DIGITALOCEAN_IMAP_PORT=str(imap_port),
-                FOREWARN_DIGITALOCEAN_IMAP_TLS="none",
-                FOREWARN_DIGITALOCEAN_CREDENTIALS_FILE=str(credentials),
-                FOREWARN_DIGITALOCEAN_IMAP_TIMEOUT="0.2",
-                FOREWARN_DIGITALOCEAN_POLL_INTERVAL="0.2",
-                FOREWARN_DIGITALOCEAN_IDLE_RENEW="0.2",
-                FOREWARN_DIGITALOCEAN_RETRY_MAX="0.2",
-                FOREWARN_METRICS_ADDRESS=metrics,
+        env = agent_env(
+            tmp_path,
+            FOREWARN_DIGITALOCEAN_DROPLET_ID="424242424",
+            FOREWARN_DIGITALOCEAN_DROPLET_NAME="gpu-spot-1",
+            FOREWARN_DIGITALOCEAN_IMAP_HOST="127.0.0.1",
+            FOREWARN_DIGITALOCEAN_IMAP_PORT=str(server.port),
+            FOREWARN_DIGITALOCEAN_IMAP_TLS="none",
+            FOREWARN_DIGITALOCEAN_CREDENTIALS_FILE=str(credentials),
+            FOREWARN_DIGITALOCEAN_IMAP_TIMEOUT="0.2",
+            FOREWARN_DIGITALOCEAN_POLL_INTERVAL="0.2",
+            FOREWARN_DIGITALOCEAN_IDLE_RENEW="0.2",
+            FOREWARN_DIGITALOCEAN_RETRY_MAX="0.2",
+            FOREWARN_METRICS_ADDRESS=metrics,
+        )
+        with AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent:
+            stalled = eventually(
+                lambda: (
+                    (h := _digitalocean(agent.control({"op": "status"})))["last_error"]
+                    == "watcher-stalled"
+                    and h
+                ),
+                timeout=15,
+                what="the hung watcher reported as stalled",
             )
-            with AgentProcess(tmp_path, ("local", "digitalocean"), env=env) as agent:
-                stalled = eventually(
-                    lambda: (
-                        (h := _digitalocean(agent.control({"op": "status"})))["last_error"]
-                        == "watcher-stalled"
-                        and h
-                    ),
-                    timeout=15,
-                    what="the hung watcher reported as stalled",
-                )
-                assert stalled["state"] == "degraded", stalled
-                code, body = _healthz(f"http://{metrics}/healthz")
-                assert (code, body["parts"]["watcher/digitalocean"]) == (503, False), body
-                assert body["parts"]["watcher/local"] is True, body
-                assert "digitalocean: no progress" in agent.output()
+            assert stalled["state"] == "degraded", stalled
+            code, body = _healthz(f"http://{metrics}/healthz")
+            assert (code, body["parts"]["watcher/digitalocean"]) == (503, False), body
+            assert body["parts"]["watcher/local"] is True, body
+            assert "digitalocean: no progress" in agent.output()
     finally:
-        server.stop()
+        server.close()
