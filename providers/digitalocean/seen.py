@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,11 @@ log = logging.getLogger("forewarn.providers.digitalocean")
 STATE_FILE = "digitalocean-mailbox.json"
 ACTIVE_FILE = "digitalocean-active.json"
 KEEP_RAISED = 200
+# Seconds a mail that raised nothing may wait to be written with the next: written after each
+# (two fsyncs), a first start on a folder of thousands of mails spent most of its time in
+# fsync before it reached the newest, the reclaim. A crash meanwhile reads those mails again,
+# and they raise nothing again.
+SAVE_EVERY = 1.0
 
 
 @dataclass
@@ -39,6 +45,7 @@ class SeenMail:
     raised: list[str] = field(default_factory=list)
     health: PollHealth | None = field(default=None, repr=False, compare=False)
     unsaved: bool = False
+    _saved_at: float = field(default=-SAVE_EVERY, repr=False, compare=False)  # time.monotonic()
 
     @classmethod
     def load(cls, path: Path, mailbox: str, health: PollHealth | None = None) -> SeenMail:
@@ -96,7 +103,12 @@ class SeenMail:
         self.last_uid = max(self.last_uid, uid)
         if raised is not None and raised not in self.raised:
             self.raised = [*self.raised, raised][-KEEP_RAISED:]
-        self.save()
+        # A notice or a cancellation applied is written at once: read again, it is raised
+        # again (or withdraws a later reclaim). Others wait: see SAVE_EVERY.
+        if raised is not None or time.monotonic() - self._saved_at >= SAVE_EVERY:
+            self.save()
+        else:
+            self.unsaved = True
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +121,8 @@ class SeenMail:
     def save(self) -> None:
         text = json.dumps(self.as_json(), indent=1) + "\n"
         self.unsaved = not write_or_report(self.path, text, self.health)
+        if not self.unsaved:
+            self._saved_at = time.monotonic()
 
 
 class ActiveReclaims:

@@ -1381,3 +1381,37 @@ async def test_a_fetch_trickled_a_byte_at_a_time_is_given_up_and_fetched_again(
             assert server.connections >= 2
     finally:
         server.close()
+
+
+async def test_a_first_start_on_a_full_mailbox_writes_its_state_once_a_second_not_per_mail(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seen-mail file was written (two fsyncs) after every mail judged: a first start on a
+    folder holding thousands of the last days' mails spent most of its time in fsync before it
+    reached the newest, the reclaim. A mail that raised nothing is now written with the next
+    write, at most a second later or at the end of the pass (a crash meanwhile reads it again,
+    and it raises nothing again); a notice or a cancellation applied is written at once."""
+    from forewarn.providers.digitalocean import seen as seen_module
+
+    writes: list[str] = []
+    write = seen_module.write_or_report
+
+    def counted(path: Path, text: str, health: Any) -> bool:
+        writes.append(path.name)
+        return write(path, text, health)
+
+    monkeypatch.setattr(seen_module, "write_or_report", counted)
+    conn = dovecot.connect(mail_user)
+    try:
+        for number in range(100):
+            conn.append("INBOX", None, None, reclaim(subject=f"Weekly newsletter {number}"))
+        conn.append("INBOX", None, None, reclaim())
+    finally:
+        conn.logout()
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        await run.count(1)
+        await run.until(lambda: run.health.polls >= 1)
+        await run.idling()
+    assert json.loads((state / STATE_FILE).read_text())["last_uid"] == 101
+    assert 2 <= writes.count(STATE_FILE) <= 12, writes.count(STATE_FILE)
