@@ -1415,3 +1415,30 @@ async def test_a_first_start_on_a_full_mailbox_writes_its_state_once_a_second_no
         await run.idling()
     assert json.loads((state / STATE_FILE).read_text())["last_uid"] == 101
     assert 2 <= writes.count(STATE_FILE) <= 12, writes.count(STATE_FILE)
+
+
+async def test_the_watcher_keeps_within_its_progress_bound_against_dovecot(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    """The progress bound (past it the runner restarts the watcher as hung) was checked only
+    against scripted servers: here a real Dovecot, IDLE renewed every 0.3 s, reads of 0.2 s.
+    Over several renewals, a mail read among them, the watcher never goes longer without
+    an answer or an error than its bound, and the bound is not so loose that it means
+    nothing (a few renewals)."""
+    settings = settings_for(
+        dovecot, mail_user, tmp_path, idle_renew=0.3, poll_interval=0.2, imap_timeout=0.2
+    )
+    async with running(settings, tmp_path / "state") as run:
+        await run.idling()
+        bound = run.watcher.progress_bound()
+        assert bound is not None and bound <= 4.0, bound
+        longest = 0.0
+        renewals = run.health.polls
+        deadline = time.monotonic() + 2.0
+        dovecot.append(mail_user, reclaim())
+        while time.monotonic() < deadline:
+            longest = max(longest, time.monotonic() - run.health.last_progress)
+            await asyncio.sleep(0.05)
+        assert len(run.reports) == 1
+        assert run.health.polls - renewals >= 3 and run.health.errors == 0, run.health
+        assert longest < bound, (longest, bound)
