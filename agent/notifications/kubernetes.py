@@ -57,6 +57,11 @@ GRANTS = {
 }
 
 
+# 4xx answers worth another attempt: 429, the API server shedding load; 409, the name it
+# generated for an Event (`generateName`) was taken, and the next POST gets another.
+RETRIED = frozenset({409, 429})
+
+
 def camel(reason: str) -> str:
     """`spot-interruption` → `SpotInterruption`, the form Event reasons take."""
     return "".join(part.capitalize() for part in reason.split("-"))
@@ -378,7 +383,7 @@ class KubernetesNotifier(Observer):
                         )
                     self.failed += 1
                     return False
-                elif response.status_code < 500 and response.status_code != 429:
+                elif response.status_code < 500 and response.status_code not in RETRIED:
                     break
             if attempt + 1 < ATTEMPTS:
                 self.retries += 1

@@ -512,3 +512,24 @@ def test_the_event_of_an_expired_notice_says_it_expired():
     assert body["note"].startswith(f"forewarn: clear (manual from local), expired: {why}")
     plain = event_body(local_notice(8, "clear"), {"kind": "Node", "name": NODE}, "default", "x")
     assert "expired" not in plain["note"]
+
+
+async def test_an_event_whose_generated_name_conflicts_is_posted_again(tmp_path: Path):
+    """An Event is created with `generateName`, and the API server answers 409 AlreadyExists
+    when the name it generated is taken ("try again", its message says): the Event was
+    given up on at once, though a second POST gets a new name."""
+    with cluster(None) as server:
+        conflict = {"kind": "status", "status": 409, "path": "/apis/", "method": "POST", "count": 1}
+        answer = httpx.post(f"{server.url}/_sim/faults", json=conflict, trust_env=False, timeout=5)
+        assert answer.status_code < 300, answer.text
+        _token, notifier = _events_notifier(tmp_path, server.url)
+        notifier.on_start(["local"])
+        try:
+            notifier.on_notice(local_notice(1, "terminate"), escalated=False)
+            await eventually_async(
+                lambda: notifier.created + notifier.failed >= 1, timeout=10, what="an outcome"
+            )
+            assert (notifier.created, notifier.failed) == (1, 0)
+            assert [e["action"] for e in sim_state(server)["events"]] == ["Terminate"]
+        finally:
+            notifier.on_stop()
