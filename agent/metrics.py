@@ -34,10 +34,10 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .observer import Observer
+from .observer import Deliveries, Observer
 from .protocol import AckRequest, Notice
 from .throttle import WarningThrottle
 
@@ -216,12 +216,28 @@ class MetricsObserver(Observer):
             registry=registry,
         )
         registry.register(_NoticeGauges(self))
+        self._notifiers: list[Observer] = []
+        registry.register(_NotifierCounts(self))
         ready = Gauge(
             "forewarn_ready",
             "1 once every configured watcher has polled successfully, else 0.",
             registry=registry,
         )
         ready.set_function(lambda: 1.0 if self.readiness()[0] else 0.0)
+
+    def watch_notifiers(self, notifiers: list[Observer]) -> None:
+        """Export what `notifiers` delivered, failed to deliver, dropped and hold, read from
+        their `deliveries()` at each scrape."""
+        with self._lock:
+            self._notifiers = list(notifiers)
+
+    def notifier_deliveries(self) -> dict[str, Deliveries]:
+        with self._lock:
+            notifiers = list(self._notifiers)
+        found: dict[str, Deliveries] = {}
+        for notifier in notifiers:
+            found.update(notifier.deliveries())
+        return found
 
     # Observer hooks (event loop thread).
 
@@ -407,6 +423,39 @@ class _NoticeGauges(Collector):
             "NaN when no active notice has a deadline.",
             value=nearest,
         )
+
+
+class _NotifierCounts(Collector):
+    """`forewarn_notifier_deliveries_total` and `forewarn_notifier_pending`, read from the
+    notifiers at scrape time: a receiver refusing every notice showed only in the log. Each
+    configured notifier's series exist from the start, at 0, so increase() sees the first
+    failure; none without a notifier."""
+
+    def __init__(self, observer: MetricsObserver) -> None:
+        self._observer = observer
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        counts = self._observer.notifier_deliveries()
+        if not counts:
+            return
+        deliveries = CounterMetricFamily(
+            "forewarn_notifier_deliveries",
+            "What each notifier did: notices for the webhook, requests (Events, cordons) for "
+            "kubernetes; delivered, failed (given up on) or dropped (queue full).",
+            labels=["notifier", "outcome"],
+        )
+        pending = GaugeMetricFamily(
+            "forewarn_notifier_pending",
+            "Notices each notifier has not delivered yet (waiting, or being retried).",
+            labels=["notifier"],
+        )
+        for name, count in sorted(counts.items()):
+            deliveries.add_metric([name, "delivered"], count.delivered)
+            deliveries.add_metric([name, "failed"], count.failed)
+            deliveries.add_metric([name, "dropped"], count.dropped)
+            pending.add_metric([name], count.pending)
+        yield deliveries
+        yield pending
 
 
 def _version() -> str:

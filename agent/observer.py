@@ -6,7 +6,21 @@ Apart from `observers.py` (which fans calls out and builds the configured observ
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .protocol import AckRequest, Notice
+
+
+@dataclass(frozen=True)
+class Deliveries:
+    """What a notifier (the webhook, the Kubernetes notifier) did with what it was given:
+    read by the metrics server's thread, so built from plain counts, never by iterating a
+    queue the event loop changes."""
+
+    delivered: int
+    failed: int
+    dropped: int
+    pending: int  # not delivered yet: waiting, or being delivered (retries included)
 
 
 class Observer:
@@ -52,10 +66,15 @@ class Observer:
     def on_stop(self) -> None:
         """The agent is shutting down."""
 
+    def deliveries(self) -> dict[str, Deliveries]:
+        """A notifier's counts by its name (`webhook`, `kubernetes`); none for the others.
+        Called from another thread (the metrics server's): reads counts only."""
+        return {}
+
     def parts(self) -> dict[str, bool]:
         """The observer's own long-running parts (a thread, a task) and whether each runs:
         they count in the agent's liveness (`/healthz`, the systemd watchdog) like its own."""
         return {}
 
 
-__all__ = ["Observer"]
+__all__ = ["Deliveries", "Observer"]

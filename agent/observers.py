@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from forewarn.providers.registry import Registry
 
     from .config import Settings
+    from .metrics import MetricsService
 
 log = logging.getLogger("forewarn.agent")
 
@@ -91,8 +92,9 @@ def build_observers(settings: Settings) -> list[Observer]:
     """
     observers: list[Observer] = []
     listen = settings.metrics_listen()
-    if listen is not None:
-        observers.append(_metrics_service(*listen, settings.registry))
+    metrics = None if listen is None else _metrics_service(*listen, settings.registry)
+    if metrics is not None:
+        observers.append(metrics)
     if settings.telemetry:
         # Imported here: only an agent that writes telemetry needs it.
         from .telemetry import TelemetryObserver, TelemetryWriter, telemetry_path
@@ -101,7 +103,10 @@ def build_observers(settings: Settings) -> list[Observer]:
             telemetry_path(settings.resolved_state_dir()), settings.telemetry_max_bytes
         )
         observers.append(TelemetryObserver(writer))
-    observers.extend(build_notifiers(settings))
+    notifiers = build_notifiers(settings)
+    observers.extend(notifiers)
+    if metrics is not None:
+        metrics.watch_notifiers(notifiers)
     return observers
 
 
@@ -138,7 +143,7 @@ def build_notifiers(settings: Settings) -> list[Observer]:
     return notifiers
 
 
-def _metrics_service(host: str, port: int, specs: Registry) -> Observer:
+def _metrics_service(host: str, port: int, specs: Registry) -> MetricsService:
     from .config import ConfigError
 
     try:

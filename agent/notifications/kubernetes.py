@@ -31,7 +31,7 @@ from forewarn.providers.kubernetes.kubeconfig import off_loop
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
 from forewarn.providers.kubernetes.watch import certificate_refused
 
-from ..observer import Observer
+from ..observer import Deliveries, Observer
 from ..protocol import Notice
 from .pending import named
 from .webhook import cleared_why
@@ -153,6 +153,7 @@ class KubernetesNotifier(Observer):
         self._terminating: set[str] = set()
         self.request_timeout = REQUEST_TIMEOUT
         self.created = 0
+        self.sent = 0  # requests that succeeded: Events created and cordons
         self.failed = 0
         self.retries = 0
         self.dropped = 0
@@ -208,6 +209,12 @@ class KubernetesNotifier(Observer):
 
     def parts(self) -> dict[str, bool]:
         return {} if self._task is None else {"kubernetes-notifier": not self._task.done()}
+
+    def deliveries(self) -> dict[str, Deliveries]:
+        # Requests, not notices: a notice makes an Event for the node and one for the pod,
+        # and a terminate a cordon too; dropped counts notices, which make none of them.
+        pending = len(self._queue) + (self._reporting is not None)
+        return {"kubernetes": Deliveries(self.sent, self.failed, self.dropped, pending)}
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
@@ -359,6 +366,7 @@ class KubernetesNotifier(Observer):
                 why = str(error)
             else:
                 if response.status_code < 300:
+                    self.sent += 1
                     return True
                 # With the API server's own message: "404" alone did not say which node it
                 # does not know, nor "422" what it found wrong with an Event.

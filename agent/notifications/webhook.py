@@ -14,7 +14,6 @@ import logging
 import math
 import socket
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -23,7 +22,7 @@ from forewarn.providers.backoff import Backoff
 from forewarn.providers.httpdate import parse_http_date
 
 from ..board import EXPIRED_KEY
-from ..observer import Observer
+from ..observer import Deliveries, Observer
 from ..protocol import Notice
 from .pending import PendingFile, named
 from .proxy import Proxy
@@ -449,13 +448,11 @@ class WebhookObserver(Observer):
                 response.headers.get("Location"),
             )
 
-    def stats(self) -> dict[str, Any]:
-        return {
-            "delivered": self.delivered,
-            "failed": self.failed,
-            "dropped": self.dropped,
-            "queued": len(self._queue),
-        }
+    def deliveries(self) -> dict[str, Deliveries]:
+        # len() and a reference only: a list of the deque, made on the metrics thread while
+        # the loop appends, could raise.
+        pending = len(self._queue) + (self._delivering is not None)
+        return {"webhook": Deliveries(self.delivered, self.failed, self.dropped, pending)}
 
 
 __all__ = [

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from forewarn.agent.config import load_settings
 from forewarn.agent.metrics import MetricsObserver
+from forewarn.agent.observer import Deliveries, Observer
 from forewarn.agent.protocol import AckRequest, Notice
 from forewarn.providers import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
@@ -66,7 +67,13 @@ def exercised_observer() -> MetricsObserver:
     observer.on_ack(ack, notice)
     observer.on_ack(ack.model_copy(update={"outcome": "failed"}), notice)
     observer.on_approval("azure", "sent")
+    observer.watch_notifiers([_Notifier()])
     return observer
+
+
+class _Notifier(Observer):
+    def deliveries(self) -> dict[str, Deliveries]:
+        return {"webhook": Deliveries(delivered=1, failed=1, dropped=0, pending=2)}
 
 
 def test_the_metric_table_lists_every_exported_metric_with_its_type_and_labels():
