@@ -191,7 +191,11 @@ def agent_variables(pairs: Sequence[str]) -> None:
 
 # Keys whose file the agent reads as it loads its settings: the file is on the machine, so
 # their values are not checked here.
-_READ_AT_LOAD = ("FOREWARN_WEBHOOK_URL_FILE", "FOREWARN_WEBHOOK_CA_FILE")
+_READ_AT_LOAD = (
+    "FOREWARN_WEBHOOK_URL_FILE",
+    "FOREWARN_WEBHOOK_CA_FILE",
+    "FOREWARN_WEBHOOK_HEADERS_FILE",
+)
 # The specifiers of the agent unit's Environment= lines, as systemd gives them to a system unit.
 _SPECIFIERS = {"%t": "/run", "%S": "/var/lib"}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import ssl
+import string
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -27,6 +28,12 @@ class WebhookSettings(BaseModel):
         default=None,
         description="A file holding the URL (read at start), so the secret stays out of "
         "the configuration; used when `url` is unset.",
+    )
+    headers_file: Path | None = Field(
+        default=None,
+        description="A file of HTTP headers to send with each POST, one `Name: value` a line "
+        "(`#` comments and blank lines skipped), such as `Authorization: Bearer <token>` for "
+        "a receiver that asks for a token; read at start, its values never logged nor shown.",
     )
     ca_file: Path | None = Field(
         default=None,
@@ -114,6 +121,14 @@ class WebhookSettings(BaseModel):
             read_url_file(value)
         return value
 
+    @field_validator("headers_file")
+    @classmethod
+    def _headers_file(cls, value: Path | None) -> Path | None:
+        # Read now, so a missing or bad file stops the agent at start (exit 2).
+        if value is not None:
+            read_headers_file(value)
+        return value
+
     @field_validator("ca_file")
     @classmethod
     def _ca_file(cls, value: Path | None) -> Path | None:
@@ -125,6 +140,10 @@ class WebhookSettings(BaseModel):
     def verify(self) -> ssl.SSLContext | bool:
         """What the client checks the receiver's certificate against."""
         return True if self.ca_file is None else tls_context(self.ca_file)
+
+    def headers(self) -> dict[str, str]:
+        """The headers of `headers_file` to send with each POST; none when it is unset."""
+        return {} if self.headers_file is None else read_headers_file(self.headers_file)
 
     def resolved_url(self) -> str | None:
         """The URL to post to, or None when webhooks are off."""
@@ -169,6 +188,55 @@ def tls_context(ca_file: Path) -> ssl.SSLContext:
         raise ValueError(f"cannot read {ca_file}: {error.strerror or error}") from None
 
 
+# Headers that are the HTTP client's to write: one from the file would contradict the body it
+# sends (Content-Length), the connection it keeps, or the host the URL names.
+RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+# RFC 9110's token: the characters a header's name may hold.
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~" + string.digits + string.ascii_letters)
+
+
+def parse_headers(text: str) -> dict[str, str]:
+    """The headers of a headers file's `text`: `Name: value` lines, `#` comments and blank
+    lines skipped. ValueError naming the line, never its value (it is the secret)."""
+    headers: dict[str, str] = {}
+    seen: dict[str, str] = {}  # lower-case name -> as first written
+    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        name, colon, value = stripped.partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not name:
+            raise ValueError(f"line {number}: not `Name: value`")
+        if not set(name) <= _TOKEN_CHARS:
+            raise ValueError(f"line {number}: not a header name (letters, digits and -)")
+        if not value.isascii():
+            raise ValueError(f"line {number}: a character that is not ASCII in the value")
+        if any(not char.isprintable() for char in value):
+            raise ValueError(f"line {number}: a control character in the value")
+        if name.lower() in RESERVED_HEADERS:
+            raise ValueError(f"line {number}: {name} is the agent's to set")
+        if name.lower() in seen:
+            raise ValueError(f"line {number}: {seen[name.lower()]} twice")
+        seen[name.lower()] = name
+        headers[name] = value
+    if not headers:
+        raise ValueError("holds no header (`Name: value` lines)")
+    return headers
+
+
+def read_headers_file(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        why = error.strerror if isinstance(error, OSError) else "not UTF-8"
+        raise ValueError(f"cannot read {path}: {why or error}") from None
+    try:
+        return parse_headers(text)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
 def read_url_file(path: Path) -> str:
     try:
         # A file saved by Windows PowerShell or Notepad begins with a byte order mark, which
@@ -188,4 +256,11 @@ def read_url_file(path: Path) -> str:
     return text
 
 
-__all__ = ["WebhookSettings", "check_url", "read_url_file", "tls_context"]
+__all__ = [
+    "WebhookSettings",
+    "check_url",
+    "parse_headers",
+    "read_headers_file",
+    "read_url_file",
+    "tls_context",
+]

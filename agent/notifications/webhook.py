@@ -195,6 +195,9 @@ class WebhookObserver(Observer):
         self._proxy = proxy
         self._transport = transport
         self._host = socket.gethostname()
+        # Read once, at construction (the agent's start): a file that went bad later would
+        # otherwise end the delivery task.
+        self._headers = settings.headers()
         self._queue: collections.deque[Notice] = collections.deque(maxlen=settings.queue)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -314,7 +317,12 @@ class WebhookObserver(Observer):
             proxy=None if self._proxy is None else self._proxy.url,
             verify=self.settings.verify(),
             transport=self._transport,
-            headers={"User-Agent": USER_AGENT, "Content-Type": "application/json"},
+            # The file's (a token) last: a receiver may want its own User-Agent too.
+            headers={
+                "User-Agent": USER_AGENT,
+                "Content-Type": "application/json",
+                **self._headers,
+            },
         ) as client:
             while True:
                 while not self._queue:

@@ -159,6 +159,9 @@ def _make_file(directory: Path, key: str, path: Path) -> None:
         # Checked at load for a PEM certificate.
         certificate, _ = self_signed_ca(directory, "forewarn-test-ca")
         certificate.rename(path)
+    elif key.endswith("headers_file"):
+        # Checked at load for `Name: value` lines.
+        path.write_text("Authorization: Bearer secret\n")
     else:
         path.write_text("https://hooks.example.com/services/T0/B0/secret\n")
 

@@ -382,8 +382,9 @@ def test_an_agent_value_the_agent_would_refuse_exits_2(
 def test_values_the_agent_takes_are_rendered() -> None:
     """Checked as the machine's agent reads them: after the unit's own Environment= lines
     (metrics on 127.0.0.1:9464), a later pair winning, a blank one setting nothing; a file a
-    key reads at start (webhook.url_file, webhook.ca_file) is there, not here; a variable
-    checked with others (allow_remote beside a non-loopback metrics address)."""
+    key reads at start (webhook.url_file, webhook.ca_file, webhook.headers_file) is there,
+    not here; a variable checked with others (allow_remote beside a non-loopback metrics
+    address)."""
     variables = [
         "FOREWARN_EXIT_MARGIN=30S",
         "FOREWARN_EXIT_MARGIN=1h 30m",
@@ -391,6 +392,7 @@ def test_values_the_agent_takes_are_rendered() -> None:
         "forewarn_providers=aws,local",
         "FOREWARN_WEBHOOK_URL_FILE=/etc/forewarn/webhook-url",
         "FOREWARN_WEBHOOK_CA_FILE=/etc/forewarn/ca.pem",
+        "FOREWARN_WEBHOOK_HEADERS_FILE=/etc/forewarn/webhook-headers",
         "FOREWARN_METRICS_ADDRESS=[::]:9464",
         "FOREWARN_ALLOW_REMOTE=true",
     ]
