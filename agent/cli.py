@@ -952,6 +952,11 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
             lines.append(f"condition  {health['name']}: {kind}: {why}")
     for kind, why in sorted(agent.get("conditions", {}).items()):
         lines.append(f"condition  agent: {kind}: {why}")
+    for name, counts in sorted(reply.get("notifiers", {}).items()):
+        lines.append(
+            f"notifier   {name:<13} delivered {counts['delivered']}, failed {counts['failed']}, "
+            f"dropped {counts['dropped']}, pending {counts['pending']}"
+        )
     if not reply["active"]:
         lines.append("active     none")
     for notice in reply["active"]:

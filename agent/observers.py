@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from forewarn.protocol.errors import ConfigError
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
 
-from .observer import Observer
+from .observer import Deliveries, Observer
 from .protocol import AckRequest, Notice
 
 if TYPE_CHECKING:
@@ -73,6 +73,15 @@ class Observers(Observer):
 
     def on_stop(self) -> None:
         self._each("on_stop")
+
+    def deliveries(self) -> dict[str, Deliveries]:
+        found: dict[str, Deliveries] = {}
+        for observer in self.observers:
+            try:
+                found.update(observer.deliveries())
+            except Exception:
+                log.exception("observer %s failed in deliveries", type(observer).__name__)
+        return found
 
     def parts(self) -> dict[str, bool]:
         found: dict[str, bool] = {}

@@ -302,11 +302,23 @@ class ProviderHealth(_Message):
     conditions: dict[str, str] = Field(default_factory=dict)
 
 
+class NotifierStatus(_Message):
+    """What a notifier (`webhook`, `kubernetes`) did since the agent started: the webhook
+    counts notices, the Kubernetes notifier requests (Events, cordons) and dropped notices."""
+
+    delivered: int
+    failed: int  # given up on: after the retries, or at an answer not retried
+    dropped: int  # past the queue
+    pending: int  # not delivered yet: waiting, or being delivered or retried
+
+
 class StatusReply(_Message):
     ok: Literal[True] = True
     agent: AgentInfo
     active: list[Notice]
     health: list[ProviderHealth] = Field(default_factory=list)
+    # By name; only the notifiers configured.
+    notifiers: dict[str, NotifierStatus] = Field(default_factory=dict)
 
 
 class NotifyReply(_Message):
@@ -427,6 +439,7 @@ __all__ = [
     "Heartbeat",
     "Notice",
     "NotifyReply",
+    "NotifierStatus",
     "NotifyRequest",
     "Reason",
     "Report",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import importlib
 import logging
 import os
@@ -55,6 +56,7 @@ from .protocol import (
     Notice,
     NotifyReply,
     NotifyRequest,
+    NotifierStatus,
     ProviderHealth,
     Report,
     StatusReply,
@@ -945,6 +947,10 @@ class Agent:
             agent=info,
             active=self.board.active(),
             health=[provider_health(name, self.health[name]) for name in self.health],
+            notifiers={
+                name: NotifierStatus(**dataclasses.asdict(counts))
+                for name, counts in self.observers.deliveries().items()
+            },
         )
 
     def _notify(self, req: NotifyRequest) -> NotifyReply | ErrorReply:

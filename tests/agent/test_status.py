@@ -9,6 +9,7 @@ from pathlib import Path
 from forewarn.agent.runner import provider_health
 from forewarn.providers.health import WATCHER_FAILED, PollHealth
 from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually, run_forewarn
+from webhook_receiver import receiver
 
 
 def test_status_shows_each_provider_and_notice(tmp_path: Path) -> None:
@@ -110,3 +111,27 @@ def test_a_control_timeout_of_weeks_waits_as_long_as_needed(tmp_path: Path) -> N
             assert "OverflowError" not in result.stderr
         huge = run_forewarn("status", "--timeout", "99999999999d", env=env)
         assert huge.returncode == 0, huge.stderr
+
+
+def test_status_shows_what_each_notifier_failed_to_deliver(tmp_path: Path) -> None:
+    """A webhook receiver refusing every notice (a 401: not retried) lost each one with only a
+    WARNING in the log; `forewarn status` showed nothing of notifications at all."""
+    with receiver(script=[401]) as hook:
+        env = agent_env(tmp_path, FOREWARN_WEBHOOK_URL=hook.url + "/s3cr3t")
+        with AgentProcess(tmp_path, env=env) as agent:
+            agent.control({"op": "notify", "action": "drain"})
+
+            def failed() -> dict[str, object] | None:
+                reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+                webhook = reply["notifiers"]["webhook"]
+                return reply if webhook["failed"] == 1 else None
+
+            reply = eventually(failed, what="the webhook's failure in status")
+            text = run_forewarn("status", env=env)
+    assert reply["notifiers"] == {
+        "webhook": {"delivered": 0, "failed": 1, "dropped": 0, "pending": 0}
+    }
+    assert text.returncode == 0
+    line = next(line for line in text.stdout.splitlines() if line.startswith("notifier "))
+    assert line.split(None, 1)[1] == "webhook       delivered 0, failed 1, dropped 0, pending 0"
+    assert "s3cr3t" not in text.stdout
