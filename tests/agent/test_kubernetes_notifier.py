@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from forewarn.agent.notifications.kubernetes import KubernetesNotifier, camel, event_body
+from forewarn.agent.observer import Deliveries
 from forewarn.providers.kubernetes.settings import Settings
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator, event_problems
 from forewarn.providers.simulator import SimServer
@@ -531,5 +532,27 @@ async def test_an_event_whose_generated_name_conflicts_is_posted_again(tmp_path:
             )
             assert (notifier.created, notifier.failed) == (1, 0)
             assert [e["action"] for e in sim_state(server)["events"]] == ["Terminate"]
+        finally:
+            notifier.on_stop()
+
+
+async def test_deliveries_count_the_requests_made_refused_and_pending(tmp_path: Path):
+    """What /metrics and `forewarn status` show of the notifier: Events created (one per
+    notice for the node), requests given up on (a 403 names the grant and is not retried)."""
+    with cluster(None) as server:
+        _token, notifier = _events_notifier(tmp_path, server.url)
+        notifier.on_start(["local"])
+        try:
+            assert notifier.deliveries() == {"kubernetes": Deliveries(0, 0, 0, 0)}
+            notifier.on_notice(local_notice(1, "drain"), escalated=False)
+            await eventually_async(lambda: notifier.created == 1, what="the Event")
+            refuse = {"kind": "status", "status": 403, "path": "/apis/", "method": "POST"}
+            httpx.post(f"{server.url}/_sim/faults", json=refuse, trust_env=False, timeout=5)
+            notifier.on_notice(local_notice(2, "terminate"), escalated=False)
+            await eventually_async(lambda: notifier.failed == 1, what="the refusal")
+            await eventually_async(
+                lambda: notifier.deliveries()["kubernetes"].pending == 0, what="nothing pending"
+            )
+            assert notifier.deliveries() == {"kubernetes": Deliveries(1, 1, 0, 0)}
         finally:
             notifier.on_stop()
