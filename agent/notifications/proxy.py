@@ -10,6 +10,7 @@ variables are read here, as curl reads them.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -74,12 +75,19 @@ def webhook_proxy(configured: str | None, url: str, environ: Mapping[str, str]) 
 def _bypassed(host: str, port: int, no_proxy: str) -> bool:
     """Whether `no_proxy` names `host` (a lower-case host name or address, brackets off) at
     `port`: `*`, or a comma-separated entry that is the host or a domain it is under (a leading
-    dot optional), with an optional `:port` that must then match, as curl reads it. Written
+    dot optional), with an optional `:port` that must then match, or a CIDR block holding the
+    host's address (`10.0.0.0/8`), as curl reads it. Written
     here: urllib's own reader is undocumented (`proxy_bypass_environment`)."""
     for entry in no_proxy.split(","):
         entry = entry.strip().lower()
         if entry == "*":
             return True
+        if "/" in entry:
+            # A CIDR block (`10.0.0.0/8`, `fd00::/8`), as a cluster names its pod and service
+            # networks: it matches a receiver at an address in it, never a name.
+            if _in_network(host, entry.replace("[", "").replace("]", "")):
+                return True
+            continue
         if entry.startswith("["):  # [::1] or [::1]:8080
             name, _, rest = entry[1:].partition("]")
             wanted = rest.removeprefix(":")
@@ -93,6 +101,15 @@ def _bypassed(host: str, port: int, no_proxy: str) -> bool:
         if name and (host == name or host.endswith("." + name)):
             return True
     return False
+
+
+def _in_network(host: str, block: str) -> bool:
+    """Whether `host` is an IP address within the CIDR `block`; False for a name, or a block
+    that is none (`10.0.0.0/33`)."""
+    try:
+        return ipaddress.ip_address(host) in ipaddress.ip_network(block, strict=False)
+    except ValueError:
+        return False
 
 
 def _named(value: str, name: str) -> str:

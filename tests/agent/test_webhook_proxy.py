@@ -157,6 +157,15 @@ def test_the_proxy_is_chosen_as_curl_chooses_it(
         ("https://HOOKS.Example/x", " other , .EXAMPLE ", True),
         ("https://badexample/x", "example", False),
         ("https://hooks.example/x", ",,", False),
+        # CIDR blocks, as a cluster's NO_PROXY names its pod and service networks (curl
+        # reads them since 7.86): an in-cluster receiver was posted to through the proxy.
+        ("http://10.96.0.15:8080/x", "10.0.0.0/8", True),
+        ("http://10.96.0.15:8080/x", ".svc, 10.96.0.0/12", True),
+        ("http://11.0.0.1/x", "10.0.0.0/8", False),
+        ("http://[fd00::7]:8080/x", "fd00::/8", True),
+        ("http://[fd00::7]:8080/x", "[fd00::]/8", True),
+        ("https://hooks.example/x", "10.0.0.0/8", False),
+        ("http://10.0.0.1/x", "10.0.0.0/33", False),
     ],
 )
 def test_no_proxy_is_read_as_curl_reads_it(url: str, no_proxy: str, bypassed: bool):
@@ -164,7 +173,10 @@ def test_no_proxy_is_read_as_curl_reads_it(url: str, no_proxy: str, bypassed: bo
     assert (proxy is None) == bypassed
 
 
-@given(st.text(max_size=40), st.sampled_from(["https://hooks.example/x", "http://[::1]:1/x"]))
+@given(
+    st.text(max_size=40),
+    st.sampled_from(["https://hooks.example/x", "http://[::1]:1/x", "http://10.1.2.3/x"]),
+)
 def test_any_no_proxy_value_bypasses_or_not_without_error(no_proxy: str, url: str):
     proxy = webhook_proxy(None, url, {"ALL_PROXY": "http://p:1", "NO_PROXY": no_proxy})
     assert proxy is None or proxy.url == "http://p:1"
