@@ -922,11 +922,21 @@ def cmd_wait(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     _, control = _endpoints(args)
     reply = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
+    # A part that is dead (the events socket file removed, a notifier's task ended) is what
+    # /healthz answers 503 for: exit 1 as well, since status is the liveness probe of the
+    # Kubernetes overlays and the Docker image, where nothing else restarts the agent.
+    dead = dead_parts(reply)
     if args.json:
         print(json.dumps(reply, indent=2))
-        return 0
+        return 1 if dead else 0
     print("\n".join(_readable(control, lambda: _status_lines(reply))))
-    return 0
+    return 1 if dead else 0
+
+
+def dead_parts(reply: dict[str, Any]) -> list[str]:
+    """The parts of the agent a status reply shows dead (an older agent shows none)."""
+    parts = reply.get("parts", {})
+    return sorted(name for name, running in parts.items() if not running)
 
 
 def _status_lines(reply: dict[str, Any]) -> list[str]:
@@ -957,6 +967,13 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
             f"notifier   {name:<13} delivered {counts['delivered']}, failed {counts['failed']}, "
             f"dropped {counts['dropped']}, pending {counts['pending']}"
         )
+    for name in dead_parts(reply):
+        why = (
+            "its socket file is gone or replaced: no new client can subscribe; restart the agent"
+            if name == "events"
+            else "not running or not answering"
+        )
+        lines.append(f"dead       {name}: {why} (/healthz answers 503)")
     if not reply["active"]:
         lines.append("active     none")
     for notice in reply["active"]:

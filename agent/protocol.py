@@ -319,6 +319,9 @@ class StatusReply(_Message):
     health: list[ProviderHealth] = Field(default_factory=list)
     # By name; only the notifiers configured.
     notifiers: dict[str, NotifierStatus] = Field(default_factory=dict)
+    # Each long-running part and whether it runs, as /healthz shows them: `forewarn status`
+    # exits 1 when one is dead, as /healthz answers 503.
+    parts: dict[str, bool] = Field(default_factory=dict)
 
 
 class NotifyReply(_Message):

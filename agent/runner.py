@@ -951,6 +951,7 @@ class Agent:
                 name: NotifierStatus(**dataclasses.asdict(counts))
                 for name, counts in self.observers.deliveries().items()
             },
+            parts=self.liveness(),
         )
 
     def _notify(self, req: NotifyRequest) -> NotifyReply | ErrorReply:

@@ -135,3 +135,25 @@ def test_status_shows_what_each_notifier_failed_to_deliver(tmp_path: Path) -> No
     line = next(line for line in text.stdout.splitlines() if line.startswith("notifier "))
     assert line.split(None, 1)[1] == "webhook       delivered 0, failed 1, dropped 0, pending 0"
     assert "s3cr3t" not in text.stdout
+
+
+def test_status_exits_1_naming_a_dead_part_as_healthz_does(tmp_path: Path) -> None:
+    """The events socket file removed (a /tmp cleaner, a job cleaning the shared emptyDir):
+    no new client could subscribe, /healthz answered 503, but `forewarn status`, the
+    liveness probe of the Kubernetes overlays and the Docker HEALTHCHECK, said all was well
+    and exited 0, so nothing restarted the agent."""
+    env = agent_env(tmp_path)
+    with AgentProcess(tmp_path, env=env) as agent:
+        healthy = run_forewarn("status", "--json", env=env)
+        assert healthy.returncode == 0, healthy.stderr
+        assert json.loads(healthy.stdout)["parts"]["events"] is True
+        (tmp_path / "run" / "events").unlink()
+        text = run_forewarn("status", env=env)
+        as_json = run_forewarn("status", "--json", env=env)
+        assert agent.proc is not None and agent.proc.poll() is None
+    assert text.returncode == 1, text.stdout
+    dead = [line for line in text.stdout.splitlines() if line.startswith("dead ")]
+    assert len(dead) == 1 and dead[0].split()[1] == "events:", text.stdout
+    assert "no new client can subscribe" in dead[0]
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout)["parts"]["events"] is False
