@@ -66,6 +66,11 @@ class Observer:
     def on_stop(self) -> None:
         """The agent is shutting down."""
 
+    def conditions(self) -> dict[str, str]:
+        """Standing problems of the observer, by kind, until it resolves them (telemetry it
+        cannot write): shown by `forewarn status` beside the agent's own."""
+        return {}
+
     def deliveries(self) -> dict[str, Deliveries]:
         """A notifier's counts by its name (`webhook`, `kubernetes`); none for the others.
         Called from another thread (the metrics server's): reads counts only."""

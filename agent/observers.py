@@ -74,6 +74,15 @@ class Observers(Observer):
     def on_stop(self) -> None:
         self._each("on_stop")
 
+    def conditions(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for observer in self.observers:
+            try:
+                found.update(observer.conditions())
+            except Exception:
+                log.exception("observer %s failed in conditions", type(observer).__name__)
+        return found
+
     def deliveries(self) -> dict[str, Deliveries]:
         found: dict[str, Deliveries] = {}
         for observer in self.observers:

@@ -941,7 +941,7 @@ class Agent:
             started_at=self.started_at,
             seq=self.sequencer.value,
             subscribers=len(self.board.clients),
-            conditions=dict(self._unsaved),
+            conditions={**self.observers.conditions(), **self._unsaved},
         )
         return StatusReply(
             agent=info,

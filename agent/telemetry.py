@@ -66,6 +66,8 @@ class TelemetryWriter:
         self.max_bytes = max_bytes
         self.keep = keep
         self._failed: set[str] = set()
+        # Why the last write failed, until one succeeds: a standing condition in status.
+        self.problem: str | None = None
 
     def write(self, kind: str, fields: dict[str, Any]) -> None:
         # JSON has no Infinity or NaN: a non-finite figure is recorded as unknown (null).
@@ -92,6 +94,12 @@ class TelemetryWriter:
                 raise OSError(f"short write ({written} of {len(line)} bytes)")
         except OSError as error:
             self._report(type(error).__name__, error)
+            self.problem = f"cannot write {self.path} ({type(error).__name__}: {error})"
+            return
+        if self.problem is not None:
+            log.warning("telemetry: writing %s again", self.path)
+            self.problem = None
+            self._failed.clear()  # a later failure is news again
 
     def _rotate_if_full(self, incoming: int) -> None:
         try:
@@ -173,6 +181,10 @@ class TelemetryObserver(Observer):
 
     def on_stop(self) -> None:
         self.writer.write("stop", {"pid": os.getpid()})
+
+    def conditions(self) -> dict[str, str]:
+        problem = self.writer.problem
+        return {} if problem is None else {"telemetry": problem}
 
 
 class TelemetryFormatError(ForewarnError, ValueError):

@@ -28,7 +28,7 @@ from forewarn.agent.telemetry import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
-from support import AgentProcess, Subscriber, eventually
+from support import AgentProcess, Subscriber, eventually, run_forewarn
 
 NOW = datetime(2026, 11, 30, 3, 10, tzinfo=timezone.utc)
 
@@ -529,3 +529,21 @@ def test_a_notice_records_how_many_acking_clients_it_reached(
     records = list(read_records(Path(env["FOREWARN_STATE_DIR"]) / FILE_NAME))
     reached = {r["id"]: r.get("clients") for r in records if r["kind"] == "notice"}
     assert reached == {alone: 0, watched: 1}
+
+
+def test_telemetry_that_cannot_be_written_is_a_condition_in_status_until_it_can(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """A full disk or a broken file cost every record after one WARNING: `forewarn status`
+    said nothing, and `forewarn plan` later read a span with notices and acks missing."""
+    state = Path(env["FOREWARN_STATE_DIR"])
+    (state / FILE_NAME).mkdir()  # not a file: every write fails
+    with AgentProcess(tmp_path, env=env) as agent:
+        conditions = agent.control({"op": "status"})["agent"]["conditions"]
+        assert "cannot write" in conditions.get("telemetry", ""), conditions
+        shown = run_forewarn("status", env=env)
+        assert "condition  agent: telemetry: cannot write" in shown.stdout
+        (state / FILE_NAME).rmdir()
+        agent.control({"op": "notify", "action": "drain"})
+        assert "telemetry" not in agent.control({"op": "status"})["agent"]["conditions"]
+    assert any(record["kind"] == "notice" for record in read_records(state / FILE_NAME))
