@@ -75,6 +75,8 @@ class PendingFile:
         self._dirty = False
         self._task: asyncio.Task[None] | None = None
         self._failing = False
+        # Why the last write failed, until one succeeds: a standing condition in status.
+        self.problem: str | None = None
 
     def load(self) -> list[Notice]:
         """The notices the last agent left undelivered; none when there is no file. A file
@@ -122,6 +124,10 @@ class PendingFile:
             try:
                 write_atomic(self.path, encode_pending(notices))
             except OSError as error:
+                self.problem = (
+                    f"cannot save the notices not delivered yet to {self.path} ({error}); "
+                    "they are lost if the agent stops before a later save succeeds"
+                )
                 if not self._failing:
                     log.error(
                         "webhook: cannot save the notices not delivered yet to %s: %s; they "
@@ -134,6 +140,7 @@ class PendingFile:
             if self._failing:
                 log.warning("webhook: saved the notices not delivered yet to %s again", self.path)
             self._failing = False
+            self.problem = None
 
 
 __all__ = ["PendingFile", "decode_pending", "encode_pending", "named"]

@@ -456,6 +456,10 @@ class WebhookObserver(Observer):
                 response.headers.get("Location"),
             )
 
+    def conditions(self) -> dict[str, str]:
+        problem = None if self._pending is None else self._pending.problem
+        return {} if problem is None else {"webhook-pending": problem}
+
     def deliveries(self) -> dict[str, Deliveries]:
         # len() and a reference only: a list of the deque, made on the metrics thread while
         # the loop appends, could raise.

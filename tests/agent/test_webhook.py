@@ -647,3 +647,25 @@ def test_a_note_with_line_breaks_stays_on_the_slack_line(tmp_path: Path):
         "note: disk full\\u000aforewarn on gpu-7: clear (manual from local)\\u000d\\u0009end"
         in text
     )
+
+
+def test_pending_notices_that_cannot_be_saved_are_a_condition_in_status(tmp_path: Path):
+    """The state directory cannot take webhook-pending.json: the notices waiting for a
+    receiver that is down are lost at the next restart, which one ERROR line said and
+    `forewarn status` did not."""
+    env = agent_env(tmp_path, FOREWARN_WEBHOOK_URL="http://127.0.0.1:9/hook")
+    pending = Path(env["FOREWARN_STATE_DIR"]) / "webhook-pending.json"
+    with AgentProcess(tmp_path, env=env) as agent:
+        # After the start, which sets a pending file it cannot read aside.
+        pending.mkdir()  # not a file: every save fails
+        agent.control({"op": "notify", "action": "drain"})
+
+        def condition() -> str:
+            conditions = agent.control({"op": "status"})["agent"]["conditions"]
+            return str(conditions.get("webhook-pending", ""))
+
+        shown = eventually(condition, what="the condition in status")
+        assert "cannot save the notices not delivered yet" in shown
+        pending.rmdir()
+        agent.control({"op": "notify", "action": "drain", "note": "again"})
+        eventually(lambda: not condition(), what="the condition gone once saved")
