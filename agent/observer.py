@@ -66,6 +66,11 @@ class Observer:
     def on_stop(self) -> None:
         """The agent is shutting down."""
 
+    async def settle(self) -> None:
+        """Between on_stopping and on_stop: return once what the observer still has to send
+        is sent (a notifier's queue), or at once when nothing is. The agent waits for it a
+        bounded time (NOTIFIER_GRACE), then calls on_stop whatever it left."""
+
     def conditions(self) -> dict[str, str]:
         """Standing problems of the observer, by kind, until it resolves them (telemetry it
         cannot write): shown by `forewarn status` beside the agent's own."""

@@ -6,6 +6,7 @@ a failing observer is logged and never stops the agent.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from typing import TYPE_CHECKING
@@ -73,6 +74,14 @@ class Observers(Observer):
 
     def on_stop(self) -> None:
         self._each("on_stop")
+
+    async def settle(self) -> None:
+        results = await asyncio.gather(
+            *(observer.settle() for observer in self.observers), return_exceptions=True
+        )
+        for observer, result in zip(self.observers, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("observer %s failed in settle: %r", type(observer).__name__, result)
 
     def conditions(self) -> dict[str, str]:
         found: dict[str, str] = {}

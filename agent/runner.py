@@ -80,6 +80,11 @@ DETECT_TIMEOUT = 1.5
 BACKOFF_BASE = 0.5
 BACKOFF_CAP = 30.0
 STOP_GRACE = 0.5
+# The longest a stop waits for the notifiers (webhook, Kubernetes Events) to deliver what
+# they hold: a reclaimed machine stops its agent just after the terminate is published, and
+# its POST under way was cut. Below the 5 s a stop is given by the tests and docker stop's
+# 10 s, well below systemd's 90 s and Kubernetes' 30 s grace.
+NOTIFIER_GRACE = 2.0
 # The longest the agent waits for a watcher to close (its HTTP client, its IMAP session): one
 # blocked for good (in a thread, on a peer that stopped reading) kept the agent from stopping
 # on SIGTERM, and a crashed watcher from being restarted. Past it, it is left behind.
@@ -430,8 +435,12 @@ class Agent:
         for task in running:
             task.cancel()
         await asyncio.wait(running, timeout=STOP_GRACE)
-        # Side by side: each waits CLOSE_TIMEOUT at most, and the stop no more than that.
-        await asyncio.gather(*(self._close(watcher) for watcher in self.watchers.values()))
+        # Side by side: each waits CLOSE_TIMEOUT at most, and the stop no more than that;
+        # the notifiers meanwhile get NOTIFIER_GRACE to deliver what they hold.
+        await asyncio.gather(
+            self._settle_observers(),
+            *(self._close(watcher) for watcher in self.watchers.values()),
+        )
         await self.state_writer.settled()
         self._save_now()
         self.state_writer.close()
@@ -490,6 +499,10 @@ class Agent:
         )
         self._exit_code = 1
         self._stop.set()
+
+    async def _settle_observers(self) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):  # on_stop names what is left
+            await asyncio.wait_for(self.observers.settle(), NOTIFIER_GRACE)
 
     def liveness(self) -> dict[str, bool]:
         """Each long-running part, the observers' too: whether its task is running; control,

@@ -60,6 +60,8 @@ GRANTS = {
 # 4xx answers worth another attempt: 429, the API server shedding load; 409, the name it
 # generated for an Event (`generateName`) was taken, and the next POST gets another.
 RETRIED = frozenset({409, 429})
+# How often a stop looks whether the notices held are reported (see `settle`).
+SETTLE_POLL = 0.02
 
 
 def camel(reason: str) -> str:
@@ -209,6 +211,15 @@ class KubernetesNotifier(Observer):
 
     def parts(self) -> dict[str, bool]:
         return {} if self._task is None else {"kubernetes-notifier": not self._task.done()}
+
+    async def settle(self) -> None:
+        # As the webhook's: a terminate's Events (and its cordon) under way at a stop.
+        while (
+            self._task is not None
+            and not self._task.done()
+            and (self._queue or self._reporting is not None)
+        ):
+            await asyncio.sleep(SETTLE_POLL)
 
     def deliveries(self) -> dict[str, Deliveries]:
         # Requests, not notices: a notice makes an Event for the node and one for the pod,

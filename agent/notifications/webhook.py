@@ -46,6 +46,8 @@ PENDING_FILE = "webhook-pending.json"
 # (reclaimed, logs and all) and the channel is then the only record that it was warned. A
 # minute covers the restart itself and the retries' backoff, when "0 s left" is still news.
 LATE_AFTER = 60.0
+# How often a stop looks whether the notices held are delivered (see `settle`).
+SETTLE_POLL = 0.02
 
 
 def late_by(notice: Notice) -> float | None:
@@ -293,6 +295,16 @@ class WebhookObserver(Observer):
                 kept,
             )
 
+    async def settle(self) -> None:
+        # A reclaimed machine stops its agent moments after the terminate: the POST under
+        # way (or queued) is the channel's only word of it, and a pending file on a disk
+        # about to vanish saves nothing. Polled: the stop waits a bounded time anyway.
+        while self._task is not None and not self._task.done() and self._left_count():
+            await asyncio.sleep(SETTLE_POLL)
+
+    def _left_count(self) -> int:
+        return len(self._queue) + (self._delivering is not None)
+
     def _left(self) -> list[Notice]:
         """The notices not delivered yet, the one being delivered first."""
         return ([self._delivering] if self._delivering is not None else []) + list(self._queue)
@@ -463,7 +475,7 @@ class WebhookObserver(Observer):
     def deliveries(self) -> dict[str, Deliveries]:
         # len() and a reference only: a list of the deque, made on the metrics thread while
         # the loop appends, could raise.
-        pending = len(self._queue) + (self._delivering is not None)
+        pending = self._left_count()
         return {"webhook": Deliveries(self.delivered, self.failed, self.dropped, pending)}
 
 

@@ -669,3 +669,16 @@ def test_pending_notices_that_cannot_be_saved_are_a_condition_in_status(tmp_path
         pending.rmdir()
         agent.control({"op": "notify", "action": "drain", "note": "again"})
         eventually(lambda: not condition(), what="the condition gone once saved")
+
+
+def test_a_delivery_under_way_at_a_stop_is_given_time_to_finish(tmp_path: Path):
+    """A reclaimed machine stops its agent moments after the terminate is published: the
+    POST under way was cut at SIGTERM and the notice kept in a file on a disk about to go
+    away, so the channel never heard of the reclaim. The stop now waits a little for it."""
+    with receiver(script=[0.5]) as hook, agent_with_webhook(tmp_path, hook.url) as agent:
+        agent.control({"op": "notify", "action": "terminate"})
+        eventually(lambda: hook.attempts == 1, what="the POST under way")
+        assert agent.stop() == 0
+    log = agent.output()
+    assert "delivered terminate" in log, log
+    assert "not delivered" not in log
