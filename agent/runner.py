@@ -82,8 +82,8 @@ BACKOFF_CAP = 30.0
 STOP_GRACE = 0.5
 # The longest a stop waits for the notifiers (webhook, Kubernetes Events) to deliver what
 # they hold: a reclaimed machine stops its agent just after the terminate is published, and
-# its POST under way was cut. Below the 5 s a stop is given by the tests and docker stop's
-# 10 s, well below systemd's 90 s and Kubernetes' 30 s grace.
+# its POST under way was cut. Below the 5 s a stop is given by the tests, docker stop's 10 s,
+# the shipped unit's TimeoutStopSec (15 s) and Kubernetes' default 30 s grace.
 NOTIFIER_GRACE = 2.0
 # The longest the agent waits for a watcher to close (its HTTP client, its IMAP session): one
 # blocked for good (in a thread, on a peer that stopped reading) kept the agent from stopping
