@@ -1082,3 +1082,14 @@ def test_approvals_start_at_0_only_for_a_provider_that_approves():
     assert value(found, name, provider="azure", outcome="failed") == 2
     assert value(found, name, provider="azure", outcome="skipped") == 0
     assert {dict(labels)["provider"] for (n, labels) in found if n == name} == {"azure"}
+
+
+@settings(max_examples=50, deadline=None)
+@given(provider=st.text(min_size=1, max_size=20), kind=st.text(min_size=1, max_size=20))
+def test_any_label_text_reads_back_as_written_from_the_scrape(provider: str, kind: str):
+    """Quotes, backslashes and line breaks in a label (an error kind carrying a provider's
+    text) are escaped in the exposition, so a scrape neither breaks nor reads another value."""
+    observer = MetricsObserver()
+    observer.on_poll(provider, False, kind)
+    found = scrape(observer)
+    assert value(found, "forewarn_poll_errors_total", provider=provider, kind=kind) == 1
