@@ -33,7 +33,8 @@ class WebhookSettings(BaseModel):
         default=None,
         description="A file of HTTP headers to send with each POST, one `Name: value` a line "
         "(`#` comments and blank lines skipped), such as `Authorization: Bearer <token>` for "
-        "a receiver that asks for a token; read at start, its values never logged nor shown.",
+        "a receiver that asks for a token; checked at start, read again when it changes (a "
+        "rotated token), its values never logged nor shown.",
     )
     ca_file: Path | None = Field(
         default=None,

@@ -26,7 +26,7 @@ from ..observer import Deliveries, Observer
 from ..protocol import Notice
 from .pending import PendingFile, named
 from .proxy import Proxy
-from .settings import WebhookSettings
+from .settings import WebhookSettings, read_headers_file
 
 log = logging.getLogger("forewarn.webhook")
 
@@ -48,6 +48,17 @@ PENDING_FILE = "webhook-pending.json"
 LATE_AFTER = 60.0
 # How often a stop looks whether the notices held are delivered (see `settle`).
 SETTLE_POLL = 0.02
+
+
+def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """What tells a file changed (modified, replaced): None when there is none to read."""
+    if path is None:
+        return None
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status.st_mtime_ns, status.st_size, status.st_ino
 
 
 def late_by(notice: Notice) -> float | None:
@@ -197,9 +208,12 @@ class WebhookObserver(Observer):
         self._proxy = proxy
         self._transport = transport
         self._host = socket.gethostname()
-        # Read once, at construction (the agent's start): a file that went bad later would
-        # otherwise end the delivery task.
+        # Read at start (a bad file stopped the agent then), and again at each attempt once
+        # the file changed: a short-lived token rewritten by another agent was sent stale
+        # until a restart. A file broken later keeps the last good headers (see _read_headers).
         self._headers = settings.headers()
+        self._headers_stamp = _stamp(settings.headers_file)
+        self._headers_broken = False
         self._queue: collections.deque[Notice] = collections.deque(maxlen=settings.queue)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -329,12 +343,7 @@ class WebhookObserver(Observer):
             proxy=None if self._proxy is None else self._proxy.url,
             verify=self.settings.verify(),
             transport=self._transport,
-            # The file's (a token) last: a receiver may want its own User-Agent too.
-            headers={
-                "User-Agent": USER_AGENT,
-                "Content-Type": "application/json",
-                **self._headers,
-            },
+            headers={"User-Agent": USER_AGENT, "Content-Type": "application/json"},
         ) as client:
             while True:
                 while not self._queue:
@@ -461,7 +470,10 @@ class WebhookObserver(Observer):
         # Only the status is used, and the answer's body is never read: `client.post` read
         # all of it into memory, and a receiver streaming a huge body grew the agent by
         # hundreds of MB a second until the timeout.
-        async with client.stream("POST", self._url, content=payload) as response:
+        # The file's (a token) over the client's: a receiver may want its own User-Agent too.
+        # In a thread: the file may sit on a slow or hung mount.
+        headers = await asyncio.to_thread(self._read_headers)
+        async with client.stream("POST", self._url, content=payload, headers=headers) as response:
             return (
                 response.status_code,
                 retry_after(response.headers.get("Retry-After")),
@@ -471,6 +483,30 @@ class WebhookObserver(Observer):
     def conditions(self) -> dict[str, str]:
         problem = None if self._pending is None else self._pending.problem
         return {} if problem is None else {"webhook-pending": problem}
+
+    def _read_headers(self) -> dict[str, str]:
+        """The headers of `webhook.headers_file`, read again when it changed; the last good
+        ones while it cannot be read (logged once, by the file's path, never a value)."""
+        path = self.settings.headers_file
+        if path is None:
+            return {}
+        stamp = _stamp(path)
+        if stamp == self._headers_stamp:
+            return self._headers
+        try:
+            self._headers = read_headers_file(path)
+        except ValueError as error:
+            if not self._headers_broken:
+                log.warning(
+                    "webhook: webhook.headers_file: %s; sending the headers read before", error
+                )
+            self._headers_broken = True
+            return self._headers
+        self._headers_stamp = stamp
+        if self._headers_broken:
+            log.info("webhook: webhook.headers_file %s read again", path)
+        self._headers_broken = False
+        return self._headers
 
     def deliveries(self) -> dict[str, Deliveries]:
         # len() and a reference only: a list of the deque, made on the metrics thread while

@@ -106,3 +106,32 @@ def test_read_headers_file_names_the_file(tmp_path: Path):
     path.write_text("Authorization Bearer x\n")
     with pytest.raises(ValueError, match=str(path)):
         read_headers_file(path)
+
+
+def test_a_token_rotated_in_the_file_is_sent_from_the_next_post(tmp_path: Path):
+    """A short-lived token that an agent (Vault's, a CronJob) writes anew: read only at start,
+    the old one was sent until a restart, every notice answered 401 and dropped."""
+    headers = tmp_path / "webhook-headers"
+    headers.write_text("Authorization: Bearer one\n")
+    with receiver() as hook:
+        env = agent_env(
+            tmp_path,
+            FOREWARN_WEBHOOK_URL=hook.url + "/hook",
+            FOREWARN_WEBHOOK_HEADERS_FILE=str(headers),
+        )
+        with AgentProcess(tmp_path, env=env) as agent:
+            agent.control({"op": "notify", "action": "drain"})
+            hook.wait_for(1)
+            rotated = tmp_path / "webhook-headers.new"
+            rotated.write_text("Authorization: Bearer two\n")
+            rotated.replace(headers)
+            agent.control({"op": "notify", "action": "drain", "note": "after"})
+            first, second = hook.wait_for(2)
+            # Broken for a moment (half written): the last good headers go on.
+            headers.write_text("Authorization Bearer\n")
+            agent.control({"op": "notify", "action": "drain", "note": "broken"})
+            third = hook.wait_for(3)[2]
+    assert first.headers["Authorization"] == "Bearer one"
+    assert second.headers["Authorization"] == "Bearer two"
+    assert third.headers["Authorization"] == "Bearer two"
+    assert agent.output().count("webhook.headers_file") == 1
