@@ -109,10 +109,11 @@ CLOCK_RECHECK = 1.0
 # unanswered (its reply waited for a slow disk past the client's timeout, or control was
 # rebound) sends the very same ack again, and it must count once.
 ACKS_REMEMBERED = 256
-# After a restart with notices to restore, how long no notice counts as flushed by every
-# client: the acking clients come back as their sockets reconnect (Notices backs off up to 1 s,
-# a ZeroMQ socket left at its defaults retries every 0.1 s), and an ack that came first (a
-# client's retry) completed notices those still reconnecting had not flushed.
+# After a restart (an agent used the state directory before), how long no notice counts as
+# flushed by every client: the acking clients come back as their sockets reconnect (Notices
+# backs off up to 1 s, a ZeroMQ socket left at its defaults retries every 0.1 s), and an ack
+# that came first (a client's retry, or the first client back acking a notice just raised)
+# completed notices those still reconnecting had not flushed.
 CLIENTS_RECONNECT_SECONDS = 3.0
 # How often the runner looks whether a watcher went past its progress bound.
 PROGRESS_CHECK = 0.25
@@ -290,9 +291,8 @@ class Agent:
                 ", ".join(sorted(leftovers)),
             )
         state = load_state(self.state_path)
-        self.sequencer = Sequencer(
-            max(state.seq, load_seq_mark(self.seq_path)), reserve=self._reserve_seq
-        )
+        last_seq = max(state.seq, load_seq_mark(self.seq_path))
+        self.sequencer = Sequencer(last_seq, reserve=self._reserve_seq)
         self.board = NoticeBoard(
             self.sequencer,
             self.settings.exit_margin,
@@ -353,9 +353,12 @@ class Agent:
         except BindError as error:
             self.publisher.close()
             raise ConfigError(str(error)) from None
-        if self.board.entries:
-            # The clients of the agent before this one, held by notices restored here, come
-            # back as their sockets reconnect (ZeroMQ backs off: up to a second for Notices).
+        if self.board.entries or last_seq > 0:
+            # The clients of the agent before this one come back as their sockets reconnect
+            # (ZeroMQ backs off: up to a second for Notices). Not only those of notices restored
+            # here: a notice raised in the first seconds after a restart with none to restore was
+            # flushed by the first client back, and its provider acted (an Azure approval, the
+            # flag file removed) while clients still reconnecting had not received it.
             self.board.hold_flushes(self.board.now() + timedelta(seconds=CLIENTS_RECONNECT_SECONDS))
 
         loop = asyncio.get_running_loop()

@@ -383,15 +383,15 @@ class NoticeLife(RuleBasedStateMachine):
             loaded.expected_by,
             loaded.raised,
         )
-        if self.board.entries:
-            self.board.hold_flushes(self.now + timedelta(seconds=RECONNECT))
+        # As the runner after any restart, notices restored or not.
+        self.board.hold_flushes(self.now + timedelta(seconds=RECONNECT))
         escalated, expired = self.board.due()
         sent = {n.id for n in [*escalated, *expired]}
         replayed = [n for n in self.board.active() if n.id not in sent]
         # The model: clients reconnect; provider notices await their watcher's answer.
         self.clients = set()
         self.flushes = self.flushes[-FLUSH_WINDOW:]
-        self.held_until = self.now + timedelta(seconds=RECONNECT) if self.active else None
+        self.held_until = self.now + timedelta(seconds=RECONNECT)
         for entry in self.active.values():
             if not entry.manual:
                 entry.restored_at = self.now

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, eventually, run_forewarn
+from support import AgentProcess, Subscriber, eventually, run_forewarn
 
 
 def _agent_that_obeys_file_modes(tmp_path: Path) -> AgentProcess:
@@ -92,3 +92,30 @@ def test_a_flag_text_that_is_no_deadline_is_shown_as_its_note(tmp_path: Path) ->
         while read["id"] == drain["id"]:
             read = sub.notice(timeout=5)
         assert read["deadline"] is not None and "note" not in read["detail"]
+
+
+def test_a_flag_written_just_after_a_restart_waits_for_the_clients_still_reconnecting(
+    tmp_path: Path,
+) -> None:
+    # An agent restarted with no notice to restore held no flushes: a flag written in its first
+    # seconds was flushed by the first client back, and the file removed (the request taken
+    # as handled), while a client of the agent before, still reconnecting, had not saved.
+    AgentProcess(tmp_path).start().stop()
+    with (
+        AgentProcess(tmp_path) as agent,
+        Subscriber(agent.events, ("notice", "client/first")).ready() as first,
+    ):
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("")
+        drain = first.notice(timeout=5)
+        assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "first"})["ok"]
+        with Subscriber(agent.events, ("notice", "client/second")).ready() as second:
+            assert second.notice(timeout=5)["id"] == drain["id"]  # replayed
+            assert flag.exists(), "removed before the reconnecting client saved"
+            ack = {"op": "ack", "notice_id": drain["id"], "client": "second"}
+            assert agent.control(ack)["ok"]
+            cleared = first.notice(timeout=10)
+            while cleared["action"] == "drain":  # the replay to the second, seen by all
+                cleared = first.notice(timeout=10)
+            assert (cleared["action"], cleared["id"]) == ("clear", drain["id"])
+            assert not flag.exists()
