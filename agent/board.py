@@ -329,11 +329,11 @@ class NoticeBoard:
         held = (
             entry.notice.action == "terminate"
             and entry.report.action == report.action
-            and not _deadline_moved(entry.report, report)
+            and not _deadline_moved(entry.notice.deadline, report.deadline)
         )
         if held:
             action = "terminate"
-        if action == entry.notice.action and not self._changed(entry.report, report):
+        if action == entry.notice.action and not self._changed(entry.notice, report):
             entry.report = report
             return None
         entry.report = report
@@ -575,12 +575,15 @@ class NoticeBoard:
         return "terminate" if left <= self.exit_margin else "drain"
 
     @staticmethod
-    def _changed(before: Report, report: Report) -> bool:
-        """Whether the reason, the deadline or the provider's own detail changed enough to
-        tell clients again."""
-        if report.reason != before.reason or _deadline_moved(before, report):
+    def _changed(published: Notice, report: Report) -> bool:
+        """Whether the reason, the deadline or the provider's own detail changed enough since
+        clients were told (not since the last report: a deadline that crept by under the
+        tolerance per report was never sent again, however far it went)."""
+        if report.reason != published.reason:
             return True
-        return _detail_changed(before.detail, report.detail)
+        if _deadline_moved(published.deadline, report.deadline):
+            return True
+        return _detail_changed(published.detail, report.detail)
 
     def _stamp(self, report: Report, action: Action) -> Notice:
         return Notice(
@@ -596,11 +599,11 @@ class NoticeBoard:
         )
 
 
-def _deadline_moved(before: Report, report: Report) -> bool:
+def _deadline_moved(before: datetime | None, after: datetime | None) -> bool:
     """Whether the deadline came, went, or moved by the tolerance or more."""
-    if before.deadline is None or report.deadline is None:
-        return (before.deadline is None) != (report.deadline is None)
-    return abs(report.deadline - before.deadline) >= DEADLINE_TOLERANCE
+    if before is None or after is None:
+        return (before is None) != (after is None)
+    return abs(after - before) >= DEADLINE_TOLERANCE
 
 
 def _detail_changed(before: dict[str, Any], after: dict[str, Any]) -> bool:

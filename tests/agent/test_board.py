@@ -470,3 +470,30 @@ def test_a_manual_notice_asked_for_again_keeps_its_lifetime_across_a_restart() -
     clock.now = T0 + timedelta(minutes=9)
     restarted.restore(b.manual(), raised=b.raised())
     assert restarted.next_due() == T0 + timedelta(minutes=10)
+
+
+def test_a_deadline_that_creeps_is_sent_again_once_it_moved_from_what_clients_were_told() -> None:
+    """The board compared a deadline with the last report, not with what it had published: a
+    deadline that moved by under the tolerance per report was never sent again, and after
+    many reports clients held a deadline minutes away from the provider's."""
+    b, _ = board()
+    deadline = T0 + timedelta(hours=2)
+    first = b.report(report(deadline=deadline))
+    assert first is not None
+    sent = []
+    for step in range(1, 11):
+        notice = b.report(report(deadline=deadline + timedelta(milliseconds=500 * step)))
+        if notice is not None:
+            sent.append(notice)
+    assert sent, "a deadline 5 s later than the one published was never sent"
+    assert all(n.deadline is not None for n in sent)
+    last = b.get(first.id)
+    assert last is not None and last.deadline is not None
+    assert deadline + timedelta(seconds=5) - last.deadline < timedelta(seconds=1)
+    # The same for times in the provider's detail (Azure's NotBefore).
+    b2, _ = board()
+    b2.report(report(detail={"NotBefore": "2026-11-30T05:00:00Z"}))
+    moved = [
+        b2.report(report(detail={"NotBefore": f"2026-11-30T05:00:0{step}.5Z"})) for step in range(5)
+    ]
+    assert any(n is not None for n in moved)

@@ -71,6 +71,7 @@ class Active:
     sent: str  # the action clients were last told
     raised_at: datetime
     restored_at: datetime | None = None  # awaiting its watcher's answer since a restart
+    told: datetime | None = None  # the deadline clients were last told
     acked: set[str] = field(default_factory=set)
     flushed: bool = False
 
@@ -137,10 +138,13 @@ class NoticeLife(RuleBasedStateMachine):
                 shown.until,
                 action,
                 raised_at=self.now,
+                told=shown.deadline,
             )
             return [(notice_id, action, shown.deadline)]
         entry.restored_at = None
-        moved = _moved(entry.deadline, shown.deadline)
+        # Against what clients were told, not the last report: a deadline that creeps by under
+        # the tolerance per report is sent again once it has moved that far in all.
+        moved = _moved(entry.told, shown.deadline)
         changed = moved or entry.reason != shown.reason or entry.detail != shown.detail
         if entry.sent == "terminate" and entry.action == shown.action and not moved:
             action = "terminate"  # a margin that narrowed undoes no escalation
@@ -148,7 +152,7 @@ class NoticeLife(RuleBasedStateMachine):
         entry.deadline, entry.until = shown.deadline, shown.until
         if action == entry.sent and not changed:
             return []
-        entry.sent = action
+        entry.sent, entry.told = action, shown.deadline
         return [(notice_id, action, shown.deadline)]
 
     def _expect_clear(self, notice_id: str, why: str | None = None) -> list[Sent]:
@@ -171,7 +175,7 @@ class NoticeLife(RuleBasedStateMachine):
                 # A provider's is the same occurrence if shown again: still saved for.
         for notice_id, entry in self.active.items():
             if entry.sent == "drain" and self._escalate(entry.action, entry.deadline) != "drain":
-                entry.sent = "terminate"
+                entry.sent, entry.told = "terminate", entry.deadline
                 out.append((notice_id, "terminate", entry.deadline))
         return out
 
@@ -244,6 +248,20 @@ class NoticeLife(RuleBasedStateMachine):
             before.noticed_at if before is not None else self.now,
         )
         self.world[notice_id] = shown
+        published = self._emit(self._report(notice_id, shown, provider))
+        self._check(published, self._expect_report(notice_id, shown, provider, manual=False))
+
+    @rule(notice_id=st.sampled_from(PROVIDER_IDS), later=st.sampled_from([300, 600, -600]))
+    def provider_deadline_creeps(self, notice_id: str, later: int) -> None:
+        """A provider recomputes its deadline a little later (or earlier) at each answer, by
+        less than the tolerance each time (milliseconds)."""
+        shown = self.world.get(notice_id)
+        if shown is None or shown.deadline is None:
+            return
+        step = timedelta(milliseconds=later)
+        shown.deadline += step
+        shown.until = shown.until + step if shown.until is not None else None
+        provider = notice_id.split("/")[0]
         published = self._emit(self._report(notice_id, shown, provider))
         self._check(published, self._expect_report(notice_id, shown, provider, manual=False))
 
@@ -393,11 +411,13 @@ class NoticeLife(RuleBasedStateMachine):
         self.flushes = self.flushes[-FLUSH_WINDOW:]
         self.held_until = self.now + timedelta(seconds=RECONNECT)
         for entry in self.active.values():
+            # The state keeps a notice as published: its deadline is the one clients were told.
+            entry.deadline = entry.told
             if not entry.manual:
                 entry.restored_at = self.now
         expected = self._expect_due()
         due = {notice_id for notice_id, _, _ in expected}
-        expected += [(i, e.sent, e.deadline) for i, e in self.active.items() if i not in due]
+        expected += [(i, e.sent, e.told) for i, e in self.active.items() if i not in due]
         # In the runner's order: the restored notices, numbered at restore, then the others.
         self._check([*replayed, *expired, *escalated], expected)
 
@@ -406,7 +426,7 @@ class NoticeLife(RuleBasedStateMachine):
     @invariant()
     def active_notices_agree(self) -> None:
         got = {n.id: (n.action, n.deadline) for n in self.board.active()}
-        assert got == {i: (e.sent, e.deadline) for i, e in self.active.items()}
+        assert got == {i: (e.sent, e.told) for i, e in self.active.items()}
 
     @invariant()
     def saved_for_agrees(self) -> None:
