@@ -100,6 +100,19 @@ class Entry:
     restored_after: str = "the agent restarted"  # what it awaits a report after, for the clear
 
 
+@dataclass
+class Remembered:
+    """What the board keeps of a provider notice it does not show (retired past its end, or
+    saved for before a restart) until its provider reports it again, which raises the same
+    occurrence, or withdraws it."""
+
+    noticed_at: datetime | None  # when first noticed; None when not known (after a restart)
+    saved: bool  # some client saved for it
+    acked: set[str] = field(default_factory=set)
+    expected: set[str] = field(default_factory=set)
+    flushed: bool = False  # flushed by every client: its provider was told, once
+
+
 class NoticeBoard:
     def __init__(
         self,
@@ -122,7 +135,10 @@ class NoticeBoard:
         # training under a terminate an earlier job acted on was made to exit at every re-raise.
         # Provider notices some client saved for before an agent restart come back the same way
         # (without their first `noticed_at`, which the state file does not keep).
-        self.remembered: dict[str, tuple[datetime | None, bool]] = {}
+        # Who acked it, and whether every client had flushed it, too: a re-raise that forgot
+        # them was flushed by every client again when acked again, and its provider's after-ack
+        # action (an Azure approval, the flag file's removal) fired twice for one notice.
+        self.remembered: dict[str, Remembered] = {}
         # Provider notices retired while still reported, as last reported, until their provider
         # reports them again or withdraws them: what a watcher built after a crash is handed
         # (`provider_reports`), as its predecessor kept them. Without them an Azure Started event
@@ -250,18 +266,24 @@ class NoticeBoard:
     def saves_to_keep(self) -> list[str]:
         """What the state file keeps of the saves: the active notices some client saved for,
         and the provider notices remembered as saved for until their provider reports them."""
-        kept = [notice_id for notice_id, (_, saved) in self.remembered.items() if saved]
+        kept = [notice_id for notice_id, kept in self.remembered.items() if kept.saved]
         return self.saved() + kept
 
     def acked_by(self, notice_id: str | None = None) -> dict[str, set[str]]:
         """The clients that acked each active notice (or only `notice_id`), saved so that a
         restarted agent still counts them: a notice acked by one client before a restart and
-        by the other after is then flushed by every client."""
-        return {
+        by the other after is then flushed by every client. Those of the provider notices
+        remembered while retired too: raised again after a restart, one every client had
+        flushed is not flushed (its provider told) a second time."""
+        acked = {
             entry.notice.id: set(entry.acked)
             for entry in self.entries.values()
             if entry.acked and notice_id in (None, entry.notice.id)
         }
+        for kept_id, kept in self.remembered.items():
+            if kept.acked and notice_id in (None, kept_id):
+                acked[kept_id] = set(kept.acked)
+        return acked
 
     def expected_by(self) -> dict[str, set[str]]:
         """The acking clients each flushed notice was flushed by, saved so that a restarted
@@ -269,11 +291,15 @@ class NoticeBoard:
         again, nor call them flushed a second time. Not those of a notice not flushed yet:
         while flushes are held after a restart its clients are only those reconnected so far,
         and a second restart then counted it flushed by every client when they had acked."""
-        return {
+        expected = {
             entry.notice.id: set(entry.expected)
             for entry in self.entries.values()
             if entry.acked and entry.flushed
         }
+        for kept_id, kept in self.remembered.items():
+            if kept.acked and kept.flushed:
+                expected[kept_id] = set(kept.expected)
+        return expected
 
     def escalated(self, notice_id: str) -> bool:
         """Whether the notice goes out as terminate for a drain its provider reported (its
@@ -305,22 +331,25 @@ class NoticeBoard:
         action = self._action_for(report)
         entry = self.entries.get(report.id)
         if entry is None:
-            saved = False
             remembered = self.remembered.pop(report.id, None)
             self.retired.pop(report.id, None)
-            if remembered is not None:
-                first_noticed, saved = remembered
-                if first_noticed is not None:
-                    report = report.model_copy(update={"noticed_at": first_noticed})
+            if remembered is not None and remembered.noticed_at is not None:
+                report = report.model_copy(update={"noticed_at": remembered.noticed_at})
             notice = self._stamp(report, action)
-            self.entries[report.id] = Entry(
+            entry = Entry(
                 notice,
                 report,
                 raised_at=raised_at or self.now(),
                 manual=manual,
                 expected=set(self.clients),
-                saved=saved,
             )
+            if remembered is not None:
+                entry.saved = remembered.saved
+                entry.acked = set(remembered.acked)
+                entry.flushed = remembered.flushed
+                if remembered.flushed:
+                    entry.expected = set(remembered.expected)
+            self.entries[report.id] = entry
             return notice
         entry.restored = False
         # A drain sent as terminate stays terminate while its deadline stands, even when the
@@ -367,7 +396,16 @@ class NoticeBoard:
                 if notice is not None:
                     expired.append(notice)
                 if not entry.manual:
-                    self._remember(entry.notice.id, entry.notice.noticed_at, entry.saved)
+                    self._remember(
+                        entry.notice.id,
+                        Remembered(
+                            entry.notice.noticed_at,
+                            entry.saved,
+                            set(entry.acked),
+                            set(entry.expected),
+                            entry.flushed,
+                        ),
+                    )
                     self.retired[notice_id] = entry.report
                     while len(self.retired) > REMEMBERED:
                         del self.retired[next(iter(self.retired))]
@@ -505,8 +543,18 @@ class NoticeBoard:
                 and entry.report.deadline is not None
             ):
                 entry.notice = self._stamp(entry.report, "terminate")
-        for notice_id in saved_ids - self.entries.keys():
-            self._remember(notice_id, None, True)
+        # Provider notices not shown (retired, or saved for), kept until their provider reports
+        # them again: still saved for, acked by whom they were, and flushed if they were.
+        acked_map = {key: set(clients) for key, clients in (acked_by or {}).items()}
+        expected_map = {key: set(clients) for key, clients in (expected_by or {}).items()}
+        for notice_id in sorted((saved_ids | acked_map.keys()) - self.entries.keys()):
+            acked = acked_map.get(notice_id, set())
+            expected = expected_map.get(notice_id)
+            flushed = bool(acked) and expected is not None and expected <= acked
+            self._remember(
+                notice_id,
+                Remembered(None, notice_id in saved_ids, acked, expected or set(), flushed),
+            )
 
     # Internals.
 
@@ -532,8 +580,8 @@ class NoticeBoard:
             return _plus(entry.restored_at, self.grace)
         return None
 
-    def _remember(self, notice_id: str, noticed_at: datetime | None, saved: bool) -> None:
-        self.remembered[notice_id] = (noticed_at, saved)
+    def _remember(self, notice_id: str, kept: Remembered) -> None:
+        self.remembered[notice_id] = kept
         while len(self.remembered) > REMEMBERED:
             del self.remembered[next(iter(self.remembered))]
 
@@ -646,5 +694,6 @@ __all__ = [
     "EXPIRED_KEY",
     "Entry",
     "NoticeBoard",
+    "Remembered",
     "Sequencer",
 ]

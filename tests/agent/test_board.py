@@ -472,6 +472,32 @@ def test_a_manual_notice_asked_for_again_keeps_its_lifetime_across_a_restart() -
     assert restarted.next_due() == T0 + timedelta(minutes=10)
 
 
+def test_a_notice_raised_again_after_expiry_is_flushed_once() -> None:
+    """A provider notice raised again after it expired forgot who had acked it: acked again
+    (a `forewarn wait` loop acks every notice it is handed), it was flushed by every client
+    a second time, and its provider's after-ack action (an Azure approval, the flag file's
+    removal) fired twice for one notice."""
+    b, clock = board()
+    b.grace = timedelta(seconds=60)
+    b.client_joined("job-1")
+    deadline = T0 + timedelta(minutes=2)
+    first = b.report(report(action="terminate", deadline=deadline))
+    assert first is not None
+    assert b.record_ack(first.id, "job-1", 1.0)
+    clock.now = T0 + timedelta(minutes=4)
+    _, (expired,) = b.due()
+    assert expired.action == "clear"
+    again = b.report(report(action="terminate", deadline=deadline))
+    assert again is not None
+    assert b.acked_by(first.id) == {first.id: {"job-1"}}
+    assert b.flushed_ids("aws") == [first.id]
+    assert not b.record_ack(first.id, "job-1", 1.0)
+    # A client that joined since counts as having received it after its flush: no new round.
+    b.client_joined("job-2")
+    assert not b.record_ack(first.id, "job-2", 1.0)
+    assert b.client_left("job-1") == []
+
+
 def test_a_deadline_that_creeps_is_sent_again_once_it_moved_from_what_clients_were_told() -> None:
     """The board compared a deadline with the last report, not with what it had published: a
     deadline that moved by under the tolerance per report was never sent again, and after
@@ -497,3 +523,27 @@ def test_a_deadline_that_creeps_is_sent_again_once_it_moved_from_what_clients_we
         b2.report(report(detail={"NotBefore": f"2026-11-30T05:00:0{step}.5Z"})) for step in range(5)
     ]
     assert any(n is not None for n in moved)
+
+
+def test_a_retired_notice_flushed_by_every_client_stays_flushed_across_a_restart() -> None:
+    """The state file kept only that a retired notice was saved for: raised again after a
+    restart, the notice every client had flushed was flushed, and its provider told, again."""
+    b, clock = board()
+    b.grace = timedelta(seconds=60)
+    b.client_joined("job-1")
+    first = b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
+    assert first is not None and b.record_ack(first.id, "job-1", 1.0)
+    clock.now = T0 + timedelta(minutes=4)
+    b.due()
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=clock)
+    restarted.restore(
+        [],
+        b.saves_to_keep(),
+        acked_by=b.acked_by(),
+        expected_by=b.expected_by(),
+    )
+    restarted.client_joined("job-1")
+    again = restarted.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
+    assert again is not None and restarted.saved() == [first.id]
+    assert restarted.flushed_ids("aws") == [first.id]
+    assert not restarted.record_ack(first.id, "job-1", 1.0)

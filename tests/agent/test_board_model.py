@@ -91,6 +91,9 @@ class NoticeLife(RuleBasedStateMachine):
         self.clients: set[str] = set()
         self.saved: set[str] = set()
         self.held_until: datetime | None = None
+        # Provider notices retired past their end: who had acked each, and whether every
+        # client had flushed it. Raised again, it is the same occurrence: flushed once.
+        self.retired_acks: dict[str, tuple[set[str], bool]] = {}
 
     def teardown(self) -> None:
         self.dir.cleanup()
@@ -140,6 +143,9 @@ class NoticeLife(RuleBasedStateMachine):
                 raised_at=self.now,
                 told=shown.deadline,
             )
+            if not manual and notice_id in self.retired_acks:
+                acked, flushed = self.retired_acks.pop(notice_id)
+                self.active[notice_id].acked, self.active[notice_id].flushed = acked, flushed
             return [(notice_id, action, shown.deadline)]
         entry.restored_at = None
         # Against what clients were told, not the last report: a deadline that creeps by under
@@ -159,6 +165,7 @@ class NoticeLife(RuleBasedStateMachine):
         # Withdrawn, a notice retired past its end is over too: shown again, it is a new one,
         # not saved for.
         self.saved.discard(notice_id)
+        self.retired_acks.pop(notice_id, None)
         if self.active.pop(notice_id, None) is None:
             return []
         return [(notice_id, "clear", why)]
@@ -172,6 +179,8 @@ class NoticeLife(RuleBasedStateMachine):
                 out.append((notice_id, "clear", "expired"))
                 if entry.manual:
                     self.saved.discard(notice_id)
+                else:
+                    self.retired_acks[notice_id] = (set(entry.acked), entry.flushed)
                 # A provider's is the same occurrence if shown again: still saved for.
         for notice_id, entry in self.active.items():
             if entry.sent == "drain" and self._escalate(entry.action, entry.deadline) != "drain":
