@@ -44,6 +44,8 @@ DEFAULT_GRACE = 300.0
 DEFAULT_MANUAL_LIFETIME = 3600.0
 # `detail.expired` on the clear that retires a notice.
 EXPIRED_KEY = "expired"
+# Who acked a notice when the ack named no client (`record_ack`).
+ANONYMOUS = "(anonymous)"
 # How many provider notices the board remembers while it does not show them (retired, or
 # saved for before a restart) until their provider reports them again or withdraws them.
 REMEMBERED = 256
@@ -476,7 +478,7 @@ class NoticeBoard:
             entry.acked.add(client)
         elif not entry.expected:
             # A client that did not say who it is can only complete a notice nobody else holds.
-            entry.acked.add("(anonymous)")
+            entry.acked.add(ANONYMOUS)
         return self._newly_flushed(entry)
 
     # State.
@@ -688,6 +690,7 @@ def _minus(moment: datetime, delta: timedelta) -> datetime:
 
 
 __all__ = [
+    "ANONYMOUS",
     "DEADLINE_TOLERANCE",
     "DEFAULT_GRACE",
     "DEFAULT_MANUAL_LIFETIME",

@@ -188,6 +188,23 @@ def _acked_notice_id(text: str) -> str:
     return text
 
 
+def _client_id(text: str) -> str:
+    """An acking client's id as an ack carries it (`wait --client`, `ack --client`): the
+    agent names it in `acked_by` only so."""
+    if not text.strip(string.whitespace):
+        # `--client "$ID"` with ID unset: the loop's acks would name nobody.
+        raise argparse.ArgumentTypeError("empty")
+    if len(text) > MAX_ID_LENGTH:
+        raise argparse.ArgumentTypeError(f"longer than {MAX_ID_LENGTH} characters")
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in text):
+        raise argparse.ArgumentTypeError("must be one line of text, without control characters")
+    return text
+
+
+def _add_client_flag(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--client", type=_client_id, metavar="ID", help=text)
+
+
 # Endpoints for the commands that talk to a running agent.
 
 
@@ -577,6 +594,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
         ("step", args.step),
         ("flush_seconds", args.flush_seconds),
         ("note", args.note),
+        ("client", args.client),
     ):
         if value is not None:
             payload[key] = value
@@ -876,6 +894,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
         started=utcnow(),
         exit_margin=args.exit_margin,
         say=lambda line: print(f"forewarn: wait: {line}", file=sys.stderr, flush=True),
+        client=args.client,
     )
     sock = _subscribe(events)
     silence = _AgentSilence("wait", events, args.agent_timeout)
@@ -976,8 +995,13 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
         lines.append(f"dead       {name}: {why} (/healthz answers 503)")
     if not reply["active"]:
         lines.append("active     none")
+    acked_by = reply.get("acked_by") or {}
     for notice in reply["active"]:
-        lines.append("active     " + describe(notice))
+        line = "active     " + describe(notice)
+        clients = acked_by.get(notice["id"]) if isinstance(acked_by, dict) else None
+        if isinstance(clients, list) and clients:
+            line += "  acked by " + ", ".join(str(client) for client in clients)
+        lines.append(line)
     return lines
 
 
@@ -1294,6 +1318,11 @@ def build_parser(
         help="a terminate an earlier job acted on ends the wait this long before its deadline "
         f"(default {WAIT_EXIT_MARGIN:g}s, as the client library)",
     )
+    _add_client_flag(
+        wait,
+        "the id this loop's `forewarn ack --client` sends: a drain in force before this wait "
+        "is passed by only when this client acked it, not when another client saved for it",
+    )
     _add_agent_timeout(wait)
     _add_endpoint_flags(wait)
     wait.set_defaults(func=cmd_wait)
@@ -1330,6 +1359,11 @@ def build_parser(
         "--note",
         type=_unset_if_blank,
         help="one line on the save, kept in telemetry (and logged for a failed one)",
+    )
+    _add_client_flag(
+        ack,
+        "who saved (the id a loop's `forewarn wait --client` passes by its own acks for); "
+        "named in `status` and the heartbeat's `acked_by`",
     )
     ack.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
     _add_control_timeout(ack)

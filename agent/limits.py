@@ -11,6 +11,9 @@ from forewarn.protocol.timefmt import format_time
 # Manual notices are few in practice; the cap keeps `notify`, the state file and every
 # heartbeat small whatever a client does.
 MAX_MANUAL = 64
+# How many acking clients the heartbeat and `status` name per notice (`acked_by`, sorted): a
+# shell loop's one client among a few, while a heartbeat stays small with many clients.
+ACKED_BY_LISTED = 16
 # How the agent refuses a clear of an id that is not an active manual notice; `notify clear`
 # reads it as 'nothing cleared' (exit 1), not as bad input.
 NO_ACTIVE_MANUAL = "no active manual notice with id"

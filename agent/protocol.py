@@ -182,6 +182,10 @@ class Heartbeat(_Message):
     # job that inherits a terminate an earlier client acted on saves and exits at least this
     # long before its deadline, as the agent escalates drains this long before theirs.
     exit_margin: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    # Which clients acked each active notice (the `client` of their acks; at most
+    # ACKED_BY_LISTED each, sorted): a `wait --client ID` loop passes by only a drain it
+    # acked itself, not one another client saved for while it was saving for the one before.
+    acked_by: dict[str, list[str]] = Field(default_factory=dict)
 
 
 # Control requests (REQ → REP).
@@ -322,6 +326,8 @@ class StatusReply(_Message):
     # Each long-running part and whether it runs, as /healthz shows them: `forewarn status`
     # exits 1 when one is dead, as /healthz answers 503.
     parts: dict[str, bool] = Field(default_factory=dict)
+    # Which clients acked each active notice, as in the heartbeat.
+    acked_by: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class NotifyReply(_Message):

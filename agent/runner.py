@@ -39,10 +39,10 @@ from forewarn.providers.health import WATCHER_FAILED, WATCHER_STALLED
 from forewarn.providers.persist import remove_leftovers
 from pydantic import ValidationError
 
-from .board import EXPIRED_KEY, NoticeBoard, Sequencer
+from .board import ANONYMOUS, EXPIRED_KEY, NoticeBoard, Sequencer
 from .config import ConfigError, Settings
 from .controltoken import remove_token, write_token
-from .limits import MAX_MANUAL, NO_ACTIVE_MANUAL, deadline_problem, id_problem
+from .limits import ACKED_BY_LISTED, MAX_MANUAL, NO_ACTIVE_MANUAL, deadline_problem, id_problem
 from .observers import Observers, build_observers
 from .protocol import (
     CONTROL_REQUEST,
@@ -815,8 +815,18 @@ class Agent:
                 sent_at=utcnow(),
                 acked=self.board.saved(),
                 exit_margin=self.board.exit_margin,
+                acked_by=self._acked_by(),
             )
         )
+
+    def _acked_by(self) -> dict[str, list[str]]:
+        """The named clients that acked each active notice, for heartbeats and `status`."""
+        active = {notice.id for notice in self.board.active()}
+        return {
+            notice_id: sorted(clients - {ANONYMOUS})[:ACKED_BY_LISTED]
+            for notice_id, clients in self.board.acked_by().items()
+            if notice_id in active and clients - {ANONYMOUS}
+        }
 
     def _settle_restored(self) -> None:
         """Withdraw the provider notices restored after a restart (or held while a crashed
@@ -968,6 +978,7 @@ class Agent:
                 for name, counts in self.observers.deliveries().items()
             },
             parts=self.liveness(),
+            acked_by=self._acked_by(),
         )
 
     def _notify(self, req: NotifyRequest) -> NotifyReply | ErrorReply:

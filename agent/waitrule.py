@@ -14,6 +14,13 @@ notices some client has saved for):
   ahead asks nothing of this job. The library lets a job restarted under a terminate train
   until then; `wait --for terminate && kill "$JOB"` killed the restarted job at once.
 
+With a client id (`wait --client ID`, the id the loop's `forewarn ack --client ID` sends), a
+drain counts as saved for only when that client acked it (the heartbeat's `acked_by`): a drain
+that arrived while the loop saved for the one before, and that another client saved for
+first, was passed by, and the loop never saved for it. An agent whose heartbeat has no
+`acked_by` (older), or names as many clients as it lists for a notice without this one, is
+read by `acked` as before.
+
 A notice raised or changed after the wait began is returned at once, and so is a drain this
 wait saw and passed by that is escalated to terminate (its `noticed_at` is the drain's).
 """
@@ -26,6 +33,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from forewarn.protocol.timefmt import parse_time, utcnow
+
+from .limits import ACKED_BY_LISTED
 
 # The client library's INHERITED_EXIT_MARGIN (tests/agent/test_shell_job_loops.py pins the
 # two together): a terminate an earlier job acted on stops the next one this long before
@@ -53,8 +62,10 @@ class WaitRule:
         started: datetime,
         exit_margin: float,
         say: Callable[[str], None],
+        client: str | None = None,
     ) -> None:
         self.accepted = accepted
+        self.client = client
         self.started = started
         self.exit_margin = exit_margin
         self.say = say
@@ -138,6 +149,8 @@ class WaitRule:
         for notice_id, (notice, since) in list(self._undecided.items()):
             if beat is not None and notice_id in beat.get("active", ()) and "acked" in beat:
                 acted = notice_id in beat["acked"]
+                if acted and notice["action"] == "drain":
+                    acted = self._acked_by_this(beat, notice_id)
             elif time.monotonic() - since < DECIDE_WITHIN:
                 continue
             else:
@@ -147,8 +160,9 @@ class WaitRule:
                 return notice
             if notice["action"] == "drain":
                 self._passed[notice_id] = notice
+                who = f"client {self.client}" if self.client else "a client"
                 self.say(
-                    f"drain {notice_id} was in force before this wait began and a client has "
+                    f"drain {notice_id} was in force before this wait began and {who} has "
                     "saved for it (the agent lists it as acked): waiting for another notice"
                 )
                 continue
@@ -156,6 +170,23 @@ class WaitRule:
             if ready is not None:
                 return ready
         return None
+
+    def _acked_by_this(self, beat: dict[str, Any], notice_id: str) -> bool:
+        """Whether this wait's client acked the notice; without a client, any client's ack
+        counts (the caller has seen one). An agent that does not say who acked (no
+        `acked_by`), or lists as many as it names without this client, cannot tell: then any
+        client's ack counts, as before."""
+        if self.client is None:
+            return True
+        by = beat.get("acked_by")
+        if not isinstance(by, dict):
+            return True
+        clients = by.get(notice_id)
+        if not isinstance(clients, list):
+            return False
+        if self.client in clients:
+            return True
+        return len(clients) >= ACKED_BY_LISTED
 
     def _put_off_terminate(self, notice: Notice) -> Notice | None:
         notice_id = notice["id"]

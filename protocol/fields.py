@@ -50,6 +50,7 @@ HEARTBEAT_FIELDS: tuple[str, ...] = (
     "sent_at",
     "acked",
     "exit_margin",
+    "acked_by",
 )
 
 

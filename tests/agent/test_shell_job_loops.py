@@ -100,7 +100,7 @@ def test_the_readme_wait_save_ack_loop_saves_once_for_a_drain_another_client_hol
                     loop.wait()
         assert _count(saves) == 2, stderr.read_text()
     log = agent.output()
-    assert f"ack {drain['notice']['id']} from ?: step=7" in log, log
+    assert f"ack {drain['notice']['id']} from save-loop: step=7" in log, log
 
 
 def _count(saves: Path) -> int:
@@ -222,3 +222,30 @@ def test_the_wait_and_the_library_share_one_exit_margin() -> None:
     from forewarn.clients.guard import INHERITED_EXIT_MARGIN
 
     assert WAIT_EXIT_MARGIN == INHERITED_EXIT_MARGIN
+
+
+def test_a_wait_with_a_client_id_passes_by_only_the_drains_that_client_acked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A drain that arrived while the loop saved for the one before, and that another client
+    saved for first, was passed by the loop's next `wait`: the heartbeat's `acked` does not
+    say which client saved. `--client` names the loop; `acked_by` says who acked."""
+    with AgentProcess(tmp_path) as agent:
+        drain = agent.control({"op": "notify", "action": "drain"})["notice"]
+        assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "trainer"})["ok"]
+        eventually(
+            lambda: _beat(agent).get("acked_by") == {drain["id"]: ["trainer"]},
+            timeout=5,
+            what="the ack in the heartbeat",
+        )
+        code = _wait(agent, monkeypatch, "--for", "drain", "--client", "loop", "--timeout", "10s")
+        out, _ = capsys.readouterr()
+        assert code == 0 and drain["id"] in out, out
+        monkeypatch.setenv("FOREWARN_RUNTIME_DIR", agent.env["FOREWARN_RUNTIME_DIR"])
+        assert main(["ack", drain["id"], "--client", "loop"]) == 0
+        assert main(["status"]) == 0
+        out, _ = capsys.readouterr()
+        assert "acked by loop, trainer" in out, out
+        code = _wait(agent, monkeypatch, "--for", "drain", "--client", "loop", "--timeout", "2s")
+        _, err = capsys.readouterr()
+        assert code == 1 and "client loop has saved for it" in err, err

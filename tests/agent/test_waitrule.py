@@ -140,3 +140,57 @@ def test_an_acted_on_terminate_returns_by_the_agents_margin_when_it_is_the_large
     assert later.notice(notice) is None
     assert later.heartbeat({"active": ["n"], "acked": ["n"], "exit_margin": 10.0}) is None
     assert later.next_due() is not None and 60 < later.next_due() <= 70
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=6,
+)
+ACKED_BY = st.one_of(
+    JSON, st.dictionaries(IDS, st.lists(st.sampled_from(["loop", "x"]), max_size=5))
+)
+
+
+@given(
+    st.lists(NOTICES, max_size=6),
+    st.sets(IDS),
+    ACKED_BY,
+)
+def test_any_acked_by_decides_a_client_wait_and_passes_by_only_its_own_acks(
+    notices: list[dict[str, Any]], acked: set[str], acked_by: Any
+) -> None:
+    """`acked_by` as any heartbeat may carry it (an agent of another version, a hostile
+    peer): never an error; a drain is passed by only when the client is named, or when the
+    heartbeat cannot say (no dict)."""
+    said: list[str] = []
+    rule = WaitRule(
+        ("drain", "terminate"), started=STARTED, exit_margin=30.0, say=said.append, client="loop"
+    )
+    for notice in notices:
+        rule.notice(notice)
+    beat = {"active": ["a", "b", "c"], "acked": sorted(acked), "acked_by": acked_by}
+    rule.heartbeat(beat)
+    rule.due()
+    for notice_id, notice in rule._passed.items():
+        if notice["action"] != "drain":
+            continue
+        named = isinstance(acked_by, dict) and "loop" in (acked_by.get(notice_id) or ())
+        assert named or not isinstance(acked_by, dict), (notice_id, acked_by)
+
+
+def test_a_client_wait_returns_a_drain_only_another_client_saved_for() -> None:
+    said: list[str] = []
+    rule = WaitRule(
+        ("drain", "terminate"), started=STARTED, exit_margin=30.0, say=said.append, client="loop"
+    )
+    drain = _notice("a", "drain", before=True, deadline=None)
+    assert rule.notice(drain) is None
+    beat = {"active": ["a"], "acked": ["a"], "acked_by": {"a": ["trainer"]}}
+    assert rule.heartbeat(beat) == drain
+    rule = WaitRule(
+        ("drain", "terminate"), started=STARTED, exit_margin=30.0, say=said.append, client="loop"
+    )
+    rule.notice(drain)
+    assert rule.heartbeat({**beat, "acked_by": {"a": ["loop", "trainer"]}}) is None
+    assert "client loop has saved for it" in said[-1]
