@@ -845,3 +845,29 @@ def test_auto_keeps_a_provider_whose_notices_were_restored_when_its_probe_times_
         status = eventually(answered, 10, "the AWS watcher's first answer")
         assert [notice["id"] for notice in status["active"]] == [notice_id]
         assert "auto: aws picked: notices from it were restored" in again.output()
+
+
+def test_a_spot_notice_raised_again_after_it_expired_is_flushed_by_every_client_once(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer]
+) -> None:
+    """The spot notice AWS still shows past its time plus the grace is retired and raised
+    again (the same occurrence). It forgot who had acked it: acked again by its one client, it
+    was "flushed by every client" a second time, and a provider acting on that (Azure's
+    approval, the flag file's removal) acted twice for one notice."""
+    sim, server = imds
+    agent = aws_agent(tmp_path, server, "--set", "notice_grace=1")
+    with agent, Subscriber(agent.events, ("notice", "client/job")).ready() as job:
+        sim.raise_notice("spot", {"action": "terminate", "time": later(1)})
+        first = next_notice(job, reason="spot-interruption")
+        ack = {"op": "ack", "notice_id": first["id"], "client": "job", "step": 1}
+        assert agent.control(ack)["ok"]
+        flushed = f"notice {first['id']} flushed by every client"
+        eventually(lambda: flushed in agent.output(), 5, "the flush")
+        assert next_notice(job, id=first["id"], action="clear")["detail"]["expired"]
+        again = next_notice(job, id=first["id"], action="terminate")
+        assert again["noticed_at"] == first["noticed_at"]
+        # A second save for it (a shell loop's, a job started again): not the same ack sent
+        # again, which the agent counts once anyway.
+        assert agent.control({**ack, "step": 2})["ok"]
+        eventually(lambda: "from job: step=2" in agent.output(), 5, "the second ack")
+        assert agent.output().count(flushed) == 1, agent.output()
