@@ -361,7 +361,23 @@ def _is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
+        pass
+    # ZeroMQ reads IPv4 as inet_aton does (`127.1`, `0x7f.1`, `2130706433` bind 127.0.0.1):
+    # refused as "not a loopback address" when ZeroMQ would bind loopback. The pattern first,
+    # since glibc's inet_aton also takes `127.1 anything`.
+    if not _INET_ATON_FORM.fullmatch(host):
         return False
+    try:
+        return socket.inet_aton(host)[0] == 127
+    except OSError:
+        return False
+
+
+# One to four parts, each decimal, octal (a leading 0) or hex (0x); inet_aton checks ranges.
+_INET_ATON_FORM = re.compile(
+    r"(?:0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)(?:\.(?:0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)){0,3}",
+    re.ASCII,
+)
 
 
 def check_endpoint(endpoint: str, *, allow_remote: bool = False, what: str = "endpoint") -> str:

@@ -20,7 +20,7 @@ from forewarn.protocol.wire import request
 from forewarn.providers.local.watch import SHOWN_CHARS, flag_report, unread_deadline
 from hypothesis import given
 from hypothesis import strategies as st
-from support import AgentProcess, Subscriber, control, eventually, forewarn_cmd
+from support import AgentProcess, Subscriber, control, eventually, forewarn_cmd, free_port
 
 
 def later(seconds: float) -> str:
@@ -643,3 +643,14 @@ def test_a_request_in_flight_when_the_agent_dies_is_never_answered(tmp_path: Pat
     finally:
         stale.close()
         first.kill()
+
+
+def test_an_agent_on_tcp_127_1_serves_events_to_a_client_on_127_0_0_1(tmp_path: Path) -> None:
+    """`--events tcp://127.1:PORT` (127.0.0.1 written short, as ZeroMQ and inet_aton read it)
+    made the agent exit 2: "127.1 is not a loopback address; notices would leave this
+    machine". It binds 127.0.0.1, where a client written the long way hears it."""
+    port = free_port()
+    agent = AgentProcess(tmp_path, args=("--events", f"tcp://127.1:{port}"))
+    with agent, Subscriber(f"tcp://127.0.0.1:{port}").ready() as sub:
+        agent.control({"op": "notify", "action": "drain", "id": "local/short"})
+        assert sub.recv()[1]["id"] == "local/short"

@@ -188,6 +188,62 @@ def test_localhost_in_any_case_is_loopback(upper: list[bool]) -> None:
     assert load_settings(metrics_address=f"{host}:9464").metrics_address == f"{host}:9464"
 
 
+def _zmq_binds(host: str) -> str | None:
+    """The address ZeroMQ binds for `tcp://host:0`, or None when it refuses the host. Only
+    numeric hosts reach here: a name could send a DNS query off this machine."""
+    sock = zmq.Context.instance().socket(zmq.PUB)
+    try:
+        sock.bind(f"tcp://{host}:0")
+        bound = sock.getsockopt(zmq.LAST_ENDPOINT)
+        assert isinstance(bound, bytes)
+        return bound.decode()[len("tcp://") :].rpartition(":")[0]
+    except zmq.ZMQError:
+        return None
+    finally:
+        sock.close(linger=0)
+
+
+_IPV4_PART = st.one_of(
+    st.integers(0, 255).map(str),
+    st.integers(0, 255).map(lambda n: f"0x{n:x}"),
+    st.integers(0, 255).map(lambda n: f"0{n:o}"),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.one_of(
+        st.builds(lambda *parts: ".".join(parts), st.just("127"), _IPV4_PART),
+        st.builds(lambda *parts: ".".join(parts), st.just("127"), _IPV4_PART, _IPV4_PART),
+        st.lists(_IPV4_PART, min_size=1, max_size=4).map(".".join),
+        st.integers(0, 2**32 - 1).map(str),
+    )
+)
+@example("127.1")
+@example("127.0.1")
+@example("0x7f.1")
+@example("0177.0.0.1")
+@example("2130706433")
+@example("10.1")
+def test_an_ipv4_address_in_short_form_is_loopback_where_zmq_binds_loopback(host: str) -> None:
+    """`tcp://127.1:5555`, which ZeroMQ binds on 127.0.0.1 (it reads IPv4 as inet_aton does),
+    was refused: "127.1 is not a loopback address; notices would leave this machine"."""
+    bound = _zmq_binds(host)
+    try:
+        check_endpoint(f"tcp://{host}:5555")
+    except EndpointError as error:
+        assert "not a loopback address" in str(error)
+        assert bound is None or not bound.startswith("127."), (host, bound)
+    else:
+        assert bound is not None and bound.startswith("127."), (host, bound)
+
+
+@pytest.mark.parametrize("host", ["127.1 x", "127.1.", "0x", "127..1", "127.1\n", "127.1.2.3.4"])
+def test_a_host_only_nearly_an_ipv4_address_is_refused(host: str) -> None:
+    with pytest.raises(EndpointError, match=r"not a loopback address|expected tcp://HOST:PORT"):
+        check_endpoint(f"tcp://{host}:5555")
+
+
 @pytest.mark.parametrize(
     "endpoint",
     ["tcp://10.0.0.1:5555", "tcp://*:5555", "tcp://0.0.0.0:1", "udp://127.0.0.1:1", "ipc://"],
