@@ -41,6 +41,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,8 +51,6 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define MAX_IDS 256       /* notices tracked at once; the agent allows 64 manual ones */
-#define MAX_ID_BYTES 416  /* an id is at most 200 characters, each escaped at worst to 2 */
 #define REPLAY_ASK_EVERY 10.0
 #define SILENT_AT_START 5.0 /* as `forewarn watch`: no agent heard at all */
 #define SILENT_LOST 3.0     /* as the Python client: an agent heard before is gone */
@@ -168,44 +167,67 @@ static double monotonic(void) {
 }
 
 /* A set of ids, each the raw text between the quotes of a JSON string (not unescaped: the
- * agent writes an id the same way in a notice and in a heartbeat). */
+ * agent writes an id the same way in a notice and in a heartbeat). It grows as needed: with a
+ * fixed 256, a heartbeat listing more left out notices received here, which were then
+ * printed as withdrawn. The agent caps manual notices (64), not the providers' ones. */
 typedef struct {
-    size_t count;
-    char ids[MAX_IDS][MAX_ID_BYTES];
-    unsigned long long seen[MAX_IDS]; /* what was printed for it: see fingerprint() */
-    char *bodies[MAX_IDS];            /* the notice printed last for it (malloc), or NULL */
+    char *id; /* malloc, NUL-terminated */
+    size_t len;
+    unsigned long long seen; /* what was printed for it: see fingerprint() */
+    char *body;              /* the notice printed last for it (malloc), or NULL */
+} id_entry;
+
+typedef struct {
+    size_t count, room;
+    id_entry *items;
 } id_set;
 
-static int set_find(const id_set *set, const char *id, size_t len) {
+static long set_find(const id_set *set, const char *id, size_t len) {
     for (size_t i = 0; i < set->count; i++)
-        if (strlen(set->ids[i]) == len && memcmp(set->ids[i], id, len) == 0)
-            return (int)i;
+        if (set->items[i].len == len && memcmp(set->items[i].id, id, len) == 0)
+            return (long)i;
     return -1;
 }
 
-/* The entry of `id`, added if new; -1 when it cannot be kept. */
-static int set_add(id_set *set, const char *id, size_t len) {
-    int at = set_find(set, id, len);
-    if (at >= 0 || len >= MAX_ID_BYTES || set->count >= MAX_IDS)
+/* The entry of `id`, added if new; -1 when memory for it cannot be had. */
+static long set_add(id_set *set, const char *id, size_t len) {
+    long at = set_find(set, id, len);
+    if (at >= 0)
         return at;
-    memcpy(set->ids[set->count], id, len);
-    set->ids[set->count][len] = '\0';
-    set->seen[set->count] = 0;
-    set->bodies[set->count] = NULL;
-    return (int)set->count++;
+    if (set->count == set->room) {
+        size_t room = set->room ? 2 * set->room : 64;
+        id_entry *grown = room > SIZE_MAX / sizeof *grown ? NULL
+                                                          : realloc(set->items, room * sizeof *grown);
+        if (!grown)
+            return -1;
+        set->items = grown;
+        set->room = room;
+    }
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return -1;
+    memcpy(copy, id, len);
+    copy[len] = '\0';
+    set->items[set->count] = (id_entry){.id = copy, .len = len, .seen = 0, .body = NULL};
+    return (long)set->count++;
 }
 
 static void set_remove(id_set *set, const char *id, size_t len) {
-    int at = set_find(set, id, len);
+    long at = set_find(set, id, len);
     if (at < 0)
         return;
-    free(set->bodies[at]);
-    set->count--;
-    if ((size_t)at != set->count) {
-        memcpy(set->ids[at], set->ids[set->count], MAX_ID_BYTES);
-        set->seen[at] = set->seen[set->count];
-        set->bodies[at] = set->bodies[set->count];
+    free(set->items[at].id);
+    free(set->items[at].body);
+    if ((size_t)at != --set->count)
+        set->items[at] = set->items[set->count];
+}
+
+static void set_clear(id_set *set) {
+    for (size_t i = 0; i < set->count; i++) {
+        free(set->items[i].id);
+        free(set->items[i].body);
     }
+    set->count = 0;
 }
 
 /* A minimal JSON scanner, enough to find a top-level member of an object; it never reads past
@@ -559,16 +581,17 @@ static int on_notice(tracker *t, const char *body, size_t size) {
         return 1;
     }
     unsigned long long seen = fingerprint(body, end);
-    int at = set_add(&t->received, id, id_len);
+    long at = set_add(&t->received, id, id_len);
     if (at < 0)
-        return 1;
-    if (t->received.seen[at] == seen && !t->replays)
+        return 1; /* out of memory: printed every time rather than never */
+    id_entry *entry = &t->received.items[at];
+    if (entry->seen == seen && !t->replays)
         return 0;
-    t->received.seen[at] = seen;
-    free(t->received.bodies[at]);
-    if ((t->received.bodies[at] = malloc(size + 1))) {
-        memcpy(t->received.bodies[at], body, size);
-        t->received.bodies[at][size] = '\0';
+    entry->seen = seen;
+    free(entry->body);
+    if ((entry->body = malloc(size + 1))) {
+        memcpy(entry->body, body, size);
+        entry->body[size] = '\0';
     }
     return 1;
 }
@@ -621,18 +644,19 @@ static int print_withdrawn(const char *notice, long long beat_seq) {
 static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, long *printed) {
     const char *end = body + size, *stop;
     const char *p = member(body, end, "active", &stop);
-    static id_set listed, unreceived; /* large: not on the stack */
+    static id_set listed, unreceived; /* kept from one heartbeat to the next: their room */
     const char *missed = NULL;
-    listed.count = unreceived.count = 0;
+    set_clear(&listed);
+    set_clear(&unreceived);
     if (!p || *p != '[')
         return 0;
     p = skip_space(p + 1, stop);
     while (p < stop && *p == '"') {
         size_t len;
         const char *id = string_at(p, stop, &len);
-        if (!id)
+        /* A list not read whole says nothing of what is gone: no clear from it. */
+        if (!id || set_add(&listed, id, len) < 0)
             return 0;
-        set_add(&listed, id, len);
         p = skip_space(id + len + 1, stop);
         if (p < stop && *p == ',')
             p = skip_space(p + 1, stop);
@@ -643,25 +667,28 @@ static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, 
         return 0;
     /* Withdrawn while we were not connected: no clear will come, so print one. */
     for (size_t i = t->received.count; i-- > 0;) {
-        const char *id = t->received.ids[i];
-        if (set_find(&listed, id, strlen(id)) >= 0)
+        const id_entry *gone = &t->received.items[i];
+        if (set_find(&listed, gone->id, gone->len) >= 0)
             continue;
-        if (t->received.bodies[i] && budget != 0 && print_withdrawn(t->received.bodies[i], t->last_seq)) {
+        if (gone->body && budget != 0 && print_withdrawn(gone->body, t->last_seq)) {
             ++*printed;
             --budget;
         }
-        set_remove(&t->received, id, strlen(id));
+        set_remove(&t->received, gone->id, gone->len);
     }
     for (size_t i = 0; i < listed.count; i++) {
-        const char *id = listed.ids[i];
-        if (set_find(&t->received, id, strlen(id)) >= 0)
+        const id_entry *listed_id = &listed.items[i];
+        if (set_find(&t->received, listed_id->id, listed_id->len) >= 0)
             continue;
-        set_add(&unreceived, id, strlen(id));
+        set_add(&unreceived, listed_id->id, listed_id->len);
         /* Two heartbeats in a row: a new subscriber's replay may come just after the first. */
-        if (!missed && set_find(&t->unreceived, id, strlen(id)) >= 0)
-            missed = id;
+        if (!missed && set_find(&t->unreceived, listed_id->id, listed_id->len) >= 0)
+            missed = listed_id->id;
     }
+    /* The last heartbeat's unreceived become ours; ours are cleared at the next one. */
+    id_set last = t->unreceived;
     t->unreceived = unreceived;
+    unreceived = last;
     if (!missed || monotonic() - t->replay_asked < REPLAY_ASK_EVERY)
         return 0;
     t->replay_asked = monotonic();

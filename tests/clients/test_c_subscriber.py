@@ -1046,3 +1046,35 @@ def test_c_subscriber_asks_again_when_the_agent_s_seq_skips_numbers(
         assert len(gap) == 1 and "seq 902 to 949" in gap[0], err
     finally:
         agent_process.close()
+
+
+def test_c_subscriber_past_256_active_notices_prints_no_false_clear_and_no_replay_twice(
+    tmp_path: Path, binary: Path
+) -> None:
+    """The C subscriber kept at most 256 notice ids, in each heartbeat's `active` too: with 300
+    active, the heartbeat's first 256 left out notices it had received, and it printed a clear
+    for each of them (a handler took a terminate still in force for withdrawn), while the 44 it
+    could not keep were asked for again every 10 s and each replay of them printed again. The
+    agent itself caps only manual notices (64); providers' notices are not capped."""
+    total = 300
+    agent = _Verbose(tmp_path, binary, count=total + 1)
+    xpub, sub, subscribed = agent.xpub, agent.sub, agent.subscribed
+    ids = [f"local/n{n:03}" for n in range(total)]
+    try:
+        eventually(lambda: subscribed(b"notice") == 1 and subscribed(b"heartbeat") == 1)
+        for seq, notice_id in enumerate(ids, start=1):
+            xpub.send_multipart([b"notice", _notice(notice_id, "drain", seq=seq)])
+        for seq in (total + 1, total + 2):
+            beat = {"v": 1, "seq": seq, "agent": "host/1/a", "active": ids[::-1], "acked": []}
+            xpub.send_multipart([b"heartbeat", json.dumps(beat).encode()])
+        # A replay of one past the 256th (the agent's answer to another subscriber's join).
+        xpub.send_multipart([b"notice", _notice(ids[280], "drain", seq=total + 3)])
+        xpub.send_multipart([b"notice", _notice("local/marker", "drain", seq=total + 4)])
+        out, err = sub.communicate(timeout=15)
+        asked_again = subscribed(b"notice") - 1
+    finally:
+        agent.close()
+    printed = [(n["id"], n["action"]) for n in map(json.loads, out.splitlines())]
+    assert printed == [(notice_id, "drain") for notice_id in [*ids, "local/marker"]], err
+    assert "never received here" not in err
+    assert asked_again == 0
