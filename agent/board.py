@@ -287,6 +287,22 @@ class NoticeBoard:
                 acked[kept_id] = set(kept.acked)
         return acked
 
+    def acked_to_save(self) -> dict[str, list[str]]:
+        """`acked_by()` in the order the state file keeps them (it keeps the first
+        MAX_ACKED_SAVED): the clients that receive the notice or listen for notices first,
+        each part sorted. Sorted alone, 64 client ids that no subscriber holds (acks from
+        scripts, an id made up per retry) pushed out a job's ack, and after a restart the
+        notice waited for that job to ack again, which it never does."""
+        return {
+            entry.notice.id: self._listening_first(entry.acked, entry.expected)
+            for entry in self.entries.values()
+            if entry.acked
+        }
+
+    def _listening_first(self, clients: set[str], expected: set[str]) -> list[str]:
+        listening = clients & (expected | self.clients)
+        return sorted(listening) + sorted(clients - listening)
+
     def expected_by(self) -> dict[str, set[str]]:
         """The acking clients each flushed notice was flushed by, saved so that a restarted
         agent knows which notices every client had flushed: it does not wait for their acks

@@ -1145,10 +1145,7 @@ class Agent:
                 self.board.escalated_ids(),
                 self.boot_id,
                 self.board.windows(),
-                {
-                    notice_id: sorted(clients)
-                    for notice_id, clients in self.board.acked_by().items()
-                },
+                self.board.acked_to_save(),
                 {
                     notice_id: sorted(clients)
                     for notice_id, clients in self.board.expected_by().items()

@@ -69,7 +69,8 @@ class AgentState:
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
 MAX_STATE_BYTES = 4 * 1024 * 1024
 # The acking clients saved per notice (ids of up to 200 characters): a notice acked by more
-# keeps these, and counts as flushed after a restart once the others ack it again.
+# keeps the first of them (the board lists those that receive notices first), and counts as
+# flushed after a restart once the others ack it again.
 MAX_ACKED_SAVED = 64
 # The receiving clients saved per notice: a notice sent to more is not saved as such, so a
 # restarted agent does not know whether every client flushed it, and waits for the acks of
@@ -270,7 +271,8 @@ def encode_state(state: AgentState) -> bytes:
         "windows": {notice_id: format_time(end) for notice_id, end in state.windows.items()},
         "raised": {notice_id: format_time(when) for notice_id, when in state.raised.items()},
         "acked_by": {
-            notice_id: sorted(clients)[:MAX_ACKED_SAVED]
+            # In the order given: the board puts the clients that matter first.
+            notice_id: list(clients)[:MAX_ACKED_SAVED]
             for notice_id, clients in state.acked_by.items()
         },
         "expected_by": {

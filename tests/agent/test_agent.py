@@ -355,6 +355,48 @@ def test_acks_from_before_an_agent_restart_still_count_after_it(tmp_path: Path) 
             assert f"notice {drain['id']} flushed by every client (2)" in agent.output()
 
 
+def test_a_job_s_ack_outlives_a_restart_however_many_other_client_ids_acked(
+    tmp_path: Path,
+) -> None:
+    """The agent saves at most 64 acking clients per notice, and took the first 64 in
+    alphabetical order: job `zz` acked the flag's drain, then 64 client ids that no
+    subscriber holds (`forewarn ack --client` from scripts, a client making up an id per
+    retry) acked it too, and the save kept those and dropped `zz`. After a restart `b`'s ack
+    left the drain waiting for `zz`, which had flushed long before: the flag stayed (Azure's
+    early approval waited for NotBefore). The clients that receive notices are saved first."""
+    first = AgentProcess(tmp_path).start()
+    flag = Path(first.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+    with (
+        Subscriber(first.events, ("notice", "client/zz")).ready() as zz,
+        Subscriber(first.events, ("notice", "client/b")).ready() as b,
+    ):
+        try:
+            eventually(
+                lambda: first.control({"op": "status"})["agent"]["subscribers"] == 2,
+                what="both clients",
+                interval=0.05,
+            )
+            flag.write_text("")
+            drain = zz.notice(timeout=3)
+            assert first.control({"op": "ack", "notice_id": drain["id"], "client": "zz"})["ok"]
+            for n in range(64):
+                ack = {"op": "ack", "notice_id": drain["id"], "client": f"script-{n:02}"}
+                assert first.control(ack)["ok"]
+        finally:
+            first.stop()
+        with AgentProcess(tmp_path, env=first.env) as agent:
+            zz.ready()
+            assert b.ready().notice(timeout=3)["id"] == drain["id"]
+            eventually(
+                lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 2,
+                timeout=10,
+                what="both clients to reconnect",
+                interval=0.05,
+            )
+            assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "b"})["ok"]
+            eventually(lambda: not flag.exists(), timeout=10, what="the flag to be removed")
+
+
 def test_an_ack_just_after_an_agent_restart_does_not_flush_for_clients_still_reconnecting(
     tmp_path: Path,
 ) -> None:
