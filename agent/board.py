@@ -49,6 +49,11 @@ ANONYMOUS = "(anonymous)"
 # How many provider notices the board remembers while it does not show them (retired, or
 # saved for before a restart) until their provider reports them again or withdraws them.
 REMEMBERED = 256
+# The acking clients kept per notice: twice the acking clients the publisher tracks
+# (MAX_CLIENTS), so that past it every client that receives the notice still has a place.
+# An ack's `client` is any id: one made up per retry, or a script acking in a loop, grew the
+# agent by some 600 bytes an ack for as long as the notice stayed active.
+MAX_ACKED_KEPT = 8192
 
 
 class Sequencer:
@@ -490,7 +495,17 @@ class NoticeBoard:
         if entry is None:
             return False
         entry.saved = True
-        if client:
+        if client and client not in entry.acked:
+            if len(entry.acked) >= MAX_ACKED_KEPT:
+                listening = entry.expected | self.clients
+                if client not in listening:
+                    log.debug(
+                        "ack of %s from %s not kept: %d kept", notice_id, client, MAX_ACKED_KEPT
+                    )
+                    return False
+                # One of the ids no subscriber holds gives its place: they complete nothing.
+                stranger = next((c for c in entry.acked if c not in listening), None)
+                entry.acked.discard(stranger or "")
             entry.acked.add(client)
         elif not entry.expected:
             # A client that did not say who it is can only complete a notice nobody else holds.
