@@ -62,6 +62,7 @@ from .protocol import (
     StatusReply,
 )
 from .publisher import BindError, Publisher
+from .requesterrors import request_problems
 from .rundir import AgentDirs
 from .selfprobe import ControlProbe
 from .state import AgentState, boot_id, encode_state, load_seq_mark, load_state, save_seq_mark
@@ -934,10 +935,7 @@ class Agent:
         try:
             req = CONTROL_REQUEST.validate_python(raw)
         except ValidationError as error:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in item['loc'][1:]) or 'op'}: {item['msg']}"
-                for item in error.errors()
-            )
+            problems = request_problems(error, raw)
             return ErrorReply(error=f"bad request: {problems}").model_dump(mode="json")
         if isinstance(req, NotifyRequest):
             reply: Any = self._notify(req)
