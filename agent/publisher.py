@@ -139,6 +139,8 @@ class Publisher:
         router.setsockopt(zmq.MAXMSGSIZE, MAX_CONTROL_FRAME_BYTES)
         # A reply to a peer that went away is dropped, not an error.
         router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        # Not ROUTER_HANDOVER: a second peer taking a connected peer's routing id would take
+        # the replies in flight to the first with it. Without it, ZeroMQ refuses the second.
         return router
 
     def bind(self) -> None:

@@ -25,7 +25,7 @@ from forewarn.agent.throttle import WarningThrottle
 from forewarn.protocol import jsontext
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from support import forewarn_cmd
+from support import AgentProcess, eventually, forewarn_cmd
 
 
 def test_a_socket_file_is_never_open_to_others_even_before_its_chmod(
@@ -480,3 +480,44 @@ def test_a_control_message_of_many_frames_is_read_between_the_loops_other_work(
     assert len(kept) + dropped == frames + 2  # the routing id, the empty frame, the rest
     # A pause per batch of frames dropped, 19 here (a read in one call gave the ticker none).
     assert during >= 10, (during, dropped)
+
+
+def test_two_control_clients_given_one_routing_id_never_get_each_other_s_replies(
+    tmp_path: Path,
+) -> None:
+    """ZeroMQ's ROUTER keeps the first peer of a routing id and refuses a second while the
+    first is connected (the agent does not set ROUTER_HANDOVER, which would hand the id, and
+    the replies in flight, to the newcomer): the second one's request is never delivered, so
+    it is neither answered nor acted on, and the first goes on getting its own answers. Once
+    the first has gone, the id is free again."""
+
+    def req() -> zmq.Socket[bytes]:
+        sock = zmq.Context.instance().socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTING_ID, b"one-id")
+        sock.connect(agent.control_endpoint)
+        return sock
+
+    with AgentProcess(tmp_path) as agent:
+        first = req()
+        first.send_json({"op": "status"})
+        assert first.poll(5000) and first.recv_json()["ok"]
+        second = req()
+        second.send_json({"op": "notify", "action": "drain", "id": "local/second"})
+        first.send_json({"op": "status"})
+        assert first.poll(5000)
+        assert "agent" in first.recv_json(), "the first client got another's reply"
+        assert not second.poll(500)
+        assert agent.control({"op": "status"})["active"] == []
+        first.close()
+        second.close()
+
+        def answered() -> bool:
+            sock = req()
+            sock.send_json({"op": "status"})
+            try:
+                return bool(sock.poll(300))
+            finally:
+                sock.close()
+
+        eventually(answered, what="the id free once its first peer left", interval=0)
