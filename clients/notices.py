@@ -200,6 +200,9 @@ class Notices:
         self._replay_asked = -math.inf
         self._replay_said: set[str] = set()
         self._last_seq: int | None = None  # of the last message read from the agent
+        # Numbers skipped since a heartbeat, not yet asked for: seen at a notice too, since a
+        # notice received after the lost one hides the gap from the next heartbeat.
+        self._gap: tuple[int, int] | None = None
         self._peers: frozenset[Any] = frozenset()  # see _note_peers
         if start:
             self.start()
@@ -513,8 +516,11 @@ class Notices:
             # their word, they cleared every provider notice, and the guard flushed again
             # for each drain and ended a job that rightly trained under an acted-on terminate.
             self._settle_until = time.monotonic() + RESTART_SETTLE
+            # Its notices came before this heartbeat, numbered on from its own mark: no gap.
+            self._gap = None
         elif previous is not None:
-            self._check_gap(beat.get("seq"))
+            self._note_gap(beat.get("seq"))
+            self._ask_for_gap()
         seq = beat.get("seq")
         if type(seq) is int:
             self._last_seq = seq
@@ -555,30 +561,39 @@ class Notices:
                 )
             )
 
-    def _check_gap(self, seq: object) -> None:
-        """Ask for a replay when messages of the same agent went missing. The agent numbers
-        every message it sends, heartbeats and notices alike, one after the other; past the
-        high-water marks (a job stopped for hours) the later ones are dropped. A new notice
-        lost there is caught by the heartbeats' `active`, but a change of one this client
-        has (a drain escalated to terminate) is not: the heartbeats list the same id."""
+    def _note_gap(self, seq: object) -> None:
+        """Note numbers skipped since the last message read. The agent numbers every message
+        it sends, heartbeats and notices alike, one after the other; past the high-water marks
+        (a job stopped for hours) the later ones are dropped. A new notice lost there is
+        caught by the heartbeats' `active`, but a change of one this client has (a drain
+        escalated to terminate) is not: the heartbeats list the same id."""
         last = self._last_seq
         if type(seq) is not int or last is None or seq <= last + 1:
             return
-        if time.monotonic() - self._replay_asked < REPLAY_ASK_EVERY:
+        first = last + 1 if self._gap is None else self._gap[0]
+        self._gap = (first, seq - 1)
+
+    def _ask_for_gap(self) -> None:
+        """At a heartbeat of the same agent: ask for a replay when messages went missing
+        (at a notice it may be a restarted agent's, whose heartbeat then says so)."""
+        if self._gap is None or time.monotonic() - self._replay_asked < REPLAY_ASK_EVERY:
             return
+        first, last = self._gap
+        self._gap = None
         self._replay_asked = time.monotonic()
         self._replay_wanted = True
         log.warning(
             "forewarn: %d message(s) from the agent on %s never arrived here (seq %d to %d); "
             "asking it to send the active notices again",
-            seq - last - 1,
+            last - first + 1,
             self.events,
-            last + 1,
-            seq - 1,
+            first,
+            last,
         )
 
     def _notice(self, payload: bytes) -> None:
         event = Event.from_json(payload)
+        self._note_gap(event.seq)
         self._last_seq = event.seq
         self._event(event)
 

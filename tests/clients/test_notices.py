@@ -340,6 +340,39 @@ def test_a_notice_the_heartbeats_list_but_that_never_arrived_is_asked_for_again(
         agent.close()
 
 
+def test_a_change_lost_just_before_another_notice_is_asked_for_again(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """The client looked for a gap in `seq` only at heartbeats, against the last message
+    received: an escalation to terminate lost on the way (past the high-water marks), with
+    a new notice received after it and before the next heartbeat, left no gap to see (the
+    heartbeat's `seq` followed the new notice's), and the heartbeats list the same ids. The
+    job trained on under a drain the agent sent as terminate. Found by a subscriber written
+    in another language from the README, which said the same."""
+    import zmq
+
+    agent = FakeAgent(tmp_path)
+    agent.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # as the agent's: repeated subscriptions too
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=3.0)
+    try:
+        agent.subscribed()
+        agent.notice("aws/spot/1", "drain")
+        agent.beat(active=["aws/spot/1"])
+        eventually(lambda: notices.active.get("aws/spot/1"), timeout=5, what="the drain")
+        agent.seq += 1  # the terminate of aws/spot/1, lost
+        agent.notice("aws/spot/2", "drain")
+        agent.beat(active=["aws/spot/1", "aws/spot/2"])
+        eventually(lambda: notices.active.get("aws/spot/2"), timeout=5, what="the second")
+        agent.subscribed(timeout=5)
+        agent.notice("aws/spot/1", "terminate")
+        event = eventually(lambda: notices.active["aws/spot/1"].action == "terminate", timeout=5)
+        assert event
+        assert len(warnings_about(caplog, "never arrived here")) == 1
+    finally:
+        notices.close()
+        agent.close()
+
+
 BEAT: dict[str, Any] = {
     "v": 1,
     "seq": 18,
