@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.errors import ConfigError
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
@@ -83,33 +83,27 @@ class Observers(Observer):
             if isinstance(result, Exception):
                 log.error("observer %s failed in settle: %r", type(observer).__name__, result)
 
-    def conditions(self) -> dict[str, str]:
-        found: dict[str, str] = {}
+    def _merged(self, method: str, failed: object = None) -> dict[str, Any]:
+        """Each observer's `method()` merged; an observer failing in it is logged, and
+        stands as `observer/<class>: failed` when `failed` is given (a dead part)."""
+        found: dict[str, Any] = {}
         for observer in self.observers:
             try:
-                found.update(observer.conditions())
+                found.update(getattr(observer, method)())
             except Exception:
-                log.exception("observer %s failed in conditions", type(observer).__name__)
+                log.exception("observer %s failed in %s", type(observer).__name__, method)
+                if failed is not None:
+                    found[f"observer/{type(observer).__name__}"] = failed
         return found
+
+    def conditions(self) -> dict[str, str]:
+        return self._merged("conditions")
 
     def deliveries(self) -> dict[str, Deliveries]:
-        found: dict[str, Deliveries] = {}
-        for observer in self.observers:
-            try:
-                found.update(observer.deliveries())
-            except Exception:
-                log.exception("observer %s failed in deliveries", type(observer).__name__)
-        return found
+        return self._merged("deliveries")
 
     def parts(self) -> dict[str, bool]:
-        found: dict[str, bool] = {}
-        for observer in self.observers:
-            try:
-                found.update(observer.parts())
-            except Exception:
-                log.exception("observer %s failed in parts", type(observer).__name__)
-                found[f"observer/{type(observer).__name__}"] = False
-        return found
+        return self._merged("parts", failed=False)
 
 
 def build_observers(settings: Settings) -> list[Observer]:
