@@ -783,11 +783,13 @@ class CheckpointGuard:
             self._failure = None  # an older save's failure is superseded by this one
             owed = sorted({notice for ids in self._awaiting.values() for notice in ids})
             self._awaiting.clear()
+        # With nothing in flight the reason says so alone ("no background save was running").
+        what = {"waited": "waited for", "cancelled": "cancelled"}.get(final.choice)
         log.warning(
-            "forewarn: final checkpoint at step %d (%s left): %s the background save; %s",
+            "forewarn: final checkpoint at step %d (%s left): %s%s",
             step,
             "unknown time" if seconds_left is None else f"{seconds_left:.1f}s",
-            {"waited": "waited for", "cancelled": "cancelled"}.get(final.choice, "there was no"),
+            "" if what is None else f"{what} the background save; ",
             final.reason,
         )
         result, reasons, events = self._record(step, final.durable_seconds)

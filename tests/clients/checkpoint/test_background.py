@@ -5,6 +5,7 @@ waits for or cancels the in-flight save by the time left."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import signal
@@ -1289,3 +1290,27 @@ def test_guard_close_waits_for_a_save_whose_file_is_written_and_commit_is_slow(
         backend.release.set()
         closing.join(60)
     assert guard.durable_step == 10 and store.latest_hint() == 10
+
+
+@pytest.mark.parametrize("exit_at", [0, 10])
+def test_the_final_save_line_reads_right_with_nothing_in_flight(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, exit_at: int
+) -> None:
+    """With no background save running, the exit's WARNING read `...: there was no the
+    background save; no background save was running`: each choice now says it in a sentence,
+    and the first exit of a run (nothing ever saved) and one after a committed save alike."""
+    guard = background_guard(CheckpointStore(str(tmp_path / "ckpt")), every_steps=10)
+    if exit_at:
+        guard.save_state(exit_at, state(exit_at, rows=4)) if guard.due(exit_at) else pytest.fail()
+        guard.saver.wait()
+    caplog.set_level(logging.WARNING, logger="forewarn.clients")
+    guard.request("signal", exit=True)
+    assert guard.due(exit_at + 1)
+    final = guard.save_state(exit_at + 1, state(exit_at + 1, rows=4))
+    guard.close()
+    assert final.exit and final.choice == "nothing in flight"
+    (line,) = [r.getMessage() for r in caplog.records if "final checkpoint" in r.getMessage()]
+    assert line == (
+        f"forewarn: final checkpoint at step {exit_at + 1} (unknown time left): "
+        f"{final.choice_reason}"
+    )
