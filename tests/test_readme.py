@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -393,3 +394,64 @@ def test_every_loop_with_a_guard_checks_due_right_after_its_resume() -> None:
             missing.append(f"{page}: {block.splitlines()[0]}")
     assert checked >= 3, checked
     assert not missing, missing
+
+
+def _toml_blocks() -> list[tuple[str, str]]:
+    """Each TOML block of the README and docs/*.md, with its page's name and line."""
+    pages = {"README.md": README} | {
+        page.name: page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))
+    }
+    return [
+        (f"{page}:{text.count(chr(10), 0, found.start()) + 1}", found.group(1))
+        for page, text in pages.items()
+        for found in re.finditer(r"^```toml\n(.+?)^```$", text, re.S | re.M)
+    ]
+
+
+TOML_BLOCKS = _toml_blocks()
+
+
+@pytest.mark.parametrize(("page", "block"), TOML_BLOCKS, ids=[page for page, _ in TOML_BLOCKS])
+def test_every_config_sample_loads_with_the_values_it_shows(
+    page: str, block: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ```toml block is a config file a user copies to /etc/forewarn/forewarn.toml: the real
+    loader takes it, and every value it shows is the one the agent then runs with (a key in
+    the wrong section, or a value the loader reads otherwise, fails here). A file the sample
+    names under /etc/forewarn (the webhook's URL file) is made in a temporary directory."""
+    from forewarn.agent.config import load_settings
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    for variable in list(os.environ):
+        if variable.upper().startswith("FOREWARN_"):
+            monkeypatch.delenv(variable)
+    for path in set(re.findall(r'"(/etc/forewarn/[^"]+)"', block)):
+        local = tmp_path / Path(path).name
+        local.write_text("https://hooks.example.org/forewarn\n")
+        block = block.replace(f'"{path}"', f'"{local}"')
+    config = tmp_path / "forewarn.toml"
+    config.write_text(block)
+    settings = load_settings(config)
+    written = tomllib.loads(block)
+    assert written, f"{page}: an empty sample"
+
+    def read(value: Any) -> Any:
+        return [str(item) for item in value] if isinstance(value, list) else value
+
+    for key, value in written.items():
+        if isinstance(value, dict):
+            section = getattr(settings, key)
+            for leaf, leaf_value in value.items():
+                loaded = getattr(section, leaf)
+                assert read(loaded) == leaf_value or str(loaded) == str(leaf_value), (
+                    f"{page}: [{key}] {leaf} = {leaf_value!r} loads as {loaded!r}"
+                )
+        else:
+            loaded = getattr(settings, key)
+            assert read(loaded) == value or str(loaded) == str(value), (
+                f"{page}: {key} = {value!r} loads as {loaded!r}"
+            )
