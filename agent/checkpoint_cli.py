@@ -195,6 +195,10 @@ def _size(size: int) -> str:
     return f"{size} B"  # pragma: no cover
 
 
+def _files(count: int) -> str:
+    return f"{count} file" if count == 1 else f"{count} files"
+
+
 def _age(created_at: str, now: datetime) -> str:
     try:
         seconds = (now - parse_time(created_at)).total_seconds()
@@ -313,7 +317,7 @@ def run_show(args: argparse.Namespace, store: CheckpointStore) -> int:
     print(f"step        {generation.step}")
     print(f"created     {generation.created_at}")
     print(f"ranks       {generation.world_size}")
-    print(f"size        {_size(generation.size)} in {len(generation.files)} files")
+    print(f"size        {_size(generation.size)} in {_files(len(generation.files))}")
     print(f"LATEST      {'yes' if store.latest_hint() == generation.step else 'no'}")
     if generation.metadata:
         print(f"metadata    {json.dumps(generation.metadata, sort_keys=True)}")
@@ -426,7 +430,9 @@ def _copy_out(args: argparse.Namespace, store: CheckpointStore, generation: Gene
         raise _Usage(f"cannot write to {destination}: {error}") from None
     finally:
         bar.close()
-    print(f"copied {len(copied)} files ({_size(total)}) of {generation.name} to {args.destination}")
+    print(
+        f"copied {_files(len(copied))} ({_size(total)}) of {generation.name} to {args.destination}"
+    )
     return 0
 
 

@@ -456,3 +456,30 @@ def test_get_replace_never_replaces_the_store_itself(tmp_path: Path, where: str)
     assert "store" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert CheckpointStore(root).steps() == [10, 20, 30, 40]
     assert CheckpointStore(root).verify(10).ok
+
+
+def test_one_file_is_counted_as_one_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`get --prefix` of one file printed `copied 1 files (1 B)`, and `show` of a
+    one-file generation `size 4 B in 1 files`."""
+    from forewarn.agent.cli import main
+
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    with store.save(5) as gen:
+        gen.write_bytes("model.bin", b"four")
+        gen.write_bytes("opt/state.bin", b"s")
+    assert main(["checkpoint", "show", str(tmp_path / "ckpt"), "5"]) == 0
+    assert "size        5 B in 2 files\n" in capsys.readouterr().out
+    with store.save(6) as gen:
+        gen.write_bytes("model.bin", b"four")
+    assert main(["checkpoint", "show", str(tmp_path / "ckpt"), "6"]) == 0
+    assert "size        4 B in 1 file\n" in capsys.readouterr().out
+    out = str(tmp_path / "out")
+    assert (
+        main(["checkpoint", "get", str(tmp_path / "ckpt"), out, "--step", "5", "--prefix", "opt"])
+        == 0
+    )
+    assert capsys.readouterr().out == f"copied 1 file (1 B) of step-000000000005 to {out}\n"
+    assert main(["checkpoint", "get", str(tmp_path / "ckpt"), out, "--step", "5", "--replace"]) == 0
+    assert capsys.readouterr().out == f"copied 2 files (5 B) of step-000000000005 to {out}\n"
