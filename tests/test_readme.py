@@ -8,6 +8,7 @@ import ast
 import inspect
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -455,3 +456,86 @@ def test_every_config_sample_loads_with_the_values_it_shows(
             assert read(loaded) == value or str(loaded) == str(value), (
                 f"{page}: {key} = {value!r} loads as {loaded!r}"
             )
+
+
+# The names the README's loop leaves to the user, for a job process: each save is a line in
+# the file named by argv[1], and each step a little work, so a notice lands mid-run.
+_JOB_PRELUDE = """
+import pathlib, sys, time
+log = pathlib.Path(sys.argv[1])
+total_steps = 100_000
+
+running = log.with_name("running")
+
+def resume():
+    return 0
+
+def train_one_step():
+    time.sleep(0.01)  # the every-600 save is 6 s away: the notices come long before
+    running.touch()
+
+def save(step):
+    with log.open("a") as saves:
+        saves.write(f"{step}\\n")
+    return 0.01
+"""
+
+
+def test_the_training_loop_acts_on_a_real_agent_s_drain_and_terminate(tmp_path: Path) -> None:
+    """The README's loop, pasted into a job of its own that finds a real agent by the
+    environment alone: a drain while it trains makes it save and go on, a terminate then
+    makes it save and exit 143, and the agent has both acks with the steps saved."""
+    import subprocess
+    import sys
+
+    from support import AgentProcess, agent_env, eventually
+
+    section = README.split("## Add it to a training loop", 1)[1]
+    code = re.search(r"```python\n(.+?)```", section, re.S)
+    assert code
+    job_file = tmp_path / "job.py"
+    job_file.write_text(_JOB_PRELUDE + code.group(1))
+    saves = tmp_path / "saves"
+    env = agent_env(tmp_path)
+    telemetry = Path(env["FOREWARN_STATE_DIR"]) / "telemetry.jsonl"
+    with AgentProcess(tmp_path, env=env) as agent:
+        job = subprocess.Popen(
+            [sys.executable, str(job_file), str(saves)],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            eventually(lambda: (tmp_path / "running").exists(), what="the first step")
+            drain = agent.control({"op": "notify", "action": "drain"})["notice"]["id"]
+            eventually(lambda: _acks(telemetry).get(drain) is not None, what="the drain's ack")
+            deadline = time.time() + 120
+            terminate = agent.control(
+                {"op": "notify", "action": "terminate", "deadline": _rfc3339(deadline)}
+            )["notice"]["id"]
+            _, err = job.communicate(timeout=30)
+        finally:
+            job.kill()
+        eventually(lambda: terminate in _acks(telemetry), what="the terminate's ack")
+    assert job.returncode == 143, err
+    steps = [int(line) for line in saves.read_text().split()]
+    acked = _acks(telemetry)
+    assert set(acked) == {drain, terminate}, acked
+    # A periodic save may come between them on a loaded machine; each notice has its own.
+    assert acked[drain] in steps and acked[drain] < acked[terminate] == steps[-1], (acked, steps)
+
+
+def _acks(telemetry: Path) -> dict[str, int]:
+    """The step each notice was acked at, by the agent's telemetry (none before it exists)."""
+    import json
+
+    if not telemetry.exists():
+        return {}
+    records = [json.loads(line) for line in telemetry.read_text().splitlines() if line]
+    return {r["notice_id"]: r["step"] for r in records if r["kind"] == "ack" and r["notice_id"]}
+
+
+def _rfc3339(moment: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
