@@ -2,11 +2,28 @@
 `forewarn.<folder>` and its subpackages are found, so a new subpackage needs no listing
 (static configuration cannot add the prefix; everything else is in pyproject.toml)."""
 
+import shutil
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 FOLDERS = ("protocol", "agent", "providers", "clients", "testing")
 
+
+class FreshBuildPy(build_py):
+    """Copies the packages into an emptied `build/lib/forewarn`. `pip install .` builds in
+    the checkout, and setuptools keeps `build/lib` between builds: a module that a `git pull`
+    deleted or renamed since the last install was still copied into the next wheel."""
+
+    def run(self) -> None:
+        if not self.editable_mode:
+            shutil.rmtree(Path(self.build_lib) / "forewarn", ignore_errors=True)
+        super().run()
+
+
 setup(
+    cmdclass={"build_py": FreshBuildPy},
     package_dir={f"forewarn.{folder}": folder for folder in FOLDERS},
     packages=[
         package

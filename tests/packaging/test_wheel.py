@@ -8,10 +8,12 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
 import warnings
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,3 +110,37 @@ def test_the_project_table_uses_no_form_setuptools_is_dropping() -> None:
         warnings.simplefilter("error")
         dist = apply_configuration(Distribution(), ROOT / "pyproject.toml")
     assert dist.metadata.license_expression == "Apache-2.0"
+
+
+# The PEP 517 hook pip calls for `pip install .` (the README's first command), in the tree.
+BUILD_WHEEL = "import sys; from setuptools import build_meta; build_meta.build_wheel(sys.argv[1])"
+
+
+def test_a_module_removed_from_the_checkout_is_not_in_the_next_wheel(tmp_path: Path) -> None:
+    """`pip install .` builds in the checkout, and setuptools copies the packages into
+    `build/lib`, which it keeps between builds: a module a `git pull` deleted or renamed
+    since the last `pip install .` was still copied into the next wheel, and installed.
+    (A package turned into a module of the same name would even shadow the new module.)
+    The earlier build's leftover is laid in `build/lib` here, as that build left it."""
+    tree = tmp_path / "checkout"
+    tree.mkdir()
+    for name in ("setup.py", "pyproject.toml", "README.md", "LICENSE"):
+        (tree / name).write_bytes((ROOT / name).read_bytes())
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "c")
+    for folder in FOLDERS:
+        shutil.copytree(ROOT / folder, tree / folder, ignore=ignore)
+    leftover = tree / "build" / "lib" / "forewarn" / "agent" / "removed_since.py"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_text("REMOVED = True\n")
+    out = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-c", BUILD_WHEEL, str(out)],
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    (wheel,) = out.glob("forewarn-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "forewarn/agent/cli.py" in names
+    assert "forewarn/agent/removed_since.py" not in names
