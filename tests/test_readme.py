@@ -8,6 +8,7 @@ import ast
 import inspect
 import os
 import re
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -402,10 +403,14 @@ def _toml_blocks() -> list[tuple[str, str]]:
     pages = {"README.md": README} | {
         page.name: page.read_text() for page in sorted((ROOT / "docs").glob("*.md"))
     }
+    # A block in a list item is indented with its fence (docs/digitalocean.md's setup steps).
     return [
-        (f"{page}:{text.count(chr(10), 0, found.start()) + 1}", found.group(1))
+        (
+            f"{page}:{text.count(chr(10), 0, found.start()) + 1}",
+            textwrap.dedent(found.group(2)),
+        )
         for page, text in pages.items()
-        for found in re.finditer(r"^```toml\n(.+?)^```$", text, re.S | re.M)
+        for found in re.finditer(r"^( *)```toml\n(.+?)^\1```$", text, re.S | re.M)
     ]
 
 
@@ -419,7 +424,8 @@ def test_every_config_sample_loads_with_the_values_it_shows(
     """A ```toml block is a config file a user copies to /etc/forewarn/forewarn.toml: the real
     loader takes it, and every value it shows is the one the agent then runs with (a key in
     the wrong section, or a value the loader reads otherwise, fails here). A file the sample
-    names under /etc/forewarn (the webhook's URL file) is made in a temporary directory."""
+    names under /etc/forewarn (the webhook's URL, the mailbox login) is made in a temporary
+    directory. A block indented in a list item counts too."""
     from forewarn.agent.config import load_settings
 
     try:
@@ -432,7 +438,11 @@ def test_every_config_sample_loads_with_the_values_it_shows(
             monkeypatch.delenv(variable)
     for path in set(re.findall(r'"(/etc/forewarn/[^"]+)"', block)):
         local = tmp_path / Path(path).name
-        local.write_text("https://hooks.example.org/forewarn\n")
+        if local.suffix == ".env":  # the mailbox login
+            local.write_text("FOREWARN_IMAP_USER=u@example.com\nFOREWARN_IMAP_PASSWORD=p\n")
+        else:  # the webhook's URL
+            local.write_text("https://hooks.example.org/forewarn\n")
+        local.chmod(0o600)
         block = block.replace(f'"{path}"', f'"{local}"')
     config = tmp_path / "forewarn.toml"
     config.write_text(block)
