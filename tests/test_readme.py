@@ -10,6 +10,7 @@ import os
 import re
 import textwrap
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -549,3 +550,67 @@ def _rfc3339(moment: float) -> str:
     from datetime import datetime, timezone
 
     return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_the_background_loop_of_the_checkpoint_page_runs_as_pasted(tmp_path: Path) -> None:
+    """docs/checkpoint.md's `CheckpointGuard(background=True)` loop, run as written with the
+    installed CPU torch on a local store: a terminate mid-run saves that step and exits 143,
+    and the job started again resumes from it (`load_state(latest)`) and finishes with 0."""
+    import sys
+
+    torch = pytest.importorskip("torch")
+    import forewarn.clients.checkpoint as checkpoint
+    from forewarn.clients import CheckpointGuard
+
+    page = (ROOT / "docs" / "checkpoint.md").read_text()
+    section = page.split("### Through `CheckpointGuard`", 1)[1]
+    code = re.search(r"```python\n(.+?)```", section, re.S)
+    assert code and "background=True" in code.group(1)
+    made: list[CheckpointGuard] = []
+
+    class Quiet(CheckpointGuard):
+        def __init__(self, *args: object, **options: object) -> None:
+            options.update(notices=False, flag_file=None, handle_signals=False)
+            super().__init__(*args, **options)  # type: ignore[arg-type]
+            made.append(self)
+
+    store = checkpoint.CheckpointStore(str(tmp_path / "store"))
+    model = torch.nn.Linear(4, 2)
+    # A stand-in optimizer: importing torch.optim loads TorchDynamo, seconds of CPU.
+    opt = types.SimpleNamespace(state_dict=lambda: {"lr": torch.tensor(0.1)})
+    resumed_at: list[int] = []
+
+    def run_job(terminate_at: int | None) -> object:
+        """The page's lines as one job runs them; its exit code."""
+        loop: dict[str, Any] = {
+            "CheckpointGuard": Quiet,
+            "store": store,
+            "model": model,
+            "opt": opt,
+            "sys": sys,
+            "total_steps": 1300,
+        }
+
+        def train_one_step() -> None:
+            if len(resumed_at) < len(codes) + 1:
+                resumed_at.append(loop["step"])
+            if loop["step"] + 1 == terminate_at:
+                made[-1].request("terminate", exit=True)
+
+        loop["train_one_step"] = train_one_step
+        with pytest.raises(SystemExit) as exited:
+            exec(code.group(1), loop)
+        return exited.value.code
+
+    codes: list[object] = []
+    try:
+        for terminate_at in (700, None):  # the first job, then its replacement
+            codes.append(run_job(terminate_at))
+    finally:
+        for guard in made:
+            guard.close()
+    assert codes == [143, 0]
+    assert resumed_at == [0, 700]
+    latest = store.latest()
+    assert latest is not None and latest.step == 1300
+    assert set(checkpoint.load_state(latest)) == {"model", "optim"}
