@@ -21,6 +21,8 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol, TypeVar, cast
 
+from forewarn.protocol.wire import environment
+
 from .backend import NO_CLAIM, Backend
 from .commit import CommitProtocol, read_latest_hint
 from .errors import (
@@ -154,6 +156,14 @@ class FinishesOnClose(Protocol):
         `advice` (how to avoid the wait) once when there is one."""
 
 
+def _variable(name: str) -> str:
+    """The variable `name` ("" when unset) as the agent and the other clients read every
+    FOREWARN_ one: in any case, and without one pair of matching quotes around it, which a
+    Docker `--env-file` line keeps (`FOREWARN_CHECKPOINT_URL="/data/ckpt"` saved into a
+    directory named `"` in the working directory, not the mounted volume)."""
+    return environment(name) or ""
+
+
 class CheckpointStore:
     """Immutable, verified checkpoint generations on local disk or S3-compatible storage.
 
@@ -225,7 +235,7 @@ class CheckpointStore:
         """A store from FOREWARN_CHECKPOINT_URL, _KEEP and _VERIFY; arguments win."""
         # Stripped: a ConfigMap or Secret written as a YAML block (`url: |`) ends the value
         # with a newline, and the store then saved into a local directory named "...\n".
-        url = overrides.pop("url", None) or os.environ.get("FOREWARN_CHECKPOINT_URL", "").strip()
+        url = overrides.pop("url", None) or _variable("FOREWARN_CHECKPOINT_URL").strip()
         if not url:
             raise StoreConfigError(
                 "FOREWARN_CHECKPOINT_URL is not set (a path or s3://bucket/prefix)"
@@ -234,7 +244,7 @@ class CheckpointStore:
         # (`keep`, `verify`), which nobody passed in a pod whose manifest sets the variable.
         # Blank is unset, as for every FOREWARN_* variable the agent reads: a manifest's
         # `value: " "` stopped the job with "' ' is not an integer".
-        raw = os.environ.get("FOREWARN_CHECKPOINT_KEEP", "")
+        raw = _variable("FOREWARN_CHECKPOINT_KEEP")
         if "keep" not in overrides and raw.strip(string.whitespace):
             count = raw.strip(string.whitespace)
             # ASCII digits alone: int() read `1_0` as 10, `+3` as 3 and `٣` as 3.
@@ -246,7 +256,7 @@ class CheckpointStore:
                     f"FOREWARN_CHECKPOINT_KEEP={raw!r} is not a positive integer (unset, every "
                     "generation is kept)"
                 )
-        raw = os.environ.get("FOREWARN_CHECKPOINT_VERIFY", "")
+        raw = _variable("FOREWARN_CHECKPOINT_VERIFY")
         if "verify" not in overrides and raw.strip(string.whitespace):
             if raw.strip(string.whitespace) not in _POLICIES:
                 raise StoreConfigError(
