@@ -165,7 +165,7 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
         steps = f", {count:,} step{'' if count == 1 else 's'}"
     # The label goes on the side of the marker with more room.
     right_half = math.log(chosen / grid[0]) > 0.55 * math.log(grid[-1] / grid[0])
-    axis.annotate(
+    marked = axis.annotate(
         f"{intervals.basis}: {duration_label_exact(chosen)}{steps}\noverhead {chosen_total:.2f} %",
         (chosen, chosen_total),
         textcoords="offset points",
@@ -208,6 +208,11 @@ def build_figure(timing: Timing, intervals: Intervals) -> Any:
         fontsize=10,
     )
     figure.tight_layout()
+    if marked.get_window_extent().y0 < axis.get_window_extent().y0:
+        # A small overhead leaves no room below the marker: the label crossed the x axis,
+        # its box over the tick labels. Above it, then.
+        marked.xyann = (marked.xyann[0], 16)
+        marked.set_verticalalignment("bottom")
     return figure
 
 

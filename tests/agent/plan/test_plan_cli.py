@@ -1451,3 +1451,28 @@ def test_saves_on_drains_that_never_became_a_terminate_are_counted_in_a_note(
     (note,) = [note for note in plan["notes"] if "drain" in note and "save" in note]
     assert "6 save(s) on drains that did not end in a terminate" in note
     assert "6 a day" in note and "0.42%" in note
+
+
+@pytest.mark.parametrize("checkpoint_seconds", [10, 98])
+def test_the_chosen_interval_s_label_stays_inside_the_axes(checkpoint_seconds: float) -> None:
+    """A small overhead (a 10 s checkpoint, one reclaim a day with a 2-minute notice: 0.60 %
+    at the marker) put the label below the marker across the x axis, its white box over
+    the tick labels; it goes above the marker when there is no room below."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    from forewarn.agent.plan import Timing, choose_interval
+    from forewarn.agent.plan.plot import build_figure
+
+    timing = Timing(
+        checkpoint_seconds=checkpoint_seconds, mtbi_seconds=86400, notice_lead_seconds=120
+    )
+    figure = build_figure(timing, choose_interval(timing))
+    try:
+        (axis,) = figure.axes
+        renderer = figure.canvas.get_renderer()
+        (label,) = [text for text in axis.texts if "overhead" in text.get_text()]
+        box = label.get_window_extent(renderer)
+        inside = axis.get_window_extent(renderer)
+        assert box.y0 >= inside.y0 and box.y1 <= inside.y1, (box, inside)
+    finally:
+        plt.close(figure)
