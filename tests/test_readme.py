@@ -614,3 +614,41 @@ def test_the_background_loop_of_the_checkpoint_page_runs_as_pasted(tmp_path: Pat
     latest = store.latest()
     assert latest is not None and latest.step == 1300
     assert set(checkpoint.load_state(latest)) == {"model", "optim"}
+
+
+# FOREWARN_ names the docs give as what not to write (a typo the agent refuses) or that are
+# not the agent's (the image's build argument).
+NOT_VARIABLES = {
+    "FOREWARN_EXIT_MARGN": "typo",
+    "FOREWARN_DIGITAL_OCEAN_IMAP_HOST": "typo",
+    "FOREWARN_PROVIDER": "typo",
+    "FOREWARN_EXTRAS": "the Dockerfile's build argument",
+}
+
+
+def test_every_forewarn_variable_the_docs_name_is_read() -> None:
+    """A FOREWARN_ name in the README or docs/*.md is a setting's variable, FOREWARN_CONFIG,
+    or one of the store's and the mailbox's own (FOREWARN_CHECKPOINT_*, FOREWARN_IMAP_*),
+    spelt as the code reads it: a name the docs got wrong would be set by users and ignored.
+    The typos the docs show as refused stay refused."""
+    from forewarn.agent.config import settings_model, variable_problem
+    from forewarn.clients.checkpoint import store
+    from forewarn.providers.digitalocean import imap
+
+    model = settings_model()
+    named = set(re.findall(r"FOREWARN_[A-Z0-9_]*[A-Z0-9]", DOCS))
+    assert len(named) > 40, named
+    others = re.findall(r'"(FOREWARN_(?:CHECKPOINT|IMAP)_\w+)"', inspect.getsource(store))
+    others += re.findall(r'"(FOREWARN_IMAP_\w+)"', inspect.getsource(imap))
+    wrong = []
+    for name in sorted(named):
+        if name in NOT_VARIABLES:
+            if NOT_VARIABLES[name] == "typo":
+                assert variable_problem(name, model, strict=True), name
+            continue
+        prefix_of_others = name.startswith(("FOREWARN_CHECKPOINT_", "FOREWARN_IMAP_"))
+        if prefix_of_others and name not in others:
+            wrong.append(f"{name}: the code reads {sorted(set(others))}")
+        elif variable_problem(name, model, strict=True):
+            wrong.append(f"{name}: {variable_problem(name, model, strict=True)}")
+    assert not wrong, wrong
