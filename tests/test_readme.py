@@ -652,3 +652,61 @@ def test_every_forewarn_variable_the_docs_name_is_read() -> None:
         elif variable_problem(name, model, strict=True):
             wrong.append(f"{name}: {variable_problem(name, model, strict=True)}")
     assert not wrong, wrong
+
+
+def _command_lines(text: str) -> list[str]:
+    """Each `forewarn ...` command the text writes: in a code span, or a line of a code block
+    (joined across `\\` continuations and the indented `[--flag]` lines of a synopsis)."""
+    found = re.findall(r"`(forewarn [^`]+)`", text)
+    for block in re.findall(r"^ *```[a-z]*\n(.*?)^ *```", text, re.S | re.M):
+        current = None
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            stripped = line.strip()
+            start = re.search(r"(?:^|[\s/$(;&|])(forewarn [^#]*)", stripped)
+            if start:
+                current = len(found)
+                found.append(start.group(1))
+            elif current is not None and stripped.startswith("["):
+                found[current] += " " + stripped
+            else:
+                current = None
+    return found
+
+
+def test_every_option_the_docs_give_a_command_is_one_of_its_own() -> None:
+    """`forewarn drill gcp --project P ... --poll-interval 2s`: each flag a command line or
+    synopsis of the README or docs/*.md writes after `forewarn <command>` is an option of
+    that command (subcommands of subcommands included), not one of another's. The check
+    above only asks that a flag exist somewhere."""
+    parsers = {path: parser for path, parser in _parsers(build_parser())}
+    options = {
+        path: {name for action in parser._actions for name in action.option_strings}
+        for path, parser in parsers.items()
+    }
+    checked, wrong = 0, []
+    for line in _command_lines(DOCS.replace("\\|", "|")):
+        # A quoted argument is another program's command line (`--training-command '...'`).
+        words = re.sub(r"'[^']*'|\"[^\"]*\"", "''", line).split()[1:]
+        paths: list[tuple[str, ...]] = [()]
+        for word in words:
+            nexts = [(*p, w) for p in paths for w in word.split("|") if (*p, w) in parsers]
+            if not nexts and word.isupper():  # `forewarn simulate PROVIDER`: each of them
+                nexts = [q for q in parsers for p in paths if len(q) == len(p) + 1 and q[:-1] == p]
+            if not nexts:
+                break
+            paths = nexts
+        flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", " ".join(words)))
+        for path in paths:
+            if path:
+                checked += 1
+                wrong += [f"{line}: {flag}" for flag in flags - options[path] - {"--debug"}]
+    assert checked > 150, checked
+    assert not wrong, wrong
+
+
+def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*path, name))
