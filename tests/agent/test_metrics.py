@@ -512,7 +512,7 @@ def test_build_observers_refuses_a_taken_port_and_a_missing_extra(
     monkeypatch.delitem(sys.modules, "forewarn.agent.metrics")
     # The extra is named on the source pip installed from (forewarn is on no index).
     with pytest.raises(
-        ConfigError, match=r"prometheus_client is not installed: pip install .*\[metrics\]"
+        ConfigError, match=r"prometheus_client is not installed: \S*pip install .*\[metrics\]"
     ):
         build_observers(load_settings(metrics_address="127.0.0.1:0", telemetry=False))
     assert build_observers(load_settings(telemetry=False)) == []

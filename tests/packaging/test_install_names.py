@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
-from forewarn.protocol.install import extra_hint, install_command
+from forewarn.protocol.install import extra_hint, install_command, own_pip
 
 ROOT = Path(__file__).resolve().parents[2]
 # `pip install`, its options, then forewarn as a bare name (with or without extras and a
@@ -113,7 +114,7 @@ def test_this_checkout_s_hint_names_its_own_install():
     # The test environment is an editable install of this checkout (README's test command).
     hint = extra_hint("k8s")
     assert not BARE_NAME.search(hint), hint
-    assert hint.startswith("pip install ") and "[k8s]" in hint
+    assert hint.startswith(f"{own_pip()} install ") and "[k8s]" in hint
 
 
 class _Installed:
@@ -133,7 +134,29 @@ def test_a_hint_never_names_a_wheel_that_is_gone(tmp_path: Path, monkeypatch: py
     found = [_Installed({"url": wheel.as_uri(), "archive_info": {}})]
     monkeypatch.setattr("forewarn.protocol.install.metadata.distributions", lambda name: found)
     hint = extra_hint("k8s")
-    assert hint.startswith(install_command("k8s", None)), hint
+    assert hint.startswith(install_command("k8s", None, own_pip())), hint
     assert f"installed from {wheel.as_uri()}, which is no longer there" in hint, hint
     wheel.write_bytes(b"")  # while the wheel is there, the hint installs from it
-    assert extra_hint("k8s") == f"pip install 'forewarn[k8s] @ {wheel.as_uri()}'"
+    assert extra_hint("k8s") == f"{own_pip()} install 'forewarn[k8s] @ {wheel.as_uri()}'"
+
+
+def test_the_hint_names_the_pip_of_forewarn_s_own_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The systemd and cloud-init installs run forewarn through /usr/local/bin/forewarn, a
+    link into /opt/forewarn/venv: the `pip install ...` a hint gave ran the system's pip,
+    which Debian 12 and Ubuntu 24.04 refuse (externally-managed-environment) and others use
+    to install into another Python, so the drill asked for boto3 again. A hint names the
+    pip of the environment forewarn runs in, unless `pip` on PATH is that one."""
+    own = Path(sys.executable).parent / "pip"
+    assert own.exists()
+    path = tmp_path / "bin"
+    path.mkdir()
+    monkeypatch.setenv("PATH", str(path))  # no pip at all
+    assert extra_hint("aws").startswith(f"{own} install "), extra_hint("aws")
+    (path / "pip").write_text("#!/bin/sh\n")  # the system's
+    (path / "pip").chmod(0o755)
+    assert extra_hint("aws").startswith(f"{own} install "), extra_hint("aws")
+    (path / "pip").unlink()
+    (path / "pip").symlink_to(own)  # an activated environment's, or a link to it
+    assert extra_hint("aws").startswith("pip install "), extra_hint("aws")

@@ -202,7 +202,9 @@ def test_documented_install_builds_installs_and_runs(
             env=env,
         ).stdout.strip()
         wheel = next((work / "dist").glob("forewarn-*.whl")).resolve()
-        assert hint == f"pip install 'forewarn[aws] @ {wheel.as_uri()}'", hint
+        # By the venv's own pip: `pip` on this PATH is another Python's.
+        expected = f"/tmp/forewarn-venv/bin/pip install 'forewarn[aws] @ {wheel.as_uri()}'"
+        assert hint == expected, hint
         files = subprocess.run(
             [
                 "/tmp/forewarn-venv/bin/python",
