@@ -665,14 +665,25 @@ class _AgentSilence:
     def gone(self) -> bool:
         if not self.timeout or self.left() > 0:
             return False
-        what = "lost the agent" if self.heard else "no agent"
+        self._say("lost the agent" if self.heard else "no agent", self.timeout)
+        return True
+
+    def unheard_by(self, timeout: float) -> bool:
+        """At a `--timeout` shorter than `--agent-timeout`: no agent was heard at all. Exit
+        1 ("no terminate within 3s") read as a quiet agent, and a script could not tell it
+        from a dead one; a heartbeat comes every 1.5 s at most, so a live one was heard."""
+        if not self.timeout or self.heard:
+            return False
+        self._say("no agent", timeout)
+        return True
+
+    def _say(self, what: str, within: float) -> None:
         print(
             f"forewarn: {self.command}: {what} on {self.events}: no heartbeat within "
-            f"{self.timeout:g}s (is `forewarn agent` running?)",
+            f"{within:g}s (is `forewarn agent` running?)",
             file=sys.stderr,
             flush=True,
         )
-        return True
 
 
 # A malformed message is dropped, as the client library drops it; one line says so at most
@@ -840,6 +851,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     try:
         while args.count is None or seen < args.count:
             if deadline is not None and time.monotonic() >= deadline:
+                if silence.unheard_by(args.timeout):
+                    return NO_AGENT_EXIT
                 # Exit 1 alone read as a failure nobody named: a script's log showed nothing.
                 shown = f"{seen} notice(s)" + (f" of --count {args.count}" if args.count else "")
                 print(
@@ -912,6 +925,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
             if ready is not None:
                 return found(ready)
             if deadline is not None and time.monotonic() >= deadline:
+                if silence.unheard_by(args.timeout):
+                    return NO_AGENT_EXIT
                 print(
                     f"forewarn: wait: no {args.wait_for} within {args.timeout:g}s",
                     file=sys.stderr,

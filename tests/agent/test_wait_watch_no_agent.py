@@ -72,3 +72,23 @@ def test_watch_prints_notices_not_heartbeats_unless_asked(tmp_path: Path) -> Non
     assert watch.returncode == 0
     assert [line for line in out.splitlines() if '"heartbeat"' in line] == []
     assert '"notice"' in out
+
+
+@pytest.mark.parametrize("command", ["wait", "watch"])
+def test_a_timeout_shorter_than_the_agent_timeout_still_tells_no_agent_from_no_notice(
+    command: str, env: dict[str, str]
+) -> None:
+    """`wait --timeout 3s` with no agent exited 1, "no terminate within 3s", as if an agent
+    had been heard and no notice had come: the `--timeout` ran out before the 5 s
+    `--agent-timeout`, and a script could not tell a dead agent from a quiet one."""
+    done = run_forewarn(command, "--timeout", "2s", env=env, timeout=30)
+    assert done.returncode == 3, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no agent" in lines[0] and "2s" in lines[0], done.stderr
+
+
+def test_a_timeout_beside_a_live_agent_is_no_notice(tmp_path: Path) -> None:
+    with AgentProcess(tmp_path) as agent:
+        done = run_forewarn("wait", "--timeout", "2s", env=agent.env, timeout=30)
+    assert done.returncode == 1, done.stderr
+    assert "no terminate within 2s" in done.stderr
