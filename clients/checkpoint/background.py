@@ -497,9 +497,12 @@ class BackgroundSaver:
         )
         # Bounded by progress, not time: a large save on a slow link is waited for, but one
         # stuck in a write on a hung mount (or a service that stopped answering) held the
-        # exit as long as the mount stayed hung, and the job was never restarted.
+        # exit as long as the mount stayed hung, and the job was never restarted. A save past
+        # its last write is waited for however long its commit takes (a last fsync of
+        # gigabytes, a slow CompleteMultipartUpload: bounded by the storage's own timeouts);
+        # counted from its last write, one committing for 120 s was given up and lost.
         while self.in_flight is not None:
-            stalled = time.monotonic() - self._moved
+            stalled = self.stalled_seconds()
             if stalled >= EXIT_STALL_SECONDS:
                 _log.error(
                     "forewarn: the background save of step %d wrote nothing for %.0f s (a hung "
