@@ -569,11 +569,10 @@ class LocalBackend(Backend):
     def delete_tree(self, prefix: str) -> None:
         path = self._path(prefix)
         if path.is_symlink():
-            # A generation linked in from elsewhere: its files (marker first), then the link;
-            # rmtree refuses a link, and the generation stayed behind, uncommitted.
-            target = Path(os.path.realpath(path))
-            if target.is_dir():
-                self._delete_directory(prefix, target)
+            # A generation linked in from elsewhere: the link only, which takes the generation
+            # out of this store at once (rmtree refuses a link). Its files may be another
+            # store's generation (a run seeded from a colleague's checkpoint): deleting them
+            # through the link lost that store's checkpoint.
             path.unlink(missing_ok=True)
             if self.durable:
                 fsync_dir(path.parent)

@@ -917,8 +917,9 @@ def test_only_the_name_a_step_is_saved_under_is_that_steps_generation(tmp_path: 
 def test_a_generation_directory_that_is_a_symlink_counts(tmp_path: Path) -> None:
     """A generation moved to another disk and linked back (`step-…` a symlink to its
     directory) was invisible: `latest()` resumed from the step before it, `ls` left it out,
-    and the work since was lost. It is read through the link now; retention deletes it as
-    any other (the files, then the link), and a dangling link is no generation."""
+    and the work since was lost. It is read through the link now; retention removes the link
+    only (what it points to may be another store's generation, see the next test), and a
+    dangling link is no generation."""
     store = CheckpointStore(tmp_path / "store", keep=2)
     for step in (10, 20):
         store.flush(step, lambda gen, step=step: gen.write_bytes("model.bin", b"w%d" % step))
@@ -936,8 +937,46 @@ def test_a_generation_directory_that_is_a_symlink_counts(tmp_path: Path) -> None
     store.flush(40, lambda gen: gen.write_bytes("model.bin", b"w40"))
     assert store.steps() == [30, 40]
     assert not (tmp_path / "store" / "step-000000000020").is_symlink()
-    assert not elsewhere.exists()
+    assert (elsewhere / "model.bin").read_bytes() == b"w20"
 
     (tmp_path / "store" / "step-000000000050").symlink_to(tmp_path / "gone")
     assert store.steps() == [30, 40]
     store.close()
+
+
+@pytest.mark.parametrize("how", ["retention", "prune", "delete", "a save of the step"])
+def test_removing_a_linked_generation_leaves_where_the_link_points(
+    tmp_path: Path, how: str
+) -> None:
+    """A run seeded from another store's generation (`step-…` a symlink into a colleague's
+    store) lost that generation when retention here reached the link: its files were deleted
+    where the link pointed, and the other store's `latest()` fell back past it. Retention,
+    `prune`, `delete` and a save replacing the step remove the link only."""
+    theirs = CheckpointStore(tmp_path / "their-store")
+    theirs.flush(20, lambda gen: gen.write_bytes("model.bin", b"theirs"))
+    root = tmp_path / "mine"
+    mine = CheckpointStore(root, keep=None if how == "prune" else 1)
+    mine.flush(10, lambda gen: gen.write_bytes("model.bin", b"mine"))
+    (root / "step-000000000020").symlink_to(tmp_path / "their-store" / "step-000000000020")
+    if how == "retention":
+        mine.flush(30, lambda gen: gen.write_bytes("model.bin", b"w30"))
+    elif how == "prune":
+        mine.flush(30, lambda gen: gen.write_bytes("model.bin", b"w30"))
+        mine.keep = 1
+        assert mine.prune() == [10, 20]
+    elif how == "delete":
+        mine.delete(20)
+    else:
+        # Not verifying here (a file of it gone through another path, say) and saved again.
+        (root / "step-000000000020" / "COMMIT").rename(tmp_path / "their-store" / "COMMIT.bak")
+        mine.flush(20, lambda gen: gen.write_bytes("model.bin", b"mine20"))
+        (tmp_path / "their-store" / "COMMIT.bak").rename(
+            tmp_path / "their-store" / "step-000000000020" / "COMMIT"
+        )
+        got = mine.get(20)
+        assert got.read_bytes("model.bin") == b"mine20"
+    assert not (root / "step-000000000020").is_symlink()
+    kept = theirs.latest(verify="checksums")
+    assert kept is not None and kept.step == 20 and kept.read_bytes("model.bin") == b"theirs"
+    mine.close()
+    theirs.close()
