@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -18,6 +17,7 @@ from typing import IO, Any
 from .backend import Backend, ObjectWriter
 from .backend import Progress as BytesProgress
 from .commit import CommitProtocol, CommitRequest, read_manifest
+from .destination import Destination
 from .errors import (
     CheckpointError,
     CommitError,
@@ -215,7 +215,9 @@ class Generation:
         another step (a stale `model.safetensors` beside a sharded layout) made a loader read
         a mix of two checkpoints. The files go to a hidden directory inside `destination`
         first and are moved into place only once every one verified, so a failed copy leaves
-        `destination` as it was; with `replace`, what it held is removed just before."""
+        `destination` as it was; with `replace`, what it held is set aside, the new files
+        moved in, and then it is deleted: a copy killed meanwhile is finished by the next
+        copy into `destination` (see `destination.py`)."""
         base = prefix.strip("/")
         target = Path(destination)
         names = [name for name in sorted(self.files) if not base or name.startswith(base + "/")]
@@ -227,39 +229,38 @@ class Generation:
             )
         self._refuse_the_store(target)
         target.mkdir(parents=True, exist_ok=True)
-        held = _entries_besides_stages(target)
-        if held and not replace:
-            raise FileExistsError(
-                errno.ENOTEMPTY,
-                f"{target} is not empty (it holds {', '.join(sorted(held)[:3])}"
-                f"{', ...' if len(held) > 3 else ''}): copying {self.name} in would mix its "
-                "files with those; give an empty directory, or replace=True to replace them",
-                str(target),
-            )
-        total = sum(self.files[name].size for name in names)
-        finished = 0
+        with Destination(target) as into:
+            held = into.held()
+            if held and not replace:
+                raise FileExistsError(
+                    errno.ENOTEMPTY,
+                    f"{target} is not empty (it holds {', '.join(sorted(held)[:3])}"
+                    f"{', ...' if len(held) > 3 else ''}): copying {self.name} in would mix "
+                    "its files with those; give an empty directory, or replace=True to "
+                    "replace them",
+                    str(target),
+                )
+            total = sum(self.files[name].size for name in names)
+            finished = 0
 
-        def arrived(done: int, _size: int) -> None:
-            if progress is not None:
-                progress(finished + done, total)
+            def arrived(done: int, _size: int) -> None:
+                if progress is not None:
+                    progress(finished + done, total)
 
-        stage = target / f"{_STAGE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-        stage.mkdir()
-        try:
+            token, stage = into.stage()
             relatives = []
-            for name in names:
-                relative = name[len(base) + 1 :] if base else name
-                path = stage / relative
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self.get_file(name, path, progress=arrived)
-                relatives.append(relative)
-                finished += self.files[name].size
-            for entry in _entries_besides_stages(target):
-                _remove(target / entry)
-            for child in sorted(stage.iterdir()):
-                os.replace(child, target / child.name)
-        finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            try:
+                for name in names:
+                    relative = name[len(base) + 1 :] if base else name
+                    path = stage / relative
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    self.get_file(name, path, progress=arrived)
+                    relatives.append(relative)
+                    finished += self.files[name].size
+            except BaseException:
+                into.discard(token)
+                raise
+            into.swap_in(token)
         return [target / relative for relative in relatives]
 
     def _refuse_the_store(self, target: Path) -> None:
@@ -283,41 +284,6 @@ class Generation:
             self.backend, self.step, checksums=checksums, progress=progress
         )
         return Verification(step=self.step, checksums=checksums, problems=tuple(problems))
-
-
-# A `get_dir` in progress copies into `<destination>/.forewarn-get-<pid>-<hex>`.
-_STAGE_PREFIX = ".forewarn-get-"
-
-
-def _entries_besides_stages(directory: Path) -> list[str]:
-    """What `directory` holds but `get_dir` stages; a stage whose process is gone (a copy
-    killed midway) is removed here, as it would otherwise make the directory non-empty."""
-    held = []
-    for entry in os.listdir(directory):
-        if not entry.startswith(_STAGE_PREFIX):
-            held.append(entry)
-            continue
-        pid = entry[len(_STAGE_PREFIX) :].split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(directory / entry, ignore_errors=True)
-    return held
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
 
 
 def to_load(generation: Generation | None, caller: str) -> Generation:

@@ -1,0 +1,150 @@
+"""A local directory filled with a generation's files at once (`Generation.get_dir`).
+
+The files are copied into a hidden stage inside the directory (the same filesystem, also when
+the directory is a mount point) and verified there; only then are they swapped in, by renames
+in phases that a hidden name records, so that a copy killed at any moment leaves something the
+next copy into the directory finishes or discards:
+
+    .forewarn-get-T   being copied                        left: discarded (the old files stay)
+    .forewarn-new-T   copied and verified; the directory's
+                      entries are being moved into ...    left: finished (the rest go aside)
+    .forewarn-old-T   ... here                            left alone: deleted
+    .forewarn-in-T    every old entry is aside; the new
+                      ones are being moved in             left: finished (the rest come in)
+
+Removing the old entries first and then moving the new ones in left, when killed between,
+part of either checkpoint and a directory the next copy refused as not empty.
+
+A copy holds an exclusive `flock` on the directory while it works: another copy meanwhile is
+refused, and whatever hidden entries a copy finds while it holds the lock are a dead copy's.
+On a filesystem without `flock` the pid in the name tells instead (T is `<pid>-<hex>`)."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+from types import TracebackType
+
+_OURS = re.compile(r"\.forewarn-(?P<phase>get|new|old|in)-(?P<token>(?P<pid>\d+)-[0-9a-f]+)")
+
+
+class Destination:
+    """One copy into `directory` (which exists): `with Destination(d) as dest:` takes the
+    lock and finishes a dead copy's swap; `held()`, `stage()`, `swap_in(token)`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._fd: int | None = None
+        self._locked = False
+
+    def __enter__(self) -> Destination:
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._locked = True
+        except BlockingIOError:
+            os.close(fd)
+            raise BlockingIOError(
+                errno.EWOULDBLOCK,
+                f"another copy into {self.directory} is under way (a second `forewarn "
+                "checkpoint get` or get_dir into the same directory); wait for it to end",
+                str(self.directory),
+            ) from None
+        except OSError:
+            pass  # no flock here (NFS without locks): dead copies are known by their pid
+        self._fd = fd
+        try:
+            self.recover()
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # lets go of the flock
+            self._fd = None
+
+    def held(self) -> list[str]:
+        """What the directory holds, besides the hidden entries of copies."""
+        return [name for name in os.listdir(self.directory) if not _OURS.fullmatch(name)]
+
+    def stage(self) -> tuple[str, Path]:
+        """A new, empty stage to copy into, and its token for `swap_in`."""
+        token = f"{os.getpid()}-{secrets.token_hex(4)}"
+        path = self._path("get", token)
+        path.mkdir()
+        return token, path
+
+    def discard(self, token: str) -> None:
+        """A copy that failed: its stage goes, the directory stays as it was."""
+        shutil.rmtree(self._path("get", token), ignore_errors=True)
+
+    def swap_in(self, token: str) -> None:
+        """Put the stage's entries in place of what the directory holds."""
+        self._path("old", token).mkdir(exist_ok=True)
+        os.rename(self._path("get", token), self._path("new", token))  # no way back past here
+        self._finish(token)
+
+    def recover(self) -> None:
+        """Finish, or discard, what copies that died left in the directory."""
+        phases: dict[str, set[str]] = {}
+        for name in os.listdir(self.directory):
+            match = _OURS.fullmatch(name)
+            if match is None:
+                continue
+            if not self._locked and _alive(int(match["pid"])):
+                continue  # without the lock, a live pid may be a copy under way
+            phases.setdefault(match["token"], set()).add(match["phase"])
+        for token in sorted(phases):
+            self.discard(token)
+            self._finish(token)
+
+    def _finish(self, token: str) -> None:
+        ready, moving, aside = (self._path(p, token) for p in ("new", "in", "old"))
+        if ready.is_dir():
+            aside.mkdir(exist_ok=True)
+            for name in self.held():
+                os.rename(self.directory / name, aside / name)
+            os.rename(ready, moving)
+        if moving.is_dir():
+            for child in sorted(os.listdir(moving)):
+                target = self.directory / child
+                if os.path.lexists(target):  # put there after the old ones went aside
+                    _remove(target)
+                os.rename(moving / child, target)
+            os.rmdir(moving)
+        shutil.rmtree(aside, ignore_errors=True)
+
+    def _path(self, phase: str, token: str) -> Path:
+        return self.directory / f".forewarn-{phase}-{token}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()

@@ -1,0 +1,138 @@
+"""`Generation.get_dir(..., replace=True)` (`forewarn checkpoint get --replace`) swaps a
+generation's files into a directory that holds another's: a copy killed in the middle of the
+swap leaves what the next copy into that directory finishes, never a mix of the two or a part
+of one. Real processes killed with SIGKILL at a chosen rename, on a local store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from forewarn.clients.checkpoint import CheckpointStore
+
+FILES = {"model.bin": b"w", "opt/state.bin": b"o", "opt/extra/rng.bin": b"r", "cfg.json": b"c"}
+
+# Kills itself just before the rename that would put its `kill_at`-th entry (0: the first)
+# at the top of the destination, as a reclaim or the OOM killer would stop a restore.
+_KILLED_MID_SWAP = """
+import os, signal, sys
+from pathlib import Path
+from forewarn.clients.checkpoint import CheckpointStore
+
+url, destination, step, kill_at = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+real_replace, real_rename, landed = os.replace, os.rename, []
+
+def watched(real):
+    def move(src, dst, *args, **kwargs):
+        dst = Path(dst)
+        if dst.parent == destination and not dst.name.startswith("."):
+            if len(landed) == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            landed.append(dst.name)
+        return real(src, dst, *args, **kwargs)
+    return move
+
+os.replace, os.rename = watched(real_replace), watched(real_rename)
+CheckpointStore(url).get(step).get_dir("", destination, replace=True)
+"""
+
+
+def fill(root: Path) -> CheckpointStore:
+    store = CheckpointStore(root)
+    for step in (10, 20, 30):
+        store.flush(
+            step,
+            lambda gen, step=step: [
+                gen.write_bytes(name, data * step) for name, data in FILES.items()
+            ],
+        )
+    return store
+
+
+def contents(directory: Path) -> dict[str, bytes]:
+    return {
+        path.relative_to(directory).as_posix(): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+def generation_files(step: int) -> dict[str, bytes]:
+    return {name: data * step for name, data in FILES.items()}
+
+
+@pytest.mark.parametrize("kill_at", [0, 1, 2])
+def test_a_replace_killed_mid_swap_is_finished_by_the_next_copy(
+    tmp_path: Path, kill_at: int
+) -> None:
+    """`get --replace` removed the old files, then moved the new ones in: killed between (a
+    reclaim during a restore) it left neither checkpoint whole, and the next `get` into the
+    directory found it not empty, or copied beside a part. Now the old entries go aside and
+    the new come in by renames after a marker; the next copy into the directory finishes a
+    swap that passed its marker (the new generation, whole) and deletes what was set aside."""
+    store = fill(tmp_path / "store")
+    out = tmp_path / "restored model"
+    store.get(10).get_dir("", out)
+    (out / "stale.safetensors").write_bytes(b"another layout")
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _KILLED_MID_SWAP,
+            str(tmp_path / "store"),
+            str(out),
+            "20",
+            str(kill_at),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert killed.returncode == -9, killed.stderr
+
+    with pytest.raises(FileExistsError):  # the next run: it holds step 20, whole
+        store.get(30).get_dir("", out)
+    assert contents(out) == generation_files(20)
+    assert not [p for p in out.rglob(".*")], "a killed copy's leftovers stayed"
+    store.close()
+
+
+def test_a_killed_copys_stage_goes_whatever_process_now_has_its_pid(tmp_path: Path) -> None:
+    """A killed copy's stage (a whole generation's bytes) was removed only once no process had
+    the pid in its name: a `get` run as a container's pid 1 (or any pid reused since) left it
+    for ever. A copy into the directory now knows a live copy by the lock it holds."""
+    store = fill(tmp_path / "store")
+    out = tmp_path / "out"
+    out.mkdir()
+    stage = out / f".forewarn-get-{os.getpid()}-0badc0de"  # this pid lives, copying nothing
+    (stage / "opt").mkdir(parents=True)
+    (stage / "opt" / "state.bin").write_bytes(b"half a copy")
+    store.get(30).get_dir("", out)
+    assert contents(out) == generation_files(30)
+    assert not stage.exists()
+    store.close()
+
+
+def test_a_second_copy_into_a_directory_being_copied_into_is_refused(tmp_path: Path) -> None:
+    """Two restores into one directory at once (two jobs given one path) each removed and
+    moved in their own files, leaving a mix of two generations. The second is refused now,
+    naming the directory, and touches nothing."""
+    import fcntl
+
+    store = fill(tmp_path / "store")
+    out = tmp_path / "out"
+    store.get(10).get_dir("", out)
+    fd = os.open(out, os.O_RDONLY)  # as a copy under way holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with pytest.raises(BlockingIOError, match="another copy into .*out is under way"):
+            store.get(20).get_dir("", out, replace=True)
+    finally:
+        os.close(fd)
+    assert contents(out) == generation_files(10)
+    store.get(20).get_dir("", out, replace=True)
+    assert contents(out) == generation_files(20)
+    store.close()
