@@ -128,7 +128,7 @@ def test_a_second_copy_into_a_directory_being_copied_into_is_refused(tmp_path: P
     fd = os.open(out, os.O_RDONLY)  # as a copy under way holds it
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        with pytest.raises(BlockingIOError, match="another copy into .*out is under way"):
+        with pytest.raises(BlockingIOError, match=r"another copy into .*out is under way"):
             store.get(20).get_dir("", out, replace=True)
     finally:
         os.close(fd)
