@@ -153,6 +153,27 @@ class Backend(ABC):
     def list_sizes(self, prefix: str) -> dict[str, int]:
         """Every finished object under `prefix` (recursively): key relative to it → size."""
 
+    def size_of(self, key: str) -> int | None:
+        """One object's size, looked up by itself (not listed), or None when it does not
+        exist (or this backend cannot tell)."""
+        return None
+
+    def sizes_of(self, prefix: str, names: list[str]) -> dict[str, int]:
+        """`list_sizes(prefix)`, with each of `names` it leaves out looked up by itself until
+        one is really missing: a listing may lag the writes it follows (S3-compatible
+        services replicating their bucket index: an object reads back at once but is listed
+        later), and a file not listed yet failed its commit as missing and made a generation
+        just committed read as broken. A broken generation costs one lookup more."""
+        sizes = self.list_sizes(prefix)
+        for name in names:
+            if name in sizes:
+                continue
+            size = self.size_of(f"{prefix}/{name}")
+            if size is None:
+                break
+            sizes[name] = size
+        return sizes
+
     @abstractmethod
     def delete(self, key: str) -> None:
         """Remove one object; a missing one is fine."""

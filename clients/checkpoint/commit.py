@@ -359,7 +359,7 @@ class CommitProtocol:
             # Another job's retention on the same store may have deleted this unfinished
             # generation's files: committing the manifest would then report a save that
             # never verifies.
-            present = self.backend.list_sizes(request.name)
+            present = self.backend.sizes_of(request.name, [entry.name for entry in files])
             if COMMIT in present:
                 # Another writer of this step (a stale job on the same store) committed it
                 # while this one wrote: a second manifest would claim its bytes as ours.

@@ -312,7 +312,7 @@ def check_generation(
     generation, problems = read_generation(backend, step)
     if generation is None:
         return None, problems
-    sizes = backend.list_sizes(generation.name)
+    sizes = backend.sizes_of(generation.name, [entry.name for entry in generation.manifest.files])
     for entry in generation.manifest.files:
         size = sizes.get(entry.name)
         if size is None:

@@ -563,6 +563,12 @@ class LocalBackend(Backend):
                     continue
         return sizes
 
+    def size_of(self, key: str) -> int | None:
+        try:
+            return os.stat(self._path(key)).st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 

@@ -413,6 +413,15 @@ class S3Backend(Backend):
                 sizes[item["Key"][len(base) :]] = int(item["Size"])
         return sizes
 
+    def size_of(self, key: str) -> int | None:
+        try:
+            reply = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as exc:
+            if _is_missing(exc):
+                return None
+            raise
+        return int(reply["ContentLength"])
+
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
 

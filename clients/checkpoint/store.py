@@ -788,7 +788,9 @@ class CheckpointStore:
         broken: set[int] = set()
         for _walk in range(LATEST_WALKS):
             changing = False
-            for step in reversed(self.steps()):
+            steps = self.steps()
+            unlisted = self._unlisted_hint(steps)
+            for step in reversed(sorted({*steps, *unlisted})):
                 if step in broken or (below is not None and step >= below):
                     continue
                 try:
@@ -801,6 +803,8 @@ class CheckpointStore:
                     continue
                 if generation is not None and not problems:
                     return generation
+                if step in unlisted and problems == ["not committed"]:
+                    continue  # a hint left naming a generation since removed
                 if problems == ["not committed"] or (problems and not self._committed(step)):
                     changing = True  # being saved, or removed while checked (marker first)
                     continue
@@ -815,6 +819,16 @@ class CheckpointStore:
             if not changing:
                 return None
         return None
+
+    def _unlisted_hint(self, steps: list[int]) -> set[int]:
+        """The step LATEST names, when the listing left it out and it is newer than every
+        listed step. A listing may lag the writes it follows (S3-compatible services that
+        replicate their bucket index), and a job restarted just after its predecessor's final
+        save resumed from the generation before it. The step is still verified, not trusted."""
+        hint = self.latest_hint()
+        if hint is None or hint in steps or (steps and hint < steps[-1]):
+            return set()
+        return {hint}
 
     def _committed(self, step: int) -> bool:
         return self._backend.get_small(f"{generation_name(step)}/{COMMIT}") is not None

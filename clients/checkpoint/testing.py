@@ -104,6 +104,12 @@ class DelegatingBackend(Backend):
     def list_sizes(self, prefix: str) -> dict[str, int]:
         return self.inner.list_sizes(prefix)
 
+    def size_of(self, key: str) -> int | None:
+        return self.inner.size_of(key)
+
+    def sizes_of(self, prefix: str, names: list[str]) -> dict[str, int]:
+        return self.inner.sizes_of(prefix, names)
+
     def delete(self, key: str) -> None:
         self.inner.delete(key)
 
