@@ -117,8 +117,18 @@ class Destination:
         ready, moving, aside = (self._path(p, token) for p in ("new", "in", "old"))
         if ready.is_dir():
             aside.mkdir(exist_ok=True)
-            for name in self.held():
-                os.rename(self.directory / name, aside / name)
+            try:
+                for name in self.held():
+                    os.rename(self.directory / name, aside / name)
+            except OSError:
+                # An entry that cannot be moved (EACCES: another user's directory, EBUSY: a
+                # mount point): the old contents go back and the copy is given up, so the
+                # directory holds its old contents whole, not part of them.
+                for name in os.listdir(aside):
+                    os.rename(aside / name, self.directory / name)
+                os.rmdir(aside)
+                shutil.rmtree(ready, ignore_errors=True)
+                raise
             os.rename(ready, moving)
         if moving.is_dir():
             for child in sorted(os.listdir(moving)):

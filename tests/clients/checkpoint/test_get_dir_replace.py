@@ -136,3 +136,31 @@ def test_a_second_copy_into_a_directory_being_copied_into_is_refused(tmp_path: P
     store.get(20).get_dir("", out, replace=True)
     assert contents(out) == generation_files(20)
     store.close()
+
+
+def test_an_old_entry_that_cannot_be_moved_aside_leaves_the_old_contents_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry of the directory that cannot be moved (another user's directory, a mount
+    point) failed the replace half way: with the old files partly set aside, the directory
+    held part of the old checkpoint and none of the new. The old entries go back now, the
+    copy is given up with the error, and nothing of it is left."""
+    store = fill(tmp_path / "store")
+    out = tmp_path / "out"
+    store.get(10).get_dir("", out)
+    real_rename = os.rename
+
+    def refusing(src: object, dst: object) -> None:
+        if Path(str(src)) == out / "opt":
+            raise PermissionError(13, "Permission denied", str(src))
+        real_rename(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "rename", refusing)
+    with pytest.raises(PermissionError):
+        store.get(20).get_dir("", out, replace=True)
+    monkeypatch.setattr(os, "rename", real_rename)
+    assert contents(out) == generation_files(10)
+    assert not [p for p in out.rglob(".*")]
+    store.get(20).get_dir("", out, replace=True)  # nothing left that the next copy trips on
+    assert contents(out) == generation_files(20)
+    store.close()
