@@ -95,8 +95,15 @@ class Destination:
 
     def swap_in(self, token: str) -> None:
         """Put the stage's entries in place of what the directory holds."""
-        self._path("old", token).mkdir(exist_ok=True)
-        os.rename(self._path("get", token), self._path("new", token))  # no way back past here
+        try:
+            self._path("old", token).mkdir(exist_ok=True)
+            os.rename(self._path("get", token), self._path("new", token))  # no way back now
+        except BaseException:
+            # (ENOSPC for the directory's new entry): the copy is given up, and its stage
+            # (a whole generation's bytes) goes with it rather than wait for the next copy.
+            self.discard(token)
+            shutil.rmtree(self._path("old", token), ignore_errors=True)
+            raise
         self._finish(token)
 
     def recover(self) -> None:

@@ -164,3 +164,26 @@ def test_an_old_entry_that_cannot_be_moved_aside_leaves_the_old_contents_whole(
     store.get(20).get_dir("", out, replace=True)  # nothing left that the next copy trips on
     assert contents(out) == generation_files(20)
     store.close()
+
+
+def test_a_copy_that_cannot_start_its_swap_leaves_no_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk refusing the directory's next entry, as the swap began, left the verified
+    stage behind (a whole generation's bytes on a disk already full) until the next copy."""
+    store = fill(tmp_path / "store")
+    out = tmp_path / "out"
+    store.get(10).get_dir("", out)
+    real_mkdir = Path.mkdir
+
+    def full(self: Path, *args: object, **kwargs: object) -> None:
+        if self.name.startswith(".forewarn-old-"):
+            raise OSError(28, "No space left on device", str(self))
+        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", full)
+    with pytest.raises(OSError, match="No space left"):
+        store.get(20).get_dir("", out, replace=True)
+    assert contents(out) == generation_files(10)
+    assert not [p for p in out.rglob(".*")]
+    store.close()
