@@ -21,6 +21,7 @@ On a filesystem without `flock` the pid in the name tells instead (T is `<pid>-<
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -148,6 +149,81 @@ class Destination:
 
     def _path(self, phase: str, token: str) -> Path:
         return self.directory / f".forewarn-{phase}-{token}"
+
+
+class FileCopy:
+    """One `get_file` into `target`: the bytes go to `<work>/data`, where `work` is a hidden
+    directory beside `target` (`.NAME.part-<pid>-<hex>`, on the same filesystem) that the copy
+    holds an exclusive `flock` on, then are renamed into place. A copy killed meanwhile (a
+    reclaim during a restore) left its partial file beside `target` for ever, a whole file's
+    bytes at each try, until the disk the next restore needed was full; boto3's download
+    leaves a temp file of its own beside the one it was given. The next copy to `target`
+    removes every such directory no live copy holds."""
+
+    def __init__(self, target: Path, *, sweep: bool = True) -> None:
+        self.target = target
+        self.sweep = sweep
+        self.work = target.with_name(f".{target.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
+        self._fd: int | None = None
+
+    @property
+    def temp(self) -> Path:
+        return self.work / "data"
+
+    def __enter__(self) -> FileCopy:
+        if self.sweep:
+            self._remove_dead()
+        self.work.mkdir()
+        self._fd = os.open(self.work, os.O_RDONLY | os.O_DIRECTORY)
+        with contextlib.suppress(OSError):  # no flock here: the pid in the name tells
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _remove_dead(self) -> None:
+        pattern = re.compile(re.escape(f".{self.target.name}.part-") + r"(\d+)-[0-9a-f]+")
+        try:
+            names = os.listdir(self.target.parent)
+        except FileNotFoundError:
+            return
+        for name in names:
+            found = pattern.fullmatch(name)
+            if found is None:
+                continue
+            path = self.target.parent / name
+            if _held(path, int(found[1])):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:  # a partial file of a copy before these directories
+                path.unlink(missing_ok=True)
+
+
+def _held(path: Path, pid: int) -> bool:
+    """Whether a live copy holds `path` (its flock; its pid where flock is missing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return _alive(pid)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return _alive(pid)
+    finally:
+        os.close(fd)
+    return not path.is_dir() and _alive(pid)  # an old-style partial file: only its pid tells
 
 
 def _alive(pid: int) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,7 +16,7 @@ from typing import IO, Any
 from .backend import Backend, ObjectWriter
 from .backend import Progress as BytesProgress
 from .commit import CommitProtocol, CommitRequest, read_manifest
-from .destination import Destination
+from .destination import Destination, FileCopy
 from .errors import (
     CheckpointError,
     CommitError,
@@ -166,8 +165,11 @@ class Generation:
         to a temp file beside it, are checked against the manifest (size and checksum), and
         only then renamed into place; corrupt bytes raise `CorruptGenerationError` and leave
         nothing behind. `progress(bytes_done, bytes_total)` is called as bytes arrive."""
+        return self._get_file(name, Path(destination), progress, sweep=True)
+
+    def _get_file(self, name: str, target: Path, progress: Progress | None, *, sweep: bool) -> Path:
+        """`get_file`; `sweep`: first remove what killed copies to `target` left beside it."""
         entry = self._entry(name)
-        target = Path(destination)
         # Both failed after the download with an error naming the hidden temp file: a
         # destination in a directory that did not exist yet, and one that is a directory.
         if target.is_dir():
@@ -176,13 +178,13 @@ class Generation:
                 f"(e.g. {target / PurePosixPath(name).name}); get_dir copies into a directory"
             )
         target.parent.mkdir(parents=True, exist_ok=True)
-        temp = target.with_name(f".{target.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
 
         def arrived(done: int) -> None:
             if progress is not None:
                 progress(done, entry.size)
 
-        try:
+        with FileCopy(target, sweep=sweep) as copy:
+            temp = copy.temp
             try:
                 checksum = self.backend.download(
                     f"{self.name}/{name}", temp, entry.checksum, arrived
@@ -196,8 +198,6 @@ class Generation:
                     self.name, [f"{name} does not match its checksum (nothing was copied)"]
                 )
             os.replace(temp, target)
-        finally:
-            temp.unlink(missing_ok=True)
         return target
 
     def get_dir(
@@ -254,7 +254,8 @@ class Generation:
                     relative = name[len(base) + 1 :] if base else name
                     path = stage / relative
                     path.parent.mkdir(parents=True, exist_ok=True)
-                    self.get_file(name, path, progress=arrived)
+                    # The stage is new: no killed copy's leftovers to look for.
+                    self._get_file(name, path, arrived, sweep=False)
                     relatives.append(relative)
                     finished += self.files[name].size
             except BaseException:

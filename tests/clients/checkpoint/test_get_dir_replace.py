@@ -187,3 +187,57 @@ def test_a_copy_that_cannot_start_its_swap_leaves_no_stage(
     assert contents(out) == generation_files(10)
     assert not [p for p in out.rglob(".*")]
     store.close()
+
+
+def test_a_killed_get_files_partial_bytes_are_removed_by_the_next_copy(tmp_path: Path) -> None:
+    """`get_file` killed mid-download (a reclaim during a restore) left its hidden partial file
+    beside the destination for ever: a whole file's bytes at every try, until the restore's
+    disk was full. The next copy to that file removes what no live copy holds (whatever
+    process now has the pid in the name), and leaves a live copy's alone."""
+    import fcntl
+    import signal
+
+    store = fill(tmp_path / "store")
+    out = tmp_path / "out"
+    out.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    leftovers = [
+        out / f".model.bin.part-{os.getpid()}-0badc0de",  # a pid in use again
+        out / f".model.bin.part-{gone.pid}-deadbeef",  # an older copy's partial file
+    ]
+    leftovers[0].mkdir()
+    (leftovers[0] / "data").write_bytes(b"half")
+    (leftovers[0] / "data.1a2B3c4D").write_bytes(b"boto3's own temp")
+    leftovers[1].write_bytes(b"half")
+    live = out / f".model.bin.part-{os.getpid()}-1111aaaa"
+    live.mkdir()
+    fd = os.open(live, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        store.get(20).get_file("model.bin", out / "model.bin")
+        assert live.exists(), "a live copy's work was removed"
+    finally:
+        os.close(fd)
+    assert (out / "model.bin").read_bytes() == generation_files(20)["model.bin"]
+    assert not [p for p in leftovers if os.path.lexists(p)]
+
+    # A real copy killed mid-download: the next one clears what it left.
+    killed = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys\n"
+            "from forewarn.clients.checkpoint import CheckpointStore\n"
+            "gen = CheckpointStore(sys.argv[1]).get(30)\n"
+            "def die(done, total): os.kill(os.getpid(), signal.SIGKILL)\n"
+            "gen.get_file('model.bin', sys.argv[2], progress=die)\n",
+            str(tmp_path / "store"),
+            str(out / "model.bin"),
+        ]
+    )
+    assert killed.wait(60) == -signal.SIGKILL
+    assert [p for p in out.iterdir() if p.name.startswith(".model.bin.part-")]
+    store.get(30).get_file("model.bin", out / "model.bin")
+    assert sorted(p.name for p in out.iterdir()) == ["model.bin"]  # the live one let go too
+    store.close()
