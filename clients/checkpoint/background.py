@@ -269,6 +269,7 @@ class BackgroundSaver:
         self._durable_estimate: float | None = None
         self._moved = 0.0  # when the save in flight last started or wrote (monotonic)
         self._writes_done = False  # the save in flight has made its last write
+        self._file_closed = False  # ... and its file is closed: what is left is the commit
         store.finish_on_close(self)
 
     # -- the training thread's side -------------------------------------------------------
@@ -310,6 +311,7 @@ class BackgroundSaver:
         self._started = started
         self._moved = time.monotonic()
         self._writes_done = False
+        self._file_closed = False
         self._thread = threading.Thread(
             target=self._run,
             args=(job, snapshot, dict(metadata or {}), self._cancel),
@@ -497,12 +499,14 @@ class BackgroundSaver:
         )
         # Bounded by progress, not time: a large save on a slow link is waited for, but one
         # stuck in a write on a hung mount (or a service that stopped answering) held the
-        # exit as long as the mount stayed hung, and the job was never restarted. A save past
-        # its last write is waited for however long its commit takes (a last fsync of
-        # gigabytes, a slow CompleteMultipartUpload: bounded by the storage's own timeouts);
-        # counted from its last write, one committing for 120 s was given up and lost.
+        # exit as long as the mount stayed hung, and the job was never restarted; so were
+        # part uploads stuck on stalled connections after the last write. A save whose file
+        # is closed (its bytes durable: fsynced, or every part uploaded and the upload
+        # completed) is waited for however long its commit takes: what is left is a
+        # handful of small requests or fsyncs, each bounded by the storage's own timeouts,
+        # and counted from the last write, a commit slower than 120 s was given up and lost.
         while self.in_flight is not None:
-            stalled = self.stalled_seconds()
+            stalled = 0.0 if self._file_closed else time.monotonic() - self._moved
             if stalled >= EXIT_STALL_SECONDS:
                 _log.error(
                     "forewarn: the background save of step %d wrote nothing for %.0f s (a hung "
@@ -635,6 +639,7 @@ class BackgroundSaver:
                 self._writes_done = True
                 if cancel.is_set():  # after its last write: a left-behind save never commits
                     raise _Cancelled("cancelled for the final checkpoint")
+            self._file_closed = True
 
         try:
             # Through flush: a save that finds the disk full makes room as retention would.

@@ -1,7 +1,7 @@
 """The interpreter's exit waits for a background save in flight; it stops waiting for one
-that writes nothing for `EXIT_STALL_SECONDS` (a write stuck on a hung mount), but not for one
-whose file is all written and whose commit is slow (a last fsync of gigabytes on a slow disk,
-a slow CompleteMultipartUpload): that one is bounded by the storage's own timeouts and
+that writes nothing for `EXIT_STALL_SECONDS` (a write stuck on a hung mount, parts stuck on
+stalled connections), but not for one whose file is closed and whose commit is slow (slow
+directory fsyncs, a throttled service): that one is bounded by the storage's own timeouts and
 commits. A real process that ends without close(); no torch (the saver pickles the state)."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ print("in flight:", saver.in_flight, flush=True)
 
 
 def test_the_exit_waits_for_a_background_save_whose_commit_is_slow(tmp_path: Path) -> None:
-    """The exit counted a stall from the save's last write, so a save whose file was all
-    written and whose commit took longer than EXIT_STALL_SECONDS (120 s) was given up as hung
+    """The exit counted a stall from the save's last write, so a save whose file was closed
+    and whose commit took longer than EXIT_STALL_SECONDS (120 s) was given up as hung
     and the process exited mid-commit: the run's last checkpoint was lost. It commits now."""
     url = str(tmp_path / "store")
     done = subprocess.run(
