@@ -31,6 +31,7 @@ import shutil
 from pathlib import Path
 from types import TracebackType
 
+_LOST_AND_FOUND = "lost+found"
 _OURS = re.compile(r"\.forewarn-(?P<phase>get|new|old|in)-(?P<token>(?P<pid>\d+)-[0-9a-f]+)")
 
 
@@ -80,8 +81,14 @@ class Destination:
             self._fd = None
 
     def held(self) -> list[str]:
-        """What the directory holds, besides the hidden entries of copies."""
-        return [name for name in os.listdir(self.directory) if not _OURS.fullmatch(name)]
+        """What the directory holds, besides the hidden entries of copies and, at a mount
+        point's root, `lost+found`: a freshly formatted volume (`mkfs.ext4`) holds it, fsck
+        needs it, and a restore into the volume was refused as not empty (`--replace`
+        deleted it)."""
+        names = [name for name in os.listdir(self.directory) if not _OURS.fullmatch(name)]
+        if _LOST_AND_FOUND in names and os.path.ismount(self.directory):
+            names.remove(_LOST_AND_FOUND)
+        return names
 
     def stage(self) -> tuple[str, Path]:
         """A new, empty stage to copy into, and its token for `swap_in`."""

@@ -241,3 +241,32 @@ def test_a_killed_get_files_partial_bytes_are_removed_by_the_next_copy(tmp_path:
     store.get(30).get_file("model.bin", out / "model.bin")
     assert sorted(p.name for p in out.iterdir()) == ["model.bin"]  # the live one let go too
     store.close()
+
+
+def test_a_fresh_volumes_lost_and_found_is_not_what_it_holds(tmp_path: Path) -> None:
+    """A restore into a freshly formatted volume's mount point (`mkfs.ext4`, then `forewarn
+    checkpoint get URL /mnt/restore`) was refused as not empty: it held `lost+found`, which
+    fsck needs, and `--replace` deleted it. At a mount point's root it is passed over."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    store = fill(tmp_path / "store")
+    mount = tmp_path / "volume"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)])
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs")
+    try:
+        (mount / "lost+found").mkdir(mode=0o700)
+        store.get(10).get_dir("", mount)
+        assert contents(mount) == generation_files(10)
+        store.get(20).get_dir("", mount, replace=True)
+        assert contents(mount) == generation_files(20)
+        assert (mount / "lost+found").is_dir()
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    # Elsewhere a directory of that name is the directory's own, as any other.
+    out = tmp_path / "out"
+    (out / "lost+found").mkdir(parents=True)
+    with pytest.raises(FileExistsError):
+        store.get(10).get_dir("", out)
+    store.close()
