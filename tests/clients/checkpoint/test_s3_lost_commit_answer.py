@@ -5,6 +5,7 @@ of moto plays MinIO (moto itself answers the retry with success)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -83,6 +84,59 @@ def test_another_object_at_the_key_is_not_taken_for_the_upload(
     proxy.completed.add(upload)  # its commit will be answered NoSuchUpload
     key = "run/step-000000000001/model.bin"
     boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=b"b" * ((6 << 20) + 1))
+    with pytest.raises(Exception, match="NoSuchUpload"):
+        stream.close()
+    gen.abort("the file could not be committed")
+    store.close()
+
+
+class EncryptedETags(LostAnswerProxy):
+    """As LostAnswerProxy, on a service whose objects' ETags are no MD5s (SSE-KMS, SSE-C,
+    MinIO with its KMS): an object's HEAD and GET answer an ETag of random hex."""
+
+    def forwarded(self, request: Request, reply: Reply) -> Reply | None:
+        answered = super().forwarded(request, reply)
+        if answered is None or request.command not in ("HEAD", "GET") or request.query:
+            return answered
+        headers = [
+            (key, f'"{uuid.uuid4().hex}"' if key.lower() == "etag" else value)
+            for key, value in answered.headers
+        ]
+        return Reply(answered.status, headers, answered.data)
+
+
+@pytest.fixture
+def encrypted(moto_endpoint: str) -> Iterator[EncryptedETags]:
+    with EncryptedETags(moto_endpoint) as server:
+        yield server
+
+
+def test_a_lost_commit_answer_on_a_service_whose_etags_are_no_md5s_still_saves(
+    encrypted: EncryptedETags, bucket: str
+) -> None:
+    """The retried completion answered NoSuchUpload was taken for this upload's only when the
+    object's ETag was the MD5 of its parts' MD5s: with encryption (SSE-KMS, SSE-C, MinIO's
+    KMS) it never is, and the save failed though its object was there. The object's bytes
+    are read back and checked against the file's checksum instead; another object's (same
+    size, other bytes) is still refused."""
+    import boto3
+
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=encrypted.url, part_size=5 << 20)
+    )
+    data = bytes(range(256)) * (45 << 10)  # 11.25 MiB: three parts
+    generation = store.flush(1, lambda gen: gen.write_bytes("model.bin", data)).generation
+    assert encrypted.lost == 1
+    assert generation.read_bytes("model.bin") == data
+
+    gen = store.save(2)
+    stream = gen.open("model.bin")
+    stream.write(b"a" * (6 << 20))
+    upload = stream._upload_id  # type: ignore[attr-defined]
+    assert upload is not None
+    encrypted.completed.add(upload)  # its commit will be answered NoSuchUpload
+    key = "run/step-000000000002/model.bin"
+    boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=b"b" * (6 << 20))
     with pytest.raises(Exception, match="NoSuchUpload"):
         stream.close()
     gen.abort("the file could not be committed")
