@@ -236,7 +236,7 @@ def _held(path: Path, pid: int) -> bool:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # (a number past any pid: no process's)
         return False
     except PermissionError:
         return True

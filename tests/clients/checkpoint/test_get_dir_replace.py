@@ -270,3 +270,16 @@ def test_a_fresh_volumes_lost_and_found_is_not_what_it_holds(tmp_path: Path) -> 
     with pytest.raises(FileExistsError):
         store.get(10).get_dir("", out)
     store.close()
+
+
+def test_a_hidden_name_with_a_pid_no_process_can_have_is_a_leftover(tmp_path: Path) -> None:
+    """A partial file or stage whose name holds a number past any pid (copied from another
+    machine, made by hand) raised OverflowError from the liveness check, and every copy to
+    that file failed."""
+    store = fill(tmp_path / "store")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".model.bin.part-99999999999999999999-ab").write_bytes(b"half")
+    store.get(10).get_file("model.bin", out / "model.bin")
+    assert sorted(p.name for p in out.iterdir()) == ["model.bin"]
+    store.close()
