@@ -8,6 +8,7 @@ weekday and with an unpadded day (`21 Jan 2019 09:00:43 GMT`); Azure writes full
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime, parsedate_tz
@@ -45,4 +46,19 @@ def format_short_http_date(moment: datetime) -> str:
     return format_http_date(moment).split(", ", 1)[1].lstrip("0")
 
 
-__all__ = ["format_http_date", "format_short_http_date", "parse_http_date"]
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds a Retry-After header asks to wait (delta-seconds or an HTTP date), None when
+    absent or unreadable; never negative or infinite."""
+    if not value or not value.strip():
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            seconds = (parse_http_date(value.strip()) - datetime.now(timezone.utc)).total_seconds()
+        except ValueError:
+            return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+__all__ = ["format_http_date", "format_short_http_date", "parse_http_date", "retry_after_seconds"]

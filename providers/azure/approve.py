@@ -7,6 +7,11 @@ module only makes sure each event is approved at most once and keeps the books.
 The events approved are kept in the state directory (`azure-approved.json`): Azure may wait
 for other tenants and list an approved event as Scheduled until it starts, and a restarted
 agent that forgot its approval sent it again (`immediately`, at its first document).
+
+A POST refused for a passing reason (no answer, 408, 429, 5xx) is tried again with backoff,
+waiting out a Retry-After, until the event's NotBefore: the approval is what releases a job
+that has saved before NotBefore, and IMDS limits a VM to about five requests a second. One
+refused for any other reason (a 400: the request itself is wrong) is tried MAX_ATTEMPTS times.
 """
 
 from __future__ import annotations
@@ -18,19 +23,32 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 
-from ..fetch import fetch
+from ..backoff import Backoff
+from ..fetch import Answer, fetch
 from ..health import PollHealth
+from ..httpdate import retry_after_seconds
 from ..persist import read_state_object, write_or_report
 
 log = logging.getLogger("forewarn.providers.azure")
 
-# A failed POST is tried again on later polls, but not forever: the event starts at NotBefore
-# anyway, and an endpoint that keeps refusing is logged rather than hammered.
+# A POST refused as malformed (any 4xx but 408 and 429) is tried this many times in all: the
+# same request is unlikely to fare better, and the event starts at NotBefore anyway.
 MAX_ATTEMPTS = 3
+# Answers worth trying again: IMDS is busy or throttling (about 5 requests/s per VM), not
+# telling the request is wrong.
+TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# The waits between tries of a refused POST double from the watcher's interval up to this.
+RETRY_CEILING = 10.0
+# How long a refused approval is tried for when its event has no NotBefore to bound it: the
+# longest notice a Terminate event gives (PT15M).
+RETRY_WITHOUT_NOT_BEFORE = 15 * 60.0
+# Failures of one event logged as warnings; later ones at debug, until the outcome.
+LOUD_FAILURES = 3
 APPROVED_FILE = "azure-approved.json"
 # Approvals kept in the file: events are few and leave the list within a day; the oldest go
 # first should a document ever list more.
@@ -59,6 +77,7 @@ class Approver:
         on_outcome: Callable[[str, str | None], bool] | None = None,
         path: Path | None = None,
         health: PollHealth | None = None,
+        retry_first: float = 1.0,
     ) -> None:
         self.client = client
         self.path = path
@@ -71,6 +90,10 @@ class Approver:
         self.approved: dict[str, float] = {}  # EventId -> time.time() of the 200
         self.attempts: dict[str, int] = {}
         self.retry: dict[str, str] = {}  # EventId -> why, for approvals that failed
+        self.retry_first = retry_first
+        self._backoffs: dict[str, Backoff] = {}
+        self._not_until: dict[str, float] = {}  # EventId -> monotonic time of its next try
+        self._give_up_at: dict[str, float] = {}  # EventId -> time.time() past which it is not
         self.skipped: dict[str, str] = {}  # EventId -> why it was not approved
         self._in_flight: set[str] = set()
         self.approved.update(load_approved(path) if path is not None else {})
@@ -80,6 +103,10 @@ class Approver:
 
     def done(self, event_id: str) -> bool:
         return event_id in self.approved or event_id in self._in_flight
+
+    def due(self, event_id: str) -> bool:
+        """Whether a refused approval's wait (backoff, Retry-After) is over."""
+        return time.monotonic() >= self._not_until.get(event_id, 0.0)
 
     def skip(self, event_id: str, why: str) -> None:
         """Note an approval that may not be sent; counted and logged once per event and cause."""
@@ -92,17 +119,26 @@ class Approver:
             # Else a watcher before this one (it crashed) skipped it already, and said so.
             log.info("azure: not approving event %s: %s", event_id, why)
 
-    async def approve(self, event_id: str, why: str) -> bool:
-        """POST StartRequests for one event unless it was approved (or is being) already."""
-        if self.done(event_id):
+    async def approve(self, event_id: str, why: str, not_before: datetime | None = None) -> bool:
+        """POST StartRequests for one event unless it was approved (or is being) already, or a
+        refused try's wait is not over. `not_before` is the event's NotBefore: a refused
+        approval is tried again until then, not after (the event starts anyway)."""
+        if self.done(event_id) or not self.due(event_id):
             return False
         attempt = self.attempts.get(event_id, 0) + 1
-        if attempt > MAX_ATTEMPTS:
+        if attempt > MAX_ATTEMPTS and event_id not in self._give_up_at:
             self.retry.pop(event_id, None)
             return False
+        if event_id not in self._give_up_at:
+            self._give_up_at[event_id] = (
+                not_before.timestamp()
+                if not_before is not None
+                else time.time() + RETRY_WITHOUT_NOT_BEFORE
+            )
         self.attempts[event_id] = attempt
         self._in_flight.add(event_id)
         started = time.perf_counter()
+        response: Answer | None = None
         try:
             response = await fetch(
                 self.client,
@@ -126,7 +162,7 @@ class Approver:
         if problem is None:
             self.approved[event_id] = time.time()
             self._save()
-            self.retry.pop(event_id, None)
+            self._retire(event_id)
             self.stats.sent += 1
             self.stats.by_reason[why] = self.stats.by_reason.get(why, 0) + 1
             self._tell("sent")
@@ -134,18 +170,53 @@ class Approver:
             return True
         self.stats.failed += 1
         self._tell("failed")
-        if attempt < MAX_ATTEMPTS:
-            self.retry[event_id] = why
+        transient = response is None or response.status_code in TRANSIENT_STATUSES
+        if not transient:
+            self._give_up_at.pop(event_id, None)  # bounded by MAX_ATTEMPTS instead
+        wait = self._backoffs.setdefault(
+            event_id, Backoff(self.retry_first, max(self.retry_first, RETRY_CEILING), jitter=0.1)
+        ).next()
+        if response is not None:
+            wait = max(wait, retry_after_seconds(response.headers.get("Retry-After")) or 0.0)
+        give_up_at = self._give_up_at.get(event_id)
+        if give_up_at is not None:
+            again = give_up_at > time.time() + wait
+            bound = "its NotBefore" if not_before is not None else "the time allowed"
+            limit = f"until {bound}"
         else:
-            self.retry.pop(event_id, None)
+            again = attempt < MAX_ATTEMPTS
+            limit = f"attempt {attempt} of {MAX_ATTEMPTS}"
+        if again:
+            self.retry[event_id] = why
+            self._not_until[event_id] = time.monotonic() + wait
+            level = logging.WARNING if attempt <= LOUD_FAILURES else logging.DEBUG
+            log.log(
+                level,
+                "azure: approving event %s failed (attempt %d, tried again in %.1f s, %s): %s",
+                event_id,
+                attempt,
+                wait,
+                limit,
+                problem,
+            )
+            return False
+        self._retire(event_id)
         log.warning(
-            "azure: approving event %s failed (attempt %d of %d): %s",
+            "azure: approving event %s failed (attempt %d, the last: %s): %s; it starts at "
+            "its NotBefore",
             event_id,
             attempt,
-            MAX_ATTEMPTS,
+            limit,
             problem,
         )
         return False
+
+    def _retire(self, event_id: str) -> None:
+        """No more tries for this event (approved, or given up)."""
+        self.retry.pop(event_id, None)
+        self._backoffs.pop(event_id, None)
+        self._not_until.pop(event_id, None)
+        self._give_up_at.pop(event_id, None)
 
     def keep_only(self, listed: Iterable[str]) -> None:
         """Forget the approvals of events no longer listed (EventIds are not reused); a write
@@ -197,4 +268,11 @@ def load_approved(path: Path) -> dict[str, float]:
     }
 
 
-__all__ = ["APPROVED_FILE", "MAX_ATTEMPTS", "ApprovalStats", "Approver", "load_approved"]
+__all__ = [
+    "APPROVED_FILE",
+    "MAX_ATTEMPTS",
+    "RETRY_CEILING",
+    "ApprovalStats",
+    "Approver",
+    "load_approved",
+]

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
@@ -84,6 +85,7 @@ class AzureWatcher:
             on_outcome=self.health.approval,
             path=state_dir / APPROVED_FILE if state_dir is not None else None,
             health=self.health,
+            retry_first=settings.interval,
         )
         # The boot-ending events published in this boot, and those that ended the one before
         # (Azure lists a Started event for minutes after the reboot it caused).
@@ -420,9 +422,11 @@ class AzureWatcher:
                 "events shared with other VMs)",
             )
             return
-        self._spawn(event_id, why)
+        if not self.approvals.due(event_id):
+            return  # refused before: tried again after its backoff or Retry-After
+        self._spawn(event_id, why, event.not_before)
 
-    def _spawn(self, event_id: str, why: str) -> None:
+    def _spawn(self, event_id: str, why: str, not_before: datetime | None) -> None:
         loop = self._loop
         if loop is None:
             return
@@ -431,12 +435,14 @@ class AzureWatcher:
         except RuntimeError:
             running = None
         if running is loop:
-            self._start_task(event_id, why)
+            self._start_task(event_id, why, not_before)
         else:  # called from another thread
-            loop.call_soon_threadsafe(self._start_task, event_id, why)
+            loop.call_soon_threadsafe(self._start_task, event_id, why, not_before)
 
-    def _start_task(self, event_id: str, why: str) -> None:
-        task = asyncio.get_running_loop().create_task(self.approvals.approve(event_id, why))
+    def _start_task(self, event_id: str, why: str, not_before: datetime | None) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self.approvals.approve(event_id, why, not_before)
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,10 +11,9 @@ from urllib.parse import quote
 
 import httpx
 from forewarn.protocol.errors import ForewarnError
-from forewarn.protocol.timefmt import utcnow
 
 from ..fetch import fetch, lines
-from ..httpdate import parse_http_date
+from ..httpdate import retry_after_seconds
 from .config import Cluster
 from .kubeconfig import off_loop
 from .nodes import NodeList, WatchEvent, parse_event, parse_list
@@ -91,16 +89,7 @@ class ApiError(ForewarnError):
 def retry_after(value: str | None) -> float | None:
     """Seconds a Retry-After header asks to wait (seconds or an HTTP date; the API server
     sends seconds), None when absent or unreadable."""
-    if not value or not value.strip():
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        try:
-            seconds = (parse_http_date(value.strip()) - utcnow()).total_seconds()
-        except ValueError:
-            return None
-    return max(0.0, seconds) if math.isfinite(seconds) else None
+    return retry_after_seconds(value)
 
 
 class Gone(ApiError):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import math
 import threading
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -177,14 +179,26 @@ async def test_flushed_from_another_thread_is_handled_on_the_loop() -> None:
         await eventually_async(lambda: h.sim.approvals, what="the approval")
 
 
+URL = "http://127.0.0.1:1/metadata/scheduledevents"
+
+
+async def tries(approver: Approver, count: int, **kwargs: Any) -> list[bool]:
+    """`count` calls of `approve`, each once the last refusal's wait is over."""
+    results = []
+    for _ in range(count):
+        await eventually_async(lambda: approver.due("E1"), what="the wait to end")
+        results.append(await approver.approve("E1", "after-ack", **kwargs))
+    return results
+
+
 @respx.mock
 async def test_approver_posts_the_documented_body_and_gives_up_after_max_attempts() -> None:
-    route = respx.post("http://127.0.0.1:1/metadata/scheduledevents").mock(
-        return_value=httpx.Response(400, json={"error": "Bad request"})
-    )
+    """A 400 says the request itself is wrong: tried MAX_ATTEMPTS times, not until NotBefore."""
+    route = respx.post(URL).mock(return_value=httpx.Response(400, json={"error": "Bad request"}))
     async with httpx.AsyncClient(trust_env=False, headers={"Metadata": "true"}) as client:
-        approver = Approver(client, "http://127.0.0.1:1/metadata/scheduledevents", "2020-07-01", 1)
-        results = [await approver.approve("E1", "after-ack") for _ in range(MAX_ATTEMPTS + 2)]
+        approver = Approver(client, URL, "2020-07-01", 1, retry_first=0.01)
+        not_before = datetime.now(timezone.utc) + timedelta(minutes=10)
+        results = await tries(approver, MAX_ATTEMPTS + 2, not_before=not_before)
     assert results == [False] * (MAX_ATTEMPTS + 2)
     assert route.call_count == MAX_ATTEMPTS
     request = route.calls[0].request
@@ -192,6 +206,52 @@ async def test_approver_posts_the_documented_body_and_gives_up_after_max_attempt
     assert request.url.params["api-version"] == "2020-07-01"
     assert request.read() == b'{"StartRequests":[{"EventId":"E1"}]}'
     assert approver.stats.failed == MAX_ATTEMPTS and approver.retry == {}
+
+
+@respx.mock
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_a_busy_imds_is_tried_until_not_before_and_no_longer(status: int) -> None:
+    """Refused as busy, the approval is tried again with backoff until NotBefore, then left:
+    the event starts then anyway."""
+    route = respx.post(URL).mock(return_value=httpx.Response(status))
+    async with httpx.AsyncClient(trust_env=False) as client:
+        approver = Approver(client, URL, "2020-07-01", 1, retry_first=0.01)
+        not_before = datetime.now(timezone.utc) + timedelta(seconds=0.3)
+        approver.retry["E1"] = "after-ack"
+        while "E1" in approver.retry:
+            await eventually_async(lambda: approver.due("E1"), what="the wait to end")
+            await approver.approve("E1", "after-ack", not_before)
+        ended = datetime.now(timezone.utc)
+    assert MAX_ATTEMPTS < route.call_count < 30  # backoff: not a try every 10 ms
+    assert ended < not_before + timedelta(seconds=0.2)
+    assert await approver.approve("E1", "after-ack", not_before) is False
+    assert approver.stats.failed == route.call_count and approver.stats.sent == 0
+
+
+@respx.mock
+async def test_a_retry_after_past_not_before_ends_the_tries() -> None:
+    route = respx.post(URL).mock(return_value=httpx.Response(429, headers={"Retry-After": "60"}))
+    async with httpx.AsyncClient(trust_env=False) as client:
+        approver = Approver(client, URL, "2020-07-01", 1, retry_first=0.01)
+        not_before = datetime.now(timezone.utc) + timedelta(seconds=30)
+        assert await approver.approve("E1", "after-ack", not_before) is False
+    assert route.call_count == 1 and approver.retry == {}
+
+
+@respx.mock
+async def test_a_retry_after_is_waited_out_before_the_next_try() -> None:
+    respx.post(URL).mock(
+        side_effect=[httpx.Response(503, headers={"Retry-After": "30"}), httpx.Response(200)]
+    )
+    async with httpx.AsyncClient(trust_env=False) as client:
+        approver = Approver(client, URL, "2020-07-01", 1, retry_first=0.01)
+        not_before = datetime.now(timezone.utc) + timedelta(minutes=10)
+        assert await approver.approve("E1", "after-ack", not_before) is False
+        assert approver.retry == {"E1": "after-ack"} and not approver.due("E1")
+        assert await approver.approve("E1", "after-ack", not_before) is False
+        approver._not_until["E1"] = 0.0  # the 30 s are over
+        assert await approver.approve("E1", "after-ack", not_before) is True
+    assert approver.stats.failed == 1 and approver.stats.sent == 1
 
 
 @pytest.mark.parametrize("count", [2, 5])

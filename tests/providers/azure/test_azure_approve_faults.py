@@ -1,0 +1,94 @@
+"""The approval POST (StartRequests) against an IMDS that refuses it for a while, through the
+real agent subprocess: the approval is what lets a job that saved early be released early, so
+a few refusals in a row must not lose it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from forewarn.protocol.timefmt import parse_time
+from forewarn.providers.azure.simulate import AzureSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, Subscriber, agent_env, eventually
+
+EVENTS = "/metadata/scheduledevents"
+
+
+@pytest.fixture
+def imds() -> Iterator[tuple[AzureSimulator, SimServer]]:
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10)
+    with SimServer(sim) as server:
+        yield sim, server
+
+
+def azure_agent(tmp_path: Path, server: SimServer) -> AgentProcess:
+    env = agent_env(
+        tmp_path,
+        FOREWARN_AZURE_URL=server.url,
+        FOREWARN_AZURE_VM_NAME="gpu-0",
+        FOREWARN_AZURE_INTERVAL="0.25",
+    )
+    return AgentProcess(tmp_path, providers=("azure",), env=env)
+
+
+def posts(sim: AzureSimulator) -> int:
+    return sim.requests[f"POST {EVENTS}"]
+
+
+def flushed_terminate(
+    sim: AzureSimulator, agent: AgentProcess, sub: Subscriber
+) -> tuple[str, dict[str, object], float]:
+    """A Terminate ten minutes out, received and acked by the one client; (EventId, notice,
+    the moment of the ack)."""
+    eventually(lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 1, what="client")
+    event_id = sim.raise_notice("Terminate", {"not_before_seconds": 600})
+    notice = sub.notice(timeout=10)
+    assert (notice["id"], notice["action"]) == (f"azure/{event_id}", "terminate")
+    acked = time.monotonic()
+    reply = agent.control(
+        {"op": "ack", "notice_id": notice["id"], "client": "trainer-0", "flush_seconds": 0.1}
+    )
+    assert reply["ok"], reply
+    return event_id, notice, acked
+
+
+def test_an_approval_refused_more_than_three_times_is_still_sent(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """IMDS answered the POST 503 a few times in a row (as under its 5 requests/s limit, or
+    a hiccup of the host agent): after three tries about a poll apart the watcher gave up,
+    and the job that had saved waited out NotBefore, ten minutes, for nothing."""
+    sim, server = imds
+    sim.add_fault("status", path=EVENTS, method="POST", status=503, count=4)
+    agent = azure_agent(tmp_path, server)
+    with agent, Subscriber(agent.events, ("notice", "client/trainer-0")) as sub:
+        event_id, notice, _ = flushed_terminate(sim, agent, sub)
+        (approval,) = eventually(lambda: sim.approvals, timeout=20, what="the approval")
+        assert approval["EventId"] == event_id
+        assert posts(sim) == 5  # four refused, one approved
+        # Started by the approval: the same notice, its deadline now, and no clear between.
+        started = sub.notice(timeout=10)
+        assert (started["id"], started["action"]) == (notice["id"], "terminate")
+        assert parse_time(started["deadline"]) < parse_time(str(notice["deadline"]))
+        assert sub.drain(0.5) == []
+        assert len(sim.approvals) == 1
+        assert "approved event" in agent.output()
+
+
+def test_a_retry_after_on_the_approval_is_waited_out(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """A 429 with Retry-After: 1, twice: the POST was tried again at the next poll, a quarter
+    of a second later, and so into the limit again."""
+    sim, server = imds
+    sim.add_fault("status", path=EVENTS, method="POST", status=429, retry_after=1, count=2)
+    agent = azure_agent(tmp_path, server)
+    with agent, Subscriber(agent.events, ("notice", "client/trainer-0")) as sub:
+        event_id, _, acked = flushed_terminate(sim, agent, sub)
+        (approval,) = eventually(lambda: sim.approvals, timeout=20, what="the approval")
+        assert approval["EventId"] == event_id
+        assert posts(sim) == 3
+        assert approval["monotonic"] - acked >= 2.0, "a Retry-After was not waited out"
