@@ -7,6 +7,8 @@ message that says what happened and, where there is a usual cause, what to do ab
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -31,6 +33,8 @@ HOP_LIMIT_HINT = (
 )
 # Seconds between new tries of the token PUT once IMDSv1 has taken over.
 V1_RETRY_SECONDS = 60.0
+# Seconds between tries of a token renewal that failed while the token in hand is still good.
+RENEW_RETRY_SECONDS = 1.0
 
 
 class ImdsError(ForewarnError):
@@ -82,14 +86,33 @@ class ImdsClient:
         # Response) when the transport is ours: a third of a poll's CPU, four polls a second
         # for the machine's life. Token PUTs and other transports go through httpx as usual.
         self._direct = transport if isinstance(transport, ImdsTransport) else None
+        # Renewals go out beside the polls, on a connection of their own: a renewal PUT that
+        # hangs or is throttled must not hold the polls while the token in hand is good.
+        self._renewal_http = (
+            httpx.AsyncClient(
+                base_url=self.base_url, timeout=timeout, trust_env=False, transport=ImdsTransport()
+            )
+            if self._direct is not None
+            else self.http
+        )
+        self._renewal: asyncio.Task[None] | None = None
+        self._renew_retry_at = 0.0
+        self._renewal_failed = False  # since the last token: logged once
         self._token: str | None = None
         self._renew_at = 0.0
+        self._usable_until = 0.0  # past this the token in hand may have expired at IMDS
         self._v1_until = 0.0  # while IMDSv1 stands in for a failed token PUT
         self._v1_announced = False
         self._requests: dict[tuple[str, str | None, float], httpx.Request] = {}
         self.tokens_fetched = 0
 
     async def aclose(self) -> None:
+        if self._renewal is not None:
+            self._renewal.cancel()
+            with contextlib.suppress(BaseException):
+                await self._renewal
+        if self._renewal_http is not self.http:
+            await self._renewal_http.aclose()
         await self.http.aclose()
 
     async def get(self, path: str, timeout: float | None = None) -> Answer:
@@ -148,8 +171,14 @@ class ImdsClient:
         now = self.clock()
         if self._token is not None and now < self._renew_at:
             return self._token
+        if self._token is not None and now < self._usable_until:
+            # Due for renewal, still good: renewed beside the polls, which go on with it.
+            self._start_renewal(timeout or self.timeout)
+            return self._token
         if self.imdsv1 and now < self._v1_until:
             return None
+        if self._renewal is not None:
+            self._renewal.cancel()  # the token is needed now: asked for here instead
         try:
             return await self._fetch_token(timeout or self.timeout)
         except ImdsError as error:
@@ -161,10 +190,35 @@ class ImdsClient:
             self._v1_until = now + V1_RETRY_SECONDS
             return None
 
-    async def _fetch_token(self, timeout: float) -> str:
+    def _start_renewal(self, timeout: float) -> None:
+        if self._renewal is not None and not self._renewal.done():
+            return
+        if self.clock() < self._renew_retry_at:
+            return
+        self._renewal = asyncio.get_running_loop().create_task(self._renew(timeout))
+
+    async def _renew(self, timeout: float) -> None:
+        try:
+            await self._fetch_token(timeout, self._renewal_http)
+        except ImdsError as error:
+            self._renew_retry_at = self.clock() + RENEW_RETRY_SECONDS
+            if not self._renewal_failed:
+                self._renewal_failed = True
+                left = max(0.0, self._usable_until - self.clock())
+                log.warning(
+                    "aws: renewing the IMDSv2 token failed (%s); polling on with the current "
+                    "one, good for %.0f s more, and trying again",
+                    error.message,
+                    left,
+                )
+        except Exception:  # a surprise must not end unseen in a task nobody awaits
+            self._renew_retry_at = self.clock() + RENEW_RETRY_SECONDS
+            log.exception("aws: renewing the IMDSv2 token failed")
+
+    async def _fetch_token(self, timeout: float, http: httpx.AsyncClient | None = None) -> str:
         asked = self.clock()
         try:
-            response = await self.http.put(
+            response = await (http or self.http).put(
                 TOKEN_PATH, headers={TTL_HEADER: str(self.token_ttl)}, timeout=timeout
             )
         except httpx.TimeoutException:
@@ -185,10 +239,13 @@ class ImdsClient:
         granted = response.headers.get(TTL_HEADER, "")
         if granted.isascii() and granted.isdigit() and 0 < int(granted) < ttl:
             ttl = int(granted)
-        # Renew with a margin: a token must not expire between our check and IMDS's.
+        # Renew with a margin: a token must not expire between our check and IMDS's. Counted
+        # from before the PUT, so IMDS's own clock for it started later still.
         margin = min(60.0, ttl / 5)
         self._token = token
         self._renew_at = asked + ttl - margin
+        self._usable_until = asked + ttl - min(1.0, margin / 2)
+        self._renewal_failed = False
         self.tokens_fetched += 1
         return token
 
