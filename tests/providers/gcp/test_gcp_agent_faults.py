@@ -1,0 +1,95 @@
+"""The metadata server misbehaving during a maintenance event, through the real agent
+subprocess: 503s (which the server gives for under a second during host maintenance, and
+which a hung or restarted server may give for longer), a long-poll held past any change, and
+`preempted` turning TRUE while `maintenance-event` changes. The job must get its terminate
+with the right deadline, and the end of the fault must send nothing twice and clear nothing
+that was not withdrawn."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.providers.gcp.simulate import GcpSimulator
+from forewarn.providers.simulator import SimServer
+from support import AgentProcess, Subscriber, agent_env, eventually
+
+KEYS = "/computeMetadata/v1/instance/"
+FAST = {
+    "FOREWARN_GCP_RETRY_DELAY": "0.2",
+    "FOREWARN_GCP_UPCOMING_INTERVAL": "0",
+    "FOREWARN_GCP_TIMEOUT_SEC": "3",
+    "FOREWARN_GCP_READ_TIMEOUT_MARGIN": "1",
+    "FOREWARN_GCP_MAINTENANCE_NOTICE": "3600",
+}
+
+
+def gcp_agent(tmp_path: Path, server: SimServer) -> AgentProcess:
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **FAST)
+    return AgentProcess(tmp_path, providers=("gcp",), env=env)
+
+
+def subscribed(agent: AgentProcess) -> Subscriber:
+    return agent.subscriber().ready()
+
+
+def test_503s_while_preempted_turns_true_under_a_maintenance_drain(tmp_path: Path) -> None:
+    sim = GcpSimulator()
+    with (
+        SimServer(sim) as server,
+        gcp_agent(tmp_path, server) as agent,
+        subscribed(agent) as sub,
+    ):
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        drain = sub.notice(timeout=10)
+        assert drain["action"] == "drain"
+        # The host's maintenance begins: the server answers 503 for a while, and in it
+        # the Spot VM is preempted and the maintenance value moves on.
+        fault = sim.add_fault("status", path=KEYS, status=503)
+        eventually(lambda: sim.faults()[0]["answered"] >= 4, what="503s")
+        sim.raise_notice("preempt", {})
+        sim.raise_notice("maintenance", {"type": "MIGRATE"})
+        assert sub.drain(0.5) == []  # nothing read, nothing said
+        sim.remove_fault(fault)
+        healed = utcnow()
+        got = {n["action"]: n for n in [sub.notice(timeout=10), sub.notice(timeout=10)]}
+        assert set(got) == {"terminate", "drain"}, got
+        terminate = got["terminate"]
+        assert terminate["reason"] == "preemption" and terminate["id"] != drain["id"]
+        lead = parse_time(terminate["deadline"]) - healed
+        assert timedelta(seconds=25) < lead <= timedelta(seconds=31), lead
+        # The maintenance drain changed (MIGRATE: no deadline), under its own id.
+        assert got["drain"]["id"] == drain["id"] and got["drain"]["deadline"] is None
+        assert sub.drain(0.5) == []
+        # Maintenance over: only its drain is cleared; the preemption stands.
+        sim.withdraw("maintenance-event")
+        cleared = sub.notice(timeout=10)
+        assert (cleared["id"], cleared["action"]) == (drain["id"], "clear")
+        active = agent.control({"op": "status"})["active"]
+        assert [n["id"] for n in active] == [terminate["id"]]
+
+
+def test_a_long_poll_held_past_a_preemption_is_abandoned_in_the_window(tmp_path: Path) -> None:
+    """The preempted long-poll is held (no answer, no end) while the value turns TRUE: the
+    watcher gives it up after timeout_sec plus the margin and reads TRUE, well inside the
+    30 s before the VM stops; the maintenance key, not held, goes on meanwhile."""
+    sim = GcpSimulator()
+    with (
+        SimServer(sim) as server,
+        gcp_agent(tmp_path, server) as agent,
+        subscribed(agent) as sub,
+    ):
+        polls = sim.requests[f"GET {KEYS}preempted"]
+        eventually(lambda: sim.requests[f"GET {KEYS}preempted"] > polls, what="a long-poll")
+        # Taken by the next long-poll to answer (one ending its wait takes it too).
+        sim.add_fault("hang", path=f"{KEYS}preempted", seconds=60, count=1)
+        eventually(lambda: sim.faults() == [], timeout=6, what="a held long-poll")
+        raised = utcnow()
+        sim.raise_notice("preempt", {})
+        sim.raise_notice("maintenance", {"type": "MIGRATE"})
+        assert sub.notice(timeout=5)["action"] == "drain"
+        terminate = sub.notice(timeout=10)
+        assert terminate["action"] == "terminate"
+        assert parse_time(terminate["noticed_at"]) - raised < timedelta(seconds=6)
+        assert sub.drain(0.5) == []
