@@ -10,7 +10,8 @@ the same for all, under a prefix no real service uses:
 - `DELETE /_sim/notices/<id>` withdraws one;
 - `POST /_sim/faults` with `{"kind": ..., <fields>}` makes the endpoint misbehave (the shared
   vocabulary of `sim_faults`, plus the provider's named faults); answers `{"id": ...}`;
-- `DELETE /_sim/faults/<id>` ends one, `DELETE /_sim/faults` all, `GET /_sim/faults` lists;
+- `DELETE /_sim/faults/<id>` ends one, `DELETE /_sim/faults` all (held requests go at once,
+  also those of a fault used up by its `count`), `GET /_sim/faults` lists those in force;
 - `GET /_sim/state` shows everything, plus request counts and faults.
 
 Any of the two POSTs takes `"after": S` to act S seconds later. A bad control request is a
@@ -45,6 +46,8 @@ from .sim_faults import FAULT_KINDS, Fault, FaultError, make_fault
 log = logging.getLogger("forewarn.simulate")
 
 CONTROL_PREFIX = "/_sim"
+# Used-up faults kept so that ending them lets their held requests go (see `_spent`).
+SPENT_KEPT = 64
 
 
 class SimError(ForewarnError):
@@ -113,6 +116,10 @@ class Simulator:
         self._faults: dict[str, Fault] = {}
         # Faults given with `after`, not started yet: ending one (or all) cancels its timer.
         self._pending: dict[str, threading.Timer] = {}
+        # Faults used up or past their duration, dropped from the list but maybe still
+        # holding requests (a `hang` or `slow` for `count` requests): ending them, by id or
+        # all, must still let those go. The newest SPENT_KEPT are kept.
+        self._spent: dict[str, Fault] = {}
         self.started_at = time.time()
 
     # Provider hooks.
@@ -191,7 +198,7 @@ class Simulator:
             for timer in self._timers:
                 timer.cancel()
             self._timers.clear()
-            for fault in self._faults.values():
+            for fault in [*self._faults.values(), *self._spent.values()]:
                 fault.released.set()
             self.notify_change()
 
@@ -220,7 +227,7 @@ class Simulator:
             if timer is not None:
                 timer.cancel()
                 return True
-            fault = self._faults.pop(fault_id, None)
+            fault = self._faults.pop(fault_id, None) or self._spent.pop(fault_id, None)
             if fault is None:
                 return False
             fault.released.set()
@@ -228,8 +235,13 @@ class Simulator:
             return True
 
     def clear_faults(self) -> int:
+        """End every fault (the count of those in force or pending); requests still held
+        by used-up ones go too."""
         with self.lock:
             ids = [*self._pending, *self._faults]
+            spent = list(self._spent)
+        for fault_id in spent:
+            self.remove_fault(fault_id)
         return sum(self.remove_fault(fault_id) for fault_id in ids)
 
     def faults(self) -> list[dict[str, Any]]:
@@ -245,6 +257,7 @@ class Simulator:
             for fault_id, fault in list(self._faults.items()):
                 if not fault.live(now):
                     del self._faults[fault_id]
+                    self._keep_spent(fault)
                     continue
                 if (
                     fault.kind in kinds
@@ -253,6 +266,13 @@ class Simulator:
                 ):
                     return fault
         return None
+
+    def _keep_spent(self, fault: Fault) -> None:
+        if fault.kind not in ("hang", "slow") or fault.released.is_set():
+            return  # nothing it can still hold
+        self._spent[fault.id] = fault
+        while len(self._spent) > SPENT_KEPT:
+            del self._spent[next(iter(self._spent))]
 
     def after_wait(self, request: SimRequest, answer: Callable[[], SimResponse]) -> SimResponse:
         """The answer of a long-poll that ends while a fault is in force, as the real server's

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -119,6 +120,33 @@ def test_hang_holds_the_request_until_withdrawn(served: Served) -> None:
     started = time.monotonic()
     assert served.get().status_code == 200  # held, then answered
     assert time.monotonic() - started >= 0.35
+
+
+def test_a_used_up_hang_still_lets_its_held_request_go_when_faults_end(served: Served) -> None:
+    """A hang for one request (`count: 1`), held until withdrawn: once any other request had
+    come in, the used-up fault was dropped from the list, so neither `DELETE /_sim/faults`
+    nor its own id (404) could end it, and the held request stayed held for an hour (a test
+    that healed its endpoint waited out its own timeout instead)."""
+    fault_id = served.fault(kind="hang", count=1)
+    held: list[int] = []
+    thread = threading.Thread(target=lambda: held.append(served.get(timeout=30).status_code))
+    thread.start()
+    eventually(lambda: served.sim.faults() == [], timeout=5, what="the request held")
+    assert served.get().status_code == 200  # the next one is not held
+    assert fault_id not in {f["id"] for f in served.http.get("/_sim/faults").json()["faults"]}
+    started = time.monotonic()
+    assert served.http.delete("/_sim/faults").status_code == 200
+    thread.join(timeout=5)
+    assert held == [200] and time.monotonic() - started < 2
+    # By its id too.
+    fault_id = served.fault(kind="hang", count=1)
+    thread = threading.Thread(target=lambda: held.append(served.get(timeout=30).status_code))
+    thread.start()
+    eventually(lambda: served.sim.faults() == [], timeout=5, what="the request held")
+    assert served.get().status_code == 200
+    assert served.http.delete(f"/_sim/faults/{fault_id}").status_code == 200
+    thread.join(timeout=5)
+    assert held == [200, 200]
 
 
 def test_slow_sends_the_normal_body_at_the_rate(served: Served) -> None:
