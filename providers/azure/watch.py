@@ -27,6 +27,7 @@ from forewarn.providers.report import Report
 from ..backoff import Backoff
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..fetch import Answer, fetch
+from ..httpdate import retry_after_seconds
 from .approve import APPROVED_FILE, Approver
 from .boots import BOOT_FILE, BootRecord, read_boot_id
 from .events import (
@@ -457,10 +458,8 @@ class AzureWatcher:
 
 
 def _retry_after(response: Answer) -> float:
-    try:
-        return min(RETRY_AFTER_CAP, max(0.0, float(response.headers.get("Retry-After", "0"))))
-    except ValueError:
-        return 0.0
+    """The wait a 429 asks for (seconds or an HTTP date), at most RETRY_AFTER_CAP."""
+    return min(RETRY_AFTER_CAP, retry_after_seconds(response.headers.get("Retry-After")) or 0.0)
 
 
 def build(settings: Settings, context: WatcherContext) -> AzureWatcher:

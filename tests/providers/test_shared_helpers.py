@@ -11,7 +11,12 @@ import pytest
 from forewarn.providers import persist
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.health import PollHealth
-from forewarn.providers.httpdate import format_http_date, format_short_http_date, parse_http_date
+from forewarn.providers.httpdate import (
+    format_http_date,
+    format_short_http_date,
+    parse_http_date,
+    retry_after_seconds,
+)
 from forewarn.providers.persist import write_atomically
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -177,3 +182,18 @@ def test_an_approval_counted_once_is_not_counted_again_by_a_later_watcher() -> N
     assert health.approval("sent") and health.approval("sent")  # each POST counts
     assert health.approvals == {"skipped": 2, "sent": 2}
     assert heard == ["skipped", "skipped", "sent", "sent"]
+
+
+@given(st.one_of(st.none(), st.text(max_size=60)))
+def test_retry_after_is_a_finite_wait_or_none_and_never_raises(text: str | None) -> None:
+    """The one Retry-After reader (Azure's approvals and polls, the Kubernetes watch)."""
+    wait = retry_after_seconds(text)
+    assert wait is None or 0 <= wait < float("inf")
+
+
+@given(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9999, 1, 1)))
+def test_retry_after_as_a_date_is_the_time_left(moment: datetime) -> None:
+    moment = moment.replace(microsecond=0, tzinfo=timezone.utc)
+    wait = retry_after_seconds(format_http_date(moment))
+    left = (moment - datetime.now(timezone.utc)).total_seconds()
+    assert wait is not None and abs(wait - max(0.0, left)) < 5

@@ -441,3 +441,21 @@ async def test_a_malformed_event_beside_a_preempt_hides_nothing(
         await h.report_at(id="azure/preempt-1", action="clear")
         await h.more_polls(3)
         assert h.ids("clear") == ["azure/preempt-1"] and "bad-event" not in h.health.conditions
+
+
+def test_a_retry_after_given_as_a_date_is_honoured() -> None:
+    """Retry-After may be an HTTP date as well as seconds (RFC 9110): a date was read as no
+    wait at all, and the throttled watcher polled again after the backoff alone."""
+    from email.utils import format_datetime
+
+    from forewarn.providers.azure.watch import RETRY_AFTER_CAP, _retry_after
+    from forewarn.providers.fetch import Answer
+
+    def answer(value: str) -> Answer:
+        return Answer(429, httpx.Headers({"Retry-After": value}), b"", "utf-8")
+
+    soon = utcnow() + timedelta(seconds=4)
+    assert 2.0 <= _retry_after(answer(format_datetime(soon, usegmt=True))) <= RETRY_AFTER_CAP
+    assert _retry_after(answer("3")) == 3.0
+    assert _retry_after(answer("600")) == RETRY_AFTER_CAP
+    assert _retry_after(answer("soon")) == _retry_after(answer("-2")) == 0.0
