@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import random
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
@@ -52,7 +53,9 @@ def save_training_state(
     state = {
         "format": FORMAT,
         "step": gen.step if step is None else int(step),
-        "model": None if model is None else model.state_dict(),
+        # The bare model's keys: a wrapper's (`_orig_mod.` from torch.compile, `module.` from
+        # DDP) would not load into the model a restart builds, restores and then wraps.
+        "model": None if model is None else _bare_model(model).state_dict(),
         "optimizer": None if optimizer is None else optimizer.state_dict(),
         "scheduler": None if scheduler is None else scheduler.state_dict(),
         "sampler": None if sampler is None else _sampler_state(sampler),
@@ -115,7 +118,8 @@ def load_training_state(
         if state.get(label) is None:
             raise ValueError(f"{generation.name}/{name} holds no {label} state")
         if label == "model":
-            target.load_state_dict(state[label], strict=strict)
+            bare = _bare_model(target)
+            bare.load_state_dict(_bare_keys(state[label], bare), strict=strict)
         else:
             target.load_state_dict(state[label])
         restored.append(label)
@@ -133,6 +137,50 @@ def load_training_state(
         extra=dict(state.get("extra") or {}),
         restored=tuple(restored),
     )
+
+
+# What wraps a model without changing its parameters, and the key prefix each adds.
+_WRAPPER_PREFIXES = ("_orig_mod.", "module.")
+
+
+def _bare_model(model: Any) -> Any:
+    """The model inside torch.compile's `OptimizedModule` and DDP's or DataParallel's wrapper
+    (nested either way round); any other object as it is."""
+    import torch
+
+    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    while True:
+        if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, wrappers):
+            model = model.module
+        else:
+            return model
+
+
+def _bare_keys(saved: Any, model: Any) -> Any:
+    """A model state saved from a wrapper by an earlier version (keys `_orig_mod.0.weight`),
+    with the wrappers' prefixes taken off when that makes its keys the model's."""
+    if not isinstance(saved, dict) or not hasattr(model, "state_dict"):
+        return saved
+    wanted = set(model.state_dict())
+    if set(saved) == wanted:
+        return saved
+    stripped: Any = OrderedDict((_unprefixed(key), value) for key, value in saved.items())
+    metadata = getattr(saved, "_metadata", None)
+    if isinstance(metadata, dict):
+        # Each submodule's state version (BatchNorm's, say), under the same keys, unprefixed.
+        stripped._metadata = OrderedDict(
+            (_unprefixed(key + ".").rstrip(".") if key else key, value)
+            for key, value in metadata.items()
+        )
+    return stripped if set(stripped) == wanted else saved
+
+
+def _unprefixed(key: Any) -> Any:
+    while isinstance(key, str) and key.startswith(_WRAPPER_PREFIXES):
+        key = key.split(".", 1)[1]
+    return key
 
 
 def capture_rng() -> dict[str, Any]:

@@ -271,3 +271,84 @@ def test_restore_resumes_from_the_newest_generation_that_loads(
         assert empty.restore(load) is None  # a first run
     finally:
         empty.close()
+
+
+@pytest.mark.parametrize("wrap", ["compile", "data_parallel"])
+def test_a_wrapped_model_resumes_into_the_bare_model_and_back(tmp_path: Any, wrap: str) -> None:
+    """A job that trains `torch.compile(model)` (or a DataParallel/DDP wrapper) and hands the
+    wrapper to `save_training_state` saved keys `_orig_mod.0.weight` (`module.0.weight`); its
+    restart, which builds the model, restores and only then wraps it (PyTorch's own order),
+    failed to load at every restart: "Unexpected key(s) in state_dict: _orig_mod.0.weight". The
+    bare model's state is saved, and the wrapper or the bare model loads it either way round."""
+
+    def wrapped(model: Any) -> Any:
+        return torch.compile(model) if wrap == "compile" else torch.nn.DataParallel(model)
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    try:
+        torch.manual_seed(0)
+        model, optimizer, scheduler = build()
+        train(model, optimizer, scheduler, 2)
+        want = [p.detach().clone() for p in model.parameters()]
+        with store.save(2) as gen:
+            save_training_state(gen, model=wrapped(model), optimizer=optimizer)
+        latest = store.latest()
+        assert latest is not None
+        bare, bare_optimizer, _ = build()
+        state = load_training_state(latest, model=bare, optimizer=bare_optimizer)
+        assert state.step == 2 and state.restored[:2] == ("model", "optimizer")
+        for got, saved in zip(bare.parameters(), want, strict=True):
+            assert torch.equal(got, saved)
+
+        with store.save(4) as gen:
+            save_training_state(gen, model=bare, optimizer=bare_optimizer)
+        again, _, _ = build()
+        load_training_state(store.get(4), model=wrapped(again))
+        for got, saved in zip(again.parameters(), want, strict=True):
+            assert torch.equal(got, saved)
+    finally:
+        store.close()
+
+
+def test_a_model_state_saved_with_a_wrappers_keys_loads_into_the_bare_model(
+    tmp_path: Any,
+) -> None:
+    """A state saved under a wrapper's prefix (as before the bare model's was saved, or by a
+    wrapper of the job's own holding the model as `.module`) loads into the bare model, each
+    submodule's state version (BatchNorm's) kept."""
+
+    class Holder(torch.nn.Module):
+        def __init__(self, module: Any) -> None:
+            super().__init__()
+            self.module = module
+
+    class Versioned(torch.nn.Linear):
+        """A module whose loading reads the state version it was saved with, as BatchNorm's
+        does to tell states from before `num_batches_tracked`."""
+
+        _version = 7
+        versions_seen: list[Any] = []
+
+        def _load_from_state_dict(self, state_dict: Any, prefix: str, local: Any, *a: Any) -> None:
+            self.versions_seen.append(local.get("version"))
+            super()._load_from_state_dict(state_dict, prefix, local, *a)
+
+    def net() -> Any:
+        return torch.nn.Sequential(Versioned(4, 4), torch.nn.BatchNorm1d(4))
+
+    store = CheckpointStore(str(tmp_path / "store"))
+    try:
+        torch.manual_seed(0)
+        model = net()
+        model(torch.randn(8, 4))  # running statistics
+        with store.save(1) as gen:
+            save_training_state(gen, model=Holder(torch.compile(model)))
+        fresh = net()
+        load_training_state(store.get(1), model=fresh)
+        assert Versioned.versions_seen == [7]
+        for got, want in zip(fresh.state_dict().values(), model.state_dict().values(), strict=True):
+            assert torch.equal(got, want)
+        with pytest.raises(RuntimeError, match="Unexpected key"):
+            load_training_state(store.get(1), model=torch.nn.Linear(4, 4))
+    finally:
+        store.close()
