@@ -244,6 +244,20 @@ class CheckpointGuard:
                 # None: a handler installed outside Python, which Python cannot put back;
                 # handing None to signal.signal() raises, so the default stands in for it.
                 self._previous_handlers[signum] = signal.SIG_DFL if previous is None else previous
+                replaced = _jobs_own_handlers(previous)
+                if replaced:
+                    # A job's own handler (a flag its loop reads, a SLURM requeue) made before
+                    # the guard, as the warning about one made after it advises, was replaced
+                    # without a word and never ran on the platform's SIGTERM.
+                    log.warning(
+                        "forewarn: the guard's %s handler replaces %s, installed before it, "
+                        "which is not called while the guard's is installed (close() puts it "
+                        "back): act on the guard's exit in the loop instead (SaveResult.exit, "
+                        "should_exit), or install it after the guard and have it call "
+                        "guard.request('signal', exit=True)",
+                        signal.Signals(signum).name,
+                        ", ".join(replaced),
+                    )
         elif handle_signals:
             # Only the main thread may install signal handlers: a guard made in a thread of its
             # own (a loop run in a thread, as Ray Train runs it) installed none and said
@@ -1359,6 +1373,28 @@ class CheckpointGuard:
             with self._lock:
                 self._pending["flag"] = None
                 self._wake = True
+
+
+# Handlers that are a framework's own, replaced on purpose: Lightning's (composed with those
+# it found; the Lightning callback's guard replaces it in fit()).
+_FRAMEWORK_MODULES = ("lightning.", "pytorch_lightning.", "lightning_fabric.")
+
+
+def _jobs_own_handlers(handler: object) -> list[str]:
+    """The names of the job's own Python signal handlers in `handler`: not the default, an
+    ignored signal, Python's Ctrl-C handler, a guard's, or Lightning's (whose composed handler
+    is looked inside)."""
+    if handler is None or not callable(handler) or handler is signal.default_int_handler:
+        return []
+    if isinstance(getattr(handler, "__self__", None), CheckpointGuard):
+        return []
+    inner = getattr(handler, "signal_handlers", None)
+    if isinstance(inner, (list, tuple)):
+        return [name for each in inner for name in _jobs_own_handlers(each)]
+    module = getattr(handler, "__module__", None) or ""
+    if module.startswith(_FRAMEWORK_MODULES):
+        return []
+    return [str(getattr(handler, "__qualname__", None) or handler)]
 
 
 def _identity(path: Path) -> tuple[int, int, int] | None:

@@ -224,3 +224,73 @@ def test_a_closed_guard_called_by_a_handler_composed_over_it_hands_nothing_back(
     signal.raise_signal(signal.SIGINT)
     assert calls == ["composed"]
     assert not made.should_exit
+
+
+def test_a_handler_of_the_jobs_own_that_the_guard_replaces_is_reported(
+    handlers: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job with its own SIGTERM handler (a flag its loop reads, a requeue) made the guard
+    after it, as the guard's own warning about a handler installed later advises: the guard's
+    replaced it without a word, and the job's handler never ran on the platform's SIGTERM.
+    Python's own Ctrl-C handler, the default and an ignored signal are nothing to say."""
+    ran: list[int] = []
+
+    def requeue_on_sigterm(signum: int, frame: object) -> None:
+        ran.append(signum)
+
+    signal.signal(signal.SIGTERM, requeue_on_sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with caplog.at_level("WARNING", logger="forewarn.clients"):
+        g = guard()
+        signal.raise_signal(signal.SIGTERM)
+        g.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "requeue_on_sigterm" in warnings[0] and "SIGTERM" in warnings[0]
+    assert "not called" in warnings[0]
+    assert ran == [], "the job's handler is replaced, as the warning says"
+
+    caplog.clear()
+    for quiet in (signal.SIG_DFL, signal.SIG_IGN):
+        signal.signal(signal.SIGTERM, quiet)
+        with caplog.at_level("WARNING", logger="forewarn.clients"):
+            first = guard()
+            second = guard()  # the first guard's handler: nothing of the job's is lost
+            second.close()
+            first.close()
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_lightnings_own_handler_replaced_by_the_guard_is_not_reported(
+    handlers: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lightning installs one handler composing its own with those it found; the guard made in
+    `fit()` replaces it on purpose. Only a handler of the job's own inside it is worth a word."""
+
+    def lightning_sigterm(signum: int, frame: object) -> None:
+        pass
+
+    lightning_sigterm.__module__ = "lightning.pytorch.trainer.connectors.signal_connector"
+
+    def jobs_own(signum: int, frame: object) -> None:
+        pass
+
+    class Composed:
+        __module__ = "lightning.pytorch.trainer.connectors.signal_connector"
+
+        def __init__(self, handlers: list[Any]) -> None:
+            self.signal_handlers = handlers
+
+        def __call__(self, signum: int, frame: object) -> None:
+            for handler in self.signal_handlers:
+                handler(signum, frame)
+
+    signal.signal(signal.SIGTERM, Composed([lightning_sigterm, signal.SIG_DFL]))
+    with caplog.at_level("WARNING", logger="forewarn.clients"):
+        guard().close()
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    signal.signal(signal.SIGTERM, Composed([lightning_sigterm, jobs_own]))
+    with caplog.at_level("WARNING", logger="forewarn.clients"):
+        guard().close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "jobs_own" in warnings[0], warnings
