@@ -239,6 +239,12 @@ class CheckpointGuard:
         self._watched: set[int] = set()
         if handle_signals and threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
+                if signum == signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
+                    # Ignored from the start, as a shell starts a script's background job
+                    # (`python train.py &`, `nohup ... &`): the Ctrl-C meant for the script
+                    # reaches its whole process group, and the job is not to stop for it.
+                    # Python leaves it ignored too. The platform's SIGTERM is still handled.
+                    continue
                 previous = signal.signal(signum, self._on_signal)
                 self._watched.add(signum)
                 # None: a handler installed outside Python, which Python cannot put back;

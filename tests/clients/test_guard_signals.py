@@ -45,7 +45,8 @@ def test_an_exit_save_for_a_signal_gives_that_signals_exit_code(
     """After the save a signal asked for, `exit_code` is 128 + the signal, for
     `sys.exit(guard.exit_code)`: the loop's clean exit 0 marked a reclaimed Kubernetes Job
     complete and torchrun's run successful, so training never resumed."""
-    signal.signal(signum, signal.SIG_IGN)
+    # Python's own Ctrl-C handler: an ignored SIGINT is left ignored by the guard.
+    signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_IGN)
     g = guard()
     signal.raise_signal(signum)
     assert g.due(1)
@@ -294,3 +295,20 @@ def test_lightnings_own_handler_replaced_by_the_guard_is_not_reported(
         guard().close()
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "jobs_own" in warnings[0], warnings
+
+
+def test_an_ignored_sigint_is_left_ignored(handlers: None) -> None:
+    """As Python leaves a SIGINT ignored at its start (a script's background job) ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    g = guard()
+    try:
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        signal.raise_signal(signal.SIGINT)
+        assert not g.due(1) and not g.should_exit
+        signal.raise_signal(signal.SIGTERM)  # the platform's: handled all the same
+        assert g.due(1) and g.saved(1).exit
+    finally:
+        g.close()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
