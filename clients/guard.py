@@ -1421,11 +1421,12 @@ def process_started() -> float:
     try:
         with open("/proc/self/stat") as stat:
             fields = stat.read().rpartition(")")[2].split()
-        with open("/proc/uptime") as uptime:
-            up = float(uptime.read().split()[0])
+        # The kernel's boot clock, the one /proc/self/stat counts from: /proc/uptime may be
+        # a container's own (lxcfs), and the start then came out hours in the future.
+        up = time.clock_gettime(time.CLOCK_BOOTTIME)
         ticks = os.sysconf("SC_CLK_TCK")
         return time.time() - (up - int(fields[19]) / ticks)
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
 
 
