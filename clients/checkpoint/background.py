@@ -427,6 +427,25 @@ class BackgroundSaver:
                         f"{seconds_left:.1f} s: cancelled it"
                     )
                     self._cancel_in_flight()
+            elif remaining <= seconds_left < final_estimate:
+                # The final save alone does not fit (a slow disk, a short notice): cancelling
+                # the upload for it left the deadline's SIGKILL to cut the final save, and the
+                # job resumed from the save before the upload's. The upload, due to end within
+                # the time left, is waited for, up to the deadline; the final save is still
+                # tried after it (estimates are only estimates).
+                choice = "waited"
+                reason = (
+                    f"step {in_flight} needed about {remaining:.1f} s more and the final save "
+                    f"alone about {final_estimate:.1f} s, more than the {seconds_left:.1f} s "
+                    f"left: waited for step {in_flight} first"
+                )
+                self.wait(seconds_left)
+                if self.in_flight is not None:
+                    choice = "cancelled"
+                    reason = (
+                        f"{reason}, which was still uploading when the deadline came: cancelled it"
+                    )
+                    self._cancel_in_flight()
             else:
                 choice = "cancelled"
                 reason = (

@@ -1314,3 +1314,57 @@ def test_the_final_save_line_reads_right_with_nothing_in_flight(
         f"forewarn: final checkpoint at step {exit_at + 1} (unknown time left): "
         f"{final.choice_reason}"
     )
+
+
+def test_a_terminate_too_close_for_a_final_save_keeps_the_upload_nearly_done(
+    make_store: Any,
+) -> None:
+    """A terminate whose time left is shorter than a save (a slow disk), during an upload that
+    is nearly done: final() cancelled the upload because the two did not fit together, and
+    started a final save that could not fit alone either; the deadline's SIGKILL cut that one,
+    and the job resumed from the save before the upload's. The upload, nearer its end than
+    a new save could be, is waited for first; the final save is still tried after it."""
+    backend = Gated(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    saver.save(1, state(1))
+    saver.wait()
+    estimate = 0.5
+    saver._durable_estimate = estimate  # the disk is slow: saves were timed at 0.5 s
+    held = backend.hold(2)
+    saver.save(2, state(2))
+    assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+    time.sleep(estimate)  # as long as a whole save takes: the upload is due to end now
+    threading.Timer(0.01, held.set).start()
+    final = saver.final(3, state(3), seconds_left=estimate * 0.9)
+    assert final.choice == "waited", final.reason
+    assert "the final save alone" in final.reason, final.reason
+    assert final.generation.step == 3
+    assert [g.step for g in store.generations()] == [1, 2, 3]
+
+
+def test_an_upload_waited_for_in_place_of_a_final_save_is_cancelled_at_the_deadline(
+    make_store: Any,
+) -> None:
+    """The upload waited for because the final save alone did not fit stalls: at the deadline
+    it is cancelled and the final save is still tried (it may yet end before the SIGKILL)."""
+    backend = Gated(make_store().backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    saver.save(1, state(1))
+    saver.wait()
+    saver._durable_estimate = 0.5  # the disk is slow: saves were timed at 0.5 s
+    held = backend.hold(2)
+    saver.save(2, state(2))
+    assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+    time.sleep(0.4)  # due to end in 0.1 s, within the 0.2 s left; then it stalls
+    try:
+        final = saver.final(3, state(3), seconds_left=0.2)
+    finally:
+        held.set()
+    assert final.choice == "cancelled", final.reason
+    assert "waited for step 2 first" in final.reason
+    assert "still uploading when the deadline came" in final.reason
+    assert final.generation.step == 3
+    eventually(lambda: 2 not in store.steps())  # the stalled save stops and never commits
+    assert [g.step for g in store.generations()] == [1, 3]
