@@ -164,7 +164,7 @@ def error_for(
     if status == 403:
         return ApiError(
             "forbidden",
-            f"{what}: 403 {message}: the identity needs get/list/watch on nodes "
+            f"{what}: 403 {message}: the identity needs list and watch on nodes "
             "(packaging/kubernetes/base/clusterrole.yaml)",
             403,
         )

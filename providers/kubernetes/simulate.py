@@ -183,6 +183,8 @@ class KubernetesSimulator(Simulator):
         self.expire_generation = 0  # bumped to end open watches with a 410
         self.open_watches = 0
         self.watch_log: list[dict[str, Any]] = []
+        # Each `verb:resource` a client was let through with, to hold a role to what is used.
+        self.verbs_used: set[str] = set()
         self.counts = {
             "lists": 0,
             "watches": 0,
@@ -484,6 +486,7 @@ class KubernetesSimulator(Simulator):
             "token_required": self.token is not None,
             "open_watches": self.open_watches,
             "watch_log": self.watch_log[-50:],
+            "verbs_used": sorted(self.verbs_used),
             "events": self.events[-200:],
             **self.counts,
         }
@@ -536,8 +539,6 @@ class KubernetesSimulator(Simulator):
 
     def _refuse(self, method: str, resource: str, request: SimRequest) -> SimResponse | None:
         """The 403 the API server gives an identity without the verb on the resource."""
-        if self.grants is None:
-            return None
         verb = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update"}.get(
             method, method.lower()
         )
@@ -545,7 +546,9 @@ class KubernetesSimulator(Simulator):
             verb = "watch"
         elif verb == "get" and request.path.rstrip("/") == "/api/v1/nodes":
             verb = "list"
-        if f"{verb}:{resource}" in self.grants:
+        if self.grants is None or f"{verb}:{resource}" in self.grants:
+            with self.lock:
+                self.verbs_used.add(f"{verb}:{resource}")
             return None
         with self.lock:
             self.counts["forbidden"] += 1

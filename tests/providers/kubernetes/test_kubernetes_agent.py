@@ -377,3 +377,34 @@ def test_a_shutdown_after_an_etcd_restore_reaches_the_job(
             expect(sub, "terminate", f"kubernetes/{NODE}/shutdown")
         assert sim.counts["lists"] >= 2
     assert "Too large resource version" in agent.output()
+
+
+def test_the_shipped_cluster_role_grants_exactly_the_verbs_the_agent_uses(tmp_path: Path) -> None:
+    """The agent given only what `packaging/kubernetes` grants it (the simulator answering
+    like RBAC) raises and clears its notices, and uses every verb granted: a verb it never
+    calls (the `get` the role once held) is privilege without a use."""
+    from kustomize_render import render
+
+    (role,) = [doc for doc in render("daemonset") if doc["kind"] == "ClusterRole"]
+    granted = {
+        f"{verb}:{resource}"
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    sim = KubernetesSimulator(node=NODE, token="t1", grants=frozenset(granted))
+    with SimServer(sim) as server:
+        env = _kubernetes_env(tmp_path, server)
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        with agent, agent.subscriber() as sub:
+            wait_for_watch(server)
+            control(server, "taint", key="ToBeDeletedByClusterAutoscaler")
+            expect(sub, "drain", f"kubernetes/{NODE}/taint/ToBeDeletedByClusterAutoscaler")
+            withdraw(server, "taint/ToBeDeletedByClusterAutoscaler")
+            expect(sub, "clear", f"kubernetes/{NODE}/taint/ToBeDeletedByClusterAutoscaler")
+        with sim.lock:
+            used = set(sim.verbs_used)
+            forbidden = sim.counts["forbidden"]
+    assert forbidden == 0
+    assert used == granted, f"granted but never used: {sorted(granted - used)}"
+    assert "Traceback" not in agent.output()

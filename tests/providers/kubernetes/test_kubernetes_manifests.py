@@ -73,11 +73,11 @@ def test_every_document_names_its_kind() -> None:
         assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
 
 
-def test_rbac_is_get_list_watch_on_nodes_only() -> None:
+def test_rbac_is_list_watch_on_nodes_only() -> None:
     roles = of_kind("ClusterRole") + of_kind("Role")
     assert {role["metadata"]["name"] for role in roles} == {"forewarn-node-reader"}
     (rule,) = roles[0]["rules"]
-    assert rule == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    assert rule == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
     assert not [doc for doc in documents() if "*" in str(doc.get("rules", ""))]
 
 
