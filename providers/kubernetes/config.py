@@ -63,7 +63,10 @@ class Cluster:
 
 
 def node_name(settings: Settings, env: Mapping[str, str]) -> str:
-    name = settings.node_name or env.get("NODE_NAME", "").strip()
+    # Lower case: a Node's name is a DNS subdomain (lower case only), and the kubelet lowers
+    # the hostname it registers; a name written as `hostname` prints it (`GPU-Box-1`) named a
+    # node that cannot exist, and the watch found nothing, ever.
+    name = (settings.node_name or env.get("NODE_NAME", "")).strip().lower()
     if not name:
         raise ConfigError(
             "no node to watch: set NODE_NAME from the downward API (fieldRef spec.nodeName) "

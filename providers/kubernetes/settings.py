@@ -54,7 +54,8 @@ class Settings(EndpointSettings):
     node_name: str | None = Field(
         default=None,
         description="The node to watch; default the `NODE_NAME` environment variable "
-        "(set it from the downward API, `spec.nodeName`).",
+        "(set it from the downward API, `spec.nodeName`). Read in lower case, as Node names "
+        "are (`$(hostname)` may print capitals the kubelet lowered).",
     )
     kubeconfig: Path | None = Field(
         default=None,

@@ -408,3 +408,18 @@ def test_the_shipped_cluster_role_grants_exactly_the_verbs_the_agent_uses(tmp_pa
     assert forbidden == 0
     assert used == granted, f"granted but never used: {sorted(granted - used)}"
     assert "Traceback" not in agent.output()
+
+
+def test_a_node_name_written_in_capitals_finds_the_node(tmp_path: Path, server: SimServer) -> None:
+    """Outside a pod the node name is written by hand, often as `$(hostname)` prints it
+    (`Agent-Node`); the kubelet registers the hostname in lower case, and a Node's name can
+    only be lower case, so the watch looks for `agent-node`, not for a node that cannot exist
+    (before: `node-not-found` every minute, and no notice ever)."""
+    env = _kubernetes_env(tmp_path, server)
+    env["FOREWARN_KUBERNETES_NODE_NAME"] = "Agent-Node"
+    agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+    with agent, agent.subscriber() as sub:
+        wait_for_watch(server)
+        control(server, "cordon")
+        expect(sub, "drain", f"kubernetes/{NODE}/cordon")
+    assert "node-not-found" not in agent.output()

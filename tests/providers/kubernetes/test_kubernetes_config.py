@@ -123,6 +123,11 @@ def test_url_override_needs_no_token(tmp_path: Path) -> None:
 def test_node_name(tmp_path: Path) -> None:
     assert node_name(Settings(node_name="a"), {"NODE_NAME": "b"}) == "a"
     assert node_name(Settings(), {"NODE_NAME": " b "}) == "b"
+    # As `hostname` prints it: Node names are lower case (the kubelet lowers the hostname).
+    assert node_name(Settings(node_name="GPU-Box-1"), {}) == "gpu-box-1"
+    assert node_name(Settings(), {"NODE_NAME": "IP-10-0-1-2.EC2.Internal\n"}) == (
+        "ip-10-0-1-2.ec2.internal"
+    )
     with pytest.raises(ConfigError, match="NODE_NAME"):
         node_name(Settings(node_name="  "), {})
 
@@ -492,3 +497,12 @@ def test_host_boot_time_is_the_btime_of_proc_stat(tmp_path: Path, monkeypatch: A
     assert host_boot(Settings(), in_pod) is None
     with pytest.raises(ConfigError, match=r"boot_time_file .* unreadable"):
         host_boot_time(Settings(boot_time_file=stat))
+
+
+@given(name=st.from_regex(r"[A-Za-z0-9]([-A-Za-z0-9.]{0,30}[A-Za-z0-9])?", fullmatch=True))
+def test_a_node_name_in_any_case_is_the_lower_case_node(name: str) -> None:
+    for settings_, env in (
+        (Settings(node_name=name), {}),
+        (Settings(), {"NODE_NAME": f" {name}\n"}),
+    ):
+        assert node_name(settings_, env) == name.lower()
