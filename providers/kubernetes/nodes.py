@@ -4,7 +4,8 @@ A Node object stands for a set of active conditions, each with a stable id:
 
 - `kubernetes/<node>/cordon`: `spec.unschedulable` or the `node.kubernetes.io/unschedulable`
   taint (a cordon shows up as both; one notice, not two) → drain;
-- `kubernetes/<node>/taint/<key>`: any other configured deletion taint → drain;
+- `kubernetes/<node>/taint/<key>`: any other configured deletion taint → drain, or terminate
+  for one of `terminate_taints` (the machine itself goes within minutes);
 - `kubernetes/<node>/deleting`: `metadata.deletionTimestamp` set → drain;
 - `kubernetes/<node>/shutdown`: `Ready=False` whose *message* says "node is shutting down"
   (kubelet graceful shutdown; the reason is `KubeletNotReady`) → terminate, kept while
@@ -215,6 +216,7 @@ def node_reports(
     drain_taints: Collection[str],
     previous: Mapping[str, Report] | None = None,
     host: HostBoot | None = None,
+    terminate_taints: Collection[str] = (),
 ) -> list[Report]:
     """The reports a Node object stands for (drains and terminates only; no clears).
 
@@ -224,6 +226,7 @@ def node_reports(
     `host` (this host's boot), a shutdown is stale when `status.nodeInfo.bootID` names
     another boot and it was posted before the host booted (see `stale_boot`). Raises
     ParseError when the object is not a Node of that name or a field has a wrong type.
+    A taint among `drain_taints` is a drain, or a terminate when it is in `terminate_taints`.
     """
     node = _object(node, "node")
     name = node_name_of(node)
@@ -267,7 +270,8 @@ def node_reports(
         if key == CORDON_TAINT or key not in drain_taints or key in seen:
             continue
         seen.add(key)
-        reports.append(report("drain", ("taint", key), {"condition": "taint", "taint": taint}))
+        action: Literal["drain", "terminate"] = "terminate" if key in terminate_taints else "drain"
+        reports.append(report(action, ("taint", key), {"condition": "taint", "taint": taint}))
     deleting = _optional_str(metadata, "deletionTimestamp", "metadata.deletionTimestamp")
     if deleting:
         reports.append(

@@ -31,6 +31,17 @@ DEFAULT_DRAIN_TAINTS: tuple[str, ...] = (
     "node.kubernetes.io/out-of-service",
 )
 
+# Of those, the ones that mean the machine itself is going within minutes, whatever happens to
+# the pods: a terminate, not a drain. NTH's spot-itn comes with the two-minute interruption
+# notice (the AWS provider makes a terminate of the same notice) and its ASG lifecycle taint
+# with the instance's termination; GKE's handler taints ~30 s before a preemption. The others
+# mark a disruption carried out by evicting pods (the pod's own SIGTERM follows), or a warning.
+DEFAULT_TERMINATE_TAINTS: tuple[str, ...] = (
+    "aws-node-termination-handler/spot-itn",
+    "aws-node-termination-handler/asg-lifecycle-termination",
+    "cloud.google.com/impending-node-termination",
+)
+
 
 # A taint key is a Kubernetes qualified name (IsQualifiedName): an optional DNS subdomain
 # prefix and "/", then a name of at most 63 characters.
@@ -96,7 +107,8 @@ class Settings(EndpointSettings):
     # NoDecode: the environment gives a comma-separated list, not JSON.
     taints: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_DRAIN_TAINTS),
-        description="Taint keys that raise a drain (separated by commas or space, or a JSON "
+        description="Taint keys that raise a notice, a drain or, for `terminate_taints`, a "
+        "terminate (separated by commas or space, or a JSON "
         "list, in the environment). Setting it replaces the defaults; to add keys to them, use "
         "`extra_taints`. Blank is unset (the defaults); `[]` is no taint key at all.",
     )
@@ -104,8 +116,16 @@ class Settings(EndpointSettings):
     # Autoscaler's and Karpenter's deletions then went unnoticed): adding has its own key.
     extra_taints: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="More taint keys that raise a drain, added to `taints` (separated by "
+        description="More taint keys that raise a notice, added to `taints` (separated by "
         "commas or space, or a JSON list, in the environment).",
+    )
+    # A spot interruption through NTH was a drain: the job saved and trained on, and when NTH
+    # only cordons (cordonOnly) nothing else came before the instance went two minutes later.
+    terminate_taints: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_TERMINATE_TAINTS),
+        description="Of the taint keys that raise a notice (`taints` and `extra_taints`), "
+        "those that mean the machine goes within minutes: a terminate instead of a drain "
+        "(same forms as `taints`; `[]`: every taint is a drain).",
     )
     # Bounded: the watcher waits on the plugin before each (re)connect; past ten minutes a
     # hung one would hold it, silent, for longer than any reclaim notice lasts.
@@ -150,13 +170,13 @@ class Settings(EndpointSettings):
         "Needs `patch` on nodes (packaging/kubernetes/components/cordon).",
     )
 
-    @field_validator("taints", "extra_taints", mode="before")
+    @field_validator("taints", "extra_taints", "terminate_taints", mode="before")
     @classmethod
     def _split_taints(cls, value: Any, info: ValidationInfo) -> Any:
         # Blank is the defaults; no taint at all is the JSON list `[]`.
         return split_list(value, cls.model_fields.get(info.field_name or ""), json_list=True)
 
-    @field_validator("taints", "extra_taints")
+    @field_validator("taints", "extra_taints", "terminate_taints")
     @classmethod
     def _taint_keys(cls, value: list[str]) -> list[str]:
         # A key that cannot exist (kubectl's `key=value:Effect` form, a space inside) would
@@ -172,6 +192,11 @@ class Settings(EndpointSettings):
         """Every taint key that raises a drain: `taints` and `extra_taints`."""
         return frozenset(self.taints) | frozenset(self.extra_taints)
 
+    @property
+    def imminent_taints(self) -> frozenset[str]:
+        """The taint keys that raise a terminate: `terminate_taints` that raise a notice."""
+        return frozenset(self.terminate_taints) & self.drain_taints
+
     @field_validator("node_name", "context")
     @classmethod
     def _blank_is_none(cls, value: str | None) -> str | None:
@@ -182,6 +207,7 @@ class Settings(EndpointSettings):
 __all__ = [
     "DEFAULT_DRAIN_TAINTS",
     "DEFAULT_EXEC_TIMEOUT",
+    "DEFAULT_TERMINATE_TAINTS",
     "SERVICE_ACCOUNT_DIR",
     "Settings",
     "taint_key_problem",

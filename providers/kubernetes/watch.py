@@ -79,6 +79,7 @@ class KubernetesWatcher:
         self.health = context.health
         self.env = os.environ if env is None else env
         self.taints = settings.drain_taints
+        self.terminate_taints = settings.imminent_taints
         self.active: dict[str, Report] = {}
         self.resource_version: str | None = None
         self.node_name: str | None = None
@@ -304,7 +305,9 @@ class KubernetesWatcher:
         # notices. Each is cleared, and the new one's are raised afresh, same ids included.
         replaced = uid is not None and self.node_uid is not None and uid != self.node_uid
         previous = {} if replaced else self.active
-        current = node_reports(node, name, self.taints, previous, self.host)
+        current = node_reports(
+            node, name, self.taints, previous, self.host, terminate_taints=self.terminate_taints
+        )
         self._apply(current, emit, replaced=replaced)
         self.node_uid = uid or self.node_uid
         self.seen_node = True

@@ -55,6 +55,7 @@ SAMPLES: dict[str, Any] = {
     "kubernetes.context": "prod-admin",
     "kubernetes.taints": ["karpenter.sh/disrupted"],
     "kubernetes.extra_taints": ["example.com/reclaim"],
+    "kubernetes.terminate_taints": ["aws-node-termination-handler/spot-itn"],
     "gcp.preemption_notice_duration": 20.0,
     "gcp.maintenance_notice": 120.0,
     "heartbeat_interval": 0.5,

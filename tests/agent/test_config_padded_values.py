@@ -162,6 +162,7 @@ TEXT_SAMPLES = {
     "kubernetes.context": "prod-admin",
     "kubernetes.taints": "karpenter.sh/disrupted,node.kubernetes.io/out-of-service",
     "kubernetes.extra_taints": "example.com/reclaim",
+    "kubernetes.terminate_taints": "aws-node-termination-handler/spot-itn,example.com/reclaim",
 }
 # Keys a blank value (space alone, or nothing) is refused for, naming the key: no host, no
 # URL, no mailbox, no pattern (an empty one matches every mail) is ever meant. Blank is
@@ -191,6 +192,7 @@ def test_every_text_key_has_a_sample_here() -> None:
         "azure.approve_types",
         "kubernetes.taints",
         "kubernetes.extra_taints",
+        "kubernetes.terminate_taints",
     }
 
 

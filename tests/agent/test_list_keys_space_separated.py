@@ -17,6 +17,7 @@ LISTS = {
     "azure.approve_types": ["Preempt", "Terminate", "Reboot"],
     "kubernetes.taints": ["karpenter.sh/disrupted", "example.com/reclaim", "node.kubernetes.io/x"],
     "kubernetes.extra_taints": ["example.com/reclaim", "example.com/b"],
+    "kubernetes.terminate_taints": ["aws-node-termination-handler/spot-itn", "example.com/b"],
     "providers": ["local", "aws", "gcp"],
 }
 

@@ -423,3 +423,25 @@ def test_a_node_name_written_in_capitals_finds_the_node(tmp_path: Path, server: 
         control(server, "cordon")
         expect(sub, "drain", f"kubernetes/{NODE}/cordon")
     assert "node-not-found" not in agent.output()
+
+
+def test_a_taint_that_means_the_machine_is_going_is_a_terminate(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """With the default settings, AWS NTH's `spot-itn` taint (the instance goes in two minutes,
+    whether or not NTH evicts: `cordonOnly` does not) is a terminate, as the AWS provider
+    makes of the same notice; Karpenter's `disrupted` (its eviction follows) stays a drain.
+    Each is cleared when its taint goes."""
+    env = _kubernetes_env(tmp_path, server)
+    itn = "aws-node-termination-handler/spot-itn"
+    agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+    with agent, agent.subscriber() as sub:
+        wait_for_watch(server)
+        control(server, "taint", key="karpenter.sh/disrupted")
+        expect(sub, "drain", f"kubernetes/{NODE}/taint/karpenter.sh/disrupted")
+        control(server, "taint", key=itn, value="spot-itn-3a1f")
+        terminate = expect(sub, "terminate", f"kubernetes/{NODE}/taint/{itn}")
+        assert terminate["detail"]["taint"]["key"] == itn  # type: ignore[index]
+        withdraw(server, f"taint/{itn}")
+        expect(sub, "clear", f"kubernetes/{NODE}/taint/{itn}")
+    assert "Traceback" not in agent.output()

@@ -25,6 +25,7 @@ from forewarn.providers.kubernetes.config import (
 from forewarn.providers.kubernetes.nodes import HostBoot
 from forewarn.providers.kubernetes.settings import (
     DEFAULT_DRAIN_TAINTS,
+    DEFAULT_TERMINATE_TAINTS,
     Settings,
     taint_key_problem,
 )
@@ -378,6 +379,24 @@ def test_extra_taints_from_the_environment_add_to_the_defaults(
     assert loaded.drain_taints == {*DEFAULT_DRAIN_TAINTS, "example.com/bye", "a/b"}
     monkeypatch.setenv("FOREWARN_KUBERNETES_EXTRA_TAINTS", "example.com/bye:NoSchedule")
     with pytest.raises(ConfigError, match=r"kubernetes.extra_taints: .* is not a taint key"):
+        load_settings()
+
+
+def test_terminate_taints_pick_terminates_among_the_taints_that_raise_a_notice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from forewarn.agent.config import load_settings
+
+    loaded = load_settings().kubernetes
+    assert loaded.imminent_taints == set(DEFAULT_TERMINATE_TAINTS) <= loaded.drain_taints
+    monkeypatch.setenv("FOREWARN_KUBERNETES_EXTRA_TAINTS", "example.com/going")
+    monkeypatch.setenv("FOREWARN_KUBERNETES_TERMINATE_TAINTS", "example.com/going other.io/x")
+    # A key that raises no notice (not in taints or extra_taints) raises no terminate either.
+    assert load_settings().kubernetes.imminent_taints == {"example.com/going"}
+    monkeypatch.setenv("FOREWARN_KUBERNETES_TERMINATE_TAINTS", "[]")
+    assert load_settings().kubernetes.imminent_taints == frozenset()
+    monkeypatch.setenv("FOREWARN_KUBERNETES_TERMINATE_TAINTS", "spot-itn=x:NoSchedule")
+    with pytest.raises(ConfigError, match=r"kubernetes.terminate_taints: .* is not a taint key"):
         load_settings()
 
 

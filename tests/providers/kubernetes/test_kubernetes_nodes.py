@@ -262,13 +262,13 @@ def nodes(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     return name, payload
 
 
-@given(nodes(), configured)
+@given(nodes(), configured, configured)
 @settings(max_examples=120, deadline=None)
 def test_reports_follow_the_node(
-    sample: tuple[str, dict[str, Any]], taints: frozenset[str]
+    sample: tuple[str, dict[str, Any]], taints: frozenset[str], terminating: frozenset[str]
 ) -> None:
     name, payload = sample
-    reports = node_reports(payload, name, taints)
+    reports = node_reports(payload, name, taints, terminate_taints=terminating)
     got = ids(reports)
     spec = payload["spec"]
     present = {t["key"] for t in spec.get("taints") or []}
@@ -276,7 +276,7 @@ def test_reports_follow_the_node(
     if spec.get("unschedulable") or (CORDON_TAINT in present and CORDON_TAINT in taints):
         expected[notice_id(name, "cordon")] = "drain"
     for key in present & taints - {CORDON_TAINT}:
-        expected[notice_id(name, "taint", key)] = "drain"
+        expected[notice_id(name, "taint", key)] = "terminate" if key in terminating else "drain"
     if payload["metadata"].get("deletionTimestamp"):
         expected[notice_id(name, "deleting")] = "drain"
     ready = payload["status"]["conditions"][1]
@@ -290,7 +290,7 @@ def test_reports_follow_the_node(
         assert len(report.id) <= 200
         assert report.detail["node"] == name
     # The same node gives the same ids again (stable over repeated events).
-    assert ids(node_reports(payload, name, taints)) == got
+    assert ids(node_reports(payload, name, taints, terminate_taints=terminating)) == got
 
 
 @given(st.lists(nodes().map(lambda s: s[1]), min_size=1, max_size=6), configured)

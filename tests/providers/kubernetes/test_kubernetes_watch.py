@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from forewarn.providers.kubernetes import api
-from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
+from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS, DEFAULT_TERMINATE_TAINTS
 from hypothesis import given
 from hypothesis import strategies as st
 from k8s_support import NODE, TOKEN, Cluster, Running
@@ -37,9 +37,12 @@ async def test_cordon_drains_and_uncordon_clears(cluster: Cluster, watching: Run
 
 @pytest.mark.parametrize("key", [k for k in DEFAULT_DRAIN_TAINTS if "unschedulable" not in k])
 async def test_each_deletion_taint_drains(cluster: Cluster, watching: Running, key: str) -> None:
+    """Each default taint raises its notice: a terminate for those that mean the machine goes
+    within minutes (`DEFAULT_TERMINATE_TAINTS`), a drain for the rest."""
     effect = "NoExecute" if key == "node.kubernetes.io/out-of-service" else "NoSchedule"
+    action = "terminate" if key in DEFAULT_TERMINATE_TAINTS else "drain"
     notice = cluster.raise_("taint", key=key, value="1700000000", effect=effect)
-    report = await watching.report("drain", f"kubernetes/{NODE}/taint/{key}")
+    report = await watching.report(action, f"kubernetes/{NODE}/taint/{key}")
     assert report.detail["taint"] == {
         "key": key,
         "value": "1700000000",
