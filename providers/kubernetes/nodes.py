@@ -12,7 +12,11 @@ A Node object stands for a set of active conditions, each with a stable id:
   Ready then turns `Unknown` (the kubelet stopped posting: the node is not back); not when
   `status.nodeInfo.bootID` names another boot than this host's *and* the condition was
   posted before this host booted (a stale status from before a reboot);
-- `kubernetes/<node>/deleted`: the Node object was deleted → terminate.
+- `kubernetes/<node>/deleted`: the Node object was deleted → terminate;
+- `kubernetes/<node>/vm-event/<type>`: AKS's node-problem-detector condition
+  `VMEventScheduled=True`, whose message carries the Azure Scheduled Event (`Preempt
+  Scheduled: <NotBefore>. ...`): Preempt or Terminate → terminate, Reboot or Redeploy →
+  drain, by NotBefore; Started → terminate now; Freeze (seconds of pause) → nothing.
 
 `changes` compares two such sets: what appeared or changed is sent, what vanished is cleared
 under the same id.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +34,7 @@ from typing import Any, Literal
 
 from forewarn.protocol.fields import Reason
 from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.providers.httpdate import parse_http_date
 from forewarn.providers.report import Report
 
 from ..base import ParseError
@@ -290,7 +296,67 @@ def node_reports(
         kept = previous.get(notice_id(node_name, "shutdown"))
         if kept is not None and kept.detail.get("uid") == uid:
             reports.append(kept)
+    condition = _vm_event_condition(status)
+    event = vm_event(condition) if condition is not None else None
+    if condition is not None and event is not None and event.type in _VM_EVENT_ACTIONS:
+        # Started: the event is under way, whatever its type; its NotBefore is gone.
+        action = "terminate" if event.status == "Started" else _VM_EVENT_ACTIONS[event.type]
+        keys = ("type", "status", "reason", "message", "lastTransitionTime")
+        detail = {key: condition[key] for key in keys if condition.get(key) is not None}
+        vm = report(action, ("vm-event", event.type), {"condition": "vm-event", **detail})
+        reports.append(vm.model_copy(update={"deadline": event.not_before}))
     return reports
+
+
+VM_EVENT_CONDITION = "VMEventScheduled"
+# `<EventType> <EventStatus>[: <NotBefore>]. <more>`, as AKS's node-problem-detector writes the
+# Scheduled Event into the condition's message; NotBefore is RFC 1123 (Azure's own field).
+_VM_EVENT = re.compile(
+    r"(Freeze|Reboot|Redeploy|Preempt|Terminate) (Scheduled|Started)(?:: *([^.]*))?(?:\.|$)"
+)
+# What each event means for a job, as the azure provider maps the same events.
+_VM_EVENT_ACTIONS: dict[str, Literal["drain", "terminate"]] = {
+    "Preempt": "terminate",
+    "Terminate": "terminate",
+    "Reboot": "drain",
+    "Redeploy": "drain",
+}
+
+
+@dataclass(frozen=True)
+class VmEvent:
+    """An Azure Scheduled Event as AKS's node-problem-detector reports it on the Node."""
+
+    type: str
+    status: str
+    not_before: datetime | None
+
+
+def vm_event(condition: Mapping[str, Any]) -> VmEvent | None:
+    """The Scheduled Event of a `VMEventScheduled` condition, None when it is not True or its
+    message names no event. A NotBefore that is not an RFC 1123 date is None (no deadline:
+    the event is still acted on)."""
+    if condition.get("type") != VM_EVENT_CONDITION or condition.get("status") != "True":
+        return None
+    message = " ".join(str(condition.get("message") or "").split())
+    match = _VM_EVENT.match(message)
+    if match is None:
+        return None
+    when = (match.group(3) or "").strip()
+    try:
+        not_before = parse_http_date(when) if when and match.group(2) == "Scheduled" else None
+    except ValueError:
+        not_before = None
+    return VmEvent(match.group(1), match.group(2), not_before)
+
+
+def _vm_event_condition(status: dict[str, Any]) -> dict[str, Any] | None:
+    for index, raw in enumerate(_optional_list(status, "conditions", "status.conditions")):
+        condition = _object(raw, f"status.conditions[{index}]")
+        if condition.get("type") == VM_EVENT_CONDITION:
+            _optional_str(condition, "message", f"status.conditions[{index}].message")
+            return condition
+    return None
 
 
 def deleted_report(node_name: str, uid: str | None = None) -> Report:
@@ -358,8 +424,10 @@ __all__ = [
     "PROVIDER",
     "REASON",
     "SHUTDOWN_MESSAGE",
+    "VM_EVENT_CONDITION",
     "HostBoot",
     "NodeList",
+    "VmEvent",
     "WatchEvent",
     "changes",
     "deleted_report",
@@ -370,4 +438,5 @@ __all__ = [
     "parse_event",
     "parse_list",
     "stale_boot",
+    "vm_event",
 ]

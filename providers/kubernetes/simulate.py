@@ -27,6 +27,7 @@ Control API kinds (`POST /_sim/notices {"kind": ...}`), with the id each returns
 | `cordon` | `taint` (default true) | spec.unschedulable + taint | `cordon` |
 | `taint` | `key`, `value`, `effect` (NoSchedule) | adds a taint | `taint/<key>` |
 | `shutdown` | `message`, `reason` | Ready=False, "node is shutting down" | `shutdown` |
+| `vm-event` | `event`, `status`, `not_before` | AKS VMEventScheduled=True | `vm-event` |
 | `delete` | | deletes the Node | `node` |
 | `compact` | `as` (stream/status), `expire_watches` | every rv so far is too old | |
 | `restore` | `back` (default 100) | an etcd restore: the rv goes back, watches end | |
@@ -126,6 +127,7 @@ NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
     "taint": ("key", "value", "effect"),
     "shutdown": ("reason", "message"),
     "unreachable": (),
+    "vm-event": ("event", "status", "not_before"),
     "delete": (),
     "compact": ("as", "expire_watches"),
     "restore": ("back",),
@@ -141,6 +143,7 @@ class KubernetesSimulator(Simulator):
         "taint",
         "shutdown",
         "unreachable",
+        "vm-event",
         "delete",
         "compact",
         "restore",
@@ -319,6 +322,10 @@ class KubernetesSimulator(Simulator):
             for name in ("reason", "message"):
                 if not isinstance(fields.get(name, ""), str):
                     raise SimError(f'"{name}" must be a string')
+        elif kind == "vm-event":
+            for name in ("event", "status", "not_before"):
+                if not isinstance(fields.get(name, ""), str):
+                    raise SimError(f'"{name}" must be a string')
         elif kind == "compact":
             if fields.get("as", self.gone_as) not in ("stream", "status"):
                 raise SimError('"as" must be "stream" (an ERROR event) or "status" (HTTP 410)')
@@ -379,6 +386,16 @@ class KubernetesSimulator(Simulator):
                 node["status"]["conditions"] = [*others, condition]
                 self._commit("MODIFIED", node)
                 return "unreachable"
+            if kind == "vm-event":
+                # AKS's node-problem-detector: the Scheduled Event's type, status and
+                # NotBefore in the message of its VMEventScheduled condition.
+                event = str(fields.get("event", "Preempt"))
+                status = str(fields.get("status", "Scheduled"))
+                not_before = str(fields.get("not_before", ""))
+                head = f"{event} {status}: {not_before}" if not_before else f"{event} {status}"
+                message = f"{head}. For more information, see https://aka.ms/aks/scheduledevents"
+                self._set_vm_event(True, "VMEventScheduled", message)
+                return "vm-event"
             if kind == "delete":
                 self._commit("DELETED", self._edit())
                 return "node"
@@ -397,7 +414,8 @@ class KubernetesSimulator(Simulator):
                 self.token = token
                 return "token"
         raise SimError(
-            f"unknown kind {kind!r}; use cordon, taint, shutdown, unreachable, delete, compact, "
+            f"unknown kind {kind!r}; use cordon, taint, shutdown, unreachable, vm-event, delete, "
+            "compact, "
             "restore, timeout or rotate-token"
         )
 
@@ -432,6 +450,21 @@ class KubernetesSimulator(Simulator):
         self.notify_change()
         return "restore"
 
+    def _set_vm_event(self, active: bool, reason: str, message: str) -> None:
+        node = self._edit()
+        now = _now()
+        condition = {
+            "type": "VMEventScheduled",
+            "status": "True" if active else "False",
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        others = [c for c in node["status"]["conditions"] if c.get("type") != "VMEventScheduled"]
+        node["status"]["conditions"] = [*others, condition]
+        self._commit("MODIFIED", node)
+
     def withdraw(self, notice_id: str) -> bool:
         with self.lock:
             if notice_id == "node":
@@ -452,6 +485,9 @@ class KubernetesSimulator(Simulator):
             elif notice_id.startswith("taint/"):
                 if not self._drop_taint(node, notice_id[len("taint/") :]):
                     return False
+            elif notice_id == "vm-event":
+                self._set_vm_event(False, "NoVMEventScheduled", "VM has no scheduled event")
+                return True
             elif notice_id in ("shutdown", "unreachable"):
                 ready = [c for c in node["status"]["conditions"] if c.get("type") == "Ready"]
                 if ready and ready[0].get("status") == "True":

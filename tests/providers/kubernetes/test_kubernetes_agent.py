@@ -6,13 +6,14 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.providers.httpdate import format_http_date
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
 from forewarn.providers.simulator import SimServer
 from support import AgentProcess, Subscriber, agent_env, eventually
@@ -444,4 +445,29 @@ def test_a_taint_that_means_the_machine_is_going_is_a_terminate(
         assert terminate["detail"]["taint"]["key"] == itn  # type: ignore[index]
         withdraw(server, f"taint/{itn}")
         expect(sub, "clear", f"kubernetes/{NODE}/taint/{itn}")
+    assert "Traceback" not in agent.output()
+
+
+def test_an_aks_preempt_scheduled_condition_is_a_terminate_with_its_not_before(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """AKS's node-problem-detector sets `VMEventScheduled=True` with the Scheduled Event in
+    the message (`Preempt Scheduled: Mon, 02 Mar 2026 19:01:45 GMT. ...`): the one node
+    signal with a deadline. A Preempt is a terminate by that NotBefore, a Redeploy a drain by
+    it (escalated as its time nears); back to `NoVMEventScheduled` clears it."""
+    env = _kubernetes_env(tmp_path, server)
+    soon = (utcnow() + timedelta(seconds=40)).replace(microsecond=0)
+    not_before = format_http_date(soon)
+    agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+    with agent, agent.subscriber() as sub:
+        wait_for_watch(server)
+        event = f"kubernetes/{NODE}/vm-event/Preempt"
+        control(server, "vm-event", event="Preempt", not_before=not_before)
+        terminate = expect(sub, "terminate", event)
+        assert parse_time(str(terminate["deadline"])) == soon
+        withdraw(server, "vm-event")
+        expect(sub, "clear", event)
+        control(server, "vm-event", event="Redeploy", not_before="Sat, 01 Jan 2100 00:00:00 GMT")
+        drain = expect(sub, "drain", f"kubernetes/{NODE}/vm-event/Redeploy")
+        assert drain["deadline"] == "2100-01-01T00:00:00Z"
     assert "Traceback" not in agent.output()

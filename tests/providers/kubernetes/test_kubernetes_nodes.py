@@ -14,14 +14,16 @@ from forewarn.providers.base import ParseError
 from forewarn.providers.kubernetes.nodes import (
     CORDON_TAINT,
     HostBoot,
+    VmEvent,
     changes,
     node_reports,
     notice_id,
     parse_event,
     parse_list,
+    vm_event,
 )
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 NODE = "ip-10-0-1-2.ec2.internal"
@@ -450,3 +452,85 @@ def test_a_status_or_list_body_nested_past_json_recursion_is_a_named_error() -> 
             await client.aclose()
 
     asyncio.run(list_it())
+
+
+def vm_condition(message: str, status: str = "True") -> dict[str, Any]:
+    return {"type": "VMEventScheduled", "status": status, "reason": "VMEventScheduled",
+            "message": message}  # fmt: skip
+
+
+def test_aks_scheduled_events_on_the_node() -> None:
+    """AKS's node-problem-detector writes the Scheduled Event into the message of its
+    `VMEventScheduled` condition; NotBefore is RFC 1123, `Started` has none."""
+    at = datetime(2026, 3, 2, 19, 1, 45, tzinfo=timezone.utc)
+    link = " For more information, see https://aka.ms/aks/scheduledevents. EventId: 40B7BD88"
+    seen = vm_event(vm_condition(f"Preempt Scheduled: Mon, 02 Mar 2026 19:01:45 GMT.{link}"))
+    assert seen == VmEvent("Preempt", "Scheduled", at)
+    assert vm_event(vm_condition("Preempt  Scheduled:  Mon, 2 Mar 2026 19:01:45 GMT")) == seen
+    assert vm_event(vm_condition("Redeploy Started." + link)) == VmEvent(
+        "Redeploy", "Started", None
+    )
+    assert vm_event(vm_condition("Reboot Scheduled: soon.")) == VmEvent("Reboot", "Scheduled", None)
+    for quiet in (
+        vm_condition("VM has no scheduled event", "False"),
+        vm_condition("Preempt Scheduled: Mon, 02 Mar 2026 19:01:45 GMT", "False"),
+        vm_condition("IMDS unavailable"),
+        {"type": "Ready", "status": "True", "message": "Preempt Scheduled"},
+    ):
+        assert vm_event(quiet) is None
+
+    def reports(message: str) -> dict[str, tuple[str, datetime | None]]:
+        payload = node()
+        payload["status"]["conditions"].append(vm_condition(message))
+        return {r.id: (r.action, r.deadline) for r in node_reports(payload, NODE, TAINTS)}
+
+    vm = f"kubernetes/{NODE}/vm-event"
+    assert reports("Preempt Scheduled: Mon, 02 Mar 2026 19:01:45 GMT") == {
+        f"{vm}/Preempt": ("terminate", at)
+    }
+    assert reports("Terminate Scheduled: Mon, 02 Mar 2026 19:01:45 GMT") == {
+        f"{vm}/Terminate": ("terminate", at)
+    }
+    assert reports("Redeploy Scheduled: Mon, 02 Mar 2026 19:01:45 GMT") == {
+        f"{vm}/Redeploy": ("drain", at)
+    }
+    assert reports("Reboot Started") == {f"{vm}/Reboot": ("terminate", None)}
+    assert reports("Freeze Scheduled: Mon, 02 Mar 2026 19:01:45 GMT") == {}
+
+
+_EVENT_TYPES = st.sampled_from(["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate"])
+
+
+@given(
+    kind=_EVENT_TYPES,
+    started=st.booleans(),
+    when=st.datetimes(
+        min_value=datetime(1970, 1, 1),
+        max_value=datetime(9999, 1, 1),
+        timezones=st.just(timezone.utc),
+    ).map(lambda moment: moment.replace(microsecond=0)),
+    tail=st.text(max_size=40),
+)
+def test_a_scheduled_event_message_reads_back(
+    kind: str, started: bool, when: datetime, tail: str
+) -> None:
+    from email.utils import format_datetime
+
+    status = "Started" if started else "Scheduled"
+    head = (
+        f"{kind} {status}" if started else f"{kind} {status}: {format_datetime(when, usegmt=True)}"
+    )
+    assert vm_event(vm_condition(f"{head}.{tail}")) == VmEvent(
+        kind, status, None if started else when
+    )
+
+
+@given(message=st.text(max_size=200), status=st.sampled_from(["True", "False", "Unknown"]))
+@example(message="Preempt Scheduled: Mon, 99 Mar 2026 19:01:45 GMT", status="True")
+@example(message="Terminate Scheduled: Fri, 31 Dec 9999 23:59:59 -0100", status="True")
+def test_any_vm_event_message_is_read_without_raising(message: str, status: str) -> None:
+    event = vm_event(vm_condition(message, status))
+    assert event is None or (status == "True" and event.type in message)
+    payload = node()
+    payload["status"]["conditions"].append(vm_condition(message, status))
+    node_reports(payload, NODE, TAINTS)  # a ParseError or nothing, never a crash
