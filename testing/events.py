@@ -10,15 +10,31 @@ from typing import Any
 import zmq
 from forewarn.protocol.wire import TOPIC_HEARTBEAT, TOPIC_NOTICE, allow_ipv6
 
+# What a replay changes: the agent sends each active notice again, numbered and stamped anew,
+# to every subscriber when one joins.
+_RESENT = ("seq", "sent_at")
+
+
+def _replays(message: dict[str, Any], last: dict[str, Any] | None) -> bool:
+    """`message` is the last notice of its id sent again unchanged, not news."""
+    if last is None:
+        return False
+    return {k: v for k, v in message.items() if k not in _RESENT} == {
+        k: v for k, v in last.items() if k not in _RESENT
+    }
+
 
 class EventRecorder:
     """A SUB socket on the agent's events endpoint. `notices` holds every notice in the order
-    received; `first_heartbeat` is set once the agent has answered the subscription (it beats
-    at once for each new subscriber), from when on nothing it publishes is missed."""
+    received, less replays (a notice sent again unchanged because a subscriber joined: a
+    guard created just before a `notify`, a second rank, listed it twice); `first_heartbeat`
+    is set once the agent has answered the subscription (it beats at once for each new
+    subscriber), from when on nothing it publishes is missed."""
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
         self.notices: list[dict[str, Any]] = []
+        self._last: dict[str, dict[str, Any]] = {}  # the last notice of each id
         self.heartbeats = 0
         self.last_heartbeat: dict[str, Any] | None = None
         self.first_heartbeat = threading.Event()
@@ -54,7 +70,8 @@ class EventRecorder:
                         self.heartbeats += 1
                         self.last_heartbeat = message
                         self.first_heartbeat.set()
-                    else:
+                    elif not _replays(message, self._last.get(message.get("id"))):
+                        self._last[message.get("id")] = message
                         self.notices.append(message)
                     self.changed.notify_all()
         finally:

@@ -330,3 +330,33 @@ def test_sim_control_raises_a_notice_for_later_without_a_key_error() -> None:
         assert control.raise_notice("rebalance", after=0.1) == ""
         eventually(lambda: control.state()["rebalance"], timeout=10, what="the rebalance")
         assert control.raise_notice("spot") == "spot"
+
+
+def test_a_replay_to_a_subscriber_that_joined_late_is_not_a_second_event() -> None:
+    """`agent.events` listed a notice twice when any subscriber (a guard created just before
+    `notify`, a second rank) joined after it: the agent sends the active notices again, with
+    new `seq` and `sent_at`, to every subscriber, and the recorder kept the copy as news. A
+    user's `assert [e["id"] for e in agent.events] == [notice]` failed under load."""
+    import json
+
+    import zmq
+
+    with start_agent() as agent:
+        first = agent.notify("drain", deadline="10m")
+        agent.wait_for_event(id=first)
+        context = zmq.Context()
+        late = context.socket(zmq.SUB)
+        late.setsockopt(zmq.LINGER, 0)
+        late.setsockopt(zmq.SUBSCRIBE, b"notice")
+        late.connect(agent.events_endpoint)
+        try:
+            assert late.poll(10_000), "no replay reached the late subscriber"
+            replayed = json.loads(late.recv_multipart()[1])
+            assert replayed["id"] == first
+        finally:
+            late.close()
+            context.term()
+        # Published after the replay: once the recorder has it, it has read the replay too.
+        second = agent.notify("terminate", deadline="10m")
+        agent.wait_for_event(id=second)
+        assert [event["id"] for event in agent.events] == [first, second]
