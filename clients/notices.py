@@ -203,6 +203,15 @@ class Notices:
         # Numbers skipped since a heartbeat, not yet asked for: seen at a notice too, since a
         # notice received after the lost one hides the gap from the next heartbeat.
         self._gap: tuple[int, int] | None = None
+        # Separate gaps noted since the last heartbeat, and the ids of the notices received
+        # since then: at a restarted agent's first heartbeat, one gap is the jump to its
+        # reserved mark, and its replay (every notice it lists) is what came since.
+        self._gaps_since_beat = 0
+        self._ids_since_beat: set[str] = set()
+        # After a restart: the ids received from the new agent so far, until its second
+        # heartbeat checks them against what it lists (its replay may follow its first).
+        self._restart_ids: set[str] | None = None
+        self._unreplayed: set[str] = set()  # listed then, not replayed: not asked for yet
         self._peers: frozenset[Any] = frozenset()  # see _note_peers
         if start:
             self.start()
@@ -516,11 +525,25 @@ class Notices:
             # their word, they cleared every provider notice, and the guard flushed again
             # for each drain and ended a job that rightly trained under an acted-on terminate.
             self._settle_until = time.monotonic() + RESTART_SETTLE
-            # Its notices came before this heartbeat, numbered on from its own mark: no gap.
-            self._gap = None
+            # Its notices came before this heartbeat, numbered on from its own mark: the jump
+            # to it is no gap. Any other is a loss (among its replay, or after it), and a
+            # notice its replay left out is checked at its next heartbeat: wiping them, a
+            # lost replay of a drain escalated while the client's messages were being
+            # dropped left the client with the drain, the gap forgotten, the terminate never
+            # asked for.
+            if self._note_gap(beat.get("seq")):
+                self._ids_since_beat = set()  # the jump is here: nothing of its came before
+            if self._gaps_since_beat < 2:
+                self._gap = None
+            self._restart_ids = set(self._ids_since_beat)
+            self._ask_for_gap()
         elif previous is not None:
             self._note_gap(beat.get("seq"))
+            if self._restart_ids is not None:
+                self._note_unreplayed(active - self._restart_ids)
             self._ask_for_gap()
+        self._gaps_since_beat = 0
+        self._ids_since_beat = set()
         seq = beat.get("seq")
         if type(seq) is int:
             self._last_seq = seq
@@ -561,40 +584,66 @@ class Notices:
                 )
             )
 
-    def _note_gap(self, seq: object) -> None:
-        """Note numbers skipped since the last message read. The agent numbers every message
-        it sends, heartbeats and notices alike, one after the other; past the high-water marks
-        (a job stopped for hours) the later ones are dropped. A new notice lost there is
-        caught by the heartbeats' `active`, but a change of one this client has (a drain
-        escalated to terminate) is not: the heartbeats list the same id."""
+    def _note_gap(self, seq: object) -> bool:
+        """Note numbers skipped since the last message read; True when some were. The agent
+        numbers every message it sends, heartbeats and notices alike, one after the other;
+        past the high-water marks (a job stopped for hours) the later ones are dropped. A new
+        notice lost there is caught by the heartbeats' `active`, but a change of one this
+        client has (a drain escalated to terminate) is not: the heartbeats list the same id."""
         last = self._last_seq
         if type(seq) is not int or last is None or seq <= last + 1:
-            return
+            return False
         first = last + 1 if self._gap is None else self._gap[0]
         self._gap = (first, seq - 1)
+        self._gaps_since_beat += 1
+        return True
+
+    def _note_unreplayed(self, missing: set[str]) -> None:
+        """At a restarted agent's second heartbeat: it replayed every notice it listed when
+        this client reconnected, so one it lists that did not come since was lost on its way
+        (a change of one this client holds, an escalation, hides behind the same id)."""
+        self._restart_ids = None
+        self._unreplayed = missing
 
     def _ask_for_gap(self) -> None:
-        """At a heartbeat of the same agent: ask for a replay when messages went missing
-        (at a notice it may be a restarted agent's, whose heartbeat then says so)."""
-        if self._gap is None or time.monotonic() - self._replay_asked < REPLAY_ASK_EVERY:
+        """At a heartbeat: ask for a replay when messages went missing (at a notice it may be
+        a restarted agent's, whose heartbeat then says so)."""
+        if self._gap is None and not self._unreplayed:
             return
-        first, last = self._gap
+        if time.monotonic() - self._replay_asked < REPLAY_ASK_EVERY:
+            return
+        if self._gap is not None:
+            first, last = self._gap
+            log.warning(
+                "forewarn: %d message(s) from the agent on %s never arrived here (seq %d to "
+                "%d); asking it to send the active notices again",
+                last - first + 1,
+                self.events,
+                first,
+                last,
+            )
+        else:
+            log.warning(
+                "forewarn: the restarted agent on %s lists %s, whose replay never arrived "
+                "here; asking it to send the active notices again",
+                self.events,
+                ", ".join(sorted(self._unreplayed)[:5]),
+            )
         self._gap = None
+        self._unreplayed = set()
         self._replay_asked = time.monotonic()
         self._replay_wanted = True
-        log.warning(
-            "forewarn: %d message(s) from the agent on %s never arrived here (seq %d to %d); "
-            "asking it to send the active notices again",
-            last - first + 1,
-            self.events,
-            first,
-            last,
-        )
 
     def _notice(self, payload: bytes) -> None:
         event = Event.from_json(payload)
-        self._note_gap(event.seq)
+        if self._note_gap(event.seq):
+            # Those before a jump may be an agent's that has gone since: its replay is what
+            # follows the jump to a restarted agent's mark.
+            self._ids_since_beat = set()
         self._last_seq = event.seq
+        self._ids_since_beat.add(event.id)
+        if self._restart_ids is not None:
+            self._restart_ids.add(event.id)
         self._event(event)
 
     def _event(self, event: Event) -> None:

@@ -1,0 +1,359 @@
+"""The client side of a notice's life against a small model of the README's wire protocol.
+
+A Hypothesis state machine plays an agent to one `Notices` (in-process, through its own
+`_message`, with its clock injected) and the `CheckpointGuard` listening to it: notices raised,
+escalated and sent as a drain again, changed, cleared and expired; heartbeats listing the
+active ids with `acked`, `acked_by` and `exit_margin`; replays to a late joiner (every
+subscriber gets them); messages lost on the way (`seq` gaps) and the replay a client asks for by
+subscribing again; an agent restarted with a new id, a `seq` from its reserved mark, the
+notices of its state file replayed, and for its first 5 s only those listed (one published the
+instant before the kill is missing until its watcher answers). Between these the job trains:
+`due`, then `saved` when it says so, until a save answers an exit.
+
+After every step the client is held to the model: a clear (the agent's or one `Notices` makes
+for an id the heartbeats no longer list) is never heard for a notice still in force; a drain
+is saved for once per occurrence; and, once the client has had its heartbeats and the 10 s
+between replay asks, it holds every notice as the agent last sent it (a lost message was
+recovered by a replay), and every terminate in force that is this job's asks it to exit.
+"""
+
+from __future__ import annotations
+
+import json
+import time as real_time
+from datetime import timedelta
+from typing import Any
+
+from forewarn.clients import CheckpointGuard, Notices
+from forewarn.clients import guard as guard_module
+from forewarn.clients import notices as notices_module
+from forewarn.clients.event import Event
+from forewarn.protocol.timefmt import format_time, parse_time, utcnow
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+IDS = ["aws/spot/a", "gcp/maint/b", "local/manual/c"]
+# Deadlines far enough that no inherited exit comes due on the wall clock during a run.
+DEADLINES = st.sampled_from([None, 7200])
+# Whether the message a rule makes the agent send is lost on its way (dropped past the
+# high-water marks while the job was stopped by SIGSTOP, say).
+LOST = st.sampled_from([False, False, True])
+AGENT_MARGIN = 120.0
+RESERVED = 100_000  # how far a restarted agent's `seq` starts past the last one
+
+
+class Clock:
+    """`time` as the client modules see it, with a monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(real_time, name)
+
+
+class ClientModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = Clock()
+        self._patched = (notices_module.time, guard_module.time)
+        notices_module.time = self.clock  # type: ignore[assignment]
+        guard_module.time = self.clock  # type: ignore[assignment]
+        self.notices = Notices(
+            "ipc:///nonexistent/events", "ipc:///nonexistent/control", start=False
+        )
+        self.acks: list[str | None] = []
+        self.notices.ack = self._ack  # type: ignore[method-assign]
+        self.notices.add_listener(self._heard)
+        self.guard: CheckpointGuard | None = None
+        self.job_done = False
+        self.step = 0
+        # The agent.
+        self.agent_id = "node/1/a"
+        self.seq = 1_000
+        self.active: dict[str, dict[str, Any]] = {}  # what the provider shows: in force
+        self.listed: set[str] = set()  # what this agent knows of (its heartbeats' `active`)
+        self.acked: set[str] = set()
+        self.last_notice: tuple[str, dict[str, Any] | None] | None = None  # (id, before it)
+        self.restarted_at: float | None = None
+        self.lose_next = 0  # messages to drop on their way
+        # Occurrences: a notice cleared by the agent and raised again is a new one.
+        self.occurrence: dict[str, int] = dict.fromkeys(IDS, 0)
+        self.drain_saves: dict[tuple[str, int], int] = {}
+        self.occurrence_sent: dict[int, int] = {}  # the occurrence a notice's `seq` was sent for
+        self.received_as_drain: set[str] = set()
+        # Notices heard as terminate since the job last saved for them: a save answering one
+        # (sent as a drain again before it) is the terminate's, made as the guard says.
+        self.terminate_unsaved: set[str] = set()
+        self._heartbeat()  # a client that connects hears one within the second
+
+    def teardown(self) -> None:
+        if self.guard is not None:
+            self.guard.close()
+        notices_module.time, guard_module.time = self._patched  # type: ignore[assignment]
+
+    # The client side.
+
+    def _ack(self, notice_id: str | None, **_: Any) -> bool:
+        self.acks.append(notice_id)
+        if notice_id is not None and notice_id in self.active:
+            self.acked.add(notice_id)  # the agent counts it
+        return True
+
+    def _heard(self, event: Event) -> None:
+        if event.action == "clear":
+            assert event.id not in self.active, (
+                f"a clear heard for {event.id}, still in force: {self.active[event.id]}"
+            )
+        elif event.action == "drain":
+            self.received_as_drain.add(event.id)
+        else:
+            self.terminate_unsaved.add(event.id)
+
+    def _deliver(self, topic: str, message: dict[str, Any]) -> None:
+        self.seq += 1
+        message = {"v": 1, "seq": self.seq, **message}
+        if self.lose_next:
+            self.lose_next -= 1
+            return
+        self.notices._message([topic.encode(), json.dumps(message).encode()])
+        if self.notices._replay_wanted:  # as the reading thread does: subscribe again
+            self.notices._replay_wanted = False
+            self._replay()
+
+    def _send(self, notice_id: str, content: dict[str, Any]) -> None:
+        now = format_time(utcnow())
+        self.occurrence_sent[self.seq + 1] = self.occurrence[notice_id]
+        self._deliver(
+            "notice",
+            {"id": notice_id, "provider": notice_id.split("/")[0], "sent_at": now, **content},
+        )
+
+    def _replay(self) -> None:
+        for notice_id in sorted(self.listed):
+            self._send(notice_id, self.active[notice_id])
+
+    def _heartbeat(self) -> None:
+        listed = sorted(self.listed)
+        self._deliver(
+            "heartbeat",
+            {
+                "agent": self.agent_id,
+                "version": "0.1.0",
+                "providers": ["local", "aws", "gcp"],
+                "active": listed,
+                "acked": sorted(self.acked & self.listed),
+                "acked_by": {i: ["job"] for i in listed if i in self.acked},
+                "exit_margin": AGENT_MARGIN,
+                "sent_at": format_time(utcnow()),
+            },
+        )
+
+    def _publish(self, notice_id: str, content: dict[str, Any] | None) -> None:
+        """The agent's change of one notice (None: cleared), as it publishes it."""
+        before = self.active.get(notice_id)
+        self.last_notice = (notice_id, before)
+        if content is None:
+            self.active.pop(notice_id)
+            self.listed.discard(notice_id)
+            self.acked.discard(notice_id)
+            self.occurrence[notice_id] += 1
+            self._send(notice_id, {**before, "action": "clear"})  # type: ignore[dict-item]
+        else:
+            self.active[notice_id] = content
+            self.listed.add(notice_id)
+            self._send(notice_id, content)
+
+    def _settled(self) -> bool:
+        return self.restarted_at is None
+
+    # The agent's rules.
+
+    @precondition(lambda self: self._settled())
+    @rule(
+        index=st.integers(0, len(IDS) - 1),
+        action=st.sampled_from(["drain", "terminate"]),
+        deadline=DEADLINES,
+        lost=LOST,
+    )
+    def raise_notice(self, index: int, action: str, deadline: int | None, lost: bool) -> None:
+        notice_id = IDS[index]
+        if notice_id in self.active:
+            return
+        self.lose_next = int(lost)
+        now = utcnow()
+        # Before the job started: a notice in force when it starts (inherited).
+        noticed = now if self.guard is not None else now - timedelta(hours=2)
+        self._publish(
+            notice_id,
+            {
+                "action": action,
+                "reason": "spot-interruption",
+                "deadline": None
+                if deadline is None
+                else format_time(now + timedelta(seconds=deadline)),
+                "noticed_at": format_time(noticed),
+                "detail": {"n": 0},
+            },
+        )
+
+    @precondition(lambda self: self._settled())
+    @rule(index=st.integers(0, len(IDS) - 1), to=st.sampled_from(["drain", "terminate"]), lost=LOST)
+    def escalate_or_back(self, index: int, to: str, lost: bool) -> None:
+        """A drain sent as terminate (its deadline within the margin), or a terminate sent as a
+        drain again (its deadline moved out of it): same id."""
+        notice_id = IDS[index]
+        known = self.active.get(notice_id)
+        if known is None or known["action"] == to:
+            return
+        self.lose_next = int(lost)
+        self._publish(notice_id, {**known, "action": to})
+
+    @precondition(lambda self: self._settled())
+    @rule(index=st.integers(0, len(IDS) - 1), lost=LOST)
+    def change_detail(self, index: int, lost: bool) -> None:
+        notice_id = IDS[index]
+        known = self.active.get(notice_id)
+        if known is not None:
+            self.lose_next = int(lost)
+            self._publish(notice_id, {**known, "detail": {"n": known["detail"]["n"] + 1}})
+
+    @precondition(lambda self: self._settled())
+    @rule(index=st.integers(0, len(IDS) - 1), expired=st.booleans(), lost=LOST)
+    def clear(self, index: int, expired: bool, lost: bool) -> None:
+        """Withdrawn by its provider, or expired (cleared with a reason)."""
+        notice_id = IDS[index]
+        if notice_id in self.active:
+            self.lose_next = int(lost)
+            self._publish(notice_id, None)
+
+    @rule(lost=LOST)
+    def heartbeat(self, lost: bool) -> None:
+        self.lose_next = int(lost)
+        self._heartbeat()
+
+    @rule()
+    def another_client_joins(self) -> None:
+        """The agent replays its active notices, to every subscriber."""
+        self._replay()
+
+    @precondition(lambda self: self._settled())
+    @rule(killed_at_once=st.booleans(), lost=st.integers(0, 2), beat_first=st.booleans())
+    def restart_agent(self, killed_at_once: bool, lost: int, beat_first: bool) -> None:
+        """A new agent id and `seq` mark; its state file lacks the notice published the instant
+        before the kill. The client reconnects: the replay, then the new agent's heartbeat."""
+        self.agent_id = f"node/{self.seq}/b"
+        self.seq += RESERVED
+        self.listed = set(self.active)
+        if killed_at_once and self.last_notice is not None:
+            notice_id, before = self.last_notice
+            if before is None:
+                self.listed.discard(notice_id)
+        self.restarted_at = self.clock.now
+        # Of its first messages, `lost` never arrive. Its first heartbeat may come before the
+        # replay: the heartbeat's subscription may be read before the notice's.
+        self.lose_next = lost
+        if beat_first:
+            self._heartbeat()
+        self._replay()
+        self._heartbeat()
+
+    @rule(seconds=st.sampled_from([0.3, 1.0, 2.0, 6.0, 11.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.clock.now += seconds
+        if self.restarted_at is not None and self.clock.now - self.restarted_at >= 5.0:
+            # Its watchers answered: what it did not list is published now.
+            self.restarted_at = None
+            for notice_id in sorted(set(self.active) - self.listed):
+                self._publish(notice_id, self.active[notice_id])
+        self._heartbeat()
+        if self.guard is not None:
+            self.guard._check_inherited()
+
+    # The job.
+
+    @precondition(lambda self: self.guard is None)
+    @rule()
+    def job_starts(self) -> None:
+        self.guard = CheckpointGuard(
+            notices=self.notices, flag_file=None, handle_signals=False, agree=False
+        )
+        self.guard._stop.set()  # its ticker's checks are made here, on the test's clock
+        self.guard._ticker.join()
+
+    @precondition(lambda self: self.guard is not None and not self.job_done)
+    @rule()
+    def train_step(self) -> None:
+        assert self.guard is not None
+        self.step += 1
+        if not self.guard.due(self.step):
+            return
+        held = dict(self.notices.active)
+        result = self.guard.saved(self.step, 1.0)
+        for notice_id in result.notices:
+            event = held.get(notice_id)
+            if notice_id in self.terminate_unsaved:
+                self.terminate_unsaved.discard(notice_id)
+            elif event is not None and event.action == "drain":
+                key = (notice_id, self.occurrence_sent[event.seq])
+                self.drain_saves[key] = self.drain_saves.get(key, 0) + 1
+                assert self.drain_saves[key] == 1, f"drain {key} saved for again"
+        if result.exit:
+            self.job_done = True
+
+    @rule()
+    def settle(self) -> None:
+        """Long enough for every rule of the client to have run: past a restart's 5 s, two
+        heartbeats and the 10 s between replay asks, twice."""
+        for _ in range(3):
+            self.clock.now += 11.0
+            self.time_passes(0.0)
+            self._heartbeat()
+        for notice_id, content in self.active.items():
+            held = self.notices.active.get(notice_id)
+            assert held is not None, f"{notice_id} in force, never recovered"
+            assert (held.action, held.detail) == (content["action"], content["detail"])
+        assert set(self.notices.active) == set(self.active)
+        guard = self.guard
+        if guard is None or self.job_done:
+            return
+        guard._check_inherited()
+        for notice_id, content in self.active.items():
+            if content["action"] != "terminate":
+                continue
+            noticed = parse_time(content["noticed_at"]).timestamp()
+            inherited = notice_id not in self.received_as_drain and noticed < guard._started_wall
+            if inherited and notice_id in guard._inherited:
+                continue  # acted on by an earlier client: planned for its deadline
+            assert guard.should_exit, f"terminate {notice_id} in force, and the job trains on"
+
+    @invariant()
+    def active_holds_only_what_is_in_force_or_not_yet_withdrawn(self) -> None:
+        for notice_id in self.notices.active:
+            assert notice_id in IDS
+
+
+ClientModel.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
+test_client_model = ClientModel.TestCase
+
+
+def test_an_escalation_lost_with_a_restarted_agents_replay_of_it_is_asked_for_again() -> None:
+    """A drain escalated while the job's messages were being dropped, the agent restarted and
+    its replay of the terminate dropped too: its first heartbeat wiped the gap, and its later
+    ones list the id the client holds (as a drain), so the terminate was never asked for."""
+    machine = ClientModel()
+    try:
+        machine.job_starts()
+        machine.raise_notice(index=0, action="drain", deadline=7200, lost=False)
+        machine.train_step()
+        machine.escalate_or_back(index=0, to="terminate", lost=True)
+        machine.restart_agent(killed_at_once=False, lost=1, beat_first=False)
+        machine.settle()
+        assert machine.notices.active[IDS[0]].action == "terminate"
+        assert machine.guard is not None and machine.guard.should_exit
+    finally:
+        machine.teardown()
