@@ -762,24 +762,38 @@ class _Unreceived:
         self._agent: object = None  # the last heartbeat's `agent`
         self._seq: int | None = None  # of the last message read from that agent
         self._gap: tuple[int, int] | None = None  # seqs never arrived, not yet asked for
+        # As the client library keeps them (see Notices._heartbeat): the gaps since the last
+        # heartbeat, the ids received since the last jump, and after a restart the ids its
+        # replay brought until its second heartbeat, and those it lists that it did not.
+        self._gaps = 0
+        self._since_jump: set[str] = set()
+        self._restart_ids: set[str] | None = None
+        self._unreplayed: set[str] = set()
 
     def notice(self, notice: dict[str, Any]) -> None:
         if notice["action"] == "clear":
             self.received.discard(notice["id"])
         else:
             self.received.add(notice["id"])
-        self._numbered(notice.get("seq"))
+        if self._numbered(notice.get("seq")):
+            self._since_jump = set()
+        self._since_jump.add(notice["id"])
+        if self._restart_ids is not None:
+            self._restart_ids.add(notice["id"])
 
-    def _numbered(self, seq: object) -> None:
-        """Note a message's `seq`. The agent numbers every message it sends one after the
-        other: a change of a notice received already (a drain escalated to terminate) dropped
-        past the high-water marks leaves the heartbeats' `active` as it was, and only the gap
-        in the numbers tells."""
+    def _numbered(self, seq: object) -> bool:
+        """Note a message's `seq`; True when numbers were skipped. The agent numbers every
+        message it sends one after the other: a change of a notice received already (a drain
+        escalated to terminate) dropped past the high-water marks leaves the heartbeats'
+        `active` as it was, and only the gap in the numbers tells."""
         if type(seq) is not int:
-            return
-        if self._seq is not None and seq > self._seq + 1:
-            self._gap = (self._seq + 1, seq - 1)
-        self._seq = seq
+            return False
+        last, self._seq = self._seq, seq
+        if last is None or seq <= last + 1:
+            return False
+        self._gap = (last + 1 if self._gap is None else self._gap[0], seq - 1)
+        self._gaps += 1
+        return True
 
     def heartbeat(self, beat: dict[str, Any], sock: Any) -> set[str]:
         """Asks for a replay when due; returns the ids asked for (empty when none)."""
@@ -788,16 +802,34 @@ class _Unreceived:
 
         active = set(beat["active"])
         self.received &= active  # gone: one raised again under its id is new again
-        if beat.get("agent") != self._agent:
-            # A restarted agent numbers on from its reserved mark: no gap.
+        if self._agent is None:
             self._agent, self._seq, self._gap = beat.get("agent"), None, None
-        self._numbered(beat.get("seq"))
+            self._numbered(beat.get("seq"))
+        elif beat.get("agent") != self._agent:
+            # A restarted agent numbers on from its reserved mark: that jump is no gap, but a
+            # second one before this heartbeat is; and it replays every notice it lists to a
+            # client that reconnects, so one its next heartbeat lists that did not come since
+            # the jump was dropped. Wiping it all, a lost escalation whose replay was lost too
+            # left `wait --for terminate` waiting under a terminate.
+            self._agent = beat.get("agent")
+            if self._numbered(beat.get("seq")):
+                self._since_jump = set()
+            if self._gaps < 2:
+                self._gap = None
+            self._restart_ids = set(self._since_jump)
+        else:
+            self._numbered(beat.get("seq"))
+            if self._restart_ids is not None:
+                self._unreplayed = active - self._restart_ids
+                self._restart_ids = None
+        self._gaps = 0
+        self._since_jump = set()
         now = time.monotonic()
         self._unreceived = {
             notice_id: self._unreceived.get(notice_id, now) for notice_id in active - self.received
         }
         missed = {i for i, since in self._unreceived.items() if now - since >= MISSED_AFTER}
-        if not (missed or self._gap) or now - self._asked < REPLAY_ASK_EVERY:
+        if not (missed or self._gap or self._unreplayed) or now - self._asked < REPLAY_ASK_EVERY:
             return set()
         self._asked = time.monotonic()
         sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
@@ -811,6 +843,15 @@ class _Unreceived:
                 file=sys.stderr,
                 flush=True,
             )
+        elif self._unreplayed:
+            print(
+                f"forewarn: {self.command}: the restarted agent on {self.events} lists "
+                f"{', '.join(sorted(self._unreplayed)[:5])}, whose replay never arrived here; "
+                "asking it to send the active notices again",
+                file=sys.stderr,
+                flush=True,
+            )
+        self._unreplayed = set()
         if missed - self._said:
             print(
                 f"forewarn: {self.command}: the agent on {self.events} lists "

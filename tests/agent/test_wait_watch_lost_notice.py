@@ -169,15 +169,18 @@ def test_a_change_dropped_on_the_way_shows_as_a_gap_in_seq_and_is_asked_for_agai
 
 
 def test_a_restarted_agent_s_first_seq_is_no_gap(tmp_path: Path) -> None:
-    """A restarted agent's numbers go on from its reserved mark, past the last one sent."""
-    with _command(tmp_path, "watch", "--json", "--count", "2") as (agent, cmd):
+    """A restarted agent's numbers go on from its reserved mark, past the last one sent. It
+    replays what it lists to the client that reconnects, before or after its first heartbeat."""
+    with _command(tmp_path, "watch", "--json", "--count", "3") as (agent, cmd):
         agent.beat(seq=10)
         agent.send("local/a", "drain", seq=11)
+        agent.send("local/a", "drain", seq=499)
         agent.beat("local/a", seq=500, agent="host/2/b")
         agent.beat("local/a", seq=501, agent="host/2/b")
         agent.send("local/b", "drain", seq=502)
         out, err = cmd.communicate(timeout=15)
         assert agent.subscribed(b"notice") == 1, "asked for a replay after a restart"
     assert cmd.returncode == 0, err
-    assert [json.loads(line)["id"] for line in out.splitlines()] == ["local/a", "local/b"]
+    printed = [(n["id"], n["replay"]) for n in map(json.loads, out.splitlines())]
+    assert printed == [("local/a", False), ("local/a", True), ("local/b", False)]
     assert "never arrived" not in err, err

@@ -1,0 +1,60 @@
+"""`forewarn watch` and `wait` ask a restarted agent again for what its replay lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forewarn.agent.cli import _Unreceived
+
+NOTICE = {"id": "aws/spot/a", "reason": "spot-interruption", "deadline": None, "detail": {}}
+
+
+class Socket:
+    """What `_Unreceived` does with the events socket: subscribe to `notice` again."""
+
+    def __init__(self) -> None:
+        self.subscribed: list[bytes] = []
+
+    def setsockopt(self, option: int, value: bytes) -> None:
+        self.subscribed.append(value)
+
+
+def beat(agent: str, seq: int, active: list[str]) -> dict[str, Any]:
+    return {"agent": agent, "seq": seq, "active": active}
+
+
+def test_an_escalation_lost_with_a_restarted_agents_replay_of_it_is_asked_for() -> None:
+    """The drain arrived; its escalation to terminate was dropped (the script stopped by
+    SIGSTOP), the agent restarted, and its replay of the terminate was dropped too. Its first
+    heartbeat wiped the gap and its heartbeats list the id received: `wait --for terminate`
+    waited on under a terminate."""
+    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events")
+    assert not unreceived.heartbeat(beat("node/1/a", 1, []), sock)
+    unreceived.notice({**NOTICE, "seq": 2, "action": "drain"})
+    # seq 3, the terminate: dropped. The new agent's replay of it, 100001: dropped too.
+    unreceived.heartbeat(beat("node/2/b", 100_002, ["aws/spot/a"]), sock)
+    unreceived.heartbeat(beat("node/2/b", 100_003, ["aws/spot/a"]), sock)
+    assert sock.subscribed == [b"notice"]
+
+
+def test_a_restarted_agents_replay_after_its_first_heartbeat_asks_nothing() -> None:
+    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events")
+    unreceived.heartbeat(beat("node/1/a", 1, []), sock)
+    unreceived.notice({**NOTICE, "seq": 2, "action": "drain"})
+    unreceived.heartbeat(beat("node/2/b", 100_001, ["aws/spot/a"]), sock)
+    unreceived.notice({**NOTICE, "seq": 100_002, "action": "terminate"})
+    unreceived.heartbeat(beat("node/2/b", 100_003, ["aws/spot/a"]), sock)
+    unreceived.notice({**NOTICE, "seq": 100_004, "action": "terminate"})
+    unreceived.heartbeat(beat("node/2/b", 100_005, ["aws/spot/a"]), sock)
+    assert sock.subscribed == []
+
+
+def test_a_second_gap_before_a_restarted_agents_first_heartbeat_is_asked_for() -> None:
+    """The jump to its mark is no gap; one after its replay (its escalation) is."""
+    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events")
+    unreceived.heartbeat(beat("node/1/a", 1, []), sock)
+    unreceived.notice({**NOTICE, "seq": 2, "action": "drain"})
+    unreceived.notice({**NOTICE, "seq": 100_001, "action": "drain"})
+    # 100002, its escalation: dropped.
+    unreceived.heartbeat(beat("node/2/b", 100_003, ["aws/spot/a"]), sock)
+    assert sock.subscribed == [b"notice"]
