@@ -36,6 +36,8 @@
  * reading filled the high-water marks), and subscribing to "notice" again makes the agent send
  * every active notice again. So does a gap in the agent's "seq", which numbers every message
  * it sends: a change of a notice received already (a drain escalated to terminate) dropped so.
+ * So does a notice a restarted agent's second heartbeat lists that its replay (to every client
+ * that reconnects) did not bring: the jump to its new "seq" mark hides that loss.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, gmtime_r, lstat under -std=c99 too */
 #include <errno.h>
@@ -531,27 +533,52 @@ typedef struct {
     int replays;         /* --replays: print them too */
     long long last_seq;  /* of the last message of this agent, or -1 */
     long long gap_first, gap_last; /* seqs that never arrived, not yet asked for; or -1 */
+    /* As the Python client keeps them: the gaps since the last heartbeat, the ids received
+     * since the last jump in "seq", and after a restart the ids its replay brought until its
+     * second heartbeat (restart_check), which asks for one it lists that did not come. */
+    int gaps;
+    id_set since_jump, restart_ids;
+    int restart_check;
 } tracker;
 
 /* Note the message's "seq". The agent numbers every message it sends one after the other: a
  * change of a notice received already (a drain escalated to terminate) dropped past the
  * high-water marks leaves the heartbeats' "active" as it was, and only the gap tells. */
-static void note_seq(tracker *t, const char *body, size_t size) {
+static int note_seq(tracker *t, const char *body, size_t size) {
     const char *end = body + size, *stop = NULL;
     const char *at = member(body, end, "seq", &stop);
     long long seq = 0;
+    int skipped = 0;
     if (!at || at >= stop || *at < '0' || *at > '9')
-        return;
+        return 0;
     for (; at < stop && *at >= '0' && *at <= '9'; at++) {
         if (seq > (LLONG_MAX - 9) / 10)
-            return; /* not a seq this agent sends */
+            return 0; /* not a seq this agent sends */
         seq = seq * 10 + (*at - '0');
     }
     if (t->last_seq >= 0 && seq > t->last_seq + 1) {
-        t->gap_first = t->last_seq + 1;
+        if (t->gap_last < 0)
+            t->gap_first = t->last_seq + 1;
         t->gap_last = seq - 1;
+        t->gaps++;
+        skipped = 1;
     }
     t->last_seq = seq;
+    return skipped;
+}
+
+/* A notice's id joins those received since the last jump in "seq" (and since a restart). */
+static void note_received(tracker *t, const char *body, size_t size, int jumped) {
+    const char *end = body + size, *stop;
+    size_t len;
+    const char *id = string_at(member(body, end, "id", &stop), end, &len);
+    if (jumped)
+        set_clear(&t->since_jump);
+    if (!id)
+        return;
+    set_add(&t->since_jump, id, len);
+    if (t->restart_check)
+        set_add(&t->restart_ids, id, len);
 }
 
 /* What makes a notice the same one sent again: its action, reason, deadline and detail (a
@@ -640,8 +667,10 @@ static int print_withdrawn(const char *notice, long long beat_seq) {
 }
 
 /* Returns 1 when the agent should be asked to send its active notices again; `*printed`
- * counts the clears printed, at most `budget` (none when negative). */
-static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, long *printed) {
+ * counts the clears printed, at most `budget` (none when negative). `restarted`: this is the
+ * first heartbeat of another agent than the last heard. */
+static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, long *printed,
+                        int restarted) {
     const char *end = body + size, *stop;
     const char *p = member(body, end, "active", &stop);
     static id_set listed, unreceived; /* kept from one heartbeat to the next: their room */
@@ -660,6 +689,29 @@ static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, 
         p = skip_space(id + len + 1, stop);
         if (p < stop && *p == ',')
             p = skip_space(p + 1, stop);
+    }
+    /* A restarted agent replays every notice it lists to a client that reconnects: one its
+     * second heartbeat lists that did not come since the jump to its mark was dropped (a
+     * drain's escalation lost, then its replay of the terminate too: the gap was wiped at its
+     * first heartbeat, and its heartbeats list the id received). */
+    if (restarted) {
+        set_clear(&t->restart_ids);
+        for (size_t i = 0; i < t->since_jump.count; i++)
+            set_add(&t->restart_ids, t->since_jump.items[i].id, t->since_jump.items[i].len);
+        t->restart_check = 1;
+    } else if (t->restart_check) {
+        t->restart_check = 0;
+        for (size_t i = 0; i < listed.count && !missed; i++)
+            if (set_find(&t->restart_ids, listed.items[i].id, listed.items[i].len) < 0)
+                missed = listed.items[i].id;
+        set_clear(&t->restart_ids);
+        if (missed && monotonic() - t->replay_asked >= REPLAY_ASK_EVERY) {
+            t->replay_asked = monotonic();
+            fprintf(stderr, "forewarn_sub: the restarted agent lists %s, whose replay never "
+                    "arrived here; asking it to send the active notices again\n", missed);
+            return 1;
+        }
+        missed = NULL;
     }
     /* A restarted agent lists the notices of its state file, but one published the instant
      * before it was killed may not be there yet: its heartbeats count after RESTART_SETTLE. */
@@ -916,7 +968,7 @@ int main(int argc, char **argv) {
             say_dropped(is_notice ? "notice" : "heartbeat", "whose \"v\" is not the integer 1, got ",
                         shown, shown_len, "");
         } else if (is_notice) {
-            note_seq(&seen_ids, data, size);
+            note_received(&seen_ids, data, size, note_seq(&seen_ids, data, size));
             if (on_notice(&seen_ids, data, size)) {
                 fwrite(data, 1, size, stdout);
                 fputc('\n', stdout);
@@ -924,13 +976,20 @@ int main(int argc, char **argv) {
                 seen++;
             }
         } else if (is_heartbeat) {
-            if (heard(&agent, endpoint, data, size)) {
+            int restarted = heard(&agent, endpoint, data, size);
+            if (note_seq(&seen_ids, data, size) && restarted)
+                set_clear(&seen_ids.since_jump); /* the jump is here: none of its came before */
+            if (restarted) {
                 seen_ids.settle_until = monotonic() + RESTART_SETTLE;
-                /* A restarted agent numbers on from its reserved mark: no gap. */
-                seen_ids.last_seq = seen_ids.gap_first = seen_ids.gap_last = -1;
+                /* A restarted agent numbers on from its reserved mark: that jump is no gap,
+                 * but a second one since the last heartbeat is. */
+                if (seen_ids.gaps < 2)
+                    seen_ids.gap_first = seen_ids.gap_last = -1;
             }
-            note_seq(&seen_ids, data, size);
-            int ask = on_heartbeat(&seen_ids, data, size, count < 0 ? -1 : count - seen, &seen);
+            seen_ids.gaps = 0;
+            int ask = on_heartbeat(&seen_ids, data, size, count < 0 ? -1 : count - seen, &seen,
+                                   restarted);
+            set_clear(&seen_ids.since_jump);
             if (!ask && seen_ids.gap_last >= 0 &&
                 monotonic() - seen_ids.replay_asked >= REPLAY_ASK_EVERY) {
                 fprintf(stderr, "forewarn_sub: %lld message(s) from the agent never arrived "

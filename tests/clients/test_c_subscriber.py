@@ -1027,7 +1027,9 @@ def test_c_subscriber_asks_again_when_the_agent_s_seq_skips_numbers(
         beat(10)
         xpub.send_multipart([b"notice", _notice("local/slow", "drain", seq=11)])
         beat(12)
-        beat(900, agent="host/2/b")  # restarted
+        # Restarted: its replay to the client that reconnects, then its heartbeats.
+        xpub.send_multipart([b"notice", _notice("local/slow", "drain", seq=899)])
+        beat(900, agent="host/2/b")
         beat(901, agent="host/2/b")
         assert subscribed(b"notice") == 1, "a replay asked for with no gap"
         beat(950, agent="host/2/b")  # 902 to 949 never arrived
@@ -1044,6 +1046,40 @@ def test_c_subscriber_asks_again_when_the_agent_s_seq_skips_numbers(
         ]
         gap = [line for line in err.splitlines() if "never arrived" in line]
         assert len(gap) == 1 and "seq 902 to 949" in gap[0], err
+    finally:
+        agent_process.close()
+
+
+def test_c_subscriber_asks_a_restarted_agent_again_for_a_replay_that_never_came(
+    tmp_path: Path, binary: Path
+) -> None:
+    """The drain received; its escalation to terminate dropped past the high-water marks; the
+    agent restarted and its replay of the terminate dropped too. The restarted agent's first
+    heartbeat wiped the gap, and its heartbeats list the id received: the handler never heard
+    the terminate. A restarted agent replays every notice it lists to a client that
+    reconnects, so one its second heartbeat lists that did not come is asked for."""
+    agent_process = _Verbose(tmp_path, binary, count=2)
+    xpub, sub, subscribed = agent_process.xpub, agent_process.sub, agent_process.subscribed
+
+    def beat(seq: int, agent: str = "host/1/a") -> None:
+        body = {"v": 1, "seq": seq, "agent": agent, "active": ["local/slow"], "acked": []}
+        xpub.send_multipart([b"heartbeat", json.dumps(body).encode()])
+
+    try:
+        eventually(lambda: subscribed(b"notice") == 1 and subscribed(b"heartbeat") == 1)
+        beat(10)
+        xpub.send_multipart([b"notice", _notice("local/slow", "drain", seq=11)])
+        beat(12)
+        # 13, the terminate, and 899, the restarted agent's replay of it: dropped.
+        beat(900, agent="host/2/b")
+        beat(901, agent="host/2/b")
+        eventually(lambda: subscribed(b"notice") == 2, what="a second subscription to notice")
+        xpub.send_multipart([b"notice", _notice("local/slow", "terminate", seq=902)])
+        out, err = sub.communicate(timeout=15)
+        assert sub.returncode == 0, err
+        printed = [(n["id"], n["action"]) for n in map(json.loads, out.splitlines())]
+        assert printed == [("local/slow", "drain"), ("local/slow", "terminate")]
+        assert "lists local/slow, whose replay never arrived" in err, err
     finally:
         agent_process.close()
 
