@@ -43,6 +43,40 @@ def test_late_join_reconnect_and_dead_agent(tmp_path: Path, monkeypatch) -> None
         notices.close()
 
 
+def test_a_real_restarted_agent_replays_before_its_second_heartbeat(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What asking a restarted agent again for a notice its replay did not bring relies on:
+    a real agent, restarted in its state directory, replays what it lists to the client that
+    reconnects before its second heartbeat, so nothing is asked for and nothing is said."""
+    agent = AgentProcess(tmp_path).start()
+    raised = agent.control({"op": "notify", "action": "drain"})["notice"]
+    notices = Notices(agent.events, agent.control_endpoint, heartbeat_timeout=1.5)
+    try:
+        assert eventually(lambda: raised["id"] in notices.active)
+        assert notices.agent is not None
+        killed = notices.agent["agent"]
+        agent.kill()
+        again = AgentProcess(tmp_path, env=agent.env).start()
+        try:
+            beats: list[object] = []
+
+            def new_agent_beat_thrice() -> bool:
+                beat = notices.agent
+                if beat is not None and beat["agent"] != killed and beat["seq"] not in beats:
+                    beats.append(beat["seq"])
+                return len(beats) >= 3
+
+            assert eventually(new_agent_beat_thrice, timeout=8, interval=0.05)
+            assert raised["id"] in notices.active
+            said = [r.getMessage() for r in caplog.records if "never arrived" in r.getMessage()]
+            assert said == [], said
+        finally:
+            again.stop()
+    finally:
+        notices.close()
+
+
 def test_importing_the_client_loads_no_agent_runtime() -> None:
     import subprocess
 
