@@ -23,9 +23,10 @@ import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.protocol.wire import (
     ENV_EVENTS,
     TOPIC_CLIENT_PREFIX,
@@ -195,6 +196,9 @@ class Notices:
         self._malformed_unsaid = 0
         self._malformed_quiet_until = -math.inf
         self._settle_until = -math.inf
+        # The `sent_at` of a restarted agent's first heartbeat read here: its heartbeats count
+        # once one was sent RESTART_SETTLE after it, on the agent's clock (see _settling).
+        self._settle_from: datetime | None = None
         self._unreceived: set[str] = set()  # listed by the last heartbeat, never received
         self._replay_wanted = False
         self._replay_asked = -math.inf
@@ -525,6 +529,7 @@ class Notices:
             # their word, they cleared every provider notice, and the guard flushed again
             # for each drain and ended a job that rightly trained under an acted-on terminate.
             self._settle_until = time.monotonic() + RESTART_SETTLE
+            self._settle_from = _sent_at(beat)
             # Its notices came before this heartbeat, numbered on from its own mark: the jump
             # to it is no gap. Any other is a loss (among its replay, or after it), and a
             # notice its replay left out is checked at its next heartbeat: wiping them, a
@@ -547,7 +552,7 @@ class Notices:
         seq = beat.get("seq")
         if type(seq) is int:
             self._last_seq = seq
-        if time.monotonic() < self._settle_until:
+        if self._settling(beat):
             return
         unreceived = active - self.active.keys()
         missed = unreceived & self._unreceived
@@ -583,6 +588,22 @@ class Notices:
                     detail=dict(WITHDRAWN),
                 )
             )
+
+    def _settling(self, beat: dict[str, Any]) -> bool:
+        """Whether a restarted agent's heartbeats still leave out what its watchers have not
+        answered for: 5 s on this client's clock, and on the agent's (`sent_at`). On this
+        client's alone, a job stopped (SIGSTOP, a call holding the GIL) just after it read the
+        first heartbeat read the queued ones of the agent's first seconds after its own 5 s,
+        and withdrew a notice still in force: the guard saved for its drain again."""
+        if time.monotonic() < self._settle_until:
+            return True
+        if self._settle_from is None:
+            return False
+        sent = _sent_at(beat)
+        if sent is not None and (sent - self._settle_from).total_seconds() < RESTART_SETTLE:
+            return True
+        self._settle_from = None
+        return False
 
     def _note_gap(self, seq: object) -> bool:
         """Note numbers skipped since the last message read; True when some were. The agent
@@ -669,6 +690,17 @@ class Notices:
                 listener(event)
             except Exception:
                 log.exception("forewarn: a notice listener failed")
+
+
+def _sent_at(beat: dict[str, Any]) -> datetime | None:
+    """A heartbeat's `sent_at`, or None when it has none this client can read."""
+    sent = beat.get("sent_at")
+    if not isinstance(sent, str):
+        return None
+    try:
+        return parse_time(sent)
+    except ValueError:
+        return None
 
 
 def _plain(value: Any) -> Any:
