@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from datetime import datetime
 from typing import Any
 
 from forewarn.protocol.timefmt import format_time, parse_time, utcnow
@@ -55,6 +56,17 @@ def describe(notice: dict[str, Any], *, replay: bool = False) -> str:
     return line
 
 
+def _sent_at(beat: dict[str, Any]) -> datetime | None:
+    """A heartbeat's `sent_at`, or None when it has none readable."""
+    sent = beat.get("sent_at")
+    if not isinstance(sent, str):
+        return None
+    try:
+        return parse_time(sent)
+    except ValueError:
+        return None
+
+
 def _after(beat_seq: object, notice_seq: object) -> object:
     """The heartbeat's `seq` when it is a number past the notice's, else the notice's."""
     if type(beat_seq) is int and (type(notice_seq) is not int or beat_seq > notice_seq):
@@ -82,6 +94,10 @@ class ReplayTracker:
         self._active: set[str] = set()
         self._agent: object = None  # the last heartbeat's `agent`
         self._settle_until = -math.inf
+        # The `sent_at` of a restarted agent's first heartbeat read here: as in the client
+        # library, its 5 s count on the agent's clock too (a watcher stopped just after it
+        # read that heartbeat read the queued ones of those seconds later).
+        self._settle_from: datetime | None = None
         self._missed: set[str] = set()  # listed, never received, asked for again
 
     def heartbeat(self, beat: dict[str, Any]) -> list[dict[str, Any]]:
@@ -105,9 +121,17 @@ class ReplayTracker:
             # file yet, and the restarted agent lists it only once its watcher reports it
             # again: a clear printed meanwhile withdrew a notice nobody had withdrawn.
             self._settle_until = time.monotonic() + notices.RESTART_SETTLE
+            self._settle_from = _sent_at(beat)
         self._agent = agent
         if time.monotonic() < self._settle_until:
             return []
+        if self._settle_from is not None:
+            sent = _sent_at(beat)
+            if sent is not None and (sent - self._settle_from).total_seconds() < (
+                notices.RESTART_SETTLE
+            ):
+                return []
+            self._settle_from = None
         withdrawn = []
         # Numbered as the heartbeat that shows them gone, after every message of the notice: with
         # its last message's `seq`, a consumer keeping the highest `seq` of each id kept the

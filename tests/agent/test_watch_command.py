@@ -9,7 +9,7 @@ import queue
 import subprocess
 import threading
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 from forewarn.agent.cli import main
@@ -184,3 +184,30 @@ def test_watch_says_why_it_exits_1_at_its_timeout(
     out, err = capsys.readouterr()
     assert code == 1 and out == ""
     assert err == "forewarn: watch: --timeout 1.5s reached; 0 notice(s) of --count 2 printed\n"
+
+
+def test_a_watcher_stopped_across_an_agent_restart_prints_no_clear_for_a_notice_in_force(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watcher read a restarted agent's first heartbeat, then was stopped for 6 s: the
+    agent's heartbeats of its first 5 s (which leave out a notice published the instant before
+    the kill) were read after the watcher's own 5 s, and it printed a clear for a notice in
+    force. The settle counts on the agent's clock too (the heartbeats' `sent_at`)."""
+    from forewarn.agent import eventlines
+
+    now = [1_000.0]
+    monkeypatch.setattr(eventlines.time, "monotonic", lambda: now[0])
+    tracker = ReplayTracker()
+    notice_id = _notice()["id"]
+
+    def beat(agent: str, sent_at: str) -> list[dict[str, Any]]:
+        return tracker.heartbeat({"agent": agent, "active": [], "sent_at": sent_at, "seq": 9})
+
+    tracker.heartbeat({"agent": "h/1/a", "active": [notice_id], "sent_at": "2026-11-30T03:10:00Z"})
+    assert tracker.is_replay(_notice()) is True
+    assert beat("h/2/b", "2026-11-30T03:10:02Z") == []  # restarted: its first heartbeat
+    now[0] += 6  # stopped; the queued heartbeats of its first seconds are read now
+    assert beat("h/2/b", "2026-11-30T03:10:03Z") == []
+    assert beat("h/2/b", "2026-11-30T03:10:06Z") == []
+    withdrawn = beat("h/2/b", "2026-11-30T03:10:07Z")  # 5 s after its first, by its clock
+    assert [(n["id"], n["action"]) for n in withdrawn] == [(notice_id, "clear")]

@@ -69,8 +69,14 @@ class RestartingAgent:
             wanted.discard(self._sock.recv())
         for message in self.messages:
             self._sock.send_multipart(message)
+        topic, last = self.messages[-1]
         while self.beating and not self._stop.wait(0.1):
-            self._sock.send_multipart(self.messages[-1])
+            # Stamped as a real agent stamps each one: the settle after a restart counts on
+            # the agent's clock too.
+            now = format_time(utcnow())
+            self._sock.send_multipart(
+                [topic, json.dumps({**json.loads(last), "sent_at": now}).encode()]
+            )
 
     def close(self) -> None:
         self._stop.set()
