@@ -157,8 +157,11 @@ class ClientModel(RuleBasedStateMachine):
             },
         )
 
-    def _publish(self, notice_id: str, content: dict[str, Any] | None) -> None:
-        """The agent's change of one notice (None: cleared), as it publishes it."""
+    def _publish(
+        self, notice_id: str, content: dict[str, Any] | None, why: dict[str, str] | None = None
+    ) -> None:
+        """The agent's change of one notice (None: cleared, `why` its detail), as it
+        publishes it."""
         before = self.active.get(notice_id)
         self.last_notice = (notice_id, before)
         if content is None:
@@ -166,7 +169,8 @@ class ClientModel(RuleBasedStateMachine):
             self.listed.discard(notice_id)
             self.acked.discard(notice_id)
             self.occurrence[notice_id] += 1
-            self._send(notice_id, {**before, "action": "clear"})  # type: ignore[dict-item]
+            assert before is not None
+            self._send(notice_id, {**before, "action": "clear", "detail": why or before["detail"]})
         else:
             self.active[notice_id] = content
             self.listed.add(notice_id)
@@ -233,7 +237,7 @@ class ClientModel(RuleBasedStateMachine):
         notice_id = IDS[index]
         if notice_id in self.active:
             self.lose_next = int(lost)
-            self._publish(notice_id, None)
+            self._publish(notice_id, None, {"expired": "overdue by 2m"} if expired else None)
 
     @rule(lost=LOST)
     def heartbeat(self, lost: bool) -> None:
