@@ -803,7 +803,9 @@ class _Unreceived:
         active = set(beat["active"])
         self.received &= active  # gone: one raised again under its id is new again
         if self._agent is None:
-            self._agent, self._seq, self._gap = beat.get("agent"), None, None
+            # The first heartbeat read: the messages before it (a join replay) are most likely
+            # this agent's, and one lost just before it left no gap anywhere else.
+            self._agent = beat.get("agent")
             self._numbered(beat.get("seq"))
         elif beat.get("agent") != self._agent:
             # A restarted agent numbers on from its reserved mark: that jump is no gap, but a

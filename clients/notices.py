@@ -542,7 +542,10 @@ class Notices:
                 self._gap = None
             self._restart_ids = set(self._ids_since_beat)
             self._ask_for_gap()
-        elif previous is not None:
+        else:
+            # The first heartbeat read too: the messages before it (a join replay) are most
+            # likely this agent's, and one lost just before it left no gap anywhere else. If
+            # they were an agent's that has gone since, the replay asked for costs little.
             self._note_gap(beat.get("seq"))
             if self._restart_ids is not None:
                 self._note_unreplayed(active - self._restart_ids)

@@ -58,3 +58,13 @@ def test_a_second_gap_before_a_restarted_agents_first_heartbeat_is_asked_for() -
     # 100002, its escalation: dropped.
     unreceived.heartbeat(beat("node/2/b", 100_003, ["aws/spot/a"]), sock)
     assert sock.subscribed == [b"notice"]
+
+
+def test_a_message_lost_before_the_first_heartbeat_read_is_asked_for() -> None:
+    """The first messages read may be notices: one lost between them and the first heartbeat
+    read left no gap, since that heartbeat's `seq` was not compared with them."""
+    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events")
+    unreceived.notice({**NOTICE, "seq": 5, "action": "drain"})
+    # seq 6, its escalation to terminate: dropped.
+    unreceived.heartbeat(beat("node/1/a", 7, ["aws/spot/a"]), sock)
+    assert sock.subscribed == [b"notice"]

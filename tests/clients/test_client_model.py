@@ -391,3 +391,18 @@ def test_a_job_stopped_across_an_agent_restart_hears_no_clear_for_a_notice_in_fo
         machine.settle()
     finally:
         machine.teardown()
+
+
+def test_a_message_lost_before_the_first_heartbeat_read_is_asked_for() -> None:
+    """A client's first messages may be notices (its join replay, the agent's own): one lost
+    between them and the first heartbeat it read left no gap anywhere, since the first
+    heartbeat's `seq` was not compared with the messages before it."""
+    notices = Notices("ipc:///nonexistent/events", "ipc:///nonexistent/control", start=False)
+    sent = format_time(utcnow())
+    notice = {"v": 1, "id": "aws/spot/a", "reason": "spot-interruption", "provider": "aws"}
+    notice.update(deadline=None, noticed_at=sent, sent_at=sent, detail={})
+    notices._message([b"notice", json.dumps({**notice, "seq": 5, "action": "drain"}).encode()])
+    # seq 6, its escalation to terminate: dropped.
+    beat = {"v": 1, "seq": 7, "agent": "node/1/a", "active": ["aws/spot/a"], "sent_at": sent}
+    notices._message([b"heartbeat", json.dumps(beat).encode()])
+    assert notices._replay_wanted
