@@ -36,6 +36,7 @@ from .adaptive import AdaptiveInterval
 from .agreement import DEFAULT_AGREE_EVERY, RankAgreement
 from .event import Event
 from .notices import Notices
+from .steppace import StepPace
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -205,6 +206,11 @@ class CheckpointGuard:
         self._undecided: dict[str, tuple[Event, float]] = {}
         self._eval_calls = 0
         self._due_calls = 0
+        # The last step `due` was called with and the `due_in_eval` calls so far: read by the
+        # ticker into `_pace`, the time between calls that an inherited exit's margin adds.
+        self._seen_step: int | None = None
+        self._eval_checks = 0
+        self._pace = StepPace()
         # With rank agreement: the save the ranks last agreed on (step, exit, and the reasons
         # and notices pending then), which `_record` answers with the agreed exit.
         self._agreed: tuple[int, bool, frozenset[str], frozenset[str]] | None = None
@@ -317,6 +323,7 @@ class CheckpointGuard:
         """Whether to save at this step. Two attribute reads unless something is pending.
 
         Call it after every training step on every rank, with the same step numbers."""
+        self._seen_step = step  # the ticker times the steps from it (see StepPace)
         if self._wake or step >= self._next_step:
             if self._failure is not None and not self._exit:
                 # With an exit pending the final save comes first (it supersedes the failed
@@ -351,6 +358,7 @@ class CheckpointGuard:
         counter), and there the ranks agree on exit; the rest is decided together every
         `agree_every` steps, and at the first two checks."""
         assert self.agreement is not None
+        self._seen_step = step
         agreed = self._agreed
         if agreed is not None and agreed[1]:
             # An exit every rank agreed on (in an evaluation loop that was left without saving)
@@ -403,6 +411,7 @@ class CheckpointGuard:
         every rank must make the same number of calls (a DistributedSampler pads every rank to
         the same number of batches); the ranks agree every `agree_every` calls. A loop that
         runs on one rank only reads `should_exit` instead, which involves no other rank."""
+        self._eval_checks += 1  # a batch between checks delays an exit as a step does
         if self.__dict__.get("due") == self._due_first:
             self._late_agreement()  # an evaluation before the first training step
         if self.agreement is None:
@@ -1216,10 +1225,17 @@ class CheckpointGuard:
         `exit_margin`), whichever is largest. The agent's is the operator's floor, or twice the
         slowest flush any job reported: with the guard's 30 s alone, a job that inherited a
         terminate inside the agent's 120 s trained into its last 30 s and its save was cut by
-        the kill."""
+        the kill.
+
+        Plus the longest recent step between `due` calls and two ticks (the step's
+        measurement and this check are each good to one): the save begins at the first `due`
+        after the exit is decided, and with steps longer than the margin less the save, a
+        save that began that late was cut by the kill at the deadline."""
         beat = self.notices.agent if self.notices is not None else None
         agents = beat.get("exit_margin") if beat is not None else None
-        return max(self.exit_margin, 2 * self._slowest_flush, float(agents or 0.0))
+        margin = max(self.exit_margin, 2 * self._slowest_flush, float(agents or 0.0))
+        step = self._pace.longest(time.monotonic())
+        return margin if step is None else margin + step + 2 * TICK_SECONDS
 
     def _check_inherited(self) -> None:
         self._decide_inherited()
@@ -1304,6 +1320,7 @@ class CheckpointGuard:
                 with self._lock:
                     self._pending.setdefault("periodic", None)
                     self._wake = True
+            self._pace.observe(self._seen_step, self._eval_checks, time.monotonic())
             self._check_flag()
             self._check_inherited()
             self._check_handlers()

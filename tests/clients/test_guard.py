@@ -315,8 +315,9 @@ def test_an_inherited_terminate_with_a_deadline_exits_a_margin_before_it(tmp_pat
     assert code == EXIT_RECLAIMED, err
     assert saved["exit"] and saved["reasons"] == ["terminate"]
     # It trained until the deadline minus the margin (not at once; under load the job may
-    # start late, so the exit is measured from the deadline, not from the first step).
-    assert saved["t"] >= due.timestamp() - 55 - 0.3, (saved, due)
+    # start late, so the exit is measured from the deadline, not from the first step). The
+    # margin holds the longest recent step too, and half a second for the ticks.
+    assert saved["t"] >= due.timestamp() - 55 - 0.5 - 0.3, (saved, due)
     assert saved["step"] > first["step"], (saved, first)
     said = [line for line in err.splitlines() if "already in force" in line]
     assert len(said) == 1 and "an earlier client acted on it" in said[0], err
@@ -691,3 +692,36 @@ def test_loop_failed_answers_only_a_save_still_owed(caplog: Any) -> None:
         assert guard.exit_code == 1
     said = [r.getMessage() for r in caplog.records if "NOT saved" in r.getMessage()]
     assert len(said) == 1 and "CUDA error" in said[0], said
+
+
+def test_an_inherited_terminate_leaves_its_margin_for_the_save_after_a_long_step(
+    tmp_path: Path,
+) -> None:
+    """The margin is time for the save, but the guard only saves at the next `due`: with
+    steps of 0.6 s against a 0.3 s margin, the exit planned 0.3 s before the deadline waited
+    for the step in progress, and the save began after the margin had started (its end past
+    the deadline, where the SIGKILL cuts it). The longest recent step between `due` calls is
+    counted into the margin, so the save begins at least `exit_margin` before the deadline."""
+    env = agent_env(tmp_path, FOREWARN_EXIT_MARGIN="0.1")
+    with AgentProcess(tmp_path, env=env) as agent:
+        due = utcnow() + timedelta(seconds=2.5)
+        reply = agent.control({"op": "notify", "action": "terminate", "deadline": format_time(due)})
+        assert reply["ok"], reply
+        notice = reply["notice"]
+        ack = {"op": "ack", "notice_id": notice["id"], "client": "earlier-job"}
+        assert agent.control({**ack, "outcome": "saved", "step": 7, "flush_seconds": 0.02})["ok"]
+        noticed = parse_time(notice["noticed_at"]).timestamp()
+        eventually(lambda: time.time() > noticed + 0.05, what="the notice to be 50 ms old")
+        run = Training(
+            agent.env,
+            tmp_path / "ckpt",
+            *("--steps", "100000", "--step-time", "0.6", "--exit-margin", "0.3"),
+            *("--upload-delay", "0.05"),
+        )
+        saved = run.until("saved", timeout=10)
+        code, err = run.finish()
+    assert code == EXIT_RECLAIMED, err
+    assert saved["exit"] and saved["reasons"] == ["terminate"]
+    began = max(e["t"] for e in run.events if e["event"] in ("step", "resumed", "fresh"))
+    assert began <= due.timestamp() - 0.3, (began - due.timestamp(), run.events[-4:])
+    assert saved["t"] < due.timestamp(), (saved["t"] - due.timestamp(), saved)
