@@ -48,6 +48,13 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 # unanswered probes the kernel ends it with an error (about 2 minutes): the watcher then
 # reconnects. Probing every 60 s also keeps most NAT mappings from expiring at all.
 KEEPALIVE_IDLE = 60
+# IMAP answers a session call may wait for, each up to imap_timeout: connecting takes the
+# most (connect, greeting, TLS, login, CAPABILITY, EXAMINE), and a call is given that many;
+# a line in IDLE, and DONE's answer, are given as long.
+ANSWERS_PER_CALL = 4
+# Seconds from the start of an IDLE the server ended itself to the next search: one that
+# ends every IDLE at once is searched no more than once a second.
+IDLE_PAUSE = 1.0
 KEEPALIVE_INTERVAL = 15
 KEEPALIVE_PROBES = 4
 
@@ -195,8 +202,13 @@ class _Buffered:
         self._rbuf += chunk
         return True
 
-    def readline(self) -> bytes:
+    def readline(self, until: float | None = None) -> bytes:
+        """One line; with `until` (a time.monotonic() deadline), an error once it has passed
+        with the line still incomplete: each read is bounded by the socket's timeout, the
+        line not (a server sending a byte every second holds it for as long as it likes)."""
         while True:
+            if until is not None and time.monotonic() > until:
+                raise imaplib.IMAP4.error("no complete line from the server in time")
             end = self._rbuf.find(b"\n")
             # The limit holds for a line that came in one read too (as it does for one of
             # many), so that it is the same whatever the network's chunks.
@@ -626,14 +638,19 @@ class MailboxSession:
         conn = self._require()
         if self.announced:
             return True
+        # Each answer (the "+", a line announced in IDLE, DONE's) within a few imap_timeout:
+        # a server trickling a line that never ends held the watcher until the runner's
+        # stall bound (about 54 min), with no error said and no mail read.
+        answer = ANSWERS_PER_CALL * self.timeout
         self._tags += 1
         tag = f"FW{self._tags}".encode()
         arrived = False
         try:
             conn.send(tag + b" IDLE\r\n")
+            answered_by = time.monotonic() + answer
             # Untagged answers may come before the "+" (mail announced as IDLE begins): read
             # as IDLE refused, they cost an error and a reconnection.
-            while not (line := conn.readline()).startswith(b"+"):
+            while not (line := conn.readline(answered_by)).startswith(b"+"):
                 if not line:
                     raise ServerFailure("the IMAP server closed the connection at IDLE")
                 if line.startswith(tag + b" "):
@@ -662,7 +679,7 @@ class MailboxSession:
             while not stop.is_set() and time.monotonic() < until:
                 if not conn.waiting(min(0.25, max(0.0, until - time.monotonic()))):
                     continue
-                line = conn.readline()
+                line = conn.readline(time.monotonic() + answer)
                 if not line:
                     raise ServerFailure("the IMAP server closed the connection during IDLE")
                 self._told(line)
@@ -682,7 +699,7 @@ class MailboxSession:
                         )
                     log.debug("digitalocean: the IMAP server ended IDLE: %r", line.strip())
                     # One that ends every IDLE at once is not searched more than once a second.
-                    stop.wait(max(0.0, began + 1.0 - time.monotonic()))
+                    stop.wait(max(0.0, began + IDLE_PAUSE - time.monotonic()))
                     return True
                 if _EXISTS.match(line):
                     arrived = True
@@ -690,8 +707,9 @@ class MailboxSession:
             if stop.is_set():
                 return arrived
             conn.send(b"DONE\r\n")
+            answered_by = time.monotonic() + answer
             while True:
-                line = conn.readline()
+                line = conn.readline(answered_by)
                 if not line:
                     raise ServerFailure("the IMAP server closed the connection after IDLE")
                 self._told(line)

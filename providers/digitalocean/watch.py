@@ -31,6 +31,8 @@ from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..fetch import Answer, fetch, within
 from .imap import (
+    ANSWERS_PER_CALL,
+    IDLE_PAUSE,
     FetchRefused,
     MailboxError,
     MailboxSession,
@@ -154,7 +156,8 @@ class DigitalOceanWatcher:
         s = self.settings
         if not s.imap_host or s.credentials_file is None:
             return None
-        wait = max(s.idle_renew if self.idle_supported is not False else 0.0, s.poll_interval)
+        idle = max(s.idle_renew, IDLE_PAUSE) if self.idle_supported is not False else 0.0
+        wait = max(idle, s.poll_interval)
         # Until the droplet is known: its two metadata requests come first.
         metadata = 2 * METADATA_DEADLINE if self.droplet is None else 0.0
         return stall_bound(max(wait, s.retry_max), ANSWERS_PER_CALL * s.imap_timeout + metadata)
@@ -320,21 +323,28 @@ class DigitalOceanWatcher:
                 seen.save()
             self.active.save(utcnow())
             if session.idle:
-                await asyncio.to_thread(session.wait, s.idle_renew, stop)
+                # The session holds each answer of IDLE to its own deadline; this bounds the
+                # whole wait as a backstop: the renewal (or a pause of a second, after a server
+                # that ended IDLE at once), and the answers that open and close it.
+                renewal = max(s.idle_renew, IDLE_PAUSE) + ANSWERS_PER_CALL * s.imap_timeout
+                await self._answered_in_time(
+                    session, session.wait, s.idle_renew, stop, waiting=renewal
+                )
                 self.idle_supported = session.idle  # False once the server refused IDLE
             else:
                 await asyncio.sleep(s.poll_interval)
 
     async def _answered_in_time(
-        self, session: MailboxSession, call: Callable[..., T], *args: Any
+        self, session: MailboxSession, call: Callable[..., T], *args: Any, waiting: float = 0.0
     ) -> T:
         """`call(*args)` of the session in a thread, within ANSWERS_PER_CALL imap_timeout as
         a whole. imap_timeout bounds each read only: a server sending a byte every few
         seconds (a link or proxy in trouble) held the watcher on one answer until the
         runner's stall bound, about 54 minutes of a 2 h lead, with no error said. Past the
         deadline the connection is ended (the blocked read then returns) and the watcher
-        reconnects as after any failure."""
-        limit = ANSWERS_PER_CALL * self.settings.imap_timeout
+        reconnects as after any failure. `waiting`: seconds the call waits on purpose (an
+        IDLE), given on top."""
+        limit = waiting + ANSWERS_PER_CALL * self.settings.imap_timeout
         try:
             return await within(asyncio.to_thread(call, *args), limit)
         except (asyncio.TimeoutError, TimeoutError):
@@ -443,9 +453,6 @@ class DigitalOceanWatcher:
         await self.client.aclose()
 
 
-# IMAP answers a session call may wait for, each up to imap_timeout: connecting takes the
-# most (connect, greeting, TLS, login, CAPABILITY, EXAMINE), and a call is given that many.
-ANSWERS_PER_CALL = 4
 _SLOW_JUDGING = 1.0  # seconds; a reclaim mail of a few KiB takes milliseconds
 # Connections in a row on which the server refused to send a mail, and for how long (seconds
 # since the first), before it is passed over: a refusal may be the server's passing trouble.

@@ -964,6 +964,14 @@ def test_an_imap_ca_file_gone_after_the_start_is_a_tls_error_naming_it(
     assert error.value.kind == "tls"  # type: ignore[attr-defined]
 
 
+def _trickle(conn: socket.socket) -> None:
+    """An untagged line that never ends, a byte every 0.1 s, until the client hangs up."""
+    conn.sendall(b"* ")
+    while True:
+        conn.sendall(b"x")
+        time.sleep(0.1)
+
+
 class _ScriptedServer:
     """An IMAP server on loopback with one mailbox, enough of RFC 3501 and 2177 for the
     watcher, whose faults a test sets: `end_idle_after` (the server ends each IDLE itself
@@ -984,6 +992,10 @@ class _ScriptedServer:
         self.refusing: dict[int, int] = {}
         self.drops: dict[int, int] = {}
         self.trickling: dict[int, int] = {}  # UID: FETCHes of it sent a byte every 0.2 s
+        # IDLEs to answer with a line that never ends (a byte every 0.1 s): after the "+",
+        # or after DONE.
+        self.trickle_idle = 0
+        self.trickle_done = 0
         self.warned: set[int] = set()
         self.noop_warning = b""
         self.mails: dict[int, bytes] = {}
@@ -1066,7 +1078,13 @@ class _ScriptedServer:
                         conn.sendall(f"{tag} BAD Unknown command\r\n".encode())
                         continue
                     conn.sendall(b"".join(self.before_idling) + b"+ idling\r\n")
+                    if self.trickle_idle > 0:
+                        self.trickle_idle -= 1
+                        _trickle(conn)
                     done = line(self.end_idle_after)
+                    if done is not None and self.trickle_done > 0:
+                        self.trickle_done -= 1
+                        _trickle(conn)
                     if done is None:  # the server's own IDLE timeout
                         self.idles_ended += 1
                         conn.sendall(f"{tag} OK IDLE terminated (timeout)\r\n".encode())
@@ -1442,3 +1460,30 @@ async def test_the_watcher_keeps_within_its_progress_bound_against_dovecot(
         assert len(run.reports) == 1
         assert run.health.polls - renewals >= 3 and run.health.errors == 0, run.health
         assert longest < bound, (longest, bound)
+
+
+@pytest.mark.parametrize("where", ["idle", "done"])
+async def test_a_line_trickled_in_idle_or_after_done_is_given_up_and_the_mail_read(
+    tmp_path: Path, where: str
+) -> None:
+    """Each read was bounded (imap_timeout), the IDLE wait and DONE's answer not: a server
+    sending a line that never ends, a byte every 0.1 s, after IDLE began (or after DONE)
+    held the watcher until the runner's stall bound, about 54 minutes, with no error said
+    and no mail read. Each answer in IDLE now has a deadline of a few imap_timeout; past it
+    the connection is ended and the mail delivered meanwhile read on the next one."""
+    server = _ScriptedServer()
+    if where == "idle":
+        server.trickle_idle = 1
+        settings = server.settings(tmp_path, imap_timeout=0.2, idle_renew=60.0)
+    else:
+        server.trickle_done = 1
+        settings = server.settings(tmp_path, imap_timeout=0.2, idle_renew=0.2)
+    try:
+        async with running(settings, tmp_path / "s") as run:
+            await run.until(lambda: run.health.polls >= 1)
+            server.deliver(reclaim())
+            await run.count(1, timeout=4)
+            assert run.health.errors_by_kind.get("imap", 0) >= 1
+            assert server.connections >= 2
+    finally:
+        server.close()
