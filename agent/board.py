@@ -461,6 +461,12 @@ class NoticeBoard:
             if not entry.flushed:
                 entry.expected.add(client)
 
+    def unacked_clients(self, notice_id: str) -> set[str]:
+        """The clients subscribed now that have not acked `notice_id`: once it is flushed by
+        every client, those that joined since (they received it by replay)."""
+        entry = self.entries.get(notice_id)
+        return set() if entry is None else self.clients - entry.acked
+
     def client_left(self, client: str) -> list[str]:
         """An acking client went away; returns notices that are now flushed by everyone left."""
         self.clients.discard(client)

@@ -252,7 +252,12 @@ class Agent:
 
     def _build(self, name: str, health: PollHealth) -> Watcher:
         spec = self.settings.registry[name]
-        context = WatcherContext(self.runtime_dir, self.state_dir, health)
+        context = WatcherContext(
+            self.runtime_dir,
+            self.state_dir,
+            health,
+            awaiting_flush=lambda notice_id: bool(self.board.unacked_clients(notice_id)),
+        )
         return spec.watcher(self.settings.provider_settings(name), context)
 
     @staticmethod

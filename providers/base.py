@@ -19,6 +19,10 @@ class ParseError(ForewarnError, ValueError):
     """A provider answered with something its contract does not allow. Parsers raise only this."""
 
 
+def _nobody_awaited(notice_id: str) -> bool:
+    return False
+
+
 @dataclass
 class WatcherContext:
     """What the agent gives a watcher besides its own settings."""
@@ -26,6 +30,11 @@ class WatcherContext:
     runtime_dir: Path
     state_dir: Path
     health: PollHealth
+    # Whether a client holds `notice_id` that has not acked it, although every client had when
+    # it was flushed: one that subscribed since (it received the notice by replay). A
+    # FlushAware watcher asks before acting on the flush later on (Azure's approval, tried
+    # again until NotBefore, released the VM under a job that had not saved).
+    awaiting_flush: Callable[[str], bool] = _nobody_awaited
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
@@ -68,8 +69,13 @@ class AzureWatcher:
         settings: Settings,
         health: PollHealth | None = None,
         state_dir: Path | None = None,
+        awaiting_flush: Callable[[str], bool] | None = None,
     ) -> None:
         self.settings = settings
+        # The agent's: whether a client that subscribed since a notice was flushed has not
+        # acked it yet (see request_approval).
+        self.awaiting_flush = awaiting_flush or (lambda notice_id: False)
+        self._awaited: set[str] = set()  # events whose approval waits for a newcomer, said
         self.health = health or PollHealth(self.name)
         self.base_url = settings.base_url
         self.client = httpx.AsyncClient(
@@ -423,6 +429,20 @@ class AzureWatcher:
                 "events shared with other VMs)",
             )
             return
+        if why == "after-ack" and self.awaiting_flush(event.notice_id):
+            # A job that started since the flush (the approval refused and tried again until
+            # NotBefore) holds the notice by replay and has not saved: approved now, Azure
+            # would take the VM under it. Asked again after each poll, and sent once it acks
+            # (or leaves); unapproved, the event starts at NotBefore.
+            self.approvals.retry[event_id] = why
+            if event_id not in self._awaited:
+                self._awaited.add(event_id)
+                log.info(
+                    "azure: approval of event %s waits for a client that subscribed after "
+                    "the flush to ack it",
+                    event_id,
+                )
+            return
         if not self.approvals.due(event_id):
             return  # refused before: tried again after its backoff or Retry-After
         self._spawn(event_id, why, event.not_before)
@@ -463,7 +483,9 @@ def _retry_after(response: Answer) -> float:
 
 
 def build(settings: Settings, context: WatcherContext) -> AzureWatcher:
-    return AzureWatcher(settings, context.health, Path(context.state_dir))
+    return AzureWatcher(
+        settings, context.health, Path(context.state_dir), awaiting_flush=context.awaiting_flush
+    )
 
 
 __all__ = ["EVENTS_PATH", "INSTANCE_API_VERSION", "AzureWatcher", "build"]

@@ -92,3 +92,41 @@ def test_a_retry_after_on_the_approval_is_waited_out(
         assert approval["EventId"] == event_id
         assert posts(sim) == 3
         assert approval["monotonic"] - acked >= 2.0, "a Retry-After was not waited out"
+
+
+def test_an_approval_tried_again_waits_for_a_client_that_joined_since(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """Refused approvals are tried again until NotBefore: a job that started in the meantime
+    received the terminate by replay and was not waiting for its own save, yet the approval
+    went out without its ack and Azure took the VM under it. A retry now waits while a client
+    subscribed since has not acked; its ack lets the approval go."""
+    sim, server = imds
+    sim.add_fault("status", path=EVENTS, method="POST", status=503, count=2)
+    agent = azure_agent(tmp_path, server)
+    with agent, Subscriber(agent.events, ("notice", "client/trainer-0")) as sub:
+        event_id, notice, _ = flushed_terminate(sim, agent, sub)
+        with Subscriber(agent.events, ("notice", "client/trainer-1")) as late:
+            assert late.notice(timeout=10)["id"] == notice["id"]  # by replay
+            eventually(
+                lambda: agent.control({"op": "status"})["agent"]["subscribers"] == 2,
+                what="the second client",
+            )
+            refused = posts(sim)
+            assert sim.approvals == [] and refused < 3, refused
+            # Past the retries' backoff (0.25 + 0.5 s): the third POST would be approved.
+            polls = sim.requests[f"GET {EVENTS}"]
+            eventually(lambda: sim.requests[f"GET {EVENTS}"] >= polls + 6, timeout=10, what="polls")
+            assert sim.approvals == [], "approved before the second client saved"
+            reply = agent.control(
+                {
+                    "op": "ack",
+                    "notice_id": notice["id"],
+                    "client": "trainer-1",
+                    "flush_seconds": 0.1,
+                }
+            )
+            assert reply["ok"], reply
+            acked = time.monotonic()
+            (approval,) = eventually(lambda: sim.approvals, timeout=20, what="the approval")
+        assert approval["EventId"] == event_id and approval["monotonic"] >= acked
