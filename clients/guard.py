@@ -6,8 +6,9 @@ It merges the layers of the field's best practice:
 - SIGTERM / SIGINT → flush and exit;
 - a flag file → flush and continue (handled here when no agent with the local provider runs).
 
-`due(step)` costs two attribute reads unless something is pending: background threads (the
-notice subscriber and a ticker) and the signal handler set the flag, the loop reads it.
+`due(step)` costs an attribute write and two reads unless something is pending: background
+threads (the notice subscriber and a ticker) and the signal handler set the flag, the loop
+reads it; the ticker times the steps from the step written (see steppace.py).
 `due_in_eval(step)` is the same question asked from inside an evaluation, validation or
 prediction loop, where only an exit is worth interrupting for.
 """
@@ -320,7 +321,8 @@ class CheckpointGuard:
     # The training loop's side.
 
     def due(self, step: int) -> bool:
-        """Whether to save at this step. Two attribute reads unless something is pending.
+        """Whether to save at this step. An attribute write and two reads unless
+        something is pending.
 
         Call it after every training step on every rank, with the same step numbers."""
         self._seen_step = step  # the ticker times the steps from it (see StepPace)
