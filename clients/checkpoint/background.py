@@ -260,7 +260,10 @@ class BackgroundSaver:
         self.overlap = overlap
         self.last: SaveTiming | None = None
         self.last_durable: Generation | None = None
-        self._buffers: dict[str, Any] = {}
+        # The host buffers, by the keys (and list indices) that lead to each tensor, as they
+        # are: joined into a "/" string, "a/b" and "a" then "b" (or 1 and "1") named one
+        # buffer, and the second tensor's copy overwrote the first's in the snapshot.
+        self._buffers: dict[tuple[Any, ...], Any] = {}
         self._thread: threading.Thread | None = None
         self._in_flight: int | None = None
         self._started = 0.0
@@ -546,9 +549,9 @@ class BackgroundSaver:
     def _plan(self, state: Mapping[str, Any], copies: list[tuple[Any, Any]]) -> dict[str, Any]:
         """The snapshot's structure, with the buffers each tensor is to be copied into (the
         copies listed in `copies`, in the order torch will write them); the rest is copied."""
-        return {key: self._place(f"{key}", value, copies) for key, value in state.items()}
+        return {key: self._place((key,), value, copies) for key, value in state.items()}
 
-    def _place(self, path: str, value: Any, copies: list[tuple[Any, Any]]) -> Any:
+    def _place(self, path: tuple[Any, ...], value: Any, copies: list[tuple[Any, Any]]) -> Any:
         torch = _torch()
         if torch is not None and isinstance(value, torch.Tensor) and value.layout != torch.strided:
             # A sparse (or other non-strided) tensor cannot be copied into a dense buffer
@@ -568,11 +571,9 @@ class BackgroundSaver:
             copies.append((buffer, value))
             return buffer
         if isinstance(value, Mapping):
-            return {key: self._place(f"{path}/{key}", item, copies) for key, item in value.items()}
+            return {key: self._place((*path, key), item, copies) for key, item in value.items()}
         if isinstance(value, (list, tuple)):
-            items = [
-                self._place(f"{path}/{index}", item, copies) for index, item in enumerate(value)
-            ]
+            items = [self._place((*path, index), item, copies) for index, item in enumerate(value)]
             return type(value)(items) if isinstance(value, list) else tuple(items)
         return copy.deepcopy(value)
 

@@ -103,10 +103,10 @@ def test_the_loop_waits_for_the_snapshot_only(make_store: Any) -> None:
     assert restored["rng"] == [1, 2, 1]
     assert timing.stall_seconds >= 0 and saver.last.durable_seconds is not None  # type: ignore[union-attr]
     # The buffers are reused: one extra copy of the state, not one per save.
-    first = saver._buffers["model/w"].data_ptr()
+    first = saver._buffers["model", "w"].data_ptr()
     saver.save(2, state(2))
     saver.wait()
-    assert saver._buffers["model/w"].data_ptr() == first
+    assert saver._buffers["model", "w"].data_ptr() == first
     assert store.latest().step == 2  # type: ignore[union-attr]
 
 
@@ -174,6 +174,38 @@ def test_a_sparse_tensor_in_the_state_is_saved_in_the_background(make_store: Any
     assert loaded["embedding"].is_sparse
     assert torch.equal(loaded["embedding"].to_dense(), torch.eye(4))
     assert torch.equal(loaded["model"]["w"], state(1)["model"]["w"])
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param(lambda a, b: {"a/b": a, "a": {"b": b}}, id="a key holding a slash"),
+        pytest.param(lambda a, b: {"x": {1: a, "1": b}}, id="an int key and its digits"),
+        pytest.param(lambda a, b: {"x": [a], "x/0": b}, id="a list index and a key"),
+    ],
+)
+def test_tensors_whose_paths_read_alike_keep_their_own_values(make_store: Any, layout: Any) -> None:
+    """The snapshot's host buffers were keyed by the tensor's path joined with "/": two
+    tensors of one shape at paths that joined alike ("a/b" and "a" then "b"; 1 and "1")
+    shared one buffer, and the generation held the second tensor's values in both places
+    (save() and the commit said nothing)."""
+    store = make_store()
+    saver = BackgroundSaver(store)
+    saver.save(1, layout(torch.zeros(8), torch.ones(8)))
+    saver.close()
+    latest = store.latest(verify="checksums")
+    assert latest is not None
+    assert _same(load_state(latest), layout(torch.zeros(8), torch.ones(8)))
+
+
+def _same(saved: Any, expected: Any) -> bool:
+    if isinstance(expected, dict):
+        return saved.keys() == expected.keys() and all(
+            _same(saved[key], value) for key, value in expected.items()
+        )
+    if isinstance(expected, list):
+        return len(saved) == len(expected) and all(map(_same, saved, expected))
+    return bool(torch.equal(saved, expected))
 
 
 def test_a_background_save_under_several_torch_distributed_ranks_is_refused_at_once(
