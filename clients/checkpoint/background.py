@@ -571,7 +571,8 @@ class BackgroundSaver:
             copies.append((buffer, value))
             return buffer
         if isinstance(value, Mapping):
-            return {key: self._place((*path, key), item, copies) for key, item in value.items()}
+            placed = {key: self._place((*path, key), item, copies) for key, item in value.items()}
+            return _same_kind(value, placed)
         if isinstance(value, (list, tuple)):
             items = [self._place((*path, index), item, copies) for index, item in enumerate(value)]
             return type(value)(items) if isinstance(value, list) else tuple(items)
@@ -693,6 +694,26 @@ class BackgroundSaver:
         if thread.is_alive():
             self._buffers = {}
         self._thread = None
+
+
+def _same_kind(original: Mapping[Any, Any], placed: dict[Any, Any]) -> Any:
+    """`placed` as a mapping of `original`'s type with its attributes: a module's state_dict
+    is an OrderedDict whose `_metadata` holds each submodule's version, which torch.save
+    keeps and `load_state_dict` passes to each module (a module that migrates old formats
+    by version took a snapshot rebuilt as a plain dict for one of the oldest). A mapping
+    that cannot be copied and refilled is saved as a plain dict."""
+    if type(original) is dict:
+        return placed
+    try:
+        same: Any = copy.copy(original)
+        same.clear()
+        same.update(placed)
+        attributes = getattr(original, "__dict__", None)
+        if attributes:
+            same.__dict__.update(copy.deepcopy(attributes))
+    except Exception:  # a read-only or unusual Mapping: its items are what matter
+        return placed
+    return same
 
 
 def _hook_exit(saver: BackgroundSaver) -> None:

@@ -208,6 +208,25 @@ def _same(saved: Any, expected: Any) -> bool:
     return bool(torch.equal(saved, expected))
 
 
+def test_a_modules_state_dict_keeps_its_type_and_version_metadata(make_store: Any) -> None:
+    """The snapshot rebuilt every mapping as a plain dict: a module's state_dict (an
+    OrderedDict whose `_metadata` holds each submodule's version) came back without it, so
+    `load_state_dict` took the checkpoint for one of the oldest format, where torch.save's
+    file of the same state keeps it."""
+    store = make_store()
+    saver = BackgroundSaver(store)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    saver.save(1, {"model": model.state_dict(), "optim": {"state": {}, "param_groups": []}})
+    saver.close()
+    latest = store.latest(verify="checksums")
+    assert latest is not None
+    saved = load_state(latest)["model"]
+    assert type(saved) is type(model.state_dict())
+    assert saved._metadata == model.state_dict()._metadata  # {"1": {"version": 2}, ...}
+    assert saved.keys() == model.state_dict().keys()
+    model.load_state_dict(saved)
+
+
 def test_a_background_save_under_several_torch_distributed_ranks_is_refused_at_once(
     make_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
