@@ -549,7 +549,14 @@ class BackgroundSaver:
     def _plan(self, state: Mapping[str, Any], copies: list[tuple[Any, Any]]) -> dict[str, Any]:
         """The snapshot's structure, with the buffers each tensor is to be copied into (the
         copies listed in `copies`, in the order torch will write them); the rest is copied."""
-        return {key: self._place((key,), value, copies) for key, value in state.items()}
+        snapshot = {key: self._place((key,), value, copies) for key, value in state.items()}
+        # Only this snapshot's buffers are kept (no save in flight uses the others: a save
+        # waits for the one before, and a save left behind took its buffers with it): kept
+        # for every path ever saved, a state whose keys change from save to save (a tensor
+        # per epoch) grew host memory by a copy of each tensor gone, save after save.
+        used = {id(buffer) for buffer, _value in copies}
+        self._buffers = {path: kept for path, kept in self._buffers.items() if id(kept) in used}
+        return snapshot
 
     def _place(self, path: tuple[Any, ...], value: Any, copies: list[tuple[Any, Any]]) -> Any:
         torch = _torch()

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -225,6 +226,23 @@ def test_a_modules_state_dict_keeps_its_type_and_version_metadata(make_store: An
     assert saved._metadata == model.state_dict()._metadata  # {"1": {"version": 2}, ...}
     assert saved.keys() == model.state_dict().keys()
     model.load_state_dict(saved)
+
+
+def test_buffers_of_tensors_no_longer_in_the_state_are_let_go(make_store: Any) -> None:
+    """A host buffer was kept for every path any save had held: a state whose keys change
+    from save to save (a tensor per epoch, per evaluation, an EMA turned off) kept a copy
+    of each one that was gone, and host memory grew by one tensor per save until the
+    process was killed for it."""
+    store = make_store()
+    saver = BackgroundSaver(store)
+    saver.save(1, {"model": {"w": torch.zeros(64)}, "epoch-1": torch.ones(1024)})
+    saver.wait()
+    gone = weakref.ref(saver._buffers["epoch-1",])
+    saver.save(2, {"model": {"w": torch.zeros(64)}, "epoch-2": torch.ones(1024)})
+    saver.close()
+    assert gone() is None
+    assert sorted(saver._buffers) == [("epoch-2",), ("model", "w")]
+    assert torch.equal(load_state(store.latest())["epoch-2"], torch.ones(1024))  # type: ignore[arg-type]
 
 
 def test_a_background_save_under_several_torch_distributed_ranks_is_refused_at_once(
