@@ -549,7 +549,8 @@ class BackgroundSaver:
     def _plan(self, state: Mapping[str, Any], copies: list[tuple[Any, Any]]) -> dict[str, Any]:
         """The snapshot's structure, with the buffers each tensor is to be copied into (the
         copies listed in `copies`, in the order torch will write them); the rest is copied."""
-        snapshot = {key: self._place((key,), value, copies) for key, value in state.items()}
+        seen: dict[tuple[Any, ...], Any] = {}
+        snapshot = {key: self._place((key,), value, copies, seen) for key, value in state.items()}
         # Only this snapshot's buffers are kept (no save in flight uses the others: a save
         # waits for the one before, and a save left behind took its buffers with it): kept
         # for every path ever saved, a state whose keys change from save to save (a tensor
@@ -558,13 +559,25 @@ class BackgroundSaver:
         self._buffers = {path: kept for path, kept in self._buffers.items() if id(kept) in used}
         return snapshot
 
-    def _place(self, path: tuple[Any, ...], value: Any, copies: list[tuple[Any, Any]]) -> Any:
+    def _place(
+        self,
+        path: tuple[Any, ...],
+        value: Any,
+        copies: list[tuple[Any, Any]],
+        seen: dict[tuple[Any, ...], Any],
+    ) -> Any:
         torch = _torch()
         if torch is not None and isinstance(value, torch.Tensor) and value.layout != torch.strided:
             # A sparse (or other non-strided) tensor cannot be copied into a dense buffer
             # ("copy_() between dense and sparse Tensors is not implemented"): copied anew.
             return value.detach().to("cpu", copy=True)
         if torch is not None and isinstance(value, torch.Tensor):
+            # One tensor under two keys (tied weights: an embedding shared with the output
+            # layer) is copied once and saved once, shared, as torch.save writes it: copied
+            # per key, host memory and the file held it twice and the load no longer shared it.
+            same = _same_tensor_key(value)
+            if same is not None and same in seen:
+                return seen[same]
             buffer = self._buffers.get(path)
             if (
                 buffer is None
@@ -576,12 +589,18 @@ class BackgroundSaver:
                 buffer = torch.empty(value.shape, dtype=value.dtype, device="cpu", pin_memory=pin)
                 self._buffers[path] = buffer
             copies.append((buffer, value))
+            if same is not None:
+                seen[same] = buffer
             return buffer
         if isinstance(value, Mapping):
-            placed = {key: self._place((*path, key), item, copies) for key, item in value.items()}
+            placed = {
+                key: self._place((*path, key), item, copies, seen) for key, item in value.items()
+            }
             return _same_kind(value, placed)
         if isinstance(value, (list, tuple)):
-            items = [self._place((*path, index), item, copies) for index, item in enumerate(value)]
+            items = [
+                self._place((*path, index), item, copies, seen) for index, item in enumerate(value)
+            ]
             return type(value)(items) if isinstance(value, list) else tuple(items)
         return copy.deepcopy(value)
 
@@ -701,6 +720,25 @@ class BackgroundSaver:
         if thread.is_alive():
             self._buffers = {}
         self._thread = None
+
+
+def _same_tensor_key(value: Any) -> tuple[Any, ...] | None:
+    """What makes two tensors of the state one (the same memory seen the same way), or None
+    for one without memory of its own to compare (empty, or a wrapper subclass)."""
+    try:
+        address = value.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+    if not address:
+        return None
+    return (
+        str(value.device),
+        address,
+        value.storage_offset(),
+        tuple(value.shape),
+        tuple(value.stride()),
+        value.dtype,
+    )
 
 
 def _same_kind(original: Mapping[Any, Any], placed: dict[Any, Any]) -> Any:

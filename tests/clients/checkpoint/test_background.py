@@ -245,6 +245,31 @@ def test_buffers_of_tensors_no_longer_in_the_state_are_let_go(make_store: Any) -
     assert torch.equal(load_state(store.latest())["epoch-2"], torch.ones(1024))  # type: ignore[arg-type]
 
 
+def test_tied_weights_are_copied_once_and_saved_once(make_store: Any) -> None:
+    """A module with tied weights (an embedding shared with the output layer) lists one
+    tensor under two keys: the snapshot copied it into two buffers and wrote it twice (host
+    memory and the file one extra copy of it, where torch.save writes a shared storage
+    once), and the loaded state no longer shared it."""
+    store = make_store()
+    saver = BackgroundSaver(store)
+    model = torch.nn.Module()
+    model.embed = torch.nn.Embedding(512, 64)
+    model.head = torch.nn.Linear(64, 512, bias=False)
+    model.head.weight = model.embed.weight
+    live = model.state_dict()
+    assert live["embed.weight"].data_ptr() == live["head.weight"].data_ptr()
+    saver.save(1, {"model": live})
+    saver.close()
+    assert len(saver._buffers) == 1
+    latest = store.latest(verify="checksums")
+    assert latest is not None
+    (size,) = [entry.size for entry in latest.manifest.files if entry.name == "state.pt"]
+    assert size < 1.5 * 512 * 64 * 4
+    saved = load_state(latest)["model"]
+    assert saved["embed.weight"].data_ptr() == saved["head.weight"].data_ptr()
+    assert torch.equal(saved["head.weight"], model.embed.weight.detach())
+
+
 def test_a_background_save_under_several_torch_distributed_ranks_is_refused_at_once(
     make_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
