@@ -734,6 +734,17 @@ class CheckpointGuard:
             return self._final_save(saver, step, state, metadata)
         if in_flight == step:
             return self._join_in_flight(step)
+        if in_flight is not None:
+            # The save in flight is waited for here, in ticks, not inside saver.save(): an exit
+            # asked for meanwhile (SIGTERM during a slow or stalled upload) then goes through
+            # final(), which cancels that upload when the deadline (or a signal's lack of one)
+            # leaves no time for it. Waited for inside save(), the exit waited for the whole
+            # upload, then a second one of this step, and a stalled connection held the loop
+            # there until the platform's SIGKILL took both.
+            while saver.in_flight is not None and not self._exit:
+                saver.wait(TICK_SECONDS)
+            if self._exit:
+                return self._final_save(saver, step, state, metadata)
         from .checkpoint.errors import CheckpointError
 
         with self._lock:

@@ -668,61 +668,85 @@ def test_a_flag_file_is_removed_only_once_its_background_save_is_durable(
         guard.close()
 
 
-def test_an_exit_asked_for_while_a_save_waits_for_the_upload_names_its_checkpoint(
+def _waits_for_the_save_in_flight(thread: threading.Thread) -> bool:
+    """Whether `thread` is inside BackgroundSaver.wait() (the save in flight is held)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "wait" and code.co_filename.endswith("background.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_an_exit_asked_for_while_a_save_waits_for_a_stalled_upload_saves_at_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A terminate that came while save_state waited for the upload in flight is answered by
-    that background save; the exit line said "checkpoint saved by the caller"."""
-    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
-    store = CheckpointStore(backend=backend)
-    guard = background_guard(store, every_steps=10)
-    try:
-        release = backend.hold(10)
-        assert guard.due(10)
-        guard.save_state(10, state(10))
-        assert backend.stuck.acquire(timeout=60)
-        assert guard.due(20)
-        saving, answers = _in_thread(lambda: guard.save_state(20, state(20)))
-        eventually(lambda: 20 in guard._unrecorded, what="save_state waiting for step 10")
-        guard.request("signal", exit=True)
-        release.set()
-        saving.join(60)
-        assert answers[0].exit
-        guard.saver.wait()
-        assert store.latest_hint() == 20
-        assert f"checkpoint {store.url}/step-000000000020" in caplog.text
-    finally:
-        guard.close()
-
-
-def test_an_exit_answered_by_a_background_save_that_then_fails_exits_with_1(
-    tmp_path: Path,
-) -> None:
-    """A terminate that came while save_state waited for the upload in flight is answered by
-    that background save (the loop leaves; close() waits for its commit). When that save
-    failed, close() logged it but exit_code stayed 143, "saved for a reclaim": the state of
-    the exit was not saved."""
+    """A SIGTERM that came while save_state waited (inside saver.save()) for the upload in
+    flight was answered by that background save: the loop waited for the whole upload, and
+    a stalled one held it until the platform's SIGKILL, then for a second upload of this
+    step. Now the exit goes through final() at once: no deadline known (a signal), the
+    stalled upload is cancelled and this step is saved synchronously."""
     backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
     store = CheckpointStore(backend=backend)
     guard = background_guard(store, every_steps=10)
     release = backend.hold(10)
-    assert guard.due(10)
-    guard.save_state(10, state(10))
-    assert backend.stuck.acquire(timeout=60)
-    assert guard.due(20)
-    saving, answers = _in_thread(lambda: guard.save_state(20, state(20)))
-    eventually(lambda: 20 in guard._unrecorded, what="save_state waiting for step 10")
-    guard.request("signal", exit=True)
-    backend.hold(20)
-    release.set()
-    saving.join(60)
-    assert answers[0].exit and guard.exit_code == 143
-    assert backend.stuck.acquire(timeout=60)  # step 20 is being written
-    backend.fail = True
-    backend.held[f"step-{20:012d}/"].set()
-    guard.close()
-    assert store.latest_hint() == 10
-    assert guard.exit_code == 1
+    try:
+        assert guard.due(10)
+        guard.save_state(10, state(10))
+        assert backend.stuck.acquire(timeout=60)  # step 10's upload stalls
+        assert guard.due(20)
+        saving, answers = _in_thread(lambda: guard.save_state(20, state(20)))
+        eventually(lambda: _waits_for_the_save_in_flight(saving), what="save_state to wait")
+        guard.request("signal", exit=True)
+        saving.join(30)
+        assert not saving.is_alive(), "the exit waited for the stalled upload"
+        assert answers[0].exit and answers[0].choice == "cancelled"
+        assert answers[0].generation.step == 20
+        assert store.latest_hint() == 20
+        assert f"checkpoint {store.url}/step-000000000020" in caplog.text
+    finally:
+        release.set()
+        guard.close()
+    eventually(lambda: 10 not in store.steps(), what="the cancelled upload to be cleaned up")
+    assert store.steps() == [20]  # the cancelled upload never commits
+
+
+def test_an_exit_asked_for_while_a_save_waits_whose_final_save_fails_exits_with_1(
+    tmp_path: Path,
+) -> None:
+    """A terminate that came while save_state waited for the upload in flight: its final
+    save failing raises from save_state and the exit code is 1, not 143 ("saved for a
+    reclaim"): the state of the exit was not saved."""
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    release = backend.hold(10)
+    failures: list[BaseException] = []
+
+    def save_20() -> None:
+        try:
+            guard.save_state(20, state(20))
+        except BaseException as error:
+            failures.append(error)
+
+    try:
+        assert guard.due(10)
+        guard.save_state(10, state(10))
+        assert backend.stuck.acquire(timeout=60)
+        assert guard.due(20)
+        saving = threading.Thread(target=save_20, daemon=True)
+        saving.start()
+        eventually(lambda: _waits_for_the_save_in_flight(saving), what="save_state to wait")
+        backend.fail = True
+        guard.request("signal", exit=True)
+        saving.join(30)
+        assert not saving.is_alive() and failures, "the final save did not fail"
+        assert guard.exit_code == 1
+    finally:
+        release.set()
+        guard.close()
+    assert store.latest_hint() is None
 
 
 def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
@@ -1211,8 +1235,18 @@ store = CheckpointStore(backend=Backend(CheckpointStore(sys.argv[1]).backend))
 with CheckpointGuard(
     every_steps=10, store=store, background=True, notices=False, flag_file=None
 ) as guard:
+    main = threading.main_thread().ident
+    def waiting():  # save_state(20) waits for step 10's upload
+        frame = sys._current_frames().get(main)
+        while frame is not None:
+            if frame.f_code.co_name == "wait" and frame.f_code.co_filename.endswith(
+                "background.py"
+            ):
+                return True
+            frame = frame.f_back
+        return False
     def terminate():
-        while 20 not in guard._unrecorded:  # save_state(20) waits for step 10's upload
+        while not waiting():
             time.sleep(0.01)
         guard.request("terminate", exit=True)
         held.set()
@@ -1225,23 +1259,25 @@ with CheckpointGuard(
 """
 
 
-def test_sys_exit_inside_the_guards_with_block_exits_1_when_the_exit_save_then_fails(
+def test_a_terminate_during_the_wait_whose_final_save_fails_exits_1_from_the_with_block(
     tmp_path: Path,
 ) -> None:
-    """sys.exit(guard.exit_code) inside the guard's `with` block took the code (143: saved
-    for a reclaim) before the block's close() waited for the background save answering the
-    exit; when that save failed, exit_code became 1 but the process exited 143, and the job
-    was restarted as if its state were saved."""
+    """A terminate while save_state(20) waits for step 10's upload makes it the final save
+    (the upload is cancelled: no deadline is known to wait by); that save failing leaves the
+    guard's `with` block by the error, and the process exits 1 (before, it exited 143 as if
+    the exit's state were saved: see docs/checkpoint.md)."""
     done = subprocess.run(
         [sys.executable, "-c", _EXIT_INSIDE_THE_GUARDS_WITH, str(tmp_path / "store")],
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert "exit asked at 20 code 143" in done.stdout, done.stderr
-    assert "background checkpoint of step 20 failed" in done.stderr
+    assert "exit asked at" not in done.stdout, done.stderr
+    assert "the checkpoint of step 20 was NOT saved" in done.stderr, done.stderr
+    assert "No space left on device" in done.stderr
     assert done.returncode == 1, done.stderr
-    assert CheckpointStore(str(tmp_path / "store")).latest().step == 10  # type: ignore[union-attr]
+    latest = CheckpointStore(str(tmp_path / "store")).latest()
+    assert latest is None or latest.step == 10
 
 
 def test_guard_close_stops_waiting_for_a_save_that_writes_nothing(
