@@ -454,7 +454,8 @@ class CheckpointGuard:
         never resumes; 143 is what a SIGTERM'd process would have exited with, which
         Kubernetes (a podFailurePolicy can match it), systemd and torchrun treat as a failure
         to restart. 1 when an exit's save raised (see `save_failed`): the state is not
-        saved, which 143 would claim."""
+        saved, which 143 would claim; 1 too when close() finds the last background save
+        failed and the loop left before its retry (0 would mark that run complete)."""
         return self._exit_code
 
     def saved(
@@ -998,6 +999,20 @@ class CheckpointGuard:
         if a terminate's deadline passes meanwhile."""
         if self.saver is not None:
             self._wait_for_background(self.saver)
+            with self._lock:
+                # The last background save failed and the loop left before its retry: exit 0
+                # marked the Job complete (torchrun reported success) with the run's last
+                # steps saved nowhere, never to be redone.
+                unsaved = "retry" in self._pending and self._exit_code == 0
+                if unsaved:
+                    self._exit_code = 1
+            if unsaved:
+                log.error(
+                    "forewarn: the last background checkpoint failed and was not saved again "
+                    "before close(): exit_code is 1, so the job is restarted from the last "
+                    "durable checkpoint (%s)",
+                    f"step {self.durable_step}" if self.durable_step is not None else "none",
+                )
         self._stop.set()
         self._ticker.join(timeout=1)
         self._watched.clear()

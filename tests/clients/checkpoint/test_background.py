@@ -749,6 +749,42 @@ def test_an_exit_asked_for_while_a_save_waits_whose_final_save_fails_exits_with_
     assert store.latest_hint() is None
 
 
+def test_a_run_whose_last_background_save_failed_does_not_exit_0(tmp_path: Path) -> None:
+    """The loop's last periodic save failed in the background and close() only logged it:
+    exit_code stayed 0, so `sys.exit(guard.exit_code)` marked the Job complete (torchrun
+    reported success) and the run's last steps, saved nowhere, were never redone."""
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    assert guard.due(10)
+    guard.save_state(10, state(10))
+    guard.saver.wait()
+    backend.fail = True
+    assert guard.due(20)
+    guard.save_state(20, state(20))  # the loop's last step: it leaves
+    guard.close()
+    assert store.latest_hint() == 10
+    assert guard.exit_code == 1
+
+
+def test_a_failed_background_save_saved_again_leaves_exit_code_0(tmp_path: Path) -> None:
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    backend.fail = True
+    assert guard.due(10)
+    guard.save_state(10, state(10))
+    guard.saver.wait()
+    backend.fail = False
+    with pytest.raises(BackgroundSaveError):
+        guard.due(11)
+    assert guard.due(11)  # the retry
+    guard.save_state(11, state(11))
+    guard.close()
+    assert store.latest_hint() == 11
+    assert guard.exit_code == 0
+
+
 def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
     tmp_path: Any,
 ) -> None:
