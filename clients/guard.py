@@ -735,6 +735,7 @@ class CheckpointGuard:
             return self._final_save(saver, step, state, metadata)
         if in_flight == step:
             return self._join_in_flight(step)
+        waited_since = time.monotonic()  # the wait for the save in flight is part of the stall
         if in_flight is not None:
             # The save in flight is waited for here, in ticks, not inside saver.save(): an exit
             # asked for meanwhile (SIGTERM during a slow or stalled upload) then goes through
@@ -751,7 +752,7 @@ class CheckpointGuard:
         with self._lock:
             self._unrecorded.add(step)
         try:
-            timing = saver.save(step, state, metadata=metadata)
+            timing = saver.save(step, state, metadata=metadata, waited_since=waited_since)
         except BaseException as error:
             self._recorded(step)
             if isinstance(error, CheckpointError):

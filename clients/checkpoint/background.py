@@ -289,13 +289,20 @@ class BackgroundSaver:
             raise error
 
     def save(
-        self, step: int, state: Mapping[str, Any], *, metadata: Mapping[str, Any] | None = None
+        self,
+        step: int,
+        state: Mapping[str, Any],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        waited_since: float | None = None,
     ) -> SaveTiming:
         """Snapshot `state` and save it as generation `step` in the background; returns once
         the snapshot is taken (`stall_seconds`). Raises the previous save's failure, and
-        `CheckpointError` under torch.distributed with several ranks (see `_refuse_ranks`)."""
+        `CheckpointError` under torch.distributed with several ranks (see `_refuse_ranks`).
+        `waited_since`: when (time.monotonic()) the caller began waiting for the save in
+        flight itself, counted in the stall and the durable time as the wait here is."""
         _refuse_ranks(step)
-        started = time.monotonic()
+        started = time.monotonic() if waited_since is None else waited_since
         self.wait()  # one in flight: its buffers are about to be reused
         self.check()
         copies: list[tuple[Any, Any]] = []

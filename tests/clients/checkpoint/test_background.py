@@ -785,6 +785,31 @@ def test_a_failed_background_save_saved_again_leaves_exit_code_0(tmp_path: Path)
     assert guard.exit_code == 0
 
 
+def test_the_guards_stall_counts_the_wait_for_the_save_in_flight(tmp_path: Path) -> None:
+    """docs/checkpoint.md: a save while one is in flight first waits for it, and that wait
+    is part of the stall (what training paid, acked to the agent as stall_seconds)."""
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    guard = background_guard(store, every_steps=10)
+    release = backend.hold(10)
+    try:
+        assert guard.due(10)
+        guard.save_state(10, state(10))
+        assert backend.stuck.acquire(timeout=60)
+        timer = threading.Timer(0.3, release.set)
+        timer.start()
+        assert guard.due(20)
+        started = time.monotonic()
+        result = guard.save_state(20, state(20))
+        waited = time.monotonic() - started
+        assert waited >= 0.25
+        assert result.flush_seconds >= 0.25 and guard.saver.last.stall_seconds >= 0.25
+    finally:
+        release.set()
+        guard.close()
+    assert store.latest_hint() == 20
+
+
 def test_an_exit_without_a_deadline_cancels_the_upload_and_saves_synchronously(
     tmp_path: Any,
 ) -> None:
