@@ -14,7 +14,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from forewarn.protocol.timefmt import format_time, parse_time, utcnow
+from forewarn.protocol.timefmt import format_time, parse_time, time_or_none, utcnow
 
 # A note is free text from whoever ran `forewarn notify`: show all of it, on one line, with
 # nothing a terminal would act on.
@@ -54,17 +54,6 @@ def describe(notice: dict[str, Any], *, replay: bool = False) -> str:
     if replay:
         line += "  [replay]"
     return line
-
-
-def _sent_at(beat: dict[str, Any]) -> datetime | None:
-    """A heartbeat's `sent_at`, or None when it has none readable."""
-    sent = beat.get("sent_at")
-    if not isinstance(sent, str):
-        return None
-    try:
-        return parse_time(sent)
-    except ValueError:
-        return None
 
 
 def _after(beat_seq: object, notice_seq: object) -> object:
@@ -121,12 +110,12 @@ class ReplayTracker:
             # file yet, and the restarted agent lists it only once its watcher reports it
             # again: a clear printed meanwhile withdrew a notice nobody had withdrawn.
             self._settle_until = time.monotonic() + notices.RESTART_SETTLE
-            self._settle_from = _sent_at(beat)
+            self._settle_from = time_or_none(beat.get("sent_at"))
         self._agent = agent
         if time.monotonic() < self._settle_until:
             return []
         if self._settle_from is not None:
-            sent = _sent_at(beat)
+            sent = time_or_none(beat.get("sent_at"))
             if sent is not None and (sent - self._settle_from).total_seconds() < (
                 notices.RESTART_SETTLE
             ):

@@ -26,7 +26,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.protocol.timefmt import time_or_none, utcnow
 from forewarn.protocol.wire import (
     ENV_EVENTS,
     TOPIC_CLIENT_PREFIX,
@@ -529,7 +529,7 @@ class Notices:
             # their word, they cleared every provider notice, and the guard flushed again
             # for each drain and ended a job that rightly trained under an acted-on terminate.
             self._settle_until = time.monotonic() + RESTART_SETTLE
-            self._settle_from = _sent_at(beat)
+            self._settle_from = time_or_none(beat.get("sent_at"))
             # Its notices came before this heartbeat, numbered on from its own mark: the jump
             # to it is no gap. Any other is a loss (among its replay, or after it), and a
             # notice its replay left out is checked at its next heartbeat: wiping them, a
@@ -602,7 +602,7 @@ class Notices:
             return True
         if self._settle_from is None:
             return False
-        sent = _sent_at(beat)
+        sent = time_or_none(beat.get("sent_at"))
         if sent is not None and (sent - self._settle_from).total_seconds() < RESTART_SETTLE:
             return True
         self._settle_from = None
@@ -693,17 +693,6 @@ class Notices:
                 listener(event)
             except Exception:
                 log.exception("forewarn: a notice listener failed")
-
-
-def _sent_at(beat: dict[str, Any]) -> datetime | None:
-    """A heartbeat's `sent_at`, or None when it has none this client can read."""
-    sent = beat.get("sent_at")
-    if not isinstance(sent, str):
-        return None
-    try:
-        return parse_time(sent)
-    except ValueError:
-        return None
 
 
 def _plain(value: Any) -> Any:

@@ -80,6 +80,17 @@ _ORDER = ["d", "h", "m", "s", "ms"]
 _EXAMPLES = "use e.g. 90s, 15m, 2h, 1h30m"
 
 
+def time_or_none(value: object) -> datetime | None:
+    """`value` read as an RFC 3339 time, or None when it is not one: a field a peer may send
+    in any shape (a heartbeat's `sent_at`), where no time is an answer, not an error."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
 def parse_duration(text: str) -> float:
     """Seconds in `90`, `1.5`, `.5`, `90s`, `15m`, `2h`, `1d`, `250ms`, the unit words
     (`10sec`, `10 min`, `2 hours`, `1 day`) in any case (`2 Hours`, `90S`; a capital `M` alone,
@@ -187,5 +198,6 @@ __all__ = [
     "parse_deadline",
     "parse_duration",
     "parse_time",
+    "time_or_none",
     "utcnow",
 ]

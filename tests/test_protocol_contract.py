@@ -8,6 +8,7 @@ import json
 import pkgutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, get_args
 
@@ -15,6 +16,7 @@ import forewarn.protocol as protocol
 import pytest
 from forewarn.agent.protocol import Heartbeat, Notice, NotifyRequest
 from forewarn.clients.event import Event
+from forewarn.protocol.timefmt import format_time, time_or_none
 from forewarn.providers.report import Report
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -184,3 +186,30 @@ def test_a_client_id_is_taken_by_the_client_exactly_when_the_agent_takes_it(clie
         assert len(b"\x01client/" + client.encode()) <= 1024  # the agent's subscription cap
     elif agent_problem(client) is None:
         assert "surrogate" in str(wire_problem(client)), client
+
+
+_WRITTEN_TIMES = st.datetimes(
+    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.just(timezone.utc)
+).map(lambda moment: moment.replace(microsecond=moment.microsecond // 1000 * 1000))
+
+
+@given(
+    st.one_of(
+        st.text(max_size=60),
+        st.integers(),
+        st.none(),
+        st.floats(),
+        st.lists(st.text(max_size=5), max_size=3),
+        _WRITTEN_TIMES.map(format_time),
+    )
+)
+def test_a_peer_time_field_reads_as_a_time_or_none_never_an_error(value: object) -> None:
+    """A heartbeat's `sent_at` in any shape is a time or None, never an exception in the
+    client's reader thread."""
+    read = time_or_none(value)
+    assert read is None or read.tzinfo is not None
+
+
+@given(_WRITTEN_TIMES)
+def test_a_time_written_by_the_agent_reads_back_as_itself(moment: datetime) -> None:
+    assert time_or_none(format_time(moment)) == moment
