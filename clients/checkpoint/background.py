@@ -729,15 +729,23 @@ class BackgroundSaver:
         self._thread = None
 
 
+def _storage(value: Any) -> tuple[int, int] | None:
+    """A tensor's storage as (address, bytes), or None for a wrapper subclass without storage
+    of its own (torch raises one of these three for it, by subclass)."""
+    try:
+        storage = value.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
 def _same_tensor_key(value: Any) -> tuple[Any, ...] | None:
     """What makes two tensors of the state one (the same memory seen the same way), or None
     for one without memory of its own to compare (empty, or a wrapper subclass)."""
-    try:
-        address = value.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError, TypeError):
+    storage = _storage(value)
+    if storage is None or not storage[0]:
         return None
-    if not address:
-        return None
+    address = storage[0]
     return (
         str(value.device),
         address,
@@ -830,12 +838,10 @@ def live_tensors(state: Any) -> StableMemory:
         value = pending.pop()
         if isinstance(value, torch.Tensor):
             if value.device.type == "cpu" and value.layout == torch.strided:
-                try:
-                    storage = value.untyped_storage()
-                    address, size = storage.data_ptr(), storage.nbytes()
-                except (RuntimeError, NotImplementedError, TypeError):
+                storage = _storage(value)
+                if storage is None:
                     continue  # a wrapper subclass without storage of its own: not stable
-                stable.add(address, size, value)
+                stable.add(*storage, value)
         elif isinstance(value, Mapping):
             pending.extend(value.values())
         elif isinstance(value, (list, tuple)):
