@@ -43,4 +43,15 @@ class Report(BaseModel):
     until: Timestamp | None = None
 
 
-__all__ = ["Report", "Timestamp"]
+def saved_report(item: object) -> Report:
+    """A report as a watcher's state file holds it, written by this version of the agent or
+    another. Keys this version does not know are left out: a newer agent's file has them (as
+    every file has had `until` since it was added), and an agent rolled back past a new key
+    refused each saved report for it, losing the notices its watcher had raised.
+    ValidationError when it is no report."""
+    if isinstance(item, dict):
+        item = {key: value for key, value in item.items() if key in Report.model_fields}
+    return Report.model_validate(item)
+
+
+__all__ = ["Report", "Timestamp", "saved_report"]

@@ -19,7 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from forewarn.providers.report import Report
+from forewarn.providers.report import Report, saved_report
+from pydantic import ValidationError
 
 from ..health import PollHealth
 from ..persist import write_or_report
@@ -142,12 +143,26 @@ class ActiveReclaims:
     def load(self, now: datetime) -> list[Report]:
         try:
             payload = json.loads(self.path.read_text())
-            reports = [Report.model_validate(item) for item in payload]
         except FileNotFoundError:
             return []
-        except (OSError, ValueError, TypeError, RecursionError) as error:  # as SeenMail.load
+        except (OSError, ValueError, RecursionError) as error:  # as SeenMail.load
             log.warning("digitalocean: ignoring unreadable %s (%s)", self.path, error)
             return []
+        if not isinstance(payload, list):
+            log.warning("digitalocean: ignoring %s: not a JSON list", self.path)
+            return []
+        reports = []
+        for item in payload:
+            # One report that cannot be read costs only itself: the others' mails are marked
+            # handled, and nothing would raise their reclaims again.
+            try:
+                reports.append(saved_report(item))
+            except ValidationError as error:
+                log.warning(
+                    "digitalocean: ignoring a reclaim in %s (%s)",
+                    self.path,
+                    error.errors()[0]["msg"],
+                )
         return [r for r in reports if r.deadline is None or r.deadline > now]
 
     def current(self, now: datetime) -> list[Report]:

@@ -15,7 +15,8 @@ import json
 import logging
 from pathlib import Path
 
-from forewarn.providers.report import Report
+from forewarn.providers.report import Report, saved_report
+from pydantic import ValidationError
 
 from ..health import PollHealth
 from ..persist import write_or_report
@@ -39,13 +40,28 @@ class ActiveNotices:
             return {}
         try:
             payload = json.loads(self.path.read_text())
-            return {str(kind): Report.model_validate(item) for kind, item in payload.items()}
         except FileNotFoundError:
             return {}
         # RecursionError: nested a few thousand deep; escaping, it crashed every start.
-        except (OSError, ValueError, TypeError, AttributeError, RecursionError) as error:
+        except (OSError, ValueError, RecursionError) as error:
             log.warning("gcp: ignoring unreadable %s (%s)", self.path, error)
             return {}
+        if not isinstance(payload, dict):
+            log.warning("gcp: ignoring %s: not a JSON object", self.path)
+            return {}
+        notices = {}
+        for kind, item in payload.items():
+            # One that cannot be read costs only itself: the others keep their ids.
+            try:
+                notices[kind] = saved_report(item)
+            except ValidationError as error:
+                log.warning(
+                    "gcp: ignoring the %s notice in %s (%s)",
+                    kind,
+                    self.path,
+                    error.errors()[0]["msg"],
+                )
+        return notices
 
     def get(self, kind: str) -> Report | None:
         return self.notices.get(kind)

@@ -1,0 +1,105 @@
+"""The notices a watcher keeps in the state directory, read by another version of the agent.
+
+`Report` gained a field before (`until`, in 5991706): every file a newer agent writes has it,
+and an agent rolled back past it refused each saved report as an extra key. The DigitalOcean
+reclaims were then gone for good (their mails are marked handled), and GCP's notices in force
+lost their ids. A key the reader does not know is left out, and one report it cannot read
+costs only that report.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from forewarn.providers.digitalocean.seen import ActiveReclaims
+from forewarn.providers.gcp.active import ActiveNotices
+from forewarn.providers.report import Report, saved_report
+from hypothesis import given
+from hypothesis import strategies as st
+
+NOW = datetime(2026, 12, 5, 1, 0, tzinfo=timezone.utc)
+
+
+def reclaim(number: int) -> Report:
+    return Report(
+        id=f"digitalocean/reclaim/{number}",
+        action="drain",
+        reason="reclaim",
+        provider="digitalocean",
+        deadline=NOW + timedelta(hours=2),
+        noticed_at=NOW,
+        detail={"subject": "Droplet reclaim"},
+    )
+
+
+def as_saved(report: Report, **newer: object) -> dict[str, object]:
+    """`report` as the file holds it, with the keys a newer agent adds."""
+    item: dict[str, object] = json.loads(report.model_dump_json())
+    item.update(newer)
+    return item
+
+
+def test_a_digitalocean_reclaim_saved_by_a_newer_agent_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "digitalocean-active.json"
+    first, second = reclaim(1), reclaim(2)
+    path.write_text(json.dumps([as_saved(first, lead_seconds=7200), as_saved(second)]))
+    assert ActiveReclaims(path).load(NOW) == [first, second]
+
+
+def test_one_unreadable_reclaim_costs_only_itself(tmp_path: Path) -> None:
+    path = tmp_path / "digitalocean-active.json"
+    kept = reclaim(2)
+    path.write_text(json.dumps([{"id": "", "action": "sideways"}, "text", as_saved(kept)]))
+    assert ActiveReclaims(path).load(NOW) == [kept]
+
+
+def test_a_reclaim_saved_before_until_is_read(tmp_path: Path) -> None:
+    # The format of 51cdf3b (before `until`): what an upgraded agent finds.
+    path = tmp_path / "digitalocean-active.json"
+    older = as_saved(reclaim(1))
+    del older["until"]
+    path.write_text(json.dumps([older]))
+    assert ActiveReclaims(path).load(NOW) == [reclaim(1)]
+
+
+def test_a_gcp_notice_in_force_saved_by_a_newer_agent_keeps_its_id(tmp_path: Path) -> None:
+    path = tmp_path / "gcp-notices.json"
+    drain = Report(
+        id="gcp/maintenance-event/1",
+        action="drain",
+        reason="host-maintenance",
+        provider="gcp",
+        deadline=NOW + timedelta(hours=1),
+        noticed_at=NOW,
+    )
+    path.write_text(
+        json.dumps({"maintenance-event": as_saved(drain, window_start="2026-12-05T01:00:00Z")})
+    )
+    assert ActiveNotices(path).get("maintenance-event") == drain
+
+
+def test_one_unreadable_gcp_notice_costs_only_itself(tmp_path: Path) -> None:
+    path = tmp_path / "gcp-notices.json"
+    preempted = Report(
+        id="gcp/preempted/1",
+        action="terminate",
+        reason="preemption",
+        provider="gcp",
+        noticed_at=NOW,
+    )
+    path.write_text(json.dumps({"maintenance-event": [], "preempted": as_saved(preempted)}))
+    assert ActiveNotices(path).notices == {"preempted": preempted}
+
+
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=20).filter(lambda key: key not in Report.model_fields),
+        st.one_of(st.none(), st.integers(), st.text(max_size=20), st.lists(st.booleans())),
+        max_size=5,
+    )
+)
+def test_keys_a_newer_agent_adds_are_left_out(newer: dict[str, object]) -> None:
+    report = reclaim(3)
+    assert saved_report(as_saved(report, **newer)) == report
