@@ -608,9 +608,10 @@ def _environment_error(error: SettingsError, model: type[Settings]) -> str:
     return f"environment: {error}"
 
 
-# FOREWARN_* variables that are not settings of the agent: read by `load_settings` itself, by
-# the client library in the training process, or by the DigitalOcean credentials file.
-_NOT_SETTINGS = ("CONFIG", "CHECKPOINT_", "IMAP_")
+# FOREWARN_* variables that are not settings of the agent: read by the client library in the
+# training process, or by the DigitalOcean credentials file (and FOREWARN_CONFIG, by
+# `load_settings` itself).
+_NOT_SETTINGS = ("CHECKPOINT_", "IMAP_")
 
 
 def variable_problem(variable: str, model: type[Settings], *, strict: bool = False) -> str | None:
@@ -621,8 +622,12 @@ def variable_problem(variable: str, model: type[Settings], *, strict: bool = Fal
     holds the agent's settings only): any name that is no setting."""
     name = variable.upper().removeprefix("FOREWARN_")
     keys = [key.upper() for key in model.model_fields]
-    if name == variable.upper() or name in keys or name.startswith(_NOT_SETTINGS):
+    if name in (variable.upper(), "CONFIG") or name in keys or name.startswith(_NOT_SETTINGS):
         return None
+    if name.startswith("CONFIG"):
+        # FOREWARN_CONFIG_FILE (as other tools name theirs) passed as FOREWARN_CONFIG's kin,
+        # and the agent started without the file in silence.
+        return "not a setting (did you mean FOREWARN_CONFIG?)"
     sections: dict[str, type[BaseModel]] = {
         key.upper(): field.annotation
         for key, field in model.model_fields.items()

@@ -895,10 +895,28 @@ def test_a_section_name_typo_names_the_variable_meant(monkeypatch: pytest.Monkey
 def test_variables_of_the_client_and_far_from_any_key_are_not_settings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in ("CHECKPOINT_URL", "CHECKPOINT_KEEP", "CONFIG_UNUSED", "EXAMPLE_INTERVAL"):
+    for name in ("CHECKPOINT_URL", "CHECKPOINT_KEEP", "EXAMPLE_INTERVAL"):
         monkeypatch.setenv(f"FOREWARN_{name}", "x")
     monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
     assert load_settings().exit_margin == 30
+
+
+@pytest.mark.parametrize("name", ["CONFIG_FILE", "CONFIG_PATH", "CONFIGFILE", "config_file"])
+def test_a_config_file_variable_misnamed_is_named_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Every FOREWARN_CONFIG... passed as the agent's own: FOREWARN_CONFIG_FILE (as other
+    tools name theirs) started the agent without the file, in silence: its providers, webhook
+    and mailbox unset, reclaim mails unwatched."""
+    config = tmp_path / "forewarn.toml"
+    config.write_text("exit_margin = 90\n")
+    monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
+    monkeypatch.setenv(f"FOREWARN_{name}", str(config))
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert str(caught.value) == (
+        f"environment FOREWARN_{name}: not a setting (did you mean FOREWARN_CONFIG?)"
+    )
 
 
 @settings(max_examples=150, deadline=None)
