@@ -622,6 +622,7 @@ NOT_VARIABLES = {
     "FOREWARN_EXIT_MARGN": "typo",
     "FOREWARN_DIGITAL_OCEAN_IMAP_HOST": "typo",
     "FOREWARN_PROVIDER": "typo",
+    "FOREWARN_CONFIG_FILE": "typo",
     "FOREWARN_EXTRAS": "the Dockerfile's build argument",
 }
 
