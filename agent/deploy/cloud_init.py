@@ -52,6 +52,26 @@ _QUOTE_FOR_SYSTEMD = re.compile(r"[\s\"'\\;]")
 _SHELL_OPERATORS = frozenset({";", "&&", "||", "|", "&", ">", ">>", "<", "2>", "2>&1"})
 
 
+# The first step of runcmd: the Python the venv is made with. On an image whose python3 is
+# older (Ubuntu 20.04, Debian 11, RHEL 9, Amazon Linux 2023) the install failed deep in pip,
+# 'requires a different Python' or 'No matching distribution', naming no image that works.
+# Indexes only, no f-string: it must run on any python3.
+PYTHON_CHECK = (
+    "import sys; v = sys.version_info; sys.exit(0 if v[:2] >= (3, 10) else "
+    "'forewarn needs Python 3.10 or newer; python3 here is %d.%d.%d (%s): use an image whose "
+    "python3 is 3.10 or newer (Ubuntu 22.04, Debian 12 or later)' "
+    "% (v[0], v[1], v[2], sys.executable))"
+)
+# The last step: cloud-init runs runcmd as a /bin/sh script without -e, whose status is its
+# last command's, so a failed install left `cloud-init status` at done while the job trained
+# with no agent to warn it.
+AGENT_CHECK = (
+    "systemctl is-active --quiet forewarn-agent.service || { echo 'forewarn: "
+    "forewarn-agent.service is not running: see /var/log/cloud-init-output.log and "
+    "journalctl -u forewarn-agent.service' >&2; exit 1; }"
+)
+
+
 # `install -d -o USER` hands an existing directory to USER (mode 0755, through a symlink too):
 # a training directory of `/`, `/home` or `/opt/forewarn` gave the training user the root file
 # system, every home, or the programs root runs (`forewarn` itself); `/var/tmp` lost its
@@ -478,6 +498,8 @@ def render(
         # Quoted too: a plain scalar cannot start with `@` or hold `: `.
         "training_unit": _scalar(training_unit_name),
         "training_unit_path": _scalar(f"/etc/systemd/system/{training_unit_name}"),
+        "python_check": _scalar(PYTHON_CHECK),
+        "agent_check": _scalar(AGENT_CHECK),
     }
     template = "".join(
         line for line in TEMPLATE.read_text().splitlines(keepends=True) if not line.startswith("##")

@@ -208,7 +208,7 @@ def test_every_accepted_unit_name_is_written_and_started_as_given(
     assert result.returncode == 0, result.stderr
     config = yaml.safe_load(path.read_text())
     assert f"/etc/systemd/system/{unit}" in files(config)
-    assert config["runcmd"][-1] == ["systemctl", "enable", "--now", unit]
+    assert config["runcmd"][-2] == ["systemctl", "enable", "--now", unit]
     checked = schema(tool, path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
@@ -766,3 +766,59 @@ def test_a_relative_socket_path_is_refused_as_the_agent_refuses_it() -> None:
 def test_directories_the_agent_unit_writes_are_rendered(pair: str) -> None:
     result = run_render("--env", pair)
     assert result.returncode == 0, result.stderr
+
+
+def _runcmd(rendered: Path) -> list[list[str]]:
+    runcmd: list[list[str]] = yaml.safe_load(rendered.read_text())["runcmd"]
+    return runcmd
+
+
+@pytest.mark.parametrize("version", [(3, 8, 10), (3, 9, 16)])
+def test_a_python_older_than_3_10_is_named_before_the_install(
+    rendered: Path, version: tuple[int, int, int]
+) -> None:
+    """On Ubuntu 20.04, Debian 11, RHEL 9 or Amazon Linux 2023 (`python3` 3.8 or 3.9) the
+    install failed deep in pip ('requires a different Python' for a wheel, 'No matching
+    distribution' for an index), and nothing said which image to use. The first step names
+    the Python found and what is needed, and fails."""
+    first = _runcmd(rendered)[0]
+    assert first[:2] == ["python3", "-c"], first
+    pretend = f"import sys; sys.version_info = {(*version, 'final', 0)!r}; exec({first[2]!r})"
+    old = subprocess.run([sys.executable, "-c", pretend], capture_output=True, text=True)
+    shown = ".".join(map(str, version))
+    assert old.returncode == 1, old
+    assert old.stderr.startswith(f"forewarn needs Python 3.10 or newer; python3 here is {shown}")
+    assert "Ubuntu 22.04" in old.stderr and "Debian 12" in old.stderr, old.stderr
+    new = subprocess.run([sys.executable, "-c", first[2]], capture_output=True, text=True)
+    assert (new.returncode, new.stderr) == (0, "")
+
+
+def test_cloud_init_reports_an_error_when_the_agent_did_not_start(
+    rendered: Path, tmp_path: Path, tool: Tool
+) -> None:
+    """runcmd is a /bin/sh script without -e: it ends with the last command's status, so a
+    failed pip install (an old Python, no network) left `cloud-init status` at done while the
+    job trained with no agent to warn it. The last step looks whether the agent runs: its
+    failure names the agent unit and makes the script, and so cloud-init, fail."""
+    last = _runcmd(rendered)[-1]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for state, code in (("active", 0), ("activating", 3), ("inactive", 3)):
+        systemctl = fake / "systemctl"
+        systemctl.write_text(
+            f'#!/bin/sh\n[ "$1 $2 $3" = "is-active --quiet forewarn-agent.service" ] '
+            f"|| exit 9\nexit {code}\n"
+        )
+        systemctl.chmod(0o755)
+        result = subprocess.run(
+            last,
+            capture_output=True,
+            text=True,
+            env={"PATH": f"{fake}:/usr/bin:/bin"},
+        )
+        if state == "active":
+            assert (result.returncode, result.stderr) == (0, ""), state
+        else:
+            assert result.returncode == 1, (state, result)
+            assert "forewarn-agent.service is not running" in result.stderr, result.stderr
+            assert "/var/log/cloud-init-output.log" in result.stderr, result.stderr
