@@ -188,11 +188,22 @@ def _notices(raw: dict[str, object], key: str, path: Path) -> list[Notice]:
     items = raw.get(key, [])
     for item in items if isinstance(items, list) else []:
         try:
-            notices.append(Notice.model_validate(item))
+            notices.append(saved_notice(item))
         except ValidationError as error:
             shown = item.get("id") if isinstance(item, dict) else None
             log.error("state file %s: notice %r dropped: %s", path, shown, error.errors()[0]["msg"])
     return notices
+
+
+def saved_notice(item: object) -> Notice:
+    """A notice as the agent's own files hold it (state.json, webhook-pending.json), written
+    by this version of the agent or another. Keys this version does not know are left out,
+    as the client library leaves them out of a notice it receives: refused, a rollback past a
+    new field dropped every saved notice, manual ones for good. ValidationError when it is
+    no notice."""
+    if isinstance(item, dict):
+        item = {key: value for key, value in item.items() if key in Notice.model_fields}
+    return Notice.model_validate(item)
 
 
 def read_small(path: Path, limit: int = MAX_STATE_BYTES) -> bytes:
@@ -293,6 +304,7 @@ __all__ = [
     "read_small",
     "save_seq_mark",
     "save_state",
+    "saved_notice",
     "set_aside",
     "write_atomic",
 ]

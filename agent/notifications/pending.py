@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..protocol import Notice
-from ..state import read_small, set_aside, write_atomic
+from ..state import read_small, saved_notice, set_aside, write_atomic
 
 log = logging.getLogger("forewarn.webhook")
 
@@ -56,7 +56,7 @@ def decode_pending(data: bytes) -> tuple[list[Notice], list[str]]:
     notices, problems = [], []
     for index, item in enumerate(items):
         try:
-            notices.append(Notice.model_validate(item))
+            notices.append(saved_notice(item))
         except ValidationError as error:
             problems.append(f"notice {index}: {error.errors()[0]['msg']}")
     return notices, problems

@@ -1,0 +1,74 @@
+"""The notices the agent keeps in its state directory (state.json, webhook-pending.json), read
+by another version of the agent.
+
+A newer agent's file may hold keys this one does not know, top-level (ignored already) and in
+a saved notice (a rollback past a new field): the saved notice was dropped as 'Extra inputs
+are not permitted', and a manual notice with it, which nothing raises again. The client
+library reads a notice with an unknown key, leaving the key out; the agent reads its own saved
+notices the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from forewarn.agent.notifications.pending import PendingFile, decode_pending, encode_pending
+from forewarn.agent.protocol import Notice
+from forewarn.agent.state import AgentState, encode_state, load_state, saved_notice
+from hypothesis import given
+from hypothesis import strategies as st
+from support import local_notice
+
+
+def sent(seq: int, action: str) -> Notice:
+    """A manual notice at the wire's millisecond precision, as the files hold it."""
+    notice: Notice = local_notice(seq, action)
+    return Notice.model_validate_json(notice.model_dump_json())
+
+
+def with_newer_keys(notice: Notice, **newer: object) -> dict[str, object]:
+    item: dict[str, object] = json.loads(notice.model_dump_json())
+    item.update(newer)
+    return item
+
+
+def test_a_manual_notice_saved_by_a_newer_agent_is_kept(tmp_path: Path) -> None:
+    manual, provider = sent(4, "drain"), sent(5, "terminate")
+    saved = json.loads(encode_state(AgentState(seq=5, manual=[manual], provider=[provider])))
+    saved["manual"] = [with_newer_keys(manual, lead_seconds=7200)]
+    saved["provider"] = [with_newer_keys(provider, source={"kind": "imds"})]
+    saved["holds"] = {"local/4": 2}  # a newer top-level key
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(saved))
+    state = load_state(path)
+    assert (state.seq, state.manual, state.provider) == (5, [manual], [provider])
+    assert path.exists()  # read, not set aside
+
+
+def test_a_webhook_notice_saved_by_a_newer_agent_is_delivered(tmp_path: Path) -> None:
+    waiting = sent(7, "terminate")
+    path = tmp_path / "webhook-pending.json"
+    saved = json.loads(encode_pending([waiting]))
+    saved["notices"] = [with_newer_keys(waiting, attempts=3)]
+    path.write_text(json.dumps(saved))
+    assert PendingFile(path, list).load() == [waiting]
+
+
+def test_a_notice_that_is_no_notice_is_still_left_out() -> None:
+    notices, problems = decode_pending(
+        json.dumps({"version": 1, "notices": [{"id": "x", "extra": 1}]}).encode()
+    )
+    assert notices == [] and len(problems) == 1
+
+
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=20).filter(lambda key: key not in Notice.model_fields),
+        st.one_of(st.none(), st.integers(), st.text(max_size=20), st.lists(st.booleans())),
+        max_size=5,
+    )
+)
+def test_keys_a_newer_agent_adds_to_a_notice_are_left_out(newer: dict[str, object]) -> None:
+    notice = sent(3, "drain")
+    assert saved_notice(with_newer_keys(notice, **newer)) == notice
