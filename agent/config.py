@@ -554,8 +554,11 @@ def load_settings(
     when it exists). `overrides` are flag values; None means "not given". `registry` says
     which provider sections exist.
     """
-    # In any case, as every FOREWARN_ variable is read: `forewarn_config` was ignored.
-    named = environment(ENV_CONFIG)
+    # In any case, as every FOREWARN_ variable is read: `forewarn_config` was ignored. Without
+    # the space around it, blank as unset, as the clients read it (`wire.config_file`): with
+    # a ConfigMap block's newline or an env file's trailing blank, 'config file ... : not
+    # found' stopped every start.
+    named = (environment(ENV_CONFIG) or "").strip(string.whitespace) or None
     path = config_file or (Path(named) if named else None)
     if path is None and DEFAULT_CONFIG_FILE.is_file():
         path = DEFAULT_CONFIG_FILE

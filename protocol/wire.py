@@ -142,7 +142,9 @@ def config_file(given: Path | None = None) -> Path | None:
     """The agent's TOML file, found as the agent finds it: `given` (`--config`), else
     `$FOREWARN_CONFIG`, else /etc/forewarn/forewarn.toml when it exists; None when none."""
     path = given
-    named = environment(ENV_CONFIG)
+    # Without the space around it, blank as unset, as the agent reads it and every other path
+    # variable: with a ConfigMap block's newline the clients read no file, in silence.
+    named = _set(ENV_CONFIG)
     if path is None and named:
         path = Path(named)
     if path is None and DEFAULT_CONFIG_FILE.is_file():
