@@ -8,9 +8,10 @@
 #   docker volume create --driver local --opt type=tmpfs --opt device=tmpfs \
 #     --opt o=uid=10001,gid=10001,mode=0750,size=1m forewarn-run
 #   docker run -d --restart unless-stopped --network host -v forewarn-run:/run/forewarn \
-#     forewarn:0.1.0 --provider aws
+#     -v forewarn-state:/var/lib/forewarn forewarn:0.1.0 --provider aws
 # (--restart: Docker starts it again after a crash and when the machine boots; without it a
-# stopped agent stays stopped and the training container hears nothing.)
+# stopped agent stays stopped and the training container hears nothing. forewarn-state: the
+# agent's state outlives the container, so an upgrade of the image keeps the notices in force.)
 # (a training container mounts it with `-v forewarn-run:/run/forewarn:nocopy` and names it,
 # `-e FOREWARN_RUNTIME_DIR=/run/forewarn`, or a client made before the agent runs looks
 # elsewhere for good; one that is not root needs group 10001, `--group-add 10001`, for its

@@ -360,6 +360,22 @@ def test_the_documented_agent_container_comes_back_after_a_crash_or_a_reboot():
         assert dict(itertools.pairwise(run)).get("--restart") == "unless-stopped", run
 
 
+def test_the_documented_agent_container_keeps_its_state_when_replaced():
+    """An upgrade of the image is `docker rm` and `docker run` of the new one: the state in
+    the container's own layer went with the old container, and with it the manual notices (a
+    planned maintenance's drain with its deadline, which nothing raises again), the acks, the
+    DigitalOcean reclaims raised and GCP's notice ids. The documented agent keeps
+    /var/lib/forewarn in a named volume, which Docker fills from the image (owner 10001, mode
+    0750) the first time it mounts it empty."""
+    runs = documented_agent_runs()
+    assert len(runs) == 2, runs
+    for run in runs:
+        state = [m for m in mounted(run).values() if m[1] == "/var/lib/forewarn"]
+        assert state, run
+        name, _, options = state[0]
+        assert not name.startswith("/") and "nocopy" not in options, run
+
+
 def test_the_documented_training_container_has_time_to_save_when_stopped():
     """`docker stop` (and dockerd at a shutdown) sends SIGTERM, then SIGKILL after the
     container's stop timeout, 10 s unless set: the guard's reclaim save after a SIGTERM was
