@@ -15,6 +15,7 @@ import math
 import operator
 import os
 import queue
+import re
 import socket
 import stat
 import threading
@@ -59,6 +60,8 @@ ACK_RETRY_SECONDS = 30.0
 # systemd to restart a crashed agent (RestartSec=2s and its start); an agent that answers is
 # not waited for. An ack of no notice (a periodic or SIGTERM save) gets one try on close.
 ACK_CLOSE_SECONDS = 10.0
+# How an agent (pydantic) names a field of a request it does not know.
+_UNKNOWN_FIELD = re.compile(r"(?:^|[\s;:])([a-z_]+): Extra inputs are not permitted")
 # A malformed message on the events socket is dropped; at most one warning this often says so
 # (with how many more were dropped since), so a broken publisher cannot flood the job's log.
 MALFORMED_WARN_SECONDS = 60.0
@@ -136,6 +139,13 @@ def parse_heartbeat(payload: bytes) -> dict[str, Any]:
     return beat
 
 
+def fields_refused_as_unknown(error: str, payload: dict[str, Any]) -> set[str]:
+    """The fields of `payload` an agent's refusal `error` names as unknown to it (never
+    `op`): an agent older than the client refuses an ack whole for a field it lacks."""
+    named = set(_UNKNOWN_FIELD.findall(error))
+    return {key for key in payload if key in named and key != "op"}
+
+
 class Notices:
     """Subscribe to the local agent.
 
@@ -192,6 +202,7 @@ class Notices:
         self._sender: threading.Thread | None = None
         self._acks_dropped = 0
         self._ack_failing = False
+        self._older_agent_said = False
         self._close_by = math.inf
         self._malformed_unsaid = 0
         self._malformed_quiet_until = -math.inf
@@ -360,6 +371,21 @@ class Notices:
             log.info("forewarn: acks reach the agent on %s again", self.control)
         self._ack_failing = False
         if not reply.get("ok"):
+            unknown = fields_refused_as_unknown(str(reply.get("error")), payload)
+            if unknown:
+                # An agent older than this library (its image upgraded apart from the
+                # training image) refused the whole ack for a field it does not know, and the
+                # flush seconds that size its exit margin were lost with it.
+                if not self._older_agent_said:
+                    self._older_agent_said = True
+                    log.warning(
+                        "forewarn: the agent on %s is older than this client: it does not "
+                        "take %s in an ack; sending acks without them",
+                        self.control,
+                        ", ".join(sorted(unknown)),
+                    )
+                kept = {key: value for key, value in payload.items() if key not in unknown}
+                return self._send_ack(kept, timeout)
             log.warning("forewarn: the agent refused an ack: %s", reply.get("error"))
             return False
         return True
