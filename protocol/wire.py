@@ -172,6 +172,10 @@ def _quote_hint(text: str, error: str) -> str:
     bare = _BARE_TEXT.match(lines[int(found.group(1)) - 1])
     if not bare:
         return ""
+    if bare.group(2).lower() in ("true", "false"):
+        # `True` as Python writes it: quoting it works too, but TOML's own form is the one
+        # to write.
+        return f" (a boolean is lower case in TOML: {bare.group(1)} = {bare.group(2).lower()})"
     return f' (a text is quoted in TOML: {bare.group(1)} = "{bare.group(2)}")'
 
 

@@ -131,6 +131,20 @@ def test_a_bare_text_in_the_file_is_named_with_its_quoted_form(
                     assert f'(a text is quoted in TOML: {key} = "{value}")' in str(error)
 
 
+@pytest.mark.parametrize("written", ["True", "False", "TRUE", "False  # off for now"])
+def test_a_boolean_written_as_python_writes_it_is_named_with_its_toml_form(
+    tmp_path: Path, written: str
+) -> None:
+    """`telemetry = True` (as Python writes it) was told to quote it, `telemetry = "True"`:
+    TOML's own booleans are lower case, and the hint now names that form."""
+    path = tmp_path / "f.toml"
+    path.write_text(f"telemetry = {written}\n")
+    with pytest.raises(ConfigFileError) as caught:
+        read_toml(path)
+    meant = written.split()[0].lower()
+    assert f"(a boolean is lower case in TOML: telemetry = {meant})" in str(caught.value)
+
+
 def test_a_config_file_it_cannot_read_is_one_error_naming_it() -> None:
     """Read as another user, a mode-0600 file (or one in a directory it cannot enter) was
     'unexpected PermissionError', exit 1."""
