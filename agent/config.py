@@ -499,6 +499,21 @@ def _known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(model.model_fields)
 
 
+# A key a section might be thought to have for turning its watcher on or off: `providers`
+# chooses the watchers.
+_ENABLING = ("enabled", "enable", "disabled", "disable")
+
+
+def _top_level_keys_only(value: object, top: dict[str, str]) -> bool:
+    """Whether `value` is a table of top-level keys alone (and of at least one)."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(str(name).lower() in top for name in value)
+        and not any(isinstance(item, dict) for item in value.values())
+    )
+
+
 def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
     """One line naming each key at fault, with the nearest known key for an unknown one.
     Values are shown only where they help and never for an unknown or secret key."""
@@ -523,6 +538,25 @@ def describe_error(error: ValidationError, model: type[BaseModel]) -> str:
                     "TOML every key after a [section] header is in that section; write it "
                     "above the first one)"
                 )
+            elif (
+                section is not None
+                and leaf.lower() in _ENABLING
+                and str(loc[0]) in getattr(model, "registry", ())
+            ):
+                text += (
+                    " (a watcher runs when the top-level key providers names it: "
+                    f'providers = ["{loc[0]}"], or "auto")'
+                )
+            elif len(loc) == 1 and _top_level_keys_only(item.get("input"), top):
+                # `[forewarn]` or `[agent]` above the agent's own keys, as many programs'
+                # files have it: 'unknown key' alone did not say the keys themselves exist.
+                named = [top[str(name).lower()] for name in item["input"]]
+                they = (
+                    f"{named[0]} is a top-level key: write it"
+                    if len(named) == 1
+                    else f"{', '.join(named)} are top-level keys: write them"
+                )
+                text += f" ({they} without the [{leaf}] header, above any [section])"
             elif near:
                 text += f" (did you mean {'.'.join([*map(str, loc[:-1]), known[near[0]]])}?)"
             problems.append(text)

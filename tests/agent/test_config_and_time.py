@@ -1254,3 +1254,37 @@ def test_a_set_key_reads_the_same_with_space_around_its_parts(key: str, pads: li
     section = spaced[parts[0]] if len(parts) == 2 else spaced
     assert section.keys() == (plain[parts[0]] if len(parts) == 2 else plain).keys()
     assert section[parts[-1]].strip() == "30"
+
+
+@pytest.mark.parametrize("header", ["agent", "forewarn", "settings"])
+def test_top_level_keys_under_a_header_of_their_own_say_to_drop_the_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, header: str
+) -> None:
+    """`[forewarn]` or `[agent]` above the agent's own keys, as many programs' files have it,
+    was 'config key forewarn: unknown key' alone: nothing said the keys themselves exist."""
+    monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
+    path = tmp_path / "forewarn.toml"
+    path.write_text(f'[{header}]\nexit_margin = "2m"\nproviders = ["aws"]\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert str(caught.value) == (
+        f"config key {header}: unknown key (exit_margin, providers are top-level keys: write "
+        f"them without the [{header}] header, above any [section])"
+    )
+
+
+@pytest.mark.parametrize("key", ["enabled", "enable", "Enabled", "disabled"])
+def test_a_providers_enabled_key_says_providers_chooses_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """`[gcp] enabled = true` was 'unknown key' alone: a watcher runs when `providers` names
+    it, and nothing said so."""
+    monkeypatch.delenv("FOREWARN_CONFIG", raising=False)
+    path = tmp_path / "forewarn.toml"
+    path.write_text(f"[gcp]\n{key} = true\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert str(caught.value) == (
+        f"config key gcp.{key}: unknown key (a watcher runs when the top-level key providers "
+        'names it: providers = ["gcp"], or "auto")'
+    )
