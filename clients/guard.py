@@ -36,6 +36,7 @@ from forewarn.protocol.wire import runtime_dir
 from .adaptive import AdaptiveInterval
 from .agreement import DEFAULT_AGREE_EVERY, RankAgreement
 from .event import Event
+from .flagjobs import FlagJobs, Identity
 from .notices import Notices
 from .steppace import StepPace
 
@@ -224,6 +225,14 @@ class CheckpointGuard:
             self.flag_file: Path | None = runtime_dir() / FLAG_NAME
         else:
             self.flag_file = Path(flag_file) if flag_file else None
+        # The other jobs on this node that take the flag file themselves: it goes once every
+        # one has saved for it (see flagjobs). The flag this guard's pending save answers, and
+        # the one it saved for while others still save.
+        self._flag_jobs = FlagJobs(self.flag_file) if self.flag_file is not None else None
+        if self._flag_jobs is not None:
+            self._flag_jobs.join()
+        self._flag_found: Identity | None = None
+        self._flag_waits: Identity | None = None
 
         if isinstance(notices, Notices):
             self.notices: Notices | None = notices
@@ -543,7 +552,7 @@ class CheckpointGuard:
         self._due_since = None
         if "flag" in reasons and self.flag_file is not None:
             if durable or (self.durable_step is not None and self.durable_step >= step):
-                self._remove_flag()
+                self._flag_done(self._flag_found)
             else:
                 # A background save: the file goes once it is durable, as the agent removes it
                 # only once the clients acked. Removed at the snapshot, it told a script that
@@ -574,6 +583,21 @@ class CheckpointGuard:
                 error.strerror or error,
             )
 
+    def _flag_done(self, identity: Identity | None) -> None:
+        """This job's save for the flag `identity` is durable: the file goes if every other job
+        reading it has saved too; else it counts once here and the last job's save (or the
+        ticker, once the others are gone) removes it."""
+        jobs = self._flag_jobs
+        if jobs is None or identity is None:
+            self._remove_flag()
+            return
+        jobs.saved_for(identity)
+        if jobs.all_saved(identity):
+            self._remove_flag()
+            return
+        with self._lock:
+            self._flag_kept = self._flag_waits = identity
+
     def _flag_saved(self, durable: bool) -> None:
         """The background save the flag file asked for is durable (or failed: the file then
         counts again, and asks for another save)."""
@@ -585,7 +609,7 @@ class CheckpointGuard:
                 self._pending["flag"] = None  # the retry answers it
                 self._wake = True
         if durable and found is not None and found == kept:
-            self._remove_flag()  # not if touched again meanwhile: that asks for another save
+            self._flag_done(found)  # not if touched again meanwhile: that asks for another save
 
     def _log_saved(
         self,
@@ -1027,6 +1051,8 @@ class CheckpointGuard:
         # Kept, not cleared: a guard made after this one and closed after it puts this one's
         # handler back, which then hands each signal on to what it found (see _on_signal).
         self._handlers_closed = True
+        if self._flag_jobs is not None:
+            self._flag_jobs.leave()
         if self.notices is not None and self._own_notices:
             self.notices.close()
 
@@ -1420,9 +1446,18 @@ class CheckpointGuard:
         if flag is None or "flag" in self._pending or not self._flag_is_ours():
             return
         found = _identity(flag)
+        jobs = self._flag_jobs
+        if found is not None and found == self._flag_waits and jobs is not None:
+            if jobs.all_saved(found):  # the other jobs saved since, or are gone
+                self._flag_waits = None
+                self._remove_flag()
+            return
         if found is not None and found != self._flag_kept:
             log.info("forewarn: flag file %s found", flag)
+            if jobs is not None:
+                jobs.join()  # a directory made since the guard was
             with self._lock:
+                self._flag_found = found
                 self._pending["flag"] = None
                 self._wake = True
 

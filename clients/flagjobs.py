@@ -1,0 +1,127 @@
+"""The jobs on one node that take one flag file themselves (no agent with the local provider
+runs): each holds a locked file of its own in `<flag>.jobs/`, writes there which flag it saved
+for, and the file goes once every job still running has saved for it, as the agent removes it
+once every client acked. Removed at the first job's save, it told an operator's script that
+waits for it to go that every job had saved while another was still saving (or never would:
+its ticker had not looked yet).
+
+A job's lock (flock) goes with its process, so a job killed before its save holds nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+from pathlib import Path
+
+log = logging.getLogger("forewarn.clients")
+
+# A flag file's identity, as `guard._identity` reads it: (device, inode, mtime_ns).
+Identity = tuple[int, int, int]
+
+
+def _text(identity: Identity) -> str:
+    return " ".join(str(part) for part in identity) + "\n"
+
+
+class FlagJobs:
+    """This job's place among the jobs reading `flag`. Without one (a directory it may not
+    write, as another user's agent's 0750 runtime directory), the job saves and removes the
+    file as one job alone does; the others still count it out."""
+
+    def __init__(self, flag: Path) -> None:
+        self.directory = flag.with_name(flag.name + ".jobs")
+        self._fd: int | None = None
+        self._name: str | None = None
+
+    @property
+    def joined(self) -> bool:
+        return self._fd is not None
+
+    def join(self) -> bool:
+        """Take a place (once); False when none can be made (the flag's directory missing or
+        not writable)."""
+        if self._fd is not None:
+            return True
+        name = f"{os.getpid()}-{secrets.token_hex(4)}"
+        # Locked before it gets its name: a job listing the directory in between would have
+        # taken an unlocked file for a dead job's and removed it.
+        temporary = self.directory / f".{name}"
+        fd = None
+        for _ in range(2):  # once more when the last job to leave removed the directory
+            try:
+                self.directory.mkdir(mode=0o700, exist_ok=True)
+                fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                break
+            except FileNotFoundError:
+                continue
+            except OSError:
+                return False
+        if fd is None:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(temporary, self.directory / name)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            return False
+        self._fd, self._name = fd, name
+        return True
+
+    def saved_for(self, identity: Identity) -> None:
+        """Note that this job saved for the flag `identity`."""
+        if self._fd is None:
+            return
+        text = _text(identity).encode()
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, text, 0)
+
+    def all_saved(self, identity: Identity) -> bool:
+        """Whether every other job still running has saved for `identity` (the places of jobs
+        that are gone are removed on the way)."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return True  # no job took a place
+        wanted = _text(identity)
+        for name in names:
+            if name.startswith(".") or name == self._name:
+                continue
+            path = self.directory / name
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue  # gone meanwhile
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    # Its job holds it: a partial write reads as not saved, looked at again.
+                    if os.pread(fd, 64, 0).decode(errors="replace") != wanted:
+                        return False
+                    continue
+                except OSError:
+                    continue
+                with contextlib.suppress(OSError):
+                    path.unlink()  # its job is gone without leaving
+            finally:
+                os.close(fd)
+        return True
+
+    def leave(self) -> None:
+        """Give up the place (the job closes): it counts no more."""
+        fd, name = self._fd, self._name
+        self._fd = self._name = None
+        if fd is None or name is None:
+            return
+        with contextlib.suppress(OSError):
+            (self.directory / name).unlink()
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            self.directory.rmdir()  # the last job leaves nothing behind
