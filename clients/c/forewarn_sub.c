@@ -2,7 +2,7 @@
  * forewarn_sub: subscribe to a forewarn agent from C and print each notice, one JSON per line.
  *
  * Build:  cc -O2 -Wall -o forewarn_sub forewarn_sub.c $(pkg-config --cflags --libs libzmq)
- * Run:    ./forewarn_sub [ENDPOINT] [--count N] [--replays]
+ * Run:    ./forewarn_sub [ENDPOINT] [--count N] [--replays] [--settle SECONDS]
  *
  * ENDPOINT defaults to $FOREWARN_EVENTS, else ipc://$FOREWARN_RUNTIME_DIR/events, else the
  * agent's default runtime directory: /run/forewarn when writable (or an agent runs there),
@@ -19,9 +19,10 @@
  * after the heartbeats stopped listing it) is printed again. --count counts printed notices.
  *
  * A notice withdrawn while no agent was connected (across an agent restart) never gets a
- * clear from the agent: once the heartbeats stop listing it (counted 5 s after a restart),
- * a clear is printed for it, its detail {"withdrawn": "no longer listed by the agent's
- * heartbeat"}, as the Python client does.
+ * clear from the agent: once the heartbeats stop listing it (counted 5 s after a restart, on
+ * this program's clock and on the agent's, its heartbeats' "sent_at"; --settle SECONDS
+ * changes the 5 s), a clear is printed for it, its detail {"withdrawn": "no longer listed by
+ * the agent's heartbeat"}, as the Python client does.
  *
  * A notice or a heartbeat whose "v" is not the integer 1 (2, "1", 1.0, true, or none at all)
  * is of a protocol this program cannot read: it is dropped, with a line on stderr (at most one
@@ -56,7 +57,7 @@
 #define REPLAY_ASK_EVERY 10.0
 #define SILENT_AT_START 5.0 /* as `forewarn watch`: no agent heard at all */
 #define SILENT_LOST 3.0     /* as the Python client: an agent heard before is gone */
-#define RESTART_SETTLE 5.0  /* as the Python client */
+#define RESTART_SETTLE 5.0  /* as the Python client; --settle changes it */
 /* Levels of arrays and objects read at most: Python's json reads some 980 (its recursion
  * limit), so the Python client drops a message nested deeper, as this program does. */
 #define MAX_DEPTH 1000
@@ -71,6 +72,8 @@
 extern char **environ; /* POSIX declares it nowhere without _GNU_SOURCE */
 
 static volatile sig_atomic_t stopping = 0;
+/* How long a restarted agent's heartbeats leave out what it has not settled (--settle). */
+static double restart_settle = RESTART_SETTLE;
 
 static void on_signal(int signum) {
     (void)signum;
@@ -316,6 +319,77 @@ static const char *string_at(const char *p, const char *end, size_t *len) {
     return p + 1;
 }
 
+/* `digits` decimal digits at p, or -1. */
+static int digits_at(const char *p, int digits) {
+    int value = 0;
+    for (int i = 0; i < digits; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        value = value * 10 + (p[i] - '0');
+    }
+    return value;
+}
+
+/* The RFC 3339 time in [p, p + len) (as the Python client's parse_time reads it: a `Z` or an
+ * offset, any fraction) as seconds since 1970 in *out; 0 when it is none. */
+static int rfc3339_seconds(const char *p, size_t len, double *out) {
+    if (len < 20 || p[4] != '-' || p[7] != '-' || (p[10] != 'T' && p[10] != 't' && p[10] != ' ') ||
+        p[13] != ':' || p[16] != ':')
+        return 0;
+    int year = digits_at(p, 4), month = digits_at(p + 5, 2), day = digits_at(p + 8, 2);
+    int hour = digits_at(p + 11, 2), minute = digits_at(p + 14, 2), second = digits_at(p + 17, 2);
+    static const int month_days[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (year < 1 || month < 1 || month > 12 || day < 1 || day > month_days[month - 1] ||
+        hour > 23 || minute > 59 || second > 59 || hour < 0 || minute < 0 || second < 0)
+        return 0;
+    int leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    if (month == 2 && day == 29 && !leap)
+        return 0;
+    size_t i = 19;
+    double fraction = 0, scale = 0.1;
+    if (p[i] == '.') {
+        if (++i >= len || p[i] < '0' || p[i] > '9')
+            return 0;
+        for (; i < len && p[i] >= '0' && p[i] <= '9'; i++, scale /= 10)
+            fraction += (p[i] - '0') * scale;
+    }
+    long offset = 0;
+    if (i + 1 == len && (p[i] == 'Z' || p[i] == 'z')) {
+        offset = 0;
+    } else if (i < len && (p[i] == '+' || p[i] == '-')) {
+        size_t rest = len - i - 1;
+        const char *zone = p + i + 1;
+        int zone_hours = rest >= 2 ? digits_at(zone, 2) : -1;
+        int zone_minutes = rest == 5 && zone[2] == ':' ? digits_at(zone + 3, 2)
+                           : rest == 4                  ? digits_at(zone + 2, 2)
+                                                        : -1;
+        /* Any two digits each, under a day in all, as Python's timezone() takes them. */
+        if (zone_hours < 0 || zone_minutes < 0 || zone_hours * 60 + zone_minutes >= 24 * 60)
+            return 0;
+        offset = (p[i] == '+' ? 1 : -1) * (zone_hours * 3600L + zone_minutes * 60L);
+    } else {
+        return 0;
+    }
+    /* Days since 1970-01-01 of the civil date (H. Hinnant's days_from_civil). */
+    long y = month <= 2 ? year - 1 : year;
+    long era = (y >= 0 ? y : y - 399) / 400;
+    long yoe = y - era * 400;
+    long doy = (153L * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
+    long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    long days = era * 146097 + doe - 719468;
+    *out = (double)days * 86400.0 + hour * 3600.0 + minute * 60.0 + second + fraction -
+           (double)offset;
+    return 1;
+}
+
+/* The heartbeat's "sent_at" (the agent's clock) in *out; 0 when it has none it can read. */
+static int sent_at(const char *body, size_t size, double *out) {
+    const char *end = body + size, *stop;
+    size_t len;
+    const char *text = string_at(member(body, end, "sent_at", &stop), end, &len);
+    return text != NULL && rfc3339_seconds(text, len, out);
+}
+
 /* The next character of a JSON string's raw text [*p, end), as JSON reads it: an escape
  * (\u with a surrogate pair joined) or a UTF-8 sequence as written, as one code point; -1 on
  * what it does not understand. */
@@ -529,7 +603,13 @@ typedef struct {
     id_set received;   /* active notices received here */
     id_set unreceived; /* listed by the last heartbeat, never received */
     double replay_asked;
-    double settle_until; /* a restarted agent's heartbeats count from then */
+    double settle_until; /* a restarted agent's heartbeats count from then (our clock) */
+    /* And from RESTART_SETTLE after its first heartbeat's "sent_at" (its clock), if it had
+     * one: on our clock alone, a subscriber stopped (SIGSTOP) just after that heartbeat read
+     * the queued ones of the agent's first seconds after its own settle, and printed a clear
+     * for a notice in force. */
+    double settle_from;
+    int settle_from_set;
     int replays;         /* --replays: print them too */
     long long last_seq;  /* of the last message of this agent, or -1 */
     long long gap_first, gap_last; /* seqs that never arrived, not yet asked for; or -1 */
@@ -714,9 +794,16 @@ static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, 
         missed = NULL;
     }
     /* A restarted agent lists the notices of its state file, but one published the instant
-     * before it was killed may not be there yet: its heartbeats count after RESTART_SETTLE. */
+     * before it was killed may not be there yet: its heartbeats count after RESTART_SETTLE,
+     * on our clock and on its own, as the Python client counts them. */
     if (monotonic() < t->settle_until)
         return 0;
+    if (t->settle_from_set) {
+        double sent;
+        if (sent_at(body, size, &sent) && sent - t->settle_from < restart_settle)
+            return 0;
+        t->settle_from_set = 0;
+    }
     /* Withdrawn while we were not connected: no clear will come, so print one. */
     for (size_t i = t->received.count; i-- > 0;) {
         const id_entry *gone = &t->received.items[i];
@@ -865,8 +952,18 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--replays") == 0) {
             replays = 1;
+        } else if (strcmp(argv[i], "--settle") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            restart_settle = strtod(argv[++i], &end);
+            /* Written so, NaN fails too: the settle would never end, nor begin. */
+            if (!end || end == argv[i] || *end || !(restart_settle >= 0 && restart_settle <= 3600)) {
+                fprintf(stderr, "forewarn_sub: --settle needs seconds from 0 to 3600, got %s\n",
+                        argv[i]);
+                return 2;
+            }
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: forewarn_sub [ENDPOINT] [--count N] [--replays]\n");
+            fprintf(stderr, "usage: forewarn_sub [ENDPOINT] [--count N] [--replays] "
+                    "[--settle SECONDS]\n");
             return 2;
         } else {
             snprintf(endpoint, sizeof endpoint, "%s", argv[i]);
@@ -980,7 +1077,8 @@ int main(int argc, char **argv) {
             if (note_seq(&seen_ids, data, size) && restarted)
                 set_clear(&seen_ids.since_jump); /* the jump is here: none of its came before */
             if (restarted) {
-                seen_ids.settle_until = monotonic() + RESTART_SETTLE;
+                seen_ids.settle_until = monotonic() + restart_settle;
+                seen_ids.settle_from_set = sent_at(data, size, &seen_ids.settle_from);
                 /* A restarted agent numbers on from its reserved mark: that jump is no gap,
                  * but a second one since the last heartbeat is. */
                 if (seen_ids.gaps < 2)

@@ -8,11 +8,15 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
+from forewarn.protocol.timefmt import time_or_none
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import AgentProcess, eventually, forewarn_cmd
 
@@ -1114,3 +1118,160 @@ def test_c_subscriber_past_256_active_notices_prints_no_false_clear_and_no_repla
     assert printed == [(notice_id, "drain") for notice_id in [*ids, "local/marker"]], err
     assert "never received here" not in err
     assert asked_again == 0
+
+
+def test_c_subscriber_counts_a_restarts_settle_on_the_agent_s_clock_too(
+    tmp_path: Path, binary: Path
+) -> None:
+    """Read a restarted agent's first heartbeat, then stopped past its own settle: the agent's
+    heartbeats of its first seconds (which leave out a notice published the instant before the
+    kill) were read after the subscriber's own settle, and it printed a clear for a notice in
+    force. Counted on the agent's clock too (the heartbeats' `sent_at`), as the Python client
+    and `forewarn watch` count it. `--settle` shortens the 5 s so no test waits that long."""
+    settle = 0.2
+    endpoint = f"ipc://{tmp_path}/events"
+    context = zmq.Context()
+    xpub = context.socket(zmq.XPUB)
+    xpub.setsockopt(zmq.LINGER, 0)
+    xpub.bind(endpoint)
+    sub = subprocess.Popen(
+        [str(binary), endpoint, "--count", "2", "--settle", str(settle)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def beat(seq: int, agent: str, sent_at: str, *active: str) -> None:
+        body = {"v": 1, "seq": seq, "agent": agent, "active": list(active), "acked": []}
+        xpub.send_multipart([b"heartbeat", json.dumps({**body, "sent_at": sent_at}).encode()])
+
+    try:
+        eventually(lambda: xpub.poll(0) and xpub.recv() == b"\x01heartbeat", what="subscribed")
+        beat(10, "h/1/a", "2026-11-30T03:10:00Z", "local/a")
+        xpub.send_multipart([b"notice", _notice("local/a", "drain", seq=11)])
+        assert sub.stdout is not None and json.loads(sub.stdout.readline())["id"] == "local/a"
+        beat(900, "h/2/b", "2026-11-30T03:10:02Z")  # restarted: its first heartbeat
+        # The subscriber's own settle passes (as under SIGSTOP) before it reads the rest: the
+        # time is what is tested, so it is waited for.
+        time.sleep(settle + 0.05)
+        beat(901, "h/2/b", "2026-11-30T03:10:02.050Z")
+        beat(902, "h/2/b", "2026-11-30T03:10:02.150Z")
+        beat(903, "h/2/b", "2026-11-30T03:10:02.200Z")  # its settle past, by its clock
+        out, err = sub.communicate(timeout=15)
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait(10)
+        xpub.close()
+        context.term()
+    assert sub.returncode == 0, err
+    clear = json.loads(out)
+    assert (clear["id"], clear["action"]) == ("local/a", "clear")
+    assert clear["seq"] == 903, "withdrawn before the restarted agent's settle, by its clock"
+
+
+def test_c_subscriber_refuses_a_settle_that_is_no_time(binary: Path) -> None:
+    for text in ("-1", "nan", "abc", "", "5s", "3601"):
+        done = subprocess.run(
+            [str(binary), "ipc:///nonexistent/events", "--settle", text],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        assert done.returncode == 2 and "--settle needs seconds" in done.stderr, (text, done)
+
+
+# The C subscriber's reader of a heartbeat's `sent_at`, called on each line of stdin: the
+# program itself, its main renamed, so the test reads the very function it runs.
+TIME_HARNESS = r"""
+#define main forewarn_sub_main
+#include "forewarn_sub.c"
+#undef main
+int main(void) {
+    char line[512];
+    while (fgets(line, sizeof line, stdin)) {
+        size_t len = strcspn(line, "\n");
+        double seconds;
+        if (rfc3339_seconds(line, len, &seconds))
+            printf("%.6f\n", seconds);
+        else
+            printf("none\n");
+        fflush(stdout);
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def time_reader(binary: Path) -> Iterator[Callable[[str], float | None]]:
+    harness = binary.parent / "time_harness.c"
+    harness.write_text(TIME_HARNESS)
+    flags = subprocess.run(
+        ["pkg-config", "--cflags", "--libs", "libzmq"], capture_output=True, text=True
+    ).stdout.split() or ["-lzmq"]
+    built = binary.parent / "time_harness"
+    done = subprocess.run(
+        ["cc", "-O2", "-Wall", "-Werror", "-Wno-unused-function", "-I", str(binary.parent),
+         "-o", str(built), str(harness), *flags],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    proc = subprocess.Popen(
+        [str(built)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def read(text: str) -> float | None:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(text + "\n")
+        answer = proc.stdout.readline().strip()
+        return None if answer == "none" else float(answer)
+
+    yield read
+    proc.stdin.close()
+    proc.wait(10)
+
+
+def _python_reads(text: str) -> float | None:
+    moment = time_or_none(text)
+    return None if moment is None else moment.timestamp()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    moment=st.datetimes(
+        min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=st.just(None)
+    ),
+    fraction=st.sampled_from(["", ".5", ".050", ".123456789", "."]),
+    zone=st.sampled_from(
+        ["Z", "z", "+00:00", "-05:30", "+0530", "+23:59", "+24:00", "+05:99", "Q"]
+    ),
+    separator=st.sampled_from(["T", "t", " ", "_"]),
+)
+def test_c_subscriber_reads_a_sent_at_as_the_python_client_does(
+    time_reader: Callable[[str], float | None],
+    moment: datetime,
+    fraction: str,
+    zone: str,
+    separator: str,
+) -> None:
+    text = moment.strftime("%Y-%m-%d") + separator + moment.strftime("%H:%M:%S") + fraction + zone
+    expected, got = _python_reads(text), time_reader(text)
+    assert (got is None) == (expected is None), text
+    if expected is not None and got is not None:
+        assert abs(got - expected) < 1e-5, text
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="0123456789-T:.Z+ ", max_size=32))
+def test_c_subscriber_reads_no_time_where_the_python_client_reads_none(
+    time_reader: Callable[[str], float | None], text: str
+) -> None:
+    expected, got = _python_reads(text), time_reader(text)
+    if text != text.strip():
+        return  # Python strips space around it; the agent writes none
+    assert (got is None) == (expected is None), text
+    if expected is not None and got is not None:
+        assert abs(got - expected) < 1e-5, text
