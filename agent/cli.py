@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from forewarn.protocol.errors import ForewarnError, UsageError
+from forewarn.protocol.seqgap import SeqGaps
 from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, utcnow
 from forewarn.protocol.wire import (
     DEFAULT_CONFIG_FILE,
@@ -760,12 +761,11 @@ class _Unreceived:
         self._asked = -math.inf
         self._said: set[str] = set()
         self._agent: object = None  # the last heartbeat's `agent`
-        self._seq: int | None = None  # of the last message read from that agent
-        self._gap: tuple[int, int] | None = None  # seqs never arrived, not yet asked for
-        # As the client library keeps them (see Notices._heartbeat): the gaps since the last
-        # heartbeat, the ids received since the last jump, and after a restart the ids its
-        # replay brought until its second heartbeat, and those it lists that it did not.
-        self._gaps = 0
+        # The numbers the agent's messages skipped: the client library's rule and code.
+        self._seqs = SeqGaps()
+        # As the client library keeps them (see Notices._heartbeat): the ids received since
+        # the last jump, and after a restart the ids its replay brought until its second
+        # heartbeat, and those it lists that it did not.
         self._since_jump: set[str] = set()
         self._restart_ids: set[str] | None = None
         self._unreplayed: set[str] = set()
@@ -775,25 +775,11 @@ class _Unreceived:
             self.received.discard(notice["id"])
         else:
             self.received.add(notice["id"])
-        if self._numbered(notice.get("seq")):
+        if self._seqs.note(notice.get("seq")):
             self._since_jump = set()
         self._since_jump.add(notice["id"])
         if self._restart_ids is not None:
             self._restart_ids.add(notice["id"])
-
-    def _numbered(self, seq: object) -> bool:
-        """Note a message's `seq`; True when numbers were skipped. The agent numbers every
-        message it sends one after the other: a change of a notice received already (a drain
-        escalated to terminate) dropped past the high-water marks leaves the heartbeats'
-        `active` as it was, and only the gap in the numbers tells."""
-        if type(seq) is not int:
-            return False
-        last, self._seq = self._seq, seq
-        if last is None or seq <= last + 1:
-            return False
-        self._gap = (last + 1 if self._gap is None else self._gap[0], seq - 1)
-        self._gaps += 1
-        return True
 
     def heartbeat(self, beat: dict[str, Any], sock: Any) -> set[str]:
         """Asks for a replay when due; returns the ids asked for (empty when none)."""
@@ -806,7 +792,7 @@ class _Unreceived:
             # The first heartbeat read: the messages before it (a join replay) are most likely
             # this agent's, and one lost just before it left no gap anywhere else.
             self._agent = beat.get("agent")
-            self._numbered(beat.get("seq"))
+            self._seqs.note(beat.get("seq"))
         elif beat.get("agent") != self._agent:
             # A restarted agent numbers on from its reserved mark: that jump is no gap, but a
             # second one before this heartbeat is; and it replays every notice it lists to a
@@ -814,30 +800,30 @@ class _Unreceived:
             # the jump was dropped. Wiping it all, a lost escalation whose replay was lost too
             # left `wait --for terminate` waiting under a terminate.
             self._agent = beat.get("agent")
-            if self._numbered(beat.get("seq")):
+            if self._seqs.note(beat.get("seq")):
                 self._since_jump = set()
-            if self._gaps < 2:
-                self._gap = None
+            self._seqs.restarted()
             self._restart_ids = set(self._since_jump)
         else:
-            self._numbered(beat.get("seq"))
+            self._seqs.note(beat.get("seq"))
             if self._restart_ids is not None:
                 self._unreplayed = active - self._restart_ids
                 self._restart_ids = None
-        self._gaps = 0
+        self._seqs.heartbeat_read()
         self._since_jump = set()
         now = time.monotonic()
         self._unreceived = {
             notice_id: self._unreceived.get(notice_id, now) for notice_id in active - self.received
         }
         missed = {i for i, since in self._unreceived.items() if now - since >= MISSED_AFTER}
-        if not (missed or self._gap or self._unreplayed) or now - self._asked < REPLAY_ASK_EVERY:
+        gap_open = self._seqs.gap is not None
+        if not (missed or gap_open or self._unreplayed) or now - self._asked < REPLAY_ASK_EVERY:
             return set()
         self._asked = time.monotonic()
         sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
-        if self._gap is not None:
-            first, last = self._gap
-            self._gap = None
+        gap = self._seqs.take()
+        if gap is not None:
+            first, last = gap
             print(
                 f"forewarn: {self.command}: {last - first + 1} message(s) from the agent on "
                 f"{self.events} never arrived here (seq {first} to {last}); asking it to send "

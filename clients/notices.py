@@ -27,6 +27,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from forewarn.protocol.seqgap import SeqGaps
 from forewarn.protocol.timefmt import time_or_none, utcnow
 from forewarn.protocol.wire import (
     ENV_EVENTS,
@@ -214,14 +215,11 @@ class Notices:
         self._replay_wanted = False
         self._replay_asked = -math.inf
         self._replay_said: set[str] = set()
-        self._last_seq: int | None = None  # of the last message read from the agent
-        # Numbers skipped since a heartbeat, not yet asked for: seen at a notice too, since a
-        # notice received after the lost one hides the gap from the next heartbeat.
-        self._gap: tuple[int, int] | None = None
-        # Separate gaps noted since the last heartbeat, and the ids of the notices received
-        # since then: at a restarted agent's first heartbeat, one gap is the jump to its
-        # reserved mark, and its replay (every notice it lists) is what came since.
-        self._gaps_since_beat = 0
+        # The numbers the agent's messages skipped (the rule `forewarn wait`/`watch` share),
+        # and the ids of the notices received since the last heartbeat: at a restarted agent's
+        # first heartbeat, one gap is the jump to its reserved mark, and its replay (every
+        # notice it lists) is what came since.
+        self._seqs = SeqGaps()
         self._ids_since_beat: set[str] = set()
         # After a restart: the ids received from the new agent so far, until its second
         # heartbeat checks them against what it lists (its replay may follow its first).
@@ -562,25 +560,22 @@ class Notices:
             # lost replay of a drain escalated while the client's messages were being
             # dropped left the client with the drain, the gap forgotten, the terminate never
             # asked for.
-            if self._note_gap(beat.get("seq")):
+            if self._seqs.note(beat.get("seq")):
                 self._ids_since_beat = set()  # the jump is here: nothing of its came before
-            if self._gaps_since_beat < 2:
-                self._gap = None
+            self._seqs.restarted()
             self._restart_ids = set(self._ids_since_beat)
             self._ask_for_gap()
         else:
             # The first heartbeat read too: the messages before it (a join replay) are most
             # likely this agent's, and one lost just before it left no gap anywhere else. If
             # they were an agent's that has gone since, the replay asked for costs little.
-            self._note_gap(beat.get("seq"))
+            self._seqs.note(beat.get("seq"))
             if self._restart_ids is not None:
                 self._note_unreplayed(active - self._restart_ids)
             self._ask_for_gap()
-        self._gaps_since_beat = 0
+        self._seqs.heartbeat_read()
         self._ids_since_beat = set()
         seq = beat.get("seq")
-        if type(seq) is int:
-            self._last_seq = seq
         if self._settling(beat):
             return
         unreceived = active - self.active.keys()
@@ -634,20 +629,6 @@ class Notices:
         self._settle_from = None
         return False
 
-    def _note_gap(self, seq: object) -> bool:
-        """Note numbers skipped since the last message read; True when some were. The agent
-        numbers every message it sends, heartbeats and notices alike, one after the other;
-        past the high-water marks (a job stopped for hours) the later ones are dropped. A new
-        notice lost there is caught by the heartbeats' `active`, but a change of one this
-        client has (a drain escalated to terminate) is not: the heartbeats list the same id."""
-        last = self._last_seq
-        if type(seq) is not int or last is None or seq <= last + 1:
-            return False
-        first = last + 1 if self._gap is None else self._gap[0]
-        self._gap = (first, seq - 1)
-        self._gaps_since_beat += 1
-        return True
-
     def _note_unreplayed(self, missing: set[str]) -> None:
         """At a restarted agent's second heartbeat: it replayed every notice it listed when
         this client reconnected, so one it lists that did not come since was lost on its way
@@ -658,12 +639,13 @@ class Notices:
     def _ask_for_gap(self) -> None:
         """At a heartbeat: ask for a replay when messages went missing (at a notice it may be
         a restarted agent's, whose heartbeat then says so)."""
-        if self._gap is None and not self._unreplayed:
+        if self._seqs.gap is None and not self._unreplayed:
             return
         if time.monotonic() - self._replay_asked < REPLAY_ASK_EVERY:
             return
-        if self._gap is not None:
-            first, last = self._gap
+        gap = self._seqs.take()
+        if gap is not None:
+            first, last = gap
             log.warning(
                 "forewarn: %d message(s) from the agent on %s never arrived here (seq %d to "
                 "%d); asking it to send the active notices again",
@@ -679,18 +661,16 @@ class Notices:
                 self.events,
                 ", ".join(sorted(self._unreplayed)[:5]),
             )
-        self._gap = None
         self._unreplayed = set()
         self._replay_asked = time.monotonic()
         self._replay_wanted = True
 
     def _notice(self, payload: bytes) -> None:
         event = Event.from_json(payload)
-        if self._note_gap(event.seq):
+        if self._seqs.note(event.seq):
             # Those before a jump may be an agent's that has gone since: its replay is what
             # follows the jump to a restarted agent's mark.
             self._ids_since_beat = set()
-        self._last_seq = event.seq
         self._ids_since_beat.add(event.id)
         if self._restart_ids is not None:
             self._restart_ids.add(event.id)

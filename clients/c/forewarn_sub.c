@@ -629,13 +629,18 @@ static int note_seq(tracker *t, const char *body, size_t size) {
     const char *at = member(body, end, "seq", &stop);
     long long seq = 0;
     int skipped = 0;
+    /* As protocol/seqgap.py reads it: an integer from 0 to LLONG_MAX, nothing else. Read up
+     * to its first non-digit, 12.5 and 1e3 were 12 and 1, and the next message a gap. */
     if (!at || at >= stop || *at < '0' || *at > '9')
         return 0;
     for (; at < stop && *at >= '0' && *at <= '9'; at++) {
-        if (seq > (LLONG_MAX - 9) / 10)
-            return 0; /* not a seq this agent sends */
-        seq = seq * 10 + (*at - '0');
+        int digit = *at - '0';
+        if (seq > (LLONG_MAX - digit) / 10)
+            return 0; /* past 64 bits: not a seq this agent sends */
+        seq = seq * 10 + digit;
     }
+    if (at < stop && (*at == '.' || *at == 'e' || *at == 'E'))
+        return 0;
     if (t->last_seq >= 0 && seq > t->last_seq + 1) {
         if (t->gap_last < 0)
             t->gap_first = t->last_seq + 1;
