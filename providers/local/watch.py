@@ -3,7 +3,9 @@
 The file (default `checkpoint-now` in the runtime directory) raises a drain notice when it
 appears. It is removed once handled, that is once every client that received the notice has
 acked its flush; until then the notice stays active, so a client that joins late still gets
-it. Written again (a new mtime), it is a new request: the earlier notice is cleared and a new
+it. A drain with a deadline stays in force after that until the agent retires it past its
+deadline (sent as terminate within the exit margin, as any drain with a deadline is). Written
+again (a new mtime), it is a new request: the earlier notice is cleared and a new
 one raised. Removed by hand, it clears its notice. Manual notices from the control socket are
 the agent's own (`forewarn notify`).
 """
@@ -135,6 +137,8 @@ class LocalWatcher:
         self.interval = interval
         self.context = context
         self.current: Report | None = None
+        # The flushed flag's notice, its file removed, kept in force until its deadline.
+        self._kept = False
         self._emit: Emit | None = None
         self._warned: dict[str, None] = {}  # first lines already warned about, oldest first
 
@@ -168,7 +172,7 @@ class LocalWatcher:
             self.context.health.error("stat", f"{self.flag_file}: {error.strerror or error}")
             return
         if found is None:
-            if self.current is not None:
+            if self.current is not None and not self._kept:
                 # Removed by hand before anyone flushed: withdraw the notice.
                 emit(self.current.model_copy(update={"action": "clear"}))
                 self.current = None
@@ -181,6 +185,7 @@ class LocalWatcher:
                 # clear later (a flush, a retirement and the file's removal name the new id).
                 emit(self.current.model_copy(update={"action": "clear"}))
             self.current = flag_report(self.flag_file, content or "", mtime_ns)
+            self._kept = False
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
             if content is None:
                 # Once per request (a new mtime): a deadline written there is not seen.
@@ -219,6 +224,7 @@ class LocalWatcher:
         next look raises it again, with a fresh lifetime."""
         if self.current is not None and notice_id == self.current.id:
             self.current = None
+            self._kept = False
 
     def _written_again(self) -> bool:
         """The file has another mtime than the drain in force: written since the last look."""
@@ -246,6 +252,13 @@ class LocalWatcher:
                 log.error("cannot remove flag file %s: %s", self.flag_file, error)
                 return
             log.info("flag file %s handled and removed", self.flag_file)
+            deadline = self.current.deadline
+            if deadline is not None and deadline > utcnow():
+                # The machine goes then: cleared here, the drain was never sent as terminate
+                # at its deadline, and the jobs trained on past their flush until the machine
+                # went. Retired past its deadline by the agent, as any notice with one.
+                self._kept = True
+                return
         if self._emit is not None:
             self._emit(self.current.model_copy(update={"action": "clear"}))
         self.current = None

@@ -119,3 +119,30 @@ def test_a_flag_written_just_after_a_restart_waits_for_the_clients_still_reconne
                 cleared = first.notice(timeout=10)
             assert (cleared["action"], cleared["id"]) == ("clear", drain["id"])
             assert not flag.exists()
+
+
+def test_a_flag_with_a_deadline_stays_in_force_after_the_flush_and_escalates(
+    tmp_path: Path,
+) -> None:
+    # `echo 3s > checkpoint-now`: the machine goes in 3 s. Every client flushed for the drain
+    # at once, the agent removed the file and cleared the notice: no terminate ever came at
+    # the deadline, and the jobs trained on past their flush until the machine went, their
+    # last steps saved nowhere. The file goes at the flush (a script waiting for it learns
+    # every client saved), the notice stays until its deadline, sent as terminate within the
+    # exit margin as any drain with a deadline is.
+    agent = AgentProcess(tmp_path, args=("--set", "exit_margin=2s", "--set", "notice_grace=1s"))
+    with agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("3s\n")
+        drain = sub.notice(timeout=5)
+        assert drain["action"] == "drain" and drain["deadline"] is not None
+        assert agent.control({"op": "ack", "notice_id": drain["id"]})["ok"]
+        eventually(lambda: not flag.exists(), timeout=5, what="the flag removed at the flush")
+        escalated = sub.notice(timeout=5)
+        assert (escalated["id"], escalated["action"]) == (drain["id"], "terminate")
+        assert escalated["deadline"] == drain["deadline"]
+        # Retired once its deadline and grace have passed, as any notice with a deadline.
+        retired = sub.notice(timeout=8)
+        assert (retired["id"], retired["action"]) == (drain["id"], "clear")
+        assert "expired" in retired["detail"]
+        assert not flag.exists()
