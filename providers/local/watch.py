@@ -137,8 +137,10 @@ class LocalWatcher:
         self.interval = interval
         self.context = context
         self.current: Report | None = None
-        # The flushed flag's notice, its file removed, kept in force until its deadline.
+        # The flushed flag's notice, its file removed, kept in force until its deadline; and
+        # whether it is to be reported again (handed back after an agent restart).
         self._kept = False
+        self._report_again = False
         self._emit: Emit | None = None
         self._warned: dict[str, None] = {}  # first lines already warned about, oldest first
 
@@ -172,7 +174,11 @@ class LocalWatcher:
             self.context.health.error("stat", f"{self.flag_file}: {error.strerror or error}")
             return
         if found is None:
-            if self.current is not None and not self._kept:
+            if self.current is not None and self._report_again:
+                # Reported again, or the agent withdraws it once this watcher has answered.
+                self._report_again = False
+                emit(self.current)
+            elif self.current is not None and not self._kept:
                 # Removed by hand before anyone flushed: withdraw the notice.
                 emit(self.current.model_copy(update={"action": "clear"}))
                 self.current = None
@@ -185,7 +191,7 @@ class LocalWatcher:
                 # clear later (a flush, a retirement and the file's removal name the new id).
                 emit(self.current.model_copy(update={"action": "clear"}))
             self.current = flag_report(self.flag_file, content or "", mtime_ns)
-            self._kept = False
+            self._kept = self._report_again = False
             log.info("flag file %s found: drain %s", self.flag_file, self.current.id)
             if content is None:
                 # Once per request (a new mtime): a deadline written there is not seen.
@@ -224,7 +230,20 @@ class LocalWatcher:
         next look raises it again, with a fresh lifetime."""
         if self.current is not None and notice_id == self.current.id:
             self.current = None
-            self._kept = False
+            self._kept = self._report_again = False
+
+    def restored(self, reports: list[Report]) -> None:
+        """After an agent restart: a flag's drain kept in force past its flush (its file
+        removed, its deadline ahead) is taken up again. Otherwise the missing file read as a
+        removal by hand, and the agent withdrew the notice: no terminate at its deadline."""
+        if self.current is not None or os.path.lexists(self.flag_file):
+            return  # a file there is read as ever: the same mtime is the same notice
+        now = utcnow()
+        for report in reports:
+            if report.id.startswith("local/flag/") and report.deadline and report.deadline > now:
+                self.current = report
+                self._kept = self._report_again = True
+                return
 
     def _written_again(self) -> bool:
         """The file has another mtime than the drain in force: written since the last look."""

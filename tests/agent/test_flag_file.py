@@ -146,3 +146,26 @@ def test_a_flag_with_a_deadline_stays_in_force_after_the_flush_and_escalates(
         assert (retired["id"], retired["action"]) == (drain["id"], "clear")
         assert "expired" in retired["detail"]
         assert not flag.exists()
+
+
+def test_a_flushed_flag_with_a_deadline_still_escalates_after_an_agent_restart(
+    tmp_path: Path,
+) -> None:
+    # Its file removed at the flush, the restarted agent's local watcher found no file and
+    # the agent withdrew the notice handed back from its state: the terminate never came.
+    args = ("--set", "exit_margin=2s", "--set", "notice_grace=1s")
+    first = AgentProcess(tmp_path, args=args)
+    with first, first.subscriber() as sub:
+        flag = Path(first.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        flag.write_text("4s\n")
+        drain = sub.notice(timeout=5)
+        assert drain["action"] == "drain"
+        assert first.control({"op": "ack", "notice_id": drain["id"]})["ok"]
+        eventually(lambda: not flag.exists(), timeout=5, what="the flag removed at the flush")
+    second = AgentProcess(tmp_path, args=args)
+    with second, second.subscriber() as sub:
+        seen = [sub.notice(timeout=5)]
+        while seen[-1]["action"] == "drain":
+            seen.append(sub.notice(timeout=5))
+        assert [n["id"] for n in seen] == [drain["id"]] * len(seen)
+        assert seen[-1]["action"] == "terminate", seen
