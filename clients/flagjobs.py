@@ -36,14 +36,29 @@ class FlagJobs:
         self.directory = flag.with_name(flag.name + ".jobs")
         self._fd: int | None = None
         self._name: str | None = None
+        self._pid = os.getpid()  # whose place it is
 
     @property
     def joined(self) -> bool:
+        self._after_fork()
         return self._fd is not None
+
+    def _after_fork(self) -> None:
+        """In a process forked from the job (a forked rank), the place inherited is the
+        parent's: written or removed there, the child said the parent had saved, or took its
+        place away. The child lets go of it (the lock stays the parent's) and joins anew."""
+        if self._pid == os.getpid():
+            return
+        inherited, self._fd, self._name = self._fd, None, None
+        self._pid = os.getpid()
+        if inherited is not None:
+            os.close(inherited)
+            self.join()
 
     def join(self) -> bool:
         """Take a place (once); False when none can be made (the flag's directory missing or
         not writable)."""
+        self._after_fork()
         if self._fd is not None:
             return True
         name = f"{os.getpid()}-{secrets.token_hex(4)}"
@@ -75,6 +90,7 @@ class FlagJobs:
 
     def saved_for(self, identity: Identity) -> None:
         """Note that this job saved for the flag `identity`."""
+        self._after_fork()
         if self._fd is None:
             return
         text = _text(identity).encode()
@@ -85,6 +101,7 @@ class FlagJobs:
     def all_saved(self, identity: Identity) -> bool:
         """Whether every other job still running has saved for `identity` (the places of jobs
         that are gone are removed on the way)."""
+        self._after_fork()
         try:
             names = os.listdir(self.directory)
         except OSError:
@@ -116,6 +133,7 @@ class FlagJobs:
 
     def leave(self) -> None:
         """Give up the place (the job closes): it counts no more."""
+        self._after_fork()
         fd, name = self._fd, self._name
         self._fd = self._name = None
         if fd is None or name is None:

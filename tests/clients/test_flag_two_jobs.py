@@ -123,3 +123,28 @@ def test_a_running_jobs_file_counts_as_saved_only_for_exactly_that_flag(
         mine.leave()
         other.leave()
     assert not mine.directory.exists(), "the last job to leave removes the directory"
+
+
+def test_a_process_forked_from_a_job_does_not_speak_for_it(tmp_path: Path) -> None:
+    """A guard's place is its process's: a child forked from it (a forked rank) that saves
+    and closes takes a place of its own, and neither says the parent saved nor removes the
+    parent's place."""
+    flag = tmp_path / "checkpoint-now"
+    identity = (1, 2, 3)
+    parent, other = FlagJobs(flag), FlagJobs(flag)
+    assert parent.join() and other.join()
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child's exit code says how it went
+            try:
+                parent.saved_for(identity)
+                parent.leave()
+            finally:
+                os._exit(0)
+        assert os.waitpid(child, 0)[1] == 0
+        assert not other.all_saved(identity), "the child spoke for its parent"
+        parent.saved_for(identity)
+        assert other.all_saved(identity)
+    finally:
+        parent.leave()
+        other.leave()
