@@ -146,6 +146,7 @@ class NoticeBoard:
         # them was flushed by every client again when acked again, and its provider's after-ack
         # action (an Azure approval, the flag file's removal) fired twice for one notice.
         self.remembered: dict[str, Remembered] = {}
+        self.flushed_at_raise: list[str] = []  # see take_flushed
         # Provider notices retired while still reported, as last reported, until their provider
         # reports them again or withdraws them: what a watcher built after a crash is handed
         # (`provider_reports`), as its predecessor kept them. Without them an Azure Started event
@@ -372,6 +373,9 @@ class NoticeBoard:
                 entry.flushed = remembered.flushed
                 if remembered.flushed:
                     entry.expected = set(remembered.expected)
+                elif self._newly_flushed(entry):
+                    # Every client acked it, the last one after its expiry (`record_ack`).
+                    self.flushed_at_raise.append(report.id)
             self.entries[report.id] = entry
             return notice
         entry.restored = False
@@ -477,6 +481,12 @@ class NoticeBoard:
                 done.append(notice_id)
         return done
 
+    def take_flushed(self) -> list[str]:
+        """The notices raised again (`report`) flushed by every client already: their
+        providers are to be told, as at the ack that completes a notice."""
+        done, self.flushed_at_raise = self.flushed_at_raise, []
+        return done
+
     def hold_flushes(self, until: datetime) -> None:
         """Count no notice flushed by every client before `until`: a restarted agent knows
         only the clients whose sockets have reconnected, and one ack sent again at once (its
@@ -499,6 +509,16 @@ class NoticeBoard:
             self.flushes.append(flush_seconds)
         entry = self.entries.get(notice_id) if notice_id else None
         if entry is None:
+            kept = self.remembered.get(notice_id) if notice_id else None
+            if kept is not None:
+                # Retired past its end, between the expiry's clear and its provider's next
+                # answer, which raises it again with its ackers: lost here, the re-raise
+                # waited for this client's ack again (one that had acked for good).
+                kept.saved = True
+                if client and (client in kept.acked or len(kept.acked) < MAX_ACKED_KEPT):
+                    kept.acked.add(client)
+                elif not client and not kept.expected:
+                    kept.acked.add(ANONYMOUS)
             return False
         entry.saved = True
         if client and client not in entry.acked:

@@ -731,6 +731,10 @@ class Agent:
             self._send(notice, escalated=False)
             return
         self._send(notice, escalated=self.board.escalated(notice.id), fresh=fresh)
+        # Raised again after its expiry, with every client's ack in (the last one came in
+        # between): its provider is told now, as at the ack that completes a notice.
+        for notice_id in self.board.take_flushed():
+            self._flushed(notice_id)
         # After the publish (clients wait on the clock): a restarted agent lists it from its
         # first heartbeat on, however long its watcher then takes to answer.
         self._save()

@@ -572,3 +572,39 @@ def test_acks_from_ids_no_subscriber_holds_are_bounded_and_never_crowd_out_a_job
     kept = b.acked_by()["aws/spot-itn/1"]
     assert len(kept) == MAX_ACKED_KEPT and {"job", "other"} <= kept
     assert b.acked_to_save()["aws/spot-itn/1"][:2] == ["job", "other"]
+
+
+def test_an_ack_between_a_notices_expiry_and_its_re_raise_counts_for_the_re_raise() -> None:
+    """The expiry cleared the notice, the ack of the last client to save for it came before
+    the provider's next answer raised it again: the ack found no notice and was lost, and the
+    re-raise waited for that client's ack forever (Azure approved at NotBefore, not early)."""
+    b, clock = board()
+    b.grace = timedelta(seconds=60)
+    b.client_joined("a")
+    b.client_joined("b")
+    deadline = T0 + timedelta(minutes=2)
+    first = b.report(report(action="terminate", deadline=deadline))
+    assert first is not None
+    assert not b.record_ack(first.id, "a", 1.0)
+    clock.now = T0 + timedelta(minutes=4)
+    _, (expired,) = b.due()
+    assert expired.action == "clear"
+    assert not b.record_ack(first.id, "b", 1.0)  # no notice in force: nothing completes now
+    again = b.report(report(action="terminate", deadline=deadline))
+    assert again is not None and b.acked_by(first.id) == {first.id: {"a", "b"}}
+    assert b.take_flushed() == [first.id]  # flushed by every client: its provider is told
+    assert b.take_flushed() == []
+    assert not b.record_ack(first.id, "b", 1.0)  # once
+
+
+def test_an_anonymous_ack_after_the_expiry_completes_only_a_notice_nobody_holds() -> None:
+    b, clock = board()
+    b.grace = timedelta(seconds=60)
+    b.client_joined("a")
+    first = b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
+    assert first is not None
+    clock.now = T0 + timedelta(minutes=4)
+    b.due()
+    assert not b.record_ack(first.id, None, 1.0)
+    assert b.report(report(action="terminate", deadline=T0 + timedelta(minutes=2)))
+    assert b.take_flushed() == [] and b.saved() == [first.id]

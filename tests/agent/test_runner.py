@@ -661,3 +661,39 @@ async def test_a_rebuilt_watcher_is_not_taken_as_answered_for_its_predecessors_a
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_re_raise_every_client_acked_already_tells_its_provider(tmp_path: Path) -> None:
+    """The last client's ack came between the notice's expiry and its provider's re-raise:
+    lost, the provider (Azure's approval) was never told every client had flushed."""
+    agent, published = _agent_publishing_to_a_recorder(tmp_path)
+    told: list[str] = []
+
+    class Approving:
+        name = "aws"
+
+        def flushed(self, notice_id: str) -> None:
+            told.append(notice_id)
+
+    agent.watchers["aws"] = Approving()  # type: ignore[assignment]
+    now = [datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)]
+    agent.board.now = lambda: now[0]
+    agent.board.grace = timedelta(seconds=60)
+    for client in ("rank0", "rank1"):
+        agent.board.client_joined(client)
+    deadline = now[0] + timedelta(minutes=2)
+    spot = Report(id="aws/spot/1", action="terminate", reason="manual", provider="aws")
+    spot = spot.model_copy(update={"deadline": deadline})
+    agent._emit(spot)
+    ack = {"op": "ack", "notice_id": "aws/spot/1", "flush_seconds": 2.0}
+    assert (await agent._handle(ack | {"client": "rank0"}))["ok"]
+    now[0] += timedelta(minutes=4)
+    agent._send_due()
+    assert published.sent[-1].action == "clear"
+    assert (await agent._handle(ack | {"client": "rank1"}))["ok"]
+    assert told == []
+    agent._emit(spot)
+    assert published.sent[-1].action == "terminate"
+    assert told == ["aws/spot/1"]
+    await agent.state_writer.settled()
+    agent.state_writer.close()
