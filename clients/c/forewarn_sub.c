@@ -28,8 +28,9 @@
  * is of a protocol this program cannot read: it is dropped, with a line on stderr (at most one
  * a minute, counting the others), as the Python client drops it. So is one with an object that
  * names a key twice (at any depth; "\u0061" and "a" are one key): JSON leaves it to each
- * reader which one counts, and this one and Python's differ. And one nested deeper than 1000
- * levels of arrays and objects, which Python's json does not read.
+ * reader which one counts, and this one and Python's differ. So is a notice whose "seq" is no
+ * JSON integer ("12", 1.5, null, or none), which the Python client refuses. And one nested
+ * deeper than 1000 levels of arrays and objects, which Python's json does not read.
  *
  * Heartbeats are read, not printed. Without any for 5 s at start, or for 3 s from an agent
  * heard before, a line on stderr says so (and another when one is heard again). A notice the
@@ -575,6 +576,30 @@ static int version_1(const char *body, size_t size, const char **shown, int *sho
     return 0;
 }
 
+/* Whether the notice's "seq" is a JSON integer (a sign, digits, no leading zero, no fraction
+ * or exponent), as the Python client's Event.from_json takes it; else 0, with the value in
+ * *shown. Printed, a notice with "seq": "12" (or null, 1.5, none) was one Python drops. */
+static int seq_integer(const char *body, size_t size, const char **shown, int *shown_len) {
+    const char *end = body + size, *stop = NULL;
+    const char *seq = member(body, end, "seq", &stop);
+    if (!seq) {
+        *shown = "missing";
+        *shown_len = 7;
+        return 0;
+    }
+    while (stop > seq && stop[-1] && strchr(" \t\r\n", stop[-1])) /* not the NUL strchr finds */
+        stop--;
+    const char *p = seq + (*seq == '-');
+    int digits = 0;
+    while (p + digits < stop && p[digits] >= '0' && p[digits] <= '9')
+        digits++;
+    if (digits > 0 && p + digits == stop && (digits == 1 || *p != '0'))
+        return 1;
+    *shown = seq;
+    *shown_len = stop - seq > 40 ? 40 : (int)(stop - seq);
+    return 0;
+}
+
 /* One line on stderr for a dropped message, at most one a minute: a stream of them (an agent
  * of another protocol version sends every notice and a heartbeat a second) would bury the rest. */
 #define DROPPED_SAY_EVERY 60.0
@@ -1069,6 +1094,8 @@ int main(int argc, char **argv) {
         } else if ((is_notice || is_heartbeat) && !version_1(data, size, &shown, &shown_len)) {
             say_dropped(is_notice ? "notice" : "heartbeat", "whose \"v\" is not the integer 1, got ",
                         shown, shown_len, "");
+        } else if (is_notice && !seq_integer(data, size, &shown, &shown_len)) {
+            say_dropped("notice", "whose \"seq\" is not an integer, got ", shown, shown_len, "");
         } else if (is_notice) {
             note_received(&seen_ids, data, size, note_seq(&seen_ids, data, size));
             if (on_notice(&seen_ids, data, size)) {

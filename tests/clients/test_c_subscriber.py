@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import zmq
+from forewarn.clients.event import Event
 from forewarn.protocol.timefmt import time_or_none
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -110,7 +111,7 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
     def next_marker_line(mark: int, timeout: float) -> bool:
         """Read lines until the marker's own line; False when it did not come in time."""
         assert sub.stdout is not None
-        wanted = json.dumps({"v": 1, "marker": mark}).encode()
+        wanted = json.dumps({"v": 1, "seq": mark, "marker": mark}).encode()
         ends = time.monotonic() + timeout
         while True:
             while b"\n" in pending:
@@ -127,7 +128,7 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
             pending.extend(chunk)
 
     def send_marker(mark: int) -> None:
-        pub.send_multipart([b"notice", json.dumps({"v": 1, "marker": mark}).encode()])
+        pub.send_multipart([b"notice", json.dumps({"v": 1, "seq": mark, "marker": mark}).encode()])
 
     try:
         # Until the subscription has reached the publisher, messages are dropped.
@@ -144,7 +145,7 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
         # spliced anywhere, nested deeply, or with thousands of ids.
         well_formed = st.sampled_from(
             [
-                b'{"v":1,"id":"local/a","action":"drain","detail":{"id":["x",{"a":"\\""}]}}',
+                b'{"v":1,"seq":1,"id":"local/a","action":"drain","detail":{"id":["x",{"a":"\\""}]}}',
                 b'{"v": 1, "agent": "a", "active": ["local/a", "local/\\"b", 7, null]}',
                 b'{"active":' + b"[" * 200 + b"]" * 200 + b"}",
                 b'{"active":[' + b",".join(b'"local/%d"' % i for i in range(3000)) + b"]}",
@@ -1266,3 +1267,34 @@ def test_c_subscriber_reads_no_time_where_the_python_client_reads_none(
     assert (got is None) == (expected is None), text
     if expected is not None and got is not None:
         assert abs(got - expected) < 1e-5, text
+
+
+SEQ_TEXTS = ['"12"', "1.5", "12.0", "1e3", "null", "true", "[1]", "-3", "0", "12", "-0", "1" * 30]
+
+
+def test_c_subscriber_drops_a_notice_whose_seq_is_no_integer_as_the_python_client_does(
+    tmp_path: Path, binary: Path
+) -> None:
+    """A notice whose `seq` is no JSON integer (`"12"`, `1.5`, `null`, none at all) is dropped
+    by the client library (`Event.from_json`); the C subscriber printed it. Each is printed by
+    both or by neither now, dropped with a line on stderr (one a minute)."""
+    bodies = [
+        _notice(f"local/s{i}", "drain").replace(b'"seq": 1', b'"seq": ' + text.encode())
+        for i, text in enumerate(SEQ_TEXTS)
+    ]
+    bodies.append(_notice("local/none", "drain").replace(b'"seq": 1, ', b""))
+    python_reads = []
+    for body in bodies:
+        with contextlib.suppress(ValueError):
+            python_reads.append(Event.from_json(body).id)
+    with _published_to(tmp_path, binary, len(python_reads) + 1) as (xpub, sub):
+        for body in bodies:
+            xpub.send_multipart([b"notice", body])
+        xpub.send_multipart([b"notice", _notice("local/last", "drain", seq=99)])
+        out, err = sub.communicate(timeout=15)
+    assert sub.returncode == 0, err
+    printed = [n["id"] for n in map(json.loads, out.splitlines())]
+    assert printed == [*python_reads, "local/last"], err
+    assert len(python_reads) == 5  # -3, 0, 12, -0 and the 30 digits: integers all
+    dropped = [line for line in err.splitlines() if "dropped a" in line]
+    assert dropped == ['forewarn_sub: dropped a notice whose "seq" is not an integer, got "12"']
