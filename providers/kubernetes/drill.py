@@ -161,7 +161,9 @@ def _patch(configuration: Configuration, source: str, node: str, unschedulable: 
 
 
 def run(args: argparse.Namespace) -> int:
-    node = _given(args.node) or _given(os.environ.get("NODE_NAME"))
+    # Lower case, as the agent reads the same name (config.node_name): a Node's name is a DNS
+    # subdomain, and `--node $(hostname)` printing `GPU-1` patched a node that cannot exist.
+    node = (_given(args.node) or _given(os.environ.get("NODE_NAME")) or "").lower()
     if not node:
         raise UsageError("drill kubernetes: --node: name the node to cordon (or set NODE_NAME)")
     configuration, source = credentials(args, os.environ)

@@ -133,3 +133,24 @@ def test_a_bad_url_is_named(tmp_path: Path, server: SimServer) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("forewarn: drill kubernetes: --url: must start with http")
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_node_name_in_capitals_is_lowered_as_the_agent_lowers_it(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """The watcher reads NODE_NAME in lower case (a Node's name is a DNS subdomain; the
+    kubelet lowers `$(hostname)`), but the drill sent `--node Drill-Node` as given: the
+    PATCH of `nodes/Drill-Node` named a node that cannot exist, 404, and nothing was drilled."""
+    environment = env(tmp_path, server)
+    done = run_forewarn(
+        "drill",
+        "kubernetes",
+        "--node",
+        NODE.upper(),
+        "--yes",
+        env=environment,
+        timeout=DRILL_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"  PATCH {server.url}/api/v1/nodes/{NODE}\n" in done.stdout
+    assert unschedulable(server)
