@@ -34,12 +34,16 @@ DEFAULT_DRAIN_TAINTS: tuple[str, ...] = (
 # Of those, the ones that mean the machine itself is going within minutes, whatever happens to
 # the pods: a terminate, not a drain. NTH's spot-itn comes with the two-minute interruption
 # notice (the AWS provider makes a terminate of the same notice) and its ASG lifecycle taint
-# with the instance's termination; GKE's handler taints ~30 s before a preemption. The others
-# mark a disruption carried out by evicting pods (the pod's own SIGTERM follows), or a warning.
+# with the instance's termination; GKE's handler taints ~30 s before a preemption. The
+# out-of-service taint (non-graceful node shutdown, set on an instance shut down or terminated)
+# has every pod without its toleration force-deleted at once, with no grace: as a drain, the
+# job saved and trained on while its pod was being deleted. The others mark a disruption
+# carried out by evicting pods (the pod's own SIGTERM follows), or a warning.
 DEFAULT_TERMINATE_TAINTS: tuple[str, ...] = (
     "aws-node-termination-handler/spot-itn",
     "aws-node-termination-handler/asg-lifecycle-termination",
     "cloud.google.com/impending-node-termination",
+    "node.kubernetes.io/out-of-service",
 )
 
 

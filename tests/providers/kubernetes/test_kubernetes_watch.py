@@ -53,6 +53,17 @@ async def test_each_deletion_taint_drains(cluster: Cluster, watching: Running, k
     await watching.report("clear", f"kubernetes/{NODE}/taint/{key}")
 
 
+async def test_the_out_of_service_taint_terminates(cluster: Cluster, watching: Running) -> None:
+    """`node.kubernetes.io/out-of-service` (NoExecute) has the pods on the node deleted at once,
+    forcefully, with no grace (non-graceful node shutdown; cloud-provider-azure and NTH set it
+    on an instance that is shut down or terminated): it was a drain, and the job saved and
+    trained on while its pod was being force-deleted."""
+    key = "node.kubernetes.io/out-of-service"
+    cluster.raise_("taint", key=key, value="nodeshutdown", effect="NoExecute")
+    await watching.report("terminate", f"kubernetes/{NODE}/taint/{key}")
+    assert watching.summary() == [("terminate", f"kubernetes/{NODE}/taint/{key}")]
+
+
 async def test_a_taint_whose_value_or_effect_changes_is_the_same_notice(
     cluster: Cluster, watching: Running
 ) -> None:
