@@ -25,7 +25,12 @@ from forewarn.protocol.errors import ConfigError
 from forewarn.protocol.timefmt import format_time
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.fetch import fetch
-from forewarn.providers.kubernetes.api import cordon_request, retry_after, status_message
+from forewarn.providers.kubernetes.api import (
+    cordon_request,
+    retry_after,
+    status_message,
+    uid_refused,
+)
 from forewarn.providers.kubernetes.config import Cluster, node_name, resolve
 from forewarn.providers.kubernetes.kubeconfig import off_loop
 from forewarn.providers.kubernetes.settings import Settings as KubernetesSettings
@@ -308,7 +313,14 @@ class KubernetesNotifier(Observer):
             if not self._terminating:
                 self._cordoned = False
         if self.settings.cordon and notice.action == "terminate" and not self._cordoned:
-            request = cordon_request(self.cluster, self.node, True)
+            # The Node the terminate was raised for, when it says (the kubernetes watcher's
+            # do): a terminate restored after that Node was deleted and registered again
+            # under its name (the agent's pod goes with the old Node, and starts again on the
+            # same boot with its state on the host) cordoned the new one, for good.
+            uid = notice.detail.get("uid") if self._about_this_node(notice) else None
+            request = cordon_request(
+                self.cluster, self.node, True, uid if isinstance(uid, str) else None
+            )
             if await self._send(
                 "cordon",
                 request["method"],
@@ -339,6 +351,9 @@ class KubernetesNotifier(Observer):
             body = event_body(notice, regarding, namespace, self.instance)
             if await self._send("event", "POST", url, body):
                 self.created += 1
+
+    def _about_this_node(self, notice: Notice) -> bool:
+        return notice.provider == "kubernetes" and notice.detail.get("node") == self.node
 
     async def _send(
         self,
@@ -390,6 +405,13 @@ class KubernetesNotifier(Observer):
                     # a kubeconfig's credentials too (read once when it is loaded).
                     why = "401: the API server refused the token"
                     await self._reconnect()
+                elif what == "cordon" and uid_refused(response.status_code, response.content):
+                    log.info(
+                        "kubernetes: node %s was replaced (deleted and registered again) "
+                        "since the terminate: not cordoned",
+                        self.node,
+                    )
+                    return False
                 elif response.status_code == 403:
                     if what not in self._refused:
                         self._refused.add(what)

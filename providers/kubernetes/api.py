@@ -285,14 +285,27 @@ async def _head_of(response: httpx.Response, limit: int = 64 << 10) -> bytes:
     return bytes(body[:limit])
 
 
-def cordon_request(cluster: Cluster, node_name: str, unschedulable: bool) -> dict[str, Any]:
-    """What `kubectl cordon` (or `uncordon`) sends: a strategic merge patch of the node."""
+def cordon_request(
+    cluster: Cluster, node_name: str, unschedulable: bool, uid: str | None = None
+) -> dict[str, Any]:
+    """What `kubectl cordon` (or `uncordon`) sends: a strategic merge patch of the node. With
+    `uid`, the patch holds only for that Node object: metadata.uid is immutable, so the API
+    server refuses it (422) on a Node deleted and created again under the name since."""
+    body: dict[str, Any] = {"spec": {"unschedulable": unschedulable}}
+    if uid:
+        body["metadata"] = {"uid": uid}
     return {
         "method": "PATCH",
         "url": f"{cluster.server}/api/v1/nodes/{quote(node_name, safe='')}",
         "headers": {"Content-Type": "application/strategic-merge-patch+json"},
-        "body": {"spec": {"unschedulable": unschedulable}},
+        "body": body,
     }
+
+
+def uid_refused(status: int, body: bytes) -> bool:
+    """Whether a PATCH's answer is the API server refusing its metadata.uid: the Node is
+    another object than the one the patch was for."""
+    return status == 422 and "metadata.uid" in status_message(body)
 
 
 __all__ = [
@@ -306,4 +319,5 @@ __all__ = [
     "retry_after",
     "status_message",
     "too_large",
+    "uid_refused",
 ]

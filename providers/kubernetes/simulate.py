@@ -13,7 +13,8 @@
   `ResourceVersionTooLarge`.
 - `GET`/`PATCH /api/v1/nodes/<node>` (merge or strategic-merge patch; what `kubectl cordon`
   and `forewarn drill kubernetes` send). Cordoning adds the `node.kubernetes.io/unschedulable`
-  taint, as the node lifecycle controller does.
+  taint, as the node lifecycle controller does. A `metadata.uid` in the patch other than the
+  node's is 422 Invalid (the uid is immutable), as the API server answers.
 - With a token set, requests without `Authorization: Bearer <token>` get 401.
 - `POST /apis/events.k8s.io/v1/namespaces/<ns>/events`: an Event, checked for the fields the
   API server requires (422 otherwise), kept in `GET /_sim/state` under `events`.
@@ -669,6 +670,18 @@ class KubernetesSimulator(Simulator):
         with self.lock:
             if name != self.node_name or self.node is None:
                 return SimResponse.json(_status(404, "NotFound", f'nodes "{name}" not found'), 404)
+            # A uid in the patch is a precondition, as the API server has it (metadata.uid is
+            # immutable: another value is 422 Invalid): a patch meant for a Node deleted since
+            # does not land on the one created again under its name.
+            meta = patch.get("metadata")
+            uid = meta.get("uid") if isinstance(meta, dict) else None
+            current = self.node["metadata"].get("uid")
+            if uid is not None and uid != current:
+                message = (
+                    f'Node "{name}" is invalid: metadata.uid: Invalid value: "{uid}": '
+                    "field is immutable"
+                )
+                return SimResponse.json(_status(422, "Invalid", message), 422)
             before = bool(self.node["spec"].get("unschedulable"))
             node = merge_patch(self.node, patch)
             node.setdefault("spec", {})

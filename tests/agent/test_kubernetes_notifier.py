@@ -189,6 +189,58 @@ def test_a_terminate_restored_after_a_restart_mid_cordon_still_cordons(tmp_path:
     assert "restored" in second.output()
 
 
+def test_a_restored_terminate_of_a_deleted_node_does_not_cordon_the_node_that_replaced_it(
+    tmp_path: Path,
+):
+    """`kubectl delete node` with the kubelet alive: the node's deletion is a terminate (its
+    cordon finds no node), the kubelet registers the node again under its name (a new uid),
+    and the agent's pod, deleted with the old node, starts again on the same boot with the
+    state on the host. The restored terminate cordoned the new node: it stayed unschedulable
+    for good, and the watcher raised a drain of that cordon to the node's next jobs."""
+    with cluster(WATCH | {"patch:nodes"}) as server:
+        env = agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true").env
+
+        def kubernetes_agent() -> AgentProcess:
+            return AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+
+        with kubernetes_agent() as first:
+            eventually(lambda: "watching node" in first.output(), timeout=15, what="the watch")
+            gone = httpx.post(
+                f"{server.url}/_sim/notices", json={"kind": "delete"}, trust_env=False, timeout=5
+            )
+            assert gone.status_code < 300, gone.text
+            eventually(lambda: "cordon failed" in first.output(), timeout=15, what="the 404")
+        back = httpx.delete(f"{server.url}/_sim/notices/node", trust_env=False, timeout=5)
+        assert back.status_code == 200, back.text
+        with kubernetes_agent() as second:
+            eventually(
+                lambda: "cordon" in second.output().partition("restored")[2],
+                timeout=15,
+                what="the restored terminate's cordon, done or refused",
+            )
+            assert not sim_state(server)["node"]["spec"].get("unschedulable")
+    assert f"node {NODE} was replaced" in second.output(), second.output()
+
+
+def test_a_terminate_of_the_watched_node_cordons_that_node(tmp_path: Path):
+    """The watcher's own terminate (a graceful shutdown) carries the Node's uid: the cordon,
+    conditional on it, lands on the node it was raised for."""
+    with cluster(WATCH | {"patch:nodes"}) as server:
+        env = agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true").env
+        with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as running:
+            eventually(lambda: "watching node" in running.output(), timeout=15, what="the watch")
+            shutdown = httpx.post(
+                f"{server.url}/_sim/notices", json={"kind": "shutdown"}, trust_env=False, timeout=5
+            )
+            assert shutdown.status_code < 300, shutdown.text
+            eventually(
+                lambda: sim_state(server)["node"]["spec"].get("unschedulable") is True,
+                timeout=15,
+                what="the cordon of the shutdown",
+            )
+    assert f"cordoned node {NODE} for kubernetes/{NODE}/shutdown" in running.output()
+
+
 def test_events_not_reported_at_stop_are_named(tmp_path: Path):
     """The agent stops while the API server holds an Event and another notice waits: both
     are logged as not reported (the webhook's are), not dropped without a word."""

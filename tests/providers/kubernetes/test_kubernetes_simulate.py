@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from forewarn.providers.kubernetes.api import uid_refused
 from forewarn.providers.kubernetes.simulate import (
     DEFAULT_NODE,
     KubernetesSimulator,
@@ -18,6 +19,8 @@ from forewarn.providers.kubernetes.simulate import (
     merge_patch,
 )
 from forewarn.providers.simulator import SimServer
+from hypothesis import given
+from hypothesis import strategies as st
 from support import agent_env, forewarn_cmd, run_forewarn
 
 NODE = "sim-node"
@@ -146,6 +149,31 @@ def test_patch_cordons_like_kubectl(api: httpx.Client) -> None:
     assert wrong.status_code == 415
     missing = api.patch("/api/v1/nodes/other", content="{}", headers=headers)
     assert missing.status_code == 404
+
+
+def test_a_patch_for_another_uid_is_refused_as_the_api_server_does(api: httpx.Client) -> None:
+    """metadata.uid is immutable: a patch carrying another uid is 422 Invalid and changes
+    nothing (the agent's cordon relies on it to reach only the Node it was raised for)."""
+    headers = {**AUTH, "Content-Type": "application/strategic-merge-patch+json"}
+    uid = api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()["metadata"]["uid"]
+    stale = {"metadata": {"uid": "0-old"}, "spec": {"unschedulable": True}}
+    refused = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(stale), headers=headers)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["reason"] == "Invalid" and "metadata.uid" in refused.json()["message"]
+    assert uid_refused(refused.status_code, refused.content)
+    node = api.get(f"/api/v1/nodes/{NODE}", headers=AUTH).json()
+    assert not node["spec"].get("unschedulable")
+    same = {"metadata": {"uid": uid}, "spec": {"unschedulable": True}}
+    done = api.patch(f"/api/v1/nodes/{NODE}", content=json.dumps(same), headers=headers)
+    assert done.status_code == 200 and done.json()["spec"]["unschedulable"] is True
+    assert not uid_refused(done.status_code, done.content)
+
+
+@given(st.integers(min_value=100, max_value=599), st.binary(max_size=300))
+def test_uid_refused_reads_any_answer(status: int, body: bytes) -> None:
+    assert uid_refused(status, body) in (True, False)
+    if status != 422:
+        assert not uid_refused(status, body)
 
 
 @pytest.mark.parametrize("opening", ["[", '{"a":'])
