@@ -886,7 +886,10 @@ def _node_name(text: str) -> str:
     # can be pointed at (its hint said FOREWARN_KUBERNETES_NODE_NAME= and nothing more).
     if not text.strip():
         raise argparse.ArgumentTypeError("empty: give a name, or leave --node out")
-    return text
+    # As the agent reads NODE_NAME (config.node_name): `--node "$(hostname)"` printing
+    # `GPU-1` served a Node no cluster can hold, and the agent, watching `gpu-1`, never
+    # found it.
+    return text.strip().lower()
 
 
 def _positive_duration(text: str) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import time
@@ -11,7 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+from forewarn.providers.kubernetes import simulate
 from forewarn.providers.kubernetes.api import uid_refused
+from forewarn.providers.kubernetes.config import node_name
+from forewarn.providers.kubernetes.settings import Settings
 from forewarn.providers.kubernetes.simulate import (
     DEFAULT_NODE,
     KubernetesSimulator,
@@ -258,6 +262,18 @@ def test_cli_serves_the_node(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(10)
     assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("given_name", ["GPU-Node-1", " gpu-node-1\n", "Gpu-Node-1 "])
+def test_cli_serves_the_node_under_the_name_the_agent_watches(given_name: str) -> None:
+    """`forewarn simulate kubernetes --node "$(hostname)"` served a Node named `GPU-Node-1`,
+    which no cluster can hold (a Node's name is lower case), while the agent given the same
+    `NODE_NAME` watches `gpu-node-1`: it reported `node-not-found` for ever."""
+    parser = argparse.ArgumentParser()
+    simulate.add_arguments(parser)
+    served = parser.parse_args(["--node", given_name]).node
+    watched = node_name(Settings(), {"NODE_NAME": given_name})
+    assert served == watched == "gpu-node-1"
 
 
 @pytest.mark.parametrize("option", ["--bookmark-interval", "--max-watch-seconds"])
