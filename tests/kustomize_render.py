@@ -14,7 +14,7 @@ import yaml
 
 KUSTOMIZE = Path(__file__).resolve().parents[1] / "packaging" / "kubernetes"
 OVERLAYS = ("daemonset", "sidecar-job")
-COMPONENTS = ("metrics", "notifications", "cordon")
+COMPONENTS = ("metrics", "notifications", "cordon", "karpenter")
 
 
 def kubectl() -> str:

@@ -229,6 +229,33 @@ class NodeApi:
             raise ApiError("parse", f"list: body is not JSON: {response.text[:200]!r}") from None
         return parse_list(payload)
 
+    async def get_nodeclaim(self, name: str) -> dict[str, Any] | None:
+        """The `karpenter.sh/v1` NodeClaim `name`, None when there is none (gone, or no
+        Karpenter in the cluster). Raises ApiError for any other refusal (403: the identity
+        lacks `get` on nodeclaims)."""
+        url = f"{self.cluster.server}/apis/karpenter.sh/v1/nodeclaims/{quote(name, safe='')}"
+        response = await fetch(
+            self.client,
+            "GET",
+            url,
+            headers=await self._headers(),
+            deadline=REQUEST_TIMEOUT,
+            max_body=MAX_LIST_BODY,
+        )
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise error_for(
+                response.status_code, response.content, "nodeclaim", self.cluster.source
+            )
+        try:
+            payload = json.loads(response.content)
+        except (ValueError, RecursionError):  # RecursionError: nested a few thousand deep
+            raise ApiError(
+                "parse", f"nodeclaim: body is not JSON: {response.text[:200]!r}"
+            ) from None
+        return payload if isinstance(payload, dict) else None
+
     @asynccontextmanager
     async def watch(
         self, resource_version: str, timeout_seconds: int

@@ -38,6 +38,7 @@ from forewarn.providers.httpdate import parse_http_date
 from forewarn.providers.report import Report
 
 from ..base import ParseError
+from .karpenter import KARPENTER_TAINTS
 
 PROVIDER = "kubernetes"
 CORDON_TAINT = "node.kubernetes.io/unschedulable"
@@ -223,6 +224,7 @@ def node_reports(
     previous: Mapping[str, Report] | None = None,
     host: HostBoot | None = None,
     terminate_taints: Collection[str] = (),
+    karpenter_deadline: datetime | None = None,
 ) -> list[Report]:
     """The reports a Node object stands for (drains and terminates only; no clears).
 
@@ -233,6 +235,8 @@ def node_reports(
     another boot and it was posted before the host booted (see `stale_boot`). Raises
     ParseError when the object is not a Node of that name or a field has a wrong type.
     A taint among `drain_taints` is a drain, or a terminate when it is in `terminate_taints`.
+    `karpenter_deadline` (the NodeClaim's termination timestamp, see `karpenter`) is the
+    deadline of Karpenter's taint and of the Node's deletion.
     """
     node = _object(node, "node")
     name = node_name_of(node)
@@ -277,12 +281,16 @@ def node_reports(
             continue
         seen.add(key)
         action: Literal["drain", "terminate"] = "terminate" if key in terminate_taints else "drain"
-        reports.append(report(action, ("taint", key), {"condition": "taint", "taint": taint}))
+        tainted = report(action, ("taint", key), {"condition": "taint", "taint": taint})
+        if key in KARPENTER_TAINTS and karpenter_deadline is not None:
+            tainted = tainted.model_copy(update={"deadline": karpenter_deadline})
+        reports.append(tainted)
     deleting = _optional_str(metadata, "deletionTimestamp", "metadata.deletionTimestamp")
     if deleting:
-        reports.append(
-            report("drain", ("deleting",), {"condition": "deleting", "deletionTimestamp": deleting})
+        deletion = report(
+            "drain", ("deleting",), {"condition": "deleting", "deletionTimestamp": deleting}
         )
+        reports.append(deletion.model_copy(update={"deadline": karpenter_deadline}))
     ready = _ready_condition(status)
     shutdown = _shutdown_condition(ready)
     if shutdown is not None and ready is not None and host and stale_boot(status, ready, host):

@@ -34,6 +34,11 @@ Control API kinds (`POST /_sim/notices {"kind": ...}`), with the id each returns
 | `restore` | `back` (default 100) | an etcd restore: the rv goes back, watches end | |
 | `timeout` | | ends every open watch now (server-side timeout) | |
 | `rotate-token` | `token` | only this token is accepted from now on | |
+| `karpenter` | `termination` | Karpenter's disruption (see below) | `karpenter` |
+
+`karpenter`: a NodeClaim owns the Node, which gets the `karpenter.sh/disrupted` taint; with
+`termination` (RFC 3339), the NodeClaim is deleted with that termination timestamp and then
+the Node (`GET /apis/karpenter.sh/v1/nodeclaims/<name>` serves the NodeClaim).
 
 Faults are the shared vocabulary (`POST /_sim/faults`), answered with a `Status` object as
 kube-apiserver does; a `slow`, `malformed` or `oversize` fault on a watch applies to its
@@ -62,6 +67,7 @@ from ..simulator import (
     refuse_unknown_fields,
     yes_or_no,
 )
+from .karpenter import TERMINATION_ANNOTATION
 from .nodes import CORDON_TAINT, SHUTDOWN_MESSAGE
 
 DEFAULT_NODE = "forewarn-sim-node"
@@ -134,6 +140,7 @@ NOTICE_FIELDS: dict[str, tuple[str, ...]] = {
     "restore": ("back",),
     "timeout": (),
     "rotate-token": ("token",),
+    "karpenter": ("termination",),
 }
 
 
@@ -150,6 +157,7 @@ class KubernetesSimulator(Simulator):
         "restore",
         "timeout",
         "rotate-token",
+        "karpenter",
     )
     # kube-apiserver's own limit is per client priority level, not a fixed rate; this is the
     # client-go default (QPS 5) a well-behaved client stays under.
@@ -200,6 +208,8 @@ class KubernetesSimulator(Simulator):
         }
         self.closed = False
         self.node: dict[str, Any] | None = None
+        # Karpenter's NodeClaims by name (`karpenter`): what GET .../nodeclaims/<name> serves.
+        self.nodeclaims: dict[str, dict[str, Any]] = {}
         self._commit("ADDED", self._fresh_node())
 
     # The Node object.
@@ -339,6 +349,8 @@ class KubernetesSimulator(Simulator):
             token = fields.get("token")
             if not isinstance(token, str) or not token:
                 raise SimError('"token" must be a non-empty string')
+        elif kind == "karpenter" and not isinstance(fields.get("termination", ""), str):
+            raise SimError('"termination" must be an RFC 3339 time (a string)')
 
     @staticmethod
     def _check_taint(fields: dict[str, Any], effect: Any) -> None:
@@ -408,6 +420,8 @@ class KubernetesSimulator(Simulator):
                 self.timeout_generation += 1
                 self.notify_change()
                 return "timeout"
+            if kind == "karpenter":
+                return self._karpenter(fields.get("termination"))
             if kind == "rotate-token":
                 token = fields.get("token")
                 if not isinstance(token, str) or not token:
@@ -416,9 +430,48 @@ class KubernetesSimulator(Simulator):
                 return "token"
         raise SimError(
             f"unknown kind {kind!r}; use cordon, taint, shutdown, unreachable, vm-event, delete, "
-            "compact, "
-            "restore, timeout or rotate-token"
+            "compact, restore, timeout, rotate-token or karpenter"
         )
+
+    def _karpenter(self, termination: str | None) -> str:
+        """Karpenter disrupting the node: the Node owned by a NodeClaim, tainted
+        `karpenter.sh/disrupted`; with `termination`, the NodeClaim deleted with its
+        termination timestamp stamped, then the Node deleted (its finalizer holds it)."""
+        node = self._edit()
+        name = f"{self.node_name}-claim"
+        claim = self.nodeclaims.setdefault(
+            name,
+            {
+                "apiVersion": "karpenter.sh/v1",
+                "kind": "NodeClaim",
+                "metadata": {"name": name, "uid": str(uuid.uuid4()), "creationTimestamp": _now()},
+                "status": {"nodeName": self.node_name},
+            },
+        )
+        owner = {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "name": name,
+            "uid": claim["metadata"]["uid"],
+            "blockOwnerDeletion": True,
+        }
+        node["metadata"]["ownerReferences"] = [owner]
+        self._set_taint(node, "karpenter.sh/disrupted", None, "NoSchedule")
+        if termination:
+            claim["metadata"]["deletionTimestamp"] = _now()
+            claim["metadata"]["annotations"] = {TERMINATION_ANNOTATION: termination}
+            node["metadata"]["deletionTimestamp"] = _now()
+            node["metadata"]["finalizers"] = ["karpenter.sh/termination"]
+        self._commit("MODIFIED", node)
+        return "karpenter"
+
+    def _get_nodeclaim(self, name: str) -> SimResponse:
+        with self.lock:
+            claim = self.nodeclaims.get(name)
+            if claim is None:
+                message = f'nodeclaims.karpenter.sh "{name}" not found'
+                return SimResponse.json(_status(404, "NotFound", message), 404)
+            return SimResponse.json(claim)
 
     def _compact(self, fields: dict[str, Any]) -> str:
         gone_as = fields.get("as", self.gone_as)
@@ -486,6 +539,16 @@ class KubernetesSimulator(Simulator):
             elif notice_id.startswith("taint/"):
                 if not self._drop_taint(node, notice_id[len("taint/") :]):
                     return False
+            elif notice_id == "karpenter":
+                # The disruption called off (a replacement that failed to launch): the taint
+                # goes; a deletion already under way cannot be undone, but the sim allows it.
+                if not self._drop_taint(node, "karpenter.sh/disrupted"):
+                    return False
+                node["metadata"].pop("deletionTimestamp", None)
+                node["metadata"].pop("finalizers", None)
+                for claim in self.nodeclaims.values():
+                    claim["metadata"].pop("deletionTimestamp", None)
+                    claim["metadata"].pop("annotations", None)
             elif notice_id == "vm-event":
                 self._set_vm_event(False, "NoVMEventScheduled", "VM has no scheduled event")
                 return True
@@ -548,15 +611,22 @@ class KubernetesSimulator(Simulator):
         if path == "/version":
             return SimResponse.json({"major": "1", "minor": "31", "gitVersion": "v1.31.0-sim"})
         events = path.startswith(EVENTS_PREFIX)
-        if not path.startswith("/api/v1/nodes") and not events:
+        nodeclaim = path[len(NODECLAIMS_PREFIX) :] if path.startswith(NODECLAIMS_PREFIX) else None
+        if not path.startswith("/api/v1/nodes") and not events and nodeclaim is None:
             return SimResponse.json(_status(404, "NotFound", f"no route {request.path}"), 404)
         if self.token is not None and request.header("Authorization") != f"Bearer {self.token}":
             with self.lock:
                 self.counts["unauthorized"] += 1
             return SimResponse.json(_status(401, "Unauthorized", "Unauthorized"), 401)
-        refused = self._refuse(request.method, "events" if events else "nodes", request)
+        resource = "events" if events else "nodeclaims" if nodeclaim is not None else "nodes"
+        refused = self._refuse(request.method, resource, request)
         if refused is not None:
             return refused
+        if nodeclaim is not None:
+            if request.method != "GET" or not nodeclaim or "/" in nodeclaim:
+                message = f"{request.method} {request.path}"
+                return SimResponse.json(_status(405, "MethodNotAllowed", message), 405)
+            return self._get_nodeclaim(nodeclaim)
         if events:
             return self._create_event(path, request)
         if path == "/api/v1/nodes" and request.method == "GET":
@@ -589,7 +659,7 @@ class KubernetesSimulator(Simulator):
             return None
         with self.lock:
             self.counts["forbidden"] += 1
-        group = "events.k8s.io" if resource == "events" else ""
+        group = {"events": "events.k8s.io", "nodeclaims": "karpenter.sh"}.get(resource, "")
         message = (
             f'{resource} is forbidden: User "system:serviceaccount:forewarn:forewarn" cannot '
             f'{verb} resource "{resource}" in API group "{group}"'
@@ -807,6 +877,7 @@ class KubernetesSimulator(Simulator):
 
 
 EVENTS_PREFIX = "/apis/events.k8s.io/v1/namespaces/"
+NODECLAIMS_PREFIX = "/apis/karpenter.sh/v1/nodeclaims/"
 EVENT_REQUIRED = ("eventTime", "reportingController", "reportingInstance", "action", "reason")
 
 

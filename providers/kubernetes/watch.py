@@ -22,6 +22,7 @@ import logging
 import os
 import ssl
 from collections.abc import Mapping
+from datetime import datetime
 from typing import ClassVar
 
 import httpx
@@ -32,6 +33,7 @@ from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..fetch import within
 from .api import REQUEST_TIMEOUT, ApiError, Gone, NodeApi, TooLarge, read_margin
 from .config import ConfigError, host_boot, node_name, resolve
+from .karpenter import being_disrupted, nodeclaim_name, termination_deadline
 from .kubeconfig import off_loop
 from .nodes import (
     HostBoot,
@@ -99,6 +101,11 @@ class KubernetesWatcher:
         self.gones = 0
         self.too_large = 0  # "Too large resource version" answers since the last event
         self.bookmarks = 0
+        # Karpenter's deadline (the NodeClaim's termination timestamp) for the node being
+        # disrupted now, by NodeClaim name; and whether the API server refused to show one.
+        self.karpenter_deadline: tuple[str, datetime] | None = None
+        self.nodeclaims_refused = False
+        self.nodeclaim_gets = 0
 
     def progress_bound(self) -> float | None:
         """A whole watch (a good one counts at its start) with its read margin, after a
@@ -213,6 +220,7 @@ class KubernetesWatcher:
         self.node_missing = False
         restored, self._restored = self._restored, {}
         if listed.node is not None:
+            await self._read_karpenter(api, listed.node)
             self._node(listed.node, api.node_name, emit)
         elif self.seen_node:
             self._apply([*self.active.values(), deleted_report(api.node_name, self.node_uid)], emit)
@@ -271,6 +279,8 @@ class KubernetesWatcher:
                 self.delivered = True
                 self.gones = 0
                 self.too_large = 0
+                if event.type in ("ADDED", "MODIFIED"):
+                    await self._read_karpenter(api, event.object)
                 self._handle(event, api.node_name, emit)
                 self._success()
         return events > 0 or loop.time() - started >= SHORT_STREAM
@@ -298,6 +308,43 @@ class KubernetesWatcher:
             self.node_missing = False
         self.resource_version = event.resource_version or self.resource_version
 
+    async def _read_karpenter(self, api: NodeApi, node: object) -> None:
+        """Find Karpenter's deadline for a node it is disrupting: GET the NodeClaim that owns
+        the Node, once its termination timestamp is there (it is stamped when the NodeClaim
+        is deleted, after the taint: until then each change of the Node looks again). A
+        NodeClaim that cannot be read leaves the drain without a deadline, as before; it never
+        holds up the watch."""
+        name = nodeclaim_name(node)
+        if name is None or not being_disrupted(node):
+            self.karpenter_deadline = None
+            return
+        if self.nodeclaims_refused or (
+            self.karpenter_deadline is not None and self.karpenter_deadline[0] == name
+        ):
+            return
+        self.nodeclaim_gets += 1
+        try:
+            nodeclaim = await api.get_nodeclaim(name)
+        except ApiError as error:
+            if error.status == 403:
+                self.nodeclaims_refused = True
+                log.warning(
+                    "kubernetes: the API server refused to show NodeClaim %s (403): Karpenter's "
+                    "drain of node %s has no deadline; grant get on nodeclaims.karpenter.sh "
+                    "(packaging/kubernetes/components/karpenter) to have it",
+                    name,
+                    api.node_name,
+                )
+            else:
+                log.info("kubernetes: NodeClaim %s not read: %s", name, error)
+            return
+        except (httpx.HTTPError, ParseError) as error:
+            log.info("kubernetes: NodeClaim %s not read: %s", name, error)
+            return
+        deadline = termination_deadline(nodeclaim)
+        if deadline is not None:
+            self.karpenter_deadline = (name, deadline)
+
     def _node(self, node: object, name: str, emit: Emit) -> None:
         uid = node_uid(node)
         # Another object under the name (deleted and created again, maybe while the watch
@@ -306,7 +353,13 @@ class KubernetesWatcher:
         replaced = uid is not None and self.node_uid is not None and uid != self.node_uid
         previous = {} if replaced else self.active
         current = node_reports(
-            node, name, self.taints, previous, self.host, terminate_taints=self.terminate_taints
+            node,
+            name,
+            self.taints,
+            previous,
+            self.host,
+            terminate_taints=self.terminate_taints,
+            karpenter_deadline=self.karpenter_deadline[1] if self.karpenter_deadline else None,
         )
         self._apply(current, emit, replaced=replaced)
         self.node_uid = uid or self.node_uid

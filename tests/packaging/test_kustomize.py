@@ -255,7 +255,11 @@ def test_the_sidecar_job_retries_a_pod_kubernetes_disrupted_whatever_its_exit_co
 
 @pytest.mark.parametrize(
     ("component", "verb"),
-    [("notifications", ("events.k8s.io", "events", "create")), ("cordon", ("", "nodes", "patch"))],
+    [
+        ("notifications", ("events.k8s.io", "events", "create")),
+        ("cordon", ("", "nodes", "patch")),
+        ("karpenter", ("karpenter.sh", "nodeclaims", "get")),
+    ],
 )
 def test_permissions_come_only_with_their_component(
     component: str, verb: tuple[str, str, str], tmp_path: Path
@@ -386,7 +390,7 @@ def test_both_overlays_can_share_a_cluster(tmp_path: Path):
                 assert seen[key] == resource, f"{overlay} redefines {key}"
             seen[key] = resource
     bindings = [name for kind, name in seen if kind == "ClusterRoleBinding"]
-    assert len(bindings) == 2 * (1 + len(("notifications", "cordon"))), bindings
+    assert len(bindings) == 2 * (1 + len(("notifications", "cordon", "karpenter"))), bindings
 
 
 # Where libraries a training job uses write their caches, as they compute it themselves.

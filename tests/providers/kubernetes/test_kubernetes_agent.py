@@ -411,6 +411,55 @@ def test_the_shipped_cluster_role_grants_exactly_the_verbs_the_agent_uses(tmp_pa
     assert "Traceback" not in agent.output()
 
 
+def test_the_components_grant_exactly_the_verbs_their_features_use(tmp_path: Path) -> None:
+    """Every component on (Events, cordon, Karpenter's NodeClaim), the simulator answering as
+    RBAC would with what the rendered roles grant: a Karpenter drain with its deadline and a
+    spot terminate meet no 403, and every verb granted is used."""
+    from kustomize_render import render
+
+    components = ("notifications", "cordon", "karpenter")
+    rendered = render("daemonset", components, tmp_path / "kustomize")
+    granted = {
+        f"{verb}:{resource}"
+        for doc in rendered
+        if doc["kind"] == "ClusterRole"
+        for rule in doc["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    sim = KubernetesSimulator(node=NODE, token="t1", grants=frozenset(granted))
+    with SimServer(sim) as server:
+        env = _kubernetes_env(tmp_path, server)
+        env.update(FOREWARN_KUBERNETES_EVENTS="true", FOREWARN_KUBERNETES_CORDON="true")
+        agent = AgentProcess(tmp_path, providers=("kubernetes",), env=env)
+        with agent, agent.subscriber() as sub:
+            wait_for_watch(server)
+            termination = (utcnow() + timedelta(minutes=20)).replace(microsecond=0)
+            control(server, "karpenter", termination=termination.isoformat())
+            deadlines: dict[str, object] = {}
+            while len(deadlines) < 2:
+                notice = sub.notice(timeout=10)
+                deadlines[str(notice["id"])] = notice.get("deadline")
+            assert {parse_time(str(d)) for d in deadlines.values() if d} == {termination}
+            control(server, "taint", key="aws-node-termination-handler/spot-itn")
+            taint = "aws-node-termination-handler/spot-itn"
+            while sub.notice(timeout=10)["id"] != f"kubernetes/{NODE}/taint/{taint}":
+                pass
+
+            def done() -> bool:
+                with sim.lock:
+                    return bool(sim.node and sim.node["spec"].get("unschedulable")) and any(
+                        e["action"] == "Terminate" for e in sim.events
+                    )
+
+            eventually(done, what="the cordon and the terminate's Event")
+        with sim.lock:
+            used = set(sim.verbs_used)
+            forbidden = sim.counts["forbidden"]
+    assert forbidden == 0
+    assert used == granted, f"granted but never used: {sorted(granted - used)}"
+
+
 def test_a_node_name_written_in_capitals_finds_the_node(tmp_path: Path, server: SimServer) -> None:
     """Outside a pod the node name is written by hand, often as `$(hostname)` prints it
     (`Agent-Node`); the kubelet registers the hostname in lower case, and a Node's name can

@@ -1,0 +1,122 @@
+"""Karpenter's deadline: the node's NodeClaim holds it, and the watcher reads it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.protocol.timefmt import format_time, parse_time
+from forewarn.providers.kubernetes.karpenter import (
+    being_disrupted,
+    nodeclaim_name,
+    termination_deadline,
+)
+from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.simulator import SimServer
+from hypothesis import given
+from hypothesis import strategies as st
+from k8s_support import NODE, TOKEN, Cluster, Running
+
+TAINT = f"kubernetes/{NODE}/taint/karpenter.sh/disrupted"
+DELETING = f"kubernetes/{NODE}/deleting"
+
+
+def _in(minutes: int) -> str:
+    return format_time(
+        datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=minutes)
+    )
+
+
+async def test_karpenters_drain_carries_the_nodeclaims_termination_timestamp(
+    cluster: Cluster, watching: Running
+) -> None:
+    """Karpenter taints the node, then deletes its NodeClaim (stamping the time it will force
+    the machine down, `spec.terminationGracePeriod` on) and the Node. The drains had no
+    deadline: the job could not know it had until then, and no more."""
+    cluster.raise_("karpenter")
+    first = await watching.report("drain", TAINT)
+    assert first.deadline is None  # not stamped yet: the NodeClaim is not deleted
+    termination = _in(30)
+    cluster.raise_("karpenter", termination=termination)
+    deleting = await watching.report("drain", DELETING)
+    assert deleting.deadline == parse_time(termination)
+
+    def tainted_with_deadline() -> bool:
+        return any(
+            r.id == TAINT and r.deadline == parse_time(termination) for r in watching.reports
+        )
+
+    await watching.until(tainted_with_deadline, 8, "the taint's drain again, with the deadline")
+    gets = watching.watcher.nodeclaim_gets
+    cluster.raise_("taint", key="example.com/other")  # another change of the node
+    cluster.raise_("cordon")
+    await watching.report("drain", f"kubernetes/{NODE}/cordon")
+    assert watching.watcher.nodeclaim_gets == gets  # read once it was there
+
+
+async def test_a_node_no_nodeclaim_owns_asks_for_none(cluster: Cluster, watching: Running) -> None:
+    cluster.raise_("taint", key="karpenter.sh/disrupted")
+    report = await watching.report("drain", TAINT)
+    assert report.deadline is None
+    assert watching.watcher.nodeclaim_gets == 0
+
+
+@pytest.fixture
+def reader_only(tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster whose RBAC grants the base role only: no get on nodeclaims."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    sim = KubernetesSimulator(
+        node=NODE,
+        token=TOKEN,
+        max_watch_seconds=30,
+        grants=frozenset({"list:nodes", "watch:nodes"}),
+    )
+    with SimServer(sim) as server:
+        handle = Cluster(sim, server, token_file)
+        yield handle
+        handle.http.close()
+
+
+async def test_a_refused_nodeclaim_leaves_the_drain_without_a_deadline_and_is_said_once(
+    reader_only: Cluster, start_watcher: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    running: Running = await start_watcher(
+        url=reader_only.url, node_name=NODE, token_file=reader_only.token_file
+    )
+    await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+    reader_only.raise_("karpenter")
+    await running.report("drain", TAINT)
+    reader_only.raise_("karpenter", termination=_in(30))
+    deleting = await running.report("drain", DELETING)
+    assert deleting.deadline is None
+    assert running.watcher.nodeclaim_gets == 1
+    warnings = [r.getMessage() for r in caplog.records if "NodeClaim" in r.getMessage()]
+    assert len(warnings) == 1 and "components/karpenter" in warnings[0], warnings
+    assert running.watcher.health.last_error is None
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=20), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_any_object_is_read_without_raising(value: Any) -> None:
+    assert nodeclaim_name(value) is None or isinstance(nodeclaim_name(value), str)
+    assert being_disrupted(value) in (True, False)
+    assert termination_deadline(value) is None or isinstance(termination_deadline(value), datetime)
+
+
+@given(st.text(max_size=40))
+def test_any_annotation_text_is_a_time_or_none(text: str) -> None:
+    claim = {"metadata": {"annotations": {"karpenter.sh/nodeclaim-termination-timestamp": text}}}
+    deadline = termination_deadline(claim)
+    assert deadline is None or deadline.tzinfo is not None
