@@ -14,9 +14,10 @@ A Node object stands for a set of active conditions, each with a stable id:
   posted before this host booted (a stale status from before a reboot);
 - `kubernetes/<node>/deleted`: the Node object was deleted → terminate;
 - `kubernetes/<node>/vm-event/<type>`: AKS's node-problem-detector condition
-  `VMEventScheduled=True`, whose message carries the Azure Scheduled Event (`Preempt
-  Scheduled: <NotBefore>. ...`): Preempt or Terminate → terminate, Reboot or Redeploy →
-  drain, by NotBefore; Started → terminate now; Freeze (seconds of pause) → nothing.
+  `VMEventScheduled=True` (or, for a Spot eviction, `PreemptionScheduled=True`), whose
+  message carries the Azure Scheduled Event (`Preempt Scheduled: <NotBefore>. ...`): Preempt
+  or Terminate → terminate, Reboot or Redeploy → drain, by NotBefore; Started → terminate
+  now; Freeze (seconds of pause) → nothing.
 
 `changes` compares two such sets: what appeared or changed is sent, what vanished is cleared
 under the same id.
@@ -317,6 +318,10 @@ def node_reports(
 
 
 VM_EVENT_CONDITION = "VMEventScheduled"
+# Newer AKS node-problem-detectors report a Spot eviction in a condition of its own too (reason
+# `SpotEvictionIncoming`), its message shaped as VMEventScheduled's: `Preempt Scheduled:
+# <NotBefore>. ...`. karpenter-provider-azure drains by it. Only a Preempt counts there.
+PREEMPTION_CONDITION = "PreemptionScheduled"
 # `<EventType> <EventStatus>[: <NotBefore>]. <more>`, as AKS's node-problem-detector writes the
 # Scheduled Event into the condition's message; NotBefore is RFC 1123 (Azure's own field).
 _VM_EVENT = re.compile(
@@ -344,11 +349,12 @@ def vm_event(condition: Mapping[str, Any]) -> VmEvent | None:
     """The Scheduled Event of a `VMEventScheduled` condition, None when it is not True or its
     message names no event. A NotBefore that is not an RFC 1123 date is None (no deadline:
     the event is still acted on)."""
-    if condition.get("type") != VM_EVENT_CONDITION or condition.get("status") != "True":
+    kind = condition.get("type")
+    if kind not in (VM_EVENT_CONDITION, PREEMPTION_CONDITION) or condition.get("status") != "True":
         return None
     message = " ".join(str(condition.get("message") or "").split())
     match = _VM_EVENT.match(message)
-    if match is None:
+    if match is None or (kind == PREEMPTION_CONDITION and match.group(1) != "Preempt"):
         return None
     when = (match.group(3) or "").strip()
     try:
@@ -359,11 +365,15 @@ def vm_event(condition: Mapping[str, Any]) -> VmEvent | None:
 
 
 def _vm_event_condition(status: dict[str, Any]) -> dict[str, Any] | None:
+    """The first VMEventScheduled or PreemptionScheduled condition that names an event to act
+    on (both may report the same Preempt: one notice, same id)."""
     for index, raw in enumerate(_optional_list(status, "conditions", "status.conditions")):
         condition = _object(raw, f"status.conditions[{index}]")
-        if condition.get("type") == VM_EVENT_CONDITION:
+        if condition.get("type") in (VM_EVENT_CONDITION, PREEMPTION_CONDITION):
             _optional_str(condition, "message", f"status.conditions[{index}].message")
-            return condition
+            event = vm_event(condition)
+            if event is not None and event.type in _VM_EVENT_ACTIONS:
+                return condition
     return None
 
 
@@ -429,6 +439,7 @@ def parse_event(line: str | bytes) -> WatchEvent:
 
 __all__ = [
     "CORDON_TAINT",
+    "PREEMPTION_CONDITION",
     "PROVIDER",
     "REASON",
     "SHUTDOWN_MESSAGE",

@@ -534,3 +534,48 @@ def test_any_vm_event_message_is_read_without_raising(message: str, status: str)
     payload = node()
     payload["status"]["conditions"].append(vm_condition(message, status))
     node_reports(payload, NODE, TAINTS)  # a ParseError or nothing, never a crash
+
+
+def preemption_condition(message: str, status: str = "True") -> dict[str, Any]:
+    return {"type": "PreemptionScheduled", "status": status, "reason": "SpotEvictionIncoming",
+            "message": message}  # fmt: skip
+
+
+def test_aks_spot_preemption_condition_terminates_by_its_not_before() -> None:
+    """Newer AKS node-problem-detectors report a Spot eviction in a condition of its own,
+    `PreemptionScheduled` (reason `SpotEvictionIncoming`), with the `VMEventScheduled`
+    message shape (karpenter-provider-azure drains by it): a node showing only that one
+    raised nothing, and the ~30 s of a spot preemption went unused."""
+    at = datetime(2026, 8, 1, 5, 41, 2, tzinfo=timezone.utc)
+    message = (
+        "Preempt Scheduled: Sat, 01 Aug 2026 05:41:02 GMT. For more information, see "
+        "https://aka.ms/aks/scheduledevents. EventId: 40B7BD88-C56E-44E4-93F6-75CEDACE2869"
+    )
+    payload = node()
+    payload["status"]["conditions"].append(preemption_condition(message))
+    reports = {r.id: (r.action, r.deadline) for r in node_reports(payload, NODE, TAINTS)}
+    assert reports == {f"kubernetes/{NODE}/vm-event/Preempt": ("terminate", at)}
+    # With VMEventScheduled reporting the same event: one notice, not two.
+    payload["status"]["conditions"].append(vm_condition(message))
+    assert len(node_reports(payload, NODE, TAINTS)) == 1
+    # Withdrawn (False), or a VMEventScheduled that says nothing while it stands.
+    quiet = node()
+    quiet["status"]["conditions"].append(preemption_condition(message, "False"))
+    assert node_reports(quiet, NODE, TAINTS) == []
+    both = node()
+    both["status"]["conditions"] += [
+        vm_condition("VM has no scheduled event", "False"),
+        preemption_condition(message),
+    ]
+    assert ids(node_reports(both, NODE, TAINTS)) == {
+        f"kubernetes/{NODE}/vm-event/Preempt": "terminate"
+    }
+
+
+@given(message=st.text(max_size=200), status=st.sampled_from(["True", "False", "Unknown"]))
+def test_any_preemption_message_is_read_without_raising(message: str, status: str) -> None:
+    event = vm_event(preemption_condition(message, status))
+    assert event is None or (status == "True" and event.type == "Preempt")
+    payload = node()
+    payload["status"]["conditions"].append(preemption_condition(message, status))
+    node_reports(payload, NODE, TAINTS)  # a ParseError or nothing, never a crash
