@@ -220,8 +220,9 @@ class KubernetesWatcher:
         self.node_missing = False
         restored, self._restored = self._restored, {}
         if listed.node is not None:
-            await self._read_karpenter(api, listed.node)
             self._node(listed.node, api.node_name, emit)
+            if await self._read_karpenter(api, listed.node):
+                self._node(listed.node, api.node_name, emit)
         elif self.seen_node:
             self._apply([*self.active.values(), deleted_report(api.node_name, self.node_uid)], emit)
         elif mine := [r for r in restored.values() if r.detail.get("node") == api.node_name]:
@@ -279,9 +280,13 @@ class KubernetesWatcher:
                 self.delivered = True
                 self.gones = 0
                 self.too_large = 0
-                if event.type in ("ADDED", "MODIFIED"):
-                    await self._read_karpenter(api, event.object)
                 self._handle(event, api.node_name, emit)
+                if event.type in ("ADDED", "MODIFIED") and await self._read_karpenter(
+                    api, event.object
+                ):
+                    # Again, now with Karpenter's deadline: after the notices went out
+                    # without it, so that a NodeClaim slow to answer holds none of them.
+                    self._node(event.object, api.node_name, emit)
                 self._success()
         return events > 0 or loop.time() - started >= SHORT_STREAM
 
@@ -308,20 +313,21 @@ class KubernetesWatcher:
             self.node_missing = False
         self.resource_version = event.resource_version or self.resource_version
 
-    async def _read_karpenter(self, api: NodeApi, node: object) -> None:
+    async def _read_karpenter(self, api: NodeApi, node: object) -> bool:
         """Find Karpenter's deadline for a node it is disrupting: GET the NodeClaim that owns
         the Node, once its termination timestamp is there (it is stamped when the NodeClaim
         is deleted, after the taint: until then each change of the Node looks again). A
         NodeClaim that cannot be read leaves the drain without a deadline, as before; it never
-        holds up the watch."""
+        holds up the watch. True when it learned a deadline (the node's notices are then
+        worth computing again)."""
         name = nodeclaim_name(node)
         if name is None or not being_disrupted(node):
             self.karpenter_deadline = None
-            return
+            return False
         if self.nodeclaims_refused or (
             self.karpenter_deadline is not None and self.karpenter_deadline[0] == name
         ):
-            return
+            return False
         self.nodeclaim_gets += 1
         try:
             nodeclaim = await api.get_nodeclaim(name)
@@ -337,13 +343,15 @@ class KubernetesWatcher:
                 )
             else:
                 log.info("kubernetes: NodeClaim %s not read: %s", name, error)
-            return
+            return False
         except (httpx.HTTPError, ParseError) as error:
             log.info("kubernetes: NodeClaim %s not read: %s", name, error)
-            return
+            return False
         deadline = termination_deadline(nodeclaim)
-        if deadline is not None:
-            self.karpenter_deadline = (name, deadline)
+        if deadline is None:
+            return False
+        self.karpenter_deadline = (name, deadline)
+        return True
 
     def _node(self, node: object, name: str, emit: Emit) -> None:
         uid = node_uid(node)

@@ -437,10 +437,10 @@ def test_the_components_grant_exactly_the_verbs_their_features_use(tmp_path: Pat
             termination = (utcnow() + timedelta(minutes=20)).replace(microsecond=0)
             control(server, "karpenter", termination=termination.isoformat())
             deadlines: dict[str, object] = {}
-            while len(deadlines) < 2:
+            while len(deadlines) < 2 or not all(deadlines.values()):
                 notice = sub.notice(timeout=10)
                 deadlines[str(notice["id"])] = notice.get("deadline")
-            assert {parse_time(str(d)) for d in deadlines.values() if d} == {termination}
+            assert {parse_time(str(d)) for d in deadlines.values()} == {termination}
             control(server, "taint", key="aws-node-termination-handler/spot-itn")
             taint = "aws-node-termination-handler/spot-itn"
             while sub.notice(timeout=10)["id"] != f"kubernetes/{NODE}/taint/{taint}":
