@@ -38,7 +38,10 @@ REQUEST_TIMEOUT = 10.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--node", default=None, help="node to cordon (default $NODE_NAME)", metavar="NAME"
+        "--node",
+        default=None,
+        help="node to cordon (default $FOREWARN_KUBERNETES_NODE_NAME, else $NODE_NAME)",
+        metavar="NAME",
     )
     parser.add_argument(
         "--uncordon", action="store_true", help="undo a cordon (the watcher sends a clear)"
@@ -161,11 +164,21 @@ def _patch(configuration: Configuration, source: str, node: str, unschedulable: 
 
 
 def run(args: argparse.Namespace) -> int:
-    # Lower case, as the agent reads the same name (config.node_name): a Node's name is a DNS
-    # subdomain, and `--node $(hostname)` printing `GPU-1` patched a node that cannot exist.
-    node = (_given(args.node) or _given(os.environ.get("NODE_NAME")) or "").lower()
+    # The agent's node, as it reads it (config.node_name): kubernetes.node_name before NODE_NAME
+    # (with both set, the drill cordoned NODE_NAME's node, which the agent does not watch), in
+    # lower case (a Node's name is a DNS subdomain: `--node $(hostname)` printing `GPU-1`
+    # patched a node that cannot exist).
+    node = (
+        _given(args.node)
+        or _given(os.environ.get("FOREWARN_KUBERNETES_NODE_NAME"))
+        or _given(os.environ.get("NODE_NAME"))
+        or ""
+    ).lower()
     if not node:
-        raise UsageError("drill kubernetes: --node: name the node to cordon (or set NODE_NAME)")
+        raise UsageError(
+            "drill kubernetes: --node: name the node to cordon (or set NODE_NAME or "
+            "FOREWARN_KUBERNETES_NODE_NAME)"
+        )
     configuration, source = credentials(args, os.environ)
     unschedulable = not args.uncordon
     body = {"spec": {"unschedulable": unschedulable}}

@@ -154,3 +154,15 @@ def test_a_node_name_in_capitals_is_lowered_as_the_agent_lowers_it(
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"  PATCH {server.url}/api/v1/nodes/{NODE}\n" in done.stdout
     assert unschedulable(server)
+
+
+def test_the_node_is_the_one_the_agent_watches(tmp_path: Path, server: SimServer) -> None:
+    """The agent watches `kubernetes.node_name` (FOREWARN_KUBERNETES_NODE_NAME) before
+    NODE_NAME; the drill read NODE_NAME alone, so with both set it cordoned another node than
+    the one the agent watched (on a real cluster, someone else's), and the agent saw nothing."""
+    environment = env(tmp_path, server)
+    environment["NODE_NAME"] = "someone-elses-node"
+    environment["FOREWARN_KUBERNETES_NODE_NAME"] = f"{NODE.upper()}\n"
+    done = run_forewarn("drill", "kubernetes", env=environment, timeout=DRILL_TIMEOUT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"  PATCH {server.url}/api/v1/nodes/{NODE}\n" in done.stdout
