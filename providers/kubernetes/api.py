@@ -331,8 +331,13 @@ def cordon_request(
 
 def uid_refused(status: int, body: bytes) -> bool:
     """Whether a PATCH's answer is the API server refusing its metadata.uid: the Node is
-    another object than the one the patch was for."""
-    return status == 422 and "metadata.uid" in status_message(body)
+    another object than the one the patch was for. The uid is immutable (422 Invalid,
+    `metadata.uid: ... field is immutable`); a server checking it as a precondition says 409
+    `Precondition failed: UID in precondition: ...`, as it does for a PUT."""
+    message = status_message(body)
+    return (status == 422 and "metadata.uid" in message) or (
+        status == 409 and "UID in precondition" in message
+    )
 
 
 __all__ = [

@@ -176,8 +176,15 @@ def test_a_patch_for_another_uid_is_refused_as_the_api_server_does(api: httpx.Cl
 @given(st.integers(min_value=100, max_value=599), st.binary(max_size=300))
 def test_uid_refused_reads_any_answer(status: int, body: bytes) -> None:
     assert uid_refused(status, body) in (True, False)
-    if status != 422:
+    if status not in (409, 422):
         assert not uid_refused(status, body)
+
+
+def test_a_uid_precondition_refused_as_a_conflict_is_read_too() -> None:
+    message = "Precondition failed: UID in precondition: 0-old, UID in object meta: 1-new"
+    body = json.dumps({"kind": "Status", "code": 409, "message": message}).encode()
+    assert uid_refused(409, body)
+    assert not uid_refused(409, b'{"message": "Operation cannot be fulfilled: conflict"}')
 
 
 @pytest.mark.parametrize("opening", ["[", '{"a":'])
