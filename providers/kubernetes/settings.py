@@ -28,6 +28,8 @@ DEFAULT_DRAIN_TAINTS: tuple[str, ...] = (
     "aws-node-termination-handler/rebalance-recommendation",
     "cloud.google.com/impending-node-termination",
     "remediator.kubernetes.azure.com/unschedulable",
+    # The same AKS auto-drain taint under its name before AKS renamed it.
+    "remediator.aks.microsoft.com/unschedulable",
     "node.kubernetes.io/out-of-service",
 )
 

@@ -579,3 +579,13 @@ def test_any_preemption_message_is_read_without_raising(message: str, status: st
     payload = node()
     payload["status"]["conditions"].append(preemption_condition(message, status))
     node_reports(payload, NODE, TAINTS)  # a ParseError or nothing, never a crash
+
+
+def test_aks_auto_drains_older_taint_name_drains_too() -> None:
+    """AKS's node auto-drain (auto-repair) tainted `remediator.aks.microsoft.com/unschedulable`
+    before it moved to `remediator.kubernetes.azure.com/unschedulable` (AKS release notes);
+    only the new name was a default, so a cluster whose remediator still writes the old one
+    raised nothing for the taint."""
+    key = "remediator.aks.microsoft.com/unschedulable"
+    reports = node_reports(node(taints=[{"key": key, "effect": "NoSchedule"}]), NODE, TAINTS)
+    assert ids(reports) == {f"kubernetes/{NODE}/taint/{key}": "drain"}
