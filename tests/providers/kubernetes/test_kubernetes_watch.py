@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from forewarn.providers.kubernetes import api
+from forewarn.providers.kubernetes.nodes import CORDON_TAINT
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS, DEFAULT_TERMINATE_TAINTS
 from hypothesis import given
 from hypothesis import strategies as st
@@ -35,7 +36,9 @@ async def test_cordon_drains_and_uncordon_clears(cluster: Cluster, watching: Run
     assert watching.watcher.lists == 1
 
 
-@pytest.mark.parametrize("key", [k for k in DEFAULT_DRAIN_TAINTS if "unschedulable" not in k])
+# Every default but the cordon's own taint (a cordon notice, not a taint one): AKS's two
+# `remediator.../unschedulable` taints were left out with it by a match on the word.
+@pytest.mark.parametrize("key", [k for k in DEFAULT_DRAIN_TAINTS if k != CORDON_TAINT])
 async def test_each_deletion_taint_drains(cluster: Cluster, watching: Running, key: str) -> None:
     """Each default taint raises its notice: a terminate for those that mean the machine goes
     within minutes (`DEFAULT_TERMINATE_TAINTS`), a drain for the rest."""
