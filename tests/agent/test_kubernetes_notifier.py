@@ -204,7 +204,9 @@ def test_a_restored_terminate_of_a_deleted_node_does_not_cordon_the_node_that_re
             return AgentProcess(tmp_path, providers=("kubernetes",), env=env)
 
         with kubernetes_agent() as first:
-            eventually(lambda: "watching node" in first.output(), timeout=15, what="the watch")
+            # Its watch open, so that the deletion is one it sees (a list after it shows no
+            # node this agent ever saw, and raises nothing).
+            eventually(lambda: sim_state(server)["open_watches"] >= 1, timeout=15, what="the watch")
             gone = httpx.post(
                 f"{server.url}/_sim/notices", json={"kind": "delete"}, trust_env=False, timeout=5
             )
@@ -231,7 +233,7 @@ def test_a_terminate_of_the_watched_node_cordons_that_node(tmp_path: Path):
     with cluster(WATCH | {"patch:nodes"}) as server:
         env = agent(tmp_path, server, FOREWARN_KUBERNETES_CORDON="true").env
         with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as running:
-            eventually(lambda: "watching node" in running.output(), timeout=15, what="the watch")
+            eventually(lambda: sim_state(server)["open_watches"] >= 1, timeout=15, what="the watch")
             shutdown = httpx.post(
                 f"{server.url}/_sim/notices", json={"kind": "shutdown"}, trust_env=False, timeout=5
             )
