@@ -731,6 +731,9 @@ class CheckpointGuard:
             return self._saved(step, 0.0, where, wrote=False)
         if saver is None:
             from .checkpoint.background import STATE_FILE, live_tensors
+            from .checkpoint.needs import needs
+
+            needs("torch", "save_state")  # before a generation is begun
 
             def write(gen: Any) -> None:
                 import torch

@@ -85,6 +85,7 @@ EXPORTS = {
         "CommitTimeout",
         "CorruptGenerationError",
         "DcpAsyncSave",
+        "ExtraMissingError",
         "FileEntry",
         "FinalSave",
         "FlushResult",

@@ -40,6 +40,7 @@ from .errors import CheckpointError, CommitTimeout, InvalidNameError
 from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
 from .manifest import check_file_name
+from .needs import needs
 from .ranks import initialised_dist
 from .store import CheckpointStore
 
@@ -851,6 +852,7 @@ def live_tensors(state: Any) -> StableMemory:
 
 def load_state(generation: Generation, *, file_name: str = STATE_FILE) -> Any:
     """The state a `BackgroundSaver` saved into `generation` (checksum-checked)."""
+    needs("torch", "load_state")
     import io
 
     import torch

@@ -28,6 +28,7 @@ from typing import Any
 from .errors import CommitTimeout, CorruptGenerationError
 from .generation import Generation, GenerationWriter, to_load
 from .hashing import StableMemory
+from .needs import needs
 from .store import CheckpointStore
 
 PREFIX = "dcp"
@@ -168,6 +169,7 @@ def save_dcp(
     """Save `state_dict` with DCP as generation `step` on every rank; returns it committed.
 
     Every rank of the process group calls this with the same step (as `dcp.save`)."""
+    needs("torch", "save_dcp")
     import torch.distributed.checkpoint as dcp
 
     stable = StableMemory()
@@ -247,6 +249,7 @@ def async_save_dcp(
     gloo group of every rank made for them at the first call (the training loop's collectives
     stay on the default group); a `process_group` given must be one nothing else uses while
     the save is in flight. Needs a torch with `dcp.async_save` (2.3 and newer)."""
+    needs("torch", "async_save_dcp")
     import torch.distributed.checkpoint as dcp
 
     if not hasattr(dcp, "async_save"):
@@ -302,6 +305,7 @@ def load_dcp(
     """Load a DCP generation into `state_dict` in place (DCP reshards onto this job's
     ranks). Local stores are read where they are; S3 generations are copied to a temporary
     directory first, every file verified."""
+    needs("torch", "load_dcp")
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader

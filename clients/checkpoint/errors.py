@@ -47,3 +47,9 @@ class CommitTimeout(CommitError, TimeoutError):
     """Waiting for the other ranks' parts, or for rank 0's commit, took too long; or
     `DcpAsyncSave.commit(timeout)` ran out while DCP was still writing (the save stays in
     flight)."""
+
+
+class ExtraMissingError(CheckpointError, ModuleNotFoundError):
+    """A helper needs a package that is not installed (torch for the torch helpers); the
+    message names the helper and the pip command that adds forewarn's extra for it. A
+    `ModuleNotFoundError` still, for code that catches that."""

@@ -16,6 +16,7 @@ from typing import IO, Any, cast
 from .errors import CheckpointError
 from .generation import Generation, GenerationWriter, to_load
 from .manifest import FileEntry
+from .needs import needs
 
 FORMAT = 1
 
@@ -48,6 +49,7 @@ def save_training_state(
     name: str | None = None,
 ) -> FileEntry:
     """Write model, optimizer, scheduler, step, sampler and RNG states into `gen` (streamed)."""
+    needs("torch", "save_training_state")
     import torch
 
     state = {
@@ -83,6 +85,7 @@ def load_training_state(
     name: str | None = None,
 ) -> TrainingState:
     """Load what `save_training_state` wrote into the objects given, and the RNG states."""
+    needs("torch", "load_training_state")
     import torch
 
     generation = to_load(generation, "load_training_state")
@@ -185,6 +188,7 @@ def _unprefixed(key: Any) -> Any:
 
 def capture_rng() -> dict[str, Any]:
     """Python's, NumPy's (if installed), torch's and every CUDA device's RNG state."""
+    needs("torch", "capture_rng")
     import torch
 
     version, internal, gauss = random.getstate()
@@ -208,6 +212,7 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
+    needs("torch", "restore_rng_state")
     import torch
 
     python = state.get("python")
