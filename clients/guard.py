@@ -770,10 +770,17 @@ class CheckpointGuard:
             # leaves no time for it. Waited for inside save(), the exit waited for the whole
             # upload, then a second one of this step, and a stalled connection held the loop
             # there until the platform's SIGKILL took both.
+            # Bounded by progress, as close() is: an upload stuck in a write (a hung mount)
+            # held the loop here for as long as the mount stayed hung; it is given up and
+            # raised as that save's failure (the retry is asked for, as after any failure).
             while saver.in_flight is not None and not self._exit:
+                if saver.give_up_if_stalled():
+                    break
                 saver.wait(TICK_SECONDS)
             if self._exit:
                 return self._final_save(saver, step, state, metadata)
+            if self._failure is not None:
+                self._raise_failure()
         from .checkpoint.errors import CheckpointError
 
         with self._lock:

@@ -55,9 +55,12 @@ CANCEL_GRACE_SECONDS = 1.0
 # and Azure often later; GCP's 30 s notice ends in a soft power-off), and a save still
 # writing then is the only copy of that work: giving it up at the deadline lost it.
 FINAL_SAVE_GRACE_SECONDS = 60.0
-# At interpreter exit, how long the save in flight may go without writing a byte before the
-# exit stops waiting for it (a hung mount, an upload to a service that stopped answering).
+# How long the save in flight may go without writing a byte (a hung mount, an upload to a
+# service that stopped answering) before a wait for it stops: at interpreter exit, in
+# close(), and in the next save, which then raises it as that save's failure.
 EXIT_STALL_SECONDS = 120.0
+# How often a wait for the save in flight looks whether it still moves.
+_WAIT_TICK_SECONDS = 0.25
 
 
 # The savers of this process, for the exit: see `_finish_at_exit`.
@@ -304,7 +307,9 @@ class BackgroundSaver:
         flight itself, counted in the stall and the durable time as the wait here is."""
         _refuse_ranks(step)
         started = time.monotonic() if waited_since is None else waited_since
-        self.wait()  # one in flight: its buffers are about to be reused
+        # One in flight: its buffers are about to be reused.
+        while self.in_flight is not None and not self.give_up_if_stalled():
+            self.wait(_WAIT_TICK_SECONDS)
         self.check()
         copies: list[tuple[Any, Any]] = []
         snapshot = self._plan(state, copies)
@@ -506,6 +511,35 @@ class BackgroundSaver:
         if self.in_flight is None or self._writes_done:
             return 0.0
         return time.monotonic() - self._moved
+
+    def give_up_if_stalled(self) -> bool:
+        """When the save in flight has written nothing for `EXIT_STALL_SECONDS` (stuck in a
+        write on a hung mount, or on a storage service that stopped answering): leave it
+        behind, never to commit, and report it failed (`on_done`, and raised by the next
+        `check()` or `save()`); True then. A wait for it with no such bound held the training
+        loop, at its next save, for as long as the mount stayed hung, saying nothing. What is
+        committed is not touched: the save given up is not, and never will be."""
+        step = self.in_flight
+        if step is None:
+            return False
+        stalled = self.stalled_seconds()
+        if stalled < EXIT_STALL_SECONDS:
+            return False
+        durable_before = self.last_durable
+        self._cancel_in_flight()
+        committed = self.last_durable
+        if committed is not None and committed is not durable_before and committed.step == step:
+            return False  # it made its last write and committed before the cancel reached it
+        cause = TimeoutError(
+            f"it wrote nothing for {stalled:.0f} s (a hung mount or a storage service that "
+            "stopped answering?): given up, it is not committed and never will be; the last "
+            f"durable generation is {committed.name if committed is not None else 'none'}"
+        )
+        self._error = BackgroundSaveError(step, cause)
+        last = self.last
+        stall = last.stall_seconds if last is not None and last.step == step else 0.0
+        self._tell(SaveTiming(step, stall), None, cause)
+        return True
 
     def close(self) -> None:
         """Wait for the in-flight save; raise its failure, if any."""

@@ -1559,3 +1559,83 @@ def test_an_upload_waited_for_in_place_of_a_final_save_is_cancelled_at_the_deadl
     assert final.generation.step == 3
     eventually(lambda: 2 not in store.steps())  # the stalled save stops and never commits
     assert [g.step for g in store.generations()] == [1, 3]
+
+
+def _error_of(call: Any) -> BaseException | None:
+    try:
+        call()
+    except BaseException as exc:
+        return exc
+    return None
+
+
+def test_the_next_periodic_save_stops_waiting_for_an_upload_that_writes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A periodic save_state while the upload before it was stuck in a write (a hung NFS
+    mount, a storage service that stopped answering) waited for it in ticks with no bound:
+    training stopped for as long as the mount stayed hung, with nothing said, and the job was
+    never restarted. Now, past EXIT_STALL_SECONDS without a byte written (the bound close()
+    and the exit already have), the stuck save is left behind (it never commits) and
+    save_state raises BackgroundSaveError, as for a failed upload; the retry saves again."""
+    from forewarn.clients.checkpoint import background
+
+    monkeypatch.setattr(background, "EXIT_STALL_SECONDS", 0.5)
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    caplog.set_level(logging.WARNING)
+    guard = background_guard(store, every_steps=10)
+    release = backend.hold(20)
+    try:
+        assert guard.due(10)
+        guard.save_state(10, state(10))
+        guard.saver.wait()
+        assert guard.due(20)
+        guard.save_state(20, state(20))
+        assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+        assert guard.due(30)
+        saving, answers = _in_thread(lambda: _error_of(lambda: guard.save_state(30, state(30))))
+        saving.join(15)
+        assert not saving.is_alive(), "save_state still waits for an upload that writes nothing"
+        (error,) = answers
+        assert isinstance(error, BackgroundSaveError) and error.step == 20, error
+        assert "wrote nothing" in str(error)
+        assert guard.durable_step == 10
+        assert guard.due(31)  # the retry asked for
+        guard.save_state(31, state(31))
+    finally:
+        release.set()
+    guard.close()
+    assert store.latest_hint() == 31
+    assert 20 not in store.steps()  # the save left behind never commits
+    assert guard.exit_code == 0
+
+
+def test_a_bare_saver_stops_waiting_for_an_upload_that_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BackgroundSaver.save() waits for the save in flight first: one stuck in a write held it
+    for ever. It gives that one up as close() does, and raises it as the save's failure."""
+    from forewarn.clients.checkpoint import background
+
+    monkeypatch.setattr(background, "EXIT_STALL_SECONDS", 0.5)
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    saver = BackgroundSaver(store)
+    release = backend.hold(2)
+    try:
+        saver.save(1, state(1))
+        saver.wait()
+        saver.save(2, state(2))
+        assert backend.stuck.acquire(timeout=60)
+        saving, answers = _in_thread(lambda: _error_of(lambda: saver.save(3, state(3))))
+        saving.join(15)
+        assert not saving.is_alive(), "save() still waits for an upload that writes nothing"
+        assert answers and isinstance(answers[0], BackgroundSaveError), answers
+        assert answers[0].step == 2
+    finally:
+        release.set()
+    saver.save(3, state(3))  # said once; the next save goes ahead
+    saver.close()
+    assert store.latest_hint() == 3
+    assert 2 not in store.steps()
