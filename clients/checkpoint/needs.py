@@ -1,5 +1,5 @@
-"""Importing an optional dependency (torch) for a helper that needs it, with an error that says
-which extra adds it.
+"""Importing an optional dependency (torch, a framework) for the code that needs it, with an
+error that says which extra adds it.
 
 A bare `ModuleNotFoundError: No module named 'torch'` from inside `save_training_state` names
 neither the extra nor the command: forewarn is on no package index, so `pip install torch` next
@@ -24,11 +24,14 @@ def needs(module: str, what: str, *, extra: str = "torch") -> ModuleType:
     except ModuleNotFoundError as error:
         if error.name != top:
             raise
-        from forewarn.protocol.install import extra_hint
-
-        raise ExtraMissingError(
-            f"{what} needs {top}: {extra_hint(extra)}", name=error.name
-        ) from None
+        raise extra_missing(top, what, extra) from None
 
 
-__all__ = ["needs"]
+def extra_missing(package: str, what: str, extra: str) -> ExtraMissingError:
+    """The error for `what` needing `package`, which forewarn's `extra` installs."""
+    from forewarn.protocol.install import extra_hint
+
+    return ExtraMissingError(f"{what} needs {package}: {extra_hint(extra)}", name=package)
+
+
+__all__ = ["extra_missing", "needs"]

@@ -57,10 +57,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint.needs import extra_missing
+
 try:
     import lightning.pytorch as pl
-except ImportError:  # the older package name
-    import pytorch_lightning as pl  # type: ignore[no-redef]
+except ModuleNotFoundError as missing:
+    if missing.name != "lightning":
+        raise
+    try:  # the older package name
+        import pytorch_lightning as pl  # type: ignore[no-redef]
+    except ModuleNotFoundError as older:
+        if older.name != "pytorch_lightning":
+            raise
+        # Not the older name's error, which sent users to install a package they do not use.
+        raise extra_missing("lightning", __name__, "lightning") from None
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard, SaveResult

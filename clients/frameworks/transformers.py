@@ -66,14 +66,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from transformers import (
-    Trainer,
-    TrainerCallback,
-    TrainerControl,
-    TrainerState,
-    TrainingArguments,
-)
-from transformers.trainer_callback import CallbackHandler
+from ..checkpoint.needs import extra_missing
+
+try:
+    from transformers import (
+        Trainer,
+        TrainerCallback,
+        TrainerControl,
+        TrainerState,
+        TrainingArguments,
+    )
+    from transformers.trainer_callback import CallbackHandler
+except ModuleNotFoundError as missing:
+    if missing.name != "transformers":
+        raise
+    raise extra_missing("transformers", __name__, "transformers") from None
 
 from ..checkpoint.local import fsync_tree
 from ..guard import CheckpointGuard
