@@ -383,16 +383,25 @@ class BackgroundSaver:
             # The save in flight already holds this step's state: finishing it is the final save.
             # It is waited for even past the deadline (a second save of the same generation
             # would be deleted by this one's abort), but a wait that outlasts the deadline says
-            # so while the process is still there to say it.
-            self.wait(None if seconds_left is None else max(seconds_left, 0.0))
-            if self.in_flight == step:
-                _log.warning(
-                    "forewarn: the deadline passed (%.1f s) and the background save of step %d, "
-                    "the final one, is still uploading: it is not durable yet; waiting on",
-                    seconds_left,
-                    step,
-                )
-                self.wait()
+            # so while the process is still there to say it; and, as at exit, only while it
+            # moves: one stuck in a write (a hung mount) held the process for ever where the
+            # machine stayed, and the job was never restarted. That one is given up and raised
+            # as this save's failure (it is not written again: its abort, whenever its write
+            # returns, would delete a second save of the same generation).
+            told = False
+            while self.in_flight == step:
+                if self.give_up_if_stalled(report=False):
+                    self.check()
+                self.wait(_WAIT_TICK_SECONDS)
+                late = seconds_left is not None and time.monotonic() - started > seconds_left
+                if late and not told and self.in_flight == step:
+                    told = True
+                    _log.warning(
+                        "forewarn: the deadline passed (%.1f s) and the background save of step "
+                        "%d, the final one, is still uploading: it is not durable yet; waiting on",
+                        seconds_left,
+                        step,
+                    )
             durable = self.last_durable
             if durable is not None and durable.step == step:
                 self._error = None
@@ -512,11 +521,12 @@ class BackgroundSaver:
             return 0.0
         return time.monotonic() - self._moved
 
-    def give_up_if_stalled(self) -> bool:
+    def give_up_if_stalled(self, *, report: bool = True) -> bool:
         """When the save in flight has written nothing for `EXIT_STALL_SECONDS` (stuck in a
         write on a hung mount, or on a storage service that stopped answering): leave it
-        behind, never to commit, and report it failed (`on_done`, and raised by the next
-        `check()` or `save()`); True then. A wait for it with no such bound held the training
+        behind, never to commit, and report it failed (`on_done` unless `report` is false,
+        for a caller that raises it itself; and raised by the next `check()` or `save()`);
+        True then. A wait for it with no such bound held the training
         loop, at its next save, for as long as the mount stayed hung, saying nothing. What is
         committed is not touched: the save given up is not, and never will be."""
         step = self.in_flight
@@ -536,9 +546,10 @@ class BackgroundSaver:
             f"durable generation is {committed.name if committed is not None else 'none'}"
         )
         self._error = BackgroundSaveError(step, cause)
-        last = self.last
-        stall = last.stall_seconds if last is not None and last.step == step else 0.0
-        self._tell(SaveTiming(step, stall), None, cause)
+        if report:
+            last = self.last
+            stall = last.stall_seconds if last is not None and last.step == step else 0.0
+            self._tell(SaveTiming(step, stall), None, cause)
         return True
 
     def close(self) -> None:

@@ -1639,3 +1639,44 @@ def test_a_bare_saver_stops_waiting_for_an_upload_that_writes_nothing(
     saver.close()
     assert store.latest_hint() == 3
     assert 2 not in store.steps()
+
+
+def test_an_exit_at_the_step_still_uploading_stops_waiting_once_it_writes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exit's save at the very step whose background save is in flight waits for that
+    save (it is the final one), and waited with no bound: a SIGTERM's (no deadline) as long
+    as the upload hung, a terminate's on past its deadline, so a hung mount held the process
+    for ever where the machine stayed (the job never restarted, never resumed). Past
+    EXIT_STALL_SECONDS without a byte written it is given up now (left behind, it never
+    commits), and the exit's save fails as any other: raised, exit_code 1, the last durable
+    generation named."""
+    from forewarn.clients.checkpoint import background
+
+    monkeypatch.setattr(background, "EXIT_STALL_SECONDS", 0.5)
+    backend = Gated(CheckpointStore(str(tmp_path / "ckpt")).backend)
+    store = CheckpointStore(backend=backend)
+    caplog.set_level(logging.WARNING)
+    guard = background_guard(store, every_steps=10)
+    release = backend.hold(20)
+    try:
+        assert guard.due(10)
+        guard.save_state(10, state(10))
+        guard.saver.wait()
+        assert guard.due(20)
+        guard.save_state(20, state(20))
+        assert backend.stuck.acquire(timeout=60), "the upload never reached its write"
+        guard.request("signal", exit=True)
+        saving, answers = _in_thread(lambda: _error_of(lambda: guard.save_state(20, state(20))))
+        saving.join(15)
+        assert not saving.is_alive(), "the exit's save still waits for an upload that is stuck"
+        (error,) = answers
+        assert isinstance(error, BackgroundSaveError) and error.step == 20, error
+        assert "wrote nothing" in str(error)
+        assert guard.exit_code == 1
+        assert "the checkpoint of step 20 was NOT saved" in caplog.text
+    finally:
+        release.set()
+    guard.close()
+    assert store.latest_hint() == 10
+    eventually(lambda: 20 not in store.steps(), what="the stuck save to be cleaned up")
