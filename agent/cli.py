@@ -1153,13 +1153,6 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
     if args.scenario != "quick" and args.lead <= 0:
         raise UsageError("drill local: --lead: must be more than 0 seconds")
     if args.dir is not None:
-        too_long = longest_socket(args.dir, machines_for(args))
-        if too_long is not None:
-            raise UsageError(
-                f"drill local: --dir: {args.dir} is too deep for the agents' sockets: "
-                f"{too_long} is {len(os.fsencode(too_long))} bytes, Linux allows at most "
-                f"{IPC_PATH_MAX} (give a shorter directory)"
-            )
         try:
             args.dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -1172,6 +1165,15 @@ def cmd_drill_local(args: argparse.Namespace) -> int:
         except OSError as error:
             why = error.strerror
             raise UsageError(f"drill local: --dir: cannot write into {args.dir}: {why}") from None
+        # After the checks above: a --dir under a file was refused as too deep when its path was
+        # long as well (pytest's temporary directories past pytest-999), not as unusable.
+        too_long = longest_socket(args.dir, machines_for(args))
+        if too_long is not None:
+            raise UsageError(
+                f"drill local: --dir: {args.dir} is too deep for the agents' sockets: "
+                f"{too_long} is {len(os.fsencode(too_long))} bytes, Linux allows at most "
+                f"{IPC_PATH_MAX} (give a shorter directory)"
+            )
 
     # A SIGTERM (a CI timeout, `kill`, a closed terminal's SIGHUP) ended the drill at once and
     # left its agent, its demo and a reclaim drill's torchrun job running: as an interrupt,

@@ -168,6 +168,9 @@ CASES = [
     (["drill", "local", "--background", "--steps", "150"], {}, "--steps: at least 287"),
     (["drill", "local", "--lead", "-3"], {}, "drill local: --lead: not a duration"),
     (["drill", "local", "--dir", "{file}/work"], {}, "drill local: --dir: cannot use"),
+    # Under a file and too deep at once: the file is what is wrong (the order once hung on the
+    # length of pytest's temporary directory).
+    (["drill", "local", "--dir", "{file}/" + "d" * 120], {}, "drill local: --dir: cannot use"),
     (["drill", "local", "--background", "--provider", "aws"], {}, "drill local: --background"),
     (["drill", "local", "--background", "--upload-delay", "0"], {}, "--upload-delay: must be"),
     (["drill", "local", "--background", "--deadline", "0s"], {}, "drill local: --deadline: must"),
