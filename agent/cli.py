@@ -59,6 +59,16 @@ from .waitrule import WAIT_EXIT_MARGIN, WaitRule
 if TYPE_CHECKING:
     from forewarn.providers.registry import Registry
 
+# httpx's `__init__` imports its own command line (`httpx._main`: click, rich and pygments)
+# whenever those are installed, as they are beside most training stacks: about 60 ms of CPU,
+# a third of the start of an agent whose provider speaks HTTP, for an `httpx` command this
+# process never runs. Marked absent before anything imports httpx, its `__init__` falls back
+# to its own stub `main` (which says to install httpx[cli]); the rest of httpx is unchanged.
+# Only here, in the `forewarn` command's process: the client library leaves a user's
+# process alone.
+if "httpx" not in sys.modules:
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
 
 # Exit codes (documented in the README): 0 done, 1 failed (a drill, a timeout, no agent
 # answers notify or status), 2 bad input (a flag, a config key, the agent refused), 3 no agent

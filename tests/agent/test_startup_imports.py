@@ -5,9 +5,12 @@ modules were once loaded on that path through package exports and the drill's ar
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+
+import pytest
 
 NOT_FOR_A_LOCAL_AGENT = (
     "forewarn.providers.aws.imds",
@@ -57,6 +60,29 @@ def test_building_every_drill_s_arguments_loads_no_mail_parser() -> None:
         "print(json.dumps([m for m in sys.modules if m.startswith("
         "'forewarn.providers.digitalocean.') and m.rpartition('.')[2] in"
         " ('mail', 'message', 'written', 'deadline', 'cancel', 'watch')]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
+
+
+def test_an_agent_that_speaks_http_loads_httpx_without_its_command_line() -> None:
+    # httpx imports its own command line (click, rich, pygments) whenever those are installed,
+    # as they are beside most training stacks: about 60 ms of CPU, a third of the start of an
+    # agent whose provider speaks HTTP, for a `httpx` command the agent never runs.
+    extras = ("click", "rich", "pygments")
+    missing = [name for name in extras if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"not installed here, so httpx cannot load them: {missing}")
+    code = (
+        "import json, sys\n"
+        "import forewarn.agent.cli\n"
+        "from forewarn.agent.config import load_settings\n"
+        "load_settings(providers=['aws'])\n"
+        "import forewarn.providers.aws.watch\n"
+        "import httpx\n"
+        "assert callable(httpx.Client) and callable(httpx.main)\n"
+        f"print(json.dumps([m for m in {extras!r} if m in sys.modules]))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
