@@ -20,6 +20,7 @@ from forewarn.agent.config import ConfigError, load_settings
 from forewarn.agent.deploy.cloud_init import RenderError, render
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import run_forewarn_here
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMD = ROOT / "packaging" / "systemd"
@@ -27,8 +28,14 @@ WHEEL_URL = "https://downloads.example.org/forewarn-0.1.0-py3-none-any.whl"
 Tool = Callable[[str], str]
 
 
-def run_render(*args: str, source: str | None = WHEEL_URL) -> subprocess.CompletedProcess[str]:
+def run_render(
+    *args: str, source: str | None = WHEEL_URL, process: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`forewarn render cloud-init ARGS`: through the command's `main` in this process (the
+    renderer reads only its arguments), or with `process` as the installed command runs."""
     sourced = ("--source", source) if source is not None else ()
+    if not process:
+        return run_forewarn_here("render", "cloud-init", *sourced, *args)
     return subprocess.run(
         [sys.executable, "-m", "forewarn.agent.cli", "render", "cloud-init", *sourced, *args],
         capture_output=True,
@@ -64,7 +71,8 @@ ARGS = (
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    result = run_render(*ARGS)
+    # The document the schema and systemd checks read comes from the command as installed.
+    result = run_render(*ARGS, process=True)
     assert result.returncode == 0, result.stderr
     path = tmp_path_factory.mktemp("cloud-init") / "user-data.yaml"
     path.write_text(result.stdout)
