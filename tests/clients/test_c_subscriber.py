@@ -24,7 +24,7 @@ from support import AgentProcess, eventually, forewarn_cmd
 SOURCE = Path(__file__).resolve().parents[2] / "clients" / "c"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def binary(c_subscriber_binary: Path) -> Path:
     return c_subscriber_binary
 
@@ -906,7 +906,7 @@ def test_c_subscriber_prints_a_notice_from_an_agent_on_ipv6_loopback(
         assert json.loads(done.stdout)["id"] == "local/v6"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sanitized_binary(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The C subscriber built with AddressSanitizer and UndefinedBehaviorSanitizer, every
     finding fatal; skipped where the compiler cannot link them."""
