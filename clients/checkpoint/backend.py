@@ -219,6 +219,12 @@ class Backend(ABC):
         Nothing to claim where writers cannot be told apart."""
         return NO_CLAIM
 
+    def claimed(self, prefix: str) -> bool:
+        """Whether a live writer of another process holds a claim (see `claim`) on `prefix`:
+        retention must not delete a generation someone is writing. False where there are no
+        claims, or when it cannot tell."""
+        return False
+
     def remove_stale_claims(self) -> int:
         """Remove the claims (see `claim`) killed writers left on steps nobody saved again;
         returns how many. Nothing to do where there are none."""

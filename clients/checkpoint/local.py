@@ -488,6 +488,29 @@ class LocalBackend(Backend):
 
         return release
 
+    def claimed(self, prefix: str) -> bool:
+        path = self.root / f".{prefix}.lock"
+        with _HELD.mutex:
+            try:
+                found = os.stat(path, follow_symlinks=False)
+                if (found.st_dev, found.st_ino) in _HELD.files:
+                    return False  # this process's own (its saves are known by themselves)
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:
+                return False  # no claim, or another user's that this one may not open
+            try:
+                if _lock_holder(fd) is not None:
+                    return True
+                # Free, or a holder this system cannot name: a lock this process cannot take
+                # is held (taking a free one a moment delays a new writer by a retry).
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    return exc.errno in (errno.EAGAIN, errno.EACCES)
+                return False
+            finally:
+                os.close(fd)
+
     def remove_stale_claims(self) -> int:
         # A writer killed in its save leaves its lock file; the next save of that step reuses
         # and removes it, but a step saved only once (a final save at an off-schedule step)

@@ -479,6 +479,11 @@ class S3Backend(Backend):
         self._conditional_writes = False
         return NO_CLAIM
 
+    def claimed(self, prefix: str) -> bool:
+        if not self._conditional_writes:
+            return False
+        return s3claim.live(self.client, self.bucket, self._key(claim_name(prefix)))
+
     def remove_stale_claims(self) -> int:
         # Once per lease, not at every commit (a listing each, ~25 ms against moto): a claim
         # goes stale only a lease after its last renewal, and a stale one blocks nothing but

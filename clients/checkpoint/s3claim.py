@@ -353,6 +353,20 @@ def _holder(raw: bytes) -> str:
     return holder if isinstance(holder, str) and holder else "unknown"
 
 
+def live(client: Any, bucket: str, key: str) -> bool:
+    """Whether the claim at `key` is a live writer's: renewed within `LEASE` by the service's
+    clock, and not left by a process gone from this machine or by this very process."""
+    try:
+        reply = client.get_object(Bucket=bucket, Key=key)
+        raw = reply["Body"].read()
+    except Exception as exc:
+        if _missing(exc):
+            return False
+        raise
+    age = (service_time(reply) - reply["LastModified"]).total_seconds()
+    return age < LEASE and not _gone_from_here(raw) and not _left_by_this_process(raw)
+
+
 def remove_stale(client: Any, bucket: str, root: str) -> int:
     """Delete the claims under `root` (the store's root, ending in '/' or empty) not renewed
     for `LEASE` seconds: killed writers' of steps nobody saved again. Returns how many."""

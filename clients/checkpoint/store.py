@@ -890,8 +890,8 @@ class CheckpointStore:
 
     def prune(self, *, dry_run: bool = False) -> list[int]:
         """Apply `keep`: once `keep` newer generations verify (by the store's `verify` policy),
-        delete every older one except the one LATEST names and any this process is still
-        writing. Returns the steps
+        delete every older one except the one LATEST names, any this process is still
+        writing and any another process holds a claim on (saving it). Returns the steps
         deleted (with `dry_run`, the steps it would delete, deleting nothing); one it cannot
         delete does not stop it: the first such failure is raised once the rest are gone."""
         return self._prune(fresh=None, dry_run=dry_run)
@@ -930,11 +930,17 @@ class CheckpointStore:
             hinted = self.latest_hint()
             doomed = [s for s in doomed if s != hinted]
         if dry_run:
-            return doomed
+            return [s for s in doomed if not self._backend.claimed(generation_name(s))]
         deleted = []
         first: Exception | None = None
         for step in doomed:
             try:
+                if self._backend.claimed(generation_name(step)):
+                    # Another process is saving it (a slower job given the same store, or
+                    # one restarted from an older checkpoint): deleting its files failed
+                    # that save. Asked just before the delete, as a writer claims its step
+                    # before it writes a file; its next save's retention sees it again.
+                    continue
                 self.delete(step)
             except Exception as exc:
                 # One generation another user of a shared store made (its directory theirs

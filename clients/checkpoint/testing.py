@@ -138,6 +138,9 @@ class DelegatingBackend(Backend):
     def claim(self, prefix: str) -> Callable[[], None]:
         return self.inner.claim(prefix)
 
+    def claimed(self, prefix: str) -> bool:
+        return self.inner.claimed(prefix)
+
     def remove_stale_claims(self) -> int:
         return self.inner.remove_stale_claims()
 

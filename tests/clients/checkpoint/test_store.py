@@ -390,7 +390,8 @@ def test_commit_refuses_a_generation_whose_files_are_gone(make_store: Any, store
     second = make_store()
     gen = second.save(50)  # a second job on the same store, behind the first
     gen.write_bytes("model.bin", payload(50))
-    # The first job's retention deletes the unfinished, older generation under it.
+    # Another process deletes the unfinished, older generation under it (retention spares a
+    # claimed one now; a delete by hand, or a save of several ranks, which holds no claim).
     first_job = (
         "import sys\n"
         "from forewarn.clients.checkpoint import CheckpointStore\n"
@@ -398,6 +399,7 @@ def test_commit_refuses_a_generation_whose_files_are_gone(make_store: Any, store
         "for step in (100, 500):\n"
         "    with store.save(step) as gen:\n"
         "        gen.write_bytes('model.bin', b'w')\n"
+        "store.delete(50)\n"
     )
     subprocess.run([sys.executable, "-c", first_job, store_url], check=True, timeout=120)
     assert second.steps() == [500]
