@@ -531,12 +531,20 @@ class LocalBackend(Backend):
     def remove_stale_temps(self, key: str, *, older_than: float) -> int:
         path = self._path(key)
         pattern = _temp_pattern(path.name)
-        cutoff = time.time() - older_than
-        removed = 0
+        # The age by the store's own clock: on NFS a file's times are the server's, and
+        # against this machine's clock one an hour ahead deleted a live writer's temp file,
+        # one an hour behind kept a killed writer's for ever. The newest of `key`'s time
+        # (just written by the commit calling this) and its directory's (changed by every
+        # entry made there) is a time the server gave, never after its present.
         try:
             entries = list(os.scandir(path.parent))
+            now = os.stat(path.parent).st_mtime
         except (FileNotFoundError, NotADirectoryError):
             return 0
+        with contextlib.suppress(OSError):
+            now = max(now, os.stat(path).st_mtime)
+        cutoff = now - older_than
+        removed = 0
         for entry in entries:
             if not pattern.fullmatch(entry.name):
                 continue

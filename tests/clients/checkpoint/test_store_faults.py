@@ -703,3 +703,31 @@ def test_a_store_on_a_read_only_file_system_says_so(
     assert latest is not None and latest.read_bytes("model.bin") == b"weights"
     monkeypatch.undo()
     store.close()
+
+
+@pytest.mark.parametrize("skew", [3600.0, -3600.0])
+def test_the_latest_temp_sweep_goes_by_the_stores_clock_not_this_machines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, skew: float
+) -> None:
+    """On NFS a file's times are the server's: against this machine's clock, one an hour
+    ahead deleted a live writer's temp file of LATEST, one an hour behind kept a killed
+    writer's for ever. The age is taken against a time the store's file system gave."""
+    import types
+
+    from forewarn.clients.checkpoint import local
+
+    root = tmp_path / "store"
+    backend = local.LocalBackend(root)
+    backend.put_small("LATEST", b"1\n")
+    now = (root / "LATEST").stat().st_mtime
+    live = root / f".LATEST.tmp-{os.getpid()}-0123abcd"
+    live.write_bytes(b"2\n")
+    dead = root / f".LATEST.tmp-{os.getpid()}-4567cdef"
+    dead.write_bytes(b"3\n")
+    os.utime(dead, (now - 3600, now - 3600))
+    skewed = types.SimpleNamespace(
+        time=lambda: time.time() + skew, monotonic=time.monotonic, sleep=time.sleep
+    )
+    monkeypatch.setattr(local, "time", skewed)
+    assert backend.remove_stale_temps("LATEST", older_than=600) == 1
+    assert live.exists() and not dead.exists()
