@@ -67,7 +67,9 @@ class WebhookSettings(BaseModel):
         le=100,
         description="Attempts after the first for a notice that failed (connection error, "
         "timeout, 429 or 5xx), with backoff (or the receiver's Retry-After, up to 60 s); "
-        "other answers are not retried.",
+        "other answers are not retried. A notice whose attempts all failed so is kept and "
+        "tried again, 30 s doubling to every 10 min, until delivered or superseded by a "
+        "newer notice of its id.",
     )
     queue: int = Field(
         default=1000,

@@ -1,7 +1,9 @@
 """Deliver each published notice to an HTTP webhook (JSON or a Slack-compatible message).
 
 `on_notice` only appends to a bounded queue: delivery runs in its own task with its own
-timeout and retries, so a slow or hung receiver never delays the event socket. With a state
+timeout and retries, so a slow or hung receiver never delays the event socket. A notice whose
+retries all failed for want of a receiver is kept and tried again less often (`KEPT_RETRY`)
+until delivered or superseded by a newer notice of its id. With a state
 directory, the notices not delivered yet are kept in `webhook-pending.json` there
 (`pending.py`), and a restarted agent delivers them first.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import math
 import socket
@@ -48,6 +51,11 @@ PENDING_FILE = "webhook-pending.json"
 LATE_AFTER = 60.0
 # How often a stop looks whether the notices held are delivered (see `settle`).
 SETTLE_POLL = 0.02
+# A notice whose retries all failed for want of a receiver (a connection error, a timeout, a
+# 5xx) is kept, and tried again once at a time after this backoff (first wait, longest wait,
+# in seconds), until delivered or superseded by a newer notice of its id: given up on, it
+# was lost while the agent ran on (a Slack outage, a network cut longer than the retries).
+KEPT_RETRY = (30.0, 600.0)
 
 
 def _stamp(path: Path | None) -> tuple[int, int, int] | None:
@@ -218,6 +226,10 @@ class WebhookObserver(Observer):
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._delivering: Notice | None = None  # taken off the queue, not yet done
+        # Notices whose retries all failed for want of a receiver, oldest first (KEPT_RETRY).
+        self._kept_back: collections.deque[Notice] = collections.deque()
+        self._kept_backoff = Backoff(*KEPT_RETRY)
+        self._kept_due = 0.0  # loop time of the next try of the oldest kept back
         self._kept: set[tuple[str, int]] = set()  # (id, seq) of notices kept across a restart
         self.delivered = 0
         self.failed = 0
@@ -272,6 +284,21 @@ class WebhookObserver(Observer):
         )
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        superseded = [held for held in self._kept_back if held.id == notice.id]
+        if superseded:
+            # Delivered after this one, an older state of the notice (a drain after its
+            # terminate, a drain after its clear) read as the news of the moment.
+            self._kept_back = collections.deque(
+                held for held in self._kept_back if held.id != notice.id
+            )
+            self.dropped += len(superseded)
+            log.warning(
+                "webhook: %s, kept for %s, superseded by %s %s: not delivered",
+                named(superseded),
+                self.target,
+                notice.action,
+                notice.id,
+            )
         if len(self._queue) == self._queue.maxlen:
             self.dropped += 1
             oldest = self._queue[0]
@@ -312,16 +339,23 @@ class WebhookObserver(Observer):
     async def settle(self) -> None:
         # A reclaimed machine stops its agent moments after the terminate: the POST under
         # way (or queued) is the channel's only word of it, and a pending file on a disk
-        # about to vanish saves nothing. Polled: the stop waits a bounded time anyway.
-        while self._task is not None and not self._task.done() and self._left_count():
+        # about to vanish saves nothing. Polled: the stop waits a bounded time anyway. Not
+        # for the notices kept back: their receiver did not answer for many tries already.
+        while (
+            self._task is not None
+            and not self._task.done()
+            and len(self._queue) + (self._delivering is not None)
+        ):
             await asyncio.sleep(SETTLE_POLL)
 
     def _left_count(self) -> int:
-        return len(self._queue) + (self._delivering is not None)
+        return len(self._kept_back) + len(self._queue) + (self._delivering is not None)
 
     def _left(self) -> list[Notice]:
-        """The notices not delivered yet, the one being delivered first."""
-        return ([self._delivering] if self._delivering is not None else []) + list(self._queue)
+        """The notices not delivered yet, oldest first: those kept back, the one being
+        delivered, the queue."""
+        delivering = [self._delivering] if self._delivering is not None else []
+        return list(self._kept_back) + delivering + list(self._queue)
 
     def _changed(self) -> None:
         if self._pending is not None:
@@ -346,14 +380,87 @@ class WebhookObserver(Observer):
             headers={"User-Agent": USER_AGENT, "Content-Type": "application/json"},
         ) as client:
             while True:
-                while not self._queue:
-                    self._wake.clear()
-                    await self._wake.wait()
-                notice = self._delivering = self._queue.popleft()
-                await self._deliver(client, notice)
-                self._kept.discard((notice.id, notice.seq))
+                notice, kept_back = await self._next()
+                self._delivering = notice
+                outcome = await self._deliver(
+                    client, notice, retries=0 if kept_back else self.settings.retries
+                )
                 self._delivering = None
-                self._changed()  # delivered or given up: not pending any more
+                if isinstance(outcome, str):
+                    self._keep_back(notice, outcome, again=kept_back)
+                else:
+                    self._kept.discard((notice.id, notice.seq))
+                    if outcome and self._kept_back:
+                        # The receiver answers again: the notices kept back go next.
+                        self._kept_backoff = Backoff(*KEPT_RETRY)
+                        self._kept_due = 0.0
+                self._changed()  # delivered, given up or kept back
+
+    async def _next(self) -> tuple[Notice, bool]:
+        """The next notice to deliver, and whether it was kept back: the queue's first, else
+        the oldest kept back once its try is due."""
+        assert self._wake is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._queue:
+                return self._queue.popleft(), False
+            wait = self._kept_due - loop.time()
+            if self._kept_back and wait <= 0:
+                return self._kept_back.popleft(), True
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait if self._kept_back else None)
+
+    def _keep_back(self, notice: Notice, why: str, *, again: bool) -> None:
+        """Keep `notice`, whose tries all failed for want of a receiver, for a later try;
+        not when a newer notice of its id came meanwhile (it supersedes this one)."""
+        if any(held.id == notice.id for held in self._queue):
+            self.dropped += 1
+            log.warning(
+                "webhook: %s %s, kept for %s, superseded by a newer notice of its id: not "
+                "delivered",
+                notice.action,
+                notice.id,
+                self.target,
+            )
+            return
+        if again:
+            self._kept_back.appendleft(notice)  # still the oldest
+        else:
+            self._kept_back.append(notice)
+        while len(self._kept_back) > self.settings.queue:
+            oldest = self._kept_back.popleft()
+            self.dropped += 1
+            log.warning(
+                "webhook: %d notices are kept for %s; dropping the oldest, %s %s",
+                len(self._kept_back) + 1,
+                self.target,
+                oldest.action,
+                oldest.id,
+            )
+        wait = self._kept_backoff.next()
+        self._kept_due = asyncio.get_running_loop().time() + wait
+        if again:
+            log.info(
+                "webhook: %s %s still not delivered: %s; tried again in %.0f s",
+                notice.action,
+                notice.id,
+                why,
+                wait,
+                extra={"notice_id": notice.id, "action": notice.action},
+            )
+            return
+        log.warning(
+            "webhook: could not deliver %s %s: %s; kept and tried again in %.0f s, then less "
+            "often (at most every %.0f s), until delivered or superseded by a newer notice of "
+            "its id",
+            notice.action,
+            notice.id,
+            why,
+            wait,
+            KEPT_RETRY[1],
+            extra={"notice_id": notice.id, "action": notice.action},
+        )
 
     def _say_kept(self, notice: Notice, when: str, marked: str) -> None:
         log.warning(
@@ -366,7 +473,11 @@ class WebhookObserver(Observer):
             extra={"notice_id": notice.id, "action": notice.action},
         )
 
-    async def _deliver(self, client: httpx.AsyncClient, notice: Notice) -> None:
+    async def _deliver(
+        self, client: httpx.AsyncClient, notice: Notice, *, retries: int
+    ) -> bool | str:
+        """Deliver `notice` with up to `retries` retries: True when delivered, False when
+        refused (an answer not retried), else why no try found a receiver that took it."""
         kept = (notice.id, notice.seq) in self._kept
         if kept:
             # Said whatever the format: a JSON receiver gets the notice as published, and
@@ -377,7 +488,7 @@ class WebhookObserver(Observer):
             elif old is not None:
                 self._say_kept(notice, f"was sent {span(old)} ago", "old")
         backoff = Backoff(0.5, 30.0)
-        for attempt in range(self.settings.retries + 1):
+        for attempt in range(retries + 1):
             # Written for each attempt: a Slack line says how many seconds are left, and one
             # written before the retries (up to minutes of them) told a terminate's receiver
             # there was still the time there had been at the first attempt.
@@ -392,9 +503,9 @@ class WebhookObserver(Observer):
                     self.target,
                     extra={"notice_id": notice.id, "action": notice.action},
                 )
-                return
+                return True
             retry, why, retry_after = outcome
-            if not retry or attempt == self.settings.retries:
+            if not retry:
                 self.failed += 1
                 log.warning(
                     "webhook: gave up on %s %s after %d attempt(s): %s",
@@ -404,8 +515,11 @@ class WebhookObserver(Observer):
                     why,
                     extra={"notice_id": notice.id, "action": notice.action},
                 )
-                return
+                return False
+            if attempt == retries:
+                return f"{why} ({attempt + 1} attempt(s))"
             await asyncio.sleep(max(backoff.next(), retry_after))
+        raise AssertionError("unreachable: the last attempt returns")
 
     async def _attempt(
         self, client: httpx.AsyncClient, payload: bytes

@@ -6,6 +6,7 @@ import json
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -108,7 +109,7 @@ def test_a_receiver_answering_an_endless_body_costs_no_memory(tmp_path: Path):
         agent.control({"op": "notify", "action": "drain"})
         hook.wait_for(1)
         eventually(
-            lambda: "delivered drain" in agent.output() or "gave up" in agent.output(),
+            lambda: "delivered drain" in agent.output() or "deliver drain" in agent.output(),
             timeout=15,
             what="the delivery's outcome",
         )
@@ -190,7 +191,7 @@ def test_a_receiver_whose_certificate_is_not_trusted_is_named_as_such(tmp_path: 
         agent_with_webhook(tmp_path, hook.url, FOREWARN_WEBHOOK_RETRIES="0") as agent,
     ):
         agent.control({"op": "notify", "action": "drain"})
-        eventually(lambda: "gave up on drain" in agent.output(), timeout=10)
+        eventually(lambda: "could not deliver drain" in agent.output(), timeout=10)
     log = agent.output()
     assert f"{hook.url}: ConnectError: [SSL: CERTIFICATE_VERIFY_FAILED]" in log, log
     assert "s3cr3t" not in log
@@ -682,3 +683,77 @@ def test_a_delivery_under_way_at_a_stop_is_given_time_to_finish(tmp_path: Path):
     log = agent.output()
     assert "delivered terminate" in log, log
     assert "not delivered" not in log
+
+
+def run_observer(
+    observer: WebhookObserver, until: Callable[[], bool], feed: Callable[[], None]
+) -> None:
+    """Start `observer` on a loop of its own, call `feed`, run until `until()` (10 s at
+    most), then stop it."""
+    import asyncio
+
+    async def run() -> None:
+        observer.on_start(["local"])
+        feed()
+        end = time.monotonic() + 10
+        while not until() and time.monotonic() < end:
+            await asyncio.sleep(0.01)
+        observer.on_stop()
+
+    asyncio.run(run())
+
+
+def test_a_notice_given_up_while_the_agent_runs_is_tried_again_until_delivered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The receiver was down longer than the retries last (a Slack outage, a network cut of
+    a minute): the notice was given up on and lost while the agent ran on, though the file
+    that keeps notices for a restart was there. It is kept and tried again, less often,
+    until delivered; notices after it are not held behind it."""
+    from forewarn.agent.notifications import webhook
+
+    monkeypatch.setattr(webhook, "KEPT_RETRY", (0.05, 0.2))
+    with receiver(script=[503] * 5) as hook:
+        url = hook.url + SECRET_PATH
+        observer = WebhookObserver(WebhookSettings(url=url, retries=1), url, state_dir=tmp_path)
+        first = local_notice(1, "drain")
+        run_observer(
+            observer,
+            until=lambda: observer.delivered == 1,
+            feed=lambda: observer.on_notice(first, escalated=False),
+        )
+    assert [r.body["id"] for r in hook.received] == [first.id]
+    assert hook.attempts == 6
+    assert (observer.delivered, observer.failed, observer.dropped) == (1, 0, 0)
+    assert decode_pending((tmp_path / "webhook-pending.json").read_bytes())[0] == []
+
+
+def test_a_kept_notice_is_superseded_by_a_newer_one_of_its_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A drain kept for a receiver that is down is replaced by the terminate of the same
+    notice that follows it: delivered after it, it would read as the news of the moment."""
+    from forewarn.agent.notifications import webhook
+
+    monkeypatch.setattr(webhook, "KEPT_RETRY", (30.0, 30.0))
+    with receiver(script=[503, 503]) as hook:
+        url = hook.url + SECRET_PATH
+        observer = WebhookObserver(WebhookSettings(url=url, retries=1), url, state_dir=tmp_path)
+        drain = local_notice(1, "drain")
+        terminate = local_notice(1, "terminate").model_copy(update={"seq": 2})
+
+        def feed() -> None:
+            observer.on_notice(drain, escalated=False)
+
+        sent: list[Notice] = []
+
+        def kept_then_superseded() -> bool:
+            kept = hook.attempts == 2 and observer.deliveries()["webhook"].pending == 1
+            if kept and not sent:
+                sent.append(terminate)
+                observer.on_notice(terminate, escalated=True)
+            return len(hook.received) == 1 and observer.deliveries()["webhook"].pending == 0
+
+        run_observer(observer, until=kept_then_superseded, feed=feed)
+    assert [(r.body["action"], r.body["seq"]) for r in hook.received] == [("terminate", 2)]
+    assert (observer.delivered, observer.failed, observer.dropped) == (1, 0, 1)
