@@ -727,6 +727,11 @@ class BackgroundSaver:
         def write(gen: GenerationWriter) -> None:
             with gen.open(self.file_name) as stream:
                 stream.stable_memory = job.stable
+                # Parts uploaded after the last write count as progress, and a completion
+                # under way as a closed file: an upload whose completion took minutes (S3's,
+                # for a large object) was given up at the exit as hung.
+                stream.on_progress = self._mark_moved
+                stream.on_sent = self._mark_sent
                 target = _CancellableStream(stream, cancel, self._mark_moved)
                 if torch is not None:
                     _save_overlapped(torch, snapshot, target, job.copies)
@@ -759,6 +764,9 @@ class BackgroundSaver:
 
     def _mark_moved(self) -> None:
         self._moved = time.monotonic()
+
+    def _mark_sent(self) -> None:
+        self._file_closed = True
 
     def _cancel_in_flight(self) -> None:
         self._cancel.set()

@@ -210,6 +210,8 @@ class S3Writer(ObjectWriter):
 
     def _collect_oldest(self) -> None:
         self._etags.append(self._parts.popleft().result())
+        if self.on_progress is not None:
+            self.on_progress()
 
     def _finish(self) -> None:
         backend = self._backend
@@ -226,6 +228,8 @@ class S3Writer(ObjectWriter):
             self._collect_oldest()
         self._stop_pool()
         parts = sorted(self._etags, key=lambda part: part["PartNumber"])
+        if self.on_sent is not None:
+            self.on_sent()
         try:
             backend.completer.complete_multipart_upload(
                 Bucket=backend.bucket,

@@ -1,0 +1,70 @@
+"""The interpreter's exit waits for a background save to S3 whose CompleteMultipartUpload is
+slow (S3 may take minutes for a large object): the exit counted a stall from the save's last
+write, so a save whose parts were all sent and whose completion took longer than
+EXIT_STALL_SECONDS (120 s) was given up as hung, and the process exited mid-commit. A real
+process that ends without close(), against moto behind a proxy that holds the completion."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from forewarn.clients.checkpoint import CheckpointStore, S3Options
+from s3_proxy import Reply, Request, S3Proxy
+
+STALL = 1.5  # EXIT_STALL_SECONDS in the child (past the parts' uploads on a loaded machine)
+DELAY = STALL + 1.0  # how long the proxy holds each CompleteMultipartUpload
+
+_EXIT_WHILE_THE_UPLOAD_COMPLETES = """
+import os, sys
+from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options
+from forewarn.clients.checkpoint import background, store
+
+background.EXIT_STALL_SECONDS = float(sys.argv[3])
+store.RELEASE_WITHIN = float(sys.argv[3])  # the store's own exit wait for a commit under way
+options = S3Options(endpoint_url=sys.argv[2], part_size=5 << 20)
+saver = BackgroundSaver(CheckpointStore(sys.argv[1], s3=options))
+saver.save(7, {"w": os.urandom(12 << 20)})  # three parts: a multipart upload
+print("in flight:", saver.in_flight, flush=True)
+"""
+
+
+class SlowCompleteProxy(S3Proxy):
+    """Holds every CompleteMultipartUpload for DELAY s."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.completions = 0
+
+    def answer(self, request: Request) -> Reply | None:
+        if request.command == "POST" and "uploadId" in request.query:
+            self.completions += 1
+            time.sleep(DELAY)
+        return None
+
+
+@pytest.fixture
+def proxy(moto_endpoint: str) -> Iterator[SlowCompleteProxy]:
+    with SlowCompleteProxy(moto_endpoint) as server:
+        yield server
+
+
+def test_the_exit_waits_for_a_background_save_whose_upload_completes_slowly(
+    proxy: SlowCompleteProxy, bucket: str
+) -> None:
+    url = f"s3://{bucket}/run"
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WHILE_THE_UPLOAD_COMPLETES, url, proxy.url, str(STALL)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "in flight: 7" in done.stdout
+    assert proxy.completions == 1, done.stderr
+    assert "wrote nothing" not in done.stderr, done.stderr
+    latest = CheckpointStore(url, s3=S3Options(endpoint_url=proxy.url)).latest()
+    assert latest is not None and latest.step == 7, done.stderr
