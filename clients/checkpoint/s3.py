@@ -488,6 +488,16 @@ class S3Backend(Backend):
             return False
         return s3claim.live(self.client, self.bucket, self._key(claim_name(prefix)))
 
+    def _claimed_once(self, prefix: str, seen: dict[str, bool]) -> bool:
+        """`claimed(prefix)`, asked once per sweep; a claim that cannot be read counts as
+        held (the upload waits for the next sweep rather than a live save failing)."""
+        if prefix not in seen:
+            try:
+                seen[prefix] = self.claimed(prefix)
+            except Exception:
+                seen[prefix] = True
+        return seen[prefix]
+
     def remove_stale_claims(self) -> int:
         # Once per lease, not at every commit (a listing each, ~25 ms against moto): a claim
         # goes stale only a lease after its last renewal, and a stale one blocks nothing but
@@ -559,6 +569,7 @@ class S3Backend(Backend):
         dead = self._dir(dead_prefix) if dead_prefix is not None else None
         root = self._dir("")
         aborted = 0
+        claimed: dict[str, bool] = {}  # generation → a live writer's claim holds it
         paginator = self.client.get_paginator("list_multipart_uploads")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=root):
             now = _service_time(page)
@@ -576,6 +587,10 @@ class S3Backend(Backend):
                         isinstance(initiated, datetime)
                         and (now - initiated).total_seconds() < older_than
                     ):
+                        continue
+                    # Old is not dead: a save of a large step uploading for longer than the
+                    # bound renews its claim, and its upload aborted failed that save.
+                    if top != OUTPUTS and self._claimed_once(top, claimed):
                         continue
                 with contextlib.suppress(Exception):  # another cleaner may have won
                     self.client.abort_multipart_upload(

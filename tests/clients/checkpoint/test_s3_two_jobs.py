@@ -108,3 +108,28 @@ def test_a_single_rank_save_aborts_its_own_steps_upload_however_recent(
     store.flush(7, lambda gen: gen.write_bytes("model.bin", b"weights-7"))
     assert uploads(client, bucket) == []
     assert store.get(7, verify="checksums").read_bytes("model.bin") == b"weights-7"
+
+
+def test_a_live_writers_upload_older_than_the_bound_is_not_aborted(
+    proxy: InitiatedProxy, bucket: str
+) -> None:
+    """A save on another machine uploading a large step for more than an hour (a terabyte
+    at 200 MB/s) still renews its claim: the next job's first save aborted its upload as a
+    killed writer's by its age alone, and that save failed at its next part. An upload as
+    old under no live claim is still aborted."""
+    import json
+
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=proxy.url)
+    live = client.create_multipart_upload(Bucket=bucket, Key="run/step-000000000100/model.bin")
+    dead = client.create_multipart_upload(Bucket=bucket, Key="run/step-000000000050/model.bin")
+    for upload in (live, dead):
+        proxy.initiated[upload["UploadId"]] -= timedelta(hours=2)
+    claim = {"holder": "pid 4242 on another-host", "lease": 60.0, "token": "elsewhere"}
+    client.put_object(
+        Bucket=bucket, Key="run/.step-000000000100.claim", Body=json.dumps(claim).encode()
+    )
+    new_job = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
+    new_job.flush(200, lambda gen: gen.write_bytes("model.bin", b"weights-200"))
+    assert uploads(client, bucket) == ["run/step-000000000100/model.bin"]
