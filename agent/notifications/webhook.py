@@ -98,10 +98,15 @@ def span(seconds: float) -> str:
     return f"{hours // 24} d {hours % 24} h"
 
 
-def slack_text(notice: Notice, host: str, *, kept: bool = False) -> str:
-    """One line a person reads in a channel. `kept`: the notice was kept across a restart of
-    the agent; once its deadline is more than LATE_AFTER past, the line says it is late, and
-    one without a deadline sent more than LATE_AFTER ago says it is old."""
+AGENT_DOWN = "while the agent was down"
+RECEIVER_DOWN = "while the receiver did not answer"
+
+
+def slack_text(notice: Notice, host: str, *, kept: bool = False, held: str = AGENT_DOWN) -> str:
+    """One line a person reads in a channel. `kept`: the notice was kept, `held` says when
+    (across a restart of the agent, or held back while the receiver did not answer); once
+    its deadline is more than LATE_AFTER past, the line says it is late, and one without a
+    deadline sent more than LATE_AFTER ago says it is old."""
     what = {"drain": "checkpoint and continue", "terminate": "checkpoint and exit now"}
     late = late_by(notice) if kept else None
     old = old_by(notice) if kept else None
@@ -111,7 +116,7 @@ def slack_text(notice: Notice, host: str, *, kept: bool = False) -> str:
     elif late is not None and notice.deadline is not None:
         # No "checkpoint and exit now": whatever it asked for was due long ago.
         head = (
-            f"forewarn on {host}: LATE, expired while the agent was down: "
+            f"forewarn on {host}: LATE, expired {held}: "
             f"{notice.action.upper()} ({notice.reason} from {notice.provider}); deadline "
             f"{format_time(notice.deadline)}, {span(late)} ago"
         )
@@ -119,7 +124,7 @@ def slack_text(notice: Notice, host: str, *, kept: bool = False) -> str:
         # A drain without a deadline kept for days (a rebalance recommendation, a cordon)
         # read as news: "checkpoint and continue", nothing to tell it was old.
         head = (
-            f"forewarn on {host}: OLD, kept while the agent was down: "
+            f"forewarn on {host}: OLD, kept {held}: "
             f"{notice.action.upper()} ({notice.reason} from {notice.provider}); sent "
             f"{format_time(notice.sent_at)}, {span(old)} ago"
         )
@@ -166,12 +171,14 @@ def slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def body(notice: Notice, format: str, host: str, *, kept: bool = False) -> bytes:
+def body(
+    notice: Notice, format: str, host: str, *, kept: bool = False, held: str = AGENT_DOWN
+) -> bytes:
     """The POST's body; `json` is the notice as published (protocol v1), late or not."""
     if format == "slack":
         import json
 
-        return json.dumps({"text": slack_text(notice, host, kept=kept)}).encode()
+        return json.dumps({"text": slack_text(notice, host, kept=kept, held=held)}).encode()
     return notice.model_dump_json().encode()
 
 
@@ -382,9 +389,7 @@ class WebhookObserver(Observer):
             while True:
                 notice, kept_back = await self._next()
                 self._delivering = notice
-                outcome = await self._deliver(
-                    client, notice, retries=0 if kept_back else self.settings.retries
-                )
+                outcome = await self._deliver(client, notice, kept_back=kept_back)
                 self._delivering = None
                 if isinstance(outcome, str):
                     self._keep_back(notice, outcome, again=kept_back)
@@ -462,11 +467,12 @@ class WebhookObserver(Observer):
             extra={"notice_id": notice.id, "action": notice.action},
         )
 
-    def _say_kept(self, notice: Notice, when: str, marked: str) -> None:
+    def _say_kept(self, notice: Notice, held: str, when: str, marked: str) -> None:
         log.warning(
-            "webhook: %s %s was kept while the agent was down and %s: delivered%s %s",
+            "webhook: %s %s was kept %s and %s: delivered%s %s",
             notice.action,
             notice.id,
+            held,
             when,
             " marked" if self.settings.format == "slack" else "",
             marked,
@@ -474,25 +480,30 @@ class WebhookObserver(Observer):
         )
 
     async def _deliver(
-        self, client: httpx.AsyncClient, notice: Notice, *, retries: int
+        self, client: httpx.AsyncClient, notice: Notice, *, kept_back: bool
     ) -> bool | str:
-        """Deliver `notice` with up to `retries` retries: True when delivered, False when
-        refused (an answer not retried), else why no try found a receiver that took it."""
-        kept = (notice.id, notice.seq) in self._kept
-        if kept:
+        """Deliver `notice` with its retries (one try when it was kept back): True when
+        delivered, False when refused (an answer not retried), else why no try found a
+        receiver that took it."""
+        restarted = (notice.id, notice.seq) in self._kept
+        kept = restarted or kept_back
+        held = AGENT_DOWN if restarted else RECEIVER_DOWN
+        retries = 0 if kept_back else self.settings.retries
+        if restarted:
             # Said whatever the format: a JSON receiver gets the notice as published, and
-            # can tell only from its deadline (or its sent_at).
+            # can tell only from its deadline (or its sent_at). (One kept back was logged
+            # when it was, not again at each try.)
             late, old = late_by(notice), old_by(notice)
             if late is not None:
-                self._say_kept(notice, f"its deadline passed {span(late)} ago", "late")
+                self._say_kept(notice, held, f"its deadline passed {span(late)} ago", "late")
             elif old is not None:
-                self._say_kept(notice, f"was sent {span(old)} ago", "old")
+                self._say_kept(notice, held, f"was sent {span(old)} ago", "old")
         backoff = Backoff(0.5, 30.0)
         for attempt in range(retries + 1):
             # Written for each attempt: a Slack line says how many seconds are left, and one
             # written before the retries (up to minutes of them) told a terminate's receiver
             # there was still the time there had been at the first attempt.
-            payload = body(notice, self.settings.format, self._host, kept=kept)
+            payload = body(notice, self.settings.format, self._host, kept=kept, held=held)
             outcome = await self._attempt(client, payload)
             if outcome is None:
                 self.delivered += 1

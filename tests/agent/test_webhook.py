@@ -757,3 +757,28 @@ def test_a_kept_notice_is_superseded_by_a_newer_one_of_its_id(
         run_observer(observer, until=kept_then_superseded, feed=feed)
     assert [(r.body["action"], r.body["seq"]) for r in hook.received] == [("terminate", 2)]
     assert (observer.delivered, observer.failed, observer.dropped) == (1, 0, 1)
+
+
+def test_a_kept_back_notice_delivered_past_its_deadline_reads_late(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A terminate held back while the receiver did not answer, delivered once it answers
+    again long past its deadline, read `checkpoint and exit now ... (0 s left)` in Slack: as
+    if it were happening now. Its line says it is late, and why."""
+    from forewarn.agent.notifications import webhook
+
+    monkeypatch.setattr(webhook, "KEPT_RETRY", (0.05, 0.2))
+    with receiver(script=[503, 503]) as hook:
+        url = hook.url + SECRET_PATH
+        settings = WebhookSettings(url=url, retries=0, format="slack")
+        observer = WebhookObserver(settings, url, state_dir=tmp_path)
+        notice = kept_notice(1, "terminate", deadline_in=-300)
+        run_observer(
+            observer,
+            until=lambda: observer.delivered == 1,
+            feed=lambda: observer.on_notice(notice, escalated=False),
+        )
+    (delivery,) = hook.received
+    text = delivery.body["text"]
+    assert "LATE, expired while the receiver did not answer: TERMINATE" in text, text
+    assert "exit now" not in text and "s left" not in text
