@@ -429,10 +429,10 @@ class WebhookObserver(Observer):
                 self.target,
             )
             return
-        if again:
-            self._kept_back.appendleft(notice)  # still the oldest
-        else:
-            self._kept_back.append(notice)
+        # To the back, also one tried again: kept at the head, a notice the receiver keeps
+        # failing (a payload its handler trips on) was tried for ever and held back every
+        # other. Order within an id holds: a newer notice of its id supersedes it.
+        self._kept_back.append(notice)
         while len(self._kept_back) > self.settings.queue:
             oldest = self._kept_back.popleft()
             self.dropped += 1

@@ -782,3 +782,41 @@ def test_a_kept_back_notice_delivered_past_its_deadline_reads_late(
     text = delivery.body["text"]
     assert "LATE, expired while the receiver did not answer: TERMINATE" in text, text
     assert "exit now" not in text and "s left" not in text
+
+
+def test_a_kept_notice_the_receiver_keeps_failing_holds_back_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Two notices kept while the receiver was down; back up, it answers 503 to the first
+    one only (a payload its handler trips on): the first was tried again and again at the
+    head of the kept ones, and the second, which it would take, never went."""
+    from forewarn.agent.notifications import webhook
+
+    monkeypatch.setattr(webhook, "KEPT_RETRY", (0.02, 0.05))
+    calls: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        notice_id = json.loads(request.content)["id"]
+        calls.append(notice_id)
+        down = len(calls) <= 2
+        return httpx.Response(503 if down or notice_id == "local/1" else 200)
+
+    url = "http://127.0.0.1:9" + SECRET_PATH
+    observer = WebhookObserver(
+        WebhookSettings(url=url, retries=0),
+        url,
+        transport=httpx.MockTransport(answer),
+        state_dir=tmp_path,
+    )
+
+    def feed() -> None:
+        for seq in (1, 2):
+            observer.on_notice(local_notice(seq, "drain"), escalated=False)
+
+    run_observer(observer, until=lambda: observer.delivered == 1, feed=feed)
+    assert observer.delivered == 1, calls
+    assert calls[:2] == ["local/1", "local/2"]
+    assert "local/2" in calls[2:]
+    assert [n.id for n in decode_pending((tmp_path / "webhook-pending.json").read_bytes())[0]] == [
+        "local/1"
+    ]
