@@ -588,10 +588,12 @@ class S3Backend(Backend):
                         and (now - initiated).total_seconds() < older_than
                     ):
                         continue
-                    # Old is not dead: a save of a large step uploading for longer than the
-                    # bound renews its claim, and its upload aborted failed that save.
-                    if top != OUTPUTS and self._claimed_once(top, claimed):
-                        continue
+                # Old is not dead: a save of a large step uploading for longer than the bound
+                # (or one under way while this runs by hand, `prune --abort-uploads`) renews
+                # its claim, and its upload aborted failed that save.
+                dead_writer = dead is not None and upload["Key"].startswith(dead)
+                if not dead_writer and top != OUTPUTS and self._claimed_once(top, claimed):
+                    continue
                 with contextlib.suppress(Exception):  # another cleaner may have won
                     self.client.abort_multipart_upload(
                         Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"]

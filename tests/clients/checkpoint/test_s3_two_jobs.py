@@ -133,3 +133,24 @@ def test_a_live_writers_upload_older_than_the_bound_is_not_aborted(
     new_job = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
     new_job.flush(200, lambda gen: gen.write_bytes("model.bin", b"weights-200"))
     assert uploads(client, bucket) == ["run/step-000000000100/model.bin"]
+
+
+def test_aborting_uploads_by_hand_spares_a_live_writers(
+    bucket: str, s3_env: dict[str, str]
+) -> None:
+    """`store.abort_stale_uploads()` (`forewarn checkpoint prune --abort-uploads`) aborted
+    every upload whatever its age, a job's save in progress on another machine too, run
+    while it saved: that save failed at its next part. A live writer's claim spares it."""
+    import json
+
+    import boto3
+
+    client = boto3.client("s3")
+    client.create_multipart_upload(Bucket=bucket, Key="run/step-000000000100/model.bin")
+    client.create_multipart_upload(Bucket=bucket, Key="run/step-000000000050/model.bin")
+    claim = {"holder": "pid 4242 on another-host", "lease": 60.0, "token": "elsewhere"}
+    client.put_object(
+        Bucket=bucket, Key="run/.step-000000000100.claim", Body=json.dumps(claim).encode()
+    )
+    assert CheckpointStore(f"s3://{bucket}/run").abort_stale_uploads() == 1
+    assert uploads(client, bucket) == ["run/step-000000000100/model.bin"]
