@@ -551,19 +551,46 @@ class CheckpointStore:
         save_options: dict[str, Any],
     ) -> FlushResult:
         try:
+            try:
+                return self._flush_once(step, write, metadata, save_options)
+            except Exception as exc:
+                # Retention runs only after a commit: a disk that holds `keep` generations but
+                # not one more failed every later save (step 10 stayed the newest through step
+                # 60), and the job trained on with nothing to resume from but step 10.
+                if not _out_of_space(exc):
+                    raise
+                ranks = resolve(
+                    save_options.get("rank"),
+                    save_options.get("world_size"),
+                    save_options.get("group"),
+                )
+                if ranks.world_size != 1 or not self._make_room(step, exc):
+                    raise
             return self._flush_once(step, write, metadata, save_options)
         except Exception as exc:
-            # Retention runs only after a commit: a disk that holds `keep` generations but not
-            # one more failed every later save (step 10 stayed the newest through step 60),
-            # and the job trained on with nothing to resume from but step 10.
-            if not _out_of_space(exc):
-                raise
-            ranks = resolve(
-                save_options.get("rank"), save_options.get("world_size"), save_options.get("group")
-            )
-            if ranks.world_size != 1 or not self._make_room(step, exc):
-                raise
-        return self._flush_once(step, write, metadata, save_options)
+            if _out_of_space(exc):
+                self._say_out_of_space(step, exc)
+            raise
+
+    def _say_out_of_space(self, step: int, error: BaseException) -> None:
+        """Note on `error` which save ran out of space and what is left to resume from: the
+        bare `[Errno 28] No space left on device` named neither the store nor the step."""
+        add_note = getattr(error, "add_note", None)  # Python 3.11 and newer
+        if add_note is None:
+            return
+        try:
+            newest = self.latest()
+        except Exception:
+            return
+        left = (
+            f"the newest committed generation is still {newest.name}"
+            if newest is not None
+            else "the store holds no committed generation"
+        )
+        add_note(
+            f"forewarn: saving {generation_name(step)} into {self.url} ran out of space: "
+            f"nothing of it was committed, and {left}"
+        )
 
     def _flush_once(
         self,

@@ -110,8 +110,15 @@ def test_a_full_disk_without_retention_to_run_still_fails_and_deletes_nothing(
         root = small_disk / f"store-{keep}"
         store = CheckpointStore(root, keep=keep)
         store.flush(1, lambda gen: gen.write_bytes("blob", os.urandom(2 << 20)))
-        with pytest.raises(OSError, match="No space left"):
+        with pytest.raises(OSError, match="No space left") as failed:
             store.flush(2, lambda gen: gen.write_bytes("blob", os.urandom(2 << 20)))
+        # The bare `[Errno 28] No space left on device` named neither the store nor the
+        # step, nor said whether the checkpoint before it was still there.
+        assert getattr(failed.value, "__notes__", []) == [
+            f"forewarn: saving step-000000000002 into {store.url} ran out of space: nothing "
+            "of it was committed, and the newest committed generation is still "
+            "step-000000000001"
+        ]
         assert store.steps() == [1]
         latest = store.latest(verify="checksums")
         assert latest is not None and latest.step == 1
