@@ -7,6 +7,11 @@ keeps them in the state directory, written atomically after each change, off the
 the restarted agent delivers them first. Delivery is at least once: a notice delivered just
 before the process dies, before the file is written again, is delivered again after the
 restart.
+
+The file also names the notices the webhook is done with (delivered or given up; a clear
+takes its id off): the agent's state is written apart from this file, and an agent killed
+after the state took a new notice and before this file did restored the notice and never
+delivered it. A restored notice the file neither holds nor names as done is delivered.
 """
 
 from __future__ import annotations
@@ -26,6 +31,9 @@ from ..state import read_small, saved_notice, set_aside, write_atomic
 log = logging.getLogger("forewarn.webhook")
 
 PENDING_VERSION = 1
+# The notices named as done, newest kept: those of active notices, which are few. Past it,
+# the oldest is forgotten: a restart may then deliver it again (at least once, not lost).
+MAX_DONE = 4096
 # Larger files are not ours: the queue holds 100,000 notices at most, of a few hundred bytes.
 MAX_PENDING_BYTES = 256 * 1024 * 1024
 
@@ -36,9 +44,39 @@ def named(notices: list[Notice], limit: int = 10) -> str:
     return shown + (", ..." if len(notices) > limit else "")
 
 
-def encode_pending(notices: list[Notice]) -> bytes:
+# A notice the webhook is done with, as a restored one is matched: by id and action (its seq
+# and sent_at are new after a restart; an escalation to terminate is a new notice to deliver).
+DoneKey = tuple[str, str]
+
+
+def done_key(notice: Notice) -> DoneKey:
+    return notice.id, notice.action
+
+
+def encode_pending(notices: list[Notice], done: list[DoneKey] | None = None) -> bytes:
     notices_json = ",\n".join(notice.model_dump_json() for notice in notices)
-    return f'{{"version": {PENDING_VERSION}, "notices": [\n{notices_json}\n]}}\n'.encode()
+    done_json = json.dumps([list(key) for key in done or []])
+    return (
+        f'{{"version": {PENDING_VERSION}, "notices": [\n{notices_json}\n],\n'
+        f'"delivered": {done_json}}}\n'
+    ).encode()
+
+
+def decode_done(data: bytes) -> list[DoneKey] | None:
+    """The notices a pending file's bytes name as done; None when it names none (written by
+    an older agent, or not a pending file): then no restored notice is known done."""
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    items = raw.get("delivered") if isinstance(raw, dict) else None
+    if not isinstance(items, list):
+        return None
+    return [
+        (item[0], item[1])
+        for item in items
+        if isinstance(item, list) and len(item) == 2 and all(isinstance(part, str) for part in item)
+    ]
 
 
 def decode_pending(data: bytes) -> tuple[list[Notice], list[str]]:
@@ -66,9 +104,17 @@ class PendingFile:
     """`path`, holding what `snapshot()` returns: written after each `changed()` in a
     thread, or at once by `write_now`; a write never replaces a newer one."""
 
-    def __init__(self, path: Path, snapshot: Callable[[], list[Notice]]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        snapshot: Callable[[], list[Notice]],
+        done: Callable[[], list[DoneKey]] = list,
+    ) -> None:
         self.path = path
         self._snapshot = snapshot
+        self._done = done
+        # What the file read by `load` named as done; None when it named nothing.
+        self.loaded_done: list[DoneKey] | None = None
         self._lock = threading.Lock()  # held while the file is written
         self._generation = 0  # of the newest snapshot taken
         self._written = 0  # of the newest snapshot written (or whose write failed)
@@ -93,6 +139,7 @@ class PendingFile:
         except ValueError as error:
             set_aside(self.path, "webhook pending file", str(error))
             return []
+        self.loaded_done = decode_done(data)
         for problem in problems:
             log.error("webhook pending file %s: %s; left out", self.path, problem)
         return notices
@@ -107,22 +154,24 @@ class PendingFile:
         """Write the current snapshot before returning (after the write in progress)."""
         self._dirty = False
         self._generation += 1
-        self._write(self._generation, list(self._snapshot()))
+        self._write(self._generation, list(self._snapshot()), list(self._done()))
 
     async def _drain(self) -> None:
         while self._dirty:
             self._dirty = False
             self._generation += 1
             # Encoded in the thread too: a long queue costs the event loop only a list copy.
-            await asyncio.to_thread(self._write, self._generation, list(self._snapshot()))
+            await asyncio.to_thread(
+                self._write, self._generation, list(self._snapshot()), list(self._done())
+            )
 
-    def _write(self, generation: int, notices: list[Notice]) -> None:
+    def _write(self, generation: int, notices: list[Notice], done: list[DoneKey]) -> None:
         with self._lock:
             if generation <= self._written:
                 return
             self._written = generation
             try:
-                write_atomic(self.path, encode_pending(notices))
+                write_atomic(self.path, encode_pending(notices, done))
             except OSError as error:
                 self.problem = (
                     f"cannot save the notices not delivered yet to {self.path} ({error}); "
@@ -143,4 +192,13 @@ class PendingFile:
             self.problem = None
 
 
-__all__ = ["PendingFile", "decode_pending", "encode_pending", "named"]
+__all__ = [
+    "MAX_DONE",
+    "DoneKey",
+    "PendingFile",
+    "decode_done",
+    "decode_pending",
+    "done_key",
+    "encode_pending",
+    "named",
+]

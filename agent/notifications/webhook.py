@@ -27,7 +27,7 @@ from forewarn.providers.httpdate import parse_http_date
 from ..board import EXPIRED_KEY
 from ..observer import Deliveries, Observer
 from ..protocol import Notice
-from .pending import PendingFile, named
+from .pending import MAX_DONE, DoneKey, PendingFile, done_key, named
 from .proxy import Proxy
 from .settings import WebhookSettings, read_headers_file
 
@@ -238,11 +238,22 @@ class WebhookObserver(Observer):
         self._kept_backoff = Backoff(*KEPT_RETRY)
         self._kept_due = 0.0  # loop time of the next try of the oldest kept back
         self._kept: set[tuple[str, int]] = set()  # (id, seq) of notices kept across a restart
+        # The notices delivered or given up (a clear takes its id off), oldest first: a
+        # restored notice named here needs no delivery after a restart (see pending.py).
+        self._done: dict[DoneKey, None] = {}
+        # Known done at start; None when the pending file named none (an older agent's, or
+        # none at all): then every restored notice not in the queue is delivered.
+        self._done_at_start: set[DoneKey] | None = None
+        # Restored notices queued by on_restored, not yet delivered: the runner sends a drain
+        # escalated while the agent was down to on_restored, then to on_notice.
+        self._requeued: set[DoneKey] = set()
         self.delivered = 0
         self.failed = 0
         self.dropped = 0
         self._pending = (
-            None if state_dir is None else PendingFile(state_dir / PENDING_FILE, self._left)
+            None
+            if state_dir is None
+            else PendingFile(state_dir / PENDING_FILE, self._left, lambda: list(self._done))
         )
 
     @property
@@ -278,6 +289,10 @@ class WebhookObserver(Observer):
                 )
             self._queue.extendleft(reversed(kept))
             self._kept = {(notice.id, notice.seq) for notice in kept}
+            done = self._pending.loaded_done
+            if done is not None:
+                self._done = dict.fromkeys(done[-MAX_DONE:])
+                self._done_at_start = set(self._done)
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._deliver_all(), name="webhook")
         self._task.add_done_callback(self._died)
@@ -306,6 +321,14 @@ class WebhookObserver(Observer):
                 notice.action,
                 notice.id,
             )
+        key = done_key(notice)
+        if key in self._requeued:
+            self._requeued.discard(key)
+            for index, queued in enumerate(self._queue):
+                if done_key(queued) == key:
+                    self._queue[index] = notice  # queued by on_restored: once is enough
+                    self._changed()
+                    return
         if len(self._queue) == self._queue.maxlen:
             self.dropped += 1
             oldest = self._queue[0]
@@ -322,6 +345,27 @@ class WebhookObserver(Observer):
         self._changed()
         if self._wake is not None:
             self._wake.set()
+
+    def on_restored(self, notice: Notice) -> None:
+        # The state is written apart from the pending file: a notice the state kept that the
+        # pending file neither holds nor names as done was never delivered (the agent died
+        # between the two writes, or the pending file could not be written).
+        if self._pending is None or notice.action == "clear":
+            return
+        key = done_key(notice)
+        if self._done_at_start is not None and key in self._done_at_start:
+            return
+        if key in {done_key(queued) for queued in self._left()}:
+            return
+        log.info(
+            "webhook: %s %s restored from the state was not delivered before the agent "
+            "stopped; delivering it",
+            notice.action,
+            notice.id,
+        )
+        self._kept.add((notice.id, notice.seq))
+        self.on_notice(notice, escalated=False)
+        self._requeued.add(key)
 
     def on_stop(self) -> None:
         if self._task is not None:
@@ -390,11 +434,13 @@ class WebhookObserver(Observer):
                 notice, kept_back = await self._next()
                 self._delivering = notice
                 outcome = await self._deliver(client, notice, kept_back=kept_back)
+                self._requeued.discard(done_key(notice))
                 self._delivering = None
                 if isinstance(outcome, str):
                     self._keep_back(notice, outcome, again=kept_back)
                 else:
                     self._kept.discard((notice.id, notice.seq))
+                    self._finished(notice)  # delivered or given up: not again at a restart
                     if outcome and self._kept_back:
                         # The receiver answers again: the notices kept back go next.
                         self._kept_backoff = Backoff(*KEPT_RETRY)
@@ -466,6 +512,18 @@ class WebhookObserver(Observer):
             KEPT_RETRY[1],
             extra={"notice_id": notice.id, "action": notice.action},
         )
+
+    def _finished(self, notice: Notice) -> None:
+        """Name `notice` as done: a restart does not deliver it again when it is restored."""
+        if notice.action == "clear":
+            for key in [key for key in self._done if key[0] == notice.id]:
+                del self._done[key]
+            return
+        key = done_key(notice)
+        self._done.pop(key, None)
+        self._done[key] = None
+        while len(self._done) > MAX_DONE:
+            del self._done[next(iter(self._done))]
 
     def _say_kept(self, notice: Notice, held: str, when: str, marked: str) -> None:
         log.warning(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -12,7 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 from forewarn.agent.config import load_settings
-from forewarn.agent.notifications.pending import PendingFile, decode_pending, encode_pending
+from forewarn.agent.notifications.pending import (
+    PendingFile,
+    decode_done,
+    decode_pending,
+    encode_pending,
+)
 from forewarn.agent.notifications.settings import WebhookSettings, check_url
 from forewarn.agent.notifications.webhook import (
     LATE_AFTER,
@@ -491,6 +497,8 @@ _json = st.recursive(
     )
 )
 def test_any_pending_file_reads_as_notices_or_a_value_error(data: bytes):
+    done = decode_done(data)
+    assert done is None or all(isinstance(a, str) and isinstance(b, str) for a, b in done)
     try:
         notices, problems = decode_pending(data)
     except ValueError as error:
@@ -820,3 +828,73 @@ def test_a_kept_notice_the_receiver_keeps_failing_holds_back_no_other(
     assert [n.id for n in decode_pending((tmp_path / "webhook-pending.json").read_bytes())[0]] == [
         "local/1"
     ]
+
+
+def test_a_notice_in_the_state_but_not_yet_in_the_pending_file_is_delivered(tmp_path: Path):
+    """The state is written before the pending file (each in its own thread): an agent
+    killed between the two left the notice in state.json and not in webhook-pending.json,
+    and the restarted agent restored it and never delivered it (restored notices were not
+    the webhook's business). The same when the pending file cannot be written, as here."""
+    env = agent_env(tmp_path, FOREWARN_WEBHOOK_URL="http://127.0.0.1:9" + SECRET_PATH)
+    pending = Path(env["FOREWARN_STATE_DIR"]) / "webhook-pending.json"
+    first = AgentProcess(tmp_path, env=env).start()
+    try:
+        pending.mkdir()  # every save of the pending file fails; the state's succeed
+        notice = first.control({"op": "notify", "action": "drain", "note": "kept"})["notice"]
+        state = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+        eventually(lambda: notice["id"] in state.read_text(), what="the notice in the state")
+    finally:
+        first.stop(signal.SIGKILL)
+    pending.rmdir()
+    with receiver() as hook:
+        env = {**env, "FOREWARN_WEBHOOK_URL": hook.url + SECRET_PATH}
+        with AgentProcess(tmp_path, env=env):
+            (delivery,) = hook.wait_for(1, timeout=15)
+            assert (delivery.body["id"], delivery.body["action"]) == (notice["id"], "drain")
+            eventually(lambda: delivered_ids(pending) == [[notice["id"], "drain"]])
+
+
+def test_a_restored_notice_delivered_before_the_restart_is_not_delivered_again(tmp_path: Path):
+    with receiver() as hook:
+        with agent_with_webhook(tmp_path, hook.url) as first:
+            first.control({"op": "notify", "action": "drain", "note": "once"})
+            hook.wait_for(1, timeout=15)
+            pending = Path(first.env["FOREWARN_STATE_DIR"]) / "webhook-pending.json"
+            eventually(lambda: len(delivered_ids(pending)) == 1, what="the delivery recorded")
+        with AgentProcess(tmp_path, env=first.env) as agent:
+            agent.control({"op": "notify", "action": "terminate", "deadline": None})
+            hook.wait_for(2, timeout=15)
+        assert [r.body["action"] for r in hook.received] == ["drain", "terminate"]
+
+
+def delivered_ids(path: Path) -> list[list[str]]:
+    try:
+        return list(json.loads(path.read_text()).get("delivered", []))
+    except (OSError, ValueError):
+        return []
+
+
+def test_a_notice_restored_and_escalated_at_start_is_delivered_once(tmp_path: Path):
+    """A drain whose deadline came inside the exit margin while the agent was down is both
+    restored and sent as an escalation at start: delivered once, not twice."""
+    posted: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        posted.append(json.loads(request.content)["action"])
+        return httpx.Response(200)
+
+    async def run() -> None:
+        url = "http://127.0.0.1:9" + SECRET_PATH
+        observer = WebhookObserver(
+            WebhookSettings(url=url), url, transport=httpx.MockTransport(answer), state_dir=tmp_path
+        )
+        observer.on_start(["local"])
+        notice = local_notice(4, "terminate")
+        observer.on_restored(notice)
+        observer.on_notice(notice, escalated=True)
+        await observer.settle()
+        observer.on_stop()
+
+    asyncio.run(run())
+    assert posted == ["terminate"]
+    assert delivered_ids(tmp_path / "webhook-pending.json") == [["local/4", "terminate"]]
