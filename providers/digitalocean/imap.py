@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 from forewarn.protocol.errors import ForewarnError
 
+from .envfile import parse_env_with_notes
+
 log = logging.getLogger("forewarn.providers.digitalocean")
 
 TlsMode = Literal["tls", "starttls", "none"]
@@ -98,8 +100,9 @@ class Credentials:
 
 
 def load_credentials(path: Path) -> Credentials:
-    """Read `KEY=VALUE` lines (the systemd EnvironmentFile form: `#` and `;` comments,
-    optional `export ` and quotes). Errors name the file and the key, never a value."""
+    """Read `KEY=VALUE` lines as systemd reads an EnvironmentFile (`envfile.py`: comments,
+    quotes, backslashes; an optional `export `). Errors name the file and the key or line,
+    never a value."""
     try:
         text = _decoded(path, path.read_bytes())
         _warn_if_readable_by_others(path)
@@ -109,19 +112,20 @@ def load_credentials(path: Path) -> Credentials:
         raise CredentialsError(
             f"credentials_file {path}: cannot read it ({error.strerror})"
         ) from None
-    values: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith(("#", ";")):
-            continue
-        stripped = stripped.removeprefix("export ").lstrip()
-        key, sep, value = stripped.partition("=")
-        if not sep or not key.strip():
-            raise CredentialsError(f"credentials_file {path}: line {number} is not KEY=VALUE")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[key.strip()] = value
+    try:
+        values, backslash_unquoted = parse_env_with_notes(text)
+    except ValueError as error:
+        raise CredentialsError(f"credentials_file {path}: {error}") from None
+    if backslash_unquoted and path not in _warned_backslash:
+        # Read as systemd does (a backslash keeps the next character, and goes), which a
+        # file that kept its backslashes before may not expect: said once, never the value.
+        _warned_backslash.add(path)
+        log.warning(
+            "digitalocean: credentials_file %s: a backslash in an unquoted value escapes the "
+            "character after it, as systemd reads it; put the value in single quotes to keep "
+            "every character as written",
+            path,
+        )
     user = next((values[key] for key in USER_KEYS if values.get(key)), None)
     password = next((values[key] for key in PASSWORD_KEYS if values.get(key)), None)
     if user is None:
@@ -147,6 +151,7 @@ def _decoded(path: Path, raw: bytes) -> str:
 
 
 _warned: set[Path] = set()
+_warned_backslash: set[Path] = set()
 
 
 def _warn_if_readable_by_others(path: Path) -> None:

@@ -783,9 +783,12 @@ def test_any_credentials_file_in_a_unicode_encoding_with_comments_is_read(
     password: str,
 ) -> None:
     lines = [mark + text for mark, text in comments]
+    # Quoted as systemd reads them: single quotes keep all but a quote, double quotes need
+    # a backslash before ", \, ` and $.
+    quoted_user = f"'{user}'" if "'" not in user else double_quoted(user)
     lines[len(lines) // 2 : len(lines) // 2] = [
-        f"FOREWARN_IMAP_USER='{user}'",
-        f'FOREWARN_IMAP_PASSWORD="{password}"',
+        f"FOREWARN_IMAP_USER={quoted_user}",
+        f"FOREWARN_IMAP_PASSWORD={double_quoted(password)}",
     ]
     text = newline.join(lines) + newline
     if encoding.endswith("-bom"):
@@ -796,6 +799,10 @@ def test_any_credentials_file_in_a_unicode_encoding_with_comments_is_read(
     path.write_bytes(raw)
     path.chmod(0o600)
     assert load_credentials(path) == Credentials(user, password)
+
+
+def double_quoted(value: str) -> str:
+    return '"' + "".join("\\" + char if char in '"\\`$' else char for char in value) + '"'
 
 
 def test_a_credentials_file_that_is_not_unicode_is_a_clear_error(tmp_path: Path) -> None:
