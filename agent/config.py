@@ -290,16 +290,22 @@ class Settings(BaseSettings):
             return self.runtime_dir
         return runtime_dir(for_agent=True)
 
-    def resolved_state_dir(self) -> Path:
+    def resolved_state_dir(self, *, reading: bool = False) -> Path:
         """`state_dir`, else /var/lib/forewarn when writable, else the XDG state home; when
         only the runtime directory is overridden, a subdirectory of that named after it, so
-        that two agents never share state by accident."""
+        that two agents never share state by accident. `reading`: for a command that reads
+        the agent's files (`plan`), /var/lib/forewarn also when it can only read it."""
         if self.state_dir is not None:
             return self.state_dir
-        if os.access(SYSTEM_STATE_DIR, os.W_OK) or (
-            not SYSTEM_STATE_DIR.exists() and os.access(SYSTEM_STATE_DIR.parent, os.W_OK)
+        system = SYSTEM_STATE_DIR
+        if os.access(system, os.W_OK) or (
+            not system.exists() and os.access(system.parent, os.W_OK)
         ):
-            base = SYSTEM_STATE_DIR
+            base = system
+        elif reading and system.is_dir() and os.access(system, os.R_OK | os.X_OK):
+            # A member of the system agent's group reads its 0750 directory and 0640 files
+            # but writes nothing there: `plan` looked in ~/.local/state, where no agent ran.
+            base = system
         else:
             xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
             base = Path(xdg) / "forewarn"

@@ -570,7 +570,7 @@ def _default_telemetry() -> tuple[Path | None, str | None]:
     from ..config import ConfigError, load_settings
 
     try:
-        return telemetry_path(load_settings().resolved_state_dir()), None
+        return telemetry_path(load_settings().resolved_state_dir(reading=True)), None
     except ConfigError as error:
         return (
             None,

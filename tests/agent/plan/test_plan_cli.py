@@ -8,6 +8,7 @@ import math
 import os
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -1476,3 +1477,40 @@ def test_the_chosen_interval_s_label_stays_inside_the_axes(checkpoint_seconds: f
         assert box.y0 >= inside.y0 and box.y1 <= inside.y1, (box, inside)
     finally:
         plt.close(figure)
+
+
+def test_plan_run_by_a_member_of_the_agents_group_reads_the_system_agents_telemetry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The system agent's state directory is 0750 forewarn:forewarn, its telemetry 0640: a
+    member of the group may read it but not write there, and `forewarn plan` looked in
+    ~/.local/state/forewarn (the directory an agent of that user's own would write)."""
+    from forewarn.agent import config as agent_config
+    from other_user import call_as, other_user
+
+    uid, gid = other_user()
+    with tempfile.TemporaryDirectory(dir="/tmp") as directory:
+        Path(directory).chmod(0o755)
+        system = Path(directory, "lib-forewarn")  # stands for /var/lib/forewarn
+        system.mkdir(mode=0o750)
+        os.chown(system, 0, gid)
+        (system / "telemetry.jsonl").write_text("")
+        home = Path(directory, "home")
+        home.mkdir()
+        os.chown(home, uid, gid)
+        monkeypatch.setattr(agent_config, "SYSTEM_STATE_DIR", system)
+        monkeypatch.setenv("HOME", str(home))
+        config = Path(directory, "forewarn.toml")
+        config.write_text("")
+        config.chmod(0o644)
+        monkeypatch.setenv("FOREWARN_CONFIG", str(config))
+        for name in ("FOREWARN_STATE_DIR", "FOREWARN_RUNTIME_DIR", "XDG_STATE_HOME"):
+            monkeypatch.delenv(name, raising=False)
+
+        def found() -> str:
+            return str(plan_cli._default_telemetry())
+
+        member = call_as(uid, 65534, found, groups=(gid,))
+        stranger = call_as(uid, 65534, found)
+    assert member == str((system / "telemetry.jsonl", None))
+    assert stranger == str((home / ".local/state/forewarn/telemetry.jsonl", None))
