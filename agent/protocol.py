@@ -84,6 +84,13 @@ VERSION_DESCRIPTION = (
     "`1.0` included, which JSON Schema validators take for the same number as `1`."
 )
 
+REQUEST_FIELDS_DESCRIPTION = (
+    "Fields not listed here are ignored (the agent logs each name once): a field added to a "
+    "request within protocol v1 is optional, so a client newer than the agent is served with "
+    "what the agent knows. Refused: `v` (a request carrying a protocol version is of a later "
+    "one) and a name that looks like a misspelling of a listed field (`outcom`)."
+)
+
 # Fields of a request that the agent writes into its log lines: no control characters, so a
 # request cannot forge a log line with a newline or send a terminal escape to whoever reads
 # the log.
@@ -405,6 +412,14 @@ def json_schema() -> dict[str, Any]:
                 "type": "string",
                 "maxLength": MAX_TOKEN_BYTES,
             }
+            # A field added to a request within v1 is optional: an agent that does not know
+            # it ignores it (`requestfields.py`). Not `v`: a request with one is of a later
+            # protocol. A name a typo away from a field of the request is refused too.
+            schema["additionalProperties"] = True
+            schema["propertyNames"] = {"not": {"const": "v"}}
+            schema["description"] = (
+                f"{schema.get('description', '').rstrip()} " if schema.get("description") else ""
+            ) + REQUEST_FIELDS_DESCRIPTION
         definitions[name] = schema
     for name in ("Notice", "Heartbeat"):
         # After the loop: the replies' own $defs hold a Notice too, which replaced this one.

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .requestfields import misspelled
+
 # How much of each field name and each message is shown, and how many problems at most.
 FIELD_CHARS = 60
 MESSAGE_CHARS = 240
@@ -45,6 +47,9 @@ def _problem(item: Any, op: Any) -> str:
     elif kind == "extra_forbidden":
         # A request carries no protocol version: "v" belongs to what the agent sends.
         message = f"not a field of a {op} request"
+        meant = misspelled(field, op)
+        if meant is not None:
+            message += f" (did you mean {meant}?)"
     else:
         message = str(item["msg"])
     return f"{shown(field, FIELD_CHARS)}: {shown(message, MESSAGE_CHARS)}"

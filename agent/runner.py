@@ -63,6 +63,7 @@ from .protocol import (
 )
 from .publisher import BindError, Publisher
 from .requesterrors import request_problems
+from .requestfields import UnknownFields
 from .rundir import AgentDirs
 from .selfprobe import ControlProbe
 from .state import AgentState, boot_id, encode_state, load_seq_mark, load_state, save_seq_mark
@@ -175,6 +176,8 @@ class Agent:
         # The agent's own files ("state", "seq") whose last write failed, with why: retried
         # each beat, and shown by `status` until written.
         self._unsaved: dict[str, str] = {}
+        # Fields of control requests ignored (a client newer than the agent), each logged once.
+        self._unknown_fields = UnknownFields()
         self._recent_acks: dict[str, None] = {}  # acks as received, oldest first
         self._escalated_at_restore: set[str] = set()
         # The restored provider notices, by provider, for each watcher built before one of its
@@ -942,7 +945,7 @@ class Agent:
 
     async def _handle(self, raw: dict[str, Any]) -> dict[str, Any]:
         try:
-            req = CONTROL_REQUEST.validate_python(raw)
+            req = CONTROL_REQUEST.validate_python(self._unknown_fields.strip(raw))
         except ValidationError as error:
             problems = request_problems(error, raw)
             return ErrorReply(error=f"bad request: {problems}").model_dump(mode="json")
