@@ -73,6 +73,13 @@ class PollHealth:
         for listener in self.listeners:
             listener(self.provider, True, None)
 
+    def progress(self) -> None:
+        """Record that the watcher is working (a mail of a long pass received) without
+        counting a poll, a success or an error: only the end of a pass counted, and a first
+        pass over a large mailbox longer than the progress bound had the agent restart the
+        watcher as hung in the middle of reading."""
+        self.last_progress = time.monotonic()
+
     def error(self, kind: str, message: str) -> None:
         """Count an error; log it the first time, and again only after `repeat_log_seconds`.
         A crash of the watcher (WATCHER_FAILED) or its restart when hung (WATCHER_STALLED) is an

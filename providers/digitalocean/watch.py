@@ -296,6 +296,11 @@ class DigitalOceanWatcher:
                     seen.handled(uid)
                     continue
                 self._refused.pop((session.uidvalidity, uid), None)
+                # Each mail received is progress: a first pass over a large mailbox outlasts
+                # the progress bound (only its end counted, and the runner restarted the
+                # watcher as hung mid-pass). A server hanging mid-fetch is still caught: each
+                # fetch is bounded by ANSWERS_PER_CALL imap_timeout. Judging starts after it.
+                self.health.progress()
                 if raw is None:  # expunged since the search
                     log.info("digitalocean: mail UID %d was gone when fetched; passed over", uid)
                     seen.handled(uid)

@@ -1469,6 +1469,46 @@ async def test_the_watcher_keeps_within_its_progress_bound_against_dovecot(
         assert longest < bound, (longest, bound)
 
 
+async def test_a_first_pass_longer_than_the_progress_bound_is_progress_not_a_stall(
+    dovecot_without_idle: Dovecot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the end of a pass over the mailbox counted as progress: a first pass over a large
+    mailbox (thousands of the last days' mails) that took longer than the progress bound (54
+    minutes by default) had the runner restart the watcher as hung in the middle of reading,
+    and `/healthz` and `status` show a dead part. Here 31 mails, each judged in 0.1 s, against
+    a bound of 2 s: each mail received is progress, so the watcher never goes as long as its
+    bound without it (it went 1.66 times the bound)."""
+    user = dovecot_without_idle.add_user()
+    conn = dovecot_without_idle.connect(user)
+    try:
+        for number in range(30):
+            conn.append("INBOX", None, None, reclaim(subject=f"Weekly newsletter {number}"))
+        conn.append("INBOX", None, None, reclaim())
+    finally:
+        conn.logout()
+    judge = watch.reclaim_verdict
+
+    def slow(*args: Any) -> Any:
+        time.sleep(0.1)
+        return judge(*args)
+
+    monkeypatch.setattr(watch, "reclaim_verdict", slow)
+    settings = settings_for(
+        dovecot_without_idle, user, tmp_path, poll_interval=0.2, retry_max=0.2, imap_timeout=0.1
+    )
+    async with running(settings, tmp_path / "state") as run:
+        # Once the droplet is known and the server said it has no IDLE.
+        await run.until(lambda: run.watcher.idle_supported is False)
+        bound = run.watcher.progress_bound()
+        assert bound == 2.0, bound
+        longest = 0.0
+        while run.health.polls == 0:
+            longest = max(longest, time.monotonic() - run.health.last_progress)
+            await asyncio.sleep(0.02)
+        assert len(run.reports) == 1 and run.health.errors == 0, run.health
+        assert longest < bound, (longest, bound)
+
+
 @pytest.mark.parametrize("where", ["idle", "done"])
 async def test_a_line_trickled_in_idle_or_after_done_is_given_up_and_the_mail_read(
     tmp_path: Path, where: str
