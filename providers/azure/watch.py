@@ -41,6 +41,7 @@ from .events import (
     parse_document,
     reports_for,
 )
+from .namecheck import NameCheck
 from .settings import Settings
 
 log = logging.getLogger("forewarn.providers.azure")
@@ -104,6 +105,9 @@ class AzureWatcher:
         self.names: frozenset[str] | None = (
             frozenset({settings.vm_name.lower()}) if settings.vm_name else None
         )
+        # A configured name is checked against the events and instance metadata, so a wrong
+        # one (the host name of a scale-set instance) is said, not silently matches nothing.
+        self.name_check = NameCheck(settings.vm_name.lower()) if settings.vm_name else None
         self.incarnation: int | None = None
         # The events of the last document processed, as received: a document that changes
         # without a DocumentIncarnation bump (Microsoft's own mock drops events that way) is
@@ -155,9 +159,12 @@ class AzureWatcher:
             return await self._not_detected(f"{INSTANCE_PATH} did not answer JSON")
         if not isinstance(payload, dict) or not isinstance(payload.get("compute"), dict):
             return await self._not_detected(f"{INSTANCE_PATH} answered without a compute object")
-        if self.names is None:
-            with contextlib.suppress(ParseError):
-                self.names = parse_compute(response.content)
+        with contextlib.suppress(ParseError):
+            names = parse_compute(response.content)
+            if self.names is None:
+                self.names = names
+            if self.name_check is not None:  # read already: no lookup needed later
+                self.name_check.looked_up = names
         return True
 
     async def _not_detected(self, why: str) -> bool:
@@ -255,8 +262,37 @@ class AzureWatcher:
         if document.incarnation != self.incarnation or raw_events != self._raw_events:
             self._raw_events = raw_events
             self._process(document)
+        if self.name_check is not None:
+            await self._check_configured_name(self.name_check, document)
         self._retry_failed_approvals()
         return True
+
+    async def _check_configured_name(self, check: NameCheck, document: EventsDocument) -> None:
+        """Say once, and hold the condition `vm-name`, when the configured name is not what
+        the events call this VM while instance metadata's is. Best effort: a lookup that
+        fails says nothing (the configured name may be set because it fails)."""
+        check.saw(document.events)
+        if check.matched:
+            self.health.condition("vm-name", None)
+            return
+        if check.lookup_due():
+            check.asked()
+            try:
+                response = await fetch(
+                    self.client,
+                    "GET",
+                    self.base_url + COMPUTE_PATH,
+                    params={"api-version": INSTANCE_API_VERSION},
+                    deadline=self.settings.request_timeout,
+                )
+                if response.status_code == 200:
+                    check.looked_up = parse_compute(response.content)
+            except (httpx.HTTPError, ParseError) as error:
+                log.debug("azure: cannot check azure.vm_name against %s: %s", COMPUTE_PATH, error)
+        message = check.mismatch()
+        if message is not None and "vm-name" not in self.health.conditions:
+            log.warning("azure: %s", message)
+            self.health.condition("vm-name", message)
 
     async def _resolve_names(self) -> bool:
         try:

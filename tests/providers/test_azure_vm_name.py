@@ -14,7 +14,7 @@ from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.azure.watch import AzureWatcher
 from forewarn.providers.base import PollHealth
 from forewarn.providers.simulator import SimServer
-from support import DEAD_LOOPBACK, AgentProcess, agent_env
+from support import DEAD_LOOPBACK, AgentProcess, agent_env, eventually
 
 
 def _no_instance(path: str) -> bytes | None:
@@ -76,3 +76,38 @@ def test_auto_says_why_azure_was_not_picked(tmp_path: Path) -> None:
     if "TimeoutError" not in lines[0]:  # a machine so loaded that detection ran out of time
         assert "without a compute object" in lines[0]
         assert "/metadata/scheduledevents does answer" in lines[0] and "azure.vm_name" in lines[0]
+
+
+def test_a_configured_name_that_is_not_this_vms_says_so_with_both_names(tmp_path: Path) -> None:
+    """`azure.vm_name` set to the node's host name (`s000003`, as AKS names a scale-set
+    node) where events name `<vmss>_<id>` (`s_3`): every event was silently ignored, the
+    watcher healthy. The configured name still wins (nothing is published for `s_3`), but
+    once events are listed and none names it while instance metadata's name would, the agent
+    warns once naming both, and `status` holds the condition `vm-name` until one matches."""
+    sim = AzureSimulator(vmss_name="s", instance_id="3", rate_limit=20)
+    with SimServer(sim) as server:
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AZURE_URL=server.url,
+            FOREWARN_AZURE_VM_NAME="s000003",
+            FOREWARN_AZURE_INTERVAL="0.25",
+        )
+        with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
+
+            def conditions() -> dict[str, str]:
+                [health] = agent.control({"op": "status"})["health"]
+                return dict(health["conditions"])
+
+            sim.raise_notice("Preempt", {"resources": ["s_3"]})
+            eventually(lambda: "vm-name" in conditions(), 10, "the condition vm-name")
+            why = conditions()["vm-name"]
+            assert "s000003" in why and "s_3" in why and "azure.vm_name" in why, why
+            assert agent.control({"op": "status"})["active"] == []
+            target = sim.requests["GET /metadata/scheduledevents"] + 3
+            eventually(lambda: sim.requests["GET /metadata/scheduledevents"] >= target, 10)
+            lines = [line for line in agent.output().splitlines() if "s000003" in line]
+            assert len(lines) == 1, lines  # said once, not at every poll
+            assert sim.requests["GET /metadata/instance/compute"] == 1
+            # An event naming the configured name: it is this VM's name after all.
+            sim.raise_notice("Reboot", {"resources": ["s000003"]})
+            eventually(lambda: "vm-name" not in conditions(), 10, "the condition cleared")
