@@ -31,6 +31,11 @@ HOP_LIMIT_HINT = (
     "the launch template), or run the agent with host networking (Kubernetes hostNetwork: "
     "true, docker --network host)"
 )
+IMDSV1_HINT = (
+    "if this metadata endpoint serves only IMDSv1 (a metadata proxy such as kube2iam answers "
+    "the token PUT 403; an IMDS-compatible endpoint without tokens 404 or 405), set "
+    "aws.imdsv1 = true (FOREWARN_AWS_IMDSV1=true) to read it without a token"
+)
 # Seconds between new tries of the token PUT once IMDSv1 has taken over.
 V1_RETRY_SECONDS = 60.0
 # Seconds between tries of a token renewal that failed while the token in hand is still good.
@@ -231,7 +236,10 @@ class ImdsClient:
             raise _transport_error(f"PUT {TOKEN_PATH}", error, timeout) from None
         status = response.status_code
         if status != 200:
-            raise ImdsError(f"token-http-{status}", _token_status_message(status))
+            # Off, IMDSv1 never stands in: the one setting that would read this endpoint is
+            # named (a log saying only "no IMDSv2 here" left the agent blind for good).
+            hint = IMDSV1_HINT if status in (403, 404, 405) and not self.imdsv1 else None
+            raise ImdsError(f"token-http-{status}", _token_status_message(status), hint)
         token = response.text.strip()
         if not token:
             raise ImdsError("token-empty", f"PUT {TOKEN_PATH}: 200 with an empty token")
@@ -273,4 +281,4 @@ def _transport_error(what: str, error: httpx.HTTPError, timeout: float) -> ImdsE
     return ImdsError("transport", f"{what}: {type(error).__name__}: {error}")
 
 
-__all__ = ["HOP_LIMIT_HINT", "Answer", "ImdsClient", "ImdsError"]
+__all__ = ["HOP_LIMIT_HINT", "IMDSV1_HINT", "Answer", "ImdsClient", "ImdsError"]

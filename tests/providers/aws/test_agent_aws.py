@@ -124,3 +124,23 @@ def test_a_hanging_token_put_is_explained_once_in_the_agent_log(tmp_path: Path) 
             output = agent.output()
     assert output.count("Fix: raise the hop limit to 2") == 1, output
     assert "hostNetwork" in output
+
+
+@pytest.mark.parametrize("status", [403, 404, 405])
+def test_an_imds_without_tokens_names_the_setting_that_reads_it(
+    tmp_path: Path, status: int
+) -> None:
+    """A metadata endpoint that serves only IMDSv1 (kube2iam in front of IMDS answers the
+    token PUT 403, jtblin/kube2iam#241; an IMDS-compatible endpoint without tokens 404 or
+    405) with `aws.imdsv1` off: every poll failed and the log said what (`no IMDSv2 here`,
+    `IMDS refuses tokens here`), not what to do, and no notice was ever seen. The first
+    message now names the setting that reads it."""
+    sim = ImdsSimulator(imdsv1=True)
+    sim.add_fault("status", path=TOKEN_PATH, method="PUT", status=status)
+    with SimServer(sim) as server:
+        env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_AWS_SPOT_INTERVAL="0.1")
+        with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+            eventually(lambda: sim.requests["PUT " + TOKEN_PATH] >= 4, 10, "token PUTs")
+            output = agent.output()
+    assert output.count("FOREWARN_AWS_IMDSV1=true") == 1, output
+    assert "aws.imdsv1 = true" in output
