@@ -57,7 +57,10 @@ LIFECYCLE_STATES = (
     "Warmed:Stopped",
     "Warmed:Terminated",
 )
-TERMINATING_STATES = ("Terminated", "Warmed:Terminated")
+# States that end the job on this instance: terminated, or sent back to a warm pool stopped or
+# hibernated (a group that reuses instances on scale in). Warmed:Running, Standby and Detached
+# leave it running, out of service.
+TERMINATING_STATES = ("Terminated", "Warmed:Terminated", "Warmed:Stopped", "Warmed:Hibernated")
 
 _EVENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}\Z")
 _STATE_WORD = re.compile(r"^[A-Za-z]+(?::[A-Za-z]+)?\Z")
@@ -266,7 +269,8 @@ def _scheduled_event(event: dict[str, Any]) -> tuple[Report, str | None]:
 
 def parse_lifecycle_state(body: bytes | str) -> list[Report]:
     """`autoscaling/target-lifecycle-state`: plain text; `Terminated` means the group is
-    about to terminate this instance."""
+    about to terminate this instance, `Warmed:Stopped` or `Warmed:Hibernated` to stop it
+    into its warm pool (the job ends either way)."""
     state = _text(body, ASG_PATH).strip()
     if not _STATE_WORD.match(state) or len(state) > 64:
         raise ParseError(f"{ASG_PATH}: not a lifecycle state: {_excerpt(state)}")

@@ -5,7 +5,8 @@ connection, and reports new, changed and withdrawn notices.
 - `events/recommendations/rebalance` `{"noticeTime"}`: drain, no deadline;
 - `events/maintenance/scheduled` `[{EventId, Code, State, NotBefore, ...}]`: drain with
   NotBefore as deadline; canceled or completed: clear;
-- `autoscaling/target-lifecycle-state` `Terminated`: terminate.
+- `autoscaling/target-lifecycle-state` `Terminated` (or back to the warm pool, stopped or
+  hibernated): terminate.
 
 AWS never withdraws a spot interruption or a rebalance recommendation. When one disappears
 anyway (a stop and start, a simulator), the rebalance drain is cleared, but the interruption

@@ -144,3 +144,20 @@ def test_an_imds_without_tokens_names_the_setting_that_reads_it(
             output = agent.output()
     assert output.count("FOREWARN_AWS_IMDSV1=true") == 1, output
     assert "aws.imdsv1 = true" in output
+
+
+@pytest.mark.parametrize("state", ["Warmed:Stopped", "Warmed:Hibernated"])
+def test_a_scale_in_back_to_the_warm_pool_is_a_terminate(
+    agent: AgentProcess, sim: ImdsSimulator, state: str
+) -> None:
+    """An Auto Scaling group with a warm pool that reuses instances on scale in sends an
+    in-service instance back to the pool stopped or hibernated (its target lifecycle state
+    becomes Warmed:Stopped or Warmed:Hibernated): the job on it stops as on a termination.
+    Only Terminated and Warmed:Terminated were notices; the job was stopped unwarned."""
+    with agent.subscriber() as sub:
+        sim.raise_notice("asg", {"state": "InService"})
+        sim.raise_notice("asg", {"state": state})
+        notice = next_notice(sub, reason="eviction")
+    assert notice["action"] == "terminate" and notice["deadline"] is None
+    assert notice["id"] == "aws/asg-lifecycle/" + state.replace(":", "-").lower()
+    assert notice["detail"] == {"target-lifecycle-state": state}

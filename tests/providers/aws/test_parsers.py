@@ -143,7 +143,9 @@ def test_an_event_id_with_a_trailing_newline_is_not_used_as_the_notice_id() -> N
     assert report.action == "drain"
 
 
-@pytest.mark.parametrize("state", ["Terminated", "Warmed:Terminated"])
+@pytest.mark.parametrize(
+    "state", ["Terminated", "Warmed:Terminated", "Warmed:Stopped", "Warmed:Hibernated"]
+)
 def test_an_asg_target_of_terminated_is_a_terminate(state: str) -> None:
     (report,) = parse_lifecycle_state(state + "\n")
     assert report.action == "terminate" and report.detail == {"target-lifecycle-state": state}
