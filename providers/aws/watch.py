@@ -58,6 +58,8 @@ from .tracker import PathTracker
 log = logging.getLogger("forewarn.providers.aws")
 
 DETECT_SECONDS = 1.0
+# Token failures after which detection asks for the identity document without a token.
+_PROBED_TOKENLESS = ("token-timeout", "token-http-403", "token-http-404", "token-http-405")
 
 
 @dataclass
@@ -184,11 +186,13 @@ class AwsWatcher:
         try:
             answer = await self.client.get(IDENTITY_PATH, timeout=DETECT_SECONDS / 2)
         except ImdsError as error:
-            if error.kind != "token-timeout":
+            if error.kind not in _PROBED_TOKENLESS:
                 return False
             # A token PUT that connects but never answers is the signature of EC2 with hop
-            # limit 1 seen from a container. A tokenless probe tells EC2 (401 or 200) apart
-            # from anything else, so the watcher can start and explain the fix.
+            # limit 1 seen from a container; one refused (403/404/405) that of an endpoint
+            # serving only IMDSv1 (kube2iam in front of IMDS). A tokenless probe tells EC2
+            # (401 or 200) apart from anything else, so the watcher can start and explain
+            # the fix.
             left = DETECT_SECONDS - (self.clock() - started) - 0.05
             if left <= 0:
                 return False

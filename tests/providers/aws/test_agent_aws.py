@@ -14,7 +14,7 @@ from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.aws.imds import TOKEN_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
-from support import AgentProcess, Subscriber, agent_env, eventually
+from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, eventually
 
 FAST = {"FOREWARN_AWS_SCHEDULED_INTERVAL": "0.5", "FOREWARN_AWS_ASG_INTERVAL": "0.5"}
 
@@ -161,3 +161,26 @@ def test_a_scale_in_back_to_the_warm_pool_is_a_terminate(
     assert notice["action"] == "terminate" and notice["deadline"] is None
     assert notice["id"] == "aws/asg-lifecycle/" + state.replace(":", "-").lower()
     assert notice["detail"] == {"target-lifecycle-state": state}
+
+
+def test_auto_picks_an_imds_without_tokens_and_names_the_setting(tmp_path: Path) -> None:
+    """`--provider auto` on a metadata endpoint that serves only IMDSv1 (kube2iam answers the
+    token PUT 403) with `aws.imdsv1` off: detection asked for a token, was refused, and said
+    `auto: aws not picked: its detection probe said no`; the agent ran without AWS, and
+    nothing said why or what to set. A tokenless read of EC2's identity document now tells
+    EC2 apart (as for a token PUT that hangs): AWS is picked, and its first error names
+    `aws.imdsv1`."""
+    sim = ImdsSimulator(imdsv1=True)
+    sim.add_fault("status", path=TOKEN_PATH, method="PUT", status=403)
+    with SimServer(sim) as server:
+        dead = f"http://{DEAD_LOOPBACK}"
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AWS_URL=server.url,
+            FOREWARN_AZURE_URL=dead,
+            FOREWARN_GCP_URL=dead,
+            FOREWARN_DIGITALOCEAN_URL=dead,
+        )
+        with AgentProcess(tmp_path, providers=("auto",), env=env) as agent:
+            assert "aws" in agent.control({"op": "status"})["agent"]["providers"]
+            eventually(lambda: "FOREWARN_AWS_IMDSV1=true" in agent.output(), 10, "the hint")
