@@ -172,17 +172,6 @@ def parse_instance_action(body: bytes | str, now: datetime | None = None) -> lis
     ]
 
 
-def parse_rebalance(body: bytes | str) -> list[Report]:
-    """`events/recommendations/rebalance` (200): a drain; `noticeTime` is when it was sent,
-    not a deadline."""
-    payload = _object(body, REBALANCE_PATH)
-    sent = _time_field(payload, "noticeTime", REBALANCE_PATH)
-    notice_id = stable_id(PROVIDER, "rebalance", {"noticeTime": payload["noticeTime"]})
-    # The provider's own notice time, where the detection-delay metric reads it.
-    detail = {**payload, NOTICE_TIME: format_time(sent)}
-    return [_report(id=notice_id, action="drain", reason="rebalance-recommendation", detail=detail)]
-
-
 class PartialParse(ParseError):
     """Some items of an answer could not be fully read. `reports` holds every item as well
     as it could be read (an odd one included, so that it is neither lost nor taken for
@@ -191,6 +180,26 @@ class PartialParse(ParseError):
     def __init__(self, message: str, reports: list[Report]) -> None:
         super().__init__(message)
         self.reports = reports
+
+
+def parse_rebalance(body: bytes | str) -> list[Report]:
+    """`events/recommendations/rebalance` (200): a drain; `noticeTime` is when it was sent,
+    not a deadline."""
+    payload = _object(body, REBALANCE_PATH)
+    notice_id = stable_id(PROVIDER, "rebalance", {"noticeTime": payload.get("noticeTime")})
+    try:
+        sent = _time_field(payload, "noticeTime", REBALANCE_PATH)
+    except ParseError as error:
+        # The answer is the recommendation; noticeTime only says when it was sent. Dropped
+        # for a time without a zone or none, the drain never came: it is published without
+        # `notice_time`, and the odd field is said (PartialParse), as for a NotBefore.
+        report = _report(
+            id=notice_id, action="drain", reason="rebalance-recommendation", detail=payload
+        )
+        raise PartialParse(f"{error} (published as a drain all the same)", [report]) from None
+    # The provider's own notice time, where the detection-delay metric reads it.
+    detail = {**payload, NOTICE_TIME: format_time(sent)}
+    return [_report(id=notice_id, action="drain", reason="rebalance-recommendation", detail=detail)]
 
 
 def parse_scheduled(body: bytes | str) -> list[Report]:

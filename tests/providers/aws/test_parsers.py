@@ -216,6 +216,32 @@ def test_aws_dates_do_not_depend_on_the_locale() -> None:
 
 
 @pytest.mark.parametrize(
+    "body",
+    [
+        '{"noticeTime": "2020-10-27T08:22:00"}',
+        '{"noticeTime": "soon"}',
+        '{"noticeTime": 5}',
+        "{}",
+    ],
+)
+def test_a_rebalance_whose_notice_time_does_not_parse_still_drains(body: str) -> None:
+    """A 200 on the rebalance path is the recommendation; its noticeTime only says when it
+    was sent. One without a zone (`2020-10-27T08:22:00`), unreadable or missing was a
+    ParseError: counted, and no drain at all. It now drains (without `notice_time`), and the
+    odd field is still said as a PartialParse, as for a scheduled event's NotBefore."""
+    with pytest.raises(PartialParse) as caught:
+        parse_rebalance(body)
+    assert "noticeTime" in str(caught.value)
+    (report,) = caught.value.reports
+    assert (report.action, report.reason) == ("drain", "rebalance-recommendation")
+    assert report.detail == json.loads(body) and imds.NOTICE_TIME not in report.detail
+    again = caught.value.reports[0].id
+    with pytest.raises(PartialParse) as caught:
+        parse_rebalance(body)
+    assert caught.value.reports[0].id == again
+
+
+@pytest.mark.parametrize(
     ("parser", "body", "fragment"),
     [
         (parse_instance_action, b"\xff\xfe", "not UTF-8"),

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 from aws_support import watching
 from forewarn.protocol.timefmt import parse_time
-from forewarn.providers.aws.imds import SCHEDULED_PATH, SPOT_PATH, TOKEN_PATH
+from forewarn.providers.aws.imds import REBALANCE_PATH, SCHEDULED_PATH, SPOT_PATH, TOKEN_PATH
 from forewarn.providers.aws.settings import Settings
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.aws.watch import AwsWatcher, build, imds_url
@@ -69,6 +69,25 @@ async def test_a_rebalance_is_a_drain_and_clears_when_gone(
         sim.withdraw("rebalance")
         clear, _ = await run.report_at(action="clear")
         assert clear.id == drain.id
+
+
+async def test_a_rebalance_with_a_time_without_zone_drains_once_and_says_so(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    # It was a bad-rebalance error at every poll, and no drain.
+    sim.add_fault(
+        "status",
+        path=REBALANCE_PATH,
+        status=200,
+        body='{"noticeTime": "2026-11-30T03:00:00"}',
+        content_type="text/plain",
+    )
+    async with watching(server.url, rebalance_interval=0.1) as run:
+        drain, _ = await run.report_at(action="drain")
+        assert drain.reason == "rebalance-recommendation"
+        assert drain.detail == {"noticeTime": "2026-11-30T03:00:00"}
+        await run.until(lambda: run.health.errors_by_kind.get("bad-rebalance", 0) >= 3)
+        assert len(run.reports) == 1
 
 
 async def test_a_scheduled_event_drains_until_canceled(
