@@ -58,6 +58,9 @@ from .tracker import PathTracker
 log = logging.getLogger("forewarn.providers.aws")
 
 DETECT_SECONDS = 1.0
+# The health condition that holds a token failure's cause and fix (hop limit 1, IMDSv1 only)
+# until IMDS answers.
+TOKEN_CONDITION = "imds-token"
 # Token failures after which detection asks for the identity document without a token.
 _PROBED_TOKENLESS = ("token-timeout", "token-http-403", "token-http-404", "token-http-405")
 
@@ -256,10 +259,15 @@ class AwsWatcher:
             answer = await self.client.get(path.path)
         except ImdsError as error:
             self._failed(path, error.kind, self._describe(error))
+            if error.hint is not None:
+                # Logged once, the cause and fix scrolled away; `status` shows only the
+                # error's kind. Held as a condition until IMDS answers.
+                self.health.condition(TOKEN_CONDITION, error.explained())
             return not (error.kind.startswith("token") or error.kind == "unauthorized")
         except Exception as error:  # never let a surprise stop the watch
             self._failed(path, "internal", f"GET {path.path}: {type(error).__name__}: {error}")
             return True
+        self.health.condition(TOKEN_CONDITION, None)
         if answer.status == 404 and path.absent_on_404:
             reports: list[Report] = []
         elif answer.status == 200:

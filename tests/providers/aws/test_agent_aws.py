@@ -184,3 +184,25 @@ def test_auto_picks_an_imds_without_tokens_and_names_the_setting(tmp_path: Path)
         with AgentProcess(tmp_path, providers=("auto",), env=env) as agent:
             assert "aws" in agent.control({"op": "status"})["agent"]["providers"]
             eventually(lambda: "FOREWARN_AWS_IMDSV1=true" in agent.output(), 10, "the hint")
+
+
+def test_a_hanging_token_put_stands_in_status_with_its_fix_until_a_token_comes(
+    tmp_path: Path,
+) -> None:
+    """The hop-limit explanation was logged once; `forewarn status` (what an operator runs
+    later, or a probe reads) showed only `last_error: token-timeout`, the cause and the fix
+    long scrolled away. It is now a standing condition of the health until a token comes."""
+    sim = ImdsSimulator()
+    fault = sim.add_fault("hop-limit", seconds=30)
+    with SimServer(sim) as server:
+        env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_AWS_TIMEOUT="0.2")
+        with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+
+            def conditions() -> dict[str, str]:
+                [health] = agent.control({"op": "status"})["health"]
+                return dict(health["conditions"])
+
+            eventually(lambda: "imds-token" in conditions(), 10, "the condition")
+            assert "hop limit to 2" in conditions()["imds-token"]
+            sim.remove_fault(fault)
+            eventually(lambda: "imds-token" not in conditions(), 10, "the condition cleared")
