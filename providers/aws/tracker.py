@@ -57,6 +57,10 @@ class PathTracker:
     jitter: float = 5.0
     clock: Callable[[], float] = time.monotonic
     once_if_past: bool = False
+    # A notice the agent retired past the end of its window (`until`) is not reported again
+    # while shown unchanged: a scheduled event still listed `active`
+    # after its window was otherwise a clear and the same terminate at every grace.
+    done_after_window: bool = False
     wall: Callable[[], datetime] = utcnow
     seen: dict[str, _Seen] = field(default_factory=dict)
     # Ids not stale when first seen: retired and reported again since, or seen in time by
@@ -106,7 +110,9 @@ class PathTracker:
                 out.append(report)
         for slot in [slot for slot in self.seen if slot not in present]:
             if self.clear_on_absence:
-                out.append(self._clear(self.seen.pop(slot).report, None))
+                gone = self.seen.pop(slot)
+                if not gone.retired:  # a retired one was cleared by the agent already
+                    out.append(self._clear(gone.report, None))
         return out
 
     def forget(self, notice_id: str) -> bool:
@@ -118,7 +124,9 @@ class PathTracker:
             if seen.report.id == notice_id and not seen.retired
         ]
         for slot in slots:
-            if self.once_if_past and self.seen[slot].past:
+            if (self.once_if_past and self.seen[slot].past) or self._window_over(
+                self.seen[slot].report
+            ):
                 self.seen[slot].retired = True
             else:
                 del self.seen[slot]
@@ -140,6 +148,13 @@ class PathTracker:
             seen.report.id == notice_id and seen.report.detail.get("action") == "hibernate"
             for seen in self.seen.values()
         )
+
+    def _window_over(self, report: Report) -> bool:
+        if not self.done_after_window:
+            return False
+        # Only an explicit end (NotAfter): without one, the action may still come after the
+        # deadline (a retirement not yet carried out), and raising it again keeps it told.
+        return isinstance(report.until, datetime) and report.until <= self.wall()
 
     def _past(self, report: Report) -> bool:
         # One raised again after its retirement has a past deadline by then, but was not

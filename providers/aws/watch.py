@@ -115,7 +115,7 @@ def watched_paths(settings: Settings, clock: Callable[[], float]) -> list[Watche
             SCHEDULED_PATH,
             settings.scheduled_interval,
             parse_scheduled,
-            PathTracker(single=False, jitter=jitter, clock=clock),
+            PathTracker(single=False, jitter=jitter, clock=clock, done_after_window=True),
         ),
         WatchedPath(
             "asg",
@@ -305,7 +305,13 @@ class AwsWatcher:
         for path in self.paths:
             if not path.tracker.forget(notice_id):
                 continue
-            if path.tracker.stale(notice_id):
+            if path is not self.spot and path.tracker.stale(notice_id):
+                log.info(
+                    "aws: %s retired past the end of its window; not raised again while IMDS "
+                    "shows it unchanged",
+                    notice_id,
+                )
+            elif path.tracker.stale(notice_id):
                 log.info(
                     "aws: %s retired; %s; not raised again while IMDS shows it unchanged",
                     notice_id,

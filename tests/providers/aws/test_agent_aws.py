@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from forewarn.protocol.timefmt import format_time, parse_time
-from forewarn.providers.aws.imds import TOKEN_PATH
+from forewarn.providers.aws.imds import SCHEDULED_PATH, TOKEN_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
 from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, eventually
@@ -206,3 +206,42 @@ def test_a_hanging_token_put_stands_in_status_with_its_fix_until_a_token_comes(
             assert "hop limit to 2" in conditions()["imds-token"]
             sim.remove_fault(fault)
             eventually(lambda: "imds-token" not in conditions(), 10, "the condition cleared")
+
+
+def test_a_scheduled_event_still_listed_past_its_window_is_retired_once(tmp_path: Path) -> None:
+    """A scheduled event still listed `active` after its window ended (NotAfter passed, the
+    instance still running: maintenance that did not need it): the agent retired it past the
+    window plus the grace, the next poll raised it again, and so a clear and the same
+    terminate went out every grace (300 s), each stopping the job resumed since. Retired
+    past its window, it is now raised again only if it changes."""
+    sim = ImdsSimulator()
+    with SimServer(sim) as server:
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AWS_URL=server.url,
+            FOREWARN_AWS_SCHEDULED_INTERVAL="0.2",
+            FOREWARN_NOTICE_GRACE="0.5",
+        )
+        with (
+            AgentProcess(tmp_path, providers=("aws",), env=env) as agent,
+            agent.subscriber() as sub,
+        ):
+            event_id = sim.raise_notice(
+                "scheduled",
+                {
+                    "code": "system-maintenance",
+                    "not_before": "2026-01-01T01:00:00Z",
+                    "not_after": "2026-01-01T03:00:00Z",
+                },
+            )
+            notice_id = f"aws/scheduled/{event_id}"
+            assert next_notice(sub, id=notice_id)["action"] == "terminate"
+            assert next_notice(sub, id=notice_id)["action"] == "clear"
+            polls = "GET " + SCHEDULED_PATH
+            target = sim.requests[polls] + 8
+            eventually(lambda: sim.requests[polls] >= target, 10, "more polls")
+            with pytest.raises(TimeoutError):
+                sub.notice(timeout=0.1)
+            # A real change (rescheduled) is a notice again.
+            sim.change_notice(event_id, {"not_before": "2030-01-01T01:00:00Z"})
+            assert next_notice(sub, id=notice_id)["deadline"] == "2030-01-01T01:00:00Z"

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from forewarn.protocol.timefmt import format_time
 from forewarn.providers.aws.imds import parse_instance_action, parse_rebalance, parse_scheduled
 from forewarn.providers.aws.tracker import PathTracker
+from forewarn.providers.report import Report
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
 
@@ -234,3 +235,29 @@ def test_the_ids_first_seen_in_time_are_told_to_the_watcher() -> None:
     stale = past_aware(clock, wall=T0)
     stale.update(spot(T0 - timedelta(minutes=2)))
     assert stale.in_time == []
+
+
+def test_a_scheduled_event_retired_past_its_window_is_kept_quiet_until_it_changes() -> None:
+    wall = datetime(2026, 1, 1, 5, tzinfo=timezone.utc)
+    tracker = PathTracker(single=False, done_after_window=True, wall=lambda: wall)
+    event = Report(
+        id="aws/scheduled/e-1",
+        action="drain",
+        reason="scheduled-maintenance",
+        provider="aws",
+        deadline=datetime(2026, 1, 1, 1, tzinfo=timezone.utc),
+        until=datetime(2026, 1, 1, 3, tzinfo=timezone.utc),
+        detail={"EventId": "e-1"},
+    )
+    assert tracker.update([event]) == [event]
+    assert tracker.forget(event.id) and tracker.stale(event.id)
+    assert tracker.update([event]) == []  # still listed, unchanged: not raised again
+    assert tracker.update([]) == []  # gone: the agent cleared it already
+    in_window = event.model_copy(update={"until": datetime(2026, 1, 1, 9, tzinfo=timezone.utc)})
+    assert tracker.update([in_window]) == [in_window]
+    assert tracker.forget(in_window.id) and not tracker.stale(in_window.id)
+    # Without an end (no NotAfter), the action may still come: raised again while listed.
+    open_ended = event.model_copy(update={"id": "aws/scheduled/e-2", "until": None})
+    assert tracker.update([open_ended]) == [open_ended]
+    assert tracker.forget(open_ended.id) and not tracker.stale(open_ended.id)
+    assert tracker.update([open_ended]) == [open_ended]
