@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from forewarn.protocol.flagfile import flag_deadline, read_flag
 from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import runtime_dir
 
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("forewarn.clients")
 
 FLAG_NAME = "checkpoint-now"
+# The reason a save answers when a flag file's deadline came within the exit margin.
+FLAG_DEADLINE = "flag deadline"
 TICK_SECONDS = 0.25
 # A terminate that was in force before this job started (see `_on_event`) makes it save and exit
 # this long before the notice's deadline, or twice the slowest flush seen if that is longer.
@@ -233,6 +236,11 @@ class CheckpointGuard:
             self._flag_jobs.join()
         self._flag_found: Identity | None = None
         self._flag_waits: Identity | None = None
+        # The deadline written in the last flag file taken (read as the agent reads it): the
+        # drain stays in force past its save, and the job saves again and exits within its
+        # margin of it, as the agent sends such a drain as terminate. Taken for a plain drain,
+        # the job trained on past its save until the machine went at the deadline.
+        self._flag_deadline: datetime | None = None
 
         if isinstance(notices, Notices):
             self.notices: Notices | None = notices
@@ -1387,6 +1395,7 @@ class CheckpointGuard:
                     self._wake = True
             self._pace.observe(self._seen_step, self._eval_checks, time.monotonic())
             self._check_flag()
+            self._check_flag_deadline()
             self._check_inherited()
             self._check_handlers()
             self._check_exit_save()
@@ -1466,10 +1475,44 @@ class CheckpointGuard:
             log.info("forewarn: flag file %s found", flag)
             if jobs is not None:
                 jobs.join()  # a directory made since the guard was
+            deadline = _read_flag_deadline(flag)
+            if deadline is not None:
+                log.info("forewarn: flag file %s: deadline %s", flag, deadline.isoformat())
             with self._lock:
+                # A flag written again is a new request: its deadline (or none) replaces the
+                # earlier one, as the agent clears the earlier notice.
+                self._flag_deadline = deadline
                 self._flag_found = found
                 self._pending["flag"] = None
                 self._wake = True
+
+    def _check_flag_deadline(self) -> None:
+        deadline = self._flag_deadline
+        if deadline is None or self._exit:
+            return
+        if (deadline - utcnow()).total_seconds() > self._inherited_margin():
+            return
+        log.warning(
+            "forewarn: the flag file's deadline %s is within the exit margin: saving and exiting",
+            deadline.isoformat(),
+        )
+        with self._lock:
+            self._flag_deadline = None
+            self._pending[FLAG_DEADLINE] = None
+            self._exit_by.add(FLAG_DEADLINE)
+            self._exit = True
+            self._wake = True
+
+
+def _read_flag_deadline(flag: Path) -> datetime | None:
+    """The deadline the flag file holds (None: none, or it cannot be read: the drain stands)."""
+    try:
+        found = read_flag(flag)
+    except OSError:
+        return None
+    if found is None or found[1] is None:
+        return None
+    return flag_deadline(found[1], found[0])
 
 
 # Handlers that are a framework's own, replaced on purpose: Lightning's (composed with those

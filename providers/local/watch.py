@@ -13,15 +13,19 @@ the agent's own (`forewarn notify`).
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
-import stat
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
-from forewarn.protocol.errors import ForewarnError
+from forewarn.protocol.flagfile import (
+    MAX_FLAG_BYTES,
+    FlagError,
+    flag_deadline,
+    flag_written,
+    read_flag,
+)
 from forewarn.protocol.timefmt import format_time, parse_deadline, utcnow
 from forewarn.providers.report import Report
 
@@ -33,51 +37,10 @@ log = logging.getLogger("forewarn.providers.local")
 FLAG_NAME = "checkpoint-now"
 
 
-# A deadline and a short note fit in far less; the rest of a larger file is never read.
-MAX_FLAG_BYTES = 4096
 # How much of a first line that is no deadline the warning shows, and how many such lines
 # are remembered so that each is warned about once.
 SHOWN_CHARS = 200
 WARNED_KEPT = 64
-NOT_REGULAR = "is not a regular file (a FIFO, device or directory)"
-
-
-class FlagError(ForewarnError, OSError):
-    """The flag path is there but is not a flag file the agent will read."""
-
-
-def read_flag(path: Path) -> tuple[int, str | None] | None:
-    """(mtime_ns, content) of the flag file, or None when there is none. The runtime directory
-    may be shared (a Kubernetes emptyDir), so the file is opened without following a link and
-    without blocking on a FIFO, must be a regular file, and at most MAX_FLAG_BYTES are read.
-    The content is None when the file is there but its mode keeps the agent from reading it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except PermissionError:
-        # Its appearance is the request, its content optional: `sudo touch` under root's
-        # umask 027 made a 0640 root:root flag the `forewarn` user could not open, and no
-        # drain was raised at all. lstat needs no read permission.
-        try:
-            found = os.lstat(path)
-        except FileNotFoundError:
-            return None
-        if not stat.S_ISREG(found.st_mode):
-            raise FlagError(errno.EINVAL, NOT_REGULAR) from None
-        return found.st_mtime_ns, None
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise FlagError(error.errno, "is a symbolic link; not followed") from None
-        raise
-    try:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode):
-            raise FlagError(errno.EINVAL, NOT_REGULAR)
-        content = os.read(fd, MAX_FLAG_BYTES)
-    finally:
-        os.close(fd)
-    return found.st_mtime_ns, content.decode(errors="replace")
 
 
 def unread_deadline(content: str, created: datetime) -> str | None:
@@ -104,13 +67,8 @@ def flag_report(path: Path, content: str, mtime_ns: int) -> Report:
     text = content.strip()
     # The file's mtime is when someone raised the notice: as `notice_time` it lets the
     # metrics measure how long the agent took to see it.
-    created = datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
-    deadline = None
-    if text:
-        try:
-            deadline = parse_deadline(text.splitlines()[0], now=created)
-        except (ValueError, OverflowError):
-            deadline = None
+    created = flag_written(mtime_ns)
+    deadline = flag_deadline(content, mtime_ns)
     detail: dict[str, object] = {"path": str(path), "notice_time": format_time(created)}
     if text:
         detail["content"] = text[:500]
@@ -209,8 +167,7 @@ class LocalWatcher:
         # Someone who wrote `terminate 10m` or `06:00` meant a deadline: the drain raised
         # without one must not pass in silence. Once per distinct text, as a file touched
         # again keeps its content.
-        created = datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
-        why = unread_deadline(content, created)
+        why = unread_deadline(content, flag_written(mtime_ns))
         if why is None:
             return
         key = content.strip().splitlines()[0][:SHOWN_CHARS]

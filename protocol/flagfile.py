@@ -1,0 +1,84 @@
+"""The flag file's content, read as the agent's local provider reads it and as a job's guard
+reads it when no agent with the local provider runs: one reader, so the two never disagree on
+whether a drain has a deadline (the guard took `5m` for a plain drain, and the job trained on
+past its save until the machine went at the deadline)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import ForewarnError
+from .timefmt import parse_deadline
+
+# A deadline and a short note fit in far less; the rest of a larger file is never read.
+MAX_FLAG_BYTES = 4096
+NOT_REGULAR = "is not a regular file (a FIFO, device or directory)"
+
+
+class FlagError(ForewarnError, OSError):
+    """The flag path is there but is not a flag file forewarn will read."""
+
+
+def read_flag(path: Path) -> tuple[int, str | None] | None:
+    """(mtime_ns, content) of the flag file, or None when there is none. The runtime directory
+    may be shared (a Kubernetes emptyDir), so the file is opened without following a link and
+    without blocking on a FIFO, must be a regular file, and at most MAX_FLAG_BYTES are read.
+    The content is None when the file is there but its mode keeps the reader from reading it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except PermissionError:
+        # Its appearance is the request, its content optional: `sudo touch` under root's
+        # umask 027 made a 0640 root:root flag the `forewarn` user could not open, and no
+        # drain was raised at all. lstat needs no read permission.
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(found.st_mode):
+            raise FlagError(errno.EINVAL, NOT_REGULAR) from None
+        return found.st_mtime_ns, None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise FlagError(error.errno, "is a symbolic link; not followed") from None
+        raise
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise FlagError(errno.EINVAL, NOT_REGULAR)
+        content = os.read(fd, MAX_FLAG_BYTES)
+    finally:
+        os.close(fd)
+    return found.st_mtime_ns, content.decode(errors="replace")
+
+
+def flag_written(mtime_ns: int) -> datetime:
+    """When the flag file was written (its mtime): a duration in it counts from then."""
+    return datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc)
+
+
+def flag_deadline(content: str, mtime_ns: int) -> datetime | None:
+    """The deadline the first line of a flag file's content holds (RFC 3339, or a duration
+    such as `15m` counted from when the file was written, not from when it is read), or None
+    (blank, or anything else: kept as a note)."""
+    text = content.strip()
+    if not text:
+        return None
+    try:
+        return parse_deadline(text.splitlines()[0], now=flag_written(mtime_ns))
+    except (ValueError, OverflowError):
+        return None
+
+
+__all__ = [
+    "MAX_FLAG_BYTES",
+    "FlagError",
+    "flag_deadline",
+    "flag_written",
+    "read_flag",
+]

@@ -1,0 +1,76 @@
+"""A flag file with a deadline, taken by the guard itself (no agent with the local provider
+runs): as the agent does with it, the drain saves once and stays in force, and the job saves
+again and exits within its exit margin of the deadline (the machine goes then)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from forewarn.clients import CheckpointGuard
+from forewarn.clients.guard import _read_flag_deadline
+from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.providers.local.watch import flag_report
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support import eventually
+
+
+def job(flag: Path, margin: float) -> CheckpointGuard:
+    return CheckpointGuard(
+        notices=False, handle_signals=False, flag_file=flag, agree=False, exit_margin=margin
+    )
+
+
+def test_a_flag_deadline_saves_then_exits_within_the_margin(tmp_path: Path) -> None:
+    flag = tmp_path / "checkpoint-now"
+    guard = job(flag, margin=1.0)
+    try:
+        deadline = utcnow() + timedelta(seconds=2.5)
+        flag.write_text(format_time(deadline) + "\n")
+        eventually(lambda: guard.due(1), timeout=5, what="the flag's save")
+        first = guard.saved(1, 0.01)
+        assert first.reasons == ("flag",) and not first.exit
+        assert not flag.exists()
+        step = 1
+
+        # Trained on past the save, the job never exited: the machine went at the deadline
+        # with every step since the save lost.
+        def exits() -> bool:
+            nonlocal step
+            step += 1
+            time.sleep(0.01)
+            return guard.due(step)
+
+        eventually(exits, timeout=5, what="the exit before the flag's deadline")
+        result = guard.saved(step, 0.01)
+        assert result.exit
+        assert utcnow() < deadline
+        assert guard.exit_code == 143
+    finally:
+        guard.close()
+
+
+def test_a_flag_whose_deadline_is_within_the_margin_saves_once_and_exits(tmp_path: Path) -> None:
+    flag = tmp_path / "checkpoint-now"
+    guard = job(flag, margin=30.0)
+    try:
+        flag.write_text("10s\n")  # a duration, counted from when the file was written
+        eventually(lambda: guard.due(1), timeout=5, what="the flag's save")
+        # Seen by the ticker that took the flag, or the next one: the exit may come a tick later.
+        eventually(lambda: guard.should_exit, timeout=2, what="the exit")
+        result = guard.saved(1, 0.01)
+        assert result.exit and "flag" in result.reasons
+    finally:
+        guard.close()
+
+
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(content=st.binary(max_size=300))
+def test_the_guard_reads_a_flag_deadline_as_the_agent_does(tmp_path: Path, content: bytes) -> None:
+    flag = tmp_path / "checkpoint-now"
+    flag.write_bytes(content)
+    mtime_ns = flag.stat().st_mtime_ns
+    agents = flag_report(flag, content.decode(errors="replace"), mtime_ns).deadline
+    assert _read_flag_deadline(flag) == agents
