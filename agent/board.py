@@ -465,6 +465,19 @@ class NoticeBoard:
             if not entry.flushed:
                 entry.expected.add(client)
 
+    def hold(self, notice_id: str, client: str) -> bool:
+        """A job that is no subscriber (a shell job's `forewarn wait --client`) received the
+        notice and will ack it as `client`: it counts among the clients the notice waits for,
+        as a subscriber that received it does. False when there is nothing to hold: the notice
+        is not active, every client flushed it already, or `client` acked it already."""
+        entry = self.entries.get(notice_id)
+        if entry is None or entry.flushed or client in entry.acked or client in entry.expected:
+            return False
+        if len(entry.expected) >= MAX_ACKED_KEPT:
+            return False  # bounded as the acks kept are: a flood of ids holds nothing more
+        entry.expected.add(client)
+        return True
+
     def unacked_clients(self, notice_id: str) -> set[str]:
         """The clients subscribed now that have not acked `notice_id`: once it is flushed by
         every client, those that joined since (they received it by replay)."""

@@ -315,6 +315,9 @@ def _endpoints(args: argparse.Namespace) -> tuple[str, str]:
 # state is on disk (fsync), and on a busy disk that took longer than the 3 s this once was:
 # the notice was out while the command said no agent answers, and a retry raised a second.
 CONTROL_TIMEOUT = 30.0
+# How long `wait --client` waits for the agent to hold the notice before handing it to its
+# job: the job's save is not to wait on a busy agent for long.
+HOLD_TIMEOUT = 5.0
 
 
 def _ask(
@@ -939,7 +942,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
     """Block until a notice asks for `--for`; a terminate also satisfies a wait for drain.
     Notices in force before it began are decided as the client library decides them
     (`waitrule`)."""
-    events, _ = _endpoints(args)
+    events, control = _endpoints(args)
     accepted = {"drain": ("drain", "terminate"), "terminate": ("terminate",)}[args.wait_for]
     rule = WaitRule(
         accepted,
@@ -955,6 +958,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout if args.timeout else None
 
     def found(notice: dict[str, Any]) -> int:
+        if args.client is not None:
+            _hold(control, args.runtime_dir, notice["id"], args.client)
         print(json.dumps(notice) if args.json else describe(notice), flush=True)
         return 0
 
@@ -990,6 +995,27 @@ def cmd_wait(args: argparse.Namespace) -> int:
                 return found(ready)
     finally:
         sock.close()  # a Ctrl-C goes on to main, which ends by it (`_end_by_sigint`)
+
+
+def _hold(control: str, runtime: Path | None, notice_id: str, client: str) -> None:
+    """Before `wait --client ID` hands the notice to its job: have the agent count ID among
+    the clients that must ack it, as a subscriber that received it is counted. `wait` ends as
+    it returns the notice, so the agent does not see the job saving: the first shell job's ack
+    released the notice (the flag file removed, Azure approving early) while a second one
+    was still saving. Never fails the wait: the notice is the job's either way."""
+    payload = {"op": "hold", "notice_id": notice_id, "client": client}
+    try:
+        reply = request(control, payload, HOLD_TIMEOUT, runtime=runtime)
+    except (TimeoutError, OSError, ReplyError) as error:
+        reply = {"ok": False, "error": str(error)}
+    if reply.get("ok") is not True:
+        # An agent older than this command refuses the request (`op`: no such operation).
+        print(
+            f"forewarn: wait: the agent did not hold {notice_id} for client {client} "
+            f"({reply.get('error')}): another job's ack may release it before this job acks",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def cmd_status(args: argparse.Namespace) -> int:

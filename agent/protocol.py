@@ -267,6 +267,18 @@ class AckRequest(_Message):
         return value
 
 
+class HoldRequest(_Message):
+    """A job that is no subscriber (a shell job's `forewarn wait --client ID`, which ends as
+    it returns the notice) received `notice_id` and will ack it as `client`: the notice counts
+    as flushed by every client only once that client has acked it too, as for a subscriber
+    that received it. Without it, the first shell job's ack released the notice (the flag
+    file removed, Azure approving early) while a second one was still saving."""
+
+    op: Literal["hold"]
+    notice_id: OneLine
+    client: OneLine
+
+
 def client_id_problem(client: str) -> str | None:
     """Why an ack could never name `client` (a `client/<id>` subscription's id), or None."""
     if not client:
@@ -279,7 +291,8 @@ def client_id_problem(client: str) -> str | None:
 
 
 ControlRequest = Annotated[
-    StatusRequest | NotifyRequest | ClearRequest | AckRequest, Field(discriminator="op")
+    StatusRequest | NotifyRequest | ClearRequest | AckRequest | HoldRequest,
+    Field(discriminator="op"),
 ]
 CONTROL_REQUEST: TypeAdapter[ControlRequest] = TypeAdapter(ControlRequest)
 
@@ -354,6 +367,13 @@ class AckReply(_Message):
     ok: Literal[True] = True
 
 
+class HoldReply(_Message):
+    ok: Literal[True] = True
+    # False: the notice is not active, or every client had flushed it already (nothing to
+    # hold), or the client had acked it already.
+    held: bool
+
+
 class ErrorReply(_Message):
     ok: Literal[False] = False
     error: str
@@ -390,10 +410,12 @@ def json_schema() -> dict[str, Any]:
         "NotifyRequest": NotifyRequest,
         "ClearRequest": ClearRequest,
         "AckRequest": AckRequest,
+        "HoldRequest": HoldRequest,
         "StatusReply": StatusReply,
         "NotifyReply": NotifyReply,
         "ClearReply": ClearReply,
         "AckReply": AckReply,
+        "HoldReply": HoldReply,
         "ErrorReply": ErrorReply,
     }
     definitions: dict[str, Any] = {}
@@ -461,6 +483,8 @@ __all__ = [
     "ControlRequest",
     "ErrorReply",
     "Heartbeat",
+    "HoldReply",
+    "HoldRequest",
     "Notice",
     "NotifierStatus",
     "NotifyReply",

@@ -53,6 +53,8 @@ from .protocol import (
     ClearRequest,
     ErrorReply,
     Heartbeat,
+    HoldReply,
+    HoldRequest,
     Notice,
     NotifierStatus,
     NotifyReply,
@@ -962,6 +964,9 @@ class Agent:
         elif isinstance(req, AckRequest):
             reply = self._ack(req)
             await self.state_writer.settled()
+        elif isinstance(req, HoldRequest):
+            reply = self._hold(req)
+            await self.state_writer.settled()
         else:
             reply = self._status()
         return json_ready(reply)
@@ -1124,6 +1129,13 @@ class Agent:
         )
         self.observers.on_ack(req, notice)
         return AckReply()
+
+    def _hold(self, req: HoldRequest) -> HoldReply:
+        held = self.board.hold(req.notice_id, req.client)
+        if held:
+            log.info("notice %s held for client %s until it acks", req.notice_id, req.client)
+            self._save()  # a restarted agent still waits for that client's ack
+        return HoldReply(held=held)
 
     def _release_lock(self) -> None:
         self.dirs.release()

@@ -95,6 +95,11 @@ def test_every_message_of_a_tcp_agent_validates_against_the_checked_in_schema(
                 "AckRequest",
                 "AckReply",
             ),
+            (
+                {"op": "hold", "notice_id": "local/schema", "client": "shell-job"},
+                "HoldRequest",
+                "HoldReply",
+            ),
             ({"op": "clear", "id": "local/schema"}, "ClearRequest", "ClearReply"),
         ]
         for request, request_kind, reply_kind in exchanges:

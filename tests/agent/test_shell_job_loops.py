@@ -249,3 +249,57 @@ def test_a_wait_with_a_client_id_passes_by_only_the_drains_that_client_acked(
         code = _wait(agent, monkeypatch, "--for", "drain", "--client", "loop", "--timeout", "2s")
         _, err = capsys.readouterr()
         assert code == 1 and "client loop has saved for it" in err, err
+
+
+def test_two_shell_loops_the_flag_goes_only_once_both_acked(tmp_path: Path) -> None:
+    """Two shell jobs on the node, each the README's loop with a client id of its own: the
+    quick job's ack released the flag file's drain (the file removed, as an operator's script
+    that reboots once it goes waits for) while the slow job was still saving. `wait --client`
+    now holds the notice for its job until that job acks."""
+    with AgentProcess(tmp_path) as agent:
+        job, env = _job_dir(tmp_path, agent.env)
+        # The slow job's save lasts until the test lets it end.
+        release = tmp_path / "release-slow"
+        slow_save = job / "slow-save.sh"
+        slow_save.write_text(
+            f'#!/bin/sh\necho saving >> "$SAVES"\n'
+            f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.05; done\n"
+        )
+        slow_save.chmod(0o755)
+        loops: list[subprocess.Popen[bytes]] = []
+        flag = agent.runtime / "checkpoint-now"
+
+        def start(name: str, save: str) -> None:
+            script = readme_loop().replace("me=save-loop", f"me={name}", 1)
+            script = script.replace("./save-checkpoint.sh", save, 1)
+            with (tmp_path / f"{name}.err").open("w") as err:
+                loops.append(
+                    subprocess.Popen(
+                        ["bash", "-e", "-c", script],
+                        cwd=job,
+                        env={**env, "SAVES": str(tmp_path / f"{name}.saves")},
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                        start_new_session=True,
+                    )
+                )
+
+        try:
+            # The slow job is saving for the drain when the quick one starts (its wait gets
+            # the drain by replay): the order the race takes when the quick job wins it.
+            flag.write_text("")
+            start("slow", "./slow-save.sh")
+            eventually(lambda: _count(tmp_path / "slow.saves") == 1, timeout=20, what="slow's save")
+            start("quick", "./save-checkpoint.sh")
+            eventually(
+                lambda: " from quick: step=7" in agent.output(), timeout=20, what="quick's ack"
+            )
+            assert flag.exists(), "released by the quick job's ack while the slow one saves"
+            release.touch()
+            eventually(lambda: not flag.exists(), timeout=20, what="the flag handled")
+            assert " from slow: step=7" in agent.output()
+        finally:
+            for loop in loops:
+                if loop.poll() is None:
+                    os.killpg(loop.pid, signal.SIGKILL)
+                    loop.wait()

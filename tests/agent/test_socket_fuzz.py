@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support import AgentProcess, Subscriber
 
-OPS = ("status", "notify", "clear", "ack")
+OPS = ("status", "notify", "clear", "ack", "hold")
 FIELDS = (
     "op",
     "v",
