@@ -29,7 +29,10 @@
  * a minute, counting the others), as the Python client drops it. So is one with an object that
  * names a key twice (at any depth; "\u0061" and "a" are one key): JSON leaves it to each
  * reader which one counts, and this one and Python's differ. So is a notice whose "seq" is no
- * JSON integer ("12", 1.5, null, or none), which the Python client refuses. And one nested
+ * JSON integer ("12", 1.5, null, or none), which the Python client refuses, and one with a
+ * field it refuses: "id", "action", "reason" or "provider" missing or no string, "noticed_at"
+ * or "sent_at" no RFC 3339 time, "deadline" neither a time nor null, "detail" neither an
+ * object nor null. And one nested
  * deeper than 1000 levels of arrays and objects, which Python's json does not read.
  *
  * Heartbeats are read, not printed. Without any for 5 s at start, or for 3 s from an agent
@@ -600,6 +603,58 @@ static int seq_integer(const char *body, size_t size, const char **shown, int *s
     return 0;
 }
 
+/* Why a notice is one the Python client's Event.from_json refuses, besides "v" and "seq": a
+ * field missing, or of another JSON type ("id", "action", "reason" and "provider" strings;
+ * "noticed_at" and "sent_at" RFC 3339 times; "deadline" a time or null, "detail" an object or
+ * null, both optional). 0 when none; else a FIELD_* value, the field's name in *name. Printed,
+ * a notice with "action": 7 or "deadline": "soon" was one the Python client drops. */
+enum { FIELD_OK, FIELD_MISSING, FIELD_NOT_STRING, FIELD_NOT_TIME, FIELD_NOT_OBJECT };
+static const char *const field_faults[] = {"", "\" is missing", "\" is not a string",
+                                           "\" is not an RFC 3339 time", "\" is not an object"};
+/* Seconds since 1970 of 0001-01-01T00:00:00Z and of 10000-01-01T00:00:00Z: Python's datetime
+ * holds the years between, so a time whose UTC form falls outside is none to it. */
+#define FIRST_SECOND (-62135596800.0)
+#define PAST_LAST_SECOND 253402300800.0
+static int field_problem(const char *body, size_t size, const char **name) {
+    static const char *const keys[] = {"id",      "action",   "reason",   "provider",
+                                       "noticed_at", "sent_at", "deadline", "detail"};
+    const char *end = body + size;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *stop = NULL, *value = member(body, end, keys[i], &stop);
+        int optional = i >= 6, is_time = i >= 4 && i <= 6;
+        *name = keys[i];
+        if (!value) {
+            if (optional)
+                continue;
+            return FIELD_MISSING;
+        }
+        while (stop > value && stop[-1] && strchr(" \t\r\n", stop[-1]))
+            stop--;
+        if (optional && stop - value == 4 && memcmp(value, "null", 4) == 0)
+            continue;
+        if (i == 7) {
+            if (*value != '{')
+                return FIELD_NOT_OBJECT;
+            continue;
+        }
+        size_t len;
+        const char *text = string_at(value, end, &len);
+        if (!text)
+            return FIELD_NOT_STRING;
+        if (!is_time)
+            continue;
+        while (len > 0 && *text == ' ') /* Python strips the space around a time */
+            text++, len--;
+        while (len > 0 && text[len - 1] == ' ')
+            len--;
+        double seconds;
+        if (!rfc3339_seconds(text, len, &seconds) || seconds < FIRST_SECOND ||
+            seconds >= PAST_LAST_SECOND)
+            return FIELD_NOT_TIME;
+    }
+    return FIELD_OK;
+}
+
 /* One line on stderr for a dropped message, at most one a minute: a stream of them (an agent
  * of another protocol version sends every notice and a heartbeat a second) would bury the rest. */
 #define DROPPED_SAY_EVERY 60.0
@@ -1096,6 +1151,9 @@ int main(int argc, char **argv) {
                         shown, shown_len, "");
         } else if (is_notice && !seq_integer(data, size, &shown, &shown_len)) {
             say_dropped("notice", "whose \"seq\" is not an integer, got ", shown, shown_len, "");
+        } else if (is_notice && (problem = field_problem(data, size, &shown)) != FIELD_OK) {
+            say_dropped("notice", "whose field \"", shown, (int)strlen(shown),
+                        field_faults[problem]);
         } else if (is_notice) {
             note_received(&seen_ids, data, size, note_seq(&seen_ids, data, size));
             if (on_notice(&seen_ids, data, size)) {

@@ -111,7 +111,7 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
     def next_marker_line(mark: int, timeout: float) -> bool:
         """Read lines until the marker's own line; False when it did not come in time."""
         assert sub.stdout is not None
-        wanted = json.dumps({"v": 1, "seq": mark, "marker": mark}).encode()
+        wanted = _marker_notice(mark)
         ends = time.monotonic() + timeout
         while True:
             while b"\n" in pending:
@@ -128,7 +128,7 @@ def test_c_subscriber_survives_any_message_and_prints_the_next_notice(
             pending.extend(chunk)
 
     def send_marker(mark: int) -> None:
-        pub.send_multipart([b"notice", json.dumps({"v": 1, "seq": mark, "marker": mark}).encode()])
+        pub.send_multipart([b"notice", _marker_notice(mark)])
 
     try:
         # Until the subscription has reached the publisher, messages are dropped.
@@ -225,8 +225,7 @@ def test_c_subscriber_asks_again_for_a_notice_the_heartbeats_list_but_it_never_g
     xpub, sub, subscribed = agent.xpub, agent.sub, agent.subscribed
 
     def notice(notice_id: str, action: str) -> bytes:
-        body = {"v": 1, "id": notice_id, "seq": 1, "action": action, "reason": "manual"}
-        return json.dumps({**body, "provider": "local", "deadline": None, "detail": {}}).encode()
+        return _notice(notice_id, action)
 
     def beat(*active: str) -> None:
         body = {"v": 1, "seq": 2, "agent": "host/1/a", "active": list(active), "acked": []}
@@ -270,6 +269,11 @@ def _notice(notice_id: str, action: str, **fields: Any) -> bytes:
     body |= {"provider": "local", "deadline": None, "detail": {}}
     body |= {"noticed_at": "2026-11-30T03:10:00Z", "sent_at": "2026-11-30T03:10:00Z"}
     return json.dumps({**body, **fields}).encode()
+
+
+def _marker_notice(mark: int) -> bytes:
+    """A whole notice (one the Python client reads) that says which marker it is."""
+    return _notice(f"local/marker-{mark}", "drain", seq=mark, marker=mark)
 
 
 @contextlib.contextmanager
@@ -1298,3 +1302,67 @@ def test_c_subscriber_drops_a_notice_whose_seq_is_no_integer_as_the_python_clien
     assert len(python_reads) == 5  # -3, 0, 12, -0 and the 30 digits: integers all
     dropped = [line for line in err.splitlines() if "dropped a" in line]
     assert dropped == ['forewarn_sub: dropped a notice whose "seq" is not an integer, got "12"']
+
+
+# (what is changed in a whole notice, the field's new JSON text or None to remove it)
+FIELD_CASES: list[tuple[str, str | None]] = [
+    ("action", "7"),
+    ("action", "null"),
+    ("action", None),
+    ("id", "7"),
+    ("id", None),
+    ("reason", "[]"),
+    ("provider", "{}"),
+    ("deadline", '"soon"'),
+    ("deadline", "7"),
+    ("deadline", '"2026-02-30T00:00:00Z"'),
+    ("deadline", '"0001-01-01T00:00:00+01:00"'),
+    ("deadline", "null"),
+    ("deadline", None),
+    ("deadline", '"2026-11-30T03:12:00Z"'),
+    ("deadline", '" 2026-11-30T03:12:00+01:00 "'),
+    ("noticed_at", None),
+    ("noticed_at", '"x"'),
+    ("noticed_at", "null"),
+    ("sent_at", "1"),
+    ("detail", "[]"),
+    ("detail", '"x"'),
+    ("detail", "null"),
+    ("detail", None),
+]
+
+
+def _with_field(notice_id: str, key: str, text: str | None) -> bytes:
+    body = json.loads(_notice(notice_id, "drain", deadline="2026-11-30T04:00:00Z"))
+    body[key] = "\x00"  # a place kept in the order, its value written below
+    written = json.dumps(body)
+    value = json.dumps("\x00")
+    if text is None:
+        written = written.replace(f'"{key}": {value}, ', "").replace(f', "{key}": {value}', "")
+    else:
+        written = written.replace(value, text)
+    return written.encode()
+
+
+def test_c_subscriber_drops_a_notice_whose_fields_the_python_client_refuses(
+    tmp_path: Path, binary: Path
+) -> None:
+    """A notice with `"action": 7`, `"deadline": "soon"` or no `noticed_at` is dropped by the
+    client library (`Event.from_json`); the C subscriber, which checked `v` and `seq` only,
+    printed it. Each case is printed by both or by neither, over real ZeroMQ."""
+    bodies = [_with_field(f"local/f{i}", key, text) for i, (key, text) in enumerate(FIELD_CASES)]
+    python_reads = []
+    for body in bodies:
+        with contextlib.suppress(ValueError):
+            python_reads.append(Event.from_json(body).id)
+    assert len(python_reads) == 6, python_reads  # null and missing where optional, good times
+    with _published_to(tmp_path, binary, len(python_reads) + 1) as (xpub, sub):
+        for body in bodies:
+            xpub.send_multipart([b"notice", body])
+        xpub.send_multipart([b"notice", _notice("local/last", "drain", seq=99)])
+        out, err = sub.communicate(timeout=15)
+    assert sub.returncode == 0, err
+    printed = [n.get("id") for n in map(json.loads, out.splitlines())]
+    assert printed == [*python_reads, "local/last"], err
+    dropped = [line for line in err.splitlines() if "dropped a" in line]
+    assert dropped == ['forewarn_sub: dropped a notice whose field "action" is not a string']
