@@ -105,6 +105,10 @@ class Entry:
     restored: bool = False
     restored_at: datetime | None = None
     restored_after: str = "the agent restarted"  # what it awaits a report after, for the clear
+    # Clients that are no subscribers held it (`hold`: a shell job's `forewarn wait --client`):
+    # kept apart from `expected`, whose subscribers a restarted agent learns again as they
+    # reconnect, where these never do.
+    held: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -476,7 +480,17 @@ class NoticeBoard:
         if len(entry.expected) >= MAX_ACKED_KEPT:
             return False  # bounded as the acks kept are: a flood of ids holds nothing more
         entry.expected.add(client)
+        entry.held.add(client)
         return True
+
+    def held_by(self) -> dict[str, list[str]]:
+        """The clients holding each notice not flushed yet (`hold`), sorted: for the state
+        file, so that a restarted agent still waits for their acks."""
+        return {
+            notice_id: sorted(entry.held)
+            for notice_id, entry in self.entries.items()
+            if entry.held and not entry.flushed
+        }
 
     def unacked_clients(self, notice_id: str) -> set[str]:
         """The clients subscribed now that have not acked `notice_id`: once it is flushed by
@@ -563,6 +577,7 @@ class NoticeBoard:
         acked_by: Mapping[str, Iterable[str]] | None = None,
         expected_by: Mapping[str, Iterable[str]] | None = None,
         raised: Mapping[str, datetime] | None = None,
+        held_by: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -578,7 +593,8 @@ class NoticeBoard:
         `expected_by` are the clients each was sent to (`expected_by()`): a notice all of
         them had acked is flushed, as it was before the restart. `raised` are the times the
         notices were raised where not their `noticed_at` (`raised()`): their ends run from
-        them, as before the restart."""
+        them, as before the restart. `held_by` are the clients holding each (`held_by()`): still
+        waited for, as they never reconnect."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         for notice, manual in [*((n, True) for n in notices), *((n, False) for n in provider)]:
@@ -608,6 +624,10 @@ class NoticeBoard:
             if expected is not None and entry.acked and set(expected) <= entry.acked:
                 entry.expected = set(expected)
                 entry.flushed = True
+            held = set((held_by or {}).get(notice.id, ())) - entry.acked
+            if held and not entry.flushed:
+                entry.held |= held
+                entry.expected |= held
             if (
                 notice.id in escalated_ids
                 and entry.notice.action == "drain"

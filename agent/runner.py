@@ -331,6 +331,7 @@ class Agent:
             state.acked_by,
             state.expected_by,
             state.raised,
+            held_by=state.held_by,
         )
         # Taken before the start-up retirement below: a notice past its end while the agent was
         # down leaves the board before any watcher is built, and a watcher without it took its
@@ -1173,6 +1174,7 @@ class Agent:
                     for notice_id, clients in self.board.expected_by().items()
                 },
                 self.board.raised(),
+                self.board.held_by(),
             )
         )
 

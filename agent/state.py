@@ -64,6 +64,10 @@ class AgentState:
     # forgot it retired a notice raised again at once (a clear, and the same terminate again at
     # its watcher's next answer), and gave a changed manual notice a longer life.
     raised: dict[str, datetime] = field(default_factory=dict)
+    # The clients that are no subscribers holding each notice not flushed yet (a shell job's
+    # `forewarn wait --client`): a restarted agent that forgot them counted a notice flushed at
+    # another client's ack while such a job was still saving.
+    held_by: dict[str, list[str]] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -140,6 +144,7 @@ def load_state(path: Path) -> AgentState:
         boot_id=boot_id if isinstance(boot_id, str) else None,
         windows=_times(raw, "windows", "window end", path),
         raised=_times(raw, "raised", "raise time", path),
+        held_by=_acked_by(raw.get("held_by", {})),
     )
 
 
@@ -290,6 +295,10 @@ def encode_state(state: AgentState) -> bytes:
             notice_id: sorted(clients)
             for notice_id, clients in state.expected_by.items()
             if len(clients) <= MAX_EXPECTED_SAVED
+        },
+        "held_by": {
+            notice_id: list(clients)[:MAX_ACKED_SAVED]
+            for notice_id, clients in state.held_by.items()
         },
     }
     return json.dumps(payload, indent=1).encode()

@@ -612,18 +612,28 @@ def test_an_anonymous_ack_after_the_expiry_completes_only_a_notice_nobody_holds(
 
 def test_a_held_notice_is_flushed_only_once_its_holder_acked_too_and_across_a_restart() -> None:
     """Two shell jobs (`forewarn wait --client`, no subscriber while they save): the first
-    one's ack flushed the notice while the second was saving. A hold counts the second."""
+    one's ack flushed the notice while the second was saving. A hold counts the second, and a
+    restarted agent (whose state file keeps the holds) still waits for it."""
     b, clock = board()
     notice = b.report(report(id="local/flag/1", provider="local", reason="manual"))
-    assert notice is not None
+    other = b.report(report(id="local/flag/2", provider="local", reason="manual"))
+    assert notice is not None and other is not None
     assert b.hold(notice.id, "slow") and b.hold(notice.id, "quick")
     assert not b.hold(notice.id, "slow")  # held already
     assert not b.hold("local/flag/none", "slow")  # not active
-    assert not b.record_ack(notice.id, "quick", 0.1)
-    assert not b.hold(notice.id, "quick")  # acked already: nothing to hold
+    assert b.hold(other.id, "quick") and b.hold(other.id, "slow")
+    assert not b.record_ack(other.id, "quick", 0.1)
+    assert not b.hold(other.id, "quick")  # acked already: nothing to hold
+    assert b.record_ack(other.id, "slow", 0.1)
+    assert not b.hold(other.id, "late")  # flushed: nothing to hold
+    assert b.held_by() == {notice.id: ["quick", "slow"]}
     restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=clock)
     restarted.restore(
-        b.active(), b.saves_to_keep(), acked_by=b.acked_by(), expected_by=b.expected_by()
+        b.active(),
+        b.saves_to_keep(),
+        acked_by=b.acked_by(),
+        expected_by=b.expected_by(),
+        held_by=b.held_by(),
     )
+    assert not restarted.record_ack(notice.id, "quick", 0.2), "flushed with slow still saving"
     assert restarted.record_ack(notice.id, "slow", 0.2)
-    assert not restarted.hold(notice.id, "late")  # flushed: nothing to hold
