@@ -596,6 +596,18 @@ class CheckpointGuard:
         reading it has saved too; else it counts once here and the last job's save (or the
         ticker, once the others are gone) removes it."""
         jobs = self._flag_jobs
+        written_again = (
+            identity is not None
+            and self.flag_file is not None
+            and _identity(self.flag_file) != identity
+        )
+        if written_again:
+            # Written again since this job took it: a new request (a deadline added) this save
+            # does not answer, which the next look takes, as the agent keeps a flag written
+            # again since its drain. Removed here, it went unread.
+            if jobs is not None and identity is not None:
+                jobs.saved_for(identity)
+            return
         if jobs is None or identity is None:
             self._remove_flag()
             return

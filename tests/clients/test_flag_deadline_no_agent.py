@@ -4,6 +4,7 @@ again and exits within its exit margin of the deadline (the machine goes then)."
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -74,3 +75,24 @@ def test_the_guard_reads_a_flag_deadline_as_the_agent_does(tmp_path: Path, conte
     mtime_ns = flag.stat().st_mtime_ns
     agents = flag_report(flag, content.decode(errors="replace"), mtime_ns).deadline
     assert _read_flag_deadline(flag) == agents
+
+
+def test_a_flag_written_again_during_the_save_is_kept_and_its_deadline_read(
+    tmp_path: Path,
+) -> None:
+    """A flag written again while the job saved for the first one (a deadline added: the
+    machine goes in ten seconds) was removed by that save unread: the job trained on into the
+    deadline. As the agent keeps a flag written again since its drain, it stays and counts."""
+    flag = tmp_path / "checkpoint-now"
+    guard = job(flag, margin=30.0)
+    try:
+        flag.write_text("")
+        eventually(lambda: guard.due(1), timeout=5, what="the flag's save")
+        flag.write_text("10s\n")
+        written = flag.stat()  # a new mtime, whatever the filesystem's clock granularity
+        os.utime(flag, ns=(written.st_atime_ns, written.st_mtime_ns + 1_000_000))
+        assert not guard.saved(1, 0.01).exit
+        assert flag.exists(), "the flag written again was removed by the save for the first"
+        eventually(lambda: guard.should_exit, timeout=5, what="the exit for the new deadline")
+    finally:
+        guard.close()
