@@ -6,6 +6,7 @@ Apart from `observers.py` (which fans calls out and builds the configured observ
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .protocol import AckRequest, Notice
@@ -36,6 +37,11 @@ class Observer:
         """A notice restored from the state file at start is active again (sent anew to
         subscribers, but not a new publication: on_notice is not called for it, unless it is a
         drain whose deadline came within the exit margin meanwhile, then sent as an escalation)."""
+
+    def on_restore_done(self, next_seq: Callable[[], int]) -> None:
+        """The notices restored from the state file at start were all given to on_restored
+        (or sent as escalations and clears): an id given to neither was dropped from the
+        state. `next_seq` numbers a notice the observer publishes itself (a clear it owes)."""
 
     def on_expired(self, notice: Notice) -> None:
         """A notice was retired past its end; `notice` is the clear (also sent to on_notice)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from forewarn.protocol.errors import ConfigError
@@ -47,6 +48,9 @@ class Observers(Observer):
 
     def on_restored(self, notice: Notice) -> None:
         self._each("on_restored", notice)
+
+    def on_restore_done(self, next_seq: Callable[[], int]) -> None:
+        self._each("on_restore_done", next_seq)
 
     def on_expired(self, notice: Notice) -> None:
         self._each("on_expired", notice)

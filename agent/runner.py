@@ -435,6 +435,7 @@ class Agent:
                 extra=notice_fields(notice, "restored"),
             )
         self._send_due(escalated, expired)
+        self.observers.on_restore_done(self.sequencer.next)
         if self._escalated_at_restore:
             self._save()  # the escalated ids, as after any escalation
         _sd_notify("READY=1")

@@ -12,6 +12,11 @@ The file also names the notices the webhook is done with (delivered or given up;
 takes its id off): the agent's state is written apart from this file, and an agent killed
 after the state took a new notice and before this file did restored the notice and never
 delivered it. A restored notice the file neither holds nor names as done is delivered.
+
+The converse: the state drops a notice before its clear goes out, and an agent killed before
+this file took the clear left the receiver with a drain that never ended. The file keeps the
+last notice done of each id (`done_notices`), so that a restart that restores none of that id
+can send its clear (see `WebhookObserver.on_restore_done`).
 """
 
 from __future__ import annotations
@@ -53,13 +58,37 @@ def done_key(notice: Notice) -> DoneKey:
     return notice.id, notice.action
 
 
-def encode_pending(notices: list[Notice], done: list[DoneKey] | None = None) -> bytes:
+def encode_pending(
+    notices: list[Notice],
+    done: list[DoneKey] | None = None,
+    done_notices: list[Notice] | None = None,
+) -> bytes:
     notices_json = ",\n".join(notice.model_dump_json() for notice in notices)
     done_json = json.dumps([list(key) for key in done or []])
+    done_notices_json = ",\n".join(notice.model_dump_json() for notice in done_notices or [])
     return (
         f'{{"version": {PENDING_VERSION}, "notices": [\n{notices_json}\n],\n'
-        f'"delivered": {done_json}}}\n'
+        f'"delivered": {done_json},\n"done_notices": [\n{done_notices_json}\n]}}\n'
     ).encode()
+
+
+def decode_done_notices(data: bytes) -> list[Notice]:
+    """The last notice done of each id a pending file's bytes keep; none when it keeps none
+    (written by an older agent) or one cannot be read (a notice left out, never a stop)."""
+    try:
+        raw = json.loads(data)
+    except (ValueError, RecursionError):
+        return []
+    items = raw.get("done_notices") if isinstance(raw, dict) else None
+    if not isinstance(items, list):
+        return []
+    notices = []
+    for item in items:
+        try:
+            notices.append(saved_notice(item))
+        except ValidationError:
+            continue
+    return notices
 
 
 def decode_done(data: bytes) -> list[DoneKey] | None:
@@ -109,12 +138,16 @@ class PendingFile:
         path: Path,
         snapshot: Callable[[], list[Notice]],
         done: Callable[[], list[DoneKey]] = list,
+        done_notices: Callable[[], list[Notice]] = list,
     ) -> None:
         self.path = path
         self._snapshot = snapshot
         self._done = done
+        self._done_notices = done_notices
         # What the file read by `load` named as done; None when it named nothing.
         self.loaded_done: list[DoneKey] | None = None
+        # The last notice done of each id, as the file read by `load` kept them.
+        self.loaded_done_notices: list[Notice] = []
         self._lock = threading.Lock()  # held while the file is written
         self._generation = 0  # of the newest snapshot taken
         self._written = 0  # of the newest snapshot written (or whose write failed)
@@ -140,6 +173,7 @@ class PendingFile:
             set_aside(self.path, "webhook pending file", str(error))
             return []
         self.loaded_done = decode_done(data)
+        self.loaded_done_notices = decode_done_notices(data)
         for problem in problems:
             log.error("webhook pending file %s: %s; left out", self.path, problem)
         return notices
@@ -154,24 +188,32 @@ class PendingFile:
         """Write the current snapshot before returning (after the write in progress)."""
         self._dirty = False
         self._generation += 1
-        self._write(self._generation, list(self._snapshot()), list(self._done()))
+        self._write(self._generation, *self._take())
 
     async def _drain(self) -> None:
         while self._dirty:
             self._dirty = False
             self._generation += 1
             # Encoded in the thread too: a long queue costs the event loop only a list copy.
-            await asyncio.to_thread(
-                self._write, self._generation, list(self._snapshot()), list(self._done())
-            )
+            await asyncio.to_thread(self._write, self._generation, *self._take())
 
-    def _write(self, generation: int, notices: list[Notice], done: list[DoneKey]) -> None:
+    def _take(self) -> tuple[list[Notice], list[DoneKey], list[Notice]]:
+        """Copies of what is written, taken on the event loop."""
+        return list(self._snapshot()), list(self._done()), list(self._done_notices())
+
+    def _write(
+        self,
+        generation: int,
+        notices: list[Notice],
+        done: list[DoneKey],
+        done_notices: list[Notice],
+    ) -> None:
         with self._lock:
             if generation <= self._written:
                 return
             self._written = generation
             try:
-                write_atomic(self.path, encode_pending(notices, done))
+                write_atomic(self.path, encode_pending(notices, done, done_notices))
             except OSError as error:
                 self.problem = (
                     f"cannot save the notices not delivered yet to {self.path} ({error}); "
@@ -197,6 +239,7 @@ __all__ = [
     "DoneKey",
     "PendingFile",
     "decode_done",
+    "decode_done_notices",
     "decode_pending",
     "done_key",
     "encode_pending",

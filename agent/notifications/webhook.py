@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -241,6 +242,12 @@ class WebhookObserver(Observer):
         # The notices delivered or given up (a clear takes its id off), oldest first: a
         # restored notice named here needs no delivery after a restart (see pending.py).
         self._done: dict[DoneKey, None] = {}
+        # The last notice done of each id not cleared since, oldest first: what a restart
+        # that restores none of its id sends the clear of (see on_restore_done).
+        self._done_notices: dict[str, Notice] = {}
+        # The ids restored or published since the start: a done notice of any other id was
+        # cleared while its clear did not reach the pending file.
+        self._seen: set[str] = set()
         # Known done at start; None when the pending file named none (an older agent's, or
         # none at all): then every restored notice not in the queue is delivered.
         self._done_at_start: set[DoneKey] | None = None
@@ -253,7 +260,12 @@ class WebhookObserver(Observer):
         self._pending = (
             None
             if state_dir is None
-            else PendingFile(state_dir / PENDING_FILE, self._left, lambda: list(self._done))
+            else PendingFile(
+                state_dir / PENDING_FILE,
+                self._left,
+                lambda: list(self._done),
+                lambda: list(self._done_notices.values()),
+            )
         )
 
     @property
@@ -293,6 +305,9 @@ class WebhookObserver(Observer):
             if done is not None:
                 self._done = dict.fromkeys(done[-MAX_DONE:])
                 self._done_at_start = set(self._done)
+            self._done_notices = {
+                notice.id: notice for notice in self._pending.loaded_done_notices[-MAX_DONE:]
+            }
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._deliver_all(), name="webhook")
         self._task.add_done_callback(self._died)
@@ -306,6 +321,7 @@ class WebhookObserver(Observer):
         )
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        self._seen.add(notice.id)
         superseded = [held for held in self._kept_back if held.id == notice.id]
         if superseded:
             # Delivered after this one, an older state of the notice (a drain after its
@@ -347,6 +363,7 @@ class WebhookObserver(Observer):
             self._wake.set()
 
     def on_restored(self, notice: Notice) -> None:
+        self._seen.add(notice.id)
         # The state is written apart from the pending file: a notice the state kept that the
         # pending file neither holds nor names as done was never delivered (the agent died
         # between the two writes, or the pending file could not be written).
@@ -366,6 +383,37 @@ class WebhookObserver(Observer):
         self._kept.add((notice.id, notice.seq))
         self.on_notice(notice, escalated=False)
         self._requeued.add(key)
+
+    def on_restore_done(self, next_seq: Callable[[], int]) -> None:
+        # The state drops a notice before its clear goes out, the pending file takes the
+        # clear after: an agent killed between the two restored nothing of the id, and the
+        # receiver, told of the notice, was never told it ended. Its clear is sent now (as
+        # subscribers learn it: the heartbeat no longer lists the id), once: delivered, it
+        # takes the id off the done record.
+        if self._pending is None:
+            return
+        queued = {notice.id for notice in self._left() if notice.action == "clear"}
+        for notice in list(self._done_notices.values()):
+            if notice.id in self._seen or notice.id in queued:
+                continue
+            now = utcnow()
+            clear = notice.model_copy(
+                update={
+                    "action": "clear",
+                    "seq": next_seq(),
+                    "noticed_at": now,
+                    "sent_at": now,
+                    "detail": {},
+                }
+            )
+            log.info(
+                "webhook: %s %s, delivered before the agent stopped, was cleared and its clear "
+                "not kept; delivering the clear",
+                notice.action,
+                notice.id,
+            )
+            self._kept.add((clear.id, clear.seq))
+            self.on_notice(clear, escalated=False)
 
     def on_stop(self) -> None:
         if self._task is not None:
@@ -518,12 +566,17 @@ class WebhookObserver(Observer):
         if notice.action == "clear":
             for key in [key for key in self._done if key[0] == notice.id]:
                 del self._done[key]
+            self._done_notices.pop(notice.id, None)
             return
         key = done_key(notice)
         self._done.pop(key, None)
         self._done[key] = None
         while len(self._done) > MAX_DONE:
             del self._done[next(iter(self._done))]
+        self._done_notices.pop(notice.id, None)
+        self._done_notices[notice.id] = notice
+        while len(self._done_notices) > MAX_DONE:
+            del self._done_notices[next(iter(self._done_notices))]
 
     def _say_kept(self, notice: Notice, held: str, when: str, marked: str) -> None:
         log.warning(

@@ -16,6 +16,7 @@ from forewarn.agent.config import load_settings
 from forewarn.agent.notifications.pending import (
     PendingFile,
     decode_done,
+    decode_done_notices,
     decode_pending,
     encode_pending,
 )
@@ -493,12 +494,13 @@ _json = st.recursive(
     st.binary(max_size=64)
     | _json.map(lambda value: json.dumps(value).encode())
     | st.lists(_json | st.just(local_notice(3, "drain").model_dump(mode="json")), max_size=3).map(
-        lambda items: json.dumps({"version": 1, "notices": items}).encode()
+        lambda items: json.dumps({"version": 1, "notices": items, "done_notices": items}).encode()
     )
 )
 def test_any_pending_file_reads_as_notices_or_a_value_error(data: bytes):
     done = decode_done(data)
     assert done is None or all(isinstance(a, str) and isinstance(b, str) for a, b in done)
+    assert all(isinstance(notice, Notice) for notice in decode_done_notices(data))
     try:
         notices, problems = decode_pending(data)
     except ValueError as error:
@@ -517,6 +519,9 @@ def test_pending_notices_read_back_and_a_broken_file_is_set_aside(
     # As sent: times at the wire's millisecond precision.
     read = [notice.model_dump_json() for notice in PendingFile(path, list).load()]
     assert read == [notice.model_dump_json() for notice in kept]
+    path.write_bytes(encode_pending([], [("local/1", "drain")], kept))
+    done = [notice.model_dump_json() for notice in decode_done_notices(path.read_bytes())]
+    assert done == [notice.model_dump_json() for notice in kept]
     path.write_text('{"version": 1, "notices": [{"id": "bad"}]}')
     assert PendingFile(path, list).load() == []
     assert "notice 0: " in caplog.text and path.exists()
@@ -852,6 +857,49 @@ def test_a_notice_in_the_state_but_not_yet_in_the_pending_file_is_delivered(tmp_
             (delivery,) = hook.wait_for(1, timeout=15)
             assert (delivery.body["id"], delivery.body["action"]) == (notice["id"], "drain")
             eventually(lambda: delivered_ids(pending) == [[notice["id"], "drain"]])
+
+
+def test_a_clear_published_but_not_yet_in_the_pending_file_is_delivered_after_a_restart(
+    tmp_path: Path,
+):
+    """The state is written before a clear goes out, the pending file after: an agent killed
+    between the two left a delivered drain gone from state.json and no clear in
+    webhook-pending.json, and the restarted agent had nothing to send the clear from: the
+    receiver's drain never ended. The pending file's done record keeps the notice itself."""
+    env = agent_env(tmp_path, FOREWARN_WEBHOOK_URL="http://127.0.0.1:9" + SECRET_PATH)
+    state_dir = Path(env["FOREWARN_STATE_DIR"])
+    pending = state_dir / "webhook-pending.json"
+    with receiver() as hook:
+        env = {**env, "FOREWARN_WEBHOOK_URL": hook.url + SECRET_PATH}
+        first = AgentProcess(tmp_path, env=env).start()
+        notice = first.control({"op": "notify", "action": "drain", "note": "n"})["notice"]
+        hook.wait_for(1, timeout=15)
+        eventually(lambda: delivered_ids(pending) == [[notice["id"], "drain"]])
+    try:
+        # The receiver is gone (the clear stays queued); the pending file as it was at the
+        # kill: every later save of it fails, the state's succeed.
+        saved = pending.read_bytes()
+        pending.unlink()
+        pending.mkdir()
+        assert first.control({"op": "clear", "id": notice["id"]})["cleared"] == [notice["id"]]
+        state = state_dir / "state.json"
+        eventually(lambda: notice["id"] not in state.read_text(), what="the clear in the state")
+    finally:
+        first.stop(signal.SIGKILL)
+    pending.rmdir()
+    pending.write_bytes(saved)
+    with receiver() as hook:
+        env = {**env, "FOREWARN_WEBHOOK_URL": hook.url + SECRET_PATH}
+        with AgentProcess(tmp_path, env=env) as agent:
+            (delivery,) = hook.wait_for(1, timeout=15)
+            assert (delivery.body["id"], delivery.body["action"]) == (notice["id"], "clear")
+            assert delivery.body["provider"] == notice["provider"]
+            eventually(lambda: delivered_ids(pending) == [], what="the clear recorded")
+        # Delivered once: a restart after it does not send it again.
+        with AgentProcess(tmp_path, env=env) as agent:
+            agent.control({"op": "notify", "action": "drain", "note": "next"})
+            hook.wait_for(2, timeout=15)
+        assert [r.body["action"] for r in hook.received] == ["clear", "drain"]
 
 
 def test_a_restored_notice_delivered_before_the_restart_is_not_delivered_again(tmp_path: Path):
