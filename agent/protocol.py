@@ -84,6 +84,14 @@ VERSION_DESCRIPTION = (
     "`1.0` included, which JSON Schema validators take for the same number as `1`."
 )
 
+EVENT_FIELDS_DESCRIPTION = (
+    "Fields not listed here are allowed, and readers ignore them: a field added to an event "
+    "within protocol v1 is optional, so a reader older than the agent reads what it knows. "
+    "forewarn's readers (the Python client, forewarn watch, the C subscriber) do; a reader "
+    "that refused them would drop every message of a newer agent. The agent itself sends "
+    "only the fields listed in the schema of its version."
+)
+
 REQUEST_FIELDS_DESCRIPTION = (
     "Fields not listed here are ignored (the agent logs each name once): a field added to a "
     "request within protocol v1 is optional, so a client newer than the agent is served with "
@@ -449,6 +457,14 @@ def json_schema() -> dict[str, Any]:
         # (its default is for the state file): published optional, it said otherwise.
         definitions[name]["required"].insert(0, "v")
         definitions[name]["properties"]["v"]["description"] = VERSION_DESCRIPTION
+        # The agent's models forbid unknown fields (it sends none), the readers ignore them:
+        # the schema is for readers, and one that validated strictly dropped every message
+        # of a newer agent that added an optional field within v1.
+        definitions[name]["additionalProperties"] = True
+        description = definitions[name].get("description", "").rstrip()
+        definitions[name]["description"] = (
+            f"{description} " if description else ""
+        ) + EVENT_FIELDS_DESCRIPTION
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://forewarn.dev/schema/protocol-v1.json",

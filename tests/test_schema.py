@@ -225,3 +225,34 @@ def test_the_schema_takes_a_notify_id_exactly_when_the_agent_does(notice_id: str
         return
     request = {"op": "notify", "action": "drain", "id": notice_id}
     assert notify.is_valid(request) == (id_problem(notice_id, "local") is None), notice_id
+
+
+@given(name=st.text(min_size=1, max_size=20), value=JSON_VALUES)
+@example(name="stall_seconds", value=12)  # an optional field a newer agent may add
+def test_the_schema_takes_an_unknown_event_field_as_the_readers_do(name: str, value: Any) -> None:
+    """Within v1 a newer agent may add an optional field to an event, and the readers ignore
+    it. The schema said `additionalProperties: false` for Notice and Heartbeat: a client in
+    another language validating against it dropped every message of such an agent. The
+    agent's own models stay strict: it publishes no field this schema does not list."""
+    import jsonschema  # installed with kubernetes-validate, a test extra
+    from forewarn.agent.protocol import Heartbeat, Notice
+    from forewarn.clients.event import Event
+    from forewarn.clients.notices import parse_heartbeat
+    from pydantic import ValidationError
+
+    schema = json.loads(SCHEMA.read_text())
+    for kind, message, model in (("Notice", NOTICE, Notice), ("Heartbeat", HEARTBEAT, Heartbeat)):
+        if name in message or name in schema["$defs"][kind]["properties"]:
+            continue
+        one = jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{kind}"})
+        sent = {**message, name: value}
+        text = json.dumps(sent)
+        if kind == "Notice":
+            Event.from_json(text)
+        else:
+            parse_heartbeat(text.encode())
+        assert one.is_valid(sent), (kind, text, [e.message for e in one.iter_errors(sent)])
+        # Still the protocol's message: a required field missing is refused as before.
+        assert not one.is_valid({key: item for key, item in sent.items() if key != "seq"})
+        with pytest.raises(ValidationError):
+            model.model_validate(sent)
