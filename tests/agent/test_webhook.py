@@ -18,6 +18,7 @@ from forewarn.agent.notifications.pending import (
     decode_done,
     decode_done_notices,
     decode_pending,
+    done_key,
     encode_pending,
 )
 from forewarn.agent.notifications.settings import WebhookSettings, check_url
@@ -913,6 +914,42 @@ def test_a_restored_notice_delivered_before_the_restart_is_not_delivered_again(t
             agent.control({"op": "notify", "action": "terminate", "deadline": None})
             hook.wait_for(2, timeout=15)
         assert [r.body["action"] for r in hook.received] == ["drain", "terminate"]
+
+
+def test_a_done_notice_gets_one_clear_at_start_unless_restored_or_its_clear_is_kept(
+    tmp_path: Path,
+):
+    """At start, a notice the pending file names done gets a clear when its id was neither
+    restored nor published (the state dropped it, the clear never reached the file); not a
+    second one when the file keeps its clear queued, none when the id was restored."""
+    posted: list[tuple[str, str, int]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        posted.append((body["id"], body["action"], body["seq"]))
+        return httpx.Response(200)
+
+    restored, dropped, queued = (local_notice(n, "drain") for n in (1, 2, 3))
+    queued_clear = queued.model_copy(update={"action": "clear", "seq": 4})
+    done = [done_key(notice) for notice in (restored, dropped, queued)]
+    path = tmp_path / "webhook-pending.json"
+    path.write_bytes(encode_pending([queued_clear], done, [restored, dropped, queued]))
+
+    async def run() -> None:
+        url = "http://127.0.0.1:9" + SECRET_PATH
+        observer = WebhookObserver(
+            WebhookSettings(url=url), url, transport=httpx.MockTransport(answer), state_dir=tmp_path
+        )
+        observer.on_start(["local"])
+        observer.on_restored(restored)
+        observer.on_restore_done(iter(range(10, 20)).__next__)
+        await observer.settle()
+        observer.on_stop()
+
+    asyncio.run(run())
+    assert posted == [("local/3", "clear", 4), ("local/2", "clear", 10)]
+    assert delivered_ids(path) == [["local/1", "drain"]]
+    assert decode_pending(path.read_bytes())[0] == []
 
 
 def delivered_ids(path: Path) -> list[list[str]]:
