@@ -1,11 +1,11 @@
 """One writer of a step at a time on S3, across processes and machines.
 
-A single-rank save claims its step with a small object `.<generation>.claim` in the store's
-root, created by a conditional write (`If-None-Match: *`): the service creates it for one
-writer and answers every other 412 PreconditionFailed (409 ConditionalRequestConflict while
-two race). Without it a second job saving the step (a replacement started while the old one
-still flushes) deleted the first's files as a dead writer's leftovers, or renamed its own
-over them.
+A save (its rank 0, in a save of several ranks) claims its step with a small object
+`.<generation>.claim` in the store's root, created by a conditional write (`If-None-Match:
+*`): the service creates it for one writer and answers every other 412 PreconditionFailed
+(409 ConditionalRequestConflict while two race). Without it a second job saving the step (a
+replacement started while the old one still flushes) deleted the first's files as a dead
+writer's leftovers, or renamed its own over them.
 
 A killed writer cannot let go of its claim, so a claim is a lease: its holder rewrites it
 every `LEASE / 6` seconds (`If-Match` its own ETag, so a claim taken over is never taken
@@ -81,7 +81,7 @@ def service_time(reply: dict[str, Any]) -> datetime:
 
 
 class S3Claim:
-    """The claim of one single-rank save on its generation; `take` it, then `release` it."""
+    """The claim of one save (its rank 0) on its generation; `take` it, then `release` it."""
 
     def __init__(self, client: Any, bucket: str, key: str, url: str, prefix: str) -> None:
         self._client = client

@@ -139,8 +139,8 @@ RELEASE_WITHIN = 10.0
 _CLAIMED: weakref.WeakSet[GenerationWriter] = weakref.WeakSet()
 # Every save of this process, of every store, with an event set once it has ended and let go
 # of its claim if it held one: the interpreter's exit waits on it for a save whose commit is
-# under way, claimed or not (a save holds none on a service without conditional writes, or
-# of several ranks).
+# under way, claimed or not (a save holds none on a service without conditional writes, nor
+# does a rank other than 0).
 _RUNNING: weakref.WeakKeyDictionary[GenerationWriter, threading.Event] = weakref.WeakKeyDictionary()
 # A forked child's copies are its parent's saves: ending them would delete the parent's files.
 os.register_at_fork(after_in_child=_CLAIMED.clear)
@@ -348,16 +348,22 @@ class CheckpointStore:
         releases = [_WRITING.enter(self._backend.identity, name, ranks.rank)]
         claimed = False
         try:
-            if ranks.world_size == 1:
+            if ranks.rank == 0:
+                # Rank 0 of a save of several ranks too: it is in the save until the commit,
+                # which waits for every other rank's files. Without a claim, another job's
+                # retention on the same store saw nothing of the save and deleted its files
+                # mid-write (the commit then failed with `a0.bin is missing from storage`).
                 releases.append(self._backend.claim(name))
                 claimed = releases[-1] is not NO_CLAIM
             writer = self._start(step, name, meta, ranks, attempt)
         except BaseException:
             _release_all(releases)
             raise
-        if claimed:
+        if claimed and ranks.world_size == 1:
             # Else its claim outlived a closed store, or the process, renewed by its timer
-            # (or, after the exit, left for a whole lease to block the step elsewhere).
+            # (or, after the exit, left for a whole lease to block the step elsewhere). Not
+            # rank 0 of several: aborting it would wait for the other ranks' parts (up to
+            # commit_timeout); its claim goes when its commit or abort ends.
             _CLAIMED.add(writer)
         _RUNNING[writer] = threading.Event()
         self._claims[writer] = release = _once(lambda: _release_all(releases))

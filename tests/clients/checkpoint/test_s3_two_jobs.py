@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore, S3Options
 from s3_proxy import Reply, Request, S3Proxy
+from support import eventually
 
 
 class InitiatedProxy(S3Proxy):
@@ -154,3 +159,73 @@ def test_aborting_uploads_by_hand_spares_a_live_writers(
     )
     assert CheckpointStore(f"s3://{bucket}/run").abort_stale_uploads() == 1
     assert uploads(client, bucket) == ["run/step-000000000100/model.bin"]
+
+
+# One rank of another job's two-rank save of step 100 (the ranks meet through the store):
+# its file's upload under way (one part sent) until the go file appears.
+UPLOADING_RANK = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from forewarn.clients.checkpoint import CheckpointStore, S3Options
+
+    url, rank, ready, go = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+    options = S3Options(part_size=5 << 20)
+    with CheckpointStore(url, s3=options, poll_interval=0.02) as store:
+        with store.save(100, rank=rank, world_size=2) as gen:
+            with gen.open(f"model-{rank}.bin") as stream:
+                stream.write(os.urandom(6 << 20))
+                ready.touch()
+                while not go.exists():
+                    time.sleep(0.01)
+                stream.write(b"the end")
+    print("committed", flush=True)
+    """
+)
+
+
+def test_aborting_uploads_by_hand_spares_another_jobs_save_of_several_ranks(
+    bucket: str, s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A save of several ranks held no claim: `abort_stale_uploads()` run while another job
+    saved that way aborted its ranks' uploads, and its commit failed. Its rank 0's claim now
+    spares them."""
+    import boto3
+
+    client = boto3.client("s3")
+    url = f"s3://{bucket}/run"
+    go = tmp_path / "go"
+    readies = [tmp_path / f"ready{rank}" for rank in (0, 1)]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", UPLOADING_RANK, url, str(rank), str(readies[rank]), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        eventually(lambda: all(ready.exists() for ready in readies) or any_ended(ranks), timeout=60)
+        for rank in ranks:
+            assert rank.poll() is None, rank.communicate()
+        assert CheckpointStore(url).abort_stale_uploads() == 0
+        assert uploads(client, bucket) == [
+            "run/step-000000000100/model-0.bin",
+            "run/step-000000000100/model-1.bin",
+        ]
+        go.touch()
+        for rank in ranks:
+            out, err = rank.communicate(timeout=60)
+            assert rank.returncode == 0, err
+            assert "committed" in out
+        assert CheckpointStore(url).get(100, verify="checksums").world_size == 2
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+
+
+def any_ended(processes: list[subprocess.Popen[str]]) -> bool:
+    return any(process.poll() is not None for process in processes)
