@@ -840,6 +840,11 @@ class GcpWatcher:
         # no recovery of a key still failing (a 500 before any long-poll answered, under load).
         if not self._failing or self.health.last_success is None:
             self.health.success(recovered=not self._failing)
+        else:
+            # Still an answer: counted as no progress, the long-polls' answers beside a key
+            # read only every upcoming_interval (60 s, past the 52 s bound) had the agent
+            # restart the watcher as hung at every minute of that key's standing fault.
+            self.health.progress()
 
     def _bad(self, key: str, kind: str, message: str) -> None:
         self._failing.add(key)

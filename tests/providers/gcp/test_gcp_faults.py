@@ -203,6 +203,26 @@ async def test_a_key_that_keeps_failing_beside_good_ones_does_not_flap(
     assert run.watcher.health.last_success is not None
 
 
+async def test_good_answers_beside_a_failing_key_still_count_as_progress(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    # upcoming-maintenance answering 500 (a standing fault, read every upcoming_interval,
+    # 60 s by default), the long-polls fine: their answers counted as no success while the
+    # key failed, hence as no progress either, and with the defaults the next 500 came past
+    # the watcher's progress bound (52 s): the agent restarted it as hung every minute,
+    # leaving it unwatched through each restart's backoff.
+    sim.add_fault("status", path="/computeMetadata/v1/instance/upcoming-maintenance", status=500)
+    async with watching(server.url, timeout_sec=1, upcoming_interval=3600) as run:
+        await _errors(run, "http-500", 1)
+        health = run.watcher.health
+        failed_at = health.last_progress
+        key = "GET /computeMetadata/v1/instance/preempted"
+        answered = sim.requests[key]
+        await run.until(lambda: sim.requests[key] >= answered + 2, 10, "long-polls")
+        assert health.last_progress > failed_at
+        assert health.errors_by_kind == {"http-500": 1}
+
+
 async def test_a_key_failing_before_the_first_good_answer_is_said_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
