@@ -9,6 +9,7 @@ import math
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -256,7 +257,12 @@ async def test_a_dead_metrics_thread_or_webhook_task_is_a_dead_part(tmp_path: Pa
             raise RuntimeError("metrics server broke")
 
         metrics.server.service_actions = broken  # type: ignore[attr-defined]
-        webhook.on_notice("not a notice", escalated=False)  # type: ignore[arg-type]
+        # Shaped enough to be queued and kept in the pending file, not to be delivered: the
+        # delivery task dies on its seq (a list, unhashable).
+        broken_notice = SimpleNamespace(
+            id="local/broken", action="drain", seq=[1], model_dump_json=lambda: "{}"
+        )
+        webhook.on_notice(broken_notice, escalated=False)  # type: ignore[arg-type]
         await eventually_async(
             lambda: agent.liveness() == {"metrics": False, "webhook": False},
             5,

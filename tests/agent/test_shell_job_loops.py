@@ -297,7 +297,10 @@ def test_two_shell_loops_the_flag_goes_only_once_both_acked(tmp_path: Path) -> N
             assert flag.exists(), "released by the quick job's ack while the slow one saves"
             release.touch()
             eventually(lambda: not flag.exists(), timeout=20, what="the flag handled")
-            assert " from slow: step=7" in agent.output()
+            # Logged after the ack's after-action (the removal): waited for, not read at once.
+            eventually(
+                lambda: " from slow: step=7" in agent.output(), timeout=10, what="slow's ack logged"
+            )
         finally:
             for loop in loops:
                 if loop.poll() is None:
