@@ -15,7 +15,8 @@ import pytest
 from forewarn.clients.checkpoint import CheckpointStore, S3Options
 from s3_proxy import Reply, Request, S3Proxy
 
-STALL = 1.5  # EXIT_STALL_SECONDS in the child (past the parts' uploads on a loaded machine)
+# EXIT_STALL_SECONDS in the child: past a part's upload on a loaded machine (1.5 s was not).
+STALL = 3.0
 DELAY = STALL + 1.0  # how long the proxy holds each CompleteMultipartUpload
 
 _EXIT_WHILE_THE_UPLOAD_COMPLETES = """
