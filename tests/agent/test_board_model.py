@@ -94,6 +94,10 @@ class NoticeLife(RuleBasedStateMachine):
         # Provider notices retired past their end: who had acked each, and whether every
         # client had flushed it. Raised again, it is the same occurrence: flushed once.
         self.retired_acks: dict[str, tuple[set[str], bool]] = {}
+        # Raised again flushed by every client: what the board said (`take_flushed`), what the
+        # model expects; compared at each `_check`.
+        self.taken: list[str] = []
+        self.flushed_at_raise: list[str] = []
 
     def teardown(self) -> None:
         self.dir.cleanup()
@@ -146,6 +150,10 @@ class NoticeLife(RuleBasedStateMachine):
             if not manual and notice_id in self.retired_acks:
                 acked, flushed = self.retired_acks.pop(notice_id)
                 self.active[notice_id].acked, self.active[notice_id].flushed = acked, flushed
+                # Every client had acked it (the last perhaps after its expiry): flushed as it
+                # is raised again, and its provider told then (`take_flushed`).
+                if self._expect_flushed(notice_id):
+                    self.flushed_at_raise.append(notice_id)
             return [(notice_id, action, shown.deadline)]
         entry.restored_at = None
         # Against what clients were told, not the last report: a deadline that creeps by under
@@ -202,6 +210,9 @@ class NoticeLife(RuleBasedStateMachine):
     # Comparing.
 
     def _check(self, published: list[Notice], expected: list[Sent]) -> None:
+        taken, self.taken = self.taken, []
+        flushed_at_raise, self.flushed_at_raise = self.flushed_at_raise, []
+        assert sorted(taken) == sorted(flushed_at_raise), "flushed as raised again"
         for notice in published:
             assert notice.seq > self.last_seq, f"seq {notice.seq} after {self.last_seq}"
             self.last_seq = notice.seq
@@ -210,6 +221,7 @@ class NoticeLife(RuleBasedStateMachine):
 
     def _emit(self, report: Report, manual: bool = False) -> list[Notice]:
         notice = self.board.report(report, manual=manual)
+        self.taken += self.board.take_flushed()
         return [] if notice is None else [notice]
 
     def _report(self, notice_id: str, shown: Shown, provider: str) -> Report:
@@ -374,6 +386,15 @@ class NoticeLife(RuleBasedStateMachine):
             elif not self.clients and not entry.flushed:
                 entry.acked.add("(anonymous)")
             self.saved.add(notice_id)
+        elif notice_id in self.retired_acks:
+            # Retired past its end and not raised again yet: the ack counts for the re-raise
+            # (it was lost, and the re-raise waited for this client for good).
+            acked, flushed = self.retired_acks[notice_id]
+            if client is not None:
+                acked.add(client)
+            elif not self.clients and not flushed:
+                acked.add("(anonymous)")
+            self.saved.add(notice_id)
         assert completes == self._expect_flushed(notice_id)
 
     @rule(down=st.sampled_from([0, 2, 30, 200, 1000]))
@@ -415,7 +436,9 @@ class NoticeLife(RuleBasedStateMachine):
         escalated, expired = self.board.due()
         sent = {n.id for n in [*escalated, *expired]}
         replayed = [n for n in self.board.active() if n.id not in sent]
-        # The model: clients reconnect; provider notices await their watcher's answer.
+        # The model: clients reconnect; provider notices await their watcher's answer. Of
+        # those retired past their end, the state keeps the ones saved for.
+        self.retired_acks = {i: kept for i, kept in self.retired_acks.items() if i in self.saved}
         self.clients = set()
         self.flushes = self.flushes[-FLUSH_WINDOW:]
         self.held_until = self.now + timedelta(seconds=RECONNECT)
