@@ -278,15 +278,7 @@ class AzureWatcher:
         if check.lookup_due():
             check.asked()
             try:
-                response = await fetch(
-                    self.client,
-                    "GET",
-                    self.base_url + COMPUTE_PATH,
-                    params={"api-version": INSTANCE_API_VERSION},
-                    deadline=self.settings.request_timeout,
-                )
-                if response.status_code == 200:
-                    check.looked_up = parse_compute(response.content)
+                check.looked_up = await self._instance_names()
             except (httpx.HTTPError, ParseError) as error:
                 log.debug("azure: cannot check azure.vm_name against %s: %s", COMPUTE_PATH, error)
         message = check.mismatch()
@@ -294,18 +286,23 @@ class AzureWatcher:
             log.warning("azure: %s", message)
             self.health.condition("vm-name", message)
 
+    async def _instance_names(self) -> frozenset[str]:
+        """This VM's names as instance metadata gives them; ParseError for an answer that is
+        not 200 or not compute metadata, httpx.HTTPError when none came."""
+        response = await fetch(
+            self.client,
+            "GET",
+            self.base_url + COMPUTE_PATH,
+            params={"api-version": INSTANCE_API_VERSION},
+            deadline=self.settings.request_timeout,
+        )
+        if response.status_code != 200:
+            raise ParseError(f"HTTP {response.status_code}: {response.text[:200]!r}")
+        return parse_compute(response.content)
+
     async def _resolve_names(self) -> bool:
         try:
-            response = await fetch(
-                self.client,
-                "GET",
-                self.base_url + COMPUTE_PATH,
-                params={"api-version": INSTANCE_API_VERSION},
-                deadline=self.settings.request_timeout,
-            )
-            if response.status_code != 200:
-                raise ParseError(f"HTTP {response.status_code}: {response.text[:200]!r}")
-            self.names = parse_compute(response.content)
+            self.names = await self._instance_names()
         except (httpx.HTTPError, ParseError) as error:
             message = (
                 f"cannot read this VM's name from {COMPUTE_PATH} ({error}); no events are "
