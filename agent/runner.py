@@ -236,19 +236,33 @@ class Agent:
                 chosen.append(name)
         candidates = [name for name in self.settings.registry.detectable() if name not in chosen]
 
-        async def probe(name: str) -> bool:
+        # Every watcher is built before any probe's clock starts: a build imports the
+        # provider's watch module and SDK, which blocks the loop (seconds on a loaded machine
+        # at boot), and inside the probes it spent the others' budgets (AWS went unpicked
+        # on an endpoint answering in milliseconds).
+        built: dict[str, tuple[Watcher, PollHealth]] = {}
+        for name in candidates:
+            health = PollHealth(name)
             try:
-                health = PollHealth(name)
-                watcher = self._build(name, health)
+                built[name] = (self._build(name, health), health)
+            except Exception as error:
+                log.info("auto: %s not picked: %s", name, str(error) or type(error).__name__)
+
+        async def probe(name: str) -> bool:
+            if name not in built:
+                return False
+            watcher, health = built[name]
+            try:
                 found = await asyncio.wait_for(watcher.detect(), DETECT_TIMEOUT)
-                await self._close(watcher)
+            except Exception as error:
+                log.info("auto: %s not picked: %s", name, str(error) or type(error).__name__)
+                found = False
+            else:
                 if not found:
                     why = health.not_detected or "its detection probe said no"
                     log.info("auto: %s not picked: %s", name, why)
-                return bool(found)
-            except Exception as error:
-                log.info("auto: %s not picked: %s", name, str(error) or type(error).__name__)
-                return False
+            await self._close(watcher)
+            return bool(found)
 
         found = await asyncio.gather(*(probe(name) for name in candidates))
         chosen += [name for name, ok in zip(candidates, found, strict=True) if ok]

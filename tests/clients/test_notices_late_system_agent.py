@@ -32,7 +32,10 @@ def _job_before_the_agent(marker: Path, guard: bool) -> dict[str, Any]:
     else:
         notices = Notices(heartbeat_timeout=1.0)
     first = notices.events
-    marker.write_text(first)
+    # Renamed into place: the test reads it as soon as it exists (check 28f read it empty).
+    written = marker.with_name(marker.name + ".part")
+    written.write_text(first)
+    written.rename(marker)
     try:
         found = eventually(lambda: notices.alive, timeout=25, what="the agent") and True
     except AssertionError:
