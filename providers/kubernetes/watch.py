@@ -13,6 +13,9 @@
 - A server certificate that fails verification has the CA read again (it rotates).
 - Bad configuration (no node name, an unreadable token) is one clear error in PollHealth,
   retried every minute; the agent and its other watchers keep running.
+- A NodeClaim that could not be read while Karpenter disrupts the node (403 before the
+  operator applies `components/karpenter`, a transport error) is read again with a backoff
+  until it answers or the disruption ends; a 403 is a standing condition in `status`.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ CONFIG_RETRY = 60.0
 FIRST_RETRY = 0.2
 # A stream that ends this fast with nothing in it is a misbehaving server, not a timeout.
 SHORT_STREAM = 1.0
+# The first wait before reading a NodeClaim again after a failed read (up to `retry_max`).
+NODECLAIM_RETRY = 1.0
+# The condition `status` shows while the API server refuses to show NodeClaims.
+NODECLAIM_REFUSED = "nodeclaim-refused"
 
 
 def certificate_refused(error: BaseException) -> bool:
@@ -104,8 +111,13 @@ class KubernetesWatcher:
         # Karpenter's deadline (the NodeClaim's termination timestamp) for the node being
         # disrupted now, by NodeClaim name; and whether the API server refused to show one.
         self.karpenter_deadline: tuple[str, datetime] | None = None
-        self.nodeclaims_refused = False
+        self.nodeclaims_refused = False  # the last read was refused (403)
         self.nodeclaim_gets = 0
+        # The Node object last applied (None once deleted): what a NodeClaim read retried in
+        # the background looks at, so that it follows the node's later changes.
+        self.node_object: object | None = None
+        self.nodeclaim_backoff = Backoff(NODECLAIM_RETRY, settings.retry_max)
+        self._nodeclaim_retry: asyncio.Task[None] | None = None
 
     def progress_bound(self) -> float | None:
         """A whole watch (a good one counts at its start) with its read margin, after a
@@ -149,6 +161,14 @@ class KubernetesWatcher:
         await asyncio.sleep(wait)
 
     async def watch(self, emit: Emit) -> None:
+        try:
+            await self._watch(emit)
+        finally:
+            if self._nodeclaim_retry is not None:
+                self._nodeclaim_retry.cancel()
+                self._nodeclaim_retry = None
+
+    async def _watch(self, emit: Emit) -> None:
         backoff = Backoff(FIRST_RETRY, self.settings.retry_max)
         while True:
             self.delivered = False
@@ -221,9 +241,10 @@ class KubernetesWatcher:
         restored, self._restored = self._restored, {}
         if listed.node is not None:
             self._node(listed.node, api.node_name, emit)
-            if await self._read_karpenter(api, listed.node):
+            if await self._read_karpenter(api, listed.node, emit):
                 self._node(listed.node, api.node_name, emit)
         elif self.seen_node:
+            self.node_object = None
             self._apply([*self.active.values(), deleted_report(api.node_name, self.node_uid)], emit)
         elif mine := [r for r in restored.values() if r.detail.get("node") == api.node_name]:
             self._deleted_while_away(mine, api.node_name, emit)
@@ -282,7 +303,7 @@ class KubernetesWatcher:
                 self.too_large = 0
                 self._handle(event, api.node_name, emit)
                 if event.type in ("ADDED", "MODIFIED") and await self._read_karpenter(
-                    api, event.object
+                    api, event.object, emit
                 ):
                     # Again, now with Karpenter's deadline: after the notices went out
                     # without it, so that a NodeClaim slow to answer holds none of them.
@@ -307,51 +328,99 @@ class KubernetesWatcher:
         if event.type == "BOOKMARK":
             self.bookmarks += 1
         elif event.type == "DELETED":
+            self.node_object = None
             self._apply([*self.active.values(), deleted_report(name, self.node_uid)], emit)
         else:
             self._node(event.object, name, emit)
             self.node_missing = False
         self.resource_version = event.resource_version or self.resource_version
 
-    async def _read_karpenter(self, api: NodeApi, node: object) -> bool:
+    async def _read_karpenter(self, api: NodeApi, node: object, emit: Emit) -> bool:
         """Find Karpenter's deadline for a node it is disrupting: GET the NodeClaim that owns
         the Node, once its termination timestamp is there (it is stamped when the NodeClaim
         is deleted, after the taint: until then each change of the Node looks again). A
-        NodeClaim that cannot be read leaves the drain without a deadline, as before; it never
-        holds up the watch. True when it learned a deadline (the node's notices are then
-        worth computing again)."""
+        NodeClaim that cannot be read leaves the drain without a deadline for now and is read
+        again in the background (`_retry_nodeclaim`); it never holds up the watch. True when
+        it learned a deadline (the node's notices are then worth computing again)."""
         name = nodeclaim_name(node)
         if name is None or not being_disrupted(node):
             self.karpenter_deadline = None
             return False
-        if self.nodeclaims_refused or (
-            self.karpenter_deadline is not None and self.karpenter_deadline[0] == name
-        ):
+        if self.karpenter_deadline is not None and self.karpenter_deadline[0] == name:
             return False
+        if self._nodeclaim_retry is not None and not self._nodeclaim_retry.done():
+            return False  # the retry reads it, from the Node as it is then
+        read, deadline = await self._get_deadline(api, name)
+        if not read:
+            self._nodeclaim_retry = asyncio.create_task(self._retry_nodeclaim(emit))
+        if deadline is None:
+            return False
+        self.karpenter_deadline = (name, deadline)
+        return True
+
+    async def _retry_nodeclaim(self, emit: Emit) -> None:
+        """Read the NodeClaim again, with a backoff, while the node is still being disrupted
+        with no deadline known. A 403 was kept for the watcher's life: once the operator
+        applied `components/karpenter`, the drain still had no deadline until the agent
+        restarted, and a NodeClaim that failed once for a transport error was not read
+        again unless the Node changed (a Node being deleted may not change for hours)."""
+        while True:
+            await asyncio.sleep(self.nodeclaim_backoff.next())
+            node = self.node_object
+            name = nodeclaim_name(node)
+            api = self.api
+            if name is None or not being_disrupted(node):
+                return
+            if self.karpenter_deadline is not None and self.karpenter_deadline[0] == name:
+                return
+            if api is None:
+                continue  # reconnecting: the next try reads it through the new client
+            read, deadline = await self._get_deadline(api, name)
+            # The Node as it is after the read (an event may have come meanwhile).
+            node = self.node_object
+            if deadline is not None and nodeclaim_name(node) == name and being_disrupted(node):
+                self.karpenter_deadline = (name, deadline)
+                self._node(node, api.node_name, emit)
+            if read:
+                return
+
+    async def _get_deadline(self, api: NodeApi, name: str) -> tuple[bool, datetime | None]:
+        """GET the NodeClaim: whether it answered, and its termination deadline if any."""
         self.nodeclaim_gets += 1
         try:
             nodeclaim = await api.get_nodeclaim(name)
         except ApiError as error:
             if error.status == 403:
-                self.nodeclaims_refused = True
-                log.warning(
-                    "kubernetes: the API server refused to show NodeClaim %s (403): Karpenter's "
-                    "drain of node %s has no deadline; grant get on nodeclaims.karpenter.sh "
-                    "(packaging/kubernetes/components/karpenter) to have it",
-                    name,
-                    api.node_name,
-                )
+                self._refused(name, api.node_name)
             else:
                 log.info("kubernetes: NodeClaim %s not read: %s", name, error)
-            return False
+            return False, None
         except (httpx.HTTPError, ParseError) as error:
             log.info("kubernetes: NodeClaim %s not read: %s", name, error)
-            return False
-        deadline = termination_deadline(nodeclaim)
-        if deadline is None:
-            return False
-        self.karpenter_deadline = (name, deadline)
-        return True
+            return False, None
+        self.nodeclaim_backoff.reset()
+        if self.nodeclaims_refused:
+            self.nodeclaims_refused = False
+            self.health.condition(NODECLAIM_REFUSED, None)
+            log.info("kubernetes: NodeClaim %s read: the API server shows NodeClaims now", name)
+        return True, termination_deadline(nodeclaim)
+
+    def _refused(self, name: str, node_name: str) -> None:
+        """A 403 on the NodeClaim: said once in the log, and in `status` until it is read."""
+        if not self.nodeclaims_refused:
+            log.warning(
+                "kubernetes: the API server refused to show NodeClaim %s (403): Karpenter's "
+                "drain of node %s has no deadline; grant get on nodeclaims.karpenter.sh "
+                "(packaging/kubernetes/components/karpenter) to have it; retrying",
+                name,
+                node_name,
+            )
+        self.nodeclaims_refused = True
+        self.health.condition(
+            NODECLAIM_REFUSED,
+            "get on nodeclaims (karpenter.sh) is forbidden: Karpenter's drain has no deadline; "
+            "apply packaging/kubernetes/components/karpenter",
+        )
 
     def _node(self, node: object, name: str, emit: Emit) -> None:
         uid = node_uid(node)
@@ -372,6 +441,7 @@ class KubernetesWatcher:
         self._apply(current, emit, replaced=replaced)
         self.node_uid = uid or self.node_uid
         self.seen_node = True
+        self.node_object = node
 
     def _apply(self, current: list[Report], emit: Emit, *, replaced: bool = False) -> None:
         out = changes(self.active, current)

@@ -92,7 +92,8 @@ async def test_a_refused_nodeclaim_leaves_the_drain_without_a_deadline_and_is_sa
     reader_only.raise_("karpenter", termination=_in(30))
     deleting = await running.report("drain", DELETING)
     assert deleting.deadline is None
-    assert running.watcher.nodeclaim_gets == 1
+    # Read again with a backoff (the RBAC may come), and said once all the same.
+    await running.until(lambda: running.watcher.nodeclaim_gets >= 3, 5, "two more reads")
     warnings = [r.getMessage() for r in caplog.records if "NodeClaim" in r.getMessage()]
     assert len(warnings) == 1 and "components/karpenter" in warnings[0], warnings
     assert running.watcher.health.last_error is None
@@ -132,3 +133,30 @@ async def test_a_nodeclaim_that_does_not_answer_does_not_hold_the_drain(
     cluster.raise_("karpenter", termination=_in(30))
     await watching.report("drain", TAINT, timeout=3)
     await watching.report("drain", DELETING, timeout=3)
+
+
+async def test_a_nodeclaim_refused_then_granted_gets_its_deadline_without_a_restart(
+    reader_only: Cluster, start_watcher: Any
+) -> None:
+    """The operator reads the 403 warning and applies `components/karpenter` while the node
+    drains. The refusal was kept for the watcher's life: the drain never got its deadline
+    until the agent restarted, and `status` never said what was missing."""
+    running: Running = await start_watcher(
+        url=reader_only.url, node_name=NODE, token_file=reader_only.token_file
+    )
+    await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+    termination = _in(30)
+    reader_only.raise_("karpenter", termination=termination)
+    await running.report("drain", DELETING)
+    await running.until(lambda: running.health.conditions, 3, "the refusal in status")
+    (said,) = running.health.conditions.values()
+    assert "components/karpenter" in said and "nodeclaims" in said, said
+    reader_only.sim.grants = frozenset({"list:nodes", "watch:nodes", "get:nodeclaims"})
+
+    def with_deadline() -> bool:
+        return any(
+            r.id == DELETING and r.deadline == parse_time(termination) for r in running.reports
+        )
+
+    await running.until(with_deadline, 4, "the deletion's drain, by the termination timestamp")
+    assert running.health.conditions == {}
