@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import ClassVar
 
@@ -60,6 +60,8 @@ SHORT_STREAM = 1.0
 NODECLAIM_RETRY = 1.0
 # The condition `status` shows while the API server refuses to show NodeClaims.
 NODECLAIM_REFUSED = "nodeclaim-refused"
+# The error kind of a watch the server ended at once with no event.
+WATCH_CLOSED = "watch-closed"
 
 
 def certificate_refused(error: BaseException) -> bool:
@@ -108,6 +110,7 @@ class KubernetesWatcher:
         self.gones = 0
         self.too_large = 0  # "Too large resource version" answers since the last event
         self.bookmarks = 0
+        self.short_streams = 0  # watches in a row that ended at once with no event
         # Karpenter's deadline (the NodeClaim's termination timestamp) for the node being
         # disrupted now, by NodeClaim name; and whether the API server refused to show one.
         self.karpenter_deadline: tuple[str, datetime] | None = None
@@ -120,9 +123,9 @@ class KubernetesWatcher:
         self._nodeclaim_retry: asyncio.Task[None] | None = None
 
     def progress_bound(self) -> float | None:
-        """A whole watch (a good one counts at its start) with its read margin, after a
-        list and a credential plugin, and the longest pause between tries; none while the
-        node does not exist (its watches then count as nothing, rightly)."""
+        """A whole watch (a good one counts within its first SHORT_STREAM) with its read
+        margin, after a list and a credential plugin, and the longest pause between tries;
+        none while the node does not exist (its watches then count as nothing, rightly)."""
         if self.node_missing:
             return None
         s = self.settings
@@ -292,24 +295,47 @@ class KubernetesWatcher:
         assert self.resource_version is not None
         loop = asyncio.get_running_loop()
         started = loop.time()
-        events = 0
         async with api.watch(self.resource_version, self.settings.watch_timeout) as stream:
             self.watches += 1
+            # A good answer once the stream has held a while (or at its first event), not as
+            # it opens: a server that ended every watch at once looked healthy in `status`
+            # while the backoff between its watches made notices up to `retry_max` late.
+            held = loop.call_later(SHORT_STREAM, self._success)
+            try:
+                await self._events(api, stream, emit)
+            finally:
+                held.cancel()
+        if self.delivered or loop.time() - started >= SHORT_STREAM:
+            self.short_streams = 0
+            return True
+        # One can be an API server shutting down as the watch opened; again right after is a
+        # server (or a proxy) that ends every watch.
+        self.short_streams += 1
+        message = (
+            f"the API server ended the watch within {SHORT_STREAM:g}s with no event "
+            f"({self.short_streams} in a row); reconnecting with a backoff (up to "
+            f"retry_max, {self.settings.retry_max:g}s), so notices may be that late"
+        )
+        if self.short_streams > 1:
+            self.health.error(WATCH_CLOSED, message)
+        else:
+            log.info("kubernetes: %s", message)
+        return False
+
+    async def _events(self, api: NodeApi, stream: AsyncIterator[WatchEvent], emit: Emit) -> None:
+        """Handle one watch's events as they come, until the server ends it."""
+        async for event in stream:
+            self.delivered = True
+            self.gones = 0
+            self.too_large = 0
+            self._handle(event, api.node_name, emit)
+            if event.type in ("ADDED", "MODIFIED") and await self._read_karpenter(
+                api, event.object, emit
+            ):
+                # Again, now with Karpenter's deadline: after the notices went out
+                # without it, so that a NodeClaim slow to answer holds none of them.
+                self._node(event.object, api.node_name, emit)
             self._success()
-            async for event in stream:
-                events += 1
-                self.delivered = True
-                self.gones = 0
-                self.too_large = 0
-                self._handle(event, api.node_name, emit)
-                if event.type in ("ADDED", "MODIFIED") and await self._read_karpenter(
-                    api, event.object, emit
-                ):
-                    # Again, now with Karpenter's deadline: after the notices went out
-                    # without it, so that a NodeClaim slow to answer holds none of them.
-                    self._node(event.object, api.node_name, emit)
-                self._success()
-        return events > 0 or loop.time() - started >= SHORT_STREAM
 
     @property
     def answered(self) -> bool:

@@ -403,7 +403,9 @@ async def test_server_side_timeout_resumes_from_last_version(
             lists = sim.counts["lists"]
         assert lists == 1  # a timeout is resumed, never relisted
         assert all(version not in ("", "0") for version in versions)
-        assert running.health.errors == 0
+        # Watches that end within a second with nothing in them are counted as such (see
+        # test_a_watch_that_ends_at_once_with_nothing_is_no_progress), and nothing else.
+        assert set(running.health.errors_by_kind) <= {"watch-closed"}
 
 
 async def test_bookmarks_move_the_resume_point(tmp_path: Path, start_watcher: Any) -> None:
@@ -757,3 +759,23 @@ def test_a_504_whose_body_is_not_a_status_is_an_ordinary_error(body: bytes) -> N
     error = api.error_for(504, body, "watch", "test")
     assert isinstance(error, api.ApiError)
     assert isinstance(error, api.TooLarge) is api.too_large(api._status_object(body))
+
+
+async def test_a_watch_that_ends_at_once_with_nothing_is_no_progress(
+    cluster: Cluster, watching: Running
+) -> None:
+    """A server (or a proxy in front of it) that ends every watch as soon as it opens: the
+    watcher backs off up to `retry_max` between them, so a taint is seen that much late
+    (30 s by default). Each open counted as a good answer: `status` said healthy all along."""
+    watches = cluster.sim.counts["watches"]
+    cluster.sim.max_watch_seconds = 0.0
+    cluster.http.post("/_sim/notices", json={"kind": "timeout"})  # ends the one open now
+    await watching.until(
+        lambda: cluster.sim.counts["watches"] >= watches + 4, 5, "watches ended at once"
+    )
+    assert watching.health.last_error == "watch-closed"
+    assert watching.health.errors_by_kind["watch-closed"] >= 3
+    cluster.sim.max_watch_seconds = 30.0
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    await watching.until(lambda: watching.health.last_error is None, 3, "healthy again")
