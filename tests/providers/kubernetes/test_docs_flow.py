@@ -6,11 +6,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
+import yaml
+from k8s_support import NODE, Cluster, Running
 from support import agent_env
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "kubernetes.md"
@@ -58,3 +63,64 @@ def test_the_documented_simulator_flow_runs_as_written(tmp_path: Path) -> None:
     assert any("drain" in line and "kubernetes/gpu-1/taint" in line for line in lines), out
     assert any("terminate" in line and "kubernetes/gpu-1/shutdown" in line for line in lines), out
     assert "Traceback" not in err
+
+
+def aks_handler_lines() -> list[str]:
+    """The `FOREWARN_*` lines docs/kubernetes.md gives for the AKS handler's taints."""
+    text = DOC.read_text()
+    section = text[text.index("### AKS node termination handler: its taints are opt-in") :]
+    match = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert match is not None, "docs/kubernetes.md: no yaml block in the AKS handler section"
+    return match.group(1).splitlines()
+
+
+async def test_the_aks_handlers_taints_turn_on_as_documented(
+    tmp_path: Path, cluster: Cluster, start_watcher: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its taints are opt-in, and nothing said how to have them: a Preempt was only the
+    handler's cordon, a drain with no hurry. The documented lines, pasted into the base's
+    literals and rendered as an operator renders them, make its Preempt a terminate and keep
+    every default terminate one."""
+    from forewarn.agent.config import load_settings
+    from forewarn.providers.kubernetes.settings import DEFAULT_TERMINATE_TAINTS
+    from kustomize_render import KUSTOMIZE, kubectl
+
+    tree = tmp_path / "kubernetes"
+    shutil.copytree(KUSTOMIZE, tree)
+    base = tree / "base" / "kustomization.yaml"
+    literal = "      - FOREWARN_LOG_FORMAT=json\n"
+    assert literal in base.read_text()
+    base.write_text(
+        base.read_text().replace(literal, literal + "\n".join(aks_handler_lines()) + "\n")
+    )
+    rendered = subprocess.run(
+        [kubectl(), "kustomize", str(tree / "overlays" / "daemonset")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    (config,) = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc
+        and doc["kind"] == "ConfigMap"
+        and doc["metadata"]["name"].startswith("forewarn-config")
+    ]
+    for key, value in config["data"].items():
+        if key.startswith("FOREWARN_KUBERNETES_"):
+            monkeypatch.setenv(key, value)
+    loaded = load_settings().kubernetes
+    preempt, terminate = (f"aks-node-termination-handler/{t}" for t in ("preempt", "terminate"))
+    assert loaded.imminent_taints == {*DEFAULT_TERMINATE_TAINTS, preempt, terminate}
+    running: Running = await start_watcher(
+        url=cluster.url,
+        node_name=NODE,
+        token_file=cluster.token_file,
+        extra_taints=loaded.extra_taints,
+        terminate_taints=loaded.terminate_taints,
+    )
+    cluster.raise_("taint", key="aks-node-termination-handler/reboot")
+    await running.report("drain", f"kubernetes/{NODE}/taint/aks-node-termination-handler/reboot")
+    cluster.raise_("taint", key=preempt, value="a-scheduled-event-id")
+    await running.report("terminate", f"kubernetes/{NODE}/taint/{preempt}")
