@@ -160,3 +160,23 @@ async def test_a_nodeclaim_refused_then_granted_gets_its_deadline_without_a_rest
 
     await running.until(with_deadline, 4, "the deletion's drain, by the termination timestamp")
     assert running.health.conditions == {}
+
+
+async def test_a_nodeclaim_read_that_failed_is_read_again_though_the_node_does_not_change(
+    cluster: Cluster, watching: Running
+) -> None:
+    """The API server failed the one read (a 503 from a conversion webhook restarting); the
+    Node being deleted does not change again for as long as its drain lasts, so the drain
+    never got its deadline."""
+    fail = {"kind": "status", "status": 503, "path": "/apis/karpenter.sh/", "count": 1}
+    assert cluster.http.post("/_sim/faults", json=fail).status_code < 300
+    termination = _in(30)
+    cluster.raise_("karpenter", termination=termination)
+
+    def with_deadline() -> bool:
+        return any(
+            r.id == DELETING and r.deadline == parse_time(termination) for r in watching.reports
+        )
+
+    await watching.until(with_deadline, 4, "the deletion's drain, by the termination timestamp")
+    assert watching.watcher.nodeclaim_gets >= 2
