@@ -58,14 +58,43 @@ def done_key(notice: Notice) -> DoneKey:
     return notice.id, notice.action
 
 
+# Each notice's JSON by the notice's identity, with the notice itself (kept alive, so that
+# its id() names no other object while the entry stands).
+EncodedNotices = dict[int, tuple[Notice, str]]
+
+
+def _as_json(notices: list[Notice], known: EncodedNotices, kept: EncodedNotices) -> list[str]:
+    """The JSON of each of `notices`, from `known` where it is there; `kept` gets each."""
+    # A plain loop, not a closure per notice: this runs for every notice held at each write.
+    texts = []
+    for notice in notices:
+        key = id(notice)
+        entry = known.get(key)
+        if entry is None or entry[0] is not notice:
+            entry = (notice, notice.model_dump_json())
+        kept[key] = entry
+        texts.append(entry[1])
+    return texts
+
+
 def encode_pending(
     notices: list[Notice],
     done: list[DoneKey] | None = None,
     done_notices: list[Notice] | None = None,
+    encoded: EncodedNotices | None = None,
 ) -> bytes:
-    notices_json = ",\n".join(notice.model_dump_json() for notice in notices)
+    """The pending file's bytes. `encoded`: the JSON of the notices of the last call, used
+    for those still held and left holding this call's only: a notice is frozen, and encoding
+    every notice at each write (about 7 µs each) held the GIL for milliseconds behind a long
+    queue, while the event loop waited for it to publish."""
+    known: EncodedNotices = {} if encoded is None else encoded
+    kept: EncodedNotices = {}
+    notices_json = ",\n".join(_as_json(notices, known, kept))
     done_json = json.dumps([list(key) for key in done or []])
-    done_notices_json = ",\n".join(notice.model_dump_json() for notice in done_notices or [])
+    done_notices_json = ",\n".join(_as_json(done_notices or [], known, kept))
+    if encoded is not None:
+        encoded.clear()
+        encoded.update(kept)
     return (
         f'{{"version": {PENDING_VERSION}, "notices": [\n{notices_json}\n],\n'
         f'"delivered": {done_json},\n"done_notices": [\n{done_notices_json}\n]}}\n'
@@ -149,6 +178,7 @@ class PendingFile:
         # The last notice done of each id, as the file read by `load` kept them.
         self.loaded_done_notices: list[Notice] = []
         self._lock = threading.Lock()  # held while the file is written
+        self._encoded: EncodedNotices = {}  # the last write's notices' JSON (under _lock)
         self._generation = 0  # of the newest snapshot taken
         self._written = 0  # of the newest snapshot written (or whose write failed)
         self._dirty = False
@@ -194,7 +224,8 @@ class PendingFile:
         while self._dirty:
             self._dirty = False
             self._generation += 1
-            # Encoded in the thread too: a long queue costs the event loop only a list copy.
+            # Encoded in the thread too, each notice once (see encode_pending): a long queue
+            # costs the event loop a list copy and the GIL a join.
             await asyncio.to_thread(self._write, self._generation, *self._take())
 
     def _take(self) -> tuple[list[Notice], list[DoneKey], list[Notice]]:
@@ -213,7 +244,8 @@ class PendingFile:
                 return
             self._written = generation
             try:
-                write_atomic(self.path, encode_pending(notices, done, done_notices))
+                data = encode_pending(notices, done, done_notices, self._encoded)
+                write_atomic(self.path, data)
             except OSError as error:
                 self.problem = (
                     f"cannot save the notices not delivered yet to {self.path} ({error}); "
@@ -237,6 +269,7 @@ class PendingFile:
 __all__ = [
     "MAX_DONE",
     "DoneKey",
+    "EncodedNotices",
     "PendingFile",
     "decode_done",
     "decode_done_notices",

@@ -1,0 +1,110 @@
+"""What a write of `webhook-pending.json` costs the event loop.
+
+The file is written again at each change of the webhook's queue (a notice queued, one
+delivered), in a thread. Each write encoded every notice it held, about 7 µs each on the
+bench machine: behind a receiver that hangs, 600 held notices made every write hold the GIL
+for 4 ms, and the event loop, wanting the GIL to publish the next notice, waited for it
+(`bench/webhook.py`: p50 1.2-3.3 ms against 0.3-0.4 ms without a webhook). A notice is
+frozen, so its JSON is encoded once and kept while the file holds it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from forewarn.agent.notifications.pending import (
+    DoneKey,
+    EncodedNotices,
+    PendingFile,
+    decode_done,
+    decode_done_notices,
+    decode_pending,
+    encode_pending,
+)
+from forewarn.agent.protocol import Notice
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import local_notice
+
+
+def counting_encodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the notices encoded from now on, one entry per encode."""
+    encoded: list[str] = []
+    original = Notice.model_dump_json
+
+    def counted(self: Notice, **kwargs: Any) -> str:
+        encoded.append(self.id)
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(Notice, "model_dump_json", counted)
+    return encoded
+
+
+def test_a_write_encodes_only_the_notices_new_since_the_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = [local_notice(seq, "drain") for seq in range(300)]
+    done_notices = [local_notice(seq, "drain") for seq in range(1000, 1050)]
+    path = tmp_path / "webhook-pending.json"
+    pending = PendingFile(path, lambda: held, list, lambda: done_notices)
+    pending.write_now()
+    encoded = counting_encodes(monkeypatch)
+    held.append(local_notice(300, "clear"))
+    del held[0]
+    pending.write_now()
+    assert encoded == ["local/300"]
+    # What is written is what encoding them all writes, byte for byte.
+    assert path.read_bytes() == encode_pending(held, [], done_notices)
+
+
+def test_a_notice_no_longer_held_is_forgotten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JSON kept is that of the notices of the last write only: the memory a long run
+    keeps is bounded by what the file holds."""
+    first, second = local_notice(1, "drain"), local_notice(2, "drain")
+    held = [first]
+    pending = PendingFile(tmp_path / "webhook-pending.json", lambda: held)
+    pending.write_now()
+    held[:] = [second]
+    pending.write_now()
+    encoded = counting_encodes(monkeypatch)
+    held[:] = [first, second]
+    pending.write_now()
+    assert encoded == ["local/1"]
+
+
+def wire(notice: Notice) -> Notice:
+    """`notice` at the wire's millisecond precision, as the file holds it."""
+    return Notice.model_validate_json(notice.model_dump_json())
+
+
+_NOTICES = [
+    wire(local_notice(seq, action))
+    for seq, action in enumerate(["drain", "terminate", "clear", "drain", "drain", "terminate"])
+]
+_snapshot = st.tuples(
+    st.lists(st.sampled_from(_NOTICES), max_size=6),
+    st.lists(st.tuples(st.sampled_from(["local/0", "local/1"]), st.just("drain")), max_size=3),
+    st.lists(st.sampled_from(_NOTICES), max_size=6),
+)
+
+
+@settings(max_examples=60)
+@given(st.lists(_snapshot, min_size=1, max_size=6))
+def test_each_encoding_holds_what_encoding_it_afresh_holds(
+    snapshots: list[tuple[list[Notice], list[DoneKey], list[Notice]]],
+) -> None:
+    """Whatever the notices came and went between writes (the same notice in the queue and
+    the done record, one held again after it left), each file's bytes are those encoded
+    afresh, and read back as the snapshot."""
+    encoded: EncodedNotices = {}
+    for notices, done, done_notices in snapshots:
+        data = encode_pending(notices, done, done_notices, encoded)
+        assert data == encode_pending(notices, done, done_notices)
+        assert decode_pending(data) == (notices, [])
+        assert decode_done(data) == done
+        assert decode_done_notices(data) == done_notices
+        assert {id(notice) for notice in notices + done_notices} == set(encoded)
