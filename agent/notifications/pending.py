@@ -3,8 +3,9 @@ keeps them across a restart of the agent.
 
 A webhook receiver that is down while the agent stops (a SIGTERM from systemd, a crash) held
 notices that were lost with the process: the operator was never told of them. `PendingFile`
-keeps them in the state directory, written atomically after each change, off the event loop;
-the restarted agent delivers them first. Delivery is at least once: a notice delivered just
+keeps them in the state directory, written atomically after each change, off the event loop
+(changes that come during a write are written together, WRITE_INTERVAL after it began); the
+restarted agent delivers them first. Delivery is at least once: a notice delivered just
 before the process dies, before the file is written again, is delivered again after the
 restart.
 
@@ -41,6 +42,10 @@ PENDING_VERSION = 1
 MAX_DONE = 4096
 # Larger files are not ours: the queue holds 100,000 notices at most, of a few hundred bytes.
 MAX_PENDING_BYTES = 256 * 1024 * 1024
+# Changes that come while the file is written are saved together once this many seconds
+# have passed since that write began: a burst of notices is written a few times, not twice
+# per notice. The first change after a quiet spell is written at once.
+WRITE_INTERVAL = 0.05
 
 
 def named(notices: list[Notice], limit: int = 10) -> str:
@@ -160,7 +165,8 @@ def decode_pending(data: bytes) -> tuple[list[Notice], list[str]]:
 
 class PendingFile:
     """`path`, holding what `snapshot()` returns: written after each `changed()` in a
-    thread, or at once by `write_now`; a write never replaces a newer one."""
+    thread (at once after a quiet spell, else WRITE_INTERVAL after the write before began),
+    or at once by `write_now`; a write never replaces a newer one."""
 
     def __init__(
         self,
@@ -221,12 +227,16 @@ class PendingFile:
         self._write(self._generation, *self._take())
 
     async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._dirty:
             self._dirty = False
             self._generation += 1
+            began = loop.time()
             # Encoded in the thread too, each notice once (see encode_pending): a long queue
             # costs the event loop a list copy and the GIL a join.
             await asyncio.to_thread(self._write, self._generation, *self._take())
+            if self._dirty:
+                await asyncio.sleep(began + WRITE_INTERVAL - loop.time())
 
     def _take(self) -> tuple[list[Notice], list[DoneKey], list[Notice]]:
         """Copies of what is written, taken on the event loop."""
@@ -268,6 +278,7 @@ class PendingFile:
 
 __all__ = [
     "MAX_DONE",
+    "WRITE_INTERVAL",
     "DoneKey",
     "EncodedNotices",
     "PendingFile",
