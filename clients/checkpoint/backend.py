@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -221,16 +222,17 @@ class Backend(ABC):
         Nothing to do on most backends."""
         return 0
 
-    def claim(self, prefix: str) -> Callable[[], None]:
-        """Claim `prefix` for this process's single writer until the returned function is
+    def claim(self, prefix: str, *, rank: int = 0) -> Callable[[], None]:
+        """Claim `prefix` for this process's writer of `rank` until the returned function is
         called; raises `CommitError` naming the holder when another live process holds it.
-        Nothing to claim where writers cannot be told apart."""
+        Each rank of a save of several claims its own (see `claim_stem`). Nothing to claim
+        where writers cannot be told apart."""
         return NO_CLAIM
 
     def claimed(self, prefix: str) -> bool:
-        """Whether a live writer of another process holds a claim (see `claim`) on `prefix`:
-        retention must not delete a generation someone is writing. False where there are no
-        claims, or when it cannot tell."""
+        """Whether a live writer of another process holds a claim (see `claim`) on `prefix`,
+        of any rank: retention must not delete a generation someone is writing. False where
+        there are no claims, or when it cannot tell."""
         return False
 
     def remove_stale_claims(self) -> int:
@@ -249,6 +251,18 @@ class Backend(ABC):
 
 def _nothing() -> None:
     return None
+
+
+def claim_stem(prefix: str, rank: int) -> str:
+    """What a claim of `rank` on generation `prefix` is named after (each backend adds its
+    own dot and suffix): rank 0's is the generation's name, as before ranks had claims."""
+    return prefix if rank == 0 else f"{prefix}{RANK_CLAIM}{rank}"
+
+
+# Between a generation's name and its rank in the name of a claim of a rank other than 0.
+RANK_CLAIM = ".rank-"
+# The generation a claim's stem (see `claim_stem`) is of.
+CLAIM_STEM = re.compile(r"(?P<generation>[^/]+?)(?:" + re.escape(RANK_CLAIM) + r"[0-9]+)?")
 
 
 # What `claim` returns when nothing was claimed (the store then has no claim to let go of).

@@ -19,13 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from .backend import Backend, ObjectWriter, OnDone
+from .backend import CLAIM_STEM, RANK_CLAIM, Backend, ObjectWriter, OnDone, claim_stem
 from .errors import CommitError
 from .hashing import Buffer
 from .manifest import COMMIT, parse_generation_name
 
 _TMP_MARK = ".tmp-"
-_LOCK_NAME = re.compile(r"\.(?P<generation>[^/]+)\.lock")
+_LOCK_NAME = re.compile(r"\.(?P<stem>[^/]+)\.lock")
 
 
 class _HeldLocks:
@@ -396,18 +396,18 @@ class LocalBackend(Backend):
         if self.durable:
             fsync_dir(path.parent)
 
-    def claim(self, prefix: str) -> Callable[[], None]:
+    def claim(self, prefix: str, *, rank: int = 0) -> Callable[[], None]:
         # Two processes saving one step into one directory (a job restarted while the old one
         # still flushes, two jobs given the same store) each deleted the other's files as a
         # dead writer's leftovers and renamed its own over them: both failed, or the one that
         # committed named the other's bytes. A POSIX lock on a file beside the generation
         # tells a live writer from a dead one: the kernel drops it when its process dies
         # (SIGKILL too), and forked children (DataLoader workers) do not inherit it.
-        path = self.root / f".{prefix}.lock"
+        path = self.root / f".{claim_stem(prefix, rank)}.lock"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             with _HELD.mutex:
-                return self._claim(prefix, path)
+                return self._claim(prefix if rank == 0 else f"{prefix} (rank {rank})", path)
         except OSError as exc:
             self._raise_if_read_only(prefix, exc)
             raise
@@ -489,7 +489,17 @@ class LocalBackend(Backend):
         return release
 
     def claimed(self, prefix: str) -> bool:
-        path = self.root / f".{prefix}.lock"
+        if self._lock_held(self.root / f".{prefix}.lock"):
+            return True
+        # The other ranks' (a rank may reach its save before rank 0 does).
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return False
+        ranks = re.compile(re.escape(f".{prefix}{RANK_CLAIM}") + r"[0-9]+\.lock")
+        return any(self._lock_held(self.root / name) for name in names if ranks.fullmatch(name))
+
+    def _lock_held(self, path: Path) -> bool:
         with _HELD.mutex:
             try:
                 found = os.stat(path, follow_symlinks=False)
@@ -522,7 +532,8 @@ class LocalBackend(Backend):
         removed = 0
         for entry in entries:
             found = _LOCK_NAME.fullmatch(entry.name)
-            if found is None or parse_generation_name(found.group("generation")) is None:
+            stem = CLAIM_STEM.fullmatch(found.group("stem")) if found else None
+            if stem is None or parse_generation_name(stem.group("generation")) is None:
                 continue
             with _HELD.mutex:
                 removed += _remove_if_dead(Path(entry.path))

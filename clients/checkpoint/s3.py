@@ -25,7 +25,7 @@ from typing import IO, Any
 from urllib.parse import urlsplit
 
 from . import s3claim
-from .backend import NO_CLAIM, Backend, ObjectWriter, OnDone, Progress
+from .backend import NO_CLAIM, RANK_CLAIM, Backend, ObjectWriter, OnDone, Progress
 from .errors import CheckpointError, StoreConfigError
 from .hashing import Buffer, digest_stream
 from .manifest import COMMIT, OUTPUTS, parse_generation_name
@@ -473,10 +473,12 @@ class S3Backend(Backend):
                 exc,
             )
 
-    def claim(self, prefix: str) -> Callable[[], None]:
+    def claim(self, prefix: str, *, rank: int = 0) -> Callable[[], None]:
         if not self._conditional_writes:
             return NO_CLAIM
-        claim = S3Claim(self.client, self.bucket, self._key(claim_name(prefix)), self.url, prefix)
+        label = prefix if rank == 0 else f"{prefix} (rank {rank})"
+        key = self._key(claim_name(prefix, rank))
+        claim = S3Claim(self.client, self.bucket, key, self.url, label)
         if claim.take():
             return claim.release
         # Said once: the service refused the conditional write (see `S3Claim.take`).
@@ -486,7 +488,19 @@ class S3Backend(Backend):
     def claimed(self, prefix: str) -> bool:
         if not self._conditional_writes:
             return False
-        return s3claim.live(self.client, self.bucket, self._key(claim_name(prefix)))
+        if s3claim.live(self.client, self.bucket, self._key(claim_name(prefix))):
+            return True
+        # The other ranks' (a rank may reach its save before rank 0 does): a listing of this
+        # generation's claims only.
+        paginator = self.client.get_paginator("list_objects_v2")
+        ranks = self._key(f".{prefix}{RANK_CLAIM}")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=ranks):
+            for item in page.get("Contents", []):
+                if s3claim.RANK_CLAIM_KEY.fullmatch(item["Key"][len(ranks) :]) and s3claim.live(
+                    self.client, self.bucket, item["Key"]
+                ):
+                    return True
+        return False
 
     def _claimed_once(self, prefix: str, seen: dict[str, bool]) -> bool:
         """`claimed(prefix)`, asked once per sweep; a claim that cannot be read counts as

@@ -30,6 +30,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
+from .backend import CLAIM_STEM, claim_stem
 from .errors import CommitError
 from .manifest import parse_generation_name
 
@@ -46,12 +47,14 @@ _CONTESTED = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
 # Services without conditional writes that refuse the header rather than ignore it.
 _UNSUPPORTED = ("NotImplemented", "InvalidArgument", "InvalidRequest", "501")
 _ATTEMPTS = 3
-_CLAIM_NAME = re.compile(r"\.(?P<generation>[^/]+)" + re.escape(SUFFIX))
+_CLAIM_NAME = re.compile(r"\.(?P<stem>[^/]+)" + re.escape(SUFFIX))
+# What follows `.<generation>.rank-` in the key of a rank's claim.
+RANK_CLAIM_KEY = re.compile(r"[0-9]+" + re.escape(SUFFIX))
 
 
-def claim_name(prefix: str) -> str:
-    """The key (relative to the store's root) of the claim on generation `prefix`."""
-    return f".{prefix}{SUFFIX}"
+def claim_name(prefix: str, rank: int = 0) -> str:
+    """The key (relative to the store's root) of the claim of `rank` on generation `prefix`."""
+    return f".{claim_stem(prefix, rank)}{SUFFIX}"
 
 
 def error_code(exc: BaseException) -> str:
@@ -380,7 +383,8 @@ def remove_stale(client: Any, bucket: str, root: str) -> int:
         now = service_time(page)
         for item in page.get("Contents", []):
             found = _CLAIM_NAME.fullmatch(item["Key"][len(root) :])
-            if found is None or parse_generation_name(found.group("generation")) is None:
+            stem = CLAIM_STEM.fullmatch(found.group("stem")) if found else None
+            if stem is None or parse_generation_name(stem.group("generation")) is None:
                 continue
             modified = item.get("LastModified")
             if not isinstance(modified, datetime):

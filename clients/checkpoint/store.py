@@ -348,13 +348,13 @@ class CheckpointStore:
         releases = [_WRITING.enter(self._backend.identity, name, ranks.rank)]
         claimed = False
         try:
-            if ranks.rank == 0:
-                # Rank 0 of a save of several ranks too: it is in the save until the commit,
-                # which waits for every other rank's files. Without a claim, another job's
-                # retention on the same store saw nothing of the save and deleted its files
-                # mid-write (the commit then failed with `a0.bin is missing from storage`).
-                releases.append(self._backend.claim(name))
-                claimed = releases[-1] is not NO_CLAIM
+            # Every rank of a save of several too, each its own claim: rank 0 is in the save
+            # until the commit, which waits for every other rank's files, and a rank may reach
+            # its save before rank 0 does. Without a claim, another job's retention on the
+            # same store saw nothing of the save and deleted its files mid-write (the commit
+            # then failed with `a1.bin is missing from storage`).
+            releases.append(self._backend.claim(name, rank=ranks.rank))
+            claimed = releases[-1] is not NO_CLAIM
             writer = self._start(step, name, meta, ranks, attempt)
         except BaseException:
             _release_all(releases)

@@ -135,8 +135,8 @@ class DelegatingBackend(Backend):
     def remove_stale_temps(self, key: str, *, older_than: float) -> int:
         return self.inner.remove_stale_temps(key, older_than=older_than)
 
-    def claim(self, prefix: str) -> Callable[[], None]:
-        return self.inner.claim(prefix)
+    def claim(self, prefix: str, *, rank: int = 0) -> Callable[[], None]:
+        return self.inner.claim(prefix, rank=rank)
 
     def claimed(self, prefix: str) -> bool:
         return self.inner.claimed(prefix)

@@ -219,10 +219,10 @@ class HeldClaim(DelegatingBackend):
         self.arrived = threading.Event()
         self.go = threading.Event()
 
-    def claim(self, prefix: str) -> Callable[[], None]:
+    def claim(self, prefix: str, *, rank: int = 0) -> Callable[[], None]:
         self.arrived.set()
         assert self.go.wait(60)
-        return super().claim(prefix)
+        return super().claim(prefix, rank=rank)
 
 
 def test_a_save_starting_while_the_store_closes_is_refused_and_lets_go(store_url: str) -> None:

@@ -47,8 +47,8 @@ class Gated(DelegatingBackend):
             self._gate("abort")
         super().delete_tree(prefix)
 
-    def claim(self, prefix: str) -> Callable[[], None]:
-        release = super().claim(prefix)
+    def claim(self, prefix: str, *, rank: int = 0) -> Callable[[], None]:
+        release = super().claim(prefix, rank=rank)
 
         def recorded() -> None:
             self.released.append(self.inner.list_sizes(prefix))

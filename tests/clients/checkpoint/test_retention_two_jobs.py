@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
 from forewarn.clients.checkpoint import CheckpointStore
 from support import eventually
 
@@ -125,3 +126,89 @@ def test_retention_spares_an_older_step_another_job_saves_on_several_ranks(
 
 def any_ended(processes: list[subprocess.Popen[str]]) -> bool:
     return any(process.poll() is not None for process in processes)
+
+
+def test_retention_spares_a_step_whose_other_rank_writes_before_rank_0_saves(
+    store_url: str, tmp_path: Path
+) -> None:
+    # Rank 1 of the other job reached its save first (rank 0 still gathering its state):
+    # rank 0's claim did not exist yet, and this job's retention deleted rank 1's files.
+    go = tmp_path / "go"
+    readies = [tmp_path / f"ready{rank}" for rank in (0, 1)]
+
+    def start(rank: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", SLOW_RANK, store_url, str(rank), str(readies[rank]), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
+
+    ranks = [start(1)]
+    try:
+        eventually(lambda: readies[1].exists() or any_ended(ranks), timeout=60)
+        assert ranks[0].poll() is None, ranks[0].communicate()
+        with CheckpointStore(store_url, keep=1) as store:
+            store.flush(200, lambda gen: gen.write_bytes("model.bin", b"m" * 100))
+            assert store.prune(dry_run=True) == []
+            ranks.append(start(0))
+            eventually(lambda: readies[0].exists() or any_ended(ranks), timeout=60)
+            go.touch()
+            for rank in ranks:
+                out, err = rank.communicate(timeout=60)
+                assert rank.returncode == 0, err
+                assert "committed" in out
+            report: Any = store.verify(100, checksums=True)
+            assert report.ok, report
+            assert store.get(100).world_size == 2
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+
+
+# Rank 1 of a two-rank save of step 7, killed in it (its claim's renewal dies with it).
+KILLED_RANK = textwrap.dedent(
+    """
+    import os, sys
+    from forewarn.clients.checkpoint import CheckpointStore
+
+    writer = CheckpointStore(sys.argv[1]).save(7, rank=1, world_size=2)
+    writer.write_bytes("a1.bin", b"killed")
+    os._exit(9)
+    """
+)
+
+
+def claims(store: CheckpointStore, url: str) -> list[str]:
+    if url.startswith("s3://"):
+        from test_s3_two_writers import root_keys
+
+        return [key for key in root_keys(store) if key.endswith(".claim")]
+    return sorted(name for name in os.listdir(url) if name.endswith(".lock"))
+
+
+def test_a_killed_ranks_claim_is_swept_as_rank_0s_is(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank claims its step: the claim a killed rank other than 0 left is a dead
+    writer's like rank 0's, and goes with the sweep of stale claims (not one per killed rank
+    left in the store's root for ever)."""
+    from forewarn.clients.checkpoint import s3claim
+
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_RANK, store_url],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=60,
+    )
+    assert killed.returncode == 9, killed.stderr
+    with CheckpointStore(store_url) as store:
+        suffix = ".claim" if store_url.startswith("s3://") else ".lock"
+        assert claims(store, store_url) == [f".step-000000000007.rank-1{suffix}"]
+        # On S3 a claim is stale a lease after its last write, whoever wrote it.
+        monkeypatch.setattr(s3claim, "LEASE", 0.0)
+        assert store.backend.remove_stale_claims() == 1
+        assert claims(store, store_url) == []

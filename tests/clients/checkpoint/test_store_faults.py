@@ -273,7 +273,7 @@ class NoLocks(DelegatingBackend):
     """A filesystem without POSIX locks (NFS mounted nolock), like S3: nothing tells the
     writers of one step in two processes apart."""
 
-    def claim(self, prefix: str) -> Any:
+    def claim(self, prefix: str, *, rank: int = 0) -> Any:
         return lambda: None
 
 
@@ -644,8 +644,8 @@ def test_a_save_whose_claim_release_was_interrupted_lets_go_of_the_step(tmp_path
     from forewarn.clients.checkpoint.local import LocalBackend
 
     class InterruptedRelease(DelegatingBackend):
-        def claim(self, prefix: str) -> Any:
-            release = self.inner.claim(prefix)
+        def claim(self, prefix: str, *, rank: int = 0) -> Any:
+            release = self.inner.claim(prefix, rank=rank)
 
             def interrupted() -> None:
                 release()
