@@ -11,6 +11,8 @@ next copy into the directory finishes or discards:
     .forewarn-old-T   ... here                            left alone: deleted
     .forewarn-in-T    every old entry is aside; the new
                       ones are being moved in             left: finished (the rest come in)
+    .forewarn-what-T  what the copy is (store, generation, prefix): a copy finishing a dead
+                      one's swap of the same files has them in place, and is done
 
 Removing the old entries first and then moving the new ones in left, when killed between,
 part of either checkpoint and a directory the next copy refused as not empty.
@@ -32,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 
 _LOST_AND_FOUND = "lost+found"
-_OURS = re.compile(r"\.forewarn-(?P<phase>get|new|old|in)-(?P<token>(?P<pid>\d+)-[0-9a-f]+)")
+_OURS = re.compile(r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-[0-9a-f]+)")
 
 
 class Destination:
@@ -43,6 +45,8 @@ class Destination:
         self.directory = directory
         self._fd: int | None = None
         self._locked = False
+        # What each dead copy whose swap this one finished said it was (see `stage`).
+        self.finished: list[str] = []
 
     def __enter__(self) -> Destination:
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -90,16 +94,20 @@ class Destination:
             names.remove(_LOST_AND_FOUND)
         return names
 
-    def stage(self) -> tuple[str, Path]:
-        """A new, empty stage to copy into, and its token for `swap_in`."""
+    def stage(self, what: str = "") -> tuple[str, Path]:
+        """A new, empty stage to copy into, and its token for `swap_in`; `what` the copy is
+        is kept beside it until its swap ends (for `finished`)."""
         token = f"{os.getpid()}-{secrets.token_hex(4)}"
         path = self._path("get", token)
         path.mkdir()
+        if what:
+            self._path("what", token).write_text(what, encoding="utf-8")
         return token, path
 
     def discard(self, token: str) -> None:
         """A copy that failed: its stage goes, the directory stays as it was."""
         shutil.rmtree(self._path("get", token), ignore_errors=True)
+        self._path("what", token).unlink(missing_ok=True)
 
     def swap_in(self, token: str) -> None:
         """Put the stage's entries in place of what the directory holds."""
@@ -125,8 +133,20 @@ class Destination:
                 continue  # without the lock, a live pid may be a copy under way
             phases.setdefault(match["token"], set()).add(match["phase"])
         for token in sorted(phases):
+            # Past the stage's rename: moving entries, or only deleting the old ones.
+            found = phases[token]
+            swapping = bool(found & {"new", "in"}) or ("old" in found and "get" not in found)
+            what = self._what(token) if swapping else ""
             self.discard(token)
             self._finish(token)
+            if swapping:
+                self.finished.append(what)
+
+    def _what(self, token: str) -> str:
+        try:
+            return self._path("what", token).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return ""  # a copy from before these records, or one that could not write it
 
     def _finish(self, token: str) -> None:
         ready, moving, aside = (self._path(p, token) for p in ("new", "in", "old"))
@@ -143,6 +163,7 @@ class Destination:
                     os.rename(aside / name, self.directory / name)
                 os.rmdir(aside)
                 shutil.rmtree(ready, ignore_errors=True)
+                self._path("what", token).unlink(missing_ok=True)
                 raise
             os.rename(ready, moving)
         if moving.is_dir():
@@ -153,6 +174,7 @@ class Destination:
                 os.rename(moving / child, target)
             os.rmdir(moving)
         shutil.rmtree(aside, ignore_errors=True)
+        self._path("what", token).unlink(missing_ok=True)
 
     def _path(self, phase: str, token: str) -> Path:
         return self.directory / f".forewarn-{phase}-{token}"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import threading
 import time
@@ -217,7 +218,8 @@ class Generation:
         first and are moved into place only once every one verified, so a failed copy leaves
         `destination` as it was; with `replace`, what it held is set aside, the new files
         moved in, and then it is deleted: a copy killed meanwhile is finished by the next
-        copy into `destination` (see `destination.py`)."""
+        copy into `destination` (see `destination.py`), which returns at once when it is the
+        same copy (same store, generation and prefix)."""
         base = prefix.strip("/")
         target = Path(destination)
         names = [name for name in sorted(self.files) if not base or name.startswith(base + "/")]
@@ -229,8 +231,13 @@ class Generation:
             )
         self._refuse_the_store(target)
         target.mkdir(parents=True, exist_ok=True)
+        wanted = {name[len(base) + 1 :] if base else name: name for name in names}
+        # The same copy run again after it was killed mid-swap finds the swap finished.
+        what = json.dumps({"store": self.backend.url, "generation": self.name, "prefix": base})
         with Destination(target) as into:
             held = into.held()
+            if held and not replace and self._holds(target, held, wanted, into.finished, what):
+                return [target / relative for relative in wanted]
             if held and not replace:
                 raise FileExistsError(
                     errno.ENOTEMPTY,
@@ -247,7 +254,7 @@ class Generation:
                 if progress is not None:
                     progress(finished + done, total)
 
-            token, stage = into.stage()
+            token, stage = into.stage(what)
             relatives = []
             try:
                 for name in names:
@@ -263,6 +270,24 @@ class Generation:
                 raise
             into.swap_in(token)
         return [target / relative for relative in relatives]
+
+    def _holds(
+        self, target: Path, held: list[str], wanted: dict[str, str], finished: list[str], what: str
+    ) -> bool:
+        """Whether `target` holds just what this copy would put there because a dead copy of
+        the same files, whose swap was finished just now, put it there (its files had all
+        verified before its swap began): `forewarn checkpoint get` killed while it moved the
+        files in, then run again as it was (a restarted init container, a retry loop), was
+        refused the directory as not empty for ever."""
+        if finished != [what] or set(held) != {relative.split("/")[0] for relative in wanted}:
+            return False
+        for relative, name in wanted.items():
+            path = target / relative
+            if path.is_symlink() or not path.is_file():
+                return False
+            if path.stat().st_size != self.files[name].size:
+                return False
+        return True
 
     def _refuse_the_store(self, target: Path) -> None:
         """`ValueError` when `target` is this generation's own (local) store, holds it or is

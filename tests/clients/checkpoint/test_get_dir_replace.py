@@ -23,6 +23,7 @@ from pathlib import Path
 from forewarn.clients.checkpoint import CheckpointStore
 
 url, destination, step, kill_at = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+replace = sys.argv[5:] != ["empty"]
 real_replace, real_rename, landed = os.replace, os.rename, []
 
 def watched(real):
@@ -36,7 +37,7 @@ def watched(real):
     return move
 
 os.replace, os.rename = watched(real_replace), watched(real_rename)
-CheckpointStore(url).get(step).get_dir("", destination, replace=True)
+CheckpointStore(url).get(step).get_dir("", destination, replace=replace)
 """
 
 
@@ -97,6 +98,36 @@ def test_a_replace_killed_mid_swap_is_finished_by_the_next_copy(
         store.get(30).get_dir("", out)
     assert contents(out) == generation_files(20)
     assert not [p for p in out.rglob(".*")], "a killed copy's leftovers stayed"
+    store.close()
+
+
+@pytest.mark.parametrize("how", ["empty", "replace"])
+def test_the_same_copy_run_again_after_a_kill_mid_swap_succeeds(tmp_path: Path, how: str) -> None:
+    """`forewarn checkpoint get URL DIR` killed while it moved the files in (a reclaim during
+    a restore), run again as it was (a restarted init container, a retry loop): the second
+    run finished the first one's swap, and then refused the directory as not empty (exit 2)
+    although it held exactly the generation asked for, so the retry failed for ever. A
+    different generation into it is still refused."""
+    store = fill(tmp_path / "store")
+    out = tmp_path / "restored"
+    out.mkdir()
+    if how == "replace":
+        (out / "stale.safetensors").write_bytes(b"another layout")
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_SWAP, str(tmp_path / "store"), str(out), "20", "1", how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert killed.returncode == -9, killed.stderr
+    assert set(os.listdir(out)) & set(FILES) != set(FILES), "killed before the swap ended"
+
+    paths = store.get(20).get_dir("", out)
+    assert sorted(paths) == sorted(out / name for name in FILES)
+    assert contents(out) == generation_files(20)
+    assert not [p for p in out.rglob(".*")], "a killed copy's leftovers stayed"
+    with pytest.raises(FileExistsError):  # a copy of something else is refused as before
+        store.get(30).get_dir("", out)
     store.close()
 
 
