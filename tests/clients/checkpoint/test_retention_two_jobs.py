@@ -212,3 +212,45 @@ def test_a_killed_ranks_claim_is_swept_as_rank_0s_is(
         monkeypatch.setattr(s3claim, "LEASE", 0.0)
         assert store.backend.remove_stale_claims() == 1
         assert claims(store, store_url) == []
+
+
+def test_a_two_rank_save_killed_is_saved_again_at_once_by_the_job_restarted_here(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Every rank's claim, not only rank 0's, is a killed writer's as soon as its process is
+    gone from this machine: the job restarted at once here (torchrun restarting its workers)
+    saves the step its ranks were SIGKILLed in without waiting out a lease."""
+    held = [tmp_path / f"held{rank}" for rank in (0, 1)]
+    go = tmp_path / "never"
+    killed = [
+        subprocess.Popen(
+            [sys.executable, "-c", SLOW_RANK, store_url, str(rank), str(held[rank]), str(go)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        eventually(lambda: all(path.exists() for path in held) or any_ended(killed), timeout=60)
+        for rank in killed:
+            assert rank.poll() is None
+    finally:
+        for rank in killed:
+            rank.kill()
+            rank.wait()
+    go.touch()
+    again = [
+        subprocess.Popen(
+            [sys.executable, "-c", SLOW_RANK, store_url, str(rank), str(tmp_path / "r"), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    for rank in again:
+        out, err = rank.communicate(timeout=60)
+        assert rank.returncode == 0, err
+        assert "committed" in out
+    with CheckpointStore(store_url) as store:
+        assert store.get(100).world_size == 2
