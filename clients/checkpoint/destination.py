@@ -101,7 +101,11 @@ class Destination:
         path = self._path("get", token)
         path.mkdir()
         if what:
-            self._path("what", token).write_text(what, encoding="utf-8")
+            try:
+                self._path("what", token).write_text(what, encoding="utf-8")
+            except BaseException:
+                self.discard(token)  # (a full disk): nothing of this copy stays behind
+                raise
         return token, path
 
     def discard(self, token: str) -> None:

@@ -131,6 +131,28 @@ def test_the_same_copy_run_again_after_a_kill_mid_swap_succeeds(tmp_path: Path, 
     store.close()
 
 
+def test_a_copy_that_cannot_record_what_it_is_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk refusing the record of what a copy is (written beside its stage) left the
+    empty stage and a partial record in the directory, until the next copy."""
+    store = fill(tmp_path / "store")
+    out = tmp_path / "out"
+    out.mkdir()
+    real_write = Path.write_text
+
+    def full(self: Path, *args: object, **kwargs: object) -> int:
+        if self.name.startswith(".forewarn-what-"):
+            raise OSError(28, "No space left on device", str(self))
+        return real_write(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError, match="No space left"):
+        store.get(20).get_dir("", out)
+    assert os.listdir(out) == []
+    store.close()
+
+
 def test_a_killed_copys_stage_goes_whatever_process_now_has_its_pid(tmp_path: Path) -> None:
     """A killed copy's stage (a whole generation's bytes) was removed only once no process had
     the pid in its name: a `get` run as a container's pid 1 (or any pid reused since) left it
