@@ -412,6 +412,14 @@ class CheckpointStore:
             self.delete(step)
             present = {}
         if ranks.world_size == 1:
+            if present and self._backend.claimed(name):
+                # A rank of another job's save of several (one that restarted with fewer
+                # ranks while the old one still flushes) reached its save before its rank 0:
+                # its files were deleted under it as a dead writer's.
+                raise CommitError(
+                    f"cannot save {name} in {self.url}: another process is saving it (a live "
+                    "claim of one of its ranks holds it); this save left it alone"
+                )
             # Whatever is there is a dead writer's leftover.
             if present:
                 try:

@@ -254,3 +254,31 @@ def test_a_two_rank_save_killed_is_saved_again_at_once_by_the_job_restarted_here
         assert "committed" in out
     with CheckpointStore(store_url) as store:
         assert store.get(100).world_size == 2
+
+
+def test_a_single_rank_save_leaves_a_step_another_jobs_rank_is_saving(
+    store_url: str, tmp_path: Path
+) -> None:
+    """A job restarted with one rank (fewer nodes left) saving the step the old two-rank job
+    still flushes, whose rank 1 reached its save first: the single-rank save took rank 1's
+    files for a dead writer's leftovers and deleted them under it. Now it is refused, naming
+    that writer, and touches nothing."""
+    from forewarn.clients.checkpoint import CommitError
+
+    ready, go = tmp_path / "ready1", tmp_path / "go"
+    rank1 = subprocess.Popen(
+        [sys.executable, "-c", SLOW_RANK, store_url, "1", str(ready), str(go)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        eventually(lambda: ready.exists() or rank1.poll() is not None, timeout=60)
+        assert rank1.poll() is None, rank1.communicate()
+        with CheckpointStore(store_url) as store:
+            with pytest.raises(CommitError, match="another process is saving it"):
+                store.save(100)
+            assert "a1.bin" in store.backend.list_sizes("step-000000000100")
+    finally:
+        rank1.kill()
+        rank1.wait()
