@@ -40,6 +40,7 @@ from .event import Event
 from .flagjobs import FlagJobs, Identity
 from .notices import Notices
 from .steppace import StepPace
+from .workers import guard_handles_sigterm
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -258,6 +259,7 @@ class CheckpointGuard:
 
         self._previous_handlers: dict[int, Any] = {}
         self._handlers_closed = False
+        self._protecting_workers = False
         self._forwarding: set[int] = set()  # signals a closed guard is handing on
         # Signals whose handler should still be ours; the ticker says when one is not.
         self._watched: set[int] = set()
@@ -271,6 +273,11 @@ class CheckpointGuard:
                     continue
                 previous = signal.signal(signum, self._on_signal)
                 self._watched.add(signum)
+                if signum == signal.SIGTERM:
+                    # DataLoader workers forked from now on outlive a job-wide SIGTERM, so the
+                    # loop reaches this handler's save (forewarn.clients.workers).
+                    guard_handles_sigterm(True)
+                    self._protecting_workers = True
                 # None: a handler installed outside Python, which Python cannot put back;
                 # handing None to signal.signal() raises, so the default stands in for it.
                 self._previous_handlers[signum] = signal.SIG_DFL if previous is None else previous
@@ -1078,6 +1085,9 @@ class CheckpointGuard:
             # which ignores SIGTERM) left the process deaf to SIGTERM after fit().
             if signal.getsignal(signum) == self._on_signal:
                 signal.signal(signum, handler)
+        if self._protecting_workers:
+            self._protecting_workers = False
+            guard_handles_sigterm(False)
         # Kept, not cleared: a guard made after this one and closed after it puts this one's
         # handler back, which then hands each signal on to what it found (see _on_signal).
         self._handlers_closed = True

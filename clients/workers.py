@@ -19,11 +19,21 @@ module could set up for it without changing how multiprocessing starts it.
 
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn())
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn(my_seed_fn))
+
+Most loops give their DataLoader no worker_init_fn. A fork worker (Linux's default start
+method up to Python 3.13) is a copy of this process, so every torch DataLoader worker it forks
+gets `worker_init_fn(its own init)` in its place (`_chain_torch_worker_init`); such a worker
+outlives a SIGTERM from outside only while a CheckpointGuard in the main process handles
+SIGTERM (`guard_handles_sigterm`, read through a shared byte), and otherwise ends on it as it
+would have without forewarn.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
+import inspect
+import mmap
 import multiprocessing
 import os
 import signal
@@ -62,7 +72,11 @@ def ignore_job_signals(worker_id: int | None = None) -> None:
     _protect(lifeline=None)
 
 
-def _protect(lifeline: int | None) -> None:
+def _protect(lifeline: int | None, guarded: mmap.mmap | None = None) -> None:
+    """Ignore SIGINT, and SIGTERM from anyone but the main process; with `guarded` (a worker
+    protected because its main process may run a guard), only while the main process's byte in
+    it says a guard there handles SIGTERM: otherwise such a SIGTERM ends the worker, as it
+    would have without forewarn."""
     # The main process, not getppid(): a forkserver worker's parent is the fork server.
     parent = multiprocessing.parent_process()
     main = parent.pid if parent is not None and parent.pid is not None else os.getppid()
@@ -72,6 +86,8 @@ def _protect(lifeline: int | None) -> None:
         info = signal.sigtimedwait({signal.SIGTERM}, 0)
         if info is not None and info.si_pid == main:
             _exit_as_asked()
+        if info is not None and not _guard_saves_first(guarded):
+            _end_by_sigterm()
     # Ignored for the whole process, not by a thread's mask: a spawn or forkserver worker has
     # threads before this runs (import torch starts OpenBLAS's), and a SIGTERM for the process
     # that one of them took would otherwise end the worker.
@@ -83,23 +99,45 @@ def _protect(lifeline: int | None) -> None:
         # it: the one below, with its sender, or a thread the worker had before, which
         # ignores it. Threads started from here on block it too.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        _start(_sigterm_from_main_only, main, os.getppid())
+        _start(_sigterm_from_main_only, main, os.getppid(), guarded)
     if lifeline is not None:
         # Such a thread may take the main process's SIGTERM too; the lifeline still ends the
         # worker when the main process exits.
         _start(_end_with_main, lifeline)
 
 
-def _start(target: Callable[..., None], *args: int) -> None:
+def _start(target: Callable[..., None], *args: object) -> None:
     threading.Thread(target=target, args=args, name="forewarn-worker", daemon=True).start()
 
 
-def _sigterm_from_main_only(main: int, parent: int) -> None:
+def _sigterm_from_main_only(main: int, parent: int, guarded: mmap.mmap | None) -> None:
     while True:
         info = signal.sigwaitinfo({signal.SIGTERM})
         if info.si_pid == main or os.getppid() != parent:
             # From the main process (or the main process is gone): end now.
             _exit_as_asked()
+        if not _guard_saves_first(guarded):
+            _end_by_sigterm()
+
+
+def _guard_saves_first(guarded: mmap.mmap | None) -> bool:
+    """Whether a SIGTERM from outside is to be outlived: always for a worker given
+    `worker_init_fn()`; for one protected on its own (`guarded`), while a guard in its main
+    process handles SIGTERM, and so will save and exit on it."""
+    return guarded is None or guarded[0] != 0
+
+
+def _end_by_sigterm() -> None:
+    # As the worker would have ended without forewarn: killed by the signal, which the
+    # DataLoader reports as it always did. From the watching thread, where Python's
+    # signal.signal() refuses: libc's own sets the default action back.
+    try:
+        ctypes.CDLL(None, use_errno=True).signal(signal.SIGTERM, int(signal.SIG_DFL))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.kill(os.getpid(), signal.SIGTERM)
+    except (OSError, AttributeError):  # no libc to call: end with the status the shell gives
+        pass
+    os._exit(128 + signal.SIGTERM)
 
 
 def _end_with_main(lifeline: int) -> None:
@@ -137,10 +175,14 @@ def _cut_lifeline() -> None:
 
 
 def _forget_inherited_lifeline() -> None:
-    # A forked child (a fork worker, a forked rank) must not hold our write end open.
-    global _lifeline_lock
+    # A forked child (a fork worker, a forked rank) must not hold our write end open, nor
+    # share our guard's byte: its own guard says whether its own workers outlive a SIGTERM. A
+    # fork worker keeps ours through its chained init.
+    global _lifeline_lock, _guard_handles_sigterm_here, _guards_handling_sigterm
     _lifeline_lock = threading.Lock()
     _cut_lifeline()
+    _guard_handles_sigterm_here = _shared_byte()
+    _guards_handling_sigterm = 0
 
 
 os.register_at_fork(after_in_child=_forget_inherited_lifeline)
@@ -153,7 +195,11 @@ def _before_fork() -> None:
     # A fork worker runs torch's worker loop, which sets a SIGTERM handler that ends it on
     # anyone's SIGTERM, and seeds, before its worker_init_fn: a job-wide SIGTERM then ended it.
     # Forked with SIGTERM and SIGINT blocked, it keeps them pending until _protect.
-    if _forking_protected_worker():
+    process = _forking_process()
+    if process is None:
+        return
+    _chain_torch_worker_init(process)
+    if _protected_by_init(process):
         _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
 
 
@@ -163,21 +209,81 @@ def _after_fork_in_parent() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _forking_protected_worker() -> bool:
-    """Whether this fork starts a DataLoader worker given `worker_init_fn()`: multiprocessing's
-    fork start (popen_fork's `_launch`) with such an init among the process's arguments."""
+def _forking_process() -> Any:
+    """The process multiprocessing's fork start (popen_fork's `_launch`) is forking, if this
+    fork is one."""
     try:
         from multiprocessing import popen_fork
     except ImportError:  # no fork on this platform
-        return False
+        return None
     launch = popen_fork.Popen._launch.__code__  # type: ignore[attr-defined]
     frame = sys._getframe(1)
     while frame is not None and frame.f_code is not launch:
         frame = frame.f_back  # type: ignore[assignment]
-    if frame is None:
-        return False
-    args = getattr(frame.f_locals.get("process_obj"), "_args", ())
+    return None if frame is None else frame.f_locals.get("process_obj")
+
+
+def _protected_by_init(process: Any) -> bool:
+    """Whether `process` is a DataLoader worker given `worker_init_fn()`: such an init is
+    among its arguments."""
+    args = getattr(process, "_args", ())
     return any(isinstance(arg, _Chained) or arg is ignore_job_signals for arg in args)
+
+
+def _shared_byte() -> mmap.mmap:
+    return mmap.mmap(-1, 1)  # anonymous and shared: a fork worker sees our writes to it
+
+
+# How many CheckpointGuards handle SIGTERM in this process now, and that count's truth (1 or
+# 0) where this process's fork workers read it (`guard_handles_sigterm`).
+_guards_handling_sigterm = 0
+_guard_handles_sigterm_here = _shared_byte()
+TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
+
+
+def guard_handles_sigterm(handles: bool) -> None:
+    """Called by a CheckpointGuard as it installs its SIGTERM handler (True) and as it closes
+    (False). Meanwhile every DataLoader worker this process forked outlives a SIGTERM from
+    anyone but this process, as `worker_init_fn()` makes it, given it or not: most loops give
+    the DataLoader no worker_init_fn, and a job-wide SIGTERM (systemd's control-group kill, a
+    process-group kill) killed their workers, so the loop raised at its next batch, before the
+    guard's save: every step since the last periodic save was lost. The loop cannot save after
+    that error either: torch raises it from its SIGCHLD handler, at any point of a step, which
+    may be half applied. Without a guard handling SIGTERM such a worker ends on it, as it did
+    without forewarn. Spawn and forkserver workers are started from a pickled copy, which
+    nothing here sees: those still need `worker_init_fn()`."""
+    global _guards_handling_sigterm
+    _guards_handling_sigterm = max(0, _guards_handling_sigterm + (1 if handles else -1))
+    _guard_handles_sigterm_here[0] = 1 if _guards_handling_sigterm else 0
+
+
+def _chain_torch_worker_init(process: Any) -> None:
+    """Put `worker_init_fn(its own init)` in place of the init a torch DataLoader worker about
+    to be forked was given: the worker, a copy of this process, runs the chained one."""
+    target = getattr(process, "_target", None)
+    if not callable(target) or (
+        (getattr(target, "__module__", None), getattr(target, "__name__", None))
+        != TORCH_WORKER_LOOP
+    ):
+        return
+    try:
+        index = list(inspect.signature(target).parameters).index("init_fn")
+    except (TypeError, ValueError):  # a torch whose worker loop takes no init_fn
+        return
+    args = list(getattr(process, "_args", ()))
+    if index >= len(args):
+        return
+    init = args[index]
+    if isinstance(init, _Chained) or init is ignore_job_signals or init is worker_init_fn:
+        # Protected already, or this module's factory given uncalled: its worker raises the
+        # TypeError that says so.
+        return
+    if init is not None and not callable(init):
+        return  # not an init torch could call either: its own error stands
+    chained = _Chained(init)
+    chained.guarded = _guard_handles_sigterm_here
+    args[index] = chained
+    process._args = tuple(args)
 
 
 def _after_fork_in_child() -> None:
@@ -197,6 +303,9 @@ class _Chained:
     def __init__(self, then: Callable[[int], object] | None) -> None:
         self.then = then
         self.lifeline: tuple[int, int] | None = None  # (the worker's pid, read end)
+        # Set when chained in by this module, not the user: the main process's byte that says
+        # whether a guard there handles SIGTERM (_guard_saves_first).
+        self.guarded: mmap.mmap | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         if context.get_spawning_popen() is None:
@@ -206,7 +315,10 @@ class _Chained:
 
     def __call__(self, worker_id: int) -> None:
         lifeline = self.lifeline
-        _protect(lifeline[1] if lifeline is not None and lifeline[0] == os.getpid() else None)
+        _protect(
+            lifeline[1] if lifeline is not None and lifeline[0] == os.getpid() else None,
+            self.guarded,
+        )
         if self.then is not None:
             self.then(worker_id)
 

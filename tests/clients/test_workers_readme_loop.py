@@ -1,0 +1,91 @@
+"""The README's loop with DataLoader workers given no `worker_init_fn` (most users give none),
+under a SIGTERM to the job's whole process group, as systemd's control-group kill, Slurm and
+Kubernetes send it: the guard keeps the workers it forks alive until the exit's save, and no
+step is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import LazyModule, eventually, requires
+from test_workers import running_in_group
+
+pytestmark = requires("torch")
+torch = LazyModule("torch")
+
+SCRIPT = Path(__file__).with_name("readme_loader_loop.py")
+SIGTERM_AT_STEP = 12  # mid-epoch, past one restart of non-persistent workers
+
+
+def run_until_group_sigterm(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int, str]:
+    """Start the job in a process group of its own, send the group SIGTERM after step
+    SIGTERM_AT_STEP, and wait for its end: the job, the last step it completed, its stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(tmp_path / "checkpoint.pt"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1", FOREWARN_RUNTIME_DIR=str(tmp_path / "run")),
+        start_new_session=True,
+    )
+    last = 0
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("step "):
+                last = int(line.split()[1])
+                if last == SIGTERM_AT_STEP:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    break
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    for line in out.splitlines():
+        if line.startswith("step "):
+            last = int(line.split()[1])
+    return proc, last, err
+
+
+def resumes_from(tmp_path: Path) -> int:
+    checkpoint = tmp_path / "checkpoint.pt"
+    return int(torch.load(checkpoint)["step"]) if checkpoint.exists() else 0
+
+
+@pytest.mark.slow(10)
+@pytest.mark.parametrize("workers", ["persistent", "restarted"])
+def test_a_group_sigterm_loses_no_step_with_workers_given_no_init(
+    tmp_path: Path, workers: str
+) -> None:
+    proc, last, err = run_until_group_sigterm(tmp_path, workers)
+    assert "killed by signal" not in err and "exited unexpectedly" not in err, err[-3000:]
+    assert proc.returncode == 143, err[-3000:]
+    assert resumes_from(tmp_path) == last, "steps were lost"
+    eventually(
+        lambda: not running_in_group(proc.pid), timeout=15, what="the workers to end with the job"
+    )
+
+
+def test_workers_outlive_a_foreign_sigterm_only_while_a_guard_handles_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a guard that saves on SIGTERM (none made, closed, or made with
+    handle_signals=False) a worker the job gave no init ends on the job-wide SIGTERM, as it did
+    without forewarn: the main process ends on it too, and nothing is to be saved."""
+    from forewarn.clients import CheckpointGuard, workers
+
+    monkeypatch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
+    assert workers._guard_handles_sigterm_here[0] == 0
+    deaf = CheckpointGuard(notices=False, handle_signals=False)
+    assert workers._guard_handles_sigterm_here[0] == 0
+    guard = CheckpointGuard(notices=False)
+    assert workers._guard_handles_sigterm_here[0] == 1
+    guard.close()
+    guard.close()  # closed twice still counts once
+    deaf.close()
+    assert workers._guard_handles_sigterm_here[0] == 0
