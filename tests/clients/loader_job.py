@@ -1,7 +1,10 @@
 """A process that reads a DataLoader and prints one line per batch; it leaves from inside the
 loop at batch `STOP_AT` (the way a job exits after its final save).
 
-    loader_job.py guarded|plain STOP_AT [START_METHOD WORKERS [keep]]
+    loader_job.py guarded|guard|plain STOP_AT [START_METHOD WORKERS [keep]]
+
+`guarded`: the DataLoader is given `worker_init_fn()`; `guard`: it is given none, and the job
+makes a CheckpointGuard (which handles SIGTERM) before it starts its workers; `plain`: neither.
 
 Two workers started the default way unless told. A SIGTERM to the process itself does not end
 it (the guard's handler would let it save first). With `keep` the loop's iterator is still
@@ -21,7 +24,7 @@ import threading
 import time
 
 import torch
-from forewarn.clients import worker_init_fn
+from forewarn.clients import CheckpointGuard, worker_init_fn
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils import signal_handling
 
@@ -73,6 +76,8 @@ def main() -> int:
     # the save: the loop goes on to its planned end.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     guarded = sys.argv[1] == "guarded"
+    if sys.argv[1] == "guard":
+        CheckpointGuard(notices=False)  # its handler only asks for an exit: the loop goes on
     stop_at = int(sys.argv[2])
     start_method = sys.argv[3] if len(sys.argv) > 3 else None
     workers = int(sys.argv[4]) if len(sys.argv) > 4 else 2

@@ -138,16 +138,26 @@ def test_a_sigterm_to_the_whole_group_while_a_forkserver_worker_starts_does_not_
 
 
 @pytest.mark.slow(10)
+@pytest.mark.parametrize("mode", ["guarded", "guard"])
 def test_a_sigterm_to_the_whole_group_while_a_fork_worker_starts_does_not_end_it(
-    tmp_path: Path,
+    tmp_path: Path, mode: str
 ) -> None:
     """A fork worker runs torch's worker loop, which sets a SIGTERM handler of its own (one that
     ends the worker on anyone's SIGTERM) and seeds before it calls the worker_init_fn: a job-wide
     SIGTERM in that time (a DataLoader without persistent workers starts its workers again at
     every pass: every evaluation) ended it, and the loop raised `DataLoader worker ... exited
-    unexpectedly` before the save."""
+    unexpectedly` before the save. So with `worker_init_fn()`, and with none while a guard
+    handles SIGTERM (the worker gets it chained in as it is forked)."""
     hold = tmp_path / "starting"
-    proc = start("guarded", 20, "fork", "1", session=True, LOADER_JOB_HOLD=str(hold))
+    proc = start(
+        mode,
+        20,
+        "fork",
+        "1",
+        session=True,
+        LOADER_JOB_HOLD=str(hold),
+        FOREWARN_RUNTIME_DIR=str(tmp_path / "run"),
+    )
     try:
         eventually(hold.exists, timeout=120, what="the worker to be starting")
         os.killpg(proc.pid, signal.SIGTERM)
@@ -158,6 +168,27 @@ def test_a_sigterm_to_the_whole_group_while_a_fork_worker_starts_does_not_end_it
             proc.kill()
     assert proc.returncode == 0, err[-2000:]
     assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
+
+
+@pytest.mark.slow(10)
+def test_without_a_guard_a_sigterm_to_the_whole_group_while_a_fork_worker_starts_ends_it(
+    tmp_path: Path,
+) -> None:
+    """With neither `worker_init_fn()` nor a guard that handles SIGTERM, the worker forewarn
+    chains its init into still ends on the job-wide SIGTERM, as it did without forewarn (the
+    main process would end on it too, with nothing to save first)."""
+    hold = tmp_path / "starting"
+    proc = start("plain", 20, "fork", "1", session=True, LOADER_JOB_HOLD=str(hold))
+    try:
+        eventually(hold.exists, timeout=120, what="the worker to be starting")
+        os.killpg(proc.pid, signal.SIGTERM)
+        hold.unlink()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    assert "killed by signal: Terminated" in err, err[-2000:]
 
 
 def test_other_forkserver_processes_still_end_on_terminate() -> None:
