@@ -20,17 +20,19 @@ module could set up for it without changing how multiprocessing starts it.
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn())
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn(my_seed_fn))
 
-Most loops give their DataLoader no worker_init_fn. A fork worker (Linux's default start
-method up to Python 3.13) is a copy of this process, so every torch DataLoader worker it forks
-gets `worker_init_fn(its own init)` in its place (`_chain_torch_worker_init`); such a worker
-outlives a SIGTERM from outside only while a CheckpointGuard in the main process handles
-SIGTERM (`guard_handles_sigterm`, read through a shared byte), and otherwise ends on it as it
-would have without forewarn.
+Most loops give their DataLoader no worker_init_fn. Every torch DataLoader worker this process
+starts gets `worker_init_fn(its own init)` in its place (`_chain_torch_worker_init`): as it is
+forked (an at-fork hook), or as it is pickled for spawn and forkserver (a ForkingPickler
+reducer). Such a worker outlives a SIGTERM from outside only while a CheckpointGuard in the
+main process handles SIGTERM (`guard_handles_sigterm`, read through a shared byte), and
+otherwise ends on it as it would have without forewarn. Importing this module has the fork
+server, when one starts, keep SIGTERM blocked (its end would end every forkserver worker).
 """
 
 from __future__ import annotations
 
 import atexit
+import copy
 import ctypes
 import inspect
 import mmap
@@ -41,7 +43,7 @@ import sys
 import threading
 from collections.abc import Callable
 from multiprocessing import context, reduction
-from typing import Any
+from typing import Any, cast
 
 from . import _forkserver
 
@@ -72,7 +74,7 @@ def ignore_job_signals(worker_id: int | None = None) -> None:
     _protect(lifeline=None)
 
 
-def _protect(lifeline: int | None, guarded: mmap.mmap | None = None) -> None:
+def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
     """Ignore SIGINT, and SIGTERM from anyone but the main process; with `guarded` (a worker
     protected because its main process may run a guard), only while the main process's byte in
     it says a guard there handles SIGTERM: otherwise such a SIGTERM ends the worker, as it
@@ -110,7 +112,7 @@ def _start(target: Callable[..., None], *args: object) -> None:
     threading.Thread(target=target, args=args, name="forewarn-worker", daemon=True).start()
 
 
-def _sigterm_from_main_only(main: int, parent: int, guarded: mmap.mmap | None) -> None:
+def _sigterm_from_main_only(main: int, parent: int, guarded: _GuardByte | None) -> None:
     while True:
         info = signal.sigwaitinfo({signal.SIGTERM})
         if info.si_pid == main or os.getppid() != parent:
@@ -120,11 +122,11 @@ def _sigterm_from_main_only(main: int, parent: int, guarded: mmap.mmap | None) -
             _end_by_sigterm()
 
 
-def _guard_saves_first(guarded: mmap.mmap | None) -> bool:
+def _guard_saves_first(guarded: _GuardByte | None) -> bool:
     """Whether a SIGTERM from outside is to be outlived: always for a worker given
     `worker_init_fn()`; for one protected on its own (`guarded`), while a guard in its main
     process handles SIGTERM, and so will save and exit on it."""
-    return guarded is None or guarded[0] != 0
+    return guarded is None or guarded.map[0] != 0
 
 
 def _end_by_sigterm() -> None:
@@ -181,7 +183,7 @@ def _forget_inherited_lifeline() -> None:
     global _lifeline_lock, _guard_handles_sigterm_here, _guards_handling_sigterm
     _lifeline_lock = threading.Lock()
     _cut_lifeline()
-    _guard_handles_sigterm_here = _shared_byte()
+    _guard_handles_sigterm_here = _GuardByte()
     _guards_handling_sigterm = 0
 
 
@@ -230,31 +232,44 @@ def _protected_by_init(process: Any) -> bool:
     return any(isinstance(arg, _Chained) or arg is ignore_job_signals for arg in args)
 
 
-def _shared_byte() -> mmap.mmap:
-    return mmap.mmap(-1, 1)  # anonymous and shared: a fork worker sees our writes to it
+class _GuardByte:
+    """1 while a guard in the process that made it handles SIGTERM, else 0; read by that
+    process's workers: a fork worker maps the same memory, a spawn or forkserver worker is
+    sent its file (a memfd) and maps that."""
+
+    def __init__(self, fd: int | None = None) -> None:
+        if fd is None and hasattr(os, "memfd_create"):
+            fd = os.memfd_create("forewarn-guard", os.MFD_CLOEXEC)
+            os.ftruncate(fd, 1)
+        self.fd = fd
+        # Shared either way: without a memfd, with fork workers only.
+        self.map = mmap.mmap(-1 if fd is None else fd, 1)
 
 
 # How many CheckpointGuards handle SIGTERM in this process now, and that count's truth (1 or
 # 0) where this process's fork workers read it (`guard_handles_sigterm`).
 _guards_handling_sigterm = 0
-_guard_handles_sigterm_here = _shared_byte()
+_guard_handles_sigterm_here = _GuardByte()
 TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
 
 
 def guard_handles_sigterm(handles: bool) -> None:
     """Called by a CheckpointGuard as it installs its SIGTERM handler (True) and as it closes
-    (False). Meanwhile every DataLoader worker this process forked outlives a SIGTERM from
+    (False). Meanwhile every DataLoader worker this process started outlives a SIGTERM from
     anyone but this process, as `worker_init_fn()` makes it, given it or not: most loops give
     the DataLoader no worker_init_fn, and a job-wide SIGTERM (systemd's control-group kill, a
     process-group kill) killed their workers, so the loop raised at its next batch, before the
     guard's save: every step since the last periodic save was lost. The loop cannot save after
     that error either: torch raises it from its SIGCHLD handler, at any point of a step, which
     may be half applied. Without a guard handling SIGTERM such a worker ends on it, as it did
-    without forewarn. Spawn and forkserver workers are started from a pickled copy, which
-    nothing here sees: those still need `worker_init_fn()`."""
+    without forewarn."""
     global _guards_handling_sigterm
     _guards_handling_sigterm = max(0, _guards_handling_sigterm + (1 if handles else -1))
-    _guard_handles_sigterm_here[0] = 1 if _guards_handling_sigterm else 0
+    _guard_handles_sigterm_here.map[0] = 1 if _guards_handling_sigterm else 0
+    if handles:
+        # A fork server started from now on is kept alive through a job-wide SIGTERM too:
+        # its end would end every forkserver worker.
+        _preload_in_fork_server()
 
 
 def _chain_torch_worker_init(process: Any) -> None:
@@ -305,13 +320,16 @@ class _Chained:
         self.lifeline: tuple[int, int] | None = None  # (the worker's pid, read end)
         # Set when chained in by this module, not the user: the main process's byte that says
         # whether a guard there handles SIGTERM (_guard_saves_first).
-        self.guarded: mmap.mmap | None = None
+        self.guarded: _GuardByte | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         if context.get_spawning_popen() is None:
             return (_Chained, (self.then,))
-        # Pickled to start a spawn or forkserver worker: it gets the read end of our lifeline.
-        return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end())))
+        # Pickled to start a spawn or forkserver worker: it gets the read end of our lifeline,
+        # and the file of our guard's byte when chained in by this module.
+        guarded = self.guarded
+        byte = None if guarded is None or guarded.fd is None else reduction.DupFd(guarded.fd)
+        return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end()), byte))
 
     def __call__(self, worker_id: int) -> None:
         lifeline = self.lifeline
@@ -323,13 +341,33 @@ class _Chained:
             self.then(worker_id)
 
 
-def _in_worker(then: Callable[[int], object] | None, lifeline: Any) -> _Chained:
+def _in_worker(
+    then: Callable[[int], object] | None, lifeline: Any, guarded: Any = None
+) -> _Chained:
     # Unpickled in a worker being started: a forkserver worker keeps SIGTERM blocked until
     # _protect, and a spawn worker imports nothing more for it.
     _forkserver.protected_worker = True
     chained = _Chained(then)
     chained.lifeline = (os.getpid(), lifeline.detach())
+    if guarded is not None:
+        chained.guarded = _GuardByte(guarded.detach())
     return chained
+
+
+def _reduce_started_process(process: Any) -> tuple[Any, ...]:
+    """How multiprocessing pickles a spawn or forkserver process it starts: as it would, with a
+    torch DataLoader worker's init chained as a fork worker's is (_chain_torch_worker_init)."""
+    if context.get_spawning_popen() is not None:
+        process = copy.copy(process)  # the caller's keeps its own arguments
+        _chain_torch_worker_init(process)
+    return cast("tuple[Any, ...]", object.__reduce_ex__(process, 2))
+
+
+for _started_by_pickle in ("SpawnProcess", "ForkServerProcess"):
+    if hasattr(context, _started_by_pickle):  # not on every platform
+        reduction.ForkingPickler.register(
+            getattr(context, _started_by_pickle), _reduce_started_process
+        )
 
 
 def worker_init_fn(then: Callable[[int], object] | None = None) -> Callable[[int], None]:
@@ -380,5 +418,11 @@ def _preload_in_fork_server() -> None:
     if FORK_SERVER_PRELOAD not in modules:
         forkserver.set_forkserver_preload([*modules, FORK_SERVER_PRELOAD])
 
+
+# A fork server is started with the first forkserver worker, which may come before the guard
+# is made (a loader iterated during set-up, persistent workers): kept alive through a job-wide
+# SIGTERM from the start, it keeps those workers alive until the guard's save. It still ends
+# with the main process, and its children that are not protected workers get SIGTERM back.
+_preload_in_fork_server()
 
 __all__ = ["IGNORED_IN_WORKERS", "ignore_job_signals", "worker_init_fn"]

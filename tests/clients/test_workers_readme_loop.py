@@ -58,11 +58,22 @@ def resumes_from(tmp_path: Path) -> int:
 
 
 @pytest.mark.slow(10)
-@pytest.mark.parametrize("workers", ["persistent", "restarted"])
+@pytest.mark.parametrize(
+    ("workers", "start_method"),
+    [
+        ("persistent", "fork"),
+        ("restarted", "fork"),
+        ("persistent", "spawn"),
+        ("restarted", "forkserver"),
+    ],
+)
 def test_a_group_sigterm_loses_no_step_with_workers_given_no_init(
-    tmp_path: Path, workers: str
+    tmp_path: Path, workers: str, start_method: str
 ) -> None:
-    proc, last, err = run_until_group_sigterm(tmp_path, workers)
+    """Fork workers are copies of the job (the default on Linux up to Python 3.13); spawn and
+    forkserver workers are started from a pickled copy (forkserver is Python 3.14's default),
+    and a forkserver worker dies with its fork server, which the group's SIGTERM reaches too."""
+    proc, last, err = run_until_group_sigterm(tmp_path, workers, start_method)
     assert "killed by signal" not in err and "exited unexpectedly" not in err, err[-3000:]
     assert proc.returncode == 143, err[-3000:]
     assert resumes_from(tmp_path) == last, "steps were lost"
@@ -80,12 +91,12 @@ def test_workers_outlive_a_foreign_sigterm_only_while_a_guard_handles_sigterm(
     from forewarn.clients import CheckpointGuard, workers
 
     monkeypatch.setenv("FOREWARN_RUNTIME_DIR", str(tmp_path))
-    assert workers._guard_handles_sigterm_here[0] == 0
+    assert workers._guard_handles_sigterm_here.map[0] == 0
     deaf = CheckpointGuard(notices=False, handle_signals=False)
-    assert workers._guard_handles_sigterm_here[0] == 0
+    assert workers._guard_handles_sigterm_here.map[0] == 0
     guard = CheckpointGuard(notices=False)
-    assert workers._guard_handles_sigterm_here[0] == 1
+    assert workers._guard_handles_sigterm_here.map[0] == 1
     guard.close()
     guard.close()  # closed twice still counts once
     deaf.close()
-    assert workers._guard_handles_sigterm_here[0] == 0
+    assert workers._guard_handles_sigterm_here.map[0] == 0
