@@ -44,6 +44,11 @@ class SeenMail:
     uidvalidity: int | None = None
     last_uid: int = 0
     raised: list[str] = field(default_factory=list)
+    # Reclaims raised ahead of the pass (read while it went over older mail), by report id:
+    # the UID of their mail, above last_uid. An older cancellation read after them, in its
+    # place in the pass, does not withdraw them. Kept in the file: a crash mid-pass reads
+    # that cancellation again.
+    ahead: dict[str, int] = field(default_factory=dict)
     health: PollHealth | None = field(default=None, repr=False, compare=False)
     unsaved: bool = False
     _saved_at: float = field(default=-SAVE_EVERY, repr=False, compare=False)  # time.monotonic()
@@ -69,6 +74,13 @@ class SeenMail:
             validity, last = payload.get("uidvalidity"), payload.get("last_uid")
             if isinstance(validity, int) and isinstance(last, int) and last >= 0:
                 state.uidvalidity, state.last_uid = validity, last
+                ahead = payload.get("ahead")
+                if isinstance(ahead, dict):
+                    state.ahead = {
+                        key: uid
+                        for key, uid in ahead.items()
+                        if isinstance(uid, int) and uid > last and key in state.raised
+                    }
         return state
 
     def begin(self, uidvalidity: int, uidnext: int | None = None) -> int:
@@ -94,14 +106,30 @@ class SeenMail:
                     uidvalidity,
                 )
             self.uidvalidity, self.last_uid = uidvalidity, 0
+            self.ahead = {}
             self.save()
         return self.last_uid
 
     def was_raised(self, report_id: str) -> bool:
         return report_id in self.raised
 
+    def raised_after(self, report_id: str, uid: int) -> bool:
+        """True when this reclaim was raised ahead of the pass from a mail newer than `uid`."""
+        return self.ahead.get(report_id, 0) > uid
+
+    def raised_ahead(self, uid: int, report_id: str) -> None:
+        """A reclaim raised from mail UID `uid`, newer than the pass still going: recorded
+        (and written at once) without moving last_uid, so that no mail of the pass is
+        skipped, and so that reading that mail in its place raises nothing again."""
+        if report_id not in self.raised:
+            self.raised = [*self.raised, report_id][-KEEP_RAISED:]
+        self.ahead[report_id] = uid
+        self.save()
+
     def handled(self, uid: int, raised: str | None = None) -> None:
         self.last_uid = max(self.last_uid, uid)
+        if self.ahead:
+            self.ahead = {key: at for key, at in self.ahead.items() if at > self.last_uid}
         if raised is not None and raised not in self.raised:
             self.raised = [*self.raised, raised][-KEEP_RAISED:]
         # A notice or a cancellation applied is written at once: read again, it is raised
@@ -117,6 +145,7 @@ class SeenMail:
             "uidvalidity": self.uidvalidity,
             "last_uid": self.last_uid,
             "raised": self.raised,
+            "ahead": self.ahead,
         }
 
     def save(self) -> None:

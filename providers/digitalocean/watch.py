@@ -16,6 +16,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -285,42 +286,23 @@ class DigitalOceanWatcher:
             # Mail delivered before max_age raises nothing: no need to read it (a first
             # start on a large mailbox reads only the last days).
             since = (utcnow() - timedelta(seconds=s.max_age)).date() - timedelta(days=1)
-            for uid in await self._answered_in_time(
-                session, session.new_uids, seen.last_uid, since
-            ):
-                try:
-                    raw = await self._answered_in_time(session, session.fetch, uid)
-                except FetchRefused as error:
-                    if not self._refused_again(session.uidvalidity, uid, error):
-                        raise  # tried again on the next connection
-                    seen.handled(uid)
-                    continue
-                self._refused.pop((session.uidvalidity, uid), None)
-                # Each mail received is progress: a first pass over a large mailbox outlasts
-                # the progress bound (only its end counted, and the runner restarted the
-                # watcher as hung mid-pass). A server hanging mid-fetch is still caught: each
-                # fetch is bounded by ANSWERS_PER_CALL imap_timeout. Judging starts after it.
-                self.health.progress()
-                if raw is None:  # expunged since the search
-                    log.info("digitalocean: mail UID %d was gone when fetched; passed over", uid)
-                    seen.handled(uid)
-                    continue
-                # Judged in a thread: a 256 KiB mail takes a second or more, during which
-                # the loop sent no heartbeat and no other watcher's notice. The verdict is
-                # applied here, on the loop, one mail after the other, as before.
-                started = time.monotonic()
-                verdict = await _off_loop(self._judge, uid, raw, rules, seen)
-                took = time.monotonic() - started
-                # A mail slow to judge (a large digest, or one written to be slow) delays
-                # the mails after it: worth the operator's eye.
-                log.log(
-                    logging.INFO if took >= _SLOW_JUDGING else logging.DEBUG,
-                    "digitalocean: mail UID %d (%d bytes) judged in %.2f s",
-                    uid,
-                    len(raw),
-                    took,
-                )
-                self._handle(uid, verdict, seen, emit)
+            pending = deque(
+                await self._answered_in_time(session, session.new_uids, seen.last_uid, since)
+            )
+            top = pending[-1] if pending else seen.last_uid
+            looked = time.monotonic()
+            while pending:
+                if time.monotonic() - looked >= LOOK_AHEAD:
+                    # Mail that came during a long pass (a first start on thousands of mails)
+                    # waited behind all of it: a reclaim is raised at once, and every mail
+                    # is still read in its place.
+                    newer = await self._answered_in_time(session, session.new_uids, top, since)
+                    for uid in newer:
+                        await self._read_ahead(session, uid, rules, seen, emit)
+                    pending.extend(newer)
+                    top = pending[-1]
+                    looked = time.monotonic()
+                await self._read(session, pending.popleft(), rules, seen, emit)
             self.health.success()
             self.answered = True
             # After the success, so that files still unwritten show in the health.
@@ -338,6 +320,74 @@ class DigitalOceanWatcher:
                 self.idle_supported = session.idle  # False once the server refused IDLE
             else:
                 await asyncio.sleep(s.poll_interval)
+
+    async def _fetched(self, session: MailboxSession, uid: int, seen: SeenMail) -> bytes | None:
+        """Mail `uid`, or None when it is passed over (gone, or refused for good)."""
+        try:
+            raw = await self._answered_in_time(session, session.fetch, uid)
+        except FetchRefused as error:
+            if not self._refused_again(session.uidvalidity, uid, error):
+                raise  # tried again on the next connection
+            seen.handled(uid)
+            return None
+        self._refused.pop((session.uidvalidity, uid), None)
+        # Each mail received is progress: a first pass over a large mailbox outlasts
+        # the progress bound (only its end counted, and the runner restarted the
+        # watcher as hung mid-pass). A server hanging mid-fetch is still caught: each
+        # fetch is bounded by ANSWERS_PER_CALL imap_timeout. Judging starts after it.
+        self.health.progress()
+        if raw is None:  # expunged since the search
+            log.info("digitalocean: mail UID %d was gone when fetched; passed over", uid)
+            seen.handled(uid)
+        return raw
+
+    async def _verdict(self, uid: int, raw: bytes, rules: MatchRules, seen: SeenMail) -> Verdict:
+        # Judged in a thread: a 256 KiB mail takes a second or more, during which
+        # the loop sent no heartbeat and no other watcher's notice. The verdict is
+        # applied on the loop, one mail after the other, as before.
+        started = time.monotonic()
+        verdict = await _off_loop(self._judge, uid, raw, rules, seen)
+        took = time.monotonic() - started
+        # A mail slow to judge (a large digest, or one written to be slow) delays
+        # the mails after it: worth the operator's eye.
+        log.log(
+            logging.INFO if took >= _SLOW_JUDGING else logging.DEBUG,
+            "digitalocean: mail UID %d (%d bytes) judged in %.2f s",
+            uid,
+            len(raw),
+            took,
+        )
+        return verdict
+
+    async def _read(
+        self, session: MailboxSession, uid: int, rules: MatchRules, seen: SeenMail, emit: Emit
+    ) -> None:
+        """Read mail `uid` in its place in the pass and apply its verdict."""
+        raw = await self._fetched(session, uid, seen)
+        if raw is not None:
+            self._handle(uid, await self._verdict(uid, raw, rules, seen), seen, emit)
+
+    async def _read_ahead(
+        self, session: MailboxSession, uid: int, rules: MatchRules, seen: SeenMail, emit: Emit
+    ) -> None:
+        """Read mail `uid`, newer than the pass still going, and raise it if it is a plain
+        reclaim. Anything else (a cancellation, a new time: their effect depends on the
+        reclaims before them) waits for its place in the pass, as does a mail that could
+        not be fetched; it is read there again."""
+        try:
+            raw = await self._answered_in_time(session, session.fetch, uid)
+        except FetchRefused:
+            return
+        if raw is None:
+            return
+        self.health.progress()
+        verdict = await self._verdict(uid, raw, rules, seen)
+        report = verdict.report
+        if report is None or verdict.replaces or seen.was_raised(report.id):
+            return
+        log.info("digitalocean: mail UID %d came during the pass; read ahead of it", uid)
+        self._raise(uid, verdict, report, emit)
+        seen.raised_ahead(uid, report.id)
 
     async def _answered_in_time(
         self, session: MailboxSession, call: Callable[..., T], *args: Any, waiting: float = 0.0
@@ -397,8 +447,12 @@ class DigitalOceanWatcher:
                 log.info("digitalocean: mail UID %d was applied before as %s", uid, applied)
                 seen.handled(uid)
                 return
+            # Not a reclaim raised ahead of the pass from newer mail: read in its place, this
+            # mail came before it.
             earlier = [
-                r for r in self.active.current(utcnow()) if report is None or r.id != report.id
+                r
+                for r in self.active.current(utcnow())
+                if (report is None or r.id != report.id) and not seen.raised_after(r.id, uid)
             ]
             deadlines = [r.deadline for r in earlier if r.deadline is not None]
             if report is not None and verdict.shift is not None and deadlines:
@@ -459,6 +513,9 @@ class DigitalOceanWatcher:
 
 
 _SLOW_JUDGING = 1.0  # seconds; a reclaim mail of a few KiB takes milliseconds
+# Seconds of a pass over the mailbox between two looks for newer mail (a NOOP and a UID
+# SEARCH): how late, at most, a reclaim that came during the pass is raised.
+LOOK_AHEAD = 1.0
 # Connections in a row on which the server refused to send a mail, and for how long (seconds
 # since the first), before it is passed over: a refusal may be the server's passing trouble.
 FETCH_REFUSALS = 3

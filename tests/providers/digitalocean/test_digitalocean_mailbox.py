@@ -1534,3 +1534,45 @@ async def test_a_line_trickled_in_idle_or_after_done_is_given_up_and_the_mail_re
             assert server.connections >= 2
     finally:
         server.close()
+
+
+async def test_a_reclaim_arriving_during_a_long_first_pass_is_raised_before_the_pass_ends(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reclaim mail that arrived while the first pass went over a large mailbox (UID order)
+    waited behind the whole pass: on a Dovecot on loopback, 7,000 mails of the last days held
+    it 17.9 s; on a remote server, a round trip per mail, minutes. The pass now looks for new
+    UIDs every LOOK_AHEAD seconds and raises a reclaim found there at once. The mails of the
+    pass are all still read in order, and a cancellation read later in the pass (older than
+    the new reclaim) does not withdraw it. Here the pass takes about 2 s (mails judged in
+    0.025 s each); the reclaim is raised within 1.5 s of its arrival, mid-pass."""
+    monkeypatch.setattr(watch, "LOOK_AHEAD", 0.2)
+    conn = dovecot.connect(mail_user)
+    try:
+        for number in range(80):
+            conn.append("INBOX", None, None, reclaim(subject=f"Weekly newsletter {number}"))
+        cancel = "The reclaim of gpu-spot-1 will no longer take place."
+        conn.append("INBOX", None, None, reclaim(cancel, subject="Spot Droplet reclaim update"))
+    finally:
+        conn.logout()
+    judge = watch.reclaim_verdict
+
+    def slow(*args: Any) -> Any:
+        time.sleep(0.025)
+        return judge(*args)
+
+    monkeypatch.setattr(watch, "reclaim_verdict", slow)
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        await run.until(lambda: run.watcher._seen is not None and run.watcher._seen.last_uid >= 5)
+        await asyncio.to_thread(dovecot.append, mail_user, reclaim())
+        arrived = time.monotonic()
+        (notice,) = await run.count(1)
+        assert time.monotonic() - arrived < 1.5
+        assert run.health.polls == 0  # the pass is still going
+        await run.idling()
+        # The whole pass was read, the new mail too, and the older cancellation left the
+        # newer reclaim standing.
+        assert [r.action for r in run.reports] == ["drain"], run.summary()
+        assert json.loads((state / STATE_FILE).read_text())["last_uid"] == 82
+        assert [r["id"] for r in json.loads((state / ACTIVE_FILE).read_text())] == [notice.id]

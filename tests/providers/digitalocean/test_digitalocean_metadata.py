@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from forewarn.providers.digitalocean.watch import (
     parse_droplet_id,
 )
 from forewarn.providers.simulator import SimServer
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 @pytest.fixture
@@ -196,3 +199,49 @@ async def test_a_trickling_metadata_answer_fails_within_seconds_not_at_the_stall
         assert (droplet.id, droplet.name) == ("424242424", None)
         assert time.monotonic() - started < 3.0
         await partly.aclose()
+
+
+def test_a_reclaim_raised_ahead_of_the_pass_is_kept_across_a_crash_mid_pass(
+    tmp_path: Path,
+) -> None:
+    """A reclaim read ahead of a long pass (newer mail) moves no last_uid, so no mail of the
+    pass is skipped; a crash mid-pass reads the pass again, and the older cancellation in it
+    must still know that the reclaim came after it (it is kept in the file)."""
+    path = tmp_path / "seen.json"
+    seen = SeenMail.load(path, "box-a")
+    seen.begin(7)
+    seen.handled(3)
+    seen.raised_ahead(90, "digitalocean/reclaim/new")
+    again = SeenMail.load(path, "box-a")
+    assert again.begin(7) == 3 and again.was_raised("digitalocean/reclaim/new")
+    assert again.raised_after("digitalocean/reclaim/new", 40)
+    assert not again.raised_after("digitalocean/reclaim/new", 95)
+    again.handled(90)  # read in its place: no longer ahead
+    assert not again.raised_after("digitalocean/reclaim/new", 40)
+    again.raised_ahead(120, "digitalocean/reclaim/newer")
+    assert again.begin(8) == 0 and not again.raised_after("digitalocean/reclaim/newer", 1)
+
+
+@given(
+    ahead=st.recursive(st.none() | st.integers() | st.text(max_size=5), st.lists, max_leaves=6)
+    | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=3) | st.none())
+)
+def test_any_ahead_value_in_the_seen_file_loads_without_error(ahead: object) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "seen.json"
+        raised = list(ahead) if isinstance(ahead, dict) else []
+        path.write_text(
+            json.dumps(
+                {
+                    "mailbox": "box-a",
+                    "uidvalidity": 7,
+                    "last_uid": 5,
+                    "raised": raised,
+                    "ahead": ahead,
+                }
+            )
+        )
+        seen = SeenMail.load(path, "box-a")
+        assert seen.begin(7) == 5
+        assert all(isinstance(uid, int) and uid > 5 for uid in seen.ahead.values())
+        assert set(seen.ahead) <= set(raised)
