@@ -37,6 +37,7 @@ class _Seen:
     sent_at: float  # monotonic time the last one was sent
     past: bool = False  # its deadline had passed when it was first seen
     retired: bool = False  # the agent retired it; kept only to recognise it (`once_if_past`)
+    slept_at: float = 0.0  # the machine's time asleep (`PathTracker.slept`) when first seen
 
 
 @dataclass
@@ -62,6 +63,9 @@ class PathTracker:
     # after its window was otherwise a clear and the same terminate at every grace.
     done_after_window: bool = False
     wall: Callable[[], datetime] = utcnow
+    # Seconds the machine has spent suspended since it booted: a hibernation that IMDS no
+    # longer shows after the machine slept is over (see `update`).
+    slept: Callable[[], float] = field(default_factory=lambda: time_asleep)
     seen: dict[str, _Seen] = field(default_factory=dict)
     # Ids not stale when first seen: retired and reported again since, or seen in time by
     # the agent before a restart (`seen_in_time`).
@@ -96,7 +100,9 @@ class PathTracker:
             if seen is None:
                 past = self._past(report)
                 retired = past and report.id in self.retired_before
-                self.seen[slot] = _Seen(report, moments, now, past=past, retired=retired)
+                self.seen[slot] = _Seen(
+                    report, moments, now, past=past, retired=retired, slept_at=self.slept()
+                )
                 if retired:
                     self.recognised.append(report.id)
                 else:
@@ -109,11 +115,19 @@ class PathTracker:
                 seen.report, seen.moments, seen.sent_at = report, moments, now
                 out.append(report)
         for slot in [slot for slot in self.seen if slot not in present]:
-            if self.clear_on_absence:
+            if self.clear_on_absence or self._resumed(self.seen[slot]):
                 gone = self.seen.pop(slot)
                 if not gone.retired:  # a retired one was cleared by the agent already
                     out.append(self._clear(gone.report, None))
         return out
+
+    def _resumed(self, seen: _Seen) -> bool:
+        """A hibernation the machine has slept through since it was first seen: it is over.
+        Kept (IMDS has no withdrawal of an interruption, and may miss one for a poll), its
+        terminate stood up to its grace (300 s) after the resume, and a job resumed with it
+        unread, or started then, saved and exited for nothing."""
+        hibernation = seen.report.detail.get("action") == "hibernate"
+        return hibernation and self.slept() - seen.slept_at > SLEEP_SEEN
 
     def forget(self, notice_id: str) -> bool:
         """Drop the memory of a notice the agent retired (past its deadline plus a grace), so
@@ -197,6 +211,20 @@ class PathTracker:
             provider=last.provider,
             detail=detail if detail is not None else last.detail,
         )
+
+
+def time_asleep() -> float:
+    """Seconds this machine has been suspended (or hibernated) since it booted: the boot
+    clock counts them, the monotonic clock does not. 0 where there is no boot clock."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - time.clock_gettime(time.CLOCK_MONOTONIC)
+    except (AttributeError, OSError):  # not Linux
+        return 0.0
+
+
+# Seconds the boot clock must have gained on the monotonic one to count as a sleep: both are
+# read a moment apart, and an NTP slew adjusts both alike.
+SLEEP_SEEN = 1.0
 
 
 def _stable(detail: dict[str, Any], volatile: tuple[str, ...]) -> dict[str, Any]:

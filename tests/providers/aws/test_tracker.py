@@ -261,3 +261,30 @@ def test_a_scheduled_event_retired_past_its_window_is_kept_quiet_until_it_change
     assert tracker.update([open_ended]) == [open_ended]
     assert tracker.forget(open_ended.id) and not tracker.stale(open_ended.id)
     assert tracker.update([open_ended]) == [open_ended]
+
+
+def test_a_hibernation_gone_after_the_machine_slept_is_cleared_a_terminate_is_kept() -> None:
+    """A hibernate notice stood after the instance resumed: IMDS no longer showed it, but a
+    spot interruption is never withdrawn on absence (AWS has no cancellation for one), so
+    the terminate stood until its deadline plus the grace (300 s): a job resumed with it
+    still unread, or started then, saved and exited for nothing (seen with the agent and the
+    IMDS simulator: frozen 3 s, the notice withdrawn, no clear within 20 s). Gone after the
+    machine slept (the boot clock ran ahead of the monotonic one), it is cleared; gone
+    without a sleep (IMDS missing it for a moment), or a terminate, is kept as before."""
+    slept = Clock()
+    tracker = PathTracker(
+        single=True, volatile=("time",), clear_on_absence=False, clock=Clock(), slept=slept
+    )
+    (hibernate,) = tracker.update(spot(T0, "hibernate"))
+    assert tracker.update([]) == []  # missing for a moment, no sleep: kept
+    assert tracker.update(spot(T0, "hibernate")) == []
+    slept.now += 600.0  # hibernated ten minutes, resumed
+    (cleared,) = tracker.update([])
+    assert (cleared.action, cleared.id) == ("clear", hibernate.id)
+    assert tracker.update([]) == []
+    terminate = PathTracker(
+        single=True, volatile=("time",), clear_on_absence=False, clock=Clock(), slept=slept
+    )
+    terminate.update(spot(T0 + timedelta(seconds=120)))
+    slept.now += 600.0
+    assert terminate.update([]) == []
