@@ -242,6 +242,11 @@ class CheckpointGuard:
         # margin of it, as the agent sends such a drain as terminate. Taken for a plain drain,
         # the job trained on past its save until the machine went at the deadline.
         self._flag_deadline: datetime | None = None
+        # The flag that deadline came from while its file is not handled yet (no job's save
+        # removed it): gone meanwhile, it was removed by hand, which withdraws the deadline as
+        # the agent clears a drain whose file goes before every client flushed.
+        self._flag_open: Identity | None = None
+        self._flag_unremovable = False  # a save could not remove it: only its owner can
 
         if isinstance(notices, Notices):
             self.notices: Notices | None = notices
@@ -587,6 +592,7 @@ class CheckpointGuard:
         except FileNotFoundError:
             pass
         except OSError as error:
+            self._flag_unremovable = True
             # Another user's file in a directory this one may only enter (the agent's 0750
             # /run/forewarn, reached through its group): the save is made, and raising here
             # crashed the loop right after it. The file counts once; touching it counts again.
@@ -597,6 +603,8 @@ class CheckpointGuard:
                 self.flag_file,
                 error.strerror or error,
             )
+            return
+        self._flag_open = None  # handled: its deadline stands, the file gone by this save
 
     def _flag_done(self, identity: Identity | None) -> None:
         """This job's save for the flag `identity` is durable: the file goes if every other job
@@ -614,6 +622,10 @@ class CheckpointGuard:
             # again since its drain. Removed here, it went unread.
             if jobs is not None and identity is not None:
                 jobs.saved_for(identity)
+            if identity is not None and identity == self._flag_open:
+                assert self.flag_file is not None
+                if _identity(self.flag_file) is None:  # gone before this save: by hand
+                    self._flag_gone(identity, saved=False)
             return
         if jobs is None or identity is None:
             self._remove_flag()
@@ -1416,6 +1428,7 @@ class CheckpointGuard:
                     self._pending.setdefault("periodic", None)
                     self._wake = True
             self._pace.observe(self._seen_step, self._eval_checks, time.monotonic())
+            self._check_flag_removed()
             self._check_flag()
             self._check_flag_deadline()
             self._check_inherited()
@@ -1482,6 +1495,46 @@ class CheckpointGuard:
                     signal.Signals(signum).name,
                 )
 
+    def _check_flag_removed(self) -> None:
+        """The flag whose deadline is in force went before it was handled (see `_flag_gone`)."""
+        taken = self._flag_open
+        if taken is None or self.flag_file is None:
+            return
+        found = _identity(self.flag_file)
+        if found == taken:
+            return
+        if found is not None:
+            self._flag_open = None  # written again: the next look takes the new request
+            return
+        with self._lock:
+            saved = "flag" not in self._pending and self._flag_step is None
+        self._flag_gone(taken, saved=saved)
+
+    def _flag_gone(self, taken: Identity, *, saved: bool) -> None:
+        """The flag `taken`, whose deadline is in force, is gone and no save of this job
+        removed it. Removed by hand (before this job saved, while another job still saved,
+        or by its owner where no job could remove it), the request is withdrawn and the
+        deadline with it, as the agent clears a drain whose file goes before every client
+        flushed. Removed by the save of the last job to save, it stands. Where that cannot be
+        told (this job holds no place among the jobs), it stands too: kept, the job exits
+        early; dropped, it trained on until the machine went."""
+        self._flag_open = None
+        jobs = self._flag_jobs
+        if jobs is None or not jobs.joined:
+            return
+        by_hand = self._flag_unremovable or not saved or not jobs.all_saved(taken)
+        if not by_hand:
+            return
+        with self._lock:
+            dropped, self._flag_deadline = self._flag_deadline, None
+        if dropped is not None:
+            log.warning(
+                "forewarn: the flag file %s was removed before every job saved for it: its "
+                "deadline %s is withdrawn, as the agent clears its drain",
+                self.flag_file,
+                dropped.isoformat(),
+            )
+
     def _check_flag(self) -> None:
         flag = self.flag_file
         if flag is None or "flag" in self._pending or not self._flag_is_ours():
@@ -1505,6 +1558,8 @@ class CheckpointGuard:
                 # earlier one, as the agent clears the earlier notice.
                 self._flag_deadline = deadline
                 self._flag_found = found
+                self._flag_open = found if deadline is not None else None
+                self._flag_unremovable = False
                 self._pending["flag"] = None
                 self._wake = True
 

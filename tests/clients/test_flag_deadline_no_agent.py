@@ -96,3 +96,69 @@ def test_a_flag_written_again_during_the_save_is_kept_and_its_deadline_read(
         eventually(lambda: guard.should_exit, timeout=5, what="the exit for the new deadline")
     finally:
         guard.close()
+
+
+def _steps_past(deadline_at: float, guard: CheckpointGuard) -> bool:
+    """Step the job until `deadline_at` (monotonic) has passed; True when it was told to exit
+    on the way (a flag's own save is made and trained past)."""
+    step = 1
+    while time.monotonic() < deadline_at:
+        step += 1
+        if guard.due(step) and guard.saved(step, 0.01).exit:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_flag_removed_by_hand_before_the_save_drops_its_deadline(tmp_path: Path) -> None:
+    """Removed by hand before the job saved for it, the agent clears the flag's drain: no
+    terminate comes at its deadline. The guard kept the deadline and saved-and-exited (143) at
+    it, ending a job the operator had called the request off for."""
+    flag = tmp_path / "checkpoint-now"
+    guard = job(flag, margin=0.5)
+    try:
+        flag.write_text("2s\n")
+        eventually(lambda: guard.due(1), timeout=5, what="the flag's save")
+        flag.unlink()  # the operator calls it off before the job saved
+        assert not _steps_past(time.monotonic() + 2.5, guard), "exited at a withdrawn deadline"
+        assert not guard.should_exit
+    finally:
+        guard.close()
+
+
+def test_a_flag_removed_by_hand_while_another_job_saves_drops_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """Two jobs: the first saved, the second still saving, and the operator removes the file:
+    as the agent clears a drain removed before every client flushed, the deadline goes."""
+    flag = tmp_path / "checkpoint-now"
+    first, second = job(flag, margin=0.5), job(flag, margin=0.5)
+    try:
+        flag.write_text("2s\n")
+        eventually(lambda: first.due(1), timeout=5, what="the first job's save")
+        eventually(lambda: second.due(1), timeout=5, what="the second job's flag")
+        assert not first.saved(1, 0.01).exit
+        assert flag.exists()  # the second job has not saved yet
+        flag.unlink()
+        assert not _steps_past(time.monotonic() + 2.5, first), "exited at a withdrawn deadline"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_flag_removed_by_the_last_jobs_save_keeps_its_deadline(tmp_path: Path) -> None:
+    """The file removed by the other job's save (every job saved) is the flag handled, not a
+    removal by hand: the deadline stands for both, as the agent keeps such a drain."""
+    flag = tmp_path / "checkpoint-now"
+    first, second = job(flag, margin=0.5), job(flag, margin=0.5)
+    try:
+        flag.write_text("2s\n")
+        eventually(lambda: first.due(1), timeout=5, what="the first job's save")
+        eventually(lambda: second.due(1), timeout=5, what="the second job's flag")
+        assert not first.saved(1, 0.01).exit
+        assert not second.saved(1, 0.01).exit
+        assert not flag.exists()
+        assert _steps_past(time.monotonic() + 3.0, first), "no exit at the flag's deadline"
+    finally:
+        first.close()
+        second.close()
