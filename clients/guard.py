@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from forewarn.protocol.flagfile import flag_deadline, read_flag
+from forewarn.protocol.flagfile import FlagError, flag_deadline, read_flag
 from forewarn.protocol.timefmt import utcnow
 from forewarn.protocol.wire import runtime_dir
 
@@ -247,6 +247,7 @@ class CheckpointGuard:
         # the agent clears a drain whose file goes before every client flushed.
         self._flag_open: Identity | None = None
         self._flag_unremovable = False  # a save could not remove it: only its owner can
+        self._flag_refused: Identity | None = None  # a link or directory there, warned about
 
         if isinstance(notices, Notices):
             self.notices: Notices | None = notices
@@ -1546,11 +1547,18 @@ class CheckpointGuard:
                 self._flag_waits = None
                 self._remove_flag()
             return
-        if found is not None and found != self._flag_kept:
+        if found is not None and found != self._flag_kept and found != self._flag_refused:
+            try:
+                deadline = _read_flag_deadline(flag)
+            except FlagError as error:
+                # A link (or a directory) there: the agent refuses it, no drain raised. Taken
+                # here, the same `ln -s` saved the job with no agent and nothing with one.
+                self._flag_refused = found
+                log.warning("forewarn: the flag file %s %s", flag, error.strerror)
+                return
             log.info("forewarn: flag file %s found", flag)
             if jobs is not None:
                 jobs.join()  # a directory made since the guard was
-            deadline = _read_flag_deadline(flag)
             if deadline is not None:
                 log.info("forewarn: flag file %s: deadline %s", flag, deadline.isoformat())
             with self._lock:
@@ -1582,9 +1590,12 @@ class CheckpointGuard:
 
 
 def _read_flag_deadline(flag: Path) -> datetime | None:
-    """The deadline the flag file holds (None: none, or it cannot be read: the drain stands)."""
+    """The deadline the flag file holds (None: none, or it cannot be read: the drain stands).
+    FlagError: the path is no flag file (a link, a directory), refused as the agent does."""
     try:
         found = read_flag(flag)
+    except FlagError:
+        raise
     except OSError:
         return None
     if found is None or found[1] is None:
@@ -1618,7 +1629,7 @@ def _identity(path: Path) -> tuple[int, int, int] | None:
     """What tells one flag file from the next: its inode and modification time (None when
     there is none)."""
     try:
-        found = path.stat()
+        found = path.lstat()  # a link is its own, not its target's: the agent follows none
     except OSError:
         return None
     return (found.st_dev, found.st_ino, found.st_mtime_ns)

@@ -16,7 +16,16 @@ from .timefmt import parse_deadline
 
 # A deadline and a short note fit in far less; the rest of a larger file is never read.
 MAX_FLAG_BYTES = 4096
-NOT_REGULAR = "is not a regular file (a FIFO, device or directory)"
+# Said by the agent's log and `status` and by a guard that takes the flag itself: what is
+# there is refused, and what to do instead.
+NOT_REGULAR = (
+    "is not a regular file (a FIFO, device or directory): no drain is raised; "
+    "remove it and write the flag file itself (touch)"
+)
+SYMLINK = (
+    "is a symbolic link, not followed: no drain is raised; "
+    "write the flag file itself (touch), not a link to one"
+)
 
 
 class FlagError(ForewarnError, OSError):
@@ -45,7 +54,7 @@ def read_flag(path: Path) -> tuple[int, str | None] | None:
         return found.st_mtime_ns, None
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise FlagError(error.errno, "is a symbolic link; not followed") from None
+            raise FlagError(error.errno, SYMLINK) from None
         raise
     try:
         found = os.fstat(fd)

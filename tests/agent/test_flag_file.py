@@ -169,3 +169,24 @@ def test_a_flushed_flag_with_a_deadline_still_escalates_after_an_agent_restart(
             seen.append(sub.notice(timeout=5))
         assert [n["id"] for n in seen] == [drain["id"]] * len(seen)
         assert seen[-1]["action"] == "terminate", seen
+
+
+def test_a_symlinked_flag_is_refused_with_a_line_that_says_what_to_do(tmp_path: Path) -> None:
+    # `ln -s ~/request /run/forewarn/checkpoint-now`: no drain, and the agent's log said only
+    # "is a symbolic link; not followed", while a guard reading the same path saved for it.
+    # Both now refuse it and say that no drain is raised and what to write instead.
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = Path(agent.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
+        target = tmp_path / "request"
+        target.write_text("10m\n")
+        flag.symlink_to(target)
+        line = (
+            f"{flag}: is a symbolic link, not followed: no drain is raised; "
+            "write the flag file itself (touch), not a link to one"
+        )
+        eventually(lambda: line in agent.output(), what="the refusal in the log")
+        assert agent.control({"op": "status"})["active"] == []
+        flag.unlink()
+        flag.write_text("")
+        drain = sub.notice(timeout=5)  # the first notice: nothing was raised for the link
+        assert drain["action"] == "drain" and drain["id"].startswith("local/flag/")
