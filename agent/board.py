@@ -483,6 +483,18 @@ class NoticeBoard:
         entry.held.add(client)
         return True
 
+    def let_go(self, notice_id: str, client: str) -> bool:
+        """The job that held `notice_id` for `client` is gone before its ack (a shell loop
+        killed while it saved): it counts no more, as a subscriber that leaves. True when the
+        notice is now flushed by every client left."""
+        entry = self.entries.get(notice_id)
+        if entry is None or client not in entry.held:
+            return False
+        entry.held.discard(client)
+        if client not in self.clients:  # a subscriber by that id still counts
+            entry.expected.discard(client)
+        return self._newly_flushed(entry)
+
     def held_by(self) -> dict[str, list[str]]:
         """The clients holding each notice not flushed yet (`hold`), sorted: for the state
         file, so that a restarted agent still waits for their acks."""

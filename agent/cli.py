@@ -45,6 +45,7 @@ from forewarn.protocol.wire import (
 
 from .argtypes import choice_as_written, path_arg, word_as_written
 from .eventlines import ReplayTracker, describe
+from .holders import pid_namespace, process_start
 from .limits import (
     MAX_ACK_NOTE_LENGTH,
     MAX_FLUSH_SECONDS,
@@ -156,6 +157,13 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def _pid(text: str) -> int:
+    value = _positive_int(text)
+    if value > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"not a process id: {value}")
     return value
 
 
@@ -942,6 +950,8 @@ def cmd_wait(args: argparse.Namespace) -> int:
     """Block until a notice asks for `--for`; a terminate also satisfies a wait for drain.
     Notices in force before it began are decided as the client library decides them
     (`waitrule`)."""
+    if args.pid is not None and args.client is None:
+        raise UsageError("wait: --pid: names the process that acks as --client ID; give --client")
     events, control = _endpoints(args)
     accepted = {"drain": ("drain", "terminate"), "terminate": ("terminate",)}[args.wait_for]
     rule = WaitRule(
@@ -959,7 +969,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
     def found(notice: dict[str, Any]) -> int:
         if args.client is not None:
-            _hold(control, args.runtime_dir, notice["id"], args.client)
+            _hold(control, args.runtime_dir, notice["id"], args.client, args.pid)
         print(json.dumps(notice) if args.json else describe(notice), flush=True)
         return 0
 
@@ -997,17 +1007,25 @@ def cmd_wait(args: argparse.Namespace) -> int:
         sock.close()  # a Ctrl-C goes on to main, which ends by it (`_end_by_sigint`)
 
 
-def _hold(control: str, runtime: Path | None, notice_id: str, client: str) -> None:
+def _hold(control: str, runtime: Path | None, notice_id: str, client: str, pid: int | None) -> None:
     """Before `wait --client ID` hands the notice to its job: have the agent count ID among
     the clients that must ack it, as a subscriber that received it is counted. `wait` ends as
     it returns the notice, so the agent does not see the job saving: the first shell job's ack
     released the notice (the flag file removed, Azure approving early) while a second one
-    was still saving. Never fails the wait: the notice is the job's either way."""
-    payload = {"op": "hold", "notice_id": notice_id, "client": client}
-    try:
-        reply = request(control, payload, HOLD_TIMEOUT, runtime=runtime)
-    except (TimeoutError, OSError, ReplyError) as error:
-        reply = {"ok": False, "error": str(error)}
+    was still saving. With `--pid`, the hold names the process that acks, so that the agent
+    lets go of it once that is gone (`holders`). Never fails the wait: the notice is the
+    job's either way."""
+    payload: dict[str, Any] = {"op": "hold", "notice_id": notice_id, "client": client}
+    if pid is not None:
+        # Read here, in the loop's pid namespace: the agent may see other pids.
+        payload |= {"pid": pid, "pid_start": process_start(pid), "pid_namespace": pid_namespace()}
+        payload = {key: value for key, value in payload.items() if value is not None}
+    reply = _hold_request(control, payload, runtime)
+    if reply.get("ok") is not True and pid is not None and "unanswered" not in reply:
+        # An agent older than `--pid` refuses its fields: held without them, as before.
+        plain = {"op": "hold", "notice_id": notice_id, "client": client}
+        if _hold_request(control, plain, runtime).get("ok") is True:
+            reply = {"ok": True, "held": True, "watched": False}
     if reply.get("ok") is not True:
         # An agent older than this command refuses the request (`op`: no such operation).
         print(
@@ -1016,6 +1034,21 @@ def _hold(control: str, runtime: Path | None, notice_id: str, client: str) -> No
             file=sys.stderr,
             flush=True,
         )
+    elif pid is not None and reply.get("held") is True and reply.get("watched") is not True:
+        print(
+            f"forewarn: wait: the agent cannot watch process {pid} (another pid namespace, or "
+            f"an agent older than --pid): {notice_id} stays held for client {client} until it "
+            "acks or the notice ends, even if that process is killed first",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _hold_request(control: str, payload: dict[str, Any], runtime: Path | None) -> dict[str, Any]:
+    try:
+        return request(control, payload, HOLD_TIMEOUT, runtime=runtime)
+    except (TimeoutError, OSError, ReplyError) as error:
+        return {"ok": False, "error": str(error), "unanswered": True}
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -1404,6 +1437,14 @@ def build_parser(
         wait,
         "the id this loop's `forewarn ack --client` sends: a drain in force before this wait "
         "is passed by only when this client acked it, not when another client saved for it",
+    )
+    wait.add_argument(
+        "--pid",
+        type=_pid,
+        metavar="PID",
+        help='with --client: the process that acks (the loop\'s shell, "$$"); killed before '
+        "its ack, its hold on the notice is let go (default: held until the ack or the "
+        "notice's end)",
     )
     _add_agent_timeout(wait)
     _add_endpoint_flags(wait)

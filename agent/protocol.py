@@ -285,6 +285,12 @@ class HoldRequest(_Message):
     op: Literal["hold"]
     notice_id: OneLine
     client: OneLine
+    # The process that will ack (`wait --pid`, the loop's shell): the agent lets go of the hold
+    # once it is gone, where it can tell (the same pid namespace; the start time tells a pid
+    # used again). Without them, the hold lasts until the ack or the notice's retirement.
+    pid: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    pid_start: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    pid_namespace: OneLine | None = None
 
 
 def client_id_problem(client: str) -> str | None:
@@ -380,6 +386,9 @@ class HoldReply(_Message):
     # False: the notice is not active, or every client had flushed it already (nothing to
     # hold), or the client had acked it already.
     held: bool
+    # The hold's process (`pid`) is watched: the hold goes once that process is gone. False
+    # without one, or where the agent cannot see it (another pid namespace).
+    watched: bool = False
 
 
 class ErrorReply(_Message):

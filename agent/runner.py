@@ -42,6 +42,7 @@ from pydantic import ValidationError
 from .board import ANONYMOUS, EXPIRED_KEY, NoticeBoard, Sequencer
 from .config import ConfigError, Settings
 from .controltoken import remove_token, write_token
+from .holders import Holder, pid_namespace
 from .limits import ACKED_BY_LISTED, MAX_MANUAL, NO_ACTIVE_MANUAL, deadline_problem, id_problem
 from .observers import Observers, build_observers
 from .protocol import (
@@ -325,6 +326,9 @@ class Agent:
             manual_lifetime=self.settings.manual_lifetime,
         )
         self.board.flushes.extend(state.flushes)
+        # The processes behind holds (`wait --pid`), by (notice id, client): let go once gone.
+        self._holders: dict[tuple[str, str], Holder] = {}
+        self._pid_namespace = pid_namespace()
         provider = state.provider
         if provider and state.boot_id is not None and state.boot_id != self.boot_id:
             # The machine restarted (a stopped and started VM keeps its disk): its provider
@@ -907,6 +911,7 @@ class Agent:
         while True:
             self._settle_restored()
             self._release_flushes()
+            self._let_go_of_gone_holders()
             self._beat()
             self._retry_unsaved()
             await asyncio.sleep(self.settings.heartbeat_interval)
@@ -1148,10 +1153,50 @@ class Agent:
 
     def _hold(self, req: HoldRequest) -> HoldReply:
         held = self.board.hold(req.notice_id, req.client)
+        watched = False
         if held:
             log.info("notice %s held for client %s until it acks", req.notice_id, req.client)
             self._save()  # a restarted agent still waits for that client's ack
-        return HoldReply(held=held)
+            if req.pid is not None:
+                holder = Holder(req.pid, req.pid_start, req.pid_namespace)
+                watched = holder.watchable(self._pid_namespace)
+                if watched:
+                    self._holders[(req.notice_id, req.client)] = holder
+                else:
+                    log.info(
+                        "hold of client %s on %s: process %d is in another pid namespace than "
+                        "the agent's; held until its ack or the notice's end",
+                        req.client,
+                        req.notice_id,
+                        req.pid,
+                    )
+        return HoldReply(held=held, watched=watched)
+
+    def _let_go_of_gone_holders(self) -> None:
+        """Each heartbeat: the holds whose process is gone before its ack count no more."""
+        held = self.board.held_by()
+        done = []
+        for key, holder in list(self._holders.items()):
+            notice_id, client = key
+            acked = self.board.acked_by(notice_id).get(notice_id, set())
+            if client not in held.get(notice_id, ()) or client in acked:
+                del self._holders[key]  # acked, flushed or retired: nothing held any more
+                continue
+            if not holder.gone():
+                continue
+            del self._holders[key]
+            log.warning(
+                "hold of client %s on %s let go: its process %d is gone before its ack",
+                client,
+                notice_id,
+                holder.pid,
+            )
+            if self.board.let_go(notice_id, client):
+                done.append(notice_id)
+        for notice_id in done:
+            self._flushed(notice_id)
+        if done:
+            self._save()
 
     def _release_lock(self) -> None:
         self.dirs.release()

@@ -96,7 +96,14 @@ def test_every_message_of_a_tcp_agent_validates_against_the_checked_in_schema(
                 "AckReply",
             ),
             (
-                {"op": "hold", "notice_id": "local/schema", "client": "shell-job"},
+                {
+                    "op": "hold",
+                    "notice_id": "local/schema",
+                    "client": "shell-job",
+                    "pid": 1,
+                    "pid_start": 0,
+                    "pid_namespace": "pid:[4026531836]",
+                },
                 "HoldRequest",
                 "HoldReply",
             ),

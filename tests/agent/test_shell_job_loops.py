@@ -306,3 +306,49 @@ def test_two_shell_loops_the_flag_goes_only_once_both_acked(tmp_path: Path) -> N
                 if loop.poll() is None:
                     os.killpg(loop.pid, signal.SIGKILL)
                     loop.wait()
+
+
+def test_a_loop_killed_between_its_wait_and_its_ack_lets_go_of_its_hold(tmp_path: Path) -> None:
+    """Two README loops on the node; the slow one is killed (kill -9, as an OOM kill or a
+    node's job scheduler does) while it saves. Its hold kept the flag file's drain from
+    counting as flushed until the drain was retired an hour later: the quick loop's ack was not
+    enough, and an operator's script waiting for the file to go waited that long. The hold
+    names the loop's process (`--pid "$$"`), and the agent lets go of it once that is gone."""
+    with AgentProcess(tmp_path) as agent:
+        job, env = _job_dir(tmp_path, agent.env)
+        slow_save = job / "slow-save.sh"
+        slow_save.write_text('#!/bin/sh\necho saving >> "$SAVES"\nexec sleep 60\n')
+        slow_save.chmod(0o755)
+        flag = agent.runtime / "checkpoint-now"
+        loops: dict[str, subprocess.Popen[bytes]] = {}
+
+        def start(name: str, save: str) -> None:
+            script = readme_loop().replace("me=save-loop", f"me={name}", 1)
+            script = script.replace("./save-checkpoint.sh", save, 1)
+            loops[name] = subprocess.Popen(
+                ["bash", "-e", "-c", script],
+                cwd=job,
+                env={**env, "SAVES": str(tmp_path / f"{name}.saves")},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+        try:
+            flag.write_text("")
+            start("slow", "./slow-save.sh")
+            eventually(lambda: _count(tmp_path / "slow.saves") == 1, timeout=20, what="slow's save")
+            start("quick", "./save-checkpoint.sh")
+            eventually(
+                lambda: " from quick: step=7" in agent.output(), timeout=20, what="quick's ack"
+            )
+            assert flag.exists(), "released by the quick job's ack while the slow one saves"
+            os.killpg(loops["slow"].pid, signal.SIGKILL)
+            loops["slow"].wait()
+            eventually(lambda: not flag.exists(), timeout=10, what="the killed loop's hold let go")
+            assert "hold of client slow on" in agent.output()
+        finally:
+            for loop in loops.values():
+                if loop.poll() is None:
+                    os.killpg(loop.pid, signal.SIGKILL)
+                    loop.wait()

@@ -1,0 +1,69 @@
+"""The process behind a hold (`forewarn wait --client ID --pid PID`): a shell loop killed
+between its `wait` and its `ack` held its notice until the notice was retired (an hour for a
+flag file's drain), so every other client's ack was not enough and an operator's script that
+waits for the flag to go waited that long. The hold names the loop's process; the agent lets
+go of it once that process is gone.
+
+A process is named by its pid, its start time (so a pid used again by another process is not
+taken for it) and its pid namespace (so an agent in a container of its own, which sees other
+pids or none, never reads a pid of the job's namespace as its own). Whatever cannot be told
+for sure (another namespace, /proc hidden by `hidepid`) keeps the hold: let go too early, the
+notice counted as flushed while the loop still saved (the flag removed, Azure approving
+early), which is the loss the hold is there to prevent.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def pid_namespace() -> str | None:
+    """This process's pid namespace (`pid:[4026531836]`), None where it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def process_start(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field);
+    None when it cannot be read (gone, or hidden)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The process that will ack a held notice, as the `wait` that held it saw it."""
+
+    pid: int
+    start: int | None  # its start time, when `wait` could read it
+    namespace: str | None  # the pid namespace of `wait`, which shares it with its loop
+
+    def watchable(self, own_namespace: str | None) -> bool:
+        """Whether this agent can tell when the process is gone: it sees the same pids."""
+        return own_namespace is not None and self.namespace == own_namespace
+
+    def gone(self) -> bool:
+        """True only when the process is surely gone: no process has its pid, or the one
+        that has it started at another time (the pid was used again)."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # another user's: it is there
+        except OSError:
+            return False
+        if self.start is None:
+            return False
+        start = process_start(self.pid)
+        return start is not None and start != self.start
+
+
+__all__ = ["Holder", "pid_namespace", "process_start"]

@@ -1,0 +1,107 @@
+"""A hold that names its process (`forewarn wait --client ID --pid PID`): the agent lets go
+of it once that process is gone, and only when it can tell for sure (the same pid namespace,
+the same process and not one that took its pid since); otherwise the hold stays until the
+ack or the notice's end, as before."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from forewarn.agent.holders import Holder, pid_namespace, process_start
+from forewarn.agent.protocol import HoldRequest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from support import AgentProcess, eventually, run_forewarn_here
+
+
+def _reaped_pid() -> int:
+    """The pid of a process that has ended and been reaped."""
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+def test_a_live_process_is_not_gone_and_an_ended_one_is() -> None:
+    me = Holder(os.getpid(), process_start(os.getpid()), pid_namespace())
+    assert not me.gone()
+    assert Holder(_reaped_pid(), None, pid_namespace()).gone()
+
+
+def test_a_pid_used_again_by_another_process_is_gone() -> None:
+    start = process_start(os.getpid())
+    assert start is not None
+    assert Holder(os.getpid(), start + 1, pid_namespace()).gone()
+
+
+def test_another_users_process_is_not_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # kill(pid, 0) on another user's process fails with EPERM: it is there.
+    def denied(pid: int, signum: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "kill", denied)
+    assert not Holder(12345, None, pid_namespace()).gone()
+
+
+def test_a_process_in_another_namespace_is_not_watched() -> None:
+    own = pid_namespace()
+    assert Holder(1, 0, own).watchable(own)
+    assert not Holder(1, 0, "pid:[1]").watchable(own)
+    assert not Holder(1, 0, None).watchable(own)
+    assert not Holder(1, 0, own).watchable(None)
+
+
+@given(
+    pid=st.one_of(st.none(), st.integers(min_value=-(2**40), max_value=2**40)),
+    start=st.one_of(st.none(), st.integers(min_value=-(2**70), max_value=2**70)),
+)
+def test_a_hold_request_takes_only_a_process_id_and_start_time_that_can_be(
+    pid: int | None, start: int | None
+) -> None:
+    raw = {"op": "hold", "notice_id": "n", "client": "c", "pid": pid, "pid_start": start}
+    valid = (pid is None or 1 <= pid <= 2**31 - 1) and (start is None or 0 <= start < 2**63)
+    try:
+        HoldRequest.model_validate(raw)
+    except ValidationError:
+        assert not valid
+    else:
+        assert valid
+
+
+def test_the_agent_lets_go_of_a_gone_process_hold_only_in_its_own_namespace(
+    tmp_path: Path,
+) -> None:
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        drain = sub.notice(timeout=5)
+        dead = _reaped_pid()
+
+        def hold(client: str, namespace: str | None) -> dict[str, object]:
+            request = {"op": "hold", "notice_id": drain["id"], "client": client, "pid": dead}
+            if namespace is not None:
+                request["pid_namespace"] = namespace
+            return agent.control(request)
+
+        # Another namespace's pid says nothing here: that hold stays.
+        assert hold("elsewhere", "pid:[1]") == {"ok": True, "held": True, "watched": False}
+        assert hold("here", pid_namespace()) == {"ok": True, "held": True, "watched": True}
+        eventually(
+            lambda: f"hold of client here on {drain['id']} let go" in agent.output(),
+            timeout=5,
+            what="the hold let go",
+        )
+        assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "job"})["ok"]
+        assert flag.exists(), "the hold of a process the agent cannot see was let go"
+        assert f"hold of client elsewhere on {drain['id']} let go" not in agent.output()
+        assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "elsewhere"})["ok"]
+        eventually(lambda: not flag.exists(), timeout=5, what="the flag handled")
+
+
+def test_wait_pid_without_client_is_refused() -> None:
+    done = run_forewarn_here("wait", "--pid", "1", "--timeout", "1s")
+    assert done.returncode == 2 and "give --client" in done.stderr, done.stderr
