@@ -6,6 +6,13 @@ waits for it to go that every job had saved while another was still saving (or n
 its ticker had not looked yet).
 
 A job's lock (flock) goes with its process, so a job killed before its save holds nothing.
+
+The jobs may run as different users on one shared runtime directory: the directory is made
+world-writable and sticky (as /tmp: each job removes only its own place) and the places
+readable, so that every job can join and see the others. A job that cannot see them (a
+directory an older version made 0700 for its own user) never removes the flag on its own: it
+removed the file at its own save, while the other user's job still saved, or before that job
+had even looked and saved at all.
 """
 
 from __future__ import annotations
@@ -21,6 +28,10 @@ log = logging.getLogger("forewarn.clients")
 
 # A flag file's identity, as `guard._identity` reads it: (device, inode, mtime_ns).
 Identity = tuple[int, int, int]
+
+# Sticky and open to every user, as /tmp; a place says only which flag its job saved for.
+DIRECTORY_MODE = 0o1777
+PLACE_MODE = 0o644
 
 
 def _text(identity: Identity) -> str:
@@ -68,8 +79,15 @@ class FlagJobs:
         fd = None
         for _ in range(2):  # once more when the last job to leave removed the directory
             try:
-                self.directory.mkdir(mode=0o700, exist_ok=True)
-                fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    self.directory.mkdir(mode=0o700)
+                    # Open to the other users' jobs, each removing only its own (the umask
+                    # would take the bits away from mkdir's mode).
+                    os.chmod(self.directory, DIRECTORY_MODE)
+                except FileExistsError:
+                    pass
+                fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, PLACE_MODE)
+                os.fchmod(fd, PLACE_MODE)
                 break
             except FileNotFoundError:
                 continue
@@ -104,8 +122,10 @@ class FlagJobs:
         self._after_fork()
         try:
             names = os.listdir(self.directory)
-        except OSError:
+        except FileNotFoundError:
             return True  # no job took a place
+        except OSError:
+            return False  # the other jobs cannot be seen: they may not have saved
         wanted = _text(identity)
         for name in names:
             if name.startswith(".") or name == self._name:
@@ -113,8 +133,10 @@ class FlagJobs:
             path = self.directory / name
             try:
                 fd = os.open(path, os.O_RDONLY)
-            except OSError:
+            except FileNotFoundError:
                 continue  # gone meanwhile
+            except OSError:
+                return False  # another user's place that cannot be read: it may not have saved
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -635,6 +635,14 @@ class CheckpointGuard:
         if jobs.all_saved(identity):
             self._remove_flag()
             return
+        if not jobs.joined:
+            log.warning(
+                "forewarn: cannot join or see the other jobs that read the flag file %s in %s "
+                "(another user's): the file is left for their save to remove (remove that "
+                "directory if none of them runs)",
+                self.flag_file,
+                jobs.directory,
+            )
         with self._lock:
             self._flag_kept = self._flag_waits = identity
 
