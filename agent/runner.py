@@ -1157,12 +1157,23 @@ class Agent:
         if held:
             log.info("notice %s held for client %s until it acks", req.notice_id, req.client)
             self._save()  # a restarted agent still waits for that client's ack
-            if req.pid is not None:
+        # Held for that client already, not acked: a replacement loop's `wait` (the last one
+        # killed while it saved, the agent not looking yet). Its process speaks for the
+        # client from now on; the dead one's, let go a moment later, released the notice
+        # while the new loop saved.
+        again = not held and req.client in self.board.held_by().get(req.notice_id, ())
+        if again and req.client in self.board.acked_by(req.notice_id).get(req.notice_id, set()):
+            again = False
+        if held or again:
+            if req.pid is None:
+                self._holders.pop((req.notice_id, req.client), None)
+            else:
                 holder = Holder(req.pid, req.pid_start, req.pid_namespace)
                 watched = holder.watchable(self._pid_namespace)
                 if watched:
                     self._holders[(req.notice_id, req.client)] = holder
                 else:
+                    self._holders.pop((req.notice_id, req.client), None)
                     log.info(
                         "hold of client %s on %s: process %d is in another pid namespace than "
                         "the agent's; held until its ack or the notice's end",
@@ -1174,6 +1185,8 @@ class Agent:
 
     def _let_go_of_gone_holders(self) -> None:
         """Each heartbeat: the holds whose process is gone before its ack count no more."""
+        if not self._holders:
+            return
         held = self.board.held_by()
         done = []
         for key, holder in list(self._holders.items()):

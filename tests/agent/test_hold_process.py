@@ -105,3 +105,26 @@ def test_the_agent_lets_go_of_a_gone_process_hold_only_in_its_own_namespace(
 def test_wait_pid_without_client_is_refused() -> None:
     done = run_forewarn_here("wait", "--pid", "1", "--timeout", "1s")
     assert done.returncode == 2 and "give --client" in done.stderr, done.stderr
+
+
+def test_a_replacement_loops_hold_speaks_for_its_client_from_then_on(tmp_path: Path) -> None:
+    """A loop killed while it saved and started again at once under the same client id: its
+    new `wait` found the notice still held for that id (the agent had not looked at the dead
+    process yet) and held nothing, and the dead process's hold was then let go: the notice
+    counted as flushed at another client's ack while the new loop still saved."""
+    with AgentProcess(tmp_path) as agent, agent.subscriber(("notice", "heartbeat")) as sub:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        drain = sub.notice(timeout=5)
+        own = pid_namespace()
+        base = {"op": "hold", "notice_id": drain["id"], "client": "loop", "pid_namespace": own}
+        assert agent.control({**base, "pid": _reaped_pid()})["held"] is True
+        again = agent.control({**base, "pid": os.getpid()})
+        assert again["ok"] and again["watched"] is True
+        beats = 0
+        while beats < 3:  # the agent looks at the holds' processes at each heartbeat
+            topic, _ = sub.recv(5.0)
+            beats += topic == "heartbeat"
+        assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "job"})["ok"]
+        assert agent.control({"op": "status"})["ok"]
+        assert flag.exists(), "the notice counted as flushed while the new loop still saves"
