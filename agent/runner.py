@@ -169,6 +169,9 @@ class Agent:
         self.events, self.control = settings.resolved_endpoints()
         self.agent_id = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
         self.boot_id = boot_id()
+        # The processes behind holds (`wait --pid`), by (notice id, client): let go once gone.
+        self._holders: dict[tuple[str, str], Holder] = {}
+        self._pid_namespace = pid_namespace()
         self.started_at = utcnow()
         self.observers = Observers(build_observers(settings))
         self.watchers: dict[str, Watcher] = {}
@@ -326,9 +329,6 @@ class Agent:
             manual_lifetime=self.settings.manual_lifetime,
         )
         self.board.flushes.extend(state.flushes)
-        # The processes behind holds (`wait --pid`), by (notice id, client): let go once gone.
-        self._holders: dict[tuple[str, str], Holder] = {}
-        self._pid_namespace = pid_namespace()
         provider = state.provider
         if provider and state.boot_id is not None and state.boot_id != self.boot_id:
             # The machine restarted (a stopped and started VM keeps its disk): its provider
@@ -351,6 +351,15 @@ class Agent:
             state.raised,
             held_by=state.held_by,
         )
+        if state.boot_id is not None and state.boot_id == self.boot_id:
+            # Pids of the same boot only: after a reboot they name other processes, if any.
+            held_now = self.board.held_by()
+            for notice_id, holders in state.held_pids.items():
+                for client, holder in holders.items():
+                    if client in held_now.get(notice_id, ()) and holder.watchable(
+                        self._pid_namespace
+                    ):
+                        self._holders[(notice_id, client)] = holder
         # Taken before the start-up retirement below: a notice past its end while the agent was
         # down leaves the board before any watcher is built, and a watcher without it took its
         # event, still listed, for a new one (an Azure Started event got a new deadline).
@@ -1156,7 +1165,6 @@ class Agent:
         watched = False
         if held:
             log.info("notice %s held for client %s until it acks", req.notice_id, req.client)
-            self._save()  # a restarted agent still waits for that client's ack
         # Held for that client already, not acked: a replacement loop's `wait` (the last one
         # killed while it saved, the agent not looking yet). Its process speaks for the
         # client from now on; the dead one's, let go a moment later, released the notice
@@ -1181,6 +1189,8 @@ class Agent:
                         req.notice_id,
                         req.pid,
                     )
+        if held or again:
+            self._save()  # a restarted agent still waits for that client's ack, and watches
         return HoldReply(held=held, watched=watched)
 
     def _let_go_of_gone_holders(self) -> None:
@@ -1248,8 +1258,16 @@ class Agent:
                 },
                 self.board.raised(),
                 self.board.held_by(),
+                self._held_pids(),
             )
         )
+
+    def _held_pids(self) -> dict[str, dict[str, Holder]]:
+        """The watched processes of the holds, by notice id and client, for the state file."""
+        held: dict[str, dict[str, Holder]] = {}
+        for (notice_id, client), holder in self._holders.items():
+            held.setdefault(notice_id, {})[client] = holder
+        return held
 
     def _persist(self, what: str, path: Path, write: Callable[[], None]) -> None:
         try:

@@ -20,6 +20,7 @@ from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.persist import write_atomically
 from pydantic import ValidationError
 
+from .holders import Holder
 from .protocol import MAX_FLUSH_SECONDS, Notice, client_id_problem
 
 log = logging.getLogger("forewarn.agent")
@@ -68,6 +69,9 @@ class AgentState:
     # `forewarn wait --client`): a restarted agent that forgot them counted a notice flushed at
     # another client's ack while such a job was still saving.
     held_by: dict[str, list[str]] = field(default_factory=dict)
+    # The processes behind those holds (`wait --pid`), by notice id and client: a restarted
+    # agent that forgot them held a killed loop's notice until the notice was retired.
+    held_pids: dict[str, dict[str, Holder]] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -145,6 +149,7 @@ def load_state(path: Path) -> AgentState:
         windows=_times(raw, "windows", "window end", path),
         raised=_times(raw, "raised", "raise time", path),
         held_by=_acked_by(raw.get("held_by", {})),
+        held_pids=_held_pids(raw.get("held_pids", {})),
     )
 
 
@@ -171,6 +176,32 @@ def _acked_by(raw: object) -> dict[str, list[str]]:
             named = [c for c in clients if isinstance(c, str) and client_id_problem(c) is None]
             acked_by[notice_id] = named[:MAX_ACKED_SAVED]
     return acked_by
+
+
+def _held_pids(raw: object) -> dict[str, dict[str, Holder]]:
+    """The saved processes of the holds, by notice id and client. One that is not whole (a
+    pid that is no pid, a start that is no number) is left out: its hold then lasts until its
+    ack or the notice's end, as one without a process does, never let go for a wrong pid."""
+    held: dict[str, dict[str, Holder]] = {}
+    for notice_id, clients in (raw if isinstance(raw, dict) else {}).items():
+        for client, saved in (clients if isinstance(clients, dict) else {}).items():
+            holder = _holder(saved)
+            if holder is not None and client_id_problem(client) is None:
+                held.setdefault(notice_id, {})[client] = holder
+    return held
+
+
+def _holder(saved: object) -> Holder | None:
+    if not isinstance(saved, dict):
+        return None
+    pid, start, namespace = saved.get("pid"), saved.get("start"), saved.get("namespace")
+    if type(pid) is not int or not 1 <= pid <= 2**31 - 1:
+        return None
+    if start is not None and (type(start) is not int or not 0 <= start < 2**63):
+        return None
+    if not isinstance(namespace, str) or len(namespace) > 200:
+        return None
+    return Holder(pid, start, namespace)
 
 
 def _expected_by(raw: object) -> dict[str, list[str]]:
@@ -299,6 +330,13 @@ def encode_state(state: AgentState) -> bytes:
         "held_by": {
             notice_id: list(clients)[:MAX_ACKED_SAVED]
             for notice_id, clients in state.held_by.items()
+        },
+        "held_pids": {
+            notice_id: {
+                client: {"pid": h.pid, "start": h.start, "namespace": h.namespace}
+                for client, h in holders.items()
+            }
+            for notice_id, holders in state.held_pids.items()
         },
     }
     return json.dumps(payload, indent=1).encode()

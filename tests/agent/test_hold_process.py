@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from forewarn.agent.holders import Holder, pid_namespace, process_start
 from forewarn.agent.protocol import HoldRequest
-from hypothesis import given
+from forewarn.agent.state import AgentState, _held_pids, encode_state, load_state
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from support import AgentProcess, eventually, run_forewarn_here
@@ -128,3 +129,73 @@ def test_a_replacement_loops_hold_speaks_for_its_client_from_then_on(tmp_path: P
         assert agent.control({"op": "ack", "notice_id": drain["id"], "client": "job"})["ok"]
         assert agent.control({"op": "status"})["ok"]
         assert flag.exists(), "the notice counted as flushed while the new loop still saves"
+
+
+def test_a_restarted_agent_still_lets_go_of_a_gone_process_hold(tmp_path: Path) -> None:
+    """The agent restarted (an upgrade) while a loop saved, and the loop was killed after:
+    the restarted agent still held the notice for it, until it was retired an hour later."""
+    loop = subprocess.Popen(["sleep", "60"])
+    try:
+        flag_id = ""
+        with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+            flag = agent.runtime / "checkpoint-now"
+            flag.write_text("")
+            flag_id = sub.notice(timeout=5)["id"]
+            request = {
+                "op": "hold",
+                "notice_id": flag_id,
+                "client": "loop",
+                "pid": loop.pid,
+                "pid_start": process_start(loop.pid),
+                "pid_namespace": pid_namespace(),
+            }
+            assert agent.control(request)["watched"] is True
+        with AgentProcess(tmp_path) as agent:
+            loop.kill()
+            loop.wait()
+            eventually(
+                lambda: f"hold of client loop on {flag_id} let go" in agent.output(),
+                timeout=5,
+                what="the hold let go after the restart",
+            )
+            assert agent.control({"op": "ack", "notice_id": flag_id, "client": "job"})["ok"]
+            eventually(lambda: not flag.exists(), timeout=5, what="the flag handled")
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+
+
+_VALUE = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+
+
+@settings(max_examples=60)
+@given(
+    raw=st.dictionaries(
+        st.text(max_size=6),
+        st.dictionaries(
+            st.text(max_size=6),
+            st.fixed_dictionaries({"pid": _VALUE, "start": _VALUE, "namespace": _VALUE}) | _VALUE,
+            max_size=3,
+        )
+        | _VALUE,
+        max_size=3,
+    )
+)
+def test_a_state_files_hold_processes_are_taken_only_whole(raw: dict[str, object]) -> None:
+    """A state file's `held_pids` as anything may have left it (a hand edit, a newer
+    version): never an error, and a process is taken only with a pid that can be one."""
+    held = _held_pids(raw)
+    for holders in held.values():
+        for holder in holders.values():
+            assert type(holder.pid) is int and 1 <= holder.pid <= 2**31 - 1
+            assert holder.start is None or (type(holder.start) is int and holder.start >= 0)
+            assert isinstance(holder.namespace, str)
+
+
+def test_a_state_files_hold_processes_read_back_as_written(tmp_path: Path) -> None:
+    holder = Holder(4242, 17, "pid:[4026531836]")
+    written = encode_state(AgentState(held_pids={"local/flag/1": {"loop": holder}}))
+    path = tmp_path / "state.json"
+    path.write_bytes(written)
+    assert load_state(path).held_pids == {"local/flag/1": {"loop": holder}}
