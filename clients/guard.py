@@ -658,6 +658,8 @@ class CheckpointGuard:
                 self._wake = True
         if durable and found is not None and found == kept:
             self._flag_done(found)  # not if touched again meanwhile: that asks for another save
+        elif durable and found is None and kept is not None and kept == self._flag_open:
+            self._flag_gone(kept, saved=False)  # removed by hand while the save was made
 
     def _log_saved(
         self,

@@ -162,3 +162,21 @@ def test_a_flag_removed_by_the_last_jobs_save_keeps_its_deadline(tmp_path: Path)
     finally:
         first.close()
         second.close()
+
+
+def test_a_flag_removed_by_hand_during_its_background_save_drops_its_deadline(
+    tmp_path: Path,
+) -> None:
+    """The file goes once the background save is durable; removed by hand before that, the
+    save's commit found it gone and the deadline stood, as a save of its own had removed it."""
+    flag = tmp_path / "checkpoint-now"
+    guard = job(flag, margin=0.5)
+    try:
+        flag.write_text("1h\n")
+        eventually(lambda: guard.due(1), timeout=5, what="the flag's save")
+        guard._record(1, 0.01, durable=False)  # what a background save records at its snapshot
+        flag.unlink()
+        guard._flag_saved(True)  # its commit, before the ticker looked
+        assert guard._flag_deadline is None
+    finally:
+        guard.close()
