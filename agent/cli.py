@@ -45,7 +45,7 @@ from forewarn.protocol.wire import (
 
 from .argtypes import choice_as_written, path_arg, word_as_written
 from .eventlines import ReplayTracker, describe
-from .holders import pid_namespace, process_start
+from .holders import pid_namespace, process_exists, process_start
 from .limits import (
     MAX_ACK_NOTE_LENGTH,
     MAX_FLUSH_SECONDS,
@@ -952,6 +952,9 @@ def cmd_wait(args: argparse.Namespace) -> int:
     (`waitrule`)."""
     if args.pid is not None and args.client is None:
         raise UsageError("wait: --pid: names the process that acks as --client ID; give --client")
+    if args.pid is not None and not process_exists(args.pid):
+        # Held for it, the hold went at the agent's next look: released while the loop saved.
+        raise UsageError(f"wait: --pid: no process {args.pid} (give the loop's shell: $$)")
     events, control = _endpoints(args)
     accepted = {"drain": ("drain", "terminate"), "terminate": ("terminate",)}[args.wait_for]
     rule = WaitRule(

@@ -37,6 +37,17 @@ def process_start(pid: int) -> int | None:
         return None
 
 
+def process_exists(pid: int) -> bool:
+    """Whether a process `pid` is there (another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # EPERM: another user's
+    return True
+
+
 @dataclass(frozen=True)
 class Holder:
     """The process that will ack a held notice, as the `wait` that held it saw it."""
@@ -66,4 +77,4 @@ class Holder:
         return start is not None and start != self.start
 
 
-__all__ = ["Holder", "pid_namespace", "process_start"]
+__all__ = ["Holder", "pid_namespace", "process_exists", "process_start"]

@@ -199,3 +199,12 @@ def test_a_state_files_hold_processes_read_back_as_written(tmp_path: Path) -> No
     path = tmp_path / "state.json"
     path.write_bytes(written)
     assert load_state(path).held_pids == {"local/flag/1": {"loop": holder}}
+
+
+def test_wait_pid_of_no_process_is_refused() -> None:
+    """A pid that names no process (a typo, `$!` of a job that ended) made a hold the agent
+    let go of at its next heartbeat: the notice released at another client's ack while this
+    loop saved. Refused before the wait begins."""
+    dead = _reaped_pid()
+    done = run_forewarn_here("wait", "--client", "loop", "--pid", str(dead), "--timeout", "1s")
+    assert done.returncode == 2 and f"no process {dead}" in done.stderr, done.stderr
