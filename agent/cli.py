@@ -45,7 +45,7 @@ from forewarn.protocol.wire import (
 
 from .argtypes import choice_as_written, path_arg, word_as_written
 from .eventlines import ReplayTracker, describe
-from .holders import pid_namespace, process_exists, process_start
+from .holders import pid_namespace, process_exists, process_group, process_start
 from .limits import (
     MAX_ACK_NOTE_LENGTH,
     MAX_FLUSH_SECONDS,
@@ -1021,7 +1021,12 @@ def _hold(control: str, runtime: Path | None, notice_id: str, client: str, pid: 
     payload: dict[str, Any] = {"op": "hold", "notice_id": notice_id, "client": client}
     if pid is not None:
         # Read here, in the loop's pid namespace: the agent may see other pids.
-        payload |= {"pid": pid, "pid_start": process_start(pid), "pid_namespace": pid_namespace()}
+        payload |= {
+            "pid": pid,
+            "pid_start": process_start(pid),
+            "pid_namespace": pid_namespace(),
+            "pgid": process_group(pid),
+        }
         payload = {key: value for key, value in payload.items() if value is not None}
     reply = _hold_request(control, payload, runtime)
     if reply.get("ok") is not True and pid is not None and "unanswered" not in reply:

@@ -37,6 +37,14 @@ def process_start(pid: int) -> int | None:
         return None
 
 
+def process_group(pid: int) -> int | None:
+    """The process group of process `pid`, None where it cannot be read."""
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 def process_exists(pid: int) -> bool:
     """Whether a process `pid` is there (another user's too)."""
     try:
@@ -55,14 +63,21 @@ class Holder:
     pid: int
     start: int | None  # its start time, when `wait` could read it
     namespace: str | None  # the pid namespace of `wait`, which shares it with its loop
+    # Its process group: a loop's shell killed alone (`kill "$LOOP"`) leaves the save it
+    # started running in that group, and the hold lasts until that ends too.
+    group: int | None = None
 
     def watchable(self, own_namespace: str | None) -> bool:
         """Whether this agent can tell when the process is gone: it sees the same pids."""
         return own_namespace is not None and self.namespace == own_namespace
 
     def gone(self) -> bool:
-        """True only when the process is surely gone: no process has its pid, or the one
-        that has it started at another time (the pid was used again)."""
+        """True only when the process is surely gone (no process has its pid, or the one
+        that has it started at another time: the pid was used again) and so is every
+        process of its group (a number used again by another group keeps the hold)."""
+        return self._process_gone() and (self.group is None or not _group_left(self.group))
+
+    def _process_gone(self) -> bool:
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
@@ -77,4 +92,15 @@ class Holder:
         return start is not None and start != self.start
 
 
-__all__ = ["Holder", "pid_namespace", "process_exists", "process_start"]
+def _group_left(group: int) -> bool:
+    """Whether any process of process group `group` is left (another user's too)."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # EPERM: another user's processes are in it
+    return True
+
+
+__all__ = ["Holder", "pid_namespace", "process_exists", "process_group", "process_start"]

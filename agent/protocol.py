@@ -286,11 +286,13 @@ class HoldRequest(_Message):
     notice_id: OneLine
     client: OneLine
     # The process that will ack (`wait --pid`, the loop's shell): the agent lets go of the hold
-    # once it is gone, where it can tell (the same pid namespace; the start time tells a pid
-    # used again). Without them, the hold lasts until the ack or the notice's retirement.
+    # once it is gone, and every process of its group (the save it started), where it can
+    # tell (the same pid namespace; the start time tells a pid used again). Without them, the
+    # hold lasts until the ack or the notice's retirement.
     pid: int | None = Field(default=None, ge=1, le=2**31 - 1)
     pid_start: int | None = Field(default=None, ge=0, le=2**63 - 1)
     pid_namespace: OneLine | None = None
+    pgid: int | None = Field(default=None, ge=1, le=2**31 - 1)  # its process group
 
 
 def client_id_problem(client: str) -> str | None:

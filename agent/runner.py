@@ -1176,7 +1176,7 @@ class Agent:
             if req.pid is None:
                 self._holders.pop((req.notice_id, req.client), None)
             else:
-                holder = Holder(req.pid, req.pid_start, req.pid_namespace)
+                holder = Holder(req.pid, req.pid_start, req.pid_namespace, req.pgid)
                 watched = holder.watchable(self._pid_namespace)
                 if watched:
                     self._holders[(req.notice_id, req.client)] = holder

@@ -201,7 +201,10 @@ def _holder(saved: object) -> Holder | None:
         return None
     if not isinstance(namespace, str) or len(namespace) > 200:
         return None
-    return Holder(pid, start, namespace)
+    group = saved.get("group")
+    if group is not None and (type(group) is not int or not 1 <= group <= 2**31 - 1):
+        return None
+    return Holder(pid, start, namespace, group)
 
 
 def _expected_by(raw: object) -> dict[str, list[str]]:
@@ -333,7 +336,12 @@ def encode_state(state: AgentState) -> bytes:
         },
         "held_pids": {
             notice_id: {
-                client: {"pid": h.pid, "start": h.start, "namespace": h.namespace}
+                client: {
+                    "pid": h.pid,
+                    "start": h.start,
+                    "namespace": h.namespace,
+                    "group": h.group,
+                }
                 for client, h in holders.items()
             }
             for notice_id, holders in state.held_pids.items()

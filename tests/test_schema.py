@@ -103,6 +103,7 @@ def test_every_message_of_a_tcp_agent_validates_against_the_checked_in_schema(
                     "pid": 1,
                     "pid_start": 0,
                     "pid_namespace": "pid:[4026531836]",
+                    "pgid": 1,
                 },
                 "HoldRequest",
                 "HoldReply",

@@ -175,7 +175,10 @@ _VALUE = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_s
         st.text(max_size=6),
         st.dictionaries(
             st.text(max_size=6),
-            st.fixed_dictionaries({"pid": _VALUE, "start": _VALUE, "namespace": _VALUE}) | _VALUE,
+            st.fixed_dictionaries(
+                {"pid": _VALUE, "start": _VALUE, "namespace": _VALUE, "group": _VALUE}
+            )
+            | _VALUE,
             max_size=3,
         )
         | _VALUE,
@@ -191,10 +194,11 @@ def test_a_state_files_hold_processes_are_taken_only_whole(raw: dict[str, object
             assert type(holder.pid) is int and 1 <= holder.pid <= 2**31 - 1
             assert holder.start is None or (type(holder.start) is int and holder.start >= 0)
             assert isinstance(holder.namespace, str)
+            assert holder.group is None or (type(holder.group) is int and holder.group >= 1)
 
 
 def test_a_state_files_hold_processes_read_back_as_written(tmp_path: Path) -> None:
-    holder = Holder(4242, 17, "pid:[4026531836]")
+    holder = Holder(4242, 17, "pid:[4026531836]", 4240)
     written = encode_state(AgentState(held_pids={"local/flag/1": {"loop": holder}}))
     path = tmp_path / "state.json"
     path.write_bytes(written)

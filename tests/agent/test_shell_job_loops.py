@@ -7,6 +7,7 @@ heartbeat's `acked`) is not returned again, and a terminate an earlier job acted
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -351,4 +352,53 @@ def test_a_loop_killed_between_its_wait_and_its_ack_lets_go_of_its_hold(tmp_path
             for loop in loops.values():
                 if loop.poll() is None:
                     os.killpg(loop.pid, signal.SIGKILL)
+                    loop.wait()
+
+
+def test_a_loop_killed_alone_holds_while_its_save_runs_on(tmp_path: Path) -> None:
+    """`kill "$LOOP"` ends the loop's shell (no trap: SIGTERM kills a non-interactive bash at
+    once) while the save it started runs on in its process group. Let go with the shell,
+    the notice counted as flushed at the other loop's ack (the flag removed) while that save
+    still wrote; the hold lasts while any process of the loop's group is left."""
+    with AgentProcess(tmp_path) as agent:
+        job, env = _job_dir(tmp_path, agent.env)
+        slow_save = job / "slow-save.sh"
+        slow_save.write_text('#!/bin/sh\necho saving >> "$SAVES"\nexec sleep 60\n')
+        slow_save.chmod(0o755)
+        flag = agent.runtime / "checkpoint-now"
+        loops: dict[str, subprocess.Popen[bytes]] = {}
+
+        def start(name: str, save: str) -> None:
+            script = readme_loop().replace("me=save-loop", f"me={name}", 1)
+            script = script.replace("./save-checkpoint.sh", save, 1)
+            loops[name] = subprocess.Popen(
+                ["bash", "-e", "-c", script],
+                cwd=job,
+                env={**env, "SAVES": str(tmp_path / f"{name}.saves")},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+        try:
+            flag.write_text("")
+            start("slow", "./slow-save.sh")
+            eventually(lambda: _count(tmp_path / "slow.saves") == 1, timeout=20, what="slow's save")
+            os.kill(loops["slow"].pid, signal.SIGTERM)  # the shell alone; its save runs on
+            loops["slow"].wait()
+            start("quick", "./save-checkpoint.sh")
+            eventually(
+                lambda: " from quick: step=7" in agent.output(), timeout=20, what="quick's ack"
+            )
+            with Subscriber(agent.events, ("heartbeat",)) as beats:
+                for _ in range(3):  # the agent looks at the holds at each heartbeat
+                    beats.recv(5.0)
+            assert flag.exists(), "released while the killed loop's save still runs"
+            os.killpg(loops["slow"].pid, signal.SIGKILL)  # the save ends too
+            eventually(lambda: not flag.exists(), timeout=10, what="the hold let go")
+        finally:
+            for loop in loops.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(loop.pid, signal.SIGKILL)
+                if loop.poll() is None:
                     loop.wait()
