@@ -212,3 +212,47 @@ def test_wait_pid_of_no_process_is_refused() -> None:
     dead = _reaped_pid()
     done = run_forewarn_here("wait", "--client", "loop", "--pid", str(dead), "--timeout", "1s")
     assert done.returncode == 2 and f"no process {dead}" in done.stderr, done.stderr
+
+
+def test_wait_holds_without_its_process_on_an_agent_older_than_pid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An agent older than `--pid` refuses a hold with fields it does not know: without
+    asking again, the notice went unheld and the first loop's ack released it while another
+    still saved. Asked again without them, it is held; wait says it is not watched."""
+    import json
+    import threading
+
+    import zmq
+    from forewarn.agent.cli import _hold
+
+    endpoint = f"ipc://{tmp_path}/control"
+    sock = zmq.Context.instance().socket(zmq.REP)
+    sock.bind(endpoint)
+    asked: list[dict[str, object]] = []
+
+    def older_agent() -> None:
+        for _ in range(2):
+            if not sock.poll(5000):
+                return  # not asked again
+            request = json.loads(sock.recv())
+            asked.append(request)
+            if "pid" in request:
+                reply = {"ok": False, "error": "pid: Extra inputs are not permitted"}
+            else:
+                reply = {"ok": True, "held": True}
+            sock.send(json.dumps(reply).encode())
+
+    server = threading.Thread(target=older_agent, daemon=True)
+    server.start()
+    try:
+        _hold(endpoint, tmp_path, "local/flag/1", "loop", os.getpid())
+    finally:
+        server.join(timeout=10)
+        sock.close()
+    assert [sorted(r) for r in asked] == [
+        ["client", "notice_id", "op", "pgid", "pid", "pid_namespace", "pid_start"],
+        ["client", "notice_id", "op"],
+    ]
+    err = capsys.readouterr().err
+    assert "cannot watch process" in err and "did not hold" not in err, err
