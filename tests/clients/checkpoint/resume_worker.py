@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint.manifest import LATEST
 from forewarn.clients.checkpoint.testing import DelegatingBackend
 
 
@@ -25,21 +26,30 @@ def say(**fields: object) -> None:
 
 
 class Listing(DelegatingBackend):
-    """Tells the test once this rank has listed the generations; fails when told to."""
+    """Tells the test once this rank has listed the generations and read the LATEST hint
+    after it (`latest()` takes a hint newer than the listing: told after the listing alone,
+    the test committed step 20 before the hint was read, and rank 0 rightly picked 20, check
+    29c); fails when told to."""
 
     def __init__(self, inner: object, listed: Path | None) -> None:
         super().__init__(inner)  # type: ignore[arg-type]
         self.listed = listed
+        self.has_listed = False
         self.fail = False
 
     def list_children(self, prefix: str) -> list[str]:
         if self.fail:
             raise PermissionError(13, "Access Denied")
         children = self.inner.list_children(prefix)
-        if self.listed is not None:
+        self.has_listed = True
+        return children
+
+    def get_small(self, key: str) -> bytes | None:
+        found = self.inner.get_small(key)
+        if key == LATEST and self.has_listed and self.listed is not None:
             self.listed.touch()
             self.listed = None
-        return children
+        return found
 
 
 def main() -> None:
