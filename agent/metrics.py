@@ -218,6 +218,8 @@ class MetricsObserver(Observer):
         registry.register(_NoticeGauges(self))
         self._notifiers: list[Observer] = []
         registry.register(_NotifierCounts(self))
+        self._conditions: Callable[[], dict[str, dict[str, str]]] = dict
+        registry.register(_Conditions(self))
         ready = Gauge(
             "forewarn_ready",
             "1 once every configured watcher has polled successfully, else 0.",
@@ -238,6 +240,21 @@ class MetricsObserver(Observer):
         for notifier in notifiers:
             found.update(notifier.deliveries())
         return found
+
+    def watch_conditions(self, source: Callable[[], dict[str, dict[str, str]]]) -> None:
+        with self._lock:
+            self._conditions = source
+
+    def standing_conditions(self) -> list[tuple[str, str]]:
+        """(part, kind) of each standing problem now; none when they cannot be read (a
+        dict changed while copied), rather than a failed scrape."""
+        with self._lock:
+            source = self._conditions
+        try:
+            return sorted((part, kind) for part, kinds in source().items() for kind in kinds)
+        except Exception:
+            log.debug("standing conditions not read", exc_info=True)
+            return []
 
     # Observer hooks (event loop thread).
 
@@ -456,6 +473,28 @@ class _NotifierCounts(Collector):
             pending.add_metric([name], count.pending)
         yield deliveries
         yield pending
+
+
+class _Conditions(Collector):
+    """`forewarn_condition`: 1 for each standing problem `forewarn status` shows as a
+    `condition` line (the API server refusing NodeClaims, an IMDS token refused, a state
+    file that cannot be written), while it holds. Some come with no poll error at all, and a
+    fleet watched by Prometheus never runs `status`. The why stays in `status` and the log:
+    as a label, each new wording would be a new series."""
+
+    def __init__(self, observer: MetricsObserver) -> None:
+        self._observer = observer
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "forewarn_condition",
+            "1 while a standing problem holds (as `forewarn status` shows it): by provider "
+            "(`agent` for the agent's own) and condition.",
+            labels=["provider", "condition"],
+        )
+        for part, kind in self._observer.standing_conditions():
+            family.add_metric([part, kind], 1.0)
+        yield family
 
 
 def _version() -> str:

@@ -87,6 +87,12 @@ class Observer:
         Called from another thread (the metrics server's): reads counts only."""
         return {}
 
+    def watch_conditions(self, source: Callable[[], dict[str, dict[str, str]]]) -> None:
+        """Where the agent's standing problems are read: by part (a provider's name, or
+        `agent` for its own and its observers'), each kind with why, as `forewarn status`
+        shows them. Called once, before `on_start`; `source` may be called from another
+        thread (the metrics server's)."""
+
     def parts(self) -> dict[str, bool]:
         """The observer's own long-running parts (a thread, a task) and whether each runs:
         they count in the agent's liveness (`/healthz`, the systemd watchdog) like its own."""

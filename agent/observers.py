@@ -58,6 +58,9 @@ class Observers(Observer):
     def on_liveness(self, parts: dict[str, bool]) -> None:
         self._each("on_liveness", parts)
 
+    def watch_conditions(self, source: Callable[[], dict[str, dict[str, str]]]) -> None:
+        self._each("watch_conditions", source)
+
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
         self._each("on_poll", provider, ok, error_kind)
 

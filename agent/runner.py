@@ -196,6 +196,7 @@ class Agent:
         # The watchers restarted because they went past their progress bound, with when
         # (time.monotonic()): each is a dead part until its health shows progress again.
         self._stalled: dict[str, float] = {}
+        self.observers.watch_conditions(self._standing_conditions)
 
     # Setting up.
 
@@ -1000,6 +1001,13 @@ class Agent:
         else:
             reply = self._status()
         return json_ready(reply)
+
+    def _standing_conditions(self) -> dict[str, dict[str, str]]:
+        """Each part's standing problems, as `status` shows them (read by the metrics
+        server's thread: copies only)."""
+        found = {name: dict(health.conditions) for name, health in list(self.health.items())}
+        found["agent"] = {**self.observers.conditions(), **self._unsaved}
+        return found
 
     def _status(self) -> StatusReply:
         info = AgentInfo(

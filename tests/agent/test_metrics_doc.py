@@ -68,6 +68,7 @@ def exercised_observer() -> MetricsObserver:
     observer.on_ack(ack.model_copy(update={"outcome": "failed"}), notice)
     observer.on_approval("azure", "sent")
     observer.watch_notifiers([_Notifier()])
+    observer.watch_conditions(lambda: {"kubernetes": {"nodeclaim-refused": "forbidden"}})
     return observer
 
 
