@@ -1117,11 +1117,18 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
     if not reply["active"]:
         lines.append("active     none")
     acked_by = reply.get("acked_by") or {}
+    held_for = reply.get("held_for") or {}  # none from an agent older than holds in status
     for notice in reply["active"]:
         line = "active     " + describe(notice)
         clients = acked_by.get(notice["id"]) if isinstance(acked_by, dict) else None
         if isinstance(clients, list) and clients:
             line += "  acked by " + ", ".join(str(client) for client in clients)
+        held = held_for.get(notice["id"]) if isinstance(held_for, dict) else None
+        if isinstance(held, dict) and held:
+            line += "  waiting for " + ", ".join(
+                str(client) if pid is None else f"{client} (pid {pid})"
+                for client, pid in held.items()
+            )
         lines.append(line)
     return lines
 

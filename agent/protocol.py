@@ -364,6 +364,10 @@ class StatusReply(_Message):
     parts: dict[str, bool] = Field(default_factory=dict)
     # Which clients acked each active notice, as in the heartbeat.
     acked_by: dict[str, list[str]] = Field(default_factory=dict)
+    # The clients each active notice is held for (`hold`, `forewarn wait --client`) that have
+    # not acked it: it is not flushed until they do. Each with the process the agent watches
+    # for it (the hold goes once that is gone), null when none is watched.
+    held_for: dict[str, dict[str, int | None]] = Field(default_factory=dict)
 
 
 class NotifyReply(_Message):

@@ -1032,7 +1032,24 @@ class Agent:
             },
             parts=self.liveness(),
             acked_by=self._acked_by(),
+            held_for=self._held_for(),
         )
+
+    def _held_for(self) -> dict[str, dict[str, int | None]]:
+        """The clients each active notice waits for by a hold, not acked yet, with the
+        process watched for each (None: held until its ack or the notice's end)."""
+        active = {notice.id for notice in self.board.active()}
+        acked = self.board.acked_by()
+        found: dict[str, dict[str, int | None]] = {}
+        for notice_id, clients in self.board.held_by().items():
+            waiting = [c for c in clients if c not in acked.get(notice_id, set())]
+            if notice_id not in active or not waiting:
+                continue
+            found[notice_id] = {
+                client: holder.pid if (holder := self._holders.get((notice_id, client))) else None
+                for client in waiting[:ACKED_BY_LISTED]
+            }
+        return found
 
     def _notify(self, req: NotifyRequest) -> NotifyReply | ErrorReply:
         if req.deadline is not None:

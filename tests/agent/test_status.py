@@ -157,3 +157,30 @@ def test_status_exits_1_naming_a_dead_part_as_healthz_does(tmp_path: Path) -> No
     assert "no new client can subscribe" in dead[0]
     assert as_json.returncode == 1
     assert json.loads(as_json.stdout)["parts"]["events"] is False
+
+
+def test_status_names_the_clients_a_notice_is_held_for_and_their_processes(
+    tmp_path: Path,
+) -> None:
+    """A notice held for a shell job (`forewarn wait --client ID --pid $$`) is not flushed
+    until that job acks, or its process is gone: `status` showed neither the hold nor the
+    process, so an operator could not tell what the agent waited for."""
+    import os
+
+    from forewarn.agent.holders import pid_namespace
+
+    env = agent_env(tmp_path)
+    with AgentProcess(tmp_path, env=env) as agent:
+        notice = agent.control({"op": "notify", "action": "terminate"})["notice"]
+        here = {"op": "hold", "notice_id": notice["id"], "client": "train-a", "pid": os.getpid()}
+        assert agent.control({**here, "pid_namespace": pid_namespace()})["watched"] is True
+        unwatched = {"op": "hold", "notice_id": notice["id"], "client": "train-b"}
+        assert agent.control(unwatched)["held"] is True
+        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+        assert reply["held_for"] == {notice["id"]: {"train-a": os.getpid(), "train-b": None}}
+        text = run_forewarn("status", env=env).stdout
+        active = next(line for line in text.splitlines() if line.startswith("active "))
+        assert f"waiting for train-a (pid {os.getpid()}), train-b" in active, active
+        assert agent.control({"op": "ack", "notice_id": notice["id"], "client": "train-a"})["ok"]
+        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+        assert reply["held_for"] == {notice["id"]: {"train-b": None}}, reply
