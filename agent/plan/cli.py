@@ -19,7 +19,13 @@ from forewarn.clients.overhead import DEFAULT_NO_NOTICE_SHARE, Breakdown
 from forewarn.protocol.timefmt import parse_duration
 
 from ..argtypes import path_arg
-from ..telemetry import FILE_NAME, TelemetryFormatError, read_records, telemetry_path
+from ..telemetry import (
+    FILE_NAME,
+    TelemetryFormatError,
+    read_records,
+    rotated_paths,
+    telemetry_path,
+)
 from .costs import Costs, costs
 from .inputs import (
     DEFAULT_EXIT_MARGIN_SECONDS,
@@ -579,17 +585,32 @@ def _default_telemetry() -> tuple[Path | None, str | None]:
         )
 
 
+def has_telemetry(path: Path) -> bool:
+    """Whether the live telemetry file `path` or one of its rotated predecessors exists: just
+    after a rotation, or when the live file could not be created again (a full disk), only
+    `telemetry.jsonl.1` holds the records."""
+    return any(file.is_file() for file in rotated_paths(path))
+
+
 def telemetry_files(paths: list[Path]) -> list[Path]:
-    """The live telemetry file of each machine: each file as given, and every
-    telemetry.jsonl under each directory."""
+    """The live telemetry file of each machine (read with its rotated predecessors, which
+    may be there without it): each file as given, and every telemetry.jsonl under each
+    directory."""
     found: list[Path] = []
+    names = {file.name for file in rotated_paths(Path(FILE_NAME))}
     for path in paths:
         if path.is_dir():
-            files = sorted(path.rglob(FILE_NAME))
+            files = sorted(
+                {
+                    file.with_name(FILE_NAME)
+                    for file in path.rglob(f"{FILE_NAME}*")
+                    if file.name in names and file.is_file()
+                }
+            )
             if not files:
                 raise PlanError("--telemetry", f"no {FILE_NAME} under {path}")
             found += files
-        elif path.is_file():
+        elif path.is_file() or (path.name == FILE_NAME and has_telemetry(path)):
             found.append(path)
         else:
             raise PlanError("--telemetry", f"no such file or directory: {path}")
@@ -605,7 +626,7 @@ def _load_telemetry(
         default, problem = _default_telemetry()
         if problem is not None:
             skipped.append(problem)
-        if default is None or not default.is_file():
+        if default is None or not has_telemetry(default):
             return [], None
         files = [default]
     try:
