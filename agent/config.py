@@ -147,7 +147,7 @@ class Settings(BaseSettings):
     )
     telemetry: bool = Field(
         default=True,
-        description="Append one JSON line per notice, escalation, ack and resume to "
+        description="Append one JSON line per notice, escalation, hold, ack and resume to "
         "`telemetry.jsonl` in the state directory (read by `forewarn plan`).",
     )
     telemetry_max_bytes: int = Field(

@@ -59,6 +59,10 @@ class Observer:
     def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
         """A client reported a flush (or a resume); `notice` is the one it names, if active."""
 
+    def on_hold(self, notice_id: str, client: str) -> None:
+        """A client that is no subscriber (`forewarn wait --client ID`) now holds the notice:
+        it is not flushed until that client acks it. Not called for a hold already held."""
+
     def on_subscribers(self, count: int) -> None:
         """The number of acking clients changed."""
 

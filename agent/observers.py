@@ -58,6 +58,9 @@ class Observers(Observer):
     def on_liveness(self, parts: dict[str, bool]) -> None:
         self._each("on_liveness", parts)
 
+    def on_hold(self, notice_id: str, client: str) -> None:
+        self._each("on_hold", notice_id, client)
+
     def watch_conditions(self, source: Callable[[], dict[str, dict[str, str]]]) -> None:
         self._each("watch_conditions", source)
 

@@ -1190,6 +1190,7 @@ class Agent:
         watched = False
         if held:
             log.info("notice %s held for client %s until it acks", req.notice_id, req.client)
+            self.observers.on_hold(req.notice_id, req.client)
         # Held for that client already, not acked: a replacement loop's `wait` (the last one
         # killed while it saved, the agent not looking yet). Its process speaks for the
         # client from now on; the dead one's, let go a moment later, released the notice

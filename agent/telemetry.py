@@ -1,4 +1,4 @@
-"""Telemetry: one JSON line per notice, escalation, ack and resume, for `forewarn plan`.
+"""Telemetry: one JSON line per notice, escalation, hold, ack and resume, for `forewarn plan`.
 
 The file is `<state_dir>/telemetry.jsonl`. Each line is written by a single `write(2)` on a
 descriptor opened with O_APPEND, so a reader (or a second writer) never sees a torn line.
@@ -13,6 +13,8 @@ Each line holds `v` (1), `at` (RFC 3339, when the agent wrote it) and `kind`:
   `deadline`, `noticed_at`, `sent_at`); `escalation` is a drain sent as terminate (its
   deadline within the exit margin); `clients`, the acking clients subscribed then (0: no
   job held it, as on a machine between jobs).
+- `hold`: a client that is no subscriber (`forewarn wait --client ID`) held a notice
+  (`notice_id`, `client`): a job had it, whatever the notice's `clients` said.
 - `ack`: a client flushed (`notice_id`, `client`, `step`, `flush_seconds`, `outcome`; from a
   background save also `stall_seconds` and `durable_seconds`, and for a final save that found
   one in flight `choice` and `note`).
@@ -150,6 +152,12 @@ class TelemetryObserver(Observer):
 
     def on_subscribers(self, count: int) -> None:
         self.clients = count
+
+    def on_hold(self, notice_id: str, client: str) -> None:
+        # A shell job holds the notice after its publication (whose `clients` was 0 then):
+        # without this record, the plan took a held notice the job never saved on (killed
+        # before its ack) for one that reached no job, not one that came too late.
+        self.writer.write("hold", {"notice_id": notice_id, "client": client})
 
     def on_ack(self, ack: AckRequest, notice: Notice | None) -> None:
         if ack.outcome == "resumed":

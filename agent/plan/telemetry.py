@@ -189,6 +189,9 @@ def summarize_telemetry(*sources: Iterable[dict[str, Any]]) -> TelemetrySummary:
                 in_force.pop((index, str(record.get("id"))), None)
             if kind == "ack" and record.get("notice_id") is not None:
                 acked.add((index, str(record["notice_id"])))
+            if kind == "hold" and record.get("notice_id") is not None:
+                # A job (`forewarn wait --client`) held it after its publication.
+                held.add((index, str(record["notice_id"])))
             if kind == "ack" and record.get("outcome") == "saved":
                 flush = _number(record, "flush_seconds")
                 stall = _number(record, "stall_seconds")
