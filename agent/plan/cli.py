@@ -1053,8 +1053,8 @@ def notes(resolved: Resolved) -> list[str]:
     if summary is not None and summary.unattended_notices:
         found.append(
             f"{summary.unattended_notices} of {summary.terminate_notices} terminate notice(s) "
-            "reached no job (no acking client subscribed, no ack): counted in the interruption "
-            "rate, not as too late to save on"
+            "reached no job (no acking client subscribed, no hold, no ack): counted in the "
+            "interruption rate, not as too late to save on"
         )
     cap = resolved.timing.max_interval_seconds
     recommended = resolved.intervals.recommended
