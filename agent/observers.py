@@ -167,7 +167,9 @@ def build_notifiers(settings: Settings) -> list[Observer]:
         from .notifications.kubernetes import KubernetesNotifier
 
         try:
-            notifiers.append(KubernetesNotifier(kubernetes))
+            notifiers.append(
+                KubernetesNotifier(kubernetes, state_dir=settings.resolved_state_dir())
+            )
         except ConfigError as error:
             # Bad settings stop the agent at start (exit 2), not at the first notice.
             raise ConfigError(f"kubernetes.events/kubernetes.cordon: {error}") from None

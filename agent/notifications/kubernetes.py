@@ -15,14 +15,15 @@ import collections
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 from forewarn.protocol.errors import ConfigError
-from forewarn.protocol.timefmt import format_time
+from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.fetch import fetch
 from forewarn.providers.kubernetes.api import (
@@ -38,7 +39,9 @@ from forewarn.providers.kubernetes.watch import certificate_refused
 
 from ..observer import Deliveries, Observer
 from ..protocol import Notice
+from ..state import write_atomic
 from .pending import named
+from .warned import MAX_WARNED, WARNED_FILE, encode_warned, load_warned
 from .webhook import cleared_why
 
 log = logging.getLogger("forewarn.kubernetes")
@@ -131,7 +134,10 @@ class KubernetesNotifier(Observer):
         env: Mapping[str, str] | None = None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        state_dir: Path | None = None,
     ) -> None:
+        """`state_dir`: where the notices with a Warning Event standing are kept across a
+        restart (see warned.py); None keeps them in memory only."""
         env = os.environ if env is None else env
         self.settings = settings
         self.env = env
@@ -158,6 +164,14 @@ class KubernetesNotifier(Observer):
         # The terminates in force: once none is, the operator may uncordon (as the docs say
         # to after a withdrawn one), and the next terminate must cordon again.
         self._terminating: set[str] = set()
+        # The last notice of each id whose drain or terminate Event was made and its clear's
+        # not yet, oldest first; kept in `_warned_path` after each change.
+        self._warned: dict[str, Notice] = {}
+        self._warned_path = None if state_dir is None else state_dir / WARNED_FILE
+        self._warned_unwritable = False
+        # The ids restored or published since the start: a warned notice of any other id was
+        # cleared while its Clear Event was not made.
+        self._seen: set[str] = set()
         self.request_timeout = REQUEST_TIMEOUT
         self.created = 0
         self.sent = 0  # requests that succeeded: Events created and cordons
@@ -166,6 +180,10 @@ class KubernetesNotifier(Observer):
         self.dropped = 0
 
     def on_start(self, providers: list[str]) -> None:
+        if self._warned_path is not None and self.settings.events:
+            # Read at start, not at construction: the agent holds its state directory's lock
+            # by now, so this is not another agent's file.
+            self._warned = {notice.id: notice for notice in load_warned(self._warned_path)}
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name="kubernetes-notifier")
@@ -178,14 +196,34 @@ class KubernetesNotifier(Observer):
         log.info("kubernetes: %s for node %s", " and ".join(wanted), self.node)
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
+        self._seen.add(notice.id)
         self._enqueue(notice, events=True)
 
     def on_restored(self, notice: Notice) -> None:
+        self._seen.add(notice.id)
         # A terminate back from the state file is no new publication, but the agent may have
         # stopped before its cordon went through (the API server slow or down): cordon again,
         # which changes nothing on a node cordoned already. Its Events were the first run's.
         if self.settings.cordon and notice.action == "terminate":
             self._enqueue(notice, events=False)
+
+    def on_restore_done(self, next_seq: Callable[[], int]) -> None:
+        # An Event carries no `seq`: the clear made here takes none from the agent's count
+        # (one taken and never published reads as a lost message to every subscriber).
+        for notice in list(self._warned.values()):
+            if notice.id in self._seen:
+                continue
+            now = utcnow()
+            clear = notice.model_copy(
+                update={"action": "clear", "noticed_at": now, "sent_at": now, "detail": {}}
+            )
+            log.info(
+                "kubernetes: %s %s was cleared while its Clear Event was not made before the "
+                "agent stopped; making it",
+                notice.action,
+                notice.id,
+            )
+            self._enqueue(clear, events=True)
 
     def _enqueue(self, notice: Notice, *, events: bool) -> None:
         if len(self._queue) == self._queue.maxlen:
@@ -343,6 +381,7 @@ class KubernetesNotifier(Observer):
             if self.pod_uid:
                 pod["uid"] = self.pod_uid
             targets.append((pod, namespace))
+        made = False
         for regarding, namespace in targets:
             url = (
                 f"{self.cluster.server}/apis/events.k8s.io/v1/namespaces/"
@@ -351,6 +390,34 @@ class KubernetesNotifier(Observer):
             body = event_body(notice, regarding, namespace, self.instance)
             if await self._send("event", "POST", url, body):
                 self.created += 1
+                made = True
+        if made:
+            await self._note_made(notice)
+
+    async def _note_made(self, notice: Notice) -> None:
+        """Keep which notices have a Warning standing: a clear made takes its id off."""
+        self._warned.pop(notice.id, None)
+        if notice.action != "clear":
+            self._warned[notice.id] = notice
+            while len(self._warned) > MAX_WARNED:
+                del self._warned[next(iter(self._warned))]
+        if self._warned_path is None:
+            return
+        data = encode_warned(list(self._warned.values()))
+        try:
+            # In a thread: the write is synced, and the event loop publishes meanwhile.
+            await asyncio.to_thread(write_atomic, self._warned_path, data)
+        except OSError as error:
+            if not self._warned_unwritable:
+                self._warned_unwritable = True
+                log.warning(
+                    "kubernetes: cannot write %s (%s): a clear whose Event a stop cuts off "
+                    "is not made after the restart",
+                    self._warned_path,
+                    error.strerror or error,
+                )
+            return
+        self._warned_unwritable = False
 
     def _about_this_node(self, notice: Notice) -> bool:
         return notice.provider == "kubernetes" and notice.detail.get("node") == self.node

@@ -13,7 +13,9 @@ from typing import Any
 import httpx
 import pytest
 from forewarn.agent.notifications.kubernetes import KubernetesNotifier, camel, event_body
+from forewarn.agent.notifications.warned import decode_warned, encode_warned
 from forewarn.agent.observer import Deliveries
+from forewarn.agent.protocol import Notice
 from forewarn.providers.kubernetes.settings import Settings
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator, event_problems
 from forewarn.providers.simulator import SimServer
@@ -613,3 +615,68 @@ async def test_deliveries_count_the_requests_made_refused_and_pending(tmp_path: 
             assert notifier.deliveries() == {"kubernetes": Deliveries(1, 1, 0, 0)}
         finally:
             notifier.on_stop()
+
+
+def node_events(server: SimServer, notice_id: str) -> list[str]:
+    """The actions of the Events on the Node about `notice_id`, oldest first."""
+    return [
+        event["action"]
+        for event in sim_state(server)["events"]
+        if event["regarding"]["kind"] == "Node" and f"[{notice_id}]" in event["note"]
+    ]
+
+
+def test_a_clear_whose_event_a_stop_cut_off_gets_it_after_the_restart(tmp_path: Path):
+    """The API server held the clear's Event when the agent stopped: the restarted agent had
+    nothing of the notice (the state had dropped it), and the Node's last word on it stayed
+    the drain's Warning, a reclaim in force for the operator reading `kubectl describe node`.
+    The Events in force are kept in the state directory, and the missing clear made at start."""
+    with cluster(WATCH | {"create:events"}) as server:
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as first:
+            notice = first.control({"op": "notify", "action": "drain", "note": "n"})["notice"]
+            eventually(lambda: node_events(server, notice["id"]) == ["Drain"], timeout=15)
+            hold = {"kind": "hang", "path": "/apis/", "method": "POST", "count": 1}
+            httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
+            first.control({"op": "clear", "id": notice["id"]})
+            eventually(lambda: sim_faults(server) == [], timeout=15, what="the held Event")
+        assert "stopping with 1 notice(s) not reported" in first.output()
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as second:
+            eventually(
+                lambda: node_events(server, notice["id"]) == ["Drain", "Clear"],
+                timeout=10,
+                what="the clear's Event after the restart",
+            )
+            # Once: a restart after it owes nothing.
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as third:
+            other = third.control({"op": "notify", "action": "drain", "note": "m"})["notice"]
+            eventually(lambda: node_events(server, other["id"]) == ["Drain"], timeout=15)
+        assert node_events(server, notice["id"]) == ["Drain", "Clear"]
+    assert "its Clear Event was not made" in second.output()
+
+
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        st.lists(
+            st.one_of(st.integers(), st.text(max_size=5), st.just(local_notice(1, "drain"))),
+            max_size=3,
+        ).map(
+            lambda items: json.dumps(
+                {
+                    "version": 1,
+                    "warned": [
+                        json.loads(item.model_dump_json()) if hasattr(item, "id") else item
+                        for item in items
+                    ],
+                }
+            ).encode()
+        ),
+    )
+)
+def test_any_kubernetes_events_file_reads_as_notices_or_a_value_error(data: bytes):
+    try:
+        notices = decode_warned(data)
+    except ValueError:
+        return
+    assert all(isinstance(notice, Notice) for notice in notices)
+    assert decode_warned(encode_warned(notices)) == notices
