@@ -1119,7 +1119,7 @@ def _status_lines(reply: dict[str, Any]) -> list[str]:
     acked_by = reply.get("acked_by") or {}
     held_for = reply.get("held_for") or {}  # none from an agent older than holds in status
     for notice in reply["active"]:
-        line = "active     " + describe(notice)
+        line = "active     " + describe(notice, noticed=True)
         clients = acked_by.get(notice["id"]) if isinstance(acked_by, dict) else None
         if isinstance(clients, list) and clients:
             line += "  acked by " + ", ".join(str(client) for client in clients)

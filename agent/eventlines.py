@@ -28,10 +28,13 @@ def _visible(text: str) -> str:
     return '"' + shown.replace('"', '\\"') + '"'
 
 
-def describe(notice: dict[str, Any], *, replay: bool = False) -> str:
+def describe(notice: dict[str, Any], *, replay: bool = False, noticed: bool = False) -> str:
     """One line a person can read: the deadline and time left (not on a `clear`, which
     withdraws the notice), why an expired notice was cleared, the `--note`, and `[replay]`
-    on a notice that was already active, sent again for a subscriber that joined late."""
+    on a notice that was already active, sent again for a subscriber that joined late.
+    `noticed`: say when the notice was noticed where that is not when it was sent (`status`:
+    a restarted agent sends its restored notices again, and the time alone, the restart's,
+    read as a drain raised a moment ago however long it had stood)."""
     line = (
         f"{notice.get('sent_at', '')}  {notice['action']:<9} {notice['id']}  "
         f"{notice['reason']} ({notice['provider']})"
@@ -51,6 +54,9 @@ def describe(notice: dict[str, Any], *, replay: bool = False) -> str:
     note = detail.get("note")
     if isinstance(note, str) and note:
         line += f"  note {_visible(note)}"
+    noticed_at = notice.get("noticed_at")
+    if noticed and noticed_at and noticed_at != notice.get("sent_at"):
+        line += f"  noticed {noticed_at}"
     if replay:
         line += "  [replay]"
     return line

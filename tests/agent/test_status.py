@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 
 from forewarn.agent.runner import provider_health
@@ -184,3 +185,24 @@ def test_status_names_the_clients_a_notice_is_held_for_and_their_processes(
         assert agent.control({"op": "ack", "notice_id": notice["id"], "client": "train-a"})["ok"]
         reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
         assert reply["held_for"] == {notice["id"]: {"train-b": None}}, reply
+
+
+def test_status_after_a_restart_says_when_each_notice_was_noticed(tmp_path: Path) -> None:
+    """A restarted agent sends its restored notices again: each line's time, its `sent_at`,
+    became the restart's, and an operator reading `status` after a SIGKILL read every drain
+    as raised a moment ago, however long it had stood. The line says when it was noticed."""
+    env = agent_env(tmp_path)
+    first = AgentProcess(tmp_path, env=env).start()
+    try:
+        notice = first.control({"op": "notify", "action": "drain", "note": "n"})["notice"]
+        state = Path(env["FOREWARN_STATE_DIR"]) / "state.json"
+        eventually(lambda: notice["id"] in state.read_text(), what="the notice saved")
+    finally:
+        first.stop(signal.SIGKILL)
+    with AgentProcess(tmp_path, env=env):
+        reply = json.loads(run_forewarn("status", "--json", env=env).stdout)
+        text = run_forewarn("status", env=env).stdout
+    (restored,) = reply["active"]
+    assert restored["noticed_at"] == notice["noticed_at"] != restored["sent_at"]
+    active = next(line for line in text.splitlines() if line.startswith("active "))
+    assert f"noticed {notice['noticed_at']}" in active, active
