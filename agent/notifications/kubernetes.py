@@ -172,6 +172,12 @@ class KubernetesNotifier(Observer):
         # The ids restored or published since the start: a warned notice of any other id was
         # cleared while its Clear Event was not made.
         self._seen: set[str] = set()
+        # Whether the file said which Events the last run made (an agent without it did not).
+        self._warned_known = False
+        # Restored notices whose Event the file does not name as made: made at restore end,
+        # unless published meanwhile (an escalation at restore makes its own).
+        self._restored_unmade: list[Notice] = []
+        self._published: set[str] = set()
         self.request_timeout = REQUEST_TIMEOUT
         self.created = 0
         self.sent = 0  # requests that succeeded: Events created and cordons
@@ -183,7 +189,13 @@ class KubernetesNotifier(Observer):
         if self._warned_path is not None and self.settings.events:
             # Read at start, not at construction: the agent holds its state directory's lock
             # by now, so this is not another agent's file.
-            self._warned = {notice.id: notice for notice in load_warned(self._warned_path)}
+            loaded = load_warned(self._warned_path)
+            self._warned_known = loaded is not None
+            self._warned = {notice.id: notice for notice in loaded or []}
+            if loaded is None:
+                # Written now, empty: the next start knows which Events this run made (none
+                # yet), and makes those a stop cuts off.
+                self._write_warned(encode_warned([]))
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name="kubernetes-notifier")
@@ -197,10 +209,16 @@ class KubernetesNotifier(Observer):
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         self._seen.add(notice.id)
+        self._published.add(notice.id)
         self._enqueue(notice, events=True)
 
     def on_restored(self, notice: Notice) -> None:
         self._seen.add(notice.id)
+        made = self._warned.get(notice.id)
+        if self._warned_known and (made is None or made.action != notice.action):
+            # Its Event held by the API server (or not yet made) when the agent stopped: the
+            # Node showed nothing of a reclaim in force until its clear.
+            self._restored_unmade.append(notice)
         # A terminate back from the state file is no new publication, but the agent may have
         # stopped before its cordon went through (the API server slow or down): cordon again,
         # which changes nothing on a node cordoned already. Its Events were the first run's.
@@ -208,6 +226,17 @@ class KubernetesNotifier(Observer):
             self._enqueue(notice, events=False)
 
     def on_restore_done(self, next_seq: Callable[[], int]) -> None:
+        for notice in self._restored_unmade:
+            if notice.id in self._published:
+                continue
+            log.info(
+                "kubernetes: %s %s restored from the state: its Event was not made before the "
+                "agent stopped; making it",
+                notice.action,
+                notice.id,
+            )
+            self._enqueue(notice, events=True)
+        self._restored_unmade = []
         # An Event carries no `seq`: the clear made here takes none from the agent's count
         # (one taken and never published reads as a lost message to every subscriber).
         for notice in list(self._warned.values()):
@@ -404,15 +433,20 @@ class KubernetesNotifier(Observer):
         if self._warned_path is None:
             return
         data = encode_warned(list(self._warned.values()))
+        # In a thread: the write is synced, and the event loop publishes meanwhile.
+        await asyncio.to_thread(self._write_warned, data)
+
+    def _write_warned(self, data: bytes) -> None:
+        if self._warned_path is None:
+            return
         try:
-            # In a thread: the write is synced, and the event loop publishes meanwhile.
-            await asyncio.to_thread(write_atomic, self._warned_path, data)
+            write_atomic(self._warned_path, data)
         except OSError as error:
             if not self._warned_unwritable:
                 self._warned_unwritable = True
                 log.warning(
-                    "kubernetes: cannot write %s (%s): a clear whose Event a stop cuts off "
-                    "is not made after the restart",
+                    "kubernetes: cannot write %s (%s): an Event a stop cuts off is not "
+                    "made after the restart",
                     self._warned_path,
                     error.strerror or error,
                 )

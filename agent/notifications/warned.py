@@ -55,16 +55,17 @@ def decode_warned(data: bytes) -> list[Notice]:
     return notices[-MAX_WARNED:]
 
 
-def load_warned(path: Path) -> list[Notice]:
-    """The notices the last agent left with a Warning Event standing; none without a file. A
-    file that cannot be read is moved aside and reported, never a reason not to start."""
+def load_warned(path: Path) -> list[Notice] | None:
+    """The notices the last agent left with a Warning Event standing; None without a file (no
+    agent kept one here: which Events were made is not known). A file that cannot be read is
+    moved aside and reported, never a reason not to start."""
     try:
         return decode_warned(read_small(path, MAX_WARNED_BYTES))
     except FileNotFoundError:
-        return []
+        return None
     except (OSError, ValueError) as error:
         set_aside(path, "kubernetes events file", str(error))
-        return []
+        return None
 
 
 __all__ = ["MAX_WARNED", "WARNED_FILE", "decode_warned", "encode_warned", "load_warned"]

@@ -680,3 +680,32 @@ def test_any_kubernetes_events_file_reads_as_notices_or_a_value_error(data: byte
         return
     assert all(isinstance(notice, Notice) for notice in notices)
     assert decode_warned(encode_warned(notices)) == notices
+
+
+def test_a_restored_notice_whose_event_a_stop_cut_off_gets_it_after_the_restart(
+    tmp_path: Path,
+):
+    """The API server held the drain's Event when the agent stopped: the restarted agent
+    restored the drain and made no Event of it (restored notices only cordon), so the Node
+    showed nothing of a reclaim in force until its clear."""
+    with cluster(WATCH | {"create:events"}) as server:
+        hold = {"kind": "hang", "path": "/apis/", "method": "POST", "count": 1}
+        httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as first:
+            # No Event made before the stop: the file the agent wrote empty at start says so
+            # (without a file, an agent upgraded from one that kept none, nothing is known).
+            notice = first.control({"op": "notify", "action": "drain", "note": "n"})["notice"]
+            eventually(lambda: sim_faults(server) == [], timeout=15, what="the held Event")
+        assert "stopping with 1 notice(s) not reported" in first.output()
+        assert node_events(server, notice["id"]) == []
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as second:
+            eventually(
+                lambda: node_events(server, notice["id"]) == ["Drain"],
+                timeout=10,
+                what="the drain's Event after the restart",
+            )
+        # Once: a restart after it makes none again.
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as third:
+            third.control({"op": "clear", "id": notice["id"]})
+            eventually(lambda: node_events(server, notice["id"]) == ["Drain", "Clear"], timeout=15)
+    assert "its Event was not made before the agent stopped" in second.output()
