@@ -40,6 +40,7 @@ from support import (
     Subscriber,
     agent_env,
     eventually,
+    eventually_async,
     local_notice,
     run_forewarn,
     self_signed_ca,
@@ -940,9 +941,10 @@ def test_a_done_notice_gets_one_clear_at_start_unless_restored_or_its_clear_is_k
         observer = WebhookObserver(
             WebhookSettings(url=url), url, transport=httpx.MockTransport(answer), state_dir=tmp_path
         )
-        observer.on_start(["local"])
+        observer.on_start(["other"])  # no watcher of `local`: its clears are not held
         observer.on_restored(restored)
         observer.on_restore_done(iter(range(10, 20)).__next__)
+        await eventually_async(lambda: len(posted) == 2, what="the clears")
         await observer.settle()
         observer.on_stop()
 
@@ -983,3 +985,43 @@ def test_a_notice_restored_and_escalated_at_start_is_delivered_once(tmp_path: Pa
     asyncio.run(run())
     assert posted == ["terminate"]
     assert delivered_ids(tmp_path / "webhook-pending.json") == [["local/4", "terminate"]]
+
+
+def test_a_done_notice_reported_again_after_the_restart_gets_no_clear(tmp_path: Path):
+    """A provider notice delivered just before a SIGKILL that the state had not taken yet:
+    the restarted agent owes it a clear (its files cannot tell it from one cleared), and its
+    watcher reports it again at its first answer. The receiver read drain, clear, drain: a
+    reclaim called off that was not. The clear waits for a report of the id until the
+    provider has answered twice."""
+    posted: list[tuple[str, str]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        posted.append((body["id"], body["action"]))
+        return httpx.Response(200)
+
+    again, gone = local_notice(1, "drain"), local_notice(2, "drain")
+    path = tmp_path / "webhook-pending.json"
+    path.write_bytes(encode_pending([], [done_key(again), done_key(gone)], [again, gone]))
+
+    async def run() -> None:
+        url = "http://127.0.0.1:9" + SECRET_PATH
+        observer = WebhookObserver(
+            WebhookSettings(url=url), url, transport=httpx.MockTransport(answer), state_dir=tmp_path
+        )
+        observer.on_start(["local"])
+        observer.on_restore_done(iter(range(10, 20)).__next__)
+        observer.on_poll("local", True, None)  # its first answer: the one report again
+        observer.on_notice(again.model_copy(update={"seq": 20}), escalated=False)
+        await eventually_async(lambda: posted == [("local/1", "drain")], what="the drain")
+        observer.on_poll("local", True, None)
+        # Both holds end together, the one reported again first: its clear, were it sent,
+        # would come before the other's.
+        await eventually_async(lambda: ("local/2", "clear") in posted, what="the owed clear")
+        await observer.settle()
+        observer.on_stop()
+
+    asyncio.run(run())
+    # The one reported again: delivered again (at least once), never cleared; the other,
+    # not reported again, gets its clear once the hold is over.
+    assert posted == [("local/1", "drain"), ("local/2", "clear")]
