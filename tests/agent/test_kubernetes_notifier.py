@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from forewarn.agent.notifications.kubernetes import KubernetesNotifier, camel, event_body
-from forewarn.agent.notifications.warned import decode_warned, encode_warned
+from forewarn.agent.notifications.warned import WARNED_FILE, decode_warned, encode_warned
 from forewarn.agent.observer import Deliveries
 from forewarn.agent.protocol import Notice
 from forewarn.providers.kubernetes.settings import Settings
@@ -709,3 +709,33 @@ def test_a_restored_notice_whose_event_a_stop_cut_off_gets_it_after_the_restart(
             third.control({"op": "clear", "id": notice["id"]})
             eventually(lambda: node_events(server, notice["id"]) == ["Drain", "Clear"], timeout=15)
     assert "its Event was not made before the agent stopped" in second.output()
+
+
+async def test_a_warned_notice_reported_again_after_the_restart_gets_no_clear_event(
+    tmp_path: Path,
+):
+    """A provider notice whose drain Event was made just before a SIGKILL, before the state
+    took it: the file names its Warning standing and nothing restores it, as if cleared. Its
+    Clear Event made at once, the watcher's first answer reported it again: the Node read
+    Drain, Clear, Drain, a reclaim called off that was not. The Clear Event waits until the
+    provider has answered twice."""
+    again, gone = local_notice(1, "drain"), local_notice(2, "drain")
+    (tmp_path / WARNED_FILE).write_bytes(encode_warned([again, gone]))
+    with cluster(None) as server:
+        token = tmp_path / "token"
+        token.write_text("t1")
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
+        notifier = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+        notifier.on_start(["local"])
+        try:
+            notifier.on_restore_done(iter(range(10, 20)).__next__)
+            notifier.on_poll("local", True, None)  # its first answer: the one reported again
+            notifier.on_notice(again.model_copy(update={"seq": 20}), escalated=False)
+            await eventually_async(lambda: notifier.created == 1, what="the drain's Event")
+            notifier.on_poll("local", True, None)
+            await eventually_async(lambda: notifier.created == 2, what="the owed Clear Event")
+            await notifier.settle()
+        finally:
+            notifier.on_stop()
+        assert node_events(server, again.id) == ["Drain"]
+        assert node_events(server, gone.id) == ["Clear"]
