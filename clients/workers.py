@@ -25,12 +25,14 @@ starts gets `worker_init_fn(its own init)` in its place (`_chain_torch_worker_in
 forked (an at-fork hook), or as it is pickled for spawn and forkserver (a ForkingPickler
 reducer). Such a worker outlives a SIGTERM from outside only while a CheckpointGuard in the
 main process handles SIGTERM (`guard_handles_sigterm`, read through a shared byte), and
-otherwise ends on it as it would have without forewarn. Importing this module has the fork
+otherwise ends on it as it would have without forewarn (by the SIGTERM handler its own init
+installed, if it did: `_to_workers_own_handler`). Importing this module has the fork
 server, when one starts, keep SIGTERM blocked (its end would end every forkserver worker).
 """
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import copy
 import ctypes
@@ -117,9 +119,23 @@ def _sigterm_from_main_only(main: int, parent: int, guarded: _GuardByte | None) 
         info = signal.sigwaitinfo({signal.SIGTERM})
         if info.si_pid == main or os.getppid() != parent:
             # From the main process (or the main process is gone): end now.
-            _exit_as_asked()
-        if not _guard_saves_first(guarded):
+            if not _to_workers_own_handler():
+                _exit_as_asked()
+        elif not _guard_saves_first(guarded) and not _to_workers_own_handler():
             _end_by_sigterm()
+
+
+def _to_workers_own_handler() -> bool:
+    """Hand a SIGTERM the worker is to end on to the handler its own `worker_init_fn`
+    installed (one that flushes what the worker writes, then exits), if it did: without
+    forewarn that handler ran on it; this thread took it first, and the worker ended without.
+    Run in the worker's main thread, as Python runs handlers, once it is back in Python (a
+    wait for the next index: within a batch, or torch's 5 s status check when idle)."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if not callable(handler):  # SIG_IGN as _protect set it, SIG_DFL, or one set outside Python
+        return False
+    _thread.interrupt_main(signal.SIGTERM)
+    return True
 
 
 def _guard_saves_first(guarded: _GuardByte | None) -> bool:

@@ -286,3 +286,20 @@ def test_plain_workers_die_of_the_sigterm_and_take_the_loop_down(start_method: s
     # A forkserver worker is not this process's child: torch sees it gone, not how it ended.
     ended = "killed by signal: Terminated" if start_method == "fork" else "exited unexpectedly"
     assert ended in err, err[-2000:]
+
+
+def test_a_workers_own_sigterm_handler_still_runs_without_a_guard(tmp_path: Path) -> None:
+    """Importing forewarn.clients chains its init into every DataLoader worker. A worker whose
+    own `worker_init_fn` installed a SIGTERM handler (to flush what it writes) never ran it:
+    forewarn's thread took the signal and ended the worker itself, whoever sent it. With no
+    guard, such a worker ends on SIGTERM as it did without forewarn: by its own handler."""
+    job = subprocess.run(
+        [sys.executable, str(SCRIPT.with_name("loader_own_handler.py")), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    workers = json.loads(job.stdout.splitlines()[0])
+    flushed = [pid for pid in workers if (tmp_path / f"flushed-{pid}").exists()]
+    assert flushed == workers, job.stderr
