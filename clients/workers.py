@@ -254,12 +254,29 @@ class _GuardByte:
     sent its file (a memfd) and maps that."""
 
     def __init__(self, fd: int | None = None) -> None:
+        """`fd` -1: one of this process's own, none made."""
         if fd is None and hasattr(os, "memfd_create"):
-            fd = os.memfd_create("forewarn-guard", os.MFD_CLOEXEC)
-            os.ftruncate(fd, 1)
-        self.fd = fd
+            fd = _memfd()
+        self.fd = None if fd == -1 else fd
         # Shared either way: without a memfd, with fork workers only.
-        self.map = mmap.mmap(-1 if fd is None else fd, 1)
+        self.map = mmap.mmap(-1 if self.fd is None else self.fd, 1)
+
+
+def _memfd() -> int | None:
+    # Refused where a seccomp filter or an older kernel has no memfd_create: made at import
+    # and in every forked child, it raised there, and `import forewarn.clients` with it. Then
+    # only fork workers share the byte; spawn and forkserver workers are sent its value as
+    # they start.
+    try:
+        fd = os.memfd_create("forewarn-guard", os.MFD_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        os.ftruncate(fd, 1)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 # How many CheckpointGuards handle SIGTERM in this process now, and that count's truth (1 or
@@ -342,9 +359,12 @@ class _Chained:
         if context.get_spawning_popen() is None:
             return (_Chained, (self.then,))
         # Pickled to start a spawn or forkserver worker: it gets the read end of our lifeline,
-        # and the file of our guard's byte when chained in by this module.
+        # and the file of our guard's byte when chained in by this module (its value now where
+        # there is no such file: the worker then sees a guard made or closed later no more).
         guarded = self.guarded
-        byte = None if guarded is None or guarded.fd is None else reduction.DupFd(guarded.fd)
+        byte: Any = None
+        if guarded is not None:
+            byte = guarded.map[0] if guarded.fd is None else reduction.DupFd(guarded.fd)
         return (_in_worker, (self.then, reduction.DupFd(_lifeline_read_end()), byte))
 
     def __call__(self, worker_id: int) -> None:
@@ -365,7 +385,10 @@ def _in_worker(
     _forkserver.protected_worker = True
     chained = _Chained(then)
     chained.lifeline = (os.getpid(), lifeline.detach())
-    if guarded is not None:
+    if isinstance(guarded, int):
+        chained.guarded = _GuardByte(-1)
+        chained.guarded.map[0] = guarded
+    elif guarded is not None:
         chained.guarded = _GuardByte(guarded.detach())
     return chained
 
