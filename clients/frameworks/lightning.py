@@ -78,6 +78,23 @@ from ..workers import protect_loader
 from ._guarded import GuardHolder
 
 
+def _add_lightnings_worker_seeding(dataloader: Any, rank: int) -> None:
+    """What Lightning does to a DataLoader right after process_dataloader: under
+    `seed_everything(seed, workers=True)` one with no `worker_init_fn` gets Lightning's, which
+    seeds numpy and random apart in each worker. Done here first, as Lightning would: given
+    forewarn's there, Lightning added none, and every worker drew the same numbers."""
+    try:
+        from lightning.fabric.utilities.data import _auto_add_worker_init_fn
+    except ImportError:
+        try:  # the older package name
+            from lightning_fabric.utilities.data import (
+                _auto_add_worker_init_fn,
+            )
+        except ImportError:  # a Lightning without it: nothing of its own to add
+            return
+    _auto_add_worker_init_fn(dataloader, rank)
+
+
 class ForewarnCallback(GuardHolder, pl.Callback):
     def __init__(
         self,
@@ -131,6 +148,7 @@ class ForewarnCallback(GuardHolder, pl.Callback):
 
         def protected(dataloader: Any) -> Any:
             dataloader = process(dataloader)
+            _add_lightnings_worker_seeding(dataloader, trainer.global_rank)
             protect_loader(dataloader)
             return dataloader
 

@@ -620,3 +620,30 @@ def test_dataloader_workers_outlive_a_job_wide_sigterm_until_the_save(tmp_path: 
     assert callback.exit_code == 143
     assert loader.worker_init_fn is not seeded.append  # chained
     assert "process_dataloader" not in vars(trainer.strategy)  # put back as fit() ends
+
+
+def test_seed_everything_workers_still_seeds_each_dataloader_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`seed_everything(seed, workers=True)` has Lightning give a DataLoader with no
+    `worker_init_fn` its own (`pl_worker_init_function`: each worker seeds numpy and random
+    apart), after the strategy's process_dataloader. The callback chained forewarn's in there
+    first, so Lightning found one and added none: every worker drew the same numpy and random
+    numbers (augmentations repeated across workers), and a run no longer reproduced one made
+    without forewarn. Lightning's seeding is now the init forewarn's chains."""
+    monkeypatch.setenv("PL_SEED_WORKERS", "1")  # what seed_everything(workers=True) sets
+    callback = lit.ForewarnCallback(tmp_path / "ckpt", notices=False, flag_file=None)
+    data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 1))
+    loader = torch.utils.data.DataLoader(
+        data, batch_size=4, num_workers=1, multiprocessing_context="fork"
+    )
+    models.trainer(callback, max_steps=1).fit(models.Tiny(), loader)
+    chained = loader.worker_init_fn
+    assert isinstance(chained, forewarn_clients.workers._Chained)
+    assert getattr(chained.then, "func", None) is pl_worker_init_function()
+
+
+def pl_worker_init_function() -> Any:
+    from lightning.fabric.utilities.seed import pl_worker_init_function
+
+    return pl_worker_init_function
