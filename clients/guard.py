@@ -1403,6 +1403,24 @@ class CheckpointGuard:
         self._exit_by.add("signal")
         self._exit = True
         self._wake = True
+        below = self._open_guard_below(signum)
+        if below is not None:
+            # Two guards open (an outer loop's, an inner phase's): the one this handler
+            # replaced heard nothing, and once the inner phase closed its guard the outer loop
+            # trained on, unsaved, until the platform's SIGKILL.
+            below._on_signal(signum, frame)
+
+    def _open_guard_below(self, signum: int) -> CheckpointGuard | None:
+        """The open guard whose handler this one replaced for `signum`, if one did."""
+        previous = self._previous_handlers.get(signum)
+        below = getattr(previous, "__self__", None)
+        if (
+            isinstance(below, CheckpointGuard)
+            and previous == below._on_signal
+            and not below._handlers_closed
+        ):
+            return below
+        return None
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         previous = self._previous_handlers.get(signum, signal.SIG_DFL)
@@ -1494,6 +1512,9 @@ class CheckpointGuard:
             chained = getattr(current, "signal_handlers", ())
             if not isinstance(chained, (list, tuple)):
                 chained = ()
+            above = getattr(current, "__self__", None)
+            if isinstance(above, CheckpointGuard) and above._open_guard_below(signum) is self:
+                continue  # a guard made after this one, which hands it on (_on_signal)
             if current != self._on_signal and self._on_signal not in chained:
                 self._watched.discard(signum)
                 log.warning(

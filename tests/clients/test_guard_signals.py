@@ -312,3 +312,37 @@ def test_an_ignored_sigint_is_left_ignored(handlers: None) -> None:
         g.close()
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+
+
+@pytest.mark.parametrize("signum", SIGNALS)
+def test_a_signal_while_two_guards_are_open_asks_both_for_a_save_and_an_exit(
+    handlers: None, signum: int
+) -> None:
+    """An outer loop's guard and an inner phase's, both open: the second's handler took the
+    signal and the first never heard of it. Once the inner phase closed its guard, the outer
+    loop trained on with no save and no exit until the platform's SIGKILL. The open guard's
+    handler now hands the signal to the open guard's whose handler it replaced."""
+    signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_IGN)
+    outer = guard()
+    inner = guard()
+    outer._check_handlers()  # its ticker's check: the inner guard's hands the signal on
+    assert signum in outer._watched, "no warning that the outer guard no longer sees it"
+    signal.raise_signal(signum)
+    assert inner.should_exit
+    inner.close()
+    assert outer.should_exit, "the outer loop's guard heard the signal too"
+    assert outer.due(1) and outer.saved(1).exit
+    outer.close()
+    assert outer.exit_code == 128 + signum
+
+
+def test_a_second_ctrl_c_while_two_guards_are_open_goes_through(handlers: None) -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    outer = guard()
+    inner = guard()
+    signal.raise_signal(signal.SIGINT)
+    assert inner.should_exit and outer.should_exit
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    inner.close()
+    outer.close()
