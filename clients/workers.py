@@ -134,6 +134,8 @@ def _to_workers_own_handler() -> bool:
     handler = signal.getsignal(signal.SIGTERM)
     if not callable(handler):  # SIG_IGN as _protect set it, SIG_DFL, or one set outside Python
         return False
+    if isinstance(handler, _Gated):
+        handler.hand()
     _thread.interrupt_main(signal.SIGTERM)
     return True
 
@@ -375,6 +377,36 @@ class _Chained:
         )
         if self.then is not None:
             self.then(worker_id)
+            _gate_workers_own_handler()
+
+
+class _Gated:
+    """A SIGTERM handler the worker's own init installed, run only for a SIGTERM the watching
+    thread hands it (_to_workers_own_handler). A thread the worker had before its init (a
+    spawn or forkserver worker's, OpenBLAS's) may take a SIGTERM itself; Python then ran that
+    handler in the main thread whoever sent it, and a job-wide SIGTERM under a guard ended
+    the worker before the save. Such a SIGTERM is now passed by, as one ignored is."""
+
+    def __init__(self, handler: Callable[[int, Any], object]) -> None:
+        self.handler = handler
+        # Two counts, each written by one thread only (no lock a handler could wait on): the
+        # SIGTERMs the watching thread handed on, and those the main thread ran this for.
+        self.handed = 0
+        self.ran = 0
+
+    def hand(self) -> None:
+        self.handed += 1
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.ran < self.handed:
+            self.ran += 1
+            self.handler(signum, frame)
+
+
+def _gate_workers_own_handler() -> None:
+    handler = signal.getsignal(signal.SIGTERM)
+    if callable(handler) and not isinstance(handler, _Gated) and hasattr(signal, "sigwaitinfo"):
+        signal.signal(signal.SIGTERM, _Gated(handler))
 
 
 def _in_worker(

@@ -303,3 +303,26 @@ def test_a_workers_own_sigterm_handler_still_runs_without_a_guard(tmp_path: Path
     workers = json.loads(job.stdout.splitlines()[0])
     flushed = [pid for pid in workers if (tmp_path / f"flushed-{pid}").exists()]
     assert flushed == workers, job.stderr
+
+
+def test_under_a_guard_a_workers_own_sigterm_handler_does_not_take_a_foreign_sigterm(
+    tmp_path: Path,
+) -> None:
+    """A spawn worker has threads from before its init (a library's); one of them could take a
+    job-wide SIGTERM, and Python then ran the handler the worker's own init installed, in its
+    main thread, whoever sent it: under a guard the worker ended and the loop raised before the
+    save, as a fork worker, whose forewarn thread takes it, does not."""
+    job = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT.with_name("loader_own_handler.py")),
+            str(tmp_path),
+            "guarded-spawn",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert job.stdout.splitlines()[1:] == ["read"], job.stderr
+    assert not list(tmp_path.glob("flushed-*"))
