@@ -40,9 +40,10 @@ from forewarn.providers.kubernetes.watch import certificate_refused
 from ..observer import Deliveries, Observer
 from ..protocol import Notice
 from ..state import write_atomic
+from .owed import OwedClears
 from .pending import named
 from .warned import MAX_WARNED, WARNED_FILE, encode_warned, load_warned
-from .webhook import OWED_HOLD, OWED_POLLS, cleared_why
+from .webhook import cleared_why
 
 log = logging.getLogger("forewarn.kubernetes")
 
@@ -178,13 +179,9 @@ class KubernetesNotifier(Observer):
         # unless published meanwhile (an escalation at restore makes its own).
         self._restored_unmade: list[Notice] = []
         self._published: set[str] = set()
-        # The Clear Events owed at start, by id, until the notice's provider has answered
-        # OWED_POLLS times or OWED_HOLD has passed, as the webhook's owed clears.
-        self._owed: dict[str, Notice] = {}
-        self._owed_polls: dict[str, int] = {}
-        self._owed_timer: asyncio.TimerHandle | None = None
+        # The Clear Events owed at start, as the webhook's owed clears (owed.py).
+        self._owed = OwedClears(self._make_owed)
         self._providers: set[str] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
         self.request_timeout = REQUEST_TIMEOUT
         self.created = 0
         self.sent = 0  # requests that succeeded: Events created and cordons
@@ -194,7 +191,6 @@ class KubernetesNotifier(Observer):
 
     def on_start(self, providers: list[str]) -> None:
         self._providers = set(providers)
-        self._loop = asyncio.get_running_loop()
         if self._warned_path is not None and self.settings.events:
             # Read at start, not at construction: the agent holds its state directory's lock
             # by now, so this is not another agent's file.
@@ -219,7 +215,7 @@ class KubernetesNotifier(Observer):
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         self._seen.add(notice.id)
         self._published.add(notice.id)
-        if self._owed.pop(notice.id, None) is not None:
+        if self._owed.reported(notice.id):
             log.info(
                 "kubernetes: %s %s reported again after the restart: its owed Clear Event is "
                 "not made",
@@ -258,42 +254,28 @@ class KubernetesNotifier(Observer):
         for notice in list(self._warned.values()):
             if notice.id in self._seen:
                 continue
-            self._owed[notice.id] = notice
+            self._owed.add(notice)
         # Not at once, but for a provider no watcher runs for: a notice whose Event was made
         # just before a SIGKILL, before the state took it, is named here as one cleared is,
-        # and its watcher reports it again at its first answer (see the webhook's OWED_POLLS).
-        self._make_owed(lambda notice: notice.provider not in self._providers)
-        if self._owed:
-            self._owed_timer = asyncio.get_running_loop().call_later(OWED_HOLD, self._make_owed)
+        # and its watcher reports it again at its first answer (owed.py).
+        self._owed.start(self._providers)
 
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
-        if not ok or self._loop is None:
-            return
-        # On the event loop, whatever thread the watcher answered in.
-        self._loop.call_soon_threadsafe(self._answered, provider)
+        if ok:
+            self._owed.answered(provider)
 
-    def _answered(self, provider: str) -> None:
-        if not any(notice.provider == provider for notice in self._owed.values()):
-            return
-        self._owed_polls[provider] = self._owed_polls.get(provider, 0) + 1
-        if self._owed_polls[provider] >= OWED_POLLS:
-            self._make_owed(lambda notice: notice.provider == provider)
-
-    def _make_owed(self, which: Callable[[Notice], bool] = lambda notice: True) -> None:
-        owed = [notice for notice in self._owed.values() if which(notice)]
-        for notice in owed:
-            del self._owed[notice.id]
-            now = utcnow()
-            clear = notice.model_copy(
-                update={"action": "clear", "noticed_at": now, "sent_at": now, "detail": {}}
-            )
-            log.info(
-                "kubernetes: %s %s was cleared while its Clear Event was not made before the "
-                "agent stopped; making it",
-                notice.action,
-                notice.id,
-            )
-            self._enqueue(clear, events=True)
+    def _make_owed(self, notice: Notice) -> None:
+        now = utcnow()
+        clear = notice.model_copy(
+            update={"action": "clear", "noticed_at": now, "sent_at": now, "detail": {}}
+        )
+        log.info(
+            "kubernetes: %s %s was cleared while its Clear Event was not made before the "
+            "agent stopped; making it",
+            notice.action,
+            notice.id,
+        )
+        self._enqueue(clear, events=True)
 
     def _enqueue(self, notice: Notice, *, events: bool) -> None:
         if len(self._queue) == self._queue.maxlen:
@@ -311,9 +293,8 @@ class KubernetesNotifier(Observer):
     def on_stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        if self._owed_timer is not None:
-            # Still owed: the file names each standing, and the next start owes it again.
-            self._owed_timer.cancel()
+        # Still owed: the file names each standing, and the next start owes it again.
+        self._owed.cancel()
         # Stopping ends the request in progress and those waiting: say which, as the
         # webhook does, rather than lose a terminate's Event (or its cordon) in silence.
         current = [self._reporting] if self._reporting is not None else []

@@ -28,6 +28,7 @@ from forewarn.providers.httpdate import parse_http_date
 from ..board import EXPIRED_KEY
 from ..observer import Deliveries, Observer
 from ..protocol import Notice
+from .owed import OwedClears
 from .pending import MAX_DONE, DoneKey, PendingFile, done_key, named
 from .proxy import Proxy
 from .settings import WebhookSettings, read_headers_file
@@ -52,13 +53,6 @@ PENDING_FILE = "webhook-pending.json"
 LATE_AFTER = 60.0
 # How often a stop looks whether the notices held are delivered (see `settle`).
 SETTLE_POLL = 0.02
-# A clear owed at start (see on_restore_done) waits for a report of its id until its provider
-# has answered twice since (the first answer's reports are in by the end of the second): a
-# provider notice delivered just before a SIGKILL, before the state took it, is owed one too,
-# and its watcher reports it again at its first answer. At most this long: a provider that
-# never answers does not hold the clear for good.
-OWED_POLLS = 2
-OWED_HOLD = 60.0
 # A notice whose retries all failed for want of a receiver (a connection error, a timeout, a
 # 5xx) is kept, and tried again once at a time after this backoff (first wait, longest wait,
 # in seconds), until delivered or superseded by a newer notice of its id: given up on, it
@@ -261,13 +255,9 @@ class WebhookObserver(Observer):
         # Restored notices queued by on_restored, not yet delivered: the runner sends a drain
         # escalated while the agent was down to on_restored, then to on_notice.
         self._requeued: set[DoneKey] = set()
-        # The clears owed at start, by id, until OWED_HOLD has passed or the id is reported.
-        self._owed: dict[str, Notice] = {}
-        self._owed_polls: dict[str, int] = {}  # each provider's good answers since
+        # The clears owed at start (see on_restore_done and owed.py).
+        self._owed = OwedClears(self._deliver_owed)
         self._providers: set[str] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.owed_hold = OWED_HOLD
-        self._owed_timer: asyncio.TimerHandle | None = None
         self.delivered = 0
         self.failed = 0
         self.dropped = 0
@@ -289,7 +279,6 @@ class WebhookObserver(Observer):
 
     def on_start(self, providers: list[str]) -> None:
         self._providers = set(providers)
-        self._loop = asyncio.get_running_loop()
         if self._pending is not None:
             # Read at start, not at construction: the agent holds its state directory's lock
             # by now, so this is not another agent's file.
@@ -338,7 +327,7 @@ class WebhookObserver(Observer):
 
     def on_notice(self, notice: Notice, *, escalated: bool) -> None:
         self._seen.add(notice.id)
-        if self._owed.pop(notice.id, None) is not None:
+        if self._owed.reported(notice.id):
             log.info(
                 "webhook: %s %s reported again after the restart: its owed clear is not delivered",
                 notice.action,
@@ -429,52 +418,31 @@ class WebhookObserver(Observer):
                     "detail": {},
                 }
             )
-            self._owed[clear.id] = clear
-        # Not at once, but for a provider no watcher runs for: its files cannot tell a notice
-        # cleared from one the state never took, and the receiver read drain, clear, drain, a
-        # reclaim called off that was not, when the watcher reported the latter again. Not
-        # kept: the pending file still names each done, and a stop meanwhile leaves it owed
-        # at the next start.
-        self._deliver_owed(lambda clear: clear.provider not in self._providers)
-        if self._owed:
-            self._owed_timer = asyncio.get_running_loop().call_later(
-                self.owed_hold, self._deliver_owed
-            )
+            self._owed.add(clear)
+        # Not at once, but for a provider no watcher runs for (see owed.py); a stop meanwhile
+        # leaves it owed at the next start: the pending file still names each done.
+        self._owed.start(self._providers)
 
     def on_poll(self, provider: str, ok: bool, error_kind: str | None) -> None:
-        if not ok or self._loop is None:
-            return
-        # On the event loop, whatever thread the watcher answered in.
-        self._loop.call_soon_threadsafe(self._answered, provider)
+        if ok:
+            self._owed.answered(provider)
 
-    def _answered(self, provider: str) -> None:
-        if not any(clear.provider == provider for clear in self._owed.values()):
-            return
-        self._owed_polls[provider] = self._owed_polls.get(provider, 0) + 1
-        if self._owed_polls[provider] >= OWED_POLLS:
-            self._deliver_owed(lambda clear: clear.provider == provider)
-
-    def _deliver_owed(self, which: Callable[[Notice], bool] = lambda clear: True) -> None:
-        owed = [clear for clear in self._owed.values() if which(clear)]
-        for clear in owed:
-            del self._owed[clear.id]
+    def _deliver_owed(self, held: Notice) -> None:
         now = utcnow()
-        for held in owed:
-            clear = held.model_copy(update={"noticed_at": now, "sent_at": now})
-            log.info(
-                "webhook: %s, delivered before the agent stopped, was cleared and its clear "
-                "not kept (nor reported again since the restart); delivering the clear",
-                clear.id,
-            )
-            self._kept.add((clear.id, clear.seq))
-            self.on_notice(clear, escalated=False)
+        clear = held.model_copy(update={"noticed_at": now, "sent_at": now})
+        log.info(
+            "webhook: %s, delivered before the agent stopped, was cleared and its clear "
+            "not kept (nor reported again since the restart); delivering the clear",
+            clear.id,
+        )
+        self._kept.add((clear.id, clear.seq))
+        self.on_notice(clear, escalated=False)
 
     def on_stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        if self._owed_timer is not None:
-            # Still owed: the pending file names each done, and the next start owes it again.
-            self._owed_timer.cancel()
+        # Still owed: the pending file names each done, and the next start owes it again.
+        self._owed.cancel()
         # Stopping ends deliveries in progress or waiting (a node being reclaimed stops its
         # agent while the terminate's delivery may still be retrying): say which.
         left = self._left()
