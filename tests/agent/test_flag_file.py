@@ -172,7 +172,7 @@ def test_a_flushed_flag_with_a_deadline_still_escalates_after_an_agent_restart(
 
 
 def test_a_symlinked_flag_is_refused_with_a_line_that_says_what_to_do(tmp_path: Path) -> None:
-    # `ln -s ~/request /run/forewarn/checkpoint-now`: no drain, and the agent's log said only
+    # `ln -s ~/request <runtime>/checkpoint-now`: no drain, and the agent's log said only
     # "is a symbolic link; not followed", while a guard reading the same path saved for it.
     # Both now refuse it and say that no drain is raised and what to write instead.
     with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
