@@ -1,7 +1,9 @@
 """One rank of a DCP job on the gloo backend (run as a subprocess by test_dcp.py).
 
     dcp_worker.py RANK WORLD save URL STEP         sharded state, saved through the store
-    dcp_worker.py RANK WORLD async URL STEP MIB    async_save of a large state, then commit
+    dcp_worker.py RANK WORLD async URL STEP MIB [HOLD]
+                                                   async_save of a large state, then commit;
+                                                   rank 0 writes no shard until HOLD exists
     dcp_worker.py RANK WORLD load URL              resume onto WORLD ranks, compare bits
     dcp_worker.py RANK WORLD train URL             async saves while the loop all_reduces
 
@@ -13,12 +15,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint import CheckpointStore, ObjectWriter
 from forewarn.clients.checkpoint.dcp import async_save_dcp, load_dcp, save_dcp
+from forewarn.clients.checkpoint.testing import DelegatingBackend
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Shard, distribute_tensor
 
@@ -35,6 +40,23 @@ def expected(step: int, rows: int = 96) -> dict[str, torch.Tensor]:
 
 def sharded(full: dict[str, torch.Tensor], mesh: object) -> dict[str, object]:
     return {name: distribute_tensor(t, mesh, [Shard(0)]) for name, t in full.items()}
+
+
+class HeldShards(DelegatingBackend):
+    """Writes no DCP shard until the `hold` file exists: the test kills the other rank in a
+    window it controls (with both ranks free, the other rank's shard, rank 0's and the
+    commit could all land between two of the test's listings on a loaded machine)."""
+
+    def __init__(self, inner: Any, hold: Path) -> None:
+        super().__init__(inner)
+        self.hold = hold
+
+    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
+        if key.endswith(".distcp"):
+            deadline = time.monotonic() + 600
+            while not self.hold.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return super().writer(key, on_done)
 
 
 def say(**fields: object) -> None:
@@ -54,6 +76,8 @@ def main() -> None:
     elif mode == "async":
         step, mib = int(sys.argv[5]), int(sys.argv[6])
         rows = (mib << 20) // (33 * 4)
+        if rank == 0 and sys.argv[7:]:
+            store = CheckpointStore(backend=HeldShards(store.backend, Path(sys.argv[7])))
         state = {"model": sharded(expected(step, rows), mesh), "step": step}
         handle = async_save_dcp(store, step, state)
         say(rank=rank, started=step)

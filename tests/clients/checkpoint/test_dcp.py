@@ -88,25 +88,34 @@ def test_async_saves_go_on_beside_the_training_loops_collectives(
 
 @pytest.mark.timeout(900)
 def test_a_rank_killed_during_a_background_save_leaves_no_partial_generation(
-    store_url: str, rank_launcher: RankLauncher
+    store_url: str, rank_launcher: RankLauncher, tmp_path: Path
 ) -> None:
     finish(start(rank_launcher, 2, "save", store_url, "100"))
-    processes = start(rank_launcher, 2, "async", store_url, "200", "96")
+    hold = tmp_path / "rank-0-may-write"
+    processes = start(rank_launcher, 2, "async", store_url, "200", "96", str(hold))
     try:
-        # Kill rank 1 once the async save has returned and the background writes have put
-        # a first file of generation 200 in place (before anything can be committed: rank
-        # 0 commits only after gathering rank 1's part).
+        # Kill rank 1 once the async save has returned and its background write has put its
+        # shard of generation 200 in place. Rank 0 writes no shard until `hold` exists, so
+        # nothing can be committed before the kill (rank 0 commits only after gathering rank
+        # 1's part): with both free, everything could land between two listings under load.
         stdout = processes[1].stdout
         assert stdout is not None
         line = stdout.readline()
         assert json.loads(line) == {"rank": 1, "started": 200}, line
         store = CheckpointStore(store_url)
         deadline = time.monotonic() + 180
-        while not store.backend.list_sizes("step-000000000200"):
+        while not (written := store.backend.list_sizes("step-000000000200")):
             assert time.monotonic() < deadline, "the background save wrote nothing"
             time.sleep(0.02)
+        assert all("__0_" not in name for name in written), written  # rank 0 held
         os.kill(processes[1].pid, signal.SIGKILL)
         processes[1].wait(30)
+        hold.touch()  # rank 0 writes its shard beside a dead rank 1, then cannot gather
+        while not any("__0_" in name for name in store.backend.list_sizes("step-000000000200")):
+            assert time.monotonic() < deadline, "rank 0 wrote no shard once let go"
+            if processes[0].poll() is not None:
+                break
+            time.sleep(0.02)
     finally:
         for process in processes:
             if process.poll() is None:
