@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import socket
@@ -71,6 +72,11 @@ GRANTS = {
 RETRIED = frozenset({409, 429})
 # How often a stop looks whether the notices held are reported (see `settle`).
 SETTLE_POLL = 0.02
+# How often a `kubernetes-events.json` that could not be written is tried again while no
+# Event is made (one made writes it anyway): a full disk freed, a mount made writable.
+WARNED_RETRY = 1.0
+# The condition `status` and `forewarn_condition` show while that file cannot be written.
+WARNED_CONDITION = "kubernetes-events"
 
 
 def camel(reason: str) -> str:
@@ -169,7 +175,9 @@ class KubernetesNotifier(Observer):
         # not yet, oldest first; kept in `_warned_path` after each change.
         self._warned: dict[str, Notice] = {}
         self._warned_path = None if state_dir is None else state_dir / WARNED_FILE
-        self._warned_unwritable = False
+        # Why the file cannot be written, while it cannot: a standing condition.
+        self._warned_problem: str | None = None
+        self.warned_retry = WARNED_RETRY
         # The ids restored or published since the start: a warned notice of any other id was
         # cleared while its Clear Event was not made.
         self._seen: set[str] = set()
@@ -384,7 +392,14 @@ class KubernetesNotifier(Observer):
             while True:
                 while not self._queue:
                     self._wake.clear()
-                    await self._wake.wait()
+                    if self._warned_problem is None:
+                        await self._wake.wait()
+                        continue
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), self.warned_retry)
+                    if not self._wake.is_set():
+                        data = encode_warned(list(self._warned.values()))
+                        await asyncio.to_thread(self._write_warned, data)
                 notice, events = self._queue.popleft()
                 self._reporting = notice
                 try:
@@ -467,16 +482,24 @@ class KubernetesNotifier(Observer):
         try:
             write_atomic(self._warned_path, data)
         except OSError as error:
-            if not self._warned_unwritable:
-                self._warned_unwritable = True
-                log.warning(
-                    "kubernetes: cannot write %s (%s): an Event a stop cuts off is not "
-                    "made after the restart",
-                    self._warned_path,
-                    error.strerror or error,
-                )
+            # Shown by `status` and `forewarn_condition` while it lasts, as the agent's own
+            # files are: a WARNING alone went unseen, and the restart then made no Event owed.
+            problem = (
+                f"cannot write {self._warned_path} ({type(error).__name__}: "
+                f"{error.strerror or error}): an Event a stop cuts off is not made after the "
+                "restart"
+            )
+            if self._warned_problem is None:
+                log.warning("kubernetes: %s; retrying", problem)
+            self._warned_problem = problem
             return
-        self._warned_unwritable = False
+        if self._warned_problem is not None:
+            log.warning("kubernetes: wrote %s again", self._warned_path)
+        self._warned_problem = None
+
+    def conditions(self) -> dict[str, str]:
+        problem = self._warned_problem
+        return {} if problem is None else {WARNED_CONDITION: problem}
 
     def _about_this_node(self, notice: Notice) -> bool:
         return notice.provider == "kubernetes" and notice.detail.get("node") == self.node

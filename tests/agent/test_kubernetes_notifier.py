@@ -32,6 +32,7 @@ from support import (
     run_forewarn,
     self_signed_ca,
 )
+from test_metrics import metrics_url, scrape_url, value
 
 NODE = "gpu-node-7"
 WATCH = frozenset({"get:nodes", "list:nodes", "watch:nodes"})
@@ -739,3 +740,41 @@ async def test_a_warned_notice_reported_again_after_the_restart_gets_no_clear_ev
             notifier.on_stop()
         assert node_events(server, again.id) == ["Drain"]
         assert node_events(server, gone.id) == ["Clear"]
+
+
+def test_an_events_file_that_cannot_be_written_is_a_condition_until_it_can(tmp_path: Path):
+    """`kubernetes-events.json` that cannot be written (a full disk, a read-only state
+    directory) costs the restart its owed Events: it was one WARNING in the log, while
+    `status` and `forewarn_condition` showed nothing. It stands as `kubernetes-events` until
+    a write succeeds, and the write is tried again, not only at the next Event made."""
+    with cluster(WATCH | {"create:events"}) as server:
+        running = agent(
+            tmp_path,
+            server,
+            FOREWARN_KUBERNETES_EVENTS="true",
+            FOREWARN_METRICS_ADDRESS="127.0.0.1:0",
+        )
+        with running:
+            url = metrics_url(running)
+            warned = tmp_path / "state" / WARNED_FILE
+            eventually(warned.is_file, what="the file written at start")
+            warned.unlink()
+            warned.mkdir()  # a directory in its place fails every write, as a full disk would
+            notice = running.control({"op": "notify", "action": "drain"})["notice"]
+            eventually(lambda: node_events(server, notice["id"]) == ["Drain"], timeout=15)
+
+            def conditions() -> dict[str, str]:
+                return dict(running.control({"op": "status"})["agent"]["conditions"])
+
+            standing = eventually(conditions, what="the failed write in status")
+            assert list(standing) == ["kubernetes-events"], standing
+            assert f"cannot write {warned}" in standing["kubernetes-events"], standing
+            found = scrape_url(url)
+            assert (
+                value(found, "forewarn_condition", provider="agent", condition="kubernetes-events")
+                == 1
+            )
+            warned.rmdir()
+            eventually(lambda: conditions() == {}, timeout=10, what="the condition resolved")
+            assert [n.id for n in decode_warned(warned.read_bytes())] == [notice["id"]]
+    assert running.output().count(f"cannot write {warned}") == 1
