@@ -13,9 +13,12 @@
 - A server certificate that fails verification has the CA read again (it rotates).
 - Bad configuration (no node name, an unreadable token) is one clear error in PollHealth,
   retried every minute; the agent and its other watchers keep running.
-- A NodeClaim that could not be read while Karpenter disrupts the node (403 before the
-  operator applies `components/karpenter`, a transport error) is read again with a backoff
-  until it answers or the disruption ends; a 403 is a standing condition in `status`.
+- The NodeClaim is read in the background, never between two watch events: a GET the API
+  server holds (a conversion webhook down) held the node's next event, a shutdown's
+  terminate, for the GET's whole timeout. One that could not be read while Karpenter
+  disrupts the node (403 before the operator applies `components/karpenter`, a transport
+  error) is read again with a backoff until it answers or the disruption ends; a 403 is a
+  standing condition in `status`.
 """
 
 from __future__ import annotations
@@ -116,11 +119,13 @@ class KubernetesWatcher:
         self.karpenter_deadline: tuple[str, datetime] | None = None
         self.nodeclaims_refused = False  # the last read was refused (403)
         self.nodeclaim_gets = 0
-        # The Node object last applied (None once deleted): what a NodeClaim read retried in
-        # the background looks at, so that it follows the node's later changes.
+        # The Node object last applied (None once deleted): what the NodeClaim reader looks
+        # at, so that it follows the node's later changes.
         self.node_object: object | None = None
         self.nodeclaim_backoff = Backoff(NODECLAIM_RETRY, settings.retry_max)
-        self._nodeclaim_retry: asyncio.Task[None] | None = None
+        self._nodeclaim_reader: asyncio.Task[None] | None = None
+        # The Node changed while a read was under way: what it read may predate the stamp.
+        self._nodeclaim_stale = False
 
     def progress_bound(self) -> float | None:
         """A whole watch (a good one counts within its first SHORT_STREAM) with its read
@@ -167,9 +172,9 @@ class KubernetesWatcher:
         try:
             await self._watch(emit)
         finally:
-            if self._nodeclaim_retry is not None:
-                self._nodeclaim_retry.cancel()
-                self._nodeclaim_retry = None
+            if self._nodeclaim_reader is not None:
+                self._nodeclaim_reader.cancel()
+                self._nodeclaim_reader = None
 
     async def _watch(self, emit: Emit) -> None:
         backoff = Backoff(FIRST_RETRY, self.settings.retry_max)
@@ -244,8 +249,7 @@ class KubernetesWatcher:
         restored, self._restored = self._restored, {}
         if listed.node is not None:
             self._node(listed.node, api.node_name, emit)
-            if await self._read_karpenter(api, listed.node, emit):
-                self._node(listed.node, api.node_name, emit)
+            self._read_karpenter(listed.node, emit)
         elif self.seen_node:
             self.node_object = None
             self._apply([*self.active.values(), deleted_report(api.node_name, self.node_uid)], emit)
@@ -329,12 +333,8 @@ class KubernetesWatcher:
             self.gones = 0
             self.too_large = 0
             self._handle(event, api.node_name, emit)
-            if event.type in ("ADDED", "MODIFIED") and await self._read_karpenter(
-                api, event.object, emit
-            ):
-                # Again, now with Karpenter's deadline: after the notices went out
-                # without it, so that a NodeClaim slow to answer holds none of them.
-                self._node(event.object, api.node_name, emit)
+            if event.type in ("ADDED", "MODIFIED"):
+                self._read_karpenter(event.object, emit)
             self._success()
 
     @property
@@ -361,37 +361,34 @@ class KubernetesWatcher:
             self.node_missing = False
         self.resource_version = event.resource_version or self.resource_version
 
-    async def _read_karpenter(self, api: NodeApi, node: object, emit: Emit) -> bool:
-        """Find Karpenter's deadline for a node it is disrupting: GET the NodeClaim that owns
-        the Node, once its termination timestamp is there (it is stamped when the NodeClaim
-        is deleted, after the taint: until then each change of the Node looks again). A
-        NodeClaim that cannot be read leaves the drain without a deadline for now and is read
-        again in the background (`_retry_nodeclaim`); it never holds up the watch. True when
-        it learned a deadline (the node's notices are then worth computing again)."""
+    def _read_karpenter(self, node: object, emit: Emit) -> None:
+        """Have Karpenter's deadline found for a node it is disrupting: the NodeClaim that owns
+        the Node is read (`_read_nodeclaim`), once its termination timestamp is there (it is
+        stamped when the NodeClaim is deleted, after the taint: until then each change of the
+        Node looks again). In a task of its own: read here, between two watch events, a GET
+        the API server held kept the next event (a shutdown's terminate) for its timeout."""
         name = nodeclaim_name(node)
         if name is None or not being_disrupted(node):
             self.karpenter_deadline = None
-            return False
+            return
         if self.karpenter_deadline is not None and self.karpenter_deadline[0] == name:
-            return False
-        if self._nodeclaim_retry is not None and not self._nodeclaim_retry.done():
-            return False  # the retry reads it, from the Node as it is then
-        read, deadline = await self._get_deadline(api, name)
-        if not read:
-            self._nodeclaim_retry = asyncio.create_task(self._retry_nodeclaim(emit))
-        if deadline is None:
-            return False
-        self.karpenter_deadline = (name, deadline)
-        return True
+            return
+        self._nodeclaim_stale = True
+        if self._nodeclaim_reader is None or self._nodeclaim_reader.done():
+            self._nodeclaim_reader = asyncio.create_task(self._read_nodeclaim(emit))
 
-    async def _retry_nodeclaim(self, emit: Emit) -> None:
-        """Read the NodeClaim again, with a backoff, while the node is still being disrupted
-        with no deadline known. A 403 was kept for the watcher's life: once the operator
-        applied `components/karpenter`, the drain still had no deadline until the agent
-        restarted, and a NodeClaim that failed once for a transport error was not read
-        again unless the Node changed (a Node being deleted may not change for hours)."""
+    async def _read_nodeclaim(self, emit: Emit) -> None:
+        """Read the NodeClaim of the Node as it is now until it answered for the Node as it is
+        (read again when the Node changed meanwhile: the stamp may have come), with a backoff
+        after a failure, or the disruption ended. A deadline learned sends the node's notices
+        again with it. A 403 was kept for the watcher's life: once the operator applied
+        `components/karpenter`, the drain still had no deadline until the agent restarted, and
+        a NodeClaim that failed once for a transport error was not read again unless the Node
+        changed (a Node being deleted may not change for hours)."""
+        failed = False
         while True:
-            await asyncio.sleep(self.nodeclaim_backoff.next())
+            if failed:
+                await asyncio.sleep(self.nodeclaim_backoff.next())
             node = self.node_object
             name = nodeclaim_name(node)
             api = self.api
@@ -400,14 +397,18 @@ class KubernetesWatcher:
             if self.karpenter_deadline is not None and self.karpenter_deadline[0] == name:
                 return
             if api is None:
+                failed = True
                 continue  # reconnecting: the next try reads it through the new client
+            self._nodeclaim_stale = False
             read, deadline = await self._get_deadline(api, name)
             # The Node as it is after the read (an event may have come meanwhile).
             node = self.node_object
             if deadline is not None and nodeclaim_name(node) == name and being_disrupted(node):
                 self.karpenter_deadline = (name, deadline)
                 self._node(node, api.node_name, emit)
-            if read:
+                return
+            failed = not read
+            if read and not self._nodeclaim_stale:
                 return
 
     async def _get_deadline(self, api: NodeApi, name: str) -> tuple[bool, datetime | None]:
@@ -421,7 +422,9 @@ class KubernetesWatcher:
             else:
                 log.info("kubernetes: NodeClaim %s not read: %s", name, error)
             return False, None
-        except (httpx.HTTPError, ParseError) as error:
+        except (httpx.HTTPError, ParseError, ConfigError) as error:
+            # ConfigError: no token now (a file being replaced, an exec plugin failing); in
+            # the reader's task, it would end the task and every read after it.
             log.info("kubernetes: NodeClaim %s not read: %s", name, error)
             return False, None
         self.nodeclaim_backoff.reset()

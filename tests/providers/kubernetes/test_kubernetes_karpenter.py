@@ -135,6 +135,45 @@ async def test_a_nodeclaim_that_does_not_answer_does_not_hold_the_drain(
     await watching.report("drain", DELETING, timeout=3)
 
 
+async def test_a_nodeclaim_that_does_not_answer_does_not_hold_the_node_events_after_it(
+    cluster: Cluster, watching: Running
+) -> None:
+    """The NodeClaim was read inline, between one watch event and the next: with its GET held
+    by the API server (a NodeClaim conversion webhook down, as in a Karpenter upgrade), the
+    node's shutdown that came next was reported as a terminate only at the GET's timeout,
+    10 s late, a third of a kubelet's 30 s shutdown grace. It is read in the background."""
+    hold = {"kind": "hang", "path": "/apis/karpenter.sh/", "method": "GET", "count": 1}
+    assert cluster.http.post("/_sim/faults", json=hold).status_code < 300
+    cluster.raise_("karpenter")
+    await watching.report("drain", TAINT, timeout=3)
+    await watching.until(lambda: watching.watcher.nodeclaim_gets == 1, 3, "the held GET")
+    cluster.raise_("shutdown")
+    await watching.report("terminate", f"kubernetes/{NODE}/shutdown", timeout=3)
+
+
+async def test_a_nodeclaim_read_without_a_token_for_a_moment_is_read_again(
+    cluster: Cluster, watching: Running
+) -> None:
+    """The token file being replaced as the NodeClaim is read (no token: a ConfigError, not
+    an answer): read in the background, that ended the reader, and the drain never got its
+    deadline."""
+    await watching.until(lambda: watching.watcher.watches >= 1, what="the first watch")
+    token = cluster.token_file.read_text()
+    cluster.token_file.unlink()
+    termination = _in(30)
+    cluster.raise_("karpenter", termination=termination)
+    await watching.report("drain", DELETING)
+    await watching.until(lambda: watching.watcher.nodeclaim_gets >= 1, 3, "the read")
+    cluster.token_file.write_text(token)
+
+    def with_deadline() -> bool:
+        return any(
+            r.id == DELETING and r.deadline == parse_time(termination) for r in watching.reports
+        )
+
+    await watching.until(with_deadline, 4, "the deletion's drain, by the termination timestamp")
+
+
 async def test_a_nodeclaim_refused_then_granted_gets_its_deadline_without_a_restart(
     reader_only: Cluster, start_watcher: Any
 ) -> None:
