@@ -49,6 +49,11 @@ class SeenMail:
     # place in the pass, does not withdraw them. Kept in the file: a crash mid-pass reads
     # that cancellation again.
     ahead: dict[str, int] = field(default_factory=dict)
+    # Cancellations and new times applied ahead of the pass, by the id they were applied as:
+    # the UID of their mail, above last_uid. Each takes the place of every notice in older
+    # mail, so a mail of the pass older than one of them raises and withdraws nothing when
+    # its place comes. Kept in the file: a crash mid-pass reads that older mail again.
+    replaced: dict[str, int] = field(default_factory=dict)
     health: PollHealth | None = field(default=None, repr=False, compare=False)
     unsaved: bool = False
     _saved_at: float = field(default=-SAVE_EVERY, repr=False, compare=False)  # time.monotonic()
@@ -74,13 +79,8 @@ class SeenMail:
             validity, last = payload.get("uidvalidity"), payload.get("last_uid")
             if isinstance(validity, int) and isinstance(last, int) and last >= 0:
                 state.uidvalidity, state.last_uid = validity, last
-                ahead = payload.get("ahead")
-                if isinstance(ahead, dict):
-                    state.ahead = {
-                        key: uid
-                        for key, uid in ahead.items()
-                        if isinstance(uid, int) and uid > last and key in state.raised
-                    }
+                state.ahead = _after(payload.get("ahead"), last, state.raised)
+                state.replaced = _after(payload.get("replaced"), last, state.raised)
         return state
 
     def begin(self, uidvalidity: int, uidnext: int | None = None) -> int:
@@ -106,7 +106,7 @@ class SeenMail:
                     uidvalidity,
                 )
             self.uidvalidity, self.last_uid = uidvalidity, 0
-            self.ahead = {}
+            self.ahead, self.replaced = {}, {}
             self.save()
         return self.last_uid
 
@@ -126,10 +126,26 @@ class SeenMail:
         self.ahead[report_id] = uid
         self.save()
 
+    def replaced_ahead(self, uid: int, applied: str) -> None:
+        """A cancellation or new time applied (as `applied`) from mail UID `uid`, newer than
+        the pass still going: recorded and written at once, as `raised_ahead`."""
+        if applied not in self.raised:
+            self.raised = [*self.raised, applied][-KEEP_RAISED:]
+        self.replaced[applied] = uid
+        self.save()
+
+    def superseded(self, uid: int) -> int | None:
+        """The UID of the newest cancellation or new time applied ahead of the pass from mail
+        newer than `uid`, which takes the place of what mail `uid` says; else None."""
+        newer = [at for at in self.replaced.values() if at > uid]
+        return max(newer) if newer else None
+
     def handled(self, uid: int, raised: str | None = None) -> None:
         self.last_uid = max(self.last_uid, uid)
         if self.ahead:
             self.ahead = {key: at for key, at in self.ahead.items() if at > self.last_uid}
+        if self.replaced:
+            self.replaced = {key: at for key, at in self.replaced.items() if at > self.last_uid}
         if raised is not None and raised not in self.raised:
             self.raised = [*self.raised, raised][-KEEP_RAISED:]
         # A notice or a cancellation applied is written at once: read again, it is raised
@@ -146,6 +162,7 @@ class SeenMail:
             "last_uid": self.last_uid,
             "raised": self.raised,
             "ahead": self.ahead,
+            "replaced": self.replaced,
         }
 
     def save(self) -> None:
@@ -153,6 +170,18 @@ class SeenMail:
         self.unsaved = not write_or_report(self.path, text, self.health)
         if not self.unsaved:
             self._saved_at = time.monotonic()
+
+
+def _after(value: object, last_uid: int, raised: list[str]) -> dict[str, int]:
+    """An "ahead" or "replaced" map read from the file: the entries of ids raised whose UID
+    is still above the last handled; anything else in it is dropped."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        key: uid
+        for key, uid in value.items()
+        if isinstance(uid, int) and not isinstance(uid, bool) and uid > last_uid and key in raised
+    }
 
 
 class ActiveReclaims:

@@ -370,10 +370,13 @@ class DigitalOceanWatcher:
     async def _read_ahead(
         self, session: MailboxSession, uid: int, rules: MatchRules, seen: SeenMail, emit: Emit
     ) -> None:
-        """Read mail `uid`, newer than the pass still going, and raise it if it is a plain
-        reclaim. Anything else (a cancellation, a new time: their effect depends on the
-        reclaims before them) waits for its place in the pass, as does a mail that could
-        not be fetched; it is read there again."""
+        """Read mail `uid`, newer than the pass still going, and apply it at once if it is a
+        reclaim, a cancellation or a new time. A cancellation or a new time takes the place of
+        every notice before it, those still to be read in the pass too: they raise nothing
+        when their place comes (`SeenMail.superseded`). A time given only as a shift of the
+        old one ("brought forward by 1 hour") waits for its place in the pass, where every
+        reclaim before it is known, as does a mail that could not be fetched; it is read
+        there again."""
         try:
             raw = await self._answered_in_time(session, session.fetch, uid)
         except FetchRefused:
@@ -383,7 +386,15 @@ class DigitalOceanWatcher:
         self.health.progress()
         verdict = await self._verdict(uid, raw, rules, seen)
         report = verdict.report
-        if report is None or verdict.replaces or seen.was_raised(report.id):
+        if verdict.replaces:
+            applied = report.id if report is not None else verdict.cancel_id
+            if verdict.shift is not None or applied is None or seen.was_raised(applied):
+                return
+            log.info("digitalocean: mail UID %d came during the pass; applied ahead of it", uid)
+            self._replace(uid, verdict, seen, emit)
+            seen.replaced_ahead(uid, applied)
+            return
+        if report is None or seen.was_raised(report.id):
             return
         log.info("digitalocean: mail UID %d came during the pass; read ahead of it", uid)
         self._raise(uid, verdict, report, emit)
@@ -439,43 +450,29 @@ class DigitalOceanWatcher:
 
     def _handle(self, uid: int, verdict: Verdict, seen: SeenMail, emit: Emit) -> None:
         report = verdict.report
+        applied = report.id if report is not None else verdict.cancel_id
+        newer = seen.superseded(uid)
+        if newer is not None and (report is not None or verdict.replaces):
+            # A cancellation or new time from newer mail was applied ahead of the pass: it
+            # took the place of this mail's notice, which would otherwise stand after it.
+            log.info(
+                "digitalocean: mail UID %d is a %s, taken the place of by mail UID %d "
+                "(applied ahead of the pass): it raises nothing",
+                uid,
+                verdict.why,
+                newer,
+            )
+            seen.handled(uid, applied)
+            return
         if verdict.replaces:
-            applied = report.id if report is not None else verdict.cancel_id
             if applied is not None and seen.was_raised(applied):
-                # Read again (a rebuilt folder, another mailbox): it took effect the first
-                # time, and withdrawing now would also withdraw the reclaims that came after.
+                # Read again (a rebuilt folder, another mailbox, a mail applied ahead of the
+                # pass): it took effect the first time, and withdrawing now would also
+                # withdraw the reclaims that came after.
                 log.info("digitalocean: mail UID %d was applied before as %s", uid, applied)
                 seen.handled(uid)
                 return
-            # Not a reclaim raised ahead of the pass from newer mail: read in its place, this
-            # mail came before it.
-            earlier = [
-                r
-                for r in self.active.current(utcnow())
-                if (report is None or r.id != report.id) and not seen.raised_after(r.id, uid)
-            ]
-            deadlines = [r.deadline for r in earlier if r.deadline is not None]
-            if report is not None and verdict.shift is not None and deadlines:
-                # "Brought forward by 1 hour": from the reclaim it moves (the earliest).
-                detail = {**report.detail, "deadline_source": "earlier deadline + shift"}
-                moved = min(deadlines) + verdict.shift
-                report = report.model_copy(update={"deadline": moved, "detail": detail})
-            # Emitted before the earlier ones are withdrawn: a client never sees no reclaim
-            # in between when the time only moved.
-            if report is not None:
-                self._raise(uid, verdict, report, emit)
-            for old in earlier:
-                log.info("digitalocean: mail UID %d %s: %s withdrawn", uid, verdict.why, old.id)
-                emit(
-                    Report(
-                        id=old.id,
-                        action="clear",
-                        reason=old.reason,
-                        provider=old.provider,
-                        detail={**old.detail, "withdrawn_by": verdict.why},
-                    )
-                )
-            self.active.remove([r.id for r in earlier], utcnow())
+            self._replace(uid, verdict, seen, emit)
             seen.handled(uid, applied)
             return
         if report is None:
@@ -488,6 +485,39 @@ class DigitalOceanWatcher:
             return
         self._raise(uid, verdict, report, emit)
         seen.handled(uid, report.id)
+
+    def _replace(self, uid: int, verdict: Verdict, seen: SeenMail, emit: Emit) -> None:
+        """Apply mail `uid`, a cancellation or a new time: raise the new time, if any, and
+        withdraw the reclaims standing from mail before it."""
+        report = verdict.report
+        # Not a reclaim raised ahead of the pass from newer mail: this mail came before it.
+        earlier = [
+            r
+            for r in self.active.current(utcnow())
+            if (report is None or r.id != report.id) and not seen.raised_after(r.id, uid)
+        ]
+        deadlines = [r.deadline for r in earlier if r.deadline is not None]
+        if report is not None and verdict.shift is not None and deadlines:
+            # "Brought forward by 1 hour": from the reclaim it moves (the earliest).
+            detail = {**report.detail, "deadline_source": "earlier deadline + shift"}
+            moved = min(deadlines) + verdict.shift
+            report = report.model_copy(update={"deadline": moved, "detail": detail})
+        # Emitted before the earlier ones are withdrawn: a client never sees no reclaim in
+        # between when the time only moved.
+        if report is not None:
+            self._raise(uid, verdict, report, emit)
+        for old in earlier:
+            log.info("digitalocean: mail UID %d %s: %s withdrawn", uid, verdict.why, old.id)
+            emit(
+                Report(
+                    id=old.id,
+                    action="clear",
+                    reason=old.reason,
+                    provider=old.provider,
+                    detail={**old.detail, "withdrawn_by": verdict.why},
+                )
+            )
+        self.active.remove([r.id for r in earlier], utcnow())
 
     def _raise(self, uid: int, verdict: Verdict, report: Report, emit: Emit) -> None:
         log.info(

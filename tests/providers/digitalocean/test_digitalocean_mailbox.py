@@ -1578,3 +1578,50 @@ async def test_a_reclaim_arriving_during_a_long_first_pass_is_raised_before_the_
         assert [r.action for r in run.reports] == ["drain"], run.summary()
         assert json.loads((state / STATE_FILE).read_text())["last_uid"] == 82
         assert [r["id"] for r in json.loads((state / ACTIVE_FILE).read_text())] == [notice.id]
+
+
+async def test_a_cancellation_arriving_during_a_long_first_pass_clears_before_the_pass_ends(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancellation mail that arrived while a long pass went over older mail waited for its
+    place in the pass (only a plain reclaim was read ahead): the job kept a drain, and its
+    terminate, for a reclaim no longer coming until the whole pass was read (2 s here, 17.9 s
+    for 7,000 mails on loopback). It is now applied when found: the reclaim standing is
+    withdrawn at once, and an older reclaim still to be read in the pass (UID 72 here, which
+    the cancellation also takes the place of) raises nothing when its place comes."""
+    monkeypatch.setattr(watch, "LOOK_AHEAD", 0.2)
+    conn = dovecot.connect(mail_user)
+    try:
+        conn.append("INBOX", None, None, reclaim())
+        for number in range(80):
+            if number == 70:
+                later = (utcnow() + timedelta(minutes=100)).replace(second=0, microsecond=0)
+                text = f"Droplet {DROPLET_ID} will be reclaimed at {later:%Y-%m-%dT%H:%M:00Z}."
+                conn.append("INBOX", None, None, reclaim(text))
+            conn.append("INBOX", None, None, reclaim(subject=f"Weekly newsletter {number}"))
+    finally:
+        conn.logout()
+    judge = watch.reclaim_verdict
+
+    def slow(*args: Any) -> Any:
+        time.sleep(0.025)
+        return judge(*args)
+
+    monkeypatch.setattr(watch, "reclaim_verdict", slow)
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        (drain,) = await run.count(1)
+        await run.until(lambda: run.watcher._seen is not None and run.watcher._seen.last_uid >= 5)
+        cancel = "The reclaim of gpu-spot-1 will no longer take place."
+        await asyncio.to_thread(
+            dovecot.append, mail_user, reclaim(cancel, subject="Spot Droplet reclaim update")
+        )
+        arrived = time.monotonic()
+        await run.until(lambda: any(r.action == "clear" for r in run.reports))
+        assert time.monotonic() - arrived < 1.5
+        assert run.health.polls == 0  # the pass is still going
+        assert [(r.action, r.id) for r in run.reports] == [("drain", drain.id), ("clear", drain.id)]
+        await run.idling()
+        assert [r.action for r in run.reports] == ["drain", "clear"], run.summary()
+        assert json.loads((state / STATE_FILE).read_text())["last_uid"] == 83
+        assert json.loads((state / ACTIVE_FILE).read_text()) == []

@@ -222,11 +222,40 @@ def test_a_reclaim_raised_ahead_of_the_pass_is_kept_across_a_crash_mid_pass(
     assert again.begin(8) == 0 and not again.raised_after("digitalocean/reclaim/newer", 1)
 
 
+def test_a_cancellation_applied_ahead_of_the_pass_is_kept_across_a_crash_mid_pass(
+    tmp_path: Path,
+) -> None:
+    """A cancellation applied ahead of a long pass takes the place of the reclaims in older
+    mail still to be read; a crash mid-pass reads them again, and they must still raise
+    nothing (it is kept in the file, and dropped once the pass reaches its mail)."""
+    path = tmp_path / "seen.json"
+    seen = SeenMail.load(path, "box-a")
+    seen.begin(7)
+    seen.handled(3)
+    seen.replaced_ahead(90, "digitalocean/cancel/new")
+    again = SeenMail.load(path, "box-a")
+    assert again.begin(7) == 3 and again.was_raised("digitalocean/cancel/new")
+    assert again.superseded(40) == 90 and again.superseded(90) is None
+    again.replaced_ahead(95, "digitalocean/reclaim/moved")
+    assert again.superseded(40) == 95 and again.superseded(92) == 95
+    again.handled(90)
+    assert again.superseded(40) == 95 and again.replaced == {"digitalocean/reclaim/moved": 95}
+    again.handled(95)
+    assert again.superseded(40) is None
+    again.replaced_ahead(120, "digitalocean/cancel/newer")
+    assert again.begin(8) == 0 and again.superseded(1) is None
+
+
 @given(
     ahead=st.recursive(st.none() | st.integers() | st.text(max_size=5), st.lists, max_leaves=6)
-    | st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=3) | st.none())
+    | st.dictionaries(
+        st.text(max_size=5), st.integers() | st.booleans() | st.text(max_size=3) | st.none()
+    ),
+    key=st.sampled_from(["ahead", "replaced"]),
 )
-def test_any_ahead_value_in_the_seen_file_loads_without_error(ahead: object) -> None:
+def test_any_ahead_or_replaced_value_in_the_seen_file_loads_without_error(
+    ahead: object, key: str
+) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "seen.json"
         raised = list(ahead) if isinstance(ahead, dict) else []
@@ -235,13 +264,15 @@ def test_any_ahead_value_in_the_seen_file_loads_without_error(ahead: object) -> 
                 {
                     "mailbox": "box-a",
                     "uidvalidity": 7,
-                    "last_uid": 5,
+                    "last_uid": 0 if isinstance(ahead, dict) and len(ahead) % 2 else 5,
                     "raised": raised,
-                    "ahead": ahead,
+                    key: ahead,
                 }
             )
         )
         seen = SeenMail.load(path, "box-a")
-        assert seen.begin(7) == 5
-        assert all(isinstance(uid, int) and uid > 5 for uid in seen.ahead.values())
-        assert set(seen.ahead) <= set(raised)
+        last = seen.begin(7)
+        held = seen.ahead if key == "ahead" else seen.replaced
+        assert all(type(uid) is int and uid > last for uid in held.values())
+        assert set(held) <= set(raised)
+        assert seen.superseded(last) is None or seen.superseded(last) in held.values()
