@@ -20,7 +20,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from forewarn.protocol.fields import stable_id
@@ -463,6 +463,8 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
             with contextlib.suppress(OverflowError):
                 deadline -= early[0]
                 source += f"; {early[1]}"
+    # Date + lead is in the Date's own offset: a deadline goes out in UTC.
+    deadline = deadline.astimezone(timezone.utc)
     if rules.booted is not None and deadline < rules.booted:
         return Verdict(
             None,

@@ -124,7 +124,8 @@ def _header_date(value: Any) -> datetime | None:
         return None
     if moment.tzinfo is None:  # RFC 5322 "-0000": the zone is unknown, UTC is the best guess
         moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
+    # In its own offset: the writer's calendar, which says what "today" in the mail is.
+    return moment
 
 
 def _body_text(message: EmailMessage) -> str:

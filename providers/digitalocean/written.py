@@ -915,6 +915,8 @@ def written_time(
             if on_the_day is None:
                 return None
             moment = on_the_day
+            if relative_day:
+                moment = _on_the_mail_s_day(moment, sent, relative_day, end_clock, shift)
         until = _window_end(moment, end_clock)
         # Before the next occurrence is chosen: "2 hours after 12:00 UTC" in a mail sent at
         # 12:30 is 14:00 today, not tomorrow.
@@ -926,6 +928,38 @@ def written_time(
     # before the year 1 or after 9999.
     except (ValueError, OverflowError, ZoneInfoNotFoundError):
         return None
+
+
+def _on_the_mail_s_day(
+    moment: datetime,
+    sent: datetime,
+    relative_day: str,
+    end: tuple[int, int, int] | None,
+    shift: timedelta,
+) -> datetime:
+    """`moment`, a time on the day `relative_day` says in the time's own zone, or that time on
+    the day it says in the calendar of the mail's Date, when the Date has another offset and
+    `moment` is past (its window's end before `sent`, less the slack) by more than that one is
+    ahead. "today at 01:00 UTC" in a mail sent at 18:30 -0500 (23:30 UTC) is 01:00 UTC on
+    New York's day, 1.5 h on, not 22.5 h before the mail: read so, a machine started since
+    passed it over as another machine's reclaim, and the job heard nothing. Never later than
+    `moment` otherwise, and a time only a little past is still read at once (a late mail)."""
+    offset = sent.utcoffset()
+    past_by = sent - (_window_end(moment, end) + shift)
+    if not offset or offset == moment.utcoffset() or past_by <= PAST_SLACK:
+        return moment
+    on_the_day = _on_relative_day(sent, relative_day)  # in the Date's own offset
+    if on_the_day is None:
+        return moment
+    day = on_the_day.date()
+    for days in (-1, 0, 1):
+        other = moment.replace(year=day.year, month=day.month, day=day.day) + timedelta(days=days)
+        if other.astimezone(sent.tzinfo).date() != day:
+            continue
+        ahead_by = _window_end(other, end) + shift - sent
+        if -PAST_SLACK <= ahead_by < past_by:
+            return other
+    return moment
 
 
 def _clock(parts: dict[str, str | None], n: str) -> tuple[int, int, int, str]:

@@ -4,8 +4,9 @@ midnight, and windows of them."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, time, timedelta, timezone
 from email.message import EmailMessage
 from email.utils import format_datetime
 
@@ -852,3 +853,75 @@ def test_any_date_and_time_parted_by_a_mark_is_that_moment(
     found = find_deadline(text, sent)
     assert found is not None, text
     assert found[0] == moment, (text, found)
+
+
+# Sent at 18:30 in New York (23:30 UTC): its "today" is New York's December 1, which runs to
+# 05:00 UTC on December 2.
+_EVENING_EST = datetime(2026, 12, 1, 18, 30, tzinfo=timezone(timedelta(hours=-5)))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Read on the UTC day of the Date, 22.5 h before the mail: a machine started since
+        # passed it over as another machine's reclaim, and the job heard nothing at 01:00.
+        ("reclaimed today at 01:00 UTC.", _utc(2026, 12, 2, 1)),
+        ("reclaimed today at 1 AM UTC.", _utc(2026, 12, 2, 1)),
+        ("reclaimed today between 01:00 and 02:00 UTC.", _utc(2026, 12, 2, 1)),
+        ("reclaimed on Tuesday at 01:00 UTC.", _utc(2026, 12, 2, 1)),
+        # Not past in UTC's calendar: as before, never later than that reading.
+        ("reclaimed today at 23:50 UTC.", _utc(2026, 12, 1, 23, 50)),
+        ("reclaimed tomorrow at 01:00 UTC.", _utc(2026, 12, 2, 1)),
+        ("reclaimed at 01:00 UTC.", _utc(2026, 12, 2, 1)),
+        # Past in the mail's own calendar too: at once, as any time today already past.
+        ("reclaimed today at 22:00 UTC.", _utc(2026, 12, 1, 22)),
+    ],
+)
+def test_today_in_a_mail_dated_in_another_zone_is_the_day_of_its_date(
+    text: str, expected: datetime
+) -> None:
+    booted = _EVENING_EST - timedelta(hours=3)
+    rules = dataclasses.replace(RULES, booted=booted)
+    raw = _mail(f"Droplet gpu-spot-1 will be {text}", _EVENING_EST)
+    report = reclaim_verdict(raw, rules, "key", _EVENING_EST + timedelta(minutes=1)).report
+    assert report is not None
+    assert report.deadline == expected, report.detail["deadline_source"]
+    assert report.deadline.utcoffset() == timedelta(0)
+
+
+@settings(max_examples=200)
+@given(
+    sent=_SENT_NEAR,
+    offset=st.integers(min_value=-12 * 4, max_value=14 * 4).map(lambda q: q * 15),
+    clock=st.tuples(st.integers(0, 23), st.sampled_from([0, 15, 30, 45])),
+    day=st.sampled_from(["today", "tomorrow", ""]),
+)
+def test_a_day_word_reads_no_time_past_when_the_mail_s_own_day_has_it_ahead(
+    sent: datetime, offset: int, clock: tuple[int, int], day: str
+) -> None:
+    """Of the readings of "today"/"tomorrow" (in UTC's calendar, and in that of the mail's
+    Date), the deadline is the UTC one when it is not past, else the Date's when that is not
+    past and nearer: never later than the UTC reading unless that one is past by more than
+    the Date's reading is ahead (a time only a little past is a late mail: at once)."""
+    writer = timezone(timedelta(minutes=offset))
+    local = sent.astimezone(writer)
+    said = f"{day} at" if day else "at"
+    text = f"Droplet gpu-spot-1 will be reclaimed {said} {clock[0]:02d}:{clock[1]:02d} UTC."
+    found = find_deadline(text, local)
+    plain = find_deadline(text, sent)
+    assert found is not None and plain is not None
+    if plain[0] >= sent - SLACK or not day:
+        assert found[0] == plain[0]
+        return
+    target = local.date() + timedelta(days=1 if day == "tomorrow" else 0)
+    readings = [
+        moment
+        for days in (-1, 0, 1)
+        if (moment := datetime.combine(target + timedelta(days=days), time(*clock), timezone.utc))
+        .astimezone(writer)
+        .date()
+        == target
+        and sent - SLACK <= moment
+        and moment - sent < sent - plain[0]
+    ]
+    assert found[0] == (readings[0] if readings else plain[0])
