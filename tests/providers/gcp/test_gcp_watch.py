@@ -237,6 +237,41 @@ async def test_repeated_answers_make_no_new_notice_and_a_new_episode_a_new_id(
     assert again.action == "drain" and again.id != first.id
 
 
+async def test_terminate_withdrawn_and_raised_again_during_a_long_poll_keeps_a_drain(
+    server: SimServer, sim: GcpSimulator
+) -> None:
+    """TERMINATE -> NONE -> TERMINATE while the watcher's long-poll hangs. Seen as one answer
+    (both changes before the server answered: the same value under a new ETag), the drain
+    stands under its id with its first deadline, the earlier of the two: never moved later,
+    which taking each new ETag of the same value for a new event would do at every answer of
+    a server that gives one per answer. With the NONE seen, it is cleared and the new event
+    raised under a new id with its own deadline. Never a notice dropped, never a clear last."""
+    key = "instance/maintenance-event"
+    async with watching(server.url, timeout_sec=30) as run:
+        await run.until_polling()
+        path = f"GET /computeMetadata/v1/{key}"
+        asked = sim.requests[path]  # the long-poll waiting now answers the change
+        sim.set_value(key, TERMINATE)
+        [first] = await run.count(1)
+        await run.until(lambda: sim.requests[path] > asked)  # the next long-poll hangs
+        with sim.changed:  # both changes before the waiting answer wakes
+            sim.set_value(key, "NONE")
+            sim.set_value(key, TERMINATE)
+        # The request after the next: the answer to the changes was handled.
+        await run.until(lambda: sim.requests[path] > asked + 1)
+        assert [(r.action, r.id, r.deadline) for r in run.reports] == [
+            ("drain", first.id, first.deadline)
+        ]
+        sim.set_value(key, "NONE")
+        await run.count(2)
+        sim.set_value(key, TERMINATE)
+        _, clear, again = await run.count(3)
+    assert (clear.action, clear.id) == ("clear", first.id)
+    assert again.action == "drain" and again.id != first.id
+    assert again.deadline is not None and first.deadline is not None
+    assert again.deadline >= first.deadline
+
+
 async def notice_before_a_stop(
     server: SimServer, sim: GcpSimulator, state_dir: Path, kind: str
 ) -> Report:
