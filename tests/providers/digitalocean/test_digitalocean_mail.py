@@ -2569,6 +2569,69 @@ def test_a_reclaim_whose_deadline_came_before_this_machine_started_is_not_this_m
     assert reclaim_verdict(reclaim_mail(body), rules(), "key", NOW).report
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        "Your Spot Droplet gpu-spot-1 (ID 424242424) will be reclaimed today at 01:00 UTC.",
+        "Droplet: gpu-spot-1\nDroplet ID: 424242424\nReclaim: today at 01:00 UTC\n",
+        "Droplet 424242424: today at 01:00 UTC.",
+    ],
+)
+def test_a_mail_sent_since_this_machine_started_naming_its_id_is_never_another_machine_s(
+    body: str,
+) -> None:
+    """A mail dated after this machine started and naming this droplet's id is about this
+    machine whatever its time: no other machine has the id (a replacement gets a new one),
+    and none had it by then. A deadline read before the start is a misreading ("today at
+    01:00 UTC" in a mail of 23:30 UTC, meant as the coming 01:00) or DigitalOcean's slip:
+    passed over as another machine's, the job heard nothing and the droplet went at the
+    real time. It is now raised, past: clients act at once. Named only by its name, it may
+    still be the reclaimed droplet's mail, read late: passed over, as before."""
+    sent = datetime(2026, 12, 1, 23, 30, tzinfo=timezone.utc)
+    booted = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+    raw = reclaim_mail(body, date=sent)
+    result = reclaim_verdict(raw, rules(booted=booted), "key", sent + timedelta(minutes=1))
+    assert result.report is not None, result.why
+    assert result.report.deadline == datetime(2026, 12, 1, 1, 0, tzinfo=timezone.utc)
+    named_only = raw.replace(b"(ID 424242424) ", b"").replace(b"424242424", b"gpu-spot-1")
+    named_only = named_only.replace(b"Droplet ID: gpu-spot-1\n", b"")
+    late = reclaim_verdict(named_only, rules(booted=booted), "key", sent + timedelta(minutes=1))
+    assert late.report is None and "before this machine started" in late.why
+    # Sent before the start, an id's mail is passed over too: a droplet started again (its
+    # id kept) whose reclaim was due while it was down.
+    early = reclaim_verdict(
+        reclaim_mail(body, date=booted - timedelta(hours=12)),
+        rules(booted=booted),
+        "key",
+        sent,
+    )
+    assert early.report is None
+
+
+@given(
+    since=st.integers(min_value=0, max_value=23 * 60),
+    clock=st.tuples(st.integers(0, 23), st.sampled_from([0, 30])),
+    by_id=st.booleans(),
+)
+def test_a_mail_naming_this_id_sent_since_the_start_always_raises_its_reclaim(
+    since: int, clock: tuple[int, int], by_id: bool
+) -> None:
+    sent = datetime(2026, 12, 1, 23, 30, tzinfo=timezone.utc)
+    booted = sent - timedelta(minutes=since)
+    who = "Droplet 424242424" if by_id else "Droplet gpu-spot-1"
+    body = f"{who} will be reclaimed today at {clock[0]:02d}:{clock[1]:02d} UTC."
+    result = reclaim_verdict(
+        reclaim_mail(body, date=sent), rules(booted=booted), "key", sent + timedelta(minutes=1)
+    )
+    report = result.report
+    if by_id:  # since the start, no other machine had this id
+        assert report is not None, result.why
+    elif report is None:  # by its name alone: possibly the reclaimed droplet's, read late
+        assert "before this machine started" in result.why
+    else:
+        assert report.deadline is not None and report.deadline >= booted
+
+
 def test_the_watcher_s_rules_know_when_this_machine_started() -> None:
     from forewarn.providers.digitalocean.watch import machine_started
 
