@@ -170,7 +170,7 @@ def idle_cpu(seconds: float) -> list[list[Any]]:
     # One simulator per agent, so each agent's metadata requests are counted on their own.
     servers = [SimServer(GcpSimulator()).start() for _ in range(3)]
     setups = [
-        ("gcp long-poll, timeout_sec 60 (default)", {}, ("gcp",)),
+        ("gcp long-poll, timeout_sec 15 (default)", {}, ("gcp",)),
         (
             "gcp, timeout_sec 5 (a 5 s poller's request rate)",
             {"FOREWARN_GCP_TIMEOUT_SEC": "5"},
