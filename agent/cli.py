@@ -610,29 +610,50 @@ def cmd_ack(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
-    payload: dict[str, Any] = {"op": "ack", "outcome": args.outcome}
-    for key, value in (
-        ("notice_id", args.notice_id),
-        ("step", args.step),
-        ("flush_seconds", args.flush_seconds),
-        ("note", args.note),
-        ("client", args.client),
-    ):
-        if value is not None:
-            payload[key] = value
-    reply = _ask(control, payload, args.runtime_dir, args.timeout)
-    if args.json:
-        print(json.dumps(reply))
-        return 0
+    notice_ids: list[str | None] = [args.notice_id]
+    if args.notice_id is None and args.client is not None:
+        # `forewarn ack --client ME` after `forewarn wait --client ME` returned a notice, its
+        # id left out: an ack of no notice kept the hold, and the loop's next `wait` returned
+        # the same drain at once, the job saving over and over. The notices held for ME were
+        # handed to its `wait` before this save: they are what it saved for.
+        status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
+        held = _readable(control, lambda: _held_for_client(status, args.client))
+        notice_ids = [*held] or [None]
     figures = [
         f"step {args.step}" if args.step is not None else "",
         f"flush {args.flush_seconds:g}s" if args.flush_seconds is not None else "",
     ]
     said = ", ".join(figure for figure in figures if figure)
-    print(
-        f"acked {args.notice_id or '(no notice)'}: {args.outcome}" + (f" ({said})" if said else "")
-    )
+    for notice_id in notice_ids:
+        payload: dict[str, Any] = {"op": "ack", "outcome": args.outcome}
+        for key, value in (
+            ("notice_id", notice_id),
+            ("step", args.step),
+            ("flush_seconds", args.flush_seconds),
+            ("note", args.note),
+            ("client", args.client),
+        ):
+            if value is not None:
+                payload[key] = value
+        reply = _ask(control, payload, args.runtime_dir, args.timeout)
+        if args.json:
+            print(json.dumps(reply))
+            continue
+        print(
+            f"acked {notice_id or '(no notice)'}: {args.outcome}" + (f" ({said})" if said else "")
+        )
     return 0
+
+
+def _held_for_client(status: dict[str, Any], client: str) -> list[str]:
+    """The active notices a `status` reply lists as held for `client`, not acked by it yet
+    (`held_for`; none from an agent older than holds in status)."""
+    held_for = status.get("held_for") or {}
+    return [
+        str(notice["id"])
+        for notice in status["active"]
+        if client in (held_for.get(notice["id"]) or {})
+    ]
 
 
 # `wait` and `watch` exit with this code when no agent is heard (no heartbeat or notice within

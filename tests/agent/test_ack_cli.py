@@ -6,12 +6,16 @@ time to the exit margin and `forewarn plan`."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from forewarn.agent.cli import _held_for_client
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
+from hypothesis import given
+from hypothesis import strategies as st
 from support import AgentProcess, Subscriber, agent_env, eventually, run_forewarn
 
 
@@ -142,3 +146,51 @@ def test_a_bad_ack_exits_2_naming_what_is_wrong(
     done = run_forewarn("ack", *args, "--runtime-dir", str(tmp_path), env=agent_env(tmp_path))
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert named in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_an_ack_without_its_id_from_a_wait_loops_client_acks_what_was_held_for_it(
+    tmp_path: Path,
+) -> None:
+    """`forewarn wait --client me --pid $$`, the save, then `forewarn ack --client me` with
+    the notice's id left out: the ack named no notice, the hold stayed (the flag file and its
+    drain kept until the notice's end), and the loop's next `wait` returned the same drain
+    again, at once: the job saved over and over for one notice."""
+    with AgentProcess(tmp_path) as agent:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the flag's drain")
+        waited = run_forewarn(
+            "wait",
+            "--for",
+            "drain",
+            "--client",
+            "me",
+            "--pid",
+            str(os.getpid()),
+            "--json",
+            env=agent.env,
+            timeout=60,
+        )
+        assert waited.returncode == 0, waited.stderr
+        drain = json.loads(waited.stdout)
+        done = _ack(agent, "--client", "me", "--step", "7")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"acked {drain['id']}: saved (step 7)", done.stdout
+        eventually(lambda: not flag.exists(), what="the flag file released")
+        status = agent.control({"op": "status"})
+        assert status["held_for"] == {} and status["active"] == [], status
+
+
+_IDS = st.sampled_from(["a", "b", "c"])
+
+
+@given(
+    active=st.lists(_IDS, unique=True),
+    held_for=st.dictionaries(_IDS, st.dictionaries(st.sampled_from(["me", "other"]), st.none())),
+)
+def test_the_notices_an_ack_without_id_names_are_the_active_ones_held_for_its_client(
+    active: list[str], held_for: dict[str, dict[str, None]]
+) -> None:
+    status = {"active": [{"id": notice_id} for notice_id in active], "held_for": held_for}
+    named = _held_for_client(status, "me")
+    assert named == [n for n in active if "me" in held_for.get(n, {})]
