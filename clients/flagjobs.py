@@ -6,6 +6,10 @@ waits for it to go that every job had saved while another was still saving (or n
 its ticker had not looked yet).
 
 A job's lock (flock) goes with its process, so a job killed before its save holds nothing.
+A place that cannot be read (an older version made them 0600) cannot be locked to tell: its
+name's pid says whether its job runs (the jobs sharing a runtime directory share a pid
+namespace, as their flock does not need; one in another container is read as gone only where
+its pid names no process here, a risk only with that older version's places).
 
 The jobs may run as different users on one shared runtime directory: the directory is made
 world-writable and sticky (as /tmp: each job removes only its own place) and the places
@@ -36,6 +40,25 @@ PLACE_MODE = 0o644
 
 def _text(identity: Identity) -> str:
     return " ".join(str(part) for part in identity) + "\n"
+
+
+def _job_gone(name: str) -> bool:
+    """Whether the job whose place is `name` (`<pid>-<hex>`) is surely gone: no process has
+    its pid. Another user's live process (EPERM), or a pid used again since, counts as there:
+    the flag waits for it, as it would for a job still saving."""
+    pid_text, dash, _ = name.partition("-")
+    if not dash or not pid_text.isascii() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if not 0 < pid < 2**31:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 class FlagJobs:
@@ -136,6 +159,11 @@ class FlagJobs:
             except FileNotFoundError:
                 continue  # gone meanwhile
             except OSError:
+                if _job_gone(name):
+                    # An older version's place (0600) that its job, killed, left behind:
+                    # another user's job can neither read nor remove it, and it held the
+                    # flag for ever.
+                    continue
                 return False  # another user's place that cannot be read: it may not have saved
             try:
                 try:

@@ -9,10 +9,15 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from forewarn.clients import CheckpointGuard
+from forewarn.clients.flagjobs import _job_gone
+from hypothesis import given
+from hypothesis import strategies as st
 from other_user import call_as, other_user, shared_tmp
 from support import eventually
 
@@ -89,3 +94,42 @@ def test_a_job_that_cannot_see_the_other_jobs_leaves_the_flag_and_says_so(
         assert not flag.exists()
     finally:
         first.close()
+
+
+def _reaped_pid() -> int:
+    """The pid of a process that has ended and been reaped."""
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("job_alive", [False, True])
+def test_an_unreadable_place_an_older_version_left_holds_the_flag_only_while_its_job_runs(
+    shared: Path, job_alive: bool
+) -> None:
+    """An older version made its place 0600: a job of it killed (kill -9, the OOM killer)
+    left that file in the sticky directory, where the other user's job can neither read nor
+    remove it, and that job kept the flag for ever after its save. The place's name says
+    whose it was: a pid no process has is a job gone."""
+    uid, gid = other_user()
+    flag = shared / "checkpoint-now"
+    jobs = shared / "checkpoint-now.jobs"
+    jobs.mkdir()
+    jobs.chmod(0o1777)
+    pid = os.getpid() if job_alive else _reaped_pid()
+    place = jobs / f"{pid}-0badc0de"
+    place.write_text("")
+    place.chmod(0o600)
+    flag.write_text("")
+    flag.chmod(0o666)
+    left = call_as(uid, gid, lambda: _other_users_job_saves(flag))
+    assert left == {"joined": True, "flag": job_alive}, left
+
+
+@given(st.text(max_size=30))
+def test_a_place_name_that_names_no_pid_is_never_taken_for_a_job_gone(name: str) -> None:
+    pid_text, dash, _ = name.partition("-")
+    if not (dash and pid_text.isascii() and pid_text.isdigit()):
+        assert _job_gone(name) is False
+    else:
+        _job_gone(name)  # any number: an answer, never an error
