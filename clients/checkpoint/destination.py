@@ -14,6 +14,14 @@ next copy into the directory finishes or discards:
     .forewarn-what-T  what the copy is (store, generation, prefix): a copy finishing a dead
                       one's swap of the same files has them in place, and is done
 
+The directory's extended attribute `user.forewarn.got` says what the last copy put in place
+(what it is, and a digest of each file's path, size and mtime): the same copy run again (a
+restart script's `get` at each start) finds it there, and a copy of another generation
+replaces it while the directory holds just that copy, unchanged. An attribute, not a file:
+nothing but the generation's files is left in the directory, for a loader that lists it.
+Where the filesystem has no user attributes, a copy into a directory that is not empty is
+refused, as before these records.
+
 Removing the old entries first and then moving the new ones in left, when killed between,
 part of either checkpoint and a directory the next copy refused as not empty.
 
@@ -26,14 +34,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
+import json
 import os
 import re
 import secrets
 import shutil
+import stat
 from pathlib import Path
 from types import TracebackType
 
 _LOST_AND_FOUND = "lost+found"
+_RECORD = "user.forewarn.got"
 _OURS = re.compile(r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-[0-9a-f]+)")
 
 
@@ -113,8 +125,58 @@ class Destination:
         shutil.rmtree(self._path("get", token), ignore_errors=True)
         self._path("what", token).unlink(missing_ok=True)
 
+    def copied(self) -> str | None:
+        """What the last copy into the directory was (`stage`'s `what`) when the directory
+        holds just the files it put in place, each of the size and mtime it had then; None
+        otherwise (no record, or a file added, changed or removed since: a job's or a
+        person's, which a copy must not replace unasked)."""
+        try:
+            record = json.loads(os.getxattr(self.directory, _RECORD))
+            what, digest = record["what"], record["files"]
+            if not isinstance(what, str) or not isinstance(digest, str):
+                return None
+            files = self._files()
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return what if files is not None and _digest(files) == digest else None
+
+    def record(self, what: str) -> None:
+        """Note what the copy just swapped in is (see `copied`). Not written (no user
+        attributes here, a full disk): the next copy into the directory is refused as it was
+        before these records."""
+        try:
+            files = self._files()
+            if files is not None:
+                text = json.dumps({"what": what, "files": _digest(files)})
+                os.setxattr(self.directory, _RECORD, text.encode())
+        except OSError:
+            pass
+
+    def _forget(self) -> None:
+        with contextlib.suppress(OSError):
+            os.removexattr(self.directory, _RECORD)
+
+    def _files(self) -> dict[str, tuple[int, int]] | None:
+        """Each regular file the directory holds (its hidden entries aside), by its path in
+        it: (size, mtime_ns); None when it holds anything else (a link, a FIFO)."""
+        found: dict[str, tuple[int, int]] = {}
+        pending = [(self.directory / name, name) for name in self.held()]
+        while pending:
+            path, relative = pending.pop()
+            info = path.lstat()
+            if stat.S_ISDIR(info.st_mode):
+                pending.extend((path / name, f"{relative}/{name}") for name in os.listdir(path))
+            elif stat.S_ISREG(info.st_mode):
+                found[relative] = (info.st_size, info.st_mtime_ns)
+            else:
+                return None
+        return found
+
     def swap_in(self, token: str) -> None:
         """Put the stage's entries in place of what the directory holds."""
+        # What the directory held is going: its record must not speak for the new files (a
+        # swap killed midway leaves no record, and the next copy finishes or refuses it).
+        self._forget()
         try:
             self._path("old", token).mkdir(exist_ok=True)
             os.rename(self._path("get", token), self._path("new", token))  # no way back now
@@ -257,6 +319,12 @@ def _held(path: Path, pid: int) -> bool:
     finally:
         os.close(fd)
     return not path.is_dir() and _alive(pid)  # an old-style partial file: only its pid tells
+
+
+def _digest(files: dict[str, tuple[int, int]]) -> str:
+    """One digest of every file's path, size and mtime."""
+    text = json.dumps(sorted((relative, *figures) for relative, figures in files.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _alive(pid: int) -> bool:

@@ -219,7 +219,9 @@ class Generation:
         `destination` as it was; with `replace`, what it held is set aside, the new files
         moved in, and then it is deleted: a copy killed meanwhile is finished by the next
         copy into `destination` (see `destination.py`), which returns at once when it is the
-        same copy (same store, generation and prefix)."""
+        same copy (same store, generation and prefix). A `destination` holding just what an
+        earlier copy put there, unchanged, is that copy's: the same copy again returns at
+        once, another generation replaces it (a restart script's `get` at each start)."""
         base = prefix.strip("/")
         target = Path(destination)
         names = [name for name in sorted(self.files) if not base or name.startswith(base + "/")]
@@ -238,7 +240,13 @@ class Generation:
             held = into.held()
             if held and not replace and self._holds(target, held, wanted, into.finished, what):
                 return [target / relative for relative in wanted]
-            if held and not replace:
+            # What an earlier copy put there, unchanged: a restart script's `get` run again
+            # (at each start) was refused the directory its first run filled. The same copy
+            # is there already; another generation replaces that copy, nobody's own files.
+            earlier = into.copied() if held and not replace else None
+            if earlier == what:
+                return [target / relative for relative in wanted]
+            if held and not replace and earlier is None:
                 raise FileExistsError(
                     errno.ENOTEMPTY,
                     f"{target} is not empty (it holds {', '.join(sorted(held)[:3])}"
@@ -269,6 +277,7 @@ class Generation:
                 into.discard(token)
                 raise
             into.swap_in(token)
+            into.record(what)
         return [target / relative for relative in relatives]
 
     def _holds(

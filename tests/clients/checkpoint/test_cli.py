@@ -483,3 +483,34 @@ def test_one_file_is_counted_as_one_file(
     assert capsys.readouterr().out == f"copied 1 file (1 B) of step-000000000005 to {out}\n"
     assert main(["checkpoint", "get", str(tmp_path / "ckpt"), out, "--step", "5", "--replace"]) == 0
     assert capsys.readouterr().out == f"copied 2 files (5 B) of step-000000000005 to {out}\n"
+
+
+def test_a_restart_scripts_get_run_again_into_its_own_copy_works(tmp_path: Path) -> None:
+    """A restart script runs `forewarn checkpoint get STORE DEST` before each start, as
+    docs/checkpoint.md has it: the second run on the same machine (a torchrun or systemd
+    restart) found DEST holding the first run's copy and was refused, exit 2, so the job never
+    started again. A directory that holds just what an earlier `get` put there, unchanged, is
+    that get's: the same generation again is there already, a newer one replaces it."""
+    url = str(tmp_path / "store")
+    store = CheckpointStore(url)
+    fill(store)
+    out = tmp_path / "ckpt"
+    first = forewarn("get", url, str(out))
+    assert first.returncode == 0, first.stderr
+    again = forewarn("get", url, str(out))
+    assert again.returncode == 0, again.stderr
+    assert (out / "model.bin").read_bytes() == store.get(30).read_bytes("model.bin")
+
+    with store.save(50) as gen:  # the job trained on and saved a newer step, one file fewer
+        gen.write_bytes("model.bin", b"newer weights")
+    newer = forewarn("get", url, str(out))
+    assert newer.returncode == 0, newer.stderr
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == ["model.bin"]
+    assert (out / "model.bin").read_bytes() == b"newer weights"
+
+    # Changed since the copy (the job wrote into it): not the earlier get's any more.
+    (out / "model.bin").write_bytes(b"edited by hand")
+    refused = forewarn("get", url, str(out), "--step", "30")
+    assert refused.returncode == 2 and "--replace" in refused.stderr, refused.stderr
+    assert (out / "model.bin").read_bytes() == b"edited by hand"

@@ -5,6 +5,7 @@ of one. Real processes killed with SIGKILL at a chosen rename, on a local store.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,9 @@ from pathlib import Path
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.clients.checkpoint.destination import Destination
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 FILES = {"model.bin": b"w", "opt/state.bin": b"o", "opt/extra/rng.bin": b"r", "cfg.json": b"c"}
 
@@ -336,3 +340,38 @@ def test_a_hidden_name_with_a_pid_no_process_can_have_is_a_leftover(tmp_path: Pa
     store.get(10).get_file("model.bin", out / "model.bin")
     assert sorted(p.name for p in out.iterdir()) == ["model.bin"]
     store.close()
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_copy_record_that_is_not_ours_is_no_earlier_copy(tmp_path: Path, raw: bytes) -> None:
+    """The record a copy leaves on the directory (an extended attribute anyone who may write
+    the directory may set): anything else there is no earlier copy, and never an error."""
+    directory = tmp_path / "dest"
+    directory.mkdir(exist_ok=True)
+    try:
+        os.setxattr(directory, "user.forewarn.got", raw)
+    except OSError:
+        pytest.skip("no user extended attributes here")
+    found = Destination(directory).copied()
+    assert found is None or found == json.loads(raw)["what"]
+
+
+def test_a_copy_changed_since_it_was_made_is_no_earlier_copy(tmp_path: Path) -> None:
+    store = CheckpointStore(str(tmp_path / "store"))
+    with store.save(1) as gen:
+        for name, data in FILES.items():
+            gen.write_bytes(name, data)
+    destination = tmp_path / "dest"
+    for change in (
+        lambda: (destination / "opt" / "extra" / "more.bin").write_bytes(b"m"),
+        lambda: (destination / "opt" / "extra" / "rng.bin").unlink(),
+        lambda: os.utime(destination / "cfg.json", ns=(0, 0)),
+        lambda: (destination / "model.bin").write_bytes(b"W"),
+    ):
+        store.get(1).get_dir("", destination, replace=True)
+        copy = Destination(destination)
+        if copy.copied() is None:
+            pytest.skip("no user extended attributes here")
+        change()
+        assert copy.copied() is None
