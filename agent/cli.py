@@ -45,7 +45,7 @@ from forewarn.protocol.wire import (
 
 from .argtypes import choice_as_written, path_arg, word_as_written
 from .eventlines import ReplayTracker, describe
-from .holders import pid_namespace, process_exists, process_group, process_start
+from .holders import ancestors, pid_namespace, process_exists, process_group, process_start
 from .limits import (
     MAX_ACK_NOTE_LENGTH,
     MAX_FLUSH_SECONDS,
@@ -598,10 +598,11 @@ def cmd_ack(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--flush-seconds: at most {MAX_FLUSH_SECONDS:g}s, got {args.flush_seconds:g}s"
         )
+    # What is active and held for whom: an ack names a notice that is, and its client.
+    status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
     if args.notice_id is not None:
         # An id no notice has (mistyped, or cleared since the job read it) would be taken and
         # change nothing: the script that meant to release the notice is told instead.
-        status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
         active = _readable(control, lambda: [str(notice["id"]) for notice in status["active"]])
         if args.notice_id not in active:
             listed = ", ".join(active) or "none"
@@ -610,14 +611,27 @@ def cmd_ack(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+    client = args.client
+    if client is None:
+        # `forewarn ack "$id"` without the `--client` its loop's `forewarn wait --client ME
+        # --pid $$` gave: the anonymous ack kept ME's hold, and the loop's next `wait`
+        # returned the same drain at once, the job saving over and over. The hold names the
+        # loop's shell: an ack run under that shell is ME's.
+        found = _readable(control, lambda: _holder_above(status, args.notice_id, os.getpid()))
+        if found is not None:
+            client, holder = found
+            print(
+                f"forewarn: ack: as client {client}, whose `forewarn wait` in this shell "
+                f"(pid {holder}) holds the notice",
+                file=sys.stderr,
+            )
     notice_ids: list[str | None] = [args.notice_id]
-    if args.notice_id is None and args.client is not None:
+    if args.notice_id is None and client is not None:
         # `forewarn ack --client ME` after `forewarn wait --client ME` returned a notice, its
         # id left out: an ack of no notice kept the hold, and the loop's next `wait` returned
         # the same drain at once, the job saving over and over. The notices held for ME were
         # handed to its `wait` before this save: they are what it saved for.
-        status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
-        held = _readable(control, lambda: _held_for_client(status, args.client))
+        held = _readable(control, lambda: _held_for_client(status, client))
         notice_ids = [*held] or [None]
     figures = [
         f"step {args.step}" if args.step is not None else "",
@@ -631,7 +645,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
             ("step", args.step),
             ("flush_seconds", args.flush_seconds),
             ("note", args.note),
-            ("client", args.client),
+            ("client", client),
         ):
             if value is not None:
                 payload[key] = value
@@ -643,6 +657,29 @@ def cmd_ack(args: argparse.Namespace) -> int:
             f"acked {notice_id or '(no notice)'}: {args.outcome}" + (f" ({said})" if said else "")
         )
     return 0
+
+
+def _holder_above(
+    status: dict[str, Any], notice_id: str | None, pid: int
+) -> tuple[str, int] | None:
+    """The client holding `notice_id` (any held notice, without one) whose watched process
+    (`wait --pid`) is the nearest ancestor of process `pid` that watches any, with that
+    process. None when none is, or when that process watches holds of several clients:
+    loops run in the background of one script share its `$$`, and the ack of one is not the
+    other's, whose hold keeps the notice while it still saves."""
+    held_for = status.get("held_for") or {}
+    by_pid: dict[int, set[str]] = {}
+    for notice in status["active"]:
+        if notice_id is not None and notice["id"] != notice_id:
+            continue
+        for client, holder in (held_for.get(notice["id"]) or {}).items():
+            if isinstance(holder, int) and not isinstance(holder, bool):
+                by_pid.setdefault(holder, set()).add(str(client))
+    for above in ancestors(pid):
+        clients = by_pid.get(above)
+        if clients:
+            return (next(iter(clients)), above) if len(clients) == 1 else None
+    return None
 
 
 def _held_for_client(status: dict[str, Any], client: str) -> list[str]:

@@ -37,6 +37,27 @@ def process_start(pid: int) -> int | None:
         return None
 
 
+def process_parent(pid: int) -> int | None:
+    """The parent of process `pid` (/proc/PID/stat's 4th field), None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()
+        return int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ancestors(pid: int) -> list[int]:
+    """The processes `pid` descends from, its parent first, up to the first process (a
+    bounded walk: a pid namespace's tree is at most this deep in practice)."""
+    found: list[int] = []
+    parent = process_parent(pid)
+    while parent is not None and parent > 0 and parent not in found and len(found) < 256:
+        found.append(parent)
+        parent = process_parent(parent)
+    return found
+
+
 def process_group(pid: int) -> int | None:
     """The process group of process `pid`, None where it cannot be read."""
     try:
@@ -103,4 +124,12 @@ def _group_left(group: int) -> bool:
     return True
 
 
-__all__ = ["Holder", "pid_namespace", "process_exists", "process_group", "process_start"]
+__all__ = [
+    "Holder",
+    "ancestors",
+    "pid_namespace",
+    "process_exists",
+    "process_group",
+    "process_parent",
+    "process_start",
+]

@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from forewarn.agent.cli import _held_for_client
+from forewarn.agent.cli import _held_for_client, _holder_above
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
 from hypothesis import given
@@ -194,3 +195,76 @@ def test_the_notices_an_ack_without_id_names_are_the_active_ones_held_for_its_cl
     status = {"active": [{"id": notice_id} for notice_id in active], "held_for": held_for}
     named = _held_for_client(status, "me")
     assert named == [n for n in active if "me" in held_for.get(n, {})]
+
+
+ANONYMOUS_ACK_IN_THE_LOOP = r"""
+set -e
+fw() { "$PY" -m forewarn.agent.cli "$@"; }
+notice=$(fw wait --for drain --client me --pid $$ --json)
+id=$(printf '%s\n' "$notice" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["id"])')
+fw ack "$id" --step 3
+fw wait --for drain --client me --pid $$ --json --timeout 2s || echo "waited: $?"
+"""
+
+
+def test_an_ack_without_client_from_the_loop_that_holds_the_notice_acks_as_its_client(
+    tmp_path: Path,
+) -> None:
+    """The README's loop with `--client` left out of its `forewarn ack "$id"`: the anonymous
+    ack kept the hold the loop's own `wait --client me --pid $$` had put, and the next `wait`
+    returned the same drain at once: the loop saved over and over for one notice. The hold
+    names the loop's shell, an ancestor of the ack: that is the client acking."""
+    with AgentProcess(tmp_path) as agent:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the flag's drain")
+        env = {**agent.env, "PY": sys.executable}
+        done = subprocess.run(
+            ["bash", "-c", ANONYMOUS_ACK_IN_THE_LOOP],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "waited: 1" in done.stdout, (done.stdout, done.stderr)
+        assert "as client me" in done.stderr, done.stderr
+        eventually(lambda: not flag.exists(), what="the flag file released")
+
+
+def test_an_anonymous_ack_is_no_clients_when_its_shell_holds_for_several() -> None:
+    """Loops started in the background of one script share its `$$`: an ack without
+    `--client` from under that shell is not known to be either loop's, and taken for the
+    other's it released that loop's hold while it still saved."""
+    shell = os.getppid()
+    status = {"active": [{"id": "n"}], "held_for": {"n": {"a": shell, "b": shell}}}
+    assert _holder_above(status, "n", os.getpid()) is None
+    status["held_for"] = {"n": {"a": shell, "b": 1 << 30}}
+    assert _holder_above(status, "n", os.getpid()) == ("a", shell)
+    assert _holder_above(status, "other", os.getpid()) is None
+    assert _holder_above(status, None, os.getpid()) == ("a", shell)
+
+
+_HOLDERS = st.one_of(
+    st.none(), st.booleans(), st.text(max_size=3), st.sampled_from([os.getppid(), 1 << 30])
+)
+
+
+@given(
+    held_for=st.dictionaries(_IDS, st.dictionaries(st.sampled_from(["a", "b"]), _HOLDERS)),
+    named=st.one_of(st.none(), _IDS),
+)
+def test_an_anonymous_ack_takes_only_the_one_client_its_own_shell_holds_for(
+    held_for: dict[str, dict[str, object]], named: str | None
+) -> None:
+    status = {"active": [{"id": n} for n in ("a", "b", "c")], "held_for": held_for}
+    found = _holder_above(status, named, os.getpid())
+    shell = os.getppid()
+    holding = {
+        client
+        for notice_id, clients in held_for.items()
+        if named in (None, notice_id)
+        for client, pid in clients.items()
+        if pid == shell and not isinstance(pid, bool)
+    }
+    assert found == ((holding.pop(), shell) if len(holding) == 1 else None)
