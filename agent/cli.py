@@ -177,6 +177,38 @@ def _step(text: str) -> int:
     return value
 
 
+class _Blank:
+    """A blank value (`--step "$STEP"` with STEP unset) of an `ack` figure: the ack goes out
+    without it, and says so (see `_blank_is_left_out`)."""
+
+
+BLANK = _Blank()
+
+
+def _ack_figure(read: Callable[[str], T]) -> Callable[[str], T | _Blank]:
+    """`read`, except that a blank value is BLANK. A figure is no reason to send no ack: the
+    README's loop acks with `--step "$STEP"`, and in a job that sets no STEP each ack was
+    refused, exit 2, sending nothing: under `set -e` the loop ended at its first ack (the
+    terminate after it never saved for), else the notice stayed held and its next `wait`
+    returned the same drain, the job saving over and over."""
+
+    def figure(text: str) -> T | _Blank:
+        return BLANK if not text.strip(string.whitespace) else read(text)
+
+    return figure
+
+
+def _blank_is_left_out(args: argparse.Namespace, *flags: str) -> list[str]:
+    """The `flags` given blank, each now left out (None): to say so once the ack is sent."""
+    blank = []
+    for flag in flags:
+        key = flag.lstrip("-").replace("-", "_")
+        if getattr(args, key) is BLANK:
+            setattr(args, key, None)
+            blank.append(flag)
+    return blank
+
+
 def _unset_if_blank(text: str) -> str | None:
     # The agent's rule for its text flags, on the clients' too: a blank value sets nothing.
     # `--note "$NOTE"` with NOTE unset sent no note, but one of spaces went out as the note.
@@ -587,6 +619,7 @@ def _nothing_cleared(control: str, args: argparse.Namespace) -> int:
 def cmd_ack(args: argparse.Namespace) -> int:
     """Tell the agent a checkpoint was saved: what a client library sends after its flush, for
     a job that is no such client (a shell script that `forewarn wait`ed, then saved)."""
+    blank = _blank_is_left_out(args, "--step", "--flush-seconds")
     _, control = _endpoints(args)
     if args.notice_id is not None and len(args.notice_id) > MAX_ID_LENGTH:
         raise UsageError(
@@ -598,6 +631,8 @@ def cmd_ack(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--flush-seconds: at most {MAX_FLUSH_SECONDS:g}s, got {args.flush_seconds:g}s"
         )
+    for flag in blank:
+        print(f"forewarn: ack: {flag}: empty; the ack is sent without it", file=sys.stderr)
     # What is active and held for whom: an ack names a notice that is, and its client.
     status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
     if args.notice_id is not None:
@@ -1538,10 +1573,10 @@ def build_parser(
         help="the active notice the save was for (default: none; the save counts only for the "
         "flush times)",
     )
-    ack.add_argument("--step", type=_step, help="the step saved")
+    ack.add_argument("--step", type=_ack_figure(_step), help="the step saved")
     ack.add_argument(
         "--flush-seconds",
-        type=_duration("--flush-seconds"),
+        type=_ack_figure(_duration("--flush-seconds")),
         help="how long the save took (90, 90s, 1m30s); the slowest sizes the exit margin",
     )
     ack.add_argument(

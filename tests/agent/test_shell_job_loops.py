@@ -402,3 +402,45 @@ def test_a_loop_killed_alone_holds_while_its_save_runs_on(tmp_path: Path) -> Non
                     os.killpg(loop.pid, signal.SIGKILL)
                 if loop.poll() is None:
                     loop.wait()
+
+
+def test_the_readme_loop_pasted_without_a_step_variable_still_acks_its_saves(
+    tmp_path: Path,
+) -> None:
+    """The README's loop acks with `--step "$STEP"`: pasted into a job that sets no STEP (a
+    shell job that counts no steps), each ack was refused (`--step: not a whole number: ''`,
+    exit 2) and sent nothing. Under `set -e` the loop ended at its first ack, and the
+    terminate after it was never saved for; without, the drain stayed held and the loop
+    saved for it over and over. A blank `--step` is no step: the ack goes, and says so."""
+    with AgentProcess(tmp_path) as agent:
+        job, env = _job_dir(tmp_path, agent.env)
+        del env["STEP"]
+        saves, stderr = tmp_path / "saves", tmp_path / "loop.err"
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the flag's drain")
+        with stderr.open("w") as err:
+            loop = subprocess.Popen(
+                ["bash", "-e", "-c", readme_loop()],
+                cwd=job,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                start_new_session=True,
+            )
+        try:
+            eventually(
+                lambda: not flag.exists() or loop.poll() is not None,
+                timeout=20,
+                what="the flag file released",
+            )
+            assert loop.poll() is None, stderr.read_text()
+            assert _count(saves) == 1, stderr.read_text()
+            agent.control({"op": "notify", "action": "terminate", "deadline": _in(600)})
+            assert loop.wait(20) == 0, stderr.read_text()
+        finally:
+            if loop.poll() is None:
+                os.killpg(loop.pid, signal.SIGKILL)
+                loop.wait()
+        assert _count(saves) == 2, stderr.read_text()
+        assert "--step: empty" in stderr.read_text(), stderr.read_text()
