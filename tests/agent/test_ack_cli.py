@@ -134,7 +134,6 @@ def test_a_blank_notice_id_is_refused_not_sent_as_no_notice(tmp_path: Path) -> N
         (("--step", "-1"), "--step"),
         (("--step", "1.5"), "--step"),
         (("--flush-seconds", "soon"), "--flush-seconds"),
-        (("--flush-seconds", "2h"), "--flush-seconds"),
         (("--outcome", "resumed"), "--outcome"),
         (("--note", "x" * 501), "--note"),
         (("",), "NOTICE_ID"),
@@ -268,3 +267,20 @@ def test_an_anonymous_ack_takes_only_the_one_client_its_own_shell_holds_for(
         if pid == shell and not isinstance(pid, bool)
     }
     assert found == ((holding.pop(), shell) if len(holding) == 1 else None)
+
+
+def test_an_ack_of_a_save_over_an_hour_still_releases_its_notice(tmp_path: Path) -> None:
+    """`--flush-seconds "$(( $(date +%s) - started ))s"` after a save of more than an hour
+    (a checkpoint of terabytes on a slow link): the ack was refused (exit 2) and sent
+    nothing, so the notice stayed held, and a loop under `set -e` ended there. The figure,
+    beyond what sizes an exit margin, is left out; the ack goes."""
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        drain = sub.notice(timeout=5)
+        done = _ack(agent, drain["id"], "--step", "9", "--flush-seconds", "3700s")
+        assert done.returncode == 0, done.stderr
+        assert "--flush-seconds: 3700s is more than 3600s" in done.stderr, done.stderr
+        assert done.stdout.strip() == f"acked {drain['id']}: saved (step 9)", done.stdout
+        assert sub.notice(timeout=5)["action"] == "clear"
+        assert not flag.exists()
