@@ -375,3 +375,13 @@ def test_a_copy_changed_since_it_was_made_is_no_earlier_copy(tmp_path: Path) -> 
             pytest.skip("no user extended attributes here")
         change()
         assert copy.copied() is None
+
+
+def test_a_copy_record_nested_past_the_parsers_depth_is_no_earlier_copy(tmp_path: Path) -> None:
+    directory = tmp_path / "dest"
+    directory.mkdir()
+    try:
+        os.setxattr(directory, "user.forewarn.got", b"[" * 3000)
+    except OSError:
+        pytest.skip("no user extended attributes (of that size) here")
+    assert Destination(directory).copied() is None
