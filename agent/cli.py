@@ -646,7 +646,17 @@ def cmd_ack(args: argparse.Namespace) -> int:
         # An id no notice has (mistyped, or cleared since the job read it) would be taken and
         # change nothing: the script that meant to release the notice is told instead.
         active = _readable(control, lambda: [str(notice["id"]) for notice in status["active"]])
-        if args.notice_id not in active:
+        ended = status.get("ended") or []  # none from an agent older than `ended`
+        if args.notice_id not in active and isinstance(ended, list) and args.notice_id in ended:
+            # Withdrawn while the job saved (the flag file removed by hand, a maintenance
+            # cancelled): exit 1, as for a typo, ended a loop under `set -e`. The ack goes: its
+            # flush counts, and a provider's notice raised again counts it as saved for.
+            print(
+                f"forewarn: ack: {args.notice_id} ended while the job saved; the ack counts "
+                "its flush",
+                file=sys.stderr,
+            )
+        elif args.notice_id not in active:
             listed = ", ".join(active) or "none"
             print(
                 f"forewarn: no active notice {args.notice_id!r} (active: {listed}); nothing acked",

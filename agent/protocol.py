@@ -368,6 +368,9 @@ class StatusReply(_Message):
     # not acked it: it is not flushed until they do. Each with the process the agent watches
     # for it (the hold goes once that is gone), null when none is watched.
     held_for: dict[str, dict[str, int | None]] = Field(default_factory=dict)
+    # The notices that ended lately (cleared, withdrawn, retired; the last 64 since the agent
+    # started), oldest first: `forewarn ack` of one is no mistyped id.
+    ended: list[str] = Field(default_factory=list)
 
 
 class NotifyReply(_Message):

@@ -114,6 +114,8 @@ CLOCK_RECHECK = 1.0
 # unanswered (its reply waited for a slow disk past the client's timeout, or control was
 # rebound) sends the very same ack again, and it must count once.
 ACKS_REMEMBERED = 256
+# How many notices that ended lately `status` names (`ended`): enough for every loop's save.
+ENDED_REMEMBERED = 64
 # After a restart (an agent used the state directory before), how long no notice counts as
 # flushed by every client: the acking clients come back as their sockets reconnect (Notices
 # backs off up to 1 s, a ZeroMQ socket left at its defaults retries every 0.1 s), and an ack
@@ -185,6 +187,9 @@ class Agent:
         # Fields of control requests ignored (a client newer than the agent), each logged once.
         self._unknown_fields = UnknownFields()
         self._recent_acks: dict[str, None] = {}  # acks as received, oldest first
+        # The notices that ended lately (cleared, withdrawn, retired), oldest first: a shell
+        # job's ack of one that ended while it saved is no mistyped id (`forewarn ack`).
+        self._ended: dict[str, None] = {}
         self._escalated_at_restore: set[str] = set()
         # The restored provider notices, by provider, for each watcher built before one of its
         # provider has answered (`_restore`).
@@ -787,6 +792,11 @@ class Agent:
                 },
             )
         self.publisher.publish(notice)
+        self._ended.pop(notice.id, None)
+        if notice.action == "clear":
+            self._ended[notice.id] = None
+            while len(self._ended) > ENDED_REMEMBERED:
+                del self._ended[next(iter(self._ended))]
         step = "escalated" if escalated else "cleared" if notice.action == "clear" else "published"
         log.info(
             "notice %s %s %s (%s) deadline=%s seq=%d",
@@ -1033,6 +1043,7 @@ class Agent:
             parts=self.liveness(),
             acked_by=self._acked_by(),
             held_for=self._held_for(),
+            ended=list(self._ended),
         )
 
     def _held_for(self) -> dict[str, dict[str, int | None]]:

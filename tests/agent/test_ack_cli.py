@@ -284,3 +284,24 @@ def test_an_ack_of_a_save_over_an_hour_still_releases_its_notice(tmp_path: Path)
         assert done.stdout.strip() == f"acked {drain['id']}: saved (step 9)", done.stdout
         assert sub.notice(timeout=5)["action"] == "clear"
         assert not flag.exists()
+
+
+def test_an_ack_of_a_notice_that_ended_while_the_job_saved_is_no_typo(tmp_path: Path) -> None:
+    """The loop's `wait` returned a drain, and while the job saved its source withdrew it (the
+    flag file removed by hand, a node uncordoned, a maintenance cancelled): the loop's
+    `forewarn ack "$id"` exited 1 as for a mistyped id, which ended a loop under `set -e`, so
+    the terminate after it was never saved for. The agent names the notices that ended lately;
+    an ack of one is sent (the flush counts) and exits 0, saying so. A typo still exits 1."""
+    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        drain = sub.notice(timeout=5)
+        flag.unlink()
+        assert sub.notice(timeout=5)["action"] == "clear"
+        done = _ack(agent, drain["id"], "--client", "me", "--flush-seconds", "4s")
+        assert done.returncode == 0, done.stderr
+        assert f"{drain['id']} ended while" in done.stderr, done.stderr
+        typo = _ack(agent, drain["id"] + "x", "--client", "me")
+        assert typo.returncode == 1, typo.stderr
+        line = f"ack {drain['id']} from me: step=None flush=4.0s outcome=saved"
+        eventually(lambda: line in agent.output(), what="the ack's log line")
