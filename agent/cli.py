@@ -664,12 +664,15 @@ def cmd_ack(args: argparse.Namespace) -> int:
             )
             return 1
     client = args.client
-    if client is None:
+    if client is None and args.notice_id is not None:
         # `forewarn ack "$id"` without the `--client` its loop's `forewarn wait --client ME
         # --pid $$` gave: the anonymous ack kept ME's hold, and the loop's next `wait`
         # returned the same drain at once, the job saving over and over. The hold names the
-        # loop's shell: an ack run under that shell is ME's.
-        found = _readable(control, lambda: _holder_above(status, args.notice_id, os.getpid()))
+        # loop's shell: an ack of that notice run under that shell is ME's. (Not an ack of no
+        # notice: a periodic save's flush time, reported by the same script while its
+        # backgrounded loop still saves for the notice, released that loop's hold.)
+        notice_id = args.notice_id
+        found = _readable(control, lambda: _holder_above(status, notice_id, os.getpid()))
         if found is not None:
             client, holder = found
             print(
@@ -711,10 +714,8 @@ def cmd_ack(args: argparse.Namespace) -> int:
     return 0
 
 
-def _holder_above(
-    status: dict[str, Any], notice_id: str | None, pid: int
-) -> tuple[str, int] | None:
-    """The client holding `notice_id` (any held notice, without one) whose watched process
+def _holder_above(status: dict[str, Any], notice_id: str, pid: int) -> tuple[str, int] | None:
+    """The client holding `notice_id` whose watched process
     (`wait --pid`) is the nearest ancestor of process `pid` that watches any, with that
     process. None when none is, or when that process watches holds of several clients:
     loops run in the background of one script share its `$$`, and the ack of one is not the
@@ -722,7 +723,7 @@ def _holder_above(
     held_for = status.get("held_for") or {}
     by_pid: dict[int, set[str]] = {}
     for notice in status["active"]:
-        if notice_id is not None and notice["id"] != notice_id:
+        if notice["id"] != notice_id:
             continue
         for client, holder in (held_for.get(notice["id"]) or {}).items():
             if isinstance(holder, int) and not isinstance(holder, bool):

@@ -241,7 +241,6 @@ def test_an_anonymous_ack_is_no_clients_when_its_shell_holds_for_several() -> No
     status["held_for"] = {"n": {"a": shell, "b": 1 << 30}}
     assert _holder_above(status, "n", os.getpid()) == ("a", shell)
     assert _holder_above(status, "other", os.getpid()) is None
-    assert _holder_above(status, None, os.getpid()) == ("a", shell)
 
 
 _HOLDERS = st.one_of(
@@ -251,10 +250,10 @@ _HOLDERS = st.one_of(
 
 @given(
     held_for=st.dictionaries(_IDS, st.dictionaries(st.sampled_from(["a", "b"]), _HOLDERS)),
-    named=st.one_of(st.none(), _IDS),
+    named=_IDS,
 )
 def test_an_anonymous_ack_takes_only_the_one_client_its_own_shell_holds_for(
-    held_for: dict[str, dict[str, object]], named: str | None
+    held_for: dict[str, dict[str, object]], named: str
 ) -> None:
     status = {"active": [{"id": n} for n in ("a", "b", "c")], "held_for": held_for}
     found = _holder_above(status, named, os.getpid())
@@ -262,7 +261,7 @@ def test_an_anonymous_ack_takes_only_the_one_client_its_own_shell_holds_for(
     holding = {
         client
         for notice_id, clients in held_for.items()
-        if named in (None, notice_id)
+        if notice_id == named
         for client, pid in clients.items()
         if pid == shell and not isinstance(pid, bool)
     }
@@ -305,3 +304,41 @@ def test_an_ack_of_a_notice_that_ended_while_the_job_saved_is_no_typo(tmp_path: 
         assert typo.returncode == 1, typo.stderr
         line = f"ack {drain['id']} from me: step=None flush=4.0s outcome=saved"
         eventually(lambda: line in agent.output(), what="the ack's log line")
+
+
+PERIODIC_ACK_BESIDE_THE_LOOP = r"""
+set -e
+fw() { "$PY" -m forewarn.agent.cli "$@"; }
+fw wait --for drain --client me --pid $$ --json > /dev/null
+fw ack --flush-seconds 2s
+"""
+
+
+def test_a_periodic_ack_of_no_notice_from_the_loops_shell_keeps_its_hold(
+    tmp_path: Path,
+) -> None:
+    """A script that reports its periodic saves' flush times (`forewarn ack --flush-seconds`,
+    no notice, no client) beside its wait loop, under the same `$$`: that ack is no save for
+    the notice the loop holds, and taken for the loop's it released the hold while the loop
+    still saved (the flag removed, Azure approving early)."""
+    with AgentProcess(tmp_path) as agent:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the flag's drain")
+        env = {**agent.env, "PY": sys.executable}
+        script = subprocess.Popen(
+            ["bash", "-c", PERIODIC_ACK_BESIDE_THE_LOOP + "echo acked; exec sleep 30"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert script.stdout is not None
+            assert script.stdout.readline().startswith("acked (no notice)")
+            held = agent.control({"op": "status"})["held_for"]
+            assert list(held.values()) == [{"me": script.pid}], held
+            assert flag.exists(), "released by a periodic save's ack"
+        finally:
+            script.kill()
+            script.wait()
