@@ -13,9 +13,9 @@ it), and the platform's SIGKILL ends it. A fork server started after `worker_ini
 keeps SIGTERM blocked as well (its forkserver workers end with it), and its workers start with
 it blocked, so that a SIGTERM sent while they import the main module cannot end them. A fork
 worker is forked with SIGTERM and SIGINT blocked too (torch's worker loop first sets a SIGTERM
-handler of its own, one that ends the worker on anyone's SIGTERM, and seeds). A spawn
-worker is open to it until its `worker_init_fn` runs: an exec'd process inherits nothing this
-module could set up for it without changing how multiprocessing starts it.
+handler of its own, one that ends the worker on anyone's SIGTERM, and seeds), and a spawn
+worker is started with them blocked (an exec'd program keeps its signal mask; it imports the
+main module before its init): `_spawnv_passfds`.
 
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn())
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn(my_seed_fn))
@@ -44,7 +44,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from multiprocessing import context, reduction
+from multiprocessing import context, reduction, util
 from typing import Any, cast
 
 from . import _forkserver
@@ -428,10 +428,38 @@ def _in_worker(
 def _reduce_started_process(process: Any) -> tuple[Any, ...]:
     """How multiprocessing pickles a spawn or forkserver process it starts: as it would, with a
     torch DataLoader worker's init chained as a fork worker's is (_chain_torch_worker_init)."""
-    if context.get_spawning_popen() is not None:
+    popen = context.get_spawning_popen()
+    if popen is not None:
         process = copy.copy(process)  # the caller's keeps its own arguments
         _chain_torch_worker_init(process)
+        if _protected_by_init(process):
+            # Pickled before its program is started (util.spawnv_passfds): a spawn worker
+            # starts with SIGTERM and SIGINT blocked (_spawnv_passfds).
+            _forking.spawning = popen
     return cast("tuple[Any, ...]", object.__reduce_ex__(process, 2))
+
+
+def _spawnv_passfds(path: Any, args: Any, passfds: Any) -> int:
+    """multiprocessing's start of a program, with SIGTERM and SIGINT blocked while it forks a
+    protected spawn worker: an exec'd program keeps its signal mask. A spawn worker imports
+    the main module before its worker_init_fn runs (seconds with torch), and a job-wide
+    SIGTERM in that time ended it, so the loop raised before the save. Blocked, that SIGTERM
+    waits for its _protect, which ends the worker if its main process sent it, or if no guard
+    there handles SIGTERM."""
+    caller = sys._getframe(1).f_locals.get("self")
+    spawning = _forking.__dict__.pop("spawning", None)
+    if spawning is None or caller is not spawning:
+        return _plain_spawnv_passfds(path, args, passfds)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
+    try:
+        return _plain_spawnv_passfds(path, args, passfds)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+if hasattr(util, "spawnv_passfds"):  # POSIX: the spawn start looks it up as it calls it
+    _plain_spawnv_passfds: Callable[..., int] = util.spawnv_passfds
+    util.spawnv_passfds = _spawnv_passfds
 
 
 for _started_by_pickle in ("SpawnProcess", "ForkServerProcess"):

@@ -138,6 +138,38 @@ def test_a_sigterm_to_the_whole_group_while_a_forkserver_worker_starts_does_not_
 
 
 @pytest.mark.slow(10)
+def test_a_sigterm_to_the_whole_group_while_a_spawn_worker_starts_does_not_end_it(
+    tmp_path: Path,
+) -> None:
+    """A spawn worker imports the main module before its worker_init_fn runs (seconds with
+    torch, and a DataLoader without persistent workers starts its workers again at every pass):
+    a job-wide SIGTERM then ended it, and under a guard the loop raised `DataLoader worker ...
+    exited unexpectedly` before the save. It now starts with SIGTERM blocked, as a fork
+    worker does. Given no worker_init_fn (the guard has it chained in as the worker is
+    pickled), as most loops are."""
+    hold = tmp_path / "starting"
+    proc = start(
+        "guard",
+        20,
+        "spawn",
+        "1",
+        session=True,
+        LOADER_JOB_HOLD=str(hold),
+        FOREWARN_RUNTIME_DIR=str(tmp_path / "run"),
+    )
+    try:
+        eventually(hold.exists, timeout=120, what="the worker to be starting")
+        os.killpg(proc.pid, signal.SIGTERM)
+        hold.unlink()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
+
+
+@pytest.mark.slow(10)
 @pytest.mark.parametrize("mode", ["guarded", "guard"])
 def test_a_sigterm_to_the_whole_group_while_a_fork_worker_starts_does_not_end_it(
     tmp_path: Path, mode: str
