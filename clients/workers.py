@@ -436,6 +436,11 @@ def _reduce_started_process(process: Any) -> tuple[Any, ...]:
             # Pickled before its program is started (util.spawnv_passfds): a spawn worker
             # starts with SIGTERM and SIGINT blocked (_spawnv_passfds).
             _forking.spawning = popen
+        if isinstance(process, _ForkServerProcess):
+            # Pickled before it asks for the fork server, which it starts if none runs: a job
+            # that set the preload itself since (set_forkserver_preload([...])) had dropped
+            # ours, and a job-wide SIGTERM ended the server and every worker with it.
+            _preload_in_fork_server()
     return cast("tuple[Any, ...]", object.__reduce_ex__(process, 2))
 
 
@@ -461,6 +466,8 @@ if hasattr(util, "spawnv_passfds"):  # POSIX: the spawn start looks it up as it 
     _plain_spawnv_passfds: Callable[..., int] = util.spawnv_passfds
     util.spawnv_passfds = _spawnv_passfds
 
+
+_ForkServerProcess: Any = getattr(context, "ForkServerProcess", ())  # not on every platform
 
 for _started_by_pickle in ("SpawnProcess", "ForkServerProcess"):
     if hasattr(context, _started_by_pickle):  # not on every platform

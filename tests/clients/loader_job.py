@@ -12,11 +12,14 @@ referenced when the job exits (as a module-level loader or an exception's traceb
 so multiprocessing's exit handler stops the workers, not the DataLoader. With LOADER_JOB_HOLD=PATH
 a worker creates PATH while it starts (before its worker_init_fn) and waits there until PATH is
 removed: a spawn or forkserver worker as it unpickles the dataset, a fork worker once torch's
-worker loop has set its signal handlers (then seeds: the last of its start)."""
+worker loop has set its signal handlers (then seeds: the last of its start). With
+LOADER_JOB_PRELOAD=MODULES the job calls `multiprocessing.set_forkserver_preload(MODULES)`
+(comma-separated) before it starts its workers."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -91,6 +94,11 @@ def main() -> int:
         multiprocessing_context=start_method,
         worker_init_fn=worker_init_fn() if guarded else None,
     )
+    preload = os.environ.get("LOADER_JOB_PRELOAD")
+    if preload:
+        # The job sets the fork server's preload itself (comma-separated modules), after
+        # forewarn was imported and its guard made, before the first worker starts the server.
+        multiprocessing.set_forkserver_preload(preload.split(","))
     batches = iter(loader)
     if sys.argv[5:] == ["keep"]:
         KEPT.append(batches)

@@ -115,6 +115,33 @@ def test_a_sigterm_to_the_whole_group_leaves_forkserver_workers_feeding_the_loop
     )
 
 
+def test_a_preload_the_job_sets_itself_still_keeps_the_fork_server_through_the_sigterm(
+    tmp_path: Path,
+) -> None:
+    """A job that calls `multiprocessing.set_forkserver_preload([...])` itself (to preload its
+    own modules), after forewarn was imported, replaced forewarn's preload: the fork server
+    died of a job-wide SIGTERM, and with it every worker, so the loop raised `DataLoader
+    worker ... exited unexpectedly` before the save."""
+    proc = start(
+        "guard",
+        40,
+        "forkserver",
+        "2",
+        session=True,
+        LOADER_JOB_PRELOAD="__main__",
+        FOREWARN_RUNTIME_DIR=str(tmp_path / "run"),
+    )
+    try:
+        first_batch(proc)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
+
+
 @pytest.mark.slow(10)
 def test_a_sigterm_to_the_whole_group_while_a_forkserver_worker_starts_does_not_end_it(
     tmp_path: Path,
