@@ -520,7 +520,9 @@ def _preload_in_fork_server() -> None:
         from multiprocessing import forkserver
     except ImportError:  # no fork server on this platform
         return
-    modules = list(getattr(forkserver._forkserver, "_preload_modules", None) or ["__main__"])
+    # A list the job set empty stays so, but for ours: it has the server import no main module.
+    modules = getattr(forkserver._forkserver, "_preload_modules", None)
+    modules = ["__main__"] if modules is None else list(modules)
     if FORK_SERVER_PRELOAD not in modules:
         forkserver.set_forkserver_preload([*modules, FORK_SERVER_PRELOAD])
 

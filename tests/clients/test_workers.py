@@ -142,6 +142,23 @@ def test_a_preload_the_job_sets_itself_still_keeps_the_fork_server_through_the_s
     assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
 
 
+def test_an_empty_preload_the_job_set_gets_only_forewarns_module() -> None:
+    """A job that set the fork server's preload empty (so that it imports no main module) had
+    `__main__` put back with forewarn's module."""
+    from multiprocessing import forkserver
+
+    from forewarn.clients import workers
+
+    before = forkserver._forkserver._preload_modules  # type: ignore[attr-defined]
+    try:
+        forkserver.set_forkserver_preload([])
+        workers._preload_in_fork_server()
+        preload = forkserver._forkserver._preload_modules  # type: ignore[attr-defined]
+        assert preload == [workers.FORK_SERVER_PRELOAD]
+    finally:
+        forkserver._forkserver._preload_modules = before  # type: ignore[attr-defined]
+
+
 @pytest.mark.slow(10)
 def test_a_sigterm_to_the_whole_group_while_a_forkserver_worker_starts_does_not_end_it(
     tmp_path: Path,
