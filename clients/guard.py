@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -267,6 +268,10 @@ class CheckpointGuard:
         self._handlers_closed = False
         self._protecting_workers = False
         self._forwarding: set[int] = set()  # signals a closed guard is handing on
+        # The process that made the guard, and the child forked from it whose copy this is
+        # once that child has been told (_forked_from_guarded_process): see _not_run_here.
+        self._made_in = os.getpid()
+        self._forked_into = 0
         # Signals whose handler should still be ours; the ticker says when one is not.
         self._watched: set[int] = set()
         if handle_signals and threading.current_thread() is threading.main_thread():
@@ -301,6 +306,8 @@ class CheckpointGuard:
                         signal.Signals(signum).name,
                         ", ".join(replaced),
                     )
+            if self._watched:
+                _HANDLING_SIGNALS.add(self)
         elif handle_signals:
             # Only the main thread may install signal handlers: a guard made in a thread of its
             # own (a loop run in a thread, as Ray Train runs it) installed none and said
@@ -1111,6 +1118,7 @@ class CheckpointGuard:
         if self._protecting_workers:
             self._protecting_workers = False
             guard_handles_sigterm(False)
+        _HANDLING_SIGNALS.discard(self)
         # Kept, not cleared: a guard made after this one and closed after it puts this one's
         # handler back, which then hands each signal on to what it found (see _on_signal).
         self._handlers_closed = True
@@ -1372,6 +1380,9 @@ class CheckpointGuard:
                     self._wake = True
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._not_run_here():
+            self._hand_on_in_child(signum, frame)
+            return
         if self._handlers_closed:
             # Guards closed out of order (made A, B; closed A, B): B's close put back A's
             # handler, and the process was deaf to SIGTERM and Ctrl-C from then on. Handed on
@@ -1409,6 +1420,44 @@ class CheckpointGuard:
             # replaced heard nothing, and once the inner phase closed its guard the outer loop
             # trained on, unsaved, until the platform's SIGKILL.
             below._on_signal(signum, frame)
+
+    def _not_run_here(self) -> bool:
+        """Whether this is a copy in a forked child that has run no loop with it: no `due`
+        since the fork, or the child not told of the fork yet (a signal that came first)."""
+        here = os.getpid()
+        return self._made_in != here and (self._forked_into != here or self._seen_step is None)
+
+    def _hand_on_in_child(self, signum: int, frame: FrameType | None) -> None:
+        """In a child forked from the guard's process (a Pool's worker, a helper process, one
+        of multiprocessing's "fork" children) that has run no loop with the guard (no `due`
+        since the fork): the signal goes to what the guard replaced, as without it. The
+        handler the child inherited only asked the child's copy, which nothing reads, to save:
+        `terminate()` and a job-wide SIGTERM left the child running, and multiprocessing's exit
+        handler, which stops daemonic children with SIGTERM and waits for them, held the job's
+        exit for ever. A forked rank that runs its loop with the guard is asked to save and
+        exit, as its parent is."""
+        if signum in self._forwarding:
+            return
+        previous = self._previous_handlers.get(signum, signal.SIG_DFL)
+        below = getattr(previous, "__self__", None)
+        while (
+            isinstance(below, CheckpointGuard)
+            and previous == below._on_signal
+            and (below._handlers_closed or below._not_run_here())
+        ):
+            # Guards stacked (an outer loop's, an inner phase's): to what the lowest replaced.
+            previous = below._previous_handlers.get(signum, signal.SIG_DFL)
+            below = getattr(previous, "__self__", None)
+        self._forwarding.add(signum)
+        try:
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                if signal.getsignal(signum) == self._on_signal:
+                    signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+        finally:
+            self._forwarding.discard(signum)
 
     def _open_guard_below(self, signum: int) -> CheckpointGuard | None:
         """The open guard whose handler this one replaced for `signum`, if one did."""
@@ -1618,6 +1667,22 @@ class CheckpointGuard:
             self._exit_by.add(FLAG_DEADLINE)
             self._exit = True
             self._wake = True
+
+
+# The guards whose signal handlers are installed in this process (made, not closed).
+_HANDLING_SIGNALS: weakref.WeakSet[CheckpointGuard] = weakref.WeakSet()
+
+
+def _forked_from_guarded_process() -> None:
+    # The child runs no loop with these guards until it calls `due` (a forked rank may):
+    # meanwhile their handlers hand signals on (_hand_on_in_child).
+    child = os.getpid()
+    for guard in list(_HANDLING_SIGNALS):
+        guard._seen_step = None
+        guard._forked_into = child
+
+
+os.register_at_fork(after_in_child=_forked_from_guarded_process)
 
 
 def _read_flag_deadline(flag: Path) -> datetime | None:

@@ -1,0 +1,67 @@
+"""A job with an open CheckpointGuard that forks children (multiprocessing's "fork" start, as a
+Pool or a helper process starts them): prints one JSON line of how each child ended.
+
+- `idle`: a child that never uses the guard, stopped with `terminate()` (SIGTERM);
+- `stacked`: the same under two open guards (an outer loop's and an inner phase's);
+- `looping`: a forked rank that runs its loop with the inherited guard: a SIGTERM asks it to
+  save and exit, as it asks the parent;
+- `daemon`: a daemonic child left running when the job exits: multiprocessing's exit handler
+  stops it with SIGTERM and waits for it (printed: `left`, then the job ends).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+import time
+from typing import Any
+
+from forewarn.clients import CheckpointGuard
+
+GUARDS: list[CheckpointGuard] = []
+
+
+def idle(ready: Any) -> None:
+    ready.set()
+    while True:
+        time.sleep(0.05)
+
+
+def looping(ready: Any) -> None:
+    guard = GUARDS[-1]
+    guard.due(0)
+    ready.set()
+    while not guard.should_exit:
+        time.sleep(0.01)
+    sys.exit(7)  # asked to exit by the guard: the loop's save would come here
+
+
+def main() -> None:
+    case = sys.argv[1]
+    GUARDS.append(CheckpointGuard(notices=False, flag_file=None))
+    if case == "stacked":
+        GUARDS.append(CheckpointGuard(notices=False, flag_file=None))
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    if case == "looping":
+        child = context.Process(target=looping, args=(ready,))
+    else:
+        child = context.Process(target=idle, args=(ready,), daemon=True)
+    child.start()
+    # Running: a signal in the instant after the fork, before the child's interpreter has
+    # cleared the ones its parent had pending, is lost (a Python handler inherited).
+    ready.wait(60)
+    if case == "daemon":
+        for guard in GUARDS:
+            guard.close()
+        print(json.dumps({"left": child.pid}), flush=True)
+        return
+    child.terminate()
+    child.join(15)
+    print(json.dumps({"exitcode": child.exitcode}), flush=True)
+    child.kill()
+
+
+if __name__ == "__main__":
+    main()
