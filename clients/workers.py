@@ -436,7 +436,7 @@ def _reduce_started_process(process: Any) -> tuple[Any, ...]:
             # Pickled before its program is started (util.spawnv_passfds): a spawn worker
             # starts with SIGTERM and SIGINT blocked (_spawnv_passfds).
             _forking.spawning = popen
-        if isinstance(process, _ForkServerProcess):
+        if _started_by_fork_server(popen):
             # Pickled before it asks for the fork server, which it starts if none runs: a job
             # that set the preload itself since (set_forkserver_preload([...])) had dropped
             # ours, and a job-wide SIGTERM ended the server and every worker with it.
@@ -467,9 +467,18 @@ if hasattr(util, "spawnv_passfds"):  # POSIX: the spawn start looks it up as it 
     util.spawnv_passfds = _spawnv_passfds
 
 
-_ForkServerProcess: Any = getattr(context, "ForkServerProcess", ())  # not on every platform
+def _started_by_fork_server(popen: object) -> bool:
+    # Loaded: it is starting the process being pickled, if that start is a forkserver one.
+    module = sys.modules.get("multiprocessing.popen_forkserver")
+    return module is not None and isinstance(popen, module.Popen)
 
-for _started_by_pickle in ("SpawnProcess", "ForkServerProcess"):
+
+# `Process` is the default context's (multiprocessing.Process, torch.multiprocessing.Process):
+# a DataLoader given no multiprocessing_context starts its workers as that, started by the
+# default start method, forkserver from Python 3.14 on Linux (spawn on macOS). Its workers
+# were pickled as they were given: unprotected, a job-wide SIGTERM ended them (and the fork
+# server) before the save.
+for _started_by_pickle in ("Process", "SpawnProcess", "ForkServerProcess"):
     if hasattr(context, _started_by_pickle):  # not on every platform
         reduction.ForkingPickler.register(
             getattr(context, _started_by_pickle), _reduce_started_process

@@ -1,14 +1,17 @@
 """The README's training loop on a real torch model whose batches come from DataLoader workers
 given no `worker_init_fn` (as most users write it), saving where the next run resumes from.
 
-    readme_loader_loop.py CHECKPOINT persistent|restarted [fork|spawn|forkserver]
+    readme_loader_loop.py CHECKPOINT persistent|restarted [[default:]fork|spawn|forkserver]
 
 Prints `resumed N` and then `step N` after each completed step. The first workers start before
 the guard is made; an epoch is 8 steps, and without persistent workers the DataLoader starts
-new ones at each. Workers start the default way unless told."""
+new ones at each. Workers start the default way unless told; `default:METHOD` makes METHOD the
+default start method (`multiprocessing.set_start_method`, as Python 3.14 makes forkserver the
+default on Linux) and gives the DataLoader none."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import time
@@ -30,6 +33,10 @@ class Pairs(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 def main() -> int:
     checkpoint = sys.argv[1]
+    start_method = sys.argv[3] if len(sys.argv) > 3 else None
+    if start_method is not None and start_method.startswith("default:"):
+        multiprocessing.set_start_method(start_method.removeprefix("default:"), force=True)
+        start_method = None
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     loader = DataLoader(
@@ -37,7 +44,7 @@ def main() -> int:
         batch_size=2,
         num_workers=2,
         persistent_workers=sys.argv[2] == "persistent",
-        multiprocessing_context=sys.argv[3] if len(sys.argv) > 3 else None,
+        multiprocessing_context=start_method,
     )
     # Started before the guard is made, as a job sets up its data first.
     batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(loader)

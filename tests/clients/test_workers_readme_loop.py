@@ -65,6 +65,7 @@ def resumes_from(tmp_path: Path) -> int:
         ("restarted", "fork"),
         ("persistent", "spawn"),
         ("restarted", "forkserver"),
+        ("persistent", "default:forkserver"),
     ],
 )
 def test_a_group_sigterm_loses_no_step_with_workers_given_no_init(
@@ -72,7 +73,10 @@ def test_a_group_sigterm_loses_no_step_with_workers_given_no_init(
 ) -> None:
     """Fork workers are copies of the job (the default on Linux up to Python 3.13); spawn and
     forkserver workers are started from a pickled copy (forkserver is Python 3.14's default),
-    and a forkserver worker dies with its fork server, which the group's SIGTERM reaches too."""
+    and a forkserver worker dies with its fork server, which the group's SIGTERM reaches too.
+    `default:forkserver`: Python 3.14's default start method, the DataLoader given no context;
+    its workers are `multiprocessing.Process`, not `ForkServerProcess`, and were started
+    unprotected: the loop raised `exited unexpectedly` and lost every step."""
     proc, last, err = run_until_group_sigterm(tmp_path, workers, start_method)
     assert "killed by signal" not in err and "exited unexpectedly" not in err, err[-3000:]
     assert proc.returncode == 143, err[-3000:]
