@@ -446,14 +446,17 @@ def _reduce_started_process(process: Any) -> tuple[Any, ...]:
 
 def _spawnv_passfds(path: Any, args: Any, passfds: Any) -> int:
     """multiprocessing's start of a program, with SIGTERM and SIGINT blocked while it forks a
-    protected spawn worker: an exec'd program keeps its signal mask. A spawn worker imports
-    the main module before its worker_init_fn runs (seconds with torch), and a job-wide
-    SIGTERM in that time ended it, so the loop raised before the save. Blocked, that SIGTERM
-    waits for its _protect, which ends the worker if its main process sent it, or if no guard
-    there handles SIGTERM."""
+    protected spawn worker or a fork server that preloads forewarn's module: an exec'd
+    program keeps its signal mask. A spawn worker imports the main module before its
+    worker_init_fn runs (seconds with torch), and a job-wide SIGTERM in that time ended it, so
+    the loop raised before the save. Blocked, that SIGTERM waits for its _protect, which ends
+    the worker if its main process sent it, or if no guard there handles SIGTERM. The fork
+    server imports its preload, the main module first, before forewarn's module blocks them
+    in it (_forkserver): a job-wide SIGTERM then ended it, and the DataLoader raised
+    `EOFError` as it asked it for a worker."""
     caller = sys._getframe(1).f_locals.get("self")
     spawning = _forking.__dict__.pop("spawning", None)
-    if spawning is None or caller is not spawning:
+    if (spawning is None or caller is not spawning) and not _preloading_fork_server(caller):
         return _plain_spawnv_passfds(path, args, passfds)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
     try:
@@ -465,6 +468,17 @@ def _spawnv_passfds(path: Any, args: Any, passfds: Any) -> int:
 if hasattr(util, "spawnv_passfds"):  # POSIX: the spawn start looks it up as it calls it
     _plain_spawnv_passfds: Callable[..., int] = util.spawnv_passfds
     util.spawnv_passfds = _spawnv_passfds
+
+
+def _preloading_fork_server(caller: object) -> bool:
+    # The fork server this process starts, when it will import forewarn's module: it keeps
+    # the signals blocked from there on, so blocked from the start they change nothing else.
+    module = sys.modules.get("multiprocessing.forkserver")
+    return (
+        module is not None
+        and isinstance(caller, module.ForkServer)
+        and FORK_SERVER_PRELOAD in (getattr(caller, "_preload_modules", None) or ())
+    )
 
 
 def _started_by_fork_server(popen: object) -> bool:

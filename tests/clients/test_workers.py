@@ -142,6 +142,41 @@ def test_a_preload_the_job_sets_itself_still_keeps_the_fork_server_through_the_s
     assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
 
 
+@pytest.mark.slow(10)
+def test_a_sigterm_to_the_whole_group_while_the_fork_server_starts_does_not_end_it(
+    tmp_path: Path,
+) -> None:
+    """The fork server starts with the first forkserver worker and imports its preload (the
+    main module first, torch with it: seconds) before forewarn's module has it block SIGTERM:
+    a job-wide SIGTERM then ended it, and the DataLoader raised as it asked it for a worker,
+    before the save. It now starts with SIGTERM blocked."""
+    hold = tmp_path / "server-starting"
+    proc = start(
+        "guard",
+        20,
+        "forkserver",
+        "1",
+        session=True,
+        LOADER_JOB_PRELOAD="fork_server_hold",
+        LOADER_JOB_SERVER_HOLD=str(hold),
+        # Python 3.11's fork server is given the job's sys.path but does not use it.
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [str(SCRIPT.parent), os.environ.get("PYTHONPATH")])
+        ),
+        FOREWARN_RUNTIME_DIR=str(tmp_path / "run"),
+    )
+    try:
+        eventually(hold.exists, timeout=120, what="the fork server to be starting")
+        os.killpg(proc.pid, signal.SIGTERM)
+        hold.unlink()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert json.loads(out.splitlines()[-1]).get("leaving"), "the loop went on to its planned end"
+
+
 def test_an_empty_preload_the_job_set_gets_only_forewarns_module() -> None:
     """A job that set the fork server's preload empty (so that it imports no main module) had
     `__main__` put back with forewarn's module."""
