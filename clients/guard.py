@@ -1467,6 +1467,10 @@ class CheckpointGuard:
             isinstance(below, CheckpointGuard)
             and previous == below._on_signal
             and not below._handlers_closed
+            # Not the copy of a guard of the process this one was forked from (a forked
+            # rank's own guard over its launcher's): that copy hands the signal on to what it
+            # replaced, the process's own, and this guard took it for a second Ctrl-C.
+            and not below._not_run_here()
         ):
             return below
         return None

@@ -5,6 +5,8 @@ Pool or a helper process starts them): prints one JSON line of how each child en
 - `stacked`: the same under two open guards (an outer loop's and an inner phase's);
 - `looping`: a forked rank that runs its loop with the inherited guard: a SIGTERM asks it to
   save and exit, as it asks the parent;
+- `own`: a forked rank that makes a guard of its own and runs its loop with it, sent Ctrl-C
+  (SIGINT): it is asked to save and exit;
 - `daemon`: a daemonic child left running when the job exits: multiprocessing's exit handler
   stops it with SIGTERM and waits for it (printed: `left`, then the job ends).
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import signal
 import sys
 import time
 from typing import Any
@@ -37,6 +41,11 @@ def looping(ready: Any) -> None:
     sys.exit(7)  # asked to exit by the guard: the loop's save would come here
 
 
+def own_guard(ready: Any) -> None:
+    GUARDS.append(CheckpointGuard(notices=False, flag_file=None))
+    looping(ready)
+
+
 def main() -> None:
     case = sys.argv[1]
     GUARDS.append(CheckpointGuard(notices=False, flag_file=None))
@@ -44,8 +53,8 @@ def main() -> None:
         GUARDS.append(CheckpointGuard(notices=False, flag_file=None))
     context = multiprocessing.get_context("fork")
     ready = context.Event()
-    if case == "looping":
-        child = context.Process(target=looping, args=(ready,))
+    if case in ("looping", "own"):
+        child = context.Process(target=looping if case == "looping" else own_guard, args=(ready,))
     else:
         child = context.Process(target=idle, args=(ready,), daemon=True)
     child.start()
@@ -57,7 +66,10 @@ def main() -> None:
             guard.close()
         print(json.dumps({"left": child.pid}), flush=True)
         return
-    child.terminate()
+    if case == "own":
+        os.kill(child.pid, signal.SIGINT)
+    else:
+        child.terminate()
     child.join(15)
     print(json.dumps({"exitcode": child.exitcode}), flush=True)
     child.kill()

@@ -62,3 +62,11 @@ def test_a_job_leaving_a_daemonic_forked_child_running_exits(tmp_path: Path) -> 
 def test_a_forked_rank_running_its_loop_with_the_guard_is_asked_to_exit(tmp_path: Path) -> None:
     _, err, ended = run("looping", tmp_path)
     assert ended == {"exitcode": 7}, err
+
+
+def test_a_forked_rank_with_a_guard_of_its_own_saves_on_ctrl_c(tmp_path: Path) -> None:
+    """The rank's guard stands over the copy of its parent's: it handed the signal to that
+    copy, which handed it on as the rank's own, and the rank's guard took it for a second
+    Ctrl-C, the user insisting: KeyboardInterrupt, no save."""
+    _, err, ended = run("own", tmp_path)
+    assert ended == {"exitcode": 7}, err
