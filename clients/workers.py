@@ -85,8 +85,9 @@ def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
     parent = multiprocessing.parent_process()
     main = parent.pid if parent is not None and parent.pid is not None else os.getppid()
     if hasattr(signal, "sigtimedwait") and signal.SIGTERM in signal.sigpending():
-        # A forkserver worker starts with SIGTERM blocked (forewarn.clients._forkserver): one
-        # sent while it started waits here; ignoring it below would drop it.
+        # A fork, spawn or forkserver worker starts with SIGTERM blocked (_before_fork,
+        # _spawnv_passfds, forewarn.clients._forkserver): one sent while it started waits
+        # here; ignoring it below would drop it.
         info = signal.sigtimedwait({signal.SIGTERM}, 0)
         if info is not None and info.si_pid == main:
             _exit_as_asked()
@@ -413,7 +414,7 @@ def _in_worker(
     then: Callable[[int], object] | None, lifeline: Any, guarded: Any = None
 ) -> _Chained:
     # Unpickled in a worker being started: a forkserver worker keeps SIGTERM blocked until
-    # _protect, and a spawn worker imports nothing more for it.
+    # _protect, as a spawn worker, started with it blocked (_spawnv_passfds), does anyway.
     _forkserver.protected_worker = True
     chained = _Chained(then)
     chained.lifeline = (os.getpid(), lifeline.detach())
