@@ -197,13 +197,17 @@ def _cut_lifeline() -> None:
 
 def _forget_inherited_lifeline() -> None:
     # A forked child (a fork worker, a forked rank) must not hold our write end open, nor
-    # share our guard's byte: its own guard says whether its own workers outlive a SIGTERM. A
-    # fork worker keeps ours through its chained init.
-    global _lifeline_lock, _guard_handles_sigterm_here, _guards_handling_sigterm
+    # share our guard's byte: its own guards say whether its own workers outlive a SIGTERM. A
+    # fork worker keeps ours through its chained init. The guards it inherited count among its
+    # own: a forked rank may run its loop with one (which then saves on its SIGTERM), and its
+    # workers, told no guard handled SIGTERM, died of a job-wide one and the loop raised
+    # before the save. A child that runs no loop with them ends on SIGTERM (guard.py), and
+    # its workers with it.
+    global _lifeline_lock, _guard_handles_sigterm_here
     _lifeline_lock = threading.Lock()
     _cut_lifeline()
     _guard_handles_sigterm_here = _GuardByte()
-    _guards_handling_sigterm = 0
+    _guard_handles_sigterm_here.map[0] = 1 if _guards_handling_sigterm else 0
 
 
 os.register_at_fork(after_in_child=_forget_inherited_lifeline)

@@ -7,6 +7,8 @@ Pool or a helper process starts them): prints one JSON line of how each child en
   save and exit, as it asks the parent;
 - `own`: a forked rank that makes a guard of its own and runs its loop with it, sent Ctrl-C
   (SIGINT): it is asked to save and exit;
+- `workers`: a forked rank's DataLoader workers would outlive a job-wide SIGTERM under the
+  guard it inherited (printed: the byte they read, `workers`, 1 or 0);
 - `daemon`: a daemonic child left running when the job exits: multiprocessing's exit handler
   stops it with SIGTERM and waits for it (printed: `left`, then the job ends).
 """
@@ -41,6 +43,12 @@ def looping(ready: Any) -> None:
     sys.exit(7)  # asked to exit by the guard: the loop's save would come here
 
 
+def workers_byte(ready: Any) -> None:
+    from forewarn.clients import workers
+
+    sys.exit(10 + workers._guard_handles_sigterm_here.map[0])
+
+
 def own_guard(ready: Any) -> None:
     GUARDS.append(CheckpointGuard(notices=False, flag_file=None))
     looping(ready)
@@ -53,6 +61,12 @@ def main() -> None:
         GUARDS.append(CheckpointGuard(notices=False, flag_file=None))
     context = multiprocessing.get_context("fork")
     ready = context.Event()
+    if case == "workers":
+        child = context.Process(target=workers_byte, args=(ready,))
+        child.start()
+        child.join(15)
+        print(json.dumps({"workers": (child.exitcode or 0) - 10}), flush=True)
+        return
     if case in ("looping", "own"):
         child = context.Process(target=looping if case == "looping" else own_guard, args=(ready,))
     else:

@@ -70,3 +70,14 @@ def test_a_forked_rank_with_a_guard_of_its_own_saves_on_ctrl_c(tmp_path: Path) -
     Ctrl-C, the user insisting: KeyboardInterrupt, no save."""
     _, err, ended = run("own", tmp_path)
     assert ended == {"exitcode": 7}, err
+
+
+def test_a_forked_ranks_workers_outlive_a_job_wide_sigterm_under_the_guard_it_inherited(
+    tmp_path: Path,
+) -> None:
+    """A forked rank running its loop with the guard it inherited saves on SIGTERM, but its
+    DataLoader workers read a byte of its own that said no guard handles SIGTERM: they died
+    of a job-wide SIGTERM, and the loop raised `DataLoader worker ... exited unexpectedly`
+    before the save (measured with two fork workers: exit 1, no save)."""
+    _, err, byte = run("workers", tmp_path)
+    assert byte == {"workers": 1}, err
