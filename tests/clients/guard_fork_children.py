@@ -9,12 +9,15 @@ Pool or a helper process starts them): prints one JSON line of how each child en
   (SIGINT): it is asked to save and exit;
 - `workers`: a forked rank's DataLoader workers would outlive a job-wide SIGTERM under the
   guard it inherited (printed: the byte they read, `workers`, 1 or 0);
+- `instant`: a child that never uses the guard, sent SIGTERM at the instant of its fork
+  (its handler runs before forewarn's after-fork hooks have marked the guard's copy);
 - `daemon`: a daemonic child left running when the job exits: multiprocessing's exit handler
   stops it with SIGTERM and waits for it (printed: `left`, then the job ends).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import multiprocessing
 import os
@@ -54,13 +57,34 @@ def own_guard(ready: Any) -> None:
     looping(ready)
 
 
+def sigterm_at_the_fork() -> None:
+    """Every child forked from here on is sent SIGTERM from inside fork(), as a job-wide one
+    sent at that instant reaches it: by a C at-fork handler, which runs before Python's own
+    (Python runs the guard's handler for it at its first chance, amid those hooks)."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    KEEP.append(ctypes.CFUNCTYPE(None)(lambda: libc.kill(libc.getpid(), signal.SIGTERM)))
+    getattr(libc, "__register_atfork")(None, None, KEEP[-1], None)
+
+
+KEEP: list[object] = []
+
+
 def main() -> None:
     case = sys.argv[1]
+    if case == "instant":
+        sigterm_at_the_fork()
     GUARDS.append(CheckpointGuard(notices=False, flag_file=None))
     if case == "stacked":
         GUARDS.append(CheckpointGuard(notices=False, flag_file=None))
     context = multiprocessing.get_context("fork")
     ready = context.Event()
+    if case == "instant":
+        child = context.Process(target=idle, args=(ready,), daemon=True)
+        child.start()
+        child.join(5)
+        print(json.dumps({"exitcode": child.exitcode}), flush=True)
+        child.kill()
+        return
     if case == "workers":
         child = context.Process(target=workers_byte, args=(ready,))
         child.start()

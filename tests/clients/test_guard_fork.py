@@ -41,12 +41,14 @@ def run(case: str, tmp_path: Path) -> tuple[int, str, dict[str, int]]:
     return job.returncode, err, json.loads(lines[0]) if lines else {}
 
 
-@pytest.mark.parametrize("case", ["idle", "stacked"])
+@pytest.mark.parametrize("case", ["idle", "stacked", "instant"])
 def test_a_forked_child_that_never_uses_the_guard_ends_on_sigterm(
     tmp_path: Path, case: str
 ) -> None:
     """The guard's handler in the child only asked the child's copy of the guard (run by no
-    loop) to save: `terminate()` did not end it, nor did a job-wide SIGTERM."""
+    loop) to save: `terminate()` did not end it, nor did a job-wide SIGTERM. `instant`: one
+    that reaches the child as it is forked is handled amid the after-fork hooks, before the
+    one that marks the guard's copies: the copy is known by the process id it was made in."""
     _, err, ended = run(case, tmp_path)
     assert ended == {"exitcode": -15}, err
 
