@@ -648,6 +648,39 @@ def _is_missing(exc: Exception) -> bool:
     return _error_code(exc) in ("NoSuchKey", "404", "NotFound")
 
 
+# One botocore data loader per data path for the whole process. A loader parses the S3 model,
+# the endpoint rules and the partitions (eight JSON files, about 0.05 CPU-s) and keeps them;
+# each new session made its own loader and parsed them again, twice per store (its client and
+# its completer). The loader holds only those files: credentials, region and configuration
+# stay with each session.
+_LOADERS: dict[str | None, Any] = {}
+_LOADERS_LOCK = threading.Lock()
+
+
+def _botocore_session(profile: str | None) -> Any:
+    import botocore.session
+    from botocore.loaders import create_loader
+
+    session = botocore.session.get_session()
+    if profile is not None:
+        # The data path may come from the profile's section, as botocore reads it.
+        session.set_config_variable("profile", profile)
+    data_path = session.get_config_variable("data_path")
+    with _LOADERS_LOCK:
+        loader = _LOADERS.get(data_path)
+        if loader is None:
+            loader = _LOADERS[data_path] = create_loader(data_path)
+    session.register_component("data_loader", loader)
+    return session
+
+
+def _drop_repeated_paths(loader: Any) -> None:
+    """boto3 appends its own data directory to the loader of every session it makes: on a
+    shared loader the list would grow by one entry a client."""
+    with _LOADERS_LOCK:
+        loader.search_paths[:] = list(dict.fromkeys(loader.search_paths))
+
+
 def make_client(
     *,
     endpoint_url: str | None,
@@ -681,7 +714,9 @@ def make_client(
         aws_session_token=session_token,
         profile_name=profile,
         region_name=region,
+        botocore_session=_botocore_session(profile),
     )
+    _drop_repeated_paths(session._loader)
     s3_options: dict[str, Any] = {}
     if addressing_style:
         s3_options["addressing_style"] = addressing_style
