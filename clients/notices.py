@@ -300,7 +300,7 @@ class Notices:
             ("note", note),
         ):
             if value is not None:
-                payload[key] = _plain(value)
+                payload[key] = _ack_figure(key, value)
         if not wait:
             self._queue_ack(payload, timeout)
             return True
@@ -699,6 +699,28 @@ class Notices:
                 listener(event)
             except Exception:
                 log.exception("forewarn: a notice listener failed")
+
+
+# The most the agent takes of each timed figure of an ack (its AckRequest). A figure past it
+# made the agent refuse the whole ack: a save of over an hour left its notice unacked, and the
+# exit margin it sizes never learnt the job's saves are slow. Such a figure goes as this most:
+# the margin is then the widest the agent gives.
+ACK_MAXIMA = {
+    "flush_seconds": 3600.0,
+    "stall_seconds": 3600.0,
+    "durable_seconds": 86400.0,
+    "restore_seconds": 86400.0,
+}
+
+
+def _ack_figure(key: str, value: Any) -> Any:
+    """`value` as the ack sends it for `key`: plain (`_plain`), and a time no more than the
+    agent takes."""
+    plain = _plain(value)
+    most = ACK_MAXIMA.get(key)
+    if most is not None and isinstance(plain, (int, float)) and plain > most:
+        return most
+    return plain
 
 
 def _plain(value: Any) -> Any:

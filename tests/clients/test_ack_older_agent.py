@@ -53,8 +53,8 @@ class OlderAgent(FakeAgent):
                 with self._lock:
                     self.requests.append(request)
                 extra = [key for key in request if key not in OLD_ACK_FIELDS]
-                if request.get("flush_seconds", 0) > 86400:
-                    error = "flush_seconds: Input should be less than or equal to 86400"
+                if request.get("step", 0) < 0:
+                    error = "step: Input should be greater than or equal to 0"
                     reply = {"ok": False, "error": f"bad request: {error}"}
                 elif extra:
                     error = "; ".join(f"{key}: Extra inputs are not permitted" for key in extra)
@@ -106,7 +106,7 @@ def test_an_ack_refused_for_another_reason_is_not_sent_again(tmp_path: Path) -> 
         agent.beat()
         assert eventually(lambda: notices.alive, timeout=5)
         # A value the agent refuses is no field it does not know: nothing to leave out.
-        assert not notices.ack("aws/i-1/spot", flush_seconds=90000.0, wait=True)
+        assert not notices.ack("aws/i-1/spot", step=-1, wait=True)
         assert len(agent.acks()) == 1
     finally:
         notices.close(ack_timeout=0.5)
