@@ -411,7 +411,11 @@ def test_the_readme_loop_pasted_without_a_step_variable_still_acks_its_saves(
     shell job that counts no steps), each ack was refused (`--step: not a whole number: ''`,
     exit 2) and sent nothing. Under `set -e` the loop ended at its first ack, and the
     terminate after it was never saved for; without, the drain stayed held and the loop
-    saved for it over and over. A blank `--step` is no step: the ack goes, and says so."""
+    saved for it over and over. A blank `--step` is no step: the ack goes, and says so.
+
+    Pasted into a job script under `set -euo pipefail` (as job scripts often start),
+    `"$STEP"` unset ended the script at `STEP: unbound variable` after its first save: the
+    ack never went and the terminate was never saved for. The README writes `"${STEP-}"`."""
     with AgentProcess(tmp_path) as agent:
         job, env = _job_dir(tmp_path, agent.env)
         del env["STEP"]
@@ -421,7 +425,7 @@ def test_the_readme_loop_pasted_without_a_step_variable_still_acks_its_saves(
         eventually(lambda: agent.control({"op": "status"})["active"], what="the flag's drain")
         with stderr.open("w") as err:
             loop = subprocess.Popen(
-                ["bash", "-e", "-c", readme_loop()],
+                ["bash", "-euo", "pipefail", "-c", readme_loop()],
                 cwd=job,
                 env=env,
                 stdout=subprocess.DEVNULL,
