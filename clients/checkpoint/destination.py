@@ -17,7 +17,9 @@ next copy into the directory finishes or discards:
 The directory's extended attribute `user.forewarn.got` says what the last copy put in place
 (what it is, and a digest of each file's path, size and mtime): the same copy run again (a
 restart script's `get` at each start) finds it there, and a copy of another generation
-replaces it while the directory holds just that copy, unchanged. An attribute, not a file:
+replaces it while the directory holds just that copy, unchanged. It is written once the new
+files are in, before the hidden entries go, so a copy killed before it is finished, and
+recorded, by the next. An attribute, not a file:
 nothing but the generation's files is left in the directory, for a loader that lists it.
 Where the filesystem has no user attributes, a copy into a directory that is not empty is
 refused, as before these records.
@@ -175,8 +177,9 @@ class Destination:
     def swap_in(self, token: str) -> None:
         """Put the stage's entries in place of what the directory holds."""
         # What the directory held is going: its record must not speak for the new files (a
-        # swap killed midway leaves no record, and the next copy finishes or refuses it).
+        # swap killed midway leaves no record until the next copy finishes it).
         self._forget()
+        what = self._what(token)
         try:
             self._path("old", token).mkdir(exist_ok=True)
             os.rename(self._path("get", token), self._path("new", token))  # no way back now
@@ -186,7 +189,7 @@ class Destination:
             self.discard(token)
             shutil.rmtree(self._path("old", token), ignore_errors=True)
             raise
-        self._finish(token)
+        self._finish(token, what)
 
     def recover(self) -> None:
         """Finish, or discard, what copies that died left in the directory."""
@@ -204,7 +207,7 @@ class Destination:
             swapping = bool(found & {"new", "in"}) or ("old" in found and "get" not in found)
             what = self._what(token) if swapping else ""
             self.discard(token)
-            self._finish(token)
+            self._finish(token, what)
             if swapping:
                 self.finished.append(what)
 
@@ -214,7 +217,9 @@ class Destination:
         except (OSError, UnicodeDecodeError):
             return ""  # a copy from before these records, or one that could not write it
 
-    def _finish(self, token: str) -> None:
+    def _finish(self, token: str, what: str) -> None:
+        """Move a verified stage's entries in place of the old ones, record `what` they are
+        (see `copied`; '' records nothing), then delete the old ones."""
         ready, moving, aside = (self._path(p, token) for p in ("new", "in", "old"))
         if ready.is_dir():
             aside.mkdir(exist_ok=True)
@@ -239,6 +244,12 @@ class Destination:
                     _remove(target)
                 os.rename(moving / child, target)
             os.rmdir(moving)
+        if what:
+            # Before the hidden entries go: a copy killed after its files were in place but
+            # before this left them unrecorded, and every later copy of another generation
+            # (a restart script's next start) was refused the directory as not empty. Killed
+            # before this, the entries left make the next copy finish here again.
+            self.record(what)
         shutil.rmtree(aside, ignore_errors=True)
         self._path("what", token).unlink(missing_ok=True)
 

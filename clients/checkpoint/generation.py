@@ -276,8 +276,7 @@ class Generation:
             except BaseException:
                 into.discard(token)
                 raise
-            into.swap_in(token)
-            into.record(what)
+            into.swap_in(token)  # which records `what` the directory now holds
         return [target / relative for relative in relatives]
 
     def _holds(

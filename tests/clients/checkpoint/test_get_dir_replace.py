@@ -98,10 +98,13 @@ def test_a_replace_killed_mid_swap_is_finished_by_the_next_copy(
     )
     assert killed.returncode == -9, killed.stderr
 
-    with pytest.raises(FileExistsError):  # the next run: it holds step 20, whole
-        store.get(30).get_dir("", out)
+    with Destination(out):  # what the next copy does first: it holds step 20, whole
+        pass
     assert contents(out) == generation_files(20)
     assert not [p for p in out.rglob(".*")], "a killed copy's leftovers stayed"
+    # Just that copy, recorded as it was finished: the next run's newer step replaces it.
+    store.get(30).get_dir("", out)
+    assert contents(out) == generation_files(30)
     store.close()
 
 
@@ -110,8 +113,9 @@ def test_the_same_copy_run_again_after_a_kill_mid_swap_succeeds(tmp_path: Path, 
     """`forewarn checkpoint get URL DIR` killed while it moved the files in (a reclaim during
     a restore), run again as it was (a restarted init container, a retry loop): the second
     run finished the first one's swap, and then refused the directory as not empty (exit 2)
-    although it held exactly the generation asked for, so the retry failed for ever. A
-    different generation into it is still refused."""
+    although it held exactly the generation asked for, so the retry failed for ever. The
+    swap it finished is recorded as that copy: a newer generation at the next start replaces
+    it (unrecorded, it was refused as not empty, and the job never started again)."""
     store = fill(tmp_path / "store")
     out = tmp_path / "restored"
     out.mkdir()
@@ -130,8 +134,8 @@ def test_the_same_copy_run_again_after_a_kill_mid_swap_succeeds(tmp_path: Path, 
     assert sorted(paths) == sorted(out / name for name in FILES)
     assert contents(out) == generation_files(20)
     assert not [p for p in out.rglob(".*")], "a killed copy's leftovers stayed"
-    with pytest.raises(FileExistsError):  # a copy of something else is refused as before
-        store.get(30).get_dir("", out)
+    store.get(30).get_dir("", out)
+    assert contents(out) == generation_files(30)
     store.close()
 
 
@@ -385,3 +389,45 @@ def test_a_copy_record_nested_past_the_parsers_depth_is_no_earlier_copy(tmp_path
     except OSError:
         pytest.skip("no user extended attributes (of that size) here")
     assert Destination(directory).copied() is None
+
+
+# Kills itself as it records the copy it just swapped in (the extended attribute): the files
+# are all in place, and nothing says whose they are.
+_KILLED_AT_RECORD = """
+import os, signal, sys
+from pathlib import Path
+from forewarn.clients.checkpoint import CheckpointStore
+
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+os.setxattr = killed
+CheckpointStore(sys.argv[1]).get(int(sys.argv[3])).get_dir("", Path(sys.argv[2]))
+"""
+
+
+def test_a_restart_scripts_next_get_replaces_a_copy_killed_before_its_record(
+    tmp_path: Path,
+) -> None:
+    """A restart script's `forewarn checkpoint get URL DIR` killed once its files were in
+    place but before it recorded them: the directory held just that copy, unrecorded, so
+    every later `get` of a newer generation (the job's next start, after it saved again) was
+    refused as not empty, and the job never started again. The record is now written before
+    the copy's hidden entries go, and a copy killed before it is finished and recorded by the
+    next one."""
+    store = fill(tmp_path / "store")
+    out = tmp_path / "restored"
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_AT_RECORD, str(tmp_path / "store"), str(out), "20"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert killed.returncode == -9, killed.stderr
+    shown = {name: data for name, data in contents(out).items() if not name.startswith(".")}
+    assert shown == generation_files(20)
+
+    store.get(30).get_dir("", out)  # the next start, the job having saved step 30
+    assert contents(out) == generation_files(30)
+    assert not [p for p in out.rglob(".*")], "a copy's leftovers stayed"
+    store.close()
