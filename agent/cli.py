@@ -632,14 +632,16 @@ def cmd_ack(args: argparse.Namespace) -> int:
     if args.flush_seconds is not None and args.flush_seconds > MAX_FLUSH_SECONDS:
         # A save of more than an hour (`$(( $(date +%s) - started ))s`, terabytes on a slow
         # link): refused, the ack was not sent and its notice stayed held (a loop under
-        # `set -e` ended there). The agent takes no such figure: it would size the exit
-        # margin past any notice's lead. The ack goes without it.
+        # `set -e` ended there). The agent takes no more than an hour (past any notice's
+        # lead already); left out, the exit margin never learnt the job's saves are slow and
+        # escalated its next drain far too late for them. Sent as that hour, as the client
+        # library sends it: the widest margin.
         print(
             f"forewarn: ack: --flush-seconds: {args.flush_seconds:g}s is more than "
-            f"{MAX_FLUSH_SECONDS:g}s, which the agent takes; the ack is sent without it",
+            f"{MAX_FLUSH_SECONDS:g}s, which the agent takes; sent as {MAX_FLUSH_SECONDS:g}s",
             file=sys.stderr,
         )
-        args.flush_seconds = None
+        args.flush_seconds = MAX_FLUSH_SECONDS
     # What is active and held for whom: an ack names a notice that is, and its client.
     status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
     if args.notice_id is not None:

@@ -271,18 +271,27 @@ def test_an_anonymous_ack_takes_only_the_one_client_its_own_shell_holds_for(
 def test_an_ack_of_a_save_over_an_hour_still_releases_its_notice(tmp_path: Path) -> None:
     """`--flush-seconds "$(( $(date +%s) - started ))s"` after a save of more than an hour
     (a checkpoint of terabytes on a slow link): the ack was refused (exit 2) and sent
-    nothing, so the notice stayed held, and a loop under `set -e` ended there. The figure,
-    beyond what sizes an exit margin, is left out; the ack goes."""
-    with AgentProcess(tmp_path) as agent, agent.subscriber() as sub:
+    nothing, so the notice stayed held, and a loop under `set -e` ended there. Then the figure
+    was left out, and the agent's exit margin never learnt that this job's saves are slow: at
+    the next drain it escalated at its floor, far too late for a save of an hour. The figure
+    goes as the hour the agent takes (as the client library sends it): the widest margin."""
+    with (
+        AgentProcess(tmp_path) as agent,
+        agent.subscriber() as sub,
+        agent.subscriber(("heartbeat",)) as beats,
+    ):
         flag = agent.runtime / "checkpoint-now"
         flag.write_text("")
         drain = sub.notice(timeout=5)
         done = _ack(agent, drain["id"], "--step", "9", "--flush-seconds", "3700s")
         assert done.returncode == 0, done.stderr
         assert "--flush-seconds: 3700s is more than 3600s" in done.stderr, done.stderr
-        assert done.stdout.strip() == f"acked {drain['id']}: saved (step 9)", done.stdout
+        assert done.stdout.strip() == f"acked {drain['id']}: saved (step 9, flush 3600s)", (
+            done.stdout
+        )
         assert sub.notice(timeout=5)["action"] == "clear"
         assert not flag.exists()
+        assert eventually(lambda: beats.recv()[1].get("exit_margin") == 7200.0, timeout=10)
 
 
 def test_an_ack_of_a_notice_that_ended_while_the_job_saved_is_no_typo(tmp_path: Path) -> None:
