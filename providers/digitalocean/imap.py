@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -386,6 +386,54 @@ def message_of(data: list[Any], uid: int) -> bytes | None:
     return None
 
 
+# INTERNALDATE (RFC 3501 date-time): when the server received the mail.
+_INTERNALDATE = re.compile(
+    rb'\bINTERNALDATE "(?P<day>[ 0-9]?[0-9])-(?P<month>[A-Za-z]{3})-(?P<year>[0-9]{4}) '
+    rb"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2}) "
+    rb'(?P<sign>[+-])(?P<zh>[0-9]{2})(?P<zm>[0-9]{2})"',
+    re.IGNORECASE,
+)
+
+
+def received_of(data: list[Any], uid: int) -> datetime | None:
+    """When the server received mail `uid`, from a UID FETCH answer that asked for
+    INTERNALDATE (before or after the message, as `message_of` reads the UID); None when
+    the answer gives none, or one that is no moment."""
+    for at, item in enumerate(data):
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], bytes)):
+            continue
+        head = item[0] if isinstance(item[0], bytes) else b""
+        tail = data[at + 1] if at + 1 < len(data) and isinstance(data[at + 1], bytes) else b""
+        line = head + b" " + tail
+        if not any(int(found) == uid for found in _UID.findall(line)):
+            continue
+        written = _INTERNALDATE.search(line)
+        if written is None:
+            return None
+        month = written.group("month").decode().title()
+        if month not in _MONTHS:
+            return None
+        parts = [int(written.group(k)) for k in ("year", "day", "hour", "minute", "second")]
+        sign = -1 if written.group("sign") == b"-" else 1
+        zh, zm = int(written.group("zh")), int(written.group("zm"))
+        try:
+            zone = timezone(sign * timedelta(hours=zh, minutes=zm))
+            year, day, hour, minute, second = parts
+            return datetime(year, _MONTHS.index(month) + 1, day, hour, minute, second, tzinfo=zone)
+        except ValueError:  # 31 February, hour 24, an offset of a day or more, year 0
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A mail as fetched: its bytes, and when the server received it (None when the server
+    did not say): a mail without a Date header is read from then."""
+
+    raw: bytes
+    received: datetime | None
+
+
 class MailboxSession:
     """One connection to one mailbox. Every method blocks; `abort` may be called from
     another thread to end a blocked call at once."""
@@ -568,13 +616,15 @@ class MailboxSession:
         except (OSError, imaplib.IMAP4.error, ValueError) as error:
             raise ServerFailure(f"searching the mailbox failed: {error}") from None
 
-    def fetch(self, uid: int) -> bytes | None:
-        """The message (its first FETCH_LIMIT bytes), left unread (BODY.PEEK); None when
-        it was expunged meanwhile."""
+    def fetch(self, uid: int) -> Fetched | None:
+        """The message (its first FETCH_LIMIT bytes), left unread (BODY.PEEK), with when the
+        server received it; None when it was expunged meanwhile."""
         conn = self._require()
         refused = f"the IMAP server refused to send mail UID {uid}"
         try:
-            kind, data = conn.uid("FETCH", str(uid), f"(UID BODY.PEEK[]<0.{FETCH_LIMIT}>)")
+            # INTERNALDATE: a mail without a Date is read from when the server received it.
+            items = f"(UID INTERNALDATE BODY.PEEK[]<0.{FETCH_LIMIT}>)"
+            kind, data = conn.uid("FETCH", str(uid), items)
             if kind != "OK":
                 raise FetchRefused(f"{refused}: {_reason(data)}")
             try:
@@ -594,7 +644,8 @@ class MailboxSession:
             raise ServerFailure(f"reading mail UID {uid} failed: {error}") from None
         except imaplib.IMAP4.error as error:  # imaplib's word for a tagged BAD
             raise FetchRefused(f"{refused}: {_said(error)}") from None
-        return message_of(data, uid)
+        raw = message_of(data, uid)
+        return None if raw is None else Fetched(raw, received_of(data, uid))
 
     def _count(self, conn: _Connection) -> bool:
         """Take in the untagged answers of the last command: True when they announce more
@@ -800,6 +851,7 @@ __all__ = [
     "Credentials",
     "CredentialsError",
     "FetchRefused",
+    "Fetched",
     "LoginRefused",
     "MailboxError",
     "MailboxSession",
@@ -809,5 +861,6 @@ __all__ = [
     "load_credentials",
     "mailbox_name",
     "message_of",
+    "received_of",
     "tls_context",
 ]

@@ -320,13 +320,17 @@ def _sentence(
     return ends[before - 1] if before else 0, after.start() if after else len(text)
 
 
-def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
-    """Decide what `mail` raises. `key` identifies the mail when it has no Message-ID."""
+def judge(
+    mail: Mail, rules: MatchRules, key: str, now: datetime, received: datetime | None = None
+) -> Verdict:
+    """Decide what `mail` raises. `key` identifies the mail when it has no Message-ID;
+    `received`, when the server received it, stands in for a Date header missing or
+    unreadable."""
     if not rules.sender.search(mail.sender):
         # A mail rule that forwards DigitalOcean's mail makes the user the sender. The
         # forwarded sender can be forged as easily as From, but not vouched for by DKIM.
         if mail.forwarded is not None and not rules.require_dkim:
-            inner = judge(mail.forwarded, rules, key, now)
+            inner = judge(mail.forwarded, rules, key, now, received)
             if inner.report is not None or rules.sender.search(mail.forwarded.sender):
                 return _forwarded_by(mail, inner)
         return Verdict(None, f"sender {mail.sender!r} does not match")
@@ -342,7 +346,10 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     other_id = _another_id(text, rules) if named == "name" else None
     if other_id is not None:
         return Verdict(None, f"names this droplet's name with another droplet's id ({other_id})")
-    sent = mail.date
+    # Without a Date, when the server received it: its bare times ("at 01:00 UTC") were
+    # read as no time at all, and the time the agent read it plus the lead stood in, after
+    # the reclaim (01:30 for a mail of 23:25 read at 23:30); read late, later still.
+    sent = mail.date if mail.date is not None else received
     if sent is not None and now - sent > rules.max_age:
         return Verdict(None, f"dated {format_time(sent)}, older than max_age")
     mentions = _droplet_mentions(text, rules)
@@ -455,7 +462,7 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
         if after_lead is None:
             raise ParseError(f"Date {format_time(sent or now)} plus lead is after the year 9999")
         deadline = after_lead
-        source = "date+lead" if sent is not None else "received+lead"
+        source = "date+lead" if mail.date is not None else "received+lead"
     if shift is None:
         stop = min((start for start in other_starts if start > begin), default=len(text))
         early = early_by(text, begin, stop, source)
@@ -479,7 +486,7 @@ def judge(mail: Mail, rules: MatchRules, key: str, now: datetime) -> Verdict:
     detail: dict[str, Any] = {
         "from": mail.sender,
         "subject": mail.subject,
-        "date": format_time(sent) if sent is not None else None,
+        "date": format_time(mail.date) if mail.date is not None else None,
         "message_id": mail.message_id,
         "matched": named,
         "deadline_source": source,
@@ -554,11 +561,17 @@ def _forwarded_by(mail: Mail, inner: Verdict) -> Verdict:
 
 
 def reclaim_verdict(
-    raw: bytes, rules: MatchRules, key: str, now: Callable[[], datetime] | datetime
+    raw: bytes,
+    rules: MatchRules,
+    key: str,
+    now: Callable[[], datetime] | datetime,
+    *,
+    received: datetime | None = None,
 ) -> Verdict:
-    """From the raw message to its verdict; ParseError when the message is unreadable."""
+    """From the raw message to its verdict; ParseError when the message is unreadable.
+    `received`: when the server received it (IMAP INTERNALDATE), if known."""
     moment = now() if callable(now) else now
-    return judge(read_mail(raw), rules, key, moment)
+    return judge(read_mail(raw), rules, key, moment, received)
 
 
 __all__ = [

@@ -34,6 +34,7 @@ from ..fetch import Answer, fetch, within
 from .imap import (
     ANSWERS_PER_CALL,
     IDLE_PAUSE,
+    Fetched,
     FetchRefused,
     MailboxError,
     MailboxSession,
@@ -202,12 +203,12 @@ class DigitalOceanWatcher:
         blob = f"{s.imap_host}\0{s.port()}\0{user}\0{s.imap_mailbox}".encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
-    def _judge(self, uid: int, raw: bytes, rules: MatchRules, seen: SeenMail) -> Verdict:
+    def _judge(self, uid: int, mail: Fetched, rules: MatchRules, seen: SeenMail) -> Verdict:
         # For a mail without a Message-ID: its bytes, not its UID, which starts over when
         # the server rebuilds the folder (a new UIDVALIDITY) and would raise it again.
-        key = "sha256:" + hashlib.sha256(raw).hexdigest()
+        key = "sha256:" + hashlib.sha256(mail.raw).hexdigest()
         try:
-            return reclaim_verdict(raw, rules, key, utcnow())
+            return reclaim_verdict(mail.raw, rules, key, utcnow(), received=mail.received)
         except ParseError as error:
             return Verdict(None, str(error))
         except Exception as error:
@@ -321,7 +322,7 @@ class DigitalOceanWatcher:
             else:
                 await asyncio.sleep(s.poll_interval)
 
-    async def _fetched(self, session: MailboxSession, uid: int, seen: SeenMail) -> bytes | None:
+    async def _fetched(self, session: MailboxSession, uid: int, seen: SeenMail) -> Fetched | None:
         """Mail `uid`, or None when it is passed over (gone, or refused for good)."""
         try:
             raw = await self._answered_in_time(session, session.fetch, uid)
@@ -341,12 +342,12 @@ class DigitalOceanWatcher:
             seen.handled(uid)
         return raw
 
-    async def _verdict(self, uid: int, raw: bytes, rules: MatchRules, seen: SeenMail) -> Verdict:
+    async def _verdict(self, uid: int, mail: Fetched, rules: MatchRules, seen: SeenMail) -> Verdict:
         # Judged in a thread: a 256 KiB mail takes a second or more, during which
         # the loop sent no heartbeat and no other watcher's notice. The verdict is
         # applied on the loop, one mail after the other, as before.
         started = time.monotonic()
-        verdict = await _off_loop(self._judge, uid, raw, rules, seen)
+        verdict = await _off_loop(self._judge, uid, mail, rules, seen)
         took = time.monotonic() - started
         # A mail slow to judge (a large digest, or one written to be slow) delays
         # the mails after it: worth the operator's eye.
@@ -354,7 +355,7 @@ class DigitalOceanWatcher:
             logging.INFO if took >= _SLOW_JUDGING else logging.DEBUG,
             "digitalocean: mail UID %d (%d bytes) judged in %.2f s",
             uid,
-            len(raw),
+            len(mail.raw),
             took,
         )
         return verdict

@@ -187,10 +187,10 @@ async def test_a_mail_the_parser_fails_on_is_passed_over_and_later_mail_is_read(
 ) -> None:
     real = watch.reclaim_verdict
 
-    def buggy(raw: bytes, *args: Any) -> Any:
+    def buggy(raw: bytes, *args: Any, **keywords: Any) -> Any:
         if b"trips the parser" in raw:
             raise RuntimeError("a parser bug")
-        return real(raw, *args)
+        return real(raw, *args, **keywords)
 
     monkeypatch.setattr(watch, "reclaim_verdict", buggy)
     dovecot.append(mail_user, reclaim(f"Droplet {DROPLET_ID} trips the parser."))
@@ -1488,9 +1488,9 @@ async def test_a_first_pass_longer_than_the_progress_bound_is_progress_not_a_sta
         conn.logout()
     judge = watch.reclaim_verdict
 
-    def slow(*args: Any) -> Any:
+    def slow(*args: Any, **keywords: Any) -> Any:
         time.sleep(0.1)
-        return judge(*args)
+        return judge(*args, **keywords)
 
     monkeypatch.setattr(watch, "reclaim_verdict", slow)
     # Answers within 0.2 s, not 0.1 (check 29d, loaded, had one later): the bound is the
@@ -1559,9 +1559,9 @@ async def test_a_reclaim_arriving_during_a_long_first_pass_is_raised_before_the_
         conn.logout()
     judge = watch.reclaim_verdict
 
-    def slow(*args: Any) -> Any:
+    def slow(*args: Any, **keywords: Any) -> Any:
         time.sleep(0.025)
-        return judge(*args)
+        return judge(*args, **keywords)
 
     monkeypatch.setattr(watch, "reclaim_verdict", slow)
     state = tmp_path / "state"
@@ -1603,9 +1603,9 @@ async def test_a_cancellation_arriving_during_a_long_first_pass_clears_before_th
         conn.logout()
     judge = watch.reclaim_verdict
 
-    def slow(*args: Any) -> Any:
+    def slow(*args: Any, **keywords: Any) -> Any:
         time.sleep(0.025)
-        return judge(*args)
+        return judge(*args, **keywords)
 
     monkeypatch.setattr(watch, "reclaim_verdict", slow)
     state = tmp_path / "state"

@@ -1,0 +1,143 @@
+"""A mail without a usable Date header: its times are read from when the server received it
+(IMAP INTERNALDATE), not from when the agent happened to read it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from email.message import EmailMessage
+from email.utils import make_msgid
+from pathlib import Path
+
+import pytest
+from do_support import RULES, utc
+from forewarn.agent.protocol import utcnow
+from forewarn.providers.digitalocean.imap import received_of
+from forewarn.providers.digitalocean.mail import reclaim_verdict
+from forewarn.testing.dovecot import Dovecot, MailUser
+from hypothesis import given
+from hypothesis import strategies as st
+from test_digitalocean_mailbox import running, settings_for
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def undated(text: str, date: str | None = None) -> bytes:
+    message = EmailMessage()
+    message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
+    message["Subject"] = "Spot Droplet reclaim notice"
+    if date is not None:
+        message["Date"] = date
+    message["Message-ID"] = make_msgid(domain="digitalocean.com")
+    message.set_content(text)
+    return bytes(message)
+
+
+@pytest.mark.parametrize("date", [None, "yesterday-ish", "Mon, 99 Foo 2026 25:61:00 +0000"])
+def test_a_bare_time_in_a_mail_without_a_date_is_read_from_its_delivery(date: str | None) -> None:
+    # Delivered at 23:25, judged at 23:30: the reclaim at 01:00 is the next day's. Read
+    # before as no time at all, received + lead (01:30) stood in, after the machine was gone.
+    raw = undated("Droplet gpu-spot-1 will be reclaimed at 01:00 UTC.", date)
+    verdict = reclaim_verdict(raw, RULES, "key", utc(23, 30), received=utc(23, 25))
+    assert verdict.report is not None
+    assert verdict.report.deadline == utc(1, 0, day=2)
+    assert verdict.report.detail["deadline_source"] == "text: 01:00 UTC"
+
+
+def test_a_mail_without_a_date_read_late_keeps_the_time_of_its_delivery() -> None:
+    # Delivered at 23:25, read at 02:00 after a restart: "at 01:00 UTC" is past, to be acted
+    # on at once; read from 02:00 it was 01:00 the day after, a day late.
+    raw = undated("Droplet gpu-spot-1 will be reclaimed at 01:00 UTC.")
+    verdict = reclaim_verdict(raw, RULES, "key", utc(2, 0, day=2), received=utc(23, 25))
+    assert verdict.report is not None
+    assert verdict.report.deadline == utc(1, 0, day=2)
+
+
+def test_a_mail_without_a_date_or_time_is_due_its_delivery_plus_lead() -> None:
+    raw = undated("Droplet gpu-spot-1 will be reclaimed.")
+    verdict = reclaim_verdict(raw, RULES, "key", utc(23, 30), received=utc(23, 25))
+    assert verdict.report is not None
+    assert verdict.report.deadline == utc(1, 25, day=2)
+    assert verdict.report.detail["deadline_source"] == "received+lead"
+
+
+def test_a_mail_without_a_date_delivered_before_max_age_raises_nothing() -> None:
+    raw = undated("Droplet gpu-spot-1 will be reclaimed.")
+    verdict = reclaim_verdict(raw, RULES, "key", utc(12, day=3), received=utc(11, day=2))
+    assert verdict.report is None
+    assert "older than max_age" in verdict.why
+
+
+def test_the_date_header_comes_before_the_delivery() -> None:
+    raw = undated(
+        "Droplet gpu-spot-1 will be reclaimed at 01:00 UTC.", "Tue, 01 Dec 2026 12:00:00 +0000"
+    )
+    verdict = reclaim_verdict(raw, RULES, "key", utc(12, 5), received=utc(11, 0))
+    assert verdict.report is not None
+    assert verdict.report.deadline == utc(1, 0, day=2)
+    assert verdict.report.detail["date"] == "2026-12-01T12:00:00Z"
+
+
+@given(
+    moment=st.datetimes(
+        min_value=datetime(1970, 1, 2), max_value=datetime(9998, 12, 30), timezones=st.none()
+    ),
+    offset=st.integers(min_value=-(23 * 60 + 59), max_value=23 * 60 + 59),
+    padded=st.booleans(),
+    uid_first=st.booleans(),
+)
+def test_the_internal_date_of_a_fetch_answer_is_that_moment(
+    moment: datetime, offset: int, padded: bool, uid_first: bool
+) -> None:
+    zone = timezone(timedelta(minutes=offset))
+    moment = moment.replace(microsecond=0, tzinfo=zone)
+    day = f"{moment.day:2d}" if padded else str(moment.day)
+    sign = "-" if offset < 0 else "+"
+    written = (
+        f'INTERNALDATE "{day}-{_MONTHS[moment.month - 1]}-{moment.year:04d} '
+        f'{moment:%H:%M:%S} {sign}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"'
+    )
+    if uid_first:
+        data = [(f"1 (UID 9 {written} BODY[]<0> {{3}}".encode(), b"abc"), b")"]
+    else:
+        data = [(b"1 (BODY[]<0> {3}", b"abc"), f" {written} UID 9)".encode()]
+    assert received_of(data, 9) == moment
+    assert received_of(data, 10) is None
+
+
+@given(st.lists(st.one_of(st.binary(max_size=60), st.tuples(st.binary(), st.binary()))))
+def test_a_fetch_answer_of_any_bytes_gives_a_moment_or_none(data: list[object]) -> None:
+    found = received_of(data, 9)
+    assert found is None or found.tzinfo is not None
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        b'INTERNALDATE "31-Feb-2026 10:00:00 +0000"',
+        b'INTERNALDATE "01-Foo-2026 10:00:00 +0000"',
+        b'INTERNALDATE "01-Dec-2026 24:00:00 +0000"',
+        b'INTERNALDATE "01-Dec-2026 10:00:00 +9900"',
+        b'INTERNALDATE "01-Dec-0000 10:00:00 +0100"',
+        b"INTERNALDATE NIL",
+    ],
+)
+def test_an_internal_date_that_is_no_moment_is_none(written: bytes) -> None:
+    assert received_of([(b"1 (UID 9 " + written + b" BODY[]<0> {3}", b"abc"), b")"], 9) is None
+
+
+async def test_a_mail_without_a_date_is_due_at_its_time_from_its_delivery(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path
+) -> None:
+    # Delivered an hour ago (the agent was down), reclaimed 90 min after its delivery. Read
+    # before as no time at all: now + lead, 90 minutes after the machine was gone.
+    delivered = utcnow().replace(microsecond=0) - timedelta(hours=1)
+    at = delivered + timedelta(minutes=90)
+    dovecot.append(
+        mail_user,
+        undated(f"Droplet gpu-spot-1 will be reclaimed at {at:%H:%M} UTC."),
+        delivered=delivered,
+    )
+    async with running(settings_for(dovecot, mail_user, tmp_path), tmp_path / "state") as run:
+        await run.until(lambda: len(run.reports) == 1)
+        assert run.reports[0].deadline == at.replace(second=0)
+        assert run.reports[0].detail["notice_time"] == f"{delivered:%Y-%m-%dT%H:%M:%SZ}"
