@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -30,6 +30,7 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
+from ..boot import machine_started
 from ..fetch import Answer, fetch, within
 from .imap import (
     ANSWERS_PER_CALL,
@@ -54,16 +55,6 @@ METADATA_TIMEOUT = 2.0  # per read
 # minutes of a 2 h lead. Droplet metadata answers in milliseconds.
 METADATA_DEADLINE = 5.0
 T = TypeVar("T")
-
-
-def machine_started() -> datetime | None:
-    """When this machine started (the kernel's boot time, which a container shares), or None
-    where the clock since boot cannot be read."""
-    try:
-        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
-    except (AttributeError, OSError):  # not Linux
-        return None
-    return utcnow() - timedelta(seconds=since_boot)
 
 
 class MetadataUnavailable(ForewarnError):

@@ -18,6 +18,7 @@ from pathlib import Path
 from forewarn.providers.report import Report, saved_report
 from pydantic import ValidationError
 
+from ..boot import machine_started
 from ..health import PollHealth
 from ..persist import write_or_report
 
@@ -50,10 +51,11 @@ class ActiveNotices:
             log.warning("gcp: ignoring %s: not a JSON object", self.path)
             return {}
         notices = {}
+        booted = machine_started()
         for kind, item in payload.items():
             # One that cannot be read costs only itself: the others keep their ids.
             try:
-                notices[kind] = saved_report(item)
+                notice = saved_report(item)
             except ValidationError as error:
                 log.warning(
                     "gcp: ignoring the %s notice in %s (%s)",
@@ -61,6 +63,19 @@ class ActiveNotices:
                     self.path,
                     error.errors()[0]["msg"],
                 )
+                continue
+            if booted is not None and notice.noticed_at < booted:
+                # Saved before a VM stop and start (the state directory is on the boot
+                # disk): TERMINATE_ON_HOST_MAINTENANCE at the first answer is a new event,
+                # yet it took the old notice's id and past deadline, a terminate at once.
+                # The agent does not restore such notices either (agent/state.py boot_id).
+                log.info(
+                    "gcp: the %s notice in %s is from before this machine started; not restored",
+                    kind,
+                    self.path,
+                )
+                continue
+            notices[kind] = notice
         return notices
 
     def get(self, kind: str) -> Report | None:

@@ -8,13 +8,13 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from forewarn.agent.protocol import Report
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import format_time, utcnow
 from forewarn.providers.gcp.active import ACTIVE_FILE
 from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.simulate import GcpSimulator
@@ -631,3 +631,43 @@ async def test_answered_only_once_every_key_has_answered(
         assert not run.watcher.answered
         sim.remove_fault(fault)
         await run.until(lambda: run.watcher.answered, what="every key to answer")
+
+
+def moved_before_this_boot(state_dir: Path, kind: str) -> None:
+    """Move the saved notice of `kind` to an hour before this machine started, as one saved
+    before a VM stop and start (the state directory is on the boot disk: it stays)."""
+    path = state_dir / ACTIVE_FILE
+    notices = json.loads(path.read_text())
+    booted = utcnow() - timedelta(seconds=time.clock_gettime(time.CLOCK_BOOTTIME))
+    back = utcnow() - booted + timedelta(hours=1)
+    for field in ("noticed_at", "deadline"):
+        moment = datetime.fromisoformat(notices[kind][field].replace("Z", "+00:00"))
+        notices[kind][field] = format_time(moment - back)
+    path.write_text(json.dumps(notices))
+
+
+async def test_a_notice_saved_before_this_machine_started_is_not_this_boot_s(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path
+) -> None:
+    # TERMINATE_ON_HOST_MAINTENANCE at the first answer after a stop and start is a new
+    # event: the old notice's deadline, past, was reused (a terminate at once, and, retired
+    # past its deadline, a clear and a raise again every grace period).
+    before = await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
+    moved_before_this_boot(tmp_path, "maintenance-event")
+    async with watching(server.url, tmp_path) as run:
+        [after] = await run.count(1)
+    assert after.action == "drain" and after.id != before.id
+    assert after.deadline is not None and after.deadline > utcnow() + timedelta(minutes=30)
+    assert after.noticed_at > utcnow() - timedelta(minutes=1)
+
+
+async def test_a_notice_saved_before_this_machine_started_and_gone_raises_nothing(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path
+) -> None:
+    await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
+    moved_before_this_boot(tmp_path, "maintenance-event")
+    sim.withdraw("maintenance-event")
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        await run.settle()
+        assert run.reports == []
