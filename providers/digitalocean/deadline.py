@@ -260,7 +260,8 @@ def find_deadline(
     `at 16:00 UTC on Friday, 4th of December`: the next such date) and a
     time without a date (`at 13:30 UTC`, its next occurrence; `tomorrow at 13:30 UTC`, on
     the day after the Date's; `today at 13:30 UTC`, on the Date's day). A clock may be four
-    digits (`1600 UTC`, `1600Z`, `1600 hrs UTC`), `noon` or `midnight` (the start of its day).
+    digits (`1600 UTC`, `1600Z`, `1600 hrs UTC`), `noon` or `midnight` (the start of its day;
+    `today at midnight`, of the two midnights of the Date's day the nearer).
     A time more than 10 minutes before the mail was sent (but for a window already open or
     a time today), or more than 30 days after, is not the deadline and is passed over.
 

@@ -488,7 +488,11 @@ def test_any_time_today_is_on_the_day_of_the_date(
     found = find_deadline(text, sent)
     assert found is not None, text
     day = sent.date()
-    assert found[0] == datetime(day.year, day.month, day.day, *clock, tzinfo=timezone.utc)
+    expected = datetime(day.year, day.month, day.day, *clock, tzinfo=timezone.utc)
+    after = expected + timedelta(days=1)
+    if clock == (0, 0) and "between" not in form and SLACK < sent - expected > after - sent:
+        expected = after  # "today at 00:00" in the evening: the midnight that ends the day
+    assert found[0] == expected
     assert "today" in found[1]
 
 
@@ -925,3 +929,51 @@ def test_a_day_word_reads_no_time_past_when_the_mail_s_own_day_has_it_ahead(
         and moment - sent < sent - plain[0]
     ]
     assert found[0] == (readings[0] if readings else plain[0])
+
+
+# Sent at 22:30 UTC: "today at midnight" is the midnight that ends today, 1.5 h on.
+_EVENING_UTC = datetime(2026, 12, 1, 22, 30, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("text", "sent", "expected"),
+    [
+        # Read as the start of the Date's day, 22.5 h before the mail: a machine started
+        # since passed it over as another machine's reclaim (no notice at all), while with a
+        # Date of -0500 or +0530 the same words were read as the coming midnight.
+        ("today at midnight UTC.", _EVENING_UTC, _utc(2026, 12, 2)),
+        ("today at 00:00 UTC.", _EVENING_UTC, _utc(2026, 12, 2)),
+        ("today at 12:00 AM UTC.", _EVENING_UTC, _utc(2026, 12, 2)),
+        (
+            "today at 00:00 UTC.",
+            _EVENING_UTC.astimezone(timezone(timedelta(hours=1))),
+            _utc(2026, 12, 2),
+        ),
+        # A mail a little after midnight: late, at once, as before.
+        ("today at 00:00 UTC.", _utc(2026, 12, 1, 0, 30), _utc(2026, 12, 1)),
+        ("today at midnight UTC.", _utc(2026, 12, 1, 9), _utc(2026, 12, 1)),
+    ],
+)
+def test_today_at_midnight_late_in_the_day_is_the_midnight_that_ends_it(
+    text: str, sent: datetime, expected: datetime
+) -> None:
+    rules = dataclasses.replace(RULES, booted=sent - timedelta(hours=3), droplet_name=None)
+    raw = _mail(f"Droplet 424242424 will be reclaimed {text}", sent)
+    report = reclaim_verdict(raw, rules, "key", sent + timedelta(minutes=1)).report
+    assert report is not None
+    assert report.deadline == expected, report.detail["deadline_source"]
+
+
+@settings(max_examples=200)
+@given(sent=_SENT_NEAR, clock=st.sampled_from(["midnight", "00:00", "12:00 AM", "0000"]))
+def test_today_at_midnight_is_whichever_midnight_of_the_day_is_nearer(
+    sent: datetime, clock: str
+) -> None:
+    """The start of the Date's day while it is past by less than the end of the day is
+    ahead (or only a little past: a late mail), else the end of the day."""
+    found = find_deadline(f"Droplet gpu-spot-1 will be reclaimed today at {clock} UTC.", sent)
+    assert found is not None
+    start = datetime.combine(sent.date(), time(0), timezone.utc)
+    end = start + timedelta(days=1)
+    nearer = start if sent - start <= SLACK or sent - start <= end - sent else end
+    assert found[0] == nearer
