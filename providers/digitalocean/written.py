@@ -903,7 +903,9 @@ def written_time(
         if yearless:
             assert sent is not None
             found = _next_date(month, day, clock, end_clock, tz, sent)
-            return None if found is None else (found[0] + shift, found[1] + shift)
+            if found is None:
+                return None
+            return _earliest(found[0] + shift), _earliest(found[1] + shift)
         if dated:
             moment = datetime(year, month, day, *clock, 0, tz)
         else:
@@ -925,11 +927,20 @@ def written_time(
         moment, until = moment + shift, until + shift
         if not dated and not relative_day and sent is not None and until < sent - PAST_SLACK:
             moment, until = moment + timedelta(days=1), until + timedelta(days=1)
-        return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
+        return _earliest(moment), _earliest(until)
     # 31 February, 25:00, an offset of +99:00, no such zone; OverflowError: in UTC it falls
     # before the year 1 or after 9999.
     except (ValueError, OverflowError, ZoneInfoNotFoundError):
         return None
+
+
+def _earliest(moment: datetime) -> datetime:
+    """`moment` in UTC; a wall time its zone's clocks skip or repeat (a change to or from
+    summer time) is the earlier of its two readings. Read with the offset before the change,
+    02:30 in New York on the day clocks go from 02:00 EST to 03:00 EDT was 07:30 UTC, an
+    hour after its other reading; repeated, the first was already taken (fold 0)."""
+    readings = (moment.replace(fold=0), moment.replace(fold=1))
+    return min(reading.astimezone(timezone.utc) for reading in readings)
 
 
 def _midnight_ending_today(moment: datetime, sent: datetime, shift: timedelta) -> datetime:
@@ -1022,7 +1033,7 @@ def _next_date(
             moment = datetime(year, month, day, *clock, 0, tz)
             until = _window_end(moment, end)
             if until >= sent - PAST_SLACK:
-                return moment.astimezone(timezone.utc), until.astimezone(timezone.utc)
+                return moment, until
         except (ValueError, OverflowError):  # no 29 February that year; year 0 or 10000
             continue
     return None

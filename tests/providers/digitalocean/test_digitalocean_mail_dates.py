@@ -9,6 +9,7 @@ import re
 from datetime import datetime, time, timedelta, timezone
 from email.message import EmailMessage
 from email.utils import format_datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 from do_support import RULES
@@ -977,3 +978,54 @@ def test_today_at_midnight_is_whichever_midnight_of_the_day_is_nearer(
     end = start + timedelta(days=1)
     nearer = start if sent - start <= SLACK or sent - start <= end - sent else end
     assert found[0] == nearer
+
+
+@pytest.mark.parametrize(
+    ("text", "sent", "expected"),
+    [
+        # 02:30 does not exist in New York on 8 March 2026 (02:00 EST -> 03:00 EDT): read
+        # with EST's offset, it was 07:30 UTC, an hour after its other reading.
+        ("today at 02:30 America/New_York", _utc(2026, 3, 8, 5), _utc(2026, 3, 8, 6, 30)),
+        ("on 2026-03-08 at 02:30 America/New_York", _utc(2026, 3, 8, 5), _utc(2026, 3, 8, 6, 30)),
+        ("on March 8 at 2:30 AM America/New_York", _utc(2026, 3, 8, 5), _utc(2026, 3, 8, 6, 30)),
+        ("today at 01:30 Europe/London", _utc(2026, 3, 29, 0, 5), _utc(2026, 3, 29, 0, 30)),
+        # Twice on 1 November 2026 (02:00 EDT -> 01:00 EST): the first, as before.
+        ("today at 01:30 America/New_York", _utc(2026, 11, 1, 4), _utc(2026, 11, 1, 5, 30)),
+        # Either side of the change, one reading only.
+        ("today at 03:30 America/New_York", _utc(2026, 3, 8, 5), _utc(2026, 3, 8, 7, 30)),
+        ("today at 01:30 America/New_York", _utc(2026, 3, 8, 5), _utc(2026, 3, 8, 6, 30)),
+    ],
+)
+def test_a_time_a_change_of_clocks_skips_or_repeats_is_its_earliest_reading(
+    text: str, sent: datetime, expected: datetime
+) -> None:
+    found = find_deadline(f"Droplet gpu-spot-1 will be reclaimed {text}.", sent)
+    assert found is not None
+    assert found[0] == expected, found[1]
+
+
+@settings(max_examples=200)
+@given(
+    sent=_SENT_NEAR,
+    zone=st.sampled_from(["America/New_York", "Europe/London", "Australia/Sydney"]),
+    ahead=st.integers(min_value=0, max_value=3 * 24 * 60),
+)
+@example(sent=_utc(2026, 3, 8), zone="America/New_York", ahead=150)
+@example(sent=_utc(2026, 10, 4, 12), zone="Australia/Sydney", ahead=(24 + 2) * 60 - 12 * 60 + 30)
+@example(sent=_utc(2026, 3, 29), zone="Europe/London", ahead=90)
+def test_a_dated_time_in_a_zone_with_summer_time_is_no_later_than_any_reading(
+    sent: datetime, zone: str, ahead: int
+) -> None:
+    """A wall time written with its date and zone is read as the earliest instant that wall
+    time names there (a time the clocks skip names the instants of both offsets)."""
+    tz = ZoneInfo(zone)
+    # A wall time as written, which may be one the clocks skip (never so when made from an
+    # instant with astimezone).
+    wall = (sent.replace(tzinfo=None) + timedelta(minutes=ahead)).replace(second=0)
+    text = f"Droplet gpu-spot-1 will be reclaimed on {wall:%Y-%m-%d} at {wall:%H:%M} {zone}."
+    found = find_deadline(text, sent)
+    readings = {wall.replace(tzinfo=tz, fold=fold).astimezone(timezone.utc) for fold in (0, 1)}
+    if found is not None:
+        assert found[0] == min(readings)
+    else:  # more than the slack before the mail
+        assert min(readings) < sent - SLACK
