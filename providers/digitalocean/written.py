@@ -843,6 +843,11 @@ def written_time(
         month = int(parts["m"]) if parts.get("m") else _MONTHS[parts["mon"].lower()]
         day = int(parts["d"])
     start = _clock(parts, "")
+    # "at 24:00 UTC": the midnight that ends the day. As hour 24 (no datetime) it was no
+    # time at all, and Date + lead stood in, 00:30 for a mail of 22:30.
+    ends_the_day = start == (24, 0, 0, "")
+    if ends_the_day:
+        start = (0, 0, 0, "")
     end = _clock(parts, "2") if parts["H2"] is not None or parts["word2"] else None
     ampm, ampm2 = start[3], end[3] if end else ""
     clock_to_clock = end is not None and parts["H2"] is not None and parts["H"] is not None
@@ -902,12 +907,12 @@ def written_time(
         clock = (start_hour, start[1], start[2])
         if yearless:
             assert sent is not None
-            found = _next_date(month, day, clock, end_clock, tz, sent)
+            found = _next_date(month, day, clock, end_clock, tz, sent, ends_the_day)
             if found is None:
                 return None
             return _earliest(found[0] + shift), _earliest(found[1] + shift)
         if dated:
-            moment = datetime(year, month, day, *clock, 0, tz)
+            moment = datetime(year, month, day, *clock, 0, tz) + timedelta(days=ends_the_day)
         else:
             assert sent is not None
             moment = sent.astimezone(tz).replace(
@@ -916,10 +921,16 @@ def written_time(
             on_the_day = _on_relative_day(moment, relative_day)
             if on_the_day is None:
                 return None
-            moment = on_the_day
+            # Before the mail's own day is weighed: the end of the day, not its start.
+            moment = on_the_day + timedelta(days=ends_the_day)
             if relative_day:
                 moment = _on_the_mail_s_day(moment, sent, relative_day, end_clock, shift)
-            if relative_day == "today" and clock == (0, 0, 0) and end_clock is None:
+            if (
+                not ends_the_day
+                and relative_day == "today"
+                and clock == (0, 0, 0)
+                and end_clock is None
+            ):
                 moment = _midnight_ending_today(moment, sent, shift)
         until = _window_end(moment, end_clock)
         # Before the next occurrence is chosen: "2 hours after 12:00 UTC" in a mail sent at
@@ -1023,14 +1034,16 @@ def _next_date(
     end: tuple[int, int, int] | None,
     tz: tzinfo,
     sent: datetime,
+    ends_the_day: bool = False,
 ) -> tuple[datetime, datetime] | None:
-    """The first `month`/`day` at `clock` whose window has not ended before `sent` less
-    the slack: of the year before the mail's (a mail sent just after New Year about a
-    window that began on 31 December), its own, or a later one (29 February)."""
+    """The first `month`/`day` at `clock` (with `ends_the_day`, the midnight at its end)
+    whose window has not ended before `sent` less the slack: of the year before the mail's
+    (a mail sent just after New Year about a window that began on 31 December), its own, or
+    a later one (29 February)."""
     base = sent.astimezone(tz).year
     for year in range(base - 1, base + 9):
         try:
-            moment = datetime(year, month, day, *clock, 0, tz)
+            moment = datetime(year, month, day, *clock, 0, tz) + timedelta(days=ends_the_day)
             until = _window_end(moment, end)
             if until >= sent - PAST_SLACK:
                 return moment, until

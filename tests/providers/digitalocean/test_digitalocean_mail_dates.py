@@ -1029,3 +1029,45 @@ def test_a_dated_time_in_a_zone_with_summer_time_is_no_later_than_any_reading(
         assert found[0] == min(readings)
     else:  # more than the slack before the mail
         assert min(readings) < sent - SLACK
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Not read at all (hour 24 is no datetime): Date + lead stood in, 00:30 for a mail of
+        # 22:30, after the reclaim.
+        ("today at 24:00 UTC", _utc(2026, 12, 2)),
+        ("at 24:00 UTC", _utc(2026, 12, 2)),
+        ("at 24:00 UTC on 2026-12-01", _utc(2026, 12, 2)),
+        ("on December 1 at 24:00 UTC", _utc(2026, 12, 2)),
+        ("at 2400Z", _utc(2026, 12, 2)),
+    ],
+)
+def test_a_time_of_24_00_is_the_midnight_that_ends_its_day(text: str, expected: datetime) -> None:
+    for sent in (_EVENING_UTC, _EVENING_UTC.astimezone(timezone(timedelta(hours=-5)))):
+        found = find_deadline(f"Droplet gpu-spot-1 will be reclaimed {text}.", sent)
+        assert found is not None
+        assert found[0] == expected, found[1]
+    tomorrow = find_deadline("Droplet gpu-spot-1 will be reclaimed tomorrow at 24:00 UTC.", SENT)
+    assert tomorrow is not None and tomorrow[0] == _utc(2026, 12, 3)
+
+
+@settings(max_examples=100)
+@given(
+    sent=_SENT_NEAR,
+    ahead=st.integers(min_value=0, max_value=28),
+    form=st.sampled_from(
+        ["on {d:%Y-%m-%d} at {t} UTC", "at {t} UTC on {d:%B %d}", "{d:%d %b %Y} {t}Z"]
+    ),
+)
+def test_24_00_of_any_day_reads_as_00_00_of_the_next(sent: datetime, ahead: int, form: str) -> None:
+    day = sent.date() + timedelta(days=ahead)
+    late = find_deadline(
+        f"Droplet gpu-spot-1 will be reclaimed {form.format(d=day, t='24:00')}.", sent
+    )
+    next_day = day + timedelta(days=1)
+    early = find_deadline(
+        f"Droplet gpu-spot-1 will be reclaimed {form.format(d=next_day, t='00:00')}.", sent
+    )
+    assert late is not None and early is not None
+    assert late[0] == early[0]
