@@ -1625,3 +1625,54 @@ async def test_a_cancellation_arriving_during_a_long_first_pass_clears_before_th
         assert [r.action for r in run.reports] == ["drain", "clear"], run.summary()
         assert json.loads((state / STATE_FILE).read_text())["last_uid"] == 83
         assert json.loads((state / ACTIVE_FILE).read_text()) == []
+
+
+async def test_a_restart_mid_pass_after_a_cancellation_and_a_new_reclaim_read_ahead(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancellation and then a new reclaim arrive during a long pass and are applied ahead
+    of it; the agent stops before the pass reaches them (the seen file holds `replaced` and
+    `ahead` entries). After the restart the new reclaim stands alone: the older reclaim still
+    to be read in the pass raises nothing, and the cancellation, read in its place, does not
+    withdraw the reclaim that came after it."""
+    monkeypatch.setattr(watch, "LOOK_AHEAD", 0.2)
+    conn = dovecot.connect(mail_user)
+    try:
+        conn.append("INBOX", None, None, reclaim())
+        for number in range(80):
+            if number == 70:
+                conn.append("INBOX", None, None, reclaim())
+            conn.append("INBOX", None, None, reclaim(subject=f"Weekly newsletter {number}"))
+    finally:
+        conn.logout()
+    judge = watch.reclaim_verdict
+
+    def slow(*args: Any, **keywords: Any) -> Any:
+        time.sleep(0.05)
+        return judge(*args, **keywords)
+
+    monkeypatch.setattr(watch, "reclaim_verdict", slow)
+    state = tmp_path / "state"
+    later = (utcnow() + timedelta(minutes=100)).replace(second=0, microsecond=0)
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        (drain,) = await run.count(1)
+        cancel = "The reclaim of gpu-spot-1 will no longer take place."
+        await asyncio.to_thread(
+            dovecot.append, mail_user, reclaim(cancel, subject="Spot Droplet reclaim update")
+        )
+        await run.until(lambda: any(r.action == "clear" for r in run.reports))
+        assert run.reports[1].id == drain.id
+        text = f"Droplet {DROPLET_ID} will be reclaimed at {later:%Y-%m-%dT%H:%M:00Z}."
+        await asyncio.to_thread(dovecot.append, mail_user, reclaim(text))
+        await run.count(3)
+        assert run.health.polls == 0  # stopped mid-pass
+        new = run.reports[2]
+    saved = json.loads((state / STATE_FILE).read_text())
+    assert saved["last_uid"] < 72 and saved["replaced"] and saved["ahead"]
+    monkeypatch.setattr(watch, "reclaim_verdict", judge)
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        await run.idling()
+        assert [(r.action, r.id, r.deadline) for r in run.reports] == [
+            ("drain", new.id, later)
+        ], run.summary()
+    assert [r["id"] for r in json.loads((state / ACTIVE_FILE).read_text())] == [new.id]
