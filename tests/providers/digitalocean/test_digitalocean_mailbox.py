@@ -1672,7 +1672,7 @@ async def test_a_restart_mid_pass_after_a_cancellation_and_a_new_reclaim_read_ah
     monkeypatch.setattr(watch, "reclaim_verdict", judge)
     async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
         await run.idling()
-        assert [(r.action, r.id, r.deadline) for r in run.reports] == [
-            ("drain", new.id, later)
-        ], run.summary()
+        assert [(r.action, r.id, r.deadline) for r in run.reports] == [("drain", new.id, later)], (
+            run.summary()
+        )
     assert [r["id"] for r in json.loads((state / ACTIVE_FILE).read_text())] == [new.id]
