@@ -316,7 +316,7 @@ class DigitalOceanWatcher:
     async def _fetched(self, session: MailboxSession, uid: int, seen: SeenMail) -> Fetched | None:
         """Mail `uid`, or None when it is passed over (gone, or refused for good)."""
         try:
-            raw = await self._answered_in_time(session, session.fetch, uid)
+            mail = await self._answered_in_time(session, session.fetch, uid)
         except FetchRefused as error:
             if not self._refused_again(session.uidvalidity, uid, error):
                 raise  # tried again on the next connection
@@ -328,10 +328,10 @@ class DigitalOceanWatcher:
         # watcher as hung mid-pass). A server hanging mid-fetch is still caught: each
         # fetch is bounded by ANSWERS_PER_CALL imap_timeout. Judging starts after it.
         self.health.progress()
-        if raw is None:  # expunged since the search
+        if mail is None:  # expunged since the search
             log.info("digitalocean: mail UID %d was gone when fetched; passed over", uid)
             seen.handled(uid)
-        return raw
+        return mail
 
     async def _verdict(self, uid: int, mail: Fetched, rules: MatchRules, seen: SeenMail) -> Verdict:
         # Judged in a thread: a 256 KiB mail takes a second or more, during which
@@ -355,9 +355,9 @@ class DigitalOceanWatcher:
         self, session: MailboxSession, uid: int, rules: MatchRules, seen: SeenMail, emit: Emit
     ) -> None:
         """Read mail `uid` in its place in the pass and apply its verdict."""
-        raw = await self._fetched(session, uid, seen)
-        if raw is not None:
-            self._handle(uid, await self._verdict(uid, raw, rules, seen), seen, emit)
+        mail = await self._fetched(session, uid, seen)
+        if mail is not None:
+            self._handle(uid, await self._verdict(uid, mail, rules, seen), seen, emit)
 
     async def _read_ahead(
         self, session: MailboxSession, uid: int, rules: MatchRules, seen: SeenMail, emit: Emit
@@ -370,13 +370,13 @@ class DigitalOceanWatcher:
         reclaim before it is known, as does a mail that could not be fetched; it is read
         there again."""
         try:
-            raw = await self._answered_in_time(session, session.fetch, uid)
+            mail = await self._answered_in_time(session, session.fetch, uid)
         except FetchRefused:
             return
-        if raw is None:
+        if mail is None:
             return
         self.health.progress()
-        verdict = await self._verdict(uid, raw, rules, seen)
+        verdict = await self._verdict(uid, mail, rules, seen)
         report = verdict.report
         if verdict.replaces:
             applied = report.id if report is not None else verdict.cancel_id
