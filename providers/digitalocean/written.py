@@ -978,13 +978,16 @@ def _on_the_mail_s_day(
     """`moment`, a time on the day `relative_day` says in the time's own zone, or that time on
     the day it says in the calendar of the mail's Date, when the Date has another offset and
     `moment` is past (its window's end before `sent`, less the slack) by more than that one is
-    ahead. "today at 01:00 UTC" in a mail sent at 18:30 -0500 (23:30 UTC) is 01:00 UTC on
-    New York's day, 1.5 h on, not 22.5 h before the mail: read so, a machine started since
-    passed it over as another machine's reclaim, and the job heard nothing. Never later than
-    `moment` otherwise, and a time only a little past is still read at once (a late mail)."""
+    ahead, or `moment` is not past and that one is earlier and not past either. "today at
+    01:00 UTC" in a mail sent at 18:30 -0500 (23:30 UTC) is 01:00 UTC on New York's day, 1.5
+    h on, not 22.5 h before the mail: read so, a machine started since passed it over as
+    another machine's reclaim, and the job heard nothing. "tomorrow at 14:00 UTC" in a mail
+    sent at 20:00 -0500 (01:00 UTC) is 14:00 UTC on New York's tomorrow, not a day later: of
+    two readings the earlier, as for an ambiguous date (one read late loses work). Never
+    later than `moment`, and a time only a little past is still read at once (a late mail)."""
     offset = sent.utcoffset()
     past_by = sent - (_window_end(moment, end) + shift)
-    if not offset or offset == moment.utcoffset() or past_by <= PAST_SLACK:
+    if not offset or offset == moment.utcoffset():
         return moment
     on_the_day = _on_relative_day(sent, relative_day)  # in the Date's own offset
     if on_the_day is None:
@@ -995,7 +998,9 @@ def _on_the_mail_s_day(
         if other.astimezone(sent.tzinfo).date() != day:
             continue
         ahead_by = _window_end(other, end) + shift - sent
-        if -PAST_SLACK <= ahead_by < past_by:
+        if ahead_by < -PAST_SLACK:
+            continue
+        if ahead_by < past_by if past_by > PAST_SLACK else other < moment:
             return other
     return moment
 

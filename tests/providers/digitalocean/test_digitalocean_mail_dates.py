@@ -905,9 +905,10 @@ def test_a_day_word_reads_no_time_past_when_the_mail_s_own_day_has_it_ahead(
     sent: datetime, offset: int, clock: tuple[int, int], day: str
 ) -> None:
     """Of the readings of "today"/"tomorrow" (in UTC's calendar, and in that of the mail's
-    Date), the deadline is the UTC one when it is not past, else the Date's when that is not
-    past and nearer: never later than the UTC reading unless that one is past by more than
-    the Date's reading is ahead (a time only a little past is a late mail: at once)."""
+    Date), the deadline is the earlier when neither is past; when the UTC one is past, the
+    Date's when that is not past and nearer: never later than the UTC reading unless that
+    one is past by more than the Date's reading is ahead (a time only a little past is a
+    late mail: at once)."""
     writer = timezone(timedelta(minutes=offset))
     local = sent.astimezone(writer)
     said = f"{day} at" if day else "at"
@@ -915,11 +916,11 @@ def test_a_day_word_reads_no_time_past_when_the_mail_s_own_day_has_it_ahead(
     found = find_deadline(text, local)
     plain = find_deadline(text, sent)
     assert found is not None and plain is not None
-    if plain[0] >= sent - SLACK or not day:
+    if not day:
         assert found[0] == plain[0]
         return
     target = local.date() + timedelta(days=1 if day == "tomorrow" else 0)
-    readings = [
+    on_the_writer_s_day = [
         moment
         for days in (-1, 0, 1)
         if (moment := datetime.combine(target + timedelta(days=days), time(*clock), timezone.utc))
@@ -927,8 +928,12 @@ def test_a_day_word_reads_no_time_past_when_the_mail_s_own_day_has_it_ahead(
         .date()
         == target
         and sent - SLACK <= moment
-        and moment - sent < sent - plain[0]
     ]
+    if plain[0] >= sent - SLACK:
+        earlier = [moment for moment in on_the_writer_s_day if moment < plain[0]]
+        assert found[0] == (earlier[0] if earlier else plain[0])
+        return
+    readings = [moment for moment in on_the_writer_s_day if moment - sent < sent - plain[0]]
     assert found[0] == (readings[0] if readings else plain[0])
 
 
@@ -1071,3 +1076,31 @@ def test_24_00_of_any_day_reads_as_00_00_of_the_next(sent: datetime, ahead: int,
     )
     assert late is not None and early is not None
     assert late[0] == early[0]
+
+
+# Tuesday 20:00 in New York, 01:00 UTC on Wednesday: the writer's "tomorrow" is Wednesday.
+_NIGHT_EST = datetime(2026, 12, 1, 20, tzinfo=timezone(timedelta(hours=-5)))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Read on the day after the UTC day of the Date: Thursday 14:00 UTC, a day after the
+        # writer's tomorrow (Wednesday 09:00 in New York), so no terminate came before the
+        # reclaim. Of two readings of a day word, the earlier not past is taken, as for an
+        # ambiguous date: one read late loses work, one read early does not.
+        ("tomorrow at 14:00 UTC", _utc(2026, 12, 2, 14)),
+        ("at 14:00 UTC tomorrow", _utc(2026, 12, 2, 14)),
+        ("on Wednesday at 14:00 UTC", _utc(2026, 12, 2, 14)),
+        # Both calendars agree: as before.
+        ("tomorrow at 04:00 UTC", _utc(2026, 12, 3, 4)),
+        ("tomorrow at 00:30 UTC", _utc(2026, 12, 3, 0, 30)),
+        ("tomorrow at 9:00 AM EST", _utc(2026, 12, 2, 14)),
+    ],
+)
+def test_tomorrow_in_a_mail_dated_in_another_zone_is_the_earlier_of_its_days(
+    text: str, expected: datetime
+) -> None:
+    found = find_deadline(f"Droplet gpu-spot-1 will be reclaimed {text}.", _NIGHT_EST)
+    assert found is not None
+    assert found[0] == expected, found[1]
