@@ -26,25 +26,27 @@ def pid_namespace() -> str | None:
         return None
 
 
-def process_start(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field);
-    None when it cannot be read (gone, or hidden)."""
+def _stat_field(pid: int, number: int) -> int | None:
+    """Field `number` (counted from 1, as proc(5) does) of /proc/PID/stat, read after the
+    command's closing parenthesis (a command may hold spaces and parentheses); None when it
+    cannot be read (gone, or hidden)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()
-        return int(fields[19])
+        return int(fields[number - 3])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def process_start(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field);
+    None when it cannot be read (gone, or hidden)."""
+    return _stat_field(pid, 22)
 
 
 def process_parent(pid: int) -> int | None:
     """The parent of process `pid` (/proc/PID/stat's 4th field), None where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rpartition(b")")[2].split()
-        return int(fields[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    return _stat_field(pid, 4)
 
 
 def ancestors(pid: int) -> list[int]:

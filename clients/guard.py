@@ -1450,12 +1450,7 @@ class CheckpointGuard:
             below = getattr(previous, "__self__", None)
         self._forwarding.add(signum)
         try:
-            if callable(previous):
-                previous(signum, frame)
-            elif previous == signal.SIG_DFL:
-                if signal.getsignal(signum) == self._on_signal:
-                    signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
+            self._deliver(previous, signum, frame)
         finally:
             self._forwarding.discard(signum)
 
@@ -1476,12 +1471,15 @@ class CheckpointGuard:
         return None
 
     def _forward(self, signum: int, frame: FrameType | None) -> None:
-        previous = self._previous_handlers.get(signum, signal.SIG_DFL)
+        self._deliver(self._previous_handlers.get(signum, signal.SIG_DFL), signum, frame)
+
+    def _deliver(self, previous: Any, signum: int, frame: FrameType | None) -> None:
+        """Hand `signum` to `previous`, a handler this guard replaced: called, or for the
+        default action put back where this guard's handler stands and raised again (the
+        process ends, or SIGINT's KeyboardInterrupt handler is not ours); ignored stays so."""
         if callable(previous):
             previous(signum, frame)
         elif previous == signal.SIG_DFL:
-            # Put back where this closed guard's handler stands, then raised again: the default
-            # action (the process ends, or SIGINT's KeyboardInterrupt handler is not ours).
             if signal.getsignal(signum) == self._on_signal:
                 signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
