@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from forewarn.protocol.timefmt import format_time, parse_time
+from forewarn.providers.boot import boot_id
 from forewarn.providers.persist import write_atomically
 from pydantic import ValidationError
 
@@ -276,17 +277,6 @@ def set_aside(path: Path, what: str, why: str) -> None:
 def _set_aside(path: Path, why: str) -> AgentState:
     set_aside(path, "state file", why)
     return AgentState()
-
-
-BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
-
-
-def boot_id(path: Path = BOOT_ID_PATH) -> str | None:
-    """This boot of the machine (Linux), or None where the kernel does not say."""
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
 
 
 def load_seq_mark(path: Path) -> int:

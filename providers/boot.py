@@ -1,16 +1,33 @@
-"""When this machine started: notices a provider gave before it are not this boot's."""
+"""Which boot of this machine it is: notices a provider gave in another boot are not this
+boot's."""
 
 from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from forewarn.protocol.timefmt import utcnow
+
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id(path: Path = BOOT_ID_PATH) -> str | None:
+    """This boot of the machine (Linux: a random id the kernel draws at each boot, which a
+    container shares), or None where the kernel does not say. Unlike `machine_started`, no
+    clock enters it: a clock stepped after boot (NTP's first sync on a VM whose RTC was
+    wrong) moves the start that clocks give, not the id."""
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
 
 
 def machine_started() -> datetime | None:
     """When this machine started (the kernel's boot time, which a container shares), or None
-    where the clock since boot cannot be read."""
+    where the clock since boot cannot be read. It is now less the time since boot, so a
+    clock stepped since a moment was taken moves it against that moment: prefer `boot_id`
+    to tell a moment of this boot from one of an earlier boot where it was recorded."""
     try:
         since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
     except (AttributeError, OSError):  # not Linux
@@ -18,4 +35,4 @@ def machine_started() -> datetime | None:
     return utcnow() - timedelta(seconds=since_boot)
 
 
-__all__ = ["machine_started"]
+__all__ = ["BOOT_ID_PATH", "boot_id", "machine_started"]

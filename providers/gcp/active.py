@@ -7,6 +7,9 @@ instead of the notice). With this file a notice still in force after a restart k
 first-seen time and deadline; one that ended meanwhile is cleared under its old id.
 
 The file only helps across restarts: a notice is published whether or not it can be written.
+Each notice is saved with the kernel's boot id: one saved in another boot (a VM stopped and
+started keeps its boot disk) is not restored. A file of an agent that saved no boot id is
+judged by the clock instead: a notice seen before now less the time since boot.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 from forewarn.providers.report import Report, saved_report
 from pydantic import ValidationError
 
-from ..boot import machine_started
+from ..boot import boot_id, machine_started
 from ..health import PollHealth
 from ..persist import write_or_report
 
@@ -52,6 +55,7 @@ class ActiveNotices:
             return {}
         notices = {}
         booted = machine_started()
+        this_boot = boot_id()
         for kind, item in payload.items():
             # One that cannot be read costs only itself: the others keep their ids.
             try:
@@ -64,7 +68,15 @@ class ActiveNotices:
                     error.errors()[0]["msg"],
                 )
                 continue
-            if booted is not None and notice.noticed_at < booted:
+            saved_in = item.get("boot_id") if isinstance(item, dict) else None
+            if isinstance(saved_in, str) and this_boot is not None:
+                # The clock cannot say: one stepped forward since the notice was seen (NTP's
+                # first sync on a VM whose RTC was behind) put it before the start that the
+                # clock gives, and this boot's notice was raised again under a new id.
+                earlier_boot = saved_in != this_boot
+            else:  # saved by an agent that kept no boot id, or no boot id here
+                earlier_boot = booted is not None and notice.noticed_at < booted
+            if earlier_boot:
                 # Saved before a VM stop and start (the state directory is on the boot
                 # disk): TERMINATE_ON_HOST_MAINTENANCE at the first answer is a new event,
                 # yet it took the old notice's id and past deadline, a terminate at once.
@@ -95,7 +107,13 @@ class ActiveNotices:
         not raised (the watcher goes on publishing), and the next call tries again."""
         if not self.unsaved or self.path is None:
             return
-        payload = {name: json.loads(item.model_dump_json()) for name, item in self.notices.items()}
+        # Every notice held is this boot's (those of another were not restored). An agent
+        # without the key drops it (`saved_report`): a rollback keeps the notices.
+        this_boot = boot_id()
+        payload = {
+            name: {**json.loads(item.model_dump_json()), "boot_id": this_boot}
+            for name, item in self.notices.items()
+        }
         if write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health):
             self.unsaved = False
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from forewarn.agent.protocol import Report
 from forewarn.protocol.timefmt import format_time, utcnow
+from forewarn.providers.boot import boot_id
 from forewarn.providers.gcp.active import ACTIVE_FILE
 from forewarn.providers.gcp.settings import Settings
 from forewarn.providers.gcp.simulate import GcpSimulator
@@ -633,9 +634,16 @@ async def test_answered_only_once_every_key_has_answered(
         await run.until(lambda: run.watcher.answered, what="every key to answer")
 
 
-def moved_before_this_boot(state_dir: Path, kind: str) -> None:
+# How a saved notice's boot is told: the kernel's boot id saved beside it, another boot's
+# here; or, in a file written before the boot id was saved, its time before the machine's start.
+_OTHER_BOOT = "0f2c4b1e-5d36-4a7e-9c1d-2b8e7f6a5d40"
+BOOT_RECORDS = ["another boot id", "no boot id"]
+
+
+def moved_before_this_boot(state_dir: Path, kind: str, boot: str = "another boot id") -> None:
     """Move the saved notice of `kind` to an hour before this machine started, as one saved
-    before a VM stop and start (the state directory is on the boot disk: it stays)."""
+    before a VM stop and start (the state directory is on the boot disk: it stays), saved in
+    another boot or, as an older agent wrote it, with no boot id."""
     path = state_dir / ACTIVE_FILE
     notices = json.loads(path.read_text())
     booted = utcnow() - timedelta(seconds=time.clock_gettime(time.CLOCK_BOOTTIME))
@@ -643,17 +651,22 @@ def moved_before_this_boot(state_dir: Path, kind: str) -> None:
     for field in ("noticed_at", "deadline"):
         moment = datetime.fromisoformat(notices[kind][field].replace("Z", "+00:00"))
         notices[kind][field] = format_time(moment - back)
+    if boot == "no boot id":
+        notices[kind].pop("boot_id", None)
+    else:
+        notices[kind]["boot_id"] = _OTHER_BOOT
     path.write_text(json.dumps(notices))
 
 
+@pytest.mark.parametrize("boot", BOOT_RECORDS)
 async def test_a_notice_saved_before_this_machine_started_is_not_this_boot_s(
-    server: SimServer, sim: GcpSimulator, tmp_path: Path
+    server: SimServer, sim: GcpSimulator, tmp_path: Path, boot: str
 ) -> None:
     # TERMINATE_ON_HOST_MAINTENANCE at the first answer after a stop and start is a new
     # event: the old notice's deadline, past, was reused (a terminate at once, and, retired
     # past its deadline, a clear and a raise again every grace period).
     before = await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
-    moved_before_this_boot(tmp_path, "maintenance-event")
+    moved_before_this_boot(tmp_path, "maintenance-event", boot)
     async with watching(server.url, tmp_path) as run:
         [after] = await run.count(1)
     assert after.action == "drain" and after.id != before.id
@@ -661,13 +674,39 @@ async def test_a_notice_saved_before_this_machine_started_is_not_this_boot_s(
     assert after.noticed_at > utcnow() - timedelta(minutes=1)
 
 
+@pytest.mark.parametrize("boot", BOOT_RECORDS)
 async def test_a_notice_saved_before_this_machine_started_and_gone_raises_nothing(
-    server: SimServer, sim: GcpSimulator, tmp_path: Path
+    server: SimServer, sim: GcpSimulator, tmp_path: Path, boot: str
 ) -> None:
     await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
-    moved_before_this_boot(tmp_path, "maintenance-event")
+    moved_before_this_boot(tmp_path, "maintenance-event", boot)
     sim.withdraw("maintenance-event")
     async with watching(server.url, tmp_path) as run:
         await run.until_polling()
         await run.settle()
         assert run.reports == []
+
+
+@pytest.mark.skipif(boot_id() is None, reason="the kernel gives no boot id here")
+async def test_a_notice_of_this_boot_seen_before_the_clock_stepped_forward_keeps_its_id(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path
+) -> None:
+    """A VM whose clock was an hour behind at boot (a wrong RTC, NTP's first sync to come)
+    sees a maintenance notice, the clock steps forward, and the agent restarts: by the clock
+    the notice was seen before this machine started (now less the time since boot), and it
+    was taken for an earlier boot's and raised again under a new id with a new deadline (a
+    second drain to the job, and its terminate an hour late). The boot id saved beside it
+    says it is this boot's."""
+    before = await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
+    moved_before_this_boot(tmp_path, "maintenance-event")
+    path = tmp_path / ACTIVE_FILE
+    notices = json.loads(path.read_text())
+    notices["maintenance-event"]["boot_id"] = boot_id()
+    path.write_text(json.dumps(notices))
+    async with watching(server.url, tmp_path) as run:
+        [after] = await run.count(1)
+        await run.settle()
+        assert run.reports == [after]
+    assert (after.id, after.action) == (before.id, "drain")
+    assert after.deadline is not None and before.deadline is not None
+    assert after.deadline < before.deadline - timedelta(minutes=59)  # as it was saved
