@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -67,8 +69,9 @@ GRANTS = {
 }
 
 
-# 4xx answers worth another attempt: 429, the API server shedding load; 409, the name it
-# generated for an Event (`generateName`) was taken, and the next POST gets another.
+# 4xx answers worth another attempt: 429, the API server shedding load; 409 to a cordon.
+# An Event's 409 is an answer: its name is its notice's (`event_name`), so one taken is
+# that Event made before (an answer lost, a restart making what a stop cut off).
 RETRIED = frozenset({409, 429})
 # How often a stop looks whether the notices held are reported (see `settle`).
 SETTLE_POLL = 0.02
@@ -100,6 +103,24 @@ def _micro_time(moment: datetime) -> str:
     return f"{whole[:-1]}.{moment.microsecond:06d}Z"
 
 
+def event_name(notice: Notice, regarding: Mapping[str, str], instance: str) -> str:
+    """The name of the Event about `regarding` for `notice`, the same at every POST of it:
+    a second POST of an Event made (its answer lost to a timeout, or made just before a stop
+    and made again after the restart) is refused 409 AlreadyExists, not a second Event. The
+    agent's instance and the notice's seq and send time keep apart the Events of other
+    agents and of other sendings of the same notice."""
+    parts = [
+        instance,
+        *(f"{key}={regarding[key]}" for key in sorted(regarding)),
+        notice.id,
+        notice.action,
+        str(notice.seq),
+        format_time(notice.sent_at),
+    ]
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return f"forewarn-{digest[:24]}"
+
+
 def event_body(
     notice: Notice,
     regarding: dict[str, str],
@@ -122,7 +143,7 @@ def event_body(
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"generateName": "forewarn-", "namespace": namespace},
+        "metadata": {"name": event_name(notice, regarding, instance), "namespace": namespace},
         "eventTime": _micro_time(notice.sent_at),
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": instance[:128],
@@ -166,6 +187,16 @@ class KubernetesNotifier(Observer):
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._reporting: Notice | None = None  # taken off the queue, not yet done
+        self._reporting_events = False  # whether its Events are to be made
+        # The Events the last run owed at its stop, made first here, oldest first; and the
+        # (id, action) of those not made yet.
+        self._owed_loaded: list[Notice] = []
+        self._owed_at_start: set[tuple[str, str]] = set()
+        # Writes of the file come from the loop (at start and stop) and from threads: a
+        # write older than one already done is not made (it would bring back a stale file).
+        self._write_lock = threading.Lock()
+        self._generation = 0
+        self._written = 0
         self._refused: set[str] = set()
         self._cordoned = False
         # The terminates in force: once none is, the operator may uncordon (as the docs say
@@ -204,11 +235,24 @@ class KubernetesNotifier(Observer):
             # by now, so this is not another agent's file.
             loaded = load_warned(self._warned_path)
             self._warned_known = loaded is not None
-            self._warned = {notice.id: notice for notice in loaded or []}
+            self._warned = {notice.id: notice for notice in loaded.warned} if loaded else {}
+            self._owed_loaded = list(loaded.owed) if loaded else []
+            for notice in self._owed_loaded:
+                # Owed at the last stop (queued, or under way): made first, in order.
+                self._owed_at_start.add((notice.id, notice.action))
+                if notice.action == "clear":
+                    self._seen.add(notice.id)  # its clear is made: none owed besides
+                self._queue.append((notice, True))
+            if self._queue:
+                log.info(
+                    "kubernetes: %d Event(s) not made before the agent stopped; making them: %s",
+                    len(self._queue),
+                    named([notice for notice, _ in self._queue]),
+                )
             if loaded is None:
                 # Written now, empty: the next start knows which Events this run made (none
                 # yet), and makes those a stop cuts off.
-                self._write_warned(encode_warned([]))
+                self._write_warned(*self._encoded())
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name="kubernetes-notifier")
@@ -235,7 +279,9 @@ class KubernetesNotifier(Observer):
     def on_restored(self, notice: Notice) -> None:
         self._seen.add(notice.id)
         made = self._warned.get(notice.id)
-        if self._warned_known and (made is None or made.action != notice.action):
+        # Owed at the stop, and queued at start already (made by now, perhaps).
+        owed = any((o.id, o.action) == (notice.id, notice.action) for o in self._owed_loaded)
+        if self._warned_known and (made is None or made.action != notice.action) and not owed:
             # Its Event held by the API server (or not yet made) when the agent stopped: the
             # Node showed nothing of a reclaim in force until its clear.
             self._restored_unmade.append(notice)
@@ -263,6 +309,13 @@ class KubernetesNotifier(Observer):
             if notice.id in self._seen:
                 continue
             self._owed.add(notice)
+        # A drain or terminate owed at the stop whose notice nothing restores, and whose
+        # clear was not owed with it: made from the file, it would stand as the Node's last
+        # word on a notice that ended, as a Warning named in the file does.
+        last_owed = {notice.id: notice for notice in self._owed_loaded}
+        for notice in last_owed.values():
+            if notice.action != "clear" and notice.id not in self._seen:
+                self._owed.add(notice)
         # Not at once, but for a provider no watcher runs for: a notice whose Event was made
         # just before a SIGKILL, before the state took it, is named here as one cleared is,
         # and its watcher reports it again at its first answer (owed.py).
@@ -301,6 +354,9 @@ class KubernetesNotifier(Observer):
     def on_stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+            if self._warned_path is not None and self.settings.events:
+                # What is queued or under way is kept, and the next start makes it.
+                self._write_warned(*self._encoded(current=True))
         # Still owed: the file names each standing, and the next start owes it again.
         self._owed.cancel()
         # Stopping ends the request in progress and those waiting: say which, as the
@@ -398,16 +454,20 @@ class KubernetesNotifier(Observer):
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), self.warned_retry)
                     if not self._wake.is_set():
-                        data = encode_warned(list(self._warned.values()))
-                        await asyncio.to_thread(self._write_warned, data)
+                        await asyncio.to_thread(self._write_warned, *self._encoded())
                 notice, events = self._queue.popleft()
-                self._reporting = notice
+                self._reporting, self._reporting_events = notice, events
                 try:
                     await self._tell(notice, events)
                 except Exception:
                     # One bad notice must not end the notifier.
                     log.exception("kubernetes: could not report %s", notice.id)
                 self._reporting = None
+                if (notice.id, notice.action) in self._owed_at_start and events:
+                    self._owed_at_start.discard((notice.id, notice.action))
+                    if not self._owed_at_start:
+                        # The last owed at start is done: the file owes it no more.
+                        await asyncio.to_thread(self._write_warned, *self._encoded())
         finally:
             if self._client is not None:
                 await self._client.aclose()
@@ -472,15 +532,27 @@ class KubernetesNotifier(Observer):
                 del self._warned[next(iter(self._warned))]
         if self._warned_path is None:
             return
-        data = encode_warned(list(self._warned.values()))
         # In a thread: the write is synced, and the event loop publishes meanwhile.
-        await asyncio.to_thread(self._write_warned, data)
+        await asyncio.to_thread(self._write_warned, *self._encoded())
 
-    def _write_warned(self, data: bytes) -> None:
+    def _encoded(self, *, current: bool = False) -> tuple[bytes, int]:
+        """The file's bytes now, and their generation: the Warnings standing, and the Events
+        owed (those queued; with `current`, the one under way too, at a stop)."""
+        owed = [notice for notice, events in self._queue if events]
+        if current and self._reporting is not None and self._reporting_events:
+            owed.insert(0, self._reporting)
+        self._generation += 1
+        return encode_warned(list(self._warned.values()), owed), self._generation
+
+    def _write_warned(self, data: bytes, generation: int) -> None:
         if self._warned_path is None:
             return
         try:
-            write_atomic(self._warned_path, data)
+            with self._write_lock:
+                if generation < self._written:
+                    return  # a newer one is written
+                write_atomic(self._warned_path, data)
+                self._written = generation
         except OSError as error:
             # Shown by `status` and `forewarn_condition` while it lasts, as the agent's own
             # files are: a WARNING alone went unseen, and the restart then made no Event owed.
@@ -554,6 +626,12 @@ class KubernetesNotifier(Observer):
                     # a kubeconfig's credentials too (read once when it is loaded).
                     why = "401: the API server refused the token"
                     await self._reconnect()
+                elif what == "event" and response.status_code == 409:
+                    # Its name is taken: this Event was made before, by an attempt whose
+                    # answer was lost or by the run a stop cut off. Made, and once.
+                    log.info("kubernetes: the Event %s was made before", body["metadata"]["name"])
+                    self.sent += 1
+                    return True
                 elif what == "cordon" and uid_refused(response.status_code, response.content):
                     log.info(
                         "kubernetes: node %s was replaced (deleted and registered again) "
@@ -593,4 +671,4 @@ def _died(task: asyncio.Task[None]) -> None:
         log.error("kubernetes: notifier stopped: %r", task.exception())
 
 
-__all__ = ["KubernetesNotifier", "camel", "event_body"]
+__all__ = ["KubernetesNotifier", "camel", "event_body", "event_name"]

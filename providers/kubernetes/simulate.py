@@ -683,12 +683,20 @@ class KubernetesSimulator(Simulator):
             message = f"Event is invalid: {'; '.join(problems)}"
             return SimResponse.json(_status(422, "Invalid", message), 422)
         with self.lock:
+            name = event["metadata"].get("name")
+            if name and any(
+                e["metadata"]["name"] == name and e["metadata"]["namespace"] == namespace
+                for e in self.events
+            ):
+                # As the API server: a name is one object's in its namespace.
+                message = f'events.events.k8s.io "{name}" already exists'
+                return SimResponse.json(_status(409, "AlreadyExists", message), 409)
             self.rv += 1
             stored = {
                 **event,
                 "metadata": {
                     **event["metadata"],
-                    "name": event["metadata"].get("generateName", "") + f"{self.rv:x}",
+                    "name": name or event["metadata"].get("generateName", "") + f"{self.rv:x}",
                     "namespace": namespace,
                     "resourceVersion": str(self.rv),
                 },

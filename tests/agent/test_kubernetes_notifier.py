@@ -13,7 +13,12 @@ from typing import Any
 import httpx
 import pytest
 from forewarn.agent.notifications.kubernetes import KubernetesNotifier, camel, event_body
-from forewarn.agent.notifications.warned import WARNED_FILE, decode_warned, encode_warned
+from forewarn.agent.notifications.warned import (
+    WARNED_FILE,
+    decode_events,
+    decode_warned,
+    encode_warned,
+)
 from forewarn.agent.observer import Deliveries
 from forewarn.agent.protocol import Notice
 from forewarn.providers.kubernetes.settings import Settings
@@ -575,10 +580,10 @@ def test_the_event_of_an_expired_notice_says_it_expired():
     assert "expired" not in plain["note"]
 
 
-async def test_an_event_whose_generated_name_conflicts_is_posted_again(tmp_path: Path):
-    """An Event is created with `generateName`, and the API server answers 409 AlreadyExists
-    when the name it generated is taken ("try again", its message says): the Event was
-    given up on at once, though a second POST gets a new name."""
+async def test_an_event_made_before_is_a_409_and_made_once(tmp_path: Path):
+    """An Event's name is its notice's: its POST answered 409 AlreadyExists is that Event
+    made before (an answer lost to a timeout, then the second attempt), counted made and
+    not posted again. With `generateName` each attempt made another Event."""
     with cluster(None) as server:
         conflict = {"kind": "status", "status": 409, "path": "/apis/", "method": "POST", "count": 1}
         answer = httpx.post(f"{server.url}/_sim/faults", json=conflict, trust_env=False, timeout=5)
@@ -590,10 +595,45 @@ async def test_an_event_whose_generated_name_conflicts_is_posted_again(tmp_path:
             await eventually_async(
                 lambda: notifier.created + notifier.failed >= 1, timeout=10, what="an outcome"
             )
-            assert (notifier.created, notifier.failed) == (1, 0)
-            assert [e["action"] for e in sim_state(server)["events"]] == ["Terminate"]
+            assert (notifier.created, notifier.failed, notifier.retries) == (1, 0, 0)
+            assert sim_state(server)["events"] == []  # the fault's 409: made by no one here
         finally:
             notifier.on_stop()
+
+
+async def test_an_event_owed_at_a_stop_and_made_already_is_not_made_twice(tmp_path: Path):
+    """The stop came while a drain's Event was under way: the API server had made it, its
+    answer was cut off, and the file owes it. The restarted agent's POST of it is a 409 on
+    the same name: one Event, and the one owed after it is made too."""
+    drain, other = local_notice(1, "drain"), local_notice(2, "drain")
+    with cluster(None) as server:
+        token = tmp_path / "token"
+        token.write_text("t1")
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
+        first = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+        first.on_start(["local"])
+        try:
+            first.on_notice(drain, escalated=False)
+            await eventually_async(lambda: first.created == 1, what="the drain's Event")
+        finally:
+            first.on_stop()
+        (tmp_path / WARNED_FILE).write_bytes(encode_warned([], [drain, other]))
+        second = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+        second.on_start(["local"])
+        try:
+            second.on_restored(drain)
+            second.on_restored(other)
+            second.on_restore_done(iter(range(10, 20)).__next__)
+            await eventually_async(lambda: second.created == 2, what="the owed Events")
+            await second.settle()
+        finally:
+            second.on_stop()
+        assert node_events(server, drain.id) == ["Drain"]
+        assert node_events(server, other.id) == ["Drain"]
+        assert second.retries == 0
+        saved = json.loads((tmp_path / WARNED_FILE).read_text())
+        assert [n["id"] for n in saved["warned"]] == [drain.id, other.id]
+        assert saved["owed"] == []
 
 
 async def test_deliveries_count_the_requests_made_refused_and_pending(tmp_path: Path):
@@ -627,6 +667,12 @@ def node_events(server: SimServer, notice_id: str) -> list[str]:
     ]
 
 
+def saved_manual(tmp_path: Path) -> list[Any]:
+    """The manual notices in the agent's state file (none before it is written)."""
+    path = tmp_path / "state" / "state.json"
+    return list(json.loads(path.read_text())["manual"]) if path.is_file() else []
+
+
 def test_a_clear_whose_event_a_stop_cut_off_gets_it_after_the_restart(tmp_path: Path):
     """The API server held the clear's Event when the agent stopped: the restarted agent had
     nothing of the notice (the state had dropped it), and the Node's last word on it stayed
@@ -640,7 +686,10 @@ def test_a_clear_whose_event_a_stop_cut_off_gets_it_after_the_restart(tmp_path: 
             httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
             first.control({"op": "clear", "id": notice["id"]})
             eventually(lambda: sim_faults(server) == [], timeout=15, what="the held Event")
-        assert "stopping with 1 notice(s) not reported" in first.output()
+            # Killed, not stopped (a stop keeps the Events owed: see the test below): the
+            # state has dropped the notice, the file names its Warning standing.
+            eventually(lambda: saved_manual(tmp_path) == [], what="the state without it")
+            first.kill()
         with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as second:
             eventually(
                 lambda: node_events(server, notice["id"]) == ["Drain", "Clear"],
@@ -655,32 +704,88 @@ def test_a_clear_whose_event_a_stop_cut_off_gets_it_after_the_restart(tmp_path: 
     assert "its Clear Event was not made" in second.output()
 
 
+def test_a_drain_and_its_clear_a_stop_cut_off_are_both_made_after_the_restart(tmp_path: Path):
+    """The API server held the drain's Event and the clear waited behind it when the agent
+    stopped: the state had dropped the notice, and the file named no Warning of it, so the
+    restarted agent made neither, and the cluster's history had nothing of a reclaim the job
+    was told of. What was owed is kept at the stop and made after the restart, in order."""
+    with cluster(WATCH | {"create:events"}) as server:
+        hold = {"kind": "hang", "path": "/apis/", "method": "POST", "count": 1}
+        httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as first:
+            notice = first.control({"op": "notify", "action": "drain", "note": "n"})["notice"]
+            eventually(lambda: sim_faults(server) == [], timeout=15, what="the held Event")
+            first.control({"op": "clear", "id": notice["id"]})
+        assert "stopping with 2 notice(s) not reported" in first.output()
+        assert node_events(server, notice["id"]) == []
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as second:
+            eventually(
+                lambda: node_events(server, notice["id"]) == ["Drain", "Clear"],
+                timeout=10,
+                what="the drain's and the clear's Events after the restart",
+            )
+        assert node_events(server, notice["id"]) == ["Drain", "Clear"]
+        # Made: the next start owes nothing.
+        saved = json.loads((tmp_path / "state" / WARNED_FILE).read_text())
+        assert saved["warned"] == [] and saved.get("owed", []) == []
+    assert "not made before the agent stopped" in second.output()
+
+
+async def test_a_drain_owed_at_a_kill_whose_notice_ended_gets_its_clear_too(tmp_path: Path):
+    """The file owes a drain's Event (written at the last Event made, before a SIGKILL) and
+    no clear after it, and nothing restores the notice: it ended meanwhile. Made alone from
+    the file, the drain stood as the Node's last word on a notice that had ended; its clear
+    is owed too, as for a Warning the file names."""
+    drain = local_notice(1, "drain")
+    (tmp_path / WARNED_FILE).write_bytes(encode_warned([], [drain]))
+    with cluster(None) as server:
+        token = tmp_path / "token"
+        token.write_text("t1")
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
+        notifier = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+        notifier.on_start(["local"])
+        try:
+            notifier.on_restore_done(iter(range(10, 20)).__next__)
+            notifier.on_poll("local", True, None)
+            notifier.on_poll("local", True, None)
+            await eventually_async(lambda: notifier.created == 2, what="the drain and its clear")
+            await notifier.settle()
+        finally:
+            notifier.on_stop()
+        assert node_events(server, drain.id) == ["Drain", "Clear"]
+        saved = json.loads((tmp_path / WARNED_FILE).read_text())
+        assert saved == {"version": 1, "warned": [], "owed": []}
+
+
+_FILE_ITEMS = st.lists(
+    st.one_of(st.integers(), st.text(max_size=5), st.just(local_notice(1, "drain"))),
+    max_size=3,
+).map(
+    lambda items: [
+        json.loads(item.model_dump_json()) if hasattr(item, "id") else item for item in items
+    ]
+)
+
+
 @given(
     st.one_of(
         st.binary(max_size=200),
-        st.lists(
-            st.one_of(st.integers(), st.text(max_size=5), st.just(local_notice(1, "drain"))),
-            max_size=3,
-        ).map(
-            lambda items: json.dumps(
-                {
-                    "version": 1,
-                    "warned": [
-                        json.loads(item.model_dump_json()) if hasattr(item, "id") else item
-                        for item in items
-                    ],
-                }
-            ).encode()
+        st.tuples(_FILE_ITEMS, st.one_of(_FILE_ITEMS, st.integers(), st.none())).map(
+            lambda parts: json.dumps({"version": 1, "warned": parts[0], "owed": parts[1]}).encode()
         ),
+        _FILE_ITEMS.map(lambda items: json.dumps({"version": 1, "warned": items}).encode()),
     )
 )
 def test_any_kubernetes_events_file_reads_as_notices_or_a_value_error(data: bytes):
+    """Any bytes read as the Warnings standing and the Events owed, or a ValueError; a file
+    of an older agent (no `owed`) owes none."""
     try:
-        notices = decode_warned(data)
+        read = decode_events(data)
     except ValueError:
         return
-    assert all(isinstance(notice, Notice) for notice in notices)
-    assert decode_warned(encode_warned(notices)) == notices
+    assert all(isinstance(notice, Notice) for notice in read.warned + read.owed)
+    assert decode_events(encode_warned(read.warned, read.owed)) == read
+    assert decode_warned(data) == read.warned
 
 
 def test_a_restored_notice_whose_event_a_stop_cut_off_gets_it_after_the_restart(
@@ -697,7 +802,9 @@ def test_a_restored_notice_whose_event_a_stop_cut_off_gets_it_after_the_restart(
             # (without a file, an agent upgraded from one that kept none, nothing is known).
             notice = first.control({"op": "notify", "action": "drain", "note": "n"})["notice"]
             eventually(lambda: sim_faults(server) == [], timeout=15, what="the held Event")
-        assert "stopping with 1 notice(s) not reported" in first.output()
+            # Killed, not stopped (a stop keeps the Event owed): the state has the notice.
+            eventually(lambda: len(saved_manual(tmp_path)) == 1, what="the state with it")
+            first.kill()
         assert node_events(server, notice["id"]) == []
         with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as second:
             eventually(
