@@ -131,6 +131,9 @@ class DigitalOceanWatcher:
         self.state_path = Path(context.state_dir) / STATE_FILE
         self.active = ActiveReclaims(Path(context.state_dir) / ACTIVE_FILE, self.health)
         self._seen: SeenMail | None = None
+        # Shifts found ahead of the pass ("brought forward by 1 hour") while no reclaim stood
+        # for them to move, by UID: each is applied once the pass raises a reclaim before it.
+        self._waiting_shifts: dict[int, Verdict] = {}
         self.droplet: Droplet | None = None
         self.idle_supported: bool | None = None
         # The mailbox was read once: a reclaim from before an agent restart that neither the
@@ -281,6 +284,7 @@ class DigitalOceanWatcher:
             pending = deque(
                 await self._answered_in_time(session, session.new_uids, seen.last_uid, since)
             )
+            self._waiting_shifts = {}  # each is read in its place in the pass, if not before
             top = pending[-1] if pending else seen.last_uid
             looked = time.monotonic()
             while pending:
@@ -366,9 +370,11 @@ class DigitalOceanWatcher:
         reclaim, a cancellation or a new time. A cancellation or a new time takes the place of
         every notice before it, those still to be read in the pass too: they raise nothing
         when their place comes (`SeenMail.superseded`). A time given only as a shift of the
-        old one ("brought forward by 1 hour") waits for its place in the pass, where every
-        reclaim before it is known, as does a mail that could not be fetched; it is read
-        there again."""
+        old one ("brought forward by 1 hour") moves the reclaim standing; an older reclaim the
+        pass reads after it moves it earlier if its own time, shifted, is earlier (as in its
+        place, it moves the earliest). With no reclaim standing it waits until the pass raises
+        one before it. A mail that could not be fetched waits for its place in the pass; it
+        is read there again."""
         try:
             mail = await self._answered_in_time(session, session.fetch, uid)
         except FetchRefused:
@@ -380,7 +386,10 @@ class DigitalOceanWatcher:
         report = verdict.report
         if verdict.replaces:
             applied = report.id if report is not None else verdict.cancel_id
-            if verdict.shift is not None or applied is None or seen.was_raised(applied):
+            if applied is None or seen.was_raised(applied):
+                return
+            if verdict.shift is not None and not self._earlier(uid, verdict, seen):
+                self._waiting_shifts[uid] = verdict  # nothing to move yet
                 return
             log.info("digitalocean: mail UID %d came during the pass; applied ahead of it", uid)
             self._replace(uid, verdict, seen, emit)
@@ -391,6 +400,7 @@ class DigitalOceanWatcher:
         log.info("digitalocean: mail UID %d came during the pass; read ahead of it", uid)
         self._raise(uid, verdict, report, emit)
         seen.raised_ahead(uid, report.id)
+        self._apply_waiting_shifts(uid, seen, emit)
 
     async def _answered_in_time(
         self, session: MailboxSession, call: Callable[..., T], *args: Any, waiting: float = 0.0
@@ -443,7 +453,10 @@ class DigitalOceanWatcher:
     def _handle(self, uid: int, verdict: Verdict, seen: SeenMail, emit: Emit) -> None:
         report = verdict.report
         applied = report.id if report is not None else verdict.cancel_id
+        self._waiting_shifts.pop(uid, None)  # in its place now
         newer = seen.superseded(uid)
+        if newer is not None and report is not None and not verdict.replaces:
+            self._move_earlier(uid, report, seen, emit)
         if newer is not None and (report is not None or verdict.replaces):
             # A cancellation or new time from newer mail was applied ahead of the pass: it
             # took the place of this mail's notice, which would otherwise stand after it.
@@ -477,17 +490,70 @@ class DigitalOceanWatcher:
             return
         self._raise(uid, verdict, report, emit)
         seen.handled(uid, report.id)
+        self._apply_waiting_shifts(uid, seen, emit)
+
+    def _apply_waiting_shifts(self, uid: int, seen: SeenMail, emit: Emit) -> None:
+        """Apply the shifts found ahead of the pass that waited for a reclaim to move, now
+        that mail `uid`, before them, raised one: oldest first, as in their places."""
+        for at in sorted(later for later in self._waiting_shifts if later > uid):
+            verdict = self._waiting_shifts.pop(at)
+            applied = verdict.report.id if verdict.report is not None else None
+            if applied is None or seen.was_raised(applied):
+                continue
+            log.info("digitalocean: mail UID %d, a new time, moves the reclaim of UID %d", at, uid)
+            self._replace(at, verdict, seen, emit)
+            seen.replaced_ahead(at, applied)
+
+    def _move_earlier(self, uid: int, report: Report, seen: SeenMail, emit: Emit) -> None:
+        """Mail `uid`, a reclaim the pass reads after a shift from newer mail was applied
+        ahead of it: in its place it would have been among the reclaims the shift moves, of
+        which it moves the earliest. When this one, shifted, is earlier than the time the
+        shift gave, the moved reclaim takes that time. Only for one shift applied ahead of
+        this mail: after a cancellation, or a chain of them, the newest stands as it is."""
+        newer = [applied for applied, at in seen.replaced.items() if at > uid]
+        if len(newer) != 1 or report.deadline is None:
+            return
+        now = utcnow()
+        moved = next((r for r in self.active.current(now) if r.id == newer[0]), None)
+        if moved is None or moved.deadline is None:
+            return
+        shift = moved.detail.get("shift_seconds")
+        if moved.detail.get("deadline_source") != "earlier deadline + shift" or not isinstance(
+            shift, (int, float)
+        ):
+            return
+        try:
+            earlier = report.deadline + timedelta(seconds=shift)
+        except OverflowError:
+            return
+        if earlier >= moved.deadline:
+            return
+        log.info(
+            "digitalocean: mail UID %d, a reclaim read after the new time applied as %s, "
+            "moves it earlier: %s",
+            uid,
+            moved.id,
+            earlier.isoformat(),
+        )
+        emit(moved.model_copy(update={"deadline": earlier}))
+        self.active.add(moved.model_copy(update={"deadline": earlier}), now)
+
+    def _earlier(self, uid: int, verdict: Verdict, seen: SeenMail) -> list[Report]:
+        """The reclaims standing that mail `uid` (a cancellation or a new time) takes the
+        place of: not its own, and not raised ahead of the pass from newer mail."""
+        report = verdict.report
+        return [
+            r
+            for r in self.active.current(utcnow())
+            if (report is None or r.id != report.id) and not seen.raised_after(r.id, uid)
+        ]
 
     def _replace(self, uid: int, verdict: Verdict, seen: SeenMail, emit: Emit) -> None:
         """Apply mail `uid`, a cancellation or a new time: raise the new time, if any, and
         withdraw the reclaims standing from mail before it."""
         report = verdict.report
         # Not a reclaim raised ahead of the pass from newer mail: this mail came before it.
-        earlier = [
-            r
-            for r in self.active.current(utcnow())
-            if (report is None or r.id != report.id) and not seen.raised_after(r.id, uid)
-        ]
+        earlier = self._earlier(uid, verdict, seen)
         deadlines = [r.deadline for r in earlier if r.deadline is not None]
         if report is not None and verdict.shift is not None and deadlines:
             # "Brought forward by 1 hour": from the reclaim it moves (the earliest).

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from forewarn.agent.protocol import utcnow
+from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.base import PollHealth, WatcherContext
 from forewarn.providers.digitalocean import watch
 from forewarn.providers.digitalocean.imap import (
@@ -1676,3 +1677,103 @@ async def test_a_restart_mid_pass_after_a_cancellation_and_a_new_reclaim_read_ah
             run.summary()
         )
     assert [r["id"] for r in json.loads((state / ACTIVE_FILE).read_text())] == [new.id]
+
+
+def _slow_judging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long pass, for a mail that comes during it: 25 ms a mail, a look ahead each 0.2 s."""
+    monkeypatch.setattr(watch, "LOOK_AHEAD", 0.2)
+    judge = watch.reclaim_verdict
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.025)
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(watch, "reclaim_verdict", slow)
+
+
+def _reclaimed_at(moment: datetime) -> bytes:
+    return reclaim(f"Droplet {DROPLET_ID} will be reclaimed at {moment:%Y-%m-%dT%H:%M:00Z}.")
+
+
+BROUGHT_FORWARD = "The reclaim of gpu-spot-1 has been brought forward by 1 hour."
+
+
+async def test_a_shift_arriving_during_a_long_first_pass_moves_the_reclaim_before_it_ends(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new time given only as a shift ("brought forward by 1 hour") that came while a long
+    pass went over older mail waited for its place in the pass: the job kept the old
+    deadline, its terminate an hour late, until the whole pass was read. It is applied to
+    the reclaim standing when found; an older reclaim the pass reads after it (UID 72 here)
+    moves it earlier still if its own time, shifted, is earlier: as read in its place."""
+    now = utcnow().replace(second=0, microsecond=0)
+    first, other = now + timedelta(minutes=150), now + timedelta(minutes=120)
+    conn = dovecot.connect(mail_user)
+    try:
+        conn.append("INBOX", None, None, _reclaimed_at(first))
+        for number in range(80):
+            if number == 70:
+                conn.append("INBOX", None, None, _reclaimed_at(other))
+            conn.append("INBOX", None, None, reclaim(subject=f"Weekly newsletter {number}"))
+    finally:
+        conn.logout()
+    _slow_judging(monkeypatch)
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        (drain,) = await run.count(1)
+        assert drain.deadline == first
+        await run.until(lambda: run.watcher._seen is not None and run.watcher._seen.last_uid >= 5)
+        update = reclaim(BROUGHT_FORWARD, subject="Spot Droplet reclaim update")
+        await asyncio.to_thread(dovecot.append, mail_user, update)
+        arrived = time.monotonic()
+        await run.until(lambda: any(r.action == "clear" for r in run.reports))
+        assert time.monotonic() - arrived < 1.5
+        assert run.health.polls == 0  # the pass is still going
+        moved = run.reports[1]
+        assert [(r.action, r.id) for r in run.reports] == [
+            ("drain", drain.id),
+            ("drain", moved.id),
+            ("clear", drain.id),
+        ]
+        assert moved.deadline == first - timedelta(hours=1)
+        await run.idling()
+        # The reclaim at UID 72, read in its place, raised nothing of its own: the shift
+        # moved it, earlier than the one it had moved.
+        assert [(r.action, r.id, r.deadline) for r in run.reports[3:]] == [
+            ("drain", moved.id, other - timedelta(hours=1))
+        ], run.summary()
+        assert json.loads((state / STATE_FILE).read_text())["last_uid"] == 83
+        saved = json.loads((state / ACTIVE_FILE).read_text())
+        assert [(r["id"], parse_time(r["deadline"])) for r in saved] == [
+            (moved.id, other - timedelta(hours=1))
+        ]
+
+
+async def test_a_shift_arriving_before_the_pass_reaches_its_reclaim_moves_it_when_it_does(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reclaim a shift moves is still ahead in the pass (UID 40) when the shift comes:
+    nothing stands to move yet, so it waits; once the pass raises that reclaim, the shift is
+    applied at once, not after the 40 mails left of the pass."""
+    now = utcnow().replace(second=0, microsecond=0)
+    first = now + timedelta(minutes=150)
+    conn = dovecot.connect(mail_user)
+    try:
+        for number in range(80):
+            if number == 40:
+                conn.append("INBOX", None, None, _reclaimed_at(first))
+            conn.append("INBOX", None, None, reclaim(subject=f"Weekly newsletter {number}"))
+    finally:
+        conn.logout()
+    _slow_judging(monkeypatch)
+    async with running(settings_for(dovecot, mail_user, tmp_path), tmp_path / "state") as run:
+        await run.until(lambda: run.watcher._seen is not None and run.watcher._seen.last_uid >= 5)
+        update = reclaim(BROUGHT_FORWARD, subject="Spot Droplet reclaim update")
+        await asyncio.to_thread(dovecot.append, mail_user, update)
+        (drain, moved, clear) = await run.count(3)
+        assert run.health.polls == 0  # the pass is still going
+        assert (drain.action, drain.deadline) == ("drain", first)
+        assert (moved.action, moved.deadline) == ("drain", first - timedelta(hours=1))
+        assert (clear.action, clear.id) == ("clear", drain.id)
+        await run.idling()
+        assert len(run.reports) == 3, run.summary()
