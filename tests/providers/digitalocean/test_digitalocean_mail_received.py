@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
-from email.utils import make_msgid
+from email.utils import format_datetime, make_msgid
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from forewarn.providers.digitalocean.imap import received_of
 from forewarn.providers.digitalocean.mail import reclaim_verdict
 from forewarn.testing.dovecot import Dovecot, MailUser
 from hypothesis import given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from test_digitalocean_mailbox import running, settings_for
 
@@ -141,3 +142,71 @@ async def test_a_mail_without_a_date_is_due_at_its_time_from_its_delivery(
         await run.until(lambda: len(run.reports) == 1)
         assert run.reports[0].deadline == at.replace(second=0)
         assert run.reports[0].detail["notice_time"] == f"{delivered:%Y-%m-%dT%H:%M:%SZ}"
+
+
+# Tuesday 20:00 in New York, 01:00 UTC on Wednesday, as a server in New York writes
+# INTERNALDATE (Dovecot gives its own zone; Gmail +0000).
+_NY = timezone(timedelta(hours=-5))
+
+
+@pytest.mark.parametrize(
+    ("text", "received", "expected"),
+    [
+        # Of two readings of a day word, the earlier not past (as for a Date of -0500): one
+        # read late loses work. A server in UTC has only the UTC day's reading.
+        ("tomorrow at 14:00 UTC", datetime(2026, 12, 1, 20, tzinfo=_NY), utc(14, day=2)),
+        ("tomorrow at 14:00 UTC", utc(1, day=2), utc(14, day=3)),
+        # The UTC reading past by 22.5 h (a machine alive now was not reclaimed then): the
+        # one ahead on the delivery's own calendar. In UTC it is past: at once, or another
+        # machine's reclaim for a machine started since.
+        ("today at 01:00 UTC", datetime(2026, 12, 1, 18, 30, tzinfo=_NY), utc(1, day=2)),
+        ("today at 01:00 UTC", utc(23, 30), utc(1)),
+        # Without a day word the zone of the delivery changes nothing.
+        ("at 14:00 UTC", datetime(2026, 12, 1, 20, tzinfo=_NY), utc(14, day=2)),
+        ("at 14:00 UTC", utc(1, day=2), utc(14, day=2)),
+    ],
+)
+def test_a_mail_without_a_date_reads_day_words_on_the_calendar_of_its_delivery(
+    text: str, received: datetime, expected: datetime
+) -> None:
+    """Without a Date, INTERNALDATE's own offset (the server's zone) stands for the Date's:
+    its calendar gives the second reading of `today` and `tomorrow`, under the same rules."""
+    raw = undated(f"Droplet gpu-spot-1 will be reclaimed {text}.")
+    verdict = reclaim_verdict(raw, RULES, "key", received, received=received)
+    assert verdict.report is not None, verdict.why
+    assert verdict.report.deadline == expected
+
+
+@hypothesis_settings(max_examples=40)
+@given(
+    moment=st.datetimes(
+        min_value=datetime(2026, 1, 1), max_value=datetime(2027, 12, 31), timezones=st.none()
+    ),
+    offset=st.integers(-12 * 60, 14 * 60).map(lambda minutes: minutes - minutes % 15),
+    clock=st.tuples(st.integers(0, 23), st.sampled_from([0, 30])),
+    day=st.sampled_from(["", "today", "tomorrow"]),
+)
+def test_an_internal_date_stands_for_the_missing_date_and_is_never_later_than_utc_s(
+    moment: datetime, offset: int, clock: tuple[int, int], day: str
+) -> None:
+    """A mail without a Date read from its INTERNALDATE reads as that mail dated so (the
+    same moment and offset); and the server's zone never makes its deadline later than the
+    reading of a server in UTC, unless that one is past (a deadline already gone, acted on at
+    once or passed over)."""
+    received = moment.replace(second=0, microsecond=0, tzinfo=timezone.utc).astimezone(
+        timezone(timedelta(minutes=offset))
+    )
+    said = f"{day} at" if day else "at"
+    text = f"Droplet gpu-spot-1 will be reclaimed {said} {clock[0]:02d}:{clock[1]:02d} UTC."
+    from_received = reclaim_verdict(undated(text), RULES, "key", received, received=received)
+    dated = undated(text, format_datetime(received))
+    from_date = reclaim_verdict(dated, RULES, "key", received)
+    in_utc = received.astimezone(timezone.utc)
+    from_utc = reclaim_verdict(undated(text), RULES, "key", in_utc, received=in_utc)
+    assert from_received.report is not None and from_date.report is not None
+    assert from_utc.report is not None
+    assert from_received.report.deadline == from_date.report.deadline
+    deadline, utc_deadline = from_received.report.deadline, from_utc.report.deadline
+    assert deadline is not None and utc_deadline is not None
+    if utc_deadline >= received - timedelta(minutes=10):
+        assert deadline <= utc_deadline
