@@ -22,6 +22,7 @@ from typing import Any
 from forewarn.providers.report import Report, saved_report
 from pydantic import ValidationError
 
+from ..boot import boot_id
 from ..health import PollHealth
 from ..persist import write_or_report
 
@@ -190,6 +191,12 @@ class ActiveReclaims:
     A mail is handled once, so after a restart nothing would raise its notice again: the
     watcher re-emits these at start instead (the agent's board then escalates or not as the
     deadline says), and a client that joins after the restart still hears of the reclaim.
+
+    Each is saved with the kernel's boot id and the droplet's id. A droplet made from a
+    snapshot of a reclaimed one carries its state directory: one saved in another boot
+    stands again only for the droplet it was raised for (`of_another_boot`), as after a
+    reboot of that droplet, once `droplet_id` is known. An older agent's file has neither
+    key, and drops them from a newer one's (`saved_report`).
     """
 
     def __init__(self, path: Path, health: PollHealth | None = None) -> None:
@@ -197,8 +204,14 @@ class ActiveReclaims:
         self.health = health
         self.unsaved: dict[str, Report] = {}  # added, not yet written
         self.removed: set[str] = set()  # withdrawn, not yet written
+        self.boot_id = boot_id()
+        # This droplet's id once known (`identified`; None when metadata does not say):
+        # reclaims saved for another droplet are not this one's.
+        self.identified = False
+        self.droplet_id: str | None = None
 
-    def load(self, now: datetime) -> list[Report]:
+    def _read(self) -> list[tuple[Report, dict[str, Any]]]:
+        """Each report in the file, with the item it was read from."""
         try:
             payload = json.loads(self.path.read_text())
         except FileNotFoundError:
@@ -214,14 +227,55 @@ class ActiveReclaims:
             # One report that cannot be read costs only itself: the others' mails are marked
             # handled, and nothing would raise their reclaims again.
             try:
-                reports.append(saved_report(item))
+                reports.append((saved_report(item), item if isinstance(item, dict) else {}))
             except ValidationError as error:
                 log.warning(
                     "digitalocean: ignoring a reclaim in %s (%s)",
                     self.path,
                     error.errors()[0]["msg"],
                 )
-        return [r for r in reports if r.deadline is None or r.deadline > now]
+        return reports
+
+    def _another_droplet_s(self, item: dict[str, Any]) -> bool:
+        saved_for = item.get("droplet")
+        return (
+            self.droplet_id is not None
+            and isinstance(saved_for, str)
+            and saved_for != self.droplet_id
+        )
+
+    def _unconfirmed(self, item: dict[str, Any]) -> bool:
+        """Saved in another boot for a droplet named, while this droplet is not known yet."""
+        saved_in = item.get("boot_id")
+        return (
+            not self.identified
+            and isinstance(item.get("droplet"), str)
+            and isinstance(saved_in, str)
+            and self.boot_id is not None
+            and saved_in != self.boot_id
+        )
+
+    def load(self, now: datetime) -> list[Report]:
+        """The reclaims saved that stand for this droplet: not past their deadline, and not
+        saved for another droplet. Before this droplet is known, not those of another boot
+        saved for a droplet named (see `of_another_boot`)."""
+        return [
+            r
+            for r, item in self._read()
+            if (r.deadline is None or r.deadline > now)
+            and not self._another_droplet_s(item)
+            and not self._unconfirmed(item)
+        ]
+
+    def of_another_boot(self, now: datetime) -> list[tuple[Report, str]]:
+        """The reclaims saved in another boot for a droplet named, with that droplet's id:
+        each stands again once this droplet is known to be that one (a droplet made from a
+        snapshot carries the state directory of the reclaimed one)."""
+        return [
+            (r, item["droplet"])
+            for r, item in self._read()
+            if (r.deadline is None or r.deadline > now) and self._unconfirmed(item)
+        ]
 
     def current(self, now: datetime) -> list[Report]:
         """The reclaims that stand: written or not, not withdrawn, not past their deadline."""
@@ -248,7 +302,9 @@ class ActiveReclaims:
         the next call tries again."""
         if not self.unsaved and not self.removed:
             return
-        payload = [json.loads(r.model_dump_json()) for r in self.current(now)]
+        # Every reclaim standing is this droplet's, in this boot.
+        mine = {"boot_id": self.boot_id, "droplet": self.droplet_id}
+        payload = [{**json.loads(r.model_dump_json()), **mine} for r in self.current(now)]
         if write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health):
             self.unsaved.clear()
             self.removed.clear()

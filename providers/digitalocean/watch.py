@@ -218,11 +218,15 @@ class DigitalOceanWatcher:
 
     async def watch(self, emit: Emit) -> None:
         s = self.settings
-        # Reclaims raised before a restart still stand until their deadline.
+        # Reclaims raised before a restart still stand until their deadline; those saved in
+        # another boot, once this droplet is known to be the one they were raised for.
         for report in self.active.load(utcnow()):
             log.info("digitalocean: %s still stands after a restart", report.id)
             emit(report)
+        held = self.active.of_another_boot(utcnow())
         if not s.imap_host or s.credentials_file is None:
+            for report, _ in held:  # no droplet to compare with is read without a mailbox
+                emit(report)
             self.health.error(
                 "config",
                 "no mailbox configured (set digitalocean.imap_host and "
@@ -236,6 +240,20 @@ class DigitalOceanWatcher:
             except MetadataUnavailable as error:
                 self.health.error("metadata", str(error))
                 await asyncio.sleep(backoff.next())
+        self.active.identified, self.active.droplet_id = True, self.droplet.id
+        for report, saved_for in held:
+            if self.droplet.id is not None and saved_for != self.droplet.id:
+                log.info(
+                    "digitalocean: %s was raised for droplet %s before this machine started, "
+                    "not for this droplet (%s: made from its snapshot?); it does not stand",
+                    report.id,
+                    saved_for,
+                    self.droplet.id,
+                )
+                continue
+            if report.deadline is None or report.deadline > utcnow():
+                log.info("digitalocean: %s still stands after a reboot", report.id)
+                emit(report)
         rules = self._rules(self.droplet)
         log.info(
             "digitalocean: watching %s:%d/%s for reclaim emails naming droplet %s",

@@ -13,6 +13,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from forewarn.providers.boot import boot_id
 from forewarn.providers.digitalocean.seen import ActiveReclaims
 from forewarn.providers.gcp.active import ActiveNotices
 from forewarn.providers.report import Report, saved_report
@@ -103,3 +104,50 @@ def test_one_unreadable_gcp_notice_costs_only_itself(tmp_path: Path) -> None:
 def test_keys_a_newer_agent_adds_are_left_out(newer: dict[str, object]) -> None:
     report = reclaim(3)
     assert saved_report(as_saved(report, **newer)) == report
+
+
+_ANY_VALUE = st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.lists(st.none())
+
+
+@given(boot=_ANY_VALUE, droplet=_ANY_VALUE, identified=st.booleans())
+def test_any_boot_or_droplet_saved_with_a_reclaim_loads(
+    boot: object, droplet: object, identified: bool
+) -> None:
+    """The boot id and droplet saved beside each reclaim, whatever they hold: the reclaim
+    stands, or waits to be confirmed this droplet's, or is another droplet's; never an
+    error, and never another droplet's while this one's is not known."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "digitalocean-active.json"
+        path.write_text(json.dumps([as_saved(reclaim(1), boot_id=boot, droplet=droplet)]))
+        active = ActiveReclaims(path)
+        active.identified, active.droplet_id = identified, "424242424" if identified else None
+        loaded, held = active.load(NOW), active.of_another_boot(NOW)
+        assert loaded in ([], [reclaim(1)]) and len(held) <= 1
+        assert not (loaded and held)
+        if not identified:
+            assert loaded or held
+        if held:
+            assert held == [(reclaim(1), droplet)] and isinstance(boot, str)
+
+
+@given(boot=_ANY_VALUE)
+def test_any_boot_saved_with_a_gcp_notice_loads(boot: object) -> None:
+    import tempfile
+
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "gcp-notices.json"
+        drain = Report(
+            id="gcp/maintenance-event/1",
+            action="drain",
+            reason="host-maintenance",
+            provider="gcp",
+            deadline=now + timedelta(hours=1),
+            noticed_at=now,
+        )
+        path.write_text(json.dumps({"maintenance-event": as_saved(drain, boot_id=boot)}))
+        # Seen now: by the clock this boot's, and by a boot id if it names one.
+        another = isinstance(boot, str) and boot_id() is not None and boot != boot_id()
+        assert ActiveNotices(path).get("maintenance-event") == (None if another else drain)

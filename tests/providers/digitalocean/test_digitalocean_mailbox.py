@@ -1777,3 +1777,34 @@ async def test_a_shift_arriving_before_the_pass_reaches_its_reclaim_moves_it_whe
         assert (clear.action, clear.id) == ("clear", drain.id)
         await run.idling()
         assert len(run.reports) == 3, run.summary()
+
+
+@pytest.mark.parametrize(
+    ("droplet_id", "stands"),
+    [("777777777", False), (DROPLET_ID, True)],
+    ids=["another droplet from its snapshot", "the same droplet rebooted"],
+)
+async def test_a_reclaim_saved_by_another_droplet_does_not_stand_on_one_made_from_its_snapshot(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, droplet_id: str, stands: bool
+) -> None:
+    """The reclaim notice came, the user snapshotted the droplet and made a new one from the
+    snapshot before the reclaim (the state directory with it): the new droplet's agent
+    raised the old droplet's reclaim from the saved file, and its job was drained, then
+    terminated at the old droplet's deadline on a droplet no one reclaims. A reclaim saved
+    in another boot stands again only once the droplet is known to be the one it was
+    raised for; after a reboot of that droplet it still does."""
+    deadline = (utcnow() + timedelta(minutes=95)).replace(second=0, microsecond=0)
+    dovecot.append(mail_user, _reclaimed_at(deadline))
+    state = tmp_path / "state"
+    async with running(settings_for(dovecot, mail_user, tmp_path), state) as run:
+        (drain,) = await run.count(1)
+        await run.idling()
+    saved = json.loads((state / ACTIVE_FILE).read_text())
+    assert [item["id"] for item in saved] == [drain.id]
+    for item in saved:  # as the boot of the droplet made from the snapshot reads them
+        item["boot_id"] = "0f2c4b1e-5d36-4a7e-9c1d-2b8e7f6a5d40"
+    (state / ACTIVE_FILE).write_text(json.dumps(saved))
+    other = settings_for(dovecot, mail_user, tmp_path, droplet_id=droplet_id)
+    async with running(other, state) as run:
+        await run.idling()
+        assert [(r.action, r.id) for r in run.reports] == ([("drain", drain.id)] if stands else [])
