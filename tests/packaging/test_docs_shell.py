@@ -66,6 +66,33 @@ def test_every_block_is_run_somewhere_or_says_why_not() -> None:
     assert {page.name for page, _ in RUN_HERE} >= {"README.md", "aws.md", "gcp.md"}
 
 
+_TRY_DIR = re.compile(r"^export FOREWARN_RUNTIME_DIR=\$\(mktemp -d\)", re.MULTILINE)
+
+
+def _keeps_its_state_in_its_try_dir(block: ShellBlock) -> bool:
+    """Whether the block's agent keeps its state in the block's own temporary directory."""
+    before_agent = block.body.split("forewarn agent", 1)[0]
+    own_state = re.compile(r"^export FOREWARN_STATE_DIR=\S*\$FOREWARN_RUNTIME_DIR", re.M)
+    return bool(own_state.search(before_agent))
+
+
+def test_a_try_in_a_temporary_directory_keeps_its_state_there() -> None:
+    """The flows that start an agent in `export FOREWARN_RUNTIME_DIR=$(mktemp -d)` ("this
+    try's sockets, state and URL") set the state directory there too. Pasted as written, the
+    state went to `run-tmp.*` under the machine's state directory, `/var/lib/forewarn` for
+    root (where a node's own agent keeps its state) or `~/.local/state/forewarn`, one new
+    directory left behind per try; and an `/etc/forewarn/forewarn.toml` setting `state_dir`
+    (the container image's does) gave the try the node agent's own state directory, where
+    the try's agent was refused (exit 2)."""
+    tries = [
+        block
+        for page, block in _all_blocks()
+        if _TRY_DIR.search(block.body) and "forewarn agent" in block.body
+    ]
+    assert len(tries) >= 3, [block.source for block in tries]  # aws.md, gcp.md, kubernetes.md
+    assert [b.source for b in tries if not _keeps_its_state_in_its_try_dir(b)] == []
+
+
 @pytest.mark.parametrize(("page", "block"), RUN_HERE, ids=[block.source for _, block in RUN_HERE])
 def test_the_block_runs_as_written(page: Path, block: ShellBlock, tmp_path: Path) -> None:
     # `forewarn` on PATH is this interpreter's, as an installed console script would be.
@@ -78,6 +105,11 @@ def test_the_block_runs_as_written(page: Path, block: ShellBlock, tmp_path: Path
     scratch.mkdir()
     env = agent_env(tmp_path, TMPDIR=str(scratch))
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    home = tmp_path / "home"
+    if _keeps_its_state_in_its_try_dir(block):
+        # As pasted: no state directory from this test, and a home of its own to check.
+        del env["FOREWARN_STATE_DIR"]
+        env.update(HOME=str(home), XDG_STATE_HOME=str(home / ".local" / "state"))
     # A copy of what the blocks read (the manifests), so what they write stays out of the tree.
     work = tmp_path / "work"
     shutil.copytree(ROOT / "packaging", work / "packaging", symlinks=True)
@@ -97,3 +129,4 @@ def test_the_block_runs_as_written(page: Path, block: ShellBlock, tmp_path: Path
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, f"{block.source} failed:\n{block.body}\n{out}\n{err}"
     assert "Traceback" not in err, err
+    assert not home.exists() or not any(home.rglob("*")), sorted(home.rglob("*"))

@@ -43,6 +43,12 @@ def test_the_documented_simulator_flow_runs_as_written(tmp_path: Path) -> None:
     scratch.mkdir()
     env = agent_env(tmp_path, TMPDIR=str(scratch))
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    # As pasted: the flow names its own state directory (tests/packaging/test_docs_shell.py
+    # checks that it does before this runs it without one); a home of its own to check.
+    assert "export FOREWARN_STATE_DIR=$FOREWARN_RUNTIME_DIR/" in script
+    del env["FOREWARN_STATE_DIR"]
+    home = tmp_path / "home"
+    env.update(HOME=str(home), XDG_STATE_HOME=str(home / ".local" / "state"))
     proc = subprocess.Popen(
         ["bash", "-e", "-c", script],
         env=env,
@@ -63,6 +69,7 @@ def test_the_documented_simulator_flow_runs_as_written(tmp_path: Path) -> None:
     assert any("drain" in line and "kubernetes/gpu-1/taint" in line for line in lines), out
     assert any("terminate" in line and "kubernetes/gpu-1/shutdown" in line for line in lines), out
     assert "Traceback" not in err
+    assert not home.exists(), sorted(home.rglob("*"))  # the state stayed in the try's directory
 
 
 def aks_handler_lines() -> list[str]:
