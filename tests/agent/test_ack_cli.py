@@ -181,6 +181,24 @@ def test_an_ack_without_its_id_from_a_wait_loops_client_acks_what_was_held_for_i
         assert status["held_for"] == {} and status["active"] == [], status
 
 
+def test_the_help_of_notice_id_says_what_an_ack_without_one_acks() -> None:
+    """`forewarn ack --help` said an ack without NOTICE_ID acks no notice ("the save counts
+    only for the flush times"); with `--client` it acks each notice held for that client (the
+    test above), which is what a loop's ack without the id relies on to release its `wait`'s
+    notice."""
+    import contextlib
+    import io
+
+    from forewarn.agent.cli import build_parser
+
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown), pytest.raises(SystemExit):
+        build_parser().parse_args(["ack", "--help"])
+    text = " ".join(shown.getvalue().split())
+    assert "with --client, each notice held for that client" in text, text
+    assert "without --client, none" in text, text
+
+
 _IDS = st.sampled_from(["a", "b", "c"])
 
 
