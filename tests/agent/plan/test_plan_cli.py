@@ -658,6 +658,25 @@ def test_a_plan_from_the_telemetry_of_forewarn_drill_local(
     assert "terminate notices: 1 (0 too late to save on); flushes: " in table.stdout
     assert "a drill's rate, not the capacity's" in table.stdout
     assert any("--interruptions-per-day" in note for note in plan["notes"])
+    # docs/plan.md's "From a drill" shows the table a drill gives: every note it prints is
+    # there, its figures aside (the drain's save, a note of its own, was missing).
+    shown = {_figures_out(line) for line in _doc_block("### From a drill").splitlines()}
+    notes = [line for line in table.stdout.splitlines() if line.startswith("note: ")]
+    assert notes and [note for note in notes if _figures_out(note) not in shown] == []
+
+
+def _doc_block(heading: str) -> str:
+    """The first fenced block of docs/plan.md after `heading`."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "plan.md").read_text()
+    section = doc[doc.index(f"\n{heading}\n") :]
+    match = re.search(r"```\n(.*?)```", section, re.S)
+    assert match is not None, heading
+    return match.group(1)
+
+
+def _figures_out(line: str) -> str:
+    """`line` with every number as `N`: a measured figure differs from run to run."""
+    return re.sub(r"\d+(?:[.,]\d+)*(?:e[+-]\d+)?", "N", line.strip())
 
 
 def test_the_plot_grid_covers_the_marked_intervals_at_any_scale() -> None:
