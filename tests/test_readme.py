@@ -711,3 +711,19 @@ def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):  # ty
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 yield from _parsers(sub, (*path, name))
+
+
+def test_no_page_says_a_paragraph_twice() -> None:
+    """docs/operations.md's webhook section gave its paragraph on the notifier metrics twice
+    in a row (a merge of two edits): a reader following the page took the second for a
+    further step. Paragraphs of prose are compared, code blocks left out."""
+    repeated = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        prose = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        seen: set[str] = set()
+        for paragraph in re.split(r"\n\s*\n", prose):
+            words = " ".join(paragraph.split())
+            if len(words.split()) > 8 and words in seen:
+                repeated.append(f"{page.name}: {words[:80]}")
+            seen.add(words)
+    assert repeated == []
