@@ -727,3 +727,28 @@ def test_no_page_says_a_paragraph_twice() -> None:
                 repeated.append(f"{page.name}: {words[:80]}")
             seen.add(words)
     assert repeated == []
+
+
+def test_the_readme_s_way_with_an_emptydir_is_the_sidecar_overlay_s(tmp_path: Path) -> None:
+    """The README told a pod spec of one's own to `chmod o-w` the shared emptyDir "(or mount
+    it with an fsGroup)" and use it as the runtime directory. The kubelet makes an emptyDir
+    root's and writable by all, 2777 with an fsGroup: the agent refuses it (another uid's,
+    and writable by others), so a pod written from the README ran its job with no agent, and
+    a cloud reclaim (no SIGTERM) lost the work since the last periodic save. The sidecar
+    overlay has the agent make a directory of its own inside; the README now says that."""
+    import yaml
+    from forewarn.agent.rundir import RunDirError, check_private_dir
+
+    volume = tmp_path / "emptydir"
+    volume.mkdir()
+    volume.chmod(0o2777)  # an emptyDir with fsGroup, as tests/packaging/test_shared_sockets.py
+    with pytest.raises(RunDirError, match="writable by every user"):
+        check_private_dir(volume, "runtime directory")
+    overlay = ROOT / "packaging" / "kubernetes" / "overlays" / "sidecar-job"
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    (literals,) = [g["literals"] for g in kustomization["configMapGenerator"]]
+    (runtime,) = [line.split("=", 1)[1] for line in literals if "FOREWARN_RUNTIME_DIR=" in line]
+    bullet = README.split("- **The runtime directory**", 1)[1].split("\n- **", 1)[0]
+    said = " ".join(bullet.split())
+    assert "fsGroup`) before" not in said, said
+    assert f"FOREWARN_RUNTIME_DIR={runtime}" in said, said
