@@ -16,7 +16,9 @@ that still shows it raises it again on its next poll. Not a spot interruption wh
 already passed when it was first seen (the agent started late, the clock is ahead): that one
 is raised once, and raised again only if it changes (then as a new notice), also after an
 agent restart; and one first seen in time is raised again after a restart past its time as
-without one (`aws-spot.json` in the state directory remembers which is which).
+without one (`aws-spot.json` in the state directory remembers which is which). A scheduled
+reboot or stop published in the boot before, and still listed after it, is not raised again
+(`boots.py`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from forewarn.protocol.timefmt import utcnow
 from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
+from ..boot import boot_id, machine_started
+from .boots import BOOT_FILE, RebootRecord
 from .client import Answer, ImdsClient, ImdsError
 from .imds import (
     ASG_PATH,
@@ -163,6 +167,14 @@ class AwsWatcher:
         self._spot_path = state_dir / SPOT_FILE if state_dir is not None else None
         self._spot_memory = load_spot_memory(self._spot_path) if self._spot_path else None
         self._spot_unsaved = False
+        # The scheduled reboots and stops published in this boot, and those that ended the
+        # boot before (IMDS lists one `active` for a while after it happened).
+        self.reboots = RebootRecord(
+            state_dir / BOOT_FILE if state_dir is not None else None,
+            boot_id(),
+            machine_started(),
+            health,
+        )
         if self.spot is not None and self._spot_memory is not None:
             self.spot.tracker.retired_before = set(self._spot_memory.retired)
             for notice_id in self._spot_memory.in_time:
@@ -276,9 +288,10 @@ class AwsWatcher:
             except PartialParse as error:
                 # Counted as an error, and what could be read is still reported.
                 self._failed(path, f"bad-{path.name}", str(error))
-                for report in path.tracker.update(error.reports):
+                for report in path.tracker.update(self._shown(path, error.reports)):
                     _log_report(report)
                     emit(report)
+                self._note_published(path)
                 path.answered = True
                 return True
             except ParseError as error:
@@ -287,9 +300,10 @@ class AwsWatcher:
         else:
             self._failed(path, f"http-{answer.status}", _status_message(path.path, answer))
             return True
-        for report in path.tracker.update(reports):
+        for report in path.tracker.update(self._shown(path, reports)):
             _log_report(report)
             emit(report)
+        self._note_published(path)
         self._note_first_sightings(path)
         path.failing = False
         path.answered = True
@@ -298,6 +312,14 @@ class AwsWatcher:
         if not any(other.failing for other in self.paths):
             self.health.success()
         return True
+
+    def _shown(self, path: WatchedPath, reports: list[Report]) -> list[Report]:
+        """What a path shows, less the scheduled events that ended an earlier boot."""
+        return self.reboots.held_back(reports) if path.name == "scheduled" else reports
+
+    def _note_published(self, path: WatchedPath) -> None:
+        if path.name == "scheduled":
+            self.reboots.published(seen.report for seen in path.tracker.seen.values())
 
     def forget(self, notice_id: str) -> None:
         """The agent retired `notice_id` (past its deadline plus a grace): IMDS still showing
