@@ -164,15 +164,21 @@ class AwsWatcher:
         self._warnings = [path for path in self.paths if path.name in ("rebalance", "scheduled")]
         # Which spot interruptions were stale or in time when first seen, kept across
         # restarts (see `forget` and `retired.py`).
+        this_boot, self.booted = boot_id(), machine_started()
         self._spot_path = state_dir / SPOT_FILE if state_dir is not None else None
-        self._spot_memory = load_spot_memory(self._spot_path) if self._spot_path else None
+        self._spot_memory = (
+            load_spot_memory(self._spot_path, this_boot) if self._spot_path else None
+        )
         self._spot_unsaved = False
+        # Interruptions seen in an earlier boot, and those of them held back (logged once).
+        self._spot_before = set(self._spot_memory.before) if self._spot_memory else set()
+        self._spot_held: set[str] = set()
         # The scheduled reboots and stops published in this boot, and those that ended the
         # boot before (IMDS lists one `active` for a while after it happened).
         self.reboots = RebootRecord(
             state_dir / BOOT_FILE if state_dir is not None else None,
-            boot_id(),
-            machine_started(),
+            this_boot,
+            self.booted,
             health,
         )
         if self.spot is not None and self._spot_memory is not None:
@@ -314,8 +320,30 @@ class AwsWatcher:
         return True
 
     def _shown(self, path: WatchedPath, reports: list[Report]) -> list[Report]:
-        """What a path shows, less the scheduled events that ended an earlier boot."""
-        return self.reboots.held_back(reports) if path.name == "scheduled" else reports
+        """What a path shows, less the scheduled events and spot interruptions that ended an
+        earlier boot."""
+        if path.name == "scheduled":
+            return self.reboots.held_back(reports)
+        if path is self.spot and self._spot_before:
+            return [report for report in reports if not self._ended_a_boot(report)]
+        return reports
+
+    def _ended_a_boot(self, report: Report) -> bool:
+        """`report` is a spot interruption seen in an earlier boot, due before this one began:
+        the stop that ended that boot, still listed."""
+        deadline, booted = report.deadline, self.booted
+        if report.id not in self._spot_before or booted is None:
+            return False
+        if not isinstance(deadline, datetime) or deadline > booted:
+            return False
+        if report.id not in self._spot_held:
+            self._spot_held.add(report.id)
+            log.warning(
+                "aws: %s was seen in an earlier boot and was due before this boot began: it "
+                "is what ended that boot; not raised while IMDS shows it unchanged",
+                report.id,
+            )
+        return True
 
     def _note_published(self, path: WatchedPath) -> None:
         if path.name == "scheduled":

@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from forewarn.protocol.fields import stable_id
 from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 from forewarn.providers.aws.imds import SCHEDULED_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
@@ -77,3 +78,36 @@ def test_a_scheduled_reboot_still_listed_after_it_rebooted_the_instance_is_not_r
             eventually(lambda: agent.control({"op": "status"})["active"], what="the new time")
             [notice] = agent.control({"op": "status"})["active"]
             assert notice["action"] == "drain" and parse_time(notice["deadline"]) == later
+
+
+def test_a_spot_interruption_of_the_boot_before_still_listed_is_not_raised_again(
+    tmp_path: Path,
+) -> None:
+    """A spot interruption the agent saw in time, in a boot that it then ended (a stop,
+    started again by EC2 later), still listed after the start: the new boot's agent took its
+    id from `aws-spot.json` as seen in time, so not stale, and raised a terminate at its first
+    poll and again at every grace while IMDS listed it. The job resumed after the start
+    exited at each restart. One seen in the boot before, its time before this boot began, is
+    now held back while it stays listed unchanged."""
+    booted = machine_started()
+    assert booted is not None
+    when = format_time(booted.replace(microsecond=0) - timedelta(minutes=1))
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "aws-spot.json").write_text(
+        json.dumps(
+            {
+                "boot_id": "before",
+                "retired": [],
+                "in_time": [stable_id("aws", "spot-itn", {"action": "stop", "time": when})],
+            }
+        )
+    )
+    sim = ImdsSimulator()
+    sim.raise_notice("spot", {"action": "stop", "time": when})
+    with SimServer(sim) as server:
+        env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_NOTICE_GRACE="0.2")
+        with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+            polls = "GET /latest/meta-data/spot/instance-action"
+            eventually(lambda: sim.requests[polls] >= 6, what="polls past a grace")
+            assert agent.control({"op": "status"})["active"] == [], agent.output()
+            assert "terminate aws/spot-itn" not in agent.output()

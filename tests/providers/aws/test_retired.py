@@ -60,15 +60,31 @@ JSON = st.recursive(
     content=st.one_of(
         st.binary(max_size=64),
         JSON.map(lambda value: json.dumps(value).encode()),
-        st.tuples(JSON, JSON).map(
-            lambda pair: json.dumps({"retired": pair[0], "in_time": pair[1]}).encode()
+        st.tuples(JSON, JSON, JSON, st.sampled_from(["a", "b"]) | JSON).map(
+            lambda four: json.dumps(
+                {"retired": four[0], "in_time": four[1], "before": four[2], "boot_id": four[3]}
+            ).encode()
         ),
     )
 )
 def test_load_never_raises_and_gives_distinct_ids(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "aws-spot.json"
     path.write_bytes(content)
-    memory = load_spot_memory(path)
-    for ids in (memory.retired, memory.in_time):
+    memory = load_spot_memory(path, "a")
+    assert memory.boot_id == "a"
+    for ids in (memory.retired, memory.in_time, memory.before):
         assert all(isinstance(item, str) for item in ids)
         assert len(ids) == len(set(ids)) <= KEEP_IDS
+
+
+def test_what_another_boot_saw_is_before(tmp_path: Path) -> None:
+    """Written in one boot, read in another: every interruption is of a boot that ended."""
+    path = tmp_path / "aws-spot.json"
+    memory = SpotMemory(["aws/spot-itn/1"], ["aws/spot-itn/2"], boot_id="a")
+    assert save_spot_memory(path, memory, PollHealth("aws"))
+    assert load_spot_memory(path, "a") == memory
+    later = load_spot_memory(path, "b")
+    assert later == SpotMemory(before=["aws/spot-itn/1", "aws/spot-itn/2"], boot_id="b")
+    assert save_spot_memory(path, later, PollHealth("aws"))
+    assert load_spot_memory(path, "b") == later  # kept across restarts in the new boot
+    assert load_spot_memory(path, None).before == later.before
