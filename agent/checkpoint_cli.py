@@ -430,6 +430,13 @@ def _copy_out(args: argparse.Namespace, store: CheckpointStore, generation: Gene
         raise _Usage(f"cannot write to {destination}: {error}") from None
     finally:
         bar.close()
+    if copied.in_place:
+        # The restart script's second run: saying 'copied' told its log of a copy not made.
+        print(
+            f"{generation.name} already in place in {args.destination}: "
+            f"{_files(len(copied))} ({_size(total)}), nothing copied"
+        )
+        return 0
     print(
         f"copied {_files(len(copied))} ({_size(total)}) of {generation.name} to {args.destination}"
     )

@@ -46,6 +46,19 @@ class Verification:
         return self.ok
 
 
+class CopiedPaths(list[Path]):
+    """What `Generation.get_dir` returns: the path of each file of the copy in its
+    destination. `in_place` is true when they were there already (the same copy made
+    earlier, or a killed one finished just now) and nothing was copied: a restart script's
+    `forewarn checkpoint get` run again said it had copied the files."""
+
+    in_place: bool = False
+
+    def __init__(self, paths: list[Path], *, in_place: bool = False) -> None:
+        super().__init__(paths)
+        self.in_place = in_place
+
+
 @dataclass(frozen=True)
 class FlushResult:
     """What `CheckpointStore.flush` did: the committed generation and how long it took."""
@@ -208,7 +221,7 @@ class Generation:
         *,
         progress: Progress | None = None,
         replace: bool = False,
-    ) -> list[Path]:
+    ) -> CopiedPaths:
         """Copy every file under `prefix/` ('' for all) into `destination`, keeping the tree;
         each file verified as in `get_file`. `progress` counts over all the files.
 
@@ -221,7 +234,8 @@ class Generation:
         copy into `destination` (see `destination.py`), which returns at once when it is the
         same copy (same store, generation and prefix). A `destination` holding just what an
         earlier copy put there, unchanged, is that copy's: the same copy again returns at
-        once, another generation replaces it (a restart script's `get` at each start)."""
+        once, another generation replaces it (a restart script's `get` at each start); the
+        paths it returns then say `in_place`."""
         base = prefix.strip("/")
         target = Path(destination)
         names = [name for name in sorted(self.files) if not base or name.startswith(base + "/")]
@@ -239,13 +253,13 @@ class Generation:
         with Destination(target) as into:
             held = into.held()
             if held and not replace and self._holds(target, held, wanted, into.finished, what):
-                return [target / relative for relative in wanted]
+                return CopiedPaths([target / relative for relative in wanted], in_place=True)
             # What an earlier copy put there, unchanged: a restart script's `get` run again
             # (at each start) was refused the directory its first run filled. The same copy
             # is there already; another generation replaces that copy, nobody's own files.
             earlier = into.copied() if held and not replace else None
             if earlier == what:
-                return [target / relative for relative in wanted]
+                return CopiedPaths([target / relative for relative in wanted], in_place=True)
             if held and not replace and earlier is None:
                 raise FileExistsError(
                     errno.ENOTEMPTY,
@@ -277,7 +291,7 @@ class Generation:
                 into.discard(token)
                 raise
             into.swap_in(token)  # which records `what` the directory now holds
-        return [target / relative for relative in relatives]
+        return CopiedPaths([target / relative for relative in relatives])
 
     def _holds(
         self, target: Path, held: list[str], wanted: dict[str, str], finished: list[str], what: str

@@ -514,3 +514,24 @@ def test_a_restart_scripts_get_run_again_into_its_own_copy_works(tmp_path: Path)
     refused = forewarn("get", url, str(out), "--step", "30")
     assert refused.returncode == 2 and "--replace" in refused.stderr, refused.stderr
     assert (out / "model.bin").read_bytes() == b"edited by hand"
+
+
+def test_a_get_run_again_says_the_copy_was_in_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A restart script's second `get` into the DEST its first run filled printed `copied 2
+    files ... to DEST` though nothing moved (get_dir returned at once): the job's log said a
+    copy was made that was not. It says the generation was in place, nothing copied."""
+    from forewarn.agent.cli import main
+
+    store_url = str(tmp_path / "ckpt")
+    with CheckpointStore(store_url).save(5) as gen:
+        gen.write_bytes("model.bin", b"four")
+        gen.write_bytes("opt/state.bin", b"s")
+    out = str(tmp_path / "out")
+    assert main(["checkpoint", "get", store_url, out]) == 0
+    assert capsys.readouterr().out == f"copied 2 files (5 B) of step-000000000005 to {out}\n"
+    assert main(["checkpoint", "get", store_url, out]) == 0
+    assert capsys.readouterr().out == (
+        f"step-000000000005 already in place in {out}: 2 files (5 B), nothing copied\n"
+    )
