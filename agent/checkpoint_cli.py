@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import os
 import sys
 from datetime import datetime, timezone
@@ -29,7 +30,7 @@ from forewarn.clients.checkpoint import (
 from forewarn.clients.checkpoint.generation import Generation, Verification, read_generation
 from forewarn.clients.checkpoint.manifest import COMMIT, generation_name
 from forewarn.protocol.errors import UsageError
-from forewarn.protocol.timefmt import parse_time
+from forewarn.protocol.timefmt import parse_duration, parse_time
 
 from .argtypes import path_arg, word_as_written
 from .progressbar import ProgressBar
@@ -62,6 +63,21 @@ def _keep(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must keep at least 1 generation (got {value})")
     return value
+
+
+# How long `get` waits for another copy into its DESTINATION (the ranks of one node restoring
+# together): a generation of hundreds of GB copies in minutes, not in half an hour.
+GET_WAIT = 1800.0
+
+
+def _wait(text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if seconds < 0 or not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"a wait is 0 or more seconds (got {text!r})")
+    return seconds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +127,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--replace",
         action="store_true",
         help="replace what DESTINATION holds (default: refuse a directory that is not empty)",
+    )
+    get.add_argument(
+        "--wait",
+        type=_wait,
+        default=GET_WAIT,
+        metavar="DURATION",
+        help="wait this long for another copy into DESTINATION under way (the ranks of one "
+        "node restoring together) to end, then find its copy in place (default: 30m; 0: "
+        "refuse at once)",
     )
     get.set_defaults(action_func=run_get)
 
@@ -410,6 +435,8 @@ def _copy_out(args: argparse.Namespace, store: CheckpointStore, generation: Gene
             destination,
             progress=lambda done, _total: bar.update(done),
             replace=args.replace,
+            wait=args.wait,
+            waiting=lambda what: print(f"forewarn: checkpoint: {what}", file=sys.stderr),
         )
     except GenerationNotFoundError:
         raise  # removed meanwhile by another job's retention

@@ -27,8 +27,10 @@ refused, as before these records.
 Removing the old entries first and then moving the new ones in left, when killed between,
 part of either checkpoint and a directory the next copy refused as not empty.
 
-A copy holds an exclusive `flock` on the directory while it works: another copy meanwhile is
-refused, and whatever hidden entries a copy finds while it holds the lock are a dead copy's.
+A copy holds an exclusive `flock` on the directory while it works: another copy meanwhile
+waits for it up to `wait` seconds (local ranks of one node each running a restart script's
+`get` into one directory: the first copies, the others then find its copy in place) and is
+then refused; whatever hidden entries a copy finds while it holds the lock are a dead copy's.
 On a filesystem without `flock` the pid in the name tells instead (T is `<pid>-<hex>`)."""
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ import re
 import secrets
 import shutil
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -53,10 +57,21 @@ _OURS = re.compile(r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid
 
 class Destination:
     """One copy into `directory` (which exists): `with Destination(d) as dest:` takes the
-    lock and finishes a dead copy's swap; `held()`, `stage()`, `swap_in(token)`."""
+    lock and finishes a dead copy's swap; `held()`, `stage()`, `swap_in(token)`.
 
-    def __init__(self, directory: Path) -> None:
+    A copy under way into the directory is waited for up to `wait` seconds (0: refused at
+    once); `waiting` is told, once, what is waited for."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        wait: float = 0.0,
+        waiting: Callable[[str], None] | None = None,
+    ) -> None:
         self.directory = directory
+        self.wait = wait
+        self.waiting = waiting
         self._fd: int | None = None
         self._locked = False
         # What each dead copy whose swap this one finished said it was (see `stage`).
@@ -65,18 +80,10 @@ class Destination:
     def __enter__(self) -> Destination:
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self._locked = True
-        except BlockingIOError:
+            self._lock(fd)
+        except BaseException:
             os.close(fd)
-            raise BlockingIOError(
-                errno.EWOULDBLOCK,
-                f"another copy into {self.directory} is under way (a second `forewarn "
-                "checkpoint get` or get_dir into the same directory); wait for it to end",
-                str(self.directory),
-            ) from None
-        except OSError:
-            pass  # no flock here (NFS without locks): dead copies are known by their pid
+            raise
         self._fd = fd
         try:
             self.recover()
@@ -84,6 +91,47 @@ class Destination:
             self._release()
             raise
         return self
+
+    def _lock(self, fd: int) -> None:
+        """Take the directory's lock, waiting up to `wait` for a copy that holds it."""
+        deadline = time.monotonic() + self.wait
+        pause = 0.02
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._locked = True
+                return
+            except BlockingIOError:
+                pass
+            except OSError:
+                return  # no flock here (NFS without locks): dead copies are known by their pid
+            under_way = f"another copy into {self.directory} is under way{self._holder()}"
+            left = deadline - time.monotonic()
+            if left <= 0:
+                # Refused at once before: ranks of one node restoring together each ran the
+                # restart script's `get`, and all but the first exited 2.
+                after = f", still under way after {self.wait:g}s" if self.wait > 0 else ""
+                raise BlockingIOError(
+                    errno.EWOULDBLOCK,
+                    f"{under_way}{after} (a second `forewarn checkpoint get` or get_dir into "
+                    "the same directory); wait for it to end",
+                    str(self.directory),
+                )
+            if not told and self.waiting is not None:
+                self.waiting(f"{under_way}; waiting up to {self.wait:g}s for it to end")
+                told = True
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.5)
+
+    def _holder(self) -> str:
+        """' (pid P)' of the copy under way, as its stage's name says; '' when none shows."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return ""
+        pids = sorted({match["pid"] for match in map(_OURS.fullmatch, names) if match is not None})
+        return f" (pid {', '.join(pids)})" if pids else ""
 
     def __exit__(
         self,

@@ -221,6 +221,8 @@ class Generation:
         *,
         progress: Progress | None = None,
         replace: bool = False,
+        wait: float = 0.0,
+        waiting: Callable[[str], None] | None = None,
     ) -> CopiedPaths:
         """Copy every file under `prefix/` ('' for all) into `destination`, keeping the tree;
         each file verified as in `get_file`. `progress` counts over all the files.
@@ -235,7 +237,10 @@ class Generation:
         same copy (same store, generation and prefix). A `destination` holding just what an
         earlier copy put there, unchanged, is that copy's: the same copy again returns at
         once, another generation replaces it (a restart script's `get` at each start); the
-        paths it returns then say `in_place`."""
+        paths it returns then say `in_place`. Another copy under way into `destination` is
+        waited for up to `wait` seconds (`waiting` is told once what it waits for), then
+        `BlockingIOError` names it: ranks of one node restoring into one directory together
+        find the first one's copy in place."""
         base = prefix.strip("/")
         target = Path(destination)
         names = [name for name in sorted(self.files) if not base or name.startswith(base + "/")]
@@ -250,7 +255,7 @@ class Generation:
         wanted = {name[len(base) + 1 :] if base else name: name for name in names}
         # The same copy run again after it was killed mid-swap finds the swap finished.
         what = json.dumps({"store": self.backend.url, "generation": self.name, "prefix": base})
-        with Destination(target) as into:
+        with Destination(target, wait=wait, waiting=waiting) as into:
             held = into.held()
             if held and not replace and self._holds(target, held, wanted, into.finished, what):
                 return CopiedPaths([target / relative for relative in wanted], in_place=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import CheckpointStore
+from forewarn.testing.waiting import eventually
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -535,3 +536,105 @@ def test_a_get_run_again_says_the_copy_was_in_place(
     assert capsys.readouterr().out == (
         f"step-000000000005 already in place in {out}: 2 files (5 B), nothing copied\n"
     )
+
+
+def _paused_get(tmp_path: Path, *argv: str) -> tuple[subprocess.Popen[str], Path]:
+    """A first `get` under way: it holds DESTINATION's lock until `go` is written."""
+    paused, go = tmp_path / "paused", tmp_path / "go"
+    worker = Path(__file__).with_name("paused_get.py")
+    first = subprocess.Popen(
+        [sys.executable, str(worker), str(paused), str(go), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    eventually(paused.exists, timeout=30, what="the first get to hold DESTINATION")
+    return first, go
+
+
+def _started_get(*argv: str, stderr: Path) -> subprocess.Popen[str]:
+    with stderr.open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "forewarn.agent.cli", "checkpoint", "get", *argv],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+
+
+def test_a_second_get_into_one_destination_waits_for_the_first(tmp_path: Path) -> None:
+    """Local ranks of one node each running the restart script's `get STORE DEST` at once:
+    the second exited 2 (`another copy into DEST is under way`) and its rank never started.
+    It waits for the first now, saying so, and finds the copy in place (exit 0)."""
+    url = str(tmp_path / "store")
+    fill(CheckpointStore(url))
+    out = tmp_path / "out"
+    first, go = _paused_get(tmp_path, url, str(out))
+    errors = tmp_path / "second.err"
+    second = _started_get(url, str(out), stderr=errors)
+    eventually(
+        lambda: "waiting" in errors.read_text() or second.poll() is not None,
+        timeout=30,
+        what="the second get to wait",
+    )
+    assert second.poll() is None
+    (line,) = errors.read_text().splitlines()
+    assert f"another copy into {out} is under way (pid {first.pid})" in line, line
+    go.write_text("go")
+    assert first.wait(timeout=30) == 0, first.stderr.read() if first.stderr else ""
+    assert second.wait(timeout=30) == 0, errors.read_text()
+    assert second.stdout is not None and "already in place" in second.stdout.read()
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == ["model.bin", "opt/state.bin"]
+
+
+def test_a_waiting_get_copies_itself_when_the_first_fails_and_gives_up_at_its_bound(
+    tmp_path: Path,
+) -> None:
+    """The wait has a bound (`--wait`, exit 2 naming the copy it waited for), and when the
+    first get fails the one waiting copies the generation itself."""
+    url = str(tmp_path / "store")
+    fill(CheckpointStore(url))
+    out = tmp_path / "out"
+    first, go = _paused_get(tmp_path, url, str(out))
+    bounded = forewarn("get", url, str(out), "--wait", "0.2s")
+    assert bounded.returncode == 2, bounded.stderr
+    assert "still under way after 0.2s" in bounded.stderr and str(out) in bounded.stderr
+    assert forewarn("get", url, str(out), "--wait", "0").returncode == 2  # no wait: at once
+
+    errors = tmp_path / "second.err"
+    second = _started_get(url, str(out), stderr=errors)
+    eventually(
+        lambda: "waiting" in errors.read_text() or second.poll() is not None,
+        timeout=30,
+        what="the second get to wait",
+    )
+    go.write_text("fail")
+    assert first.wait(timeout=30) == 2
+    assert second.wait(timeout=30) == 0, errors.read_text()
+    assert second.stdout is not None and "copied 2 files" in second.stdout.read()
+    assert (out / "model.bin").read_bytes() == CheckpointStore(url).get(30).read_bytes("model.bin")
+
+
+@settings(max_examples=80, deadline=None)
+@given(text=st.text(max_size=12) | st.from_regex(r"\A-?[0-9]{1,4}(\.[0-9])?(s|m|h|ms)?\Z"))
+def test_get_wait_takes_a_duration_of_zero_or_more_or_names_the_text(text: str) -> None:
+    """`get --wait`: a duration of 0 or more is the seconds to wait; anything else is an
+    argparse error naming the text, never an exception out of the parser."""
+    import argparse
+    import math
+
+    from forewarn.agent.checkpoint_cli import _wait
+    from forewarn.protocol import parse_duration
+
+    try:
+        expected: float | None = parse_duration(text)
+    except ValueError:
+        expected = None
+    try:
+        seconds = _wait(text)
+    except argparse.ArgumentTypeError as error:
+        assert expected is None or expected < 0 or not math.isfinite(expected), text
+        assert str(error)
+    else:
+        assert seconds == expected and seconds >= 0
