@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from forewarn.protocol.errors import ForewarnError, UsageError
 from forewarn.protocol.seqgap import SeqGaps
-from forewarn.protocol.timefmt import format_time, parse_deadline, parse_duration, utcnow
+from forewarn.protocol.timefmt import (
+    format_time,
+    parse_deadline,
+    parse_duration,
+    parse_time,
+    utcnow,
+)
 from forewarn.protocol.wire import (
     DEFAULT_CONFIG_FILE,
     DENIED,
@@ -629,6 +635,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
         raise UsageError(f"--note: at most {MAX_ACK_NOTE_LENGTH} characters, got {len(args.note)}")
     for flag in blank:
         print(f"forewarn: ack: {flag}: empty; the ack is sent without it", file=sys.stderr)
+    flush_seconds = args.flush_seconds  # as given: when the save began, for the held ones
     if args.flush_seconds is not None and args.flush_seconds > MAX_FLUSH_SECONDS:
         # A save of more than an hour (`$(( $(date +%s) - started ))s`, terabytes on a slow
         # link): refused, the ack was not sent and its notice stayed held (a loop under
@@ -689,6 +696,21 @@ def cmd_ack(args: argparse.Namespace) -> int:
         # the same drain at once, the job saving over and over. The notices held for ME were
         # handed to its `wait` before this save: they are what it saved for.
         held = _readable(control, lambda: _held_for_client(status, client))
+        if flush_seconds is not None:
+            # A periodic save's flush time, reported by the script whose backgrounded loop
+            # (the same --client) still saves for the notice: taken for that loop's, it
+            # released the hold mid-save (the flag file removed, its drain cleared, Azure's
+            # after-ack approving a terminate). A save begun before the notice is not for it.
+            started = time.time() - flush_seconds
+            early = _readable(control, lambda: _noticed_after(status, held, started))
+            for notice_id, lead in early.items():
+                print(
+                    f"forewarn: ack: not for {notice_id}, held for client {client}: this save "
+                    f"began {lead:.0f}s before the agent noticed it (--flush-seconds); give "
+                    "its id to ack it",
+                    file=sys.stderr,
+                )
+            held = [notice_id for notice_id in held if notice_id not in early]
         notice_ids = [*held] or [None]
     figures = [
         f"step {args.step}" if args.step is not None else "",
@@ -735,6 +757,31 @@ def _holder_above(status: dict[str, Any], notice_id: str, pid: int) -> tuple[str
         if clients:
             return (next(iter(clients)), above) if len(clients) == 1 else None
     return None
+
+
+# A save's start is `ack time - --flush-seconds`, and scripts count whole seconds of `date +%s`
+# (`$(( $(date +%s) - started ))s`): a loop's save begun just after its `wait` returned reads
+# as begun up to a second or so early, before the notice.
+SAVE_START_SLACK = 2.0
+
+
+def _noticed_after(status: dict[str, Any], held: list[str], started: float) -> dict[str, float]:
+    """Of the `held` notices, those the agent noticed more than SAVE_START_SLACK seconds after
+    `started` (epoch seconds, when the save acked began), with how long after: no save for
+    them. A notice whose `noticed_at` is missing or unreadable is not among them."""
+    found: dict[str, float] = {}
+    for notice in status["active"]:
+        notice_id = str(notice["id"])
+        noticed = notice.get("noticed_at")
+        if notice_id not in held or not isinstance(noticed, str):
+            continue
+        try:
+            lead = parse_time(noticed).timestamp() - started
+        except ValueError:
+            continue
+        if lead > SAVE_START_SLACK:
+            found[notice_id] = lead
+    return found
 
 
 def _held_for_client(status: dict[str, Any], client: str) -> list[str]:

@@ -9,10 +9,17 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from forewarn.agent.cli import _held_for_client, _holder_above
+from forewarn.agent.cli import (
+    SAVE_START_SLACK,
+    _held_for_client,
+    _holder_above,
+    _noticed_after,
+)
+from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.simulator import SimServer
 from hypothesis import given
@@ -369,3 +376,82 @@ def test_a_periodic_ack_of_no_notice_from_the_loops_shell_keeps_its_hold(
         finally:
             script.kill()
             script.wait()
+
+
+def test_a_clients_periodic_ack_of_a_save_begun_before_the_notice_keeps_its_hold(
+    tmp_path: Path,
+) -> None:
+    """A script whose backgrounded loop holds the flag's drain for `--client me` reports a
+    periodic save's flush time with `forewarn ack --client me --flush-seconds 60s` (no id):
+    that ack took every notice held for `me`, though the save began before the notice was
+    noticed, and released the loop's hold while it still saved (the flag file removed and
+    its drain cleared, Azure's after-ack approving a terminate mid-save). A save begun before
+    the notice is no save for it: the ack counts the flush only, and says so. The loop's own
+    ack (a save begun after) still releases it."""
+    with AgentProcess(tmp_path) as agent:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the flag's drain")
+        waited = run_forewarn(
+            "wait",
+            "--for",
+            "drain",
+            "--client",
+            "me",
+            "--pid",
+            str(os.getpid()),
+            "--json",
+            env=agent.env,
+            timeout=60,
+        )
+        assert waited.returncode == 0, waited.stderr
+        drain = json.loads(waited.stdout)
+        periodic = _ack(agent, "--client", "me", "--flush-seconds", "60s")
+        assert periodic.returncode == 0, periodic.stderr
+        assert periodic.stdout.strip() == "acked (no notice): saved (flush 60s)", periodic.stdout
+        assert drain["id"] in periodic.stderr and "began" in periodic.stderr, periodic.stderr
+        status = agent.control({"op": "status"})
+        assert status["held_for"] == {drain["id"]: {"me": os.getpid()}}, status
+        assert flag.exists(), "released by a save begun before the notice"
+
+        loops = _ack(agent, "--client", "me", "--flush-seconds", "1s")
+        assert loops.returncode == 0, loops.stderr
+        assert loops.stdout.strip() == f"acked {drain['id']}: saved (flush 1s)", loops.stdout
+        eventually(lambda: not flag.exists(), what="the flag file released")
+
+
+@given(
+    noticed=st.dictionaries(
+        _IDS,
+        st.one_of(
+            st.none(),
+            st.integers(),
+            st.text(max_size=8),
+            st.integers(min_value=-100, max_value=100).map(
+                lambda offset: format_time(
+                    datetime.fromtimestamp(1_800_000_000 + offset, timezone.utc)
+                )
+            ),
+        ),
+    ),
+    held=st.lists(_IDS, unique=True),
+)
+def test_a_save_is_for_the_held_notices_noticed_before_it_began(
+    noticed: dict[str, object], held: list[str]
+) -> None:
+    """Whatever `noticed_at` the status reply carries, the notices left out of a client's ack
+    without id are held ones noticed more than the slack after the save began, and only those."""
+    started = 1_800_000_000.0
+    active = [{"id": n, "noticed_at": at} for n, at in noticed.items()]
+    status = {"active": active, "held_for": {}}
+    early = _noticed_after(status, held, started)
+    expected = {}
+    for notice_id, at in noticed.items():
+        if notice_id in held and isinstance(at, str):
+            try:
+                lead = parse_time(at).timestamp() - started
+            except ValueError:
+                continue
+            if lead > SAVE_START_SLACK:
+                expected[notice_id] = lead
+    assert early == expected
