@@ -327,7 +327,9 @@ class S3Backend(Backend):
         concurrency: int = DEFAULT_CONCURRENCY,
     ) -> None:
         self.bucket, self.prefix = parse_s3_url(url)
-        self.url = url
+        # As the keys are: `s3://b/run/` and `s3://b//run` are `s3://b/run`, and a copy out
+        # recorded under one spelling is in place for another (`get_dir`), not copied again.
+        self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
         if not MIN_PART <= part_size <= MAX_PART:
             raise StoreConfigError(
                 f"part_size must be between {MIN_PART} and {MAX_PART} bytes (S3's limits)"

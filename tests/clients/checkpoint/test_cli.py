@@ -638,3 +638,23 @@ def test_get_wait_takes_a_duration_of_zero_or_more_or_names_the_text(text: str) 
         assert str(error)
     else:
         assert seconds == expected and seconds >= 0
+
+
+def test_a_get_from_an_s3_url_spelled_with_a_slash_finds_its_copy_in_place(
+    bucket: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`get s3://b/run/` then `get s3://b/run` (or `s3://b//run`): one store, one generation,
+    but the second copied it all again (every restart, a whole checkpoint re-downloaded when
+    the restart script's URL and the first copy's differ by a slash): the store's URL kept
+    the slashes as written, and the record of the copy did not match. It is `s3://b/run`."""
+    from forewarn.agent.cli import main
+
+    with CheckpointStore(f"s3://{bucket}/runs/job-1") as store, store.save(5) as gen:
+        gen.write_bytes("model.bin", b"four")
+    out = str(tmp_path / "out")
+    assert main(["checkpoint", "get", f"s3://{bucket}/runs/job-1/", out]) == 0
+    assert capsys.readouterr().out.startswith("copied 1 file")
+    for spelled in (f"s3://{bucket}/runs/job-1", f"s3://{bucket}//runs/job-1//"):
+        assert main(["checkpoint", "get", spelled, out]) == 0
+        assert "already in place" in capsys.readouterr().out, spelled
+    assert CheckpointStore(f"s3://{bucket}//runs/job-1/").url == f"s3://{bucket}/runs/job-1"

@@ -622,7 +622,8 @@ def test_any_case_of_a_scheme_opens_the_backend_of_its_lower_case(
     backend = open_backend(url)
     assert isinstance(backend, S3Backend)
     assert (backend.bucket, backend.prefix) == parse_s3_url(f"s3://bucket/{path}")
-    assert backend.url == f"s3://bucket/{path}"
+    # Its keys' spelling: no slash at either end of the prefix (see test_cli's slash test).
+    assert backend.url == f"s3://bucket/{backend.prefix}".rstrip("/")
 
 
 def test_s3_store_takes_endpoint_and_credentials_as_arguments(
