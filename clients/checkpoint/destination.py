@@ -74,6 +74,9 @@ class Destination:
         self.waiting = waiting
         self._fd: int | None = None
         self._locked = False
+        # Whether another copy held the directory when this one came: it may have put just
+        # this copy's files in place, for a process now loading them (see get_dir).
+        self.waited = False
         # What each dead copy whose swap this one finished said it was (see `stage`).
         self.finished: list[str] = []
 
@@ -118,6 +121,7 @@ class Destination:
                     "the same directory); wait for it to end",
                     str(self.directory),
                 )
+            self.waited = True
             if not told and self.waiting is not None:
                 self.waiting(f"{under_way}; waiting up to {self.wait:g}s for it to end")
                 told = True

@@ -262,7 +262,10 @@ class Generation:
             # What an earlier copy put there, unchanged: a restart script's `get` run again
             # (at each start) was refused the directory its first run filled. The same copy
             # is there already; another generation replaces that copy, nobody's own files.
-            earlier = into.copied() if held and not replace else None
+            # With `replace` too when the copy waited for another that put just these files in
+            # place: the ranks of one node restoring together with `--replace` each copied
+            # again, swapping the files under the rank that was loading them.
+            earlier = into.copied() if held and (into.waited or not replace) else None
             if earlier == what:
                 return CopiedPaths([target / relative for relative in wanted], in_place=True)
             if held and not replace and earlier is None:

@@ -562,16 +562,21 @@ def _started_get(*argv: str, stderr: Path) -> subprocess.Popen[str]:
         )
 
 
-def test_a_second_get_into_one_destination_waits_for_the_first(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [(), ("--replace",)], ids=["plain", "replace"])
+def test_a_second_get_into_one_destination_waits_for_the_first(
+    tmp_path: Path, flags: tuple[str, ...]
+) -> None:
     """Local ranks of one node each running the restart script's `get STORE DEST` at once:
     the second exited 2 (`another copy into DEST is under way`) and its rank never started.
-    It waits for the first now, saying so, and finds the copy in place (exit 0)."""
+    It waits for the first now, saying so, and finds the copy in place (exit 0). With
+    `--replace` too: copied again, it would swap the files under the first rank, which
+    loads them once its own get has ended."""
     url = str(tmp_path / "store")
     fill(CheckpointStore(url))
     out = tmp_path / "out"
-    first, go = _paused_get(tmp_path, url, str(out))
+    first, go = _paused_get(tmp_path, url, str(out), *flags)
     errors = tmp_path / "second.err"
-    second = _started_get(url, str(out), stderr=errors)
+    second = _started_get(url, str(out), *flags, stderr=errors)
     eventually(
         lambda: "waiting" in errors.read_text() or second.poll() is not None,
         timeout=30,
@@ -582,8 +587,10 @@ def test_a_second_get_into_one_destination_waits_for_the_first(tmp_path: Path) -
     assert f"another copy into {out} is under way (pid {first.pid})" in line, line
     go.write_text("go")
     assert first.wait(timeout=30) == 0, first.stderr.read() if first.stderr else ""
+    loaded = (out / "model.bin").stat().st_ino  # the first rank's loader opens it now
     assert second.wait(timeout=30) == 0, errors.read_text()
     assert second.stdout is not None and "already in place" in second.stdout.read()
+    assert (out / "model.bin").stat().st_ino == loaded
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert files == ["model.bin", "opt/state.bin"]
 
