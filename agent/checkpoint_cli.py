@@ -24,6 +24,7 @@ from forewarn.clients.checkpoint import (
     CheckpointStore,
     CorruptGenerationError,
     GenerationNotFoundError,
+    GenerationRemovedError,
     S3Options,
     StoreConfigError,
 )
@@ -387,11 +388,32 @@ def run_verify(args: argparse.Namespace, store: CheckpointStore) -> int:
     return EXIT_CORRUPT if failed else 0
 
 
+# How many times `get` takes the newest generation again when the one it copies is removed by
+# retention meanwhile (each time, another job committed a newer one).
+RECHOOSE = 5
+
+
 def run_get(args: argparse.Namespace, store: CheckpointStore) -> int:
     generation = _chosen(store, args.step)
+    removed = 0
     while True:
         try:
             return _copy_out(args, store, generation)
+        except GenerationRemovedError:
+            # Another node's job saving with keep=N deleted it once a newer one committed: the
+            # get exited 2, and the restart script's rank never started (or, taken for a first
+            # start, trained from scratch). The newest one is what it wants.
+            removed += 1
+            if args.step is not None or removed > RECHOOSE:
+                raise
+            newer = _chosen(store, None)
+            print(
+                f"forewarn: checkpoint: {generation.name} was removed while it was copied "
+                f"(retention, once a newer generation committed): copying {newer.name}, the "
+                "newest",
+                file=sys.stderr,
+            )
+            generation = newer
         except CorruptGenerationError as error:
             if args.step is not None:
                 raise

@@ -665,3 +665,28 @@ def test_a_get_from_an_s3_url_spelled_with_a_slash_finds_its_copy_in_place(
         assert main(["checkpoint", "get", spelled, out]) == 0
         assert "already in place" in capsys.readouterr().out, spelled
     assert CheckpointStore(f"s3://{bucket}//runs/job-1/").url == f"s3://{bucket}/runs/job-1"
+
+
+def test_a_get_whose_generation_retention_removes_meanwhile_copies_the_newer_one(
+    tmp_path: Path,
+) -> None:
+    """A restart script's `get STORE DEST` while another node's job still saves with `keep=1`:
+    the generation it chose was deleted by that job's retention once a newer one committed,
+    and the get exited 2 (`step-… was removed … call store.latest() again`), so the rank
+    never started, or the script took it for a first start and trained from scratch. Without
+    `--step` it copies the newest generation now, saying so; with `--step` that step only."""
+    url = str(tmp_path / "store")
+    store = CheckpointStore(url, keep=1)
+    with store.save(10) as gen:
+        gen.write_bytes("model.bin", b"older")
+    out = tmp_path / "out"
+    first, go = _paused_get(tmp_path, url, str(out))
+    with store.save(20) as gen:
+        gen.write_bytes("model.bin", b"newer")
+    assert store.steps() == [20]
+    go.write_text("go")
+    stdout, stderr = first.communicate(timeout=30)
+    assert first.returncode == 0, stderr
+    assert "step-000000000010 was removed" in stderr and "step-000000000020" in stderr, stderr
+    assert "of step-000000000020" in stdout, stdout
+    assert (out / "model.bin").read_bytes() == b"newer"
