@@ -130,6 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replace what DESTINATION holds (default: refuse a directory that is not empty)",
     )
     get.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="a store that holds no committed generation yet (a job's first start) is no "
+        "error: exit 0, nothing copied (an unreadable store still exits 3)",
+    )
+    get.add_argument(
         "--wait",
         type=_wait,
         default=GET_WAIT,
@@ -204,7 +210,11 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
         args.url, keep=keep, verify=verify, s3=options if options.given() else None
     )
     root = getattr(store.backend, "root", None)
-    if isinstance(root, Path) and not root.is_dir():
+    # (`get --allow-empty` at a first start: the store's directory comes with the first save.)
+    first_start = (
+        getattr(args, "allow_empty", False) and isinstance(root, Path) and not root.exists()
+    )
+    if isinstance(root, Path) and not root.is_dir() and not first_start:
         # A mistyped path would otherwise read as an empty store: `verify` would pass.
         store.close()
         why = "not a directory" if root.exists() else "no such directory"
@@ -288,7 +298,12 @@ def _verified(
 
 
 def _committed(store: CheckpointStore, generation: Generation) -> bool:
-    return store.backend.get_small(f"{generation.name}/{COMMIT}") is not None
+    return _marked(store, generation.step)
+
+
+def _marked(store: CheckpointStore, step: int) -> bool:
+    """Whether `step`'s generation has its commit marker (whether or not it verifies)."""
+    return store.backend.get_small(f"{generation_name(step)}/{COMMIT}") is not None
 
 
 def run_ls(args: argparse.Namespace, store: CheckpointStore) -> int:
@@ -394,6 +409,14 @@ RECHOOSE = 5
 
 
 def run_get(args: argparse.Namespace, store: CheckpointStore) -> int:
+    if args.allow_empty:
+        if args.step is not None:
+            raise _Usage("--allow-empty is for the newest generation (a first start), not --step")
+        if not any(_marked(store, step) for step in reversed(store.steps())):
+            # The job's first start: exit 2 stopped a `set -e` restart script, and the
+            # `|| true` added for it took an unreadable store (exit 3) for one too.
+            print(f"no committed generation in {store.url} yet: nothing copied")
+            return 0
     generation = _chosen(store, args.step)
     removed = 0
     while True:

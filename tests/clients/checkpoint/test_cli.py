@@ -690,3 +690,30 @@ def test_a_get_whose_generation_retention_removes_meanwhile_copies_the_newer_one
     assert "step-000000000010 was removed" in stderr and "step-000000000020" in stderr, stderr
     assert "of step-000000000020" in stdout, stdout
     assert (out / "model.bin").read_bytes() == b"newer"
+
+
+def test_a_restart_scripts_first_start_gets_nothing_with_allow_empty(
+    make_store: Any, store_url: str, tmp_path: Path
+) -> None:
+    """A restart script's `get STORE DEST` at the job's very first start, the store empty,
+    exited 2 as for a typo: under `set -e` the job never started, and the `|| true` people
+    add for that also swallowed exit 3 (the store unreadable: credentials expired, S3 down),
+    and the job trained from scratch beside its checkpoints. `--allow-empty` takes a store
+    that holds no committed generation as a first start (exit 0, nothing copied, said);
+    unreadable is still 3, and a store whose generations are all broken is no empty one."""
+    store = make_store()
+    out = tmp_path / "out"
+    first = forewarn("get", store_url, str(out), "--allow-empty")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == f"no committed generation in {store.url} yet: nothing copied\n"
+    assert not out.exists()
+    store.save(40).write_bytes("model.bin", b"half")  # a save that never committed
+    assert forewarn("get", store_url, str(out), "--allow-empty").returncode == 0
+    assert forewarn("get", store_url, str(out)).returncode == 2  # without it, as before
+    with store.save(50) as gen:
+        gen.write_bytes("model.bin", b"whole")
+    store.backend.put_small("step-000000000050/model.bin", b"short")  # broken: sizes differ
+    broken = forewarn("get", store_url, str(out), "--allow-empty")
+    assert broken.returncode != 0 and "nothing copied" not in broken.stdout, broken.stdout
+    step = forewarn("get", store_url, str(out), "--allow-empty", "--step", "50")
+    assert step.returncode == 2 and "--allow-empty" in step.stderr, step.stderr
