@@ -21,8 +21,11 @@ replaces it while the directory holds just that copy, unchanged. It is written o
 files are in, before the hidden entries go, so a copy killed before it is finished, and
 recorded, by the next. An attribute, not a file:
 nothing but the generation's files is left in the directory, for a loader that lists it.
-Where the filesystem has no user attributes, a copy into a directory that is not empty is
-refused, as before these records.
+Where the filesystem has no user attributes (/dev/shm before Linux 6.6, NFS before 4.2) the
+record is a file beside the directory, `.NAME.forewarn-got` in its parent: refused as not
+empty there, the restart script's second `get` never started the job again. Where that cannot
+be written either, a copy into a directory that is not empty is refused, as before these
+records.
 
 Removing the old entries first and then moving the new ones in left, when killed between,
 part of either checkpoint and a directory the next copy refused as not empty.
@@ -52,6 +55,9 @@ from types import TracebackType
 
 _LOST_AND_FOUND = "lost+found"
 _RECORD = "user.forewarn.got"
+_RECORD_BESIDE = ".forewarn-got"
+# What getxattr and setxattr say where the filesystem keeps no user attributes.
+_NO_ATTRIBUTES = frozenset({errno.ENOTSUP, errno.EOPNOTSUPP})
 _OURS = re.compile(r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-[0-9a-f]+)")
 
 
@@ -185,7 +191,7 @@ class Destination:
         otherwise (no record, or a file added, changed or removed since: a job's or a
         person's, which a copy must not replace unasked)."""
         try:
-            record = json.loads(os.getxattr(self.directory, _RECORD))
+            record = json.loads(self._read_record())
             what, digest = record["what"], record["files"]
             if not isinstance(what, str) or not isinstance(digest, str):
                 return None
@@ -202,13 +208,48 @@ class Destination:
             files = self._files()
             if files is not None:
                 text = json.dumps({"what": what, "files": _digest(files)})
-                os.setxattr(self.directory, _RECORD, text.encode())
+                self._write_record(text.encode())
         except OSError:
             pass
 
     def _forget(self) -> None:
-        with contextlib.suppress(OSError):
+        try:
             os.removexattr(self.directory, _RECORD)
+        except OSError as error:
+            if error.errno in _NO_ATTRIBUTES:
+                self._beside().unlink(missing_ok=True)
+
+    def _read_record(self) -> bytes:
+        try:
+            return os.getxattr(self.directory, _RECORD)
+        except OSError as error:
+            if error.errno not in _NO_ATTRIBUTES:
+                raise
+            return self._beside().read_bytes()
+
+    def _write_record(self, raw: bytes) -> None:
+        try:
+            os.setxattr(self.directory, _RECORD, raw)
+            return
+        except OSError as error:
+            if error.errno not in _NO_ATTRIBUTES:
+                raise
+        # Written whole or not at all: a torn record would be no copy's, and refused.
+        beside = self._beside()
+        temp = beside.with_name(f"{beside.name}.{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            temp.write_bytes(raw)
+            os.replace(temp, beside)
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def _beside(self) -> Path:
+        """The record's file where the directory's filesystem has no user attributes: in its
+        parent, named for it as its real path says (a symlink to it finds the same)."""
+        real = self.directory.resolve()
+        if real.parent == real:
+            raise OSError(errno.ENOTSUP, "no record beside the root directory")
+        return real.parent / f".{real.name}{_RECORD_BESIDE}"
 
     def _files(self) -> dict[str, tuple[int, int]] | None:
         """Each regular file the directory holds (its hidden entries aside), by its path in

@@ -431,3 +431,52 @@ def test_a_restart_scripts_next_get_replaces_a_copy_killed_before_its_record(
     assert contents(out) == generation_files(30)
     assert not [p for p in out.rglob(".*")], "a copy's leftovers stayed"
     store.close()
+
+
+def test_a_directory_without_user_attributes_knows_its_earlier_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DEST on a filesystem without user extended attributes (/dev/shm before Linux 6.6,
+    NFS before 4.2): the restart script's second `get` into it was refused as not empty
+    (exit 2, the job never started again), and the ranks of one node restoring together
+    with `--replace` swapped the files under the rank loading them. The record is kept
+    beside the directory there (`.NAME.forewarn-got` in its parent), nothing inside it."""
+    import errno
+
+    def unsupported(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.ENOTSUP, "Operation not supported")
+
+    for name in ("getxattr", "setxattr", "removexattr"):
+        monkeypatch.setattr(os, name, unsupported)
+    store = fill(tmp_path / "store")
+    out = tmp_path / "shm" / "ckpt"
+    assert not store.get(10).get_dir("", out).in_place
+    again = store.get(10).get_dir("", out)
+    assert again.in_place and contents(out) == generation_files(10)
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    newer = store.get(20).get_dir("", out)  # the next start, after the job saved again
+    assert not newer.in_place and contents(out) == generation_files(20)
+    (out / "model.bin").write_bytes(b"the job's own")
+    with pytest.raises(FileExistsError):
+        store.get(30).get_dir("", out)
+    store.close()
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_record_beside_the_directory_that_is_not_ours_is_no_earlier_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: bytes
+) -> None:
+    """The record file beside a directory on a filesystem without user attributes (anyone who
+    may write the parent may write it): anything else there is no earlier copy, no error."""
+    import errno
+
+    def unsupported(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.ENOTSUP, "Operation not supported")
+
+    monkeypatch.setattr(os, "getxattr", unsupported)
+    directory = tmp_path / "dest"
+    directory.mkdir(exist_ok=True)
+    (tmp_path / ".dest.forewarn-got").write_bytes(raw)
+    found = Destination(directory).copied()
+    assert found is None or found == json.loads(raw)["what"]
