@@ -222,6 +222,23 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
     return store
 
 
+def _empty_segment(store: CheckpointStore) -> str:
+    """For a store found empty whose S3 prefix holds `//`: which store it is not. A `$BASE/`
+    joined with `/$RUN` names other keys than the job's store, and read as empty (with `get
+    --allow-empty`, as a first start: the job trained from scratch)."""
+    url = store.url
+    if not url.startswith("s3://"):
+        return ""
+    bucket, _, prefix = url[len("s3://") :].partition("/")
+    if "//" not in prefix:
+        return ""
+    segments = "/".join(part for part in prefix.split("/") if part)
+    return (
+        f" (its prefix {prefix!r} holds an empty segment, which S3 keeps: it is not "
+        f"s3://{bucket}/{segments})"
+    )
+
+
 def _size(size: int) -> str:
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -313,7 +330,7 @@ def run_ls(args: argparse.Namespace, store: CheckpointStore) -> int:
             print(json.dumps(row, sort_keys=True))
         return 0
     if not rows:
-        print(f"no generations in {store.url}")
+        print(f"no generations in {store.url}{_empty_segment(store)}")
         return 0
     now = datetime.now(timezone.utc)
     checked = "checksums" if args.checksums else "sizes"
@@ -344,7 +361,9 @@ def _chosen(store: CheckpointStore, step: int | None) -> Any:
         return store.get(step, verify="sizes")
     latest = store.latest(verify="sizes")
     if latest is None:
-        raise GenerationNotFoundError(f"no committed generation in {store.url}")
+        raise GenerationNotFoundError(
+            f"no committed generation in {store.url}{_empty_segment(store)}"
+        )
     return latest
 
 
@@ -397,7 +416,9 @@ def run_verify(args: argparse.Namespace, store: CheckpointStore) -> int:
             print(f"{generation_name(step)}: ok")
     if not checked:
         # A mistyped S3 prefix lists as an empty store: "0 of 0 verify" would pass a gate.
-        raise GenerationNotFoundError(f"no committed generation in {store.url} to verify")
+        raise GenerationNotFoundError(
+            f"no committed generation in {store.url} to verify{_empty_segment(store)}"
+        )
     what = "sizes" if args.sizes_only else "checksums"
     print(f"{checked - failed} of {checked} generations verify ({what})")
     return EXIT_CORRUPT if failed else 0
@@ -415,7 +436,9 @@ def run_get(args: argparse.Namespace, store: CheckpointStore) -> int:
         if not any(_marked(store, step) for step in reversed(store.steps())):
             # The job's first start: exit 2 stopped a `set -e` restart script, and the
             # `|| true` added for it took an unreadable store (exit 3) for one too.
-            print(f"no committed generation in {store.url} yet: nothing copied")
+            print(
+                f"no committed generation in {store.url} yet: nothing copied{_empty_segment(store)}"
+            )
             return 0
     generation = _chosen(store, args.step)
     removed = 0

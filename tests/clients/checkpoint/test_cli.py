@@ -717,3 +717,23 @@ def test_a_restart_scripts_first_start_gets_nothing_with_allow_empty(
     assert broken.returncode != 0 and "nothing copied" not in broken.stdout, broken.stdout
     step = forewarn("get", store_url, str(out), "--allow-empty", "--step", "50")
     assert step.returncode == 2 and "--allow-empty" in step.stderr, step.stderr
+
+
+def test_an_empty_s3_store_spelled_with_an_inner_double_slash_says_which_it_is_not(
+    bucket: str, tmp_path: Path
+) -> None:
+    """`s3://b/runs//job-1` (a `$BASE/` joined with `/$RUN`) names other keys than the job's
+    `s3://b/runs/job-1`: it read as an empty store, and `get --allow-empty` took it for a
+    first start, nothing copied, the job training from scratch beside its checkpoints. The
+    commands that find it empty now name the store without the empty segment."""
+    with CheckpointStore(f"s3://{bucket}/runs/job-1") as store, store.save(5) as gen:
+        gen.write_bytes("model.bin", b"four")
+    doubled = f"s3://{bucket}/runs//job-1"
+    meant = f"s3://{bucket}/runs/job-1"
+    listed = forewarn("ls", doubled)
+    assert listed.returncode == 0 and meant in listed.stdout, listed.stdout
+    first = forewarn("get", doubled, str(tmp_path / "out"), "--allow-empty")
+    assert first.returncode == 0 and meant in first.stdout, first.stdout
+    for argv in (("get", doubled, str(tmp_path / "out")), ("verify", doubled)):
+        refused = forewarn(*argv)
+        assert refused.returncode == 2 and meant in refused.stderr, refused.stderr
