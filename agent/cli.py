@@ -1638,8 +1638,9 @@ def build_parser(
         type=_acked_notice_id,
         metavar="NOTICE_ID",
         help="the active notice the save was for (default: with --client, each notice held for "
-        "that client, the ones its `forewarn wait --client` returned; without --client, none: "
-        "the save counts only for the flush times)",
+        "that client, the ones its `forewarn wait --client` returned, and with --flush-seconds "
+        "only those noticed before the save began; without --client, none: the save counts "
+        "only for the flush times)",
     )
     ack.add_argument("--step", type=_ack_figure(_step), help="the step saved")
     ack.add_argument(

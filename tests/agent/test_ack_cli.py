@@ -203,6 +203,8 @@ def test_the_help_of_notice_id_says_what_an_ack_without_one_acks() -> None:
         build_parser().parse_args(["ack", "--help"])
     text = " ".join(shown.getvalue().split())
     assert "with --client, each notice held for that client" in text, text
+    # the periodic save's ack leaves out what a backgrounded loop's save still holds
+    assert "with --flush-seconds only those noticed before the save began" in text, text
     assert "without --client, none" in text, text
 
 
