@@ -789,7 +789,8 @@ class GcpWatcher:
     async def _read_upcoming(self) -> tuple[bool, UpcomingWindow | None, dict[str, Any]]:
         """(known, window, detail): a 200 that parses (a window or one of the "nothing
         scheduled" forms), a 404 or repeated 503s are known; anything else (a transport
-        error, another status, a body that does not parse) is unknown: keep what we had."""
+        error, another status, a body that does not parse, repeated 503s of a server that
+        answers no other key while a window stands) is unknown: keep what we had."""
         for attempt in range(1, UPCOMING_503_ATTEMPTS + 1):
             try:
                 response = await fetch(
@@ -807,6 +808,13 @@ class GcpWatcher:
                 if attempt < UPCOMING_503_ATTEMPTS:
                     await asyncio.sleep(self.settings.retry_delay)
                     continue
+                if self._window_held() and not await self._server_answers():
+                    # The whole server is unavailable (restarting, or in a host maintenance
+                    # longer than the tries): no answer about the window. Taken for "nothing
+                    # scheduled", it cleared the window and raised it again under a new id
+                    # at the next good read, and the job saved for it twice.
+                    self._bad(UPCOMING_KEY, "unavailable", f"{UPCOMING_KEY}: HTTP 503")
+                    return False, None, {}
                 self._good(UPCOMING_KEY)
                 return True, None, {"status": 503}
             if response.status_code == 404:
@@ -830,6 +838,22 @@ class GcpWatcher:
             self._good(UPCOMING_KEY)
             return True, window, {} if window is None else window.document
         return True, None, {"status": 503}
+
+    def _window_held(self) -> bool:
+        """Whether an upcoming-maintenance notice is in force (or saved from before a restart
+        and not settled yet)."""
+        track = self.tracks["upcoming-maintenance"]
+        return track.active is not None or track.saved is not None
+
+    async def _server_answers(self) -> bool:
+        """Whether the metadata server answers a plain read of another key: a 503 of
+        upcoming-maintenance is then that key's own answer (nothing scheduled, on some VMs),
+        not the whole server being unavailable."""
+        try:
+            response = await fetch(self.client, "GET", self.url(MAINTENANCE_KEY), deadline=2.0)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
 
     def _good(self, key: str) -> None:
         """A good answer of `key`, reported as a success only while no other key is failing:

@@ -93,3 +93,33 @@ def test_a_long_poll_held_past_a_preemption_is_abandoned_in_the_window(tmp_path:
         assert terminate["action"] == "terminate"
         assert parse_time(terminate["noticed_at"]) - raised < timedelta(seconds=6)
         assert sub.drain(0.5) == []
+
+
+def test_a_server_wide_503_keeps_an_upcoming_window_under_its_id(tmp_path: Path) -> None:
+    """The whole metadata server answers 503 for longer than the upcoming-maintenance read's
+    three tries (a server restarting, or under host maintenance for a few seconds). Some VMs
+    answer 503 when nothing is scheduled, so the read took it for that: the job got a clear
+    of its window and a new drain under another id at the next good read, and saved again."""
+    sim = GcpSimulator()
+    with SimServer(sim) as server:
+        fast = {**FAST, "FOREWARN_GCP_UPCOMING_INTERVAL": "0.1"}
+        env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **fast)
+        with (
+            AgentProcess(tmp_path, providers=("gcp",), env=env) as agent,
+            subscribed(agent) as sub,
+        ):
+            sim.raise_notice("upcoming", {"start_in": 3600})
+            drain = sub.notice(timeout=10)
+            assert (drain["action"], drain["reason"]) == ("drain", "scheduled-maintenance")
+            reads = "GET /computeMetadata/v1/instance/upcoming-maintenance"
+            fault = sim.add_fault("status", status=503)
+            # Past the three tries (0.2 s apart) of two reads: 503 all along.
+            eventually(lambda: sim.faults()[0]["answered"] >= 7, 10, "reads in the outage")
+            sim.remove_fault(fault)
+            before = sim.requests[reads]
+            eventually(lambda: sim.requests[reads] >= before + 3, 10, "reads after it")
+            assert sub.drain(0.3) == []  # nothing was withdrawn: nothing said
+            # A real withdrawal still clears, under the window's id.
+            sim.withdraw("upcoming-maintenance")
+            cleared = sub.notice(timeout=10)
+            assert (cleared["action"], cleared["id"]) == ("clear", drain["id"])
