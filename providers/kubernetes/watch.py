@@ -247,14 +247,18 @@ class KubernetesWatcher:
         self.resource_version = listed.resource_version
         self.node_missing = False
         restored, self._restored = self._restored, {}
+        mine = {k: r for k, r in restored.items() if r.detail.get("node") == api.node_name}
         if listed.node is not None:
-            self._node(listed.node, api.node_name, emit)
+            # The agent's notices from before are what a running watcher would have had as
+            # its own: a shutdown whose Ready turned Unknown since (the kubelet stopped
+            # posting) stands on them, and was cleared at a restart, as if the node were back.
+            self._node(listed.node, api.node_name, emit, mine if not self.active else None)
             self._read_karpenter(listed.node, emit)
         elif self.seen_node:
             self.node_object = None
             self._apply([*self.active.values(), deleted_report(api.node_name, self.node_uid)], emit)
-        elif mine := [r for r in restored.values() if r.detail.get("node") == api.node_name]:
-            self._deleted_while_away(mine, api.node_name, emit)
+        elif mine:
+            self._deleted_while_away(list(mine.values()), api.node_name, emit)
         else:
             self.node_missing = True
         self._success()
@@ -451,13 +455,21 @@ class KubernetesWatcher:
             "apply packaging/kubernetes/components/karpenter",
         )
 
-    def _node(self, node: object, name: str, emit: Emit) -> None:
+    def _node(
+        self,
+        node: object,
+        name: str,
+        emit: Emit,
+        restored: Mapping[str, Report] | None = None,
+    ) -> None:
+        """Apply the Node as it is now. `restored` (the agent's notices of this node from
+        before this watcher) stand for the previous reports when it has none of its own."""
         uid = node_uid(node)
         # Another object under the name (deleted and created again, maybe while the watch
         # was broken and a relist saw only the new one): the old one's notices are not its
         # notices. Each is cleared, and the new one's are raised afresh, same ids included.
         replaced = uid is not None and self.node_uid is not None and uid != self.node_uid
-        previous = {} if replaced else self.active
+        previous = {} if replaced else (restored or self.active)
         current = node_reports(
             node,
             name,

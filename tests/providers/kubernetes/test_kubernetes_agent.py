@@ -206,6 +206,37 @@ def test_node_notices_across_an_agent_restart_are_neither_repeated_nor_lost(
     assert "Traceback" not in agent.output()
 
 
+def test_a_shutdown_whose_ready_turned_unknown_stands_across_an_agent_restart(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """The kubelet shut down and stopped posting: Ready=False ("node is shutting down") turned
+    Unknown. A running watcher keeps the terminate; a restarted agent lists Ready=Unknown
+    with no shutdown of its own to keep, and cleared the terminate: the job, told the
+    machine was not going away, saved and trained on into the stop."""
+    env = _kubernetes_env(tmp_path, server)
+    shutdown = f"kubernetes/{NODE}/shutdown"
+    marker = f"kubernetes/{NODE}/cordon"
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        control(server, "shutdown")
+        control(server, "unreachable")
+        control(server, "cordon")  # seen once the Ready=Unknown before it is seen
+        eventually(lambda: published(agent.output(), marker), what="the cordon's drain")
+        assert len(published(agent.output(), shutdown)) == 1, agent.output()
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: f"kubernetes: drain {marker}" in agent.output(),
+            what="the restarted watcher's list",
+        )
+        settled(agent, sub)
+        assert published(agent.output(), shutdown) == [], agent.output()
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {marker: "drain", shutdown: "terminate"}
+
+
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
