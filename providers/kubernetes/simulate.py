@@ -206,7 +206,10 @@ class KubernetesSimulator(Simulator):
             "bookmarks": 0,
             "forbidden": 0,
         }
-        self.closed = False
+        # Bumped at each stop of a server serving this simulator: the watches open then end.
+        # A count, not a flag: the same simulator served again (an API server restarted over
+        # its etcd) streams its new watches, where a flag ended each at once, for good.
+        self.stops = 0
         self.node: dict[str, Any] | None = None
         # Karpenter's NodeClaims by name (`karpenter`): what GET .../nodeclaims/<name> serves.
         self.nodeclaims: dict[str, dict[str, Any]] = {}
@@ -595,7 +598,7 @@ class KubernetesSimulator(Simulator):
         # SimServer.stop calls this: end open watch streams too, so their threads finish.
         super().cancel_scripts()
         with self.lock:
-            self.closed = True
+            self.stops += 1
             self.notify_change()
 
     def error_page(self, status: int) -> SimResponse:
@@ -825,8 +828,9 @@ class KubernetesSimulator(Simulator):
             with self.changed:
                 timeout_generation = self.timeout_generation
                 expire_generation = self.expire_generation
+                stops = self.stops
                 caught_up = self.changed.wait_for(
-                    lambda: self.rv >= start or self.closed, self.too_large_wait
+                    lambda: self.rv >= start or self.stops != stops, self.too_large_wait
                 )
                 if not caught_up:
                     self.counts["too_large"] += 1
@@ -843,7 +847,7 @@ class KubernetesSimulator(Simulator):
                 with self.changed:
                     while True:
                         now = time.monotonic()
-                        if self.closed or self.timeout_generation != timeout_generation:
+                        if self.stops != stops or self.timeout_generation != timeout_generation:
                             finished = True
                             break
                         if self.expire_generation != expire_generation or sent < self.dropped_upto:

@@ -94,6 +94,23 @@ def test_watch_from_zero_starts_with_added_and_bookmarks(api: httpx.Client) -> N
     assert len(events) >= 3
 
 
+def test_a_simulator_served_again_after_a_stop_streams_its_watches() -> None:
+    """An API server restart as a test plays it: the same simulator (its etcd) served again
+    on the port. Its stop ended the open watches for good: every later watch ended at once
+    with no event, and a watcher never saw the node change again."""
+    sim = KubernetesSimulator(node=NODE, token="secret", max_watch_seconds=1, bookmark_interval=5)
+    with SimServer(sim) as server:
+        port = server.port
+    with (
+        SimServer(sim, port=port) as server,
+        httpx.Client(base_url=server.url, trust_env=False) as client,
+    ):
+        rv = client.get("/api/v1/nodes", params=selector(), headers=AUTH).json()["metadata"]
+        client.post("/_sim/notices", json={"kind": "cordon"})
+        events = watch_lines(client, resourceVersion=rv["resourceVersion"], timeoutSeconds="1")
+    assert [event["type"] for event in events] == ["MODIFIED"]
+
+
 def test_too_old_version_is_gone(api: httpx.Client) -> None:
     rv = api.get("/api/v1/nodes", headers=AUTH).json()["metadata"]["resourceVersion"]
     api.post("/_sim/notices", json={"kind": "compact"})
