@@ -458,6 +458,18 @@ class NoticeTrack:
         self._keep(self.active)
         return self.active
 
+    def stand(self) -> Report | None:
+        """An answer that does not show the notice in force but does not end it either (a
+        preemption read FALSE after TRUE). At the first answer after a restart, the notice
+        saved before it is reported as still in force (same id, time and deadline), as
+        `observe` does for one shown again; otherwise nothing is said."""
+        first, self.answered = not self.answered, True
+        if not first or self.active is not None or self.saved is None:
+            return None
+        self.active, self.saved = self.saved, None
+        self._keep(self.active)
+        return self.active
+
     def forget(self, notice_id: str) -> bool:
         """The agent retired this notice (past its deadline plus a grace): the next answer
         that still shows it raises it again, with its id and deadline. True if it was ours."""
@@ -507,8 +519,10 @@ class GcpWatcher:
         self.has_gpus: bool | None = None
         self._scheduling_read = asyncio.Event()
         self._unknown_values: set[str] = set()  # maintenance-event values logged as unknown
-        # `preempted` read TRUE by this run: the VM is going down, whatever is read later.
-        self.preempted_seen = False
+        # `preempted` read TRUE in this boot: the VM is going down, whatever is read later.
+        # A preemption saved before a restart is this boot's (`ActiveNotices` restores no
+        # other boot's), so it counts as read.
+        self.preempted_seen = self.tracks["preempted"].saved is not None
         self._unpreempted_logged = False
         self._failing: set[str] = set()  # keys whose last answer was an error (see `_good`)
         self._no_etag: set[str] = set()  # long-polled keys whose last answer had no ETag
@@ -605,9 +619,9 @@ class GcpWatcher:
             elif self.preempted_seen:
                 # Compute Engine never withdraws a preemption: a FALSE after TRUE in the same
                 # boot (a metadata server answering from a reset state) was a clear, and
-                # jobs went back to training until the VM stopped under them. A VM stopped by
-                # its preemption and started again runs a new agent, which clears the saved
-                # notice at its first FALSE.
+                # jobs went back to training until the VM stopped under them; after an agent
+                # restart too. A VM stopped by its preemption and started again is in another
+                # boot, whose agent does not restore the saved notice.
                 if not self._unpreempted_logged:
                     self._unpreempted_logged = True
                     log.warning(
@@ -615,7 +629,7 @@ class GcpWatcher:
                         "withdrawn, the terminate stands",
                         PREEMPTED_KEY,
                     )
-                return None
+                return track.stand()
             report = preemption_report(preempted, self.preemption_notice_seconds(), utcnow())
             return track.observe(report, {"preempted": answer.text.strip()}, answer.etag)
 

@@ -99,19 +99,45 @@ async def test_preempted_back_to_false_while_running_keeps_the_terminate(
         assert run.watcher.tracks["preempted"].active == terminate
 
 
-async def test_a_preemption_before_a_stop_is_cleared_when_the_vm_runs_again(
+async def test_preempted_back_to_false_across_a_restart_in_the_same_boot_keeps_the_terminate(
     server: SimServer, sim: GcpSimulator, tmp_path: Path
 ) -> None:
-    """A Spot VM stopped by its preemption and started again answers FALSE: the agent's
-    saved terminate from the last boot is cleared under its id."""
+    """The agent restarts inside the preemption window (same boot: the VM is still going
+    down) and the server answers FALSE. A running watcher keeps the terminate then; the
+    restarted one cleared it, and the job, told the machine was not going away, saved and
+    trained on into the stop."""
     async with watching(server.url, tmp_path) as run:
         await run.until_polling()
         sim.raise_notice("preempt", {})
         [terminate] = await run.count(1)
     sim.withdraw("preempted")
     async with watching(server.url, tmp_path) as run:
-        [clear] = await run.count(1)
-    assert (clear.action, clear.id, clear.detail) == ("clear", terminate.id, {"preempted": "FALSE"})
+        [kept] = await run.count(1)  # reported as in force: the agent's restored one stands
+        await run.until_polling()
+        await run.settle()
+        assert run.reports == [kept]
+    assert (kept.action, kept.id) == ("terminate", terminate.id)
+    assert kept.deadline is not None and terminate.deadline is not None
+    assert _near(kept.deadline, terminate.deadline, 0.01)  # as saved (in milliseconds)
+
+
+@pytest.mark.parametrize("boot", ["another boot id", "no boot id"])
+async def test_a_preemption_before_a_stop_is_not_restored_when_the_vm_runs_again(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path, boot: str
+) -> None:
+    """A Spot VM stopped by its preemption and started again answers FALSE: the agent's
+    saved terminate is the last boot's, not restored, and nothing is raised."""
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        sim.raise_notice("preempt", {})
+        await run.count(1)
+    moved_before_this_boot(tmp_path, "preempted", boot)
+    sim.withdraw("preempted")
+    async with watching(server.url, tmp_path) as run:
+        await run.until_polling()
+        await run.settle()
+        assert run.reports == []
+        assert not run.watcher.preempted_seen
 
 
 async def test_terminate_on_host_maintenance_drains_then_clears_under_the_same_id(
