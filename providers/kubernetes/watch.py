@@ -485,9 +485,10 @@ class KubernetesWatcher:
         self.node_object = node
 
     def _apply(self, current: list[Report], emit: Emit, *, replaced: bool = False) -> None:
-        out = changes(self.active, current)
-        if replaced:
-            out = [r for r in out if r.action == "clear"] + current
+        # Replaced: every notice of the old object is cleared, those the new one has too: a
+        # notice sent again under its id without a clear is a repeat to a job's guard, which
+        # had saved for it, and it saved nothing for the new node's disruption.
+        out = changes(self.active, []) + current if replaced else changes(self.active, current)
         for report in out:
             log.info("kubernetes: %s %s", report.action, report.id)
             emit(report)

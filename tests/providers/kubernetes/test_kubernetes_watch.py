@@ -139,15 +139,17 @@ async def test_a_shutdown_is_not_carried_onto_a_node_recreated_in_a_watch_gap(
 async def test_a_node_recreated_in_a_watch_gap_raises_its_own_notices(
     cluster: Cluster, watching: Running
 ) -> None:
-    """The new node's cordon has the old one's id: it is sent again, with the new uid, not
-    taken for the old one's."""
+    """The new node's cordon has the old one's id: the old one's is cleared, then the new
+    one's raised, with the new uid. Sent only again, without the clear, it was a repeat to a
+    job's guard, which had saved for that id already: no save for the new node's cordon."""
     cluster.raise_("cordon")
     old = await watching.report("drain", CORDON)
     _recreate_while_the_watch_is_broken(cluster, ("cordon", {}))
     await watching.until(
-        lambda: watching.summary() == [("drain", CORDON), ("drain", CORDON)],
+        lambda: watching.summary() == [("drain", CORDON), ("clear", CORDON), ("drain", CORDON)],
         what="the new node's cordon",
     )
+    assert watching.reports[1].detail["uid"] == old.detail["uid"]
     new_uid = cluster.state()["node"]["metadata"]["uid"]
     assert old.detail["uid"] != new_uid
     assert watching.reports[-1].detail["uid"] == new_uid
