@@ -79,60 +79,61 @@ def early_by(text: str, begin: int, stop: int, words: str) -> tuple[timedelta, s
 _Candidate = tuple[int, int, datetime, datetime, str, bool, int]
 
 
+@functools.lru_cache(maxsize=4)
+def _dated_candidates(text: str, sent: datetime | None) -> tuple[_Candidate, ...]:
+    """The times with a date in `text`, read once for the readings of one mail that scan
+    the same text (see `_Matches`)."""
+    found: list[_Candidate] = []
+    for match in _matches(text).dated:
+        orders: tuple[str, ...] = ("mdy",)
+        if match.groupdict().get("a") is not None:
+            orders = ("mdy", "dmy", "ymd") if len(match.group("y")) == 2 else ("mdy", "dmy")
+        shift, first = shift_before(text, match.start())
+        readings = sorted(
+            {
+                written
+                for order in orders
+                if (written := written_time(match, sent, order=order, shift=shift)) is not None
+            }
+        )
+        # After the date, or between the time and its date.
+        margin = match.groupdict().get("margin")
+        at = match.end() if margin is None else match.start("margin")
+        tolerance = tolerance_at(text, at)
+        for reading in readings:
+            written, words_end = less_tolerance(tolerance, at, reading)
+            if margin is not None:
+                words_end = match.end()
+            words = text[first:words_end]
+            if len(readings) > 1:
+                # find_deadline takes the first reading that can be the deadline, so
+                # the earliest: a deadline read late loses work, one read early does not.
+                dates = " or ".join(f"{start:%Y-%m-%d}" for start, _ in readings)
+                words += f" ({AMBIGUOUS} {dates}, read as {reading[0]:%Y-%m-%d}, the earliest"
+                words += " that can be the deadline)"
+            found.append((match.start(), -len(match.group(0)), *written, words, False, words_end))
+    return tuple(found)
+
+
 def _candidates(
     text: str, sent: datetime | None, *, anywhere: bool = False
 ) -> Iterator[_Candidate]:
     """Each time in `text`; with `anywhere`, times without a date on lines not about the
     reclaim too."""
-    dated: list[tuple[int, int]] = []
-    present: dict[re.Pattern[str], bool] = {}
-    for needed, pattern in WRITTEN_TIMES:
-        if needed is not None:
-            if needed not in present:
-                present[needed] = needed.search(text) is not None
-            if not present[needed]:
-                continue
-        for match in pattern.finditer(text):
-            dated.append(match.span())
-            orders: tuple[str, ...] = ("mdy",)
-            if match.groupdict().get("a") is not None:
-                orders = ("mdy", "dmy", "ymd") if len(match.group("y")) == 2 else ("mdy", "dmy")
-            shift, first = shift_before(text, match.start())
-            readings = sorted(
-                {
-                    written
-                    for order in orders
-                    if (written := written_time(match, sent, order=order, shift=shift)) is not None
-                }
-            )
-            # After the date, or between the time and its date.
-            margin = match.groupdict().get("margin")
-            at = match.end() if margin is None else match.start("margin")
-            tolerance = tolerance_at(text, at)
-            for reading in readings:
-                written, words_end = less_tolerance(tolerance, at, reading)
-                if margin is not None:
-                    words_end = match.end()
-                words = text[first:words_end]
-                if len(readings) > 1:
-                    # find_deadline takes the first reading that can be the deadline, so
-                    # the earliest: a deadline read late loses work, one read early does not.
-                    dates = " or ".join(f"{start:%Y-%m-%d}" for start, _ in readings)
-                    words += f" ({AMBIGUOUS} {dates}, read as {reading[0]:%Y-%m-%d}, the earliest"
-                    words += " that can be the deadline)"
-                yield match.start(), -len(match.group(0)), *written, words, False, words_end
+    yield from _dated_candidates(text, sent)
+    found = _matches(text)
     if sent is not None:
         # Both tests in log or constant time per time found: scanning every dated span and
         # the whole line for each time held the agent's event loop for 2 s on a 10 KiB mail
         # of "14:30 UTC " repeated, and for minutes on a 256 KiB one.
-        within_dated = overlap_test(sorted(dated))
+        within_dated = overlap_test(sorted(match.span() for match in found.dated))
         # Per start of a line (with the lines wrapping onto it): how far it was searched
         # for the reclaim's words, and whether they were found. Searched on from there, not
         # from its start again: a mail of thousands of wrapped lines of times was quadratic.
         about_reclaim: dict[int, tuple[int, bool]] = {}
         line_starts = [0, *(m.end() for m in re.finditer("\n", text))]
         sentence_starts: dict[int, int] = {}  # line: where the sentence it wraps from starts
-        for match in TIME_ONLY.finditer(text):
+        for match in found.times:
             # The time of a dated form, read again without its date, is not another time.
             if within_dated(match.start(), match.start() + 1):
                 continue
@@ -195,13 +196,13 @@ def _candidates(
                     day == "today" or day in WEEKDAYS or day.startswith("the "),
                     words_end,
                 )
-        for match in EPOCH.finditer(text):
+        for match in found.epochs:
             try:
                 moment = datetime.fromtimestamp(int(match.group("epoch")), timezone.utc)
             except (OverflowError, ValueError, OSError):
                 continue
             yield _at_once(match, moment)
-        for match in RELATIVE.finditer(text):
+        for match in found.relative:
             parts = {k.rstrip("234"): v for k, v in match.groupdict().items() if v is not None}
             hours = 1.0 if "the_hour" in parts else 0.0 if "at_once" in parts else None
             if "count_h" in parts:
@@ -213,6 +214,42 @@ def _candidates(
             except OverflowError:  # past what a datetime holds: far beyond _FUTURE_LIMIT too
                 continue
             yield _at_once(match, moment)
+
+
+class _Matches:
+    """Where each form of a time matches in one text, each scanned for once: a mail whose
+    times cannot be the deadline is read again as a whole, then for a time before Date +
+    lead, and a hostile 130 KB mail spent a third of its 3 CPU-s finding the same matches
+    again. The forms without a date are scanned for only when asked (a mail with a Date)."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        present: dict[re.Pattern[str], bool] = {}
+        dated: list[re.Match[str]] = []
+        for needed, pattern in WRITTEN_TIMES:
+            if needed is not None:
+                if needed not in present:
+                    present[needed] = needed.search(text) is not None
+                if not present[needed]:
+                    continue
+            dated.extend(pattern.finditer(text))
+        self.dated = tuple(dated)
+
+    @functools.cached_property
+    def times(self) -> tuple[re.Match[str], ...]:
+        return tuple(TIME_ONLY.finditer(self._text))
+
+    @functools.cached_property
+    def epochs(self) -> tuple[re.Match[str], ...]:
+        return tuple(EPOCH.finditer(self._text))
+
+    @functools.cached_property
+    def relative(self) -> tuple[re.Match[str], ...]:
+        return tuple(RELATIVE.finditer(self._text))
+
+
+# A few: `judge` reads one mail's text, the part from the droplet's line and a heading.
+_matches = functools.lru_cache(maxsize=4)(_Matches)
 
 
 def _at_once(match: re.Match[str], moment: datetime) -> _Candidate:

@@ -3,11 +3,14 @@ before the next is read, so a slow one delays the reclaim mail behind it)."""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterator
 
 import pytest
 from do_support import verdict
-from forewarn.providers.digitalocean import cancel
+from forewarn.providers.digitalocean import cancel, deadline
+from forewarn.providers.digitalocean.written import WRITTEN_TIMES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -55,3 +58,45 @@ def test_the_reach_changes_no_verdict_on_a_mail_of_ordinary_clauses(
         patch.setattr(cancel, "CLAUSE_REACH", 10**9)
         whole = verdict(body)
     assert reached == whole
+
+
+class _Counted:
+    """A pattern that notes each text it is asked to scan."""
+
+    def __init__(self, pattern: re.Pattern[str], scanned: list[str]) -> None:
+        self._pattern = pattern
+        self._scanned = scanned
+
+    def finditer(self, text: str, *bounds: int) -> Iterator[re.Match[str]]:
+        self._scanned.append(text)
+        return self._pattern.finditer(text, *bounds)
+
+
+def test_a_mail_without_a_usable_time_is_scanned_for_times_once_per_text() -> None:
+    """Of the three readings of a mail whose times cannot be the deadline (from the line
+    naming the droplet, the whole mail, and the whole mail for a time before Date + lead),
+    the last two scanned the same text with every pattern again: a hostile 130 KB mail of
+    such times took 3 CPU-s to judge, a third of it reading the same matches again."""
+    body = "Droplet gpu-spot-1 will be reclaimed.\n" + "14:00 UTC (-0:30) on December 3, " * 50
+    scans: dict[str, list[str]] = {}
+    deadline._matches.cache_clear()  # the text's matches as another test found them
+    deadline._dated_candidates.cache_clear()
+
+    def counted(name: str, pattern: re.Pattern[str]) -> _Counted:
+        return _Counted(pattern, scans.setdefault(name, []))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            deadline,
+            "WRITTEN_TIMES",
+            [(needed, counted(f"dated {n}", p)) for n, (needed, p) in enumerate(WRITTEN_TIMES)],
+        )
+        for name in ("TIME_ONLY", "EPOCH", "RELATIVE"):
+            patch.setattr(deadline, name, counted(name, getattr(deadline, name)))
+        found = verdict(body)
+    assert found.report is not None
+    assert found.report.detail["deadline_source"] == "date+lead"  # every reading was made
+    assert scans["TIME_ONLY"], scans.keys()
+    for name, texts in scans.items():
+        again = len(texts) - len(set(texts))
+        assert again == 0, (name, [len(text) for text in texts])
