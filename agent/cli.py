@@ -1462,11 +1462,15 @@ def _section_loader(registry: Registry, name: str) -> Callable[[Path | None], An
 
 
 def build_parser(
-    command: str | None = None, registry: Registry | None = None
+    command: str | None = None, registry: Registry | None = None, *, top: bool = False
 ) -> argparse.ArgumentParser:
     """The whole parser; given the `command` about to run, only what it needs is imported
     (the agent must not carry every provider's simulator and drill in memory). The provider
-    choices, `simulate` and `drill` subcommands come from `registry` (default: all)."""
+    choices, `simulate` and `drill` subcommands come from `registry` (default: all). With
+    `top`, only what `forewarn --help` and `--version` show: the commands, not their
+    arguments."""
+    if top:
+        command = ""
     if registry is None and command in (None, "agent", "simulate", "drill"):
         # Only these need the providers (and pydantic); `watch` and `wait` start quickly.
         from forewarn.providers.registry import REGISTRY
@@ -1824,7 +1828,10 @@ def main(argv: Sequence[str] | None = None, registry: Registry | None = None) ->
     words = _provider_words(words, registry)
     command = words[0] if words and not words[0].startswith("-") else None
     try:
-        parser = build_parser(command, registry)
+        # Without a command, the words are `--help`, `--version` or none (anything else is
+        # refused below): what they show needs no command's arguments, and building them all
+        # imported every provider's settings and simulator (0.43 CPU-s for `--version`).
+        parser = build_parser(command, registry, top=command is None)
         if not words:
             parser.print_help()
             return 0

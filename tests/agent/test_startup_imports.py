@@ -87,3 +87,29 @@ def test_an_agent_that_speaks_http_loads_httpx_without_its_command_line() -> Non
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+@pytest.mark.parametrize("words", [["--version"], ["--help"], ["-h"], []])
+def test_the_top_level_help_and_version_load_no_provider(words: list[str]) -> None:
+    # They show the commands and the version only: building every command's arguments for
+    # them imported each provider's settings, pydantic and the simulators, 0.43 CPU-s for
+    # `forewarn --version` against 0.08 for `forewarn status`.
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from forewarn.agent.cli import build_parser, main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+        f"    main({words!r})\n"
+        "loaded = [m for m in ('pydantic', 'forewarn.providers.registry') if m in sys.modules]\n"
+        "print(json.dumps([loaded, out.getvalue()]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    loaded, shown = json.loads(done.stdout)
+    assert loaded == []
+    from forewarn.agent.cli import _version, build_parser
+
+    # What the whole parser shows.
+    assert shown == (
+        f"forewarn {_version()}\n" if words == ["--version"] else build_parser().format_help()
+    )
