@@ -53,22 +53,27 @@ def read_mail(raw: bytes) -> Mail:
         raise ParseError(f"unreadable message: {type(error).__name__}: {error}") from None
 
 
-def _parsing_once() -> email.policy.EmailPolicy[EmailMessage]:
-    """email's default policy, but each header of the mail parsed once: the default parses
-    a header again at every look (a new class and parse tree each time), and reading a mail
-    of a text and an HTML part parsed 7 headers 33 times, three quarters of the CPU of a
-    small mail's verdict. Kept for one mail only, so a hostile mailbox's headers do not pile
-    up; the header objects are immutable, so sharing one between looks changes nothing."""
-    registry = HeaderRegistry()
-    parsed: dict[tuple[str, str], BaseHeader] = {}
+class _ParsedOnce(HeaderRegistry):
+    """email's header registry, but each header of one mail parsed once: the default
+    parses a header again at every look (a new class and parse tree each time), and reading
+    a mail of a text and an HTML part parsed 7 headers 33 times, three quarters of the CPU
+    of a small mail's verdict. One per mail, so a hostile mailbox's headers do not pile up;
+    header objects are immutable, so sharing one between looks changes nothing. A registry,
+    not a bare function: the policy also asks it for a header's class (`max_count`)."""
 
-    def header(name: str, value: str) -> BaseHeader:
-        found = parsed.get((name, value))
+    def __init__(self) -> None:
+        super().__init__()
+        self._parsed: dict[tuple[str, str], BaseHeader] = {}
+
+    def __call__(self, name: str, value: str) -> BaseHeader:
+        found = self._parsed.get((name, value))
         if found is None:
-            found = parsed[(name, value)] = registry(name, value)
+            found = self._parsed[(name, value)] = super().__call__(name, value)
         return found
 
-    return email.policy.default.clone(header_factory=header)
+
+def _parsing_once() -> email.policy.EmailPolicy[EmailMessage]:
+    return email.policy.default.clone(header_factory=_ParsedOnce())
 
 
 def _sender_of(value: str) -> str:

@@ -12,6 +12,7 @@ from email.message import EmailMessage
 import pytest
 from do_support import verdict
 from forewarn.providers.digitalocean import cancel, deadline
+from forewarn.providers.digitalocean import message as mail_message
 from forewarn.providers.digitalocean.message import read_mail
 from forewarn.providers.digitalocean.written import WRITTEN_TIMES
 from hypothesis import given, settings
@@ -129,3 +130,14 @@ def test_each_header_of_a_mail_is_parsed_once() -> None:
     assert mail.subject == "Spot Droplet reclaim notice" and "14:00 UTC" in mail.text
     again = sorted({(name, parsed.count((name, value))) for name, value in parsed})
     assert len(parsed) == len(set(parsed)), again
+
+
+def test_the_policy_that_parses_once_still_serves_every_use_of_a_policy() -> None:
+    # email asks the policy's header factory for a header's class too (how many of it a
+    # message may hold, when a header is set): a bare function there raised TypeError.
+    message = EmailMessage(policy=mail_message._parsing_once())
+    message["Subject"] = "Spot Droplet reclaim notice"
+    with pytest.raises(ValueError, match="at most 1 Subject"):
+        message["Subject"] = "another"
+    message.set_content("Droplet gpu-spot-1 will be reclaimed at 14:00 UTC.")
+    assert read_mail(bytes(message)).subject == "Spot Droplet reclaim notice"
