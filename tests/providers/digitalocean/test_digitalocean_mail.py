@@ -11,11 +11,11 @@ import quopri
 import re
 import time
 from datetime import datetime, timedelta, timezone
-from email.message import EmailMessage
 from email.utils import format_datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+from do_support import new_mail
 from forewarn.providers.base import ParseError
 from forewarn.providers.digitalocean.mail import (
     MatchRules,
@@ -63,7 +63,7 @@ def reclaim_mail(
     html: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> bytes:
-    message = EmailMessage()
+    message = new_mail()
     message["From"] = sender
     message["To"] = "ops@example.com"
     message["Subject"] = subject
@@ -859,7 +859,7 @@ def test_mails_that_raise_nothing(raw: bytes, why: str) -> None:
 
 
 def test_the_html_part_is_read_when_there_is_no_text_part() -> None:
-    message = EmailMessage()
+    message = new_mail()
     message["From"] = "no-reply@digitalocean.com"
     message["Subject"] = "Reclaim of your Spot Droplet"
     message["Date"] = format_datetime(SENT)
@@ -901,7 +901,7 @@ def test_the_notice_is_found_in_either_part(placeholder: str, in_html: bool) -> 
 
 
 def _html_mail(markup: str) -> bytes:
-    message = EmailMessage()
+    message = new_mail()
     message["From"] = "no-reply@digitalocean.com"
     message["Subject"] = "Spot Droplet reclaim notice"
     message["Date"] = format_datetime(SENT)
@@ -2195,7 +2195,7 @@ USER = "Ops <ops@example.com>"
 
 
 def _attached_forward(inner: bytes) -> bytes:
-    message = EmailMessage()
+    message = new_mail()
     message["From"] = USER
     message["Subject"] = "Fwd: Spot Droplet reclaim notice"
     message["Date"] = format_datetime(SENT + timedelta(seconds=5))
@@ -2286,7 +2286,7 @@ def test_any_forward_raises_exactly_when_the_original_would(
 
 
 def _html_forward(markup: str) -> bytes:
-    message = EmailMessage()
+    message = new_mail()
     message["From"] = USER
     message["Subject"] = "FW: Spot Droplet reclaim notice"
     message["Date"] = format_datetime(SENT + timedelta(seconds=5))

@@ -7,12 +7,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from datetime import datetime, time, timedelta, timezone
-from email.message import EmailMessage
 from email.utils import format_datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from do_support import RULES
+from do_support import RULES, new_mail
 from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.providers.base import ParseError
 from forewarn.providers.digitalocean.mail import find_deadline, reclaim_verdict
@@ -31,7 +30,7 @@ def _utc(*fields: int) -> datetime:
 
 
 def _mail(body: str, date: datetime | None = SENT) -> bytes:
-    message = EmailMessage()
+    message = new_mail()
     message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
     message["Subject"] = "Spot Droplet reclaim notice"
     if date is not None:

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 from pathlib import Path
 
 import pytest
-from do_support import RULES, utc
+from do_support import RULES, new_mail, utc
 from forewarn.agent.protocol import utcnow
 from forewarn.providers.digitalocean.imap import received_of
 from forewarn.providers.digitalocean.mail import reclaim_verdict
@@ -23,7 +22,7 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 
 def undated(text: str, date: str | None = None) -> bytes:
-    message = EmailMessage()
+    message = new_mail()
     message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
     message["Subject"] = "Spot Droplet reclaim notice"
     if date is not None:

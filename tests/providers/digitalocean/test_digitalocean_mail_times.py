@@ -5,11 +5,10 @@ is something else's (when the droplet was created, when the mail was written).""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from email.message import EmailMessage
 from email.utils import format_datetime
 
 import pytest
-from do_support import RULES
+from do_support import RULES, new_mail
 from forewarn.providers.digitalocean.mail import find_deadline, reclaim_verdict
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -25,7 +24,7 @@ def _at(hour: int, minute: int = 0) -> datetime:
 
 
 def _mail(body: str, sent: datetime = SENT) -> bytes:
-    message = EmailMessage()
+    message = new_mail()
     message["From"] = "DigitalOcean <no-reply@digitalocean.com>"
     message["Subject"] = "Spot Droplet reclaim notice"
     message["Date"] = format_datetime(sent)
