@@ -12,7 +12,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 
 from .written import (
     ABOUT_RECLAIM,
@@ -79,10 +79,16 @@ def early_by(text: str, begin: int, stop: int, words: str) -> tuple[timedelta, s
 _Candidate = tuple[int, int, datetime, datetime, str, bool, int]
 
 
-@functools.lru_cache(maxsize=4)
 def _dated_candidates(text: str, sent: datetime | None) -> tuple[_Candidate, ...]:
     """The times with a date in `text`, read once for the readings of one mail that scan
-    the same text (see `_Matches`)."""
+    the same text (see `_Matches`). Keyed on `sent`'s zone too: one moment in two offsets
+    is one datetime to `==` and `hash`, but two calendars, and the writer's calendar says
+    which day a time is on."""
+    return _dated_in(text, sent, None if sent is None else sent.tzinfo)
+
+
+@functools.lru_cache(maxsize=4)
+def _dated_in(text: str, sent: datetime | None, zone: tzinfo | None) -> tuple[_Candidate, ...]:
     found: list[_Candidate] = []
     for match in _matches(text).dated:
         orders: tuple[str, ...] = ("mdy",)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage
 
@@ -84,7 +85,7 @@ def test_a_mail_without_a_usable_time_is_scanned_for_times_once_per_text() -> No
     body = "Droplet gpu-spot-1 will be reclaimed.\n" + "14:00 UTC (-0:30) on December 3, " * 50
     scans: dict[str, list[str]] = {}
     deadline._matches.cache_clear()  # the text's matches as another test found them
-    deadline._dated_candidates.cache_clear()
+    deadline._dated_in.cache_clear()
 
     def counted(name: str, pattern: re.Pattern[str]) -> _Counted:
         return _Counted(pattern, scans.setdefault(name, []))
@@ -141,3 +142,14 @@ def test_the_policy_that_parses_once_still_serves_every_use_of_a_policy() -> Non
         message["Subject"] = "another"
     message.set_content("Droplet gpu-spot-1 will be reclaimed at 14:00 UTC.")
     assert read_mail(bytes(message)).subject == "Spot Droplet reclaim notice"
+
+
+def test_the_times_read_for_one_moment_in_two_offsets_are_not_shared() -> None:
+    # 03:00 UTC on a Friday is 22:00 on Thursday at -0500: equal datetimes (the same key to
+    # a cache), but the writer's calendar decides which day "Friday" or "tomorrow" is.
+    utc = datetime(2026, 12, 4, 3, 0, tzinfo=timezone.utc)
+    text = "Droplet gpu-spot-1 will be reclaimed on Friday, 4 December at 14:00 UTC."
+    deadline._dated_in.cache_clear()
+    deadline.find_deadline(text, utc)
+    deadline.find_deadline(text, utc.astimezone(timezone(timedelta(hours=-5))))
+    assert deadline._dated_in.cache_info().misses == 2
