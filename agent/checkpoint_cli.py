@@ -442,9 +442,10 @@ def run_get(args: argparse.Namespace, store: CheckpointStore) -> int:
             return 0
     generation = _chosen(store, args.step)
     removed = 0
+    waited: list[str] = []  # what an earlier try waited for (another rank's copy)
     while True:
         try:
-            return _copy_out(args, store, generation)
+            return _copy_out(args, store, generation, waited)
         except GenerationRemovedError:
             # Another node's job saving with keep=N deleted it once a newer one committed: the
             # get exited 2, and the restart script's rank never started (or, taken for a first
@@ -487,7 +488,17 @@ def _newest_below(store: CheckpointStore, step: int) -> Generation | None:
     return None
 
 
-def _copy_out(args: argparse.Namespace, store: CheckpointStore, generation: Generation) -> int:
+def _copy_out(
+    args: argparse.Namespace, store: CheckpointStore, generation: Generation, waited: list[str]
+) -> int:
+    """Copy `generation` out; `waited` gathers what it waited for, across tries: a rank whose
+    try waited for another's copy and then found its generation removed finds that rank's
+    copy of the newest in place, also with --replace (not copied again under it)."""
+
+    def waiting(what: str) -> None:
+        waited.append(what)
+        print(f"forewarn: checkpoint: {what}", file=sys.stderr)
+
     prefix = args.prefix.strip("/")
     names = [n for n in generation.files if not prefix or n.startswith(prefix + "/")]
     if not names:
@@ -504,7 +515,8 @@ def _copy_out(args: argparse.Namespace, store: CheckpointStore, generation: Gene
             progress=lambda done, _total: bar.update(done),
             replace=args.replace,
             wait=args.wait,
-            waiting=lambda what: print(f"forewarn: checkpoint: {what}", file=sys.stderr),
+            waiting=waiting,
+            waited=bool(waited),
         )
     except GenerationNotFoundError:
         raise  # removed meanwhile by another job's retention

@@ -223,6 +223,7 @@ class Generation:
         replace: bool = False,
         wait: float = 0.0,
         waiting: Callable[[str], None] | None = None,
+        waited: bool = False,
     ) -> CopiedPaths:
         """Copy every file under `prefix/` ('' for all) into `destination`, keeping the tree;
         each file verified as in `get_file`. `progress` counts over all the files.
@@ -240,7 +241,9 @@ class Generation:
         paths it returns then say `in_place`. Another copy under way into `destination` is
         waited for up to `wait` seconds (`waiting` is told once what it waits for), then
         `BlockingIOError` names it: ranks of one node restoring into one directory together
-        find the first one's copy in place."""
+        find the first one's copy in place. `waited`: this process waited for such a copy
+        already, in a try of a generation removed meanwhile; its copy of this one in place is
+        kept with `replace` too."""
         base = prefix.strip("/")
         target = Path(destination)
         names = [name for name in sorted(self.files) if not base or name.startswith(base + "/")]
@@ -265,7 +268,10 @@ class Generation:
             # With `replace` too when the copy waited for another that put just these files in
             # place: the ranks of one node restoring together with `--replace` each copied
             # again, swapping the files under the rank that was loading them.
-            earlier = into.copied() if held and (into.waited or not replace) else None
+            # And when it waited in an earlier try, of a generation retention removed
+            # meanwhile: the first rank had copied the newest, and this one copied it again.
+            waited_before = into.waited or waited
+            earlier = into.copied() if held and (waited_before or not replace) else None
             if earlier == what:
                 return CopiedPaths([target / relative for relative in wanted], in_place=True)
             if held and not replace and earlier is None:

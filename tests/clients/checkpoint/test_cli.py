@@ -737,3 +737,35 @@ def test_an_empty_s3_store_spelled_with_an_inner_double_slash_says_which_it_is_n
     for argv in (("get", doubled, str(tmp_path / "out")), ("verify", doubled)):
         refused = forewarn(*argv)
         assert refused.returncode == 2 and meant in refused.stderr, refused.stderr
+
+
+def test_a_waiting_replace_get_whose_generation_was_removed_keeps_the_first_ones_copy(
+    tmp_path: Path,
+) -> None:
+    """Two local ranks' `get STORE DEST --replace` at once while another node's job saves with
+    `keep=1`: both chose step 10; the first copied step 20 once retention removed 10, and the
+    second, after waiting for it, found 10 gone too and copied 20 again, swapping the files
+    under the first rank loading them. Its wait counts for the newest generation too."""
+    url = str(tmp_path / "store")
+    store = CheckpointStore(url, keep=1)
+    with store.save(10) as gen:
+        gen.write_bytes("model.bin", b"older")
+    out = tmp_path / "out"
+    first, go = _paused_get(tmp_path, url, str(out), "--replace")
+    errors = tmp_path / "second.err"
+    second = _started_get(url, str(out), "--replace", stderr=errors)
+    eventually(
+        lambda: "waiting" in errors.read_text() or second.poll() is not None,
+        timeout=30,
+        what="the second get to wait",
+    )
+    with store.save(20) as gen:
+        gen.write_bytes("model.bin", b"newer")
+    assert store.steps() == [20]
+    go.write_text("go")
+    assert first.wait(timeout=30) == 0, first.stderr.read() if first.stderr else ""
+    loaded = (out / "model.bin").stat().st_ino  # the first rank's loader opens it now
+    assert second.wait(timeout=30) == 0, errors.read_text()
+    assert second.stdout is not None and "already in place" in second.stdout.read()
+    assert (out / "model.bin").stat().st_ino == loaded
+    assert (out / "model.bin").read_bytes() == b"newer"
