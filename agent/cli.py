@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import json
@@ -768,7 +769,14 @@ SAVE_START_SLACK = 2.0
 def _noticed_after(status: dict[str, Any], held: list[str], started: float) -> dict[str, float]:
     """Of the `held` notices, those the agent noticed more than SAVE_START_SLACK seconds after
     `started` (epoch seconds, when the save acked began), with how long after: no save for
-    them. A notice whose `noticed_at` is missing or unreadable is not among them."""
+    them. A notice whose `noticed_at` is missing or unreadable is not among them.
+
+    A notice changed or escalated since it was raised (a deadline moved, a second `notify` of
+    its id) carries that report's time as `noticed_at`, and the loop that saved for it since
+    its `wait` kept its hold and was handed it again: the time it was raised (`raised`, from
+    an agent that lists it) counts when earlier."""
+    raised = status.get("raised")
+    raised = raised if isinstance(raised, dict) else {}  # none from an agent older than it
     found: dict[str, float] = {}
     for notice in status["active"]:
         notice_id = str(notice["id"])
@@ -779,6 +787,10 @@ def _noticed_after(status: dict[str, Any], held: list[str], started: float) -> d
             lead = parse_time(noticed).timestamp() - started
         except ValueError:
             continue
+        first = raised.get(notice_id)
+        if isinstance(first, str):
+            with contextlib.suppress(ValueError):
+                lead = min(lead, parse_time(first).timestamp() - started)
         if lead > SAVE_START_SLACK:
             found[notice_id] = lead
     return found

@@ -371,6 +371,10 @@ class StatusReply(_Message):
     # The notices that ended lately (cleared, withdrawn, retired; the last 64 since the agent
     # started), oldest first: `forewarn ack` of one is no mistyped id.
     ended: list[str] = Field(default_factory=list)
+    # When each active notice was raised, where its `noticed_at` is not that (a notice changed
+    # or escalated since carries the time of that report): `forewarn ack --client ID
+    # --flush-seconds` tells by it whether a save began before the notice.
+    raised: dict[str, Timestamp] = Field(default_factory=dict)
 
 
 class NotifyReply(_Message):

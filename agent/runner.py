@@ -1044,6 +1044,7 @@ class Agent:
             acked_by=self._acked_by(),
             held_for=self._held_for(),
             ended=list(self._ended),
+            raised=self.board.raised(),
         )
 
     def _held_for(self) -> dict[str, dict[str, int | None]]:

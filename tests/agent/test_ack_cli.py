@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -422,38 +423,95 @@ def test_a_clients_periodic_ack_of_a_save_begun_before_the_notice_keeps_its_hold
         eventually(lambda: not flag.exists(), what="the flag file released")
 
 
-@given(
-    noticed=st.dictionaries(
-        _IDS,
-        st.one_of(
-            st.none(),
-            st.integers(),
-            st.text(max_size=8),
-            st.integers(min_value=-100, max_value=100).map(
-                lambda offset: format_time(
-                    datetime.fromtimestamp(1_800_000_000 + offset, timezone.utc)
-                )
-            ),
-        ),
+_STATUS_TIMES = st.one_of(
+    st.none(),
+    st.integers(),
+    st.text(max_size=8),
+    st.integers(min_value=-100, max_value=100).map(
+        lambda offset: format_time(datetime.fromtimestamp(1_800_000_000 + offset, timezone.utc))
     ),
+)
+
+
+def _lead(at: object, started: float) -> float | None:
+    if not isinstance(at, str):
+        return None
+    try:
+        return parse_time(at).timestamp() - started
+    except ValueError:
+        return None
+
+
+@given(
+    noticed=st.dictionaries(_IDS, _STATUS_TIMES),
     held=st.lists(_IDS, unique=True),
+    raised=st.one_of(st.none(), st.integers(), st.dictionaries(_IDS, _STATUS_TIMES)),
 )
 def test_a_save_is_for_the_held_notices_noticed_before_it_began(
-    noticed: dict[str, object], held: list[str]
+    noticed: dict[str, object], held: list[str], raised: object
 ) -> None:
-    """Whatever `noticed_at` the status reply carries, the notices left out of a client's ack
-    without id are held ones noticed more than the slack after the save began, and only those."""
+    """Whatever `noticed_at` and `raised` the status reply carries (none from an older agent),
+    the notices left out of a client's ack without id are held ones noticed, and raised, more
+    than the slack after the save began, and only those."""
     started = 1_800_000_000.0
     active = [{"id": n, "noticed_at": at} for n, at in noticed.items()]
-    status = {"active": active, "held_for": {}}
+    status: dict[str, object] = {"active": active, "held_for": {}}
+    if raised is not None:
+        status["raised"] = raised
     early = _noticed_after(status, held, started)
     expected = {}
     for notice_id, at in noticed.items():
-        if notice_id in held and isinstance(at, str):
-            try:
-                lead = parse_time(at).timestamp() - started
-            except ValueError:
-                continue
-            if lead > SAVE_START_SLACK:
-                expected[notice_id] = lead
+        lead = _lead(at, started)
+        if notice_id not in held or lead is None:
+            continue
+        first = _lead(raised.get(notice_id), started) if isinstance(raised, dict) else None
+        if first is not None:
+            lead = min(lead, first)
+        if lead > SAVE_START_SLACK:
+            expected[notice_id] = lead
     assert early == expected
+
+
+def test_a_loops_ack_after_its_notice_changed_mid_save_releases_its_hold(
+    tmp_path: Path,
+) -> None:
+    """The loop's `wait --client me` returned a drain and it saved; meanwhile the notice
+    changed (a second `notify` of its id with a deadline, a provider's moved deadline) and was
+    re-sent, stamped with a new `noticed_at`. Its `ack --client me --flush-seconds N` then read
+    the save as begun before the notice, left it out, and the hold stayed: the loop's next
+    `wait` returned the same drain and the job saved again. A notice changed keeps the time it
+    was first noticed."""
+    with AgentProcess(tmp_path) as agent:
+        raised = run_forewarn("notify", "drain", "--id", "local/job-1", env=agent.env, timeout=60)
+        assert raised.returncode == 0, raised.stderr
+        waited = run_forewarn(
+            "wait",
+            "--for",
+            "drain",
+            "--client",
+            "me",
+            "--pid",
+            str(os.getpid()),
+            "--json",
+            env=agent.env,
+            timeout=60,
+        )
+        assert waited.returncode == 0, waited.stderr
+        drain = json.loads(waited.stdout)
+        began = time.time()  # the loop's save begins
+        eventually(lambda: time.time() > began + SAVE_START_SLACK + 0.5, what="the save to run")
+        moved = run_forewarn(
+            "notify", "drain", "--id", "local/job-1", "--deadline", "30m", env=agent.env, timeout=60
+        )
+        assert moved.returncode == 0, moved.stderr
+
+        def changed() -> bool:
+            (notice,) = agent.control({"op": "status"})["active"]
+            return notice["id"] == drain["id"] and notice.get("deadline") is not None
+
+        eventually(changed, what="the drain re-sent with its deadline")
+        flush = f"{time.time() - began + 0.5:.0f}s"
+        loops = _ack(agent, "--client", "me", "--flush-seconds", flush)
+        assert loops.returncode == 0, loops.stderr
+        assert loops.stdout.strip() == f"acked {drain['id']}: saved (flush {flush})", loops.stderr
+        assert agent.control({"op": "status"})["held_for"] == {}
