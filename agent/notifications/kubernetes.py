@@ -103,14 +103,15 @@ def _micro_time(moment: datetime) -> str:
     return f"{whole[:-1]}.{moment.microsecond:06d}Z"
 
 
-def event_name(notice: Notice, regarding: Mapping[str, str], instance: str) -> str:
+def event_name(notice: Notice, regarding: Mapping[str, str]) -> str:
     """The name of the Event about `regarding` for `notice`, the same at every POST of it:
     a second POST of an Event made (its answer lost to a timeout, or made just before a stop
     and made again after the restart) is refused 409 AlreadyExists, not a second Event. The
-    agent's instance and the notice's seq and send time keep apart the Events of other
-    agents and of other sendings of the same notice."""
+    notice's seq and send time keep apart the Events of other sendings of the same notice
+    (and of other agents: each has its own). Not the agent's instance: that is the pod's
+    hostname, and the new pod of a DaemonSet rollout, making the Event the old one owed at
+    its stop (the file is in the hostPath state directory), made a second one."""
     parts = [
-        instance,
         *(f"{key}={regarding[key]}" for key in sorted(regarding)),
         notice.id,
         notice.action,
@@ -143,7 +144,7 @@ def event_body(
     return {
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
-        "metadata": {"name": event_name(notice, regarding, instance), "namespace": namespace},
+        "metadata": {"name": event_name(notice, regarding), "namespace": namespace},
         "eventTime": _micro_time(notice.sent_at),
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": instance[:128],

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from forewarn.agent.notifications import kubernetes
 from forewarn.agent.notifications.kubernetes import KubernetesNotifier, camel, event_body
 from forewarn.agent.notifications.warned import (
     WARNED_FILE,
@@ -634,6 +635,40 @@ async def test_an_event_owed_at_a_stop_and_made_already_is_not_made_twice(tmp_pa
         saved = json.loads((tmp_path / WARNED_FILE).read_text())
         assert [n["id"] for n in saved["warned"]] == [drain.id, other.id]
         assert saved["owed"] == []
+
+
+async def test_an_event_owed_at_a_rollout_is_made_once_by_the_new_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DaemonSet rollout: the old pod stopped while a drain's Event was under way (made,
+    its answer cut off, so the file in the hostPath state directory owes it), and the new
+    pod, whose hostname is its own pod name, made it again under another name: two Drain
+    Events on the Node for one notice. The name comes from the notice and the Node alone."""
+    drain = local_notice(1, "drain")
+    with cluster(None) as server:
+        token = tmp_path / "token"
+        token.write_text("t1")
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
+        monkeypatch.setattr(kubernetes.socket, "gethostname", lambda: "forewarn-agent-old12")
+        first = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+        first.on_start(["local"])
+        try:
+            first.on_notice(drain, escalated=False)
+            await eventually_async(lambda: first.created == 1, what="the drain's Event")
+        finally:
+            first.on_stop()
+        (tmp_path / WARNED_FILE).write_bytes(encode_warned([], [drain]))
+        monkeypatch.setattr(kubernetes.socket, "gethostname", lambda: "forewarn-agent-new34")
+        second = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+        second.on_start(["local"])
+        try:
+            second.on_restored(drain)
+            second.on_restore_done(iter(range(10, 20)).__next__)
+            await eventually_async(lambda: second.created == 1, what="the owed Event")
+            await second.settle()
+        finally:
+            second.on_stop()
+        assert node_events(server, drain.id) == ["Drain"]
 
 
 async def test_deliveries_count_the_requests_made_refused_and_pending(tmp_path: Path):
