@@ -769,3 +769,33 @@ def test_a_waiting_replace_get_whose_generation_was_removed_keeps_the_first_ones
     assert second.stdout is not None and "already in place" in second.stdout.read()
     assert (out / "model.bin").stat().st_ino == loaded
     assert (out / "model.bin").read_bytes() == b"newer"
+
+
+def test_a_waiting_replace_get_whose_newest_is_corrupt_keeps_the_first_ones_copy(
+    tmp_path: Path,
+) -> None:
+    """As with a generation removed: both ranks chose step 20, whose file is corrupt; the
+    first copied step 10 instead, and the second, after waiting, found 20 corrupt too and
+    copied 10 again under the first rank loading it."""
+    url = str(tmp_path / "store")
+    store = CheckpointStore(url)
+    for step in (10, 20):
+        with store.save(step) as gen:
+            gen.write_bytes("model.bin", bytes([step]) * 200)
+    flip(store, "step-000000000020/model.bin")
+    out = tmp_path / "out"
+    first, go = _paused_get(tmp_path, url, str(out), "--replace")
+    errors = tmp_path / "second.err"
+    second = _started_get(url, str(out), "--replace", stderr=errors)
+    eventually(
+        lambda: "waiting" in errors.read_text() or second.poll() is not None,
+        timeout=30,
+        what="the second get to wait",
+    )
+    go.write_text("go")
+    assert first.wait(timeout=30) == 0, first.stderr.read() if first.stderr else ""
+    loaded = (out / "model.bin").stat().st_ino  # the first rank's loader opens it now
+    assert second.wait(timeout=30) == 0, errors.read_text()
+    assert second.stdout is not None and "already in place" in second.stdout.read()
+    assert (out / "model.bin").stat().st_ino == loaded
+    assert (out / "model.bin").read_bytes() == bytes([10]) * 200
