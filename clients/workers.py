@@ -47,7 +47,7 @@ from collections.abc import Callable
 from multiprocessing import context, reduction, util
 from typing import Any, cast
 
-from . import _forkserver
+from . import _forkserver, _programs
 
 IGNORED_IN_WORKERS = (signal.SIGTERM, signal.SIGINT)
 
@@ -93,11 +93,11 @@ def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
             _exit_as_asked()
         if info is not None and not _guard_saves_first(guarded):
             _end_by_sigterm()
-    # Ignored for the whole process, not by a thread's mask: a spawn or forkserver worker has
+    # Passed by in the whole process, not by a thread's mask: a spawn or forkserver worker has
     # threads before this runs (import torch starts OpenBLAS's), and a SIGTERM for the process
-    # that one of them took would otherwise end the worker.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # that one of them took would otherwise end the worker. By a handler that does nothing,
+    # not SIG_IGN, which the programs the worker starts would keep (_programs).
+    _programs.hold()
     if hasattr(signal, "sigwaitinfo"):
         # Blocked in this thread (the process's first one, which kill() targets), a SIGTERM
         # is kept rather than dropped as ignored, until a thread that does not block it takes
@@ -133,7 +133,8 @@ def _to_workers_own_handler() -> bool:
     Run in the worker's main thread, as Python runs handlers, once it is back in Python (a
     wait for the next index: within a batch, or torch's 5 s status check when idle)."""
     handler = signal.getsignal(signal.SIGTERM)
-    if not callable(handler):  # SIG_IGN as _protect set it, SIG_DFL, or one set outside Python
+    if not callable(handler) or handler is _programs.pass_by:
+        # _protect's own, SIG_IGN, SIG_DFL, or one set outside Python
         return False
     if isinstance(handler, _Gated):
         handler.hand()
@@ -410,7 +411,12 @@ class _Gated:
 
 def _gate_workers_own_handler() -> None:
     handler = signal.getsignal(signal.SIGTERM)
-    if callable(handler) and not isinstance(handler, _Gated) and hasattr(signal, "sigwaitinfo"):
+    if (
+        callable(handler)
+        and handler is not _programs.pass_by
+        and not isinstance(handler, _Gated)
+        and hasattr(signal, "sigwaitinfo")
+    ):
         signal.signal(signal.SIGTERM, _Gated(handler))
 
 
