@@ -1,7 +1,8 @@
 """A protected DataLoader worker (a fork child that runs `ignore_job_signals()`, as its
 `worker_init_fn` does) that starts a program each way a dataset starts one, sends it SIGTERM or
-SIGINT (a process of its own: terminate()), and prints one JSON object: for each way and signal, the program's exit code (negative:
-the signal ended it) or null when it was still running 3 s later (then it is SIGKILLed).
+SIGINT (a process of its own: terminate()), and prints one JSON object: for each way and
+signal, the program's exit code (negative: the signal ended it) or null when it was still
+running 3 s later (then it is SIGKILLed).
 
     worker_programs.py protected|plain
 
