@@ -44,7 +44,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from multiprocessing import context, reduction, util
+from multiprocessing import context, reduction, spawn, util
 from typing import Any, cast
 
 from . import _forkserver, _programs
@@ -104,7 +104,12 @@ def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
         # it: the one below, with its sender, or a thread the worker had before, which
         # ignores it. Threads started from here on block it too.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        _start(_sigterm_from_main_only, main, os.getppid(), guarded)
+        if not _reading_sigterm:
+            _start(_sigterm_from_main_only, main, os.getppid(), guarded)
+        elif _before_init.initialize(guarded) and not _guard_saves_first(guarded):
+            # A spawn or forkserver worker's reads it from its start (_EarlyStart); one from
+            # outside before this, with no guard to save first, ends it as it would have.
+            _end_by_sigterm()
     if lifeline is not None:
         # Such a thread may take the main process's SIGTERM too; the lifeline still ends the
         # worker when the main process exits.
@@ -115,14 +120,21 @@ def _start(target: Callable[..., None], *args: object) -> None:
     threading.Thread(target=target, args=args, name="forewarn-worker", daemon=True).start()
 
 
-def _sigterm_from_main_only(main: int, parent: int, guarded: _GuardByte | None) -> None:
+def _sigterm_from_main_only(
+    main: int, parent: int, guarded: _GuardByte | _BeforeInit | None
+) -> None:
     while True:
         info = signal.sigwaitinfo({signal.SIGTERM})
         if info.si_pid == main or os.getppid() != parent:
-            # From the main process (or the main process is gone): end now.
+            # From the main process (or the main process is gone): end now, started or not.
             if not _to_workers_own_handler():
                 _exit_as_asked()
-        elif not _guard_saves_first(guarded) and not _to_workers_own_handler():
+        elif isinstance(guarded, _BeforeInit) and guarded.defer():
+            continue
+        elif (
+            not _guard_saves_first(guarded.guarded if isinstance(guarded, _BeforeInit) else guarded)
+            and not _to_workers_own_handler()
+        ):
             _end_by_sigterm()
 
 
@@ -428,12 +440,118 @@ def _in_worker(
     _forkserver.protected_worker = True
     chained = _Chained(then)
     chained.lifeline = (os.getpid(), lifeline.detach())
-    if isinstance(guarded, int):
-        chained.guarded = _GuardByte(-1)
-        chained.guarded.map[0] = guarded
-    elif guarded is not None:
-        chained.guarded = _GuardByte(guarded.detach())
+    chained.guarded = _received_guard_byte(guarded)
     return chained
+
+
+def _received_guard_byte(guarded: Any) -> _GuardByte | None:
+    """The main process's guard byte as a worker is sent it: its file, or its value where it
+    has none."""
+    if isinstance(guarded, int):
+        byte = _GuardByte(-1)
+        byte.map[0] = guarded
+        return byte
+    return None if guarded is None else _GuardByte(guarded.detach())
+
+
+# Whether a thread of this worker reads the SIGTERMs it is sent (_sigterm_from_main_only).
+_reading_sigterm = False
+
+
+class _EarlyStart:
+    """Put in the preparation data of a protected spawn or forkserver worker, which the worker
+    unpickles first, before it imports the main module and unpickles its process object (the
+    dataset, its worker_init_fn): it starts with SIGTERM and SIGINT blocked, and a SIGTERM
+    waited for its init. One that hung there (importing the user's module) could not be
+    stopped: multiprocessing's exit handler sends it SIGTERM and waits for it without a
+    timeout, so the job hung at its exit for ever, the worker left behind; and a program the
+    main module started as the worker imported it kept SIGTERM blocked. From here on a
+    thread reads the SIGTERMs the worker is sent, ending it on its main process's at once,
+    and the programs it starts get the signals back (_programs)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # exec, not a function of forewarn's: the worker has not its main process's sys.path
+        # yet, and forewarn may not be on the one it has (then its init still protects it).
+        return (exec, (_EARLY_START, {"main": os.getpid()}))
+
+
+_EARLY_START = """
+try:
+    from forewarn.clients.workers import _start_early
+except ImportError:
+    pass
+else:
+    _start_early(main)
+"""
+
+
+class _BeforeInit:
+    """What the SIGTERM reader of a worker started early knows of it: whether its init has run,
+    with the guard byte it was sent (in its process object, unpickled after this starts),
+    and whether a SIGTERM from outside came before, which the init decides on, as it did
+    when that SIGTERM waited for it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.initialized = False
+        self.guarded: _GuardByte | None = None
+        self.deferred = False
+
+    def initialize(self, guarded: _GuardByte | None) -> bool:
+        """Whether a SIGTERM from outside came before."""
+        with self.lock:
+            self.guarded = guarded
+            self.initialized = True
+            return self.deferred
+
+    def defer(self) -> bool:
+        with self.lock:
+            if not self.initialized:
+                self.deferred = True
+            return not self.initialized
+
+
+_before_init = _BeforeInit()
+
+
+def _start_early(main: int) -> None:
+    global _reading_sigterm
+    _programs.hold()
+    if hasattr(signal, "sigwaitinfo") and not _reading_sigterm:
+        _reading_sigterm = True
+        _start(_sigterm_from_main_only, main, os.getppid(), _before_init)
+
+
+def _preparation_data(name: str) -> dict[str, Any]:
+    """multiprocessing's preparation data for a spawn or forkserver process, with an
+    `_EarlyStart` for a protected worker."""
+    data = cast("dict[str, Any]", _plain_preparation_data(name))
+    caller = sys._getframe(1).f_code
+    if caller not in _LAUNCHES:
+        return data
+    process = copy.copy(sys._getframe(1).f_locals.get("process_obj"))
+    _chain_torch_worker_init(process)  # as it will be pickled (_reduce_started_process)
+    for arg in getattr(process, "_args", ()):
+        if isinstance(arg, _Chained) or arg is ignore_job_signals:
+            data["forewarn_early_start"] = _EarlyStart()
+            break
+    return data
+
+
+def _launch_codes() -> set[Any]:
+    codes = set()
+    for module in ("popen_spawn_posix", "popen_forkserver"):
+        try:
+            popen = __import__(f"multiprocessing.{module}", fromlist=["Popen"]).Popen
+        except ImportError:  # not on this platform
+            continue
+        codes.add(popen._launch.__code__)
+    return codes
+
+
+_LAUNCHES = _launch_codes()
+_plain_preparation_data = spawn.get_preparation_data
+spawn.get_preparation_data = _preparation_data
 
 
 def _reduce_started_process(process: Any) -> tuple[Any, ...]:
