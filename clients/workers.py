@@ -587,11 +587,35 @@ def _spawnv_passfds(path: Any, args: Any, passfds: Any) -> int:
     spawning = _forking.__dict__.pop("spawning", None)
     if (spawning is None or caller is not spawning) and not _preloading_fork_server(caller):
         return _plain_spawnv_passfds(path, args, passfds)
+    if spawning is None or caller is not spawning:
+        args = _with_jobs_sys_path(args)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
     try:
         return _plain_spawnv_passfds(path, args, passfds)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+FORK_SERVER_COMMAND = "from multiprocessing.forkserver import main;"
+
+
+def _with_jobs_sys_path(args: list[str]) -> list[str]:
+    """The fork server's command line, with this process's sys.path after the server's own
+    before it preloads forewarn's module. Python 3.11's fork server is given the job's sys.path
+    but does not use it: a job that found forewarn on an entry it added at run time (a
+    vendored copy) started a server that could not import it, and so never unblocked the
+    signals in the processes it forked: one that did not import forewarn itself (a helper of
+    the job's own) ignored `terminate()`, and multiprocessing's exit handler waited for it for
+    ever. Its own entries come first: what it imported before, it imports the same."""
+    try:
+        command = args.index("-c") + 1
+    except ValueError:
+        return args
+    if command >= len(args) or not args[command].startswith(FORK_SERVER_COMMAND):
+        return args
+    jobs = _plain_preparation_data("ignore").get("sys_path", [])
+    extend = f"import sys; sys.path.extend(p for p in {jobs!r} if p not in sys.path); "
+    return [*args[:command], extend + args[command], *args[command + 1 :]]
 
 
 if hasattr(util, "spawnv_passfds"):  # POSIX: the spawn start looks it up as it calls it
