@@ -15,7 +15,10 @@ it blocked, so that a SIGTERM sent while they import the main module cannot end 
 worker is forked with SIGTERM and SIGINT blocked too (torch's worker loop first sets a SIGTERM
 handler of its own, one that ends the worker on anyone's SIGTERM, and seeds), and a spawn
 worker is started with them blocked (an exec'd program keeps its signal mask; it imports the
-main module before its init): `_spawnv_passfds`.
+main module before its init): `_spawnv_passfds`. Such a spawn or forkserver worker reads the
+SIGTERMs it is sent from its start, before it imports the main module (`_EarlyStart`): its main
+process's `terminate()` ends it there, and the programs it starts get SIGTERM and SIGINT back
+(`_programs`).
 
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn())
     DataLoader(dataset, num_workers=4, worker_init_fn=worker_init_fn(my_seed_fn))
@@ -601,10 +604,10 @@ FORK_SERVER_COMMAND = "from multiprocessing.forkserver import main;"
 
 def _with_jobs_sys_path(args: list[str]) -> list[str]:
     """The fork server's command line, with this process's sys.path after the server's own
-    before it preloads forewarn's module. Python 3.11's fork server is given the job's sys.path
-    but does not use it: a job that found forewarn on an entry it added at run time (a
-    vendored copy) started a server that could not import it, and so never unblocked the
-    signals in the processes it forked: one that did not import forewarn itself (a helper of
+    before it preloads forewarn's module. The fork server of Python 3.11 to 3.13 is given the
+    job's sys.path but does not use it: a job that found forewarn on an entry it added at run
+    time (a vendored copy) started a server that could not import it, and so never unblocked
+    the signals in the processes it forked: one that did not import forewarn itself (a helper of
     the job's own) ignored `terminate()`, and multiprocessing's exit handler waited for it for
     ever. Its own entries come first: what it imported before, it imports the same."""
     try:
