@@ -404,6 +404,31 @@ def changes(previous: Mapping[str, Report], current: Iterable[Report]) -> list[R
     return out
 
 
+def _taint_added(report: Report) -> str | None:
+    """The `timeAdded` of the taint a report was raised for, if it has one."""
+    taint = report.detail.get("taint")
+    added = taint.get("timeAdded") if isinstance(taint, dict) else None
+    return added if isinstance(added, str) and added else None
+
+
+def readded(previous: Mapping[str, Report], current: Iterable[Report]) -> list[Report]:
+    """The clears owed, on a relist, for the reports of `previous` whose taint was removed and
+    added again since (its `timeAdded` differs): under the same id and action, a report sent
+    again without a clear is a repeat to a job's guard, which had saved for the first one. A
+    watch sees the removal; a relist (after a 410, or by a restarted agent) does not. A
+    `timeAdded` missing on either side (a cordon seen before the controller's taint) tells
+    nothing."""
+    out = []
+    for report in current:
+        before = previous.get(report.id)
+        if before is None or before.action == "clear":
+            continue
+        was, now = _taint_added(before), _taint_added(report)
+        if was is not None and now is not None and was != now:
+            out.append(before.model_copy(update={"action": "clear", "noticed_at": utcnow()}))
+    return out
+
+
 def parse_list(payload: Any) -> NodeList:
     """A NodeList (filtered to one node by the field selector)."""
     payload = _object(payload, "node list")
@@ -456,6 +481,7 @@ __all__ = [
     "notice_id",
     "parse_event",
     "parse_list",
+    "readded",
     "stale_boot",
     "vm_event",
 ]

@@ -50,6 +50,7 @@ from .nodes import (
     node_uid,
     parse_event,
     parse_list,
+    readded,
 )
 from .settings import Settings
 
@@ -252,7 +253,13 @@ class KubernetesWatcher:
             # The agent's notices from before are what a running watcher would have had as
             # its own: a shutdown whose Ready turned Unknown since (the kubelet stopped
             # posting) stands on them, and was cleared at a restart, as if the node were back.
-            self._node(listed.node, api.node_name, emit, mine if not self.active else None)
+            self._node(
+                listed.node,
+                api.node_name,
+                emit,
+                mine if not self.active else None,
+                relisted=True,
+            )
             self._read_karpenter(listed.node, emit)
         elif self.seen_node:
             self.node_object = None
@@ -461,9 +468,14 @@ class KubernetesWatcher:
         name: str,
         emit: Emit,
         restored: Mapping[str, Report] | None = None,
+        *,
+        relisted: bool = False,
     ) -> None:
         """Apply the Node as it is now. `restored` (the agent's notices of this node from
-        before this watcher) stand for the previous reports when it has none of its own."""
+        before this watcher) stand for the previous reports when it has none of its own.
+        `relisted`: the Node comes from a list, after a gap (a restart, a 410) whose events
+        were not seen: a taint removed and added again in it is cleared, then raised, as a
+        watch that saw both sends it."""
         uid = node_uid(node)
         # Another object under the name (deleted and created again, maybe while the watch
         # was broken and a relist saw only the new one): the old one's notices are not its
@@ -479,6 +491,10 @@ class KubernetesWatcher:
             terminate_taints=self.terminate_taints,
             karpenter_deadline=self.karpenter_deadline[1] if self.karpenter_deadline else None,
         )
+        for clear in readded(previous, current) if relisted else []:
+            log.info("kubernetes: clear %s (its taint was added again)", clear.id)
+            emit(clear)
+            self.active.pop(clear.id, None)  # raised again below, as new
         self._apply(current, emit, replaced=replaced)
         self.node_uid = uid or self.node_uid
         self.seen_node = True

@@ -206,6 +206,44 @@ def test_node_notices_across_an_agent_restart_are_neither_repeated_nor_lost(
     assert "Traceback" not in agent.output()
 
 
+def test_a_cordon_applied_again_while_the_agent_was_down_is_cleared_and_raised(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """The cordon was lifted and applied again while the agent was down (its taint's
+    `timeAdded` is later). The restarted agent sent the drain again under the same id, with no
+    clear between: a repeat to the job's guard, which had saved for the first cordon and so
+    saved nothing for the second. A running watcher sends drain, clear, drain."""
+    env = _kubernetes_env(tmp_path, server)
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    cordon = f"kubernetes/{NODE}/cordon"
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        control(server, "cordon")
+        eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
+    with sim.lock:
+        sim.withdraw("cordon")
+        sim.raise_notice("cordon", {})
+        node = sim._edit()
+        for taint in node["spec"]["taints"]:
+            taint["timeAdded"] = "2099-01-01T00:00:00Z"  # later than the first, surely
+        sim._commit("MODIFIED", node)
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: f"kubernetes: drain {cordon}" in agent.output(),
+            what="the restarted watcher's list",
+        )
+        settled(agent, sub)
+        sends = [line.split()[1] for line in published(agent.output(), cordon)]
+        assert sends == ["clear", "drain"], agent.output()
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {cordon: "drain"}
+    assert "Traceback" not in agent.output()
+
+
 def test_a_shutdown_whose_ready_turned_unknown_stands_across_an_agent_restart(
     tmp_path: Path, server: SimServer
 ) -> None:

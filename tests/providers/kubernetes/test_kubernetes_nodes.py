@@ -20,6 +20,7 @@ from forewarn.providers.kubernetes.nodes import (
     notice_id,
     parse_event,
     parse_list,
+    readded,
     vm_event,
 )
 from forewarn.providers.kubernetes.settings import DEFAULT_DRAIN_TAINTS
@@ -316,6 +317,37 @@ def test_changes_replay_to_the_current_state(
                 board[report.id] = report.action
         active = {report.id: report for report in current}
         assert board == ids(current)
+
+
+added_times = st.none() | st.sampled_from(["2026-12-05T10:00:00Z", "2026-12-05T10:00:07Z"])
+
+
+@given(
+    st.sampled_from([CORDON_TAINT, "karpenter.sh/disrupted"]),
+    added_times,
+    added_times,
+    st.booleans(),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_taint_added_again_is_cleared_on_a_relist(
+    key: str, before: str | None, after: str | None, unschedulable: bool
+) -> None:
+    """A relist owes a clear for a drain whose taint's `timeAdded` changed (removed and added
+    again in the gap), and only then: a `timeAdded` missing on either side tells nothing."""
+
+    def taint(added: str | None) -> list[dict[str, Any]]:
+        fields = {"key": key, "effect": "NoSchedule"}
+        return [{**fields, "timeAdded": added} if added else fields]
+
+    previous = node_reports(node(unschedulable=unschedulable, taints=taint(before)), NODE, TAINTS)
+    current = node_reports(node(unschedulable=unschedulable, taints=taint(after)), NODE, TAINTS)
+    clears = readded({r.id: r for r in previous}, current)
+    again = before is not None and after is not None and before != after
+    (tainted,) = [r for r in previous if r.detail.get("taint", {}).get("key") == key]
+    assert [(c.action, c.id) for c in clears] == ([("clear", tainted.id)] if again else [])
+    if again:
+        assert clears[0].detail == tainted.detail  # the first taint's notice is cleared
+    assert readded({}, current) == []
 
 
 @given(st.lists(nodes().map(lambda s: s[1]), min_size=1, max_size=8), configured)

@@ -155,6 +155,50 @@ async def test_a_node_recreated_in_a_watch_gap_raises_its_own_notices(
     assert watching.reports[-1].detail["uid"] == new_uid
 
 
+def _recordon_while_the_watch_is_broken(cluster: Cluster) -> None:
+    """Lift the cordon and cordon again (its taint added anew, a later `timeAdded`), then push
+    the watch out of the history (410): the relist is the first the watcher sees of it."""
+    with cluster.sim.lock:
+        cluster.sim.withdraw("cordon")
+        cluster.sim.raise_notice("cordon", {})
+        node = cluster.sim._edit()
+        for taint in node["spec"]["taints"]:
+            if taint["key"] == CORDON_TAINT:
+                taint["timeAdded"] = "2099-01-01T00:00:00Z"  # later than the first, surely
+        cluster.sim._commit("MODIFIED", node)
+        cluster.sim.raise_notice("compact", {"expire_watches": True})
+
+
+async def test_a_cordon_lifted_and_applied_again_in_a_watch_gap_is_cleared_and_raised(
+    cluster: Cluster, watching: Running
+) -> None:
+    """A running watcher sends drain, clear, drain; the relist after a 410 saw the same id with
+    the same action and sent nothing: the job's guard, which had saved for the first cordon,
+    was given no chance to save for the second."""
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    _recordon_while_the_watch_is_broken(cluster)
+    await watching.until(
+        lambda: watching.summary() == [("drain", CORDON), ("clear", CORDON), ("drain", CORDON)],
+        what="the second cordon cleared and raised",
+    )
+    assert watching.reports[-1].detail["taint"]["timeAdded"] == "2099-01-01T00:00:00Z"
+    assert watching.watcher.lists == 2
+
+
+async def test_a_relist_of_an_unchanged_cordon_sends_nothing(
+    cluster: Cluster, watching: Running
+) -> None:
+    """The same cordon (its taint's `timeAdded` unchanged) listed again is not sent again."""
+    cluster.raise_("cordon")
+    await watching.report("drain", CORDON)
+    cluster.raise_("compact", expire_watches=True)
+    await watching.until(lambda: watching.watcher.lists == 2, what="the relist")
+    cluster.raise_("shutdown")  # a marker: the relist was handled before it
+    await watching.report("terminate", SHUTDOWN)
+    assert watching.summary() == [("drain", CORDON), ("terminate", SHUTDOWN)]
+
+
 async def test_cordon_taint_alone_drains(cluster: Cluster, watching: Running) -> None:
     cluster.raise_("taint", key="node.kubernetes.io/unschedulable")
     report = await watching.report("drain", CORDON)
