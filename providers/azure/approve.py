@@ -9,7 +9,8 @@ for other tenants and list an approved event as Scheduled until it starts, and a
 agent that forgot its approval sent it again (`immediately`, at its first document).
 
 A POST refused for a passing reason (no answer, 408, 429, 5xx) is tried again with backoff,
-waiting out a Retry-After, until the event's NotBefore: the approval is what releases a job
+waiting out a Retry-After, until the event's NotBefore (as listed at each try: Azure may
+reschedule it later): the approval is what releases a job
 that has saved before NotBefore, and IMDS limits a VM to about five requests a second. One
 refused for any other reason (a 400: the request itself is wrong) is tried MAX_ATTEMPTS times.
 """
@@ -95,6 +96,9 @@ class Approver:
         self._not_until: dict[str, float] = {}  # EventId -> monotonic time of its next try
         self._give_up_at: dict[str, float] = {}  # EventId -> time.time() past which it is not
         self.skipped: dict[str, str] = {}  # EventId -> why it was not approved
+        # EventId -> (the NotBefore its tries ended at, why it was asked for): approvals given
+        # up at NotBefore, tried again should Azure reschedule the event later (`resume`).
+        self.lapsed: dict[str, tuple[float, str]] = {}
         self._in_flight: set[str] = set()
         self.approved.update(load_approved(path) if path is not None else {})
         # Loaded from the file, not yet asked for again by this watcher (logged when asked).
@@ -121,20 +125,21 @@ class Approver:
 
     async def approve(self, event_id: str, why: str, not_before: datetime | None = None) -> bool:
         """POST StartRequests for one event unless it was approved (or is being) already, or a
-        refused try's wait is not over. `not_before` is the event's NotBefore: a refused
-        approval is tried again until then, not after (the event starts anyway)."""
+        refused try's wait is not over. `not_before` is the event's NotBefore as listed now: a
+        refused approval is tried again until then, not after (the event starts anyway)."""
         if self.done(event_id) or not self.due(event_id):
             return False
         attempt = self.attempts.get(event_id, 0) + 1
         if attempt > MAX_ATTEMPTS and event_id not in self._give_up_at:
             self.retry.pop(event_id, None)
             return False
-        if event_id not in self._give_up_at:
-            self._give_up_at[event_id] = (
-                not_before.timestamp()
-                if not_before is not None
-                else time.time() + RETRY_WITHOUT_NOT_BEFORE
-            )
+        if not_before is not None:
+            # The event's NotBefore as listed now, not at the first try: an event Azure
+            # rescheduled later is still worth approving until then (unapproved, the VM
+            # idles until it, the job long saved).
+            self._give_up_at[event_id] = not_before.timestamp()
+        else:
+            self._give_up_at.setdefault(event_id, time.time() + RETRY_WITHOUT_NOT_BEFORE)
         self.attempts[event_id] = attempt
         self._in_flight.add(event_id)
         started = time.perf_counter()
@@ -201,6 +206,8 @@ class Approver:
             )
             return False
         self._retire(event_id)
+        if give_up_at is not None and not_before is not None:
+            self.lapsed[event_id] = (not_before.timestamp(), why)
         log.warning(
             "azure: approving event %s failed (attempt %d, the last: %s): %s; it starts at "
             "its NotBefore",
@@ -210,6 +217,17 @@ class Approver:
             problem,
         )
         return False
+
+    def resume(self, event_id: str, not_before: datetime | None) -> str | None:
+        """An approval given up at its event's NotBefore, when the event is now scheduled
+        later: why it was asked for (it is to be tried again, afresh), else None."""
+        lapsed = self.lapsed.get(event_id)
+        if lapsed is None or not_before is None or not_before.timestamp() <= lapsed[0]:
+            return None
+        del self.lapsed[event_id]
+        self.attempts.pop(event_id, None)
+        log.info("azure: event %s was rescheduled: approving it again", event_id)
+        return lapsed[1]
 
     def _retire(self, event_id: str) -> None:
         """No more tries for this event (approved, or given up)."""
@@ -226,6 +244,8 @@ class Approver:
         for event_id in gone:
             del self.approved[event_id]
             self.restored.discard(event_id)
+        for event_id in [event_id for event_id in self.lapsed if event_id not in listed]:
+            del self.lapsed[event_id]
         if gone or self._unsaved:
             self._save()
 

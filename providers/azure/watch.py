@@ -503,6 +503,13 @@ class AzureWatcher:
     def _retry_failed_approvals(self) -> None:
         for event_id, why in list(self.approvals.retry.items()):
             self.request_approval(event_id, why)
+        for event_id in list(self.approvals.lapsed):
+            # Given up at NotBefore, and Azure rescheduled the event later: unapproved, the
+            # VM idles until the new NotBefore under a job that saved long before.
+            event = self.events.get(event_id)
+            resumed = self.approvals.resume(event_id, event.not_before if event else None)
+            if resumed is not None:
+                self.request_approval(event_id, resumed)
 
     async def aclose(self) -> None:
         for task in list(self._tasks):

@@ -229,6 +229,48 @@ async def test_a_busy_imds_is_tried_until_not_before_and_no_longer(status: int) 
 
 
 @respx.mock
+async def test_a_busy_imds_is_tried_until_the_events_current_not_before() -> None:
+    """The event was rescheduled later while its approval was refused as busy: the tries
+    stopped at the NotBefore seen at the first one, so the approval that released the saved
+    job was never sent and the VM idled until the new NotBefore."""
+    first = datetime.now(timezone.utc) + timedelta(seconds=0.3)
+    later = first + timedelta(seconds=30)
+    busy_until = first + timedelta(seconds=0.2)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503 if datetime.now(timezone.utc) < busy_until else 200)
+
+    route = respx.post(URL).mock(side_effect=answer)
+    async with httpx.AsyncClient(trust_env=False) as client:
+        approver = Approver(client, URL, "2020-07-01", 1, retry_first=0.01)
+        assert await approver.approve("E1", "after-ack", first) is False
+        while "E1" in approver.retry:  # rescheduled: each later try sees the new NotBefore
+            await eventually_async(lambda: approver.due("E1"), what="the wait to end")
+            await approver.approve("E1", "after-ack", later)
+    assert "E1" in approver.approved, approver.stats
+    assert approver.stats.sent == 1 and route.call_count == approver.stats.failed + 1
+
+
+async def test_an_approval_given_up_at_not_before_is_tried_again_once_rescheduled() -> None:
+    """Refused with a Retry-After past NotBefore, the approval was given up (the event starts
+    then anyway); Azure then rescheduled the event later, and it was never tried again: the
+    job that had saved waited out the new NotBefore, the VM idle."""
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=30, rate_limit=10)
+    async with running(sim) as h:
+        event_id = h.sim.raise_notice("Terminate", {})  # NotBefore in 300 s
+        await eventually_async(lambda: h.reports, what="the terminate")
+        events = "/metadata/scheduledevents"
+        h.sim.add_fault("status", path=events, method="POST", status=503, retry_after=600, count=1)
+        h.watcher.flushed(f"azure/{event_id}")
+        await eventually_async(lambda: h.watcher.approvals.stats.failed == 1, what="the 503")
+        assert h.watcher.approvals.retry == {}  # given up: 600 s is past NotBefore
+        h.sim.change_notice(event_id, {"not_before_seconds": 900})
+        await eventually_async(lambda: h.sim.approvals, what="the approval, rescheduled")
+        assert [a["EventId"] for a in h.sim.approvals] == [event_id]
+        await eventually_async(lambda: h.watcher.approvals.stats.sent == 1, what="the 200")
+
+
+@respx.mock
 async def test_a_retry_after_past_not_before_ends_the_tries() -> None:
     route = respx.post(URL).mock(return_value=httpx.Response(429, headers={"Retry-After": "60"}))
     async with httpx.AsyncClient(trust_env=False) as client:
