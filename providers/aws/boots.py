@@ -12,8 +12,9 @@ answer after the instance booted again, such an event of the boot before, still 
 that NotBefore and due before this boot began, is the one that ended that boot: it is not
 published while it stays listed unchanged. One due after this boot began (the instance
 restarted for another cause before the event) or rescheduled since is published as usual, as
-is every event the watcher had not published before the reboot. Without a readable boot id,
-a boot time or a state directory, nothing is held back.
+is every event the watcher had not published before the reboot. Where the boot id cannot be
+read (a container without /proc/sys/kernel/random/boot_id), the boot time from the clock
+since boot tells the boots apart; without either, or a state directory, nothing is held back.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
+from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.report import Report
 
 from ..health import PollHealth
@@ -39,6 +41,19 @@ BOOT_ENDING_CODES = frozenset(
 )
 # IMDS lists a handful of events; anything past this is not a list of ours.
 MAX_EVENTS = 64
+# Two boot times (now less the clock since boot) this close are one boot, read twice: they
+# differ by the time the clock was stepped since. A reboot puts the boot before's whole uptime
+# (the agent started, polled and published) and the reboot itself between them.
+BOOT_TIME_SLACK = 10.0
+
+
+def _boot_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except (ValueError, OverflowError):
+        return None
 
 
 def _events(value: object) -> dict[str, str]:
@@ -68,7 +83,8 @@ class RebootRecord:
         booted: datetime | None,
         health: PollHealth | None = None,
     ) -> None:
-        self.path = path if boot_id is not None else None
+        # Without a boot id the boot time tells the boots apart (`_same_boot`).
+        self.path = path if boot_id is not None or booted is not None else None
         self.boot_id = boot_id
         self.booted = booted
         self.health = health
@@ -82,10 +98,21 @@ class RebootRecord:
         if payload is None:
             return
         seen, ended = _events(payload.get("seen")), _events(payload.get("ended"))
-        if payload.get("boot_id") == boot_id:
+        same = self._same_boot(payload)
+        if same:
             self.seen, self.ended = seen, ended
-        elif booted is not None:
+        elif same is not None and booted is not None:
             self.before = {**seen, **ended}
+
+    def _same_boot(self, payload: dict[str, object]) -> bool | None:
+        """Whether the file was written in this boot: by the boot id, or, where it cannot be
+        read, by the boot time; None when neither tells (nothing is held back then)."""
+        if self.boot_id is not None:
+            return payload.get("boot_id") == self.boot_id
+        saved = _boot_time(payload.get("booted"))
+        if saved is None or self.booted is None:
+            return None
+        return abs((saved - self.booted).total_seconds()) <= BOOT_TIME_SLACK
 
     def held_back(self, reports: list[Report]) -> list[Report]:
         """`reports` (what IMDS lists now) without the events that ended an earlier boot."""
@@ -135,6 +162,7 @@ class RebootRecord:
             return
         payload = {
             "boot_id": self.boot_id,
+            "booted": format_time(self.booted) if self.booted is not None else None,
             "seen": dict(list(self.seen.items())[:MAX_EVENTS]),
             "ended": dict(list(self.ended.items())[:MAX_EVENTS]),
         }
