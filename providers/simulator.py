@@ -143,6 +143,10 @@ class Simulator:
     def state(self) -> dict[str, Any]:
         return {}
 
+    def resumed(self) -> None:
+        """The server started (again, after a stop, which cancels every timer): arm again the
+        timers of the simulated machine's own course, such as an event's end."""
+
     def error_page(self, status: int) -> SimResponse:
         """The real endpoint's answer for an error status (a `status` or `throttle` fault)."""
         phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
@@ -681,6 +685,7 @@ class SimServer:
         return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     def start(self) -> SimServer:
+        self.sim.resumed()
         self._thread = threading.Thread(
             target=self.httpd.serve_forever,
             kwargs={"poll_interval": 0.1},

@@ -315,16 +315,29 @@ class GcpSimulator(Simulator):
             serial = self._maintenance_serial
             self.set_value("instance/maintenance-event", value)
             self._maintenance_ends = None if duration is None else time.monotonic() + duration
-        if duration is None:
-            return
+        if duration is not None:
+            self._return_to_none(serial, duration)
+
+    def _return_to_none(self, serial: int, after: float) -> None:
+        """End the event numbered `serial` (NONE) `after` seconds from now, unless another
+        replaced it or it ended already (a return armed again on a restart of the server)."""
 
         def end() -> None:
             with self.changed:
-                if self._maintenance_serial == serial:
+                if self._maintenance_serial == serial and self._maintenance_ends is not None:
                     self._maintenance_ends = None
                     self.set_value("instance/maintenance-event", "NONE")
 
-        self.later(duration, end)
+        self.later(after, end)
+
+    def resumed(self) -> None:
+        """The server (re)started: a stop cancelled the event's return to NONE with the
+        scripts, and a test restarting the simulator mid-event never saw NONE again. The
+        event ends when it was due to (at once, if that passed while the server was down)."""
+        with self.changed:
+            serial, ends = self._maintenance_serial, self._maintenance_ends
+        if ends is not None:
+            self._return_to_none(serial, max(0.0, ends - time.monotonic()))
 
     @staticmethod
     def _maintenance_value(kind: Any) -> str:

@@ -222,6 +222,24 @@ def test_a_new_maintenance_event_is_not_ended_by_the_last_ones_duration(
     assert _next_maintenance_value(client, 2) == "TERMINATE_ON_HOST_MAINTENANCE"
 
 
+def test_a_maintenance_event_returns_to_none_across_a_restart_of_the_server() -> None:
+    """Stopping the server cancelled the event's scheduled return to NONE with its scripts:
+    a test restarting the simulator mid-event never saw NONE again."""
+    sim = GcpSimulator()
+    with SimServer(sim) as server:
+        SimControl(server.url).raise_("maintenance", type="MIGRATE", duration=0.3)
+    with (
+        SimServer(sim) as server,
+        httpx.Client(
+            base_url=server.url + "/computeMetadata/v1", headers=FLAVOR, trust_env=False
+        ) as client,
+    ):
+        value = client.get("instance/maintenance-event").text
+        if value != "NONE":  # not yet: the return to NONE is still to come
+            assert value == "MIGRATE_ON_HOST_MAINTENANCE"
+            assert _next_maintenance_value(client, 3) == "NONE"
+
+
 def test_a_patch_changes_only_the_maintenance_fields_it_names(
     server: SimServer, client: httpx.Client
 ) -> None:
