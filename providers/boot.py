@@ -16,10 +16,11 @@ def boot_id(path: Path = BOOT_ID_PATH) -> str | None:
     """This boot of the machine (Linux: a random id the kernel draws at each boot, which a
     container shares), or None where the kernel does not say. Unlike `machine_started`, no
     clock enters it: a clock stepped after boot (NTP's first sync on a VM whose RTC was
-    wrong) moves the start that clocks give, not the id."""
+    wrong) moves the start that clocks give, not the id. Lower-cased: Azure's boot records
+    were written so."""
     try:
-        return path.read_text().strip() or None
-    except OSError:
+        return path.read_text().strip().lower() or None
+    except (OSError, UnicodeDecodeError):
         return None
 
 

@@ -28,19 +28,10 @@ from .events import ScheduledEvent
 log = logging.getLogger("forewarn.providers.azure")
 
 BOOT_FILE = "azure-boot.json"
-BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 # Events whose impact ends the boot: a Freeze pauses the VM and keeps it running.
 BOOT_ENDING = frozenset({"Reboot", "Redeploy", "Preempt", "Terminate"})
 # A document lists a handful of events; anything past this is not a list of ours.
 MAX_IDS = 256
-
-
-def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
-    """This boot of the machine (Linux), or None where the kernel does not say."""
-    try:
-        return path.read_text().strip().lower() or None
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _ids(value: object) -> set[str]:
@@ -126,4 +117,4 @@ class BootRecord:
         self._unsaved = not write_or_report(self.path, text + "\n", self.health)
 
 
-__all__ = ["BOOT_ENDING", "BOOT_FILE", "BootRecord", "read_boot_id"]
+__all__ = ["BOOT_ENDING", "BOOT_FILE", "BootRecord"]

@@ -27,10 +27,11 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
+from ..boot import boot_id
 from ..fetch import Answer, fetch
 from ..httpdate import retry_after_seconds
 from .approve import APPROVED_FILE, Approver
-from .boots import BOOT_FILE, BootRecord, read_boot_id
+from .boots import BOOT_FILE, BootRecord
 from .events import (
     ID_PREFIX,
     EventsDocument,
@@ -99,7 +100,7 @@ class AzureWatcher:
         # (Azure lists a Started event for minutes after the reboot it caused).
         self.boots = BootRecord(
             state_dir / BOOT_FILE if state_dir is not None else None,
-            read_boot_id(),
+            boot_id(),
             self.health,
         )
         self.names: frozenset[str] | None = (
