@@ -805,7 +805,10 @@ class GcpWatcher:
         scheduled" forms), a 404 or repeated 503s are known; anything else (a transport
         error, another status, a body that does not parse, repeated 503s of a server that
         answers no other key while a window stands) is unknown: keep what we had."""
-        for attempt in range(1, UPCOMING_503_ATTEMPTS + 1):
+        confirming = False
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 response = await fetch(
                     self.client, "GET", self.url(UPCOMING_KEY), params={"alt": "json"}, deadline=5.0
@@ -822,13 +825,20 @@ class GcpWatcher:
                 if attempt < UPCOMING_503_ATTEMPTS:
                     await asyncio.sleep(self.settings.retry_delay)
                     continue
-                if self._window_held() and not await self._server_answers():
-                    # The whole server is unavailable (restarting, or in a host maintenance
-                    # longer than the tries): no answer about the window. Taken for "nothing
-                    # scheduled", it cleared the window and raised it again under a new id
-                    # at the next good read, and the job saved for it twice.
-                    self._bad(UPCOMING_KEY, "unavailable", f"{UPCOMING_KEY}: HTTP 503")
-                    return False, None, {}
+                if self._window_held() and not confirming:
+                    if not await self._server_answers():
+                        # The whole server is unavailable (restarting, or in a host
+                        # maintenance longer than the tries): no answer about the window.
+                        # Taken for "nothing scheduled", it cleared the window and raised it
+                        # again under a new id at the next good read, and the job saved for
+                        # it twice.
+                        self._bad(UPCOMING_KEY, "unavailable", f"{UPCOMING_KEY}: HTTP 503")
+                        return False, None, {}
+                    # It answers now: ask once more, after it did. A server back just as the
+                    # tries ended answered that read, and its outage's 503s were taken for
+                    # "nothing scheduled" (a clear, then the window under a new id).
+                    confirming = True
+                    continue
                 self._good(UPCOMING_KEY)
                 return True, None, {"status": 503}
             if response.status_code == 404:
@@ -851,7 +861,6 @@ class GcpWatcher:
                 return False, None, {}
             self._good(UPCOMING_KEY)
             return True, window, {} if window is None else window.document
-        return True, None, {"status": 503}
 
     def _window_held(self) -> bool:
         """Whether an upcoming-maintenance notice is in force (or saved from before a restart

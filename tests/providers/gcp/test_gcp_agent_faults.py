@@ -95,6 +95,38 @@ def test_a_long_poll_held_past_a_preemption_is_abandoned_in_the_window(tmp_path:
         assert sub.drain(0.5) == []
 
 
+def test_a_server_back_as_the_503_tries_end_keeps_an_upcoming_window_under_its_id(
+    tmp_path: Path,
+) -> None:
+    """The server came back just as the upcoming-maintenance read's three tries ended (seen in
+    a clean-clone run of the test below, the outage lifted between the last try and the plain
+    read of another key): that read answered 200, so the three 503s were taken for "nothing
+    scheduled", and the job got a clear of its window and a drain under a new id. The 503s
+    are exactly the three tries here, so the race is taken every time."""
+    sim = GcpSimulator()
+    with SimServer(sim) as server:
+        fast = {**FAST, "FOREWARN_GCP_UPCOMING_INTERVAL": "0.1"}
+        env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **fast)
+        with (
+            AgentProcess(tmp_path, providers=("gcp",), env=env) as agent,
+            subscribed(agent) as sub,
+        ):
+            sim.raise_notice("upcoming", {"start_in": 3600})
+            drain = sub.notice(timeout=10)
+            assert (drain["action"], drain["reason"]) == ("drain", "scheduled-maintenance")
+            reads = "GET /computeMetadata/v1/instance/upcoming-maintenance"
+            sim.add_fault(
+                "status",
+                status=503,
+                path="/computeMetadata/v1/instance/upcoming-maintenance",
+                count=3,
+            )
+            eventually(lambda: not sim.faults(), 10, "the three tries (the fault used up)")
+            before = sim.requests[reads]
+            eventually(lambda: sim.requests[reads] >= before + 3, 10, "reads after them")
+            assert sub.drain(0.3) == []  # nothing was withdrawn: nothing said
+
+
 def test_a_server_wide_503_keeps_an_upcoming_window_under_its_id(tmp_path: Path) -> None:
     """The whole metadata server answers 503 for longer than the upcoming-maintenance read's
     three tries (a server restarting, or under host maintenance for a few seconds). Some VMs
