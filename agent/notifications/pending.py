@@ -4,7 +4,7 @@ keeps them across a restart of the agent.
 A webhook receiver that is down while the agent stops (a SIGTERM from systemd, a crash) held
 notices that were lost with the process: the operator was never told of them. `PendingFile`
 keeps them in the state directory, written atomically after each change, off the event loop
-(changes that come during a write are written together, WRITE_INTERVAL after it began); the
+(changes that come within WRITE_INTERVAL of a write's start are written together then); the
 restarted agent delivers them first. Delivery is at least once: a notice delivered just
 before the process dies, before the file is written again, is delivered again after the
 restart.
@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,9 +43,9 @@ PENDING_VERSION = 1
 MAX_DONE = 4096
 # Larger files are not ours: the queue holds 100,000 notices at most, of a few hundred bytes.
 MAX_PENDING_BYTES = 256 * 1024 * 1024
-# Changes that come while the file is written are saved together once this many seconds
-# have passed since that write began: a burst of notices is written a few times, not twice
-# per notice. The first change after a quiet spell is written at once.
+# Changes that come within this many seconds of a write's start are saved together once they
+# have passed: a burst of notices is written a few times, not twice per notice. The first
+# change after a quiet spell (this long since a write began) is written at once.
 WRITE_INTERVAL = 0.05
 
 
@@ -165,7 +166,7 @@ def decode_pending(data: bytes) -> tuple[list[Notice], list[str]]:
 
 class PendingFile:
     """`path`, holding what `snapshot()` returns: written after each `changed()` in a
-    thread (at once after a quiet spell, else WRITE_INTERVAL after the write before began),
+    thread (at once after a quiet spell, else WRITE_INTERVAL after the last write began),
     or at once by `write_now`; a write never replaces a newer one."""
 
     def __init__(
@@ -174,8 +175,10 @@ class PendingFile:
         snapshot: Callable[[], list[Notice]],
         done: Callable[[], list[DoneKey]] = list,
         done_notices: Callable[[], list[Notice]] = list,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
+        self._clock = clock
         self._snapshot = snapshot
         self._done = done
         self._done_notices = done_notices
@@ -188,6 +191,7 @@ class PendingFile:
         self._generation = 0  # of the newest snapshot taken
         self._written = 0  # of the newest snapshot written (or whose write failed)
         self._dirty = False
+        self._began: float | None = None  # clock() when the last write began
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         # Why the last write failed, until one succeeds: a standing condition in status.
@@ -227,16 +231,19 @@ class PendingFile:
         self._write(self._generation, *self._take())
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._dirty:
+            # A quiet spell is WRITE_INTERVAL since the last write began, not "no write in
+            # progress": on a loaded node the loop runs late, each change of a burst came
+            # after the write before had ended and was written at once, one write a notice.
+            wait = 0.0 if self._began is None else self._began + WRITE_INTERVAL - self._clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
             self._dirty = False
             self._generation += 1
-            began = loop.time()
+            self._began = self._clock()
             # Encoded in the thread too, each notice once (see encode_pending): a long queue
             # costs the event loop a list copy and the GIL a join.
             await asyncio.to_thread(self._write, self._generation, *self._take())
-            if self._dirty:
-                await asyncio.sleep(began + WRITE_INTERVAL - loop.time())
 
     def _take(self) -> tuple[list[Notice], list[DoneKey], list[Notice]]:
         """Copies of what is written, taken on the event loop."""
