@@ -723,5 +723,6 @@ def test_an_inherited_terminate_leaves_its_margin_for_the_save_after_a_long_step
     assert code == EXIT_RECLAIMED, err
     assert saved["exit"] and saved["reasons"] == ["terminate"]
     began = max(e["t"] for e in run.events if e["event"] in ("step", "resumed", "fresh"))
+    # When the save began is the guard's; when it ended is the machine's: a run beside a
+    # loaded suite saw a 0.05 s upload end 34 ms past the deadline, begun 0.3 s before it.
     assert began <= due.timestamp() - 0.3, (began - due.timestamp(), run.events[-4:])
-    assert saved["t"] < due.timestamp(), (saved["t"] - due.timestamp(), saved)
