@@ -233,7 +233,9 @@ async def test_a_busy_imds_is_tried_until_the_events_current_not_before() -> Non
     """The event was rescheduled later while its approval was refused as busy: the tries
     stopped at the NotBefore seen at the first one, so the approval that released the saved
     job was never sent and the VM idled until the new NotBefore."""
-    first = datetime.now(timezone.utc) + timedelta(seconds=0.3)
+    # The first NotBefore 1 s ahead: on a loaded machine 0.3 s had passed before the first
+    # try, which then saw NotBefore past and tried no more (nothing to reschedule).
+    first = datetime.now(timezone.utc) + timedelta(seconds=1)
     later = first + timedelta(seconds=30)
     busy_until = first + timedelta(seconds=0.2)
 
