@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from forewarn.agent.config import SYSTEM_STATE_DIR
+from forewarn.protocol.wire import SYSTEM_RUNTIME_DIR
 from forked_ranks import RankLauncher
 from hypothesis import HealthCheck, settings
 from scheduling import long_first
@@ -23,6 +26,13 @@ from support import agent_env
 # This runs before xdist starts its workers, which inherit the environment.
 if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
     sys.dont_write_bytecode = False
+
+# A suite started from a background job of a script (`nohup ... &`, some CI runners) has
+# SIGINT ignored, which every process it starts inherits: Ctrl-C then reached no test's job,
+# program or rank, and the tests of what Ctrl-C does failed (a run beside the helpers: three).
+# The suite runs as from a terminal; the xdist workers and every subprocess inherit this.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Eight workers share two cores with agents, simulators and torch jobs: how long one example
 # takes to draw or to run measures that load, not the code. A clean-clone run failed
@@ -52,6 +62,38 @@ def pytest_configure(config: pytest.Config) -> None:
         "slow(seconds): the test takes about this much wall time on the 2-core machine; "
         "xdist workers start with the slow tests (tests/scheduling.py)",
     )
+
+
+# No test may write the machine's own directories (an agent running there would read what a
+# test left: notices, job places, a lock). Each test has its own through `agent_env`; one that
+# forgets it as root lands here. Checked once for the whole run, by the process that ran it
+# (not each xdist worker): a path that appeared during the run fails the run, named.
+MACHINE_DIRS = (SYSTEM_RUNTIME_DIR, SYSTEM_STATE_DIR)
+_machine_paths_before: set[str] = set()
+
+
+def _machine_paths() -> set[str]:
+    paths: set[str] = set()
+    for top in MACHINE_DIRS:
+        for folder, _, files in os.walk(top):
+            paths.add(folder)
+            paths.update(os.path.join(folder, name) for name in files)
+    return paths
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        _machine_paths_before.update(_machine_paths())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):
+        return
+    written = sorted(_machine_paths() - _machine_paths_before)
+    if written:
+        shown = "\n  ".join(written[:20])
+        sys.stderr.write(f"\nthe tests wrote the machine's own directories:\n  {shown}\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _slow_seconds(item: pytest.Item) -> float:
