@@ -218,7 +218,8 @@ def _open(args: argparse.Namespace) -> CheckpointStore:
         # A mistyped path would otherwise read as an empty store: `verify` would pass.
         store.close()
         why = "not a directory" if root.exists() else "no such directory"
-        raise _Usage(f"{args.url}: {why} (a local store is a directory)")
+        first = _FIRST_START if args.action == "get" and not root.exists() else ""
+        raise _Usage(f"{args.url}: {why} (a local store is a directory){first}")
     return store
 
 
@@ -356,6 +357,11 @@ def run_ls(args: argparse.Namespace, store: CheckpointStore) -> int:
     return 0
 
 
+# Said where `get` finds no store to copy from: a restart script's first start exits 2 as a
+# typo does, and its log did not name the flag that takes an empty store for one.
+_FIRST_START = "; at a job's first start, --allow-empty takes that for no checkpoint yet (exit 0)"
+
+
 def _chosen(store: CheckpointStore, step: int | None) -> Any:
     if step is not None:
         return store.get(step, verify="sizes")
@@ -365,6 +371,10 @@ def _chosen(store: CheckpointStore, step: int | None) -> Any:
             f"no committed generation in {store.url}{_empty_segment(store)}"
         )
     return latest
+
+
+def _any_marked(store: CheckpointStore) -> bool:
+    return any(_marked(store, step) for step in reversed(store.steps()))
 
 
 def run_show(args: argparse.Namespace, store: CheckpointStore) -> int:
@@ -433,14 +443,19 @@ def run_get(args: argparse.Namespace, store: CheckpointStore) -> int:
     if args.allow_empty:
         if args.step is not None:
             raise _Usage("--allow-empty is for the newest generation (a first start), not --step")
-        if not any(_marked(store, step) for step in reversed(store.steps())):
+        if not _any_marked(store):
             # The job's first start: exit 2 stopped a `set -e` restart script, and the
             # `|| true` added for it took an unreadable store (exit 3) for one too.
             print(
                 f"no committed generation in {store.url} yet: nothing copied{_empty_segment(store)}"
             )
             return 0
-    generation = _chosen(store, args.step)
+    try:
+        generation = _chosen(store, args.step)
+    except GenerationNotFoundError as error:
+        if args.step is not None or args.allow_empty or _any_marked(store):
+            raise  # (committed ones that all fail the sizes check: no first start)
+        raise GenerationNotFoundError(f"{error}{_FIRST_START}") from None
     removed = 0
     waited: list[str] = []  # what an earlier try waited for (another rank's copy)
     while True:

@@ -809,3 +809,34 @@ def test_a_waiting_replace_get_whose_newest_is_corrupt_keeps_the_first_ones_copy
     _one_copied_one_in_place(first, second)
     assert (out / "model.bin").stat().st_ino == loaded
     assert (out / "model.bin").read_bytes() == bytes([10]) * 200
+
+
+def test_a_first_start_without_allow_empty_is_told_of_it(
+    make_store: Any, store_url: str, tmp_path: Path
+) -> None:
+    """A restart script's `get STORE DEST` without `--allow-empty` at the job's first start
+    exits 2, as a typo does: the line said only 'no committed generation in URL' (or, for a
+    local store whose directory the first save makes, 'no such directory'), and whoever read
+    the failed job's log was not told the flag that takes an empty store for a first start."""
+    make_store()
+    if "://" not in store_url:
+        os.makedirs(store_url)  # made by hand: an empty local store
+    out = tmp_path / "out"
+    empty = forewarn("get", store_url, str(out))
+    assert empty.returncode == 2, empty.stderr
+    assert "no committed generation" in empty.stderr and "--allow-empty" in empty.stderr
+    assert len(empty.stderr.splitlines()) == 1, empty.stderr
+    missing = forewarn("get", str(tmp_path / "never-saved"), str(out))
+    assert missing.returncode == 2, missing.stderr
+    assert "no such directory" in missing.stderr and "--allow-empty" in missing.stderr
+    stepped = forewarn("get", store_url, str(out), "--step", "7")
+    assert stepped.returncode == 2 and "--allow-empty" not in stepped.stderr, stepped.stderr
+    shown = forewarn("show", store_url)
+    assert shown.returncode == 2 and "--allow-empty" not in shown.stderr, shown.stderr
+    with make_store().save(50) as gen:
+        gen.write_bytes("model.bin", b"whole")
+    store = make_store()
+    store.backend.put_small("step-000000000050/model.bin", b"cut")  # broken: sizes differ
+    for argv in ((), ("--allow-empty",)):
+        broken = forewarn("get", store_url, str(out), *argv)  # no first start: not told so
+        assert broken.returncode == 2 and "--allow-empty" not in broken.stderr, broken.stderr
