@@ -23,9 +23,11 @@ recorded, by the next. An attribute, not a file:
 nothing but the generation's files is left in the directory, for a loader that lists it.
 Where the filesystem has no user attributes (/dev/shm before Linux 6.6, NFS before 4.2) the
 record is a file beside the directory, `.NAME.forewarn-got` in its parent: refused as not
-empty there, the restart script's second `get` never started the job again. Where that cannot
-be written either, a copy into a directory that is not empty is refused, as before these
-records.
+empty there, the restart script's second `get` never started the job again. Where the parent
+cannot keep it (read-only: a container's root filesystem holding the mount point) or would not
+keep it as long as the directory (a mount point's parent is another filesystem, such as an
+init container's own), it is a hidden file inside the directory, `.forewarn-got` (refused as
+not empty before, the job never started again).
 
 Removing the old entries first and then moving the new ones in left, when killed between,
 part of either checkpoint and a directory the next copy refused as not empty.
@@ -56,6 +58,9 @@ from types import TracebackType
 _LOST_AND_FOUND = "lost+found"
 _RECORD = "user.forewarn.got"
 _RECORD_BESIDE = ".forewarn-got"
+# The record inside the directory, where the one beside it would not live as long as it.
+_RECORD_INSIDE = ".forewarn-got"
+_RECORD_INSIDE_TEMP = re.compile(re.escape(_RECORD_INSIDE) + r"\.(?P<pid>\d+)-[0-9a-f]+")
 # What getxattr and setxattr say where the filesystem keeps no user attributes.
 _NO_ATTRIBUTES = frozenset({errno.ENOTSUP, errno.EOPNOTSUPP})
 _OURS = re.compile(r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-[0-9a-f]+)")
@@ -161,7 +166,7 @@ class Destination:
         point's root, `lost+found`: a freshly formatted volume (`mkfs.ext4`) holds it, fsck
         needs it, and a restore into the volume was refused as not empty (`--replace`
         deleted it)."""
-        names = [name for name in os.listdir(self.directory) if not _OURS.fullmatch(name)]
+        names = [name for name in os.listdir(self.directory) if not _ours(name)]
         if _LOST_AND_FOUND in names and os.path.ismount(self.directory):
             names.remove(_LOST_AND_FOUND)
         return names
@@ -217,7 +222,9 @@ class Destination:
             os.removexattr(self.directory, _RECORD)
         except OSError as error:
             if error.errno in _NO_ATTRIBUTES:
-                self._beside().unlink(missing_ok=True)
+                self._inside().unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # (a read-only parent holds none)
+                    self._beside().unlink(missing_ok=True)
 
     def _read_record(self) -> bytes:
         try:
@@ -225,6 +232,9 @@ class Destination:
         except OSError as error:
             if error.errno not in _NO_ATTRIBUTES:
                 raise
+        try:
+            return self._inside().read_bytes()
+        except FileNotFoundError:
             return self._beside().read_bytes()
 
     def _write_record(self, raw: bytes) -> None:
@@ -234,14 +244,21 @@ class Destination:
         except OSError as error:
             if error.errno not in _NO_ATTRIBUTES:
                 raise
-        # Written whole or not at all: a torn record would be no copy's, and refused.
-        beside = self._beside()
-        temp = beside.with_name(f"{beside.name}.{os.getpid()}-{secrets.token_hex(4)}")
         try:
-            temp.write_bytes(raw)
-            os.replace(temp, beside)
-        finally:
-            temp.unlink(missing_ok=True)
+            if os.path.ismount(self.directory.resolve()):
+                raise OSError(errno.EXDEV, "a mount point's parent is another filesystem")
+            _write_whole(self._beside(), raw)
+        except OSError:
+            # A parent that cannot keep it (a read-only root filesystem holding the mount
+            # point an init container made), or a mount point's, on another filesystem that
+            # may not live as long as the directory (the init container's own, new at its
+            # next start): kept nowhere, the restart script's next `get` was refused the
+            # directory as not empty, and a rank that waited for another's copy with
+            # `--replace` copied again under the rank loading it. Inside the directory it
+            # lives as long as the files it speaks for, and moves with them.
+            _write_whole(self._inside(), raw)
+        else:
+            self._inside().unlink(missing_ok=True)
 
     def _beside(self) -> Path:
         """The record's file where the directory's filesystem has no user attributes: in its
@@ -250,6 +267,11 @@ class Destination:
         if real.parent == real:
             raise OSError(errno.ENOTSUP, "no record beside the root directory")
         return real.parent / f".{real.name}{_RECORD_BESIDE}"
+
+    def _inside(self) -> Path:
+        """The record's file where neither the directory's attributes nor its parent keep it:
+        hidden in the directory (not one of the files a copy puts there)."""
+        return self.directory / _RECORD_INSIDE
 
     def _files(self) -> dict[str, tuple[int, int]] | None:
         """Each regular file the directory holds (its hidden entries aside), by its path in
@@ -290,6 +312,9 @@ class Destination:
         for name in os.listdir(self.directory):
             match = _OURS.fullmatch(name)
             if match is None:
+                temp = _RECORD_INSIDE_TEMP.fullmatch(name)
+                if temp is not None and (self._locked or not _alive(int(temp["pid"]))):
+                    (self.directory / name).unlink(missing_ok=True)  # a killed record's
                 continue
             if not self._locked and _alive(int(match["pid"])):
                 continue  # without the lock, a live pid may be a copy under way
@@ -423,6 +448,23 @@ def _held(path: Path, pid: int) -> bool:
     finally:
         os.close(fd)
     return not path.is_dir() and _alive(pid)  # an old-style partial file: only its pid tells
+
+
+def _ours(name: str) -> bool:
+    """Whether `name` in a destination is a copy's hidden entry or its record."""
+    return bool(
+        _OURS.fullmatch(name) or name == _RECORD_INSIDE or _RECORD_INSIDE_TEMP.fullmatch(name)
+    )
+
+
+def _write_whole(path: Path, raw: bytes) -> None:
+    """Written whole or not at all: a torn record would be no copy's, and refused."""
+    temp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        temp.write_bytes(raw)
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 def _digest(files: dict[str, tuple[int, int]]) -> str:

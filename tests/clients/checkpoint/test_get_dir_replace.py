@@ -480,3 +480,87 @@ def test_a_record_beside_the_directory_that_is_not_ours_is_no_earlier_copy(
     (tmp_path / ".dest.forewarn-got").write_bytes(raw)
     found = Destination(directory).copied()
     assert found is None or found == json.loads(raw)["what"]
+
+
+@pytest.mark.parametrize("where", ["read-only parent", "mount point"])
+def test_a_directory_without_user_attributes_whose_parent_cannot_keep_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A DEST without user extended attributes (/dev/shm before Linux 6.6, an emptyDir of
+    medium Memory, NFS before 4.2) whose parent cannot keep the record beside it: a read-only
+    root filesystem holding the mount point an init container made, or a mount point whose
+    parent is another filesystem (the init container's own, gone at its next start while
+    DEST stays). The record went nowhere, or somewhere it did not outlive DEST: the restart
+    script's second `get` was refused as not empty (exit 2: the job never started again), and
+    a second rank's `--replace` that had waited for the first copied again, swapping the
+    files under the rank loading them. The record is kept inside DEST there, hidden."""
+    import errno
+    import io
+
+    def loaded(directory: Path) -> dict[str, bytes]:  # what a loader reads: the record aside
+        return {name: data for name, data in contents(directory).items() if name != ".forewarn-got"}
+
+    def unsupported(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.ENOTSUP, "Operation not supported")
+
+    for name in ("getxattr", "setxattr", "removexattr"):
+        monkeypatch.setattr(os, name, unsupported)
+    store = fill(tmp_path / "store")
+    parent = tmp_path / "root"
+    out = parent / "ckpt"
+    out.mkdir(parents=True)  # made by the init container, or the mount itself
+    if where == "read-only parent":
+        real_open = io.open
+
+        def read_only(file: object, *args: object, **kwargs: object) -> object:
+            if isinstance(file, (str, os.PathLike)) and Path(file).parent == parent:
+                raise OSError(errno.EROFS, "Read-only file system", str(file))
+            return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+        monkeypatch.setattr(io, "open", read_only)
+    else:
+        real_ismount = os.path.ismount
+        monkeypatch.setattr(
+            os.path, "ismount", lambda path: Path(path) == out or real_ismount(path)
+        )
+    assert not store.get(10).get_dir("", out).in_place
+    again = store.get(10).get_dir("", out)  # the restart script's next start
+    assert again.in_place and loaded(out) == generation_files(10)
+    waited = store.get(10).get_dir("", out, replace=True, waited=True)  # a second rank
+    assert waited.in_place
+    assert not list(parent.glob(".ckpt*")), "kept where it does not live as long as DEST"
+    moved = parent / "ckpt-moved"
+    out.rename(moved)  # moved after the get: the record goes with it
+    assert store.get(10).get_dir("", moved).in_place
+    newer = store.get(20).get_dir("", moved)  # the next start, after the job saved again
+    assert not newer.in_place and loaded(moved) == generation_files(20)
+    assert {p.name for p in moved.iterdir() if p.name.startswith(".")} <= {".forewarn-got"}
+    (moved / "model.bin").write_bytes(b"the job's own")
+    with pytest.raises(FileExistsError):
+        store.get(30).get_dir("", moved)
+    store.close()
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_record_inside_the_directory_that_is_not_ours_is_no_earlier_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: bytes
+) -> None:
+    """The record kept inside a directory without user attributes (`.forewarn-got`: a job or
+    a person may write one there): anything else there is no earlier copy, no error; it and
+    a killed record's temp file are no files the directory holds."""
+    import errno
+
+    def unsupported(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.ENOTSUP, "Operation not supported")
+
+    monkeypatch.setattr(os, "getxattr", unsupported)
+    directory = tmp_path / "dest"
+    directory.mkdir(exist_ok=True)
+    (directory / ".forewarn-got").write_bytes(raw)
+    (directory / ".forewarn-got.999999999-0badf00d").write_bytes(raw)  # killed mid-write
+    found = Destination(directory).copied()
+    assert found is None or found == json.loads(raw)["what"]
+    with Destination(directory) as into:
+        assert into.held() == []
+    assert [p.name for p in directory.iterdir()] == [".forewarn-got"]
