@@ -36,7 +36,9 @@ A copy holds an exclusive `flock` on the directory while it works: another copy 
 waits for it up to `wait` seconds (local ranks of one node each running a restart script's
 `get` into one directory: the first copies, the others then find its copy in place) and is
 then refused; whatever hidden entries a copy finds while it holds the lock are a dead copy's.
-On a filesystem without `flock` the pid in the name tells instead (T is `<pid>-<hex>`)."""
+On a filesystem without `flock` (said once, as a warning) the name tells instead: T is
+`<pid>-<start><hex>`, the process's start time making a later process given the pid no
+copy's; a copy finding another live one's entries waits for them to go as for the lock."""
 
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -63,7 +66,10 @@ _RECORD_INSIDE = ".forewarn-got"
 _RECORD_INSIDE_TEMP = re.compile(re.escape(_RECORD_INSIDE) + r"\.(?P<pid>\d+)-[0-9a-f]+")
 # What getxattr and setxattr say where the filesystem keeps no user attributes.
 _NO_ATTRIBUTES = frozenset({errno.ENOTSUP, errno.EOPNOTSUPP})
-_OURS = re.compile(r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-[0-9a-f]+)")
+_OURS = re.compile(
+    r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-(?P<stamp>[0-9a-f]*?)[0-9a-f]{8})"
+)
+log = logging.getLogger("forewarn.checkpoint")
 
 
 class Destination:
@@ -111,6 +117,7 @@ class Destination:
         deadline = time.monotonic() + self.wait
         pause = 0.02
         told = False
+        unlocked = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -118,8 +125,21 @@ class Destination:
                 return
             except BlockingIOError:
                 pass
-            except OSError:
-                return  # no flock here (NFS without locks): dead copies are known by their pid
+            except OSError as error:
+                # No flock here (NFS without a lock manager: ENOLCK). A copy under way shows
+                # by its entries' pid: the second rank's `get` copied beside the first, ended
+                # first, and the first then swapped its copy in under the rank loading it.
+                if not unlocked:
+                    unlocked = True
+                    log.warning(
+                        "forewarn: checkpoint: %s has no working locks (flock: %s): a copy "
+                        "into it under way is known only by its pid, and copies started at "
+                        "the same moment are not kept apart; run one `get` per directory",
+                        self.directory,
+                        error.strerror or error,
+                    )
+                if not self._copies_under_way():
+                    return
             under_way = f"another copy into {self.directory} is under way{self._holder()}"
             left = deadline - time.monotonic()
             if left <= 0:
@@ -138,6 +158,18 @@ class Destination:
                 told = True
             time.sleep(min(pause, left))
             pause = min(pause * 2, 0.5)
+
+    def _copies_under_way(self) -> bool:
+        """Whether the directory holds a live process's copy entries (another's than this
+        process's): known by their pid where there is no lock."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return False
+        for match in map(_OURS.fullmatch, names):
+            if match is not None and int(match["pid"]) != os.getpid() and _made_by_alive(match):
+                return True
+        return False
 
     def _holder(self) -> str:
         """' (pid P)' of the copy under way, as its stage's name says; '' when none shows."""
@@ -174,7 +206,12 @@ class Destination:
     def stage(self, what: str = "") -> tuple[str, Path]:
         """A new, empty stage to copy into, and its token for `swap_in`; `what` the copy is
         is kept beside it until its swap ends (for `finished`)."""
-        token = f"{os.getpid()}-{secrets.token_hex(4)}"
+        # Its process's start time too: without locks a dead copy's entries whose pid another
+        # process has now (a container's get restarted under the pid its first one had, or
+        # its shell) read as a copy under way, waited for and never removed.
+        started = _start_time(os.getpid())
+        stamp = f"{started:x}" if started is not None else ""
+        token = f"{os.getpid()}-{stamp}{secrets.token_hex(4)}"
         path = self._path("get", token)
         path.mkdir()
         if what:
@@ -316,7 +353,7 @@ class Destination:
                 if temp is not None and (self._locked or not _alive(int(temp["pid"]))):
                     (self.directory / name).unlink(missing_ok=True)  # a killed record's
                 continue
-            if not self._locked and _alive(int(match["pid"])):
+            if not self._locked and _made_by_alive(match):
                 continue  # without the lock, a live pid may be a copy under way
             phases.setdefault(match["token"], set()).add(match["phase"])
         for token in sorted(phases):
@@ -471,6 +508,29 @@ def _digest(files: dict[str, tuple[int, int]]) -> str:
     """One digest of every file's path, size and mtime."""
     text = json.dumps(sorted((relative, *figures) for relative, figures in files.items()))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, /proc), None where not known."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            fields = stat_file.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])  # the 22nd field; the fields after the name start at the 3rd
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _made_by_alive(match: re.Match[str]) -> bool:
+    """Whether the process that made a copy's entry (`_OURS` match) lives: its pid alive and,
+    where the name carries its start time, started then (not a later process given the pid)."""
+    pid = int(match["pid"])
+    if not _alive(pid):
+        return False
+    if match["stamp"]:
+        started = _start_time(pid)
+        if started is not None and started != int(match["stamp"], 16):
+            return False
+    return True
 
 
 def _alive(pid: int) -> bool:

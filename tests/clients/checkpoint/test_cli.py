@@ -840,3 +840,75 @@ def test_a_first_start_without_allow_empty_is_told_of_it(
     for argv in ((), ("--allow-empty",)):
         broken = forewarn("get", store_url, str(out), *argv)  # no first start: not told so
         assert broken.returncode == 2 and "--allow-empty" not in broken.stderr, broken.stderr
+
+
+_WITHOUT_FLOCK = """
+import errno, fcntl, runpy, sys
+
+def no_locks(*args, **kwargs):
+    raise OSError(errno.ENOLCK, "No locks available")
+
+fcntl.flock = no_locks  # DESTINATION on NFS without a lock manager
+if sys.argv[1] == "-m":
+    sys.argv = ["forewarn", *sys.argv[3:]]
+    runpy.run_module("forewarn.agent.cli", run_name="__main__")
+else:
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_second_get_into_a_destination_without_flock_waits_and_says_why(
+    tmp_path: Path,
+) -> None:
+    """Two local ranks' restart scripts `get STORE DEST` at once, DEST on NFS whose locks
+    fail (ENOLCK: no lock manager): the second copied at once beside the first, said nothing,
+    and ended first; the first then swapped its own copy in under the second rank loading
+    its files. The copy under way shows by its stage's pid: the second waits for it as for a
+    lock, and each says once that DEST has no working locks."""
+    url = str(tmp_path / "store")
+    fill(CheckpointStore(url))
+    out = tmp_path / "out"
+    shim = tmp_path / "shim.py"
+    shim.write_text(_WITHOUT_FLOCK)
+    paused, go = tmp_path / "paused", tmp_path / "go"
+    paused_get = str(Path(__file__).with_name("paused_get.py"))
+    first = subprocess.Popen(
+        [sys.executable, str(shim), paused_get, str(paused), str(go), url, str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    eventually(paused.exists, timeout=30, what="the first get to start its copy")
+    errors = tmp_path / "second.err"
+    with errors.open("w") as err:
+        second = subprocess.Popen(
+            [
+                sys.executable,
+                str(shim),
+                "-m",
+                "forewarn.agent.cli",
+                "checkpoint",
+                "get",
+                url,
+                str(out),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    eventually(
+        lambda: "waiting" in errors.read_text() or second.poll() is not None,
+        timeout=30,
+        what="the second get to wait",
+    )
+    assert second.poll() is None, errors.read_text()
+    said = errors.read_text()
+    assert "no working locks" in said and "No locks available" in said, said
+    assert f"under way (pid {first.pid})" in said, said
+    go.write_text("go")
+    assert first.wait(timeout=30) == 0, first.stderr.read() if first.stderr else ""
+    loaded = (out / "model.bin").stat().st_ino  # the first rank's loader opens it now
+    assert second.wait(timeout=30) == 0, errors.read_text()
+    assert second.stdout is not None and "already in place" in second.stdout.read()
+    assert (out / "model.bin").stat().st_ino == loaded

@@ -564,3 +564,36 @@ def test_a_record_inside_the_directory_that_is_not_ours_is_no_earlier_copy(
     with Destination(directory) as into:
         assert into.held() == []
     assert [p.name for p in directory.iterdir()] == [".forewarn-got"]
+
+
+def test_without_locks_a_dead_copys_entries_under_a_reused_pid_are_a_leftover(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DEST on NFS without working locks: a copy under way is known by the pid its entries
+    carry. A killed copy's entries whose pid a later process has (a container's restarted
+    get, or the shell that runs it, under the pids the first start had) were taken for a
+    copy under way: kept for ever, and a get that waits for such a copy waited out its
+    bound and failed. The entries carry their process's start time, which tells."""
+    import errno
+    import fcntl
+
+    def no_locks(*args: object) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    out = tmp_path / "out"
+    out.mkdir()
+    other = os.getppid()  # alive, and not this process
+    with open(f"/proc/{other}/stat", "rb") as stat_file:  # its start: the 22nd field
+        started = int(stat_file.read().rsplit(b")", 1)[1].split()[19])
+    dead = f"{other}-{started + 1:x}0badf00d"  # made by an earlier process with that pid
+    (out / f".forewarn-get-{dead}").mkdir()
+    (out / f".forewarn-what-{dead}").write_text("{}")
+    live = f"{other}-{started:x}0badf00d"
+    with Destination(out, wait=0) as into:  # not waited for: no copy under way
+        assert into.held() == []
+    assert sorted(p.name for p in out.iterdir()) == []
+    (out / f".forewarn-get-{live}").mkdir()  # the live process's own: a copy under way
+    with pytest.raises(BlockingIOError, match="under way"):
+        Destination(out, wait=0).__enter__()
+    assert (out / f".forewarn-get-{live}").is_dir()
