@@ -352,6 +352,7 @@ class LocalBackend(Backend):
         # Without fsync a crash of the machine (not of the process) may lose a commit.
         self.durable = durable
         self._root_synced = False
+        self._said_unlocked = False
 
     @property
     def identity(self) -> str:
@@ -445,6 +446,7 @@ class LocalBackend(Backend):
                     os.close(fd)
                     with contextlib.suppress(OSError):
                         path.unlink()
+                    self._say_unlocked(exc)
                     return _unclaimed
                 if not _is_at(path, fd):
                     os.close(fd)  # its holder let go and removed it meanwhile
@@ -487,6 +489,22 @@ class LocalBackend(Backend):
                 _HELD.files.discard(held)
 
         return release
+
+    def _say_unlocked(self, error: OSError) -> None:
+        """Once per store: said nowhere, two jobs given one such store each took the other's
+        save under way for nothing (its retention, or its save of the same step, deleted the
+        other's files mid-write) and nobody knew why."""
+        if self._said_unlocked:
+            return
+        self._said_unlocked = True
+        log.warning(
+            "forewarn: checkpoint: the store %s has no working locks (%s): a save here holds "
+            "no claim on its step, so another job saving to this store (its retention, or its "
+            "save of the same step) may delete this one's files mid-write; give each job its "
+            "own store, or mount it with working locks",
+            self.url,
+            error.strerror or error,
+        )
 
     def claimed(self, prefix: str) -> bool:
         if self._lock_held(self.root / f".{prefix}.lock"):

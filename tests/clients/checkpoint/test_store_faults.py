@@ -731,3 +731,29 @@ def test_the_latest_temp_sweep_goes_by_the_stores_clock_not_this_machines(
     monkeypatch.setattr(local, "time", skewed)
     assert backend.remove_stale_temps("LATEST", older_than=600) == 1
     assert live.exists() and not dead.exists()
+
+
+def test_a_store_without_working_locks_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A local store on NFS without a lock manager (locks fail with ENOLCK) or a FUSE mount
+    of object storage (EOPNOTSUPP) saves without a claim on its step: another job's save of
+    that step, or its retention, no longer sees this one's save under way, and may delete or
+    overwrite its files. That was said nowhere; the first save says it, once."""
+    import fcntl
+    import logging
+
+    def no_locks(*_args: object) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "lockf", no_locks)
+    store = CheckpointStore(str(tmp_path / "store"), keep=1)
+    with caplog.at_level(logging.WARNING, logger="forewarn.checkpoint"):
+        for step in (1, 2, 3):
+            with store.save(step) as gen:
+                gen.write_bytes("model.bin", b"m" * step)
+    said = [r.getMessage() for r in caplog.records if "no working locks" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+    assert str(tmp_path / "store") in said[0] and os.strerror(errno.ENOLCK) in said[0]
+    assert store.steps() == [3]
+    store.close()
