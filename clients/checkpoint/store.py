@@ -412,7 +412,11 @@ class CheckpointStore:
             self.delete(step)
             present = {}
         if ranks.world_size == 1:
-            if present and self._backend.claimed(name):
+            # A save killed before its first file landed left only a temp file, which no
+            # listing counts: the step's next save committed around it, and a whole file's
+            # bytes stayed in the generation for as long as it was kept.
+            leftover = bool(present) or self._holds_temps(name)
+            if leftover and self._backend.claimed(name):
                 # A rank of another job's save of several (one that restarted with fewer
                 # ranks while the old one still flushes) reached its save before its rank 0:
                 # its files were deleted under it as a dead writer's.
@@ -421,7 +425,7 @@ class CheckpointStore:
                     "claim of one of its ranks holds it); this save left it alone"
                 )
             # Whatever is there is a dead writer's leftover.
-            if present:
+            if leftover:
                 try:
                     self._backend.delete_tree(name)
                 except CommitError as exc:
@@ -463,6 +467,15 @@ class CheckpointStore:
         return GenerationWriter(
             self._backend, self._protocol, step, meta, ranks, attempt, self._writer_ended
         )
+
+    def _holds_temps(self, name: str) -> bool:
+        """Whether the local directory of generation `name` holds anything (its files all
+        temps, as `list_sizes` found none)."""
+        path = self._backend.local_path(name)
+        try:
+            return path is not None and path.is_dir() and any(path.iterdir())
+        except OSError:
+            return False
 
     def _writer_ended(self, writer: GenerationWriter, committed: bool) -> None:
         try:

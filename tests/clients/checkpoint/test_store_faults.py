@@ -7,6 +7,7 @@ import errno
 import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -757,3 +758,42 @@ def test_a_store_without_working_locks_says_so_once(
     assert str(tmp_path / "store") in said[0] and os.strerror(errno.ENOLCK) in said[0]
     assert store.steps() == [3]
     store.close()
+
+
+_KILLED_AT_FIRST_RENAME = """
+import os, signal, sys
+from forewarn.clients.checkpoint import CheckpointStore
+
+store = CheckpointStore(sys.argv[1])
+os.replace = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+with store.save(3) as gen:
+    gen.write_bytes("model.bin", b"m" * 100_000)
+"""
+
+
+def test_a_save_killed_before_its_first_file_landed_leaves_no_temp_in_the_next_one(
+    tmp_path: Path,
+) -> None:
+    """A save killed (SIGKILL: a reclaim) while its first file was still a temp file: the
+    generation's directory held only that temp, which a save's look for a dead writer's
+    leftovers passes over (temps are no files of a generation), so the restarted job's save
+    of the same step committed around it and kept a whole file's bytes in the generation
+    for as long as it is kept (for ever without retention), named by nothing."""
+    url = str(tmp_path / "store")
+    with CheckpointStore(url) as store, store.save(2) as gen:
+        gen.write_bytes("model.bin", b"older")
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_AT_FIRST_RENAME, url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    generation = tmp_path / "store" / "step-000000000003"
+    assert [p.name for p in generation.iterdir() if ".tmp-" in p.name], "no temp was left"
+    with CheckpointStore(url) as store:
+        assert store.latest().step == 2  # type: ignore[union-attr]
+        with store.save(3) as gen:  # the restarted job saves the step again
+            gen.write_bytes("model.bin", b"newer")
+        assert store.verify(3, checksums=True).ok
+    assert sorted(p.name for p in generation.rglob("*")) == ["COMMIT", "MANIFEST.json", "model.bin"]
