@@ -245,6 +245,12 @@ class Backend(ABC):
         `older_than` seconds; returns how many. Nothing to do where puts are atomic."""
         return 0
 
+    def remove_dead_temps(self, prefix: str, names: list[str]) -> int:
+        """Once the generation `prefix` with files `names` committed: remove the temp files
+        left under it by writers killed before this save (see the local backend); returns
+        how many. Nothing to do where a write is never seen before it completes."""
+        return 0
+
     def close(self) -> None:  # noqa: B027 - only some backends hold resources
         """Release threads and connections."""
 

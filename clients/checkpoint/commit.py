@@ -386,6 +386,15 @@ class CommitProtocol:
         self.backend.put_small(f"{request.name}/{MANIFEST}", raw)
         marker = CommitMarker.for_manifest(request.step, raw)
         self.backend.put_small(f"{request.name}/{COMMIT}", marker.encode())
+        try:
+            self.backend.remove_dead_temps(request.name, [entry.name for entry in files])
+        except Exception as exc:  # clean-up of a committed generation, not the commit
+            log.warning(
+                "forewarn: could not remove dead writers' temp files in %s of %s: %s",
+                request.name,
+                self.backend.url,
+                exc,
+            )
         self._move_hint(request.step)
         return manifest
 

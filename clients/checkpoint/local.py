@@ -586,6 +586,36 @@ class LocalBackend(Backend):
             removed += 1
         return removed
 
+    def remove_dead_temps(self, prefix: str, names: list[str]) -> int:
+        # A rank killed while its file was a temp left it in the generation, under a name
+        # no rank of the next save writes again: the restarted job's commit kept its bytes
+        # in the generation for as long as it was kept. Every file of this save was closed
+        # after the save began, so a temp not touched since before the earliest of them was
+        # left by a writer dead by then (times all the store's own clock, also on NFS); a
+        # stray live writer of this step is one whose save its commit refuses anyway.
+        base = self._path(prefix)
+        temps = [
+            os.path.join(directory, name)
+            for directory, _dirs, files in os.walk(base)
+            for name in files
+            if _is_temp(name)
+        ]
+        if not temps:
+            return 0  # (the usual case: no file of the generation is looked at)
+        try:
+            floor = min(os.stat(base / name).st_mtime_ns for name in names)
+        except (OSError, ValueError):
+            return 0
+        removed = 0
+        for path in temps:
+            try:
+                if os.stat(path).st_mtime_ns < floor:
+                    os.unlink(path)
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        return removed
+
     def get_small(self, key: str) -> bytes | None:
         try:
             return self._path(key).read_bytes()

@@ -135,6 +135,9 @@ class DelegatingBackend(Backend):
     def remove_stale_temps(self, key: str, *, older_than: float) -> int:
         return self.inner.remove_stale_temps(key, older_than=older_than)
 
+    def remove_dead_temps(self, prefix: str, names: list[str]) -> int:
+        return self.inner.remove_dead_temps(prefix, names)
+
     def claim(self, prefix: str, *, rank: int = 0) -> Callable[[], None]:
         return self.inner.claim(prefix, rank=rank)
 

@@ -797,3 +797,54 @@ def test_a_save_killed_before_its_first_file_landed_leaves_no_temp_in_the_next_o
             gen.write_bytes("model.bin", b"newer")
         assert store.verify(3, checksums=True).ok
     assert sorted(p.name for p in generation.rglob("*")) == ["COMMIT", "MANIFEST.json", "model.bin"]
+
+
+_RANK_KILLED_AT_FIRST_RENAME = """
+import os, signal, sys
+from forewarn.clients.checkpoint import CheckpointStore
+
+store = CheckpointStore(sys.argv[1])
+os.replace = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+store.save(3, rank=1, world_size=2).write_bytes("rank1/model.bin", b"r" * 100_000)
+"""
+
+
+def test_a_rank_killed_mid_file_leaves_no_temp_in_the_generation_its_job_commits(
+    tmp_path: Path,
+) -> None:
+    """A save of two ranks whose rank 1 was killed (a reclaim) while its file was still a
+    temp: the restarted job saved the step again, committed, and the killed rank's temp (a
+    whole shard's bytes, under a name no rank writes again) stayed in the committed
+    generation for as long as it was kept, named by nothing. At the commit every temp not
+    touched since before this save's earliest file was closed is a dead writer's."""
+    import threading
+
+    url = str(tmp_path / "store")
+    killed = subprocess.run(
+        [sys.executable, "-c", _RANK_KILLED_AT_FIRST_RENAME, url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    generation = tmp_path / "store" / "step-000000000003"
+    (dead,) = [p for p in generation.rglob("*") if ".tmp-" in p.name]
+    past = time.time() - 5  # (not needed on a fine clock: the new files close later anyway)
+    os.utime(dead, (past, past))
+    live = generation / ".rank2.bin.tmp-1-0badf00d"  # written since: not known to be dead
+    live.write_bytes(b"still being written")
+    os.utime(live, (time.time() + 60, time.time() + 60))
+
+    def save(rank: int) -> None:
+        with CheckpointStore(url) as store, store.save(3, rank=rank, world_size=2) as gen:
+            gen.write_bytes(f"rank{rank}/model.bin", b"new" * rank)
+
+    ranks = [threading.Thread(target=save, args=(rank,)) for rank in (0, 1)]
+    for thread in ranks:
+        thread.start()
+    for thread in ranks:
+        thread.join(60)
+    with CheckpointStore(url) as store:
+        assert store.verify(3, checksums=True).ok
+    assert not dead.exists(), "the killed rank's temp stayed in the committed generation"
+    assert live.exists()
