@@ -67,7 +67,7 @@ _RECORD_INSIDE_TEMP = re.compile(re.escape(_RECORD_INSIDE) + r"\.(?P<pid>\d+)-[0
 # What getxattr and setxattr say where the filesystem keeps no user attributes.
 _NO_ATTRIBUTES = frozenset({errno.ENOTSUP, errno.EOPNOTSUPP})
 _OURS = re.compile(
-    r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-(?P<stamp>[0-9a-f]*?)[0-9a-f]{8})"
+    r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-(?P<stamp>[0-9a-f]*?)[0-9a-f]{1,8})"
 )
 log = logging.getLogger("forewarn.checkpoint")
 
@@ -206,12 +206,7 @@ class Destination:
     def stage(self, what: str = "") -> tuple[str, Path]:
         """A new, empty stage to copy into, and its token for `swap_in`; `what` the copy is
         is kept beside it until its swap ends (for `finished`)."""
-        # Its process's start time too: without locks a dead copy's entries whose pid another
-        # process has now (a container's get restarted under the pid its first one had, or
-        # its shell) read as a copy under way, waited for and never removed.
-        started = _start_time(os.getpid())
-        stamp = f"{started:x}" if started is not None else ""
-        token = f"{os.getpid()}-{stamp}{secrets.token_hex(4)}"
+        token = _token()
         path = self._path("get", token)
         path.mkdir()
         if what:
@@ -414,7 +409,7 @@ class Destination:
 
 class FileCopy:
     """One `get_file` into `target`: the bytes go to `<work>/data`, where `work` is a hidden
-    directory beside `target` (`.NAME.part-<pid>-<hex>`, on the same filesystem) that the copy
+    directory beside `target` (`.NAME.part-<pid>-<start><hex>`, on the same filesystem) that the copy
     holds an exclusive `flock` on, then are renamed into place. A copy killed meanwhile (a
     reclaim during a restore) left its partial file beside `target` for ever, a whole file's
     bytes at each try, until the disk the next restore needed was full; boto3's download
@@ -424,7 +419,7 @@ class FileCopy:
     def __init__(self, target: Path, *, sweep: bool = True) -> None:
         self.target = target
         self.sweep = sweep
-        self.work = target.with_name(f".{target.name}.part-{os.getpid()}-{secrets.token_hex(4)}")
+        self.work = target.with_name(f".{target.name}.part-{_token()}")
         self._fd: int | None = None
 
     @property
@@ -452,7 +447,10 @@ class FileCopy:
             self._fd = None
 
     def _remove_dead(self) -> None:
-        pattern = re.compile(re.escape(f".{self.target.name}.part-") + r"(\d+)-[0-9a-f]+")
+        pattern = re.compile(
+            re.escape(f".{self.target.name}.part-")
+            + r"(?P<pid>\d+)-(?P<stamp>[0-9a-f]*?)[0-9a-f]{1,8}"
+        )
         try:
             names = os.listdir(self.target.parent)
         except FileNotFoundError:
@@ -462,7 +460,7 @@ class FileCopy:
             if found is None:
                 continue
             path = self.target.parent / name
-            if _held(path, int(found[1])):
+            if _held(path, found):
                 continue
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
@@ -470,21 +468,23 @@ class FileCopy:
                 path.unlink(missing_ok=True)
 
 
-def _held(path: Path, pid: int) -> bool:
-    """Whether a live copy holds `path` (its flock; its pid where flock is missing)."""
+def _held(path: Path, name: re.Match[str]) -> bool:
+    """Whether a live copy holds `path` (its flock; where flock is missing, the pid and start
+    time in its `name`)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
-        return _alive(pid)
+        return _made_by_alive(name)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     except OSError:
-        return _alive(pid)
+        return _made_by_alive(name)
     finally:
         os.close(fd)
-    return not path.is_dir() and _alive(pid)  # an old-style partial file: only its pid tells
+    # An old-style partial file: only its pid tells.
+    return not path.is_dir() and _made_by_alive(name)
 
 
 def _ours(name: str) -> bool:
@@ -508,6 +508,16 @@ def _digest(files: dict[str, tuple[int, int]]) -> str:
     """One digest of every file's path, size and mtime."""
     text = json.dumps(sorted((relative, *figures) for relative, figures in files.items()))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _token() -> str:
+    """`<pid>-<start><hex>` for a copy's hidden names: its process's start time too, where
+    /proc says it, so that without locks a dead copy's entries whose pid another process has
+    now (a container's get restarted under the pid its first one had, or its shell) read as
+    a leftover, not as a copy under way (waited for, never removed)."""
+    started = _start_time(os.getpid())
+    stamp = f"{started:x}" if started is not None else ""
+    return f"{os.getpid()}-{stamp}{secrets.token_hex(4)}"
 
 
 def _start_time(pid: int) -> int | None:

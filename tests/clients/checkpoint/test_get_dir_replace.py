@@ -597,3 +597,34 @@ def test_without_locks_a_dead_copys_entries_under_a_reused_pid_are_a_leftover(
     with pytest.raises(BlockingIOError, match="under way"):
         Destination(out, wait=0).__enter__()
     assert (out / f".forewarn-get-{live}").is_dir()
+
+
+def test_without_locks_a_killed_get_files_partial_under_a_reused_pid_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`get_file` onto NFS without working locks: a copy killed mid-download left its
+    partial file's directory, and the next copy kept it whenever a live process had the pid
+    in its name (a container's copy run as its entrypoint has the same pid at each start):
+    a whole file's bytes at every try. The name carries its process's start time, which
+    tells a later process given the pid from the copy that made it."""
+    import errno
+    import fcntl
+
+    def no_locks(*args: object) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    store = fill(tmp_path / "store")
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(f"/proc/{os.getpid()}/stat", "rb") as stat_file:  # its start: the 22nd field
+        started = int(stat_file.read().rsplit(b")", 1)[1].split()[19])
+    dead = out / f".model.bin.part-{os.getpid()}-{started + 1:x}0badc0de"
+    dead.mkdir()
+    (dead / "data").write_bytes(b"half")
+    live = out / f".model.bin.part-{os.getpid()}-{started:x}1111aaaa"  # another thread's
+    live.mkdir()
+    store.get(20).get_file("model.bin", out / "model.bin")
+    assert not dead.exists(), "a dead copy's partial file stayed"
+    assert live.exists(), "a live copy's work was removed"
+    store.close()
