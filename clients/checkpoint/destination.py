@@ -409,8 +409,8 @@ class Destination:
 
 class FileCopy:
     """One `get_file` into `target`: the bytes go to `<work>/data`, where `work` is a hidden
-    directory beside `target` (`.NAME.part-<pid>-<start><hex>`, on the same filesystem) that the copy
-    holds an exclusive `flock` on, then are renamed into place. A copy killed meanwhile (a
+    directory beside `target` (`.NAME.part-<pid>-<start><hex>`, on the same filesystem) that
+    the copy holds an exclusive `flock` on, then are renamed into place. A copy killed meanwhile (a
     reclaim during a restore) left its partial file beside `target` for ever, a whole file's
     bytes at each try, until the disk the next restore needed was full; boto3's download
     leaves a temp file of its own beside the one it was given. The next copy to `target`
