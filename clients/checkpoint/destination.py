@@ -21,7 +21,8 @@ replaces it while the directory holds just that copy, unchanged. It is written o
 files are in, before the hidden entries go, so a copy killed before it is finished, and
 recorded, by the next. An attribute, not a file:
 nothing but the generation's files is left in the directory, for a loader that lists it.
-Where the filesystem has no user attributes (/dev/shm before Linux 6.6, NFS before 4.2) the
+Where the filesystem has no user attributes (/dev/shm before Linux 6.6, NFS before 4.2), or
+this user may not set them (EPERM: a sticky directory of another user's), the
 record is a file beside the directory, `.NAME.forewarn-got` in its parent: refused as not
 empty there, the restart script's second `get` never started the job again. Where the parent
 cannot keep it (read-only: a container's root filesystem holding the mount point) or would not
@@ -66,6 +67,9 @@ _RECORD_INSIDE = ".forewarn-got"
 _RECORD_INSIDE_TEMP = re.compile(re.escape(_RECORD_INSIDE) + r"\.(?P<pid>\d+)-[0-9a-f]+")
 # What getxattr and setxattr say where the filesystem keeps no user attributes.
 _NO_ATTRIBUTES = frozenset({errno.ENOTSUP, errno.EOPNOTSUPP})
+# What setxattr says where this user may not set them (EPERM: a sticky directory of another
+# user's, as `mkdir -m 1777` by a root init container makes): kept as files there too.
+_NOT_OURS = frozenset({errno.EPERM, errno.EACCES})
 _OURS = re.compile(
     r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-(?P<stamp>[0-9a-f]*?)[0-9a-f]{1,8})"
 )
@@ -253,16 +257,19 @@ class Destination:
         try:
             os.removexattr(self.directory, _RECORD)
         except OSError as error:
-            if error.errno in _NO_ATTRIBUTES:
-                self._inside().unlink(missing_ok=True)
-                with contextlib.suppress(OSError):  # (a read-only parent holds none)
-                    self._beside().unlink(missing_ok=True)
+            if error.errno not in _NO_ATTRIBUTES | _NOT_OURS | {errno.ENODATA}:
+                return
+        # (Also where the attribute was absent: a record kept as a file, see _write_record.)
+        with contextlib.suppress(OSError):
+            self._inside().unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (a read-only parent holds none)
+            self._beside().unlink(missing_ok=True)
 
     def _read_record(self) -> bytes:
         try:
             return os.getxattr(self.directory, _RECORD)
         except OSError as error:
-            if error.errno not in _NO_ATTRIBUTES:
+            if error.errno not in _NO_ATTRIBUTES | {errno.ENODATA}:
                 raise
         try:
             return self._inside().read_bytes()
@@ -274,7 +281,7 @@ class Destination:
             os.setxattr(self.directory, _RECORD, raw)
             return
         except OSError as error:
-            if error.errno not in _NO_ATTRIBUTES:
+            if error.errno not in _NO_ATTRIBUTES | _NOT_OURS:
                 raise
         try:
             if os.path.ismount(self.directory.resolve()):

@@ -628,3 +628,48 @@ def test_without_locks_a_killed_get_files_partial_under_a_reused_pid_is_removed(
     assert not dead.exists(), "a dead copy's partial file stayed"
     assert live.exists(), "a live copy's work was removed"
     store.close()
+
+
+def test_a_sticky_directory_another_user_made_knows_its_earlier_copy(tmp_path: Path) -> None:
+    """DEST made world-writable and sticky (`mkdir -m 1777`) by a root init container, the
+    job running as another user: Linux refuses that user the directory's user attributes
+    (EPERM: only the owner may set them on a sticky directory), so the copy record was
+    written nowhere and the restart script's second `get` into it was refused as not empty
+    (exit 2) at every start. The record goes where a filesystem without attributes keeps it."""
+    import shutil
+    import tempfile
+
+    from other_user import call_as, other_user
+
+    uid, gid = other_user()
+    store = fill(tmp_path / "store")
+    store.close()
+    shared = Path(tempfile.mkdtemp(prefix="forewarn-sticky-", dir="/tmp"))
+    try:
+        os.chmod(shared, 0o755)
+        (shared / "store").mkdir()
+        for path in (tmp_path / "store").rglob("*"):
+            target = shared / "store" / path.relative_to(tmp_path / "store")
+            if path.is_dir():
+                target.mkdir()
+            else:
+                shutil.copy2(path, target)
+        out = shared / "ckpt"
+        out.mkdir()
+        os.chmod(out, 0o1777)  # root's, as the init container made it
+        url = str(shared / "store")
+
+        def restarts() -> list[object]:
+            found = []
+            for step in (10, 10, 20, 20):
+                with CheckpointStore(url) as mine:
+                    try:
+                        found.append(mine.get(step).get_dir("", out).in_place)
+                    except OSError as error:
+                        found.append(f"{type(error).__name__}: {error}")
+            return found
+
+        assert call_as(uid, gid, restarts) == [False, True, False, True]
+        assert contents(out).get("model.bin") == generation_files(20)["model.bin"]
+    finally:
+        shutil.rmtree(shared)
