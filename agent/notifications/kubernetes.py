@@ -221,6 +221,9 @@ class KubernetesNotifier(Observer):
         self._published: set[str] = set()
         # The Clear Events owed at start, as the webhook's owed clears (owed.py).
         self._owed = OwedClears(self._make_owed)
+        # The write of the Events owed after a change (see `_owed_changed`).
+        self._owed_dirty = False
+        self._owed_writer: asyncio.Task[None] | None = None
         self._providers: set[str] = set()
         self.request_timeout = REQUEST_TIMEOUT
         self.created = 0
@@ -351,8 +354,30 @@ class KubernetesNotifier(Observer):
         self._queue.append((notice, events))
         if self._wake is not None:
             self._wake.set()
+        if events and self._warned_path is not None and self.settings.events:
+            self._owed_changed()
+
+    def _owed_changed(self) -> None:
+        """The Events owed changed: have the file name them soon, not only at a stop. A
+        SIGKILL or an OOM kill skips the stop: a drain and its clear queued behind an API
+        server that held the first were then in neither the state nor the file, and the
+        restart made neither. Changes made during a write are written together after it."""
+        self._owed_dirty = True
+        if self._owed_writer is None or self._owed_writer.done():
+            loop = asyncio.get_running_loop()
+            self._owed_writer = loop.create_task(self._write_owed(), name="kubernetes-owed")
+
+    async def _write_owed(self) -> None:
+        while self._owed_dirty:
+            self._owed_dirty = False
+            # Taken on the loop (the queue changes there), written in a thread (synced). The
+            # one under way counts: until it is made, a kill leaves it owed. One made just
+            # before this is taken is named too: made again after a restart, it is a 409.
+            await asyncio.to_thread(self._write_warned, *self._encoded(current=True))
 
     def on_stop(self) -> None:
+        if self._owed_writer is not None:
+            self._owed_writer.cancel()  # the write below is newer
         if self._task is not None:
             self._task.cancel()
             if self._warned_path is not None and self.settings.events:

@@ -12,7 +12,8 @@ nothing of (see `KubernetesNotifier.on_restore_done`).
 A drain and its clear both still queued at a stop (the API server holding the first) were
 neither in the state nor named here: the restart made neither, and the cluster's history had
 nothing of a reclaim the job was told of. The notices owed are kept here (`owed`, oldest
-first), and the restarted agent makes their Events first, in order. An Event's name comes
+first; written as each is queued, not only at a stop, which a SIGKILL skips), and the
+restarted agent makes their Events first, in order. An Event's name comes
 from its notice (see `event_name`), so one made just before the stop is a 409 on the second
 POST, not a second Event. An older agent reads the file and leaves `owed` alone.
 """

@@ -702,6 +702,15 @@ def node_events(server: SimServer, notice_id: str) -> list[str]:
     ]
 
 
+def forget_owed(tmp_path: Path) -> None:
+    """The events file as a kill leaves it when it lands before the file names the Event
+    queued (it is written as one is queued, in a thread): owing none. What the restart then
+    makes comes from the state and the Warnings the file names, not from its owed list."""
+    path = tmp_path / "state" / WARNED_FILE
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "owed": []}))
+
+
 def saved_manual(tmp_path: Path) -> list[Any]:
     """The manual notices in the agent's state file (none before it is written)."""
     path = tmp_path / "state" / "state.json"
@@ -725,6 +734,7 @@ def test_a_clear_whose_event_a_stop_cut_off_gets_it_after_the_restart(tmp_path: 
             # state has dropped the notice, the file names its Warning standing.
             eventually(lambda: saved_manual(tmp_path) == [], what="the state without it")
             first.kill()
+            forget_owed(tmp_path)
         with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as second:
             eventually(
                 lambda: node_events(server, notice["id"]) == ["Drain", "Clear"],
@@ -766,8 +776,41 @@ def test_a_drain_and_its_clear_a_stop_cut_off_are_both_made_after_the_restart(tm
     assert "not made before the agent stopped" in second.output()
 
 
+def test_a_drain_and_its_clear_a_kill_cut_off_are_both_made_after_the_restart(tmp_path: Path):
+    """As above, but SIGKILLed (an OOM kill, the kubelet's kill past the grace period): the
+    Events owed were written only at a stop, so the restart made neither and the cluster's
+    history had nothing of the reclaim. They are written as they are queued."""
+    with cluster(WATCH | {"create:events"}) as server:
+        hold = {"kind": "hang", "path": "/apis/", "method": "POST", "count": 1}
+        httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as first:
+            notice = first.control({"op": "notify", "action": "drain", "note": "n"})["notice"]
+            eventually(lambda: sim_faults(server) == [], timeout=15, what="the held Event")
+            first.control({"op": "clear", "id": notice["id"]})
+            eventually(lambda: saved_manual(tmp_path) == [], what="the state without it")
+            path = tmp_path / "state" / WARNED_FILE
+            eventually(
+                lambda: (
+                    path.is_file()
+                    and [(o["id"], o["action"]) for o in json.loads(path.read_text())["owed"]]
+                    == [(notice["id"], "drain"), (notice["id"], "clear")]
+                ),
+                timeout=5,
+                what="both Events named owed in the file before any stop",
+            )
+            first.kill()
+        assert node_events(server, notice["id"]) == []
+        with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true"):
+            eventually(
+                lambda: node_events(server, notice["id"]) == ["Drain", "Clear"],
+                timeout=10,
+                what="the drain's and the clear's Events after the restart",
+            )
+        assert node_events(server, notice["id"]) == ["Drain", "Clear"]
+
+
 async def test_a_drain_owed_at_a_kill_whose_notice_ended_gets_its_clear_too(tmp_path: Path):
-    """The file owes a drain's Event (written at the last Event made, before a SIGKILL) and
+    """The file owes a drain's Event (written as it was queued, before a SIGKILL) and
     no clear after it, and nothing restores the notice: it ended meanwhile. Made alone from
     the file, the drain stood as the Node's last word on a notice that had ended; its clear
     is owed too, as for a Warning the file names."""
@@ -840,6 +883,7 @@ def test_a_restored_notice_whose_event_a_stop_cut_off_gets_it_after_the_restart(
             # Killed, not stopped (a stop keeps the Event owed): the state has the notice.
             eventually(lambda: len(saved_manual(tmp_path)) == 1, what="the state with it")
             first.kill()
+            forget_owed(tmp_path)
         assert node_events(server, notice["id"]) == []
         with agent(tmp_path, server, FOREWARN_KUBERNETES_EVENTS="true") as second:
             eventually(
