@@ -39,7 +39,7 @@ from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..fetch import within
 from .api import REQUEST_TIMEOUT, ApiError, Gone, NodeApi, TooLarge, read_margin
 from .config import ConfigError, host_boot, node_name, resolve
-from .karpenter import being_disrupted, nodeclaim_name, termination_deadline
+from .karpenter import KARPENTER_TAINTS, being_disrupted, nodeclaim_name, termination_deadline
 from .kubeconfig import off_loop
 from .nodes import (
     HostBoot,
@@ -48,6 +48,7 @@ from .nodes import (
     deleted_report,
     node_reports,
     node_uid,
+    notice_id,
     parse_event,
     parse_list,
     readded,
@@ -78,6 +79,27 @@ def certificate_refused(error: BaseException) -> bool:
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return "CERTIFICATE_VERIFY_FAILED" in str(error)
+
+
+def restored_deadline(
+    node: object, node_name: str, restored: Mapping[str, Report]
+) -> tuple[str, datetime] | None:
+    """Karpenter's deadline as the agent had it before a restart (or a crash of the watcher):
+    the deadline of a restored notice of Karpenter's taint or of the deletion, raised for
+    this same Node object (its `uid`) while Karpenter still disrupts it, with the NodeClaim
+    that owns it. A NodeClaim's termination timestamp, once stamped, does not move, so it
+    stands as a read one does; unread, the first list sent those notices again without it,
+    their terminates as drains (a job's guard withdrew its exit), until the NodeClaim answered."""
+    name = nodeclaim_name(node)
+    uid = node_uid(node)
+    if name is None or uid is None or not being_disrupted(node):
+        return None
+    ids = {notice_id(node_name, "taint", key) for key in KARPENTER_TAINTS}
+    ids.add(notice_id(node_name, "deleting"))
+    for report in restored.values():
+        if report.id in ids and report.deadline is not None and report.detail.get("uid") == uid:
+            return name, report.deadline
+    return None
 
 
 class KubernetesWatcher:
@@ -250,6 +272,8 @@ class KubernetesWatcher:
         restored, self._restored = self._restored, {}
         mine = {k: r for k, r in restored.items() if r.detail.get("node") == api.node_name}
         if listed.node is not None:
+            if mine and not self.active and self.karpenter_deadline is None:
+                self.karpenter_deadline = restored_deadline(listed.node, api.node_name, mine)
             # The agent's notices from before are what a running watcher would have had as
             # its own: a shutdown whose Ready turned Unknown since (the kubelet stopped
             # posting) stands on them, and was cleared at a restart, as if the node were back.

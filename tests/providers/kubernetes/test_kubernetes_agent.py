@@ -591,3 +591,53 @@ def test_an_aks_preempt_scheduled_condition_is_a_terminate_with_its_not_before(
         drain = expect(sub, "drain", f"kubernetes/{NODE}/vm-event/Redeploy")
         assert drain["deadline"] == "2100-01-01T00:00:00Z"
     assert "Traceback" not in agent.output()
+
+
+def test_karpenters_deadline_stands_across_an_agent_restart(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """Karpenter's deadline is on the NodeClaim, read after the Node is listed: a restarted
+    agent's first list reported its taint's and the deletion's notices without it, and the
+    terminates they had become (the deadline within the exit margin) went out as drains again
+    (the job's guard withdrew its exit: "the machine is not going away"), until the NodeClaim
+    answered. The deadline restored stands for the same NodeClaim until it is read."""
+    env = _kubernetes_env(tmp_path, server)
+    taint = f"kubernetes/{NODE}/taint/karpenter.sh/disrupted"
+    deleting = f"kubernetes/{NODE}/deleting"
+    termination = (utcnow() + timedelta(seconds=20)).replace(microsecond=0)
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        control(server, "karpenter", termination=termination.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        eventually(
+            lambda: (
+                re.search(rf"notice terminate {re.escape(taint)} ", agent.output())
+                and re.search(rf"notice terminate {re.escape(deleting)} ", agent.output())
+            ),
+            what="both terminates, by Karpenter's deadline",
+        )
+    # The NodeClaim does not answer the restarted agent for now (an API server under load).
+    hold = {"kind": "hang", "path": "/apis/karpenter.sh/", "seconds": 8}
+    httpx.post(f"{server.url}/_sim/faults", json=hold, trust_env=False, timeout=5)
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: (
+                f"kubernetes: terminate {deleting}" in agent.output()
+                or f"kubernetes: drain {deleting}" in agent.output()
+            ),
+            what="the restarted watcher's list",
+        )
+        settled(agent, sub)
+        assert published(agent.output(), taint) == [], agent.output()
+        assert published(agent.output(), deleting) == [], agent.output()
+        active = {
+            n["id"]: (n["action"], n["deadline"]) for n in agent.control({"op": "status"})["active"]
+        }
+        assert {taint, deleting} <= active.keys()
+        for notice_id in (taint, deleting):
+            action, deadline = active[notice_id]
+            assert action == "terminate"
+            assert deadline is not None and parse_time(deadline) == termination
+    assert "Traceback" not in agent.output()

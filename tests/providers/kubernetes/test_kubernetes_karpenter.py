@@ -9,12 +9,15 @@ from typing import Any
 
 import pytest
 from forewarn.protocol.timefmt import format_time, parse_time
+from forewarn.providers.base import ParseError
 from forewarn.providers.kubernetes.karpenter import (
     being_disrupted,
     nodeclaim_name,
     termination_deadline,
 )
 from forewarn.providers.kubernetes.simulate import KubernetesSimulator
+from forewarn.providers.kubernetes.watch import restored_deadline
+from forewarn.providers.report import Report
 from forewarn.providers.simulator import SimServer
 from hypothesis import given
 from hypothesis import strategies as st
@@ -113,6 +116,42 @@ def test_any_object_is_read_without_raising(value: Any) -> None:
     assert nodeclaim_name(value) is None or isinstance(nodeclaim_name(value), str)
     assert being_disrupted(value) in (True, False)
     assert termination_deadline(value) is None or isinstance(termination_deadline(value), datetime)
+
+
+_RESTORED = Report(
+    id=TAINT,
+    action="terminate",
+    reason="node-drain",
+    provider="kubernetes",
+    deadline=datetime(2030, 1, 1, tzinfo=timezone.utc),
+    detail={"node": NODE, "uid": "u1"},
+)
+
+
+@given(json_values, st.sampled_from(["u1", "u2"]))
+def test_a_restored_deadline_is_read_from_any_node_or_refused_as_a_parse_error(
+    metadata: Any, uid: str
+) -> None:
+    """Any listed object gives the restored deadline of its NodeClaim, none, or a ParseError
+    (the list's own error for a Node it cannot read); only the Node it was raised for gets it."""
+    owned = {
+        "metadata": {
+            "uid": uid,
+            "ownerReferences": [
+                {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "c"}
+            ],
+        },
+        "spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]},
+    }
+    for node in (owned, {"metadata": metadata}, metadata):
+        try:
+            found = restored_deadline(node, NODE, {TAINT: _RESTORED})
+        except ParseError:
+            continue
+        assert found is None or found == ("c", _RESTORED.deadline)
+    assert restored_deadline(owned, NODE, {TAINT: _RESTORED}) == (
+        ("c", _RESTORED.deadline) if uid == "u1" else None
+    )
 
 
 @given(st.text(max_size=40))
