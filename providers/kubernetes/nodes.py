@@ -429,6 +429,29 @@ def readded(previous: Mapping[str, Report], current: Iterable[Report]) -> list[R
     return out
 
 
+def as_restored(
+    restored: Mapping[str, Report], current: Iterable[Report], raised_again: Collection[str] = ()
+) -> list[Report]:
+    """`current`, each report the agent restored with the same action and deadline replaced
+    by the restored one: a running watcher sends a notice again only when its action or
+    deadline changes, so the agent holds it with the detail it was first sent with. Its detail
+    as listed after a restart (a cordon's `spec.unschedulable` is set first, the control
+    plane's taint a moment later) differed from that, and the agent sent the drain again,
+    another Event and webhook delivery, another save for a job that waits for drains. Not
+    those of `raised_again` (a taint added again: raised afresh, with what it is now)."""
+    out = []
+    for report in current:
+        before = restored.get(report.id)
+        if (
+            before is not None
+            and report.id not in raised_again
+            and (before.action, before.deadline) == (report.action, report.deadline)
+        ):
+            report = before
+        out.append(report)
+    return out
+
+
 def parse_list(payload: Any) -> NodeList:
     """A NodeList (filtered to one node by the field selector)."""
     payload = _object(payload, "node list")
@@ -473,6 +496,7 @@ __all__ = [
     "NodeList",
     "VmEvent",
     "WatchEvent",
+    "as_restored",
     "changes",
     "deleted_report",
     "node_name_of",

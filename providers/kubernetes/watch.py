@@ -44,6 +44,7 @@ from .kubeconfig import off_loop
 from .nodes import (
     HostBoot,
     WatchEvent,
+    as_restored,
     changes,
     deleted_report,
     node_reports,
@@ -515,10 +516,13 @@ class KubernetesWatcher:
             terminate_taints=self.terminate_taints,
             karpenter_deadline=self.karpenter_deadline[1] if self.karpenter_deadline else None,
         )
-        for clear in readded(previous, current) if relisted else []:
+        again = readded(previous, current) if relisted else []
+        for clear in again:
             log.info("kubernetes: clear %s (its taint was added again)", clear.id)
             emit(clear)
             self.active.pop(clear.id, None)  # raised again below, as new
+        if restored and not replaced:
+            current = as_restored(restored, current, {clear.id for clear in again})
         self._apply(current, emit, replaced=replaced)
         self.node_uid = uid or self.node_uid
         self.seen_node = True

@@ -641,3 +641,44 @@ def test_karpenters_deadline_stands_across_an_agent_restart(
             assert action == "terminate"
             assert deadline is not None and parse_time(deadline) == termination
     assert "Traceback" not in agent.output()
+
+
+def test_a_cordon_whose_taint_came_after_it_is_not_sent_again_after_a_restart(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """`kubectl cordon` sets `spec.unschedulable`; the node lifecycle controller adds its
+    taint a moment later. A running watcher sends the drain once (the taint changes only its
+    detail), and the agent keeps the notice with the detail it was sent with; the agent
+    SIGKILLed and started again listed the cordon with the taint, and sent the drain again as
+    changed: another webhook delivery and Event, another save for a job waiting for drains.
+    The shutdown standing beside it is not sent again either."""
+    env = _kubernetes_env(tmp_path, server)
+    cordon, shutdown = f"kubernetes/{NODE}/cordon", f"kubernetes/{NODE}/shutdown"
+    state = tmp_path / "state" / "state.json"
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        control(server, "cordon", taint=False)
+        eventually(lambda: published(agent.output(), cordon), what="the cordon's drain")
+        control(server, "taint", key="node.kubernetes.io/unschedulable")
+        control(server, "shutdown")
+        eventually(lambda: published(agent.output(), shutdown), what="the terminate")
+        eventually(lambda: state.is_file() and shutdown in state.read_text(), what="the state")
+        assert len(published(agent.output(), cordon)) == 1, agent.output()
+        agent.kill()
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: f"kubernetes: terminate {shutdown}" in agent.output(),
+            what="the restarted watcher's list",
+        )
+        settled(agent, sub)
+        assert published(agent.output(), cordon) == [], agent.output()
+        assert published(agent.output(), shutdown) == [], agent.output()
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {cordon: "drain", shutdown: "terminate"}
+        withdraw(server, "cordon")  # uncordoned: both go, and the clear is sent
+        eventually(lambda: published(agent.output(), cordon), what="the cordon's clear")
+        assert [line.split()[1] for line in published(agent.output(), cordon)] == ["clear"]
+    assert "Traceback" not in agent.output()

@@ -15,6 +15,7 @@ from forewarn.providers.kubernetes.nodes import (
     CORDON_TAINT,
     HostBoot,
     VmEvent,
+    as_restored,
     changes,
     node_reports,
     notice_id,
@@ -348,6 +349,30 @@ def test_a_taint_added_again_is_cleared_on_a_relist(
     if again:
         assert clears[0].detail == tainted.detail  # the first taint's notice is cleared
     assert readded({}, current) == []
+
+
+@given(nodes().map(lambda s: s[1]), nodes().map(lambda s: s[1]), configured, st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_restored_notices_keep_their_detail_and_nothing_else(
+    before: dict[str, Any], after: dict[str, Any], taints: frozenset[str], again: bool
+) -> None:
+    """After a restart the agent is given, for each notice it restored with the same action
+    and deadline, that notice as it was (its detail included: a detail alone is no reason to
+    send it again); every other report as listed, those raised again too."""
+    before = {**before, "metadata": {**before["metadata"], "name": NODE}}
+    after = {**after, "metadata": {**after["metadata"], "name": NODE}}
+    restored = {r.id: r for r in node_reports(before, NODE, taints)}
+    current = node_reports(after, NODE, taints)
+    raised_again = {r.id for r in current} if again else set()
+    kept = as_restored(restored, current, raised_again)
+    assert [(r.id, r.action, r.deadline) for r in kept] == [
+        (r.id, r.action, r.deadline) for r in current
+    ]
+    for listed, given_to_agent in zip(current, kept, strict=True):
+        was = restored.get(listed.id)
+        same = was is not None and (was.action, was.deadline) == (listed.action, listed.deadline)
+        expected = restored[listed.id] if same and listed.id not in raised_again else listed
+        assert given_to_agent is expected
 
 
 @given(st.lists(nodes().map(lambda s: s[1]), min_size=1, max_size=8), configured)
