@@ -354,7 +354,9 @@ class KubernetesNotifier(Observer):
         self._queue.append((notice, events))
         if self._wake is not None:
             self._wake.set()
-        if events and self._warned_path is not None and self.settings.events:
+        # Not before the start: the file is the last run's until `on_start` has read it.
+        started = self._task is not None
+        if events and started and self._warned_path is not None and self.settings.events:
             self._owed_changed()
 
     def _owed_changed(self) -> None:

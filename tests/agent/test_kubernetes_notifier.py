@@ -3,6 +3,7 @@ simulator served on loopback, with RBAC-like grants."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -807,6 +808,22 @@ def test_a_drain_and_its_clear_a_kill_cut_off_are_both_made_after_the_restart(tm
                 what="the drain's and the clear's Events after the restart",
             )
         assert node_events(server, notice["id"]) == ["Drain", "Clear"]
+
+
+async def test_the_last_runs_events_file_is_not_written_before_the_start(tmp_path: Path):
+    """The file is written as Events are queued; before `on_start` has read it, it is the last
+    run's, and a write then (empty) would lose the Events that run owed."""
+    owed = local_notice(1, "drain")
+    (tmp_path / WARNED_FILE).write_bytes(encode_warned([], [owed]))
+    token = tmp_path / "token"
+    token.write_text("t1")
+    settings = Settings(url="http://127.0.0.1:9", node_name=NODE, token_file=token, events=True)
+    notifier = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+    notifier.on_notice(local_notice(2, "drain"), escalated=False)
+    # Any write task made meanwhile has run (none is: the notifier is not started).
+    await asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()}))
+    left = decode_events((tmp_path / WARNED_FILE).read_bytes()).owed
+    assert [(n.id, n.action) for n in left] == [(owed.id, owed.action)]
 
 
 async def test_a_drain_owed_at_a_kill_whose_notice_ended_gets_its_clear_too(tmp_path: Path):
