@@ -522,8 +522,12 @@ class KubernetesWatcher:
             emit(clear)
             self.active.pop(clear.id, None)  # raised again below, as new
         if restored and not replaced:
-            current = as_restored(restored, current, {clear.id for clear in again})
-        self._apply(current, emit, replaced=replaced)
+            # The agent is given what it holds; the watcher keeps the Node as listed (a
+            # taint's `timeAdded` there tells a later gap's cordon lifted and applied again).
+            self._apply(as_restored(restored, current, {c.id for c in again}), emit)
+            self.active = {report.id: report for report in current}
+        else:
+            self._apply(current, emit, replaced=replaced)
         self.node_uid = uid or self.node_uid
         self.seen_node = True
         self.node_object = node

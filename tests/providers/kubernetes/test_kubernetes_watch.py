@@ -825,3 +825,35 @@ async def test_a_watch_that_ends_at_once_with_nothing_is_no_progress(
     cluster.raise_("cordon")
     await watching.report("drain", CORDON)
     await watching.until(lambda: watching.health.last_error is None, 3, "healthy again")
+
+
+async def test_a_restored_cordon_applied_again_in_a_later_watch_gap_is_cleared_and_raised(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """After a restart the agent is given its cordon as it restored it (first seen before the
+    control plane's taint, so without it), while the watcher keeps the Node as listed: a
+    cordon lifted and applied again in a later watch gap is then told by the taint's later
+    `timeAdded`, as for a watcher that never stopped."""
+    from forewarn.providers.base import PollHealth, WatcherContext
+    from forewarn.providers.kubernetes.settings import Settings
+    from forewarn.providers.kubernetes.watch import KubernetesWatcher
+    from forewarn.providers.report import Report
+    from support import running_watcher
+
+    cluster.raise_("cordon")
+    uid = cluster.state()["node"]["metadata"]["uid"]
+    detail = {"node": NODE, "uid": uid, "condition": "cordon", "unschedulable": True}
+    restored = Report(
+        id=CORDON, action="drain", reason="node-drain", provider="kubernetes", detail=detail
+    )
+    settings = Settings(url=cluster.url, node_name=NODE, token_file=cluster.token_file)
+    watcher = KubernetesWatcher(settings, WatcherContext(tmp_path, tmp_path, PollHealth("k")))
+    watcher.restored([restored])
+    async with running_watcher(Running(watcher)) as running:
+        await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+        assert [r.detail for r in running.reports] == [detail]  # as the agent holds it
+        _recordon_while_the_watch_is_broken(cluster)
+        await running.until(
+            lambda: running.summary() == [("drain", CORDON), ("clear", CORDON), ("drain", CORDON)],
+            what="the second cordon cleared and raised",
+        )
