@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -80,6 +81,15 @@ SETTLE_POLL = 0.02
 WARNED_RETRY = 1.0
 # The condition `status` and `forewarn_condition` show while that file cannot be written.
 WARNED_CONDITION = "kubernetes-events"
+# An Event whose attempts all went unanswered (an API server restarting for an upgrade, down,
+# shedding load) is kept and tried again after this, doubling up to KEPT_MAX; at most
+# MAX_KEPT of them, the oldest dropped past it with a warning.
+KEPT_RETRY = 5.0
+KEPT_MAX = 300.0
+MAX_KEPT = 1000
+
+# An Event is about these: (the object it regards, the namespace it is made in).
+Target = tuple[dict[str, str], str]
 
 
 def camel(reason: str) -> str:
@@ -225,6 +235,18 @@ class KubernetesNotifier(Observer):
         self._owed_dirty = False
         self._owed_writer: asyncio.Task[None] | None = None
         self._providers: set[str] = set()
+        # Events whose attempts all went unanswered, oldest first: each notice with the number
+        # of its telling and the objects whose Event is still to make; tried again at
+        # `_kept_due` (monotonic). Before, they were given up on: an API server upgrade of a
+        # minute lost the Drain Event of every notice meanwhile, for good.
+        self._kept: list[tuple[Notice, int, list[Target]]] = []
+        self._kept_due: float | None = None
+        self.kept_retry = KEPT_RETRY
+        self._kept_backoff: Backoff | None = None
+        # Each notice told is numbered; the number of the last one told of each id, so that a
+        # kept Event made late does not stand for a newer notice of its id in the file.
+        self._tells = 0
+        self._last_tell: dict[str, int] = {}
         self.request_timeout = REQUEST_TIMEOUT
         self.created = 0
         self.sent = 0  # requests that succeeded: Events created and cordons
@@ -390,7 +412,7 @@ class KubernetesNotifier(Observer):
         # Stopping ends the request in progress and those waiting: say which, as the
         # webhook does, rather than lose a terminate's Event (or its cordon) in silence.
         current = [self._reporting] if self._reporting is not None else []
-        left = current + [notice for notice, _ in self._queue]
+        left = [n for n, _, _ in self._kept] + current + [notice for notice, _ in self._queue]
         if left:
             log.warning(
                 "kubernetes: stopping with %d notice(s) not reported to the API server: %s",
@@ -413,7 +435,9 @@ class KubernetesNotifier(Observer):
     def deliveries(self) -> dict[str, Deliveries]:
         # Requests, not notices: a notice makes an Event for the node and one for the pod,
         # and a terminate a cordon too; dropped counts notices, which make none of them.
-        pending = len(self._queue) + (self._reporting is not None)
+        kept = [notice for notice, _, _ in self._kept]
+        reporting = self._reporting is not None and all(n is not self._reporting for n in kept)
+        pending = len(self._queue) + reporting + len(kept)
         return {"kubernetes": Deliveries(self.sent, self.failed, self.dropped, pending)}
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
@@ -476,12 +500,17 @@ class KubernetesNotifier(Observer):
             while True:
                 while not self._queue:
                     self._wake.clear()
-                    if self._warned_problem is None:
+                    wait = self._idle_wait()
+                    if wait is None:
                         await self._wake.wait()
                         continue
                     with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), self.warned_retry)
-                    if not self._wake.is_set():
+                        await asyncio.wait_for(self._wake.wait(), wait)
+                    if self._wake.is_set():
+                        continue
+                    if self._kept_due is not None and time.monotonic() >= self._kept_due:
+                        await self._retry_kept()
+                    elif self._warned_problem is not None:
                         await asyncio.to_thread(self._write_warned, *self._encoded())
                 notice, events = self._queue.popleft()
                 self._reporting, self._reporting_events = notice, events
@@ -499,6 +528,105 @@ class KubernetesNotifier(Observer):
         finally:
             if self._client is not None:
                 await self._client.aclose()
+
+    def _idle_wait(self) -> float | None:
+        """How long the idle notifier waits for a notice before it has something to do: try
+        the kept Events again, or write the file that could not be written; None: no limit."""
+        waits = []
+        if self._warned_problem is not None:
+            waits.append(self.warned_retry)
+        if self._kept_due is not None:
+            waits.append(max(0.0, self._kept_due - time.monotonic()))
+        return min(waits) if waits else None
+
+    async def _retry_kept(self) -> None:
+        """Try the kept Events again, oldest first, one attempt each, while the API server
+        answers: the first still unanswered keeps its place and those after it theirs (a
+        server still down costs one request, not one per Event, before the next notice).
+        Each stays in the list until it is under way, so a stop or a kill meanwhile leaves
+        the file owing it."""
+        self._kept_due = None
+        for entry in list(self._kept):
+            self._kept.remove(entry)
+            notice, tell, targets = entry
+            self._reporting, self._reporting_events = notice, True
+            try:
+                await self._make_events(notice, tell, targets, attempts=1)
+            finally:
+                self._reporting = None
+            if self._kept_due is not None:
+                # Unanswered again, kept at the end by `_keep`: back to its place, first.
+                self._kept.insert(0, self._kept.pop())
+                return
+        if self._kept_backoff is not None:
+            self._kept_backoff.reset()
+
+    def _keep(self, notice: Notice, tell: int, targets: list[Target]) -> None:
+        if len(self._kept) >= MAX_KEPT:
+            gone, _, _ = self._kept.pop(0)
+            self.dropped += 1
+            log.warning(
+                "kubernetes: %d Events wait for the API server to answer; dropping that of %s",
+                MAX_KEPT,
+                gone.id,
+            )
+        self._kept.append((notice, tell, targets))
+        if self._kept_due is None:
+            if self._kept_backoff is None:
+                self._kept_backoff = Backoff(self.kept_retry, KEPT_MAX)
+            wait = self._kept_backoff.next()
+            self._kept_due = time.monotonic() + wait
+            log.warning(
+                "kubernetes: the API server did not answer for the Event of %s %s: kept, "
+                "trying again in %.0fs",
+                notice.action,
+                notice.id,
+                wait,
+            )
+
+    def _targets(self) -> list[Target]:
+        """The objects a notice's Events are about: the Node, and the Pod when known."""
+        # `kubectl describe` finds an object's Events by its uid too (a field selector on
+        # involvedObject.uid): without one, none of these showed there. For a Node it also
+        # searches under the node's name as the uid, which is what the kubelet writes.
+        node = {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self.node}
+        targets: list[Target] = [(node, self.settings.events_namespace)]
+        if self.pod is not None:
+            name, namespace = self.pod
+            pod = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace}
+            if self.pod_uid:
+                pod["uid"] = self.pod_uid
+            targets.append((pod, namespace))
+        return targets
+
+    async def _make_events(
+        self, notice: Notice, tell: int, targets: list[Target], attempts: int = ATTEMPTS
+    ) -> None:
+        made, unanswered = False, []
+        for regarding, namespace in targets:
+            url = (
+                f"{self.cluster.server}/apis/events.k8s.io/v1/namespaces/"
+                f"{quote(namespace, safe='')}/events"
+            )
+            body = event_body(notice, regarding, namespace, self.instance)
+            outcome = await self._send("event", "POST", url, body, attempts=attempts)
+            if outcome:
+                self.created += 1
+                made = True
+            elif outcome is None:
+                unanswered.append((regarding, namespace))
+        if unanswered:
+            self._keep(notice, tell, unanswered)
+        if made and self._last_tell.get(notice.id) == tell:
+            await self._note_made(notice)
+        elif made or unanswered:
+            # Made late, after a newer notice of its id (which the file speaks for), or kept:
+            # the file's Events owed change all the same.
+            await self._save_events()
+
+    async def _save_events(self) -> None:
+        if self._warned_path is not None:
+            await asyncio.to_thread(self._write_warned, *self._encoded())
 
     async def _tell(self, notice: Notice, events: bool) -> None:
         if notice.action == "terminate":
@@ -527,29 +655,9 @@ class KubernetesNotifier(Observer):
                 log.info("kubernetes: cordoned node %s for %s", self.node, notice.id)
         if not (self.settings.events and events):
             return
-        # `kubectl describe` finds an object's Events by its uid too (a field selector on
-        # involvedObject.uid): without one, none of these showed there. For a Node it also
-        # searches under the node's name as the uid, which is what the kubelet writes.
-        node = {"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self.node}
-        targets: list[tuple[dict[str, str], str]] = [(node, self.settings.events_namespace)]
-        if self.pod is not None:
-            name, namespace = self.pod
-            pod = {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace}
-            if self.pod_uid:
-                pod["uid"] = self.pod_uid
-            targets.append((pod, namespace))
-        made = False
-        for regarding, namespace in targets:
-            url = (
-                f"{self.cluster.server}/apis/events.k8s.io/v1/namespaces/"
-                f"{quote(namespace, safe='')}/events"
-            )
-            body = event_body(notice, regarding, namespace, self.instance)
-            if await self._send("event", "POST", url, body):
-                self.created += 1
-                made = True
-        if made:
-            await self._note_made(notice)
+        self._tells += 1
+        self._last_tell[notice.id] = self._tells
+        await self._make_events(notice, self._tells, self._targets())
 
     async def _note_made(self, notice: Notice) -> None:
         """Keep which notices have a Warning standing: a clear made takes its id off."""
@@ -569,6 +677,8 @@ class KubernetesNotifier(Observer):
         owed = [notice for notice, events in self._queue if events]
         if current and self._reporting is not None and self._reporting_events:
             owed.insert(0, self._reporting)
+        # The kept are older than those queued.
+        owed[:0] = [notice for notice, _, _ in self._kept]
         self._generation += 1
         return encode_warned(list(self._warned.values()), owed), self._generation
 
@@ -611,11 +721,16 @@ class KubernetesNotifier(Observer):
         url: str,
         body: dict[str, Any],
         content_type: str = "application/json",
-    ) -> bool:
-        """One request with retries on errors worth retrying; True when it succeeded."""
+        *,
+        attempts: int = ATTEMPTS,
+    ) -> bool | None:
+        """One request with retries on errors worth retrying: True when it succeeded, False
+        when it was refused, None when every attempt went unanswered (no answer, a 429, a
+        5xx, no token or a token refused: an Event is then kept, see `_keep`)."""
         backoff = Backoff(0.5, RETRY_AFTER_MAX)
         why = ""
-        for attempt in range(ATTEMPTS):
+        refused = False
+        for attempt in range(attempts):
             asked: float | None = None
             try:
                 # An overall deadline and a cap: httpx's timeout is per read, so an answer
@@ -680,14 +795,18 @@ class KubernetesNotifier(Observer):
                     self.failed += 1
                     return False
                 elif response.status_code < 500 and response.status_code not in RETRIED:
+                    refused = True
                     break
-            if attempt + 1 < ATTEMPTS:
+            if attempt + 1 < attempts:
                 self.retries += 1
                 wait = backoff.next()
                 if asked is not None:
                     # Sooner than asked, a shedding API server only sheds the retry too.
                     wait = max(wait, min(asked, RETRY_AFTER_MAX))
                 await asyncio.sleep(wait)
+        if what == "event" and not refused:
+            log.info("kubernetes: event not made: %s", why)
+            return None
         self.failed += 1
         log.warning("kubernetes: %s failed: %s", what, why)
         return False

@@ -454,6 +454,47 @@ async def test_a_429_waits_as_long_as_the_api_server_asks(tmp_path: Path):
             notifier.on_stop()
 
 
+async def test_an_event_the_api_server_did_not_answer_is_kept_and_made_later(tmp_path: Path):
+    """An API server restarting for an upgrade (503s, or no answer, for a minute): each Event's
+    4 attempts within 3.5 s failed and it was given up on, so the cluster's history lacked the
+    drain of every notice meanwhile. It is kept (named owed in the events file, so a restart
+    makes it too) and made once the API server answers, after the notice queued behind it."""
+    token = tmp_path / "token"
+    token.write_text("t1")
+    with cluster(None) as server:
+        down = {"kind": "status", "status": 503, "path": "/apis/", "method": "POST", "count": 4}
+        httpx.post(f"{server.url}/_sim/faults", json=down, trust_env=False, timeout=5)
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
+        notifier = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+        notifier.kept_retry = 0.3
+        notifier.on_start(["local"])
+        try:
+            drain = local_notice(1, "drain")
+            notifier.on_notice(drain, escalated=False)
+            await eventually_async(lambda: sim_faults(server) == [], what="the 4 attempts")
+            path = tmp_path / WARNED_FILE
+
+            def owed() -> list[str]:
+                return [n.id for n in decode_events(path.read_bytes()).owed]
+
+            await eventually_async(lambda: owed() == [drain.id], what="the Event kept, owed")
+            assert notifier.deliveries()["kubernetes"].pending == 1
+            later = local_notice(2, "drain")
+            notifier.on_notice(later, escalated=False)
+            await eventually_async(lambda: notifier.created == 2, timeout=10, what="both Events")
+            await eventually_async(
+                lambda: notifier.deliveries()["kubernetes"].pending == 0, what="none pending"
+            )
+            assert notifier.failed == 0
+            assert node_events(server, drain.id) == ["Drain"]
+            assert node_events(server, later.id) == ["Drain"]
+            await eventually_async(lambda: owed() == [], what="the file owing none")
+            warned = decode_events(path.read_bytes()).warned
+            assert sorted(n.id for n in warned) == [drain.id, later.id]
+        finally:
+            notifier.on_stop()
+
+
 async def test_a_rotated_cluster_ca_is_read_again(tmp_path: Path):
     """The cluster CA rotates (ca.crt gets the new one, then the API server serves a
     certificate of it): the notifier kept the CA it read at start, so every later Event and
