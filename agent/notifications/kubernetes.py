@@ -241,6 +241,8 @@ class KubernetesNotifier(Observer):
         # minute lost the Drain Event of every notice meanwhile, for good.
         self._kept: list[tuple[Notice, int, list[Target]]] = []
         self._kept_due: float | None = None
+        # A kept notice taken out of `_kept` to be tried again: owed until it is made.
+        self._retrying: Notice | None = None
         self.kept_retry = KEPT_RETRY
         self._kept_backoff: Backoff | None = None
         # Each notice told is numbered; the number of the last one told of each id, so that a
@@ -435,9 +437,11 @@ class KubernetesNotifier(Observer):
     def deliveries(self) -> dict[str, Deliveries]:
         # Requests, not notices: a notice makes an Event for the node and one for the pod,
         # and a terminate a cordon too; dropped counts notices, which make none of them.
-        kept = [notice for notice, _, _ in self._kept]
-        reporting = self._reporting is not None and all(n is not self._reporting for n in kept)
-        pending = len(self._queue) + reporting + len(kept)
+        held = [notice for notice, _, _ in self._kept]
+        for notice in (self._retrying, self._reporting):
+            if notice is not None and all(notice is not other for other in held):
+                held.append(notice)
+        pending = len(self._queue) + len(held)
         return {"kubernetes": Deliveries(self.sent, self.failed, self.dropped, pending)}
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
@@ -547,11 +551,9 @@ class KubernetesNotifier(Observer):
         the file owing it."""
         self._kept_due = None
         for entry in list(self._kept):
-            self._kept.remove(entry)
-            notice, tell, targets = entry
-            self._reporting, self._reporting_events = notice, True
+            self._reporting, self._reporting_events = entry[0], True
             try:
-                await self._make_events(notice, tell, targets, attempts=1)
+                await self._retry(entry)
             finally:
                 self._reporting = None
             if self._kept_due is not None:
@@ -560,6 +562,23 @@ class KubernetesNotifier(Observer):
                 return
         if self._kept_backoff is not None:
             self._kept_backoff.reset()
+
+    async def _retry(self, entry: tuple[Notice, int, list[Target]]) -> None:
+        """One more attempt at a kept Event, owed (`_retrying`) until it is made or kept."""
+        self._kept.remove(entry)
+        notice, tell, targets = entry
+        self._retrying = notice
+        try:
+            await self._make_events(notice, tell, targets, attempts=1)
+        finally:
+            self._retrying = None
+
+    async def _kept_of(self, notice_id: str) -> None:
+        """The kept Events of `notice_id`, tried before a newer notice of it: made after it,
+        the Drain came after its Clear, which a pipeline watching Events took for a drain
+        standing. One still unanswered is kept again, before the newer one (kept after it)."""
+        for entry in [entry for entry in self._kept if entry[0].id == notice_id]:
+            await self._retry(entry)
 
     def _keep(self, notice: Notice, tell: int, targets: list[Target]) -> None:
         if len(self._kept) >= MAX_KEPT:
@@ -617,6 +636,8 @@ class KubernetesNotifier(Observer):
                 unanswered.append((regarding, namespace))
         if unanswered:
             self._keep(notice, tell, unanswered)
+        if self._retrying is notice:
+            self._retrying = None  # made, or kept again: the file says which below
         if made and self._last_tell.get(notice.id) == tell:
             await self._note_made(notice)
         elif made or unanswered:
@@ -655,6 +676,7 @@ class KubernetesNotifier(Observer):
                 log.info("kubernetes: cordoned node %s for %s", self.node, notice.id)
         if not (self.settings.events and events):
             return
+        await self._kept_of(notice.id)
         self._tells += 1
         self._last_tell[notice.id] = self._tells
         await self._make_events(notice, self._tells, self._targets())
@@ -677,8 +699,11 @@ class KubernetesNotifier(Observer):
         owed = [notice for notice, events in self._queue if events]
         if current and self._reporting is not None and self._reporting_events:
             owed.insert(0, self._reporting)
-        # The kept are older than those queued.
-        owed[:0] = [notice for notice, _, _ in self._kept]
+        # The kept are older than those queued, the one tried again older than the rest.
+        older = [notice for notice, _, _ in self._kept]
+        if self._retrying is not None:
+            older.insert(0, self._retrying)
+        owed[:0] = [notice for notice in older if all(notice is not o for o in owed)]
         self._generation += 1
         return encode_warned(list(self._warned.values()), owed), self._generation
 

@@ -495,6 +495,33 @@ async def test_an_event_the_api_server_did_not_answer_is_kept_and_made_later(tmp
             notifier.on_stop()
 
 
+async def test_a_kept_event_is_made_before_a_newer_one_of_its_notice(tmp_path: Path):
+    """The drain's Event kept (the API server did not answer) and the API server back before
+    its next try: the clear's Event was made at once, and the drain's after it, so a pipeline
+    watching Events saw Clear, then Drain: a reclaim standing that had ended."""
+    with cluster(None) as server:
+        down = {"kind": "status", "status": 503, "path": "/apis/", "method": "POST", "count": 4}
+        httpx.post(f"{server.url}/_sim/faults", json=down, trust_env=False, timeout=5)
+        _token, notifier = _events_notifier(tmp_path, server.url)
+        notifier.kept_retry = 60.0  # not tried again on its own within the test
+        notifier.on_start(["local"])
+        try:
+            drain = local_notice(1, "drain")
+            notifier.on_notice(drain, escalated=False)
+            await eventually_async(
+                lambda: sim_faults(server) == [] and notifier.deliveries()["kubernetes"].pending,
+                what="the Event unanswered",
+            )
+            notifier.on_notice(
+                drain.model_copy(update={"seq": 2, "action": "clear"}), escalated=False
+            )
+            await eventually_async(lambda: notifier.created == 2, what="both Events")
+            assert [e["action"] for e in sim_state(server)["events"]] == ["Drain", "Clear"]
+            assert notifier.deliveries()["kubernetes"].pending == 0
+        finally:
+            notifier.on_stop()
+
+
 async def test_a_rotated_cluster_ca_is_read_again(tmp_path: Path):
     """The cluster CA rotates (ca.crt gets the new one, then the API server serves a
     certificate of it): the notifier kept the CA it read at start, so every later Event and
