@@ -58,6 +58,11 @@ IGNORED_IN_WORKERS = (signal.SIGTERM, signal.SIGINT)
 # whose write end no other process holds. Made on first use.
 _lifeline: tuple[int, int] | None = None
 _lifeline_lock = threading.Lock()
+# In a protected fork worker: the read end of its main process's lifeline. The main process's
+# SIGTERM is not always read as its (a SIGTERM that comes while the worker starts a program is
+# passed by, `_programs._released`), and multiprocessing's exit handler, which sends it, then
+# waits for the worker without a timeout: the job, its save done, never exited.
+_fork_lifeline: int | None = None
 
 
 def ignore_job_signals(worker_id: int | None = None) -> None:
@@ -76,7 +81,7 @@ def ignore_job_signals(worker_id: int | None = None) -> None:
             "ignore_job_signals() runs in a DataLoader worker, not in the training process: "
             "give worker_init_fn=ignore_job_signals (uncalled), or worker_init_fn=worker_init_fn()"
         )
-    _protect(lifeline=None)
+    _protect(lifeline=_fork_lifeline)
 
 
 def _protect(lifeline: int | None, guarded: _GuardByte | None = None) -> None:
@@ -219,8 +224,15 @@ def _forget_inherited_lifeline() -> None:
     # workers, told no guard handled SIGTERM, died of a job-wide one and the loop raised
     # before the save. A child that runs no loop with them ends on SIGTERM (guard.py), and
     # its workers with it.
-    global _lifeline_lock, _guard_handles_sigterm_here
+    global _lifeline, _lifeline_lock, _guard_handles_sigterm_here, _fork_lifeline
     _lifeline_lock = threading.Lock()
+    if _fork_lifeline is not None:
+        os.close(_fork_lifeline)  # the lifeline of the worker this child was forked from
+        _fork_lifeline = None
+    if _forking.__dict__.get("lifeline") is not None and _lifeline is not None:
+        # A protected fork worker: it keeps the read end, ours (_before_fork).
+        os.close(_lifeline[1])
+        _fork_lifeline, _lifeline = _lifeline[0], None
     _cut_lifeline()
     _guard_handles_sigterm_here = _GuardByte()
     _guard_handles_sigterm_here.map[0] = 1 if _guards_handling_sigterm else 0
@@ -241,10 +253,13 @@ def _before_fork() -> None:
         return
     _chain_torch_worker_init(process)
     if _protected_by_init(process):
+        # Its lifeline as well: made before the fork, so that the worker holds the read end.
+        _forking.lifeline = _lifeline_read_end()
         _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
 
 
 def _after_fork_in_parent() -> None:
+    _forking.__dict__.pop("lifeline", None)
     mask = _forking.__dict__.pop("mask", None)
     if mask is not None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -360,6 +375,7 @@ def _chain_torch_worker_init(process: Any) -> None:
 def _after_fork_in_child() -> None:
     # The worker keeps them blocked: its _protect takes a pending SIGTERM (and ends if its main
     # process sent it), then ignores both.
+    _forking.__dict__.pop("lifeline", None)
     _forking.__dict__.pop("mask", None)
 
 
@@ -393,7 +409,7 @@ class _Chained:
     def __call__(self, worker_id: int) -> None:
         lifeline = self.lifeline
         _protect(
-            lifeline[1] if lifeline is not None and lifeline[0] == os.getpid() else None,
+            lifeline[1] if lifeline is not None and lifeline[0] == os.getpid() else _fork_lifeline,
             self.guarded,
         )
         if self.then is not None:
