@@ -96,6 +96,13 @@ def _positive(value: object) -> bool:
     return math.isfinite(number) and number > 0
 
 
+def _a_launchers_rank() -> bool:
+    """Whether this process is a torchrun rank: torchrun starts each in a session of its own,
+    which no terminal's Ctrl-C reaches, and forwards the signal it gets, which a control-group
+    kill also sends the rank. A repeated SIGINT there is that copy, not a person insisting."""
+    return "TORCHELASTIC_RUN_ID" in os.environ and os.getsid(0) == os.getpid()
+
+
 class CheckpointGuard:
     def __init__(
         self,
@@ -1399,10 +1406,11 @@ class CheckpointGuard:
             return
         name = signal.Signals(signum).name
         if self._exit and "signal" in self._pending:
-            if signum == signal.SIGTERM:
+            if signum == signal.SIGTERM or _a_launchers_rank():
                 # Platforms send SIGTERM more than once: systemd's KillMode=control-group hits
                 # every process and torchrun forwards its own copy to each rank's group. A
                 # repeat is not a person insisting; the platform's SIGKILL follows anyway.
+                # So a torchrun rank's SIGINT (systemd's KillSignal=SIGINT, Slurm's).
                 return
             # A second Ctrl-C while the first is pending: the user insists; let it through.
             self._watched.discard(signum)

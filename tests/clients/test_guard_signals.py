@@ -3,8 +3,12 @@ exit, a second Ctrl-C goes through, and close() puts back what was there before.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -346,3 +350,44 @@ def test_a_second_ctrl_c_while_two_guards_are_open_goes_through(handlers: None) 
         signal.raise_signal(signal.SIGINT)
     inner.close()
     outer.close()
+
+
+RANK_SAVES_THROUGH_A_REPEATED_CTRL_C = """
+import signal, sys
+from pathlib import Path
+from forewarn.clients import CheckpointGuard
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+guard = CheckpointGuard(notices=False, flag_file=None)
+signal.raise_signal(signal.SIGINT)  # the platform's (systemd's KillSignal=SIGINT)
+
+
+def save(step):
+    signal.raise_signal(signal.SIGINT)  # torchrun's copy, come during the flush
+    Path(sys.argv[1]).write_text(str(step))
+
+
+if guard.due(7):
+    guard.save(7, save)
+guard.close()
+sys.exit(guard.exit_code)
+"""
+
+
+def test_a_torchrun_rank_saves_through_a_repeated_sigint(tmp_path: Path) -> None:
+    """systemd's control-group kill with `KillSignal=SIGINT` (or Slurm's `scancel
+    --signal=INT`) sends SIGINT to every process of the job, and torchrun forwards the one it
+    gets to each rank: a rank had two, took the second for a person's insisting Ctrl-C and
+    raised KeyboardInterrupt in the exit's save (measured: 1 of 3 such torchrun jobs saved
+    nothing). A rank runs in a session of its own, which no terminal's Ctrl-C reaches."""
+    checkpoint = tmp_path / "checkpoint"
+    done = subprocess.run(
+        [sys.executable, "-c", RANK_SAVES_THROUGH_A_REPEATED_CTRL_C, str(checkpoint)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, TORCHELASTIC_RUN_ID="h73", FOREWARN_RUNTIME_DIR=str(tmp_path)),
+        start_new_session=True,  # as torchrun starts its ranks
+    )
+    assert done.returncode == 130, done.stderr
+    assert checkpoint.read_text() == "7"
