@@ -35,6 +35,7 @@ from forewarn.providers import (
     WatcherContext,
 )
 from forewarn.providers.backoff import Backoff
+from forewarn.providers.boot import machine_started
 from forewarn.providers.health import WATCHER_FAILED, WATCHER_STALLED
 from forewarn.providers.persist import remove_leftovers
 from pydantic import ValidationError
@@ -346,6 +347,21 @@ class Agent:
                 self.state_path,
             )
             provider = []
+        elif provider and state.boot_id is None:
+            # Saved by an agent that kept no boot id (upgraded, then the VM stopped and
+            # started): restored, the spot terminate of the boot before stopped the job resumed
+            # here. When the machine started tells instead, as for GCP's saved notices: a clock
+            # stepped forward since drops one of this boot, which its watcher reports anew.
+            booted = machine_started()
+            earlier = {n.id for n in provider if booted is not None and n.noticed_at < booted}
+            if earlier:
+                log.info(
+                    "%d provider notice(s) in %s were noticed before this machine started; "
+                    "not restored",
+                    len(earlier),
+                    self.state_path,
+                )
+                provider = [n for n in provider if n.id not in earlier]
         self.board.restore(
             state.manual,
             state.acked,

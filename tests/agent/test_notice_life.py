@@ -31,6 +31,7 @@ from support import (
     control,
     eventually,
     run_forewarn,
+    running_agent,
 )
 
 FAST_AWS = {
@@ -802,6 +803,38 @@ def test_provider_notices_from_before_a_reboot_are_not_restored(
         guard.close()
         notices.close()
         agent.stop()
+
+
+@pytest.mark.parametrize("before_this_boot", [True, False])
+def test_provider_notices_saved_without_a_boot_id_are_restored_only_if_of_this_boot(
+    tmp_path: Path, before_this_boot: bool
+) -> None:
+    """A state file written by an agent from before boot ids were kept has no `boot_id`:
+    restored across a reboot (an upgrade, then the VM stopped and started), the spot
+    terminate of the boot before came back as active, and the job resumed after the boot
+    took it for one nobody had acted on and exited. Without the id, the notice's time against
+    when this machine started tells, as for the providers' own saved notices (GCP's)."""
+    since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    offset = -since_boot - 3600 if before_this_boot else -min(since_boot / 2, 60)
+    noticed = format_time(datetime.now(timezone.utc) + timedelta(seconds=offset))
+    notice = {
+        "v": 1,
+        "id": "aws/spot-itn/old",
+        "seq": 5,
+        "action": "terminate",
+        "reason": "spot-interruption",
+        "provider": "aws",
+        "deadline": later(600),
+        "noticed_at": noticed,
+        "sent_at": noticed,
+        "detail": {},
+    }
+    state = tmp_path / "state" / "state.json"
+    env = agent_env(tmp_path, FOREWARN_AWS_URL=f"http://{DEAD_LOOPBACK}")
+    state.write_text(json.dumps({"version": 1, "seq": 5, "provider": [notice]}))
+    with running_agent(tmp_path, providers=("aws",), env=env) as agent:
+        active = [n["id"] for n in agent.control({"op": "status"})["active"]]
+    assert active == ([] if before_this_boot else ["aws/spot-itn/old"])
 
 
 def test_auto_keeps_a_provider_whose_notices_were_restored_when_its_probe_times_out(
