@@ -20,6 +20,7 @@ The board does no I/O: it returns the notices to publish, and the runner sends t
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -109,6 +110,9 @@ class Entry:
     # kept apart from `expected`, whose subscribers a restarted agent learns again as they
     # reconnect, where these never do.
     held: set[str] = field(default_factory=set)
+    # When the board raised it by `NoticeBoard.clock`, which no step of the wall clock moves;
+    # None when not known (restored after a restart): see `ages`.
+    raised_clock: float | None = None
 
 
 @dataclass
@@ -133,10 +137,14 @@ class NoticeBoard:
         *,
         grace: float = DEFAULT_GRACE,
         manual_lifetime: float = DEFAULT_MANUAL_LIFETIME,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.sequencer = sequencer
         self.exit_margin_floor = exit_margin_floor
         self.now = now
+        # Seconds on a clock that NTP, a resume or a live migration never steps, and that
+        # counts a suspend as the wall clock does: how long ago each notice was raised (`ages`).
+        self.clock = clock or steady_seconds
         self.grace = timedelta(seconds=grace)
         self.manual_lifetime = timedelta(seconds=manual_lifetime)
         self.entries: dict[str, Entry] = {}
@@ -202,6 +210,20 @@ class NoticeBoard:
             notice_id: entry.raised_at
             for notice_id, entry in self.entries.items()
             if entry.raised_at != entry.notice.noticed_at
+        }
+
+    def ages(self) -> dict[str, float]:
+        """Seconds since each active notice was raised (not since it was last changed or
+        escalated), by `clock`: `forewarn ack --client ID --flush-seconds D` tells by it
+        whether a save began before the notice. The notice's `noticed_at` cannot tell once the
+        wall clock stepped since (NTP correcting a clock that ran ahead): a save for it read as
+        begun before it, or a save begun before it as begun after. Not for notices restored
+        after a restart, raised by another process's clock."""
+        now = self.clock()
+        return {
+            notice_id: max(0.0, now - entry.raised_clock)
+            for notice_id, entry in self.entries.items()
+            if entry.raised_clock is not None
         }
 
     def restored_from(self) -> set[str]:
@@ -370,6 +392,7 @@ class NoticeBoard:
                 raised_at=raised_at or self.now(),
                 manual=manual,
                 expected=set(self.clients),
+                raised_clock=self.clock(),
             )
             if remembered is not None:
                 entry.saved = remembered.saved
@@ -629,6 +652,7 @@ class NoticeBoard:
                 continue
             entry.restored = not manual
             entry.restored_at = None if manual else self.now()
+            entry.raised_clock = None  # raised before the restart, when is not known here
             if notice.id in saved_ids:
                 entry.saved = True
             entry.acked.update((acked_by or {}).get(notice.id, ()))
@@ -749,6 +773,15 @@ class NoticeBoard:
             sent_at=self.now(),
             detail=report.detail,
         )
+
+
+def steady_seconds() -> float:
+    """Seconds since boot, suspends included (Linux's boot clock), else the monotonic clock:
+    neither is stepped with the wall clock."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # not Linux
+        return time.monotonic()
 
 
 def _deadline_moved(before: datetime | None, after: datetime | None) -> bool:

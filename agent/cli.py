@@ -702,8 +702,9 @@ def cmd_ack(args: argparse.Namespace) -> int:
             # (the same --client) still saves for the notice: taken for that loop's, it
             # released the hold mid-save (the flag file removed, its drain cleared, Azure's
             # after-ack approving a terminate). A save begun before the notice is not for it.
-            started = time.time() - flush_seconds
-            early = _readable(control, lambda: _noticed_after(status, held, started))
+            saved_for = flush_seconds  # a name mypy keeps narrowed in the lambda
+            now = time.time()
+            early = _readable(control, lambda: _noticed_after(status, held, now, saved_for))
             for notice_id, lead in early.items():
                 print(
                     f"forewarn: ack: not for {notice_id}, held for client {client}: this save "
@@ -766,34 +767,61 @@ def _holder_above(status: dict[str, Any], notice_id: str, pid: int) -> tuple[str
 SAVE_START_SLACK = 2.0
 
 
-def _noticed_after(status: dict[str, Any], held: list[str], started: float) -> dict[str, float]:
+def _noticed_after(
+    status: dict[str, Any], held: list[str], now: float, flush_seconds: float
+) -> dict[str, float]:
     """Of the `held` notices, those the agent noticed more than SAVE_START_SLACK seconds after
-    `started` (epoch seconds, when the save acked began), with how long after: no save for
-    them. A notice whose `noticed_at` is missing or unreadable is not among them.
+    the save acked began (`flush_seconds` before `now`, epoch seconds), with how long after: no
+    save for them. A notice whose `noticed_at` is missing, or unreadable where no age is
+    given, is not among them.
+
+    Where the status gives how long ago the agent raised a notice (`ages`, by a clock the wall
+    clock's steps do not move), that and the flush time tell: by `noticed_at`, a clock
+    stepped since the notice (NTP correcting one that ran ahead) read the loop's save for it
+    as begun before it, and kept its hold at every ack until the clock caught up; stepped
+    forward, a periodic save begun before it as begun after it, and released a hold mid-save.
 
     A notice changed or escalated since it was raised (a deadline moved, a second `notify` of
     its id) carries that report's time as `noticed_at`, and the loop that saved for it since
     its `wait` kept its hold and was handed it again: the time it was raised (`raised`, from
     an agent that lists it) counts when earlier."""
+    started = now - flush_seconds
     raised = status.get("raised")
     raised = raised if isinstance(raised, dict) else {}  # none from an agent older than it
+    ages = status.get("ages")
+    ages = ages if isinstance(ages, dict) else {}  # none from an agent older than it
     found: dict[str, float] = {}
     for notice in status["active"]:
         notice_id = str(notice["id"])
         noticed = notice.get("noticed_at")
         if notice_id not in held or not isinstance(noticed, str):
             continue
-        try:
-            lead = parse_time(noticed).timestamp() - started
-        except ValueError:
-            continue
-        first = raised.get(notice_id)
-        if isinstance(first, str):
-            with contextlib.suppress(ValueError):
-                lead = min(lead, parse_time(first).timestamp() - started)
+        age = _age(ages.get(notice_id))
+        if age is not None:
+            lead = flush_seconds - age
+        else:
+            try:
+                lead = parse_time(noticed).timestamp() - started
+            except ValueError:
+                continue
+            first = raised.get(notice_id)
+            if isinstance(first, str):
+                with contextlib.suppress(ValueError):
+                    lead = min(lead, parse_time(first).timestamp() - started)
         if lead > SAVE_START_SLACK:
             found[notice_id] = lead
     return found
+
+
+def _age(value: object) -> float | None:
+    """A status reply's age of a notice, in seconds, or None when it is none."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past any float
+        return None
+    return seconds if 0 <= seconds < math.inf else None
 
 
 def _held_for_client(status: dict[str, Any], client: str) -> list[str]:

@@ -375,6 +375,12 @@ class StatusReply(_Message):
     # or escalated since carries the time of that report): `forewarn ack --client ID
     # --flush-seconds` tells by it whether a save began before the notice.
     raised: dict[str, Timestamp] = Field(default_factory=dict)
+    # Seconds since each active notice was raised, by a clock no step of the wall clock
+    # moves (none for a notice restored after a restart): `forewarn ack --client ID
+    # --flush-seconds` tells by it, where it can, whether a save began before the notice.
+    ages: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict
+    )
 
 
 class NotifyReply(_Message):

@@ -1061,6 +1061,7 @@ class Agent:
             held_for=self._held_for(),
             ended=list(self._ended),
             raised=self.board.raised(),
+            ages=self.board.ages(),
         )
 
     def _held_for(self) -> dict[str, dict[str, int | None]]:

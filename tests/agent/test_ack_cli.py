@@ -442,34 +442,64 @@ def _lead(at: object, started: float) -> float | None:
         return None
 
 
+_AGES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=4),
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.sampled_from([2**1024 - 1, 2**1024, 10**308]),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+def _age(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past any float
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
+
+
 @given(
     noticed=st.dictionaries(_IDS, _STATUS_TIMES),
     held=st.lists(_IDS, unique=True),
     raised=st.one_of(st.none(), st.integers(), st.dictionaries(_IDS, _STATUS_TIMES)),
+    ages=st.one_of(st.none(), st.integers(), st.dictionaries(_IDS, _AGES)),
+    flush=st.floats(min_value=0, max_value=7200),
 )
 def test_a_save_is_for_the_held_notices_noticed_before_it_began(
-    noticed: dict[str, object], held: list[str], raised: object
+    noticed: dict[str, object], held: list[str], raised: object, ages: object, flush: float
 ) -> None:
-    """Whatever `noticed_at` and `raised` the status reply carries (none from an older agent),
-    the notices left out of a client's ack without id are held ones noticed, and raised, more
-    than the slack after the save began, and only those."""
-    started = 1_800_000_000.0
+    """Whatever `noticed_at`, `raised` and `ages` the status reply carries (none from an older
+    agent), the notices left out of a client's ack without id are held ones noticed, and
+    raised, more than the slack after the save began, and only those: by the notice's age
+    where the reply gives one (a clock no step moves), else by its times."""
+    now = 1_800_000_000.0
+    started = now - flush
     active = [{"id": n, "noticed_at": at} for n, at in noticed.items()]
     status: dict[str, object] = {"active": active, "held_for": {}}
     if raised is not None:
         status["raised"] = raised
-    early = _noticed_after(status, held, started)
+    if ages is not None:
+        status["ages"] = ages
+    early = _noticed_after(status, held, now, flush)
     expected = {}
     for notice_id, at in noticed.items():
-        lead = _lead(at, started)
-        if notice_id not in held or lead is None:
+        if notice_id not in held or not isinstance(at, str):
             continue
-        first = _lead(raised.get(notice_id), started) if isinstance(raised, dict) else None
-        if first is not None:
-            lead = min(lead, first)
+        age = _age(ages.get(notice_id)) if isinstance(ages, dict) else None
+        lead = flush - age if age is not None else _lead(at, started)
+        if lead is None:
+            continue
+        if age is None:
+            first = _lead(raised.get(notice_id), started) if isinstance(raised, dict) else None
+            if first is not None:
+                lead = min(lead, first)
         if lead > SAVE_START_SLACK:
             expected[notice_id] = lead
-    assert early == expected
+    assert early == pytest.approx(expected)
 
 
 def test_a_loops_ack_after_its_notice_changed_mid_save_releases_its_hold(
@@ -515,3 +545,52 @@ def test_a_loops_ack_after_its_notice_changed_mid_save_releases_its_hold(
         assert loops.returncode == 0, loops.stderr
         assert loops.stdout.strip() == f"acked {drain['id']}: saved (flush {flush})", loops.stderr
         assert agent.control({"op": "status"})["held_for"] == {}
+
+
+@pytest.mark.parametrize("step", [-120, 120])
+def test_a_clock_stepped_since_the_notice_misjudges_no_save_for_it(
+    tmp_path: Path, step: int
+) -> None:
+    """The wall clock stepped (NTP correcting a clock that ran ahead, or behind) after the
+    agent noticed the flag's drain. Back: the loop's `ack --client me --flush-seconds 1s`
+    read its save as begun two minutes before the notice and kept the hold, and each `wait`
+    after returned the same drain (the flag never cleared, Azure never approved early) until
+    the clock had caught up. Forward: a periodic save of 60 s begun before the notice read as
+    begun after it, and released the loop's hold mid-save. The `forewarn ack` here runs on
+    the stepped clock (a sitecustomize moves `time.time`); how long ago the agent raised each
+    notice comes from a clock that does not step."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import time\n_real = time.time\n"
+        f"time.time = lambda: _real() + {step}\n"
+        "time.time_ns = lambda: int(time.time() * 1e9)\n"
+    )
+    with AgentProcess(tmp_path) as agent:
+        stepped = {**agent.env, "PYTHONPATH": str(site)}
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the flag's drain")
+        waited = run_forewarn(
+            "wait",
+            "--for",
+            "drain",
+            "--client",
+            "me",
+            "--pid",
+            str(os.getpid()),
+            "--json",
+            env=agent.env,
+            timeout=60,
+        )
+        assert waited.returncode == 0, waited.stderr
+        drain = json.loads(waited.stdout)
+        periodic = run_forewarn("ack", "--client", "me", "--flush-seconds", "60s", env=stepped)
+        assert periodic.returncode == 0, periodic.stderr
+        assert periodic.stdout.strip() == "acked (no notice): saved (flush 60s)", periodic.stdout
+        assert agent.control({"op": "status"})["held_for"] == {drain["id"]: {"me": os.getpid()}}
+
+        loops = run_forewarn("ack", "--client", "me", "--flush-seconds", "1s", env=stepped)
+        assert loops.returncode == 0, loops.stderr
+        assert loops.stdout.strip() == f"acked {drain['id']}: saved (flush 1s)", loops.stderr
+        eventually(lambda: not flag.exists(), what="the flag file released")

@@ -637,3 +637,25 @@ def test_a_held_notice_is_flushed_only_once_its_holder_acked_too_and_across_a_re
     )
     assert not restarted.record_ack(notice.id, "quick", 0.2), "flushed with slow still saving"
     assert restarted.record_ack(notice.id, "slow", 0.2)
+
+
+def test_a_notices_age_counts_on_the_steady_clock_whatever_the_wall_clock_does() -> None:
+    """How long ago a notice was raised (`ages`, for `forewarn ack --client ID
+    --flush-seconds`) is counted on the board's steady clock: the wall clock stepped back two
+    minutes (NTP correcting a clock that ran ahead) leaves it as it is, a change of the notice
+    does not restart it, and a notice restored after a restart has none (raised by a clock of
+    another process's run)."""
+    wall = Clock()
+    steady = [1000.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    first = b.report(report(deadline=T0 + timedelta(hours=2)))
+    assert first is not None
+    steady[0] += 5
+    wall.now = T0 - timedelta(minutes=2) + timedelta(seconds=5)
+    assert b.ages() == {first.id: 5.0}
+    assert b.report(report(deadline=T0 + timedelta(hours=3))) is not None  # changed
+    steady[0] += 1
+    assert b.ages() == {first.id: 6.0}
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: 0.0)
+    restarted.restore([], provider=b.provider_notices())
+    assert restarted.active() and restarted.ages() == {}
