@@ -84,7 +84,14 @@ if "httpx" not in sys.modules:
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 # Flags whose value may start with "-" (`--deadline -5m`): argparse would take it for a flag.
-_VALUE_FLAGS = ("--deadline", "--count", "--timeout", "--agent-timeout", "--exit-margin")
+_VALUE_FLAGS = (
+    "--deadline",
+    "--count",
+    "--timeout",
+    "--agent-timeout",
+    "--exit-margin",
+    "--flush-seconds",
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -203,6 +210,24 @@ def _ack_figure(read: Callable[[str], T]) -> Callable[[str], T | _Blank]:
         return BLANK if not text.strip(string.whitespace) else read(text)
 
     return figure
+
+
+class _Negative(float):
+    """A negative `ack --flush-seconds`: the save's time, taken as two readings of the wall
+    clock (`$(( $(date +%s) - started ))s`), spans a step of that clock back (NTP correcting
+    one that ran ahead). How long the save took is not known: the ack goes without it."""
+
+
+def _flush_time(text: str) -> float:
+    """`--flush-seconds`: a duration, or one with a minus (`_Negative`), no error: refused,
+    the ack of a save timed across a clock stepped back was not sent (the hold stayed, and
+    the loop under `set -e` ended there)."""
+    read = _duration("--flush-seconds")
+    written = text.strip(string.whitespace)
+    if written.startswith("-") and written[1:2].isdigit():
+        with contextlib.suppress(argparse.ArgumentTypeError):
+            return _Negative(-read(written[1:]))
+    return read(text)
 
 
 def _blank_is_left_out(args: argparse.Namespace, *flags: str) -> list[str]:
@@ -636,6 +661,13 @@ def cmd_ack(args: argparse.Namespace) -> int:
         raise UsageError(f"--note: at most {MAX_ACK_NOTE_LENGTH} characters, got {len(args.note)}")
     for flag in blank:
         print(f"forewarn: ack: {flag}: empty; the ack is sent without it", file=sys.stderr)
+    if isinstance(args.flush_seconds, _Negative):
+        print(
+            f"forewarn: ack: --flush-seconds: {float(args.flush_seconds):g}s is negative "
+            "(the clock was stepped back during the save); the ack is sent without it",
+            file=sys.stderr,
+        )
+        args.flush_seconds = None
     flush_seconds = args.flush_seconds  # as given: when the save began, for the held ones
     if args.flush_seconds is not None and args.flush_seconds > MAX_FLUSH_SECONDS:
         # A save of more than an hour (`$(( $(date +%s) - started ))s`, terabytes on a slow
@@ -1689,7 +1721,7 @@ def build_parser(
     ack.add_argument("--step", type=_ack_figure(_step), help="the step saved")
     ack.add_argument(
         "--flush-seconds",
-        type=_ack_figure(_duration("--flush-seconds")),
+        type=_ack_figure(_flush_time),
         help="how long the save took (90, 90s, 1m30s); the slowest sizes the exit margin",
     )
     ack.add_argument(

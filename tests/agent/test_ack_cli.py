@@ -594,3 +594,38 @@ def test_a_clock_stepped_since_the_notice_misjudges_no_save_for_it(
         assert loops.returncode == 0, loops.stderr
         assert loops.stdout.strip() == f"acked {drain['id']}: saved (flush 1s)", loops.stderr
         eventually(lambda: not flag.exists(), what="the flag file released")
+
+
+@pytest.mark.parametrize(("flush", "said"), [("-30s", "-30s"), ("-1m5s", "-65s"), ("-7", "-7s")])
+def test_a_save_timed_across_a_clock_stepped_back_is_still_acked(
+    tmp_path: Path, flush: str, said: str
+) -> None:
+    """The README's loop times its save with `$(( $(date +%s) - started ))s`: NTP stepping
+    the clock back by more than the save (correcting one that ran ahead) made that negative,
+    and `forewarn ack` exited 2 and sent nothing: the hold stayed (the flag never cleared, the
+    next `wait` returned the same drain) and, under `set -e`, the loop ended there, so the
+    terminate after it was never saved for. The ack goes without the flush time, and says
+    why."""
+    with AgentProcess(tmp_path) as agent:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the flag's drain")
+        waited = run_forewarn(
+            "wait",
+            "--for",
+            "drain",
+            "--client",
+            "me",
+            "--pid",
+            str(os.getpid()),
+            "--json",
+            env=agent.env,
+            timeout=60,
+        )
+        assert waited.returncode == 0, waited.stderr
+        drain = json.loads(waited.stdout)
+        done = _ack(agent, drain["id"], "--client", "me", "--step", "3", "--flush-seconds", flush)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"acked {drain['id']}: saved (step 3)", done.stdout
+        assert f"--flush-seconds: {said} is negative" in done.stderr, done.stderr
+        eventually(lambda: not flag.exists(), what="the flag file released")
