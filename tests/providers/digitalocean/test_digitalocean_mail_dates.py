@@ -1103,3 +1103,33 @@ def test_tomorrow_in_a_mail_dated_in_another_zone_is_the_earlier_of_its_days(
     found = find_deadline(f"Droplet gpu-spot-1 will be reclaimed {text}.", _NIGHT_EST)
     assert found is not None
     assert found[0] == expected, found[1]
+
+
+@pytest.mark.parametrize(
+    "clock",
+    [_utc(1970, 1, 1, 0, 1), SENT - timedelta(days=3), SENT + timedelta(minutes=1)],
+    ids=["1970", "days-behind", "synced"],
+)
+def test_a_reclaim_read_before_the_clock_is_set_keeps_its_deadline_and_is_a_drain(
+    clock: datetime,
+) -> None:
+    """A fresh droplet reads its reclaim mail before NTP's first sync (a clock at 1970, or
+    days behind): the deadline comes from the mail and its Date, not the clock, so the
+    two-hours-ahead reclaim is neither taken as past (a terminate at once) nor as so far off
+    that it is never raised: it is a drain now, and once the clock is set it escalates at its
+    deadline less the exit margin, as on a synced clock."""
+    raw = _mail("Your Spot GPU Droplet gpu-spot-1 will be reclaimed at 14:30 UTC.")
+    rules = dataclasses.replace(RULES, booted=clock - timedelta(minutes=1))
+    report = reclaim_verdict(raw, rules, "key", clock).report
+    assert report is not None and report.deadline == _utc(2026, 12, 1, 14, 30)
+    wall = [clock]
+    board = NoticeBoard(Sequencer(0), 30.0, now=lambda: wall[0])
+    notice = board.report(report)
+    assert notice is not None and notice.action == "drain"
+    assert notice.deadline == _utc(2026, 12, 1, 14, 30)
+    wall[0] = SENT + timedelta(minutes=2)  # the clock set
+    assert board.due() == ([], [])
+    assert board.next_due() == _utc(2026, 12, 1, 14, 29, 30)
+    wall[0] = _utc(2026, 12, 1, 14, 29, 30)
+    (escalated,), _ = board.due()
+    assert escalated.action == "terminate" and escalated.id == notice.id
