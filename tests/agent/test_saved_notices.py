@@ -27,7 +27,7 @@ def sent(seq: int, action: str) -> Notice:
     return Notice.model_validate_json(notice.model_dump_json())
 
 
-def with_newer_keys(notice: Notice, **newer: object) -> dict[str, object]:
+def with_newer_keys(notice: Notice, /, **newer: object) -> dict[str, object]:
     item: dict[str, object] = json.loads(notice.model_dump_json())
     item.update(newer)
     return item
