@@ -111,7 +111,7 @@ class Entry:
     # reconnect, where these never do.
     held: set[str] = field(default_factory=set)
     # When the board raised it by `NoticeBoard.clock`, which no step of the wall clock moves;
-    # None when not known (restored after a restart): see `ages`.
+    # None when not known (restored from an earlier boot): see `ages`.
     raised_clock: float | None = None
 
 
@@ -218,10 +218,19 @@ class NoticeBoard:
         whether a save began before the notice. The notice's `noticed_at` cannot tell once the
         wall clock stepped since (NTP correcting a clock that ran ahead): a save for it read as
         begun before it, or a save begun before it as begun after. Not for notices restored
-        after a restart, raised by another process's clock."""
+        without their reading of the clock (`restore`'s `raised_clock`)."""
         now = self.clock()
         return {
             notice_id: max(0.0, now - entry.raised_clock)
+            for notice_id, entry in self.entries.items()
+            if entry.raised_clock is not None
+        }
+
+    def raised_clocks(self) -> dict[str, float]:
+        """When each active notice was raised by `clock`, where known: saved with the boot
+        id, so that a board restored in the same boot still has the notices' `ages`."""
+        return {
+            notice_id: entry.raised_clock
             for notice_id, entry in self.entries.items()
             if entry.raised_clock is not None
         }
@@ -613,6 +622,7 @@ class NoticeBoard:
         expected_by: Mapping[str, Iterable[str]] | None = None,
         raised: Mapping[str, datetime] | None = None,
         held_by: Mapping[str, Iterable[str]] | None = None,
+        raised_clock: Mapping[str, float] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -629,9 +639,12 @@ class NoticeBoard:
         them had acked is flushed, as it was before the restart. `raised` are the times the
         notices were raised where not their `noticed_at` (`raised()`): their ends run from
         them, as before the restart. `held_by` are the clients holding each (`held_by()`): still
-        waited for, as they never reconnect."""
+        waited for, as they never reconnect. `raised_clock` are the readings of `clock` when
+        they were raised (`raised_clocks()`), given only when that clock has run on since (the
+        same boot): their `ages` go on from them."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
+        now = self.clock()
         for notice, manual in [*((n, True) for n in notices), *((n, False) for n in provider)]:
             report = Report(
                 id=notice.id,
@@ -652,7 +665,9 @@ class NoticeBoard:
                 continue
             entry.restored = not manual
             entry.restored_at = None if manual else self.now()
-            entry.raised_clock = None  # raised before the restart, when is not known here
+            # Raised before the restart: when by this clock only if it was saved in this boot.
+            reading = (raised_clock or {}).get(notice.id)
+            entry.raised_clock = reading if reading is not None and reading <= now else None
             if notice.id in saved_ids:
                 entry.saved = True
             entry.acked.update((acked_by or {}).get(notice.id, ()))

@@ -376,7 +376,7 @@ class StatusReply(_Message):
     # --flush-seconds` tells by it whether a save began before the notice.
     raised: dict[str, Timestamp] = Field(default_factory=dict)
     # Seconds since each active notice was raised, by a clock no step of the wall clock
-    # moves (none for a notice restored after a restart): `forewarn ack --client ID
+    # moves (none for a notice restored from an earlier boot): `forewarn ack --client ID
     # --flush-seconds` tells by it, where it can, whether a save began before the notice.
     ages: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(
         default_factory=dict

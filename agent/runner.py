@@ -372,6 +372,10 @@ class Agent:
             state.expected_by,
             state.raised,
             held_by=state.held_by,
+            # The boot clock's readings hold in the boot they were taken in only.
+            raised_clock=state.raised_clock
+            if state.boot_id is not None and state.boot_id == self.boot_id
+            else None,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.
@@ -1314,6 +1318,7 @@ class Agent:
                 self.board.raised(),
                 self.board.held_by(),
                 self._held_pids(),
+                self.board.raised_clocks(),
             )
         )
 

@@ -73,6 +73,11 @@ class AgentState:
     # The processes behind those holds (`wait --pid`), by notice id and client: a restarted
     # agent that forgot them held a killed loop's notice until the notice was retired.
     held_pids: dict[str, dict[str, Holder]] = field(default_factory=dict)
+    # When each active notice was raised, by id, on the boot clock (`NoticeBoard.clock`), for
+    # the boot `boot_id` only: a restarted agent that forgot it judged `forewarn ack --client
+    # ID --flush-seconds` by the wall clock again, and a clock stepped back since the notice
+    # kept the hold of a loop that had saved for it.
+    raised_clock: dict[str, float] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -151,7 +156,23 @@ def load_state(path: Path) -> AgentState:
         raised=_times(raw, "raised", "raise time", path),
         held_by=_acked_by(raw.get("held_by", {})),
         held_pids=_held_pids(raw.get("held_pids", {})),
+        raised_clock=_clock_readings(raw.get("raised_clock", {})),
     )
+
+
+def _clock_readings(raw: object) -> dict[str, float]:
+    """The saved boot-clock readings by notice id; one that is no finite count of seconds is
+    left out (its notice is then judged by its `noticed_at`)."""
+    readings = {}
+    for notice_id, seconds in (raw if isinstance(raw, dict) else {}).items():
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+            try:
+                reading = float(seconds)
+            except OverflowError:  # an int past any float
+                continue
+            if 0 <= reading < math.inf:
+                readings[notice_id] = reading
+    return readings
 
 
 def _times(raw: dict[str, object], key: str, what: str, path: Path) -> dict[str, datetime]:
@@ -336,6 +357,7 @@ def encode_state(state: AgentState) -> bytes:
             }
             for notice_id, holders in state.held_pids.items()
         },
+        "raised_clock": dict(state.raised_clock),
     }
     return json.dumps(payload, indent=1).encode()
 

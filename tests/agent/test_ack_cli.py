@@ -629,3 +629,46 @@ def test_a_save_timed_across_a_clock_stepped_back_is_still_acked(
         assert done.stdout.strip() == f"acked {drain['id']}: saved (step 3)", done.stdout
         assert f"--flush-seconds: {said} is negative" in done.stderr, done.stderr
         eventually(lambda: not flag.exists(), what="the flag file released")
+
+
+def test_a_notices_age_outlives_an_agent_restart_in_the_same_boot(tmp_path: Path) -> None:
+    """The agent restarted (an upgrade) while a loop held the flag's drain, and the clock was
+    stepped back since the notice: the restored notice had no age, and the loop's `ack
+    --client me --flush-seconds 1s` was judged by `noticed_at` again, its save read as begun
+    two minutes before the notice and its hold kept. The boot clock's reading at the raise
+    is saved with the boot id, and counts after a restart in the same boot."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import time\n_real = time.time\ntime.time = lambda: _real() - 120\n"
+    )
+    agent = AgentProcess(tmp_path).start()
+    try:
+        flag = agent.runtime / "checkpoint-now"
+        flag.write_text("")
+        eventually(lambda: agent.control({"op": "status"})["active"], what="the flag's drain")
+        waited = run_forewarn(
+            "wait",
+            "--for",
+            "drain",
+            "--client",
+            "me",
+            "--pid",
+            str(os.getpid()),
+            "--json",
+            env=agent.env,
+            timeout=60,
+        )
+        assert waited.returncode == 0, waited.stderr
+        drain = json.loads(waited.stdout)
+    finally:
+        agent.stop()
+    with AgentProcess(tmp_path) as agent:
+        status = agent.control({"op": "status"})
+        assert status["held_for"] == {drain["id"]: {"me": os.getpid()}}, status
+        assert drain["id"] in status["ages"], status
+        stepped = {**agent.env, "PYTHONPATH": str(site)}
+        loops = run_forewarn("ack", "--client", "me", "--flush-seconds", "1s", env=stepped)
+        assert loops.returncode == 0, loops.stderr
+        assert loops.stdout.strip() == f"acked {drain['id']}: saved (flush 1s)", loops.stderr
+        eventually(lambda: not flag.exists(), what="the flag file released")

@@ -643,8 +643,8 @@ def test_a_notices_age_counts_on_the_steady_clock_whatever_the_wall_clock_does()
     """How long ago a notice was raised (`ages`, for `forewarn ack --client ID
     --flush-seconds`) is counted on the board's steady clock: the wall clock stepped back two
     minutes (NTP correcting a clock that ran ahead) leaves it as it is, a change of the notice
-    does not restart it, and a notice restored after a restart has none (raised by a clock of
-    another process's run)."""
+    does not restart it, and a notice restored without its reading of that clock (from an
+    earlier boot) has none."""
     wall = Clock()
     steady = [1000.0]
     b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
@@ -659,3 +659,19 @@ def test_a_notices_age_counts_on_the_steady_clock_whatever_the_wall_clock_does()
     restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: 0.0)
     restarted.restore([], provider=b.provider_notices())
     assert restarted.active() and restarted.ages() == {}
+
+
+def test_a_notices_age_goes_on_from_its_saved_reading_in_the_same_boot() -> None:
+    """Restored with the boot clock's reading at its raise (`raised_clocks()`, saved with the
+    boot id), a notice's age goes on from it; a reading later than the clock now (another
+    boot's, a hand edit) is none."""
+    wall = Clock()
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: 100.0)
+    first = b.report(report(deadline=T0 + timedelta(hours=2)))
+    second = b.report(report(id="aws/spot-itn/2", deadline=T0 + timedelta(hours=2)))
+    assert first is not None and second is not None
+    readings = {**b.raised_clocks(), second.id: 500.0}
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: 130.0)
+    restarted.restore([], provider=b.provider_notices(), raised_clock=readings)
+    assert restarted.ages() == {first.id: 30.0}
+    assert restarted.raised_clocks() == {first.id: 100.0}

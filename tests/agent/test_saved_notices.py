@@ -15,7 +15,13 @@ from pathlib import Path
 
 from forewarn.agent.notifications.pending import PendingFile, decode_pending, encode_pending
 from forewarn.agent.protocol import Notice
-from forewarn.agent.state import AgentState, encode_state, load_state, saved_notice
+from forewarn.agent.state import (
+    AgentState,
+    _clock_readings,
+    encode_state,
+    load_state,
+    saved_notice,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 from support import local_notice
@@ -72,3 +78,33 @@ def test_a_notice_that_is_no_notice_is_still_left_out() -> None:
 def test_keys_a_newer_agent_adds_to_a_notice_are_left_out(newer: dict[str, object]) -> None:
     notice = sent(3, "drain")
     assert saved_notice(with_newer_keys(notice, **newer)) == notice
+
+
+_READINGS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=4),
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@given(raw=st.one_of(_READINGS, st.dictionaries(st.text(max_size=6), _READINGS, max_size=4)))
+def test_a_state_files_boot_clock_readings_are_taken_only_as_seconds(raw: object) -> None:
+    """`raised_clock` as anything may have left it (a hand edit, another version): never an
+    error, and a reading is taken only as a finite, non-negative count of seconds."""
+    readings = _clock_readings(raw)
+    for notice_id, seconds in readings.items():
+        assert isinstance(raw, dict) and notice_id in raw
+        assert type(seconds) is float and 0 <= seconds < float("inf")
+
+
+def test_a_state_files_boot_clock_readings_read_back_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(encode_state(AgentState(raised_clock={"local/flag/1": 1234.5})))
+    assert load_state(path).raised_clock == {"local/flag/1": 1234.5}
+    old = json.loads(path.read_text())
+    del old["raised_clock"]  # an agent from before the readings were kept
+    path.write_text(json.dumps(old))
+    assert load_state(path).raised_clock == {}
