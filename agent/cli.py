@@ -226,7 +226,8 @@ def _flush_time(text: str) -> float:
     written = text.strip(string.whitespace)
     if written.startswith("-") and written[1:2].isdigit():
         with contextlib.suppress(argparse.ArgumentTypeError):
-            return _Negative(-read(written[1:]))
+            seconds = read(written[1:])
+            return _Negative(-seconds) if seconds > 0 else 0.0  # `-0s` is no step
     return read(text)
 
 

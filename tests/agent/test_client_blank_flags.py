@@ -159,7 +159,7 @@ def test_a_note_keeps_its_own_spaces(
     flush=st.text(max_size=8)
     | st.floats(allow_nan=True, allow_infinity=True).map(str)
     | st.sampled_from(
-        ["90", "90s", "1m30s", "2h", "250ms", "-1", "-1m5s", "- 5", "3600", "3600.1"]
+        ["90", "90s", "1m30s", "2h", "250ms", "-1", "-1m5s", "-0s", "- 5", "3600", "3600.1"]
     ),
 )
 def test_any_step_and_flush_given_to_ack_is_sent_as_read_or_refused_naming_it(
@@ -190,8 +190,10 @@ def test_any_step_and_flush_given_to_ack_is_sent_as_read_or_refused_naming_it(
     # out: how long the save took is not known.
     written = flush.strip(string.whitespace)
     if written.startswith("-") and written[1:2].isdigit():
-        parse_duration(written[1:])  # else refused above
-        assert "flush_seconds" not in payload
+        if parse_duration(written[1:]) > 0:  # else refused above
+            assert "flush_seconds" not in payload
+        else:
+            assert payload["flush_seconds"] == 0
     elif written:
         assert payload["flush_seconds"] == min(parse_duration(flush), 3600)
     else:
