@@ -14,6 +14,13 @@ real change of it after that is a new notice, with its own id. The ids of those 
 before an agent restart are handed in (`retired_before`): a first sighting of one, still
 past, is taken as retired at once; and those first seen in time (`seen_in_time`): a first
 sighting of one past its time is not stale.
+
+A notice that a path withdraws on absence is withdrawn only when ABSENT_ANSWERS answers in a
+row lack it: IMDS answering one poll from another host mid-rollout (a 404, or `[]`) cleared
+it and the next poll raised it again, so the job's guard went on training under a terminate
+withdrawn for a moment, and saved a drain twice. aws-node-termination-handler ends an
+interruption only on an explicit `canceled`/`completed`, never on absence; a real withdrawal
+here comes one poll later than the first answer without it.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ class _Seen:
     past: bool = False  # its deadline had passed when it was first seen
     retired: bool = False  # the agent retired it; kept only to recognise it (`once_if_past`)
     slept_at: float = 0.0  # the machine's time asleep (`PathTracker.slept`) when first seen
+    missing: int = 0  # answers in a row since the last that showed it
 
 
 @dataclass
@@ -47,7 +55,8 @@ class PathTracker:
     `single`: the path holds at most one notice (spot, rebalance, ASG state), so whatever it
     shows is the same notice until it goes away. `volatile`: detail keys holding a time that
     may move between polls without the notice changing. `clear_on_absence`: a notice that
-    disappears is withdrawn (a `clear` is sent); otherwise it is kept. `once_if_past`: a
+    ABSENT_ANSWERS answers in a row lack is withdrawn (a `clear` is sent); otherwise it is
+    kept. `once_if_past`: a
     notice first seen with its deadline already passed is not reported again after `forget`
     while it shows unchanged. `wall` is the wall clock deadlines are compared with.
     """
@@ -92,6 +101,8 @@ class PathTracker:
                     del self.seen[slot]
                 continue
             present.add(slot)
+            if seen is not None:
+                seen.missing = 0
             moments = {key: _moment(report.detail.get(key)) for key in self.volatile}
             if seen is not None and seen.retired:
                 if not self._changed(seen, report, moments, now):
@@ -115,10 +126,15 @@ class PathTracker:
                 seen.report, seen.moments, seen.sent_at = report, moments, now
                 out.append(report)
         for slot in [slot for slot in self.seen if slot not in present]:
-            if self.clear_on_absence or self._resumed(self.seen[slot]):
-                gone = self.seen.pop(slot)
-                if not gone.retired:  # a retired one was cleared by the agent already
-                    out.append(self._clear(gone.report, None))
+            seen = self.seen[slot]
+            seen.missing += 1
+            # A retired one is counted too: forgotten at one stray answer, its next sighting
+            # was a new notice, raised again after the agent had retired it.
+            gone_for_good = self.clear_on_absence and seen.missing >= ABSENT_ANSWERS
+            if gone_for_good or self._resumed(seen):
+                del self.seen[slot]
+                if not seen.retired:  # a retired one was cleared by the agent already
+                    out.append(self._clear(seen.report, None))
         return out
 
     def _resumed(self, seen: _Seen) -> bool:
@@ -222,6 +238,10 @@ def time_asleep() -> float:
         return 0.0
 
 
+# Answers in a row without a notice after which a path that withdraws on absence withdraws
+# it: one stray answer (another host's IMDS, a hiccup) is not a withdrawal.
+ABSENT_ANSWERS = 2
+
 # Seconds the boot clock must have gained on the monotonic one to count as a sleep: both are
 # read a moment apart, and an NTP slew adjusts both alike.
 SLEEP_SEEN = 1.0
@@ -240,4 +260,4 @@ def _moment(value: Any) -> datetime | None:
         return None
 
 
-__all__ = ["PathTracker"]
+__all__ = ["ABSENT_ANSWERS", "PathTracker"]

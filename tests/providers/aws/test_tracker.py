@@ -7,8 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 from forewarn.protocol.timefmt import format_time
 from forewarn.providers.aws.imds import parse_instance_action, parse_rebalance, parse_scheduled
-from forewarn.providers.aws.tracker import PathTracker
+from forewarn.providers.aws.tracker import ABSENT_ANSWERS, PathTracker
 from forewarn.providers.report import Report
+from hypothesis import given
+from hypothesis import strategies as st
 
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=timezone.utc)
 
@@ -96,10 +98,59 @@ def test_a_rebalance_that_disappears_is_cleared() -> None:
     tracker = PathTracker(single=True, volatile=("noticeTime",), clock=clock)
     body = json.dumps({"noticeTime": format_time(T0)})
     (drain,) = tracker.update(parse_rebalance(body))
+    assert tracker.update([]) == []  # one answer without it may be a stray one
     (clear,) = tracker.update([])
     assert clear.action == "clear" and clear.id == drain.id
     assert clear.reason == "rebalance-recommendation"
     assert tracker.update([]) == []
+
+
+def test_one_answer_without_a_notice_is_not_its_withdrawal() -> None:
+    """A path answering once without a notice (IMDS of another host mid-rollout: 404, `[]`)
+    cleared it, and the next answer raised it again. Kept over one such answer, each of the
+    several a path holds (and a retired one too); withdrawn at the second in a row."""
+    tracker = PathTracker(single=False)
+    both = parse_scheduled(json.dumps([event(), {**event(), "EventId": "instance-event-2"}]))
+    assert len(tracker.update(both)) == 2
+    assert tracker.update([]) == []
+    assert tracker.update(both) == []
+    assert tracker.update(both[:1]) == []  # one of them missing once
+    assert tracker.update(both) == []
+    assert tracker.update(both[:1]) == []
+    (clear,) = tracker.update(both[:1])  # missing twice in a row
+    assert (clear.action, clear.id) == ("clear", both[1].id)
+    # One the agent retired past the end of its window is kept quiet over a stray answer
+    # too: forgotten there, the next answer raised it again as a new notice.
+    wall = datetime(2026, 1, 1, 5, tzinfo=timezone.utc)
+    windowed = PathTracker(single=False, done_after_window=True, wall=lambda: wall)
+    over = {
+        **event(),
+        "NotBefore": "1 Jan 2026 01:00:00 GMT",
+        "NotAfter": "1 Jan 2026 03:00:00 GMT",
+    }
+    (drain,) = windowed.update(parse_scheduled(json.dumps([over])))
+    assert windowed.forget(drain.id) and windowed.stale(drain.id)
+    assert windowed.update([]) == []
+    assert windowed.update(parse_scheduled(json.dumps([over]))) == []
+
+
+@given(st.lists(st.booleans(), max_size=24))
+def test_a_notice_is_cleared_only_at_the_second_answer_in_a_row_without_it(
+    shown: list[bool],
+) -> None:
+    tracker = PathTracker(single=True, volatile=("noticeTime",), clock=Clock())
+    rebalance = parse_rebalance(json.dumps({"noticeTime": format_time(T0)}))
+    active, missing = False, 0
+    for present in shown:
+        sent = [report.action for report in tracker.update(rebalance if present else [])]
+        if present:
+            expected = [] if active else ["drain"]
+            active, missing = True, 0
+        else:
+            missing += 1
+            expected = ["clear"] if active and missing == ABSENT_ANSWERS else []
+            active = active and missing < ABSENT_ANSWERS
+        assert sent == expected
 
 
 def event(state: str = "active", not_before: str = "21 Jan 2019 09:00:43 GMT") -> dict:  # type: ignore[type-arg]
@@ -129,6 +180,7 @@ def test_scheduled_events_drain_move_and_clear() -> None:
 def test_a_scheduled_event_that_leaves_the_list_is_cleared() -> None:
     tracker = PathTracker(single=False)
     (drain,) = tracker.update(parse_scheduled(json.dumps([event()])))
+    assert tracker.update(parse_scheduled("")) == []  # one answer without it may be stray
     (clear,) = tracker.update(parse_scheduled(""))
     assert clear.action == "clear" and clear.id == drain.id
 
@@ -253,6 +305,7 @@ def test_a_scheduled_event_retired_past_its_window_is_kept_quiet_until_it_change
     assert tracker.forget(event.id) and tracker.stale(event.id)
     assert tracker.update([event]) == []  # still listed, unchanged: not raised again
     assert tracker.update([]) == []  # gone: the agent cleared it already
+    assert tracker.update([]) == []
     in_window = event.model_copy(update={"until": datetime(2026, 1, 1, 9, tzinfo=timezone.utc)})
     assert tracker.update([in_window]) == [in_window]
     assert tracker.forget(in_window.id) and not tracker.stale(in_window.id)

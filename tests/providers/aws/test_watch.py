@@ -11,7 +11,13 @@ from datetime import datetime, timezone
 import pytest
 from aws_support import watching
 from forewarn.protocol.timefmt import parse_time
-from forewarn.providers.aws.imds import REBALANCE_PATH, SCHEDULED_PATH, SPOT_PATH, TOKEN_PATH
+from forewarn.providers.aws.imds import (
+    ASG_PATH,
+    REBALANCE_PATH,
+    SCHEDULED_PATH,
+    SPOT_PATH,
+    TOKEN_PATH,
+)
 from forewarn.providers.aws.settings import Settings
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.aws.watch import AwsWatcher, build, imds_url
@@ -149,6 +155,44 @@ async def test_a_scheduled_path_answering_404_is_no_events(
         clear, _ = await run.report_at(action="clear")
         assert clear.id == drain.id == f"aws/scheduled/{event_id}"
         assert run.health.errors == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields", "path", "body"),
+    [
+        ("scheduled", {}, SCHEDULED_PATH, None),
+        ("scheduled", {}, SCHEDULED_PATH, "[]"),
+        ("rebalance", {}, REBALANCE_PATH, None),
+        ("asg", {"state": "Terminated"}, ASG_PATH, None),
+    ],
+)
+async def test_one_stray_answer_without_the_notice_neither_clears_nor_raises_it_again(
+    sim: ImdsSimulator,
+    server: SimServer,
+    kind: str,
+    fields: dict[str, str],
+    path: str,
+    body: str | None,
+) -> None:
+    """IMDS answering one poll from another host mid-rollout (a 404, or `[]` for the
+    scheduled events): the notice was cleared and raised again a poll later: the job's
+    guard, told the terminate was withdrawn, went on training, and a drain was saved for a
+    second time. aws-node-termination-handler never ends an interruption on absence. One
+    stray answer is kept; two in a row still clear (a withdrawn event moves to the history
+    path), one poll later than before."""
+    intervals = {"scheduled_interval": 0.2, "asg_interval": 0.2, "rebalance_interval": 0.2}
+    async with watching(server.url, **intervals) as run:
+        sim.raise_notice(kind, fields)
+        first, _ = await run.report_at()
+        assert first.action in ("drain", "terminate")
+        fault = {"status": 404} if body is None else {"status": 200, "body": body}
+        sim.add_fault("status", path=path, count=1, content_type="text/plain", **fault)
+        polls = sim.requests["GET " + path]
+        await run.until(lambda: sim.requests["GET " + path] >= polls + 4)
+        assert [(r.action, r.id) for r in run.reports] == [(first.action, first.id)]
+        sim.add_fault("status", path=path, count=2, content_type="text/plain", **fault)
+        clear, _ = await run.report_at(action="clear")
+        assert clear.id == first.id
 
 
 async def test_an_asg_target_of_terminated_is_a_terminate(
