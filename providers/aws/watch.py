@@ -58,7 +58,7 @@ from .imds import (
 )
 from .retired import SPOT_FILE, load_spot_memory, save_spot_memory
 from .settings import DEFAULT_URL, Settings
-from .tracker import PathTracker
+from .tracker import ABSENT_ANSWERS, PathTracker
 
 log = logging.getLogger("forewarn.providers.aws")
 
@@ -81,7 +81,7 @@ class WatchedPath:
     absent_on_404: bool = True
     next_due: float = 0.0
     failing: bool = False
-    answered: bool = False  # it answered once since the watcher started
+    answers: int = 0  # answers read since the watcher started
 
 
 def watched_paths(settings: Settings, clock: Callable[[], float]) -> list[WatchedPath]:
@@ -249,9 +249,11 @@ class AwsWatcher:
 
     @property
     def answered(self) -> bool:
-        """Every path answered once: a notice from before an agent restart that none
-        reported again is gone (until then the agent keeps it)."""
-        return all(path.answered for path in self.paths)
+        """Every path answered ABSENT_ANSWERS times: a notice from before an agent restart
+        that none reported again is gone (until then the agent keeps it). Not at the first
+        answer: one stray answer (another host's IMDS) withdrew it and the next raised it
+        again, as a path's own notices are not withdrawn at one answer without them."""
+        return all(path.answers >= ABSENT_ANSWERS for path in self.paths)
 
     @property
     def heightened(self) -> bool:
@@ -299,7 +301,7 @@ class AwsWatcher:
                     _log_report(report)
                     emit(report)
                 self._note_published(path)
-                path.answered = True
+                path.answers += 1
                 return True
             except ParseError as error:
                 self._failed(path, f"bad-{path.name}", str(error))
@@ -313,7 +315,7 @@ class AwsWatcher:
         self._note_published(path)
         self._note_first_sightings(path)
         path.failing = False
-        path.answered = True
+        path.answers += 1
         # Success is only reported when no path is failing, so that one broken path among
         # healthy ones does not make the health log flap between "error" and "recovered".
         if not any(other.failing for other in self.paths):

@@ -245,3 +245,39 @@ def test_a_scheduled_event_still_listed_past_its_window_is_retired_once(tmp_path
             # A real change (rescheduled) is a notice again.
             sim.change_notice(event_id, {"not_before": "2030-01-01T01:00:00Z"})
             assert next_notice(sub, id=notice_id)["deadline"] == "2030-01-01T01:00:00Z"
+
+
+def test_a_stray_first_answer_after_a_restart_does_not_withdraw_a_restored_notice(
+    tmp_path: Path,
+) -> None:
+    """The agent restarted while a scheduled event was listed, and IMDS answered its first
+    poll of the path with one stray 404 (another host's IMDS mid-rollout): the notice
+    restored from before the restart was withdrawn (a clear) as soon as every path had
+    answered once, and raised again at the next poll, so the job saved its drain again.
+    One answer in a row without it is no withdrawal, as in the watcher's own run."""
+    sim = ImdsSimulator()
+    with SimServer(sim) as server:
+        # Heartbeats (where the agent settles restored notices) between two polls of the path.
+        env = agent_env(
+            tmp_path,
+            FOREWARN_AWS_URL=server.url,
+            FOREWARN_AWS_SCHEDULED_INTERVAL="1",
+            FOREWARN_HEARTBEAT_INTERVAL="0.1",
+        )
+        event_id = sim.raise_notice("scheduled", {"not_before": "2030-01-02T03:04:05Z"})
+        notice_id = f"aws/scheduled/{event_id}"
+        with (
+            AgentProcess(tmp_path, providers=("aws",), env=env) as first,
+            first.subscriber() as sub,
+        ):
+            drain = next_notice(sub, id=notice_id)
+            assert drain["action"] == "drain"
+        sim.add_fault("status", path=SCHEDULED_PATH, status=404, count=1)
+        polls = "GET " + SCHEDULED_PATH
+        target = sim.requests[polls] + 3
+        with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+            eventually(lambda: sim.requests[polls] >= target, 10, "three polls after the restart")
+            # The notice as it was before the restart, not cleared and raised anew since.
+            [active] = agent.control({"op": "status"})["active"]
+            assert active["id"] == notice_id
+            assert active["noticed_at"] == drain["noticed_at"], agent.output()
