@@ -10,8 +10,10 @@ boot (`BOOT_ENDING`) that it published in it. In the first document after the ma
 booted again, such an event of the boot before that is `Started` is the one that ended that
 boot: it is not published while it stays listed. One that is still `Scheduled` is this boot's
 event (the VM restarted for another cause) and is published as usual, as is every event the
-watcher had not published before the reboot. Without a readable boot id, or a state
-directory, nothing is held back.
+watcher had not published before the reboot. Where the boot id cannot be read (a container
+without /proc/sys/kernel/random/boot_id), the boot time from the clock since boot tells the
+boots apart (as for AWS, `aws/boots.py`); without either, or a state directory, nothing is
+held back.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
+
+from forewarn.protocol.timefmt import format_time, parse_time
 
 from ..health import PollHealth
 from ..persist import read_state_object, write_or_report
@@ -32,6 +37,19 @@ BOOT_FILE = "azure-boot.json"
 BOOT_ENDING = frozenset({"Reboot", "Redeploy", "Preempt", "Terminate"})
 # A document lists a handful of events; anything past this is not a list of ours.
 MAX_IDS = 256
+# Two boot times (now less the clock since boot) this close are one boot, read twice: they
+# differ by the time the clock was stepped since. A reboot puts the boot before's whole uptime
+# and the reboot itself between them.
+BOOT_TIME_SLACK = 10.0
+
+
+def _boot_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except (ValueError, OverflowError):
+        return None
 
 
 def _ids(value: object) -> set[str]:
@@ -44,10 +62,17 @@ class BootRecord:
     """The boot-ending events published in this boot, and those that ended the boot before."""
 
     def __init__(
-        self, path: Path | None, boot_id: str | None, health: PollHealth | None = None
+        self,
+        path: Path | None,
+        boot_id: str | None,
+        health: PollHealth | None = None,
+        *,
+        booted: datetime | None = None,
     ) -> None:
-        self.path = path if boot_id is not None else None
+        # Without a boot id the boot time tells the boots apart (`_same_boot`).
+        self.path = path if boot_id is not None or booted is not None else None
         self.boot_id = boot_id
+        self.booted = booted
         self.health = health
         self.seen: set[str] = set()  # published in this boot
         self.ended: set[str] = set()  # Started before this boot: held back while listed
@@ -60,10 +85,21 @@ class BootRecord:
             return
         saved = _ids(payload.get("seen"))
         ended = _ids(payload.get("ended"))
-        if payload.get("boot_id") == boot_id:
+        same = self._same_boot(payload)
+        if same:
             self.seen, self.ended = saved, ended
-        else:
+        elif same is not None:
             self.before = saved | ended
+
+    def _same_boot(self, payload: dict[str, object]) -> bool | None:
+        """Whether the file was written in this boot: by the boot id, or, where it cannot be
+        read, by the boot time; None when neither tells (nothing is held back then)."""
+        if self.boot_id is not None:
+            return payload.get("boot_id") == self.boot_id
+        saved = _boot_time(payload.get("booted"))
+        if saved is None or self.booted is None:
+            return None
+        return abs((saved - self.booted).total_seconds()) <= BOOT_TIME_SLACK
 
     def held_back(self, events: Iterable[ScheduledEvent]) -> set[str]:
         """The EventIds of `events` (a document's) that ended an earlier boot. The first
@@ -109,6 +145,7 @@ class BootRecord:
         text = json.dumps(
             {
                 "boot_id": self.boot_id,
+                "booted": format_time(self.booted) if self.booted is not None else None,
                 "seen": sorted(self.seen)[:MAX_IDS],
                 "ended": sorted(self.ended)[:MAX_IDS],
             },

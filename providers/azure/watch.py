@@ -27,7 +27,7 @@ from forewarn.providers.report import Report
 
 from ..backoff import Backoff
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
-from ..boot import boot_id
+from ..boot import boot_id, machine_started
 from ..fetch import Answer, fetch
 from ..httpdate import retry_after_seconds
 from .approve import APPROVED_FILE, Approver
@@ -102,6 +102,7 @@ class AzureWatcher:
             state_dir / BOOT_FILE if state_dir is not None else None,
             boot_id(),
             self.health,
+            booted=machine_started(),
         )
         self.names: frozenset[str] | None = (
             frozenset({settings.vm_name.lower()}) if settings.vm_name else None

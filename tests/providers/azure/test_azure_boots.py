@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,60 @@ def test_only_the_first_document_after_a_reboot_decides(tmp_path: Path) -> None:
     assert boots.held_back([started]) == {"A"}
     assert boots.held_back([]) == set()  # gone: nothing to hold back any more
     assert BootRecord(None, "this-boot").held_back([started]) == set()
+
+
+BOOTED = datetime(2026, 12, 5, 9, 0, tzinfo=timezone.utc)
+
+
+def test_without_a_boot_id_the_boot_time_tells_the_boot_before(tmp_path: Path) -> None:
+    """In a container where /proc/sys/kernel/random/boot_id cannot be read, the record kept no
+    file: after a Reboot restarted the VM, Azure listing it Started for minutes more, the
+    event was published again as a terminate due now, and the job resumed after the reboot
+    exited at once, again at each restart until Azure removed it. The boot time (the clock
+    since boot) tells the boots apart there, as for AWS."""
+    started = parse_event(
+        {"EventId": "A", "EventType": "Reboot", "EventStatus": "Started", "Resources": ["vm"]}
+    )
+    scheduled = parse_event(
+        {"EventId": "A", "EventType": "Reboot", "EventStatus": "Scheduled", "Resources": ["vm"]}
+    )
+    path = tmp_path / BOOT_FILE
+    earlier = BOOTED - timedelta(hours=1)
+    first = BootRecord(path, None, booted=earlier)
+    assert first.held_back([scheduled]) == set()
+    first.published([scheduled])
+    # The same boot, its start read again a little off (now less the clock since boot).
+    same = BootRecord(path, None, booted=earlier + timedelta(seconds=0.4))
+    assert (same.seen, same.before) == ({"A"}, set())
+    assert same.held_back([started]) == set()
+    # The next boot: the event Started before it began is held back while it is listed.
+    after = BootRecord(path, None, booted=BOOTED)
+    assert after.held_back([started]) == {"A"}
+    after.published([])
+    assert BootRecord(path, None, booted=BOOTED).held_back([started]) == {"A"}
+    # Neither an id nor a boot time: nothing held back, no file written.
+    blind = tmp_path / "blind.json"
+    BootRecord(blind, None, booted=None).published([scheduled])
+    assert not blind.exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payload=files | json_values | st.text(max_size=20),
+    booted=st.sampled_from(["2026-12-05T09:00:00Z", "2026-12-05T07:00:00Z"]) | json_values,
+    first=events,
+)
+def test_any_file_read_by_boot_time_holds_back_only_listed_started_events(
+    tmp_path_factory: Any, payload: Any, booted: Any, first: list[Any]
+) -> None:
+    tmp_path = tmp_path_factory.mktemp("boots")
+    path = tmp_path / BOOT_FILE
+    if isinstance(payload, dict):
+        payload = {**payload, "booted": booted}
+    path.write_text(payload if isinstance(payload, str) else json.dumps(payload))
+    boots = BootRecord(path, None, booted=BOOTED)
+    held = boots.held_back(first)
+    assert held <= {event.event_id for event in first if event.status == "Started"}
+    boots.published([event for event in first if event.event_id not in held])
+    again = BootRecord(path, None, booted=BOOTED)
+    assert (again.seen, again.ended, again.before) == (boots.seen, boots.ended, set())
