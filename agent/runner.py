@@ -70,7 +70,15 @@ from .requesterrors import request_problems
 from .requestfields import UnknownFields
 from .rundir import AgentDirs
 from .selfprobe import ControlProbe
-from .state import AgentState, boot_id, encode_state, load_seq_mark, load_state, save_seq_mark
+from .state import (
+    AgentState,
+    another_boot,
+    boot_id,
+    encode_state,
+    load_seq_mark,
+    load_state,
+    save_seq_mark,
+)
 from .statewriter import StateWriter
 
 log = logging.getLogger("forewarn.agent")
@@ -172,6 +180,8 @@ class Agent:
         self.events, self.control = settings.resolved_endpoints()
         self.agent_id = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
         self.boot_id = boot_id()
+        # Where the boot id cannot be read (some containers), the boot time tells the boots.
+        self.booted = machine_started()
         # The processes behind holds (`wait --pid`), by (notice id, client): let go once gone.
         self._holders: dict[tuple[str, str], Holder] = {}
         self._pid_namespace = pid_namespace()
@@ -337,7 +347,7 @@ class Agent:
         )
         self.board.flushes.extend(state.flushes)
         provider = state.provider
-        if provider and state.boot_id is not None and state.boot_id != self.boot_id:
+        if provider and another_boot(state, self.boot_id, self.booted):
             # The machine restarted (a stopped and started VM keeps its disk): its provider
             # notices ended with that boot, and a terminate among them would stop the job
             # resumed here before the watcher could say so. What still stands is reported anew.
@@ -352,7 +362,7 @@ class Agent:
             # started): restored, the spot terminate of the boot before stopped the job resumed
             # here. When the machine started tells instead, as for GCP's saved notices: a clock
             # stepped forward since drops one of this boot, which its watcher reports anew.
-            booted = machine_started()
+            booted = self.booted
             earlier = {n.id for n in provider if booted is not None and n.noticed_at < booted}
             if earlier:
                 log.info(
@@ -1319,6 +1329,7 @@ class Agent:
                 self.board.held_by(),
                 self._held_pids(),
                 self.board.raised_clocks(),
+                self.booted,
             )
         )
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from forewarn.protocol.timefmt import format_time, parse_time
-from forewarn.providers.boot import boot_id
+from forewarn.providers.boot import boot_id, one_boot
 from forewarn.providers.persist import write_atomically
 from pydantic import ValidationError
 
@@ -78,6 +78,9 @@ class AgentState:
     # ID --flush-seconds` by the wall clock again, and a clock stepped back since the notice
     # kept the hold of a loop that had saved for it.
     raised_clock: dict[str, float] = field(default_factory=dict)
+    # When the machine booted (`machine_started`) when saved: where the boot id cannot be read
+    # (a container without /proc/sys/kernel/random/boot_id), what tells another boot's file.
+    booted: datetime | None = None
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -157,6 +160,7 @@ def load_state(path: Path) -> AgentState:
         held_by=_acked_by(raw.get("held_by", {})),
         held_pids=_held_pids(raw.get("held_pids", {})),
         raised_clock=_clock_readings(raw.get("raised_clock", {})),
+        booted=_time(raw.get("booted")),
     )
 
 
@@ -173,6 +177,25 @@ def _clock_readings(raw: object) -> dict[str, float]:
             if 0 <= reading < math.inf:
                 readings[notice_id] = reading
     return readings
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except (ValueError, OverflowError):
+        return None
+
+
+def another_boot(state: AgentState, this_boot: str | None, booted: datetime | None) -> bool:
+    """Whether `state` was saved in another boot of this machine: by the boot ids, or, where
+    either cannot be read, by the boot times. A file that says neither is this boot's."""
+    if state.boot_id is not None and this_boot is not None:
+        return state.boot_id != this_boot
+    if state.booted is not None and booted is not None:
+        return not one_boot(state.booted, booted)
+    return state.boot_id is not None
 
 
 def _times(raw: dict[str, object], key: str, what: str, path: Path) -> dict[str, datetime]:
@@ -329,6 +352,7 @@ def encode_state(state: AgentState) -> bytes:
         "flushes": list(state.flushes),
         "escalated": list(state.escalated),
         "boot_id": state.boot_id,
+        "booted": format_time(state.booted) if state.booted is not None else None,
         "windows": {notice_id: format_time(end) for notice_id, end in state.windows.items()},
         "raised": {notice_id: format_time(when) for notice_id, when in state.raised.items()},
         "acked_by": {
@@ -364,6 +388,7 @@ def encode_state(state: AgentState) -> bytes:
 
 __all__ = [
     "AgentState",
+    "another_boot",
     "boot_id",
     "encode_state",
     "load_seq_mark",

@@ -10,6 +10,10 @@ from pathlib import Path
 from forewarn.protocol.timefmt import utcnow
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+# Two boot times (now less the clock since boot) this close are one boot, read twice: they
+# differ by the time the clock was stepped since. A reboot puts the boot before's whole uptime
+# and the reboot itself between them.
+BOOT_TIME_SLACK = 10.0
 
 
 def boot_id(path: Path = BOOT_ID_PATH) -> str | None:
@@ -36,4 +40,11 @@ def machine_started() -> datetime | None:
     return utcnow() - timedelta(seconds=since_boot)
 
 
-__all__ = ["BOOT_ID_PATH", "boot_id", "machine_started"]
+def one_boot(saved: datetime, booted: datetime) -> bool:
+    """Whether two boot times (`machine_started` read at two moments) are one boot: where
+    the boot id cannot be read (a container without /proc/sys/kernel/random/boot_id), what
+    tells a record of this boot from one of the boot before."""
+    return abs((saved - booted).total_seconds()) <= BOOT_TIME_SLACK
+
+
+__all__ = ["BOOT_ID_PATH", "BOOT_TIME_SLACK", "boot_id", "machine_started", "one_boot"]

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from forewarn.protocol.timefmt import format_time, parse_time
 
+from ..boot import one_boot
 from ..health import PollHealth
 from ..persist import read_state_object, write_or_report
 from .events import ScheduledEvent
@@ -37,10 +38,6 @@ BOOT_FILE = "azure-boot.json"
 BOOT_ENDING = frozenset({"Reboot", "Redeploy", "Preempt", "Terminate"})
 # A document lists a handful of events; anything past this is not a list of ours.
 MAX_IDS = 256
-# Two boot times (now less the clock since boot) this close are one boot, read twice: they
-# differ by the time the clock was stepped since. A reboot puts the boot before's whole uptime
-# and the reboot itself between them.
-BOOT_TIME_SLACK = 10.0
 
 
 def _boot_time(value: object) -> datetime | None:
@@ -99,7 +96,7 @@ class BootRecord:
         saved = _boot_time(payload.get("booted"))
         if saved is None or self.booted is None:
             return None
-        return abs((saved - self.booted).total_seconds()) <= BOOT_TIME_SLACK
+        return one_boot(saved, self.booted)
 
     def held_back(self, events: Iterable[ScheduledEvent]) -> set[str]:
         """The EventIds of `events` (a document's) that ended an earlier boot. The first

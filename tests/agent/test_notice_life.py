@@ -21,6 +21,7 @@ import pytest
 from forewarn.clients import CheckpointGuard, Notices
 from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.aws.simulate import ImdsSimulator
+from forewarn.providers.boot import machine_started
 from forewarn.providers.simulator import SimServer
 from other_user import ForkedAgent, other_user, shared_tmp
 from support import (
@@ -835,6 +836,42 @@ def test_provider_notices_saved_without_a_boot_id_are_restored_only_if_of_this_b
     with running_agent(tmp_path, providers=("aws",), env=env) as agent:
         active = [n["id"] for n in agent.control({"op": "status"})["active"]]
     assert active == ([] if before_this_boot else ["aws/spot-itn/old"])
+
+
+@pytest.mark.parametrize("hours_before", [2.0, 0.0])
+def test_without_a_boot_id_the_boot_time_tells_notices_from_before_a_reboot(
+    tmp_path: Path, imds: tuple[ImdsSimulator, SimServer], hours_before: float
+) -> None:
+    """An agent in a container that cannot read /proc/sys/kernel/random/boot_id saved its
+    state with no boot id, and the agent after the reboot restored its provider notices as
+    if of this boot: a Preempt's or an ASG's terminate came back active, and the job resumed
+    after the reboot saved and exited before the watcher could say it was gone. The boot time
+    (now less the clock since boot) tells the boots apart there; one within seconds of this
+    boot's is this boot's, and its notices are restored as before."""
+    sim, server = imds
+    sim.raise_notice("asg", {})
+    env = agent_env(
+        tmp_path, FOREWARN_AWS_URL=server.url, **{**FAST_AWS, "FOREWARN_AWS_ASG_INTERVAL": "0.2"}
+    )
+    agent = AgentProcess(tmp_path, providers=("aws",), env=env).start()
+    try:
+        eventually(lambda: agent.control({"op": "status"})["active"], 10, "the terminate")
+    finally:
+        agent.stop()
+    state = tmp_path / "state" / "state.json"
+    saved = json.loads(state.read_text())
+    booted = machine_started()
+    assert saved["provider"][0]["action"] == "terminate" and booted is not None
+    booted -= timedelta(hours=hours_before)
+    state.write_text(json.dumps({**saved, "boot_id": None, "booted": format_time(booted)}))
+    sim.withdraw("asg")
+    sim.add_fault("hang", path="/latest/meta-data/autoscaling")  # IMDS slow after the boot
+    agent = AgentProcess(tmp_path, providers=("aws",), env=env).start()
+    try:
+        active = agent.control({"op": "status"})["active"]
+        assert [n["action"] for n in active] == ([] if hours_before else ["terminate"])
+    finally:
+        agent.stop()
 
 
 def test_auto_keeps_a_provider_whose_notices_were_restored_when_its_probe_times_out(

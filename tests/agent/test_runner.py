@@ -291,6 +291,7 @@ _json = st.recursive(
                 "flushes",
                 "escalated",
                 "boot_id",
+                "booted",
                 "windows",
                 "acked_by",
                 "expected_by",
@@ -316,6 +317,7 @@ def test_any_state_file_loads_into_well_typed_state(tmp_path_factory: Any, raw: 
     assert all(isinstance(n, Notice) for n in [*state.manual, *state.provider])
     assert isinstance(state.seq, int) and state.seq >= 0
     assert state.boot_id is None or isinstance(state.boot_id, str)
+    assert state.booted is None or state.booted.tzinfo is not None
     assert all(
         isinstance(i, str) and isinstance(end, datetime) and end.tzinfo is not None
         for i, end in [*state.windows.items(), *state.raised.items()]
