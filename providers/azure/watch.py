@@ -8,6 +8,11 @@ after every client flushed, immediately, or never, as configured.
 An event that cannot be read (a field of the wrong type, no EventId) is skipped and logged,
 named by its EventId when it has one; every other event of the document is read. One of this
 VM's events already reported that turns unreadable is kept as it was, not cleared.
+
+An event is cleared when ABSENT_DOCUMENTS documents in a row lack it: one document without it
+(IMDS restarted by a host update, its DocumentIncarnation back at 1, or a stray answer)
+cleared every event and the next raised them again, so a Preempt's terminate was withdrawn for
+a poll and a drain was saved twice.
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ BACKOFF_STRETCH = 1.25
 RETRY_AFTER_CAP = 5.0
 # Unreadable events remembered as logged, so a document is not re-logged at every change.
 MALFORMED_LOGGED = 256
+# Documents in a row without one of this VM's published events after which it is cleared:
+# one such document (a host update, a stray answer) is not its end.
+ABSENT_DOCUMENTS = 2
 
 
 class AzureWatcher:
@@ -122,6 +130,8 @@ class AzureWatcher:
         # `reports`, so one no longer listed is withdrawn by the agent (`detail.withdrawn`).
         self._restored: dict[str, Report] = {}
         self.events: dict[str, ScheduledEvent] = {}  # this VM's published events, by EventId
+        # Published events missing from the last documents, by notice id: how many in a row.
+        self._missing: dict[str, int] = {}
         self._emit: Emit | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[bool]] = set()
@@ -261,9 +271,10 @@ class AzureWatcher:
         self.health.success()
         raw_events = [event.raw for event in document.events]
         raw_events += [bad.raw for bad in document.malformed]
-        if document.incarnation != self.incarnation or raw_events != self._raw_events:
+        changed = document.incarnation != self.incarnation or raw_events != self._raw_events
+        if changed or self._missing:  # an event missing once: gone, or back, at this one
             self._raw_events = raw_events
-            self._process(document)
+            self._process(document, resend=changed)
         if self.name_check is not None:
             await self._check_configured_name(self.name_check, document)
         self._retry_failed_approvals()
@@ -317,7 +328,9 @@ class AzureWatcher:
         log.info("azure: watching events for %s", ", ".join(sorted(self.names)))
         return True
 
-    def _process(self, document: EventsDocument) -> None:
+    def _process(self, document: EventsDocument, resend: bool = True) -> None:
+        """Report what `document` says; `resend` False when it is the last one again (read
+        for an event missing from it): only its clears go out."""
         assert self.names is not None
         now = utcnow()
         previous = {**self._restored, **self.reports}
@@ -337,15 +350,22 @@ class AzureWatcher:
         self.approvals.keep_only(
             [event.event_id for event in document.events]
             + [bad.event_id for bad in document.malformed if bad.event_id]
+            + [event_id for event_id in map(event_id_of, self.reports) if event_id is not None]
         )
         for bad in document.malformed:
             # Unreadable now, but listed: cleared, it would tell clients the event is over.
             kept = previous.get(ID_PREFIX + bad.event_id) if bad.event_id else None
             if kept is not None and kept.id not in current:
                 current[kept.id] = kept
+        carried = self._carry_missing(current, ended)
         self.incarnation = document.incarnation
         self.events = {
-            event.event_id: event for event in shown.events if event.notice_id in current
+            **{
+                event_id: event
+                for event_id, event in self.events.items()
+                if event.notice_id in carried
+            },
+            **{event.event_id: event for event in shown.events if event.notice_id in current},
         }
         self.boots.published(self.events.values())
         for event in self.events.values():
@@ -355,13 +375,37 @@ class AzureWatcher:
         # The events in force before the clears: an event that comes back under a new EventId
         # (Microsoft's mock renames an event at each status change) must never leave clients
         # a moment with its terminate withdrawn and no successor yet.
-        outgoing = [*current.values(), *cleared(self.reports, current, now)]
+        outgoing = [
+            *(r for notice_id, r in current.items() if resend and notice_id not in carried),
+            *cleared(self.reports, current, now),
+        ]
         self.reports = current
         for report in outgoing:
             self._send(report)
         if self.settings.approve == "immediately":
             for event in self.events.values():
                 self.request_approval(event.event_id, "immediately")
+
+    def _carry_missing(self, current: dict[str, Report], ended: set[str]) -> set[str]:
+        """Keep in `current` the events this watcher published that this document lacks, short
+        of ABSENT_DOCUMENTS in a row; the notice ids kept (not sent again: unchanged). One
+        held back as having ended the boot before is not kept: it is not this boot's."""
+        carried: set[str] = set()
+        for notice_id, report in self.reports.items():
+            if notice_id in current:
+                self._missing.pop(notice_id, None)
+                continue
+            if event_id_of(notice_id) in ended:
+                self._missing.pop(notice_id, None)
+                continue
+            missing = self._missing.get(notice_id, 0) + 1
+            if missing >= ABSENT_DOCUMENTS:
+                self._missing.pop(notice_id, None)
+                continue
+            self._missing[notice_id] = missing
+            current[notice_id] = report
+            carried.add(notice_id)
+        return carried
 
     def _note_malformed(self, document: EventsDocument) -> None:
         problems = [f"{bad.name}: {bad.problem}" for bad in document.malformed]

@@ -13,13 +13,16 @@ import pytest
 import respx
 from azure_harness import EXPECTED_MAPPING, Harness, running
 from forewarn.protocol.timefmt import utcnow
-from forewarn.providers.azure.events import format_not_before
+from forewarn.providers.azure.events import format_not_before, parse_events
 from forewarn.providers.azure.settings import Settings
 from forewarn.providers.azure.simulate import EVENTS_PATH, AzureSimulator
-from forewarn.providers.azure.watch import AzureWatcher
+from forewarn.providers.azure.watch import ABSENT_DOCUMENTS, AzureWatcher
 from forewarn.providers.base import PollHealth
 from forewarn.providers.report import Report
 from forewarn.providers.simulator import SimServer
+from hypothesis import given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 from support import agent_env, eventually_async, free_port, run_forewarn, running_watcher
 
 
@@ -459,3 +462,60 @@ def test_a_retry_after_given_as_a_date_is_honoured() -> None:
     assert _retry_after(answer("3")) == 3.0
     assert _retry_after(answer("600")) == RETRY_AFTER_CAP
     assert _retry_after(answer("soon")) == _retry_after(answer("-2")) == 0.0
+
+
+@pytest.mark.parametrize("incarnation", [1, 10_000])
+async def test_one_document_without_an_event_neither_clears_nor_raises_it_again(
+    incarnation: int,
+) -> None:
+    """IMDS answering one poll with an empty list (a host update restarting it, its
+    DocumentIncarnation back at 1, or a stray answer): the watcher cleared every event of this
+    VM and the next document raised them again, so a Preempt's terminate was withdrawn for a
+    poll (the job's guard, its save not answered yet, went on training) and a drain was saved
+    twice. One document without an event is kept; the second in a row clears it, one poll
+    (a second, by default) later than before."""
+    async with running() as h:
+        event_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 600})
+        (first,) = await eventually_async(lambda: h.reports, what="the preempt")
+        empty = json.dumps({"DocumentIncarnation": incarnation, "Events": []})
+        h.sim.add_fault("status", path=EVENTS_PATH, status=200, body=empty, count=1)
+        await h.more_polls(4)
+        # The same report again at most (the agent's board sends nothing for it), no clear.
+        kept = {(r.action, r.id, r.deadline, json.dumps(r.detail)) for r in h.reports}
+        assert kept == {(first.action, first.id, first.deadline, json.dumps(first.detail))}
+        h.sim.withdraw(event_id)
+        await eventually_async(lambda: h.ids("clear"), what="the clear")
+        assert h.ids("clear") == [first.id]
+
+
+@examples(max_examples=30, deadline=None)
+@given(st.lists(st.booleans(), max_size=20))
+def test_an_event_is_cleared_only_at_the_second_document_in_a_row_without_it(
+    listed: list[bool],
+) -> None:
+    """Whatever the documents, the event's clear comes at the second in a row without it,
+    and it is raised again only after a clear."""
+    watcher = AzureWatcher(Settings(url="http://127.0.0.1:1", vm_name="gpu-0"))
+    sent: list[Report] = []
+    watcher._emit = sent.append
+    event = {
+        "EventId": "E1",
+        "EventType": "Preempt",
+        "EventStatus": "Scheduled",
+        "Resources": ["gpu-0"],
+        "NotBefore": "Mon, 11 Apr 2030 22:26:58 GMT",
+    }
+    active, missing = False, 0
+    for incarnation, present in enumerate(listed, start=1):
+        document = parse_events({"DocumentIncarnation": incarnation, "Events": [event] * present})
+        before = len(sent)
+        watcher._process(document)
+        actions = {report.action for report in sent[before:]}
+        if present:
+            assert actions == {"terminate"}
+            active, missing = True, 0
+        else:
+            missing += 1
+            cleared = active and missing == ABSENT_DOCUMENTS
+            assert actions == ({"clear"} if cleared else set())
+            active = active and not cleared
