@@ -123,7 +123,7 @@ class AzureWatcher:
         # without a DocumentIncarnation bump (Microsoft's own mock drops events that way) is
         # processed too, so a vanished event is cleared instead of staying forever.
         self._raw_events: list[dict[str, object]] | None = None
-        self.answered = False  # Scheduled Events has answered once (the slow first call is over)
+        self.documents = 0  # documents read (after the first, the slow first call is over)
         self.reports: dict[str, Report] = {}  # published, by notice id
         # Reports of this VM's events restored by the agent after a restart (`restored`): what
         # the first document is compared with, as if this watcher had reported them. Not in
@@ -140,6 +140,14 @@ class AzureWatcher:
         self._odd: set[str] = set()  # events whose odd NotBefore was logged
         self._malformed: set[tuple[str, str]] = set()  # unreadable events logged, and why
         self._detect_started = 0.0
+
+    @property
+    def answered(self) -> bool:
+        """ABSENT_DOCUMENTS documents read: the agent then withdraws the notices restored from
+        before a restart that this watcher did not report (not at the first: one stray
+        document withdrew them and the next raised them again, as it would this watcher's
+        own)."""
+        return self.documents >= ABSENT_DOCUMENTS
 
     # Detection.
 
@@ -231,7 +239,7 @@ class AzureWatcher:
         if self.names is None and not await self._resolve_names():
             return False
         timeout = (
-            self.settings.request_timeout if self.answered else self.settings.first_call_timeout
+            self.settings.request_timeout if self.documents else self.settings.first_call_timeout
         )
         try:
             # The whole answer within `timeout` and 1 MiB: a dribbling or endless answer
@@ -245,7 +253,7 @@ class AzureWatcher:
                 deadline=timeout,
             )
         except httpx.TimeoutException as error:
-            what = "the first call" if not self.answered else "a poll"
+            what = "the first call" if not self.documents else "a poll"
             self.health.error("timeout", f"{what} timed out after {timeout:g}s ({error!r})")
             return False
         except httpx.HTTPError as error:
@@ -267,7 +275,7 @@ class AzureWatcher:
         except ParseError as error:
             self.health.error("bad-answer", str(error))
             return False
-        self.answered = True
+        self.documents += 1
         self.health.success()
         raw_events = [event.raw for event in document.events]
         raw_events += [bad.raw for bad in document.malformed]
@@ -345,7 +353,8 @@ class AzureWatcher:
         current = reports_for(
             shown, self.names, freeze=self.settings.freeze, previous=previous, now=now
         )
-        self._restored = {}
+        if self.answered:  # until then they stand for what was reported before the restart
+            self._restored = {}
         self._note_malformed(document)
         self.approvals.keep_only(
             [event.event_id for event in document.events]
@@ -470,7 +479,7 @@ class AzureWatcher:
                 log.info("azure: event %s was approved before this watcher started", event_id)
             return
         event = self.events.get(event_id)
-        if event is None and not self.answered:
+        if event is None and not self.documents:
             # A restarted agent's clients can ack a restored notice before the first answer:
             # asked again after each good poll, once the events are known.
             self.approvals.retry[event_id] = why

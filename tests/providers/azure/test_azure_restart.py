@@ -318,3 +318,28 @@ def test_the_event_that_ended_the_last_boot_is_not_published_after_it(
         active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
         assert active == {preempt: "terminate"}
         assert published(agent.output(), notice_id) == [], agent.output()
+
+
+def test_a_stray_first_document_after_a_restart_does_not_withdraw_a_restored_event(
+    tmp_path: Path, imds: tuple[AzureSimulator, SimServer]
+) -> None:
+    """The agent restarted while a Reboot was listed, and IMDS answered its first poll with
+    an empty document (a host update restarting it): the drain restored from before the
+    restart was withdrawn (a clear) as soon as the watcher had answered, and raised again at
+    the next poll, so the job saved its drain again. One document without it is no
+    withdrawal, as in the watcher's own run."""
+    sim, server = imds
+    # Heartbeats (where the agent settles restored notices) between two polls.
+    env = _azure_env(tmp_path, server, "off", FOREWARN_HEARTBEAT_INTERVAL="0.1")
+    env["FOREWARN_AZURE_INTERVAL"] = "1"
+    event_id = sim.raise_notice("Reboot", {"not_before_seconds": 600})
+    notice_id = f"azure/{event_id}"
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as first:
+        eventually(lambda: published(first.output(), notice_id), what="the drain")
+    empty = json.dumps({"DocumentIncarnation": 1, "Events": []})
+    sim.add_fault("status", path="/metadata/scheduledevents", status=200, body=empty, count=1)
+    with AgentProcess(tmp_path, providers=("azure",), env=env) as agent:
+        wait_polls(sim, 3)
+        active = {n["id"]: n["action"] for n in agent.control({"op": "status"})["active"]}
+        assert active == {notice_id: "drain"}
+        assert published(agent.output(), notice_id) == [], agent.output()

@@ -160,7 +160,7 @@ async def test_slow_first_call_is_not_an_error() -> None:
     async with running(sim, request_timeout=0.5, first_call_timeout=10) as h:
         await eventually_async(lambda: h.reports, what="the first answer")
         assert h.health.errors == 0
-        assert h.watcher.answered
+        assert h.watcher.documents >= 1  # the first call is over
 
 
 @pytest.mark.parametrize(
