@@ -31,12 +31,20 @@ def test_a_late_subscriber_gets_the_active_notice_within_50ms(tmp_path: Path) ->
     with AgentProcess(tmp_path) as agent:
         raised = agent.control({"op": "notify", "action": "drain", "deadline": later(3600)})
         assert raised["ok"], raised
-        started = time.monotonic()
-        with agent.subscriber(ready=False) as sub:
-            notice = sub.notice(timeout=2)
-            elapsed = time.monotonic() - started
-        assert notice["id"] == raised["notice"]["id"] and notice["action"] == "drain"
-        assert elapsed < 0.05, f"replay took {elapsed * 1000:.1f} ms"
+        took = []
+        for _ in range(5):
+            started = time.monotonic()
+            with agent.subscriber(ready=False) as sub:
+                notice = sub.notice(timeout=2)
+                took.append(time.monotonic() - started)
+            assert notice["id"] == raised["notice"]["id"] and notice["action"] == "drain"
+        # The median of five late joiners, each timed from its connect: one joiner alone took
+        # 55-145 ms in 3 of 16 runs beside two CPU hogs (-n 8), the test process or the agent
+        # descheduled for a moment. A replay that waited for anything timed (the heartbeat's
+        # second, a polled socket) puts most of the five past 50 ms: deferred by 0.1 s, all
+        # five took 101-106 ms.
+        median = sorted(took)[len(took) // 2]
+        assert median < 0.05, f"replays took {[round(t * 1000, 1) for t in took]} ms"
 
 
 def test_every_late_subscriber_gets_a_replay(tmp_path: Path) -> None:
