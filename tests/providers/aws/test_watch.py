@@ -403,7 +403,7 @@ def test_the_url_setting_is_checked() -> None:
 async def test_spot_is_polled_every_100_ms_after_a_rebalance_and_calm_otherwise(
     server: SimServer, sim: ImdsSimulator
 ) -> None:
-    spot = f"GET {SPOT_PATH}"
+    spot, rebalance = f"GET {SPOT_PATH}", f"GET {REBALANCE_PATH}"
     async with watching(server.url) as run:
         await run.until(lambda: sim.requests[spot] >= 1)
         await asyncio.sleep(0.2)
@@ -413,18 +413,27 @@ async def test_spot_is_polled_every_100_ms_after_a_rebalance_and_calm_otherwise(
         sim.raise_notice("rebalance", {})
         await run.report_at(action="drain")
         assert run.watcher.heightened
-        before, started = sim.requests[spot], time.monotonic()
+        before, rebalance_before = sim.requests[spot], sim.requests[rebalance]
+        started = time.monotonic()
         await asyncio.sleep(2.0)
-        heightened = (sim.requests[spot] - before) / (time.monotonic() - started)
+        spot_polls, rebalance_polls = (
+            sim.requests[spot] - before,
+            sim.requests[rebalance] - rebalance_before,
+        )
+        heightened = spot_polls / (time.monotonic() - started)
         raised = time.monotonic()
         sim.raise_notice("spot", {})
         _, seen = await run.report_at(action="terminate")
     assert calm <= 2.5  # the default 0.5 s cadence
-    # 100 ms, never faster. Not an absolute floor: a loaded machine slows both cadences alike
-    # (full CI runs measured 6.999 and 4.43 a second), so it is held against the calm one,
-    # 2 a second, 10 when heightened.
-    assert heightened <= 10.5
-    assert heightened > 2.5 and heightened >= 2 * calm, (calm, heightened)
+    assert heightened <= 10.5  # 100 ms, never faster
+    # Heightened, spot is polled in the cycles between the rebalance path's polls (both 0.5 s
+    # calm, polled in the same cycle, so without it their counts differ by one at most).
+    # Counted against that path in the same window, not against a rate: on a loaded machine
+    # the simulator's answers (a thread of this process) slow each cycle, so the 10/s fell to
+    # 3.5/s in 1 of 8 runs beside two CPU hogs (-n 8), under the 2x-the-calm-rate it was held
+    # to (and earlier under fixed floors of 7 and 5), while the calm 2/s, with 0.5 s of
+    # headroom a cycle, kept its rate.
+    assert spot_polls >= rebalance_polls + 2, (calm, heightened, spot_polls, rebalance_polls)
     assert seen - raised < 0.5
 
 
