@@ -74,6 +74,10 @@ _OURS = re.compile(
     r"\.forewarn-(?P<phase>get|new|old|in|what)-(?P<token>(?P<pid>\d+)-(?P<stamp>[0-9a-f]*?)[0-9a-f]{1,8})"
 )
 log = logging.getLogger("forewarn.checkpoint")
+# How far an entry's time (the file server's clock, on NFS) and a process's start (boot time
+# in whole seconds, plus its ticks) may disagree: a process that started later than this
+# after an entry last changed did not make it.
+_CLOCK_SLACK = 5.0
 
 
 class Destination:
@@ -170,8 +174,13 @@ class Destination:
             names = os.listdir(self.directory)
         except OSError:
             return False
-        for match in map(_OURS.fullmatch, names):
-            if match is not None and int(match["pid"]) != os.getpid() and _made_by_alive(match):
+        for name in names:
+            match = _OURS.fullmatch(name)
+            if (
+                match is not None
+                and int(match["pid"]) != os.getpid()
+                and _made_by_alive(match, self.directory / name)
+            ):
                 return True
         return False
 
@@ -355,7 +364,7 @@ class Destination:
                 if temp is not None and (self._locked or not _alive(int(temp["pid"]))):
                     (self.directory / name).unlink(missing_ok=True)  # a killed record's
                 continue
-            if not self._locked and _made_by_alive(match):
+            if not self._locked and _made_by_alive(match, self.directory / name):
                 continue  # without the lock, a live pid may be a copy under way
             phases.setdefault(match["token"], set()).add(match["phase"])
         for token in sorted(phases):
@@ -481,17 +490,17 @@ def _held(path: Path, name: re.Match[str]) -> bool:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
-        return _made_by_alive(name)
+        return _made_by_alive(name, path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     except OSError:
-        return _made_by_alive(name)
+        return _made_by_alive(name, path)
     finally:
         os.close(fd)
     # An old-style partial file: only its pid tells.
-    return not path.is_dir() and _made_by_alive(name)
+    return not path.is_dir() and _made_by_alive(name, path)
 
 
 def _ours(name: str) -> bool:
@@ -537,17 +546,38 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
-def _made_by_alive(match: re.Match[str]) -> bool:
-    """Whether the process that made a copy's entry (`_OURS` match) lives: its pid alive and,
-    where the name carries its start time, started then (not a later process given the pid)."""
+def _made_by_alive(match: re.Match[str], path: Path) -> bool:
+    """Whether the process that made a copy's entry `path` (`_OURS` match) lives: its pid
+    alive and, where the name carries its start time, started then (not a later process given
+    the pid); where it does not (a name of the release before, or made without /proc), not
+    started after the entry was last changed."""
     pid = int(match["pid"])
     if not _alive(pid):
         return False
+    started = _start_time(pid)
+    if started is None:
+        return True
     if match["stamp"]:
-        started = _start_time(pid)
-        if started is not None and started != int(match["stamp"], 16):
-            return False
-    return True
+        return started == int(match["stamp"], 16)
+    # An earlier release's leftover under a pid a live process has now (a container's pid 1,
+    # the shell running the restart script, at each start) was a copy under way for ever:
+    # every `get` waited its bound out and was refused. Its maker started before making it.
+    try:
+        changed = os.lstat(path).st_mtime
+    except OSError:
+        return True
+    since = _started_at(started)
+    return since is None or since <= changed + _CLOCK_SLACK
+
+
+def _started_at(ticks: int) -> float | None:
+    """The wall-clock time of a process start `ticks` (clock ticks since boot, /proc)."""
+    try:
+        with open("/proc/stat", "rb") as stat_file:
+            boot = next(int(line.split()[1]) for line in stat_file if line.startswith(b"btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
 
 
 def _alive(pid: int) -> bool:

@@ -673,3 +673,36 @@ def test_a_sticky_directory_another_user_made_knows_its_earlier_copy(tmp_path: P
         assert contents(out).get("model.bin") == generation_files(20)["model.bin"]
     finally:
         shutil.rmtree(shared)
+
+
+def test_without_locks_an_earlier_releases_leftover_under_a_live_pid_is_no_copy_under_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DEST on NFS without working locks, after an upgrade: the release before named a
+    copy's entries `<pid>-<hex>`, without its process's start time. One killed under a pid a
+    live process has now (a container's pid 1, the shell that runs the restart script, at
+    every start) was taken for a copy under way: each `get` waited its bound out and was
+    refused (the job never started again), where the release before copied. An entry last
+    changed before the process now holding its pid started is that process's no more."""
+    import errno
+    import fcntl
+
+    def no_locks(*args: object) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    out = tmp_path / "out"
+    out.mkdir()
+    other = os.getppid()  # alive, not this process, and started before the entries
+    old = f"{other}-0badf00d"
+    (out / f".forewarn-get-{old}").mkdir()
+    (out / f".forewarn-what-{old}").write_text("{}")
+    made = os.stat(out / f".forewarn-get-{old}").st_mtime - 3600  # an hour before it started
+    for name in (f".forewarn-get-{old}", f".forewarn-what-{old}"):
+        os.utime(out / name, (made, made))
+    with Destination(out, wait=0) as into:  # not waited for: no copy under way
+        assert into.held() == []
+    assert sorted(p.name for p in out.iterdir()) == []
+    (out / f".forewarn-get-{old}").mkdir()  # made now by a copy of the release before
+    with pytest.raises(BlockingIOError, match="under way"):
+        Destination(out, wait=0).__enter__()
