@@ -503,6 +503,12 @@ def _held(path: Path, name: re.Match[str]) -> bool:
     return not path.is_dir() and _made_by_alive(name, path)
 
 
+def copy_entry(name: str) -> bool:
+    """Whether `name` in a directory is a copy's hidden entry or its record: none of the
+    files it holds (`put_dir` of a directory a `get_dir` copied into leaves them out)."""
+    return _ours(name)
+
+
 def _ours(name: str) -> bool:
     """Whether `name` in a destination is a copy's hidden entry or its record."""
     return bool(

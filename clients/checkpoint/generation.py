@@ -17,7 +17,7 @@ from typing import IO, Any
 from .backend import Backend, ObjectWriter
 from .backend import Progress as BytesProgress
 from .commit import CommitProtocol, CommitRequest, read_manifest
-from .destination import Destination, FileCopy
+from .destination import Destination, FileCopy, copy_entry
 from .errors import (
     CheckpointError,
     CommitError,
@@ -507,7 +507,14 @@ class GenerationWriter:
         if not root.is_dir():
             raise NotADirectoryError(f"put_dir: {root} is not a directory")
         base = check_file_name(prefix.strip("/")) if prefix.strip("/") else ""
-        paths = [path for path in sorted(root.rglob("*")) if path.is_file()]
+        # A directory a `get_dir` copied into may keep its record inside it (`.forewarn-got`,
+        # a mount point without user attributes): saved back, it went into the generation as
+        # one of its files, and each restore of it brought another copy's record along.
+        paths = [
+            path
+            for path in sorted(root.rglob("*"))
+            if path.is_file() and not any(copy_entry(part) for part in path.relative_to(root).parts)
+        ]
         total = sum(path.stat().st_size for path in paths)
         finished = 0
 

@@ -706,3 +706,31 @@ def test_without_locks_an_earlier_releases_leftover_under_a_live_pid_is_no_copy_
     (out / f".forewarn-get-{old}").mkdir()  # made now by a copy of the release before
     with pytest.raises(BlockingIOError, match="under way"):
         Destination(out, wait=0).__enter__()
+
+
+def test_a_directory_a_get_recorded_itself_in_saves_back_without_its_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mount point without user attributes keeps its copy's record inside it
+    (`.forewarn-got`). A job that restored there, trained, wrote its model back into the
+    same directory (`save_pretrained(DEST)`) and saved it with `put_dir(DEST)` put the
+    record into the new generation as one of its files: the next restore of that generation
+    brought a record of another copy along. It is the directory's, not a file it holds."""
+    import errno
+
+    def unsupported(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.ENOTSUP, "Operation not supported")
+
+    for name in ("getxattr", "setxattr", "removexattr"):
+        monkeypatch.setattr(os, name, unsupported)
+    store = fill(tmp_path / "store")
+    out = tmp_path / "mnt"
+    out.mkdir()
+    real_ismount = os.path.ismount
+    monkeypatch.setattr(os.path, "ismount", lambda path: Path(path) == out or real_ismount(path))
+    store.get(30).get_dir("", out)
+    assert (out / ".forewarn-got").is_file()
+    (out / "model.bin").write_bytes(b"trained")
+    store.flush(40, lambda gen: gen.put_dir("", out))
+    assert sorted(store.get(40).files) == sorted(FILES)
+    store.close()
