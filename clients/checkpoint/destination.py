@@ -37,7 +37,7 @@ A copy holds an exclusive `flock` on the directory while it works: another copy 
 waits for it up to `wait` seconds (local ranks of one node each running a restart script's
 `get` into one directory: the first copies, the others then find its copy in place) and is
 then refused; whatever hidden entries a copy finds while it holds the lock are a dead copy's.
-On a filesystem without `flock` (said once, as a warning) the name tells instead: T is
+On a filesystem without `flock` (said once per directory, as a warning) the name tells instead: T is
 `<pid>-<start><hex>`, the process's start time making a later process given the pid no
 copy's; a copy finding another live one's entries waits for them to go as for the lock."""
 
@@ -54,6 +54,7 @@ import re
 import secrets
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -78,6 +79,9 @@ log = logging.getLogger("forewarn.checkpoint")
 # in whole seconds, plus its ticks) may disagree: a process that started later than this
 # after an entry last changed did not make it.
 _CLOCK_SLACK = 5.0
+# The directories this process said have no working locks (said once each).
+_SAID_UNLOCKED: set[str] = set()
+_SAID_LOCK = threading.Lock()
 
 
 class Destination:
@@ -137,8 +141,7 @@ class Destination:
                 # No flock here (NFS without a lock manager: ENOLCK). A copy under way shows
                 # by its entries' pid: the second rank's `get` copied beside the first, ended
                 # first, and the first then swapped its copy in under the rank loading it.
-                if not unlocked:
-                    unlocked = True
+                if not unlocked and _first_said(self.directory):
                     log.warning(
                         "forewarn: checkpoint: %s has no working locks (flock: %s): a copy "
                         "into it under way is known only by its pid, and copies started at "
@@ -146,6 +149,7 @@ class Destination:
                         self.directory,
                         error.strerror or error,
                     )
+                unlocked = True
                 if not self._copies_under_way():
                     return
             under_way = f"another copy into {self.directory} is under way{self._holder()}"
@@ -514,6 +518,17 @@ def _ours(name: str) -> bool:
     return bool(
         _OURS.fullmatch(name) or name == _RECORD_INSIDE or _RECORD_INSIDE_TEMP.fullmatch(name)
     )
+
+
+def _first_said(directory: Path) -> bool:
+    """Whether this process has not yet said that `directory` has no working locks: said at
+    each copy (a job's model, then its optimizer; the CLI's next try), it read as news."""
+    key = os.path.abspath(directory)
+    with _SAID_LOCK:
+        if key in _SAID_UNLOCKED:
+            return False
+        _SAID_UNLOCKED.add(key)
+        return True
 
 
 def _write_whole(path: Path, raw: bytes) -> None:

@@ -734,3 +734,29 @@ def test_a_directory_a_get_recorded_itself_in_saves_back_without_its_record(
     store.flush(40, lambda gen: gen.put_dir("", out))
     assert sorted(store.get(40).files) == sorted(FILES)
     store.close()
+
+
+def test_without_locks_a_process_says_once_per_directory_that_it_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job restoring from one store into one DEST on NFS without a lock manager, in several
+    copies (`get_dir("model", DEST)`, then its optimizer's; the CLI's `get` trying the next
+    generation after one was removed meanwhile): the warning that DEST has no working locks
+    came at each copy, as though each were news. Said once per directory and process."""
+    import errno
+    import fcntl
+
+    def no_locks(*args: object) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    store = fill(tmp_path / "store")
+    out = tmp_path / "out"
+    with caplog.at_level("WARNING", logger="forewarn.checkpoint"):
+        store.get(10).get_dir("", out)
+        store.get(20).get_dir("", out, replace=True)
+        store.get(30).get_dir("", tmp_path / "other")
+    said = [r.getMessage() for r in caplog.records if "no working locks" in r.getMessage()]
+    assert len(said) == 2, said
+    assert str(out) in said[0] and str(tmp_path / "other") in said[1]
+    store.close()
