@@ -87,6 +87,10 @@ WARNED_CONDITION = "kubernetes-events"
 KEPT_RETRY = 5.0
 KEPT_MAX = 300.0
 MAX_KEPT = 1000
+# A cordon whose attempts all went unanswered is tried again from KEPT_RETRY, doubling up to
+# this while its terminate is in force: the machine goes within minutes, and every minute
+# the node stays schedulable the scheduler may place a pod whose work goes with it.
+CORDON_RETRY_MAX = 30.0
 
 # An Event is about these: (the object it regards, the namespace it is made in).
 Target = tuple[dict[str, str], str]
@@ -210,6 +214,12 @@ class KubernetesNotifier(Observer):
         self._written = 0
         self._refused: set[str] = set()
         self._cordoned = False
+        # The terminate whose cordon went unanswered (an API server down, restarting),
+        # tried again at `_cordon_due` (monotonic) while a terminate is in force. Before, it
+        # was given up on until the next terminate: the node stayed schedulable.
+        self._cordon_kept: Notice | None = None
+        self._cordon_due: float | None = None
+        self._cordon_backoff: Backoff | None = None
         # The terminates in force: once none is, the operator may uncordon (as the docs say
         # to after a withdrawn one), and the next terminate must cordon again.
         self._terminating: set[str] = set()
@@ -414,6 +424,8 @@ class KubernetesNotifier(Observer):
         # Stopping ends the request in progress and those waiting: say which, as the
         # webhook does, rather than lose a terminate's Event (or its cordon) in silence.
         current = [self._reporting] if self._reporting is not None else []
+        if self._cordon_kept is not None and self._cordon_kept is not self._reporting:
+            current.append(self._cordon_kept)
         left = [n for n, _, _ in self._kept] + current + [notice for notice, _ in self._queue]
         if left:
             log.warning(
@@ -442,6 +454,8 @@ class KubernetesNotifier(Observer):
             if notice is not None and all(notice is not other for other in held):
                 held.append(notice)
         pending = len(self._queue) + len(held)
+        if self._cordon_kept is not None and self._cordon_kept is not self._reporting:
+            pending += 1  # a request, as an Event is
         return {"kubernetes": Deliveries(self.sent, self.failed, self.dropped, pending)}
 
     async def _headers(self, content_type: str = "application/json") -> dict[str, str]:
@@ -502,6 +516,10 @@ class KubernetesNotifier(Observer):
             await self._credentials()
             self._client = self._new_client()
             while True:
+                if self._cordon_due is not None and time.monotonic() >= self._cordon_due:
+                    # Before the notices queued: a node left schedulable loses work, and
+                    # a busy queue (Events of other notices) must not hold it back.
+                    await self._retry_cordon()
                 while not self._queue:
                     self._wake.clear()
                     wait = self._idle_wait()
@@ -512,7 +530,9 @@ class KubernetesNotifier(Observer):
                         await asyncio.wait_for(self._wake.wait(), wait)
                     if self._wake.is_set():
                         continue
-                    if self._kept_due is not None and time.monotonic() >= self._kept_due:
+                    if self._cordon_due is not None and time.monotonic() >= self._cordon_due:
+                        await self._retry_cordon()
+                    elif self._kept_due is not None and time.monotonic() >= self._kept_due:
                         await self._retry_kept()
                     elif self._warned_problem is not None:
                         await asyncio.to_thread(self._write_warned, *self._encoded())
@@ -539,8 +559,9 @@ class KubernetesNotifier(Observer):
         waits = []
         if self._warned_problem is not None:
             waits.append(self.warned_retry)
-        if self._kept_due is not None:
-            waits.append(max(0.0, self._kept_due - time.monotonic()))
+        for due in (self._kept_due, self._cordon_due):
+            if due is not None:
+                waits.append(max(0.0, due - time.monotonic()))
         return min(waits) if waits else None
 
     async def _retry_kept(self) -> None:
@@ -656,30 +677,79 @@ class KubernetesNotifier(Observer):
             self._terminating.discard(notice.id)
             if not self._terminating:
                 self._cordoned = False
+                if self._cordon_kept is not None:
+                    # Made now, it would leave the node unschedulable for nothing: the
+                    # agent never uncordons.
+                    log.info(
+                        "kubernetes: no terminate in force: the cordon kept for %s is dropped",
+                        self._cordon_kept.id,
+                    )
+                self._cordon_kept = self._cordon_due = None
         if self.settings.cordon and notice.action == "terminate" and not self._cordoned:
-            # The Node the terminate was raised for, when it says (the kubernetes watcher's
-            # do): a terminate restored after that Node was deleted and registered again
-            # under its name (the agent's pod goes with the old Node, and starts again on the
-            # same boot with its state on the host) cordoned the new one, for good.
-            uid = notice.detail.get("uid") if self._about_this_node(notice) else None
-            request = cordon_request(
-                self.cluster, self.node, True, uid if isinstance(uid, str) else None
-            )
-            if await self._send(
-                "cordon",
-                request["method"],
-                request["url"],
-                request["body"],
-                request["headers"]["Content-Type"],
-            ):
-                self._cordoned = True
-                log.info("kubernetes: cordoned node %s for %s", self.node, notice.id)
+            await self._cordon(notice)
         if not (self.settings.events and events):
             return
         await self._kept_of(notice.id)
         self._tells += 1
         self._last_tell[notice.id] = self._tells
         await self._make_events(notice, self._tells, self._targets())
+
+    async def _cordon(self, notice: Notice, attempts: int = ATTEMPTS) -> None:
+        """Cordon the node for the terminate `notice`; unanswered, it is kept and tried again
+        (`_retry_cordon`)."""
+        # The Node the terminate was raised for, when it says (the kubernetes watcher's
+        # do): a terminate restored after that Node was deleted and registered again
+        # under its name (the agent's pod goes with the old Node, and starts again on the
+        # same boot with its state on the host) cordoned the new one, for good.
+        uid = notice.detail.get("uid") if self._about_this_node(notice) else None
+        request = cordon_request(
+            self.cluster, self.node, True, uid if isinstance(uid, str) else None
+        )
+        outcome = await self._send(
+            "cordon",
+            request["method"],
+            request["url"],
+            request["body"],
+            request["headers"]["Content-Type"],
+            attempts=attempts,
+        )
+        if outcome is None:
+            self._keep_cordon(notice)
+            return
+        self._cordon_kept = self._cordon_due = None
+        if self._cordon_backoff is not None:
+            self._cordon_backoff.reset()
+        if outcome:
+            self._cordoned = True
+            log.info("kubernetes: cordoned node %s for %s", self.node, notice.id)
+
+    def _keep_cordon(self, notice: Notice) -> None:
+        if self._cordon_backoff is None:
+            self._cordon_backoff = Backoff(self.kept_retry, CORDON_RETRY_MAX)
+        wait = self._cordon_backoff.next()
+        self._cordon_kept = notice
+        self._cordon_due = time.monotonic() + wait
+        log.warning(
+            "kubernetes: the API server did not answer the cordon of node %s for %s: kept, "
+            "trying again in %.0fs",
+            self.node,
+            notice.id,
+            wait,
+        )
+
+    async def _retry_cordon(self) -> None:
+        """One more attempt at the kept cordon, while a terminate is in force."""
+        notice, self._cordon_due = self._cordon_kept, None
+        if notice is None or self._cordoned or not self._terminating:
+            self._cordon_kept = None
+            return
+        self._reporting, self._reporting_events = notice, False
+        try:
+            await self._cordon(notice, attempts=1)
+        except Exception:
+            log.exception("kubernetes: could not cordon for %s", notice.id)
+        finally:
+            self._reporting = None
 
     async def _note_made(self, notice: Notice) -> None:
         """Keep which notices have a Warning standing: a clear made takes its id off."""
@@ -829,8 +899,9 @@ class KubernetesNotifier(Observer):
                     # Sooner than asked, a shedding API server only sheds the retry too.
                     wait = max(wait, min(asked, RETRY_AFTER_MAX))
                 await asyncio.sleep(wait)
-        if what == "event" and not refused:
-            log.info("kubernetes: event not made: %s", why)
+        if not refused:
+            # Unanswered: kept and tried again (an Event by `_keep`, a cordon `_keep_cordon`).
+            log.info("kubernetes: %s not made: %s", what, why)
             return None
         self.failed += 1
         log.warning("kubernetes: %s failed: %s", what, why)

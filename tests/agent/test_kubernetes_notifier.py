@@ -1049,3 +1049,59 @@ def test_an_events_file_that_cannot_be_written_is_a_condition_until_it_can(tmp_p
             eventually(lambda: conditions() == {}, timeout=10, what="the condition resolved")
             assert [n.id for n in decode_warned(warned.read_bytes())] == [notice["id"]]
     assert running.output().count(f"cannot write {warned}") == 1
+
+
+async def test_a_cordon_the_api_server_did_not_answer_is_tried_again(tmp_path: Path):
+    """The API server down (503) for longer than a cordon's 4 attempts (3.5 s): the cordon
+    was given up on until the next terminate, so the node stayed schedulable and the
+    scheduler placed new pods on the machine being reclaimed, their work lost with it. It is
+    kept and tried again while the terminate is in force, as an unanswered Event is."""
+    token = tmp_path / "token"
+    token.write_text("t1")
+    with cluster(None) as server:
+        down = {"kind": "status", "status": 503, "path": "/api/v1/nodes/", "count": 5}
+        httpx.post(f"{server.url}/_sim/faults", json=down, trust_env=False, timeout=5)
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, cordon=True)
+        notifier = KubernetesNotifier(settings, env={})
+        notifier.kept_retry = 0.2
+        notifier.on_start(["local"])
+        try:
+            notifier.on_notice(local_notice(1, "terminate"), escalated=False)
+            await eventually_async(
+                lambda: sim_state(server)["node"]["spec"].get("unschedulable") is True,
+                timeout=10,
+                what="the cordon, once the API server answers",
+            )
+            await eventually_async(
+                lambda: notifier.deliveries()["kubernetes"].pending == 0, what="none pending"
+            )
+            assert notifier.failed == 0
+        finally:
+            notifier.on_stop()
+
+
+async def test_a_kept_cordon_is_not_made_once_its_terminate_is_cleared(tmp_path: Path):
+    """A terminate withdrawn while its cordon waits for the API server: a cordon made after
+    it would leave the node unschedulable for nothing (the agent never uncordons)."""
+    token = tmp_path / "token"
+    token.write_text("t1")
+    with cluster(None) as server:
+        down = {"kind": "status", "status": 503, "path": "/api/v1/nodes/", "count": 4}
+        httpx.post(f"{server.url}/_sim/faults", json=down, trust_env=False, timeout=5)
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, cordon=True)
+        notifier = KubernetesNotifier(settings, env={})
+        notifier.kept_retry = 0.2
+        notifier.on_start(["local"])
+        try:
+            terminate = local_notice(1, "terminate")
+            notifier.on_notice(terminate, escalated=False)
+            await eventually_async(lambda: sim_faults(server) == [], what="the 4 attempts")
+            clear = terminate.model_copy(update={"seq": 2, "action": "clear"})
+            notifier.on_notice(clear, escalated=False)
+            await eventually_async(
+                lambda: notifier.deliveries()["kubernetes"].pending == 0, what="none pending"
+            )
+            # Pending counts a kept cordon: none once it is dropped (made, it cordoned).
+            assert sim_state(server)["node"]["spec"].get("unschedulable") is not True
+        finally:
+            notifier.on_stop()
