@@ -404,27 +404,36 @@ def changes(previous: Mapping[str, Report], current: Iterable[Report]) -> list[R
     return out
 
 
-def _taint_added(report: Report) -> str | None:
-    """The `timeAdded` of the taint a report was raised for, if it has one."""
+def _taint_added(report: Report) -> tuple[str, str] | None:
+    """When the taint a report was raised for was set, if it says: its `timeAdded`, else its
+    value. Cluster Autoscaler sets `ToBeDeletedByClusterAutoscaler` with no `timeAdded` and
+    the Unix time the scale-down began as its value: set again for a later scale-down, only
+    the value changes. With the field it came from: a `timeAdded` is not compared with a
+    value."""
     taint = report.detail.get("taint")
-    added = taint.get("timeAdded") if isinstance(taint, dict) else None
-    return added if isinstance(added, str) and added else None
+    if not isinstance(taint, dict):
+        return None
+    for name in ("timeAdded", "value"):
+        mark = taint.get(name)
+        if isinstance(mark, str) and mark:
+            return name, mark
+    return None
 
 
 def readded(previous: Mapping[str, Report], current: Iterable[Report]) -> list[Report]:
     """The clears owed, on a relist, for the reports of `previous` whose taint was removed and
-    added again since (its `timeAdded` differs): under the same id and action, a report sent
-    again without a clear is a repeat to a job's guard, which had saved for the first one. A
-    watch sees the removal; a relist (after a 410, or by a restarted agent) does not. A
-    `timeAdded` missing on either side (a cordon seen before the controller's taint) tells
-    nothing."""
+    added again since (its `timeAdded` differs; without one, its value, as Cluster
+    Autoscaler's does): under the same id and action, a report sent again without a clear is
+    a repeat to a job's guard, which had saved for the first one. A watch sees the removal; a
+    relist (after a 410, or by a restarted agent) does not. A mark missing on either side (a
+    cordon seen before the controller's taint), or not of the same field, tells nothing."""
     out = []
     for report in current:
         before = previous.get(report.id)
         if before is None or before.action == "clear":
             continue
         was, now = _taint_added(before), _taint_added(report)
-        if was is not None and now is not None and was != now:
+        if was is not None and now is not None and was[0] == now[0] and was[1] != now[1]:
             out.append(before.model_copy(update={"action": "clear", "noticed_at": utcnow()}))
     return out
 

@@ -244,6 +244,46 @@ def test_a_cordon_applied_again_while_the_agent_was_down_is_cleared_and_raised(
     assert "Traceback" not in agent.output()
 
 
+def test_a_scale_down_begun_again_while_the_agent_was_down_is_cleared_and_raised(
+    tmp_path: Path, server: SimServer
+) -> None:
+    """Cluster Autoscaler's taint has no `timeAdded`, only its value (the Unix time the
+    scale-down began). Removed (the scale-down given up) and set again while the agent was
+    down, the restarted agent took the new scale-down for the old one and said nothing: the
+    job, which had resumed after the first, was not told of the second."""
+    env = _kubernetes_env(tmp_path, server)
+    sim = server.sim
+    assert isinstance(sim, KubernetesSimulator)
+    key = "ToBeDeletedByClusterAutoscaler"
+    notice_id = f"kubernetes/{NODE}/taint/{key}"
+
+    def scale_down(began: str) -> None:
+        with sim.lock:
+            node = sim._edit()
+            taints = [t for t in node["spec"].get("taints", []) if t["key"] != key]
+            # As Cluster Autoscaler writes it: no timeAdded.
+            node["spec"]["taints"] = [*taints, {"key": key, "value": began, "effect": "NoSchedule"}]
+            sim._commit("MODIFIED", node)
+
+    with AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent:
+        wait_for_watch(server)
+        scale_down("1764928800")
+        eventually(lambda: published(agent.output(), notice_id), what="the scale-down's drain")
+    scale_down("1764929400")
+    with (
+        AgentProcess(tmp_path, providers=("kubernetes",), env=env) as agent,
+        agent.subscriber(topics=("notice", "heartbeat")) as sub,
+    ):
+        eventually(
+            lambda: f"kubernetes: drain {notice_id}" in agent.output(),
+            what="the restarted watcher's list",
+        )
+        settled(agent, sub)
+        sends = [line.split()[1] for line in published(agent.output(), notice_id)]
+        assert sends == ["clear", "drain"], agent.output()
+    assert "Traceback" not in agent.output()
+
+
 def test_a_shutdown_whose_ready_turned_unknown_stands_across_an_agent_restart(
     tmp_path: Path, server: SimServer
 ) -> None:

@@ -646,3 +646,29 @@ def test_aks_auto_drains_older_taint_name_drains_too() -> None:
     key = "remediator.aks.microsoft.com/unschedulable"
     reports = node_reports(node(taints=[{"key": key, "effect": "NoSchedule"}]), NODE, TAINTS)
     assert ids(reports) == {f"kubernetes/{NODE}/taint/{key}": "drain"}
+
+
+scale_down_times = st.none() | st.sampled_from(["1764928800", "1764929400"])
+
+
+@given(scale_down_times, scale_down_times)
+@settings(max_examples=30, deadline=None)
+def test_a_cluster_autoscaler_taint_set_again_is_cleared_on_a_relist(
+    before: str | None, after: str | None
+) -> None:
+    """Cluster Autoscaler's `ToBeDeletedByClusterAutoscaler` has no `timeAdded`, only its value
+    (the Unix time the scale-down began). Removed and set again while the agent or its watch
+    was down, the new scale-down was taken for the old one: no clear, no new drain, and the
+    job that resumed after the first was not told of the second."""
+    key = "ToBeDeletedByClusterAutoscaler"
+
+    def taint(value: str | None) -> list[dict[str, Any]]:
+        fields = {"key": key, "effect": "NoSchedule"}
+        return [{**fields, "value": value} if value else fields]
+
+    previous = node_reports(node(taints=taint(before)), NODE, TAINTS)
+    current = node_reports(node(taints=taint(after)), NODE, TAINTS)
+    clears = readded({r.id: r for r in previous}, current)
+    again = before is not None and after is not None and before != after
+    (tainted,) = previous
+    assert [(c.action, c.id) for c in clears] == ([("clear", tainted.id)] if again else [])
