@@ -692,6 +692,13 @@ class KubernetesNotifier(Observer):
         await self._kept_of(notice.id)
         self._tells += 1
         self._last_tell[notice.id] = self._tells
+        if any(entry[0].id == notice.id for entry in self._kept):
+            # One of its id still unanswered: this one waits behind it, kept, so the Events
+            # are made in order. Made at once, a Clear came before its Drain, which stood as
+            # the Node's last word (and a restart meanwhile made the Drain, then another Clear).
+            self._keep(notice, self._tells, self._targets())
+            await self._save_events()
+            return
         await self._make_events(notice, self._tells, self._targets())
 
     async def _cordon(self, notice: Notice, attempts: int = ATTEMPTS) -> None:

@@ -1105,3 +1105,45 @@ async def test_a_kept_cordon_is_not_made_once_its_terminate_is_cleared(tmp_path:
             assert sim_state(server)["node"]["spec"].get("unschedulable") is not True
         finally:
             notifier.on_stop()
+
+
+async def test_a_clear_waits_behind_its_drains_kept_event(tmp_path: Path):
+    """The drain's Event kept (unanswered), and unanswered again when its clear came, just
+    before the API server took the clear's: the Clear was made and the Drain stayed kept,
+    to be made after it (a reclaim standing that had ended); a restart meanwhile made the
+    Drain, then a second Clear. The clear now waits behind the drain, kept after it."""
+    token = tmp_path / "token"
+    token.write_text("t1")
+    with cluster(None) as server:
+        settings = Settings(url=server.url, node_name=NODE, token_file=token, events=True)
+        down = {"kind": "status", "status": 503, "path": "/apis/", "method": "POST", "count": 4}
+        httpx.post(f"{server.url}/_sim/faults", json=down, trust_env=False, timeout=5)
+        first = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+        first.kept_retry = 60.0  # not tried again on its own within the test
+        first.on_start(["local"])
+        drain = local_notice(1, "drain")
+        try:
+            first.on_notice(drain, escalated=False)
+            await eventually_async(
+                lambda: sim_faults(server) == [] and first.deliveries()["kubernetes"].pending,
+                what="the drain's Event unanswered",
+            )
+            once = {**down, "count": 1}
+            httpx.post(f"{server.url}/_sim/faults", json=once, trust_env=False, timeout=5)
+            first.on_notice(drain.model_copy(update={"seq": 2, "action": "clear"}), escalated=False)
+            await eventually_async(lambda: sim_faults(server) == [], what="the drain's retry")
+            await first.settle()
+            assert node_events(server, drain.id) == []
+        finally:
+            first.on_stop()
+        second = KubernetesNotifier(settings, env={}, state_dir=tmp_path)
+        second.on_start(["local"])
+        try:
+            second.on_restore_done(iter(range(10, 20)).__next__)
+            second.on_poll("local", True, None)
+            second.on_poll("local", True, None)
+            await eventually_async(lambda: second.created == 2, what="the drain and its clear")
+            await second.settle()
+        finally:
+            second.on_stop()
+        assert node_events(server, drain.id) == ["Drain", "Clear"]
