@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -188,7 +189,6 @@ class DigitalOceanWatcher:
             droplet_name=droplet.name,
             lead=s.lead,
             max_age=s.max_age,
-            booted=machine_started(),
             require_dkim=s.require_dkim,
         )
 
@@ -201,6 +201,10 @@ class DigitalOceanWatcher:
         # For a mail without a Message-ID: its bytes, not its UID, which starts over when
         # the server rebuilds the folder (a new UIDVALIDITY) and would raise it again.
         key = "sha256:" + hashlib.sha256(mail.raw).hexdigest()
+        # The boot time as of now (now less the clock since boot), read with the mail: read
+        # once at the start, a clock hours ahead then and set right by NTP since left it
+        # hours late, and this droplet's reclaims were due "before this machine started".
+        rules = dataclasses.replace(rules, booted=machine_started())
         try:
             return reclaim_verdict(mail.raw, rules, key, utcnow(), received=mail.received)
         except ParseError as error:

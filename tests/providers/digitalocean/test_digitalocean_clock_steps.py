@@ -1,0 +1,44 @@
+"""The mailbox watcher against a real Dovecot (see conftest.py) on a droplet whose wall clock
+is stepped while the agent runs: NTP's first sync on a VM whose clock was wrong."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from forewarn.agent.protocol import utcnow
+from forewarn.providers import boot
+from forewarn.testing.dovecot import Dovecot, MailUser
+from test_digitalocean_mailbox import reclaim, running, settings_for
+
+
+class SteppedClock:
+    """The wall clock as a module sees it: the true time plus `ahead`, which a test steps."""
+
+    def __init__(self, ahead: timedelta) -> None:
+        self.ahead = ahead
+
+    def __call__(self) -> datetime:
+        return utcnow() + self.ahead
+
+
+async def test_a_clock_ahead_at_the_start_and_corrected_later_does_not_drop_a_reclaim(
+    dovecot: Dovecot, mail_user: MailUser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The clock was 3 h ahead when the agent started with the droplet: the boot time read
+    # then (now less the clock since boot) was 3 h late. Once NTP set the clock right, a
+    # reclaim mail naming the droplet by name, due 2 h after it came, within the first hour
+    # was due "before this machine started" and dropped. (This machine booted hours ago:
+    # that much more ahead puts the boot time read where the droplet's would be.)
+    uptime = timedelta(seconds=time.clock_gettime(time.CLOCK_BOOTTIME))
+    clock = SteppedClock(uptime + timedelta(hours=3))
+    monkeypatch.setattr(boot, "utcnow", clock)
+    settings = settings_for(dovecot, mail_user, tmp_path, droplet_id=None)
+    async with running(settings, tmp_path / "state") as run:
+        await run.idling()
+        clock.ahead = timedelta(0)  # NTP's step back
+        dovecot.append(mail_user, reclaim("Your Spot GPU Droplet gpu-spot-1 will be reclaimed."))
+        reports = await run.count(1)
+        assert reports[0].action == "drain"
