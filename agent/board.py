@@ -166,8 +166,9 @@ class NoticeBoard:
         self.retired: dict[str, Report] = {}
         self.flushes: deque[float] = deque(maxlen=FLUSH_WINDOW)
         self.clients: set[str] = set()
-        # Until then no notice counts as flushed by every client (`hold_flushes`).
-        self.flushes_held_until: datetime | None = None
+        # Until this reading of `clock` no notice counts as flushed by every client
+        # (`hold_flushes`).
+        self.flushes_held_until: float | None = None
 
     # What is active.
 
@@ -558,16 +559,21 @@ class NoticeBoard:
         done, self.flushed_at_raise = self.flushed_at_raise, []
         return done
 
-    def hold_flushes(self, until: datetime) -> None:
-        """Count no notice flushed by every client before `until`: a restarted agent knows
+    def hold_flushes(self, seconds: float) -> None:
+        """Count no notice flushed by every client for `seconds`: a restarted agent knows
         only the clients whose sockets have reconnected, and one ack sent again at once (its
         client's retry) completed a notice other clients, still reconnecting, had not flushed.
-        `release_flushes` says which are flushed once the time has come."""
-        self.flushes_held_until = until
+        `release_flushes` says which are flushed once the time has come. Timed on `clock`:
+        on the wall clock, NTP's step forward ended the hold at once and a step back held
+        every flush for as long as the step."""
+        self.flushes_held_until = self.clock() + seconds
+
+    def _flushes_held(self) -> bool:
+        return self.flushes_held_until is not None and self.clock() < self.flushes_held_until
 
     def release_flushes(self) -> list[str]:
         """Once the hold has passed: the notices flushed by every client while it lasted."""
-        if self.flushes_held_until is None or self.now() < self.flushes_held_until:
+        if self.flushes_held_until is None or self._flushes_held():
             return []
         self.flushes_held_until = None
         return [notice_id for notice_id, e in self.entries.items() if self._newly_flushed(e)]
@@ -750,7 +756,7 @@ class NoticeBoard:
     def _newly_flushed(self, entry: Entry) -> bool:
         if entry.flushed or not entry.acked:
             return False
-        if self.flushes_held_until is not None and self.now() < self.flushes_held_until:
+        if self._flushes_held():
             return False
         if entry.expected - entry.acked:
             return False

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -434,7 +434,7 @@ class Agent:
             # here: a notice raised in the first seconds after a restart with none to restore was
             # flushed by the first client back, and its provider acted (an Azure approval, the
             # flag file removed) while clients still reconnecting had not received it.
-            self.board.hold_flushes(self.board.now() + timedelta(seconds=CLIENTS_RECONNECT_SECONDS))
+            self.board.hold_flushes(CLIENTS_RECONNECT_SECONDS)
 
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

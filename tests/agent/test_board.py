@@ -28,8 +28,13 @@ def report(**kwargs: object) -> Report:
 
 
 def board(margin: float = 30.0) -> tuple[NoticeBoard, Clock]:
+    """A board whose boot clock runs with `Clock` (no step of the wall clock here)."""
     clock = Clock()
-    return NoticeBoard(Sequencer(0), margin, now=clock), clock
+
+    def steady() -> float:
+        return (clock.now - T0).total_seconds()
+
+    return NoticeBoard(Sequencer(0), margin, now=clock, clock=steady), clock
 
 
 def test_repeats_send_nothing_and_a_moved_deadline_resends_with_the_same_id() -> None:
@@ -106,7 +111,7 @@ def test_no_notice_counts_as_flushed_while_flushes_are_held() -> None:
     b, clock = board()
     b.report(report())
     b.report(report(id="aws/spot-itn/2"))
-    b.hold_flushes(T0 + timedelta(seconds=3))
+    b.hold_flushes(3.0)
     b.client_joined("a")
     assert not b.record_ack("aws/spot-itn/1", "a", 1.0)
     b.client_joined("b")
@@ -415,7 +420,7 @@ def test_a_notice_acked_while_flushes_are_held_is_not_flushed_by_a_second_restar
     b.report(report(deadline=T0 + timedelta(hours=2)))
     first, clock = board()
     first.restore([], provider=b.provider_notices())
-    first.hold_flushes(T0 + timedelta(seconds=3))
+    first.hold_flushes(3.0)
     first.client_joined("a")  # b is still reconnecting
     assert not first.record_ack("aws/spot-itn/1", "a", 1.0)
     second, clock = board()
@@ -427,7 +432,7 @@ def test_a_notice_acked_while_flushes_are_held_is_not_flushed_by_a_second_restar
         expected_by=first.expected_by(),
     )
     assert second.flushed_ids("aws") == []
-    second.hold_flushes(T0 + timedelta(seconds=3))
+    second.hold_flushes(3.0)
     second.client_joined("a")
     second.client_joined("b")
     clock.now = T0 + timedelta(seconds=3)
@@ -675,3 +680,22 @@ def test_a_notices_age_goes_on_from_its_saved_reading_in_the_same_boot() -> None
     restarted.restore([], provider=b.provider_notices(), raised_clock=readings)
     assert restarted.ages() == {first.id: 30.0}
     assert restarted.raised_clocks() == {first.id: 100.0}
+
+
+def test_the_restart_s_hold_on_flushes_lasts_its_seconds_whatever_the_wall_clock_does() -> None:
+    """The hold after a restart is timed on the board's boot clock: NTP stepping the wall
+    clock forward ended it at once (an ack completed a notice clients still reconnecting
+    had not flushed: its provider acted), and stepping it back held every flush for hours."""
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    b.report(report())
+    b.hold_flushes(3.0)
+    b.client_joined("a")
+    wall.now = T0 + timedelta(hours=1)  # stepped forward; a second has passed
+    steady[0] = 1.0
+    assert not b.record_ack("aws/spot-itn/1", "a", 1.0)
+    assert b.release_flushes() == []
+    wall.now = T0 - timedelta(hours=1)  # stepped back; the hold's seconds have passed
+    steady[0] = 3.0
+    assert b.release_flushes() == ["aws/spot-itn/1"]

@@ -104,7 +104,12 @@ class NoticeLife(RuleBasedStateMachine):
 
     def _new_board(self, sequencer: Sequencer) -> NoticeBoard:
         return NoticeBoard(
-            sequencer, FLOOR, now=lambda: self.now, grace=GRACE, manual_lifetime=LIFETIME
+            sequencer,
+            FLOOR,
+            now=lambda: self.now,
+            grace=GRACE,
+            manual_lifetime=LIFETIME,
+            clock=lambda: (self.now - T0).total_seconds(),
         )
 
     # The model's rules.
@@ -432,7 +437,7 @@ class NoticeLife(RuleBasedStateMachine):
             loaded.raised,
         )
         # As the runner after any restart, notices restored or not.
-        self.board.hold_flushes(self.now + timedelta(seconds=RECONNECT))
+        self.board.hold_flushes(RECONNECT)
         escalated, expired = self.board.due()
         sent = {n.id for n in [*escalated, *expired]}
         replayed = [n for n in self.board.active() if n.id not in sent]
