@@ -391,6 +391,9 @@ CONTROL_TIMEOUT = 30.0
 # How long `wait --client` waits for the agent to hold the notice before handing it to its
 # job: the job's save is not to wait on a busy agent for long.
 HOLD_TIMEOUT = 5.0
+# How long `wait` waits for the agent's status to tell a notice raised after it began from one
+# in force before (`waitrule`): without it, the notice's `noticed_at` decides.
+AGES_TIMEOUT = 2.0
 
 
 def _ask(
@@ -1196,6 +1199,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
         exit_margin=args.exit_margin,
         say=lambda line: print(f"forewarn: wait: {line}", file=sys.stderr, flush=True),
         client=args.client,
+        ages=lambda: _status_ages(control, args.runtime_dir),
     )
     sock = _subscribe(events)
     silence = _AgentSilence("wait", events, args.agent_timeout)
@@ -1241,6 +1245,17 @@ def cmd_wait(args: argparse.Namespace) -> int:
                 return found(ready)
     finally:
         sock.close()  # a Ctrl-C goes on to main, which ends by it (`_end_by_sigint`)
+
+
+def _status_ages(control: str, runtime: Path | None) -> dict[str, object] | None:
+    """The agent's `ages` of its notices (`waitrule`: raised after the wait began?), or None
+    when it gives none (older) or does not answer within AGES_TIMEOUT."""
+    try:
+        reply = request(control, {"op": "status"}, AGES_TIMEOUT, runtime=runtime)
+    except (TimeoutError, OSError, ReplyError):
+        return None
+    ages = reply.get("ages")
+    return ages if isinstance(ages, dict) else None
 
 
 def _hold(control: str, runtime: Path | None, notice_id: str, client: str, pid: int | None) -> None:

@@ -23,17 +23,23 @@ read by `acked` as before.
 
 A notice raised or changed after the wait began is returned at once, and so is a drain this
 wait saw and passed by that is escalated to terminate (its `noticed_at` is the drain's).
+Raised after it began is told by the agent's `ages` (seconds since each notice was raised,
+on a clock no step of the wall clock moves) where the agent gives them: by `noticed_at`
+alone, NTP stepping the clock back after the wait began had a drain raised since taken for
+one in force before it, and passed by when another client had acked it.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from forewarn.protocol.timefmt import parse_time, utcnow
 
+from .board import steady_seconds
 from .limits import ACKED_BY_LISTED
 
 # The client library's INHERITED_EXIT_MARGIN (tests/agent/test_shell_job_loops.py pins the
@@ -63,10 +69,17 @@ class WaitRule:
         exit_margin: float,
         say: Callable[[str], None],
         client: str | None = None,
+        clock: Callable[[], float] = steady_seconds,
+        ages: Callable[[], Mapping[str, object] | None] | None = None,
     ) -> None:
+        """`clock`: the boot clock, as the agent's; `ages`: the agent's status `ages`
+        (None when it does not answer or gives none)."""
         self.accepted = accepted
         self.client = client
         self.started = started
+        self.clock = clock
+        self.started_clock = clock()
+        self.ages = ages
         self.exit_margin = exit_margin
         self.say = say
         self._beat: dict[str, Any] | None = None
@@ -139,10 +152,21 @@ class WaitRule:
         self._passed.pop(notice_id, None)
 
     def _in_force_before(self, notice: Notice) -> Notice | None:
-        if parse_time(notice["noticed_at"]) >= self.started:
+        if parse_time(notice["noticed_at"]) >= self.started or self._raised_since(notice["id"]):
             return notice
         self._undecided[notice["id"]] = (notice, time.monotonic())
         return self._decide()
+
+    def _raised_since(self, notice_id: str) -> bool:
+        """Whether the agent raised the notice after this wait began, by its age on the boot
+        clock; False where the agent gives none (older, or not answering): then `noticed_at`
+        decides alone. Only ever turns "before" into "after": `ages` counts from the
+        raise, and a notice changed since the wait began is news by its `noticed_at`."""
+        ages = self.ages() if self.ages is not None else None
+        age = ages.get(notice_id) if ages is not None else None
+        if not isinstance(age, (int, float)) or isinstance(age, bool) or not 0 <= age < math.inf:
+            return False
+        return age < self.clock() - self.started_clock
 
     def _decide(self) -> Notice | None:
         beat = self._beat

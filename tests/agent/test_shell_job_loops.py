@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from forewarn.agent.cli import main
+from forewarn.agent.cli import _status_ages, main
 from forewarn.protocol.timefmt import format_time
 from support import AgentProcess, Subscriber, eventually, forewarn_cmd
 
@@ -242,6 +242,9 @@ def test_a_wait_with_a_client_id_passes_by_only_the_drains_that_client_acked(
         code = _wait(agent, monkeypatch, "--for", "drain", "--client", "loop", "--timeout", "10s")
         out, _ = capsys.readouterr()
         assert code == 0 and drain["id"] in out, out
+        # What `wait` reads to tell a drain raised after it began (`waitrule`): its age.
+        ages = _status_ages(agent.control_endpoint, agent.runtime)
+        assert ages is not None and drain["id"] in ages, ages
         monkeypatch.setenv("FOREWARN_RUNTIME_DIR", agent.env["FOREWARN_RUNTIME_DIR"])
         assert main(["ack", drain["id"], "--client", "loop"]) == 0
         assert main(["status"]) == 0

@@ -194,3 +194,31 @@ def test_a_client_wait_returns_a_drain_only_another_client_saved_for() -> None:
     rule.notice(drain)
     assert rule.heartbeat({**beat, "acked_by": {"a": ["loop", "trainer"]}}) is None
     assert "client loop has saved for it" in said[-1]
+
+
+def test_a_drain_raised_after_the_wait_began_under_a_clock_stepped_back_is_returned() -> None:
+    """NTP stepped the clock back an hour after the wait began: the agent's `noticed_at` of a
+    drain raised since is before the wait's start, and another client's ack had it passed by
+    as one saved for before this wait (the loop never saved for it). The agent's `ages`, on
+    a clock no step moves, tell it came after."""
+    steady = [500.0]
+    ages: dict[str, float] = {}
+    said: list[str] = []
+    rule = WaitRule(
+        ("drain", "terminate"),
+        started=STARTED,
+        exit_margin=30.0,
+        say=said.append,
+        clock=lambda: steady[0],
+        ages=lambda: ages,
+    )
+    steady[0] += 5.0  # the drain came 4 s after the wait began, an hour "before" it
+    ages["n"] = 1.0
+    rule.heartbeat({"active": ["n"], "acked": ["n"]})
+    notice = {"id": "n", "action": "drain", "noticed_at": format_time(STARTED - timedelta(hours=1))}
+    assert rule.notice(notice) == notice and said == []
+    # One in force before the wait began (by its age) is still decided by the acks.
+    ages["m"] = 60.0
+    rule.heartbeat({"active": ["n", "m"], "acked": ["n", "m"]})
+    before = {**notice, "id": "m"}
+    assert rule.notice(before) is None and len(said) == 1
