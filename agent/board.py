@@ -721,6 +721,13 @@ class NoticeBoard:
             )
             return _plus(ends, self.grace)
         if entry.report.provider == "local":
+            if entry.raised_clock is not None:
+                # Counted on `clock`, as of now: on the wall clock, NTP's step forward (first
+                # sync on a VM whose clock was behind) retired a drain at once, with a clear,
+                # before the job saved, and a step back kept it for as long as the step.
+                age = max(0.0, self.clock() - entry.raised_clock)
+                left = self.manual_lifetime - timedelta(seconds=age)
+                return _plus(self.now(), left)
             return _plus(entry.raised_at, self.manual_lifetime)
         if entry.restored and entry.restored_at is not None:
             # A watcher that cannot answer for that long after a restart cannot confirm it

@@ -699,3 +699,23 @@ def test_the_restart_s_hold_on_flushes_lasts_its_seconds_whatever_the_wall_clock
     wall.now = T0 - timedelta(hours=1)  # stepped back; the hold's seconds have passed
     steady[0] = 3.0
     assert b.release_flushes() == ["aws/spot-itn/1"]
+
+
+def test_a_local_notice_s_lifetime_is_counted_on_the_boot_clock() -> None:
+    """`forewarn notify` without a deadline lives `manual_lifetime` after it was raised: on the
+    wall clock, NTP stepping it forward (first sync on a VM whose clock was behind) retired
+    the drain at once, with a clear, before the job had saved; a step back kept it for as
+    long as the step."""
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    b.manual_lifetime = timedelta(hours=1)
+    b.report(report(id="local/manual/1", provider="local", reason="manual"), manual=True)
+    wall.now = T0 + timedelta(hours=3)  # stepped forward; a second has passed
+    steady[0] = 1.0
+    assert b.due() == ([], [])
+    assert b.next_due() == wall.now + timedelta(seconds=3599)
+    wall.now = T0 - timedelta(hours=3)  # stepped back; the lifetime has passed
+    steady[0] = 3600.0
+    _, (expired,) = b.due()
+    assert expired.id == "local/manual/1" and "no deadline" in expired.detail["expired"]
