@@ -104,7 +104,9 @@ class Entry:
     # Restored from the state file after a restart, or held while its provider's watcher was
     # built again after a crash, and not reported again by its provider yet.
     restored: bool = False
-    restored_at: datetime | None = None
+    # When, by `NoticeBoard.clock` (no step of the wall clock moves it): it awaits its
+    # provider's report for the grace from then.
+    restored_clock: float | None = None
     restored_after: str = "the agent restarted"  # what it awaits a report after, for the clear
     # Clients that are no subscribers held it (`hold`: a shell job's `forewarn wait --client`):
     # kept apart from `expected`, whose subscribers a restarted agent learns again as they
@@ -265,11 +267,11 @@ class NoticeBoard:
         built next may never see one withdrawn meanwhile (it learns of withdrawals by what
         leaves its provider's list). As after a restart, those it does not report again once
         it has answered are withdrawn (`withdraw_restored`). `after` says what happened."""
-        now = self.now()
+        now = self.clock()
         for entry in self.entries.values():
             if entry.manual or entry.report.provider != provider or entry.restored:
                 continue
-            entry.restored, entry.restored_at, entry.restored_after = True, now, after
+            entry.restored, entry.restored_clock, entry.restored_after = True, now, after
 
     def withdraw_restored(self, provider: str, why: str | None = None) -> list[Notice]:
         """Clear the restored notices of `provider` that its watcher, having answered, did not
@@ -670,7 +672,7 @@ class NoticeBoard:
             if entry is None:
                 continue
             entry.restored = not manual
-            entry.restored_at = None if manual else self.now()
+            entry.restored_clock = None if manual else self.clock()
             # Raised before the restart: when by this clock only if it was saved in this boot.
             reading = (raised_clock or {}).get(notice.id)
             entry.raised_clock = reading if reading is not None and reading <= now else None
@@ -729,11 +731,14 @@ class NoticeBoard:
                 left = self.manual_lifetime - timedelta(seconds=age)
                 return _plus(self.now(), left)
             return _plus(entry.raised_at, self.manual_lifetime)
-        if entry.restored and entry.restored_at is not None:
+        if entry.restored and entry.restored_clock is not None:
             # A watcher that cannot answer for that long after a restart cannot confirm it
             # either: kept, it would stay active forever (raised again, same occurrence, when
-            # the provider is heard reporting it).
-            return _plus(entry.restored_at, self.grace)
+            # the provider is heard reporting it). Counted on `clock`, as of now: on the wall
+            # clock, NTP's step forward just after a restart withdrew it before its watcher
+            # answered, and a step back kept it for as long as the step.
+            waited = max(0.0, self.clock() - entry.restored_clock)
+            return _plus(self.now(), self.grace - timedelta(seconds=waited))
         return None
 
     def _remember(self, notice_id: str, kept: Remembered) -> None:

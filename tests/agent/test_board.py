@@ -719,3 +719,23 @@ def test_a_local_notice_s_lifetime_is_counted_on_the_boot_clock() -> None:
     steady[0] = 3600.0
     _, (expired,) = b.due()
     assert expired.id == "local/manual/1" and "no deadline" in expired.detail["expired"]
+
+
+def test_a_restored_notice_awaits_its_provider_for_the_grace_on_the_boot_clock() -> None:
+    """A notice restored after a restart, without a deadline, awaits its watcher's report for
+    the grace: on the wall clock, NTP stepping it forward just after the restart withdrew it
+    (a clear) before its watcher had answered; a step back kept one the provider no longer
+    shows for as long as the step."""
+    b, _ = board()
+    b.report(report())
+    wall = Clock()
+    steady = [0.0]
+    restarted = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    restarted.restore([], provider=b.provider_notices())
+    wall.now = T0 + timedelta(hours=3)  # stepped forward; a second has passed
+    steady[0] = 1.0
+    assert restarted.due() == ([], [])
+    wall.now = T0 - timedelta(hours=3)  # stepped back; the grace has passed
+    steady[0] = restarted.grace.total_seconds()
+    _, (expired,) = restarted.due()
+    assert expired.id == "aws/spot-itn/1"
