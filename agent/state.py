@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from forewarn.protocol.timefmt import format_time, parse_time
-from forewarn.providers.boot import boot_id, one_boot
+from forewarn.providers.boot import boot_id, one_boot, saved_boot_time
 from forewarn.providers.persist import write_atomically
 from pydantic import ValidationError
 
@@ -160,7 +160,7 @@ def load_state(path: Path) -> AgentState:
         held_by=_acked_by(raw.get("held_by", {})),
         held_pids=_held_pids(raw.get("held_pids", {})),
         raised_clock=_clock_readings(raw.get("raised_clock", {})),
-        booted=_time(raw.get("booted")),
+        booted=saved_boot_time(raw.get("booted")),
     )
 
 
@@ -177,15 +177,6 @@ def _clock_readings(raw: object) -> dict[str, float]:
             if 0 <= reading < math.inf:
                 readings[notice_id] = reading
     return readings
-
-
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value)
-    except (ValueError, OverflowError):
-        return None
 
 
 def another_boot(state: AgentState, this_boot: str | None, booted: datetime | None) -> bool:

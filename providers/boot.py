@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from forewarn.protocol.timefmt import utcnow
+from forewarn.protocol.timefmt import parse_time, utcnow
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 # Two boot times (now less the clock since boot) this close are one boot, read twice: they
@@ -47,4 +47,35 @@ def one_boot(saved: datetime, booted: datetime) -> bool:
     return abs((saved - booted).total_seconds()) <= BOOT_TIME_SLACK
 
 
-__all__ = ["BOOT_ID_PATH", "BOOT_TIME_SLACK", "boot_id", "machine_started", "one_boot"]
+def saved_boot_time(value: object) -> datetime | None:
+    """A boot time as a record saved it (`"booted"`); None when absent or not a time."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except (ValueError, OverflowError):
+        return None
+
+
+def same_boot(
+    payload: dict[str, object], this_boot: str | None, booted: datetime | None
+) -> bool | None:
+    """Whether a record (`boot_id`, `booted`) was written in this boot: by the boot id, or,
+    where it cannot be read, by the boot time; None when neither tells."""
+    if this_boot is not None:
+        return payload.get("boot_id") == this_boot
+    saved = saved_boot_time(payload.get("booted"))
+    if saved is None or booted is None:
+        return None
+    return one_boot(saved, booted)
+
+
+__all__ = [
+    "BOOT_ID_PATH",
+    "BOOT_TIME_SLACK",
+    "boot_id",
+    "machine_started",
+    "one_boot",
+    "same_boot",
+    "saved_boot_time",
+]

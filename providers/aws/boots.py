@@ -25,9 +25,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-from forewarn.protocol.timefmt import format_time, parse_time
+from forewarn.protocol.timefmt import format_time
 from forewarn.providers.report import Report
 
+from ..boot import same_boot
 from ..health import PollHealth
 from ..persist import read_state_object, write_or_report
 
@@ -41,19 +42,6 @@ BOOT_ENDING_CODES = frozenset(
 )
 # IMDS lists a handful of events; anything past this is not a list of ours.
 MAX_EVENTS = 64
-# Two boot times (now less the clock since boot) this close are one boot, read twice: they
-# differ by the time the clock was stepped since. A reboot puts the boot before's whole uptime
-# (the agent started, polled and published) and the reboot itself between them.
-BOOT_TIME_SLACK = 10.0
-
-
-def _boot_time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value)
-    except (ValueError, OverflowError):
-        return None
 
 
 def _events(value: object) -> dict[str, str]:
@@ -83,7 +71,7 @@ class RebootRecord:
         booted: datetime | None,
         health: PollHealth | None = None,
     ) -> None:
-        # Without a boot id the boot time tells the boots apart (`_same_boot`).
+        # Without a boot id the boot time tells the boots apart (`boot.same_boot`).
         self.path = path if boot_id is not None or booted is not None else None
         self.boot_id = boot_id
         self.booted = booted
@@ -98,21 +86,11 @@ class RebootRecord:
         if payload is None:
             return
         seen, ended = _events(payload.get("seen")), _events(payload.get("ended"))
-        same = self._same_boot(payload)
+        same = same_boot(payload, self.boot_id, self.booted)
         if same:
             self.seen, self.ended = seen, ended
         elif same is not None and booted is not None:
             self.before = {**seen, **ended}
-
-    def _same_boot(self, payload: dict[str, object]) -> bool | None:
-        """Whether the file was written in this boot: by the boot id, or, where it cannot be
-        read, by the boot time; None when neither tells (nothing is held back then)."""
-        if self.boot_id is not None:
-            return payload.get("boot_id") == self.boot_id
-        saved = _boot_time(payload.get("booted"))
-        if saved is None or self.booted is None:
-            return None
-        return abs((saved - self.booted).total_seconds()) <= BOOT_TIME_SLACK
 
     def held_back(self, reports: list[Report]) -> list[Report]:
         """`reports` (what IMDS lists now) without the events that ended an earlier boot."""

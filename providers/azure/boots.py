@@ -24,9 +24,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
-from forewarn.protocol.timefmt import format_time, parse_time
+from forewarn.protocol.timefmt import format_time
 
-from ..boot import one_boot
+from ..boot import same_boot
 from ..health import PollHealth
 from ..persist import read_state_object, write_or_report
 from .events import ScheduledEvent
@@ -38,15 +38,6 @@ BOOT_FILE = "azure-boot.json"
 BOOT_ENDING = frozenset({"Reboot", "Redeploy", "Preempt", "Terminate"})
 # A document lists a handful of events; anything past this is not a list of ours.
 MAX_IDS = 256
-
-
-def _boot_time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return parse_time(value)
-    except (ValueError, OverflowError):
-        return None
 
 
 def _ids(value: object) -> set[str]:
@@ -66,7 +57,7 @@ class BootRecord:
         *,
         booted: datetime | None = None,
     ) -> None:
-        # Without a boot id the boot time tells the boots apart (`_same_boot`).
+        # Without a boot id the boot time tells the boots apart (`boot.same_boot`).
         self.path = path if boot_id is not None or booted is not None else None
         self.boot_id = boot_id
         self.booted = booted
@@ -82,21 +73,11 @@ class BootRecord:
             return
         saved = _ids(payload.get("seen"))
         ended = _ids(payload.get("ended"))
-        same = self._same_boot(payload)
+        same = same_boot(payload, self.boot_id, self.booted)
         if same:
             self.seen, self.ended = saved, ended
         elif same is not None:
             self.before = saved | ended
-
-    def _same_boot(self, payload: dict[str, object]) -> bool | None:
-        """Whether the file was written in this boot: by the boot id, or, where it cannot be
-        read, by the boot time; None when neither tells (nothing is held back then)."""
-        if self.boot_id is not None:
-            return payload.get("boot_id") == self.boot_id
-        saved = _boot_time(payload.get("booted"))
-        if saved is None or self.booted is None:
-            return None
-        return one_boot(saved, self.booted)
 
     def held_back(self, events: Iterable[ScheduledEvent]) -> set[str]:
         """The EventIds of `events` (a document's) that ended an earlier boot. The first
