@@ -20,7 +20,6 @@ The board does no I/O: it returns the notices to publish, and the runner sends t
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from forewarn.protocol.fields import Action
 from forewarn.protocol.timefmt import parse_time, utcnow
 
 from .protocol import Notice, Report
+from .steadyclock import steady_seconds
 
 log = logging.getLogger("forewarn.agent")
 
@@ -806,15 +806,6 @@ class NoticeBoard:
             sent_at=self.now(),
             detail=report.detail,
         )
-
-
-def steady_seconds() -> float:
-    """Seconds since boot, suspends included (Linux's boot clock), else the monotonic clock:
-    neither is stepped with the wall clock."""
-    try:
-        return time.clock_gettime(time.CLOCK_BOOTTIME)
-    except (AttributeError, OSError):  # not Linux
-        return time.monotonic()
 
 
 def _deadline_moved(before: datetime | None, after: datetime | None) -> bool:

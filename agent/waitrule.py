@@ -39,8 +39,8 @@ from typing import Any
 
 from forewarn.protocol.timefmt import parse_time, utcnow
 
-from .board import steady_seconds
 from .limits import ACKED_BY_LISTED
+from .steadyclock import steady_seconds
 
 # The client library's INHERITED_EXIT_MARGIN (tests/agent/test_shell_job_loops.py pins the
 # two together): a terminate an earlier job acted on stops the next one this long before
