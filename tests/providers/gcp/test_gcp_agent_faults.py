@@ -7,8 +7,11 @@ that was not withdrawn."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.gcp.simulate import GcpSimulator
@@ -95,6 +98,24 @@ def test_a_long_poll_held_past_a_preemption_is_abandoned_in_the_window(tmp_path:
         assert sub.drain(0.5) == []
 
 
+@contextmanager
+def upcoming_window(tmp_path: Path) -> Iterator[tuple[GcpSimulator, Subscriber, dict[str, Any]]]:
+    """An agent watching a simulator that announced maintenance in an hour, and the drain
+    the subscriber got for it; the upcoming-maintenance read every 0.1 s."""
+    sim = GcpSimulator()
+    with SimServer(sim) as server:
+        fast = {**FAST, "FOREWARN_GCP_UPCOMING_INTERVAL": "0.1"}
+        env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **fast)
+        with (
+            AgentProcess(tmp_path, providers=("gcp",), env=env) as agent,
+            subscribed(agent) as sub,
+        ):
+            sim.raise_notice("upcoming", {"start_in": 3600})
+            drain = sub.notice(timeout=10)
+            assert (drain["action"], drain["reason"]) == ("drain", "scheduled-maintenance")
+            yield sim, sub, drain
+
+
 def test_a_server_back_as_the_503_tries_end_keeps_an_upcoming_window_under_its_id(
     tmp_path: Path,
 ) -> None:
@@ -103,28 +124,18 @@ def test_a_server_back_as_the_503_tries_end_keeps_an_upcoming_window_under_its_i
     read of another key): that read answered 200, so the three 503s were taken for "nothing
     scheduled", and the job got a clear of its window and a drain under a new id. The 503s
     are exactly the three tries here, so the race is taken every time."""
-    sim = GcpSimulator()
-    with SimServer(sim) as server:
-        fast = {**FAST, "FOREWARN_GCP_UPCOMING_INTERVAL": "0.1"}
-        env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **fast)
-        with (
-            AgentProcess(tmp_path, providers=("gcp",), env=env) as agent,
-            subscribed(agent) as sub,
-        ):
-            sim.raise_notice("upcoming", {"start_in": 3600})
-            drain = sub.notice(timeout=10)
-            assert (drain["action"], drain["reason"]) == ("drain", "scheduled-maintenance")
-            reads = "GET /computeMetadata/v1/instance/upcoming-maintenance"
-            sim.add_fault(
-                "status",
-                status=503,
-                path="/computeMetadata/v1/instance/upcoming-maintenance",
-                count=3,
-            )
-            eventually(lambda: not sim.faults(), 10, "the three tries (the fault used up)")
-            before = sim.requests[reads]
-            eventually(lambda: sim.requests[reads] >= before + 3, 10, "reads after them")
-            assert sub.drain(0.3) == []  # nothing was withdrawn: nothing said
+    with upcoming_window(tmp_path) as (sim, sub, _):
+        reads = "GET /computeMetadata/v1/instance/upcoming-maintenance"
+        sim.add_fault(
+            "status",
+            status=503,
+            path="/computeMetadata/v1/instance/upcoming-maintenance",
+            count=3,
+        )
+        eventually(lambda: not sim.faults(), 10, "the three tries (the fault used up)")
+        before = sim.requests[reads]
+        eventually(lambda: sim.requests[reads] >= before + 3, 10, "reads after them")
+        assert sub.drain(0.3) == []  # nothing was withdrawn: nothing said
 
 
 def test_a_server_wide_503_keeps_an_upcoming_window_under_its_id(tmp_path: Path) -> None:
@@ -132,26 +143,16 @@ def test_a_server_wide_503_keeps_an_upcoming_window_under_its_id(tmp_path: Path)
     three tries (a server restarting, or under host maintenance for a few seconds). Some VMs
     answer 503 when nothing is scheduled, so the read took it for that: the job got a clear
     of its window and a new drain under another id at the next good read, and saved again."""
-    sim = GcpSimulator()
-    with SimServer(sim) as server:
-        fast = {**FAST, "FOREWARN_GCP_UPCOMING_INTERVAL": "0.1"}
-        env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **fast)
-        with (
-            AgentProcess(tmp_path, providers=("gcp",), env=env) as agent,
-            subscribed(agent) as sub,
-        ):
-            sim.raise_notice("upcoming", {"start_in": 3600})
-            drain = sub.notice(timeout=10)
-            assert (drain["action"], drain["reason"]) == ("drain", "scheduled-maintenance")
-            reads = "GET /computeMetadata/v1/instance/upcoming-maintenance"
-            fault = sim.add_fault("status", status=503)
-            # Past the three tries (0.2 s apart) of two reads: 503 all along.
-            eventually(lambda: sim.faults()[0]["answered"] >= 7, 10, "reads in the outage")
-            sim.remove_fault(fault)
-            before = sim.requests[reads]
-            eventually(lambda: sim.requests[reads] >= before + 3, 10, "reads after it")
-            assert sub.drain(0.3) == []  # nothing was withdrawn: nothing said
-            # A real withdrawal still clears, under the window's id.
-            sim.withdraw("upcoming-maintenance")
-            cleared = sub.notice(timeout=10)
-            assert (cleared["action"], cleared["id"]) == ("clear", drain["id"])
+    with upcoming_window(tmp_path) as (sim, sub, drain):
+        reads = "GET /computeMetadata/v1/instance/upcoming-maintenance"
+        fault = sim.add_fault("status", status=503)
+        # Past the three tries (0.2 s apart) of two reads: 503 all along.
+        eventually(lambda: sim.faults()[0]["answered"] >= 7, 10, "reads in the outage")
+        sim.remove_fault(fault)
+        before = sim.requests[reads]
+        eventually(lambda: sim.requests[reads] >= before + 3, 10, "reads after it")
+        assert sub.drain(0.3) == []  # nothing was withdrawn: nothing said
+        # A real withdrawal still clears, under the window's id.
+        sim.withdraw("upcoming-maintenance")
+        cleared = sub.notice(timeout=10)
+        assert (cleared["action"], cleared["id"]) == ("clear", drain["id"])
