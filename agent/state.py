@@ -261,6 +261,16 @@ def _expected_by(raw: object) -> dict[str, list[str]]:
 def _notices(raw: dict[str, object], key: str, path: Path) -> list[Notice]:
     notices = []
     items = raw.get(key, [])
+    if items is not None and not isinstance(items, list):
+        # A hand edit (one notice without its list's brackets): left out in silence, the next
+        # save wrote the file over and a manual notice nothing raises again was gone unsaid.
+        log.error(
+            "state file %s: %s is not a list (%s: %.200s); its notices dropped",
+            path,
+            key,
+            type(items).__name__,
+            json.dumps(items),
+        )
     for item in items if isinstance(items, list) else []:
         try:
             notices.append(saved_notice(item))

@@ -11,8 +11,10 @@ notices the same way.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
+import pytest
 from forewarn.agent.notifications.pending import PendingFile, decode_pending, encode_pending
 from forewarn.agent.protocol import Notice
 from forewarn.agent.state import (
@@ -108,3 +110,24 @@ def test_a_state_files_boot_clock_readings_read_back_as_written(tmp_path: Path) 
     del old["raised_clock"]  # an agent from before the readings were kept
     path.write_text(json.dumps(old))
     assert load_state(path).raised_clock == {}
+
+
+@pytest.mark.parametrize("key", ["manual", "provider"])
+@pytest.mark.parametrize("shape", ["one notice", "text"])
+def test_a_notice_list_edited_into_no_list_is_reported_not_dropped_in_silence(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, key: str, shape: str
+) -> None:
+    """A hand edit left `"manual": {...}` (one notice, its list's brackets removed) or a
+    string: the agent started with no such notice and said nothing, and its next save wrote
+    the file over, so a manual drain nothing raises again was gone without a word. It is
+    reported, naming the key, as a notice that does not validate is."""
+    notice = sent(4, "drain")
+    saved = json.loads(encode_state(AgentState(seq=5, **{key: [notice]})))  # type: ignore[arg-type]
+    saved[key] = saved[key][0] if shape == "one notice" else "local/4"
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(saved))
+    with caplog.at_level(logging.ERROR, logger="forewarn.agent"):
+        state = load_state(path)
+    assert getattr(state, key) == []
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(f"{key} is not a list" in message for message in errors), errors
