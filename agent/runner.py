@@ -1329,7 +1329,10 @@ class Agent:
                 self.board.held_by(),
                 self._held_pids(),
                 self.board.raised_clocks(),
-                self.booted,
+                # Read now, not the start's: a clock stepped since the start (NTP's first
+                # sync) moved the boot time the next start reads, and that start took this
+                # boot's file for another boot's, its provider notices not restored.
+                machine_started(),
             )
         )
 

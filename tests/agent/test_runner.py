@@ -705,3 +705,30 @@ async def test_a_re_raise_every_client_acked_already_tells_its_provider(tmp_path
     assert told == ["aws/spot/1"]
     await agent.state_writer.settled()
     agent.state_writer.close()
+
+
+async def test_without_a_boot_id_the_boot_time_saved_is_read_at_each_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a container that cannot read the kernel's boot id, the boot time (now less the
+    clock since boot) tells a state file of this boot from one of the boot before. It was
+    read once, at the agent's start, and saved with every state: NTP's first sync on a VM
+    whose clock was off stepped it by minutes after that, and at the next restart (an
+    upgrade) the file read as another boot's, so the provider notices in force (a spot
+    terminate, acked already) were not restored and their watchers raised them anew. Read at
+    each save, the boot time saved is the one the clock gives now."""
+    booted = datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc)
+    readings = iter([booted - timedelta(minutes=5), booted])  # the start's, then a save's
+    monkeypatch.setattr(runner, "boot_id", lambda: None)
+    monkeypatch.setattr(runner, "machine_started", lambda: next(readings))
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    agent.sequencer = Sequencer()
+    agent.board = NoticeBoard(agent.sequencer, 30.0)
+    (tmp_path / "state").mkdir()
+    agent.state_path.write_bytes(agent._state_bytes())
+    saved = load_state(agent.state_path)
+    assert saved.boot_id is None and saved.booted == booted
+    assert not state_module.another_boot(saved, None, booted)
