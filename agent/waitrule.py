@@ -21,12 +21,14 @@ first, was passed by, and the loop never saved for it. An agent whose heartbeat 
 `acked_by` (older), or names as many clients as it lists for a notice without this one, is
 read by `acked` as before.
 
-A notice raised or changed after the wait began is returned at once, and so is a drain this
-wait saw and passed by that is escalated to terminate (its `noticed_at` is the drain's).
-Raised after it began is told by the agent's `ages` (seconds since each notice was raised,
-on a clock no step of the wall clock moves) where the agent gives them: by `noticed_at`
-alone, NTP stepping the clock back after the wait began had a drain raised since taken for
-one in force before it, and passed by when another client had acked it.
+A notice raised after the wait began is returned at once, and so is a drain this wait saw
+and passed by that is escalated to terminate (its `noticed_at` is the drain's). Raised after
+it began is told by the agent's `ages` (seconds since each notice was raised, on a clock no
+step of the wall clock moves) where the agent gives them, else by `noticed_at`. By
+`noticed_at` alone, NTP stepping the clock back after the wait began had a drain raised since
+taken for one in force before it, and passed by when another client had acked it; and one
+stepping it back after a drain was raised had every later `wait` of the README's loop return
+that drain, acked by the loop already, as news, for as long as the step.
 """
 
 from __future__ import annotations
@@ -152,21 +154,31 @@ class WaitRule:
         self._passed.pop(notice_id, None)
 
     def _in_force_before(self, notice: Notice) -> Notice | None:
-        if parse_time(notice["noticed_at"]) >= self.started or self._raised_since(notice["id"]):
+        if self._raised_since(notice):
             return notice
         self._undecided[notice["id"]] = (notice, time.monotonic())
         return self._decide()
 
-    def _raised_since(self, notice_id: str) -> bool:
-        """Whether the agent raised the notice after this wait began, by its age on the boot
-        clock; False where the agent gives none (older, or not answering): then `noticed_at`
-        decides alone. Only ever turns "before" into "after": `ages` counts from the
-        raise, and a notice changed since the wait began is news by its `noticed_at`."""
+    def _raised_since(self, notice: Notice) -> bool:
+        """Whether the agent raised the notice after this wait began: by its age on the boot
+        clock where the agent gives one, else (an older agent, one not answering, a notice
+        restored from an earlier boot) by its `noticed_at`. The age decides both ways: by
+        `noticed_at`, a clock stepped back after a drain was raised had every later `wait`
+        take it for news and the loop save for it again and again, and a clock stepped back
+        after the wait began had one raised since passed by. A notice changed since it was
+        raised (a deadline moved) is judged by its raise: a drain saved for asks no second
+        save, and a terminate acted on is put off by its deadline as it is now."""
+        age = self._age(notice["id"])
+        if age is not None:
+            return age < self.clock() - self.started_clock
+        return parse_time(notice["noticed_at"]) >= self.started
+
+    def _age(self, notice_id: str) -> float | None:
         ages = self.ages() if self.ages is not None else None
         age = ages.get(notice_id) if ages is not None else None
         if not isinstance(age, (int, float)) or isinstance(age, bool) or not 0 <= age < math.inf:
-            return False
-        return age < self.clock() - self.started_clock
+            return None
+        return float(age)
 
     def _decide(self) -> Notice | None:
         beat = self._beat

@@ -222,3 +222,34 @@ def test_a_drain_raised_after_the_wait_began_under_a_clock_stepped_back_is_retur
     rule.heartbeat({"active": ["n", "m"], "acked": ["n", "m"]})
     before = {**notice, "id": "m"}
     assert rule.notice(before) is None and len(said) == 1
+
+
+@pytest.mark.parametrize("action", ["drain", "terminate"])
+def test_a_notice_raised_before_the_wait_under_a_clock_stepped_back_since_is_not_news(
+    action: str,
+) -> None:
+    """NTP stepped the clock back an hour after the agent raised a provider's drain (one that
+    stands after its ack) and the README's loop saved for it and acked: each `wait` after
+    began an hour "before" the drain's `noticed_at`, took it for one raised since, and
+    returned it at once, so the loop saved for the same drain again and again until the wall
+    clock had caught up. The agent's `ages`, on a clock no step moves, say it was raised two
+    hours before this wait began: it is decided as one in force before (passed by, acked by
+    this loop; a terminate acted on is put off toward its deadline)."""
+    steady = [10_000.0]
+    said: list[str] = []
+    rule = WaitRule(
+        ("drain", "terminate"),
+        started=STARTED,
+        exit_margin=30.0,
+        say=said.append,
+        client="loop",
+        clock=lambda: steady[0],
+        ages=lambda: {"n": 7200.0},
+    )
+    steady[0] += 1.0
+    deadline = format_time(STARTED + timedelta(hours=3))
+    notice = {**_notice("n", action, before=False, deadline=deadline)}
+    notice["noticed_at"] = format_time(STARTED + timedelta(hours=1))
+    rule.heartbeat({"active": ["n"], "acked": ["n"], "acked_by": {"n": ["loop"]}})
+    assert rule.notice(notice) is None
+    assert len(said) == 1 and "was in force before this wait began" in said[0], said
