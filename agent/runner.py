@@ -357,11 +357,14 @@ class Agent:
                 self.state_path,
             )
             provider = []
-        elif provider and state.boot_id is None:
+        elif provider and state.boot_id is None and state.booted is None:
             # Saved by an agent that kept no boot id (upgraded, then the VM stopped and
             # started): restored, the spot terminate of the boot before stopped the job resumed
             # here. When the machine started tells instead, as for GCP's saved notices: a clock
             # stepped forward since drops one of this boot, which its watcher reports anew.
+            # Not for a file whose boot time says this boot (`another_boot`): its notices are
+            # this boot's, and one noticed before NTP's first sync stepped the clock forward
+            # read as older than the machine and was dropped.
             booted = self.booted
             earlier = {n.id for n in provider if booted is not None and n.noticed_at < booted}
             if earlier:

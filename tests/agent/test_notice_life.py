@@ -838,6 +838,40 @@ def test_provider_notices_saved_without_a_boot_id_are_restored_only_if_of_this_b
     assert active == ([] if before_this_boot else ["aws/spot-itn/old"])
 
 
+def test_a_notice_of_this_boot_by_the_boot_time_is_restored_whatever_its_noticed_at(
+    tmp_path: Path,
+) -> None:
+    """An agent in a container that cannot read /proc/sys/kernel/random/boot_id saved a spot
+    terminate it noticed before NTP's first sync stepped the clock forward an hour (a VM whose
+    RTC was behind), and its state since with the boot time the clock gives now. The next
+    start read the file's boot time as this boot's, and then still dropped the terminate as
+    "noticed before this machine started" (the rule for a file that says no boot at all): the
+    job, told of its terminate, heard it cleared by silence, and the acks and holds on it
+    were lost. A file that says its boot is trusted for its notices."""
+    booted = machine_started()
+    assert booted is not None
+    noticed = format_time(booted - timedelta(minutes=30))  # on the clock before the step
+    notice = {
+        "v": 1,
+        "id": "aws/spot-itn/this-boot",
+        "seq": 5,
+        "action": "terminate",
+        "reason": "spot-interruption",
+        "provider": "aws",
+        "deadline": later(600),
+        "noticed_at": noticed,
+        "sent_at": noticed,
+        "detail": {},
+    }
+    saved = {"version": 1, "seq": 5, "provider": [notice], "booted": format_time(booted)}
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "state.json").write_text(json.dumps({**saved, "boot_id": None}))
+    env = agent_env(tmp_path, FOREWARN_AWS_URL=f"http://{DEAD_LOOPBACK}")
+    with running_agent(tmp_path, providers=("aws",), env=env) as agent:
+        active = [n["id"] for n in agent.control({"op": "status"})["active"]]
+    assert active == ["aws/spot-itn/this-boot"]
+
+
 @pytest.mark.parametrize("hours_before", [2.0, 0.0])
 def test_without_a_boot_id_the_boot_time_tells_notices_from_before_a_reboot(
     tmp_path: Path, imds: tuple[ImdsSimulator, SimServer], hours_before: float
