@@ -78,6 +78,7 @@ from .state import (
     load_seq_mark,
     load_state,
     save_seq_mark,
+    saved_this_boot,
 )
 from .statewriter import StateWriter
 
@@ -385,9 +386,11 @@ class Agent:
             state.expected_by,
             state.raised,
             held_by=state.held_by,
-            # The boot clock's readings hold in the boot they were taken in only.
+            # The boot clock's readings hold in the boot they were taken in only: told by the
+            # boot time where no boot id can be read (a container), whose clock steps are
+            # what the readings are for.
             raised_clock=state.raised_clock
-            if state.boot_id is not None and state.boot_id == self.boot_id
+            if saved_this_boot(state, self.boot_id, self.booted)
             else None,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:

@@ -189,6 +189,15 @@ def another_boot(state: AgentState, this_boot: str | None, booted: datetime | No
     return state.boot_id is not None
 
 
+def saved_this_boot(state: AgentState, this_boot: str | None, booted: datetime | None) -> bool:
+    """Whether `state` says it was saved in this boot (so that its readings of the boot clock
+    hold): by the boot ids, or, where either cannot be read, by the boot times. Unlike
+    `another_boot`, a file that says neither is not."""
+    if state.boot_id is not None and this_boot is not None:
+        return state.boot_id == this_boot
+    return state.booted is not None and booted is not None and one_boot(state.booted, booted)
+
+
 def _times(raw: dict[str, object], key: str, what: str, path: Path) -> dict[str, datetime]:
     """The times by notice id under `key`; one that is not a time is left out and reported."""
     times = {}
@@ -398,6 +407,7 @@ __all__ = [
     "save_seq_mark",
     "save_state",
     "saved_notice",
+    "saved_this_boot",
     "set_aside",
     "write_atomic",
 ]

@@ -872,6 +872,44 @@ def test_a_notice_of_this_boot_by_the_boot_time_is_restored_whatever_its_noticed
     assert active == ["aws/spot-itn/this-boot"]
 
 
+def test_a_state_of_this_boot_by_the_boot_time_keeps_its_notices_ages(tmp_path: Path) -> None:
+    """An agent in a container that cannot read /proc/sys/kernel/random/boot_id saved, with
+    its boot time, when each notice was raised on the boot clock. Restarted in the same boot,
+    it dropped those readings (kept only under a boot id): a loop's `ack --client ID
+    --flush-seconds` and each `wait` were judged by `noticed_at` again, which the clock
+    steps this case is about (NTP's first sync) make wrong. A boot time of this boot keeps
+    them, as a boot id does."""
+    booted = machine_started()
+    assert booted is not None
+    raised = time.clock_gettime(time.CLOCK_BOOTTIME) - 100.0
+    noticed = format_time(datetime.now(timezone.utc) - timedelta(seconds=100))
+    notice = {
+        "v": 1,
+        "id": "local/m",
+        "seq": 5,
+        "action": "drain",
+        "reason": "manual",
+        "provider": "local",
+        "deadline": None,
+        "noticed_at": noticed,
+        "sent_at": noticed,
+        "detail": {},
+    }
+    saved = {
+        "version": 1,
+        "seq": 5,
+        "manual": [notice],
+        "boot_id": None,
+        "booted": format_time(booted),
+        "raised_clock": {"local/m": raised},
+    }
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "state.json").write_text(json.dumps(saved))
+    with running_agent(tmp_path) as agent:
+        ages = agent.control({"op": "status"})["ages"]
+    assert 100.0 <= ages.get("local/m", 0.0) < 130.0, ages
+
+
 @pytest.mark.parametrize("hours_before", [2.0, 0.0])
 def test_without_a_boot_id_the_boot_time_tells_notices_from_before_a_reboot(
     tmp_path: Path, imds: tuple[ImdsSimulator, SimServer], hours_before: float
