@@ -35,7 +35,7 @@ from forewarn.providers import (
     WatcherContext,
 )
 from forewarn.providers.backoff import Backoff
-from forewarn.providers.boot import machine_started
+from forewarn.providers.boot import BOOT_TIME_SLACK, machine_started
 from forewarn.providers.health import WATCHER_FAILED, WATCHER_STALLED
 from forewarn.providers.persist import remove_leftovers
 from pydantic import ValidationError
@@ -183,6 +183,7 @@ class Agent:
         self.boot_id = boot_id()
         # Where the boot id cannot be read (some containers), the boot time tells the boots.
         self.booted = machine_started()
+        self._saved_booted: datetime | None = None  # the boot time the last state saved
         # The processes behind holds (`wait --pid`), by (notice id, client): let go once gone.
         self._holders: dict[tuple[str, str], Holder] = {}
         self._pid_namespace = pid_namespace()
@@ -970,6 +971,7 @@ class Agent:
             self._let_go_of_gone_holders()
             self._beat()
             self._retry_unsaved()
+            self._save_after_a_clock_step()
             await asyncio.sleep(self.settings.heartbeat_interval)
 
     def _send_due(
@@ -1338,9 +1340,25 @@ class Agent:
                 # Read now, not the start's: a clock stepped since the start (NTP's first
                 # sync) moved the boot time the next start reads, and that start took this
                 # boot's file for another boot's, its provider notices not restored.
-                machine_started(),
+                self._booted_saved(),
             )
         )
+
+    def _booted_saved(self) -> datetime | None:
+        self._saved_booted = machine_started()
+        return self._saved_booted
+
+    def _save_after_a_clock_step(self) -> None:
+        """Where no boot id can be read, save again once the boot time moved by more than
+        half the slack since the last save: the clock was stepped (NTP's first sync) while
+        nothing changed, and a restart then took this boot's file for another boot's."""
+        if self.boot_id is not None or self._saved_booted is None:
+            return
+        booted = machine_started()
+        if booted is None:
+            return
+        if abs((booted - self._saved_booted).total_seconds()) > BOOT_TIME_SLACK / 2:
+            self._save()
 
     def _held_pids(self) -> dict[str, dict[str, Holder]]:
         """The watched processes of the holds, by notice id and client, for the state file."""

@@ -732,3 +732,35 @@ async def test_without_a_boot_id_the_boot_time_saved_is_read_at_each_save(
     saved = load_state(agent.state_path)
     assert saved.boot_id is None and saved.booted == booted
     assert not state_module.another_boot(saved, None, booted)
+
+
+async def test_without_a_boot_id_a_clock_step_since_the_last_save_is_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state's boot time is read at each save, but nothing is saved while nothing
+    changes: NTP's first sync stepped the clock after the last save (a terminate raised,
+    acked, then quiet), and a restart then took the file for another boot's, the terminate
+    not restored. Where no boot id can be read, a boot time moved since the last save is
+    saved at the next heartbeat."""
+    booted = [datetime(2026, 12, 5, 3, 0, tzinfo=timezone.utc) - timedelta(minutes=5)]
+    monkeypatch.setattr(runner, "boot_id", lambda: None)
+    monkeypatch.setattr(runner, "machine_started", lambda: booted[0])
+    settings = load_settings(
+        providers=["local"], runtime_dir=tmp_path / "run", state_dir=tmp_path / "state"
+    )
+    agent = Agent(settings)
+    agent.sequencer = Sequencer()
+    agent.board = NoticeBoard(agent.sequencer, 30.0)
+    (tmp_path / "state").mkdir()
+    try:
+        agent._save()
+        await agent.state_writer.settled()
+        agent._save_after_a_clock_step()
+        await agent.state_writer.settled()
+        assert load_state(agent.state_path).booted == booted[0]
+        booted[0] += timedelta(minutes=5)  # the clock stepped forward since the save
+        agent._save_after_a_clock_step()
+        await agent.state_writer.settled()
+        assert load_state(agent.state_path).booted == booted[0]
+    finally:
+        agent.state_writer.close()
