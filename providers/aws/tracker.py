@@ -20,7 +20,9 @@ row lack it: IMDS answering one poll from another host mid-rollout (a 404, or `[
 it and the next poll raised it again, so the job's guard went on training under a terminate
 withdrawn for a moment, and saved a drain twice. aws-node-termination-handler ends an
 interruption only on an explicit `canceled`/`completed`, never on absence; a real withdrawal
-here comes one poll later than the first answer without it.
+here comes one poll later than the first answer without it. Likewise a change of a path's
+one notice (another time, another action) is sent once CHANGED_ANSWERS answers in a row show
+it: one stray answer carrying another host's notice is not a change.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class _Seen:
     retired: bool = False  # the agent retired it; kept only to recognise it (`once_if_past`)
     slept_at: float = 0.0  # the machine's time asleep (`PathTracker.slept`) when first seen
     missing: int = 0  # answers in a row since the last that showed it
+    # A change of it shown by the last answers (`PathTracker.single`), and by how many in a
+    # row: not sent until CHANGED_ANSWERS.
+    change: _Seen | None = None
+    change_shown: int = 0
 
 
 @dataclass
@@ -106,6 +112,9 @@ class PathTracker:
             moments = {key: _moment(report.detail.get(key)) for key in self.volatile}
             if seen is not None and seen.retired:
                 if not self._changed(seen, report, moments, now):
+                    seen.change = None
+                    continue
+                if not self._confirmed(seen, report, moments, now):
                     continue
                 seen = None  # changed since it was retired: a new notice, its own id
             if seen is None:
@@ -122,12 +131,16 @@ class PathTracker:
                     self.in_time.append(report.id)
                 continue
             report = report.model_copy(update={"id": seen.report.id})
-            if self._changed(seen, report, moments, now):
+            if not self._changed(seen, report, moments, now):
+                seen.change = None
+            elif self._confirmed(seen, report, moments, now):
                 seen.report, seen.moments, seen.sent_at = report, moments, now
+                seen.change = None
                 out.append(report)
         for slot in [slot for slot in self.seen if slot not in present]:
             seen = self.seen[slot]
             seen.missing += 1
+            seen.change = None  # a change is shown by answers in a row
             # A retired one is counted too: forgotten at one stray answer, its next sighting
             # was a new notice, raised again after the agent had retired it.
             gone_for_good = self.clear_on_absence and seen.missing >= ABSENT_ANSWERS
@@ -136,6 +149,23 @@ class PathTracker:
                 if not seen.retired:  # a retired one was cleared by the agent already
                     out.append(self._clear(seen.report, None))
         return out
+
+    def _confirmed(
+        self, seen: _Seen, report: Report, moments: dict[str, datetime | None], now: float
+    ) -> bool:
+        """Whether a change of a path's one notice has been shown by CHANGED_ANSWERS answers
+        in a row. IMDS answering one poll from another host mid-rollout with that host's
+        interruption (another time, another action) re-sent the terminate with the other
+        host's deadline and again with its own a poll later: a job weighing whether its save
+        fits before the deadline weighed the other host's. A path of several notices (the
+        scheduled events, each by its EventId) sends its changes at once."""
+        if not self.single:
+            return True
+        if seen.change is not None and not self._changed(seen.change, report, moments, now):
+            seen.change_shown += 1
+        else:
+            seen.change, seen.change_shown = _Seen(report, moments, now), 1
+        return seen.change_shown >= CHANGED_ANSWERS
 
     def _resumed(self, seen: _Seen) -> bool:
         """A hibernation the machine has slept through since it was first seen: it is over.
@@ -242,6 +272,10 @@ def time_asleep() -> float:
 # it: one stray answer (another host's IMDS, a hiccup) is not a withdrawal.
 ABSENT_ANSWERS = 2
 
+# Answers in a row showing the same change of a path's one notice after which the change is
+# sent: one stray answer (another host's IMDS with its own notice) is not a change.
+CHANGED_ANSWERS = 2
+
 # Seconds the boot clock must have gained on the monotonic one to count as a sleep: both are
 # read a moment apart, and an NTP slew adjusts both alike.
 SLEEP_SEEN = 1.0
@@ -260,4 +294,4 @@ def _moment(value: Any) -> datetime | None:
         return None
 
 
-__all__ = ["ABSENT_ANSWERS", "PathTracker"]
+__all__ = ["ABSENT_ANSWERS", "CHANGED_ANSWERS", "PathTracker"]

@@ -195,6 +195,65 @@ async def test_one_stray_answer_without_the_notice_neither_clears_nor_raises_it_
         assert clear.id == first.id
 
 
+@pytest.mark.parametrize(
+    ("kind", "fields", "path", "stray"),
+    [
+        # The same interruption's time 10 minutes later, then earlier, then another action.
+        (
+            "spot",
+            {"action": "terminate", "time": "2030-11-30T03:12:00Z"},
+            SPOT_PATH,
+            '{"action": "terminate", "time": "2030-11-30T03:22:00Z"}',
+        ),
+        (
+            "spot",
+            {"action": "terminate", "time": "2030-11-30T03:12:00Z"},
+            SPOT_PATH,
+            '{"action": "terminate", "time": "2030-11-30T03:02:00Z"}',
+        ),
+        (
+            "spot",
+            {"action": "terminate", "time": "2030-11-30T03:12:00Z"},
+            SPOT_PATH,
+            '{"action": "stop", "time": "2030-11-30T03:12:00Z"}',
+        ),
+        ("asg", {"state": "Terminated"}, ASG_PATH, "Warmed:Terminated"),
+    ],
+)
+async def test_one_stray_answer_with_another_notice_does_not_change_it(
+    sim: ImdsSimulator,
+    server: SimServer,
+    kind: str,
+    fields: dict[str, str],
+    path: str,
+    stray: str,
+) -> None:
+    """IMDS answering one poll from another host mid-rollout with that host's notice (another
+    instance-action time or action): the terminate was re-sent with the stray deadline and
+    again with its own a poll later, and a job deciding whether its background save and the
+    final one fit before the deadline decided on the other host's. A change is sent once two
+    answers in a row show it, one poll later than before."""
+    intervals = {"asg_interval": 0.2, "spot_interval": 0.2}
+    async with watching(server.url, **intervals) as run:
+        sim.raise_notice(kind, fields)
+        first, _ = await run.report_at(action="terminate")
+        sim.add_fault(
+            "status", path=path, count=1, status=200, body=stray, content_type="text/plain"
+        )
+        polls = sim.requests["GET " + path]
+        await run.until(lambda: sim.requests["GET " + path] >= polls + 4)
+        assert [(r.action, r.id, r.deadline, r.detail) for r in run.reports] == [
+            (first.action, first.id, first.deadline, first.detail)
+        ]
+        sim.add_fault(
+            "status", path=path, count=2, status=200, body=stray, content_type="text/plain"
+        )
+        await run.until(lambda: len(run.reports) > 1)
+        changed = run.reports[1]
+        assert (changed.action, changed.id) == ("terminate", first.id)
+        assert changed.detail != first.detail
+
+
 async def test_an_asg_target_of_terminated_is_a_terminate(
     sim: ImdsSimulator, server: SimServer
 ) -> None:
