@@ -355,6 +355,21 @@ def maintenance_report(
     )
 
 
+def keep_stop(report: Report | None, standing: Report | None) -> Report | None:
+    """`report` (from `maintenance_report`) with the deadline of the maintenance notice in
+    force, `standing`, where that is earlier. After TERMINATE_ON_HOST_MAINTENANCE a value
+    not known does not call the stop off: re-sent without its deadline, the drain was never
+    escalated and the job trained on into the stop. Nor does TERMINATE shown again move the
+    stop an hour later. Only MIGRATE_ON_HOST_MAINTENANCE (a live migration instead, known to
+    keep the VM running) and NONE end the deadline."""
+    deadline = standing.deadline if standing is not None else None
+    if report is None or deadline is None or report.detail.get("maintenance-event") == MIGRATE:
+        return report
+    if report.deadline is not None and report.deadline <= deadline:
+        return report
+    return report.model_copy(update={"deadline": deadline})
+
+
 def upcoming_report(
     window: UpcomingWindow | None, now: datetime, *, live_migrates: bool = False
 ) -> Report | None:
@@ -644,17 +659,21 @@ class GcpWatcher:
 
         def on_answer(answer: _Answer) -> Report | None:
             value = parse_maintenance_event(answer.text)
-            if value not in MAINTENANCE_VALUES and value not in self._unknown_values:
-                self._unknown_values.add(value)
-                log.warning(
-                    "gcp: %s is %s, a value this agent does not know: published as a drain "
-                    "without deadline",
-                    MAINTENANCE_KEY,
-                    value,
-                )
             report = maintenance_report(
                 value, self.settings, utcnow(), self.maintenance_notice_seconds()
             )
+            report = keep_stop(report, track.active or track.saved)
+            if value not in MAINTENANCE_VALUES and value not in self._unknown_values:
+                self._unknown_values.add(value)
+                kept = report.deadline if report is not None else None
+                log.warning(
+                    "gcp: %s is %s, a value this agent does not know: published as a drain %s",
+                    MAINTENANCE_KEY,
+                    value,
+                    "without deadline"
+                    if kept is None
+                    else f"keeping the deadline {format_time(kept)} given before",
+                )
             return track.observe(report, {"maintenance-event": value}, answer.etag)
 
         await self._long_poll(MAINTENANCE_KEY, on_answer, emit)
@@ -909,6 +928,7 @@ __all__ = [
     "UpcomingWindow",
     "build",
     "gpu_machine_type",
+    "keep_stop",
     "local_gpus",
     "maintenance_report",
     "metadata_root",

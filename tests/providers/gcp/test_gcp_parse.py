@@ -17,6 +17,7 @@ from forewarn.providers.gcp.watch import (
     MAINTENANCE_VALUES,
     NoticeTrack,
     gpu_machine_type,
+    keep_stop,
     local_gpus,
     maintenance_report,
     metadata_root,
@@ -308,6 +309,33 @@ def test_an_upcoming_window_ongoing_before_its_start_is_due_now(
 
 def _drain(value: str, at: datetime = NOW) -> Report | None:
     return maintenance_report(value, Settings(), at)
+
+
+_VALUES = st.sampled_from(
+    ["NONE", "MIGRATE_ON_HOST_MAINTENANCE", "TERMINATE_ON_HOST_MAINTENANCE", "SOMETHING_NEW"]
+)
+
+
+@given(st.lists(st.tuples(_VALUES, st.integers(0, 7200)), max_size=12))
+def test_a_stop_announced_stands_until_migrate_or_none(answers: list[tuple[str, int]]) -> None:
+    """Whatever values follow TERMINATE_ON_HOST_MAINTENANCE, seconds apart, the deadline
+    published is its first one until MIGRATE or NONE: never dropped by a value not known,
+    never moved later by TERMINATE shown again."""
+    track = NoticeTrack("maintenance-event")
+    stop: datetime | None = None  # the deadline of the stop announced and not called off
+    settings = Settings(migrate="drain")
+    for value, seconds in answers:
+        report = maintenance_report(value, settings, NOW + timedelta(seconds=seconds))
+        report = keep_stop(report, track.active)
+        sent = track.observe(report, {"maintenance-event": value})
+        if value in ("NONE", "MIGRATE_ON_HOST_MAINTENANCE"):
+            stop = None
+        elif value == "TERMINATE_ON_HOST_MAINTENANCE" and stop is None:
+            stop = NOW + timedelta(seconds=seconds + 3600)
+        if track.active is not None:
+            assert track.active.deadline == stop
+        if sent is not None and sent.action == "drain":
+            assert sent.deadline == stop
 
 
 def test_track_keeps_one_id_over_repeats_and_clears_under_it() -> None:

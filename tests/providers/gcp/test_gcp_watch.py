@@ -232,6 +232,34 @@ async def test_a_maintenance_value_the_agent_does_not_know_drains_then_clears(
     assert "does not know" in caplog.text
 
 
+async def test_an_unknown_value_after_terminate_keeps_the_terminate_deadline(
+    server: SimServer, sim: GcpSimulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TERMINATE_ON_HOST_MAINTENANCE, then a value the agent does not know (one Compute Engine
+    adds, say while the stop is under way): the drain was re-sent without its deadline, so
+    the board never escalated it and the job trained on into the stop. Nothing says the stop
+    was called off: the drain keeps its deadline until NONE clears it, also when TERMINATE
+    shows again."""
+    key = "instance/maintenance-event"
+    async with watching(server.url) as run:
+        await run.until_polling()
+        sim.set_value(key, TERMINATE)
+        [drain] = await run.count(1)
+        sim.set_value(key, "TERMINATE_ON_HOST_MAINTENANCE_IN_PROGRESS")
+        await run.until(lambda: "does not know" in caplog.text)
+        polls = run.watcher.health.polls
+        await run.until(lambda: run.watcher.health.polls > polls)
+        sim.set_value(key, TERMINATE)  # the same stop: not an hour later now
+        await run.until(lambda: run.reports[-1].detail == {"maintenance-event": TERMINATE})
+        sim.set_value(key, "NONE")
+        await run.until(lambda: run.reports[-1].action == "clear")
+    assert drain.deadline is not None
+    assert [(r.action, r.id, r.deadline) for r in run.reports if r.action != "clear"] == [
+        ("drain", drain.id, drain.deadline)
+    ] * (len(run.reports) - 1)
+    assert (run.reports[-1].action, run.reports[-1].id) == ("clear", drain.id)
+
+
 async def test_migrate_turning_into_terminate_keeps_the_id(
     server: SimServer, sim: GcpSimulator
 ) -> None:
