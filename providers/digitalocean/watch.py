@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -33,6 +33,7 @@ from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..boot import machine_started
 from ..fetch import Answer, fetch, within
+from .clock import ServiceClock, judging_clock
 from .imap import (
     ANSWERS_PER_CALL,
     IDLE_PAUSE,
@@ -66,6 +67,9 @@ class MetadataUnavailable(ForewarnError):
 class Droplet:
     id: str | None
     name: str | None
+    # The metadata service's clock, from the Date of its first answer (`clock.py`); None
+    # when metadata was not read (id and name configured) or sent no Date.
+    clock: ServiceClock | None = None
 
 
 def parse_droplet_id(status: int, body: str) -> str:
@@ -96,13 +100,16 @@ async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
     """This droplet's id and name: configured values first, droplet metadata for the rest."""
     base = settings.metadata_url()
     droplet_id, name = settings.droplet_id, settings.droplet_name
+    clock: ServiceClock | None = None
     if droplet_id is None or name is None:
         try:
             if droplet_id is None:
                 response = await _metadata_get(client, base + "/metadata/v1/id")
+                clock = ServiceClock.read(response.headers.get("Date"))
                 droplet_id = parse_droplet_id(response.status_code, response.text)
             if name is None:
                 response = await _metadata_get(client, base + "/metadata/v1/hostname")
+                clock = clock or ServiceClock.read(response.headers.get("Date"))
                 name = parse_hostname(response.status_code, response.text)
         except (httpx.HTTPError, ParseError) as error:
             if droplet_id is None and name is None:
@@ -111,7 +118,7 @@ async def identify(settings: Settings, client: httpx.AsyncClient) -> Droplet:
                     "or digitalocean.droplet_name when it is not reachable"
                 ) from None
             log.info("digitalocean: metadata incomplete (%s); matching on what is set", error)
-    return Droplet(droplet_id, name)
+    return Droplet(droplet_id, name, clock)
 
 
 class DigitalOceanWatcher:
@@ -204,9 +211,10 @@ class DigitalOceanWatcher:
         # The boot time as of now (now less the clock since boot), read with the mail: read
         # once at the start, a clock hours ahead then and set right by NTP since left it
         # hours late, and this droplet's reclaims were due "before this machine started".
-        rules = dataclasses.replace(rules, booted=machine_started())
+        now, booted = self._judging_times()
+        rules = dataclasses.replace(rules, booted=booted)
         try:
-            return reclaim_verdict(mail.raw, rules, key, utcnow(), received=mail.received)
+            return reclaim_verdict(mail.raw, rules, key, now, received=mail.received)
         except ParseError as error:
             return Verdict(None, str(error))
         except Exception as error:
@@ -219,6 +227,28 @@ class DigitalOceanWatcher:
                 error,
             )
             return Verdict(None, f"cannot be judged: {type(error).__name__}: {error}")
+
+    def _judging_times(self) -> tuple[datetime, datetime | None]:
+        """Now and this machine's start, as mail is judged: by the droplet's clock, or by the
+        metadata service's where the droplet's is more than TRUSTED_SKEW off (`clock.py`),
+        which is then a standing condition of the provider's health."""
+        local = utcnow()
+        service = self.droplet.clock if self.droplet is not None else None
+        judged = judging_clock(service, local)
+        if judged is None or service is None:
+            self.health.condition("clock", None)
+            return local, machine_started()
+        now, ahead = judged
+        hours = ahead.total_seconds() / 3600
+        message = (
+            f"this droplet's clock is {abs(hours):.1f} h {'ahead of' if hours > 0 else 'behind'} "
+            "the metadata service's Date; reclaim mail is judged by the service's clock (set "
+            "the droplet's clock right: the agent and the job time deadlines by it)"
+        )
+        if "clock" not in self.health.conditions:
+            log.warning("digitalocean: %s", message)
+        self.health.condition("clock", message)
+        return now, service.started()
 
     async def watch(self, emit: Emit) -> None:
         s = self.settings
@@ -302,7 +332,8 @@ class DigitalOceanWatcher:
         while True:
             # Mail delivered before max_age raises nothing: no need to read it (a first
             # start on a large mailbox reads only the last days).
-            since = (utcnow() - timedelta(seconds=s.max_age)).date() - timedelta(days=1)
+            now, _ = self._judging_times()
+            since = (now - timedelta(seconds=s.max_age)).date() - timedelta(days=1)
             pending = deque(
                 await self._answered_in_time(session, session.new_uids, seen.last_uid, since)
             )
