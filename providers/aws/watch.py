@@ -11,7 +11,9 @@ connection, and reports new, changed and withdrawn notices.
 AWS never withdraws a spot interruption or a rebalance recommendation. When one disappears
 anyway (a stop and start, a simulator), the rebalance drain is cleared, but the interruption
 is kept: a terminate is final, and a vanished interruption is likelier a glitch than a reprieve.
-A notice is withdrawn on absence only when two answers in a row lack it (`tracker.py`).
+A notice is withdrawn on absence only when two answers in a row lack it, and a path's one
+notice changed (another time or action) only when two answers in a row show the change
+(`tracker.py`).
 A notice the agent retired past its deadline plus a grace is forgotten (`forget`): a path
 that still shows it raises it again on its next poll. Not a spot interruption whose time had
 already passed when it was first seen (the agent started late, the clock is ahead): that one
