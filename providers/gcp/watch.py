@@ -355,15 +355,19 @@ def maintenance_report(
     )
 
 
-def keep_stop(report: Report | None, standing: Report | None) -> Report | None:
+def keep_stop(report: Report | None, standing: Report | None, now: datetime) -> Report | None:
     """`report` (from `maintenance_report`) with the deadline of the maintenance notice in
-    force, `standing`, where that is earlier. After TERMINATE_ON_HOST_MAINTENANCE a value
-    not known does not call the stop off: re-sent without its deadline, the drain was never
-    escalated and the job trained on into the stop. Nor does TERMINATE shown again move the
-    stop an hour later. Only MIGRATE_ON_HOST_MAINTENANCE (a live migration instead, known to
-    keep the VM running) and NONE end the deadline."""
+    force, `standing`, where that is earlier and still to come. After
+    TERMINATE_ON_HOST_MAINTENANCE a value not known does not call the stop off: re-sent
+    without its deadline, the drain was never escalated and the job trained on into the stop.
+    Nor does TERMINATE shown again move the stop an hour later. Only
+    MIGRATE_ON_HOST_MAINTENANCE (a live migration instead, known to keep the VM running) and
+    NONE end the deadline; one already past (the VM was not stopped, the agent retired the
+    notice) makes no new value a terminate at once."""
     deadline = standing.deadline if standing is not None else None
-    if report is None or deadline is None or report.detail.get("maintenance-event") == MIGRATE:
+    if report is None or deadline is None or deadline <= now:
+        return report
+    if report.detail.get("maintenance-event") == MIGRATE:
         return report
     if report.deadline is not None and report.deadline <= deadline:
         return report
@@ -659,10 +663,11 @@ class GcpWatcher:
 
         def on_answer(answer: _Answer) -> Report | None:
             value = parse_maintenance_event(answer.text)
+            now = utcnow()
             report = maintenance_report(
-                value, self.settings, utcnow(), self.maintenance_notice_seconds()
+                value, self.settings, now, self.maintenance_notice_seconds()
             )
-            report = keep_stop(report, track.active or track.saved)
+            report = keep_stop(report, track.active or track.saved, now)
             if value not in MAINTENANCE_VALUES and value not in self._unknown_values:
                 self._unknown_values.add(value)
                 kept = report.deadline if report is not None else None

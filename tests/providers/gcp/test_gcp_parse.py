@@ -318,20 +318,25 @@ _VALUES = st.sampled_from(
 
 @given(st.lists(st.tuples(_VALUES, st.integers(0, 7200)), max_size=12))
 def test_a_stop_announced_stands_until_migrate_or_none(answers: list[tuple[str, int]]) -> None:
-    """Whatever values follow TERMINATE_ON_HOST_MAINTENANCE, seconds apart, the deadline
-    published is its first one until MIGRATE or NONE: never dropped by a value not known,
-    never moved later by TERMINATE shown again."""
+    """Whatever values follow TERMINATE_ON_HOST_MAINTENANCE, seconds apart in time order,
+    the deadline published is its first one until MIGRATE, NONE or that deadline: never
+    dropped by a value not known, never moved later by TERMINATE shown again."""
     track = NoticeTrack("maintenance-event")
     stop: datetime | None = None  # the deadline of the stop announced and not called off
     settings = Settings(migrate="drain")
-    for value, seconds in answers:
-        report = maintenance_report(value, settings, NOW + timedelta(seconds=seconds))
-        report = keep_stop(report, track.active)
+    for value, seconds in sorted(answers, key=lambda answer: answer[1]):
+        now = NOW + timedelta(seconds=seconds)
+        report = keep_stop(maintenance_report(value, settings, now), track.active, now)
         sent = track.observe(report, {"maintenance-event": value})
         if value in ("NONE", "MIGRATE_ON_HOST_MAINTENANCE"):
             stop = None
-        elif value == "TERMINATE_ON_HOST_MAINTENANCE" and stop is None:
-            stop = NOW + timedelta(seconds=seconds + 3600)
+        elif value == "TERMINATE_ON_HOST_MAINTENANCE":
+            if stop is None or stop <= now:
+                # A new stop, unless TERMINATE stands unchanged (then the notice keeps its own).
+                standing = track.active is not None and track.active.deadline == stop
+                stop = stop if standing and sent is None else now + timedelta(hours=1)
+        elif stop is not None and stop <= now:
+            stop = None  # past: a value not known is a drain without deadline again
         if track.active is not None:
             assert track.active.deadline == stop
         if sent is not None and sent.action == "drain":
