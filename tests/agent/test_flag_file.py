@@ -153,18 +153,20 @@ def test_a_flushed_flag_with_a_deadline_still_escalates_after_an_agent_restart(
 ) -> None:
     # Its file removed at the flush, the restarted agent's local watcher found no file and
     # the agent withdrew the notice handed back from its state: the terminate never came.
-    args = ("--set", "exit_margin=2s", "--set", "notice_grace=1s")
+    # The drain escalates 2 s after it is raised, and stays active 9 s: the restart must come
+    # before its end, which a loaded node's stop and start once took past (4 s and 2 s).
+    args = ("--set", "exit_margin=6s", "--set", "notice_grace=1s")
     first = AgentProcess(tmp_path, args=args)
     with first, first.subscriber() as sub:
         flag = Path(first.env["FOREWARN_RUNTIME_DIR"]) / "checkpoint-now"
-        flag.write_text("4s\n")
+        flag.write_text("8s\n")
         drain = sub.notice(timeout=5)
         assert drain["action"] == "drain"
         assert first.control({"op": "ack", "notice_id": drain["id"]})["ok"]
         eventually(lambda: not flag.exists(), timeout=5, what="the flag removed at the flush")
     second = AgentProcess(tmp_path, args=args)
     with second, second.subscriber() as sub:
-        seen = [sub.notice(timeout=5)]
+        seen = [sub.notice(timeout=10)]
         while seen[-1]["action"] == "drain":
             seen.append(sub.notice(timeout=5))
         assert [n["id"] for n in seen] == [drain["id"]] * len(seen)

@@ -1069,7 +1069,7 @@ async def test_a_cordon_the_api_server_did_not_answer_is_tried_again(tmp_path: P
             notifier.on_notice(local_notice(1, "terminate"), escalated=False)
             await eventually_async(
                 lambda: sim_state(server)["node"]["spec"].get("unschedulable") is True,
-                timeout=10,
+                timeout=20,  # 4 attempts (3.5 s) and two kept retries, on a loaded node
                 what="the cordon, once the API server answers",
             )
             await eventually_async(
