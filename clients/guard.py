@@ -184,6 +184,11 @@ class CheckpointGuard:
         # agent escalates a drain whose deadline came within its margin), it is a terminate
         # raised after the start, whatever its `noticed_at`, and acts at once.
         self._drains_seen: set[str] = set()
+        # Notices a save that said exit answered (until cleared): sent again (Azure's event
+        # going from Scheduled to Started, a replay), each asked for that save again, and a
+        # loop still running after the exit's save (a framework's teardown, one more `due`
+        # on the way out) saved and acked it twice inside the window.
+        self._exited_for: set[str] = set()
         self._exit = False
         # What asks for the pending exit: "notice:<id>" per terminate, else the reason (signal,
         # peer, request:<reason>). A terminate withdrawn before the save is answered (see
@@ -571,6 +576,7 @@ class CheckpointGuard:
             self._wake = self._exit and not exit_now
             if exit_now:
                 self._exit_by.clear()  # answered: a withdrawal now comes too late to matter
+                self._exited_for.update(notice_ids)
                 stopped_by = signal.SIGINT if reasons.get("signal") == "SIGINT" else signal.SIGTERM
                 self._exit_code = 128 + stopped_by
         if step >= self._next_step:
@@ -1219,12 +1225,13 @@ class CheckpointGuard:
             # noticeTime) is a new occurrence and is flushed for again.
             self._handled.discard(event.id)
             self._drains_seen.discard(event.id)
+            self._exited_for.discard(event.id)
             with self._lock:
                 self._inherited.pop(event.id, None)
                 self._undecided.pop(event.id, None)
             self._withdraw_exit(event.id, "was withdrawn")
         elif event.action == "terminate":
-            if self._still_inherited(event):
+            if event.id in self._exited_for or self._still_inherited(event):
                 return
             # Its noticed_at is the drain's when the agent escalated one this job received:
             # taken for a terminate in force before the start (and acted on: this job saved

@@ -418,3 +418,43 @@ def test_an_exit_save_still_running_is_said_every_interval(
     else:
         assert re.search(r"the terminate's deadline passed [56]s ago", first), first
     guard.close()
+
+
+def _terminate(notice_id: str, **detail: Any) -> Any:
+    from datetime import datetime, timedelta, timezone
+
+    from forewarn.clients.event import Event
+
+    now = datetime.now(timezone.utc)
+    return Event(
+        id=notice_id,
+        seq=1,
+        action="terminate",
+        reason="preemption",
+        provider="azure",
+        deadline=now + timedelta(seconds=30),
+        noticed_at=now,
+        sent_at=now,
+        detail=detail,
+    )
+
+
+def test_a_terminate_sent_again_after_its_exit_save_asks_for_no_second_save() -> None:
+    """Azure's event goes from Scheduled to Started (the agent sends it again, same id, for
+    its detail), or a restarted agent replays it, after the job's save said exit: the guard
+    asked for the same save again, and a loop that went on (a framework's teardown, a loop
+    that checks `due` once more before it leaves) saved and acked twice inside the window."""
+    guard = quiet_guard()
+    guard._on_event(_terminate("azure/preempt/1", EventStatus="Scheduled"))
+    assert guard.due(5)
+    assert guard.saved(5).exit and guard.exit_code == 143
+    guard._on_event(_terminate("azure/preempt/1", EventStatus="Started"))
+    assert not guard.due(6), "the exit was answered: the same terminate asks for nothing more"
+    assert guard.should_exit and guard.exit_code == 143
+    # Withdrawn and raised again: a new occurrence, saved for again.
+    from dataclasses import replace
+
+    guard._on_event(replace(_terminate("azure/preempt/1"), action="clear"))
+    guard._on_event(_terminate("azure/preempt/1", EventStatus="Scheduled"))
+    assert guard.due(7)
+    guard.close()
