@@ -204,6 +204,8 @@ class CheckpointGuard:
         self._last_save = time.monotonic()
         self._started = self._last_save
         self._started_wall = process_started()
+        # And on the boot clock, which the agent ages its notices on (see _raised_since_start).
+        self._started_boot = process_started_boot()
         # The step whose state is already durable (a save, or the resume point): a save asked
         # for at that step again has nothing new to write.
         self.durable_step: int | None = None
@@ -1236,8 +1238,13 @@ class CheckpointGuard:
             # Its noticed_at is the drain's when the agent escalated one this job received:
             # taken for a terminate in force before the start (and acted on: this job saved
             # for the drain), the job trained until its own margin, past the agent's.
-            inherited = event.noticed_at.timestamp() < self._started_wall
-            if inherited and event.id not in self._drains_seen:
+            inherited = (
+                event.noticed_at.timestamp() < self._started_wall
+                and event.id not in self._drains_seen
+            )
+            if inherited and event.id not in self._inherited and self._raised_since_start(event.id):
+                inherited = False  # the wall clock stepped back since the start
+            if inherited:
                 if event.id not in self._inherited:
                     with self._lock:
                         self._undecided[event.id] = (event, time.monotonic())
@@ -1252,6 +1259,21 @@ class CheckpointGuard:
                 self._exit_by.add("notice:" + event.id)
                 self._exit = True
                 self._wake = True
+
+    def _raised_since_start(self, notice_id: str) -> bool:
+        """Whether the agent raised the notice after this process started, by the notice's age
+        on the boot clock (the agent's `ages`), which no step of the wall clock moves. By
+        `noticed_at` alone, a clock stepped back since the start (NTP correcting one that ran
+        ahead) made a terminate raised after it look inherited: acted on by another job on
+        the node, it asked nothing of this one without a deadline, and the job trained on
+        unsaved into the kill. Only ever turns "before" into "after"; False where the agent
+        gives no age (older, not answering) or the start is not known on that clock."""
+        started = self._started_boot
+        if started is None or self.notices is None:
+            return False
+        ages = self.notices.notice_ages()
+        age = ages.get(notice_id) if ages is not None else None
+        return age is not None and age < steady_seconds() - started
 
     def _withdraw_exit(self, notice_id: str, why: str) -> None:
         """A terminate cleared, or sent as a drain again, before the save it asked for was
@@ -1763,6 +1785,27 @@ def process_started() -> float:
         return time.time() - (up - int(fields[19]) / ticks)
     except (OSError, ValueError, IndexError, AttributeError):
         return time.time()
+
+
+def process_started_boot() -> float | None:
+    """When this process started, in seconds on the kernel's boot clock (the one
+    /proc/self/stat counts from, and the agent ages its notices on); None where that is not
+    known (not Linux)."""
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+def steady_seconds() -> float:
+    """Seconds since boot, suspends included (as the agent's clock: forewarn.agent.steadyclock,
+    which a client does not import), else the monotonic clock."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # not Linux
+        return time.monotonic()
 
 
 def exit_line(

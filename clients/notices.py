@@ -61,6 +61,9 @@ ACK_RETRY_SECONDS = 30.0
 # systemd to restart a crashed agent (RestartSec=2s and its start); an agent that answers is
 # not waited for. An ack of no notice (a periodic or SIGTERM save) gets one try on close.
 ACK_CLOSE_SECONDS = 10.0
+# How long `notice_ages` waits for the agent's status: asked on the notices thread, rarely
+# (a terminate that looks older than the job), from an agent that has just sent a notice.
+AGES_TIMEOUT = 1.0
 # How an agent (pydantic) names a field of a request it does not know.
 _UNKNOWN_FIELD = re.compile(r"(?:^|[\s;:])([a-z_]+): Extra inputs are not permitted")
 # A malformed message on the events socket is dropped; at most one warning this often says so
@@ -388,6 +391,25 @@ class Notices:
             return False
         return True
 
+    def notice_ages(self, timeout: float = AGES_TIMEOUT) -> dict[str, float] | None:
+        """How long ago each active notice was noticed, in seconds on the machine's boot
+        clock, which no step of the wall clock moves: the status `ages`, which count from the
+        agent's raise. One raised again after it expired keeps its first `noticed_at` (the
+        status gives when it was raised in `raised`): its age gains the time from that
+        `noticed_at` to the raise. None when the agent does not answer within `timeout`, or
+        gives no ages (older).
+
+        Asked, not read from the heartbeat: protocol v1's heartbeat is pinned
+        (clients/schema/protocol-v1.json), and the question comes up only for a notice that
+        looks older than the job."""
+        import zmq
+
+        try:
+            reply = request(self.control, {"op": "status"}, timeout)
+        except (TimeoutError, OSError, ValueError, RecursionError, zmq.ZMQError):
+            return None
+        return status_ages(reply)
+
     def close(self, ack_timeout: float = ACK_CLOSE_SECONDS) -> None:
         """Stop the threads; acks of a notice still queued get up to `ack_timeout` seconds to
         go out, retries included (a job that exits right after its final save still tells the
@@ -699,6 +721,40 @@ class Notices:
                 listener(event)
             except Exception:
                 log.exception("forewarn: a notice listener failed")
+
+
+def status_ages(reply: object) -> dict[str, float] | None:
+    """The ages (seconds on the boot clock since each notice was noticed) a status reply
+    gives, or None when it gives none (an older agent, an error reply). The agent ages a
+    notice from its raise: one raised again after it expired (listed in `raised`) gains the
+    time from its `noticed_at` to that raise, and one whose raise cannot be placed is left
+    out. Whatever the reply holds, nothing is raised."""
+    if not isinstance(reply, dict) or reply.get("ok") is not True:
+        return None
+    ages = reply.get("ages")
+    if not isinstance(ages, dict):
+        return None
+    raised = reply.get("raised")
+    raised = raised if isinstance(raised, dict) else {}
+    active = reply.get("active")
+    noticed = {
+        notice.get("id"): time_or_none(notice.get("noticed_at"))
+        for notice in (active if isinstance(active, list) else ())
+        if isinstance(notice, dict) and isinstance(notice.get("id"), str)
+    }
+    found: dict[str, float] = {}
+    for notice_id, age in ages.items():
+        if isinstance(age, bool) or not isinstance(age, (int, float)):
+            continue
+        if not 0 <= age < math.inf:
+            continue
+        if notice_id in raised:
+            at, first = time_or_none(raised[notice_id]), noticed.get(notice_id)
+            if at is None or first is None:
+                continue  # aged from a raise it cannot place: not known
+            age += max(0.0, (at - first).total_seconds())
+        found[str(notice_id)] = float(age)
+    return found
 
 
 # The most the agent takes of each timed figure of an ack (its AckRequest). A figure past it

@@ -727,3 +727,36 @@ def test_an_inherited_terminate_leaves_its_margin_for_the_save_after_a_long_step
     # When the save began is the guard's; when it ended is the machine's: a run beside a
     # loaded suite saw a 0.05 s upload end 34 ms past the deadline, begun 0.3 s before it.
     assert began <= due.timestamp() - 0.3, (began - due.timestamp(), run.events[-4:])
+
+
+def test_a_terminate_raised_after_the_start_acts_at_once_though_the_clock_stepped_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job started while the wall clock ran an hour ahead, and NTP stepped it back since:
+    a terminate raised after the start then has a `noticed_at` before the start the guard
+    read. Taken for one in force before the job, and another job on the node acted on it
+    first (the heartbeat lists it in `acked`), it was inherited: without a deadline it asked
+    nothing, and the job trained on, unsaved, into the kill. The agent's `ages` (status, on
+    the boot clock) tell it was raised after the start: it acts at once."""
+    from forewarn.clients import guard as guard_module
+
+    with AgentProcess(tmp_path) as agent:
+        reply = agent.control({"op": "notify", "action": "terminate", "id": "local/fresh"})
+        assert reply["ok"], reply
+        ack = {"op": "ack", "notice_id": "local/fresh", "client": "the-other-job"}
+        assert agent.control({**ack, "outcome": "saved", "step": 7, "flush_seconds": 0.1})["ok"]
+        with agent.subscriber(("heartbeat",)) as beats:
+            eventually(lambda: "local/fresh" in beats.recv()[1]["acked"], what="the ack")
+        # Read at the start, while the clock was an hour ahead.
+        monkeypatch.setattr(guard_module, "process_started", lambda: time.time() + 3600)
+        guard = CheckpointGuard(
+            handle_signals=False,
+            flag_file=None,
+            events=agent.events,
+            control=agent.control_endpoint,
+        )
+        try:
+            eventually(lambda: guard.due(1), timeout=5, what="the terminate's save")
+            assert guard.saved(1).exit
+        finally:
+            guard.close()

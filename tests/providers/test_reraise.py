@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from forewarn.clients import CheckpointGuard
+from forewarn.clients import guard as guard_module
 from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.aws.imds import SPOT_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
@@ -147,7 +148,11 @@ def test_a_job_that_kept_training_under_an_acted_on_terminate_is_not_stopped_by_
         assert agent.control(ack)["ok"]  # the earlier job saved for it
         # The next job starts once the deadline is past.
         _next(sub, lambda n: n["id"] == first["id"] and n["action"] == "clear", 10)
+        # The job starts now, by the wall clock and by the boot clock the agent ages on.
         monkeypatch.setattr("forewarn.clients.guard.process_started", time.time)
+        monkeypatch.setattr(
+            "forewarn.clients.guard.process_started_boot", guard_module.steady_seconds
+        )
         caplog.set_level(logging.WARNING, logger="forewarn.clients")
         guard = CheckpointGuard(
             events=agent.events,
