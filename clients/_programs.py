@@ -54,9 +54,10 @@ def _released() -> Iterator[None]:
     """The job's signals unblocked in this thread while it starts a program, which inherits
     its mask. One that comes meanwhile runs `pass_by`, or the worker's own handler, in the
     worker's main thread: passed by, as a thread the worker had before its init passes it by,
-    its sender unread. Its main process's too: every protected worker also ends when its main
-    process exits (its lifeline, `workers._end_with_main`), as multiprocessing's exit handler
-    that sends it then waits for the worker without a timeout."""
+    its sender unread. Its main process's too: its `terminate()` is sent again while the worker
+    lives (`_terminate_again`), and every protected worker also ends when its main process
+    exits (its lifeline, `workers._end_with_main`), as multiprocessing's exit handler that
+    sends it then waits for the worker without a timeout."""
     if not held:
         yield
         return

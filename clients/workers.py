@@ -50,7 +50,7 @@ from collections.abc import Callable
 from multiprocessing import context, reduction, spawn, util
 from typing import Any, cast
 
-from . import _forkserver, _programs
+from . import _forkserver, _programs, _terminate_again
 
 IGNORED_IN_WORKERS = (signal.SIGTERM, signal.SIGINT)
 
@@ -131,11 +131,17 @@ def _start(target: Callable[..., None], *args: object) -> None:
 def _sigterm_from_main_only(
     main: int, parent: int, guarded: _GuardByte | _BeforeInit | None
 ) -> None:
+    handed = False
     while True:
         info = signal.sigwaitinfo({signal.SIGTERM})
         if info.si_pid == main or os.getppid() != parent:
             # From the main process (or the main process is gone): end now, started or not.
-            if not _to_workers_own_handler():
+            # Handed to the worker's own handler once: the main process sends its terminate()
+            # again while the worker lives (_terminate_again), which that handler may outlast.
+            if handed:
+                continue
+            handed = _to_workers_own_handler()
+            if not handed:
                 _exit_as_asked()
         elif isinstance(guarded, _BeforeInit) and guarded.defer():
             continue
@@ -248,11 +254,13 @@ def _before_fork() -> None:
     # A fork worker runs torch's worker loop, which sets a SIGTERM handler that ends it on
     # anyone's SIGTERM, and seeds, before its worker_init_fn: a job-wide SIGTERM then ended it.
     # Forked with SIGTERM and SIGINT blocked, it keeps them pending until _protect.
-    process = _forking_process()
-    if process is None:
+    forking = _forking_process()
+    if forking is None:
         return
+    process, popen = forking
     _chain_torch_worker_init(process)
     if _protected_by_init(process):
+        _terminate_again.mark(popen)
         # Its lifeline as well: made before the fork, so that the worker holds the read end.
         _forking.lifeline = _lifeline_read_end()
         _forking.mask = signal.pthread_sigmask(signal.SIG_BLOCK, IGNORED_IN_WORKERS)
@@ -265,9 +273,9 @@ def _after_fork_in_parent() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def _forking_process() -> Any:
-    """The process multiprocessing's fork start (popen_fork's `_launch`) is forking, if this
-    fork is one."""
+def _forking_process() -> tuple[Any, Any] | None:
+    """The process multiprocessing's fork start (popen_fork's `_launch`) is forking, and its
+    Popen, if this fork is one."""
     try:
         from multiprocessing import popen_fork
     except ImportError:  # no fork on this platform
@@ -276,7 +284,9 @@ def _forking_process() -> Any:
     frame = sys._getframe(1)
     while frame is not None and frame.f_code is not launch:
         frame = frame.f_back  # type: ignore[assignment]
-    return None if frame is None else frame.f_locals.get("process_obj")
+    if frame is None:
+        return None
+    return frame.f_locals.get("process_obj"), frame.f_locals.get("self")
 
 
 def _protected_by_init(process: Any) -> bool:
@@ -581,6 +591,7 @@ def _reduce_started_process(process: Any) -> tuple[Any, ...]:
         process = copy.copy(process)  # the caller's keeps its own arguments
         _chain_torch_worker_init(process)
         if _protected_by_init(process):
+            _terminate_again.mark(popen)
             # Pickled before its program is started (util.spawnv_passfds): a spawn worker
             # starts with SIGTERM and SIGINT blocked (_spawnv_passfds).
             _forking.spawning = popen

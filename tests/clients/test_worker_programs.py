@@ -79,3 +79,21 @@ def test_a_job_exits_while_its_protected_fork_worker_starts_a_program(
         assert checkpoint.read_text() == str(last)
     else:
         assert proc.returncode == 0, err
+
+
+TERMINATED = Path(__file__).with_name("terminated_while_starting.py")
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn", "forkserver"])
+def test_terminate_while_a_protected_worker_starts_a_program_ends_it(start: str) -> None:
+    """A protected worker starting a program has SIGTERM unblocked in the starting thread (the
+    program gets it), and a SIGTERM there runs the do-nothing handler, its sender unread: its
+    main process's `terminate()` then (torch's shutdown of a worker still busy after 5 s, in a
+    dataset that decodes with a program per item) was passed by, and the worker ran on beside
+    the main process, which never asked again. The main process now asks again while the
+    worker lives, and the worker reads the request once the start is over."""
+    done = subprocess.run(
+        [sys.executable, str(TERMINATED), start], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ended"], done.stderr
