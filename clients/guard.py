@@ -189,6 +189,11 @@ class CheckpointGuard:
         # loop still running after the exit's save (a framework's teardown, one more `due`
         # on the way out) saved and acked it twice inside the window.
         self._exited_for: set[str] = set()
+        # A save said exit: a signal now asks for nothing new (a SIGTERM repeat is ignored, a
+        # Ctrl-C goes through), as while the exit is pending. Counted as a first signal, it
+        # asked for a save no loop would make, and a user's second Ctrl-C, the process
+        # waiting on its way out, stopped nothing.
+        self._exit_answered = False
         self._exit = False
         # What asks for the pending exit: "notice:<id>" per terminate, else the reason (signal,
         # peer, request:<reason>). A terminate withdrawn before the save is answered (see
@@ -579,6 +584,7 @@ class CheckpointGuard:
             if exit_now:
                 self._exit_by.clear()  # answered: a withdrawal now comes too late to matter
                 self._exited_for.update(notice_ids)
+                self._exit_answered = True
                 stopped_by = signal.SIGINT if reasons.get("signal") == "SIGINT" else signal.SIGTERM
                 self._exit_code = 128 + stopped_by
         if step >= self._next_step:
@@ -1434,14 +1440,14 @@ class CheckpointGuard:
                     self._forwarding.discard(signum)
             return
         name = signal.Signals(signum).name
-        if self._exit and "signal" in self._pending:
+        if self._exit and ("signal" in self._pending or self._exit_answered):
             if signum == signal.SIGTERM or _a_launchers_rank():
                 # Platforms send SIGTERM more than once: systemd's KillMode=control-group hits
                 # every process and torchrun forwards its own copy to each rank's group. A
                 # repeat is not a person insisting; the platform's SIGKILL follows anyway.
                 # So a torchrun rank's SIGINT (systemd's KillSignal=SIGINT, Slurm's).
                 return
-            # A second Ctrl-C while the first is pending: the user insists; let it through.
+            # A second Ctrl-C while an exit is pending or answered: the user insists.
             self._watched.discard(signum)
             previous = self._previous_handlers.get(signum, signal.SIG_DFL)
             signal.signal(signum, previous)

@@ -391,3 +391,32 @@ def test_a_torchrun_rank_saves_through_a_repeated_sigint(tmp_path: Path) -> None
     )
     assert done.returncode == 130, done.stderr
     assert checkpoint.read_text() == "7"
+
+
+def test_a_second_ctrl_c_after_the_exit_save_goes_through(handlers: None) -> None:
+    """The first Ctrl-C was saved for and the loop left; the job then waits on its way out
+    (close() for a background save on a slow mount, or for the acks to a restarting agent).
+    The save had cleared what was pending, so a second Ctrl-C counted as a first: it asked for
+    a save no loop would make, and the user could not stop the job."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    g = guard()
+    signal.raise_signal(signal.SIGINT)
+    assert g.due(1) and g.saved(1).exit
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    g.close()
+    assert g.exit_code == 130
+
+
+def test_a_repeated_sigterm_after_the_exit_save_asks_for_no_second_save(handlers: None) -> None:
+    """systemd's control-group kill and torchrun's forwarded copy: one SIGTERM each. The second,
+    come after the exit's save, asked for the same save again, and a loop that went on after
+    the exit's save (one more due() on its way out) saved twice inside the grace."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    g = guard()
+    signal.raise_signal(signal.SIGTERM)
+    assert g.due(1) and g.saved(1).exit
+    signal.raise_signal(signal.SIGTERM)
+    assert not g.due(2)
+    g.close()
+    assert g.exit_code == 143
