@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from forewarn.protocol.ages import status_ages
 from forewarn.protocol.errors import ForewarnError, UsageError
 from forewarn.protocol.seqgap import SeqGaps
 from forewarn.protocol.timefmt import (
@@ -1247,15 +1248,15 @@ def cmd_wait(args: argparse.Namespace) -> int:
         sock.close()  # a Ctrl-C goes on to main, which ends by it (`_end_by_sigint`)
 
 
-def _status_ages(control: str, runtime: Path | None) -> dict[str, object] | None:
-    """The agent's `ages` of its notices (`waitrule`: raised after the wait began?), or None
-    when it gives none (older) or does not answer within AGES_TIMEOUT."""
+def _status_ages(control: str, runtime: Path | None) -> dict[str, float] | None:
+    """The agent's `ages` of its notices (`waitrule`: raised after the wait began?), counted
+    from their `noticed_at` (`status_ages`), or None when it gives none (older) or does not
+    answer within AGES_TIMEOUT."""
     try:
         reply = request(control, {"op": "status"}, AGES_TIMEOUT, runtime=runtime)
     except (TimeoutError, OSError, ReplyError):
         return None
-    ages = reply.get("ages")
-    return ages if isinstance(ages, dict) else None
+    return status_ages(reply)
 
 
 def _hold(control: str, runtime: Path | None, notice_id: str, client: str, pid: int | None) -> None:

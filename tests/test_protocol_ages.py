@@ -1,10 +1,10 @@
-"""The ages a status reply gives, as the client reads them (`Notices.notice_ages`)."""
+"""The ages a status reply gives, as the client and `forewarn wait` read them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from forewarn.clients.notices import status_ages
+from forewarn.protocol.ages import status_ages
 from hypothesis import given
 from hypothesis import strategies as st
 
