@@ -18,6 +18,7 @@ import os
 import signal
 import threading
 import time
+from multiprocessing import connection
 from typing import Any
 
 # Seconds between the sends after the first: quick at first (a `subprocess` start takes
@@ -36,8 +37,6 @@ def _still_running(popen: Any) -> bool:
     """Whether the worker of `popen` has not ended, without reaping it (its sentinel becomes
     readable when it ends): the process that started it reaps it, and its pid is then no
     longer its own to signal."""
-    from multiprocessing import connection  # loaded by then: its Popen waits with it
-
     if popen.returncode is not None:
         return False
     finalizer = getattr(popen, "finalizer", None)

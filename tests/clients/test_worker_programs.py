@@ -97,3 +97,17 @@ def test_terminate_while_a_protected_worker_starts_a_program_ends_it(start: str)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ended"], done.stderr
+
+
+FINALIZATION = Path(__file__).with_name("terminate_at_finalization.py")
+
+
+def test_a_terminate_while_the_interpreter_finalizes_exits_cleanly() -> None:
+    """A protected worker's terminate from a `__del__` run as the interpreter finalizes (a
+    DataLoader iterator collected then): looking whether the worker still ran imported a
+    module there, and the exit printed an `Exception ignored` traceback."""
+    done = subprocess.run(
+        [sys.executable, str(FINALIZATION)], capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
