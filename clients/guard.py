@@ -473,7 +473,10 @@ class CheckpointGuard:
         if self.__dict__.get("due") == self._due_first:
             self._late_agreement()  # an evaluation before the first training step
         if self.agreement is None:
-            if self._exit:
+            # An exit pending, not one a save has answered: `_wake` is set with every exit
+            # asked for and cleared by the save that answers it. Answered, an evaluation on the
+            # way out was asked for the same save again.
+            if self._exit and self._wake:
                 self._mark_due(step)
                 return True
             return False

@@ -458,3 +458,27 @@ def test_a_terminate_sent_again_after_its_exit_save_asks_for_no_second_save() ->
     guard._on_event(_terminate("azure/preempt/1", EventStatus="Scheduled"))
     assert guard.due(7)
     guard.close()
+
+
+def test_an_evaluation_after_the_exit_save_asks_for_no_second_save(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The exit's save was made (SaveResult.exit); the job runs a last evaluation on its way
+    out. `due_in_eval` still answered the exit that was saved for: a loop that saves when it
+    says so saved the same step again inside the grace, and one that did not was told every
+    30 s that "the exit's save ... is still running"."""
+    import signal
+
+    from forewarn.clients import guard as guard_module
+
+    monkeypatch.setattr(guard_module, "EXIT_SAVE_WARN_SECONDS", 1e-6)
+    guard = quiet_guard()
+    guard._on_signal(signal.SIGTERM, None)
+    assert guard.due(4) and guard.saved(4).exit
+    assert not guard.due_in_eval(4), "the exit was saved for"
+    guard._check_exit_save()  # the ticker's look, made here at once
+    assert "still running" not in caplog.text
+    assert guard.should_exit and guard.exit_code == 143
+    guard.request("last words", exit=True)  # a new request still asks
+    assert guard.due_in_eval(4) and guard.saved(4).exit
+    guard.close()
