@@ -24,11 +24,12 @@ class ObjectWriter(io.BufferedIOBase):
     `stable_memory`, when set, names memory that stays allocated and unchanged until this
     file is closed: writes from inside it return without waiting for their hashing.
 
-    `on_progress`, when set, is called as bytes written before reach the storage while it is
-    being closed (an S3 part uploaded after the last write), and `on_sent` once every byte has
-    and only the storage's completion of the object is left (bounded by its own timeouts): a
-    waiter bounded by progress (the exit's wait for a background save) told a slow close from
-    a hung one only by the writes, and gave up on an upload whose completion took minutes."""
+    `on_progress`, when set, is called as bytes written before move towards the storage (each
+    block of an S3 part's body the connection takes, each part answered; from the upload
+    threads too), and `on_sent` once every byte has reached it and only the storage's
+    completion of the object is left (bounded by its own timeouts): a waiter bounded by
+    progress (the exit's wait for a background save) told a slow close from a hung one only
+    by the writes, and gave up on an upload whose completion took minutes."""
 
     def __init__(self, name: str, on_done: OnDone | None) -> None:
         super().__init__()

@@ -55,9 +55,10 @@ CANCEL_GRACE_SECONDS = 1.0
 # and Azure often later; GCP's 30 s notice ends in a soft power-off), and a save still
 # writing then is the only copy of that work: giving it up at the deadline lost it.
 FINAL_SAVE_GRACE_SECONDS = 60.0
-# How long the save in flight may go without writing a byte (a hung mount, an upload to a
-# service that stopped answering) before a wait for it stops: at interpreter exit, in
-# close(), and in the next save, which then raises it as that save's failure.
+# How long the save in flight may go without writing a byte or moving one towards the storage
+# (a hung mount, an upload to a service that stopped answering) before a wait for it stops:
+# at interpreter exit, in close(), and in the next save, which then raises it as that save's
+# failure.
 EXIT_STALL_SECONDS = 120.0
 # How often a wait for the save in flight looks whether it still moves.
 _WAIT_TICK_SECONDS = 0.25
@@ -727,9 +728,10 @@ class BackgroundSaver:
         def write(gen: GenerationWriter) -> None:
             with gen.open(self.file_name) as stream:
                 stream.stable_memory = job.stable
-                # Parts uploaded after the last write count as progress, and a completion
-                # under way as a closed file: an upload whose completion took minutes (S3's,
-                # for a large object) was given up at the exit as hung.
+                # Bytes of parts moving after the last write count as progress (a part slower
+                # than the stall bound on a slow link is no hung one), and a completion under
+                # way as a closed file: an upload whose completion took minutes (S3's, for a
+                # large object) was given up at the exit as hung.
                 stream.on_progress = self._mark_moved
                 stream.on_sent = self._mark_sent
                 target = _CancellableStream(stream, cancel, self._mark_moved)

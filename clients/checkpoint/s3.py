@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import io
 import logging
 import os
 import queue
@@ -120,6 +121,25 @@ class _PartThreads:
             self._work.put(None)
 
 
+class _SentBody(io.BytesIO):
+    """A part's body that tells `moved()` each time the connection takes more of it (the HTTP
+    client reads it a block at a time as the socket drains, and again from the start on a
+    retry). Progress was a part's answer, and only the oldest part's: on a slow link (8 MiB
+    parts at under 70 KB/s each) no part is answered within EXIT_STALL_SECONDS, and a save
+    whose bytes were flowing was given up at the exit as hung. A connection that stopped
+    taking bytes stops the reads, so a stalled upload still reads as one."""
+
+    def __init__(self, body: bytes, moved: Callable[[], None]) -> None:
+        super().__init__(body)  # shares the bytes until written to (never)
+        self._moved = moved
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        if data:
+            self._moved()
+        return data
+
+
 class S3Writer(ObjectWriter):
     def __init__(self, backend: S3Backend, key: str, name: str, on_done: OnDone | None) -> None:
         super().__init__(name, on_done)
@@ -199,19 +219,24 @@ class S3Writer(ObjectWriter):
             Key=self._key,
             UploadId=self._upload_id,
             PartNumber=number,
-            Body=body,
+            Body=_SentBody(body, self._moved),
             **checksum,
         )
+        self._moved()  # any part answered, not only the oldest
         part = {"PartNumber": number, "ETag": reply["ETag"]}
         if PART_CHECKSUM in checksum:
             # An upload that declared an algorithm completes only with every part's checksum.
             part[PART_CHECKSUM] = checksum[PART_CHECKSUM]
         return part
 
+    def _moved(self) -> None:
+        on_progress = self.on_progress
+        if on_progress is not None:
+            on_progress()
+
     def _collect_oldest(self) -> None:
         self._etags.append(self._parts.popleft().result())
-        if self.on_progress is not None:
-            self.on_progress()
+        self._moved()
 
     def _finish(self) -> None:
         backend = self._backend

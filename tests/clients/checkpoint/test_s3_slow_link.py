@@ -1,0 +1,50 @@
+"""Background saves to S3 over a slow link (a thin uplink: each part takes longer than the
+bound on a save that stopped moving, while its bytes keep flowing), against the moto server
+behind a proxy that carries the uploads slowly."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+import pytest
+from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, background
+from forewarn.clients.checkpoint.s3 import MIN_PART
+from slow_link import SlowLink, small_send_buffers
+
+# The bound on a save that moves nothing (EXIT_STALL_SECONDS, 120 s in use), scaled down.
+STALL = 1.5
+# Each connection's upload rate: a 5 MiB part takes twice STALL to go through, and the link
+# moves a read's worth of a part's body (128 KiB) every ~70 ms, far inside STALL.
+RATE = MIN_PART / (2 * STALL)
+
+
+@pytest.fixture
+def link(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[SlowLink]:
+    small_send_buffers(monkeypatch)
+    with SlowLink(moto_endpoint) as proxy:
+        yield proxy
+
+
+def test_the_exit_waits_for_a_part_slower_than_the_stall_bound_while_its_bytes_move(
+    link: SlowLink, bucket: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Progress was marked only when the oldest part in flight was collected, so at the exit
+    a part slower than EXIT_STALL_SECONDS (8 MiB parts at under 70 KB/s each) was given up
+    as hung while it was uploading, and the run's last checkpoint was lost. Bytes taken by
+    the connection count as progress now."""
+    monkeypatch.setattr(background, "EXIT_STALL_SECONDS", STALL)
+    url = f"s3://{bucket}/run"
+    store = CheckpointStore(url, s3=S3Options(endpoint_url=link.url, part_size=MIN_PART))
+    saver = BackgroundSaver(store)
+    assert store.latest() is None  # the client is made before the link slows and the clock runs
+    link.rate = RATE
+    saver.save(7, {"w": os.urandom(MIN_PART + (1 << 20))})  # two parts: a multipart upload
+    with caplog.at_level(logging.ERROR, logger="forewarn.clients"):
+        saver.finish_in_flight("the process is exiting", "call close() before exiting")
+    assert "wrote nothing" not in caplog.text
+    link.rate = None
+    latest = store.latest()
+    assert latest is not None and latest.step == 7
+    store.close()
