@@ -15,7 +15,11 @@ import pytest
 from forewarn.clients.checkpoint import CheckpointStore, S3Options
 from s3_proxy import Reply, Request, S3Proxy
 
-# EXIT_STALL_SECONDS in the child: past a part's upload on a loaded machine (1.5 s was not).
+# EXIT_STALL_SECONDS in the child. The parts' bytes moving are progress (each block a
+# connection takes), so what it must outlast is the longest pause in them on a loaded machine,
+# and the save's start before its first write (its claim, the upload's creation). Progress
+# was the oldest part's answer only, and a 5 MiB part slower than this under 3x CPU load
+# failed CI once (before that, 1.5 s had not been enough either).
 STALL = 3.0
 DELAY = STALL + 1.0  # how long the proxy holds each CompleteMultipartUpload
 
@@ -27,7 +31,9 @@ from forewarn.clients.checkpoint import background, store
 background.EXIT_STALL_SECONDS = float(sys.argv[3])
 store.RELEASE_WITHIN = float(sys.argv[3])  # the store's own exit wait for a commit under way
 options = S3Options(endpoint_url=sys.argv[2], part_size=5 << 20)
-saver = BackgroundSaver(CheckpointStore(sys.argv[1], s3=options))
+checkpoints = CheckpointStore(sys.argv[1], s3=options)
+checkpoints.latest()  # the S3 client is made (CPU-bound) before the save's clock runs
+saver = BackgroundSaver(checkpoints)
 saver.save(7, {"w": os.urandom(12 << 20)})  # three parts: a multipart upload
 print("in flight:", saver.in_flight, flush=True)
 """
