@@ -1,8 +1,9 @@
 """A loopback HTTP proxy in front of the moto server, for the S3-compatible services' quirks
 moto does not play (a slow commit, a lost answer, no multi-object delete, upload start times).
 
-A test subclasses `S3Proxy` and overrides `answer` (answer a request itself, or hold it) and
-`forwarded` (change moto's reply, or reset the connection instead of answering)."""
+A test subclasses `S3Proxy` and overrides `answer` (answer a request itself, or hold it),
+`forwarded` (change moto's reply, or reset the connection instead of answering) and
+`cut_body` (answer a request partway through its body, as a service failing mid-upload)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,12 @@ class S3Proxy(ThreadingHTTPServer):
         """What goes back for moto's `reply`; None resets the connection instead."""
         return reply
 
+    def cut_body(self, request: Request) -> tuple[int, Reply] | None:
+        """For `request` (its `body` None: not read yet), None to read it whole, or how many
+        of its body's bytes to read before sending the reply given and closing the
+        connection (the rest unread)."""
+        return None
+
     def __enter__(self) -> S3Proxy:
         threading.Thread(target=self.serve_forever, daemon=True).start()
         return self
@@ -88,6 +95,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
+        cut = self.server.cut_body(Request(self.command, self.path, dict(self.headers), None))
+        if cut is not None:
+            read, early = cut
+            self.rfile.read(min(read, length))
+            self.close_connection = True
+            self._reply(early, close=True)
+            return
         body = self.rfile.read(length) if length else None
         request = Request(self.command, self.path, dict(self.headers.items()), body)
         reply = self.server.answer(request)
@@ -110,7 +124,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         self._reply(reply)
 
-    def _reply(self, reply: Reply) -> None:
+    def _reply(self, reply: Reply, *, close: bool = False) -> None:
         head = self.command == "HEAD"  # its Content-Length is the object's, with no body
         try:
             self.send_response(reply.status)
@@ -119,6 +133,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self.send_header(key, value)
             if not head:
                 self.send_header("Content-Length", str(len(reply.data)))
+            if close:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(reply.data)
         except OSError:
