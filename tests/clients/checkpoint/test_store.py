@@ -658,7 +658,7 @@ def test_s3_parts_grow_so_a_stream_of_unknown_size_fits_in_10000_parts(
     upload_part = client.upload_part
 
     def spy(**kwargs: Any) -> Any:
-        sent.append(len(kwargs["Body"]))
+        sent.append(len(kwargs["Body"].getvalue()))  # a stream of the part's bytes
         return upload_part(**kwargs)
 
     monkeypatch.setattr(client, "upload_part", spy)
@@ -740,7 +740,7 @@ def test_s3_parts_carry_their_crc32_only_with_upload_checksums(
     sent: list[tuple[bytes, str | None]] = []
 
     def spy(**kwargs: Any) -> Any:
-        sent.append((kwargs["Body"], kwargs.get("ChecksumCRC32")))
+        sent.append((kwargs["Body"].getvalue(), kwargs.get("ChecksumCRC32")))
         return upload_part(**kwargs)
 
     monkeypatch.setattr(client, "upload_part", spy)
