@@ -149,6 +149,7 @@ class S3Writer(ObjectWriter):
         self._buffered = 0
         self._upload_id: str | None = None
         self._parts: deque[Future[dict[str, Any]]] = deque()  # in flight, in order
+        self._collecting: Future[dict[str, Any]] | None = None  # the oldest, being waited for
         # The file's own upload threads, not the backend's: a save left behind with its parts
         # stuck on stalled connections (a cancelled background save) held every thread of a
         # shared pool, and the final save's parts queued behind them until they timed out.
@@ -235,7 +236,9 @@ class S3Writer(ObjectWriter):
             on_progress()
 
     def _collect_oldest(self) -> None:
-        self._etags.append(self._parts.popleft().result())
+        self._collecting = self._parts.popleft()
+        self._etags.append(self._collecting.result())
+        self._collecting = None
         self._moved()
 
     def _finish(self) -> None:
@@ -309,21 +312,34 @@ class S3Writer(ObjectWriter):
 
     def _discard(self) -> None:
         self._chunks = []
-        for future in self._parts:
-            future.cancel()
-        for future in self._parts:
-            if not future.cancelled():
-                # The upload is being thrown away: its errors no longer matter.
-                with contextlib.suppress(Exception):
-                    future.result()
+        # A copy: at the exit another thread discards while the writer's own may collect.
+        running = [future for future in list(self._parts) if not future.cancel()]
+        if self._collecting is not None:
+            running.append(self._collecting)  # the one the writer's thread waits for
         self._parts.clear()
         self._stop_pool()
-        if self._upload_id is not None:
-            # An upload left unaborted expires by the bucket's lifecycle rule.
-            with contextlib.suppress(Exception):
-                self._backend.client.abort_multipart_upload(
-                    Bucket=self._backend.bucket, Key=self._key, UploadId=self._upload_id
-                )
+        if self._upload_id is None:
+            return
+        # Aborted at once, not after the parts still running end: parts stuck on stalled
+        # connections held that wait for minutes, and at the exit (which bounds its abort of
+        # unfinished saves by RELEASE_WITHIN) the upload, its parts billed, and the step's
+        # claim stayed behind. A part that completes after the abort may still hold storage
+        # (S3 documents it), so each one ending well aborts the upload once more.
+        self._abort_upload()
+        for future in running:
+            future.add_done_callback(self._abort_after)
+
+    def _abort_after(self, part: Future[dict[str, Any]]) -> None:
+        if not part.cancelled() and part.exception() is None:
+            self._abort_upload()
+
+    def _abort_upload(self) -> None:
+        # One left unaborted (the service unreachable) expires by the bucket's lifecycle rule,
+        # or is aborted by a later job's first save.
+        with contextlib.suppress(Exception):
+            self._backend.client.abort_multipart_upload(
+                Bucket=self._backend.bucket, Key=self._key, UploadId=self._upload_id
+            )
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:

@@ -177,3 +177,50 @@ def test_parts_are_sent_where_no_thread_may_start_as_at_exit_on_python_3_12(
     threads = s3_backend._PartThreads(4, "forewarn-s3")
     assert threads.submit(lambda n: n * 2, 21).result(timeout=0) == 42
     threads.shutdown()
+
+
+# A save given up at the exit while still writing: the writer waits in its queue of parts
+# (concurrency 2: two parts running, two queued), its part uploads stuck on stalled
+# connections. No torch: the saver pickles the bytes, one write of six parts.
+_EXIT_WITH_THE_WRITER_WAITING_ON_STALLED_PARTS = """
+import sys, threading
+from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, background, s3
+from forewarn.clients.checkpoint import store as store_module
+
+stalled = threading.Event()
+
+def upload_part(self, number, body):
+    stalled.set()
+    threading.Event().wait()  # a request on a stalled connection
+
+s3.S3Writer._upload_part = upload_part
+background.EXIT_STALL_SECONDS = 0.5
+store_module.RELEASE_WITHIN = 5.0
+store = CheckpointStore(sys.argv[1], s3=S3Options(part_size=5 << 20, concurrency=2))
+saver = BackgroundSaver(store)
+saver.save(7, {"w": bytes(27 << 20)})
+assert stalled.wait(60), "no part upload started"
+uploads = store.backend.client.list_multipart_uploads(Bucket=store.backend.bucket)
+print("uploads:", len(uploads.get("Uploads", [])), flush=True)
+"""
+
+
+def test_the_exit_aborts_the_upload_of_a_save_given_up_while_its_parts_are_stalled(
+    bucket: str,
+) -> None:
+    """The exit aborts the store's unfinished saves, and the file being written aborted its
+    multipart upload only after waiting for every part still running: parts stuck on stalled
+    connections held that wait past the exit's bound (RELEASE_WITHIN), so the upload (and
+    every part already in it, billed) stayed behind, and so did the step's claim, until a
+    job's first save an hour later or the bucket's lifecycle rule. Aborted first now."""
+    import boto3
+
+    done = run_script(_EXIT_WITH_THE_WRITER_WAITING_ON_STALLED_PARTS, f"s3://{bucket}/run")
+    assert done.returncode == 0, done.stderr
+    assert "uploads: 1" in done.stdout
+    assert "the background save of step 7 wrote nothing" in done.stderr
+    assert "did not let go of the claims" not in done.stderr, done.stderr
+    client = boto3.client("s3")
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    left = client.list_objects_v2(Bucket=bucket).get("Contents", [])
+    assert [item["Key"] for item in left] == []
