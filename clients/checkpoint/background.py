@@ -130,6 +130,23 @@ class _CancellableStream:
         return None
 
 
+class _Motion:
+    """When a final save last wrote or moved bytes towards the storage. Given up a grace past
+    its deadline whatever it was doing, a final save over a slow link was lost with its bytes
+    still flowing, on a machine that often stays past its deadline; past that point it is
+    waited for while it moves, and given up once it has moved nothing for the grace (storage
+    that stopped answering fails at the same moment as before)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+
+    def mark(self) -> None:
+        self._last = time.monotonic()
+
+    def moving(self) -> bool:
+        return time.monotonic() - self._last < FINAL_SAVE_GRACE_SECONDS
+
+
 class _Copies:
     """The snapshot's copies as the training thread makes them: the writer waits for each
     buffer's copy before serialising it (torch computes a record's CRC-32 before writing
@@ -502,11 +519,13 @@ class BackgroundSaver:
         timeout = None
         if seconds_left is not None:
             # Storage that stopped answering held the final save past the deadline, where the
-            # SIGKILL said nothing: it fails a grace after the deadline instead, saying why.
+            # SIGKILL said nothing: it fails a grace after the deadline instead, saying why;
+            # but only once it has also moved nothing for that grace (see `_Motion`).
             left = max(seconds_left - (time.monotonic() - started), 0.0)
             timeout = max(left + FINAL_SAVE_GRACE_SECONDS, CANCEL_GRACE_SECONDS)
+        motion = _Motion()
         generation = self._write(
-            job, snapshot, dict(metadata or {}), threading.Event(), timeout=timeout
+            job, snapshot, dict(metadata or {}), threading.Event(), timeout=timeout, motion=motion
         )
         self.last_durable = generation
         seconds = time.monotonic() - started
@@ -721,9 +740,13 @@ class BackgroundSaver:
         cancel: threading.Event,
         *,
         timeout: float | None = None,
+        motion: _Motion | None = None,
     ) -> Generation:
         torch = _torch()
         started = time.monotonic()
+        # The final save's own: a save left behind, its parts still moving, must not make
+        # the final one look alive.
+        moved = motion.mark if motion is not None else self._mark_moved
 
         def write(gen: GenerationWriter) -> None:
             with gen.open(self.file_name) as stream:
@@ -732,9 +755,9 @@ class BackgroundSaver:
                 # than the stall bound on a slow link is no hung one), and a completion under
                 # way as a closed file: an upload whose completion took minutes (S3's, for a
                 # large object) was given up at the exit as hung.
-                stream.on_progress = self._mark_moved
+                stream.on_progress = moved
                 stream.on_sent = self._mark_sent
-                target = _CancellableStream(stream, cancel, self._mark_moved)
+                target = _CancellableStream(stream, cancel, moved)
                 if torch is not None:
                     _save_overlapped(torch, snapshot, target, job.copies)
                 else:
@@ -750,7 +773,13 @@ class BackgroundSaver:
 
         try:
             # Through flush: a save that finds the disk full makes room as retention would.
-            flushed = self.store.flush(job.step, write, metadata=metadata, timeout=timeout)
+            flushed = self.store.flush(
+                job.step,
+                write,
+                metadata=metadata,
+                timeout=timeout,
+                moving=None if motion is None else motion.moving,
+            )
         except CommitTimeout:
             # The save goes on on its own thread, hashing these buffers in place: they are
             # its until it ends, and the next save takes new ones.

@@ -57,6 +57,9 @@ T = TypeVar("T")
 # takes minutes even for tens of GiB, so an upload an hour old has no live writer.
 STALE_UPLOAD_AGE = 3600.0
 
+# How often a save waited for past its timeout while it moves (`flush(moving=)`) is looked at.
+_MOVING_TICK = 0.25
+
 # A save that fails with one of these may succeed once older generations make room.
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
@@ -505,6 +508,7 @@ class CheckpointStore:
         *,
         metadata: Mapping[str, Any] | None = None,
         timeout: float | None = None,
+        moving: Callable[[], bool] | None = None,
         **save_options: Any,
     ) -> FlushResult:
         """Save generation `step` by calling `write(gen)`, commit it, and time it.
@@ -513,14 +517,16 @@ class CheckpointStore:
         commit being complete (`LATEST` written on rank 0, the commit seen on the others);
         retention afterwards is not counted. `save_options` go to `save` (rank, ...).
         `timeout` (single-rank saves): raise `CommitTimeout` once that many seconds pass
-        without the commit, leaving the save behind on its own thread (see `_flush_within`).
+        without the commit, leaving the save behind on its own thread (see `_flush_within`);
+        with `moving`, only once `moving()` also says the save has stopped moving (its bytes
+        no longer going to the storage), with a WARNING at the timeout while it still moves.
         """
         if timeout is not None:
             ranks = resolve(
                 save_options.get("rank"), save_options.get("world_size"), save_options.get("group")
             )
             if ranks.world_size == 1:
-                return self._flush_within(timeout, step, write, metadata, save_options)
+                return self._flush_within(timeout, step, write, metadata, save_options, moving)
         return self._flush(step, write, metadata, save_options)
 
     def _flush_within(
@@ -530,6 +536,7 @@ class CheckpointStore:
         write: Callable[[GenerationWriter], object],
         metadata: Mapping[str, Any] | None,
         save_options: dict[str, Any],
+        moving: Callable[[], bool] | None = None,
     ) -> FlushResult:
         # A terminate's final save to storage that stopped answering (a hung mount, an S3
         # endpoint that accepts connections and never answers: 60 s per request, 6 times)
@@ -557,13 +564,29 @@ class CheckpointStore:
         )
         thread.start()
         thread.join(max(timeout, 0.0))
+        # A save still moving at its timeout is a slow link, not a hung one: given up, it
+        # was lost with its bytes flowing (a terminate's final save, on a machine that often
+        # stays past its deadline). It is waited for while it moves, saying so once.
+        told = False
+        while not outcome and moving is not None and moving():
+            if not told:
+                told = True
+                log.warning(
+                    "forewarn: %s is not committed in %s after its %.1f s, but its upload is "
+                    "still moving: it is not durable yet; waiting on while it moves",
+                    generation_name(step),
+                    self.url,
+                    timeout,
+                )
+            thread.join(_MOVING_TICK)
         if not outcome:
             gave_up.set()
+            still = " moves nothing and" if told else ""
             raise CommitTimeout(
                 f"{generation_name(step)} was not committed in {self.url} within {timeout:.1f} s: "
-                "the save is still waiting on the storage (a hung mount, or a service that "
-                "stopped answering?); it is left behind and commits only if its files were "
-                "all written and the storage answers"
+                f"the save{still} is still waiting on the storage (a hung mount, or a service "
+                "that stopped answering?); it is left behind and commits only if its files "
+                "were all written and the storage answers"
             )
         result = outcome[0]
         if isinstance(result, BaseException):

@@ -48,3 +48,28 @@ def test_the_exit_waits_for_a_part_slower_than_the_stall_bound_while_its_bytes_m
     latest = store.latest()
     assert latest is not None and latest.step == 7
     store.close()
+
+
+def test_a_final_save_still_moving_past_its_deadline_and_grace_is_waited_for(
+    link: SlowLink, bucket: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A terminate's final save was given up at its deadline plus FINAL_SAVE_GRACE_SECONDS
+    whatever it was doing: over a slow link, with its bytes flowing, it raised CommitTimeout
+    saying the storage had stopped answering (the guard's ERROR repeated it), and the process
+    exited without the state of the exit, on a machine that often stays past its deadline.
+    Past that point it is now waited for while its bytes move, saying it is not durable yet."""
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", STALL)
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
+    )
+    saver = BackgroundSaver(store)
+    assert store.latest() is None  # the client is made before the link slows and the clock runs
+    link.rate = RATE  # the 5 MiB part takes twice the grace
+    with caplog.at_level(logging.WARNING, logger="forewarn.checkpoint"):
+        final = saver.final(9, {"w": os.urandom(MIN_PART + (1 << 20))}, seconds_left=0.0)
+    assert final.generation.step == 9
+    assert "still moving" in caplog.text
+    link.rate = None
+    latest = store.latest()
+    assert latest is not None and latest.step == 9
+    store.close()
