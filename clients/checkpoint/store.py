@@ -56,6 +56,10 @@ T = TypeVar("T")
 # fits a notice window of seconds to minutes (15 at the longest), and uploading one file
 # takes minutes even for tens of GiB, so an upload an hour old has no live writer.
 STALE_UPLOAD_AGE = 3600.0
+# How often a long-running job's saves look again for dead uploads (see `_start`): an upload
+# its first save spared as too young (the job before, still uploading its final save, then
+# killed) is aborted within this much of growing stale, not left billed until the next job.
+UPLOAD_SWEEP_INTERVAL = 600.0
 
 # How often a save waited for past its timeout while it moves (`flush(moving=)`) is looked at.
 _MOVING_TICK = 0.25
@@ -217,7 +221,7 @@ class CheckpointStore:
         # Steps whose checksums retention has verified in this process (generations are
         # immutable): each is read back once, not at every save.
         self._hashed: set[int] = set()
-        self._swept = False
+        self._swept: float | None = None  # when (monotonic) this store last looked for dead uploads
         # Generations retention failed to delete (see `_prune`), said once each.
         self._undeletable: set[int] = set()
         # What each writer of this store holds (`_WRITING`; single-rank: `Backend.claim`).
@@ -438,7 +442,9 @@ class CheckpointStore:
                     ) from exc
         elif part_name(ranks.rank) in present:
             self._backend.delete(f"{name}/{part_name(ranks.rank)}")
-        if ranks.rank == 0 and not self._swept:
+        if ranks.rank == 0 and (
+            self._swept is None or time.monotonic() - self._swept >= UPLOAD_SWEEP_INTERVAL
+        ):
             # The first save of this process: no writer of this job can still be uploading
             # anything but this step (the ranks save in step; an earlier step committed only
             # once every rank's part, hence its uploads, were in), so whatever else is
@@ -448,7 +454,12 @@ class CheckpointStore:
             # step's only writer: its uploads are dead whatever their age, and they are the
             # usual ones (a job resumed from the last commit saves again the step it was
             # killed in).
-            self._swept = True
+            # Again every UPLOAD_SWEEP_INTERVAL: an upload spared here as too young (the job
+            # before, still uploading its final save when this one started, then killed) was
+            # left for as long as this job ran, its parts billed; its generation has no object,
+            # so retention never lists it. Later looks are as safe as the first: this job's
+            # earlier steps committed, and the other rules (age, live claims) still hold.
+            self._swept = time.monotonic()
             name_if_single = name if ranks.world_size == 1 else None
             try:
                 aborted = self._backend.abort_stale_uploads(

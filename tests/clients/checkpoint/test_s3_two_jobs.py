@@ -229,3 +229,30 @@ def test_aborting_uploads_by_hand_spares_another_jobs_save_of_several_ranks(
 
 def any_ended(processes: list[subprocess.Popen[str]]) -> bool:
     return any(process.poll() is not None for process in processes)
+
+
+def test_a_later_save_aborts_an_upload_the_first_one_spared_once_it_is_stale(
+    proxy: InitiatedProxy, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first save of a job spares an upload younger than STALE_UPLOAD_AGE (the job
+    before it may still be uploading its final save). When that job was then killed
+    mid-upload, its upload (its parts billed) stayed for as long as this job ran: only a
+    process's first save looked, and retention never lists a generation with no object. A
+    later save looks again once UPLOAD_SWEEP_INTERVAL has passed since."""
+    import boto3
+    from forewarn.clients.checkpoint import store as store_module
+
+    client = boto3.client("s3", endpoint_url=proxy.url)
+    # The job before this one, its final save of step 8 still uploading when this one starts.
+    orphan = client.create_multipart_upload(Bucket=bucket, Key="run/step-000000000008/state.pt")
+    store = CheckpointStore(f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url))
+    store.flush(1, lambda gen: gen.write_bytes("state.pt", b"one"))
+    assert uploads(client, bucket) == ["run/step-000000000008/state.pt"]  # young: spared
+    # That job was killed mid-upload; this one trains on, and the upload grows old.
+    proxy.initiated[orphan["UploadId"]] -= timedelta(hours=2)
+    store.flush(2, lambda gen: gen.write_bytes("state.pt", b"two"))
+    assert uploads(client, bucket) == ["run/step-000000000008/state.pt"]  # not due yet
+    monkeypatch.setattr(store_module, "UPLOAD_SWEEP_INTERVAL", 0.0)  # the interval passed
+    store.flush(3, lambda gen: gen.write_bytes("state.pt", b"three"))
+    assert uploads(client, bucket) == []
+    store.close()
