@@ -752,3 +752,19 @@ def test_the_readme_s_way_with_an_emptydir_is_the_sidecar_overlay_s(tmp_path: Pa
     said = " ".join(bullet.split())
     assert "fsGroup`) before" not in said, said
     assert f"FOREWARN_RUNTIME_DIR={runtime}" in said, said
+
+
+def test_every_forewarn_unit_the_docs_name_is_one_the_project_ships() -> None:
+    """docs/gcp.md told the boot script that raises the max-run-duration notice to be "a
+    systemd unit ordered After=forewarn.service": the agent's unit is forewarn-agent.service.
+    systemd takes an After= on a unit that does not exist without a word, so the script ran
+    before the agent was up, its `notify` found no agent (exit 1), and the notice that saves
+    the job before its planned end was never raised."""
+    shipped = {unit.name for unit in (ROOT / "packaging").rglob("*.service")}
+    assert "forewarn-agent.service" in shipped, shipped
+    packaging = "".join(
+        path.read_text() for path in sorted((ROOT / "packaging").rglob("*")) if path.is_file()
+    )
+    named = set(re.findall(r"(?<![\w@-])(forewarn[\w@-]*\.service)\b", DOCS + packaging))
+    assert "forewarn-agent.service" in named, named
+    assert sorted(named - shipped) == []
