@@ -1818,7 +1818,11 @@ def build_parser(
         help="with --background: the terminate's deadline, seconds after it is sent (default 20)",
     )
     local.add_argument("--dir", type=_path, help="work directory (default: a temporary one)")
-    local.add_argument("--keep", action="store_true", help="keep the work directory")
+    local.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temporary work directory (a --dir is always kept)",
+    )
     if wanted("drill"):
         # The reclaim drill brings ctypes and the demo machine: not for `forewarn agent`.
         drill_reclaim = importlib.import_module("forewarn.agent.drill_reclaim")

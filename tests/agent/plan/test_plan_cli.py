@@ -636,6 +636,11 @@ def test_a_plan_from_the_telemetry_of_forewarn_drill_local(
         timeout=120,
     )
     assert drill.returncode == 0, drill.stdout + drill.stderr
+    # Without --keep the --dir stays (only a temporary work directory goes), as the README's
+    # drill row now says: it said "temporary unless --dir, and removed unless --keep", which
+    # read as a --dir removed too, and --keep's help said only "keep the work directory".
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    assert "removed at the end unless `--keep`, or `--dir`, which is kept" in readme
     done = run_forewarn("plan", "--telemetry", str(work), "--json", *PRICES, env=env)
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
