@@ -89,7 +89,8 @@ class Destination:
     lock and finishes a dead copy's swap; `held()`, `stage()`, `swap_in(token)`.
 
     A copy under way into the directory is waited for up to `wait` seconds (0: refused at
-    once); `waiting` is told, once, what is waited for."""
+    once); `waiting` is told, once, what is waited for. A directory removed meanwhile (by
+    the copy waited for, which made it and failed) is made again."""
 
     def __init__(
         self,
@@ -110,12 +111,25 @@ class Destination:
         self.finished: list[str] = []
 
     def __enter__(self) -> Destination:
-        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            self._lock(fd)
-        except BaseException:
+        while True:
+            try:
+                fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                # Removed since it was made: a failed copy that made it removes it (get_dir).
+                self.directory.mkdir(parents=True, exist_ok=True)
+                continue
+            try:
+                self._lock(fd)
+                here = _still_named(fd, self.directory)
+            except BaseException:
+                os.close(fd)
+                raise
+            if here:
+                break
+            # The copy this one waited for made the directory, failed and removed it while it
+            # held the lock: a stage made in the removed one would fail. Make it anew.
             os.close(fd)
-            raise
+            self.directory.mkdir(parents=True, exist_ok=True)
         self._fd = fd
         try:
             self.recover()
@@ -616,3 +630,11 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink()
+
+
+def _still_named(fd: int, directory: Path) -> bool:
+    """Whether `directory` still names the directory open as `fd`."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(directory))
+    except FileNotFoundError:
+        return False

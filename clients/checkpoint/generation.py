@@ -254,57 +254,66 @@ class Generation:
                 errno.ENOTDIR, f"{target} is not a directory (get_dir copies into one)", str(target)
             )
         self._refuse_the_store(target)
+        made = _to_make(target)
         target.mkdir(parents=True, exist_ok=True)
         wanted = {name[len(base) + 1 :] if base else name: name for name in names}
         # The same copy run again after it was killed mid-swap finds the swap finished.
         what = json.dumps({"store": self.backend.url, "generation": self.name, "prefix": base})
         with Destination(target, wait=wait, waiting=waiting) as into:
-            held = into.held()
-            if held and not replace and self._holds(target, held, wanted, into.finished, what):
-                return CopiedPaths([target / relative for relative in wanted], in_place=True)
-            # What an earlier copy put there, unchanged: a restart script's `get` run again
-            # (at each start) was refused the directory its first run filled. The same copy
-            # is there already; another generation replaces that copy, nobody's own files.
-            # With `replace` too when the copy waited for another that put just these files in
-            # place: the ranks of one node restoring together with `--replace` each copied
-            # again, swapping the files under the rank that was loading them.
-            # And when it waited in an earlier try, of a generation retention removed
-            # meanwhile: the first rank had copied the newest, and this one copied it again.
-            waited_before = into.waited or waited
-            earlier = into.copied() if held and (waited_before or not replace) else None
-            if earlier == what:
-                return CopiedPaths([target / relative for relative in wanted], in_place=True)
-            if held and not replace and earlier is None:
-                raise FileExistsError(
-                    errno.ENOTEMPTY,
-                    f"{target} is not empty (it holds {', '.join(sorted(held)[:3])}"
-                    f"{', ...' if len(held) > 3 else ''}): copying {self.name} in would mix "
-                    "its files with those; give an empty directory, or replace=True to "
-                    "replace them",
-                    str(target),
-                )
-            total = sum(self.files[name].size for name in names)
-            finished = 0
-
-            def arrived(done: int, _size: int) -> None:
-                if progress is not None:
-                    progress(finished + done, total)
-
-            token, stage = into.stage(what)
-            relatives = []
             try:
-                for name in names:
-                    relative = name[len(base) + 1 :] if base else name
-                    path = stage / relative
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    # The stage is new: no killed copy's leftovers to look for.
-                    self._get_file(name, path, arrived, sweep=False)
-                    relatives.append(relative)
-                    finished += self.files[name].size
+                held = into.held()
+                if held and not replace and self._holds(target, held, wanted, into.finished, what):
+                    return CopiedPaths([target / relative for relative in wanted], in_place=True)
+                # What an earlier copy put there, unchanged: a restart script's `get` run again
+                # (at each start) was refused the directory its first run filled. The same copy
+                # is there already; another generation replaces that copy, nobody's own files.
+                # With `replace` too when the copy waited for another that put just these files in
+                # place: the ranks of one node restoring together with `--replace` each copied
+                # again, swapping the files under the rank that was loading them.
+                # And when it waited in an earlier try, of a generation retention removed
+                # meanwhile: the first rank had copied the newest, and this one copied it again.
+                waited_before = into.waited or waited
+                earlier = into.copied() if held and (waited_before or not replace) else None
+                if earlier == what:
+                    return CopiedPaths([target / relative for relative in wanted], in_place=True)
+                if held and not replace and earlier is None:
+                    raise FileExistsError(
+                        errno.ENOTEMPTY,
+                        f"{target} is not empty (it holds {', '.join(sorted(held)[:3])}"
+                        f"{', ...' if len(held) > 3 else ''}): copying {self.name} in would mix "
+                        "its files with those; give an empty directory, or replace=True to "
+                        "replace them",
+                        str(target),
+                    )
+                total = sum(self.files[name].size for name in names)
+                finished = 0
+
+                def arrived(done: int, _size: int) -> None:
+                    if progress is not None:
+                        progress(finished + done, total)
+
+                token, stage = into.stage(what)
+                relatives = []
+                try:
+                    for name in names:
+                        relative = name[len(base) + 1 :] if base else name
+                        path = stage / relative
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        # The stage is new: no killed copy's leftovers to look for.
+                        self._get_file(name, path, arrived, sweep=False)
+                        relatives.append(relative)
+                        finished += self.files[name].size
+                except BaseException:
+                    into.discard(token)
+                    raise
+                into.swap_in(token)  # which records `what` the directory now holds
             except BaseException:
-                into.discard(token)
+                # A failed copy leaves `destination` as it was: one it made (and the parents
+                # it made) goes, removed while the lock is held so that a copy waiting for it
+                # makes its own. Before, a `get` of a step that did not verify left it empty,
+                # and a restart script that resumes when the directory is there loaded nothing.
+                _unmake(made)
                 raise
-            into.swap_in(token)  # which records `what` the directory now holds
         return CopiedPaths([target / relative for relative in relatives])
 
     def _holds(
@@ -609,3 +618,22 @@ class GenerationWriter:
             error=error,
         )
         return CommitRequest(self.step, self.ranks, self.attempt, self.metadata, part)
+
+
+def _to_make(target: Path) -> list[Path]:
+    """The directories `target.mkdir(parents=True)` would make, deepest first."""
+    missing = []
+    for path in (target, *target.parents):
+        if os.path.lexists(path):
+            break
+        missing.append(path)
+    return missing
+
+
+def _unmake(made: list[Path]) -> None:
+    """Remove the directories of `made` (deepest first) that are still empty."""
+    for path in made:
+        try:
+            os.rmdir(path)
+        except OSError:
+            return  # (not empty: another's files, or another copy's stage)

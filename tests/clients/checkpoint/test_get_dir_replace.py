@@ -760,3 +760,52 @@ def test_without_locks_a_process_says_once_per_directory_that_it_has_none(
     assert len(said) == 2, said
     assert str(out) in said[0] and str(tmp_path / "other") in said[1]
     store.close()
+
+
+def test_a_failed_copy_into_a_directory_that_was_not_there_leaves_none(tmp_path: Path) -> None:
+    """`forewarn checkpoint get URL DEST --step N` of a generation whose bytes do not match
+    its checksums exited 1 ("nothing was copied") but left DEST made, and empty, with the
+    parents it made: docs/checkpoint.md says a failed copy leaves DEST as it was, and a
+    restart script or loader that resumes when the directory exists then loaded nothing."""
+    store = fill(tmp_path / "store")
+    model = tmp_path / "store" / "step-000000000020" / "model.bin"
+    model.write_bytes(b"x" * model.stat().st_size)  # sizes right, checksum wrong
+    out = tmp_path / "restore" / "run-7"
+    with pytest.raises(Exception, match="checksum"):
+        store.get(20).get_dir("", out)
+    assert not (tmp_path / "restore").exists()
+    # A directory that was there stays, empty as it was.
+    out.mkdir(parents=True)
+    with pytest.raises(Exception, match="checksum"):
+        store.get(20).get_dir("", out)
+    assert os.listdir(out) == []
+    store.close()
+
+
+def test_a_copy_that_waited_for_one_that_removed_the_directory_copies_into_a_new_one(
+    tmp_path: Path,
+) -> None:
+    """A failed copy removes the destination it made (above), while it holds the lock. A
+    copy into the same directory that waited for that lock (another rank's `get --wait`)
+    had opened the removed directory: its stage would be made in it, and fail. It makes the
+    directory anew and copies there."""
+    import threading
+
+    out = tmp_path / "out"
+    out.mkdir()
+    asked = threading.Event()
+    got: list[Path] = []
+
+    def second() -> None:
+        with Destination(out, wait=30, waiting=lambda _said: asked.set()) as into:
+            got.append(into.stage("second")[1])
+
+    with Destination(out):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        assert asked.wait(10)
+        out.rmdir()  # as the failed copy that made it does, the lock held
+    waiter.join(10)
+    assert not waiter.is_alive()
+    (stage,) = got
+    assert stage.parent == out and stage.is_dir()
