@@ -710,7 +710,14 @@ async def test_a_kubeconfig_tls_server_name_is_the_name_verified(
             )
         )
         running: Running = await start_watcher(kubeconfig=config, node_name=NODE)
-        await running.until(lambda: running.watcher.watches >= 1, what="the first watch")
+        # The first kubeconfig a worker reads imports the Kubernetes library (~0.6 CPU-s,
+        # seconds under CPU hogs), and a first request lost is tried again REQUEST_TIMEOUT
+        # later: 10 s, as long as this wait was, timed out once.
+        await running.until(
+            lambda: running.watcher.watches >= 1,
+            timeout=api.REQUEST_TIMEOUT + 10,
+            what="the first watch",
+        )
         sim.raise_notice("cordon", {})
         await running.report("drain", CORDON, timeout=15)
 
