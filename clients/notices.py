@@ -198,6 +198,10 @@ class Notices:
         self.latest: Event | None = None
         self.alive = False
         self.agent: dict[str, Any] | None = None
+        # An agent was heard: any message read as v1, a notice too. `agent` (a heartbeat) is
+        # not that: a notice sent before the first heartbeat reached this client, its agent
+        # gone before the next, left `agent` None and the job's ack of it was dropped.
+        self._heard = False
         self._listeners: list[Callable[[Event], None]] = []
         self._changed = threading.Condition()
         self._stop = threading.Event()
@@ -289,7 +293,7 @@ class Notices:
         restarting) is sent again for up to `ACK_RETRY_SECONDS`. With `wait=True` it is sent
         here, once, and True means the agent accepted it (waiting up to `timeout` seconds); no
         answer, a refusal or an endpoint zmq rejects is False and a warning."""
-        if not self.alive and (wait or self.agent is None):
+        if not self.alive and (wait or not self._heard):
             return False
         payload: dict[str, Any] = {"op": "ack", "client": self.client_id, "outcome": outcome}
         for key, value in (
@@ -465,6 +469,7 @@ class Notices:
                     # can read was there, unlike `forewarn watch` and the C subscriber.
                     if frames[0] in agent_topics and self._message(frames):
                         last_beat = time.monotonic()
+                        self._heard = True
                     if self._replay_wanted:
                         self._replay_wanted = False
                         sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())

@@ -270,6 +270,38 @@ class FakeAgent:
         self.pub.close(linger=0)
 
 
+def test_an_ack_of_a_notice_heard_before_any_heartbeat_reaches_the_restarted_agent(
+    tmp_path: Path,
+) -> None:
+    """The agent sent a terminate before this client had read any heartbeat (it read the
+    subscription late on a loaded node, so its replay, heartbeat first, had not come), and
+    restarted before its next beat. The job saved and acked: `ack` took the client for one
+    that never heard an agent and dropped the ack, so the restarted agent listed the
+    terminate as one nobody acted on and the next job on the node exited at once. A notice
+    is the agent heard; its ack waits for the restarted agent as any other."""
+    import zmq
+
+    agent = FakeAgent(tmp_path)
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=0.5)
+    restarted = zmq.Context.instance().socket(zmq.REP)
+    restarted.setsockopt(zmq.LINGER, 0)
+    try:
+        agent.subscribed()
+        agent.notice("aws/i-1/spot", "terminate")
+        eventually(lambda: "aws/i-1/spot" in notices.active, what="the terminate")
+        agent.close()  # gone before its next heartbeat
+        eventually(lambda: not notices.alive, what="the agent gone")
+        assert notices.ack("aws/i-1/spot", step=1, flush_seconds=0.01), "ack dropped"
+        restarted.bind(agent.control)
+        assert restarted.poll(10_000), "the ack never reached the restarted agent"
+        ack = json.loads(restarted.recv())
+        restarted.send(b'{"ok": true}')
+        assert (ack["op"], ack["notice_id"], ack["outcome"]) == ("ack", "aws/i-1/spot", "saved")
+    finally:
+        notices.close(ack_timeout=0.5)
+        restarted.close()
+
+
 def test_wait_without_end_takes_the_terminate_and_a_nan_timeout_is_refused(
     tmp_path: Path,
 ) -> None:
