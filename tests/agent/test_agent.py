@@ -127,8 +127,10 @@ def test_notify_terminate_reaches_a_waiting_forewarn_wait(tmp_path: Path) -> Non
 
 def test_wait_times_out_with_code_1(tmp_path: Path) -> None:
     with AgentProcess(tmp_path) as agent:
+        # Longer than the heartbeat's period: at 0.5 s, an agent that read the subscription
+        # late (a loaded node) sent no heartbeat in time, and `wait` said "no agent" (exit 3).
         done = subprocess.run(
-            forewarn_cmd("wait", "--for", "drain", "--timeout", "0.5s"),
+            forewarn_cmd("wait", "--for", "drain", "--timeout", "1.5s"),
             env=agent.env,
             capture_output=True,
             text=True,
