@@ -342,6 +342,14 @@ def test_acks_from_before_an_agent_restart_still_count_after_it(tmp_path: Path) 
         Subscriber(first.events, ("notice", "client/b")).ready() as b,
     ):
         try:
+            # Both acking clients known first: ready() waits for the replay its `notice`
+            # subscription brings, and `client/b` can be read after it (a loaded agent read it
+            # after a's ack, and the drain was flushed by every client it knew, a alone).
+            eventually(
+                lambda: first.control({"op": "status"})["agent"]["subscribers"] == 2,
+                what="both clients",
+                interval=0.05,
+            )
             flag.write_text("")
             drain = a.notice(timeout=3)
             assert first.control({"op": "ack", "notice_id": drain["id"], "client": "a"})["ok"]
