@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import zmq
-from forewarn.protocol.wire import allow_ipv6, with_token
+from forewarn.protocol.wire import TOPIC_NOTICE, allow_ipv6, with_token
 
 # The toolkit forewarn.testing ships to users is the tests' own: one free_port, one eventually.
 from forewarn.testing.waiting import eventually, free_port
@@ -403,24 +403,50 @@ class Subscriber:
         self._early: list[tuple[str, dict[str, Any]]] = []
 
     def ready(self, timeout: float = 10.0) -> Subscriber:
-        """Wait for the agent's first heartbeat: from then on the subscription is in place and
-        nothing sent is missed (the agent beats at once for each new subscriber)."""
+        """Wait until the agent has answered this subscription: from then on nothing sent is
+        missed, and no replay of what was active when it joined is still to come.
+
+        The agent answers a subscription to notices with a heartbeat and then one notice for
+        each id that heartbeat lists as active, each taking the next `seq`. Its first
+        heartbeat alone is not that answer: the agent also beats every second, and a loaded
+        one reads a new subscription late, so its replay came after a notice sent meanwhile
+        and a test read the repeat as news (CI, 6382ddd). A periodic heartbeat with nothing
+        active cannot be told from a replay of nothing; that one is taken. The messages read
+        meanwhile that this subscriber asked for are kept for `recv`.
+
+        Call it again only where the socket reconnects (a restarted agent): the replay it
+        waits for is the one answering the socket's subscriptions."""
         extra = "heartbeat" not in self.topics
+        # As the agent decides: any subscription that would receive a notice is replayed to.
+        replayed = any(TOPIC_NOTICE.startswith(topic) for topic in self.topics)
         if extra:
             self.sock.setsockopt(zmq.SUBSCRIBE, b"heartbeat")
         deadline = time.monotonic() + timeout
+        # The ids of the replay being read still to come, and the seq the next one takes.
+        awaited: list[str] | None = None
+        next_seq = 0
         try:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.sock.poll(int(left * 1000)):
-                    raise TimeoutError(f"no heartbeat within {timeout}s")
+                    raise TimeoutError(f"no heartbeat and replay within {timeout}s")
                 topic, payload = self.sock.recv_multipart()
-                message = (topic.decode(), json.loads(payload))
-                if message[0] == "heartbeat":
-                    if not extra:
-                        self._early.append(message)
+                name, message = topic.decode(), json.loads(payload)
+                if name != "heartbeat" or not extra:
+                    self._early.append((name, message))
+                if name == "heartbeat":
+                    awaited, next_seq = list(message["active"]), message["seq"] + 1
+                elif (
+                    awaited
+                    and name == TOPIC_NOTICE
+                    and (message["id"], message["seq"]) == (awaited[0], next_seq)
+                ):
+                    awaited.pop(0)
+                    next_seq += 1
+                else:
+                    awaited = None  # not a replay: anything else took a seq in between
+                if awaited == [] or (awaited is not None and not replayed):
                     return self
-                self._early.append(message)
         finally:
             if extra:
                 self.sock.setsockopt(zmq.UNSUBSCRIBE, b"heartbeat")
