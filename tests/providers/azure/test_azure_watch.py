@@ -97,10 +97,15 @@ async def test_a_configured_name_keeps_no_surrounding_space(written: str) -> Non
 
 
 async def test_scheduled_started_removed_keeps_the_deadline_then_clears() -> None:
-    sim = AzureSimulator(vm_name="gpu-0", removal_after=0.6, rate_limit=10)
+    # Scheduled for 1.5 s, and removed once the watcher has reported it started, not 0.6 s
+    # after: with polls answered 0.3 s late (a loaded node) the watcher missed the 0.5 s of
+    # Scheduled or the 0.6 s of Started, and the test never saw three reports.
+    sim = AzureSimulator(vm_name="gpu-0", removal_after=3600, rate_limit=10)
     async with running(sim) as h:
-        event_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 0.5})
-        await eventually_async(lambda: len(h.reports) >= 3, what="scheduled, started, cleared")
+        event_id = h.sim.raise_notice("Preempt", {"not_before_seconds": 1.5})
+        await eventually_async(lambda: len(h.reports) >= 2, what="scheduled, started")
+        h.sim.withdraw(event_id)
+        await eventually_async(lambda: len(h.reports) >= 3, what="cleared")
         scheduled, started, gone = h.reports[:3]
         assert scheduled.detail["EventStatus"] == "Scheduled"
         assert started.detail["EventStatus"] == "Started" and started.detail["NotBefore"] == ""
