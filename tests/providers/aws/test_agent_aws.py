@@ -195,7 +195,9 @@ def test_a_hanging_token_put_stands_in_status_with_its_fix_until_a_token_comes(
     sim = ImdsSimulator()
     fault = sim.add_fault("hop-limit", seconds=30)
     with SimServer(sim) as server:
-        env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_AWS_TIMEOUT="0.2")
+        # Long enough for a loaded node's simulator to answer the token PUT once the fault
+        # ends: at 0.2 s, answers 0.3 s late kept the condition standing past the wait.
+        env = agent_env(tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_AWS_TIMEOUT="1")
         with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
 
             def conditions() -> dict[str, str]:

@@ -331,7 +331,9 @@ async def test_with_imdsv1_a_failing_token_put_falls_back(
 ) -> None:
     sim.imdsv1 = True
     sim.add_fault("hang", path=TOKEN_PATH, seconds=30)
-    async with watching(server.url, imdsv1=True, timeout=0.3) as run:
+    # A timeout the simulator's GETs fit in on a loaded node: at 0.3 s, answers 0.3 s late
+    # timed out too, and no notice was seen.
+    async with watching(server.url, imdsv1=True, timeout=1) as run:
         sim.raise_notice("spot", {})
         await run.report_at(action="terminate")
     assert sim.requests["PUT " + TOKEN_PATH] == 1
