@@ -396,6 +396,12 @@ class Subscriber:
         self.topics = topics
         self.sock = zmq.Context.instance().socket(zmq.SUB)
         self.sock.setsockopt(zmq.LINGER, 0)
+        # Heartbeats always, before the rest, for `ready`: the agent's replay starts with one,
+        # and the socket sends its subscriptions in order, at each (re)connection too. Taken
+        # only in `ready`, it came after the `notice` one, and an agent quick to replay sent
+        # the replay's heartbeat before this socket took heartbeats. `recv` drops them unless
+        # asked for.
+        self.sock.setsockopt(zmq.SUBSCRIBE, b"heartbeat")
         for topic in topics:
             self.sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
         allow_ipv6(self.sock, endpoint)
@@ -419,37 +425,31 @@ class Subscriber:
         extra = "heartbeat" not in self.topics
         # As the agent decides: any subscription that would receive a notice is replayed to.
         replayed = any(TOPIC_NOTICE.startswith(topic) for topic in self.topics)
-        if extra:
-            self.sock.setsockopt(zmq.SUBSCRIBE, b"heartbeat")
         deadline = time.monotonic() + timeout
         # The ids of the replay being read still to come, and the seq the next one takes.
         awaited: list[str] | None = None
         next_seq = 0
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not self.sock.poll(int(left * 1000)):
-                    raise TimeoutError(f"no heartbeat and replay within {timeout}s")
-                topic, payload = self.sock.recv_multipart()
-                name, message = topic.decode(), json.loads(payload)
-                if name != "heartbeat" or not extra:
-                    self._early.append((name, message))
-                if name == "heartbeat":
-                    awaited, next_seq = list(message["active"]), message["seq"] + 1
-                elif (
-                    awaited
-                    and name == TOPIC_NOTICE
-                    and (message["id"], message["seq"]) == (awaited[0], next_seq)
-                ):
-                    awaited.pop(0)
-                    next_seq += 1
-                else:
-                    awaited = None  # not a replay: anything else took a seq in between
-                if awaited == [] or (awaited is not None and not replayed):
-                    return self
-        finally:
-            if extra:
-                self.sock.setsockopt(zmq.UNSUBSCRIBE, b"heartbeat")
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sock.poll(int(left * 1000)):
+                raise TimeoutError(f"no heartbeat and replay within {timeout}s")
+            topic, payload = self.sock.recv_multipart()
+            name, message = topic.decode(), json.loads(payload)
+            if name != "heartbeat" or not extra:
+                self._early.append((name, message))
+            if name == "heartbeat":
+                awaited, next_seq = list(message["active"]), message["seq"] + 1
+            elif (
+                awaited
+                and name == TOPIC_NOTICE
+                and (message["id"], message["seq"]) == (awaited[0], next_seq)
+            ):
+                awaited.pop(0)
+                next_seq += 1
+            else:
+                awaited = None  # not a replay: anything else took a seq in between
+            if awaited == [] or (awaited is not None and not replayed):
+                return self
 
     def recv(self, timeout: float = 5.0) -> tuple[str, dict[str, Any]]:
         if self._early:
@@ -461,7 +461,7 @@ class Subscriber:
                 raise TimeoutError(f"no message within {timeout}s")
             topic, payload = self.sock.recv_multipart()
             name = topic.decode()
-            # Heartbeats queued while `ready` listened for one are not what was asked for.
+            # Heartbeats (always taken, for `ready`) are not what was asked for.
             if any(name.startswith(wanted) for wanted in self.topics):
                 return name, json.loads(payload)
 
