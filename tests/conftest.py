@@ -15,6 +15,7 @@ from forked_ranks import RankLauncher
 from hypothesis import HealthCheck, settings
 from scheduling import long_first
 from support import agent_env
+from warm_caches import modules_to_rewrite, wants_warm_caches, warm_caches
 
 # The suite starts hundreds of Python processes (agents, simulators, CLIs, trainers, the
 # xdist workers), each importing forewarn from an editable checkout. Where the environment
@@ -62,6 +63,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "slow(seconds): the test takes about this much wall time on the 2-core machine; "
         "xdist workers start with the slow tests (tests/scheduling.py)",
     )
+    # Before xdist starts its workers: each then reads the rewritten test modules from the
+    # cache instead of rewriting all of them (tests/warm_caches.py).
+    if wants_warm_caches(config):
+        warm_caches(config, modules_to_rewrite(config))
 
 
 # No test may write the machine's own directories (an agent running there would read what a
