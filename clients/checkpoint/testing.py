@@ -41,14 +41,30 @@ def loopback_s3_env(endpoint: str) -> dict[str, str]:
     }
 
 
+_SERVE_MOTO = "from forewarn.clients.checkpoint.testing import serve_moto; serve_moto()"
+
+
+def serve_moto(argv: list[str] | None = None) -> None:
+    """`moto_server ARGV`, with moto's list of its own services read once. Its server asked
+    for that list twice a request, each time listing and stat-ing every entry of moto's
+    package folder: a third of its CPU for a small S3 request (2.3 ms a request, 1.6 with the
+    list read once). The list cannot change while the server runs."""
+    import moto.backends
+    from moto.server import main
+
+    listed = getattr(moto.backends, "list_of_moto_modules", None)
+    if listed is not None:  # a moto that has no such lookup serves as it is
+        services = tuple(listed())
+        setattr(moto.backends, "list_of_moto_modules", lambda: services)  # noqa: B010
+    main(sys.argv[1:] if argv is None else argv)
+
+
 @contextmanager
 def moto_server(timeout: float = 30.0) -> Iterator[str]:
-    """Run `moto_server` on 127.0.0.1 and a free port; yields its endpoint URL."""
+    """Run `moto_server` on 127.0.0.1 and a free port (`serve_moto`); yields its endpoint URL."""
     port = free_port()
-    binary = Path(sys.executable).with_name("moto_server")
-    command = [str(binary)] if binary.exists() else [sys.executable, "-m", "moto.server"]
     process = subprocess.Popen(
-        [*command, "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-c", _SERVE_MOTO, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
