@@ -139,12 +139,25 @@ class _Motion:
 
     def __init__(self) -> None:
         self._last = time.monotonic()
+        # Its file's bytes all sent and the upload completing (S3's CompleteMultipartUpload,
+        # which may take minutes for a large object and sends nothing meanwhile): it moves
+        # until the completion answers, as the exit's wait for a background save counts it
+        # (bounded by the storage client's own timeouts, not by progress).
+        self._completing = False
 
     def mark(self) -> None:
         self._last = time.monotonic()
 
+    def completing(self) -> None:
+        self._completing = True
+        self.mark()
+
+    def completed(self) -> None:
+        self._completing = False
+        self.mark()
+
     def moving(self) -> bool:
-        return time.monotonic() - self._last < FINAL_SAVE_GRACE_SECONDS
+        return self._completing or time.monotonic() - self._last < FINAL_SAVE_GRACE_SECONDS
 
 
 class _Copies:
@@ -748,7 +761,19 @@ class BackgroundSaver:
         # the final one look alive.
         moved = motion.mark if motion is not None else self._mark_moved
 
+        def sent() -> None:
+            self._mark_sent()
+            if motion is not None:
+                motion.completing()
+
         def write(gen: GenerationWriter) -> None:
+            try:
+                write_file(gen)
+            finally:
+                if motion is not None:
+                    motion.completed()
+
+        def write_file(gen: GenerationWriter) -> None:
             with gen.open(self.file_name) as stream:
                 stream.stable_memory = job.stable
                 # Bytes of parts moving after the last write count as progress (a part slower
@@ -756,7 +781,7 @@ class BackgroundSaver:
                 # way as a closed file: an upload whose completion took minutes (S3's, for a
                 # large object) was given up at the exit as hung.
                 stream.on_progress = moved
-                stream.on_sent = self._mark_sent
+                stream.on_sent = sent
                 target = _CancellableStream(stream, cancel, moved)
                 if torch is not None:
                     _save_overlapped(torch, snapshot, target, job.copies)

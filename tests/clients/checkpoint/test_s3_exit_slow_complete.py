@@ -6,13 +6,15 @@ process that ends without close(), against moto behind a proxy that holds the co
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 
 import pytest
-from forewarn.clients.checkpoint import CheckpointStore, S3Options
+from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, background
+from forewarn.clients.checkpoint.s3 import MIN_PART
 from s3_proxy import Reply, Request, S3Proxy
 
 # EXIT_STALL_SECONDS in the child. The parts' bytes moving are progress (each block a
@@ -45,11 +47,12 @@ class SlowCompleteProxy(S3Proxy):
     def __init__(self, upstream: str) -> None:
         super().__init__(upstream)
         self.completions = 0
+        self.delay = DELAY
 
     def answer(self, request: Request) -> Reply | None:
         if request.command == "POST" and "uploadId" in request.query:
             self.completions += 1
-            time.sleep(DELAY)
+            time.sleep(self.delay)
         return None
 
 
@@ -75,3 +78,27 @@ def test_the_exit_waits_for_a_background_save_whose_upload_completes_slowly(
     assert "wrote nothing" not in done.stderr, done.stderr
     latest = CheckpointStore(url, s3=S3Options(endpoint_url=proxy.url)).latest()
     assert latest is not None and latest.step == 7, done.stderr
+
+
+def test_a_final_save_whose_upload_completes_slowly_past_its_grace_is_waited_for(
+    proxy: SlowCompleteProxy, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminate's final save is waited for past its deadline and grace while it moves; its
+    parts' bytes counted, its CompleteMultipartUpload under way did not (S3 may take minutes
+    for a large object, sending nothing): with every byte sent, the final save was given up
+    as hung a grace after its last part, CommitTimeout while its upload completed, and the
+    process exited without the state of the exit. The exit's wait for a background save
+    already counts a completion under way as no stall."""
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", 0.5)
+    proxy.delay = 2.5  # the completion outlasts the grace and the timeout (at least 1 s)
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=proxy.url, part_size=MIN_PART)
+    )
+    saver = BackgroundSaver(store)
+    assert store.latest() is None  # the client is made before the save's clock runs
+    final = saver.final(9, {"w": os.urandom(MIN_PART + (1 << 20))}, seconds_left=0.0)
+    assert final.generation.step == 9
+    assert proxy.completions == 1
+    latest = store.latest()
+    assert latest is not None and latest.step == 9
+    store.close()
