@@ -811,10 +811,14 @@ class CheckpointGuard:
             where = f"{self.store.url} (already there)"
             return self._saved(step, 0.0, where, wrote=False)
         if saver is None:
-            from .checkpoint.background import STATE_FILE, live_tensors
+            from .checkpoint.background import STATE_FILE, SaveMotion, live_tensors
             from .checkpoint.needs import needs
 
             needs("torch", "save_state")  # before a generation is begun
+            # An exit's save is given up a grace past the deadline only once it also moves
+            # nothing (as the background saver's final save): over a slow link, its bytes
+            # flowing, it was lost there, on a machine that often stays past its deadline.
+            motion = SaveMotion()
 
             def write(gen: Any) -> None:
                 import torch
@@ -824,13 +828,18 @@ class CheckpointGuard:
                 try:
                     with gen.open(STATE_FILE) as stream:
                         stream.stable_memory = stable
-                        torch.save(dict(state), stream)
+                        torch.save(dict(state), motion.watch(stream))
                 finally:
+                    motion.completed()
                     stable.clear()
 
             try:
                 flushed = self.store.flush(
-                    step, write, metadata=metadata, timeout=self._final_timeout()
+                    step,
+                    write,
+                    metadata=metadata,
+                    timeout=self._final_timeout(),
+                    moving=motion.moving,
                 )
             except BaseException as error:
                 self.save_failed(step, error)

@@ -130,7 +130,7 @@ class _CancellableStream:
         return None
 
 
-class _Motion:
+class SaveMotion:
     """When a final save last wrote or moved bytes towards the storage. Given up a grace past
     its deadline whatever it was doing, a final save over a slow link was lost with its bytes
     still flowing, on a machine that often stays past its deadline; past that point it is
@@ -158,6 +158,13 @@ class _Motion:
 
     def moving(self) -> bool:
         return self._completing or time.monotonic() - self._last < FINAL_SAVE_GRACE_SECONDS
+
+    def watch(self, stream: Any) -> Any:
+        """`stream` (a generation's file being written) marked as moving by its writes, its
+        bytes going to the storage and its upload completing; returns what to write to."""
+        stream.on_progress = self.mark
+        stream.on_sent = self.completing
+        return _CancellableStream(stream, threading.Event(), self.mark)
 
 
 class _Copies:
@@ -533,10 +540,10 @@ class BackgroundSaver:
         if seconds_left is not None:
             # Storage that stopped answering held the final save past the deadline, where the
             # SIGKILL said nothing: it fails a grace after the deadline instead, saying why;
-            # but only once it has also moved nothing for that grace (see `_Motion`).
+            # but only once it has also moved nothing for that grace (see `SaveMotion`).
             left = max(seconds_left - (time.monotonic() - started), 0.0)
             timeout = max(left + FINAL_SAVE_GRACE_SECONDS, CANCEL_GRACE_SECONDS)
-        motion = _Motion()
+        motion = SaveMotion()
         generation = self._write(
             job, snapshot, dict(metadata or {}), threading.Event(), timeout=timeout, motion=motion
         )
@@ -753,7 +760,7 @@ class BackgroundSaver:
         cancel: threading.Event,
         *,
         timeout: float | None = None,
-        motion: _Motion | None = None,
+        motion: SaveMotion | None = None,
     ) -> Generation:
         torch = _torch()
         started = time.monotonic()

@@ -73,3 +73,49 @@ def test_a_final_save_still_moving_past_its_deadline_and_grace_is_waited_for(
     latest = store.latest()
     assert latest is not None and latest.step == 9
     store.close()
+
+
+def test_a_guards_synchronous_exit_save_still_moving_past_its_deadline_and_grace_is_waited_for(
+    link: SlowLink, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`CheckpointGuard(store=...).save_state` without `background` (the default) writes the
+    state itself, as the final background save does, but its exit's save was still given up
+    at the terminate's deadline plus FINAL_SAVE_GRACE_SECONDS whatever it was doing: over a
+    slow link, its bytes flowing, CommitTimeout, the guard's ERROR and exit code 1, and the
+    state of the exit lost on a machine that often stays past its deadline."""
+    from datetime import datetime, timezone
+
+    import torch
+    from forewarn.clients import CheckpointGuard
+    from forewarn.clients.event import Event
+
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", STALL)
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
+    )
+    guard = CheckpointGuard(notices=False, handle_signals=False, flag_file=None, store=store)
+    now = datetime.now(timezone.utc)
+    guard._on_event(
+        Event(
+            id="aws/spot-itn/slow",
+            seq=1,
+            action="terminate",
+            reason="spot-interruption",
+            provider="aws",
+            deadline=now,  # passed: the save has the grace, then only while it moves
+            noticed_at=now,
+            sent_at=now,
+        )
+    )
+    assert guard.due(9) and guard.should_exit
+    assert store.latest() is None  # the client is made before the link slows and the clock runs
+    link.rate = RATE  # the 5 MiB part takes twice the grace
+    state = {"w": torch.frombuffer(bytearray(os.urandom(MIN_PART + (1 << 20))), dtype=torch.uint8)}
+    result = guard.save_state(9, state)
+    assert result.exit and result.generation is not None and result.generation.step == 9
+    assert guard.exit_code == 143
+    link.rate = None
+    latest = store.latest()
+    assert latest is not None and latest.step == 9
+    guard.close()
+    store.close()
