@@ -719,8 +719,23 @@ class CheckpointGuard:
             already = f"{where} (already there)" if where else None
             return self._saved(step, 0.0, already, wrote=False)
         if self.store is not None:
+            from .checkpoint.background import SaveMotion
+
+            # An exit's save is given up a grace past the deadline only once its files' bytes
+            # also stop moving (as save_state's): over a slow link, bytes flowing, it was lost.
+            motion = SaveMotion()
+
+            def watched(gen: Any) -> object:
+                gen.on_open = motion.watch_file
+                try:
+                    return write(gen)
+                finally:
+                    motion.completed()
+
             try:
-                flushed = self.store.flush(step, write, timeout=self._final_timeout())
+                flushed = self.store.flush(
+                    step, watched, timeout=self._final_timeout(), moving=motion.moving
+                )
             except BaseException as error:
                 self.save_failed(step, error)
                 raise

@@ -147,10 +147,13 @@ class SaveMotion:
 
     def mark(self) -> None:
         self._last = time.monotonic()
+        # Bytes moving after a completion: that file is done and another one is on its way,
+        # whose own stall counts from here.
+        self._completing = False
 
     def completing(self) -> None:
-        self._completing = True
         self.mark()
+        self._completing = True
 
     def completed(self) -> None:
         self._completing = False
@@ -159,11 +162,15 @@ class SaveMotion:
     def moving(self) -> bool:
         return self._completing or time.monotonic() - self._last < FINAL_SAVE_GRACE_SECONDS
 
-    def watch(self, stream: Any) -> Any:
-        """`stream` (a generation's file being written) marked as moving by its writes, its
-        bytes going to the storage and its upload completing; returns what to write to."""
+    def watch_file(self, stream: Any) -> None:
+        """`stream` (a generation's file being written) marked as moving by its bytes going
+        to the storage and its upload completing."""
         stream.on_progress = self.mark
         stream.on_sent = self.completing
+
+    def watch(self, stream: Any) -> Any:
+        """`stream` watched (`watch_file`) and by its writes too; returns what to write to."""
+        self.watch_file(stream)
         return _CancellableStream(stream, threading.Event(), self.mark)
 
 

@@ -453,6 +453,9 @@ class GenerationWriter:
         # thread commits): exactly one of them ends the save, so an abort never releases
         # the claim of a commit still writing the manifest and marker.
         self._ending = threading.Lock()
+        # Told of each file as it is opened (CheckpointGuard's exit save watches their bytes
+        # move, to tell a slow link from storage that stopped answering).
+        self.on_open: Callable[[ObjectWriter], None] | None = None
 
     def __repr__(self) -> str:
         return f"<GenerationWriter {self.name} rank {self.rank}/{self.world_size}>"
@@ -482,6 +485,8 @@ class GenerationWriter:
 
         writer = self.backend.writer(f"{self.name}/{name}", done)
         self._open[name] = writer
+        if self.on_open is not None:
+            self.on_open(writer)
         return writer
 
     def write_bytes(self, name: str, data: bytes | bytearray | memoryview) -> FileEntry:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, background
@@ -119,3 +120,52 @@ def test_a_guards_synchronous_exit_save_still_moving_past_its_deadline_and_grace
     assert latest is not None and latest.step == 9
     guard.close()
     store.close()
+
+
+def test_a_guards_exit_save_of_the_users_files_still_moving_past_the_grace_is_waited_for(
+    link: SlowLink, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's store loop, `guard.save(step, write)` with `write(gen)` writing the
+    user's bytes into the generation (`gen.write_bytes("model.pt", ...)`): its exit's save
+    was given up at the terminate's deadline plus FINAL_SAVE_GRACE_SECONDS while the file's
+    bytes still flowed over a slow link (CommitTimeout, exit code 1, the exit's state lost)."""
+    from forewarn.clients import CheckpointGuard
+
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", STALL)
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
+    )
+    guard = CheckpointGuard(notices=False, handle_signals=False, flag_file=None, store=store)
+    guard._on_event(_passed_terminate("aws/spot-itn/slow-files"))
+    assert guard.due(9) and guard.should_exit
+    assert store.latest() is None  # the client is made before the link slows and the clock runs
+    link.rate = RATE  # the 5 MiB part takes twice the grace
+    model = os.urandom(MIN_PART + (1 << 20))
+    result = guard.save(9, lambda gen: gen.write_bytes("model.pt", model))
+    assert result.exit and result.generation is not None and result.generation.step == 9
+    assert guard.exit_code == 143
+    link.rate = None
+    latest = store.latest()
+    assert latest is not None and latest.step == 9
+    guard.close()
+    store.close()
+
+
+def _passed_terminate(notice_id: str) -> Any:
+    """A terminate whose deadline has come: its exit's save has the grace, then only while
+    it moves."""
+    from datetime import datetime, timezone
+
+    from forewarn.clients.event import Event
+
+    now = datetime.now(timezone.utc)
+    return Event(
+        id=notice_id,
+        seq=1,
+        action="terminate",
+        reason="spot-interruption",
+        provider="aws",
+        deadline=now,
+        noticed_at=now,
+        sent_at=now,
+    )
