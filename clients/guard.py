@@ -1125,8 +1125,15 @@ class CheckpointGuard:
             )
 
     def request(self, reason: str = "manual", *, exit: bool = False) -> None:
-        """Ask for a save at the next `due` check, from any thread."""
+        """Ask for a save at the next `due` check, from any thread. `request('signal',
+        exit=True)` once a save has answered an exit asks for nothing, as the guard's own
+        handler takes a signal then: a job's own SIGTERM handler calling it (as the README
+        says) hears the platform's repeated SIGTERM (systemd's control-group kill, torchrun's
+        forwarded copy, the one after a terminate's save), which saved the same exit twice.
+        Another reason still asks."""
         with self._lock:
+            if exit and reason == "signal" and self._exit_answered:
+                return
             self._pending[reason] = None
             if exit:
                 self._exit_by.add("request:" + reason)

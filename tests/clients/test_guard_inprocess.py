@@ -482,3 +482,22 @@ def test_an_evaluation_after_the_exit_save_asks_for_no_second_save(
     guard.request("last words", exit=True)  # a new request still asks
     assert guard.due_in_eval(4) and guard.saved(4).exit
     guard.close()
+
+
+def test_an_exit_requested_again_after_its_save_asks_for_no_second_save() -> None:
+    """A job's own SIGTERM handler calling `guard.request('signal', exit=True)` (as the
+    README says to, installed after the guard) hears systemd's and torchrun's repeated
+    SIGTERM too: after the exit's save that asked for the same save again, and a loop that
+    went on (a framework's teardown, one more `due` on the way out) saved and acked twice
+    inside the window. The guard's own handler ignores such a repeat; so does `request`
+    (another reason still asks: test_an_evaluation_after_the_exit_save_asks_for_no_second_save)."""
+    guard = quiet_guard()
+    guard.request("signal", exit=True)
+    assert guard.due(1)
+    assert guard.saved(1, 0.01).exit
+    guard.request("signal", exit=True)  # the platform's SIGTERM again
+    assert not guard.due(2)
+    assert guard.should_exit and guard.exit_code == 143
+    guard.request("checkpoint")  # a save asked for without an exit is still made
+    assert guard.due(3)
+    guard.close()
