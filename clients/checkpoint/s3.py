@@ -246,7 +246,11 @@ class S3Writer(ObjectWriter):
         body = b"".join(self._chunks)
         self._chunks = []
         if self._upload_id is None:
-            backend.client.put_object(Bucket=backend.bucket, Key=self._key, Body=body)
+            # Its bytes moving are progress too (as a part's): a file under a part over a slow
+            # link was otherwise given up as hung with its bytes flowing.
+            backend.client.put_object(
+                Bucket=backend.bucket, Key=self._key, Body=_SentBody(body, self._moved)
+            )
             return
         if body:
             self._send_part(body)

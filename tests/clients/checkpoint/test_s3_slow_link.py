@@ -169,3 +169,25 @@ def _passed_terminate(notice_id: str) -> Any:
         noticed_at=now,
         sent_at=now,
     )
+
+
+def test_a_final_save_of_a_file_smaller_than_a_part_still_moving_past_the_grace_is_waited_for(
+    link: SlowLink, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file smaller than a part goes up in one PutObject, whose bytes were not counted as
+    they moved (only a multipart upload's parts were): over a link slow enough, a final save
+    of a small model (under the 8 MiB default part) was given up a grace past the deadline
+    with its bytes still flowing, as if the storage had stopped answering."""
+    monkeypatch.setattr(background, "FINAL_SAVE_GRACE_SECONDS", STALL)
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
+    )
+    saver = BackgroundSaver(store)
+    assert store.latest() is None  # the client is made before the link slows and the clock runs
+    link.rate = RATE  # the 4 MiB file takes 1.6 times the grace
+    final = saver.final(9, {"w": os.urandom(4 << 20)}, seconds_left=0.0)
+    assert final.generation.step == 9
+    link.rate = None
+    latest = store.latest()
+    assert latest is not None and latest.step == 9
+    store.close()
