@@ -11,8 +11,9 @@ the same for all, under a prefix no real service uses:
 - `POST /_sim/faults` with `{"kind": ..., <fields>}` makes the endpoint misbehave (the shared
   vocabulary of `sim_faults`, plus the provider's named faults); answers `{"id": ...}`;
 - `DELETE /_sim/faults/<id>` ends one, `DELETE /_sim/faults` all (held requests go at once,
-  also those of a fault used up by its `count`), `GET /_sim/faults` lists those in force;
-- `GET /_sim/state` shows everything, plus request counts and faults.
+  also those of a fault used up by its `count`), `GET /_sim/faults` lists those in force and
+  those given `after` not started yet (`"pending": true`, with `starts_at` and `starts_in`);
+- `GET /_sim/state` shows everything, plus request counts and faults (pending ones too).
 
 Any of the two POSTs takes `"after": S` to act S seconds later. A bad control request is a
 400 with `{"error": ...}` naming what was wrong.
@@ -33,13 +34,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from forewarn.protocol.errors import ForewarnError
-from forewarn.protocol.timefmt import duration_or_as_is
+from forewarn.protocol.timefmt import duration_or_as_is, format_time, utcnow
 
 from .sim_faults import FAULT_KINDS, Fault, FaultError, make_fault
 
@@ -114,8 +116,9 @@ class Simulator:
         self.requests: Counter[str] = Counter()
         self._timers: list[threading.Timer] = []
         self._faults: dict[str, Fault] = {}
-        # Faults given with `after`, not started yet: ending one (or all) cancels its timer.
-        self._pending: dict[str, threading.Timer] = {}
+        # Faults given with `after`, not started yet: listed as pending (a `--fault` one's id
+        # shows nowhere else), and ending one (or all) cancels its timer.
+        self._pending: dict[str, _Pending] = {}
         # Faults used up or past their duration, dropped from the list but maybe still
         # holding requests (a `hang` or `slow` for `count` requests): ending them, by id or
         # all, must still let those go. The newest SPENT_KEPT are kept.
@@ -202,6 +205,8 @@ class Simulator:
             for timer in self._timers:
                 timer.cancel()
             self._timers.clear()
+            # Their timers are gone: listed as pending, they would never start.
+            self._pending.clear()
             for fault in [*self._faults.values(), *self._spent.values()]:
                 fault.released.set()
             self.notify_change()
@@ -227,9 +232,9 @@ class Simulator:
 
     def remove_fault(self, fault_id: str) -> bool:
         with self.changed:
-            timer = self._pending.pop(fault_id, None)
-            if timer is not None:
-                timer.cancel()
+            pending = self._pending.pop(fault_id, None)
+            if pending is not None:
+                pending.timer.cancel()
                 return True
             fault = self._faults.pop(fault_id, None) or self._spent.pop(fault_id, None)
             if fault is None:
@@ -249,9 +254,14 @@ class Simulator:
         return sum(self.remove_fault(fault_id) for fault_id in ids)
 
     def faults(self) -> list[dict[str, Any]]:
+        """Those in force, then those given `after` that have not started (`pending`, with
+        `starts_at` and `starts_in` seconds)."""
         now = time.monotonic()
         with self.lock:
-            return [f.describe() for f in self._faults.values() if f.live(now)]
+            live = [f for f in self._faults.values() if f.live(now)]
+            listed = [{**f.describe(), "pending": False} for f in live]
+            pending = [p.describe(now) for p in self._pending.values()]
+        return listed + pending
 
     def take_fault(self, request: SimRequest, kinds: tuple[str, ...] = FAULT_KINDS) -> Fault | None:
         """The fault this request meets, if any (counted against its `count`). Spent and
@@ -383,7 +393,29 @@ class Simulator:
 
     def _install_later(self, after: float, fault: Fault) -> None:
         with self.lock:
-            self._pending[fault.id] = self.later(after, lambda: self._install(fault, pending=True))
+            starts = time.monotonic() + after
+            starts_at = format_time(utcnow() + timedelta(seconds=after))
+            timer = self.later(after, lambda: self._install(fault, pending=True))
+            self._pending[fault.id] = _Pending(fault, timer, starts, starts_at)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A fault given `after`: its timer, and when it starts (monotonic, and for people)."""
+
+    fault: Fault
+    timer: threading.Timer
+    starts: float
+    starts_at: str
+
+    def describe(self, now: float) -> dict[str, Any]:
+        starts_in = round(max(0.0, self.starts - now), 3)
+        return {
+            **self.fault.describe(),
+            "pending": True,
+            "starts_at": self.starts_at,
+            "starts_in": starts_in,
+        }
 
 
 # The largest request body read: control bodies are a few hundred bytes.

@@ -266,7 +266,8 @@ def test_ready_file_reads_tilde_as_home(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.parametrize("provider", sorted(ENDPOINTS))
 def test_a_fault_flag_takes_after_as_the_control_api_does(provider: str) -> None:
     # `--fault status,after=30s` exited 2 ("unknown field(s) after") although POST
-    # /_sim/faults takes "after" and the flag's parser reads it as a duration.
+    # /_sim/faults takes "after" and the flag's parser reads it as a duration. Until it
+    # starts it is listed as pending: its id showed nowhere, and nothing could end it.
     import importlib
 
     from forewarn.agent.cli import build_parser
@@ -275,8 +276,10 @@ def test_a_fault_flag_takes_after_as_the_control_api_does(provider: str) -> None
     argv = ["simulate", provider, *EXTRA.get(provider, []), "--fault", "status,after=0.2s"]
     sim = command.start(build_parser("simulate").parse_args(argv))
     try:
-        assert sim.faults() == []
-        eventually(lambda: [fault["kind"] for fault in sim.faults()] == ["status"])
+        pending = sim.faults()
+        assert [(fault["kind"], fault["pending"]) for fault in pending] == [("status", True)]
+        started = [(pending[0]["id"], "status", False)]
+        eventually(lambda: [(f["id"], f["kind"], f["pending"]) for f in sim.faults()] == started)
     finally:
         sim.cancel_scripts()
     assert _exit_code(["simulate", provider, "--fault", "status,after=99999999d"]) == 2

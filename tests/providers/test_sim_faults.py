@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from forewarn.protocol.timefmt import parse_time, utcnow
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.azure.simulate import AzureSimulator
 from forewarn.providers.digitalocean.simulate import DropletMetadataSimulator
@@ -459,6 +460,57 @@ def test_a_fault_ended_before_its_after_never_starts(served: Served) -> None:
     eventually(lambda: served.get().status_code == 503, timeout=10, what="the kept fault")
     faults = served.http.get("/_sim/faults").json()["faults"]
     assert [fault["id"] for fault in faults] == [kept]
+
+
+def test_a_fault_given_after_is_listed_as_pending_until_it_starts(served: Served) -> None:
+    # A fault given with "after" was in neither GET /_sim/faults nor /_sim/state until it
+    # started: a test (or a person at curl) could not see what was coming, nor find the id
+    # `DELETE /_sim/faults/<id>` ends it by when the 202 was not at hand.
+    answer = served.http.post("/_sim/faults", json={"kind": "status", "status": 503, "after": 60})
+    assert answer.status_code == 202, answer.text
+    fault_id = answer.json()["id"]
+    for listed in (
+        served.http.get("/_sim/faults").json()["faults"],
+        served.http.get("/_sim/state").json()["faults"],
+    ):
+        assert [(f["id"], f["kind"], f["status"], f["pending"]) for f in listed] == [
+            (fault_id, "status", 503, True)
+        ], listed
+        assert 55 < listed[0]["starts_in"] <= 60, listed
+        starts_at = parse_time(listed[0]["starts_at"])
+        assert 55 < (starts_at - utcnow()).total_seconds() <= 61, listed
+    assert served.get().status_code == 200  # pending: not in force yet
+    assert served.http.delete(f"/_sim/faults/{fault_id}").status_code == 200
+    assert served.http.get("/_sim/faults").json() == {"faults": []}
+    # One in force is listed as not pending, with no start to come.
+    live = served.fault(kind="status", status=500, path="/nowhere")
+    listed = served.http.get("/_sim/faults").json()["faults"]
+    assert [(f["id"], f["pending"]) for f in listed] == [(live, False)], listed
+    assert "starts_at" not in listed[0] and "starts_in" not in listed[0]
+
+
+def test_a_pending_fault_is_listed_as_in_force_once_it_starts() -> None:
+    sim = Simulator()
+    fault_id = sim.add_fault("status", after=0.05, status=502)
+    try:
+        assert [(f["id"], f["pending"]) for f in sim.faults()] == [(fault_id, True)]
+        eventually(
+            lambda: [(f["id"], f["pending"]) for f in sim.faults()] == [(fault_id, False)],
+            timeout=5,
+            what="the fault started",
+        )
+    finally:
+        sim.cancel_scripts()
+
+
+def test_a_stopped_server_lists_no_pending_fault_that_will_never_start() -> None:
+    # Stopping the server cancels every timer: a fault still listed as pending would never
+    # start, whatever its `starts_at` said.
+    sim = Simulator()
+    sim.add_fault("hang", after=30)
+    assert [f["pending"] for f in sim.faults()] == [True]
+    SimServer(sim).start().stop()
+    assert sim.faults() == []
 
 
 @pytest.mark.parametrize(
