@@ -78,8 +78,8 @@ class ReplayTracker:
 
     A notice is a replay when this watcher already showed it with the same action, reason,
     deadline and detail, or when it was active before the watcher first saw it (listed by the
-    heartbeat that precedes every replay), unless the heartbeats listed it while this watcher
-    listened and it never arrived (`missed`). A changed notice (an escalation, a moved
+    heartbeat that precedes every replay), unless the heartbeats began to list it while this
+    watcher listened and it never arrived (`missed`). A changed notice (an escalation, a moved
     deadline, a new note) is news, and so is one raised again after its clear.
     """
 
@@ -94,6 +94,11 @@ class ReplayTracker:
         # read that heartbeat read the queued ones of those seconds later).
         self._settle_from: datetime | None = None
         self._missed: set[str] = set()  # listed, never received, asked for again
+        # Listed by every heartbeat since the first one read here, and not received yet: in
+        # force before this watcher joined. One an agent slow to read subscriptions has not
+        # replayed within MISSED_AFTER is asked for again too, and still a replay when it
+        # comes (taken as missed, a drain standing for an hour printed as just raised).
+        self._joined: set[str] | None = None
 
     def heartbeat(self, beat: dict[str, Any]) -> list[dict[str, Any]]:
         """Note the active ids; returns the `clear` of each shown notice the heartbeat no
@@ -105,6 +110,7 @@ class ReplayTracker:
         if not isinstance(active, list):
             return []
         listed = {item for item in active if isinstance(item, str)}
+        self._joined = set(listed) if self._joined is None else self._joined & listed
         self._missed &= listed
         self._active = listed - self._missed
         # Imported here: the client library loads zmq, which `status` and `notify` do not need.
@@ -150,13 +156,17 @@ class ReplayTracker:
 
     def missed(self, ids: set[str]) -> None:
         """Notices the heartbeats listed while this watcher listened and that never reached
-        it (dropped on the way): when they come, asked for again, they are news."""
+        it (dropped on the way): when they come, asked for again, they are news. Not those
+        in force before it joined, whose replay is only late."""
+        ids = ids - (self._joined or set())
         self._missed |= ids
         self._active -= ids
 
     def is_replay(self, notice: dict[str, Any]) -> bool:
         notice_id = notice["id"]
         self._missed.discard(notice_id)
+        if self._joined is not None:
+            self._joined.discard(notice_id)
         if notice["action"] == "clear":
             self._shown.pop(notice_id, None)
             self._notices.pop(notice_id, None)

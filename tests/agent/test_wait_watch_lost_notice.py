@@ -141,6 +141,29 @@ def test_a_regular_heartbeat_just_before_a_replay_is_no_loss(tmp_path: Path) -> 
     assert "never received here" not in err, err
 
 
+def test_a_join_replay_slow_to_come_is_still_a_replay(tmp_path: Path) -> None:
+    # An agent slow to read subscriptions (a loaded machine) sent its regular heartbeats,
+    # listing a notice in force since before `watch` started, for over half a second before
+    # the replay: the watcher asked again, as for a loss, and printed the replay as news,
+    # without `[replay]`, so a person read a drain standing for an hour as one just raised.
+    with _command(tmp_path, "watch", "--json", "--count", "2") as (agent, cmd):
+
+        def asked_again() -> bool:
+            agent.beat("local/active")
+            return agent.subscribed(b"notice") == 2
+
+        eventually(asked_again, what="a second subscription to notice", interval=0.2)
+        agent.send("local/active", "drain")  # the replay, at last
+        agent.send("local/new", "terminate")
+        out, err = cmd.communicate(timeout=15)
+    assert cmd.returncode == 0, err
+    printed = [json.loads(line) for line in out.splitlines()]
+    assert [(n["id"], n["replay"]) for n in printed] == [
+        ("local/active", True),
+        ("local/new", False),
+    ]
+
+
 @pytest.mark.parametrize(
     "args", [("wait", "--for", "terminate", "--json"), ("watch", "--json", "--count", "2")]
 )

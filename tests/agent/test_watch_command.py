@@ -128,6 +128,41 @@ def test_tracker_news_repeats_changes_and_reraises() -> None:
     assert late.is_replay(_notice(id="local/manual/2")) is False
 
 
+IDS = st.sampled_from(["local/a", "local/b", "local/c"])
+
+
+@given(
+    first=st.lists(IDS | st.integers() | st.none(), max_size=4),
+    later=st.lists(
+        st.tuples(st.lists(IDS | st.integers(), max_size=4), st.sets(IDS, max_size=3)),
+        max_size=4,
+    ),
+)
+def test_a_notice_in_force_since_the_join_is_a_replay_however_late_it_comes(
+    first: list[object], later: list[tuple[list[object], set[str]]]
+) -> None:
+    """Heartbeats as read (any items), each maybe followed by ids taken as missed: a notice
+    every heartbeat has listed since the first one read is a replay when it comes at last,
+    one the heartbeats began to list later and that was missed is news."""
+    tracker = ReplayTracker()
+    tracker.heartbeat({"active": first})
+    joined = {item for item in first if isinstance(item, str)}
+    missed: set[str] = set()
+    for active, ids in later:
+        tracker.heartbeat({"active": active})
+        listed = {item for item in active if isinstance(item, str)}
+        joined &= listed
+        missed &= listed
+        tracker.missed(ids)
+        missed |= ids - joined
+    for notice_id in ("local/a", "local/b", "local/c"):
+        replay = tracker.is_replay(_notice(id=notice_id))
+        if notice_id in joined:
+            assert replay is True, notice_id
+        elif notice_id in missed:
+            assert replay is False, notice_id
+
+
 def test_describe_clear_and_expiry() -> None:
     clear = describe(_notice("clear", detail={"expired": "overdue by 5m"}))
     assert "deadline" not in clear and 'expired: "overdue by 5m"' in clear
