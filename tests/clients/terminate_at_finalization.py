@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 import multiprocessing
-import time
+import signal
 from collections.abc import Callable
 from multiprocessing import process as mp_process
 from typing import Any
@@ -20,7 +20,8 @@ from forewarn.clients.workers import worker_init_fn
 def worker(init: Callable[[int], None], started: Any) -> None:
     init(0)
     started.set()
-    time.sleep(60)
+    while True:  # until a signal ends it (one a handler passes by returns here)
+        signal.pause()
 
 
 class StopsAtCollection:
