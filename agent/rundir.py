@@ -145,8 +145,10 @@ class AgentDirs:
             check_private_dir(self.runtime_dir, "runtime directory")
             check_state_dir(self.state_dir)
             self.lock = AgentLock(self.runtime_dir / AGENT_LOCK).acquire()
-            if not os.path.samefile(self.state_dir, self.runtime_dir):
-                self._lock_state_dir()
+            # Taken where the state directory is the runtime directory too: an agent with a
+            # runtime directory of its own and this state directory (or running in the state
+            # directory of another) looks for this lock, not the runtime one.
+            self._lock_state_dir()
         except RunDirError as error:
             self.release()
             raise ConfigError(str(error)) from None
