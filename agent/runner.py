@@ -529,6 +529,7 @@ class Agent:
         )
         await self.state_writer.settled()
         self._save_now()
+        self._say_unsaved_at_stop()
         self.state_writer.close()
         self.observers.on_stop()
         self.publisher.close()
@@ -1391,6 +1392,28 @@ class Agent:
             return
         if self._unsaved.pop(what, None) is not None:
             log.warning("saved %s to %s again", what, path)
+
+    def _say_unsaved_at_stop(self) -> None:
+        """After the stop's last save: when it failed too, say what the next start will lack.
+        The failure was logged once when it began (a full disk, hours before), and a stop
+        said only "stopped": the next start served none of the manual notices raised since,
+        which nothing raises again, and nobody was told where they look."""
+        unsaved = self._unsaved.get("state")
+        if unsaved is None:
+            return
+        manual = sorted(notice.id for notice in self.board.manual())
+        lacks = (
+            f"may lack the manual notices active now ({', '.join(manual)}): raise them again "
+            "with `forewarn notify` once it runs"
+            if manual
+            else "lacks what changed since (acks, escalations)"
+        )
+        log.error(
+            "stopping with the state unsaved: %s; the next start restores only what was last "
+            "saved there, which %s",
+            unsaved,
+            lacks,
+        )
 
     def _retry_unsaved(self) -> None:
         if "seq" in self._unsaved:
