@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import socket
 import stat
 from pathlib import Path
 
@@ -102,18 +103,17 @@ class AgentLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            holder = _holder(os.read(fd, 320).decode(errors="replace"))
             os.close(fd)
             held = self.held.format(dir=self.path.parent)
             raise LockHeld(
-                f"another agent (pid {holder}) {held}: stop it, or give this one its own "
-                f"{self.option}"
+                f"another agent ({holder}) {held}: stop it, or give this one its own {self.option}"
             ) from None
-        # The pid only names this agent in the refusal of another: a lock whose pid cannot be
-        # written (a full disk) is held all the same.
+        # The pid and host only name this agent in the refusal of another: a lock whose pid
+        # cannot be written (a full disk) is held all the same.
         with contextlib.suppress(OSError):
             os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
         self.fd = fd
         return self
 
@@ -122,6 +122,19 @@ class AgentLock:
             with contextlib.suppress(OSError):
                 os.close(self.fd)
             self.fd = None
+
+
+def _holder(written: str) -> str:
+    """The holder of a lock as its file names it: the pid, and the host where it is not this
+    one. In another container (one volume mounted by two, a pod's sidecar and a DaemonSet's
+    agent) the pid is that container's, often 1: the host name (a pod's) is what finds it.
+    An older agent wrote the pid alone."""
+    pid, _, host = written.strip().partition(" ")
+    shown = f"pid {pid or '?'}"
+    host = host.strip()
+    if host and host != socket.gethostname():
+        shown += f" on host {host}"
+    return shown
 
 
 class AgentDirs:

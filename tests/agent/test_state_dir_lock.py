@@ -46,3 +46,55 @@ def test_an_agent_whose_state_dir_is_a_runtime_dir_still_holds_it_against_a_seco
         first.release()
     # Released, the directories are the next agent's.
     second.hold().release()
+
+
+@pytest.mark.parametrize("lock_name", ["agent.lock", "state.lock"])
+def test_the_refusal_names_the_host_of_an_agent_in_another_container(
+    tmp_path: Path, lock_name: str
+) -> None:
+    """A second container (or pod) mounting the first's volume is refused with the first's
+    pid, which is its pid in its own container (often 1): "another agent (pid 1) keeps its
+    state in /var/lib/forewarn" named no process the operator could find. The lock records
+    the host name too (a container's is its pod's), and the refusal names it when it is not
+    this one's; an older agent's lock (the pid alone) is read as before."""
+    import fcntl
+
+    runtime, state = tmp_path / "run", tmp_path / "state"
+    runtime.mkdir()
+    state.mkdir()
+    lock = (runtime if lock_name == "agent.lock" else state) / lock_name
+    for written, shown in [
+        ("1 trainer-pod-7f9c\n", "another agent (pid 1 on host trainer-pod-7f9c)"),
+        ("4242\n", "another agent (pid 4242)"),
+    ]:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o640)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, written.encode())
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with pytest.raises(ConfigError) as refused:
+                AgentDirs(runtime, state).hold()
+            assert shown in str(refused.value), refused.value
+            assert str(lock.parent) in str(refused.value), refused.value
+        finally:
+            os.close(fd)
+    # This agent's own lock names its pid and host: what a refused agent shows.
+    dirs = AgentDirs(runtime, state).hold()
+    try:
+        import socket
+
+        assert lock.read_text().split() == [str(os.getpid()), socket.gethostname()]
+    finally:
+        dirs.release()
+
+
+def test_an_agent_on_this_host_is_named_by_its_pid_alone(tmp_path: Path) -> None:
+    """The host is named only when it is another: two agents of one machine show the pid,
+    as they always did."""
+    first = AgentDirs(tmp_path / "a", tmp_path / "state").hold()
+    try:
+        with pytest.raises(ConfigError) as refused:
+            AgentDirs(tmp_path / "b", tmp_path / "state").hold()
+        assert f"another agent (pid {os.getpid()}) keeps" in str(refused.value), refused.value
+    finally:
+        first.release()
