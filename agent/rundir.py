@@ -199,7 +199,21 @@ def _prepare_dir(path: Path, what: str, mode: int) -> None:
     except OSError as error:
         raise ConfigError(f"{what} {path}: cannot create it ({error.strerror})") from None
     if not os.access(path, os.W_OK | os.X_OK):
+        if _read_only(path):
+            # Told "not writable by uid 0", root looked for an owner or a mode to fix.
+            option = "--state-dir" if what.startswith("state") else "--runtime-dir"
+            raise ConfigError(
+                f"{what} {path}: on a read-only file system; mount it read-write, or give "
+                f"the agent a writable one ({option})"
+            )
         raise ConfigError(f"{what} {path}: not writable by uid {os.getuid()}")
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 __all__ = [

@@ -8,6 +8,8 @@ in one process conflict as two processes do), so these tests take it in-process 
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,44 @@ def test_an_agent_on_this_host_is_named_by_its_pid_alone(tmp_path: Path) -> None
         assert f"another agent (pid {os.getpid()}) keeps" in str(refused.value), refused.value
     finally:
         first.release()
+
+
+@pytest.fixture
+def read_only_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs holding a directory `state`, mounted read-only (as `errors=remount-ro` leaves
+    a root file system, or a container's read-only root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        (mount / "state").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("which", ["state", "runtime"])
+def test_a_directory_on_a_read_only_file_system_is_refused_as_such(
+    tmp_path: Path, read_only_disk: Path, which: str
+) -> None:
+    """A state directory on a file system mounted read-only was refused with "not writable by
+    uid 0": root, told its own uid cannot write, looked for an owner or a mode to fix, and
+    both were right. The refusal says the file system is read-only."""
+    directory = read_only_disk / "state"
+    own = tmp_path / "own"
+    dirs = AgentDirs(own, directory) if which == "state" else AgentDirs(directory, own)
+    with pytest.raises(ConfigError) as refused:
+        dirs.hold()
+    message = str(refused.value)
+    assert f"{which} directory {directory}: on a read-only file system" in message, message
+    assert "uid" not in message, message
