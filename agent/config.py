@@ -294,9 +294,11 @@ class Settings(BaseSettings):
         """`state_dir`, else /var/lib/forewarn when writable, else the XDG state home; when
         only the runtime directory is overridden, a subdirectory of that named after it, so
         that two agents never share state by accident. `reading`: for a command that reads
-        the agent's files (`plan`), /var/lib/forewarn also when it can only read it."""
+        the agent's files (`plan`), /var/lib/forewarn also when it can only read it. Absolute:
+        a relative `--state-dir` names the directory it was started from, which the reader of
+        a unit's journal cannot place."""
         if self.state_dir is not None:
-            return self.state_dir
+            return Path(os.path.abspath(self.state_dir))
         system = SYSTEM_STATE_DIR
         if os.access(system, os.W_OK) or (
             not system.exists() and os.access(system.parent, os.W_OK)
@@ -308,7 +310,7 @@ class Settings(BaseSettings):
             base = system
         else:
             xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-            base = Path(xdg) / "forewarn"
+            base = Path(os.path.abspath(xdg)) / "forewarn"
         if self.runtime_dir is None:
             return base
         return base / runtime_state_name(self.runtime_dir)

@@ -476,11 +476,12 @@ class Agent:
             task.add_done_callback(self._part_ended)
         self.observers.on_start(self.providers)
         log.info(
-            "agent %s serving events on %s, control on %s; providers: %s",
+            "agent %s serving events on %s, control on %s; providers: %s; state in %s",
             self.agent_id,
             self.events,
             self.control,
             ", ".join(self.providers),
+            self.state_dir,
         )
         # Notices restored from the state file go out again for anyone listening. Those
         # that ended while the agent was down are retired first (a clear, logged and counted):
