@@ -196,6 +196,9 @@ class AgentDirs:
 def _prepare_dir(path: Path, what: str, mode: int) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True, mode=mode)
+    except (FileExistsError, NotADirectoryError):
+        # "cannot create it (File exists)": told it exists, the reader saw nothing to fix.
+        raise ConfigError(f"{what} {path}: {_in_place(path)}") from None
     except OSError as error:
         raise ConfigError(f"{what} {path}: cannot create it ({error.strerror})") from None
     if not os.access(path, os.W_OK | os.X_OK):
@@ -207,6 +210,18 @@ def _prepare_dir(path: Path, what: str, mode: int) -> None:
                 f"the agent a writable one ({option})"
             )
         raise ConfigError(f"{what} {path}: not writable by uid {os.getuid()}")
+
+
+def _in_place(path: Path) -> str:
+    """What stands where a directory was to be made: in `path`'s place, or in one of its
+    parents' (`mkdir -p` stops at the first that is not a directory)."""
+    for place in (path, *path.parents):
+        named = "" if place == path else f"{place} is "
+        if place.is_symlink() and not place.exists():
+            return f"{named}a symbolic link to {os.readlink(place)}, which does not exist"
+        if place.exists() and not place.is_dir():
+            return f"{named}a file, not a directory"
+    return "cannot create it (File exists)"
 
 
 def _read_only(path: Path) -> bool:

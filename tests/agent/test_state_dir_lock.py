@@ -141,3 +141,47 @@ def test_a_directory_on_a_read_only_file_system_is_refused_as_such(
     message = str(refused.value)
     assert f"{which} directory {directory}: on a read-only file system" in message, message
     assert "uid" not in message, message
+
+
+@pytest.mark.parametrize("which", ["state", "runtime"])
+def test_a_file_or_dangling_link_in_a_directory_s_place_is_named_as_such(
+    tmp_path: Path, which: str
+) -> None:
+    """A file where the directory goes (a `--state-dir` naming the state file, a mount of
+    one file) or a symbolic link to a directory that is gone (its disk not mounted) stopped
+    the agent with "cannot create it (File exists)": the reader, told it exists, saw no
+    reason to create it. The refusal says what is there."""
+    own = tmp_path / "own"
+    afile, dangling = tmp_path / "state.json", tmp_path / "moved"
+    afile.write_text("{}")
+    dangling.symlink_to(tmp_path / "unmounted" / "forewarn")
+    for path, shown in [
+        (afile, f"{which} directory {afile}: a file, not a directory"),
+        (
+            dangling,
+            f"{which} directory {dangling}: a symbolic link to "
+            f"{tmp_path / 'unmounted' / 'forewarn'}, which does not exist",
+        ),
+    ]:
+        dirs = AgentDirs(own, path) if which == "state" else AgentDirs(path, own)
+        with pytest.raises(ConfigError) as refused:
+            dirs.hold()
+        assert shown in str(refused.value), refused.value
+
+
+def test_a_file_in_a_parent_s_place_is_named(tmp_path: Path) -> None:
+    """Where a parent is what is in the way, that parent is named, not the directory."""
+    dangling = tmp_path / "moved"
+    dangling.symlink_to(tmp_path / "unmounted")
+    with pytest.raises(ConfigError) as refused:
+        AgentDirs(tmp_path / "own", dangling / "forewarn").hold()
+    assert (
+        f"state directory {dangling / 'forewarn'}: {dangling} is a symbolic link to "
+        f"{tmp_path / 'unmounted'}, which does not exist"
+    ) in str(refused.value), refused.value
+    afile = tmp_path / "state.json"
+    afile.write_text("{}")
+    with pytest.raises(ConfigError) as refused:  # "cannot create it (Not a directory)"
+        AgentDirs(tmp_path / "own", afile / "forewarn").hold()
+    shown = f"state directory {afile / 'forewarn'}: {afile} is a file, not a directory"
+    assert shown in str(refused.value), refused.value
