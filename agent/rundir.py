@@ -74,6 +74,10 @@ class LockHeld(RunDirError):
     """Another agent holds the lock; the text names its pid and the directory."""
 
 
+class LockForbidden(LockHeld):
+    """The lock belongs to another uid, whose agent uses the directory; the text names it."""
+
+
 class AgentLock:
     """An exclusive lock on a file in the runtime directory (and one in the state directory),
     held while the agent runs. The kernel drops it when the process dies, so a SIGKILLed agent
@@ -93,6 +97,8 @@ class AgentLock:
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
             fd = os.open(self.path, flags, 0o640)
+        except PermissionError as error:
+            raise self._forbidden(error) from None
         except OSError as error:
             raise RunDirError(f"cannot open the lock {self.path}: {error.strerror}") from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -116,6 +122,21 @@ class AgentLock:
             os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
         self.fd = fd
         return self
+
+    def _forbidden(self, error: OSError) -> RunDirError:
+        """The lock is there and another uid's (the directory's group may write it): taken
+        for one that cannot be made (a full disk), the state lock was passed over, and the
+        agent ran on the state of another user's agent, publishing its manual notices."""
+        try:
+            found = os.lstat(self.path)
+        except OSError:
+            return RunDirError(f"cannot open the lock {self.path}: {error.strerror}")
+        held = self.held.format(dir=self.path.parent)
+        return LockForbidden(
+            f"cannot open the lock {self.path}: owned by uid {found.st_uid} (mode "
+            f"{stat.S_IMODE(found.st_mode):04o}), not this agent's uid {os.geteuid()}: another "
+            f"user's agent {held}; give this one its own {self.option}"
+        )
 
     def release(self) -> None:
         if self.fd is not None:
@@ -235,6 +256,7 @@ __all__ = [
     "STATE_LOCK",
     "AgentDirs",
     "AgentLock",
+    "LockForbidden",
     "LockHeld",
     "RunDirError",
     "check_private_dir",

@@ -185,3 +185,47 @@ def test_a_file_in_a_parent_s_place_is_named(tmp_path: Path) -> None:
         AgentDirs(tmp_path / "own", afile / "forewarn").hold()
     shown = f"state directory {afile / 'forewarn'}: {afile} is a file, not a directory"
     assert shown in str(refused.value), refused.value
+
+
+def test_a_state_directory_whose_lock_another_user_s_agent_holds_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A state directory its group may write (/var/lib/forewarn made 0770 for a team): a
+    member's agent, with a runtime directory of its own, could not open root's `state.lock`
+    (0640, root's group) and took that for a lock that cannot be made (a full disk): it
+    warned, ran on the system agent's state, published its manual notices (a `notify
+    terminate` included) and saved over its file. A lock that is there but not this agent's
+    to open says another user's agent keeps its state there: refused (exit 2), naming the
+    lock, its owner and the option."""
+    import shutil
+
+    from other_user import call_as, other_user, shared_tmp
+
+    uid, gid = other_user()
+    base = shared_tmp(uid, gid)
+    try:
+        state = base / "state"
+        state.mkdir()
+        os.chown(state, 0, gid)
+        state.chmod(0o770)
+        system = AgentDirs(tmp_path / "run", state).hold()  # root's agent
+        try:
+
+            def start() -> str:
+                try:
+                    AgentDirs(base / "run", state).hold().release()
+                except ConfigError as error:
+                    return str(error)
+                return "started"
+
+            refused = call_as(uid, gid, start)
+        finally:
+            system.release()
+        lock = state / "state.lock"
+        assert f"cannot open the lock {lock}: owned by uid 0" in refused, refused
+        assert f"another user's agent keeps its state in {state}" in refused, refused
+        assert "--state-dir" in refused, refused
+        # Root's agent gone, the lock is still root's: the member's agent is still refused.
+        assert "another user's agent" in call_as(uid, gid, start)
+    finally:
+        shutil.rmtree(base)
