@@ -131,6 +131,11 @@ class AgentLock:
             found = os.lstat(self.path)
         except OSError:
             return RunDirError(f"cannot open the lock {self.path}: {error.strerror}")
+        if found.st_uid == os.geteuid():  # this agent's own, its mode changed by hand
+            return RunDirError(
+                f"cannot open the lock {self.path}: {error.strerror} (mode "
+                f"{stat.S_IMODE(found.st_mode):04o}; `chmod 640 {self.path}` fixes it)"
+            )
         held = self.held.format(dir=self.path.parent)
         return LockForbidden(
             f"cannot open the lock {self.path}: owned by uid {found.st_uid} (mode "

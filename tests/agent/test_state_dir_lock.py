@@ -227,5 +227,15 @@ def test_a_state_directory_whose_lock_another_user_s_agent_holds_is_refused(
         assert "--state-dir" in refused, refused
         # Root's agent gone, the lock is still root's: the member's agent is still refused.
         assert "another user's agent" in call_as(uid, gid, start)
+
+        def own_lock_made_read_only() -> str:
+            mine = base / "mine"
+            AgentDirs(base / "run", mine).hold().release()
+            (mine / "state.lock").chmod(0o400)
+            dirs = AgentDirs(base / "run", mine).hold()  # a warning: no other agent is there
+            dirs.release()
+            return "started"
+
+        assert call_as(uid, gid, own_lock_made_read_only) == "started"
     finally:
         shutil.rmtree(base)
