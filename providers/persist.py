@@ -5,6 +5,7 @@ torn file, and a failed write leaves no temporary file behind."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -40,6 +41,12 @@ def write_atomically(path: Path, data: bytes | str, *, mode: int = 0o600) -> Non
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)  # the rename itself survives a crash only once the directory is synced
+    except OSError as error:
+        # EINVAL: a file system whose directories have no fsync (CIFS before its no-op one,
+        # VirtualBox shared folders), where the rename is all there is (PostgreSQL passes it
+        # over too). Raised, every write there was reported failed after replacing the file.
+        if error.errno != errno.EINVAL:
+            raise
     finally:
         os.close(directory)
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import locale
 import os
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -167,6 +169,33 @@ class TestAtomicWrite:
             write_atomically(target, "new" * 1000)
         monkeypatch.undo()
         assert target.read_text() == "old"
+        assert os.listdir(tmp_path) == ["f"]
+
+    @pytest.mark.parametrize("code", [errno.EINVAL, errno.EIO])
+    def test_a_directory_that_cannot_be_synced_is_not_a_failed_write(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+    ) -> None:
+        """A file system whose directories have no fsync (the kernel answers EINVAL: CIFS
+        before its no-op one, VirtualBox shared folders) had every write reported failed
+        after its rename had replaced the file: the state file was saved, yet each `notify`
+        said "not saved", `forewarn status` showed the state condition for ever, and a stop
+        said the next start may lack every manual notice. EINVAL from the directory's sync
+        is that file system's answer, not a failure; any other error still is one."""
+        target = tmp_path / "f"
+        real_fsync = os.fsync
+
+        def no_directory_sync(fd: int) -> None:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise OSError(code, os.strerror(code))
+            real_fsync(fd)
+
+        monkeypatch.setattr(persist.os, "fsync", no_directory_sync)
+        if code == errno.EIO:
+            with pytest.raises(OSError, match="Input/output"):
+                write_atomically(target, "new")
+            return
+        write_atomically(target, "new")
+        assert target.read_text() == "new"
         assert os.listdir(tmp_path) == ["f"]
 
 
