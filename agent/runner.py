@@ -68,6 +68,7 @@ from .protocol import (
 from .publisher import BindError, Publisher
 from .requesterrors import request_problems
 from .requestfields import UnknownFields
+from .reserve import MIN_RESERVE_BYTES, RESERVE_FILE, SpaceReserve
 from .rundir import AgentDirs
 from .selfprobe import ControlProbe
 from .state import (
@@ -170,7 +171,8 @@ class Agent:
         self.state_dir = settings.resolved_state_dir()
         self.dirs = dirs if dirs is not None else AgentDirs(self.runtime_dir, self.state_dir)
         self.state_path = self.state_dir / "state.json"
-        self.state_writer = StateWriter(self.state_path, self._state_written)
+        self.reserve = SpaceReserve(self.state_dir / RESERVE_FILE)
+        self.state_writer = StateWriter(self.state_path, self._state_written, self.reserve)
         self.seq_path = self.state_dir / "seq"
         self.parts: dict[str, asyncio.Task[None]] = {}
         # Whether control answered the agent's last self-probes (see `_probe_control`).
@@ -337,6 +339,15 @@ class Agent:
                 len(leftovers),
                 self.state_dir,
                 ", ".join(sorted(leftovers)),
+            )
+        unreserved = self.reserve.take()
+        if unreserved is not None:
+            log.warning(
+                "cannot reserve %d bytes for the state in %s (%s): on a full disk there, the "
+                "state is not saved",
+                MIN_RESERVE_BYTES,
+                self.reserve.path,
+                unreserved.strerror or unreserved,
             )
         state = load_state(self.state_path)
         last_seq = max(state.seq, load_seq_mark(self.seq_path))

@@ -13,12 +13,14 @@ in progress.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .reserve import SpaceReserve
 from .state import write_atomic
 
 log = logging.getLogger("forewarn.agent")
@@ -28,9 +30,17 @@ class StateWriter:
     """Writes `path` with the newest bytes handed in; `on_result(error)` (None on success)
     is called on the event loop's thread after each write."""
 
-    def __init__(self, path: Path, on_result: Callable[[OSError | None], None]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        on_result: Callable[[OSError | None], None],
+        reserve: SpaceReserve | None = None,
+    ) -> None:
+        """`reserve`: space given up for a write that finds the disk full, then taken back."""
         self.path = path
         self._on_result = on_result
+        self._reserve = reserve
+        self._spent_said = False  # the reserve's spending logged since the disk had room
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="forewarn-state")
         # Held while the file is written, by the thread or by `write_now`.
         self._lock = threading.Lock()
@@ -81,8 +91,33 @@ class StateWriter:
             try:
                 write_atomic(self.path, data)
             except OSError as error:
-                return error
+                if error.errno != errno.ENOSPC or not self._spend_reserve():
+                    return error
+                try:
+                    write_atomic(self.path, data)
+                except OSError as again:
+                    return again
+            else:
+                self._spent_said = False
+            if self._reserve is not None:
+                # Back for the next write, if the disk has room: twice this state, which the
+                # next write needs while this one is still on disk.
+                self._reserve.take(2 * len(data))
             return None
+
+    def _spend_reserve(self) -> bool:
+        """Free the reserve for the state's write on a full disk: True if it held space."""
+        if self._reserve is None or not self._reserve.give_up():
+            return False
+        if not self._spent_said:
+            self._spent_said = True
+            log.warning(
+                "the disk of %s is full: gave up the space of %s to save the state; free "
+                "space there (the state of the next notices may not fit)",
+                self.path,
+                self._reserve.path,
+            )
+        return True
 
     def _wrote(self, outcome: OSError | bool | None) -> None:
         if outcome is not False:

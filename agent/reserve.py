@@ -1,0 +1,63 @@
+"""A little disk space held in the state directory for the state file.
+
+A state directory on the disk a job writes its checkpoints to fills up with it: every save
+of the state then failed, and an agent restarted before anyone freed space (`systemctl
+restart`, an upgrade) started without the manual notices raised meanwhile, which nothing
+raises again. The agent holds `state.reserve` there (twice the state's size, 64 KiB at
+least) and gives it up for the state's write when the disk is full, then takes it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger("forewarn.agent")
+
+RESERVE_FILE = "state.reserve"
+# The least held: many times a state file of a few notices. A larger state has twice its size
+# held (`take(need)`), so that an agent of few notices (a test suite starts hundreds) holds
+# little.
+MIN_RESERVE_BYTES = 64 * 1024
+
+
+class SpaceReserve:
+    """Space allocated to the file `path`, given up when the state needs it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.held = 0  # the bytes allocated, as far as this agent knows
+
+    def take(self, need: int = 0) -> OSError | None:
+        """Allocate `need` bytes (MIN_RESERVE_BYTES at least) unless they are held: None when
+        held, else why not (a full disk; a file system that cannot allocate). What was
+        allocated before a failure is kept, and the next call tries for the rest. Never
+        raises."""
+        size = max(MIN_RESERVE_BYTES, need)
+        if self.held >= size:
+            return None
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                # Blocks allocated, not only a size: a sparse file would free nothing.
+                os.posix_fallocate(fd, 0, size)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            return error
+        self.held = size
+        return None
+
+    def give_up(self) -> bool:
+        """Free the reserve's space: True when there was some to free."""
+        self.held = 0
+        try:
+            found = os.lstat(self.path)
+            os.unlink(self.path)
+        except OSError:
+            return False
+        return found.st_blocks > 0
+
+
+__all__ = ["MIN_RESERVE_BYTES", "RESERVE_FILE", "SpaceReserve"]

@@ -1,0 +1,82 @@
+"""A state directory on a disk that fills up (checkpoints written beside it): the agent keeps a
+small reserve there, and spends it on its state when nothing else is left. A real tmpfs, so
+root only (skipped otherwise)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import AgentProcess, agent_env
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def _fill(disk: Path) -> None:
+    """Take every free block, as a checkpoint writer does before it fails."""
+    fd = os.open(disk / "checkpoint.pt", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for size in (65536, 4096, 1):
+            try:
+                while os.write(fd, b"\0" * size):
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_a_notice_raised_on_a_full_disk_outlives_a_restart(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """The disk filled by a checkpoint: a `notify drain` said "not saved", and a restart
+    (`systemctl restart`, an upgrade) before anyone freed space started without the drain,
+    which nothing raises again. The reserve taken at the start is given up for the state's
+    write, and taken back once it is written: the notify is saved, so is the next, and the
+    next start, on the disk still full, restores both."""
+    state_dir = small_disk / "state"
+    env = agent_env(tmp_path, FOREWARN_STATE_DIR=str(state_dir))
+    with AgentProcess(tmp_path, env=env) as agent:
+        assert (state_dir / "state.reserve").stat().st_blocks > 0
+        _fill(small_disk)
+        for notice_id in ("local/full", "local/second"):
+            reply = agent.control({"op": "notify", "action": "drain", "id": notice_id})
+            assert reply["ok"] and reply.get("unsaved") is None, reply
+    output = agent.output()
+    assert output.count("gave up the space of") == 1, output
+    assert f"{state_dir / 'state.reserve'} to save the state" in output, output
+    with AgentProcess(tmp_path, env=env) as again:
+        active = again.control({"op": "status"})["active"]
+        assert sorted(notice["id"] for notice in active) == ["local/full", "local/second"]
+
+
+def test_a_disk_full_at_the_start_is_said_and_stops_nothing(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """No room for the reserve at the start: a warning names it, and the agent runs."""
+    _fill(small_disk)
+    env = agent_env(tmp_path, FOREWARN_STATE_DIR=str(small_disk))
+    with AgentProcess(tmp_path, env=env) as agent:
+        assert agent.control({"op": "status"})["ok"]
+        assert f"cannot reserve 65536 bytes for the state in {small_disk}" in agent.output()
