@@ -150,6 +150,37 @@ class PathTracker:
                     out.append(self._clear(seen.report, None))
         return out
 
+    def adopt(self, report: Report) -> str | None:
+        """Take `report`, a notice of this path the agent restored after a restart, for the
+        one the path holds (a path of one notice, before its first answer): the path's notice
+        keeps that id across the restart, a change of it is re-sent under it, and a spot
+        interruption that IMDS no longer shows is kept, as within one run. Without it the
+        watcher took a moved interruption for a new one (a second terminate under another id)
+        and the agent cleared the one IMDS stopped showing. Not one whose deadline has passed:
+        whether it was stale when first seen is `once_if_past`'s to judge at its sighting.
+        Its id, or None when not taken."""
+        deadline = report.deadline
+        past = isinstance(deadline, datetime) and deadline <= self.wall()
+        if not self.single or self.seen or past or report.action == "clear":
+            return None
+        moments = {key: _moment(report.detail.get(key)) for key in self.volatile}
+        self.seen["only"] = _Seen(report, moments, self.clock(), slept_at=self.slept())
+        return report.id
+
+    def restate(self, notice_id: str) -> Report | None:
+        """After the path's first answer, the adopted notice `notice_id` as it stands, to be
+        reported again; None when the path no longer holds it. On a path that withdraws on
+        absence, one that answer did not show is let go: the agent withdraws it, saying it
+        was not reported since the restart, as it did before adoption."""
+        for slot, seen in list(self.seen.items()):
+            if seen.report.id != notice_id or seen.retired:
+                continue
+            if self.clear_on_absence and seen.missing:
+                del self.seen[slot]
+                return None
+            return seen.report
+        return None
+
     def _confirmed(
         self, seen: _Seen, report: Report, moments: dict[str, datetime | None], now: float
     ) -> bool:

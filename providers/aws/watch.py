@@ -176,6 +176,9 @@ class AwsWatcher:
         # Interruptions seen in an earlier boot, and those of them held back (logged once).
         self._spot_before = set(self._spot_memory.before) if self._spot_memory else set()
         self._spot_held: set[str] = set()
+        # By path, the notice restored after a restart that the path's first answer reports
+        # again (`restored`).
+        self._restated: dict[str, str] = {}
         # The scheduled reboots and stops published in this boot, and those that ended the
         # boot before (IMDS lists one `active` for a while after it happened).
         self.reboots = RebootRecord(
@@ -314,6 +317,7 @@ class AwsWatcher:
         for report in path.tracker.update(self._shown(path, reports)):
             _log_report(report)
             emit(report)
+        self._restate(path, emit)
         self._note_published(path)
         self._note_first_sightings(path)
         path.failing = False
@@ -353,6 +357,31 @@ class AwsWatcher:
     def _note_published(self, path: WatchedPath) -> None:
         if path.name == "scheduled":
             self.reboots.published(seen.report for seen in path.tracker.seen.values())
+
+    def restored(self, reports: list[Report]) -> None:
+        """The agent's notices of this provider restored after a restart (`RestoreAware`).
+        The spot interruption and the rebalance recommendation have no id at IMDS: each path's
+        tracker takes its restored one for the notice it holds (`PathTracker.adopt`), and the
+        path's first answer reports it again as it stands, so the agent does not withdraw it
+        for want of a report while a change of it waits for its second answer (a rebalance
+        that answer does not show is let go: the agent withdraws it, as before)."""
+        by_reason = {"spot-interruption": "spot", "rebalance-recommendation": "rebalance"}
+        for report in reports:
+            name = by_reason.get(report.reason)
+            path = next((p for p in self.paths if p.name == name), None)
+            if report.provider != self.name or path is None or path.answers:
+                continue
+            adopted = path.tracker.adopt(report)
+            if adopted is not None:
+                self._restated[path.name] = adopted
+
+    def _restate(self, path: WatchedPath, emit: Emit) -> None:
+        """At a path's first answer, the notice adopted from before the restart again, if
+        the path still holds it (the agent keeps what is reported; it is no change)."""
+        notice_id = self._restated.pop(path.name, None)
+        report = path.tracker.restate(notice_id) if notice_id is not None else None
+        if report is not None:
+            emit(report)
 
     def forget(self, notice_id: str) -> None:
         """The agent retired `notice_id` (past its deadline plus a grace): IMDS still showing

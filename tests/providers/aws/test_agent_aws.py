@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from forewarn.protocol.timefmt import format_time, parse_time
-from forewarn.providers.aws.imds import SCHEDULED_PATH, TOKEN_PATH
+from forewarn.providers.aws.imds import ASG_PATH, SCHEDULED_PATH, TOKEN_PATH
 from forewarn.providers.aws.simulate import ImdsSimulator
 from forewarn.providers.simulator import SimServer
 from support import DEAD_LOOPBACK, AgentProcess, Subscriber, agent_env, eventually
@@ -283,3 +283,41 @@ def test_a_stray_first_answer_after_a_restart_does_not_withdraw_a_restored_notic
             [active] = agent.control({"op": "status"})["active"]
             assert active["id"] == notice_id
             assert active["noticed_at"] == drain["noticed_at"], agent.output()
+
+
+@pytest.mark.parametrize("meanwhile", ["withdrawn", "moved"])
+def test_a_spot_interruption_across_a_restart_keeps_its_id_and_is_not_cleared(
+    tmp_path: Path, meanwhile: str
+) -> None:
+    """The agent restarted (an upgrade, a crash) during a spot interruption's two minutes,
+    and meanwhile IMDS stopped showing it, or showed it with its time a minute later. Within
+    one run the interruption is kept (a terminate is final) and a move is re-sent under its
+    id. Across the restart the watcher took the moved one for a new interruption (a second
+    terminate, its own id, then a clear of the first) and the vanished one was cleared as
+    "not reported by aws since the agent restarted": a job started then trained on."""
+    sim = ImdsSimulator()
+    with SimServer(sim) as server:
+        env = agent_env(
+            tmp_path, FOREWARN_AWS_URL=server.url, FOREWARN_HEARTBEAT_INTERVAL="0.1", **FAST
+        )
+        first_time = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=10)
+        sim.raise_notice("spot", {"time": format_time(first_time)})
+        with (
+            AgentProcess(tmp_path, providers=("aws",), env=env) as first,
+            first.subscriber() as sub,
+        ):
+            spot = next_notice(sub, reason="spot-interruption")
+        moved = first_time + timedelta(minutes=1)
+        if meanwhile == "withdrawn":
+            sim.withdraw("spot")
+        else:
+            sim.change_notice("spot", {"time": format_time(moved)})
+        polls = "GET " + ASG_PATH
+        with AgentProcess(tmp_path, providers=("aws",), env=env) as agent:
+            target = sim.requests[polls] + 4
+            eventually(lambda: sim.requests[polls] >= target, 10, "every path answered twice")
+            status = agent.control({"op": "status"})
+            [active] = status["active"]
+            assert active["id"] == spot["id"], agent.output()
+            expected = first_time if meanwhile == "withdrawn" else moved
+            assert active["deadline"] == format_time(expected), agent.output()

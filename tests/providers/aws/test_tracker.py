@@ -368,3 +368,36 @@ def test_a_hibernation_gone_after_the_machine_slept_is_cleared_a_terminate_is_ke
     terminate.update(spot(T0 + timedelta(seconds=120)))
     slept.now += 600.0
     assert terminate.update([]) == []
+
+
+def test_a_restored_interruption_is_adopted_by_its_path() -> None:
+    # Restored after a restart: IMDS showing it moved is a change of it (same id, at the
+    # second answer); not showing it keeps it; one whose time is past is left to the sighting.
+    clock = Clock()
+    (before,) = past_aware(clock, wall=T0).update(spot(T0 + timedelta(minutes=2)))
+    tracker = past_aware(clock, wall=T0)
+    assert tracker.adopt(before) == before.id
+    assert tracker.update([]) == [] and tracker.update([]) == []
+    assert tracker.restate(before.id) == before
+    moved = T0 + timedelta(minutes=3)
+    assert tracker.update(spot(moved)) == []
+    (again,) = tracker.update(spot(moved))
+    assert again.id == before.id and again.deadline == moved
+    (stale,) = spot(T0 - timedelta(minutes=1))
+    assert past_aware(clock, wall=T0).adopt(stale) is None
+
+
+def test_a_restored_rebalance_not_shown_at_the_first_answer_is_let_go() -> None:
+    clock = Clock()
+    notice = '{"noticeTime": "2026-11-30T03:00:00Z"}'
+    (before,) = PathTracker(single=True, volatile=("noticeTime",), clock=clock).update(
+        parse_rebalance(notice)
+    )
+    moved = PathTracker(single=True, volatile=("noticeTime",), clock=clock)
+    moved.adopt(before)
+    assert moved.update(parse_rebalance('{"noticeTime": "2026-11-30T03:10:00Z"}')) == []
+    assert moved.restate(before.id) == before  # shown (moved): kept, the move due next
+    gone = PathTracker(single=True, volatile=("noticeTime",), clock=clock)
+    gone.adopt(before)
+    assert gone.update([]) == []
+    assert gone.restate(before.id) is None and not gone.seen
