@@ -40,6 +40,15 @@ def machine_started() -> datetime | None:
     return utcnow() - timedelta(seconds=since_boot)
 
 
+def since_boot() -> float | None:
+    """Seconds since this machine booted, suspend included (Linux's `CLOCK_BOOTTIME`, which
+    no step of the wall clock moves); None where it cannot be read."""
+    try:
+        return time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # not Linux
+        return None
+
+
 def one_boot(saved: datetime, booted: datetime) -> bool:
     """Whether two boot times (`machine_started` read at two moments) are one boot: where
     the boot id cannot be read (a container without /proc/sys/kernel/random/boot_id), what
@@ -78,4 +87,5 @@ __all__ = [
     "one_boot",
     "same_boot",
     "saved_boot_time",
+    "since_boot",
 ]

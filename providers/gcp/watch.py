@@ -34,6 +34,7 @@ from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..fetch import fetch
 from .active import ACTIVE_FILE, ActiveNotices
 from .settings import Settings
+from .stopclock import StopClock
 
 log = logging.getLogger("forewarn.providers.gcp")
 
@@ -477,6 +478,14 @@ class NoticeTrack:
         self._keep(self.active)
         return self.active
 
+    def redate(self, deadline: datetime) -> Report:
+        """The notice in force with `deadline`, kept (the wall clock was stepped since it was
+        set: the same stop, at another reading of the wall clock)."""
+        assert self.active is not None
+        self.active = self.active.model_copy(update={"deadline": deadline})
+        self._keep(self.active)
+        return self.active
+
     def stand(self) -> Report | None:
         """An answer that does not show the notice in force but does not end it either (a
         preemption read FALSE after TRUE). At the first answer after a restart, the notice
@@ -538,6 +547,9 @@ class GcpWatcher:
         self.has_gpus: bool | None = None
         self._scheduling_read = asyncio.Event()
         self._unknown_values: set[str] = set()  # maintenance-event values logged as unknown
+        # The maintenance stop in force on the boot clock: its deadline follows a step of the
+        # wall clock (`stopclock.py`).
+        self._stop = StopClock()
         # `preempted` read TRUE in this boot: the VM is going down, whatever is read later.
         # A preemption saved before a restart is this boot's (`ActiveNotices` restores no
         # other boot's), so it counts as read.
@@ -679,9 +691,25 @@ class GcpWatcher:
                     if kept is None
                     else f"keeping the deadline {format_time(kept)} given before",
                 )
-            return track.observe(report, {"maintenance-event": value}, answer.etag)
+            observed = track.observe(report, {"maintenance-event": value}, answer.etag)
+            return self._follow_the_clock(track, now) or observed
 
         await self._long_poll(MAINTENANCE_KEY, on_answer, emit)
+
+    def _follow_the_clock(self, track: NoticeTrack, now: datetime) -> Report | None:
+        """The maintenance notice in force, its deadline moved with a step of the wall clock
+        since it was set (same id, to be sent again); None when there was no step."""
+        active = track.active
+        moved = self._stop.follow(active.deadline if active is not None else None, now)
+        if active is None or moved is None:
+            return None
+        log.warning(
+            "gcp: the wall clock was stepped by %+.0fs since the maintenance stop was read; "
+            "its deadline moves to %s, an unchanged time from the notice",
+            (moved - active.deadline).total_seconds() if active.deadline is not None else 0.0,
+            format_time(moved),
+        )
+        return track.redate(moved)
 
     async def _read_scheduling(self, first_try: asyncio.Event) -> None:
         """Best effort, once: the VM's preemption notice duration, if the server reports it,

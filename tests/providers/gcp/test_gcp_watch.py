@@ -764,3 +764,30 @@ async def test_a_notice_of_this_boot_seen_before_the_clock_stepped_forward_keeps
     assert (after.id, after.action) == (before.id, "drain")
     assert after.deadline is not None and before.deadline is not None
     assert after.deadline < before.deadline - timedelta(minutes=59)  # as it was saved
+
+
+async def test_a_stop_announced_keeps_its_hour_when_the_clock_is_stepped(
+    server: SimServer, sim: GcpSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TERMINATE_ON_HOST_MAINTENANCE read while the VM's clock ran 30 min ahead, then NTP
+    stepped it back (field test: a sitecustomize stepping the agent's clock). The drain kept
+    the deadline of the clock that was wrong, an hour and a half away on the right one: the
+    board escalated it to terminate half an hour after the stop, and the job's exit save was
+    never made. The stop is an hour after the notice however the wall clock moves: the drain
+    is re-sent (same id) with the deadline that hour gives on the clock as stepped."""
+    from forewarn.providers.gcp import watch as gcp_watch
+
+    ahead = {"by": timedelta(minutes=30)}
+    monkeypatch.setattr(gcp_watch, "utcnow", lambda: utcnow() + ahead["by"])
+    key = "instance/maintenance-event"
+    async with watching(server.url, timeout_sec=1) as run:
+        await run.until_polling()
+        sim.set_value(key, TERMINATE)
+        [drain] = await run.count(1)
+        assert drain.deadline is not None
+        ahead["by"] = timedelta(0)  # NTP's step back
+        [_, moved] = await run.count(2)
+    assert moved.id == drain.id and moved.action == "drain"
+    assert moved.deadline is not None
+    shift = (drain.deadline - moved.deadline).total_seconds()
+    assert abs(shift - 1800) < 5, (drain.deadline, moved.deadline)
