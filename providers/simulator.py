@@ -7,13 +7,15 @@ the same for all, under a prefix no real service uses:
 
 - `POST /_sim/notices` with `{"kind": ..., <fields>}` raises a notice; answers `{"id": ...}`;
 - `PATCH /_sim/notices/<id>` with fields changes one;
-- `DELETE /_sim/notices/<id>` withdraws one;
+- `DELETE /_sim/notices/<id>` withdraws one, or calls off one given `after` not raised yet
+  (by the id its 202 gave, `scheduled-N`);
 - `POST /_sim/faults` with `{"kind": ..., <fields>}` makes the endpoint misbehave (the shared
   vocabulary of `sim_faults`, plus the provider's named faults); answers `{"id": ...}`;
 - `DELETE /_sim/faults/<id>` ends one, `DELETE /_sim/faults` all (held requests go at once,
   also those of a fault used up by its `count`), `GET /_sim/faults` lists those in force and
   those given `after` not started yet (`"pending": true`, with `starts_at` and `starts_in`);
-- `GET /_sim/state` shows everything, plus request counts and faults (pending ones too).
+- `GET /_sim/state` shows everything, plus request counts, faults (pending ones too) and the
+  notices given `after` not raised yet (`pending_notices`, with `starts_at` and `starts_in`).
 
 Any of the two POSTs takes `"after": S` to act S seconds later. A bad control request is a
 400 with `{"error": ...}` naming what was wrong.
@@ -119,6 +121,10 @@ class Simulator:
         # Faults given with `after`, not started yet: listed as pending (a `--fault` one's id
         # shows nowhere else), and ending one (or all) cancels its timer.
         self._pending: dict[str, _Pending] = {}
+        # Notices given `after`, not raised yet, by the id their 202 gave: listed in the state,
+        # and `DELETE /_sim/notices/<id>` calls one off (else it fired into the next test).
+        self._scheduled: dict[str, _Scheduled] = {}
+        self._scheduled_count = 0
         # Faults used up or past their duration, dropped from the list but maybe still
         # holding requests (a `hang` or `slow` for `count` requests): ending them, by id or
         # all, must still let those go. The newest SPENT_KEPT are kept.
@@ -184,13 +190,19 @@ class Simulator:
             timer.start()
         return timer
 
-    def schedule(self, after: float, kind: str, fields: dict[str, Any]) -> None:
+    def schedule(self, after: float, kind: str, fields: dict[str, Any]) -> str:
         """Raise a notice `after` seconds from now (scripted notices); SimError for an
-        `after` out of range."""
+        `after` out of range. The id it is listed by until raised (`scheduled-N`)."""
         after = check_after(after)
         self.check_notice(kind, dict(fields))
+        with self.lock:
+            self._scheduled_count += 1
+            pending_id = f"scheduled-{self._scheduled_count}"
 
         def fire() -> None:
+            with self.lock:
+                if self._scheduled.pop(pending_id, None) is None:
+                    return  # called off as its timer fired
             try:
                 notice_id = self.raise_notice(kind, dict(fields))
                 self.notify_change()
@@ -198,7 +210,29 @@ class Simulator:
             except SimError as error:
                 log.error("%s: scripted %s failed: %s", self.name, kind, error)
 
-        self.later(after, fire)
+        with self.lock:
+            starts_at = format_time(utcnow() + timedelta(seconds=after))
+            timer = self.later(after, fire)
+            self._scheduled[pending_id] = _Scheduled(
+                kind, dict(fields), timer, time.monotonic() + after, starts_at
+            )
+        return pending_id
+
+    def call_off(self, pending_id: str) -> bool:
+        """Cancel the notice given `after` listed as `pending_id`; False if there is none."""
+        with self.lock:
+            scheduled = self._scheduled.pop(pending_id, None)
+        if scheduled is None:
+            return False
+        scheduled.timer.cancel()
+        return True
+
+    def pending_notices(self) -> list[dict[str, Any]]:
+        """The notices given `after` not raised yet, soonest first."""
+        now = time.monotonic()
+        with self.lock:
+            items = sorted(self._scheduled.items(), key=lambda item: item[1].starts)
+            return [scheduled.describe(pending_id, now) for pending_id, scheduled in items]
 
     def cancel_scripts(self) -> None:
         with self.lock:
@@ -207,6 +241,7 @@ class Simulator:
             self._timers.clear()
             # Their timers are gone: listed as pending, they would never start.
             self._pending.clear()
+            self._scheduled.clear()
             for fault in [*self._faults.values(), *self._spent.values()]:
                 fault.released.set()
             self.notify_change()
@@ -334,6 +369,7 @@ class Simulator:
                     "requests": dict(self.requests),
                     **self.state(),
                     "faults": self.faults(),
+                    "pending_notices": self.pending_notices(),
                 }
             return SimResponse.json(payload)
         if path.rstrip("/") == "/notices" and request.method == "POST":
@@ -346,14 +382,16 @@ class Simulator:
             kind = self.notice_kind(kind)
             after = _after(fields)
             if after is not None:
-                self.schedule(after, kind, fields)
-                return SimResponse.json({"scheduled": kind, "after": after}, 202)
+                pending_id = self.schedule(after, kind, fields)
+                return SimResponse.json({"scheduled": kind, "after": after, "id": pending_id}, 202)
             notice_id = self.raise_notice(kind, fields)
             self.notify_change()
             return SimResponse.json({"id": notice_id}, 201)
         if path.startswith("/notices/"):
             notice_id = unquote(path[len("/notices/") :])
             if request.method == "DELETE":
+                if self.call_off(notice_id):
+                    return SimResponse.json({"withdrawn": notice_id, "pending": True})
                 if not self.withdraw(notice_id):
                     raise SimError(f"no notice {notice_id!r}", 404)
                 self.notify_change()
@@ -415,6 +453,26 @@ class _Pending:
             "pending": True,
             "starts_at": self.starts_at,
             "starts_in": starts_in,
+        }
+
+
+@dataclass(frozen=True)
+class _Scheduled:
+    """A notice given `after`: what it raises, its timer, and when (monotonic, for people)."""
+
+    kind: str
+    fields: dict[str, Any]
+    timer: threading.Timer
+    starts: float
+    starts_at: str
+
+    def describe(self, pending_id: str, now: float) -> dict[str, Any]:
+        return {
+            "id": pending_id,
+            "kind": self.kind,
+            "fields": self.fields,
+            "starts_at": self.starts_at,
+            "starts_in": round(max(0.0, self.starts - now), 3),
         }
 
 

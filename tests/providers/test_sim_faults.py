@@ -549,3 +549,40 @@ def test_a_slow_body_speeds_up_when_the_fault_s_duration_ends(served: Served) ->
     started = time.monotonic()
     assert served.get(timeout=10).content == normal
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("served", NOTICING, indirect=True)
+def test_a_notice_given_after_is_listed_and_can_be_called_off(served: Served) -> None:
+    # A notice given with "after" showed nowhere until it was raised, and `DELETE
+    # /_sim/notices/<id>` could not call it off (404: "no notice"), then it was raised all the
+    # same: a handler test that scheduled a spot interruption in a minute, then ended its
+    # case, left it to fire into the next case run against the same simulator.
+    kind = served.sim.notice_kinds[0]
+    answer = served.http.post("/_sim/notices", json={"kind": kind, "after": 60})
+    assert answer.status_code == 202, answer.text
+    pending_id = answer.json()["id"]
+    [listed] = served.http.get("/_sim/state").json()["pending_notices"]
+    assert (listed["id"], listed["kind"]) == (pending_id, kind), listed
+    assert 55 < listed["starts_in"] <= 60, listed
+    assert 55 < (parse_time(listed["starts_at"]) - utcnow()).total_seconds() <= 61, listed
+    gone = served.http.delete(f"/_sim/notices/{pending_id}")
+    assert gone.status_code == 200, gone.text
+    assert served.http.get("/_sim/state").json()["pending_notices"] == []
+
+    # Called off, it is not raised when its time comes: a fault due later than it has
+    # started, and the provider's state is as before.
+    def notices() -> dict[str, Any]:
+        state = served.http.get("/_sim/state").json()
+        return {k: v for k, v in state.items() if k not in ("requests", "faults")}
+
+    soon = served.http.post("/_sim/notices", json={"kind": kind, "after": 0.1}).json()["id"]
+    assert served.http.delete(f"/_sim/notices/{soon}").status_code == 200
+    before = notices()
+    later = served.http.post("/_sim/faults", json={"kind": "status", "path": "/x", "after": 0.3})
+    fault_id = later.json()["id"]
+    eventually(
+        lambda: [(f["id"], f["pending"]) for f in served.sim.faults()] == [(fault_id, False)],
+        timeout=5,
+        what="the later fault started",
+    )
+    assert notices() == before
