@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forewarn.protocol.errors import UsageError
+from forewarn.protocol.timefmt import duration_or_as_is
 
 FAULT_KINDS = ("status", "hang", "slow", "reset", "malformed", "oversize", "throttle")
 DEFAULT_OVERSIZE = 50 * 1024 * 1024
@@ -169,6 +170,11 @@ def make_fault(
         known = ", ".join([*FAULT_KINDS, *presets])
         raise FaultError(f"kind: one of {known}, got {given!r}")
     merged = {**presets.get(name, {}), **{k: v for k, v in fields.items() if k != "kind"}}
+    # Seconds may be a duration as text (`"30s"`, `"2m"`), as `"after"` beside them and
+    # `--fault hang,seconds=30s` take it: `{"duration": "1m"}` was a 400.
+    for key in SECONDS_FIELDS:
+        if key in merged:
+            merged[key] = duration_or_as_is(merged[key])
     kind = presets[name]["kind"] if name in presets else name
     unknown = sorted(set(merged) - set(FIELDS))
     if unknown:
@@ -195,6 +201,10 @@ def make_fault(
         duration=_number(merged, "duration", 0, 30 * 86400),
         retry_after=_whole(merged, "retry_after", 0, int(MAX_SECONDS)),
     )
+
+
+# The fields of a fault that are seconds (`retry_after` is whole seconds, as the header).
+SECONDS_FIELDS = ("seconds", "duration")
 
 
 def parse_fault_flag(text: str) -> dict[str, Any]:

@@ -586,3 +586,36 @@ def test_a_notice_given_after_is_listed_and_can_be_called_off(served: Served) ->
         what="the later fault started",
     )
     assert notices() == before
+
+
+def test_a_faults_seconds_take_a_duration_as_text_as_its_after_does(served: Served) -> None:
+    # `{"kind": "status", "after": "2m", "duration": "1m"}`: the "after" beside it was read as
+    # two minutes, the "duration" was a 400 ("a number ..., got '1m'"), and so was a hang's
+    # "seconds": "30s", though `--fault status,duration=1m` takes it, as every duration of
+    # forewarn does.
+    answer = served.http.post(
+        "/_sim/faults",
+        json={"kind": "hang", "path": "/x", "after": "2m", "duration": "1m", "seconds": "30s"},
+    )
+    assert answer.status_code == 202, answer.text
+    [listed] = served.http.get("/_sim/faults").json()["faults"]
+    assert (listed["duration"], listed["seconds"]) == (60.0, 30.0), listed
+    bad = served.http.post("/_sim/faults", json={"kind": "status", "duration": "soon"})
+    assert bad.status_code == 400 and "duration" in bad.json()["error"], bad.text
+
+
+@given(
+    st.sampled_from(["seconds", "duration"]),
+    st.from_regex(r"\A\d{1,3}(\.\d{1,2})?(ms|s|m|h)\Z"),
+)
+def test_a_faults_seconds_as_text_are_those_of_the_duration_or_a_fault_error(
+    key: str, text: str
+) -> None:
+    from forewarn.protocol.timefmt import parse_duration
+
+    try:
+        fault = make_fault({"kind": "hang", key: text}, {}, 5.0)
+    except FaultError as error:
+        assert key in str(error)  # out of the field's range, said so
+    else:
+        assert getattr(fault, key) == parse_duration(text)
