@@ -1,12 +1,13 @@
-"""The stop announced by TERMINATE_ON_HOST_MAINTENANCE, kept on the boot clock.
+"""The stop announced by TERMINATE_ON_HOST_MAINTENANCE or `preempted=TRUE`, kept on the boot
+clock.
 
 The metadata server gives the stop no time: the watcher makes its deadline from the moment it
-read the value (an hour on a VM with GPUs). On the wall clock alone, NTP stepping the clock
-after that (a VM whose clock ran ahead, set right) left the deadline where the wrong clock had
-put it: stepped back 30 minutes, the drain was escalated to terminate half an hour after the
-stop, and the job's exit save was never made. The boot clock (`CLOCK_BOOTTIME`, suspend
-included) is moved by no step, so the stop is kept on it and the deadline follows the wall
-clock as it is stepped.
+read the value (an hour on a VM with GPUs; a preemption's 30 s, or its notice duration). On
+the wall clock alone, NTP stepping the clock after that (a VM whose clock ran ahead, set right)
+left the deadline where the wrong clock had put it: stepped back 30 minutes, the drain was
+escalated to terminate half an hour after the stop, and the job's exit save was never made.
+The boot clock (`CLOCK_BOOTTIME`, suspend included) is moved by no step, so the stop is kept
+on it and the deadline follows the wall clock as it is stepped.
 """
 
 from __future__ import annotations

@@ -547,9 +547,9 @@ class GcpWatcher:
         self.has_gpus: bool | None = None
         self._scheduling_read = asyncio.Event()
         self._unknown_values: set[str] = set()  # maintenance-event values logged as unknown
-        # The maintenance stop in force on the boot clock: its deadline follows a step of the
-        # wall clock (`stopclock.py`).
-        self._stop = StopClock()
+        # The stop announced by each long-polled key, on the boot clock: its deadline follows
+        # a step of the wall clock (`stopclock.py`).
+        self._stops = {kind: StopClock() for kind in ("preempted", "maintenance-event")}
         # `preempted` read TRUE in this boot: the VM is going down, whatever is read later.
         # A preemption saved before a restart is this boot's (`ActiveNotices` restores no
         # other boot's), so it counts as read.
@@ -661,8 +661,10 @@ class GcpWatcher:
                         PREEMPTED_KEY,
                     )
                 return track.stand()
-            report = preemption_report(preempted, self.preemption_notice_seconds(), utcnow())
-            return track.observe(report, {"preempted": answer.text.strip()}, answer.etag)
+            now = utcnow()
+            report = preemption_report(preempted, self.preemption_notice_seconds(), now)
+            observed = track.observe(report, {"preempted": answer.text.strip()}, answer.etag)
+            return self._follow_the_clock(track, now) or observed
 
         await self._long_poll(PREEMPTED_KEY, on_answer, emit)
 
@@ -697,16 +699,20 @@ class GcpWatcher:
         await self._long_poll(MAINTENANCE_KEY, on_answer, emit)
 
     def _follow_the_clock(self, track: NoticeTrack, now: datetime) -> Report | None:
-        """The maintenance notice in force, its deadline moved with a step of the wall clock
-        since it was set (same id, to be sent again); None when there was no step."""
+        """The notice of `track` in force (a preemption, a maintenance stop), its deadline
+        moved with a step of the wall clock since it was set (same id, to be sent again);
+        None when there was no step."""
         active = track.active
-        moved = self._stop.follow(active.deadline if active is not None else None, now)
+        stop = self._stops[track.kind]
+        moved = stop.follow(active.deadline if active is not None else None, now)
         if active is None or moved is None:
             return None
         log.warning(
-            "gcp: the wall clock was stepped by %+.0fs since the maintenance stop was read; "
-            "its deadline moves to %s, an unchanged time from the notice",
+            "gcp: the wall clock was stepped by %+.0fs since %s was read; the deadline of %s "
+            "moves to %s, an unchanged time from the notice",
             (moved - active.deadline).total_seconds() if active.deadline is not None else 0.0,
+            track.kind,
+            active.id,
             format_time(moved),
         )
         return track.redate(moved)

@@ -791,3 +791,27 @@ async def test_a_stop_announced_keeps_its_hour_when_the_clock_is_stepped(
     assert moved.deadline is not None
     shift = (drain.deadline - moved.deadline).total_seconds()
     assert abs(shift - 1800) < 5, (drain.deadline, moved.deadline)
+
+
+async def test_a_preemptions_deadline_follows_a_step_of_the_clock(
+    server: SimServer, sim: GcpSimulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spot VM's preemption: TRUE read while the clock ran 30 min ahead, then NTP stepped it
+    back. The terminate kept a deadline half an hour further away on the right clock,
+    and a job weighing whether to wait for a background save in flight took it for time it
+    had. As for the maintenance stop, the deadline follows the step (same id)."""
+    from forewarn.providers.gcp import watch as gcp_watch
+
+    ahead = {"by": timedelta(minutes=30)}
+    monkeypatch.setattr(gcp_watch, "utcnow", lambda: utcnow() + ahead["by"])
+    async with watching(server.url, timeout_sec=1) as run:
+        await run.until_polling()
+        sim.raise_notice("preempt", {})
+        [terminate] = await run.count(1)
+        assert terminate.deadline is not None and terminate.action == "terminate"
+        ahead["by"] = timedelta(0)
+        [_, moved] = await run.count(2)
+    assert moved.id == terminate.id and moved.action == "terminate"
+    assert moved.deadline is not None
+    shift = (terminate.deadline - moved.deadline).total_seconds()
+    assert abs(shift - 1800) < 5, (terminate.deadline, moved.deadline)
