@@ -194,6 +194,10 @@ class CheckpointGuard:
         # asked for a save no loop would make, and a user's second Ctrl-C, the process
         # waiting on its way out, stopped nothing.
         self._exit_answered = False
+        # The step and causes of the save that answered the exit: a loop that goes on past it
+        # (a framework's teardown, an epoch finished first) saves again, periodic or on a
+        # drain, and those saves are not the exit's (see `_answers_exit`).
+        self._exit_saved: tuple[int, str] | None = None
         self._exit = False
         # What asks for the pending exit: "notice:<id>" per terminate, else the reason (signal,
         # peer, request:<reason>). A terminate withdrawn before the save is answered (see
@@ -548,20 +552,22 @@ class CheckpointGuard:
         flush and the adaptive interval take one. Ranks restarted under a notice each acked a
         flush of 0 s for their resume point, and enough of them pushed the job's real flush out
         of the agent's window: its exit margin fell back to the floor."""
-        result, reasons, events = self._record(step, seconds if wrote else None)
+        result, reasons, events, past_exit = self._record(step, seconds if wrote else None)
         if not wrote:
             result = replace(result, flush_seconds=seconds)
         if self.notices is not None:
             for notice_id in result.notices or (None,):
                 self.notices.ack(notice_id, step=step, flush_seconds=seconds if wrote else None)
-        self._log_saved(result, reasons, events, where)
+        self._log_saved(result, reasons, events, where, past_exit)
         return result
 
     def _record(
         self, step: int, seconds: float | None, *, durable: bool = True
-    ) -> tuple[SaveResult, dict[str, str | None], list[Event]]:
+    ) -> tuple[SaveResult, dict[str, str | None], list[Event], bool]:
         """Everything a save changes in the guard but the ack and the log line. `durable`
-        False: a background save, durable (and counted as the slowest flush) once committed."""
+        False: a background save, durable (and counted as the slowest flush) once committed.
+        The last of what it returns: whether the save says exit only as one past the exit's
+        save (a loop that went on), not as the exit's own."""
         now = time.monotonic()
         with self._lock:
             agreed, self._agreed = self._agreed, None
@@ -584,10 +590,12 @@ class CheckpointGuard:
                 self._events.pop(notice_id) for notice_id in notice_ids if notice_id in self._events
             ]
             self._wake = self._exit and not exit_now
+            answers_exit = exit_now and self._answers_exit()
             if exit_now:
                 self._exit_by.clear()  # answered: a withdrawal now comes too late to matter
                 self._exited_for.update(notice_ids)
                 self._exit_answered = True
+            if answers_exit:
                 stopped_by = signal.SIGINT if reasons.get("signal") == "SIGINT" else signal.SIGTERM
                 self._exit_code = 128 + stopped_by
         if step >= self._next_step:
@@ -615,7 +623,15 @@ class CheckpointGuard:
                     self._flag_step = step
         elif durable and self._flag_step is not None and step >= self._flag_step:
             self._flag_saved(True)  # a final save that cancelled the flag's background save
-        return SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds), reasons, events
+        if answers_exit:
+            self._exit_saved = (step, exit_causes(reasons, events))
+        result = SaveResult(exit_now, step, tuple(reasons), notice_ids, seconds)
+        return result, reasons, events, exit_now and not answers_exit
+
+    def _answers_exit(self) -> bool:
+        """Under the lock, with an exit pending: whether a save now is the exit's, not one made
+        past the exit's save (by a loop that went on) with nothing new asking for the exit."""
+        return not self._exit_answered or bool(self._exit_by)
 
     def _remove_flag(self) -> None:
         assert self.flag_file is not None
@@ -698,8 +714,21 @@ class CheckpointGuard:
         reasons: dict[str, str | None],
         events: list[Event],
         where: str | None,
+        past_exit: bool,
     ) -> None:
-        if result.exit:
+        exit_saved = self._exit_saved
+        if past_exit and exit_saved is not None:
+            # A save past the exit's (a loop that went on): the exit stands, but this save is
+            # not what it asked for; it was logged "exiting at step 8 on periodic".
+            log.warning(
+                "forewarn: saved at step %d (%s) after the exit's save at step %d (on %s): the "
+                "loop is to leave (SaveResult.exit, should_exit)",
+                result.step,
+                ", ".join(result.reasons) or "requested",
+                exit_saved[0],
+                exit_saved[1],
+            )
+        elif result.exit:
             log.warning("forewarn: %s", exit_line(result.step, reasons, events, where))
         else:
             log.info(
@@ -765,7 +794,8 @@ class CheckpointGuard:
             notice_ids: list[str | None] = [*sorted(self._notice_ids | set(owed))]
             events = [self._events[i] for i in notice_ids if i in self._events]
             reasons = dict(self._pending)
-            exit_now = self._exit
+            # Not a save past the exit's (a loop that went on): the exit's state is saved.
+            exit_now = self._exit and self._answers_exit()
             self._due_failed = self._due_since  # not running any more: not said to be
             if exit_now:
                 # Python's own code for the uncaught error: not 143, which says the state was
@@ -898,7 +928,7 @@ class CheckpointGuard:
                 with self._lock:
                     self._failure = None  # the saver raised it itself: once is enough
             raise
-        result, reasons, events = self._record(step, timing.stall_seconds, durable=False)
+        result, reasons, events, past_exit = self._record(step, timing.stall_seconds, durable=False)
         with self._lock:
             self._awaiting[step] = result.notices
         self._recorded(step)
@@ -906,7 +936,8 @@ class CheckpointGuard:
         # (the loop leaves, close() waits for the commit): the exit line names it.
         from .checkpoint.manifest import generation_name
 
-        self._log_saved(result, reasons, events, f"{self.store.url}/{generation_name(step)}")
+        where = f"{self.store.url}/{generation_name(step)}"
+        self._log_saved(result, reasons, events, where, past_exit)
         return result
 
     def _recorded(self, step: int) -> None:
@@ -925,7 +956,7 @@ class CheckpointGuard:
         generation (`GenerationExistsError`, raised by the next `due()`); instead this save
         is that one, and the notices it answers are acked when it commits."""
         started = time.monotonic()
-        result, _reasons, _events = self._record(step, None, durable=False)
+        result, _reasons, _events, _past_exit = self._record(step, None, durable=False)
         late: tuple[str, ...] = ()
         with self._lock:
             owed = self._awaiting.get(step)
@@ -975,7 +1006,7 @@ class CheckpointGuard:
             "" if what is None else f"{what} the background save; ",
             final.reason,
         )
-        result, reasons, events = self._record(step, final.durable_seconds)
+        result, reasons, events, past_exit = self._record(step, final.durable_seconds)
         if self.notices is not None:
             # Drains whose background save this one replaced are answered by it too.
             answered: list[str | None] = [*sorted(set(result.notices) | set(owed))]
@@ -990,7 +1021,7 @@ class CheckpointGuard:
                     note=final.reason[:500],
                 )
         where = f"{self.store.url}/{final.generation.name}" if self.store else None
-        self._log_saved(result, reasons, events, where)
+        self._log_saved(result, reasons, events, where, past_exit)
         return replace(
             result,
             generation=final.generation,
@@ -1598,6 +1629,9 @@ class CheckpointGuard:
         since = self._due_since
         if since is None or not self._exit or since == self._due_failed:
             return
+        with self._lock:
+            if not self._answers_exit():
+                return  # a save past the exit's: the exit's own is made
         told = int((time.monotonic() - since) // EXIT_SAVE_WARN_SECONDS)
         last_since, last_told = self._told_running
         if told < 1 or (since == last_since and told <= last_told):
@@ -1853,17 +1887,21 @@ def exit_line(
 ) -> str:
     """The one line a process logs when it exits on a notice or signal: which notice, from
     which provider, at which step, and where the checkpoint went."""
+    causes = exit_causes(reasons, events)
+    return f"exiting at step {step} on {causes}; checkpoint {where or 'saved by the caller'}"
+
+
+def exit_causes(reasons: dict[str, str | None], events: list[Event]) -> str:
+    """What asked for an exit, as `exit_line` names it."""
     if events:
-        causes = ", ".join(
+        return ", ".join(
             f"{event.action} {event.id} from {event.provider} ({event.reason})" for event in events
         )
-    elif "signal" in reasons:
+    if "signal" in reasons:
         # The signal's name, or none when code asked with request("signal", exit=True), as
         # the guard's own warning about a replaced handler suggests.
-        causes = reasons["signal"] or "signal"
-    else:
-        causes = ", ".join(reasons) or "a request"
-    return f"exiting at step {step} on {causes}; checkpoint {where or 'saved by the caller'}"
+        return reasons["signal"] or "signal"
+    return ", ".join(reasons) or "a request"
 
 
 __all__ = ["CheckpointGuard", "SaveResult", "exit_line"]

@@ -501,3 +501,64 @@ def test_an_exit_requested_again_after_its_save_asks_for_no_second_save() -> Non
     guard.request("checkpoint")  # a save asked for without an exit is still made
     assert guard.due(3)
     guard.close()
+
+
+def test_a_save_after_the_exits_save_is_not_logged_as_an_exit_of_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A loop that went on after its exit's save (a framework's teardown, a loop that reads
+    only `should_exit` at its epoch's end) logged "exiting at step 8 on periodic" at each
+    periodic save, and the exit's code went from 130 (the Ctrl-C it saved for) to 143."""
+    import signal
+
+    caplog.set_level("INFO", logger="forewarn.clients")
+    guard = quiet_guard(every_steps=5)
+    try:
+        assert not guard.due(2)
+        guard._on_signal(signal.SIGINT, None)
+        assert guard.due(3)
+        first = guard.saved(3)
+        assert first.exit and first.reasons == ("signal",) and guard.exit_code == 130
+        assert [step for step in range(4, 9) if guard.due(step)] == [8]
+        again = guard.saved(8)
+        assert again.exit, "the loop is still to leave"
+        assert again.reasons == ("periodic",)
+        assert guard.exit_code == 130, "the exit saved for was the Ctrl-C's"
+    finally:
+        guard.close()
+    said = [record.getMessage() for record in caplog.records]
+    assert [line for line in said if "exiting at step" in line] == [
+        "forewarn: exiting at step 3 on SIGINT; checkpoint saved by the caller"
+    ]
+    assert any(
+        "saved at step 8 (periodic)" in line and "exit's save at step 3" in line for line in said
+    ), said
+
+
+def test_a_save_after_the_exits_save_that_fails_or_runs_long_is_not_the_exits(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A periodic save past the exit's save (a loop that went on) that raised made the exit's
+    code 1, as if the exit's state was lost, and logged "exiting at step 8 on periodic; the
+    checkpoint of step 8 was NOT saved"; one running long was said to be "the exit's save of
+    step 8 (on periodic)". The exit's state was saved at step 3: its code stays 143."""
+    import signal
+
+    from forewarn.clients import guard as guard_module
+
+    monkeypatch.setattr(guard_module, "EXIT_SAVE_WARN_SECONDS", 1e-6)
+    guard = quiet_guard(every_steps=5)
+    guard._on_signal(signal.SIGTERM, None)
+    assert guard.due(3) and guard.saved(3).exit and guard.exit_code == 143
+    assert [step for step in range(4, 9) if guard.due(step)] == [8]
+    guard._check_exit_save()  # the ticker's look, made here at once
+    guard.save_failed(8, OSError("disk full"))
+    assert guard.exit_code == 143, "the exit's state is saved, at step 3"
+    assert "still running" not in caplog.text
+    assert "NOT saved" not in caplog.text and "exiting at step 8" not in caplog.text
+    # A new exit asked for past the exit's save is one of its own: its save failing says so.
+    guard.request("shutdown", exit=True)
+    assert guard.due(9)
+    guard.save_failed(9, OSError("disk full"))
+    assert guard.exit_code == 1 and "exiting at step 9 on shutdown" in caplog.text
+    guard.close()
