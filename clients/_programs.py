@@ -12,8 +12,10 @@ outlived the job's stop until the platform's SIGKILL.
 
 So a protected worker passes them by with a handler that does nothing (`pass_by`: exec sets a
 caught signal back to its default), and while it starts a program, the starting thread does
-not block them (an unblocking that lasts the fork and exec, `_released`). A process it forks
-gets their defaults back at once (`_after_fork_in_child`).
+not block them (an unblocking that lasts the fork and exec, `_released`). `os.system` lasts
+its program, not its start: the worker keeps them blocked, and the shell starts with them
+unblocked (`_system`). A process it forks gets their defaults back at once
+(`_after_fork_in_child`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -77,18 +80,56 @@ def _released_around(start: Callable[..., Any]) -> Callable[..., Any]:
     return started
 
 
+def _system(command: Any) -> int:
+    """`os.system` in a protected worker: the shell, `/bin/sh -c command` as the C library
+    starts it, waited for, its wait status returned (127 as its exit code when it could not be
+    started). Started with the job's signals unblocked and at their defaults, while the worker
+    keeps SIGTERM blocked for the thread that reads who sent it. Unblocked in the worker for
+    the whole of the program (`_released` around the C library's `system`), a SIGTERM from
+    the main process ran `pass_by`, its sender unread, and so did the ones sent again for 10 s
+    (`_terminate_again`): torch's DataLoader waits 5 s for each worker it terminates, and one
+    running a decoder that way outlived every terminate until its program ended."""
+    spawn = _posix_spawn
+    if not held or spawn is None:  # a process the worker forked: the C library's, as it was
+        return _plain_system(command)
+    command = os.fspath(command)
+    sys.audit("os.system", command)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ()) - set(JOB_SIGNALS)
+    try:
+        pid = spawn(  # not the wrapped one, which unblocks them in this thread
+            "/bin/sh",
+            ["sh", "-c", command],
+            os.environ,
+            setsigmask=mask,
+            setsigdef=JOB_SIGNALS,
+        )
+    except OSError:
+        return 127 << 8
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): the C library's -1
+        return -1
+
+
 def _wrap_starts() -> None:
     """Wrap, in this worker only, each way Python starts a program: subprocess's fork and exec
     (`subprocess.Popen`, `os.popen`, asyncio's), `os.posix_spawn` and `os.posix_spawnp` (which
-    subprocess also uses), and `os.system`. `os.fork` and exec gets them in
+    subprocess also uses), and `os.system` (`_system`). `os.fork` and exec gets them in
     `_after_fork_in_child`."""
     fork_exec = getattr(subprocess, "_fork_exec", None)
     if fork_exec is not None:
         subprocess._fork_exec = _released_around(fork_exec)  # type: ignore[attr-defined]
-    for name in ("posix_spawn", "posix_spawnp", "system"):
+    for name in ("posix_spawn", "posix_spawnp"):
         start = getattr(os, name, None)
         if start is not None:
             setattr(os, name, _released_around(start))
+    if hasattr(os, "system"):
+        os.system = _system if _posix_spawn is not None else _released_around(_plain_system)
+
+
+# Taken before `_wrap_starts` wraps them: `_system` starts the shell with its own signal mask.
+_posix_spawn: Callable[..., int] | None = getattr(os, "posix_spawn", None)
+_plain_system: Callable[[Any], int] = getattr(os, "system", lambda command: -1)
 
 
 def _after_fork_in_child() -> None:

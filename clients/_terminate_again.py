@@ -4,8 +4,9 @@ worker reads it.
 A protected worker ends on its main process's SIGTERM, which a thread of its own reads with
 its sender (workers._sigterm_from_main_only). While the worker starts a program, the starting
 thread does not block the signals, so that the program gets them (`_programs._released`: from a
-`subprocess` start's fork to the program's exec, the whole of an `os.system`), and a SIGTERM
-that comes then runs the do-nothing handler in the worker's main thread, its sender unread.
+`subprocess` start's fork to the program's exec; an `os.system` keeps them blocked, see
+`_programs._system`), and a SIGTERM that comes then runs the do-nothing handler in the
+worker's main thread, its sender unread.
 Its main process's `terminate()` was passed by there: torch's DataLoader stops a worker still
 busy 5 s after it asked it to end that way, and a dataset that starts a program per item (a
 decoder) kept running beside the main process, which never asked again. So the main process

@@ -99,6 +99,28 @@ def test_terminate_while_a_protected_worker_starts_a_program_ends_it(start: str)
     assert done.stdout.split() == ["ended"], done.stderr
 
 
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_terminate_while_a_protected_worker_runs_a_long_os_system_ends_it_at_once(
+    start: str,
+) -> None:
+    """`os.system` runs for the whole of its program, and the worker had SIGTERM unblocked
+    that long, so that the program would get it: its main process's `terminate()` ran the
+    do-nothing handler, its sender unread, and so did every one sent again for 10 s. torch's
+    DataLoader waits 5 s for each worker it terminates: one busy in a decoder run by
+    `os.system` added 5 s per worker to leaving a pass (2 workers: 20 s, 10 without forewarn),
+    an evaluation left on `should_exit` before the exit's save included. The program now
+    starts with the signals unblocked while the worker keeps them blocked: the terminate is
+    read at once."""
+    done = subprocess.run(
+        [sys.executable, str(TERMINATED), start, "30", "3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ended"], done.stderr
+
+
 FINALIZATION = Path(__file__).with_name("terminate_at_finalization.py")
 
 
