@@ -16,6 +16,7 @@ asks again, while the worker lives, for as long as a program start may last.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 import time
@@ -23,7 +24,8 @@ from multiprocessing import connection
 from typing import Any
 
 # Seconds between the sends after the first: quick at first (a `subprocess` start takes
-# milliseconds), then once a second, for 10 s in all (an `os.system` lasts its program).
+# milliseconds), then once a second, for 10 s in all (a start on a loaded machine may take
+# longer). Sent to the worker's pidfd where there is one (`_open_pidfd`).
 AGAIN_AFTER = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 _MARK = "_forewarn_protected"
@@ -34,12 +36,17 @@ def mark(popen: Any) -> None:
     setattr(popen, _MARK, True)
 
 
-def _still_running(popen: Any) -> bool:
-    """Whether the worker of `popen` has not ended, without reaping it (its sentinel becomes
-    readable when it ends): the process that started it reaps it, and its pid is then no
-    longer its own to signal."""
+def _still_running(popen: Any, pidfd: int | None = None) -> bool:
+    """Whether the worker of `popen` has not ended, without reaping it (its pidfd, else its
+    sentinel, becomes readable when it ends): the process that started it reaps it, and its
+    pid is then no longer its own to signal. The sentinel stays unreadable while a process the
+    worker forked holds it."""
     if popen.returncode is not None:
         return False
+    if pidfd is not None:
+        poll = select.poll()
+        poll.register(pidfd, select.POLLIN)
+        return not poll.poll(0)
     finalizer = getattr(popen, "finalizer", None)
     if finalizer is not None and not finalizer.still_active():
         return False  # closed: its sentinel may be another file's number by now
@@ -49,23 +56,46 @@ def _still_running(popen: Any) -> bool:
         return False
 
 
-def _again(popen: Any) -> None:
-    for delay in AGAIN_AFTER:
-        time.sleep(delay)
-        if not _still_running(popen):
-            return
-        try:
-            os.kill(popen.pid, signal.SIGTERM)
-        except OSError:
-            return
+def _again(popen: Any, pidfd: int | None) -> None:
+    try:
+        for delay in AGAIN_AFTER:
+            time.sleep(delay)
+            if not _still_running(popen, pidfd):
+                return
+            try:
+                if pidfd is None:
+                    os.kill(popen.pid, signal.SIGTERM)
+                else:
+                    signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+            except OSError:
+                return
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _open_pidfd(popen: Any) -> int | None:
+    """The worker's pidfd, opened as it is terminated: its pid names it then as surely as for
+    the terminate's own kill. Sent by its pid for 10 s more, a worker reaped outside its Popen
+    (a SIGCHLD handler's `waitpid(-1)`) while a process it forked held its sentinel open
+    looked alive, and a new process given its pid got the SIGTERMs. None where there is no
+    pidfd (before Linux 5.3, not Linux, a seccomp filter): sent by pid then."""
+    try:
+        return os.pidfd_open(popen.pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def _terminate(popen: Any) -> None:
+    marked = getattr(popen, _MARK, False)
+    pidfd = _open_pidfd(popen) if marked and _still_running(popen) else None
     _plain_terminate(popen)
-    if getattr(popen, _MARK, False) and _still_running(popen):
+    if marked and _still_running(popen, pidfd):
         threading.Thread(
-            target=_again, args=(popen,), name="forewarn-terminate", daemon=True
+            target=_again, args=(popen, pidfd), name="forewarn-terminate", daemon=True
         ).start()
+    elif pidfd is not None:
+        os.close(pidfd)
 
 
 try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -119,6 +120,43 @@ def test_terminate_while_a_protected_worker_runs_a_long_os_system_ends_it_at_onc
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["ended"], done.stderr
+
+
+REUSED_PID = Path(__file__).with_name("terminate_reused_pid.py")
+
+
+def test_a_terminate_sent_again_never_reaches_a_process_given_the_workers_pid() -> None:
+    """The main process sends a protected worker's `terminate()` again while the worker lives,
+    by its pid. Reaped outside its Popen (a SIGCHLD handler's `waitpid(-1)`) while a process
+    it forked held its sentinel, it still looked alive, and the pid, once given to a new
+    process, got the SIGTERMs meant for the worker for up to 10 s. They go to the worker's
+    pidfd now, opened as it is terminated. Here in a pid namespace of the test's own, whose
+    next pid it sets."""
+    unshare = shutil.which("unshare")
+    if unshare is None or not hasattr(os, "pidfd_open"):
+        pytest.skip("no unshare, or no pidfd_open")
+    # The hierarchy's first process is the namespace's init; the script is its child.
+    done = subprocess.run(
+        [
+            unshare,
+            "--user",
+            "--map-root-user",
+            "--pid",
+            "--fork",
+            "sh",
+            "-c",
+            '"$0" "$1" "$2"; true',
+            sys.executable,
+            str(REUSED_PID),
+            os.readlink("/proc/self/ns/pid"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if done.returncode != 0 and not done.stdout and "unshare" in done.stderr:
+        pytest.skip(f"no user and pid namespace here: {done.stderr.strip()[:200]}")
+    assert done.stdout.split() == ["spared"], done.stdout + done.stderr
 
 
 FINALIZATION = Path(__file__).with_name("terminate_at_finalization.py")
