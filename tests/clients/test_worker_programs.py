@@ -156,6 +156,8 @@ def test_a_terminate_sent_again_never_reaches_a_process_given_the_workers_pid() 
     )
     if done.returncode != 0 and not done.stdout and "unshare" in done.stderr:
         pytest.skip(f"no user and pid namespace here: {done.stderr.strip()[:200]}")
+    if done.stdout.startswith("no ns_last_pid"):
+        pytest.skip(done.stdout.strip())
     assert done.stdout.split() == ["spared"], done.stdout + done.stderr
 
 
