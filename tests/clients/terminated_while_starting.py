@@ -64,7 +64,11 @@ if __name__ == "__main__":
     while not (in_os_system(process.pid) and pid_file.exists()) and time.monotonic() < end:
         time.sleep(0.01)
     process.terminate()
-    process.join(join)
+    # Not join(): a spawn worker's programs inherit its end of the sentinel, which join() waits
+    # on, so it waits out its timeout after the worker has ended.
+    end = time.monotonic() + join
+    while process.is_alive() and time.monotonic() < end:
+        time.sleep(0.01)
     print("running" if process.is_alive() else "ended", flush=True)
     if process.is_alive():
         process.kill()
