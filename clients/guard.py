@@ -41,7 +41,7 @@ from .event import Event
 from .flagjobs import FlagJobs, Identity
 from .notices import Notices
 from .steppace import StepPace
-from .workers import guard_handles_sigterm
+from .workers import guard_handles_sigterm, in_protected_worker
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -134,6 +134,16 @@ class CheckpointGuard:
             raise ValueError(f"every_seconds must be positive, got {every_seconds!r}")
         if not (_positive(agree_every) and int(agree_every) == agree_every):
             raise ValueError(f"agree_every must be a positive number of steps, got {agree_every!r}")
+        if in_protected_worker():
+            # Made as a spawn or forkserver DataLoader worker imports the script (a guard at
+            # its module level, the loop under `if __name__ == "__main__":`): the main
+            # process's guard answers for the job. This one's handlers replaced the worker's
+            # own (a WARNING in every worker at every start), it subscribed as a client that
+            # never acks, and it took a place among the jobs reading the flag file, which
+            # then waited for saves no worker makes.
+            notices = notices if isinstance(notices, Notices) else False
+            flag_file = None
+            handle_signals = False
         self.every_steps = every_steps
         self.every_seconds = every_seconds
         self.store = store

@@ -334,6 +334,12 @@ _guard_handles_sigterm_here = _GuardByte()
 TORCH_WORKER_LOOP = ("torch.utils.data._utils.worker", "_worker_loop")
 
 
+def in_protected_worker() -> bool:
+    """Whether this process is a protected DataLoader worker: a spawn or forkserver one from its
+    start (it reads its SIGTERMs before it imports the main module), a fork one from its init."""
+    return _reading_sigterm or _programs.held
+
+
 def guard_handles_sigterm(handles: bool) -> None:
     """Called by a CheckpointGuard as it installs its SIGTERM handler (True) and as it closes
     (False). Meanwhile every DataLoader worker this process started outlives a SIGTERM from

@@ -173,3 +173,34 @@ def test_a_terminate_while_the_interpreter_finalizes_exits_cleanly() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+GUARD_AT_IMPORT = Path(__file__).with_name("guard_in_worker_import.py")
+
+
+@pytest.mark.parametrize("start", ["spawn", "forkserver"])
+def test_a_guard_made_as_a_worker_imports_the_script_stays_out_of_the_job(
+    tmp_path: Path, start: str
+) -> None:
+    """A script that makes its guard at module level and runs its loop under `if __name__ ==
+    "__main__":` had a guard made in every spawn or forkserver DataLoader worker too, as the
+    worker imports the script: each said twice, at every start, that "the SIGTERM handler was
+    replaced after the guard installed its own (now pass_by)", subscribed to the agent as a
+    client that never acks (no notice was ever flushed by every client), and took a place
+    among the jobs reading the flag file, which then waited for saves no worker makes. Such a
+    guard handles no signal, subscribes to nothing and reads no flag file."""
+    done = subprocess.run(
+        [sys.executable, str(GUARD_AT_IMPORT), start],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, FOREWARN_RUNTIME_DIR=str(tmp_path / "run")),
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "handler": "pass_by",
+        "notices": False,
+        "flag_file": False,
+        "signals": [],
+    }, done.stderr
+    assert "handler was replaced" not in done.stderr, done.stderr
