@@ -181,6 +181,27 @@ class PathTracker:
             return seen.report
         return None
 
+    def keep_times(self, reports: list[Report]) -> list[Report]:
+        """`reports` of an answer read only in part, each without a deadline given the
+        deadline and window (`until`) last sent for it. A scheduled event's NotBefore read,
+        then unreadable, went out again without a deadline: the board took back the terminate
+        it had sent, and the job trained on into the reboot. Its time has not changed as far
+        as anyone knows."""
+        kept = []
+        for report in reports:
+            seen = self.seen.get("only" if self.single else report.id)
+            last = seen.report if seen is not None and not seen.retired else None
+            if (
+                report.action != "clear"
+                and report.deadline is None
+                and last is not None
+                and last.deadline is not None
+                and last.action == report.action
+            ):
+                report = report.model_copy(update={"deadline": last.deadline, "until": last.until})
+            kept.append(report)
+        return kept
+
     def _confirmed(
         self, seen: _Seen, report: Report, moments: dict[str, datetime | None], now: float
     ) -> bool:

@@ -302,7 +302,8 @@ class AwsWatcher:
             except PartialParse as error:
                 # Counted as an error, and what could be read is still reported.
                 self._failed(path, f"bad-{path.name}", str(error))
-                for report in path.tracker.update(self._shown(path, error.reports)):
+                partial = path.tracker.keep_times(error.reports)
+                for report in path.tracker.update(self._shown(path, partial)):
                     _log_report(report)
                     emit(report)
                 self._note_published(path)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from aws_support import watching
+from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.protocol.timefmt import parse_time
 from forewarn.providers.aws.imds import (
     ASG_PATH,
@@ -137,11 +138,50 @@ async def test_an_odd_scheduled_event_hides_neither_the_others_nor_itself(
         )
         stop, _ = await run.report_at(action="drain", id=f"aws/scheduled/{stop_id}")
         assert stop.deadline == datetime(2026, 12, 24, 9, tzinfo=timezone.utc)
-        # The odd event is still a drain (no deadline: its time is unknown), never cleared;
-        # the problem is counted as an error of the path.
+        # The odd event is still a drain, never cleared, with the NotBefore read before
+        # (`test_a_not_before_unreadable_after_it_was_read_keeps_its_deadline`); the problem
+        # is counted as an error of the path.
         odd = [r for r in run.reports if r.id == first.id]
         assert [r.action for r in odd] == ["drain", "drain"]
-        assert odd[-1].deadline is None
+        assert odd[-1].deadline == first.deadline
+        assert run.health.last_error == "bad-scheduled"
+
+
+async def test_a_not_before_unreadable_after_it_was_read_keeps_its_deadline(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    """An event's NotBefore read, then unreadable (a form IMDS is not known to use, one answer
+    garbled): the drain went out again without a deadline, so the board's terminate, due or
+    already sent, was taken back, and the job trained on into the reboot with no exit asked.
+    The event's time has not changed as far as anyone knows: the last one read stands, and
+    its window (NotAfter) with it. An event never read with a NotBefore still drains without."""
+    async with watching(server.url, **FAST) as run:
+        not_before = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=20)
+        event_id = sim.raise_notice(
+            "scheduled", {"code": "system-reboot", "not_before": not_before.isoformat()}
+        )
+        first, _ = await run.report_at(action="drain")
+        assert (first.deadline, first.until) == (not_before, not_before + timedelta(hours=2))
+        board = NoticeBoard(Sequencer(0), 30.0)
+        notice = board.report(first)
+        assert notice is not None and notice.action == "terminate"
+
+        async def two_more_polls() -> None:
+            target = sim.requests["GET " + SCHEDULED_PATH] + 2
+            await run.until(lambda: sim.requests["GET " + SCHEDULED_PATH] >= target)
+
+        for odd in ("24 Dec 2026", "", None):
+            with sim.lock:
+                sim.scheduled[event_id]["NotBefore"] = odd
+            await two_more_polls()
+            again = [r for r in run.reports if r.id == first.id][-1]
+            assert (again.action, again.deadline, again.until) == (
+                "drain",
+                first.deadline,
+                first.until,
+            )
+            resent = board.report(again)
+            assert resent is None or resent.action == "terminate"
         assert run.health.last_error == "bad-scheduled"
 
 
