@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from ..boot import boot_id
 from ..health import PollHealth
 from ..persist import write_or_report
+from .clock import standing
 
 log = logging.getLogger("forewarn.providers.digitalocean")
 
@@ -262,7 +263,7 @@ class ActiveReclaims:
         return [
             r
             for r, item in self._read()
-            if (r.deadline is None or r.deadline > now)
+            if standing(r, now)
             and not self._another_droplet_s(item)
             and not self._unconfirmed(item)
         ]
@@ -274,18 +275,15 @@ class ActiveReclaims:
         return [
             (r, item["droplet"])
             for r, item in self._read()
-            if (r.deadline is None or r.deadline > now) and self._unconfirmed(item)
+            if standing(r, now) and self._unconfirmed(item)
         ]
 
     def current(self, now: datetime) -> list[Report]:
-        """The reclaims that stand: written or not, not withdrawn, not past their deadline."""
+        """The reclaims that stand: written or not, not withdrawn, not past their deadline
+        (`standing`)."""
         written = [r for r in self.load(now) if r.id not in self.unsaved]
-        standing = written + list(self.unsaved.values())
-        return [
-            r
-            for r in standing
-            if r.id not in self.removed and (r.deadline is None or r.deadline > now)
-        ]
+        kept = written + list(self.unsaved.values())
+        return [r for r in kept if r.id not in self.removed and standing(r, now)]
 
     def remove(self, report_ids: list[str], now: datetime) -> None:
         for report_id in report_ids:

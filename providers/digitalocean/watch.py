@@ -33,7 +33,7 @@ from ..backoff import Backoff
 from ..base import Emit, ParseError, WatcherContext, stall_bound
 from ..boot import machine_started
 from ..fetch import Answer, fetch, within
-from .clock import ServiceClock, judging_clock
+from .clock import ServiceClock, judging_clock, on_droplet_clock, standing
 from .imap import (
     ANSWERS_PER_CALL,
     IDLE_PAUSE,
@@ -211,10 +211,14 @@ class DigitalOceanWatcher:
         # The boot time as of now (now less the clock since boot), read with the mail: read
         # once at the start, a clock hours ahead then and set right by NTP since left it
         # hours late, and this droplet's reclaims were due "before this machine started".
-        now, booted = self._judging_times()
+        now, booted, ahead = self._judging_times()
         rules = dataclasses.replace(rules, booted=booted)
         try:
-            return reclaim_verdict(mail.raw, rules, key, now, received=mail.received)
+            verdict = reclaim_verdict(mail.raw, rules, key, now, received=mail.received)
+            if verdict.report is None:
+                return verdict
+            # Judged by the service's clock; timed by the droplet's (`on_droplet_clock`).
+            return dataclasses.replace(verdict, report=on_droplet_clock(verdict.report, ahead))
         except ParseError as error:
             return Verdict(None, str(error))
         except Exception as error:
@@ -228,27 +232,59 @@ class DigitalOceanWatcher:
             )
             return Verdict(None, f"cannot be judged: {type(error).__name__}: {error}")
 
-    def _judging_times(self) -> tuple[datetime, datetime | None]:
-        """Now and this machine's start, as mail is judged: by the droplet's clock, or by the
-        metadata service's where the droplet's is more than TRUSTED_SKEW off (`clock.py`),
-        which is then a standing condition of the provider's health."""
+    def _judging_times(self) -> tuple[datetime, datetime | None, timedelta]:
+        """Now and this machine's start, as mail is judged, and how far the droplet's clock
+        is ahead: by the droplet's clock (ahead zero), or by the metadata service's where the
+        droplet's is more than TRUSTED_SKEW off (`clock.py`), which is then a standing
+        condition of the provider's health."""
         local = utcnow()
         service = self.droplet.clock if self.droplet is not None else None
         judged = judging_clock(service, local)
         if judged is None or service is None:
             self.health.condition("clock", None)
-            return local, machine_started()
+            return local, machine_started(), timedelta(0)
         now, ahead = judged
         hours = ahead.total_seconds() / 3600
         message = (
             f"this droplet's clock is {abs(hours):.1f} h {'ahead of' if hours > 0 else 'behind'} "
-            "the metadata service's Date; reclaim mail is judged by the service's clock (set "
-            "the droplet's clock right: the agent and the job time deadlines by it)"
+            "the metadata service's Date; reclaim mail is judged by the service's clock, and "
+            "deadlines go out as the droplet's clock reads them (`clock_ahead_seconds` in "
+            "their detail); set the droplet's clock right"
         )
         if "clock" not in self.health.conditions:
             log.warning("digitalocean: %s", message)
         self.health.condition("clock", message)
-        return now, service.started()
+        return now, service.started(), ahead
+
+    async def _follow_clock(self, emit: Emit) -> None:
+        """Every CLOCK_CHECK seconds while a reclaim stands, put its times on the droplet's
+        clock as it is now: NTP setting a clock 3 h ahead right left a reclaim put 3 h later
+        on it 3 h late, and the job trained on unsaved into the reclaim."""
+        while True:
+            await asyncio.sleep(CLOCK_CHECK)
+            try:
+                self._times_on_clock(emit)
+            except Exception as error:  # never let a surprise end the following
+                log.error("digitalocean: %s: %s", type(error).__name__, error)
+
+    def _times_on_clock(self, emit: Emit) -> None:
+        now = utcnow()
+        reclaims = self.active.current(now)
+        if not reclaims:
+            return
+        _, _, ahead = self._judging_times()
+        for report in reclaims:
+            moved = on_droplet_clock(report, ahead)
+            if moved is report:
+                continue
+            log.info(
+                "digitalocean: the droplet's clock moved against the metadata service's: %s "
+                "goes out again with deadline %s",
+                report.id,
+                moved.deadline.isoformat() if moved.deadline else None,
+            )
+            emit(moved)
+            self.active.add(moved, now)
 
     async def watch(self, emit: Emit) -> None:
         s = self.settings
@@ -285,7 +321,7 @@ class DigitalOceanWatcher:
                     self.droplet.id,
                 )
                 continue
-            if report.deadline is None or report.deadline > utcnow():
+            if standing(report, utcnow()):
                 log.info("digitalocean: %s still stands after a reboot", report.id)
                 emit(report)
         rules = self._rules(self.droplet)
@@ -299,16 +335,22 @@ class DigitalOceanWatcher:
             ),
         )
         backoff.reset()
-        while True:
-            try:
-                await self._read_mailbox(emit, rules, backoff)
-            except MailboxError as error:
-                self.health.error(error.kind, str(error))
-            except (OSError, ValueError) as error:  # state directory trouble, unexpected data
-                self.health.error("state", f"{type(error).__name__}: {error}")
-            finally:
-                self._end_session()
-            await asyncio.sleep(backoff.next())
+        # The reclaims saved went out before the droplet (and the service's clock) was known.
+        self._times_on_clock(emit)
+        following = asyncio.create_task(self._follow_clock(emit))
+        try:
+            while True:
+                try:
+                    await self._read_mailbox(emit, rules, backoff)
+                except MailboxError as error:
+                    self.health.error(error.kind, str(error))
+                except (OSError, ValueError) as error:  # state directory trouble, bad data
+                    self.health.error("state", f"{type(error).__name__}: {error}")
+                finally:
+                    self._end_session()
+                await asyncio.sleep(backoff.next())
+        finally:
+            following.cancel()
 
     async def _read_mailbox(self, emit: Emit, rules: MatchRules, backoff: Backoff) -> None:
         s = self.settings
@@ -332,7 +374,7 @@ class DigitalOceanWatcher:
         while True:
             # Mail delivered before max_age raises nothing: no need to read it (a first
             # start on a large mailbox reads only the last days).
-            now, _ = self._judging_times()
+            now, _, _ = self._judging_times()
             since = (now - timedelta(seconds=s.max_age)).date() - timedelta(days=1)
             pending = deque(
                 await self._answered_in_time(session, session.new_uids, seen.last_uid, since)
@@ -654,6 +696,9 @@ class DigitalOceanWatcher:
 
 
 _SLOW_JUDGING = 1.0  # seconds; a reclaim mail of a few KiB takes milliseconds
+# Seconds between two looks at the droplet's clock against the service's while a reclaim
+# stands (`_follow_clock`): how late, at most, a deadline follows NTP's step.
+CLOCK_CHECK = 5.0
 # Seconds of a pass over the mailbox between two looks for newer mail (a NOOP and a UID
 # SEARCH): how late, at most, a reclaim that came during the pass is raised.
 LOOK_AHEAD = 1.0
@@ -692,6 +737,7 @@ def build(settings: Settings, context: WatcherContext) -> DigitalOceanWatcher:
 
 
 __all__ = [
+    "CLOCK_CHECK",
     "METADATA_DEADLINE",
     "DigitalOceanWatcher",
     "Droplet",

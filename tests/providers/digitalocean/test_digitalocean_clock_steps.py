@@ -8,9 +8,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from forewarn.agent.board import NoticeBoard, Sequencer
 from forewarn.agent.protocol import utcnow
 from forewarn.providers import boot
 from forewarn.providers.digitalocean import watch as do_watch
+from forewarn.providers.digitalocean.clock import written_deadline
 from forewarn.providers.digitalocean.simulate import DropletMetadataSimulator
 from forewarn.providers.simulator import SimServer
 from forewarn.testing.dovecot import Dovecot, MailUser
@@ -82,4 +84,54 @@ async def test_a_clock_ahead_by_more_than_max_age_keeps_todays_reclaim(
                 ),
             )
             [drain] = await run.count(1)
-    assert (drain.action, drain.deadline) == ("drain", deadline)
+    # As written; it goes out on the droplet's clock (see the test below).
+    assert (drain.action, written_deadline(drain)) == ("drain", deadline)
+
+
+@pytest.mark.parametrize("hours", [3, -3])
+async def test_a_reclaim_is_timed_on_a_droplet_clock_hours_off_as_on_a_right_one(
+    dovecot: Dovecot,
+    mail_user: MailUser,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    hours: int,
+) -> None:
+    # The agent's board and the job time a deadline by the droplet's clock. 3 h ahead, a
+    # reclaim due in 90 min was 90 min past: a terminate at once (the job gave up 90 min of
+    # training), and retired past the grace, so a job started after it heard nothing. 3 h
+    # behind, it was 4.5 h away: one drain, and the terminate came 3 h after the reclaim (the
+    # job trained on unsaved into it). The deadline goes out as the droplet's clock reads
+    # it; once the clock is set right (NTP), it goes out again as written.
+    clock = SteppedClock(timedelta(hours=hours))
+    monkeypatch.setattr(do_watch, "utcnow", clock)
+    monkeypatch.setattr(do_watch, "CLOCK_CHECK", 0.05)
+    with SimServer(DropletMetadataSimulator(droplet_id=int(DROPLET_ID))) as metadata:
+        settings = settings_for(dovecot, mail_user, tmp_path, url=metadata.url, droplet_id=None)
+        async with running(settings, tmp_path / "state") as run:
+            await run.idling()
+            deadline = (utcnow() + timedelta(minutes=90)).replace(second=0, microsecond=0)
+            dovecot.append(
+                mail_user,
+                reclaim(
+                    f"Spot GPU Droplet gpu-spot-1 (ID {DROPLET_ID}) will be reclaimed at "
+                    f"{deadline:%H:%M} UTC on {deadline:%Y-%m-%d}."
+                ),
+            )
+            [drain] = await run.count(1)
+            # The skew is read from a Date of whole seconds.
+            shifted = (drain.deadline - deadline).total_seconds()
+            assert shifted == pytest.approx(hours * 3600, abs=2)
+            assert drain.detail["clock_ahead_seconds"] == shifted
+            board = NoticeBoard(Sequencer(0), 30.0, now=clock)
+            notice = board.report(drain)
+            assert notice is not None and notice.action == "drain"
+            left = (notice.deadline - clock()).total_seconds()
+            assert left == pytest.approx((deadline - utcnow()).total_seconds(), abs=5)
+        # After an agent restart, the reclaim saved still stands, as the droplet's clock reads it.
+        async with running(settings, tmp_path / "state") as again:
+            [kept] = await again.count(1)
+            assert (kept.id, kept.deadline) == (drain.id, drain.deadline)
+            clock.ahead = timedelta(0)  # NTP's step
+            [_, moved] = await again.count(2)
+            assert (moved.id, moved.action, moved.deadline) == (drain.id, "drain", deadline)
+            assert "clock_ahead_seconds" not in moved.detail
