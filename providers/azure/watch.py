@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -35,6 +36,7 @@ from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..boot import boot_id, machine_started
 from ..fetch import Answer, fetch
 from ..httpdate import retry_after_seconds
+from ..skew import CLOCK_AHEAD, CLOCK_MOVED, clock_ahead, skew_message
 from .approve import APPROVED_FILE, Approver
 from .boots import BOOT_FILE, BootRecord
 from .events import (
@@ -138,6 +140,9 @@ class AzureWatcher:
         self._retry_after = 0.0
         self._backoff = Backoff(settings.interval, settings.interval * BACKOFF_STRETCH, jitter=0.1)
         self._odd: set[str] = set()  # events whose odd NotBefore was logged
+        # How far this VM's clock is ahead of Azure's, by the answers' Date (`skew.py`): zero
+        # within TRUSTED_SKEW. NotBefore goes out moved by it (`_on_this_clock`).
+        self._ahead = timedelta(0)
         self._malformed: set[tuple[str, str]] = set()  # unreadable events logged, and why
         self._detect_started = 0.0
 
@@ -280,12 +285,30 @@ class AzureWatcher:
         raw_events = [event.raw for event in document.events]
         raw_events += [bad.raw for bad in document.malformed]
         changed = document.incarnation != self.incarnation or raw_events != self._raw_events
+        changed = self._clock_moved(response.headers.get("Date")) or changed
         if changed or self._missing:  # an event missing once: gone, or back, at this one
             self._raw_events = raw_events
-            self._process(document, resend=changed)
+            self._process(_on_this_clock(document, self._ahead), resend=changed)
         if self.name_check is not None:
             await self._check_configured_name(self.name_check, document)
         self._retry_failed_approvals()
+        return True
+
+    def _clock_moved(self, date: str | None) -> bool:
+        """Take the skew of this VM's clock from an answer's `Date`; True when it moved by
+        CLOCK_MOVED or more (NTP's step), so that the events go out again on the clock as it
+        is. Without a `Date` that reads, the skew known stands."""
+        ahead = clock_ahead(date, utcnow())
+        if ahead is None or abs(ahead - self._ahead) < CLOCK_MOVED:
+            return False
+        self._ahead = ahead
+        if not ahead:
+            self.health.condition("clock", None)
+            log.info("azure: this VM's clock is within a few minutes of Azure's Date again")
+            return True
+        message = skew_message(ahead, "Azure's instance metadata")
+        log.warning("azure: %s", message)
+        self.health.condition("clock", message)
         return True
 
     async def _check_configured_name(self, check: NameCheck, document: EventsDocument) -> None:
@@ -575,6 +598,22 @@ class AzureWatcher:
 def _retry_after(response: Answer) -> float:
     """The wait a 429 asks for (seconds or an HTTP date), at most RETRY_AFTER_CAP."""
     return min(RETRY_AFTER_CAP, retry_after_seconds(response.headers.get("Retry-After")) or 0.0)
+
+
+def _on_this_clock(document: EventsDocument, ahead: timedelta) -> EventsDocument:
+    """`document` with each NotBefore as this VM's clock reads it, `ahead` of Azure's: the
+    board and the job time it by this clock. The skew goes in each event's detail."""
+    if not ahead:
+        return document
+    events = []
+    for event in document.events:
+        try:
+            not_before = event.not_before + ahead if event.not_before is not None else None
+        except OverflowError:  # a clock off by centuries: left as written
+            not_before = event.not_before
+        raw = {**event.raw, CLOCK_AHEAD: ahead.total_seconds()}
+        events.append(dataclasses.replace(event, not_before=not_before, raw=raw))
+    return dataclasses.replace(document, events=tuple(events))
 
 
 def build(settings: Settings, context: WatcherContext) -> AzureWatcher:

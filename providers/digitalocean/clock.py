@@ -29,17 +29,10 @@ from forewarn.providers.report import Report
 
 from ..httpdate import parse_http_date
 
-# How far the droplet's clock may be from the service's before mail is judged by the
-# service's: `Date` has whole seconds and comes after a request's round trip, and within a
-# few minutes the droplet's own clock, finer and read with the mail, is the better one.
-TRUSTED_SKEW = timedelta(minutes=5)
-# The detail key of a reclaim whose times were moved onto the droplet's clock: by how many
-# seconds that clock was ahead of the service's (negative: behind).
-CLOCK_AHEAD = "clock_ahead_seconds"
-# How much the droplet's clock must have moved against the service's (NTP setting it right)
-# before the reclaims standing go out again on it: the skew is read from a `Date` of whole
-# seconds, and a deadline a minute off is within the board's margins.
-CLOCK_MOVED = timedelta(minutes=1)
+# TRUSTED_SKEW: how far the droplet's clock may be from the service's before mail is judged
+# by the service's (within a few minutes the droplet's own clock, finer and read with the
+# mail, is the better one). CLOCK_AHEAD and CLOCK_MOVED: as every provider moves times.
+from ..skew import CLOCK_AHEAD, CLOCK_MOVED, TRUSTED_SKEW
 
 
 def since_boot() -> float | None:

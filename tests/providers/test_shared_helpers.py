@@ -6,7 +6,7 @@ import errno
 import locale
 import os
 import stat
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -20,7 +20,8 @@ from forewarn.providers.httpdate import (
     retry_after_seconds,
 )
 from forewarn.providers.persist import write_atomically
-from hypothesis import given, settings
+from forewarn.providers.skew import TRUSTED_SKEW, clock_ahead, skew_message
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 
@@ -226,3 +227,29 @@ def test_retry_after_as_a_date_is_the_time_left(moment: datetime) -> None:
     wait = retry_after_seconds(format_http_date(moment))
     left = (moment - datetime.now(timezone.utc)).total_seconds()
     assert wait is not None and abs(wait - max(0.0, left)) < 5
+
+
+class TestClockSkew:
+    NOW = datetime(2026, 12, 5, 15, 0, tzinfo=timezone.utc)
+
+    @given(st.integers(-3 * 86400, 3 * 86400))
+    def test_the_skew_counts_only_beyond_a_few_minutes(self, ahead: int) -> None:
+        local = self.NOW + timedelta(seconds=ahead)
+        skew = clock_ahead(format_http_date(self.NOW), local)
+        if abs(ahead) <= TRUSTED_SKEW.total_seconds():
+            assert skew == timedelta(0)
+        else:
+            assert skew == timedelta(seconds=ahead)
+
+    @given(
+        st.one_of(st.none(), st.text(max_size=60)), st.datetimes(timezones=st.just(timezone.utc))
+    )
+    @example("Sat, 05 Dec 9999 23:59:59 GMT", datetime(1, 1, 1, tzinfo=timezone.utc))
+    @example("Sat, 05 Dec 2026 15:00:00 GMT", NOW)
+    def test_any_date_header_gives_a_skew_or_none(
+        self, header: str | None, local: datetime
+    ) -> None:
+        skew = clock_ahead(header, local)
+        assert skew is None or isinstance(skew, timedelta)
+        if skew:
+            assert "h " in skew_message(skew, "the service")

@@ -1,0 +1,53 @@
+"""How far this machine's clock is off a metadata service's, read from the `Date` of its answer.
+
+A notice that carries a time of its own (Azure's NotBefore, a DigitalOcean reclaim mail's
+deadline) gives it by the provider's clock, while the agent's board and the job time it by
+this machine's: on a VM whose clock is 2 h behind (no NTP, a wrong RTC), a reboot 15 min away
+was 2 h 15 min away, and its terminate came 2 h after the reboot. Such a time goes out as this
+machine's clock reads it, when the two clocks are more than TRUSTED_SKEW apart, with the skew
+in the notice's detail (CLOCK_AHEAD). RFC 9110 asks a `Date` of every origin server with a
+clock; within a few minutes this machine's own clock, finer, is the better one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from .httpdate import parse_http_date
+
+# How far this machine's clock may be from the service's before times are moved onto it:
+# `Date` has whole seconds and comes after a request's round trip.
+TRUSTED_SKEW = timedelta(minutes=5)
+# The detail key of a notice whose times were moved onto this machine's clock: by how many
+# seconds that clock was ahead of the service's (negative: behind).
+CLOCK_AHEAD = "clock_ahead_seconds"
+# How much the skew must change (NTP setting the clock right) before the times are moved
+# again: a deadline a minute off is within the board's margins.
+CLOCK_MOVED = timedelta(minutes=1)
+
+
+def clock_ahead(date_header: str | None, local: datetime) -> timedelta | None:
+    """How far `local` (this machine's clock as the answer came) is ahead of the answer's
+    `Date`, in whole seconds; zero within TRUSTED_SKEW; None without a `Date` that reads."""
+    if date_header is None:
+        return None
+    try:
+        ahead = local - parse_http_date(date_header)
+    except (ValueError, OverflowError):
+        return None
+    if abs(ahead) <= TRUSTED_SKEW:
+        return timedelta(0)
+    return timedelta(seconds=round(ahead.total_seconds()))
+
+
+def skew_message(ahead: timedelta, service: str) -> str:
+    """What `status` says of a clock `ahead` of `service`'s."""
+    hours = ahead.total_seconds() / 3600
+    side = "ahead of" if hours > 0 else "behind"
+    return (
+        f"this machine's clock is {abs(hours):.1f} h {side} {service}'s Date; notice times go "
+        f"out as this clock reads them (`{CLOCK_AHEAD}` in their detail); set the clock right"
+    )
+
+
+__all__ = ["CLOCK_AHEAD", "CLOCK_MOVED", "TRUSTED_SKEW", "clock_ahead", "skew_message"]
