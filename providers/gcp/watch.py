@@ -20,7 +20,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -32,6 +32,7 @@ from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..fetch import fetch
+from ..skew import CLOCK_AHEAD, CLOCK_MOVED, clock_ahead, skew_message
 from .active import ACTIVE_FILE, ActiveNotices
 from .settings import Settings
 from .stopclock import StopClock
@@ -375,6 +376,21 @@ def keep_stop(report: Report | None, standing: Report | None, now: datetime) -> 
     return report.model_copy(update={"deadline": deadline})
 
 
+def on_this_clock(window: UpcomingWindow, ahead: timedelta) -> UpcomingWindow:
+    """`window` with its start and end as this VM's clock reads them, `ahead` of Google's: the
+    board and the job time them by this clock. The skew goes in the detail (CLOCK_AHEAD),
+    beside the times as written."""
+    if not ahead:
+        return window
+    try:
+        start = window.start + ahead if window.start is not None else None
+        end = window.end + ahead if window.end is not None else None
+    except OverflowError:  # a clock off by centuries: left as written
+        return window
+    document = {**window.document, CLOCK_AHEAD: ahead.total_seconds()}
+    return replace(window, start=start, end=end, document=document)
+
+
 def upcoming_report(
     window: UpcomingWindow | None, now: datetime, *, live_migrates: bool = False
 ) -> Report | None:
@@ -555,6 +571,9 @@ class GcpWatcher:
         # other boot's), so it counts as read.
         self.preempted_seen = self.tracks["preempted"].saved is not None
         self._unpreempted_logged = False
+        # How far this VM's clock is ahead of Google's, by the upcoming-maintenance answers'
+        # Date (`skew.py`): zero within TRUSTED_SKEW. A window goes out moved by it.
+        self._ahead = timedelta(0)
         self._failing: set[str] = set()  # keys whose last answer was an error (see `_good`)
         self._no_etag: set[str] = set()  # long-polled keys whose last answer had no ETag
         self._client: httpx.AsyncClient | None = None
@@ -918,7 +937,26 @@ class GcpWatcher:
                 self._bad(UPCOMING_KEY, "parse", str(error))
                 return False, None, {}
             self._good(UPCOMING_KEY)
+            self._take_skew(response.headers.get("Date"))
+            if window is not None:
+                window = on_this_clock(window, self._ahead)
             return True, window, {} if window is None else window.document
+
+    def _take_skew(self, date: str | None) -> None:
+        """Take the skew of this VM's clock from an answer's `Date`, when it moved by
+        CLOCK_MOVED or more (a `Date` has whole seconds); without one that reads, the skew
+        known stands."""
+        ahead = clock_ahead(date, utcnow())
+        if ahead is None or abs(ahead - self._ahead) < CLOCK_MOVED:
+            return
+        self._ahead = ahead
+        if not ahead:
+            self.health.condition("clock", None)
+            log.info("gcp: this VM's clock is within a few minutes of the metadata server's again")
+            return
+        message = skew_message(ahead, "the metadata server")
+        log.warning("gcp: %s", message)
+        self.health.condition("clock", message)
 
     def _window_held(self) -> bool:
         """Whether an upcoming-maintenance notice is in force (or saved from before a restart
@@ -971,6 +1009,7 @@ __all__ = [
     "local_gpus",
     "maintenance_report",
     "metadata_root",
+    "on_this_clock",
     "parse_maintenance_event",
     "parse_notice_duration",
     "parse_on_host_maintenance",
