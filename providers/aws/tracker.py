@@ -22,7 +22,10 @@ withdrawn for a moment, and saved a drain twice. aws-node-termination-handler en
 interruption only on an explicit `canceled`/`completed`, never on absence; a real withdrawal
 here comes one poll later than the first answer without it. Likewise a change of a path's
 one notice (another time, another action) is sent once CHANGED_ANSWERS answers in a row show
-it: one stray answer carrying another host's notice is not a change.
+it: one stray answer carrying another host's notice is not a change. A new notice is sent at
+its first answer (a second would cost every real one a poll); on a path that keeps its notice
+on absence (spot), one that only that answer showed, missing from the next ABSENT_ANSWERS, was
+another host's and is withdrawn.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class _Seen:
     retired: bool = False  # the agent retired it; kept only to recognise it (`once_if_past`)
     slept_at: float = 0.0  # the machine's time asleep (`PathTracker.slept`) when first seen
     missing: int = 0  # answers in a row since the last that showed it
+    shown: int = 1  # answers that showed it (up to 2: only "once" matters, `_stray`)
     # A change of it shown by the last answers (`PathTracker.single`), and by how many in a
     # row: not sent until CHANGED_ANSWERS.
     change: _Seen | None = None
@@ -109,6 +113,7 @@ class PathTracker:
             present.add(slot)
             if seen is not None:
                 seen.missing = 0
+                seen.shown = min(seen.shown + 1, 2)
             moments = {key: _moment(report.detail.get(key)) for key in self.volatile}
             if seen is not None and seen.retired:
                 if not self._changed(seen, report, moments, now):
@@ -144,7 +149,7 @@ class PathTracker:
             # A retired one is counted too: forgotten at one stray answer, its next sighting
             # was a new notice, raised again after the agent had retired it.
             gone_for_good = self.clear_on_absence and seen.missing >= ABSENT_ANSWERS
-            if gone_for_good or self._resumed(seen):
+            if gone_for_good or self._stray(seen) or self._resumed(seen):
                 del self.seen[slot]
                 if not seen.retired:  # a retired one was cleared by the agent already
                     out.append(self._clear(seen.report, None))
@@ -218,6 +223,20 @@ class PathTracker:
         else:
             seen.change, seen.change_shown = _Seen(report, moments, now), 1
         return seen.change_shown >= CHANGED_ANSWERS
+
+    def _stray(self, seen: _Seen) -> bool:
+        """A notice of a path that keeps its notice on absence (a spot interruption) shown by
+        one answer only, and by none of the ABSENT_ANSWERS since: another host's, answering
+        one poll mid-rollout. Raised at once (a second answer would cost every real one a
+        poll), it was then kept to its deadline plus the grace: a job that had not yet saved
+        for it exited, and one started meanwhile exited at once. A real one stays listed
+        until the instance goes; shown twice, it is kept as before."""
+        return (
+            not self.clear_on_absence
+            and not seen.retired
+            and seen.shown == 1
+            and seen.missing >= ABSENT_ANSWERS
+        )
 
     def _resumed(self, seen: _Seen) -> bool:
         """A hibernation the machine has slept through since it was first seen: it is over.

@@ -10,7 +10,8 @@ connection, and reports new, changed and withdrawn notices.
 
 AWS never withdraws a spot interruption or a rebalance recommendation. When one disappears
 anyway (a stop and start, a simulator), the rebalance drain is cleared, but the interruption
-is kept: a terminate is final, and a vanished interruption is likelier a glitch than a reprieve.
+is kept: a terminate is final, and a vanished interruption is likelier a glitch than a reprieve
+(unless a single answer showed it: another host's, see `tracker.py`).
 A notice is withdrawn on absence only when two answers in a row lack it, and a path's one
 notice changed (another time or action) only when two answers in a row show the change
 (`tracker.py`).

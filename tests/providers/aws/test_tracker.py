@@ -92,10 +92,13 @@ def test_a_new_action_is_resent_under_the_same_id() -> None:
 def test_a_change_is_sent_only_when_two_answers_in_a_row_show_it(shown: list[int | None]) -> None:
     """Whatever the answers (the interruption's own time, another host's later or earlier
     one, none), the deadline sent is always one that two answers in a row showed, and each
-    such change is sent once, at the second."""
+    such change is sent once, at the second. (Its own shown by two answers: one shown by a
+    single answer and missing from the next two is another host's, withdrawn.)"""
     clock = Clock()
     tracker = spot_tracker(clock)
     (first,) = tracker.update(spot(T0))
+    clock.now += 0.5
+    assert tracker.update(spot(T0)) == []
     sent_at, previous = T0, 0
     for shift in shown:
         clock.now += 0.5
@@ -115,6 +118,22 @@ def test_a_spot_interruption_that_disappears_is_kept() -> None:
     assert tracker.update([]) == []
     clock.now += 0.5
     assert tracker.update(spot(T0)) == []  # back again: still the same notice, not re-sent
+
+
+def test_an_interruption_shown_by_one_answer_only_is_withdrawn() -> None:
+    clock = Clock()
+    tracker = spot_tracker(clock)
+    (stray,) = tracker.update(spot(T0))
+    for _ in range(ABSENT_ANSWERS - 1):
+        assert tracker.update([]) == []
+    (clear,) = tracker.update([])
+    assert (clear.action, clear.id) == ("clear", stray.id)
+    assert tracker.update([]) == []
+    # Shown twice: a real one, kept however long IMDS then misses it.
+    assert [r.action for r in tracker.update(spot(T0))] == ["terminate"]
+    assert tracker.update(spot(T0)) == []
+    for _ in range(ABSENT_ANSWERS + 3):
+        assert tracker.update([]) == []
 
 
 def test_a_rebalance_that_disappears_is_cleared() -> None:

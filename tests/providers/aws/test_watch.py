@@ -294,6 +294,33 @@ async def test_one_stray_answer_with_another_notice_does_not_change_it(
         assert changed.detail != first.detail
 
 
+async def test_a_stray_answer_with_an_interruption_where_there_is_none_is_withdrawn(
+    sim: ImdsSimulator, server: SimServer
+) -> None:
+    """IMDS answering one poll from another host mid-rollout with that host's interruption:
+    raised at once (waiting for a second answer costs every real one a poll), but then kept
+    for good, as a spot interruption is never withdrawn on absence: the terminate stood to its
+    deadline plus the grace, and a job that had not yet saved for it exited, and one started
+    meanwhile exited at once. One shown by a single answer and by none of the next
+    ABSENT_ANSWERS is withdrawn (the guard then saves and continues); one shown twice is
+    kept as before."""
+    stray = '{"action": "terminate", "time": "2030-11-30T03:12:00Z"}'
+    async with watching(server.url, spot_interval=0.2) as run:
+        sim.add_fault(
+            "status", path=SPOT_PATH, count=1, status=200, body=stray, content_type="text/plain"
+        )
+        first, raised = await run.report_at(action="terminate")
+        clear, cleared = await run.report_at(action="clear")
+        assert clear.id == first.id and cleared - raised < 2.0
+        sim.add_fault(
+            "status", path=SPOT_PATH, count=2, status=200, body=stray, content_type="text/plain"
+        )
+        again, _ = await run.report_at(action="terminate")
+        polls = sim.requests["GET " + SPOT_PATH]
+        await run.until(lambda: sim.requests["GET " + SPOT_PATH] >= polls + 4)
+        assert run.reports[-1] == again
+
+
 async def test_an_asg_target_of_terminated_is_a_terminate(
     sim: ImdsSimulator, server: SimServer
 ) -> None:
