@@ -53,8 +53,9 @@ class Settings(EndpointSettings):
         le=3600,
         description="Seconds between polls of spot/instance-action while a rebalance "
         "recommendation or a scheduled-maintenance drain of this watcher is active (AWS sends "
-        "the rebalance recommendation minutes before most interruptions); 0 keeps "
-        "`spot_interval` throughout.",
+        "the rebalance recommendation minutes before most interruptions), and of any path "
+        "whose new notice only one answer has shown, for up to 3 s (a stray answer's is "
+        "withdrawn within a second); 0 keeps each path's own interval throughout.",
     )
     timeout: float = Field(
         default=2.0,

@@ -169,7 +169,8 @@ class PathTracker:
         if not self.single or self.seen or past or report.action == "clear":
             return None
         moments = {key: _moment(report.detail.get(key)) for key in self.volatile}
-        self.seen["only"] = _Seen(report, moments, self.clock(), slept_at=self.slept())
+        # Shown before the restart by the answers that raised it: not a stray one (`_stray`).
+        self.seen["only"] = _Seen(report, moments, self.clock(), slept_at=self.slept(), shown=2)
         return report.id
 
     def restate(self, notice_id: str) -> Report | None:
@@ -185,6 +186,18 @@ class PathTracker:
                 return None
             return seen.report
         return None
+
+    @property
+    def unconfirmed(self) -> bool:
+        """A notice only one answer has shown, within CONFIRM_WITHIN seconds of it, not yet
+        withdrawn or retired: the next answers say whether it was a stray one (another
+        host's IMDS), so they are asked soon. Bounded in time: a path failing after it (no
+        answers) is not asked at that pace for long."""
+        now = self.clock()
+        return any(
+            seen.shown == 1 and not seen.retired and now - seen.sent_at < CONFIRM_WITHIN
+            for seen in self.seen.values()
+        )
 
     def keep_times(self, reports: list[Report]) -> list[Report]:
         """`reports` of an answer read only in part, each without a deadline given the
@@ -347,6 +360,10 @@ ABSENT_ANSWERS = 2
 # sent: one stray answer (another host's IMDS with its own notice) is not a change.
 CHANGED_ANSWERS = 2
 
+# Seconds after a notice's first answer during which its path is asked again soon, while no
+# second answer has shown it (`unconfirmed`).
+CONFIRM_WITHIN = 3.0
+
 # Seconds the boot clock must have gained on the monotonic one to count as a sleep: both are
 # read a moment apart, and an NTP slew adjusts both alike.
 SLEEP_SEEN = 1.0
@@ -365,4 +382,4 @@ def _moment(value: Any) -> datetime | None:
         return None
 
 
-__all__ = ["ABSENT_ANSWERS", "CHANGED_ANSWERS", "PathTracker"]
+__all__ = ["ABSENT_ANSWERS", "CHANGED_ANSWERS", "CONFIRM_WITHIN", "PathTracker"]

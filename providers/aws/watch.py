@@ -250,6 +250,7 @@ class AwsWatcher:
                 if not await self.poll(path, emit):
                     break  # a token failure fails every path alike; try again next time
             self._pull_spot_forward()
+            self._pull_unconfirmed_forward()
             wait = min(path.next_due for path in self.paths) - self.clock()
             await asyncio.sleep(max(0.0, wait))
 
@@ -279,6 +280,19 @@ class AwsWatcher:
         if self.spot is not None and self.heightened:
             soonest = self.clock() + self.settings.heightened_interval
             self.spot.next_due = min(self.spot.next_due, soonest)
+
+    def _pull_unconfirmed_forward(self) -> None:
+        # A notice one answer has shown may be another host's (IMDS mid-rollout): raised at
+        # once, it is withdrawn after ABSENT_ANSWERS answers without it. At the ASG or
+        # scheduled path's own 5 s that was 10 s of a terminate (or drain) for nothing, and a
+        # job whose save took less exited for it. Asked again soon, a stray one is gone
+        # within a second, and a real one is confirmed by its second answer.
+        soon = self.settings.heightened_interval
+        if soon <= 0:
+            return
+        for path in self.paths:
+            if path.tracker.unconfirmed:
+                path.next_due = min(path.next_due, self.clock() + soon)
 
     async def poll(self, path: WatchedPath, emit: Emit) -> bool:
         """One poll of one path; False when the failure concerns IMDS as a whole."""

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from forewarn.protocol.timefmt import format_time
 from forewarn.providers.aws.imds import parse_instance_action, parse_rebalance, parse_scheduled
-from forewarn.providers.aws.tracker import ABSENT_ANSWERS, PathTracker
+from forewarn.providers.aws.tracker import ABSENT_ANSWERS, CONFIRM_WITHIN, PathTracker
 from forewarn.providers.report import Report
 from hypothesis import given
 from hypothesis import strategies as st
@@ -134,6 +134,21 @@ def test_an_interruption_shown_by_one_answer_only_is_withdrawn() -> None:
     assert tracker.update(spot(T0)) == []
     for _ in range(ABSENT_ANSWERS + 3):
         assert tracker.update([]) == []
+
+
+def test_a_notice_one_answer_showed_is_unconfirmed_for_a_few_seconds() -> None:
+    clock = Clock()
+    tracker = spot_tracker(clock)
+    assert not tracker.unconfirmed
+    tracker.update(spot(T0))
+    assert tracker.unconfirmed  # its path is asked again soon
+    clock.now += 0.1
+    tracker.update(spot(T0))
+    assert not tracker.unconfirmed  # two answers showed it
+    other = spot_tracker(clock)
+    other.update(spot(T0))
+    clock.now += CONFIRM_WITHIN
+    assert not other.unconfirmed  # no second answer came (a failing path): not for long
 
 
 def test_a_rebalance_that_disappears_is_cleared() -> None:

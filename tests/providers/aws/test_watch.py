@@ -321,6 +321,35 @@ async def test_a_stray_answer_with_an_interruption_where_there_is_none_is_withdr
         assert run.reports[-1] == again
 
 
+@pytest.mark.parametrize(
+    ("path", "stray", "action"),
+    [
+        (ASG_PATH, "Terminated", "terminate"),
+        (
+            SCHEDULED_PATH,
+            '[{"EventId": "instance-event-0abc", "Code": "system-reboot", '
+            '"NotBefore": "21 Jan 2030 09:00:43 GMT"}]',
+            "drain",
+        ),
+    ],
+)
+async def test_a_stray_notice_on_a_calm_path_is_withdrawn_within_a_second(
+    sim: ImdsSimulator, server: SimServer, path: str, stray: str, action: str
+) -> None:
+    """One answer of the ASG path (polled every 5 s) carrying another host's `Terminated`:
+    withdrawn only after two more answers without it, 10 s on. For those 10 s a job whose
+    save took less exited for another host's notice. A path whose notice only one answer has
+    shown is asked again at `heightened_interval`: a stray one is gone within a second, and
+    a real one confirmed (and then polled at its own pace)."""
+    async with watching(server.url) as run:  # every path at its default interval
+        sim.add_fault(
+            "status", path=path, count=1, status=200, body=stray, content_type="text/plain"
+        )
+        first, raised = await run.report_at(action=action)
+        clear, cleared = await run.report_at(action="clear")
+        assert clear.id == first.id and cleared - raised < 1.0
+
+
 async def test_an_asg_target_of_terminated_is_a_terminate(
     sim: ImdsSimulator, server: SimServer
 ) -> None:
