@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from forewarn.protocol.timefmt import format_time, parse_time
+from forewarn.providers.report import Report
+
 from .httpdate import parse_http_date
 
 # How far this machine's clock may be from the service's before times are moved onto it:
@@ -50,4 +53,30 @@ def skew_message(ahead: timedelta, service: str) -> str:
     )
 
 
-__all__ = ["CLOCK_AHEAD", "CLOCK_MOVED", "TRUSTED_SKEW", "clock_ahead", "skew_message"]
+def report_on_clock(report: Report, ahead: timedelta) -> Report:
+    """`report` with the provider's times (deadline, `until`, detail's `notice_time`) as a
+    clock `ahead` of the provider's reads them, and the skew in its detail; `report` itself
+    when `ahead` is zero or it is a clear. A time past what a datetime holds leaves it as it
+    is."""
+    if not ahead or report.action == "clear":
+        return report
+    detail = {**report.detail, CLOCK_AHEAD: ahead.total_seconds()}
+    try:
+        deadline = report.deadline + ahead if report.deadline is not None else None
+        until = report.until + ahead if report.until is not None else None
+        notice_time = detail.get("notice_time")
+        if isinstance(notice_time, str):
+            detail["notice_time"] = format_time(parse_time(notice_time) + ahead)
+    except (OverflowError, ValueError):
+        return report
+    return report.model_copy(update={"deadline": deadline, "until": until, "detail": detail})
+
+
+__all__ = [
+    "CLOCK_AHEAD",
+    "CLOCK_MOVED",
+    "TRUSTED_SKEW",
+    "clock_ahead",
+    "report_on_clock",
+    "skew_message",
+]

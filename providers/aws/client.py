@@ -59,6 +59,8 @@ class ImdsError(ForewarnError):
 class Answer:
     status: int
     body: bytes
+    # The answer's `Date`: how far this instance's clock is off AWS's (`skew.py`).
+    date: str | None = None
 
 
 class ImdsClient:
@@ -151,12 +153,12 @@ class ImdsClient:
         request = self._request(path, token, seconds)
         try:
             if self._direct is not None:
-                status, _, body = await self._direct.exchange(request)
-                return Answer(status, body)
+                status, headers, body = await self._direct.exchange(request)
+                return Answer(status, body, _date(headers))
             response = await self.http.send(request)
         except httpx.HTTPError as error:
             raise _transport_error(f"GET {path}", error, seconds) from None
-        return Answer(response.status_code, response.content)
+        return Answer(response.status_code, response.content, response.headers.get("Date"))
 
     def _request(self, path: str, token: str | None, timeout: float) -> httpx.Request:
         """The same GET, built once: httpx spends more CPU building a request (URL parsing
@@ -267,6 +269,14 @@ def _token_status_message(status: int) -> str:
         405: "no IMDSv2 here: this endpoint is not EC2's IMDS or is too old",
     }.get(status, "unexpected status")
     return f"PUT {TOKEN_PATH}: {status}: {what}"
+
+
+def _date(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The `Date` of a raw answer's headers; None without one."""
+    for name, value in headers:
+        if name.lower() == b"date":
+            return value.decode("latin-1")
+    return None
 
 
 def _transport_error(what: str, error: httpx.HTTPError, timeout: float) -> ImdsError:

@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import ClassVar
 
@@ -42,6 +42,7 @@ from forewarn.providers.report import Report
 
 from ..base import Emit, ParseError, PollHealth, WatcherContext, stall_bound
 from ..boot import boot_id, machine_started
+from ..skew import CLOCK_MOVED, clock_ahead, report_on_clock, skew_message
 from .boots import BOOT_FILE, RebootRecord
 from .client import Answer, ImdsClient, ImdsError
 from .imds import (
@@ -87,12 +88,17 @@ class WatchedPath:
     answers: int = 0  # answers read since the watcher started
 
 
-def watched_paths(settings: Settings, clock: Callable[[], float]) -> list[WatchedPath]:
-    """The enabled paths with their parsers and trackers, fastest first."""
+def watched_paths(
+    settings: Settings,
+    clock: Callable[[], float],
+    aws_now: Callable[[], datetime] = lambda: utcnow(),
+) -> list[WatchedPath]:
+    """The enabled paths with their parsers and trackers, fastest first. `aws_now`: the time
+    by AWS's clock (a hibernation's deadline), as IMDS's own times are."""
     jitter = settings.time_jitter
 
     def spot(body: bytes) -> list[Report]:
-        return parse_instance_action(body, now=utcnow())
+        return parse_instance_action(body, now=aws_now())
 
     candidates = [
         WatchedPath(
@@ -161,7 +167,10 @@ class AwsWatcher:
             clock=clock,
             transport=transport,
         )
-        self.paths = watched_paths(settings, clock)
+        # How far this instance's clock is ahead of AWS's, by the answers' Date (`skew.py`):
+        # zero within TRUSTED_SKEW. The times IMDS gives go out moved by it (`_on_this_clock`).
+        self._ahead = timedelta(0)
+        self.paths = watched_paths(settings, clock, lambda: utcnow() - self._ahead)
         self._explained: set[str] = set()
         # Spot polls go to `heightened_interval` while a warning is active (see `heightened`).
         self.spot = next((path for path in self.paths if path.name == "spot"), None)
@@ -309,15 +318,16 @@ class AwsWatcher:
             self._failed(path, "internal", f"GET {path.path}: {type(error).__name__}: {error}")
             return True
         self.health.condition(TOKEN_CONDITION, None)
+        self._take_skew(answer.date)
         if answer.status == 404 and path.absent_on_404:
             reports: list[Report] = []
         elif answer.status == 200:
             try:
-                reports = path.parse(answer.body)
+                reports = self._on_this_clock(path.parse(answer.body))
             except PartialParse as error:
                 # Counted as an error, and what could be read is still reported.
                 self._failed(path, f"bad-{path.name}", str(error))
-                partial = path.tracker.keep_times(error.reports)
+                partial = path.tracker.keep_times(self._on_this_clock(error.reports))
                 for report in path.tracker.update(self._shown(path, partial)):
                     _log_report(report)
                     emit(report)
@@ -343,6 +353,30 @@ class AwsWatcher:
         if not any(other.failing for other in self.paths):
             self.health.success()
         return True
+
+    def _take_skew(self, date: str | None) -> None:
+        """Take the skew of this instance's clock from an answer's `Date`, when it moved by
+        CLOCK_MOVED or more (a `Date` has whole seconds); without one that reads, the skew
+        known stands. The notices then go out again on the clock as it is: their detail
+        carries the skew, so the trackers see a change."""
+        ahead = clock_ahead(date, utcnow())
+        if ahead is None or abs(ahead - self._ahead) < CLOCK_MOVED:
+            return
+        self._ahead = ahead
+        if not ahead:
+            self.health.condition("clock", None)
+            log.info("aws: this instance's clock is within a few minutes of IMDS's Date again")
+            return
+        message = skew_message(ahead, "IMDS")
+        log.warning("aws: %s", message)
+        self.health.condition("clock", message)
+
+    def _on_this_clock(self, reports: list[Report]) -> list[Report]:
+        """IMDS's times (NotBefore, NotAfter, an interruption's time, noticeTime) as this
+        instance's clock reads them: the board and the job time them by it. On a clock 2 h
+        behind, a reboot 30 min away was 2 h 30 min away, and its terminate came 2 h after
+        the reboot; 2 h ahead, a terminate at once that stood to NotAfter."""
+        return [report_on_clock(report, self._ahead) for report in reports]
 
     def _shown(self, path: WatchedPath, reports: list[Report]) -> list[Report]:
         """What a path shows, less the scheduled events and spot interruptions that ended an

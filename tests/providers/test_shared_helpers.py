@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from forewarn.protocol.timefmt import format_time
 from forewarn.providers import persist
 from forewarn.providers.backoff import Backoff
 from forewarn.providers.health import PollHealth
@@ -20,7 +21,14 @@ from forewarn.providers.httpdate import (
     retry_after_seconds,
 )
 from forewarn.providers.persist import write_atomically
-from forewarn.providers.skew import TRUSTED_SKEW, clock_ahead, skew_message
+from forewarn.providers.report import Report
+from forewarn.providers.skew import (
+    CLOCK_AHEAD,
+    TRUSTED_SKEW,
+    clock_ahead,
+    report_on_clock,
+    skew_message,
+)
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -253,3 +261,34 @@ class TestClockSkew:
         assert skew is None or isinstance(skew, timedelta)
         if skew:
             assert "h " in skew_message(skew, "the service")
+
+    @given(
+        st.one_of(st.none(), st.datetimes(timezones=st.just(timezone.utc))),
+        st.one_of(st.none(), st.datetimes(timezones=st.just(timezone.utc))),
+        st.one_of(st.none(), st.text(max_size=30), st.integers()),
+        st.integers(-(10**7), 10**7),
+    )
+    @example(datetime(2026, 12, 5, 16, tzinfo=timezone.utc), None, "2026-12-05T15:00:00Z", 7200)
+    def test_a_report_goes_onto_the_clock_without_raising(
+        self, deadline: datetime | None, until: datetime | None, noticed: object, ahead: int
+    ) -> None:
+        report = Report(
+            id="aws/scheduled/e",
+            action="drain",
+            reason="scheduled-maintenance",
+            provider="aws",
+            deadline=deadline,
+            until=until,
+            detail={"notice_time": noticed},
+        )
+        moved = report_on_clock(report, timedelta(seconds=ahead))
+        if not ahead or moved is report:
+            return
+        shift = timedelta(seconds=ahead)
+        assert moved.detail[CLOCK_AHEAD] == ahead
+        assert moved.deadline == (deadline + shift if deadline is not None else None)
+        assert moved.until == (until + shift if until is not None else None)
+        if noticed == "2026-12-05T15:00:00Z":
+            assert moved.detail["notice_time"] == format_time(
+                datetime(2026, 12, 5, 15, tzinfo=timezone.utc) + shift
+            )
