@@ -102,6 +102,7 @@ EXPORTS = {
         "StoreConfigError",
         "TrainingState",
         "Verification",
+        "WriteCancelled",
         "async_save_dcp",
         "load_dcp",
         "load_state",

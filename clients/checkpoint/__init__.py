@@ -24,6 +24,7 @@ from .errors import (
     GenerationRemovedError,
     InvalidNameError,
     StoreConfigError,
+    WriteCancelled,
 )
 from .generation import FlushResult, Generation, GenerationWriter, Verification
 from .manifest import FileEntry, Manifest
@@ -59,6 +60,7 @@ __all__ = [
     "StoreConfigError",
     "TrainingState",
     "Verification",
+    "WriteCancelled",
     "async_save_dcp",
     "load_dcp",
     "load_state",

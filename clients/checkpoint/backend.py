@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from .errors import WriteCancelled
 from .hashing import Buffer, StableMemory, StreamHasher, digest_stream
 
 OnDone = Callable[[int, str], None]
@@ -29,7 +31,13 @@ class ObjectWriter(io.BufferedIOBase):
     threads too), and `on_sent` once every byte has reached it and only the storage's
     completion of the object is left (bounded by its own timeouts): a waiter bounded by
     progress (the exit's wait for a background save) told a slow close from a hung one only
-    by the writes, and gave up on an upload whose completion took minutes."""
+    by the writes, and gave up on an upload whose completion took minutes.
+
+    `stop`, when set (an event), gives the file up once the event is set: bytes still on
+    their way stop at their next block and `close()` discards the file and raises
+    `WriteCancelled` instead of finishing it. A background save cancelled for the final
+    one after its last write (its parts still uploading) otherwise went on sending beside
+    the final save and committed after it."""
 
     def __init__(self, name: str, on_done: OnDone | None) -> None:
         super().__init__()
@@ -37,6 +45,7 @@ class ObjectWriter(io.BufferedIOBase):
         self.stable_memory: StableMemory | None = None
         self.on_progress: Callable[[], None] | None = None
         self.on_sent: Callable[[], None] | None = None
+        self.stop: threading.Event | None = None
         self._on_done = on_done
         self._hasher = StreamHasher()
         self._finished = False
@@ -61,6 +70,7 @@ class ObjectWriter(io.BufferedIOBase):
         if not self._finished:
             self._finished = True
             try:
+                self.raise_if_stopped()
                 self._finish()
                 size, checksum = self._hasher.size, self._hasher.hexdigest()
             except BaseException:
@@ -70,6 +80,15 @@ class ObjectWriter(io.BufferedIOBase):
             if self._on_done is not None:
                 self._on_done(size, checksum)
         super().close()
+
+    def stopped(self) -> bool:
+        """Whether `stop` is set: the file is given up."""
+        stop = self.stop
+        return stop is not None and stop.is_set()
+
+    def raise_if_stopped(self) -> None:
+        if self.stopped():
+            raise WriteCancelled(f"{self.name} was given up (its save was cancelled)")
 
     def abort(self) -> None:
         """Drop what was written; the name never appears."""

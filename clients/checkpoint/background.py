@@ -736,7 +736,14 @@ class BackgroundSaver:
                 self._tell(SaveTiming(job.step, job.stall or 0.0), None, exc)
             return
         durable = time.monotonic() - job.started
-        self._durable_estimate = durable
+        newest = self.last_durable
+        if newest is not None and newest.step >= generation.step:
+            # Cancelled once its commit had begun, it committed after the final save's newer
+            # step: that one stays the last durable (it moved back to this older step), and
+            # this commit is no news for `on_done` (the guard acked the exit's save already).
+            return
+        if not cancel.is_set():  # a cancelled save's time says nothing of the next one's
+            self._durable_estimate = durable
         self.last_durable = generation
         assert job.snapshot_taken is not None
         job.snapshot_taken.wait()  # set right after the last copy, which the write waited for
@@ -796,6 +803,11 @@ class BackgroundSaver:
                 # large object) was given up at the exit as hung.
                 stream.on_progress = moved
                 stream.on_sent = sent
+                # Cancelled after its last write, its bytes still on their way (S3 parts
+                # uploading, a slow disk's last fsync), it stops too: it went on beside the
+                # final save, sharing the link, and committed after final() had said
+                # "cancelled".
+                stream.stop = cancel
                 target = _CancellableStream(stream, cancel, moved)
                 if torch is not None:
                     _save_overlapped(torch, snapshot, target, job.copies)
@@ -808,6 +820,8 @@ class BackgroundSaver:
                 self._writes_done = True
                 if cancel.is_set():  # after its last write: a left-behind save never commits
                     raise _Cancelled("cancelled for the final checkpoint")
+            if cancel.is_set():  # its file closed just before the cancel: still no commit
+                raise _Cancelled("cancelled for the final checkpoint")
             self._file_closed = True
 
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import CancelledError
+
 from forewarn.protocol.errors import ForewarnError
 
 
@@ -53,3 +55,9 @@ class ExtraMissingError(CheckpointError, ModuleNotFoundError):
     """A helper needs a package that is not installed (torch for the torch helpers); the
     message names the helper and the pip command that adds forewarn's extra for it. A
     `ModuleNotFoundError` still, for code that catches that."""
+
+
+class WriteCancelled(CheckpointError, CancelledError):
+    """A file being written was given up by its `stop` event (a background save cancelled for
+    the final one). A `concurrent.futures.CancelledError` too: botocore passes that through
+    from a request body instead of retrying the request as a broken connection."""

@@ -19,7 +19,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -56,6 +56,8 @@ RETRIES = 5
 # shorter read timeout makes botocore retry a commit still in progress, and the retries fail
 # (moto answers 500: the parts were already taken), so a large upload never completes.
 COMPLETE_READ_TIMEOUT = 900.0
+# How often a file's writer waiting for a part looks whether the file was given up.
+_STOP_TICK = 0.1
 
 
 class _PartThreads:
@@ -127,13 +129,22 @@ class _SentBody(io.BytesIO):
     retry). Progress was a part's answer, and only the oldest part's: on a slow link (8 MiB
     parts at under 70 KB/s each) no part is answered within EXIT_STALL_SECONDS, and a save
     whose bytes were flowing was given up at the exit as hung. A connection that stopped
-    taking bytes stops the reads, so a stalled upload still reads as one."""
+    taking bytes stops the reads, so a stalled upload still reads as one.
 
-    def __init__(self, body: bytes, moved: Callable[[], None]) -> None:
+    `check()` runs before each block and raises once the file is given up (`WriteCancelled`,
+    which botocore passes through unretried): the request ends there and its connection is
+    closed, so a cancelled save's parts leave the link to the final save."""
+
+    def __init__(
+        self, body: bytes, moved: Callable[[], None], check: Callable[[], None] | None = None
+    ) -> None:
         super().__init__(body)  # shares the bytes until written to (never)
         self._moved = moved
+        self._check = check
 
     def read(self, size: int | None = -1) -> bytes:
+        if self._check is not None:
+            self._check()
         data = super().read(size)
         if data:
             self._moved()
@@ -220,7 +231,7 @@ class S3Writer(ObjectWriter):
             Key=self._key,
             UploadId=self._upload_id,
             PartNumber=number,
-            Body=_SentBody(body, self._moved),
+            Body=_SentBody(body, self._moved, self.raise_if_stopped),
             **checksum,
         )
         self._moved()  # any part answered, not only the oldest
@@ -237,6 +248,11 @@ class S3Writer(ObjectWriter):
 
     def _collect_oldest(self) -> None:
         self._collecting = self._parts.popleft()
+        if self.stop is not None:
+            # Given up meanwhile, the file is discarded at once (its running parts end at
+            # their next block, or by their own timeouts on a stalled connection).
+            while not wait([self._collecting], timeout=_STOP_TICK).done:
+                self.raise_if_stopped()
         self._etags.append(self._collecting.result())
         self._collecting = None
         self._moved()
@@ -249,7 +265,9 @@ class S3Writer(ObjectWriter):
             # Its bytes moving are progress too (as a part's): a file under a part over a slow
             # link was otherwise given up as hung with its bytes flowing.
             backend.client.put_object(
-                Bucket=backend.bucket, Key=self._key, Body=_SentBody(body, self._moved)
+                Bucket=backend.bucket,
+                Key=self._key,
+                Body=_SentBody(body, self._moved, self.raise_if_stopped),
             )
             return
         if body:
@@ -260,6 +278,7 @@ class S3Writer(ObjectWriter):
             self._collect_oldest()
         self._stop_pool()
         parts = sorted(self._etags, key=lambda part: part["PartNumber"])
+        self.raise_if_stopped()  # given up: aborted (by close()), never completed
         if self.on_sent is not None:
             self.on_sent()
         try:

@@ -1192,6 +1192,121 @@ def test_final_reports_an_in_flight_save_that_committed_during_the_cancel_as_com
     assert final.generation.step == 11
 
 
+class ClosesSlowly(DelegatingBackend):
+    """The state file of step `held` is written at once, then its close (a slow disk's last
+    fsync, S3 parts still uploading) waits until `release` is set."""
+
+    def __init__(self, inner: Any, held: int) -> None:
+        super().__init__(inner)
+        self.held = f"step-{held:012d}/"
+        self.closing = threading.Event()
+        self.release = threading.Event()
+
+    def writer(self, key: str, on_done: Any = None) -> ObjectWriter:
+        inner = self.inner.writer(key, on_done)
+        if not (key.startswith(self.held) and key.endswith("state.pt")):
+            return inner
+        original = inner.close
+
+        def close() -> None:
+            self.closing.set()
+            if not self.release.wait(60):
+                raise TimeoutError("the test never released the close")
+            original()
+
+        inner.close = close  # type: ignore[method-assign]
+        return inner
+
+
+def test_a_save_cancelled_past_its_last_write_never_commits_after_the_final_save(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save past its last write (its file's last fsync, or its parts, still going) read
+    no cancel: once final() had left it behind, said "cancelled" and committed the newer
+    step, it committed too, moved `saver.last_durable` back to its older step and reported
+    itself to `on_done` (the guard's hook) as a fresh commit. It is given up before its
+    commit now, and the final save's step stays the last durable one."""
+    from forewarn.clients.checkpoint import background
+
+    monkeypatch.setattr(background, "CANCEL_GRACE_SECONDS", 0.1)
+    backend = ClosesSlowly(make_store().backend, held=5)
+    store = CheckpointStore(backend=backend)
+    told: list[int] = []
+    saver = BackgroundSaver(store, on_done=lambda timing, _gen, _error: told.append(timing.step))
+    saver.save(5, state(5))
+    assert backend.closing.wait(30)
+    final = saver.final(6, state(6), seconds_left=None)
+    assert final.choice == "cancelled" and final.generation.step == 6, final.reason
+    backend.release.set()
+    eventually(
+        lambda: (
+            not any(
+                thread.name == "forewarn-background-save-5" and thread.is_alive()
+                for thread in threading.enumerate()
+            )
+        ),
+        what="the cancelled save to end",
+    )
+    assert saver.last_durable is not None and saver.last_durable.step == 6
+    assert told == []
+    assert [generation.step for generation in store.generations()] == [6]
+    latest = store.latest()
+    assert latest is not None and latest.step == 6
+
+
+class CommitsAfterTheFinalSave(DelegatingBackend):
+    """Step `held`'s commit starts (every file written and closed) and goes on only once the
+    test releases it, after the final save."""
+
+    def __init__(self, inner: Any, held: int) -> None:
+        super().__init__(inner)
+        self.held = f"step-{held:012d}"
+        self.committing = threading.Event()
+        self.release = threading.Event()
+
+    def make_durable(self, prefix: str) -> None:
+        if prefix == self.held:
+            self.committing.set()
+            if not self.release.wait(60):
+                raise TimeoutError("the test never released the commit")
+        super().make_durable(prefix)
+
+
+def test_a_cancelled_save_whose_commit_ends_after_the_final_one_leaves_it_the_last_durable(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save cancelled once its commit had begun cannot be stopped (its marker may be on
+    its way); left behind after the cancel's grace, it committed after the final save and
+    moved `saver.last_durable` back to its older step, and told `on_done` (the guard, which
+    acked the notices `saved` at that step after the exit's save) of a fresh commit."""
+    from forewarn.clients.checkpoint import background
+
+    monkeypatch.setattr(background, "CANCEL_GRACE_SECONDS", 0.1)
+    backend = CommitsAfterTheFinalSave(make_store().backend, held=5)
+    store = CheckpointStore(backend=backend)
+    told: list[int] = []
+    saver = BackgroundSaver(store, on_done=lambda timing, _gen, _error: told.append(timing.step))
+    saver.save(5, state(5))
+    assert backend.committing.wait(30)
+    final = saver.final(6, state(6), seconds_left=None)
+    assert final.generation.step == 6, final.reason
+    backend.release.set()
+    eventually(
+        lambda: (
+            not any(
+                thread.name == "forewarn-background-save-5" and thread.is_alive()
+                for thread in threading.enumerate()
+            )
+        ),
+        what="the cancelled save to end",
+    )
+    assert [generation.step for generation in store.generations()] == [5, 6]
+    assert saver.last_durable is not None and saver.last_durable.step == 6
+    assert told == []
+    latest = store.latest()
+    assert latest is not None and latest.step == 6
+
+
 @pytest.mark.parametrize(
     "bad", ["", "/abs/state.pt", "a/../b.pt", "COMMIT", "parts/x.pt", ".state.pt.tmp-1"]
 )

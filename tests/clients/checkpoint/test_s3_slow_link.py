@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from forewarn.clients.checkpoint import BackgroundSaver, CheckpointStore, S3Options, background
 from forewarn.clients.checkpoint.s3 import MIN_PART
 from slow_link import SlowLink, small_send_buffers
+from support import eventually
 
 # The bound on a save that moves nothing (EXIT_STALL_SECONDS, 120 s in use), scaled down.
 STALL = 1.5
@@ -190,4 +192,41 @@ def test_a_final_save_of_a_file_smaller_than_a_part_still_moving_past_the_grace_
     link.rate = None
     latest = store.latest()
     assert latest is not None and latest.step == 9
+    store.close()
+
+
+def _save_thread_alive(step: int) -> bool:
+    return any(
+        thread.name == f"forewarn-background-save-{step}" and thread.is_alive()
+        for thread in threading.enumerate()
+    )
+
+
+def test_a_save_that_final_cancelled_with_its_parts_uploading_stops_and_never_commits(
+    link: SlowLink, bucket: str
+) -> None:
+    """final() cancels the save in flight so that the final save has the link to itself; one
+    past its last write, its parts still uploading, read no cancel: it went on sending them
+    beside the final save, then committed after final() had said "cancelled" and returned
+    the newer step, and `saver.last_durable` then named the older one. Its parts stop now at
+    their next block, its upload is aborted, and it never commits."""
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
+    )
+    saver = BackgroundSaver(store)
+    assert store.latest() is None  # the client is made before the link slows
+    link.rate = MIN_PART / 2  # each part of the save in flight takes 2 s
+    saver.save(5, {"w": os.urandom(2 * MIN_PART)})
+    eventually(lambda: saver._writes_done, what="the save's last write (its parts uploading)")
+    final = saver.final(6, {"w": os.urandom(64 << 10)}, seconds_left=None)
+    assert final.choice == "cancelled" and final.generation.step == 6, final.reason
+    carried = link.carried
+    eventually(lambda: not _save_thread_alive(5), timeout=15, what="the cancelled save to end")
+    # A part stopped at its next block sends at most what its socket buffers held.
+    assert link.carried - carried < MIN_PART // 2
+    assert saver.last_durable is not None and saver.last_durable.step == 6
+    link.rate = None
+    assert [generation.step for generation in store.generations()] == [6]
+    latest = store.latest()
+    assert latest is not None and latest.step == 6
     store.close()
