@@ -31,7 +31,9 @@ class ObjectWriter(io.BufferedIOBase):
     threads too), and `on_sent` once every byte has reached it and only the storage's
     completion of the object is left (bounded by its own timeouts): a waiter bounded by
     progress (the exit's wait for a background save) told a slow close from a hung one only
-    by the writes, and gave up on an upload whose completion took minutes.
+    by the writes, and gave up on an upload whose completion took minutes. `on_closed` is
+    called once the storage has answered that completion (the file is whole there): until
+    then the completion counts as the save moving, and no longer.
 
     `stop`, when set (an event), gives the file up once the event is set: bytes still on
     their way stop at their next block and `close()` discards the file and raises
@@ -45,6 +47,7 @@ class ObjectWriter(io.BufferedIOBase):
         self.stable_memory: StableMemory | None = None
         self.on_progress: Callable[[], None] | None = None
         self.on_sent: Callable[[], None] | None = None
+        self.on_closed: Callable[[], None] | None = None
         self.stop: threading.Event | None = None
         self._on_done = on_done
         self._hasher = StreamHasher()
@@ -77,6 +80,8 @@ class ObjectWriter(io.BufferedIOBase):
                 self._hasher.close()
                 self._discard()
                 raise
+            if self.on_closed is not None:
+                self.on_closed()
             if self._on_done is not None:
                 self._on_done(size, checksum)
         super().close()

@@ -164,9 +164,13 @@ class SaveMotion:
 
     def watch_file(self, stream: Any) -> None:
         """`stream` (a generation's file being written) marked as moving by its bytes going
-        to the storage and its upload completing."""
+        to the storage and its upload completing, until the completion is answered: counted
+        until the user's write returned, a save then held on the next file (its
+        CreateMultipartUpload unanswered by a service that stopped answering) read as moving,
+        and an exit's save waited out the client's timeouts (minutes) past its deadline."""
         stream.on_progress = self.mark
         stream.on_sent = self.completing
+        stream.on_closed = self.completed
 
     def watch(self, stream: Any) -> Any:
         """`stream` watched (`watch_file`) and by its writes too; returns what to write to."""
