@@ -49,6 +49,10 @@ class S3Proxy(ThreadingHTTPServer):
     that serves on a thread of its own."""
 
     daemon_threads = True
+    # Whether a request saying `Expect: 100-continue` is answered `100 Continue` before its
+    # body is read (False: the body is waited for without it, as by a service or load
+    # balancer that ignores the expectation).
+    continues = True
 
     def __init__(self, upstream: str) -> None:
         self.upstream = urlsplit(upstream)
@@ -92,6 +96,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         return None
+
+    def handle_expect_100(self) -> bool:
+        if self.server.continues:
+            return super().handle_expect_100()
+        return True  # reads on for the body, never saying 100 Continue
 
     def _forward(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

@@ -827,7 +827,7 @@ def make_client(
                 f"S3 endpoint ({given}) is not an http(s)://host[:port] URL: {url!r}"
             )
     try:
-        return session.client(
+        client = session.client(
             "s3", endpoint_url=endpoint_url, region_name=region_name, config=config
         )
     except ValueError as exc:
@@ -835,3 +835,20 @@ def make_client(
         raise StoreConfigError(
             f"S3 endpoint ({given}) is not an http(s)://host[:port] URL: {exc}"
         ) from None
+    _no_expect_continue(client)
+    return client
+
+
+def _no_expect_continue(client: Any) -> None:
+    """No `Expect: 100-continue` on this client's uploads. botocore adds it to any request
+    whose body is a stream, as the parts' and small files' bodies are (to count their bytes
+    as they move), and then waits up to 1 s for the service's `100 Continue` before each
+    body: a service or load balancer that sends none cost a second per part (a 64 MiB commit
+    5-7 times slower), and one refusing the expectation on an empty body (400) failed every
+    save holding an empty file. A refusal it would spare the body of costs one part's bytes;
+    a part is retried whole anyway."""
+    from botocore import handlers
+
+    add_expect_header = getattr(handlers, "add_expect_header", None)
+    if add_expect_header is not None:
+        client.meta.events.unregister("before-call.s3", add_expect_header)
