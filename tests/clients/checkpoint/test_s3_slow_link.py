@@ -229,4 +229,8 @@ def test_a_save_that_final_cancelled_with_its_parts_uploading_stops_and_never_co
     assert [generation.step for generation in store.generations()] == [6]
     latest = store.latest()
     assert latest is not None and latest.step == 6
+    # The connections its parts were cut on are not handed to the next save.
+    saver.save(7, {"w": os.urandom(MIN_PART + 1)})
+    assert saver.wait() is not None and saver.last_durable.step == 7
+    saver.check()
     store.close()
