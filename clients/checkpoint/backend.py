@@ -35,11 +35,12 @@ class ObjectWriter(io.BufferedIOBase):
     called once the storage has answered that completion (the file is whole there): until
     then the completion counts as the save moving, and no longer.
 
-    `stop`, when set (an event), gives the file up once the event is set: bytes still on
-    their way stop at their next block and `close()` discards the file and raises
-    `WriteCancelled` instead of finishing it. A background save cancelled for the final
-    one after its last write (its parts still uploading) otherwise went on sending beside
-    the final save and committed after it."""
+    `stop`, when set (an event), gives the file up once the event is set and bytes are still
+    to be sent: bytes on their way stop at their next block, and `close()` discards the file
+    and raises `WriteCancelled` instead of sending the rest. A background save cancelled for
+    the final one after its last write (its parts still uploading) otherwise went on sending
+    beside the final save and committed after it. Once every byte is sent (the last fsync
+    begun, every part uploaded) the file is finished: nothing is left to spare."""
 
     def __init__(self, name: str, on_done: OnDone | None) -> None:
         super().__init__()

@@ -807,10 +807,11 @@ class BackgroundSaver:
                 # large object) was given up at the exit as hung.
                 stream.on_progress = moved
                 stream.on_sent = sent
-                # Cancelled after its last write, its bytes still on their way (S3 parts
-                # uploading, a slow disk's last fsync), it stops too: it went on beside the
-                # final save, sharing the link, and committed after final() had said
-                # "cancelled".
+                # Cancelled after its last write with bytes still to send (S3 parts, the tail
+                # of its file), it stops too: it went on beside the final save, sharing the
+                # link, and committed after final() had said "cancelled". One whose bytes are
+                # all sent (every part uploaded, its last fsync made) is left to commit: what
+                # is left costs the final save nothing, and stopped it was lost for nothing.
                 stream.stop = cancel
                 target = _CancellableStream(stream, cancel, moved)
                 if torch is not None:
@@ -824,8 +825,6 @@ class BackgroundSaver:
                 self._writes_done = True
                 if cancel.is_set():  # after its last write: a left-behind save never commits
                     raise _Cancelled("cancelled for the final checkpoint")
-            if cancel.is_set():  # its file closed just before the cancel: still no commit
-                raise _Cancelled("cancelled for the final checkpoint")
             self._file_closed = True
 
         try:

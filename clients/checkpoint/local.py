@@ -297,8 +297,6 @@ class LocalWriter(ObjectWriter):
         self._hasher.help()
         if self._durable:
             os.fsync(self._file.fileno())
-        # A save given up during its last fsync (minutes on a slow disk) never appears.
-        self.raise_if_stopped()
         self._file.close()
         os.replace(self._temp, self._path)
 

@@ -1193,8 +1193,9 @@ def test_final_reports_an_in_flight_save_that_committed_during_the_cancel_as_com
 
 
 class ClosesSlowly(DelegatingBackend):
-    """The state file of step `held` is written at once, then its close (a slow disk's last
-    fsync, S3 parts still uploading) waits until `release` is set."""
+    """The state file of step `held` is written at once, then its close (which sends what is
+    left: S3's buffered tail and parts, the local file's fsync) waits until `release` is
+    set."""
 
     def __init__(self, inner: Any, held: int) -> None:
         super().__init__(inner)
@@ -1221,11 +1222,11 @@ class ClosesSlowly(DelegatingBackend):
 def test_a_save_cancelled_past_its_last_write_never_commits_after_the_final_save(
     make_store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A save past its last write (its file's last fsync, or its parts, still going) read
-    no cancel: once final() had left it behind, said "cancelled" and committed the newer
-    step, it committed too, moved `saver.last_durable` back to its older step and reported
-    itself to `on_done` (the guard's hook) as a fresh commit. It is given up before its
-    commit now, and the final save's step stays the last durable one."""
+    """A save past its last write with bytes still to send read no cancel: once final()
+    had left it behind, said "cancelled" and committed the newer step, it sent them and
+    committed too, moved `saver.last_durable` back to its older step and reported itself to
+    `on_done` (the guard's hook) as a fresh commit. It stops before sending them now, and
+    the final save's step stays the last durable one."""
     from forewarn.clients.checkpoint import background
 
     monkeypatch.setattr(background, "CANCEL_GRACE_SECONDS", 0.1)
@@ -1252,6 +1253,40 @@ def test_a_save_cancelled_past_its_last_write_never_commits_after_the_final_save
     assert [generation.step for generation in store.generations()] == [6]
     latest = store.latest()
     assert latest is not None and latest.step == 6
+
+
+def test_a_local_save_cancelled_during_its_last_fsync_still_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save whose bytes are all on their way to the disk (its last fsync under way when
+    final() cancels it) has nothing left that the final save could gain: given up after the
+    fsync, its generation was lost for nothing. It commits, and final() says so."""
+    from forewarn.clients.checkpoint import background, local
+
+    # The grace ends when the save does: a long one keeps a slow shared machine from
+    # leaving the commit behind, and costs nothing.
+    monkeypatch.setattr(background, "CANCEL_GRACE_SECONDS", 30.0)
+    store = CheckpointStore(str(tmp_path / "store"))
+    saver = BackgroundSaver(store)
+    fsyncing = threading.Event()
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if "step-000000000005" in path and "state.pt" in path and not fsyncing.is_set():
+            fsyncing.set()
+            if not saver._cancel.wait(60):
+                raise TimeoutError("the test never cancelled the save")
+        real_fsync(fd)
+
+    monkeypatch.setattr(local.os, "fsync", fsync)
+    saver.save(5, state(5))
+    assert fsyncing.wait(30)
+    final = saver.final(6, state(6), seconds_left=None)
+    assert final.choice == "waited", final.reason
+    assert "committed before the cancel reached it" in final.reason
+    assert [generation.step for generation in store.generations()] == [5, 6]
+    assert saver.last_durable is not None and saver.last_durable.step == 6
 
 
 class CommitsAfterTheFinalSave(DelegatingBackend):
