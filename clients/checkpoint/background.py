@@ -514,12 +514,24 @@ class BackgroundSaver:
                     f"left: waited for step {in_flight} first"
                 )
                 self.wait(seconds_left)
+                # Only its last parts still going, bytes flowing: cut at the deadline (once
+                # the cancel could stop them) the step nearly durable was lost for a final
+                # save the time left had been judged too short for. Waited for while they
+                # move; one that stops moving is cancelled, as one still writing is.
+                tail = time.monotonic()
+                while self.in_flight is not None and self._moving_tail():
+                    self.wait(_WAIT_TICK_SECONDS)
                 if self.in_flight is not None:
                     choice = "cancelled"
                     reason = (
                         f"{reason}, which was still uploading when the deadline came: cancelled it"
                     )
                     self._cancel_in_flight()
+                elif time.monotonic() - tail >= _WAIT_TICK_SECONDS:
+                    reason = (
+                        f"{reason}, which was still sending its last parts when the deadline "
+                        f"came: waited {time.monotonic() - tail:.1f} s more while they moved"
+                    )
             else:
                 choice = "cancelled"
                 reason = (
@@ -562,6 +574,11 @@ class BackgroundSaver:
         seconds = time.monotonic() - started
         self.last = SaveTiming(step, seconds, seconds)
         return FinalSave(choice, reason, generation, seconds, seconds)
+
+    def _moving_tail(self) -> bool:
+        """Whether the save in flight has made its last write and its bytes still move (its
+        parts' blocks taken by their connections within the cancel's grace)."""
+        return self._writes_done and time.monotonic() - self._moved < CANCEL_GRACE_SECONDS
 
     def stalled_seconds(self) -> float:
         """How long the save in flight, still writing its file, has written nothing (since it

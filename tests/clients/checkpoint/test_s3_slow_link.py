@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -233,4 +234,35 @@ def test_a_save_that_final_cancelled_with_its_parts_uploading_stops_and_never_co
     saver.save(7, {"w": os.urandom(MIN_PART + 1)})
     assert saver.wait() is not None and saver.last_durable.step == 7
     saver.check()
+    store.close()
+
+
+def test_an_upload_waited_for_past_its_deadline_is_not_cut_while_its_last_parts_move(
+    link: SlowLink, bucket: str
+) -> None:
+    """A terminate too close for a final save waits for the upload in flight (nearer its end
+    than a new save) until the deadline, then cancels it. One that was only sending its
+    last parts then, bytes flowing, was cut there: the job lost the step nearly durable and
+    resumed from the one before, unless the whole final save, which the time left had been
+    judged too short for, still made it. Its last parts are waited for while they move."""
+    store = CheckpointStore(
+        f"s3://{bucket}/run", s3=S3Options(endpoint_url=link.url, part_size=MIN_PART)
+    )
+    saver = BackgroundSaver(store)
+    saver.save(1, {"w": b"one"})
+    saver.wait()
+    link.rate = MIN_PART / 3  # each part of step 2 takes 3 s
+    saver.save(2, {"w": os.urandom(2 * MIN_PART)})
+    eventually(lambda: saver._writes_done, what="the save's last write (its parts uploading)")
+    # Saves were timed at 1.5 s and this one started 1 s ago: due to end within the 1 s
+    # left, where the final save alone does not fit.
+    saver._durable_estimate = 1.5
+    saver._started = time.monotonic() - 1.0
+    final = saver.final(3, {"w": b"three"}, seconds_left=1.0)
+    assert final.choice == "waited", final.reason
+    assert "last parts" in final.reason, final.reason
+    assert final.generation.step == 3
+    link.rate = None
+    assert [generation.step for generation in store.generations()] == [1, 2, 3]
+    assert saver.last_durable is not None and saver.last_durable.step == 3
     store.close()
