@@ -49,6 +49,9 @@ class ObjectWriter(io.BufferedIOBase):
         self.on_progress: Callable[[], None] | None = None
         self.on_sent: Callable[[], None] | None = None
         self.on_closed: Callable[[], None] | None = None
+        # How long one attempt at that completion may take (its read timeout), where the
+        # storage bounds it; None where it is not bounded so, or there is none.
+        self.completion_timeout: float | None = None
         self.stop: threading.Event | None = None
         self._on_done = on_done
         self._hasher = StreamHasher()

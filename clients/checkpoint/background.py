@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import functools
 import inspect
 import logging
 import pickle
@@ -142,8 +143,11 @@ class SaveMotion:
         # Its file's bytes all sent and the upload completing (S3's CompleteMultipartUpload,
         # which may take minutes for a large object and sends nothing meanwhile): it moves
         # until the completion answers, as the exit's wait for a background save counts it
-        # (bounded by the storage client's own timeouts, not by progress).
+        # (bounded by the storage client's own timeouts, not by progress): by one attempt's
+        # read timeout, as the stream says (`completion_timeout`); the client's retries of a
+        # completion that never answered ran six of them (an hour and a half on S3).
         self._completing = False
+        self._completing_until: float | None = None
 
     def mark(self) -> None:
         self._last = time.monotonic()
@@ -151,16 +155,23 @@ class SaveMotion:
         # whose own stall counts from here.
         self._completing = False
 
-    def completing(self) -> None:
+    def completing(self, bound: float | None = None) -> None:
+        """Every byte of a file sent, its completion under way for at most `bound` seconds
+        (None: as long as it takes)."""
         self.mark()
         self._completing = True
+        self._completing_until = None if bound is None else self._last + bound
 
     def completed(self) -> None:
         self._completing = False
         self.mark()
 
     def moving(self) -> bool:
-        return self._completing or time.monotonic() - self._last < FINAL_SAVE_GRACE_SECONDS
+        now = time.monotonic()
+        until = self._completing_until
+        if self._completing and (until is None or now < until):
+            return True
+        return now - self._last < FINAL_SAVE_GRACE_SECONDS
 
     def watch_file(self, stream: Any) -> None:
         """`stream` (a generation's file being written) marked as moving by its bytes going
@@ -169,7 +180,7 @@ class SaveMotion:
         CreateMultipartUpload unanswered by a service that stopped answering) read as moving,
         and an exit's save waited out the client's timeouts (minutes) past its deadline."""
         stream.on_progress = self.mark
-        stream.on_sent = self.completing
+        stream.on_sent = lambda: self.completing(stream.completion_timeout)
         stream.on_closed = self.completed
 
     def watch(self, stream: Any) -> Any:
@@ -803,10 +814,10 @@ class BackgroundSaver:
         # the final one look alive.
         moved = motion.mark if motion is not None else self._mark_moved
 
-        def sent() -> None:
+        def sent(stream: Any) -> None:
             self._mark_sent()
             if motion is not None:
-                motion.completing()
+                motion.completing(stream.completion_timeout)
 
         def write(gen: GenerationWriter) -> None:
             try:
@@ -823,7 +834,7 @@ class BackgroundSaver:
                 # way as a closed file: an upload whose completion took minutes (S3's, for a
                 # large object) was given up at the exit as hung.
                 stream.on_progress = moved
-                stream.on_sent = sent
+                stream.on_sent = functools.partial(sent, stream)
                 # Cancelled after its last write with bytes still to send (S3 parts, the tail
                 # of its file), it stops too: it went on beside the final save, sharing the
                 # link, and committed after final() had said "cancelled". One whose bytes are

@@ -156,6 +156,7 @@ class S3Writer(ObjectWriter):
         super().__init__(name, on_done)
         self._backend = backend
         self._key = key
+        self.completion_timeout = COMPLETE_READ_TIMEOUT
         self._chunks: list[bytes] = []
         self._buffered = 0
         self._upload_id: str | None = None
