@@ -201,6 +201,12 @@ class Heartbeat(_Message):
     # ACKED_BY_LISTED each, sorted): a `wait --client ID` loop passes by only a drain it
     # acked itself, not one another client saved for while it was saving for the one before.
     acked_by: dict[str, list[str]] = Field(default_factory=dict)
+    # The tokens of the `replay/<token>` subscriptions this heartbeat's replay answers (empty on
+    # a periodic one): a subscriber that listed its token knows that the notices this heartbeat
+    # lists follow it, and that nothing else of what was active when it joined is to come. A
+    # periodic heartbeat with nothing active was the replay of nothing to it, and it took a
+    # notice raised a moment later, then its late replay, for two.
+    replay_for: list[str] = Field(default_factory=list)
 
 
 # Control requests (REQ → REP).

@@ -1,7 +1,8 @@
 """The agent's two sockets: XPUB for events, ROUTER for control (REQ clients see a REP).
 
 XPUB runs with XPUB_VERBOSE so that every subscription reaches the agent, not only the first
-per topic: each new subscriber to `notice` triggers a replay of the active notices. An
+per topic: each new subscriber to `notice` triggers a replay of the active notices, and so does
+each subscription to `replay/<token>`, whose token the replay's heartbeat lists. An
 unsubscription reaches it only when no connected peer holds the topic any more, which is
 exactly when the acking client of a `client/<id>` subscription is gone.
 
@@ -35,8 +36,10 @@ from forewarn.protocol.errors import ForewarnError
 from forewarn.protocol.wire import (
     MAX_REQUEST_BYTES,
     TOKEN_FIELD,
+    TOPIC_REPLAY_PREFIX,
     allow_ipv6,
     ipc_path,
+    replay_token_problem,
     request_too_large,
 )
 
@@ -121,6 +124,8 @@ class Publisher:
         self._events_path = None if events_path is None else str(events_path)
         self._events_identity: tuple[int, int] | None = None
         self._replay_due = False
+        # The `replay/<token>` tokens of the burst being read: its replay's heartbeat lists them.
+        self._replay_tokens: list[str] = []
         self.subscriptions_seen = 0
         self.requests_served = 0
         # When the request being answered entered its handler (None between requests): a
@@ -226,11 +231,13 @@ class Publisher:
 
     async def subscriptions(
         self,
-        on_subscribe: Callable[[], None],
+        on_subscribe: Callable[[list[str]], None],
         on_client: Callable[[str, bool], None],
     ) -> None:
-        """Read subscription messages forever: call `on_subscribe()` once per burst of new
-        subscriptions that can receive notices, `on_client(id, joined)` for acking clients."""
+        """Read subscription messages forever: call `on_subscribe(tokens)` once per burst of
+        new subscriptions that can receive notices or that ask for a replay (`replay/<token>`,
+        with the burst's tokens: at most SUBSCRIPTION_BATCH + 1), `on_client(id, joined)` for
+        acking clients."""
         while True:
             frame = await self.xpub.recv()
             self._subscription(frame, on_client)
@@ -243,8 +250,9 @@ class Publisher:
                     break
                 self._subscription(frame, on_client)
             if self._replay_due:
+                tokens, self._replay_tokens = self._replay_tokens, []
                 self._replay_due = False
-                on_subscribe()
+                on_subscribe(tokens)
             await asyncio.sleep(0)
 
     def _subscription(self, frame: bytes, on_client: Callable[[str, bool], None]) -> None:
@@ -281,6 +289,15 @@ class Publisher:
             elif client in self.clients:
                 self.clients.remove(client)
                 on_client(client, False)
+        elif topic.startswith(TOPIC_REPLAY_PREFIX):
+            token = topic[len(TOPIC_REPLAY_PREFIX) :]
+            # Only a token every reader can take: it goes to every subscriber in a heartbeat.
+            # One refused asks for nothing (its subscriber waits for an answer that never
+            # comes, as from an older agent, and falls back on what it did without one).
+            if subscribed and replay_token_problem(token) is None:
+                self._replay_due = True
+                if token not in self._replay_tokens:
+                    self._replay_tokens.append(token)
         elif subscribed and TOPIC_NOTICE.startswith(topic):
             self._replay_due = True
 

@@ -861,9 +861,10 @@ class Agent:
         self.observers.on_notice(notice, escalated=escalated)
         self._wake.set()
 
-    def _replay(self) -> None:
-        # A heartbeat first, so a new client knows at once that the agent is alive.
-        self._beat()
+    def _replay(self, tokens: list[str]) -> None:
+        # A heartbeat first, so a new client knows at once that the agent is alive, and (by
+        # its token) that what this heartbeat lists is what follows, each the next `seq`.
+        self._beat(replay_for=tokens)
         now = utcnow()
         for notice in self.board.active():
             self.publisher.publish(
@@ -909,7 +910,7 @@ class Agent:
             except Exception:
                 log.exception("%s: forget(%s) failed", notice.provider, notice.id)
 
-    def _beat(self) -> None:
+    def _beat(self, replay_for: list[str] | None = None) -> None:
         self.publisher.heartbeat(
             Heartbeat(
                 seq=self.sequencer.next(),
@@ -921,6 +922,7 @@ class Agent:
                 acked=self.board.saved(),
                 exit_margin=self.board.exit_margin,
                 acked_by=self._acked_by(),
+                replay_for=replay_for or [],
             )
         )
 

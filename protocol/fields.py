@@ -51,6 +51,7 @@ HEARTBEAT_FIELDS: tuple[str, ...] = (
     "acked",
     "exit_margin",
     "acked_by",
+    "replay_for",
 )
 
 

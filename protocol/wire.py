@@ -16,6 +16,7 @@ import socket
 import string
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,16 @@ TOPIC_HEARTBEAT = "heartbeat"
 # A client that acks subscribes to `client/<id>` as well. Nothing is ever published there:
 # the subscription itself tells the agent which clients listen, and so who is expected to ack.
 TOPIC_CLIENT_PREFIX = "client/"
+# A subscriber that must know when the agent has answered its subscription (a periodic
+# heartbeat with nothing active looks like the replay of nothing) subscribes to
+# `replay/<token>` too, after `notice`: nothing is published there either. The agent replays
+# the active notices for it and lists the token in the `replay_for` of the heartbeat that
+# starts that replay; the notices that heartbeat lists follow it, each taking the next `seq`.
+# An agent that does this sends `replay_for` (empty) in every heartbeat, so a heartbeat without
+# it is an older agent's, which never will.
+TOPIC_REPLAY_PREFIX = "replay/"
+MAX_REPLAY_TOKEN_LENGTH = 64
+_REPLAY_TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,64}", re.ASCII)
 
 ENV_RUNTIME_DIR = "FOREWARN_RUNTIME_DIR"
 ENV_EVENTS = "FOREWARN_EVENTS"
@@ -570,6 +581,23 @@ def client_id_problem(client: str) -> str | None:
     return None
 
 
+def replay_token_problem(token: str) -> str | None:
+    """Why the agent takes no `replay/<token>` subscription with `token`, or None: a token is 1
+    to MAX_REPLAY_TOKEN_LENGTH ASCII letters, digits, `-`, `_` or `.` (every heartbeat of its
+    replay carries it to every subscriber, so it is short and needs no escaping anywhere)."""
+    if _REPLAY_TOKEN.fullmatch(token) is None:
+        return (
+            f"a replay token is 1 to {MAX_REPLAY_TOKEN_LENGTH} ASCII letters, digits, '-', '_' "
+            f"or '.', got {token[:80]!r}"
+        )
+    return None
+
+
+def new_replay_token() -> str:
+    """A token for `replay/<token>` that no other subscriber holds."""
+    return uuid.uuid4().hex
+
+
 def request(
     endpoint: str,
     payload: dict[str, Any],
@@ -622,6 +650,7 @@ def request(
 __all__ = [
     "DENIED",
     "MAX_CLIENT_ID_LENGTH",
+    "MAX_REPLAY_TOKEN_LENGTH",
     "MAX_REQUEST_BYTES",
     "PROTOCOL_VERSION",
     "TOKEN_FIELD",
@@ -629,6 +658,7 @@ __all__ = [
     "TOPIC_CLIENT_PREFIX",
     "TOPIC_HEARTBEAT",
     "TOPIC_NOTICE",
+    "TOPIC_REPLAY_PREFIX",
     "ClientConfig",
     "ConfigFileError",
     "EndpointError",
@@ -642,9 +672,11 @@ __all__ = [
     "ipv6_address",
     "load_client_config",
     "needs_token",
+    "new_replay_token",
     "read_client_config",
     "read_token",
     "read_toml",
+    "replay_token_problem",
     "request",
     "request_too_large",
     "resolve_endpoints",

@@ -25,6 +25,7 @@ EXPORTS = {
         "TOPIC_CLIENT_PREFIX",
         "TOPIC_HEARTBEAT",
         "TOPIC_NOTICE",
+        "TOPIC_REPLAY_PREFIX",
         "UsageError",
         "check_endpoint",
         "default_endpoints",

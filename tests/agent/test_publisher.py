@@ -204,6 +204,34 @@ def test_a_client_subscription_is_tracked_exactly_when_an_ack_can_name_it(
     assert len(seen) == (2 if nameable else 0)
 
 
+@given(token=st.binary(max_size=80) | st.text(max_size=70).map(str.encode))
+@example(token=b"")
+@example(token=b"0123456789abcdef0123456789abcdef")
+@example(token=b"x" * 64)
+@example(token=b"x" * 65)
+@example(token=b"two words")
+@example(token=b"job\xff")
+@example(token="caf\u00e9".encode())
+def test_a_replay_subscription_asks_for_a_replay_naming_its_token_when_it_is_one(
+    sockets: Publisher, token: bytes
+) -> None:
+    """`replay/<token>` asks for a replay whose heartbeat lists the token: only a token every
+    reader takes as it is (it goes to every subscriber), and never on an unsubscription."""
+    from forewarn.protocol.wire import MAX_REPLAY_TOKEN_LENGTH
+
+    text = token.decode(errors="replace")
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+    valid = 0 < len(token) <= MAX_REPLAY_TOKEN_LENGTH and set(text) <= allowed
+    sockets._replay_due, sockets._replay_tokens = False, []
+    sockets._subscription(b"\x00replay/" + token, lambda c, joined: None)
+    assert (sockets._replay_due, sockets._replay_tokens) == (False, [])
+    for _ in range(2):  # the same again (XPUB_VERBOSE passes repeats): listed once
+        sockets._subscription(b"\x01replay/" + token, lambda c, joined: None)
+    assert sockets._replay_due is valid
+    assert sockets._replay_tokens == ([text] if valid else [])
+    assert not sockets.clients
+
+
 @pytest.fixture(scope="module")
 def serving(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A bound publisher answering control requests (echo) in a thread of its own: the
