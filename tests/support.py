@@ -23,7 +23,13 @@ from urllib.parse import urlsplit
 
 import pytest
 import zmq
-from forewarn.protocol.wire import TOPIC_NOTICE, allow_ipv6, with_token
+from forewarn.protocol.wire import (
+    TOPIC_NOTICE,
+    TOPIC_REPLAY_PREFIX,
+    allow_ipv6,
+    new_replay_token,
+    with_token,
+)
 
 # The toolkit forewarn.testing ships to users is the tests' own: one free_port, one eventually.
 from forewarn.testing.waiting import eventually, free_port
@@ -404,40 +410,45 @@ class Subscriber:
         self.sock.setsockopt(zmq.SUBSCRIBE, b"heartbeat")
         for topic in topics:
             self.sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        # Last: the heartbeat of the replay it asks for lists the token, once the agent has
+        # read every subscription before it (`client/<id>` too). Sent again at a reconnection.
+        self.token = new_replay_token()
+        self.sock.setsockopt(zmq.SUBSCRIBE, f"{TOPIC_REPLAY_PREFIX}{self.token}".encode())
         allow_ipv6(self.sock, endpoint)
         self.sock.connect(endpoint)
         self._early: list[tuple[str, dict[str, Any]]] = []
 
     def ready(self, timeout: float = 10.0) -> Subscriber:
         """Wait until the agent has answered this subscription: from then on nothing sent is
-        missed, and no replay of what was active when it joined is still to come.
+        missed, the agent has read every topic it subscribed (a `client/<id>` is a client),
+        and no replay of what was active when it joined is still to come.
 
-        The agent answers a subscription to notices with a heartbeat and then one notice for
-        each id that heartbeat lists as active, each taking the next `seq`. Its first
-        heartbeat alone is not that answer: the agent also beats every second, and a loaded
-        one reads a new subscription late, so its replay came after a notice sent meanwhile
-        and a test read the repeat as news (CI, 6382ddd). A periodic heartbeat with nothing
-        active cannot be told from a replay of nothing; that one is taken. The messages read
-        meanwhile that this subscriber asked for are kept for `recv`.
+        The agent answers with a heartbeat whose `replay_for` lists this socket's token, and
+        then one notice for each id that heartbeat lists as active, each taking the next
+        `seq`. A heartbeat without the token is not that answer: the agent also beats every
+        second, and a loaded one reads a new subscription late, so its replay came after a
+        notice sent meanwhile and a test read the repeat as news (CI, 6382ddd); with nothing
+        active, a periodic heartbeat was taken for the replay of nothing, before the agent had
+        read `client/<id>`. The messages read meanwhile that this subscriber asked for are
+        kept for `recv`.
 
         Call it again only where the socket reconnects (a restarted agent): the replay it
         waits for is the one answering the socket's subscriptions."""
         extra = "heartbeat" not in self.topics
-        # As the agent decides: any subscription that would receive a notice is replayed to.
-        replayed = any(TOPIC_NOTICE.startswith(topic) for topic in self.topics)
+        receives = any(TOPIC_NOTICE.startswith(topic) for topic in self.topics)
         deadline = time.monotonic() + timeout
-        # The ids of the replay being read still to come, and the seq the next one takes.
+        # The ids of this socket's replay still to come, and the seq the next one takes.
         awaited: list[str] | None = None
         next_seq = 0
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000)):
-                raise TimeoutError(f"no heartbeat and replay within {timeout}s")
+                raise TimeoutError(f"no heartbeat naming replay/{self.token} within {timeout}s")
             topic, payload = self.sock.recv_multipart()
             name, message = topic.decode(), json.loads(payload)
             if name != "heartbeat" or not extra:
                 self._early.append((name, message))
-            if name == "heartbeat":
+            if name == "heartbeat" and self.token in message.get("replay_for", []):
                 awaited, next_seq = list(message["active"]), message["seq"] + 1
             elif (
                 awaited
@@ -446,9 +457,7 @@ class Subscriber:
             ):
                 awaited.pop(0)
                 next_seq += 1
-            else:
-                awaited = None  # not a replay: anything else took a seq in between
-            if awaited == [] or (awaited is not None and not replayed):
+            if awaited == [] or (awaited is not None and not receives):
                 return self
 
     def recv(self, timeout: float = 5.0) -> tuple[str, dict[str, Any]]:

@@ -64,3 +64,43 @@ def test_the_heartbeat_of_a_subscriber_s_replay_names_its_token(tmp_path: Any) -
                 topic, message = _next(empty, deadline)
         finally:
             empty.close()
+
+
+def _beat(xpub: zmq.Socket[bytes], seq: int, active: list[str], replay_for: list[str]) -> None:
+    body = {"v": 1, "seq": seq, "agent": "host/1/a", "version": "0", "providers": ["local"]}
+    body |= {"active": active, "sent_at": "2026-11-30T03:10:00Z", "replay_for": replay_for}
+    xpub.send_multipart([b"heartbeat", json.dumps(body).encode()])
+
+
+def test_subscriber_ready_waits_for_the_heartbeat_naming_its_token(tmp_path: Any) -> None:
+    """The tests' `Subscriber.ready()` took a periodic heartbeat with nothing active for the
+    replay of nothing: with an agent reading subscriptions late, four client-id tests found
+    their `client/<id>` not yet counted, and a notice raised then came twice."""
+    from support import Subscriber
+
+    context = zmq.Context.instance()
+    xpub = context.socket(zmq.XPUB)
+    xpub.setsockopt(zmq.LINGER, 0)
+    xpub.bind(f"ipc://{tmp_path}/events")
+    try:
+        with Subscriber(f"ipc://{tmp_path}/events", ("notice", "client/job")) as sub:
+            wanted = f"replay/{sub.token}".encode()
+            subscribed: list[bytes] = []
+            while b"\x01" + wanted not in subscribed:
+                assert xpub.poll(5000), "the subscriber never subscribed its token"
+                subscribed.append(xpub.recv())
+            _beat(xpub, 10, [], [])  # periodic: nothing active, no token
+            _beat(xpub, 11, [], ["someone-else"])
+            try:
+                sub.ready(timeout=0.3)
+            except TimeoutError:
+                pass
+            else:
+                raise AssertionError("ready() took a heartbeat not naming its token")
+            _beat(xpub, 12, ["local/a"], [sub.token])
+            body = {"v": 1, "id": "local/a", "seq": 13, "action": "drain", "reason": "manual"}
+            xpub.send_multipart([b"notice", json.dumps(body).encode()])
+            assert sub.ready(timeout=5) is sub
+            assert sub.notice(timeout=1)["seq"] == 13
+    finally:
+        xpub.close()
