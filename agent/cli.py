@@ -37,6 +37,7 @@ from forewarn.protocol.wire import (
     IPC_PATH_MAX,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
+    TOPIC_REPLAY_PREFIX,
     ClientConfig,
     ConfigFileError,
     EndpointError,
@@ -44,6 +45,7 @@ from forewarn.protocol.wire import (
     allow_ipv6,
     environment,
     load_client_config,
+    new_replay_token,
     request,
     resolve_endpoints,
     runtime_dir,
@@ -878,14 +880,16 @@ NO_AGENT_EXIT = 3
 AGENT_TIMEOUT = 5.0
 
 
-def _subscribe(events: str) -> Any:
-    """A SUB on notices and heartbeats: the heartbeats tell a quiet agent from no agent."""
+def _subscribe(events: str, token: str) -> Any:
+    """A SUB on notices and heartbeats: the heartbeats tell a quiet agent from no agent; and
+    on `replay/<token>`, last, so that the heartbeat of its join replay names `token`."""
     import zmq
 
     sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SUBSCRIBE, TOPIC_HEARTBEAT.encode())
     sock.setsockopt(zmq.SUBSCRIBE, TOPIC_NOTICE.encode())
+    sock.setsockopt(zmq.SUBSCRIBE, f"{TOPIC_REPLAY_PREFIX}{token}".encode())
     allow_ipv6(sock, events)
     sock.connect(events)
     return sock
@@ -1009,11 +1013,18 @@ class _Unreceived:
     terminate and waited on. Listed by heartbeats for MISSED_AFTER without arriving, a
     second subscription to `notice` makes the agent replay. Not by two heartbeats alone: a
     regular one can come just before a new subscriber's replay, and the replay's own then
-    listed the notice twice before it came (`watch --count 2` counted the extra replay)."""
+    listed the notice twice before it came (`watch --count 2` counted the extra replay).
+    Nor before the agent has answered this subscription (a heartbeat naming `token` in its
+    `replay_for`), where its heartbeats say it will (an older agent's have no `replay_for`):
+    an agent slow to read subscriptions listed a notice in force for seconds before its
+    replay, and `watch` said on stderr that it was "never received here"."""
 
-    def __init__(self, command: str, events: str) -> None:
+    def __init__(self, command: str, events: str, token: str) -> None:
         self.command = command
         self.events = events
+        self.token = token
+        self._answered = False  # a heartbeat named the token: the join replay has come
+        self._first_beat: float | None = None
         self.received: set[str] = set()
         self._unreceived: dict[str, float] = {}  # listed, not received: since when
         self._asked = -math.inf
@@ -1046,6 +1057,19 @@ class _Unreceived:
 
         active = set(beat["active"])
         self.received &= active  # gone: one raised again under its id is new again
+        now = time.monotonic()
+        if self._first_beat is None:
+            self._first_beat = now
+        replay_for = beat.get("replay_for")
+        if isinstance(replay_for, list) and self.token in replay_for:
+            self._answered = True
+        # What the heartbeats list before the join replay is what that replay brings; a
+        # replay not come within REPLAY_ASK_EVERY (its heartbeat lost) is asked for as ever.
+        joining = (
+            not self._answered
+            and isinstance(replay_for, list)
+            and now - self._first_beat < REPLAY_ASK_EVERY
+        )
         if self._agent is None:
             # The first heartbeat read: the messages before it (a join replay) are most likely
             # this agent's, and one lost just before it left no gap anywhere else.
@@ -1069,9 +1093,9 @@ class _Unreceived:
                 self._restart_ids = None
         self._seqs.heartbeat_read()
         self._since_jump = set()
-        now = time.monotonic()
         self._unreceived = {
-            notice_id: self._unreceived.get(notice_id, now) for notice_id in active - self.received
+            notice_id: now if joining else self._unreceived.get(notice_id, now)
+            for notice_id in active - self.received
         }
         missed = {i for i, since in self._unreceived.items() if now - since >= MISSED_AFTER}
         gap_open = self._seqs.gap is not None
@@ -1128,12 +1152,13 @@ def _print_notice(args: argparse.Namespace, notice: dict[str, Any], *, replay: b
 
 def cmd_watch(args: argparse.Namespace) -> int:
     events, _ = _endpoints(args)
-    sock = _subscribe(events)
+    token = new_replay_token()
+    sock = _subscribe(events, token)
     silence = _AgentSilence("watch", events, args.agent_timeout)
     deadline = time.monotonic() + args.timeout if args.timeout else None
     replays = ReplayTracker()
     messages = _Messages("watch", events)
-    unreceived = _Unreceived("watch", events)
+    unreceived = _Unreceived("watch", events, token)
     seen = 0
     try:
         while args.count is None or seen < args.count:
@@ -1202,10 +1227,11 @@ def cmd_wait(args: argparse.Namespace) -> int:
         client=args.client,
         ages=lambda: _status_ages(control, args.runtime_dir),
     )
-    sock = _subscribe(events)
+    token = new_replay_token()
+    sock = _subscribe(events, token)
     silence = _AgentSilence("wait", events, args.agent_timeout)
     messages = _Messages("wait", events)
-    unreceived = _Unreceived("wait", events)
+    unreceived = _Unreceived("wait", events, token)
     deadline = time.monotonic() + args.timeout if args.timeout else None
 
     def found(notice: dict[str, Any]) -> int:

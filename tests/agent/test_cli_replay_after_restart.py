@@ -28,7 +28,7 @@ def test_an_escalation_lost_with_a_restarted_agents_replay_of_it_is_asked_for() 
     SIGSTOP), the agent restarted, and its replay of the terminate was dropped too. Its first
     heartbeat wiped the gap and its heartbeats list the id received: `wait --for terminate`
     waited on under a terminate."""
-    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events")
+    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events", "token-0")
     assert not unreceived.heartbeat(beat("node/1/a", 1, []), sock)
     unreceived.notice({**NOTICE, "seq": 2, "action": "drain"})
     # seq 3, the terminate: dropped. The new agent's replay of it, 100001: dropped too.
@@ -38,7 +38,7 @@ def test_an_escalation_lost_with_a_restarted_agents_replay_of_it_is_asked_for() 
 
 
 def test_a_restarted_agents_replay_after_its_first_heartbeat_asks_nothing() -> None:
-    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events")
+    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events", "token-0")
     unreceived.heartbeat(beat("node/1/a", 1, []), sock)
     unreceived.notice({**NOTICE, "seq": 2, "action": "drain"})
     unreceived.heartbeat(beat("node/2/b", 100_001, ["aws/spot/a"]), sock)
@@ -51,7 +51,7 @@ def test_a_restarted_agents_replay_after_its_first_heartbeat_asks_nothing() -> N
 
 def test_a_second_gap_before_a_restarted_agents_first_heartbeat_is_asked_for() -> None:
     """The jump to its mark is no gap; one after its replay (its escalation) is."""
-    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events")
+    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events", "token-0")
     unreceived.heartbeat(beat("node/1/a", 1, []), sock)
     unreceived.notice({**NOTICE, "seq": 2, "action": "drain"})
     unreceived.notice({**NOTICE, "seq": 100_001, "action": "drain"})
@@ -63,7 +63,7 @@ def test_a_second_gap_before_a_restarted_agents_first_heartbeat_is_asked_for() -
 def test_a_message_lost_before_the_first_heartbeat_read_is_asked_for() -> None:
     """The first messages read may be notices: one lost between them and the first heartbeat
     read left no gap, since that heartbeat's `seq` was not compared with them."""
-    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events")
+    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events", "token-0")
     unreceived.notice({**NOTICE, "seq": 5, "action": "drain"})
     # seq 6, its escalation to terminate: dropped.
     unreceived.heartbeat(beat("node/1/a", 7, ["aws/spot/a"]), sock)

@@ -43,9 +43,25 @@ class _Agent:
             self.subscriptions.append(self.xpub.recv())
         return self.subscriptions.count(b"\x01" + topic)
 
-    def beat(self, *active: str, seq: int = 2, agent: str = "host/1/a") -> None:
+    def tokens(self) -> list[str]:
+        """The tokens of the `replay/<token>` subscriptions read so far."""
+        self.subscribed(b"")
+        prefix = b"\x01replay/"
+        return [s[len(prefix) :].decode() for s in self.subscriptions if s.startswith(prefix)]
+
+    def beat(
+        self,
+        *active: str,
+        seq: int = 2,
+        agent: str = "host/1/a",
+        replay_for: list[str] | None = None,
+    ) -> None:
+        """A heartbeat; with `replay_for`, an agent's that names the replays it starts (an
+        older agent's has none)."""
         body = {"v": 1, "seq": seq, "agent": agent, "active": list(active), "acked": []}
         body["sent_at"] = "2026-11-30T03:10:00Z"
+        if replay_for is not None:
+            body["replay_for"] = replay_for
         self.xpub.send_multipart([b"heartbeat", json.dumps(body).encode()])
 
     def send(self, notice_id: str, action: str, seq: int = 1) -> None:
@@ -162,6 +178,40 @@ def test_a_join_replay_slow_to_come_is_still_a_replay(tmp_path: Path) -> None:
         ("local/active", True),
         ("local/new", False),
     ]
+
+
+@pytest.mark.parametrize(
+    "args", [("wait", "--for", "terminate", "--json"), ("watch", "--json", "--count", "1")]
+)
+def test_a_join_replay_the_agent_has_not_sent_yet_is_not_taken_for_a_loss(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    # An agent slow to read subscriptions (a loaded machine) beat for seconds listing a
+    # notice in force since before the command started: `watch` said on stderr that it was
+    # "never received here" and asked for a replay, which was only late. An agent whose
+    # heartbeats carry `replay_for` names the command's token in the heartbeat of its replay.
+    with _command(tmp_path, *args) as (agent, cmd):
+        eventually(lambda: len(agent.tokens()) == 1, what="a replay/<token> subscription")
+        ticks = [0]
+
+        def beaten_for_a_while() -> bool:
+            agent.beat("local/standing", seq=10 + ticks[0], replay_for=[])
+            ticks[0] += 1
+            return ticks[0] >= 8
+
+        eventually(beaten_for_a_while, what="heartbeats for over a second", interval=0.2)
+        assert agent.subscribed(b"notice") == 1, "asked for a replay that was only late"
+        seq = 10 + ticks[0]
+        agent.beat("local/standing", seq=seq, replay_for=["someone-else", agent.tokens()[0]])
+        agent.send("local/standing", "terminate", seq=seq + 1)
+        out, err = cmd.communicate(timeout=15)
+        assert agent.subscribed(b"notice") == 1, "asked for a replay that was only late"
+    assert cmd.returncode == 0, err
+    printed = [json.loads(line) for line in out.splitlines()]
+    assert [n["id"] for n in printed] == ["local/standing"]
+    if args[0] == "watch":
+        assert printed[0]["replay"] is True  # in force before it joined
+    assert "never received here" not in err, err
 
 
 @pytest.mark.parametrize(

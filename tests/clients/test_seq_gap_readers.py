@@ -125,7 +125,7 @@ class _Socket:
 
 
 def _by_wait_and_watch(messages: list[Message], capsys: pytest.CaptureFixture[str]) -> list[Any]:
-    unreceived = _Unreceived("watch", "ipc:///nonexistent/events")
+    unreceived = _Unreceived("watch", "ipc:///nonexistent/events", "token-0")
     capsys.readouterr()
     for message in messages:
         topic, body = _payload(message)
