@@ -35,6 +35,7 @@ from forewarn.protocol.wire import (
     TOPIC_CLIENT_PREFIX,
     TOPIC_HEARTBEAT,
     TOPIC_NOTICE,
+    TOPIC_REPLAY_PREFIX,
     EndpointError,
     allow_ipv6,
     check_endpoint,
@@ -42,6 +43,7 @@ from forewarn.protocol.wire import (
     default_endpoints,
     environment,
     load_client_config,
+    new_replay_token,
     request,
 )
 
@@ -220,6 +222,12 @@ class Notices:
         # once one was sent RESTART_SETTLE after it, on the agent's clock (see _settling).
         self._settle_from: datetime | None = None
         self._unreceived: set[str] = set()  # listed by the last heartbeat, never received
+        # This socket's `replay/<token>`: the heartbeat of the agent's answer to its
+        # subscription lists it (`replay_for`), and until then what the heartbeats list is
+        # that replay still to come, not a loss (see _joining).
+        self._replay_token = new_replay_token()
+        self._join_answered = False
+        self._first_beat_at: float | None = None
         self._replay_wanted = False
         self._replay_asked = -math.inf
         self._replay_said: set[str] = set()
@@ -443,9 +451,15 @@ class Notices:
 
         sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.SUB)
         sock.setsockopt(zmq.LINGER, 0)
-        # `notice` last: subscribing to it makes the agent replay, and by then it knows this
-        # client and sends the heartbeat of the replay to it.
-        for wanted in (TOPIC_HEARTBEAT, TOPIC_CLIENT_PREFIX + self.client_id, TOPIC_NOTICE):
+        # `notice` after the others: subscribing to it makes the agent replay, and by then it
+        # knows this client and sends the heartbeat of the replay to it. `replay/<token>`
+        # last: the heartbeat naming it answers every subscription before it.
+        for wanted in (
+            TOPIC_HEARTBEAT,
+            TOPIC_CLIENT_PREFIX + self.client_id,
+            TOPIC_NOTICE,
+            TOPIC_REPLAY_PREFIX + self._replay_token,
+        ):
             sock.setsockopt(zmq.SUBSCRIBE, wanted.encode())
         # Reconnect quickly after an agent restart: notices are time-critical.
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
@@ -604,11 +618,12 @@ class Notices:
         self._seqs.heartbeat_read()
         self._ids_since_beat = set()
         seq = beat.get("seq")
+        joining = self._joining(beat)
         if self._settling(beat):
             return
         unreceived = active - self.active.keys()
         missed = unreceived & self._unreceived
-        self._unreceived = unreceived
+        self._unreceived = set() if joining else unreceived
         if missed and time.monotonic() - self._replay_asked >= REPLAY_ASK_EVERY:
             self._replay_asked = time.monotonic()
             self._replay_wanted = True
@@ -640,6 +655,25 @@ class Notices:
                     detail=dict(WITHDRAWN),
                 )
             )
+
+    def _joining(self, beat: dict[str, Any]) -> bool:
+        """Whether the agent has yet to answer this client's subscription, as its heartbeats
+        say it will (an older agent's have no `replay_for`): an agent slow to read
+        subscriptions (a loaded node) beat for seconds listing a notice in force before the
+        job started, and the job's log said it was "never received here" and asked for a
+        replay that was only late. Not past REPLAY_ASK_EVERY: a heartbeat naming the token
+        that was lost does not keep a notice from being asked for for good."""
+        now = time.monotonic()
+        if self._first_beat_at is None:
+            self._first_beat_at = now
+        named = beat.get("replay_for")
+        if isinstance(named, list) and self._replay_token in named:
+            self._join_answered = True
+        return (
+            not self._join_answered
+            and isinstance(named, list)
+            and now - self._first_beat_at < REPLAY_ASK_EVERY
+        )
 
     def _settling(self, beat: dict[str, Any]) -> bool:
         """Whether a restarted agent's heartbeats still leave out what its watchers have not

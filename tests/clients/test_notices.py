@@ -217,6 +217,7 @@ class FakeAgent:
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.bind(self.endpoint)
         self.seq = 0
+        self.token: str | None = None  # the client's `replay/<token>`, once subscribed
         self._rep = zmq.Context.instance().socket(zmq.REP)
         self._rep.setsockopt(zmq.LINGER, 0)
         self._rep.bind(self.control)
@@ -231,10 +232,16 @@ class FakeAgent:
                 self._rep.send(b'{"ok": true}')
 
     def subscribed(self, timeout: float = 10) -> None:
-        """Until the client has subscribed to notices (its last subscription)."""
+        """Until the client has subscribed to notices; the first time, to its
+        `replay/<token>` too (its last subscription), whose token is kept in `token`."""
         end = time.monotonic() + timeout
+        noticed = False
         while self.pub.poll(max(int((end - time.monotonic()) * 1000), 1)):
-            if self.pub.recv() == b"\x01notice":
+            frame = self.pub.recv()
+            if frame.startswith(b"\x01replay/"):
+                self.token = frame[len(b"\x01replay/") :].decode()
+            noticed = noticed or frame == b"\x01notice"
+            if noticed and self.token is not None:
                 return
         raise AssertionError("the client did not subscribe")
 
@@ -401,6 +408,38 @@ def test_a_notice_the_heartbeats_list_but_that_never_arrived_is_asked_for_again(
         agent.beat(active=["aws/spot/1"])
         agent.beat(active=["aws/spot/1"])
         assert not agent.pub.poll(300)
+    finally:
+        notices.close()
+        agent.close()
+
+
+def test_a_join_replay_an_agent_has_not_sent_yet_is_not_taken_for_a_loss(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """An agent slow to read subscriptions (a loaded node) beat for seconds listing a notice
+    in force before the job started: the job's log said it was "never received here" and it
+    asked for a replay, which was only late. An agent whose heartbeats carry `replay_for`
+    names the client's token in the heartbeat of its answer; until then nothing is lost."""
+    import zmq
+
+    agent = FakeAgent(tmp_path)
+    agent.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # as the agent's: repeated subscriptions too
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=3.0)
+    try:
+        agent.subscribed()
+        for _ in range(4):
+            agent.beat(active=["aws/spot/1"], replay_for=[])
+        eventually(lambda: notices.alive, timeout=5, what="the first heartbeat")
+        assert not agent.pub.poll(300), "asked for a replay that was only late"
+        agent.beat(active=["aws/spot/1"], replay_for=["another", agent.token])
+        agent.notice("aws/spot/1", "drain")
+        eventually(lambda: notices.active.get("aws/spot/1"), timeout=5, what="the replay")
+        assert not warnings_about(caplog, "never received here")
+        # Answered: one listed twice and never received is asked for again, as ever.
+        agent.beat(active=["aws/spot/1", "aws/spot/2"], replay_for=[])
+        agent.beat(active=["aws/spot/1", "aws/spot/2"], replay_for=[])
+        assert agent.pub.poll(5000) and agent.pub.recv() == b"\x01notice"
+        assert len(warnings_about(caplog, "never received here")) == 1
     finally:
         notices.close()
         agent.close()
