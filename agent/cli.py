@@ -407,10 +407,12 @@ def _ask(
     *,
     unanswered: str = "",
     refusals: bool = False,
+    command: str = "",
 ) -> dict[str, Any]:
     """The agent's reply; exit 1 with one line when nothing listens on `control` (at once) or
     when the agent there does not answer within `timeout` (then `unanswered` is added). A
-    refusal is a UsageError, or with `refusals` the reply itself, for the caller to read."""
+    refusal is a UsageError (its text after `command: ` when given), or with `refusals` the
+    reply itself, for the caller to read."""
     why = unreachable(control)
     if why is not None:
         if why.startswith(DENIED):
@@ -431,7 +433,8 @@ def _ask(
     if reply.get("ok") is not True and not refusals:
         # A refusal (no control token, a request out of bounds) is for the caller to fix, for
         # `status` as for `notify`: `status` read the missing fields of the refusal as a crash.
-        raise UsageError(f"the agent refused: {reply.get('error')}")
+        said = f"the agent refused: {reply.get('error')}"
+        raise UsageError(f"{command}: {said}" if command else said)
     return reply
 
 
@@ -660,12 +663,16 @@ def cmd_ack(args: argparse.Namespace) -> int:
     a job that is no such client (a shell script that `forewarn wait`ed, then saved)."""
     blank = _blank_is_left_out(args, "--step", "--flush-seconds")
     _, control = _endpoints(args)
+    # `ack:` first, as in every other error of the command: `forewarn: --note: at most 500
+    # characters` did not say which of a script's commands it was.
     if args.notice_id is not None and len(args.notice_id) > MAX_ID_LENGTH:
         raise UsageError(
-            f"NOTICE_ID: at most {MAX_ID_LENGTH} characters, got {len(args.notice_id)}"
+            f"ack: NOTICE_ID: at most {MAX_ID_LENGTH} characters, got {len(args.notice_id)}"
         )
     if args.note is not None and len(args.note) > MAX_ACK_NOTE_LENGTH:
-        raise UsageError(f"--note: at most {MAX_ACK_NOTE_LENGTH} characters, got {len(args.note)}")
+        raise UsageError(
+            f"ack: --note: at most {MAX_ACK_NOTE_LENGTH} characters, got {len(args.note)}"
+        )
     for flag in blank:
         print(f"forewarn: ack: {flag}: empty; the ack is sent without it", file=sys.stderr)
     if isinstance(args.flush_seconds, _Negative):
@@ -690,7 +697,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
         )
         args.flush_seconds = MAX_FLUSH_SECONDS
     # What is active and held for whom: an ack names a notice that is, and its client.
-    status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout)
+    status = _ask(control, {"op": "status"}, args.runtime_dir, args.timeout, command="ack")
     if args.notice_id is not None:
         # An id no notice has (mistyped, or cleared since the job read it) would be taken and
         # change nothing: the script that meant to release the notice is told instead.
@@ -708,7 +715,8 @@ def cmd_ack(args: argparse.Namespace) -> int:
         elif args.notice_id not in active:
             listed = ", ".join(active) or "none"
             print(
-                f"forewarn: no active notice {args.notice_id!r} (active: {listed}); nothing acked",
+                f"forewarn: ack: no active notice {args.notice_id!r} (active: {listed}); "
+                "nothing acked",
                 file=sys.stderr,
             )
             return 1
@@ -769,7 +777,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
         ):
             if value is not None:
                 payload[key] = value
-        reply = _ask(control, payload, args.runtime_dir, args.timeout)
+        reply = _ask(control, payload, args.runtime_dir, args.timeout, command="ack")
         if args.json:
             print(json.dumps(reply))
             continue

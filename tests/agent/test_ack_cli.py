@@ -97,7 +97,7 @@ def test_an_ack_of_no_active_notice_says_so_and_sends_nothing(tmp_path: Path) ->
         done = _ack(agent, "local/typo", "--step", "3")
         assert done.returncode == 1
         assert done.stderr.strip() == (
-            "forewarn: no active notice 'local/typo' (active: local/real); nothing acked"
+            "forewarn: ack: no active notice 'local/typo' (active: local/real); nothing acked"
         )
         assert agent.control({"op": "status"})["ok"]
     assert "ack local/typo" not in agent.output()
@@ -153,7 +153,10 @@ def test_a_bad_ack_exits_2_naming_what_is_wrong(
 ) -> None:
     done = run_forewarn("ack", *args, "--runtime-dir", str(tmp_path), env=agent_env(tmp_path))
     assert done.returncode == 2, (done.stdout, done.stderr)
-    assert named in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    # Prefixed as every other error of the command: `forewarn: --note: at most 500
+    # characters` did not say which command of a script's it was.
+    assert done.stderr.startswith(f"forewarn: ack: {named}: "), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def test_an_ack_without_its_id_from_a_wait_loops_client_acks_what_was_held_for_it(

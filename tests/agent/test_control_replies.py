@@ -74,6 +74,18 @@ def test_a_refusal_is_one_line_and_exit_2(
     assert out == ""
 
 
+@pytest.mark.parametrize("fake_agent", [REFUSAL], indirect=True)
+def test_a_refusal_of_an_ack_says_it_was_the_ack(
+    fake_agent: FakeAgent, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As its other errors do (`forewarn: ack: --step: ...`): a script's log did not say
+    # which of its commands the agent refused.
+    code, out, err = _run(["ack", "--control", fake_agent.endpoint], capsys)
+    assert code == 2, err
+    assert err == ("forewarn: ack: the agent refused: refused: the request has no control token\n")
+    assert out == ""
+
+
 NOT_AN_AGENT = [
     b"garbage",
     b"\xff\xfe",
