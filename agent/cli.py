@@ -658,6 +658,17 @@ def _nothing_cleared(control: str, args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
+# What an ack's `note` may not hold (the agent's one-line fields: no character below U+0020,
+# nor U+007F), a run of it at a time.
+_CONTROL_RUN = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def one_line_note(note: str) -> str | None:
+    """`note` with each run of control characters (line breaks, tabs, escapes) a space, and
+    without the space around it; None when nothing is left."""
+    return _CONTROL_RUN.sub(" ", note).strip(string.whitespace) or None
+
+
 def cmd_ack(args: argparse.Namespace) -> int:
     """Tell the agent a checkpoint was saved: what a client library sends after its flush, for
     a job that is no such client (a shell script that `forewarn wait`ed, then saved)."""
@@ -668,6 +679,16 @@ def cmd_ack(args: argparse.Namespace) -> int:
     if args.notice_id is not None and len(args.notice_id) > MAX_ID_LENGTH:
         raise UsageError(
             f"ack: NOTICE_ID: at most {MAX_ID_LENGTH} characters, got {len(args.notice_id)}"
+        )
+    if args.note is not None and _CONTROL_RUN.search(args.note):
+        # `--note "$(tail -n 2 save.log)"`: the agent refused the whole ack for a line
+        # break, nothing was sent, and the save's flush was lost (a loop under `set -e` ended
+        # there). Made one line, as a blank --step is left out: said, and the ack goes.
+        args.note = one_line_note(args.note)
+        print(
+            "forewarn: ack: --note: made one line (its line breaks and other control "
+            "characters are sent as spaces)",
+            file=sys.stderr,
         )
     if args.note is not None and len(args.note) > MAX_ACK_NOTE_LENGTH:
         raise UsageError(

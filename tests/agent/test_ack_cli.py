@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import string
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from forewarn.agent.cli import (
     _held_for_client,
     _holder_above,
     _noticed_after,
+    one_line_note,
 )
 from forewarn.protocol.timefmt import format_time, parse_time
 from forewarn.providers.azure.simulate import AzureSimulator
@@ -128,6 +130,32 @@ def test_a_failed_save_acked_from_the_shell_keeps_the_flag_and_says_why(tmp_path
         line = f"ack {drain['id']} from ?: step=None flush=none outcome=failed (disk full)"
         eventually(lambda: line in agent.output(), what="the ack's log line")
         assert flag.exists(), "a failed save released the drain"
+
+
+def test_a_note_of_several_lines_is_sent_as_one_and_the_ack_goes(tmp_path: Path) -> None:
+    # `--note "$(tail -n 2 save.log)"`: the agent refused the whole ack for the note's line
+    # break (exit 2, nothing sent), so the save's flush was lost and the loop under `set -e`
+    # ended there. As a blank --step, it is said on stderr and the ack goes.
+    with AgentProcess(tmp_path) as agent:
+        done = _ack(agent, "--outcome", "failed", "--note", "disk full\r\n\tretrying\x1b[0m ")
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.startswith("forewarn: ack: --note: "), done.stderr
+        assert "one line" in done.stderr and len(done.stderr.splitlines()) == 1
+        line = "outcome=failed (disk full retrying [0m)"
+        eventually(lambda: line in agent.output(), what="the ack's log line")
+
+
+@given(st.text(max_size=60))
+def test_a_note_made_one_line_is_one_the_agent_takes(note: str) -> None:
+    from forewarn.agent.protocol import AckRequest
+
+    made = one_line_note(note)
+    if made is None:  # nothing but control characters and space
+        assert all(ord(c) < 0x20 or ord(c) == 0x7F or c in string.whitespace for c in note)
+        return
+    AckRequest(op="ack", note=made)  # raises on a note the agent refuses
+    if note == note.strip() and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in note):
+        assert made == note
 
 
 def test_a_blank_notice_id_is_refused_not_sent_as_no_notice(tmp_path: Path) -> None:
