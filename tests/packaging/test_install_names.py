@@ -160,3 +160,31 @@ def test_the_hint_names_the_pip_of_forewarn_s_own_environment(
     (path / "pip").unlink()
     (path / "pip").symlink_to(own)  # an activated environment's, or a link to it
     assert extra_hint("aws").startswith("pip install "), extra_hint("aws")
+
+
+def test_the_documented_wheel_is_one_file_with_an_older_wheel_left_in_dist(
+    tmp_path: Path,
+) -> None:
+    """`pip install "$(ls dist/forewarn-*.whl)[metrics]"` with the wheel of an earlier build
+    still in `dist/` gave pip both names in one argument, which it refused: the install
+    lines pick the newest version's wheel."""
+    import subprocess
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    for version in ("0.9.0", "0.10.0", "0.1.0"):
+        (dist / f"forewarn-{version}-py3-none-any.whl").write_bytes(b"")
+    (dist / "forewarn-0.10.0.tar.gz").write_bytes(b"")
+    lines = [
+        line
+        for line in (ROOT / "docs" / "operations.md").read_text().splitlines()
+        if "pip install" in line and "dist/forewarn-" in line
+    ]
+    assert len(lines) == 2, lines
+    for line in lines:
+        found = re.search(r'"\$\((?P<command>[^)]*)\)\[metrics\]"', line)
+        assert found, line
+        named = subprocess.run(
+            ["bash", "-c", found["command"]], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert named.stdout == "dist/forewarn-0.10.0-py3-none-any.whl\n", (line, named)
