@@ -43,6 +43,12 @@
  * it sends: a change of a notice received already (a drain escalated to terminate) dropped so.
  * So does a notice a restarted agent's second heartbeat lists that its replay (to every client
  * that reconnects) did not bring: the jump to its new "seq" mark hides that loss.
+ *
+ * It subscribes to "replay/<token>" too (nothing is published there): an agent that has
+ * "replay_for" in its heartbeats lists the token in the heartbeat of the replay answering this
+ * program's subscription. Until then (at most 10 s) what its heartbeats list is that replay
+ * still to come, not a loss: an agent slow to read subscriptions beat for seconds listing a
+ * notice in force, and this program said it was "never received here" and asked again.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, gmtime_r, lstat under -std=c99 too */
 #include <errno.h>
@@ -759,7 +765,37 @@ typedef struct {
     int gaps;
     id_set since_jump, restart_ids;
     int restart_check;
+    char token[48];     /* of our "replay/<token>" subscription */
+    int answered;       /* a heartbeat's "replay_for" named the token */
+    double first_beat;  /* when the first heartbeat was read, or 0 */
 } tracker;
+
+/* Whether the agent has yet to answer our subscription, as its heartbeat `body` says it will
+ * (it has "replay_for"; an older agent's has not): not past REPLAY_ASK_EVERY after the first
+ * heartbeat, in case the one naming the token was lost. */
+static int joining(tracker *t, const char *body, size_t size) {
+    const char *end = body + size, *stop;
+    const char *p = member(body, end, "replay_for", &stop);
+    double now = monotonic();
+    size_t token_len = strlen(t->token);
+    if (t->first_beat == 0)
+        t->first_beat = now;
+    if (!p || *p != '[')
+        return 0;
+    p = skip_space(p + 1, stop);
+    while (!t->answered && p < stop && *p == '"') {
+        size_t len;
+        const char *named = string_at(p, stop, &len);
+        if (!named)
+            break;
+        if (len == token_len && memcmp(named, t->token, len) == 0)
+            t->answered = 1;
+        p = skip_space(named + len + 1, stop);
+        if (p < stop && *p == ',')
+            p = skip_space(p + 1, stop);
+    }
+    return !t->answered && now - t->first_beat < REPLAY_ASK_EVERY;
+}
 
 /* Note the message's "seq". The agent numbers every message it sends one after the other: a
  * change of a notice received already (a drain escalated to terminate) dropped past the
@@ -900,6 +936,7 @@ static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, 
     const char *p = member(body, end, "active", &stop);
     static id_set listed, unreceived; /* kept from one heartbeat to the next: their room */
     const char *missed = NULL;
+    int join_pending = joining(t, body, size);
     set_clear(&listed);
     set_clear(&unreceived);
     if (!p || *p != '[')
@@ -962,7 +999,7 @@ static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, 
     }
     for (size_t i = 0; i < listed.count; i++) {
         const id_entry *listed_id = &listed.items[i];
-        if (set_find(&t->received, listed_id->id, listed_id->len) >= 0)
+        if (set_find(&t->received, listed_id->id, listed_id->len) >= 0 || join_pending)
             continue;
         set_add(&unreceived, listed_id->id, listed_id->len);
         /* Two heartbeats in a row: a new subscriber's replay may come just after the first. */
@@ -1127,16 +1164,24 @@ int main(int argc, char **argv) {
         int on = 1;
         zmq_setsockopt(sub, ZMQ_IPV6, &on, sizeof on);
     }
-    /* Subscribing to "notice" makes the agent replay every active notice to us at once. */
+    static tracker seen_ids; /* large: not on the stack */
+    /* Subscribing to "notice" makes the agent replay every active notice to us at once; and
+     * "replay/<token>", last, has it name our token in that replay's heartbeat. */
     zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "notice", 6);
     zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "heartbeat", 9);
+    struct timespec started_at;
+    clock_gettime(CLOCK_REALTIME, &started_at);
+    snprintf(seen_ids.token, sizeof seen_ids.token, "c-%ld-%lx-%lx", (long)getpid(),
+             (unsigned long)started_at.tv_sec, (unsigned long)started_at.tv_nsec);
+    char replay_topic[64];
+    snprintf(replay_topic, sizeof replay_topic, "replay/%s", seen_ids.token);
+    zmq_setsockopt(sub, ZMQ_SUBSCRIBE, replay_topic, strlen(replay_topic));
     if (zmq_connect(sub, endpoint) != 0) {
         fprintf(stderr, "forewarn_sub: cannot connect to %s: %s\n", endpoint, zmq_strerror(errno));
         return 2;
     }
     fprintf(stderr, "forewarn_sub: listening on %s\n", endpoint);
 
-    static tracker seen_ids; /* large: not on the stack */
     seen_ids.replay_asked = -REPLAY_ASK_EVERY;
     seen_ids.last_seq = seen_ids.gap_first = seen_ids.gap_last = -1;
     seen_ids.replays = replays;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -212,6 +213,45 @@ class _Verbose:
             self.sub.wait(10)
         self.xpub.close()
         self.context.term()
+
+
+def test_c_subscriber_takes_a_join_replay_not_sent_yet_for_no_loss(
+    tmp_path: Path, binary: Path
+) -> None:
+    """An agent slow to read subscriptions beat for seconds listing a notice in force before
+    the C subscriber joined: it said "never received here" and asked again, though the
+    replay was only late. An agent with `replay_for` in its heartbeats names the subscriber's
+    `replay/<token>` in the heartbeat of its replay; until then nothing listed is lost."""
+    agent = _Verbose(tmp_path, binary, count=1)
+    xpub, sub, subscribed = agent.xpub, agent.sub, agent.subscribed
+    seq = [10]
+
+    def beat(replay_for: list[str]) -> None:
+        body = {"v": 1, "seq": seq[0], "agent": "host/1/a", "active": ["local/standing"]}
+        seq[0] += 1
+        body |= {"acked": [], "replay_for": replay_for}
+        xpub.send_multipart([b"heartbeat", json.dumps(body).encode()])
+
+    def token() -> str | None:
+        subscribed(b"notice")
+        prefix = b"\x01replay/"
+        named = [s[len(prefix) :] for s in agent.subscriptions if s.startswith(prefix)]
+        return named[0].decode() if named else None
+
+    try:
+        eventually(lambda: token() is not None, what="a replay/<token> subscription")
+        assert re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", token() or ""), token()
+        for _ in range(4):
+            beat([])
+        beat(["another", token() or ""])
+        xpub.send_multipart([b"notice", _notice("local/standing", "drain", seq=seq[0])])
+        out, err = sub.communicate(timeout=15)
+        assert sub.returncode == 0, err
+        assert [json.loads(line)["id"] for line in out.splitlines()] == ["local/standing"]
+        assert "never received here" not in err, err
+        assert subscribed(b"notice") == 1, "asked for a replay that was only late"
+    finally:
+        agent.close()
 
 
 def test_c_subscriber_asks_again_for_a_notice_the_heartbeats_list_but_it_never_got(
