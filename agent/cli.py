@@ -1046,14 +1046,20 @@ class _Unreceived:
     Nor before the agent has answered this subscription (a heartbeat naming `token` in its
     `replay_for`), where its heartbeats say it will (an older agent's have no `replay_for`):
     an agent slow to read subscriptions listed a notice in force for seconds before its
-    replay, and `watch` said on stderr that it was "never received here"."""
+    replay, and `watch` said on stderr that it was "never received here". After a restart,
+    the same: the socket subscribes again, and the restarted agent's replay is checked at the
+    heartbeat after the one naming the token, not at its second heartbeat, which such an
+    agent sent before its replay ("whose replay never arrived here")."""
 
     def __init__(self, command: str, events: str, token: str) -> None:
         self.command = command
         self.events = events
         self.token = token
-        self._answered = False  # a heartbeat named the token: the join replay has come
-        self._first_beat: float | None = None
+        # The `agent` of the last heartbeat naming the token: that agent has answered this
+        # socket's subscription. And the agent heard last, with when its first heartbeat was
+        # read here.
+        self._answered_by: object = None
+        self._heard: tuple[object, float] | None = None
         self.received: set[str] = set()
         self._unreceived: dict[str, float] = {}  # listed, not received: since when
         self._asked = -math.inf
@@ -1087,18 +1093,19 @@ class _Unreceived:
         active = set(beat["active"])
         self.received &= active  # gone: one raised again under its id is new again
         now = time.monotonic()
-        if self._first_beat is None:
-            self._first_beat = now
+        agent = beat.get("agent")
+        if self._heard is None or self._heard[0] != agent:
+            self._heard = (agent, now)
         replay_for = beat.get("replay_for")
+        speaks = isinstance(replay_for, list)
+        # Its replay came between an earlier heartbeat naming the token and this one.
+        replayed = not speaks or self._answered_by == agent
         if isinstance(replay_for, list) and self.token in replay_for:
-            self._answered = True
-        # What the heartbeats list before the join replay is what that replay brings; a
-        # replay not come within REPLAY_ASK_EVERY (its heartbeat lost) is asked for as ever.
-        joining = (
-            not self._answered
-            and isinstance(replay_for, list)
-            and now - self._first_beat < REPLAY_ASK_EVERY
-        )
+            self._answered_by = agent
+        # What the heartbeats list before this agent's replay to us is what that replay
+        # brings; one not come within REPLAY_ASK_EVERY (its heartbeat lost) is asked for.
+        waited = now - self._heard[1] >= REPLAY_ASK_EVERY
+        joining = speaks and self._answered_by != agent and not waited
         if self._agent is None:
             # The first heartbeat read: the messages before it (a join replay) are most likely
             # this agent's, and one lost just before it left no gap anywhere else.
@@ -1117,7 +1124,7 @@ class _Unreceived:
             self._restart_ids = set(self._since_jump)
         else:
             self._seqs.note(beat.get("seq"))
-            if self._restart_ids is not None:
+            if self._restart_ids is not None and (replayed or waited):
                 self._unreplayed = active - self._restart_ids
                 self._restart_ids = None
         self._seqs.heartbeat_read()

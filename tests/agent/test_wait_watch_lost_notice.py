@@ -257,3 +257,29 @@ def test_a_restarted_agent_s_first_seq_is_no_gap(tmp_path: Path) -> None:
     printed = [(n["id"], n["replay"]) for n in map(json.loads, out.splitlines())]
     assert printed == [("local/a", False), ("local/a", True), ("local/b", False)]
     assert "never arrived" not in err, err
+
+
+def test_a_restarted_agent_s_replay_slow_to_come_is_not_taken_for_lost(tmp_path: Path) -> None:
+    # A restarted agent slow to read the reconnected socket's subscriptions beat twice
+    # before its replay: at the second heartbeat `watch` said "the restarted agent ... lists
+    # local/a, whose replay never arrived here" and asked for another replay. An agent with
+    # `replay_for` names the socket's token (subscribed again at the reconnection) in the
+    # heartbeat of that replay; the check waits for it.
+    with _command(tmp_path, "watch", "--json", "--count", "3") as (agent, cmd):
+        eventually(lambda: len(agent.tokens()) == 1, what="a replay/<token> subscription")
+        token = agent.tokens()[0]
+        agent.beat(seq=10, replay_for=[token])
+        agent.send("local/a", "drain", seq=11)
+        agent.beat("local/a", seq=12, replay_for=[])
+        for seq in range(500, 506):  # restarted; not answered yet
+            agent.beat("local/a", seq=seq, agent="host/2/b", replay_for=[])
+        agent.beat("local/a", seq=506, agent="host/2/b", replay_for=[token])
+        agent.send("local/a", "drain", seq=507)
+        agent.beat("local/a", seq=508, agent="host/2/b", replay_for=[])
+        agent.send("local/b", "drain", seq=509)
+        out, err = cmd.communicate(timeout=15)
+        assert agent.subscribed(b"notice") == 1, "asked for a replay that was only late"
+    assert cmd.returncode == 0, err
+    printed = [(n["id"], n["replay"]) for n in map(json.loads, out.splitlines())]
+    assert printed == [("local/a", False), ("local/a", True), ("local/b", False)]
+    assert "never arrived" not in err, err
