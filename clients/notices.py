@@ -226,8 +226,11 @@ class Notices:
         # subscription lists it (`replay_for`), and until then what the heartbeats list is
         # that replay still to come, not a loss (see _joining).
         self._replay_token = new_replay_token()
-        self._join_answered = False
-        self._first_beat_at: float | None = None
+        # The `agent` of the last heartbeat naming the token (that agent has answered this
+        # socket's subscriptions), and the agent heard last, with when its first heartbeat
+        # was read here.
+        self._answered_by: object = None
+        self._heard_agent: tuple[object, float] | None = None
         self._replay_wanted = False
         self._replay_asked = -math.inf
         self._replay_said: set[str] = set()
@@ -582,6 +585,7 @@ class Notices:
     def _heartbeat(self, payload: bytes) -> None:
         beat = parse_heartbeat(payload)
         active = set(beat["active"])
+        joining, replayed = self._joining(beat)
         previous, self.agent = self.agent, beat
         if previous is not None and previous.get("agent") != beat.get("agent"):
             # Quicker than heartbeat_timeout, the socket's reconnect hid it: no 'lost the agent'.
@@ -612,13 +616,12 @@ class Notices:
             # likely this agent's, and one lost just before it left no gap anywhere else. If
             # they were an agent's that has gone since, the replay asked for costs little.
             self._seqs.note(beat.get("seq"))
-            if self._restart_ids is not None:
+            if self._restart_ids is not None and replayed:
                 self._note_unreplayed(active - self._restart_ids)
             self._ask_for_gap()
         self._seqs.heartbeat_read()
         self._ids_since_beat = set()
         seq = beat.get("seq")
-        joining = self._joining(beat)
         if self._settling(beat):
             return
         unreceived = active - self.active.keys()
@@ -656,24 +659,28 @@ class Notices:
                 )
             )
 
-    def _joining(self, beat: dict[str, Any]) -> bool:
-        """Whether the agent has yet to answer this client's subscription, as its heartbeats
-        say it will (an older agent's have no `replay_for`): an agent slow to read
-        subscriptions (a loaded node) beat for seconds listing a notice in force before the
-        job started, and the job's log said it was "never received here" and asked for a
-        replay that was only late. Not past REPLAY_ASK_EVERY: a heartbeat naming the token
-        that was lost does not keep a notice from being asked for for good."""
+    def _joining(self, beat: dict[str, Any]) -> tuple[bool, bool]:
+        """(joining, replayed): whether the agent has yet to answer this socket's
+        subscriptions, as its heartbeats say it will (an older agent's have no
+        `replay_for`), and whether its replay to them has come (it came after an earlier
+        heartbeat naming the token; for an older agent, always taken so). An agent slow to
+        read subscriptions (a loaded node) beat for seconds listing a notice in force before
+        the job started, and the job's log said it was "never received here" and asked for a
+        replay that was only late; restarted, its second heartbeat came before its replay to
+        the reconnected socket ("whose replay never arrived here"). Neither past
+        REPLAY_ASK_EVERY after the agent's first heartbeat: a lost heartbeat naming the token
+        does not keep a notice from being asked for for good."""
         now = time.monotonic()
-        if self._first_beat_at is None:
-            self._first_beat_at = now
+        agent = beat.get("agent")
+        if self._heard_agent is None or self._heard_agent[0] != agent:
+            self._heard_agent = (agent, now)
         named = beat.get("replay_for")
+        speaks = isinstance(named, list)
+        replayed = not speaks or self._answered_by == agent
         if isinstance(named, list) and self._replay_token in named:
-            self._join_answered = True
-        return (
-            not self._join_answered
-            and isinstance(named, list)
-            and now - self._first_beat_at < REPLAY_ASK_EVERY
-        )
+            self._answered_by = agent
+        waited = now - self._heard_agent[1] >= REPLAY_ASK_EVERY
+        return speaks and self._answered_by != agent and not waited, replayed or waited
 
     def _settling(self, beat: dict[str, Any]) -> bool:
         """Whether a restarted agent's heartbeats still leave out what its watchers have not

@@ -445,6 +445,41 @@ def test_a_join_replay_an_agent_has_not_sent_yet_is_not_taken_for_a_loss(
         agent.close()
 
 
+def test_a_restarted_agent_s_replay_slow_to_come_is_not_taken_for_lost(
+    tmp_path: Path, caplog: Any
+) -> None:
+    """A restarted agent slow to read the reconnected socket's subscriptions beat twice before
+    its replay: at its second heartbeat the job's log said "the restarted agent ... lists
+    aws/spot/1, whose replay never arrived here" and asked for another. An agent with
+    `replay_for` names the socket's token in its replay's heartbeat; the check waits for it."""
+    import zmq
+
+    agent = FakeAgent(tmp_path)
+    agent.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # as the agent's: repeated subscriptions too
+    notices = Notices(agent.endpoint, agent.control, heartbeat_timeout=3.0)
+    try:
+        agent.subscribed()
+        agent.beat(replay_for=[agent.token])
+        agent.notice("aws/spot/1", "drain")
+        eventually(lambda: notices.active.get("aws/spot/1"), timeout=5, what="the drain")
+        agent.seq = 500  # restarted: it numbers on from its mark
+        for _ in range(4):
+            agent.beat(active=["aws/spot/1"], agent="restarted", replay_for=[])
+        agent.beat(active=["aws/spot/1"], agent="restarted", replay_for=[agent.token])
+        agent.notice("aws/spot/1", "drain")
+        agent.beat(active=["aws/spot/1"], agent="restarted", replay_for=[])
+        eventually(
+            lambda: notices.agent is not None and notices.agent["seq"] == agent.seq,
+            timeout=5,
+            what="the last heartbeat",
+        )
+        assert not agent.pub.poll(300), "asked for a replay that was only late"
+        assert not warnings_about(caplog, "never arrived here")
+    finally:
+        notices.close()
+        agent.close()
+
+
 def test_a_change_lost_just_before_another_notice_is_asked_for_again(
     tmp_path: Path, caplog: Any
 ) -> None:
