@@ -48,7 +48,8 @@
  * "replay_for" in its heartbeats lists the token in the heartbeat of the replay answering this
  * program's subscription. Until then (at most 10 s) what its heartbeats list is that replay
  * still to come, not a loss: an agent slow to read subscriptions beat for seconds listing a
- * notice in force, and this program said it was "never received here" and asked again.
+ * notice in force, and this program said it was "never received here" and asked again. A
+ * restarted agent's replay is checked at the heartbeat after the one naming the token.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, gmtime_r, lstat under -std=c99 too */
 #include <errno.h>
@@ -766,22 +767,29 @@ typedef struct {
     id_set since_jump, restart_ids;
     int restart_check;
     char token[48];     /* of our "replay/<token>" subscription */
-    int answered;       /* a heartbeat's "replay_for" named the token */
-    double first_beat;  /* when the first heartbeat was read, or 0 */
+    int answered;       /* a heartbeat of this agent's "replay_for" named the token */
+    double first_beat;  /* when this agent's first heartbeat was read, or 0 */
 } tracker;
 
-/* Whether the agent has yet to answer our subscription, as its heartbeat `body` says it will
- * (it has "replay_for"; an older agent's has not): not past REPLAY_ASK_EVERY after the first
- * heartbeat, in case the one naming the token was lost. */
-static int joining(tracker *t, const char *body, size_t size) {
+/* Whether the agent has yet to answer our subscriptions, as its heartbeat `body` says it will
+ * (it has "replay_for"; an older agent's has not): not past REPLAY_ASK_EVERY after its first
+ * heartbeat, in case the one naming the token was lost. `*replayed`: its replay to us has
+ * come (after an earlier heartbeat naming the token; always so for an older agent). A
+ * restarted agent answers the subscriptions the socket sends again when it reconnects. */
+static int joining(tracker *t, const char *body, size_t size, int restarted, int *replayed) {
     const char *end = body + size, *stop;
     const char *p = member(body, end, "replay_for", &stop);
     double now = monotonic();
     size_t token_len = strlen(t->token);
-    if (t->first_beat == 0)
+    if (t->first_beat == 0 || restarted) {
         t->first_beat = now;
+        t->answered = 0;
+    }
+    int waited = now - t->first_beat >= REPLAY_ASK_EVERY;
+    *replayed = 1;
     if (!p || *p != '[')
         return 0;
+    *replayed = t->answered || waited;
     p = skip_space(p + 1, stop);
     while (!t->answered && p < stop && *p == '"') {
         size_t len;
@@ -794,7 +802,7 @@ static int joining(tracker *t, const char *body, size_t size) {
         if (p < stop && *p == ',')
             p = skip_space(p + 1, stop);
     }
-    return !t->answered && now - t->first_beat < REPLAY_ASK_EVERY;
+    return !t->answered && !waited;
 }
 
 /* Note the message's "seq". The agent numbers every message it sends one after the other: a
@@ -936,7 +944,8 @@ static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, 
     const char *p = member(body, end, "active", &stop);
     static id_set listed, unreceived; /* kept from one heartbeat to the next: their room */
     const char *missed = NULL;
-    int join_pending = joining(t, body, size);
+    int replayed;
+    int join_pending = joining(t, body, size, restarted, &replayed);
     set_clear(&listed);
     set_clear(&unreceived);
     if (!p || *p != '[')
@@ -961,7 +970,7 @@ static int on_heartbeat(tracker *t, const char *body, size_t size, long budget, 
         for (size_t i = 0; i < t->since_jump.count; i++)
             set_add(&t->restart_ids, t->since_jump.items[i].id, t->since_jump.items[i].len);
         t->restart_check = 1;
-    } else if (t->restart_check) {
+    } else if (t->restart_check && replayed) {
         t->restart_check = 0;
         for (size_t i = 0; i < listed.count && !missed; i++)
             if (set_find(&t->restart_ids, listed.items[i].id, listed.items[i].len) < 0)

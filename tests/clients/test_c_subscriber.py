@@ -1169,6 +1169,49 @@ def test_c_subscriber_asks_a_restarted_agent_again_for_a_replay_that_never_came(
         agent_process.close()
 
 
+def test_c_subscriber_takes_a_restarted_agent_s_replay_slow_to_come_for_no_loss(
+    tmp_path: Path, binary: Path
+) -> None:
+    """A restarted agent slow to read the reconnected socket's subscriptions beat twice before
+    its replay: at its second heartbeat the C subscriber said "whose replay never arrived" and
+    asked again. An agent with `replay_for` names the socket's token in its replay's
+    heartbeat, and the check waits for that."""
+    agent_process = _Verbose(tmp_path, binary, count=2)
+    xpub, sub, subscribed = agent_process.xpub, agent_process.sub, agent_process.subscribed
+
+    def token() -> str | None:
+        subscribed(b"notice")
+        prefix = b"\x01replay/"
+        named = [s[len(prefix) :] for s in agent_process.subscriptions if s.startswith(prefix)]
+        return named[0].decode() if named else None
+
+    def beat(seq: int, replay_for: list[str], agent: str = "host/1/a") -> None:
+        body = {"v": 1, "seq": seq, "agent": agent, "active": ["local/slow"], "acked": []}
+        body["replay_for"] = replay_for
+        xpub.send_multipart([b"heartbeat", json.dumps(body).encode()])
+
+    try:
+        eventually(lambda: token() is not None, what="a replay/<token> subscription")
+        mine = token() or ""
+        beat(10, [mine])
+        xpub.send_multipart([b"notice", _notice("local/slow", "drain", seq=11)])
+        beat(12, [])
+        for seq in range(900, 904):  # restarted, its replay not come yet
+            beat(seq, [], agent="host/2/b")
+        beat(904, [mine], agent="host/2/b")
+        xpub.send_multipart([b"notice", _notice("local/slow", "drain", seq=905)])
+        beat(906, [], agent="host/2/b")
+        xpub.send_multipart([b"notice", _notice("local/new", "drain", seq=907)])
+        out, err = sub.communicate(timeout=15)
+        assert sub.returncode == 0, err
+        printed = [(n["id"], n["action"]) for n in map(json.loads, out.splitlines())]
+        assert printed == [("local/slow", "drain"), ("local/new", "drain")]
+        assert "never arrived" not in err, err
+        assert subscribed(b"notice") == 1, "asked for a replay that was only late"
+    finally:
+        agent_process.close()
+
+
 def test_c_subscriber_past_256_active_notices_prints_no_false_clear_and_no_replay_twice(
     tmp_path: Path, binary: Path
 ) -> None:
