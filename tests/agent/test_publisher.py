@@ -371,6 +371,14 @@ def test_the_documented_client_cap_is_the_codes() -> None:
     assert f"{row} {cap} are tracked already" in operations
 
 
+def test_the_documented_replay_tokens_per_heartbeat_are_the_codes() -> None:
+    from forewarn.protocol.wire import MAX_REPLAY_TOKEN_LENGTH
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    most = publisher.SUBSCRIPTION_BATCH + 1  # the frame awaited, then the batch taken with it
+    assert f"at most {most} of {MAX_REPLAY_TOKEN_LENGTH} characters each" in text
+
+
 def _ipv6_loopback_port() -> int:
     """A free TCP port on ::1; the test is skipped on a kernel without IPv6."""
     import socket
