@@ -23,6 +23,7 @@ from forewarn.protocol.timefmt import (
     utcnow,
 )
 from forewarn.protocol.wire import (
+    MAX_REPLAY_TOKEN_LENGTH,
     MAX_TOKEN_BYTES,
     PROTOCOL_VERSION,
     TOKEN_FIELD,
@@ -206,7 +207,20 @@ class Heartbeat(_Message):
     # lists follow it, and that nothing else of what was active when it joined is to come. A
     # periodic heartbeat with nothing active was the replay of nothing to it, and it took a
     # notice raised a moment later, then its late replay, for two.
-    replay_for: list[str] = Field(default_factory=list)
+    replay_for: list[str] = Field(
+        default_factory=list,
+        description=(
+            "The tokens of the `replay/<token>` subscriptions whose replay this heartbeat "
+            "starts; empty on the heartbeats sent every second. A subscriber that also "
+            "subscribes to `replay/<token>` (after `notice`; a token is 1 to "
+            f"{MAX_REPLAY_TOKEN_LENGTH} ASCII letters, digits, `-`, `_` or `.`, of its own) "
+            "knows, at the heartbeat listing "
+            "its token, that the agent has read its subscriptions and that the notices this "
+            "heartbeat's `active` lists follow, each with the next `seq`: the replay of what "
+            "was in force when it joined. Nothing is published on that topic. An agent "
+            "without this field in its heartbeats never answers so."
+        ),
+    )
 
 
 # Control requests (REQ → REP).
@@ -504,7 +518,9 @@ def json_schema() -> dict[str, Any]:
         "$id": "https://forewarn.dev/schema/protocol-v1.json",
         "title": "forewarn protocol v1",
         "description": (
-            "Events: ZeroMQ XPUB, two frames (topic `notice` or `heartbeat`, then UTF-8 JSON). "
+            "Events: ZeroMQ XPUB, two frames (topic `notice` or `heartbeat`, then UTF-8 JSON); "
+            "a subscription to `notice` (or to `replay/<token>`: see Heartbeat.replay_for) "
+            "makes the agent replay every active notice. "
             "Control: ZeroMQ REP, one JSON request and one JSON reply."
         ),
         "oneOf": [{"$ref": f"#/$defs/{name}"} for name in models],
