@@ -1103,9 +1103,12 @@ class _Unreceived:
         if isinstance(replay_for, list) and self.token in replay_for:
             self._answered_by = agent
         # What the heartbeats list before this agent's replay to us is what that replay
-        # brings; one not come within REPLAY_ASK_EVERY (its heartbeat lost) is asked for.
+        # brings, and so is what the heartbeat naming the token lists (its replay follows
+        # it): taken for missed there, a drain listed for a second before it was "never
+        # received here". One not come within REPLAY_ASK_EVERY (that heartbeat lost) is
+        # asked for.
         waited = now - self._heard[1] >= REPLAY_ASK_EVERY
-        joining = speaks and self._answered_by != agent and not waited
+        joining = not replayed and not waited
         if self._agent is None:
             # The first heartbeat read: the messages before it (a join replay) are most likely
             # this agent's, and one lost just before it left no gap anywhere else.

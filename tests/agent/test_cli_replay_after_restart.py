@@ -68,3 +68,27 @@ def test_a_message_lost_before_the_first_heartbeat_read_is_asked_for() -> None:
     # seq 6, its escalation to terminate: dropped.
     unreceived.heartbeat(beat("node/1/a", 7, ["aws/spot/a"]), sock)
     assert sock.subscribed == [b"notice"]
+
+
+def test_the_notices_a_join_replay_s_heartbeat_lists_are_not_missed_at_that_heartbeat(
+    monkeypatch: Any,
+) -> None:
+    """The heartbeats of an agent slow to read subscriptions listed a drain for seconds; the
+    heartbeat naming the token came a second after the last of them, and `wait` took the
+    drain for missed at that heartbeat, before the replay that follows it: "never received
+    here" (seen with an agent whose replay was held 1.5 s, test_shell_job_loops)."""
+    import forewarn.agent.cli as cli
+
+    clock = [100.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: clock[0])
+    sock, unreceived = Socket(), _Unreceived("wait", "ipc:///nowhere/events", "token-0")
+    for seq in (1, 2):
+        unreceived.heartbeat({**beat("node/1/a", seq, ["aws/spot/a"]), "replay_for": []}, sock)
+        clock[0] += 1.0
+    assert not unreceived.heartbeat(
+        {**beat("node/1/a", 3, ["aws/spot/a"]), "replay_for": ["token-0"]}, sock
+    )
+    unreceived.notice({**NOTICE, "seq": 4, "action": "drain"})  # the replay
+    clock[0] += 1.0
+    assert not unreceived.heartbeat({**beat("node/1/a", 5, ["aws/spot/a"]), "replay_for": []}, sock)
+    assert sock.subscribed == []
