@@ -23,6 +23,7 @@ from forewarn.protocol.wire import (
     ENV_CONFIG,
     ConfigFileError,
     EndpointError,
+    default_runtime_dir,
     environment,
     ipc_path,
     read_toml,
@@ -292,9 +293,10 @@ class Settings(BaseSettings):
 
     def resolved_state_dir(self, *, reading: bool = False) -> Path:
         """`state_dir`, else /var/lib/forewarn when writable, else the XDG state home; when
-        only the runtime directory is overridden, a subdirectory of that named after it, so
-        that two agents never share state by accident. `reading`: for a command that reads
-        the agent's files (`plan`), /var/lib/forewarn also when it can only read it. Absolute:
+        only the runtime directory is overridden (to another place than its default), a
+        subdirectory of that named after it, so that two agents never share state by
+        accident. `reading`: for a command that reads the agent's files (`plan`),
+        /var/lib/forewarn also when it can only read it. Absolute:
         a relative `--state-dir` names the directory it was started from, which the reader of
         a unit's journal cannot place."""
         if self.state_dir is not None:
@@ -311,9 +313,15 @@ class Settings(BaseSettings):
         else:
             xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
             base = Path(os.path.abspath(xdg)) / "forewarn"
-        if self.runtime_dir is None:
-            return base
-        return base / runtime_state_name(self.runtime_dir)
+        default = default_runtime_dir(for_agent=True)
+        if self.runtime_dir is not None and not _same_place(self.runtime_dir, default):
+            return base / runtime_state_name(self.runtime_dir)
+        # A runtime directory written out as the default one is no other agent's: its state
+        # is the default's. Earlier versions kept it in a subdirectory named after it (a user
+        # who wrote `runtime_dir = "/run/forewarn"` down restarted with no saved notice), and
+        # an install set up so keeps its notices there: that one, while it was written last.
+        earlier = base / runtime_state_name(self.runtime_dir or default)
+        return earlier if _saved_later(earlier, base) else base
 
     def resolved_endpoints(self) -> tuple[str, str]:
         """The endpoints to bind, each checked: loopback TCP or ipc unless `allow_remote`."""
@@ -441,6 +449,29 @@ def _relative_to(
 
 
 _ENDPOINTS = ("events", "control")
+
+
+def _same_place(first: Path, second: Path) -> bool:
+    """Whether two paths name one directory: `/var/run/forewarn` is `/run/forewarn` where
+    /var/run links to /run, as it does on every systemd distribution."""
+    return os.path.realpath(first) == os.path.realpath(second)
+
+
+def _saved_later(directory: Path, than: Path) -> bool:
+    """Whether `directory` holds an agent's state file written after `than`'s (or `than`
+    holds none)."""
+
+    def written(where: Path) -> float | None:
+        try:
+            return os.stat(where / "state.json", follow_symlinks=False).st_mtime
+        except OSError:
+            return None
+
+    mine = written(directory)
+    if mine is None:
+        return False
+    theirs = written(than)
+    return theirs is None or mine > theirs
 
 
 def runtime_state_name(runtime: Path) -> str:

@@ -309,6 +309,13 @@ def runtime_dir(*, for_agent: bool = False, config: ClientConfig | None = None) 
         chosen = (config if config is not None else load_client_config()).runtime_dir
         if chosen is not None:
             return chosen
+    return default_runtime_dir(for_agent=for_agent)
+
+
+def default_runtime_dir(*, for_agent: bool = False) -> Path:
+    """The runtime directory when nothing names one: /run/forewarn when writable (for a
+    client, also when it can enter it and an agent runs there), else
+    `$XDG_RUNTIME_DIR/forewarn`, else /tmp/forewarn-<uid>."""
     if _writable(SYSTEM_RUNTIME_DIR):
         return SYSTEM_RUNTIME_DIR
     # A client needs no write access there: a member of the system agent's group enters the
@@ -667,6 +674,7 @@ __all__ = [
     "check_endpoint",
     "client_id_problem",
     "default_endpoints",
+    "default_runtime_dir",
     "environment",
     "ipc_path",
     "ipv6_address",
