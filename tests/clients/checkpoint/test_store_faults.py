@@ -848,3 +848,39 @@ def test_a_rank_killed_mid_file_leaves_no_temp_in_the_generation_its_job_commits
         assert store.verify(3, checksums=True).ok
     assert not dead.exists(), "the killed rank's temp stayed in the committed generation"
     assert live.exists()
+
+
+@pytest.mark.parametrize("code", [errno.EINVAL, errno.EIO])
+def test_a_file_system_without_directory_sync_still_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """A local store on a file system whose directories have no fsync (the kernel answers
+    EINVAL: CIFS before its no-op one, VirtualBox shared folders, some FUSE mounts) failed
+    every save: make_durable's first directory sync raised, the commit removed the files, and
+    the job never had a checkpoint (the guard's exit save on a terminate too). EINVAL there is
+    that file system's answer, as PostgreSQL and the agent's own state writer take it; any
+    other error from the sync still fails the save."""
+    import stat
+
+    real_fsync = os.fsync
+
+    def no_directory_sync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(code, os.strerror(code))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", no_directory_sync)
+    store = CheckpointStore(str(tmp_path / "store"), keep=2)
+    if code == errno.EIO:
+        with pytest.raises(OSError, match="Input/output"):
+            store.flush(1, lambda gen: gen.write_bytes("model.bin", b"weights-1"))
+        assert store.latest() is None
+        store.close()
+        return
+    for step in (1, 2, 3):
+        result = store.flush(step, lambda gen, s=step: gen.write_bytes("model.bin", b"w%d" % s))
+        assert result.generation.step == step
+    latest = store.latest(verify="checksums")
+    assert latest is not None and latest.step == 3 and latest.read_bytes("model.bin") == b"w3"
+    assert store.steps() == [2, 3] and store.latest_hint() == 3
+    store.close()
