@@ -112,17 +112,35 @@ def remove_leftovers(directory: Path) -> list[str]:
 MAX_STATE_BYTES = 64 * 1024
 
 
+def _read_small(path: Path) -> bytes:
+    """The regular file `path`, not through a link and without blocking (a FIFO left in its
+    place hung the watcher's start for good), MAX_STATE_BYTES at most: OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_STATE_BYTES:
+            chunk = os.read(fd, MAX_STATE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > MAX_STATE_BYTES:
+        raise OSError(errno.EFBIG, f"larger than {MAX_STATE_BYTES} bytes")
+    return b"".join(chunks)
+
+
 def read_state_object(path: Path, provider: str) -> dict[str, object] | None:
     """The JSON object a watcher saved in `path`; None when there is none. A file that cannot
-    be read, is larger than MAX_STATE_BYTES, is not JSON or not an object is logged and
-    taken as none: a notice raised once more or once less is a smaller harm than a watcher
-    that cannot start."""
+    be read, is no regular file (a link, a FIFO), is larger than MAX_STATE_BYTES, is not JSON
+    or not an object is logged and taken as none: a notice raised once more or once less is a
+    smaller harm than a watcher that cannot start."""
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_STATE_BYTES + 1)
-        if len(data) > MAX_STATE_BYTES:
-            raise ValueError(f"larger than {MAX_STATE_BYTES} bytes")
-        payload = json.loads(data)
+        payload = json.loads(_read_small(path))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError) as error:

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from ..boot import boot_id, machine_started
 from ..health import PollHealth
-from ..persist import write_or_report
+from ..persist import read_state_object, write_or_report
 
 log = logging.getLogger("forewarn.providers.gcp")
 
@@ -42,16 +42,10 @@ class ActiveNotices:
     def _load(self) -> dict[str, Report]:
         if self.path is None:
             return {}
-        try:
-            payload = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        # RecursionError: nested a few thousand deep; escaping, it crashed every start.
-        except (OSError, ValueError, RecursionError) as error:
-            log.warning("gcp: ignoring unreadable %s (%s)", self.path, error)
-            return {}
-        if not isinstance(payload, dict):
-            log.warning("gcp: ignoring %s: not a JSON object", self.path)
+        # Read as the other watchers read their files: a FIFO in its place hung the start,
+        # and a file of any size was read whole.
+        payload = read_state_object(self.path, "gcp")
+        if payload is None:
             return {}
         notices = {}
         booted = machine_started()

@@ -10,12 +10,17 @@ costs only that report.
 from __future__ import annotations
 
 import json
+import os
+import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from forewarn.providers.boot import boot_id
 from forewarn.providers.digitalocean.seen import ActiveReclaims
 from forewarn.providers.gcp.active import ActiveNotices
+from forewarn.providers.persist import MAX_STATE_BYTES, read_state_object
 from forewarn.providers.report import Report, saved_report
 from hypothesis import given
 from hypothesis import strategies as st
@@ -151,3 +156,50 @@ def test_any_boot_saved_with_a_gcp_notice_loads(boot: object) -> None:
         # Seen now: by the clock this boot's, and by a boot id if it names one.
         another = isinstance(boot, str) and boot_id() is not None and boot != boot_id()
         assert ActiveNotices(path).get("maintenance-event") == (None if another else drain)
+
+
+def _gcp_notices(path: Path) -> object:
+    return ActiveNotices(path).notices
+
+
+def _state_object(path: Path) -> object:
+    return read_state_object(path, "aws")
+
+
+@pytest.mark.parametrize("read", [_gcp_notices, _state_object], ids=["gcp", "shared"])
+@pytest.mark.parametrize("kind", ["fifo", "too large", "link to a large file"])
+def test_a_watchers_file_that_is_no_small_regular_file_is_passed_over(
+    tmp_path: Path, read: Callable[[Path], object], kind: str
+) -> None:
+    """A watcher's own file that is a FIFO hung its watcher's start for good (GCP's
+    `gcp-notices.json` and every file read through `read_state_object` were opened for a
+    blocking read), and GCP's read one of any size whole. Each is now read as the agent reads
+    state.json: not through a link, without blocking, a regular file of 64 KiB at most;
+    anything else is logged and taken as none."""
+    path = tmp_path / "gcp-notices.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        # A notice in force, in a file over the limit: read whole, it was restored.
+        preempted = Report(
+            id="gcp/preempted/1",
+            action="terminate",
+            reason="preemption",
+            provider="gcp",
+            noticed_at=datetime.now(timezone.utc),
+        )
+        saved = json.dumps({"preempted": as_saved(preempted, boot_id=boot_id())})
+        big = tmp_path / "big.json" if kind.startswith("link") else path
+        big.write_text(saved + " " * MAX_STATE_BYTES)
+        if big != path:
+            path.symlink_to(big)
+    result: list[object] = []
+    reader = threading.Thread(target=lambda: result.append(read(path)), daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive() and kind == "fifo":
+        # Let the blocked open go, so the failing test leaves no thread behind.
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+        pytest.fail("the read of a FIFO blocked")
+    assert result in ([{}], [None]), result
