@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from forewarn.protocol.fields import Action
-from forewarn.protocol.timefmt import parse_time, utcnow
+from forewarn.protocol.timefmt import format_time, parse_time, utcnow
 
 from .protocol import Notice, Report
 from .steadyclock import steady_seconds
@@ -115,6 +115,10 @@ class Entry:
     # When the board raised it by `NoticeBoard.clock`, which no step of the wall clock moves;
     # None when not known (restored from an earlier boot): see `ages`.
     raised_clock: float | None = None
+    # Its deadline by `NoticeBoard.clock`, for a deadline given as a duration (`forewarn
+    # notify --deadline 15m`): a step of the wall clock moves the wall-clock deadline with it
+    # (`_follow_steps`). None for a deadline that names a moment, which a step leaves be.
+    deadline_clock: float | None = None
 
 
 @dataclass
@@ -161,6 +165,7 @@ class NoticeBoard:
         # action (an Azure approval, the flag file's removal) fired twice for one notice.
         self.remembered: dict[str, Remembered] = {}
         self.flushed_at_raise: list[str] = []  # see take_flushed
+        self.moved: list[Notice] = []  # see take_moved
         # Provider notices retired while still reported, as last reported, until their provider
         # reports them again or withdraws them: what a watcher built after a crash is handed
         # (`provider_reports`), as its predecessor kept them. Without them an Azure Started event
@@ -385,13 +390,22 @@ class NoticeBoard:
     # Changes.
 
     def report(
-        self, report: Report, *, manual: bool = False, raised_at: datetime | None = None
+        self,
+        report: Report,
+        *,
+        manual: bool = False,
+        raised_at: datetime | None = None,
+        deadline_clock: float | None = None,
     ) -> Notice | None:
-        """Take a watcher's report; return the notice to publish, or None when nothing changed."""
+        """Take a watcher's report; return the notice to publish, or None when nothing changed.
+        `deadline_clock`: the report's deadline by `clock`, where it was given as a duration
+        (it then follows a step of the wall clock)."""
         if report.action == "clear":
             return self.clear(report.id, detail=report.detail)
         action = self._action_for(report)
         entry = self.entries.get(report.id)
+        if entry is not None:
+            entry.deadline_clock = deadline_clock
         if entry is None:
             remembered = self.remembered.pop(report.id, None)
             self.retired.pop(report.id, None)
@@ -405,6 +419,7 @@ class NoticeBoard:
                 manual=manual,
                 expected=set(self.clients),
                 raised_clock=self.clock(),
+                deadline_clock=deadline_clock,
             )
             if remembered is not None:
                 entry.saved = remembered.saved
@@ -452,7 +467,10 @@ class NoticeBoard:
 
     def due(self) -> tuple[list[Notice], list[Notice]]:
         """(escalations, expiries) that are due now: drains whose deadline came within the
-        exit margin, re-sent as terminate; notices past their end, retired with a clear."""
+        exit margin, re-sent as terminate; notices past their end, retired with a clear.
+        A deadline given as a duration is first moved by any step of the wall clock: those
+        moved and still drains are for `take_moved`."""
+        self._follow_steps()
         now = self.now()
         expired = []
         for notice_id, entry in list(self.entries.items()):
@@ -554,6 +572,36 @@ class NoticeBoard:
             if self._newly_flushed(entry):
                 done.append(notice_id)
         return done
+
+    def _follow_steps(self) -> None:
+        """Move each deadline held on `clock` to where that clock puts it on the wall clock
+        now, when a step of the wall clock has set the two apart by the tolerance or more. A
+        drain moved is re-published (same id) through `take_moved`; one the move brings
+        inside the exit margin is escalated by `due` instead."""
+        now, clock = self.now(), self.clock()
+        for entry in self.entries.values():
+            if entry.deadline_clock is None or entry.report.deadline is None:
+                continue
+            moved = _plus(now, timedelta(seconds=entry.deadline_clock - clock))
+            if not _deadline_moved(entry.report.deadline, moved):
+                continue
+            log.warning(
+                "notice %s: the wall clock was stepped; its deadline, given as a duration, "
+                "moves from %s to %s",
+                entry.report.id,
+                format_time(entry.report.deadline),
+                format_time(moved),
+            )
+            entry.report = entry.report.model_copy(update={"deadline": moved})
+            action = self._action_for(entry.report)
+            if entry.notice.action == "drain" and action == "drain":
+                entry.notice = self._stamp(entry.report, "drain")
+                self.moved.append(entry.notice)
+
+    def take_moved(self) -> list[Notice]:
+        """The drains whose deadline `due` moved after a step of the wall clock, to publish."""
+        moved, self.moved = self.moved, []
+        return moved
 
     def take_flushed(self) -> list[str]:
         """The notices raised again (`report`) flushed by every client already: their

@@ -585,6 +585,10 @@ def cmd_notify(args: argparse.Namespace) -> int:
             if problem is not None:
                 raise UsageError(f"--deadline: {args.deadline!r}: {problem}")
             payload["deadline"] = format_time(deadline)
+            if _is_duration(args.deadline):
+                # 15 minutes from now however the wall clock is stepped meanwhile: the agent
+                # keeps it on the boot clock. `deadline` beside it is for older agents.
+                payload["deadline_in"] = parse_duration(args.deadline)
         if args.note:
             payload["note"] = args.note
         # The id is chosen here, not by the agent, so that a notify whose answer did not come
@@ -605,8 +609,18 @@ def cmd_notify(args: argparse.Namespace) -> int:
         )
     clear_one = args.action == "clear" and args.id is not None
     reply = _ask(
-        control, payload, args.runtime_dir, args.timeout, unanswered=unanswered, refusals=clear_one
+        control,
+        payload,
+        args.runtime_dir,
+        args.timeout,
+        unanswered=unanswered,
+        refusals=clear_one or "deadline_in" in payload,
     )
+    if "deadline_in" in payload and str(reply.get("error")).startswith(_NO_DEADLINE_IN):
+        # An agent older than the field (the package upgraded, the agent not restarted yet):
+        # the deadline as a time, as it was always sent. The same id: no second notice.
+        del payload["deadline_in"]
+        reply = _ask(control, payload, args.runtime_dir, args.timeout, unanswered=unanswered)
     if reply.get("ok") is not True:
         refused = str(reply.get("error"))
         if not refused.startswith(NO_ACTIVE_MANUAL):
@@ -629,6 +643,19 @@ def cmd_notify(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+# What an agent older than `deadline_in` answers a notify that carries it.
+_NO_DEADLINE_IN = "deadline_in: not a field of a notify request"
+
+
+def _is_duration(text: str) -> bool:
+    """Whether a `--deadline` that parsed is a duration (`15m`), not an RFC 3339 time."""
+    try:
+        parse_time(text)
+    except ValueError:
+        return True
+    return False
 
 
 def _nothing_cleared(control: str, args: argparse.Namespace) -> int:

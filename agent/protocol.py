@@ -47,6 +47,7 @@ from pydantic import (
 from .limits import (
     MANUAL_ID_PATTERN,
     MAX_ACK_NOTE_LENGTH,
+    MAX_DEADLINE_AHEAD,
     MAX_FLUSH_SECONDS,
     MAX_ID_LENGTH,
     MAX_NOTE_LENGTH,
@@ -235,12 +236,25 @@ class NotifyRequest(_Message):
     action: Literal["drain", "terminate"]
     reason: Reason = "manual"
     deadline: WireTime | None = None
+    # A deadline given as a duration (`forewarn notify --deadline 15m`): seconds from this
+    # request. The agent keeps it on the boot clock, so that a step of the wall clock (NTP's
+    # first sync) moves the deadline with it; a `deadline` beside it, for agents older than
+    # this field, is then not used.
+    deadline_in: float | None = Field(
+        default=None, gt=0, le=MAX_DEADLINE_AHEAD.total_seconds(), allow_inf_nan=False
+    )
     note: str | None = Field(default=None, max_length=MAX_NOTE_LENGTH)
     # The pattern is for the schema: the agent refuses any other id naming the rule it breaks
     # (`id_problem`); without it the schema took "drill-1", which the agent refuses.
     id: Annotated[str, Field(json_schema_extra={"pattern": MANUAL_ID_PATTERN})] | None = Field(
         default=None, min_length=1, max_length=MAX_ID_LENGTH
     )
+
+    @field_validator("deadline_in", mode="before")
+    @classmethod
+    def _json_number(cls, value: Any) -> Any:
+        """A JSON number or null, as the schema says (lax, `true` was a second, "900" 900)."""
+        return _json_number(value)
 
 
 class ClearRequest(_Message):
@@ -290,9 +304,13 @@ class AckRequest(_Message):
     def _json_number(cls, value: Any) -> Any:
         """A JSON number or null, as the schema says: pydantic's lax mode took `true` as step
         1 and the string "4.2" as a flush of 4.2 s."""
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise ValueError(f"expected a JSON number, got {json.dumps(value, default=repr)[:40]}")
-        return value
+        return _json_number(value)
+
+
+def _json_number(value: Any) -> Any:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ValueError(f"expected a JSON number, got {json.dumps(value, default=repr)[:40]}")
+    return value
 
 
 class HoldRequest(_Message):

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -1008,9 +1008,14 @@ class Agent:
             self.observers.on_expired(notice)
             self._send(notice, escalated=False)
             self._forget(notice)
+        moved = self.board.take_moved()
+        for notice in moved:
+            # A deadline given as a duration, moved by a step of the wall clock: the same
+            # drain, its deadline where the boot clock puts it.
+            self._send(notice, escalated=False)
         for notice in escalated:
             self._send(notice, escalated=True)
-        if escalated:
+        if escalated or moved:
             self._save()  # after: a terminate waits for no disk
 
     async def _escalations(self) -> None:
@@ -1118,8 +1123,14 @@ class Agent:
         return found
 
     def _notify(self, req: NotifyRequest) -> NotifyReply | ErrorReply:
-        if req.deadline is not None:
-            problem = deadline_problem(req.deadline, utcnow())
+        deadline, deadline_clock = req.deadline, None
+        if req.deadline_in is not None:
+            # A duration counts from now on the boot clock: a step of the wall clock after
+            # it moved the terminate by the step (`NoticeBoard._follow_steps`).
+            deadline = utcnow() + timedelta(seconds=req.deadline_in)
+            deadline_clock = self.board.clock() + req.deadline_in
+        elif deadline is not None:
+            problem = deadline_problem(deadline, utcnow())
             if problem is not None:
                 return ErrorReply(error=f"deadline: {problem}")
         notice_id = req.id or f"local/manual/{uuid.uuid4().hex[:8]}"
@@ -1140,10 +1151,10 @@ class Agent:
             action=req.action,
             reason=req.reason,
             provider="local",
-            deadline=req.deadline,
+            deadline=deadline,
             detail=detail,
         )
-        notice = self.board.report(report, manual=True)
+        notice = self.board.report(report, manual=True, deadline_clock=deadline_clock)
         if notice is not None:
             # Publish first: subscribers are waiting on the clock. The requester's reply comes
             # after the state is on disk (`_handle` waits for the writer), so an accepted notify

@@ -163,6 +163,32 @@ def test_the_agent_takes_an_acks_number_exactly_when_the_schema_does(
     assert taken == ack.is_valid(request), (field, value)
 
 
+@given(value=JSON_VALUES | st.floats(min_value=0, max_value=4e7))
+@example(value=True)
+@example(value="900")
+@example(value=0)
+@example(value=366 * 86400)
+@example(value=366 * 86400 + 0.5)
+def test_the_agent_takes_a_notifys_deadline_in_exactly_when_the_schema_does(value: Any) -> None:
+    """`deadline_in`, a notify's deadline as seconds from the request (`--deadline 15m`)."""
+    import jsonschema  # installed with kubernetes-validate, a test extra
+    from forewarn.agent.protocol import CONTROL_REQUEST
+    from pydantic import ValidationError
+
+    schema = json.loads(SCHEMA.read_text())
+    notify = jsonschema.Draft202012Validator({**schema, "$ref": "#/$defs/NotifyRequest"})
+    request = json.loads(
+        json.dumps({"op": "notify", "action": "drain", "deadline_in": value})
+    )  # as it comes off the wire
+    try:
+        CONTROL_REQUEST.validate_python(request)
+        taken = True
+    except ValidationError as error:
+        taken = False
+        assert [problem["loc"][:2] for problem in error.errors()] == [("notify", "deadline_in")]
+    assert taken == notify.is_valid(request), value
+
+
 NOTICE = wire_notice()
 HEARTBEAT = wire_heartbeat()
 MISSING = object()

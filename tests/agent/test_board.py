@@ -739,3 +739,53 @@ def test_a_restored_notice_awaits_its_provider_for_the_grace_on_the_boot_clock()
     steady[0] = restarted.grace.total_seconds()
     _, (expired,) = restarted.due()
     assert expired.id == "aws/spot-itn/1"
+
+
+def test_a_deadline_given_as_a_duration_follows_a_step_of_the_wall_clock() -> None:
+    """`forewarn notify drain --deadline 15m` is 15 minutes from the command. Held as a wall
+    time, NTP stepping the clock forward 25 min (first sync on a VM whose clock was behind)
+    retired the drain at once with a clear and no terminate ever went out, and a step back
+    of 10 min sent the terminate 10 min after the 15 had passed: both times the job's exit
+    save came after the machine was gone. Now, given as a duration, its deadline is kept on
+    the boot clock, moved with each step and sent again (same id), and the terminate comes
+    at 15 min less the margin of real time."""
+    for step in (timedelta(minutes=25), timedelta(minutes=-10)):
+        wall = Clock()
+        steady = [0.0]
+        b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda steady=steady: steady[0])
+        raised = report(
+            id="local/manual/1",
+            provider="local",
+            reason="manual",
+            deadline=T0 + timedelta(minutes=15),
+        )
+        b.report(raised, manual=True, deadline_clock=900.0)
+        wall.now = T0 + step + timedelta(seconds=1)
+        steady[0] = 1.0
+        assert b.due() == ([], []), step
+        (moved,) = b.take_moved()
+        assert moved.id == "local/manual/1" and moved.action == "drain"
+        assert moved.deadline == wall.now + timedelta(seconds=899)
+        assert b.next_due() == wall.now + timedelta(seconds=899 - 30)
+        wall.now += timedelta(seconds=868)
+        steady[0] += 868
+        assert b.due() == ([], []) and b.take_moved() == []
+        wall.now += timedelta(seconds=1)
+        steady[0] += 1
+        (terminate,), expired = b.due()
+        assert terminate.action == "terminate" and expired == []
+        assert terminate.deadline == wall.now + timedelta(seconds=30)
+
+
+def test_a_deadline_given_as_a_time_stays_that_time_across_a_step() -> None:
+    """`--deadline 2026-11-30T03:15:00Z` (a reclaim mail's time) names a moment: after the
+    clock is stepped right, that moment is still the machine's end."""
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    deadline = T0 + timedelta(minutes=15)
+    b.report(report(id="local/manual/1", provider="local", deadline=deadline), manual=True)
+    wall.now = T0 + timedelta(minutes=14, seconds=50)  # stepped forward; 1 s has passed
+    steady[0] = 1.0
+    (terminate,), _ = b.due()
+    assert terminate.deadline == deadline and b.take_moved() == []

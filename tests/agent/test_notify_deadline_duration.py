@@ -1,0 +1,121 @@
+"""`forewarn notify --deadline 15m` is 15 minutes from the command, not the wall-clock time
+it came to: the command sends the duration (`deadline_in`), which the agent keeps on the
+boot clock (tests/agent/test_board.py has what a step of the wall clock then does)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+from forewarn.agent.cli import main
+from forewarn.agent.protocol import NotifyRequest
+from forewarn.protocol.timefmt import parse_time, utcnow
+from pydantic import ValidationError
+from support import running_agent
+
+
+class OlderAgent:
+    """A control socket answering as an agent that predates `deadline_in`: a notify with it
+    is refused as the agent refuses any field it does not know; any other is raised."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.sock: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.REP)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind(endpoint)
+        self.requests: list[dict[str, Any]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            if not self.sock.poll(20):
+                continue
+            request = json.loads(self.sock.recv())
+            self.requests.append(request)
+            if "deadline_in" in request:
+                reply: dict[str, Any] = {
+                    "ok": False,
+                    "error": "deadline_in: not a field of a notify request",
+                }
+            else:
+                notice = {
+                    "id": request["id"],
+                    "action": "drain",
+                    "reason": "manual",
+                    "provider": "local",
+                    "deadline": request.get("deadline"),
+                }
+                reply = {"ok": True, "notice": notice}
+            self.sock.send(json.dumps(reply).encode())
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def older(tmp_path: Path) -> Iterator[tuple[OlderAgent, list[str]]]:
+    agent = OlderAgent(f"ipc://{tmp_path}/control")
+    try:
+        yield agent, ["--runtime-dir", str(tmp_path)]
+    finally:
+        agent.close()
+
+
+def run(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as leave:
+        return int(leave.code or 0)
+
+
+def test_an_agent_older_than_deadline_in_still_gets_the_notice(
+    older: tuple[OlderAgent, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The package upgraded, the agent not restarted yet: the notify is sent again with the
+    deadline as a time alone, under the same id (no second notice)."""
+    agent, flags = older
+    assert run(["notify", "drain", "--deadline", "15m", *flags]) == 0, capsys.readouterr().err
+    first, second = agent.requests
+    assert first["deadline_in"] == 900.0 and "deadline_in" not in second
+    assert first["id"] == second["id"] and first["deadline"] == second["deadline"]
+    left = parse_time(second["deadline"]) - utcnow()
+    assert timedelta(minutes=14) < left <= timedelta(minutes=15)
+
+
+def test_a_deadline_given_as_a_time_is_sent_as_that_time_alone(
+    older: tuple[OlderAgent, list[str]],
+) -> None:
+    agent, flags = older
+    at = "2099-01-01T00:00:00Z"
+    # More than 366 days ahead: refused by the command itself.
+    assert run(["notify", "drain", "--deadline", at, *flags]) == 2
+    moment = (utcnow() + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert run(["notify", "drain", "--deadline", moment, *flags]) == 0
+    [sent] = agent.requests
+    assert "deadline_in" not in sent and parse_time(sent["deadline"]) == parse_time(moment)
+
+
+def test_the_agent_takes_a_deadline_given_as_a_duration(tmp_path: Path) -> None:
+    with running_agent(tmp_path) as agent:
+        request = {"op": "notify", "action": "drain", "deadline_in": 900, "id": "local/d"}
+        # `deadline` beside it, for older agents, is not what counts.
+        request["deadline"] = "2099-01-01T00:00:00Z"
+        reply = agent.control(request)
+        assert reply["ok"], reply
+        left = parse_time(reply["notice"]["deadline"]) - utcnow()
+        assert timedelta(minutes=14) < left <= timedelta(minutes=15)
+
+
+@pytest.mark.parametrize("seconds", [0, -1, float("inf"), 366 * 86400 + 1, "15m"])
+def test_a_deadline_in_out_of_range_is_refused_naming_it(seconds: object) -> None:
+    with pytest.raises(ValidationError, match="deadline_in"):
+        NotifyRequest.model_validate({"op": "notify", "action": "drain", "deadline_in": seconds})
