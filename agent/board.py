@@ -234,6 +234,15 @@ class NoticeBoard:
             if entry.raised_clock is not None
         }
 
+    def deadline_clocks(self) -> dict[str, float]:
+        """The deadlines given as a duration, by id, on `clock`: saved, so that a restarted
+        agent (same boot) still moves them with a step of the wall clock."""
+        return {
+            notice_id: entry.deadline_clock
+            for notice_id, entry in self.entries.items()
+            if entry.deadline_clock is not None
+        }
+
     def raised_clocks(self) -> dict[str, float]:
         """When each active notice was raised by `clock`, where known: saved with the boot
         id, so that a board restored in the same boot still has the notices' `ages`."""
@@ -679,6 +688,7 @@ class NoticeBoard:
         raised: Mapping[str, datetime] | None = None,
         held_by: Mapping[str, Iterable[str]] | None = None,
         raised_clock: Mapping[str, float] | None = None,
+        deadline_clock: Mapping[str, float] | None = None,
     ) -> None:
         """Bring back manual notices saved before a restart (re-stamped, same ids). Their
         expiry clock runs from when they were first noticed, not from the restart. Provider
@@ -697,7 +707,9 @@ class NoticeBoard:
         them, as before the restart. `held_by` are the clients holding each (`held_by()`): still
         waited for, as they never reconnect. `raised_clock` are the readings of `clock` when
         they were raised (`raised_clocks()`), given only when that clock has run on since (the
-        same boot): their `ages` go on from them."""
+        same boot): their `ages` go on from them. `deadline_clock` are the manual notices'
+        deadlines on that clock where they were given as a duration (`deadline_clocks()`, the
+        same boot only): they follow a step of the wall clock, as before the restart."""
         saved_ids = set(saved)
         escalated_ids = set(escalated)
         now = self.clock()
@@ -715,7 +727,13 @@ class NoticeBoard:
             if notice.id in self.entries:
                 continue  # saved twice (a hand-edited file): the first stands
             raised_at = (raised or {}).get(notice.id, notice.noticed_at)
-            self.report(report, manual=manual, raised_at=raised_at)
+            held_on_clock = (deadline_clock or {}).get(notice.id) if manual else None
+            self.report(
+                report,
+                manual=manual,
+                raised_at=raised_at,
+                deadline_clock=held_on_clock if report.deadline is not None else None,
+            )
             entry = self.entries.get(notice.id)
             if entry is None:
                 continue

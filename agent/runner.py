@@ -404,6 +404,9 @@ class Agent:
             raised_clock=state.raised_clock
             if saved_this_boot(state, self.boot_id, self.booted)
             else None,
+            deadline_clock=state.deadline_clock
+            if saved_this_boot(state, self.boot_id, self.booted)
+            else None,
         )
         if state.boot_id is not None and state.boot_id == self.boot_id:
             # Pids of the same boot only: after a reboot they name other processes, if any.
@@ -1367,6 +1370,7 @@ class Agent:
                 # sync) moved the boot time the next start reads, and that start took this
                 # boot's file for another boot's, its provider notices not restored.
                 self._booted_saved(),
+                self.board.deadline_clocks(),
             )
         )
 

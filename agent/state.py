@@ -81,6 +81,11 @@ class AgentState:
     # When the machine booted (`machine_started`) when saved: where the boot id cannot be read
     # (a container without /proc/sys/kernel/random/boot_id), what tells another boot's file.
     booted: datetime | None = None
+    # The deadlines given as a duration (`forewarn notify --deadline 15m`), by id, on the boot
+    # clock, for the same boot as `raised_clock`: a restarted agent that forgot them held the
+    # deadline at the wall time it had come to, and a step of the clock after the restart
+    # moved the terminate by the step.
+    deadline_clock: dict[str, float] = field(default_factory=dict)
 
 
 # Larger files are not ours: MAX_MANUAL notices take a few hundred kilobytes at most.
@@ -161,6 +166,7 @@ def load_state(path: Path) -> AgentState:
         held_pids=_held_pids(raw.get("held_pids", {})),
         raised_clock=_clock_readings(raw.get("raised_clock", {})),
         booted=saved_boot_time(raw.get("booted")),
+        deadline_clock=_clock_readings(raw.get("deadline_clock", {})),
     )
 
 
@@ -392,6 +398,7 @@ def encode_state(state: AgentState) -> bytes:
             for notice_id, holders in state.held_pids.items()
         },
         "raised_clock": dict(state.raised_clock),
+        "deadline_clock": dict(state.deadline_clock),
     }
     return json.dumps(payload, indent=1).encode()
 

@@ -789,3 +789,24 @@ def test_a_deadline_given_as_a_time_stays_that_time_across_a_step() -> None:
     steady[0] = 1.0
     (terminate,), _ = b.due()
     assert terminate.deadline == deadline and b.take_moved() == []
+
+
+def test_a_deadline_given_as_a_duration_follows_a_step_after_a_restart_in_the_same_boot() -> None:
+    """The agent restarted (an upgrade) between `forewarn notify --deadline 15m` and NTP's
+    step: the restored drain held its deadline at the wall time it had come to."""
+    wall = Clock()
+    steady = [0.0]
+    b = NoticeBoard(Sequencer(0), 30.0, now=wall, clock=lambda: steady[0])
+    raised = report(
+        id="local/manual/1", provider="local", reason="manual", deadline=T0 + timedelta(minutes=15)
+    )
+    b.report(raised, manual=True, deadline_clock=900.0)
+    saved = b.deadline_clocks()
+    assert saved == {"local/manual/1": 900.0}
+    restarted = NoticeBoard(Sequencer(b.sequencer.value), 30.0, now=wall, clock=lambda: steady[0])
+    restarted.restore(b.manual(), [], [], deadline_clock=saved)
+    wall.now = T0 + timedelta(minutes=25, seconds=60)  # stepped forward; a minute has passed
+    steady[0] = 60.0
+    assert restarted.due() == ([], [])
+    (moved,) = restarted.take_moved()
+    assert moved.deadline == wall.now + timedelta(seconds=840)

@@ -131,3 +131,15 @@ def test_a_notice_list_edited_into_no_list_is_reported_not_dropped_in_silence(
     assert getattr(state, key) == []
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any(f"{key} is not a list" in message for message in errors), errors
+
+
+def test_a_state_files_duration_deadlines_read_back_as_written(tmp_path: Path) -> None:
+    """`forewarn notify --deadline 15m`'s deadline on the boot clock: a restarted agent that
+    did not read it back held the deadline at the wall time it had come to."""
+    path = tmp_path / "state.json"
+    path.write_bytes(encode_state(AgentState(deadline_clock={"local/manual/1": 900.5})))
+    assert load_state(path).deadline_clock == {"local/manual/1": 900.5}
+    old = json.loads(path.read_text())
+    del old["deadline_clock"]  # a file of an agent before it
+    path.write_text(json.dumps(old))
+    assert load_state(path).deadline_clock == {}
