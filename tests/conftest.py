@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,43 @@ def rank_launcher(_rank_launchers: list[RankLauncher]) -> Iterator[RankLauncher]
     launcher = _rank_launchers[-1]
     yield launcher
     launcher.cleanup()
+
+
+# What `forewarn` loads before it refuses a bad input, for most commands: its parser, the
+# configuration and the provider registry (~0.2 CPU-s of a fresh interpreter's 0.23). Not
+# forewarn.agent.cli itself: `-m` runs it afresh, and runpy warns on stderr when it is loaded.
+CLI_PRELOAD = (
+    "forewarn.agent.config",
+    "forewarn.agent.eventlines",
+    "forewarn.agent.waitrule",
+    "forewarn.providers.registry",
+    "forewarn.providers.sim_cli",
+)
+
+
+@pytest.fixture(scope="session")
+def _cli_launcher() -> Iterator[RankLauncher]:
+    base = {key: value for key, value in os.environ.items() if not key.startswith("FOREWARN_")}
+    base.pop("PYTHONUNBUFFERED", None)
+    with RankLauncher(preload=CLI_PRELOAD, env=base) as launcher:
+        yield launcher
+
+
+@pytest.fixture
+def run_forewarn_forked(
+    _cli_launcher: RankLauncher,
+) -> Iterator[Callable[..., subprocess.CompletedProcess[str]]]:
+    """`run_forewarn` in a process forked from one that loaded forewarn's command line once
+    (tests/forked_ranks.py): its own process, environment, exit code and stderr, as
+    `python -m forewarn.agent.cli ARGS` has them, for ~0.02 CPU-s instead of ~0.23. For the
+    many bad inputs of one command; a test of the installed command keeps `run_forewarn`."""
+
+    def run(
+        *args: str, env: dict[str, str], timeout: float = 30
+    ) -> subprocess.CompletedProcess[str]:
+        process = _cli_launcher.start("-m forewarn.agent.cli", list(args), env)
+        out, err = process.communicate(timeout=timeout)
+        return subprocess.CompletedProcess(["forewarn", *args], process.wait(), out, err)
+
+    yield run
+    _cli_launcher.cleanup()

@@ -21,7 +21,9 @@ rank's pid and, when it ends, its exit status (negative: the signal that killed 
 
 The suite shares one launcher per pytest process (the `rank_launcher` fixture, tests/
 conftest.py): the ranks' CPU time reaches the pytest process's children when that launcher
-is waited for, at the end of the session, not at the end of each test.
+is waited for, at the end of the session, not at the end of each test. Another launcher, with
+forewarn's command line loaded, forks `python -m forewarn.agent.cli` for the many bad-input
+cases of one command (the `run_forewarn_forked` fixture).
 """
 
 from __future__ import annotations
@@ -155,11 +157,12 @@ class RankLauncher:
         return self._process.poll() is None
 
     def start(
-        self, script: Path, argv: list[str], env: dict[str, str], stderr: bool = True
+        self, script: Path | str, argv: list[str], env: dict[str, str], stderr: bool = True
     ) -> RankProcess:
         """Fork one rank running `script` as `__main__` with `argv` and exactly `env`;
         its stdout (and stderr, unless `stderr=False`: then it goes to the launcher's log)
-        is a pipe to this process."""
+        is a pipe to this process. A `script` of the form `-m package.module` runs that
+        module as `python -m` does."""
         pipes = [os.pipe() for _ in range(2 if stderr else 1)]
         request = {"script": str(script), "argv": argv, "env": env}
         message = json.dumps(request).encode() + b"\n"
@@ -264,10 +267,15 @@ def _run_rank(script: str, argv: list[str], env: dict[str, str], fds: list[int])
         os.environ.clear()
         os.environ.update(env)
         _as_interpreter_startup_would(env)
+        module = script.removeprefix("-m ") if script.startswith("-m ") else None
         sys.argv = [script, *argv]
-        sys.path[0] = str(Path(script).parent)  # as `python script.py` has it
+        # As `python script.py` has it, or `python -m module` (the working directory).
+        sys.path[0] = os.getcwd() if module else str(Path(script).parent)
         try:
-            runpy.run_path(script, run_name="__main__")
+            if module:  # argv[0] becomes the module's file, as `-m` makes it
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(script, run_name="__main__")
             code = 0
         except SystemExit as exc:
             if exc.code is None:

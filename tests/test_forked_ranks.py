@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,24 @@ def test_ranks_of_several_scripts_and_tests_share_one_launcher(
     assert theirs.returncode == 5
     rank_launcher.cleanup()  # what the fixture does after each test
     assert hanging.returncode == -signal.SIGKILL and gone(hanging.pid)
+
+
+@pytest.mark.parametrize("words", [["--version"], ["notif"], ["agent", "--exit-margin", "5x"]])
+def test_a_module_runs_as_python_m_runs_it(words: list[str], tmp_path: Path) -> None:
+    # `-m forewarn.agent.cli`, forked: what the fresh `python -m` prints and exits with,
+    # and the working directory first on sys.path, as `-m` puts it (not the launcher's).
+    env = {**dict(os.environ), "FOREWARN_RUNTIME_DIR": str(tmp_path)}
+    fresh = subprocess.run(
+        [sys.executable, "-m", "forewarn.agent.cli", *words],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    with RankLauncher(env=dict(os.environ), preload=("forewarn.agent.config",)) as launcher:
+        forked = launcher.start("-m forewarn.agent.cli", words, env)
+        said = forked.communicate(timeout=60)
+        site = launcher.start("-m site", [], env)
+        paths, _ = site.communicate(timeout=60)
+    assert (forked.returncode, *said) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert site.returncode == 0
+    assert paths.splitlines()[1].strip() == repr(os.getcwd()) + ","
