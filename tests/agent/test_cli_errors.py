@@ -394,24 +394,30 @@ def test_a_top_level_key_written_under_a_section_says_where_it_belongs(tmp_path:
     ) in lines[0]
 
 
-@pytest.mark.parametrize(
-    ("line", "hint"),
-    [
-        ("exit_margin = 30s", 'exit_margin = "30s"'),
-        ("exit_margin = 1h30m  # an hour and a half", 'exit_margin = "1h30m"'),
-        ("metrics_address = 127.0.0.1:9464", 'metrics_address = "127.0.0.1:9464"'),
-        ("log_level = debug", 'log_level = "debug"'),
-    ],
-)
+UNQUOTED = [
+    ("exit_margin = 30s", 'exit_margin = "30s"'),
+    ("exit_margin = 1h30m  # an hour and a half", 'exit_margin = "1h30m"'),
+    ("metrics_address = 127.0.0.1:9464", 'metrics_address = "127.0.0.1:9464"'),
+    ("log_level = debug", 'log_level = "debug"'),
+]
+
+
+@pytest.mark.parametrize(("line", "hint"), UNQUOTED)
 @pytest.mark.parametrize("command", ["agent", "status"])
 def test_an_unquoted_text_in_the_file_says_to_quote_it(
-    line: str, hint: str, command: str, tmp_path: Path
+    line: str,
+    hint: str,
+    command: str,
+    tmp_path: Path,
+    run_forewarn_forked: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     # tomllib's own words alone: "Expected newline or end of document after a statement (at
     # line 2, column 17)", nothing that says a duration is a string in TOML.
     config = tmp_path / "forewarn.toml"
     config.write_text(f'providers = ["local"]\n{line}\n')
-    result = run_forewarn(command, "--config", str(config), env=agent_env(tmp_path))
+    # Each command's first line as a fresh interpreter, the others forked (as CASES above).
+    run = run_forewarn if line == UNQUOTED[0][0] else run_forewarn_forked
+    result = run(command, "--config", str(config), env=agent_env(tmp_path))
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and "not valid TOML" in lines[0], lines
