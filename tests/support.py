@@ -417,6 +417,8 @@ class Subscriber:
         allow_ipv6(self.sock, endpoint)
         self.sock.connect(endpoint)
         self._early: list[tuple[str, dict[str, Any]]] = []
+        # Replays the agent sent for this socket's token: one per (re)connection.
+        self.answers = 0
 
     def ready(self, timeout: float = 10.0) -> Subscriber:
         """Wait until the agent has answered this subscription: from then on nothing sent is
@@ -443,13 +445,18 @@ class Subscriber:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.sock.poll(int(left * 1000)):
-                raise TimeoutError(f"no heartbeat naming replay/{self.token} within {timeout}s")
+                again = " (answered before: call ready() again only after a reconnection)"
+                raise TimeoutError(
+                    f"no heartbeat naming replay/{self.token} within {timeout}s"
+                    + (again if self.answers else "")
+                )
             topic, payload = self.sock.recv_multipart()
             name, message = topic.decode(), json.loads(payload)
             if name != "heartbeat" or not extra:
                 self._early.append((name, message))
             if name == "heartbeat" and self.token in message.get("replay_for", []):
                 awaited, next_seq = list(message["active"]), message["seq"] + 1
+                self.answers += 1
             elif (
                 awaited
                 and name == TOPIC_NOTICE

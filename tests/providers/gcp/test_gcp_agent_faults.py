@@ -34,7 +34,7 @@ def gcp_agent(tmp_path: Path, server: SimServer) -> AgentProcess:
 
 
 def subscribed(agent: AgentProcess) -> Subscriber:
-    return agent.subscriber().ready()
+    return agent.subscriber()  # ready: it has had its join replay
 
 
 def test_503s_while_preempted_turns_true_under_a_maintenance_drain(tmp_path: Path) -> None:
