@@ -10,12 +10,17 @@ The file only helps across restarts: a notice is published whether or not it can
 Each notice is saved with the kernel's boot id: one saved in another boot (a VM stopped and
 started keeps its boot disk) is not restored. A file of an agent that saved no boot id is
 judged by the clock instead: a notice seen before now less the time since boot.
+
+A stop (a preemption, TERMINATE_ON_HOST_MAINTENANCE) is saved with its deadline on the boot
+clock too (`stopclock.py`): a wall clock stepped while the agent was down (NTP's first sync
+after the VM booted) moves the restored deadline with it, as it does one held in memory.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 from forewarn.providers.report import Report, saved_report
@@ -28,6 +33,8 @@ from ..persist import read_state_object, write_or_report
 log = logging.getLogger("forewarn.providers.gcp")
 
 ACTIVE_FILE = "gcp-notices.json"
+# The key of a saved stop's deadline as `since_boot()` reads it; this boot's only.
+BOOT_DEADLINE_KEY = "deadline_since_boot"
 
 
 class ActiveNotices:
@@ -36,6 +43,8 @@ class ActiveNotices:
     def __init__(self, path: Path | None, health: PollHealth | None = None) -> None:
         self.path = path
         self.health = health
+        # Kind → the deadline of its stop on the boot clock (`StopClock.at`), when known.
+        self.boot_deadlines: dict[str, float] = {}
         self.notices = self._load()
         self.unsaved = False
 
@@ -82,6 +91,10 @@ class ActiveNotices:
                 )
                 continue
             notices[kind] = notice
+            at = _reading(item.get(BOOT_DEADLINE_KEY)) if isinstance(item, dict) else None
+            # Only a reading of this boot's clock: another boot's (or none known) says nothing.
+            if this_boot is not None and saved_in == this_boot and at is not None:
+                self.boot_deadlines[kind] = at
         return notices
 
     def get(self, kind: str) -> Report | None:
@@ -90,11 +103,23 @@ class ActiveNotices:
     def keep(self, kind: str, report: Report | None) -> None:
         """Record the notice of `kind` in force (None: none is); `save` writes it."""
         if report is None:
+            self.boot_deadlines.pop(kind, None)
             if self.notices.pop(kind, None) is None:
                 return
         else:
             self.notices[kind] = report
         self.unsaved = self.path is not None
+
+    def keep_boot_deadline(self, kind: str, at: float | None) -> None:
+        """Record the boot clock's reading of the deadline of the stop of `kind` in force
+        (None: not known); `save` writes it with the notice."""
+        if at is None:
+            changed = self.boot_deadlines.pop(kind, None) is not None
+        else:
+            changed = self.boot_deadlines.get(kind) != at
+            self.boot_deadlines[kind] = at
+        if changed and kind in self.notices:
+            self.unsaved = self.path is not None
 
     def save(self) -> None:
         """Write what `keep` recorded, if anything is unwritten. A failed write is reported,
@@ -108,8 +133,18 @@ class ActiveNotices:
             name: {**json.loads(item.model_dump_json()), "boot_id": this_boot}
             for name, item in self.notices.items()
         }
+        for name, at in self.boot_deadlines.items():
+            if name in payload:
+                payload[name][BOOT_DEADLINE_KEY] = at
         if write_or_report(self.path, json.dumps(payload, indent=1) + "\n", self.health):
             self.unsaved = False
 
 
-__all__ = ["ACTIVE_FILE", "ActiveNotices"]
+def _reading(value: object) -> float | None:
+    """A boot clock's reading as JSON holds it (a finite number, not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+__all__ = ["ACTIVE_FILE", "BOOT_DEADLINE_KEY", "ActiveNotices"]

@@ -565,7 +565,14 @@ class GcpWatcher:
         self._unknown_values: set[str] = set()  # maintenance-event values logged as unknown
         # The stop announced by each long-polled key, on the boot clock: its deadline follows
         # a step of the wall clock (`stopclock.py`).
-        self._stops = {kind: StopClock() for kind in ("preempted", "maintenance-event")}
+        # A stop restored (this boot's) keeps the boot clock's reading saved with it: a step
+        # of the wall clock while the agent was down moves its deadline too.
+        self._stops = {}
+        for kind in ("preempted", "maintenance-event"):
+            saved = self.tracks[kind].saved
+            self._stops[kind] = StopClock(
+                saved.deadline if saved is not None else None, self.active.boot_deadlines.get(kind)
+            )
         # `preempted` read TRUE in this boot: the VM is going down, whatever is read later.
         # A preemption saved before a restart is this boot's (`ActiveNotices` restores no
         # other boot's), so it counts as read.
@@ -724,6 +731,7 @@ class GcpWatcher:
         active = track.active
         stop = self._stops[track.kind]
         moved = stop.follow(active.deadline if active is not None else None, now)
+        self.active.keep_boot_deadline(track.kind, stop.at)
         if active is None or moved is None:
             return None
         log.warning(

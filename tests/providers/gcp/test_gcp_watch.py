@@ -750,7 +750,8 @@ async def test_a_notice_of_this_boot_seen_before_the_clock_stepped_forward_keeps
     the notice was seen before this machine started (now less the time since boot), and it
     was taken for an earlier boot's and raised again under a new id with a new deadline (a
     second drain to the job, and its terminate an hour late). The boot id saved beside it
-    says it is this boot's."""
+    says it is this boot's, and the boot clock's reading saved with it keeps the stop where
+    it was: the deadline follows the step."""
     before = await notice_before_a_stop(server, sim, tmp_path, "TERMINATE")
     moved_before_this_boot(tmp_path, "maintenance-event")
     path = tmp_path / ACTIVE_FILE
@@ -763,7 +764,7 @@ async def test_a_notice_of_this_boot_seen_before_the_clock_stepped_forward_keeps
         assert run.reports == [after]
     assert (after.id, after.action) == (before.id, "drain")
     assert after.deadline is not None and before.deadline is not None
-    assert after.deadline < before.deadline - timedelta(minutes=59)  # as it was saved
+    assert abs(after.deadline - before.deadline) < timedelta(seconds=5)  # the boot clock's
 
 
 async def test_a_stop_announced_keeps_its_hour_when_the_clock_is_stepped(
@@ -815,3 +816,39 @@ async def test_a_preemptions_deadline_follows_a_step_of_the_clock(
     assert moved.deadline is not None
     shift = (terminate.deadline - moved.deadline).total_seconds()
     assert abs(shift - 1800) < 5, (terminate.deadline, moved.deadline)
+
+
+@pytest.mark.skipif(boot_id() is None, reason="the kernel gives no boot id here")
+@pytest.mark.parametrize(
+    ("notice", "step"),
+    [("maintenance", timedelta(minutes=-30)), ("preempt", timedelta(minutes=30))],
+)
+async def test_a_stop_restored_after_the_clock_was_stepped_follows_the_step(
+    server: SimServer,
+    sim: GcpSimulator,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    notice: str,
+    step: timedelta,
+) -> None:
+    """A stop read while the clock was off, NTP's step while the agent was down (a restart
+    for an upgrade; the agent of a VM booting starts before chrony's first sync): the restored
+    notice kept the deadline the wrong clock gave. Stepped back, the terminate came half an
+    hour after the VM stopped and the exit save was never made; stepped forward, a preemption
+    or a maintenance drain were escalated half an hour early. The stop's boot-clock reading is
+    saved with it (this boot's only), and the restored deadline follows the step."""
+    from forewarn.providers.gcp import watch as gcp_watch
+
+    off = {"by": -step}
+    monkeypatch.setattr(gcp_watch, "utcnow", lambda: utcnow() + off["by"])
+    async with watching(server.url, tmp_path, timeout_sec=1) as run:
+        await run.until_polling()
+        sim.raise_notice(notice, {"type": "TERMINATE"} if notice == "maintenance" else {})
+        [before] = await run.count(1)
+    off["by"] = timedelta(0)  # NTP's step, the agent down
+    async with watching(server.url, tmp_path, timeout_sec=1) as run:
+        [after] = await run.count(1)
+    assert (after.id, after.action) == (before.id, before.action)
+    assert after.deadline is not None and before.deadline is not None
+    shift = (after.deadline - before.deadline).total_seconds()
+    assert abs(shift - step.total_seconds()) < 5, (before.deadline, after.deadline)
