@@ -28,6 +28,7 @@ class SpaceReserve:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.held = 0  # the bytes allocated, as far as this agent knows
+        self.wanted = MIN_RESERVE_BYTES  # the size last asked of `take`
 
     def take(self, need: int = 0) -> OSError | None:
         """Allocate `need` bytes (MIN_RESERVE_BYTES at least) unless they are held: None when
@@ -35,6 +36,7 @@ class SpaceReserve:
         allocated before a failure is kept, and the next call tries for the rest. Never
         raises."""
         size = max(MIN_RESERVE_BYTES, need)
+        self.wanted = size
         if self.held >= size:
             return None
         try:
@@ -48,6 +50,20 @@ class SpaceReserve:
             return error
         self.held = size
         return None
+
+    def take_back(self) -> bool:
+        """Take the size last asked for again if it is not held and the disk has room for
+        it now (old checkpoints deleted): True when held. A disk without the room is left
+        alone: allocating on it would take the last blocks a checkpoint's write needs."""
+        if self.held >= self.wanted:
+            return True
+        try:
+            disk = os.statvfs(self.path.parent)
+        except OSError:
+            return False
+        if disk.f_bavail * disk.f_frsize < self.wanted:
+            return False
+        return self.take(self.wanted) is None
 
     def give_up(self) -> bool:
         """Free the reserve's space: True when there was some to free."""

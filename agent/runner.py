@@ -989,6 +989,7 @@ class Agent:
             self._let_go_of_gone_holders()
             self._beat()
             self._retry_unsaved()
+            self.state_writer.take_back_reserve()
             self._save_after_a_clock_step()
             await asyncio.sleep(self.settings.heartbeat_interval)
 

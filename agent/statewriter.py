@@ -105,6 +105,26 @@ class StateWriter:
                 self._reserve.take(2 * len(data))
             return None
 
+    def take_back_reserve(self) -> None:
+        """Take the reserve back if a write spent it and the disk has room again. Before,
+        only the next write took it back: an agent idle after the disk was cleared held
+        none when it filled again, and the next notice's state was not saved. Not while a
+        write is in progress (it takes the reserve back itself)."""
+        if self._reserve is None or self._reserve.held >= self._reserve.wanted:
+            return
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if self._reserve.take_back() and self._spent_said:
+                self._spent_said = False
+                log.info(
+                    "the disk of %s has room again: %s is held for the state again",
+                    self.path,
+                    self._reserve.path,
+                )
+        finally:
+            self._lock.release()
+
     def _spend_reserve(self) -> bool:
         """Free the reserve for the state's write on a full disk: True if it held space."""
         if self._reserve is None or not self._reserve.give_up():

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import AgentProcess, agent_env
+from support import AgentProcess, agent_env, eventually
 
 
 @pytest.fixture
@@ -80,3 +80,33 @@ def test_a_disk_full_at_the_start_is_said_and_stops_nothing(
     with AgentProcess(tmp_path, env=env) as agent:
         assert agent.control({"op": "status"})["ok"]
         assert f"cannot reserve 65536 bytes for the state in {small_disk}" in agent.output()
+
+
+def test_a_reserve_spent_is_taken_back_once_the_disk_has_room(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """The disk filled, a notice's state was saved from the reserve, then the job's old
+    checkpoints were deleted: the reserve was taken back only at the next state write, and
+    none came while the agent sat idle. The checkpoints filled the disk again, and the next
+    notice was "not saved": a restart started without it. The reserve is taken back as soon
+    as the disk has room for it."""
+    state_dir = small_disk / "state"
+    reserve = state_dir / "state.reserve"
+    env = agent_env(tmp_path, FOREWARN_STATE_DIR=str(state_dir), FOREWARN_HEARTBEAT_INTERVAL="0.1")
+    with AgentProcess(tmp_path, env=env) as agent:
+        _fill(small_disk)
+        reply = agent.control({"op": "notify", "action": "drain", "id": "local/first"})
+        assert reply["ok"] and reply.get("unsaved") is None, reply
+        assert not reserve.exists() or reserve.stat().st_blocks == 0
+        (small_disk / "checkpoint.pt").unlink()  # old checkpoints deleted
+        eventually(
+            lambda: reserve.exists() and reserve.stat().st_blocks * 512 >= 65536,
+            5,
+            "the reserve taken back",
+        )
+        _fill(small_disk)
+        reply = agent.control({"op": "notify", "action": "drain", "id": "local/second"})
+        assert reply["ok"] and reply.get("unsaved") is None, reply
+    with AgentProcess(tmp_path, env=env) as again:
+        active = again.control({"op": "status"})["active"]
+        assert sorted(notice["id"] for notice in active) == ["local/first", "local/second"]
