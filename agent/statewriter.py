@@ -25,6 +25,11 @@ from .state import write_atomic
 
 log = logging.getLogger("forewarn.agent")
 
+# A write that found no room: the disk full, or the user's quota on it used up (a cluster's
+# home or project directory, where checkpoints use up the quota long before the disk). The
+# reserve is in the same quota, so giving it up makes room for the state either way.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
 
 class StateWriter:
     """Writes `path` with the newest bytes handed in; `on_result(error)` (None on success)
@@ -91,7 +96,7 @@ class StateWriter:
             try:
                 write_atomic(self.path, data)
             except OSError as error:
-                if error.errno != errno.ENOSPC or not self._spend_reserve():
+                if error.errno not in _NO_ROOM or not self._spend_reserve(error):
                     return error
                 try:
                     write_atomic(self.path, data)
@@ -125,16 +130,18 @@ class StateWriter:
         finally:
             self._lock.release()
 
-    def _spend_reserve(self) -> bool:
-        """Free the reserve for the state's write on a full disk: True if it held space."""
+    def _spend_reserve(self, error: OSError) -> bool:
+        """Free the reserve for the state's write on a full disk (or quota): True if it held
+        space."""
         if self._reserve is None or not self._reserve.give_up():
             return False
         if not self._spent_said:
             self._spent_said = True
             log.warning(
-                "the disk of %s is full: gave up the space of %s to save the state; free "
+                "the disk of %s is full (%s): gave up the space of %s to save the state; free "
                 "space there (the state of the next notices may not fit)",
                 self.path,
+                error.strerror or error,
                 self._reserve.path,
             )
         return True
