@@ -648,6 +648,28 @@ class GcpWatcher:
             watched.append("upcoming-maintenance")
         return all(self.tracks[kind].answered for kind in watched)
 
+    def restored(self, reports: list[Report]) -> None:
+        """The agent's notices of this provider restored after a restart (`RestoreAware`).
+        Each kind this watcher's own file restored nothing for takes up the agent's notice of
+        that kind as saved: a file not written (a full disk, where the agent's state was
+        saved from its reserve) or lost made the first answer a new notice, a second drain
+        under another id with its deadline an hour after the restart instead of the notice,
+        and the agent cleared the one it restored. Its deadline is taken as it stands (no
+        reading of the boot clock comes with it)."""
+        for report in reports:
+            provider, _, rest = report.id.partition("/")
+            kind = rest.partition("/")[0]
+            track = self.tracks.get(kind)
+            if provider != PROVIDER or track is None or report.action == "clear":
+                continue
+            if track.saved is not None or track.active is not None or track.answered:
+                continue
+            track.saved = report
+            if kind == "preempted":
+                self.preempted_seen = True  # this boot's: the agent restores no other boot's
+            if kind in self._stops:
+                self._stops[kind] = StopClock(report.deadline, None)
+
     def forget(self, notice_id: str) -> None:
         """The agent retired `notice_id` past its deadline plus a grace: an answer that still
         shows the notice raises it again (a preempted VM stays preempted until it stops)."""

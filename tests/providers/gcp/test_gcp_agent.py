@@ -285,3 +285,32 @@ def test_a_job_keeps_its_preemption_and_hears_unscheduled_maintenance(
     active = {notice["id"]: notice["action"] for notice in status["active"]}
     assert active[terminate["id"]] == "terminate"
     assert active[maintenance["id"]] in ("drain", "terminate")
+
+
+def test_a_notice_whose_file_was_never_written_keeps_its_id_across_a_restart(
+    tmp_path: Path, server: SimServer, sim: GcpSimulator
+) -> None:
+    """The state directory's disk full (checkpoints beside it): the agent saved the drain in
+    its state file, from its reserve, but the watcher's own gcp-notices.json was not written
+    (or was lost). After a restart the watcher took the drain for a new notice: the agent
+    cleared the one it restored ("not reported by gcp since the agent restarted") and sent a
+    drain under another id, its deadline an hour after the restart, not after the notice:
+    the terminate came after the VM stopped. The watcher takes up the notice the agent
+    restored for a kind its file lacks."""
+    env = agent_env(tmp_path, FOREWARN_GCP_URL=server.url, **FAST_ENV)
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as agent, _subscribed(agent) as sub:
+        sim.raise_notice("maintenance", {"type": "TERMINATE"})
+        drain = sub.notice(10)
+    (tmp_path / "state" / ACTIVE_FILE).unlink()
+    keys = [f"GET /computeMetadata/v1/instance/{key}" for key in ("maintenance-event", "preempted")]
+    polls = {key: sim.requests[key] for key in keys}
+    with AgentProcess(tmp_path, providers=("gcp",), env=env) as again:
+        # A long-poll's second request goes out once its first answer was taken in.
+        eventually(
+            lambda: all(sim.requests[key] >= polls[key] + 2 for key in keys),
+            10,
+            "every key answered after the restart",
+        )
+        status = again.control({"op": "status"})
+    assert [notice["id"] for notice in status["active"]] == [drain["id"]], again.output()
+    assert status["active"][0]["deadline"] == drain["deadline"]
