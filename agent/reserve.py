@@ -53,15 +53,16 @@ class SpaceReserve:
 
     def take_back(self) -> bool:
         """Take the size last asked for again if it is not held and the disk has room for
-        it now (old checkpoints deleted): True when held. A disk without the room is left
-        alone: allocating on it would take the last blocks a checkpoint's write needs."""
+        it twice over now (old checkpoints deleted): True when held. A disk without the room
+        is left alone: allocating on it would take the last blocks a checkpoint's write
+        needs, and the state's next write would find the disk full and give it up again."""
         if self.held >= self.wanted:
             return True
         try:
             disk = os.statvfs(self.path.parent)
         except OSError:
             return False
-        if disk.f_bavail * disk.f_frsize < self.wanted:
+        if disk.f_bavail * disk.f_frsize < 2 * self.wanted:
             return False
         return self.take(self.wanted) is None
 

@@ -110,3 +110,22 @@ def test_a_reserve_spent_is_taken_back_once_the_disk_has_room(
     with AgentProcess(tmp_path, env=env) as again:
         active = again.control({"op": "status"})["active"]
         assert sorted(notice["id"] for notice in active) == ["local/first", "local/second"]
+
+
+def test_a_reserve_is_not_taken_back_where_it_would_fill_the_disk(small_disk: Path) -> None:
+    """A disk at the edge (a little more free than the reserve): taken back, the reserve
+    left the state's next write no room, which gave it up again with a warning, and the
+    heartbeat took it back: a warning at every state write. It waits for twice its size."""
+    from forewarn.agent.reserve import MIN_RESERVE_BYTES, SpaceReserve
+
+    room = small_disk / "room"
+    fd = os.open(room, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, 3 * MIN_RESERVE_BYTES // 2)
+    finally:
+        os.close(fd)
+    _fill(small_disk)
+    room.unlink()  # 96 KiB free: room for the reserve, not twice
+    reserve = SpaceReserve(small_disk / "state.reserve")
+    assert not reserve.take_back()
+    assert not reserve.path.exists() or reserve.path.stat().st_blocks == 0
