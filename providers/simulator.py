@@ -8,7 +8,7 @@ the same for all, under a prefix no real service uses:
 - `POST /_sim/notices` with `{"kind": ..., <fields>}` raises a notice; answers `{"id": ...}`;
 - `PATCH /_sim/notices/<id>` with fields changes one;
 - `DELETE /_sim/notices/<id>` withdraws one, or calls off one given `after` not raised yet
-  (by the id its 202 gave, `scheduled-N`);
+  (by the id its 202 gave, `scheduled-N`; raised already, that id withdraws what it raised);
 - `POST /_sim/faults` with `{"kind": ..., <fields>}` makes the endpoint misbehave (the shared
   vocabulary of `sim_faults`, plus the provider's named faults); answers `{"id": ...}`;
 - `DELETE /_sim/faults/<id>` ends one, `DELETE /_sim/faults` all (held requests go at once,
@@ -52,6 +52,8 @@ log = logging.getLogger("forewarn.simulate")
 CONTROL_PREFIX = "/_sim"
 # Used-up faults kept so that ending them lets their held requests go (see `_spent`).
 SPENT_KEPT = 64
+# Notices given `after` and raised whose scheduled id still withdraws them.
+RAISED_KEPT = 64
 
 
 class SimError(ForewarnError):
@@ -125,6 +127,10 @@ class Simulator:
         # and `DELETE /_sim/notices/<id>` calls one off (else it fired into the next test).
         self._scheduled: dict[str, _Scheduled] = {}
         self._scheduled_count = 0
+        # Those raised since, by that id → the id raised under (the newest RAISED_KEPT): a
+        # test's cleanup that DELETEs the id its 202 gave after the notice went up withdraws
+        # it (else a 404, and the notice read by the next case).
+        self._raised_from: dict[str, str] = {}
         # Faults used up or past their duration, dropped from the list but maybe still
         # holding requests (a `hang` or `slow` for `count` requests): ending them, by id or
         # all, must still let those go. The newest SPENT_KEPT are kept.
@@ -205,6 +211,10 @@ class Simulator:
                     return  # called off as its timer fired
             try:
                 notice_id = self.raise_notice(kind, dict(fields))
+                with self.lock:
+                    self._raised_from[pending_id] = notice_id
+                    while len(self._raised_from) > RAISED_KEPT:
+                        del self._raised_from[next(iter(self._raised_from))]
                 self.notify_change()
                 log.info("%s: scripted %s raised as %s", self.name, kind, notice_id)
             except SimError as error:
@@ -226,6 +236,12 @@ class Simulator:
             return False
         scheduled.timer.cancel()
         return True
+
+    def raised_from(self, pending_id: str) -> str | None:
+        """The id the notice given `after` as `pending_id` was raised under, taken off the
+        list (a DELETE withdraws it once); None if it was not raised, or is forgotten."""
+        with self.lock:
+            return self._raised_from.pop(pending_id, None)
 
     def pending_notices(self) -> list[dict[str, Any]]:
         """The notices given `after` not raised yet, soonest first."""
@@ -392,6 +408,16 @@ class Simulator:
             if request.method == "DELETE":
                 if self.call_off(notice_id):
                     return SimResponse.json({"withdrawn": notice_id, "pending": True})
+                raised_as = self.raised_from(notice_id)
+                if raised_as is not None:
+                    if not self.withdraw(raised_as):
+                        raise SimError(
+                            f"no notice {raised_as!r} (what {notice_id!r} raised): "
+                            "withdrawn already",
+                            404,
+                        )
+                    self.notify_change()
+                    return SimResponse.json({"withdrawn": raised_as, "scheduled": notice_id})
                 if not self.withdraw(notice_id):
                     raise SimError(f"no notice {notice_id!r}", 404)
                 self.notify_change()

@@ -588,6 +588,28 @@ def test_a_notice_given_after_is_listed_and_can_be_called_off(served: Served) ->
     assert notices() == before
 
 
+@pytest.mark.parametrize("served", NOTICING, indirect=True)
+def test_a_notice_given_after_and_raised_is_withdrawn_by_its_scheduled_id(
+    served: Served,
+) -> None:
+    # A handler test's cleanup, `DELETE /_sim/notices/<the id its 202 gave>`, ran after the
+    # notice had been raised: 404 "no notice 'scheduled-1'", and the interruption stayed to be
+    # read by the next case run against the same simulator. The id the notice was raised
+    # under is given nowhere else: the scheduled id withdraws it.
+    kind = served.sim.notice_kinds[0]
+    pending_id = served.http.post("/_sim/notices", json={"kind": kind, "after": 0}).json()["id"]
+    eventually(
+        lambda: served.http.get("/_sim/state").json()["pending_notices"] == [],
+        timeout=5,
+        what="the notice raised",
+    )
+    gone = served.http.delete(f"/_sim/notices/{pending_id}")
+    assert gone.status_code == 200, gone.text
+    raised_as = gone.json()["withdrawn"]
+    assert raised_as != pending_id and gone.json()["scheduled"] == pending_id
+    assert served.http.delete(f"/_sim/notices/{pending_id}").status_code == 404
+
+
 def test_a_faults_seconds_take_a_duration_as_text_as_its_after_does(served: Served) -> None:
     # `{"kind": "status", "after": "2m", "duration": "1m"}`: the "after" beside it was read as
     # two minutes, the "duration" was a 400 ("a number ..., got '1m'"), and so was a hang's
