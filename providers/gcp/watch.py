@@ -708,7 +708,10 @@ class GcpWatcher:
                         "withdrawn, the terminate stands",
                         PREEMPTED_KEY,
                     )
-                return track.stand()
+                # The terminate standing keeps to the boot clock too: after a restart its
+                # deadline is the saved one, a step of the wall clock since not yet followed.
+                stood = track.stand()
+                return self._follow_the_clock(track, utcnow()) or stood
             now = utcnow()
             report = preemption_report(preempted, self.preemption_notice_seconds(), now)
             observed = track.observe(report, {"preempted": answer.text.strip()}, answer.etag)

@@ -852,3 +852,29 @@ async def test_a_stop_restored_after_the_clock_was_stepped_follows_the_step(
     assert after.deadline is not None and before.deadline is not None
     shift = (after.deadline - before.deadline).total_seconds()
     assert abs(shift - step.total_seconds()) < 5, (before.deadline, after.deadline)
+
+
+@pytest.mark.skipif(boot_id() is None, reason="the kernel gives no boot id here")
+async def test_a_preemption_read_false_after_a_restart_follows_a_step_of_the_clock(
+    server: SimServer, sim: GcpSimulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TRUE read while the clock ran 30 min ahead; the agent restarted after NTP's step back
+    and the server answered FALSE (a reset state): the terminate standing from before the
+    restart kept the deadline of the wrong clock, half an hour after the VM's end, as the
+    answers that keep it standing never looked at the clock."""
+    from forewarn.providers.gcp import watch as gcp_watch
+
+    ahead = {"by": timedelta(minutes=30)}
+    monkeypatch.setattr(gcp_watch, "utcnow", lambda: utcnow() + ahead["by"])
+    async with watching(server.url, tmp_path, timeout_sec=1) as run:
+        await run.until_polling()
+        sim.raise_notice("preempt", {})
+        [terminate] = await run.count(1)
+    ahead["by"] = timedelta(0)
+    sim.withdraw("preempted")
+    async with watching(server.url, tmp_path, timeout_sec=1) as run:
+        [kept] = await run.count(1)
+    assert (kept.action, kept.id) == ("terminate", terminate.id)
+    assert kept.deadline is not None and terminate.deadline is not None
+    shift = (kept.deadline - terminate.deadline).total_seconds()
+    assert abs(shift + 1800) < 5, (terminate.deadline, kept.deadline)
