@@ -71,7 +71,7 @@ def _outcome(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: Any) -> t
             sent["id"] = "<new>"  # a new random id each run
         raise _Reached({**seen, "payload": sent})
 
-    def subscribe(events: str) -> Any:
+    def subscribe(events: str, token: str) -> Any:
         raise _Reached({**seen, "subscribed": events})
 
     monkeypatch.setattr(cli, "_endpoints", recorded_endpoints)
