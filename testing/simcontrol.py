@@ -47,8 +47,9 @@ class SimControl:
         return json.loads(raw) if raw.strip() else None
 
     def raise_notice(self, kind: str, **fields: Any) -> str:
-        """Raise a notice of `kind` with the provider's fields; the simulator's id for it, or
-        "" for one raised later (`after=S`), which gets its id only when it is raised."""
+        """Raise a notice of `kind` with the provider's fields; the simulator's id for it: for
+        one raised later (`after=S`), its `scheduled-N` id, which `withdraw` takes before and
+        after it is raised ("" from a simulator that gives none)."""
         reply = self.request("POST", "/notices", {"kind": kind, **fields})
         return str(reply.get("id", "")) if isinstance(reply, dict) else ""
 

@@ -318,8 +318,8 @@ def test_a_moved_deadline_keeps_the_notice_as_it_was_raised() -> None:
 
 
 def test_sim_control_raises_a_notice_for_later_without_a_key_error() -> None:
-    # The control API answers a notice with "after" 202 and no id (it gets one when it is
-    # raised): `raise_notice(kind, after=S)`, documented for any notice kind, raised
+    # The control API answers a notice with "after" 202 and its `scheduled-N` id (no id
+    # before d5e3ff1): `raise_notice(kind, after=S)`, documented for any notice kind, raised
     # KeyError 'id' from inside SimControl, though the notice was scheduled.
     from forewarn.providers.aws.simulate import ImdsSimulator
     from forewarn.providers.simulator import SimServer
@@ -327,7 +327,7 @@ def test_sim_control_raises_a_notice_for_later_without_a_key_error() -> None:
 
     with SimServer(ImdsSimulator()) as server:
         control = SimControl(server.url)
-        assert control.raise_notice("rebalance", after=0.1) == ""
+        assert control.raise_notice("rebalance", after=0.1) == "scheduled-1"
         eventually(lambda: control.state()["rebalance"], timeout=10, what="the rebalance")
         assert control.raise_notice("spot") == "spot"
 
