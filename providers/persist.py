@@ -112,25 +112,25 @@ def remove_leftovers(directory: Path) -> list[str]:
 MAX_STATE_BYTES = 64 * 1024
 
 
-def _read_small(path: Path) -> bytes:
+def read_small(path: Path, limit: int = MAX_STATE_BYTES) -> bytes:
     """The regular file `path`, not through a link and without blocking (a FIFO left in its
-    place hung the watcher's start for good), MAX_STATE_BYTES at most: OSError otherwise."""
+    place hung the watcher's start for good), `limit` bytes at most: OSError otherwise."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
         chunks: list[bytes] = []
         size = 0
-        while size <= MAX_STATE_BYTES:
-            chunk = os.read(fd, MAX_STATE_BYTES + 1 - size)
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
     finally:
         os.close(fd)
-    if size > MAX_STATE_BYTES:
-        raise OSError(errno.EFBIG, f"larger than {MAX_STATE_BYTES} bytes")
+    if size > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes")
     return b"".join(chunks)
 
 
@@ -140,7 +140,7 @@ def read_state_object(path: Path, provider: str) -> dict[str, object] | None:
     or not an object is logged and taken as none: a notice raised once more or once less is a
     smaller harm than a watcher that cannot start."""
     try:
-        payload = json.loads(_read_small(path))
+        payload = json.loads(read_small(path))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError) as error:
@@ -155,6 +155,7 @@ def read_state_object(path: Path, provider: str) -> dict[str, object] | None:
 __all__ = [
     "MAX_STATE_BYTES",
     "is_leftover",
+    "read_small",
     "read_state_object",
     "remove_leftovers",
     "write_atomically",

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from ..boot import boot_id
 from ..health import PollHealth
-from ..persist import write_or_report
+from ..persist import read_small, write_or_report
 from .clock import standing
 
 log = logging.getLogger("forewarn.providers.digitalocean")
@@ -37,6 +37,13 @@ KEEP_RAISED = 200
 # fsync before it reached the newest, the reclaim. A crash meanwhile reads those mails again,
 # and they raise nothing again.
 SAVE_EVERY = 1.0
+# The most each file is read of. The mailbox file holds KEEP_RAISED ids of ~35 characters,
+# each at most once more in `ahead` and in `replaced` (written only for ids in `raised`):
+# under 30 KB at its largest. The reclaims file holds whole notices, whose subject and
+# Message-ID come from a mail of up to FETCH_LIMIT bytes (six each once JSON-escaped): the
+# agent's own bound for its state file, which saves the same notices.
+MAX_MAILBOX_BYTES = 64 * 1024
+MAX_ACTIVE_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -64,7 +71,7 @@ class SeenMail:
     def load(cls, path: Path, mailbox: str, health: PollHealth | None = None) -> SeenMail:
         state = cls(path, mailbox, health=health)
         try:
-            payload = json.loads(path.read_text())
+            payload = json.loads(read_small(path, MAX_MAILBOX_BYTES))
         except FileNotFoundError:
             return state
         # RecursionError: nested a few thousand deep; escaping, it crashed every start.
@@ -158,13 +165,16 @@ class SeenMail:
             self.unsaved = True
 
     def as_json(self) -> dict[str, Any]:
+        raised = set(self.raised)
         return {
             "mailbox": self.mailbox,
             "uidvalidity": self.uidvalidity,
             "last_uid": self.last_uid,
             "raised": self.raised,
-            "ahead": self.ahead,
-            "replaced": self.replaced,
+            # As `load` reads them back (`_after`): an id no longer in `raised` is dropped
+            # there, and written it would only grow the file past MAX_MAILBOX_BYTES.
+            "ahead": {key: uid for key, uid in self.ahead.items() if key in raised},
+            "replaced": {key: uid for key, uid in self.replaced.items() if key in raised},
         }
 
     def save(self) -> None:
@@ -214,7 +224,7 @@ class ActiveReclaims:
     def _read(self) -> list[tuple[Report, dict[str, Any]]]:
         """Each report in the file, with the item it was read from."""
         try:
-            payload = json.loads(self.path.read_text())
+            payload = json.loads(read_small(self.path, MAX_ACTIVE_BYTES))
         except FileNotFoundError:
             return []
         except (OSError, ValueError, RecursionError) as error:  # as SeenMail.load
@@ -308,4 +318,11 @@ class ActiveReclaims:
             self.removed.clear()
 
 
-__all__ = ["ACTIVE_FILE", "STATE_FILE", "ActiveReclaims", "SeenMail"]
+__all__ = [
+    "ACTIVE_FILE",
+    "MAX_ACTIVE_BYTES",
+    "MAX_MAILBOX_BYTES",
+    "STATE_FILE",
+    "ActiveReclaims",
+    "SeenMail",
+]

@@ -17,8 +17,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from forewarn.protocol.fields import stable_id
 from forewarn.providers.boot import boot_id
-from forewarn.providers.digitalocean.seen import ActiveReclaims
+from forewarn.providers.digitalocean.imap import FETCH_LIMIT
+from forewarn.providers.digitalocean.seen import (
+    KEEP_RAISED,
+    MAX_ACTIVE_BYTES,
+    MAX_MAILBOX_BYTES,
+    ActiveReclaims,
+    SeenMail,
+)
 from forewarn.providers.gcp.active import ActiveNotices
 from forewarn.providers.persist import MAX_STATE_BYTES, read_state_object
 from forewarn.providers.report import Report, saved_report
@@ -203,3 +211,106 @@ def test_a_watchers_file_that_is_no_small_regular_file_is_passed_over(
         reader.join(5)
         pytest.fail("the read of a FIFO blocked")
     assert result in ([{}], [None]), result
+
+
+def _do_mailbox(path: Path) -> object:
+    return SeenMail.load(path, "box-a").last_uid
+
+
+def _do_active(path: Path) -> object:
+    return ActiveReclaims(path).load(NOW)
+
+
+def _largest_mailbox_file(path: Path) -> None:
+    """The mailbox file at its largest: KEEP_RAISED ids, each also raised and applied ahead
+    of a pass, at the largest UIDs IMAP has; and ten times as many raised and applied ahead
+    before them in that pass (ids no longer kept in `raised`, which `load` drops)."""
+    seen = SeenMail(path, "box-a", uidvalidity=2**32 - 1, last_uid=2**32 - 2)
+    ids = [stable_id("digitalocean", "reclaim", str(n)) for n in range(KEEP_RAISED * 11)]
+    seen.raised = ids[-KEEP_RAISED:]
+    seen.ahead = dict.fromkeys(ids, 2**32 - 1)
+    seen.replaced = dict.fromkeys(ids, 2**32 - 1)
+    seen.save()
+
+
+@pytest.mark.parametrize("read", [_do_mailbox, _do_active], ids=["mailbox", "active"])
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_digitaloceans_files_that_are_no_regular_files_are_passed_over(
+    tmp_path: Path, read: Callable[[Path], object], kind: str
+) -> None:
+    """DigitalOcean's mailbox and reclaim files were read with a blocking read_text: a FIFO
+    in their place hung the watcher's start for good, and a link was followed. They are now
+    read as every watcher's own file: a regular file, not through a link, without blocking."""
+    path = tmp_path / ("mailbox.json" if read is _do_mailbox else "active.json")
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        target = tmp_path / "elsewhere.json"
+        if read is _do_mailbox:
+            _largest_mailbox_file(target)
+        else:
+            target.write_text(json.dumps([as_saved(reclaim(1))]))
+        path.symlink_to(target)
+    result: list[object] = []
+    reader = threading.Thread(target=lambda: result.append(read(path)), daemon=True)
+    reader.start()
+    reader.join(5)
+    if reader.is_alive():
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))  # let the blocked open go
+        reader.join(5)
+        pytest.fail("the read of a FIFO blocked")
+    assert result in ([0], [[]]), result
+
+
+def test_digitaloceans_largest_files_are_read_and_larger_ones_passed_over(
+    tmp_path: Path,
+) -> None:
+    """The bounds fit what the watcher writes: its mailbox file at its largest, and reclaims
+    whose subject is a whole mail (FETCH_LIMIT bytes, each escaped to six), are read back;
+    a file over the bound is passed over as any other unreadable one."""
+    mailbox = tmp_path / "mailbox.json"
+    _largest_mailbox_file(mailbox)
+    assert SeenMail.load(mailbox, "box-a").last_uid == 2**32 - 2
+    active = tmp_path / "active.json"
+    subject = "\x01" * FETCH_LIMIT
+    long = [reclaim(n).model_copy(update={"detail": {"subject": subject}}) for n in (1, 2)]
+    active.write_text(json.dumps([as_saved(r) for r in long], indent=1) + "\n")
+    assert ActiveReclaims(active).load(NOW) == long
+    for path, read in ((mailbox, _do_mailbox), (active, _do_active)):
+        bound = MAX_MAILBOX_BYTES if path is mailbox else MAX_ACTIVE_BYTES
+        with path.open("a") as grown:
+            grown.write(" " * (bound - path.stat().st_size + 1))
+        assert read(path) in (0, [])
+
+
+_UID = st.integers(min_value=1, max_value=2**32 - 1)
+
+
+@given(
+    raised=st.lists(st.text(max_size=40), max_size=KEEP_RAISED, unique=True),
+    ahead=st.dictionaries(st.text(max_size=40), _UID, max_size=20),
+    replaced=st.dictionaries(st.text(max_size=40), _UID, max_size=20),
+    last_uid=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_the_mailbox_file_reads_back_as_written(
+    raised: list[str], ahead: dict[str, int], replaced: dict[str, int], last_uid: int
+) -> None:
+    """What the watcher writes, the next start reads: the ids raised, the last UID handled,
+    and what was raised or applied ahead of the pass for the ids still kept."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "digitalocean-mailbox.json"
+        # Ids raised ahead are in `raised` when raised; some fell out of it since.
+        ahead = {**ahead, **dict.fromkeys(raised[:3], 2**32 - 1)}
+        seen = SeenMail(path, "box-a", 7, last_uid, raised, ahead, replaced)
+        seen.save()
+        again = SeenMail.load(path, "box-a")
+        assert (again.uidvalidity, again.last_uid, again.raised) == (7, last_uid, raised)
+        for name in ("ahead", "replaced"):
+            kept = {
+                key: uid
+                for key, uid in getattr(seen, name).items()
+                if key in raised and uid > last_uid
+            }
+            assert getattr(again, name) == kept
